@@ -1,0 +1,182 @@
+# ringlm — top-level build. Sources are found by folder, so adding a .c file to a module
+# needs no edit here.  Conventions (see README "Building"):
+#   <module>/*.c                  -> that module's static archive
+#   <module>/main_<prog>.c        -> program build/bin/<prog> (not in the archive)
+#   perf/<name>.c                 -> benchmark build/perf/<name>
+#   tests/test_<suite>.c          -> Criterion test program build/tests/test_<suite>
+#   fuzz/fuzz_<name>.c            -> libFuzzer target (make fuzz)
+#   kernels/cuda/*.cu             -> build/lib/libringlm_cuda.so (plugin, when nvcc is found)
+# Every program links every internal archive (the linker only pulls what is used); the
+# layering rules (sched/ and shm/ depend on nothing of ours, sim/ never includes daemon/)
+# are about includes and are checked by `make check-layering`.
+
+CC       ?= gcc
+PREFIX   ?= /usr/local
+DESTDIR  ?=
+VERSION  := 0.1.0
+SANITIZE ?= 0
+TSAN     ?= 0
+
+ifeq ($(SANITIZE),1)
+  B       ?= build-asan
+  SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+  CUDA    ?= 0
+else ifeq ($(TSAN),1)
+  B       ?= build-tsan
+  SANFLAGS := -fsanitize=thread
+  CUDA    ?= 0
+else
+  B       ?= build
+  SANFLAGS :=
+endif
+
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA      ?= $(if $(NVCC),1,0)
+CUDA_ARCH ?= sm_90
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+
+OPT      ?= -O2
+CFLAGS   ?= $(OPT) -g
+CFLAGS   += -std=gnu11 -Wall -Wextra -Werror -fno-omit-frame-pointer -fPIC -pthread \
+            -D_GNU_SOURCE -I. -Ilibclient -DRINGLM_VERSION=\"$(VERSION)\" $(SANFLAGS)
+LDFLAGS  += -pthread -rdynamic $(SANFLAGS)
+SYSLIBS  := -luring -lnuma -lopenblas -lmicrohttpd -linih -ljansson -lrt -ldl -lm
+
+OBJ      := $(B)/obj
+BIN      := $(B)/bin
+LIB      := $(B)/lib
+
+# --- module archives -------------------------------------------------------------------
+lib_srcs = $(filter-out $(1)/main_%.c,$(wildcard $(1)/*.c))
+SHM_SRCS     := $(call lib_srcs,shm)
+CLIENT_SRCS  := $(call lib_srcs,libclient)
+NUMA_SRCS    := $(call lib_srcs,numa)
+SCHED_SRCS   := $(call lib_srcs,sched)
+ENGINE_SRCS  := $(call lib_srcs,kernels) $(call lib_srcs,kernels/cpu)
+DAEMON_SRCS  := $(call lib_srcs,daemon)
+SIM_SRCS     := $(call lib_srcs,sim)
+
+objs = $(patsubst %.c,$(OBJ)/%.o,$(1))
+
+# libringlm = the client library (public API, tokenizer) + the shared-memory transport.
+LIBRINGLM_A  := $(LIB)/libringlm.a
+LIBRINGLM_SO := $(LIB)/libringlm.so
+SCHED_A      := $(LIB)/libringlm_sched.a
+NUMA_A       := $(LIB)/libringlm_numa.a
+ENGINE_A     := $(LIB)/libringlm_engine.a
+DAEMON_A     := $(LIB)/libringlm_daemon.a
+SIM_A        := $(LIB)/libringlm_sim.a
+# Link order: users before what they use.
+ALL_A := $(DAEMON_A) $(SIM_A) $(ENGINE_A) $(SCHED_A) $(LIBRINGLM_A) $(NUMA_A)
+
+$(LIBRINGLM_A): $(call objs,$(SHM_SRCS) $(CLIENT_SRCS))
+$(SCHED_A):     $(call objs,$(SCHED_SRCS))
+$(NUMA_A):      $(call objs,$(NUMA_SRCS))
+$(ENGINE_A):    $(call objs,$(ENGINE_SRCS))
+$(DAEMON_A):    $(call objs,$(DAEMON_SRCS))
+$(SIM_A):       $(call objs,$(SIM_SRCS))
+
+$(LIB)/%.a:
+	@mkdir -p $(@D)
+	@rm -f $@
+	$(AR) rcs $@ $^ $(if $^,,$(OBJ)/empty.o)
+
+$(LIBRINGLM_SO): $(call objs,$(SHM_SRCS) $(CLIENT_SRCS))
+	@mkdir -p $(@D)
+	$(CC) -shared -Wl,-soname,libringlm.so.0 $(LDFLAGS) -o $@ $^ -lrt
+
+$(OBJ)/empty.o:
+	@mkdir -p $(@D)
+	echo 'typedef int ringlm_empty_unit;' | $(CC) $(CFLAGS) -x c -c -o $@ -
+
+$(OBJ)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+# --- programs ----------------------------------------------------------------------------
+PROG_MAINS := $(wildcard */main_*.c kernels/*/main_*.c)
+PROGRAMS   := $(foreach m,$(PROG_MAINS),$(BIN)/$(patsubst main_%.c,%,$(notdir $(m))))
+define prog_rule
+$(BIN)/$(patsubst main_%.c,%,$(notdir $(1))): $(call objs,$(1)) $(ALL_A) $(OBJ)/empty.o
+	@mkdir -p $$(@D)
+	$$(CC) $$(LDFLAGS) -o $$@ $(call objs,$(1)) $(ALL_A) $(SYSLIBS)
+endef
+$(foreach m,$(PROG_MAINS),$(eval $(call prog_rule,$(m))))
+
+PERF_SRCS := $(wildcard perf/*.c)
+BENCHES   := $(patsubst perf/%.c,$(B)/perf/%,$(PERF_SRCS))
+$(B)/perf/%: $(OBJ)/perf/%.o $(ALL_A) $(OBJ)/empty.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(ALL_A) $(SYSLIBS)
+
+TEST_SRCS := $(wildcard tests/test_*.c)
+TEST_HELPER_SRCS := $(filter-out tests/test_%.c,$(wildcard tests/*.c))
+TESTS     := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRCS))
+$(B)/tests/%: $(OBJ)/tests/%.o $(call objs,$(TEST_HELPER_SRCS)) $(ALL_A) $(OBJ)/empty.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(call objs,$(TEST_HELPER_SRCS)) $(ALL_A) $(SYSLIBS) -lcriterion
+
+# --- CUDA plugin -------------------------------------------------------------------------
+CU_SRCS := $(wildcard kernels/cuda/*.cu)
+CUDA_SO := $(LIB)/libringlm_cuda.so
+ifeq ($(CUDA),1)
+ifneq ($(CU_SRCS),)
+NVCCFLAGS ?= -O3 -arch=$(CUDA_ARCH) -Xcompiler -fPIC,-Wall,-Wextra,-Werror,-fno-omit-frame-pointer \
+             -Werror all-warnings -std=c++17 -I. -Ilibclient -D_GNU_SOURCE
+$(OBJ)/%.cu.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+$(CUDA_SO): $(patsubst %.cu,$(OBJ)/%.cu.o,$(CU_SRCS))
+	@mkdir -p $(@D)
+	$(NVCC) -shared -arch=$(CUDA_ARCH) -o $@ $^ -L$(CUDA_HOME)/lib64 -lcublas -lcudart \
+	    -Xlinker -rpath=$(CUDA_HOME)/lib64
+CUDA_TARGETS := $(CUDA_SO)
+endif
+endif
+
+# --- top-level targets -------------------------------------------------------------------
+.PHONY: all lib programs benches tests test demo deps install clean fuzz check-layering
+all: $(LIBRINGLM_A) $(LIBRINGLM_SO) $(B)/ringlm.pc $(PROGRAMS) $(BENCHES) $(CUDA_TARGETS)
+lib: $(ALL_A) $(LIBRINGLM_SO)
+programs: $(PROGRAMS)
+benches: $(BENCHES)
+tests: $(TESTS)
+
+$(B)/ringlm.pc: Makefile
+	@mkdir -p $(@D)
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ringlm\nDescription: ringlm client library (shared-memory LLM inference transport)\nVersion: %s\nLibs: -L$${libdir} -lringlm\nLibs.private: -lrt\nCflags: -I$${includedir}\n' '$(PREFIX)' '$(VERSION)' > $@
+
+# make test            : every suite;  make test T=sched : suites whose name starts with that
+# Suites run one after another; each suite's own tests run in Criterion's worker processes.
+T ?=
+RUN_TESTS = $(filter $(B)/tests/test_$(T)%,$(TESTS))
+test: all $(TESTS) check-layering
+	@B=$(B) scripts/run-tests.sh $(RUN_TESTS)
+
+demo: all
+	@B=$(B) scripts/demo.sh
+
+deps:
+	scripts/install-deps.sh
+
+check-layering:
+	@scripts/check-layering.sh
+
+FUZZ_SRCS := $(wildcard fuzz/fuzz_*.c)
+fuzz:
+	@B=$(B) FUZZ_SRCS="$(FUZZ_SRCS)" scripts/fuzz.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -m 0644 libclient/ringlm.h $(DESTDIR)$(PREFIX)/include/ringlm.h
+	install -m 0644 $(LIBRINGLM_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 0755 $(LIBRINGLM_SO) $(DESTDIR)$(PREFIX)/lib/libringlm.so.0
+	ln -sf libringlm.so.0 $(DESTDIR)$(PREFIX)/lib/libringlm.so
+	install -m 0644 $(B)/ringlm.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/ringlm.pc
+	$(if $(PROGRAMS),install -m 0755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin/)
+	$(if $(CUDA_TARGETS),install -m 0755 $(CUDA_TARGETS) $(DESTDIR)$(PREFIX)/lib/)
+
+clean:
+	rm -rf build build-asan build-tsan
+
+-include $(shell find $(OBJ) -name '*.d' 2>/dev/null)

@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/engine.h — the backend-neutral inference engine (DESIGN.md §4, §8).
+ *
+ * One interface for every backend: the CPU backend (kernels/cpu/, plain C + OpenBLAS, the
+ * reference) and the CUDA backend (kernels/cuda/, a plugin build/lib/libringlm_cuda.so that
+ * is dlopen()ed when the backend "cuda" is asked for). The daemon, the tests and perf/
+ * speak only this header.
+ *
+ * Lifecycle: eng_model_load → eng_create → (eng_execute | eng_execute_sample | KV copies)* →
+ * eng_destroy → eng_model_free.  An engine is used by one thread at a time (the daemon's
+ * loop thread); it may run its own worker threads inside eng_execute.
+ *
+ * Errors: functions return 0 or a negative errno; eng_errmsg() gives a thread-local detail
+ * string naming the field and the expected value ("header n_heads=0: must be >= 1").
+ */
+#ifndef RINGLM_KERNELS_ENGINE_H
+#define RINGLM_KERNELS_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors ------------------------------------------------------------------------- */
+
+/* The detail of the last error on this thread ("" when none). */
+const char *eng_errmsg(void);
+/* Sets the detail (printf-style); returns err so callers can `return eng_seterr(-EINVAL, …)`. */
+int eng_seterr(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- models ------------------------------------------------------------------------- */
+
+/* A Llama shape, as in the llama2.c checkpoint header. */
+typedef struct eng_model_config {
+    int dim;          /* model width */
+    int hidden_dim;   /* FFN width */
+    int n_layers;
+    int n_heads;      /* query heads; head_size = dim / n_heads */
+    int n_kv_heads;   /* K/V heads (GQA when < n_heads); n_heads % n_kv_heads == 0 */
+    int vocab_size;   /* always positive here; the file's sign is in shared_classifier */
+    int seq_len;      /* maximum context */
+    bool shared_classifier; /* classifier = token embedding table */
+} eng_model_config;
+
+/* Host float32 weights, laid out exactly as in the llama2.c file (row-major
+ * [out][in], every layer's copy of a tensor together). Any pointer may be NULL when the
+ * model is "lazy" (see eng_model_is_lazy). */
+typedef struct eng_weights {
+    const float *token_embedding; /* [vocab][dim] */
+    const float *rms_att;         /* [L][dim] */
+    const float *wq;              /* [L][dim][dim] */
+    const float *wk;              /* [L][kv_dim][dim] */
+    const float *wv;              /* [L][kv_dim][dim] */
+    const float *wo;              /* [L][dim][dim] */
+    const float *rms_ffn;         /* [L][dim] */
+    const float *w1;              /* [L][hidden][dim]  gate */
+    const float *w2;              /* [L][dim][hidden]  down */
+    const float *w3;              /* [L][hidden][dim]  up */
+    const float *rms_final;       /* [dim] */
+    const float *wcls;            /* [vocab][dim] (== token_embedding when shared) */
+} eng_weights;
+
+typedef struct eng_model eng_model;
+
+/*
+ * Loads a model from a spec:
+ *   "PATH"                       a llama2.c checkpoint, mmap()ed read-only;
+ *   "synthetic:PRESET:SEED"      weights generated from SEED for a named shape
+ *                                (stories15M, stories110M, llama3-8b, gqa-test, stories260K);
+ *   "synthetic:lazy:PRESET:SEED" the same shape and seed, but no host weights are built
+ *                                (for backends that generate on the device, e.g. llama3-8b
+ *                                on CUDA; the CPU backend refuses a lazy model).
+ * Errors: -ENOENT/-EACCES (file), -EINVAL (malformed: eng_errmsg names the field and the
+ * expected value), -ENOMEM.
+ */
+int eng_model_load(const char *spec, eng_model **out);
+void eng_model_free(eng_model *m);
+const eng_model_config *eng_model_cfg(const eng_model *m);
+const eng_weights *eng_model_weights(const eng_model *m);
+bool eng_model_is_lazy(const eng_model *m);
+/* For synthetic models: the preset's seed (0 and false for files). */
+bool eng_model_synthetic_seed(const eng_model *m, uint64_t *seed);
+/* A short stable identity: sha256 of the file, or "synthetic:PRESET:SEED" hashed. Hex. */
+const char *eng_model_hash(const eng_model *m);
+
+/* Looks a preset up by name; -ENOENT if unknown. */
+int eng_preset(const char *name, eng_model_config *out);
+
+/*
+ * Synthetic weights are a pure function of (seed, tensor, element index), so a GPU can
+ * generate the very same values on the device:
+ *   u   = splitmix64(seed ^ (tensor_id << 56) ^ index)         (uint64)
+ *   val = ((u >> 40) * 2^-24 * 2 - 1) * scale(tensor)          (uniform in [-scale, scale))
+ * tensor_id is the eng_tensor_id below; index runs over the tensor as laid out in
+ * eng_weights. RMSNorm weights are 1 + val with scale 0.1; other scales are
+ * 1/sqrt(fan_in) (embedding: 1.0).
+ */
+enum eng_tensor_id {
+    ENG_T_EMBED = 1, ENG_T_RMS_ATT, ENG_T_WQ, ENG_T_WK, ENG_T_WV, ENG_T_WO, ENG_T_RMS_FFN,
+    ENG_T_W1, ENG_T_W2, ENG_T_W3, ENG_T_RMS_FINAL, ENG_T_WCLS
+};
+uint64_t eng_splitmix64(uint64_t x);
+float eng_synth_value(uint64_t seed, int tensor_id, uint64_t index, float scale, bool is_norm);
+float eng_synth_scale(const eng_model_config *c, int tensor_id);
+
+/* Writes a model in the llama2.c format (ringlm-mkmodel). Returns 0 or -errno. */
+int eng_model_write(const eng_model *m, const char *path);
+
+/* ---- engines ------------------------------------------------------------------------ */
+
+typedef struct eng eng;
+
+typedef struct eng_options {
+    const char *backend;     /* "cpu" (default when NULL) or "cuda" */
+    int n_threads;           /* CPU worker threads (0 = 1) */
+    int numa_node;           /* node to pin workers to; -1 = none */
+    int kv_blocks;           /* physical KV blocks in the pool (> 0) */
+    int kv_block_size;       /* tokens per block (> 0; 16 is typical) */
+    int max_batch_tokens;    /* largest T eng_execute accepts (> 0) */
+    int max_seqs;            /* largest S eng_execute accepts (> 0) */
+} eng_options;
+
+/* Creates an engine over a model (the model must outlive it). Errors: -EINVAL (bad
+ * options), -ENOMEM, -ENODEV (backend "cuda" with no usable device or no plugin), -ENOTSUP. */
+int eng_create(const eng_model *m, const eng_options *opt, eng **out);
+void eng_destroy(eng *e);
+const char *eng_backend_name(const eng *e);
+
+/* KV geometry. A block is block-major: all layers' K and V for block_size tokens in one
+ * contiguous piece of kv_block_bytes, so it moves to host memory or disk as one copy. */
+size_t eng_kv_bytes_per_token(const eng *e);
+size_t eng_kv_block_bytes(const eng *e);
+int eng_kv_blocks(const eng *e);
+int eng_kv_block_size(const eng *e);
+/* Bytes the engine holds (weights it owns + KV pool + scratch). */
+size_t eng_memory_bytes(const eng *e);
+
+/*
+ * Host address of a KV block, for backends whose pool lives in host memory (CPU): the
+ * daemon registers these with io_uring and moves blocks with reads and writes. NULL for
+ * device-resident pools (CUDA), which use eng_kv_read_block/eng_kv_write_block or the
+ * async transfer below.
+ */
+void *eng_kv_block_ptr(eng *e, int block);
+/* Whole-pool base address and length (host pools only; NULL/0 otherwise). */
+void *eng_kv_pool_base(eng *e, size_t *len);
+
+/* Synchronous copies of whole blocks (byte-exact). */
+int eng_kv_read_block(eng *e, int block, void *dst);        /* pool → host buffer */
+int eng_kv_write_block(eng *e, int block, const void *src); /* host buffer → pool */
+int eng_kv_copy_blocks(eng *e, const int32_t *src, const int32_t *dst, int n); /* in pool */
+
+/*
+ * Asynchronous transfer of n blocks between the pool and host buffers (dir 0: pool→host,
+ * 1: host→pool). On completion the backend writes 1 to the eventfd efd (the daemon's
+ * io_uring watches it). -ENOTSUP when the backend has no async path (CPU: the daemon uses
+ * io_uring on eng_kv_block_ptr instead).
+ */
+enum { ENG_KV_OUT = 0, ENG_KV_IN = 1 };
+int eng_kv_transfer_async(eng *e, int dir, const int32_t *blocks, void *const *host, int n,
+                          int efd);
+
+/*
+ * One flattened batch: T token rows from S sequences; decode tokens and prefill chunks mix.
+ * Sequence s owns rows [query_start[s], query_start[s+1]); its rows sit at positions
+ * positions[...] (consecutive, ending at seq_len[s]-1), and row r's K/V is written to pool
+ * slot slot_mapping[r] = block * block_size + offset. block_table[s * block_table_stride + j]
+ * is the physical block of the sequence's j-th logical block; it must cover seq_len[s].
+ * logits_rows lists the rows (indices into tokens) whose logits are wanted, in order.
+ */
+typedef struct eng_batch {
+    int n_tokens;                 /* T */
+    const int32_t *tokens;        /* [T] */
+    const int32_t *positions;     /* [T] */
+    const int64_t *slot_mapping;  /* [T] */
+    int n_seqs;                   /* S */
+    const int32_t *query_start;   /* [S+1], query_start[0] = 0, query_start[S] = T */
+    const int32_t *seq_len;       /* [S] context length including this batch's rows */
+    const int32_t *block_table;   /* [S][block_table_stride] */
+    int block_table_stride;
+    int n_logits;
+    const int32_t *logits_rows;   /* [n_logits] */
+} eng_batch;
+
+/* Validates a batch against the engine (sizes, positions, slots, block tables, token ids);
+ * -EINVAL with a detail. eng_execute calls it; the daemon may call it before. */
+int eng_batch_check(const eng *e, const eng_batch *b);
+
+/* Runs the batch; writes n_logits × vocab float32 logits. */
+int eng_execute(eng *e, const eng_batch *b, float *logits);
+
+/* ---- sampling ----------------------------------------------------------------------- */
+
+typedef struct eng_sampling {
+    float temperature; /* 0 = greedy (argmax, first index wins ties) */
+    int top_k;         /* 0 = off */
+    float top_p;       /* 1 (or 0) = off */
+    uint64_t seed;     /* per request; the rng state starts at eng_rng_init(seed) */
+} eng_sampling;
+
+uint64_t eng_rng_init(uint64_t seed);
+/* Samples one token id from logits[vocab]; advances *rng. Deterministic for equal inputs. */
+int32_t eng_sample(const float *logits, int vocab, const eng_sampling *s, uint64_t *rng);
+
+/* Execute + sample per logits row (s[i], rng[i] for logits row i); out_tokens[n_logits].
+ * logits may be NULL. Backends may sample on the device and copy back only the ids. */
+int eng_execute_sample(eng *e, const eng_batch *b, const eng_sampling *s, uint64_t *rng,
+                       int32_t *out_tokens, float *logits);
+
+/* ---- backends (for kernels/ and plugins only) ---------------------------------------- */
+
+typedef struct eng_backend_ops {
+    const char *name;
+    int (*create)(eng *e, const eng_model *m, const eng_options *opt, void **priv);
+    void (*destroy)(void *priv);
+    int (*execute)(void *priv, const eng_batch *b, float *logits);
+    /* optional (NULL: execute + eng_sample on the host) */
+    int (*execute_sample)(void *priv, const eng_batch *b, const eng_sampling *s, uint64_t *rng,
+                          int32_t *out_tokens, float *logits);
+    size_t (*kv_block_bytes)(void *priv);
+    size_t (*memory_bytes)(void *priv);
+    void *(*kv_block_ptr)(void *priv, int block);          /* optional */
+    void *(*kv_pool_base)(void *priv, size_t *len);          /* optional */
+    int (*kv_read_block)(void *priv, int block, void *dst);
+    int (*kv_write_block)(void *priv, int block, const void *src);
+    int (*kv_copy_blocks)(void *priv, const int32_t *src, const int32_t *dst, int n);
+    int (*kv_transfer_async)(void *priv, int dir, const int32_t *blocks, void *const *host,
+                             int n, int efd);          /* optional */
+} eng_backend_ops;
+
+/* The CPU backend's table (kernels/cpu/). */
+const eng_backend_ops *eng_cpu_backend(void);
+/* The CUDA plugin exports this symbol; eng_create dlopen()s $RINGLM_CUDA_LIB, else
+ * libringlm_cuda.so beside the executable's ../lib/, else by soname. */
+#define ENG_CUDA_ENTRY "ringlm_cuda_backend"
+typedef const eng_backend_ops *(*eng_backend_entry_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

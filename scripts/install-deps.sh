@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ringlm's build, tests and tools need, when missing.
+# Run as root (CI and the dev machines are root); `make deps` calls this.
+set -euo pipefail
+pkgs=(
+  build-essential pkg-config
+  liburing-dev            # daemon event loop, KV transfers
+  libnuma-dev             # NUMA topology, pinning, node-local memory
+  libcriterion-dev        # tests
+  libopenblas-dev         # CPU SGEMM
+  libmicrohttpd-dev       # /metrics
+  libinih-dev             # policy files
+  libjansson-dev          # JSON: reference oracles, traces, calibration
+  systemtap-sdt-dev       # USDT probes (sys/sdt.h)
+  clang libclang-rt-14-dev  # libFuzzer target (make fuzz)
+  gnuplot-nox             # simulator plots
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then echo "deps: all present"; exit 0; fi
+echo "deps: installing ${missing[*]}"
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
