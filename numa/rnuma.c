@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: MIT */
+#include "numa/rnuma.h"
+
+#include <errno.h>
+#include <numa.h>
+#include <numaif.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static _Thread_local char rnuma_err[256];
+
+static int seterr(int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rnuma_err, sizeof rnuma_err, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+const char *rnuma_errmsg(void) { return rnuma_err; }
+
+static int have_numa(void) { return numa_available() >= 0; }
+
+int rnuma_nodes(void)
+{
+    if (!have_numa()) return 1;
+    int n = numa_num_configured_nodes();
+    return n > 0 ? n : 1;
+}
+
+int rnuma_gpu_node(int gpu)
+{
+    /* NVIDIA devices are PCI class 0x0300/0x0302 with vendor 0x10de; take the gpu-th. */
+    FILE *ls = popen("ls /sys/bus/pci/devices 2>/dev/null", "r");
+    if (!ls) return -ENOENT;
+    char dev[64];
+    int seen = 0, node = -ENOENT;
+    while (fgets(dev, sizeof dev, ls)) {
+        dev[strcspn(dev, "\n")] = 0;
+        char path[160], buf[32];
+        snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/vendor", dev);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        int is_nv = fgets(buf, sizeof buf, f) && strncmp(buf, "0x10de", 6) == 0;
+        fclose(f);
+        if (!is_nv) continue;
+        snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/class", dev);
+        f = fopen(path, "r");
+        if (!f) continue;
+        int is_gpu = fgets(buf, sizeof buf, f) && (strncmp(buf, "0x0300", 6) == 0 ||
+                                                   strncmp(buf, "0x0302", 6) == 0);
+        fclose(f);
+        if (!is_gpu || seen++ != gpu) continue;
+        snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", dev);
+        f = fopen(path, "r");
+        if (f) {
+            int n = -1;
+            if (fscanf(f, "%d", &n) == 1) node = n < 0 ? 0 : n;
+            fclose(f);
+        }
+        break;
+    }
+    pclose(ls);
+    return node;
+}
+
+int rnuma_resolve(const char *spec)
+{
+    if (!spec || strcmp(spec, "auto") == 0) {
+        int g = rnuma_gpu_node(0);
+        if (g >= 0) return g;
+        int cpu = sched_getcpu();
+        if (have_numa() && cpu >= 0) {
+            int n = numa_node_of_cpu(cpu);
+            if (n >= 0) return n;
+        }
+        return 0;
+    }
+    if (strcmp(spec, "off") == 0) return -1;
+    char *end;
+    long n = strtol(spec, &end, 10);
+    if (*spec == 0 || *end != 0 || n < 0)
+        return seterr(-EINVAL, "--numa-node '%s': expected auto, off or a node number", spec);
+    if (n >= rnuma_nodes())
+        return seterr(-EINVAL, "--numa-node %ld: this machine has %d node(s)", n, rnuma_nodes());
+    return (int)n;
+}
+
+static int node_cpus(int node, cpu_set_t *set)
+{
+    CPU_ZERO(set);
+    if (!have_numa()) {
+        if (sched_getaffinity(0, sizeof *set, set) != 0) return -errno;
+        return 0;
+    }
+    struct bitmask *bm = numa_allocate_cpumask();
+    if (!bm) return -ENOMEM;
+    if (numa_node_to_cpus(node, bm) != 0) {
+        numa_free_cpumask(bm);
+        return seterr(-EINVAL, "numa node %d has no cpus", node);
+    }
+    for (unsigned i = 0; i < bm->size && i < CPU_SETSIZE; i++)
+        if (numa_bitmask_isbitset(bm, i)) CPU_SET(i, set);
+    numa_free_cpumask(bm);
+    return CPU_COUNT(set) > 0 ? 0 : seterr(-EINVAL, "numa node %d has no cpus", node);
+}
+
+int rnuma_pin_self(int node)
+{
+    if (node < 0) return 0;
+    cpu_set_t set;
+    int rc = node_cpus(node, &set);
+    if (rc) return rc;
+    if (sched_setaffinity(0, sizeof set, &set) != 0)
+        return seterr(-errno, "sched_setaffinity(node %d): %s", node, strerror(errno));
+    return 0;
+}
+
+int rnuma_pin_self_cpu(int node, int nth)
+{
+    if (node < 0) return 0;
+    cpu_set_t set, one;
+    int rc = node_cpus(node, &set);
+    if (rc) return rc;
+    int count = CPU_COUNT(&set), want = nth % count, k = 0;
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set) && k++ == want) { CPU_SET(c, &one); break; }
+    if (sched_setaffinity(0, sizeof one, &one) != 0)
+        return seterr(-errno, "sched_setaffinity(cpu): %s", strerror(errno));
+    return 0;
+}
+
+int rnuma_place(void *p, size_t bytes, int node)
+{
+    if (node >= 0 && have_numa() && rnuma_nodes() > 1) {
+        unsigned long mask = 1UL << node;
+        if (mbind(p, bytes, MPOL_BIND, &mask, sizeof mask * 8, MPOL_MF_MOVE) != 0)
+            return seterr(-errno, "mbind(node %d): %s", node, strerror(errno));
+    }
+    /* Fault every page in now, so the first request does not pay for it. */
+    long page = sysconf(_SC_PAGESIZE);
+    for (size_t off = 0; off < bytes; off += (size_t)page) ((volatile char *)p)[off] = ((volatile char *)p)[off];
+    return 0;
+}
+
+void *rnuma_alloc(size_t bytes, int node)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        seterr(-errno, "mmap %zu bytes: %s", bytes, strerror(errno));
+        return NULL;
+    }
+    if (rnuma_place(p, bytes, node) != 0) {
+        munmap(p, bytes);
+        return NULL;
+    }
+    return p;
+}
+
+void rnuma_free(void *p, size_t bytes)
+{
+    if (p) munmap(p, bytes);
+}
+
+void rnuma_describe(int node, char *buf, size_t len)
+{
+    if (node < 0) {
+        snprintf(buf, len, "numa: %d node(s), pinning off", rnuma_nodes());
+        return;
+    }
+    cpu_set_t set;
+    int ncpu = node_cpus(node, &set) == 0 ? CPU_COUNT(&set) : 0;
+    snprintf(buf, len, "numa: node %d of %d, %d cpu(s), loop and workers pinned there%s",
+             node, rnuma_nodes(), ncpu, have_numa() ? "" : " (no NUMA support: one node)");
+}
