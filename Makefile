@@ -10,6 +10,7 @@
 # layering rules (sched/ and shm/ depend on nothing of ours, sim/ never includes daemon/)
 # are about includes and are checked by `make check-layering`.
 
+.DEFAULT_GOAL := all
 CC       ?= gcc
 PREFIX   ?= /usr/local
 DESTDIR  ?=
@@ -76,10 +77,12 @@ $(ENGINE_A):    $(call objs,$(ENGINE_SRCS))
 $(DAEMON_A):    $(call objs,$(DAEMON_SRCS))
 $(SIM_A):       $(call objs,$(SIM_SRCS))
 
+# Every archive holds empty.o too, so a module with no sources yet still links.
+$(ALL_A): $(OBJ)/empty.o
 $(LIB)/%.a:
 	@mkdir -p $(@D)
 	@rm -f $@
-	$(AR) rcs $@ $^ $(if $^,,$(OBJ)/empty.o)
+	$(AR) rcs $@ $^
 
 $(LIBRINGLM_SO): $(call objs,$(SHM_SRCS) $(CLIENT_SRCS))
 	@mkdir -p $(@D)
