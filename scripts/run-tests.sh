@@ -5,6 +5,7 @@ set -u
 pass=0; fail=0; skip=0; bad_suites=()
 export RINGLM_SHARED="${RINGLM_SHARED:-$(cd "$(dirname "$0")/.." && pwd)/../shared}"
 export RINGLM_BUILD="${B:-build}"
+export RINGLM_BIN="${RINGLM_BIN:-$(cd "${B:-build}" 2>/dev/null && pwd)/bin}"
 for t in "$@"; do
   name=$(basename "$t")
   out=$(mktemp)
