@@ -1,0 +1,370 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libclient/tokenizer.c — llama2.c tokenizer.bin: load (untrusted file), encode, decode.
+ * The algorithms follow llama2.c run.c step for step so that ids and printed text are
+ * byte-identical to the reference; the file is validated field by field first.
+ */
+#include "tokenizer.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The largest vocabulary we accept: far above any Llama (128256), small enough that a
+ * corrupt count cannot make us allocate gigabytes. */
+#define TOK_MAX_VOCAB (1 << 22)
+#define TOK_MAX_PIECE (1 << 16)
+
+struct tok_tokenizer {
+    int vocab_size;
+    int max_piece_len;  /* longest piece actually present (bytes) */
+    char **pieces;      /* [vocab] NUL-terminated copies */
+    float *scores;      /* [vocab] */
+    int32_t *sorted;    /* ids sorted by piece (strcmp), then id: for the lookups in encode */
+    const char **shown; /* [vocab] what decode prints after a non-BOS token */
+    const char **shown_after_bos; /* [vocab] the same after BOS (leading space stripped) */
+    char byte_str[256][2];        /* the raw byte b as a 1-char string */
+};
+
+/* ---- errors ------------------------------------------------------------------------ */
+
+static __thread char tok_err[256];
+
+const char *tok_errmsg(void) { return tok_err; }
+
+__attribute__((format(printf, 2, 3))) static int tok_seterr(int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tok_err, sizeof tok_err, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+/* ---- loading ------------------------------------------------------------------------ */
+
+static const tok_tokenizer *sort_ctx; /* qsort has no context argument in C11 */
+
+static int cmp_piece_id(const void *a, const void *b)
+{
+    int32_t ia = *(const int32_t *)a, ib = *(const int32_t *)b;
+    int c = strcmp(sort_ctx->pieces[ia], sort_ctx->pieces[ib]);
+    if (c)
+        return c;
+    return (ia > ib) - (ia < ib);
+}
+
+/* run.c's safe_printf: a single byte that is neither printable nor whitespace prints
+ * nothing. Written with explicit ranges (the "C" locale's isprint/isspace) so a process
+ * locale cannot change what is printed. */
+static const char *printable(const char *p)
+{
+    unsigned char c = (unsigned char)p[0];
+    if (c != 0 && p[1] == '\0') {
+        bool is_print = c >= 0x20 && c <= 0x7e;
+        bool is_space = c == ' ' || (c >= '\t' && c <= '\r');
+        if (!is_print && !is_space)
+            return "";
+    }
+    return p;
+}
+
+/* run.c's decode() for one piece (after the BOS strip): "<0xNN>" becomes the raw byte. */
+static const char *shown_piece(tok_tokenizer *t, const char *piece)
+{
+    unsigned char byte_val;
+    if (sscanf(piece, "<0x%02hhX>", &byte_val) == 1)
+        piece = t->byte_str[byte_val];
+    return printable(piece);
+}
+
+static uint32_t rd_u32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int tok_load_mem(const void *buf, size_t len, int vocab_size, tok_tokenizer **out)
+{
+    const unsigned char *p = buf, *end = p + len;
+    int err = -ENOMEM;
+    *out = NULL;
+    if (!buf && len)
+        return tok_seterr(-EINVAL, "tokenizer buffer is NULL");
+    if (vocab_size < 0 || vocab_size > TOK_MAX_VOCAB)
+        return tok_seterr(-EINVAL, "vocab_size=%d: must be 0 (read to end) or 1..%d", vocab_size,
+                          TOK_MAX_VOCAB);
+    if (len < 4)
+        return tok_seterr(-EINVAL, "tokenizer file is %zu bytes: the max_token_length header "
+                                   "needs 4", len);
+    int32_t max_token_length = (int32_t)rd_u32(p);
+    p += 4;
+    if (max_token_length <= 0 || max_token_length > TOK_MAX_PIECE)
+        return tok_seterr(-EINVAL, "header max_token_length=%d: must be 1..%d",
+                          max_token_length, TOK_MAX_PIECE);
+
+    /* First pass: count and validate entries, so allocation sizes come from checked data. */
+    int n = 0;
+    size_t piece_bytes = 0;
+    for (const unsigned char *q = p; vocab_size ? n < vocab_size : q < end; n++) {
+        if (n >= TOK_MAX_VOCAB)
+            return tok_seterr(-EINVAL, "more than %d tokens in the file", TOK_MAX_VOCAB);
+        if ((size_t)(end - q) < 8)
+            return tok_seterr(-EINVAL, "token %d: file ends inside its score/length (need 8 "
+                                       "bytes at offset %zu, file is %zu bytes)",
+                              n, (size_t)(q - (const unsigned char *)buf), len);
+        int32_t plen = (int32_t)rd_u32(q + 4);
+        q += 8;
+        if (plen < 0 || plen > TOK_MAX_PIECE)
+            return tok_seterr(-EINVAL, "token %d: piece length %d: must be 0..%d", n, plen,
+                              TOK_MAX_PIECE);
+        if ((size_t)(end - q) < (size_t)plen)
+            return tok_seterr(-EINVAL, "token %d: piece length %d runs past the end of the file "
+                                       "(%zu bytes left)", n, plen, (size_t)(end - q));
+        q += plen;
+        piece_bytes += (size_t)plen + 1;
+        if (vocab_size && n + 1 == vocab_size && q != end)
+            return tok_seterr(-EINVAL, "%zu bytes after token %d: the model's vocabulary has %d "
+                                       "tokens (wrong tokenizer for this model?)",
+                              (size_t)(end - q), n, vocab_size);
+    }
+    if (n == 0)
+        return tok_seterr(-EINVAL, "tokenizer has no tokens");
+    if (n <= TOK_EOS)
+        return tok_seterr(-EINVAL, "tokenizer has %d tokens: needs at least 3 (unk, BOS, EOS)", n);
+
+    tok_tokenizer *t = calloc(1, sizeof *t);
+    if (!t)
+        return tok_seterr(-ENOMEM, "out of memory");
+    t->vocab_size = n;
+    t->pieces = calloc((size_t)n, sizeof *t->pieces);
+    t->scores = calloc((size_t)n, sizeof *t->scores);
+    t->sorted = calloc((size_t)n, sizeof *t->sorted);
+    t->shown = calloc((size_t)n, sizeof *t->shown);
+    t->shown_after_bos = calloc((size_t)n, sizeof *t->shown_after_bos);
+    char *arena = malloc(piece_bytes);
+    if (!t->pieces || !t->scores || !t->sorted || !t->shown || !t->shown_after_bos || !arena) {
+        free(arena);
+        goto fail;
+    }
+    for (int b = 0; b < 256; b++) {
+        t->byte_str[b][0] = (char)b;
+        t->byte_str[b][1] = '\0';
+    }
+    for (int i = 0; i < n; i++) {
+        uint32_t bits = rd_u32(p);
+        memcpy(&t->scores[i], &bits, 4);
+        int32_t plen = (int32_t)rd_u32(p + 4);
+        p += 8;
+        memcpy(arena, p, (size_t)plen);
+        arena[plen] = '\0'; /* run.c treats pieces as C strings: an embedded NUL ends it */
+        t->pieces[i] = arena;
+        arena += plen + 1;
+        p += plen;
+        int slen = (int)strlen(t->pieces[i]);
+        if (slen > t->max_piece_len)
+            t->max_piece_len = slen;
+        t->sorted[i] = i;
+    }
+    for (int i = 0; i < n; i++) {
+        const char *piece = t->pieces[i];
+        t->shown[i] = shown_piece(t, piece);
+        t->shown_after_bos[i] = shown_piece(t, piece[0] == ' ' ? piece + 1 : piece);
+    }
+    sort_ctx = t;
+    qsort(t->sorted, (size_t)n, sizeof *t->sorted, cmp_piece_id);
+    sort_ctx = NULL;
+    *out = t;
+    return 0;
+fail:
+    tok_free(t);
+    return tok_seterr(err, "out of memory");
+}
+
+int tok_load(const char *path, int vocab_size, tok_tokenizer **out)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return tok_seterr(-errno, "%s: %s", path, strerror(errno));
+    int err = 0;
+    unsigned char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len == cap) {
+            cap = cap ? cap * 2 : 1 << 16;
+            if (cap > ((size_t)TOK_MAX_VOCAB * 64 + 8)) {
+                err = tok_seterr(-EINVAL, "%s: larger than any tokenizer we accept", path);
+                goto out;
+            }
+            unsigned char *nb = realloc(buf, cap);
+            if (!nb) {
+                err = tok_seterr(-ENOMEM, "out of memory");
+                goto out;
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) {
+            if (ferror(f)) {
+                err = tok_seterr(-EIO, "%s: read error", path);
+                goto out;
+            }
+            break;
+        }
+    }
+    err = tok_load_mem(buf, len, vocab_size, out);
+    if (err) {
+        char detail[256];
+        snprintf(detail, sizeof detail, "%s", tok_err);
+        tok_seterr(err, "%s: %s", path, detail);
+    }
+out:
+    free(buf);
+    fclose(f);
+    return err;
+}
+
+void tok_free(tok_tokenizer *t)
+{
+    if (!t)
+        return;
+    if (t->pieces)
+        free(t->pieces[0]); /* the arena */
+    free(t->pieces);
+    free(t->scores);
+    free(t->sorted);
+    free(t->shown);
+    free(t->shown_after_bos);
+    free(t);
+}
+
+int tok_vocab_size(const tok_tokenizer *t) { return t->vocab_size; }
+
+const char *tok_piece(const tok_tokenizer *t, int32_t id)
+{
+    return id >= 0 && id < t->vocab_size ? t->pieces[id] : NULL;
+}
+
+float tok_score(const tok_tokenizer *t, int32_t id)
+{
+    return id >= 0 && id < t->vocab_size ? t->scores[id] : 0.0f;
+}
+
+/* ---- encode ------------------------------------------------------------------------- */
+
+/* The id of piece s (lowest id when a piece appears twice), or -1. */
+static int32_t lookup(const tok_tokenizer *t, const char *s)
+{
+    int lo = 0, hi = t->vocab_size; /* first index whose piece >= s */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (strcmp(t->pieces[t->sorted[mid]], s) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < t->vocab_size && strcmp(t->pieces[t->sorted[lo]], s) == 0)
+        return t->sorted[lo];
+    return -1;
+}
+
+size_t tok_encode_bound(const char *text) { return (text ? strlen(text) : 0) + 3; }
+
+int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int32_t *out,
+               int max)
+{
+    if (!text)
+        return tok_seterr(-EINVAL, "cannot encode NULL text");
+    size_t bound = tok_encode_bound(text);
+    int32_t *tokens = malloc(bound * sizeof *tokens);
+    char *buf = malloc((size_t)t->max_piece_len * 2 + 8);
+    int n = 0, err = 0;
+    if (!tokens || !buf) {
+        err = tok_seterr(-ENOMEM, "out of memory");
+        goto out;
+    }
+    if (bos)
+        tokens[n++] = TOK_BOS;
+    /* SentencePiece's dummy prefix: the text is encoded as if it started with a space. */
+    if (text[0] != '\0') {
+        int32_t space = lookup(t, " ");
+        if (space >= 0)
+            tokens[n++] = space;
+    }
+    /* One token per UTF-8 code point, or its bytes' fallback tokens. Like run.c, a
+     * continuation byte run is cut at 4 bytes. */
+    size_t len = 0;
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        if ((*c & 0xC0) != 0x80)
+            len = 0;
+        buf[len++] = (char)*c;
+        buf[len] = '\0';
+        if ((c[1] & 0xC0) == 0x80 && len < 4)
+            continue;
+        int32_t id = lookup(t, buf);
+        if (id >= 0) {
+            tokens[n++] = id;
+        } else {
+            for (size_t i = 0; i < len; i++) {
+                int32_t b = (int32_t)(unsigned char)buf[i] + 3;
+                if (b >= t->vocab_size) {
+                    err = tok_seterr(-EINVAL, "byte 0x%02X has no fallback token: id %d is "
+                                              "outside the vocabulary (%d tokens)",
+                                     (unsigned char)buf[i], b, t->vocab_size);
+                    goto out;
+                }
+                tokens[n++] = b;
+            }
+        }
+        len = 0;
+    }
+    /* Merge the best-scoring adjacent pair until none merges (leftmost wins ties, because
+     * only a strictly higher score replaces the best). */
+    for (;;) {
+        float best_score = -1e10f;
+        int best_idx = -1;
+        int32_t best_id = -1;
+        for (int i = 0; i + 1 < n; i++) {
+            const char *a = t->pieces[tokens[i]], *b = t->pieces[tokens[i + 1]];
+            size_t la = strlen(a), lb = strlen(b);
+            memcpy(buf, a, la);
+            memcpy(buf + la, b, lb + 1);
+            int32_t id = lookup(t, buf);
+            if (id >= 0 && t->scores[id] > best_score) {
+                best_score = t->scores[id];
+                best_id = id;
+                best_idx = i;
+            }
+        }
+        if (best_idx < 0)
+            break;
+        tokens[best_idx] = best_id;
+        memmove(tokens + best_idx + 1, tokens + best_idx + 2,
+                (size_t)(n - best_idx - 2) * sizeof *tokens);
+        n--;
+    }
+    if (eos)
+        tokens[n++] = TOK_EOS;
+    if (n > max) {
+        err = tok_seterr(-ENOSPC, "text encodes to %d tokens, the buffer holds %d", n, max);
+        goto out;
+    }
+    memcpy(out, tokens, (size_t)n * sizeof *tokens);
+    err = n;
+out:
+    free(tokens);
+    free(buf);
+    return err;
+}
+
+/* ---- decode ------------------------------------------------------------------------- */
+
+const char *tok_decode(const tok_tokenizer *t, int32_t prev, int32_t next)
+{
+    if (next < 0 || next >= t->vocab_size)
+        return NULL;
+    return prev == TOK_BOS ? t->shown_after_bos[next] : t->shown[next];
+}

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libclient/tokenizer.h — the llama2.c tokenizer (tokenizer.bin format), encode and decode
+ * exactly as llama2.c run.c does (see ../shared/models/README.md "Tokenizer format").
+ *
+ * File format (little-endian):
+ *     int32 max_token_length
+ *     vocab_size times: float32 score, int32 n, n bytes piece (not NUL-terminated)
+ * The vocabulary size is not in the file; it comes from the model header. BOS is id 1,
+ * EOS is id 2, byte b's fallback token is id b + 3 (piece "<0xNN>").
+ *
+ * Thread safety: a loaded tokenizer is immutable; any number of threads may encode and
+ * decode with it concurrently. Depends only on libc (it is part of libringlm).
+ *
+ * Errors: functions return 0 / a count, or a negative errno; tok_errmsg() gives a
+ * thread-local detail string ("token 37: piece length 900 runs past the end of the file").
+ */
+#ifndef RINGLM_LIBCLIENT_TOKENIZER_H
+#define RINGLM_LIBCLIENT_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TOK_BOS 1 /* beginning of sequence (generation stops when it is sampled) */
+#define TOK_EOS 2 /* end of sequence */
+
+typedef struct tok_tokenizer tok_tokenizer;
+
+/*
+ * Loads a tokenizer file. vocab_size > 0: exactly that many entries are read (the model's
+ * vocabulary; trailing bytes are an error). vocab_size == 0: entries are read until the end
+ * of the file. Errors: -ENOENT/-EACCES (open), -EINVAL (malformed: tok_errmsg names the
+ * token and field), -ENOMEM.
+ */
+int tok_load(const char *path, int vocab_size, tok_tokenizer **out);
+/* The same from a buffer in memory (copied). */
+int tok_load_mem(const void *buf, size_t len, int vocab_size, tok_tokenizer **out);
+void tok_free(tok_tokenizer *t);
+
+int tok_vocab_size(const tok_tokenizer *t);
+/* The raw piece of token id ("<0x0A>" for byte tokens), NULL if id is out of range. */
+const char *tok_piece(const tok_tokenizer *t, int32_t id);
+float tok_score(const tok_tokenizer *t, int32_t id);
+
+/*
+ * Upper bound on the number of tokens tok_encode can produce for text
+ * (strlen(text) + 3: BOS, dummy prefix, EOS).
+ */
+size_t tok_encode_bound(const char *text);
+
+/*
+ * Encodes UTF-8 text as run.c's encode(): optional BOS, the dummy prefix " " when the text
+ * is non-empty, one token per code point that is a whole piece (else its bytes' fallback
+ * tokens), then repeated merges of the adjacent pair whose concatenation has the highest
+ * score (leftmost on ties), optional EOS. Writes at most max ids to out.
+ * Returns the number of tokens, or -ENOSPC (max too small), -EINVAL (text NULL, or a byte
+ * fallback id outside the vocabulary).
+ */
+int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int32_t *out,
+               int max);
+
+/*
+ * The text to print for token next after token prev, as run.c's decode() + safe_printf():
+ * after BOS a leading space is stripped; a "<0xNN>" piece becomes the raw byte; a piece
+ * that is a single non-printable, non-space byte gives "". Returns a NUL-terminated string
+ * owned by the tokenizer, or NULL if next is out of range. (BOS itself is never printed by
+ * the generation loop: it stops on BOS.)
+ */
+const char *tok_decode(const tok_tokenizer *t, int32_t prev, int32_t next);
+
+/* The detail of the last error on this thread ("" when none). */
+const char *tok_errmsg(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
