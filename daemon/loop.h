@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * daemon/loop.h — ringlmd's event loop and client sessions (DESIGN §2, §3).
+ *
+ * One thread, one io_uring.  The loop accepts clients on a SOCK_SEQPACKET socket, makes
+ * each a session (two sealed memfd segments, see shm/wire.h), watches the session socket
+ * (EOF) and a pidfd of the peer as liveness signals, keeps a futex wait armed on each
+ * session's doorbell (IORING_OP_FUTEX_WAIT; an eventfd per session where the kernel lacks
+ * it), and reads SIGTERM/SIGINT through a signalfd.  A service (the echo service, the
+ * real runner) plugs in through dsvc_ops; every callback runs on the loop thread.
+ *
+ * One iteration:
+ *   drain io_uring completions (accept, EOF, pidfd, doorbell, timers, service CQEs)
+ *   drain every session's submit ring: copy, validate → on_request / on_cancel
+ *   ops->iterate(now)               (the service pushes events with dsess_push_*)
+ *   publish dirty event rings; one futex wake per session whose client sleeps
+ *   if nothing happened for idle_spin_us: announce sleeping, re-check, sleep in io_uring
+ *
+ * Sessions end (on_close follows, in the same iteration, before their memory goes) when
+ * the client goes away, writes something malformed into its segment, or dsess_end is
+ * called, or at shutdown.  After on_close the dsess pointer is invalid.
+ */
+#ifndef RINGLM_DAEMON_LOOP_H
+#define RINGLM_DAEMON_LOOP_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "shm/wire.h"
+
+struct io_uring;
+struct io_uring_cqe;
+
+typedef struct dloop dloop;
+typedef struct dsess dsess;
+
+typedef struct dloop_config {
+	const char *socket_path;        /* required; an existing socket file is replaced */
+	int numa_node;                  /* -1 = no pinning/placement, else node for segments */
+	int max_sessions;               /* 0 = default 256 */
+	int max_sessions_per_uid;       /* 0 = default 64 */
+	unsigned submit_ring_bytes;     /* power of two; 0 = default 1 MiB */
+	unsigned event_ring_slots;      /* power of two; 0 = default 65536 (1 MiB) */
+	unsigned idle_spin_us;          /* keep polling this long after the last work before
+	                                   sleeping; 0 = default 50; use dloop_config_init */
+	unsigned socket_mode;           /* chmod of the socket; 0 = 0666 */
+	int force_eventfd;              /* 1: use the eventfd doorbell even if futex works */
+} dloop_config;
+
+/* Fills defaults (numa_node -1, everything else 0 = default). */
+void dloop_config_init(dloop_config *cfg);
+
+/* user_data of SQEs a service submits on dloop_ring(): set bit 63; the loop hands the
+ * CQE to ops->on_cqe untouched.  Bits 0..62 are the service's. */
+#define DLOOP_UD_SVC (1ull << 63)
+
+typedef struct dsvc_ops {
+	/* A client completed the handshake.  Use dsess_uid/pid to decide; return < 0 (e.g.
+	 * -EPERM) to refuse it (the client gets that errno), 0 to accept. */
+	int  (*on_connect)(void *ctx, dsess *s);
+	/* A structurally valid request (record copied into private memory; the pointers are
+	 * valid for the duration of the call only).  Semantic checks (ringlm_wire_check_request,
+	 * vocabulary) are the service's; it answers every request with a FINISH eventually.
+	 * tenant_tag is NULL unless the client set one (honour it for trusted uids only). */
+	void (*on_request)(void *ctx, dsess *s, const struct ringlm_wire_request *req,
+			   const int32_t *prompt, uint32_t n_prompt, const char *class_name,
+			   const char *tenant_tag);
+	void (*on_cancel)(void *ctx, dsess *s, uint64_t req_id);
+	/* The session ends ("client closed", "client process exited", "hostile: ...",
+	 * "shutdown", or the reason given to dsess_end).  Drop everything of s here. */
+	void (*on_close)(void *ctx, dsess *s, const char *reason);
+	/* Once per iteration.  Return > 0 when more work is pending right now (the loop does
+	 * not sleep), 0 when idle.  May be NULL. */
+	int  (*iterate)(void *ctx, uint64_t now_us);
+	/* CQEs whose user_data has DLOOP_UD_SVC.  May be NULL. */
+	void (*on_cqe)(void *ctx, const struct io_uring_cqe *cqe);
+	/* SIGTERM / SIGINT / SIGHUP arrived (through a signalfd).  NULL: SIGTERM/SIGINT stop
+	 * the loop. */
+	void (*on_signal)(void *ctx, int signo);
+} dsvc_ops;
+
+/* Creates the loop: binds and listens on cfg->socket_path, sets up io_uring, blocks
+ * SIGTERM/SIGINT/SIGHUP in the calling thread (they arrive via signalfd), probes futex
+ * support.  Returns 0 or -errno with dloop_errmsg(). */
+int  dloop_create(const dloop_config *cfg, const dsvc_ops *ops, void *ctx, dloop **out);
+/* Runs until dloop_stop(); ends every session (on_close "shutdown") before returning.
+ * Returns 0 or -errno on a fatal io_uring error. */
+int  dloop_run(dloop *l);
+/* Makes dloop_run return after the current iteration (safe from callbacks). */
+void dloop_stop(dloop *l);
+/* Stops accepting new requests: sessions' status shows DRAINING (clients' submit gets
+ * -ESHUTDOWN) and new connections are refused with -ESHUTDOWN. */
+void dloop_drain(dloop *l);
+/* Closes the socket (unlinks it) and frees everything. NULL is a no-op. */
+void dloop_destroy(dloop *l);
+
+struct io_uring *dloop_ring(dloop *l);
+/* CLOCK_MONOTONIC µs since the loop was created (read once per iteration). */
+uint64_t dloop_now_us(dloop *l);
+/* Wake the loop up no later than now + us even if nothing happens (timers of the
+ * service); the earliest request in an iteration wins. */
+void dloop_wake_after_us(dloop *l, uint64_t us);
+/* The policy hash written into every session's status and every FINISH_EXT. */
+void dloop_set_policy_hash(dloop *l, uint64_t hash);
+uint64_t dloop_policy_hash(dloop *l);
+/* "futex" or "eventfd". */
+const char *dloop_doorbell_mode(dloop *l);
+/* Number of live sessions. */
+int dloop_session_count(dloop *l);
+const char *dloop_errmsg(void);
+
+/* ---- sessions ------------------------------------------------------------------------ */
+
+/* Appends one event to the session's event ring (visible to the client when the loop
+ * publishes at the end of the iteration).  Returns 0, -EAGAIN when the ring is full (the
+ * client is not reading; the loop will be woken when it frees space), -EPIPE when the
+ * session is ending. */
+int  dsess_push_event(dsess *s, const struct ringlm_wire_event *ev);
+/* TOKEN event.  Same returns. */
+int  dsess_push_token(dsess *s, uint64_t req_id, int32_t token, uint32_t index);
+/* FINISH + FINISH_EXT (policy hash) pair; both or neither.  reason RINGLM_WIRE_R_*,
+ * cause a RINGLM_WIRE_R_* cause or 0.  Same returns (-EAGAIN needs 2 free slots). */
+int  dsess_push_finish(dsess *s, uint64_t req_id, unsigned reason, unsigned cause,
+		       uint32_t n_tokens);
+/* Free event slots right now. */
+unsigned dsess_event_space(dsess *s);
+
+uid_t    dsess_uid(dsess *s);
+gid_t    dsess_gid(dsess *s);
+pid_t    dsess_pid(dsess *s);
+uint64_t dsess_id(dsess *s);
+void     dsess_set_user(dsess *s, void *user);
+void    *dsess_user(dsess *s);
+dloop   *dsess_loop(dsess *s);
+/* Ends the session (after the current callback; on_close follows in this iteration). */
+void     dsess_end(dsess *s, const char *reason);
+
+#endif

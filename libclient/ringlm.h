@@ -1,0 +1,195 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ringlm.h — the ringlm client library.
+ *
+ * A client process on the same host as ringlmd submits token work through a lock-free
+ * ring in shared memory and reads token events from another; no socket round trip per
+ * token.  Link with -lringlm (pkg-config ringlm).
+ *
+ * LIFECYCLE
+ *   ringlm_client *c;
+ *   ringlm_connect(NULL, &c);                  socket: arg, else $RINGLM_SOCKET, else
+ *                                              RINGLM_DEFAULT_SOCKET
+ *   ringlm_request r; ringlm_request_init(&r); r.prompt = ids; r.n_prompt = n;
+ *   uint64_t id; ringlm_submit(c, &r, &id);    any number in flight
+ *   ringlm_event ev;
+ *   while (ringlm_next_event(c, &ev, -1) == 1) {
+ *       if (ev.kind == RINGLM_EV_TOKEN) ... ev.token ...
+ *       if (ev.kind == RINGLM_EV_FINISH && ev.req_id == id) break;
+ *   }
+ *   ringlm_close(c);
+ *
+ * Every request ends with exactly one RINGLM_EV_FINISH event (after its tokens), whatever
+ * happens to it: finished, cancelled, timed out or rejected, unless the session itself
+ * ends, which next_event reports as an error after the events already published.
+ *
+ * THREAD-SAFETY
+ *   A ringlm_client is used by one thread at a time, with one exception: one thread may
+ *   submit/cancel while another thread calls ringlm_next_event on the same client (the
+ *   two sides of the session share no mutable state).  ringlm_close must not race with
+ *   anything.  Distinct clients are independent.  ringlm_errdetail() is thread-local.
+ *
+ * ERRORS
+ *   Functions return 0 (or a count) on success and a negative errno value on failure;
+ *   ringlm_strerror(err) names the errno, ringlm_errdetail() explains the last failure
+ *   of the calling thread ("daemon speaks ABI 2, this library ABI 1").
+ *
+ * FORK
+ *   A child process must not use its parent's client; connect anew in the child.
+ */
+#ifndef RINGLM_H
+#define RINGLM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* This header is self-contained (installed alone); the values equal shm/wire.h's
+ * RINGLM_WIRE_R_* codes, checked at build time in libclient/client.c. */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Socket path when neither the argument nor $RINGLM_SOCKET names one.  ringlmd uses the
+ * same rule for --socket. */
+#define RINGLM_DEFAULT_SOCKET "/run/ringlm/ringlmd.sock"
+#define RINGLM_SOCKET_ENV     "RINGLM_SOCKET"
+
+/* Finish reasons (ringlm_event.finish_reason). */
+#define RINGLM_FINISH_LENGTH         1    /* max_new_tokens generated */
+#define RINGLM_FINISH_STOP           2    /* stop token generated */
+#define RINGLM_FINISH_CANCELLED      3    /* ringlm_cancel or daemon */
+#define RINGLM_FINISH_TIMEOUT        4    /* deadline passed */
+#define RINGLM_FINISH_REJECTED       5    /* refused; see reject_reason */
+#define RINGLM_FINISH_ERROR          6    /* daemon-side failure */
+/* Causes (ringlm_event.reject_reason): why a request was rejected, or the daemon-side
+ * cause of a cancel/timeout/error when there is one; 0 otherwise. */
+#define RINGLM_R_QUEUE_FULL          16
+#define RINGLM_R_TENANT_QUOTA        17
+#define RINGLM_R_TOO_LONG            18
+#define RINGLM_R_INFEASIBLE_DEADLINE 19
+#define RINGLM_R_BAD_TOKEN           20
+#define RINGLM_R_BAD_PARAMS          21
+#define RINGLM_R_DRAINING            22
+#define RINGLM_R_OUTPUT_BACKPRESSURE 23
+#define RINGLM_R_UNKNOWN_CLASS       24
+#define RINGLM_R_DUPLICATE_ID        25
+#define RINGLM_R_INTERNAL            26
+#define RINGLM_R_CLIENT_GONE         27
+
+/* Lower-case name of a finish reason or cause ("length", "queue_full"); "unknown" else. */
+const char *ringlm_reason_name(int code);
+
+typedef struct ringlm_client ringlm_client; /* opaque */
+
+typedef struct ringlm_request {
+	const int32_t *prompt;     /* prompt token ids (required, n_prompt >= 1) */
+	uint32_t n_prompt;
+	uint32_t max_new_tokens;   /* >= 1 */
+	float    temperature;      /* >= 0, 0 = greedy; finite */
+	uint32_t top_k;            /* 0 = off */
+	float    top_p;            /* (0, 1], 1 = off */
+	uint64_t seed;             /* sampling seed */
+	uint64_t deadline_us;      /* relative to the submit call; 0 = none */
+	const char *class_name;    /* request class, < 16 bytes; NULL = "default" */
+	const char *tenant_tag;    /* < 16 bytes; only honoured for uids the daemon trusts
+	                              (a gateway); NULL = none */
+} ringlm_request;
+
+/* Fills defaults: max_new_tokens 16, temperature 0 (greedy), top_k 0, top_p 1, seed 0,
+ * no deadline, class "default", no tenant tag, no prompt. */
+void ringlm_request_init(ringlm_request *req);
+
+enum ringlm_event_kind {
+	RINGLM_EV_TOKEN  = 1, /* token, index valid */
+	RINGLM_EV_FINISH = 2, /* finish_reason, reject_reason, n_tokens, policy_hash valid */
+};
+
+typedef struct ringlm_event {
+	int      kind;          /* enum ringlm_event_kind */
+	uint64_t req_id;        /* as returned by ringlm_submit */
+	int32_t  token;         /* TOKEN: token id */
+	uint32_t index;         /* TOKEN: 0-based position in the request's output */
+	int      finish_reason; /* FINISH: RINGLM_FINISH_* */
+	int      reject_reason; /* FINISH: RINGLM_R_* cause or 0 */
+	uint32_t n_tokens;      /* FINISH: tokens generated for this request */
+	uint64_t policy_hash;   /* FINISH: identity of the scheduling policy that served it */
+} ringlm_event;
+
+/*
+ * Connects to ringlmd and maps the session's shared memory.
+ * socket_path: NULL → $RINGLM_SOCKET → RINGLM_DEFAULT_SOCKET.
+ * Returns 0 and *out, or:
+ *   -ENOENT / -ECONNREFUSED  no daemon listens on that path
+ *   -EACCES                  no permission on the socket
+ *   -ENAMETOOLONG            path longer than a Unix socket path can be
+ *   -EPROTO                  the daemon speaks another ABI / malformed handshake (detail)
+ *   -EUSERS                  the daemon's session limit (total or per uid) is reached
+ *   -EPERM                   the daemon refused this uid
+ *   -ESHUTDOWN               the daemon is draining
+ *   -ETIMEDOUT               no answer to the handshake within 5 s
+ *   -ENOMEM, -EMFILE, other  local resources
+ */
+int ringlm_connect(const char *socket_path, ringlm_client **out);
+
+/*
+ * Queues a request.  Never blocks.  *id receives the request id (unique in the session,
+ * assigned by the library, >= 1; may be NULL).
+ * Returns 0, or:
+ *   -EINVAL     bad request: NULL prompt, n_prompt 0, max_new_tokens 0, temperature < 0
+ *               or not finite, top_p outside (0,1], name too long (detail names it)
+ *   -E2BIG      the record cannot fit the submit ring even when empty (prompt too long)
+ *   -EAGAIN     the submit ring is full now; read events (the daemon consumes the ring
+ *               continuously) and retry
+ *   -ESHUTDOWN  the daemon is draining: no new requests
+ *   -EPIPE / -ECONNRESET  the session is gone (see ringlm_next_event)
+ */
+int ringlm_submit(ringlm_client *c, const ringlm_request *req, uint64_t *id);
+
+/*
+ * Asks the daemon to cancel a request; its FINISH (CANCELLED, or whatever came first)
+ * follows as an event.  Cancelling an unknown or finished id is harmless.
+ * Returns 0, -EAGAIN (submit ring full), -EINVAL (id 0), -EPIPE / -ECONNRESET.
+ */
+int ringlm_cancel(ringlm_client *c, uint64_t req_id);
+
+/*
+ * Takes the next event.  Spins briefly (RINGLM_OPT_SPIN_US, default 50 µs), then sleeps
+ * on the session's futex doorbell; the daemon wakes it when it publishes events.
+ * timeout_ms: < 0 wait for ever, 0 poll, > 0 at most that long.
+ * Returns 1 and *ev, 0 when the timeout passed without an event, or:
+ *   -EPIPE       the daemon went away (exited, killed) — after every event it published
+ *   -ECONNRESET  the daemon ended this session (detail has its reason: "submit record
+ *                length 7 is not a multiple of 8", "shutdown")
+ *   -EPROTO      the event ring holds something this library cannot read
+ *   -EINTR       a signal arrived while sleeping (only if the handler has no SA_RESTART
+ *                semantics for futex; retry)
+ * Never hangs when the daemon dies: liveness is checked while sleeping.
+ */
+int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms);
+
+/* Options for ringlm_set_option. */
+enum ringlm_option {
+	RINGLM_OPT_SPIN_US = 1, /* how long next_event spins before sleeping (µs, >= 0);
+	                           a huge value = always spin (lowest latency, burns a CPU) */
+};
+/* Returns 0 or -EINVAL (unknown option or value). */
+int ringlm_set_option(ringlm_client *c, int option, long value);
+
+/* Session facts: the daemon's session id, the policy hash it currently serves. */
+uint64_t ringlm_session_id(const ringlm_client *c);
+uint64_t ringlm_policy_hash(const ringlm_client *c);
+
+/* Closes the session (the daemon cancels everything still in flight) and frees c.
+ * NULL is a no-op. */
+void ringlm_close(ringlm_client *c);
+
+/* Name of a (negative or positive) errno value, e.g. "EPIPE: broken pipe". */
+const char *ringlm_strerror(int err);
+/* Detail of the last failure in this thread ("" when none). */
+const char *ringlm_errdetail(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

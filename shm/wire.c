@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shm/wire.c — reason names and the copy-once record parser.  The parser only ever
+ * reads the caller's private copy of a record; it never sees shared memory.
+ */
+#include "shm/wire.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const reason_names[RINGLM_WIRE_R_MAX] = {
+	[RINGLM_WIRE_R_NONE]                = "none",
+	[RINGLM_WIRE_R_LENGTH]              = "length",
+	[RINGLM_WIRE_R_STOP]                = "stop",
+	[RINGLM_WIRE_R_CANCELLED]           = "cancelled",
+	[RINGLM_WIRE_R_TIMEOUT]             = "timeout",
+	[RINGLM_WIRE_R_REJECTED]            = "rejected",
+	[RINGLM_WIRE_R_ERROR]               = "error",
+	[RINGLM_WIRE_R_QUEUE_FULL]          = "queue_full",
+	[RINGLM_WIRE_R_TENANT_QUOTA]        = "tenant_quota",
+	[RINGLM_WIRE_R_TOO_LONG]            = "too_long",
+	[RINGLM_WIRE_R_INFEASIBLE_DEADLINE] = "infeasible_deadline",
+	[RINGLM_WIRE_R_BAD_TOKEN]           = "bad_token",
+	[RINGLM_WIRE_R_BAD_PARAMS]          = "bad_params",
+	[RINGLM_WIRE_R_DRAINING]            = "draining",
+	[RINGLM_WIRE_R_OUTPUT_BACKPRESSURE] = "output_backpressure",
+	[RINGLM_WIRE_R_UNKNOWN_CLASS]       = "unknown_class",
+	[RINGLM_WIRE_R_DUPLICATE_ID]        = "duplicate_id",
+	[RINGLM_WIRE_R_INTERNAL]            = "internal",
+	[RINGLM_WIRE_R_CLIENT_GONE]         = "client_gone",
+};
+
+const char *ringlm_wire_reason_name(unsigned code)
+{
+	if (code < RINGLM_WIRE_R_MAX && reason_names[code])
+		return reason_names[code];
+	return "unknown";
+}
+
+__attribute__((format(printf, 3, 4)))
+static int fail(char *why, size_t why_len, const char *fmt, ...)
+{
+	if (why && why_len) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(why, why_len, fmt, ap);
+		va_end(ap);
+	}
+	return -EBADMSG;
+}
+
+/* A fixed-size name field must hold a NUL; bytes after it must be 0 too, so that two
+ * records meaning the same thing are the same bytes (and nothing hides behind the NUL). */
+static int copy_name(char dst[RINGLM_WIRE_NAME_LEN], const char src[RINGLM_WIRE_NAME_LEN])
+{
+	size_t n = strnlen(src, RINGLM_WIRE_NAME_LEN);
+	if (n == RINGLM_WIRE_NAME_LEN)
+		return -1;
+	for (size_t i = n; i < RINGLM_WIRE_NAME_LEN; i++)
+		if (src[i])
+			return -1;
+	memcpy(dst, src, RINGLM_WIRE_NAME_LEN);
+	return 0;
+}
+
+int ringlm_wire_parse(const void *rec, size_t len, struct ringlm_wire_parsed *out,
+		      char *why, size_t why_len)
+{
+	struct ringlm_wire_rec_hdr h;
+
+	memset(out, 0, sizeof(*out));
+	if (len < sizeof(h))
+		return fail(why, why_len, "record of %zu bytes is shorter than its header", len);
+	memcpy(&h, rec, sizeof(h));
+	if (h.len != len)
+		return fail(why, why_len, "record header says %u bytes, %zu were copied", h.len, len);
+	if (len % 8)
+		return fail(why, why_len, "record length %zu is not a multiple of 8", len);
+	if (h.flags)
+		return fail(why, why_len, "record flags 0x%x unknown", h.flags);
+	out->type = h.type;
+	const char *body = (const char *)rec + sizeof(h);
+	size_t body_len = len - sizeof(h);
+
+	switch (h.type) {
+	case RINGLM_WIRE_REC_REQUEST: {
+		if (body_len < sizeof(struct ringlm_wire_request))
+			return fail(why, why_len, "request record of %zu bytes is shorter than %zu",
+				    len, sizeof(h) + sizeof(struct ringlm_wire_request));
+		/* rec is 8-byte aligned (caller's copy), so body is too. */
+		const struct ringlm_wire_request *r = (const struct ringlm_wire_request *)body;
+		uint64_t want = ringlm_wire_request_bytes(r->n_prompt);
+		if (want != len)
+			return fail(why, why_len, "request record is %zu bytes, %u prompt tokens need %llu",
+				    len, r->n_prompt, (unsigned long long)want);
+		if (r->req_id == 0)
+			return fail(why, why_len, "request id 0 is reserved");
+		if (r->flags & ~RINGLM_WIRE_REQ_F_KNOWN)
+			return fail(why, why_len, "request flags 0x%x unknown", r->flags);
+		if (copy_name(out->class_name, r->class_name))
+			return fail(why, why_len, "request %llu: class_name not NUL-terminated/padded",
+				    (unsigned long long)r->req_id);
+		if (copy_name(out->tenant_tag, r->tenant_tag))
+			return fail(why, why_len, "request %llu: tenant_tag not NUL-terminated/padded",
+				    (unsigned long long)r->req_id);
+		if (!(r->flags & RINGLM_WIRE_REQ_F_TENANT) && out->tenant_tag[0])
+			return fail(why, why_len, "request %llu: tenant_tag set without its flag",
+				    (unsigned long long)r->req_id);
+		/* Padding after the prompt must be zero (see copy_name). */
+		size_t used = sizeof(h) + sizeof(*r) + (size_t)r->n_prompt * 4;
+		for (size_t i = used; i < len; i++)
+			if (((const unsigned char *)rec)[i])
+				return fail(why, why_len, "request %llu: nonzero padding byte at %zu",
+					    (unsigned long long)r->req_id, i);
+		out->req = r;
+		out->prompt = (const int32_t *)(body + sizeof(*r));
+		return 0;
+	}
+	case RINGLM_WIRE_REC_CANCEL: {
+		if (len != RINGLM_WIRE_CANCEL_BYTES)
+			return fail(why, why_len, "cancel record is %zu bytes, must be %zu", len,
+				    (size_t)RINGLM_WIRE_CANCEL_BYTES);
+		struct ringlm_wire_cancel c;
+		memcpy(&c, body, sizeof(c));
+		if (c.req_id == 0)
+			return fail(why, why_len, "cancel of request id 0");
+		out->cancel_id = c.req_id;
+		return 0;
+	}
+	default:
+		return fail(why, why_len, "record type %u unknown", h.type);
+	}
+}
+
+int ringlm_wire_check_request(const struct ringlm_wire_request *r, char *why, size_t why_len)
+{
+	if (r->n_prompt < 1) {
+		fail(why, why_len, "n_prompt is 0: a request needs at least one prompt token");
+		return RINGLM_WIRE_R_BAD_PARAMS;
+	}
+	if (r->max_new_tokens < 1 || r->max_new_tokens > RINGLM_WIRE_INDEX_MAX) {
+		fail(why, why_len, "max_new_tokens %u outside [1, %u]", r->max_new_tokens,
+		     RINGLM_WIRE_INDEX_MAX);
+		return RINGLM_WIRE_R_BAD_PARAMS;
+	}
+	if (!isfinite(r->temperature) || r->temperature < 0.0f) {
+		fail(why, why_len, "temperature %g must be finite and >= 0", (double)r->temperature);
+		return RINGLM_WIRE_R_BAD_PARAMS;
+	}
+	if (!isfinite(r->top_p) || !(r->top_p > 0.0f) || r->top_p > 1.0f) {
+		fail(why, why_len, "top_p %g outside (0, 1]", (double)r->top_p);
+		return RINGLM_WIRE_R_BAD_PARAMS;
+	}
+	if (why && why_len)
+		why[0] = 0;
+	return 0;
+}
