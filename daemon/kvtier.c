@@ -1,0 +1,650 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * KV host/disk tiers: both are files, so a swap is an io_uring write from the pool block
+ * into the tier file and a swap-in is a read back. See kvtier.h for the contract.
+ */
+#include "daemon/kvtier.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "numa/rnuma.h"
+
+#define KVT_MAX_OPS 4096
+#define KVT_MAX_JOBS 1024
+#define KVT_DIRECT_ALIGN 4096
+/* io_uring caps one registered buffer at 1 GiB. */
+#define KVT_FIXED_CHUNK_MAX (1ull << 30)
+#define KVT_EWMA_ALPHA 0.25
+
+static _Thread_local char kvt_err[256];
+const char *kvtier_errmsg(void) { return kvt_err; }
+static int seterr(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int seterr(int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(kvt_err, sizeof kvt_err, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+enum op_kind { OP_FREE = 0, OP_RW, OP_BOUNCE, OP_EVENTFD };
+
+typedef struct kvt_op {
+    int kind;
+    int job;
+    int fd;
+    int to_file;           /* 1: write (pool → file), 0: read (file → pool) */
+    char *buf;
+    size_t len;
+    off_t off;
+    int buf_index;         /* fixed buffer index, -1 when not registered */
+    int pool_block;        /* for bounce ops: the pool block to copy in after a read */
+    char *bounce;          /* owned bounce buffer (device pools) */
+    int next_free;
+} kvt_op;
+
+typedef struct kvt_job {
+    bool in_use;
+    bool silent;           /* destroy in progress: no callback */
+    int dir, tier;
+    int pending;
+    int res;
+    size_t bytes;
+    uint64_t t_start_ns;
+    uint64_t cookie;
+    kvtier_done_fn done;
+    void *ctx;
+    int next_free;
+    int next_async;        /* FIFO link for eventfd-completed jobs */
+} kvt_job;
+
+typedef struct kvt_pool {
+    int blocks;
+    int nfree;
+    int32_t *free_stack;
+    uint8_t *used;
+    int fd;
+    void *map;             /* host tier only */
+    size_t map_len;
+} kvt_pool;
+
+struct kvtier {
+    kvtier_config cfg;
+    kvt_pool tier[KVT_NTIERS];
+    bool direct;           /* disk opened with O_DIRECT */
+    bool fixed;            /* pool registered as fixed buffers */
+    size_t fixed_chunk;
+    bool mlocked;
+    int efd;               /* CUDA async completions */
+    bool efd_armed;
+    uint64_t efd_val;
+    int async_head, async_tail;
+    kvt_op ops[KVT_MAX_OPS];
+    int op_free;
+    kvt_job jobs[KVT_MAX_JOBS];
+    int job_free;
+    int jobs_inflight;
+    int ops_inflight;
+    unsigned acct_errors;
+    double bw[2][KVT_NTIERS];
+    double lat_us[2][KVT_NTIERS];
+    uint64_t bytes_moved[2][KVT_NTIERS];
+    uint64_t jobs_done[2][KVT_NTIERS];
+    char describe[256];
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void logf_(kvtier *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(kvtier *t, const char *fmt, ...)
+{
+    char buf[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (t->cfg.log)
+        t->cfg.log(t->cfg.log_ctx, buf);
+    else
+        fprintf(stderr, "ringlmd: kvtier: %s\n", buf);
+}
+
+/* ---- slot pools ---------------------------------------------------------------------- */
+
+static int pool_init(kvt_pool *p, int blocks)
+{
+    p->blocks = blocks;
+    p->nfree = blocks;
+    p->fd = -1;
+    if (blocks == 0) return 0;
+    p->free_stack = malloc(sizeof(int32_t) * (size_t)blocks);
+    p->used = calloc((size_t)blocks, 1);
+    if (!p->free_stack || !p->used) return -ENOMEM;
+    /* Lowest slot on top, so allocation order is predictable for logs and tests. */
+    for (int i = 0; i < blocks; i++) p->free_stack[i] = blocks - 1 - i;
+    return 0;
+}
+
+static void pool_fini(kvt_pool *p)
+{
+    free(p->free_stack);
+    free(p->used);
+    if (p->map) munmap(p->map, p->map_len);
+    if (p->fd >= 0) close(p->fd);
+    memset(p, 0, sizeof *p);
+    p->fd = -1;
+}
+
+int kvtier_blocks(const kvtier *t, int tier)
+{
+    if (!t || tier < 0 || tier >= KVT_NTIERS) return 0;
+    return t->tier[tier].blocks;
+}
+
+int kvtier_free_blocks(const kvtier *t, int tier)
+{
+    if (!t || tier < 0 || tier >= KVT_NTIERS) return 0;
+    return t->tier[tier].nfree;
+}
+
+int kvtier_alloc(kvtier *t, int tier, int n, int32_t *slots)
+{
+    if (tier < 0 || tier >= KVT_NTIERS || t->tier[tier].blocks == 0)
+        return seterr(-EINVAL, "tier %d is not configured", tier);
+    kvt_pool *p = &t->tier[tier];
+    if (n < 0) return seterr(-EINVAL, "alloc of %d slots", n);
+    if (n > p->nfree)
+        return seterr(-ENOSPC, "%s tier: %d slots wanted, %d free of %d",
+                      tier == KVT_HOST ? "host" : "disk", n, p->nfree, p->blocks);
+    for (int i = 0; i < n; i++) {
+        int32_t s = p->free_stack[--p->nfree];
+        p->used[s] = 1;
+        slots[i] = s;
+    }
+    return 0;
+}
+
+void kvtier_free(kvtier *t, int tier, const int32_t *slots, int n)
+{
+    if (tier < 0 || tier >= KVT_NTIERS) { t->acct_errors++; return; }
+    kvt_pool *p = &t->tier[tier];
+    for (int i = 0; i < n; i++) {
+        int32_t s = slots[i];
+        if (s < 0 || s >= p->blocks || !p->used[s]) {
+            t->acct_errors++;
+            logf_(t, "free of %s slot %d ignored (%s)", tier == KVT_HOST ? "host" : "disk", s,
+                  (s < 0 || s >= p->blocks) ? "out of range" : "not allocated");
+            continue;
+        }
+        p->used[s] = 0;
+        p->free_stack[p->nfree++] = s;
+    }
+}
+
+unsigned kvtier_accounting_errors(const kvtier *t) { return t->acct_errors; }
+
+/* ---- setup --------------------------------------------------------------------------- */
+
+static int setup_host(kvtier *t)
+{
+    kvt_pool *p = &t->tier[KVT_HOST];
+    size_t len = (size_t)p->blocks * t->cfg.block_bytes;
+    p->fd = memfd_create("ringlmd-kv-host", MFD_CLOEXEC);
+    if (p->fd < 0) return seterr(-errno, "memfd_create for the host KV tier: %s", strerror(errno));
+    if (ftruncate(p->fd, (off_t)len) < 0)
+        return seterr(-errno, "host KV tier: ftruncate to %zu bytes: %s", len, strerror(errno));
+    p->map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, p->fd, 0);
+    if (p->map == MAP_FAILED) {
+        p->map = NULL;
+        return seterr(-errno, "host KV tier: mmap of %zu bytes: %s", len, strerror(errno));
+    }
+    p->map_len = len;
+    if (t->cfg.numa_node >= 0 && rnuma_place(p->map, len, t->cfg.numa_node) < 0)
+        logf_(t, "host tier: NUMA placement on node %d failed: %s", t->cfg.numa_node,
+              rnuma_errmsg());
+    /* mlock keeps the swapped KV resident: a swap-in that page-faults from swap would cost
+     * more than the recompute it was chosen over. Without the privilege it still works. */
+    if (mlock(p->map, len) == 0) {
+        t->mlocked = true;
+    } else {
+        int e = errno;
+        logf_(t, "host tier: mlock of %zu bytes failed (%s); the tier works but may be paged "
+                 "out — raise LimitMEMLOCK", len, strerror(e));
+        /* Fault it in anyway so the first swap does not pay for it. */
+        memset(p->map, 0, len);
+    }
+    return 0;
+}
+
+static bool aligned_for_direct(const kvtier *t)
+{
+    if (t->cfg.block_bytes % KVT_DIRECT_ALIGN) return false;
+    if (t->cfg.pool_base && ((uintptr_t)t->cfg.pool_base % KVT_DIRECT_ALIGN)) return false;
+    return true;
+}
+
+static int setup_disk(kvtier *t)
+{
+    kvt_pool *p = &t->tier[KVT_DISK];
+    size_t len = (size_t)p->blocks * t->cfg.block_bytes;
+    const char *path = t->cfg.disk_path;
+    int fd = -1;
+    if (aligned_for_direct(t)) {
+        fd = open(path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            t->direct = true;
+        } else if (errno != EINVAL) {
+            return seterr(-errno, "disk KV tier %s: %s", path, strerror(errno));
+        } else {
+            logf_(t, "disk tier %s: the filesystem refuses O_DIRECT; using buffered I/O", path);
+        }
+    } else {
+        logf_(t, "disk tier %s: block of %zu bytes (or pool address) not %d-aligned; using "
+                 "buffered I/O", path, t->cfg.block_bytes, KVT_DIRECT_ALIGN);
+    }
+    if (fd < 0) {
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0) return seterr(-errno, "disk KV tier %s: %s", path, strerror(errno));
+    }
+    p->fd = fd;
+    if (ftruncate(fd, (off_t)len) < 0)
+        return seterr(-errno, "disk KV tier %s: ftruncate to %zu bytes: %s", path, len,
+                      strerror(errno));
+    return 0;
+}
+
+static void setup_fixed(kvtier *t)
+{
+    size_t len = (size_t)t->cfg.pool_blocks * t->cfg.block_bytes;
+    size_t chunk = (KVT_FIXED_CHUNK_MAX / t->cfg.block_bytes) * t->cfg.block_bytes;
+    if (chunk == 0) return;
+    size_t n = (len + chunk - 1) / chunk;
+    struct iovec *iov = calloc(n, sizeof *iov);
+    if (!iov) return;
+    for (size_t i = 0; i < n; i++) {
+        iov[i].iov_base = (char *)t->cfg.pool_base + i * chunk;
+        iov[i].iov_len = (i + 1 < n) ? chunk : len - i * chunk;
+    }
+    int rc = io_uring_register_buffers(t->cfg.ring, iov, (unsigned)n);
+    free(iov);
+    if (rc == 0) {
+        t->fixed = true;
+        t->fixed_chunk = chunk;
+    } else {
+        logf_(t, "registering the KV pool (%zu bytes) as io_uring fixed buffers failed (%s); "
+                 "using plain reads/writes", len, strerror(-rc));
+    }
+}
+
+int kvtier_create(const kvtier_config *cfg, kvtier **out)
+{
+    *out = NULL;
+    if (!cfg->ring) return seterr(-EINVAL, "kvtier: ring is NULL");
+    if (cfg->block_bytes == 0) return seterr(-EINVAL, "kvtier: block_bytes is 0");
+    if (cfg->pool_blocks <= 0) return seterr(-EINVAL, "kvtier: pool_blocks=%d", cfg->pool_blocks);
+    if (!cfg->pool_base && !cfg->engine)
+        return seterr(-EINVAL, "kvtier: neither a host pool base nor an engine");
+    if (cfg->host_blocks < 0) return seterr(-EINVAL, "kvtier: host_blocks=%d", cfg->host_blocks);
+    if (cfg->disk_path && cfg->disk_blocks <= 0)
+        return seterr(-EINVAL, "kvtier: disk tier %s with disk_blocks=%d", cfg->disk_path,
+                      cfg->disk_blocks);
+    if (cfg->ud_tag & KVTIER_UD_INDEX_MASK)
+        return seterr(-EINVAL, "kvtier: ud_tag overlaps the low 32 bits");
+
+    kvtier *t = calloc(1, sizeof *t);
+    if (!t) return seterr(-ENOMEM, "kvtier: out of memory");
+    t->cfg = *cfg;
+    t->efd = -1;
+    t->async_head = t->async_tail = -1;
+    for (int i = 0; i < KVT_MAX_OPS; i++) t->ops[i].next_free = i + 1 < KVT_MAX_OPS ? i + 1 : -1;
+    t->op_free = 0;
+    for (int i = 0; i < KVT_MAX_JOBS; i++) t->jobs[i].next_free = i + 1 < KVT_MAX_JOBS ? i + 1 : -1;
+    t->job_free = 0;
+    int rc;
+    for (int k = 0; k < KVT_NTIERS; k++) t->tier[k].fd = -1;
+    if ((rc = pool_init(&t->tier[KVT_HOST], cfg->host_blocks)) < 0) goto fail;
+    if ((rc = pool_init(&t->tier[KVT_DISK], cfg->disk_path ? cfg->disk_blocks : 0)) < 0) goto fail;
+    if (cfg->host_blocks > 0 && (rc = setup_host(t)) < 0) goto fail;
+    if (cfg->disk_path && (rc = setup_disk(t)) < 0) goto fail;
+    if (cfg->pool_base && cfg->register_buffers) setup_fixed(t);
+    if (!cfg->pool_base) {
+        t->efd = eventfd(0, EFD_CLOEXEC);
+        if (t->efd < 0) { rc = seterr(-errno, "kvtier: eventfd: %s", strerror(errno)); goto fail; }
+    }
+    snprintf(t->describe, sizeof t->describe,
+             "kv tiers: host %d blocks (%s), disk %d blocks%s%s, pool %s, %zu bytes/block",
+             t->tier[KVT_HOST].blocks, t->mlocked ? "mlocked" : "not locked",
+             t->tier[KVT_DISK].blocks, cfg->disk_path ? (t->direct ? " O_DIRECT" : " buffered") : "",
+             cfg->disk_path ? "" : "",
+             cfg->pool_base ? (t->fixed ? "host, fixed buffers" : "host, plain buffers")
+                            : "device, async copies",
+             cfg->block_bytes);
+    *out = t;
+    return 0;
+fail:
+    for (int k = 0; k < KVT_NTIERS; k++) pool_fini(&t->tier[k]);
+    free(t);
+    return rc;
+}
+
+/* ---- ops and jobs -------------------------------------------------------------------- */
+
+static int op_get(kvtier *t)
+{
+    int i = t->op_free;
+    if (i < 0) return -1;
+    t->op_free = t->ops[i].next_free;
+    memset(&t->ops[i], 0, sizeof t->ops[i]);
+    t->ops_inflight++;
+    return i;
+}
+
+static void op_put(kvtier *t, int i)
+{
+    free(t->ops[i].bounce);
+    t->ops[i].bounce = NULL;
+    t->ops[i].kind = OP_FREE;
+    t->ops[i].next_free = t->op_free;
+    t->op_free = i;
+    t->ops_inflight--;
+}
+
+static struct io_uring_sqe *get_sqe(kvtier *t)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(t->cfg.ring);
+    if (!sqe) {
+        io_uring_submit(t->cfg.ring);
+        sqe = io_uring_get_sqe(t->cfg.ring);
+    }
+    return sqe;
+}
+
+static int queue_rw(kvtier *t, int oi)
+{
+    kvt_op *op = &t->ops[oi];
+    struct io_uring_sqe *sqe = get_sqe(t);
+    if (!sqe) return -EBUSY;
+    if (op->buf_index >= 0) {
+        if (op->to_file)
+            io_uring_prep_write_fixed(sqe, op->fd, op->buf, (unsigned)op->len, (uint64_t)op->off,
+                                      op->buf_index);
+        else
+            io_uring_prep_read_fixed(sqe, op->fd, op->buf, (unsigned)op->len, (uint64_t)op->off,
+                                     op->buf_index);
+    } else if (op->to_file) {
+        io_uring_prep_write(sqe, op->fd, op->buf, (unsigned)op->len, (uint64_t)op->off);
+    } else {
+        io_uring_prep_read(sqe, op->fd, op->buf, (unsigned)op->len, (uint64_t)op->off);
+    }
+    io_uring_sqe_set_data64(sqe, t->cfg.ud_tag | (uint64_t)oi);
+    return 0;
+}
+
+static void arm_efd(kvtier *t)
+{
+    if (t->efd_armed) return;
+    int oi = op_get(t);
+    if (oi < 0) return;
+    struct io_uring_sqe *sqe = get_sqe(t);
+    if (!sqe) { op_put(t, oi); return; }
+    t->ops[oi].kind = OP_EVENTFD;
+    t->ops[oi].job = -1;
+    io_uring_prep_read(sqe, t->efd, &t->efd_val, sizeof t->efd_val, 0);
+    io_uring_sqe_set_data64(sqe, t->cfg.ud_tag | (uint64_t)oi);
+    t->efd_armed = true;
+}
+
+static void job_finish(kvtier *t, int ji)
+{
+    kvt_job *j = &t->jobs[ji];
+    uint64_t el_ns = now_ns() - j->t_start_ns;
+    uint64_t el_us = el_ns / 1000;
+    if (j->res == 0) {
+        double bw = el_ns ? (double)j->bytes * 1e9 / (double)el_ns : 0;
+        double *b = &t->bw[j->dir][j->tier], *l = &t->lat_us[j->dir][j->tier];
+        *b = *b == 0 ? bw : (1 - KVT_EWMA_ALPHA) * *b + KVT_EWMA_ALPHA * bw;
+        *l = *l == 0 ? (double)el_us : (1 - KVT_EWMA_ALPHA) * *l + KVT_EWMA_ALPHA * (double)el_us;
+        t->bytes_moved[j->dir][j->tier] += j->bytes;
+        t->jobs_done[j->dir][j->tier]++;
+    }
+    kvtier_done_fn done = j->done;
+    void *ctx = j->ctx;
+    uint64_t cookie = j->cookie;
+    int res = j->res, dir = j->dir, tier = j->tier;
+    size_t bytes = j->bytes;
+    bool silent = j->silent;
+    j->in_use = false;
+    j->next_free = t->job_free;
+    t->job_free = ji;
+    t->jobs_inflight--;
+    if (done && !silent) done(ctx, cookie, res, dir, tier, bytes, el_us);
+}
+
+static void job_op_done(kvtier *t, int ji, int res)
+{
+    kvt_job *j = &t->jobs[ji];
+    if (res < 0 && j->res == 0) j->res = res;
+    if (--j->pending == 0) job_finish(t, ji);
+}
+
+int kvtier_submit(kvtier *t, int dir, int tier, const int32_t *pool_blocks,
+                  const int32_t *slots, int n, uint64_t cookie, kvtier_done_fn done, void *ctx)
+{
+    if (dir != KVT_OUT && dir != KVT_IN) return seterr(-EINVAL, "transfer direction %d", dir);
+    if (tier < 0 || tier >= KVT_NTIERS || t->tier[tier].blocks == 0)
+        return seterr(-EINVAL, "transfer to tier %d, which is not configured", tier);
+    if (n <= 0) return seterr(-EINVAL, "transfer of %d blocks", n);
+    kvt_pool *p = &t->tier[tier];
+    for (int i = 0; i < n; i++) {
+        if (pool_blocks[i] < 0 || pool_blocks[i] >= t->cfg.pool_blocks)
+            return seterr(-EINVAL, "pool block %d out of range [0,%d)", pool_blocks[i],
+                          t->cfg.pool_blocks);
+        if (slots[i] < 0 || slots[i] >= p->blocks)
+            return seterr(-EINVAL, "tier %d slot %d out of range [0,%d)", tier, slots[i], p->blocks);
+    }
+    bool async = !t->cfg.pool_base && tier == KVT_HOST;
+    int need_ops = async ? 1 : n;
+    /* Count free ops first so a job is never half-submitted. */
+    int avail = 0;
+    for (int i = t->op_free; i >= 0 && avail < need_ops + 1; i = t->ops[i].next_free) avail++;
+    if (avail < need_ops + 1 || t->job_free < 0)
+        return seterr(-EBUSY, "kvtier: too many transfers in flight (%d jobs)", t->jobs_inflight);
+
+    int ji = t->job_free;
+    kvt_job *j = &t->jobs[ji];
+    t->job_free = j->next_free;
+    memset(j, 0, sizeof *j);
+    j->in_use = true;
+    j->dir = dir;
+    j->tier = tier;
+    j->cookie = cookie;
+    j->done = done;
+    j->ctx = ctx;
+    j->bytes = (size_t)n * t->cfg.block_bytes;
+    j->t_start_ns = now_ns();
+    j->next_async = -1;
+    t->jobs_inflight++;
+    size_t bb = t->cfg.block_bytes;
+
+    if (async) {
+        void **host = malloc(sizeof(void *) * (size_t)n);
+        if (!host) { j->res = -ENOMEM; j->pending = 1; job_op_done(t, ji, -ENOMEM); return 0; }
+        for (int i = 0; i < n; i++) host[i] = (char *)p->map + (size_t)slots[i] * bb;
+        int rc = eng_kv_transfer_async(t->cfg.engine, dir == KVT_OUT ? ENG_KV_OUT : ENG_KV_IN,
+                                       pool_blocks, host, n, t->efd);
+        free(host);
+        if (rc == 0) {
+            j->pending = 1;
+            if (t->async_tail >= 0) t->jobs[t->async_tail].next_async = ji;
+            else t->async_head = ji;
+            t->async_tail = ji;
+            arm_efd(t);
+            return 0;
+        }
+        if (rc != -ENOTSUP) {
+            j->in_use = false; j->next_free = t->job_free; t->job_free = ji; t->jobs_inflight--;
+            return seterr(rc, "engine async KV transfer: %s", eng_errmsg());
+        }
+        /* No async path: fall through to bounce buffers and file I/O. */
+    }
+
+    j->pending = n;
+    for (int i = 0; i < n; i++) {
+        int oi = op_get(t);
+        kvt_op *op = &t->ops[oi];
+        op->kind = OP_RW;
+        op->job = ji;
+        op->fd = p->fd;
+        op->to_file = dir == KVT_OUT;
+        op->off = (off_t)((size_t)slots[i] * bb);
+        op->len = bb;
+        op->buf_index = -1;
+        op->pool_block = pool_blocks[i];
+        if (t->cfg.pool_base) {
+            op->buf = (char *)t->cfg.pool_base + (size_t)pool_blocks[i] * bb;
+            if (t->fixed) {
+                size_t o = (size_t)pool_blocks[i] * bb;
+                op->buf_index = (int)(o / t->fixed_chunk);
+            }
+        } else {
+            op->kind = OP_BOUNCE;
+            if (posix_memalign((void **)&op->bounce, KVT_DIRECT_ALIGN, bb) != 0) {
+                op_put(t, oi);
+                job_op_done(t, ji, -ENOMEM);
+                continue;
+            }
+            op->buf = op->bounce;
+            if (dir == KVT_OUT) {
+                int rc = eng_kv_read_block(t->cfg.engine, pool_blocks[i], op->bounce);
+                if (rc < 0) { op_put(t, oi); job_op_done(t, ji, rc); continue; }
+            }
+        }
+        if (queue_rw(t, oi) < 0) {
+            op_put(t, oi);
+            job_op_done(t, ji, -EBUSY);
+        }
+    }
+    return 0;
+}
+
+int kvtier_flush(kvtier *t)
+{
+    int rc = io_uring_submit(t->cfg.ring);
+    return rc < 0 ? rc : 0;
+}
+
+bool kvtier_handle_cqe(kvtier *t, const struct io_uring_cqe *cqe)
+{
+    uint64_t ud = io_uring_cqe_get_data64(cqe);
+    uint64_t oi64 = ud & KVTIER_UD_INDEX_MASK;
+    if ((ud & ~KVTIER_UD_INDEX_MASK) != t->cfg.ud_tag || oi64 >= KVT_MAX_OPS) return false;
+    int oi = (int)oi64;
+    kvt_op *op = &t->ops[oi];
+    if (op->kind == OP_FREE) return true; /* stale: nothing to do */
+    int res = cqe->res;
+    if (op->kind == OP_EVENTFD) {
+        t->efd_armed = false;
+        op_put(t, oi);
+        if (res == (int)sizeof(uint64_t)) {
+            /* The copy stream completes in order: each count finishes the oldest job. */
+            for (uint64_t k = 0; k < t->efd_val && t->async_head >= 0; k++) {
+                int ji = t->async_head;
+                t->async_head = t->jobs[ji].next_async;
+                if (t->async_head < 0) t->async_tail = -1;
+                job_op_done(t, ji, 0);
+            }
+        }
+        if (t->async_head >= 0) arm_efd(t);
+        return true;
+    }
+    if (res > 0 && (size_t)res < op->len) {
+        /* Short transfer (possible on buffered files): continue where it stopped. A fixed
+         * buffer continuation stays inside the same registered buffer. */
+        op->buf += res;
+        op->off += res;
+        op->len -= (size_t)res;
+        if (queue_rw(t, oi) == 0) return true;
+        res = -EIO;
+    } else if (res == 0) {
+        res = -EIO; /* end of file before the block was read: the tier file shrank */
+    }
+    int ji = op->job;
+    if (res >= 0 && op->kind == OP_BOUNCE && !op->to_file) {
+        int rc = eng_kv_write_block(t->cfg.engine, op->pool_block, op->bounce);
+        if (rc < 0) res = rc;
+    }
+    op_put(t, oi);
+    job_op_done(t, ji, res < 0 ? res : 0);
+    return true;
+}
+
+int kvtier_inflight(const kvtier *t) { return t->jobs_inflight; }
+
+double kvtier_bw(const kvtier *t, int dir, int tier) { return t->bw[dir & 1][tier & 1]; }
+double kvtier_latency_us(const kvtier *t, int dir, int tier) { return t->lat_us[dir & 1][tier & 1]; }
+uint64_t kvtier_bytes_moved(const kvtier *t, int dir, int tier) { return t->bytes_moved[dir & 1][tier & 1]; }
+uint64_t kvtier_jobs_done(const kvtier *t, int dir, int tier) { return t->jobs_done[dir & 1][tier & 1]; }
+const char *kvtier_describe(const kvtier *t) { return t->describe; }
+
+int kvtier_read_slot(kvtier *t, int tier, int slot, void *dst)
+{
+    if (tier < 0 || tier >= KVT_NTIERS || slot < 0 || slot >= t->tier[tier].blocks)
+        return seterr(-EINVAL, "read of tier %d slot %d", tier, slot);
+    kvt_pool *p = &t->tier[tier];
+    size_t bb = t->cfg.block_bytes;
+    if (p->map) {
+        memcpy(dst, (char *)p->map + (size_t)slot * bb, bb);
+        return 0;
+    }
+    /* O_DIRECT needs an aligned buffer: read through one. */
+    void *tmp = NULL;
+    if (posix_memalign(&tmp, KVT_DIRECT_ALIGN, bb) != 0) return -ENOMEM;
+    ssize_t r = pread(p->fd, tmp, bb, (off_t)((size_t)slot * bb));
+    int rc = r == (ssize_t)bb ? 0 : (r < 0 ? -errno : -EIO);
+    if (rc == 0) memcpy(dst, tmp, bb);
+    free(tmp);
+    return rc;
+}
+
+void kvtier_destroy(kvtier *t)
+{
+    if (!t) return;
+    for (int i = 0; i < KVT_MAX_JOBS; i++)
+        if (t->jobs[i].in_use) t->jobs[i].silent = true;
+    /* Wait out our in-flight SQEs: the kernel may still write into the pool or tier memory. */
+    if (t->ops_inflight > 0) {
+        if (t->efd >= 0 && t->efd_armed) {
+            uint64_t one = 1;
+            if (write(t->efd, &one, sizeof one) < 0) { /* best effort: unblocks the read */ }
+        }
+        io_uring_submit(t->cfg.ring);
+        struct __kernel_timespec ts = {.tv_sec = 2};
+        while (t->ops_inflight > 0) {
+            struct io_uring_cqe *cqe;
+            if (io_uring_wait_cqe_timeout(t->cfg.ring, &cqe, &ts) < 0) break;
+            kvtier_handle_cqe(t, cqe);
+            io_uring_cqe_seen(t->cfg.ring, cqe);
+        }
+    }
+    if (t->fixed) io_uring_unregister_buffers(t->cfg.ring);
+    for (int k = 0; k < KVT_NTIERS; k++) pool_fini(&t->tier[k]);
+    if (t->efd >= 0) close(t->efd);
+    free(t);
+}

@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * daemon/kvtier.h — the KV host tier (and optional disk tier) and the block transfers
+ * between the engine's KV pool and those tiers (DESIGN.md §2, §5; issue 5 "KV tiers").
+ *
+ * Host tier: a memfd-backed file, mapped, placed on the daemon's NUMA node and mlock()ed
+ * (EPERM/ENOMEM from mlock are tolerated with a logged warning: the tier still works, it can
+ * just be paged out). Disk tier: a regular file opened O_DIRECT (without O_DIRECT, logged,
+ * when the filesystem or the block geometry refuses it).
+ *
+ * Both tiers are files, so one code path moves blocks: io_uring reads and writes between the
+ * pool block (registered as a fixed buffer when the kernel and RLIMIT_MEMLOCK allow) and
+ * offset slot × block_bytes of the tier's file, submitted on the daemon loop's ring. For a
+ * pool without host addresses (CUDA), the host tier uses eng_kv_transfer_async into the
+ * memfd mapping with an eventfd read on the ring; the disk tier bounces through a host
+ * buffer with the engine's synchronous block copies.
+ *
+ * Completions arrive as CQEs on the caller's ring; the caller hands every CQE whose
+ * user_data carries the configured tag to kvtier_handle_cqe. A transfer of n blocks is one
+ * job; its callback runs once, when the last block completed. Every completed job updates a
+ * bandwidth estimate per (direction, tier).
+ *
+ * Slots in a tier are allocated by kvtier_alloc (all or nothing) and returned by kvtier_free;
+ * blocks in flight must not be freed until their job completed.
+ *
+ * Threading: one thread (the loop thread) at a time. Errors: 0 or -errno; kvtier_errmsg().
+ */
+#ifndef RINGLM_DAEMON_KVTIER_H
+#define RINGLM_DAEMON_KVTIER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/engine.h"
+
+struct io_uring;
+struct io_uring_cqe;
+
+enum kvtier_tier { KVT_HOST = 0, KVT_DISK = 1, KVT_NTIERS = 2 };
+enum kvtier_dir { KVT_OUT = 0 /* pool → tier (swap out) */, KVT_IN = 1 /* tier → pool */ };
+
+/* user_data layout: the caller's tag in the bits of ud_tag_mask, the op index below. */
+#define KVTIER_UD_INDEX_MASK 0xffffffffull
+
+typedef struct kvtier_config {
+    size_t block_bytes;       /* bytes per KV block (eng_kv_block_bytes) */
+    int pool_blocks;          /* blocks in the engine's pool */
+    void *pool_base;          /* host address of block 0 (blocks contiguous); NULL: device pool */
+    eng *engine;              /* needed when pool_base is NULL */
+    int host_blocks;          /* host tier slots (0: no host tier) */
+    const char *disk_path;    /* NULL: no disk tier */
+    int disk_blocks;
+    int numa_node;            /* -1: anywhere */
+    struct io_uring *ring;    /* the loop's ring: SQEs go there, CQEs come back by tag */
+    uint64_t ud_tag;          /* OR'ed into every user_data (must not touch the low 32 bits) */
+    bool register_buffers;    /* try io_uring fixed buffers for the pool */
+    void (*log)(void *ctx, const char *msg); /* warnings and choices (NULL: stderr) */
+    void *log_ctx;
+} kvtier_config;
+
+typedef struct kvtier kvtier;
+
+/* Called once per job. res: 0 or -errno (first failure). elapsed_us: submit → last CQE. */
+typedef void (*kvtier_done_fn)(void *ctx, uint64_t cookie, int res, int dir, int tier,
+                               size_t bytes, uint64_t elapsed_us);
+
+/* Creates the tiers. Errors: -EINVAL (config; detail names the field), -ENOMEM, -errno of
+ * memfd_create/open/ftruncate/mmap (detail names the path). */
+int kvtier_create(const kvtier_config *cfg, kvtier **out);
+/* Frees everything. Jobs still in flight are waited for on the ring (their callbacks do not
+ * run); the ring must still exist. */
+void kvtier_destroy(kvtier *t);
+
+/* Slots per tier (0 when the tier is absent) and how many are free. */
+int kvtier_blocks(const kvtier *t, int tier);
+int kvtier_free_blocks(const kvtier *t, int tier);
+/* Allocates n slots (all or nothing): -ENOSPC, -EINVAL (tier absent). */
+int kvtier_alloc(kvtier *t, int tier, int n, int32_t *slots);
+/* Returns slots; double frees and out-of-range slots are ignored and counted as errors
+ * (kvtier_accounting_errors), never crash. */
+void kvtier_free(kvtier *t, int tier, const int32_t *slots, int n);
+unsigned kvtier_accounting_errors(const kvtier *t);
+
+/*
+ * Starts moving n blocks: dir KVT_OUT copies pool_blocks[i] → slots[i] of tier, KVT_IN the
+ * other way. Returns 0 when submitted (done() follows from kvtier_handle_cqe), or -errno
+ * (nothing submitted, done() not called): -EINVAL (block/slot range), -EBUSY (too many jobs
+ * in flight), -ENOTSUP.
+ */
+int kvtier_submit(kvtier *t, int dir, int tier, const int32_t *pool_blocks,
+                  const int32_t *slots, int n, uint64_t cookie, kvtier_done_fn done,
+                  void *ctx);
+/* Submits queued SQEs to the kernel (the loop also does, at its next wait). */
+int kvtier_flush(kvtier *t);
+/* Handles a CQE carrying the tag; returns true if it belonged to kvtier. */
+bool kvtier_handle_cqe(kvtier *t, const struct io_uring_cqe *cqe);
+/* Jobs submitted and not yet completed. */
+int kvtier_inflight(const kvtier *t);
+
+/* Bandwidth estimate (bytes/s, EWMA of completed jobs; 0 before the first) and the
+ * per-job latency estimate (µs) per direction and tier. */
+double kvtier_bw(const kvtier *t, int dir, int tier);
+double kvtier_latency_us(const kvtier *t, int dir, int tier);
+/* Totals for metrics. */
+uint64_t kvtier_bytes_moved(const kvtier *t, int dir, int tier);
+uint64_t kvtier_jobs_done(const kvtier *t, int dir, int tier);
+
+/* Synchronous read of a slot's bytes (checks, tests): 0 or -errno. */
+int kvtier_read_slot(kvtier *t, int tier, int slot, void *dst);
+/* One line describing what was set up (fixed buffers, O_DIRECT, mlock). */
+const char *kvtier_describe(const kvtier *t);
+
+const char *kvtier_errmsg(void);
+
+#endif
