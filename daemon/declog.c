@@ -1,0 +1,533 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * daemon/declog.c — decision and request logs, written by a thread of their own.
+ *
+ * Each log is a byte ring of whole lines: the loop (single producer) copies a line in and
+ * publishes the new producer index with a release store; the writer (single consumer)
+ * writes [cons, prod) with at most two write(2) calls and publishes cons. Indices are
+ * free-running u64, so prod - cons is always the fill (wrap-around of the u64 itself is
+ * centuries away at any realistic log rate). A line is published only whole, so a reader
+ * of the file never sees half a line, even when the daemon is killed.
+ */
+#include "daemon/declog.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdalign.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#if __has_include("sched/sched.h")
+#include "sched/sched.h"
+#define DECLOG_HAVE_SCHED 1
+#endif
+
+/* ---- errors ------------------------------------------------------------------------- */
+
+static __thread char declog_err[256];
+
+const char *declog_errmsg(void) { return declog_err; }
+
+__attribute__((format(printf, 2, 3))) static int seterr(int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(declog_err, sizeof declog_err, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+/* ---- rings -------------------------------------------------------------------------- */
+
+#define CACHELINE 64
+
+typedef struct logring {
+    const char *name; /* "decision" | "request" */
+    int fd;           /* -1: log not configured */
+    bool own_fd;
+    char *buf;
+    uint64_t mask;
+    /* producer's line */
+    alignas(CACHELINE) _Atomic uint64_t prod;
+    uint64_t cons_cache;
+    _Atomic uint64_t lines, dropped; /* single writer (the loop): relaxed load + store */
+    /* consumer's line */
+    alignas(CACHELINE) _Atomic uint64_t cons;
+    uint64_t dropped_reported;
+    bool write_failed;
+} logring;
+
+struct declog {
+    logring log[2]; /* 0 decision, 1 request */
+    pthread_t writer;
+    bool writer_started;
+    alignas(CACHELINE) _Atomic uint32_t wake_seq; /* futex word */
+    _Atomic int writer_sleeping;
+    _Atomic int stop;
+};
+
+static long futex(_Atomic uint32_t *uaddr, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, (uint32_t *)uaddr, op, val, ts, NULL, 0);
+}
+
+static void wake_writer(declog *d)
+{
+    atomic_fetch_add_explicit(&d->wake_seq, 1, memory_order_release);
+    futex(&d->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL);
+}
+
+/* Producer side (the loop). Never blocks; a full ring drops the line and counts it. */
+static int ring_put(declog *d, logring *r, const char *line, size_t len)
+{
+    if (r->fd < 0) return 0;
+    uint64_t cap = r->mask + 1;
+    uint64_t need = len + 1; /* the newline */
+    if (len > DECLOG_LINE_MAX || need > cap) {
+        atomic_store_explicit(&r->dropped, atomic_load_explicit(&r->dropped, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+        return -EMSGSIZE;
+    }
+    uint64_t prod = atomic_load_explicit(&r->prod, memory_order_relaxed);
+    if (prod - r->cons_cache + need > cap) {
+        r->cons_cache = atomic_load_explicit(&r->cons, memory_order_acquire);
+        if (prod - r->cons_cache + need > cap) {
+            atomic_store_explicit(&r->dropped,
+                                  atomic_load_explicit(&r->dropped, memory_order_relaxed) + 1,
+                                  memory_order_relaxed);
+            if (atomic_load_explicit(&d->writer_sleeping, memory_order_relaxed)) wake_writer(d);
+            return -ENOBUFS;
+        }
+    }
+    uint64_t off = prod & r->mask;
+    uint64_t first = cap - off < len ? cap - off : len;
+    memcpy(r->buf + off, line, first);
+    memcpy(r->buf, line + first, len - first);
+    r->buf[(prod + len) & r->mask] = '\n';
+    atomic_store_explicit(&r->prod, prod + need, memory_order_release);
+    atomic_store_explicit(&r->lines, atomic_load_explicit(&r->lines, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    /* Hand-over costs no syscall unless the writer sleeps and a quarter of the ring waits:
+     * otherwise its periodic wake picks the lines up. */
+    if (prod + need - r->cons_cache > cap / 4) {
+        atomic_thread_fence(memory_order_seq_cst);
+        if (atomic_load_explicit(&d->writer_sleeping, memory_order_relaxed)) wake_writer(d);
+    }
+    return 0;
+}
+
+/* Consumer side (the writer thread). Returns bytes consumed. */
+static uint64_t ring_drain(logring *r)
+{
+    if (r->fd < 0) return 0;
+    uint64_t cons = atomic_load_explicit(&r->cons, memory_order_relaxed);
+    uint64_t prod = atomic_load_explicit(&r->prod, memory_order_acquire);
+    uint64_t total = prod - cons;
+    uint64_t cap = r->mask + 1;
+    while (cons != prod) {
+        uint64_t off = cons & r->mask;
+        uint64_t n = prod - cons;
+        if (n > cap - off) n = cap - off;
+        ssize_t w = r->write_failed ? (ssize_t)n : write(r->fd, r->buf + off, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            /* A full disk must not take the daemon down: report once, keep discarding
+             * (the lines are lost and said to be). */
+            fprintf(stderr, "declog: writing the %s log failed: %s; further lines are discarded\n",
+                    r->name, strerror(errno));
+            r->write_failed = true;
+            continue;
+        }
+        cons += (uint64_t)w;
+        atomic_store_explicit(&r->cons, cons, memory_order_release);
+    }
+    return total;
+}
+
+static void report_drops(logring *r, bool final)
+{
+    if (r->fd < 0) return;
+    uint64_t dropped = atomic_load_explicit(&r->dropped, memory_order_relaxed);
+    if (dropped == r->dropped_reported) return;
+    fprintf(stderr, "declog: %llu %s log lines dropped%s (%llu in all): the writer fell behind "
+            "or a line was over %d bytes\n",
+            (unsigned long long)(dropped - r->dropped_reported), r->name,
+            final ? " before close" : "", (unsigned long long)dropped, DECLOG_LINE_MAX);
+    r->dropped_reported = dropped;
+}
+
+static void *writer_main(void *arg)
+{
+    declog *d = arg;
+    struct timespec last_report;
+    clock_gettime(CLOCK_MONOTONIC, &last_report);
+    for (;;) {
+        uint32_t seq = atomic_load_explicit(&d->wake_seq, memory_order_acquire);
+        uint64_t did = ring_drain(&d->log[0]) + ring_drain(&d->log[1]);
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec != last_report.tv_sec) { /* drops reported at most once a second */
+            report_drops(&d->log[0], false);
+            report_drops(&d->log[1], false);
+            last_report = now;
+        }
+        if (did) continue;
+        if (atomic_load_explicit(&d->stop, memory_order_acquire)) {
+            /* One last drain: lines queued before stop was set are written. */
+            ring_drain(&d->log[0]);
+            ring_drain(&d->log[1]);
+            break;
+        }
+        atomic_store_explicit(&d->writer_sleeping, 1, memory_order_seq_cst);
+        bool pending = false;
+        for (int i = 0; i < 2; i++)
+            if (d->log[i].fd >= 0 && atomic_load_explicit(&d->log[i].prod, memory_order_seq_cst) !=
+                                         atomic_load_explicit(&d->log[i].cons, memory_order_relaxed))
+                pending = true;
+        if (!pending && !atomic_load(&d->stop)) {
+            /* 10 ms: lines reach the file quickly enough to tail, and an idle daemon wakes
+             * this thread only 100 times a second. */
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            futex(&d->wake_seq, FUTEX_WAIT_PRIVATE, seq, &ts);
+        }
+        atomic_store_explicit(&d->writer_sleeping, 0, memory_order_relaxed);
+    }
+    report_drops(&d->log[0], true);
+    report_drops(&d->log[1], true);
+    return NULL;
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------- */
+
+static int open_log(logring *r, const char *name, const char *path, size_t ring_bytes, bool trunc)
+{
+    r->name = name;
+    r->fd = -1;
+    if (!path) return 0;
+    if (strcmp(path, "-") == 0) {
+        r->fd = STDOUT_FILENO;
+        r->own_fd = false;
+    } else {
+        r->fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (trunc ? O_TRUNC : O_APPEND), 0644);
+        if (r->fd < 0) return seterr(-errno, "%s log '%s': %s", name, path, strerror(errno));
+        r->own_fd = true;
+    }
+    size_t cap = 4096;
+    while (cap < ring_bytes) cap <<= 1;
+    r->buf = malloc(cap);
+    if (!r->buf) {
+        if (r->own_fd) close(r->fd);
+        r->fd = -1;
+        return seterr(-ENOMEM, "%s log: no memory for a %zu-byte ring", name, cap);
+    }
+    r->mask = cap - 1;
+    return 0;
+}
+
+static void close_log(logring *r)
+{
+    if (r->fd >= 0 && r->own_fd) close(r->fd);
+    r->fd = -1;
+    free(r->buf);
+    r->buf = NULL;
+}
+
+int declog_create(const declog_config *cfg, declog **out)
+{
+    *out = NULL;
+    if (!cfg) return seterr(-EINVAL, "declog: no config");
+    declog *d = calloc(1, sizeof *d);
+    if (!d) return seterr(-ENOMEM, "declog: out of memory");
+    size_t ring = cfg->ring_bytes ? cfg->ring_bytes : (size_t)4 << 20;
+    if (ring < 2 * (DECLOG_LINE_MAX + 1)) ring = 2 * (DECLOG_LINE_MAX + 1);
+    int rc = open_log(&d->log[0], "decision", cfg->decision_path, ring, cfg->truncate);
+    if (rc < 0) goto fail;
+    rc = open_log(&d->log[1], "request", cfg->request_path, ring, cfg->truncate);
+    if (rc < 0) goto fail_dec;
+    if (d->log[0].fd >= 0 || d->log[1].fd >= 0) {
+        /* Signals stay with the loop's signalfd: the writer blocks them all. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        rc = -pthread_create(&d->writer, NULL, writer_main, d);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc < 0) {
+            seterr(rc, "declog: pthread_create: %s", strerror(-rc));
+            goto fail_req;
+        }
+        pthread_setname_np(d->writer, "ringlmd-log");
+        d->writer_started = true;
+    }
+    *out = d;
+    return 0;
+fail_req:
+    close_log(&d->log[1]);
+fail_dec:
+    close_log(&d->log[0]);
+fail:
+    free(d);
+    return rc;
+}
+
+void declog_destroy(declog *d)
+{
+    if (!d) return;
+    if (d->writer_started) {
+        atomic_store_explicit(&d->stop, 1, memory_order_release);
+        wake_writer(d);
+        pthread_join(d->writer, NULL);
+    }
+    close_log(&d->log[0]);
+    close_log(&d->log[1]);
+    free(d);
+}
+
+bool declog_has_decisions(const declog *d) { return d && d->log[0].fd >= 0; }
+bool declog_has_requests(const declog *d) { return d && d->log[1].fd >= 0; }
+
+/* ---- decision log ------------------------------------------------------------------- */
+
+int declog_decision_line(declog *d, const char *json, size_t len)
+{
+    if (!d) return 0;
+    return ring_put(d, &d->log[0], json, len);
+}
+
+int declog_decision(declog *d, const struct sched_event *ev)
+{
+    if (!d || d->log[0].fd < 0) return 0;
+#ifdef DECLOG_HAVE_SCHED
+    char line[DECLOG_LINE_MAX + 1];
+    int n = sched_event_json(ev, line, sizeof line);
+    if (n < 0 || (size_t)n > DECLOG_LINE_MAX) {
+        atomic_store_explicit(&d->log[0].dropped,
+                              atomic_load_explicit(&d->log[0].dropped, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+        return -EMSGSIZE;
+    }
+    return ring_put(d, &d->log[0], line, (size_t)n);
+#else
+    (void)ev;
+    return seterr(-ENOTSUP, "declog: built without sched/sched.h");
+#endif
+}
+
+/* ---- request log -------------------------------------------------------------------- */
+
+/* Appends s JSON-escaped (RFC 8259: quote, backslash, control characters). */
+static size_t put_json_str(char *buf, size_t cap, size_t pos, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (!s) {
+        const char *null = "null";
+        for (; *null; null++)
+            if (pos + 1 < cap) buf[pos++] = *null;
+            else pos++;
+        return pos;
+    }
+#define PUT(c) do { if (pos + 1 < cap) buf[pos] = (c); pos++; } while (0)
+    PUT('"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        unsigned char c = *p;
+        if (c == '"' || c == '\\') {
+            PUT('\\');
+            PUT((char)c);
+        } else if (c < 0x20) {
+            PUT('\\');
+            PUT('u');
+            PUT('0');
+            PUT('0');
+            PUT(hex[c >> 4]);
+            PUT(hex[c & 15]);
+        } else {
+            PUT((char)c);
+        }
+    }
+    PUT('"');
+#undef PUT
+    return pos;
+}
+
+static size_t put_raw(char *buf, size_t cap, size_t pos, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static size_t put_raw(char *buf, size_t cap, size_t pos, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(pos < cap ? buf + pos : NULL, pos < cap ? cap - pos : 0, fmt, ap);
+    va_end(ap);
+    return pos + (n > 0 ? (size_t)n : 0);
+}
+
+static size_t put_opt(char *buf, size_t cap, size_t pos, const char *key, int64_t v)
+{
+    if (v == DECLOG_NULL) return put_raw(buf, cap, pos, ",\"%s\":null", key);
+    return put_raw(buf, cap, pos, ",\"%s\":%lld", key, (long long)v);
+}
+
+int declog_request_format(const declog_request *r, char *buf, size_t cap)
+{
+    if (cap == 0) return -EMSGSIZE;
+    size_t p = 0;
+    p = put_raw(buf, cap, p, "{\"req\":%llu,\"arrival_us\":%lld,\"tenant\":",
+                (unsigned long long)r->req, (long long)r->arrival_us);
+    p = put_json_str(buf, cap, p, r->tenant ? r->tenant : "");
+    p = put_raw(buf, cap, p, ",\"class\":");
+    p = put_json_str(buf, cap, p, r->class_name ? r->class_name : "");
+    p = put_raw(buf, cap, p, ",\"prompt_tokens\":%lld,\"max_tokens\":%lld,\"output_tokens\":%lld",
+                (long long)r->prompt_tokens, (long long)r->max_tokens, (long long)r->output_tokens);
+    p = put_opt(buf, cap, p, "deadline_us", r->deadline_us);
+    p = put_opt(buf, cap, p, "cancel_us", r->cancel_us);
+    p = put_opt(buf, cap, p, "first_token_us", r->first_token_us);
+    p = put_raw(buf, cap, p, ",\"finish_us\":%lld,\"finish_reason\":", (long long)r->finish_us);
+    p = put_json_str(buf, cap, p, r->finish_reason ? r->finish_reason : "error");
+    p = put_raw(buf, cap, p, ",\"reject_reason\":");
+    p = put_json_str(buf, cap, p, r->reject_reason);
+    p = put_raw(buf, cap, p, "}");
+    if (p >= cap) {
+        buf[cap - 1] = 0;
+        return -EMSGSIZE;
+    }
+    buf[p] = 0;
+    return (int)p;
+}
+
+int declog_request_line(declog *d, const declog_request *r)
+{
+    if (!d || d->log[1].fd < 0) return 0;
+    char line[DECLOG_LINE_MAX + 1];
+    int n = declog_request_format(r, line, sizeof line);
+    if (n < 0) {
+        atomic_store_explicit(&d->log[1].dropped,
+                              atomic_load_explicit(&d->log[1].dropped, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+        return n;
+    }
+    return ring_put(d, &d->log[1], line, (size_t)n);
+}
+
+/* ---- request log parsing ------------------------------------------------------------ */
+
+static int get_int(json_t *o, const char *key, bool required, bool nullable, int64_t min,
+                   int64_t *out)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        if (required) return seterr(-EINVAL, "key %s: missing (an integer is required)", key);
+        *out = nullable ? DECLOG_NULL : 0;
+        return 0;
+    }
+    if (json_is_integer(v)) {
+        *out = (int64_t)json_integer_value(v);
+    } else if (json_is_real(v) && json_real_value(v) >= -9e18 && json_real_value(v) <= 9e18) {
+        *out = (int64_t)json_real_value(v); /* a trace written by another tool may use 12.0 */
+    } else {
+        return seterr(-EINVAL, "key %s: expected an integer", key);
+    }
+    if (*out < min) return seterr(-EINVAL, "key %s: %lld is below %lld", key, (long long)*out,
+                                  (long long)min);
+    return 0;
+}
+
+static int get_str(json_t *o, const char *key, const char **out, char *strbuf, size_t cap,
+                   size_t *used)
+{
+    json_t *v = json_object_get(o, key);
+    *out = NULL;
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_string(v)) return seterr(-EINVAL, "key %s: expected a string", key);
+    size_t n = json_string_length(v);
+    if (*used + n + 1 > cap) return seterr(-EMSGSIZE, "key %s: string of %zu bytes does not fit", key, n);
+    memcpy(strbuf + *used, json_string_value(v), n + 1);
+    *out = strbuf + *used;
+    *used += n + 1;
+    return 0;
+}
+
+int declog_request_parse(const char *line, size_t len, declog_request *out, char *strbuf,
+                         size_t cap)
+{
+    memset(out, 0, sizeof *out);
+    json_error_t jerr;
+    json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!o) return seterr(-EINVAL, "not JSON: %s (column %d)", jerr.text, jerr.column);
+    int rc = -EINVAL;
+    if (!json_is_object(o)) {
+        seterr(-EINVAL, "not a JSON object");
+        goto out;
+    }
+    int64_t req = 0;
+    size_t used = 0;
+    if ((rc = get_int(o, "req", false, false, 0, &req)) < 0) goto out;
+    out->req = (uint64_t)req;
+    if ((rc = get_int(o, "arrival_us", true, false, 0, &out->arrival_us)) < 0) goto out;
+    if ((rc = get_int(o, "prompt_tokens", true, false, 0, &out->prompt_tokens)) < 0) goto out;
+    if ((rc = get_int(o, "max_tokens", false, true, 0, &out->max_tokens)) < 0) goto out;
+    if ((rc = get_int(o, "output_tokens", false, true, 0, &out->output_tokens)) < 0) goto out;
+    if (out->output_tokens == DECLOG_NULL && out->max_tokens == DECLOG_NULL) {
+        rc = seterr(-EINVAL, "key output_tokens: missing (and no max_tokens either)");
+        goto out;
+    }
+    if (out->output_tokens == DECLOG_NULL) out->output_tokens = out->max_tokens;
+    if (out->max_tokens == DECLOG_NULL) out->max_tokens = out->output_tokens;
+    if ((rc = get_int(o, "deadline_us", false, true, 0, &out->deadline_us)) < 0) goto out;
+    if ((rc = get_int(o, "cancel_us", false, true, 0, &out->cancel_us)) < 0) goto out;
+    if ((rc = get_int(o, "first_token_us", false, true, 0, &out->first_token_us)) < 0) goto out;
+    if ((rc = get_int(o, "finish_us", false, true, 0, &out->finish_us)) < 0) goto out;
+    if ((rc = get_str(o, "tenant", &out->tenant, strbuf, cap, &used)) < 0) goto out;
+    if ((rc = get_str(o, "class", &out->class_name, strbuf, cap, &used)) < 0) goto out;
+    if ((rc = get_str(o, "finish_reason", &out->finish_reason, strbuf, cap, &used)) < 0) goto out;
+    if ((rc = get_str(o, "reject_reason", &out->reject_reason, strbuf, cap, &used)) < 0) goto out;
+    rc = 0;
+out:
+    json_decref(o);
+    return rc;
+}
+
+/* ---- accounting --------------------------------------------------------------------- */
+
+void declog_dropped(const declog *d, uint64_t *decision_lines, uint64_t *request_lines)
+{
+    if (decision_lines) *decision_lines = d ? atomic_load_explicit(&d->log[0].dropped, memory_order_relaxed) : 0;
+    if (request_lines) *request_lines = d ? atomic_load_explicit(&d->log[1].dropped, memory_order_relaxed) : 0;
+}
+
+void declog_queued(const declog *d, uint64_t *decision_lines, uint64_t *request_lines)
+{
+    if (decision_lines) *decision_lines = d ? atomic_load_explicit(&d->log[0].lines, memory_order_relaxed) : 0;
+    if (request_lines) *request_lines = d ? atomic_load_explicit(&d->log[1].lines, memory_order_relaxed) : 0;
+}
+
+int declog_flush(declog *d, int timeout_ms)
+{
+    if (!d || !d->writer_started) return 0;
+    uint64_t target[2];
+    for (int i = 0; i < 2; i++) target[i] = atomic_load_explicit(&d->log[i].prod, memory_order_relaxed);
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        bool done = true;
+        for (int i = 0; i < 2; i++)
+            if (d->log[i].fd >= 0 &&
+                atomic_load_explicit(&d->log[i].cons, memory_order_acquire) < target[i])
+                done = false;
+        if (done) return 0;
+        wake_writer(d);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long ms = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+        if (ms >= timeout_ms) return seterr(-ETIMEDOUT, "declog: writer did not drain within %d ms", timeout_ms);
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}

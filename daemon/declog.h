@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * daemon/declog.h — the decision log (DESIGN.md §5, JSON lines in the scheduler's schema)
+ * and the request log (sim/FORMATS.md native JSONL), both written off the hot path.
+ *
+ * The loop thread formats a line (the scheduler's sched_event_json() for decisions, this
+ * module's declog_request_format() for requests) and copies it into a bounded byte ring —
+ * one per log, single producer (the loop), single consumer (the writer thread). The writer
+ * thread drains the rings with write(2) in large chunks and wakes on its own (every few
+ * ms, or at once when a ring is a quarter full) — the loop never makes a syscall to hand
+ * over a line, never waits for the disk, and never blocks: when a ring is full the line is
+ * dropped and counted. The writer reports drops on stderr ("declog: N decision lines
+ * dropped ...") as they happen and at close; declog_dropped() gives the counts (the
+ * daemon exports them as metrics).
+ *
+ * Thread-safety: declog_decision*, declog_request and declog_dropped from one thread (the
+ * loop); declog_flush/declog_destroy from that same thread.
+ *
+ * Errors: 0 or a negative errno; declog_errmsg() has a thread-local detail string.
+ */
+#ifndef RINGLM_DAEMON_DECLOG_H
+#define RINGLM_DAEMON_DECLOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct sched_event; /* sched/sched.h */
+
+/* Longest line accepted (longer ones are dropped and counted). */
+#define DECLOG_LINE_MAX 4096
+
+typedef struct declog_config {
+    const char *decision_path; /* NULL: no decision log. "-" = stdout. Appended to. */
+    const char *request_path;  /* NULL: no request log. "-" = stdout. Appended to. */
+    size_t ring_bytes;         /* per log (0: 4 MiB), rounded up to a power of two */
+    bool truncate;             /* true: truncate the files at open instead of appending */
+} declog_config;
+
+typedef struct declog declog;
+
+/*
+ * Opens the files (O_CREAT|O_APPEND, 0644) and starts the writer thread.
+ * Errors: -errno of open() with the path in the detail, -ENOMEM, -EINVAL.
+ */
+int declog_create(const declog_config *cfg, declog **out);
+/* Drains what is queued (the writer writes everything), stops the writer, closes. NULL ok. */
+void declog_destroy(declog *d);
+const char *declog_errmsg(void);
+
+/* Is this log configured? (cheap; lets the caller skip formatting) */
+bool declog_has_decisions(const declog *d);
+bool declog_has_requests(const declog *d);
+
+/* ---- decision log ------------------------------------------------------------------- */
+
+/* Formats a scheduler event with sched_event_json() and queues the line.
+ * 0, -ENOBUFS (ring full: dropped and counted), -EMSGSIZE (too long: dropped, counted). */
+int declog_decision(declog *d, const struct sched_event *ev);
+/* Queues one preformatted JSON object (without newline; one is added). Same returns. */
+int declog_decision_line(declog *d, const char *json, size_t len);
+
+/* ---- request log (sim/FORMATS.md "Native request trace") ---------------------------- */
+
+/* Optional integer fields use DECLOG_NULL for JSON null. */
+#define DECLOG_NULL INT64_MIN
+
+typedef struct declog_request {
+    uint64_t req;
+    int64_t arrival_us;
+    const char *tenant;        /* NULL → "" */
+    const char *class_name;    /* NULL → "" */
+    int64_t prompt_tokens;
+    int64_t max_tokens;
+    int64_t output_tokens;
+    int64_t deadline_us;       /* or DECLOG_NULL */
+    int64_t cancel_us;         /* or DECLOG_NULL */
+    int64_t first_token_us;    /* or DECLOG_NULL */
+    int64_t finish_us;
+    const char *finish_reason; /* length, stop, cancelled, timeout, rejected, error */
+    const char *reject_reason; /* NULL → null */
+} declog_request;
+
+/* Queues one request line. Same returns as declog_decision. */
+int declog_request_line(declog *d, const declog_request *r);
+
+/* Formats r as one JSON object (no newline) into buf; returns the length, or -EMSGSIZE
+ * when it does not fit (buf then holds a truncated, NUL-terminated prefix). Strings are
+ * JSON-escaped. Pure; any thread. */
+int declog_request_format(const declog_request *r, char *buf, size_t cap);
+
+/*
+ * Parses one native-trace line (the inverse of declog_request_format; unknown keys ignored,
+ * missing optional keys → DECLOG_NULL / NULL). String fields point into strbuf (cap bytes),
+ * which must outlive the use of *out. Errors: -EINVAL with the detail naming the field
+ * ("line: key prompt_tokens: expected an integer >= 0"), -EMSGSIZE (strbuf too small).
+ * Required: arrival_us, prompt_tokens, and output_tokens or max_tokens.
+ */
+int declog_request_parse(const char *line, size_t len, declog_request *out, char *strbuf,
+                         size_t cap);
+
+/* ---- accounting --------------------------------------------------------------------- */
+
+/* Lines dropped so far (ring full or too long), per log. */
+void declog_dropped(const declog *d, uint64_t *decision_lines, uint64_t *request_lines);
+/* Lines queued so far, per log. */
+void declog_queued(const declog *d, uint64_t *decision_lines, uint64_t *request_lines);
+/*
+ * Waits until the writer has written (write(2) returned) everything queued before this
+ * call, up to timeout_ms. For tests and shutdown — never call it from the loop's hot path.
+ * 0 or -ETIMEDOUT.
+ */
+int declog_flush(declog *d, int timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * daemon/metrics.h — Prometheus text exposition on /metrics (DESIGN.md §9).
+ *
+ * Two sides, two threads:
+ *   - the loop thread owns the live counters and updates them with plain stores through the
+ *     metrics_* calls below (no atomics, no locks: one writer), then calls metrics_publish()
+ *     once per iteration. Publishing copies the live counters into a spare snapshot and
+ *     swaps it in with one atomic exchange (a triple buffer), at most every
+ *     publish_interval_us; between those it is a clock compare, so the loop's cost per
+ *     iteration is a few nanoseconds plus, a few times per second, one memcpy of the
+ *     counters (tens of KiB);
+ *   - the HTTP thread (libmicrohttpd, its own thread) takes the newest snapshot with one
+ *     atomic exchange and renders it. It never touches the live counters, so a slow scraper
+ *     can never stall the loop.
+ *
+ * Series: per (tenant, class) — queue wait, TTFT, TPOT, end-to-end histograms (seconds),
+ * prompt/generated tokens, requests finished by reason, preemptions by mode and reason,
+ * rejects by reason, cancels, timeouts, queue depth (waiting/running); per KV tier
+ * (device, host, disk) — blocks used/free; per tier and direction — transfer bandwidth and
+ * bytes; loop iteration time histogram; an info gauge (version, policy hash, model hash);
+ * and the vLLM-compatible gauges fleet routers scrape: vllm:num_requests_waiting,
+ * vllm:num_requests_running, vllm:kv_cache_usage_perc (device tier, 0..1).
+ *
+ * Thread-safety: every function except metrics_port(), metrics_render() and
+ * metrics_destroy() must be called from one thread (the loop thread). metrics_render()
+ * may be called from any thread (it reads the newest published snapshot).
+ *
+ * Errors: 0 or a negative errno; metrics_errmsg() has a thread-local detail string.
+ */
+#ifndef RINGLM_DAEMON_METRICS_H
+#define RINGLM_DAEMON_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Limits: label values beyond these are folded into the tenant/class "other" or the
+ * reason "other" (counted, never dropped), so a misbehaving label source can not make the
+ * exposition grow without bound. */
+#define METRICS_MAX_TENANTS 32
+#define METRICS_MAX_CLASSES 8
+#define METRICS_MAX_REASONS 24
+#define METRICS_LABEL_MAX 48 /* bytes per label value, longer ones are truncated */
+
+/* KV tiers (label tier="device|host|disk"). */
+enum metrics_tier { METRICS_TIER_DEVICE = 0, METRICS_TIER_HOST, METRICS_TIER_DISK, METRICS_N_TIERS };
+/* Transfer directions (label dir="out|in"): out = device → tier, in = tier → device. */
+enum metrics_dir { METRICS_DIR_OUT = 0, METRICS_DIR_IN, METRICS_N_DIRS };
+/* Latency histograms per (tenant, class). */
+enum metrics_hist {
+    METRICS_H_QUEUE_WAIT = 0, /* arrival → first scheduled (ringlm_queue_wait_seconds) */
+    METRICS_H_TTFT,           /* arrival → first token (ringlm_time_to_first_token_seconds) */
+    METRICS_H_TPOT,           /* per output token after the first (ringlm_time_per_output_token_seconds) */
+    METRICS_H_E2E,            /* arrival → finish (ringlm_e2e_request_latency_seconds) */
+    METRICS_N_HIST
+};
+/* Preemption modes (label mode="swap|recompute"). */
+enum metrics_mode { METRICS_MODE_SWAP = 0, METRICS_MODE_RECOMPUTE, METRICS_N_MODES };
+
+typedef struct metrics_config {
+    /* "ADDR:PORT", "PORT" or ":PORT" (loopback 127.0.0.1 when ADDR is omitted; "[::1]:P"
+     * for IPv6). PORT 0 = an ephemeral port, see metrics_port(). NULL = no HTTP server
+     * (the counters still work and metrics_render() still renders). */
+    const char *listen;
+    const char *version;     /* build version (NULL: RINGLM_VERSION or "unknown") */
+    const char *policy_hash; /* NULL: "" */
+    const char *policy_name; /* NULL: "" (e.g. the policy file's basename) */
+    const char *model_hash;  /* NULL: "" */
+    const char *model_name;  /* NULL: "" */
+    const char *backend;     /* NULL: "" */
+    uint64_t publish_interval_us; /* 0: 100 ms */
+} metrics_config;
+
+typedef struct metrics metrics;
+
+/* ---- lifecycle ---------------------------------------------------------------------- */
+
+/*
+ * Creates the counters and, when cfg->listen is set, starts the HTTP server thread.
+ * Errors: -EINVAL (bad listen address: the detail names it), -EADDRINUSE / -EACCES (bind),
+ * -ENOMEM.
+ */
+int metrics_create(const metrics_config *cfg, metrics **out);
+/* The TCP port the server is bound to (the real one when 0 was asked), or 0 without one. */
+int metrics_port(const metrics *m);
+/* Stops the server thread (waits for a scrape in progress) and frees everything. NULL ok. */
+void metrics_destroy(metrics *m);
+const char *metrics_errmsg(void);
+
+/* Replaces the info labels (e.g. after a policy reload). NULL keeps the current value. */
+void metrics_set_info(metrics *m, const char *policy_hash, const char *model_hash);
+
+/* ---- labels ------------------------------------------------------------------------- */
+
+/*
+ * Returns the series id (>= 0) for (tenant, class), creating it on first use. Cache it per
+ * request: it is a short linear search, cheap but not free. NULL or "" names become "".
+ * Never fails: past METRICS_MAX_TENANTS / _CLASSES the name "other" is used.
+ */
+int metrics_series(metrics *m, const char *tenant, const char *class_name);
+
+/* ---- per-request events (series = metrics_series()) --------------------------------- */
+
+void metrics_observe(metrics *m, int series, enum metrics_hist h, uint64_t us);
+void metrics_add_tokens(metrics *m, int series, uint64_t prompt_tokens, uint64_t generated_tokens);
+/* A request ended; reason as in FORMATS.md finish_reason (length, stop, cancelled,
+ * timeout, rejected, error). Cancels and timeouts also bump their own counters. */
+void metrics_count_finish(metrics *m, int series, const char *finish_reason);
+void metrics_count_reject(metrics *m, int series, const char *reason);
+void metrics_count_preempt(metrics *m, int series, enum metrics_mode mode, const char *reason);
+void metrics_count_cancel(metrics *m, int series);
+void metrics_count_timeout(metrics *m, int series);
+/* Deferrals (sched "defer" events) by reason: budget, blocks, quota, output_backpressure… */
+void metrics_count_defer(metrics *m, int series, const char *reason);
+/* Queue depth of one series (waiting = queued, not yet running; running = has KV). */
+void metrics_set_series_queue(metrics *m, int series, uint32_t waiting, uint32_t running);
+
+/* ---- engine / pool state ------------------------------------------------------------ */
+
+/* Totals across tenants (also the vllm:num_requests_* gauges). */
+void metrics_set_queue(metrics *m, uint32_t waiting, uint32_t running);
+/* KV blocks of a tier; total 0 = tier not configured (its series are omitted). */
+void metrics_set_kv(metrics *m, enum metrics_tier tier, uint64_t used, uint64_t total);
+/* One loop iteration: its duration and the tokens it executed (0 for an idle wake). */
+void metrics_observe_iteration(metrics *m, uint64_t us, uint32_t batch_tokens);
+/* One finished transfer between the device pool and a tier. The bandwidth gauge is an
+ * exponentially weighted estimate over transfers (bytes / us), the counters are exact. */
+void metrics_observe_transfer(metrics *m, enum metrics_tier tier, enum metrics_dir dir,
+                              uint64_t bytes, uint64_t us);
+/* Decision/request log lines dropped because the writer fell behind (from declog). */
+void metrics_set_log_dropped(metrics *m, uint64_t decision_lines, uint64_t request_lines);
+
+/* ---- publishing and rendering ------------------------------------------------------- */
+
+/*
+ * Makes the live counters visible to scrapers when publish_interval_us has passed since
+ * the last publish (now_us from the loop's clock), or always when force is non-zero.
+ * Cheap; call once per iteration.
+ */
+void metrics_publish(metrics *m, uint64_t now_us, int force);
+
+/*
+ * Renders the newest published snapshot in the Prometheus text format (version 0.0.4)
+ * into a malloc()ed NUL-terminated buffer (*out, length *len); free() it. Any thread.
+ * Errors: -ENOMEM.
+ */
+int metrics_render(metrics *m, char **out, size_t *len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
