@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * daemon/service.h — the runner: ringlmd's continuous-batching service (DESIGN.md §2).
+ *
+ * It plugs into the event loop (daemon/loop.h) as a dsvc_ops service. One iteration:
+ *   drain completions (KV transfers arrive through on_cqe)
+ *   requests arrive via on_request: validated (wire checks, token ids against the
+ *     vocabulary, prompt vs context, parameters) → rejected at once with a reason, or
+ *     submitted to the scheduler
+ *   sched step → start the plan's transfers (kvtier) → one flattened eng_batch (decode
+ *     tokens + prefill chunks; recompute re-prefills the kept prompt + generated ids)
+ *   → eng_execute_sample → push token events (a full event ring defers the sequence with
+ *     reason output_backpressure; its tokens wait in a bounded buffer; it is cancelled after
+ *     backpressure_timeout_ms) → sched commit (finished sequences release their KV in the
+ *     same iteration) → decision events to the decision log and metrics.
+ * SIGTERM drains: no new requests (reject reason "draining"), in-flight work finishes or is
+ * cancelled after drain_grace_ms, then the loop stops.
+ *
+ * Lifecycle: svc_config_init → svc_create (model, engine, policy, logs, metrics; no socket)
+ * → svc_run (creates the loop on the socket and the KV tiers, runs until drained/stopped)
+ * → svc_destroy. svc_create alone is enough for --check-config / --version.
+ *
+ * Threading: everything runs on the loop thread; the metrics HTTP server and the log
+ * writer have their own threads behind their modules.
+ * Errors: 0 or -errno; svc_errmsg() has the detail.
+ */
+#ifndef RINGLM_DAEMON_SERVICE_H
+#define RINGLM_DAEMON_SERVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon/loop.h"
+
+typedef struct svc_config {
+    const char *model;            /* path or synthetic:PRESET:SEED (required) */
+    const char *tokenizer;        /* optional, for logging only */
+    const char *policy_path;      /* NULL: the built-in policy */
+    const char *backend;          /* "cpu" (default) or "cuda" */
+    int threads;                  /* engine worker threads (0: 1) */
+    const char *numa;             /* --numa-node: "auto", "off" or N (NULL: auto) */
+    int kv_blocks;                /* device pool blocks (0: default 1024) */
+    int kv_block_size;            /* tokens per block (0: 16) */
+    int host_kv_blocks;           /* host tier blocks (0: none; default 2 × kv_blocks) */
+    const char *disk_kv_path;     /* disk tier file (NULL: none) */
+    int disk_kv_blocks;
+    int max_batch_tokens;         /* engine batch limit (0: from the policy, else 512) */
+    int max_seqs;                 /* engine sequence limit (0: 256) */
+    const char *decision_log;     /* NULL: none */
+    const char *request_log;      /* NULL: none */
+    const char *metrics_listen;   /* ADDR:PORT; NULL: no HTTP server */
+    const char *stats_file;       /* JSON snapshot of pools/queues, rewritten on change */
+    uint64_t backpressure_timeout_ms; /* 0: 5000 */
+    uint32_t backpressure_buffer_tokens; /* per sequence (0: 4096) */
+    uint64_t drain_grace_ms;      /* 0: 10000 */
+    bool quiet;                   /* fewer start-up lines on stderr */
+} svc_config;
+
+typedef struct svc svc;
+
+void svc_config_init(svc_config *c);
+
+/* Loads the model, creates the engine and the scheduler from the policy, opens the logs,
+ * starts metrics. Errors: -EINVAL (config/policy/model: the detail names the field),
+ * -ENOENT, -ENOMEM, -ENODEV (backend). */
+int svc_create(const svc_config *c, svc **out);
+/* Canonical policy text, its hash (hex), the model hash (hex). Valid until svc_destroy. */
+const char *svc_policy_text(const svc *s);
+const char *svc_policy_hash_hex(const svc *s);
+uint64_t svc_policy_hash(const svc *s);
+const char *svc_model_hash(const svc *s);
+/* Runs the service on a loop configured by lc (socket path, limits). Returns when the loop
+ * stopped (SIGTERM drain completed, SIGINT, or a fatal error): 0 or -errno. */
+int svc_run(svc *s, const dloop_config *lc);
+void svc_destroy(svc *s);
+const char *svc_errmsg(void);
+
+#endif
