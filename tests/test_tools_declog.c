@@ -210,3 +210,53 @@ Test(tools_declog, open_errors_name_the_path)
     cr_assert_eq(declog_flush(d, 10), 0);
     declog_destroy(d);
 }
+
+#include "sched/sched.h"
+
+/* Decision lines go through the scheduler's own formatter: valid JSON, schema keys. */
+Test(tools_declog, sched_events_are_schema_json)
+{
+    char *path = tmpfile_path("sev");
+    declog_config cfg = {.decision_path = path, .truncate = true};
+    declog *d;
+    cr_assert_eq(declog_create(&cfg, &d), 0, "%s", declog_errmsg());
+    sched_event evs[] = {
+        {.t_us = 1, .kind = SCHED_EV_ADMIT, .req = 7, .tenant = "alice", .class_name = "chat",
+         .prompt_tokens = 12, .max_tokens = 30},
+        {.t_us = 2, .kind = SCHED_EV_PREEMPT, .req = 7, .tenant = "alice", .class_name = "chat",
+         .reason = "blocks", .mode = "swap", .blocks = 3, .swap_cost_us = 12.5, .recompute_cost_us = 99.0},
+        {.t_us = 3, .kind = SCHED_EV_RELEASE, .req = 7, .tenant = "alice", .class_name = "chat",
+         .pool = "host", .blocks = 3},
+        {.t_us = 4, .kind = SCHED_EV_FINISH, .req = 7, .tenant = "al\"ice", .class_name = "chat",
+         .reason = "length", .output_tokens = 30, .policy = "00ff"},
+    };
+    const int n_ev = (int)(sizeof evs / sizeof *evs);
+    for (int i = 0; i < n_ev; i++) cr_assert_eq(declog_decision(d, &evs[i]), 0, "%s", declog_errmsg());
+    cr_assert_eq(declog_flush(d, 5000), 0);
+    declog_destroy(d);
+    char **lines;
+    int n = read_lines(path, &lines);
+    cr_assert_eq(n, n_ev);
+    for (int i = 0; i < n; i++) {
+        json_error_t e;
+        json_t *o = json_loads(lines[i], 0, &e);
+        cr_assert(o && json_is_object(o), "line %d not JSON (%s): %s", i, e.text, lines[i]);
+        cr_assert(json_is_integer(json_object_get(o, "t_us")), "%s", lines[i]);
+        cr_assert_str_eq(json_string_value(json_object_get(o, "ev")), sched_event_name(evs[i].kind));
+        cr_assert_eq(json_integer_value(json_object_get(o, "req")), 7);
+        cr_assert_str_eq(json_string_value(json_object_get(o, "tenant")), evs[i].tenant);
+        cr_assert(json_is_string(json_object_get(o, "class")));
+        if (evs[i].kind == SCHED_EV_PREEMPT) {
+            cr_assert_str_eq(json_string_value(json_object_get(o, "mode")), "swap", "%s", lines[i]);
+            cr_assert(json_is_number(json_object_get(o, "swap_cost_us")), "%s", lines[i]);
+            cr_assert(json_is_number(json_object_get(o, "recompute_cost_us")), "%s", lines[i]);
+            cr_assert_eq(json_integer_value(json_object_get(o, "blocks")), 3, "%s", lines[i]);
+        }
+        if (evs[i].kind == SCHED_EV_RELEASE)
+            cr_assert_str_eq(json_string_value(json_object_get(o, "pool")), "host", "%s", lines[i]);
+        json_decref(o);
+    }
+    free_lines(lines, n);
+    unlink(path);
+    free(path);
+}
