@@ -1,0 +1,636 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libclient/client.c — the client side of a session: handshake over the Unix socket,
+ * mapping the two segments, the submit-ring producer and the event-ring consumer.
+ *
+ * The daemon segment is mapped read-only (and sealed against writable mappings by the
+ * daemon); the client still checks what it reads there, so a confused daemon yields
+ * -EPROTO rather than a crash.
+ */
+#include "ringlm.h"
+
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "shm/ring.h"
+#include "shm/wire.h"
+
+/* ringlm.h is installed alone, so it repeats the wire codes; keep them equal. */
+_Static_assert(RINGLM_FINISH_LENGTH == RINGLM_WIRE_R_LENGTH, "reason");
+_Static_assert(RINGLM_FINISH_STOP == RINGLM_WIRE_R_STOP, "reason");
+_Static_assert(RINGLM_FINISH_CANCELLED == RINGLM_WIRE_R_CANCELLED, "reason");
+_Static_assert(RINGLM_FINISH_TIMEOUT == RINGLM_WIRE_R_TIMEOUT, "reason");
+_Static_assert(RINGLM_FINISH_REJECTED == RINGLM_WIRE_R_REJECTED, "reason");
+_Static_assert(RINGLM_FINISH_ERROR == RINGLM_WIRE_R_ERROR, "reason");
+_Static_assert(RINGLM_R_QUEUE_FULL == RINGLM_WIRE_R_QUEUE_FULL, "reason");
+_Static_assert(RINGLM_R_TENANT_QUOTA == RINGLM_WIRE_R_TENANT_QUOTA, "reason");
+_Static_assert(RINGLM_R_TOO_LONG == RINGLM_WIRE_R_TOO_LONG, "reason");
+_Static_assert(RINGLM_R_INFEASIBLE_DEADLINE == RINGLM_WIRE_R_INFEASIBLE_DEADLINE, "reason");
+_Static_assert(RINGLM_R_BAD_TOKEN == RINGLM_WIRE_R_BAD_TOKEN, "reason");
+_Static_assert(RINGLM_R_BAD_PARAMS == RINGLM_WIRE_R_BAD_PARAMS, "reason");
+_Static_assert(RINGLM_R_DRAINING == RINGLM_WIRE_R_DRAINING, "reason");
+_Static_assert(RINGLM_R_OUTPUT_BACKPRESSURE == RINGLM_WIRE_R_OUTPUT_BACKPRESSURE, "reason");
+_Static_assert(RINGLM_R_UNKNOWN_CLASS == RINGLM_WIRE_R_UNKNOWN_CLASS, "reason");
+_Static_assert(RINGLM_R_DUPLICATE_ID == RINGLM_WIRE_R_DUPLICATE_ID, "reason");
+_Static_assert(RINGLM_R_INTERNAL == RINGLM_WIRE_R_INTERNAL, "reason");
+_Static_assert(RINGLM_R_CLIENT_GONE == RINGLM_WIRE_R_CLIENT_GONE, "reason");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+	       "the client sleeps on the low 32 bits of ev_prod at its own address");
+
+#define CONNECT_TIMEOUT_MS   5000
+#define SLEEP_SLICE_NS       (20 * 1000 * 1000ll) /* liveness check period while asleep */
+#define DEFAULT_SPIN_NS      (50 * 1000ll)
+#define WANT_SPACE_CHECK_EVERY 1024
+
+struct ringlm_client {
+	int sock;
+	int efd;                          /* eventfd doorbell, -1 in futex mode */
+	struct ringlm_wire_cseg *cseg;
+	size_t cseg_bytes;
+	const struct ringlm_wire_dseg *dseg;
+	size_t dseg_bytes;
+	uint64_t session_id;
+
+	/* producer side (submit/cancel) */
+	struct ring_rec_prod sub;
+	uint64_t next_id;
+
+	/* consumer side (next_event) */
+	struct ring_ev_cons ev;
+	int64_t spin_ns;
+	uint32_t consumed_since_check;
+	uint64_t last_live_check_ns;
+	int gone;                         /* 0, or the sticky -errno once the session ended */
+	char gone_detail[160];
+};
+
+/* ---- errors --------------------------------------------------------------------------- */
+static __thread char errdetail[256];
+
+__attribute__((format(printf, 2, 3)))
+static int set_err(int err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(errdetail, sizeof(errdetail), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+const char *ringlm_errdetail(void)
+{
+	return errdetail;
+}
+
+const char *ringlm_strerror(int err)
+{
+	static __thread char buf[128];
+	int e = err < 0 ? -err : err;
+	const char *name = strerrorname_np(e);
+	char tmp[96];
+	const char *msg = strerror_r(e, tmp, sizeof(tmp));
+	snprintf(buf, sizeof(buf), "%s: %s", name ? name : "E?", msg);
+	return buf;
+}
+
+const char *ringlm_reason_name(int code)
+{
+	return code < 0 ? "unknown" : ringlm_wire_reason_name((unsigned)code);
+}
+
+void ringlm_request_init(ringlm_request *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->max_new_tokens = 16;
+	r->temperature = 0.0f;
+	r->top_p = 1.0f;
+	r->class_name = "default";
+}
+
+/* ---- connect -------------------------------------------------------------------------- */
+static int check_seg_header(const struct ringlm_wire_seg_header *h, uint32_t kind, size_t bytes,
+			    uint64_t session_id, size_t fields_bytes, uint64_t unit, const char *what)
+{
+	if (h->magic != RINGLM_WIRE_MAGIC)
+		return set_err(-EPROTO, "%s segment magic 0x%08x, expected 0x%08x", what, h->magic,
+			       RINGLM_WIRE_MAGIC);
+	if (h->abi != RINGLM_WIRE_ABI)
+		return set_err(-EPROTO, "%s segment has ABI %u, this library ABI %u", what, h->abi,
+			       RINGLM_WIRE_ABI);
+	if (h->kind != kind || h->seg_bytes != bytes || h->session_id != session_id)
+		return set_err(-EPROTO, "%s segment header (kind %u, %llu bytes, session %llu) does not match the handshake",
+			       what, h->kind, (unsigned long long)h->seg_bytes,
+			       (unsigned long long)h->session_id);
+	uint64_t n = h->data_bytes / unit;
+	if (h->data_off < fields_bytes || h->data_off > bytes || h->data_bytes > bytes - h->data_off ||
+	    h->data_bytes % unit || n == 0 || (n & (n - 1)))
+		return set_err(-EPROTO, "%s segment ring at %llu+%llu does not fit %zu bytes or is not a power of two",
+			       what, (unsigned long long)h->data_off, (unsigned long long)h->data_bytes,
+			       bytes);
+	return 0;
+}
+
+static int recv_welcome(int sock, struct ringlm_wire_welcome *w, int fds[3], int *nfds)
+{
+	struct pollfd pfd = { .fd = sock, .events = POLLIN };
+	int r = poll(&pfd, 1, CONNECT_TIMEOUT_MS);
+	if (r == 0)
+		return set_err(-ETIMEDOUT, "no handshake answer from the daemon within %d ms",
+			       CONNECT_TIMEOUT_MS);
+	if (r < 0)
+		return set_err(-errno, "poll on the daemon socket: %s", strerror(errno));
+
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 3)];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = w, .iov_len = sizeof(*w) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			      .msg_controllen = sizeof(ctl.buf) };
+	ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+	if (n < 0)
+		return set_err(-errno, "receiving the handshake: %s", strerror(errno));
+	*nfds = 0;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		for (int i = 0; i < k; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			if (*nfds < 3)
+				fds[(*nfds)++] = fd;
+			else
+				close(fd);
+		}
+	}
+	if (n == 0)
+		return set_err(-ECONNRESET, "the daemon closed the connection during the handshake");
+	if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
+		return set_err(-EPROTO, "handshake message truncated (another ABI?)");
+	if ((size_t)n < 12)
+		return set_err(-EPROTO, "handshake message of %zd bytes", n);
+	if (w->magic != RINGLM_WIRE_MAGIC)
+		return set_err(-EPROTO, "handshake magic 0x%08x, expected 0x%08x: not a ringlmd socket?",
+			       w->magic, RINGLM_WIRE_MAGIC);
+	if (w->abi != RINGLM_WIRE_ABI)
+		return set_err(-EPROTO, "daemon speaks ABI %u, this library ABI %u: upgrade the %s",
+			       w->abi, RINGLM_WIRE_ABI,
+			       w->abi > RINGLM_WIRE_ABI ? "client library" : "daemon");
+	if ((size_t)n != sizeof(*w))
+		return set_err(-EPROTO, "handshake message of %zd bytes, expected %zu", n, sizeof(*w));
+	w->detail[sizeof(w->detail) - 1] = 0;
+	if (w->status < 0)
+		return set_err(w->status, "daemon refused the session: %s", w->detail);
+	if (w->status > 0)
+		return set_err(-EPROTO, "handshake status %d", w->status);
+	return 0;
+}
+
+int ringlm_connect(const char *socket_path, ringlm_client **out)
+{
+	struct ringlm_wire_welcome w;
+	int fds[3] = { -1, -1, -1 }, nfds = 0, r;
+	ringlm_client *c;
+
+	*out = NULL;
+	if (!socket_path || !*socket_path)
+		socket_path = getenv(RINGLM_SOCKET_ENV);
+	if (!socket_path || !*socket_path)
+		socket_path = RINGLM_DEFAULT_SOCKET;
+
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(socket_path) >= sizeof(sa.sun_path))
+		return set_err(-ENAMETOOLONG, "socket path '%s' is longer than %zu bytes", socket_path,
+			       sizeof(sa.sun_path) - 1);
+	strcpy(sa.sun_path, socket_path);
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return set_err(-ENOMEM, "out of memory");
+	c->efd = -1;
+	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (c->sock < 0) {
+		r = set_err(-errno, "socket: %s", strerror(errno));
+		goto fail_free;
+	}
+	if (connect(c->sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		r = set_err(-errno, "connect to '%s': %s (is ringlmd running? set %s or pass a path)",
+			    socket_path, strerror(errno), RINGLM_SOCKET_ENV);
+		goto fail_sock;
+	}
+	struct ringlm_wire_hello hello = { .magic = RINGLM_WIRE_MAGIC, .abi = RINGLM_WIRE_ABI };
+	if (send(c->sock, &hello, sizeof(hello), MSG_NOSIGNAL) != sizeof(hello)) {
+		r = set_err(-errno, "sending the handshake: %s", strerror(errno));
+		goto fail_sock;
+	}
+	memset(&w, 0, sizeof(w));
+	r = recv_welcome(c->sock, &w, fds, &nfds);
+	if (r < 0)
+		goto fail_fds;
+	int want = w.doorbell_mode == RINGLM_WIRE_DB_EVENTFD ? 3 : 2;
+	if ((w.doorbell_mode != RINGLM_WIRE_DB_FUTEX && w.doorbell_mode != RINGLM_WIRE_DB_EVENTFD) ||
+	    nfds != want) {
+		r = set_err(-EPROTO, "handshake: doorbell mode %u with %d fds", w.doorbell_mode, nfds);
+		goto fail_fds;
+	}
+	struct stat st0, st1;
+	if (fstat(fds[0], &st0) || fstat(fds[1], &st1) || (uint64_t)st0.st_size != w.cseg_bytes ||
+	    (uint64_t)st1.st_size != w.dseg_bytes || w.cseg_bytes < RINGLM_WIRE_HEADER_AREA ||
+	    w.dseg_bytes < RINGLM_WIRE_HEADER_AREA) {
+		r = set_err(-EPROTO, "handshake: segment sizes %llu/%llu do not match the fds",
+			    (unsigned long long)w.cseg_bytes, (unsigned long long)w.dseg_bytes);
+		goto fail_fds;
+	}
+	c->cseg_bytes = w.cseg_bytes;
+	c->dseg_bytes = w.dseg_bytes;
+	c->cseg = mmap(NULL, c->cseg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+	if (c->cseg == MAP_FAILED) {
+		c->cseg = NULL;
+		r = set_err(-errno, "mapping the client segment: %s", strerror(errno));
+		goto fail_fds;
+	}
+	c->dseg = mmap(NULL, c->dseg_bytes, PROT_READ, MAP_SHARED, fds[1], 0);
+	if (c->dseg == MAP_FAILED) {
+		c->dseg = NULL;
+		r = set_err(-errno, "mapping the daemon segment: %s", strerror(errno));
+		goto fail_map;
+	}
+	c->session_id = w.session_id;
+	r = check_seg_header(&c->cseg->hdr, RINGLM_WIRE_SEG_CLIENT, c->cseg_bytes, c->session_id,
+			     sizeof(struct ringlm_wire_cseg), 1, "client");
+	if (r < 0)
+		goto fail_map;
+	r = check_seg_header(&c->dseg->hdr, RINGLM_WIRE_SEG_DAEMON, c->dseg_bytes, c->session_id,
+			     sizeof(struct ringlm_wire_dseg), sizeof(struct ringlm_wire_event), "daemon");
+	if (r < 0)
+		goto fail_map;
+	close(fds[0]);
+	close(fds[1]);
+	if (want == 3)
+		c->efd = fds[2];
+
+	c->sub = (struct ring_rec_prod){
+		.data = (uint8_t *)c->cseg + c->cseg->hdr.data_off,
+		.cap = c->cseg->hdr.data_bytes,
+		.prod = 0,
+		.cached_cons = 0,
+		.prod_p = &c->cseg->submit_prod,
+		.cons_p = &c->dseg->submit_cons,
+	};
+	c->ev = (struct ring_ev_cons){
+		.slots = (const struct ringlm_wire_event *)((const uint8_t *)c->dseg + c->dseg->hdr.data_off),
+		.mask = c->dseg->hdr.data_bytes / sizeof(struct ringlm_wire_event) - 1,
+		.prod_p = &c->dseg->ev_prod,
+		.cons_p = &c->cseg->ev_cons,
+	};
+	c->next_id = 1;
+	c->spin_ns = DEFAULT_SPIN_NS;
+	const char *spin = getenv("RINGLM_SPIN_US");
+	if (spin && *spin)
+		c->spin_ns = strtoll(spin, NULL, 10) * 1000;
+	*out = c;
+	return 0;
+
+fail_map:
+	if (c->dseg)
+		munmap((void *)c->dseg, c->dseg_bytes);
+	if (c->cseg)
+		munmap(c->cseg, c->cseg_bytes);
+fail_fds:
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+fail_sock:
+	close(c->sock);
+fail_free:
+	free(c);
+	return r;
+}
+
+void ringlm_close(ringlm_client *c)
+{
+	if (!c)
+		return;
+	/* Closing the socket is the goodbye: the daemon sees EOF and ends the session. */
+	close(c->sock);
+	if (c->efd >= 0)
+		close(c->efd);
+	munmap((void *)c->dseg, c->dseg_bytes);
+	munmap(c->cseg, c->cseg_bytes);
+	free(c);
+}
+
+uint64_t ringlm_session_id(const ringlm_client *c)
+{
+	return c->session_id;
+}
+
+uint64_t ringlm_policy_hash(const ringlm_client *c)
+{
+	return __atomic_load_n(&c->dseg->policy_hash, __ATOMIC_RELAXED);
+}
+
+int ringlm_set_option(ringlm_client *c, int option, long value)
+{
+	switch (option) {
+	case RINGLM_OPT_SPIN_US:
+		if (value < 0)
+			return set_err(-EINVAL, "spin time %ld µs is negative", value);
+		c->spin_ns = value > INT64_MAX / 1000 ? INT64_MAX : (int64_t)value * 1000;
+		return 0;
+	default:
+		return set_err(-EINVAL, "unknown option %d", option);
+	}
+}
+
+/* ---- liveness ------------------------------------------------------------------------- */
+/* The socket carries nothing after the handshake; readable means EOF (daemon gone). */
+static int daemon_gone(ringlm_client *c)
+{
+	struct pollfd pfd = { .fd = c->sock, .events = POLLIN | POLLRDHUP };
+	if (poll(&pfd, 1, 0) <= 0)
+		return 0;
+	if (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR))
+		return 1;
+	char b[64];
+	ssize_t n = recv(c->sock, b, sizeof(b), MSG_DONTWAIT);
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+}
+
+/* Sticky end-of-session error, decided from the daemon's status (it says why when it
+ * ended the session) or from the socket (the daemon process is gone). */
+static int session_end_error(ringlm_client *c, int check_socket)
+{
+	if (c->gone)
+		return set_err(c->gone, "%s", c->gone_detail);
+	uint32_t st = ring_load32(&c->dseg->state);
+	if (st == RINGLM_WIRE_ST_CLOSED) {
+		char reason[sizeof(c->dseg->end_reason)];
+		memcpy(reason, (const char *)c->dseg->end_reason, sizeof(reason));
+		reason[sizeof(reason) - 1] = 0;
+		c->gone = -ECONNRESET;
+		snprintf(c->gone_detail, sizeof(c->gone_detail), "the daemon ended the session: %s",
+			 reason);
+	} else if (check_socket && daemon_gone(c)) {
+		c->gone = -EPIPE;
+		snprintf(c->gone_detail, sizeof(c->gone_detail),
+			 "the daemon closed the connection (it exited or was killed)");
+	} else {
+		return 0;
+	}
+	return set_err(c->gone, "%s", c->gone_detail);
+}
+
+static void ring_daemon(ringlm_client *c)
+{
+	if (c->efd >= 0) {
+		uint64_t one = 1;
+		ssize_t n = write(c->efd, &one, sizeof(one));
+		(void)n; /* a full eventfd counter already means "wake up" */
+		return;
+	}
+	__atomic_add_fetch(&c->cseg->doorbell, 1, __ATOMIC_RELEASE);
+	ring_futex_wake(&c->cseg->doorbell, 1);
+}
+
+/* ---- submit side ---------------------------------------------------------------------- */
+static int put_record(ringlm_client *c, uint32_t len, const struct ringlm_wire_rec_hdr *h,
+		      const void *body, size_t body_len, const int32_t *prompt, uint32_t n_prompt)
+{
+	uint64_t pos;
+	int r = session_end_error(c, 0);
+	if (r < 0)
+		return r;
+	uint32_t st = ring_load32(&c->dseg->state);
+	if (st == RINGLM_WIRE_ST_DRAINING && h->type == RINGLM_WIRE_REC_REQUEST)
+		return set_err(-ESHUTDOWN, "the daemon is draining: no new requests");
+	r = ring_rec_reserve(&c->sub, len, &pos);
+	if (r == -E2BIG)
+		return set_err(-E2BIG, "record of %u bytes is larger than the %llu-byte submit ring",
+			       len, (unsigned long long)c->sub.cap);
+	if (r == -EBADMSG)
+		return set_err(-EPROTO, "the daemon's submit-ring consumer index is impossible");
+	if (r == -EAGAIN) {
+		r = session_end_error(c, 1);
+		if (r < 0)
+			return r;
+		return set_err(-EAGAIN, "submit ring full (%llu bytes); read events and retry",
+			       (unsigned long long)c->sub.cap);
+	}
+	ring_rec_write(&c->sub, pos, 0, h, sizeof(*h));
+	ring_rec_write(&c->sub, pos, sizeof(*h), body, body_len);
+	size_t off = sizeof(*h) + body_len;
+	if (n_prompt) {
+		ring_rec_write(&c->sub, pos, off, prompt, (size_t)n_prompt * 4);
+		off += (size_t)n_prompt * 4;
+	}
+	static const uint8_t zero[8];
+	if (off < len)
+		ring_rec_write(&c->sub, pos, off, zero, len - off);
+	ring_rec_commit(&c->sub, len);
+	/* Dekker with the daemon's sleep: our index store, full fence, its flag. */
+	ring_full_fence();
+	if (ring_load32(&c->dseg->daemon_sleeping))
+		ring_daemon(c);
+	return 0;
+}
+
+static int copy_name(char dst[RINGLM_WIRE_NAME_LEN], const char *src, const char *what)
+{
+	memset(dst, 0, RINGLM_WIRE_NAME_LEN);
+	if (!src)
+		return 0;
+	size_t n = strlen(src);
+	if (n >= RINGLM_WIRE_NAME_LEN)
+		return set_err(-EINVAL, "%s '%s' is %zu bytes, at most %d", what, src, n,
+			       RINGLM_WIRE_NAME_LEN - 1);
+	memcpy(dst, src, n);
+	return 0;
+}
+
+int ringlm_submit(ringlm_client *c, const ringlm_request *req, uint64_t *id)
+{
+	struct ringlm_wire_request w;
+	char why[160];
+	int r;
+
+	if (!c || !req)
+		return set_err(-EINVAL, "NULL client or request");
+	if (!req->prompt && req->n_prompt)
+		return set_err(-EINVAL, "prompt is NULL but n_prompt is %u", req->n_prompt);
+	memset(&w, 0, sizeof(w));
+	w.req_id = c->next_id;
+	w.seed = req->seed;
+	w.deadline_us = req->deadline_us;
+	w.submit_mono_us = ring_now_ns() / 1000;
+	w.max_new_tokens = req->max_new_tokens;
+	w.n_prompt = req->n_prompt;
+	w.temperature = req->temperature;
+	w.top_p = req->top_p;
+	w.top_k = req->top_k;
+	if (ringlm_wire_check_request(&w, why, sizeof(why)))
+		return set_err(-EINVAL, "%s", why);
+	if ((r = copy_name(w.class_name, req->class_name ? req->class_name : "default",
+			   "class_name")) < 0)
+		return r;
+	if (req->tenant_tag && *req->tenant_tag) {
+		if ((r = copy_name(w.tenant_tag, req->tenant_tag, "tenant_tag")) < 0)
+			return r;
+		w.flags |= RINGLM_WIRE_REQ_F_TENANT;
+	}
+	uint64_t len = ringlm_wire_request_bytes(req->n_prompt);
+	if (len > c->sub.cap)
+		return set_err(-E2BIG, "a prompt of %u tokens needs a %llu-byte record, the submit ring holds %llu",
+			       req->n_prompt, (unsigned long long)len, (unsigned long long)c->sub.cap);
+	struct ringlm_wire_rec_hdr h = { .len = (uint32_t)len, .type = RINGLM_WIRE_REC_REQUEST };
+	r = put_record(c, (uint32_t)len, &h, &w, sizeof(w), req->prompt, req->n_prompt);
+	if (r < 0)
+		return r;
+	c->next_id++;
+	if (id)
+		*id = w.req_id;
+	return 0;
+}
+
+int ringlm_cancel(ringlm_client *c, uint64_t req_id)
+{
+	if (!c || req_id == 0)
+		return set_err(-EINVAL, "cancel of request id 0");
+	struct ringlm_wire_cancel body = { .req_id = req_id };
+	struct ringlm_wire_rec_hdr h = { .len = RINGLM_WIRE_CANCEL_BYTES, .type = RINGLM_WIRE_REC_CANCEL };
+	return put_record(c, RINGLM_WIRE_CANCEL_BYTES, &h, &body, sizeof(body), NULL, 0);
+}
+
+/* ---- event side ----------------------------------------------------------------------- */
+/* After consuming: if the daemon waits for space in our event ring, tell it. Checked when
+ * the ring runs empty and every WANT_SPACE_CHECK_EVERY events, not after every event, so
+ * a fast reader pays one fence per batch. */
+static void maybe_wake_for_space(ringlm_client *c, int force)
+{
+	if (!force && c->consumed_since_check < WANT_SPACE_CHECK_EVERY)
+		return;
+	c->consumed_since_check = 0;
+	ring_full_fence();
+	if (ring_load32(&c->dseg->want_space) && ring_load32(&c->dseg->daemon_sleeping))
+		ring_daemon(c);
+}
+
+/* 1 with *ev, 0 nothing (complete) available, <0 protocol error. */
+static int take_event(ringlm_client *c, ringlm_event *out)
+{
+	char why[128];
+	int64_t n = ring_ev_avail(&c->ev, 1, why, sizeof(why));
+	if (n < 0)
+		return set_err(-EPROTO, "%s", why);
+	if (n == 0)
+		return 0;
+	struct ringlm_wire_event e = ring_ev_peek(&c->ev, 0);
+	unsigned kind = RINGLM_WIRE_EV_KIND(e.meta);
+	memset(out, 0, sizeof(*out));
+	out->req_id = e.req_id;
+	if (kind == RINGLM_WIRE_EV_TOKEN) {
+		out->kind = RINGLM_EV_TOKEN;
+		out->token = e.value;
+		out->index = RINGLM_WIRE_EV_LOW(e.meta);
+		ring_ev_consume(&c->ev, 1);
+		c->consumed_since_check++;
+		return 1;
+	}
+	if (kind != RINGLM_WIRE_EV_FINISH)
+		return set_err(-EPROTO, "event kind %u at index %llu unknown", kind,
+			       (unsigned long long)c->ev.cons);
+	/* The FINISH_EXT is published together with its FINISH. */
+	n = ring_ev_avail(&c->ev, 2, why, sizeof(why));
+	if (n < 0)
+		return set_err(-EPROTO, "%s", why);
+	if (n < 2)
+		return 0;
+	struct ringlm_wire_event x = ring_ev_peek(&c->ev, 1);
+	if (RINGLM_WIRE_EV_KIND(x.meta) != RINGLM_WIRE_EV_FINISH_EXT ||
+	    (uint32_t)x.value != (uint32_t)e.req_id)
+		return set_err(-EPROTO, "FINISH of request %llu not followed by its FINISH_EXT",
+			       (unsigned long long)e.req_id);
+	uint32_t low = RINGLM_WIRE_EV_LOW(e.meta);
+	out->kind = RINGLM_EV_FINISH;
+	out->finish_reason = (int)((low >> 8) & 0xff);
+	out->reject_reason = (int)(low & 0xff);
+	out->n_tokens = (uint32_t)e.value;
+	out->policy_hash = x.req_id;
+	ring_ev_consume(&c->ev, 2);
+	c->consumed_since_check += 2;
+	return 1;
+}
+
+int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms)
+{
+	uint64_t start = 0, deadline = UINT64_MAX;
+	int r;
+
+	for (int round = 0;; round++) {
+		r = take_event(c, ev);
+		if (r != 0) {
+			if (r > 0)
+				maybe_wake_for_space(c, 0);
+			return r;
+		}
+		maybe_wake_for_space(c, 1);
+		r = session_end_error(c, 0);
+		if (r < 0)
+			return r;
+		if (timeout_ms == 0) {
+			/* Pollers learn of a dead daemon too, at a bounded syscall cost. */
+			uint64_t now = ring_now_ns();
+			if (now - c->last_live_check_ns < (uint64_t)SLEEP_SLICE_NS)
+				return 0;
+			c->last_live_check_ns = now;
+			return session_end_error(c, 1);
+		}
+		if (round == 0) {
+			start = ring_now_ns();
+			if (timeout_ms > 0)
+				deadline = start + (uint64_t)timeout_ms * 1000000ull;
+		}
+		uint64_t now = ring_now_ns();
+		if (now >= deadline)
+			return 0;
+		if ((int64_t)(now - start) < c->spin_ns) {
+			for (int i = 0; i < 64; i++) {
+				if (ring_load_relaxed(c->ev.prod_p) != c->ev.cons)
+					break;
+				ring_cpu_relax();
+			}
+			continue;
+		}
+		/* Sleep: flag, full fence, look again, then wait on the low word of ev_prod
+		 * with the value we saw — a publish in between makes the wait return. */
+		ring_store32(&c->cseg->client_sleeping, 1);
+		ring_full_fence();
+		uint64_t prod = ring_load_acquire(c->ev.prod_p);
+		if (prod != c->ev.cons || ring_load32(&c->dseg->state) == RINGLM_WIRE_ST_CLOSED) {
+			ring_store32(&c->cseg->client_sleeping, 0);
+			continue;
+		}
+		int64_t slice = SLEEP_SLICE_NS;
+		if (deadline != UINT64_MAX && (int64_t)(deadline - now) < slice)
+			slice = (int64_t)(deadline - now);
+		r = ring_futex_wait((const uint32_t *)c->ev.prod_p, (uint32_t)prod, slice);
+		ring_store32(&c->cseg->client_sleeping, 0);
+		if (r == -EINTR)
+			return set_err(-EINTR, "interrupted while waiting for events");
+		if (r == -ETIMEDOUT) {
+			/* The end is sticky but reported only once every published event
+			 * has been taken (take_event runs first in each round). */
+			(void)session_end_error(c, 1);
+		}
+	}
+}
