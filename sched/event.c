@@ -1,0 +1,170 @@
+/* SPDX-License-Identifier: MIT */
+/* event.c — stable names of every scheduler enum, the error detail string, and the JSON-line
+ * writer of DESIGN.md §5 shared by the daemon's decision log and the simulator. */
+#include "sched/sched.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- names --------------------------------------------------------------------------- */
+
+#define NAME_OF(table, v) \
+    (((unsigned)(v) < sizeof(table) / sizeof((table)[0])) ? (table)[(unsigned)(v)] : "?")
+
+static const char *const mode_names[] = {"static", "dynamic", "continuous", "token_budget"};
+static const char *const preempt_names[] = {"auto", "swap", "recompute"};
+static const char *const reject_names[] = {
+    "none", "invalid", "duplicate_id", "unknown_class", "unknown_tenant", "too_long",
+    "never_fits", "tenant_quota", "queue_full", "deadline_infeasible"};
+static const char *const cancel_names[] = {"client_cancel", "disconnect", "backpressure",
+                                           "shutdown"};
+static const char *const defer_names[] = {"none", "budget", "blocks", "quota", "rate",
+                                          "max_active", "output_backpressure", "batch"};
+static const char *const timeout_names[] = {"queue_wait", "deadline", "deadline_infeasible"};
+static const char *const finish_names[] = {"none", "stop", "length"};
+static const char *const pool_names[] = {"device", "host", "disk"};
+static const char *const event_names[] = {
+    "admit", "reject", "defer", "schedule", "preempt", "swap_out", "swap_in", "recompute",
+    "cancel", "timeout", "finish", "release"};
+
+_Static_assert(sizeof(reject_names) / sizeof(reject_names[0]) == SCHED_REJECT__COUNT, "names");
+_Static_assert(sizeof(cancel_names) / sizeof(cancel_names[0]) == SCHED_CANCEL__COUNT, "names");
+_Static_assert(sizeof(defer_names) / sizeof(defer_names[0]) == SCHED_DEFER__COUNT, "names");
+_Static_assert(sizeof(timeout_names) / sizeof(timeout_names[0]) == SCHED_TIMEOUT__COUNT, "names");
+_Static_assert(sizeof(pool_names) / sizeof(pool_names[0]) == SCHED_POOL__COUNT, "names");
+_Static_assert(sizeof(event_names) / sizeof(event_names[0]) == SCHED_EV__COUNT, "names");
+
+const char *sched_mode_name(sched_mode m) { return NAME_OF(mode_names, m); }
+const char *sched_preempt_mode_name(sched_preempt_mode m) { return NAME_OF(preempt_names, m); }
+const char *sched_reject_name(sched_reject_reason r) { return NAME_OF(reject_names, r); }
+const char *sched_cancel_name(sched_cancel_reason r) { return NAME_OF(cancel_names, r); }
+const char *sched_defer_name(sched_defer_reason r) { return NAME_OF(defer_names, r); }
+const char *sched_timeout_name(sched_timeout_reason r) { return NAME_OF(timeout_names, r); }
+const char *sched_finish_name(sched_finish_reason r) { return NAME_OF(finish_names, r); }
+const char *sched_pool_name(sched_pool p) { return NAME_OF(pool_names, p); }
+const char *sched_event_name(sched_event_kind k) { return NAME_OF(event_names, k); }
+
+/* ---- error detail ------------------------------------------------------------------------ */
+
+/* Thread-local so two schedulers on two threads never read each other's message; it is the
+ * only state outside a scheduler or a policy. */
+static __thread char last_error[256];
+
+const char *sched_last_error(void) { return last_error; }
+
+void sched__set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void sched__set_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    va_end(ap);
+}
+
+/* ---- JSON writer ------------------------------------------------------------------------- */
+
+typedef struct jbuf { char *p; size_t len, used; } jbuf;
+
+static void jraw(jbuf *b, const char *s, size_t n)
+{
+    if (b->used < b->len) {
+        size_t room = b->len - b->used - 1;   /* keep one byte for the NUL */
+        memcpy(b->p + b->used, s, n < room ? n : room);
+    }
+    b->used += n;
+}
+
+static void jfmt(jbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void jfmt(jbuf *b, const char *fmt, ...)
+{
+    char tmp[64];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    if (n > 0) jraw(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+}
+
+/* Names are validated at policy parse ([A-Za-z0-9_.-]) but the writer escapes anyway, so a
+ * future caller-supplied string can never break a log line. */
+static void jstr(jbuf *b, const char *key, const char *v)
+{
+    if (!v) return;
+    jfmt(b, ",\"%s\":\"", key);
+    for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
+        if (*c == '"' || *c == '\\') { char e[2] = {'\\', (char)*c}; jraw(b, e, 2); }
+        else if (*c < 0x20) jfmt(b, "\\u%04x", *c);
+        else jraw(b, (const char *)c, 1);
+    }
+    jraw(b, "\"", 1);
+}
+
+static void ju(jbuf *b, const char *key, uint64_t v) { jfmt(b, ",\"%s\":%llu", key, (unsigned long long)v); }
+static void jd(jbuf *b, const char *key, double v)
+{
+    if (v < 0) jfmt(b, ",\"%s\":null", key);
+    else jfmt(b, ",\"%s\":%.1f", key, v);
+}
+
+size_t sched_event_json(const sched_event *ev, char *buf, size_t len)
+{
+    jbuf b = {buf, len, 0};
+    if (!ev) { if (buf && len) buf[0] = 0; return 0; }
+    if (!buf) b.len = 0;
+    jfmt(&b, "{\"t_us\":%llu", (unsigned long long)ev->t_us);
+    jstr(&b, "ev", sched_event_name(ev->kind));
+    ju(&b, "req", ev->req);
+    jstr(&b, "tenant", ev->tenant);
+    jstr(&b, "class", ev->class_name);
+    jstr(&b, "reason", ev->reason);
+    switch (ev->kind) {
+    case SCHED_EV_ADMIT:
+    case SCHED_EV_REJECT:
+        ju(&b, "prompt_tokens", ev->prompt_tokens);
+        ju(&b, "max_tokens", ev->max_tokens);
+        break;
+    case SCHED_EV_DEFER:
+        break;
+    case SCHED_EV_SCHEDULE:
+        ju(&b, "blocks", ev->blocks);
+        ju(&b, "wait_us", ev->wait_us);
+        break;
+    case SCHED_EV_PREEMPT:
+        jstr(&b, "mode", ev->mode);
+        ju(&b, "blocks", ev->blocks);
+        jd(&b, "swap_cost_us", ev->swap_cost_us);
+        jd(&b, "recompute_cost_us", ev->recompute_cost_us);
+        break;
+    case SCHED_EV_SWAP_OUT:
+    case SCHED_EV_SWAP_IN:
+        ju(&b, "xfer", ev->xfer);
+        ju(&b, "blocks", ev->blocks);
+        ju(&b, "bytes", ev->bytes);
+        jstr(&b, "pool", ev->pool);
+        break;
+    case SCHED_EV_RECOMPUTE:
+        ju(&b, "tokens", ev->tokens);
+        break;
+    case SCHED_EV_CANCEL:
+        break;
+    case SCHED_EV_TIMEOUT:
+        ju(&b, "wait_us", ev->wait_us);
+        break;
+    case SCHED_EV_FINISH:
+        ju(&b, "prompt_tokens", ev->prompt_tokens);
+        ju(&b, "output_tokens", ev->output_tokens);
+        ju(&b, "wait_us", ev->wait_us);
+        jstr(&b, "policy", ev->policy);
+        break;
+    case SCHED_EV_RELEASE:
+        ju(&b, "blocks", ev->blocks);
+        jstr(&b, "pool", ev->pool);
+        break;
+    default:
+        break;
+    }
+    jraw(&b, "}", 1);
+    if (b.len) b.p[b.used < b.len ? b.used : b.len - 1] = 0;
+    return b.used;
+}

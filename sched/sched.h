@@ -1,0 +1,540 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sched.h — the ringlm scheduler: a pure, deterministic policy core.
+ *
+ * The scheduler decides, every iteration, which sequences run, how many tokens each gets,
+ * who is preempted (swap or recompute, by an explicit cost model), who is admitted, who is
+ * rejected or timed out — and explains every decision as an event.  It does no I/O, reads
+ * no clock and starts no threads: time is an argument (`now_us`, any monotonic microsecond
+ * clock the caller chooses), so the daemon and the simulator link these same objects and
+ * the same inputs give the same decisions and a byte-identical event stream.
+ *
+ * Lifecycle
+ *   1. sched_policy_parse()    text of a policy file (the caller reads the file) → policy
+ *   2. sched_create()          policy + pools + cost model + event sink → scheduler
+ *   3. per iteration:
+ *        sched_submit() / sched_cancel() / sched_set_output_blocked()   (any time)
+ *        plan = sched_step(now)        releases, transfers to start, batch entries
+ *        ... start plan transfers, execute plan entries on the engine ...
+ *        sched_commit(results)         tokens produced, finished flags, measured step time
+ *        sched_transfer_done()         whenever a transfer from some plan completes
+ *   4. sched_destroy(), sched_policy_free()
+ *
+ * Thread safety: none.  A scheduler is driven by one thread; distinct schedulers are
+ * independent.  Policies are immutable after parsing and may be shared read-only.
+ *
+ * Errors: functions return 0 or a negative errno; sched_last_error() gives a thread-local
+ * sentence naming what was wrong ("line 7: tenant \"b\": weight must be > 0, got -1").
+ *
+ * Tokens and positions.  A sequence has `known` tokens (prompt + generated so far) and
+ * `computed` tokens whose KV is in the device cache.  An entry of the plan asks the engine
+ * to process tokens [start_pos, start_pos + n_tokens) of that sequence; a decode entry is
+ * n_tokens = 1 (the last sampled token); a prefill chunk is more, and after a recompute
+ * preemption the re-prefill covers prompt + generated tokens.  `samples` says whether the
+ * engine must sample a next token from the last row of the entry.
+ */
+#ifndef RINGLM_SCHED_H
+#define RINGLM_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------- */
+/* Limits                                                                                   */
+/* ---------------------------------------------------------------------------------------- */
+
+#define SCHED_NAME_MAX     32   /* class/tenant name incl. NUL: [A-Za-z0-9_.-]{1,31} */
+#define SCHED_MAX_CLASSES  16
+#define SCHED_MAX_TENANTS  64
+#define SCHED_MAX_UIDS     1024 /* uid→tenant entries plus trusted uids */
+#define SCHED_HASH_HEX_LEN 16   /* hex digits of the policy hash (plus NUL in buffers) */
+
+/* ---------------------------------------------------------------------------------------- */
+/* Enums with stable string names (used in events, metrics labels, logs)                    */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef enum sched_mode {
+    SCHED_MODE_STATIC = 0,     /* "static": group of N or timeout, pad, hold until slowest ends */
+    SCHED_MODE_DYNAMIC,        /* "dynamic": collect for a time window, run the group to the end */
+    SCHED_MODE_CONTINUOUS,     /* "continuous": rebuild every step, FCFS, whole-prompt prefill,
+                                  recompute preemption of the newest — today's common baseline */
+    SCHED_MODE_TOKEN_BUDGET,   /* "token_budget": everything in this header */
+} sched_mode;
+
+typedef enum sched_preempt_mode {
+    SCHED_PREEMPT_AUTO = 0,    /* "auto": cheaper of swap/recompute by the cost model */
+    SCHED_PREEMPT_SWAP,        /* "swap": swap when a host/disk pool has room, else recompute */
+    SCHED_PREEMPT_RECOMPUTE,   /* "recompute" */
+} sched_preempt_mode;
+
+/* Why a request was refused at submit.  Every value has a stable name (sched_reject_name). */
+typedef enum sched_reject_reason {
+    SCHED_REJECT_NONE = 0,          /* "none" */
+    SCHED_REJECT_INVALID,           /* "invalid": prompt_len 0, max_new_tokens 0, ... */
+    SCHED_REJECT_DUPLICATE,         /* "duplicate_id": id already live in this scheduler */
+    SCHED_REJECT_UNKNOWN_CLASS,     /* "unknown_class" */
+    SCHED_REJECT_UNKNOWN_TENANT,    /* "unknown_tenant" */
+    SCHED_REJECT_TOO_LONG,          /* "too_long": prompt + max_new_tokens > max_context */
+    SCHED_REJECT_NEVER_FITS,        /* "never_fits": needs more KV blocks than the device pool
+                                       (or the tenant's max_kv_blocks) can ever hold */
+    SCHED_REJECT_TENANT_QUOTA,      /* "tenant_quota": tenant's max_queued_tokens exceeded */
+    SCHED_REJECT_QUEUE_FULL,        /* "queue_full": global queue max requests/tokens */
+    SCHED_REJECT_DEADLINE,          /* "deadline_infeasible": the deadline (or the class's
+                                       max_queue_wait) cannot be met given the queued work and
+                                       the measured prefill rate */
+    SCHED_REJECT__COUNT
+} sched_reject_reason;
+
+/* Why a request was cancelled (argument of sched_cancel). */
+typedef enum sched_cancel_reason {
+    SCHED_CANCEL_CLIENT = 0,        /* "client_cancel" */
+    SCHED_CANCEL_DISCONNECT,        /* "disconnect": client died / session ended */
+    SCHED_CANCEL_BACKPRESSURE,      /* "backpressure": output blocked longer than allowed */
+    SCHED_CANCEL_SHUTDOWN,          /* "shutdown" */
+    SCHED_CANCEL__COUNT
+} sched_cancel_reason;
+
+/* Why a runnable request did not get work this step (defer events). */
+typedef enum sched_defer_reason {
+    SCHED_DEFER_NONE = 0,
+    SCHED_DEFER_BUDGET,             /* "budget": token budget of the step spent */
+    SCHED_DEFER_BLOCKS,             /* "blocks": not enough free device KV blocks */
+    SCHED_DEFER_QUOTA,              /* "quota": tenant's max_kv_blocks reached */
+    SCHED_DEFER_RATE,               /* "rate": tenant's token rate exhausted */
+    SCHED_DEFER_MAX_ACTIVE,         /* "max_active": max active sequences reached */
+    SCHED_DEFER_BACKPRESSURE,       /* "output_backpressure": client not reading its output */
+    SCHED_DEFER_BATCH,              /* "batch": static/dynamic mode waiting for its group */
+    SCHED_DEFER__COUNT
+} sched_defer_reason;
+
+/* Why a request timed out. */
+typedef enum sched_timeout_reason {
+    SCHED_TIMEOUT_QUEUE_WAIT = 0,   /* "queue_wait": waited longer than its class allows */
+    SCHED_TIMEOUT_DEADLINE,         /* "deadline": its absolute deadline passed */
+    SCHED_TIMEOUT_PREEMPT,          /* "deadline_infeasible": preempted and neither swap nor
+                                       recompute could bring it back before its deadline */
+    SCHED_TIMEOUT__COUNT
+} sched_timeout_reason;
+
+typedef enum sched_finish_reason {
+    SCHED_FINISH_NONE = 0,          /* not finished */
+    SCHED_FINISH_STOP,              /* "stop": stop token (reported by the caller) */
+    SCHED_FINISH_LENGTH,            /* "length": max_new_tokens or max_context reached */
+} sched_finish_reason;
+
+typedef enum sched_pool {
+    SCHED_POOL_DEVICE = 0,          /* "device" */
+    SCHED_POOL_HOST,                /* "host" */
+    SCHED_POOL_DISK,                /* "disk" */
+    SCHED_POOL__COUNT
+} sched_pool;
+
+/* Stable names ("token_budget", "queue_full", ...).  Out-of-range values give "?". */
+const char *sched_mode_name(sched_mode m);
+const char *sched_preempt_mode_name(sched_preempt_mode m);
+const char *sched_reject_name(sched_reject_reason r);
+const char *sched_cancel_name(sched_cancel_reason r);
+const char *sched_defer_name(sched_defer_reason r);
+const char *sched_timeout_name(sched_timeout_reason r);
+const char *sched_finish_name(sched_finish_reason r);
+const char *sched_pool_name(sched_pool p);
+
+/* Thread-local description of the last error returned by any sched_* function. */
+const char *sched_last_error(void);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Policy                                                                                   */
+/* ---------------------------------------------------------------------------------------- */
+/*
+ * Text format (see sched/example.policy, which explains every knob): INI-style sections
+ *   [scheduler]          global knobs
+ *   [class NAME]         one per class
+ *   [tenant NAME]        one per tenant (uids = 1000 1001 maps those uids to it)
+ *   [trust]              uids = 0 1000     — uids allowed to name a tenant per request
+ * `key = value`; `#` or `;` starts a comment (at line start or after whitespace); durations
+ * take a unit (`250us`, `20ms`, `2s`; a bare number is microseconds); booleans are
+ * yes/no/true/false/on/off/1/0.  Unknown sections or keys, duplicate keys, duplicate names,
+ * bad numbers and out-of-range values are errors with the line number and the reason.
+ * With no [class] section a class "default" exists; with no [tenant] section a tenant
+ * "default" exists and is the default tenant.
+ *
+ * Canonical form: every knob written explicitly with its value (defaults filled in), fixed
+ * key order, classes and tenants sorted by name, uid lists sorted, durations in `us`.  Two
+ * files that mean the same thing (comments, spacing, order, units, defaults spelt out or
+ * not) have the same canonical text and therefore the same 64-bit hash (FNV-1a 64 of the
+ * canonical text).
+ */
+typedef struct sched_policy sched_policy;   /* opaque, immutable after parse */
+
+typedef struct sched_policy_error {
+    int  line;                      /* 1-based line of the first error, 0 = not line-bound */
+    char reason[200];               /* e.g. "key \"weight\": expected a number > 0, got \"x\"" */
+} sched_policy_error;
+
+typedef struct sched_class_cfg {
+    char     name[SCHED_NAME_MAX];
+    int32_t  priority;              /* higher runs first; default 0 */
+    double   aging_per_s;           /* priority points gained per second of waiting; default 1 */
+    uint64_t ttft_target_us;        /* goal for first token (0 = none); stats count met/missed */
+    uint64_t tpot_target_us;        /* goal per output token (0 = none); while a sequence of
+                                       this class decodes, prefill per step is capped so the
+                                       predicted step time stays under it (one chunk minimum) */
+    uint64_t max_queue_wait_us;     /* waiting longer → timeout "queue_wait" (0 = unbounded);
+                                       admission rejects when the predicted wait exceeds it */
+    bool     latency_sensitive;     /* decodes first, uses the decode reserve */
+} sched_class_cfg;
+
+typedef struct sched_tenant_cfg {
+    char     name[SCHED_NAME_MAX];
+    double   weight;                /* fair-share weight (> 0); default 1 */
+    uint64_t max_queued_tokens;     /* prompt tokens waiting, 0 = unlimited */
+    uint32_t max_kv_blocks;         /* device KV blocks held at once, 0 = unlimited */
+    double   token_rate_per_s;      /* prefill+output tokens per second, 0 = unlimited
+                                       (token bucket with one second of burst) */
+} sched_tenant_cfg;
+
+typedef struct sched_policy_cfg {
+    sched_mode         mode;                  /* default token_budget */
+    uint32_t           token_budget;          /* tokens per step (decode + prefill); 512 */
+    uint32_t           max_active_seqs;       /* sequences holding device KV; 256 */
+    uint32_t           prefill_chunk;         /* max prefill tokens per sequence per step; 256 */
+    uint32_t           decode_reserve_tokens; /* budget held back from prefill while
+                                                 latency-sensitive sequences decode; 0 */
+    double             kv_charge_per_block_s; /* virtual tokens charged per block-second; 1 */
+    sched_preempt_mode preemption;            /* default auto */
+    uint64_t           min_residency_us;      /* not preempted again sooner after resume */
+    uint32_t           max_preemptions;       /* per request; 0 = unlimited; default 4 */
+    uint32_t           queue_max_requests;    /* global waiting requests, 0 = unlimited */
+    uint64_t           queue_max_tokens;      /* global waiting prompt tokens, 0 = unlimited */
+    uint32_t           static_batch_size;     /* static mode: group size N; 8 */
+    uint64_t           static_batch_timeout_us; /* static mode: start a short group after */
+    uint64_t           dynamic_window_us;     /* dynamic mode: collection window */
+    uint64_t           backpressure_timeout_us; /* output blocked this long → cancel; 0 = never */
+    int32_t            default_class;         /* index, requests naming no class */
+    int32_t            default_tenant;        /* index, or -1: unmapped uids are refused */
+} sched_policy_cfg;
+
+/* Parse policy text (NUL-terminated).  On success *out is a new policy (free with
+ * sched_policy_free).  Errors: -EINVAL (err->line/err->reason say where and why; err may be
+ * NULL), -ENOMEM. */
+int  sched_policy_parse(const char *text, sched_policy **out, sched_policy_error *err);
+void sched_policy_free(sched_policy *p);
+
+const sched_policy_cfg *sched_policy_get(const sched_policy *p);
+int                     sched_policy_n_classes(const sched_policy *p);
+const sched_class_cfg  *sched_policy_class(const sched_policy *p, int idx);   /* NULL if bad */
+int                     sched_policy_n_tenants(const sched_policy *p);
+const sched_tenant_cfg *sched_policy_tenant(const sched_policy *p, int idx);  /* NULL if bad */
+/* Index by name; -ENOENT when absent (name NULL → the default class / default tenant,
+ * -ENOENT if there is no default tenant). */
+int sched_policy_class_index(const sched_policy *p, const char *name);
+int sched_policy_tenant_index(const sched_policy *p, const char *name);
+
+/* The tenant a connecting uid belongs to: its mapped tenant, else the default tenant;
+ * -ENOENT when unmapped and the policy has no default tenant (the daemon refuses it). */
+int  sched_policy_tenant_for_uid(const sched_policy *p, uint32_t uid);
+/* A trusted uid (a gateway) may name the tenant per request. */
+bool sched_policy_uid_trusted(const sched_policy *p, uint32_t uid);
+
+/* Canonical text (owned by the policy, valid while it lives), its hash and the hash as 16
+ * lowercase hex digits (owned by the policy). */
+const char *sched_policy_canonical(const sched_policy *p);
+uint64_t    sched_policy_hash(const sched_policy *p);
+const char *sched_policy_hash_hex(const sched_policy *p);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Events                                                                                   */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef enum sched_event_kind {
+    SCHED_EV_ADMIT = 0,   /* accepted into the queue: prompt_tokens, max_tokens */
+    SCHED_EV_REJECT,      /* refused at submit: reason, prompt_tokens, max_tokens */
+    SCHED_EV_DEFER,       /* runnable but not served: reason (emitted when the reason changes,
+                             not every step) */
+    SCHED_EV_SCHEDULE,    /* got device KV and work: blocks, wait_us; reason "start"|"resume" */
+    SCHED_EV_PREEMPT,     /* mode, blocks, swap_cost_us, recompute_cost_us, reason
+                             ("blocks"|"quota") */
+    SCHED_EV_SWAP_OUT,    /* transfer planned: xfer, blocks, bytes, pool (destination) */
+    SCHED_EV_SWAP_IN,     /* transfer planned: xfer, blocks, bytes, pool (source) */
+    SCHED_EV_RECOMPUTE,   /* re-prefill starts: tokens (context to recompute) */
+    SCHED_EV_CANCEL,      /* reason (sched_cancel_name) */
+    SCHED_EV_TIMEOUT,     /* reason (sched_timeout_name), wait_us */
+    SCHED_EV_FINISH,      /* reason ("stop"|"length"), output_tokens, prompt_tokens,
+                             wait_us (to first token), policy (hash hex) */
+    SCHED_EV_RELEASE,     /* blocks, pool; one event per pool that held blocks */
+    SCHED_EV__COUNT
+} sched_event_kind;
+
+const char *sched_event_name(sched_event_kind k);   /* "admit", "reject", ... */
+
+/* One decision.  Strings point into the scheduler/policy and are valid during the callback
+ * only; copy what you keep.  Fields not listed for a kind above are zero/NULL. */
+typedef struct sched_event {
+    uint64_t         t_us;
+    sched_event_kind kind;
+    uint64_t         req;
+    const char      *tenant;
+    const char      *class_name;
+    const char      *reason;            /* stable name, or NULL */
+    const char      *mode;              /* preempt: "swap"|"recompute" */
+    const char      *pool;              /* release/swap: "device"|"host"|"disk" */
+    const char      *policy;            /* finish: policy hash hex */
+    uint32_t         blocks;
+    uint32_t         tokens;            /* recompute: context tokens */
+    uint32_t         prompt_tokens;
+    uint32_t         max_tokens;
+    uint32_t         output_tokens;
+    uint64_t         wait_us;
+    uint64_t         xfer;              /* transfer id */
+    uint64_t         bytes;
+    double           swap_cost_us;      /* preempt: estimates (swap -1 when no pool has room) */
+    double           recompute_cost_us;
+} sched_event;
+
+typedef void (*sched_event_fn)(void *ctx, const sched_event *ev);
+
+/* Write the JSON line of DESIGN.md §5 for ev into buf (NUL-terminated, no trailing newline):
+ *   {"t_us":…,"ev":"…","req":…,"tenant":"…","class":"…","reason":"…",…kind fields…}
+ * Keys with NULL strings are omitted; numbers are integers except the cost estimates
+ * (one decimal).  Pure; returns the length it needed (like snprintf; ≥ len means truncated).*/
+size_t sched_event_json(const sched_event *ev, char *buf, size_t len);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Scheduler                                                                                */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct sched sched;   /* opaque */
+
+typedef struct sched_tier_cost {
+    double out_bytes_per_s;     /* device → tier (initial estimate; refined by completions) */
+    double in_bytes_per_s;      /* tier → device */
+    double latency_us;          /* per transfer */
+} sched_tier_cost;
+
+typedef struct sched_config {
+    uint32_t kv_blocks_device;  /* > 0 */
+    uint32_t kv_blocks_host;    /* 0 = no host tier */
+    uint32_t kv_blocks_disk;    /* 0 = no disk tier */
+    uint32_t block_size;        /* tokens per block, > 0 */
+    uint64_t kv_bytes_per_token;/* all layers K+V, > 0 */
+    uint32_t max_context;       /* prompt + max_new_tokens limit, > 0 */
+    /* Initial step cost model (perf/calibrate's step_model, sim/FORMATS.md):
+     *   step_us = step_base_us + prefill_us_per_token * prefill_tokens
+     *           + decode_us_per_seq * decode_seqs + context_us_per_token * sum(context)
+     * A measured step time (sched_commit) corrects it continuously (EWMA of measured /
+     * predicted), so the model tracks reality.  prefill_us_per_token must be > 0. */
+    double   step_base_us;
+    double   prefill_us_per_token;
+    double   decode_us_per_seq;
+    double   context_us_per_token;
+    sched_tier_cost host;       /* used when kv_blocks_host > 0 */
+    sched_tier_cost disk;       /* used when kv_blocks_disk > 0 */
+} sched_config;
+
+/* Create a scheduler.  The policy is copied (the caller may free its own).  sink may be NULL
+ * (no events).  seed drives the only randomness (none today beyond id tie-breaks; kept so a
+ * future randomized policy stays reproducible).  Errors: -EINVAL (a config field named in
+ * sched_last_error), -ENOMEM. */
+int  sched_create(const sched_policy *policy, const sched_config *cfg,
+                  sched_event_fn sink, void *sink_ctx, uint64_t seed, sched **out);
+void sched_destroy(sched *s);
+
+typedef struct sched_request {
+    uint64_t    id;              /* unique among live requests */
+    int32_t     tenant;          /* tenant index, or -1: look up tenant_name */
+    const char *tenant_name;     /* used when tenant < 0; NULL → default tenant */
+    int32_t     class_idx;       /* class index, or -1: look up class_name */
+    const char *class_name;      /* used when class_idx < 0; NULL → default class */
+    uint32_t    prompt_len;      /* > 0 */
+    uint32_t    max_new_tokens;  /* > 0 */
+    uint64_t    deadline_us;     /* absolute, 0 = none */
+    uint64_t    arrival_us;      /* when it reached the caller (≤ now_us); 0 → now_us */
+} sched_request;
+
+/* Submit.  Returns 0 when admitted to the queue (event "admit"), else a negative errno and
+ * *reason (may be NULL) says why (event "reject" with the same reason):
+ *   -EINVAL invalid / unknown_class / unknown_tenant,  -EEXIST duplicate_id,
+ *   -E2BIG too_long / never_fits,  -EAGAIN tenant_quota / queue_full (transient),
+ *   -ETIME deadline_infeasible. */
+int sched_submit(sched *s, const sched_request *req, uint64_t now_us,
+                 sched_reject_reason *reason);
+
+/* Cancel a live request: event "cancel" now; its KV blocks (every pool) are released at the
+ * start of the next sched_step (listed in plan->releases, events "release"), or when its
+ * in-flight transfer completes.  -ENOENT when the id is not live. */
+int sched_cancel(sched *s, uint64_t id, uint64_t now_us, sched_cancel_reason reason);
+
+/* Backpressure: while blocked the sequence is not scheduled (defer "output_backpressure");
+ * blocked longer than the policy's backpressure_timeout → cancelled with reason
+ * "backpressure".  -ENOENT when the id is not live. */
+int sched_set_output_blocked(sched *s, uint64_t id, bool blocked, uint64_t now_us);
+
+/* ---- the plan ---------------------------------------------------------------------------- */
+
+typedef struct sched_entry {
+    uint64_t        req;
+    uint32_t        start_pos;    /* first position processed */
+    uint32_t        n_tokens;     /* 1 for decode, a chunk for prefill / re-prefill */
+    bool            samples;      /* sample a token from the last row of this entry */
+    bool            prefill;      /* n_tokens > 1 or first token of a prompt */
+    uint16_t        tenant;       /* index */
+    uint16_t        class_idx;
+    uint32_t        n_blocks;     /* device block table covering start_pos + n_tokens */
+    const uint32_t *blocks;       /* physical device block ids, valid until the next step */
+} sched_entry;
+
+typedef struct sched_release {
+    uint64_t req;
+    uint32_t blocks[SCHED_POOL__COUNT];   /* blocks freed per pool by this release */
+    sched_event_kind why;                 /* SCHED_EV_FINISH, _CANCEL or _TIMEOUT */
+} sched_release;
+
+typedef enum sched_xfer_dir { SCHED_XFER_OUT = 0, SCHED_XFER_IN = 1 } sched_xfer_dir;
+
+typedef struct sched_transfer {
+    uint64_t        id;           /* report with sched_transfer_done */
+    uint64_t        req;
+    sched_xfer_dir  dir;          /* OUT: device → tier; IN: tier → device */
+    sched_pool      tier;         /* SCHED_POOL_HOST or SCHED_POOL_DISK */
+    uint32_t        n_blocks;
+    const uint32_t *src;          /* OUT: device ids, IN: tier ids   (valid until next step) */
+    const uint32_t *dst;          /* OUT: tier ids,   IN: device ids */
+    uint64_t        bytes;        /* n_blocks * block_size * kv_bytes_per_token */
+} sched_transfer;
+
+typedef struct sched_preemption {
+    uint64_t           req;
+    sched_preempt_mode mode;      /* SWAP (see transfers) or RECOMPUTE (blocks freed now) */
+    uint32_t           blocks;    /* device blocks it held */
+    double             swap_cost_us;       /* -1 when no tier had room */
+    double             recompute_cost_us;
+} sched_preemption;
+
+typedef struct sched_ended {
+    uint64_t         req;
+    sched_event_kind kind;        /* SCHED_EV_TIMEOUT or SCHED_EV_CANCEL (backpressure) */
+    const char      *reason;      /* stable name */
+} sched_ended;
+
+typedef struct sched_plan {
+    uint64_t now_us;
+    uint64_t step_no;             /* 1, 2, ... */
+    /* (a) releases since the previous step (finished, cancelled, timed out) */
+    const sched_release    *releases;    uint32_t n_releases;
+    /* (b) the batch: decode entries first, then prefill chunks */
+    const sched_entry      *entries;     uint32_t n_entries;
+    uint32_t n_decode, n_prefill;         /* entries of each kind */
+    uint32_t decode_tokens, prefill_tokens;
+    uint32_t pad_tokens;                  /* static mode: padding the group computes anyway */
+    uint64_t context_tokens;              /* sum over entries of start_pos + n_tokens */
+    double   predicted_step_us;           /* the cost model's estimate for this batch */
+    /* (c) transfers to start now */
+    const sched_transfer   *transfers;   uint32_t n_transfers;
+    /* (d) preemptions decided this step */
+    const sched_preemption *preemptions; uint32_t n_preemptions;
+    /* (e) requests ended by the scheduler this step (timeouts, backpressure cancels) */
+    const sched_ended      *ended;       uint32_t n_ended;
+} sched_plan;
+
+/* Decide one iteration at now_us (must not go backwards: an earlier value is treated as the
+ * previous one).  The returned plan and every array in it stay valid until the next
+ * sched_step or sched_destroy.  Never fails for a valid scheduler; returns NULL only if s is
+ * NULL or memory ran out (sched_last_error). */
+const sched_plan *sched_step(sched *s, uint64_t now_us);
+
+/* ---- results ----------------------------------------------------------------------------- */
+
+typedef struct sched_result {
+    uint64_t            req;      /* an entry of the last plan */
+    uint32_t            tokens;   /* tokens produced (0 or 1) by a sampling entry */
+    sched_finish_reason finished; /* STOP when a stop token came; LENGTH is also inferred */
+} sched_result;
+
+/* Commit the outcome of the last plan: one result per executed entry, any order; an entry
+ * without a result was not executed and will be planned again.  Finished sequences release
+ * their blocks now (events "finish", "release"; listed again in the next plan's releases).
+ * step_duration_us (0 = unknown) corrects the cost model.  Results for ids not in the last
+ * plan (e.g. cancelled meanwhile) are ignored.  Errors: -EINVAL (s NULL or results NULL with
+ * n > 0). */
+int sched_commit(sched *s, const sched_result *results, size_t n, uint64_t now_us,
+                 uint64_t step_duration_us);
+
+/* A transfer from some plan completed.  status 0 = done; < 0 = failed: a failed swap-out
+ * turns into a recompute preemption, a failed swap-in into a recompute of the context.
+ * bytes/duration_us (0 = unknown) refine that tier's bandwidth estimate for that direction.
+ * -ENOENT when the transfer id is unknown or already completed. */
+int sched_transfer_done(sched *s, uint64_t transfer_id, uint64_t now_us, uint64_t bytes,
+                        uint64_t duration_us, int status);
+
+/* ---- queries ----------------------------------------------------------------------------- */
+
+typedef struct sched_counts {
+    uint32_t waiting;             /* queued, not holding device KV (incl. recompute-preempted) */
+    uint32_t running;             /* holding device KV and schedulable */
+    uint32_t swapped;             /* KV parked on host/disk */
+    uint32_t in_transit;          /* KV moving (swap out or in) */
+    uint32_t blocked;             /* running but output-blocked */
+    uint64_t queued_tokens;       /* prompt tokens waiting */
+    uint32_t kv_total[SCHED_POOL__COUNT];
+    uint32_t kv_used[SCHED_POOL__COUNT];   /* used + free == total, always */
+    uint32_t kv_free[SCHED_POOL__COUNT];
+    uint64_t steps;
+    double   cost_correction;     /* measured / modelled step time (EWMA), 1 = model exact */
+} sched_counts;
+
+void sched_get_counts(const sched *s, sched_counts *out);
+
+/* Per tenant and per class accounting (same struct; virtual_tokens only for tenants). */
+typedef struct sched_group_stats {
+    uint64_t queued_requests, queued_tokens;      /* now */
+    uint32_t running, kv_blocks;                  /* now (kv_blocks: device) */
+    uint64_t admitted, finished;
+    uint64_t served_prompt_tokens;                /* prefill tokens computed (incl. recompute) */
+    uint64_t served_output_tokens;
+    double   virtual_tokens;                      /* tenant fair-share counter */
+    uint64_t preemptions_swap, preemptions_recompute;
+    uint64_t rejects[SCHED_REJECT__COUNT];
+    uint64_t timeouts[SCHED_TIMEOUT__COUNT];
+    uint64_t cancels[SCHED_CANCEL__COUNT];
+    uint64_t ttft_met, ttft_missed;               /* vs the class target (classes only) */
+    uint64_t tpot_met, tpot_missed;
+} sched_group_stats;
+
+int sched_get_tenant_stats(const sched *s, int tenant, sched_group_stats *out); /* -ENOENT */
+int sched_get_class_stats(const sched *s, int class_idx, sched_group_stats *out);
+
+typedef enum sched_req_state {
+    SCHED_REQ_WAITING = 0, SCHED_REQ_RUNNING, SCHED_REQ_SWAPPING_OUT, SCHED_REQ_SWAPPED,
+    SCHED_REQ_SWAPPING_IN, SCHED_REQ_ENDED,   /* ended, release pending */
+} sched_req_state;
+
+typedef struct sched_req_info {
+    sched_req_state state;
+    int32_t  tenant, class_idx;
+    uint32_t prompt_len, generated, computed;    /* known = prompt_len + generated */
+    uint32_t blocks[SCHED_POOL__COUNT];
+    uint32_t preemptions;
+    uint64_t arrival_us, first_token_us;         /* 0 = no token yet */
+    bool     output_blocked;
+} sched_req_info;
+
+int sched_get_request(const sched *s, uint64_t id, sched_req_info *out);   /* -ENOENT */
+
+/* The policy the scheduler runs (its own copy). */
+const sched_policy *sched_get_policy(const sched *s);
+
+/* Check every internal invariant: per pool used + free == total, every block owned by
+ * exactly one live sequence or free, per-tenant block and queue counters equal the sums of
+ * their sequences, nothing in transit counted free.  0 when all hold, else -EUCLEAN and
+ * `why` (may be NULL) describes the first violation.  O(total state): for tests. */
+int sched_check_invariants(const sched *s, char *why, size_t why_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RINGLM_SCHED_H */
