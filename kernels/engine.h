@@ -239,6 +239,22 @@ const eng_backend_ops *eng_cpu_backend(void);
 #define ENG_CUDA_ENTRY "ringlm_cuda_backend"
 typedef const eng_backend_ops *(*eng_backend_entry_fn)(void);
 
+/* ---- additions (engine helper) -------------------------------------------------------- */
+
+/* Time spent per phase of eng_execute, cumulative since eng_create or the last reset. */
+typedef struct eng_phase_stats {
+    uint64_t steps;      /* eng_execute calls */
+    uint64_t rows;       /* token rows processed */
+    uint64_t proj_ns;    /* projections: QKV, output, FFN and classifier matmuls */
+    uint64_t attn_ns;    /* paged attention (incl. RoPE and KV append) */
+    uint64_t other_ns;   /* embedding, RMSNorm, everything else */
+} eng_phase_stats;
+/* Fills *out (and zeroes the counters when reset). -ENOTSUP when the backend keeps none
+ * (only the CPU backend does). */
+int eng_phase_stats_get(eng *e, eng_phase_stats *out, bool reset);
+/* The CPU backend's implementation (priv = the backend's private state). */
+int eng_cpu_phase_stats(void *priv, eng_phase_stats *out, bool reset);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,662 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/cpu/cpu.c — the CPU backend: the reference every other backend is tested
+ * against. Plain C and OpenBLAS; one flattened batch of T rows per call.
+ *
+ *   x      = embedding[tokens]                                  [T, dim]
+ *   for each layer:
+ *     xb   = rmsnorm(x) * rms_att
+ *     q,k,v = xb · Wq^T, xb · Wk^T, xb · Wv^T                    one GEMM each over all T
+ *     rope(q, k) at each row's position; k, v → KV pool at slot_mapping[row]
+ *     att  = paged attention: each row's query heads over positions 0..pos of its sequence,
+ *            read through the sequence's block table
+ *     x   += att · Wo^T
+ *     xb   = rmsnorm(x) * rms_ffn
+ *     x   += (silu(xb · W1^T) ⊙ (xb · W3^T)) · W2^T
+ *   logits = (rmsnorm(x[logits_rows]) * rms_final) · Wcls^T       only the rows asked for
+ *
+ * Parallelism: a small pool of worker threads (the caller is worker 0). Each matmul is
+ * split by output rows of the weight, and each piece is one single-threaded OpenBLAS call
+ * (SGEMV when T == 1: OpenBLAS's SGEMM packs the whole weight for one row and is slow),
+ * so OpenBLAS never starts threads of its own to compete with ours. Attention is split
+ * by (row, KV head).
+ *
+ * KV pool, block-major: block b holds, for every layer l, K then V of block_size tokens:
+ *   pool[b][l][0=K|1=V][offset][kv_dim]   (float32)
+ * so one block is one contiguous copy for swapping.
+ */
+#include "kernels/engine.h"
+#include "numa/rnuma.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <linux/futex.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- worker pool -------------------------------------------------------------------- */
+
+typedef void (*task_fn)(void *ctx, int task, int worker);
+
+typedef struct pool {
+    int n_workers; /* including the calling thread */
+    int numa_node;
+    pthread_t *threads;
+    _Atomic uint32_t generation; /* futex: bumped to start a parallel region */
+    _Atomic uint32_t busy;       /* futex: helper threads still inside the region */
+    _Atomic int next_task;
+    int n_tasks;
+    task_fn fn;
+    void *ctx;
+    _Atomic bool stop;
+} pool;
+
+typedef struct worker_arg {
+    pool *p;
+    int index;
+} worker_arg;
+
+static void futex_wait(_Atomic uint32_t *addr, uint32_t val)
+{
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void futex_wake(_Atomic uint32_t *addr)
+{
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+
+static inline void cpu_relax(void) { __builtin_ia32_pause(); }
+
+/* Spin briefly before sleeping: decode regions are tens of microseconds apart, and a futex
+ * round trip costs several. Kept short because the cores are shared. */
+#define SPIN_ITERS 2000
+
+static void run_tasks(pool *p, int worker)
+{
+    for (;;) {
+        int t = atomic_fetch_add_explicit(&p->next_task, 1, memory_order_relaxed);
+        if (t >= p->n_tasks)
+            return;
+        p->fn(p->ctx, t, worker);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    worker_arg *wa = arg;
+    pool *p = wa->p;
+    int index = wa->index;
+    free(wa);
+    if (p->numa_node >= 0)
+        rnuma_pin_self_cpu(p->numa_node, index);
+    uint32_t seen = 0;
+    for (;;) {
+        uint32_t g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen) {
+            if (++spins < SPIN_ITERS)
+                cpu_relax();
+            else
+                futex_wait(&p->generation, seen);
+        }
+        seen = g;
+        if (atomic_load_explicit(&p->stop, memory_order_acquire))
+            return NULL;
+        run_tasks(p, index);
+        if (atomic_fetch_sub_explicit(&p->busy, 1, memory_order_acq_rel) == 1)
+            futex_wake(&p->busy);
+    }
+}
+
+/* Runs fn(ctx, t, worker) for t in [0, n_tasks) on all workers; returns when all are done. */
+static void pool_run(pool *p, int n_tasks, task_fn fn, void *ctx)
+{
+    if (p->n_workers == 1 || n_tasks == 1) {
+        for (int t = 0; t < n_tasks; t++)
+            fn(ctx, t, 0);
+        return;
+    }
+    p->fn = fn;
+    p->ctx = ctx;
+    p->n_tasks = n_tasks;
+    atomic_store_explicit(&p->next_task, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->busy, (uint32_t)(p->n_workers - 1), memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    futex_wake(&p->generation);
+    run_tasks(p, 0);
+    uint32_t b;
+    int spins = 0;
+    while ((b = atomic_load_explicit(&p->busy, memory_order_acquire)) != 0) {
+        if (++spins < SPIN_ITERS)
+            cpu_relax();
+        else
+            futex_wait(&p->busy, b);
+    }
+}
+
+static int pool_start(pool *p, int n_workers, int numa_node)
+{
+    memset(p, 0, sizeof *p);
+    p->n_workers = n_workers;
+    p->numa_node = numa_node;
+    if (n_workers == 1)
+        return 0;
+    p->threads = calloc((size_t)n_workers, sizeof *p->threads);
+    if (!p->threads)
+        return -ENOMEM;
+    for (int i = 1; i < n_workers; i++) {
+        worker_arg *wa = malloc(sizeof *wa);
+        int err = wa ? 0 : ENOMEM;
+        if (wa) {
+            *wa = (worker_arg){p, i};
+            err = pthread_create(&p->threads[i], NULL, worker_main, wa);
+            if (err)
+                free(wa);
+        }
+        if (err) {
+            p->n_workers = i; /* stop the ones already running */
+            atomic_store(&p->stop, true);
+            atomic_fetch_add(&p->generation, 1);
+            futex_wake(&p->generation);
+            for (int j = 1; j < i; j++)
+                pthread_join(p->threads[j], NULL);
+            free(p->threads);
+            p->threads = NULL;
+            return -err;
+        }
+    }
+    return 0;
+}
+
+static void pool_stop(pool *p)
+{
+    if (!p->threads)
+        return;
+    atomic_store_explicit(&p->stop, true, memory_order_release);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    futex_wake(&p->generation);
+    for (int i = 1; i < p->n_workers; i++)
+        pthread_join(p->threads[i], NULL);
+    free(p->threads);
+    p->threads = NULL;
+}
+
+/* ---- backend state ------------------------------------------------------------------ */
+
+typedef struct cpu {
+    eng_model_config c;
+    eng_weights w;
+    int head_size, kv_dim, group; /* group = query heads per KV head */
+    int block_size, n_blocks, max_rows;
+    size_t block_floats;          /* one block: L * 2 * block_size * kv_dim */
+    float *kv_pool;
+    size_t kv_pool_bytes;
+    int numa_node;
+    float *rope_cos, *rope_sin; /* [seq_len][head_size/2], computed exactly as run.c */
+    /* activations for up to max_rows rows */
+    float *x, *xb, *q, *k, *v, *att, *h1, *h3, *xf;
+    int32_t *row_seq;   /* sequence of each row */
+    float *scores;      /* [n_workers][seq_len] attention scratch */
+    size_t scratch_bytes;
+    pool workers;
+    eng_phase_stats stats;
+    /* the batch being executed (read by the tasks) */
+    const eng_batch *b;
+    int layer;
+} cpu;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- matmul jobs -------------------------------------------------------------------- */
+
+/*
+ * y[T][n] = beta * y + x[T][k] · w[n][k]^T, split into chunks of weight rows. With up != NULL
+ * the job is the SwiGLU up-projection: y = silu(x · w^T) ⊙ (x · up^T), where y_up holds
+ * the second product.
+ */
+typedef struct mm_job {
+    const float *w;
+    int n, k;
+    const float *x;
+    float *y;
+    int ld_y;
+    float beta;
+    const float *up;
+    float *y_up;
+    int chunk_rows;
+    int n_chunks;
+} mm_job;
+
+typedef struct mm_region {
+    mm_job *jobs;
+    int n_jobs;
+    int rows; /* T */
+} mm_region;
+
+static void matmul_rows(int rows, const float *x, const float *w, int n, int k, float beta,
+                        float *y, int ld_y)
+{
+    if (rows == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, x, 1, beta, y, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, k, 1.0f, x, k, w, k, beta,
+                    y, ld_y);
+}
+
+static void mm_task(void *ctx, int task, int worker)
+{
+    (void)worker;
+    mm_region *r = ctx;
+    mm_job *j = r->jobs;
+    while (task >= j->n_chunks) {
+        task -= j->n_chunks;
+        j++;
+    }
+    int n0 = task * j->chunk_rows;
+    int n = j->n - n0 < j->chunk_rows ? j->n - n0 : j->chunk_rows;
+    matmul_rows(r->rows, j->x, j->w + (size_t)n0 * j->k, n, j->k, j->beta, j->y + n0, j->ld_y);
+    if (j->up) {
+        matmul_rows(r->rows, j->x, j->up + (size_t)n0 * j->k, n, j->k, 0.0f, j->y_up + n0,
+                    j->ld_y);
+        for (int t = 0; t < r->rows; t++) {
+            float *g = j->y + (size_t)t * j->ld_y + n0;
+            const float *u = j->y_up + (size_t)t * j->ld_y + n0;
+            for (int i = 0; i < n; i++) {
+                float val = g[i];
+                val *= 1.0f / (1.0f + expf(-val)); /* silu, as run.c */
+                g[i] = val * u[i];
+            }
+        }
+    }
+}
+
+/* Runs the jobs as one parallel region. Chunks: a few per worker so a descheduled worker
+ * (the cores are shared) does not hold everyone up, but each big enough for BLAS. */
+static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows)
+{
+    int nw = c->workers.n_workers;
+    int total = 0;
+    for (int i = 0; i < n_jobs; i++) {
+        int want = nw == 1 ? 1 : nw * 2;
+        int chunk = (jobs[i].n + want - 1) / want;
+        chunk = (chunk + 15) & ~15;
+        if (chunk < 32)
+            chunk = 32;
+        jobs[i].chunk_rows = chunk;
+        jobs[i].n_chunks = (jobs[i].n + chunk - 1) / chunk;
+        total += jobs[i].n_chunks;
+    }
+    mm_region r = {jobs, n_jobs, rows};
+    pool_run(&c->workers, total, mm_task, &r);
+}
+
+/* ---- elementwise pieces (as run.c) -------------------------------------------------- */
+
+static void rmsnorm(float *o, const float *x, const float *weight, int size)
+{
+    float ss = 0.0f;
+    for (int j = 0; j < size; j++)
+        ss += x[j] * x[j];
+    ss /= size;
+    ss += 1e-5f;
+    ss = 1.0f / sqrtf(ss);
+    for (int j = 0; j < size; j++)
+        o[j] = weight[j] * (ss * x[j]);
+}
+
+/* Rotates adjacent pairs (2j, 2j+1) of each head of vec by pos * 10000^(-h/head_size). */
+static void rope(const cpu *c, float *vec, int len, int pos)
+{
+    const int half = c->head_size / 2;
+    const float *cs = c->rope_cos + (size_t)pos * half, *sn = c->rope_sin + (size_t)pos * half;
+    for (int i = 0; i < len; i += 2) {
+        int j = (i % c->head_size) / 2;
+        float v0 = vec[i], v1 = vec[i + 1];
+        vec[i] = v0 * cs[j] - v1 * sn[j];
+        vec[i + 1] = v0 * sn[j] + v1 * cs[j];
+    }
+}
+
+static float dot(const float *a, const float *b, int n)
+{
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += a[i] * b[i];
+        s1 += a[i + 1] * b[i + 1];
+        s2 += a[i + 2] * b[i + 2];
+        s3 += a[i + 3] * b[i + 3];
+    }
+    for (; i < n; i++)
+        s0 += a[i] * b[i];
+    return (s0 + s1) + (s2 + s3);
+}
+
+/* ---- paged attention ---------------------------------------------------------------- */
+
+static inline float *kv_at(const cpu *c, int block, int layer, int which, int offset)
+{
+    return c->kv_pool + (size_t)block * c->block_floats +
+           (((size_t)layer * 2 + (size_t)which) * (size_t)c->block_size + (size_t)offset) *
+               (size_t)c->kv_dim;
+}
+
+/* One task = one row and one KV head: the query heads of that group attend over positions
+ * 0..pos of the row's sequence, reading K and V block by block through its block table. */
+static void attention_task(void *ctx, int task, int worker)
+{
+    cpu *c = ctx;
+    const eng_batch *b = c->b;
+    const int row = task / c->c.n_kv_heads, kvh = task % c->c.n_kv_heads;
+    const int s = c->row_seq[row], pos = b->positions[row], hs = c->head_size;
+    const int bs = c->block_size, n_pos = pos + 1;
+    const int32_t *table = b->block_table + (size_t)s * (size_t)b->block_table_stride;
+    float *scores = c->scores + (size_t)worker * (size_t)c->c.seq_len;
+    const float scale = sqrtf((float)hs);
+    for (int h = kvh * c->group; h < (kvh + 1) * c->group; h++) {
+        const float *q = c->q + (size_t)row * c->c.dim + (size_t)h * hs;
+        float *out = c->att + (size_t)row * c->c.dim + (size_t)h * hs;
+        float max = -INFINITY;
+        for (int t0 = 0; t0 < n_pos; t0 += bs) {
+            const float *k = kv_at(c, table[t0 / bs], c->layer, 0, 0) + (size_t)kvh * hs;
+            int n = n_pos - t0 < bs ? n_pos - t0 : bs;
+            for (int i = 0; i < n; i++) {
+                float score = dot(q, k + (size_t)i * c->kv_dim, hs) / scale;
+                scores[t0 + i] = score;
+                if (score > max)
+                    max = score;
+            }
+        }
+        float sum = 0.0f;
+        for (int t = 0; t < n_pos; t++) {
+            scores[t] = expf(scores[t] - max);
+            sum += scores[t];
+        }
+        for (int t = 0; t < n_pos; t++)
+            scores[t] /= sum;
+        memset(out, 0, (size_t)hs * sizeof *out);
+        for (int t0 = 0; t0 < n_pos; t0 += bs) {
+            const float *v = kv_at(c, table[t0 / bs], c->layer, 1, 0) + (size_t)kvh * hs;
+            int n = n_pos - t0 < bs ? n_pos - t0 : bs;
+            for (int i = 0; i < n; i++) {
+                const float a = scores[t0 + i], *vi = v + (size_t)i * c->kv_dim;
+                for (int j = 0; j < hs; j++)
+                    out[j] += a * vi[j];
+            }
+        }
+    }
+}
+
+/* ---- forward ------------------------------------------------------------------------ */
+
+static int cpu_execute(void *priv, const eng_batch *b, float *logits)
+{
+    cpu *c = priv;
+    const eng_model_config *cfg = &c->c;
+    const eng_weights *w = &c->w;
+    const int T = b->n_tokens, dim = cfg->dim, kv_dim = c->kv_dim, hidden = cfg->hidden_dim;
+    const int bs = c->block_size;
+    uint64_t t_start = now_ns(), t0, proj = 0, attn = 0;
+    c->b = b;
+
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int r = b->query_start[s]; r < b->query_start[s + 1]; r++)
+            c->row_seq[r] = s;
+    for (int r = 0; r < T; r++)
+        memcpy(c->x + (size_t)r * dim, w->token_embedding + (size_t)b->tokens[r] * dim,
+               (size_t)dim * sizeof(float));
+
+    for (int l = 0; l < cfg->n_layers; l++) {
+        c->layer = l;
+        const size_t ld = (size_t)l * dim;
+        for (int r = 0; r < T; r++)
+            rmsnorm(c->xb + (size_t)r * dim, c->x + (size_t)r * dim, w->rms_att + ld, dim);
+
+        t0 = now_ns();
+        mm_job qkv[3] = {
+            {.w = w->wq + (size_t)l * dim * dim, .n = dim, .k = dim, .x = c->xb, .y = c->q,
+             .ld_y = dim},
+            {.w = w->wk + (size_t)l * kv_dim * dim, .n = kv_dim, .k = dim, .x = c->xb, .y = c->k,
+             .ld_y = kv_dim},
+            {.w = w->wv + (size_t)l * kv_dim * dim, .n = kv_dim, .k = dim, .x = c->xb, .y = c->v,
+             .ld_y = kv_dim},
+        };
+        matmul_jobs(c, qkv, 3, T);
+        proj += now_ns() - t0;
+
+        t0 = now_ns();
+        for (int r = 0; r < T; r++) {
+            int pos = b->positions[r];
+            float *k = c->k + (size_t)r * kv_dim;
+            rope(c, c->q + (size_t)r * dim, dim, pos);
+            rope(c, k, kv_dim, pos);
+            int64_t slot = b->slot_mapping[r];
+            int block = (int)(slot / bs), off = (int)(slot % bs);
+            memcpy(kv_at(c, block, l, 0, off), k, (size_t)kv_dim * sizeof(float));
+            memcpy(kv_at(c, block, l, 1, off), c->v + (size_t)r * kv_dim,
+                   (size_t)kv_dim * sizeof(float));
+        }
+        pool_run(&c->workers, T * cfg->n_kv_heads, attention_task, c);
+        attn += now_ns() - t0;
+
+        t0 = now_ns();
+        mm_job o = {.w = w->wo + (size_t)l * dim * dim, .n = dim, .k = dim, .x = c->att,
+                    .y = c->x, .ld_y = dim, .beta = 1.0f}; /* x += att · Wo^T */
+        matmul_jobs(c, &o, 1, T);
+        proj += now_ns() - t0;
+
+        for (int r = 0; r < T; r++)
+            rmsnorm(c->xb + (size_t)r * dim, c->x + (size_t)r * dim, w->rms_ffn + ld, dim);
+
+        t0 = now_ns();
+        mm_job up = {.w = w->w1 + (size_t)l * hidden * dim, .n = hidden, .k = dim, .x = c->xb,
+                     .y = c->h1, .ld_y = hidden, .up = w->w3 + (size_t)l * hidden * dim,
+                     .y_up = c->h3};
+        matmul_jobs(c, &up, 1, T);
+        mm_job down = {.w = w->w2 + (size_t)l * dim * hidden, .n = dim, .k = hidden, .x = c->h1,
+                       .y = c->x, .ld_y = dim, .beta = 1.0f}; /* x += ffn */
+        matmul_jobs(c, &down, 1, T);
+        proj += now_ns() - t0;
+    }
+
+    if (b->n_logits) {
+        for (int i = 0; i < b->n_logits; i++)
+            rmsnorm(c->xf + (size_t)i * dim, c->x + (size_t)b->logits_rows[i] * dim,
+                    w->rms_final, dim);
+        t0 = now_ns();
+        mm_job cls = {.w = w->wcls, .n = cfg->vocab_size, .k = dim, .x = c->xf, .y = logits,
+                      .ld_y = cfg->vocab_size};
+        matmul_jobs(c, &cls, 1, b->n_logits);
+        proj += now_ns() - t0;
+    }
+    c->b = NULL;
+    uint64_t total = now_ns() - t_start;
+    c->stats.steps++;
+    c->stats.rows += (uint64_t)T;
+    c->stats.proj_ns += proj;
+    c->stats.attn_ns += attn;
+    c->stats.other_ns += total - proj - attn;
+    return 0;
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------- */
+
+static void cpu_destroy(void *priv)
+{
+    cpu *c = priv;
+    if (!c)
+        return;
+    pool_stop(&c->workers);
+    if (c->kv_pool)
+        rnuma_free(c->kv_pool, c->kv_pool_bytes);
+    float *bufs[] = {c->rope_cos, c->rope_sin, c->x, c->xb, c->q, c->k, c->v,
+                     c->att, c->h1, c->h3, c->xf, c->scores};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    free(c->row_seq);
+    free(c);
+}
+
+static float *falloc(cpu *c, size_t n)
+{
+    c->scratch_bytes += n * sizeof(float);
+    return malloc((n ? n : 1) * sizeof(float));
+}
+
+static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void **privp)
+{
+    (void)e;
+    *privp = NULL;
+    if (eng_model_is_lazy(m))
+        return eng_seterr(-ENOTSUP, "the CPU backend needs host weights: a synthetic:lazy: "
+                                    "model has none (drop \"lazy:\")");
+    cpu *c = calloc(1, sizeof *c);
+    if (!c)
+        return eng_seterr(-ENOMEM, "out of memory");
+    c->c = *eng_model_cfg(m);
+    c->w = *eng_model_weights(m);
+    const eng_model_config *cfg = &c->c;
+    c->head_size = cfg->dim / cfg->n_heads;
+    c->kv_dim = cfg->dim / cfg->n_heads * cfg->n_kv_heads;
+    c->group = cfg->n_heads / cfg->n_kv_heads;
+    c->block_size = opt->kv_block_size;
+    c->n_blocks = opt->kv_blocks;
+    c->max_rows = opt->max_batch_tokens;
+    c->numa_node = opt->numa_node;
+    c->block_floats = (size_t)cfg->n_layers * 2 * (size_t)c->block_size * (size_t)c->kv_dim;
+    c->kv_pool_bytes = c->block_floats * sizeof(float) * (size_t)c->n_blocks;
+    int n_workers = opt->n_threads > 0 ? opt->n_threads : 1;
+    int err = -ENOMEM;
+
+    c->kv_pool = rnuma_alloc(c->kv_pool_bytes, opt->numa_node);
+    if (!c->kv_pool) {
+        err = eng_seterr(-ENOMEM, "KV pool of %d blocks x %zu bytes: cannot allocate (%s)",
+                         c->n_blocks, c->block_floats * sizeof(float), rnuma_errmsg());
+        goto fail;
+    }
+    const size_t T = (size_t)c->max_rows, half = (size_t)c->head_size / 2;
+    c->rope_cos = falloc(c, (size_t)cfg->seq_len * half);
+    c->rope_sin = falloc(c, (size_t)cfg->seq_len * half);
+    c->x = falloc(c, T * cfg->dim);
+    c->xb = falloc(c, T * cfg->dim);
+    c->q = falloc(c, T * cfg->dim);
+    c->k = falloc(c, T * c->kv_dim);
+    c->v = falloc(c, T * c->kv_dim);
+    c->att = falloc(c, T * cfg->dim);
+    c->h1 = falloc(c, T * cfg->hidden_dim);
+    c->h3 = falloc(c, T * cfg->hidden_dim);
+    c->xf = falloc(c, T * cfg->dim);
+    c->scores = falloc(c, (size_t)n_workers * cfg->seq_len);
+    c->row_seq = malloc(T * sizeof *c->row_seq);
+    if (!c->rope_cos || !c->rope_sin || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att ||
+        !c->h1 || !c->h3 || !c->xf || !c->scores || !c->row_seq) {
+        err = eng_seterr(-ENOMEM, "CPU scratch for %d rows: out of memory", c->max_rows);
+        goto fail;
+    }
+    /* The very expressions of run.c, so the rotation angles are bit-identical. */
+    for (int pos = 0; pos < cfg->seq_len; pos++) {
+        for (int i = 0; i < c->head_size; i += 2) {
+            float freq = 1.0f / powf(10000.0f, i / (float)c->head_size);
+            float val = pos * freq;
+            c->rope_cos[(size_t)pos * half + (size_t)i / 2] = cosf(val);
+            c->rope_sin[(size_t)pos * half + (size_t)i / 2] = sinf(val);
+        }
+    }
+    /* Our workers split every matmul; OpenBLAS must not add threads of its own. */
+    openblas_set_num_threads(1);
+    if ((err = pool_start(&c->workers, n_workers, opt->numa_node))) {
+        err = eng_seterr(err, "cannot start %d worker threads", n_workers);
+        goto fail;
+    }
+    *privp = c;
+    return 0;
+fail:
+    cpu_destroy(c);
+    return err;
+}
+
+/* ---- KV blocks ---------------------------------------------------------------------- */
+
+static size_t cpu_kv_block_bytes(void *priv) { return ((cpu *)priv)->block_floats * sizeof(float); }
+
+static size_t cpu_memory_bytes(void *priv)
+{
+    cpu *c = priv;
+    return c->kv_pool_bytes + c->scratch_bytes;
+}
+
+static void *cpu_kv_block_ptr(void *priv, int block)
+{
+    cpu *c = priv;
+    return c->kv_pool + (size_t)block * c->block_floats;
+}
+
+static void *cpu_kv_pool_base(void *priv, size_t *len)
+{
+    cpu *c = priv;
+    if (len)
+        *len = c->kv_pool_bytes;
+    return c->kv_pool;
+}
+
+static int cpu_kv_read_block(void *priv, int block, void *dst)
+{
+    cpu *c = priv;
+    memcpy(dst, cpu_kv_block_ptr(c, block), cpu_kv_block_bytes(c));
+    return 0;
+}
+
+static int cpu_kv_write_block(void *priv, int block, const void *src)
+{
+    cpu *c = priv;
+    memcpy(cpu_kv_block_ptr(c, block), src, cpu_kv_block_bytes(c));
+    return 0;
+}
+
+static int cpu_kv_copy_blocks(void *priv, const int32_t *src, const int32_t *dst, int n)
+{
+    cpu *c = priv;
+    for (int i = 0; i < n; i++)
+        if (src[i] != dst[i])
+            memcpy(cpu_kv_block_ptr(c, dst[i]), cpu_kv_block_ptr(c, src[i]),
+                   cpu_kv_block_bytes(c));
+    return 0;
+}
+
+int eng_cpu_phase_stats(void *priv, eng_phase_stats *out, bool reset)
+{
+    cpu *c = priv;
+    if (out)
+        *out = c->stats;
+    if (reset)
+        memset(&c->stats, 0, sizeof c->stats);
+    return 0;
+}
+
+static const eng_backend_ops cpu_ops = {
+    .name = "cpu",
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .execute = cpu_execute,
+    .kv_block_bytes = cpu_kv_block_bytes,
+    .memory_bytes = cpu_memory_bytes,
+    .kv_block_ptr = cpu_kv_block_ptr,
+    .kv_pool_base = cpu_kv_pool_base,
+    .kv_read_block = cpu_kv_read_block,
+    .kv_write_block = cpu_kv_write_block,
+    .kv_copy_blocks = cpu_kv_copy_blocks,
+};
+
+const eng_backend_ops *eng_cpu_backend(void) { return &cpu_ops; }

@@ -1,0 +1,327 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/engine.c — backend dispatch (CPU built in, CUDA as a dlopen()ed plugin), batch
+ * validation shared by every backend, and the thin wrappers of engine.h.
+ */
+#include "kernels/engine.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct eng {
+    const eng_backend_ops *ops;
+    void *priv;
+    const eng_model *model;
+    eng_options opt;
+    void *plugin; /* dlopen handle of the CUDA plugin, NULL for CPU */
+};
+
+/* ---- backend lookup ----------------------------------------------------------------- */
+
+/* $RINGLM_CUDA_LIB, else <dir of the executable>/../lib/libringlm_cuda.so, else the
+ * soname through the normal library search path. */
+static int load_cuda_plugin(void **handle, const eng_backend_ops **ops)
+{
+    char tried[1024] = "";
+    char path[PATH_MAX + 32];
+    const char *candidates[3];
+    int n = 0;
+    const char *env = getenv("RINGLM_CUDA_LIB");
+    if (env && *env)
+        candidates[n++] = env;
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(path, sizeof path, "%s/../lib/libringlm_cuda.so", exe);
+            candidates[n++] = path;
+        }
+    }
+    candidates[n++] = "libringlm_cuda.so";
+    for (int i = 0; i < n; i++) {
+        void *h = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            size_t used = strlen(tried);
+            snprintf(tried + used, sizeof tried - used, "%s%s", used ? "; " : "", dlerror());
+            continue;
+        }
+        eng_backend_entry_fn entry = (eng_backend_entry_fn)dlsym(h, ENG_CUDA_ENTRY);
+        if (!entry) {
+            dlclose(h);
+            return eng_seterr(-ENODEV, "%s has no symbol %s", candidates[i], ENG_CUDA_ENTRY);
+        }
+        const eng_backend_ops *o = entry();
+        if (!o || !o->create || !o->execute) {
+            dlclose(h);
+            return eng_seterr(-ENODEV, "%s: %s returned no usable backend table", candidates[i],
+                              ENG_CUDA_ENTRY);
+        }
+        *handle = h;
+        *ops = o;
+        return 0;
+    }
+    return eng_seterr(-ENODEV, "backend \"cuda\": plugin libringlm_cuda.so not found (set "
+                               "RINGLM_CUDA_LIB; tried: %s)", tried);
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------- */
+
+int eng_create(const eng_model *m, const eng_options *opt, eng **out)
+{
+    *out = NULL;
+    if (!m || !opt)
+        return eng_seterr(-EINVAL, "eng_create: model and options are required");
+    if (opt->kv_blocks <= 0)
+        return eng_seterr(-EINVAL, "kv_blocks=%d: must be >= 1", opt->kv_blocks);
+    if (opt->kv_block_size <= 0 || opt->kv_block_size > 4096)
+        return eng_seterr(-EINVAL, "kv_block_size=%d: must be 1..4096", opt->kv_block_size);
+    if (opt->max_batch_tokens <= 0)
+        return eng_seterr(-EINVAL, "max_batch_tokens=%d: must be >= 1", opt->max_batch_tokens);
+    if (opt->max_seqs <= 0)
+        return eng_seterr(-EINVAL, "max_seqs=%d: must be >= 1", opt->max_seqs);
+    if (opt->n_threads < 0 || opt->n_threads > 1024)
+        return eng_seterr(-EINVAL, "n_threads=%d: must be 0..1024", opt->n_threads);
+    if ((long long)opt->kv_blocks * opt->kv_block_size > INT32_MAX)
+        return eng_seterr(-EINVAL, "kv_blocks*kv_block_size=%lld: more slots than int32 holds",
+                          (long long)opt->kv_blocks * opt->kv_block_size);
+    eng *e = calloc(1, sizeof *e);
+    if (!e)
+        return eng_seterr(-ENOMEM, "out of memory");
+    e->model = m;
+    e->opt = *opt;
+    const char *backend = opt->backend ? opt->backend : "cpu";
+    e->opt.backend = NULL; /* the caller's string need not outlive us */
+    int err;
+    if (strcmp(backend, "cpu") == 0) {
+        e->ops = eng_cpu_backend();
+    } else if (strcmp(backend, "cuda") == 0) {
+        if ((err = load_cuda_plugin(&e->plugin, &e->ops)))
+            goto fail;
+    } else {
+        err = eng_seterr(-EINVAL, "backend \"%s\": must be \"cpu\" or \"cuda\"", backend);
+        goto fail;
+    }
+    if ((err = e->ops->create(e, m, &e->opt, &e->priv)))
+        goto fail;
+    *out = e;
+    return 0;
+fail:
+    if (e->plugin)
+        dlclose(e->plugin);
+    free(e);
+    return err;
+}
+
+void eng_destroy(eng *e)
+{
+    if (!e)
+        return;
+    if (e->ops && e->priv)
+        e->ops->destroy(e->priv);
+    if (e->plugin)
+        dlclose(e->plugin);
+    free(e);
+}
+
+const char *eng_backend_name(const eng *e) { return e->ops->name; }
+
+/* ---- KV geometry and copies --------------------------------------------------------- */
+
+size_t eng_kv_bytes_per_token(const eng *e)
+{
+    return e->ops->kv_block_bytes(e->priv) / (size_t)e->opt.kv_block_size;
+}
+size_t eng_kv_block_bytes(const eng *e) { return e->ops->kv_block_bytes(e->priv); }
+int eng_kv_blocks(const eng *e) { return e->opt.kv_blocks; }
+int eng_kv_block_size(const eng *e) { return e->opt.kv_block_size; }
+size_t eng_memory_bytes(const eng *e) { return e->ops->memory_bytes(e->priv); }
+
+void *eng_kv_block_ptr(eng *e, int block)
+{
+    if (!e->ops->kv_block_ptr || block < 0 || block >= e->opt.kv_blocks)
+        return NULL;
+    return e->ops->kv_block_ptr(e->priv, block);
+}
+
+void *eng_kv_pool_base(eng *e, size_t *len)
+{
+    if (!e->ops->kv_pool_base) {
+        if (len)
+            *len = 0;
+        return NULL;
+    }
+    return e->ops->kv_pool_base(e->priv, len);
+}
+
+static int check_block(const eng *e, int block, const char *what)
+{
+    if (block < 0 || block >= e->opt.kv_blocks)
+        return eng_seterr(-EINVAL, "%s block %d: pool has blocks 0..%d", what, block,
+                          e->opt.kv_blocks - 1);
+    return 0;
+}
+
+int eng_kv_read_block(eng *e, int block, void *dst)
+{
+    int err = check_block(e, block, "read");
+    return err ? err : e->ops->kv_read_block(e->priv, block, dst);
+}
+
+int eng_kv_write_block(eng *e, int block, const void *src)
+{
+    int err = check_block(e, block, "write");
+    return err ? err : e->ops->kv_write_block(e->priv, block, src);
+}
+
+int eng_kv_copy_blocks(eng *e, const int32_t *src, const int32_t *dst, int n)
+{
+    if (n < 0 || (n && (!src || !dst)))
+        return eng_seterr(-EINVAL, "kv_copy_blocks: n=%d with %s", n, "NULL arrays");
+    for (int i = 0; i < n; i++) {
+        int err = check_block(e, src[i], "copy source");
+        if (!err)
+            err = check_block(e, dst[i], "copy destination");
+        if (err)
+            return err;
+    }
+    return n ? e->ops->kv_copy_blocks(e->priv, src, dst, n) : 0;
+}
+
+int eng_kv_transfer_async(eng *e, int dir, const int32_t *blocks, void *const *host, int n,
+                          int efd)
+{
+    if (!e->ops->kv_transfer_async)
+        return eng_seterr(-ENOTSUP, "backend %s has no async KV transfer (use eng_kv_block_ptr)",
+                          e->ops->name);
+    if (dir != ENG_KV_OUT && dir != ENG_KV_IN)
+        return eng_seterr(-EINVAL, "transfer dir=%d: must be ENG_KV_OUT or ENG_KV_IN", dir);
+    if (n < 0 || (n && (!blocks || !host)))
+        return eng_seterr(-EINVAL, "transfer n=%d with NULL arrays", n);
+    for (int i = 0; i < n; i++) {
+        int err = check_block(e, blocks[i], "transfer");
+        if (err)
+            return err;
+    }
+    return e->ops->kv_transfer_async(e->priv, dir, blocks, host, n, efd);
+}
+
+/* ---- batches ------------------------------------------------------------------------ */
+
+int eng_batch_check(const eng *e, const eng_batch *b)
+{
+    const eng_model_config *c = eng_model_cfg(e->model);
+    const int T = b->n_tokens, S = b->n_seqs, bs = e->opt.kv_block_size;
+    if (T < 1 || T > e->opt.max_batch_tokens)
+        return eng_seterr(-EINVAL, "batch n_tokens=%d: must be 1..%d (max_batch_tokens)", T,
+                          e->opt.max_batch_tokens);
+    if (S < 1 || S > e->opt.max_seqs || S > T)
+        return eng_seterr(-EINVAL, "batch n_seqs=%d: must be 1..%d (max_seqs) and <= n_tokens=%d",
+                          S, e->opt.max_seqs, T);
+    if (!b->tokens || !b->positions || !b->slot_mapping || !b->query_start || !b->seq_len ||
+        !b->block_table)
+        return eng_seterr(-EINVAL, "batch: tokens, positions, slot_mapping, query_start, seq_len "
+                                   "and block_table are required");
+    if (b->n_logits < 0 || b->n_logits > T || (b->n_logits && !b->logits_rows))
+        return eng_seterr(-EINVAL, "batch n_logits=%d: must be 0..n_tokens=%d with logits_rows",
+                          b->n_logits, T);
+    if (b->query_start[0] != 0 || b->query_start[S] != T)
+        return eng_seterr(-EINVAL, "batch query_start[0]=%d, query_start[%d]=%d: must be 0 and "
+                                   "n_tokens=%d", b->query_start[0], S, b->query_start[S], T);
+    for (int r = 0; r < T; r++)
+        if (b->tokens[r] < 0 || b->tokens[r] >= c->vocab_size)
+            return eng_seterr(-EINVAL, "batch token %d is %d: vocabulary has %d tokens", r,
+                              b->tokens[r], c->vocab_size);
+    int need_stride = 0;
+    for (int s = 0; s < S; s++) {
+        int q0 = b->query_start[s], q1 = b->query_start[s + 1];
+        if (q1 <= q0 || q1 > T)
+            return eng_seterr(-EINVAL, "batch query_start[%d]=%d, [%d]=%d: each sequence needs "
+                                       ">= 1 row within n_tokens=%d", s, q0, s + 1, q1, T);
+        int len = b->seq_len[s];
+        if (len < q1 - q0 || len > c->seq_len)
+            return eng_seterr(-EINVAL, "batch seq_len[%d]=%d: must be %d..%d (its rows .. model "
+                                       "seq_len)", s, len, q1 - q0, c->seq_len);
+        int blocks = (len + bs - 1) / bs;
+        if (blocks > need_stride)
+            need_stride = blocks;
+    }
+    if (b->block_table_stride < need_stride)
+        return eng_seterr(-EINVAL, "batch block_table_stride=%d: seq_len needs %d blocks of %d "
+                                   "tokens", b->block_table_stride, need_stride, bs);
+    for (int s = 0; s < S; s++) {
+        int q0 = b->query_start[s], q1 = b->query_start[s + 1], len = b->seq_len[s];
+        const int32_t *bt = b->block_table + (size_t)s * (size_t)b->block_table_stride;
+        for (int j = 0; j < (len + bs - 1) / bs; j++)
+            if (bt[j] < 0 || bt[j] >= e->opt.kv_blocks)
+                return eng_seterr(-EINVAL, "batch block_table[%d][%d]=%d: pool has blocks 0..%d",
+                                  s, j, bt[j], e->opt.kv_blocks - 1);
+        for (int r = q0; r < q1; r++) {
+            int want_pos = len - (q1 - r);
+            if (b->positions[r] != want_pos)
+                return eng_seterr(-EINVAL, "batch positions[%d]=%d: sequence %d's rows must sit "
+                                           "at consecutive positions ending at seq_len-1=%d, so "
+                                           "%d", r, b->positions[r], s, len - 1, want_pos);
+            int64_t want_slot = (int64_t)bt[want_pos / bs] * bs + want_pos % bs;
+            if (b->slot_mapping[r] != want_slot)
+                return eng_seterr(-EINVAL, "batch slot_mapping[%d]=%lld: position %d of sequence "
+                                           "%d lives in slot %lld per its block table", r,
+                                  (long long)b->slot_mapping[r], want_pos, s,
+                                  (long long)want_slot);
+        }
+    }
+    for (int i = 0; i < b->n_logits; i++)
+        if (b->logits_rows[i] < 0 || b->logits_rows[i] >= T)
+            return eng_seterr(-EINVAL, "batch logits_rows[%d]=%d: must be 0..%d", i,
+                              b->logits_rows[i], T - 1);
+    return 0;
+}
+
+int eng_execute(eng *e, const eng_batch *b, float *logits)
+{
+    int err = eng_batch_check(e, b);
+    if (err)
+        return err;
+    if (b->n_logits && !logits)
+        return eng_seterr(-EINVAL, "eng_execute: n_logits=%d but logits is NULL", b->n_logits);
+    return e->ops->execute(e->priv, b, logits);
+}
+
+int eng_execute_sample(eng *e, const eng_batch *b, const eng_sampling *s, uint64_t *rng,
+                       int32_t *out_tokens, float *logits)
+{
+    int err = eng_batch_check(e, b);
+    if (err)
+        return err;
+    if (b->n_logits && (!s || !rng || !out_tokens))
+        return eng_seterr(-EINVAL, "eng_execute_sample: sampling, rng and out_tokens required");
+    if (e->ops->execute_sample)
+        return e->ops->execute_sample(e->priv, b, s, rng, out_tokens, logits);
+    const int vocab = eng_model_cfg(e->model)->vocab_size;
+    float *buf = logits;
+    if (!buf && b->n_logits) {
+        buf = malloc((size_t)b->n_logits * (size_t)vocab * sizeof(float));
+        if (!buf)
+            return eng_seterr(-ENOMEM, "out of memory for %d logits rows", b->n_logits);
+    }
+    err = e->ops->execute(e->priv, b, buf);
+    for (int i = 0; !err && i < b->n_logits; i++)
+        out_tokens[i] = eng_sample(buf + (size_t)i * (size_t)vocab, vocab, &s[i], &rng[i]);
+    if (buf != logits)
+        free(buf);
+    return err;
+}
+
+int eng_phase_stats_get(eng *e, eng_phase_stats *out, bool reset)
+{
+    if (e->ops != eng_cpu_backend())
+        return eng_seterr(-ENOTSUP, "backend %s keeps no phase times", e->ops->name);
+    return eng_cpu_phase_stats(e->priv, out, reset);
+}

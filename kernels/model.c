@@ -1,0 +1,498 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/model.c — models: llama2.c checkpoints (mmap, validated as untrusted input),
+ * synthetic models from a seed (presets), the llama2.c writer, and the model identity.
+ */
+#include "kernels/engine.h"
+#include "kernels/sha256.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Limits far above any real Llama, low enough that sizes computed from a corrupt header
+ * cannot overflow 64 bits or ask for absurd memory. */
+#define MAX_DIM (1 << 16)
+#define MAX_HIDDEN (1 << 20)
+#define MAX_LAYERS 1024
+#define MAX_HEADS 1024
+#define MAX_VOCAB (1 << 22)
+#define MAX_SEQ (1 << 20)
+#define HEADER_BYTES 28 /* seven int32 */
+
+struct eng_model {
+    eng_model_config cfg;
+    eng_weights w;
+    bool lazy;
+    bool synthetic;
+    uint64_t seed;
+    char preset[32];
+    char path[256];
+    void *map; /* file mapping (files) */
+    size_t map_len;
+    float *owned; /* generated weights (synthetic) */
+    size_t owned_floats;
+    pthread_mutex_t hash_lock; /* the file hash is computed on first use: it reads every byte */
+    char hash[65];
+};
+
+/* ---- presets ------------------------------------------------------------------------ */
+
+static const struct preset {
+    const char *name;
+    eng_model_config cfg;
+} presets[] = {
+    /* name          dim   hidden layers heads kv  vocab   seq   shared */
+    {"stories15M", {288, 768, 6, 6, 6, 32000, 256, true}},
+    {"stories110M", {768, 2048, 12, 12, 12, 32000, 1024, true}},
+    {"llama3-8b", {4096, 14336, 32, 32, 8, 128256, 8192, false}},
+    /* small grouped-query shape with its own classifier: exercises both GQA and wcls */
+    {"gqa-test", {128, 344, 4, 8, 2, 512, 512, false}},
+    {"stories260K", {64, 172, 5, 8, 4, 512, 512, true}},
+};
+
+int eng_preset(const char *name, eng_model_config *out)
+{
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        if (strcmp(presets[i].name, name) == 0) {
+            *out = presets[i].cfg;
+            return 0;
+        }
+    }
+    return eng_seterr(-ENOENT, "unknown preset \"%s\" (stories15M, stories110M, llama3-8b, "
+                               "gqa-test, stories260K)", name);
+}
+
+/* ---- shape validation and tensor layout --------------------------------------------- */
+
+static int check_range(const char *field, int v, int lo, int hi)
+{
+    if (v < lo || v > hi)
+        return eng_seterr(-EINVAL, "header %s=%d: must be %d..%d", field, v, lo, hi);
+    return 0;
+}
+
+/* Every rule a shape must satisfy for the forward pass to be well defined. */
+static int config_check(const eng_model_config *c)
+{
+    int err;
+    if ((err = check_range("dim", c->dim, 1, MAX_DIM)) ||
+        (err = check_range("hidden_dim", c->hidden_dim, 1, MAX_HIDDEN)) ||
+        (err = check_range("n_layers", c->n_layers, 1, MAX_LAYERS)) ||
+        (err = check_range("n_heads", c->n_heads, 1, MAX_HEADS)) ||
+        (err = check_range("n_kv_heads", c->n_kv_heads, 1, MAX_HEADS)) ||
+        (err = check_range("vocab_size", c->vocab_size, 1, MAX_VOCAB)) ||
+        (err = check_range("seq_len", c->seq_len, 1, MAX_SEQ)))
+        return err;
+    if (c->dim % c->n_heads)
+        return eng_seterr(-EINVAL, "header n_heads=%d does not divide dim=%d: head size must be "
+                                   "a whole number", c->n_heads, c->dim);
+    int head_size = c->dim / c->n_heads;
+    if (head_size % 2)
+        return eng_seterr(-EINVAL, "head size dim/n_heads=%d is odd: RoPE rotates pairs, it must "
+                                   "be even", head_size);
+    if (c->n_kv_heads > c->n_heads || c->n_heads % c->n_kv_heads)
+        return eng_seterr(-EINVAL, "header n_kv_heads=%d: must divide n_heads=%d", c->n_kv_heads,
+                          c->n_heads);
+    return 0;
+}
+
+/* Float counts of each tensor in file order (freq_cis = the two legacy RoPE tables). */
+struct layout {
+    uint64_t embed, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final, freq_cis, wcls;
+    uint64_t total;
+};
+
+static struct layout layout_of(const eng_model_config *c)
+{
+    uint64_t d = (uint64_t)c->dim, h = (uint64_t)c->hidden_dim, L = (uint64_t)c->n_layers;
+    uint64_t kv = d * (uint64_t)c->n_kv_heads / (uint64_t)c->n_heads;
+    uint64_t hs = d / (uint64_t)c->n_heads;
+    struct layout l = {
+        .embed = (uint64_t)c->vocab_size * d,
+        .rms_att = L * d,
+        .wq = L * d * d,
+        .wk = L * kv * d,
+        .wv = L * kv * d,
+        .wo = L * d * d,
+        .rms_ffn = L * d,
+        .w1 = L * h * d,
+        .w2 = L * d * h,
+        .w3 = L * h * d,
+        .rms_final = d,
+        .freq_cis = 2 * (uint64_t)c->seq_len * (hs / 2),
+        .wcls = c->shared_classifier ? 0 : (uint64_t)c->vocab_size * d,
+    };
+    l.total = l.embed + l.rms_att + l.wq + l.wk + l.wv + l.wo + l.rms_ffn + l.w1 + l.w2 + l.w3 +
+              l.rms_final + l.freq_cis + l.wcls;
+    return l;
+}
+
+/* Points w at the tensors of a file-ordered float array. */
+static void point_weights(const eng_model_config *c, const float *base, eng_weights *w)
+{
+    struct layout l = layout_of(c);
+    const float *p = base;
+    w->token_embedding = p; p += l.embed;
+    w->rms_att = p;         p += l.rms_att;
+    w->wq = p;              p += l.wq;
+    w->wk = p;              p += l.wk;
+    w->wv = p;              p += l.wv;
+    w->wo = p;              p += l.wo;
+    w->rms_ffn = p;         p += l.rms_ffn;
+    w->w1 = p;              p += l.w1;
+    w->w2 = p;              p += l.w2;
+    w->w3 = p;              p += l.w3;
+    w->rms_final = p;       p += l.rms_final;
+    p += l.freq_cis; /* unused: RoPE is computed, as run.c does */
+    w->wcls = c->shared_classifier ? w->token_embedding : p;
+}
+
+/* ---- synthetic weights -------------------------------------------------------------- */
+
+uint64_t eng_splitmix64(uint64_t x)
+{
+    uint64_t z = x + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Exactly the documented formula; every step is exact in float except the final multiply
+ * by scale (and the separate + 1 for norms), so a device regenerating it with IEEE float
+ * math (no fused multiply-add across the two steps) gets the same bits. */
+float eng_synth_value(uint64_t seed, int tensor_id, uint64_t index, float scale, bool is_norm)
+{
+    uint64_t u = eng_splitmix64(seed ^ ((uint64_t)tensor_id << 56) ^ index);
+    float unit = (float)(u >> 40) * (1.0f / 16777216.0f); /* [0, 1), 24 bits: exact */
+    volatile float val = (unit * 2.0f - 1.0f) * scale;   /* volatile: no contraction into +1 */
+    return is_norm ? 1.0f + val : val;
+}
+
+static bool is_norm_tensor(int id)
+{
+    return id == ENG_T_RMS_ATT || id == ENG_T_RMS_FFN || id == ENG_T_RMS_FINAL;
+}
+
+float eng_synth_scale(const eng_model_config *c, int tensor_id)
+{
+    switch (tensor_id) {
+    case ENG_T_EMBED: return 1.0f;
+    case ENG_T_RMS_ATT: case ENG_T_RMS_FFN: case ENG_T_RMS_FINAL: return 0.1f;
+    case ENG_T_W2: return 1.0f / sqrtf((float)c->hidden_dim);
+    default: return 1.0f / sqrtf((float)c->dim); /* wq wk wv wo w1 w3 wcls: fan-in dim */
+    }
+}
+
+static void synth_fill(float *dst, uint64_t n, uint64_t seed, const eng_model_config *c, int id,
+                       uint64_t first_index)
+{
+    float scale = eng_synth_scale(c, id);
+    bool norm = is_norm_tensor(id);
+    for (uint64_t i = 0; i < n; i++)
+        dst[i] = eng_synth_value(seed, id, first_index + i, scale, norm);
+}
+
+/* llama2.c's legacy RoPE tables (written for format compatibility, never read). */
+static void freq_cis_fill(float *dst, const eng_model_config *c, bool imag, uint64_t first,
+                          uint64_t n)
+{
+    int hs = c->dim / c->n_heads, half = hs / 2;
+    for (uint64_t k = 0; k < n; k++) {
+        uint64_t i = first + k;
+        int pos = (int)(i / (uint64_t)half), j = (int)(i % (uint64_t)half);
+        double freq = 1.0 / pow(10000.0, (double)(2 * j) / hs);
+        dst[k] = (float)(imag ? sin(pos * freq) : cos(pos * freq));
+    }
+}
+
+/* ---- loading ------------------------------------------------------------------------ */
+
+static eng_model *model_new(void)
+{
+    eng_model *m = calloc(1, sizeof *m);
+    if (m)
+        pthread_mutex_init(&m->hash_lock, NULL);
+    return m;
+}
+
+static int load_synthetic(const char *spec, eng_model **out)
+{
+    const char *rest = spec + strlen("synthetic:");
+    bool lazy = false;
+    if (strncmp(rest, "lazy:", 5) == 0) {
+        lazy = true;
+        rest += 5;
+    }
+    char name[32];
+    const char *colon = strchr(rest, ':');
+    size_t nlen = colon ? (size_t)(colon - rest) : strlen(rest);
+    if (nlen == 0 || nlen >= sizeof name)
+        return eng_seterr(-EINVAL, "model spec \"%s\": expected synthetic:PRESET:SEED", spec);
+    memcpy(name, rest, nlen);
+    name[nlen] = '\0';
+    uint64_t seed = 1; /* "synthetic:PRESET" alone means seed 1 */
+    if (colon) {
+        char *end;
+        errno = 0;
+        seed = strtoull(colon + 1, &end, 0);
+        if (errno || end == colon + 1 || *end)
+            return eng_seterr(-EINVAL, "model spec \"%s\": SEED \"%s\" is not an unsigned "
+                                       "integer", spec, colon + 1);
+    }
+    eng_model_config cfg;
+    int err = eng_preset(name, &cfg);
+    if (err)
+        return eng_seterr(-EINVAL, "model spec \"%s\": %s", spec, eng_errmsg());
+    eng_model *m = model_new();
+    if (!m)
+        return eng_seterr(-ENOMEM, "out of memory");
+    m->cfg = cfg;
+    m->lazy = lazy;
+    m->synthetic = true;
+    m->seed = seed;
+    snprintf(m->preset, sizeof m->preset, "%s", name);
+    char ident[96];
+    snprintf(ident, sizeof ident, "synthetic:%s:%" PRIu64, name, seed);
+    sha256_hex(ident, strlen(ident), m->hash);
+    if (!lazy) {
+        /* The same layout as a file (minus the unused RoPE tables), so both paths share
+         * point_weights and the writer. */
+        struct layout l = layout_of(&cfg);
+        m->owned_floats = l.total;
+        m->owned = malloc(l.total * sizeof(float));
+        if (!m->owned) {
+            eng_model_free(m);
+            return eng_seterr(-ENOMEM, "synthetic %s: cannot allocate %" PRIu64 " MiB of weights",
+                              name, l.total * 4 >> 20);
+        }
+        point_weights(&cfg, m->owned, &m->w);
+        static const int ids[] = {ENG_T_EMBED, ENG_T_RMS_ATT, ENG_T_WQ, ENG_T_WK, ENG_T_WV,
+                                  ENG_T_WO, ENG_T_RMS_FFN, ENG_T_W1, ENG_T_W2, ENG_T_W3,
+                                  ENG_T_RMS_FINAL};
+        const float *ptrs[] = {m->w.token_embedding, m->w.rms_att, m->w.wq, m->w.wk, m->w.wv,
+                               m->w.wo, m->w.rms_ffn, m->w.w1, m->w.w2, m->w.w3, m->w.rms_final};
+        const uint64_t counts[] = {l.embed, l.rms_att, l.wq, l.wk, l.wv, l.wo, l.rms_ffn,
+                                   l.w1, l.w2, l.w3, l.rms_final};
+        for (int i = 0; i < 11; i++)
+            synth_fill((float *)ptrs[i], counts[i], seed, &cfg, ids[i], 0);
+        float *fc = (float *)m->w.rms_final + l.rms_final;
+        freq_cis_fill(fc, &cfg, false, 0, l.freq_cis / 2);
+        freq_cis_fill(fc + l.freq_cis / 2, &cfg, true, 0, l.freq_cis / 2);
+        if (!cfg.shared_classifier)
+            synth_fill((float *)m->w.wcls, l.wcls, seed, &cfg, ENG_T_WCLS, 0);
+    }
+    *out = m;
+    return 0;
+}
+
+static int load_file(const char *path, eng_model **out)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return eng_seterr(-errno, "%s: %s", path, strerror(errno));
+    int err;
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        err = eng_seterr(-errno, "%s: %s", path, strerror(errno));
+        goto fail_fd;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        err = eng_seterr(-EINVAL, "%s: not a regular file", path);
+        goto fail_fd;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    int32_t hdr[7];
+    if (size < HEADER_BYTES) {
+        err = eng_seterr(-EINVAL, "%s: truncated: %" PRIu64 " bytes, the header alone needs %d",
+                         path, size, HEADER_BYTES);
+        goto fail_fd;
+    }
+    if (pread(fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr) {
+        err = eng_seterr(-EIO, "%s: cannot read the header", path);
+        goto fail_fd;
+    }
+    if ((uint32_t)hdr[0] == 0x616b3432u) { /* "ak42": llama2.c's version 1/2 export */
+        err = eng_seterr(-EINVAL, "%s: llama2.c version-1/2 export (magic ak42); only the legacy "
+                                  "(version 0) format is supported", path);
+        goto fail_fd;
+    }
+    eng_model_config c = {
+        .dim = hdr[0], .hidden_dim = hdr[1], .n_layers = hdr[2], .n_heads = hdr[3],
+        .n_kv_heads = hdr[4], .vocab_size = hdr[5], .seq_len = hdr[6],
+    };
+    /* A negative vocab_size means "unshared classifier follows" (llama2.c export). */
+    c.shared_classifier = c.vocab_size > 0;
+    if (c.vocab_size < 0)
+        c.vocab_size = c.vocab_size == INT32_MIN ? 0 : -c.vocab_size;
+    if ((err = config_check(&c))) {
+        eng_seterr(err, "%s: %s", path, eng_errmsg());
+        goto fail_fd;
+    }
+    struct layout l = layout_of(&c);
+    uint64_t want = HEADER_BYTES + l.total * 4;
+    if (size != want) {
+        err = eng_seterr(-EINVAL,
+                         "%s: %s: file is %" PRIu64 " bytes, the header (dim=%d hidden_dim=%d "
+                         "n_layers=%d n_heads=%d n_kv_heads=%d vocab_size=%d%s seq_len=%d) needs "
+                         "exactly %" PRIu64 " bytes",
+                         path, size < want ? "truncated" : "size mismatch", size, c.dim,
+                         c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size,
+                         c.shared_classifier ? " shared" : " unshared", c.seq_len, want);
+        goto fail_fd;
+    }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        err = eng_seterr(-errno, "%s: mmap: %s", path, strerror(errno));
+        goto fail_fd;
+    }
+    close(fd);
+    eng_model *m = model_new();
+    if (!m) {
+        munmap(map, size);
+        return eng_seterr(-ENOMEM, "out of memory");
+    }
+    m->cfg = c;
+    m->map = map;
+    m->map_len = size;
+    snprintf(m->path, sizeof m->path, "%s", path);
+    point_weights(&c, (const float *)((const char *)map + HEADER_BYTES), &m->w);
+    *out = m;
+    return 0;
+fail_fd:
+    close(fd);
+    return err;
+}
+
+int eng_model_load(const char *spec, eng_model **out)
+{
+    *out = NULL;
+    if (!spec || !*spec)
+        return eng_seterr(-EINVAL, "empty model spec");
+    if (strncmp(spec, "synthetic:", 10) == 0)
+        return load_synthetic(spec, out);
+    return load_file(spec, out);
+}
+
+void eng_model_free(eng_model *m)
+{
+    if (!m)
+        return;
+    if (m->map)
+        munmap(m->map, m->map_len);
+    free(m->owned);
+    pthread_mutex_destroy(&m->hash_lock);
+    free(m);
+}
+
+const eng_model_config *eng_model_cfg(const eng_model *m) { return &m->cfg; }
+const eng_weights *eng_model_weights(const eng_model *m) { return &m->w; }
+bool eng_model_is_lazy(const eng_model *m) { return m->lazy; }
+
+bool eng_model_synthetic_seed(const eng_model *m, uint64_t *seed)
+{
+    if (seed)
+        *seed = m->synthetic ? m->seed : 0;
+    return m->synthetic;
+}
+
+const char *eng_model_hash(const eng_model *m)
+{
+    eng_model *mm = (eng_model *)m; /* the cache is logically const */
+    pthread_mutex_lock(&mm->hash_lock);
+    if (!mm->hash[0] && mm->map)
+        sha256_hex(mm->map, mm->map_len, mm->hash);
+    pthread_mutex_unlock(&mm->hash_lock);
+    return mm->hash;
+}
+
+/* ---- writer ------------------------------------------------------------------------- */
+
+static int write_all(FILE *f, const void *p, size_t n, const char *path)
+{
+    if (n && fwrite(p, 1, n, f) != n)
+        return eng_seterr(-EIO, "%s: write: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Writes one tensor: from memory when the model has it, else generated chunk by chunk
+ * (a lazy synthetic model can be written without holding it). */
+static int write_tensor(FILE *f, const eng_model *m, const float *src, int id, uint64_t n,
+                        float *chunk, uint64_t chunk_floats, const char *path)
+{
+    for (uint64_t off = 0; off < n; off += chunk_floats) {
+        uint64_t k = n - off < chunk_floats ? n - off : chunk_floats;
+        const float *p = src ? src + off : chunk;
+        if (!src) {
+            if (id > 0)
+                synth_fill(chunk, k, m->seed, &m->cfg, id, off);
+            else /* -1: freq_cis real, -2: imag */
+                freq_cis_fill(chunk, &m->cfg, id == -2, off, k);
+        }
+        int err = write_all(f, p, k * 4, path);
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
+int eng_model_write(const eng_model *m, const char *path)
+{
+    const eng_model_config *c = &m->cfg;
+    if (m->lazy && !m->synthetic)
+        return eng_seterr(-EINVAL, "model has no weights to write");
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return eng_seterr(-errno, "%s: %s", path, strerror(errno));
+    const uint64_t chunk_floats = 1 << 20;
+    float *chunk = malloc(chunk_floats * sizeof(float));
+    int err = 0;
+    if (!chunk) {
+        err = eng_seterr(-ENOMEM, "out of memory");
+        goto out;
+    }
+    int32_t hdr[7] = {c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads,
+                      c->shared_classifier ? c->vocab_size : -c->vocab_size, c->seq_len};
+    if ((err = write_all(f, hdr, sizeof hdr, path)))
+        goto out;
+    struct layout l = layout_of(c);
+    const eng_weights *w = &m->w;
+    bool have = !m->lazy;
+    const float *fc = have && m->owned ? w->rms_final + l.rms_final : NULL;
+    if (have && !m->owned) /* a mapped file: the RoPE tables sit after rms_final too */
+        fc = w->rms_final + l.rms_final;
+    struct { const float *p; int id; uint64_t n; } t[] = {
+        {have ? w->token_embedding : NULL, ENG_T_EMBED, l.embed},
+        {have ? w->rms_att : NULL, ENG_T_RMS_ATT, l.rms_att},
+        {have ? w->wq : NULL, ENG_T_WQ, l.wq},
+        {have ? w->wk : NULL, ENG_T_WK, l.wk},
+        {have ? w->wv : NULL, ENG_T_WV, l.wv},
+        {have ? w->wo : NULL, ENG_T_WO, l.wo},
+        {have ? w->rms_ffn : NULL, ENG_T_RMS_FFN, l.rms_ffn},
+        {have ? w->w1 : NULL, ENG_T_W1, l.w1},
+        {have ? w->w2 : NULL, ENG_T_W2, l.w2},
+        {have ? w->w3 : NULL, ENG_T_W3, l.w3},
+        {have ? w->rms_final : NULL, ENG_T_RMS_FINAL, l.rms_final},
+        {fc, -1, l.freq_cis / 2},
+        {fc ? fc + l.freq_cis / 2 : NULL, -2, l.freq_cis / 2},
+        {have ? w->wcls : NULL, ENG_T_WCLS, l.wcls},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if ((err = write_tensor(f, m, t[i].p, t[i].id, t[i].n, chunk, chunk_floats, path)))
+            goto out;
+out:
+    free(chunk);
+    if (fclose(f) != 0 && !err)
+        err = eng_seterr(-EIO, "%s: close: %s", path, strerror(errno));
+    if (err)
+        unlink(path);
+    return err;
+}
