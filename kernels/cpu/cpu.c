@@ -329,21 +329,6 @@ static void rope(const cpu *c, float *vec, int len, int pos)
     }
 }
 
-static float dot(const float *a, const float *b, int n)
-{
-    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    int i = 0;
-    for (; i + 4 <= n; i += 4) {
-        s0 += a[i] * b[i];
-        s1 += a[i + 1] * b[i + 1];
-        s2 += a[i + 2] * b[i + 2];
-        s3 += a[i + 3] * b[i + 3];
-    }
-    for (; i < n; i++)
-        s0 += a[i] * b[i];
-    return (s0 + s1) + (s2 + s3);
-}
-
 /* ---- paged attention ---------------------------------------------------------------- */
 
 static inline float *kv_at(const cpu *c, int block, int layer, int which, int offset)
@@ -353,50 +338,75 @@ static inline float *kv_at(const cpu *c, int block, int layer, int which, int of
                (size_t)c->kv_dim;
 }
 
+/*
+ * One query head over positions 0..n_pos-1 of a sequence, K/V read block by block through
+ * its block table: scores = q·k / sqrt(head_size), softmax (max subtracted), out = Σ a·v.
+ * The dot products and the weighted sum use 8-float vectors (GCC vector extensions);
+ * target_clones builds AVX-512 and AVX2 copies picked at load time, since the build itself
+ * targets baseline x86-64.
+ */
+typedef float v8f __attribute__((vector_size(32), aligned(4))); /* unaligned loads allowed */
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void attend_head(const cpu *c, const float *q, const int32_t *table, int kvh, int n_pos,
+                        float *scores, float *out)
+{
+    const int hs = c->head_size, bs = c->block_size, kv_dim = c->kv_dim;
+    const int hs8 = hs & ~7;
+    const float scale = sqrtf((float)hs);
+    float max = -INFINITY;
+    for (int t0 = 0; t0 < n_pos; t0 += bs) {
+        const float *k = kv_at(c, table[t0 / bs], c->layer, 0, 0) + (size_t)kvh * hs;
+        int n = n_pos - t0 < bs ? n_pos - t0 : bs;
+        for (int i = 0; i < n; i++, k += kv_dim) {
+            v8f acc = {0};
+            int j = 0;
+            for (; j < hs8; j += 8)
+                acc += *(const v8f *)(q + j) * *(const v8f *)(k + j);
+            float score = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+                          ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+            for (; j < hs; j++)
+                score += q[j] * k[j];
+            score /= scale;
+            scores[t0 + i] = score;
+            if (score > max)
+                max = score;
+        }
+    }
+    float sum = 0.0f;
+    for (int t = 0; t < n_pos; t++) {
+        scores[t] = expf(scores[t] - max);
+        sum += scores[t];
+    }
+    const float inv = 1.0f / sum;
+    memset(out, 0, (size_t)hs * sizeof *out);
+    for (int t0 = 0; t0 < n_pos; t0 += bs) {
+        const float *v = kv_at(c, table[t0 / bs], c->layer, 1, 0) + (size_t)kvh * hs;
+        int n = n_pos - t0 < bs ? n_pos - t0 : bs;
+        for (int i = 0; i < n; i++, v += kv_dim) {
+            const float a = scores[t0 + i] * inv;
+            int j = 0;
+            for (; j < hs8; j += 8)
+                *(v8f *)(out + j) += a * *(const v8f *)(v + j);
+            for (; j < hs; j++)
+                out[j] += a * v[j];
+        }
+    }
+}
+
 /* One task = one row and one KV head: the query heads of that group attend over positions
- * 0..pos of the row's sequence, reading K and V block by block through its block table. */
+ * 0..pos of the row's sequence (causal: later rows of the same batch are not read). */
 static void attention_task(void *ctx, int task, int worker)
 {
     cpu *c = ctx;
     const eng_batch *b = c->b;
     const int row = task / c->c.n_kv_heads, kvh = task % c->c.n_kv_heads;
     const int s = c->row_seq[row], pos = b->positions[row], hs = c->head_size;
-    const int bs = c->block_size, n_pos = pos + 1;
     const int32_t *table = b->block_table + (size_t)s * (size_t)b->block_table_stride;
     float *scores = c->scores + (size_t)worker * (size_t)c->c.seq_len;
-    const float scale = sqrtf((float)hs);
-    for (int h = kvh * c->group; h < (kvh + 1) * c->group; h++) {
-        const float *q = c->q + (size_t)row * c->c.dim + (size_t)h * hs;
-        float *out = c->att + (size_t)row * c->c.dim + (size_t)h * hs;
-        float max = -INFINITY;
-        for (int t0 = 0; t0 < n_pos; t0 += bs) {
-            const float *k = kv_at(c, table[t0 / bs], c->layer, 0, 0) + (size_t)kvh * hs;
-            int n = n_pos - t0 < bs ? n_pos - t0 : bs;
-            for (int i = 0; i < n; i++) {
-                float score = dot(q, k + (size_t)i * c->kv_dim, hs) / scale;
-                scores[t0 + i] = score;
-                if (score > max)
-                    max = score;
-            }
-        }
-        float sum = 0.0f;
-        for (int t = 0; t < n_pos; t++) {
-            scores[t] = expf(scores[t] - max);
-            sum += scores[t];
-        }
-        for (int t = 0; t < n_pos; t++)
-            scores[t] /= sum;
-        memset(out, 0, (size_t)hs * sizeof *out);
-        for (int t0 = 0; t0 < n_pos; t0 += bs) {
-            const float *v = kv_at(c, table[t0 / bs], c->layer, 1, 0) + (size_t)kvh * hs;
-            int n = n_pos - t0 < bs ? n_pos - t0 : bs;
-            for (int i = 0; i < n; i++) {
-                const float a = scores[t0 + i], *vi = v + (size_t)i * c->kv_dim;
-                for (int j = 0; j < hs; j++)
-                    out[j] += a * vi[j];
-            }
-        }
-    }
+    for (int h = kvh * c->group; h < (kvh + 1) * c->group; h++)
+        attend_head(c, c->q + (size_t)row * c->c.dim + (size_t)h * hs, table, kvh, pos + 1,
+                    scores, c->att + (size_t)row * c->c.dim + (size_t)h * hs);
 }
 
 /* ---- forward ------------------------------------------------------------------------ */

@@ -1,0 +1,337 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine_bench — CPU engine throughput on a model (synthetic shapes by default):
+ * decode tokens/s at 1, 8, 32 and 64 concurrent sequences, prefill tokens/s, and the step
+ * time split by phase, each a median over repeats. The baseline, measured in the same run,
+ * is a naive llama2.c-style forward (one row, plain loops, one thread, contiguous cache).
+ *
+ *   engine_bench --model synthetic:stories15M:1 [--threads N] [--repeats R] [--json]
+ */
+#include "kernels/engine.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- the engine side ---------------------------------------------------------------- */
+
+typedef struct bench {
+    eng *e;
+    const eng_model_config *cfg;
+    int block_size, blocks_per_seq;
+    int32_t *tokens, *positions, *query_start, *seq_len, *table, *logits_rows;
+    int64_t *slots;
+    float *logits;
+} bench;
+
+/* One step: n_seqs sequences, each adding `rows` rows after `ctx` tokens of context;
+ * logits for each sequence's last row. Sequence s owns blocks [s*bps, (s+1)*bps). */
+static int step(bench *b, int n_seqs, int rows, int ctx, int want_logits)
+{
+    int T = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        b->query_start[s] = T;
+        b->seq_len[s] = ctx + rows;
+        for (int i = 0; i < rows; i++, T++) {
+            int pos = ctx + i;
+            b->tokens[T] = (int32_t)((s * 7919 + pos * 104729) % b->cfg->vocab_size);
+            b->positions[T] = pos;
+            b->slots[T] = (int64_t)b->table[s * b->blocks_per_seq + pos / b->block_size] *
+                              b->block_size + pos % b->block_size;
+        }
+        b->logits_rows[s] = T - 1;
+    }
+    b->query_start[n_seqs] = T;
+    eng_batch batch = {
+        .n_tokens = T, .tokens = b->tokens, .positions = b->positions, .slot_mapping = b->slots,
+        .n_seqs = n_seqs, .query_start = b->query_start, .seq_len = b->seq_len,
+        .block_table = b->table, .block_table_stride = b->blocks_per_seq,
+        .n_logits = want_logits ? n_seqs : 0, .logits_rows = b->logits_rows,
+    };
+    int err = eng_execute(b->e, &batch, b->logits);
+    if (err)
+        fprintf(stderr, "engine_bench: execute: %s\n", eng_errmsg());
+    return err;
+}
+
+/* ---- the baseline: llama2.c run.c's forward, single row, single thread --------------- */
+
+static void naive_matmul(float *xout, const float *x, const float *w, int n, int d)
+{
+    for (int i = 0; i < d; i++) {
+        float val = 0.0f;
+        for (int j = 0; j < n; j++)
+            val += w[(size_t)i * n + j] * x[j];
+        xout[i] = val;
+    }
+}
+
+static void naive_rmsnorm(float *o, const float *x, const float *weight, int size)
+{
+    float ss = 0.0f;
+    for (int j = 0; j < size; j++)
+        ss += x[j] * x[j];
+    ss = 1.0f / sqrtf(ss / size + 1e-5f);
+    for (int j = 0; j < size; j++)
+        o[j] = weight[j] * (ss * x[j]);
+}
+
+typedef struct naive {
+    const eng_model_config *c;
+    const eng_weights *w;
+    float *x, *xb, *xb2, *hb, *hb2, *q, *att, *logits, *key_cache, *value_cache;
+} naive;
+
+static void naive_forward(naive *n, int token, int pos)
+{
+    const eng_model_config *p = n->c;
+    const eng_weights *w = n->w;
+    int dim = p->dim, kv_dim = dim * p->n_kv_heads / p->n_heads, hs = dim / p->n_heads;
+    int kv_mul = p->n_heads / p->n_kv_heads, hidden = p->hidden_dim;
+    memcpy(n->x, w->token_embedding + (size_t)token * dim, (size_t)dim * sizeof(float));
+    for (int l = 0; l < p->n_layers; l++) {
+        naive_rmsnorm(n->xb, n->x, w->rms_att + (size_t)l * dim, dim);
+        size_t loff = (size_t)l * p->seq_len * kv_dim;
+        float *k = n->key_cache + loff + (size_t)pos * kv_dim;
+        float *v = n->value_cache + loff + (size_t)pos * kv_dim;
+        naive_matmul(n->q, n->xb, w->wq + (size_t)l * dim * dim, dim, dim);
+        naive_matmul(k, n->xb, w->wk + (size_t)l * dim * kv_dim, dim, kv_dim);
+        naive_matmul(v, n->xb, w->wv + (size_t)l * dim * kv_dim, dim, kv_dim);
+        for (int i = 0; i < dim; i += 2) {
+            float freq = 1.0f / powf(10000.0f, (i % hs) / (float)hs), val = pos * freq;
+            float fcr = cosf(val), fci = sinf(val);
+            for (int r = 0; r < (i < kv_dim ? 2 : 1); r++) {
+                float *vec = r == 0 ? n->q : k;
+                float v0 = vec[i], v1 = vec[i + 1];
+                vec[i] = v0 * fcr - v1 * fci;
+                vec[i + 1] = v0 * fci + v1 * fcr;
+            }
+        }
+        for (int h = 0; h < p->n_heads; h++) {
+            float *q = n->q + h * hs, *att = n->att + (size_t)h * p->seq_len;
+            float max = -INFINITY, sum = 0;
+            for (int t = 0; t <= pos; t++) {
+                const float *kt = n->key_cache + loff + (size_t)t * kv_dim + (h / kv_mul) * hs;
+                float s = 0;
+                for (int i = 0; i < hs; i++)
+                    s += q[i] * kt[i];
+                att[t] = s / sqrtf((float)hs);
+                max = att[t] > max ? att[t] : max;
+            }
+            for (int t = 0; t <= pos; t++) {
+                att[t] = expf(att[t] - max);
+                sum += att[t];
+            }
+            float *xb = n->xb + h * hs;
+            memset(xb, 0, (size_t)hs * sizeof(float));
+            for (int t = 0; t <= pos; t++) {
+                const float *vt =
+                    n->value_cache + loff + (size_t)t * kv_dim + (h / kv_mul) * hs;
+                for (int i = 0; i < hs; i++)
+                    xb[i] += att[t] / sum * vt[i];
+            }
+        }
+        naive_matmul(n->xb2, n->xb, w->wo + (size_t)l * dim * dim, dim, dim);
+        for (int i = 0; i < dim; i++)
+            n->x[i] += n->xb2[i];
+        naive_rmsnorm(n->xb, n->x, w->rms_ffn + (size_t)l * dim, dim);
+        naive_matmul(n->hb, n->xb, w->w1 + (size_t)l * dim * hidden, dim, hidden);
+        naive_matmul(n->hb2, n->xb, w->w3 + (size_t)l * dim * hidden, dim, hidden);
+        for (int i = 0; i < hidden; i++)
+            n->hb[i] = n->hb[i] / (1.0f + expf(-n->hb[i])) * n->hb2[i];
+        naive_matmul(n->xb, n->hb, w->w2 + (size_t)l * dim * hidden, hidden, dim);
+        for (int i = 0; i < dim; i++)
+            n->x[i] += n->xb[i];
+    }
+    naive_rmsnorm(n->x, n->x, w->rms_final, dim);
+    naive_matmul(n->logits, n->x, w->wcls, dim, p->vocab_size);
+}
+
+/* ---- main --------------------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+    const char *spec = "synthetic:stories15M:1";
+    int threads = 2, repeats = 5, json = 0, decode_steps = 16, ctx0 = 32, prefill_len = 256;
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},  {"threads", required_argument, 0, 't'},
+        {"repeats", required_argument, 0, 'r'}, {"json", no_argument, 0, 'j'},
+        {"steps", required_argument, 0, 's'},  {"prefill", required_argument, 0, 'p'},
+        {0, 0, 0, 0}};
+    int ch;
+    while ((ch = getopt_long(argc, argv, "m:t:r:js:p:", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'm': spec = optarg; break;
+        case 't': threads = atoi(optarg); break;
+        case 'r': repeats = atoi(optarg); break;
+        case 'j': json = 1; break;
+        case 's': decode_steps = atoi(optarg); break;
+        case 'p': prefill_len = atoi(optarg); break;
+        default:
+            fprintf(stderr, "usage: engine_bench --model SPEC [--threads N] [--repeats R] "
+                            "[--steps N] [--prefill N] [--json]\n");
+            return 2;
+        }
+    }
+    if (threads < 1 || repeats < 1 || decode_steps < 1 || prefill_len < 1) {
+        fprintf(stderr, "engine_bench: --threads, --repeats, --steps, --prefill must be >= 1\n");
+        return 2;
+    }
+    eng_model *m;
+    if (eng_model_load(spec, &m)) {
+        fprintf(stderr, "engine_bench: %s\n", eng_errmsg());
+        return 1;
+    }
+    const eng_model_config *cfg = eng_model_cfg(m);
+    if (prefill_len > cfg->seq_len)
+        prefill_len = cfg->seq_len;
+    if (ctx0 + decode_steps > cfg->seq_len)
+        ctx0 = cfg->seq_len - decode_steps > 0 ? cfg->seq_len - decode_steps : 0;
+    static const int batch_sizes[] = {1, 8, 32, 64};
+    const int max_seqs = 64, block_size = 16;
+    int per_seq = ctx0 + decode_steps > prefill_len ? ctx0 + decode_steps : prefill_len;
+    bench b = {.cfg = cfg, .block_size = block_size,
+               .blocks_per_seq = (per_seq + block_size - 1) / block_size};
+    int max_rows = max_seqs * ctx0 > prefill_len ? max_seqs * ctx0 : prefill_len;
+    eng_options opt = {.backend = "cpu", .n_threads = threads, .numa_node = -1,
+                       .kv_blocks = max_seqs * b.blocks_per_seq, .kv_block_size = block_size,
+                       .max_batch_tokens = max_rows, .max_seqs = max_seqs};
+    if (eng_create(m, &opt, &b.e)) {
+        fprintf(stderr, "engine_bench: %s\n", eng_errmsg());
+        return 1;
+    }
+    b.tokens = malloc(sizeof(int32_t) * (size_t)max_rows);
+    b.positions = malloc(sizeof(int32_t) * (size_t)max_rows);
+    b.slots = malloc(sizeof(int64_t) * (size_t)max_rows);
+    b.query_start = malloc(sizeof(int32_t) * (max_seqs + 1));
+    b.seq_len = malloc(sizeof(int32_t) * max_seqs);
+    b.logits_rows = malloc(sizeof(int32_t) * max_seqs);
+    b.table = malloc(sizeof(int32_t) * (size_t)max_seqs * (size_t)b.blocks_per_seq);
+    b.logits = malloc(sizeof(float) * (size_t)max_seqs * (size_t)cfg->vocab_size);
+    for (int i = 0; i < max_seqs * b.blocks_per_seq; i++)
+        b.table[i] = i;
+    double *samples = malloc(sizeof(double) * (size_t)repeats);
+
+    /* decode: each repeat re-runs decode_steps steps after the same ctx0-token context */
+    double decode_tok_s[4];
+    eng_phase_stats ph32 = {0};
+    if (ctx0 > 0 && step(&b, max_seqs, ctx0, 0, 0)) /* fill every sequence's context */
+        return 1;
+    for (int bi = 0; bi < 4; bi++) {
+        int S = batch_sizes[bi];
+        step(&b, S, 1, ctx0, 1); /* warm-up */
+        eng_phase_stats_get(b.e, NULL, true);
+        for (int r = 0; r < repeats; r++) {
+            double t0 = now_s();
+            for (int k = 0; k < decode_steps; k++)
+                if (step(&b, S, 1, ctx0 + k, 1))
+                    return 1;
+            samples[r] = (double)S * decode_steps / (now_s() - t0);
+        }
+        if (S == 32)
+            eng_phase_stats_get(b.e, &ph32, true);
+        decode_tok_s[bi] = median(samples, repeats);
+    }
+    /* prefill: one sequence, prefill_len rows in one batch, logits of the last row */
+    eng_phase_stats php = {0};
+    step(&b, 1, prefill_len, 0, 1);
+    eng_phase_stats_get(b.e, NULL, true);
+    for (int r = 0; r < repeats; r++) {
+        double t0 = now_s();
+        if (step(&b, 1, prefill_len, 0, 1))
+            return 1;
+        samples[r] = prefill_len / (now_s() - t0);
+    }
+    eng_phase_stats_get(b.e, &php, true);
+    double prefill_tok_s = median(samples, repeats);
+
+    /* baseline: naive single-row forward, same model, same number of decode steps */
+    naive n = {.c = cfg, .w = eng_model_weights(m)};
+    int kv_dim = cfg->dim * cfg->n_kv_heads / cfg->n_heads;
+    n.x = calloc((size_t)cfg->dim, 4);
+    n.xb = calloc((size_t)cfg->dim, 4);
+    n.xb2 = calloc((size_t)cfg->dim, 4);
+    n.q = calloc((size_t)cfg->dim, 4);
+    n.hb = calloc((size_t)cfg->hidden_dim, 4);
+    n.hb2 = calloc((size_t)cfg->hidden_dim, 4);
+    n.att = calloc((size_t)cfg->n_heads * cfg->seq_len, 4);
+    n.logits = calloc((size_t)cfg->vocab_size, 4);
+    size_t cache = (size_t)cfg->n_layers * cfg->seq_len * kv_dim;
+    n.key_cache = calloc(cache, 4);
+    n.value_cache = calloc(cache, 4);
+    for (int pos = 0; pos < ctx0; pos++)
+        naive_forward(&n, pos % cfg->vocab_size, pos);
+    for (int r = 0; r < repeats; r++) {
+        double t0 = now_s();
+        for (int k = 0; k < decode_steps; k++)
+            naive_forward(&n, (k * 31) % cfg->vocab_size, ctx0 + k);
+        samples[r] = decode_steps / (now_s() - t0);
+    }
+    double naive_tok_s = median(samples, repeats);
+
+    double ms32 = ph32.steps ? 1e-6 / (double)ph32.steps : 0;
+    double msp = php.steps ? 1e-6 / (double)php.steps : 0;
+    if (json) {
+        printf("{\"model\":\"%s\",\"threads\":%d,\"repeats\":%d,\"decode_steps\":%d,"
+               "\"context\":%d,\"prefill_len\":%d,"
+               "\"decode_tok_s\":{\"1\":%.1f,\"8\":%.1f,\"32\":%.1f,\"64\":%.1f},"
+               "\"prefill_tok_s\":%.1f,"
+               "\"phase_ms_per_step\":{\"decode32\":{\"projections\":%.3f,\"attention\":%.3f,"
+               "\"other\":%.3f},\"prefill\":{\"projections\":%.3f,\"attention\":%.3f,"
+               "\"other\":%.3f}},"
+               "\"baseline\":{\"name\":\"naive llama2.c-style forward, 1 row, 1 thread\","
+               "\"decode_tok_s\":%.1f},"
+               "\"ratios\":{\"decode1_vs_baseline\":%.2f,\"decode32_vs_decode1\":%.2f,"
+               "\"decode64_vs_decode1\":%.2f,\"prefill_vs_baseline\":%.2f}}\n",
+               spec, threads, repeats, decode_steps, ctx0, prefill_len, decode_tok_s[0],
+               decode_tok_s[1], decode_tok_s[2], decode_tok_s[3], prefill_tok_s,
+               ph32.proj_ns * ms32, ph32.attn_ns * ms32, ph32.other_ns * ms32,
+               php.proj_ns * msp, php.attn_ns * msp, php.other_ns * msp, naive_tok_s,
+               decode_tok_s[0] / naive_tok_s, decode_tok_s[2] / decode_tok_s[0],
+               decode_tok_s[3] / decode_tok_s[0], prefill_tok_s / naive_tok_s);
+    } else {
+        printf("engine_bench %s, %d threads, medians of %d repeats (%d decode steps after %d "
+               "tokens of context)\n", spec, threads, repeats, decode_steps, ctx0);
+        for (int bi = 0; bi < 4; bi++)
+            printf("  decode  %2d seqs: %9.1f tok/s  (%.2fx batch-1)\n", batch_sizes[bi],
+                   decode_tok_s[bi], decode_tok_s[bi] / decode_tok_s[0]);
+        printf("  prefill %d rows: %9.1f tok/s\n", prefill_len, prefill_tok_s);
+        printf("  step split decode-32: projections %.2f ms, attention %.2f ms, other %.2f ms\n",
+               ph32.proj_ns * ms32, ph32.attn_ns * ms32, ph32.other_ns * ms32);
+        printf("  step split prefill:   projections %.2f ms, attention %.2f ms, other %.2f ms\n",
+               php.proj_ns * msp, php.attn_ns * msp, php.other_ns * msp);
+        printf("  baseline (naive 1-row 1-thread forward): %.1f tok/s; engine batch-1 = %.2fx\n",
+               naive_tok_s, decode_tok_s[0] / naive_tok_s);
+    }
+    free(samples);
+    free(n.x); free(n.xb); free(n.xb2); free(n.q); free(n.hb); free(n.hb2); free(n.att);
+    free(n.logits); free(n.key_cache); free(n.value_cache);
+    free(b.tokens); free(b.positions); free(b.slots); free(b.query_start); free(b.seq_len);
+    free(b.logits_rows); free(b.table); free(b.logits);
+    eng_destroy(b.e);
+    eng_model_free(m);
+    return 0;
+}
