@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libclient tokenizer: run.c's encode on the recorded oracle, run.c's decode rules, and
+ * malformed tokenizer files (clear errors, never a crash).
+ */
+#include "tokenizer.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *shared_path(char *buf, size_t len, const char *name)
+{
+    const char *d = getenv("RINGLM_SHARED");
+    snprintf(buf, len, "%s/models/%s", d && *d ? d : "../shared", name);
+    FILE *f = fopen(buf, "rb");
+    if (!f)
+        return NULL;
+    fclose(f);
+    return buf;
+}
+
+static tok_tokenizer *load_tok512(void)
+{
+    char path[1024];
+    if (!shared_path(path, sizeof path, "tok512.bin"))
+        cr_skip_test("no tok512.bin: set RINGLM_SHARED to the folder holding models/");
+    tok_tokenizer *t;
+    int err = tok_load(path, 512, &t);
+    cr_assert_eq(err, 0, "tok_load: %d %s", err, tok_errmsg());
+    return t;
+}
+
+Test(tokenizer, encode_oracle_cases)
+{
+    tok_tokenizer *t = load_tok512();
+    char path[1024];
+    cr_assert_not_null(shared_path(path, sizeof path, "reference-greedy.json"));
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    cr_assert_not_null(root, "%s", jerr.text);
+    json_t *cases = json_object_get(json_object_get(root, "tokenizer_encode_oracle"), "cases");
+    cr_assert_geq(json_array_size(cases), 10);
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *c = json_array_get(cases, i);
+        const char *text = json_string_value(json_object_get(c, "text"));
+        json_t *want = json_object_get(c, "tokens");
+        int32_t got[256];
+        int n = tok_encode(t, text, true, false, got, 256);
+        cr_assert_eq(n, (int)json_array_size(want), "\"%s\": %d tokens, oracle %zu (%s)", text,
+                     n, json_array_size(want), tok_errmsg());
+        for (int k = 0; k < n; k++)
+            cr_assert_eq(got[k], json_integer_value(json_array_get(want, (size_t)k)),
+                         "\"%s\": token %d is %d, oracle %lld", text, k, got[k],
+                         (long long)json_integer_value(json_array_get(want, (size_t)k)));
+    }
+    json_decref(root);
+    tok_free(t);
+}
+
+Test(tokenizer, encode_flags_and_buffer)
+{
+    tok_tokenizer *t = load_tok512();
+    int32_t out[64];
+    cr_assert_eq(tok_encode(t, "", false, false, out, 64), 0, "empty text, no BOS: nothing");
+    int n = tok_encode(t, "Once upon a time", true, true, out, 64);
+    cr_assert_eq(n, 6);
+    cr_assert_eq(out[0], TOK_BOS);
+    cr_assert_eq(out[5], TOK_EOS);
+    cr_assert_eq(tok_encode(t, "Once upon a time", true, true, out, 5), -ENOSPC);
+    cr_assert_eq(tok_encode(t, NULL, true, false, out, 64), -EINVAL);
+    tok_free(t);
+}
+
+/* Every rule of run.c's decode + safe_printf. */
+Test(tokenizer, decode_rules)
+{
+    tok_tokenizer *t = load_tok512();
+    cr_assert_str_eq(tok_piece(t, 410), " ");
+    cr_assert_str_eq(tok_piece(t, 259), " t");
+    cr_assert_str_eq(tok_decode(t, 5, 259), " t", "a piece keeps its space");
+    cr_assert_str_eq(tok_decode(t, TOK_BOS, 259), "t", "after BOS the leading space goes");
+    cr_assert_str_eq(tok_decode(t, TOK_BOS, 410), "", "a lone space after BOS is empty");
+    cr_assert_str_eq(tok_decode(t, 5, 0x41 + 3), "A", "<0x41> is the raw byte A");
+    cr_assert_str_eq(tok_decode(t, 5, 0x0A + 3), "\n", "<0x0A> is a newline (whitespace)");
+    cr_assert_str_eq(tok_decode(t, 5, 0x01 + 3), "", "<0x01> is not printable: skipped");
+    cr_assert_str_eq(tok_decode(t, 5, 0xC3 + 3), "", "a lone UTF-8 lead byte is skipped");
+    cr_assert_str_eq(tok_decode(t, 5, 0x00 + 3), "", "<0x00> prints nothing");
+    cr_assert_null(tok_decode(t, 5, 512));
+    cr_assert_null(tok_decode(t, 5, -1));
+    tok_free(t);
+}
+
+/* ---- malformed files ------------------------------------------------------------------ */
+
+static void put_i32(unsigned char **p, int32_t v)
+{
+    memcpy(*p, &v, 4);
+    *p += 4;
+}
+
+/* A valid 4-token file: unk, BOS, EOS, "a". */
+static size_t good_file(unsigned char *buf)
+{
+    unsigned char *p = buf;
+    const char *pieces[] = {"<unk>", "\n<s>\n", "\n</s>\n", "a"};
+    put_i32(&p, 6);
+    for (int i = 0; i < 4; i++) {
+        float score = (float)-i;
+        memcpy(p, &score, 4);
+        p += 4;
+        put_i32(&p, (int32_t)strlen(pieces[i]));
+        memcpy(p, pieces[i], strlen(pieces[i]));
+        p += strlen(pieces[i]);
+    }
+    return (size_t)(p - buf);
+}
+
+Test(tokenizer, malformed_files_get_clear_errors)
+{
+    unsigned char buf[256];
+    size_t len = good_file(buf);
+    tok_tokenizer *t;
+    cr_assert_eq(tok_load_mem(buf, len, 4, &t), 0, "%s", tok_errmsg());
+    cr_assert_eq(tok_vocab_size(t), 4);
+    tok_free(t);
+    cr_assert_eq(tok_load_mem(buf, len, 0, &t), 0, "vocab 0 reads to the end: %s", tok_errmsg());
+    cr_assert_eq(tok_vocab_size(t), 4);
+    tok_free(t);
+
+    struct { const char *what; size_t len; int vocab; int patch_off; int32_t patch; const char *needle; } cases[] = {
+        {"empty file", 0, 4, -1, 0, "max_token_length"},
+        {"header only, vocab 4", 4, 4, -1, 0, "token 0"},
+        {"truncated inside a piece", len - 1, 4, -1, 0, "runs past the end"},
+        {"more tokens asked than present", len, 5, -1, 0, "token 4"},
+        {"fewer tokens asked than present", len, 3, -1, 0, "bytes after token 2"},
+        {"negative piece length", len, 4, 8, -5, "piece length -5"},
+        {"huge piece length", len, 4, 8, 1 << 30, "piece length"},
+        {"zero max_token_length", len, 4, 0, 0, "max_token_length=0"},
+        {"negative vocab", len, -1, -1, 0, "vocab_size=-1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        unsigned char b2[256];
+        memcpy(b2, buf, len);
+        if (cases[i].patch_off >= 0)
+            memcpy(b2 + cases[i].patch_off, &cases[i].patch, 4);
+        t = (tok_tokenizer *)0x1;
+        int err = tok_load_mem(b2, cases[i].len, cases[i].vocab, &t);
+        cr_assert_eq(err, -EINVAL, "%s: got %d (%s)", cases[i].what, err, tok_errmsg());
+        cr_assert_null(t, "%s: no tokenizer on error", cases[i].what);
+        cr_assert(strstr(tok_errmsg(), cases[i].needle), "%s: message \"%s\" lacks \"%s\"",
+                  cases[i].what, tok_errmsg(), cases[i].needle);
+    }
+    cr_assert_eq(tok_load("/nonexistent/tok.bin", 4, &t), -ENOENT);
+}
+
+Test(tokenizer, byte_fallback_outside_vocab_is_an_error)
+{
+    unsigned char buf[256];
+    size_t len = good_file(buf);
+    tok_tokenizer *t;
+    cr_assert_eq(tok_load_mem(buf, len, 4, &t), 0);
+    int32_t out[16];
+    int n = tok_encode(t, "a", true, false, out, 16);
+    cr_assert_eq(n, 2, "BOS + 'a' (no ' ' piece, so no dummy prefix): %d %s", n, tok_errmsg());
+    cr_assert_eq(out[1], 3);
+    cr_assert_eq(tok_encode(t, "b", true, false, out, 16), -EINVAL, "byte 'b' has no token");
+    cr_assert(strstr(tok_errmsg(), "0x62"), "%s", tok_errmsg());
+    tok_free(t);
+}
