@@ -1,0 +1,532 @@
+/* ringlm — simulator discrete-event core. SPDX-License-Identifier: MIT
+ *
+ * One loop, the daemon's iteration (DESIGN.md §2) with the engine replaced by the service
+ * model: deliver what happened up to `now` (transfer completions, client cancels, arrivals
+ * and retries) → sched_step(now) → charge the planned batch's step time → sched_commit at
+ * now + step. When nothing runs, time jumps straight to the next event, so idle gaps cost
+ * nothing. The scheduler is the real sched/ library; nothing here decides policy. */
+#include "sim/engine.h"
+#include "sim/err.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void sim_options_defaults(sim_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->max_context = 32768;
+    o->retry = SIM_RETRY_NONE;
+    o->retry_backoff_us = 100000;
+    o->retry_max = 4;
+    o->sample_us = 1000000;
+    o->idle_poll_us = 1000;
+    o->stall_stop_us = 600LL * 1000000;
+    o->seed = 1;
+}
+
+/* ---- a small binary min-heap of timed events ------------------------------------------ */
+
+typedef struct tev { int64_t t; uint64_t seq, a, b, c; } tev;
+typedef struct theap { tev *v; size_t n, cap; uint64_t seq; } theap;
+
+static bool tev_less(const tev *x, const tev *y) { return x->t != y->t ? x->t < y->t : x->seq < y->seq; }
+
+static int theap_push(theap *h, int64_t t, uint64_t a, uint64_t b, uint64_t c)
+{
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 256;
+        tev *v = realloc(h->v, cap * sizeof *v);
+        if (!v) return -ENOMEM;
+        h->v = v;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    h->v[i] = (tev){ t, h->seq++, a, b, c };
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!tev_less(&h->v[i], &h->v[p])) break;
+        tev tmp = h->v[i]; h->v[i] = h->v[p]; h->v[p] = tmp;
+        i = p;
+    }
+    return 0;
+}
+
+static tev theap_pop(theap *h)
+{
+    tev top = h->v[0];
+    h->v[0] = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < h->n && tev_less(&h->v[l], &h->v[m])) m = l;
+        if (r < h->n && tev_less(&h->v[r], &h->v[m])) m = r;
+        if (m == i) break;
+        tev tmp = h->v[i]; h->v[i] = h->v[m]; h->v[m] = tmp;
+        i = m;
+    }
+    return top;
+}
+
+static int64_t theap_next(const theap *h) { return h->n ? h->v[0].t : INT64_MAX; }
+
+/* ---- state -------------------------------------------------------------------------------- */
+
+typedef struct eng {
+    sim_run       *run;
+    const sim_trace *t;
+    const sim_options *o;
+    sched         *s;
+    size_t         next_arrival;
+    uint32_t      *cancel_order;  /* trace indices with a cancel time, by cancel time */
+    size_t         n_cancels, next_cancel;
+    theap          retries;       /* t, trace index, attempt number */
+    theap          xfers;         /* t, transfer id, bytes, duration */
+    int64_t        link_free[2][2];
+    size_t         live;
+    sched_result  *results;
+    size_t         results_cap;
+    int64_t        next_sample;
+    uint64_t       int_steps, int_tokens;
+    int64_t        last_progress_any;
+    char           line[2048];
+} eng;
+
+static void sink(void *ctx, const sched_event *ev)
+{
+    eng *e = ctx;
+    size_t n = sched_event_json(ev, e->line, sizeof e->line - 1);
+    if (n >= sizeof e->line - 1) n = strlen(e->line);
+    e->line[n] = '\n';
+    fwrite(e->line, 1, n + 1, e->o->decision_log);
+}
+
+static void warn(sim_run *r, const char *msg)
+{
+    size_t l = strlen(r->warnings);
+    if (l + strlen(msg) + 2 < sizeof r->warnings)
+        snprintf(r->warnings + l, sizeof r->warnings - l, "%s%s", l ? "\n" : "", msg);
+}
+
+static int new_rec(eng *e, uint32_t req, uint32_t attempt, int64_t now, uint32_t *idx)
+{
+    sim_run *r = e->run;
+    if (r->n_recs == r->cap_recs) {
+        size_t cap = r->cap_recs ? r->cap_recs * 2 : 1024;
+        sim_rec *p = realloc(r->recs, cap * sizeof *p);
+        if (!p) return -ENOMEM;
+        r->recs = p;
+        r->cap_recs = cap;
+    }
+    sim_rec *x = &r->recs[r->n_recs];
+    memset(x, 0, sizeof *x);
+    x->req = req;
+    x->attempt = attempt;
+    x->submit_us = now;
+    x->first_sched_us = x->first_token_us = x->end_us = x->cancel_us = x->release_us = -1;
+    x->last_progress_us = now;
+    x->last_token_us = -1;
+    *idx = (uint32_t)r->n_recs++;
+    r->final_rec[req] = *idx;
+    return 0;
+}
+
+/* The request ended without finishing; a client may try again. */
+static int maybe_retry(eng *e, sim_rec *x, int64_t now)
+{
+    const sim_options *o = e->o;
+    if (o->retry == SIM_RETRY_NONE || x->attempt >= o->retry_max) return 0;
+    const sim_req *q = &e->t->reqs[x->req];
+    if (q->cancel_us != SIM_NO_TIME && q->cancel_us <= now) return 0;
+    /* "immediate" still costs a client round trip; 1 ms keeps a retry from landing in the
+     * very iteration that refused it. Backoff doubles per attempt, without jitter, so runs
+     * stay reproducible. */
+    int64_t delay = o->retry == SIM_RETRY_IMMEDIATE ? 1000 : o->retry_backoff_us << (x->attempt - 1);
+    return theap_push(&e->retries, now + delay, x->req, x->attempt + 1, 0);
+}
+
+static void end_rec(eng *e, sim_rec *x, int outcome, int reason, int64_t now)
+{
+    if (!x->live) return;
+    x->live = 0;
+    e->live--;
+    x->outcome = (uint8_t)outcome;
+    x->reason = (uint8_t)reason;
+    x->end_us = now;
+    if (now - x->last_progress_us > x->max_starve_us) x->max_starve_us = now - x->last_progress_us;
+}
+
+static int submit(eng *e, uint32_t req, uint32_t attempt, int64_t now)
+{
+    const sim_req *q = &e->t->reqs[req];
+    uint32_t idx;
+    int rc = new_rec(e, req, attempt, now, &idx);
+    if (rc) return rc;
+    sched_request sr = {
+        .id = (uint64_t)idx + 1,
+        .tenant = e->run->tenant_map[q->tenant],
+        .tenant_name = e->t->tenants[q->tenant],
+        .class_idx = e->run->class_map[q->klass],
+        .class_name = e->t->classes[q->klass],
+        .prompt_len = q->prompt_tokens,
+        .max_new_tokens = q->max_tokens,
+        .deadline_us = q->deadline_us == SIM_NO_TIME ? 0 : (uint64_t)(q->deadline_us > 0 ? q->deadline_us : 1),
+        .arrival_us = (uint64_t)now,
+    };
+    sched_reject_reason why = SCHED_REJECT_NONE;
+    sim_rec *x = &e->run->recs[idx];
+    x->live = 1;
+    e->live++;
+    rc = sched_submit(e->s, &sr, (uint64_t)now, &why);
+    if (rc == 0) return 0;
+    end_rec(e, x, SIM_OUT_REJECTED, why, now);
+    /* Only transient refusals are worth retrying: a prompt that never fits stays too long. */
+    if (rc == -EAGAIN || rc == -ETIME) return maybe_retry(e, x, now);
+    return 0;
+}
+
+static void cancel_req(eng *e, uint32_t req, int64_t now)
+{
+    /* a retry waiting to be sent is dropped: the client is gone */
+    for (size_t i = 0; i < e->retries.n; i++)
+        if (e->retries.v[i].a == req) e->retries.v[i].c = 1;
+    uint32_t idx = e->run->final_rec[req];
+    if (idx == UINT32_MAX) return;
+    sim_rec *x = &e->run->recs[idx];
+    if (!x->live) return;
+    if (sched_cancel(e->s, (uint64_t)idx + 1, (uint64_t)now, SCHED_CANCEL_DISCONNECT) == 0) {
+        x->cancel_us = now;
+        end_rec(e, x, SIM_OUT_CANCELLED, SCHED_CANCEL_DISCONNECT, now);
+    }
+}
+
+static int64_t next_event(const eng *e)
+{
+    int64_t n = INT64_MAX;
+    if (e->next_arrival < e->t->n) n = e->t->reqs[e->next_arrival].arrival_us;
+    if (e->next_cancel < e->n_cancels) {
+        int64_t c = e->t->reqs[e->cancel_order[e->next_cancel]].cancel_us;
+        if (c < n) n = c;
+    }
+    int64_t r = theap_next(&e->retries), x = theap_next(&e->xfers);
+    if (r < n) n = r;
+    if (x < n) n = x;
+    return n;
+}
+
+/* Everything that happened up to now, in a fixed order at equal times: transfer completions,
+ * then cancels, then arrivals and retries (a cancel at t frees blocks before t's arrivals ask). */
+static int deliver(eng *e, int64_t now)
+{
+    int rc;
+    while (theap_next(&e->xfers) <= now) {
+        tev x = theap_pop(&e->xfers);
+        rc = sched_transfer_done(e->s, x.a, (uint64_t)x.t, x.b, x.c, 0);
+        if (rc < 0 && rc != -ENOENT) return sim_err_setc(rc, "sched_transfer_done: %s", sched_last_error());
+    }
+    while (e->next_cancel < e->n_cancels &&
+           e->t->reqs[e->cancel_order[e->next_cancel]].cancel_us <= now)
+        cancel_req(e, e->cancel_order[e->next_cancel++], now);
+    for (;;) {
+        int64_t ta = e->next_arrival < e->t->n ? e->t->reqs[e->next_arrival].arrival_us : INT64_MAX;
+        int64_t tr = theap_next(&e->retries);
+        if (ta > now && tr > now) break;
+        if (ta <= tr) {
+            uint32_t req = (uint32_t)e->next_arrival++;
+            const sim_req *q = &e->t->reqs[req];
+            if (q->cancel_us != SIM_NO_TIME && q->cancel_us <= q->arrival_us) continue;
+            if ((rc = submit(e, req, 1, ta)) < 0) return rc;
+        } else {
+            tev x = theap_pop(&e->retries);
+            if (x.c) continue;   /* dropped by a cancel */
+            sim_rec *prev = &e->run->recs[e->run->final_rec[x.a]];
+            prev->retried = 1;
+            if ((rc = submit(e, (uint32_t)x.a, (uint32_t)x.b, x.t)) < 0) return rc;
+        }
+    }
+    return 0;
+}
+
+static int sample(eng *e, int64_t now)
+{
+    sim_run *r = e->run;
+    while (now >= e->next_sample) {
+        if (r->ts_rows == r->ts_cap) {
+            size_t cap = r->ts_cap ? r->ts_cap * 2 : 256;
+            double *p = realloc(r->ts, cap * r->ts_cols * sizeof *p);
+            if (!p) return -ENOMEM;
+            r->ts = p;
+            r->ts_cap = cap;
+        }
+        sched_counts c;
+        sched_get_counts(e->s, &c);
+        double *row = &r->ts[r->ts_rows++ * r->ts_cols];
+        row[SIM_TS_T_S] = (double)e->next_sample / 1e6;
+        row[SIM_TS_WAITING] = c.waiting;
+        row[SIM_TS_RUNNING] = c.running;
+        row[SIM_TS_SWAPPED] = c.swapped;
+        row[SIM_TS_IN_TRANSIT] = c.in_transit;
+        row[SIM_TS_KV_DEVICE] = c.kv_used[SCHED_POOL_DEVICE];
+        row[SIM_TS_KV_HOST] = c.kv_used[SCHED_POOL_HOST];
+        row[SIM_TS_KV_DISK] = c.kv_used[SCHED_POOL_DISK];
+        row[SIM_TS_KV_DEVICE_PCT] = c.kv_total[0] ? 100.0 * c.kv_used[0] / c.kv_total[0] : 0;
+        row[SIM_TS_STEPS] = (double)e->int_steps;
+        row[SIM_TS_TOKENS_PER_STEP] = e->int_steps ? (double)e->int_tokens / (double)e->int_steps : 0;
+        for (unsigned i = 0; i < e->t->n_tenants; i++)
+            row[SIM_TS_FIXED_COLS + i] = (double)r->served_by_tenant[i];
+        e->int_steps = e->int_tokens = 0;
+        e->next_sample += e->o->sample_us;
+    }
+    return 0;
+}
+
+static int cmp_cancel(const void *a, const void *b, void *ctx)
+{
+    const sim_trace *t = ctx;
+    const sim_req *x = &t->reqs[*(const uint32_t *)a], *y = &t->reqs[*(const uint32_t *)b];
+    if (x->cancel_us != y->cancel_us) return x->cancel_us < y->cancel_us ? -1 : 1;
+    return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
+}
+
+/* Handle the non-batch parts of a plan: releases, ended requests, preemptions, transfers. */
+static int plan_bookkeeping(eng *e, const sched_plan *p, int64_t now)
+{
+    sim_run *r = e->run;
+    for (uint32_t i = 0; i < p->n_releases; i++) {
+        uint64_t id = p->releases[i].req;
+        if (id == 0 || id > r->n_recs) continue;
+        sim_rec *x = &r->recs[id - 1];
+        if (x->release_us < 0) x->release_us = now;
+    }
+    for (uint32_t i = 0; i < p->n_ended; i++) {
+        uint64_t id = p->ended[i].req;
+        if (id == 0 || id > r->n_recs) continue;
+        sim_rec *x = &r->recs[id - 1];
+        if (p->ended[i].kind == SCHED_EV_TIMEOUT) {
+            int why = 0;
+            for (int k = 0; k < SCHED_TIMEOUT__COUNT; k++)
+                if (p->ended[i].reason && strcmp(p->ended[i].reason, sched_timeout_name(k)) == 0) why = k;
+            end_rec(e, x, SIM_OUT_TIMEOUT, why, now);
+            int rc = maybe_retry(e, x, now);
+            if (rc) return rc;
+        } else {
+            int why = SCHED_CANCEL_BACKPRESSURE;
+            end_rec(e, x, SIM_OUT_CANCELLED, why, now);
+        }
+    }
+    for (uint32_t i = 0; i < p->n_preemptions; i++) {
+        uint64_t id = p->preemptions[i].req;
+        if (id == 0 || id > r->n_recs) continue;
+        if (p->preemptions[i].mode == SCHED_PREEMPT_SWAP) r->recs[id - 1].preempt_swap++;
+        else r->recs[id - 1].preempt_recompute++;
+    }
+    for (uint32_t i = 0; i < p->n_transfers; i++) {
+        const sched_transfer *x = &p->transfers[i];
+        int tier = x->tier == SCHED_POOL_DISK ? 1 : 0, dir = x->dir == SCHED_XFER_IN;
+        /* one link per tier and direction: transfers queue behind each other, which is how
+         * swapping becomes the second bottleneck */
+        int64_t start = now > e->link_free[tier][dir] ? now : e->link_free[tier][dir];
+        const sim_link *l = tier ? &e->o->svc->disk : &e->o->svc->host;
+        if (!l->present) l = &e->o->svc->host;
+        double bw = dir ? l->in_bytes_per_s : l->out_bytes_per_s;
+        int64_t dur = (int64_t)ceil(l->latency_us + (bw > 0 ? (double)x->bytes / bw * 1e6 : 0));
+        if (dur < 1) dur = 1;
+        e->link_free[tier][dir] = start + dur;
+        if (dir) { r->transfers_in++; r->bytes_in += x->bytes; }
+        else { r->transfers_out++; r->bytes_out += x->bytes; }
+        int rc = theap_push(&e->xfers, start + dur, x->id, x->bytes, (uint64_t)dur);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
+{
+    memset(run, 0, sizeof *run);
+    run->trace = t;
+    run->opt = *o;
+    eng e;
+    memset(&e, 0, sizeof e);
+    e.run = run;
+    e.t = t;
+    e.o = &run->opt;
+    int rc = 0;
+    struct timespec w0, w1;
+    clock_gettime(CLOCK_MONOTONIC, &w0);
+
+    const sim_service *svc = o->svc;
+    snprintf(run->policy_name, sizeof run->policy_name, "%s", o->policy_name ? o->policy_name : "policy");
+    snprintf(run->policy_hash, sizeof run->policy_hash, "%s", sched_policy_hash_hex(o->policy));
+    const sched_policy_cfg *pc = sched_policy_get(o->policy);
+    snprintf(run->mode, sizeof run->mode, "%s", sched_mode_name(pc->mode));
+    run->ts_cols = SIM_TS_FIXED_COLS + t->n_tenants;
+
+    /* Names in the trace → the policy's tenants and classes; a name the policy lacks goes to
+     * its default (and the report says so) rather than being refused wholesale. */
+    for (unsigned i = 0; i < t->n_tenants; i++) {
+        int k = sched_policy_tenant_index(o->policy, t->tenants[i]);
+        if (k < 0) {
+            k = sched_policy_tenant_index(o->policy, NULL);
+            bool used = false;
+            for (size_t j = 0; j < t->n && !used; j++) used = t->reqs[j].tenant == i;
+            if (used) {
+                char m[200];
+                snprintf(m, sizeof m, "tenant \"%s\" is not in the policy: %s", t->tenants[i],
+                         k >= 0 ? "its requests go to the default tenant" : "its requests are refused");
+                warn(run, m);
+            }
+        }
+        run->tenant_map[i] = k;
+    }
+    for (unsigned i = 0; i < t->n_classes; i++) {
+        int k = sched_policy_class_index(o->policy, t->classes[i]);
+        if (k < 0) {
+            k = sched_policy_class_index(o->policy, NULL);
+            bool used = false;
+            for (size_t j = 0; j < t->n && !used; j++) used = t->reqs[j].klass == i;
+            if (used) {
+                char m[200];
+                snprintf(m, sizeof m, "class \"%s\" is not in the policy: its requests use the default class", t->classes[i]);
+                warn(run, m);
+            }
+        }
+        run->class_map[i] = k;
+    }
+
+    sched_config cfg = {
+        .kv_blocks_device = svc->kv_blocks_device,
+        .kv_blocks_host = svc->host.present ? svc->kv_blocks_host : 0,
+        .kv_blocks_disk = 0,
+        .block_size = svc->kv_block_size,
+        .kv_bytes_per_token = svc->kv_bytes_per_token,
+        .max_context = o->max_context,
+        .step_base_us = svc->base_us > 0 ? svc->base_us : 0,
+        .prefill_us_per_token = svc->per_prefill_token_us > 0 ? svc->per_prefill_token_us : 1e-3,
+        .decode_us_per_seq = svc->per_decode_seq_us > 0 ? svc->per_decode_seq_us : 0,
+        .context_us_per_token = svc->per_context_token_us > 0 ? svc->per_context_token_us : 0,
+        .host = { svc->host.out_bytes_per_s, svc->host.in_bytes_per_s, svc->host.latency_us },
+        .disk = { svc->disk.out_bytes_per_s, svc->disk.in_bytes_per_s, svc->disk.latency_us },
+    };
+    run->final_rec = malloc((t->n ? t->n : 1) * sizeof *run->final_rec);
+    e.cancel_order = malloc((t->n ? t->n : 1) * sizeof *e.cancel_order);
+    if (!run->final_rec || !e.cancel_order) { rc = -ENOMEM; goto out; }
+    for (size_t i = 0; i < t->n; i++) {
+        run->final_rec[i] = UINT32_MAX;
+        if (t->reqs[i].cancel_us != SIM_NO_TIME) e.cancel_order[e.n_cancels++] = (uint32_t)i;
+    }
+    qsort_r(e.cancel_order, e.n_cancels, sizeof *e.cancel_order, cmp_cancel, (void *)t);
+
+    rc = sched_create(o->policy, &cfg, o->decision_log ? sink : NULL, &e, o->seed, &e.s);
+    if (rc < 0) { rc = sim_err_setc(rc, "sched_create: %s", sched_last_error()); goto out; }
+    run->slot_capacity = pc->mode == SCHED_MODE_STATIC ? pc->static_batch_size : pc->max_active_seqs;
+
+    int64_t now = t->n ? t->reqs[0].arrival_us : 0;
+    if (now < 0) now = 0;
+    e.next_sample = 0;
+    e.last_progress_any = now;
+    for (;;) {
+        if ((rc = deliver(&e, now)) < 0) goto out;
+        if ((rc = sample(&e, now)) < 0) goto out;
+        const sched_plan *p = sched_step(e.s, (uint64_t)now);
+        if (!p) { rc = sim_err_setc(-ENOMEM, "sched_step: %s", sched_last_error()); goto out; }
+        if ((rc = plan_bookkeeping(&e, p, now)) < 0) goto out;
+        if (p->n_entries == 0) {
+            int64_t next = next_event(&e);
+            if (e.live > 0 || e.xfers.n) {
+                /* Work waits but nothing ran (static group filling, blocks in transit, a rate
+                 * limit): look again shortly, as the daemon's loop would. */
+                if (now + o->idle_poll_us < next) next = now + o->idle_poll_us;
+                if (now - e.last_progress_any > o->stall_stop_us && next_event(&e) == INT64_MAX) {
+                    char m[200];
+                    snprintf(m, sizeof m, "stopped: %zu requests made no progress for %.0f s of simulated time",
+                             e.live, (double)o->stall_stop_us / 1e6);
+                    warn(run, m);
+                    run->still_live = e.live;
+                    break;
+                }
+            }
+            if (next == INT64_MAX) break;
+            now = next;
+            continue;
+        }
+        /* the batch */
+        uint64_t prefill = (uint64_t)p->prefill_tokens + p->pad_tokens;
+        double step = sim_service_step_us(svc, prefill, p->n_decode, p->context_tokens);
+        int64_t dur = (int64_t)ceil(step);
+        if (dur < 1) dur = 1;
+        int64_t end = now + dur;
+        if (p->n_entries > e.results_cap) {
+            size_t cap = p->n_entries * 2;
+            sched_result *nr = realloc(e.results, cap * sizeof *nr);
+            if (!nr) { rc = -ENOMEM; goto out; }
+            e.results = nr;
+            e.results_cap = cap;
+        }
+        size_t nres = 0;
+        for (uint32_t i = 0; i < p->n_entries; i++) {
+            const sched_entry *en = &p->entries[i];
+            if (en->req == 0 || en->req > run->n_recs) continue;
+            sim_rec *x = &run->recs[en->req - 1];
+            const sim_req *q = &t->reqs[x->req];
+            if (x->first_sched_us < 0) x->first_sched_us = now;
+            if (now - x->last_progress_us > x->max_starve_us) x->max_starve_us = now - x->last_progress_us;
+            x->last_progress_us = end;
+            bool cancelled_before = q->cancel_us != SIM_NO_TIME && q->cancel_us <= now;
+            if (en->prefill) { x->prefill_done += en->n_tokens; run->served_by_tenant[q->tenant] += en->n_tokens; }
+            sched_result *res = &e.results[nres++];
+            res->req = en->req;
+            res->tokens = 0;
+            res->finished = SCHED_FINISH_NONE;
+            if (en->samples) {
+                res->tokens = 1;
+                x->generated++;
+                run->served_by_tenant[q->tenant]++;
+                if (cancelled_before) x->tokens_after_cancel++;
+                if (x->first_token_us < 0) x->first_token_us = end;
+                else if (end - x->last_token_us > x->max_itl_us) x->max_itl_us = end - x->last_token_us;
+                x->last_token_us = end;
+                if (x->generated >= q->output_tokens) {
+                    res->finished = x->generated >= q->max_tokens ? SCHED_FINISH_LENGTH : SCHED_FINISH_STOP;
+                    end_rec(&e, x, SIM_OUT_FINISHED, res->finished, end);
+                }
+            }
+        }
+        run->steps++;
+        run->entries += p->n_entries;
+        run->prefill_tokens += p->prefill_tokens;
+        run->decode_tokens += p->decode_tokens;
+        run->pad_tokens += p->pad_tokens;
+        run->busy_us += (double)dur;
+        if (step > run->max_step_us) run->max_step_us = step;
+        if (p->n_decode && step > run->max_decode_step_us) run->max_decode_step_us = step;
+        e.int_steps++;
+        e.int_tokens += (uint64_t)p->prefill_tokens + p->decode_tokens;
+        e.last_progress_any = end;
+        rc = sched_commit(e.s, e.results, nres, (uint64_t)end, (uint64_t)dur);
+        if (rc < 0) { rc = sim_err_setc(rc, "sched_commit: %s", sched_last_error()); goto out; }
+        now = end;
+    }
+    run->sim_end_us = now;
+    sample(&e, now);
+    sched_get_counts(e.s, &run->final_counts);
+    rc = 0;
+out:
+    clock_gettime(CLOCK_MONOTONIC, &w1);
+    run->wall_s = (double)(w1.tv_sec - w0.tv_sec) + (double)(w1.tv_nsec - w0.tv_nsec) / 1e9;
+    if (e.s) sched_destroy(e.s);
+    free(e.cancel_order);
+    free(e.retries.v);
+    free(e.xfers.v);
+    free(e.results);
+    return rc;
+}
+
+void sim_run_free(sim_run *r)
+{
+    free(r->recs);
+    free(r->final_rec);
+    free(r->ts);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,320 @@
+/* ringlm-sim — replay recorded or generated traffic through the very sched/ library the
+ * daemon runs, charging time from a measured service model. SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched/sched.h"
+#include "sim/engine.h"
+#include "sim/err.h"
+#include "sim/gen.h"
+#include "sim/report.h"
+#include "sim/service.h"
+#include "sim/trace.h"
+
+#define MAX_POLICIES 16
+#define MAX_PARAMS   32
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: ringlm-sim (--trace FILE | --workload NAME [--param K=V ...]) [options]\n"
+"\n"
+"input\n"
+"  --trace FILE            Azure CSV, Mooncake JSONL or native JSONL (detected from the content)\n"
+"  --format F              force azure | mooncake | native\n"
+"  --skip-bad              skip malformed lines (counted and listed) instead of stopping\n"
+"  --workload NAME         generate: poisson gamma long-prompt two-tenants disconnects burst overload\n"
+"  --param K=V             workload parameter (repeatable); --list-workloads shows them\n"
+"  --rate X                multiply the arrival rate by X (times divided by X)\n"
+"  --length-scale Y        multiply prompt and output lengths by Y\n"
+"  --window START:END      keep arrivals in [START, END) seconds of the trace (END may be empty)\n"
+"  --tenants RULE          assign tenants: a:3,b:1 | rr:a,b | random:a:3,b:1 | prompt>N:x,y\n"
+"  --classes RULE          assign classes, same rules\n"
+"  --seed N                seed for generators and random rules (default 1)\n"
+"  --retry MODE            none | immediate | backoff:MS  (clients retry refused or timed-out requests)\n"
+"  --retry-max N           attempts per request in all (default 4)\n"
+"model\n"
+"  --policy FILE           scheduler policy (repeatable: compare mode); default: sched defaults\n"
+"  --calibration FILE      service model from perf/calibrate; default: built-in (documented)\n"
+"  --max-context N         prompt + max tokens limit (default 32768)\n"
+"output\n"
+"  --json                  one JSON object on stdout (compare mode: {\"runs\": [...]})\n"
+"  --csv DIR               time series and per-request CSV\n"
+"  --plot DIR              gnuplot PNG/SVG: latency CDFs per tenant, queue depth, KV occupancy\n"
+"  --decision-log FILE     scheduler decisions as JSON lines (compare mode: FILE-POLICY)\n"
+"  --sample-ms N           time-series interval (default 1000)\n"
+"  --burst START:END       report the time until queue wait returns to its pre-burst baseline\n"
+"  --fidelity              native trace of a real run: per-request error of TTFT and E2E\n"
+"  --list-workloads        workloads and their parameters\n");
+}
+
+static int read_file(const char *path, char **out)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return sim_err_setc(-errno, "%s: %s", path, strerror(errno));
+    size_t cap = 4096, len = 0;
+    char *b = malloc(cap);
+    for (;;) {
+        if (!b) { fclose(f); return -ENOMEM; }
+        size_t got = fread(b + len, 1, cap - len - 1, f);
+        len += got;
+        if (got == 0) break;
+        if (cap - len < 2) { cap *= 2; char *nb = realloc(b, cap); if (!nb) free(b); b = nb; }
+    }
+    fclose(f);
+    b[len] = 0;
+    *out = b;
+    return 0;
+}
+
+static const char *base_name(const char *p, char *buf, size_t n)
+{
+    const char *s = strrchr(p, '/');
+    snprintf(buf, n, "%s", s ? s + 1 : p);
+    char *dot = strrchr(buf, '.');
+    if (dot && strcmp(dot, ".policy") == 0) *dot = 0;
+    return buf;
+}
+
+static int parse_range(const char *s, double *a, double *b)
+{
+    char *e;
+    *a = strtod(s, &e);
+    if (e == s || *e != ':') return -1;
+    const char *t = e + 1;
+    if (!*t) { *b = -1; return 0; }
+    *b = strtod(t, &e);
+    return *e || !isfinite(*a) || !isfinite(*b) ? -1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *trace_path = NULL, *workload = NULL, *calib = NULL, *csv_dir = NULL, *plot_dir = NULL;
+    const char *declog = NULL;
+    const char *policies[MAX_POLICIES];
+    const char *params[MAX_PARAMS];
+    int n_pol = 0, n_par = 0, fmt = SIM_FMT_AUTO;
+    bool json = false, skip_bad = false, want_fidelity = false;
+    double burst0 = -1, burst1 = -1;
+    sim_transform xf;
+    sim_transform_defaults(&xf);
+    sim_options opt;
+    sim_options_defaults(&opt);
+    enum { O_FORMAT = 256, O_SKIP, O_PARAM, O_RATE, O_LSCALE, O_WINDOW, O_TENANTS, O_CLASSES, O_SEED,
+           O_RETRY, O_RETRY_MAX, O_CALIB, O_MAXCTX, O_CSV, O_PLOT, O_DECLOG, O_SAMPLE, O_BURST,
+           O_FIDELITY, O_LIST };
+    static const struct option lo[] = {
+        {"trace", 1, 0, 't'}, {"workload", 1, 0, 'w'}, {"policy", 1, 0, 'p'}, {"json", 0, 0, 'j'},
+        {"help", 0, 0, 'h'}, {"format", 1, 0, O_FORMAT}, {"skip-bad", 0, 0, O_SKIP},
+        {"param", 1, 0, O_PARAM}, {"rate", 1, 0, O_RATE}, {"length-scale", 1, 0, O_LSCALE},
+        {"window", 1, 0, O_WINDOW}, {"tenants", 1, 0, O_TENANTS}, {"classes", 1, 0, O_CLASSES},
+        {"seed", 1, 0, O_SEED}, {"retry", 1, 0, O_RETRY}, {"retry-max", 1, 0, O_RETRY_MAX},
+        {"calibration", 1, 0, O_CALIB}, {"max-context", 1, 0, O_MAXCTX}, {"csv", 1, 0, O_CSV},
+        {"plot", 1, 0, O_PLOT}, {"decision-log", 1, 0, O_DECLOG}, {"sample-ms", 1, 0, O_SAMPLE},
+        {"burst", 1, 0, O_BURST}, {"fidelity", 0, 0, O_FIDELITY}, {"list-workloads", 0, 0, O_LIST},
+        {0, 0, 0, 0}};
+    int c;
+    char *e;
+    while ((c = getopt_long(argc, argv, "t:w:p:jh", lo, NULL)) != -1) {
+        switch (c) {
+        case 't': trace_path = optarg; break;
+        case 'w': workload = optarg; break;
+        case 'p':
+            if (n_pol == MAX_POLICIES) { fprintf(stderr, "ringlm-sim: at most %d policies\n", MAX_POLICIES); return 2; }
+            policies[n_pol++] = optarg;
+            break;
+        case 'j': json = true; break;
+        case 'h': usage(stdout); return 0;
+        case O_FORMAT:
+            if (!strcmp(optarg, "azure")) fmt = SIM_FMT_AZURE;
+            else if (!strcmp(optarg, "mooncake")) fmt = SIM_FMT_MOONCAKE;
+            else if (!strcmp(optarg, "native")) fmt = SIM_FMT_NATIVE;
+            else { fprintf(stderr, "ringlm-sim: --format %s: expected azure, mooncake or native\n", optarg); return 2; }
+            break;
+        case O_SKIP: skip_bad = true; break;
+        case O_PARAM:
+            if (n_par == MAX_PARAMS) { fprintf(stderr, "ringlm-sim: too many --param\n"); return 2; }
+            params[n_par++] = optarg;
+            break;
+        case O_RATE: xf.rate = strtod(optarg, &e); if (*e) goto bad_num; break;
+        case O_LSCALE: xf.length_scale = strtod(optarg, &e); if (*e) goto bad_num; break;
+        case O_WINDOW:
+            if (parse_range(optarg, &xf.window_start_s, &xf.window_end_s) < 0) {
+                fprintf(stderr, "ringlm-sim: --window %s: expected START:END seconds\n", optarg);
+                return 2;
+            }
+            break;
+        case O_TENANTS: xf.tenant_rule = optarg; break;
+        case O_CLASSES: xf.class_rule = optarg; break;
+        case O_SEED: xf.seed = opt.seed = strtoull(optarg, &e, 0); if (*e) goto bad_num; break;
+        case O_RETRY:
+            if (!strcmp(optarg, "none")) opt.retry = SIM_RETRY_NONE;
+            else if (!strcmp(optarg, "immediate")) opt.retry = SIM_RETRY_IMMEDIATE;
+            else if (!strncmp(optarg, "backoff:", 8)) {
+                double msv = strtod(optarg + 8, &e);
+                if (*e || !(msv > 0)) goto bad_num;
+                opt.retry = SIM_RETRY_BACKOFF;
+                opt.retry_backoff_us = (int64_t)llround(msv * 1000);
+            } else { fprintf(stderr, "ringlm-sim: --retry %s: expected none, immediate or backoff:MS\n", optarg); return 2; }
+            break;
+        case O_RETRY_MAX: opt.retry_max = (uint32_t)strtoul(optarg, &e, 10); if (*e || !opt.retry_max) goto bad_num; break;
+        case O_CALIB: calib = optarg; break;
+        case O_MAXCTX: opt.max_context = (uint32_t)strtoul(optarg, &e, 10); if (*e || !opt.max_context) goto bad_num; break;
+        case O_CSV: csv_dir = optarg; break;
+        case O_PLOT: plot_dir = optarg; break;
+        case O_DECLOG: declog = optarg; break;
+        case O_SAMPLE: {
+            double v = strtod(optarg, &e);
+            if (*e || !(v >= 1)) goto bad_num;
+            opt.sample_us = (int64_t)llround(v * 1000);
+            break;
+        }
+        case O_BURST:
+            if (parse_range(optarg, &burst0, &burst1) < 0 || burst1 <= burst0) {
+                fprintf(stderr, "ringlm-sim: --burst %s: expected START:END seconds\n", optarg);
+                return 2;
+            }
+            break;
+        case O_FIDELITY: want_fidelity = true; break;
+        case O_LIST: fputs(sim_gen_help(), stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+        continue;
+    bad_num:
+        fprintf(stderr, "ringlm-sim: --%s %s: not a valid number\n", lo[0].name ? "option" : "", optarg);
+        return 2;
+    }
+    if (optind < argc || (!trace_path == !workload)) {
+        fprintf(stderr, "ringlm-sim: give exactly one of --trace FILE or --workload NAME\n");
+        usage(stderr);
+        return 2;
+    }
+
+    int rc = 0, status = 1;
+    sim_service svc;
+    sim_trace trace;
+    sim_scenario scn;
+    memset(&scn, 0, sizeof scn);
+    memset(&trace, 0, sizeof trace);
+    sched_policy *pol[MAX_POLICIES] = {0};
+    char pol_names[MAX_POLICIES][128];
+    sim_run runs[MAX_POLICIES];
+    sim_summary sums[MAX_POLICIES];
+    int n_runs = 0;
+    memset(runs, 0, sizeof runs);
+    memset(sums, 0, sizeof sums);
+
+    if (calib) {
+        if ((rc = sim_service_load(&svc, calib)) < 0) { fprintf(stderr, "ringlm-sim: %s\n", sim_err()); return 1; }
+    } else {
+        sim_service_default(&svc);
+    }
+    opt.svc = &svc;
+
+    if (trace_path) {
+        sim_trace_init(&trace, trace_path);
+        if ((rc = sim_trace_load(&trace, trace_path, fmt, skip_bad)) < 0) {
+            fprintf(stderr, "ringlm-sim: %s\n", sim_err());
+            goto out;
+        }
+        if (trace.n_bad_total) {
+            fprintf(stderr, "ringlm-sim: skipped %zu bad lines of %s:\n", trace.n_bad_total, trace_path);
+            for (size_t i = 0; i < trace.n_bad && i < 20; i++)
+                fprintf(stderr, "  %s:%u: %s\n", trace.source, trace.bad[i].line, trace.bad[i].reason);
+            if (trace.n_bad_total > 20) fprintf(stderr, "  ... (%zu more)\n", trace.n_bad_total - 20);
+        }
+    } else {
+        if ((rc = sim_gen_workload(&trace, workload, params, (size_t)n_par, &svc, xf.seed, &scn)) < 0) {
+            fprintf(stderr, "ringlm-sim: %s\n", sim_err());
+            goto out;
+        }
+    }
+    if ((rc = sim_trace_transform(&trace, &xf)) < 0) {
+        fprintf(stderr, "ringlm-sim: %s\n", sim_err());
+        goto out;
+    }
+    if (want_fidelity && !trace.has_real) {
+        fprintf(stderr, "ringlm-sim: --fidelity needs a native request log of a real run (with first_token_us and finish_us)\n");
+        goto out;
+    }
+    if (trace.n == 0) { fprintf(stderr, "ringlm-sim: the trace has no requests (after --window)\n"); goto out; }
+
+    if (n_pol == 0) policies[n_pol++] = NULL;
+    for (int i = 0; i < n_pol; i++) {
+        char *text = NULL;
+        if (policies[i] && (rc = read_file(policies[i], &text)) < 0) {
+            fprintf(stderr, "ringlm-sim: %s\n", sim_err());
+            goto out;
+        }
+        sched_policy_error perr = {0};
+        rc = sched_policy_parse(text ? text : "", &pol[i], &perr);
+        free(text);
+        if (rc < 0) {
+            fprintf(stderr, "ringlm-sim: %s:%d: %s\n", policies[i] ? policies[i] : "(default policy)", perr.line, perr.reason);
+            goto out;
+        }
+        if (policies[i]) base_name(policies[i], pol_names[i], sizeof pol_names[i]);
+        else snprintf(pol_names[i], sizeof pol_names[i], "default");
+    }
+
+    for (int i = 0; i < n_pol; i++) {
+        sim_options o = opt;
+        o.policy = pol[i];
+        o.policy_name = pol_names[i];
+        FILE *dl = NULL;
+        if (declog) {
+            char path[1024];
+            if (n_pol > 1) snprintf(path, sizeof path, "%s-%s", declog, pol_names[i]);
+            else snprintf(path, sizeof path, "%s", declog);
+            if (!(dl = fopen(path, "w"))) { fprintf(stderr, "ringlm-sim: %s: %s\n", path, strerror(errno)); goto out; }
+            o.decision_log = dl;
+        }
+        rc = sim_run_trace(&trace, &o, &runs[i]);
+        n_runs = i + 1;
+        if (dl && fclose(dl) != 0) { fprintf(stderr, "ringlm-sim: decision log: write error\n"); goto out; }
+        if (rc < 0) { fprintf(stderr, "ringlm-sim: %s: %s\n", pol_names[i], sim_err()); goto out; }
+        int64_t b0 = burst0 >= 0 ? (int64_t)llround(burst0 * 1e6) : -1, b1 = burst1 >= 0 ? (int64_t)llround(burst1 * 1e6) : -1;
+        if ((rc = sim_summarise(&runs[i], workload ? &scn : NULL, b0, b1, &sums[i])) < 0) {
+            fprintf(stderr, "ringlm-sim: out of memory\n");
+            goto out;
+        }
+        const char *tag = n_pol > 1 ? pol_names[i] : "";
+        if (csv_dir && (rc = sim_report_csv(csv_dir, tag, &runs[i])) < 0) { fprintf(stderr, "ringlm-sim: %s\n", sim_err()); goto out; }
+        if (plot_dir && (rc = sim_report_plot(plot_dir, n_pol > 1 ? pol_names[i] : "run", &runs[i], stderr)) < 0 && rc != -ENOENT) {
+            fprintf(stderr, "ringlm-sim: %s\n", sim_err());
+            goto out;
+        }
+    }
+
+    if (json) {
+        json_t *root;
+        if (n_runs == 1) root = sim_report_json(&runs[0], &sums[0], &svc);
+        else {
+            json_t *arr = json_array();
+            for (int i = 0; i < n_runs; i++) json_array_append_new(arr, sim_report_json(&runs[i], &sums[i], &svc));
+            root = json_pack("{s:o}", "runs", arr);
+        }
+        char *s = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+        if (s) { fputs(s, stdout); fputc('\n', stdout); free(s); }
+        json_decref(root);
+    } else if (n_runs == 1) {
+        sim_report_table(stdout, &runs[0], &sums[0], &svc);
+    } else {
+        const sim_run *rp[MAX_POLICIES];
+        const sim_summary *sp[MAX_POLICIES];
+        for (int i = 0; i < n_runs; i++) { rp[i] = &runs[i]; sp[i] = &sums[i]; }
+        printf("trace %s: %zu requests over %.1f s; service %s\n\n", trace.source, trace.n, sums[0].span_s, svc.source);
+        sim_report_compare(stdout, rp, sp, (size_t)n_runs);
+    }
+    status = 0;
+out:
+    for (int i = 0; i < n_runs; i++) { sim_summary_free(&sums[i]); sim_run_free(&runs[i]); }
+    for (int i = 0; i < n_pol; i++) sched_policy_free(pol[i]);
+    sim_trace_free(&trace);
+    return status;
+}

@@ -1,0 +1,56 @@
+/* ringlm — simulator service model: how long a step and a transfer take. SPDX-License-Identifier: MIT */
+#ifndef RINGLM_SIM_SERVICE_H
+#define RINGLM_SIM_SERVICE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* A tier's link: KV bytes out of and back into device memory, plus a fixed cost per transfer. */
+typedef struct sim_link {
+    double out_bytes_per_s, in_bytes_per_s, latency_us;
+    bool   present;
+} sim_link;
+
+/* step_us = base_us + per_prefill_token_us * prefill_tokens + per_decode_seq_us * decode_seqs
+ *         + per_context_token_us * (sum of context over the batch's sequences)      (FORMATS.md) */
+typedef struct sim_service {
+    double   base_us, per_prefill_token_us, per_decode_seq_us, per_context_token_us;
+    /* fit quality over the calibration grid (NAN when there was no grid) */
+    double   r2, median_rel_err, max_rel_err;
+    unsigned grid_points;
+    bool     refit;                   /* the model was fitted here from the grid */
+    bool     builtin;                 /* the documented built-in default, not a measurement */
+    uint32_t kv_block_size;           /* tokens per KV block */
+    uint32_t kv_blocks_device, kv_blocks_host;
+    uint32_t kv_bytes_per_token;
+    uint32_t max_batch_tokens;
+    sim_link host, disk;
+    char     backend[32], model[128], source[256];
+} sim_service;
+
+/* The built-in default (documented in sim/FORMATS.md): a Llama-3-8B shape in bf16 on one
+ * H200, derived from spec numbers (DESIGN.md §4 anchors), not measured. */
+void sim_service_default(sim_service *s);
+/* Read a calibration JSON file (FORMATS.md). When "step_model" is absent the model is refit
+ * from "grid"; either way fit quality over the grid is computed here. Returns 0 or -errno
+ * (-EINVAL with the field named in sim_err()). */
+int  sim_service_load(sim_service *s, const char *path);
+int  sim_service_parse(sim_service *s, const char *name, const char *json_text);
+
+/* Step time in µs for one batch. */
+static inline double sim_service_step_us(const sim_service *s, uint64_t prefill_tokens,
+                                         uint64_t decode_seqs, uint64_t context_tokens)
+{
+    return s->base_us + s->per_prefill_token_us * (double)prefill_tokens +
+           s->per_decode_seq_us * (double)decode_seqs +
+           s->per_context_token_us * (double)context_tokens;
+}
+
+/* Transfer time in µs for `tokens` of KV to a tier (tier 0 host, 1 disk), direction out/in. */
+double sim_service_transfer_us(const sim_service *s, int tier, bool out, uint64_t tokens);
+
+/* Rough capacity for requests of mean prompt P and output O at a decode batch of `batch`
+ * sequences: requests per second. Used to size scenario workloads relative to the machine. */
+double sim_service_capacity_rps(const sim_service *s, double prompt, double output, double batch);
+
+#endif

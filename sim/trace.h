@@ -1,0 +1,125 @@
+/* ringlm — simulator request traces: readers and transformations. SPDX-License-Identifier: MIT */
+#ifndef RINGLM_SIM_TRACE_H
+#define RINGLM_SIM_TRACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Up to this many distinct tenant and class names per trace. */
+#define SIM_MAX_NAMES 64
+/* "no such time" for optional times (deadline, cancel, recorded outcome). */
+#define SIM_NO_TIME (-1)
+
+/* Recorded outcome of a request in a native (daemon) trace; used by fidelity mode. */
+enum sim_real_reason {
+    SIM_REAL_NONE = 0, SIM_REAL_LENGTH, SIM_REAL_STOP, SIM_REAL_CANCELLED,
+    SIM_REAL_TIMEOUT, SIM_REAL_REJECTED, SIM_REAL_ERROR,
+};
+
+/* One request as the simulator replays it. Times are µs since the start of the trace. */
+typedef struct sim_req {
+    int64_t  arrival_us;
+    int64_t  deadline_us;          /* absolute, SIM_NO_TIME when none */
+    int64_t  cancel_us;            /* absolute time the client cancels/dies, or SIM_NO_TIME */
+    uint32_t prompt_tokens;
+    uint32_t output_tokens;        /* tokens the request generates before it stops */
+    uint32_t max_tokens;           /* asked for; >= output_tokens */
+    uint16_t tenant;               /* index into sim_trace.tenants */
+    uint16_t klass;                /* index into sim_trace.classes */
+    uint64_t src_id;               /* `req` of a native trace, else the data row number */
+    uint32_t src_line;             /* line in the source file (0 for generated requests) */
+    uint8_t  real_reason;          /* enum sim_real_reason */
+    int64_t  real_first_token_us;  /* recorded outcome, SIM_NO_TIME when absent */
+    int64_t  real_finish_us;
+} sim_req;
+
+/* A line the reader refused, kept when the caller asked to skip bad lines. */
+typedef struct sim_bad_line {
+    uint32_t line;
+    char     reason[160];
+} sim_bad_line;
+
+enum sim_trace_format { SIM_FMT_AUTO = 0, SIM_FMT_AZURE, SIM_FMT_MOONCAKE, SIM_FMT_NATIVE };
+
+typedef struct sim_trace {
+    sim_req     *reqs;
+    size_t       n, cap;
+    char        *tenants[SIM_MAX_NAMES];
+    unsigned     n_tenants;
+    char        *classes[SIM_MAX_NAMES];
+    unsigned     n_classes;
+    bool         labelled;         /* tenants/classes came from the file (native traces) */
+    bool         has_real;         /* recorded outcomes present (native traces) */
+    int          format;           /* enum sim_trace_format actually read */
+    char         source[256];      /* file name or workload description */
+    sim_bad_line *bad;             /* skipped lines (only with skip_bad) */
+    size_t       n_bad, cap_bad;
+    size_t       n_bad_total;      /* bad lines seen, including those not listed */
+} sim_trace;
+
+/* Initialise an empty trace (named source); free with sim_trace_free. */
+void sim_trace_init(sim_trace *t, const char *source);
+void sim_trace_free(sim_trace *t);
+/* Append a request; returns 0 or -ENOMEM. */
+int  sim_trace_push(sim_trace *t, const sim_req *r);
+/* Index of a tenant / class name, added when new. Returns >= 0, or -E2BIG past SIM_MAX_NAMES. */
+int  sim_trace_tenant(sim_trace *t, const char *name);
+int  sim_trace_class(sim_trace *t, const char *name);
+/* Stable sort by arrival time (ties keep file order). */
+void sim_trace_sort(sim_trace *t);
+
+/* Read a trace file. fmt SIM_FMT_AUTO guesses from the content: a CSV header
+ * `TIMESTAMP,ContextTokens,GeneratedTokens` → Azure; JSON lines with `input_length` →
+ * Mooncake; with `arrival_us` → native. Unlabelled traces get tenant "default" and class
+ * "default" (change them with sim_trace_assign).
+ * A malformed line is an error naming file:line and the reason (-EINVAL), unless skip_bad:
+ * then it is counted in n_bad_total and listed in bad[] (the first 1000).
+ * Returns 0, -errno for I/O errors (detail in sim_err()). */
+int  sim_trace_load(sim_trace *t, const char *path, int fmt, bool skip_bad);
+/* The same from a memory buffer (name is used in messages). */
+int  sim_trace_parse(sim_trace *t, const char *name, const char *buf, size_t len, int fmt,
+                     bool skip_bad);
+
+/* Transformations, applied in this order by sim_trace_transform:
+ *   window  — keep arrivals in [start_s, end_s) of the source time axis, rebased to 0;
+ *   rate    — multiply the arrival rate: every time (arrival, cancel, deadline, recorded
+ *             outcome) is divided by rate;
+ *   lengths — prompt, output and max tokens multiplied by length_scale (rounded, at least 1);
+ *   tenants / classes — assign names by a rule (see sim_trace_assign). */
+typedef struct sim_transform {
+    double      window_start_s;   /* 0 */
+    double      window_end_s;     /* < 0: to the end */
+    double      rate;             /* 1 */
+    double      length_scale;     /* 1 */
+    const char *tenant_rule;      /* NULL: keep */
+    const char *class_rule;       /* NULL: keep */
+    uint64_t    seed;
+} sim_transform;
+
+void sim_transform_defaults(sim_transform *x);
+int  sim_trace_transform(sim_trace *t, const sim_transform *x);
+
+/* Assign tenants (which=0) or classes (which=1) by a rule:
+ *   "a:3,b:1"          smooth weighted round robin: in every 4 requests, 3 go to a and 1 to b,
+ *                      interleaved (a a b a ...), deterministic;
+ *   "rr:a,b,c"         plain round robin;
+ *   "random:a:3,b:1"   independent draws with those odds from the seeded generator;
+ *   "prompt>N:x,y"     by prompt length: prompts longer than N tokens → x, others → y.
+ * A bad rule is -EINVAL with the detail. */
+int  sim_trace_assign(sim_trace *t, int which, const char *rule, uint64_t seed);
+
+/* Summary numbers used by reports and generators. */
+typedef struct sim_trace_summary {
+    size_t   n;
+    double   span_s;
+    double   rate_per_s;
+    double   prompt_mean, output_mean;
+    uint64_t prompt_total, output_total;
+    uint32_t prompt_max, output_max;
+} sim_trace_summary;
+void sim_trace_summarise(const sim_trace *t, sim_trace_summary *s);
+
+const char *sim_trace_format_name(int fmt);
+
+#endif
