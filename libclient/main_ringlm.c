@@ -1216,7 +1216,7 @@ static int cmd_replay(int argc, char **argv)
             json_object_set_new(tj, s->name, o);
         }
         json_object_set_new(root, "tenants", tj);
-        char *out = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        char *out = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
         puts(out);
         free(out);
         json_decref(root);
