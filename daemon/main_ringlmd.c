@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ringlmd — the ringlm daemon.  This first version serves the echo service (--echo) for
- * transport tests and benchmarks; model serving plugs into the same loop.
+ * ringlmd — the ringlm daemon.  It serves a model (--model, the runner in daemon/service.c)
+ * or, with --echo, the echo service for transport tests and benchmarks; both plug into the
+ * same loop.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -14,6 +15,7 @@
 
 #include "daemon/echo.h"
 #include "daemon/loop.h"
+#include "daemon/service.h"
 #include "numa/rnuma.h"
 #include "ringlm.h"
 
@@ -34,7 +36,29 @@ static void usage(FILE *f)
 		"  --submit-ring-bytes N    per-session submit ring, power of two (default 1048576)\n"
 		"  --event-ring-slots N     per-session event ring, power of two (default 65536)\n"
 		"  --doorbell futex|eventfd force the client→daemon doorbell kind (default: probe)\n"
-		"  --version                print the version and exit\n"
+		"model serving (the default service):\n"
+		"  --model M                llama2.c checkpoint path or synthetic:PRESET:SEED (required)\n"
+		"  --tokenizer T            tokenizer file (only named in logs)\n"
+		"  --policy FILE            scheduling policy (default: the built-in policy)\n"
+		"  --backend cpu|cuda       engine backend (default cpu)\n"
+		"  --threads N              engine worker threads (default 1)\n"
+		"  --kv-blocks N            device KV pool blocks (default 1024)\n"
+		"  --kv-block-size N        tokens per KV block (default 16)\n"
+		"  --host-kv-blocks N       pinned host KV tier blocks (default 0: no host tier)\n"
+		"  --disk-kv FILE           disk KV tier file (O_DIRECT where the filesystem allows)\n"
+		"  --disk-kv-blocks N       disk KV tier blocks\n"
+		"  --max-batch-tokens N     engine batch limit (default: the policy's token_budget)\n"
+		"  --decision-log FILE      scheduler decisions, JSON lines\n"
+		"  --request-log FILE       one line per request (the simulator's native trace format)\n"
+		"  --metrics ADDR:PORT      Prometheus /metrics (ADDR defaults to 127.0.0.1)\n"
+		"  --stats-file FILE        JSON snapshot of pools, queues and accounting, kept current\n"
+		"  --backpressure-timeout-ms N  cancel a request whose client stopped reading (default 5000)\n"
+		"  --backpressure-buffer-tokens N  tokens kept per blocked request (default 4096)\n"
+		"  --drain-grace-ms N       on SIGTERM, in-flight work gets this long (default 10000)\n"
+		"  --verify-swaps           checksum KV blocks at swap-out and check them at swap-in\n"
+		"  --quiet                  fewer start-up lines\n"
+		"  --check-config           validate, print the canonical policy and its hash, exit\n"
+		"  --version                print the version (with --model: model and policy hash) and exit\n"
 		"  --help\n");
 }
 
@@ -63,10 +87,60 @@ static void make_parent_dir(const char *path)
 	mkdir(dir, 0755);
 }
 
+/* The model service: --check-config and --version build it (model, policy) and exit. */
+static int serve_model(svc_config *sc, dloop_config *cfg, const char *socket_path,
+		       const char *numa_spec, int want_version, int check_config)
+{
+	if (!sc->model) {
+		fprintf(stderr, "ringlmd: --model is required (a path or synthetic:PRESET:SEED), or "
+				"pass --echo\n");
+		return 2;
+	}
+	if (sc->disk_kv_path && !sc->disk_kv_blocks) {
+		fprintf(stderr, "ringlmd: --disk-kv needs --disk-kv-blocks N\n");
+		return 2;
+	}
+	sc->numa = numa_spec;
+	svc *s;
+	int r = svc_create(sc, &s);
+	if (r < 0) {
+		fprintf(stderr, "ringlmd: %s\n", svc_errmsg());
+		return check_config ? 1 : 1;
+	}
+	if (check_config || want_version) {
+		if (want_version)
+			printf("ringlmd %s (wire ABI %u)\nmodel %s %s\npolicy %s %s\n", RINGLM_VERSION,
+			       RINGLM_WIRE_ABI, sc->model, svc_model_hash(s),
+			       sc->policy_path ? sc->policy_path : "built-in", svc_policy_hash_hex(s));
+		else
+			printf("%s# policy hash %s\n", svc_policy_text(s), svc_policy_hash_hex(s));
+		svc_destroy(s);
+		return 0;
+	}
+	if (!socket_path || !*socket_path)
+		socket_path = getenv(RINGLM_SOCKET_ENV);
+	if (!socket_path || !*socket_path) {
+		socket_path = RINGLM_DEFAULT_SOCKET;
+		make_parent_dir(socket_path);
+	}
+	cfg->socket_path = socket_path;
+	cfg->numa_node = -1; /* the service resolves --numa-node and pins the loop thread */
+	r = svc_run(s, cfg);
+	if (r < 0)
+		fprintf(stderr, "ringlmd: %s\n", svc_errmsg());
+	else
+		fprintf(stderr, "ringlmd: stopped\n");
+	svc_destroy(s);
+	return r < 0 ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	enum { O_SOCKET = 256, O_ECHO, O_NUMA, O_MAXS, O_MAXU, O_SPIN, O_SUBMIT, O_EVSLOTS,
-	       O_DOORBELL, O_VERSION, O_HELP };
+	       O_DOORBELL, O_VERSION, O_HELP,
+	       O_MODEL, O_TOKENIZER, O_POLICY, O_BACKEND, O_THREADS, O_KVB, O_KVBS, O_HKVB, O_DKV,
+	       O_DKVB, O_MAXBT, O_DECLOG, O_REQLOG, O_METRICS, O_STATS, O_BPT, O_BPB, O_DRAIN,
+	       O_VERIFY, O_QUIET, O_CHECK };
 	static const struct option opts[] = {
 		{ "socket", required_argument, 0, O_SOCKET },
 		{ "echo", no_argument, 0, O_ECHO },
@@ -79,12 +153,35 @@ int main(int argc, char **argv)
 		{ "doorbell", required_argument, 0, O_DOORBELL },
 		{ "version", no_argument, 0, O_VERSION },
 		{ "help", no_argument, 0, O_HELP },
+		{ "model", required_argument, 0, O_MODEL },
+		{ "tokenizer", required_argument, 0, O_TOKENIZER },
+		{ "policy", required_argument, 0, O_POLICY },
+		{ "backend", required_argument, 0, O_BACKEND },
+		{ "threads", required_argument, 0, O_THREADS },
+		{ "kv-blocks", required_argument, 0, O_KVB },
+		{ "kv-block-size", required_argument, 0, O_KVBS },
+		{ "host-kv-blocks", required_argument, 0, O_HKVB },
+		{ "disk-kv", required_argument, 0, O_DKV },
+		{ "disk-kv-blocks", required_argument, 0, O_DKVB },
+		{ "max-batch-tokens", required_argument, 0, O_MAXBT },
+		{ "decision-log", required_argument, 0, O_DECLOG },
+		{ "request-log", required_argument, 0, O_REQLOG },
+		{ "metrics", required_argument, 0, O_METRICS },
+		{ "stats-file", required_argument, 0, O_STATS },
+		{ "backpressure-timeout-ms", required_argument, 0, O_BPT },
+		{ "backpressure-buffer-tokens", required_argument, 0, O_BPB },
+		{ "drain-grace-ms", required_argument, 0, O_DRAIN },
+		{ "verify-swaps", no_argument, 0, O_VERIFY },
+		{ "quiet", no_argument, 0, O_QUIET },
+		{ "check-config", no_argument, 0, O_CHECK },
 		{ 0, 0, 0, 0 },
 	};
 	dloop_config cfg;
 	dloop_config_init(&cfg);
 	const char *socket_path = NULL, *numa_spec = "auto";
-	int echo = 0;
+	int echo = 0, want_version = 0, check_config = 0;
+	svc_config sc;
+	svc_config_init(&sc);
 	unsigned long v;
 
 	int c;
@@ -121,9 +218,67 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
-		case O_VERSION:
-			printf("ringlmd %s (wire ABI %u)\n", RINGLM_VERSION, RINGLM_WIRE_ABI);
-			return 0;
+		case O_VERSION: want_version = 1; break;
+		case O_MODEL: sc.model = optarg; break;
+		case O_TOKENIZER: sc.tokenizer = optarg; break;
+		case O_POLICY: sc.policy_path = optarg; break;
+		case O_BACKEND:
+			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+				fprintf(stderr, "ringlmd: --backend '%s': expected cpu or cuda\n", optarg);
+				return 2;
+			}
+			sc.backend = optarg;
+			break;
+		case O_THREADS:
+			if (parse_uint("--threads", optarg, 1024, &v)) return 2;
+			sc.threads = (int)v;
+			break;
+		case O_KVB:
+			if (parse_uint("--kv-blocks", optarg, 1u << 24, &v) || !v) {
+				fprintf(stderr, "ringlmd: --kv-blocks must be >= 1\n");
+				return 2;
+			}
+			sc.kv_blocks = (int)v;
+			break;
+		case O_KVBS:
+			if (parse_uint("--kv-block-size", optarg, 4096, &v) || !v) {
+				fprintf(stderr, "ringlmd: --kv-block-size must be in [1, 4096]\n");
+				return 2;
+			}
+			sc.kv_block_size = (int)v;
+			break;
+		case O_HKVB:
+			if (parse_uint("--host-kv-blocks", optarg, 1u << 26, &v)) return 2;
+			sc.host_kv_blocks = (int)v;
+			break;
+		case O_DKV: sc.disk_kv_path = optarg; break;
+		case O_DKVB:
+			if (parse_uint("--disk-kv-blocks", optarg, 1u << 28, &v)) return 2;
+			sc.disk_kv_blocks = (int)v;
+			break;
+		case O_MAXBT:
+			if (parse_uint("--max-batch-tokens", optarg, 1u << 20, &v)) return 2;
+			sc.max_batch_tokens = (int)v;
+			break;
+		case O_DECLOG: sc.decision_log = optarg; break;
+		case O_REQLOG: sc.request_log = optarg; break;
+		case O_METRICS: sc.metrics_listen = optarg; break;
+		case O_STATS: sc.stats_file = optarg; break;
+		case O_BPT:
+			if (parse_uint("--backpressure-timeout-ms", optarg, 86400000ul, &v)) return 2;
+			sc.backpressure_timeout_ms = v;
+			break;
+		case O_BPB:
+			if (parse_uint("--backpressure-buffer-tokens", optarg, 1u << 24, &v)) return 2;
+			sc.backpressure_buffer_tokens = (uint32_t)v;
+			break;
+		case O_DRAIN:
+			if (parse_uint("--drain-grace-ms", optarg, 86400000ul, &v)) return 2;
+			sc.drain_grace_ms = v;
+			break;
+		case O_VERIFY: sc.verify_swaps = true; break;
+		case O_QUIET: sc.quiet = true; break;
+		case O_CHECK: check_config = 1; break;
 		case O_HELP: usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -133,10 +288,12 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (!echo) {
-		fprintf(stderr, "ringlmd: no service selected: pass --echo\n");
-		return 2;
+	if (want_version && !sc.model && !echo) {
+		printf("ringlmd %s (wire ABI %u)\n", RINGLM_VERSION, RINGLM_WIRE_ABI);
+		return 0;
 	}
+	if (!echo)
+		return serve_model(&sc, &cfg, socket_path, numa_spec, want_version, check_config);
 	if (!socket_path || !*socket_path)
 		socket_path = getenv(RINGLM_SOCKET_ENV);
 	if (!socket_path || !*socket_path) {

@@ -1162,7 +1162,7 @@ int svc_run(svc *s, const dloop_config *lc)
             rc = seterr(rc, "KV tiers: %s", kvtier_errmsg());
             goto out;
         }
-        if (getenv("RINGLMD_VERIFY_SWAPS")) {
+        if (s->cfg.verify_swaps) {
             for (int t = 0; t < KVT_NTIERS; t++)
                 if (kvtier_blocks(s->tiers, t) > 0)
                     s->slot_sum[t] = calloc((size_t)kvtier_blocks(s->tiers, t), sizeof(uint64_t));

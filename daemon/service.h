@@ -55,6 +55,7 @@ typedef struct svc_config {
     uint32_t backpressure_buffer_tokens; /* per sequence (0: 4096) */
     uint64_t drain_grace_ms;      /* 0: 10000 */
     bool quiet;                   /* fewer start-up lines on stderr */
+    bool verify_swaps;            /* checksum blocks at swap-out, compare at swap-in (tests) */
 } svc_config;
 
 typedef struct svc svc;
