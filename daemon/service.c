@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1000,11 +1001,39 @@ static char *read_file(const char *path, int *err)
     return buf;
 }
 
+static pthread_t signal_thread;
+static void forward_signal(int signo)
+{
+    int saved = errno;
+    pthread_kill(signal_thread, signo);
+    errno = saved;
+}
+
 int svc_create(const svc_config *cfg, svc **out)
 {
     *out = NULL;
     int rc;
     if (!cfg->model) return seterr(-EINVAL, "--model is required (a path or synthetic:PRESET:SEED)");
+    /* The loop reads SIGTERM/SIGINT/SIGHUP through a signalfd; every thread started from
+     * here on (engine workers, metrics, log writer) inherits the block, so the default
+     * action can never kill the daemon on a worker thread before the drain runs. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    /* Threads started before main (OpenBLAS starts its pool in a constructor) still accept
+     * these signals: a handler there forwards them to this thread, where the loop's
+     * signalfd picks them up, instead of the default action killing the process. */
+    signal_thread = pthread_self();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = forward_signal;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     svc *s = calloc(1, sizeof *s);
     if (!s) return seterr(-ENOMEM, "out of memory");
     s->cfg = *cfg;

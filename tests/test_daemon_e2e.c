@@ -1,0 +1,867 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ringlmd end to end: a real daemon process on a private socket, real client processes
+ * (fork + libringlm). Every test stops every process it starts and checks that every KV
+ * block is accounted for (used + free = total per tier, scheduler invariants) through the
+ * daemon's --stats-file.
+ *
+ * Env: RINGLM_BIN (programs, default build/bin), RINGLM_SHARED (default ../shared).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ringlm.h"
+
+/* ---- harness ------------------------------------------------------------------------- */
+
+typedef struct dmn {
+    char dir[64];
+    char sock[128], stats[128], declog[128], reqlog[128], errlog[128], policy[128];
+    pid_t pid;
+} dmn;
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* A short pause between polls of a condition (never a synchronisation by itself). */
+static void poll_pause(void)
+{
+    struct timespec ts = {0, 2 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+}
+
+static const char *bin_dir(void)
+{
+    const char *b = getenv("RINGLM_BIN");
+    return b && *b ? b : "build/bin";
+}
+
+static const char *shared_dir(void)
+{
+    const char *s = getenv("RINGLM_SHARED");
+    return s && *s ? s : "../shared";
+}
+
+static bool stories_path(char *out, size_t n)
+{
+    snprintf(out, n, "%s/models/stories260K.bin", shared_dir());
+    return access(out, R_OK) == 0;
+}
+
+static void need_daemon_binary(void)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/ringlmd", bin_dir());
+    if (access(p, X_OK) != 0) cr_skip_test("%s not built (set RINGLM_BIN)", p);
+}
+
+static void dump_file(const char *path, const char *what)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char line[512];
+    int n = 0;
+    fprintf(stderr, "---- %s (%s) ----\n", what, path);
+    while (fgets(line, sizeof line, f) && n++ < 60) fputs(line, stderr);
+    fclose(f);
+}
+
+/* Starts ringlmd; returns once its socket answers and its stats file exists. */
+static void dmn_start(dmn *d, const char *model, const char *policy_text, const char *const *extra)
+{
+    memset(d, 0, sizeof *d);
+    snprintf(d->dir, sizeof d->dir, "/tmp/ringlmd-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(d->dir));
+    snprintf(d->sock, sizeof d->sock, "%s/s.sock", d->dir);
+    snprintf(d->stats, sizeof d->stats, "%s/stats.json", d->dir);
+    snprintf(d->declog, sizeof d->declog, "%s/decisions.jsonl", d->dir);
+    snprintf(d->reqlog, sizeof d->reqlog, "%s/requests.jsonl", d->dir);
+    snprintf(d->errlog, sizeof d->errlog, "%s/stderr.log", d->dir);
+    if (policy_text) {
+        snprintf(d->policy, sizeof d->policy, "%s/policy.conf", d->dir);
+        FILE *f = fopen(d->policy, "w");
+        cr_assert_not_null(f);
+        fputs(policy_text, f);
+        fclose(f);
+    }
+    const char *argv[64];
+    int a = 0;
+    char prog[512];
+    snprintf(prog, sizeof prog, "%s/ringlmd", bin_dir());
+    argv[a++] = prog;
+    argv[a++] = "--socket"; argv[a++] = d->sock;
+    argv[a++] = "--model"; argv[a++] = model;
+    argv[a++] = "--stats-file"; argv[a++] = d->stats;
+    argv[a++] = "--decision-log"; argv[a++] = d->declog;
+    argv[a++] = "--request-log"; argv[a++] = d->reqlog;
+    argv[a++] = "--numa-node"; argv[a++] = "off";
+    if (policy_text) { argv[a++] = "--policy"; argv[a++] = d->policy; }
+    for (int i = 0; extra && extra[i] && a < 62; i++) argv[a++] = extra[i];
+    argv[a] = NULL;
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int fd = open(d->errlog, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) { dup2(fd, 2); dup2(fd, 1); close(fd); }
+        execv(prog, (char *const *)argv);
+        _exit(127);
+    }
+    d->pid = pid;
+    uint64_t deadline = now_ms() + 20000;
+    for (;;) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            d->pid = 0;
+            dump_file(d->errlog, "ringlmd stderr");
+            cr_assert_fail("ringlmd exited at start (status %d)", st);
+        }
+        if (access(d->stats, R_OK) == 0) {
+            ringlm_client *c;
+            if (ringlm_connect(d->sock, &c) == 0) { ringlm_close(c); break; }
+        }
+        if (now_ms() > deadline) {
+            dump_file(d->errlog, "ringlmd stderr");
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            d->pid = 0;
+            cr_assert_fail("ringlmd did not come up within 20 s");
+        }
+        poll_pause();
+    }
+}
+
+/* Sends sig and waits up to timeout_ms for exit; SIGKILL after. Returns the exit status
+ * (or 128+signal). */
+static int dmn_stop(dmn *d, int sig, int timeout_ms)
+{
+    if (!d->pid) return -1;
+    kill(d->pid, sig);
+    uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
+    int st = 0;
+    for (;;) {
+        pid_t w = waitpid(d->pid, &st, WNOHANG);
+        if (w == d->pid) break;
+        if (now_ms() > deadline) {
+            kill(d->pid, SIGKILL);
+            waitpid(d->pid, &st, 0);
+            d->pid = 0;
+            dump_file(d->errlog, "ringlmd stderr");
+            return 999;
+        }
+        poll_pause();
+    }
+    d->pid = 0;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void dmn_cleanup(dmn *d)
+{
+    if (d->pid) dmn_stop(d, SIGKILL, 2000);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->dir);
+    if (getenv("RINGLM_KEEP_TEST_DIRS")) return;
+    if (system(cmd) != 0) { /* best effort */ }
+}
+
+static json_t *dmn_stats(dmn *d)
+{
+    for (int i = 0; i < 50; i++) {
+        json_error_t e;
+        json_t *j = json_load_file(d->stats, 0, &e);
+        if (j) return j;
+        poll_pause();
+    }
+    return NULL;
+}
+
+static long long jint(json_t *o, const char *path)
+{
+    /* "a.b.c" */
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", path);
+    json_t *cur = o;
+    for (char *tok = strtok(buf, "."); tok && cur; tok = strtok(NULL, "."))
+        cur = json_object_get(cur, tok);
+    return cur && json_is_integer(cur) ? (long long)json_integer_value(cur) : -1;
+}
+
+/* Waits until every request is gone and no KV block is used in any tier; asserts the
+ * accounting identity and the scheduler's invariants on the way. */
+static void assert_back_to_baseline(dmn *d, int timeout_ms)
+{
+    uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
+    char last[1024] = "";
+    for (;;) {
+        json_t *j = dmn_stats(d);
+        cr_assert_not_null(j, "stats file %s unreadable", d->stats);
+        char *txt = json_dumps(j, JSON_COMPACT);
+        snprintf(last, sizeof last, "%s", txt ? txt : "");
+        free(txt);
+        static const char *pools[] = {"device", "host", "disk"};
+        for (int p = 0; p < 3; p++) {
+            char k[64];
+            snprintf(k, sizeof k, "kv.%s.used", pools[p]);
+            long long used = jint(j, k);
+            snprintf(k, sizeof k, "kv.%s.free", pools[p]);
+            long long fr = jint(j, k);
+            snprintf(k, sizeof k, "kv.%s.total", pools[p]);
+            long long tot = jint(j, k);
+            cr_assert_eq(used + fr, tot, "pool %s: used %lld + free %lld != total %lld: %s",
+                         pools[p], used, fr, tot, last);
+        }
+        const char *inv = json_string_value(json_object_get(j, "invariants"));
+        cr_assert(inv && strcmp(inv, "ok") == 0, "scheduler invariants: %s", last);
+        cr_assert_eq(jint(j, "swap_verify_errors"), 0, "swap-in not byte-exact: %s", last);
+        cr_assert_eq(jint(j, "kvtier_accounting_errors"), 0, "%s", last);
+        bool idle = jint(j, "live_requests") == 0 && jint(j, "kv.device.used") == 0 &&
+                    jint(j, "kv.host.used") == 0 && jint(j, "kv.disk.used") == 0 &&
+                    jint(j, "transfers_inflight") == 0;
+        json_decref(j);
+        if (idle) return;
+        if (now_ms() > deadline) {
+            dump_file(d->errlog, "ringlmd stderr");
+            cr_assert_fail("daemon did not return to baseline within %d ms: %s", timeout_ms, last);
+        }
+        poll_pause();
+    }
+}
+
+/* Forks a client process running fn(arg); returns its pid. */
+static pid_t spawn(int (*fn)(void *), void *arg)
+{
+    fflush(NULL);
+    pid_t p = fork();
+    cr_assert_geq(p, 0);
+    if (p == 0) _exit(fn(arg));
+    return p;
+}
+
+static int reap(pid_t p, int timeout_ms)
+{
+    uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
+    int st;
+    for (;;) {
+        pid_t w = waitpid(p, &st, WNOHANG);
+        if (w == p) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (now_ms() > deadline) {
+            kill(p, SIGKILL);
+            waitpid(p, &st, 0);
+            return 999;
+        }
+        poll_pause();
+    }
+}
+
+/* ---- reference greedy cases ---------------------------------------------------------- */
+
+typedef struct ref_case {
+    int32_t prompt[16];
+    uint32_t n_prompt;
+    int32_t gen[600];
+    uint32_t n_gen;
+    bool stops;
+    uint32_t max_new;
+} ref_case;
+
+static int load_refs(ref_case *out, int max)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/models/reference-greedy.json", shared_dir());
+    json_error_t e;
+    json_t *j = json_load_file(p, 0, &e);
+    if (!j) return 0;
+    json_t *cases = json_object_get(j, "cases");
+    int n = 0;
+    for (size_t i = 0; i < json_array_size(cases) && n < max; i++) {
+        json_t *c = json_array_get(cases, i);
+        ref_case *r = &out[n];
+        memset(r, 0, sizeof *r);
+        json_t *pt = json_object_get(c, "prompt_tokens"), *gt = json_object_get(c, "generated_tokens");
+        if (json_array_size(pt) > 16 || json_array_size(gt) > 600) continue;
+        for (size_t k = 0; k < json_array_size(pt); k++)
+            r->prompt[r->n_prompt++] = (int32_t)json_integer_value(json_array_get(pt, k));
+        for (size_t k = 0; k < json_array_size(gt); k++)
+            r->gen[r->n_gen++] = (int32_t)json_integer_value(json_array_get(gt, k));
+        r->stops = json_is_true(json_object_get(c, "stopped_on_bos"));
+        int steps = (int)json_integer_value(json_object_get(c, "effective_steps"));
+        /* steps positions including the prompt: the last one samples token steps+1. */
+        r->max_new = (uint32_t)(steps - (int)r->n_prompt + 1);
+        n++;
+    }
+    json_decref(j);
+    return n;
+}
+
+typedef struct gen_job {
+    const char *sock;
+    const ref_case *cases;
+    int n_cases;
+    const char *class_name;
+    const char *tenant;
+} gen_job;
+
+/* Client process: submits every case at once (one mixed batch), checks each stream against
+ * the reference token by token. Exit 0 when all match. */
+static int client_greedy(void *arg)
+{
+    gen_job *g = arg;
+    ringlm_client *c;
+    int rc = ringlm_connect(g->sock, &c);
+    if (rc < 0) { fprintf(stderr, "connect: %s %s\n", ringlm_strerror(rc), ringlm_errdetail()); return 2; }
+    uint64_t ids[32];
+    static int32_t got[32][600];
+    uint32_t n_got[32] = {0};
+    for (int i = 0; i < g->n_cases; i++) {
+        ringlm_request r;
+        ringlm_request_init(&r);
+        r.prompt = g->cases[i].prompt;
+        r.n_prompt = g->cases[i].n_prompt;
+        r.max_new_tokens = g->cases[i].max_new;
+        r.class_name = g->class_name;
+        r.tenant_tag = g->tenant;
+        rc = ringlm_submit(c, &r, &ids[i]);
+        if (rc < 0) { fprintf(stderr, "submit %d: %s %s\n", i, ringlm_strerror(rc), ringlm_errdetail()); return 3; }
+    }
+    int left = g->n_cases, bad = 0;
+    while (left > 0) {
+        ringlm_event ev;
+        rc = ringlm_next_event(c, &ev, 60000);
+        if (rc <= 0) { fprintf(stderr, "next_event: %d %s %s\n", rc, ringlm_strerror(rc), ringlm_errdetail()); return 4; }
+        int i = 0;
+        while (i < g->n_cases && ids[i] != ev.req_id) i++;
+        if (i == g->n_cases) { fprintf(stderr, "event for unknown id %llu\n", (unsigned long long)ev.req_id); return 5; }
+        if (ev.kind == RINGLM_EV_TOKEN) {
+            if (ev.index != n_got[i]) { fprintf(stderr, "case %d: token index %u, expected %u\n", i, ev.index, n_got[i]); bad++; }
+            if (n_got[i] < 600) got[i][n_got[i]++] = ev.token;
+        } else if (ev.kind == RINGLM_EV_FINISH) {
+            left--;
+            const ref_case *rc_ = &g->cases[i];
+            int want_reason = rc_->stops ? RINGLM_FINISH_STOP : RINGLM_FINISH_LENGTH;
+            if (ev.finish_reason != want_reason || ev.n_tokens != rc_->n_gen || n_got[i] != rc_->n_gen) {
+                fprintf(stderr, "case %d: finish %s/%s n_tokens %u got %u, expected %s with %u tokens\n",
+                        i, ringlm_reason_name(ev.finish_reason), ringlm_reason_name(ev.reject_reason),
+                        ev.n_tokens, n_got[i], ringlm_reason_name(want_reason), rc_->n_gen);
+                bad++;
+            }
+            for (uint32_t k = 0; k < n_got[i] && k < rc_->n_gen; k++) {
+                if (got[i][k] != rc_->gen[k]) {
+                    fprintf(stderr, "case %d: token %u is %d, reference %d\n", i, k, got[i][k], rc_->gen[k]);
+                    bad++;
+                    break;
+                }
+            }
+            if (ev.policy_hash == 0) { fprintf(stderr, "case %d: finish without policy hash\n", i); bad++; }
+        }
+    }
+    ringlm_close(c);
+    return bad ? 1 : 0;
+}
+
+static int count_lines(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, needle)) n++;
+    fclose(f);
+    return n;
+}
+
+TestSuite(daemon_e2e, .timeout = 120);
+
+Test(daemon_e2e, greedy_reference_all_cases_in_one_batch)
+{
+    need_daemon_binary();
+    char model[512];
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    static ref_case cases[12];
+    int n = load_refs(cases, 12);
+    if (n == 0) cr_skip_test("reference-greedy.json not found");
+    dmn d;
+    dmn_start(&d, model, NULL, NULL);
+    gen_job g = {.sock = d.sock, .cases = cases, .n_cases = n};
+    int st = reap(spawn(client_greedy, &g), 60000);
+    cr_expect_eq(st, 0, "greedy client exit %d (see its stderr above)", st);
+    assert_back_to_baseline(&d, 5000);
+    int ex = dmn_stop(&d, SIGTERM, 10000);
+    cr_expect_eq(ex, 0, "ringlmd exit status %d after SIGTERM", ex);
+    cr_expect_geq(count_lines(d.reqlog, "\"finish_reason\":\"length\""), 1, "request log has no finished lines");
+    if (st != 0 || ex != 0) dump_file(d.errlog, "ringlmd stderr");
+    dmn_cleanup(&d);
+}
+
+/* Forced preemption: a KV pool too small for the four sequences at once. Every mode must
+ * reproduce the unpreempted greedy tokens; swap-ins are verified byte-exact by the daemon
+ * (--verify-swaps checksums each block at swap-out and compares at swap-in). */
+static void preempt_mode(const char *mode)
+{
+    need_daemon_binary();
+    char model[512];
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    static ref_case all[12], cases[4];
+    int n = load_refs(all, 12);
+    if (n < 8) cr_skip_test("reference-greedy.json not found");
+    /* The four 256-step cases: ~17 blocks of 16 tokens each at the end. */
+    for (int i = 0; i < 4; i++) cases[i] = all[4 + i];
+    char policy[512];
+    snprintf(policy, sizeof policy,
+             "[scheduler]\nmode = token_budget\ntoken_budget = 64\nmax_active_seqs = 8\n"
+             "prefill_chunk = 32\npreemption = %s\nmin_residency = 0us\nmax_preemptions = 0\n",
+             mode);
+    const char *extra[] = {"--kv-blocks", "40", "--kv-block-size", "16", "--host-kv-blocks", "64",
+                           "--verify-swaps", NULL};
+    dmn d;
+    dmn_start(&d, model, policy, extra);
+    gen_job g = {.sock = d.sock, .cases = cases, .n_cases = 4};
+    int st = reap(spawn(client_greedy, &g), 60000);
+    cr_expect_eq(st, 0, "mode %s: greedy tokens differ from the unpreempted reference", mode);
+    assert_back_to_baseline(&d, 5000);
+    json_t *j = dmn_stats(&d);
+    long long verified = jint(j, "swap_verified");
+    json_decref(j);
+    int ex = dmn_stop(&d, SIGTERM, 10000);
+    cr_expect_eq(ex, 0);
+    int preempts = count_lines(d.declog, "\"ev\":\"preempt\"");
+    int swaps = count_lines(d.declog, "\"mode\":\"swap\"");
+    int recomputes = count_lines(d.declog, "\"mode\":\"recompute\"");
+    cr_log_info("mode %s: %d preemptions (%d swap, %d recompute), %lld blocks verified", mode,
+                preempts, swaps, recomputes, verified);
+    cr_expect_gt(preempts, 0, "mode %s: the small pool forced no preemption", mode);
+    if (!strcmp(mode, "swap")) {
+        cr_expect_gt(swaps, 0, "swap mode without a swap preemption");
+        cr_expect_gt(verified, 0, "swap mode: no swap-in was verified");
+    }
+    if (!strcmp(mode, "recompute")) cr_expect_eq(swaps, 0, "recompute mode swapped");
+    if (st != 0) dump_file(d.errlog, "ringlmd stderr");
+    dmn_cleanup(&d);
+}
+
+Test(daemon_e2e, preempt_swap_same_tokens) { preempt_mode("swap"); }
+Test(daemon_e2e, preempt_recompute_same_tokens) { preempt_mode("recompute"); }
+Test(daemon_e2e, preempt_auto_same_tokens) { preempt_mode("auto"); }
+
+/* ---- generic load client ------------------------------------------------------------- */
+
+typedef struct load_job {
+    const char *sock;
+    const char *tenant;      /* tenant tag (trusted uid) or NULL */
+    const char *class_name;
+    int n_requests;          /* total to submit (0 = until duration_ms) */
+    int concurrency;         /* closed loop: requests in flight */
+    uint64_t interval_us;    /* open loop: one submit per interval (0 = closed loop) */
+    uint64_t duration_ms;    /* stop submitting after this long (0 = no limit) */
+    uint64_t start_at_us;    /* CLOCK_MONOTONIC µs to start at (0 = now) */
+    uint32_t prompt_len, max_new;
+    int32_t token_base;
+    int vocab;
+    const char *out_path;    /* one line per request */
+    int ready_fd;            /* write one byte after the first token (or -1) */
+    bool never_read;         /* submit, then stop reading (backpressure) */
+    int wait_fd;             /* never_read: read one byte here before reading events */
+} load_job;
+
+typedef struct req_rec {
+    uint64_t id, submit_us, first_us, end_us;
+    uint32_t n_tokens, next_index;
+    int reason, cause;
+    bool done, index_error;
+} req_rec;
+
+static int client_load(void *arg)
+{
+    load_job *L = arg;
+    ringlm_client *c;
+    int rc = ringlm_connect(L->sock, &c);
+    if (rc < 0) { fprintf(stderr, "load connect: %s %s\n", ringlm_strerror(rc), ringlm_errdetail()); return 2; }
+    int cap = L->n_requests > 0 ? L->n_requests : 100000;
+    req_rec *recs = calloc((size_t)cap, sizeof *recs);
+    int32_t *prompt = malloc(sizeof(int32_t) * (L->prompt_len ? L->prompt_len : 1));
+    int submitted = 0, finished = 0, inflight = 0;
+    if (L->start_at_us) while (now_us() < L->start_at_us) poll_pause();
+    uint64_t t0 = now_us(), next_submit = t0;
+    bool ready_sent = false;
+    for (;;) {
+        uint64_t t = now_us();
+        bool may_submit = submitted < cap && (!L->duration_ms || t - t0 < L->duration_ms * 1000);
+        while (may_submit && (L->interval_us ? t >= next_submit : inflight < L->concurrency)) {
+            for (uint32_t k = 0; k < L->prompt_len; k++)
+                prompt[k] = (int32_t)((L->token_base + 7 * submitted + 3 * (int)k) % (L->vocab - 3) + 3);
+            ringlm_request r;
+            ringlm_request_init(&r);
+            r.prompt = prompt;
+            r.n_prompt = L->prompt_len;
+            r.max_new_tokens = L->max_new;
+            r.class_name = L->class_name;
+            r.tenant_tag = L->tenant;
+            req_rec *q = &recs[submitted];
+            q->submit_us = now_us();
+            rc = ringlm_submit(c, &r, &q->id);
+            if (rc == -EAGAIN) break;
+            if (rc < 0) { fprintf(stderr, "load submit: %s %s\n", ringlm_strerror(rc), ringlm_errdetail()); goto out; }
+            submitted++;
+            inflight++;
+            next_submit += L->interval_us;
+            may_submit = submitted < cap && (!L->duration_ms || t - t0 < L->duration_ms * 1000);
+        }
+        if (!may_submit && inflight == 0) break;
+        if (L->never_read) {
+            if (!may_submit) {
+                char b;
+                if (read(L->wait_fd, &b, 1) != 1) { /* parent gone */ }
+                L->never_read = false;
+            } else {
+                continue;
+            }
+        }
+        int to = L->interval_us ? 1 : 200;
+        ringlm_event ev;
+        rc = ringlm_next_event(c, &ev, to);
+        if (rc < 0) { fprintf(stderr, "load next_event: %s %s\n", ringlm_strerror(rc), ringlm_errdetail()); goto out; }
+        if (rc == 0) continue;
+        int i = submitted - 1;
+        while (i >= 0 && recs[i].id != ev.req_id) i--;
+        if (i < 0) continue;
+        req_rec *q = &recs[i];
+        if (ev.kind == RINGLM_EV_TOKEN) {
+            if (!q->first_us) q->first_us = now_us();
+            if (ev.index != q->next_index) q->index_error = true;
+            q->next_index = ev.index + 1;
+            q->n_tokens++;
+            if (!ready_sent && L->ready_fd >= 0) {
+                if (write(L->ready_fd, "r", 1) != 1) { /* parent gone */ }
+                ready_sent = true;
+            }
+        } else {
+            q->end_us = now_us();
+            q->reason = ev.finish_reason;
+            q->cause = ev.reject_reason;
+            q->done = true;
+            if (ev.n_tokens != q->n_tokens) q->index_error = true;
+            finished++;
+            inflight--;
+        }
+    }
+out:;
+    FILE *f = L->out_path ? fopen(L->out_path, "w") : NULL;
+    for (int i = 0; f && i < submitted; i++) {
+        req_rec *q = &recs[i];
+        fprintf(f, "%d %d %u %lld %lld %llu %d %d\n", q->reason, q->cause, q->n_tokens,
+                q->first_us ? (long long)(q->first_us - q->submit_us) : -1LL,
+                q->done ? (long long)(q->end_us - q->submit_us) : -1LL,
+                (unsigned long long)(q->submit_us - t0), q->index_error, q->done);
+    }
+    if (f) fclose(f);
+    ringlm_close(c);
+    free(recs);
+    free(prompt);
+    return rc < 0 ? 6 : 0;
+}
+
+typedef struct result_line {
+    int reason, cause;
+    unsigned n_tokens;
+    long long ttft_us, e2e_us;
+    unsigned long long submit_us;
+    int index_error, done;
+} result_line;
+
+static int read_results(const char *path, result_line *out, int max)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int n = 0;
+    while (n < max && fscanf(f, "%d %d %u %lld %lld %llu %d %d", &out[n].reason, &out[n].cause,
+                             &out[n].n_tokens, &out[n].ttft_us, &out[n].e2e_us, &out[n].submit_us,
+                             &out[n].index_error, &out[n].done) == 8)
+        n++;
+    fclose(f);
+    return n;
+}
+
+static int cmp_ll(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return x < y ? -1 : x > y;
+}
+
+static long long median_ttft(const result_line *r, int n)
+{
+    long long v[4096];
+    int k = 0;
+    for (int i = 0; i < n && k < 4096; i++) if (r[i].ttft_us >= 0) v[k++] = r[i].ttft_us;
+    if (!k) return -1;
+    qsort(v, (size_t)k, sizeof v[0], cmp_ll);
+    return v[k / 2];
+}
+
+/* ---- DESIGN §7 scenarios --------------------------------------------------------------- */
+
+/* One very long prompt plus short chats: chunked prefill under a token budget lets short
+ * requests reach their first token while the long prompt is still being prefilled. */
+Test(daemon_e2e, scenario_long_prompt_short_chats)
+{
+    need_daemon_binary();
+    const char *policy =
+        "[scheduler]\nmode = token_budget\ntoken_budget = 48\nprefill_chunk = 32\nmax_active_seqs = 16\n"
+        "decode_reserve_tokens = 16\n"
+        "[class chat]\nlatency_sensitive = yes\npriority = 10\n"
+        "[class batch]\npriority = 0\n";
+    const char *extra[] = {"--threads", "1", NULL};
+    dmn d;
+    dmn_start(&d, "synthetic:stories15M:7", policy, extra);
+    char out_long[160], out_short[160];
+    snprintf(out_long, sizeof out_long, "%s/long.txt", d.dir);
+    snprintf(out_short, sizeof out_short, "%s/short.txt", d.dir);
+    uint64_t start = now_us() + 50000;
+    load_job lj = {.sock = d.sock, .class_name = "batch", .n_requests = 1, .concurrency = 1,
+                   .prompt_len = 250, .max_new = 4, .token_base = 11, .vocab = 32000,
+                   .out_path = out_long, .ready_fd = -1, .start_at_us = start};
+    load_job sj = {.sock = d.sock, .class_name = "chat", .n_requests = 6, .concurrency = 2,
+                   .prompt_len = 8, .max_new = 4, .token_base = 5, .vocab = 32000,
+                   .out_path = out_short, .ready_fd = -1, .start_at_us = start + 5000};
+    pid_t pl = spawn(client_load, &lj), ps = spawn(client_load, &sj);
+    cr_expect_eq(reap(pl, 60000), 0);
+    cr_expect_eq(reap(ps, 60000), 0);
+    result_line L[1], S[8];
+    cr_assert_eq(read_results(out_long, L, 1), 1);
+    int ns = read_results(out_short, S, 8);
+    cr_assert_eq(ns, 6);
+    long long first_short = S[0].ttft_us + 5000; /* relative to the long prompt's submit */
+    long long med = median_ttft(S, ns);
+    cr_log_info("long prompt TTFT %lld us; short chats: first TTFT %lld us, median %lld us",
+                L[0].ttft_us, S[0].ttft_us, med);
+    cr_expect_eq(L[0].reason, RINGLM_FINISH_LENGTH);
+    for (int i = 0; i < ns; i++) cr_expect_eq(S[i].reason, RINGLM_FINISH_LENGTH, "short %d: %d/%d", i, S[i].reason, S[i].cause);
+    cr_expect_lt(first_short, L[0].ttft_us,
+                 "the first short chat (TTFT %lld us after the long submit) waited for the long "
+                 "prompt's prefill (TTFT %lld us)", first_short, L[0].ttft_us);
+    cr_expect_lt(med, L[0].ttft_us / 2, "short chats' median TTFT %lld us vs long prompt %lld us",
+                 med, L[0].ttft_us);
+    assert_back_to_baseline(&d, 5000);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    dmn_cleanup(&d);
+}
+
+/* Two tenants, one 10× louder: both backlogged, equal weights; the quiet one must keep at
+ * least 90% of its fair (half) share of the generated tokens. Tenant tags come from this
+ * test's own uid, trusted in the policy. */
+Test(daemon_e2e, scenario_fair_share_quiet_vs_loud)
+{
+    need_daemon_binary();
+    char model[512];
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    char policy[1024];
+    snprintf(policy, sizeof policy,
+             "[scheduler]\nmode = token_budget\ntoken_budget = 64\nprefill_chunk = 32\n"
+             "max_active_seqs = 4\ndefault_tenant = other\n"
+             "[tenant quiet]\nweight = 1\n[tenant loud]\nweight = 1\n[tenant other]\nweight = 1\n"
+             "[trust]\nuids = %u\n", (unsigned)getuid());
+    dmn d;
+    dmn_start(&d, model, policy, NULL);
+    char oq[160], ol[160];
+    snprintf(oq, sizeof oq, "%s/quiet.txt", d.dir);
+    snprintf(ol, sizeof ol, "%s/loud.txt", d.dir);
+    uint64_t start = now_us() + 50000;
+    load_job q = {.sock = d.sock, .tenant = "quiet", .concurrency = 4, .duration_ms = 2000,
+                  .prompt_len = 16, .max_new = 48, .token_base = 1, .vocab = 512,
+                  .out_path = oq, .ready_fd = -1, .start_at_us = start};
+    load_job l = q;
+    l.tenant = "loud";
+    l.concurrency = 40;
+    l.out_path = ol;
+    l.token_base = 2;
+    pid_t pq = spawn(client_load, &q), pl = spawn(client_load, &l);
+    cr_expect_eq(reap(pq, 60000), 0);
+    cr_expect_eq(reap(pl, 60000), 0);
+    static result_line R[8192];
+    int nq = read_results(oq, R, 8192);
+    long long tq = 0, tl = 0;
+    int rq = 0, rl = 0;
+    for (int i = 0; i < nq; i++) if (R[i].done && R[i].reason == RINGLM_FINISH_LENGTH) { tq += R[i].n_tokens; rq++; }
+    int nl = read_results(ol, R, 8192);
+    for (int i = 0; i < nl; i++) if (R[i].done && R[i].reason == RINGLM_FINISH_LENGTH) { tl += R[i].n_tokens; rl++; }
+    double share = tq + tl ? (double)tq / (double)(tq + tl) : 0;
+    cr_log_info("quiet: %d requests %lld tokens; loud: %d requests %lld tokens; quiet share %.3f",
+                rq, tq, rl, tl, share);
+    cr_expect_gt(tq + tl, 0);
+    cr_expect_geq(share, 0.45, "quiet tenant got %.1f%% of the tokens, below 90%% of its 50%% share "
+                  "(quiet %lld, loud %lld)", share * 100, tq, tl);
+    assert_back_to_baseline(&d, 5000);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    dmn_cleanup(&d);
+}
+
+/* Clients killed mid-decode: every block comes back at once and no compute is spent on
+ * their sequences after the cancel. */
+Test(daemon_e2e, scenario_kill9_mid_decode_returns_blocks)
+{
+    need_daemon_binary();
+    char model[512];
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    const char *extra[] = {"--host-kv-blocks", "64", NULL};
+    dmn d;
+    dmn_start(&d, model, NULL, extra);
+    pid_t kids[3];
+    int pfd[2];
+    cr_assert_eq(pipe(pfd), 0);
+    load_job j = {.sock = d.sock, .n_requests = 4, .concurrency = 4, .prompt_len = 16,
+                  .max_new = 496, .token_base = 3, .vocab = 512, .ready_fd = pfd[1]};
+    for (int i = 0; i < 3; i++) kids[i] = spawn(client_load, &j);
+    close(pfd[1]);
+    for (int i = 0; i < 3; i++) {
+        char b;
+        cr_assert_eq(read(pfd[0], &b, 1), 1, "client %d never got a token", i);
+    }
+    json_t *st = dmn_stats(&d);
+    long long used_before = jint(st, "kv.device.used");
+    json_decref(st);
+    uint64_t t_kill = now_ms();
+    for (int i = 0; i < 3; i++) kill(kids[i], SIGKILL);
+    for (int i = 0; i < 3; i++) reap(kids[i], 5000);
+    close(pfd[0]);
+    assert_back_to_baseline(&d, 2000);
+    uint64_t took = now_ms() - t_kill;
+    cr_log_info("kill -9: %lld device blocks in use before, back to 0 in %llu ms", used_before,
+                (unsigned long long)took);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    /* In the decision log no request gets work after its disconnect cancel. */
+    FILE *f = fopen(d.declog, "r");
+    cr_assert_not_null(f);
+    char line[4096];
+    static unsigned char cancelled[4096];
+    int n_cancel = 0, after = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *rq = strstr(line, "\"req\":");
+        if (!rq) continue;
+        long id = strtol(rq + 6, NULL, 10);
+        if (id < 0 || id >= 4096) continue;
+        if (strstr(line, "\"ev\":\"cancel\"") && strstr(line, "disconnect")) { cancelled[id] = 1; n_cancel++; }
+        else if (cancelled[id] && (strstr(line, "\"ev\":\"schedule\"") || strstr(line, "\"ev\":\"swap_in\"")))
+            after++;
+    }
+    fclose(f);
+    cr_expect_eq(n_cancel, 12, "expected 12 disconnect cancels in the decision log, got %d", n_cancel);
+    cr_expect_eq(after, 0, "%d decisions gave work to cancelled requests", after);
+    dmn_cleanup(&d);
+}
+
+/* A burst above the service rate: queue wait comes back to its baseline afterwards. */
+Test(daemon_e2e, scenario_burst_queue_wait_returns_to_baseline)
+{
+    need_daemon_binary();
+    char model[512];
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    const char *policy = "[scheduler]\nmode = token_budget\ntoken_budget = 64\nprefill_chunk = 32\n"
+                         "max_active_seqs = 8\n";
+    dmn d;
+    dmn_start(&d, model, policy, NULL);
+    char ob[160], oburst[160], oa[160];
+    snprintf(ob, sizeof ob, "%s/before.txt", d.dir);
+    snprintf(oburst, sizeof oburst, "%s/burst.txt", d.dir);
+    snprintf(oa, sizeof oa, "%s/after.txt", d.dir);
+    load_job probe = {.sock = d.sock, .n_requests = 8, .concurrency = 1, .prompt_len = 8,
+                      .max_new = 8, .token_base = 1, .vocab = 512, .out_path = ob, .ready_fd = -1};
+    cr_expect_eq(reap(spawn(client_load, &probe), 30000), 0);
+    load_job burst = {.sock = d.sock, .n_requests = 40, .concurrency = 40, .prompt_len = 64,
+                      .max_new = 64, .token_base = 2, .vocab = 512, .out_path = oburst, .ready_fd = -1};
+    pid_t b1 = spawn(client_load, &burst), b2 = spawn(client_load, &burst);
+    cr_expect_eq(reap(b1, 60000), 0);
+    cr_expect_eq(reap(b2, 60000), 0);
+    assert_back_to_baseline(&d, 5000);
+    probe.out_path = oa;
+    cr_expect_eq(reap(spawn(client_load, &probe), 30000), 0);
+    static result_line R[128];
+    int n = read_results(ob, R, 128);
+    long long before = median_ttft(R, n);
+    n = read_results(oburst, R, 128);
+    long long during = median_ttft(R, n);
+    n = read_results(oa, R, 128);
+    long long after_ = median_ttft(R, n);
+    cr_log_info("TTFT median: before %lld us, burst %lld us, after %lld us", before, during, after_);
+    cr_expect_leq(after_, before * 3 + 3000, "queue wait did not return to baseline: before %lld us, "
+                  "after %lld us", before, after_);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    dmn_cleanup(&d);
+}
+
+/* Sustained 2× overload: rejects happen at admission with a reason, nothing times out,
+ * accepted requests meet the class's first-token target. */
+Test(daemon_e2e, scenario_sustained_overload_rejects_at_admission)
+{
+    need_daemon_binary();
+    char model[512];
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    const char *policy = "[scheduler]\nmode = token_budget\ntoken_budget = 64\nprefill_chunk = 32\n"
+                         "max_active_seqs = 8\nqueue_max_requests = 8\n"
+                         "[class default]\nttft_target = 1s\nmax_queue_wait = 1s\n";
+    dmn d;
+    dmn_start(&d, model, policy, NULL);
+    /* Service rate: a closed-loop saturation run. */
+    char oc[160], oo[160];
+    snprintf(oc, sizeof oc, "%s/cal.txt", d.dir);
+    snprintf(oo, sizeof oo, "%s/over.txt", d.dir);
+    load_job cal = {.sock = d.sock, .n_requests = 32, .concurrency = 16, .prompt_len = 32,
+                    .max_new = 32, .token_base = 1, .vocab = 512, .out_path = oc, .ready_fd = -1};
+    uint64_t t0 = now_us();
+    cr_assert_eq(reap(spawn(client_load, &cal), 60000), 0);
+    double rate = 32.0 / ((double)(now_us() - t0) / 1e6);
+    assert_back_to_baseline(&d, 5000);
+    load_job over = cal;
+    over.n_requests = 0;
+    over.interval_us = (uint64_t)(1e6 / (2 * rate));
+    if (over.interval_us < 200) over.interval_us = 200;
+    over.duration_ms = 2000;
+    over.out_path = oo;
+    cr_assert_eq(reap(spawn(client_load, &over), 60000), 0);
+    static result_line R[20000];
+    int n = read_results(oo, R, 20000);
+    int ok = 0, rej = 0, timeouts = 0, other = 0, late = 0, no_reason = 0;
+    for (int i = 0; i < n; i++) {
+        if (R[i].reason == RINGLM_FINISH_LENGTH) {
+            ok++;
+            if (R[i].ttft_us > 1000000) late++;
+        } else if (R[i].reason == RINGLM_FINISH_REJECTED) {
+            rej++;
+            if (R[i].cause == 0) no_reason++;
+            if (R[i].n_tokens) other++;
+        } else if (R[i].reason == RINGLM_FINISH_TIMEOUT) {
+            timeouts++;
+        } else {
+            other++;
+        }
+    }
+    cr_log_info("overload at %.0f req/s (service %.0f req/s): %d requests, %d served, %d rejected, "
+                "%d timeouts, %d late", 2 * rate, rate, n, ok, rej, timeouts, late);
+    cr_expect_gt(ok, 0);
+    cr_expect_eq(timeouts, 0, "%d requests timed out instead of being rejected at admission", timeouts);
+    cr_expect_eq(no_reason, 0, "%d rejects without a reason", no_reason);
+    cr_expect_eq(other, 0, "%d requests ended otherwise", other);
+    cr_expect_leq(late, ok / 20, "%d of %d accepted requests missed the 1 s first-token target", late, ok);
+    assert_back_to_baseline(&d, 5000);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    dmn_cleanup(&d);
+}
