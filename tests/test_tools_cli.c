@@ -1,0 +1,490 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The client tools against a real ringlmd (real processes, private sockets):
+ *   - `ringlm generate` on stories260K reproduces the reference greedy stdout byte for byte;
+ *   - `ringlm replay` of a small Azure slice completes with sane numbers (echo daemon and,
+ *     when it serves models, the model daemon), JSON output parses;
+ *   - the daemon's /metrics (when --metrics is supported) parses and has the vLLM gauges;
+ *   - its request log round-trips and its decision log is schema JSON.
+ * Skips say why: data absent, program not built, daemon without model serving yet.
+ */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/declog.h"
+
+static const char *shared_dir(void)
+{
+    const char *s = getenv("RINGLM_SHARED");
+    return s && *s ? s : "../shared";
+}
+
+static const char *bin_dir(void)
+{
+    const char *s = getenv("RINGLM_BIN");
+    return s && *s ? s : "build/bin";
+}
+
+static char *path_join(const char *a, const char *b)
+{
+    char *p;
+    cr_assert(asprintf(&p, "%s/%s", a, b) > 0);
+    return p;
+}
+
+static bool exists(const char *p) { return access(p, R_OK) == 0; }
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Runs argv, returns exit status; *out gets stdout (malloc'ed), stderr goes to *err. */
+static int run_capture(char *const argv[], char **out, char **err, int timeout_s)
+{
+    int po[2], pe[2];
+    cr_assert(pipe(po) == 0 && pipe(pe) == 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        dup2(po[1], 1);
+        dup2(pe[1], 2);
+        close(po[0]);
+        close(pe[0]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(po[1]);
+    close(pe[1]);
+    size_t cap[2] = {4096, 4096}, len[2] = {0, 0};
+    char *buf[2] = {malloc(4096), malloc(4096)};
+    int fds[2] = {po[0], pe[0]};
+    int open_n = 2;
+    uint64_t deadline = now_ms() + (uint64_t)timeout_s * 1000;
+    while (open_n > 0) {
+        struct pollfd p[2];
+        int n = 0, map[2];
+        for (int i = 0; i < 2; i++)
+            if (fds[i] >= 0) {
+                p[n] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+                map[n++] = i;
+            }
+        int left = (int)(deadline > now_ms() ? deadline - now_ms() : 0);
+        if (left == 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            cr_assert_fail("%s did not finish within %d s; stdout so far: %.*s", argv[0], timeout_s,
+                           (int)len[0], buf[0]);
+        }
+        if (poll(p, (nfds_t)n, left) <= 0) continue;
+        for (int j = 0; j < n; j++) {
+            if (!p[j].revents) continue;
+            int i = map[j];
+            if (len[i] + 1024 >= cap[i]) buf[i] = realloc(buf[i], cap[i] *= 2);
+            ssize_t r = read(fds[i], buf[i] + len[i], cap[i] - len[i] - 1);
+            if (r <= 0) {
+                close(fds[i]);
+                fds[i] = -1;
+                open_n--;
+            } else {
+                len[i] += (size_t)r;
+            }
+        }
+    }
+    buf[0][len[0]] = 0;
+    buf[1][len[1]] = 0;
+    int st;
+    waitpid(pid, &st, 0);
+    *out = buf[0];
+    if (err) *err = buf[1];
+    else free(buf[1]);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* ---- a daemon for one test ---------------------------------------------------------- */
+
+typedef struct daemon_proc {
+    pid_t pid;
+    char sock[108];
+    char log[128];
+} daemon_proc;
+
+static daemon_proc g_d = {.pid = -1};
+
+static void stop_daemon(void)
+{
+    if (g_d.pid <= 0) return;
+    kill(g_d.pid, SIGTERM);
+    uint64_t dl = now_ms() + 15000;
+    int st;
+    while (waitpid(g_d.pid, &st, WNOHANG) == 0) {
+        if (now_ms() > dl) {
+            kill(g_d.pid, SIGKILL);
+            waitpid(g_d.pid, &st, 0);
+            break;
+        }
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    g_d.pid = -1;
+    unlink(g_d.sock);
+}
+
+static char *daemon_log(void)
+{
+    static char buf[4096];
+    buf[0] = 0;
+    FILE *f = fopen(g_d.log, "r");
+    if (f) {
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        buf[n] = 0;
+        fclose(f);
+    }
+    return buf;
+}
+
+/* Starts ringlmd with args (NULL-terminated, after the program and --socket); waits for
+ * the socket. */
+static void start_daemon(const char *const *args)
+{
+    char *ringlmd = path_join(bin_dir(), "ringlmd");
+    snprintf(g_d.sock, sizeof g_d.sock, "/tmp/ringlm-tt-%d-%ld.sock", getpid(), (long)now_ms() % 100000);
+    snprintf(g_d.log, sizeof g_d.log, "/tmp/ringlm-tt-%d.log", getpid());
+    unlink(g_d.sock);
+    const char *argv[40];
+    int n = 0;
+    argv[n++] = ringlmd;
+    argv[n++] = "--socket";
+    argv[n++] = g_d.sock;
+    argv[n++] = "--numa-node";
+    argv[n++] = "off";
+    for (int i = 0; args[i] && n < 38; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int fd = open(g_d.log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(ringlmd, (char *const *)argv);
+        _exit(127);
+    }
+    g_d.pid = pid;
+    uint64_t dl = now_ms() + 20000;
+    struct stat sb;
+    while (stat(g_d.sock, &sb) != 0) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            g_d.pid = -1;
+            cr_assert_fail("ringlmd exited before listening (status %d): %s", st, daemon_log());
+        }
+        cr_assert(now_ms() < dl, "ringlmd did not create %s within 20 s: %s", g_d.sock, daemon_log());
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    free(ringlmd);
+}
+
+/* Does this ringlmd know that option? (its --help lists it) */
+static bool daemon_supports(const char *opt)
+{
+    char *ringlmd = path_join(bin_dir(), "ringlmd");
+    if (!exists(ringlmd)) {
+        free(ringlmd);
+        return false;
+    }
+    char *argv[] = {ringlmd, "--help", NULL};
+    char *out, *err;
+    run_capture(argv, &out, &err, 10);
+    bool yes = strstr(out, opt) || strstr(err, opt);
+    free(out);
+    free(err);
+    free(ringlmd);
+    return yes;
+}
+
+static void need_programs(void)
+{
+    char *a = path_join(bin_dir(), "ringlmd"), *b = path_join(bin_dir(), "ringlm");
+    if (!exists(a) || !exists(b)) cr_skip_test("ringlmd/ringlm not built in %s (set RINGLM_BIN)", bin_dir());
+    free(a);
+    free(b);
+}
+
+TestSuite(tools_cli, .fini = stop_daemon, .timeout = 240);
+
+/* ---- generate == reference greedy --------------------------------------------------- */
+
+Test(tools_cli, generate_reproduces_reference_greedy)
+{
+    need_programs();
+    char *model = path_join(shared_dir(), "models/stories260K.bin");
+    char *tok = path_join(shared_dir(), "models/tok512.bin");
+    char *ref = path_join(shared_dir(), "models/reference-greedy.json");
+    if (!exists(model) || !exists(tok) || !exists(ref))
+        cr_skip_test("stories260K / tok512 / reference-greedy.json not found under %s (set RINGLM_SHARED)", shared_dir());
+    if (!daemon_supports("--model")) cr_skip_test("this ringlmd does not serve models yet (no --model in --help)");
+    const char *args[] = {"--model", model, NULL};
+    start_daemon(args);
+    json_error_t e;
+    json_t *root = json_load_file(ref, 0, &e);
+    cr_assert(root, "reference: %s", e.text);
+    json_t *cases = json_object_get(root, "cases");
+    char *ringlm = path_join(bin_dir(), "ringlm");
+    int checked = 0;
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *c = json_array_get(cases, i);
+        int steps = (int)json_integer_value(json_object_get(c, "effective_steps"));
+        /* steps = seq_len generates a token at the last position, which needs a context of
+         * seq_len + 1 that no daemon admits; the shorter cases cover the same path. */
+        if (steps >= 512) continue;
+        const char *prompt = json_string_value(json_object_get(c, "prompt"));
+        const char *want = json_string_value(json_object_get(c, "stdout"));
+        char steps_s[16];
+        snprintf(steps_s, sizeof steps_s, "%d", steps);
+        char *argv[] = {ringlm, "--socket", g_d.sock, "generate", "--prompt", (char *)prompt,
+                        "--tokenizer", tok, "--steps", steps_s, "--temperature", "0", NULL};
+        char *out, *err;
+        int rc = run_capture(argv, &out, &err, 60);
+        cr_assert_eq(rc, 0, "case %zu (prompt '%s', steps %d): exit %d, stderr: %s\ndaemon: %s", i, prompt,
+                     steps, rc, err, daemon_log());
+        if (strcmp(out, want) != 0) {
+            size_t k = 0;
+            while (out[k] && out[k] == want[k]) k++;
+            cr_assert_fail("case %zu (prompt '%s', steps %d): stdout differs at byte %zu:\n got: ...%.60s\nwant: ...%.60s",
+                           i, prompt, steps, k, out + (k > 20 ? k - 20 : 0), want + (k > 20 ? k - 20 : 0));
+        }
+        free(out);
+        free(err);
+        checked++;
+    }
+    cr_assert(checked >= 8, "only %d reference cases checked", checked);
+    json_decref(root);
+    free(ringlm);
+    free(model);
+    free(tok);
+    free(ref);
+}
+
+/* ---- replay ------------------------------------------------------------------------- */
+
+static json_t *replay_json(const char *trace, const char *const *extra)
+{
+    char *ringlm = path_join(bin_dir(), "ringlm");
+    const char *argv[40];
+    int n = 0;
+    argv[n++] = ringlm;
+    argv[n++] = "--socket";
+    argv[n++] = g_d.sock;
+    argv[n++] = "replay";
+    argv[n++] = trace;
+    argv[n++] = "--json";
+    for (int i = 0; extra[i]; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
+    char *out, *err;
+    int rc = run_capture((char *const *)argv, &out, &err, 120);
+    cr_assert_eq(rc, 0, "replay exit %d: %s\nstdout: %s\ndaemon: %s", rc, err, out, daemon_log());
+    json_error_t e;
+    json_t *j = json_loads(out, 0, &e);
+    cr_assert(j, "replay --json is not JSON (%s): %s", e.text, out);
+    free(out);
+    free(err);
+    free(ringlm);
+    return j;
+}
+
+static void check_sane(json_t *j, int requests, const char *tenant)
+{
+    cr_assert_eq(json_integer_value(json_object_get(j, "requests")), requests);
+    json_t *t = json_object_get(json_object_get(j, "tenants"), tenant);
+    cr_assert(t, "no tenant %s in %s", tenant, json_dumps(j, 0));
+    long done = (long)json_integer_value(json_object_get(t, "completed"));
+    long rej = (long)json_integer_value(json_object_get(t, "rejected"));
+    long unf = (long)json_integer_value(json_object_get(t, "unfinished"));
+    long errs = (long)json_integer_value(json_object_get(t, "errors"));
+    cr_assert_eq(unf + errs, 0, "unfinished %ld errors %ld", unf, errs);
+    cr_assert(done + rej + json_integer_value(json_object_get(t, "cancelled")) +
+                  json_integer_value(json_object_get(t, "timeouts")) ==
+                  json_integer_value(json_object_get(t, "requests")),
+              "outcomes do not add up: %s", json_dumps(t, 0));
+    cr_assert(done > 0, "nothing completed: %s", json_dumps(t, 0));
+    json_t *ttft = json_object_get(t, "ttft_ms"), *e2e = json_object_get(t, "e2e_ms");
+    double t50 = json_number_value(json_object_get(ttft, "p50")), t99 = json_number_value(json_object_get(ttft, "p99"));
+    double e50 = json_number_value(json_object_get(e2e, "p50"));
+    cr_assert(t50 > 0 && t50 <= t99 && t50 <= e50 + 1e-9 && e50 < 60000, "ttft p50 %g p99 %g e2e p50 %g", t50, t99, e50);
+    cr_assert(json_integer_value(json_object_get(t, "output_tokens")) >= done);
+}
+
+Test(tools_cli, replay_azure_slice_against_echo)
+{
+    need_programs();
+    char *trace = path_join(shared_dir(), "traces/AzureLLMInferenceTrace_conv.csv");
+    if (!exists(trace)) cr_skip_test("Azure trace not found under %s", shared_dir());
+    if (!daemon_supports("--echo")) cr_skip_test("ringlmd has no --echo service");
+    const char *args[] = {"--echo", NULL};
+    start_daemon(args);
+    const char *extra[] = {"--limit", "120", "--rate", "20", "--length-scale", "0.02", "--clients", "3",
+                           "--tenants", "alpha,beta", NULL};
+    json_t *j = replay_json(trace, extra);
+    check_sane(j, 120, "alpha");
+    check_sane(j, 120, "beta");
+    check_sane(j, 120, "all");
+    json_t *a = json_object_get(json_object_get(j, "tenants"), "alpha");
+    cr_assert_eq(json_integer_value(json_object_get(a, "requests")), 60);
+    json_decref(j);
+    free(trace);
+}
+
+/* A native trace with a cancel: written with declog's own formatter. */
+Test(tools_cli, replay_native_trace_with_cancels)
+{
+    need_programs();
+    if (!daemon_supports("--echo")) cr_skip_test("ringlmd has no --echo service");
+    char path[] = "/tmp/ringlm-tt-native-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    for (int i = 0; i < 30; i++) {
+        declog_request r = {.req = (uint64_t)i, .arrival_us = i * 2000, .tenant = i % 3 ? "chat" : "batch",
+                            .class_name = "default", .prompt_tokens = 8 + i, .max_tokens = 20,
+                            .output_tokens = i == 6 ? 200000000 : 20, .deadline_us = DECLOG_NULL,
+                            .cancel_us = i == 6 ? i * 2000 + 30000 : DECLOG_NULL,
+                            .first_token_us = DECLOG_NULL, .finish_us = 0, .finish_reason = "length"};
+        char line[1024];
+        cr_assert(declog_request_format(&r, line, sizeof line) > 0);
+        fprintf(f, "%s\n", line);
+    }
+    fclose(f);
+    const char *args[] = {"--echo", NULL};
+    start_daemon(args);
+    const char *extra[] = {"--clients", "2", NULL};
+    json_t *j = replay_json(path, extra);
+    check_sane(j, 30, "chat");
+    json_t *b = json_object_get(json_object_get(j, "tenants"), "batch");
+    cr_assert(b);
+    cr_assert_eq(json_integer_value(json_object_get(b, "cancelled")), 1, "%s", json_dumps(b, 0));
+    json_decref(j);
+    unlink(path);
+}
+
+/* ---- the model daemon's metrics and logs -------------------------------------------- */
+
+static char *scrape(int port, int *status)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+        close(fd);
+        return NULL;
+    }
+    const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    cr_assert(write(fd, req, sizeof req - 1) == (ssize_t)sizeof req - 1);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    ssize_t r;
+    while ((r = read(fd, buf + len, cap - len - 1)) > 0) {
+        len += (size_t)r;
+        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
+    }
+    close(fd);
+    buf[len] = 0;
+    *status = atoi(buf + 9);
+    char *body = strstr(buf, "\r\n\r\n");
+    char *out = strdup(body ? body + 4 : "");
+    free(buf);
+    return out;
+}
+
+Test(tools_cli, model_daemon_metrics_and_logs)
+{
+    need_programs();
+    char *model = path_join(shared_dir(), "models/stories260K.bin");
+    char *trace = path_join(shared_dir(), "traces/AzureLLMInferenceTrace_conv.csv");
+    if (!exists(model) || !exists(trace)) cr_skip_test("stories260K or the Azure trace not found under %s", shared_dir());
+    if (!daemon_supports("--model") || !daemon_supports("--metrics") || !daemon_supports("--request-log"))
+        cr_skip_test("this ringlmd lacks --model/--metrics/--request-log");
+    char dec[64], req[64], port_s[32];
+    snprintf(dec, sizeof dec, "/tmp/ringlm-tt-%d-dec.jsonl", getpid());
+    snprintf(req, sizeof req, "/tmp/ringlm-tt-%d-req.jsonl", getpid());
+    unlink(dec);
+    unlink(req);
+    int port = 20000 + getpid() % 30000;
+    snprintf(port_s, sizeof port_s, "127.0.0.1:%d", port);
+    const char *args[] = {"--model", model, "--metrics", port_s, "--decision-log", dec, "--request-log", req, NULL};
+    start_daemon(args);
+    const char *extra[] = {"--limit", "24", "--rate", "10", "--max-context", "128", "--length-scale", "0.05",
+                           "--clients", "2", "--metrics", port_s, "--vocab", "512", NULL};
+    json_t *j = replay_json(trace, extra);
+    check_sane(j, 24, "all");
+    json_decref(j);
+    /* metrics: parse, vLLM gauges present, idle after the replay */
+    int status = 0;
+    char *body = NULL;
+    uint64_t dl = now_ms() + 5000;
+    while (!(body = scrape(port, &status)) && now_ms() < dl) {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert(body, "no metrics on %s", port_s);
+    cr_assert_eq(status, 200);
+    cr_assert(strstr(body, "\nvllm:num_requests_waiting"), "%s", body);
+    cr_assert(strstr(body, "\nvllm:num_requests_running"), "%s", body);
+    cr_assert(strstr(body, "\nvllm:kv_cache_usage_perc"), "%s", body);
+    cr_assert(strstr(body, "ringlm_time_to_first_token_seconds_bucket{"), "%s", body);
+    free(body);
+    stop_daemon(); /* flushes the logs */
+    /* request log: 24 lines that parse */
+    FILE *f = fopen(req, "r");
+    cr_assert(f, "no request log %s", req);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int n = 0;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        declog_request r;
+        char sb[256];
+        line[len - 1] = 0;
+        cr_assert_eq(declog_request_parse(line, (size_t)len - 1, &r, sb, sizeof sb), 0, "%s: %s", declog_errmsg(), line);
+        cr_assert(r.finish_us >= r.arrival_us, "%s", line);
+        n++;
+    }
+    fclose(f);
+    cr_assert_eq(n, 24, "request log has %d lines", n);
+    /* decision log: JSON objects with t_us and ev */
+    f = fopen(dec, "r");
+    cr_assert(f, "no decision log %s", dec);
+    n = 0;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        json_error_t e;
+        json_t *o = json_loadb(line, (size_t)len, 0, &e);
+        cr_assert(o && json_is_object(o), "decision line not JSON: %s", line);
+        cr_assert(json_is_integer(json_object_get(o, "t_us")) && json_is_string(json_object_get(o, "ev")), "%s", line);
+        json_decref(o);
+        n++;
+    }
+    fclose(f);
+    free(line);
+    cr_assert(n >= 24, "decision log has only %d lines", n);
+    unlink(dec);
+    unlink(req);
+    free(model);
+    free(trace);
+}
