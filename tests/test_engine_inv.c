@@ -1,0 +1,436 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Engine invariances (DESIGN.md §8) on the CPU backend, on the real stories260K model when
+ * $RINGLM_SHARED has it and always on synthetic shapes (GQA included):
+ *   alone = inside a mixed batch; physical block ids do not matter; chunked prefill =
+ *   one-shot prefill = token-by-token decode; blocks copied out and back (elsewhere) are
+ *   byte-exact and generation continues identically; recompute from tokens continues the
+ *   same. Plus batch validation, sampling and engine creation errors.
+ */
+#include "engine_test_util.h"
+
+#include <errno.h>
+
+#define TOL 1e-4
+
+static eng_model *load(const char *spec)
+{
+    eng_model *m = NULL;
+    int err = eng_model_load(spec, &m);
+    cr_assert_eq(err, 0, "%s: %s", spec, eng_errmsg());
+    return m;
+}
+
+/* The models every invariance runs on: synthetic GQA with its own classifier, a synthetic
+ * multi-head shape, and the real model when present. */
+static int models(eng_model **out)
+{
+    int n = 0;
+    out[n++] = load("synthetic:gqa-test:11");
+    out[n++] = load("synthetic:stories260K:4");
+    char path[1024];
+    if (ts_model_file(path, sizeof path, "stories260K.bin"))
+        out[n++] = load(path);
+    return n;
+}
+
+static void prompt_of(int32_t *p, int n, int vocab, int salt)
+{
+    p[0] = 1;
+    for (int i = 1; i < n; i++)
+        p[i] = (int32_t)(3 + (i * 37 + salt * 101) % (vocab - 3));
+}
+
+/* ---- alone vs mixed batch ---------------------------------------------------------------- */
+
+Test(engine_inv, alone_equals_inside_a_mixed_batch)
+{
+    eng_model *ms[3];
+    int nm = models(ms);
+    for (int mi = 0; mi < nm; mi++) {
+        const eng_model_config *c = eng_model_cfg(ms[mi]);
+        const int V = c->vocab_size, steps = 12, plen = 21;
+        int32_t prompt[64];
+        prompt_of(prompt, plen, V, 1);
+        float *alone = malloc((size_t)steps * V * sizeof(float));
+        eng *e = ts_engine(ms[mi], 64, 8, 2);
+        tseq a;
+        ts_seq_init(&a, prompt, plen, 0);
+        ts_generate(e, c, &a, 0, steps, alone);
+        eng_destroy(e);
+
+        /* Mixed: A prefills in chunks of 8 while B decodes and C prefills a long prompt
+         * in chunks of 13, then everything decodes together. */
+        e = ts_engine(ms[mi], 64, 8, 2);
+        tseq A, B, C;
+        int32_t pb[64], pc[64];
+        prompt_of(pb, 5, V, 2);
+        prompt_of(pc, 40, V, 3);
+        ts_seq_init(&A, prompt, plen, 20);
+        ts_seq_init(&B, pb, 5, 0);
+        ts_seq_init(&C, pc, 40, 40);
+        float *lg = malloc((size_t)3 * V * sizeof(float));
+        tseq *one[1] = {&B};
+        int r5 = 5;
+        cr_assert_eq(ts_step(e, c, one, &r5, 1, lg), 0, "%s", eng_errmsg());
+        B.tokens[B.n_tokens++] = ts_argmax(lg, V);
+        int gen = 0;
+        while (gen < steps) {
+            tseq *batch[3];
+            int rows[3], n = 0, a_index = -1;
+            if (A.n_cached < A.n_tokens) {
+                int left = A.n_tokens - A.n_cached;
+                rows[n] = left > 8 ? 8 : left;
+                a_index = n;
+                batch[n++] = &A;
+            }
+            if (B.n_tokens < 60) {
+                rows[n] = 1;
+                batch[n++] = &B;
+            }
+            if (C.n_cached < C.n_tokens) {
+                int left = C.n_tokens - C.n_cached;
+                rows[n] = left > 13 ? 13 : left;
+                batch[n++] = &C;
+            }
+            /* keep the three in different orders across steps */
+            if (n == 3 && gen % 2) {
+                tseq *t = batch[0]; batch[0] = batch[2]; batch[2] = t;
+                int r = rows[0]; rows[0] = rows[2]; rows[2] = r;
+                if (a_index == 0) a_index = 2;
+            }
+            cr_assert_eq(ts_step(e, c, batch, rows, n, lg), 0, "%s", eng_errmsg());
+            for (int i = 0; i < n; i++) {
+                tseq *s = batch[i];
+                if (s->n_cached < s->n_tokens)
+                    continue; /* mid-prefill: its logits are not a sampling point */
+                int32_t next = ts_argmax(lg + (size_t)i * V, V);
+                if (s == &A) {
+                    double d = ts_rel_diff(alone + (size_t)gen * V, lg + (size_t)i * V, V);
+                    cr_assert_leq(d, TOL, "model %d step %d: mixed-batch logits differ by %.3g "
+                                  "(relative)", mi, gen, d);
+                    cr_assert_eq(next, a.tokens[plen + gen], "model %d step %d: token %d alone, "
+                                 "%d mixed", mi, gen, a.tokens[plen + gen], next);
+                    gen++;
+                }
+                s->tokens[s->n_tokens++] = next;
+            }
+            (void)a_index;
+        }
+        free(lg);
+        free(alone);
+        eng_destroy(e);
+        eng_model_free(ms[mi]);
+    }
+}
+
+/* ---- physical block ids ----------------------------------------------------------------- */
+
+Test(engine_inv, permuting_physical_blocks_changes_nothing)
+{
+    eng_model *ms[3];
+    int nm = models(ms);
+    for (int mi = 0; mi < nm; mi++) {
+        const eng_model_config *c = eng_model_cfg(ms[mi]);
+        const int V = c->vocab_size, steps = 10, plen = 30;
+        int32_t prompt[64];
+        prompt_of(prompt, plen, V, 5);
+        float *l1 = malloc((size_t)steps * V * 4), *l2 = malloc((size_t)steps * V * 4);
+        eng *e = ts_engine(ms[mi], 32, 4, 2);
+        tseq s1, s2;
+        ts_seq_init(&s1, prompt, plen, 0);
+        ts_generate(e, c, &s1, 0, steps, l1);
+        eng_destroy(e);
+        e = ts_engine(ms[mi], 32, 4, 2);
+        ts_seq_init(&s2, prompt, plen, 0);
+        for (int j = 0; j < 32; j++) /* a scattered permutation of all 32 blocks */
+            s2.table[j] = (j * 13 + 7) % 32;
+        ts_generate(e, c, &s2, 0, steps, l2);
+        eng_destroy(e);
+        cr_assert(memcmp(s1.tokens, s2.tokens, sizeof(int32_t) * (plen + steps)) == 0,
+                  "model %d: tokens differ", mi);
+        cr_assert(memcmp(l1, l2, (size_t)steps * V * 4) == 0,
+                  "model %d: logits not bit-identical under a block permutation (rel %.3g)", mi,
+                  ts_rel_diff(l1, l2, steps * V));
+        free(l1);
+        free(l2);
+        eng_model_free(ms[mi]);
+    }
+}
+
+/* ---- chunked prefill -------------------------------------------------------------------- */
+
+Test(engine_inv, chunked_prefill_equals_one_shot_equals_token_by_token)
+{
+    eng_model *ms[3];
+    int nm = models(ms);
+    const int chunks[] = {0, 1, 3, 7, 16, 33};
+    for (int mi = 0; mi < nm; mi++) {
+        const eng_model_config *c = eng_model_cfg(ms[mi]);
+        const int V = c->vocab_size, steps = 8, plen = 45;
+        int32_t prompt[64];
+        prompt_of(prompt, plen, V, 9);
+        float *ref = malloc((size_t)steps * V * 4), *got = malloc((size_t)steps * V * 4);
+        tseq s0;
+        for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
+            eng *e = ts_engine(ms[mi], 16, 16, 2);
+            tseq s;
+            ts_seq_init(&s, prompt, plen, 0);
+            ts_generate(e, c, &s, chunks[ci], steps, ci == 0 ? ref : got);
+            eng_destroy(e);
+            if (ci == 0) {
+                s0 = s;
+                continue;
+            }
+            double d = ts_rel_diff(ref, got, steps * V);
+            cr_assert_leq(d, TOL, "model %d chunk %d: logits differ by %.3g from one-shot", mi,
+                          chunks[ci], d);
+            cr_assert(memcmp(s0.tokens, s.tokens, sizeof(int32_t) * (plen + steps)) == 0,
+                      "model %d chunk %d: greedy tokens differ from one-shot", mi, chunks[ci]);
+        }
+        free(ref);
+        free(got);
+        eng_model_free(ms[mi]);
+    }
+}
+
+/* ---- blocks out and back in ------------------------------------------------------------- */
+
+Test(engine_inv, blocks_copied_out_and_back_elsewhere_continue_identically)
+{
+    eng_model *ms[3];
+    int nm = models(ms);
+    for (int mi = 0; mi < nm; mi++) {
+        const eng_model_config *c = eng_model_cfg(ms[mi]);
+        const int V = c->vocab_size, plen = 37, steps = 10;
+        int32_t prompt[64];
+        prompt_of(prompt, plen, V, 7);
+        eng *e = ts_engine(ms[mi], 24, 8, 2);
+        const size_t bb = eng_kv_block_bytes(e);
+        cr_assert_eq(bb, eng_kv_bytes_per_token(e) * 8);
+        cr_assert_eq(bb, (size_t)c->n_layers * 2 * 8 * (c->dim / c->n_heads * c->n_kv_heads) * 4);
+
+        tseq ref, s;
+        ts_seq_init(&ref, prompt, plen, 0);
+        ts_generate(e, c, &ref, 0, 4, NULL); /* ref: prefill + 4 tokens in blocks 0..5 */
+        s = ref;
+        /* swap out: the sequence's blocks to host buffers, through the pool pointer too */
+        int nblk = (s.n_cached + 7) / 8;
+        unsigned char *host = malloc(bb * (size_t)nblk);
+        for (int j = 0; j < nblk; j++) {
+            cr_assert_eq(eng_kv_read_block(e, s.table[j], host + bb * j), 0);
+            cr_assert(memcmp(host + bb * j, eng_kv_block_ptr(e, s.table[j]), bb) == 0);
+        }
+        /* swap in elsewhere: blocks 12.. in reverse order */
+        for (int j = 0; j < nblk; j++) {
+            int32_t dst = 12 + (nblk - 1 - j);
+            cr_assert_eq(eng_kv_write_block(e, dst, host + bb * j), 0);
+            s.table[j] = dst;
+        }
+        for (int j = nblk; j < 8; j++) /* its future blocks are its own too */
+            s.table[j] = 12 + j;
+        for (int j = 0; j < nblk; j++)
+            cr_assert(memcmp(eng_kv_block_ptr(e, s.table[j]), host + bb * j, bb) == 0,
+                      "block %d not byte-exact after the round trip", j);
+        /* both continue: the original in blocks 0.., the copy in blocks 12.. */
+        float *l1 = malloc((size_t)steps * V * 4), *l2 = malloc((size_t)steps * V * 4);
+        tseq s_orig = ref;
+        ts_generate(e, c, &s_orig, 0, steps, l1);
+        ts_generate(e, c, &s, 0, steps, l2);
+        cr_assert(memcmp(s_orig.tokens, s.tokens, sizeof(int32_t) * (size_t)s.n_tokens) == 0,
+                  "model %d: continuation after swap differs", mi);
+        cr_assert(memcmp(l1, l2, (size_t)steps * V * 4) == 0,
+                  "model %d: logits after swap not bit-identical", mi);
+
+        /* in-pool copies too */
+        int32_t src[2] = {0, 1}, dst[2] = {20, 21};
+        cr_assert_eq(eng_kv_copy_blocks(e, src, dst, 2), 0);
+        cr_assert(memcmp(eng_kv_block_ptr(e, 20), eng_kv_block_ptr(e, 0), bb) == 0);
+        cr_assert_eq(eng_kv_read_block(e, 24, host), -EINVAL, "block outside the pool");
+        cr_assert_eq(eng_kv_write_block(e, -1, host), -EINVAL);
+        size_t len = 0;
+        cr_assert_eq(eng_kv_pool_base(e, &len), eng_kv_block_ptr(e, 0));
+        cr_assert_eq(len, bb * 24);
+        cr_assert_eq(eng_kv_transfer_async(e, ENG_KV_OUT, src, NULL, 0, -1), -ENOTSUP);
+        free(host);
+        free(l1);
+        free(l2);
+        eng_destroy(e);
+        eng_model_free(ms[mi]);
+    }
+}
+
+/* ---- recompute -------------------------------------------------------------------------- */
+
+Test(engine_inv, recompute_from_tokens_continues_the_same)
+{
+    eng_model *ms[3];
+    int nm = models(ms);
+    for (int mi = 0; mi < nm; mi++) {
+        const eng_model_config *c = eng_model_cfg(ms[mi]);
+        const int V = c->vocab_size, plen = 17;
+        int32_t prompt[64];
+        prompt_of(prompt, plen, V, 3);
+        eng *e = ts_engine(ms[mi], 32, 16, 2);
+        tseq s;
+        ts_seq_init(&s, prompt, plen, 0);
+        ts_generate(e, c, &s, 0, 20, NULL); /* the full run: 20 tokens */
+        /* preempted after 8 generated tokens: recompute prompt + 8 in fresh blocks */
+        tseq r;
+        ts_seq_init(&r, s.tokens, plen + 8, 10);
+        ts_generate(e, c, &r, 0, 12, NULL);
+        cr_assert(memcmp(s.tokens, r.tokens, sizeof(int32_t) * (plen + 20)) == 0,
+                  "model %d: recomputed sequence continues differently", mi);
+        eng_destroy(e);
+        eng_model_free(ms[mi]);
+    }
+}
+
+/* ---- batch validation ------------------------------------------------------------------- */
+
+Test(engine_inv, batch_check_rejects_bad_batches)
+{
+    eng_model *m = load("synthetic:gqa-test:1");
+    eng_options o = {.n_threads = 1, .numa_node = -1, .kv_blocks = 8, .kv_block_size = 4,
+                     .max_batch_tokens = 16, .max_seqs = 2};
+    eng *e;
+    cr_assert_eq(eng_create(m, &o, &e), 0, "%s", eng_errmsg());
+    int32_t tokens[3] = {1, 5, 9}, pos[3] = {0, 1, 2}, qs[2] = {0, 3}, len = 3, table[2] = {6, 2};
+    int32_t lrows[1] = {2};
+    int64_t slots[3] = {24, 25, 26};
+    float *logits = malloc(512 * 4);
+#define BATCH                                                                                  \
+    (eng_batch){.n_tokens = 3, .tokens = tokens, .positions = pos, .slot_mapping = slots,        \
+                .n_seqs = 1, .query_start = qs, .seq_len = &len, .block_table = table,           \
+                .block_table_stride = 2, .n_logits = 1, .logits_rows = lrows}
+    eng_batch b = BATCH;
+    cr_assert_eq(eng_batch_check(e, &b), 0, "the good batch: %s", eng_errmsg());
+    cr_assert_eq(eng_execute(e, &b, logits), 0);
+#define REJECT(stmt, needle)                                                                    \
+    do {                                                                                        \
+        eng_batch bb = BATCH;                                                                   \
+        int32_t t2[3] = {1, 5, 9}, p2[3] = {0, 1, 2}, q2[3] = {0, 3, 3}, l2 = 3, tb2[2] = {6, 2}; \
+        int32_t lr2[1] = {2};                                                                   \
+        int64_t s2[3] = {24, 25, 26};                                                           \
+        bb.tokens = t2; bb.positions = p2; bb.query_start = q2; bb.seq_len = &l2;              \
+        bb.block_table = tb2; bb.logits_rows = lr2; bb.slot_mapping = s2;                      \
+        stmt;                                                                                   \
+        int err = eng_batch_check(e, &bb);                                                      \
+        cr_assert_eq(err, -EINVAL, "%s: accepted (%d)", #stmt, err);                            \
+        cr_assert(strstr(eng_errmsg(), needle), "%s: message \"%s\" lacks \"%s\"", #stmt,        \
+                  eng_errmsg(), needle);                                                        \
+        cr_assert_eq(eng_execute(e, &bb, logits), -EINVAL);                                     \
+    } while (0)
+    REJECT(t2[1] = 512, "vocabulary has 512");
+    REJECT(t2[0] = -1, "token 0 is -1");
+    REJECT(tb2[0] = 8, "block_table[0][0]=8");
+    REJECT(tb2[0] = -3, "block_table[0][0]=-3");
+    REJECT(l2 = 9, "block_table_stride=2");
+    REJECT(l2 = 600, "seq_len[0]=600");
+    REJECT(p2[2] = 5, "positions[2]=5");
+    REJECT(s2[1] = 3, "slot_mapping[1]=3");
+    REJECT(s2[1] = 1000, "slot_mapping[1]=1000");
+    REJECT(bb.n_tokens = 17, "n_tokens=17");
+    REJECT(bb.n_tokens = 0, "n_tokens=0");
+    REJECT(bb.n_seqs = 3, "n_seqs=3");
+    REJECT(q2[1] = 2, "query_start");
+    REJECT(lr2[0] = 3, "logits_rows[0]=3");
+    REJECT(bb.n_logits = 4, "n_logits=4");
+    REJECT(bb.tokens = NULL, "required");
+    REJECT((bb.n_seqs = 2, q2[1] = 3, q2[2] = 3), "query_start[1]=3");
+    cr_assert_eq(eng_execute(e, &b, NULL), -EINVAL, "logits wanted, no buffer");
+    free(logits);
+    eng_destroy(e);
+    eng_model_free(m);
+}
+
+/* ---- sampling --------------------------------------------------------------------------- */
+
+Test(engine_inv, sampling_is_reproducible_and_respects_its_settings)
+{
+    float logits[100];
+    for (int i = 0; i < 100; i++)
+        logits[i] = (float)((i * 37) % 100) / 10.0f; /* max 9.9 at i where i*37%100 == 99 */
+    int best = 0;
+    for (int i = 1; i < 100; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    eng_sampling greedy = {0};
+    uint64_t rng = eng_rng_init(1);
+    cr_assert_eq(eng_sample(logits, 100, &greedy, &rng), best);
+    float ties[4] = {1, 3, 3, 2};
+    cr_assert_eq(eng_sample(ties, 4, &greedy, &rng), 1, "first index wins ties");
+
+    eng_sampling warm = {.temperature = 1.0f, .seed = 7};
+    int32_t a[200], b[200];
+    uint64_t r1 = eng_rng_init(7), r2 = eng_rng_init(7), r3 = eng_rng_init(8);
+    int same_other_seed = 0, distinct = 0;
+    bool seen[100] = {0};
+    for (int i = 0; i < 200; i++) {
+        a[i] = eng_sample(logits, 100, &warm, &r1);
+        b[i] = eng_sample(logits, 100, &warm, &r2);
+        same_other_seed += eng_sample(logits, 100, &warm, &r3) == a[i];
+        cr_assert(a[i] >= 0 && a[i] < 100);
+        if (!seen[a[i]]) {
+            seen[a[i]] = true;
+            distinct++;
+        }
+    }
+    cr_assert(memcmp(a, b, sizeof a) == 0, "same seed, same tokens");
+    cr_assert_lt(same_other_seed, 150, "another seed gives another stream");
+    cr_assert_gt(distinct, 3, "temperature 1 explores");
+
+    eng_sampling k1 = {.temperature = 5.0f, .top_k = 1};
+    eng_sampling p_small = {.temperature = 5.0f, .top_p = 1e-6f};
+    eng_sampling k3 = {.temperature = 100.0f, .top_k = 3};
+    eng_sampling p_half = {.temperature = 1.0f, .top_p = 0.5f};
+    int top3[3] = {best, -1, -1};
+    for (int i = 0, n = 1; i < 100; i++) /* the next two largest */
+        if (logits[i] >= 9.7f && i != best)
+            top3[n++] = i;
+    for (int i = 0; i < 300; i++) {
+        cr_assert_eq(eng_sample(logits, 100, &k1, &r1), best, "top-k 1 is greedy");
+        cr_assert_eq(eng_sample(logits, 100, &p_small, &r1), best, "tiny top-p is greedy");
+        int32_t t = eng_sample(logits, 100, &k3, &r1);
+        cr_assert(t == top3[0] || t == top3[1] || t == top3[2], "top-k 3 chose %d", t);
+        int32_t u = eng_sample(logits, 100, &p_half, &r1);
+        cr_assert_geq(logits[u], 9.0f, "top-p 0.5 chose token %d with logit %.1f", u, logits[u]);
+    }
+}
+
+/* ---- engine creation -------------------------------------------------------------------- */
+
+Test(engine_inv, create_errors_are_clear)
+{
+    eng_model *m = load("synthetic:gqa-test:1");
+    eng_options o = {.n_threads = 2, .numa_node = -1, .kv_blocks = 4, .kv_block_size = 16,
+                     .max_batch_tokens = 16, .max_seqs = 2};
+    eng *e;
+    eng_options bad = o;
+    bad.kv_blocks = 0;
+    cr_assert_eq(eng_create(m, &bad, &e), -EINVAL);
+    cr_assert(strstr(eng_errmsg(), "kv_blocks"));
+    bad = o;
+    bad.backend = "tpu";
+    cr_assert_eq(eng_create(m, &bad, &e), -EINVAL);
+    cr_assert(strstr(eng_errmsg(), "tpu"));
+    bad = o;
+    bad.backend = "cuda";
+    setenv("RINGLM_CUDA_LIB", "/nonexistent/libringlm_cuda.so", 1);
+    int err = eng_create(m, &bad, &e);
+    if (err != -ENODEV) /* a real plugin beside the binary may exist on a GPU host */
+        cr_assert_eq(err, 0, "cuda: %d %s", err, eng_errmsg());
+    else
+        cr_assert(strstr(eng_errmsg(), "cuda"), "%s", eng_errmsg());
+    if (err == 0)
+        eng_destroy(e);
+    cr_assert_eq(eng_create(m, &o, &e), 0, "%s", eng_errmsg());
+    cr_assert_str_eq(eng_backend_name(e), "cpu");
+    cr_assert_eq(eng_kv_blocks(e), 4);
+    cr_assert_eq(eng_kv_block_size(e), 16);
+    cr_assert_geq(eng_memory_bytes(e), eng_kv_block_bytes(e) * 4);
+    eng_phase_stats ps;
+    cr_assert_eq(eng_phase_stats_get(e, &ps, true), 0);
+    eng_destroy(e);
+    eng_model_free(m);
+}
