@@ -116,12 +116,14 @@ static void usage_generate(FILE *f)
             "  --tenant TAG       tenant tag (honoured only for uids the daemon trusts)\n"
             "  --deadline-ms N    give up after N ms (the daemon times the request out)\n"
             "  --stats            print the request's timing to stderr at the end\n"
+            "  --prompt-ids LIST  instead of --prompt/--tokenizer: comma-separated token ids;\n"
+            "                     the output is then token ids, one line per token\n"
             "Prints the prompt, then the generated text as it streams, then a newline.\n");
 }
 
 static int cmd_generate(int argc, char **argv)
 {
-    const char *prompt = NULL, *tok_path = NULL, *cls = NULL, *tenant = NULL;
+    const char *prompt = NULL, *tok_path = NULL, *cls = NULL, *tenant = NULL, *prompt_ids = NULL;
     long max_tokens = -1, steps = -1, top_k = 0, deadline_ms = 0;
     double temperature = 0.0, top_p = 1.0;
     unsigned long long seed = 0;
@@ -134,7 +136,7 @@ static int cmd_generate(int argc, char **argv)
         {"class", required_argument, 0, 'c'},       {"tenant", required_argument, 0, 'T'},
         {"deadline-ms", required_argument, 0, 'd'}, {"socket", required_argument, 0, 'X'},
         {"stats", no_argument, 0, 'A'},             {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"prompt-ids", required_argument, 0, 'I'},  {0, 0, 0, 0}};
     int o;
     optind = 1;
     while ((o = getopt_long(argc, argv, "p:z:n:t:k:s:c:h", opts, NULL)) != -1) {
@@ -152,24 +154,41 @@ static int cmd_generate(int argc, char **argv)
         case 'd': deadline_ms = parse_long("--deadline-ms", optarg, 0, 1L << 40); break;
         case 'X': g_socket = optarg; break;
         case 'A': stats = true; break;
+        case 'I': prompt_ids = optarg; break;
         case 'h': usage_generate(stdout); return 0;
         default: usage_generate(stderr); return 2;
         }
     }
     if (optind < argc) die("generate: unexpected argument '%s'", argv[optind]);
     if (!prompt) prompt = "";
-    if (!tok_path) {
-        usage_generate(stderr);
-        die("generate: --tokenizer FILE is required (e.g. ../shared/models/tok512.bin)");
+    tok_tokenizer *tok = NULL;
+    int32_t *ids;
+    int n, rc;
+    if (prompt_ids) {
+        /* Raw ids: for models without a tokenizer (synthetic weights). */
+        size_t cap = 1;
+        for (const char *p = prompt_ids; *p; p++) cap += *p == ',';
+        ids = malloc(cap * sizeof *ids);
+        if (!ids) die("out of memory");
+        n = 0;
+        char *dup = strdup(prompt_ids), *save = NULL;
+        for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save))
+            ids[n++] = (int32_t)parse_long("--prompt-ids", t, 0, INT32_MAX);
+        free(dup);
+        if (n == 0) die("--prompt-ids: no ids");
+    } else {
+        if (!tok_path) {
+            usage_generate(stderr);
+            die("generate: --tokenizer FILE is required (e.g. ../shared/models/tok512.bin)");
+        }
+        rc = tok_load(tok_path, 0, &tok);
+        if (rc < 0) die("tokenizer %s: %s (%s)", tok_path, strerror(-rc), tok_errmsg());
+        size_t cap = tok_encode_bound(prompt);
+        ids = malloc(cap * sizeof *ids);
+        if (!ids) die("out of memory");
+        n = tok_encode(tok, prompt, true, false, ids, (int)cap);
+        if (n < 0) die("encoding the prompt: %s", tok_errmsg());
     }
-    tok_tokenizer *tok;
-    int rc = tok_load(tok_path, 0, &tok);
-    if (rc < 0) die("tokenizer %s: %s (%s)", tok_path, strerror(-rc), tok_errmsg());
-    size_t cap = tok_encode_bound(prompt);
-    int32_t *ids = malloc(cap * sizeof *ids);
-    if (!ids) die("out of memory");
-    int n = tok_encode(tok, prompt, true, false, ids, (int)cap);
-    if (n < 0) die("encoding the prompt: %s", tok_errmsg());
     if (steps > 0) {
         /* run.c: positions 0..steps-1, the prompt forced for the first n-1 of them. */
         if (steps < n) die("--steps %ld is shorter than the prompt (%d tokens)", steps, n);
@@ -196,7 +215,8 @@ static int cmd_generate(int argc, char **argv)
     if (rc < 0) die("submit: %s%s%s", ringlm_strerror(rc), *ringlm_errdetail() ? " — " : "", ringlm_errdetail());
 
     /* The prompt as run.c prints it: each forced token decoded after its predecessor. */
-    for (int i = 1; i < n; i++) fputs(tok_decode(tok, ids[i - 1], ids[i]), stdout);
+    if (tok)
+        for (int i = 1; i < n; i++) fputs(tok_decode(tok, ids[i - 1], ids[i]), stdout);
     fflush(stdout);
     int32_t prev = ids[n - 1];
     uint32_t got = 0;
@@ -217,9 +237,14 @@ static int cmd_generate(int argc, char **argv)
             if (stopped_on_bos) continue;
             if (!got++) t_first = mono_us();
             /* run.c stops when it samples BOS and prints nothing for it. */
-            if (ev.token == TOK_BOS) {
+            if (ev.token == TOK_BOS && tok) {
                 stopped_on_bos = true;
                 ringlm_cancel(c, id);
+                continue;
+            }
+            if (!tok) {
+                printf("%d\n", ev.token);
+                fflush(stdout);
                 continue;
             }
             const char *piece = tok_decode(tok, prev, ev.token);
@@ -232,7 +257,7 @@ static int cmd_generate(int argc, char **argv)
             fflush(stdout);
             prev = ev.token;
         } else if (ev.kind == RINGLM_EV_FINISH) {
-            fputc('\n', stdout);
+            if (tok) fputc('\n', stdout);
             fflush(stdout);
             int fr = ev.finish_reason;
             if (fr == RINGLM_FINISH_REJECTED || fr == RINGLM_FINISH_ERROR ||
@@ -258,7 +283,7 @@ static int cmd_generate(int argc, char **argv)
     }
     ringlm_close(c);
     free(ids);
-    tok_free(tok);
+    if (tok) tok_free(tok);
     return exit_code;
 }
 
