@@ -154,7 +154,7 @@ size_t sched_event_json(const sched_event *ev, char *buf, size_t len)
     case SCHED_EV_FINISH:
         ju(&b, "prompt_tokens", ev->prompt_tokens);
         ju(&b, "output_tokens", ev->output_tokens);
-        ju(&b, "wait_us", ev->wait_us);
+        ju(&b, "ttft_us", ev->wait_us);
         jstr(&b, "policy", ev->policy);
         break;
     case SCHED_EV_RELEASE:

@@ -265,7 +265,8 @@ typedef enum sched_event_kind {
     SCHED_EV_CANCEL,      /* reason (sched_cancel_name) */
     SCHED_EV_TIMEOUT,     /* reason (sched_timeout_name), wait_us */
     SCHED_EV_FINISH,      /* reason ("stop"|"length"), output_tokens, prompt_tokens,
-                             wait_us (to first token), policy (hash hex) */
+                             wait_us = time to first token (JSON key "ttft_us"), policy
+                             (hash hex) */
     SCHED_EV_RELEASE,     /* blocks, pool; one event per pool that held blocks */
     SCHED_EV__COUNT
 } sched_event_kind;
