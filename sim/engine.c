@@ -371,7 +371,9 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
             k = sched_policy_tenant_index(o->policy, NULL);
             bool used = false;
             for (size_t j = 0; j < t->n && !used; j++) used = t->reqs[j].tenant == i;
-            if (used) {
+            /* "default" is the reader's placeholder for unlabelled traces: mapping it to the
+             * policy's default is the expected case, not worth a warning */
+            if (used && (strcmp(t->tenants[i], "default") != 0 || k < 0)) {
                 char m[200];
                 snprintf(m, sizeof m, "tenant \"%s\" is not in the policy: %s", t->tenants[i],
                          k >= 0 ? "its requests go to the default tenant" : "its requests are refused");
@@ -386,7 +388,7 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
             k = sched_policy_class_index(o->policy, NULL);
             bool used = false;
             for (size_t j = 0; j < t->n && !used; j++) used = t->reqs[j].klass == i;
-            if (used) {
+            if (used && strcmp(t->classes[i], "default") != 0) {
                 char m[200];
                 snprintf(m, sizeof m, "class \"%s\" is not in the policy: its requests use the default class", t->classes[i]);
                 warn(run, m);

@@ -270,7 +270,10 @@ static int parse_params(const struct workload_def *w, const char *const *kv, siz
  * built-in H200 default both give a meaningful "2x overload". */
 static double capacity(const sim_service *svc, double prompt, double output)
 {
-    return sim_service_capacity_rps(svc, prompt, output, 32);
+    /* a busy server runs a large decode batch; a small KV pool (a CPU calibration) caps it */
+    double fit = (double)svc->kv_blocks_device * svc->kv_block_size / (prompt + output);
+    double batch = fit < 128 ? fit : 128;
+    return sim_service_capacity_rps(svc, prompt, output, batch < 1 ? 1 : batch);
 }
 
 int sim_gen_workload(sim_trace *t, const char *name, const char *const *kv, size_t n_kv,

@@ -331,6 +331,8 @@ int sim_summarise(const sim_run *r, const sim_scenario *scn, int64_t b0, int64_t
     memset(s, 0, sizeof *s);
     s->tenants = calloc(t->n_tenants ? t->n_tenants : 1, sizeof *s->tenants);
     s->classes = calloc(t->n_classes ? t->n_classes : 1, sizeof *s->classes);
+    s->n_tenants = t->n_tenants;
+    s->n_classes = t->n_classes;
     gacc *ta = calloc(t->n_tenants + 1, sizeof *ta), *ca = calloc(t->n_classes + 1, sizeof *ca), all;
     size_t *tcount = calloc(t->n_tenants + 1, sizeof *tcount), *ccount = calloc(t->n_classes + 1, sizeof *ccount);
     int rc = -ENOMEM;
