@@ -987,6 +987,7 @@ static void plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t 
     const uint32_t *dst = dir == SCHED_XFER_OUT ? r->tierb : r->dev;
     memcpy(s->xfer_blocks.a + off, src, n * sizeof(uint32_t));
     memcpy(s->xfer_blocks.a + off + n, dst, n * sizeof(uint32_t));
+    s->xfer_blocks.n = off + 2 * n;   /* the next transfer of this plan goes after these */
     sched_transfer t = {x.id, r->id, dir, (sched_pool)r->tier, n, NULL, NULL, bytes};
     /* pointers fixed up when the plan is sealed (xfer_blocks may still move) */
     t.src = (const uint32_t *)(uintptr_t)off;
