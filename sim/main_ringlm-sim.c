@@ -47,6 +47,7 @@ static void usage(FILE *f)
 "  --csv DIR               time series and per-request CSV\n"
 "  --plot DIR              gnuplot PNG/SVG: latency CDFs per tenant, queue depth, KV occupancy\n"
 "  --decision-log FILE     scheduler decisions as JSON lines (compare mode: FILE-POLICY)\n"
+"  --request-log FILE      the simulated run as a native request log (compare mode: FILE-POLICY)\n"
 "  --sample-ms N           time-series interval (default 1000)\n"
 "  --burst START:END       report the time until queue wait returns to its pre-burst baseline\n"
 "  --fidelity              native trace of a real run: per-request error of TTFT and E2E\n"
@@ -95,7 +96,7 @@ static int parse_range(const char *s, double *a, double *b)
 int main(int argc, char **argv)
 {
     const char *trace_path = NULL, *workload = NULL, *calib = NULL, *csv_dir = NULL, *plot_dir = NULL;
-    const char *declog = NULL;
+    const char *declog = NULL, *reqlog = NULL;
     const char *policies[MAX_POLICIES];
     const char *params[MAX_PARAMS];
     int n_pol = 0, n_par = 0, fmt = SIM_FMT_AUTO;
@@ -107,7 +108,7 @@ int main(int argc, char **argv)
     sim_options_defaults(&opt);
     enum { O_FORMAT = 256, O_SKIP, O_PARAM, O_RATE, O_LSCALE, O_WINDOW, O_TENANTS, O_CLASSES, O_SEED,
            O_RETRY, O_RETRY_MAX, O_CALIB, O_MAXCTX, O_CSV, O_PLOT, O_DECLOG, O_SAMPLE, O_BURST,
-           O_FIDELITY, O_LIST };
+           O_FIDELITY, O_LIST, O_REQLOG };
     static const struct option lo[] = {
         {"trace", 1, 0, 't'}, {"workload", 1, 0, 'w'}, {"policy", 1, 0, 'p'}, {"json", 0, 0, 'j'},
         {"help", 0, 0, 'h'}, {"format", 1, 0, O_FORMAT}, {"skip-bad", 0, 0, O_SKIP},
@@ -116,7 +117,7 @@ int main(int argc, char **argv)
         {"seed", 1, 0, O_SEED}, {"retry", 1, 0, O_RETRY}, {"retry-max", 1, 0, O_RETRY_MAX},
         {"calibration", 1, 0, O_CALIB}, {"max-context", 1, 0, O_MAXCTX}, {"csv", 1, 0, O_CSV},
         {"plot", 1, 0, O_PLOT}, {"decision-log", 1, 0, O_DECLOG}, {"sample-ms", 1, 0, O_SAMPLE},
-        {"burst", 1, 0, O_BURST}, {"fidelity", 0, 0, O_FIDELITY}, {"list-workloads", 0, 0, O_LIST},
+        {"burst", 1, 0, O_BURST}, {"fidelity", 0, 0, O_FIDELITY}, {"list-workloads", 0, 0, O_LIST}, {"request-log", 1, 0, O_REQLOG},
         {0, 0, 0, 0}};
     int c;
     char *e;
@@ -168,6 +169,7 @@ int main(int argc, char **argv)
         case O_CSV: csv_dir = optarg; break;
         case O_PLOT: plot_dir = optarg; break;
         case O_DECLOG: declog = optarg; break;
+        case O_REQLOG: reqlog = optarg; break;
         case O_SAMPLE: {
             double v = strtod(optarg, &e);
             if (*e || !(v >= 1)) goto bad_num;
@@ -284,6 +286,15 @@ int main(int argc, char **argv)
             goto out;
         }
         const char *tag = n_pol > 1 ? pol_names[i] : "";
+        if (reqlog) {
+            char path[1024];
+            if (n_pol > 1) snprintf(path, sizeof path, "%s-%s", reqlog, pol_names[i]);
+            else snprintf(path, sizeof path, "%s", reqlog);
+            FILE *rf = fopen(path, "w");
+            if (!rf) { fprintf(stderr, "ringlm-sim: %s: %s\n", path, strerror(errno)); goto out; }
+            rc = sim_report_request_log(rf, &runs[i]);
+            if (fclose(rf) != 0 || rc < 0) { fprintf(stderr, "ringlm-sim: %s: write error\n", path); goto out; }
+        }
         if (csv_dir && (rc = sim_report_csv(csv_dir, tag, &runs[i])) < 0) { fprintf(stderr, "ringlm-sim: %s\n", sim_err()); goto out; }
         if (plot_dir && (rc = sim_report_plot(plot_dir, n_pol > 1 ? pol_names[i] : "run", &runs[i], stderr)) < 0 && rc != -ENOENT) {
             fprintf(stderr, "ringlm-sim: %s\n", sim_err());

@@ -4,6 +4,7 @@
 #include "sim/report.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -124,13 +125,18 @@ int sim_report_plot(const char *dir, const char *tag, const sim_run *r, FILE *no
     }
     pid_t pid = fork();
     if (pid < 0) return sim_err_setc(-errno, "fork: %s", strerror(errno));
+    char logp[1100];
+    snprintf(logp, sizeof logp, "%s/gnuplot-%s.log", dir, sfx);
     if (pid == 0) {
+        /* gnuplot's warnings ("empty y2 range") go to a log, not into the caller's output */
+        FILE *lf = fopen(logp, "w");
+        if (lf) { dup2(fileno(lf), 1); dup2(fileno(lf), 2); }
         execl(gpbin, "gnuplot", gp, (char *)NULL);
         _exit(127);
     }
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        return sim_err_setc(-EIO, "gnuplot %s failed (status %d)", gp, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        return sim_err_setc(-EIO, "gnuplot %s failed (status %d, see %s)", gp, WIFEXITED(st) ? WEXITSTATUS(st) : -1, logp);
     return 0;
 }

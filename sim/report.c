@@ -722,3 +722,47 @@ int sim_report_csv(const char *dir, const char *tag, const sim_run *r)
     if (fclose(f)) return sim_err_setc(-EIO, "%s: write error", path);
     return 0;
 }
+
+/* ---- native request log ------------------------------------------------------------------ */
+
+static int cmp_finish(const void *a, const void *b, void *ctx)
+{
+    const sim_run *r = ctx;
+    const sim_rec *x = &r->recs[r->final_rec[*(const uint32_t *)a]], *y = &r->recs[r->final_rec[*(const uint32_t *)b]];
+    if (x->end_us != y->end_us) return x->end_us < y->end_us ? -1 : 1;
+    return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
+}
+
+int sim_report_request_log(FILE *f, const sim_run *r)
+{
+    const sim_trace *t = r->trace;
+    uint32_t *order = malloc((t->n ? t->n : 1) * sizeof *order);
+    if (!order) return -ENOMEM;
+    size_t n = 0;
+    for (size_t i = 0; i < t->n; i++) if (r->final_rec[i] != UINT32_MAX) order[n++] = (uint32_t)i;
+    qsort_r(order, n, sizeof *order, cmp_finish, (void *)r);
+    for (size_t k = 0; k < n; k++) {
+        const sim_req *q = &t->reqs[order[k]];
+        const sim_rec *x = &r->recs[r->final_rec[order[k]]];
+        const char *fr = "error", *rr = NULL;
+        switch (x->outcome) {
+        case SIM_OUT_FINISHED: fr = x->reason == SCHED_FINISH_LENGTH ? "length" : "stop"; break;
+        case SIM_OUT_REJECTED: fr = "rejected"; rr = sched_reject_name(x->reason); break;
+        case SIM_OUT_TIMEOUT: fr = "timeout"; break;
+        case SIM_OUT_CANCELLED: fr = "cancelled"; break;
+        }
+        fprintf(f, "{\"req\":%zu,\"arrival_us\":%lld,\"tenant\":\"%s\",\"class\":\"%s\",\"prompt_tokens\":%u,"
+                   "\"max_tokens\":%u,\"output_tokens\":%u,\"deadline_us\":",
+                (size_t)order[k], (long long)q->arrival_us, t->tenants[q->tenant], t->classes[q->klass],
+                q->prompt_tokens, q->max_tokens, x->generated);
+        if (q->deadline_us != SIM_NO_TIME) fprintf(f, "%lld", (long long)q->deadline_us); else fputs("null", f);
+        fputs(",\"cancel_us\":", f);
+        if (x->cancel_us >= 0) fprintf(f, "%lld", (long long)x->cancel_us); else fputs("null", f);
+        fputs(",\"first_token_us\":", f);
+        if (x->first_token_us >= 0) fprintf(f, "%lld", (long long)x->first_token_us); else fputs("null", f);
+        fprintf(f, ",\"finish_us\":%lld,\"finish_reason\":\"%s\",\"reject_reason\":", (long long)(x->end_us >= 0 ? x->end_us : r->sim_end_us), fr);
+        if (rr) fprintf(f, "\"%s\"}\n", rr); else fputs("null}\n", f);
+    }
+    free(order);
+    return ferror(f) ? sim_err_setc(-EIO, "request log: write error") : 0;
+}

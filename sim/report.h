@@ -67,6 +67,9 @@ void sim_report_table(FILE *f, const sim_run *r, const sim_summary *s, const sim
 void sim_report_compare(FILE *f, const sim_run *const *runs, const sim_summary *const *sums, size_t n);
 /* CSV files into dir: timeseries[-TAG].csv and requests[-TAG].csv. */
 int  sim_report_csv(const char *dir, const char *tag, const sim_run *r);
+/* The run as a native request log (sim/FORMATS.md): one line per request, in finish order,
+ * so a simulated run can be replayed (and compared with --fidelity) like a real one. */
+int  sim_report_request_log(FILE *f, const sim_run *r);
 /* Plots (gnuplot): latency CDFs per tenant, queue depth and KV occupancy over time, PNG and
  * SVG into dir. Returns 0, -ENOENT when gnuplot is missing (a note is printed), -errno. */
 int  sim_report_plot(const char *dir, const char *tag, const sim_run *r, FILE *note);
