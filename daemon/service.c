@@ -143,6 +143,9 @@ struct svc {
     sched_result *results;
     int32_t *xfer_a, *xfer_b;
     uint64_t *slot_sum[KVT_NTIERS]; /* --verify-swaps: checksum per tier slot */
+    uint8_t *busy_dev, *busy_slot[KVT_NTIERS]; /* --verify-swaps: blocks in flight */
+    uint64_t n_overlap_errors;
+    bool trace_xfer;          /* RINGLMD_TRACE_XFER: one stderr line per transfer */
 
     /* drain */
     bool draining, drain_cancelled;
@@ -448,6 +451,14 @@ static void on_xfer_done(void *ctx, uint64_t cookie, int res, int dir, int tier,
 {
     xfer_ctx *x = ctx;
     svc *s = x->s;
+    if (s->busy_dev)
+        for (int i = 0; i < x->n; i++) {
+            if (x->dev[i] >= 0 && x->dev[i] < eng_kv_blocks(s->engine) && s->busy_dev[x->dev[i]])
+                s->busy_dev[x->dev[i]]--;
+            if (x->slot[i] >= 0 && x->slot[i] < kvtier_blocks(s->tiers, tier) &&
+                s->busy_slot[tier][x->slot[i]])
+                s->busy_slot[tier][x->slot[i]]--;
+        }
     if (res == 0 && s->slot_sum[tier] && dir == KVT_IN) {
         /* Swap-in must bring back exactly the bytes that went out. */
         for (int i = 0; i < x->n; i++) {
@@ -469,6 +480,7 @@ static void on_xfer_done(void *ctx, uint64_t cookie, int res, int dir, int tier,
                                  dir == KVT_OUT ? METRICS_DIR_OUT : METRICS_DIR_IN, bytes,
                                  elapsed_us);
     DTRACE_PROBE4(ringlmd, transfer_done, cookie, dir, tier, res);
+    if (s->trace_xfer) logmsg("xfer %llu done res %d", (unsigned long long)cookie, res);
     sched_transfer_done(s->sched, cookie, s->now_us, bytes, elapsed_us, res);
     free(x->dev);
     free(x->slot);
@@ -492,11 +504,27 @@ static void start_transfer(svc *s, const sched_transfer *t)
     const uint32_t *slots = t->dir == SCHED_XFER_OUT ? t->dst : t->src;
     for (int i = 0; i < n; i++) { dev[i] = (int32_t)devs[i]; slot[i] = (int32_t)slots[i]; }
     x->s = s; x->n = n; x->dev = dev; x->slot = slot;
-    if (s->slot_sum[tier] && t->dir == SCHED_XFER_OUT)
-        for (int i = 0; i < n; i++)
-            if (slot[i] >= 0 && slot[i] < kvtier_blocks(s->tiers, tier))
-                s->slot_sum[tier][slot[i]] = block_sum(s, dev[i]);
+    if (s->slot_sum[tier]) {
+        int nslots = kvtier_blocks(s->tiers, tier), ndev = eng_kv_blocks(s->engine);
+        for (int i = 0; i < n; i++) {
+            if (slot[i] < 0 || slot[i] >= nslots || dev[i] < 0 || dev[i] >= ndev) continue;
+            /* A block or slot in two transfers at once means the plan raced itself. */
+            if (s->busy_dev[dev[i]] || s->busy_slot[tier][slot[i]]) {
+                s->n_overlap_errors++;
+                logmsg("verify: transfer %llu uses device block %d / %s slot %d already in flight",
+                       (unsigned long long)t->id, dev[i], tier == KVT_HOST ? "host" : "disk", slot[i]);
+            }
+            s->busy_dev[dev[i]]++;
+            s->busy_slot[tier][slot[i]]++;
+            if (t->dir == SCHED_XFER_OUT) s->slot_sum[tier][slot[i]] = block_sum(s, dev[i]);
+        }
+    }
     DTRACE_PROBE4(ringlmd, transfer_start, t->id, (int)t->dir, tier, n);
+    if (s->trace_xfer) {
+        char b[1024]; int k = 0;
+        for (int i = 0; i < n && k < 900; i++) k += snprintf(b + k, sizeof b - (size_t)k, " %d:%d", dev[i], slot[i]);
+        logmsg("xfer %llu req %llu %s start dev:slot%s", (unsigned long long)t->id, (unsigned long long)t->req, t->dir == SCHED_XFER_OUT ? "out" : "in", b);
+    }
     rc = kvtier_submit(s->tiers, t->dir == SCHED_XFER_OUT ? KVT_OUT : KVT_IN, tier, dev, slot, n,
                        t->id, on_xfer_done, x);
     if (rc == 0) return;
@@ -540,6 +568,13 @@ static int run_batch(svc *s, const sched_plan *p, uint64_t *exec_us)
             T++;
         }
         s->b_seqlen[S] = (int32_t)(e->start_pos + e->n_tokens);
+        if (s->busy_dev)
+            for (uint32_t j = 0; j < e->n_blocks; j++)
+                if (e->blocks[j] < (uint32_t)eng_kv_blocks(s->engine) && s->busy_dev[e->blocks[j]]) {
+                    s->n_overlap_errors++;
+                    logmsg("verify: request %llu computes on device block %u while it is in flight",
+                           (unsigned long long)e->req, e->blocks[j]);
+                }
         for (int j = 0; j < s->bt_stride; j++)
             s->b_bt[(size_t)S * s->bt_stride + j] = j < (int)e->n_blocks ? (int32_t)e->blocks[j] : 0;
         if (e->samples) {
@@ -623,12 +658,14 @@ static void write_stats(svc *s)
     for (const char *q = inv == 0 ? "ok" : (why[0] ? why : "violated"); *q; q++)
         if (*q != '"' && *q != '\\' && (unsigned char)*q >= 0x20) fputc(*q, f);
     fprintf(f, "\",\"transfers_inflight\":%d,\"kvtier_accounting_errors\":%u,"
-               "\"swap_verified\":%llu,\"swap_verify_errors\":%llu,\"engine_errors\":%llu,"
+               "\"swap_verified\":%llu,\"swap_verify_errors\":%llu,\"transfer_overlap_errors\":%llu,"
+               "\"engine_errors\":%llu,"
                "\"finished\":%llu,\"rejects\":%llu,\"draining\":%s,\"steps\":%llu,"
                "\"policy\":\"%s\"}\n",
             s->tiers ? kvtier_inflight(s->tiers) : 0,
             s->tiers ? kvtier_accounting_errors(s->tiers) : 0,
             (unsigned long long)s->n_swap_verified, (unsigned long long)s->n_swap_verify_errors,
+            (unsigned long long)s->n_overlap_errors,
             (unsigned long long)s->n_engine_errors, (unsigned long long)s->n_finished,
             (unsigned long long)s->n_rejects, s->draining ? "true" : "false",
             (unsigned long long)c.steps, s->policy_hash_hex);
@@ -1037,6 +1074,7 @@ int svc_create(const svc_config *cfg, svc **out)
     svc *s = calloc(1, sizeof *s);
     if (!s) return seterr(-ENOMEM, "out of memory");
     s->cfg = *cfg;
+    s->trace_xfer = getenv("RINGLMD_TRACE_XFER") != NULL;
     if (!s->cfg.backpressure_timeout_ms) s->cfg.backpressure_timeout_ms = 5000;
     if (!s->cfg.backpressure_buffer_tokens) s->cfg.backpressure_buffer_tokens = 4096;
     if (!s->cfg.drain_grace_ms) s->cfg.drain_grace_ms = 10000;
@@ -1192,9 +1230,12 @@ int svc_run(svc *s, const dloop_config *lc)
             goto out;
         }
         if (s->cfg.verify_swaps) {
+            s->busy_dev = calloc((size_t)eng_kv_blocks(s->engine), 1);
             for (int t = 0; t < KVT_NTIERS; t++)
-                if (kvtier_blocks(s->tiers, t) > 0)
+                if (kvtier_blocks(s->tiers, t) > 0) {
                     s->slot_sum[t] = calloc((size_t)kvtier_blocks(s->tiers, t), sizeof(uint64_t));
+                    s->busy_slot[t] = calloc((size_t)kvtier_blocks(s->tiers, t), 1);
+                }
         }
     }
     if (!s->cfg.quiet) {
@@ -1243,7 +1284,8 @@ void svc_destroy(svc *s)
     if (s->engine) eng_destroy(s->engine);
     if (s->model) eng_model_free(s->model);
     if (s->policy) sched_policy_free(s->policy);
-    for (int t = 0; t < KVT_NTIERS; t++) free(s->slot_sum[t]);
+    for (int t = 0; t < KVT_NTIERS; t++) { free(s->slot_sum[t]); free(s->busy_slot[t]); }
+    free(s->busy_dev);
     free(s->pending);
     free(s->b_tokens); free(s->b_pos); free(s->b_slots); free(s->b_qs); free(s->b_seqlen);
     free(s->b_bt); free(s->b_rows); free(s->b_out); free(s->b_samp); free(s->b_rng);
