@@ -434,6 +434,8 @@ Test(tools_cli, model_daemon_metrics_and_logs)
                            "--clients", "2", "--metrics", port_s, "--vocab", "512", NULL};
     json_t *j = replay_json(trace, extra);
     check_sane(j, 24, "all");
+    double client_ttft_p50 =
+        json_number_value(json_object_get(json_object_get(json_object_get(json_object_get(j, "tenants"), "all"), "ttft_ms"), "p50"));
     json_decref(j);
     /* metrics: parse, vLLM gauges present, idle after the replay */
     int status = 0;
@@ -458,16 +460,30 @@ Test(tools_cli, model_daemon_metrics_and_logs)
     size_t cap = 0;
     ssize_t len;
     int n = 0;
+    double ttft[64];
+    int nt = 0;
     while ((len = getline(&line, &cap, f)) > 0) {
         declog_request r;
         char sb[256];
         line[len - 1] = 0;
         cr_assert_eq(declog_request_parse(line, (size_t)len - 1, &r, sb, sizeof sb), 0, "%s: %s", declog_errmsg(), line);
         cr_assert(r.finish_us >= r.arrival_us, "%s", line);
+        if (r.first_token_us != DECLOG_NULL && nt < 64) ttft[nt++] = (double)(r.first_token_us - r.arrival_us) / 1e3;
         n++;
     }
     fclose(f);
     cr_assert_eq(n, 24, "request log has %d lines", n);
+    /* The daemon sees a request after the client sent it and a token before the client
+     * reads it: its TTFT can not exceed the client's (a stale arrival stamp would). */
+    for (int a = 1; a < nt; a++)
+        for (int b = a; b > 0 && ttft[b - 1] > ttft[b]; b--) {
+            double x = ttft[b]; ttft[b] = ttft[b - 1]; ttft[b - 1] = x;
+        }
+    cr_assert(nt > 0);
+    double daemon_p50 = ttft[nt / 2];
+    cr_assert(daemon_p50 <= client_ttft_p50 + 2.0,
+              "request log TTFT p50 %.2f ms exceeds the client-measured p50 %.2f ms: arrival_us is stamped "
+              "too early (stale loop clock?)", daemon_p50, client_ttft_p50);
     /* decision log: JSON objects with t_us and ev */
     f = fopen(dec, "r");
     cr_assert(f, "no decision log %s", dec);
