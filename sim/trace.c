@@ -409,9 +409,9 @@ static int parse_jsonl(sim_trace *t, const char *name, const char *buf, size_t l
                 qsort(ids, t->n, sizeof *ids, cmp_u64);
                 for (size_t j = 1; j < t->n; j++)
                     if (ids[j] == ids[j - 1]) {
+                        unsigned long long dup = (unsigned long long)ids[j];
                         free(ids);
-                        return sim_err_set("%s: request id %llu appears twice", name,
-                                           (unsigned long long)ids[j]);
+                        return sim_err_set("%s: request id %llu appears twice", name, dup);
                     }
                 free(ids);
                 break;
