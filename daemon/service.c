@@ -598,6 +598,8 @@ static int run_batch(svc *s, const sched_plan *p, uint64_t *exec_us)
     int rc = eng_execute_sample(s->engine, &b, s->b_samp, s->b_rng, s->b_out, NULL);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     *exec_us = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000ll + (t1.tv_nsec - t0.tv_nsec) / 1000);
+    /* Tokens exist once the batch ran: stamp them after it, not at the iteration start. */
+    s->now_us += *exec_us;
     if (rc < 0) {
         s->n_engine_errors++;
         logmsg("engine: %s (batch of %d tokens, %d sequences); failing its requests",
@@ -739,6 +741,7 @@ static void on_request(void *ctx, dsess *ds, const struct ringlm_wire_request *h
                        const char *tenant_tag)
 {
     svc *s = ctx;
+    s->now_us = dloop_now_us(s->loop);
     svc_sess *ss = dsess_user(ds);
     if (!ss) return;
     svc_req *r = calloc(1, sizeof *r);
@@ -850,6 +853,7 @@ static void on_request(void *ctx, dsess *ds, const struct ringlm_wire_request *h
 static void on_cancel(void *ctx, dsess *ds, uint64_t req_id)
 {
     svc *s = ctx;
+    s->now_us = dloop_now_us(s->loop);
     svc_sess *ss = dsess_user(ds);
     if (!ss) return;
     for (svc_req *r = ss->reqs; r; r = r->s_next) {
@@ -864,6 +868,7 @@ static void on_cancel(void *ctx, dsess *ds, uint64_t req_id)
 static void on_close(void *ctx, dsess *ds, const char *reason)
 {
     svc *s = ctx;
+    s->now_us = dloop_now_us(s->loop);
     svc_sess *ss = dsess_user(ds);
     if (!ss) return;
     (void)reason;
@@ -960,7 +965,7 @@ static int iterate(void *ctx, uint64_t now_us)
             batch_tokens = p->decode_tokens + p->prefill_tokens;
         }
         uint64_t now2 = now_us + exec_us;
-        s->now_us = now2;
+        s->now_us = now2;  /* run_batch advanced it by exec_us already; same value */
         if (nres > 0 || p->n_entries)
             sched_commit(s->sched, s->results, (size_t)(nres > 0 ? nres : 0), now2, exec_us);
     }

@@ -754,19 +754,33 @@ Test(daemon_e2e, scenario_kill9_mid_decode_returns_blocks)
     cr_assert_not_null(f);
     char line[4096];
     static unsigned char cancelled[4096];
-    int n_cancel = 0, after = 0;
+    static long long cancel_t[4096];
+    int n_cancel = 0, after = 0, n_release = 0, late_release = 0;
     while (fgets(line, sizeof line, f)) {
         const char *rq = strstr(line, "\"req\":");
         if (!rq) continue;
         long id = strtol(rq + 6, NULL, 10);
         if (id < 0 || id >= 4096) continue;
-        if (strstr(line, "\"ev\":\"cancel\"") && strstr(line, "disconnect")) { cancelled[id] = 1; n_cancel++; }
+        const char *tq = strstr(line, "\"t_us\":");
+        long long t = tq ? strtoll(tq + 7, NULL, 10) : -1;
+        if (strstr(line, "\"ev\":\"cancel\"") && strstr(line, "disconnect")) {
+            cancelled[id] = 1;
+            cancel_t[id] = t;
+            n_cancel++;
+        } else if (cancelled[id] && strstr(line, "\"ev\":\"release\"")) {
+            /* The loop reads its clock once per iteration: the same t_us is the same
+             * iteration as the cancel. */
+            n_release++;
+            if (t != cancel_t[id]) late_release++;
+        }
         else if (cancelled[id] && (strstr(line, "\"ev\":\"schedule\"") || strstr(line, "\"ev\":\"swap_in\"")))
             after++;
     }
     fclose(f);
     cr_expect_eq(n_cancel, 12, "expected 12 disconnect cancels in the decision log, got %d", n_cancel);
     cr_expect_eq(after, 0, "%d decisions gave work to cancelled requests", after);
+    cr_expect_geq(n_release, 12, "only %d release events for 12 cancelled requests", n_release);
+    cr_expect_eq(late_release, 0, "%d releases came in a later iteration than their cancel", late_release);
     dmn_cleanup(&d);
 }
 
@@ -865,6 +879,378 @@ Test(daemon_e2e, scenario_sustained_overload_rejects_at_admission)
     cr_expect_eq(no_reason, 0, "%d rejects without a reason", no_reason);
     cr_expect_eq(other, 0, "%d requests ended otherwise", other);
     cr_expect_leq(late, ok / 20, "%d of %d accepted requests missed the 1 s first-token target", late, ok);
+    assert_back_to_baseline(&d, 5000);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    dmn_cleanup(&d);
+}
+
+/* ---- robustness ---------------------------------------------------------------------- */
+
+typedef struct bad_job { const char *sock; } bad_job;
+
+/* Client process: requests that must be refused with a reason, then one good request. */
+static int client_bad_inputs(void *arg)
+{
+    bad_job *b = arg;
+    ringlm_client *c;
+    int rc = ringlm_connect(b->sock, &c);
+    if (rc < 0) return 2;
+    static int32_t longp[600];
+    for (int i = 0; i < 600; i++) longp[i] = 5 + i % 400;
+    int32_t badtok[3] = {1, 9999, 7}, negtok[2] = {1, -4}, good[5] = {1, 403, 407, 261, 378};
+    struct { const int32_t *p; uint32_t n; uint32_t max_new; float temp; const char *cls; int want; } cases[] = {
+        {badtok, 3, 8, 0, NULL, RINGLM_R_BAD_TOKEN},
+        {negtok, 2, 8, 0, NULL, RINGLM_R_BAD_TOKEN},
+        {longp, 600, 8, 0, NULL, RINGLM_R_TOO_LONG},
+        {good, 5, 100000u, 0, NULL, RINGLM_R_TOO_LONG},
+        {good, 5, 8, 1e9f, NULL, RINGLM_R_BAD_PARAMS},
+        {good, 5, 8, 0, "nosuchclass", RINGLM_R_UNKNOWN_CLASS},
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]), bad = 0;
+    uint64_t ids[8];
+    for (int i = 0; i < n; i++) {
+        ringlm_request r;
+        ringlm_request_init(&r);
+        r.prompt = cases[i].p;
+        r.n_prompt = cases[i].n;
+        r.max_new_tokens = cases[i].max_new;
+        r.temperature = cases[i].temp;
+        r.class_name = cases[i].cls;
+        rc = ringlm_submit(c, &r, &ids[i]);
+        if (rc < 0) { fprintf(stderr, "bad case %d: submit refused locally: %s\n", i, ringlm_errdetail()); ids[i] = 0; }
+    }
+    ringlm_request r;
+    ringlm_request_init(&r);
+    r.prompt = good;
+    r.n_prompt = 5;
+    r.max_new_tokens = 16;
+    r.tenant_tag = "mallory"; /* untrusted uid: ignored, not an error */
+    uint64_t good_id;
+    if (ringlm_submit(c, &r, &good_id) < 0) return 3;
+    int left = n + 1, good_tokens = 0;
+    for (int i = 0; i < n; i++) if (!ids[i]) left--;
+    while (left > 0) {
+        ringlm_event ev;
+        rc = ringlm_next_event(c, &ev, 20000);
+        if (rc <= 0) { fprintf(stderr, "bad inputs: next_event %d %s\n", rc, ringlm_errdetail()); return 4; }
+        if (ev.req_id == good_id) {
+            if (ev.kind == RINGLM_EV_TOKEN) good_tokens++;
+            else {
+                left--;
+                if (ev.finish_reason != RINGLM_FINISH_LENGTH && ev.finish_reason != RINGLM_FINISH_STOP) {
+                    fprintf(stderr, "good request ended %s/%s\n", ringlm_reason_name(ev.finish_reason),
+                            ringlm_reason_name(ev.reject_reason));
+                    bad++;
+                }
+            }
+            continue;
+        }
+        for (int i = 0; i < n; i++) {
+            if (ids[i] != ev.req_id) continue;
+            if (ev.kind != RINGLM_EV_FINISH || ev.finish_reason != RINGLM_FINISH_REJECTED ||
+                ev.reject_reason != cases[i].want || ev.n_tokens != 0) {
+                fprintf(stderr, "bad case %d: got %s/%s (kind %d, %u tokens), expected rejected/%s\n", i,
+                        ringlm_reason_name(ev.finish_reason), ringlm_reason_name(ev.reject_reason),
+                        ev.kind, ev.n_tokens, ringlm_reason_name(cases[i].want));
+                bad++;
+            }
+            left--;
+        }
+    }
+    if (good_tokens == 0) bad++;
+    ringlm_close(c);
+    return bad ? 1 : 0;
+}
+
+Test(daemon_e2e, bad_requests_rejected_with_reasons)
+{
+    need_daemon_binary();
+    char model[512];
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    dmn d;
+    dmn_start(&d, model, NULL, NULL);
+    bad_job b = {d.sock};
+    cr_expect_eq(reap(spawn(client_bad_inputs, &b), 30000), 0, "see the client's stderr above");
+    assert_back_to_baseline(&d, 5000);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    /* every bad case reaches the daemon and is rejected there */
+    cr_expect_geq(count_lines(d.declog, "\"ev\":\"reject\""), 6, "rejects missing from the decision log");
+    cr_expect_geq(count_lines(d.reqlog, "\"finish_reason\":\"rejected\""), 6, "rejects missing from the request log");
+    dmn_cleanup(&d);
+}
+
+/* A hostile client scribbles over its own segment (random indices, bad lengths, garbage
+ * records) while a good client streams; the daemon ends the hostile sessions, stays up,
+ * and the good stream is exactly the reference. */
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include "shm/wire.h"
+
+static int raw_session(const char *path, struct ringlm_wire_cseg **cseg, size_t *len, int *sock)
+{
+    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    if (s < 0 || connect(s, (struct sockaddr *)&sa, sizeof sa) < 0) return -1;
+    struct ringlm_wire_hello h = {.magic = RINGLM_WIRE_MAGIC, .abi = RINGLM_WIRE_ABI};
+    if (send(s, &h, sizeof h, MSG_NOSIGNAL) != sizeof h) return -1;
+    struct ringlm_wire_welcome w;
+    union { char buf[CMSG_SPACE(sizeof(int) * 3)]; struct cmsghdr a; } ctl;
+    struct iovec iov = {&w, sizeof w};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    if (recvmsg(s, &m, 0) != (ssize_t)sizeof w || w.status != 0) return -1;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    if (!c) return -1;
+    int fd;
+    memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    void *p = mmap(NULL, w.cseg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return -1;
+    *cseg = p;
+    *len = w.cseg_bytes;
+    *sock = s;
+    return 0;
+}
+
+static int client_hostile(void *arg)
+{
+    const char *path = arg;
+    srand((unsigned)getpid());
+    for (int round = 0; round < 6; round++) {
+        struct ringlm_wire_cseg *cs;
+        size_t len;
+        int sock;
+        if (raw_session(path, &cs, &len, &sock) < 0) continue;
+        unsigned char *data = (unsigned char *)cs + cs->hdr.data_off;
+        size_t dbytes = cs->hdr.data_bytes < len - cs->hdr.data_off ? cs->hdr.data_bytes : len - cs->hdr.data_off;
+        switch (round % 3) {
+        case 0: /* an index far beyond the ring */
+            __atomic_store_n(&cs->submit_prod, (uint64_t)rand() << 32 | 77, __ATOMIC_RELEASE);
+            break;
+        case 1: { /* a record whose length is not a multiple of 8 and bigger than written */
+            struct ringlm_wire_rec_hdr h = {.len = 13, .type = RINGLM_WIRE_REC_REQUEST};
+            memcpy(data, &h, sizeof h);
+            __atomic_store_n(&cs->submit_prod, 16, __ATOMIC_RELEASE);
+            break;
+        }
+        default: /* garbage records */
+            for (size_t i = 0; i < 4096 && i < dbytes; i++) data[i] = (unsigned char)rand();
+            __atomic_store_n(&cs->submit_prod, 4096, __ATOMIC_RELEASE);
+            __atomic_store_n(&cs->ev_cons, (uint64_t)rand(), __ATOMIC_RELEASE);
+            break;
+        }
+        __atomic_add_fetch(&cs->doorbell, 1, __ATOMIC_SEQ_CST);
+        syscall(SYS_futex, &cs->doorbell, FUTEX_WAKE, 1, NULL, NULL, 0);
+        /* The daemon ends the session: the socket reaches EOF. */
+        char b;
+        struct timeval tv = {5, 0};
+        setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        ssize_t r = recv(sock, &b, 1, 0);
+        munmap(cs, len);
+        close(sock);
+        if (r != 0) { fprintf(stderr, "hostile round %d: session not ended (recv %zd)\n", round, r); return 1; }
+    }
+    return 0;
+}
+
+Test(daemon_e2e, hostile_client_does_not_disturb_others)
+{
+    need_daemon_binary();
+    char model[512];
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    static ref_case cases[12];
+    int n = load_refs(cases, 12);
+    if (n == 0) cr_skip_test("reference-greedy.json not found");
+    dmn d;
+    dmn_start(&d, model, NULL, NULL);
+    gen_job g = {.sock = d.sock, .cases = cases, .n_cases = n};
+    pid_t good = spawn(client_greedy, &g);
+    pid_t evil = spawn(client_hostile, d.sock);
+    cr_expect_eq(reap(evil, 60000), 0, "hostile sessions were not ended by the daemon");
+    cr_expect_eq(reap(good, 60000), 0, "the good client's stream was disturbed");
+    /* Still serving. */
+    pid_t again = spawn(client_greedy, &g);
+    cr_expect_eq(reap(again, 60000), 0);
+    assert_back_to_baseline(&d, 5000);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    dmn_cleanup(&d);
+}
+
+/* SIGTERM drains: in-flight requests finish or are cancelled (reason draining) within the
+ * grace period, new work is refused, clients see a clear end, the daemon exits 0. */
+typedef struct drain_job { const char *sock; int ready_fd; const char *out; } drain_job;
+
+static int client_drain(void *arg)
+{
+    drain_job *dj = arg;
+    ringlm_client *c;
+    if (ringlm_connect(dj->sock, &c) < 0) return 2;
+    int32_t p[4] = {1, 403, 407, 261};
+    enum { N = 32 };
+    uint64_t ids[N];
+    for (int i = 0; i < N; i++) {
+        ringlm_request r;
+        ringlm_request_init(&r);
+        r.prompt = p;
+        r.n_prompt = 4;
+        r.max_new_tokens = 500;
+        r.temperature = 0.8f;
+        r.seed = (uint64_t)i + 1;
+        if (ringlm_submit(c, &r, &ids[i]) < 0) return 3;
+    }
+    int finished = 0, cancelled = 0, completed = 0, other = 0;
+    bool ready = false;
+    int end_rc = 0;
+    uint64_t t_last_finish = 0;
+    for (;;) {
+        ringlm_event ev;
+        int rc = ringlm_next_event(c, &ev, 15000);
+        if (rc == 0) { end_rc = -ETIMEDOUT; break; }
+        if (rc < 0) { end_rc = rc; break; }
+        if (ev.kind == RINGLM_EV_TOKEN && !ready) {
+            if (write(dj->ready_fd, "r", 1) != 1) { /* parent gone */ }
+            ready = true;
+        }
+        if (ev.kind == RINGLM_EV_FINISH) {
+            finished++;
+            t_last_finish = now_ms();
+            if (ev.finish_reason == RINGLM_FINISH_CANCELLED && ev.reject_reason == RINGLM_R_DRAINING) cancelled++;
+            else if (ev.finish_reason == RINGLM_FINISH_LENGTH || ev.finish_reason == RINGLM_FINISH_STOP) completed++;
+            else other++;
+        }
+    }
+    uint64_t end_after = now_ms() - t_last_finish;
+    /* A submit after the end is refused, never hangs. */
+    ringlm_request r;
+    ringlm_request_init(&r);
+    r.prompt = p;
+    r.n_prompt = 4;
+    int sub = ringlm_submit(c, &r, NULL);
+    FILE *f = fopen(dj->out, "w");
+    if (f) {
+        fprintf(f, "%d %d %d %d %d %d %llu\n", finished, completed, cancelled, other, end_rc, sub,
+                (unsigned long long)end_after);
+        fclose(f);
+    }
+    ringlm_close(c);
+    return 0;
+}
+
+Test(daemon_e2e, sigterm_drains_then_exits_zero)
+{
+    need_daemon_binary();
+    char model[512];
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    const char *extra[] = {"--drain-grace-ms", "300", NULL};
+    dmn d;
+    dmn_start(&d, model, NULL, extra);
+    int pfd[2];
+    cr_assert_eq(pipe(pfd), 0);
+    char out[160];
+    snprintf(out, sizeof out, "%s/drain.txt", d.dir);
+    drain_job dj = {d.sock, pfd[1], out};
+    pid_t c = spawn(client_drain, &dj);
+    close(pfd[1]);
+    char b;
+    cr_assert_eq(read(pfd[0], &b, 1), 1, "client never got a token");
+    close(pfd[0]);
+    uint64_t t0 = now_ms();
+    kill(d.pid, SIGTERM);
+    /* While draining, a new client is refused at once (or finds the daemon gone). */
+    ringlm_client *late;
+    int rc = ringlm_connect(d.sock, &late);
+    if (rc == 0) {
+        int32_t p[2] = {1, 403};
+        ringlm_request r;
+        ringlm_request_init(&r);
+        r.prompt = p;
+        r.n_prompt = 2;
+        uint64_t id;
+        int s = ringlm_submit(late, &r, &id);
+        if (s == 0) {
+            ringlm_event ev;
+            int e = ringlm_next_event(late, &ev, 5000);
+            cr_expect(e < 0 || (ev.kind == RINGLM_EV_FINISH && ev.reject_reason == RINGLM_R_DRAINING),
+                      "a request during the drain was not refused (rc %d, reason %d/%d)", e,
+                      ev.finish_reason, ev.reject_reason);
+        } else {
+            cr_expect(s == -ESHUTDOWN || s == -EPIPE || s == -ECONNRESET, "submit while draining: %d", s);
+        }
+        ringlm_close(late);
+    } else {
+        cr_expect(rc == -ESHUTDOWN || rc == -ECONNREFUSED || rc == -ENOENT || rc == -ECONNRESET,
+                  "connect while draining: %d %s (%s)", rc, ringlm_strerror(rc), ringlm_errdetail());
+    }
+    int ex = dmn_stop(&d, 0, 5000); /* signal 0: just wait for the exit */
+    uint64_t took = now_ms() - t0;
+    cr_expect_eq(ex, 0, "ringlmd exit status %d after SIGTERM", ex);
+    cr_expect_leq(took, 3000, "drain took %llu ms with a 300 ms grace", (unsigned long long)took);
+    cr_expect_eq(reap(c, 20000), 0);
+    int fin = 0, comp = 0, canc = 0, oth = 0, end_rc = 0, sub = 0;
+    unsigned long long end_after = 0;
+    FILE *f = fopen(out, "r");
+    cr_assert_not_null(f);
+    cr_assert_eq(fscanf(f, "%d %d %d %d %d %d %llu", &fin, &comp, &canc, &oth, &end_rc, &sub, &end_after), 7);
+    fclose(f);
+    cr_log_info("drain: %d finished (%d completed, %d cancelled: draining), client saw %s %llu ms "
+                "after its last event; daemon gone %llu ms after SIGTERM", fin, comp, canc,
+                ringlm_strerror(end_rc), end_after, (unsigned long long)took);
+    cr_expect_eq(fin, 32, "every request must get its FINISH before the session ends");
+    cr_expect_eq(oth, 0);
+    cr_expect(end_rc == -EPIPE || end_rc == -ECONNRESET, "the client saw %s, not a clear end",
+              ringlm_strerror(end_rc));
+    cr_expect_lt(sub, 0, "submit after the daemon left returned %d", sub);
+    dmn_cleanup(&d);
+}
+
+/* A client that stops reading: its requests are deferred (output_backpressure) then
+ * cancelled after the timeout, nothing it was sent is lost, and others are not blocked. */
+Test(daemon_e2e, backpressure_defers_then_cancels_without_blocking_others)
+{
+    need_daemon_binary();
+    char model[512];
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    static ref_case cases[12];
+    int n = load_refs(cases, 12);
+    if (n < 4) cr_skip_test("reference-greedy.json not found");
+    const char *extra[] = {"--event-ring-slots", "64", "--backpressure-timeout-ms", "300", NULL};
+    dmn d;
+    dmn_start(&d, model, NULL, extra);
+    int wfd[2];
+    cr_assert_eq(pipe(wfd), 0);
+    char out[160];
+    snprintf(out, sizeof out, "%s/stuck.txt", d.dir);
+    load_job stuck = {.sock = d.sock, .n_requests = 3, .concurrency = 3, .prompt_len = 8,
+                      .max_new = 400, .token_base = 9, .vocab = 512, .out_path = out,
+                      .ready_fd = -1, .never_read = true, .wait_fd = wfd[0]};
+    pid_t ps = spawn(client_load, &stuck);
+    close(wfd[0]);
+    gen_job g = {.sock = d.sock, .cases = cases, .n_cases = 4};
+    uint64_t t0 = now_ms();
+    cr_expect_eq(reap(spawn(client_greedy, &g), 60000), 0, "the reading client was disturbed");
+    cr_log_info("reading client done in %llu ms", (unsigned long long)(now_ms() - t0));
+    /* Wait for the three backpressure cancels in the decision log. */
+    uint64_t deadline = now_ms() + 10000;
+    int bp = 0, defers = 0;
+    while ((bp = count_lines(d.declog, "\"reason\":\"backpressure\"")) < 3 && now_ms() < deadline)
+        poll_pause();
+    cr_expect_eq(bp, 3, "expected 3 backpressure cancels in the decision log, got %d", bp);
+    defers = count_lines(d.declog, "output_backpressure");
+    cr_expect_geq(defers, 1, "no defer with reason output_backpressure");
+    if (write(wfd[1], "go", 1) != 1) cr_assert_fail("stuck client gone");
+    close(wfd[1]);
+    cr_expect_eq(reap(ps, 30000), 0);
+    static result_line R[8];
+    int k = read_results(out, R, 8);
+    cr_assert_eq(k, 3);
+    for (int i = 0; i < k; i++) {
+        cr_expect_eq(R[i].reason, RINGLM_FINISH_CANCELLED, "stuck request %d ended %d/%d", i, R[i].reason, R[i].cause);
+        cr_expect_eq(R[i].cause, RINGLM_R_OUTPUT_BACKPRESSURE, "stuck request %d cause %d", i, R[i].cause);
+        cr_expect_eq(R[i].index_error, 0, "stuck request %d: tokens lost or out of order (got %u)", i, R[i].n_tokens);
+        cr_expect_gt(R[i].n_tokens, 0);
+    }
     assert_back_to_baseline(&d, 5000);
     cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
     dmn_cleanup(&d);
