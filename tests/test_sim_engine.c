@@ -356,6 +356,42 @@ Test(sim_scenarios, retries_amplify_load_after_a_burst)
     sim_trace_free(&t);
 }
 
+/* ---- preemption under a small KV pool: swap over a modelled link, or recompute ------------ */
+
+Test(sim_engine, small_kv_pool_preempts_by_mode_and_completes_transfers)
+{
+    const char *cal =
+        "{\"version\":1,\"kv_block_size\":16,\"kv_blocks_device\":600,\"kv_blocks_host\":4000,"
+        "\"kv_bytes_per_token\":131072,\"step_model\":{\"base_us\":3350,\"per_prefill_token_us\":29,"
+        "\"per_decode_seq_us\":30,\"per_context_token_us\":0.027},\"transfer\":{\"host\":"
+        "{\"out_bytes_per_s\":5e10,\"in_bytes_per_s\":5e10,\"latency_us\":10}}}";
+    sim_service svc;
+    cr_assert_eq(sim_service_parse(&svc, "small.json", cal), 0, "%s", sim_err());
+    sim_trace t;
+    sim_scenario scn;
+    const char *params[] = {"load=1.0", "duration=30", "output=200-800"};
+    cr_assert_eq(sim_gen_workload(&t, "poisson", params, 3, &svc, 1, &scn), 0, "%s", sim_err());
+    const char *pols[] = {"token-budget", "fcfs"};
+    for (int i = 0; i < 2; i++) {
+        sched_policy *p = policy_file(pols[i]);
+        sim_run r;
+        run(&t, p, &svc, NULL, &r);
+        sim_summary s;
+        sim_summarise(&r, NULL, -1, -1, &s);
+        cr_expect_gt(s.all.preempt_swap + s.all.preempt_recompute, 0, "%s: no preemption with 600 blocks", pols[i]);
+        cr_expect_eq(r.transfers_out, r.transfers_in, "%s: %llu swap-outs, %llu swap-ins", pols[i],
+                     (unsigned long long)r.transfers_out, (unsigned long long)r.transfers_in);
+        cr_expect_eq(s.all.preempt_swap, r.transfers_out, "%s: one swap-out per swap preemption", pols[i]);
+        cr_expect_eq(s.all.finished, t.n, "%s: %zu of %zu finished", pols[i], s.all.finished, t.n);
+        cr_expect_eq(r.final_counts.kv_used[SCHED_POOL_DEVICE] + r.final_counts.kv_used[SCHED_POOL_HOST], 0);
+        if (i == 1) cr_expect_eq(s.all.preempt_swap, 0, "continuous (fcfs) preempts by recompute only");
+        sim_summary_free(&s);
+        sim_run_free(&r);
+        sched_policy_free(p);
+    }
+    sim_trace_free(&t);
+}
+
 /* ---- fidelity: a simulated run replayed as if it were a real one ------------------------------ */
 
 Test(sim_engine, fidelity_of_own_request_log_is_exact)
