@@ -190,6 +190,10 @@ static void pool_stop(pool *p)
 
 /* ---- backend state ------------------------------------------------------------------ */
 
+/* Prefill rows of one sequence are attended in tiles: each K/V block is read (and K
+ * transposed) once per tile rather than once per row. */
+#define TILE_ROWS 16
+
 typedef struct cpu {
     eng_model_config c;
     eng_weights w;
@@ -202,8 +206,12 @@ typedef struct cpu {
     float *rope_cos, *rope_sin; /* [seq_len][head_size/2], computed exactly as run.c */
     /* activations for up to max_rows rows */
     float *x, *xb, *q, *k, *v, *att, *h1, *h3, *xf;
-    int32_t *row_seq;   /* sequence of each row */
-    float *scores;      /* [n_workers][seq_len] attention scratch */
+    struct tile { int seq, row0, row1; } *tiles; /* attention work: runs of one sequence's rows */
+    int n_tiles;
+    float *scores;      /* [n_workers][TILE_ROWS * group * seq_len] attention scratch */
+    size_t scores_per_worker;
+    float *k_t;         /* [n_workers][head_size][block_size rounded up to 8]: K transposed */
+    int block_pad;
     size_t scratch_bytes;
     pool workers;
     eng_phase_stats stats;
@@ -394,16 +402,107 @@ static void attend_head(const cpu *c, const float *q, const int32_t *table, int 
     }
 }
 
-/* One task = one row and one KV head: the query heads of that group attend over positions
- * 0..pos of the row's sequence (causal: later rows of the same batch are not read). */
+/*
+ * A tile of rows [row0, row1) of one sequence (consecutive positions) and one KV head: the
+ * same math as attend_head, arranged for reuse. Per K block the head's K is transposed to
+ * k_t[head_size][block] so a row's scores for the whole block are vector FMAs across
+ * positions (no horizontal sums); the scores of all the tile's (row, head) pairs are kept
+ * until the softmax; then each V row is read once for all of them.
+ */
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void attend_tile(const cpu *c, const eng_batch *b, const struct tile *tl, int kvh,
+                        float *scores, float *k_t)
+{
+    const int hs = c->head_size, bs = c->block_size, bp = c->block_pad, kv_dim = c->kv_dim;
+    const int group = c->group, seq_len = c->c.seq_len, dim = c->c.dim;
+    const int n_rows = tl->row1 - tl->row0, pos0 = b->positions[tl->row0];
+    const int n_pos = b->positions[tl->row1 - 1] + 1;
+    const int32_t *table = b->block_table + (size_t)tl->seq * (size_t)b->block_table_stride;
+    const float scale = sqrtf((float)hs);
+    for (int t0 = 0; t0 < n_pos; t0 += bs) {
+        const float *k = kv_at(c, table[t0 / bs], c->layer, 0, 0) + (size_t)kvh * hs;
+        const int n = n_pos - t0 < bs ? n_pos - t0 : bs;
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < hs; j++)
+                k_t[(size_t)j * bp + i] = k[(size_t)i * kv_dim + j];
+        for (int j = 0; j < hs; j++)
+            for (int i = n; i < bp; i++)
+                k_t[(size_t)j * bp + i] = 0.0f;
+        for (int ri = 0; ri < n_rows; ri++) {
+            if (t0 > pos0 + ri) /* causal: the block starts after this row */
+                continue;
+            for (int g = 0; g < group; g++) {
+                const float *q = c->q + (size_t)(tl->row0 + ri) * dim + (size_t)(kvh * group + g) * hs;
+                float *srow = scores + ((size_t)ri * group + g) * seq_len + t0;
+                for (int i0 = 0; i0 < bp; i0 += 8) {
+                    v8f acc = {0};
+                    for (int j = 0; j < hs; j++)
+                        acc += q[j] * *(const v8f *)(k_t + (size_t)j * bp + i0);
+                    acc /= scale;
+                    int m = n - i0 < 8 ? n - i0 : 8;
+                    for (int i = 0; i < m; i++)
+                        srow[i0 + i] = acc[i];
+                }
+            }
+        }
+    }
+    for (int ri = 0; ri < n_rows; ri++) {
+        const int np = pos0 + ri + 1;
+        for (int g = 0; g < group; g++) {
+            float *srow = scores + ((size_t)ri * group + g) * seq_len;
+            float max = -INFINITY, sum = 0.0f;
+            for (int t = 0; t < np; t++)
+                if (srow[t] > max)
+                    max = srow[t];
+            for (int t = 0; t < np; t++) {
+                srow[t] = expf(srow[t] - max);
+                sum += srow[t];
+            }
+            const float inv = 1.0f / sum;
+            for (int t = 0; t < np; t++)
+                srow[t] *= inv;
+            memset(c->att + (size_t)(tl->row0 + ri) * dim + (size_t)(kvh * group + g) * hs, 0,
+                   (size_t)hs * sizeof(float));
+        }
+    }
+    const int hs8 = hs & ~7;
+    for (int t0 = 0; t0 < n_pos; t0 += bs) {
+        const float *v = kv_at(c, table[t0 / bs], c->layer, 1, 0) + (size_t)kvh * hs;
+        const int n = n_pos - t0 < bs ? n_pos - t0 : bs;
+        for (int ri = 0; ri < n_rows; ri++) {
+            const int m = pos0 + ri + 1 - t0 < n ? pos0 + ri + 1 - t0 : n;
+            for (int g = 0; g < group; g++) {
+                const float *p = scores + ((size_t)ri * group + g) * seq_len + t0;
+                float *out = c->att + (size_t)(tl->row0 + ri) * dim + (size_t)(kvh * group + g) * hs;
+                for (int i = 0; i < m; i++) {
+                    const float a = p[i], *vi = v + (size_t)i * kv_dim;
+                    int j = 0;
+                    for (; j < hs8; j += 8)
+                        *(v8f *)(out + j) += a * *(const v8f *)(vi + j);
+                    for (; j < hs; j++)
+                        out[j] += a * vi[j];
+                }
+            }
+        }
+    }
+}
+
+/* One task = one tile and one KV head. A single row (decode) goes straight through
+ * attend_head; several rows of one sequence (prefill) through attend_tile. */
 static void attention_task(void *ctx, int task, int worker)
 {
     cpu *c = ctx;
     const eng_batch *b = c->b;
-    const int row = task / c->c.n_kv_heads, kvh = task % c->c.n_kv_heads;
-    const int s = c->row_seq[row], pos = b->positions[row], hs = c->head_size;
-    const int32_t *table = b->block_table + (size_t)s * (size_t)b->block_table_stride;
-    float *scores = c->scores + (size_t)worker * (size_t)c->c.seq_len;
+    const struct tile *tl = &c->tiles[task / c->c.n_kv_heads];
+    const int kvh = task % c->c.n_kv_heads, hs = c->head_size;
+    float *scores = c->scores + (size_t)worker * c->scores_per_worker;
+    if (tl->row1 - tl->row0 > 1) {
+        attend_tile(c, b, tl, kvh, scores,
+                    c->k_t + (size_t)worker * (size_t)hs * (size_t)c->block_pad);
+        return;
+    }
+    const int row = tl->row0, pos = b->positions[row];
+    const int32_t *table = b->block_table + (size_t)tl->seq * (size_t)b->block_table_stride;
     for (int h = kvh * c->group; h < (kvh + 1) * c->group; h++)
         attend_head(c, c->q + (size_t)row * c->c.dim + (size_t)h * hs, table, kvh, pos + 1,
                     scores, c->att + (size_t)row * c->c.dim + (size_t)h * hs);
@@ -421,9 +520,12 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
     uint64_t t_start = now_ns(), t0, proj = 0, attn = 0;
     c->b = b;
 
+    c->n_tiles = 0;
     for (int s = 0; s < b->n_seqs; s++)
-        for (int r = b->query_start[s]; r < b->query_start[s + 1]; r++)
-            c->row_seq[r] = s;
+        for (int r = b->query_start[s]; r < b->query_start[s + 1]; r += TILE_ROWS) {
+            int end = r + TILE_ROWS < b->query_start[s + 1] ? r + TILE_ROWS : b->query_start[s + 1];
+            c->tiles[c->n_tiles++] = (struct tile){s, r, end};
+        }
     for (int r = 0; r < T; r++)
         memcpy(c->x + (size_t)r * dim, w->token_embedding + (size_t)b->tokens[r] * dim,
                (size_t)dim * sizeof(float));
@@ -458,7 +560,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
             memcpy(kv_at(c, block, l, 1, off), c->v + (size_t)r * kv_dim,
                    (size_t)kv_dim * sizeof(float));
         }
-        pool_run(&c->workers, T * cfg->n_kv_heads, attention_task, c);
+        pool_run(&c->workers, c->n_tiles * cfg->n_kv_heads, attention_task, c);
         attn += now_ns() - t0;
 
         t0 = now_ns();
@@ -512,10 +614,10 @@ static void cpu_destroy(void *priv)
     if (c->kv_pool)
         rnuma_free(c->kv_pool, c->kv_pool_bytes);
     float *bufs[] = {c->rope_cos, c->rope_sin, c->x, c->xb, c->q, c->k, c->v,
-                     c->att, c->h1, c->h3, c->xf, c->scores};
+                     c->att, c->h1, c->h3, c->xf, c->scores, c->k_t};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
-    free(c->row_seq);
+    free(c->tiles);
     free(c);
 }
 
@@ -568,10 +670,13 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
     c->h1 = falloc(c, T * cfg->hidden_dim);
     c->h3 = falloc(c, T * cfg->hidden_dim);
     c->xf = falloc(c, T * cfg->dim);
-    c->scores = falloc(c, (size_t)n_workers * cfg->seq_len);
-    c->row_seq = malloc(T * sizeof *c->row_seq);
+    c->scores_per_worker = (size_t)TILE_ROWS * c->group * cfg->seq_len;
+    c->scores = falloc(c, (size_t)n_workers * c->scores_per_worker);
+    c->block_pad = (c->block_size + 7) & ~7;
+    c->k_t = falloc(c, (size_t)n_workers * c->head_size * c->block_pad);
+    c->tiles = malloc(T * sizeof *c->tiles);
     if (!c->rope_cos || !c->rope_sin || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att ||
-        !c->h1 || !c->h3 || !c->xf || !c->scores || !c->row_seq) {
+        !c->h1 || !c->h3 || !c->xf || !c->scores || !c->k_t || !c->tiles) {
         err = eng_seterr(-ENOMEM, "CPU scratch for %d rows: out of memory", c->max_rows);
         goto fail;
     }
