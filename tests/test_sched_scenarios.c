@@ -145,6 +145,7 @@ Test(sched_scenarios, queue_returns_to_baseline_after_burst)
     cr_assert_gt((double)burst_max, 3 * base, "the burst should build a queue (max %llu, base %.0f)",
                  (unsigned long long)burst_max, base);
     cr_assert_leq(after, base * 1.25 + 1000, "after the burst mean TTFT %.0f us vs baseline %.0f us", after, base);
+    rm(h);
 }
 
 /* ---- 5. sustained excess token work ------------------------------------------------------ */
