@@ -315,6 +315,14 @@ static int name_index(names *ns, const char *s)
     return ns->n++;
 }
 
+static void free_names(names *ns)
+{
+    for (int i = 0; i < ns->n; i++) free(ns->v[i]);
+    free(ns->v);
+    ns->v = NULL;
+    ns->n = 0;
+}
+
 typedef struct trace {
     treq *r;
     size_t n, cap;
@@ -1040,8 +1048,8 @@ static int cmd_replay(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     /* Children start together: each sleeps until its first arrival from this origin. */
     uint64_t t0 = mono_us() + 20000;
-    pid_t *pids = calloc((size_t)ro.clients, sizeof *pids);
-    int *fds = calloc((size_t)ro.clients, sizeof *fds);
+    pid_t *pids = calloc((unsigned)ro.clients, sizeof *pids);
+    int *fds = calloc((unsigned)ro.clients, sizeof *fds);
     fflush(NULL);
     for (int k = 0; k < ro.clients; k++) {
         int p[2];
@@ -1061,7 +1069,7 @@ static int cmd_replay(int argc, char **argv)
     bool *have = calloc(t.n, sizeof *have);
     size_t done = 0;
     int open_fds = ro.clients, connect_failures = 0, first_connect_err = 0;
-    struct pollfd *pfd = calloc((size_t)ro.clients, sizeof *pfd);
+    struct pollfd *pfd = calloc((unsigned)ro.clients, sizeof *pfd);
     uint64_t last_bar = 0;
     while (open_fds > 0) {
         int np = 0;
@@ -1270,7 +1278,25 @@ static int cmd_replay(int argc, char **argv)
     }
     if (connect_failures) fprintf(stderr, "ringlm replay: %d of %d clients could not connect\n", connect_failures, ro.clients);
     (void)child_fail;
-    return ts[nt].lost || ts[nt].errors ? 1 : 0;
+    int rc = ts[nt].lost || ts[nt].errors ? 1 : 0;
+    for (int i = 0; i <= nt; i++) {
+        free(ts[i].ttft.v);
+        free(ts[i].tpot.v);
+        free(ts[i].e2e.v);
+    }
+    free(ts);
+    free(res);
+    free(have);
+    free(pids);
+    free(fds);
+    free(pfd);
+    free(qw_before.h);
+    free(qw_after.h);
+    free_names(&force);
+    free_names(&t.tenants);
+    free_names(&t.classes);
+    free(t.r);
+    return rc;
 }
 
 /* ======================================================================================= */
