@@ -45,12 +45,12 @@ __attribute__((format(printf, 2, 3))) static int tok_seterr(int err, const char 
 
 /* ---- loading ------------------------------------------------------------------------ */
 
-static const tok_tokenizer *sort_ctx; /* qsort has no context argument in C11 */
-
-static int cmp_piece_id(const void *a, const void *b)
+/* qsort_r (glibc): a context argument instead of a global, so loads may run in parallel. */
+static int cmp_piece_id(const void *a, const void *b, void *ctx)
 {
+    const tok_tokenizer *t = ctx;
     int32_t ia = *(const int32_t *)a, ib = *(const int32_t *)b;
-    int c = strcmp(sort_ctx->pieces[ia], sort_ctx->pieces[ib]);
+    int c = strcmp(t->pieces[ia], t->pieces[ib]);
     if (c)
         return c;
     return (ia > ib) - (ia < ib);
@@ -172,9 +172,7 @@ int tok_load_mem(const void *buf, size_t len, int vocab_size, tok_tokenizer **ou
         t->shown[i] = shown_piece(t, piece);
         t->shown_after_bos[i] = shown_piece(t, piece[0] == ' ' ? piece + 1 : piece);
     }
-    sort_ctx = t;
-    qsort(t->sorted, (size_t)n, sizeof *t->sorted, cmp_piece_id);
-    sort_ctx = NULL;
+    qsort_r(t->sorted, (size_t)n, sizeof *t->sorted, cmp_piece_id, t);
     *out = t;
     return 0;
 fail:
