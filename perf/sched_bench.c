@@ -1,0 +1,176 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sched_bench — cost of one sched_step() in steady state: R running sequences decoding, W
+ * waiting across 8 tenants and 3 classes, sequences finishing and new requests arriving
+ * every step so admissions (heap picks) happen as they would in service.
+ *
+ *   build/perf/sched_bench            table of p50/p99 per size, ratios to the smallest
+ *   build/perf/sched_bench --json     adds {"step_us":{"p50":…,"p99":…}} for 256/10,000
+ *   --steps N                         measured steps per size (default 2000)
+ *
+ * Only sched_step is timed (commit is reported separately); the event sink counts events,
+ * so building them is part of the cost.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sched/sched.h"
+
+static uint64_t events;
+static void sink(void *ctx, const sched_event *ev) { (void)ctx; (void)ev; events++; }
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(uint32_t n)
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (uint32_t)(rng % n);
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct result { uint32_t running, waiting; double p50, p99, commit_p50; uint32_t real_running, real_waiting; } result;
+
+static uint32_t *target_out;   /* by id */
+static uint64_t next_id;
+
+static int submit_one(sched *s, uint64_t now)
+{
+    uint64_t id = ++next_id;
+    sched_request r = {.id = id, .tenant = (int32_t)rnd(8), .class_idx = (int32_t)rnd(3),
+                       .prompt_len = 50 + rnd(350), .max_new_tokens = 400, .arrival_us = now};
+    target_out[id % (1u << 22)] = 20 + rnd(380);
+    return sched_submit(s, &r, now, NULL);
+}
+
+static int run_size(uint32_t running, uint32_t waiting, int steps, result *out)
+{
+    char pol[1024];
+    snprintf(pol, sizeof pol,
+             "[scheduler]\ntoken_budget = %u\nmax_active_seqs = %u\nprefill_chunk = 256\n"
+             "decode_reserve_tokens = 64\nmax_preemptions = 4\n"
+             "[class chat]\npriority = 10\nlatency_sensitive = yes\n[class api]\npriority = 5\n[class batch]\n"
+             "[tenant t0]\n[tenant t1]\nweight = 2\n[tenant t2]\n[tenant t3]\nweight = 0.5\n[tenant t4]\n"
+             "[tenant t5]\n[tenant t6]\nweight = 3\n[tenant t7]\n",
+             running * 3, running);
+    sched_policy *p;
+    sched_policy_error err;
+    if (sched_policy_parse(pol, &p, &err)) { fprintf(stderr, "policy line %d: %s\n", err.line, err.reason); return 1; }
+    sched_config c = {
+        .kv_blocks_device = running * 48 + 1024, .kv_blocks_host = running * 16, .block_size = 16,
+        .kv_bytes_per_token = 131072, .max_context = 8192,
+        .step_base_us = 5000, .prefill_us_per_token = 20, .decode_us_per_seq = 30,
+        .context_us_per_token = 0.01,
+        .host = {.out_bytes_per_s = 2e10, .in_bytes_per_s = 2e10, .latency_us = 10},
+    };
+    sched *s;
+    if (sched_create(p, &c, sink, NULL, 1, &s)) { fprintf(stderr, "create: %s\n", sched_last_error()); return 1; }
+    uint64_t now = 0;
+    for (uint32_t i = 0; i < running + waiting; i++) submit_one(s, now);
+
+    sched_result *res = malloc(sizeof(sched_result) * (running + 1024));
+    double *st = malloc(sizeof(double) * (size_t)steps), *ct = malloc(sizeof(double) * (size_t)steps);
+    uint32_t *gen = calloc(1u << 22, sizeof(uint32_t));
+    int warm = 0, measured = 0;
+    sched_counts cn;
+    for (int iter = 0; measured < steps && iter < steps * 50; iter++) {
+        double t0 = now_ns();
+        const sched_plan *pl = sched_step(s, now);
+        double t1 = now_ns();
+        if (!pl) { fprintf(stderr, "step: %s\n", sched_last_error()); return 1; }
+        for (uint32_t i = 0; i < pl->n_transfers; i++)
+            sched_transfer_done(s, pl->transfers[i].id, now, 0, 0, 0);
+        uint32_t nres = 0, finished = 0;
+        for (uint32_t i = 0; i < pl->n_entries && nres < running + 1024; i++) {
+            const sched_entry *e = &pl->entries[i];
+            res[nres] = (sched_result){.req = e->req, .tokens = e->samples};
+            if (e->samples) {
+                uint32_t *g = &gen[e->req % (1u << 22)];
+                if (++*g >= target_out[e->req % (1u << 22)]) { res[nres].finished = SCHED_FINISH_STOP; finished++; *g = 0; }
+            }
+            nres++;
+        }
+        now += 20000;
+        double t2 = now_ns();
+        sched_commit(s, res, nres, now, 0);
+        double t3 = now_ns();
+        /* keep the waiting queue at its size: one arrival per departure */
+        for (uint32_t i = 0; i < finished; i++) submit_one(s, now);
+        sched_get_counts(s, &cn);
+        if (!warm) {
+            if (cn.running + cn.in_transit >= running * 95 / 100) warm = 1;
+            continue;
+        }
+        st[measured] = (t1 - t0) / 1e3;
+        ct[measured] = (t3 - t2) / 1e3;
+        measured++;
+    }
+    if (!measured) { fprintf(stderr, "never reached steady state (running %u)\n", cn.running); return 1; }
+    qsort(st, (size_t)measured, sizeof(double), cmp_d);
+    qsort(ct, (size_t)measured, sizeof(double), cmp_d);
+    *out = (result){running, waiting, st[measured / 2], st[(size_t)(measured * 0.99)], ct[measured / 2],
+                    cn.running, cn.waiting};
+    free(res); free(st); free(ct); free(gen);
+    sched_destroy(s);
+    sched_policy_free(p);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int json = 0, steps = 2000;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else { fprintf(stderr, "usage: %s [--json] [--steps N]\n", argv[0]); return 2; }
+    }
+    if (steps < 10) steps = 10;
+    target_out = calloc(1u << 22, sizeof(uint32_t));
+    static const uint32_t sizes[][2] = {
+        {256, 1000}, {256, 10000}, {256, 100000}, {1024, 10000}, {1024, 100000}, {4096, 10000}, {4096, 100000},
+    };
+    const int n = sizeof(sizes) / sizeof(sizes[0]);
+    result r[16];
+    for (int i = 0; i < n; i++) {
+        rng = 0x9E3779B97F4A7C15ull + (uint64_t)i;
+        next_id = 0;
+        int st = sizes[i][0] >= 4096 ? steps / 4 : steps;
+        if (run_size(sizes[i][0], sizes[i][1], st, &r[i])) return 1;
+    }
+    const result *base = &r[0], *key = &r[1];
+    if (!json) {
+        printf("sched_step cost, steady state (8 tenants, 3 classes; %d steps per size, 4096-running sizes %d)\n",
+               steps, steps / 4);
+        printf("%8s %8s | %9s %9s | %10s %10s | %10s | %s\n", "running", "waiting", "p50_us", "p99_us",
+               "p50/base", "p99/base", "commit_p50", "steady state (running/waiting)");
+        for (int i = 0; i < n; i++)
+            printf("%8u %8u | %9.2f %9.2f | %10.2f %10.2f | %10.2f | %u/%u\n", r[i].running, r[i].waiting,
+                   r[i].p50, r[i].p99, r[i].p50 / base->p50, r[i].p99 / base->p99, r[i].commit_p50,
+                   r[i].real_running, r[i].real_waiting);
+        printf("baseline = %u running / %u waiting; goal: p50 <= 20 us at 256/10000 (measured %.2f)\n",
+               base->running, base->waiting, key->p50);
+        printf("waiting ×100 at 256 running (1,000 → 100,000): p50 ×%.2f\n", r[2].p50 / r[0].p50);
+        return 0;
+    }
+    printf("{\"bench\":\"sched_step\",\"running\":%u,\"waiting\":%u,\"step_us\":{\"p50\":%.3f,\"p99\":%.3f},"
+           "\"commit_us\":{\"p50\":%.3f},\"sizes\":[",
+           key->running, key->waiting, key->p50, key->p99, key->commit_p50);
+    for (int i = 0; i < n; i++)
+        printf("%s{\"running\":%u,\"waiting\":%u,\"p50_us\":%.3f,\"p99_us\":%.3f,\"p50_ratio\":%.3f}", i ? "," : "",
+               r[i].running, r[i].waiting, r[i].p50, r[i].p99, r[i].p50 / base->p50);
+    printf("],\"baseline\":{\"running\":%u,\"waiting\":%u}}\n", base->running, base->waiting);
+    return 0;
+}
