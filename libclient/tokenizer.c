@@ -269,6 +269,16 @@ static int32_t lookup(const tok_tokenizer *t, const char *s)
     return -1;
 }
 
+/* The id of the concatenation of two tokens' pieces, or -1. buf holds 2 pieces + NUL. */
+static int32_t pair_lookup(const tok_tokenizer *t, int32_t a, int32_t b, char *buf)
+{
+    const char *pa = t->pieces[a], *pb = t->pieces[b];
+    size_t la = strlen(pa), lb = strlen(pb);
+    memcpy(buf, pa, la);
+    memcpy(buf + la, pb, lb + 1);
+    return lookup(t, buf);
+}
+
 size_t tok_encode_bound(const char *text) { return (text ? strlen(text) : 0) + 3; }
 
 int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int32_t *out,
@@ -277,7 +287,7 @@ int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int
     if (!text)
         return tok_seterr(-EINVAL, "cannot encode NULL text");
     size_t bound = tok_encode_bound(text);
-    int32_t *tokens = malloc(bound * sizeof *tokens);
+    int32_t *tokens = malloc(bound * sizeof *tokens), *pair_id = NULL;
     char *buf = malloc((size_t)t->max_piece_len * 2 + 8);
     int n = 0, err = 0;
     if (!tokens || !buf) {
@@ -320,29 +330,37 @@ int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int
         len = 0;
     }
     /* Merge the best-scoring adjacent pair until none merges (leftmost wins ties, because
-     * only a strictly higher score replaces the best). */
+     * only a strictly higher score replaces the best). run.c looks every pair up again
+     * after each merge; only the two pairs touching the merged token change, so their
+     * lookups are cached in pair_id (-1: no merge) and the result is the same. */
+    pair_id = malloc(bound * sizeof *pair_id);
+    if (!pair_id) {
+        err = tok_seterr(-ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i + 1 < n; i++)
+        pair_id[i] = pair_lookup(t, tokens[i], tokens[i + 1], buf);
     for (;;) {
         float best_score = -1e10f;
         int best_idx = -1;
-        int32_t best_id = -1;
         for (int i = 0; i + 1 < n; i++) {
-            const char *a = t->pieces[tokens[i]], *b = t->pieces[tokens[i + 1]];
-            size_t la = strlen(a), lb = strlen(b);
-            memcpy(buf, a, la);
-            memcpy(buf + la, b, lb + 1);
-            int32_t id = lookup(t, buf);
-            if (id >= 0 && t->scores[id] > best_score) {
-                best_score = t->scores[id];
-                best_id = id;
+            if (pair_id[i] >= 0 && t->scores[pair_id[i]] > best_score) {
+                best_score = t->scores[pair_id[i]];
                 best_idx = i;
             }
         }
         if (best_idx < 0)
             break;
-        tokens[best_idx] = best_id;
+        tokens[best_idx] = pair_id[best_idx];
         memmove(tokens + best_idx + 1, tokens + best_idx + 2,
                 (size_t)(n - best_idx - 2) * sizeof *tokens);
+        memmove(pair_id + best_idx + 1, pair_id + best_idx + 2,
+                (size_t)(n > best_idx + 2 ? n - best_idx - 3 : 0) * sizeof *pair_id);
         n--;
+        if (best_idx > 0)
+            pair_id[best_idx - 1] = pair_lookup(t, tokens[best_idx - 1], tokens[best_idx], buf);
+        if (best_idx + 1 < n)
+            pair_id[best_idx] = pair_lookup(t, tokens[best_idx], tokens[best_idx + 1], buf);
     }
     if (eos)
         tokens[n++] = TOK_EOS;
@@ -354,6 +372,7 @@ int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int
     err = n;
 out:
     free(tokens);
+    free(pair_id);
     free(buf);
     return err;
 }

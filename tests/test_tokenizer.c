@@ -171,3 +171,80 @@ Test(tokenizer, byte_fallback_outside_vocab_is_an_error)
     cr_assert(strstr(tok_errmsg(), "0x62"), "%s", tok_errmsg());
     tok_free(t);
 }
+
+/* run.c's encode written out naively (linear lookups, every pair re-looked-up after each
+ * merge), to check the optimised one on many random texts. */
+static int32_t naive_lookup(const tok_tokenizer *t, const char *s)
+{
+    for (int i = 0; i < tok_vocab_size(t); i++)
+        if (strcmp(tok_piece(t, i), s) == 0)
+            return i;
+    return -1;
+}
+
+static int naive_encode(const tok_tokenizer *t, const char *text, int32_t *tk)
+{
+    int n = 0;
+    char buf[64];
+    tk[n++] = TOK_BOS;
+    if (text[0])
+        tk[n++] = naive_lookup(t, " ");
+    size_t len = 0;
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        if ((*c & 0xC0) != 0x80)
+            len = 0;
+        buf[len++] = (char)*c;
+        buf[len] = 0;
+        if ((c[1] & 0xC0) == 0x80 && len < 4)
+            continue;
+        int32_t id = naive_lookup(t, buf);
+        if (id >= 0)
+            tk[n++] = id;
+        else
+            for (size_t i = 0; i < len; i++)
+                tk[n++] = (unsigned char)buf[i] + 3;
+        len = 0;
+    }
+    for (;;) {
+        float best = -1e10f;
+        int bi = -1, bid = -1;
+        for (int i = 0; i + 1 < n; i++) {
+            snprintf(buf, sizeof buf, "%s%s", tok_piece(t, tk[i]), tok_piece(t, tk[i + 1]));
+            int32_t id = naive_lookup(t, buf);
+            if (id >= 0 && tok_score(t, id) > best) {
+                best = tok_score(t, id);
+                bi = i;
+                bid = id;
+            }
+        }
+        if (bi < 0)
+            break;
+        tk[bi] = bid;
+        for (int i = bi + 1; i < n - 1; i++)
+            tk[i] = tk[i + 1];
+        n--;
+    }
+    return n;
+}
+
+Test(tokenizer, optimised_merge_equals_run_c_on_random_texts)
+{
+    tok_tokenizer *t = load_tok512();
+    const char *alphabet[] = {"a", "e", "t", " ", "o", "n", "h", "Lily", " the", ".", ",",
+                              "\n", "é", "💩", "1", "x", "'", "!", "  ", "ing"};
+    unsigned seed = 12345;
+    for (int iter = 0; iter < 300; iter++) {
+        char text[400] = "";
+        int parts = 1 + iter % 40;
+        for (int p = 0; p < parts; p++) {
+            seed = seed * 1103515245u + 12345u;
+            strcat(text, alphabet[(seed >> 16) % 20]);
+        }
+        int32_t a[512], b[512];
+        int na = tok_encode(t, text, true, false, a, 512);
+        int nb = naive_encode(t, text, b);
+        cr_assert_eq(na, nb, "\"%s\": %d tokens vs run.c's %d", text, na, nb);
+        cr_assert(memcmp(a, b, (size_t)na * 4) == 0, "\"%s\": ids differ from run.c's", text);
+    }
+    tok_free(t);
+}
