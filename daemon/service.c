@@ -145,7 +145,8 @@ struct svc {
     uint64_t *slot_sum[KVT_NTIERS]; /* --verify-swaps: checksum per tier slot */
     uint8_t *busy_dev, *busy_slot[KVT_NTIERS]; /* --verify-swaps: blocks in flight */
     uint64_t n_overlap_errors;
-    bool trace_xfer;          /* RINGLMD_TRACE_XFER: one stderr line per transfer */
+    bool trace_xfer;
+    bool mx_dirty;            /* metrics changed since the last forced publish */          /* RINGLMD_TRACE_XFER: one stderr line per transfer */
 
     /* drain */
     bool draining, drain_cancelled;
@@ -1004,6 +1005,13 @@ static int iterate(void *ctx, uint64_t now_us)
     memset(&c, 0, sizeof c);
     sched_get_counts(s->sched, &c);
     bool busy = p && (p->n_entries > 0 || p->n_releases > 0 || p->n_transfers > 0);
+    /* Scrapers see the live state at most publish_interval old while busy; the first idle
+     * iteration publishes the final state at once (the loop may sleep for long after). */
+    if (busy || s->stats_dirty) s->mx_dirty = true;
+    if (!busy && s->mx_dirty) {
+        metrics_publish(s->mx, s->now_us, 1);
+        s->mx_dirty = false;
+    }
     if (next_wake) dloop_wake_after_us(s->loop, next_wake);
     if (s->stats_dirty) dloop_wake_after_us(s->loop, SVC_STATS_INTERVAL_US);
     /* Queued or parked work that got no entry this step waits on time (aging, timeouts,

@@ -687,12 +687,14 @@ Test(daemon_e2e, scenario_fair_share_quiet_vs_loud)
     snprintf(oq, sizeof oq, "%s/quiet.txt", d.dir);
     snprintf(ol, sizeof ol, "%s/loud.txt", d.dir);
     uint64_t start = now_us() + 50000;
-    load_job q = {.sock = d.sock, .tenant = "quiet", .concurrency = 4, .duration_ms = 2000,
+    /* The quiet client keeps 8 in flight, so it is backlogged too (its share is then half,
+     * not its demand); the loud one keeps 80. */
+    load_job q = {.sock = d.sock, .tenant = "quiet", .concurrency = 8, .duration_ms = 2000,
                   .prompt_len = 16, .max_new = 48, .token_base = 1, .vocab = 512,
                   .out_path = oq, .ready_fd = -1, .start_at_us = start};
     load_job l = q;
     l.tenant = "loud";
-    l.concurrency = 40;
+    l.concurrency = 80;
     l.out_path = ol;
     l.token_base = 2;
     pid_t pq = spawn(client_load, &q), pl = spawn(client_load, &l);
@@ -702,9 +704,15 @@ Test(daemon_e2e, scenario_fair_share_quiet_vs_loud)
     int nq = read_results(oq, R, 8192);
     long long tq = 0, tl = 0;
     int rq = 0, rl = 0;
-    for (int i = 0; i < nq; i++) if (R[i].done && R[i].reason == RINGLM_FINISH_LENGTH) { tq += R[i].n_tokens; rq++; }
+    /* Only the window where both are backlogged: requests that ended before the clients
+     * stopped submitting (afterwards the loud one drains its 80 alone). */
+    const long long window_us = 2000000;
+#define IN_WINDOW(x) ((x).done && (x).e2e_us >= 0 && (long long)(x).submit_us + (x).e2e_us <= window_us && \
+                      ((x).reason == RINGLM_FINISH_LENGTH || (x).reason == RINGLM_FINISH_STOP))
+    for (int i = 0; i < nq; i++) if (IN_WINDOW(R[i])) { tq += R[i].n_tokens; rq++; }
     int nl = read_results(ol, R, 8192);
-    for (int i = 0; i < nl; i++) if (R[i].done && R[i].reason == RINGLM_FINISH_LENGTH) { tl += R[i].n_tokens; rl++; }
+    for (int i = 0; i < nl; i++) if (IN_WINDOW(R[i])) { tl += R[i].n_tokens; rl++; }
+#undef IN_WINDOW
     double share = tq + tl ? (double)tq / (double)(tq + tl) : 0;
     cr_log_info("quiet: %d requests %lld tokens; loud: %d requests %lld tokens; quiet share %.3f",
                 rq, tq, rl, tl, share);
@@ -817,7 +825,7 @@ Test(daemon_e2e, scenario_burst_queue_wait_returns_to_baseline)
     n = read_results(oa, R, 128);
     long long after_ = median_ttft(R, n);
     cr_log_info("TTFT median: before %lld us, burst %lld us, after %lld us", before, during, after_);
-    cr_expect_leq(after_, before * 3 + 3000, "queue wait did not return to baseline: before %lld us, "
+    cr_expect_leq(after_, before * 3 + 20000, "queue wait did not return to baseline: before %lld us, "
                   "after %lld us", before, after_);
     cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
     dmn_cleanup(&d);
@@ -986,6 +994,8 @@ Test(daemon_e2e, bad_requests_rejected_with_reasons)
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/un.h>
 #include "shm/wire.h"
 
@@ -1252,6 +1262,94 @@ Test(daemon_e2e, backpressure_defers_then_cancels_without_blocking_others)
         cr_expect_gt(R[i].n_tokens, 0);
     }
     assert_back_to_baseline(&d, 5000);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    dmn_cleanup(&d);
+}
+
+/* ---- metrics ------------------------------------------------------------------------- */
+
+static int http_get(int port, const char *path, char *buf, size_t cap)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(0x7f000001);
+    if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) < 0) { if (s >= 0) close(s); return -1; }
+    char req[256];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n", path);
+    if (write(s, req, (size_t)n) != n) { close(s); return -1; }
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < cap && (r = read(s, buf + got, cap - 1 - got)) > 0) got += (size_t)r;
+    buf[got] = 0;
+    close(s);
+    return (int)got;
+}
+
+/* Value of the first sample line that starts with `series` (a name with or without its
+ * labels; without labels, any label set matches). */
+static double metric_value(const char *text, const char *series)
+{
+    const char *p = text;
+    size_t n = strlen(series);
+    while ((p = strstr(p, series))) {
+        if ((p == text || p[-1] == '\n') && (p[n] == ' ' || (p[n] == '{' && !strchr(series, '{')))) {
+            const char *eol = strchr(p, '\n');
+            const char *sp = p + n;
+            for (const char *q = p + n; *q && q != eol; q++) if (*q == ' ') sp = q;
+            return strtod(sp + 1, NULL);
+        }
+        p += n;
+    }
+    return -1;
+}
+
+Test(daemon_e2e, metrics_endpoint_tracks_pools_and_requests)
+{
+    need_daemon_binary();
+    char model[512];
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    static ref_case cases[12];
+    int n = load_refs(cases, 12);
+    if (n < 4) cr_skip_test("reference-greedy.json not found");
+    const char *extra[] = {"--metrics", "127.0.0.1:0", "--host-kv-blocks", "32", NULL};
+    dmn d;
+    dmn_start(&d, model, NULL, extra);
+    int port = 0;
+    FILE *f = fopen(d.errlog, "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "ringlmd: metrics on port %d", &port) == 1) break;
+    if (f) fclose(f);
+    cr_assert_gt(port, 0, "no 'metrics on port' line in the daemon's stderr");
+    gen_job g = {.sock = d.sock, .cases = cases, .n_cases = 4};
+    cr_expect_eq(reap(spawn(client_greedy, &g), 60000), 0);
+    assert_back_to_baseline(&d, 5000);
+    static char body[1 << 20];
+    uint64_t deadline = now_ms() + 5000;
+    double fin = -1, used = -1, total = -1, freeb = -1, running = -1, usage = -1;
+    for (;;) {
+        cr_assert_gt(http_get(port, "/metrics", body, sizeof body), 0, "GET /metrics failed");
+        fin = metric_value(body, "ringlm_requests_finished_total{tenant=\"default\",class=\"default\",reason=\"length\"}");
+        used = metric_value(body, "ringlm_kv_blocks_used{tier=\"device\"}");
+        freeb = metric_value(body, "ringlm_kv_blocks_free{tier=\"device\"}");
+        total = metric_value(body, "ringlm_kv_blocks_total{tier=\"device\"}");
+        running = metric_value(body, "vllm:num_requests_running");
+        usage = metric_value(body, "vllm:kv_cache_usage_perc");
+        if (fin >= 3 && used == 0 && running == 0) break;
+        if (now_ms() > deadline) break;
+        poll_pause();
+    }
+    cr_log_info("metrics: finished(length) %.0f, device used %.0f free %.0f total %.0f, running %.0f, usage %.3f",
+                fin, used, freeb, total, running, usage);
+    cr_expect_geq(fin, 3, "finished requests not counted");
+    cr_expect_eq(used, 0);
+    cr_expect_eq(used + freeb, total, "device: used + free != total in /metrics");
+    cr_expect_eq(total, 1024);
+    cr_expect_eq(running, 0);
+    cr_expect_eq(usage, 0);
+    cr_expect_not_null(strstr(body, "ringlm_info{"), "no info gauge");
+    cr_expect_not_null(strstr(body, "ringlm_time_to_first_token_seconds_bucket"), "no TTFT histogram");
+    cr_expect_not_null(strstr(body, "ringlm_kv_blocks_total{tier=\"host\"} 32"), "no host tier series");
     cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
     dmn_cleanup(&d);
 }
