@@ -114,7 +114,11 @@ static int run_point(eng *e, const eng_model_config *mc, int P, int D, int C, in
         if ((rc = eng_execute(e, &b, logits)) < 0) goto out;
         samples[i] = (double)(now_ns() - t0) / 1e3;
     }
-    *out_us = median(samples, reps);
+    /* The fastest run, not the median: on a shared machine the others measure the
+     * neighbours; the service model wants the engine's own cost (on a quiet machine the
+     * two agree within a few percent). */
+    qsort(samples, (size_t)reps, sizeof *samples, dcmp);
+    *out_us = samples[0];
     rc = 0;
 out:
     free(tokens); free(pos); free(slots); free(qs); free(sl); free(bt); free(lr); free(logits);
@@ -273,7 +277,7 @@ static void usage(FILE *f)
             "  --backend B         cpu (default) or cuda\n"
             "  -o FILE             write the calibration JSON there (default: stdout only the summary)\n"
             "  --quick | --full    grid size (default quick: < 30 s on stories260K)\n"
-            "  --reps N            timed runs per grid point, median kept (default 5)\n"
+            "  --reps N            timed runs per grid point, the fastest kept (default 5)\n"
             "  --block-size N      KV block size (default 16)\n"
             "  --kv-blocks N       device KV blocks to record (the daemon's --kv-blocks; default 1024)\n"
             "  --host-kv-blocks N  host tier blocks to record and measure (default 2 x kv-blocks)\n"
@@ -384,6 +388,19 @@ int main(int argc, char **argv)
     for (int i = 0; i < np; i++) W[i] = 1.0 / (Y[i] * Y[i]);
     double beta[8] = {0};
     bool fit_ok = lsq(np, 4, X, Y, W, beta) == 0;
+    /* A negative coefficient is noise fitted as physics (a step never gets cheaper with
+     * more work): drop that regressor and refit, as non-negative least squares would. */
+    double (*Xf)[8] = calloc((size_t)np, sizeof *Xf);
+    memcpy(Xf, X, (size_t)np * sizeof *Xf);
+    for (int pass = 0; fit_ok && pass < 4; pass++) {
+        int neg = -1;
+        for (int j = 0; j < 4; j++)
+            if (beta[j] < 0 && (neg < 0 || beta[j] < beta[neg])) neg = j;
+        if (neg < 0) break;
+        for (int i = 0; i < np; i++) Xf[i][neg] = 0;
+        fit_ok = lsq(np, 4, Xf, Y, W, beta) == 0;
+    }
+    free(Xf);
     free(W);
     double ss_res = 0, ss_tot = 0, mean = 0, *rel = calloc((size_t)np, sizeof *rel);
     for (int i = 0; i < np; i++) mean += Y[i] / np;
