@@ -613,6 +613,11 @@ int main(int argc, char **argv)
         passed += results[i].pass > 0;
         skipped += results[i].pass < 0;
     }
+    printf("\n== summary ==\n");
+    for (int i = 0; i < n_results; i++)
+        printf("%-4s %-36s %12.4g %s\n", results[i].pass > 0 ? "PASS" : results[i].pass == 0
+                                                                        ? "FAIL" : "SKIP",
+               results[i].name, results[i].value, units[i]);
     printf("\n%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     if (json_path) {
         json_t *root = json_object(), *arr = json_array();
