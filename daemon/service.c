@@ -1259,6 +1259,8 @@ int svc_run(svc *s, const dloop_config *lc)
                eng_backend_name(s->engine), s->cfg.threads > 0 ? s->cfg.threads : 1,
                eng_kv_blocks(s->engine), eng_kv_block_size(s->engine), eng_kv_block_bytes(s->engine));
         if (s->tiers) logmsg("%s", kvtier_describe(s->tiers));
+        if (s->cfg.tokenizer) logmsg("tokenizer %s (clients tokenize; named here for the logs)",
+                                     s->cfg.tokenizer);
         logmsg("policy %s (%s); %s", s->policy_name, s->policy_hash_hex, nd);
         if (s->cfg.metrics_listen) logmsg("metrics on port %d", metrics_port(s->mx));
         logmsg("listening on %s (doorbell %s)", lc->socket_path, dloop_doorbell_mode(s->loop));

@@ -418,7 +418,9 @@ Test(daemon_e2e, greedy_reference_all_cases_in_one_batch)
 /* Forced preemption: a KV pool too small for the four sequences at once. Every mode must
  * reproduce the unpreempted greedy tokens; swap-ins are verified byte-exact by the daemon
  * (--verify-swaps checksums each block at swap-out and compares at swap-in). */
-static void preempt_mode(const char *mode)
+static void preempt_mode_tier(const char *mode, bool disk);
+static void preempt_mode(const char *mode) { preempt_mode_tier(mode, false); }
+static void preempt_mode_tier(const char *mode, bool disk)
 {
     need_daemon_binary();
     char model[512];
@@ -433,10 +435,14 @@ static void preempt_mode(const char *mode)
              "[scheduler]\nmode = token_budget\ntoken_budget = 64\nmax_active_seqs = 8\n"
              "prefill_chunk = 32\npreemption = %s\nmin_residency = 0us\nmax_preemptions = 0\n",
              mode);
-    const char *extra[] = {"--kv-blocks", "40", "--kv-block-size", "16", "--host-kv-blocks", "64",
-                           "--verify-swaps", NULL};
+    char disk_path[128];
+    snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-kvdisk-%d", (int)getpid());
+    const char *extra_host[] = {"--kv-blocks", "40", "--kv-block-size", "16", "--host-kv-blocks", "64",
+                                "--verify-swaps", NULL};
+    const char *extra_disk[] = {"--kv-blocks", "40", "--kv-block-size", "16", "--disk-kv", disk_path,
+                                "--disk-kv-blocks", "64", "--verify-swaps", NULL};
     dmn d;
-    dmn_start(&d, model, policy, extra);
+    dmn_start(&d, model, policy, disk ? extra_disk : extra_host);
     gen_job g = {.sock = d.sock, .cases = cases, .n_cases = 4};
     int st = reap(spawn(client_greedy, &g), 60000);
     cr_expect_eq(st, 0, "mode %s: greedy tokens differ from the unpreempted reference", mode);
@@ -459,9 +465,11 @@ static void preempt_mode(const char *mode)
     if (!strcmp(mode, "recompute")) cr_expect_eq(swaps, 0, "recompute mode swapped");
     if (st != 0) dump_file(d.errlog, "ringlmd stderr");
     dmn_cleanup(&d);
+    unlink(disk_path);
 }
 
 Test(daemon_e2e, preempt_swap_same_tokens) { preempt_mode("swap"); }
+Test(daemon_e2e, preempt_swap_disk_tier_same_tokens) { preempt_mode_tier("swap", true); }
 Test(daemon_e2e, preempt_recompute_same_tokens) { preempt_mode("recompute"); }
 Test(daemon_e2e, preempt_auto_same_tokens) { preempt_mode("auto"); }
 
