@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -319,4 +320,108 @@ Test(tools_metrics, bad_listen_addresses_are_explained)
     int rc = metrics_create(&cfg, &m);
     cr_assert_eq(rc, -EADDRINUSE, "rc %d %s", rc, metrics_errmsg());
     metrics_destroy(a);
+}
+
+/* ---- the real daemon's /metrics through the same checker ---------------------------- */
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+extern char **environ;
+
+static uint64_t ms_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static pid_t g_daemon = -1;
+static void stop_it(void)
+{
+    if (g_daemon <= 0) return;
+    kill(g_daemon, SIGTERM);
+    int st;
+    uint64_t dl = ms_now() + 15000;
+    while (waitpid(g_daemon, &st, WNOHANG) == 0 && ms_now() < dl) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (waitpid(g_daemon, &st, WNOHANG) == 0) {
+        kill(g_daemon, SIGKILL);
+        waitpid(g_daemon, &st, 0);
+    }
+    g_daemon = -1;
+}
+
+Test(tools_metrics, real_daemon_exposition_parses, .fini = stop_it, .timeout = 120)
+{
+    const char *shared = getenv("RINGLM_SHARED") && *getenv("RINGLM_SHARED") ? getenv("RINGLM_SHARED") : "../shared";
+    const char *bin = getenv("RINGLM_BIN") && *getenv("RINGLM_BIN") ? getenv("RINGLM_BIN") : "build/bin";
+    char model[512], tok[512], ringlmd[512], ringlm[512], sock[128], listen_s[64];
+    snprintf(model, sizeof model, "%s/models/stories260K.bin", shared);
+    snprintf(tok, sizeof tok, "%s/models/tok512.bin", shared);
+    snprintf(ringlmd, sizeof ringlmd, "%s/ringlmd", bin);
+    snprintf(ringlm, sizeof ringlm, "%s/ringlm", bin);
+    if (access(model, R_OK) || access(tok, R_OK)) cr_skip_test("stories260K/tok512 not under %s", shared);
+    if (access(ringlmd, X_OK) || access(ringlm, X_OK)) cr_skip_test("ringlmd/ringlm not built in %s", bin);
+    snprintf(sock, sizeof sock, "/tmp/ringlm-tm-%d.sock", getpid());
+    int port = 20000 + (getpid() * 7) % 30000;
+    snprintf(listen_s, sizeof listen_s, "127.0.0.1:%d", port);
+    unlink(sock);
+    char *dargv[] = {ringlmd, "--model", model, "--socket", sock, "--metrics", listen_s, "--numa-node", "off",
+                     "--quiet", NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    cr_assert_eq(posix_spawn(&g_daemon, ringlmd, &fa, NULL, dargv, environ), 0);
+    struct stat sb;
+    uint64_t dl = ms_now() + 20000;
+    while (stat(sock, &sb) != 0) {
+        int st;
+        if (waitpid(g_daemon, &st, WNOHANG) == g_daemon) {
+            g_daemon = -1;
+            cr_skip_test("ringlmd exited at start (status %d): does it serve --model/--metrics yet?", st);
+        }
+        cr_assert(ms_now() < dl, "ringlmd did not listen within 20 s");
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    /* a few requests, so that histograms and counters have series */
+    const char *prompts[] = {"Once upon a time", "The little dog", "Lily wanted to"};
+    for (int i = 0; i < 3; i++) {
+        pid_t c;
+        char *cargv[] = {ringlm, "--socket", sock, "generate", "--prompt", (char *)prompts[i], "--tokenizer", tok,
+                         "--max-tokens", "20", NULL};
+        cr_assert_eq(posix_spawn(&c, ringlm, &fa, NULL, cargv, environ), 0);
+        int st;
+        waitpid(c, &st, 0);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "ringlm generate failed (status %d)", st);
+    }
+    posix_spawn_file_actions_destroy(&fa);
+    /* the loop publishes at most every 100 ms: poll until the three requests show */
+    char *body = NULL;
+    int status = 0;
+    dl = ms_now() + 5000;
+    for (;;) {
+        body = http_get(port, "/metrics", &status);
+        cr_assert_eq(status, 200);
+        const char *l = find_line(body, "ringlm_e2e_request_latency_seconds_count{");
+        const char *v = l ? strstr(l, "} ") : NULL;
+        if (v && atoi(v + 2) == 3) break;
+        cr_assert(ms_now() < dl, "the 3 requests never showed in /metrics:\n%s", body);
+        free(body);
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert(find_line(body, "vllm:num_requests_waiting{"), "%s", body);
+    cr_assert(find_line(body, "vllm:num_requests_running{"), "%s", body);
+    cr_assert(find_line(body, "vllm:kv_cache_usage_perc{"), "%s", body);
+    cr_assert(find_line(body, "ringlm_kv_blocks_free{tier=\"device\"}"), "%s", body);
+    cr_assert(find_line(body, "ringlm_info{"), "%s", body);
+    check_exposition(body);
+    free(body);
 }
