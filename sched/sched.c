@@ -50,7 +50,8 @@ typedef struct req {
     int32_t  q_pos, t_pos, bp_pos, run_pos;
     uint64_t entry_step;        /* step_no of the plan holding its entry */
     uint32_t entry_idx;
-    uint64_t skip_step;         /* not scheduled (deferred/preempted) in this step */
+    uint64_t skip_pass;         /* deferred in this decode pass (s->pass_no) */
+    uint64_t preempt_step;      /* step_no of its last preemption */
     uint32_t *dev;   uint32_t n_dev, cap_dev;
     uint32_t *tierb; uint32_t n_tier, cap_tier;
 } req;
@@ -137,6 +138,8 @@ struct sched {
     bool             victims_built;
     uint64_t         next_xfer;
     bool             group_active;        /* static/dynamic: a group holds the slots */
+    uint64_t         pass_no;             /* decode passes (a step may run two) */
+    bool             forced;              /* last-resort pass: caps and residency waived */
 };
 
 /* ---------------------------------------------------------------------------------------- */
@@ -912,7 +915,7 @@ static int victim_cmp(const void *a, const void *b)
 static bool victim_eligible(const sched *s, const req *r, uint64_t now)
 {
     if (r->state != SCHED_REQ_RUNNING || r->held) return false;
-    if (s->cfg.mode == SCHED_MODE_CONTINUOUS) return true;
+    if (s->cfg.mode == SCHED_MODE_CONTINUOUS || s->forced) return true;
     if (s->cfg.max_preemptions && r->preemptions >= s->cfg.max_preemptions) return false;
     if (r->resumed_at && now - r->resumed_at < s->cfg.min_residency_us) return false;
     return true;
@@ -1030,7 +1033,8 @@ static uint32_t preempt(sched *s, uint32_t slot, bool quota, uint64_t now)
     bool swap = tier >= 0 && (s->cfg.preemption == SCHED_PREEMPT_SWAP || sw < rc);
     double best = swap ? sw : rc;
     run_remove(s, slot);
-    r->skip_step = s->step_no;
+    r->skip_pass = s->pass_no;
+    r->preempt_step = s->step_no;
     r->preemptions++;
     r->defer = SCHED_DEFER_NONE;
     sched_event e = ev_of(s, SCHED_EV_PREEMPT, r, now);
@@ -1086,6 +1090,7 @@ static uint32_t plan_decodes(sched *s, uint64_t now, uint32_t budget, bool *ls_d
                              uint64_t *tpot_min)
 {
     s->dec.n = 0;
+    s->pass_no++;
     bool ls_first = s->cfg.mode == SCHED_MODE_TOKEN_BUDGET;
     for (int pass = 0; pass < (ls_first ? 2 : 1); pass++)
         for (uint32_t i = 0; i < s->run.n; i++) {
@@ -1100,7 +1105,7 @@ static uint32_t plan_decodes(sched *s, uint64_t now, uint32_t budget, bool *ls_d
     for (uint32_t k = 0; k < n; k++) {
         uint32_t sl = s->dec.a[k];
         req *r = &s->reqs[sl];
-        if (r->skip_step == s->step_no || r->state != SCHED_REQ_RUNNING || !needs_block(s, r)) continue;
+        if (r->skip_pass == s->pass_no || r->state != SCHED_REQ_RUNNING || !needs_block(s, r)) continue;
         for (;;) {
             uint32_t tmax = s->ten[r->tenant]->max_kv_blocks;
             bool quota = tmax && s->ts[r->tenant].kv_blocks >= tmax;
@@ -1108,13 +1113,13 @@ static uint32_t plan_decodes(sched *s, uint64_t now, uint32_t budget, bool *ls_d
             if (!quota && pending > 0) {
                 /* a swap-out in flight will free blocks: wait for it rather than preempt more */
                 pending--;
-                r->skip_step = s->step_no;
+                r->skip_pass = s->pass_no;
                 emit_defer(s, r, SCHED_DEFER_BLOCKS, now);
                 break;
             }
             uint32_t v = pick_victim(s, sl, quota ? r->tenant : -1, now);
             if (v == NO_SLOT) {
-                r->skip_step = s->step_no;
+                r->skip_pass = s->pass_no;
                 emit_defer(s, r, quota ? SCHED_DEFER_QUOTA : SCHED_DEFER_BLOCKS, now);
                 break;
             }
@@ -1131,7 +1136,7 @@ static uint32_t plan_decodes(sched *s, uint64_t now, uint32_t budget, bool *ls_d
     for (uint32_t k = 0; k < s->dec.n; k++) {
         uint32_t sl = s->dec.a[k];
         req *r = &s->reqs[sl];
-        if (r->state != SCHED_REQ_RUNNING || r->skip_step == s->step_no) continue;
+        if (r->state != SCHED_REQ_RUNNING || r->skip_pass == s->pass_no) continue;
         if (k >= n) { emit_defer(s, r, SCHED_DEFER_BUDGET, now); continue; }
         add_entry(s, sl, 1, false);
         tokens++;
@@ -1238,6 +1243,16 @@ static void step_token_budget(sched *s, uint64_t now)
     bool ls;
     uint64_t tpot;
     uint32_t dtok = plan_decodes(s, now, p->token_budget, &ls, &tpot);
+    if (!s->entries.n && !s->preempts.n && !s->xfers.n && s->dec.n) {
+        /* every decoder needs a block, none is free, nothing is moving and every possible
+         * victim is protected by its cap or residency: waive the protection once rather
+         * than stall the whole service */
+        s->forced = true;
+        s->victims_built = false;
+        dtok = plan_decodes(s, now, p->token_budget, &ls, &tpot);
+        s->forced = false;
+        s->victims_built = false;
+    }
     uint32_t hold = ls ? p->decode_reserve_tokens : 0;
     uint32_t used = dtok > hold ? dtok : hold;
     uint32_t pbudget = p->token_budget > used ? p->token_budget - used : 0;
@@ -1256,7 +1271,7 @@ static void step_token_budget(sched *s, uint64_t now)
     for (uint32_t i = 0; i < s->run.n; i++) {
         uint32_t sl = s->run.a[i];
         req *r = &s->reqs[sl];
-        if (r->blocked || r->held || is_decoder(r) || r->skip_step == s->step_no) continue;
+        if (r->blocked || r->held || is_decoder(r)) continue;
         if (r->entry_step == s->step_no) continue;
         VEC_PUSH(s, s->part, sl);
     }
@@ -1303,7 +1318,7 @@ static void step_token_budget(sched *s, uint64_t now)
         if (active >= p->max_active_seqs) { emit_defer(s, r, SCHED_DEFER_MAX_ACTIVE, now); break; }
         uint32_t fr = s->pools[SCHED_POOL_DEVICE].n_free;
         uint32_t tmax = s->ten[c.tenant]->max_kv_blocks;
-        if (r->skip_step == s->step_no) {   /* preempted in this very step: not back at once */
+        if (r->preempt_step == s->step_no) {   /* preempted in this very step: not back at once */
             texcl |= 1ull << c.tenant;
             continue;
         }
@@ -1360,7 +1375,7 @@ static void step_continuous(sched *s, uint64_t now)
     for (uint32_t i = 0; i < s->run.n; i++) {
         uint32_t sl = s->run.a[i];
         req *r = &s->reqs[sl];
-        if (r->blocked || is_decoder(r) || r->skip_step == s->step_no || r->entry_step == s->step_no) continue;
+        if (r->blocked || is_decoder(r) || r->entry_step == s->step_no) continue;
         uint32_t n = known(r) - r->computed;
         if (!dev_grow_to(s, r, div_up(known(r), s->conf.block_size))) continue;
         add_entry(s, sl, n, true);

@@ -642,3 +642,127 @@ Test(sched_rules, continuous_mode_is_fcfs_whole_prompt)
     cr_assert_null(entry_of(pl, 2), "the later arrival waits (budget) behind the long prompt");
     rm(h);
 }
+
+/* ---- more preemption paths --------------------------------------------------------------- */
+
+Test(sched_rules, protected_victims_never_deadlock_the_service)
+{
+    sched_config c = h_default_config();
+    c.kv_blocks_device = 48;
+    c.kv_blocks_host = 0;
+    harness *h = mk("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\nmax_preemptions = 1\n"
+                    "min_residency = 100s\n", &c);
+    for (int i = 0; i < 6; i++) h_add(h, 0, 0, 0, 200, 400);
+    h_run(h, 20000000);
+    for (uint64_t id = 1; id <= 6; id++)
+        cr_assert_eq(h->r[id].end_kind, SCHED_EV_FINISH, "request %llu stuck (now %llu us)\n%s",
+                     (unsigned long long)id, (unsigned long long)h->now, h->log);
+    cr_assert_lt(h->now, 20000000);
+    rm(h);
+}
+
+Test(sched_rules, swap_to_disk_when_host_is_full)
+{
+    sched_config c = h_default_config();
+    c.kv_blocks_device = 40;
+    c.kv_blocks_host = 4;
+    c.kv_blocks_disk = 1000;
+    c.disk = (sched_tier_cost){.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 50};
+    harness *h = mk(PRE_POLICY, &c);
+    int hi = sched_policy_class_index(h->p, "hi"), lo = sched_policy_class_index(h->p, "lo");
+    h_add(h, 0, 0, lo, 300, 200);
+    h_add(h, 0, 0, hi, 300, 200);
+    int disk = 0;
+    while (h->now < 60000000 && !(h->r[1].ended && h->r[2].ended)) {
+        const sched_plan *pl = h_iterate(h);
+        for (uint32_t i = 0; i < pl->n_transfers; i++) {
+            cr_assert_eq(pl->transfers[i].tier, SCHED_POOL_DISK);
+            disk++;
+        }
+    }
+    cr_assert_geq(disk, 2, "swap out and back in through the disk tier");
+    cr_assert_eq(h->r[1].generated, 200);
+    rm(h);
+}
+
+Test(sched_rules, failed_swap_out_falls_back_to_recompute)
+{
+    harness *h = preempt_setup(PRE_POLICY, 1e9, 1000);
+    const sched_plan *pl = NULL;
+    for (int i = 0; i < 300; i++) {
+        pl = h_iterate(h);
+        if (pl->n_transfers) break;
+    }
+    cr_assert(pl && pl->n_transfers == 1, "no swap happened");
+    h->n_xf = 0;   /* the harness will not complete it: we fail it */
+    cr_assert_eq(sched_transfer_done(h->s, pl->transfers[0].id, h->now, 0, 0, -EIO), 0);
+    sched_req_info in;
+    cr_assert_eq(sched_get_request(h->s, 1, &in), 0);
+    cr_assert_eq(in.state, SCHED_REQ_WAITING);
+    cr_assert_eq(in.blocks[SCHED_POOL_DEVICE] + in.blocks[SCHED_POOL_HOST], 0);
+    h_run(h, 60000000);
+    cr_assert_eq(h->r[1].end_kind, SCHED_EV_FINISH);
+    cr_assert_eq(h->r[1].generated, 200);
+    cr_assert_geq(count_ev(h, "\"recompute\"", "\"req\":1,"), 1);
+    rm(h);
+}
+
+Test(sched_rules, cancel_during_transfer_releases_on_completion)
+{
+    harness *h = preempt_setup(PRE_POLICY, 1e9, 1000);
+    const sched_plan *pl = NULL;
+    for (int i = 0; i < 300; i++) {
+        pl = h_iterate(h);
+        if (pl->n_transfers) break;
+    }
+    cr_assert(pl && pl->n_transfers == 1);
+    uint64_t xid = pl->transfers[0].id;
+    uint32_t nb = pl->transfers[0].n_blocks;
+    h->n_xf = 0;
+    cr_assert_eq(sched_cancel(h->s, 1, h->now, SCHED_CANCEL_CLIENT), 0);
+    pl = sched_step(h->s, h->now);
+    for (uint32_t i = 0; i < pl->n_releases; i++) cr_assert_neq(pl->releases[i].req, 1, "released while in flight");
+    sched_req_info in;
+    cr_assert_eq(sched_get_request(h->s, 1, &in), 0, "still owns blocks in transit");
+    cr_assert_eq(in.blocks[SCHED_POOL_DEVICE], nb);
+    cr_assert_eq(sched_transfer_done(h->s, xid, h->now, 0, 0, 0), 0);
+    cr_assert_eq(sched_check_invariants(h->s, NULL, 0), 0);
+    pl = sched_step(h->s, h->now);
+    int found = 0;
+    for (uint32_t i = 0; i < pl->n_releases; i++)
+        if (pl->releases[i].req == 1) {
+            found = 1;
+            cr_assert_eq(pl->releases[i].blocks[SCHED_POOL_DEVICE], nb);
+            cr_assert_eq(pl->releases[i].blocks[SCHED_POOL_HOST], nb);
+        }
+    cr_assert(found);
+    cr_assert_eq(count_ev(h, "\"release\"", "\"pool\":\"host\""), 1);
+    rm(h);
+}
+
+Test(sched_rules, tpot_target_caps_prefill_while_class_decodes)
+{
+    harness *h = mk("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 256\n"
+                    "[class chat]\npriority = 10\nlatency_sensitive = yes\ntpot_target = 4ms\n[class bulk]\n", NULL);
+    int chat = sched_policy_class_index(h->p, "chat"), bulk = sched_policy_class_index(h->p, "bulk");
+    for (int i = 0; i < 4; i++) h_add(h, 0, 0, chat, 20, 300);
+    for (int i = 0; i < 80; i++) h_add(h, 3000, 0, bulk, 2000, 5);
+    int capped = 0;
+    uint32_t max_free = 0;
+    while (h->now < 60000000 && !h->r[h->n].ended) {
+        const sched_plan *pl = h_iterate(h);
+        bool chat_dec = false;
+        for (uint32_t i = 0; i < pl->n_entries; i++)
+            if (pl->entries[i].class_idx == chat && !pl->entries[i].prefill) chat_dec = true;
+        if (chat_dec && pl->prefill_tokens) {
+            /* (4000 - 1000 - 10 × decodes) / 10 µs per token ≈ 296 */
+            cr_assert_leq(pl->prefill_tokens, 300, "prefill %u while chat decodes", pl->prefill_tokens);
+            cr_assert_leq(pl->predicted_step_us, 4000.5);
+            capped++;
+        }
+        if (!chat_dec && pl->prefill_tokens > max_free) max_free = pl->prefill_tokens;
+    }
+    cr_assert_gt(capped, 10);
+    cr_assert_gt(max_free, 300, "once chat is done the full budget returns (%u)", max_free);
+    rm(h);
+}
