@@ -384,7 +384,10 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
     }
     for (unsigned i = 0; i < t->n_classes; i++) {
         int k = sched_policy_class_index(o->policy, t->classes[i]);
-        if (k < 0) {
+        /* A recorded (native) trace names classes as clients did: replay them as they were,
+         * so a class the policy lacks is refused as the daemon refused it. */
+        if (k < 0 && t->labelled) k = -1;
+        else if (k < 0) {
             k = sched_policy_class_index(o->policy, NULL);
             bool used = false;
             for (size_t j = 0; j < t->n && !used; j++) used = t->reqs[j].klass == i;
@@ -455,7 +458,15 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         }
         /* the batch */
         uint64_t prefill = (uint64_t)p->prefill_tokens + p->pad_tokens;
-        double step = sim_service_step_us(svc, prefill, p->n_decode, p->context_tokens);
+        double pairs = 0;
+        if (svc->per_prefill_pair_us != 0)
+            for (uint32_t i = 0; i < p->n_entries; i++) {
+                const sched_entry *en = &p->entries[i];
+                if (!en->prefill) continue;
+                double n = en->n_tokens;
+                pairs += n * en->start_pos + n * (n - 1) / 2;   /* each row attends to those before it */
+            }
+        double step = sim_service_step_us(svc, prefill, p->n_decode, p->context_tokens, pairs);
         int64_t dur = (int64_t)ceil(step);
         if (dur < 1) dur = 1;
         int64_t end = now + dur;

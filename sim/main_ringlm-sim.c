@@ -41,6 +41,8 @@ static void usage(FILE *f)
 "model\n"
 "  --policy FILE           scheduler policy (repeatable: compare mode); default: sched defaults\n"
 "  --calibration FILE      service model from perf/calibrate; default: built-in (documented)\n"
+"  --service-fit F         auto | file | linear | attention: the file's step model, or a refit\n"
+"                          from its grid (attention adds prefill-attention cost); auto = best on the grid\n"
 "  --max-context N         prompt + max tokens limit (default 32768)\n"
 "output\n"
 "  --json                  one JSON object on stdout (compare mode: {\"runs\": [...]})\n"
@@ -99,7 +101,7 @@ int main(int argc, char **argv)
     const char *declog = NULL, *reqlog = NULL;
     const char *policies[MAX_POLICIES];
     const char *params[MAX_PARAMS];
-    int n_pol = 0, n_par = 0, fmt = SIM_FMT_AUTO;
+    int n_pol = 0, n_par = 0, fmt = SIM_FMT_AUTO, fit = SIM_FIT_AUTO;
     bool json = false, skip_bad = false, want_fidelity = false;
     double burst0 = -1, burst1 = -1;
     sim_transform xf;
@@ -108,7 +110,7 @@ int main(int argc, char **argv)
     sim_options_defaults(&opt);
     enum { O_FORMAT = 256, O_SKIP, O_PARAM, O_RATE, O_LSCALE, O_WINDOW, O_TENANTS, O_CLASSES, O_SEED,
            O_RETRY, O_RETRY_MAX, O_CALIB, O_MAXCTX, O_CSV, O_PLOT, O_DECLOG, O_SAMPLE, O_BURST,
-           O_FIDELITY, O_LIST, O_REQLOG };
+           O_FIDELITY, O_LIST, O_REQLOG, O_FIT };
     static const struct option lo[] = {
         {"trace", 1, 0, 't'}, {"workload", 1, 0, 'w'}, {"policy", 1, 0, 'p'}, {"json", 0, 0, 'j'},
         {"help", 0, 0, 'h'}, {"format", 1, 0, O_FORMAT}, {"skip-bad", 0, 0, O_SKIP},
@@ -117,7 +119,7 @@ int main(int argc, char **argv)
         {"seed", 1, 0, O_SEED}, {"retry", 1, 0, O_RETRY}, {"retry-max", 1, 0, O_RETRY_MAX},
         {"calibration", 1, 0, O_CALIB}, {"max-context", 1, 0, O_MAXCTX}, {"csv", 1, 0, O_CSV},
         {"plot", 1, 0, O_PLOT}, {"decision-log", 1, 0, O_DECLOG}, {"sample-ms", 1, 0, O_SAMPLE},
-        {"burst", 1, 0, O_BURST}, {"fidelity", 0, 0, O_FIDELITY}, {"list-workloads", 0, 0, O_LIST}, {"request-log", 1, 0, O_REQLOG},
+        {"burst", 1, 0, O_BURST}, {"fidelity", 0, 0, O_FIDELITY}, {"list-workloads", 0, 0, O_LIST}, {"request-log", 1, 0, O_REQLOG}, {"service-fit", 1, 0, O_FIT},
         {0, 0, 0, 0}};
     int c;
     char *e;
@@ -170,6 +172,13 @@ int main(int argc, char **argv)
         case O_PLOT: plot_dir = optarg; break;
         case O_DECLOG: declog = optarg; break;
         case O_REQLOG: reqlog = optarg; break;
+        case O_FIT:
+            if (!strcmp(optarg, "auto")) fit = SIM_FIT_AUTO;
+            else if (!strcmp(optarg, "file")) fit = SIM_FIT_FILE;
+            else if (!strcmp(optarg, "linear")) fit = SIM_FIT_LINEAR;
+            else if (!strcmp(optarg, "attention")) fit = SIM_FIT_ATTENTION;
+            else { fprintf(stderr, "ringlm-sim: --service-fit %s: expected auto, file, linear or attention\n", optarg); return 2; }
+            break;
         case O_SAMPLE: {
             double v = strtod(optarg, &e);
             if (*e || !(v >= 1)) goto bad_num;
@@ -212,7 +221,7 @@ int main(int argc, char **argv)
     memset(sums, 0, sizeof sums);
 
     if (calib) {
-        if ((rc = sim_service_load(&svc, calib)) < 0) { fprintf(stderr, "ringlm-sim: %s\n", sim_err()); return 1; }
+        if ((rc = sim_service_load(&svc, calib, fit)) < 0) { fprintf(stderr, "ringlm-sim: %s\n", sim_err()); return 1; }
     } else {
         sim_service_default(&svc);
     }

@@ -503,6 +503,9 @@ json_t *sim_report_json(const sim_run *r, const sim_summary *s, const sim_servic
     json_object_set_new(sv, "per_prefill_token_us", jnum(svc->per_prefill_token_us));
     json_object_set_new(sv, "per_decode_seq_us", jnum(svc->per_decode_seq_us));
     json_object_set_new(sv, "per_context_token_us", jnum(svc->per_context_token_us));
+    json_object_set_new(sv, "per_prefill_pair_us", jnum(svc->per_prefill_pair_us));
+    json_object_set_new(sv, "fit", json_string(svc->fit));
+    json_object_set_new(sv, "file_median_rel_err", jr(svc->file_median_rel_err, 6));
     json_object_set_new(sv, "refit", json_boolean(svc->refit));
     json_object_set_new(sv, "grid_points", json_integer(svc->grid_points));
     json_object_set_new(sv, "r2", jr(svc->r2, 6));
@@ -596,9 +599,13 @@ void sim_report_table(FILE *f, const sim_run *r, const sim_summary *s, const sim
     fprintf(f, "service  %s%s: step_us = %.1f + %.3f*prefill + %.2f*decode_seqs + %.4f*context",
             svc->source, svc->builtin ? " (spec-derived, not measured)" : "", svc->base_us,
             svc->per_prefill_token_us, svc->per_decode_seq_us, svc->per_context_token_us);
-    if (svc->grid_points) fprintf(f, "; fit over %u points: R² %.4f, median rel. error %.1f%%, max %.1f%%%s",
-                                  svc->grid_points, svc->r2, 100 * svc->median_rel_err, 100 * svc->max_rel_err,
-                                  svc->refit ? " (refit here)" : "");
+    if (svc->per_prefill_pair_us != 0) fprintf(f, " + %.5f*prefill_pairs", svc->per_prefill_pair_us);
+    if (svc->grid_points) {
+        fprintf(f, "\n         model %s; on the %u grid points: R² %.4f, median rel. error %.1f%%, max %.1f%%",
+                svc->fit, svc->grid_points, svc->r2, 100 * svc->median_rel_err, 100 * svc->max_rel_err);
+        if (svc->refit && !isnan(svc->file_median_rel_err))
+            fprintf(f, " (the file's model: %.1f%%)", 100 * svc->file_median_rel_err);
+    }
     fprintf(f, "\n         KV %u device + %u host blocks of %u tokens\n", svc->kv_blocks_device, svc->kv_blocks_host, svc->kv_block_size);
     fprintf(f, "run      %.1f s simulated in %.3f s wall (%.0fx real time), %llu steps, busy %.0f%%, longest step %.1f ms\n",
             s->sim_s, s->wall_s, s->speedup, (unsigned long long)r->steps, 100 * s->busy_share, s->max_step_ms);
@@ -733,6 +740,22 @@ static int cmp_finish(const void *a, const void *b, void *ctx)
     return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
 }
 
+/* The names the scheduler resolved (as the daemon's log records them): an unlabelled
+ * trace's "default" becomes the policy's default class, and a replay keeps it. */
+static const char *run_tenant_name(const sim_run *r, unsigned trace_tenant)
+{
+    int k = r->tenant_map[trace_tenant];
+    const sched_tenant_cfg *c = k >= 0 ? sched_policy_tenant(r->opt.policy, k) : NULL;
+    return c ? c->name : r->trace->tenants[trace_tenant];
+}
+
+static const char *run_class_name(const sim_run *r, unsigned trace_class)
+{
+    int k = r->class_map[trace_class];
+    const sched_class_cfg *c = k >= 0 ? sched_policy_class(r->opt.policy, k) : NULL;
+    return c ? c->name : r->trace->classes[trace_class];
+}
+
 int sim_report_request_log(FILE *f, const sim_run *r)
 {
     const sim_trace *t = r->trace;
@@ -753,7 +776,7 @@ int sim_report_request_log(FILE *f, const sim_run *r)
         }
         fprintf(f, "{\"req\":%zu,\"arrival_us\":%lld,\"tenant\":\"%s\",\"class\":\"%s\",\"prompt_tokens\":%u,"
                    "\"max_tokens\":%u,\"output_tokens\":%u,\"deadline_us\":",
-                (size_t)order[k], (long long)q->arrival_us, t->tenants[q->tenant], t->classes[q->klass],
+                (size_t)order[k], (long long)q->arrival_us, run_tenant_name(r, q->tenant), run_class_name(r, q->klass),
                 q->prompt_tokens, q->max_tokens, x->generated);
         if (q->deadline_us != SIM_NO_TIME) fprintf(f, "%lld", (long long)q->deadline_us); else fputs("null", f);
         fputs(",\"cancel_us\":", f);

@@ -26,8 +26,9 @@ void sim_service_default(sim_service *s)
     s->per_prefill_token_us = 29;
     s->per_decode_seq_us = 30;
     s->per_context_token_us = 0.027;
-    s->r2 = s->median_rel_err = s->max_rel_err = NAN;
+    s->r2 = s->median_rel_err = s->max_rel_err = s->file_median_rel_err = NAN;
     s->builtin = true;
+    snprintf(s->fit, sizeof s->fit, "builtin");
     s->kv_block_size = 16;
     s->kv_blocks_device = 53500;
     s->kv_blocks_host = 122000;
@@ -55,7 +56,7 @@ double sim_service_capacity_rps(const sim_service *s, double prompt, double outp
     /* per request: its prefill, plus its share of decode steps at the given batch size
      * (context averaged over the decode: prompt + output/2) */
     double prefill = s->per_prefill_token_us * prompt;
-    double step = sim_service_step_us(s, 0, (uint64_t)batch, (uint64_t)(batch * (prompt + output / 2)));
+    double step = sim_service_step_us(s, 0, (uint64_t)batch, (uint64_t)(batch * (prompt + output / 2)), 0);
     double decode = output * step / batch;
     return 1e6 / (prefill + decode);
 }
@@ -86,21 +87,21 @@ static int u32(json_t *o, const char *key, bool required, uint32_t *out, const c
     return 0;
 }
 
-/* Solve the 4×4 normal equations (A^T A) x = A^T y by Gaussian elimination with pivoting. */
-static int solve4(double m[4][5], double x[4])
+/* Solve the k×k system m x = rhs (column k of m) by Gaussian elimination with pivoting. */
+static int solve(int k, double m[5][6], double x[5])
 {
-    for (int c = 0; c < 4; c++) {
+    for (int c = 0; c < k; c++) {
         int piv = c;
-        for (int r = c + 1; r < 4; r++) if (fabs(m[r][c]) > fabs(m[piv][c])) piv = r;
+        for (int r = c + 1; r < k; r++) if (fabs(m[r][c]) > fabs(m[piv][c])) piv = r;
         if (fabs(m[piv][c]) < 1e-300) return -1;
-        if (piv != c) for (int k = 0; k < 5; k++) { double t = m[c][k]; m[c][k] = m[piv][k]; m[piv][k] = t; }
-        for (int r = 0; r < 4; r++) {
+        if (piv != c) for (int j = 0; j <= k; j++) { double t = m[c][j]; m[c][j] = m[piv][j]; m[piv][j] = t; }
+        for (int r = 0; r < k; r++) {
             if (r == c) continue;
             double f = m[r][c] / m[c][c];
-            for (int k = c; k < 5; k++) m[r][k] -= f * m[c][k];
+            for (int j = c; j <= k; j++) m[r][j] -= f * m[c][j];
         }
     }
-    for (int c = 0; c < 4; c++) x[c] = m[c][4] / m[c][c];
+    for (int c = 0; c < k; c++) x[c] = m[c][k] / m[c][c];
     return 0;
 }
 
@@ -110,29 +111,98 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Grid row → the model's regressors. A row's `context` is per sequence, so the batch's summed
- * context is context × (decode sequences, or 1 for a prefill-only row). */
-static void regressors(double p, double d, double ctx, double a[4])
+/* Grid row → the model's regressors, as perf/calibrate builds its batches: D decode rows at
+ * context C (one per sequence) plus a prefill chunk of P rows — the first chunk of a new prompt
+ * (positions 0..P-1) when decoders are present, else the last chunk of a prompt of max(C, P)
+ * tokens. The batch's summed context is C × max(D, 1); the attention term sums the prefill
+ * rows' positions. */
+static void regressors(double p, double d, double ctx, double a[5])
 {
     a[0] = 1;
     a[1] = p;
     a[2] = d;
     a[3] = ctx * (d > 0 ? d : 1);
+    if (p <= 0) a[4] = 0;
+    else if (d > 0) a[4] = p * (p - 1) / 2;
+    else { double c = ctx > p ? ctx : p; a[4] = p * c - p * (p + 1) / 2; }
 }
 
-static int fit_grid(sim_service *s, json_t *grid, bool refit, const char *name)
+typedef struct fitq { double r2, median, max; } fitq;
+
+static void quality(const double *pts, size_t n, const double x[5], fitq *q)
 {
-    size_t n = json_array_size(grid);
-    double *pts = calloc(n ? n * 5 : 1, sizeof *pts);
-    double *rel = calloc(n ? n : 1, sizeof *rel);
-    if (!pts || !rel) { free(pts); free(rel); return -ENOMEM; }
+    double mean = 0, ss_tot = 0, ss_res = 0;
+    double *rel = malloc((n ? n : 1) * sizeof *rel);
+    for (size_t i = 0; i < n; i++) mean += pts[i * 4 + 3];
+    mean /= (double)(n ? n : 1);
+    q->max = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double *r = &pts[i * 4];
+        double a[5], pred = 0;
+        regressors(r[0], r[1], r[2], a);
+        for (int k = 0; k < 5; k++) pred += x[k] * a[k];
+        ss_res += (r[3] - pred) * (r[3] - pred);
+        ss_tot += (r[3] - mean) * (r[3] - mean);
+        double e = fabs(pred - r[3]) / r[3];
+        if (rel) rel[i] = e;
+        if (e > q->max) q->max = e;
+    }
+    q->r2 = ss_tot > 0 ? 1 - ss_res / ss_tot : (ss_res == 0 ? 1 : 0);
+    q->median = NAN;
+    if (rel && n) {
+        qsort(rel, n, sizeof *rel, cmp_double);
+        q->median = n % 2 ? rel[n / 2] : (rel[n / 2 - 1] + rel[n / 2]) / 2;
+    }
+    free(rel);
+}
+
+/* Least squares over the grid with k regressors, weighted by 1/step² so the fit minimises
+ * relative error: steps span three orders of magnitude, and an unweighted fit would let the
+ * slowest rows decide every coefficient. */
+static int refit(const double *pts, size_t n, int k, double x[5])
+{
+    double m[5][6] = {{0}};
+    for (size_t i = 0; i < n; i++) {
+        const double *r = &pts[i * 4];
+        double a[5], w = 1.0 / (r[3] * r[3]);
+        regressors(r[0], r[1], r[2], a);
+        for (int p = 0; p < k; p++) {
+            for (int c = 0; c < k; c++) m[p][c] += w * a[p] * a[c];
+            m[p][k] += w * a[p] * r[3];
+        }
+    }
+    for (int c = 0; c < 5; c++) x[c] = 0;
+    return solve(k, m, x);
+}
+
+static void set_model(sim_service *s, const double x[5], const fitq *q, const char *fit, bool refitted)
+{
+    s->base_us = x[0];
+    s->per_prefill_token_us = x[1];
+    s->per_decode_seq_us = x[2];
+    s->per_context_token_us = x[3];
+    s->per_prefill_pair_us = x[4];
+    s->r2 = q->r2;
+    s->median_rel_err = q->median;
+    s->max_rel_err = q->max;
+    s->refit = refitted;
+    snprintf(s->fit, sizeof s->fit, "%s", fit);
+}
+
+/* Read the grid, then pick the model: the file's (have_file), a linear refit, or a refit with
+ * the attention term, as `fit` asks (auto: the lowest median relative error on the grid). */
+static int fit_grid(sim_service *s, json_t *grid, bool have_file, int fit, const char *name)
+{
+    size_t n = grid ? json_array_size(grid) : 0;
+    double *pts = calloc(n ? n * 4 : 1, sizeof *pts);
+    if (!pts) return -ENOMEM;
     int rc = 0;
     for (size_t i = 0; i < n; i++) {
         json_t *row = json_array_get(grid, i);
         char where[300];
         snprintf(where, sizeof where, "%s: grid[%zu]", name, i);
         if (!json_is_object(row)) { rc = sim_err_set("%s is not an object", where); goto out; }
-        double *q = &pts[i * 5];
+        double *q = &pts[i * 4];
         if ((rc = num(row, "prefill_tokens", true, 0, &q[0], where)) ||
             (rc = num(row, "decode_seqs", true, 0, &q[1], where)) ||
             (rc = num(row, "context", true, 0, &q[2], where)) ||
@@ -141,48 +211,26 @@ static int fit_grid(sim_service *s, json_t *grid, bool refit, const char *name)
         if (q[3] <= 0) { rc = sim_err_set("%s: \"step_us\" must be > 0", where); goto out; }
     }
     s->grid_points = (unsigned)n;
-    if (refit) {
-        if (n < 4) { rc = sim_err_set("%s: no \"step_model\" and only %zu grid rows (need >= 4 to fit)", name, n); goto out; }
-        double m[4][5] = {{0}};
-        for (size_t i = 0; i < n; i++) {
-            double a[4], *q = &pts[i * 5];
-            regressors(q[0], q[1], q[2], a);
-            for (int r = 0; r < 4; r++) {
-                for (int c = 0; c < 4; c++) m[r][c] += a[r] * a[c];
-                m[r][4] += a[r] * q[3];
-            }
-        }
-        double x[4];
-        /* A grid that never varies one regressor leaves the system singular: say which. */
-        if (solve4(m, x) < 0) { rc = sim_err_set("%s: the grid does not vary prefill tokens, decode sequences and context independently; cannot fit", name); goto out; }
-        s->base_us = x[0];
-        s->per_prefill_token_us = x[1];
-        s->per_decode_seq_us = x[2];
-        s->per_context_token_us = x[3];
-        s->refit = true;
-    }
-    if (n) {
-        double mean = 0, ss_tot = 0, ss_res = 0;
-        for (size_t i = 0; i < n; i++) mean += pts[i * 5 + 3];
-        mean /= (double)n;
-        s->max_rel_err = 0;
-        for (size_t i = 0; i < n; i++) {
-            double *q = &pts[i * 5], a[4];
-            regressors(q[0], q[1], q[2], a);
-            double pred = s->base_us * a[0] + s->per_prefill_token_us * a[1] +
-                          s->per_decode_seq_us * a[2] + s->per_context_token_us * a[3];
-            ss_res += (q[3] - pred) * (q[3] - pred);
-            ss_tot += (q[3] - mean) * (q[3] - mean);
-            rel[i] = fabs(pred - q[3]) / q[3];
-            if (rel[i] > s->max_rel_err) s->max_rel_err = rel[i];
-        }
-        s->r2 = ss_tot > 0 ? 1 - ss_res / ss_tot : (ss_res == 0 ? 1 : 0);
-        qsort(rel, n, sizeof *rel, cmp_double);
-        s->median_rel_err = n % 2 ? rel[n / 2] : (rel[n / 2 - 1] + rel[n / 2]) / 2;
-    }
+    double xf[5] = {s->base_us, s->per_prefill_token_us, s->per_decode_seq_us, s->per_context_token_us, s->per_prefill_pair_us};
+    fitq qf = {NAN, NAN, NAN}, ql = {NAN, INFINITY, NAN}, qa = {NAN, INFINITY, NAN};
+    double xl[5], xa[5];
+    bool lin = n >= 4 && refit(pts, n, 4, xl) == 0, att = n >= 5 && refit(pts, n, 5, xa) == 0;
+    if (lin) quality(pts, n, xl, &ql);
+    if (att) quality(pts, n, xa, &qa);
+    if (have_file && n) quality(pts, n, xf, &qf);
+    s->file_median_rel_err = qf.median;
+    if (fit == SIM_FIT_LINEAR && !lin) { rc = sim_err_set("%s: cannot refit the linear model: need >= 4 grid rows varying prefill tokens, decode sequences and context independently", name); goto out; }
+    if (fit == SIM_FIT_ATTENTION && !att) { rc = sim_err_set("%s: cannot refit with the attention term: need >= 5 grid rows varying prefill tokens, decode sequences, context and prefill position independently", name); goto out; }
+    if (fit == SIM_FIT_LINEAR) set_model(s, xl, &ql, "linear-refit", true);
+    else if (fit == SIM_FIT_ATTENTION) set_model(s, xa, &qa, "attention-refit", true);
+    else if (have_file && (fit == SIM_FIT_FILE || (!(ql.median < qf.median) && !(qa.median < qf.median))))
+        set_model(s, xf, &qf, "file", false);
+    else if (fit == SIM_FIT_FILE && !lin) { rc = sim_err_set("%s: no \"step_model\" and the grid cannot be fitted (need >= 4 rows varying each term)", name); goto out; }
+    else if (att && qa.median < ql.median && fit != SIM_FIT_FILE) set_model(s, xa, &qa, "attention-refit", true);
+    else if (lin) set_model(s, xl, &ql, "linear-refit", true);
+    else { rc = sim_err_set("%s: no \"step_model\" and the grid cannot be fitted (need >= 4 rows varying each term)", name); goto out; }
 out:
     free(pts);
-    free(rel);
     return rc;
 }
 
@@ -200,7 +248,7 @@ static int link_parse(json_t *o, sim_link *l, const char *name)
     return 0;
 }
 
-int sim_service_parse(sim_service *s, const char *name, const char *text)
+int sim_service_parse(sim_service *s, const char *name, const char *text, int fit)
 {
     json_error_t jerr;
     json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
@@ -227,6 +275,7 @@ int sim_service_parse(sim_service *s, const char *name, const char *text)
     json_t *grid = json_object_get(root, "grid");
     if (grid && !json_is_array(grid)) { rc = sim_err_set("%s: \"grid\" is not an array", name); goto out; }
     json_t *sm = json_object_get(root, "step_model");
+    bool have_file = false;
     if (sm && !json_is_null(sm)) {
         if (!json_is_object(sm)) { rc = sim_err_set("%s: \"step_model\" is not an object", name); goto out; }
         char where[300];
@@ -237,12 +286,18 @@ int sim_service_parse(sim_service *s, const char *name, const char *text)
             (rc = num(sm, "per_decode_seq_us", true, -1e9, &s->per_decode_seq_us, where)) ||
             (rc = num(sm, "per_context_token_us", true, -1e9, &s->per_context_token_us, where)))
             goto out;
+        s->per_prefill_pair_us = 0;
+        if ((rc = num(sm, "per_prefill_pair_us", false, -1e9, &s->per_prefill_pair_us, where)) < 0) goto out;
+        rc = 0;
+        have_file = true;
+        snprintf(s->fit, sizeof s->fit, "file");
         s->r2 = s->median_rel_err = s->max_rel_err = NAN;
-        if (grid && (rc = fit_grid(s, grid, false, name))) goto out;
-    } else {
-        if (!grid) { rc = sim_err_set("%s: neither \"step_model\" nor \"grid\"", name); goto out; }
-        if ((rc = fit_grid(s, grid, true, name))) goto out;
+    } else if (!grid) {
+        rc = sim_err_set("%s: neither \"step_model\" nor \"grid\"", name);
+        goto out;
     }
+    if (grid && (rc = fit_grid(s, grid, have_file, fit, name))) goto out;
+    if (!grid && fit != SIM_FIT_AUTO && fit != SIM_FIT_FILE) { rc = sim_err_set("%s: no \"grid\" to refit from", name); goto out; }
     json_t *tr = json_object_get(root, "transfer");
     if (tr && !json_is_object(tr)) { rc = sim_err_set("%s: \"transfer\" is not an object", name); goto out; }
     if (tr) {
@@ -257,7 +312,7 @@ out:
     return rc;
 }
 
-int sim_service_load(sim_service *s, const char *path)
+int sim_service_load(sim_service *s, const char *path, int fit)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return sim_err_setc(-errno, "%s: %s", path, strerror(errno));
@@ -270,7 +325,7 @@ int sim_service_load(sim_service *s, const char *path)
     size_t got = fread(buf, 1, (size_t)len, f);
     fclose(f);
     buf[got] = 0;
-    int rc = sim_service_parse(s, path, buf);
+    int rc = sim_service_parse(s, path, buf, fit);
     free(buf);
     return rc;
 }

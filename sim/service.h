@@ -12,13 +12,26 @@ typedef struct sim_link {
 } sim_link;
 
 /* step_us = base_us + per_prefill_token_us * prefill_tokens + per_decode_seq_us * decode_seqs
- *         + per_context_token_us * (sum of context over the batch's sequences)      (FORMATS.md) */
+ *         + per_context_token_us * (sum of context over the batch's sequences)      (FORMATS.md)
+ *         + per_prefill_pair_us * (sum over prefill rows of their position)
+ * The last term is prefill attention (each prompt row attends to every row before it); the
+ * FORMATS.md linear model leaves it out (0), the simulator can refit it from the grid. */
+enum sim_fit {
+    SIM_FIT_AUTO = 0,     /* of the file's model and the two refits, the best on the grid */
+    SIM_FIT_FILE,         /* the file's step_model as written (refit linear if absent) */
+    SIM_FIT_LINEAR,       /* refit the four-term model from the grid */
+    SIM_FIT_ATTENTION,    /* refit with the prefill-attention term */
+};
+
 typedef struct sim_service {
     double   base_us, per_prefill_token_us, per_decode_seq_us, per_context_token_us;
+    double   per_prefill_pair_us;
     /* fit quality over the calibration grid (NAN when there was no grid) */
     double   r2, median_rel_err, max_rel_err;
     unsigned grid_points;
     bool     refit;                   /* the model was fitted here from the grid */
+    char     fit[32];                 /* "builtin", "file", "linear-refit", "attention-refit" */
+    double   file_median_rel_err;     /* the file's own model on the grid (NAN if none) */
     bool     builtin;                 /* the documented built-in default, not a measurement */
     uint32_t kv_block_size;           /* tokens per KV block */
     uint32_t kv_blocks_device, kv_blocks_host;
@@ -34,16 +47,17 @@ void sim_service_default(sim_service *s);
 /* Read a calibration JSON file (FORMATS.md). When "step_model" is absent the model is refit
  * from "grid"; either way fit quality over the grid is computed here. Returns 0 or -errno
  * (-EINVAL with the field named in sim_err()). */
-int  sim_service_load(sim_service *s, const char *path);
-int  sim_service_parse(sim_service *s, const char *name, const char *json_text);
+int  sim_service_load(sim_service *s, const char *path, int fit);
+int  sim_service_parse(sim_service *s, const char *name, const char *json_text, int fit);
 
 /* Step time in µs for one batch. */
 static inline double sim_service_step_us(const sim_service *s, uint64_t prefill_tokens,
-                                         uint64_t decode_seqs, uint64_t context_tokens)
+                                         uint64_t decode_seqs, uint64_t context_tokens,
+                                         double prefill_pairs)
 {
     return s->base_us + s->per_prefill_token_us * (double)prefill_tokens +
            s->per_decode_seq_us * (double)decode_seqs +
-           s->per_context_token_us * (double)context_tokens;
+           s->per_context_token_us * (double)context_tokens + s->per_prefill_pair_us * prefill_pairs;
 }
 
 /* Transfer time in µs for `tokens` of KV to a tier (tier 0 host, 1 disk), direction out/in. */

@@ -366,7 +366,7 @@ Test(sim_engine, small_kv_pool_preempts_by_mode_and_completes_transfers)
         "\"per_decode_seq_us\":30,\"per_context_token_us\":0.027},\"transfer\":{\"host\":"
         "{\"out_bytes_per_s\":5e10,\"in_bytes_per_s\":5e10,\"latency_us\":10}}}";
     sim_service svc;
-    cr_assert_eq(sim_service_parse(&svc, "small.json", cal), 0, "%s", sim_err());
+    cr_assert_eq(sim_service_parse(&svc, "small.json", cal, SIM_FIT_AUTO), 0, "%s", sim_err());
     sim_trace t;
     sim_scenario scn;
     const char *params[] = {"load=1.0", "duration=30", "output=200-800"};

@@ -345,7 +345,7 @@ Test(sim_service, refit_from_grid_and_quality)
             }
     snprintf(buf + o, sizeof buf - o, "],\"transfer\":{\"host\":{\"out_bytes_per_s\":1e9,\"in_bytes_per_s\":2e9,\"latency_us\":5}}}");
     sim_service s;
-    cr_assert_eq(sim_service_parse(&s, "cal.json", buf), 0, "%s", sim_err());
+    cr_assert_eq(sim_service_parse(&s, "cal.json", buf, SIM_FIT_AUTO), 0, "%s", sim_err());
     cr_expect(s.refit);
     cr_expect(fabs(s.base_us - 100) < 1e-6 && fabs(s.per_prefill_token_us - 2) < 1e-9 &&
               fabs(s.per_decode_seq_us - 10) < 1e-7 && fabs(s.per_context_token_us - 0.01) < 1e-9,
@@ -355,11 +355,43 @@ Test(sim_service, refit_from_grid_and_quality)
     /* 1 MB out at 1 GB/s + 5 µs */
     cr_expect(fabs(sim_service_transfer_us(&s, 0, true, 1024) - 1053.576) < 0.01, "%f", sim_service_transfer_us(&s, 0, true, 1024));
 
-    cr_expect_lt(sim_service_parse(&s, "cal.json", "{\"version\":1}"), 0);
+    cr_expect_lt(sim_service_parse(&s, "cal.json", "{\"version\":1}", SIM_FIT_AUTO), 0);
     cr_expect(strstr(sim_err(), "kv_block_size") != NULL, "%s", sim_err());
-    cr_expect_lt(sim_service_parse(&s, "cal.json", "{\"version\":2,\"kv_block_size\":16}"), 0);
-    cr_expect_lt(sim_service_parse(&s, "cal.json", "{\"version\":1,\"kv_block_size\":16,\"kv_blocks_device\":1,\"kv_bytes_per_token\":1,\"grid\":[{\"prefill_tokens\":1,\"decode_seqs\":1,\"context\":1,\"step_us\":\"x\"}]}"), 0);
+    cr_expect_lt(sim_service_parse(&s, "cal.json", "{\"version\":2,\"kv_block_size\":16}", SIM_FIT_AUTO), 0);
+    cr_expect_lt(sim_service_parse(&s, "cal.json", "{\"version\":1,\"kv_block_size\":16,\"kv_blocks_device\":1,\"kv_bytes_per_token\":1,\"grid\":[{\"prefill_tokens\":1,\"decode_seqs\":1,\"context\":1,\"step_us\":\"x\"}]}", SIM_FIT_AUTO), 0);
     cr_expect(strstr(sim_err(), "grid[0]") && strstr(sim_err(), "step_us"), "%s", sim_err());
+}
+
+Test(sim_service, auto_fit_picks_attention_term_when_prefill_is_quadratic)
+{
+    /* a grid whose prefill cost grows with position: 50 + 2 p + 10 d + 0.01 ctx + 0.05 pairs */
+    char buf[8192];
+    size_t o = (size_t)snprintf(buf, sizeof buf, "{\"version\":1,\"kv_block_size\":16,\"kv_blocks_device\":100,"
+                                "\"kv_bytes_per_token\":1024,\"step_model\":{\"base_us\":0,\"per_prefill_token_us\":30,"
+                                "\"per_decode_seq_us\":10,\"per_context_token_us\":0.01},\"grid\":[");
+    int first = 1;
+    for (int p = 0; p <= 256; p += 64)
+        for (int d = 0; d <= 8; d += 4)
+            for (int c = 64; c <= 448; c += 192) {
+                if (!p && !d) continue;
+                double pairs = p == 0 ? 0 : d > 0 ? p * (p - 1) / 2.0 : p * (double)(c > p ? c : p) - p * (p + 1) / 2.0;
+                double y = 50 + 2.0 * p + 10.0 * d + 0.01 * c * (d ? d : 1) + 0.05 * pairs;
+                o += (size_t)snprintf(buf + o, sizeof buf - o, "%s{\"prefill_tokens\":%d,\"decode_seqs\":%d,\"context\":%d,\"step_us\":%.6f}",
+                                      first ? "" : ",", p, d, c, y);
+                first = 0;
+            }
+    snprintf(buf + o, sizeof buf - o, "]}");
+    sim_service s;
+    cr_assert_eq(sim_service_parse(&s, "cal.json", buf, SIM_FIT_AUTO), 0, "%s", sim_err());
+    cr_expect_str_eq(s.fit, "attention-refit");
+    cr_expect(fabs(s.per_prefill_pair_us - 0.05) < 1e-6 && fabs(s.per_prefill_token_us - 2) < 1e-4,
+              "pairs %g prefill %g", s.per_prefill_pair_us, s.per_prefill_token_us);
+    cr_expect_lt(s.median_rel_err, 1e-6);
+    cr_expect_gt(s.file_median_rel_err, 0.1, "the file's linear model is worse: %g", s.file_median_rel_err);
+    cr_assert_eq(sim_service_parse(&s, "cal.json", buf, SIM_FIT_FILE), 0, "%s", sim_err());
+    cr_expect_str_eq(s.fit, "file");
+    cr_expect_float_eq(s.per_prefill_token_us, 30, 1e-12);
+    cr_expect_eq(s.per_prefill_pair_us, 0);
 }
 
 /* ---- statistics ------------------------------------------------------------------------------- */
