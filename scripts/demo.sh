@@ -162,9 +162,11 @@ for p in "${client_pids[@]}"; do wait "$p"; done
 client_pids=()
 
 say "bob's chat (ran at the same time):"
-cat "$work/bob.txt"; cat "$work/bob.err"
+if [ "$text_mode" = 1 ]; then cat "$work/bob.txt"; else tr '\n' ' ' <"$work/bob.txt"; echo; fi
+cat "$work/bob.err"
 say "bob's long prompt (~$(wc -w <<<"$long_prompt") words, class batch), its answer:"
-tail -c 400 "$work/long.txt"; cat "$work/long.err"
+if [ "$text_mode" = 1 ]; then tail -c 400 "$work/long.txt"; else tr '\n' ' ' <"$work/long.txt"; echo; fi
+cat "$work/long.err"
 say "per-tenant summary of the 40 replayed chats (ringlm replay):"
 cat "$work/replay.txt"
 
