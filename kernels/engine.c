@@ -19,6 +19,8 @@ struct eng {
     const eng_model *model;
     eng_options opt;
     void *plugin; /* dlopen handle of the CUDA plugin, NULL for CPU */
+    float *sample_logits; /* eng_execute_sample's logits when the caller passes none */
+    size_t sample_logits_rows;
 };
 
 /* ---- backend lookup ----------------------------------------------------------------- */
@@ -128,6 +130,7 @@ void eng_destroy(eng *e)
         e->ops->destroy(e->priv);
     if (e->plugin)
         dlclose(e->plugin);
+    free(e->sample_logits);
     free(e);
 }
 
@@ -307,15 +310,20 @@ int eng_execute_sample(eng *e, const eng_batch *b, const eng_sampling *s, uint64
     const int vocab = eng_model_cfg(e->model)->vocab_size;
     float *buf = logits;
     if (!buf && b->n_logits) {
-        buf = malloc((size_t)b->n_logits * (size_t)vocab * sizeof(float));
-        if (!buf)
-            return eng_seterr(-ENOMEM, "out of memory for %d logits rows", b->n_logits);
+        /* kept across calls: a step's logits are megabytes, too big to map afresh each time */
+        if (e->sample_logits_rows < (size_t)b->n_logits) {
+            free(e->sample_logits);
+            e->sample_logits_rows = 0;
+            e->sample_logits = malloc((size_t)b->n_logits * (size_t)vocab * sizeof(float));
+            if (!e->sample_logits)
+                return eng_seterr(-ENOMEM, "out of memory for %d logits rows", b->n_logits);
+            e->sample_logits_rows = (size_t)b->n_logits;
+        }
+        buf = e->sample_logits;
     }
     err = e->ops->execute(e->priv, b, buf);
     for (int i = 0; !err && i < b->n_logits; i++)
         out_tokens[i] = eng_sample(buf + (size_t)i * (size_t)vocab, vocab, &s[i], &rng[i]);
-    if (buf != logits)
-        free(buf);
     return err;
 }
 

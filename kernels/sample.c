@@ -7,6 +7,7 @@
 #include "kernels/engine.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 uint64_t eng_rng_init(uint64_t seed)
@@ -72,6 +73,32 @@ static void heap_sift_down(cand *h, int n, int i)
     }
 }
 
+/* Per-thread candidate buffer, kept between calls: a vocabulary's worth is above malloc's
+ * mmap threshold, and a fresh mapping per sampled token costs page faults every step. */
+typedef struct cand_buf {
+    size_t n;
+    cand c[];
+} cand_buf;
+
+static pthread_key_t cand_key;
+static pthread_once_t cand_once = PTHREAD_ONCE_INIT;
+
+static void cand_key_init(void) { pthread_key_create(&cand_key, free); }
+
+static cand *cand_scratch(int vocab)
+{
+    pthread_once(&cand_once, cand_key_init);
+    cand_buf *b = pthread_getspecific(cand_key);
+    if (b && b->n >= (size_t)vocab)
+        return b->c;
+    free(b);
+    b = malloc(sizeof *b + (size_t)vocab * sizeof(cand));
+    if (b)
+        b->n = (size_t)vocab;
+    pthread_setspecific(cand_key, b);
+    return b ? b->c : NULL;
+}
+
 int32_t eng_sample(const float *logits, int vocab, const eng_sampling *s, uint64_t *rng)
 {
     if (vocab <= 0)
@@ -81,7 +108,7 @@ int32_t eng_sample(const float *logits, int vocab, const eng_sampling *s, uint64
     /* Always draw once per sampled token, so a request's stream of draws does not depend on
      * which truncation path was taken. */
     float coin = rng_uniform(rng);
-    cand *c = malloc((size_t)vocab * sizeof *c);
+    cand *c = cand_scratch(vocab);
     if (!c)
         return argmax(logits, vocab); /* out of memory: the most likely token beats failing */
     float max = logits[argmax(logits, vocab)];
@@ -145,6 +172,5 @@ int32_t eng_sample(const float *logits, int vocab, const eng_sampling *s, uint64
             break;
         }
     }
-    free(c);
     return pick;
 }

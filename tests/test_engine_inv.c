@@ -434,3 +434,35 @@ Test(engine_inv, create_errors_are_clear)
     eng_destroy(e);
     eng_model_free(m);
 }
+
+/* eng_execute_sample = eng_execute + eng_sample per logits row, with or without a logits
+ * buffer from the caller (the daemon passes none). */
+Test(engine_inv, execute_sample_matches_execute_then_sample)
+{
+    eng_model *m = load("synthetic:gqa-test:2");
+    const eng_model_config *c = eng_model_cfg(m);
+    const int V = c->vocab_size;
+    eng *e1 = ts_engine(m, 16, 16, 2), *e2 = ts_engine(m, 16, 16, 2);
+    int32_t tokens[6] = {1, 7, 9, 1, 44, 45}, pos[6] = {0, 1, 2, 0, 1, 2};
+    int32_t qs[3] = {0, 3, 6}, lens[2] = {3, 3}, table[4] = {0, 1, 2, 3}, rows[2] = {2, 5};
+    int64_t slots[6] = {0, 1, 2, 32, 33, 34};
+    eng_batch b = {.n_tokens = 6, .tokens = tokens, .positions = pos, .slot_mapping = slots,
+                   .n_seqs = 2, .query_start = qs, .seq_len = lens, .block_table = table,
+                   .block_table_stride = 2, .n_logits = 2, .logits_rows = rows};
+    float *lg = malloc((size_t)2 * V * sizeof(float));
+    cr_assert_eq(eng_execute(e1, &b, lg), 0, "%s", eng_errmsg());
+    eng_sampling samp[2] = {{.temperature = 0}, {.temperature = 0.9f, .top_k = 20, .seed = 5}};
+    uint64_t rng_a[2] = {eng_rng_init(1), eng_rng_init(5)}, rng_b[2] = {rng_a[0], rng_a[1]};
+    int32_t want[2], got[2];
+    for (int i = 0; i < 2; i++)
+        want[i] = eng_sample(lg + (size_t)i * V, V, &samp[i], &rng_a[i]);
+    cr_assert_eq(eng_execute_sample(e2, &b, samp, rng_b, got, NULL), 0, "%s", eng_errmsg());
+    cr_assert_eq(got[0], want[0], "greedy row: %d vs %d", got[0], want[0]);
+    cr_assert_eq(got[1], want[1], "sampled row: %d vs %d", got[1], want[1]);
+    cr_assert_eq(rng_a[1], rng_b[1], "the rng advanced the same way");
+    cr_assert_eq(got[0], ts_argmax(lg, V));
+    free(lg);
+    eng_destroy(e1);
+    eng_destroy(e2);
+    eng_model_free(m);
+}
