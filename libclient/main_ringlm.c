@@ -1254,7 +1254,7 @@ static int cmd_replay(int argc, char **argv)
         free(out);
         json_decref(root);
     } else {
-        printf("replayed %zu requests from %s with %d clients in %.1f s (rate x%g, lengths x%g): "
+        printf("replayed %zu requests from %s with %d clients in %.2f s (rate x%g, lengths x%g): "
                "%.1f output tokens/s\n",
                t.n, argv[optind], ro.clients, dur_s, lo.rate, lo.length_scale,
                dur_s > 0 ? (double)ts[nt].tokens / dur_s : 0.0);

@@ -384,6 +384,32 @@ Test(tools_cli, replay_native_trace_with_cancels)
     unlink(path);
 }
 
+/* Mooncake JSONL (timestamp in ms, input_length, output_length, hash_ids). */
+Test(tools_cli, replay_mooncake_jsonl_against_echo)
+{
+    need_programs();
+    if (!daemon_supports("--echo")) cr_skip_test("ringlmd has no --echo service");
+    char path[] = "/tmp/ringlm-tt-mc-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    for (int i = 0; i < 16; i++)
+        fprintf(f, "{\"timestamp\": %d, \"input_length\": %d, \"output_length\": %d, \"hash_ids\": [%d, %d]}\n",
+                i * 7, 50 + 10 * i, 5 + i, i, i + 1);
+    fclose(f);
+    const char *args[] = {"--echo", NULL};
+    start_daemon(args);
+    const char *extra[] = {"--clients", "2", "--window", "0:0.05", "--tenants", "m", NULL};
+    json_t *j = replay_json(path, extra);
+    /* the window keeps arrivals in [0, 50) ms: timestamps 0, 7, ..., 49 → 8 requests */
+    check_sane(j, 8, "m");
+    json_t *m = json_object_get(json_object_get(j, "tenants"), "m");
+    /* output lengths 5..12 → the echo daemon sends exactly that many tokens */
+    cr_assert_eq(json_integer_value(json_object_get(m, "output_tokens")), 5 + 6 + 7 + 8 + 9 + 10 + 11 + 12);
+    json_decref(j);
+    unlink(path);
+}
+
 /* ---- the model daemon's metrics and logs -------------------------------------------- */
 
 static char *scrape(int port, int *status)
