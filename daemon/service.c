@@ -146,7 +146,9 @@ struct svc {
     uint8_t *busy_dev, *busy_slot[KVT_NTIERS]; /* --verify-swaps: blocks in flight */
     uint64_t n_overlap_errors;
     bool trace_xfer;
-    bool mx_dirty;            /* metrics changed since the last forced publish */          /* RINGLMD_TRACE_XFER: one stderr line per transfer */
+    bool mx_dirty;
+    int max_series_seen;
+    uint64_t series_q_last_us;            /* metrics changed since the last forced publish */          /* RINGLMD_TRACE_XFER: one stderr line per transfer */
 
     /* drain */
     bool draining, drain_cancelled;
@@ -676,8 +678,35 @@ static void write_stats(svc *s)
     else unlink(tmp);
 }
 
+/* Per (tenant, class) queue depth, recounted from the live requests a few times a second
+ * (a walk over the live set; not worth keeping incrementally). */
+#define SVC_MAX_SERIES 512
+static void update_series_queues(svc *s)
+{
+    static uint32_t waiting[SVC_MAX_SERIES], running[SVC_MAX_SERIES];
+    int max_series = -1;
+    memset(waiting, 0, sizeof waiting);
+    memset(running, 0, sizeof running);
+    for (size_t b = 0; b < SVC_HASH_BUCKETS; b++)
+        for (svc_req *r = s->hash[b]; r; r = r->h_next) {
+            if (r->ended || r->series < 0 || r->series >= SVC_MAX_SERIES) continue;
+            sched_req_info ri;
+            if (sched_get_request(s->sched, r->id, &ri) < 0) continue;
+            if (ri.state == SCHED_REQ_WAITING) waiting[r->series]++;
+            else running[r->series]++;
+            if (r->series > max_series) max_series = r->series;
+        }
+    if (max_series > s->max_series_seen) s->max_series_seen = max_series;
+    for (int i = 0; i <= s->max_series_seen && i < SVC_MAX_SERIES; i++)
+        metrics_set_series_queue(s->mx, i, waiting[i], running[i]);
+}
+
 static void update_gauges(svc *s, uint64_t iter_us, uint32_t batch_tokens)
 {
+    if (s->now_us - s->series_q_last_us >= 100000 || s->now_us < s->series_q_last_us) {
+        update_series_queues(s);
+        s->series_q_last_us = s->now_us;
+    }
     sched_counts c;
     memset(&c, 0, sizeof c);
     sched_get_counts(s->sched, &c);
@@ -1009,6 +1038,7 @@ static int iterate(void *ctx, uint64_t now_us)
      * iteration publishes the final state at once (the loop may sleep for long after). */
     if (busy || s->stats_dirty) s->mx_dirty = true;
     if (!busy && s->mx_dirty) {
+        update_series_queues(s);
         metrics_publish(s->mx, s->now_us, 1);
         s->mx_dirty = false;
     }
@@ -1088,6 +1118,7 @@ int svc_create(const svc_config *cfg, svc **out)
     if (!s) return seterr(-ENOMEM, "out of memory");
     s->cfg = *cfg;
     s->trace_xfer = getenv("RINGLMD_TRACE_XFER") != NULL;
+    s->max_series_seen = -1;
     if (!s->cfg.backpressure_timeout_ms) s->cfg.backpressure_timeout_ms = 5000;
     if (!s->cfg.backpressure_buffer_tokens) s->cfg.backpressure_buffer_tokens = 4096;
     if (!s->cfg.drain_grace_ms) s->cfg.drain_grace_ms = 10000;

@@ -220,3 +220,42 @@ Test(daemon_kvtier, real_engine_pool_roundtrip)
     eng_model_free(m);
     free(l0); free(l1); free(orig);
 }
+
+/* A block size O_DIRECT cannot take (not 4096-aligned): the disk tier falls back to
+ * buffered I/O, says so, and still moves bytes exactly. */
+Test(daemon_kvtier, disk_tier_falls_back_without_o_direct)
+{
+    struct io_uring ring;
+    cr_assert_eq(io_uring_queue_init(8, &ring, 0), 0);
+    enum { BB = 4000 };
+    static char pool[4 * BB] __attribute__((aligned(4096)));
+    for (size_t i = 0; i < sizeof pool; i++) pool[i] = (char)(i * 7);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/ringlm-kvtier-%d", (int)getpid());
+    kvtier_config c = {.block_bytes = BB, .pool_blocks = 4, .pool_base = pool, .disk_path = path,
+                       .disk_blocks = 4, .numa_node = -1, .ring = &ring, .ud_tag = TAG};
+    kvtier *t;
+    cr_assert_eq(kvtier_create(&c, &t), 0, "%s", kvtier_errmsg());
+    cr_log_info("%s", kvtier_describe(t));
+    cr_assert(strstr(kvtier_describe(t), "buffered") != NULL, "expected the buffered fallback: %s",
+              kvtier_describe(t));
+    int32_t b[2] = {1, 3}, s2[2];
+    cr_assert_eq(kvtier_alloc(t, KVT_DISK, 2, s2), 0);
+    done_rec d = {0};
+    cr_assert_eq(kvtier_submit(t, KVT_OUT, KVT_DISK, b, s2, 2, 5, on_done, &d), 0);
+    wait_done(&ring, t, &d, 1);
+    cr_assert_eq(d.res, 0);
+    memset(pool, 0, sizeof pool);
+    int32_t nb[2] = {0, 2};
+    cr_assert_eq(kvtier_submit(t, KVT_IN, KVT_DISK, nb, s2, 2, 6, on_done, &d), 0);
+    wait_done(&ring, t, &d, 2);
+    cr_assert_eq(d.res, 0);
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < BB; k++)
+            cr_assert_eq(pool[(size_t)nb[i] * BB + k], (char)(((size_t)b[i] * BB + k) * 7),
+                         "block %d byte %d", b[i], k);
+    kvtier_free(t, KVT_DISK, s2, 2);
+    kvtier_destroy(t);
+    io_uring_queue_exit(&ring);
+    unlink(path);
+}
