@@ -258,7 +258,8 @@ typedef enum sched_event_kind {
                              not every step) */
     SCHED_EV_SCHEDULE,    /* got device KV and work: blocks, wait_us; reason "start"|"resume" */
     SCHED_EV_PREEMPT,     /* mode, blocks, swap_cost_us, recompute_cost_us, reason
-                             ("blocks"|"quota") */
+                             ("blocks"|"quota"); mode "none" when neither way could meet its
+                             deadline and a timeout event follows instead */
     SCHED_EV_SWAP_OUT,    /* transfer planned: xfer, blocks, bytes, pool (destination) */
     SCHED_EV_SWAP_IN,     /* transfer planned: xfer, blocks, bytes, pool (source) */
     SCHED_EV_RECOMPUTE,   /* re-prefill starts: tokens (context to recompute) */
