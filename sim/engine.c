@@ -236,8 +236,10 @@ static int deliver(eng *e, int64_t now)
         if (ta <= tr) {
             uint32_t req = (uint32_t)e->next_arrival++;
             const sim_req *q = &e->t->reqs[req];
-            if (q->cancel_us != SIM_NO_TIME && q->cancel_us <= q->arrival_us) continue;
             if ((rc = submit(e, req, 1, ta)) < 0) return rc;
+            /* a client that gave up at (or before) its own arrival: its cancel was delivered
+             * before it existed, so deliver it now — counted, not dropped */
+            if (q->cancel_us != SIM_NO_TIME && q->cancel_us <= ta) cancel_req(e, req, ta);
         } else {
             tev x = theap_pop(&e->retries);
             if (x.c) continue;   /* dropped by a cancel */
