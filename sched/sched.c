@@ -45,6 +45,7 @@ typedef struct req {
     uint16_t tenant, cls;
     uint32_t prompt_len, max_new, generated, computed;
     uint32_t preemptions;
+    uint32_t charged_upto;      /* prompt positions already charged to the tenant */
     uint64_t arrival_us, deadline_us, first_token_us, blocked_since, resumed_at;
     uint64_t xfer;              /* transfer in flight */
     int32_t  q_pos, t_pos, bp_pos, run_pos;
@@ -871,10 +872,15 @@ static void add_entry(sched *s, uint32_t slot, uint32_t n, bool prefill)
     if (prefill) {
         s->plan.n_prefill++;
         s->plan.prefill_tokens += n;
-        /* prompt work is charged when it is scheduled: fair share follows the compute given */
+        /* prompt work is charged when it is scheduled: fair share follows the compute given.
+         * Re-prefill after a recompute preemption is not charged again: the tenant did not
+         * choose to lose that work. */
+        uint32_t end = r->computed + n;
+        uint32_t fresh = end > r->charged_upto ? end - (r->computed > r->charged_upto ? r->computed : r->charged_upto) : 0;
+        if (end > r->charged_upto) r->charged_upto = end;
         double w = s->ten[r->tenant]->weight;
-        s->ts[r->tenant].vt += (double)n / w;
-        if (s->ten[r->tenant]->token_rate_per_s > 0) s->ts[r->tenant].bucket -= n;
+        s->ts[r->tenant].vt += (double)fresh / w;
+        if (s->ten[r->tenant]->token_rate_per_s > 0) s->ts[r->tenant].bucket -= fresh;
     } else {
         s->plan.n_decode++;
         s->plan.decode_tokens += n;

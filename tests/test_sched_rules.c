@@ -766,3 +766,44 @@ Test(sched_rules, tpot_target_caps_prefill_while_class_decodes)
     cr_assert_gt(max_free, 300, "once chat is done the full budget returns (%u)", max_free);
     rm(h);
 }
+
+Test(sched_rules, kv_residency_is_charged_to_the_tenant)
+{
+    /* tenant l holds long contexts for long; tenant s short ones.  Charging block-seconds
+     * must move compute from l to s. */
+    double share[2];
+    for (int k = 0; k < 2; k++) {
+        char pol[256];
+        snprintf(pol, sizeof pol, "[scheduler]\ntoken_budget = 256\nprefill_chunk = 128\n"
+                 "kv_charge_per_block_s = %s\n[tenant l]\n[tenant s]\n", k ? "200" : "0");
+        harness *h = mk(pol, NULL);
+        int l = sched_policy_tenant_index(h->p, "l"), sh = sched_policy_tenant_index(h->p, "s");
+        for (int i = 0; i < 400; i++) {
+            h_add(h, 0, l, 0, 1500, 200);
+            for (int j = 0; j < 8; j++) h_add(h, 0, sh, 0, 100, 20);
+        }
+        h_run(h, 3000000);
+        uint64_t a, b;
+        served(h, l, &a);
+        served(h, sh, &b);
+        share[k] = (double)b / (double)(a + b);
+        rm(h);
+    }
+    cr_assert_gt(share[1], share[0] + 0.05, "short-context tenant share %.2f with residency charge vs %.2f without",
+                 share[1], share[0]);
+}
+
+Test(sched_rules, max_active_sequences_is_respected)
+{
+    harness *h = mk("[scheduler]\nmax_active_seqs = 3\n", NULL);
+    for (int i = 0; i < 20; i++) h_add(h, 0, 0, 0, 50, 30);
+    while (h->now < 5000000 && !h->r[20].ended) {
+        h_iterate(h);
+        sched_counts c;
+        sched_get_counts(h->s, &c);
+        cr_assert_leq(c.running + c.in_transit, 3, "%u running", c.running);
+    }
+    cr_assert_geq(count_ev(h, "\"defer\"", "\"max_active\""), 1);
+    for (int i = 1; i <= 20; i++) cr_assert_eq(h->r[i].end_kind, SCHED_EV_FINISH);
+    rm(h);
+}
