@@ -101,6 +101,8 @@ static int serve_model(svc_config *sc, dloop_config *cfg, const char *socket_pat
 		return 2;
 	}
 	sc->numa = numa_spec;
+	/* Checking a config must not allocate the KV pools of the daemon it guards. */
+	sc->identity_only = check_config || want_version;
 	svc *s;
 	int r = svc_create(sc, &s);
 	if (r < 0) {
@@ -234,14 +236,16 @@ int main(int argc, char **argv)
 			sc.threads = (int)v;
 			break;
 		case O_KVB:
-			if (parse_uint("--kv-blocks", optarg, 1u << 24, &v) || !v) {
+			if (parse_uint("--kv-blocks", optarg, 1u << 24, &v)) return 2;
+			if (!v) {
 				fprintf(stderr, "ringlmd: --kv-blocks must be >= 1\n");
 				return 2;
 			}
 			sc.kv_blocks = (int)v;
 			break;
 		case O_KVBS:
-			if (parse_uint("--kv-block-size", optarg, 4096, &v) || !v) {
+			if (parse_uint("--kv-block-size", optarg, 4096, &v)) return 2;
+			if (!v) {
 				fprintf(stderr, "ringlmd: --kv-block-size must be in [1, 4096]\n");
 				return 2;
 			}

@@ -773,7 +773,11 @@ static void on_request(void *ctx, dsess *ds, const struct ringlm_wire_request *h
     svc *s = ctx;
     s->now_us = dloop_now_us(s->loop);
     svc_sess *ss = dsess_user(ds);
-    if (!ss) return;
+    if (!ss) {
+        /* Every request gets its FINISH, even one that slipped past a refused session. */
+        dsess_push_finish(ds, hdr->req_id, RINGLM_WIRE_R_REJECTED, RINGLM_WIRE_R_INTERNAL, 0);
+        return;
+    }
     svc_req *r = calloc(1, sizeof *r);
     if (!r) {
         dsess_push_finish(ds, hdr->req_id, RINGLM_WIRE_R_REJECTED, RINGLM_WIRE_R_INTERNAL, 0);
@@ -1152,6 +1156,11 @@ int svc_create(const svc_config *cfg, svc **out)
     if (rc < 0) { rc = seterr(rc, "model %s: %s", cfg->model, eng_errmsg()); goto fail; }
     s->mcfg = eng_model_cfg(s->model);
 
+    if (cfg->identity_only) {
+        *out = s;
+        return 0;
+    }
+
     s->numa_node = rnuma_resolve(cfg->numa ? cfg->numa : "auto");
     if (s->numa_node < -1) { rc = seterr(s->numa_node, "--numa-node: %s", rnuma_errmsg()); goto fail; }
 
@@ -1244,6 +1253,7 @@ int svc_run(svc *s, const dloop_config *lc)
         .on_connect = on_connect, .on_request = on_request, .on_cancel = on_cancel,
         .on_close = on_close, .iterate = iterate, .on_cqe = on_cqe, .on_signal = on_signal,
     };
+    if (!s->engine) return seterr(-EINVAL, "service created with identity_only cannot run");
     dloop_config c = *lc;
     if (c.numa_node < 0) c.numa_node = s->numa_node;
     int rc = dloop_create(&c, &ops, s, &s->loop);

@@ -1361,3 +1361,64 @@ Test(daemon_e2e, metrics_endpoint_tracks_pools_and_requests)
     cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
     dmn_cleanup(&d);
 }
+
+/* --check-config prints the canonical policy and its hash (non-zero exit with the line for a
+ * bad one); --version names the model and policy hashes; the running daemon serves that
+ * very hash to its clients. */
+Test(daemon_e2e, check_config_version_and_policy_identity)
+{
+    need_daemon_binary();
+    char dir[] = "/tmp/ringlmd-cc-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char good[128], bad[128], cmd[1024], line[512];
+    snprintf(good, sizeof good, "%s/good.policy", dir);
+    snprintf(bad, sizeof bad, "%s/bad.policy", dir);
+    FILE *f = fopen(good, "w");
+    fputs("# comment\n[scheduler]\ntoken_budget = 128   # spelt differently below\nprefill_chunk = 64\n", f);
+    fclose(f);
+    f = fopen(bad, "w");
+    fputs("[scheduler]\ntoken_budget = 128\nno_such_knob = 1\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s/ringlmd --model synthetic:stories260K:1 --policy %s --check-config 2>&1",
+             bin_dir(), good);
+    FILE *p = popen(cmd, "r");
+    char hash[64] = "";
+    while (fgets(line, sizeof line, p)) sscanf(line, "# policy hash %63s", hash);
+    cr_expect_eq(pclose(p), 0, "--check-config of a good policy failed");
+    cr_assert_eq(strlen(hash), 16, "no '# policy hash' line (got \"%s\")", hash);
+    snprintf(cmd, sizeof cmd, "%s/ringlmd --model synthetic:stories260K:1 --policy %s --check-config 2>&1",
+             bin_dir(), bad);
+    p = popen(cmd, "r");
+    bool named = false;
+    while (fgets(line, sizeof line, p)) if (strstr(line, "line 3") && strstr(line, "no_such_knob")) named = true;
+    cr_expect_neq(pclose(p), 0, "--check-config accepted an unknown key");
+    cr_expect(named, "the error does not name line 3 and the key");
+    snprintf(cmd, sizeof cmd, "%s/ringlmd --model synthetic:stories260K:1 --policy %s --version 2>&1",
+             bin_dir(), good);
+    p = popen(cmd, "r");
+    bool has_hash = false, has_model = false;
+    while (fgets(line, sizeof line, p)) {
+        if (strstr(line, "policy") && strstr(line, hash)) has_hash = true;
+        if (strstr(line, "model synthetic:stories260K:1 ")) has_model = true;
+    }
+    cr_expect_eq(pclose(p), 0);
+    cr_expect(has_hash && has_model, "--version lacks the model or the policy hash");
+    /* The daemon serves the same hash. */
+    f = fopen(good, "r");
+    char text[512];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    dmn d;
+    dmn_start(&d, "synthetic:stories260K:1", text, NULL);
+    ringlm_client *c;
+    cr_assert_eq(ringlm_connect(d.sock, &c), 0);
+    char served[32];
+    snprintf(served, sizeof served, "%016llx", (unsigned long long)ringlm_policy_hash(c));
+    ringlm_close(c);
+    cr_expect_str_eq(served, hash, "session policy hash %s, --check-config said %s", served, hash);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    dmn_cleanup(&d);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) { /* best effort */ }
+}
