@@ -983,8 +983,12 @@ Test(daemon_e2e, bad_requests_rejected_with_reasons)
     need_daemon_binary();
     char model[512];
     if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    /* This uid is tenant alice; nobody is trusted, so a tenant tag changes nothing. */
+    char policy[256];
+    snprintf(policy, sizeof policy, "[scheduler]\ndefault_tenant = other\n[tenant alice]\nuids = %u\n"
+             "[tenant other]\n[tenant mallory]\n", (unsigned)getuid());
     dmn d;
-    dmn_start(&d, model, NULL, NULL);
+    dmn_start(&d, model, policy, NULL);
     bad_job b = {d.sock};
     cr_expect_eq(reap(spawn(client_bad_inputs, &b), 30000), 0, "see the client's stderr above");
     assert_back_to_baseline(&d, 5000);
@@ -992,6 +996,8 @@ Test(daemon_e2e, bad_requests_rejected_with_reasons)
     /* every bad case reaches the daemon and is rejected there */
     cr_expect_geq(count_lines(d.declog, "\"ev\":\"reject\""), 6, "rejects missing from the decision log");
     cr_expect_geq(count_lines(d.reqlog, "\"finish_reason\":\"rejected\""), 6, "rejects missing from the request log");
+    cr_expect_eq(count_lines(d.reqlog, "\"tenant\":\"mallory\""), 0, "an untrusted uid's tenant tag was honoured");
+    cr_expect_eq(count_lines(d.reqlog, "\"tenant\":\"alice\""), 7, "requests not attributed to the uid's tenant");
     dmn_cleanup(&d);
 }
 
