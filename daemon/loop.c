@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -77,6 +78,19 @@ struct dloop {
 };
 
 static __thread char errmsg[256];
+
+/* Threads that exist before dloop_create (library constructors: OpenBLAS, CUDA) do not
+ * block SIGTERM/SIGINT/SIGHUP, so the kernel may deliver them there.  This handler sends
+ * the signal on to the loop thread, where it is blocked and therefore reaches the
+ * signalfd. */
+static pthread_t sig_target;
+
+static void forward_signal(int signo)
+{
+	int saved = errno;
+	pthread_kill(sig_target, signo);
+	errno = saved;
+}
 
 __attribute__((format(printf, 2, 3)))
 static int set_err(int err, const char *fmt, ...)
@@ -267,8 +281,14 @@ static void end_pending(dloop *l)
 		cancel_op(s, DSESS_OP_DOORBELL);
 		/* shutdown() makes the client see EOF now, even while a cancelled recv still
 		 * holds a file reference. */
-		if (s->sock >= 0)
+		if (s->sock >= 0) {
+			/* Unread data at close would make the client's read of our last
+			 * message fail with ECONNRESET. */
+			char junk[256];
+			while (recv(s->sock, junk, sizeof(junk), MSG_DONTWAIT) > 0)
+				;
 			shutdown(s->sock, SHUT_RDWR);
+		}
 		dsess_segments_destroy(s);
 		if (s->pidfd >= 0) {
 			close(s->pidfd);
@@ -363,23 +383,6 @@ static void on_accept(dloop *l, int fd)
 	s->uid = cred.uid;
 	s->gid = cred.gid;
 	s->pid = cred.pid;
-	if (l->draining) {
-		refuse(s, -ESHUTDOWN, "the daemon is draining");
-		return;
-	}
-	if (l->nsessions > l->cfg.max_sessions) {
-		char d[96];
-		snprintf(d, sizeof(d), "session limit %d reached", l->cfg.max_sessions);
-		refuse(s, -EUSERS, d);
-		return;
-	}
-	if (count_uid(l, s->uid) > l->cfg.max_sessions_per_uid) {
-		char d[96];
-		snprintf(d, sizeof(d), "limit of %d sessions for uid %u reached",
-			 l->cfg.max_sessions_per_uid, (unsigned)s->uid);
-		refuse(s, -EUSERS, d);
-		return;
-	}
 	if (arm_op(s, DSESS_OP_RECV) < 0)
 		dsess_end(s, "io_uring submission queue unavailable");
 }
@@ -408,6 +411,25 @@ static void on_hello(dloop *l, dsess *s, int len)
 	if (len != (int)sizeof(h) || h.flags || h.reserved) {
 		snprintf(d, sizeof(d), "handshake of %d bytes with flags 0x%x", len, h.flags);
 		refuse(s, -EPROTO, d);
+		return;
+	}
+	/* Limits are checked once the hello is read: closing a socket with unread data
+	 * would turn our answer into ECONNRESET on the client's side. */
+	if (l->draining) {
+		refuse(s, -ESHUTDOWN, "the daemon is draining");
+		return;
+	}
+	if (l->nsessions > l->cfg.max_sessions) {
+		char d[96];
+		snprintf(d, sizeof(d), "session limit %d reached", l->cfg.max_sessions);
+		refuse(s, -EUSERS, d);
+		return;
+	}
+	if (count_uid(l, s->uid) > l->cfg.max_sessions_per_uid) {
+		char d[96];
+		snprintf(d, sizeof(d), "limit of %d sessions for uid %u reached",
+			 l->cfg.max_sessions_per_uid, (unsigned)s->uid);
+		refuse(s, -EUSERS, d);
 		return;
 	}
 	if (l->cfg.force_eventfd || !l->use_futex) {
@@ -814,6 +836,12 @@ int dloop_create(const dloop_config *cfg, const dsvc_ops *ops, void *ctx, dloop 
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	sig_target = pthread_self();
+	struct sigaction sa = { .sa_handler = forward_signal, .sa_flags = SA_RESTART };
+	sigfillset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
 	l->sig_fd = signalfd(-1, &set, SFD_CLOEXEC);
 	if (l->sig_fd < 0) {
 		r = set_err(-errno, "signalfd: %s", strerror(errno));

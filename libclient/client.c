@@ -64,6 +64,7 @@ struct ringlm_client {
 	/* producer side (submit/cancel) */
 	struct ring_rec_prod sub;
 	uint64_t next_id;
+	uint64_t prod_live_check_ns;      /* last socket check on the submit side */
 
 	/* consumer side (next_event) */
 	struct ring_ev_cons ev;
@@ -378,17 +379,41 @@ static int session_end_error(ringlm_client *c, int check_socket)
 		char reason[sizeof(c->dseg->end_reason)];
 		memcpy(reason, (const char *)c->dseg->end_reason, sizeof(reason));
 		reason[sizeof(reason) - 1] = 0;
-		c->gone = -ECONNRESET;
 		snprintf(c->gone_detail, sizeof(c->gone_detail), "the daemon ended the session: %s",
 			 reason);
+		__atomic_store_n(&c->gone, -ECONNRESET, __ATOMIC_RELEASE);
 	} else if (check_socket && daemon_gone(c)) {
-		c->gone = -EPIPE;
 		snprintf(c->gone_detail, sizeof(c->gone_detail),
 			 "the daemon closed the connection (it exited or was killed)");
+		__atomic_store_n(&c->gone, -EPIPE, __ATOMIC_RELEASE);
 	} else {
 		return 0;
 	}
 	return set_err(c->gone, "%s", c->gone_detail);
+}
+
+/* The submit side keeps no sticky state of its own (it may run in another thread than
+ * next_event): the status word says CLOSED, or the socket says EOF (checked at most
+ * once per SLEEP_SLICE_NS, so a full ring polled in a loop costs few syscalls). */
+static int closed_error(ringlm_client *c)
+{
+	char reason[sizeof(c->dseg->end_reason)];
+	memcpy(reason, (const char *)c->dseg->end_reason, sizeof(reason));
+	reason[sizeof(reason) - 1] = 0;
+	return set_err(-ECONNRESET, "the daemon ended the session: %s", reason);
+}
+
+static int submit_side_gone(ringlm_client *c)
+{
+	if (ring_load32(&c->dseg->state) == RINGLM_WIRE_ST_CLOSED)
+		return closed_error(c);
+	uint64_t now = ring_now_ns();
+	if (c->prod_live_check_ns && now - c->prod_live_check_ns < (uint64_t)SLEEP_SLICE_NS)
+		return 0;
+	c->prod_live_check_ns = now;
+	if (daemon_gone(c))
+		return set_err(-EPIPE, "the daemon closed the connection (it exited or was killed)");
+	return 0;
 }
 
 static void ring_daemon(ringlm_client *c)
@@ -408,10 +433,13 @@ static int put_record(ringlm_client *c, uint32_t len, const struct ringlm_wire_r
 		      const void *body, size_t body_len, const int32_t *prompt, uint32_t n_prompt)
 {
 	uint64_t pos;
-	int r = session_end_error(c, 0);
-	if (r < 0)
-		return r;
+	int r;
 	uint32_t st = ring_load32(&c->dseg->state);
+	if (st == RINGLM_WIRE_ST_CLOSED)
+		return closed_error(c);
+	/* What next_event already learned (it may run in another thread: atomic read). */
+	if (__atomic_load_n(&c->gone, __ATOMIC_ACQUIRE) == -EPIPE)
+		return set_err(-EPIPE, "the daemon closed the connection (it exited or was killed)");
 	if (st == RINGLM_WIRE_ST_DRAINING && h->type == RINGLM_WIRE_REC_REQUEST)
 		return set_err(-ESHUTDOWN, "the daemon is draining: no new requests");
 	r = ring_rec_reserve(&c->sub, len, &pos);
@@ -421,7 +449,7 @@ static int put_record(ringlm_client *c, uint32_t len, const struct ringlm_wire_r
 	if (r == -EBADMSG)
 		return set_err(-EPROTO, "the daemon's submit-ring consumer index is impossible");
 	if (r == -EAGAIN) {
-		r = session_end_error(c, 1);
+		r = submit_side_gone(c);
 		if (r < 0)
 			return r;
 		return set_err(-EAGAIN, "submit ring full (%llu bytes); read events and retry",
