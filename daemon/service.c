@@ -141,14 +141,13 @@ struct svc {
     uint64_t *b_rng;
     svc_req **b_req;         /* per sampling row */
     sched_result *results;
-    int32_t *xfer_a, *xfer_b;
     uint64_t *slot_sum[KVT_NTIERS]; /* --verify-swaps: checksum per tier slot */
     uint8_t *busy_dev, *busy_slot[KVT_NTIERS]; /* --verify-swaps: blocks in flight */
     uint64_t n_overlap_errors;
-    bool trace_xfer;
-    bool mx_dirty;
+    bool trace_xfer;          /* RINGLMD_TRACE_XFER: one stderr line per transfer */
+    bool mx_dirty;            /* metrics changed since the last forced publish */
     int max_series_seen;
-    uint64_t series_q_last_us;            /* metrics changed since the last forced publish */          /* RINGLMD_TRACE_XFER: one stderr line per transfer */
+    uint64_t series_q_last_us;
 
     /* drain */
     bool draining, drain_cancelled;
@@ -159,7 +158,6 @@ struct svc {
     uint64_t stats_last_us;
     uint64_t n_iterations, n_rejects, n_finished, n_swap_verify_errors, n_swap_verified;
     uint64_t n_engine_errors;
-    uint64_t last_step_us;
     uint64_t now_us;
 };
 
@@ -1345,6 +1343,6 @@ void svc_destroy(svc *s)
     free(s->pending);
     free(s->b_tokens); free(s->b_pos); free(s->b_slots); free(s->b_qs); free(s->b_seqlen);
     free(s->b_bt); free(s->b_rows); free(s->b_out); free(s->b_samp); free(s->b_rng);
-    free(s->b_req); free(s->results); free(s->xfer_a); free(s->xfer_b);
+    free(s->b_req); free(s->results);
     free(s);
 }
