@@ -88,6 +88,15 @@ static void wake_writer(declog *d)
     futex(&d->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL);
 }
 
+/* The producer's wake: one syscall per writer sleep, however many lines arrive before the
+ * writer actually runs (taking the flag makes the next caller see it awake). */
+static void wake_if_sleeping(declog *d)
+{
+    if (atomic_load_explicit(&d->writer_sleeping, memory_order_relaxed) &&
+        atomic_exchange_explicit(&d->writer_sleeping, 0, memory_order_acq_rel))
+        wake_writer(d);
+}
+
 /* Producer side (the loop). Never blocks; a full ring drops the line and counts it. */
 static int ring_put(declog *d, logring *r, const char *line, size_t len)
 {
@@ -106,7 +115,7 @@ static int ring_put(declog *d, logring *r, const char *line, size_t len)
             atomic_store_explicit(&r->dropped,
                                   atomic_load_explicit(&r->dropped, memory_order_relaxed) + 1,
                                   memory_order_relaxed);
-            if (atomic_load_explicit(&d->writer_sleeping, memory_order_relaxed)) wake_writer(d);
+            wake_if_sleeping(d);
             return -ENOBUFS;
         }
     }
@@ -122,7 +131,7 @@ static int ring_put(declog *d, logring *r, const char *line, size_t len)
      * otherwise its periodic wake picks the lines up. */
     if (prod + need - r->cons_cache > cap / 4) {
         atomic_thread_fence(memory_order_seq_cst);
-        if (atomic_load_explicit(&d->writer_sleeping, memory_order_relaxed)) wake_writer(d);
+        wake_if_sleeping(d);
     }
     return 0;
 }

@@ -467,19 +467,25 @@ void metrics_publish(metrics *m, uint64_t now_us, int force)
 
 /* ---- rendering ---------------------------------------------------------------------- */
 
-/* Label values: backslash, double quote and newline are escaped (exposition format). */
+/* Label values: backslash, double quote and newline are escaped (exposition format). The
+ * renderer holds the stream's lock for the whole scrape (flockfile), so the unlocked stdio
+ * calls below are safe and a scrape costs a few ms less. */
 static void put_label(FILE *f, const char *name, const char *v, bool comma)
 {
-    if (comma) fputc(',', f);
-    fputs(name, f);
-    fputs("=\"", f);
-    for (const char *p = v; *p; p++) {
-        if (*p == '\\') fputs("\\\\", f);
-        else if (*p == '"') fputs("\\\"", f);
-        else if (*p == '\n') fputs("\\n", f);
-        else fputc(*p, f);
+    if (comma) putc_unlocked(',', f);
+    fputs_unlocked(name, f);
+    fputs_unlocked("=\"", f);
+    if (!strpbrk(v, "\\\"\n")) {
+        fputs_unlocked(v, f);
+    } else {
+        for (const char *p = v; *p; p++) {
+            if (*p == '\\') fputs_unlocked("\\\\", f);
+            else if (*p == '"') fputs_unlocked("\\\"", f);
+            else if (*p == '\n') fputs_unlocked("\\n", f);
+            else putc_unlocked(*p, f);
+        }
     }
-    fputc('"', f);
+    putc_unlocked('"', f);
 }
 
 static void head(FILE *f, const char *name, const char *type, const char *help)
@@ -487,8 +493,41 @@ static void head(FILE *f, const char *name, const char *type, const char *help)
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* `tenant="…",class="…"` of every series, rendered once per scrape (a histogram repeats it
+ * on 21 lines). */
+typedef struct tc_cache {
+    char *text[MAX_SERIES];
+} tc_cache;
+
+static void tc_cache_build(tc_cache *c, const snap *s)
+{
+    for (int i = 0; i < s->n_series; i++) {
+        char *buf = NULL;
+        size_t n = 0;
+        FILE *f = open_memstream(&buf, &n);
+        c->text[i] = NULL;
+        if (!f) continue;
+        put_label(f, "tenant", s->tenants[s->series[i].tenant], false);
+        put_label(f, "class", s->classes[s->series[i].cls], true);
+        fclose(f);
+        c->text[i] = buf;
+    }
+}
+
+static void tc_cache_free(tc_cache *c, const snap *s)
+{
+    for (int i = 0; i < s->n_series; i++) free(c->text[i]);
+}
+
+static __thread const tc_cache *cur_tc; /* the cache of the scrape in progress */
+
 static void tc_labels(FILE *f, const snap *s, const series_stats *x)
 {
+    int i = (int)(x - s->series);
+    if (cur_tc && cur_tc->text[i]) {
+        fputs_unlocked(cur_tc->text[i], f);
+        return;
+    }
     put_label(f, "tenant", s->tenants[x->tenant], false);
     put_label(f, "class", s->classes[x->cls], true);
 }
@@ -496,6 +535,16 @@ static void tc_labels(FILE *f, const snap *s, const series_stats *x)
 static void put_seconds(FILE *f, uint64_t us)
 {
     fprintf(f, "%.6f", (double)us / 1e6);
+}
+
+/* `,le="0.0005"} ` … `,le="+Inf"} `, formatted once. */
+static char lat_le[N_LAT + 1][32];
+static pthread_once_t lat_le_once = PTHREAD_ONCE_INIT;
+static void lat_le_init(void)
+{
+    for (unsigned b = 0; b < N_LAT; b++)
+        snprintf(lat_le[b], sizeof lat_le[b], ",le=\"%g\"} ", (double)lat_bounds_us[b] / 1e6);
+    snprintf(lat_le[N_LAT], sizeof lat_le[N_LAT], ",le=\"+Inf\"} ");
 }
 
 static void render_lat_hist(FILE *f, const snap *s, int h, const char *name, const char *help)
@@ -507,11 +556,11 @@ static void render_lat_hist(FILE *f, const snap *s, int h, const char *name, con
         uint64_t cum = 0;
         for (unsigned b = 0; b <= N_LAT; b++) {
             cum += hh->bucket[b];
-            fprintf(f, "%s_bucket{", name);
+            fputs_unlocked(name, f);
+            fputs_unlocked("_bucket{", f);
             tc_labels(f, s, x);
-            if (b < N_LAT) fprintf(f, ",le=\"%g\"} %llu\n", (double)lat_bounds_us[b] / 1e6,
-                                   (unsigned long long)cum);
-            else fprintf(f, ",le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+            fputs_unlocked(lat_le[b], f);
+            fprintf(f, "%llu\n", (unsigned long long)cum);
         }
         fprintf(f, "%s_sum{", name);
         tc_labels(f, s, x);
@@ -700,7 +749,15 @@ int metrics_render(metrics *m, char **out, size_t *len)
         pthread_mutex_unlock(&m->read_mu);
         return seterr(-ENOMEM, "metrics: open_memstream failed");
     }
+    pthread_once(&lat_le_once, lat_le_init);
+    tc_cache cache;
+    tc_cache_build(&cache, s);
+    cur_tc = &cache;
+    flockfile(f);
     render(f, s);
+    funlockfile(f);
+    cur_tc = NULL;
+    tc_cache_free(&cache, s);
     int bad = ferror(f);
     fclose(f);
     pthread_mutex_unlock(&m->read_mu);
