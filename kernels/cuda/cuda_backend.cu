@@ -738,7 +738,8 @@ static int run_batch(cu *c, const eng_batch *b, const eng_sampling *s, uint64_t 
                     eng_errmsg());
             c->graphs_on = false;
             bi = -1;
-            /* the padded metadata is harmless for the eager path below: restage */
+            /* restage for the eager path once the queued uploads have read the buffer */
+            CU_CHECK(cudaStreamSynchronize(c->st));
             TRY(stage_batch(c, b, &n_tiles, &z, &decode));
         }
     }

@@ -388,6 +388,8 @@ static __global__ void __launch_bounds__(CK_ATT_THREADS) attention_kernel(attn_a
         for (int c = 0; c < NC; c++)
             acc[pp][c] = 0.0f;
     }
+    /* pairs of this warp: warp, warp + WARPS, ... below npairs */
+    const int my_np = npairs > warp ? (npairs - warp + CK_ATT_WARPS - 1) / CK_ATT_WARPS : 0;
     const int32_t *bt = a.m.block_table + (size_t)seq * g.bt_stride;
     const size_t k_off = ((size_t)a.layer * 2 * g.n_kv_heads + kvh) * g.block_size * (size_t)hs;
     const size_t v_delta = (size_t)g.n_kv_heads * g.block_size * hs;
@@ -411,38 +413,57 @@ static __global__ void __launch_bounds__(CK_ATT_THREADS) attention_kernel(attn_a
             vs[j * hs + d + 1] = vv.y;
         }
         __syncthreads();
+        /* Scores of all this warp's pairs in one sweep over d: lane = key, so each K value
+         * read from shared memory serves every pair (q reads are broadcasts). */
+        float sc[ATT_PPW];
+#pragma unroll
+        for (int pp = 0; pp < ATT_PPW; pp++)
+            sc[pp] = 0.0f;
+        {
+            const float *kr = ks + lane * (hs + 1);
+            for (int d = 0; d < hs; d++) {
+                const float kd = kr[d];
+#pragma unroll
+                for (int pp = 0; pp < ATT_PPW; pp++)
+                    if (pp < my_np) /* uniform across the warp */
+                        sc[pp] += qs[(warp + pp * CK_ATT_WARPS) * hs + d] * kd;
+            }
+        }
+        /* Online softmax update per pair; pj = this lane's key weight (0 when masked). */
+        float pj[ATT_PPW];
 #pragma unroll
         for (int pp = 0; pp < ATT_PPW; pp++) {
-            const int p = warp + pp * CK_ATT_WARPS;
-            if (p < npairs) { /* uniform across the warp */
-                const int kp = kt + lane;
-                const bool valid = lane < nk && kp <= rpos[pp];
-                float s = -INFINITY;
-                if (valid) {
-                    const float *qp = qs + p * hs, *kr = ks + lane * (hs + 1);
-                    float dot = 0.0f;
-                    for (int d = 0; d < hs; d++)
-                        dot += qp[d] * kr[d];
-                    s = dot / a.sqrt_hs;
-                }
+            pj[pp] = 0.0f;
+            if (pp < my_np) {
+                const bool valid = lane < nk && kt + lane <= rpos[pp];
+                const float s = valid ? sc[pp] / a.sqrt_hs : -INFINITY;
                 const float mnew = fmaxf(m[pp], warp_max(s));
                 if (mnew != -INFINITY) { /* uniform: a warp-wide max */
                     const float alpha = expf(m[pp] - mnew); /* 0 when m was -inf */
-                    const float pj = valid ? expf(s - mnew) : 0.0f;
-                    l[pp] = l[pp] * alpha + warp_sum(pj);
+                    pj[pp] = valid ? expf(s - mnew) : 0.0f;
+                    l[pp] = l[pp] * alpha + warp_sum(pj[pp]);
 #pragma unroll
                     for (int c = 0; c < NC; c++)
                         acc[pp][c] *= alpha;
-                    for (int j = 0; j < nk; j++) {
-                        const float pv = __shfl_sync(FULL_MASK, pj, j);
-#pragma unroll
-                        for (int c = 0; c < NC; c++) {
-                            const int d = lane + 32 * c;
-                            if (d < hs)
-                                acc[pp][c] += pv * vs[j * hs + d];
-                        }
-                    }
                     m[pp] = mnew;
+                }
+            }
+        }
+        /* acc += sum_j p_j v_j: each V value read once for all pairs. */
+        for (int j = 0; j < nk; j++) {
+            float v[NC];
+#pragma unroll
+            for (int c = 0; c < NC; c++) {
+                const int d = lane + 32 * c;
+                v[c] = d < hs ? vs[j * hs + d] : 0.0f;
+            }
+#pragma unroll
+            for (int pp = 0; pp < ATT_PPW; pp++) {
+                if (pp < my_np) {
+                    const float pv = __shfl_sync(FULL_MASK, pj[pp], j);
+#pragma unroll
+                    for (int c = 0; c < NC; c++)
+                        acc[pp][c] += pv * v[c];
                 }
             }
         }
@@ -764,7 +785,13 @@ cudaError_t ck_sample_sorted(cudaStream_t st, void *tmp, size_t tmp_bytes,
 {
     if (n_rows <= 0)
         return cudaSuccess;
-    cudaError_t err = cub::DeviceSegmentedSort::StableSortPairsDescending(
+    size_t need = 0;
+    cudaError_t err = ck_sort_bytes(vocab, n_rows, offsets, &need);
+    if (err != cudaSuccess)
+        return err;
+    if (need > tmp_bytes)
+        return cudaErrorInvalidValue; /* scratch was sized for logits_cap rows */
+    err = cub::DeviceSegmentedSort::StableSortPairsDescending(
         tmp, tmp_bytes, probs, probs_sorted, ids, ids_sorted, (int64_t)vocab * n_rows,
         (int64_t)n_rows, offsets, offsets + 1, st);
     if (err != cudaSuccess)
