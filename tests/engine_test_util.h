@@ -15,9 +15,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifndef TS_MAX_TOKENS
 #define TS_MAX_TOKENS 1024
+#endif
+#ifndef TS_MAX_BLOCKS
 #define TS_MAX_BLOCKS 128
+#endif
+#ifndef TS_MAX_SEQS
 #define TS_MAX_SEQS 16
+#endif
 
 typedef struct tseq {
     int32_t tokens[TS_MAX_TOKENS]; /* prompt, then generated */
@@ -75,6 +81,7 @@ static inline int ts_step(eng *e, const eng_model_config *c, tseq **seqs, const 
         lrows[TS_MAX_SEQS], table[TS_MAX_SEQS * TS_MAX_BLOCKS];
     static int64_t slots[1024];
     int bs = eng_kv_block_size(e), T = 0;
+    cr_assert_leq(n_seqs, TS_MAX_SEQS);
     for (int i = 0; i < n_seqs; i++) {
         tseq *s = seqs[i];
         qs[i] = T;
