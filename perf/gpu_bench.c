@@ -338,6 +338,9 @@ static void throughput(probes *p, int quick)
     const eng_model_config *c = eng_model_cfg(m);
     const int ctx0 = 512, max_seqs = 256, steps = quick ? 8 : 24, warm = 3;
     tp t = {0};
+    int memfd = -1;
+    void *mfd_map = MAP_FAILED;
+    size_t mfd_len = 0;
     t.cfg = c;
     t.p = p;
     t.bs = 16;
@@ -462,8 +465,7 @@ static void throughput(probes *p, int quick)
         const size_t bb = eng_kv_block_bytes(t.e);
         void *pinned = NULL;
         int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        int memfd = memfd_create("gpu_bench_kv", MFD_CLOEXEC);
-        void *mfd_map = MAP_FAILED;
+        memfd = memfd_create("gpu_bench_kv", MFD_CLOEXEC);
         if (memfd >= 0 && ftruncate(memfd, (off_t)(nb * bb)) == 0)
             mfd_map = mmap(NULL, nb * bb, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
         double sb_h2d = 0, sb_d2h = 0;
@@ -522,15 +524,16 @@ static void throughput(probes *p, int quick)
                      100.0 * a / sb_h2d, 100.0 * b / sb_d2h);
             }
         }
-        if (mfd_map != MAP_FAILED)
-            munmap(mfd_map, nb * bb);
-        if (memfd >= 0)
-            close(memfd);
+        mfd_len = nb * bb;
         if (efd >= 0)
             close(efd);
     }
 out:
-    eng_destroy(t.e);
+    eng_destroy(t.e); /* unregisters the memfd mapping: unmap only after */
+    if (mfd_map != MAP_FAILED)
+        munmap(mfd_map, mfd_len);
+    if (memfd >= 0)
+        close(memfd);
     free(t.tokens);
     free(t.positions);
     free(t.slots);

@@ -558,9 +558,10 @@ static inline void gp_check_swap(eng *e, const eng_model *m, int kind, gp_result
 fail_exec:
     gp_set(r, name, 0, 0, "error %d: %s", err, eng_errmsg());
 out:
-    if (kind && host)
-        munmap(host, total);
-    else
+    /* A memfd mapping stays mapped: the backend registered it with the driver for the
+     * engine's lifetime (as the daemon's host tier is), and an address range reused by a
+     * later mapping must not look registered. It is small (a few blocks). */
+    if (!kind)
         free(host);
     if (memfd >= 0)
         close(memfd);
