@@ -369,9 +369,9 @@ static double prefill_us(const sched *s, uint64_t n)
     double chunk = s->cfg.mode == SCHED_MODE_TOKEN_BUDGET ? s->cfg.prefill_chunk : (double)n;
     if (chunk < 1) chunk = 1;
     double steps = ceil((double)n / chunk);
-    /* chunk j (1-based) runs with a context of about j × chunk tokens */
-    double ctx = chunk * steps * (steps + 1) / 2;
-    if (ctx > (double)n * (steps + 1)) ctx = (double)n * (steps + 1) / 2 * 2;
+    /* chunk j (1-based) ends at context j × chunk, the last one at n: the step model charges
+     * each step for the context of the sequences in it */
+    double ctx = steps > 0 ? chunk * (steps - 1) * steps / 2 + (double)n : 0;
     double us = c->prefill_us_per_token * (double)n + c->context_us_per_token * ctx;
     return us * s->corr;
 }

@@ -394,6 +394,41 @@ Test(sim_service, auto_fit_picks_attention_term_when_prefill_is_quadratic)
     cr_expect_eq(s.per_prefill_pair_us, 0);
 }
 
+/* ---- hostile input: never a crash, always an explained error or a clean parse ------------- */
+
+Test(sim_trace, garbage_never_crashes)
+{
+    unsigned long long x = 88172645463325252ull;
+    char buf[4096];
+    static const char *seeds[] = {
+        "TIMESTAMP,ContextTokens,GeneratedTokens\r\n2023-11-16 18:15:46.6805900,374,44\r\n",
+        "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n",
+        "{\"req\":1,\"arrival_us\":5,\"prompt_tokens\":4,\"output_tokens\":1}\n",
+    };
+    for (int round = 0; round < 3000; round++) {
+        const char *seed = seeds[round % 3];
+        size_t n = strlen(seed);
+        memcpy(buf, seed, n);
+        /* flip, insert and truncate bytes of a valid line */
+        int edits = 1 + round % 7;
+        for (int k = 0; k < edits; k++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            size_t at = (size_t)(x % (n ? n : 1));
+            buf[at] = (char)(x >> 24);
+        }
+        if (round % 5 == 0) n = (size_t)((x >> 32) % (n + 1));
+        sim_trace t;
+        sim_trace_init(&t, "g");
+        int rc = sim_trace_parse(&t, "g", buf, n, round % 4 == 3 ? SIM_FMT_AZURE : SIM_FMT_AUTO, round % 2);
+        if (rc < 0) cr_expect(strlen(sim_err()) > 0, "an error without a reason");
+        for (size_t i = 0; i < t.n; i++) cr_expect(t.reqs[i].prompt_tokens > 0 && t.reqs[i].output_tokens > 0);
+        sim_trace_free(&t);
+        sim_service svc;
+        buf[n < sizeof buf ? n : sizeof buf - 1] = 0;
+        (void)sim_service_parse(&svc, "g", buf, SIM_FIT_AUTO);
+    }
+}
+
 /* ---- statistics ------------------------------------------------------------------------------- */
 
 Test(sim_stats, percentiles_jain_fair_share)

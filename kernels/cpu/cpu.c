@@ -354,6 +354,24 @@ static inline float *kv_at(const cpu *c, int block, int layer, int which, int of
  * targets baseline x86-64.
  */
 typedef float v8f __attribute__((vector_size(32), aligned(4))); /* unaligned loads allowed */
+typedef int v8i __attribute__((vector_size(32)));
+
+/* [a0+a1, a2+a3, b0+b1, b2+b3, a4+a5, a6+a7, b4+b5, b6+b7] */
+static inline __attribute__((always_inline)) v8f hadd(v8f a, v8f b)
+{
+    const v8i even = {0, 2, 8, 10, 4, 6, 12, 14}, odd = {1, 3, 9, 11, 5, 7, 13, 15};
+    return __builtin_shuffle(a, b, even) + __builtin_shuffle(a, b, odd);
+}
+
+/* The horizontal sums of eight vectors, as one vector: lane m = sum of all lanes of am. */
+static inline __attribute__((always_inline)) v8f hadd_tree8(v8f a0, v8f a1, v8f a2, v8f a3,
+                                                            v8f a4, v8f a5, v8f a6, v8f a7)
+{
+    v8f lo = hadd(hadd(a0, a1), hadd(a2, a3)); /* [0,1,2,3 | 0,1,2,3] halves */
+    v8f hi = hadd(hadd(a4, a5), hadd(a6, a7));
+    const v8i first = {0, 1, 2, 3, 8, 9, 10, 11}, second = {4, 5, 6, 7, 12, 13, 14, 15};
+    return __builtin_shuffle(lo, hi, first) + __builtin_shuffle(lo, hi, second);
+}
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 static void attend_head(const cpu *c, const float *q, const int32_t *table, int kvh, int n_pos,
@@ -366,7 +384,32 @@ static void attend_head(const cpu *c, const float *q, const int32_t *table, int 
     for (int t0 = 0; t0 < n_pos; t0 += bs) {
         const float *k = kv_at(c, table[t0 / bs], c->layer, 0, 0) + (size_t)kvh * hs;
         int n = n_pos - t0 < bs ? n_pos - t0 : bs;
-        for (int i = 0; i < n; i++, k += kv_dim) {
+        int i = 0;
+        if (hs8 == hs) {
+            /* 8 positions at a time; their 8 partial-sum vectors are reduced together by a
+             * pairwise-add tree (as _mm256_hadd_ps), far cheaper than 8 separate reductions */
+            for (; i + 8 <= n; i += 8, k += 8 * (size_t)kv_dim) {
+                v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
+                for (int j = 0; j < hs; j += 8) {
+                    const v8f qv = *(const v8f *)(q + j);
+                    a0 += qv * *(const v8f *)(k + j);
+                    a1 += qv * *(const v8f *)(k + kv_dim + j);
+                    a2 += qv * *(const v8f *)(k + 2 * (size_t)kv_dim + j);
+                    a3 += qv * *(const v8f *)(k + 3 * (size_t)kv_dim + j);
+                    a4 += qv * *(const v8f *)(k + 4 * (size_t)kv_dim + j);
+                    a5 += qv * *(const v8f *)(k + 5 * (size_t)kv_dim + j);
+                    a6 += qv * *(const v8f *)(k + 6 * (size_t)kv_dim + j);
+                    a7 += qv * *(const v8f *)(k + 7 * (size_t)kv_dim + j);
+                }
+                v8f sc = hadd_tree8(a0, a1, a2, a3, a4, a5, a6, a7) / scale;
+                for (int m = 0; m < 8; m++) {
+                    scores[t0 + i + m] = sc[m];
+                    if (sc[m] > max)
+                        max = sc[m];
+                }
+            }
+        }
+        for (; i < n; i++, k += kv_dim) {
             v8f acc = {0};
             int j = 0;
             for (; j < hs8; j += 8)
