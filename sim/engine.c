@@ -24,6 +24,7 @@ void sim_options_defaults(sim_options *o)
     o->sample_us = 1000000;
     o->idle_poll_us = 1000;
     o->stall_stop_us = 600LL * 1000000;
+    o->step_scale = 1;
     o->seed = 1;
 }
 
@@ -468,7 +469,7 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
                 double n = en->n_tokens;
                 pairs += n * en->start_pos + n * (n - 1) / 2;   /* each row attends to those before it */
             }
-        double step = sim_service_step_us(svc, prefill, p->n_decode, p->context_tokens, pairs);
+        double step = sim_service_step_us(svc, prefill, p->n_decode, p->context_tokens, pairs) * o->step_scale;
         int64_t dur = (int64_t)ceil(step);
         if (dur < 1) dur = 1;
         int64_t end = now + dur;

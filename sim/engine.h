@@ -24,6 +24,7 @@ typedef struct sim_options {
     int64_t             sample_us;       /* time-series interval */
     int64_t             idle_poll_us;    /* re-step interval while work waits but nothing runs */
     int64_t             stall_stop_us;   /* stop when live work made no progress this long */
+    double              step_scale;      /* what-if: every step takes this times the model (1) */
     FILE               *decision_log;    /* JSON lines of sched events, or NULL */
     uint64_t            seed;
 } sim_options;
