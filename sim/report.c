@@ -665,6 +665,19 @@ void sim_report_compare(FILE *f, const sim_run *const *runs, const sim_summary *
     ROW("longest step ms", ".1f", s->max_step_ms);
     ROW("sim s / wall s", "s", ({ static char b[64]; snprintf(b, sizeof b, "%.0f / %.2f", s->sim_s, s->wall_s); b; }));
     ROW("verdict", "s", s->verdict < 0 ? "-" : s->verdict ? "PASS" : "FAIL");
+    /* per tenant: the first run's tenants (every run replays the same trace) */
+    for (size_t k = 0; k < sums[0]->n_tenants && k < 16; k++) {
+        if (!sums[0]->tenants[k].requests) continue;
+        char label[64];
+        snprintf(label, sizeof label, "%.12s ttft99 ms / share", sums[0]->tenants[k].name);
+        ROW(label, "s", ({ static char b[64]; snprintf(b, sizeof b, "%.0f / %.1f%%", s->tenants[k].ttft.p99, 100 * s->tenants[k].token_share); b; }));
+    }
+    for (size_t k = 0; k < sums[0]->n_classes && k < 16; k++) {
+        if (!sums[0]->classes[k].requests) continue;
+        char label[64];
+        snprintf(label, sizeof label, "%.12s ttft99 / starve ms", sums[0]->classes[k].name);
+        ROW(label, "s", ({ static char b[64]; snprintf(b, sizeof b, "%.0f / %.0f", s->classes[k].ttft.p99, s->classes[k].longest_starvation_ms); b; }));
+    }
 #undef ROW
     for (size_t i = 0; i < n; i++)
         if (sums[i]->verdict >= 0) fprintf(f, "  %s: %s\n", runs[i]->policy_name, sums[i]->verdict_text);
@@ -705,7 +718,8 @@ int sim_report_csv(const char *dir, const char *tag, const sim_run *r)
     }
     if (fclose(f)) return sim_err_setc(-EIO, "%s: write error", path);
     if ((rc = open_in(dir, "requests", tag, "csv", &f, path, sizeof path))) return rc;
-    fprintf(f, "req,src_id,attempts,tenant,class,arrival_s,prompt_tokens,output_tokens,outcome,reason,queue_wait_ms,ttft_ms,e2e_ms,generated,preempt_swap,preempt_recompute,max_starvation_ms\n");
+    fprintf(f, "req,src_id,attempts,tenant,class,arrival_s,prompt_tokens,output_tokens,outcome,reason,queue_wait_ms,ttft_ms,e2e_ms,generated,preempt_swap,preempt_recompute,max_starvation_ms%s\n",
+            t->has_real ? ",real_ttft_ms,real_e2e_ms" : "");
     static const char *out_names[] = {"pending", "finished", "rejected", "timeout", "cancelled"};
     for (size_t i = 0; i < t->n; i++) {
         if (r->final_rec[i] == UINT32_MAX) continue;
@@ -724,7 +738,15 @@ int sim_report_csv(const char *dir, const char *tag, const sim_run *r)
         if (x->first_token_us >= 0) fprintf(f, "%.3f", ms(x->first_token_us - q->arrival_us));
         fprintf(f, ",");
         if (x->outcome == SIM_OUT_FINISHED) fprintf(f, "%.3f", ms(x->end_us - q->arrival_us));
-        fprintf(f, ",%u,%u,%u,%.3f\n", x->generated, x->preempt_swap, x->preempt_recompute, ms(x->max_starve_us));
+        fprintf(f, ",%u,%u,%u,%.3f", x->generated, x->preempt_swap, x->preempt_recompute, ms(x->max_starve_us));
+        if (t->has_real) {   /* the recorded run, for per-request fidelity plots */
+            fputc(',', f);
+            if (q->real_first_token_us != SIM_NO_TIME) fprintf(f, "%.3f", ms(q->real_first_token_us - q->arrival_us));
+            fputc(',', f);
+            if (q->real_finish_us != SIM_NO_TIME && (q->real_reason == SIM_REAL_LENGTH || q->real_reason == SIM_REAL_STOP))
+                fprintf(f, "%.3f", ms(q->real_finish_us - q->arrival_us));
+        }
+        fputc('\n', f);
     }
     if (fclose(f)) return sim_err_setc(-EIO, "%s: write error", path);
     return 0;
