@@ -62,6 +62,8 @@ static eng *cuda_or_skip(const eng_model *m, int blocks)
                      .max_seqs = GP_MAX_SEQS};
     eng *e = NULL;
     int err = eng_create(m, &o, &e);
+    if (err == -ENODEV && strstr(eng_errmsg(), "plugin"))
+        cr_skip_test("CUDA plugin not available (CUDA=0 or no nvcc): %s", eng_errmsg());
     if (err == -ENODEV)
         cr_skip_test("no CUDA device: %s", strip_prefix(eng_errmsg()));
     cr_assert_eq(err, 0, "eng_create(cuda): %d %s", err, eng_errmsg());
