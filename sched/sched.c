@@ -82,9 +82,13 @@ typedef struct class_state {
     sched_group_stats st;
 } class_state;
 
-typedef struct tier_est { double out_bps, in_bps, lat_us; uint64_t queued_out, queued_in; } tier_est;
+typedef struct tier_est {
+    double   out_bps, in_bps, lat_us;
+    uint64_t queued_out, queued_in;
+    bool     out_measured, in_measured;
+} tier_est;
 
-typedef struct xfer_rec { uint64_t id; uint32_t slot; uint8_t dir, tier; uint64_t bytes; } xfer_rec;
+typedef struct xfer_rec { uint64_t id; uint32_t slot; uint8_t dir, tier; uint64_t bytes; double pred_us; } xfer_rec;
 
 #define VEC(T) struct { T *a; uint32_t n, cap; }
 #define VEC_PUSH(s, v, x) do { \
@@ -123,6 +127,8 @@ struct sched {
     double           corr;
     tier_est         tiers[SCHED_POOL__COUNT];
     double           last_pred_us;
+    uint64_t         xfer_measured;
+    double           xfer_pred_sum, xfer_real_sum;
 
     /* plan */
     uint64_t         step_no, last_now;
@@ -444,9 +450,9 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
         pool_init(&s->pools[SCHED_POOL_DISK], cfg->kv_blocks_disk))
         goto oom;
     s->tiers[SCHED_POOL_HOST] = (tier_est){cfg->host.out_bytes_per_s, cfg->host.in_bytes_per_s,
-                                           cfg->host.latency_us, 0, 0};
+                                           cfg->host.latency_us, 0, 0, false, false};
     s->tiers[SCHED_POOL_DISK] = (tier_est){cfg->disk.out_bytes_per_s, cfg->disk.in_bytes_per_s,
-                                           cfg->disk.latency_us, 0, 0};
+                                           cfg->disk.latency_us, 0, 0, false, false};
     *out = s;
     return 0;
 oom:
@@ -984,7 +990,11 @@ static void plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t 
     req *r = &s->reqs[slot];
     uint32_t n = r->n_tier;
     uint64_t bytes = (uint64_t)n * s->conf.block_size * s->conf.kv_bytes_per_token;
-    xfer_rec x = {s->next_xfer++, slot, (uint8_t)dir, r->tier, bytes};
+    const tier_est *te = &s->tiers[r->tier];
+    double pred = dir == SCHED_XFER_OUT ? ((double)te->queued_out + (double)bytes) / te->out_bps * 1e6
+                                        : ((double)te->queued_in + (double)bytes) / te->in_bps * 1e6;
+    pred += te->lat_us;
+    xfer_rec x = {s->next_xfer++, slot, (uint8_t)dir, r->tier, bytes, pred};
     r->xfer = x.id;
     VEC_PUSH(s, s->xfers, x);
     uint32_t off = s->xfer_blocks.n;
@@ -997,7 +1007,7 @@ static void plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t 
     memcpy(s->xfer_blocks.a + off, src, n * sizeof(uint32_t));
     memcpy(s->xfer_blocks.a + off + n, dst, n * sizeof(uint32_t));
     s->xfer_blocks.n = off + 2 * n;   /* the next transfer of this plan goes after these */
-    sched_transfer t = {x.id, r->id, dir, (sched_pool)r->tier, n, NULL, NULL, bytes};
+    sched_transfer t = {x.id, r->id, dir, (sched_pool)r->tier, n, NULL, NULL, bytes, pred};
     /* pointers fixed up when the plan is sealed (xfer_blocks may still move) */
     t.src = (const uint32_t *)(uintptr_t)off;
     t.dst = (const uint32_t *)(uintptr_t)(off + n);
@@ -1633,11 +1643,20 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
     s->n_in_transit--;
     tier_est *te = &s->tiers[x.tier];
     if (x.dir == SCHED_XFER_OUT) te->queued_out -= x.bytes; else te->queued_in -= x.bytes;
+    if (status == 0 && dur_us) {
+        s->xfer_measured++;
+        s->xfer_pred_sum += x.pred_us;
+        s->xfer_real_sum += (double)dur_us;
+    }
     if (status == 0 && bytes && dur_us) {
-        /* measured bandwidth for this tier and direction (EWMA); latency stays configured */
+        /* measured bandwidth for this tier and direction: the first measurement replaces the
+         * configured guess, later ones are averaged (EWMA); latency stays configured */
         double bps = (double)bytes / ((double)dur_us / 1e6);
-        double *est = x.dir == SCHED_XFER_OUT ? &te->out_bps : &te->in_bps;
-        *est = 0.7 * *est + 0.3 * bps;
+        bool out = x.dir == SCHED_XFER_OUT;
+        double *est = out ? &te->out_bps : &te->in_bps;
+        bool *seen = out ? &te->out_measured : &te->in_measured;
+        *est = *seen ? 0.7 * *est + 0.3 * bps : bps;
+        *seen = true;
     }
     req *r = &s->reqs[x.slot];
     if (x.dir == SCHED_XFER_IN) s->n_swapping_in--;
@@ -1694,6 +1713,9 @@ void sched_get_counts(const sched *s, sched_counts *o)
     }
     o->steps = s->step_no;
     o->cost_correction = s->corr;
+    o->transfers_measured = s->xfer_measured;
+    o->transfer_predicted_us_sum = s->xfer_pred_sum;
+    o->transfer_measured_us_sum = s->xfer_real_sum;
 }
 
 int sched_get_tenant_stats(const sched *s, int t, sched_group_stats *o)

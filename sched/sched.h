@@ -407,6 +407,7 @@ typedef struct sched_transfer {
     const uint32_t *src;          /* OUT: device ids, IN: tier ids   (valid until next step) */
     const uint32_t *dst;          /* OUT: tier ids,   IN: device ids */
     uint64_t        bytes;        /* n_blocks * block_size * kv_bytes_per_token */
+    double          predicted_us; /* the cost model's duration, incl. what is queued ahead */
 } sched_transfer;
 
 typedef struct sched_preemption {
@@ -487,6 +488,10 @@ typedef struct sched_counts {
     uint32_t kv_free[SCHED_POOL__COUNT];
     uint64_t steps;
     double   cost_correction;     /* measured / modelled step time (EWMA), 1 = model exact */
+    /* realised vs predicted, so the cost model can be checked (transfers with a measured
+     * duration only) */
+    uint64_t transfers_measured;
+    double   transfer_predicted_us_sum, transfer_measured_us_sum;
 } sched_counts;
 
 void sched_get_counts(const sched *s, sched_counts *out);

@@ -393,6 +393,32 @@ Test(sched_rules, preempt_lowest_class_swap_when_cheaper)
     rm(h);
 }
 
+Test(sched_rules, transfer_bandwidth_is_measured_not_assumed)
+{
+    /* configured 1 GB/s, the link really does 100 MB/s: the first preemption swaps on the
+     * configured guess; once transfers are measured, swapping 300 KB costs ~6 ms a way and
+     * recompute (~3 ms + stall) wins */
+    sched_config cfg = h_default_config();
+    cfg.kv_blocks_device = 100;
+    cfg.kv_blocks_host = 1000;
+    harness *h = mk("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\nmax_preemptions = 0\n"
+                    "[class hi]\npriority = 10\n[class lo]\npriority = 0\n", &cfg);
+    h->bw = 1e8;
+    int hi = sched_policy_class_index(h->p, "hi"), lo = sched_policy_class_index(h->p, "lo");
+    for (int i = 0; i < 6; i++) h_add(h, (uint64_t)i * 30000, 0, i % 3 ? lo : hi, 300, 300);
+    h_run(h, 60000000);
+    sched_counts c;
+    sched_get_counts(h->s, &c);
+    cr_assert_geq(c.transfers_measured, 2, "%s", h->log);
+    long first = first_ev(h, "\"preempt\"", NULL);
+    cr_assert_eq(first, first_ev(h, "\"preempt\"", "\"mode\":\"swap\""), "first preemption should swap:\n%s", h->log);
+    cr_assert_geq(count_ev(h, "\"preempt\"", "\"mode\":\"recompute\""), 1,
+                  "after measuring the slow link the model should recompute:\n%s", h->log);
+    /* the measured side of the ledger: every measured transfer took ~10x its first guess */
+    cr_assert_gt(c.transfer_measured_us_sum, c.transfer_predicted_us_sum);
+    rm(h);
+}
+
 Test(sched_rules, preempt_recompute_when_link_is_slow_or_no_room)
 {
     /* 1 MB/s: swapping 300 KB each way costs ~0.6 s, recomputing 300 tokens ~6 ms */
