@@ -356,22 +356,19 @@ static inline float *kv_at(const cpu *c, int block, int layer, int which, int of
 typedef float v8f __attribute__((vector_size(32), aligned(4))); /* unaligned loads allowed */
 typedef int v8i __attribute__((vector_size(32)));
 
-/* [a0+a1, a2+a3, b0+b1, b2+b3, a4+a5, a6+a7, b4+b5, b6+b7] */
-static inline __attribute__((always_inline)) v8f hadd(v8f a, v8f b)
-{
-    const v8i even = {0, 2, 8, 10, 4, 6, 12, 14}, odd = {1, 3, 9, 11, 5, 7, 13, 15};
-    return __builtin_shuffle(a, b, even) + __builtin_shuffle(a, b, odd);
-}
-
-/* The horizontal sums of eight vectors, as one vector: lane m = sum of all lanes of am. */
-static inline __attribute__((always_inline)) v8f hadd_tree8(v8f a0, v8f a1, v8f a2, v8f a3,
-                                                            v8f a4, v8f a5, v8f a6, v8f a7)
-{
-    v8f lo = hadd(hadd(a0, a1), hadd(a2, a3)); /* [0,1,2,3 | 0,1,2,3] halves */
-    v8f hi = hadd(hadd(a4, a5), hadd(a6, a7));
-    const v8i first = {0, 1, 2, 3, 8, 9, 10, 11}, second = {4, 5, 6, 7, 12, 13, 14, 15};
-    return __builtin_shuffle(lo, hi, first) + __builtin_shuffle(lo, hi, second);
-}
+/* HADD: [a0+a1, a2+a3, b0+b1, b2+b3, a4+a5, a6+a7, b4+b5, b6+b7] (as _mm256_hadd_ps).
+ * HADD_TREE8: lane m = the sum of all lanes of am. Macros, not functions: a vector passed
+ * to or returned from a function outside the AVX clones would change the ABI. */
+#define HADD(a, b)                                                                             \
+    (__builtin_shuffle((a), (b), (v8i){0, 2, 8, 10, 4, 6, 12, 14}) +                           \
+     __builtin_shuffle((a), (b), (v8i){1, 3, 9, 11, 5, 7, 13, 15}))
+#define HADD_TREE8(out, a0, a1, a2, a3, a4, a5, a6, a7)                                        \
+    do {                                                                                       \
+        v8f lo_ = HADD(HADD(a0, a1), HADD(a2, a3)); /* [0,1,2,3 | 0,1,2,3] halves */           \
+        v8f hi_ = HADD(HADD(a4, a5), HADD(a6, a7));                                            \
+        out = __builtin_shuffle(lo_, hi_, (v8i){0, 1, 2, 3, 8, 9, 10, 11}) +                   \
+              __builtin_shuffle(lo_, hi_, (v8i){4, 5, 6, 7, 12, 13, 14, 15});                  \
+    } while (0)
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 static void attend_head(const cpu *c, const float *q, const int32_t *table, int kvh, int n_pos,
@@ -401,7 +398,9 @@ static void attend_head(const cpu *c, const float *q, const int32_t *table, int 
                     a6 += qv * *(const v8f *)(k + 6 * (size_t)kv_dim + j);
                     a7 += qv * *(const v8f *)(k + 7 * (size_t)kv_dim + j);
                 }
-                v8f sc = hadd_tree8(a0, a1, a2, a3, a4, a5, a6, a7) / scale;
+                v8f sc;
+                HADD_TREE8(sc, a0, a1, a2, a3, a4, a5, a6, a7);
+                sc /= scale;
                 for (int m = 0; m < 8; m++) {
                     scores[t0 + i + m] = sc[m];
                     if (sc[m] > max)
