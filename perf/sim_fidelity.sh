@@ -43,7 +43,7 @@ trap 'kill -TERM $DPID 2>/dev/null; wait $DPID 2>/dev/null' EXIT
 for _ in $(seq 200); do [ -S "$SOCK" ] && break; kill -0 $DPID 2>/dev/null || break; sleep 0.05; done
 [ -S "$SOCK" ] || { echo "sim_fidelity: ringlmd did not start"; cat "$DIR/ringlmd.out"; exit 1; }
 "$B/bin/ringlm" --socket "$SOCK" replay "$TRACE" --window 0:"$WINDOW" --rate "$RATE" --max-context 512 \
-  --clients 4 --class standard --json > "$DIR/replay.json" 2> "$DIR/replay.err" || { cat "$DIR/replay.err"; exit 1; }
+  --clients ${CLIENTS:-4} --class standard --json > "$DIR/replay.json" 2> "$DIR/replay.err" || { cat "$DIR/replay.err"; exit 1; }
 kill -TERM $DPID; wait $DPID; trap - EXIT
 echo "load: $(uptime | sed 's/.*load average/load average/')"
 "$B/bin/ringlm-sim" --trace "$DIR/requests.jsonl" --calibration "$DIR/cal.json" --service-fit "$FIT" \
