@@ -98,7 +98,7 @@ perf_pid=
 echo
 echo "profile: top of the profile (self time, symbols >= 0.5%); full data: perf report -i $work/perf.data"
 perf report -i "$work/perf.data" --stdio --no-children --sort dso,symbol --percent-limit 0.5 \
-  -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -40
+  -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | sed 's/[[:space:]]*-[[:space:]]*-[[:space:]]*$//' | head -40
 perf report -i "$work/perf.data" --stdio --no-children --sort symbol -g caller,0.5,callee --percent-limit 5 \
   2>/dev/null | grep -v '^#' | grep -v '^$' >"$work/callgraph.txt"
 echo
