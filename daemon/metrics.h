@@ -108,7 +108,8 @@ int metrics_series(metrics *m, const char *tenant, const char *class_name);
 void metrics_observe(metrics *m, int series, enum metrics_hist h, uint64_t us);
 void metrics_add_tokens(metrics *m, int series, uint64_t prompt_tokens, uint64_t generated_tokens);
 /* A request ended; reason as in FORMATS.md finish_reason (length, stop, cancelled,
- * timeout, rejected, error). Cancels and timeouts also bump their own counters. */
+ * timeout, rejected, error) → ringlm_requests_finished_total{reason}. The cancel, timeout
+ * and reject counters are separate calls (the daemon feeds them from decision events). */
 void metrics_count_finish(metrics *m, int series, const char *finish_reason);
 void metrics_count_reject(metrics *m, int series, const char *reason);
 void metrics_count_preempt(metrics *m, int series, enum metrics_mode mode, const char *reason);
