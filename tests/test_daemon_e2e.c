@@ -70,6 +70,13 @@ static bool stories_path(char *out, size_t n)
     return access(out, R_OK) == 0;
 }
 
+/* Scenarios that compare no tokens run on the synthetic stories260K shape when the real
+ * checkpoint is absent. */
+static void model_or_synthetic(char *out, size_t n)
+{
+    if (!stories_path(out, n)) snprintf(out, n, "synthetic:stories260K:1");
+}
+
 static void need_daemon_binary(void)
 {
     char p[512];
@@ -682,7 +689,7 @@ Test(daemon_e2e, scenario_fair_share_quiet_vs_loud)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    model_or_synthetic(model, sizeof model);
     char policy[1024];
     snprintf(policy, sizeof policy,
              "[scheduler]\nmode = token_budget\ntoken_budget = 64\nprefill_chunk = 32\n"
@@ -738,7 +745,7 @@ Test(daemon_e2e, scenario_kill9_mid_decode_returns_blocks)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    model_or_synthetic(model, sizeof model);
     const char *extra[] = {"--host-kv-blocks", "64", NULL};
     dmn d;
     dmn_start(&d, model, NULL, extra);
@@ -805,7 +812,7 @@ Test(daemon_e2e, scenario_burst_queue_wait_returns_to_baseline)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    model_or_synthetic(model, sizeof model);
     const char *policy = "[scheduler]\nmode = token_budget\ntoken_budget = 64\nprefill_chunk = 32\n"
                          "max_active_seqs = 8\n";
     dmn d;
@@ -845,7 +852,7 @@ Test(daemon_e2e, scenario_sustained_overload_rejects_at_admission)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    model_or_synthetic(model, sizeof model);
     const char *policy = "[scheduler]\nmode = token_budget\ntoken_budget = 64\nprefill_chunk = 32\n"
                          "max_active_seqs = 8\nqueue_max_requests = 8\n"
                          "[class default]\nttft_target = 1s\nmax_queue_wait = 1s\n";
@@ -982,7 +989,7 @@ Test(daemon_e2e, bad_requests_rejected_with_reasons)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    model_or_synthetic(model, sizeof model);
     /* This uid is tenant alice; nobody is trusted, so a tenant tag changes nothing. */
     char policy[256];
     snprintf(policy, sizeof policy, "[scheduler]\ndefault_tenant = other\n[tenant alice]\nuids = %u\n"
