@@ -466,3 +466,33 @@ Test(engine_inv, execute_sample_matches_execute_then_sample)
     eng_destroy(e2);
     eng_model_free(m);
 }
+
+/* The worker count splits the work differently, never the result. */
+Test(engine_inv, thread_count_does_not_change_results)
+{
+    eng_model *m = load("synthetic:gqa-test:6");
+    const eng_model_config *c = eng_model_cfg(m);
+    const int V = c->vocab_size, steps = 6, plen = 40;
+    int32_t prompt[64];
+    prompt_of(prompt, plen, V, 4);
+    float *ref = malloc((size_t)steps * V * 4), *got = malloc((size_t)steps * V * 4);
+    tseq s1;
+    for (int threads = 1; threads <= 4; threads++) {
+        eng *e = ts_engine(m, 16, 16, threads);
+        tseq s;
+        ts_seq_init(&s, prompt, plen, 0);
+        ts_generate(e, c, &s, 0, steps, threads == 1 ? ref : got);
+        eng_destroy(e);
+        if (threads == 1) {
+            s1 = s;
+            continue;
+        }
+        double d = ts_rel_diff(ref, got, steps * V);
+        cr_assert_leq(d, TOL, "%d threads: logits differ by %.3g from 1 thread", threads, d);
+        cr_assert(memcmp(s1.tokens, s.tokens, sizeof(int32_t) * (plen + steps)) == 0,
+                  "%d threads: tokens differ", threads);
+    }
+    free(ref);
+    free(got);
+    eng_model_free(m);
+}
