@@ -102,6 +102,7 @@ struct kvtier {
     double lat_us[2][KVT_NTIERS];
     uint64_t bytes_moved[2][KVT_NTIERS];
     uint64_t jobs_done[2][KVT_NTIERS];
+    uint64_t ops_submitted;
     char describe[256];
 };
 
@@ -444,6 +445,27 @@ static void job_op_done(kvtier *t, int ji, int res)
     if (--j->pending == 0) job_finish(t, ji);
 }
 
+/* Blocks i, i+1, ... that are consecutive both in the pool and in the tier move as one
+ * read/write (the scheduler often hands out neighbouring slots; a disk tier in particular
+ * is much faster with fewer, larger O_DIRECT requests). A run stays inside one registered
+ * buffer and below 1 GiB. */
+static int run_len(const kvtier *t, const int32_t *pb, const int32_t *sl, int i, int n)
+{
+    if (!t->cfg.pool_base) return 1; /* device pools bounce block by block */
+    size_t bb = t->cfg.block_bytes;
+    size_t max_blocks = (KVT_FIXED_CHUNK_MAX / bb) ? (KVT_FIXED_CHUNK_MAX / bb) : 1;
+    int k = 1;
+    while (i + k < n && (size_t)k < max_blocks && pb[i + k] == pb[i] + k && sl[i + k] == sl[i] + k) {
+        if (t->fixed) {
+            size_t first = (size_t)pb[i] * bb / t->fixed_chunk;
+            size_t last = ((size_t)(pb[i] + k + 1) * bb - 1) / t->fixed_chunk;
+            if (first != last) break;
+        }
+        k++;
+    }
+    return k;
+}
+
 int kvtier_submit(kvtier *t, int dir, int tier, const int32_t *pool_blocks,
                   const int32_t *slots, int n, uint64_t cookie, kvtier_done_fn done, void *ctx)
 {
@@ -460,7 +482,10 @@ int kvtier_submit(kvtier *t, int dir, int tier, const int32_t *pool_blocks,
             return seterr(-EINVAL, "tier %d slot %d out of range [0,%d)", tier, slots[i], p->blocks);
     }
     bool async = !t->cfg.pool_base && tier == KVT_HOST;
-    int need_ops = async ? 1 : n;
+    int need_ops = 0;
+    if (async) need_ops = 1;
+    else
+        for (int i = 0; i < n; i += run_len(t, pool_blocks, slots, i, n)) need_ops++;
     /* Count free ops first so a job is never half-submitted. */
     int avail = 0;
     for (int i = t->op_free; i >= 0 && avail < need_ops + 1; i = t->ops[i].next_free) avail++;
@@ -505,16 +530,18 @@ int kvtier_submit(kvtier *t, int dir, int tier, const int32_t *pool_blocks,
         /* No async path: fall through to bounce buffers and file I/O. */
     }
 
-    j->pending = n;
-    for (int i = 0; i < n; i++) {
+    j->pending = need_ops;
+    for (int i = 0, k; i < n; i += k) {
+        k = run_len(t, pool_blocks, slots, i, n);
         int oi = op_get(t);
+        t->ops_submitted++;
         kvt_op *op = &t->ops[oi];
         op->kind = OP_RW;
         op->job = ji;
         op->fd = p->fd;
         op->to_file = dir == KVT_OUT;
         op->off = (off_t)((size_t)slots[i] * bb);
-        op->len = bb;
+        op->len = (size_t)k * bb;
         op->buf_index = -1;
         op->pool_block = pool_blocks[i];
         if (t->cfg.pool_base) {
@@ -602,6 +629,7 @@ double kvtier_latency_us(const kvtier *t, int dir, int tier) { return t->lat_us[
 uint64_t kvtier_bytes_moved(const kvtier *t, int dir, int tier) { return t->bytes_moved[dir & 1][tier & 1]; }
 uint64_t kvtier_jobs_done(const kvtier *t, int dir, int tier) { return t->jobs_done[dir & 1][tier & 1]; }
 const char *kvtier_describe(const kvtier *t) { return t->describe; }
+uint64_t kvtier_ops_submitted(const kvtier *t) { return t->ops_submitted; }
 
 int kvtier_read_slot(kvtier *t, int tier, int slot, void *dst)
 {

@@ -105,6 +105,8 @@ double kvtier_latency_us(const kvtier *t, int dir, int tier);
 /* Totals for metrics. */
 uint64_t kvtier_bytes_moved(const kvtier *t, int dir, int tier);
 uint64_t kvtier_jobs_done(const kvtier *t, int dir, int tier);
+/* Reads/writes submitted so far (consecutive blocks share one). */
+uint64_t kvtier_ops_submitted(const kvtier *t);
 
 /* Synchronous read of a slot's bytes (checks, tests): 0 or -errno. */
 int kvtier_read_slot(kvtier *t, int tier, int slot, void *dst);

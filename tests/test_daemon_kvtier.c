@@ -259,3 +259,49 @@ Test(daemon_kvtier, disk_tier_falls_back_without_o_direct)
     io_uring_queue_exit(&ring);
     unlink(path);
 }
+
+/* Neighbouring blocks to neighbouring slots move as one request per run, still exactly. */
+Test(daemon_kvtier, contiguous_runs_coalesce)
+{
+    struct io_uring ring;
+    cr_assert_eq(io_uring_queue_init(8, &ring, 0), 0);
+    size_t len = (size_t)POOL_BLOCKS * BLOCK_BYTES;
+    unsigned char *pool = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    fill(pool, len, 9);
+    unsigned char *orig = malloc(len);
+    memcpy(orig, pool, len);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/ringlm-kvtier-runs-%d", (int)getpid());
+    for (int tier = 0; tier < KVT_NTIERS; tier++) {
+        kvtier_config c = {.block_bytes = BLOCK_BYTES, .pool_blocks = POOL_BLOCKS, .pool_base = pool,
+                           .host_blocks = 16, .disk_path = tier == KVT_DISK ? path : NULL,
+                           .disk_blocks = 16, .numa_node = -1, .ring = &ring, .ud_tag = TAG,
+                           .register_buffers = true};
+        kvtier *t;
+        cr_assert_eq(kvtier_create(&c, &t), 0, "%s", kvtier_errmsg());
+        /* runs: [4,5,6] [10] [20,21] → slots 0..5 from the allocator */
+        int32_t blocks[6] = {4, 5, 6, 10, 20, 21}, slots[6];
+        cr_assert_eq(kvtier_alloc(t, tier, 6, slots), 0);
+        for (int i = 0; i < 6; i++) cr_assert_eq(slots[i], i, "allocator order changed");
+        done_rec d = {0};
+        cr_assert_eq(kvtier_submit(t, KVT_OUT, tier, blocks, slots, 6, 1, on_done, &d), 0);
+        wait_done(&ring, t, &d, 1);
+        cr_assert_eq(d.res, 0);
+        cr_expect_eq(kvtier_ops_submitted(t), 3u, "3 runs should be 3 writes, got %llu",
+                     (unsigned long long)kvtier_ops_submitted(t));
+        memset(pool, 0, len);
+        cr_assert_eq(kvtier_submit(t, KVT_IN, tier, blocks, slots, 6, 2, on_done, &d), 0);
+        wait_done(&ring, t, &d, 2);
+        cr_assert_eq(d.res, 0);
+        for (int i = 0; i < 6; i++)
+            cr_assert(memcmp(pool + (size_t)blocks[i] * BLOCK_BYTES, orig + (size_t)blocks[i] * BLOCK_BYTES,
+                             BLOCK_BYTES) == 0, "tier %d block %d not byte-exact", tier, blocks[i]);
+        kvtier_free(t, tier, slots, 6);
+        kvtier_destroy(t);
+        memcpy(pool, orig, len);
+    }
+    io_uring_queue_exit(&ring);
+    unlink(path);
+    free(orig);
+    munmap(pool, len);
+}
