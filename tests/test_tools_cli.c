@@ -525,6 +525,23 @@ Test(tools_cli, model_daemon_metrics_and_logs)
     fclose(f);
     free(line);
     cr_assert(n >= 24, "decision log has only %d lines", n);
+    /* The request log of a real run is a trace: replay it (against the echo service: only
+     * the format matters here). */
+    if (daemon_supports("--echo")) {
+        const char *eargs[] = {"--echo", NULL};
+        start_daemon(eargs);
+        const char *rextra[] = {"--clients", "2", "--rate", "4", NULL};
+        json_t *rj = replay_json(req, rextra);
+        cr_assert_eq(json_integer_value(json_object_get(rj, "requests")), 24, "%s", json_dumps(rj, 0));
+        json_t *all = json_object_get(json_object_get(rj, "tenants"), "all");
+        if (!all) { /* one tenant only: its row is the total */
+            const char *k;
+            json_t *v;
+            json_object_foreach(json_object_get(rj, "tenants"), k, v) all = v;
+        }
+        cr_assert_eq(json_integer_value(json_object_get(all, "completed")), 24, "%s", json_dumps(rj, 0));
+        json_decref(rj);
+    }
     unlink(dec);
     unlink(req);
     free(model);
