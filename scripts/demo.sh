@@ -100,7 +100,7 @@ fi
 
 policy=$work/demo.policy
 sed "s/@UID@/$(id -u)/" scripts/demo.policy >"$policy"
-port=$((20000 + RANDOM % 20000))
+port=0 # ephemeral: ringlmd says which port it bound ("metrics on port N")
 args=(--model "$model" --socket "$sock")
 has --policy && args+=(--policy "$policy")
 has --decision-log && args+=(--decision-log "$work/decisions.jsonl")
@@ -118,6 +118,11 @@ say "starting: ringlmd ${args[*]}"
 daemon_pid=$!
 wait_socket
 sed 's/^/   ringlmd: /' "$work/ringlmd.log" | head -8
+if has --metrics; then
+  port=$(sed -n 's/.*metrics on port \([0-9][0-9]*\).*/\1/p' "$work/ringlmd.log" | head -1)
+  [ -n "$port" ] || echo "   (ringlmd did not say its metrics port: no metrics in this demo)"
+fi
+hasm() { has --metrics && [ -n "$port" ] && [ "$port" != 0 ]; }
 
 # Two tenants' short chats (replayed open-loop: 40 requests, alternating alice/bob, a
 # chat every 60 ms), one long prompt (bob, class batch), and alice's chat streamed here.
@@ -128,7 +133,7 @@ for i in $(seq 0 39); do
     "$i" $((i * 60000)) "$t" $((8 + (i * 7) % 40)) $((24 + (i * 5) % 40)) >>"$trace"
 done
 mx=()
-has --metrics && mx=(--metrics "127.0.0.1:$port")
+hasm && mx=(--metrics "127.0.0.1:$port")
 "$RINGLM" --socket "$sock" replay "$trace" --clients 2 --vocab 512 "${mx[@]}" >"$work/replay.txt" 2>&1 &
 client_pids+=($!)
 
@@ -170,7 +175,7 @@ cat "$work/long.err"
 say "per-tenant summary of the 40 replayed chats (ringlm replay):"
 cat "$work/replay.txt"
 
-if has --metrics; then
+if hasm; then
   say "metrics: http://127.0.0.1:$port/metrics (a few lines)"
   scrape "$port" >"$work/metrics.txt" 2>/dev/null || echo "   (scrape failed)"
   grep -E '^(vllm:|ringlm_info|ringlm_kv_blocks_(used|free)|ringlm_queue_depth|ringlm_generation_tokens_total|ringlm_rejects_total|ringlm_preemptions_total)' \
