@@ -496,6 +496,7 @@ typedef struct load_job {
     int vocab;
     const char *out_path;    /* one line per request */
     int ready_fd;            /* write one byte after the first token (or -1) */
+    uint64_t deadline_us;    /* per request, relative (0 = none) */
     bool never_read;         /* submit, then stop reading (backpressure) */
     int wait_fd;             /* never_read: read one byte here before reading events */
 } load_job;
@@ -533,6 +534,7 @@ static int client_load(void *arg)
             r.max_new_tokens = L->max_new;
             r.class_name = L->class_name;
             r.tenant_tag = L->tenant;
+            r.deadline_us = L->deadline_us;
             req_rec *q = &recs[submitted];
             q->submit_us = now_us();
             rc = ringlm_submit(c, &r, &q->id);
@@ -1434,4 +1436,53 @@ Test(daemon_e2e, check_config_version_and_policy_identity)
     dmn_cleanup(&d);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) { /* best effort */ }
+}
+
+/* Deadlines: under load, a request whose deadline cannot be met ends with a reason
+ * (rejected as infeasible at admission, or timed out) — it never runs on past it. */
+Test(daemon_e2e, deadlines_end_with_a_reason)
+{
+    need_daemon_binary();
+    char model[512];
+    model_or_synthetic(model, sizeof model);
+    const char *policy = "[scheduler]\nmode = token_budget\ntoken_budget = 32\nprefill_chunk = 32\n"
+                         "max_active_seqs = 4\n";
+    dmn d;
+    dmn_start(&d, model, policy, NULL);
+    char ob[160], od[160];
+    snprintf(ob, sizeof ob, "%s/busy.txt", d.dir);
+    snprintf(od, sizeof od, "%s/deadline.txt", d.dir);
+    uint64_t start = now_us() + 30000;
+    load_job busy = {.sock = d.sock, .n_requests = 24, .concurrency = 24, .prompt_len = 64,
+                     .max_new = 200, .token_base = 1, .vocab = 512, .out_path = ob, .ready_fd = -1,
+                     .start_at_us = start};
+    load_job dl = {.sock = d.sock, .n_requests = 8, .concurrency = 8, .prompt_len = 64,
+                   .max_new = 200, .token_base = 2, .vocab = 512, .out_path = od, .ready_fd = -1,
+                   .start_at_us = start + 20000, .deadline_us = 20000};
+    pid_t pb = spawn(client_load, &busy), pd = spawn(client_load, &dl);
+    cr_expect_eq(reap(pd, 60000), 0);
+    cr_expect_eq(reap(pb, 60000), 0);
+    static result_line R[16];
+    int n = read_results(od, R, 16);
+    cr_assert_eq(n, 8);
+    int rejected = 0, timed_out = 0, met = 0;
+    for (int i = 0; i < n; i++) {
+        if (R[i].reason == RINGLM_FINISH_REJECTED) {
+            rejected++;
+            cr_expect_eq(R[i].cause, RINGLM_R_INFEASIBLE_DEADLINE, "request %d rejected for %s", i,
+                         ringlm_reason_name(R[i].cause));
+        } else if (R[i].reason == RINGLM_FINISH_TIMEOUT) {
+            timed_out++;
+        } else {
+            met++;
+            cr_expect_leq(R[i].e2e_us, 20000 + 50000, "request %d ran %lld us past a 20 ms deadline "
+                          "(%s)", i, R[i].e2e_us, ringlm_reason_name(R[i].reason));
+        }
+    }
+    cr_log_info("deadline 20 ms under load: %d rejected at admission, %d timed out, %d met",
+                rejected, timed_out, met);
+    cr_expect_gt(rejected + timed_out, 0, "no deadline was enforced");
+    assert_back_to_baseline(&d, 5000);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    dmn_cleanup(&d);
 }
