@@ -128,6 +128,9 @@ struct sched {
     tier_est         tiers[SCHED_POOL__COUNT];
     double           last_pred_us;
     uint64_t         xfer_measured;
+    /* measured prefill rate under backlog (exponentially decayed sums, ~2 s memory) */
+    double           rate_tok, rate_us;
+    bool             plan_backlogged;
     double           xfer_pred_sum, xfer_real_sum;
 
     /* plan */
@@ -718,10 +721,18 @@ static double predict_wait_us(const sched *s, int cls, uint32_t prompt)
     uint64_t ahead = prompt;
     for (int c = 0; c < s->n_classes; c++)
         if (s->cls[c]->priority >= s->cls[cls]->priority) ahead += s->cs[c].queued_tokens;
+    if (s->rate_us >= 200000) {
+        /* measured: prompt tokens actually prefilled per µs while work was waiting.  This
+         * sees what the model cannot — max_active_seqs binding, KV blocks short, decodes
+         * crowding the budget — so it is preferred once there is enough history. */
+        double rate = s->rate_tok / s->rate_us;
+        if (rate < 1e-6) rate = 1e-6;
+        return (double)ahead / rate;
+    }
     uint64_t dec = s->run.n;
     uint64_t budget = s->cfg.token_budget;
     uint64_t per_step = budget > dec ? budget - dec : 1;
-    double step = predict_step_us(s, per_step, dec, 0);
+    double step = predict_step_us(s, per_step, dec, s->plan.context_tokens);
     return ceil((double)ahead / (double)per_step) * step;
 }
 
@@ -758,7 +769,7 @@ int sched_submit(sched *s, const sched_request *q, uint64_t now, sched_reject_re
     if (q->deadline_us || mw) {
         double wait = predict_wait_us(s, cls, q->prompt_len);
         double waited = (double)(now - arrival);
-        if (mw && waited + wait > (double)mw)
+        if (mw && waited + wait > 0.85 * (double)mw)
             return reject(s, q, ten, cls, SCHED_REJECT_DEADLINE, -ETIME, now, why);
         if (q->deadline_us) {
             double dec_step = predict_step_us(s, 0, s->run.n + 1, 0);
@@ -1575,6 +1586,8 @@ const sched_plan *sched_step(sched *s, uint64_t now)
     pl->predicted_step_us = pl->n_entries
         ? predict_step_us(s, pl->prefill_tokens + pl->pad_tokens, pl->n_decode, pl->context_tokens) : 0;
     s->last_pred_us = pl->predicted_step_us;
+    /* the rate measured over this step is a capacity figure only if work was left waiting */
+    s->plan_backlogged = s->n_waiting > 0;
     if (s->oom) { sched__set_error("sched_step: out of memory"); return NULL; }
     return pl;
 }
@@ -1587,6 +1600,7 @@ int sched_commit(sched *s, const sched_result *res, size_t n, uint64_t now, uint
 {
     if (!s || (n && !res)) { sched__set_error("sched_commit: NULL argument"); return -EINVAL; }
     if (now < s->last_now) now = s->last_now;
+    uint64_t prefilled = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t sl = map_get(s, res[i].req);
         if (sl == NO_SLOT) continue;
@@ -1598,7 +1612,11 @@ int sched_commit(sched *s, const sched_result *res, size_t n, uint64_t now, uint
         tenant_state *t = &s->ts[r->tenant];
         class_state *c = &s->cs[r->cls];
         r->computed += e->n_tokens;
-        if (e->prefill) { t->st.served_prompt_tokens += e->n_tokens; c->st.served_prompt_tokens += e->n_tokens; }
+        if (e->prefill) {
+            t->st.served_prompt_tokens += e->n_tokens;
+            c->st.served_prompt_tokens += e->n_tokens;
+            prefilled += e->n_tokens;
+        }
         if (!e->samples) continue;
         r->generated++;
         t->st.served_output_tokens++;
@@ -1615,6 +1633,13 @@ int sched_commit(sched *s, const sched_result *res, size_t n, uint64_t now, uint
                    known(r) >= s->conf.max_context))
             f = SCHED_FINISH_LENGTH;
         if (f) finish(s, sl, f, now);
+    }
+    if (s->plan_backlogged && now > s->plan.now_us) {
+        double dt = (double)(now - s->plan.now_us);
+        double decay = exp(-dt / 5e5);
+        s->rate_tok = s->rate_tok * decay + (double)prefilled;
+        s->rate_us = s->rate_us * decay + dt;
+        s->plan_backlogged = false;
     }
     if (step_us && s->last_pred_us > 0) {
         double ratio = (double)step_us / s->last_pred_us * s->corr;

@@ -185,7 +185,12 @@ typedef struct sched_class_cfg {
                                        this class decodes, prefill per step is capped so the
                                        predicted step time stays under it (one chunk minimum) */
     uint64_t max_queue_wait_us;     /* waiting longer → timeout "queue_wait" (0 = unbounded);
-                                       admission rejects when the predicted wait exceeds it */
+                                       admission rejects ("deadline_infeasible") when the
+                                       predicted wait exceeds 85% of it — the headroom absorbs
+                                       the estimate's error, so overload ends in rejects at
+                                       admission, not in timeouts later.  The prediction uses
+                                       the prefill rate measured while work waited (last ~0.5 s;
+                                       the step model before there is history) */
     bool     latency_sensitive;     /* decodes first, uses the decode reserve */
 } sched_class_cfg;
 
