@@ -12,9 +12,13 @@
  *                     in io_uring after 1 µs idle (doorbell wakes both ways)
  *   uds_rtt_ns        16-byte SOCK_SEQPACKET message there and back (blocking recv)
  *   events_per_s      one request of --events tokens streamed daemon → client
+ *   ring_thread_events_per_s  (--ring-threads) the bare event ring between two threads
+ *                     of this process with the same futex sleep protocol; checks order,
+ *                     loss and duplication (this is the mode to run under TSAN: Criterion
+ *                     cannot start under ThreadSanitizer, see Snaipe/Criterion#274)
  *
  * usage: ipc_bench [--json] [--iters N] [--uds-iters N] [--sleep-iters N] [--events N]
- *                  [--no-pin]
+ *                  [--no-pin] [--ring-threads N]
  */
 #include <errno.h>
 #include <sched.h>
@@ -27,9 +31,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include "daemon/echo.h"
 #include "daemon/loop.h"
 #include "ringlm.h"
+#include "shm/ring.h"
 
 static uint64_t now_ns(void)
 {
@@ -210,26 +217,143 @@ static int uds_rtt(int fd, uint64_t *lat, size_t iters, size_t warmup)
 	return send(fd, &quit, 1, 0) == 1 ? 0 : -EIO;
 }
 
+/* ---- the bare ring between two threads (no daemon) ------------------------------------ */
+struct duo {
+	struct ringlm_wire_event slots[1024];
+	uint64_t prod __attribute__((aligned(128)));
+	uint32_t prod_sleeping __attribute__((aligned(128)));
+	uint64_t cons __attribute__((aligned(128)));
+	uint32_t cons_sleeping __attribute__((aligned(128)));
+	uint64_t n;
+	int spin;
+};
+
+static void *duo_producer(void *arg)
+{
+	struct duo *d = arg;
+	struct ring_ev_prod p = { .slots = d->slots, .mask = 1023, .prod_p = &d->prod, .cons_p = &d->cons };
+	char why[128];
+	for (uint64_t i = 0; i < d->n;) {
+		int64_t space = ring_ev_space(&p, 1, why, sizeof(why));
+		if (space <= 0) {
+			for (int s = 0; s < d->spin && ring_ev_space(&p, 1, why, sizeof(why)) <= 0; s++)
+				ring_cpu_relax();
+			if (ring_ev_space(&p, 1, why, sizeof(why)) > 0)
+				continue;
+			ring_store32(&d->prod_sleeping, 1);
+			ring_full_fence();
+			uint64_t c = ring_load_acquire(&d->cons);
+			if (c == p.cached_cons)
+				ring_futex_wait((const uint32_t *)&d->cons, (uint32_t)c, -1);
+			ring_store32(&d->prod_sleeping, 0);
+			continue;
+		}
+		for (int64_t k = 0; k < space && i < d->n; k++, i++) {
+			struct ringlm_wire_event e = { .req_id = i, .value = (int32_t)i,
+						       .meta = RINGLM_WIRE_EV_META(RINGLM_WIRE_EV_TOKEN, i) };
+			ring_ev_put(&p, &e);
+		}
+		ring_ev_publish(&p);
+		ring_full_fence();
+		if (ring_load32(&d->cons_sleeping))
+			ring_futex_wake((const uint32_t *)&d->prod, 1);
+	}
+	return NULL;
+}
+
+static void *duo_consumer(void *arg)
+{
+	struct duo *d = arg;
+	struct ring_ev_cons c = { .slots = d->slots, .mask = 1023, .prod_p = &d->prod, .cons_p = &d->cons };
+	char why[128];
+	for (uint64_t expect = 0; expect < d->n;) {
+		int64_t n = ring_ev_avail(&c, 1, why, sizeof(why));
+		if (n < 0)
+			return (void *)"impossible index";
+		if (n == 0) {
+			for (int s = 0; s < d->spin && ring_ev_avail(&c, 1, why, sizeof(why)) == 0; s++)
+				ring_cpu_relax();
+			if (ring_ev_avail(&c, 1, why, sizeof(why)) > 0)
+				continue;
+			ring_store32(&d->cons_sleeping, 1);
+			ring_full_fence();
+			uint64_t p = ring_load_acquire(&d->prod);
+			if (p == c.cons)
+				ring_futex_wait((const uint32_t *)&d->prod, (uint32_t)p, -1);
+			ring_store32(&d->cons_sleeping, 0);
+			continue;
+		}
+		for (int64_t k = 0; k < n; k++, expect++)
+			if (ring_ev_peek(&c, (uint64_t)k).req_id != expect)
+				return (void *)"event lost, duplicated or out of order";
+		ring_ev_consume(&c, (uint64_t)n);
+		ring_full_fence();
+		if (ring_load32(&d->prod_sleeping))
+			ring_futex_wake((const uint32_t *)&d->cons, 1);
+	}
+	return NULL;
+}
+
+/* Returns events/s, or -1 when the consumer saw a wrong sequence. */
+static double ring_threads(uint64_t n, int spin)
+{
+	struct duo *d = calloc(1, sizeof(*d));
+	if (!d)
+		return -1;
+	d->n = n;
+	d->spin = spin;
+	pthread_t tp, tc;
+	void *err = NULL;
+	uint64_t t0 = now_ns();
+	pthread_create(&tc, NULL, duo_consumer, d);
+	pthread_create(&tp, NULL, duo_producer, d);
+	pthread_join(tp, NULL);
+	pthread_join(tc, &err);
+	uint64_t t1 = now_ns();
+	int ok = !err && d->cons == n;
+	if (err)
+		fprintf(stderr, "ipc_bench: ring threads: %s\n", (const char *)err);
+	free(d);
+	return ok ? (double)n * 1e9 / (double)(t1 - t0) : -1;
+}
+
 int main(int argc, char **argv)
 {
 	int json = 0, pin = 1;
 	size_t iters = 200000, uds_iters = 20000, sleep_iters = 5000;
 	uint32_t events = 20000000;
+	uint64_t ring_thread_events = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json")) json = 1;
+		else if (!strcmp(argv[i], "--ring-threads") && i + 1 < argc) ring_thread_events = strtoull(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--no-pin")) pin = 0;
 		else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = strtoul(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--uds-iters") && i + 1 < argc) uds_iters = strtoul(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--sleep-iters") && i + 1 < argc) sleep_iters = strtoul(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--events") && i + 1 < argc) events = (uint32_t)strtoul(argv[++i], NULL, 10);
 		else {
-			fprintf(stderr, "usage: ipc_bench [--json] [--iters N] [--uds-iters N] [--sleep-iters N] [--events N] [--no-pin]\n");
+			fprintf(stderr, "usage: ipc_bench [--json] [--iters N] [--uds-iters N] [--sleep-iters N] [--events N] [--no-pin]\n"
+					"       ipc_bench --ring-threads N [--json]   (in-process ring check, e.g. under TSAN)\n");
 			return 2;
 		}
 	}
 	if (!iters || !uds_iters || !sleep_iters || !events || events > RINGLM_WIRE_INDEX_MAX) {
 		fprintf(stderr, "ipc_bench: counts must be >= 1 (events <= %u)\n", RINGLM_WIRE_INDEX_MAX);
 		return 2;
+	}
+	if (ring_thread_events) {
+		/* Sleep-heavy (no spinning) then spinning; both verify every event. */
+		double sleeping = ring_threads(ring_thread_events, 0);
+		double spinning = ring_threads(ring_thread_events, 4000);
+		if (sleeping < 0 || spinning < 0)
+			return 1;
+		if (json)
+			printf("{\"ring_thread_events_per_s\":{\"sleeping\":%.0f,\"spinning\":%.0f},\"n\":%llu}\n",
+			       sleeping, spinning, (unsigned long long)ring_thread_events);
+		else
+			printf("bare ring, two threads: %.1f M events/s sleeping, %.1f M events/s spinning (%llu events each, verified)\n",
+			       sleeping / 1e6, spinning / 1e6, (unsigned long long)ring_thread_events);
+		return 0;
 	}
 	int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
 	int cpu_d = -1, cpu_c = -1;
