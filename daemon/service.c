@@ -622,6 +622,10 @@ static int run_batch(svc *s, const sched_plan *p, uint64_t *exec_us)
         s->results[i].tokens = 1;
         if (tok == SVC_STOP_TOKEN) {
             s->results[i].finished = SCHED_FINISH_STOP;
+        } else if (r->n_gen >= r->max_new) {
+            /* Never past the buffer, whatever the plan said: the request is complete. */
+            s->results[i].tokens = 0;
+            s->results[i].finished = SCHED_FINISH_LENGTH;
         } else {
             r->tokens[r->n_prompt + r->n_gen++] = tok;
             if (!r->first_token_us) r->first_token_us = s->now_us;
