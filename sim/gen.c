@@ -27,6 +27,7 @@ static const param_def p_open[] = {
     {"n", "", "number of requests (instead of duration)"},
     {"tenants", "", "tenant rule, as --tenants"},
     {"classes", "", "class rule, as --classes"},
+    {"deadline_ms", "", "every request carries a deadline this long after its arrival"},
     COMMON_PARAMS, {NULL, NULL, NULL}};
 static const param_def p_long[] = {
     {"load", "0.5", "short chats' load as a multiple of capacity"},
@@ -316,6 +317,11 @@ int sim_gen_workload(sim_trace *t, const char *name, const char *const *kv, size
         if ((rc = gen_arrivals(&g, rate, cv, 0, dur, (size_t)n, def_t, def_c))) goto out;
         if (*pget(&p, "tenants") && (rc = sim_trace_assign(t, 0, pget(&p, "tenants"), seed))) goto out;
         if (*pget(&p, "classes") && (rc = sim_trace_assign(t, 1, pget(&p, "classes"), seed ^ 0x5bd1e995))) goto out;
+        if (*pget(&p, "deadline_ms")) {
+            double dl;
+            if ((rc = pnum(&p, "deadline_ms", 0.001, 1e9, &dl))) goto out;
+            for (size_t i = 0; i < t->n; i++) t->reqs[i].deadline_us = t->reqs[i].arrival_us + (int64_t)llround(dl * 1000);
+        }
         scn->load = rate / cap;
         break;
     }
