@@ -1149,7 +1149,11 @@ static int client_drain(void *arg)
         if (ev.kind == RINGLM_EV_FINISH) {
             finished++;
             t_last_finish = now_ms();
-            if (ev.finish_reason == RINGLM_FINISH_CANCELLED && ev.reject_reason == RINGLM_R_DRAINING) cancelled++;
+            /* Cancelled by the drain, or (read from the ring only after the drain began)
+             * refused by it: both say "draining". */
+            if ((ev.finish_reason == RINGLM_FINISH_CANCELLED || ev.finish_reason == RINGLM_FINISH_REJECTED) &&
+                ev.reject_reason == RINGLM_R_DRAINING)
+                cancelled++;
             else if (ev.finish_reason == RINGLM_FINISH_LENGTH || ev.finish_reason == RINGLM_FINISH_STOP) completed++;
             else other++;
         }
@@ -1191,6 +1195,15 @@ Test(daemon_e2e, sigterm_drains_then_exits_zero)
     close(pfd[0]);
     uint64_t t0 = now_ms();
     kill(d.pid, SIGTERM);
+    /* The signal lands asynchronously: wait until the daemon says it is draining. */
+    uint64_t dl = now_ms() + 3000;
+    for (;;) {
+        json_t *st = dmn_stats(&d);
+        bool draining = st && json_is_true(json_object_get(st, "draining"));
+        json_decref(st);
+        if (draining || now_ms() > dl) break;
+        poll_pause();
+    }
     /* While draining, a new client is refused at once (or finds the daemon gone). */
     ringlm_client *late;
     int rc = ringlm_connect(d.sock, &late);
