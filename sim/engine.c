@@ -159,11 +159,13 @@ static void end_rec(eng *e, sim_rec *x, int outcome, int reason, int64_t now)
     if (now - x->last_progress_us > x->max_starve_us) x->max_starve_us = now - x->last_progress_us;
 }
 
-static int submit(eng *e, uint32_t req, uint32_t attempt, int64_t now)
+/* A request that reached the client side at `at` is handed to the scheduler at `now` (the
+ * iteration boundary where the daemon would drain its ring): arrival_us = at, now_us = now. */
+static int submit(eng *e, uint32_t req, uint32_t attempt, int64_t at, int64_t now)
 {
     const sim_req *q = &e->t->reqs[req];
     uint32_t idx;
-    int rc = new_rec(e, req, attempt, now, &idx);
+    int rc = new_rec(e, req, attempt, at, &idx);
     if (rc) return rc;
     sched_request sr = {
         .id = (uint64_t)idx + 1,
@@ -174,7 +176,7 @@ static int submit(eng *e, uint32_t req, uint32_t attempt, int64_t now)
         .prompt_len = q->prompt_tokens,
         .max_new_tokens = q->max_tokens,
         .deadline_us = q->deadline_us == SIM_NO_TIME ? 0 : (uint64_t)(q->deadline_us > 0 ? q->deadline_us : 1),
-        .arrival_us = (uint64_t)now,
+        .arrival_us = (uint64_t)at,
     };
     sched_reject_reason why = SCHED_REJECT_NONE;
     sim_rec *x = &e->run->recs[idx];
@@ -237,16 +239,16 @@ static int deliver(eng *e, int64_t now)
         if (ta <= tr) {
             uint32_t req = (uint32_t)e->next_arrival++;
             const sim_req *q = &e->t->reqs[req];
-            if ((rc = submit(e, req, 1, ta)) < 0) return rc;
+            if ((rc = submit(e, req, 1, ta, now)) < 0) return rc;
             /* a client that gave up at (or before) its own arrival: its cancel was delivered
              * before it existed, so deliver it now — counted, not dropped */
-            if (q->cancel_us != SIM_NO_TIME && q->cancel_us <= ta) cancel_req(e, req, ta);
+            if (q->cancel_us != SIM_NO_TIME && q->cancel_us <= ta) cancel_req(e, req, now);
         } else {
             tev x = theap_pop(&e->retries);
             if (x.c) continue;   /* dropped by a cancel */
             sim_rec *prev = &e->run->recs[e->run->final_rec[x.a]];
             prev->retried = 1;
-            if ((rc = submit(e, (uint32_t)x.a, (uint32_t)x.b, x.t)) < 0) return rc;
+            if ((rc = submit(e, (uint32_t)x.a, (uint32_t)x.b, x.t, now)) < 0) return rc;
         }
     }
     return 0;
