@@ -24,6 +24,11 @@ void sched__set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2))
 sched_policy *sched__policy_clone(const sched_policy *p);
 
 #define NO_POS   (-1)
+/* Admission headroom on max_queue_wait: starts at 85%, shrinks by 10% for every queue-wait
+ * timeout (the estimate was too optimistic), grows back slowly while starts stay well inside
+ * the limit — a feedback loop that keeps overload ending in rejects at admission. */
+#define HEADROOM_MAX 0.85
+#define HEADROOM_MIN 0.30
 #define NO_SLOT  UINT32_MAX
 #define INF_US   UINT64_MAX
 
@@ -76,6 +81,7 @@ typedef struct tenant_state {
 } tenant_state;
 
 typedef struct class_state {
+    double   headroom;           /* admit while predicted wait <= headroom × max_queue_wait */
     uint32_t n_waiting;
     uint64_t queued_tokens;
     heap     swapped;
@@ -434,6 +440,7 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
     s->n_tenants = sched_policy_n_tenants(s->policy);
     for (int i = 0; i < s->n_classes; i++) {
         s->cls[i] = sched_policy_class(s->policy, i);
+        s->cs[i].headroom = HEADROOM_MAX;
         s->cs[i].swapped.which = POS_Q;
     }
     for (int i = 0; i < s->n_tenants; i++) {
@@ -635,6 +642,10 @@ static void end_timeout(sched *s, uint32_t slot, sched_timeout_reason why, uint6
     r->end_kind = SCHED_EV_TIMEOUT;
     s->ts[r->tenant].st.timeouts[why]++;
     s->cs[r->cls].st.timeouts[why]++;
+    if (why == SCHED_TIMEOUT_QUEUE_WAIT) {
+        double *hr = &s->cs[r->cls].headroom;
+        *hr = *hr * 0.9 > HEADROOM_MIN ? *hr * 0.9 : HEADROOM_MIN;
+    }
     sched_event e = ev_of(s, SCHED_EV_TIMEOUT, r, now);
     e.reason = sched_timeout_name(why);
     e.wait_us = now - r->arrival_us;
@@ -716,18 +727,32 @@ static int reject(sched *s, const sched_request *q, int tenant, int cls, sched_r
 /* Predicted wait before the first token for a request of class cls with `prompt` tokens:
  * the queued prompt work of classes at least as important, at the measured prefill rate of a
  * step that also carries today's decoders. */
-static double predict_wait_us(const sched *s, int cls, uint32_t prompt)
+static double predict_wait_us(const sched *s, int cls, uint32_t prompt, uint64_t now)
 {
     uint64_t ahead = prompt;
-    for (int c = 0; c < s->n_classes; c++)
-        if (s->cls[c]->priority >= s->cls[cls]->priority) ahead += s->cs[c].queued_tokens;
+    uint64_t head_age = 0;
+    for (int c = 0; c < s->n_classes; c++) {
+        if (s->cls[c]->priority < s->cls[cls]->priority) continue;
+        ahead += s->cs[c].queued_tokens;
+        if (!s->cs[c].n_waiting) continue;
+        const heap *row = &s->wait[(size_t)c * (size_t)s->n_tenants];
+        for (int t = 0; t < s->n_tenants; t++) {
+            if (!row[t].n) continue;
+            const req *h = &s->reqs[row[t].a[0].slot];
+            if (!h->started && now > h->arrival_us && now - h->arrival_us > head_age) head_age = now - h->arrival_us;
+        }
+    }
     if (s->rate_us >= 200000) {
         /* measured: prompt tokens actually prefilled per µs while work was waiting.  This
          * sees what the model cannot — max_active_seqs binding, KV blocks short, decodes
-         * crowding the budget — so it is preferred once there is enough history. */
+         * crowding the budget — so it is preferred once there is enough history.  When
+         * admissions come in clumps (KV freed by bursts of finishing sequences) the rate
+         * lags; the age of the oldest request still waiting is then the better witness of
+         * how long the queue takes to drain, so the larger of the two is used. */
         double rate = s->rate_tok / s->rate_us;
         if (rate < 1e-6) rate = 1e-6;
-        return (double)ahead / rate;
+        double w = (double)ahead / rate;
+        return w > (double)head_age ? w : (double)head_age;
     }
     uint64_t dec = s->run.n;
     uint64_t budget = s->cfg.token_budget;
@@ -767,9 +792,9 @@ int sched_submit(sched *s, const sched_request *q, uint64_t now, sched_reject_re
     uint64_t arrival = q->arrival_us && q->arrival_us <= now ? q->arrival_us : now;
     uint64_t mw = s->cls[cls]->max_queue_wait_us;
     if (q->deadline_us || mw) {
-        double wait = predict_wait_us(s, cls, q->prompt_len);
+        double wait = predict_wait_us(s, cls, q->prompt_len, now);
         double waited = (double)(now - arrival);
-        if (mw && waited + wait > 0.85 * (double)mw)
+        if (mw && waited + wait > s->cs[cls].headroom * (double)mw)
             return reject(s, q, ten, cls, SCHED_REJECT_DEADLINE, -ETIME, now, why);
         if (q->deadline_us) {
             double dec_step = predict_step_us(s, 0, s->run.n + 1, 0);
@@ -1245,6 +1270,12 @@ static void start_running(sched *s, uint32_t slot, uint32_t blocks, uint64_t now
         emit(s, &e);
         r->recompute = false;
         r->resumed_at = now;
+    }
+    if (!resume) {
+        uint64_t mw = s->cls[r->cls]->max_queue_wait_us;
+        double *hr = &s->cs[r->cls].headroom;
+        if (mw && (double)(now - r->arrival_us) < 0.5 * (double)mw && *hr < HEADROOM_MAX)
+            *hr = *hr + 0.002 < HEADROOM_MAX ? *hr + 0.002 : HEADROOM_MAX;
     }
     r->started = true;
     run_add(s, slot);
@@ -1756,6 +1787,7 @@ int sched_get_class_stats(const sched *s, int c, sched_group_stats *o)
 {
     if (!s || !o || c < 0 || c >= s->n_classes) return -ENOENT;
     *o = s->cs[c].st;
+    o->admit_headroom = s->cs[c].headroom;
     uint32_t kv = 0;
     for (uint32_t i = 0; i < s->run.n; i++)
         if (s->reqs[s->run.a[i]].cls == c) kv += s->reqs[s->run.a[i]].n_dev;

@@ -186,9 +186,10 @@ typedef struct sched_class_cfg {
                                        predicted step time stays under it (one chunk minimum) */
     uint64_t max_queue_wait_us;     /* waiting longer → timeout "queue_wait" (0 = unbounded);
                                        admission rejects ("deadline_infeasible") when the
-                                       predicted wait exceeds 85% of it — the headroom absorbs
-                                       the estimate's error, so overload ends in rejects at
-                                       admission, not in timeouts later.  The prediction uses
+                                       predicted wait exceeds 85% of it (less after
+                                       queue-wait timeouts: sched_group_stats.admit_headroom)
+                                       — the headroom absorbs the estimate's error, so overload
+                                       ends in rejects at admission, not in timeouts later.  The prediction uses
                                        the prefill rate measured while work waited (last ~0.5 s;
                                        the step model before there is history) */
     bool     latency_sensitive;     /* decodes first, uses the decode reserve */
@@ -515,6 +516,9 @@ typedef struct sched_group_stats {
     uint64_t cancels[SCHED_CANCEL__COUNT];
     uint64_t ttft_met, ttft_missed;               /* vs the class target (classes only) */
     uint64_t tpot_met, tpot_missed;
+    double   admit_headroom;    /* classes: admission admits while the predicted wait is at
+                                   most this share of max_queue_wait (0.30..0.85; shrinks on
+                                   queue-wait timeouts, recovers while starts are quick) */
 } sched_group_stats;
 
 int sched_get_tenant_stats(const sched *s, int tenant, sched_group_stats *out); /* -ENOENT */

@@ -208,3 +208,37 @@ Test(sched_scenarios, scenario_replay_is_byte_identical)
     free(logs[0]);
     free(logs[1]);
 }
+
+/* ---- 5b. sustained excess under KV pressure: preemption makes service bursty ------------- */
+
+Test(sched_scenarios, overload_under_kv_pressure_still_refuses_at_the_door)
+{
+    sched_config c = h_default_config();
+    c.kv_blocks_device = 400;   /* ~25 sequences' worth: growth forces preemption */
+    harness *h = mk("[scheduler]\ntoken_budget = 512\nprefill_chunk = 256\n"
+                    "[class chat]\nttft_target = 1s\nmax_queue_wait = 800ms\n", &c);
+    uint64_t t = 0;
+    uint32_t x = 7;
+    while (t < 8000000) {
+        x = x * 1103515245u + 12345u;
+        h_add(h, t, 0, 0, 100 + (x >> 16) % 200, 50 + (x >> 8) % 150);
+        t += 2000;
+    }
+    h_run(h, 60000000);
+    uint32_t rejected = 0, finished = 0, timeouts = 0;
+    for (uint32_t i = 1; i <= h->n; i++) {
+        const h_req *q = &h->r[i];
+        if (q->submitted < 0) rejected++;
+        else if (q->end_kind == SCHED_EV_FINISH) finished++;
+        else if (q->end_kind == SCHED_EV_TIMEOUT) timeouts++;
+    }
+    sched_group_stats st;
+    sched_get_class_stats(h->s, 0, &st);
+    cr_assert_geq(h->ev_count[SCHED_EV_PREEMPT], 10, "the scenario must exercise preemption");
+    cr_assert_eq(rejected + finished + timeouts, h->n, "nothing waits forever");
+    cr_assert_gt(rejected, h->n / 4, "overload must be refused at admission (%u of %u)", rejected, h->n);
+    cr_assert_leq(timeouts * 50, finished, "timeouts %u should be rare next to %u finished (headroom %.2f)",
+                  timeouts, finished, st.admit_headroom);
+    if (timeouts) cr_assert_lt(st.admit_headroom, 0.85, "timeouts must tighten admission");
+    rm(h);
+}
