@@ -542,7 +542,9 @@ int sched_policy_parse(const char *text, sched_policy **out, sched_policy_error 
     parser ps = {.p = p, .err = err};
     int rc = 0;
     const char *c = text;
-    char linebuf[1024];
+    if ((unsigned char)c[0] == 0xEF && (unsigned char)c[1] == 0xBB && (unsigned char)c[2] == 0xBF)
+        c += 3;   /* UTF-8 byte-order mark from some editors */
+    static __thread char linebuf[16384];   /* a uid list can be long */
     while (*c && !rc) {
         size_t n = strcspn(c, "\n");
         ps.line++;

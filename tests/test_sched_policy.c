@@ -174,3 +174,20 @@ Test(sched_policy, event_json_schema)
     cr_assert_gt(need, sizeof small);
     cr_assert_eq(strlen(small), sizeof small - 1);
 }
+
+Test(sched_policy, crlf_bom_and_long_uid_lists)
+{
+    sched_policy *a = parse_ok("\xEF\xBB\xBF[scheduler]\r\ntoken_budget = 300\r\n[tenant t]\r\nuids = 5\r\n");
+    sched_policy *b = parse_ok("[scheduler]\ntoken_budget = 300\n[tenant t]\nuids = 5\n");
+    cr_assert_eq(sched_policy_hash(a), sched_policy_hash(b));
+    static char text[16000];
+    size_t n = (size_t)snprintf(text, sizeof text, "[tenant big]\nuids =");
+    for (int u = 0; u < 1000; u++) n += (size_t)snprintf(text + n, sizeof text - n, " %d", 100000 + u);
+    snprintf(text + n, sizeof text - n, "\n");
+    sched_policy *c = parse_ok(text);
+    cr_assert_eq(sched_policy_tenant_for_uid(c, 100999), 0);
+    cr_assert_eq(sched_policy_tenant_for_uid(c, 101000), -ENOENT);
+    sched_policy_free(a);
+    sched_policy_free(b);
+    sched_policy_free(c);
+}
