@@ -189,9 +189,11 @@ typedef struct sched_class_cfg {
                                        predicted wait exceeds 85% of it (less after
                                        queue-wait timeouts: sched_group_stats.admit_headroom)
                                        — the headroom absorbs the estimate's error, so overload
-                                       ends in rejects at admission, not in timeouts later.  The prediction uses
-                                       the prefill rate measured while work waited (last ~0.5 s;
-                                       the step model before there is history) */
+                                       ends in rejects at admission, not in timeouts later.
+                                       The prediction: queued prompt tokens of classes at least
+                                       as important / the prefill rate measured while work
+                                       waited (last ~0.5 s; the step model before there is
+                                       history), and at least the age of the oldest waiting */
     bool     latency_sensitive;     /* decodes first, uses the decode reserve */
 } sched_class_cfg;
 
