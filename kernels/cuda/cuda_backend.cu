@@ -707,8 +707,8 @@ fail:
     return rc;
 }
 
-static int run_batch(cu *c, const eng_batch *b, const eng_sampling *s, uint64_t *rng,
-                     int32_t *out_tokens, float *logits)
+static int run_batch_on_stream(cu *c, const eng_batch *b, const eng_sampling *s,
+                               uint64_t *rng, int32_t *out_tokens, float *logits)
 {
     int rc = 0, n_tiles = 0, z = 1;
     bool decode = false;
@@ -771,6 +771,19 @@ static int run_batch(cu *c, const eng_batch *b, const eng_sampling *s, uint64_t 
     g_last_exec_ms = c->last_exec_ms;
     return 0;
 fail:
+    return rc;
+}
+
+/* A failed batch may leave copies from the pinned metadata queued: drain the stream before
+ * the next batch rewrites it (after a sticky device error every later call fails too). */
+static int run_batch(cu *c, const eng_batch *b, const eng_sampling *s, uint64_t *rng,
+                     int32_t *out_tokens, float *logits)
+{
+    int rc = run_batch_on_stream(c, b, s, rng, out_tokens, logits);
+    if (rc) {
+        (void)cudaStreamSynchronize(c->st);
+        (void)cudaGetLastError();
+    }
     return rc;
 }
 

@@ -195,7 +195,7 @@ cudaError_t ck_embed(cudaStream_t st, const ck_geom *g, const void *emb, const c
 }
 
 /* As run.c: ss = mean(x^2) + 1e-5; out = w * (x / sqrt(ss)). */
-static __global__ void rmsnorm_kernel(const float *x, const int32_t *rows, const float *w,
+static __global__ void __launch_bounds__(1024) rmsnorm_kernel(const float *x, const int32_t *rows, const float *w,
                                       void *out, int bf16, int dim)
 {
     const int row = blockIdx.x;
@@ -396,6 +396,31 @@ static __global__ void __launch_bounds__(CK_ATT_THREADS) attention_kernel(attn_a
     for (int kt = kbeg; kt < kend; kt += CK_ATT_BK) {
         const int nk = min(CK_ATT_BK, kend - kt);
         __syncthreads(); /* the previous tile is consumed (and q is in place) */
+        if (sizeof(KVT) == 2 && hs % 8 == 0) {
+            /* 16-byte loads of 8 bf16 (aligned: every offset below is a multiple of 8) */
+            for (int i = threadIdx.x; i < CK_ATT_BK * hs / 8; i += blockDim.x) {
+                const int j = (8 * i) / hs, d = 8 * i - j * hs;
+                uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
+                if (j < nk) {
+                    const int kp = kt + j;
+                    const size_t blk = (size_t)bt[kp / g.block_size];
+                    const size_t at = blk * (size_t)g.block_elems + k_off +
+                                      (size_t)(kp % g.block_size) * hs + d;
+                    kr = *(const uint4 *)((const __nv_bfloat16 *)a.pool + at);
+                    vr = *(const uint4 *)((const __nv_bfloat16 *)a.pool + at + v_delta);
+                }
+                const __nv_bfloat162 *k2 = (const __nv_bfloat162 *)&kr;
+                const __nv_bfloat162 *v2 = (const __nv_bfloat162 *)&vr;
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float2 kf = __bfloat1622float2(k2[e]), vf = __bfloat1622float2(v2[e]);
+                    ks[j * (hs + 1) + d + 2 * e] = kf.x;
+                    ks[j * (hs + 1) + d + 2 * e + 1] = kf.y;
+                    vs[j * hs + d + 2 * e] = vf.x;
+                    vs[j * hs + d + 2 * e + 1] = vf.y;
+                }
+            }
+        } else /* fp32 pool, or head_size not a multiple of 8: pairs */
         for (int i = threadIdx.x; i < CK_ATT_BK * hs / 2; i += blockDim.x) {
             const int j = (2 * i) / hs, d = 2 * i - j * hs; /* hs is even */
             float2 kk = make_float2(0.0f, 0.0f), vv = make_float2(0.0f, 0.0f);
@@ -640,7 +665,7 @@ static __device__ int block_first_exceed(const float *p, int n, double target, d
     return -1;
 }
 
-static __global__ void sample_prepare_kernel(const float *logits, int vocab,
+static __global__ void __launch_bounds__(SAMPLE_THREADS) sample_prepare_kernel(const float *logits, int vocab,
                                              const float *temperature, const int32_t *top_k,
                                              const float *top_p, uint64_t *rng, float *probs,
                                              int32_t *ids, float *coins, int32_t *out_tokens)
@@ -726,7 +751,7 @@ static __global__ void sample_prepare_kernel(const float *logits, int vocab,
         out_tokens[row] = f >= 0 ? f : vocab - 1;
 }
 
-static __global__ void sample_sorted_kernel(const float *probs_sorted, const int32_t *ids_sorted,
+static __global__ void __launch_bounds__(SAMPLE_THREADS) sample_sorted_kernel(const float *probs_sorted, const int32_t *ids_sorted,
                                             int vocab, const float *temperature,
                                             const int32_t *top_k, const float *top_p,
                                             const float *coins, int32_t *out_tokens)
