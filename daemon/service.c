@@ -57,7 +57,9 @@ static void logmsg(const char *fmt, ...)
 /* ---- the built-in policy ------------------------------------------------------------- */
 
 /* Used when no --policy is given: one class, one tenant, token-budget scheduling with
- * automatic swap/recompute choice. Every uid maps to the default tenant. */
+ * automatic swap/recompute choice. Every uid maps to the default tenant. The queue is
+ * bounded: past 4096 waiting requests new ones are rejected (queue_full) instead of
+ * growing memory and latency without end. */
 static const char builtin_policy[] =
     "# ringlmd built-in policy\n"
     "[scheduler]\n"
@@ -65,13 +67,14 @@ static const char builtin_policy[] =
     "token_budget = 256\n"
     "max_active_seqs = 64\n"
     "prefill_chunk = 128\n"
-    "preemption = auto\n";
+    "preemption = auto\n"
+    "queue_max_requests = 4096\n";
 
 /* llama2.c models stop when BOS is sampled (run.c); the stop token is not streamed. */
 #define SVC_STOP_TOKEN 1
 #define SVC_KVTIER_TAG (DLOOP_UD_SVC | (1ull << 62))
 #define SVC_HASH_BUCKETS 4096
-#define SVC_MAX_REQS_PER_SESSION 4096
+#define SVC_MAX_REQS_PER_SESSION 1024
 #define SVC_STATS_INTERVAL_US 20000
 
 /* ---- state --------------------------------------------------------------------------- */
