@@ -129,6 +129,7 @@ struct metrics {
     _Atomic unsigned middle;       /* index | FRESH when newer than front */
     unsigned front;                /* reader side, under read_mu */
     pthread_mutex_t read_mu;       /* readers only: the loop never takes it */
+    size_t render_cap;             /* exposition size to expect (under read_mu) */
 
     struct MHD_Daemon *httpd;
     int listen_fd, port;
@@ -742,31 +743,51 @@ int metrics_render(metrics *m, char **out, size_t *len)
     if (atomic_load_explicit(&m->middle, memory_order_acquire) & FRESH)
         m->front = atomic_exchange_explicit(&m->middle, m->front, memory_order_acq_rel) & 3u;
     const snap *s = m->buf[m->front];
-    char *buf = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&buf, &n);
-    if (!f) {
-        pthread_mutex_unlock(&m->read_mu);
-        return seterr(-ENOMEM, "metrics: open_memstream failed");
-    }
     pthread_once(&lat_le_once, lat_le_init);
     tc_cache cache;
     tc_cache_build(&cache, s);
-    cur_tc = &cache;
-    flockfile(f);
-    render(f, s);
-    funlockfile(f);
-    cur_tc = NULL;
-    tc_cache_free(&cache, s);
-    int bad = ferror(f);
-    fclose(f);
-    pthread_mutex_unlock(&m->read_mu);
-    if (bad || !buf) {
+    /* Into one buffer sized from the last scrape (fmemopen): a growing open_memstream
+     * spent most of a scrape in realloc, memset and page faults. Too small → retry with
+     * twice the room (only when the series grew). */
+    size_t cap = m->render_cap ? m->render_cap : 64 * 1024;
+    char *buf = NULL;
+    long n = 0;
+    int rc = 0;
+    for (;;) {
+        buf = malloc(cap + 1);
+        FILE *f = buf ? fmemopen(buf, cap + 1, "w") : NULL;
+        if (!f) {
+            rc = seterr(-ENOMEM, "metrics: no memory for a %zu-byte exposition", cap);
+            break;
+        }
+        cur_tc = &cache;
+        flockfile(f);
+        render(f, s);
+        funlockfile(f);
+        cur_tc = NULL;
+        fflush(f);
+        n = ftell(f);
+        bool full = ferror(f) || n < 0 || (size_t)n >= cap;
+        fclose(f);
+        if (!full) break;
         free(buf);
-        return seterr(-ENOMEM, "metrics: rendering ran out of memory");
+        buf = NULL;
+        if (cap > ((size_t)64 << 20)) {
+            rc = seterr(-ENOMEM, "metrics: exposition larger than 64 MiB");
+            break;
+        }
+        cap *= 2;
     }
+    if (rc == 0) m->render_cap = (size_t)n + (size_t)n / 4 + 4096;
+    tc_cache_free(&cache, s);
+    pthread_mutex_unlock(&m->read_mu);
+    if (rc < 0) {
+        free(buf);
+        return rc;
+    }
+    buf[n] = 0;
     *out = buf;
-    *len = n;
+    *len = (size_t)n;
     return 0;
 }
 

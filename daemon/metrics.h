@@ -38,8 +38,8 @@
 extern "C" {
 #endif
 
-/* Limits: label values beyond these are folded into the tenant/class "other" or the
- * reason "other" (counted, never dropped), so a misbehaving label source can not make the
+/* Limits: a label keeps its first MAX-1 distinct values; later ones are folded into the
+ * value "other" (counted, never dropped), so a misbehaving label source can not make the
  * exposition grow without bound. */
 #define METRICS_MAX_TENANTS 32
 #define METRICS_MAX_CLASSES 8

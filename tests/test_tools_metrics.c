@@ -301,6 +301,40 @@ Test(tools_metrics, publish_is_rate_limited_and_labels_bounded)
     metrics_destroy(m);
 }
 
+/* Every tenant × class slot in use: the exposition outgrows the first buffer guess (the
+ * render retries with more room) and stays well-formed; the second scrape is the same. */
+Test(tools_metrics, full_label_space_renders_whole)
+{
+    metrics *m;
+    cr_assert_eq(metrics_create(NULL, &m), 0);
+    char t[16], c[16];
+    for (int i = 0; i < METRICS_MAX_TENANTS; i++)
+        for (int j = 0; j < METRICS_MAX_CLASSES; j++) {
+            snprintf(t, sizeof t, "tenant%02d", i);
+            snprintf(c, sizeof c, "class%d", j);
+            int s = metrics_series(m, t, c);
+            metrics_observe(m, s, METRICS_H_E2E, (uint64_t)(i * 1000 + j));
+            metrics_count_reject(m, s, "queue_full");
+        }
+    metrics_publish(m, 1, 1);
+    char *a, *b;
+    size_t na, nb;
+    cr_assert_eq(metrics_render(m, &a, &na), 0);
+    cr_assert_eq(metrics_render(m, &b, &nb), 0);
+    cr_assert(na > 1000000, "only %zu bytes for %d series", na, METRICS_MAX_TENANTS * METRICS_MAX_CLASSES);
+    cr_assert_eq(na, nb);
+    cr_assert_eq(strlen(a), na);
+    cr_assert(memcmp(a, b, na) == 0);
+    cr_assert(strstr(a, "ringlm_rejects_total{tenant=\"tenant30\",class=\"class6\",reason=\"queue_full\"} 1\n"));
+    /* the last slot of each label is "other": tenant31 and class7 fold into it */
+    cr_assert(strstr(a, "ringlm_rejects_total{tenant=\"other\",class=\"other\",reason=\"queue_full\"} 1\n"));
+    cr_assert(strstr(a, "vllm:kv_cache_usage_perc{"), "the tail of the exposition is missing");
+    check_exposition(a);
+    free(a);
+    free(b);
+    metrics_destroy(m);
+}
+
 Test(tools_metrics, bad_listen_addresses_are_explained)
 {
     metrics *m;
