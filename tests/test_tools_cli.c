@@ -283,6 +283,42 @@ Test(tools_cli, generate_reproduces_reference_greedy)
     free(ref);
 }
 
+/* Sampling through the daemon (temperature, top-p, seed) gives what the engine's own
+ * single-sequence runner gives with the same seed: same sampler, same rng stream. */
+Test(tools_cli, generate_sampled_matches_ringlm_run)
+{
+    need_programs();
+    char *model = path_join(shared_dir(), "models/stories260K.bin");
+    char *tok = path_join(shared_dir(), "models/tok512.bin");
+    char *run = path_join(bin_dir(), "ringlm-run");
+    if (!exists(model) || !exists(tok)) cr_skip_test("stories260K / tok512 not under %s", shared_dir());
+    if (!exists(run)) cr_skip_test("ringlm-run not built in %s", bin_dir());
+    if (!daemon_supports("--model")) cr_skip_test("this ringlmd does not serve models yet");
+    const char *args[] = {"--model", model, NULL};
+    start_daemon(args);
+    char *ringlm = path_join(bin_dir(), "ringlm");
+    const char *cases[][4] = {{"Lily wanted to", "0.8", "0.9", "42"}, {"Once upon a time", "1.0", "0.5", "7"},
+                              {"", "0.6", "1", "123"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *a[] = {run, "--model", model, "--tokenizer", tok, "--prompt", (char *)cases[i][0], "--steps", "120",
+                     "--temperature", (char *)cases[i][1], "--top-p", (char *)cases[i][2], "--seed",
+                     (char *)cases[i][3], NULL};
+        char *b[] = {ringlm, "--socket", g_d.sock, "generate", "--tokenizer", tok, "--prompt", (char *)cases[i][0],
+                     "--steps", "120", "--temperature", (char *)cases[i][1], "--top-p", (char *)cases[i][2],
+                     "--seed", (char *)cases[i][3], NULL};
+        char *oa, *ob, *ea, *eb;
+        cr_assert_eq(run_capture(a, &oa, &ea, 60), 0, "ringlm-run: %s", ea);
+        cr_assert_eq(run_capture(b, &ob, &eb, 60), 0, "ringlm generate: %s", eb);
+        cr_assert_str_eq(ob, oa, "case %zu (prompt '%s', T %s, top-p %s, seed %s) differs", i, cases[i][0],
+                         cases[i][1], cases[i][2], cases[i][3]);
+        free(oa); free(ob); free(ea); free(eb);
+    }
+    free(ringlm);
+    free(run);
+    free(model);
+    free(tok);
+}
+
 /* ---- replay ------------------------------------------------------------------------- */
 
 static json_t *replay_json(const char *trace, const char *const *extra)
