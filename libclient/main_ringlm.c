@@ -923,7 +923,8 @@ static void progress(size_t done, size_t total, uint64_t t_start)
 {
     int width = 40;
     int fill = total ? (int)((double)done / (double)total * width) : width;
-    double el = (double)(mono_us() - t_start) / 1e6;
+    int64_t el_us = (int64_t)(mono_us() - t_start); /* the start lies 20 ms ahead at first */
+    double el = el_us > 0 ? (double)el_us / 1e6 : 0.0;
     printf("\r[");
     for (int i = 0; i < width; i++) putchar(i < fill ? '#' : '.');
     printf("] %zu/%zu  %.1fs ", done, total, el);
