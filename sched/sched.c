@@ -1377,7 +1377,8 @@ static void step_token_budget(sched *s, uint64_t now)
         uint32_t fr = s->pools[SCHED_POOL_DEVICE].n_free;
         uint32_t tmax = s->ten[c.tenant]->max_kv_blocks;
         if (r->preempt_step == s->step_no) {   /* preempted in this very step: not back at once */
-            texcl |= 1ull << c.tenant;
+            if (c.swapped) cexcl |= 1u << c.cls;
+            else texcl |= 1ull << c.tenant;
             continue;
         }
         if (c.swapped) {
@@ -1444,6 +1445,7 @@ static void step_continuous(sched *s, uint64_t now)
         cand c;
         if (!pick_fcfs(s, &c)) break;
         req *r = &s->reqs[c.slot];
+        if (r->preempt_step == s->step_no) break;   /* FCFS head was just preempted: next step */
         if (s->run.n >= p->max_active_seqs) { emit_defer(s, r, SCHED_DEFER_MAX_ACTIVE, now); break; }
         uint32_t n = known(r);
         /* whole prompts; one longer than the budget runs alone (the baseline cannot slice) */

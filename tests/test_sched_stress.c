@@ -93,6 +93,15 @@ static void drive(const char *mode, uint64_t seed)
                 res[n++] = (sched_result){e->req, e->samples ? (rnd(30) ? 1 : 0) : 0,
                                           rnd(40) ? SCHED_FINISH_NONE : SCHED_FINISH_STOP};
             }
+            for (uint32_t i = 0; i < pl->n_preemptions; i++) {
+                sched_req_info in;
+                int rc = sched_get_request(s, pl->preemptions[i].req, &in);
+                cr_assert(rc == -ENOENT || in.state != SCHED_REQ_RUNNING,
+                          "req %llu preempted and running again in the same step",
+                          (unsigned long long)pl->preemptions[i].req);
+                for (uint32_t k = 0; k < pl->n_entries; k++)
+                    cr_assert_neq(pl->entries[k].req, pl->preemptions[i].req, "preempted yet scheduled");
+            }
             for (uint32_t i = 0; i < pl->n_transfers && nx < 256; i++) xfer[nx++] = pl->transfers[i].id;
             cr_assert_leq(pl->n_transfers, 256 - nx + pl->n_transfers);
             now += 200 + rnd(5000);
