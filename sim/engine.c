@@ -471,7 +471,8 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
                 double n = en->n_tokens;
                 pairs += n * en->start_pos + n * (n - 1) / 2;   /* each row attends to those before it */
             }
-        double step = sim_service_step_us(svc, prefill, p->n_decode, p->context_tokens, pairs) * o->step_scale;
+        double step = sim_service_step_us(svc, prefill, p->n_decode, p->context_tokens, pairs) * o->step_scale +
+                      o->step_overhead_us;
         int64_t dur = (int64_t)ceil(step);
         if (dur < 1) dur = 1;
         int64_t end = now + dur;

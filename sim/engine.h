@@ -25,6 +25,9 @@ typedef struct sim_options {
     int64_t             idle_poll_us;    /* re-step interval while work waits but nothing runs */
     int64_t             stall_stop_us;   /* stop when live work made no progress this long */
     double              step_scale;      /* what-if: every step takes this times the model (1) */
+    double              step_overhead_us;/* added to every step: the daemon loop's own cost per
+                                            iteration (rings, events, logs), which the engine
+                                            calibration does not see (0) */
     FILE               *decision_log;    /* JSON lines of sched events, or NULL */
     uint64_t            seed;
 } sim_options;

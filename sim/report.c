@@ -301,9 +301,11 @@ static void fidelity(const sim_run *r, sim_summary *s)
 {
     const sim_trace *t = r->trace;
     if (!t->has_real) return;
-    double *te = malloc((t->n ? t->n : 1) * sizeof *te), *ee = malloc((t->n ? t->n : 1) * sizeof *ee);
+    size_t cap = t->n ? t->n : 1;
+    double *te = malloc(cap * sizeof *te), *ee = malloc(cap * sizeof *ee);
+    double *tr = malloc(cap * sizeof *tr), *er = malloc(cap * sizeof *er);
     size_t nt = 0, ne = 0;
-    if (!te || !ee) { free(te); free(ee); return; }
+    if (!te || !ee || !tr || !er) { free(te); free(ee); free(tr); free(er); return; }
     for (size_t i = 0; i < t->n; i++) {
         const sim_req *q = &t->reqs[i];
         const sim_rec *x = &r->recs[r->final_rec[i]];
@@ -311,18 +313,24 @@ static void fidelity(const sim_run *r, sim_summary *s)
         if (x->outcome != SIM_OUT_FINISHED) continue;
         if (q->real_first_token_us != SIM_NO_TIME && q->real_first_token_us > q->arrival_us) {
             double real = (double)(q->real_first_token_us - q->arrival_us), sim = (double)(x->first_token_us - q->arrival_us);
+            tr[nt] = sim / real;
             te[nt++] = fabs(sim - real) / real;
         }
         if (q->real_finish_us != SIM_NO_TIME && q->real_finish_us > q->arrival_us) {
             double real = (double)(q->real_finish_us - q->arrival_us), sim = (double)(x->end_us - q->arrival_us);
+            er[ne] = sim / real;
             ee[ne++] = fabs(sim - real) / real;
         }
     }
     s->has_fidelity = nt + ne > 0;
     sim_dist_of(te, nt, &s->ttft_rel_err);
     sim_dist_of(ee, ne, &s->e2e_rel_err);
+    sim_dist_of(tr, nt, &s->ttft_ratio);
+    sim_dist_of(er, ne, &s->e2e_ratio);
     free(te);
     free(ee);
+    free(tr);
+    free(er);
 }
 
 int sim_summarise(const sim_run *r, const sim_scenario *scn, int64_t b0, int64_t b1, sim_summary *s)
@@ -549,8 +557,10 @@ json_t *sim_report_json(const sim_run *r, const sim_summary *s, const sim_servic
         json_object_set_new(o, "verdict", json_pack("{s:s,s:b,s:s}", "scenario", s->verdict_name,
                                                     "pass", s->verdict, "text", s->verdict_text));
     if (s->has_fidelity)
-        json_object_set_new(o, "fidelity", json_pack("{s:o,s:o}", "ttft_rel_err", jdist(&s->ttft_rel_err),
-                                                     "e2e_rel_err", jdist(&s->e2e_rel_err)));
+        json_object_set_new(o, "fidelity", json_pack("{s:o,s:o,s:o,s:o}", "ttft_rel_err", jdist(&s->ttft_rel_err),
+                                                     "e2e_rel_err", jdist(&s->e2e_rel_err),
+                                                     "ttft_sim_over_real", jdist(&s->ttft_ratio),
+                                                     "e2e_sim_over_real", jdist(&s->e2e_ratio)));
     json_t *w = json_array();
     if (r->warnings[0]) {
         char buf[sizeof r->warnings];
@@ -631,6 +641,9 @@ void sim_report_table(FILE *f, const sim_run *r, const sim_summary *s, const sim
         fprintf(f, "\nfidelity relative error vs the recorded run: TTFT median %.1f%% p99 %.1f%% (n %zu); E2E median %.1f%% p99 %.1f%% (n %zu)\n",
                 100 * s->ttft_rel_err.p50, 100 * s->ttft_rel_err.p99, s->ttft_rel_err.n,
                 100 * s->e2e_rel_err.p50, 100 * s->e2e_rel_err.p99, s->e2e_rel_err.n);
+    if (s->has_fidelity)
+        fprintf(f, "         simulated / recorded, median: TTFT %.2f, E2E %.2f (below 1: the simulation is faster than the real run)\n",
+                s->ttft_ratio.p50, s->e2e_ratio.p50);
     if (s->verdict >= 0) fprintf(f, "\nverdict  %s: %s — %s\n", s->verdict_name, s->verdict ? "PASS" : "FAIL", s->verdict_text);
     if (r->warnings[0]) fprintf(f, "\nwarning  %s\n", r->warnings);
 }

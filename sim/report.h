@@ -51,6 +51,7 @@ typedef struct sim_summary {
     /* fidelity (native traces with recorded outcomes) */
     bool   has_fidelity;
     sim_dist ttft_rel_err, e2e_rel_err;            /* fractions, not % */
+    sim_dist ttft_ratio, e2e_ratio;                /* simulated / recorded: the error's sign */
 } sim_summary;
 
 /* Compute the summary of a run. scn may be NULL; burst_start/end_us < 0 → no burst unless
