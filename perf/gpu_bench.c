@@ -156,6 +156,10 @@ static double median(double *v, int n)
 
 /* ---- parity ---------------------------------------------------------------------------- */
 
+/* The backend under test: "cuda", or "cpu" with --harness-on-cpu (checks this harness on a
+ * machine without a GPU: the CPU against itself must pass everything but the swap). */
+static const char *dut_backend = "cuda";
+
 /* "label.name", cut to the field (the return value is checked so gcc sees it handled). */
 static void prefix_name(gp_result *r, const char *label)
 {
@@ -176,7 +180,7 @@ static void parity_model(const char *spec, const char *ref_json, const char *lab
         addf(name, -1, 0, "", "model %s: %s", spec, eng_errmsg());
         return;
     }
-    eng *cpu = gp_engine(m, "cpu", 160, 16), *gpu = gp_engine(m, "cuda", 160, 16);
+    eng *cpu = gp_engine(m, "cpu", 160, 16), *gpu = gp_engine(m, dut_backend, 160, 16);
     gp_result r, inv[4];
 #define PREFIXED(res) prefix_name(&(res), label)
     if (!gpu) {
@@ -193,7 +197,7 @@ static void parity_model(const char *spec, const char *ref_json, const char *lab
         add(&lo, "relL2");
         /* The same in fp32 mode: tells bf16 rounding apart from a bug when greedy diverges. */
         setenv("RINGLM_CUDA_DTYPE", "fp32", 1);
-        eng *g32 = gp_engine(m, "cuda", 160, 16);
+        eng *g32 = gp_engine(m, dut_backend, 160, 16);
         unsetenv("RINGLM_CUDA_DTYPE");
         if (g32) {
             gp_check_reference(g32, m, ref_json, &r, &lo);
@@ -573,24 +577,25 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"data", required_argument, 0, 'd'}, {"json", required_argument, 0, 'j'},
         {"only", required_argument, 0, 'o'}, {"quick", no_argument, 0, 'q'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"harness-on-cpu", no_argument, 0, 'C'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     while ((ch = getopt_long(argc, argv, "d:j:o:qh", opts, NULL)) != -1) {
         switch (ch) {
         case 'd': data = optarg; break;
         case 'j': json_path = optarg; break;
         case 'o': only = optarg; break;
         case 'q': quick = 1; break;
+        case 'C': dut_backend = "cpu"; only = "parity"; break;
         default:
             fprintf(stderr, "usage: gpu_bench [--data DIR] [--json FILE] [--only parity|perf] "
-                            "[--quick]\n");
+                            "[--quick] [--harness-on-cpu]\n");
             return ch == 'h' ? 0 : 2;
         }
     }
     probes p;
-    if (load_probes(&p))
+    char info[256] = "cpu (--harness-on-cpu)";
+    if (strcmp(dut_backend, "cuda") == 0 && load_probes(&p))
         return 2;
-    char info[256];
-    if (p.device_info(info, sizeof info)) {
+    if (strcmp(dut_backend, "cuda") == 0 && p.device_info(info, sizeof info)) {
         fprintf(stderr, "gpu_bench: %s\n", eng_errmsg());
         return 2;
     }
@@ -605,7 +610,8 @@ int main(int argc, char **argv)
             addf("stories260K", -1, 0, "", "stories260K.bin not found (--data, gpu-data/, "
                  "$RINGLM_SHARED/models)");
         parity_model("synthetic:gqa-test:1", NULL, "gqa-test");
-        parity_lazy("gqa-test");
+        if (strcmp(dut_backend, "cuda") == 0)
+            parity_lazy("gqa-test");
     }
     if (!only || strcmp(only, "perf") == 0)
         throughput(&p, quick);

@@ -556,7 +556,10 @@ static inline void gp_check_swap(eng *e, const eng_model *m, int kind, gp_result
            "moved blocks: relative L2 %.3g (want 0)", nb, bb, d);
     goto out;
 fail_exec:
-    gp_set(r, name, 0, 0, "error %d: %s", err, eng_errmsg());
+    if (err == -ENOTSUP)
+        gp_set(r, name, -1, 0, "%s", eng_errmsg()); /* a backend without async transfers */
+    else
+        gp_set(r, name, 0, 0, "error %d: %s", err, eng_errmsg());
 out:
     /* A memfd mapping stays mapped: the backend registered it with the driver for the
      * engine's lifetime (as the daemon's host tier is), and an address range reused by a
@@ -599,7 +602,12 @@ static inline void gp_check_recompute(eng *e, const eng_model *m, gp_result *r)
         if (i == 9)
             s[1] = s[0]; /* snapshot of the tokens after 10 generated */
     }
-    gp_seq_init(&s[1], s[1].tokens, s[1].n_tokens, 50);
+    {
+        int32_t snap[GP_MAX_TOK]; /* gp_seq_init clears the sequence before copying */
+        int n = s[1].n_tokens;
+        memcpy(snap, s[1].tokens, (size_t)n * sizeof *snap);
+        gp_seq_init(&s[1], snap, n, 50);
+    }
     rows = s[1].n_tokens;
     for (int i = 10; i < 20; i++) {
         if ((err = gp_step(e, b, &rows, 1, lg)))
