@@ -525,6 +525,16 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         e.last_progress_any = end;
         rc = sched_commit(e.s, e.results, nres, (uint64_t)end, (uint64_t)dur);
         if (rc < 0) { rc = sim_err_setc(rc, "sched_commit: %s", sched_last_error()); goto out; }
+        if (o->check_every && run->steps % o->check_every == 0) {
+            /* a long replay is a good fuzzer for the scheduler's own bookkeeping */
+            char why[256] = "";
+            if (sched_check_invariants(e.s, why, sizeof why) < 0) {
+                rc = sim_err_setc(-EUCLEAN, "scheduler invariant broken after step %llu at t=%lld us: %s",
+                                  (unsigned long long)run->steps, (long long)end, why);
+                goto out;
+            }
+            run->invariant_checks++;
+        }
         now = end;
     }
     run->sim_end_us = now;

@@ -28,6 +28,7 @@ typedef struct sim_options {
     double              step_overhead_us;/* added to every step: the daemon loop's own cost per
                                             iteration (rings, events, logs), which the engine
                                             calibration does not see (0) */
+    uint64_t            check_every;     /* run sched_check_invariants every N steps (0: never) */
     FILE               *decision_log;    /* JSON lines of sched events, or NULL */
     uint64_t            seed;
 } sim_options;
@@ -56,6 +57,7 @@ typedef struct sim_run {
     int64_t  sim_end_us;
     double   wall_s;
     size_t   still_live;              /* live at the end (stopped by stall_stop_us) */
+    uint64_t invariant_checks;        /* sched_check_invariants calls that passed */
     /* time series */
     double  *ts;
     size_t   ts_rows, ts_cap, ts_cols;

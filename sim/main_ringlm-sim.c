@@ -46,6 +46,7 @@ static void usage(FILE *f)
 "  --max-context N         prompt + max tokens limit (default 32768)\n"
 "  --step-scale X          what-if: every step takes X times the model's time (faster/slower hardware)\n"
 "  --step-overhead-us N    add N µs to every step: the serving loop's own cost per iteration\n"
+"  --check-invariants N    check the scheduler's invariants every N steps (stop on a violation)\n"
 "output\n"
 "  --json                  one JSON object on stdout (compare mode: {\"runs\": [...]})\n"
 "  --csv DIR               time series and per-request CSV\n"
@@ -112,7 +113,7 @@ int main(int argc, char **argv)
     sim_options_defaults(&opt);
     enum { O_FORMAT = 256, O_SKIP, O_PARAM, O_RATE, O_LSCALE, O_WINDOW, O_TENANTS, O_CLASSES, O_SEED,
            O_RETRY, O_RETRY_MAX, O_CALIB, O_MAXCTX, O_CSV, O_PLOT, O_DECLOG, O_SAMPLE, O_BURST,
-           O_FIDELITY, O_LIST, O_REQLOG, O_FIT, O_SCALE, O_OVERHEAD };
+           O_FIDELITY, O_LIST, O_REQLOG, O_FIT, O_SCALE, O_OVERHEAD, O_CHECK };
     static const struct option lo[] = {
         {"trace", 1, 0, 't'}, {"workload", 1, 0, 'w'}, {"policy", 1, 0, 'p'}, {"json", 0, 0, 'j'},
         {"help", 0, 0, 'h'}, {"format", 1, 0, O_FORMAT}, {"skip-bad", 0, 0, O_SKIP},
@@ -121,7 +122,7 @@ int main(int argc, char **argv)
         {"seed", 1, 0, O_SEED}, {"retry", 1, 0, O_RETRY}, {"retry-max", 1, 0, O_RETRY_MAX},
         {"calibration", 1, 0, O_CALIB}, {"max-context", 1, 0, O_MAXCTX}, {"csv", 1, 0, O_CSV},
         {"plot", 1, 0, O_PLOT}, {"decision-log", 1, 0, O_DECLOG}, {"sample-ms", 1, 0, O_SAMPLE},
-        {"burst", 1, 0, O_BURST}, {"fidelity", 0, 0, O_FIDELITY}, {"list-workloads", 0, 0, O_LIST}, {"request-log", 1, 0, O_REQLOG}, {"service-fit", 1, 0, O_FIT}, {"step-scale", 1, 0, O_SCALE}, {"step-overhead-us", 1, 0, O_OVERHEAD},
+        {"burst", 1, 0, O_BURST}, {"fidelity", 0, 0, O_FIDELITY}, {"list-workloads", 0, 0, O_LIST}, {"request-log", 1, 0, O_REQLOG}, {"service-fit", 1, 0, O_FIT}, {"step-scale", 1, 0, O_SCALE}, {"step-overhead-us", 1, 0, O_OVERHEAD}, {"check-invariants", 1, 0, O_CHECK},
         {0, 0, 0, 0}};
     int c;
     char *e;
@@ -175,6 +176,7 @@ int main(int argc, char **argv)
         case O_DECLOG: declog = optarg; break;
         case O_REQLOG: reqlog = optarg; break;
         case O_OVERHEAD: opt.step_overhead_us = strtod(optarg, &e); if (*e || !(opt.step_overhead_us >= 0) || !isfinite(opt.step_overhead_us)) goto bad_num; break;
+        case O_CHECK: opt.check_every = strtoull(optarg, &e, 10); if (*e) goto bad_num; break;
         case O_SCALE: opt.step_scale = strtod(optarg, &e); if (*e || !(opt.step_scale > 0) || !isfinite(opt.step_scale)) goto bad_num; break;
         case O_FIT:
             if (!strcmp(optarg, "auto")) fit = SIM_FIT_AUTO;

@@ -375,7 +375,13 @@ Test(sim_engine, small_kv_pool_preempts_by_mode_and_completes_transfers)
     for (int i = 0; i < 2; i++) {
         sched_policy *p = policy_file(pols[i]);
         sim_run r;
-        run(&t, p, &svc, NULL, &r);
+        sim_options o;
+        sim_options_defaults(&o);
+        o.policy = p;
+        o.svc = &svc;
+        o.check_every = 1;   /* the scheduler's own invariants after every step */
+        cr_assert_eq(sim_run_trace(&t, &o, &r), 0, "%s: %s", pols[i], sim_err());
+        cr_expect_eq(r.invariant_checks, r.steps);
         sim_summary s;
         sim_summarise(&r, NULL, -1, -1, &s);
         cr_expect_gt(s.all.preempt_swap + s.all.preempt_recompute, 0, "%s: no preemption with 600 blocks", pols[i]);
