@@ -124,9 +124,9 @@ int main(int argc, char **argv)
         {"plot", 1, 0, O_PLOT}, {"decision-log", 1, 0, O_DECLOG}, {"sample-ms", 1, 0, O_SAMPLE},
         {"burst", 1, 0, O_BURST}, {"fidelity", 0, 0, O_FIDELITY}, {"list-workloads", 0, 0, O_LIST}, {"request-log", 1, 0, O_REQLOG}, {"service-fit", 1, 0, O_FIT}, {"step-scale", 1, 0, O_SCALE}, {"step-overhead-us", 1, 0, O_OVERHEAD}, {"check-invariants", 1, 0, O_CHECK},
         {0, 0, 0, 0}};
-    int c;
+    int c, li = -1;
     char *e;
-    while ((c = getopt_long(argc, argv, "t:w:p:jh", lo, NULL)) != -1) {
+    while ((li = -1, c = getopt_long(argc, argv, "t:w:p:jh", lo, &li)) != -1) {
         switch (c) {
         case 't': trace_path = optarg; break;
         case 'w': workload = optarg; break;
@@ -203,7 +203,7 @@ int main(int argc, char **argv)
         }
         continue;
     bad_num:
-        fprintf(stderr, "ringlm-sim: --%s %s: not a valid number\n", lo[0].name ? "option" : "", optarg);
+        fprintf(stderr, "ringlm-sim: --%s %s: not a valid value\n", li >= 0 ? lo[li].name : "?", optarg);
         return 2;
     }
     if (optind < argc || (!trace_path == !workload)) {
