@@ -433,14 +433,17 @@ static void attend_head(const cpu *c, const float *q, const int32_t *table, int 
     for (int t0 = 0; t0 < n_pos; t0 += bs) {
         const float *v = kv_at(c, table[t0 / bs], c->layer, 1, 0) + (size_t)kvh * hs;
         int n = n_pos - t0 < bs ? n_pos - t0 : bs;
-        for (int i = 0; i < n; i++, v += kv_dim) {
-            const float a = scores[t0 + i] * inv;
-            int j = 0;
-            for (; j < hs8; j += 8)
-                *(v8f *)(out + j) += a * *(const v8f *)(v + j);
-            for (; j < hs; j++)
-                out[j] += a * v[j];
+        /* out[j] += Σ_i a_i v_i[j], 8 lanes of out held in a register across positions */
+        int j = 0;
+        for (; j < hs8; j += 8) {
+            v8f acc = *(v8f *)(out + j);
+            for (int i = 0; i < n; i++)
+                acc += (scores[t0 + i] * inv) * *(const v8f *)(v + (size_t)i * kv_dim + j);
+            *(v8f *)(out + j) = acc;
         }
+        for (; j < hs; j++)
+            for (int i = 0; i < n; i++)
+                out[j] += (scores[t0 + i] * inv) * v[(size_t)i * kv_dim + j];
     }
 }
 
@@ -516,14 +519,16 @@ static void attend_tile(const cpu *c, const eng_batch *b, const struct tile *tl,
             for (int g = 0; g < group; g++) {
                 const float *p = scores + ((size_t)ri * group + g) * seq_len + t0;
                 float *out = c->att + (size_t)(tl->row0 + ri) * dim + (size_t)(kvh * group + g) * hs;
-                for (int i = 0; i < m; i++) {
-                    const float a = p[i], *vi = v + (size_t)i * kv_dim;
-                    int j = 0;
-                    for (; j < hs8; j += 8)
-                        *(v8f *)(out + j) += a * *(const v8f *)(vi + j);
-                    for (; j < hs; j++)
-                        out[j] += a * vi[j];
+                int j = 0;
+                for (; j < hs8; j += 8) {
+                    v8f acc = *(v8f *)(out + j);
+                    for (int i = 0; i < m; i++)
+                        acc += p[i] * *(const v8f *)(v + (size_t)i * kv_dim + j);
+                    *(v8f *)(out + j) = acc;
                 }
+                for (; j < hs; j++)
+                    for (int i = 0; i < m; i++)
+                        out[j] += p[i] * v[(size_t)i * kv_dim + j];
             }
         }
     }
