@@ -124,7 +124,7 @@ CU_SRCS := $(wildcard kernels/cuda/*.cu)
 CUDA_SO := $(LIB)/libringlm_cuda.so
 ifeq ($(CUDA),1)
 ifneq ($(CU_SRCS),)
-NVCCFLAGS ?= -O3 -arch=$(CUDA_ARCH) -Xcompiler -fPIC,-Wall,-Wextra,-Werror,-fno-omit-frame-pointer \
+NVCCFLAGS ?= -O3 -lineinfo -arch=$(CUDA_ARCH) -Xcompiler -fPIC,-Wall,-Wextra,-Werror,-fno-omit-frame-pointer \
              -Werror all-warnings -std=c++17 -I. -Ilibclient -D_GNU_SOURCE
 $(OBJ)/%.cu.o: %.cu
 	@mkdir -p $(@D)
