@@ -317,6 +317,14 @@ int main(int argc, char **argv)
         }
     }
 
+    if (plot_dir && n_runs > 1) {
+        const sim_run *rp[MAX_POLICIES];
+        for (int i = 0; i < n_runs; i++) rp[i] = &runs[i];
+        if ((rc = sim_report_plot_compare(plot_dir, rp, (size_t)n_runs, NULL)) < 0 && rc != -ENOENT) {
+            fprintf(stderr, "ringlm-sim: %s\n", sim_err());
+            goto out;
+        }
+    }
     if (json) {
         json_t *root;
         if (n_runs == 1) root = sim_report_json(&runs[0], &sums[0], &svc);

@@ -59,6 +59,85 @@ static int write_cdf(FILE *f, const sim_run *r, bool e2e, unsigned *blocks, cons
     return 0;
 }
 
+/* One CDF block of every request's TTFT or E2E. Returns the number of points (0: none). */
+static size_t write_cdf_all(FILE *f, const sim_run *r, bool e2e, const char *label)
+{
+    const sim_trace *t = r->trace;
+    double *v = malloc((t->n ? t->n : 1) * sizeof *v);
+    if (!v) return 0;
+    size_t n = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        if (r->final_rec[i] == UINT32_MAX) continue;
+        const sim_req *q = &t->reqs[i];
+        const sim_rec *x = &r->recs[r->final_rec[i]];
+        if (e2e && x->outcome == SIM_OUT_FINISHED) v[n++] = (double)(x->end_us - q->arrival_us) / 1000.0;
+        if (!e2e && x->first_token_us >= 0) v[n++] = (double)(x->first_token_us - q->arrival_us) / 1000.0;
+    }
+    if (n) {
+        qsort(v, n, sizeof *v, cmp_double);
+        fprintf(f, "# policy %s\n", label);
+        size_t stride = n / 2000 + 1;
+        for (size_t i = 0; i < n; i += stride) fprintf(f, "%.4f %.6f\n", v[i], (double)(i + 1) / (double)n);
+        fprintf(f, "%.4f 1\n", v[n - 1]);
+    } else {
+        fprintf(f, "# policy %s: none\nnan nan\n", label);   /* keeps index numbering aligned */
+    }
+    fprintf(f, "\n\n");
+    free(v);
+    return n;
+}
+
+static int run_gnuplot(const char *dir, const char *gp, const char *sfx, FILE *note);
+
+int sim_report_plot_compare(const char *dir, const sim_run *const *runs, size_t n, FILE *note)
+{
+    if (mkdir(dir, 0777) < 0 && errno != EEXIST) return sim_err_setc(-errno, "%s: %s", dir, strerror(errno));
+    char path[1024], gp[1024];
+    for (int which = 0; which < 2; which++) {
+        snprintf(path, sizeof path, "%s/compare-%s-cdf.dat", dir, which ? "e2e" : "ttft");
+        FILE *f = fopen(path, "w");
+        if (!f) return sim_err_setc(-errno, "%s: %s", path, strerror(errno));
+        for (size_t k = 0; k < n; k++) write_cdf_all(f, runs[k], which, runs[k]->policy_name);
+        fclose(f);
+    }
+    snprintf(path, sizeof path, "%s/compare-queue.dat", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return sim_err_setc(-errno, "%s: %s", path, strerror(errno));
+    for (size_t k = 0; k < n; k++) {
+        fprintf(f, "# policy %s: t_s waiting kv_device_pct\n", runs[k]->policy_name);
+        for (size_t i = 0; i < runs[k]->ts_rows; i++) {
+            const double *row = &runs[k]->ts[i * runs[k]->ts_cols];
+            fprintf(f, "%.3f %.0f %.3f\n", row[SIM_TS_T_S], row[SIM_TS_WAITING], row[SIM_TS_KV_DEVICE_PCT]);
+        }
+        if (!runs[k]->ts_rows) fprintf(f, "nan nan nan\n");
+        fprintf(f, "\n\n");
+    }
+    fclose(f);
+    snprintf(gp, sizeof gp, "%s/plots-compare.gp", dir);
+    if (!(f = fopen(gp, "w"))) return sim_err_setc(-errno, "%s: %s", gp, strerror(errno));
+    fprintf(f, "# ringlm-sim: %zu policies on one trace; run: gnuplot %s\ncd '%s'\nset grid\nset key bottom right\n", n, gp, dir);
+    const char *terms[2][2] = {{"pngcairo size 1000,600 noenhanced", "png"}, {"svg size 1000,600 noenhanced", "svg"}};
+    for (int k = 0; k < 2; k++) {
+        fprintf(f, "set terminal %s\n", terms[k][0]);
+        for (int which = 0; which < 2; which++) {
+            fprintf(f, "set output 'compare-%s-cdf.%s'\nset title '%s CDF, all requests, per policy'\nset xlabel '%s (ms)'\n"
+                       "set ylabel 'fraction of requests'\nset logscale x\nset yrange [0:1]\nplot ",
+                    which ? "e2e" : "ttft", terms[k][1], which ? "End-to-end latency" : "Time to first token",
+                    which ? "end-to-end" : "TTFT");
+            for (size_t b = 0; b < n; b++)
+                fprintf(f, "%s'compare-%s-cdf.dat' index %zu with lines lw 2 title '%s'", b ? ", " : "",
+                        which ? "e2e" : "ttft", b, runs[b]->policy_name);
+            fprintf(f, "\nunset logscale x\nset yrange [*:*]\n");
+        }
+        fprintf(f, "set output 'compare-queue.%s'\nset title 'Queue depth per policy'\nset xlabel 'time (s)'\nset ylabel 'waiting requests'\nset key top right\nplot ", terms[k][1]);
+        for (size_t b = 0; b < n; b++)
+            fprintf(f, "%s'compare-queue.dat' index %zu using 1:2 with lines lw 2 title '%s'", b ? ", " : "", b, runs[b]->policy_name);
+        fprintf(f, "\nset key bottom right\n");
+    }
+    fclose(f);
+    return run_gnuplot(dir, gp, "compare", note);
+}
+
 int sim_report_plot(const char *dir, const char *tag, const sim_run *r, FILE *note)
 {
     if (mkdir(dir, 0777) < 0 && errno != EEXIST) return sim_err_setc(-errno, "%s: %s", dir, strerror(errno));
@@ -118,6 +197,11 @@ int sim_report_plot(const char *dir, const char *tag, const sim_run *r, FILE *no
                 sfx, terms[k][1], r->policy_name, sfx);
     }
     fclose(f);
+    return run_gnuplot(dir, gp, sfx, note);
+}
+
+static int run_gnuplot(const char *dir, const char *gp, const char *sfx, FILE *note)
+{
     char gpbin[1024];
     if (!have_gnuplot(gpbin, sizeof gpbin)) {
         if (note) fprintf(note, "note: gnuplot not found; plot data and the script %s are written, no images\n", gp);

@@ -74,5 +74,8 @@ int  sim_report_request_log(FILE *f, const sim_run *r);
 /* Plots (gnuplot): latency CDFs per tenant, queue depth and KV occupancy over time, PNG and
  * SVG into dir. Returns 0, -ENOENT when gnuplot is missing (a note is printed), -errno. */
 int  sim_report_plot(const char *dir, const char *tag, const sim_run *r, FILE *note);
+/* Compare mode: TTFT and E2E CDFs of all requests and queue depth over time, one curve per
+ * policy (compare-*.png/svg). Same returns as sim_report_plot. */
+int  sim_report_plot_compare(const char *dir, const sim_run *const *runs, size_t n, FILE *note);
 
 #endif

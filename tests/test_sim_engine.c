@@ -499,11 +499,18 @@ Test(sim_cli, json_csv_plot_and_compare)
         }
     }
     snprintf(cmd, sizeof cmd, "%s --workload long-prompt --param duration=10 --policy sim/policies/token-budget.policy "
-             "--policy sim/policies/fcfs.policy 2>&1", prog);
+             "--policy sim/policies/fcfs.policy --plot %s/cmp 2>&1", prog, dir);
     rc = sh(cmd, &out);
     cr_expect_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "token-budget") && strstr(out, "fcfs") && strstr(out, "verdict"), "%s", out);
     free(out);
+    if (access("/usr/bin/gnuplot", X_OK) == 0) {
+        const char *imgs[] = {"compare-ttft-cdf.png", "compare-e2e-cdf.svg", "compare-queue.png", "ttft-cdf-fcfs.png"};
+        for (int i = 0; i < 4; i++) {
+            snprintf(path, sizeof path, "%s/cmp/%s", dir, imgs[i]);
+            cr_expect(stat(path, &st) == 0 && st.st_size > 0, "%s missing or empty", path);
+        }
+    }
     snprintf(cmd, sizeof cmd, "%s --trace /nonexistent.csv 2>&1", prog);
     rc = sh(cmd, &out);
     cr_expect_neq(rc, 0);
