@@ -732,6 +732,13 @@ static int run_batch_on_stream(cu *c, const eng_batch *b, const eng_sampling *s,
         pad_decode(c, S, B, nl);
         TRY(upload_batch(c, B, B, S));
         TRY(meta_put(c, c->off_logits_rows, (size_t)B * 4));
+        if (!c->graph[bi][zi]) {
+            /* Warm-up: the same forward once eagerly, so cuBLAS picks and loads its kernels
+             * for these shapes (and lazily loaded modules load) outside the capture. It
+             * writes the very K/V the replay writes again, so running it twice is harmless. */
+            TRY(forward_layers(c, B, B, 1 << zi));
+            TRY(classify(c, c->dm.logits_rows, B));
+        }
         if (!c->graph[bi][zi] && capture_graph(c, bi, zi)) {
             /* Graphs are an optimization: say why once, then run eagerly for good. */
             fprintf(stderr, "ringlm cuda: CUDA graph capture failed (%s); running eagerly\n",
