@@ -1268,11 +1268,11 @@ static int cmd_replay(int argc, char **argv)
             bool any = false;
             for (int r = 0; r < N_REASON; r++)
                 if (ts[i].rejects_by[r]) {
-                    printf("%s%s=%ld", any ? " " : "rejects of " , ringlm_reason_name(r), ts[i].rejects_by[r]);
-                    if (!any) { /* print the tenant name once */ }
+                    if (!any) printf("rejects of %s:", ts[i].name);
+                    printf(" %s=%ld", ringlm_reason_name(r), ts[i].rejects_by[r]);
                     any = true;
                 }
-            if (any) printf(" (%s)\n", ts[i].name);
+            if (any) putchar('\n');
         }
         if (!metrics_addr) printf("(queue wait: pass --metrics ADDR:PORT of the daemon)\n");
         if (ts[nt].lost) printf("%ld requests did not finish (session ended or --drain-timeout)\n", ts[nt].lost);
