@@ -318,12 +318,18 @@ int main(int argc, char **argv)
 
     double ms32 = ph32.steps ? 1e-6 / (double)ph32.steps : 0;
     double msp = php.steps ? 1e-6 / (double)php.steps : 0;
+    /* shares of the step (wall clock inside the engine): comparable across --clock modes */
+    double tot32 = (double)(ph32.proj_ns + ph32.attn_ns + ph32.other_ns) + 1e-9;
+    double totp = (double)(php.proj_ns + php.attn_ns + php.other_ns) + 1e-9;
     if (json) {
         printf("{\"model\":\"%s\",\"clock\":\"%s\",\"threads\":%d,\"repeats\":%d,\"decode_steps\":%d,"
                "\"context\":%d,\"prefill_len\":%d,"
                "\"decode_tok_s\":{\"1\":%.1f,\"8\":%.1f,\"32\":%.1f,\"64\":%.1f},"
                "\"prefill_tok_s\":%.1f,"
                "\"phase_ms_per_step\":{\"decode32\":{\"projections\":%.3f,\"attention\":%.3f,"
+               "\"other\":%.3f},\"prefill\":{\"projections\":%.3f,\"attention\":%.3f,"
+               "\"other\":%.3f}},"
+               "\"phase_share\":{\"decode32\":{\"projections\":%.3f,\"attention\":%.3f,"
                "\"other\":%.3f},\"prefill\":{\"projections\":%.3f,\"attention\":%.3f,"
                "\"other\":%.3f}},"
                "\"baseline\":{\"name\":\"naive llama2.c-style forward, 1 row, 1 thread\","
@@ -334,7 +340,9 @@ int main(int argc, char **argv)
                decode_steps, ctx0, prefill_len, decode_tok_s[0],
                decode_tok_s[1], decode_tok_s[2], decode_tok_s[3], prefill_tok_s,
                ph32.proj_ns * ms32, ph32.attn_ns * ms32, ph32.other_ns * ms32,
-               php.proj_ns * msp, php.attn_ns * msp, php.other_ns * msp, naive_tok_s,
+               php.proj_ns * msp, php.attn_ns * msp, php.other_ns * msp,
+               ph32.proj_ns / tot32, ph32.attn_ns / tot32, ph32.other_ns / tot32,
+               php.proj_ns / totp, php.attn_ns / totp, php.other_ns / totp, naive_tok_s,
                decode_tok_s[0] / naive_tok_s, decode_tok_s[2] / decode_tok_s[0],
                decode_tok_s[3] / decode_tok_s[0], prefill_tok_s / naive_tok_s);
     } else {
