@@ -446,6 +446,47 @@ Test(tools_cli, replay_mooncake_jsonl_against_echo)
     unlink(path);
 }
 
+/* Overload against a tiny queue: rejects are counted by reason, and every request ends. */
+Test(tools_cli, replay_reports_rejects_by_reason)
+{
+    need_programs();
+    char *model = path_join(shared_dir(), "models/stories260K.bin");
+    char *trace = path_join(shared_dir(), "traces/AzureLLMInferenceTrace_code.csv");
+    if (!exists(model) || !exists(trace)) cr_skip_test("stories260K or the Azure code trace not under %s", shared_dir());
+    if (!daemon_supports("--policy")) cr_skip_test("this ringlmd has no --policy");
+    char pol[] = "/tmp/ringlm-tt-pol-XXXXXX";
+    int fd = mkstemp(pol);
+    cr_assert(fd >= 0);
+    const char text[] = "[scheduler]\ntoken_budget = 64\nmax_active_seqs = 2\nqueue_max_requests = 2\n";
+    cr_assert(write(fd, text, sizeof text - 1) == (ssize_t)sizeof text - 1);
+    close(fd);
+    const char *args[] = {"--model", model, "--policy", pol, NULL};
+    start_daemon(args);
+    const char *extra[] = {"--limit", "60", "--rate", "1000", "--max-context", "256", "--length-scale", "0.1",
+                           "--vocab", "512", "--clients", "3", NULL};
+    json_t *j = replay_json(trace, extra);
+    json_t *all = json_object_get(json_object_get(j, "tenants"), "all");
+    long req = (long)json_integer_value(json_object_get(all, "requests"));
+    long done = (long)json_integer_value(json_object_get(all, "completed"));
+    long rej = (long)json_integer_value(json_object_get(all, "rejected"));
+    cr_assert_eq(req, 60);
+    cr_assert(rej > 0 && done > 0, "60 requests at once into a queue of 2: %ld done, %ld rejected", done, rej);
+    cr_assert_eq(done + rej + json_integer_value(json_object_get(all, "cancelled")) +
+                     json_integer_value(json_object_get(all, "timeouts")),
+                 req, "%s", json_dumps(all, 0));
+    json_t *by = json_object_get(all, "rejects_by_reason");
+    long sum = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(by, k, v) sum += (long)json_integer_value(v);
+    cr_assert_eq(sum, rej, "rejects by reason %s do not add up to %ld", json_dumps(by, 0), rej);
+    cr_assert(json_object_get(by, "queue_full"), "no queue_full rejects: %s", json_dumps(by, 0));
+    json_decref(j);
+    unlink(pol);
+    free(model);
+    free(trace);
+}
+
 /* ---- the model daemon's metrics and logs -------------------------------------------- */
 
 static char *scrape(int port, int *status)
