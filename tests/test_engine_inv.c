@@ -496,3 +496,29 @@ Test(engine_inv, thread_count_does_not_change_results)
     free(got);
     eng_model_free(m);
 }
+
+/* Workers pinned to a NUMA node's CPUs compute the same thing. */
+Test(engine_inv, pinned_workers_give_the_same_logits)
+{
+    eng_model *m = load("synthetic:gqa-test:8");
+    const eng_model_config *c = eng_model_cfg(m);
+    const int V = c->vocab_size;
+    int32_t prompt[24];
+    prompt_of(prompt, 24, V, 8);
+    float *a = malloc((size_t)4 * V * 4), *b = malloc((size_t)4 * V * 4);
+    eng *e = ts_engine(m, 8, 16, 2);
+    tseq s;
+    ts_seq_init(&s, prompt, 24, 0);
+    ts_generate(e, c, &s, 0, 4, a);
+    eng_destroy(e);
+    eng_options o = {.n_threads = 2, .numa_node = 0, .kv_blocks = 8, .kv_block_size = 16,
+                     .max_batch_tokens = 64, .max_seqs = 2};
+    cr_assert_eq(eng_create(m, &o, &e), 0, "numa_node 0: %s", eng_errmsg());
+    ts_seq_init(&s, prompt, 24, 0);
+    ts_generate(e, c, &s, 0, 4, b);
+    eng_destroy(e);
+    cr_assert_leq(ts_rel_diff(a, b, 4 * V), TOL);
+    free(a);
+    free(b);
+    eng_model_free(m);
+}
