@@ -129,10 +129,11 @@ NVCCFLAGS ?= -O3 -lineinfo -arch=$(CUDA_ARCH) -Xcompiler -fPIC,-Wall,-Wextra,-We
 $(OBJ)/%.cu.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+# -z nodelete: eng_destroy's dlclose never unloads the CUDA runtime from under a live context.
 $(CUDA_SO): $(patsubst %.cu,$(OBJ)/%.cu.o,$(CU_SRCS))
 	@mkdir -p $(@D)
 	$(NVCC) -shared -arch=$(CUDA_ARCH) -o $@ $^ -L$(CUDA_HOME)/lib64 -lcublas -lcudart \
-	    -Xlinker -rpath=$(CUDA_HOME)/lib64
+	    -Xlinker -rpath=$(CUDA_HOME)/lib64 -Xlinker -z,nodelete
 CUDA_TARGETS := $(CUDA_SO)
 endif
 endif
