@@ -5,7 +5,10 @@
 # slice of the Azure conversation trace with `ringlm replay`, and prints the top of the
 # profile. Exit 77 (skip) when perf is missing or not allowed.
 #
-#   B=build perf/profile.sh [--echo] [--limit N] [--rate X] [--clients N] [--out DIR]
+#   B=build perf/profile.sh [--echo] [--limit N] [--rate X] [--clients N] [--out DIR] [--no-usdt]
+#
+# It also counts the daemon's USDT probes (sdt_ringlmd:iteration_start, :decision) with
+# `perf stat` during the replay — uprobes it adds for the run and deletes afterwards.
 #
 # Needs linux-perf (Debian: apt-get install linux-perf) and perf_event_paranoid <= 1 or root.
 set -u
@@ -13,7 +16,7 @@ cd "$(dirname "$0")/.."
 B=${B:-build}
 BIN=$B/bin
 SHARED=${RINGLM_SHARED:-../shared}
-limit=200 rate=4 clients=4 echo_mode=0 out=
+limit=200 rate=4 clients=4 echo_mode=0 out= usdt=1
 while [ $# -gt 0 ]; do
   case $1 in
     --echo) echo_mode=1 ;;
@@ -21,7 +24,8 @@ while [ $# -gt 0 ]; do
     --rate) rate=$2; shift ;;
     --clients) clients=$2; shift ;;
     --out) out=$2; shift ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --no-usdt) usdt=0 ;;
+     -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "profile: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -48,9 +52,12 @@ fi
 work=${out:-$(mktemp -d /tmp/ringlm-profile.XXXXXX)}
 mkdir -p "$work"
 sock=$work/ringlmd.sock
-daemon_pid= perf_pid=
+daemon_pid= perf_pid= stat_pid=
+added_probes=()
 cleanup() {
   [ -n "$perf_pid" ] && kill -INT "$perf_pid" 2>/dev/null && wait "$perf_pid" 2>/dev/null
+  [ -n "$stat_pid" ] && kill -INT "$stat_pid" 2>/dev/null && wait "$stat_pid" 2>/dev/null
+  for p in "${added_probes[@]}"; do perf probe -q -d "$p" >/dev/null 2>&1; done
   if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
     kill -TERM "$daemon_pid"
     for _ in $(seq 100); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
@@ -79,6 +86,29 @@ for _ in $(seq 300); do [ -S "$sock" ] && break; kill -0 $daemon_pid 2>/dev/null
 
 perf record -g --call-graph fp -F 999 -p "$daemon_pid" -o "$work/perf.data" >"$work/perf.log" 2>&1 &
 perf_pid=$!
+usdt_ev=()
+if [ $usdt = 1 ] && readelf -n "$BIN/ringlmd" 2>/dev/null | grep -q 'Provider: ringlmd'; then
+  perf buildid-cache --add "$BIN/ringlmd" >/dev/null 2>&1
+  for ev in iteration_start decision; do
+    if perf probe -l 2>/dev/null | grep -q "sdt_ringlmd:$ev "; then
+      usdt_ev+=(-e "sdt_ringlmd:$ev")          # someone else's probe: use it, leave it
+      continue
+    fi
+    # A probe inlined at several places reports "File exists" for the second location
+    # although the event was created: judge by the listing, not by the exit status.
+    perf probe -q -x "$BIN/ringlmd" -a "sdt_ringlmd:$ev" >/dev/null 2>&1
+    if perf probe -l 2>/dev/null | grep -q "sdt_ringlmd:$ev "; then
+      usdt_ev+=(-e "sdt_ringlmd:$ev")
+      added_probes+=("sdt_ringlmd:$ev")
+    fi
+  done
+  if [ ${#usdt_ev[@]} -gt 0 ]; then
+    perf stat "${usdt_ev[@]}" -p "$daemon_pid" -o "$work/usdt.txt" >/dev/null 2>&1 &
+    stat_pid=$!
+  else
+    echo "profile: USDT probes present but perf could not attach uprobes to them (skipped)"
+  fi
+fi
 sleep 0.3 # perf attaches asynchronously; nothing to poll for but its own log
 
 if [ -n "$synth" ]; then
@@ -95,6 +125,14 @@ echo "profile: $what; replaying $limit requests of $(basename "$trace") at rate 
 kill -INT "$perf_pid" 2>/dev/null
 wait "$perf_pid" 2>/dev/null
 perf_pid=
+if [ -n "$stat_pid" ]; then
+  kill -INT "$stat_pid" 2>/dev/null
+  wait "$stat_pid" 2>/dev/null
+  stat_pid=
+  echo
+  echo "profile: USDT probe hits during the replay (perf stat):"
+  grep -E 'sdt_ringlmd|elapsed' "$work/usdt.txt" | sed 's/^ */   /'
+fi
 echo
 echo "profile: top of the profile (self time, symbols >= 0.5%); full data: perf report -i $work/perf.data"
 perf report -i "$work/perf.data" --stdio --no-children --sort dso,symbol --percent-limit 0.5 \
