@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -136,7 +137,9 @@ static int ring_put(declog *d, logring *r, const char *line, size_t len)
     return 0;
 }
 
-/* Consumer side (the writer thread). Returns bytes consumed. */
+/* Consumer side (the writer thread). Returns bytes consumed. A wrapped range goes out in
+ * one writev, so a line is never split across two write calls (two logs may share a fd,
+ * e.g. both "-"). */
 static uint64_t ring_drain(logring *r)
 {
     if (r->fd < 0) return 0;
@@ -147,8 +150,14 @@ static uint64_t ring_drain(logring *r)
     while (cons != prod) {
         uint64_t off = cons & r->mask;
         uint64_t n = prod - cons;
-        if (n > cap - off) n = cap - off;
-        ssize_t w = r->write_failed ? (ssize_t)n : write(r->fd, r->buf + off, n);
+        struct iovec iov[2] = {{.iov_base = r->buf + off, .iov_len = n}};
+        int niov = 1;
+        if (n > cap - off) {
+            iov[0].iov_len = cap - off;
+            iov[1] = (struct iovec){.iov_base = r->buf, .iov_len = n - (cap - off)};
+            niov = 2;
+        }
+        ssize_t w = r->write_failed ? (ssize_t)n : writev(r->fd, iov, niov);
         if (w < 0) {
             if (errno == EINTR) continue;
             /* A full disk must not take the daemon down: report once, keep discarding
