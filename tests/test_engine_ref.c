@@ -51,7 +51,7 @@ Test(engine_ref, greedy_token_ids_of_every_case)
     eng_model *m;
     cr_assert_eq(eng_model_load(mpath, &m), 0, "%s", eng_errmsg());
     const eng_model_config *c = eng_model_cfg(m);
-    eng *e = ts_engine(m, 40, 16, 2);
+    eng *e = ts_engine(m, 40, 16, 1);
     float *logits = malloc((size_t)c->vocab_size * sizeof *logits);
     json_t *cases = json_object_get(root, "cases");
     cr_assert_eq(json_array_size(cases), 12);
@@ -208,7 +208,7 @@ Test(engine_ref, ringlm_run_stdout_is_byte_identical)
                  (long long)json_integer_value(json_object_get(cs, "n_arg")));
         char *argv[] = {prog, "--model", mpath, "--tokenizer", tpath, "--prompt",
                         (char *)json_string_value(json_object_get(cs, "prompt")), "--steps",
-                        steps, "--temperature", "0", "--threads", "2", NULL};
+                        steps, "--temperature", "0", "--threads", "1", NULL};
         size_t len;
         int status;
         char *out = run_capture(argv, &len, &status);

@@ -74,9 +74,10 @@ static void futex_wake(_Atomic uint32_t *addr)
 
 static inline void cpu_relax(void) { __builtin_ia32_pause(); }
 
-/* Spin briefly before sleeping: decode regions are tens of microseconds apart, and a futex
- * round trip costs several. Kept short because the cores are shared. */
-#define SPIN_ITERS 2000
+/* Spin briefly (a few microseconds) before sleeping: parallel regions of a decode step
+ * follow each other within microseconds and a futex round trip costs several. Kept short:
+ * on an oversubscribed machine a spinning worker burns the slice the other one needs. */
+#define SPIN_ITERS 256
 
 static void run_tasks(pool *p, int worker)
 {
