@@ -28,6 +28,7 @@ static const param_def p_open[] = {
     {"tenants", "", "tenant rule, as --tenants"},
     {"classes", "", "class rule, as --classes"},
     {"deadline_ms", "", "every request carries a deadline this long after its arrival"},
+    {"arrivals_from", "", "take rate and CV of the gaps from this trace file (gamma; poisson: rate)"},
     COMMON_PARAMS, {NULL, NULL, NULL}};
 static const param_def p_long[] = {
     {"load", "0.5", "short chats' load as a multiple of capacity"},
@@ -311,6 +312,24 @@ int sim_gen_workload(sim_trace *t, const char *name, const char *const *kv, size
         rate = load * cap;
         if (*pget(&p, "rate") && (rc = pnum(&p, "rate", 1e-9, 1e9, &rate))) goto out;
         if (strcmp(name, "gamma") == 0 && (rc = pnum(&p, "cv", 0.01, 100, &cv))) goto out;
+        if (*pget(&p, "arrivals_from")) {
+            /* fit the arrival process to a trace: its mean rate and the CV of its gaps */
+            sim_trace a;
+            sim_trace_init(&a, pget(&p, "arrivals_from"));
+            if ((rc = sim_trace_load(&a, pget(&p, "arrivals_from"), SIM_FMT_AUTO, false)) < 0) goto out;
+            if (a.n < 3) { sim_trace_free(&a); rc = sim_err_set("workload %s: arrivals_from has fewer than 3 requests", name); goto out; }
+            double m = 0, v = 0, k = (double)(a.n - 1);
+            for (size_t i = 1; i < a.n; i++) m += (double)(a.reqs[i].arrival_us - a.reqs[i - 1].arrival_us);
+            m /= k;
+            for (size_t i = 1; i < a.n; i++) {
+                double dd = (double)(a.reqs[i].arrival_us - a.reqs[i - 1].arrival_us) - m;
+                v += dd * dd;
+            }
+            sim_trace_free(&a);
+            if (!(m > 0)) { rc = sim_err_set("workload %s: arrivals_from has no time between arrivals", name); goto out; }
+            rate = 1e6 / m;
+            if (strcmp(name, "gamma") == 0) cv = fmax(0.01, sqrt(v / k) / m);
+        }
         if (*pget(&p, "n") && (rc = pnum(&p, "n", 1, 1e8, &n))) goto out;
         if (n > 0) dur = 0;
         else if ((rc = pnum(&p, "duration", 0.001, 1e7, &d))) goto out;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sim/err.h"
 #include "sim/gen.h"
@@ -307,6 +308,37 @@ Test(sim_gen, poisson_rate_and_determinism)
     cr_expect_lt(sim_gen_workload(&a, "poisson", bad, 1, &svc, 1, &s), 0);
     cr_expect(strstr(sim_err(), "unknown parameter") != NULL, "%s", sim_err());
     cr_expect_lt(sim_gen_workload(&a, "nope", NULL, 0, &svc, 1, &s), 0);
+}
+
+Test(sim_gen, arrivals_and_lengths_fitted_from_a_trace)
+{
+    char path[1024], a[1100], l[1100];
+    snprintf(path, sizeof path, "%s/traces/AzureLLMInferenceTrace_conv.csv", shared_dir());
+    if (access(path, R_OK) != 0) cr_skip_test("no %s (set RINGLM_SHARED to the shared data folder)", path);
+    snprintf(a, sizeof a, "arrivals_from=%s", path);
+    snprintf(l, sizeof l, "lengths=%s", path);
+    const char *p[] = {a, l, "duration=2000"};
+    sim_service svc;
+    sim_service_default(&svc);
+    sim_trace t;
+    sim_scenario s;
+    cr_assert_eq(sim_gen_workload(&t, "gamma", p, 3, &svc, 5, &s), 0, "%s", sim_err());
+    sim_trace_summary sum;
+    sim_trace_summarise(&t, &sum);
+    /* the trace: 5.53 req/s, gap CV 1.09, prompt mean 1154.7, output mean 211.1 */
+    cr_expect(fabs(sum.rate_per_s - 5.53) < 0.3, "rate %f", sum.rate_per_s);
+    cr_expect(fabs(sum.prompt_mean - 1154.7) < 60, "prompt mean %f", sum.prompt_mean);
+    cr_expect(fabs(sum.output_mean - 211.1) < 15, "output mean %f", sum.output_mean);
+    double m = 0, v = 0;
+    for (size_t i = 1; i < t.n; i++) m += (double)(t.reqs[i].arrival_us - t.reqs[i - 1].arrival_us);
+    m /= (double)(t.n - 1);
+    for (size_t i = 1; i < t.n; i++) {
+        double d = (double)(t.reqs[i].arrival_us - t.reqs[i - 1].arrival_us) - m;
+        v += d * d;
+    }
+    double cv = sqrt(v / (double)(t.n - 1)) / m;
+    cr_expect(fabs(cv - 1.09) < 0.1, "gap cv %f", cv);
+    sim_trace_free(&t);
 }
 
 Test(sim_gen, scenarios_generate)
