@@ -24,7 +24,7 @@ static const sched_class_cfg *class_cfg(const sim_run *r, unsigned trace_class)
 }
 
 /* One logical request into a group. */
-static void group_add(sim_group *g, gacc *a, const sim_run *r, uint32_t req, double slo_sim_s)
+static void group_add(sim_group *g, gacc *a, const sim_run *r, uint32_t req)
 {
     const sim_req *q = &r->trace->reqs[req];
     const sim_rec *x = &r->recs[r->final_rec[req]];
@@ -60,7 +60,6 @@ static void group_add(sim_group *g, gacc *a, const sim_run *r, uint32_t req, dou
             g->goodput_tok_s += x->generated;
         }
     }
-    (void)slo_sim_s;
 }
 
 /* Per-attempt counters (every attempt of every request). */
@@ -364,9 +363,9 @@ int sim_summarise(const sim_run *r, const sim_scenario *scn, int64_t b0, int64_t
     for (size_t i = 0; i < t->n; i++) {
         if (r->final_rec[i] == UINT32_MAX) continue;
         const sim_req *q = &t->reqs[i];
-        group_add(&s->tenants[q->tenant], &ta[q->tenant], r, (uint32_t)i, s->sim_s);
-        group_add(&s->classes[q->klass], &ca[q->klass], r, (uint32_t)i, s->sim_s);
-        group_add(&s->all, &all, r, (uint32_t)i, s->sim_s);
+        group_add(&s->tenants[q->tenant], &ta[q->tenant], r, (uint32_t)i);
+        group_add(&s->classes[q->klass], &ca[q->klass], r, (uint32_t)i);
+        group_add(&s->all, &all, r, (uint32_t)i);
     }
     for (size_t i = 0; i < r->n_recs; i++) {
         const sim_rec *x = &r->recs[i];
