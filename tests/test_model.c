@@ -259,3 +259,38 @@ Test(model, written_synthetic_model_is_the_same_model, .init = mk_tmpdir, .fini 
     eng_model_free(lazy);
     eng_model_free(eager);
 }
+
+/* Random headers and every truncation of a valid file: an error or a valid model, never a
+ * crash (each load runs in this test's process, so a crash fails the test). */
+Test(model, random_headers_and_truncations_never_crash, .init = mk_tmpdir, .fini = rm_tmpdir)
+{
+    const int32_t good[7] = {16, 40, 2, 4, 2, -32, 8};
+    size_t n = floats_for(good);
+    uint64_t x = 0x1234567;
+    for (int iter = 0; iter < 300; iter++) {
+        int32_t h[7];
+        memcpy(h, good, sizeof h);
+        for (int f = 0; f < 7; f++) {
+            x = eng_splitmix64(x);
+            if (x % 3 == 0) /* mutate about a third of the fields */
+                h[f] = (int32_t)(x >> 32) >> (int)((x >> 8) % 31);
+        }
+        eng_model *m = NULL;
+        int err = eng_model_load(write_model("rnd.bin", h, n, 0), &m);
+        cr_assert(err == 0 || err == -EINVAL, "header %d %d %d %d %d %d %d: %d (%s)", h[0], h[1],
+                  h[2], h[3], h[4], h[5], h[6], err, eng_errmsg());
+        if (err == 0)
+            eng_model_free(m);
+        else
+            cr_assert_neq(eng_errmsg()[0], '\0', "an error explains itself");
+    }
+    const char *full = write_model("full.bin", good, n, 0);
+    char cmd[600];
+    for (size_t cut = 0; cut < 28 + n * 4; cut += 97) {
+        snprintf(cmd, sizeof cmd, "head -c %zu '%s' > '%s/cut.bin'", cut, full, tmpdir);
+        cr_assert_eq(system(cmd), 0);
+        char path[400];
+        snprintf(path, sizeof path, "%s/cut.bin", tmpdir);
+        expect_einval(path, "truncated file", "truncated");
+    }
+}
