@@ -47,6 +47,7 @@ typedef struct req {
     bool     started;           /* ever held device KV */
     bool     recompute;         /* next admission is a re-prefill after recompute */
     bool     held;              /* static mode: finished, slot held until the group ends */
+    bool     moving;            /* a transfer of its KV is in flight (even after it ended) */
     uint16_t tenant, cls;
     uint32_t prompt_len, max_new, generated, computed;
     uint32_t preemptions;
@@ -1032,6 +1033,7 @@ static void plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t 
     pred += te->lat_us;
     xfer_rec x = {s->next_xfer++, slot, (uint8_t)dir, r->tier, bytes, pred};
     r->xfer = x.id;
+    r->moving = true;
     VEC_PUSH(s, s->xfers, x);
     uint32_t off = s->xfer_blocks.n;
     if (!vec_grow((void **)&s->xfer_blocks.a, &s->xfer_blocks.cap, off + 2 * n, sizeof(uint32_t))) {
@@ -1144,8 +1146,12 @@ static uint32_t plan_decodes(sched *s, uint64_t now, uint32_t budget, bool *ls_d
     s->dec.n = 0;
     s->pass_no++;
     bool ls_first = s->cfg.mode == SCHED_MODE_TOKEN_BUDGET;
+    /* When the budget cannot hold every decoder, who waits rotates step by step (the start
+     * of the scan moves), so no running sequence is skipped forever. */
+    uint32_t start = s->run.n ? (uint32_t)(s->step_no % s->run.n) : 0;
     for (int pass = 0; pass < (ls_first ? 2 : 1); pass++)
-        for (uint32_t i = 0; i < s->run.n; i++) {
+        for (uint32_t j = 0; j < s->run.n; j++) {
+            uint32_t i = start + j < s->run.n ? start + j : start + j - s->run.n;
             uint32_t sl = s->run.a[i];
             req *r = &s->reqs[sl];
             if (r->blocked || r->held || !is_decoder(r)) continue;
@@ -1717,6 +1723,7 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
         *seen = true;
     }
     req *r = &s->reqs[x.slot];
+    r->moving = false;
     if (x.dir == SCHED_XFER_IN) s->n_swapping_in--;
     else s->pending_out_blocks -= r->n_dev;
     if (r->state == SCHED_REQ_ENDED) {   /* cancelled or timed out while moving */
@@ -1868,9 +1875,11 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
                 BAD("running request %llu not in the run list", (unsigned long long)r->id);
             break;
         case SCHED_REQ_SWAPPED: nswap++; break;
-        case SCHED_REQ_SWAPPING_IN: case SCHED_REQ_SWAPPING_OUT: ntransit++; break;
         default: break;
         }
+        if (r->moving) ntransit++;
+        else if (r->state == SCHED_REQ_SWAPPING_IN || r->state == SCHED_REQ_SWAPPING_OUT)
+            BAD("request %llu is moving by state but has no transfer in flight", (unsigned long long)r->id);
         if (map_get(s, r->id) != i) BAD("request %llu not found by id", (unsigned long long)r->id);
     }
     for (int p = 0; p < SCHED_POOL__COUNT; p++)
