@@ -14,6 +14,7 @@ struct echo_req {
 	struct echo_req *next;
 	uint64_t req_id;
 	uint32_t max_new, emitted, n_prompt;
+	uint32_t next_prompt;       /* emitted % n_prompt, kept without a division */
 	uint64_t deadline_us;       /* absolute loop time, 0 = none */
 	unsigned finish_reason;     /* set when it must finish now (cancel, reject, timeout) */
 	unsigned finish_cause;
@@ -144,10 +145,12 @@ static int serve(echo_svc *e, struct echo_sess *es, uint64_t now_us, uint64_t *n
 			r->finish_reason = RINGLM_WIRE_R_TIMEOUT;
 		if (!r->finish_reason) {
 			while (r->emitted < r->max_new) {
-				int32_t tok = r->prompt[r->emitted % r->n_prompt];
+				int32_t tok = r->prompt[r->next_prompt];
 				if (dsess_push_token(es->s, r->req_id, tok, r->emitted) < 0)
 					return progress;
 				r->emitted++;
+				if (++r->next_prompt == r->n_prompt)
+					r->next_prompt = 0;
 				progress = 1;
 			}
 			r->finish_reason = RINGLM_WIRE_R_LENGTH;
