@@ -237,7 +237,9 @@ static int start_http(metrics *m, const char *spec)
         rc = seterr(-EIO, "metrics: libmicrohttpd failed to start on %s", spec);
         goto fail_fd;
     }
-    m->listen_fd = fd;
+    /* libmicrohttpd owns the listening socket now and closes it in MHD_stop_daemon; a
+     * second close here could close a descriptor another thread just opened. */
+    m->listen_fd = -1;
     return 0;
 fail_fd:
     close(fd);
