@@ -38,6 +38,7 @@ typedef struct probes {
     void (*host_free)(void *);
     double (*last_ms)(void);
     int (*last_graph)(void);
+    int (*set_gemv)(int);
 } probes;
 
 static void *open_plugin(void)
@@ -84,6 +85,7 @@ static int load_probes(probes *p)
     SYM(host_free, "ringlm_cuda_host_free");
     SYM(last_ms, "ringlm_cuda_last_execute_ms");
     SYM(last_graph, "ringlm_cuda_last_used_graph");
+    SYM(set_gemv, "ringlm_cuda_set_gemv");
 #undef SYM
     return 0;
 }
@@ -281,7 +283,8 @@ typedef struct tp {
 
 /* n_seqs sequences (sequence s owns blocks [s*bps, (s+1)*bps)), each adding `rows` rows
  * after ctx tokens; greedy-sampled on the device. Returns 0 and the device ms, wall ms. */
-static int tp_step(tp *t, int n_seqs, int rows, int ctx, double *dev_ms, double *wall_ms)
+static int tp_step_l(tp *t, int n_seqs, int rows, int ctx, double *dev_ms, double *wall_ms,
+                     float *logits)
 {
     int T = 0;
     for (int s = 0; s < n_seqs; s++) {
@@ -302,7 +305,7 @@ static int tp_step(tp *t, int n_seqs, int rows, int ctx, double *dev_ms, double 
                    .seq_len = t->lens, .block_table = t->table, .block_table_stride = t->bps,
                    .n_logits = n_seqs, .logits_rows = t->lrows};
     double t0 = now_s();
-    int err = eng_execute_sample(t->e, &b, t->samp, t->rng, t->out, NULL);
+    int err = eng_execute_sample(t->e, &b, t->samp, t->rng, t->out, logits);
     double t1 = now_s();
     if (err) {
         fprintf(stderr, "gpu_bench: execute (%d seqs x %d rows at %d): %s\n", n_seqs, rows, ctx,
@@ -312,6 +315,63 @@ static int tp_step(tp *t, int n_seqs, int rows, int ctx, double *dev_ms, double 
     *dev_ms = t->p->last_ms();
     *wall_ms = (t1 - t0) * 1e3;
     return 0;
+}
+
+static int tp_step(tp *t, int n_seqs, int rows, int ctx, double *dev_ms, double *wall_ms)
+{
+    return tp_step_l(t, n_seqs, rows, ctx, dev_ms, wall_ms, NULL);
+}
+
+/* Batch-B decode with the skinny-GEMM path against cuBLAS (ringlm_cuda_set_gemv): logits of
+ * one step compared, then the same timing loop. Leaves the path off. */
+static void gemv_ab(tp *t, int B, int ctx0, int warm, int steps, double bytes_per_step,
+                    double cublas_ms, double d2d)
+{
+    const int V = t->cfg->vocab_size;
+    float *la = malloc((size_t)B * V * sizeof(float)), *lb = malloc((size_t)B * V * sizeof(float));
+    double d, w, dev[64], wall[64];
+    int n = 0, err = 0;
+    char name[48];
+    if (!la || !lb) {
+        free(la);
+        free(lb);
+        return;
+    }
+    t->p->set_gemv(0);
+    err = tp_step_l(t, B, 1, ctx0, &d, &w, la);
+    t->p->set_gemv(1);
+    if (!err)
+        err = tp_step_l(t, B, 1, ctx0, &d, &w, lb);
+    snprintf(name, sizeof name, "llama3.gemv_b%d_parity", B);
+    if (err) {
+        addf(name, 0, 0, "", "%s", eng_errmsg());
+        goto out;
+    }
+    double rel = gp_rel_l2(lb, la, B * V);
+    addf(name, rel <= GP_INV_TOL, rel, "relL2", "skinny GEMM vs cuBLAS logits, one decode step "
+         "(tol %.0e)", GP_INV_TOL);
+    for (int i = 0; i < warm + steps && !err; i++) {
+        if ((err = tp_step(t, B, 1, ctx0 + i, &d, &w)))
+            break;
+        if (i >= warm && n < 64) {
+            dev[n] = d;
+            wall[n++] = w;
+        }
+    }
+    snprintf(name, sizeof name, "llama3.decode_b%d_gemv_tok_s", B);
+    if (err) {
+        addf(name, 0, 0, "", "%s", eng_errmsg());
+        goto out;
+    }
+    double md = median(dev, n), mw = median(wall, n);
+    double gbs = bytes_per_step / (md * 1e-3) / 1e9;
+    addf(name, 1, B * 1000.0 / md, "tok/s", "skinny GEMM path: %.3f ms device, %.3f ms wall, "
+         "%.0f GB/s (%.0f%% of D2D); cuBLAS path %.3f ms", md, mw, gbs,
+         d2d > 0 ? 100.0 * gbs / (d2d / 1e9) : 0.0, cublas_ms);
+out:
+    t->p->set_gemv(0);
+    free(la);
+    free(lb);
 }
 
 static void throughput(probes *p, int quick)
@@ -455,6 +515,7 @@ static void throughput(probes *p, int quick)
             addf("llama3.decode_b1_bw", d2d > 0 && gbs >= 0.75 * d2d / 1e9, gbs, "GB/s",
                  "%.0f%% of the same-run D2D copy (goal >= 75%%); %.2f GB read per step",
                  d2d > 0 ? 100.0 * gbs / (d2d / 1e9) : 0.0, bytes / 1e9);
+            gemv_ab(&t, 1, ctx0, warm, steps, bytes, md, d2d);
         } else {
             addf(name, 1, B * 1000.0 / md, "tok/s", "%.3f ms device, %.3f ms wall per step, "
                  "%.0f GB/s; graphs %d/%d", md, mw, gbs, graphs, n);

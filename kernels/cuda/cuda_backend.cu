@@ -20,7 +20,8 @@
  * eng_seterr naming the call and the runtime's status string. Nothing here aborts.
  *
  * Environment: RINGLM_CUDA_DEVICE (ordinal, default 0), RINGLM_CUDA_DTYPE (bf16 | fp32),
- * RINGLM_CUDA_GRAPHS (0 disables graph replay).
+ * RINGLM_CUDA_GRAPHS (0 disables graph replay), RINGLM_CUDA_GEMV (1: decode batches of <= 8
+ * rows use the skinny-GEMM kernel instead of cuBLAS).
  */
 #include "kernels/engine.h"
 #include "kernels/cuda/cuda_kernels.cuh"
@@ -142,6 +143,7 @@ struct cu {
     int n_buckets;
     int bucket_size[CU_MAX_BUCKETS];
     cudaGraphExec_t graph[CU_MAX_BUCKETS][CU_Z_BUCKETS];
+    int graph_gemv[CU_MAX_BUCKETS][CU_Z_BUCKETS]; /* g_gemv when captured */
 
     /* async KV transfers */
     pthread_mutex_t xfer_lock;
@@ -150,6 +152,10 @@ struct cu {
 
     float last_exec_ms;
 };
+
+/* Skinny-GEMM mode for decode (RINGLM_CUDA_GEMV=1 or ringlm_cuda_set_gemv): projections of
+ * batches of <= CK_GEMV_MAX_T rows use ck_gemv_bf16 instead of cuBLAS. Process-wide. */
+static int g_gemv = -1; /* -1: not read from the environment yet */
 
 /* Device time of the last execute on this process (for perf/gpu_bench). */
 static float g_last_exec_ms = -1.0f;
@@ -402,6 +408,13 @@ static int gemm(cu *c, const void *W, const void *A, float *C, int N, int T, int
                 const char *what)
 {
     const float alpha = 1.0f;
+    if (g_gemv > 0 && c->act_bf16 && T <= CK_GEMV_MAX_T && K % 8 == 0) {
+        cudaError_t e = ck_gemv_bf16(c->st, W, A, C, N, T, K, beta);
+        if (e != cudaSuccess)
+            return eng_seterr(-EIO, "cuda: kernel gemv_bf16(%s, N=%d T=%d K=%d): %s (%s)", what,
+                              N, T, K, cudaGetErrorString(e), cudaGetErrorName(e));
+        return 0;
+    }
     const cudaDataType_t t = c->act_bf16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasStatus_t s = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, t, K,
                                     A, t, K, &beta, C, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
@@ -506,6 +519,7 @@ static int capture_graph(cu *c, int bi, int zi)
     CU_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     CU_CHECK(cudaGraphDestroy(graph));
     c->graph[bi][zi] = exec;
+    c->graph_gemv[bi][zi] = g_gemv;
     return 0;
 fail:
     if (graph)
@@ -732,6 +746,11 @@ static int run_batch_on_stream(cu *c, const eng_batch *b, const eng_sampling *s,
         pad_decode(c, S, B, nl);
         TRY(upload_batch(c, B, B, S));
         TRY(meta_put(c, c->off_logits_rows, (size_t)B * 4));
+        if (c->graph[bi][zi] && c->graph_gemv[bi][zi] != g_gemv) {
+            /* captured with the other GEMM path: capture again */
+            CU_CHECK(cudaGraphExecDestroy(c->graph[bi][zi]));
+            c->graph[bi][zi] = NULL;
+        }
         if (!c->graph[bi][zi]) {
             /* Warm-up: the same forward once eagerly, so cuBLAS picks and loads its kernels
              * for these shapes (and lazily loaded modules load) outside the capture. It
@@ -1117,6 +1136,10 @@ static int cu_create(eng *e, const eng_model *m, const eng_options *opt, void **
         c->act_bf16 = !(dt && strcmp(dt, "fp32") == 0);
         const char *gr = getenv("RINGLM_CUDA_GRAPHS");
         c->graphs_on = !(gr && strcmp(gr, "0") == 0);
+        if (g_gemv < 0) {
+            const char *gv = getenv("RINGLM_CUDA_GEMV");
+            g_gemv = gv && strcmp(gv, "1") == 0;
+        }
     }
     c->elt = c->act_bf16 ? 2 : 4;
     CU_CHECK(cudaSetDevice(c->device));
@@ -1252,6 +1275,15 @@ extern "C" __attribute__((visibility("default"))) const eng_backend_ops *ringlm_
 extern "C" __attribute__((visibility("default"))) double ringlm_cuda_last_execute_ms(void)
 {
     return g_last_exec_ms;
+}
+
+/* Switches the skinny-GEMM decode path on (1) or off (0) for every engine of the process;
+ * graphs captured with the other path are recaptured on next use. Returns the old value. */
+extern "C" __attribute__((visibility("default"))) int ringlm_cuda_set_gemv(int on)
+{
+    int old = g_gemv > 0;
+    g_gemv = on ? 1 : 0;
+    return old;
 }
 
 /* 1 if the last execute replayed a CUDA graph. */

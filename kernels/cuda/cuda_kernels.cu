@@ -614,6 +614,74 @@ cudaError_t ck_attention_combine(cudaStream_t st, const ck_geom *g, const ck_met
     return cudaGetLastError();
 }
 
+/* ---- skinny GEMM (decode) --------------------------------------------------------------- */
+
+template <int TT>
+static __global__ void __launch_bounds__(256) gemv_bf16_kernel(const __nv_bfloat16 *W,
+                                                               const __nv_bfloat16 *X, float *Y,
+                                                               int N, int K, float beta)
+{
+    const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (n >= N)
+        return; /* whole warp */
+    const __nv_bfloat16 *w = W + (size_t)n * K;
+    float dot[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++)
+        dot[t] = 0.0f;
+#pragma unroll 4
+    for (int k = lane * 8; k < K; k += 32 * 8) {
+        const uint4 wv = *(const uint4 *)(w + k); /* K % 8 == 0: 16-byte aligned */
+        const __nv_bfloat162 *w2 = (const __nv_bfloat162 *)&wv;
+        float wf[8];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float2 f = __bfloat1622float2(w2[e]);
+            wf[2 * e] = f.x;
+            wf[2 * e + 1] = f.y;
+        }
+#pragma unroll
+        for (int t = 0; t < TT; t++) {
+            const uint4 xv = *(const uint4 *)(X + (size_t)t * K + k);
+            const __nv_bfloat162 *x2 = (const __nv_bfloat162 *)&xv;
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float2 f = __bfloat1622float2(x2[e]);
+                dot[t] += wf[2 * e] * f.x + wf[2 * e + 1] * f.y;
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+        const float v = warp_sum(dot[t]);
+        if (lane == 0) {
+            float *y = Y + (size_t)t * N + n;
+            *y = beta != 0.0f ? v + beta * *y : v;
+        }
+    }
+}
+
+cudaError_t ck_gemv_bf16(cudaStream_t st, const void *W, const void *X, float *Y, int N, int T,
+                         int K, float beta)
+{
+    if (T < 1 || T > CK_GEMV_MAX_T || K % 8 != 0)
+        return cudaErrorInvalidValue;
+    const dim3 grid((unsigned)((N + 7) / 8)), block(256); /* 8 warps = 8 columns per block */
+    const __nv_bfloat16 *w = (const __nv_bfloat16 *)W, *x = (const __nv_bfloat16 *)X;
+    switch (T) { /* one instantiation per row count: the weights are read exactly once */
+    case 1: gemv_bf16_kernel<1><<<grid, block, 0, st>>>(w, x, Y, N, K, beta); break;
+    case 2: gemv_bf16_kernel<2><<<grid, block, 0, st>>>(w, x, Y, N, K, beta); break;
+    case 3: gemv_bf16_kernel<3><<<grid, block, 0, st>>>(w, x, Y, N, K, beta); break;
+    case 4: gemv_bf16_kernel<4><<<grid, block, 0, st>>>(w, x, Y, N, K, beta); break;
+    case 5: gemv_bf16_kernel<5><<<grid, block, 0, st>>>(w, x, Y, N, K, beta); break;
+    case 6: gemv_bf16_kernel<6><<<grid, block, 0, st>>>(w, x, Y, N, K, beta); break;
+    case 7: gemv_bf16_kernel<7><<<grid, block, 0, st>>>(w, x, Y, N, K, beta); break;
+    default: gemv_bf16_kernel<8><<<grid, block, 0, st>>>(w, x, Y, N, K, beta); break;
+    }
+    return cudaGetLastError();
+}
+
 /* ---- sampling -------------------------------------------------------------------------- */
 
 /* The same semantics as eng_sample (kernels/sample.c): greedy = argmax, first index wins

@@ -115,6 +115,13 @@ cudaError_t ck_swiglu(cudaStream_t st, const ck_geom *g, const float *gu, void *
 size_t ck_attention_smem_bytes(int head_size);
 cudaError_t ck_attention_prepare(int head_size, int act_bf16);
 
+/* Skinny GEMM for decode (T <= CK_GEMV_MAX_T rows, bf16 W [N][K] and X [T][K], K % 8 == 0):
+ * Y[T][N] = X · W^T + beta · Y in fp32, one warp per output column n, 16-byte weight loads.
+ * An alternative to cuBLAS for batch-1..8 decode (RINGLM_CUDA_GEMV=1 / the bench's A/B). */
+#define CK_GEMV_MAX_T 8
+cudaError_t ck_gemv_bf16(cudaStream_t st, const void *W, const void *X, float *Y, int N, int T,
+                         int K, float beta);
+
 /* Sampling (semantics of eng_sample), one row per block. Per row: temperature (<= 0 or NaN:
  * greedy), top_k (0 off), top_p (<= 0 or >= 1 off), rng state (advanced once per sampled
  * token). ck_sample_prepare writes the ids of greedy and untruncated rows, and probs, ids
