@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -180,6 +181,8 @@ static void start_daemon(const char *const *args)
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
+        /* If this test process is killed before its fini runs, the daemon goes too. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
         int fd = open(g_d.log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, 1);
         dup2(fd, 2);
