@@ -146,6 +146,7 @@ static void stop_daemon(void)
     }
     g_d.pid = -1;
     unlink(g_d.sock);
+    unlink(g_d.log); /* failures already quoted it */
 }
 
 static char *daemon_log(void)
