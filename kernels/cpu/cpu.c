@@ -371,6 +371,51 @@ typedef int v8i __attribute__((vector_size(32)));
               __builtin_shuffle(lo_, hi_, (v8i){4, 5, 6, 7, 12, 13, 14, 15});                  \
     } while (0)
 
+/*
+ * out[0..hs) += Σ_{i<n} (p[i] * mul) · v_i, v_i = v + i * stride. Output lanes stay in
+ * registers across positions; two positions at a time into separate accumulators, so the
+ * FMAs are not one long dependency chain. Inlined into each attention clone.
+ */
+static inline __attribute__((always_inline)) void weighted_sum(float *out, const float *v,
+                                                               size_t stride, const float *p,
+                                                               float mul, int n, int hs)
+{
+    int j = 0;
+    for (; j + 16 <= hs; j += 16) {
+        v8f a0 = *(v8f *)(out + j), a1 = *(v8f *)(out + j + 8), b0 = {0}, b1 = {0};
+        int i = 0;
+        for (; i + 2 <= n; i += 2) {
+            const float *v0 = v + (size_t)i * stride + j, *v1 = v0 + stride;
+            const float p0 = p[i] * mul, p1 = p[i + 1] * mul;
+            a0 += p0 * *(const v8f *)v0;
+            a1 += p0 * *(const v8f *)(v0 + 8);
+            b0 += p1 * *(const v8f *)v1;
+            b1 += p1 * *(const v8f *)(v1 + 8);
+        }
+        if (i < n) {
+            const float *v0 = v + (size_t)i * stride + j;
+            a0 += (p[i] * mul) * *(const v8f *)v0;
+            a1 += (p[i] * mul) * *(const v8f *)(v0 + 8);
+        }
+        *(v8f *)(out + j) = a0 + b0;
+        *(v8f *)(out + j + 8) = a1 + b1;
+    }
+    for (; j + 8 <= hs; j += 8) {
+        v8f a0 = *(v8f *)(out + j), b0 = {0};
+        int i = 0;
+        for (; i + 2 <= n; i += 2) {
+            a0 += (p[i] * mul) * *(const v8f *)(v + (size_t)i * stride + j);
+            b0 += (p[i + 1] * mul) * *(const v8f *)(v + (size_t)(i + 1) * stride + j);
+        }
+        if (i < n)
+            a0 += (p[i] * mul) * *(const v8f *)(v + (size_t)i * stride + j);
+        *(v8f *)(out + j) = a0 + b0;
+    }
+    for (; j < hs; j++)
+        for (int i = 0; i < n; i++)
+            out[j] += (p[i] * mul) * v[(size_t)i * stride + j];
+}
+
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 static void attend_head(const cpu *c, const float *q, const int32_t *table, int kvh, int n_pos,
                         float *scores, float *out)
@@ -434,17 +479,7 @@ static void attend_head(const cpu *c, const float *q, const int32_t *table, int 
     for (int t0 = 0; t0 < n_pos; t0 += bs) {
         const float *v = kv_at(c, table[t0 / bs], c->layer, 1, 0) + (size_t)kvh * hs;
         int n = n_pos - t0 < bs ? n_pos - t0 : bs;
-        /* out[j] += Σ_i a_i v_i[j], 8 lanes of out held in a register across positions */
-        int j = 0;
-        for (; j < hs8; j += 8) {
-            v8f acc = *(v8f *)(out + j);
-            for (int i = 0; i < n; i++)
-                acc += (scores[t0 + i] * inv) * *(const v8f *)(v + (size_t)i * kv_dim + j);
-            *(v8f *)(out + j) = acc;
-        }
-        for (; j < hs; j++)
-            for (int i = 0; i < n; i++)
-                out[j] += (scores[t0 + i] * inv) * v[(size_t)i * kv_dim + j];
+        weighted_sum(out, v, (size_t)kv_dim, scores + t0, inv, n, hs);
     }
 }
 
@@ -481,10 +516,19 @@ static void attend_tile(const cpu *c, const eng_batch *b, const struct tile *tl,
                 const float *q = c->q + (size_t)(tl->row0 + ri) * dim + (size_t)(kvh * group + g) * hs;
                 float *srow = scores + ((size_t)ri * group + g) * seq_len + t0;
                 for (int i0 = 0; i0 < bp; i0 += 8) {
-                    v8f acc = {0};
-                    for (int j = 0; j < hs; j++)
-                        acc += q[j] * *(const v8f *)(k_t + (size_t)j * bp + i0);
-                    acc /= scale;
+                    /* four accumulators: four independent FMA chains over j */
+                    v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+                    const float *kt = k_t + i0;
+                    int j = 0;
+                    for (; j + 4 <= hs; j += 4, kt += 4 * (size_t)bp) {
+                        a0 += q[j] * *(const v8f *)kt;
+                        a1 += q[j + 1] * *(const v8f *)(kt + bp);
+                        a2 += q[j + 2] * *(const v8f *)(kt + 2 * (size_t)bp);
+                        a3 += q[j + 3] * *(const v8f *)(kt + 3 * (size_t)bp);
+                    }
+                    for (; j < hs; j++, kt += bp)
+                        a0 += q[j] * *(const v8f *)kt;
+                    v8f acc = ((a0 + a1) + (a2 + a3)) / scale;
                     int m = n - i0 < 8 ? n - i0 : 8;
                     for (int i = 0; i < m; i++)
                         srow[i0 + i] = acc[i];
@@ -511,7 +555,6 @@ static void attend_tile(const cpu *c, const eng_batch *b, const struct tile *tl,
                    (size_t)hs * sizeof(float));
         }
     }
-    const int hs8 = hs & ~7;
     for (int t0 = 0; t0 < n_pos; t0 += bs) {
         const float *v = kv_at(c, table[t0 / bs], c->layer, 1, 0) + (size_t)kvh * hs;
         const int n = n_pos - t0 < bs ? n_pos - t0 : bs;
@@ -520,16 +563,8 @@ static void attend_tile(const cpu *c, const eng_batch *b, const struct tile *tl,
             for (int g = 0; g < group; g++) {
                 const float *p = scores + ((size_t)ri * group + g) * seq_len + t0;
                 float *out = c->att + (size_t)(tl->row0 + ri) * dim + (size_t)(kvh * group + g) * hs;
-                int j = 0;
-                for (; j < hs8; j += 8) {
-                    v8f acc = *(v8f *)(out + j);
-                    for (int i = 0; i < m; i++)
-                        acc += p[i] * *(const v8f *)(v + (size_t)i * kv_dim + j);
-                    *(v8f *)(out + j) = acc;
-                }
-                for (; j < hs; j++)
-                    for (int i = 0; i < m; i++)
-                        out[j] += p[i] * v[(size_t)i * kv_dim + j];
+                if (m > 0)
+                    weighted_sum(out, v, (size_t)kv_dim, p, 1.0f, m, hs);
             }
         }
     }
