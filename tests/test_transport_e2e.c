@@ -641,6 +641,45 @@ Test(transport, kill9_client_mid_stream_frees_everything)
 	daemon_stop(&d);
 }
 
+/* The second liveness signal: the client process exits while a child it forked keeps the
+ * session socket open, so no EOF arrives — the pidfd must end the session. */
+Test(transport, pidfd_notices_exit_while_socket_lives_on)
+{
+	struct daemon d;
+	daemon_start(&d, NULL);
+	int fds0 = daemon_fds(&d);
+	int pfd[2];
+	cr_assert_eq(pipe(pfd), 0);
+	pid_t kid = fork();
+	if (kid == 0) {
+		ringlm_client *c;
+		if (ringlm_connect(d.sock, &c) < 0)
+			_exit(10);
+		if (roundtrip(c, 1, 1))
+			_exit(11);
+		pid_t holder = fork();
+		if (holder == 0) {
+			/* Holds the inherited socket and segments until the test is done. */
+			close(pfd[1]);
+			char x;
+			if (read(pfd[0], &x, 1) < 0)
+				_exit(1);
+			_exit(0);
+		}
+		_exit(0);
+	}
+	close(pfd[0]);
+	int st;
+	waitpid(kid, &st, 0);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "client status 0x%x", st);
+	int fds = wait_value(&d, daemon_fds, fds0);
+	cr_assert_eq(fds, fds0, "daemon fds %d after the client exited (socket still open elsewhere), %d before",
+		     fds, fds0);
+	close(pfd[1]); /* lets the holder go */
+	cr_assert(daemon_alive(&d));
+	daemon_stop(&d);
+}
+
 /* ---- daemon dies -------------------------------------------------------------------- */
 Test(transport, daemon_killed_client_gets_error_not_hang)
 {
