@@ -300,7 +300,7 @@ static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows)
     for (int i = 0; i < n_jobs; i++) {
         int want = nw == 1 ? 1 : nw * 2;
         int chunk = (jobs[i].n + want - 1) / want;
-        chunk = (chunk + 15) & ~15;
+        chunk = (chunk + 7) & ~7; /* multiples of 8 keep equal shares (288 = 4 x 72) */
         if (chunk < 32)
             chunk = 32;
         jobs[i].chunk_rows = chunk;
