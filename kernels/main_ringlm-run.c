@@ -237,6 +237,11 @@ done:
         fprintf(stderr, "achieved tok/s: %f (decode, %d steps)\n", decoded / t_decode, decoded);
     else
         fprintf(stderr, "no decode steps\n");
+    eng_phase_stats ps;
+    if (eng_phase_stats_get(e, &ps, false) == 0 && ps.steps)
+        fprintf(stderr, "engine: %llu steps, projections %.1f ms, attention %.1f ms, other %.1f ms\n",
+                (unsigned long long)ps.steps, ps.proj_ns / 1e6, ps.attn_ns / 1e6,
+                ps.other_ns / 1e6);
     rc = 0;
     goto out;
 oom:
