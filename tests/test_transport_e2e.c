@@ -10,6 +10,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -401,6 +403,65 @@ Test(transport, many_clients_at_once)
 		cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "client %d: status 0x%x", k, st);
 	}
 	cr_assert(daemon_alive(&d));
+	daemon_stop(&d);
+}
+
+/* ---- one submitting thread, one reading thread (the documented exception) ----------- */
+struct two_threads {
+	ringlm_client *c;
+	uint64_t n;
+	int submit_err;
+};
+
+static void *submitter(void *arg)
+{
+	struct two_threads *t = arg;
+	ringlm_request q;
+	ringlm_request_init(&q);
+	q.n_prompt = 1;
+	q.max_new_tokens = 2;
+	for (uint64_t i = 0; i < t->n;) {
+		int32_t tok = (int32_t)(i + 1);
+		q.prompt = &tok;
+		int r = ringlm_submit(t->c, &q, NULL);
+		if (r == -EAGAIN) {
+			sched_yield();
+			continue;
+		}
+		if (r < 0) {
+			t->submit_err = r;
+			return NULL;
+		}
+		i++;
+	}
+	return NULL;
+}
+
+Test(transport, submit_thread_and_reader_thread)
+{
+	struct daemon d;
+	daemon_start(&d, (const char *const[]){ "--submit-ring-bytes", "4096", "--event-ring-slots", "128", NULL });
+	struct two_threads t = { .c = must_connect(&d), .n = 100000 };
+	pthread_t th;
+	pthread_create(&th, NULL, submitter, &t);
+	uint64_t fin = 0, tok = 0;
+	ringlm_event ev;
+	while (fin < t.n) {
+		int r = ringlm_next_event(t.c, &ev, 5000);
+		cr_assert_eq(r, 1, "after %llu finishes: %d %s", (unsigned long long)fin, r, ringlm_errdetail());
+		if (ev.kind == RINGLM_EV_TOKEN) {
+			cr_assert_eq(ev.req_id, fin + 1);
+			cr_assert_eq(ev.token, (int32_t)(fin + 1));
+			tok++;
+		} else {
+			cr_assert_eq(ev.req_id, fin + 1);
+			fin++;
+		}
+	}
+	pthread_join(th, NULL);
+	cr_assert_eq(t.submit_err, 0, "submit: %s", ringlm_strerror(t.submit_err));
+	cr_assert_eq(tok, 2 * t.n);
+	ringlm_close(t.c);
 	daemon_stop(&d);
 }
 
