@@ -78,6 +78,8 @@ typedef struct tenant_state {
     double   bucket;             /* token-rate bucket */
     uint32_t n_live;             /* requests not ended */
     uint32_t kv_blocks;          /* device blocks held */
+    uint32_t pending_out;        /* of those, blocks a swap-out in flight will free */
+    uint32_t pend_step;          /* pending_out not yet waited on in this decode pass */
     sched_group_stats st;
 } tenant_state;
 
@@ -1126,6 +1128,7 @@ static uint32_t preempt(sched *s, uint32_t slot, bool quota, uint64_t now)
         r->n_tier = blocks;
         r->state = SCHED_REQ_SWAPPING_OUT;
         s->pending_out_blocks += blocks;
+        s->ts[r->tenant].pending_out += blocks;
         plan_transfer(s, slot, SCHED_XFER_OUT, now);
         return 0;
     }
@@ -1160,6 +1163,7 @@ static uint32_t plan_decodes(sched *s, uint64_t now, uint32_t budget, bool *ls_d
         }
     uint32_t n = s->dec.n < budget ? s->dec.n : budget;
     uint64_t pending = s->pending_out_blocks;
+    for (int t = 0; t < s->n_tenants; t++) s->ts[t].pend_step = s->ts[t].pending_out;
     for (uint32_t k = 0; k < n; k++) {
         uint32_t sl = s->dec.a[k];
         req *r = &s->reqs[sl];
@@ -1175,6 +1179,13 @@ static uint32_t plan_decodes(sched *s, uint64_t now, uint32_t budget, bool *ls_d
                 emit_defer(s, r, SCHED_DEFER_BLOCKS, now);
                 break;
             }
+            if (quota && s->ts[r->tenant].pend_step > 0) {
+                /* the same for a tenant at its quota: one of its own swap-outs will make room */
+                s->ts[r->tenant].pend_step--;
+                r->skip_pass = s->pass_no;
+                emit_defer(s, r, SCHED_DEFER_QUOTA, now);
+                break;
+            }
             uint32_t v = pick_victim(s, sl, quota ? r->tenant : -1, now);
             if (v == NO_SLOT) {
                 r->skip_pass = s->pass_no;
@@ -1184,7 +1195,10 @@ static uint32_t plan_decodes(sched *s, uint64_t now, uint32_t budget, bool *ls_d
             uint32_t held = s->reqs[v].n_dev;
             uint32_t freed = preempt(s, v, quota, now);
             if (v == sl) break;
-            if (!freed && held) pending += held;   /* swap: wait for its blocks */
+            if (!freed && held) {   /* swap: wait for its blocks */
+                pending += held;
+                s->ts[s->reqs[v].tenant].pend_step += held;
+            }
             if (s->oom) break;
         }
     }
@@ -1387,9 +1401,12 @@ static void step_token_budget(sched *s, uint64_t now)
             else texcl |= 1ull << c.tenant;
             continue;
         }
+        /* a tenant with a KV quota keeps one block of growth per running sequence, or its
+         * sequences would be admitted only to preempt each other at the next boundary */
+        uint64_t grow = tmax ? s->ts[c.tenant].st.running : 0;
         if (c.swapped) {
             uint32_t need = r->n_tier;
-            if (tmax && s->ts[c.tenant].kv_blocks + need > tmax) {
+            if (tmax && s->ts[c.tenant].kv_blocks + need + grow > tmax) {
                 emit_defer(s, r, SCHED_DEFER_QUOTA, now);
                 cexcl |= 1u << c.cls;   /* its class waits behind it */
                 continue;
@@ -1411,7 +1428,7 @@ static void step_token_budget(sched *s, uint64_t now)
             continue;
         }
         uint32_t need = div_up(known(r), s->conf.block_size);
-        if (tmax && s->ts[c.tenant].kv_blocks + need > tmax) {
+        if (tmax && s->ts[c.tenant].kv_blocks + need + grow > tmax) {
             emit_defer(s, r, SCHED_DEFER_QUOTA, now);
             texcl |= 1ull << c.tenant;
             continue;
@@ -1725,7 +1742,10 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
     req *r = &s->reqs[x.slot];
     r->moving = false;
     if (x.dir == SCHED_XFER_IN) s->n_swapping_in--;
-    else s->pending_out_blocks -= r->n_dev;
+    else {
+        s->pending_out_blocks -= r->n_dev;
+        s->ts[r->tenant].pending_out -= r->n_dev;
+    }
     if (r->state == SCHED_REQ_ENDED) {   /* cancelled or timed out while moving */
         release_now(s, x.slot, now, false);
         return 0;
