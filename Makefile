@@ -183,4 +183,7 @@ install: all
 clean:
 	rm -rf build build-asan build-tsan
 
+# Objects of programs and tests are kept, so a second make relinks nothing.
+.SECONDARY:
+
 -include $(shell find $(OBJ) -name '*.d' 2>/dev/null)

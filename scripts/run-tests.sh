@@ -10,19 +10,19 @@ for t in "$@"; do
   name=$(basename "$t")
   out=$(mktemp)
   # A suite that hangs is a failure, not a stalled CI: each gets 10 minutes at most.
-  timeout -k 10 600 "$t" --jobs "${RINGLM_TEST_JOBS:-2}" >"$out" 2>&1
+  timeout -k 10 600 "$t" --verbose --jobs "${RINGLM_TEST_JOBS:-2}" >"$out" 2>&1
   rc=$?
   syn=$(grep -a 'Synthesis:' "$out" | tail -1)
   if [ $rc -ne 0 ] || [ -z "$syn" ]; then
     cat "$out"
     bad_suites+=("$name(rc=$rc)")
   else
-    grep -a -E 'SKIP|Skipped|\[FAIL\]|Warning' "$out" | head -20
+    grep -a -E '^\[SKIP\]|\[FAIL\]|Warning' "$out" | head -20
   fi
   echo "[$name] ${syn:-no synthesis (rc=$rc)}"
   tested=$(sed -n 's/.*Tested: \([0-9]*\).*/\1/p' <<<"$syn"); passing=$(sed -n 's/.*Passing: \([0-9]*\).*/\1/p' <<<"$syn")
   failing=$(sed -n 's/.*Failing: \([0-9]*\).*/\1/p' <<<"$syn"); crashing=$(sed -n 's/.*Crashing: \([0-9]*\).*/\1/p' <<<"$syn")
-  skipped=$(grep -a -c -E '\[SKIP\]' "$out")
+  skipped=$(grep -a -c -E '^\[SKIP\]' "$out")
   pass=$((pass + ${passing:-0}))
   fail=$((fail + ${failing:-0} + ${crashing:-0}))
   skip=$((skip + skipped))
