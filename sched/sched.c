@@ -80,6 +80,7 @@ typedef struct tenant_state {
     uint32_t kv_blocks;          /* device blocks held */
     uint32_t pending_out;        /* of those, blocks a swap-out in flight will free */
     uint32_t pend_step;          /* pending_out not yet waited on in this decode pass */
+    uint32_t moving_in;          /* sequences of the tenant being swapped in */
     sched_group_stats st;
 } tenant_state;
 
@@ -1193,12 +1194,13 @@ static uint32_t plan_decodes(sched *s, uint64_t now, uint32_t budget, bool *ls_d
                 break;
             }
             uint32_t held = s->reqs[v].n_dev;
+            uint16_t vt = s->reqs[v].tenant;
             uint32_t freed = preempt(s, v, quota, now);
-            if (v == sl) break;
-            if (!freed && held) {   /* swap: wait for its blocks */
+            if (!freed && held) {   /* swap: the others wait for its blocks */
                 pending += held;
-                s->ts[s->reqs[v].tenant].pend_step += held;
+                s->ts[vt].pend_step += held;
             }
+            if (v == sl) break;
             if (s->oom) break;
         }
     }
@@ -1403,7 +1405,7 @@ static void step_token_budget(sched *s, uint64_t now)
         }
         /* a tenant with a KV quota keeps one block of growth per running sequence, or its
          * sequences would be admitted only to preempt each other at the next boundary */
-        uint64_t grow = tmax ? s->ts[c.tenant].st.running : 0;
+        uint64_t grow = tmax ? s->ts[c.tenant].st.running + s->ts[c.tenant].moving_in : 0;
         if (c.swapped) {
             uint32_t need = r->n_tier;
             if (tmax && s->ts[c.tenant].kv_blocks + need + grow > tmax) {
@@ -1418,6 +1420,7 @@ static void step_token_budget(sched *s, uint64_t now)
             r->state = SCHED_REQ_SWAPPING_IN;
             r->defer = SCHED_DEFER_NONE;
             s->n_swapping_in++;
+            s->ts[c.tenant].moving_in++;
             plan_transfer(s, c.slot, SCHED_XFER_IN, now);
             continue;
         }
@@ -1741,7 +1744,10 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
     }
     req *r = &s->reqs[x.slot];
     r->moving = false;
-    if (x.dir == SCHED_XFER_IN) s->n_swapping_in--;
+    if (x.dir == SCHED_XFER_IN) {
+        s->n_swapping_in--;
+        s->ts[r->tenant].moving_in--;
+    }
     else {
         s->pending_out_blocks -= r->n_dev;
         s->ts[r->tenant].pending_out -= r->n_dev;

@@ -175,24 +175,25 @@ Test(sched_stress, hostile_policy_text_never_crashes)
 
 #include "sched_harness.h"
 
-static void liveness(const char *mode, uint32_t host_blocks, uint64_t seed)
+static void liveness(const char *mode, uint32_t host_blocks, uint64_t seed, bool tight)
 {
     char pol[512];
     snprintf(pol, sizeof pol,
-             "[scheduler]\nmode = %s\ntoken_budget = 256\nprefill_chunk = 64\nmax_active_seqs = 32\n"
+             "[scheduler]\nmode = %s\ntoken_budget = %d\nprefill_chunk = %d\nmax_active_seqs = %d\n"
              "min_residency = 5ms\nmax_preemptions = 2\nstatic_batch_size = 4\nstatic_batch_timeout = 5ms\n"
              "dynamic_window = 3ms\n[class a]\npriority = 5\nlatency_sensitive = yes\n[class b]\n"
-             "[tenant x]\nmax_kv_blocks = 150\n[tenant y]\nweight = 3\n",
-             mode);
+             "[tenant x]\nmax_kv_blocks = %d\n[tenant y]\nweight = 3\n",
+             mode, tight ? 64 : 256, tight ? 32 : 64, tight ? 64 : 32, tight ? 60 : 150);
     sched_config c = h_default_config();
-    c.kv_blocks_device = 200;
+    c.kv_blocks_device = tight ? 90 : 200;
     c.kv_blocks_host = host_blocks;
     harness *h = calloc(1, sizeof(*h));
     cr_assert(h);
     h_init(h, pol, &c);
     rs = seed;
     for (int i = 0; i < 300; i++) {
-        uint64_t id = h_add(h, (uint64_t)i * 3000 + rnd(3000), (int)rnd(2), (int)rnd(2), 1 + rnd(600), 1 + rnd(400));
+        uint64_t id = h_add(h, (uint64_t)i * 3000 + rnd(3000), (int)rnd(2), (int)rnd(2), 1 + rnd(tight ? 500 : 600),
+                            1 + rnd(tight ? 300 : 400));
         if (rnd(10) == 0) h->r[id].cancel_at = h->r[id].arrival + rnd(200000);
     }
     h_run(h, 120000000ull);
@@ -214,7 +215,8 @@ Test(sched_stress, every_request_ends_in_every_mode)
     static const char *modes[] = {"token_budget", "continuous", "static", "dynamic"};
     for (int m = 0; m < 4; m++)
         for (uint64_t seed = 1; seed <= 3; seed++) {
-            liveness(modes[m], 0, seed);
-            liveness(modes[m], 300, seed + 10);
+            liveness(modes[m], 0, seed, false);
+            liveness(modes[m], 300, seed + 10, false);
+            liveness(modes[m], 300, seed + 20, true);
         }
 }
