@@ -146,9 +146,11 @@ programs: $(PROGRAMS)
 benches: $(BENCHES)
 tests: $(TESTS)
 
+# The .pc file names the prefix it is installed under, so install writes it afresh.
+PC_TEXT = prefix=$(1)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ringlm\nDescription: ringlm client library (shared-memory LLM inference transport)\nVersion: $(VERSION)\nLibs: -L$${libdir} -lringlm\nLibs.private: -lrt\nCflags: -I$${includedir}\n
 $(B)/ringlm.pc: Makefile
 	@mkdir -p $(@D)
-	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ringlm\nDescription: ringlm client library (shared-memory LLM inference transport)\nVersion: %s\nLibs: -L$${libdir} -lringlm\nLibs.private: -lrt\nCflags: -I$${includedir}\n' '$(PREFIX)' '$(VERSION)' > $@
+	printf '$(call PC_TEXT,$(PREFIX))' > $@
 
 # make test            : every suite;  make test T=sched : suites whose name starts with that
 # Suites run one after another; each suite's own tests run in Criterion's worker processes.
@@ -176,7 +178,7 @@ install: all
 	install -m 0644 $(LIBRINGLM_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 0755 $(LIBRINGLM_SO) $(DESTDIR)$(PREFIX)/lib/libringlm.so.0
 	ln -sf libringlm.so.0 $(DESTDIR)$(PREFIX)/lib/libringlm.so
-	install -m 0644 $(B)/ringlm.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/ringlm.pc
+	printf '$(call PC_TEXT,$(PREFIX))' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ringlm.pc
 	$(if $(PROGRAMS),install -m 0755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin/)
 	$(if $(CUDA_TARGETS),install -m 0755 $(CUDA_TARGETS) $(DESTDIR)$(PREFIX)/lib/)
 
