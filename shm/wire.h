@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define RINGLM_WIRE_MAGIC      0x524c4d31u /* "RLM1" */
-#define RINGLM_WIRE_ABI        1u
+#define RINGLM_WIRE_ABI        2u
 
 /* ---- reason codes (one namespace: finish reasons < 16, causes/rejects >= 16) ---- */
 enum ringlm_wire_reason {
@@ -146,10 +146,12 @@ struct ringlm_wire_cseg {
 	uint8_t  pad0[RINGLM_WIRE_LINE - sizeof(struct ringlm_wire_seg_header)];
 	uint64_t submit_prod;      /* bytes written into the submit ring (release) */
 	uint8_t  pad1[RINGLM_WIRE_LINE - 8];
-	uint64_t ev_cons;          /* event slots consumed (release) */
+	uint64_t ev_cons;          /* event slots consumed (release); written per event */
+	uint8_t  pad2[RINGLM_WIRE_LINE - 8];
+	/* Own line: the daemon reads it at every publish, and a line the client writes per
+	 * event would bounce back to the client each time. */
 	uint32_t client_sleeping;  /* 1 while the client may be in futex wait on ev_prod */
-	uint32_t pad2a;
-	uint8_t  pad2[RINGLM_WIRE_LINE - 16];
+	uint8_t  pad2b[RINGLM_WIRE_LINE - 4];
 	uint32_t doorbell;         /* futex word: client bumps + wakes when daemon_sleeping */
 	uint8_t  pad3[RINGLM_WIRE_LINE - 4];
 };
@@ -168,9 +170,11 @@ struct ringlm_wire_dseg {
 	                              futex word the client sleeps on */
 	uint8_t  pad1[RINGLM_WIRE_LINE - 8];
 	uint64_t submit_cons;      /* submit-ring bytes consumed (release) */
+	uint8_t  pad2[RINGLM_WIRE_LINE - 8];
+	/* Own line, read by the client after every submit (see ringlm_wire_cseg). */
 	uint32_t daemon_sleeping;  /* 1: client must ring the doorbell after publishing */
 	uint32_t want_space;       /* 1: daemon waits for event-ring space (ring on ev_cons) */
-	uint8_t  pad2[RINGLM_WIRE_LINE - 16];
+	uint8_t  pad2b[RINGLM_WIRE_LINE - 8];
 	uint32_t state;            /* enum ringlm_wire_state */
 	int32_t  end_errno;        /* negative errno when CLOSED */
 	uint64_t policy_hash;      /* current policy identity */
