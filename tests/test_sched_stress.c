@@ -102,6 +102,22 @@ static void drive(const char *mode, uint64_t seed)
                 for (uint32_t k = 0; k < pl->n_entries; k++)
                     cr_assert_neq(pl->entries[k].req, pl->preemptions[i].req, "preempted yet scheduled");
             }
+            /* every transfer carries its own block lists: no block appears twice in a plan */
+            static uint8_t seen[3][1024];
+            memset(seen, 0, sizeof seen);
+            for (uint32_t i = 0; i < pl->n_transfers; i++) {
+                const sched_transfer *t = &pl->transfers[i];
+                int src_pool = t->dir == SCHED_XFER_OUT ? SCHED_POOL_DEVICE : (int)t->tier;
+                int dst_pool = t->dir == SCHED_XFER_OUT ? (int)t->tier : SCHED_POOL_DEVICE;
+                for (uint32_t b = 0; b < t->n_blocks; b++) {
+                    cr_assert_lt(t->src[b], 1024u);
+                    cr_assert_lt(t->dst[b], 1024u);
+                    cr_assert_eq(seen[src_pool][t->src[b]]++, 0, "transfer %llu: %s block %u listed twice in a plan",
+                                 (unsigned long long)t->id, sched_pool_name((sched_pool)src_pool), t->src[b]);
+                    cr_assert_eq(seen[dst_pool][t->dst[b]]++, 0, "transfer %llu: %s block %u listed twice in a plan",
+                                 (unsigned long long)t->id, sched_pool_name((sched_pool)dst_pool), t->dst[b]);
+                }
+            }
             for (uint32_t i = 0; i < pl->n_transfers && nx < 256; i++) xfer[nx++] = pl->transfers[i].id;
             cr_assert_leq(pl->n_transfers, 256 - nx + pl->n_transfers);
             now += 200 + rnd(5000);
