@@ -171,7 +171,8 @@ int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms);
 /* Options for ringlm_set_option. */
 enum ringlm_option {
 	RINGLM_OPT_SPIN_US = 1, /* how long next_event spins before sleeping (µs, >= 0);
-	                           a huge value = always spin (lowest latency, burns a CPU) */
+	                           a huge value = always spin (lowest latency, burns a CPU).
+	                           Default 50, or $RINGLM_SPIN_US read at connect. */
 };
 /* Returns 0 or -EINVAL (unknown option or value). */
 int ringlm_set_option(ringlm_client *c, int option, long value);
