@@ -193,7 +193,7 @@ static void pool_stop(pool *p)
 
 /* Prefill rows of one sequence are attended in tiles: each K/V block is read (and K
  * transposed) once per tile rather than once per row. */
-#define TILE_ROWS 16
+#define TILE_ROWS 32
 
 typedef struct cpu {
     eng_model_config c;
@@ -372,6 +372,46 @@ typedef int v8i __attribute__((vector_size(32)));
     } while (0)
 
 /*
+ * s[t] = exp(s[t] - max) for t < n; returns Σ s[t]. Eight at a time with the Cephes
+ * single-precision exp (range reduction by ln 2, degree-5 polynomial, exponent built in
+ * the bits): within ~2 ulp of expf, and no libm call per score. Arguments are <= 0 here.
+ */
+static inline __attribute__((always_inline)) float exp_shifted_sum(float *s, int n, float max)
+{
+    const v8f lo = {-87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f};
+    const v8f one = {1, 1, 1, 1, 1, 1, 1, 1};
+    v8f vsum = {0};
+    int t = 0;
+    for (; t + 8 <= n; t += 8) {
+        v8f x = *(const v8f *)(s + t) - max;
+        v8i below = x < lo;
+        x = (v8f)(((v8i)x & ~below) | ((v8i)lo & below));
+        v8f fx = x * 1.44269504088896341f + 0.5f;
+        v8f fl = __builtin_convertvector(__builtin_convertvector(fx, v8i), v8f);
+        fl -= (v8f)((v8i)(fl > fx) & (v8i)one); /* truncation → floor */
+        x -= fl * 0.693359375f;
+        x -= fl * -2.12194440e-4f;
+        v8f y = x * 1.9875691500e-4f + 1.3981999507e-3f;
+        y = y * x + 8.3334519073e-3f;
+        y = y * x + 4.1665795894e-2f;
+        y = y * x + 1.6666665459e-1f;
+        y = y * x + 5.0000001201e-1f;
+        y = y * (x * x) + x + 1.0f;
+        v8i e = (__builtin_convertvector(fl, v8i) + 127) << 23;
+        y *= (v8f)e;
+        *(v8f *)(s + t) = y;
+        vsum += y;
+    }
+    float sum = ((vsum[0] + vsum[1]) + (vsum[2] + vsum[3])) +
+                ((vsum[4] + vsum[5]) + (vsum[6] + vsum[7]));
+    for (; t < n; t++) {
+        s[t] = expf(s[t] - max);
+        sum += s[t];
+    }
+    return sum;
+}
+
+/*
  * out[0..hs) += Σ_{i<n} (p[i] * mul) · v_i, v_i = v + i * stride. Output lanes stay in
  * registers across positions; two positions at a time into separate accumulators, so the
  * FMAs are not one long dependency chain. Inlined into each attention clone.
@@ -469,12 +509,7 @@ static void attend_head(const cpu *c, const float *q, const int32_t *table, int 
                 max = score;
         }
     }
-    float sum = 0.0f;
-    for (int t = 0; t < n_pos; t++) {
-        scores[t] = expf(scores[t] - max);
-        sum += scores[t];
-    }
-    const float inv = 1.0f / sum;
+    const float inv = 1.0f / exp_shifted_sum(scores, n_pos, max);
     memset(out, 0, (size_t)hs * sizeof *out);
     for (int t0 = 0; t0 < n_pos; t0 += bs) {
         const float *v = kv_at(c, table[t0 / bs], c->layer, 1, 0) + (size_t)kvh * hs;
@@ -540,15 +575,11 @@ static void attend_tile(const cpu *c, const eng_batch *b, const struct tile *tl,
         const int np = pos0 + ri + 1;
         for (int g = 0; g < group; g++) {
             float *srow = scores + ((size_t)ri * group + g) * seq_len;
-            float max = -INFINITY, sum = 0.0f;
+            float max = -INFINITY;
             for (int t = 0; t < np; t++)
                 if (srow[t] > max)
                     max = srow[t];
-            for (int t = 0; t < np; t++) {
-                srow[t] = expf(srow[t] - max);
-                sum += srow[t];
-            }
-            const float inv = 1.0f / sum;
+            const float inv = 1.0f / exp_shifted_sum(srow, np, max);
             for (int t = 0; t < np; t++)
                 srow[t] *= inv;
             memset(c->att + (size_t)(tl->row0 + ri) * dim + (size_t)(kvh * group + g) * hs, 0,
