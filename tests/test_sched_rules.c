@@ -833,3 +833,21 @@ Test(sched_rules, max_active_sequences_is_respected)
     for (int i = 1; i <= 20; i++) cr_assert_eq(h->r[i].end_kind, SCHED_EV_FINISH);
     rm(h);
 }
+
+Test(sched_rules, victim_is_least_work_lost_within_a_class)
+{
+    sched_config c = h_default_config();
+    c.kv_blocks_device = 40;
+    c.kv_blocks_host = 0;
+    harness *h = mk("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\n", &c);
+    h_add(h, 0, 0, 0, 40, 200);     /* 1: older, little work done */
+    h_add(h, 10, 0, 0, 400, 200);   /* 2: newer, much more work done */
+    h_run(h, 60000000);
+    long pre = first_ev(h, "\"preempt\"", NULL);
+    cr_assert_geq(pre, 0, "%s", h->log);
+    cr_assert_eq(pre, first_ev(h, "\"preempt\"", "\"req\":1,"), "the victim must be the one with least work lost:\n%s",
+                 h->log);
+    cr_assert_eq(h->r[1].end_kind, SCHED_EV_FINISH);
+    cr_assert_eq(h->r[2].end_kind, SCHED_EV_FINISH);
+    rm(h);
+}
