@@ -228,6 +228,60 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* ---- vector helpers ------------------------------------------------------------------ */
+
+/* GCC vector types: the build targets baseline x86-64, and the hot loops are compiled
+ * again for AVX2 and AVX-512 with target_clones (picked at load time). Vectors never cross
+ * a function boundary outside those clones (that would change the ABI): helpers take
+ * pointers and are always inlined. */
+typedef float v8f __attribute__((vector_size(32), aligned(4))); /* unaligned loads allowed */
+typedef int v8i __attribute__((vector_size(32)));
+
+/*
+ * x[0..8) = exp(x[0..8)), the Cephes single-precision exp: range reduction by ln 2, a
+ * degree-5 polynomial, the power of two built in the exponent bits. Within ~1e-7 relative
+ * of expf; arguments are clamped to [-87.3, 88.3] (no denormals, no overflow).
+ */
+static inline __attribute__((always_inline)) void exp8(float *xp)
+{
+    const v8f lo = {-87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f};
+    const v8f hi = {88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f};
+    const v8f one = {1, 1, 1, 1, 1, 1, 1, 1};
+    v8f x = *(const v8f *)xp;
+    v8i below = x < lo, above = x > hi;
+    x = (v8f)(((v8i)x & ~below) | ((v8i)lo & below));
+    x = (v8f)(((v8i)x & ~above) | ((v8i)hi & above));
+    v8f fx = x * 1.44269504088896341f + 0.5f;
+    v8f fl = __builtin_convertvector(__builtin_convertvector(fx, v8i), v8f);
+    fl -= (v8f)((v8i)(fl > fx) & (v8i)one); /* truncation → floor */
+    x -= fl * 0.693359375f;
+    x -= fl * -2.12194440e-4f;
+    v8f y = x * 1.9875691500e-4f + 1.3981999507e-3f;
+    y = y * x + 8.3334519073e-3f;
+    y = y * x + 4.1665795894e-2f;
+    y = y * x + 1.6666665459e-1f;
+    y = y * x + 5.0000001201e-1f;
+    y = y * (x * x) + x + 1.0f;
+    *(v8f *)xp = y * (v8f)((__builtin_convertvector(fl, v8i) + 127) << 23);
+}
+
+/* g[i] = silu(g[i]) * u[i] (SwiGLU), silu(a) = a * sigmoid(a) as run.c, exp vectorised. */
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void swiglu(float *g, const float *u, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f a = *(const v8f *)(g + i), e = -a;
+        exp8((float *)&e);
+        *(v8f *)(g + i) = a / (1.0f + e) * *(const v8f *)(u + i);
+    }
+    for (; i < n; i++) {
+        float val = g[i];
+        val *= 1.0f / (1.0f + expf(-val));
+        g[i] = val * u[i];
+    }
+}
+
 /* ---- matmul jobs -------------------------------------------------------------------- */
 
 /*
@@ -279,15 +333,8 @@ static void mm_task(void *ctx, int task, int worker)
     if (j->up) {
         matmul_rows(r->rows, j->x, j->up + (size_t)n0 * j->k, n, j->k, 0.0f, j->y_up + n0,
                     j->ld_y);
-        for (int t = 0; t < r->rows; t++) {
-            float *g = j->y + (size_t)t * j->ld_y + n0;
-            const float *u = j->y_up + (size_t)t * j->ld_y + n0;
-            for (int i = 0; i < n; i++) {
-                float val = g[i];
-                val *= 1.0f / (1.0f + expf(-val)); /* silu, as run.c */
-                g[i] = val * u[i];
-            }
-        }
+        for (int t = 0; t < r->rows; t++)
+            swiglu(j->y + (size_t)t * j->ld_y + n0, j->y_up + (size_t)t * j->ld_y + n0, n);
     }
 }
 
@@ -354,8 +401,6 @@ static inline float *kv_at(const cpu *c, int block, int layer, int which, int of
  * target_clones builds AVX-512 and AVX2 copies picked at load time, since the build itself
  * targets baseline x86-64.
  */
-typedef float v8f __attribute__((vector_size(32), aligned(4))); /* unaligned loads allowed */
-typedef int v8i __attribute__((vector_size(32)));
 
 /* HADD: [a0+a1, a2+a3, b0+b1, b2+b3, a4+a5, a6+a7, b4+b5, b6+b7] (as _mm256_hadd_ps).
  * HADD_TREE8: lane m = the sum of all lanes of am. Macros, not functions: a vector passed
@@ -371,36 +416,15 @@ typedef int v8i __attribute__((vector_size(32)));
               __builtin_shuffle(lo_, hi_, (v8i){4, 5, 6, 7, 12, 13, 14, 15});                  \
     } while (0)
 
-/*
- * s[t] = exp(s[t] - max) for t < n; returns Σ s[t]. Eight at a time with the Cephes
- * single-precision exp (range reduction by ln 2, degree-5 polynomial, exponent built in
- * the bits): within ~2 ulp of expf, and no libm call per score. Arguments are <= 0 here.
- */
+/* s[t] = exp(s[t] - max) for t < n; returns Σ s[t] (max >= every s[t]). */
 static inline __attribute__((always_inline)) float exp_shifted_sum(float *s, int n, float max)
 {
-    const v8f lo = {-87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f};
-    const v8f one = {1, 1, 1, 1, 1, 1, 1, 1};
     v8f vsum = {0};
     int t = 0;
     for (; t + 8 <= n; t += 8) {
-        v8f x = *(const v8f *)(s + t) - max;
-        v8i below = x < lo;
-        x = (v8f)(((v8i)x & ~below) | ((v8i)lo & below));
-        v8f fx = x * 1.44269504088896341f + 0.5f;
-        v8f fl = __builtin_convertvector(__builtin_convertvector(fx, v8i), v8f);
-        fl -= (v8f)((v8i)(fl > fx) & (v8i)one); /* truncation → floor */
-        x -= fl * 0.693359375f;
-        x -= fl * -2.12194440e-4f;
-        v8f y = x * 1.9875691500e-4f + 1.3981999507e-3f;
-        y = y * x + 8.3334519073e-3f;
-        y = y * x + 4.1665795894e-2f;
-        y = y * x + 1.6666665459e-1f;
-        y = y * x + 5.0000001201e-1f;
-        y = y * (x * x) + x + 1.0f;
-        v8i e = (__builtin_convertvector(fl, v8i) + 127) << 23;
-        y *= (v8f)e;
-        *(v8f *)(s + t) = y;
-        vsum += y;
+        *(v8f *)(s + t) -= max;
+        exp8(s + t);
+        vsum += *(const v8f *)(s + t);
     }
     float sum = ((vsum[0] + vsum[1]) + (vsum[2] + vsum[3])) +
                 ((vsum[4] + vsum[5]) + (vsum[6] + vsum[7]));
