@@ -19,7 +19,8 @@
  * split by output rows of the weight, and each piece is one single-threaded OpenBLAS call
  * (SGEMV when T == 1: OpenBLAS's SGEMM packs the whole weight for one row and is slow),
  * so OpenBLAS never starts threads of its own to compete with ours. Attention is split
- * by (row, KV head).
+ * by (decode row, KV head) and (tile of up to 32 prefill rows of one sequence, KV head).
+ * The attention and SwiGLU loops use 8-float GCC vectors, cloned for AVX2/AVX-512.
  *
  * KV pool, block-major: block b holds, for every layer l, K then V of block_size tokens:
  *   pool[b][l][0=K|1=V][offset][kv_dim]   (float32)
