@@ -87,6 +87,7 @@ $(LIB)/%.a:
 $(LIBRINGLM_SO): $(call objs,$(SHM_SRCS) $(CLIENT_SRCS))
 	@mkdir -p $(@D)
 	$(CC) -shared -Wl,-soname,libringlm.so.0 $(LDFLAGS) -o $@ $^ -lrt
+	ln -sf libringlm.so $(@D)/libringlm.so.0   # the soname, so build-tree links run
 
 $(OBJ)/empty.o:
 	@mkdir -p $(@D)
