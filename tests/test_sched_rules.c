@@ -851,3 +851,86 @@ Test(sched_rules, victim_is_least_work_lost_within_a_class)
     cr_assert_eq(h->r[2].end_kind, SCHED_EV_FINISH);
     rm(h);
 }
+
+/* preemptions per request and the shortest resume→preempt gap, from the event log */
+static void thrash_stats(const harness *h, uint32_t *max_per_req, uint64_t *total, uint64_t *min_gap)
+{
+    static uint32_t count[H_MAX_REQ + 1];
+    static uint64_t resumed[H_MAX_REQ + 1];
+    memset(count, 0, sizeof count);
+    memset(resumed, 0, sizeof resumed);
+    *max_per_req = 0;
+    *total = 0;
+    *min_gap = UINT64_MAX;
+    for (const char *p = h->log; p && *p;) {
+        const char *e = strchr(p, '\n');
+        unsigned long long t = 0, id = 0;
+        const char *r = strstr(p, "\"req\":");
+        if (sscanf(p, "{\"t_us\":%llu", &t) == 1 && r && (!e || r < e) && sscanf(r, "\"req\":%llu", &id) == 1 &&
+            id <= H_MAX_REQ) {
+            const char *pre = strstr(p, "\"ev\":\"preempt\""), *res = strstr(p, "\"reason\":\"resume\"");
+            if (pre && (!e || pre < e)) {
+                (*total)++;
+                if (++count[id] > *max_per_req) *max_per_req = count[id];
+                if (resumed[id] && t - resumed[id] < *min_gap) *min_gap = t - resumed[id];
+            } else if (res && (!e || res < e)) {
+                resumed[id] = t;
+            }
+        }
+        p = e ? e + 1 : NULL;
+    }
+}
+
+static harness *thrash_run(const char *limits)
+{
+    sched_config c = h_default_config();
+    c.kv_blocks_device = 48;
+    c.kv_blocks_host = 0;
+    char pol[256];
+    snprintf(pol, sizeof pol, "[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\n%s", limits);
+    harness *h = mk(pol, &c);
+    for (int i = 0; i < 10; i++) h_add(h, (uint64_t)i * 100, 0, 0, 100, 300);
+    h_run(h, 120000000);
+    for (int i = 1; i <= 10; i++) cr_assert_eq(h->r[i].end_kind, SCHED_EV_FINISH, "[%s] request %d", limits, i);
+    return h;
+}
+
+Test(sched_rules, limits_stop_thrashing)
+{
+    uint32_t mx;
+    uint64_t total0, total1, gap;
+    harness *h = thrash_run("max_preemptions = 0\nmin_residency = 0\n");
+    thrash_stats(h, &mx, &total0, &gap);
+    cr_assert_gt(mx, 2, "control: without limits the pool should thrash (max %u per request)", mx);
+    rm(h);
+    h = thrash_run("max_preemptions = 2\nmin_residency = 0\n");
+    thrash_stats(h, &mx, &total1, &gap);
+    cr_assert_leq(mx, 2, "cap of 2 preemptions per request exceeded: %u", mx);
+    cr_assert_lt(total1, total0);
+    rm(h);
+    h = thrash_run("max_preemptions = 0\nmin_residency = 40ms\n");
+    thrash_stats(h, &mx, &total1, &gap);
+    cr_assert_geq(gap, 40000, "preempted %llu us after a resume (min residency 40 ms)", (unsigned long long)gap);
+    rm(h);
+}
+
+Test(sched_rules, fair_share_counts_prompt_tokens_not_requests)
+{
+    /* equal weights, one tenant sends 4x longer prompts: fair share is in tokens, so both get
+     * about the same prefill work — not the same number of requests */
+    harness *h = mk("[scheduler]\ntoken_budget = 256\nprefill_chunk = 128\nkv_charge_per_block_s = 0\n"
+                    "[tenant big]\n[tenant small]\n", NULL);
+    int big = sched_policy_tenant_index(h->p, "big"), small = sched_policy_tenant_index(h->p, "small");
+    for (int i = 0; i < 2000; i++) {
+        h_add(h, 0, big, 0, 400, 1);
+        for (int j = 0; j < 4; j++) h_add(h, 0, small, 0, 100, 1);
+    }
+    h_run(h, 2000000);
+    sched_group_stats a, b;
+    sched_get_tenant_stats(h->s, big, &a);
+    sched_get_tenant_stats(h->s, small, &b);
+    double ratio = (double)a.served_prompt_tokens / (double)b.served_prompt_tokens;
+    cr_assert(ratio > 0.8 && ratio < 1.25, "prompt tokens big/small = %.2f (%llu / %llu)", ratio,
+              (unsigned long long)a.served_prompt_tokens, (unsigned long long)b.served_prompt_tokens);
+    rm(h);
+}
