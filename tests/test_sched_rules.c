@@ -934,3 +934,52 @@ Test(sched_rules, fair_share_counts_prompt_tokens_not_requests)
               (unsigned long long)a.served_prompt_tokens, (unsigned long long)b.served_prompt_tokens);
     rm(h);
 }
+
+Test(sched_rules, preemption_times_out_only_when_no_mode_meets_the_deadline)
+{
+    /* two sequences fill a 40-block pool; the low one must give way at its first block
+     * boundary.  Its deadline (15 ms) leaves less than any way back costs (recompute ~6 ms
+     * from ~9.4 ms, swap over a 100 kB/s link: seconds), so it is timed out with a reason
+     * instead of being preempted into a certain miss.  Without a deadline it is preempted. */
+    for (int with_deadline = 1; with_deadline >= 0; with_deadline--) {
+        sched_config c = h_default_config();
+        c.kv_blocks_device = 40;
+        c.host.out_bytes_per_s = c.host.in_bytes_per_s = 1e5;
+        harness *h = mk(PRE_POLICY, &c);
+        int hi = sched_policy_class_index(h->p, "hi"), lo = sched_policy_class_index(h->p, "lo");
+        sched_reject_reason why;
+        cr_assert_eq(submit(h, 1, 0, lo, 318, 4, with_deadline ? 15000 : 0, &why), 0, "%s", sched_reject_name(why));
+        cr_assert_eq(submit(h, 2, 0, hi, 318, 40, 0, &why), 0);
+        bool decided = false;
+        for (int i = 0; i < 20 && !decided; i++) {
+            const sched_plan *pl = sched_step(h->s, h->now);
+            cr_assert_eq(sched_check_invariants(h->s, NULL, 0), 0);
+            sched_result res[8];
+            uint32_t tok = 0;
+            for (uint32_t k = 0; k < pl->n_entries; k++) {
+                res[k] = (sched_result){pl->entries[k].req, pl->entries[k].samples, SCHED_FINISH_NONE};
+                tok += pl->entries[k].n_tokens;
+            }
+            if (with_deadline && pl->n_ended) {
+                cr_assert_eq(pl->ended[0].req, 1);
+                cr_assert_str_eq(pl->ended[0].reason, "deadline_infeasible");
+                cr_assert_eq(pl->n_preemptions, 0);
+                decided = true;
+            }
+            if (!with_deadline && pl->n_preemptions) {
+                cr_assert_eq(pl->preemptions[0].req, 1);
+                cr_assert_eq(pl->preemptions[0].mode, SCHED_PREEMPT_RECOMPUTE);
+                decided = true;
+            }
+            h->now += 1000 + 10 * tok;
+            sched_commit(h->s, res, pl->n_entries, h->now, 0);
+        }
+        cr_assert(decided, "[deadline %d] no decision:\n%s", with_deadline, h->log);
+        if (with_deadline) {
+            cr_assert_eq(count_ev(h, "\"preempt\"", "\"mode\":\"none\""), 1, "%s", h->log);
+            cr_assert_eq(count_ev(h, "\"timeout\"", "\"deadline_infeasible\""), 1);
+            cr_assert_eq(count_ev(h, "\"release\"", "\"req\":1,"), 1);
+        }
+        rm(h);
+    }
+}
