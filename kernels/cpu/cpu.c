@@ -238,6 +238,15 @@ static uint64_t now_ns(void)
 typedef float v8f __attribute__((vector_size(32), aligned(4))); /* unaligned loads allowed */
 typedef int v8i __attribute__((vector_size(32)));
 
+/* ThreadSanitizer builds get the baseline copy only: GCC instruments the ifunc resolver
+ * target_clones generates, and it runs while the loader relocates, before the TSAN runtime
+ * is up, so every program linking this file died before main (GCC 12). */
+#ifdef __SANITIZE_THREAD__
+#define CPU_CLONES
+#else
+#define CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+
 /*
  * x[0..8) = exp(x[0..8)), the Cephes single-precision exp: range reduction by ln 2, a
  * degree-5 polynomial, the power of two built in the exponent bits. Within ~1e-7 relative
@@ -267,7 +276,7 @@ static inline __attribute__((always_inline)) void exp8(float *xp)
 }
 
 /* g[i] = silu(g[i]) * u[i] (SwiGLU), silu(a) = a * sigmoid(a) as run.c, exp vectorised. */
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+CPU_CLONES
 static void swiglu(float *g, const float *u, int n)
 {
     int i = 0;
@@ -481,7 +490,7 @@ static inline __attribute__((always_inline)) void weighted_sum(float *out, const
             out[j] += (p[i] * mul) * v[(size_t)i * stride + j];
 }
 
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+CPU_CLONES
 static void attend_head(const cpu *c, const float *q, const int32_t *table, int kvh, int n_pos,
                         float *scores, float *out)
 {
@@ -550,7 +559,7 @@ static void attend_head(const cpu *c, const float *q, const int32_t *table, int 
  * positions (no horizontal sums); the scores of all the tile's (row, head) pairs are kept
  * until the softmax; then each V row is read once for all of them.
  */
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+CPU_CLONES
 static void attend_tile(const cpu *c, const eng_batch *b, const struct tile *tl, int kvh,
                         float *scores, float *k_t)
 {
