@@ -169,6 +169,14 @@ deps:
 check-layering:
 	@scripts/check-layering.sh
 
+# make tsan : ThreadSanitizer build in build-tsan, then scripts/tsan-check.sh runs every place
+# ringlm runs threads as plain programs (Criterion cannot start under TSAN: Snaipe/Criterion#274).
+TSAN_PROGS := bin/ringlmd bin/ringlm perf/ipc_bench perf/tsan_engine perf/tsan_obs perf/tsan_client
+.PHONY: tsan
+tsan:
+	$(MAKE) TSAN=1 SANITIZE=0 B=build-tsan $(addprefix build-tsan/,$(TSAN_PROGS))
+	B=build-tsan scripts/tsan-check.sh
+
 FUZZ_SRCS := $(wildcard fuzz/fuzz_*.c)
 fuzz:
 	@B=$(B) FUZZ_SRCS="$(FUZZ_SRCS)" scripts/fuzz.sh
