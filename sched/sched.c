@@ -950,10 +950,9 @@ static inline double eff_priority(const sched *s, int cls, uint64_t arrival, uin
 
 /* Victim order: lowest class first, then least work lost (fewest computed tokens), then the
  * newest.  Continuous mode (the baseline) simply takes the newest arrival. */
-static __thread const sched *victim_sched;   /* qsort has no context argument; set just before qsort */
-static int victim_cmp(const void *a, const void *b)
+static int victim_cmp(const void *a, const void *b, void *ctx)
 {
-    const sched *s = victim_sched;
+    const sched *s = ctx;
     const req *x = &s->reqs[*(const uint32_t *)a], *y = &s->reqs[*(const uint32_t *)b];
     if (s->cfg.mode != SCHED_MODE_CONTINUOUS) {
         int32_t px = s->cls[x->cls]->priority, py = s->cls[y->cls]->priority;
@@ -979,8 +978,7 @@ static void build_victims(sched *s, uint64_t now)
     s->victim_next = 0;
     for (uint32_t i = 0; i < s->run.n; i++)
         if (victim_eligible(s, &s->reqs[s->run.a[i]], now)) VEC_PUSH(s, s->victims, s->run.a[i]);
-    victim_sched = s;
-    if (s->victims.n > 1) qsort(s->victims.a, s->victims.n, sizeof(uint32_t), victim_cmp);
+    if (s->victims.n > 1) qsort_r(s->victims.a, s->victims.n, sizeof(uint32_t), victim_cmp, s);
     s->victims_built = true;
 }
 
