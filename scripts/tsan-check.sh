@@ -97,14 +97,14 @@ check() {
 
 # ---- 1-4: the plain programs -------------------------------------------------------------
 check ring "$B/perf/ipc_bench" --ring-threads 1000000
-check engine-gqa "$B/perf/tsan_engine" --model synthetic:gqa-test:3 --threads 2 --steps 6
+check engine-gqa "$B/perf/tsan_engine" --model synthetic:gqa-test:3 --threads 2 --steps 24
 model=$SHARED/models/stories260K.bin
 tok=$SHARED/models/tok512.bin
 [ -r "$model" ] || model=synthetic:stories260K:1
 [ -r "$model" ] && [ -r "$tok" ] || tok=
-check engine-260K "$B/perf/tsan_engine" --model "$model" --threads 3 --steps 6
-check obs "$B/perf/tsan_obs"
-check client "$B/perf/tsan_client" --daemon "$B/bin/ringlmd"
+check engine-260K "$B/perf/tsan_engine" --model "$model" --threads 3 --steps 24
+check obs "$B/perf/tsan_obs" --iters 100000 --lines 100000
+check client "$B/perf/tsan_client" --daemon "$B/bin/ringlmd" --requests 100000
 
 # ---- 5: the whole daemon -----------------------------------------------------------------
 daemon_check() {
@@ -138,7 +138,7 @@ daemon_check() {
     return 1
   fi
   # Concurrent clients: two identical greedy requests, a sampled one, a long one, and a
-  # replay of 12 requests from 2 forked client processes.
+  # replay of 40 requests from 2 forked client processes.
   local pids=() k
   for k in 0 1; do
     timeout -k 5 90 "${run[@]}" "$B/bin/ringlm" --socket "$sock" generate "${gen[@]}" \
@@ -153,9 +153,9 @@ daemon_check() {
   pids+=($!)
   local trace=$work/trace.jsonl
   : >"$trace"
-  for i in $(seq 0 11); do
+  for i in $(seq 0 39); do
     printf '{"req":%d,"arrival_us":%d,"tenant":"","class":"default","prompt_tokens":%d,"output_tokens":%d}\n' \
-      "$i" $((i * 20000)) $((5 + i * 3)) $((10 + i * 2)) >>"$trace"
+      "$i" $((i * 10000)) $((5 + i % 12 * 3)) $((10 + i % 12 * 2)) >>"$trace"
   done
   timeout -k 5 90 "${run[@]}" "$B/bin/ringlm" --socket "$sock" replay "$trace" --clients 2 \
     --vocab 512 >"$work/replay.out" 2>"$work/replay.err" &
@@ -193,11 +193,11 @@ daemon_check() {
   fi
   local nreq
   nreq=$(wc -l <"$work/requests.jsonl" 2>/dev/null || echo 0)
-  if [ "$nreq" != 16 ] || ! [ -s "$work/decisions.jsonl" ]; then
-    echo "tsan-check: request log has $nreq lines (expected 16), decision log $(wc -l <"$work/decisions.jsonl" 2>/dev/null || echo 0)" >>"$dlog"
+  if [ "$nreq" != 44 ] || ! [ -s "$work/decisions.jsonl" ]; then
+    echo "tsan-check: request log has $nreq lines (expected 44), decision log $(wc -l <"$work/decisions.jsonl" 2>/dev/null || echo 0)" >>"$dlog"
     bad=1
   fi
-  echo "       ringlmd: 16 requests from 6 client processes, $(grep -c '"preempt' "$work/decisions.jsonl" 2>/dev/null) preemption decisions, $(wc -l <"$work/metrics.txt") /metrics lines, exit $rc"
+  echo "       ringlmd: 44 requests from 6 client processes, $(grep -c '"preempt' "$work/decisions.jsonl" 2>/dev/null) preemption decisions, $(wc -l <"$work/metrics.txt") /metrics lines, exit $rc"
   return $bad
 }
 t0=$SECONDS
