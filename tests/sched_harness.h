@@ -107,6 +107,21 @@ static __attribute__((unused)) void h_fini(harness *h)
     free(h->log);
 }
 
+/* A harness on the heap (it holds H_MAX_REQ requests: too big for a test's stack). */
+static __attribute__((unused)) harness *h_new(const char *policy_text, const sched_config *cfg)
+{
+    harness *h = calloc(1, sizeof(*h));
+    cr_assert(h);
+    h_init(h, policy_text, cfg);
+    return h;
+}
+
+static __attribute__((unused)) void h_free(harness *h)
+{
+    h_fini(h);
+    free(h);
+}
+
 /* Add a request (ids in arrival order). */
 static __attribute__((unused)) uint64_t h_add(harness *h, uint64_t arrival, int tenant, int cls, uint32_t prompt, uint32_t out)
 {

@@ -7,15 +7,6 @@
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-static harness *mk(const char *policy, const sched_config *cfg)
-{
-    harness *h = calloc(1, sizeof(*h));
-    cr_assert(h);
-    h_init(h, policy, cfg);
-    return h;
-}
-static void rm(harness *h) { h_fini(h); free(h); }
-
 /* number of event lines containing every one of the given fragments */
 static int count_ev(const harness *h, const char *a, const char *b)
 {
@@ -69,7 +60,7 @@ Test(sched_rules, rejects_at_admission_with_reasons)
 {
     sched_config c = h_default_config();
     c.kv_blocks_device = 256;
-    harness *h = mk("[scheduler]\nqueue_max_requests = 4\n"
+    harness *h = h_new("[scheduler]\nqueue_max_requests = 4\n"
                     "[tenant a]\nmax_queued_tokens = 1000\nmax_kv_blocks = 100\n[tenant b]\n", &c);
     int a = sched_policy_tenant_index(h->p, "a"), b = sched_policy_tenant_index(h->p, "b");
     sched_reject_reason why;
@@ -111,14 +102,14 @@ Test(sched_rules, rejects_at_admission_with_reasons)
     sched_get_tenant_stats(h->s, b, &st);
     cr_assert_eq(st.rejects[SCHED_REJECT_QUEUE_FULL], 1);
     cr_assert_eq(st.rejects[SCHED_REJECT_DEADLINE], 1);
-    rm(h);
+    h_free(h);
 }
 
 /* ---- release ------------------------------------------------------------------------------ */
 
 Test(sched_rules, cancel_releases_every_block_in_the_next_step)
 {
-    harness *h = mk("", NULL);
+    harness *h = h_new("", NULL);
     for (uint32_t i = 1; i <= 3; i++) h_add(h, 0, 0, 0, 100 * i, 500);
     for (int i = 0; i < 5; i++) h_iterate(h);
     sched_req_info info;
@@ -145,14 +136,14 @@ Test(sched_rules, cancel_releases_every_block_in_the_next_step)
     cr_assert_eq(count_ev(h, "\"ev\":\"cancel\"", "\"req\":2,"), 1);
     cr_assert_eq(count_ev(h, "\"ev\":\"release\"", "\"req\":2,"), 1);
     cr_assert_eq(sched_get_request(h->s, 2, &info), -ENOENT);
-    rm(h);
+    h_free(h);
 }
 
 /* ---- decode first, reserve for latency-sensitive classes --------------------------------- */
 
 Test(sched_rules, decode_first_with_reserve_for_latency_sensitive)
 {
-    harness *h = mk("[scheduler]\ntoken_budget = 256\nprefill_chunk = 256\ndecode_reserve_tokens = 96\n"
+    harness *h = h_new("[scheduler]\ntoken_budget = 256\nprefill_chunk = 256\ndecode_reserve_tokens = 96\n"
                     "[class chat]\npriority = 10\nlatency_sensitive = yes\n[class bulk]\n", NULL);
     int chat = sched_policy_class_index(h->p, "chat"), bulk = sched_policy_class_index(h->p, "bulk");
     for (int i = 0; i < 4; i++) h_add(h, 0, 0, chat, 20, 200);
@@ -179,12 +170,12 @@ Test(sched_rules, decode_first_with_reserve_for_latency_sensitive)
         cr_assert_leq(pl->prefill_tokens + pl->decode_tokens, 256);
     }
     cr_assert_gt(steps_checked, 20, "the flood of prefill never met a decoding chat");
-    rm(h);
+    h_free(h);
 }
 
 Test(sched_rules, long_prompt_is_chunked)
 {
-    harness *h = mk("[scheduler]\ntoken_budget = 512\nprefill_chunk = 128\n", NULL);
+    harness *h = h_new("[scheduler]\ntoken_budget = 512\nprefill_chunk = 128\n", NULL);
     h_add(h, 0, 0, 0, 1000, 4);
     uint32_t pos = 0;
     int chunks = 0;
@@ -204,7 +195,7 @@ Test(sched_rules, long_prompt_is_chunked)
     const sched_plan *pl = h_iterate(h);
     const sched_entry *e = entry_of(pl, 1);
     cr_assert(e && e->n_tokens == 1 && e->samples && !e->prefill && e->start_pos == 1000);
-    rm(h);
+    h_free(h);
 }
 
 /* ---- class priority with aging ---------------------------------------------------------------- */
@@ -216,7 +207,7 @@ static uint64_t low_first_token(double aging)
              "[scheduler]\ntoken_budget = 256\nprefill_chunk = 256\n"
              "[class hi]\npriority = 10\naging_per_s = 0\n[class lo]\npriority = 0\naging_per_s = %g\n",
              aging);
-    harness *h = mk(pol, NULL);
+    harness *h = h_new(pol, NULL);
     int hi = sched_policy_class_index(h->p, "hi"), lo = sched_policy_class_index(h->p, "lo");
     for (int i = 0; i < 2000; i++) h_add(h, 0, 0, hi, 250, 1);
     uint64_t id = h_add(h, 0, 0, lo, 250, 1);
@@ -226,7 +217,7 @@ static uint64_t low_first_token(double aging)
     uint32_t hi_left = 0;
     for (uint64_t i = 1; i < id; i++) hi_left += h->r[i].first_token == 0 || h->r[i].first_token > t;
     cr_assert(t == UINT64_MAX || hi_left > 100, "hi backlog was only %u when lo ran", hi_left);
-    rm(h);
+    h_free(h);
     return t;
 }
 
@@ -250,7 +241,7 @@ static void served(harness *h, int t, uint64_t *out)
 
 Test(sched_rules, weighted_fair_share_between_backlogged_tenants)
 {
-    harness *h = mk("[scheduler]\ntoken_budget = 256\nprefill_chunk = 128\n"
+    harness *h = h_new("[scheduler]\ntoken_budget = 256\nprefill_chunk = 128\n"
                     "[tenant a]\nweight = 1\n[tenant b]\nweight = 3\n", NULL);
     for (int i = 0; i < 3000; i++) { h_add(h, 0, 0, 0, 100, 10); h_add(h, 0, 1, 0, 100, 10); }
     h_run(h, 2000000);
@@ -260,12 +251,12 @@ Test(sched_rules, weighted_fair_share_between_backlogged_tenants)
     double ratio = (double)b / (double)a;
     cr_assert(ratio > 2.6 && ratio < 3.4, "b/a served ratio %.2f (a %llu b %llu), want ~3", ratio,
               (unsigned long long)a, (unsigned long long)b);
-    rm(h);
+    h_free(h);
 }
 
 Test(sched_rules, returning_tenant_lifted_to_min_active_counter)
 {
-    harness *h = mk("[scheduler]\ntoken_budget = 256\nprefill_chunk = 128\n[tenant a]\n[tenant b]\n", NULL);
+    harness *h = h_new("[scheduler]\ntoken_budget = 256\nprefill_chunk = 128\n[tenant a]\n[tenant b]\n", NULL);
     for (int i = 0; i < 3000; i++) h_add(h, 0, 0, 0, 100, 10);
     for (int i = 0; i < 3000; i++) h_add(h, 1000000, 1, 0, 100, 10);
     h_run(h, 1000000);
@@ -284,7 +275,7 @@ Test(sched_rules, returning_tenant_lifted_to_min_active_counter)
     served(h, 1, &b1);
     double ratio = (double)(b1 - b0) / (double)(a1 - a0);
     cr_assert(ratio > 0.7 && ratio < 1.4, "after b returns, b/a = %.2f: idle time earned credit", ratio);
-    rm(h);
+    h_free(h);
 }
 
 /* ---- KV admission ------------------------------------------------------------------------- */
@@ -294,7 +285,7 @@ Test(sched_rules, admission_only_where_blocks_allow_and_defer_once)
     sched_config c = h_default_config();
     c.kv_blocks_device = 64;
     c.kv_blocks_host = 0;
-    harness *h = mk("[scheduler]\ntoken_budget = 4096\nprefill_chunk = 4096\n", &c);
+    harness *h = h_new("[scheduler]\ntoken_budget = 4096\nprefill_chunk = 4096\n", &c);
     for (int i = 1; i <= 10; i++) h_add(h, 0, 0, 0, 200, 8);
     for (int s = 0; s < 6; s++) {
         h_iterate(h);
@@ -305,12 +296,12 @@ Test(sched_rules, admission_only_where_blocks_allow_and_defer_once)
     cr_assert_eq(count_ev(h, "\"schedule\"", NULL), 4, "%s", h->log);
     /* the waiting head was deferred for blocks once, not once per step */
     cr_assert_eq(count_ev(h, "\"defer\"", "\"blocks\""), 1, "%s", h->log);
-    rm(h);
+    h_free(h);
 }
 
 Test(sched_rules, tenant_kv_quota_and_token_rate)
 {
-    harness *h = mk("[scheduler]\ntoken_budget = 4096\nprefill_chunk = 4096\n"
+    harness *h = h_new("[scheduler]\ntoken_budget = 4096\nprefill_chunk = 4096\n"
                     "[tenant a]\nmax_kv_blocks = 30\n[tenant r]\ntoken_rate_per_s = 2000\n", NULL);
     int a = sched_policy_tenant_index(h->p, "a"), r = sched_policy_tenant_index(h->p, "r");
     for (int i = 0; i < 6; i++) h_add(h, 0, a, 0, 200, 40);
@@ -328,7 +319,7 @@ Test(sched_rules, tenant_kv_quota_and_token_rate)
     /* 2 s at 2000/s plus one second of burst, plus the one prefill that overdraws */
     cr_assert_leq(rs, 2000 * 3 + 501, "rate-limited tenant served %llu tokens", (unsigned long long)rs);
     cr_assert_geq(rs, 2000 * 2 - 501);
-    rm(h);
+    h_free(h);
 }
 
 /* ---- preemption ----------------------------------------------------------------------------- */
@@ -340,7 +331,7 @@ static harness *preempt_setup(const char *policy, double bw, uint32_t host_block
     c.kv_blocks_device = 40;
     c.kv_blocks_host = host_blocks;
     c.host.out_bytes_per_s = c.host.in_bytes_per_s = bw;
-    harness *h = mk(policy, &c);
+    harness *h = h_new(policy, &c);
     h->bw = bw;
     int hi = sched_policy_class_index(h->p, "hi"), lo = sched_policy_class_index(h->p, "lo");
     h_add(h, 0, 0, lo, 300, 200);   /* id 1: low class, admitted first */
@@ -390,7 +381,7 @@ Test(sched_rules, preempt_lowest_class_swap_when_cheaper)
     cr_assert_eq(h->r[1].end_kind, SCHED_EV_FINISH);
     cr_assert_eq(h->r[2].end_kind, SCHED_EV_FINISH);
     cr_assert_geq(count_ev(h, "\"swap_in\"", "\"req\":1,"), 1);
-    rm(h);
+    h_free(h);
 }
 
 Test(sched_rules, transfer_bandwidth_is_measured_not_assumed)
@@ -401,7 +392,7 @@ Test(sched_rules, transfer_bandwidth_is_measured_not_assumed)
     sched_config cfg = h_default_config();
     cfg.kv_blocks_device = 100;
     cfg.kv_blocks_host = 1000;
-    harness *h = mk("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\nmax_preemptions = 0\n"
+    harness *h = h_new("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\nmax_preemptions = 0\n"
                     "[class hi]\npriority = 10\n[class lo]\npriority = 0\n", &cfg);
     h->bw = 1e8;
     int hi = sched_policy_class_index(h->p, "hi"), lo = sched_policy_class_index(h->p, "lo");
@@ -416,7 +407,7 @@ Test(sched_rules, transfer_bandwidth_is_measured_not_assumed)
                   "after measuring the slow link the model should recompute:\n%s", h->log);
     /* the measured side of the ledger: every measured transfer took ~10x its first guess */
     cr_assert_gt(c.transfer_measured_us_sum, c.transfer_predicted_us_sum);
-    rm(h);
+    h_free(h);
 }
 
 Test(sched_rules, preempt_recompute_when_link_is_slow_or_no_room)
@@ -429,20 +420,20 @@ Test(sched_rules, preempt_recompute_when_link_is_slow_or_no_room)
     cr_assert_geq(count_ev(h, "\"recompute\"", "\"tokens\""), 1);
     cr_assert_eq(h->r[1].end_kind, SCHED_EV_FINISH);
     cr_assert_eq(h->r[1].generated, 200, "recompute lost or duplicated tokens");
-    rm(h);
+    h_free(h);
     /* fast link but the host pool is too small */
     h = preempt_setup(PRE_POLICY, 1e9, 4);
     h_run(h, 60000000);
     cr_assert_eq(count_ev(h, "\"preempt\"", "\"mode\":\"swap\""), 0);
     cr_assert_geq(count_ev(h, "\"preempt\"", "\"mode\":\"recompute\""), 1);
-    rm(h);
+    h_free(h);
     /* policy forces recompute */
     h = preempt_setup("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\npreemption = recompute\n"
                       "[class hi]\npriority = 10\n[class lo]\npriority = 0\n", 1e9, 1000);
     h_run(h, 60000000);
     cr_assert_eq(count_ev(h, "\"preempt\"", "\"mode\":\"swap\""), 0);
     cr_assert_geq(count_ev(h, "\"preempt\"", "\"mode\":\"recompute\""), 1);
-    rm(h);
+    h_free(h);
 }
 
 Test(sched_rules, swapped_sequence_returns_before_new_admissions_of_its_class)
@@ -457,7 +448,7 @@ Test(sched_rules, swapped_sequence_returns_before_new_admissions_of_its_class)
     cr_assert_geq(first_ev(h, "\"swap_out\"", "\"req\":1,"), 0, "%s", h->log);
     cr_assert(swap_in >= 0 && start3 >= 0, "%s", h->log);
     cr_assert_lt(swap_in, start3, "new request of the class went ahead of the swapped one:\n%s", h->log);
-    rm(h);
+    h_free(h);
 }
 
 Test(sched_rules, recompute_preempted_keeps_its_place)
@@ -465,7 +456,7 @@ Test(sched_rules, recompute_preempted_keeps_its_place)
     sched_config c = h_default_config();
     c.kv_blocks_device = 40;
     c.kv_blocks_host = 0;
-    harness *h = mk(PRE_POLICY, &c);
+    harness *h = h_new(PRE_POLICY, &c);
     int hi = sched_policy_class_index(h->p, "hi"), lo = sched_policy_class_index(h->p, "lo");
     h_add(h, 0, 0, lo, 300, 200);     /* 1: will be preempted */
     h_add(h, 0, 0, hi, 300, 200);     /* 2 */
@@ -477,7 +468,7 @@ Test(sched_rules, recompute_preempted_keeps_its_place)
     long start3 = first_ev(h, "\"schedule\"", "\"req\":3,");
     cr_assert(back1 >= 0 && start3 >= 0);
     cr_assert_lt(back1, start3, "the preempted sequence lost its place to a later arrival");
-    rm(h);
+    h_free(h);
 }
 
 Test(sched_rules, preemption_cap_and_min_residency)
@@ -486,7 +477,7 @@ Test(sched_rules, preemption_cap_and_min_residency)
     sched_config c = h_default_config();
     c.kv_blocks_device = 48;
     c.kv_blocks_host = 0;
-    harness *h = mk("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\nmax_preemptions = 2\n"
+    harness *h = h_new("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\nmax_preemptions = 2\n"
                     "min_residency = 30ms\n", &c);
     for (int i = 0; i < 6; i++) h_add(h, 0, 0, 0, 100, 150);
     uint64_t resumed[7] = {0};
@@ -516,7 +507,7 @@ Test(sched_rules, preemption_cap_and_min_residency)
     for (uint64_t id = 1; id <= 6; id++)
         cr_assert_eq(h->r[id].end_kind, SCHED_EV_FINISH, "request %llu did not finish", (unsigned long long)id);
     cr_assert_geq(count_ev(h, "\"preempt\"", NULL), 1, "the scenario must preempt");
-    rm(h);
+    h_free(h);
 }
 
 /* ---- timeouts, backpressure ------------------------------------------------------------------ */
@@ -525,7 +516,7 @@ Test(sched_rules, queue_wait_timeout)
 {
     sched_config c = h_default_config();
     c.kv_blocks_device = 24;
-    harness *h = mk("[class c]\nmax_queue_wait = 50ms\n", &c);
+    harness *h = h_new("[class c]\nmax_queue_wait = 50ms\n", &c);
     h_add(h, 0, 0, 0, 250, 60);   /* holds 16+ of 20 blocks for a while */
     h_add(h, 1000, 0, 0, 200, 10); /* cannot fit: times out */
     h_run(h, 200000);
@@ -535,12 +526,12 @@ Test(sched_rules, queue_wait_timeout)
     cr_assert_geq(t, 0);
     cr_assert_geq(h->r[2].finish, 51000);
     cr_assert_leq(h->r[2].finish, 51000 + 5000, "timed out late: %llu", (unsigned long long)h->r[2].finish);
-    rm(h);
+    h_free(h);
 }
 
 Test(sched_rules, backpressure_pauses_then_cancels)
 {
-    harness *h = mk("[scheduler]\nbackpressure_timeout = 100ms\n", NULL);
+    harness *h = h_new("[scheduler]\nbackpressure_timeout = 100ms\n", NULL);
     h_add(h, 0, 0, 0, 10, 1000);
     h_add(h, 0, 0, 0, 10, 1000);
     for (int i = 0; i < 3; i++) h_iterate(h);
@@ -560,14 +551,14 @@ Test(sched_rules, backpressure_pauses_then_cancels)
     cr_assert_geq(h->r[1].finish, t0 + 100000);
     cr_assert_eq(count_ev(h, "\"cancel\"", "\"reason\":\"backpressure\""), 1);
     cr_assert_eq(count_ev(h, "\"release\"", "\"req\":1,"), 1);
-    rm(h);
+    h_free(h);
 }
 
 /* ---- cost model --------------------------------------------------------------------------- */
 
 Test(sched_rules, cost_model_tracks_measured_step_time)
 {
-    harness *h = mk("", NULL);
+    harness *h = h_new("", NULL);
     h->a_us *= 2;   /* the real machine is twice as slow as the configured model */
     h->b_us *= 2;
     for (int i = 0; i < 20; i++) h_add(h, 0, 0, 0, 100, 50);
@@ -575,7 +566,7 @@ Test(sched_rules, cost_model_tracks_measured_step_time)
     sched_counts c;
     sched_get_counts(h->s, &c);
     cr_assert(c.cost_correction > 1.8 && c.cost_correction < 2.2, "correction %.3f, want ~2", c.cost_correction);
-    rm(h);
+    h_free(h);
 }
 
 /* ---- determinism ---------------------------------------------------------------------------- */
@@ -585,7 +576,7 @@ static harness *mixed_run(void)
     sched_config c = h_default_config();
     c.kv_blocks_device = 200;
     c.kv_blocks_host = 120;
-    harness *h = mk("[scheduler]\ntoken_budget = 384\nprefill_chunk = 96\ndecode_reserve_tokens = 32\n"
+    harness *h = h_new("[scheduler]\ntoken_budget = 384\nprefill_chunk = 96\ndecode_reserve_tokens = 32\n"
                     "[class chat]\npriority = 5\nlatency_sensitive = yes\nmax_queue_wait = 2s\n"
                     "[class batch]\n[tenant a]\nweight = 2\n[tenant b]\n", &c);
     uint64_t x = 12345;
@@ -607,15 +598,15 @@ Test(sched_rules, same_inputs_same_event_stream)
     cr_assert_geq(count_ev(a, "\"cancel\"", NULL), 1);
     cr_assert_eq(a->log_len, b->log_len);
     cr_assert(memcmp(a->log, b->log, a->log_len) == 0, "event streams differ");
-    rm(a);
-    rm(b);
+    h_free(a);
+    h_free(b);
 }
 
 /* ---- batching modes --------------------------------------------------------------------------- */
 
 Test(sched_rules, static_mode_pads_and_holds_slots)
 {
-    harness *h = mk("[scheduler]\nmode = static\nstatic_batch_size = 3\nstatic_batch_timeout = 1s\n", NULL);
+    harness *h = h_new("[scheduler]\nmode = static\nstatic_batch_size = 3\nstatic_batch_timeout = 1s\n", NULL);
     h_add(h, 0, 0, 0, 10, 2);
     h_add(h, 0, 0, 0, 50, 20);
     h_add(h, 0, 0, 0, 100, 5);
@@ -634,12 +625,12 @@ Test(sched_rules, static_mode_pads_and_holds_slots)
     cr_assert_eq(sched_get_request(h->s, 1, &in), 0, "finished member released before the group ended");
     h_run(h, 10000000);
     cr_assert_eq(h->r[4].end_kind, SCHED_EV_FINISH);
-    rm(h);
+    h_free(h);
 }
 
 Test(sched_rules, dynamic_mode_collects_for_its_window)
 {
-    harness *h = mk("[scheduler]\nmode = dynamic\ndynamic_window = 20ms\n", NULL);
+    harness *h = h_new("[scheduler]\nmode = dynamic\ndynamic_window = 20ms\n", NULL);
     h_add(h, 0, 0, 0, 10, 3);
     h_add(h, 5000, 0, 0, 10, 3);
     h_add(h, 15000, 0, 0, 10, 3);
@@ -652,12 +643,12 @@ Test(sched_rules, dynamic_mode_collects_for_its_window)
     cr_assert_geq(count_ev(h, "\"defer\"", "\"batch\""), 1);
     h_run(h, 1000000);
     for (uint64_t i = 1; i <= 3; i++) cr_assert_eq(h->r[i].end_kind, SCHED_EV_FINISH);
-    rm(h);
+    h_free(h);
 }
 
 Test(sched_rules, continuous_mode_is_fcfs_whole_prompt)
 {
-    harness *h = mk("[scheduler]\nmode = continuous\ntoken_budget = 512\n"
+    harness *h = h_new("[scheduler]\nmode = continuous\ntoken_budget = 512\n"
                     "[class hi]\npriority = 10\n[class lo]\n", NULL);
     int hi = sched_policy_class_index(h->p, "hi"), lo = sched_policy_class_index(h->p, "lo");
     h_add(h, 0, 0, lo, 2000, 3);
@@ -666,7 +657,7 @@ Test(sched_rules, continuous_mode_is_fcfs_whole_prompt)
     const sched_entry *e = entry_of(pl, 1);
     cr_assert(e && e->n_tokens == 2000, "continuous mode prefills whole prompts, FCFS");
     cr_assert_null(entry_of(pl, 2), "the later arrival waits (budget) behind the long prompt");
-    rm(h);
+    h_free(h);
 }
 
 /* ---- more preemption paths --------------------------------------------------------------- */
@@ -676,7 +667,7 @@ Test(sched_rules, protected_victims_never_deadlock_the_service)
     sched_config c = h_default_config();
     c.kv_blocks_device = 48;
     c.kv_blocks_host = 0;
-    harness *h = mk("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\nmax_preemptions = 1\n"
+    harness *h = h_new("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\nmax_preemptions = 1\n"
                     "min_residency = 100s\n", &c);
     for (int i = 0; i < 6; i++) h_add(h, 0, 0, 0, 200, 400);
     h_run(h, 20000000);
@@ -684,7 +675,7 @@ Test(sched_rules, protected_victims_never_deadlock_the_service)
         cr_assert_eq(h->r[id].end_kind, SCHED_EV_FINISH, "request %llu stuck (now %llu us)\n%s",
                      (unsigned long long)id, (unsigned long long)h->now, h->log);
     cr_assert_lt(h->now, 20000000);
-    rm(h);
+    h_free(h);
 }
 
 Test(sched_rules, swap_to_disk_when_host_is_full)
@@ -694,7 +685,7 @@ Test(sched_rules, swap_to_disk_when_host_is_full)
     c.kv_blocks_host = 4;
     c.kv_blocks_disk = 1000;
     c.disk = (sched_tier_cost){.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 50};
-    harness *h = mk(PRE_POLICY, &c);
+    harness *h = h_new(PRE_POLICY, &c);
     int hi = sched_policy_class_index(h->p, "hi"), lo = sched_policy_class_index(h->p, "lo");
     h_add(h, 0, 0, lo, 300, 200);
     h_add(h, 0, 0, hi, 300, 200);
@@ -708,7 +699,7 @@ Test(sched_rules, swap_to_disk_when_host_is_full)
     }
     cr_assert_geq(disk, 2, "swap out and back in through the disk tier");
     cr_assert_eq(h->r[1].generated, 200);
-    rm(h);
+    h_free(h);
 }
 
 Test(sched_rules, failed_swap_out_falls_back_to_recompute)
@@ -730,7 +721,7 @@ Test(sched_rules, failed_swap_out_falls_back_to_recompute)
     cr_assert_eq(h->r[1].end_kind, SCHED_EV_FINISH);
     cr_assert_eq(h->r[1].generated, 200);
     cr_assert_geq(count_ev(h, "\"recompute\"", "\"req\":1,"), 1);
-    rm(h);
+    h_free(h);
 }
 
 Test(sched_rules, cancel_during_transfer_releases_on_completion)
@@ -763,12 +754,12 @@ Test(sched_rules, cancel_during_transfer_releases_on_completion)
         }
     cr_assert(found);
     cr_assert_eq(count_ev(h, "\"release\"", "\"pool\":\"host\""), 1);
-    rm(h);
+    h_free(h);
 }
 
 Test(sched_rules, tpot_target_caps_prefill_while_class_decodes)
 {
-    harness *h = mk("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 256\n"
+    harness *h = h_new("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 256\n"
                     "[class chat]\npriority = 10\nlatency_sensitive = yes\ntpot_target = 4ms\n[class bulk]\n", NULL);
     int chat = sched_policy_class_index(h->p, "chat"), bulk = sched_policy_class_index(h->p, "bulk");
     for (int i = 0; i < 4; i++) h_add(h, 0, 0, chat, 20, 300);
@@ -790,7 +781,7 @@ Test(sched_rules, tpot_target_caps_prefill_while_class_decodes)
     }
     cr_assert_gt(capped, 10);
     cr_assert_gt(max_free, 300, "once chat is done the full budget returns (%u)", max_free);
-    rm(h);
+    h_free(h);
 }
 
 Test(sched_rules, kv_residency_is_charged_to_the_tenant)
@@ -802,7 +793,7 @@ Test(sched_rules, kv_residency_is_charged_to_the_tenant)
         char pol[256];
         snprintf(pol, sizeof pol, "[scheduler]\ntoken_budget = 256\nprefill_chunk = 128\n"
                  "kv_charge_per_block_s = %s\n[tenant l]\n[tenant s]\n", k ? "200" : "0");
-        harness *h = mk(pol, NULL);
+        harness *h = h_new(pol, NULL);
         int l = sched_policy_tenant_index(h->p, "l"), sh = sched_policy_tenant_index(h->p, "s");
         for (int i = 0; i < 400; i++) {
             h_add(h, 0, l, 0, 1500, 200);
@@ -813,7 +804,7 @@ Test(sched_rules, kv_residency_is_charged_to_the_tenant)
         served(h, l, &a);
         served(h, sh, &b);
         share[k] = (double)b / (double)(a + b);
-        rm(h);
+        h_free(h);
     }
     cr_assert_gt(share[1], share[0] + 0.05, "short-context tenant share %.2f with residency charge vs %.2f without",
                  share[1], share[0]);
@@ -821,7 +812,7 @@ Test(sched_rules, kv_residency_is_charged_to_the_tenant)
 
 Test(sched_rules, max_active_sequences_is_respected)
 {
-    harness *h = mk("[scheduler]\nmax_active_seqs = 3\n", NULL);
+    harness *h = h_new("[scheduler]\nmax_active_seqs = 3\n", NULL);
     for (int i = 0; i < 20; i++) h_add(h, 0, 0, 0, 50, 30);
     while (h->now < 5000000 && !h->r[20].ended) {
         h_iterate(h);
@@ -831,7 +822,7 @@ Test(sched_rules, max_active_sequences_is_respected)
     }
     cr_assert_geq(count_ev(h, "\"defer\"", "\"max_active\""), 1);
     for (int i = 1; i <= 20; i++) cr_assert_eq(h->r[i].end_kind, SCHED_EV_FINISH);
-    rm(h);
+    h_free(h);
 }
 
 Test(sched_rules, victim_is_least_work_lost_within_a_class)
@@ -839,7 +830,7 @@ Test(sched_rules, victim_is_least_work_lost_within_a_class)
     sched_config c = h_default_config();
     c.kv_blocks_device = 40;
     c.kv_blocks_host = 0;
-    harness *h = mk("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\n", &c);
+    harness *h = h_new("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\n", &c);
     h_add(h, 0, 0, 0, 40, 200);     /* 1: older, little work done */
     h_add(h, 10, 0, 0, 400, 200);   /* 2: newer, much more work done */
     h_run(h, 60000000);
@@ -849,7 +840,7 @@ Test(sched_rules, victim_is_least_work_lost_within_a_class)
                  h->log);
     cr_assert_eq(h->r[1].end_kind, SCHED_EV_FINISH);
     cr_assert_eq(h->r[2].end_kind, SCHED_EV_FINISH);
-    rm(h);
+    h_free(h);
 }
 
 /* preemptions per request and the shortest resume→preempt gap, from the event log */
@@ -888,7 +879,7 @@ static harness *thrash_run(const char *limits)
     c.kv_blocks_host = 0;
     char pol[256];
     snprintf(pol, sizeof pol, "[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\n%s", limits);
-    harness *h = mk(pol, &c);
+    harness *h = h_new(pol, &c);
     for (int i = 0; i < 10; i++) h_add(h, (uint64_t)i * 100, 0, 0, 100, 300);
     h_run(h, 120000000);
     for (int i = 1; i <= 10; i++) cr_assert_eq(h->r[i].end_kind, SCHED_EV_FINISH, "[%s] request %d", limits, i);
@@ -902,23 +893,23 @@ Test(sched_rules, limits_stop_thrashing)
     harness *h = thrash_run("max_preemptions = 0\nmin_residency = 0\n");
     thrash_stats(h, &mx, &total0, &gap);
     cr_assert_gt(mx, 2, "control: without limits the pool should thrash (max %u per request)", mx);
-    rm(h);
+    h_free(h);
     h = thrash_run("max_preemptions = 2\nmin_residency = 0\n");
     thrash_stats(h, &mx, &total1, &gap);
     cr_assert_leq(mx, 2, "cap of 2 preemptions per request exceeded: %u", mx);
     cr_assert_lt(total1, total0);
-    rm(h);
+    h_free(h);
     h = thrash_run("max_preemptions = 0\nmin_residency = 40ms\n");
     thrash_stats(h, &mx, &total1, &gap);
     cr_assert_geq(gap, 40000, "preempted %llu us after a resume (min residency 40 ms)", (unsigned long long)gap);
-    rm(h);
+    h_free(h);
 }
 
 Test(sched_rules, fair_share_counts_prompt_tokens_not_requests)
 {
     /* equal weights, one tenant sends 4x longer prompts: fair share is in tokens, so both get
      * about the same prefill work — not the same number of requests */
-    harness *h = mk("[scheduler]\ntoken_budget = 256\nprefill_chunk = 128\nkv_charge_per_block_s = 0\n"
+    harness *h = h_new("[scheduler]\ntoken_budget = 256\nprefill_chunk = 128\nkv_charge_per_block_s = 0\n"
                     "[tenant big]\n[tenant small]\n", NULL);
     int big = sched_policy_tenant_index(h->p, "big"), small = sched_policy_tenant_index(h->p, "small");
     for (int i = 0; i < 2000; i++) {
@@ -932,7 +923,7 @@ Test(sched_rules, fair_share_counts_prompt_tokens_not_requests)
     double ratio = (double)a.served_prompt_tokens / (double)b.served_prompt_tokens;
     cr_assert(ratio > 0.8 && ratio < 1.25, "prompt tokens big/small = %.2f (%llu / %llu)", ratio,
               (unsigned long long)a.served_prompt_tokens, (unsigned long long)b.served_prompt_tokens);
-    rm(h);
+    h_free(h);
 }
 
 Test(sched_rules, preemption_times_out_only_when_no_mode_meets_the_deadline)
@@ -945,7 +936,7 @@ Test(sched_rules, preemption_times_out_only_when_no_mode_meets_the_deadline)
         sched_config c = h_default_config();
         c.kv_blocks_device = 40;
         c.host.out_bytes_per_s = c.host.in_bytes_per_s = 1e5;
-        harness *h = mk(PRE_POLICY, &c);
+        harness *h = h_new(PRE_POLICY, &c);
         int hi = sched_policy_class_index(h->p, "hi"), lo = sched_policy_class_index(h->p, "lo");
         sched_reject_reason why;
         cr_assert_eq(submit(h, 1, 0, lo, 318, 4, with_deadline ? 15000 : 0, &why), 0, "%s", sched_reject_name(why));
@@ -980,6 +971,6 @@ Test(sched_rules, preemption_times_out_only_when_no_mode_meets_the_deadline)
             cr_assert_eq(count_ev(h, "\"timeout\"", "\"deadline_infeasible\""), 1);
             cr_assert_eq(count_ev(h, "\"release\"", "\"req\":1,"), 1);
         }
-        rm(h);
+        h_free(h);
     }
 }

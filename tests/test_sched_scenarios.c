@@ -3,15 +3,6 @@
  * sched_harness.h (step time = 1000 µs + 10 µs per token in the batch). */
 #include "sched_harness.h"
 
-static harness *mk(const char *policy, const sched_config *cfg)
-{
-    harness *h = calloc(1, sizeof(*h));
-    cr_assert(h);
-    h_init(h, policy, cfg);
-    return h;
-}
-static void rm(harness *h) { h_fini(h); free(h); }
-
 static uint64_t ttft(const h_req *q) { return q->first_token - q->arrival; }
 
 /* ---- 1. one very long prompt plus short chats ---------------------------------------------- */
@@ -21,7 +12,7 @@ static uint64_t worst_chat_ttft(const char *policy, uint64_t *long_done)
     sched_config c = h_default_config();
     c.max_context = 65536;
     c.kv_blocks_device = 8192;
-    harness *h = mk(policy, &c);
+    harness *h = h_new(policy, &c);
     h_add(h, 0, 0, 0, 30000, 10);                       /* 300 ms of prefill on its own */
     for (int i = 0; i < 40; i++) h_add(h, 1000 + (uint64_t)i * 10000, 0, 0, 50, 20);
     h_run(h, 30000000);
@@ -32,7 +23,7 @@ static uint64_t worst_chat_ttft(const char *policy, uint64_t *long_done)
     }
     *long_done = h->r[1].first_token;
     cr_assert_eq(h->r[1].end_kind, SCHED_EV_FINISH);
-    rm(h);
+    h_free(h);
     return worst;
 }
 
@@ -55,7 +46,7 @@ Test(sched_scenarios, long_prompt_does_not_delay_short_chats)
 
 static double quiet_share(const char *policy)
 {
-    harness *h = mk(policy, NULL);
+    harness *h = h_new(policy, NULL);
     int q = sched_policy_tenant_index(h->p, "quiet"), l = sched_policy_tenant_index(h->p, "loud");
     /* capacity ≈ 83k tokens/s ≈ 380 requests/s of 220 tokens; quiet offers ~0.3 of it
      * (below its 50% fair share), loud 10× that (3× capacity: backlogged) */
@@ -72,7 +63,7 @@ static double quiet_share(const char *policy)
     sched_counts c;
     sched_get_counts(h->s, &c);
     cr_assert_gt(c.waiting, 500, "loud tenant must be backlogged (%u waiting)", c.waiting);
-    rm(h);
+    h_free(h);
     return (double)served / (double)offered;
 }
 
@@ -89,7 +80,7 @@ Test(sched_scenarios, quiet_tenant_keeps_its_fair_share)
 
 Test(sched_scenarios, disconnect_reclaims_compute_and_cache_at_once)
 {
-    harness *h = mk("[tenant a]\n[tenant b]\n", NULL);
+    harness *h = h_new("[tenant a]\n[tenant b]\n", NULL);
     for (int i = 0; i < 40; i++) h_add(h, 0, i % 2, 0, 300, 400);
     while (h->now < 250000) h_iterate(h);
     uint32_t held[41] = {0}, sum = 0;
@@ -118,14 +109,14 @@ Test(sched_scenarios, disconnect_reclaims_compute_and_cache_at_once)
     cr_assert_eq(pl->n_decode, 20, "the survivors keep decoding (%u decode, %u prefill)", pl->n_decode, pl->n_prefill);
     /* before the step: still held; after it: only the survivors' growth remains */
     cr_assert_leq(after.kv_used[0] + sum, before.kv_used[0] + 20);
-    rm(h);
+    h_free(h);
 }
 
 /* ---- 4. arrival rate briefly exceeds service rate ----------------------------------------- */
 
 Test(sched_scenarios, queue_returns_to_baseline_after_burst)
 {
-    harness *h = mk("[scheduler]\ntoken_budget = 512\nprefill_chunk = 256\n", NULL);
+    harness *h = h_new("[scheduler]\ntoken_budget = 512\nprefill_chunk = 256\n", NULL);
     /* base 150 req/s (~40% of capacity); a 0.5 s burst at 1200 req/s (~3×) at t = 2 s */
     uint64_t t = 0;
     while (t < 8000000) {
@@ -145,14 +136,14 @@ Test(sched_scenarios, queue_returns_to_baseline_after_burst)
     cr_assert_gt((double)burst_max, 3 * base, "the burst should build a queue (max %llu, base %.0f)",
                  (unsigned long long)burst_max, base);
     cr_assert_leq(after, base * 1.25 + 1000, "after the burst mean TTFT %.0f us vs baseline %.0f us", after, base);
-    rm(h);
+    h_free(h);
 }
 
 /* ---- 5. sustained excess token work ------------------------------------------------------ */
 
 Test(sched_scenarios, overload_rejects_at_admission_and_accepted_work_meets_targets)
 {
-    harness *h = mk("[scheduler]\ntoken_budget = 512\nprefill_chunk = 256\n"
+    harness *h = h_new("[scheduler]\ntoken_budget = 512\nprefill_chunk = 256\n"
                     "[class chat]\nttft_target = 1s\nmax_queue_wait = 800ms\n", NULL);
     /* capacity ≈ 380 req/s of 220 tokens; offer 2× for 6 s */
     uint64_t t = 0;
@@ -183,7 +174,7 @@ Test(sched_scenarios, overload_rejects_at_admission_and_accepted_work_meets_targ
     sched_get_class_stats(h->s, 0, &st);
     cr_assert_geq(st.ttft_met, (uint64_t)(0.99 * finished));
     free(tt);
-    rm(h);
+    h_free(h);
 }
 
 /* ---- same scenario twice: byte-identical streams ----------------------------------------- */
@@ -193,7 +184,7 @@ Test(sched_scenarios, scenario_replay_is_byte_identical)
     char *logs[2];
     size_t lens[2];
     for (int k = 0; k < 2; k++) {
-        harness *h = mk("[scheduler]\ntoken_budget = 512\nprefill_chunk = 256\n"
+        harness *h = h_new("[scheduler]\ntoken_budget = 512\nprefill_chunk = 256\n"
                         "[class chat]\nttft_target = 1s\nmax_queue_wait = 800ms\n", NULL);
         uint64_t t = 0;
         while (t < 2000000) { h_add(h, t, 0, 0, 200, 20); t += 1316; }
@@ -201,7 +192,7 @@ Test(sched_scenarios, scenario_replay_is_byte_identical)
         logs[k] = h->log;
         lens[k] = h->log_len;
         h->log = NULL;
-        rm(h);
+        h_free(h);
     }
     cr_assert_eq(lens[0], lens[1]);
     cr_assert(memcmp(logs[0], logs[1], lens[0]) == 0);
@@ -215,7 +206,7 @@ Test(sched_scenarios, overload_under_kv_pressure_still_refuses_at_the_door)
 {
     sched_config c = h_default_config();
     c.kv_blocks_device = 400;   /* ~25 sequences' worth: growth forces preemption */
-    harness *h = mk("[scheduler]\ntoken_budget = 512\nprefill_chunk = 256\n"
+    harness *h = h_new("[scheduler]\ntoken_budget = 512\nprefill_chunk = 256\n"
                     "[class chat]\nttft_target = 1s\nmax_queue_wait = 800ms\n", &c);
     uint64_t t = 0;
     uint32_t x = 7;
@@ -240,5 +231,5 @@ Test(sched_scenarios, overload_under_kv_pressure_still_refuses_at_the_door)
     cr_assert_leq(timeouts * 50, finished, "timeouts %u should be rare next to %u finished (headroom %.2f)",
                   timeouts, finished, st.admit_headroom);
     if (timeouts) cr_assert_lt(st.admit_headroom, 0.85, "timeouts must tighten admission");
-    rm(h);
+    h_free(h);
 }

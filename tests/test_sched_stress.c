@@ -203,9 +203,7 @@ static void liveness(const char *mode, uint32_t host_blocks, uint64_t seed, bool
     sched_config c = h_default_config();
     c.kv_blocks_device = tight ? 90 : 200;
     c.kv_blocks_host = host_blocks;
-    harness *h = calloc(1, sizeof(*h));
-    cr_assert(h);
-    h_init(h, pol, &c);
+    harness *h = h_new(pol, &c);
     rs = seed;
     for (int i = 0; i < 300; i++) {
         uint64_t id = h_add(h, (uint64_t)i * 3000 + rnd(3000), (int)rnd(2), (int)rnd(2), 1 + rnd(tight ? 500 : 600),
@@ -222,8 +220,7 @@ static void liveness(const char *mode, uint32_t host_blocks, uint64_t seed, bool
     cr_assert_eq(cn.running + cn.waiting + cn.swapped + cn.in_transit, 0, "[%s] %u running %u waiting %u swapped",
                  mode, cn.running, cn.waiting, cn.swapped);
     cr_assert_eq(cn.kv_used[0] + cn.kv_used[1], 0);
-    h_fini(h);
-    free(h);
+    h_free(h);
 }
 
 Test(sched_stress, every_request_ends_in_every_mode)
