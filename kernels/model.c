@@ -466,9 +466,9 @@ int eng_model_write(const eng_model *m, const char *path)
     struct layout l = layout_of(c);
     const eng_weights *w = &m->w;
     bool have = !m->lazy;
-    const float *fc = have && m->owned ? w->rms_final + l.rms_final : NULL;
-    if (have && !m->owned) /* a mapped file: the RoPE tables sit after rms_final too */
-        fc = w->rms_final + l.rms_final;
+    /* The legacy RoPE tables sit right after rms_final, in a mapped file as in owned
+     * weights (the same layout); a lazy model regenerates them. */
+    const float *fc = have ? w->rms_final + l.rms_final : NULL;
     struct { const float *p; int id; uint64_t n; } t[] = {
         {have ? w->token_embedding : NULL, ENG_T_EMBED, l.embed},
         {have ? w->rms_att : NULL, ENG_T_RMS_ATT, l.rms_att},
