@@ -298,8 +298,12 @@ int ringlm_connect(const char *socket_path, ringlm_client **out)
 	c->next_id = 1;
 	c->spin_ns = DEFAULT_SPIN_NS;
 	const char *spin = getenv("RINGLM_SPIN_US");
-	if (spin && *spin)
-		c->spin_ns = strtoll(spin, NULL, 10) * 1000;
+	if (spin && *spin) {
+		/* Clamped like ringlm_set_option: a huge value must not overflow into a
+		 * negative spin time (signed overflow, and no spinning at all). */
+		long long us = strtoll(spin, NULL, 10);
+		c->spin_ns = us <= 0 ? 0 : us > INT64_MAX / 1000 ? INT64_MAX : (int64_t)us * 1000;
+	}
 	*out = c;
 	return 0;
 
