@@ -87,6 +87,7 @@ static inline int ts_step(eng *e, const eng_model_config *c, tseq **seqs, const 
         qs[i] = T;
         cr_assert_leq(s->n_cached + rows[i], s->n_tokens, "sequence %d: %d rows but only %d "
                       "uncached tokens", i, rows[i], s->n_tokens - s->n_cached);
+        cr_assert_leq(T + rows[i], 1024, "batch of more than 1024 rows (the step's arrays)");
         for (int r = 0; r < rows[i]; r++, T++) {
             int pos = s->n_cached + r;
             tokens[T] = s->tokens[pos];
