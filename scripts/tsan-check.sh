@@ -62,19 +62,19 @@ if "$B/perf/tsan_obs" --help 2>&1 | grep -q "unexpected memory mapping"; then
   run=(setarch "$(uname -m)" -R)
 fi
 
-# result NAME RC LOG...: pass when RC is 0 and no log holds a TSAN report.
+# result NAME SECONDS RC LOG...: pass when RC is 0 and no log holds a TSAN report.
 result() {
-  local name=$1 rc=$2
-  shift 2
+  local name=$1 secs=$2 rc=$3
+  shift 3
   local reports
   reports=$(cat "$@" 2>/dev/null | grep -c "WARNING: ThreadSanitizer")
   if [ "$rc" = 0 ] && [ "$reports" = 0 ]; then
     pass=$((pass + 1))
-    echo "[PASS] $name"
+    echo "[PASS] $name ($secs s)"
   else
     fail=$((fail + 1))
     failed+=("$name")
-    echo "[FAIL] $name (exit $rc, $reports ThreadSanitizer report(s)); logs:"
+    echo "[FAIL] $name ($secs s, exit $rc, $reports ThreadSanitizer report(s)); logs:"
     for f in "$@"; do
       [ -s "$f" ] || continue
       echo "--- $f"
@@ -92,7 +92,7 @@ check() {
   timeout -k 5 120 "${run[@]}" "$@" >"$log" 2>&1
   local rc=$?
   grep -a -E "^(tsan_|bare ring)" "$log" | sed 's/^/       /'
-  result "$name ($((SECONDS - t0)) s)" $rc "$log"
+  result "$name" $((SECONDS - t0)) $rc "$log"
 }
 
 # ---- 1-4: the plain programs -------------------------------------------------------------
@@ -203,7 +203,7 @@ daemon_check() {
 t0=$SECONDS
 daemon_check
 rc=$?
-result "daemon ($((SECONDS - t0)) s)" $rc "$work"/ringlmd.log "$work"/gen*.err "$work"/replay.err "$work"/replay.out
+result daemon $((SECONDS - t0)) $rc "$work"/ringlmd.log "$work"/gen*.err "$work"/replay.err "$work"/replay.out
 
 echo
 [ $fail -gt 0 ] && echo "failed: ${failed[*]} (logs in $work)"
