@@ -59,6 +59,27 @@ static void die(const char *fmt, ...)
     exit(1);
 }
 
+/* Allocation for a command-line tool: out of memory ends the command with a message
+ * instead of a NULL dereference later. */
+static void *xrealloc(void *p, size_t n)
+{
+    p = realloc(p, n ? n : 1);
+    if (!p) die("out of memory");
+    return p;
+}
+static void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size);
+    if (!p) die("out of memory");
+    return p;
+}
+static char *xstrdup(const char *s)
+{
+    char *d = strdup(s);
+    if (!d) die("out of memory");
+    return d;
+}
+
 static uint64_t mono_us(void)
 {
     struct timespec ts;
@@ -171,7 +192,7 @@ static int cmd_generate(int argc, char **argv)
         ids = malloc(cap * sizeof *ids);
         if (!ids) die("out of memory");
         n = 0;
-        char *dup = strdup(prompt_ids), *save = NULL;
+        char *dup = xstrdup(prompt_ids), *save = NULL;
         for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save))
             ids[n++] = (int32_t)parse_long("--prompt-ids", t, 0, INT32_MAX);
         free(dup);
@@ -310,8 +331,8 @@ static int name_index(names *ns, const char *s)
 {
     for (int i = 0; i < ns->n; i++)
         if (strcmp(ns->v[i], s) == 0) return i;
-    ns->v = realloc(ns->v, sizeof(char *) * (size_t)(ns->n + 1));
-    ns->v[ns->n] = strdup(s);
+    ns->v = xrealloc(ns->v, sizeof(char *) * (size_t)(ns->n + 1));
+    ns->v[ns->n] = xstrdup(s);
     return ns->n++;
 }
 
@@ -573,9 +594,9 @@ static void child_main(int k, const trace *t, const replay_opts *ro, uint64_t t0
     uint32_t max_prompt = 1;
     for (size_t i = (size_t)k; i < t->n; i += (size_t)ro->clients)
         if (t->r[i].prompt_tokens > max_prompt) max_prompt = t->r[i].prompt_tokens;
-    int32_t *ids = malloc(sizeof(int32_t) * max_prompt);
+    int32_t *ids = xrealloc(NULL, sizeof(int32_t) * max_prompt);
     size_t fl_cap = 64, fl_n = 0;
-    inflight *fl = malloc(fl_cap * sizeof *fl);
+    inflight *fl = xrealloc(NULL, fl_cap * sizeof *fl);
     size_t next = (size_t)k;
     int64_t last_arrival = t->n ? t->r[t->n - 1].arrival_us : 0;
     int64_t give_up_us = last_arrival + (int64_t)(ro->drain_timeout_s * 1e6);
@@ -609,7 +630,7 @@ static void child_main(int k, const trace *t, const replay_opts *ro, uint64_t t0
                 put_rec(fd, &e);
                 if (rc == -EPIPE || rc == -ECONNRESET) session_err = rc;
             } else {
-                if (fl_n == fl_cap) fl = realloc(fl, (fl_cap *= 2) * sizeof *fl);
+                if (fl_n == fl_cap) fl = xrealloc(fl, (fl_cap *= 2) * sizeof *fl);
                 fl[fl_n++] = (inflight){.id = id, .idx = (uint32_t)next, .submit_us = sub, .first_us = -1,
                                         .cancel_at_us = q->cancel_after_us >= 0 ? sub + q->cancel_after_us : -1};
             }
@@ -723,9 +744,9 @@ static char *http_get_metrics(const char *spec, char *err, size_t errlen)
         return NULL;
     }
     size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
+    char *buf = xrealloc(NULL, cap);
     for (;;) {
-        if (len + 4096 >= cap) buf = realloc(buf, cap *= 2);
+        if (len + 4096 >= cap) buf = xrealloc(buf, cap *= 2);
         ssize_t r = read(fd, buf + len, cap - len - 1);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) break;
@@ -785,7 +806,7 @@ static void parse_qw(const char *text, qw_set *s)
         for (int i = 0; i < s->n; i++)
             if (!strcmp(s->h[i].tenant, tenant)) h = &s->h[i];
         if (!h) {
-            s->h = realloc(s->h, sizeof *s->h * (size_t)(s->n + 1));
+            s->h = xrealloc(s->h, sizeof *s->h * (size_t)(s->n + 1));
             h = &s->h[s->n++];
             memset(h, 0, sizeof *h);
             snprintf(h->tenant, sizeof h->tenant, "%s", tenant);
@@ -847,7 +868,7 @@ typedef struct dstat {
 
 static void dpush(dstat *d, double x)
 {
-    if (d->n == d->cap) d->v = realloc(d->v, (d->cap = d->cap ? d->cap * 2 : 256) * sizeof(double));
+    if (d->n == d->cap) d->v = xrealloc(d->v, (d->cap = d->cap ? d->cap * 2 : 256) * sizeof(double));
     d->v[d->n++] = x;
 }
 
@@ -959,11 +980,11 @@ static void usage_replay(FILE *f)
 
 static void split_names(const char *s, names *ns)
 {
-    char *dup = strdup(s), *save = NULL;
+    char *dup = xstrdup(s), *save = NULL;
     for (char *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
         if (*tok) {
-            ns->v = realloc(ns->v, sizeof(char *) * (size_t)(ns->n + 1));
-            ns->v[ns->n++] = strdup(tok); /* duplicates kept: "a,a,b" weights a twice */
+            ns->v = xrealloc(ns->v, sizeof(char *) * (size_t)(ns->n + 1));
+            ns->v[ns->n++] = xstrdup(tok); /* duplicates kept: "a,a,b" weights a twice */
         }
     free(dup);
 }
@@ -1049,8 +1070,8 @@ static int cmd_replay(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     /* Children start together: each sleeps until its first arrival from this origin. */
     uint64_t t0 = mono_us() + 20000;
-    pid_t *pids = calloc((unsigned)ro.clients, sizeof *pids);
-    int *fds = calloc((unsigned)ro.clients, sizeof *fds);
+    pid_t *pids = xcalloc((unsigned)ro.clients, sizeof *pids);
+    int *fds = xcalloc((unsigned)ro.clients, sizeof *fds);
     fflush(NULL);
     for (int k = 0; k < ro.clients; k++) {
         int p[2];
@@ -1066,11 +1087,11 @@ static int cmd_replay(int argc, char **argv)
         pids[k] = pid;
         fds[k] = p[0];
     }
-    rrec *res = calloc(t.n, sizeof *res);
-    bool *have = calloc(t.n, sizeof *have);
+    rrec *res = xcalloc(t.n, sizeof *res);
+    bool *have = xcalloc(t.n, sizeof *have);
     size_t done = 0;
     int open_fds = ro.clients, connect_failures = 0, first_connect_err = 0;
-    struct pollfd *pfd = calloc((unsigned)ro.clients, sizeof *pfd);
+    struct pollfd *pfd = xcalloc((unsigned)ro.clients, sizeof *pfd);
     uint64_t last_bar = 0;
     while (open_fds > 0) {
         int np = 0;
@@ -1131,7 +1152,7 @@ static int cmd_replay(int argc, char **argv)
 
     /* ---- aggregate per tenant ---- */
     int nt = t.tenants.n + 1; /* last: requests without a tag */
-    tstat *ts = calloc((size_t)nt + 1, sizeof *ts); /* + "all" */
+    tstat *ts = xcalloc((size_t)nt + 1, sizeof *ts); /* + "all" */
     for (int i = 0; i < t.tenants.n; i++) ts[i].name = t.tenants.v[i];
     ts[nt - 1].name = "(by uid)";
     ts[nt].name = "all";
