@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <numa.h>
 #include <numaif.h>
+#include <dirent.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,39 +35,43 @@ int rnuma_nodes(void)
     return n > 0 ? n : 1;
 }
 
+/* First line of a small sysfs attribute file; 0 or -1 when it cannot be read. */
+static int read_attr(const char *dev, const char *attr, char *buf, int len)
+{
+    char path[320];
+    snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/%s", dev, attr);
+    FILE *f = fopen(path, "re");
+    if (!f) return -1;
+    int ok = fgets(buf, len, f) != NULL;
+    fclose(f);
+    return ok ? 0 : -1;
+}
+
 int rnuma_gpu_node(int gpu)
 {
-    /* NVIDIA devices are PCI class 0x0300/0x0302 with vendor 0x10de; take the gpu-th. */
-    FILE *ls = popen("ls /sys/bus/pci/devices 2>/dev/null", "r");
-    if (!ls) return -ENOENT;
-    char dev[64];
+    /* NVIDIA devices are PCI class 0x0300/0x0302 with vendor 0x10de; take the gpu-th in
+     * name order (what `ls` gave; readdir's order is unspecified). scandir, not popen("ls"):
+     * the daemon calls this, and a popen forks it and runs a shell. */
+    struct dirent **devs;
+    int n = scandir("/sys/bus/pci/devices", &devs, NULL, alphasort);
+    if (n < 0) return -ENOENT;
     int seen = 0, node = -ENOENT;
-    while (fgets(dev, sizeof dev, ls)) {
-        dev[strcspn(dev, "\n")] = 0;
-        char path[160], buf[32];
-        snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/vendor", dev);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        int is_nv = fgets(buf, sizeof buf, f) && strncmp(buf, "0x10de", 6) == 0;
-        fclose(f);
-        if (!is_nv) continue;
-        snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/class", dev);
-        f = fopen(path, "r");
-        if (!f) continue;
-        int is_gpu = fgets(buf, sizeof buf, f) && (strncmp(buf, "0x0300", 6) == 0 ||
-                                                   strncmp(buf, "0x0302", 6) == 0);
-        fclose(f);
-        if (!is_gpu || seen++ != gpu) continue;
-        snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", dev);
-        f = fopen(path, "r");
-        if (f) {
-            int n = -1;
-            if (fscanf(f, "%d", &n) == 1) node = n < 0 ? 0 : n;
-            fclose(f);
-        }
+    for (int i = 0; i < n; i++) {
+        const char *dev = devs[i]->d_name;
+        char buf[32];
+        if (dev[0] == '.') continue;
+        if (read_attr(dev, "vendor", buf, sizeof buf) || strncmp(buf, "0x10de", 6) != 0) continue;
+        if (read_attr(dev, "class", buf, sizeof buf) ||
+            (strncmp(buf, "0x0300", 6) != 0 && strncmp(buf, "0x0302", 6) != 0))
+            continue;
+        if (seen++ != gpu) continue;
+        int nn = -1;
+        if (read_attr(dev, "numa_node", buf, sizeof buf) == 0 && sscanf(buf, "%d", &nn) == 1)
+            node = nn < 0 ? 0 : nn;
         break;
     }
-    pclose(ls);
+    for (int i = 0; i < n; i++) free(devs[i]);
+    free(devs);
     return node;
 }
 
@@ -140,6 +145,9 @@ int rnuma_pin_self_cpu(int node, int nth)
 int rnuma_place(void *p, size_t bytes, int node)
 {
     if (node >= 0 && have_numa() && rnuma_nodes() > 1) {
+        if (node >= (int)(sizeof(unsigned long) * 8)) /* 1UL << node would be undefined */
+            return seterr(-EINVAL, "mbind(node %d): only nodes 0..%zu are supported", node,
+                          sizeof(unsigned long) * 8 - 1);
         unsigned long mask = 1UL << node;
         if (mbind(p, bytes, MPOL_BIND, &mask, sizeof mask * 8, MPOL_MF_MOVE) != 0)
             return seterr(-errno, "mbind(node %d): %s", node, strerror(errno));
