@@ -59,25 +59,6 @@ static void usage(FILE *f)
 "  --list-workloads        workloads and their parameters\n");
 }
 
-static int read_file(const char *path, char **out)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return sim_err_setc(-errno, "%s: %s", path, strerror(errno));
-    size_t cap = 4096, len = 0;
-    char *b = malloc(cap);
-    for (;;) {
-        if (!b) { fclose(f); return -ENOMEM; }
-        size_t got = fread(b + len, 1, cap - len - 1, f);
-        len += got;
-        if (got == 0) break;
-        if (cap - len < 2) { cap *= 2; char *nb = realloc(b, cap); if (!nb) free(b); b = nb; }
-    }
-    fclose(f);
-    b[len] = 0;
-    *out = b;
-    return 0;
-}
-
 static const char *base_name(const char *p, char *buf, size_t n)
 {
     const char *s = strrchr(p, '/');
@@ -264,7 +245,7 @@ int main(int argc, char **argv)
     if (n_pol == 0) policies[n_pol++] = NULL;
     for (int i = 0; i < n_pol; i++) {
         char *text = NULL;
-        if (policies[i] && (rc = read_file(policies[i], &text)) < 0) {
+        if (policies[i] && (rc = sim_read_file(policies[i], 64 << 20, &text, NULL)) < 0) {
             fprintf(stderr, "ringlm-sim: %s\n", sim_err());
             goto out;
         }

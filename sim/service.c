@@ -1,6 +1,7 @@
 /* ringlm — simulator service model. SPDX-License-Identifier: MIT */
 #include "sim/service.h"
 #include "sim/err.h"
+#include "sim/trace.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -314,18 +315,10 @@ out:
 
 int sim_service_load(sim_service *s, const char *path, int fit)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return sim_err_setc(-errno, "%s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (len < 0 || len > (64 << 20)) { fclose(f); return sim_err_set("%s: unreadable or larger than 64 MiB", path); }
-    char *buf = malloc((size_t)len + 1);
-    if (!buf) { fclose(f); return -ENOMEM; }
-    size_t got = fread(buf, 1, (size_t)len, f);
-    fclose(f);
-    buf[got] = 0;
-    int rc = sim_service_parse(s, path, buf, fit);
+    char *buf;
+    int rc = sim_read_file(path, 64 << 20, &buf, NULL);
+    if (rc < 0) return rc;
+    rc = sim_service_parse(s, path, buf, fit);
     free(buf);
     return rc;
 }

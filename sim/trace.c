@@ -454,29 +454,46 @@ int sim_trace_parse(sim_trace *t, const char *name, const char *buf, size_t len,
     return parse_jsonl(t, name, buf, len, fmt, skip_bad);
 }
 
-int sim_trace_load(sim_trace *t, const char *path, int fmt, bool skip_bad)
+int sim_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len)
 {
+    *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return sim_err_setc(-errno, "%s: %s", path, strerror(errno));
     char *buf = NULL;
     size_t len = 0, cap = 0;
+    int rc = 0;
     for (;;) {
         if (cap - len < 65536) {
             size_t ncap = cap ? cap * 2 : 1 << 20;
             char *nb = realloc(buf, ncap);
-            if (!nb) { free(buf); fclose(f); return sim_err_setc(-ENOMEM, "%s: out of memory", path); }
+            if (!nb) { rc = sim_err_setc(-ENOMEM, "%s: out of memory", path); goto out; }
             buf = nb;
             cap = ncap;
         }
-        size_t got = fread(buf + len, 1, cap - len, f);
+        size_t got = fread(buf + len, 1, cap - len - 1, f);
         len += got;
+        if (len > max_bytes) { rc = sim_err_setc(-EFBIG, "%s: larger than %zu MiB", path, max_bytes >> 20); goto out; }
         if (got == 0) break;
     }
-    int err = ferror(f);
+    if (ferror(f)) { rc = sim_err_setc(-EIO, "%s: read error", path); goto out; }
+    buf[len] = 0;
+    *out = buf;
+    if (out_len) *out_len = len;
+    buf = NULL;
+out:
+    free(buf);
     fclose(f);
-    if (err) { free(buf); return sim_err_setc(-EIO, "%s: read error", path); }
+    return rc;
+}
+
+int sim_trace_load(sim_trace *t, const char *path, int fmt, bool skip_bad)
+{
+    char *buf;
+    size_t len;
+    int rc = sim_read_file(path, SIZE_MAX, &buf, &len);
+    if (rc < 0) return rc;
     const char *base = strrchr(path, '/');
-    int rc = sim_trace_parse(t, base ? base + 1 : path, buf, len, fmt, skip_bad);
+    rc = sim_trace_parse(t, base ? base + 1 : path, buf, len, fmt, skip_bad);
     free(buf);
     return rc;
 }

@@ -77,6 +77,10 @@ void sim_trace_sort(sim_trace *t);
  * then it is counted in n_bad_total and listed in bad[] (the first 1000).
  * Returns 0, -errno for I/O errors (detail in sim_err()). */
 int  sim_trace_load(sim_trace *t, const char *path, int fmt, bool skip_bad);
+/* Reads a whole file into a NUL-terminated buffer (*out, the caller frees it; *out_len
+ * without the NUL when not NULL), at most max_bytes. The one reader behind the trace,
+ * service and policy loaders. Returns 0 or -errno (-EFBIG over max_bytes) with sim_err(). */
+int  sim_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len);
 /* The same from a memory buffer (name is used in messages). */
 int  sim_trace_parse(sim_trace *t, const char *name, const char *buf, size_t len, int fmt,
                      bool skip_bad);
