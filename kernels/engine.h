@@ -152,7 +152,9 @@ void *eng_kv_pool_base(eng *e, size_t *len);
 /* Synchronous copies of whole blocks (byte-exact). */
 int eng_kv_read_block(eng *e, int block, void *dst);        /* pool → host buffer */
 int eng_kv_write_block(eng *e, int block, const void *src); /* host buffer → pool */
-int eng_kv_copy_blocks(eng *e, const int32_t *src, const int32_t *dst, int n); /* in pool */
+/* In the pool, pair by pair in order (both backends): a chain a->b, b->c copies b's old
+ * contents to c only when listed b->c first. */
+int eng_kv_copy_blocks(eng *e, const int32_t *src, const int32_t *dst, int n);
 
 /*
  * Asynchronous transfer of n blocks between the pool and host buffers (dir 0: pool→host,
