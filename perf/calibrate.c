@@ -27,24 +27,13 @@
 
 #include "daemon/kvtier.h"
 #include "kernels/engine.h"
+#include "perf/bench_util.h"
 
 static uint64_t now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int dcmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, dcmp);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* ---- step-time grid ---------------------------------------------------------------- */
@@ -117,7 +106,7 @@ static int run_point(eng *e, const eng_model_config *mc, int P, int D, int C, in
     /* The fastest run, not the median: on a shared machine the others measure the
      * neighbours; the service model wants the engine's own cost (on a quiet machine the
      * two agree within a few percent). */
-    qsort(samples, (size_t)reps, sizeof *samples, dcmp);
+    qsort(samples, (size_t)reps, sizeof *samples, bench_cmp_double);
     *out_us = samples[0];
     rc = 0;
 out:
@@ -238,7 +227,7 @@ static int measure_tier(kvtier *kt, struct io_uring *ring, int tier, size_t bloc
                 if (r > 0) t[dir][r - 1] = (double)x.elapsed_us; /* the first is a warm-up */
             }
         }
-        for (int dir = 0; dir < 2; dir++) Y[dir][nrow] = median(t[dir], reps);
+        for (int dir = 0; dir < 2; dir++) Y[dir][nrow] = bench_median(t[dir], reps);
         X[nrow][0] = 1;
         X[nrow][1] = (double)n * (double)block_bytes;
         nrow++;
@@ -411,7 +400,7 @@ int main(int argc, char **argv)
         rel[i] = fabs(pred - Y[i]) / Y[i];
     }
     double r2 = ss_tot > 0 ? 1 - ss_res / ss_tot : 1;
-    double med_rel = median(rel, np);
+    double med_rel = bench_median(rel, np);
     double max_rel = 0;
     for (int i = 0; i < np; i++) if (rel[i] > max_rel) max_rel = rel[i];
 

@@ -8,6 +8,7 @@
  *   engine_bench --model synthetic:stories15M:1 [--threads N] [--repeats R] [--json]
  */
 #include "kernels/engine.h"
+#include "perf/bench_util.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -27,18 +28,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(bench_clock, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* ---- the engine side ---------------------------------------------------------------- */
@@ -309,10 +298,10 @@ int main(int argc, char **argv)
     }
     double decode_tok_s[4];
     for (int bi = 0; bi < 4; bi++) {
-        decode_tok_s[bi] = median(dec[bi], repeats);
+        decode_tok_s[bi] = bench_median(dec[bi], repeats);
         free(dec[bi]);
     }
-    double prefill_tok_s = median(pre, repeats), naive_tok_s = median(base, repeats);
+    double prefill_tok_s = bench_median(pre, repeats), naive_tok_s = bench_median(base, repeats);
     free(pre);
     free(base);
 

@@ -20,6 +20,7 @@
  * $RINGLM_SHARED/models). Exit status: 0 all checks passed, 1 a check failed, 2 no device.
  */
 #include "kernels/engine.h"
+#include "perf/bench_util.h"
 #include "perf/gpu_parity.h"
 
 #include <dlfcn.h>
@@ -140,20 +141,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    if (n <= 0)
-        return 0;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* ---- parity ---------------------------------------------------------------------------- */
@@ -363,7 +350,7 @@ static void gemv_ab(tp *t, int B, int ctx0, int warm, int steps, double bytes_pe
         addf(name, 0, 0, "", "%s", eng_errmsg());
         goto out;
     }
-    double md = median(dev, n), mw = median(wall, n);
+    double md = bench_median(dev, n), mw = bench_median(wall, n);
     double gbs = bytes_per_step / (md * 1e-3) / 1e9;
     addf(name, 1, B * 1000.0 / md, "tok/s", "skinny GEMM path: %.3f ms device, %.3f ms wall, "
          "%.0f GB/s (%.0f%% of D2D); cuBLAS path %.3f ms", md, mw, gbs,
@@ -461,7 +448,7 @@ static void throughput(probes *p, int quick)
             }
         }
         if (!err) {
-            double md = median(dev, n), mw = median(wall, n);
+            double md = bench_median(dev, n), mw = bench_median(wall, n);
             double flop = 2.0 * seqs * rows * L * layer_params + 2.0 * seqs * V * dim +
                           4.0 * L * dim * seqs * (rows * (rows + 1) / 2.0);
             double tflops = flop / (md * 1e-3) / 1e12;
@@ -502,7 +489,7 @@ static void throughput(probes *p, int quick)
         }
         if (err)
             break;
-        double md = median(dev, n), mw = median(wall, n);
+        double md = bench_median(dev, n), mw = bench_median(wall, n);
         double ctx_avg = ctx0 + warm + steps / 2.0;
         double bytes = elt * (L * layer_params + V * dim) + B * ctx_avg * kv_per_tok;
         double gbs = bytes / (md * 1e-3) / 1e9;
@@ -564,7 +551,7 @@ static void throughput(probes *p, int quick)
                         addf(name, 0, 0, "", "%s", eng_errmsg());
                         continue;
                     }
-                    double bw = nb * bb / median(v, n) / 1e9;
+                    double bw = nb * bb / bench_median(v, n) / 1e9;
                     double ref = (dir ? sb_h2d : sb_d2h) / 1e9;
                     addf(name, ref > 0 && bw >= 0.8 * ref, bw, "GB/s",
                          "%d blocks of %zu bytes, submit to eventfd; %.0f%% of one %zu MiB "

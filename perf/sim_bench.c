@@ -11,23 +11,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "perf/bench_util.h"
 #include "sched/sched.h"
 #include "sim/engine.h"
 #include "sim/err.h"
 #include "sim/service.h"
 #include "sim/trace.h"
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static sched_policy *load_policy(const char *path)
 {
@@ -64,7 +53,7 @@ static int bench(const sim_trace *t, const sim_service *svc, sched_policy *p, in
     }
     out->wall_min = out->wall_max = walls[0];
     for (int i = 1; i < runs; i++) { out->wall_min = fmin(out->wall_min, walls[i]); out->wall_max = fmax(out->wall_max, walls[i]); }
-    out->wall_med = median(walls, runs);
+    out->wall_med = bench_median(walls, runs);
     return 0;
 }
 
