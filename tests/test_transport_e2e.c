@@ -61,6 +61,28 @@ static const char *bin_dir(void)
 }
 
 /* Starts ringlmd --echo with extra args on a private socket; waits until it accepts. */
+/* Socket fds the daemon holds: its listener plus one per live session. */
+static int daemon_socket_fds(struct daemon *d)
+{
+	char dirp[64], linkp[320], target[128];
+	snprintf(dirp, sizeof(dirp), "/proc/%d/fd", (int)d->pid);
+	DIR *dir = opendir(dirp);
+	if (!dir)
+		return -1;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(dir))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(linkp, sizeof(linkp), "%s/%s", dirp, e->d_name);
+		ssize_t len = readlink(linkp, target, sizeof(target) - 1);
+		if (len > 0 && !strncmp(target, "socket:", 7))
+			n++;
+	}
+	closedir(dir);
+	return n;
+}
+
 static void daemon_start(struct daemon *d, const char *const *extra)
 {
 	char prog[512];
@@ -101,6 +123,14 @@ static void daemon_start(struct daemon *d, const char *const *extra)
 		int st;
 		cr_assert_eq(waitpid(d->pid, &st, WNOHANG), 0, "ringlmd exited at start (status 0x%x)", st);
 		cr_assert(t_now_ms() < deadline, "ringlmd did not listen on %s within 5 s", d->sock);
+		usleep(2000);
+	}
+	/* The probe connection above is torn down by the daemon asynchronously; tests take fd
+	 * baselines, so wait until the listener is its only socket again. */
+	int sockets;
+	while ((sockets = daemon_socket_fds(d)) != 1) {
+		cr_assert(t_now_ms() < deadline, "ringlmd still holds %d sockets after the start probe",
+			  sockets);
 		usleep(2000);
 	}
 }
