@@ -463,15 +463,18 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         }
         /* the batch */
         uint64_t prefill = (uint64_t)p->prefill_tokens + p->pad_tokens;
-        double pairs = 0;
-        if (svc->per_prefill_pair_us != 0)
-            for (uint32_t i = 0; i < p->n_entries; i++) {
-                const sched_entry *en = &p->entries[i];
-                if (!en->prefill) continue;
-                double n = en->n_tokens;
-                pairs += n * en->start_pos + n * (n - 1) / 2;   /* each row attends to those before it */
-            }
-        double step = sim_service_step_us(svc, prefill, p->n_decode, p->context_tokens, pairs) * o->step_scale +
+        double pairs = 0, decode_ctx = 0;
+        for (uint32_t i = 0; i < p->n_entries; i++) {
+            const sched_entry *en = &p->entries[i];
+            if (!en->prefill) { decode_ctx += (double)en->start_pos + en->n_tokens; continue; }
+            double n = en->n_tokens;
+            pairs += n * en->start_pos + n * (n - 1) / 2;   /* each row attends to those before it */
+        }
+        if (svc->per_prefill_pair_us == 0) pairs = 0;
+        /* engine + the serving loop's measured share (its context term follows the decode
+         * rows it was measured on) + the what-if knobs */
+        double step = (sim_service_step_us(svc, prefill, p->n_decode, p->context_tokens, pairs) +
+                       svc->loop_step_us + svc->loop_context_us * decode_ctx) * o->step_scale +
                       o->step_overhead_us;
         int64_t dur = (int64_t)ceil(step);
         if (dur < 1) dur = 1;

@@ -518,6 +518,15 @@ json_t *sim_report_json(const sim_run *r, const sim_summary *s, const sim_servic
     json_object_set_new(sv, "r2", jr(svc->r2, 6));
     json_object_set_new(sv, "median_rel_err", jr(svc->median_rel_err, 6));
     json_object_set_new(sv, "max_rel_err", jr(svc->max_rel_err, 6));
+    if (svc->loop_points) {
+        json_t *lp = json_object();
+        json_object_set_new(lp, "points", json_integer(svc->loop_points));
+        json_object_set_new(lp, "step_us", jnum(svc->loop_step_us));
+        json_object_set_new(lp, "context_us", jnum(svc->loop_context_us));
+        json_object_set_new(lp, "engine_only_median_rel_err", jr(svc->loop_engine_median_rel_err, 6));
+        json_object_set_new(lp, "median_rel_err", jr(svc->loop_median_rel_err, 6));
+        json_object_set_new(sv, "serving_loop", lp);
+    }
     json_object_set_new(sv, "kv_blocks_device", json_integer(svc->kv_blocks_device));
     json_object_set_new(sv, "kv_blocks_host", json_integer(svc->kv_blocks_host));
     json_object_set_new(sv, "kv_block_size", json_integer(svc->kv_block_size));
@@ -615,6 +624,10 @@ void sim_report_table(FILE *f, const sim_run *r, const sim_summary *s, const sim
         if (svc->refit && !isnan(svc->file_median_rel_err))
             fprintf(f, " (the file's model: %.1f%%)", 100 * svc->file_median_rel_err);
     }
+    if (svc->loop_points)
+        fprintf(f, "\n         serving loop (ringlmd's decode periods, %u points): + %.1f + %.4f*decode_context per step; "
+                "median rel. error %.1f%% (engine model alone %.1f%%)", svc->loop_points, svc->loop_step_us,
+                svc->loop_context_us, 100 * svc->loop_median_rel_err, 100 * svc->loop_engine_median_rel_err);
     fprintf(f, "\n         KV %u device + %u host blocks of %u tokens\n", svc->kv_blocks_device, svc->kv_blocks_host, svc->kv_block_size);
     fprintf(f, "run      %.1f s simulated in %.3f s wall (%.0fx real time), %llu steps, busy %.0f%%, longest step %.1f ms\n",
             s->sim_s, s->wall_s, s->speedup, (unsigned long long)r->steps, 100 * s->busy_share, s->max_step_ms);

@@ -28,6 +28,7 @@ void sim_service_default(sim_service *s)
     s->per_decode_seq_us = 30;
     s->per_context_token_us = 0.027;
     s->r2 = s->median_rel_err = s->max_rel_err = s->file_median_rel_err = NAN;
+    s->loop_median_rel_err = s->loop_engine_median_rel_err = NAN;
     s->builtin = true;
     snprintf(s->fit, sizeof s->fit, "builtin");
     s->kv_block_size = 16;
@@ -235,6 +236,84 @@ out:
     return rc;
 }
 
+static double median_of(double *v, size_t n)
+{
+    if (!n) return NAN;
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* "serving_loop": decode periods a real ringlmd recorded (perf/calibrate --daemon-log). The
+ * engine model (already chosen) predicts each period's engine share; what remains is the
+ * loop's: fitted as loop_step_us + loop_context_us * Σcontext by least squares weighted by
+ * 1/period² (relative error, as the grid fit). Done after the engine fit, against the very
+ * model the simulation runs, so the two add up to what the daemon was seen to take. */
+static int fit_loop(sim_service *s, json_t *sl, const char *name)
+{
+    if (!sl || json_is_null(sl)) return 0;
+    char where[300];
+    snprintf(where, sizeof where, "%s: serving_loop", name);
+    if (!json_is_object(sl)) return sim_err_set("%s is not an object", where);
+    json_t *pts = json_object_get(sl, "points");
+    if (!json_is_array(pts)) return sim_err_set("%s: \"points\" is missing or not an array", where);
+    size_t n = json_array_size(pts);
+    if (n == 0) return 0;
+    double *v = calloc(n * 4, sizeof *v);   /* per point: Σcontext, period, engine, residual */
+    if (!v) return -ENOMEM;
+    int rc = 0;
+    double m[5][6] = {{0}};
+    double cmin = INFINITY, cmax = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        json_t *row = json_array_get(pts, i);
+        char w[340];
+        snprintf(w, sizeof w, "%s.points[%zu]", where, i);
+        if (!json_is_object(row)) { rc = sim_err_set("%s is not an object", w); goto out; }
+        double d = 1, c, p;
+        if ((rc = num(row, "decode_seqs", false, 1, &d, w)) < 0 || (rc = num(row, "context", true, 0, &c, w)) ||
+            (rc = num(row, "period_us", true, 0, &p, w)))
+            goto out;
+        rc = 0;
+        if (p <= 0) { rc = sim_err_set("%s: \"period_us\" must be > 0", w); goto out; }
+        double cs = c * d, eng = sim_service_step_us(s, 0, (uint64_t)d, (uint64_t)cs, 0);
+        v[i * 4] = cs; v[i * 4 + 1] = p; v[i * 4 + 2] = eng;
+        double wt = 1.0 / (p * p), a[2] = {1, cs}, r = p - eng;
+        for (int x = 0; x < 2; x++) {
+            for (int y = 0; y < 2; y++) m[x][y] += wt * a[x] * a[y];
+            m[x][2] += wt * a[x] * r;
+        }
+        if (cs < cmin) cmin = cs;
+        if (cs > cmax) cmax = cs;
+    }
+    double x[5] = {0};
+    /* one context only (or a singular system): a constant per step */
+    if (!(cmax > cmin) || solve(2, m, x) < 0) {
+        for (size_t i = 0; i < n; i++) v[i * 4 + 3] = v[i * 4 + 1] - v[i * 4 + 2];
+        double *r = calloc(n, sizeof *r);
+        if (!r) { rc = -ENOMEM; goto out; }
+        for (size_t i = 0; i < n; i++) r[i] = v[i * 4 + 3];
+        x[0] = median_of(r, n);
+        x[1] = 0;
+        free(r);
+    }
+    s->loop_step_us = x[0];
+    s->loop_context_us = x[1];
+    s->loop_points = (unsigned)n;
+    double *e0 = calloc(n, sizeof *e0), *e1 = calloc(n, sizeof *e1);
+    if (!e0 || !e1) { free(e0); free(e1); rc = -ENOMEM; goto out; }
+    for (size_t i = 0; i < n; i++) {
+        double p = v[i * 4 + 1], eng = v[i * 4 + 2];
+        e0[i] = fabs(eng - p) / p;
+        e1[i] = fabs(eng + x[0] + x[1] * v[i * 4] - p) / p;
+    }
+    s->loop_engine_median_rel_err = median_of(e0, n);
+    s->loop_median_rel_err = median_of(e1, n);
+    free(e0);
+    free(e1);
+out:
+    free(v);
+    return rc;
+}
+
 static int link_parse(json_t *o, sim_link *l, const char *name)
 {
     if (!o || json_is_null(o)) { l->present = false; return 0; }
@@ -299,6 +378,7 @@ int sim_service_parse(sim_service *s, const char *name, const char *text, int fi
     }
     if (grid && (rc = fit_grid(s, grid, have_file, fit, name))) goto out;
     if (!grid && fit != SIM_FIT_AUTO && fit != SIM_FIT_FILE) { rc = sim_err_set("%s: no \"grid\" to refit from", name); goto out; }
+    if ((rc = fit_loop(s, json_object_get(root, "serving_loop"), name))) goto out;
     json_t *tr = json_object_get(root, "transfer");
     if (tr && !json_is_object(tr)) { rc = sim_err_set("%s: \"transfer\" is not an object", name); goto out; }
     if (tr) {

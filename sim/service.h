@@ -37,6 +37,15 @@ typedef struct sim_service {
     uint32_t kv_blocks_device, kv_blocks_host;
     uint32_t kv_bytes_per_token;
     uint32_t max_batch_tokens;
+    /* The serving loop's own cost per step, beyond the engine's (FORMATS.md "serving_loop"):
+     * fitted from decode periods a real ringlmd recorded for requests running alone, as
+     * loop_step_us + loop_context_us * (sum of the decode sequences' context). The engine
+     * grid times eng_execute back to back; the daemon also plans, samples, pushes events,
+     * wakes clients and polls its sessions every iteration, and its caches are colder. */
+    double   loop_step_us, loop_context_us;
+    unsigned loop_points;             /* observations the loop terms were fitted from (0: none) */
+    double   loop_median_rel_err;     /* engine model + loop terms vs the observed periods */
+    double   loop_engine_median_rel_err; /* the engine model alone vs the same periods */
     sim_link host, disk;
     char     backend[32], model[128], source[256];
 } sim_service;

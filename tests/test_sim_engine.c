@@ -132,6 +132,34 @@ Test(sim_engine, tiny_trace_equals_hand_computation)
     sim_trace_free(&t);
 }
 
+/* The serving loop's measured share (calibrate --daemon-log) is charged on every step: a
+ * constant plus a term in the decode rows' context (none on a prefill-only step). */
+Test(sim_engine, serving_loop_terms_are_charged_per_step)
+{
+    sim_service svc;
+    toy_service(&svc);
+    svc.loop_step_us = 50;
+    svc.loop_context_us = 1;
+    sim_trace t;
+    sim_trace_init(&t, "loop");
+    cr_assert_geq(sim_trace_tenant(&t, "default"), 0);
+    cr_assert_geq(sim_trace_class(&t, "default"), 0);
+    add(&t, 0, 100, 3, SIM_NO_TIME);
+    sched_policy *p = policy_text("[scheduler]\nmode = token_budget\ntoken_budget = 512\nprefill_chunk = 256\n");
+    sim_run r;
+    run(&t, p, &svc, NULL, &r);
+    /* step 1 @0:    prefill 100       1000 + 10*100 + 50             = 2050 → token 1 @2050
+     * step 2 @2050: decode at ctx 101 1000 + 100 + 50 + 101          = 1251 → token 2 @3301
+     * step 3 @3301: decode at ctx 102 1000 + 100 + 50 + 102          = 1252 → token 3 @4553 */
+    const sim_rec *a = &r.recs[r.final_rec[0]];
+    cr_expect_eq(r.steps, 3, "steps %llu", (unsigned long long)r.steps);
+    cr_expect_eq(a->first_token_us, 2050, "first token %lld", (long long)a->first_token_us);
+    cr_expect_eq(a->end_us, 4553, "end %lld", (long long)a->end_us);
+    sim_run_free(&r);
+    sched_policy_free(p);
+    sim_trace_free(&t);
+}
+
 /* ---- cancellation ---------------------------------------------------------------------------- */
 
 Test(sim_engine, cancel_releases_blocks_at_its_time)

@@ -426,6 +426,57 @@ Test(sim_service, auto_fit_picks_attention_term_when_prefill_is_quadratic)
     cr_expect_eq(s.per_prefill_pair_us, 0);
 }
 
+Test(sim_service, serving_loop_fitted_against_the_engine_model)
+{
+    /* exact engine grid 100 + 2 p + 10 d + 0.01 Σctx; the daemon's decode periods are that
+     * plus 20 + 0.05 ctx per step: the loop terms come out as 20 and 0.05 */
+    char buf[8192];
+    size_t o = (size_t)snprintf(buf, sizeof buf, "{\"version\":1,\"kv_block_size\":16,\"kv_blocks_device\":100,"
+                                "\"kv_bytes_per_token\":1024,\"grid\":[");
+    int first = 1;
+    for (int p = 0; p <= 256; p += 128)
+        for (int d = 0; d <= 8; d += 4)
+            for (int c = 64; c <= 256; c *= 4) {
+                if (!p && !d) continue;
+                double y = 100 + 2.0 * p + 10.0 * d + 0.01 * c * (d ? d : 1);
+                o += (size_t)snprintf(buf + o, sizeof buf - o, "%s{\"prefill_tokens\":%d,\"decode_seqs\":%d,\"context\":%d,\"step_us\":%.4f}",
+                                      first ? "" : ",", p, d, c, y);
+                first = 0;
+            }
+    o += (size_t)snprintf(buf + o, sizeof buf - o, "],\"serving_loop\":{\"source\":\"log\",\"points\":[");
+    for (int c = 40; c <= 440; c += 100)
+        o += (size_t)snprintf(buf + o, sizeof buf - o, "%s{\"decode_seqs\":1,\"context\":%d,\"period_us\":%.4f}",
+                              c == 40 ? "" : ",", c, 100 + 10 + 0.01 * c + 20 + 0.05 * c);
+    snprintf(buf + o, sizeof buf - o, "]}}");
+    sim_service s;
+    cr_assert_eq(sim_service_parse(&s, "cal.json", buf, SIM_FIT_LINEAR), 0, "%s", sim_err());
+    cr_expect_eq(s.loop_points, 5);
+    cr_expect(fabs(s.loop_step_us - 20) < 1e-3 && fabs(s.loop_context_us - 0.05) < 1e-6,
+              "loop %g + %g ctx", s.loop_step_us, s.loop_context_us);
+    cr_expect_lt(s.loop_median_rel_err, 1e-6);
+    cr_expect_gt(s.loop_engine_median_rel_err, 0.1, "engine alone misses the loop: %g", s.loop_engine_median_rel_err);
+
+    /* one context only: a constant per step */
+    const char *one = "{\"version\":1,\"kv_block_size\":16,\"kv_blocks_device\":1,\"kv_bytes_per_token\":1,"
+                      "\"step_model\":{\"base_us\":10,\"per_prefill_token_us\":1,\"per_decode_seq_us\":5,\"per_context_token_us\":0},"
+                      "\"serving_loop\":{\"points\":[{\"context\":64,\"period_us\":40},{\"context\":64,\"period_us\":50},{\"context\":64,\"period_us\":45}]}}";
+    cr_assert_eq(sim_service_parse(&s, "cal.json", one, SIM_FIT_AUTO), 0, "%s", sim_err());
+    cr_expect_float_eq(s.loop_step_us, 30, 1e-9, "median residual %g", s.loop_step_us);
+    cr_expect_eq(s.loop_context_us, 0);
+
+    /* a bad point is named */
+    const char *bad = "{\"version\":1,\"kv_block_size\":16,\"kv_blocks_device\":1,\"kv_bytes_per_token\":1,"
+                      "\"step_model\":{\"base_us\":10,\"per_prefill_token_us\":1,\"per_decode_seq_us\":5,\"per_context_token_us\":0},"
+                      "\"serving_loop\":{\"points\":[{\"context\":64,\"period_us\":40},{\"context\":64}]}}";
+    cr_expect_lt(sim_service_parse(&s, "cal.json", bad, SIM_FIT_AUTO), 0);
+    cr_expect(strstr(sim_err(), "serving_loop.points[1]") && strstr(sim_err(), "period_us"), "%s", sim_err());
+    const char *bad2 = "{\"version\":1,\"kv_block_size\":16,\"kv_blocks_device\":1,\"kv_bytes_per_token\":1,"
+                       "\"step_model\":{\"base_us\":10,\"per_prefill_token_us\":1,\"per_decode_seq_us\":5,\"per_context_token_us\":0},"
+                       "\"serving_loop\":{\"points\":7}}";
+    cr_expect_lt(sim_service_parse(&s, "cal.json", bad2, SIM_FIT_AUTO), 0);
+    cr_expect(strstr(sim_err(), "points") != NULL, "%s", sim_err());
+}
+
 /* ---- hostile input: never a crash, always an explained error or a clean parse ------------- */
 
 Test(sim_trace, garbage_never_crashes)
