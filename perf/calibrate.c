@@ -11,8 +11,19 @@
  * then fits  step_us = base + a·prefill_tokens + b·decode_seqs + c·Σcontext  by least
  * squares, prints the fit quality, and writes the calibration JSON (-o FILE).
  *
+ *   3. (optional, --daemon-log) what the serving loop adds: the engine alone, timed back to
+ *      back, is not what a request sees — ringlmd also plans, samples, pushes each token to
+ *      a ring, wakes the client and polls its sessions every iteration, with colder caches
+ *      and a client process sharing the CPUs. `calibrate --write-probe FILE` writes a trace
+ *      of requests that run one at a time at contexts 16..448; replay it against a real
+ *      ringlmd (`ringlm replay FILE`, same model, threads and policy) with --request-log;
+ *      `--daemon-log LOG` then turns each request's decode period ((finish - first token) /
+ *      (tokens - 1)) into a "serving_loop" point the simulator fits its loop terms from.
+ *
  *   calibrate --model SPEC [--threads N] [--backend cpu|cuda] [-o FILE] [--quick|--full]
  *             [--kv-blocks N --host-kv-blocks N --block-size N] [--disk PATH|--no-disk]
+ *             [--daemon-log REQUEST_LOG]
+ *   calibrate --write-probe FILE [--probe-max-context N]
  */
 #include <errno.h>
 #include <jansson.h>
@@ -255,6 +266,121 @@ out:
     return rc;
 }
 
+/* ---- the serving loop, from a real daemon's request log ----------------------------- */
+
+/* The probe: requests far enough apart (250 ms; each takes < 40 ms here) that each runs
+ * alone, so every decode step of it is a one-sequence step at a known context. */
+static int write_probe(const char *path, int max_ctx)
+{
+    static const int prompts[] = {16, 64, 128, 192, 256, 320, 384, 448};
+    const int out_tokens = 48, reps = 3;
+    FILE *f = fopen(path, "w");
+    if (!f) { fprintf(stderr, "calibrate: %s: %s\n", path, strerror(errno)); return -errno; }
+    int n = 0;
+    for (int r = 0; r < reps; r++)
+        for (size_t i = 0; i < sizeof prompts / sizeof *prompts; i++) {
+            int p = prompts[i];
+            if (p + out_tokens > max_ctx) continue;
+            n++;
+            fprintf(f, "{\"req\":%d,\"arrival_us\":%d,\"tenant\":\"default\",\"class\":\"standard\","
+                       "\"prompt_tokens\":%d,\"max_tokens\":%d,\"output_tokens\":%d,\"deadline_us\":null,"
+                       "\"cancel_us\":null,\"first_token_us\":null,\"finish_us\":null,"
+                       "\"finish_reason\":null,\"reject_reason\":null}\n",
+                    n, n * 250000, p, out_tokens, out_tokens);
+        }
+    if (fclose(f) != 0) { fprintf(stderr, "calibrate: %s: %s\n", path, strerror(errno)); return -EIO; }
+    if (!n) { fprintf(stderr, "calibrate: --probe-max-context %d leaves no probe request\n", max_ctx); return -EINVAL; }
+    printf("wrote %s: %d requests, one at a time, 250 ms apart\n", path, n);
+    return 0;
+}
+
+typedef struct loop_point {
+    double context, period_us, arrival, finish;
+    int line;
+} loop_point;
+
+static int field_num(json_t *o, const char *key, double *out, const char *path, int line)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_number(v)) {
+        fprintf(stderr, "calibrate: %s:%d: \"%s\" is missing or not a number\n", path, line, key);
+        return -EINVAL;
+    }
+    *out = json_number_value(v);
+    return 0;
+}
+
+/* Reads a ringlmd --request-log: one decode-period point per request that finished by length
+ * with >= 8 tokens and overlapped no other request (a shared step is not a one-sequence
+ * step). Unfinished, rejected or cancelled requests carry nulls there: skipped, counted. */
+static int read_daemon_log(const char *path, loop_point **out, int *n_out)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) { fprintf(stderr, "calibrate: %s: %s\n", path, strerror(errno)); return -errno; }
+    loop_point *v = NULL;
+    int n = 0, cap = 0, line = 0, skipped = 0, rc = 0;
+    char *buf = NULL;
+    size_t bcap = 0;
+    while (getline(&buf, &bcap, f) > 0) {
+        line++;
+        if (buf[0] == '\n') continue;
+        json_error_t je;
+        json_t *o = json_loads(buf, 0, &je);
+        if (!json_is_object(o)) {
+            fprintf(stderr, "calibrate: %s:%d: not a JSON object: %s\n", path, line, o ? "" : je.text);
+            json_decref(o);
+            rc = -EINVAL;
+            break;
+        }
+        json_t *fr = json_object_get(o, "finish_reason");
+        double arr, pr, ot, ft = 0, fin = 0;
+        if ((rc = field_num(o, "arrival_us", &arr, path, line)) || (rc = field_num(o, "prompt_tokens", &pr, path, line)) ||
+            (rc = field_num(o, "output_tokens", &ot, path, line))) {
+            json_decref(o);
+            break;
+        }
+        bool ok = json_is_string(fr) && !strcmp(json_string_value(fr), "length") && ot >= 8 &&
+                  json_is_number(json_object_get(o, "first_token_us")) && json_is_number(json_object_get(o, "finish_us"));
+        if (ok) {
+            field_num(o, "first_token_us", &ft, path, line);
+            field_num(o, "finish_us", &fin, path, line);
+            ok = fin > ft && ft >= arr;
+        }
+        json_decref(o);
+        if (!ok) { skipped++; continue; }
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            loop_point *nv = realloc(v, (size_t)cap * sizeof *v);
+            if (!nv) { rc = -ENOMEM; break; }
+            v = nv;
+        }
+        v[n++] = (loop_point){.context = pr + ot / 2, .period_us = (fin - ft) / (ot - 1), .arrival = arr,
+                              .finish = fin, .line = line};
+    }
+    free(buf);
+    fclose(f);
+    if (rc < 0) { free(v); return rc; }
+    /* keep only requests that ran alone */
+    int k = 0, shared = 0;
+    for (int i = 0; i < n; i++) {
+        bool alone = true;
+        for (int j = 0; j < n && alone; j++)
+            if (j != i && v[j].arrival < v[i].finish && v[i].arrival < v[j].finish) alone = false;
+        if (alone) v[k++] = v[i];
+        else shared++;
+    }
+    fprintf(stderr, "calibrate: %s: %d decode periods of requests that ran alone (%d overlapped another, %d not usable)\n",
+            path, k, shared, skipped);
+    if (!k) {
+        fprintf(stderr, "calibrate: %s: no usable request (replay `calibrate --write-probe` against ringlmd --request-log)\n", path);
+        free(v);
+        return -EINVAL;
+    }
+    *out = v;
+    *n_out = k;
+    return 0;
+}
+
 /* ---- main ------------------------------------------------------------------------- */
 
 static void usage(FILE *f)
@@ -272,13 +398,19 @@ static void usage(FILE *f)
             "  --host-kv-blocks N  host tier blocks to record and measure (default 2 x kv-blocks)\n"
             "  --disk PATH         disk tier file to measure (default /var/tmp/ringlm-calibrate.kv)\n"
             "  --no-disk           skip the disk tier\n"
-            "  --no-transfer       skip transfer measurements\n");
+            "  --no-transfer       skip transfer measurements\n"
+            "  --daemon-log LOG    ringlmd --request-log of the probe (see --write-probe): the\n"
+            "                      serving loop's decode periods, written as \"serving_loop\"\n"
+            "  --write-probe FILE  write the probe trace (native JSONL) and exit; replay it with\n"
+            "                      `ringlm replay FILE` against ringlmd --request-log LOG\n"
+            "  --probe-max-context N  longest probe prompt + output (default 512)\n");
 }
 
 int main(int argc, char **argv)
 {
     const char *model_spec = NULL, *backend = "cpu", *out_path = NULL;
-    const char *disk_path = "/var/tmp/ringlm-calibrate.kv";
+    const char *disk_path = "/var/tmp/ringlm-calibrate.kv", *daemon_log = NULL, *probe_path = NULL;
+    int probe_max_ctx = 512;
     int threads = 1, reps = 5, block_size = 16, kv_blocks_rec = 1024, host_blocks_rec = -1;
     bool full = false, do_xfer = true;
     for (int i = 1; i < argc; i++) {
@@ -298,20 +430,27 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--disk")) { NEEDV(); disk_path = v; }
         else if (!strcmp(a, "--no-disk")) disk_path = NULL;
         else if (!strcmp(a, "--no-transfer")) do_xfer = false;
+        else if (!strcmp(a, "--daemon-log")) { NEEDV(); daemon_log = v; }
+        else if (!strcmp(a, "--write-probe")) { NEEDV(); probe_path = v; }
+        else if (!strcmp(a, "--probe-max-context")) { NEEDV(); probe_max_ctx = atoi(v); }
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         else { fprintf(stderr, "calibrate: unknown option %s\n", a); usage(stderr); return 2; }
 #undef NEEDV
     }
+    if (probe_path) return write_probe(probe_path, probe_max_ctx) < 0 ? 1 : 0;
     if (!model_spec) { usage(stderr); return 2; }
     if (threads < 1 || reps < 1 || reps > 15 || block_size < 1 || kv_blocks_rec < 1) {
         fprintf(stderr, "calibrate: --threads, --block-size, --kv-blocks must be >= 1, --reps in 1..15\n");
         return 2;
     }
     if (host_blocks_rec < 0) host_blocks_rec = 2 * kv_blocks_rec;
+    loop_point *lps = NULL;
+    int nlp = 0;
+    if (daemon_log && read_daemon_log(daemon_log, &lps, &nlp) < 0) return 1;
 
     eng_model *m;
     int rc = eng_model_load(model_spec, &m);
-    if (rc < 0) { fprintf(stderr, "calibrate: model %s: %s\n", model_spec, eng_errmsg()); return 1; }
+    if (rc < 0) { fprintf(stderr, "calibrate: model %s: %s\n", model_spec, eng_errmsg()); free(lps); return 1; }
     const eng_model_config *mc = eng_model_cfg(m);
 
     /* The grid. Quick: enough spread in each regressor for the fit; full: denser. */
@@ -335,7 +474,7 @@ int main(int argc, char **argv)
                       .max_seqs = max_D + 1};
     eng *e;
     rc = eng_create(m, &eo, &e);
-    if (rc < 0) { fprintf(stderr, "calibrate: engine (%s): %s\n", backend, eng_errmsg()); eng_model_free(m); return 1; }
+    if (rc < 0) { fprintf(stderr, "calibrate: engine (%s): %s\n", backend, eng_errmsg()); eng_model_free(m); free(lps); return 1; }
     fprintf(stderr, "calibrate: %s on %s, %d thread(s), KV %zu bytes/token, block %d, pool %d blocks\n",
             model_spec, eng_backend_name(e), threads, eng_kv_bytes_per_token(e), block_size, pool);
 
@@ -457,6 +596,15 @@ int main(int argc, char **argv)
            beta[0], beta[1], beta[2], beta[3]);
     printf("fit: r2 %.4f, median relative error %.1f%%, max %.1f%%%s\n", r2, 100 * med_rel, 100 * max_rel,
            fit_ok ? "" : " (FIT FAILED)");
+    if (nlp) {
+        /* what the daemon took per decode step vs what the engine model says for it */
+        double *ratio = calloc((size_t)nlp, sizeof *ratio);
+        for (int i = 0; ratio && i < nlp; i++)
+            ratio[i] = lps[i].period_us / (beta[0] + beta[2] + beta[3] * lps[i].context);
+        printf("serving loop: %d decode periods from %s, daemon / engine model median %.2f\n", nlp, daemon_log,
+               ratio ? bench_median(ratio, nlp) : NAN);
+        free(ratio);
+    }
     for (int tier = 0; tier < KVT_NTIERS; tier++)
         if (fits[tier].ok)
             printf("transfer %s: out %.2f GB/s (latency %.1f us), in %.2f GB/s (latency %.1f us)\n",
@@ -506,6 +654,15 @@ int main(int argc, char **argv)
             json_object_set_new(tr, tier == KVT_HOST ? "host" : "disk", t);
         }
         json_object_set_new(root, "transfer", tr);
+        if (nlp) {
+            json_t *sl = json_object(), *a = json_array();
+            json_object_set_new(sl, "source", json_string(daemon_log));
+            for (int i = 0; i < nlp; i++)
+                json_array_append_new(a, json_pack("{s:i,s:f,s:f}", "decode_seqs", 1, "context", lps[i].context,
+                                                   "period_us", round(lps[i].period_us * 10) / 10));
+            json_object_set_new(sl, "points", a);
+            json_object_set_new(root, "serving_loop", sl);
+        }
         if (json_dump_file(root, out_path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10)) < 0) {
             fprintf(stderr, "calibrate: cannot write %s: %s\n", out_path, strerror(errno));
             json_decref(root);
@@ -515,12 +672,13 @@ int main(int argc, char **argv)
         json_decref(root);
         printf("wrote %s\n", out_path);
     }
-    free(X); free(Y); free(rel); free(pts);
+    free(X); free(Y); free(rel); free(pts); free(lps);
     eng_destroy(e);
     eng_model_free(m);
     return 0;
 fail:
     free(pts);
+    free(lps);
     eng_destroy(e);
     eng_model_free(m);
     return 1;

@@ -95,3 +95,81 @@ Test(tools_calibrate, writes_the_formats_md_calibration_file, .timeout = 180)
     unlink(out);
     unlink(log);
 }
+
+/* The serving-loop probe: --write-probe writes requests that run one at a time; --daemon-log
+ * turns a ringlmd request log into decode-period points, keeping only requests that ran
+ * alone and skipping unfinished ones; a malformed line is named by file and line. */
+Test(tools_calibrate, daemon_log_becomes_serving_loop_points, .timeout = 180)
+{
+    const char *shared = env_or("RINGLM_SHARED", "../shared");
+    const char *bin = env_or("RINGLM_BIN", "build/bin");
+    char model[512], calib[600], base[64], cmd[3072], path[128];
+    snprintf(model, sizeof model, "%s/models/stories260K.bin", shared);
+    if (access(model, R_OK) != 0) cr_skip_test("%s not found (set RINGLM_SHARED)", model);
+    snprintf(calib, sizeof calib, "%s/../perf/calibrate", bin);
+    if (access(calib, X_OK) != 0) cr_skip_test("%s not built", calib);
+    snprintf(base, sizeof base, "/tmp/ringlm-tt-probe-%d", getpid());
+
+    snprintf(path, sizeof path, "%s.probe", base);
+    snprintf(cmd, sizeof cmd, "%s --write-probe %s > /dev/null", calib, path);
+    cr_assert_eq(run(cmd), 0, "--write-probe failed");
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s not written", path);
+    char line[1024];
+    int n = 0;
+    double last = -1;
+    while (fgets(line, sizeof line, f)) {
+        json_error_t e;
+        json_t *o = json_loads(line, 0, &e);
+        cr_assert(o, "probe line %d not JSON: %s", n + 1, e.text);
+        double at = json_number_value(json_object_get(o, "arrival_us"));
+        cr_assert_geq(at - last, 200000, "probe requests must be far apart (line %d)", n + 1);
+        cr_assert_leq(json_integer_value(json_object_get(o, "prompt_tokens")) +
+                      json_integer_value(json_object_get(o, "output_tokens")), 512);
+        last = at;
+        json_decref(o);
+        n++;
+    }
+    fclose(f);
+    unlink(path);
+    cr_assert_geq(n, 8, "probe of %d requests", n);
+
+    /* req 1 alone (period 100 us at context 100 + 24); 2 and 3 overlap; 4 was rejected */
+    snprintf(path, sizeof path, "%s.log", base);
+    f = fopen(path, "w");
+    cr_assert(f);
+    fputs("{\"req\":1,\"arrival_us\":0,\"prompt_tokens\":100,\"output_tokens\":48,\"first_token_us\":3000,\"finish_us\":7700,\"finish_reason\":\"length\"}\n"
+          "{\"req\":2,\"arrival_us\":100000,\"prompt_tokens\":64,\"output_tokens\":48,\"first_token_us\":101000,\"finish_us\":110000,\"finish_reason\":\"length\"}\n"
+          "{\"req\":3,\"arrival_us\":105000,\"prompt_tokens\":64,\"output_tokens\":48,\"first_token_us\":111000,\"finish_us\":120000,\"finish_reason\":\"length\"}\n"
+          "{\"req\":4,\"arrival_us\":300000,\"prompt_tokens\":64,\"output_tokens\":0,\"first_token_us\":null,\"finish_us\":null,\"finish_reason\":null,\"reject_reason\":\"queue_full\"}\n",
+          f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s --model %s --reps 1 --no-transfer --daemon-log %s -o %s.json > %s.out 2>&1",
+             calib, model, path, base, base);
+    cr_assert_eq(run(cmd), 0, "calibrate --daemon-log failed (see %s.out)", base);
+    char out[128];
+    snprintf(out, sizeof out, "%s.json", base);
+    json_error_t e;
+    json_t *j = json_load_file(out, 0, &e);
+    cr_assert(j, "%s: %s", out, e.text);
+    json_t *pts = json_object_get(json_object_get(j, "serving_loop"), "points");
+    cr_assert_eq(json_array_size(pts), 1, "only the request that ran alone: %zu points", json_array_size(pts));
+    json_t *p0 = json_array_get(pts, 0);
+    cr_expect_float_eq(json_number_value(json_object_get(p0, "context")), 124, 1e-9);
+    cr_expect_float_eq(json_number_value(json_object_get(p0, "period_us")), 100, 1e-9);
+    json_decref(j);
+    unlink(out);
+
+    /* malformed: named by file and line */
+    f = fopen(path, "a");
+    cr_assert(f);
+    fputs("{\"req\":5,\"arrival_us\":\"soon\"}\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s --model %s --reps 1 --no-transfer --daemon-log %s > %s.out 2>&1", calib, model, path, base);
+    cr_expect_neq(run(cmd), 0, "a malformed request log must fail");
+    snprintf(cmd, sizeof cmd, "grep -q '%s:5: \"arrival_us\"' %s.out", path, base);
+    cr_expect_eq(run(cmd), 0, "the error names file:line and the field (see %s.out)", base);
+    unlink(path);
+    snprintf(path, sizeof path, "%s.out", base);
+    unlink(path);
+}
