@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # sim_fidelity.sh — how close ringlm-sim comes to the real daemon on this machine (issue 6).
-# 1. perf/calibrate measures the CPU engine (step-time grid, transfer bandwidth) → cal.json
+# 0. the serving loop: ringlmd serves `calibrate --write-probe` (requests one at a time at
+#    contexts 16..448) and logs each; their decode periods are what a step costs through the
+#    whole daemon (plan, sample, push, wake the client, poll), not just eng_execute
+# 1. perf/calibrate measures the CPU engine (step-time grid, transfer bandwidth) and takes the
+#    probe's periods (--daemon-log) → cal.json; the simulator fits its loop terms from them
 # 2. ringlmd serves the same model with the same policy and KV pool; `ringlm replay` plays a
 #    window of the Azure conversation trace against it; the daemon writes its request log
 # 3. ringlm-sim replays that request log with cal.json and reports, per request, the relative
@@ -10,6 +14,7 @@
 # check `uptime` and read the numbers with that in mind.
 # Usage: B=build perf/sim_fidelity.sh [--window S] [--rate X] [--policy FILE] [--threads N]
 #        [--fit auto|file|linear|attention] [--out DIR]     exit 77: model or programs missing
+#        env: CLIENTS=N replay client processes (default 4); NO_PROBE=1 engine grid only
 set -u
 cd "$(dirname "$0")/.."
 B=${B:-build}
@@ -33,22 +38,39 @@ DIR=${OUT:-$(mktemp -d /tmp/ringlm-fidelity.XXXXXX)}
 mkdir -p "$DIR"
 KV=1024
 echo "load: $(uptime | sed 's/.*load average/load average/')"
-"$B/perf/calibrate" --model "$MODEL" --threads "$THREADS" --kv-blocks $KV --no-disk -o "$DIR/cal.json" > "$DIR/calibrate.out" 2>&1 \
-  || { cat "$DIR/calibrate.out"; exit 1; }
+# the daemon appends to its logs: start from empty ones
+rm -f "$DIR"/requests.jsonl "$DIR"/decisions.jsonl "$DIR"/probe-requests.jsonl "$DIR"/sock
 SOCK=$DIR/sock
-"$B/bin/ringlmd" --model "$MODEL" --threads "$THREADS" --kv-blocks $KV --socket "$SOCK" --policy "$POLICY" \
-  --request-log "$DIR/requests.jsonl" --decision-log "$DIR/decisions.jsonl" --quiet > "$DIR/ringlmd.out" 2>&1 &
-DPID=$!
-trap 'kill -TERM $DPID 2>/dev/null; wait $DPID 2>/dev/null' EXIT
-for _ in $(seq 200); do [ -S "$SOCK" ] && break; kill -0 $DPID 2>/dev/null || break; sleep 0.05; done
-[ -S "$SOCK" ] || { echo "sim_fidelity: ringlmd did not start"; cat "$DIR/ringlmd.out"; exit 1; }
-"$B/bin/ringlm" --socket "$SOCK" replay "$TRACE" --window 0:"$WINDOW" --rate "$RATE" --max-context 512 \
-  --clients ${CLIENTS:-4} --class standard --json > "$DIR/replay.json" 2> "$DIR/replay.err" || { cat "$DIR/replay.err"; exit 1; }
-kill -TERM $DPID; wait $DPID; trap - EXIT
+DPID=
+trap '[ -n "$DPID" ] && kill -TERM $DPID 2>/dev/null; wait $DPID 2>/dev/null' EXIT
+# serve(REQUEST_LOG, TRACE, replay options...): one ringlmd, one replay, stop
+serve() {
+  local log=$1 trace=$2; shift 2
+  rm -f "$SOCK"
+  "$B/bin/ringlmd" --model "$MODEL" --threads "$THREADS" --kv-blocks $KV --socket "$SOCK" --policy "$POLICY" \
+    --request-log "$log" ${DECLOG:+--decision-log "$DECLOG"} --quiet > "$DIR/ringlmd.out" 2>&1 &
+  DPID=$!
+  for _ in $(seq 200); do [ -S "$SOCK" ] && break; kill -0 $DPID 2>/dev/null || break; sleep 0.05; done
+  [ -S "$SOCK" ] || { echo "sim_fidelity: ringlmd did not start"; cat "$DIR/ringlmd.out"; exit 1; }
+  "$B/bin/ringlm" --socket "$SOCK" replay "$trace" "$@" || { cat "$DIR/replay.err"; exit 1; }
+  kill -TERM $DPID; wait $DPID; DPID=
+}
+if [ "${NO_PROBE:-0}" = 0 ]; then
+  "$B/perf/calibrate" --write-probe "$DIR/probe.jsonl" > /dev/null || exit 1
+  DECLOG= serve "$DIR/probe-requests.jsonl" "$DIR/probe.jsonl" --clients 1 --json > "$DIR/probe-replay.json" 2> "$DIR/replay.err"
+  PROBE=(--daemon-log "$DIR/probe-requests.jsonl")
+else
+  PROBE=()
+fi
+"$B/perf/calibrate" --model "$MODEL" --threads "$THREADS" --kv-blocks $KV --no-disk "${PROBE[@]}" -o "$DIR/cal.json" > "$DIR/calibrate.out" 2>&1 \
+  || { cat "$DIR/calibrate.out"; exit 1; }
+DECLOG=$DIR/decisions.jsonl serve "$DIR/requests.jsonl" "$TRACE" --window 0:"$WINDOW" --rate "$RATE" --max-context 512 \
+  --clients ${CLIENTS:-4} --class standard --json > "$DIR/replay.json" 2> "$DIR/replay.err"
+trap - EXIT
 echo "load: $(uptime | sed 's/.*load average/load average/')"
 "$B/bin/ringlm-sim" --trace "$DIR/requests.jsonl" --calibration "$DIR/cal.json" --service-fit "$FIT" \
   --policy "$POLICY" --max-context 512 --fidelity > "$DIR/sim.txt" || exit 1
 "$B/bin/ringlm-sim" --trace "$DIR/requests.jsonl" --calibration "$DIR/cal.json" --service-fit "$FIT" \
   --policy "$POLICY" --max-context 512 --fidelity --json > "$DIR/sim.json" || exit 1
-grep -E '^service|model |^fidelity' "$DIR/sim.txt"
+grep -E '^service|model |serving loop|^fidelity|simulated / recorded' "$DIR/sim.txt"
 echo "files in $DIR"
