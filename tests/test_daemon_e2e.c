@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -130,6 +131,8 @@ static void dmn_start(dmn *d, const char *model, const char *policy_text, const 
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
+        /* A test that fails (or times out) half-way must not leave its daemon behind. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         int fd = open(d->errlog, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) { dup2(fd, 2); dup2(fd, 1); close(fd); }
         execv(prog, (char *const *)argv);
@@ -262,7 +265,10 @@ static pid_t spawn(int (*fn)(void *), void *arg)
     fflush(NULL);
     pid_t p = fork();
     cr_assert_geq(p, 0);
-    if (p == 0) _exit(fn(arg));
+    if (p == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* nor its clients */
+        _exit(fn(arg));
+    }
     return p;
 }
 
