@@ -636,7 +636,12 @@ int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms)
 		if (now >= deadline)
 			return 0;
 		if ((int64_t)(now - start) < c->spin_ns) {
+			/* The slot at cons is where the next event lands: keep its line
+			 * coming while polling the index, so the miss on the slot runs
+			 * alongside the miss on ev_prod rather than after it. */
+			const void *next_slot = &c->ev.slots[c->ev.cons & c->ev.mask];
 			for (int i = 0; i < 64; i++) {
+				__builtin_prefetch(next_slot);
 				if (ring_load_relaxed(c->ev.prod_p) != c->ev.cons)
 					break;
 				ring_cpu_relax();
