@@ -14,7 +14,8 @@
 # check `uptime` and read the numbers with that in mind.
 # Usage: B=build perf/sim_fidelity.sh [--window S] [--rate X] [--policy FILE] [--threads N]
 #        [--fit auto|file|linear|attention] [--out DIR]     exit 77: model or programs missing
-#        env: CLIENTS=N replay client processes (default 4); NO_PROBE=1 engine grid only
+#        env: CLIENTS=N replay client processes (default 4); NO_PROBE=1 engine grid only;
+#        CLIENT_SPIN_US=N the replay clients' event-ring spin before sleeping (see serve())
 set -u
 cd "$(dirname "$0")/.."
 B=${B:-build}
@@ -52,7 +53,12 @@ serve() {
   DPID=$!
   for _ in $(seq 200); do [ -S "$SOCK" ] && break; kill -0 $DPID 2>/dev/null || break; sleep 0.05; done
   [ -S "$SOCK" ] || { echo "sim_fidelity: ringlmd did not start"; cat "$DIR/ringlmd.out"; exit 1; }
-  "$B/bin/ringlm" --socket "$SOCK" replay "$trace" "$@" || { cat "$DIR/replay.err"; exit 1; }
+  # CLIENT_SPIN_US: how long replay clients poll their event ring before sleeping (libclient
+  # default 50 µs). Below the decode period the client sleeps between tokens and ringlmd pays
+  # a futex wake per token (~70 µs on the dev VM): the loop then flips run to run between
+  # ~8 µs and ~80 µs per iteration, which no calibration taken at another moment can match.
+  RINGLM_SPIN_US=${CLIENT_SPIN_US:-${RINGLM_SPIN_US:-}} "$B/bin/ringlm" --socket "$SOCK" replay "$trace" "$@" \
+    || { cat "$DIR/replay.err"; exit 1; }
   kill -TERM $DPID; wait $DPID; DPID=
 }
 if [ "${NO_PROBE:-0}" = 0 ]; then
