@@ -142,9 +142,16 @@ size_t sched_event_json(const sched_event *ev, char *buf, size_t len)
         ju(&b, "blocks", ev->blocks);
         ju(&b, "bytes", ev->bytes);
         jstr(&b, "pool", ev->pool);
-        break;
+        goto realised;
     case SCHED_EV_RECOMPUTE:
         ju(&b, "tokens", ev->tokens);
+    realised:
+        /* a reason marks the completion record: the realised cost next to the estimate */
+        if (ev->reason) {
+            jstr(&b, "mode", ev->mode);
+            jd(&b, "predicted_us", ev->predicted_us);
+            jd(&b, "realised_us", ev->realised_us);
+        }
         break;
     case SCHED_EV_CANCEL:
         break;

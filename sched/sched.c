@@ -59,6 +59,14 @@ typedef struct req {
     uint32_t entry_idx;
     uint64_t skip_pass;         /* deferred in this decode pass (s->pass_no) */
     uint64_t preempt_step;      /* step_no of its last preemption */
+    /* realised cost of the last preemption, so the cost model can be checked (DESIGN §5):
+     * the estimates made then, the length it had, and what the way back actually took */
+    double   pre_sw_us, pre_rc_us;  /* swap_cost_us / recompute_cost_us at preemption */
+    uint32_t pre_len;           /* computed length when preempted: the re-prefill target */
+    bool     rc_active;         /* re-prefilling after a recompute: summing step times */
+    bool     rc_unknown;        /* one of those steps had no measured duration */
+    uint64_t rc_us;             /* summed durations of the steps that re-prefilled it */
+    uint64_t out_us;            /* measured swap-out duration (0 = unknown) */
     uint32_t *dev;   uint32_t n_dev, cap_dev;
     uint32_t *tierb; uint32_t n_tier, cap_tier;
 } req;
@@ -330,6 +338,31 @@ static void emit_defer(sched *s, req *r, sched_defer_reason why, uint64_t now)
     emit(s, &e);
 }
 
+/* The recompute realised-cost event: predicted = recompute_cost_us at preemption, realised =
+ * the summed full durations of the steps its re-prefill took part in (null when a step had
+ * no measured duration).  reason "done" when the re-prefill reached the length it had, or
+ * "abandoned" when it ended or was preempted again first (realised so far). */
+static void rc_end(sched *s, req *r, const char *reason, uint64_t now)
+{
+    r->rc_active = false;
+    sched_event e = ev_of(s, SCHED_EV_RECOMPUTE, r, now);
+    e.reason = reason;
+    e.mode = "recompute";
+    e.tokens = r->pre_len;
+    e.predicted_us = r->pre_rc_us;
+    e.realised_us = r->rc_unknown ? -1 : (double)r->rc_us;
+    emit(s, &e);
+}
+
+/* Its KV is gone (recompute preemption, or a failed swap): time the re-prefill from now. */
+static void rc_start(sched *s, req *r, uint64_t now)
+{
+    r->rc_us = 0;
+    r->rc_unknown = false;
+    r->rc_active = true;
+    if (!r->pre_len) rc_end(s, r, "done", now);   /* nothing computed, nothing to redo */
+}
+
 /* ---- pools ------------------------------------------------------------------------------- */
 
 static int pool_init(pool *p, uint32_t n)
@@ -595,6 +628,7 @@ static void release_now(sched *s, uint32_t slot, uint64_t now, bool into_plan)
 {
     req *r = &s->reqs[slot];
     sched_release rel = {.req = r->id, .why = (sched_event_kind)r->end_kind};
+    if (r->rc_active) rc_end(s, r, "abandoned", now);
     uint8_t tier = r->tier;
     rel.blocks[SCHED_POOL_DEVICE] = dev_free_all(s, r);
     rel.blocks[tier] += tier_free_all(s, r);
@@ -1063,13 +1097,14 @@ static void plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t 
 }
 
 /* Recompute preemption: drop the KV now, go back to the queue at the original place. */
-static void to_recompute(sched *s, uint32_t slot)
+static void to_recompute(sched *s, uint32_t slot, uint64_t now)
 {
     req *r = &s->reqs[slot];
     dev_free_all(s, r);
     r->computed = 0;
     r->recompute = true;
     waiting_add(s, slot);
+    rc_start(s, r, now);
 }
 
 /* Preempt `slot` (a RUNNING sequence).  Returns the blocks freed immediately (recompute) or 0
@@ -1087,6 +1122,11 @@ static uint32_t preempt(sched *s, uint32_t slot, bool quota, uint64_t now)
                                                              through the re-prefill's steps */
     bool swap = tier >= 0 && (s->cfg.preemption == SCHED_PREEMPT_SWAP || sw < rc);
     double best = swap ? sw : rc;
+    if (r->rc_active) rc_end(s, r, "abandoned", now);   /* before this preemption's events */
+    r->pre_sw_us = sw;
+    r->pre_rc_us = rc;
+    r->pre_len = r->computed;
+    r->out_us = 0;
     run_remove(s, slot);
     r->skip_pass = s->pass_no;
     r->preempt_step = s->step_no;
@@ -1133,7 +1173,7 @@ static uint32_t preempt(sched *s, uint32_t slot, bool quota, uint64_t now)
     }
     s->ts[r->tenant].st.preemptions_recompute++;
     s->cs[r->cls].st.preemptions_recompute++;
-    to_recompute(s, slot);
+    to_recompute(s, slot, now);
     return blocks;
 }
 
@@ -1665,10 +1705,15 @@ int sched_commit(sched *s, const sched_result *res, size_t n, uint64_t now, uint
         if (r->entry_step != s->step_no || r->state != SCHED_REQ_RUNNING || r->held) continue;
         r->entry_step = 0;
         const sched_entry *e = &s->entries.a[r->entry_idx];
+        if (r->rc_active) {   /* the whole step's duration: it waited for all of it */
+            if (step_us) r->rc_us += step_us;
+            else r->rc_unknown = true;
+        }
         if (e->samples && res[i].tokens == 0) continue;   /* no token: no progress, replan */
         tenant_state *t = &s->ts[r->tenant];
         class_state *c = &s->cs[r->cls];
         r->computed += e->n_tokens;
+        if (r->rc_active && r->computed >= r->pre_len) rc_end(s, r, "done", now);
         if (e->prefill) {
             t->st.served_prompt_tokens += e->n_tokens;
             c->st.served_prompt_tokens += e->n_tokens;
@@ -1742,6 +1787,28 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
     }
     req *r = &s->reqs[x.slot];
     r->moving = false;
+    {
+        /* realised cost: swap_out — this transfer, predicted vs measured; swap_in — the round
+         * trip, swap_cost_us at preemption vs measured out + in (null when either unknown) */
+        bool out = x.dir == SCHED_XFER_OUT;
+        sched_event e = ev_of(s, out ? SCHED_EV_SWAP_OUT : SCHED_EV_SWAP_IN, r, now);
+        e.reason = status < 0 ? "failed" : "done";
+        e.mode = "swap";
+        e.xfer = x.id;
+        e.blocks = r->n_tier;
+        e.bytes = x.bytes;
+        e.pool = sched_pool_name((sched_pool)x.tier);
+        if (out) {
+            r->out_us = status == 0 ? dur_us : 0;
+            e.predicted_us = x.pred_us;
+            e.realised_us = dur_us ? (double)dur_us : -1;
+        }
+        else {
+            e.predicted_us = r->pre_sw_us;
+            e.realised_us = r->out_us && dur_us ? (double)(r->out_us + dur_us) : -1;
+        }
+        emit(s, &e);
+    }
     if (x.dir == SCHED_XFER_IN) {
         s->n_swapping_in--;
         s->ts[r->tenant].moving_in--;
@@ -1761,6 +1828,7 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
             r->computed = 0;
             r->recompute = true;
             waiting_add(s, x.slot);
+            rc_start(s, r, now);
             return 0;
         }
         r->state = SCHED_REQ_SWAPPED;
@@ -1769,7 +1837,10 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
         return 0;
     }
     tier_free_all(s, r);
-    if (status < 0) r->computed = 0;   /* device copy is garbage: re-prefill in place */
+    if (status < 0) {   /* device copy is garbage: re-prefill in place */
+        r->computed = 0;
+        rc_start(s, r, now);
+    }
     r->resumed_at = now;
     run_add(s, x.slot);
     sched_event e = ev_of(s, SCHED_EV_SCHEDULE, r, now);

@@ -7,7 +7,11 @@
  * rejected or timed out — and explains every decision as an event.  It does no I/O, reads
  * no clock and starts no threads: time is an argument (`now_us`, any monotonic microsecond
  * clock the caller chooses), so the daemon and the simulator link these same objects and
- * the same inputs give the same decisions and a byte-identical event stream.
+ * the same inputs give the same decisions and a byte-identical event stream.  Every
+ * preemption is logged with both cost estimates and the choice, and later — when its swap
+ * transfers complete or its re-prefill is back where it was — with the realised cost next
+ * to the prediction (swap_out/swap_in/recompute events with reason "done", predicted_us and
+ * realised_us), so the decision log can check the cost model.
  *
  * Lifecycle
  *   1. sched_policy_parse()    text of a policy file (the caller reads the file) → policy
@@ -268,9 +272,22 @@ typedef enum sched_event_kind {
     SCHED_EV_PREEMPT,     /* mode, blocks, swap_cost_us, recompute_cost_us, reason
                              ("blocks"|"quota"); mode "none" when neither way could meet its
                              deadline and a timeout event follows instead */
-    SCHED_EV_SWAP_OUT,    /* transfer planned: xfer, blocks, bytes, pool (destination) */
-    SCHED_EV_SWAP_IN,     /* transfer planned: xfer, blocks, bytes, pool (source) */
-    SCHED_EV_RECOMPUTE,   /* re-prefill starts: tokens (context to recompute) */
+    SCHED_EV_SWAP_OUT,    /* transfer planned: xfer, blocks, bytes, pool (destination).
+                             Again with reason "done"|"failed" when it completes (realised
+                             cost, see below): mode "swap", predicted_us = the transfer's
+                             predicted_us, realised_us = its measured duration */
+    SCHED_EV_SWAP_IN,     /* transfer planned: xfer, blocks, bytes, pool (source).
+                             Again with reason "done"|"failed" when it completes: mode "swap",
+                             predicted_us = swap_cost_us estimated at the preemption (the round
+                             trip), realised_us = measured swap-out + swap-in durations */
+    SCHED_EV_RECOMPUTE,   /* re-prefill starts: tokens (context to recompute).
+                             Again with reason "done" when the re-prefill has computed the
+                             length it had when preempted (tokens = that length), or
+                             "abandoned" when it ends or is preempted again first: mode
+                             "recompute", predicted_us = recompute_cost_us estimated at the
+                             preemption, realised_us = summed FULL durations of the steps the
+                             re-prefill took part in (sched_commit's step_duration_us; the
+                             sequence waited for the whole step, so no share-by-tokens) */
     SCHED_EV_CANCEL,      /* reason (sched_cancel_name) */
     SCHED_EV_TIMEOUT,     /* reason (sched_timeout_name), wait_us */
     SCHED_EV_FINISH,      /* reason ("stop"|"length"), output_tokens, prompt_tokens,
@@ -304,6 +321,12 @@ typedef struct sched_event {
     uint64_t         bytes;
     double           swap_cost_us;      /* preempt: estimates (swap -1 when no pool has room) */
     double           recompute_cost_us;
+    /* realised cost (swap_out/swap_in/recompute with a reason): every preemption's decision
+     * is logged with both estimates, and these later records say what the way back really
+     * cost, so the cost model can be checked.  realised_us -1 (JSON null) when a duration
+     * was not measured (0 passed to sched_commit / sched_transfer_done). */
+    double           predicted_us;
+    double           realised_us;
 } sched_event;
 
 typedef void (*sched_event_fn)(void *ctx, const sched_event *ev);
@@ -311,7 +334,8 @@ typedef void (*sched_event_fn)(void *ctx, const sched_event *ev);
 /* Write the JSON line of DESIGN.md §5 for ev into buf (NUL-terminated, no trailing newline):
  *   {"t_us":…,"ev":"…","req":…,"tenant":"…","class":"…","reason":"…",…kind fields…}
  * Keys with NULL strings are omitted; numbers are integers except the cost estimates
- * (one decimal).  Pure; returns the length it needed (like snprintf; ≥ len means truncated).*/
+ * (one decimal).  Realised-cost records (swap_out/swap_in/recompute with a reason) add
+ * "mode", "predicted_us" and "realised_us" (one decimal; null when unmeasured).  Pure; returns the length it needed (like snprintf; ≥ len means truncated).*/
 size_t sched_event_json(const sched_event *ev, char *buf, size_t len);
 
 /* ---------------------------------------------------------------------------------------- */

@@ -974,3 +974,126 @@ Test(sched_rules, preemption_times_out_only_when_no_mode_meets_the_deadline)
         h_free(h);
     }
 }
+
+/* ---- realised cost of preemptions (issue 5, DESIGN §5) ------------------------------------ */
+
+/* Copy the first log line containing a and b into out; false when none. */
+static bool line_of(const harness *h, const char *a, const char *b, char *out, size_t n)
+{
+    long at = first_ev(h, a, b);
+    if (at < 0) return false;
+    const char *p = h->log + at, *e = strchr(p, '\n');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (len >= n) len = n - 1;
+    memcpy(out, p, len);
+    out[len] = 0;
+    return true;
+}
+/* The number after "key": in a JSON line; -1 for null, -2 when the key is missing. */
+static double num_of(const char *line, const char *key)
+{
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = strstr(line, k);
+    if (!p) return -2;
+    p += strlen(k);
+    if (!strncmp(p, "null", 4)) return -1;
+    return strtod(p, NULL);
+}
+
+Test(sched_rules, swap_preemption_logs_realised_cost_of_both_transfers)
+{
+    /* the harness's transfers take bytes / 1 GB/s + 10 µs each way, measured and reported */
+    harness *h = preempt_setup(PRE_POLICY, 1e9, 1000);
+    h_run(h, 60000000);
+    cr_assert_eq(h->r[1].end_kind, SCHED_EV_FINISH, "%s", h->log);
+    char pre[600], out[600], in[600], plan_out[600];
+    cr_assert(line_of(h, "\"ev\":\"preempt\"", "\"req\":1,", pre, sizeof pre), "%s", h->log);
+    cr_assert(strstr(pre, "\"mode\":\"swap\""), "%s", pre);
+    cr_assert(line_of(h, "\"ev\":\"swap_out\",\"req\":1,", NULL, plan_out, sizeof plan_out));
+    cr_assert(line_of(h, "\"ev\":\"swap_out\",\"req\":1,", "\"reason\":\"done\"", out, sizeof out),
+              "no swap_out completion record:\n%s", h->log);
+    cr_assert(line_of(h, "\"ev\":\"swap_in\",\"req\":1,", "\"reason\":\"done\"", in, sizeof in),
+              "no swap_in completion record:\n%s", h->log);
+    cr_assert(strstr(out, "\"tenant\":") && strstr(out, "\"class\":\"lo\"") && strstr(out, "\"mode\":\"swap\""),
+              "%s", out);
+    cr_assert(strstr(in, "\"class\":\"lo\"") && strstr(in, "\"mode\":\"swap\""), "%s", in);
+    /* the planned record carries no realised cost: it is not known yet */
+    cr_assert_null(strstr(plan_out, "realised_us"), "%s", plan_out);
+    double bytes = num_of(out, "bytes");
+    double dur = (double)(uint64_t)(bytes / 1e9 * 1e6) + 10;   /* what the harness reported */
+    double sw = num_of(pre, "swap_cost_us");
+    cr_assert_gt(bytes, 0, "%s", out);
+    /* swap_out: this transfer, predicted vs measured */
+    cr_assert_gt(num_of(out, "predicted_us"), 0, "%s", out);
+    cr_assert_float_eq(num_of(out, "realised_us"), dur, 0.05, "%s", out);
+    /* swap_in: the round trip, the preemption's swap estimate vs measured out + in */
+    cr_assert_float_eq(num_of(in, "predicted_us"), sw, 0.05, "%s\n%s", pre, in);
+    cr_assert_float_eq(num_of(in, "realised_us"), 2 * dur, 0.05, "%s", in);
+    cr_assert_lt(first_ev(h, "\"reason\":\"done\"", "\"ev\":\"swap_out\""),
+                 first_ev(h, "\"reason\":\"done\"", "\"ev\":\"swap_in\""));
+    h_free(h);
+}
+
+Test(sched_rules, recompute_preemption_logs_realised_cost_of_the_re_prefill)
+{
+    /* 1 MB/s link: recompute is chosen.  Drive the steps here so the test knows which step
+     * durations the re-prefill took part in. */
+    harness *h = preempt_setup(PRE_POLICY, 1e6, 1000);
+    double pred = -1, steps_us = 0;
+    uint32_t len_at_preempt = 0;
+    bool preempted = false, done = false;
+    for (int i = 0; i < 2000 && !done; i++) {
+        sched_req_info ri;
+        bool had = sched_get_request(h->s, 1, &ri) == 0;
+        uint64_t before = h->now;
+        const sched_plan *pl = h_iterate(h);
+        for (uint32_t k = 0; k < pl->n_preemptions; k++)
+            if (pl->preemptions[k].req == 1 && !preempted) {
+                cr_assert_eq(pl->preemptions[k].mode, SCHED_PREEMPT_RECOMPUTE);
+                preempted = true;
+                pred = pl->preemptions[k].recompute_cost_us;
+                cr_assert(had);
+                len_at_preempt = ri.computed;
+            }
+        if (preempted && entry_of(pl, 1))
+            steps_us += (double)(h->now - before);
+        done = count_ev(h, "\"ev\":\"recompute\"", "\"reason\":\"done\"") > 0;
+    }
+    cr_assert(preempted, "no preemption:\n%s", h->log);
+    cr_assert(done, "no recompute completion record:\n%s", h->log);
+    char line[600];
+    cr_assert(line_of(h, "\"ev\":\"recompute\",\"req\":1,", "\"reason\":\"done\"", line, sizeof line));
+    cr_assert(strstr(line, "\"class\":\"lo\"") && strstr(line, "\"mode\":\"recompute\""), "%s", line);
+    cr_assert_eq((uint32_t)num_of(line, "tokens"), len_at_preempt, "%s", line);
+    cr_assert_gt(len_at_preempt, 0);
+    cr_assert_float_eq(num_of(line, "predicted_us"), pred, 0.05, "%s", line);
+    cr_assert_float_eq(num_of(line, "realised_us"), steps_us, 0.05, "%s", line);
+    /* the harness's steps cost 1000 µs + 10 µs/token: the re-prefill paid at least that */
+    cr_assert_geq(num_of(line, "realised_us"), 1000 + 10.0 * len_at_preempt, "%s", line);
+    h_run(h, 60000000);
+    cr_assert_eq(h->r[1].generated, 200);
+    cr_assert_eq(count_ev(h, "\"reason\":\"done\"", "\"ev\":\"recompute\",\"req\":1,"), 1, "%s", h->log);
+    h_free(h);
+}
+
+Test(sched_rules, failed_swap_logs_failure_then_recompute_cost)
+{
+    harness *h = preempt_setup(PRE_POLICY, 1e9, 1000);
+    const sched_plan *pl = NULL;
+    for (int i = 0; i < 300; i++) {
+        pl = h_iterate(h);
+        if (pl->n_transfers) break;
+    }
+    cr_assert(pl && pl->n_transfers == 1, "no swap happened");
+    h->n_xf = 0;
+    cr_assert_eq(sched_transfer_done(h->s, pl->transfers[0].id, h->now, 0, 0, -EIO), 0);
+    h_run(h, 60000000);
+    char f[600], rc[600];
+    cr_assert(line_of(h, "\"ev\":\"swap_out\"", "\"reason\":\"failed\"", f, sizeof f), "%s", h->log);
+    cr_assert_eq(num_of(f, "realised_us"), -1, "no duration was measured: null\n%s", f);
+    cr_assert(line_of(h, "\"ev\":\"recompute\",\"req\":1,", "\"reason\":\"done\"", rc, sizeof rc), "%s", h->log);
+    cr_assert_gt(num_of(rc, "predicted_us"), 0, "%s", rc);
+    cr_assert_gt(num_of(rc, "realised_us"), 0, "%s", rc);
+    h_free(h);
+}
