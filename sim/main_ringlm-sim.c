@@ -18,6 +18,7 @@
 
 #define MAX_POLICIES 16
 #define MAX_PARAMS   32
+#define MAX_ITLOGS   16
 
 static void usage(FILE *f)
 {
@@ -43,6 +44,9 @@ static void usage(FILE *f)
 "  --calibration FILE      service model from perf/calibrate; default: built-in (documented)\n"
 "  --service-fit F         auto | file | linear | attention: the file's step model, or a refit\n"
 "                          from its grid (attention adds prefill-attention cost); auto = best on the grid\n"
+"  --iteration-log FILE    fit the step model to a real ringlmd's iterations (ringlmd --iteration-log;\n"
+"                          repeatable, points pooled): replaces the grid model and the serving-loop\n"
+"                          terms; KV and transfer figures still come from --calibration (or the default)\n"
 "  --max-context N         prompt + max tokens limit (default 32768)\n"
 "  --step-scale X          what-if: every step takes X times the model's time (faster/slower hardware)\n"
 "  --step-overhead-us N    add N µs to every step: the serving loop's own cost per iteration\n"
@@ -85,6 +89,8 @@ int main(int argc, char **argv)
     const char *declog = NULL, *reqlog = NULL;
     const char *policies[MAX_POLICIES];
     const char *params[MAX_PARAMS];
+    const char *itlogs[MAX_ITLOGS];
+    int n_itlog = 0;
     int n_pol = 0, n_par = 0, fmt = SIM_FMT_AUTO, fit = SIM_FIT_AUTO;
     bool json = false, skip_bad = false, want_fidelity = false;
     double burst0 = -1, burst1 = -1;
@@ -94,7 +100,7 @@ int main(int argc, char **argv)
     sim_options_defaults(&opt);
     enum { O_FORMAT = 256, O_SKIP, O_PARAM, O_RATE, O_LSCALE, O_WINDOW, O_TENANTS, O_CLASSES, O_SEED,
            O_RETRY, O_RETRY_MAX, O_CALIB, O_MAXCTX, O_CSV, O_PLOT, O_DECLOG, O_SAMPLE, O_BURST,
-           O_FIDELITY, O_LIST, O_REQLOG, O_FIT, O_SCALE, O_OVERHEAD, O_CHECK };
+           O_FIDELITY, O_LIST, O_REQLOG, O_FIT, O_SCALE, O_OVERHEAD, O_CHECK, O_ITLOG };
     static const struct option lo[] = {
         {"trace", 1, 0, 't'}, {"workload", 1, 0, 'w'}, {"policy", 1, 0, 'p'}, {"json", 0, 0, 'j'},
         {"help", 0, 0, 'h'}, {"format", 1, 0, O_FORMAT}, {"skip-bad", 0, 0, O_SKIP},
@@ -104,6 +110,7 @@ int main(int argc, char **argv)
         {"calibration", 1, 0, O_CALIB}, {"max-context", 1, 0, O_MAXCTX}, {"csv", 1, 0, O_CSV},
         {"plot", 1, 0, O_PLOT}, {"decision-log", 1, 0, O_DECLOG}, {"sample-ms", 1, 0, O_SAMPLE},
         {"burst", 1, 0, O_BURST}, {"fidelity", 0, 0, O_FIDELITY}, {"list-workloads", 0, 0, O_LIST}, {"request-log", 1, 0, O_REQLOG}, {"service-fit", 1, 0, O_FIT}, {"step-scale", 1, 0, O_SCALE}, {"step-overhead-us", 1, 0, O_OVERHEAD}, {"check-invariants", 1, 0, O_CHECK},
+        {"iteration-log", 1, 0, O_ITLOG},
         {0, 0, 0, 0}};
     int c, li = -1;
     char *e;
@@ -151,6 +158,10 @@ int main(int argc, char **argv)
             break;
         case O_RETRY_MAX: opt.retry_max = (uint32_t)strtoul(optarg, &e, 10); if (*e || !opt.retry_max) goto bad_num; break;
         case O_CALIB: calib = optarg; break;
+        case O_ITLOG:
+            if (n_itlog == MAX_ITLOGS) { fprintf(stderr, "ringlm-sim: at most %d --iteration-log\n", MAX_ITLOGS); return 2; }
+            itlogs[n_itlog++] = optarg;
+            break;
         case O_MAXCTX: opt.max_context = (uint32_t)strtoul(optarg, &e, 10); if (*e || !opt.max_context) goto bad_num; break;
         case O_CSV: csv_dir = optarg; break;
         case O_PLOT: plot_dir = optarg; break;
@@ -211,6 +222,10 @@ int main(int argc, char **argv)
         if ((rc = sim_service_load(&svc, calib, fit)) < 0) { fprintf(stderr, "ringlm-sim: %s\n", sim_err()); return 1; }
     } else {
         sim_service_default(&svc);
+    }
+    if (n_itlog && (rc = sim_service_fit_iterations(&svc, itlogs, (size_t)n_itlog)) < 0) {
+        fprintf(stderr, "ringlm-sim: %s\n", sim_err());
+        return 1;
     }
     opt.svc = &svc;
 
@@ -323,7 +338,9 @@ int main(int argc, char **argv)
         const sim_run *rp[MAX_POLICIES];
         const sim_summary *sp[MAX_POLICIES];
         for (int i = 0; i < n_runs; i++) { rp[i] = &runs[i]; sp[i] = &sums[i]; }
-        printf("trace %s: %zu requests over %.1f s; service %s\n\n", trace.source, trace.n, sums[0].span_s, svc.source);
+        printf("trace %s: %zu requests over %.1f s; service %s", trace.source, trace.n, sums[0].span_s, svc.source);
+        if (svc.it_points) printf(", step model fitted to the iterations of %s", svc.it_source);
+        printf("\n\n");
         sim_report_compare(stdout, rp, sp, (size_t)n_runs);
     }
     status = 0;

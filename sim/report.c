@@ -527,6 +527,27 @@ json_t *sim_report_json(const sim_run *r, const sim_summary *s, const sim_servic
         json_object_set_new(lp, "median_rel_err", jr(svc->loop_median_rel_err, 6));
         json_object_set_new(sv, "serving_loop", lp);
     }
+    if (svc->it_points) {
+        /* the step model was fitted to a real ringlmd's iterations (--iteration-log) */
+        json_t *it = json_object(), *terms = json_array();
+        json_object_set_new(it, "model", json_string("iterations-fit"));
+        json_object_set_new(it, "source", json_string(svc->it_source));
+        json_object_set_new(it, "files", json_integer(svc->it_files));
+        json_object_set_new(it, "lines", json_integer((json_int_t)svc->it_lines));
+        json_object_set_new(it, "points", json_integer((json_int_t)svc->it_points));
+        json_object_set_new(it, "dropped", json_integer((json_int_t)svc->it_dropped));
+        json_object_set_new(it, "ignored_no_period", json_integer((json_int_t)svc->it_idle));
+        json_object_set_new(it, "ignored_transfers", json_integer((json_int_t)svc->it_transfers));
+        for (int i = 0; i < 5; i++)
+            if (svc->it_terms >> i & 1) json_array_append_new(terms, json_string(sim_service_term_name(i)));
+        json_object_set_new(it, "terms", terms);
+        json_object_set_new(it, "r2", jr(svc->r2, 6));
+        json_object_set_new(it, "median_rel_err", jr(svc->median_rel_err, 6));
+        json_object_set_new(it, "p90_rel_err", jr(svc->it_p90_rel_err, 6));
+        json_object_set_new(it, "max_rel_err", jr(svc->max_rel_err, 6));
+        json_object_set_new(it, "replaced_model_median_rel_err", jr(svc->it_prior_median_rel_err, 6));
+        json_object_set_new(sv, "iterations", it);
+    }
     json_object_set_new(sv, "kv_blocks_device", json_integer(svc->kv_blocks_device));
     json_object_set_new(sv, "kv_blocks_host", json_integer(svc->kv_blocks_host));
     json_object_set_new(sv, "kv_block_size", json_integer(svc->kv_block_size));
@@ -614,11 +635,28 @@ void sim_report_table(FILE *f, const sim_run *r, const sim_summary *s, const sim
     fprintf(f, "trace    %s (%s): %zu requests over %.1f s", t->source, sim_trace_format_name(t->format), t->n, s->span_s);
     if (t->n_bad_total) fprintf(f, ", %zu bad lines skipped", t->n_bad_total);
     fprintf(f, "\npolicy   %s  mode %s  hash %s\n", r->policy_name, r->mode, r->policy_hash);
-    fprintf(f, "service  %s%s: step_us = %.1f + %.3f*prefill + %.2f*decode_seqs + %.4f*context",
-            svc->source, svc->builtin ? " (spec-derived, not measured)" : "", svc->base_us,
-            svc->per_prefill_token_us, svc->per_decode_seq_us, svc->per_context_token_us);
+    if (svc->it_points)
+        fprintf(f, "service  iterations of %s: step_us = %.2f + %.4f*prefill + %.3f*decode_seqs + %.5f*context",
+                svc->it_source, svc->base_us, svc->per_prefill_token_us, svc->per_decode_seq_us,
+                svc->per_context_token_us);
+    else
+        fprintf(f, "service  %s%s: step_us = %.1f + %.3f*prefill + %.2f*decode_seqs + %.4f*context",
+                svc->source, svc->builtin ? " (spec-derived, not measured)" : "", svc->base_us,
+                svc->per_prefill_token_us, svc->per_decode_seq_us, svc->per_context_token_us);
     if (svc->per_prefill_pair_us != 0) fprintf(f, " + %.5f*prefill_pairs", svc->per_prefill_pair_us);
-    if (svc->grid_points) {
+    if (svc->it_points) {
+        fprintf(f, "\n         model iterations-fit from %s: %zu points used of %zu lines, %zu dropped as outliers "
+                "(%zu without a period, %zu with KV transfers ignored); R² %.4f, median rel. error %.1f%%, p90 %.1f%%, max %.1f%%",
+                svc->it_source, svc->it_points, svc->it_lines, svc->it_dropped, svc->it_idle, svc->it_transfers, svc->r2,
+                100 * svc->median_rel_err, 100 * svc->it_p90_rel_err, 100 * svc->max_rel_err);
+        if (!isnan(svc->it_prior_median_rel_err))
+            fprintf(f, "; the %s model on these points: %.1f%%", svc->builtin ? "built-in" : "calibration's",
+                    100 * svc->it_prior_median_rel_err);
+        fprintf(f, "\n         terms");
+        for (int i = 0; i < 5; i++)
+            if (svc->it_terms >> i & 1) fprintf(f, " %s", sim_service_term_name(i));
+        fprintf(f, "; KV and transfers from %s%s", svc->source, svc->builtin ? " (spec-derived, not measured)" : "");
+    } else if (svc->grid_points) {
         fprintf(f, "\n         model %s; on the %u grid points: R² %.4f, median rel. error %.1f%%, max %.1f%%",
                 svc->fit, svc->grid_points, svc->r2, 100 * svc->median_rel_err, 100 * svc->max_rel_err);
         if (svc->refit && !isnan(svc->file_median_rel_err))

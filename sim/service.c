@@ -1,6 +1,7 @@
 /* ringlm — simulator service model. SPDX-License-Identifier: MIT */
 #include "sim/service.h"
 #include "sim/err.h"
+#include "sim/stats.h"
 #include "sim/trace.h"
 
 #include <errno.h>
@@ -400,5 +401,309 @@ int sim_service_load(sim_service *s, const char *path, int fit)
     if (rc < 0) return rc;
     rc = sim_service_parse(s, path, buf, fit);
     free(buf);
+    return rc;
+}
+
+/* ---- iteration logs (ringlmd --iteration-log) ----------------------------------------------- */
+
+#define IT_K 5   /* base, prefill_tokens, decode_seqs, context_tokens, prefill_pairs */
+
+typedef struct itpt {
+    double x[IT_K], y;        /* regressors (x[0] = 1) and the observed period */
+    double decode_ctx;        /* NAN when the line did not carry it */
+} itpt;
+
+typedef struct itset {
+    itpt  *p;
+    size_t n, cap;
+} itset;
+
+static const char *const it_term_names[IT_K] = {"base", "prefill_tokens", "decode_seqs", "context_tokens", "prefill_pairs"};
+
+const char *sim_service_term_name(int i) { return i >= 0 && i < IT_K ? it_term_names[i] : "?"; }
+
+/* One numeric field of an iteration line: 1 when absent or null (an error if required),
+ * 0 with *out set, or -EINVAL naming file, line and field. */
+static int it_field(json_t *o, const char *key, bool required, bool integer, double *out, const char *name,
+                    size_t line)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        if (required) return sim_err_set("%s:%zu: missing \"%s\"", name, line, key);
+        return 1;
+    }
+    if (!json_is_number(v)) return sim_err_set("%s:%zu: \"%s\" is not a number", name, line, key);
+    double d = json_number_value(v);
+    if (!isfinite(d) || d < 0) return sim_err_set("%s:%zu: \"%s\" is %g, must be >= 0", name, line, key, d);
+    if (integer && d != floor(d)) return sim_err_set("%s:%zu: \"%s\" is %g, must be an integer", name, line, key, d);
+    *out = d;
+    return 0;
+}
+
+/* Parse one non-blank line; adds a point to set when it is usable for the fit. */
+static int it_line(sim_service *s, itset *set, const char *buf, size_t len, const char *name, size_t line)
+{
+    json_error_t jerr;
+    json_t *o = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!o) return sim_err_set("%s:%zu: not JSON: %.120s", name, line, jerr.text);
+    int rc = 0;
+    if (!json_is_object(o)) { rc = sim_err_set("%s:%zu: not a JSON object", name, line); goto out; }
+    /* the fields the fit uses, then the others: checked when present so that a broken
+     * writer shows up here rather than as a silently wrong model */
+    double pt = 0, ds = 0, ct = 0, pp = 0, period = NAN, tr = 0, dc = NAN, ignored;
+    if ((rc = it_field(o, "prefill_tokens", true, true, &pt, name, line)) ||
+        (rc = it_field(o, "decode_seqs", true, true, &ds, name, line)) ||
+        (rc = it_field(o, "context_tokens", true, true, &ct, name, line)) ||
+        (rc = it_field(o, "prefill_pairs", true, false, &pp, name, line)))
+        goto out;
+    static const struct { const char *key; bool integer; } opt[] = {
+        {"it", true}, {"t_us", false}, {"iter_us", false}, {"exec_us", false}, {"prefill_seqs", true},
+        {"wakes", true}};
+    for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++)
+        if ((rc = it_field(o, opt[i].key, false, opt[i].integer, &ignored, name, line)) < 0) goto out;
+    if ((rc = it_field(o, "period_us", false, false, &period, name, line)) < 0 ||
+        (rc = it_field(o, "transfers", false, true, &tr, name, line)) < 0 ||
+        (rc = it_field(o, "decode_context", false, false, &dc, name, line)) < 0)
+        goto out;
+    rc = 0;
+    s->it_lines++;
+    /* null period: the loop went idle after this iteration (or it was the last), so its
+     * period is not a step's cost; a zero period cannot be weighted by 1/period² */
+    if (isnan(period) || period <= 0) { s->it_idle++; goto out; }
+    /* a KV transfer started in the iteration: its cost is the transfer model's, not the step's */
+    if (tr > 0) { s->it_transfers++; goto out; }
+    if (set->n == set->cap) {
+        size_t cap = set->cap ? set->cap * 2 : 1024;
+        itpt *np = realloc(set->p, cap * sizeof *np);
+        if (!np) { rc = sim_err_setc(-ENOMEM, "%s: out of memory", name); goto out; }
+        set->p = np;
+        set->cap = cap;
+    }
+    set->p[set->n++] = (itpt){ .x = {1, pt, ds, ct, pp}, .y = period, .decode_ctx = dc };
+out:
+    json_decref(o);
+    return rc;
+}
+
+static int it_read(sim_service *s, itset *set, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return sim_err_setc(-errno, "%s: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t cap = 0, line = 0;
+    ssize_t got;
+    int rc = 0;
+    errno = 0;
+    while ((got = getline(&buf, &cap, f)) >= 0) {
+        line++;
+        size_t len = (size_t)got;
+        while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r')) len--;
+        size_t i = 0;
+        while (i < len && (buf[i] == ' ' || buf[i] == '\t')) i++;
+        if (i == len) continue;   /* blank line */
+        if ((rc = it_line(s, set, buf, len, path, line)) < 0) goto out;
+        errno = 0;
+    }
+    if (ferror(f)) rc = sim_err_setc(errno ? -errno : -EIO, "%s: read error after line %zu", path, line);
+out:
+    free(buf);
+    fclose(f);
+    return rc;
+}
+
+/* Weighted least squares over the terms in `mask` from the Gram matrix g of the weighted
+ * rows [x, y] (index IT_K is y). Columns are scaled to a unit diagonal first, so a pivot below
+ * the threshold means that term is (nearly) a combination of the ones before it — no
+ * variance of its own to fit. Returns 0 with beta (terms outside mask 0) and the weighted
+ * residual sum of squares, or -1. */
+static int it_solve(long double g[IT_K + 1][IT_K + 1], unsigned mask, double beta[IT_K], long double *sse)
+{
+    int idx[IT_K], k = 0;
+    long double m[IT_K][IT_K + 1], d[IT_K], x[IT_K];
+    for (int j = 0; j < IT_K; j++) {
+        beta[j] = 0;
+        if (!(mask >> j & 1)) continue;
+        if (!(g[j][j] > 0)) return -1;   /* the column is all zero */
+        idx[k++] = j;
+    }
+    for (int r = 0; r < k; r++) d[r] = 1 / sqrtl(g[idx[r]][idx[r]]);
+    for (int r = 0; r < k; r++) {
+        for (int c = 0; c < k; c++) m[r][c] = g[idx[r]][idx[c]] * d[r] * d[c];
+        m[r][k] = g[idx[r]][IT_K] * d[r];
+    }
+    /* symmetric positive (semi)definite: elimination without pivoting; the pivot is
+     * 1 − R² of the column against those before it */
+    for (int c = 0; c < k; c++) {
+        if (!(m[c][c] > 1e-11L)) return -1;
+        for (int r = c + 1; r < k; r++) {
+            long double f = m[r][c] / m[c][c];
+            for (int j = c; j <= k; j++) m[r][j] -= f * m[c][j];
+        }
+    }
+    for (int c = k - 1; c >= 0; c--) {
+        long double v = m[c][k];
+        for (int j = c + 1; j < k; j++) v -= m[c][j] * x[j];
+        x[c] = v / m[c][c];
+    }
+    long double fit = 0;
+    for (int r = 0; r < k; r++) {
+        long double b = x[r] * d[r];
+        if (!isfinite((double)b)) return -1;
+        beta[idx[r]] = (double)b;
+        fit += b * g[idx[r]][IT_K];
+    }
+    *sse = g[IT_K][IT_K] - fit;
+    return 0;
+}
+
+/* The best model with non-negative coefficients over the kept points: every subset of the
+ * five terms is fitted and the lowest residual wins, fewer terms on a tie. That is the
+ * non-negative least-squares optimum (its support's unconstrained fit is feasible), and it
+ * leaves out by itself a term whose column is zero or collinear, or that has fewer points
+ * than terms. Returns 0 or -1 when no subset can be fitted (no points). */
+static int it_fit(const itset *set, const bool *keep, double beta[IT_K], unsigned *terms)
+{
+    long double g[IT_K + 1][IT_K + 1] = {{0}};
+    for (size_t i = 0; i < set->n; i++) {
+        if (!keep[i]) continue;
+        const itpt *p = &set->p[i];
+        long double w = 1.0L / ((long double)p->y * p->y), a[IT_K + 1];
+        for (int j = 0; j < IT_K; j++) a[j] = p->x[j];
+        a[IT_K] = p->y;
+        for (int r = 0; r <= IT_K; r++)
+            for (int c = 0; c <= r; c++) g[r][c] += w * a[r] * a[c];
+    }
+    for (int r = 0; r <= IT_K; r++)
+        for (int c = r + 1; c <= IT_K; c++) g[r][c] = g[c][r];
+    /* g[y][y] = Σ w y² = the number of points: the tolerance is relative to it */
+    long double tol = 1e-12L * g[IT_K][IT_K], best = 0;
+    int found = 0;
+    for (int pc = 1; pc <= IT_K; pc++) {
+        for (unsigned mask = 1; mask < 1u << IT_K; mask++) {
+            if (__builtin_popcount(mask) != pc) continue;
+            double b[IT_K];
+            long double sse;
+            if (it_solve(g, mask, b, &sse) < 0) continue;
+            bool neg = false;
+            for (int j = 0; j < IT_K; j++) neg |= b[j] < 0;
+            if (neg) continue;
+            if (found && !(sse < best - tol)) continue;
+            found = 1;
+            best = sse;
+            *terms = mask;
+            memcpy(beta, b, sizeof b);
+        }
+    }
+    return found ? 0 : -1;
+}
+
+static double it_pred(const double beta[IT_K], const itpt *p)
+{
+    double v = 0;
+    for (int j = 0; j < IT_K; j++) v += beta[j] * p->x[j];
+    return v;
+}
+
+int sim_service_fit_iterations(sim_service *s, const char *const *paths, size_t n)
+{
+    itset set = {0};
+    bool *keep = NULL;
+    double *rel = NULL;
+    int rc = 0;
+    if (!n) return sim_err_set("no iteration log given");
+    s->it_lines = s->it_points = s->it_dropped = s->it_idle = s->it_transfers = 0;
+    s->it_source[0] = 0;
+    s->it_files = 0;
+    for (size_t f = 0; f < n; f++) {
+        if ((rc = it_read(s, &set, paths[f])) < 0) goto out;
+        size_t used = strlen(s->it_source);
+        snprintf(s->it_source + used, sizeof s->it_source - used, "%s%s", f ? ", " : "", paths[f]);
+        s->it_files++;
+    }
+    if (set.n == 0) {
+        rc = sim_err_set("%s: no usable iterations (%zu lines: %zu without a period, %zu with KV transfers)",
+                         s->it_source, s->it_lines, s->it_idle, s->it_transfers);
+        goto out;
+    }
+    keep = malloc(set.n * sizeof *keep);
+    rel = malloc(set.n * sizeof *rel);
+    if (!keep || !rel) { rc = sim_err_setc(-ENOMEM, "out of memory"); goto out; }
+    for (size_t i = 0; i < set.n; i++) keep[i] = true;
+    double beta[IT_K];
+    unsigned terms = 0;
+    if (it_fit(&set, keep, beta, &terms) < 0) { rc = sim_err_set("%s: the step model cannot be fitted", s->it_source); goto out; }
+    /* robust pass: an interrupt, a page fault or a preempted core makes one period several
+     * times what the batch costs; such points would pull every coefficient. A floor keeps
+     * an exact fit (median ~0) from dropping points over rounding noise. */
+    for (size_t i = 0; i < set.n; i++) rel[i] = fabs(it_pred(beta, &set.p[i]) - set.p[i].y) / set.p[i].y;
+    double med = median_of(rel, set.n);   /* sorts rel: recompute per point below */
+    double thr = 4 * med > 1e-9 ? 4 * med : 1e-9;
+    size_t dropped = 0;
+    for (size_t i = 0; i < set.n; i++) {
+        double e = fabs(it_pred(beta, &set.p[i]) - set.p[i].y) / set.p[i].y;
+        keep[i] = e <= thr;
+        dropped += !keep[i];
+    }
+    if (dropped && it_fit(&set, keep, beta, &terms) < 0) {
+        rc = sim_err_set("%s: the step model cannot be fitted after dropping %zu outliers", s->it_source, dropped);
+        goto out;
+    }
+    /* quality on the kept points, and what the model being replaced makes of them */
+    size_t m = 0;
+    double mean = 0, ss_tot = 0, ss_res = 0, maxe = 0;
+    bool prior_ok = true;
+    for (size_t i = 0; i < set.n; i++)
+        if (keep[i]) { mean += set.p[i].y; m++; prior_ok &= !isnan(set.p[i].decode_ctx); }
+    mean /= (double)m;
+    size_t j = 0;
+    for (size_t i = 0; i < set.n; i++) {
+        if (!keep[i]) continue;
+        const itpt *p = &set.p[i];
+        double pr = it_pred(beta, p), e = fabs(pr - p->y) / p->y;
+        ss_res += (p->y - pr) * (p->y - pr);
+        ss_tot += (p->y - mean) * (p->y - mean);
+        if (e > maxe) maxe = e;
+        rel[j++] = e;
+    }
+    qsort(rel, m, sizeof *rel, cmp_double);
+    double med_kept = sim_percentile(rel, m, 0.5), p90 = sim_percentile(rel, m, 0.9);
+    double prior = NAN;
+    if (prior_ok) {
+        j = 0;
+        for (size_t i = 0; i < set.n; i++) {
+            if (!keep[i]) continue;
+            const itpt *p = &set.p[i];
+            double pr = sim_service_step_us(s, (uint64_t)p->x[1], (uint64_t)p->x[2], (uint64_t)p->x[3], p->x[4]) +
+                        s->loop_step_us + s->loop_context_us * p->decode_ctx;
+            rel[j++] = fabs(pr - p->y) / p->y;
+        }
+        prior = median_of(rel, m);
+    }
+    s->base_us = beta[0];
+    s->per_prefill_token_us = beta[1];
+    s->per_decode_seq_us = beta[2];
+    s->per_context_token_us = beta[3];
+    s->per_prefill_pair_us = beta[4];
+    s->r2 = ss_tot > 0 ? 1 - ss_res / ss_tot : (ss_res == 0 ? 1 : 0);
+    s->median_rel_err = med_kept;
+    s->max_rel_err = maxe;
+    s->it_p90_rel_err = p90;
+    s->it_prior_median_rel_err = prior;
+    s->it_points = m;
+    s->it_dropped = dropped;
+    s->it_terms = terms;
+    s->refit = true;
+    s->grid_points = 0;
+    s->file_median_rel_err = NAN;
+    snprintf(s->fit, sizeof s->fit, "iterations-fit");
+    /* the real periods already hold everything the serving loop adds to a step */
+    s->loop_step_us = s->loop_context_us = 0;
+    s->loop_points = 0;
+    s->loop_median_rel_err = s->loop_engine_median_rel_err = NAN;
+    rc = 0;
+out:
+    free(set.p);
+    free(keep);
+    free(rel);
     return rc;
 }

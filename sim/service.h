@@ -3,6 +3,7 @@
 #define RINGLM_SIM_SERVICE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* A tier's link: KV bytes out of and back into device memory, plus a fixed cost per transfer. */
@@ -46,6 +47,19 @@ typedef struct sim_service {
     unsigned loop_points;             /* observations the loop terms were fitted from (0: none) */
     double   loop_median_rel_err;     /* engine model + loop terms vs the observed periods */
     double   loop_engine_median_rel_err; /* the engine model alone vs the same periods */
+    /* The step model fitted from the iterations a real ringlmd ran (--iteration-log; fit
+     * "iterations-fit", FORMATS.md "Iteration log"): it_points > 0 when it applies. r2,
+     * median_rel_err and max_rel_err then describe the fit on the points it kept. */
+    char     it_source[256];          /* the log file(s), ", "-separated */
+    unsigned it_files;
+    size_t   it_lines;                /* iteration lines read */
+    size_t   it_points;               /* lines the fit kept */
+    size_t   it_dropped;              /* left out by the robust pass (relative residual > 4× median) */
+    size_t   it_idle;                 /* period_us null (the loop went idle, or the last line) */
+    size_t   it_transfers;            /* transfers > 0 (a KV copy shared the iteration) */
+    unsigned it_terms;                /* terms fitted: bit 0 base, 1 prefill, 2 decode, 3 context, 4 pairs */
+    double   it_p90_rel_err;
+    double   it_prior_median_rel_err; /* the model it replaced (engine + loop terms) on the same points */
     sim_link host, disk;
     char     backend[32], model[128], source[256];
 } sim_service;
@@ -58,6 +72,19 @@ void sim_service_default(sim_service *s);
  * (-EINVAL with the field named in sim_err()). */
 int  sim_service_load(sim_service *s, const char *path, int fit);
 int  sim_service_parse(sim_service *s, const char *name, const char *json_text, int fit);
+
+/* Fit the step model to the periods of a real ringlmd's iterations (`ringlmd --iteration-log`,
+ * FORMATS.md "Iteration log"), pooling the points of all n files: weighted least squares
+ * (1/period²) over the five terms, non-negative coefficients (a term that cannot be fitted —
+ * no variance, too few points, or a negative slope — is left out, 0), then one robust pass
+ * that drops points whose relative residual exceeds 4× the median and refits. Replaces the
+ * step model of s and zeroes its serving-loop terms (real periods already include the loop);
+ * KV and transfer figures stay as s has them. Returns 0 or -errno; a malformed line is
+ * -EINVAL with "FILE:LINE: the field" in sim_err(). */
+int  sim_service_fit_iterations(sim_service *s, const char *const *paths, size_t n);
+/* Name of term i of the step model (bit i of it_terms): base, prefill_tokens, decode_seqs,
+ * context_tokens, prefill_pairs. */
+const char *sim_service_term_name(int i);
 
 /* Step time in µs for one batch. */
 static inline double sim_service_step_us(const sim_service *s, uint64_t prefill_tokens,
