@@ -633,20 +633,32 @@ int sim_service_fit_iterations(sim_service *s, const char *const *paths, size_t 
     unsigned terms = 0;
     if (it_fit(&set, keep, beta, &terms) < 0) { rc = sim_err_set("%s: the step model cannot be fitted", s->it_source); goto out; }
     /* robust pass: an interrupt, a page fault or a preempted core makes one period several
-     * times what the batch costs; such points would pull every coefficient. A floor keeps
-     * an exact fit (median ~0) from dropping points over rounding noise. */
-    for (size_t i = 0; i < set.n; i++) rel[i] = fabs(it_pred(beta, &set.p[i]) - set.p[i].y) / set.p[i].y;
-    double med = median_of(rel, set.n);   /* sorts rel: recompute per point below */
-    double thr = 4 * med > 1e-9 ? 4 * med : 1e-9;
+     * times what the batch costs; such points would pull every coefficient. Points whose
+     * relative residual exceeds 4× the median are dropped and the model refit; the rule is
+     * then applied once more against the refitted model, which takes back good points that
+     * only looked bad next to a fit the outliers had pulled (with exact data a fifth of them
+     * did), and the final fit is on that set. A point within 1 µs of the model
+     * (the log's resolution) is never dropped, nor one within 1e-9 relative, so that an
+     * exact fit (median ~0) does not drop points over rounding. */
     size_t dropped = 0;
-    for (size_t i = 0; i < set.n; i++) {
-        double e = fabs(it_pred(beta, &set.p[i]) - set.p[i].y) / set.p[i].y;
-        keep[i] = e <= thr;
-        dropped += !keep[i];
-    }
-    if (dropped && it_fit(&set, keep, beta, &terms) < 0) {
-        rc = sim_err_set("%s: the step model cannot be fitted after dropping %zu outliers", s->it_source, dropped);
-        goto out;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < set.n; i++) rel[i] = fabs(it_pred(beta, &set.p[i]) - set.p[i].y) / set.p[i].y;
+        double med = median_of(rel, set.n);   /* sorts rel: the residuals are recomputed below */
+        double thr = 4 * med > 1e-9 ? 4 * med : 1e-9;
+        size_t changed = 0;
+        dropped = 0;
+        for (size_t i = 0; i < set.n; i++) {
+            double r = fabs(it_pred(beta, &set.p[i]) - set.p[i].y);
+            bool k = r / set.p[i].y <= thr || r <= 1;   /* within the log's 1 µs resolution */
+            changed += k != keep[i];
+            keep[i] = k;
+            dropped += !k;
+        }
+        if (!changed) break;
+        if (it_fit(&set, keep, beta, &terms) < 0) {
+            rc = sim_err_set("%s: the step model cannot be fitted after dropping %zu outliers", s->it_source, dropped);
+            goto out;
+        }
     }
     /* quality on the kept points, and what the model being replaced makes of them */
     size_t m = 0;
