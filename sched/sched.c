@@ -1605,6 +1605,25 @@ static void step_group(sched *s, uint64_t now)
 /* Step                                                                                     */
 /* ---------------------------------------------------------------------------------------- */
 
+void sched_plan_work_of(const sched_plan *p, sched_plan_work *w)
+{
+    memset(w, 0, sizeof *w);
+    if (!p) return;
+    w->prefill_tokens = (uint64_t)p->prefill_tokens + p->pad_tokens;
+    w->decode_seqs = p->n_decode;
+    w->context_tokens = p->context_tokens;
+    for (uint32_t i = 0; i < p->n_entries; i++) {
+        const sched_entry *e = &p->entries[i];
+        double n = e->n_tokens;
+        if (!e->prefill) {
+            w->decode_context += (double)e->start_pos + n;
+            continue;
+        }
+        w->prefill_seqs++;
+        w->prefill_pairs += n * e->start_pos + n * (n - 1) / 2; /* each row attends to those before it */
+    }
+}
+
 const sched_plan *sched_step(sched *s, uint64_t now)
 {
     if (!s) { sched__set_error("sched_step: scheduler is NULL"); return NULL; }

@@ -476,6 +476,19 @@ typedef struct sched_plan {
     const sched_ended      *ended;       uint32_t n_ended;
 } sched_plan;
 
+/* What a batch costs to compute, as the step-time model sees it (sim/FORMATS.md): the same
+ * numbers for the daemon's iteration log and the simulator's step, from one definition. */
+typedef struct sched_plan_work {
+    uint64_t prefill_tokens;   /* prefill rows incl. static padding */
+    uint32_t prefill_seqs;     /* prefill chunks */
+    uint32_t decode_seqs;
+    uint64_t context_tokens;   /* the plan's sum of start_pos + n_tokens */
+    double   prefill_pairs;    /* sum over chunks of n*start_pos + n(n-1)/2: prefill attention */
+    double   decode_context;   /* sum over decode rows of start_pos + n_tokens */
+} sched_plan_work;
+
+void sched_plan_work_of(const sched_plan *p, sched_plan_work *w);
+
 /* Decide one iteration at now_us (must not go backwards: an earlier value is treated as the
  * previous one).  The returned plan and every array in it stay valid until the next
  * sched_step or sched_destroy.  Never fails for a valid scheduler; returns NULL only if s is

@@ -462,15 +462,10 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
             continue;
         }
         /* the batch */
-        uint64_t prefill = (uint64_t)p->prefill_tokens + p->pad_tokens;
-        double pairs = 0, decode_ctx = 0;
-        for (uint32_t i = 0; i < p->n_entries; i++) {
-            const sched_entry *en = &p->entries[i];
-            if (!en->prefill) { decode_ctx += (double)en->start_pos + en->n_tokens; continue; }
-            double n = en->n_tokens;
-            pairs += n * en->start_pos + n * (n - 1) / 2;   /* each row attends to those before it */
-        }
-        if (svc->per_prefill_pair_us == 0) pairs = 0;
+        sched_plan_work w;
+        sched_plan_work_of(p, &w);
+        uint64_t prefill = w.prefill_tokens;
+        double pairs = svc->per_prefill_pair_us == 0 ? 0 : w.prefill_pairs, decode_ctx = w.decode_context;
         /* engine + the serving loop's measured share (its context term follows the decode
          * rows it was measured on) + the what-if knobs */
         double step = (sim_service_step_us(svc, prefill, p->n_decode, p->context_tokens, pairs) +
