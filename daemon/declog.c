@@ -52,9 +52,10 @@ __attribute__((format(printf, 2, 3))) static int seterr(int err, const char *fmt
 /* ---- rings -------------------------------------------------------------------------- */
 
 #define CACHELINE 64
+#define DECLOG_NLOGS 3
 
 typedef struct logring {
-    const char *name; /* "decision" | "request" */
+    const char *name; /* "decision" | "request" | "iteration" */
     int fd;           /* -1: log not configured */
     bool own_fd;
     char *buf;
@@ -70,7 +71,7 @@ typedef struct logring {
 } logring;
 
 struct declog {
-    logring log[2]; /* 0 decision, 1 request */
+    logring log[DECLOG_NLOGS]; /* 0 decision, 1 request, 2 iteration */
     pthread_t writer;
     bool writer_started;
     alignas(CACHELINE) _Atomic uint32_t wake_seq; /* futex word */
@@ -192,24 +193,23 @@ static void *writer_main(void *arg)
     clock_gettime(CLOCK_MONOTONIC, &last_report);
     for (;;) {
         uint32_t seq = atomic_load_explicit(&d->wake_seq, memory_order_acquire);
-        uint64_t did = ring_drain(&d->log[0]) + ring_drain(&d->log[1]);
+        uint64_t did = 0;
+        for (int i = 0; i < DECLOG_NLOGS; i++) did += ring_drain(&d->log[i]);
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (now.tv_sec != last_report.tv_sec) { /* drops reported at most once a second */
-            report_drops(&d->log[0], false);
-            report_drops(&d->log[1], false);
+            for (int i = 0; i < DECLOG_NLOGS; i++) report_drops(&d->log[i], false);
             last_report = now;
         }
         if (did) continue;
         if (atomic_load_explicit(&d->stop, memory_order_acquire)) {
             /* One last drain: lines queued before stop was set are written. */
-            ring_drain(&d->log[0]);
-            ring_drain(&d->log[1]);
+            for (int i = 0; i < DECLOG_NLOGS; i++) ring_drain(&d->log[i]);
             break;
         }
         atomic_store_explicit(&d->writer_sleeping, 1, memory_order_seq_cst);
         bool pending = false;
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < DECLOG_NLOGS; i++)
             if (d->log[i].fd >= 0 && atomic_load_explicit(&d->log[i].prod, memory_order_seq_cst) !=
                                          atomic_load_explicit(&d->log[i].cons, memory_order_relaxed))
                 pending = true;
@@ -221,8 +221,7 @@ static void *writer_main(void *arg)
         }
         atomic_store_explicit(&d->writer_sleeping, 0, memory_order_relaxed);
     }
-    report_drops(&d->log[0], true);
-    report_drops(&d->log[1], true);
+    for (int i = 0; i < DECLOG_NLOGS; i++) report_drops(&d->log[i], true);
     return NULL;
 }
 
@@ -273,7 +272,9 @@ int declog_create(const declog_config *cfg, declog **out)
     if (rc < 0) goto fail;
     rc = open_log(&d->log[1], "request", cfg->request_path, ring, cfg->truncate);
     if (rc < 0) goto fail_dec;
-    if (d->log[0].fd >= 0 || d->log[1].fd >= 0) {
+    rc = open_log(&d->log[2], "iteration", cfg->iteration_path, ring, cfg->truncate);
+    if (rc < 0) goto fail_req;
+    if (d->log[0].fd >= 0 || d->log[1].fd >= 0 || d->log[2].fd >= 0) {
         /* Signals stay with the loop's signalfd: the writer blocks them all. */
         sigset_t all, old;
         sigfillset(&all);
@@ -282,13 +283,15 @@ int declog_create(const declog_config *cfg, declog **out)
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (rc < 0) {
             seterr(rc, "declog: pthread_create: %s", strerror(-rc));
-            goto fail_req;
+            goto fail_it;
         }
         pthread_setname_np(d->writer, "ringlmd-log");
         d->writer_started = true;
     }
     *out = d;
     return 0;
+fail_it:
+    close_log(&d->log[2]);
 fail_req:
     close_log(&d->log[1]);
 fail_dec:
@@ -306,13 +309,19 @@ void declog_destroy(declog *d)
         wake_writer(d);
         pthread_join(d->writer, NULL);
     }
-    close_log(&d->log[0]);
-    close_log(&d->log[1]);
+    for (int i = 0; i < DECLOG_NLOGS; i++) close_log(&d->log[i]);
     free(d);
 }
 
 bool declog_has_decisions(const declog *d) { return d && d->log[0].fd >= 0; }
 bool declog_has_requests(const declog *d) { return d && d->log[1].fd >= 0; }
+bool declog_has_iterations(const declog *d) { return d && d->log[2].fd >= 0; }
+
+int declog_iteration_line(declog *d, const char *json, size_t len)
+{
+    if (!d || d->log[2].fd < 0) return 0;
+    return ring_put(d, &d->log[2], json, len);
+}
 
 /* ---- decision log ------------------------------------------------------------------- */
 
@@ -530,13 +539,13 @@ void declog_queued(const declog *d, uint64_t *decision_lines, uint64_t *request_
 int declog_flush(declog *d, int timeout_ms)
 {
     if (!d || !d->writer_started) return 0;
-    uint64_t target[2];
-    for (int i = 0; i < 2; i++) target[i] = atomic_load_explicit(&d->log[i].prod, memory_order_relaxed);
+    uint64_t target[DECLOG_NLOGS];
+    for (int i = 0; i < DECLOG_NLOGS; i++) target[i] = atomic_load_explicit(&d->log[i].prod, memory_order_relaxed);
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
         bool done = true;
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < DECLOG_NLOGS; i++)
             if (d->log[i].fd >= 0 &&
                 atomic_load_explicit(&d->log[i].cons, memory_order_acquire) < target[i])
                 done = false;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * daemon/declog.h — the decision log (DESIGN.md §5, JSON lines in the scheduler's schema)
- * and the request log (sim/FORMATS.md native JSONL), both written off the hot path.
+ * daemon/declog.h — the decision log (DESIGN.md §5, JSON lines in the scheduler's schema),
+ * the request log (sim/FORMATS.md native JSONL) and the iteration log (sim/FORMATS.md), all
+ * written off the hot path.
  *
  * The loop thread formats a line (the scheduler's sched_event_json() for decisions, this
  * module's declog_request_format() for requests) and copies it into a bounded byte ring —
@@ -37,6 +38,7 @@ struct sched_event; /* sched/sched.h */
 typedef struct declog_config {
     const char *decision_path; /* NULL: no decision log. "-" = stdout. Appended to. */
     const char *request_path;  /* NULL: no request log. "-" = stdout. Appended to. */
+    const char *iteration_path; /* NULL: no iteration log (sim/FORMATS.md). Appended to. */
     size_t ring_bytes;         /* per log (0: 4 MiB), rounded up to a power of two */
     bool truncate;             /* true: truncate the files at open instead of appending */
 } declog_config;
@@ -55,6 +57,13 @@ const char *declog_errmsg(void);
 /* Is this log configured? (cheap; lets the caller skip formatting) */
 bool declog_has_decisions(const declog *d);
 bool declog_has_requests(const declog *d);
+bool declog_has_iterations(const declog *d);
+
+/* ---- iteration log (sim/FORMATS.md "Iteration log") ---------------------------------- */
+
+/* Queues one preformatted JSON object (without newline). Same returns as
+ * declog_decision_line; a no-op returning 0 when the log is not configured. */
+int declog_iteration_line(declog *d, const char *json, size_t len);
 
 /* ---- decision log ------------------------------------------------------------------- */
 

@@ -69,6 +69,7 @@ struct dloop {
 	uint64_t policy_hash;
 	uint64_t t0_ns;
 	uint64_t now_us;
+	uint64_t futex_wakes;	/* clients woken by publish_sessions, ever */
 	uint64_t wake_at_us;
 	uint64_t next_session_id;
 	int nsessions;                   /* HELLO + ACTIVE */
@@ -613,8 +614,11 @@ static int publish_sessions(dloop *l)
 {
 	int work = 0;
 	for (dsess *s = l->sessions; s; s = s->next)
-		if (s->phase == DSESS_ACTIVE && !s->ending)
-			work |= dsess_publish(s);
+		if (s->phase == DSESS_ACTIVE && !s->ending) {
+			int r = dsess_publish(s);
+			work |= r != 0;
+			l->futex_wakes += r == 2;
+		}
 	return work;
 }
 
@@ -888,6 +892,7 @@ void dloop_destroy(dloop *l)
 
 struct io_uring *dloop_ring(dloop *l) { return &l->ring; }
 uint64_t dloop_now_us(dloop *l) { return l->now_us; }
+uint64_t dloop_futex_wakes(dloop *l) { return l->futex_wakes; }
 const char *dloop_doorbell_mode(dloop *l)
 {
 	return (l->use_futex && !l->cfg.force_eventfd) ? "futex" : "eventfd";

@@ -99,6 +99,8 @@ void dloop_destroy(dloop *l);
 struct io_uring *dloop_ring(dloop *l);
 /* CLOCK_MONOTONIC µs since the loop was created (read once per iteration). */
 uint64_t dloop_now_us(dloop *l);
+/* Futex wakes issued to sleeping clients when their events were published, since start. */
+uint64_t dloop_futex_wakes(dloop *l);
 /* Wake the loop up no later than now + us even if nothing happens (timers of the
  * service); the earliest request in an iteration wins. */
 void dloop_wake_after_us(dloop *l, uint64_t us);

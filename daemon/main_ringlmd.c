@@ -50,6 +50,8 @@ static void usage(FILE *f)
 		"  --max-batch-tokens N     engine batch limit (default: the policy's token_budget)\n"
 		"  --decision-log FILE      scheduler decisions, JSON lines\n"
 		"  --request-log FILE       one line per request (the simulator's native trace format)\n"
+		"  --iteration-log FILE     one line per batch: its composition and measured period\n"
+		"                           (ringlm-sim --iteration-log fits its step model from it)\n"
 		"  --metrics ADDR:PORT      Prometheus /metrics (ADDR defaults to 127.0.0.1)\n"
 		"  --stats-file FILE        JSON snapshot of pools, queues and accounting, kept current\n"
 		"  --backpressure-timeout-ms N  cancel a request whose client stopped reading (default 5000)\n"
@@ -141,7 +143,7 @@ int main(int argc, char **argv)
 	enum { O_SOCKET = 256, O_ECHO, O_NUMA, O_MAXS, O_MAXU, O_SPIN, O_SUBMIT, O_EVSLOTS,
 	       O_DOORBELL, O_VERSION, O_HELP,
 	       O_MODEL, O_TOKENIZER, O_POLICY, O_BACKEND, O_THREADS, O_KVB, O_KVBS, O_HKVB, O_DKV,
-	       O_DKVB, O_MAXBT, O_DECLOG, O_REQLOG, O_METRICS, O_STATS, O_BPT, O_BPB, O_DRAIN,
+	       O_DKVB, O_MAXBT, O_DECLOG, O_REQLOG, O_ITLOG, O_METRICS, O_STATS, O_BPT, O_BPB, O_DRAIN,
 	       O_VERIFY, O_QUIET, O_CHECK };
 	static const struct option opts[] = {
 		{ "socket", required_argument, 0, O_SOCKET },
@@ -168,6 +170,7 @@ int main(int argc, char **argv)
 		{ "max-batch-tokens", required_argument, 0, O_MAXBT },
 		{ "decision-log", required_argument, 0, O_DECLOG },
 		{ "request-log", required_argument, 0, O_REQLOG },
+		{ "iteration-log", required_argument, 0, O_ITLOG },
 		{ "metrics", required_argument, 0, O_METRICS },
 		{ "stats-file", required_argument, 0, O_STATS },
 		{ "backpressure-timeout-ms", required_argument, 0, O_BPT },
@@ -266,6 +269,7 @@ int main(int argc, char **argv)
 			break;
 		case O_DECLOG: sc.decision_log = optarg; break;
 		case O_REQLOG: sc.request_log = optarg; break;
+		case O_ITLOG: sc.iteration_log = optarg; break;
 		case O_METRICS: sc.metrics_listen = optarg; break;
 		case O_STATS: sc.stats_file = optarg; break;
 		case O_BPT:

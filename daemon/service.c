@@ -162,6 +162,15 @@ struct svc {
     uint64_t n_iterations, n_rejects, n_finished, n_swap_verify_errors, n_swap_verified;
     uint64_t n_engine_errors;
     uint64_t now_us;
+
+    /* iteration log: a batch's line waits for the next iteration's start, which gives its
+     * period (what one simulator step must cost) and the wakes its publish issued */
+    struct svc_iter {
+        bool pending, busy;
+        uint64_t it, t_us, iter_us, exec_us, wakes_before;
+        uint32_t transfers;
+        sched_plan_work w;
+    } itl;
 };
 
 /* ---- small helpers ------------------------------------------------------------------- */
@@ -725,6 +734,33 @@ static void update_gauges(svc *s, uint64_t iter_us, uint32_t batch_tokens)
     metrics_publish(s->mx, s->now_us, 0);
 }
 
+/* ---- iteration log -------------------------------------------------------------------- */
+
+/* Writes the pending iteration's line. next_start_us: the start of the iteration after it
+ * (0: none, e.g. at shutdown); its period is known only if the loop went straight on. */
+static void iter_log_emit(svc *s, uint64_t next_start_us)
+{
+    struct svc_iter *it = &s->itl;
+    if (!it->pending) return;
+    it->pending = false;
+    char period[32] = "null";
+    if (it->busy && next_start_us >= it->t_us && next_start_us)
+        snprintf(period, sizeof period, "%llu", (unsigned long long)(next_start_us - it->t_us));
+    uint64_t wakes = s->loop ? dloop_futex_wakes(s->loop) - it->wakes_before : 0;
+    char line[512];
+    int n = snprintf(line, sizeof line,
+                     "{\"it\":%llu,\"t_us\":%llu,\"period_us\":%s,\"iter_us\":%llu,\"exec_us\":%llu,"
+                     "\"prefill_tokens\":%llu,\"prefill_seqs\":%u,\"prefill_pairs\":%.0f,"
+                     "\"decode_seqs\":%u,\"decode_context\":%.0f,\"context_tokens\":%llu,"
+                     "\"transfers\":%u,\"wakes\":%llu}",
+                     (unsigned long long)it->it, (unsigned long long)it->t_us, period,
+                     (unsigned long long)it->iter_us, (unsigned long long)it->exec_us,
+                     (unsigned long long)it->w.prefill_tokens, it->w.prefill_seqs, it->w.prefill_pairs,
+                     it->w.decode_seqs, it->w.decode_context, (unsigned long long)it->w.context_tokens,
+                     it->transfers, (unsigned long long)wakes);
+    if (n > 0 && (size_t)n < sizeof line) declog_iteration_line(s->logs, line, (size_t)n);
+}
+
 /* ---- loop callbacks ------------------------------------------------------------------ */
 
 static int on_connect(void *ctx, dsess *ds)
@@ -959,6 +995,9 @@ static int iterate(void *ctx, uint64_t now_us)
     s->now_us = now_us;
     s->n_iterations++;
     DTRACE_PROBE2(ringlmd, iteration_start, s->n_iterations, now_us);
+    bool itlog = s->logs && declog_has_iterations(s->logs);
+    if (itlog) iter_log_emit(s, now_us);
+    uint64_t wakes_before = itlog && s->loop ? dloop_futex_wakes(s->loop) : 0;
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
 
@@ -1020,6 +1059,13 @@ static int iterate(void *ctx, uint64_t now_us)
         s->stats_last_us = s->now_us;
     }
     DTRACE_PROBE3(ringlmd, iteration_end, s->n_iterations, batch_tokens, iter_us);
+    if (itlog && p && p->n_entries) {
+        struct svc_iter *it = &s->itl;
+        *it = (struct svc_iter){.pending = true, .it = s->n_iterations, .t_us = now_us,
+                                .iter_us = iter_us, .exec_us = exec_us,
+                                .wakes_before = wakes_before, .transfers = p->n_transfers};
+        sched_plan_work_of(p, &it->w);
+    }
 
     if (s->draining) {
         if (s->live_reqs == 0) {
@@ -1057,6 +1103,7 @@ static int iterate(void *ctx, uint64_t now_us)
      * transfers); a short timer keeps it moving without spinning a core. */
     if (!busy && (c.waiting || c.running || c.swapped || c.in_transit))
         dloop_wake_after_us(s->loop, 2000);
+    s->itl.busy = busy;
     return busy ? 1 : 0;
 }
 
@@ -1227,7 +1274,8 @@ int svc_create(const svc_config *cfg, svc **out)
     rc = sched_create(s->policy, &sc, on_sched_event, s, 1, &s->sched);
     if (rc < 0) { rc = seterr(rc, "scheduler: %s", sched_last_error()); goto fail; }
 
-    declog_config dc = {.decision_path = cfg->decision_log, .request_path = cfg->request_log};
+    declog_config dc = {.decision_path = cfg->decision_log, .request_path = cfg->request_log,
+                        .iteration_path = cfg->iteration_log};
     rc = declog_create(&dc, &s->logs);
     if (rc < 0) { rc = seterr(rc, "logs: %s", declog_errmsg()); goto fail; }
 
@@ -1317,6 +1365,7 @@ int svc_run(svc *s, const dloop_config *lc)
     if (rc < 0) seterr(rc, "event loop: %s", dloop_errmsg());
     /* Sessions are gone (on_close ran for each); finish the bookkeeping. */
     s->now_us = dloop_now_us(s->loop);
+    iter_log_emit(s, 0);
     flush_pending(s);
     write_stats(s);
     metrics_publish(s->mx, s->now_us, 1);

@@ -49,6 +49,7 @@ typedef struct svc_config {
     int max_seqs;                 /* engine sequence limit (0: 256) */
     const char *decision_log;     /* NULL: none */
     const char *request_log;      /* NULL: none */
+    const char *iteration_log;    /* one line per batch (sim/FORMATS.md); NULL: none */
     const char *metrics_listen;   /* ADDR:PORT; NULL: no HTTP server */
     const char *stats_file;       /* JSON snapshot of pools/queues, rewritten on change */
     uint64_t backpressure_timeout_ms; /* 0: 5000 */

@@ -198,8 +198,10 @@ int dsess_publish(dsess *s)
 	/* Dekker with the client's sleep: publish, full fence, read its flag.  The flag is
 	 * client-written: any nonzero value costs only that client a wake syscall. */
 	ring_full_fence();
-	if (ring_load32(&s->cseg->client_sleeping))
+	if (ring_load32(&s->cseg->client_sleeping)) {
 		ring_futex_wake((const uint32_t *)&s->dseg->ev_prod, 1);
+		return 2;
+	}
 	return 1;
 }
 

@@ -80,7 +80,7 @@ int  dsess_drain_submit(dsess *s, unsigned max_records, dsess_rec_fn fn, void *a
 /* Does the submit ring hold unread bytes (or an impossible index, which also needs us)? */
 int  dsess_submit_pending(dsess *s);
 /* Publishes written events; wakes the client with one FUTEX_WAKE if it sleeps.
- * Returns 1 when it published something. */
+ * Returns 1 when it published something, 2 when it also woke the client. */
 int  dsess_publish(dsess *s);
 /* With want_space set: has the client freed space since? */
 int  dsess_space_returned(dsess *s);

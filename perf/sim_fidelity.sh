@@ -40,7 +40,7 @@ mkdir -p "$DIR"
 KV=1024
 echo "load: $(uptime | sed 's/.*load average/load average/')"
 # the daemon appends to its logs: start from empty ones
-rm -f "$DIR"/requests.jsonl "$DIR"/decisions.jsonl "$DIR"/probe-requests.jsonl "$DIR"/sock
+rm -f "$DIR"/requests.jsonl "$DIR"/decisions.jsonl "$DIR"/probe-requests.jsonl "$DIR"/iterations.jsonl "$DIR"/sock
 SOCK=$DIR/sock
 DPID=
 trap '[ -n "$DPID" ] && kill -TERM $DPID 2>/dev/null; wait $DPID 2>/dev/null' EXIT
@@ -49,7 +49,7 @@ serve() {
   local log=$1 trace=$2; shift 2
   rm -f "$SOCK"
   "$B/bin/ringlmd" --model "$MODEL" --threads "$THREADS" --kv-blocks $KV --socket "$SOCK" --policy "$POLICY" \
-    --request-log "$log" ${DECLOG:+--decision-log "$DECLOG"} --quiet > "$DIR/ringlmd.out" 2>&1 &
+    --request-log "$log" ${DECLOG:+--decision-log "$DECLOG"} ${ITLOG:+--iteration-log "$ITLOG"} --quiet > "$DIR/ringlmd.out" 2>&1 &
   DPID=$!
   for _ in $(seq 200); do [ -S "$SOCK" ] && break; kill -0 $DPID 2>/dev/null || break; sleep 0.05; done
   [ -S "$SOCK" ] || { echo "sim_fidelity: ringlmd did not start"; cat "$DIR/ringlmd.out"; exit 1; }
@@ -63,14 +63,14 @@ serve() {
 }
 if [ "${NO_PROBE:-0}" = 0 ]; then
   "$B/perf/calibrate" --write-probe "$DIR/probe.jsonl" > /dev/null || exit 1
-  DECLOG= serve "$DIR/probe-requests.jsonl" "$DIR/probe.jsonl" --clients 1 --json > "$DIR/probe-replay.json" 2> "$DIR/replay.err"
+  ITLOG= DECLOG= serve "$DIR/probe-requests.jsonl" "$DIR/probe.jsonl" --clients 1 --json > "$DIR/probe-replay.json" 2> "$DIR/replay.err"
   PROBE=(--daemon-log "$DIR/probe-requests.jsonl")
 else
   PROBE=()
 fi
 "$B/perf/calibrate" --model "$MODEL" --threads "$THREADS" --kv-blocks $KV --no-disk "${PROBE[@]}" -o "$DIR/cal.json" > "$DIR/calibrate.out" 2>&1 \
   || { cat "$DIR/calibrate.out"; exit 1; }
-DECLOG=$DIR/decisions.jsonl serve "$DIR/requests.jsonl" "$TRACE" --window 0:"$WINDOW" --rate "$RATE" --max-context 512 \
+ITLOG=$DIR/iterations.jsonl DECLOG=$DIR/decisions.jsonl serve "$DIR/requests.jsonl" "$TRACE" --window 0:"$WINDOW" --rate "$RATE" --max-context 512 \
   --clients ${CLIENTS:-4} --class standard --json > "$DIR/replay.json" 2> "$DIR/replay.err"
 trap - EXIT
 echo "load: $(uptime | sed 's/.*load average/load average/')"

@@ -628,3 +628,116 @@ Test(tools_cli, model_daemon_metrics_and_logs)
     free(model);
     free(trace);
 }
+
+/* Reads every line of an iteration log into a jansson array (asserting each is an object). */
+static json_t *read_iteration_log(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no iteration log %s", path);
+    json_t *arr = json_array();
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        json_error_t e;
+        json_t *o = json_loadb(line, (size_t)len, 0, &e);
+        cr_assert(o && json_is_object(o), "iteration line is not a JSON object (%s): %s", e.text, line);
+        json_array_append_new(arr, o);
+    }
+    free(line);
+    fclose(f);
+    return arr;
+}
+
+static double jnum(json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    cr_assert(json_is_number(v), "key %s missing or not a number in %s", k, json_dumps(o, 0));
+    return json_number_value(v);
+}
+
+/* The iteration log is what the simulator fits its step model from: every computed token
+ * must appear in it once, and the periods must tile the timeline without overlapping. */
+Test(tools_cli, iteration_log_accounts_for_every_token)
+{
+    need_programs();
+    char *model = path_join(shared_dir(), "models/stories260K.bin");
+    char *trace = path_join(shared_dir(), "traces/AzureLLMInferenceTrace_conv.csv");
+    if (!exists(model) || !exists(trace)) cr_skip_test("stories260K or the Azure trace not found under %s", shared_dir());
+    char it[64], req[64];
+    snprintf(it, sizeof it, "/tmp/ringlm-tt-%d-it.jsonl", getpid());
+    snprintf(req, sizeof req, "/tmp/ringlm-tt-%d-req2.jsonl", getpid());
+    unlink(it);
+    unlink(req);
+    const char *args[] = {"--model", model, "--iteration-log", it, "--request-log", req, NULL};
+    start_daemon(args);
+    const char *extra[] = {"--limit", "16", "--rate", "20", "--max-context", "200", "--length-scale", "0.1",
+                           "--clients", "2", "--vocab", "512", NULL};
+    json_t *j = replay_json(trace, extra);
+    check_sane(j, 16, "all");
+    json_decref(j);
+    stop_daemon(); /* flushes the logs */
+
+    /* what the requests needed */
+    FILE *f = fopen(req, "r");
+    cr_assert(f, "no request log %s", req);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long prompt = 0, out = 0, n = 0;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        declog_request r;
+        char sb[256];
+        line[len - 1] = 0;
+        cr_assert_eq(declog_request_parse(line, (size_t)len - 1, &r, sb, sizeof sb), 0, "%s", declog_errmsg());
+        cr_assert_str_eq(r.finish_reason, "length", "%s", line);
+        prompt += r.prompt_tokens;
+        out += r.output_tokens;
+        n++;
+    }
+    free(line);
+    fclose(f);
+    cr_assert_eq(n, 16);
+
+    json_t *arr = read_iteration_log(it);
+    size_t m = json_array_size(arr);
+    cr_assert(m > 0, "empty iteration log");
+    double prefill = 0, decode = 0, prefill_seqs = 0, prev_end = -1;
+    size_t with_period = 0;
+    for (size_t i = 0; i < m; i++) {
+        json_t *o = json_array_get(arr, i);
+        double t = jnum(o, "t_us"), iter = jnum(o, "iter_us"), exec = jnum(o, "exec_us");
+        double pt = jnum(o, "prefill_tokens"), ds = jnum(o, "decode_seqs"), ps = jnum(o, "prefill_seqs");
+        cr_assert(pt + ds > 0, "line %zu ran nothing: %s", i + 1, json_dumps(o, 0));
+        cr_assert(exec <= iter, "line %zu: exec_us %.0f > iter_us %.0f", i + 1, exec, iter);
+        cr_assert(jnum(o, "context_tokens") >= jnum(o, "decode_context"), "line %zu", i + 1);
+        cr_assert(jnum(o, "prefill_pairs") >= 0 && jnum(o, "wakes") >= 0 && jnum(o, "transfers") == 0);
+        cr_assert(t >= prev_end, "line %zu starts at %.0f, inside the previous period (ends %.0f)", i + 1, t, prev_end);
+        json_t *pv = json_object_get(o, "period_us");
+        cr_assert(pv, "line %zu has no period_us key", i + 1);
+        if (json_is_number(pv)) {
+            double per = json_number_value(pv);
+            cr_assert(per >= iter, "line %zu: period %.0f shorter than the iteration %.0f", i + 1, per, iter);
+            prev_end = t + per;
+            with_period++;
+        } else {
+            cr_assert(json_is_null(pv), "line %zu: period_us neither a number nor null", i + 1);
+            prev_end = t + iter;
+        }
+        prefill += pt;
+        decode += ds;
+        prefill_seqs += ps;
+    }
+    /* every prompt token computed once (no preemption here), every later token one decode
+     * row; the first token of each request comes from its last prefill chunk */
+    cr_assert_eq((long)prefill, prompt, "prefill rows %.0f != prompt tokens %ld", prefill, prompt);
+    cr_assert(decode >= (double)(out - n) && decode <= (double)out,
+              "decode rows %.0f not in [%ld, %ld] for %ld tokens of %ld requests", decode, out - n, out, out, n);
+    cr_assert(prefill_seqs >= (double)n, "%.0f prefill chunks for %ld prompts", prefill_seqs, n);
+    cr_assert(with_period >= m / 2, "only %zu of %zu lines have a period", with_period, m);
+    json_decref(arr);
+    unlink(it);
+    unlink(req);
+    free(model);
+    free(trace);
+}
