@@ -561,13 +561,20 @@ static int it_solve(long double g[IT_K + 1][IT_K + 1], unsigned mask, double bet
  * non-negative least-squares optimum (its support's unconstrained fit is feasible), and it
  * leaves out by itself a term whose column is zero or collinear, or that has fewer points
  * than terms. Returns 0 or -1 when no subset can be fitted (no points). */
-static int it_fit(const itset *set, const bool *keep, double beta[IT_K], unsigned *terms)
+static double it_pred(const double beta[IT_K], const itpt *p);
+
+static int it_fit(const itset *set, const bool *keep, const double *wmodel, double beta[IT_K], unsigned *terms)
 {
     long double g[IT_K + 1][IT_K + 1] = {{0}};
     for (size_t i = 0; i < set->n; i++) {
         if (!keep[i]) continue;
         const itpt *p = &set->p[i];
-        long double w = 1.0L / ((long double)p->y * p->y), a[IT_K + 1];
+        /* weights 1/period² make the fit minimise relative error; with a previous fit the
+         * period it predicts stands in for the observed one, because weighting by the
+         * observation favours the points that came out fast and pulls the model low */
+        double ref = wmodel ? it_pred(wmodel, p) : p->y;
+        if (!(ref > 0)) ref = p->y;
+        long double w = 1.0L / ((long double)ref * ref), a[IT_K + 1];
         for (int j = 0; j < IT_K; j++) a[j] = p->x[j];
         a[IT_K] = p->y;
         for (int r = 0; r <= IT_K; r++)
@@ -575,7 +582,7 @@ static int it_fit(const itset *set, const bool *keep, double beta[IT_K], unsigne
     }
     for (int r = 0; r <= IT_K; r++)
         for (int c = r + 1; c <= IT_K; c++) g[r][c] = g[c][r];
-    /* g[y][y] = Σ w y² = the number of points: the tolerance is relative to it */
+    /* g[y][y] = Σ w y² (about the number of points): the tolerance is relative to it */
     long double tol = 1e-12L * g[IT_K][IT_K], best = 0;
     int found = 0;
     for (int pc = 1; pc <= IT_K; pc++) {
@@ -631,7 +638,11 @@ int sim_service_fit_iterations(sim_service *s, const char *const *paths, size_t 
     for (size_t i = 0; i < set.n; i++) keep[i] = true;
     double beta[IT_K];
     unsigned terms = 0;
-    if (it_fit(&set, keep, beta, &terms) < 0) { rc = sim_err_set("%s: the step model cannot be fitted", s->it_source); goto out; }
+    double b0[IT_K];
+    if (it_fit(&set, keep, NULL, b0, &terms) < 0 || it_fit(&set, keep, b0, beta, &terms) < 0) {
+        rc = sim_err_set("%s: the step model cannot be fitted", s->it_source);
+        goto out;
+    }
     /* robust pass: an interrupt, a page fault or a preempted core makes one period several
      * times what the batch costs; such points would pull every coefficient. Points whose
      * relative residual exceeds 4× the median are dropped and the model refit; the rule is
@@ -655,7 +666,8 @@ int sim_service_fit_iterations(sim_service *s, const char *const *paths, size_t 
             dropped += !k;
         }
         if (!changed) break;
-        if (it_fit(&set, keep, beta, &terms) < 0) {
+        memcpy(b0, beta, sizeof b0);
+        if (it_fit(&set, keep, b0, beta, &terms) < 0) {
             rc = sim_err_set("%s: the step model cannot be fitted after dropping %zu outliers", s->it_source, dropped);
             goto out;
         }

@@ -183,6 +183,41 @@ Test(sim_itfit, several_logs_are_pooled)
     expect_rel(s.base_us, m.base, 1e-7, "base_us");
 }
 
+/* Noise that is ±20% around the model: weighting by the observed period would favour the fast
+ * half and fit the model low (the mean of each pair under 1/y² weights is 0.92 of the model);
+ * weights from the previous fit's prediction recover the model itself. */
+Test(sim_itfit, symmetric_noise_does_not_pull_the_model_low)
+{
+    model m = {40, 2.5, 12, 0.03, 0.002};
+    char path[128];
+    tmp_path("noise.jsonl", path, sizeof path);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    for (unsigned i = 0; i < 100; i++) {
+        static const uint32_t chunks[] = {0, 0, 32, 128};
+        uint32_t pt = chunks[i % 4], ds = pt ? i % 5 : 1 + i % 7, start = pt ? (i * 11) % 200 : 0;
+        double dctx = 0;
+        for (uint32_t k = 0; k < ds; k++) dctx += 20 + (i * 31 + k * 7) % 400;
+        double pp = pt ? (double)pt * start + (double)pt * (pt - 1) / 2 : 0, ct = dctx + (pt ? start + pt : 0);
+        double y = model_us(&m, pt, ds, ct, pp);
+        put_line(f, 2 * i, 0.8 * y, pt, start, ds, dctx, 0);
+        put_line(f, 2 * i + 1, 1.2 * y, pt, start, ds, dctx, 0);
+    }
+    fclose(f);
+    sim_service s;
+    sim_service_default(&s);
+    const char *paths[] = {path};
+    cr_assert_eq(sim_service_fit_iterations(&s, paths, 1), 0, "%s", sim_err());
+    cr_expect_eq(s.it_dropped, 0, "dropped %zu", s.it_dropped);
+    expect_rel(s.base_us, m.base, 1e-7, "base_us");
+    expect_rel(s.per_prefill_token_us, m.a, 1e-7, "per_prefill_token_us");
+    expect_rel(s.per_decode_seq_us, m.b, 1e-7, "per_decode_seq_us");
+    expect_rel(s.per_context_token_us, m.c, 1e-7, "per_context_token_us");
+    expect_rel(s.per_prefill_pair_us, m.d, 1e-7, "per_prefill_pair_us");
+    /* relative to the observed period: 0.2/0.8 and 0.2/1.2, half the points each */
+    expect_rel(s.median_rel_err, (0.25 + 0.2 / 1.2) / 2, 1e-7, "median relative error");
+}
+
 /* A decode-only run has no prefill columns: those terms are left out (0), not NaN. */
 Test(sim_itfit, decode_only_log_gives_a_finite_model)
 {
