@@ -469,7 +469,8 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         /* engine + the serving loop's measured share (its context term follows the decode
          * rows it was measured on) + the what-if knobs */
         double step = (sim_service_step_us(svc, prefill, p->n_decode, p->context_tokens, pairs) +
-                       svc->loop_step_us + svc->loop_context_us * decode_ctx) * o->step_scale +
+                       svc->loop_step_us + svc->loop_context_us * decode_ctx) * o->step_scale *
+                      sim_service_speed_at(svc, now) +
                       o->step_overhead_us;
         int64_t dur = (int64_t)ceil(step);
         if (dur < 1) dur = 1;

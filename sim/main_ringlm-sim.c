@@ -60,6 +60,12 @@ static void usage(FILE *f)
 "  --sample-ms N           time-series interval (default 1000)\n"
 "  --burst START:END       report the time until queue wait returns to its pre-burst baseline\n"
 "  --fidelity              native trace of a real run: per-request error of TTFT and E2E\n"
+"  --speed-trace           with --iteration-log of that same run: scale each step by the run's measured\n"
+"                          speed in its window (Σ observed / Σ modelled periods; diagnostic: separates\n"
+"                          the machine's drift from the simulator's decisions)\n"
+"  --speed-window-ms N     speed-trace window (default 2000)\n"
+"  --compare-log FILE      no simulation: per-request error of another real run's request log (FILE)\n"
+"                          against --trace's, in arrival order (the daemon's own repeatability)\n"
 "  --list-workloads        workloads and their parameters\n");
 }
 
@@ -83,6 +89,55 @@ static int parse_range(const char *s, double *a, double *b)
     return *e || !isfinite(*a) || !isfinite(*b) ? -1 : 0;
 }
 
+/* --compare-log: two request logs of real runs of the same trace, request by request in
+ * arrival order — how far the daemon is from itself, with fidelity mode's statistics. */
+static int compare_logs(const sim_trace *a, const char *path_b, bool json)
+{
+    sim_trace b;
+    sim_trace_init(&b, path_b);
+    int rc = sim_trace_load(&b, path_b, SIM_FMT_NATIVE, false);
+    if (rc < 0) { fprintf(stderr, "ringlm-sim: %s\n", sim_err()); return 1; }
+    if (!a->has_real || !b.has_real || a->n != b.n) {
+        fprintf(stderr, "ringlm-sim: --compare-log: %s and %s must be request logs of real runs of the same "
+                "requests (%zu vs %zu requests)\n", a->source, path_b, a->n, b.n);
+        sim_trace_free(&b);
+        return 1;
+    }
+    size_t cap = a->n ? a->n : 1, nt = 0, ne = 0;
+    double *te = malloc(cap * sizeof *te), *ee = malloc(cap * sizeof *ee);
+    if (!te || !ee) { free(te); free(ee); sim_trace_free(&b); return 1; }
+    for (size_t i = 0; i < a->n; i++) {
+        const sim_req *x = &a->reqs[i], *y = &b.reqs[i];
+        bool done_x = x->real_reason == SIM_REAL_LENGTH || x->real_reason == SIM_REAL_STOP;
+        bool done_y = y->real_reason == SIM_REAL_LENGTH || y->real_reason == SIM_REAL_STOP;
+        if (!done_x || !done_y) continue;
+        if (x->real_first_token_us != SIM_NO_TIME && y->real_first_token_us != SIM_NO_TIME &&
+            x->real_first_token_us > x->arrival_us) {
+            double ra = (double)(x->real_first_token_us - x->arrival_us), rb = (double)(y->real_first_token_us - y->arrival_us);
+            te[nt++] = fabs(rb - ra) / ra;
+        }
+        if (x->real_finish_us != SIM_NO_TIME && y->real_finish_us != SIM_NO_TIME && x->real_finish_us > x->arrival_us) {
+            double ra = (double)(x->real_finish_us - x->arrival_us), rb = (double)(y->real_finish_us - y->arrival_us);
+            ee[ne++] = fabs(rb - ra) / ra;
+        }
+    }
+    sim_dist dt, de;
+    sim_dist_of(te, nt, &dt);
+    sim_dist_of(ee, ne, &de);
+    if (json)
+        printf("{\"a\": \"%s\", \"b\": \"%s\", \"ttft_rel_err\": {\"n\": %zu, \"p50\": %.4f, \"p99\": %.4f, \"max\": %.4f}, "
+               "\"e2e_rel_err\": {\"n\": %zu, \"p50\": %.4f, \"p99\": %.4f, \"max\": %.4f}}\n",
+               a->source, path_b, dt.n, dt.p50, dt.p99, dt.max, de.n, de.p50, de.p99, de.max);
+    else
+        printf("real run vs real run (%s against %s, per request in arrival order): TTFT median %.1f%% p99 %.1f%% "
+               "(n %zu); E2E median %.1f%% p99 %.1f%% (n %zu)\n", path_b, a->source, dt.p50 * 100, dt.p99 * 100, dt.n,
+               de.p50 * 100, de.p99 * 100, de.n);
+    free(te);
+    free(ee);
+    sim_trace_free(&b);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *trace_path = NULL, *workload = NULL, *calib = NULL, *csv_dir = NULL, *plot_dir = NULL;
@@ -92,7 +147,9 @@ int main(int argc, char **argv)
     const char *itlogs[MAX_ITLOGS];
     int n_itlog = 0;
     int n_pol = 0, n_par = 0, fmt = SIM_FMT_AUTO, fit = SIM_FIT_AUTO;
-    bool json = false, skip_bad = false, want_fidelity = false;
+    bool json = false, skip_bad = false, want_fidelity = false, speed_trace = false;
+    double speed_ms = 2000;
+    const char *compare_log = NULL;
     double burst0 = -1, burst1 = -1;
     sim_transform xf;
     sim_transform_defaults(&xf);
@@ -100,7 +157,8 @@ int main(int argc, char **argv)
     sim_options_defaults(&opt);
     enum { O_FORMAT = 256, O_SKIP, O_PARAM, O_RATE, O_LSCALE, O_WINDOW, O_TENANTS, O_CLASSES, O_SEED,
            O_RETRY, O_RETRY_MAX, O_CALIB, O_MAXCTX, O_CSV, O_PLOT, O_DECLOG, O_SAMPLE, O_BURST,
-           O_FIDELITY, O_LIST, O_REQLOG, O_FIT, O_SCALE, O_OVERHEAD, O_CHECK, O_ITLOG };
+           O_FIDELITY, O_LIST, O_REQLOG, O_FIT, O_SCALE, O_OVERHEAD, O_CHECK, O_ITLOG,
+           O_SPEED, O_SPEEDW, O_COMPARE };
     static const struct option lo[] = {
         {"trace", 1, 0, 't'}, {"workload", 1, 0, 'w'}, {"policy", 1, 0, 'p'}, {"json", 0, 0, 'j'},
         {"help", 0, 0, 'h'}, {"format", 1, 0, O_FORMAT}, {"skip-bad", 0, 0, O_SKIP},
@@ -110,7 +168,8 @@ int main(int argc, char **argv)
         {"calibration", 1, 0, O_CALIB}, {"max-context", 1, 0, O_MAXCTX}, {"csv", 1, 0, O_CSV},
         {"plot", 1, 0, O_PLOT}, {"decision-log", 1, 0, O_DECLOG}, {"sample-ms", 1, 0, O_SAMPLE},
         {"burst", 1, 0, O_BURST}, {"fidelity", 0, 0, O_FIDELITY}, {"list-workloads", 0, 0, O_LIST}, {"request-log", 1, 0, O_REQLOG}, {"service-fit", 1, 0, O_FIT}, {"step-scale", 1, 0, O_SCALE}, {"step-overhead-us", 1, 0, O_OVERHEAD}, {"check-invariants", 1, 0, O_CHECK},
-        {"iteration-log", 1, 0, O_ITLOG},
+        {"iteration-log", 1, 0, O_ITLOG}, {"speed-trace", 0, 0, O_SPEED}, {"speed-window-ms", 1, 0, O_SPEEDW},
+        {"compare-log", 1, 0, O_COMPARE},
         {0, 0, 0, 0}};
     int c, li = -1;
     char *e;
@@ -190,6 +249,9 @@ int main(int argc, char **argv)
             }
             break;
         case O_FIDELITY: want_fidelity = true; break;
+        case O_SPEED: speed_trace = true; break;
+        case O_SPEEDW: speed_ms = strtod(optarg, &e); if (*e || !(speed_ms >= 1) || !(speed_ms <= 3.6e6)) goto bad_num; break;
+        case O_COMPARE: compare_log = optarg; break;
         case O_LIST: fputs(sim_gen_help(), stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -223,6 +285,11 @@ int main(int argc, char **argv)
     } else {
         sim_service_default(&svc);
     }
+    if (speed_trace && !n_itlog) {
+        fprintf(stderr, "ringlm-sim: --speed-trace needs --iteration-log (the recorded run's)\n");
+        return 2;
+    }
+    if (speed_trace) svc.speed_window_us = (int64_t)llround(speed_ms * 1000);
     if (n_itlog && (rc = sim_service_fit_iterations(&svc, itlogs, (size_t)n_itlog)) < 0) {
         fprintf(stderr, "ringlm-sim: %s\n", sim_err());
         return 1;
@@ -249,6 +316,10 @@ int main(int argc, char **argv)
     }
     if ((rc = sim_trace_transform(&trace, &xf)) < 0) {
         fprintf(stderr, "ringlm-sim: %s\n", sim_err());
+        goto out;
+    }
+    if (compare_log) {
+        status = compare_logs(&trace, compare_log, json);
         goto out;
     }
     if (want_fidelity && !trace.has_real) {
@@ -348,5 +419,6 @@ out:
     for (int i = 0; i < n_runs; i++) { sim_summary_free(&sums[i]); sim_run_free(&runs[i]); }
     for (int i = 0; i < n_pol; i++) sched_policy_free(pol[i]);
     sim_trace_free(&trace);
+    sim_service_free(&svc);
     return status;
 }

@@ -541,6 +541,12 @@ json_t *sim_report_json(const sim_run *r, const sim_summary *s, const sim_servic
         for (int i = 0; i < 5; i++)
             if (svc->it_terms >> i & 1) json_array_append_new(terms, json_string(sim_service_term_name(i)));
         json_object_set_new(it, "terms", terms);
+        if (svc->speed) {
+            json_t *sp = json_array();
+            for (size_t w = 0; w < svc->n_speed; w++) json_array_append_new(sp, jr(svc->speed[w], 4));
+            json_object_set_new(it, "speed_window_ms", jnum((double)svc->speed_window_us / 1000));
+            json_object_set_new(it, "speed", sp);
+        }
         json_object_set_new(it, "r2", jr(svc->r2, 6));
         json_object_set_new(it, "median_rel_err", jr(svc->median_rel_err, 6));
         json_object_set_new(it, "p90_rel_err", jr(svc->it_p90_rel_err, 6));
@@ -656,6 +662,11 @@ void sim_report_table(FILE *f, const sim_run *r, const sim_summary *s, const sim
         for (int i = 0; i < 5; i++)
             if (svc->it_terms >> i & 1) fprintf(f, " %s", sim_service_term_name(i));
         fprintf(f, "; KV and transfers from %s%s", svc->source, svc->builtin ? " (spec-derived, not measured)" : "");
+        if (svc->speed)
+            fprintf(f, "\n         speed trace (diagnostic: the recorded run's own drift): %zu windows of %.0f ms, "
+                    "%zu measured, factor %.2f..%.2f",
+                    svc->n_speed, (double)svc->speed_window_us / 1000, svc->speed_windows_measured,
+                    svc->speed_windows_measured ? svc->speed_min : 1.0, svc->speed_windows_measured ? svc->speed_max : 1.0);
     } else if (svc->grid_points) {
         fprintf(f, "\n         model %s; on the %u grid points: R² %.4f, median rel. error %.1f%%, max %.1f%%",
                 svc->fit, svc->grid_points, svc->r2, 100 * svc->median_rel_err, 100 * svc->max_rel_err);

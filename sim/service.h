@@ -60,6 +60,16 @@ typedef struct sim_service {
     unsigned it_terms;                /* terms fitted: bit 0 base, 1 prefill, 2 decode, 3 context, 4 pairs */
     double   it_p90_rel_err;
     double   it_prior_median_rel_err; /* the model it replaced (engine + loop terms) on the same points */
+    /* Speed trace (ringlm-sim --speed-trace): set speed_window_us > 0 before
+     * sim_service_fit_iterations and it measures, per window of the first log's timeline,
+     * Σ observed periods / Σ periods the fitted model predicts; the simulator multiplies each
+     * step by the factor of the window it starts in (1 where a window had fewer than
+     * SIM_SPEED_MIN_POINTS iterations). It replays the machine's speed drift during the
+     * recorded run; it is a diagnostic for fidelity, not a prediction. */
+    int64_t  speed_window_us;
+    double  *speed;                   /* malloc()ed, n_speed windows from t = 0 (sim_service_free) */
+    size_t   n_speed, speed_windows_measured;
+    double   speed_min, speed_max;
     sim_link host, disk;
     char     backend[32], model[128], source[256];
 } sim_service;
@@ -82,6 +92,16 @@ int  sim_service_parse(sim_service *s, const char *name, const char *json_text, 
  * KV and transfer figures stay as s has them. Returns 0 or -errno; a malformed line is
  * -EINVAL with "FILE:LINE: the field" in sim_err(). */
 int  sim_service_fit_iterations(sim_service *s, const char *const *paths, size_t n);
+#define SIM_SPEED_MIN_POINTS 20
+/* The speed factor at time t (1 without a speed trace). */
+static inline double sim_service_speed_at(const sim_service *s, int64_t t_us)
+{
+    if (!s->speed || t_us < 0 || s->speed_window_us <= 0) return 1.0;
+    size_t w = (size_t)(t_us / s->speed_window_us);
+    return w < s->n_speed ? s->speed[w] : 1.0;
+}
+/* Frees what sim_service_fit_iterations allocated (the speed trace). */
+void sim_service_free(sim_service *s);
 /* Name of term i of the step model (bit i of it_terms): base, prefill_tokens, decode_seqs,
  * context_tokens, prefill_pairs. */
 const char *sim_service_term_name(int i);

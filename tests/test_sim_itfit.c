@@ -535,3 +535,134 @@ Test(sim_itfit, program_fits_reports_and_replays_with_the_log)
     cr_expect(strstr(out, where) != NULL, "%s", out);
     free(out);
 }
+
+/* Skewed noise, as on a real log: one decode step in five pays a client wake (+60%). A
+ * simulated latency is a sum of steps, so the fit must get the sum of each kind of batch right
+ * (a fit of relative error put the decode steps ~7% above their sum on real logs). */
+Test(sim_itfit, sums_of_each_batch_kind_are_unbiased_under_skewed_noise)
+{
+    char path[128];
+    tmp_path("skew.jsonl", path, sizeof path);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    const model m = {20, 9, 35, 0.15, 0.1};
+    double sum_obs[2] = {0, 0};
+    struct { uint32_t pt, start, ds; double dctx; } b[600];
+    double obs[600];
+    for (unsigned i = 0; i < 600; i++) {
+        bool prefill = i % 10 == 0;
+        b[i].pt = prefill ? 32 + rnd(224) : 0;
+        b[i].start = prefill ? rnd(200) : 0;
+        b[i].ds = prefill ? rnd(2) : 1 + (i % 7 == 0);
+        b[i].dctx = b[i].ds ? (double)(b[i].ds * (50 + rnd(400))) : 0;
+        double pp = b[i].pt ? (double)b[i].pt * b[i].start + (double)b[i].pt * (b[i].pt - 1) / 2 : 0;
+        double ct = b[i].dctx + (b[i].pt ? b[i].start + b[i].pt : 0);
+        double y = model_us(&m, b[i].pt, b[i].ds, ct, pp);
+        if (i % 5 == 1) y *= 1.6;   /* the wake */
+        obs[i] = y;
+        sum_obs[prefill] += y;
+        put_line(f, i, y, b[i].pt, b[i].start, b[i].ds, b[i].dctx, 0);
+    }
+    fclose(f);
+    sim_service s;
+    sim_service_default(&s);
+    const char *paths[] = {path};
+    cr_assert_eq(sim_service_fit_iterations(&s, paths, 1), 0, "%s", sim_err());
+    double sum_pred[2] = {0, 0};
+    for (unsigned i = 0; i < 600; i++) {
+        double pp = b[i].pt ? (double)b[i].pt * b[i].start + (double)b[i].pt * (b[i].pt - 1) / 2 : 0;
+        double ct = b[i].dctx + (b[i].pt ? b[i].start + b[i].pt : 0);
+        sum_pred[i % 10 == 0] += sim_service_step_us(&s, b[i].pt, b[i].ds, (uint64_t)ct, pp);
+    }
+    (void)obs;
+    /* the robust pass may drop a few wake points (4× the median residual); within 2% */
+    cr_expect(fabs(sum_pred[0] / sum_obs[0] - 1) < 0.02, "decode steps: Σ model %.0f vs Σ observed %.0f (dropped %zu)",
+              sum_pred[0], sum_obs[0], s.it_dropped);
+    cr_expect(fabs(sum_pred[1] / sum_obs[1] - 1) < 0.02, "prefill steps: Σ model %.0f vs Σ observed %.0f",
+              sum_pred[1], sum_obs[1]);
+}
+
+/* --speed-trace: a run whose second half went 1.5× slower is replayed with that factor in
+ * the windows where it happened, and 1 where a window has too few iterations. */
+Test(sim_itfit, speed_trace_measures_the_drift_per_window)
+{
+    char path[128];
+    tmp_path("speed.jsonl", path, sizeof path);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    const model m = {20, 9, 35, 0.15, 0.1};
+    /* put_line stamps t_us = it × 1000: 200 iterations per 200 ms window */
+    for (unsigned i = 0; i < 800; i++) {
+        uint32_t pt = i % 8 == 0 ? 64 + rnd(128) : 0, ds = 1 + (i % 3 == 0);
+        double dctx = ds * (double)(40 + rnd(300));
+        double pp = pt ? (double)pt * (pt - 1) / 2 : 0, ct = dctx + pt;
+        double y = model_us(&m, pt, ds, ct, pp) * (i >= 400 ? 1.5 : 1.0);
+        put_line(f, i, y, pt, 0, ds, dctx, 0);
+    }
+    put_line(f, 1000, 77, 0, 0, 1, 100, 0);   /* a lone iteration in a window of its own */
+    fclose(f);
+    sim_service s;
+    sim_service_default(&s);
+    s.speed_window_us = 200000;
+    const char *paths[] = {path};
+    cr_assert_eq(sim_service_fit_iterations(&s, paths, 1), 0, "%s", sim_err());
+    cr_assert_eq(s.n_speed, 6, "%zu windows", s.n_speed);
+    cr_expect_eq(s.speed_windows_measured, 4);
+    /* the model sits between the two speeds; the factors keep their ratio */
+    double slow = s.speed[2], fast = s.speed[0];
+    cr_expect(fabs(slow / fast - 1.5) < 0.03, "factors %g %g %g %g", s.speed[0], s.speed[1], s.speed[2], s.speed[3]);
+    cr_expect(fabs(s.speed[1] / fast - 1) < 0.03 && fabs(s.speed[3] / slow - 1) < 0.03);
+    cr_expect_eq(s.speed[5], 1.0, "a window with one iteration is not a measurement: %g", s.speed[5]);
+    cr_expect_eq(sim_service_speed_at(&s, 450000), s.speed[2]);
+    cr_expect_eq(sim_service_speed_at(&s, 99000000), 1.0);
+    sim_service_free(&s);
+    cr_expect_null(s.speed);
+}
+
+/* --compare-log: two real runs' request logs, request by request in arrival order. Run B
+ * here is run A with every TTFT 10% and every end-to-end latency 20% longer, one request
+ * 50% longer: the medians and the p99 must say so. */
+Test(sim_itfit, compare_log_measures_one_real_run_against_another)
+{
+    char a[128], b[128], cmd[600];
+    tmp_path("run-a.jsonl", a, sizeof a);
+    tmp_path("run-b.jsonl", b, sizeof b);
+    FILE *fa = fopen(a, "w"), *fb = fopen(b, "w");
+    cr_assert(fa && fb);
+    for (int i = 0; i < 20; i++) {
+        long arr = 1000 + 5000L * i, ttft = 2000, e2e = 10000;
+        /* B's clients submitted a little later (its own clock); ids differ */
+        long arr_b = arr + 37, ttft_b = ttft * 11 / 10, e2e_b = i == 7 ? e2e * 3 / 2 : e2e * 12 / 10;
+        fprintf(fa, "{\"req\":%d,\"arrival_us\":%ld,\"tenant\":\"t\",\"class\":\"c\",\"prompt_tokens\":10,\"max_tokens\":5,"
+                "\"output_tokens\":5,\"first_token_us\":%ld,\"finish_us\":%ld,\"finish_reason\":\"length\"}\n",
+                i + 1, arr, arr + ttft, arr + e2e);
+        fprintf(fb, "{\"req\":%d,\"arrival_us\":%ld,\"tenant\":\"t\",\"class\":\"c\",\"prompt_tokens\":10,\"max_tokens\":5,"
+                "\"output_tokens\":5,\"first_token_us\":%ld,\"finish_us\":%ld,\"finish_reason\":\"length\"}\n",
+                100 - i, arr_b, arr_b + ttft_b, arr_b + e2e_b);
+    }
+    fclose(fa);
+    fclose(fb);
+    char *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s/ringlm-sim --trace %s --compare-log %s --json 2>&1", bin_dir(), a, b);
+    int st = sh(cmd, &out);
+    cr_assert_eq(st, 0, "%s", out);
+    json_error_t e;
+    json_t *j = json_loads(out, 0, &e);
+    cr_assert_not_null(j, "not JSON: %s", out);
+    json_t *t = json_object_get(j, "ttft_rel_err"), *x = json_object_get(j, "e2e_rel_err");
+    cr_expect_eq(json_integer_value(json_object_get(t, "n")), 20);
+    cr_expect_float_eq(json_real_value(json_object_get(t, "p50")), 0.10, 1e-3, "%s", out);
+    cr_expect_float_eq(json_real_value(json_object_get(x, "p50")), 0.20, 1e-3, "%s", out);
+    cr_expect_float_eq(json_real_value(json_object_get(x, "max")), 0.50, 1e-3, "%s", out);
+    json_decref(j);
+    free(out);
+    /* different request counts: an error, not a comparison of unrelated requests */
+    fb = fopen(b, "a");
+    fprintf(fb, "{\"req\":1000,\"arrival_us\":999999,\"prompt_tokens\":10,\"output_tokens\":5,\"first_token_us\":1000999,"
+                "\"finish_us\":1001999,\"finish_reason\":\"length\"}\n");
+    fclose(fb);
+    st = sh(cmd, &out);
+    cr_expect_neq(st, 0, "%s", out);
+    cr_expect(strstr(out, "same requests"), "%s", out);
+    free(out);
+}
