@@ -1,31 +1,39 @@
 #!/usr/bin/env bash
 # sim_fidelity.sh — how close ringlm-sim comes to the real daemon on this machine (issue 6).
-# 0. the serving loop: ringlmd serves `calibrate --write-probe` (requests one at a time at
-#    contexts 16..448) and logs each; their decode periods are what a step costs through the
-#    whole daemon (plan, sample, push, wake the client, poll), not just eng_execute
-# 1. perf/calibrate measures the CPU engine (step-time grid, transfer bandwidth) and takes the
-#    probe's periods (--daemon-log) → cal.json; the simulator fits its loop terms from them
-# 2. ringlmd serves the same model with the same policy and KV pool; `ringlm replay` plays a
-#    window of the Azure conversation trace against it; the daemon writes its request log
-# 3. ringlm-sim replays that request log with cal.json and reports, per request, the relative
-#    error of TTFT and end-to-end latency against the recorded values (median and p99).
-# Goal: E2E median <= 5%, p99 <= 10%; TTFT p99 <= 15%. On a machine shared with other work
-# the real run is slowed by CPU contention the calibration (fastest of N runs) does not see;
-# check `uptime` and read the numbers with that in mind.
-# Usage: B=build perf/sim_fidelity.sh [--window S] [--rate X] [--policy FILE] [--threads N]
-#        [--fit auto|file|linear|attention] [--out DIR]     exit 77: model or programs missing
-#        env: CLIENTS=N replay client processes (default 4); NO_PROBE=1 engine grid only;
-#        CLIENT_SPIN_US=N the replay clients' event-ring spin before sleeping (see serve())
+#
+#   1. calibration run: ringlmd serves one window of the Azure conversation trace (by default
+#      trace seconds 60..60+W) and writes its iteration log (one line per batch: composition
+#      and measured period); perf/calibrate adds the KV pool and transfer figures (cal.json)
+#   2. recorded runs A and B: fresh ringlmd instances serve another window (0..W), each with
+#      its request log and iteration log. B exists to measure the floor: how far two real runs
+#      of the same trace are from each other, per request
+#   3. ringlm-sim replays A's request log (--fidelity: per-request relative error of TTFT and
+#      end-to-end latency, median and p99) with four service models:
+#        grid        perf/calibrate's bare-engine step grid (the old way)
+#        predictive  fitted from the calibration run's iterations (another window, earlier):
+#                    what a user gets who calibrates once and then simulates
+#        same-run    fitted from run A's own iterations: the machine as it was during A
+#        speed       same-run, plus A's measured speed per 500 ms window (--speed-trace):
+#                    the simulator's decisions and queueing with the machine's drift removed
+# Goal (issue 6): E2E median <= 5%, p99 <= 10%; TTFT p99 <= 15%.
+# Pinning: the daemon runs on CPU $DAEMON_CPUS (default 0), the replay clients on $CLIENT_CPUS
+# (default: the other CPUs). Unpinned, a client woken for its token is often placed on the
+# daemon's CPU and preempts it (measured: 42-67 µs per woken client vs 12-15 µs pinned).
+# Run it on a quiet machine: a compile beside it moves the engine's speed by up to 2×.
+# Usage: B=build perf/sim_fidelity.sh [--window S] [--cal-window START] [--rate X]
+#        [--policy FILE] [--threads N] [--out DIR]      exit 77: model, trace or programs missing
+#        env: CLIENTS=N replay client processes (default 4); CLIENT_SPIN_US=N their ring spin;
+#             DAEMON_CPUS / CLIENT_CPUS (taskset lists; "none" = unpinned); NO_B=1 skip run B
 set -u
 cd "$(dirname "$0")/.."
 B=${B:-build}
 SHARED=${RINGLM_SHARED:-../shared}
 MODEL=${MODEL:-$SHARED/models/stories260K.bin}
-WINDOW=60 RATE=1 POLICY=sim/policies/token-budget.policy THREADS=1 FIT=auto OUT=
+WINDOW=30 CALW=60 RATE=1 POLICY=sim/policies/token-budget.policy THREADS=1 OUT=
 while [ $# -gt 0 ]; do
   case "$1" in
-    --window) WINDOW=$2; shift 2;; --rate) RATE=$2; shift 2;; --policy) POLICY=$2; shift 2;;
-    --threads) THREADS=$2; shift 2;; --fit) FIT=$2; shift 2;; --out) OUT=$2; shift 2;;
+    --window) WINDOW=$2; shift 2;; --cal-window) CALW=$2; shift 2;; --rate) RATE=$2; shift 2;;
+    --policy) POLICY=$2; shift 2;; --threads) THREADS=$2; shift 2;; --out) OUT=$2; shift 2;;
     *) echo "sim_fidelity: unknown option $1" >&2; exit 2;;
   esac
 done
@@ -38,45 +46,62 @@ TRACE=$SHARED/traces/AzureLLMInferenceTrace_conv.csv
 DIR=${OUT:-$(mktemp -d /tmp/ringlm-fidelity.XXXXXX)}
 mkdir -p "$DIR"
 KV=1024
-echo "load: $(uptime | sed 's/.*load average/load average/')"
-# the daemon appends to its logs: start from empty ones
-rm -f "$DIR"/requests.jsonl "$DIR"/decisions.jsonl "$DIR"/probe-requests.jsonl "$DIR"/iterations.jsonl "$DIR"/sock
+NCPU=$(nproc)
+DAEMON_CPUS=${DAEMON_CPUS:-$( [ "$NCPU" -gt "$THREADS" ] && echo "0-$((THREADS - 1))" || echo none)}
+CLIENT_CPUS=${CLIENT_CPUS:-$( [ "$DAEMON_CPUS" != none ] && echo "$THREADS-$((NCPU - 1))" || echo none)}
+DPIN=() CPIN=() NUMA=()
+if [ "$DAEMON_CPUS" != none ] && command -v taskset > /dev/null; then DPIN=(taskset -c "$DAEMON_CPUS"); NUMA=(--numa-node off); fi
+if [ "$CLIENT_CPUS" != none ] && command -v taskset > /dev/null; then CPIN=(taskset -c "$CLIENT_CPUS"); fi
+echo "daemon cpus: ${DAEMON_CPUS}, client cpus: ${CLIENT_CPUS}; load: $(uptime | sed 's/.*load average: //')"
 SOCK=$DIR/sock
 DPID=
 trap '[ -n "$DPID" ] && kill -TERM $DPID 2>/dev/null; wait $DPID 2>/dev/null' EXIT
-# serve(REQUEST_LOG, TRACE, replay options...): one ringlmd, one replay, stop
+# serve TAG WINDOW_START: one fresh ringlmd, one replay of W seconds of the trace from
+# WINDOW_START, stop; logs in $DIR/TAG-{requests,iterations}.jsonl (ringlmd appends: start empty)
 serve() {
-  local log=$1 trace=$2; shift 2
-  rm -f "$SOCK"
-  "$B/bin/ringlmd" --model "$MODEL" --threads "$THREADS" --kv-blocks $KV --socket "$SOCK" --policy "$POLICY" \
-    --request-log "$log" ${DECLOG:+--decision-log "$DECLOG"} ${ITLOG:+--iteration-log "$ITLOG"} --quiet > "$DIR/ringlmd.out" 2>&1 &
+  local tag=$1 start=$2
+  rm -f "$SOCK" "$DIR/$tag-requests.jsonl" "$DIR/$tag-iterations.jsonl"
+  "${DPIN[@]}" "$B/bin/ringlmd" --model "$MODEL" --threads "$THREADS" --kv-blocks $KV --socket "$SOCK" \
+    --policy "$POLICY" "${NUMA[@]}" --request-log "$DIR/$tag-requests.jsonl" \
+    --iteration-log "$DIR/$tag-iterations.jsonl" --quiet > "$DIR/$tag-ringlmd.out" 2>&1 &
   DPID=$!
   for _ in $(seq 200); do [ -S "$SOCK" ] && break; kill -0 $DPID 2>/dev/null || break; sleep 0.05; done
-  [ -S "$SOCK" ] || { echo "sim_fidelity: ringlmd did not start"; cat "$DIR/ringlmd.out"; exit 1; }
-  # CLIENT_SPIN_US: how long replay clients poll their event ring before sleeping (libclient
-  # default 50 µs). Below the decode period the client sleeps between tokens and ringlmd pays
-  # a futex wake per token (~70 µs on the dev VM): the loop then flips run to run between
-  # ~8 µs and ~80 µs per iteration, which no calibration taken at another moment can match.
-  RINGLM_SPIN_US=${CLIENT_SPIN_US:-${RINGLM_SPIN_US:-}} "$B/bin/ringlm" --socket "$SOCK" replay "$trace" "$@" \
-    || { cat "$DIR/replay.err"; exit 1; }
+  [ -S "$SOCK" ] || { echo "sim_fidelity: ringlmd did not start"; cat "$DIR/$tag-ringlmd.out"; exit 1; }
+  RINGLM_SPIN_US=${CLIENT_SPIN_US:-${RINGLM_SPIN_US:-}} "${CPIN[@]}" "$B/bin/ringlm" --socket "$SOCK" replay "$TRACE" \
+    --window "$start:$WINDOW" --rate "$RATE" --max-context 512 --clients "${CLIENTS:-4}" --class standard \
+    --json > "$DIR/$tag-replay.json" 2> "$DIR/$tag-replay.err" || { cat "$DIR/$tag-replay.err"; exit 1; }
   kill -TERM $DPID; wait $DPID; DPID=
 }
-if [ "${NO_PROBE:-0}" = 0 ]; then
-  "$B/perf/calibrate" --write-probe "$DIR/probe.jsonl" > /dev/null || exit 1
-  ITLOG= DECLOG= serve "$DIR/probe-requests.jsonl" "$DIR/probe.jsonl" --clients 1 --json > "$DIR/probe-replay.json" 2> "$DIR/replay.err"
-  PROBE=(--daemon-log "$DIR/probe-requests.jsonl")
-else
-  PROBE=()
-fi
-"$B/perf/calibrate" --model "$MODEL" --threads "$THREADS" --kv-blocks $KV --no-disk "${PROBE[@]}" -o "$DIR/cal.json" > "$DIR/calibrate.out" 2>&1 \
-  || { cat "$DIR/calibrate.out"; exit 1; }
-ITLOG=$DIR/iterations.jsonl DECLOG=$DIR/decisions.jsonl serve "$DIR/requests.jsonl" "$TRACE" --window 0:"$WINDOW" --rate "$RATE" --max-context 512 \
-  --clients ${CLIENTS:-4} --class standard --json > "$DIR/replay.json" 2> "$DIR/replay.err"
+serve cal "$CALW"
+"$B/perf/calibrate" --model "$MODEL" --threads "$THREADS" --kv-blocks $KV --no-disk -o "$DIR/cal.json" \
+  > "$DIR/calibrate.out" 2>&1 || { cat "$DIR/calibrate.out"; exit 1; }
+serve a 0
+[ "${NO_B:-0}" = 1 ] || serve b 0
 trap - EXIT
-echo "load: $(uptime | sed 's/.*load average/load average/')"
-"$B/bin/ringlm-sim" --trace "$DIR/requests.jsonl" --calibration "$DIR/cal.json" --service-fit "$FIT" \
-  --policy "$POLICY" --max-context 512 --fidelity > "$DIR/sim.txt" || exit 1
-"$B/bin/ringlm-sim" --trace "$DIR/requests.jsonl" --calibration "$DIR/cal.json" --service-fit "$FIT" \
-  --policy "$POLICY" --max-context 512 --fidelity --json > "$DIR/sim.json" || exit 1
-grep -E '^service|model |serving loop|^fidelity|simulated / recorded' "$DIR/sim.txt"
+echo "load after the runs: $(uptime | sed 's/.*load average: //')"
+SIM=("$B/bin/ringlm-sim" --trace "$DIR/a-requests.jsonl" --calibration "$DIR/cal.json" --policy "$POLICY"
+     --max-context 512 --fidelity)
+report() { # NAME, extra ringlm-sim options...
+  local name=$1; shift
+  "${SIM[@]}" "$@" > "$DIR/sim-$name.txt" || { cat "$DIR/sim-$name.txt"; exit 1; }
+  "${SIM[@]}" "$@" --json > "$DIR/sim-$name.json" || exit 1
+  printf '%-11s ' "$name"
+  grep -E '^fidelity' "$DIR/sim-$name.txt" | sed 's/^fidelity relative error vs the recorded run: //'
+}
+report grid
+report predictive --iteration-log "$DIR/cal-iterations.jsonl"
+report same-run --iteration-log "$DIR/a-iterations.jsonl"
+if "$B/bin/ringlm-sim" --help 2>&1 | grep -q -- --speed-trace; then
+  report speed --iteration-log "$DIR/a-iterations.jsonl" --speed-trace
+fi
+grep -E 'model iterations-fit' "$DIR/sim-predictive.txt" | sed 's/^ */predictive fit: /'
+grep -E 'model iterations-fit' "$DIR/sim-same-run.txt" | sed 's/^ */same-run fit:   /'
+if [ "${NO_B:-0}" != 1 ]; then
+  # the floor: run B against run A, per request, with the same statistics
+  if "$B/bin/ringlm-sim" --help 2>&1 | grep -q -- --compare-log; then
+    printf '%-11s ' "real B vs A"
+    "$B/bin/ringlm-sim" --trace "$DIR/a-requests.jsonl" --compare-log "$DIR/b-requests.jsonl" \
+      | sed 's/^real run vs real run.*arrival order): //'
+  fi
+fi
 echo "files in $DIR"
