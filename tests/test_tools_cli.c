@@ -11,6 +11,7 @@
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -740,4 +741,56 @@ Test(tools_cli, iteration_log_accounts_for_every_token)
     unlink(req);
     free(model);
     free(trace);
+}
+
+/* The nice value of one thread, from /proc/PID/task/TID/stat (field 19). */
+static int thread_nice(pid_t pid, const char *tid)
+{
+    char path[400], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/task/%.255s/stat", (int)pid, tid);
+    FILE *f = fopen(path, "r");
+    if (!f) return INT32_MIN;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');   /* the command may hold spaces */
+    if (!p) return INT32_MIN;
+    int field = 2, nice = INT32_MIN;
+    for (char *t = strtok(p + 1, " "); t; t = strtok(NULL, " "))
+        if (++field == 19) { nice = atoi(t); break; }
+    return nice;
+}
+
+/* --nice: every thread of the daemon runs at the value (the loop, the pool the BLAS library
+ * started before main, the log writer); without the privilege it says so and runs on. */
+Test(tools_cli, nice_applies_to_every_daemon_thread)
+{
+    need_programs();
+    char *ringlmd = path_join(bin_dir(), "ringlmd");
+    char *bad[] = {ringlmd, "--nice", "-21", NULL};
+    char *out, *err;
+    cr_expect_eq(run_capture(bad, &out, &err, 10), 2, "--nice -21 accepted: %s", err);
+    cr_expect(strstr(err, "--nice"), "%s", err);
+    free(out);
+    free(err);
+    free(ringlmd);
+    const char *args[] = {"--echo", "--nice", "-5", NULL};
+    start_daemon(args);
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)g_d.pid);
+    DIR *d = opendir(dir);
+    cr_assert(d, "%s", dir);
+    struct dirent *e;
+    int threads = 0;
+    bool privileged = geteuid() == 0;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        int n = thread_nice(g_d.pid, e->d_name);
+        threads++;
+        if (privileged) cr_expect_eq(n, -5, "thread %s runs at nice %d", e->d_name, n);
+    }
+    closedir(d);
+    cr_expect(threads >= 1);
+    if (!privileged) cr_expect(strstr(daemon_log(), "continuing at nice"), "%s", daemon_log());
+    stop_daemon();
 }
