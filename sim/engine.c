@@ -180,6 +180,7 @@ static int submit(eng *e, uint32_t req, uint32_t attempt, int64_t at, int64_t no
     };
     sched_reject_reason why = SCHED_REJECT_NONE;
     sim_rec *x = &e->run->recs[idx];
+    x->seen_us = now;
     x->live = 1;
     e->live++;
     rc = sched_submit(e->s, &sr, (uint64_t)now, &why);

@@ -18,6 +18,7 @@ typedef struct sim_rec {
     uint32_t req;                /* index of the request in the trace */
     uint32_t attempt;            /* 1 = first submission */
     int64_t  submit_us;          /* this attempt reached the scheduler */
+    int64_t  seen_us;            /* the step start at which the simulated loop saw it (>= submit_us) */
     int64_t  first_sched_us;     /* first plan entry (queue wait ends), or -1 */
     int64_t  first_token_us;     /* end of the step that produced the first token, or -1 */
     int64_t  end_us;             /* finished / rejected / timed out / cancelled, or -1 */

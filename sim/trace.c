@@ -62,9 +62,12 @@ static int cmp_arrival(const void *a, const void *b)
 {
     const sim_req *x = a, *y = b;
     if (x->arrival_us != y->arrival_us) return x->arrival_us < y->arrival_us ? -1 : 1;
-    /* src_line/src_id keep the sort stable: qsort itself is not. */
-    if (x->src_line != y->src_line) return x->src_line < y->src_line ? -1 : 1;
-    return x->src_id < y->src_id ? -1 : x->src_id > y->src_id;
+    /* Ties keep the submission order: src_id is the daemon's request id in a native log
+     * (ids are given in the order the loop drained requests, and requests drained in one pass
+     * share arrival_us, while the lines are in finish order), the row elsewhere. src_line
+     * last: qsort itself is not stable. */
+    if (x->src_id != y->src_id) return x->src_id < y->src_id ? -1 : 1;
+    return x->src_line < y->src_line ? -1 : x->src_line > y->src_line;
 }
 
 void sim_trace_sort(sim_trace *t)
