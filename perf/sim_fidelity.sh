@@ -103,6 +103,7 @@ report same-run --iteration-log "$DIR/a-iterations.jsonl"
 if "$B/bin/ringlm-sim" --help 2>&1 | grep -q -- --speed-trace; then
   report speed --iteration-log "$DIR/a-iterations.jsonl" --speed-trace
 fi
+grep -E '^noise floor' "$DIR/sim-same-run.txt" | sed 's/^noise floor ([^)]*): /floor:       /'
 grep -E 'model iterations-fit' "$DIR/sim-predictive.txt" | sed 's/^ */predictive fit: /'
 grep -E 'model iterations-fit' "$DIR/sim-same-run.txt" | sed 's/^ */same-run fit:   /'
 if [ "${NO_B:-0}" != 1 ]; then

@@ -407,6 +407,7 @@ int sim_service_load(sim_service *s, const char *path, int fit)
 /* ---- iteration logs (ringlmd --iteration-log) ----------------------------------------------- */
 
 #define IT_K 5   /* base, prefill_tokens, decode_seqs, context_tokens, prefill_pairs */
+#define IT_GROSS 10.0  /* a period this many times the model's (and 1 ms over) is a gross error */
 
 typedef struct itpt {
     double x[IT_K], y;        /* regressors (x[0] = 1) and the observed period */
@@ -653,24 +654,20 @@ int sim_service_fit_iterations(sim_service *s, const char *const *paths, size_t 
         rc = sim_err_set("%s: the step model cannot be fitted", s->it_source);
         goto out;
     }
-    /* robust pass: an interrupt, a page fault or a preempted core makes one period several
-     * times what the batch costs; such points would pull every coefficient. Points whose
-     * relative residual exceeds 4× the median are dropped and the model refit; the rule is
-     * then applied once more against the refitted model, which takes back good points that
-     * only looked bad next to a fit the outliers had pulled (with exact data a fifth of them
-     * did), and the final fit is on that set. A point within 1 µs of the model
-     * (the log's resolution) is never dropped, nor one within 1e-9 relative, so that an
-     * exact fit (median ~0) does not drop points over rounding. */
+    /* Gross errors only: a period more than IT_GROSS× what the model says and over 1 ms
+     * longer (a stopped or swapped-out process, a stalled disk write in the loop) is left out
+     * and the model refit; then the rule is applied once more against the refit, which takes
+     * back points that only looked gross beside a fit the outliers had pulled. Ordinary
+     * noise stays in: the time was spent, and a simulated latency is a sum of steps (an
+     * earlier rule, 4× the median relative residual, also dropped whole kinds of batch — every
+     * prefill iteration of a log where they were one in ten — which then had no cost at all). */
     size_t dropped = 0;
     for (int pass = 0; pass < 2; pass++) {
-        for (size_t i = 0; i < set.n; i++) rel[i] = fabs(it_pred(beta, &set.p[i]) - set.p[i].y) / set.p[i].y;
-        double med = median_of(rel, set.n);   /* sorts rel: the residuals are recomputed below */
-        double thr = 4 * med > 1e-9 ? 4 * med : 1e-9;
         size_t changed = 0;
         dropped = 0;
         for (size_t i = 0; i < set.n; i++) {
-            double r = fabs(it_pred(beta, &set.p[i]) - set.p[i].y);
-            bool k = r / set.p[i].y <= thr || r <= 1;   /* within the log's 1 µs resolution */
+            double pr = it_pred(beta, &set.p[i]), y = set.p[i].y;
+            bool k = !(y > IT_GROSS * (pr > 1 ? pr : 1) && y - pr > 1000);
             changed += k != keep[i];
             keep[i] = k;
             dropped += !k;
@@ -772,6 +769,25 @@ int sim_service_fit_iterations(sim_service *s, const char *const *paths, size_t 
         s->n_speed = nw;
         free(sy); free(sp); free(cnt);
     }
+    /* the first log's iterations, observed and modelled, for the noise floor (every point,
+     * the dropped ones too: their time was spent) */
+    free(s->it_obs);
+    s->it_obs = NULL;
+    s->n_it_obs = 0;
+    {
+        size_t n0 = 0;
+        for (size_t i = 0; i < set.n; i++) n0 += set.p[i].file == 0 && isfinite(set.p[i].t_us);
+        if (n0 && (s->it_obs = malloc(n0 * 3 * sizeof *s->it_obs))) {
+            for (size_t i = 0; i < set.n; i++) {
+                const itpt *p = &set.p[i];
+                if (p->file != 0 || !isfinite(p->t_us)) continue;
+                double *o = &s->it_obs[3 * s->n_it_obs++];
+                o[0] = p->t_us;
+                o[1] = p->y;
+                o[2] = it_pred(beta, p);
+            }
+        }
+    }
     s->refit = true;
     s->grid_points = 0;
     s->file_median_rel_err = NAN;
@@ -794,4 +810,43 @@ void sim_service_free(sim_service *s)
     free(s->speed);
     s->speed = NULL;
     s->n_speed = 0;
+    free(s->it_obs);
+    s->it_obs = NULL;
+    s->n_it_obs = 0;
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int sim_service_noise_floor(const sim_service *s, const sim_req *reqs, size_t n, double *errs, size_t *n_out)
+{
+    *n_out = 0;
+    if (!s->it_obs || !s->n_it_obs) return -ENOENT;
+    /* the log is in iteration order; a request spans the iterations that started in
+     * [arrival, finish): the first token and every later one came from those */
+    const double *o = s->it_obs;
+    size_t m = s->n_it_obs;
+    double *t = malloc(m * sizeof *t);
+    if (!t) return -ENOMEM;
+    for (size_t i = 0; i < m; i++) t[i] = o[3 * i];
+    bool sorted = true;
+    for (size_t i = 1; i < m && sorted; i++) sorted = t[i] >= t[i - 1];
+    if (!sorted) { free(t); return -EINVAL; }
+    for (size_t k = 0; k < n; k++) {
+        const sim_req *q = &reqs[k];
+        if (q->real_finish_us == SIM_NO_TIME || q->real_finish_us <= q->arrival_us) continue;
+        if (q->real_reason != SIM_REAL_LENGTH && q->real_reason != SIM_REAL_STOP) continue;
+        double a = (double)q->arrival_us, f = (double)q->real_finish_us;
+        size_t lo = 0, hi = m;
+        while (lo < hi) { size_t mid = (lo + hi) / 2; if (t[mid] < a) lo = mid + 1; else hi = mid; }
+        double obs = 0, mod = 0;
+        for (size_t i = lo; i < m && t[i] < f; i++) { obs += o[3 * i + 1]; mod += o[3 * i + 2]; }
+        if (obs > 0) errs[(*n_out)++] = fabs(mod - obs) / obs;
+    }
+    free(t);
+    qsort(errs, *n_out, sizeof *errs, cmp_dbl);
+    return 0;
 }

@@ -70,6 +70,10 @@ typedef struct sim_service {
     double  *speed;                   /* malloc()ed, n_speed windows from t = 0 (sim_service_free) */
     size_t   n_speed, speed_windows_measured;
     double   speed_min, speed_max;
+    /* The first log's iterations as (t_us, observed period, modelled period) triples, in log
+     * order (sim_service_noise_floor; freed by sim_service_free). */
+    double  *it_obs;
+    size_t   n_it_obs;
     sim_link host, disk;
     char     backend[32], model[128], source[256];
 } sim_service;
@@ -100,8 +104,16 @@ static inline double sim_service_speed_at(const sim_service *s, int64_t t_us)
     size_t w = (size_t)(t_us / s->speed_window_us);
     return w < s->n_speed ? s->speed[w] : 1.0;
 }
-/* Frees what sim_service_fit_iterations allocated (the speed trace). */
+/* Frees what sim_service_fit_iterations allocated (the speed trace, the iterations). */
 void sim_service_free(sim_service *s);
+/* The noise floor of fidelity, when the first --iteration-log is the recorded run's own: each
+ * request's real iterations (those that started between its arrival and its finish) summed
+ * as observed and as the fitted model has them. Its relative error is what the model misses
+ * with the real schedule given, i.e. the per-iteration noise the model cannot know (a
+ * simulation's error per request is of that order, give or take what cancels). errs gets n values at most (sorted);
+ * -ENOENT without iterations, -EINVAL when the log's t_us go backwards. */
+struct sim_req;
+int sim_service_noise_floor(const sim_service *s, const struct sim_req *reqs, size_t n, double *errs, size_t *n_out);
 /* Name of term i of the step model (bit i of it_terms): base, prefill_tokens, decode_seqs,
  * context_tokens, prefill_pairs. */
 const char *sim_service_term_name(int i);
