@@ -21,6 +21,7 @@ struct eng {
     void *plugin; /* dlopen handle of the CUDA plugin, NULL for CPU */
     float *sample_logits; /* eng_execute_sample's logits when the caller passes none */
     size_t sample_logits_rows;
+    int64_t *slot_scratch; /* max_batch_tokens: the batch check's sorted copy of the slots */
 };
 
 /* ---- backend lookup ----------------------------------------------------------------- */
@@ -99,6 +100,11 @@ int eng_create(const eng_model *m, const eng_options *opt, eng **out)
         return eng_seterr(-ENOMEM, "out of memory");
     e->model = m;
     e->opt = *opt;
+    e->slot_scratch = malloc((size_t)opt->max_batch_tokens * sizeof *e->slot_scratch);
+    if (!e->slot_scratch) {
+        free(e);
+        return eng_seterr(-ENOMEM, "out of memory");
+    }
     const char *backend = opt->backend ? opt->backend : "cpu";
     e->opt.backend = NULL; /* the caller's string need not outlive us */
     int err;
@@ -118,6 +124,7 @@ int eng_create(const eng_model *m, const eng_options *opt, eng **out)
 fail:
     if (e->plugin)
         dlclose(e->plugin);
+    free(e->slot_scratch);
     free(e);
     return err;
 }
@@ -131,6 +138,7 @@ void eng_destroy(eng *e)
     if (e->plugin)
         dlclose(e->plugin);
     free(e->sample_logits);
+    free(e->slot_scratch);
     free(e);
 }
 
@@ -218,6 +226,12 @@ int eng_kv_transfer_async(eng *e, int dir, const int32_t *blocks, void *const *h
 
 /* ---- batches ------------------------------------------------------------------------ */
 
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 int eng_batch_check(const eng *e, const eng_batch *b)
 {
     const eng_model_config *c = eng_model_cfg(e->model);
@@ -280,6 +294,26 @@ int eng_batch_check(const eng *e, const eng_batch *b)
                                   (long long)want_slot);
         }
     }
+    /* Two rows writing one KV slot (two sequences whose block tables share a block, both
+     * computing a position in it) would leave which K/V survives to the kernel's schedule:
+     * refuse the batch. A sorted copy: T log T on at most max_batch_tokens slots. */
+    memcpy(e->slot_scratch, b->slot_mapping, (size_t)T * sizeof *e->slot_scratch);
+    qsort(e->slot_scratch, (size_t)T, sizeof *e->slot_scratch, cmp_i64);
+    for (int i = 1; i < T; i++)
+        if (e->slot_scratch[i] == e->slot_scratch[i - 1]) {
+            int r0 = -1, r1 = -1;
+            for (int r = 0; r < T && r1 < 0; r++)
+                if (b->slot_mapping[r] == e->slot_scratch[i]) {
+                    if (r0 < 0)
+                        r0 = r;
+                    else
+                        r1 = r;
+                }
+            return eng_seterr(-EINVAL, "batch slot_mapping[%d] and [%d] are both slot %lld: two "
+                                       "rows would write one KV slot (block tables share block "
+                                       "%lld)", r0, r1, (long long)e->slot_scratch[i],
+                              (long long)(e->slot_scratch[i] / bs));
+        }
     for (int i = 0; i < b->n_logits; i++)
         if (b->logits_rows[i] < 0 || b->logits_rows[i] >= T)
             return eng_seterr(-EINVAL, "batch logits_rows[%d]=%d: must be 0..%d", i,

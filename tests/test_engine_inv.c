@@ -339,6 +339,22 @@ Test(engine_inv, batch_check_rejects_bad_batches)
     REJECT(bb.tokens = NULL, "required");
     REJECT((bb.n_seqs = 2, q2[1] = 3, q2[2] = 3), "query_start[1]=3");
     cr_assert_eq(eng_execute(e, &b, NULL), -EINVAL, "logits wanted, no buffer");
+    /* two sequences whose tables share block 6, both computing position 1 in it: one slot
+     * written twice. The same batch with the second sequence in block 7 is fine. */
+    {
+        int32_t t3[3] = {1, 5, 9}, p3[3] = {0, 1, 1}, q3[3] = {0, 2, 3}, l3[2] = {2, 2};
+        int32_t tb3[4] = {6, 2, 7, 3}, lr3[2] = {1, 2};
+        int64_t s3[3] = {24, 25, 29};
+        eng_batch b3 = {.n_tokens = 3, .tokens = t3, .positions = p3, .slot_mapping = s3, .n_seqs = 2,
+                        .query_start = q3, .seq_len = l3, .block_table = tb3, .block_table_stride = 2,
+                        .n_logits = 2, .logits_rows = lr3};
+        cr_assert_eq(eng_batch_check(e, &b3), 0, "distinct blocks: %s", eng_errmsg());
+        tb3[2] = 6;
+        s3[2] = 25;
+        cr_assert_eq(eng_batch_check(e, &b3), -EINVAL, "one slot written by two rows was accepted");
+        cr_assert(strstr(eng_errmsg(), "slot_mapping[1] and [2] are both slot 25"), "%s", eng_errmsg());
+        cr_assert_eq(eng_execute(e, &b3, logits), -EINVAL);
+    }
     free(logits);
     eng_destroy(e);
     eng_model_free(m);
