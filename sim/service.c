@@ -566,9 +566,7 @@ static int it_solve(long double g[IT_K + 1][IT_K + 1], unsigned mask, double bet
  * non-negative least-squares optimum (its support's unconstrained fit is feasible), and it
  * leaves out by itself a term whose column is zero or collinear, or that has fewer points
  * than terms. Returns 0 or -1 when no subset can be fitted (no points). */
-static double it_pred(const double beta[IT_K], const itpt *p);
-
-static int it_fit(const itset *set, const bool *keep, const double *wmodel, double beta[IT_K], unsigned *terms)
+static int it_fit(const itset *set, const bool *keep, double beta[IT_K], unsigned *terms)
 {
     long double g[IT_K + 1][IT_K + 1] = {{0}};
     for (size_t i = 0; i < set->n; i++) {
@@ -581,12 +579,11 @@ static int it_fit(const itset *set, const bool *keep, const double *wmodel, doub
          * error) did not: on real logs, whose short periods are skewed by client wakes and
          * preemption, they fitted the decode steps ~7% above their sum and the simulated
          * end-to-end latency came out 7% long. */
-        (void)wmodel;
-        long double w = 1.0L, a[IT_K + 1];
+        long double a[IT_K + 1];
         for (int j = 0; j < IT_K; j++) a[j] = p->x[j];
         a[IT_K] = p->y;
         for (int r = 0; r <= IT_K; r++)
-            for (int c = 0; c <= r; c++) g[r][c] += w * a[r] * a[c];
+            for (int c = 0; c <= r; c++) g[r][c] += a[r] * a[c];
     }
     for (int r = 0; r <= IT_K; r++)
         for (int c = r + 1; c <= IT_K; c++) g[r][c] = g[c][r];
@@ -649,8 +646,7 @@ int sim_service_fit_iterations(sim_service *s, const char *const *paths, size_t 
     for (size_t i = 0; i < set.n; i++) keep[i] = true;
     double beta[IT_K];
     unsigned terms = 0;
-    double b0[IT_K];
-    if (it_fit(&set, keep, NULL, b0, &terms) < 0 || it_fit(&set, keep, b0, beta, &terms) < 0) {
+    if (it_fit(&set, keep, beta, &terms) < 0) {
         rc = sim_err_set("%s: the step model cannot be fitted", s->it_source);
         goto out;
     }
@@ -673,8 +669,7 @@ int sim_service_fit_iterations(sim_service *s, const char *const *paths, size_t 
             dropped += !k;
         }
         if (!changed) break;
-        memcpy(b0, beta, sizeof b0);
-        if (it_fit(&set, keep, b0, beta, &terms) < 0) {
+        if (it_fit(&set, keep, beta, &terms) < 0) {
             rc = sim_err_set("%s: the step model cannot be fitted after dropping %zu outliers", s->it_source, dropped);
             goto out;
         }
@@ -815,38 +810,27 @@ void sim_service_free(sim_service *s)
     s->n_it_obs = 0;
 }
 
-static int cmp_dbl(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 int sim_service_noise_floor(const sim_service *s, const sim_req *reqs, size_t n, double *errs, size_t *n_out)
 {
     *n_out = 0;
     if (!s->it_obs || !s->n_it_obs) return -ENOENT;
     /* the log is in iteration order; a request spans the iterations that started in
      * [arrival, finish): the first token and every later one came from those */
-    const double *o = s->it_obs;
+    const double *o = s->it_obs;   /* (t_us, observed, modelled) triples */
     size_t m = s->n_it_obs;
-    double *t = malloc(m * sizeof *t);
-    if (!t) return -ENOMEM;
-    for (size_t i = 0; i < m; i++) t[i] = o[3 * i];
-    bool sorted = true;
-    for (size_t i = 1; i < m && sorted; i++) sorted = t[i] >= t[i - 1];
-    if (!sorted) { free(t); return -EINVAL; }
+    for (size_t i = 1; i < m; i++)
+        if (o[3 * i] < o[3 * (i - 1)]) return -EINVAL;
     for (size_t k = 0; k < n; k++) {
         const sim_req *q = &reqs[k];
         if (q->real_finish_us == SIM_NO_TIME || q->real_finish_us <= q->arrival_us) continue;
         if (q->real_reason != SIM_REAL_LENGTH && q->real_reason != SIM_REAL_STOP) continue;
         double a = (double)q->arrival_us, f = (double)q->real_finish_us;
         size_t lo = 0, hi = m;
-        while (lo < hi) { size_t mid = (lo + hi) / 2; if (t[mid] < a) lo = mid + 1; else hi = mid; }
+        while (lo < hi) { size_t mid = (lo + hi) / 2; if (o[3 * mid] < a) lo = mid + 1; else hi = mid; }
         double obs = 0, mod = 0;
-        for (size_t i = lo; i < m && t[i] < f; i++) { obs += o[3 * i + 1]; mod += o[3 * i + 2]; }
+        for (size_t i = lo; i < m && o[3 * i] < f; i++) { obs += o[3 * i + 1]; mod += o[3 * i + 2]; }
         if (obs > 0) errs[(*n_out)++] = fabs(mod - obs) / obs;
     }
-    free(t);
-    qsort(errs, *n_out, sizeof *errs, cmp_dbl);
+    qsort(errs, *n_out, sizeof *errs, cmp_double);
     return 0;
 }
