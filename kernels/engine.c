@@ -21,7 +21,11 @@ struct eng {
     void *plugin; /* dlopen handle of the CUDA plugin, NULL for CPU */
     float *sample_logits; /* eng_execute_sample's logits when the caller passes none */
     size_t sample_logits_rows;
-    int64_t *slot_scratch; /* max_batch_tokens: the batch check's sorted copy of the slots */
+    /* the batch check's per-block stamps: which batch (blk_gen) and sequence (blk_seq) last
+     * wrote into each KV block, so a block written by two sequences is seen in O(T) */
+    uint32_t *blk_gen;
+    int32_t *blk_seq;
+    uint32_t gen;
 };
 
 /* ---- backend lookup ----------------------------------------------------------------- */
@@ -100,8 +104,11 @@ int eng_create(const eng_model *m, const eng_options *opt, eng **out)
         return eng_seterr(-ENOMEM, "out of memory");
     e->model = m;
     e->opt = *opt;
-    e->slot_scratch = malloc((size_t)opt->max_batch_tokens * sizeof *e->slot_scratch);
-    if (!e->slot_scratch) {
+    e->blk_gen = calloc((size_t)opt->kv_blocks, sizeof *e->blk_gen);
+    e->blk_seq = calloc((size_t)opt->kv_blocks, sizeof *e->blk_seq);
+    if (!e->blk_gen || !e->blk_seq) {
+        free(e->blk_gen);
+        free(e->blk_seq);
         free(e);
         return eng_seterr(-ENOMEM, "out of memory");
     }
@@ -124,7 +131,8 @@ int eng_create(const eng_model *m, const eng_options *opt, eng **out)
 fail:
     if (e->plugin)
         dlclose(e->plugin);
-    free(e->slot_scratch);
+    free(e->blk_gen);
+    free(e->blk_seq);
     free(e);
     return err;
 }
@@ -138,7 +146,8 @@ void eng_destroy(eng *e)
     if (e->plugin)
         dlclose(e->plugin);
     free(e->sample_logits);
-    free(e->slot_scratch);
+    free(e->blk_gen);
+    free(e->blk_seq);
     free(e);
 }
 
@@ -226,13 +235,7 @@ int eng_kv_transfer_async(eng *e, int dir, const int32_t *blocks, void *const *h
 
 /* ---- batches ------------------------------------------------------------------------ */
 
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-int eng_batch_check(const eng *e, const eng_batch *b)
+int eng_batch_check(eng *e, const eng_batch *b)
 {
     const eng_model_config *c = eng_model_cfg(e->model);
     const int T = b->n_tokens, S = b->n_seqs, bs = e->opt.kv_block_size;
@@ -296,23 +299,24 @@ int eng_batch_check(const eng *e, const eng_batch *b)
     }
     /* Two rows writing one KV slot (two sequences whose block tables share a block, both
      * computing a position in it) would leave which K/V survives to the kernel's schedule:
-     * refuse the batch. A sorted copy: T log T on at most max_batch_tokens slots. */
-    memcpy(e->slot_scratch, b->slot_mapping, (size_t)T * sizeof *e->slot_scratch);
-    qsort(e->slot_scratch, (size_t)T, sizeof *e->slot_scratch, cmp_i64);
-    for (int i = 1; i < T; i++)
-        if (e->slot_scratch[i] == e->slot_scratch[i - 1]) {
-            int r0 = -1, r1 = -1;
-            for (int r = 0; r < T && r1 < 0; r++)
-                if (b->slot_mapping[r] == e->slot_scratch[i]) {
-                    if (r0 < 0)
-                        r0 = r;
-                    else
-                        r1 = r;
-                }
-            return eng_seterr(-EINVAL, "batch slot_mapping[%d] and [%d] are both slot %lld: two "
-                                       "rows would write one KV slot (block tables share block "
-                                       "%lld)", r0, r1, (long long)e->slot_scratch[i],
-                              (long long)(e->slot_scratch[i] / bs));
+     * refuse the batch. Rows of one sequence sit at distinct positions, so only a block that
+     * a second sequence writes into needs a look at the rows before it (a rare path). */
+    if (++e->gen == 0) {
+        memset(e->blk_gen, 0, (size_t)e->opt.kv_blocks * sizeof *e->blk_gen);
+        e->gen = 1;
+    }
+    for (int s = 0; s < S; s++)
+        for (int r = b->query_start[s]; r < b->query_start[s + 1]; r++) {
+            int64_t blk = b->slot_mapping[r] / bs;
+            if (e->blk_gen[blk] == e->gen && e->blk_seq[blk] != s)
+                for (int q = 0; q < b->query_start[s]; q++)
+                    if (b->slot_mapping[q] == b->slot_mapping[r])
+                        return eng_seterr(-EINVAL, "batch slot_mapping[%d] and [%d] are both slot "
+                                                   "%lld: two rows would write one KV slot (block "
+                                                   "tables share block %lld)", q, r,
+                                          (long long)b->slot_mapping[r], (long long)blk);
+            e->blk_gen[blk] = e->gen;
+            e->blk_seq[blk] = s;
         }
     for (int i = 0; i < b->n_logits; i++)
         if (b->logits_rows[i] < 0 || b->logits_rows[i] >= T)

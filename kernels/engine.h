@@ -188,9 +188,11 @@ typedef struct eng_batch {
     const int32_t *logits_rows;   /* [n_logits] */
 } eng_batch;
 
-/* Validates a batch against the engine (sizes, positions, slots, block tables, token ids);
- * -EINVAL with a detail. eng_execute calls it; the daemon may call it before. */
-int eng_batch_check(const eng *e, const eng_batch *b);
+/* Validates a batch against the engine (sizes, positions, slots, block tables, token ids,
+ * no KV slot written by two rows); -EINVAL with a detail. eng_execute calls it; the daemon
+ * may call it before. It uses scratch inside the engine: not concurrently with another call
+ * on the same engine. */
+int eng_batch_check(eng *e, const eng_batch *b);
 
 /* Runs the batch; writes n_logits × vocab float32 logits. */
 int eng_execute(eng *e, const eng_batch *b, float *logits);
