@@ -410,6 +410,31 @@ static void write_sim_model_log(const char *path)
 #define HAND_FIRST 395
 #define HAND_END   747
 
+/* A trace with the default tenant and class, for requests pushed by hand. */
+static void default_trace(sim_trace *t, const char *name)
+{
+    sim_trace_init(t, name);
+    cr_assert_geq(sim_trace_tenant(t, "default"), 0);
+    cr_assert_geq(sim_trace_class(t, "default"), 0);
+}
+
+/* Runs t under a token-budget policy (budget 512, chunks of 256) with service s. Returns the
+ * policy, which the run refers to: free it after the run. */
+static sched_policy *run_token_budget(const sim_trace *t, sim_service *s, sim_run *run)
+{
+    sched_policy *p = NULL;
+    sched_policy_error pe = {0};
+    cr_assert_eq(sched_policy_parse("[scheduler]\nmode = token_budget\ntoken_budget = 512\nprefill_chunk = 256\n", &p, &pe), 0,
+                 "%s", pe.reason);
+    sim_options o;
+    sim_options_defaults(&o);
+    o.policy = p;
+    o.policy_name = "test";
+    o.svc = s;
+    cr_assert_eq(sim_run_trace(t, &o, run), 0, "%s", sim_err());
+    return p;
+}
+
 Test(sim_itfit, simulation_charges_the_fitted_model)
 {
     char path[128];
@@ -421,26 +446,15 @@ Test(sim_itfit, simulation_charges_the_fitted_model)
     cr_assert_eq(sim_service_fit_iterations(&s, paths, 1), 0, "%s", sim_err());
     cr_assert_eq(s.it_terms, 0x1f, "terms 0x%x", s.it_terms);
     sim_trace t;
-    sim_trace_init(&t, "one");
-    cr_assert_geq(sim_trace_tenant(&t, "default"), 0);
-    cr_assert_geq(sim_trace_class(&t, "default"), 0);
+    default_trace(&t, "one");
     sim_req r;
     memset(&r, 0, sizeof r);
     r.deadline_us = r.real_first_token_us = r.real_finish_us = r.cancel_us = SIM_NO_TIME;
     r.prompt_tokens = 100;
     r.output_tokens = r.max_tokens = 3;
     cr_assert_eq(sim_trace_push(&t, &r), 0);
-    sched_policy *p = NULL;
-    sched_policy_error pe = {0};
-    cr_assert_eq(sched_policy_parse("[scheduler]\nmode = token_budget\ntoken_budget = 512\nprefill_chunk = 256\n", &p, &pe), 0,
-                 "%s", pe.reason);
-    sim_options o;
-    sim_options_defaults(&o);
-    o.policy = p;
-    o.policy_name = "test";
-    o.svc = &s;
     sim_run run;
-    cr_assert_eq(sim_run_trace(&t, &o, &run), 0, "%s", sim_err());
+    sched_policy *p = run_token_budget(&t, &s, &run);
     const sim_rec *a = &run.recs[run.final_rec[0]];
     cr_expect_eq(run.steps, 3, "steps %llu", (unsigned long long)run.steps);
     cr_expect_eq(a->first_token_us, HAND_FIRST, "first token %lld", (long long)a->first_token_us);
@@ -685,9 +699,7 @@ Test(sim_itfit, fidelity_measures_from_when_the_loop_saw_the_request)
     const char *paths[] = {path};
     cr_assert_eq(sim_service_fit_iterations(&s, paths, 1), 0, "%s", sim_err());
     sim_trace t;
-    sim_trace_init(&t, "two");
-    cr_assert_geq(sim_trace_tenant(&t, "default"), 0);
-    cr_assert_geq(sim_trace_class(&t, "default"), 0);
+    default_trace(&t, "two");
     sim_req r;
     memset(&r, 0, sizeof r);
     r.deadline_us = r.cancel_us = SIM_NO_TIME;
@@ -703,17 +715,8 @@ Test(sim_itfit, fidelity_measures_from_when_the_loop_saw_the_request)
     r.real_finish_us = 200 + 898;
     cr_assert_eq(sim_trace_push(&t, &r), 0);
     t.has_real = true;
-    sched_policy *p = NULL;
-    sched_policy_error pe = {0};
-    cr_assert_eq(sched_policy_parse("[scheduler]\nmode = token_budget\ntoken_budget = 512\nprefill_chunk = 256\n", &p, &pe), 0,
-                 "%s", pe.reason);
-    sim_options o;
-    sim_options_defaults(&o);
-    o.policy = p;
-    o.policy_name = "test";
-    o.svc = &s;
     sim_run run;
-    cr_assert_eq(sim_run_trace(&t, &o, &run), 0, "%s", sim_err());
+    sched_policy *p = run_token_budget(&t, &s, &run);
     const sim_rec *a = &run.recs[run.final_rec[0]], *b = &run.recs[run.final_rec[1]];
     cr_expect_eq(b->seen_us, 395, "B seen at %lld", (long long)b->seen_us);
     cr_expect_eq(b->first_token_us, 865, "B first token %lld", (long long)b->first_token_us);

@@ -521,6 +521,58 @@ static char *scrape(int port, int *status)
     return out;
 }
 
+/* Reads every line of a JSON-lines log into a jansson array (asserting each is an object). */
+static json_t *read_json_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no log %s", path);
+    json_t *arr = json_array();
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        json_error_t e;
+        json_t *o = json_loadb(line, (size_t)len, 0, &e);
+        cr_assert(o && json_is_object(o), "line is not a JSON object (%s): %s", e.text, line);
+        json_array_append_new(arr, o);
+    }
+    free(line);
+    fclose(f);
+    return arr;
+}
+
+/* Parses every line of a request log (asserting each parses) and hands it to fn; returns the
+ * number of lines. The record's strings are valid during the call. */
+typedef void (*request_fn)(const declog_request *r, const char *line, void *ctx);
+static int for_each_request(const char *path, request_fn fn, void *ctx)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no request log %s", path);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int n = 0;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        declog_request r;
+        char sb[256];
+        line[len - 1] = 0;
+        cr_assert_eq(declog_request_parse(line, (size_t)len - 1, &r, sb, sizeof sb), 0, "%s: %s", declog_errmsg(), line);
+        fn(&r, line, ctx);
+        n++;
+    }
+    free(line);
+    fclose(f);
+    return n;
+}
+
+struct ttfts { double v[64]; int n; };
+static void collect_ttft(const declog_request *r, const char *line, void *ctx)
+{
+    struct ttfts *t = ctx;
+    cr_assert(r->finish_us >= r->arrival_us, "%s", line);
+    if (r->first_token_us != DECLOG_NULL && t->n < 64) t->v[t->n++] = (double)(r->first_token_us - r->arrival_us) / 1e3;
+}
+
 Test(tools_cli, model_daemon_metrics_and_logs)
 {
     need_programs();
@@ -562,24 +614,10 @@ Test(tools_cli, model_daemon_metrics_and_logs)
     free(body);
     stop_daemon(); /* flushes the logs */
     /* request log: 24 lines that parse */
-    FILE *f = fopen(req, "r");
-    cr_assert(f, "no request log %s", req);
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int n = 0;
-    double ttft[64];
-    int nt = 0;
-    while ((len = getline(&line, &cap, f)) > 0) {
-        declog_request r;
-        char sb[256];
-        line[len - 1] = 0;
-        cr_assert_eq(declog_request_parse(line, (size_t)len - 1, &r, sb, sizeof sb), 0, "%s: %s", declog_errmsg(), line);
-        cr_assert(r.finish_us >= r.arrival_us, "%s", line);
-        if (r.first_token_us != DECLOG_NULL && nt < 64) ttft[nt++] = (double)(r.first_token_us - r.arrival_us) / 1e3;
-        n++;
-    }
-    fclose(f);
+    struct ttfts tt = {.n = 0};
+    int n = for_each_request(req, collect_ttft, &tt);
+    double *ttft = tt.v;
+    int nt = tt.n;
     cr_assert_eq(n, 24, "request log has %d lines", n);
     /* The daemon sees a request after the client sent it and a token before the client
      * reads it: its TTFT can not exceed the client's (a stale arrival stamp would). */
@@ -593,19 +631,14 @@ Test(tools_cli, model_daemon_metrics_and_logs)
               "request log TTFT p50 %.2f ms exceeds the client-measured p50 %.2f ms: arrival_us is stamped "
               "too early (stale loop clock?)", daemon_p50, client_ttft_p50);
     /* decision log: JSON objects with t_us and ev */
-    f = fopen(dec, "r");
-    cr_assert(f, "no decision log %s", dec);
-    n = 0;
-    while ((len = getline(&line, &cap, f)) > 0) {
-        json_error_t e;
-        json_t *o = json_loadb(line, (size_t)len, 0, &e);
-        cr_assert(o && json_is_object(o), "decision line not JSON: %s", line);
-        cr_assert(json_is_integer(json_object_get(o, "t_us")) && json_is_string(json_object_get(o, "ev")), "%s", line);
-        json_decref(o);
-        n++;
+    json_t *decs = read_json_lines(dec);
+    n = (int)json_array_size(decs);
+    for (int i = 0; i < n; i++) {
+        json_t *o = json_array_get(decs, (size_t)i);
+        cr_assert(json_is_integer(json_object_get(o, "t_us")) && json_is_string(json_object_get(o, "ev")), "%s",
+                  json_dumps(o, 0));
     }
-    fclose(f);
-    free(line);
+    json_decref(decs);
     cr_assert(n >= 24, "decision log has only %d lines", n);
     /* The request log of a real run is a trace: replay it (against the echo service: only
      * the format matters here). */
@@ -630,31 +663,20 @@ Test(tools_cli, model_daemon_metrics_and_logs)
     free(trace);
 }
 
-/* Reads every line of an iteration log into a jansson array (asserting each is an object). */
-static json_t *read_iteration_log(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "no iteration log %s", path);
-    json_t *arr = json_array();
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    while ((len = getline(&line, &cap, f)) > 0) {
-        json_error_t e;
-        json_t *o = json_loadb(line, (size_t)len, 0, &e);
-        cr_assert(o && json_is_object(o), "iteration line is not a JSON object (%s): %s", e.text, line);
-        json_array_append_new(arr, o);
-    }
-    free(line);
-    fclose(f);
-    return arr;
-}
-
 static double jnum(json_t *o, const char *k)
 {
     json_t *v = json_object_get(o, k);
     cr_assert(json_is_number(v), "key %s missing or not a number in %s", k, json_dumps(o, 0));
     return json_number_value(v);
+}
+
+struct needs { long prompt, out; };
+static void add_needs(const declog_request *r, const char *line, void *ctx)
+{
+    struct needs *nd = ctx;
+    cr_assert_str_eq(r->finish_reason, "length", "%s", line);
+    nd->prompt += r->prompt_tokens;
+    nd->out += r->output_tokens;
 }
 
 /* The iteration log is what the simulator fits its step model from: every computed token
@@ -680,27 +702,12 @@ Test(tools_cli, iteration_log_accounts_for_every_token)
     stop_daemon(); /* flushes the logs */
 
     /* what the requests needed */
-    FILE *f = fopen(req, "r");
-    cr_assert(f, "no request log %s", req);
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    long prompt = 0, out = 0, n = 0;
-    while ((len = getline(&line, &cap, f)) > 0) {
-        declog_request r;
-        char sb[256];
-        line[len - 1] = 0;
-        cr_assert_eq(declog_request_parse(line, (size_t)len - 1, &r, sb, sizeof sb), 0, "%s", declog_errmsg());
-        cr_assert_str_eq(r.finish_reason, "length", "%s", line);
-        prompt += r.prompt_tokens;
-        out += r.output_tokens;
-        n++;
-    }
-    free(line);
-    fclose(f);
+    struct needs nd = {0, 0};
+    long n = for_each_request(req, add_needs, &nd);
+    long prompt = nd.prompt, out = nd.out;
     cr_assert_eq(n, 16);
 
-    json_t *arr = read_iteration_log(it);
+    json_t *arr = read_json_lines(it);
     size_t m = json_array_size(arr);
     cr_assert(m > 0, "empty iteration log");
     double prefill = 0, decode = 0, prefill_seqs = 0, prev_end = -1;
