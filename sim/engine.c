@@ -465,12 +465,10 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         /* the batch */
         sched_plan_work w;
         sched_plan_work_of(p, &w);
-        uint64_t prefill = w.prefill_tokens;
-        double pairs = svc->per_prefill_pair_us == 0 ? 0 : w.prefill_pairs, decode_ctx = w.decode_context;
         /* engine + the serving loop's measured share (its context term follows the decode
          * rows it was measured on) + the what-if knobs */
-        double step = (sim_service_step_us(svc, prefill, p->n_decode, p->context_tokens, pairs) +
-                       svc->loop_step_us + svc->loop_context_us * decode_ctx) * o->step_scale *
+        double step = (sim_service_step_us(svc, w.prefill_tokens, w.decode_seqs, w.context_tokens, w.prefill_pairs) +
+                       svc->loop_step_us + svc->loop_context_us * w.decode_context) * o->step_scale *
                       sim_service_speed_at(svc, now) +
                       o->step_overhead_us;
         int64_t dur = (int64_t)ceil(step);
