@@ -64,6 +64,8 @@ static const struct preset {
     /* small grouped-query shape with its own classifier: exercises both GQA and wcls */
     {"gqa-test", {128, 344, 4, 8, 2, 512, 512, false, 0, 0, 0, false, 0}},
     {"stories260K", {64, 172, 5, 8, 4, 512, 512, true, 0, 0, 0, false, 0}},
+    /* rows that are whole 256-element blocks, so every GGUF type applies to every matrix */
+    {"quant-test", {256, 768, 2, 4, 2, 512, 256, false, 0, 0, 0, false, 0}},
 };
 
 int eng_preset(const char *name, eng_model_config *out)
@@ -75,7 +77,7 @@ int eng_preset(const char *name, eng_model_config *out)
         }
     }
     return eng_seterr(-ENOENT, "unknown preset \"%s\" (stories15M, stories110M, llama3-8b, "
-                               "gqa-test, stories260K)", name);
+                               "gqa-test, stories260K, quant-test)", name);
 }
 
 /* ---- shape validation and tensor layout --------------------------------------------- */
