@@ -44,13 +44,17 @@ typedef struct eng_model_config {
     int vocab_size;   /* always positive here; the file's sign is in shared_classifier */
     int seq_len;      /* maximum context */
     bool shared_classifier; /* classifier = token embedding table */
-    /* From GGUF metadata; 0 (as in every llama2.c model and preset) means llama2.c's value. */
-    float norm_eps;   /* RMSNorm epsilon (0: 1e-5) */
-    float rope_theta; /* RoPE base (0: 10000) */
-    int rope_dim;     /* leading dimensions of each head that RoPE rotates (0: head_size) */
-    bool rope_neox;   /* rotate pairs (j, j + rope_dim/2) (qwen2) instead of (2j, 2j+1) */
-    int weight_type;  /* eng_wtype of the projection weights, for reports (0: F32) */
 } eng_model_config;
+
+/* What a GGUF file's metadata adds to the shape; llama2.c models and presets have
+ * llama2.c's values (1e-5, 10000, head_size, adjacent pairs, F32). */
+typedef struct eng_model_hparams {
+    float norm_eps;   /* RMSNorm epsilon */
+    float rope_theta; /* RoPE base */
+    int rope_dim;     /* leading dimensions of each head that RoPE rotates */
+    bool rope_neox;   /* rotate pairs (j, j + rope_dim/2) (qwen2) instead of (2j, 2j+1) */
+    int weight_type;  /* eng_wtype of the projection weights (blk.0.attn_q), for reports */
+} eng_model_hparams;
 
 /* The element type of a weight matrix: ggml's numbering, as GGUF files store it. */
 enum eng_wtype {
@@ -121,6 +125,7 @@ typedef struct eng_model eng_model;
 int eng_model_load(const char *spec, eng_model **out);
 void eng_model_free(eng_model *m);
 const eng_model_config *eng_model_cfg(const eng_model *m);
+const eng_model_hparams *eng_model_hparams_of(const eng_model *m);
 const eng_weights *eng_model_weights(const eng_model *m);
 /* Typed per-layer view of the weights (every non-lazy model; NULL for a lazy one). */
 const eng_model_tensors *eng_model_tensors_of(const eng_model *m);

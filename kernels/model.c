@@ -45,6 +45,7 @@ struct eng_model {
     size_t owned_floats;
     eng_layer_weights *layers; /* the typed per-layer view (every non-lazy model) */
     eng_model_tensors t;
+    eng_model_hparams hp;
     gguf_file *gguf; /* GGUF models: the open file (owns the mapping) */
     pthread_mutex_t hash_lock; /* the file hash is computed on first use: it reads every byte */
     char hash[65];
@@ -56,16 +57,15 @@ static const struct preset {
     const char *name;
     eng_model_config cfg;
 } presets[] = {
-    /* name          dim   hidden layers heads kv  vocab   seq   shared; llama2.c's eps,
-     * RoPE base, RoPE dimension and pairing; F32 */
-    {"stories15M", {288, 768, 6, 6, 6, 32000, 256, true, 0, 0, 0, false, 0}},
-    {"stories110M", {768, 2048, 12, 12, 12, 32000, 1024, true, 0, 0, 0, false, 0}},
-    {"llama3-8b", {4096, 14336, 32, 32, 8, 128256, 8192, false, 0, 0, 0, false, 0}},
+    /* name          dim   hidden layers heads kv  vocab   seq   shared */
+    {"stories15M", {288, 768, 6, 6, 6, 32000, 256, true}},
+    {"stories110M", {768, 2048, 12, 12, 12, 32000, 1024, true}},
+    {"llama3-8b", {4096, 14336, 32, 32, 8, 128256, 8192, false}},
     /* small grouped-query shape with its own classifier: exercises both GQA and wcls */
-    {"gqa-test", {128, 344, 4, 8, 2, 512, 512, false, 0, 0, 0, false, 0}},
-    {"stories260K", {64, 172, 5, 8, 4, 512, 512, true, 0, 0, 0, false, 0}},
+    {"gqa-test", {128, 344, 4, 8, 2, 512, 512, false}},
+    {"stories260K", {64, 172, 5, 8, 4, 512, 512, true}},
     /* rows that are whole 256-element blocks, so every GGUF type applies to every matrix */
-    {"quant-test", {256, 768, 2, 4, 2, 512, 256, false, 0, 0, 0, false, 0}},
+    {"quant-test", {256, 768, 2, 4, 2, 512, 256, false}},
 };
 
 int eng_preset(const char *name, eng_model_config *out)
@@ -163,6 +163,14 @@ static void point_weights(const eng_model_config *c, const float *base, eng_weig
     w->rms_final = p;       p += l.rms_final;
     p += l.freq_cis; /* unused: RoPE is computed, as run.c does */
     w->wcls = c->shared_classifier ? w->token_embedding : p;
+}
+
+/* llama2.c's values (run.c hard-codes them); GGUF files replace them. */
+static void hparams_llama2c(eng_model *m)
+{
+    m->hp = (eng_model_hparams){.norm_eps = 1e-5f, .rope_theta = 10000.0f,
+                                .rope_dim = m->cfg.dim / m->cfg.n_heads,
+                                .rope_neox = false, .weight_type = ENG_W_F32};
 }
 
 /* The typed per-layer view of llama2.c-layout float32 weights. */
@@ -267,6 +275,7 @@ static eng_model *model_new(void)
     return m;
 }
 
+
 static int load_synthetic(const char *spec, eng_model **out)
 {
     const char *rest = spec + strlen("synthetic:");
@@ -299,6 +308,7 @@ static int load_synthetic(const char *spec, eng_model **out)
     if (!m)
         return eng_seterr(-ENOMEM, "out of memory");
     m->cfg = cfg;
+    hparams_llama2c(m);
     m->lazy = lazy;
     m->synthetic = true;
     m->seed = seed;
@@ -460,13 +470,14 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         return eng_seterr(-EINVAL, "metadata %s.attention.key_length=%d value_length=%d: only "
                                    "heads of embedding_length/head_count=%d are supported",
                           arch, key_len, val_len, hs);
-    if ((err = meta_f32(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, true, &c.norm_eps)) ||
-        (err = meta_f32(g, arch, "rope.freq_base", 10000.0f, false, &c.rope_theta)) ||
-        (err = meta_int(g, arch, "rope.dimension_count", 2, hs, hs, &c.rope_dim)))
+    eng_model_hparams hp = {.rope_neox = qwen2};
+    if ((err = meta_f32(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, true, &hp.norm_eps)) ||
+        (err = meta_f32(g, arch, "rope.freq_base", 10000.0f, false, &hp.rope_theta)) ||
+        (err = meta_int(g, arch, "rope.dimension_count", 2, hs, hs, &hp.rope_dim)))
         return err;
-    if (c.rope_dim % 2)
+    if (hp.rope_dim % 2)
         return eng_seterr(-EINVAL, "metadata %s.rope.dimension_count=%d: must be even", arch,
-                          c.rope_dim);
+                          hp.rope_dim);
     char key[128];
     const char *st;
     size_t st_len;
@@ -485,7 +496,6 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
                                        "rope_freqs.weight tensor)", arch,
                               (int)(st_len > 32 ? 32 : st_len), st, (double)factor);
     }
-    c.rope_neox = qwen2;
     const gguf_tensor *emb;
     const gguf_tensor *probe = gguf_tensor_find(g, "token_embd.weight");
     if (!probe)
@@ -504,7 +514,7 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
     const gguf_tensor *out_norm, *out_w, *rope_f;
     if ((err = find_tensor(g, "output_norm.weight", d, 0, false, &out_norm)) ||
         (err = find_tensor(g, "output.weight", d, vocab, true, &out_w)) ||
-        (err = find_tensor(g, "rope_freqs.weight", (uint64_t)c.rope_dim / 2, 0, true, &rope_f)))
+        (err = find_tensor(g, "rope_freqs.weight", (uint64_t)hp.rope_dim / 2, 0, true, &rope_f)))
         return err;
     c.shared_classifier = out_w == NULL;
     m->layers = calloc((size_t)c.n_layers, sizeof *m->layers);
@@ -555,8 +565,9 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
             *(const float **)((char *)lw + vecs[i].off) = t ? t->data : NULL;
         }
     }
-    c.weight_type = m->layers[0].wq.type;
+    hp.weight_type = m->layers[0].wq.type;
     m->cfg = c;
+    m->hp = hp;
     m->t = (eng_model_tensors){
         .token_embedding = {emb->data, (int)emb->type},
         .layers = m->layers,
@@ -667,6 +678,7 @@ static int load_file(const char *path, eng_model **out)
         return eng_seterr(-ENOMEM, "out of memory");
     }
     m->cfg = c;
+    hparams_llama2c(m);
     m->map = map;
     m->map_len = size;
     snprintf(m->path, sizeof m->path, "%s", path);
@@ -707,6 +719,7 @@ void eng_model_free(eng_model *m)
 }
 
 const eng_model_config *eng_model_cfg(const eng_model *m) { return &m->cfg; }
+const eng_model_hparams *eng_model_hparams_of(const eng_model *m) { return &m->hp; }
 const eng_weights *eng_model_weights(const eng_model *m) { return &m->w; }
 bool eng_model_is_lazy(const eng_model *m) { return m->lazy; }
 const eng_model_tensors *eng_model_tensors_of(const eng_model *m)

@@ -256,8 +256,8 @@ Test(gguf_model, every_type_stays_within_its_tolerance_of_f32, .init = mk_tmpdir
         const char *path = export("synthetic:quant-test:3", NULL, cases[i].type, NULL, "q.gguf");
         eng_model *m;
         cr_assert_eq(eng_model_load(path, &m), 0, "%s", eng_errmsg());
-        cr_assert_eq(eng_model_cfg(m)->weight_type, cases[i].wtype, "%s: weight type %s",
-                     cases[i].type, eng_wtype_name(eng_model_cfg(m)->weight_type));
+        cr_assert_eq(eng_model_hparams_of(m)->weight_type, cases[i].wtype, "%s: weight type %s",
+                     cases[i].type, eng_wtype_name(eng_model_hparams_of(m)->weight_type));
         run_prompt(m, lb);
         double rel = ts_rel_diff(la, lb, (int)n);
         cr_log_info("%s: logits within %.3g of F32 (relative to the largest)", cases[i].type, rel);

@@ -200,8 +200,7 @@ static void pool_stop(pool *p)
 typedef struct cpu {
     eng_model_config c;
     const eng_model_tensors *t; /* typed per-layer weights (F32 or a GGUF file's types) */
-    float norm_eps;
-    int rope_dim;
+    eng_model_hparams hp;       /* RMSNorm epsilon, RoPE base/dimension/pairing */
     int head_size, kv_dim, group; /* group = query heads per KV head */
     int block_size, n_blocks, max_rows;
     size_t block_floats;          /* one block: L * 2 * block_size * kv_dim */
@@ -399,12 +398,12 @@ static void rope(const cpu *c, float *vec, int len, int pos)
 {
     const int half = c->head_size / 2;
     const float *cs = c->rope_cos + (size_t)pos * half, *sn = c->rope_sin + (size_t)pos * half;
-    if (c->c.rope_neox || c->rope_dim != c->head_size) {
-        const int rh = c->rope_dim / 2;
+    if (c->hp.rope_neox || c->hp.rope_dim != c->head_size) {
+        const int rh = c->hp.rope_dim / 2;
         for (int h0 = 0; h0 < len; h0 += c->head_size) {
             float *v = vec + h0;
             for (int j = 0; j < rh; j++) {
-                int a = c->c.rope_neox ? j : 2 * j, b = c->c.rope_neox ? j + rh : 2 * j + 1;
+                int a = c->hp.rope_neox ? j : 2 * j, b = c->hp.rope_neox ? j + rh : 2 * j + 1;
                 float v0 = v[a], v1 = v[b];
                 v[a] = v0 * cs[j] - v1 * sn[j];
                 v[b] = v0 * sn[j] + v1 * cs[j];
@@ -710,7 +709,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
         const eng_layer_weights *lw = &w->layers[l];
         for (int r = 0; r < T; r++)
             rmsnorm(c->xb + (size_t)r * dim, c->x + (size_t)r * dim, lw->rms_att, dim,
-                    c->norm_eps);
+                    c->hp.norm_eps);
 
         t0 = now_ns();
         mm_job qkv[3] = {
@@ -753,7 +752,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
 
         for (int r = 0; r < T; r++)
             rmsnorm(c->xb + (size_t)r * dim, c->x + (size_t)r * dim, lw->rms_ffn, dim,
-                    c->norm_eps);
+                    c->hp.norm_eps);
 
         t0 = now_ns();
         mm_job up = {.w = lw->w1, .n = hidden, .k = dim, .x = c->xb, .y = c->h1, .ld_y = hidden,
@@ -768,7 +767,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
     if (b->n_logits) {
         for (int i = 0; i < b->n_logits; i++)
             rmsnorm(c->xf + (size_t)i * dim, c->x + (size_t)b->logits_rows[i] * dim,
-                    w->rms_final, dim, c->norm_eps);
+                    w->rms_final, dim, c->hp.norm_eps);
         t0 = now_ns();
         mm_job cls = {.w = w->wcls, .n = cfg->vocab_size, .k = dim, .x = c->xf, .y = logits,
                       .ld_y = cfg->vocab_size};
@@ -823,8 +822,7 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
     c->t = eng_model_tensors_of(m);
     const eng_model_config *cfg = &c->c;
     c->head_size = cfg->dim / cfg->n_heads;
-    c->norm_eps = cfg->norm_eps > 0 ? cfg->norm_eps : 1e-5f;
-    c->rope_dim = cfg->rope_dim > 0 ? cfg->rope_dim : c->head_size;
+    c->hp = *eng_model_hparams_of(m);
     c->kv_dim = cfg->dim / cfg->n_heads * cfg->n_kv_heads;
     c->group = cfg->n_heads / cfg->n_kv_heads;
     c->block_size = opt->kv_block_size;
@@ -866,11 +864,11 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
     }
     /* The very expressions of run.c, so the rotation angles are bit-identical (for GGUF the
      * base and dimension from the file, and Llama 3.1's per-frequency divisors). */
-    const float theta = cfg->rope_theta > 0 ? cfg->rope_theta : 10000.0f;
+    const float theta = c->hp.rope_theta;
     const float *ff = c->t->rope_freq_factors;
     for (int pos = 0; pos < cfg->seq_len; pos++) {
-        for (int i = 0; i < c->rope_dim; i += 2) {
-            float freq = 1.0f / powf(theta, i / (float)c->rope_dim);
+        for (int i = 0; i < c->hp.rope_dim; i += 2) {
+            float freq = 1.0f / powf(theta, i / (float)c->hp.rope_dim);
             if (ff)
                 freq /= ff[i / 2];
             float val = pos * freq;
