@@ -15,22 +15,6 @@
 
 #include "daemon/service_internal.h"
 
-static unsigned reject_to_wire(sched_reject_reason r)
-{
-    switch (r) {
-    case SCHED_REJECT_DUPLICATE: return RINGLM_WIRE_R_DUPLICATE_ID;
-    case SCHED_REJECT_UNKNOWN_CLASS: return RINGLM_WIRE_R_UNKNOWN_CLASS;
-    case SCHED_REJECT_TOO_LONG:
-    case SCHED_REJECT_NEVER_FITS: return RINGLM_WIRE_R_TOO_LONG;
-    case SCHED_REJECT_TENANT_QUOTA: return RINGLM_WIRE_R_TENANT_QUOTA;
-    case SCHED_REJECT_QUEUE_FULL: return RINGLM_WIRE_R_QUEUE_FULL;
-    case SCHED_REJECT_DEADLINE: return RINGLM_WIRE_R_INFEASIBLE_DEADLINE;
-    case SCHED_REJECT_UNKNOWN_TENANT:
-    case SCHED_REJECT_INVALID:
-    default: return RINGLM_WIRE_R_BAD_PARAMS;
-    }
-}
-
 /* Answers a request the scheduler never saw: rejected with a wire cause. */
 static void reject_now(svc *s, svc_req *r, unsigned cause, const char *why)
 {
@@ -153,6 +137,6 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
     int rc = sched_submit(s->sched, &sr, s->now_us, &rr);
     if (rc < 0) {
         s->n_rejects++;
-        req_end(s, r, RINGLM_WIRE_R_REJECTED, reject_to_wire(rr));
+        req_end(s, r, RINGLM_WIRE_R_REJECTED, (unsigned)sched_reject_cause(rr));
     }
 }

@@ -103,16 +103,27 @@ void req_output_ready(svc *s, svc_req *r)
     r->in_pending = true;
 }
 
+/* One vocabulary (sched_end_code): the wire's codes are the scheduler's, number for number. */
+#define SAME_CODE(x) _Static_assert((int)SCHED_END_##x == (int)RINGLM_WIRE_R_##x, "end code " #x)
+SAME_CODE(NONE); SAME_CODE(LENGTH); SAME_CODE(STOP); SAME_CODE(CANCELLED); SAME_CODE(TIMEOUT);
+SAME_CODE(REJECTED); SAME_CODE(ERROR); SAME_CODE(QUEUE_FULL); SAME_CODE(TENANT_QUOTA);
+SAME_CODE(TOO_LONG); SAME_CODE(DEADLINE_INFEASIBLE); SAME_CODE(BAD_TOKEN); SAME_CODE(BAD_PARAMS);
+SAME_CODE(DRAINING); SAME_CODE(OUTPUT_BACKPRESSURE); SAME_CODE(UNKNOWN_CLASS);
+SAME_CODE(DUPLICATE_ID); SAME_CODE(INTERNAL); SAME_CODE(CLIENT_GONE);
+_Static_assert((int)SCHED_END__MAX == (int)RINGLM_WIRE_R_MAX, "end codes");
+#undef SAME_CODE
+/* One tier numbering: the metrics' is the scheduler's pool; kvtier's counts from host. */
+_Static_assert((int)METRICS_TIER_DEVICE == (int)SCHED_POOL_DEVICE &&
+               (int)METRICS_TIER_HOST == (int)SCHED_POOL_HOST &&
+               (int)METRICS_TIER_DISK == (int)SCHED_POOL_DISK, "metrics tiers are sched pools");
+_Static_assert((int)KVT_HOST == (int)SCHED_POOL_HOST - 1 && (int)KVT_DISK == (int)SCHED_POOL_DISK - 1,
+               "kvtier tiers are sched pools less the device");
+/* Every class and tenant a policy can name fits the wire's name field, and back. */
+_Static_assert(SCHED_NAME_MAX == RINGLM_WIRE_NAME_LEN, "policy names and wire names agree");
+
 static const char *finish_name(unsigned reason)
 {
-    switch (reason) {
-    case RINGLM_WIRE_R_LENGTH: return "length";
-    case RINGLM_WIRE_R_STOP: return "stop";
-    case RINGLM_WIRE_R_CANCELLED: return "cancelled";
-    case RINGLM_WIRE_R_TIMEOUT: return "timeout";
-    case RINGLM_WIRE_R_REJECTED: return "rejected";
-    default: return "error";
-    }
+    return reason && reason <= SCHED_END_ERROR ? sched_end_name(reason) : "error";
 }
 
 /* ---- request end: request log, metrics, free ---------------------------------------- */
@@ -236,8 +247,8 @@ void req_cancel(svc *s, svc_req *r, sched_cancel_reason why, unsigned reason, un
     r->forced_reason = reason;
     r->forced_cause = cause;
     if (!r->cancel_us) r->cancel_us = s->now_us;
-    if (sched_cancel(s->sched, r->id, s->now_us, why) < 0)
-        req_end(s, r, reason, cause); /* not live in the scheduler: end it here */
+    sched_cancel(s->sched, r->id, s->now_us, why); /* -ENOENT: not live there; ends here too */
+    req_end(s, r, reason, cause);
 }
 
 void req_cancel_all(svc *s, sched_cancel_reason why, unsigned reason, unsigned cause)
@@ -322,60 +333,68 @@ void req_session_close(svc *s, dsess *ds)
     s->stats_dirty = true;
 }
 
-/* ---- scheduler events → logs, metrics, probes, request ends --------------------------- */
+/* ---- scheduler events → logs, metrics, probes ------------------------------------------ */
 
+/* The events explain decisions; they end nothing.  Requests end from sched_cancel's return
+ * (req_cancel), the plan's `ended` (req_plan_ended) and the commit results
+ * (req_commit_ended), so the daemon serves the same with or without an event sink. */
 void req_on_sched_event(void *ctx, const sched_event *ev)
 {
     svc *s = ctx;
-    DTRACE_PROBE3(ringlmd, decision, (int)ev->kind, ev->req, ev->reason);
+    const char *reason = sched_event_reason_name(ev);
+    DTRACE_PROBE3(ringlmd, decision, (int)ev->kind, ev->req, reason);
     if (s->logs && declog_has_decisions(s->logs)) declog_decision(s->logs, ev);
     svc_req *r = req_find(s, ev->req);
     int series = r ? r->series : metrics_series(s->mx, ev->tenant, ev->class_name);
     switch (ev->kind) {
     case SCHED_EV_REJECT:
-        metrics_count_reject(s->mx, series, ev->reason ? ev->reason : "unknown");
+        metrics_count_reject(s->mx, series, reason);
         break;
     case SCHED_EV_DEFER:
-        metrics_count_defer(s->mx, series, ev->reason ? ev->reason : "unknown");
+        metrics_count_defer(s->mx, series, reason);
         break;
     case SCHED_EV_SCHEDULE:
-        if (ev->reason && strcmp(ev->reason, "start") == 0)
+        if (ev->outcome == SCHED_OUTCOME_START)
             metrics_observe(s->mx, series, METRICS_H_QUEUE_WAIT, ev->wait_us);
         break;
     case SCHED_EV_PREEMPT:
         metrics_count_preempt(s->mx, series,
-                              ev->mode && strcmp(ev->mode, "swap") == 0 ? METRICS_MODE_SWAP
-                                                                         : METRICS_MODE_RECOMPUTE,
-                              ev->reason ? ev->reason : "blocks");
+                              ev->mode == SCHED_PREEMPT_SWAP ? METRICS_MODE_SWAP : METRICS_MODE_RECOMPUTE,
+                              reason);
         break;
     case SCHED_EV_CANCEL:
         metrics_count_cancel(s->mx, series);
-        if (r) {
-            unsigned cause = 0;
-            if (ev->reason && strcmp(ev->reason, "backpressure") == 0)
-                cause = RINGLM_WIRE_R_OUTPUT_BACKPRESSURE;
-            else if (ev->reason && strcmp(ev->reason, "disconnect") == 0)
-                cause = RINGLM_WIRE_R_CLIENT_GONE;
-            else if (ev->reason && strcmp(ev->reason, "shutdown") == 0)
-                cause = RINGLM_WIRE_R_DRAINING;
-            if (!r->cancel_us) r->cancel_us = ev->t_us;
-            req_end(s, r, RINGLM_WIRE_R_CANCELLED, cause);
-        }
         break;
     case SCHED_EV_TIMEOUT:
         metrics_count_timeout(s->mx, series);
-        if (r)
-            req_end(s, r, RINGLM_WIRE_R_TIMEOUT,
-                    ev->reason && strcmp(ev->reason, "deadline_infeasible") == 0
-                        ? RINGLM_WIRE_R_INFEASIBLE_DEADLINE : 0);
-        break;
-    case SCHED_EV_FINISH:
-        if (r)
-            req_end(s, r, ev->reason && strcmp(ev->reason, "stop") == 0 ? RINGLM_WIRE_R_STOP
-                                                                        : RINGLM_WIRE_R_LENGTH, 0);
         break;
     default:
         break;
     }
     s->stats_dirty = true;
+}
+
+void req_plan_ended(svc *s, const sched_plan *p)
+{
+    for (uint32_t i = 0; i < p->n_ended; i++) {
+        const sched_ended *e = &p->ended[i];
+        svc_req *r = req_find(s, e->req);
+        if (!r) continue;
+        if (e->kind == SCHED_EV_TIMEOUT) {
+            req_end(s, r, RINGLM_WIRE_R_TIMEOUT, sched_timeout_cause(e->timeout));
+        } else {
+            if (!r->cancel_us) r->cancel_us = s->now_us;
+            req_end(s, r, RINGLM_WIRE_R_CANCELLED, sched_cancel_cause(e->cancel));
+        }
+    }
+}
+
+void req_commit_ended(svc *s, const sched_result *res, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (res[i].finished == SCHED_FINISH_NONE) continue;
+        svc_req *r = req_find(s, res[i].req);
+        if (r) req_end(s, r, res[i].finished == SCHED_FINISH_STOP ? RINGLM_WIRE_R_STOP
+                                                                  : RINGLM_WIRE_R_LENGTH, 0);
+    }
 }

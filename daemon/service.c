@@ -147,6 +147,7 @@ static int iterate(void *ctx, uint64_t now_us)
     uint64_t exec_us = 0;
     uint32_t batch_tokens = 0;
     if (p) {
+        req_plan_ended(s, p);
         for (uint32_t i = 0; i < p->n_transfers; i++) xfer_start(s, &p->transfers[i]);
         if (p->n_transfers && s->tiers) kvtier_flush(s->tiers);
         if (p->n_entries) {
@@ -154,9 +155,11 @@ static int iterate(void *ctx, uint64_t now_us)
             batch_tokens = p->decode_tokens + p->prefill_tokens;
         }
         uint64_t now2 = now_us + exec_us;
-        s->now_us = now2;  /* run_batch advanced it by exec_us already; same value */
-        if (nres > 0 || p->n_entries)
+        s->now_us = now2;  /* exec_plan advanced it by exec_us already; same value */
+        if (nres > 0 || p->n_entries) {
             sched_commit(s->sched, s->results, (size_t)(nres > 0 ? nres : 0), now2, exec_us);
+            req_commit_ended(s, s->results, nres);
+        }
     }
     req_flush_pending(s);
 

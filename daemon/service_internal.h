@@ -169,8 +169,12 @@ int req_session_open(svc *s, dsess *ds);
 void req_session_cancel(svc *s, dsess *ds, uint64_t client_id);
 void req_session_close(svc *s, dsess *ds);
 void req_free_all(svc *s);
-/* The scheduler's event sink: logs, metrics, probes and request ends. */
+/* The scheduler's event sink: logs, metrics, probes (it ends nothing). */
 void req_on_sched_event(void *ctx, const sched_event *ev);
+/* Ends the requests the scheduler ended in this plan (timeouts, backpressure cancels). */
+void req_plan_ended(svc *s, const sched_plan *p);
+/* Ends the requests that finished in the last commit (its results carry how). */
+void req_commit_ended(svc *s, const sched_result *res, int n);
 
 /* ---- admission.c ---------------------------------------------------------------------- */
 void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
