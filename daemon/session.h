@@ -46,7 +46,13 @@ typedef struct dsess_list {
 	dsess *all;             /* every session, zombies included */
 	dsess *to_end;          /* marked by dsess_end, torn down by dsess_end_pending */
 	int live;               /* HELLO + ACTIVE */
+	int active;             /* ACTIVE: what the global session limit counts */
+	int half_open;          /* HELLO: accepted, no hello yet (their own, smaller budget) */
 	uint64_t next_id;
+	/* stderr lines about ended and refused sessions, rate-limited (a client that
+	 * reconnects in a loop must not turn the daemon's log into its own) */
+	uint64_t log_window_us;
+	unsigned log_lines, log_suppressed;
 } dsess_list;
 
 /* ---- what session.c needs of the loop (defined in loop.c) ----------------------------- */
