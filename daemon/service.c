@@ -215,32 +215,27 @@ static void pending_add(svc *s, svc_req *r)
     r->in_pending = true;
 }
 
+/* One vocabulary (sched_end_code): the wire's codes are the scheduler's, number for number. */
+#define SAME_CODE(x) _Static_assert((int)SCHED_END_##x == (int)RINGLM_WIRE_R_##x, "end code " #x)
+SAME_CODE(NONE); SAME_CODE(LENGTH); SAME_CODE(STOP); SAME_CODE(CANCELLED); SAME_CODE(TIMEOUT);
+SAME_CODE(REJECTED); SAME_CODE(ERROR); SAME_CODE(QUEUE_FULL); SAME_CODE(TENANT_QUOTA);
+SAME_CODE(TOO_LONG); SAME_CODE(DEADLINE_INFEASIBLE); SAME_CODE(BAD_TOKEN); SAME_CODE(BAD_PARAMS);
+SAME_CODE(DRAINING); SAME_CODE(OUTPUT_BACKPRESSURE); SAME_CODE(UNKNOWN_CLASS);
+SAME_CODE(DUPLICATE_ID); SAME_CODE(INTERNAL); SAME_CODE(CLIENT_GONE);
+_Static_assert((int)SCHED_END__MAX == (int)RINGLM_WIRE_R_MAX, "end codes");
+#undef SAME_CODE
+/* One tier numbering: the metrics' is the scheduler's pool; kvtier's counts from host. */
+_Static_assert((int)METRICS_TIER_DEVICE == (int)SCHED_POOL_DEVICE &&
+               (int)METRICS_TIER_HOST == (int)SCHED_POOL_HOST &&
+               (int)METRICS_TIER_DISK == (int)SCHED_POOL_DISK, "metrics tiers are sched pools");
+_Static_assert((int)KVT_HOST == (int)SCHED_POOL_HOST - 1 && (int)KVT_DISK == (int)SCHED_POOL_DISK - 1,
+               "kvtier tiers are sched pools less the device");
+/* Every class and tenant a policy can name fits the wire's name field, and back. */
+_Static_assert(SCHED_NAME_MAX == RINGLM_WIRE_NAME_LEN, "policy names and wire names agree");
+
 static const char *finish_name(unsigned reason)
 {
-    switch (reason) {
-    case RINGLM_WIRE_R_LENGTH: return "length";
-    case RINGLM_WIRE_R_STOP: return "stop";
-    case RINGLM_WIRE_R_CANCELLED: return "cancelled";
-    case RINGLM_WIRE_R_TIMEOUT: return "timeout";
-    case RINGLM_WIRE_R_REJECTED: return "rejected";
-    default: return "error";
-    }
-}
-
-static unsigned reject_to_wire(sched_reject_reason r)
-{
-    switch (r) {
-    case SCHED_REJECT_DUPLICATE: return RINGLM_WIRE_R_DUPLICATE_ID;
-    case SCHED_REJECT_UNKNOWN_CLASS: return RINGLM_WIRE_R_UNKNOWN_CLASS;
-    case SCHED_REJECT_TOO_LONG:
-    case SCHED_REJECT_NEVER_FITS: return RINGLM_WIRE_R_TOO_LONG;
-    case SCHED_REJECT_TENANT_QUOTA: return RINGLM_WIRE_R_TENANT_QUOTA;
-    case SCHED_REJECT_QUEUE_FULL: return RINGLM_WIRE_R_QUEUE_FULL;
-    case SCHED_REJECT_DEADLINE: return RINGLM_WIRE_R_INFEASIBLE_DEADLINE;
-    case SCHED_REJECT_UNKNOWN_TENANT:
-    case SCHED_REJECT_INVALID:
-    default: return RINGLM_WIRE_R_BAD_PARAMS;
-    }
+    return reason && reason <= SCHED_END_ERROR ? sched_end_name(reason) : "error";
 }
 
 static uint64_t fnv1a(const void *p, size_t n)
@@ -376,66 +371,76 @@ static void req_cancel(svc *s, svc_req *r, sched_cancel_reason why, unsigned rea
     r->forced_reason = reason;
     r->forced_cause = cause;
     if (!r->cancel_us) r->cancel_us = s->now_us;
-    if (sched_cancel(s->sched, r->id, s->now_us, why) < 0)
-        req_end(s, r, reason, cause); /* not live in the scheduler: end it here */
+    sched_cancel(s->sched, r->id, s->now_us, why); /* -ENOENT: not live there; ends here too */
+    req_end(s, r, reason, cause);
 }
 
-/* ---- scheduler events → logs, metrics, probes, request ends --------------------------- */
+/* ---- scheduler events → logs, metrics, probes ------------------------------------------ */
 
+/* The events explain decisions; they end nothing.  Requests end from sched_cancel's return
+ * (req_cancel), the plan's `ended` (svc_plan_ended) and the commit results
+ * (svc_commit_ended), so the daemon serves the same with or without an event sink. */
 static void on_sched_event(void *ctx, const sched_event *ev)
 {
     svc *s = ctx;
-    DTRACE_PROBE3(ringlmd, decision, (int)ev->kind, ev->req, ev->reason);
+    const char *reason = sched_event_reason_name(ev);
+    DTRACE_PROBE3(ringlmd, decision, (int)ev->kind, ev->req, reason);
     if (s->logs && declog_has_decisions(s->logs)) declog_decision(s->logs, ev);
     svc_req *r = req_find(s, ev->req);
     int series = r ? r->series : metrics_series(s->mx, ev->tenant, ev->class_name);
     switch (ev->kind) {
     case SCHED_EV_REJECT:
-        metrics_count_reject(s->mx, series, ev->reason ? ev->reason : "unknown");
+        metrics_count_reject(s->mx, series, reason);
         break;
     case SCHED_EV_DEFER:
-        metrics_count_defer(s->mx, series, ev->reason ? ev->reason : "unknown");
+        metrics_count_defer(s->mx, series, reason);
         break;
     case SCHED_EV_SCHEDULE:
-        if (ev->reason && strcmp(ev->reason, "start") == 0)
+        if (ev->outcome == SCHED_OUTCOME_START)
             metrics_observe(s->mx, series, METRICS_H_QUEUE_WAIT, ev->wait_us);
         break;
     case SCHED_EV_PREEMPT:
         metrics_count_preempt(s->mx, series,
-                              ev->mode && strcmp(ev->mode, "swap") == 0 ? METRICS_MODE_SWAP
-                                                                         : METRICS_MODE_RECOMPUTE,
-                              ev->reason ? ev->reason : "blocks");
+                              ev->mode == SCHED_PREEMPT_SWAP ? METRICS_MODE_SWAP : METRICS_MODE_RECOMPUTE,
+                              reason);
         break;
     case SCHED_EV_CANCEL:
         metrics_count_cancel(s->mx, series);
-        if (r) {
-            unsigned cause = 0;
-            if (ev->reason && strcmp(ev->reason, "backpressure") == 0)
-                cause = RINGLM_WIRE_R_OUTPUT_BACKPRESSURE;
-            else if (ev->reason && strcmp(ev->reason, "disconnect") == 0)
-                cause = RINGLM_WIRE_R_CLIENT_GONE;
-            else if (ev->reason && strcmp(ev->reason, "shutdown") == 0)
-                cause = RINGLM_WIRE_R_DRAINING;
-            if (!r->cancel_us) r->cancel_us = ev->t_us;
-            req_end(s, r, RINGLM_WIRE_R_CANCELLED, cause);
-        }
         break;
     case SCHED_EV_TIMEOUT:
         metrics_count_timeout(s->mx, series);
-        if (r)
-            req_end(s, r, RINGLM_WIRE_R_TIMEOUT,
-                    ev->reason && strcmp(ev->reason, "deadline_infeasible") == 0
-                        ? RINGLM_WIRE_R_INFEASIBLE_DEADLINE : 0);
-        break;
-    case SCHED_EV_FINISH:
-        if (r)
-            req_end(s, r, ev->reason && strcmp(ev->reason, "stop") == 0 ? RINGLM_WIRE_R_STOP
-                                                                        : RINGLM_WIRE_R_LENGTH, 0);
         break;
     default:
         break;
     }
     s->stats_dirty = true;
+}
+
+/* Requests the scheduler ended in this plan (timeouts, backpressure cancels). */
+static void svc_plan_ended(svc *s, const sched_plan *p)
+{
+    for (uint32_t i = 0; i < p->n_ended; i++) {
+        const sched_ended *e = &p->ended[i];
+        svc_req *r = req_find(s, e->req);
+        if (!r) continue;
+        if (e->kind == SCHED_EV_TIMEOUT) {
+            req_end(s, r, RINGLM_WIRE_R_TIMEOUT, sched_timeout_cause(e->timeout));
+        } else {
+            if (!r->cancel_us) r->cancel_us = s->now_us;
+            req_end(s, r, RINGLM_WIRE_R_CANCELLED, sched_cancel_cause(e->cancel));
+        }
+    }
+}
+
+/* Requests that finished in the last commit (its results carry how). */
+static void svc_commit_ended(svc *s, const sched_result *res, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (res[i].finished == SCHED_FINISH_NONE) continue;
+        svc_req *r = req_find(s, res[i].req);
+        if (r) req_end(s, r, res[i].finished == SCHED_FINISH_STOP ? RINGLM_WIRE_R_STOP
+                                                                  : RINGLM_WIRE_R_LENGTH, 0);
+    }
 }
 
 /* ---- KV transfers -------------------------------------------------------------------- */
@@ -969,7 +974,7 @@ static void on_request(void *ctx, dsess *ds, const struct ringlm_wire_request *h
     int rc = sched_submit(s->sched, &sr, s->now_us, &rr);
     if (rc < 0) {
         s->n_rejects++;
-        req_end(s, r, RINGLM_WIRE_R_REJECTED, reject_to_wire(rr));
+        req_end(s, r, RINGLM_WIRE_R_REJECTED, (unsigned)sched_reject_cause(rr));
     }
 }
 
@@ -1084,6 +1089,7 @@ static int iterate(void *ctx, uint64_t now_us)
     uint64_t exec_us = 0;
     uint32_t batch_tokens = 0;
     if (p) {
+        svc_plan_ended(s, p);
         for (uint32_t i = 0; i < p->n_transfers; i++) start_transfer(s, &p->transfers[i]);
         if (p->n_transfers && s->tiers) kvtier_flush(s->tiers);
         if (p->n_entries) {
@@ -1093,7 +1099,10 @@ static int iterate(void *ctx, uint64_t now_us)
         uint64_t now2 = now_us + exec_us;
         s->now_us = now2;  /* run_batch advanced it by exec_us already; same value */
         if (nres > 0 || p->n_entries)
+        {
             sched_commit(s->sched, s->results, (size_t)(nres > 0 ? nres : 0), now2, exec_us);
+            svc_commit_ended(s, s->results, nres);
+        }
     }
     flush_pending(s);
 

@@ -6,16 +6,6 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *const fmt_finish_reasons[6] = {"length", "stop", "cancelled", "timeout", "rejected", "error"};
-
-int fmt_finish_reason_index(const char *name)
-{
-    if (!name) return -1;
-    for (int i = 0; i < 6; i++)
-        if (strcmp(name, fmt_finish_reasons[i]) == 0) return i;
-    return -1;
-}
-
 int fmt_request_format(const fmt_request *r, char *buf, size_t cap)
 {
     fmt_json j;
@@ -70,10 +60,6 @@ int fmt_request_parse(const char *line, size_t len, fmt_request *out, fmt_reques
     }
     if (out->output_tokens == FMT_NULL) out->output_tokens = out->max_tokens;
     if (out->max_tokens == FMT_NULL) out->max_tokens = out->output_tokens;
-    if (text->finish_reason[0] && fmt_finish_reason_index(text->finish_reason) < 0) {
-        snprintf(why, whylen, "unknown \"finish_reason\" \"%s\"", text->finish_reason);
-        return -EINVAL;
-    }
     out->tenant = text->tenant;
     out->class_name = text->class_name;
     out->finish_reason = text->finish_reason[0] ? text->finish_reason : NULL;

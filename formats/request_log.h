@@ -16,8 +16,9 @@
  *   deadline_us, cancel_us, first_token_us,  integers >= 0 or null (missing = null)
  *   finish_us
  *   tenant, class                            strings (missing = ""), < FMT_NAME_MAX bytes
- *   finish_reason                            one of fmt_finish_reasons[] (missing = "")
- *   reject_reason                            a reason name or null
+ *   finish_reason, reject_reason             names of the one reason vocabulary
+ *                                            (sched_end_name; missing = NULL); the
+ *                                            format keeps them as text, its users map them
  * Unknown keys are ignored. A real where an integer belongs is rounded to the nearest.
  */
 #ifndef RINGLM_FORMATS_REQUEST_LOG_H
@@ -37,11 +38,6 @@ extern "C" {
 /* Longest finish / reject reason name, plus the NUL. */
 #define FMT_REASON_MAX 32
 
-/* The finish reasons of the format, in the order of the client API's finish codes. */
-extern const char *const fmt_finish_reasons[6]; /* length stop cancelled timeout rejected error */
-/* Index of name in fmt_finish_reasons, or -1. */
-int fmt_finish_reason_index(const char *name);
-
 typedef struct fmt_request {
     uint64_t req;
     int64_t arrival_us;
@@ -54,7 +50,7 @@ typedef struct fmt_request {
     int64_t cancel_us;         /* or FMT_NULL */
     int64_t first_token_us;    /* or FMT_NULL */
     int64_t finish_us;         /* or FMT_NULL (a request the simulation never ended) */
-    const char *finish_reason; /* fmt_finish_reasons[]; NULL → "error" */
+    const char *finish_reason; /* "length", "stop", ... (sched_end_name); NULL → "error" */
     const char *reject_reason; /* NULL → null */
 } fmt_request;
 

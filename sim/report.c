@@ -871,13 +871,15 @@ int sim_report_request_log(FILE *f, const sim_run *r)
     for (size_t k = 0; k < n; k++) {
         const sim_req *q = &t->reqs[order[k]];
         const sim_rec *x = &r->recs[r->final_rec[order[k]]];
-        const char *fr = "error", *rr = NULL;
+        /* the daemon's vocabulary (sched_end_code): what a client of the replayed run saw */
+        sched_end_code fc = SCHED_END_ERROR, cause = SCHED_END_NONE;
         switch (x->outcome) {
-        case SIM_OUT_FINISHED: fr = x->reason == SCHED_FINISH_LENGTH ? "length" : "stop"; break;
-        case SIM_OUT_REJECTED: fr = "rejected"; rr = sched_reject_name(x->reason); break;
-        case SIM_OUT_TIMEOUT: fr = "timeout"; break;
-        case SIM_OUT_CANCELLED: fr = "cancelled"; break;
+        case SIM_OUT_FINISHED: fc = x->reason == SCHED_FINISH_LENGTH ? SCHED_END_LENGTH : SCHED_END_STOP; break;
+        case SIM_OUT_REJECTED: fc = SCHED_END_REJECTED; cause = sched_reject_cause(x->reason); break;
+        case SIM_OUT_TIMEOUT: fc = SCHED_END_TIMEOUT; break;
+        case SIM_OUT_CANCELLED: fc = SCHED_END_CANCELLED; break;
         }
+        const char *fr = sched_end_name(fc), *rr = fc == SCHED_END_REJECTED ? sched_end_name(cause) : NULL;
         fmt_request lr = {
             .req = order[k],
             .arrival_us = x->seen_us > q->arrival_us ? x->seen_us : q->arrival_us,
@@ -896,9 +898,10 @@ int sim_report_request_log(FILE *f, const sim_run *r)
         char line[2048];
         int len = fmt_request_format(&lr, line, sizeof line);
         if (len < 0) {
+            unsigned id = order[k];
             free(order);
             return sim_err_setc(len, "request log: the line of request %u is longer than %zu bytes",
-                                order[k], sizeof line);
+                                id, sizeof line);
         }
         fputs(line, f);
         fputc('\n', f);

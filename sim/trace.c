@@ -133,8 +133,14 @@ static int native_req(sim_trace *t, const fmt_request *q, sim_req *r, char *why,
     if (q->cancel_us != FMT_NULL) r->cancel_us = q->cancel_us;
     if (q->first_token_us != FMT_NULL) r->real_first_token_us = q->first_token_us;
     if (q->finish_us != FMT_NULL) r->real_finish_us = q->finish_us;
-    /* fmt_finish_reasons[] is in the order of enum sim_real_reason, from 1 */
-    r->real_reason = (uint8_t)(fmt_finish_reason_index(q->finish_reason) + 1);
+    if (q->finish_reason) {
+        for (unsigned c = SCHED_END_LENGTH; c <= SCHED_END_ERROR; c++)
+            if (strcmp(q->finish_reason, sched_end_name(c)) == 0) r->real_reason = (uint8_t)c;
+        if (!r->real_reason) {
+            snprintf(why, wl, "unknown \"finish_reason\" \"%s\"", q->finish_reason);
+            return -1;
+        }
+    }
     /* Only a request that ran to its natural end tells how long its output is; for the others
      * (cancelled, timed out, rejected) replay the length the client asked for, and let the
      * recorded cancel time or the policy cut it short again. */
@@ -149,10 +155,6 @@ static int native_req(sim_trace *t, const fmt_request *q, sim_req *r, char *why,
     r->klass = (uint16_t)ci;
     return 0;
 }
-
-_Static_assert(SIM_REAL_LENGTH == 1 && SIM_REAL_STOP == 2 && SIM_REAL_CANCELLED == 3 &&
-               SIM_REAL_TIMEOUT == 4 && SIM_REAL_REJECTED == 5 && SIM_REAL_ERROR == 6,
-               "enum sim_real_reason follows fmt_finish_reasons[]");
 
 static int cmp_u64(const void *a, const void *b)
 {

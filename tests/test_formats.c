@@ -160,7 +160,7 @@ Test(formats_request_log, reader_rules)
     cr_assert_eq(PARSE("{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":-2,\"output_tokens\":3}"), -EINVAL);
     cr_assert(strstr(why, "\"prompt_tokens\" is -2"), "%s", why);
     cr_assert_eq(PARSE("{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":2,\"output_tokens\":3,"
-                       "\"finish_reason\":\"exploded\"}"), -EINVAL);
+                       "\"finish_reason\":7}"), -EINVAL);
     cr_assert(strstr(why, "finish_reason"), "%s", why);
     cr_assert_eq(PARSE("[1,2]"), -EINVAL);
     cr_assert_eq(PARSE("{\"req\":1,\"req\":2,\"arrival_us\":1,\"prompt_tokens\":2,\"output_tokens\":3}"), -EINVAL);
