@@ -18,13 +18,15 @@ sched     |
 numa      |
 formats   |
 libclient | shm
-kernels   | numa libclient/tokenizer.h
+kernels   | numa libclient/tokenizer.h libclient/gguf.h
 sim       | sched formats
 tools     | libclient shm formats
 daemon    | shm sched numa kernels formats libclient
 fuzz      | shm libclient formats sched
 EOF
 }
+# kernels/ reaches libclient/ only for the two model-file readers it shares with clients: the
+# tokenizer and the GGUF reader (declared by file, so nothing else of libclient/ leaks in).
 # perf/ and tests/ may include everything: they exercise every module, the daemon's
 # internals included (tests/ and perf/ are the daemon's tests); nothing else includes daemon/.
 
