@@ -16,9 +16,12 @@
  *   logits = (rmsnorm(x[logits_rows]) * rms_final) · Wcls^T       only the rows asked for
  *
  * Parallelism: a small pool of worker threads (the caller is worker 0). Each matmul is
- * split by output rows of the weight, and each piece is one single-threaded OpenBLAS call
- * (SGEMV when T == 1: OpenBLAS's SGEMM packs the whole weight for one row and is slow),
- * so OpenBLAS never starts threads of its own to compete with ours. Attention is split
+ * split by output rows of the weight, and each piece is one single-threaded call: for
+ * batches of up to GEMM_SMALL_MAX_ROWS rows our gemm_small (kernels/cpu/gemm_small.h),
+ * which reads each weight row once for the whole batch and sums every output in the same
+ * order whatever the batch (so a decode row's result does not depend on its batch-mates),
+ * above that OpenBLAS SGEMM (whose packing of the weight pays off only when compute-bound).
+ * OpenBLAS never starts threads of its own to compete with ours. Attention is split
  * by (decode row, KV head) and (tile of up to 32 prefill rows of one sequence, KV head).
  * The attention and SwiGLU loops use 8-float GCC vectors, cloned for AVX2/AVX-512.
  *
@@ -26,6 +29,7 @@
  *   pool[b][l][0=K|1=V][offset][kv_dim]   (float32)
  * so one block is one contiguous copy for swapping.
  */
+#include "kernels/cpu/gemm_small.h"
 #include "kernels/engine.h"
 #include "numa/rnuma.h"
 
@@ -326,11 +330,17 @@ typedef struct mm_region {
     int rows; /* T */
 } mm_region;
 
+/* Batches of up to this many rows go through gemm_small (each weight row read once for
+ * all rows, nothing packed), larger ones through OpenBLAS SGEMM, whose packing pays for
+ * itself once the product is compute-bound. Chosen with perf/gemm_bench (stories110M and
+ * stories15M projections, one thread, weights from memory): see the README's Benchmarks. */
+#define GEMM_SMALL_MAX_ROWS 16
+
 static void matmul_rows(int rows, const float *x, const float *w, int n, int k, float beta,
                         float *y, int ld_y)
 {
-    if (rows == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, x, 1, beta, y, 1);
+    if (rows <= GEMM_SMALL_MAX_ROWS)
+        gemm_small(GEMM_SMALL_AUTO, rows, n, k, x, k, w, k, beta, y, ld_y);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, k, 1.0f, x, k, w, k, beta,
                     y, ld_y);
