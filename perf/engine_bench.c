@@ -319,7 +319,8 @@ int main(int argc, char **argv)
     double *base = calloc((size_t)repeats, sizeof(double));
     for (int bi = 0; bi < n_sizes; bi++)
         dec[bi] = calloc((size_t)repeats, sizeof(double));
-    eng_phase_stats phd = {0}, php = {0}, tmp;
+    eng_phase_stats phd = {0}, php = {0}, tmp, pool[MAX_SIZES];
+    memset(pool, 0, sizeof pool);
     for (int r = 0; r < repeats; r++) {
         for (int bi = 0; bi < n_sizes; bi++) {
             int S = batch_sizes[bi];
@@ -329,8 +330,13 @@ int main(int argc, char **argv)
                 if (step(&b, S, 1, ctx0 + k, 1))
                     return 1;
             dec[bi][r] = (double)S * decode_steps / (now_s() - t0);
+            eng_phase_stats_get(b.e, &tmp, true);
+            pool[bi].steps += tmp.steps;
+            pool[bi].regions += tmp.regions;
+            pool[bi].wake_calls += tmp.wake_calls;
+            pool[bi].helper_waits += tmp.helper_waits;
+            pool[bi].helper_sleeps += tmp.helper_sleeps;
             if (S == max_seqs) {
-                eng_phase_stats_get(b.e, &tmp, true);
                 phd.steps += tmp.steps;
                 phd.proj_ns += tmp.proj_ns;
                 phd.attn_ns += tmp.attn_ns;
@@ -382,6 +388,20 @@ int main(int argc, char **argv)
         for (int bi = 0; bi < n_sizes; bi++)
             printf("%s\"%d\":%.2f", bi ? "," : "", batch_sizes[bi],
                    decode_tok_s[bi] / decode_tok_s[0]);
+        /* the worker pool: parallel regions and futex wake calls per step, the share of
+         * helper waits that ended asleep; its spin budget and measured wake latency */
+        printf("},\"pool\":{");
+        for (int bi = 0; bi < n_sizes; bi++) {
+            const eng_phase_stats *ps = &pool[bi];
+            const double st = ps->steps ? (double)ps->steps : 1;
+            printf("%s\"%d\":{\"regions_per_step\":%.1f,\"wake_calls_per_step\":%.2f,"
+                   "\"helper_sleep_share\":%.3f}", bi ? "," : "", batch_sizes[bi],
+                   ps->regions / st, ps->wake_calls / st,
+                   ps->helper_waits ? (double)ps->helper_sleeps / ps->helper_waits : 0);
+        }
+        eng_phase_stats_get(b.e, &tmp, false);
+        printf(",\"spin_budget_us\":%.1f,\"wake_latency_us\":%.1f",
+               tmp.spin_budget_ns * 1e-3, tmp.wake_latency_ns * 1e-3);
         printf("},\"prefill_tok_s\":%.1f,"
                "\"phase_ms_per_step\":{\"decode%d\":{\"projections\":%.3f,\"attention\":%.3f,"
                "\"other\":%.3f},\"prefill\":{\"projections\":%.3f,\"attention\":%.3f,"
@@ -400,10 +420,18 @@ int main(int argc, char **argv)
     } else {
         printf("engine_bench %s, %d threads, medians of %d repeats [lowest, highest] (%d decode "
                "steps after %d tokens of context)\n", spec, threads, repeats, decode_steps, ctx0);
-        for (int bi = 0; bi < n_sizes; bi++)
-            printf("  decode  %2d seqs: %9.1f tok/s [%.1f, %.1f]  (%.2fx batch-1)\n",
+        for (int bi = 0; bi < n_sizes; bi++) {
+            const eng_phase_stats *ps = &pool[bi];
+            const double st = ps->steps ? (double)ps->steps : 1;
+            printf("  decode  %2d seqs: %9.1f tok/s [%.1f, %.1f]  (%.2fx batch-1)  pool: %.0f "
+                   "regions, %.2f wake calls per step, %.1f%% of helper waits asleep\n",
                    batch_sizes[bi], decode_tok_s[bi], lo[bi], hi[bi],
-                   decode_tok_s[bi] / decode_tok_s[0]);
+                   decode_tok_s[bi] / decode_tok_s[0], ps->regions / st, ps->wake_calls / st,
+                   ps->helper_waits ? 100.0 * ps->helper_sleeps / ps->helper_waits : 0);
+        }
+        eng_phase_stats_get(b.e, &tmp, false);
+        printf("  pool spin budget %.1f us, measured wake latency %.1f us\n",
+               tmp.spin_budget_ns * 1e-3, tmp.wake_latency_ns * 1e-3);
         printf("  prefill %d rows: %9.1f tok/s\n", prefill_len, prefill_tok_s);
         printf("  step split decode-%d: projections %.2f ms, attention %.2f ms, other %.2f ms\n",
                max_seqs, phd.proj_ns * msd, phd.attn_ns * msd, phd.other_ns * msd);
