@@ -217,7 +217,12 @@ static int drain_sessions(dloop *l)
 	for (dsess *s = dsess_first(l); s; s = dsess_next(s)) {
 		if (!dsess_active(s))
 			continue;
-		int n = dsess_drain_submit(s, RECORDS_PER_SESSION_ITER, on_record, l, why, sizeof(why));
+		int budget = l->ops->drain_budget ? l->ops->drain_budget(l->ctx, s) : RECORDS_PER_SESSION_ITER;
+		if (budget <= 0)
+			continue; /* paused, or its share of this iteration is used up */
+		if (budget > RECORDS_PER_SESSION_ITER)
+			budget = RECORDS_PER_SESSION_ITER;
+		int n = dsess_drain_submit(s, (unsigned)budget, on_record, l, why, sizeof(why));
 		if (n < 0) {
 			char r[240];
 			snprintf(r, sizeof(r), "hostile: %s", why);
@@ -259,7 +264,8 @@ static void loop_sleep(dloop *l)
 	ring_full_fence();
 	int pending = 0;
 	for (dsess *s = dsess_first(l); s; s = dsess_next(s)) {
-		if (dsess_active(s) && dsess_prepare_sleep(s)) {
+		int paused = l->ops->drain_budget && l->ops->drain_budget(l->ctx, s) < 0;
+		if (dsess_active(s) && dsess_prepare_sleep(s, paused)) {
 			pending = 1;
 			break;
 		}

@@ -80,6 +80,11 @@ typedef struct dsvc_ops {
 	int  (*iterate)(void *ctx, uint64_t now_us);
 	/* CQEs whose user_data has DLOOP_UD_SVC.  May be NULL. */
 	void (*on_cqe)(void *ctx, const struct io_uring_cqe *cqe);
+	/* How many records to take from s's submit ring now: < 0 pauses the session (its
+	 * records wait in its ring and do not keep the loop awake; its client is told
+	 * nothing), >= 0 at most that many this iteration (records left keep the loop
+	 * awake).  NULL: up to 256 per session and iteration. */
+	int  (*drain_budget)(void *ctx, dsess *s);
 	/* SIGTERM / SIGINT / SIGHUP arrived (through a signalfd).  NULL: SIGTERM/SIGINT stop
 	 * the loop. */
 	void (*on_signal)(void *ctx, int signo);

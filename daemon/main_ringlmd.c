@@ -67,6 +67,8 @@ static void usage(FILE *f)
 		"  --stats-file FILE        JSON snapshot of pools, queues and accounting, kept current\n"
 		"  --backpressure-timeout-ms N  cancel a request whose client stopped reading (default 5000)\n"
 		"  --backpressure-buffer-tokens N  tokens kept per blocked request (default 4096)\n"
+		"  --max-records-per-tenant N  submit records taken from one tenant's sessions per\n"
+		"                           iteration (default 64; a trusted gateway session: 256)\n"
 		"  --drain-grace-ms N       on SIGTERM, in-flight work gets this long (default 10000)\n"
 		"  --verify-swaps           checksum KV blocks at swap-out and check them at swap-in\n"
 		"  --quiet                  fewer start-up lines\n"
@@ -202,7 +204,7 @@ int main(int argc, char **argv)
 	       O_DOORBELL, O_VERSION, O_HELP,
 	       O_MODEL, O_TOKENIZER, O_POLICY, O_BACKEND, O_THREADS, O_KVB, O_KVBS, O_HKVB, O_DKV,
 	       O_DKVB, O_MAXBT, O_DECLOG, O_REQLOG, O_ITLOG, O_METRICS, O_STATS, O_BPT, O_BPB, O_DRAIN,
-	       O_VERIFY, O_QUIET, O_CHECK, O_NICE, O_HALF, O_HALFU, O_SMODE, O_SGROUP };
+	       O_VERIFY, O_QUIET, O_CHECK, O_NICE, O_HALF, O_HALFU, O_SMODE, O_SGROUP, O_RECT };
 	static const struct option opts[] = {
 		{ "socket", required_argument, 0, O_SOCKET },
 		{ "echo", no_argument, 0, O_ECHO },
@@ -239,6 +241,7 @@ int main(int argc, char **argv)
 		{ "backpressure-timeout-ms", required_argument, 0, O_BPT },
 		{ "backpressure-buffer-tokens", required_argument, 0, O_BPB },
 		{ "drain-grace-ms", required_argument, 0, O_DRAIN },
+		{ "max-records-per-tenant", required_argument, 0, O_RECT },
 		{ "verify-swaps", no_argument, 0, O_VERIFY },
 		{ "quiet", no_argument, 0, O_QUIET },
 		{ "check-config", no_argument, 0, O_CHECK },
@@ -374,6 +377,14 @@ int main(int argc, char **argv)
 		case O_BPB:
 			if (parse_uint("--backpressure-buffer-tokens", optarg, 1u << 24, &v)) return 2;
 			sc.backpressure_buffer_tokens = (uint32_t)v;
+			break;
+		case O_RECT:
+			if (parse_uint("--max-records-per-tenant", optarg, 1u << 20, &v)) return 2;
+			if (!v) {
+				fprintf(stderr, "ringlmd: --max-records-per-tenant must be >= 1\n");
+				return 2;
+			}
+			sc.max_records_per_tenant_iter = (uint32_t)v;
 			break;
 		case O_DRAIN:
 			if (parse_uint("--drain-grace-ms", optarg, 86400000ul, &v)) return 2;

@@ -800,13 +800,13 @@ dsess *dsess_first(dloop *l) { return dloop_sessions(l)->all; }
 dsess *dsess_next(dsess *s) { return s->next; }
 int dsess_active(const dsess *s) { return s->phase == DSESS_ACTIVE && !s->ending; }
 
-int dsess_prepare_sleep(dsess *s)
+int dsess_prepare_sleep(dsess *s, int paused)
 {
 	/* Doorbell value first, rings second: a client that rings after this read makes the
 	 * armed wait return at once (value differs); one that rang before it published
 	 * before, so the ring check below sees its data. */
 	uint32_t seen = __atomic_load_n(&s->cseg->doorbell, __ATOMIC_ACQUIRE);
-	if (submit_pending(s) || (s->want_space && space_returned(s)))
+	if ((!paused && submit_pending(s)) || (s->want_space && space_returned(s)))
 		return 1;
 	return arm_op_db(s, DSESS_OP_DOORBELL, seen) < 0;
 }

@@ -104,9 +104,10 @@ int  dsess_drain_submit(dsess *s, unsigned max_records, dsess_rec_fn fn, void *a
 int  dsess_publish(dsess *s);
 void dsess_set_daemon_sleeping(dsess *s, int sleeping);
 /* Before the loop sleeps (daemon_sleeping already announced and fenced): 1 when the
- * session has work after all (records, or space it waited for) or its doorbell wait could
- * not be armed; 0 when its doorbell wait is armed and the loop may sleep. */
-int  dsess_prepare_sleep(dsess *s);
+ * session has work after all (records, unless paused, or space it waited for) or its
+ * doorbell wait could not be armed; 0 when its doorbell wait is armed and the loop may
+ * sleep. */
+int  dsess_prepare_sleep(dsess *s, int paused);
 
 /* Status words the client reads, on every ACTIVE session. */
 void dsess_write_state_all(dloop *l, uint32_t state);
