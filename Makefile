@@ -56,6 +56,7 @@ SCHED_SRCS   := $(call lib_srcs,sched)
 ENGINE_SRCS  := $(call lib_srcs,kernels) $(call lib_srcs,kernels/cpu)
 DAEMON_SRCS  := $(call lib_srcs,daemon)
 SIM_SRCS     := $(call lib_srcs,sim)
+TOOLS_SRCS   := $(call lib_srcs,tools)
 
 objs = $(patsubst %.c,$(OBJ)/%.o,$(1))
 
@@ -67,8 +68,9 @@ NUMA_A       := $(LIB)/libringlm_numa.a
 ENGINE_A     := $(LIB)/libringlm_engine.a
 DAEMON_A     := $(LIB)/libringlm_daemon.a
 SIM_A        := $(LIB)/libringlm_sim.a
+TOOLS_A      := $(LIB)/libringlm_tools.a
 # Link order: users before what they use.
-ALL_A := $(DAEMON_A) $(SIM_A) $(ENGINE_A) $(SCHED_A) $(LIBRINGLM_A) $(NUMA_A)
+ALL_A := $(TOOLS_A) $(DAEMON_A) $(SIM_A) $(ENGINE_A) $(SCHED_A) $(LIBRINGLM_A) $(NUMA_A)
 
 $(LIBRINGLM_A): $(call objs,$(SHM_SRCS) $(CLIENT_SRCS))
 $(SCHED_A):     $(call objs,$(SCHED_SRCS))
@@ -76,6 +78,7 @@ $(NUMA_A):      $(call objs,$(NUMA_SRCS))
 $(ENGINE_A):    $(call objs,$(ENGINE_SRCS))
 $(DAEMON_A):    $(call objs,$(DAEMON_SRCS))
 $(SIM_A):       $(call objs,$(SIM_SRCS))
+$(TOOLS_A):     $(call objs,$(TOOLS_SRCS))
 
 # Every archive holds empty.o too, so a module with no sources yet still links.
 $(ALL_A): $(OBJ)/empty.o
