@@ -12,5 +12,4 @@ check() { # folder, regex of forbidden includes
 check sched '\.\./|daemon/|shm/|kernels/|numa/|sim/|libclient/|ringlm\.h'
 check shm   '\.\./|daemon/|sched/|kernels/|numa/|sim/|libclient/'
 check sim   'daemon/|kernels/|\.\./daemon'
-check tools 'daemon/|sched/|kernels/|numa/|sim/|shm/'
 exit $bad
