@@ -425,13 +425,13 @@ static int evaluate(search *S, const size_t *which, size_t n, int k)
     for (size_t i = 0; i < n; i++) {
         sim_tune_cand *c = &r->cands[which[i]];
         if (c->rung[k].done) continue;
+        r->evaluated[k]++;
         if (S->same_as[k] != k && c->rung[S->same_as[k]].done) {   /* same traces: same result */
             c->rung[k] = c->rung[S->same_as[k]];
             continue;
         }
         for (size_t l = 0; l < nl; l++)
             tasks[nt++] = (task){.cand = c, .trace = &S->traces[S->same_as[k]][l], .out = &c->rung[k].load[l]};
-        r->evaluated[k]++;
     }
     pool p = {.tasks = tasks, .n = nt, .o = S->o};
     pthread_mutex_init(&p.mu, NULL);
