@@ -79,11 +79,12 @@ typedef struct dsvc_ops {
 	void (*on_signal)(void *ctx, int signo);
 } dsvc_ops;
 
-/* Creates the loop: binds and listens on cfg->socket_path, sets up io_uring, blocks
- * SIGTERM/SIGINT/SIGHUP in the calling thread (they arrive via signalfd; a handler
- * forwards them there when the kernel delivers them to another thread, e.g. one a
- * library created before), ignores SIGPIPE, probes futex support.  Call it from the
- * thread that will run dloop_run.  Returns 0 or -errno with dloop_errmsg(). */
+/* Creates the loop: binds and listens on cfg->socket_path, sets up io_uring, reads
+ * SIGTERM/SIGINT/SIGHUP through a signalfd, probes futex support.  Call it from the
+ * thread that will run dloop_run, in which the program blocked SIGTERM/SIGINT/SIGHUP
+ * before (ringlmd does it first thing in main, before any thread exists, and forwards
+ * them from threads a library created before main; see main_ringlmd.c).  Returns 0 or
+ * -errno with dloop_errmsg(): -EINVAL when those signals are not blocked. */
 int  dloop_create(const dloop_config *cfg, const dsvc_ops *ops, void *ctx, dloop **out);
 /* Runs until dloop_stop(); ends every session (on_close "shutdown") before returning.
  * Returns 0 or -errno on a fatal io_uring error. */

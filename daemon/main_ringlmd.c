@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,6 +156,39 @@ static void renice_threads(int n)
 		if (e->d_name[0] >= '0' && e->d_name[0] <= '9')
 			setpriority(PRIO_PROCESS, (id_t)atoi(e->d_name), n);
 	closedir(d);
+}
+
+/* Signals, once for the whole process.  SIGTERM/SIGINT/SIGHUP are blocked in this thread
+ * before any thread is started from here (engine workers, metrics, log writer, all of which
+ * inherit the block) and reach the loop through its signalfd, so their default action can
+ * never kill the daemon on a worker thread before the drain runs.  Threads that exist
+ * before main (OpenBLAS starts its pool in a constructor; CUDA) do not block them: a
+ * handler there forwards them to this thread, the loop's.  SIGPIPE: a peer that went away
+ * is an error return, not a signal. */
+static pthread_t signal_target;
+
+static void forward_signal(int signo)
+{
+	int saved = errno;
+	pthread_kill(signal_target, signo);
+	errno = saved;
+}
+
+static void install_signals(void)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal_target = pthread_self();
+	struct sigaction sa = { .sa_handler = forward_signal, .sa_flags = SA_RESTART };
+	sigfillset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
 }
 
 int main(int argc, char **argv)
@@ -327,6 +362,7 @@ int main(int argc, char **argv)
 	 * a futex for its token is often placed on the waker's CPU; at equal priority it preempts
 	 * the loop there (measured: 29-67 µs per woken client), at -10 it waits or goes elsewhere
 	 * (5-6 µs). Not permitted: say so and go on at the inherited priority. */
+	install_signals();
 	if (want_nice && setpriority(PRIO_PROCESS, 0, nice_val) != 0)
 		fprintf(stderr, "ringlmd: --nice %d: %s (continuing at nice %d)\n", nice_val, strerror(errno),
 			getpriority(PRIO_PROCESS, 0));

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * daemon/session.c — a session's memory and rings on the daemon side.
+ * daemon/session.c — a client session on the daemon side: its state machine (see
+ * session.h), the handshake, the io_uring operations it keeps in flight, its teardown,
+ * and its memory and rings.
  *
  * Segments are memfds: they have no name anywhere (nothing in /dev/shm to leak when a
  * process dies), vanish with the last fd/mapping, and can be sealed.  Both are sealed
@@ -12,17 +14,76 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <liburing.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "numa/rnuma.h"
+#include "shm/ring.h"
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
 #endif
+
+#define HELLO_TIMEOUT_US (5 * 1000 * 1000)
+
+enum dsess_phase {
+	DSESS_HELLO = 1,  /* accepted, waiting for the client's hello */
+	DSESS_ACTIVE,     /* segments mapped, service knows it */
+	DSESS_ZOMBIE,     /* ended; waiting for its io_uring operations to complete */
+};
+
+/* Operations kept in flight per session (bits of dsess.armed, and the user_data tag:
+ * session pointer | tag). */
+enum { DSESS_OP_RECV = 1, DSESS_OP_PIDFD = 2, DSESS_OP_DOORBELL = 3 };
+#define DSESS_UD_TAG_MASK 7ull
+
+struct dsess {
+	dloop *loop;
+	uint64_t id;
+	int phase;
+	int sock, pidfd, efd;             /* efd: eventfd doorbell or -1 */
+	uid_t uid;
+	gid_t gid;
+	pid_t pid;
+	void *user;
+	int svc_knows;                    /* on_connect accepted: on_close is owed */
+
+	/* segments */
+	int cfd, dfd;
+	struct ringlm_wire_cseg *cseg;    /* client-written: never trusted */
+	size_t cseg_bytes;
+	struct ringlm_wire_dseg *dseg;
+	size_t dseg_bytes;
+	struct ring_rec_cons sub;
+	struct ring_ev_prod ev;
+	uint8_t *recbuf;                  /* private copy of one record (8-byte aligned) */
+	size_t recbuf_len;
+	int want_space;                   /* we set dseg->want_space */
+
+	/* io_uring bookkeeping */
+	unsigned armed;                   /* bit (1 << DSESS_OP_x) while that op is in flight */
+	int inflight;                     /* SQEs with this session's user_data not completed */
+	uint64_t hello_deadline_us;
+	uint64_t eventfd_buf;
+	char rxbuf[sizeof(struct ringlm_wire_hello) + 64];
+
+	/* ending */
+	int ending;
+	char end_reason[104];
+
+	struct dsess *next, *prev;        /* the loop's list of all sessions (zombies included) */
+	struct dsess *end_next;           /* the loop's list of sessions to end this iteration */
+};
+
+/* ---- memory: the two segments -------------------------------------------------------- */
 
 static int seg_create(const char *name, size_t bytes, int node, int future_write_seal,
 		      int *fd_out, void **map_out, char *why, size_t why_len)
@@ -64,7 +125,7 @@ static int seg_create(const char *name, size_t bytes, int node, int future_write
 	return 0;
 }
 
-int dsess_segments_create(dsess *s, unsigned submit_bytes, unsigned event_slots, int node,
+static int segments_create(dsess *s, unsigned submit_bytes, unsigned event_slots, int node,
 			  uint64_t policy_hash, char *why, size_t why_len)
 {
 	void *cp, *dp;
@@ -138,7 +199,7 @@ fail_c:
 	return r;
 }
 
-void dsess_segments_destroy(dsess *s)
+static void segments_destroy(dsess *s)
 {
 	free(s->recbuf);
 	s->recbuf = NULL;
@@ -156,6 +217,8 @@ void dsess_segments_destroy(dsess *s)
 		close(s->dfd);
 	s->cfd = s->dfd = -1;
 }
+
+/* ---- rings and status words ---------------------------------------------------------- */
 
 int dsess_drain_submit(dsess *s, unsigned max_records, dsess_rec_fn fn, void *arg, char *why,
 		       size_t why_len)
@@ -186,7 +249,7 @@ int dsess_drain_submit(dsess *s, unsigned max_records, dsess_rec_fn fn, void *ar
 	return (int)taken;
 }
 
-int dsess_submit_pending(dsess *s)
+static int submit_pending(dsess *s)
 {
 	return ring_load_acquire(s->sub.prod_p) != s->sub.cons;
 }
@@ -205,7 +268,7 @@ int dsess_publish(dsess *s)
 	return 1;
 }
 
-int dsess_space_returned(dsess *s)
+static int space_returned(dsess *s)
 {
 	char why[128];
 	int64_t n = ring_ev_space(&s->ev, 2, why, sizeof(why));
@@ -221,19 +284,19 @@ void dsess_set_daemon_sleeping(dsess *s, int sleeping)
 	ring_store32(&s->dseg->daemon_sleeping, sleeping ? 1 : 0);
 }
 
-void dsess_write_state(dsess *s, uint32_t state)
+static void write_state(dsess *s, uint32_t state)
 {
 	if (s->dseg)
 		ring_store32(&s->dseg->state, state);
 }
 
-void dsess_write_policy_hash(dsess *s, uint64_t hash)
+static void write_policy_hash(dsess *s, uint64_t hash)
 {
 	if (s->dseg)
 		__atomic_store_n(&s->dseg->policy_hash, hash, __ATOMIC_RELEASE);
 }
 
-void dsess_write_closed(dsess *s, int err, const char *reason)
+static void write_closed(dsess *s, int err, const char *reason)
 {
 	if (!s->dseg)
 		return;
@@ -245,7 +308,442 @@ void dsess_write_closed(dsess *s, int err, const char *reason)
 	ring_futex_wake((const uint32_t *)&s->dseg->ev_prod, 1);
 }
 
-/* ---- the service's side (daemon/loop.h) ----------------------------------------------- */
+/* ---- io_uring operations in flight --------------------------------------------------- */
+
+static uint64_t sess_ud(dsess *s, int op)
+{
+	return (uint64_t)(uintptr_t)s | (uint64_t)op;
+}
+
+static int arm_op_db(dsess *s, int op, uint32_t doorbell_seen)
+{
+	dloop *l = s->loop;
+	if (s->armed & (1u << op))
+		return 0;
+	struct io_uring_sqe *sqe = dloop_sqe(l);
+	if (!sqe)
+		return -EBUSY;
+	switch (op) {
+	case DSESS_OP_RECV:
+		io_uring_prep_recv(sqe, s->sock, s->rxbuf, sizeof(s->rxbuf), 0);
+		break;
+	case DSESS_OP_PIDFD:
+		io_uring_prep_poll_add(sqe, s->pidfd, POLLIN);
+		break;
+	case DSESS_OP_DOORBELL:
+		if (s->efd >= 0) {
+			io_uring_prep_read(sqe, s->efd, &s->eventfd_buf, sizeof(s->eventfd_buf), 0);
+		} else {
+			/* IORING_OP_FUTEX_WAIT by hand: fd = futex2 flags (shared, u32),
+			 * addr = word, addr2 = expected value, addr3 = wake mask.  The value
+			 * was read before the rings were checked (dsess_prepare_sleep). */
+			uint32_t seen = doorbell_seen;
+			io_uring_prep_rw(DLOOP_IORING_OP_FUTEX_WAIT, sqe, DLOOP_FUTEX2_SIZE_U32, NULL, 0, 0);
+			sqe->addr = (uint64_t)(uintptr_t)&s->cseg->doorbell;
+			sqe->addr2 = seen;
+			sqe->addr3 = DLOOP_FUTEX_BITSET_ANY;
+		}
+		break;
+	}
+	io_uring_sqe_set_data64(sqe, sess_ud(s, op));
+	s->armed |= 1u << op;
+	s->inflight++;
+	return 0;
+}
+
+static int arm_op(dsess *s, int op)
+{
+	return arm_op_db(s, op, 0);
+}
+
+static void cancel_op(dsess *s, int op)
+{
+	if (!(s->armed & (1u << op)))
+		return;
+	struct io_uring_sqe *sqe = dloop_sqe(s->loop);
+	if (!sqe)
+		return; /* io_uring_queue_exit cancels it at the latest */
+	io_uring_prep_cancel64(sqe, sess_ud(s, op), 0);
+	io_uring_sqe_set_data64(sqe, DLOOP_UD_IGNORE);
+}
+
+/* ---- lifecycle: accept, handshake, completions, end ---------------------------------- */
+static void sess_link(dsess_list *ls, dsess *s)
+{
+	s->next = ls->all;
+	s->prev = NULL;
+	if (ls->all)
+		ls->all->prev = s;
+	ls->all = s;
+}
+
+static void sess_free(dsess *s)
+{
+	dsess_list *ls = dloop_sessions(s->loop);
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		ls->all = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	segments_destroy(s);
+	if (s->sock >= 0)
+		close(s->sock);
+	if (s->pidfd >= 0)
+		close(s->pidfd);
+	if (s->efd >= 0)
+		close(s->efd);
+	free(s);
+}
+
+void dsess_end(dsess *s, const char *reason)
+{
+	if (s->ending)
+		return;
+	s->ending = 1;
+	snprintf(s->end_reason, sizeof(s->end_reason), "%s", reason);
+	dsess_list *ls = dloop_sessions(s->loop);
+	s->end_next = ls->to_end;
+	ls->to_end = s;
+}
+
+static int quiet_reason(const char *r)
+{
+	return !strcmp(r, "client closed the connection") || !strcmp(r, "client process exited") ||
+	       !strcmp(r, "shutdown");
+}
+
+/* Runs outside callbacks: on_close, status CLOSED, cancel in-flight ops, release the
+ * memory and fds now (the kernel keeps what in-flight ops still reference). */
+void dsess_end_pending(dloop *l)
+{
+	dsess_list *ls = dloop_sessions(l);
+	void *ctx;
+	const dsvc_ops *ops = dloop_service(l, &ctx);
+	while (ls->to_end) {
+		dsess *s = ls->to_end;
+		ls->to_end = s->end_next;
+		if (s->phase == DSESS_ZOMBIE)
+			continue;
+		if (!quiet_reason(s->end_reason))
+			fprintf(stderr, "ringlmd: session %llu (uid %u pid %d) ended: %s\n",
+				(unsigned long long)s->id, (unsigned)s->uid, (int)s->pid, s->end_reason);
+		if (s->svc_knows && ops->on_close)
+			ops->on_close(ctx, s, s->end_reason);
+		s->svc_knows = 0;
+		int err = strcmp(s->end_reason, "shutdown") ? -ECONNRESET : -ESHUTDOWN;
+		write_closed(s, err, s->end_reason);
+		s->phase = DSESS_ZOMBIE;
+		ls->live--;
+		cancel_op(s, DSESS_OP_RECV);
+		cancel_op(s, DSESS_OP_PIDFD);
+		cancel_op(s, DSESS_OP_DOORBELL);
+		/* shutdown() makes the client see EOF now, even while a cancelled recv still
+		 * holds a file reference. */
+		if (s->sock >= 0) {
+			/* Unread data at close would make the client's read of our last
+			 * message fail with ECONNRESET. */
+			char junk[256];
+			while (recv(s->sock, junk, sizeof(junk), MSG_DONTWAIT) > 0)
+				;
+			shutdown(s->sock, SHUT_RDWR);
+		}
+		segments_destroy(s);
+		if (s->pidfd >= 0) {
+			close(s->pidfd);
+			s->pidfd = -1;
+		}
+		if (s->efd >= 0) {
+			close(s->efd);
+			s->efd = -1;
+		}
+		if (s->inflight == 0)
+			sess_free(s);
+	}
+}
+
+static int send_welcome(dsess *s, int status, const char *detail, int with_fds)
+{
+	struct ringlm_wire_welcome w;
+	memset(&w, 0, sizeof(w));
+	w.magic = RINGLM_WIRE_MAGIC;
+	w.abi = RINGLM_WIRE_ABI;
+	w.status = status;
+	w.doorbell_mode = s->efd >= 0 ? RINGLM_WIRE_DB_EVENTFD : RINGLM_WIRE_DB_FUTEX;
+	w.session_id = s->id;
+	w.cseg_bytes = s->cseg_bytes;
+	w.dseg_bytes = s->dseg_bytes;
+	w.policy_hash = dloop_policy_hash(s->loop);
+	snprintf(w.detail, sizeof(w.detail), "%s", detail ? detail : "");
+
+	int fds[3] = { s->cfd, s->dfd, s->efd };
+	int nfds = s->efd >= 0 ? 3 : 2;
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 3)];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = &w, .iov_len = sizeof(w) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (with_fds) {
+		memset(&ctl, 0, sizeof(ctl));
+		msg.msg_control = ctl.buf;
+		msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+	}
+	/* A fresh SEQPACKET socket has room for one message: this never blocks; if it
+	 * would, the client is misbehaving and loses its session. */
+	ssize_t n = sendmsg(s->sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+	return n == (ssize_t)sizeof(w) ? 0 : -errno;
+}
+
+static void refuse(dsess *s, int err, const char *detail)
+{
+	send_welcome(s, err, detail, 0);
+	char r[200];
+	snprintf(r, sizeof(r), "refused: %s", detail);
+	dsess_end(s, r);
+}
+
+static int count_uid(dloop *l, uid_t uid)
+{
+	int n = 0;
+	for (dsess *s = dloop_sessions(l)->all; s; s = s->next)
+		if (s->phase != DSESS_ZOMBIE && s->uid == uid)
+			n++;
+	return n;
+}
+
+void dsess_accept(dloop *l, int fd)
+{
+	dsess_list *ls = dloop_sessions(l);
+	dsess *s = calloc(1, sizeof(*s));
+	if (!s) {
+		close(fd);
+		return;
+	}
+	s->loop = l;
+	s->id = ++ls->next_id;
+	s->phase = DSESS_HELLO;
+	s->sock = fd;
+	s->pidfd = s->efd = s->cfd = s->dfd = -1;
+	s->hello_deadline_us = dloop_now_us(l) + HELLO_TIMEOUT_US;
+	sess_link(ls, s);
+	ls->live++;
+
+	struct ucred cred;
+	socklen_t cl = sizeof(cred);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0) {
+		dsess_end(s, "SO_PEERCRED failed");
+		return;
+	}
+	s->uid = cred.uid;
+	s->gid = cred.gid;
+	s->pid = cred.pid;
+	if (arm_op(s, DSESS_OP_RECV) < 0)
+		dsess_end(s, "io_uring submission queue unavailable");
+}
+
+/* The handshake: the client's hello must be exactly ours (magic, ABI, size, no flags);
+ * then the loop's limits, the segments, the peer's pidfd and the service's on_connect. */
+static void on_hello(dsess *s, int len)
+{
+	dloop *l = s->loop;
+	const dloop_config *cfg = dloop_cfg(l);
+	void *ctx;
+	const dsvc_ops *ops = dloop_service(l, &ctx);
+	char d[160];
+	struct ringlm_wire_hello h;
+
+	if (len < (int)sizeof(uint32_t) * 2) {
+		refuse(s, -EPROTO, "handshake message too short");
+		return;
+	}
+	memset(&h, 0, sizeof(h));
+	memcpy(&h, s->rxbuf, len < (int)sizeof(h) ? (size_t)len : sizeof(h));
+	if (h.magic != RINGLM_WIRE_MAGIC) {
+		snprintf(d, sizeof(d), "handshake magic 0x%08x is not ringlm's", h.magic);
+		refuse(s, -EPROTO, d);
+		return;
+	}
+	if (h.abi != RINGLM_WIRE_ABI) {
+		snprintf(d, sizeof(d), "client speaks ABI %u, daemon ABI %u", h.abi, RINGLM_WIRE_ABI);
+		refuse(s, -EPROTO, d);
+		return;
+	}
+	if (len != (int)sizeof(h) || h.flags || h.reserved) {
+		snprintf(d, sizeof(d), "handshake of %d bytes with flags 0x%x", len, h.flags);
+		refuse(s, -EPROTO, d);
+		return;
+	}
+	/* Limits are checked once the hello is read: closing a socket with unread data
+	 * would turn our answer into ECONNRESET on the client's side. */
+	if (dloop_is_draining(l)) {
+		refuse(s, -ESHUTDOWN, "the daemon is draining");
+		return;
+	}
+	if (dloop_sessions(l)->live > cfg->max_sessions) {
+		char d[96];
+		snprintf(d, sizeof(d), "session limit %d reached", cfg->max_sessions);
+		refuse(s, -EUSERS, d);
+		return;
+	}
+	if (count_uid(l, s->uid) > cfg->max_sessions_per_uid) {
+		char d[96];
+		snprintf(d, sizeof(d), "limit of %d sessions for uid %u reached",
+			 cfg->max_sessions_per_uid, (unsigned)s->uid);
+		refuse(s, -EUSERS, d);
+		return;
+	}
+	if (!dloop_uses_futex(l)) {
+		s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (s->efd < 0) {
+			refuse(s, -errno, "eventfd failed");
+			return;
+		}
+	}
+	int r = segments_create(s, cfg->submit_ring_bytes, cfg->event_ring_slots, cfg->numa_node,
+				dloop_policy_hash(l), d, sizeof(d));
+	if (r < 0) {
+		refuse(s, r, d);
+		return;
+	}
+	s->pidfd = (int)syscall(SYS_pidfd_open, s->pid, 0);
+	if (s->pidfd < 0) {
+		refuse(s, -ESRCH, "client process already gone");
+		return;
+	}
+	if (ops->on_connect) {
+		r = ops->on_connect(ctx, s);
+		if (r < 0) {
+			snprintf(d, sizeof(d), "the service refused uid %u (%s)", (unsigned)s->uid,
+				 strerror(-r));
+			refuse(s, r, d);
+			return;
+		}
+	}
+	s->svc_knows = 1;
+	if (dloop_is_draining(l))
+		write_state(s, RINGLM_WIRE_ST_DRAINING);
+	if (send_welcome(s, 0, NULL, 1) < 0) {
+		dsess_end(s, "could not send the handshake answer");
+		return;
+	}
+	s->phase = DSESS_ACTIVE;
+	/* The doorbell wait is armed when the loop goes to sleep (loop_sleep). */
+	if (arm_op(s, DSESS_OP_RECV) < 0 || arm_op(s, DSESS_OP_PIDFD) < 0)
+		dsess_end(s, "io_uring submission queue unavailable");
+}
+
+void dsess_on_cqe(uint64_t user_data, int res)
+{
+	dsess *s = (dsess *)(uintptr_t)(user_data & ~DSESS_UD_TAG_MASK);
+	int op = (int)(user_data & DSESS_UD_TAG_MASK);
+	s->armed &= ~(1u << op);
+	s->inflight--;
+	if (s->phase == DSESS_ZOMBIE) {
+		if (s->inflight == 0)
+			sess_free(s);
+		return;
+	}
+	if (s->ending)
+		return; /* dsess_end_pending runs next; nothing to re-arm */
+	switch (op) {
+	case DSESS_OP_RECV:
+		if (s->phase == DSESS_HELLO) {
+			if (res > 0)
+				on_hello(s, res);
+			else
+				dsess_end(s, res == 0 ? "client closed the connection" : "recv failed in handshake");
+		} else if (res == 0) {
+			dsess_end(s, "client closed the connection");
+		} else if (res > 0) {
+			dsess_end(s, "hostile: unexpected message on the session socket");
+		} else if (res != -EINTR && res != -EAGAIN) {
+			dsess_end(s, "session socket error");
+		} else {
+			arm_op(s, DSESS_OP_RECV);
+		}
+		break;
+	case DSESS_OP_PIDFD:
+		dsess_end(s, "client process exited");
+		break;
+	case DSESS_OP_DOORBELL:
+		/* Woken, value changed (-EAGAIN) or eventfd read: the rings are drained this
+		 * iteration; the wait is re-armed before the loop sleeps again. */
+		if (res < 0 && res != -EAGAIN && res != -EINTR && res != -ECANCELED && s->efd < 0 &&
+		    res != -ETIME) {
+			/* The futex wait itself failed (e.g. -EFAULT): fall back to polling
+			 * this session while awake; log once. */
+			fprintf(stderr, "ringlmd: session %llu: futex wait failed: %s\n",
+				(unsigned long long)s->id, strerror(-res));
+		}
+		break;
+	}
+}
+
+void dsess_expire_hellos(dloop *l, uint64_t now_us)
+{
+	for (dsess *s = dloop_sessions(l)->all; s; s = s->next)
+		if (s->phase == DSESS_HELLO && !s->ending && now_us > s->hello_deadline_us)
+			dsess_end(s, "handshake timeout");
+}
+
+void dsess_end_all(dloop *l, const char *reason)
+{
+	for (dsess *s = dloop_sessions(l)->all; s; s = s->next)
+		if (s->phase != DSESS_ZOMBIE)
+			dsess_end(s, reason);
+}
+
+void dsess_free_all(dloop *l)
+{
+	dsess_list *ls = dloop_sessions(l);
+	void *ctx;
+	const dsvc_ops *ops = dloop_service(l, &ctx);
+	while (ls->all) {
+		dsess *s = ls->all;
+		if (s->phase != DSESS_ZOMBIE && s->svc_knows && ops->on_close)
+			ops->on_close(ctx, s, "shutdown");
+		sess_free(s);
+	}
+}
+
+/* ---- iteration ----------------------------------------------------------------------- */
+
+dsess *dsess_first(dloop *l) { return dloop_sessions(l)->all; }
+dsess *dsess_next(dsess *s) { return s->next; }
+int dsess_active(const dsess *s) { return s->phase == DSESS_ACTIVE && !s->ending; }
+
+int dsess_prepare_sleep(dsess *s)
+{
+	/* Doorbell value first, rings second: a client that rings after this read makes the
+	 * armed wait return at once (value differs); one that rang before it published
+	 * before, so the ring check below sees its data. */
+	uint32_t seen = __atomic_load_n(&s->cseg->doorbell, __ATOMIC_ACQUIRE);
+	if (submit_pending(s) || (s->want_space && space_returned(s)))
+		return 1;
+	return arm_op_db(s, DSESS_OP_DOORBELL, seen) < 0;
+}
+
+void dsess_write_state_all(dloop *l, uint32_t state)
+{
+	for (dsess *s = dloop_sessions(l)->all; s; s = s->next)
+		if (s->phase == DSESS_ACTIVE)
+			write_state(s, state);
+}
+
+void dsess_write_policy_hash_all(dloop *l, uint64_t hash)
+{
+	for (dsess *s = dloop_sessions(l)->all; s; s = s->next)
+		if (s->phase == DSESS_ACTIVE)
+			write_policy_hash(s, hash);
+}
+
+/* ---- the service's side (daemon/loop.h) ---------------------------------------------- */
 
 static int make_room(dsess *s, uint64_t want)
 {

@@ -1,9 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * daemon/session.h — one client session on the daemon side: its two memfd segments,
- * the submit-ring consumer (copy once, validate, dispatch), the event-ring producer and
- * the doorbell flags.  Internal to daemon/ (loop.c drives it; services see only the
- * dsess_* functions of daemon/loop.h).
+ * daemon/session.h — one client session on the daemon side, and the sessions of a loop.
+ * Internal to daemon/: loop.c drives it; services see only the dsess_* functions of
+ * daemon/loop.h.  struct dsess is private to session.c.
+ *
+ * A session's life (session.c owns every transition):
+ *
+ *   accept ──► HELLO ──(valid hello, limits, segments, pidfd, on_connect)──► ACTIVE
+ *                │                                                          │
+ *                └──(bad or late hello, refused)──► ending ◄──(EOF, pidfd, hostile
+ *                                                     │        record, dsess_end, shutdown)
+ *                                                     ▼
+ *                                       ZOMBIE (on_close ran, status CLOSED, fds and
+ *                                       segments released) ──(last io_uring op done)──► freed
+ *
+ * dsess_end only marks a session; dsess_end_pending does the teardown outside callbacks,
+ * so a callback never sees its session disappear under it.  The struct is freed only when
+ * none of its io_uring operations is in flight, because each completion carries its
+ * pointer in user_data (the session pointer | the operation in the low 3 bits).
  */
 #ifndef RINGLM_DAEMON_SESSION_H
 #define RINGLM_DAEMON_SESSION_H
@@ -12,62 +26,64 @@
 #include <sys/types.h>
 
 #include "daemon/loop.h"
-#include "shm/ring.h"
 #include "shm/wire.h"
 
-enum dsess_phase {
-	DSESS_HELLO = 1,  /* accepted, waiting for the client's hello */
-	DSESS_ACTIVE,     /* segments mapped, service knows it */
-	DSESS_ZOMBIE,     /* ended; waiting for its io_uring operations to complete */
-};
+struct io_uring_sqe;
 
-/* Operations the loop keeps in flight per session (bits of dsess.armed, and the
- * user_data tag: session pointer | tag). */
-enum { DSESS_OP_RECV = 1, DSESS_OP_PIDFD = 2, DSESS_OP_DOORBELL = 3 };
+/* liburing 2.3 and its uapi copy predate IORING_OP_FUTEX_WAIT (kernel 6.7): the values
+ * below are the kernel's (include/uapi/linux/io_uring.h, futex.h). */
+#define DLOOP_IORING_OP_FUTEX_WAIT 51
+#define DLOOP_FUTEX2_SIZE_U32      0x02
+#define DLOOP_FUTEX_BITSET_ANY     0xffffffffu
 
-struct dsess {
-	dloop *loop;
-	uint64_t id;
-	int phase;
-	int sock, pidfd, efd;             /* efd: eventfd doorbell or -1 */
-	uid_t uid;
-	gid_t gid;
-	pid_t pid;
-	void *user;
-	int svc_knows;                    /* on_connect accepted: on_close is owed */
+/* user_data values below this are the loop's own constants; above, a session's. */
+#define DSESS_UD_MIN 4096u
+/* user_data of cancel SQEs: their completions need nothing. */
+#define DLOOP_UD_IGNORE 3u
 
-	/* segments */
-	int cfd, dfd;
-	struct ringlm_wire_cseg *cseg;    /* client-written: never trusted */
-	size_t cseg_bytes;
-	struct ringlm_wire_dseg *dseg;
-	size_t dseg_bytes;
-	struct ring_rec_cons sub;
-	struct ring_ev_prod ev;
-	uint8_t *recbuf;                  /* private copy of one record (8-byte aligned) */
-	size_t recbuf_len;
-	int want_space;                   /* we set dseg->want_space */
+/* The sessions of one loop (embedded in it; written by session.c only). */
+typedef struct dsess_list {
+	dsess *all;             /* every session, zombies included */
+	dsess *to_end;          /* marked by dsess_end, torn down by dsess_end_pending */
+	int live;               /* HELLO + ACTIVE */
+	uint64_t next_id;
+} dsess_list;
 
-	/* io_uring bookkeeping */
-	unsigned armed;                   /* bit (1 << DSESS_OP_x) while that op is in flight */
-	int inflight;                     /* SQEs with this session's user_data not completed */
-	uint64_t hello_deadline_us;
-	uint64_t eventfd_buf;
-	char rxbuf[sizeof(struct ringlm_wire_hello) + 64];
+/* ---- what session.c needs of the loop (defined in loop.c) ----------------------------- */
+dsess_list *dloop_sessions(dloop *l);
+/* An SQE of the loop's ring (submits to make room); NULL only if the kernel takes none. */
+struct io_uring_sqe *dloop_sqe(dloop *l);
+const dloop_config *dloop_cfg(dloop *l);
+int dloop_is_draining(dloop *l);
+/* 1: doorbells are futex waits on the ring; 0: an eventfd per session. */
+int dloop_uses_futex(dloop *l);
+const dsvc_ops *dloop_service(dloop *l, void **ctx);
 
-	/* ending */
-	int ending;
-	char end_reason[104];
+/* ---- lifecycle (the loop's side) ------------------------------------------------------ */
 
-	struct dsess *next, *prev;        /* loop's list of all sessions (zombies included) */
-	struct dsess *end_next;           /* loop's list of sessions to end this iteration */
-};
+/* A new connection: a HELLO session with its peer's credentials and a recv armed for the
+ * hello (or marked ending when that fails). */
+void dsess_accept(dloop *l, int fd);
+/* A completion whose user_data (>= DSESS_UD_MIN, without DLOOP_UD_SVC) is a session's:
+ * the handshake, EOF, the peer's exit, a doorbell. */
+void dsess_on_cqe(uint64_t user_data, int res);
+/* Tears down every session dsess_end marked: on_close, status CLOSED, ops cancelled, fds
+ * and segments released; the struct is freed once its last operation completed. */
+void dsess_end_pending(dloop *l);
+/* Ends sessions whose hello did not come in time. */
+void dsess_expire_hellos(dloop *l, uint64_t now_us);
+/* Marks every live session ending with reason (shutdown). */
+void dsess_end_all(dloop *l, const char *reason);
+/* After the ring is gone: on_close for sessions the service knows, then free everything. */
+void dsess_free_all(dloop *l);
 
-/* Creates and maps both segments (sealed memfds) and sets up the rings. node >= 0 places
- * them on that node (rnuma_place), faulting every page in.  0 or -errno with why. */
-int  dsess_segments_create(dsess *s, unsigned submit_bytes, unsigned event_slots, int node,
-			   uint64_t policy_hash, char *why, size_t why_len);
-void dsess_segments_destroy(dsess *s);
+/* ---- iteration ------------------------------------------------------------------------ */
+
+/* First / next session of the loop (zombies included); iterate with dsess_active. */
+dsess *dsess_first(dloop *l);
+dsess *dsess_next(dsess *s);
+/* ACTIVE and not ending: its rings may be used. */
+int  dsess_active(const dsess *s);
 
 /* Record handler: return 0 when the record was taken, -EAGAIN to leave it in the ring
  * for a later iteration (draining stops for this session). */
@@ -77,18 +93,17 @@ typedef int (*dsess_rec_fn)(void *arg, dsess *s, const struct ringlm_wire_parsed
  * something impossible and the session must end. */
 int  dsess_drain_submit(dsess *s, unsigned max_records, dsess_rec_fn fn, void *arg, char *why,
 			size_t why_len);
-/* Does the submit ring hold unread bytes (or an impossible index, which also needs us)? */
-int  dsess_submit_pending(dsess *s);
 /* Publishes written events; wakes the client with one FUTEX_WAKE if it sleeps.
  * Returns 1 when it published something, 2 when it also woke the client. */
 int  dsess_publish(dsess *s);
-/* With want_space set: has the client freed space since? */
-int  dsess_space_returned(dsess *s);
 void dsess_set_daemon_sleeping(dsess *s, int sleeping);
-/* Status words the client reads. */
-void dsess_write_state(dsess *s, uint32_t state);
-void dsess_write_policy_hash(dsess *s, uint64_t hash);
-/* Marks the session CLOSED with a reason and wakes the client. */
-void dsess_write_closed(dsess *s, int err, const char *reason);
+/* Before the loop sleeps (daemon_sleeping already announced and fenced): 1 when the
+ * session has work after all (records, or space it waited for) or its doorbell wait could
+ * not be armed; 0 when its doorbell wait is armed and the loop may sleep. */
+int  dsess_prepare_sleep(dsess *s);
+
+/* Status words the client reads, on every ACTIVE session. */
+void dsess_write_state_all(dloop *l, uint32_t state);
+void dsess_write_policy_hash_all(dloop *l, uint64_t hash);
 
 #endif

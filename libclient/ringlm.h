@@ -67,7 +67,8 @@ extern "C" {
 #define RINGLM_R_QUEUE_FULL          16
 #define RINGLM_R_TENANT_QUOTA        17
 #define RINGLM_R_TOO_LONG            18
-#define RINGLM_R_INFEASIBLE_DEADLINE 19
+#define RINGLM_R_DEADLINE_INFEASIBLE 19   /* "deadline_infeasible" */
+#define RINGLM_R_INFEASIBLE_DEADLINE RINGLM_R_DEADLINE_INFEASIBLE   /* old spelling, kept */
 #define RINGLM_R_BAD_TOKEN           20
 #define RINGLM_R_BAD_PARAMS          21
 #define RINGLM_R_DRAINING            22

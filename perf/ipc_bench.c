@@ -99,6 +99,13 @@ static int run_daemon(const char *path, unsigned idle_spin_us, int uds_fd, int c
 	 * are faster when the scheduler may pick any idle CPU for the woken side. */
 	if (cpu >= 0)
 		pin_cpu(cpu);
+	/* The loop reads SIGTERM (how the bench stops it) through its signalfd. */
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	echo_svc *svc;
 	dloop *loop;
 	dloop_config cfg;

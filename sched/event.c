@@ -13,7 +13,7 @@
     (((unsigned)(v) < sizeof(table) / sizeof((table)[0])) ? (table)[(unsigned)(v)] : "?")
 
 static const char *const mode_names[] = {"static", "dynamic", "continuous", "token_budget"};
-static const char *const preempt_names[] = {"auto", "swap", "recompute"};
+static const char *const preempt_names[] = {"auto", "swap", "recompute", "none"};
 static const char *const reject_names[] = {
     "none", "invalid", "duplicate_id", "unknown_class", "unknown_tenant", "too_long",
     "never_fits", "tenant_quota", "queue_full", "deadline_infeasible"};
@@ -24,6 +24,7 @@ static const char *const defer_names[] = {"none", "budget", "blocks", "quota", "
 static const char *const timeout_names[] = {"queue_wait", "deadline", "deadline_infeasible"};
 static const char *const finish_names[] = {"none", "stop", "length"};
 static const char *const pool_names[] = {"device", "host", "disk"};
+static const char *const outcome_names[] = {NULL, "start", "resume", "done", "failed", "abandoned"};
 static const char *const event_names[] = {
     "admit", "reject", "defer", "schedule", "preempt", "swap_out", "swap_in", "recompute",
     "cancel", "timeout", "finish", "release"};
@@ -34,6 +35,8 @@ _Static_assert(sizeof(defer_names) / sizeof(defer_names[0]) == SCHED_DEFER__COUN
 _Static_assert(sizeof(timeout_names) / sizeof(timeout_names[0]) == SCHED_TIMEOUT__COUNT, "names");
 _Static_assert(sizeof(pool_names) / sizeof(pool_names[0]) == SCHED_POOL__COUNT, "names");
 _Static_assert(sizeof(event_names) / sizeof(event_names[0]) == SCHED_EV__COUNT, "names");
+_Static_assert(sizeof(outcome_names) / sizeof(outcome_names[0]) == SCHED_OUTCOME__COUNT, "names");
+_Static_assert(sizeof(preempt_names) / sizeof(preempt_names[0]) == SCHED_PREEMPT_NONE + 1, "names");
 
 const char *sched_mode_name(sched_mode m) { return NAME_OF(mode_names, m); }
 const char *sched_preempt_mode_name(sched_preempt_mode m) { return NAME_OF(preempt_names, m); }
@@ -44,6 +47,93 @@ const char *sched_timeout_name(sched_timeout_reason r) { return NAME_OF(timeout_
 const char *sched_finish_name(sched_finish_reason r) { return NAME_OF(finish_names, r); }
 const char *sched_pool_name(sched_pool p) { return NAME_OF(pool_names, p); }
 const char *sched_event_name(sched_event_kind k) { return NAME_OF(event_names, k); }
+const char *sched_outcome_name(sched_outcome o)
+{
+    return (unsigned)o < SCHED_OUTCOME__COUNT ? outcome_names[o] : "?";
+}
+
+const char *sched_event_reason_name(const sched_event *ev)
+{
+    switch (ev->kind) {
+    case SCHED_EV_REJECT: return sched_reject_name(ev->reject);
+    case SCHED_EV_DEFER:
+    case SCHED_EV_PREEMPT: return sched_defer_name(ev->defer);
+    case SCHED_EV_CANCEL: return sched_cancel_name(ev->cancel);
+    case SCHED_EV_TIMEOUT: return sched_timeout_name(ev->timeout);
+    case SCHED_EV_FINISH: return sched_finish_name(ev->finish);
+    case SCHED_EV_SCHEDULE:
+    case SCHED_EV_SWAP_OUT:
+    case SCHED_EV_SWAP_IN:
+    case SCHED_EV_RECOMPUTE: return sched_outcome_name(ev->outcome);
+    default: return NULL;
+    }
+}
+
+/* ---- request ends: the client's and the request logs' vocabulary ------------------------ */
+
+static const char *const end_names[SCHED_END__MAX] = {
+    [SCHED_END_NONE] = "none",
+    [SCHED_END_LENGTH] = "length",
+    [SCHED_END_STOP] = "stop",
+    [SCHED_END_CANCELLED] = "cancelled",
+    [SCHED_END_TIMEOUT] = "timeout",
+    [SCHED_END_REJECTED] = "rejected",
+    [SCHED_END_ERROR] = "error",
+    [SCHED_END_QUEUE_FULL] = "queue_full",
+    [SCHED_END_TENANT_QUOTA] = "tenant_quota",
+    [SCHED_END_TOO_LONG] = "too_long",
+    [SCHED_END_DEADLINE_INFEASIBLE] = "deadline_infeasible",
+    [SCHED_END_BAD_TOKEN] = "bad_token",
+    [SCHED_END_BAD_PARAMS] = "bad_params",
+    [SCHED_END_DRAINING] = "draining",
+    [SCHED_END_OUTPUT_BACKPRESSURE] = "output_backpressure",
+    [SCHED_END_UNKNOWN_CLASS] = "unknown_class",
+    [SCHED_END_DUPLICATE_ID] = "duplicate_id",
+    [SCHED_END_INTERNAL] = "internal",
+    [SCHED_END_CLIENT_GONE] = "client_gone",
+};
+
+const char *sched_end_name(unsigned code)
+{
+    return code < SCHED_END__MAX && end_names[code] ? end_names[code] : "unknown";
+}
+
+static const uint8_t reject_cause[SCHED_REJECT__COUNT] = {
+    [SCHED_REJECT_NONE] = SCHED_END_NONE,
+    [SCHED_REJECT_INVALID] = SCHED_END_BAD_PARAMS,
+    [SCHED_REJECT_DUPLICATE] = SCHED_END_DUPLICATE_ID,
+    [SCHED_REJECT_UNKNOWN_CLASS] = SCHED_END_UNKNOWN_CLASS,
+    [SCHED_REJECT_UNKNOWN_TENANT] = SCHED_END_BAD_PARAMS,
+    [SCHED_REJECT_TOO_LONG] = SCHED_END_TOO_LONG,
+    [SCHED_REJECT_NEVER_FITS] = SCHED_END_TOO_LONG,
+    [SCHED_REJECT_TENANT_QUOTA] = SCHED_END_TENANT_QUOTA,
+    [SCHED_REJECT_QUEUE_FULL] = SCHED_END_QUEUE_FULL,
+    [SCHED_REJECT_DEADLINE] = SCHED_END_DEADLINE_INFEASIBLE,
+};
+static const uint8_t cancel_cause[SCHED_CANCEL__COUNT] = {
+    [SCHED_CANCEL_CLIENT] = SCHED_END_NONE,
+    [SCHED_CANCEL_DISCONNECT] = SCHED_END_CLIENT_GONE,
+    [SCHED_CANCEL_BACKPRESSURE] = SCHED_END_OUTPUT_BACKPRESSURE,
+    [SCHED_CANCEL_SHUTDOWN] = SCHED_END_DRAINING,
+};
+static const uint8_t timeout_cause[SCHED_TIMEOUT__COUNT] = {
+    [SCHED_TIMEOUT_QUEUE_WAIT] = SCHED_END_NONE,
+    [SCHED_TIMEOUT_DEADLINE] = SCHED_END_NONE,
+    [SCHED_TIMEOUT_PREEMPT] = SCHED_END_DEADLINE_INFEASIBLE,
+};
+
+sched_end_code sched_reject_cause(sched_reject_reason r)
+{
+    return (unsigned)r < SCHED_REJECT__COUNT ? (sched_end_code)reject_cause[r] : SCHED_END_BAD_PARAMS;
+}
+sched_end_code sched_cancel_cause(sched_cancel_reason r)
+{
+    return (unsigned)r < SCHED_CANCEL__COUNT ? (sched_end_code)cancel_cause[r] : SCHED_END_NONE;
+}
+sched_end_code sched_timeout_cause(sched_timeout_reason r)
+{
+    return (unsigned)r < SCHED_TIMEOUT__COUNT ? (sched_end_code)timeout_cause[r] : SCHED_END_NONE;
+}
 
 /* ---- error detail ------------------------------------------------------------------------ */
 
@@ -117,7 +207,8 @@ size_t sched_event_json(const sched_event *ev, char *buf, size_t len)
     ju(&b, "req", ev->req);
     jstr(&b, "tenant", ev->tenant);
     jstr(&b, "class", ev->class_name);
-    jstr(&b, "reason", ev->reason);
+    const char *reason = sched_event_reason_name(ev);
+    jstr(&b, "reason", reason);
     switch (ev->kind) {
     case SCHED_EV_ADMIT:
     case SCHED_EV_REJECT:
@@ -131,7 +222,7 @@ size_t sched_event_json(const sched_event *ev, char *buf, size_t len)
         ju(&b, "wait_us", ev->wait_us);
         break;
     case SCHED_EV_PREEMPT:
-        jstr(&b, "mode", ev->mode);
+        jstr(&b, "mode", sched_preempt_mode_name(ev->mode));
         ju(&b, "blocks", ev->blocks);
         jd(&b, "swap_cost_us", ev->swap_cost_us);
         jd(&b, "recompute_cost_us", ev->recompute_cost_us);
@@ -141,14 +232,14 @@ size_t sched_event_json(const sched_event *ev, char *buf, size_t len)
         ju(&b, "xfer", ev->xfer);
         ju(&b, "blocks", ev->blocks);
         ju(&b, "bytes", ev->bytes);
-        jstr(&b, "pool", ev->pool);
+        jstr(&b, "pool", sched_pool_name(ev->pool));
         goto realised;
     case SCHED_EV_RECOMPUTE:
         ju(&b, "tokens", ev->tokens);
     realised:
         /* a reason marks the completion record: the realised cost next to the estimate */
-        if (ev->reason) {
-            jstr(&b, "mode", ev->mode);
+        if (reason) {
+            jstr(&b, "mode", sched_preempt_mode_name(ev->mode));
             jd(&b, "predicted_us", ev->predicted_us);
             jd(&b, "realised_us", ev->realised_us);
         }
@@ -166,7 +257,7 @@ size_t sched_event_json(const sched_event *ev, char *buf, size_t len)
         break;
     case SCHED_EV_RELEASE:
         ju(&b, "blocks", ev->blocks);
-        jstr(&b, "pool", ev->pool);
+        jstr(&b, "pool", sched_pool_name(ev->pool));
         break;
     default:
         break;

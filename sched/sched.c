@@ -334,7 +334,7 @@ static void emit_defer(sched *s, req *r, sched_defer_reason why, uint64_t now)
     r->defer = (uint8_t)why;
     if (!s->sink) return;
     sched_event e = ev_of(s, SCHED_EV_DEFER, r, now);
-    e.reason = sched_defer_name(why);
+    e.defer = why;
     emit(s, &e);
 }
 
@@ -342,12 +342,12 @@ static void emit_defer(sched *s, req *r, sched_defer_reason why, uint64_t now)
  * the summed full durations of the steps its re-prefill took part in (null when a step had
  * no measured duration).  reason "done" when the re-prefill reached the length it had, or
  * "abandoned" when it ended or was preempted again first (realised so far). */
-static void rc_end(sched *s, req *r, const char *reason, uint64_t now)
+static void rc_end(sched *s, req *r, sched_outcome how, uint64_t now)
 {
     r->rc_active = false;
     sched_event e = ev_of(s, SCHED_EV_RECOMPUTE, r, now);
-    e.reason = reason;
-    e.mode = "recompute";
+    e.outcome = how;
+    e.mode = SCHED_PREEMPT_RECOMPUTE;
     e.tokens = r->pre_len;
     e.predicted_us = r->pre_rc_us;
     e.realised_us = r->rc_unknown ? -1 : (double)r->rc_us;
@@ -360,7 +360,7 @@ static void rc_start(sched *s, req *r, uint64_t now)
     r->rc_us = 0;
     r->rc_unknown = false;
     r->rc_active = true;
-    if (!r->pre_len) rc_end(s, r, "done", now);   /* nothing computed, nothing to redo */
+    if (!r->pre_len) rc_end(s, r, SCHED_OUTCOME_DONE, now);   /* nothing computed, nothing to redo */
 }
 
 /* ---- pools ------------------------------------------------------------------------------- */
@@ -628,7 +628,7 @@ static void release_now(sched *s, uint32_t slot, uint64_t now, bool into_plan)
 {
     req *r = &s->reqs[slot];
     sched_release rel = {.req = r->id, .why = (sched_event_kind)r->end_kind};
-    if (r->rc_active) rc_end(s, r, "abandoned", now);
+    if (r->rc_active) rc_end(s, r, SCHED_OUTCOME_ABANDONED, now);
     uint8_t tier = r->tier;
     rel.blocks[SCHED_POOL_DEVICE] = dev_free_all(s, r);
     rel.blocks[tier] += tier_free_all(s, r);
@@ -638,7 +638,7 @@ static void release_now(sched *s, uint32_t slot, uint64_t now, bool into_plan)
         if (!rel.blocks[p] && (any || p != SCHED_POOL_DEVICE)) continue;
         sched_event e = ev_of(s, SCHED_EV_RELEASE, r, now);
         e.blocks = rel.blocks[p];
-        e.pool = sched_pool_name((sched_pool)p);
+        e.pool = (sched_pool)p;
         emit(s, &e);
     }
     if (into_plan) VEC_PUSH(s, s->rel_plan, rel);
@@ -685,10 +685,10 @@ static void end_timeout(sched *s, uint32_t slot, sched_timeout_reason why, uint6
         *hr = *hr * 0.9 > HEADROOM_MIN ? *hr * 0.9 : HEADROOM_MIN;
     }
     sched_event e = ev_of(s, SCHED_EV_TIMEOUT, r, now);
-    e.reason = sched_timeout_name(why);
+    e.timeout = why;
     e.wait_us = now - r->arrival_us;
     emit(s, &e);
-    VEC_PUSH(s, s->ended, ((sched_ended){r->id, SCHED_EV_TIMEOUT, sched_timeout_name(why)}));
+    VEC_PUSH(s, s->ended, ((sched_ended){.req = r->id, .kind = SCHED_EV_TIMEOUT, .timeout = why}));
     if (detach(s, slot)) release_now(s, slot, now, true);
 }
 
@@ -699,9 +699,9 @@ static void do_cancel(sched *s, uint32_t slot, sched_cancel_reason why, uint64_t
     s->ts[r->tenant].st.cancels[why]++;
     s->cs[r->cls].st.cancels[why]++;
     sched_event e = ev_of(s, SCHED_EV_CANCEL, r, now);
-    e.reason = sched_cancel_name(why);
+    e.cancel = why;
     emit(s, &e);
-    if (in_step) VEC_PUSH(s, s->ended, ((sched_ended){r->id, SCHED_EV_CANCEL, sched_cancel_name(why)}));
+    if (in_step) VEC_PUSH(s, s->ended, ((sched_ended){.req = r->id, .kind = SCHED_EV_CANCEL, .cancel = why}));
     if (!detach(s, slot)) return;   /* in transit: released when the transfer completes */
     if (in_step) release_now(s, slot, now, true);
     else VEC_PUSH(s, s->cancel_pending, slot);
@@ -721,7 +721,7 @@ static void finish(sched *s, uint32_t slot, sched_finish_reason why, uint64_t no
         if (tpot <= (double)cc->tpot_target_us) c->st.tpot_met++; else c->st.tpot_missed++;
     }
     sched_event e = ev_of(s, SCHED_EV_FINISH, r, now);
-    e.reason = sched_finish_name(why);
+    e.finish = why;
     e.prompt_tokens = r->prompt_len;
     e.output_tokens = r->generated;
     e.wait_us = r->first_token_us ? r->first_token_us - r->arrival_us : 0;
@@ -753,7 +753,7 @@ static int reject(sched *s, const sched_request *q, int tenant, int cls, sched_r
     e.req = q ? q->id : 0;
     e.tenant = tenant >= 0 ? s->ten[tenant]->name : (q ? q->tenant_name : NULL);
     e.class_name = cls >= 0 ? s->cls[cls]->name : (q ? q->class_name : NULL);
-    e.reason = sched_reject_name(why);
+    e.reject = why;
     e.prompt_tokens = q ? q->prompt_len : 0;
     e.max_tokens = q ? q->max_new_tokens : 0;
     emit(s, &e);
@@ -1092,7 +1092,7 @@ static void plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t 
     e.xfer = x.id;
     e.blocks = n;
     e.bytes = bytes;
-    e.pool = sched_pool_name((sched_pool)r->tier);
+    e.pool = (sched_pool)r->tier;
     emit(s, &e);
 }
 
@@ -1122,7 +1122,7 @@ static uint32_t preempt(sched *s, uint32_t slot, bool quota, uint64_t now)
                                                              through the re-prefill's steps */
     bool swap = tier >= 0 && (s->cfg.preemption == SCHED_PREEMPT_SWAP || sw < rc);
     double best = swap ? sw : rc;
-    if (r->rc_active) rc_end(s, r, "abandoned", now);   /* before this preemption's events */
+    if (r->rc_active) rc_end(s, r, SCHED_OUTCOME_ABANDONED, now);   /* before this preemption's events */
     r->pre_sw_us = sw;
     r->pre_rc_us = rc;
     r->pre_len = r->computed;
@@ -1133,8 +1133,8 @@ static uint32_t preempt(sched *s, uint32_t slot, bool quota, uint64_t now)
     r->preemptions++;
     r->defer = SCHED_DEFER_NONE;
     sched_event e = ev_of(s, SCHED_EV_PREEMPT, r, now);
-    e.reason = quota ? "quota" : "blocks";
-    e.mode = swap ? "swap" : "recompute";
+    e.defer = quota ? SCHED_DEFER_QUOTA : SCHED_DEFER_BLOCKS;
+    e.mode = swap ? SCHED_PREEMPT_SWAP : SCHED_PREEMPT_RECOMPUTE;
     e.blocks = blocks;
     e.swap_cost_us = sw;
     e.recompute_cost_us = rc;
@@ -1142,17 +1142,18 @@ static uint32_t preempt(sched *s, uint32_t slot, bool quota, uint64_t now)
                                                   blocks, sw, rc}));
     if (r->deadline_us && (double)now + best > (double)r->deadline_us) {
         /* neither way brings it back in time: say so now instead of wasting the work */
-        e.mode = "none";
+        e.mode = SCHED_PREEMPT_NONE;
         emit(s, &e);
         s->preempts.n--;
         r->end_kind = SCHED_EV_TIMEOUT;
         s->ts[r->tenant].st.timeouts[SCHED_TIMEOUT_PREEMPT]++;
         s->cs[r->cls].st.timeouts[SCHED_TIMEOUT_PREEMPT]++;
         sched_event t = ev_of(s, SCHED_EV_TIMEOUT, r, now);
-        t.reason = sched_timeout_name(SCHED_TIMEOUT_PREEMPT);
+        t.timeout = SCHED_TIMEOUT_PREEMPT;
         t.wait_us = now - r->arrival_us;
         emit(s, &t);
-        VEC_PUSH(s, s->ended, ((sched_ended){r->id, SCHED_EV_TIMEOUT, t.reason}));
+        VEC_PUSH(s, s->ended, ((sched_ended){.req = r->id, .kind = SCHED_EV_TIMEOUT,
+                                             .timeout = SCHED_TIMEOUT_PREEMPT}));
         r->state = SCHED_REQ_ENDED;
         release_now(s, slot, now, true);
         return blocks;
@@ -1341,7 +1342,7 @@ static void start_running(sched *s, uint32_t slot, uint32_t blocks, uint64_t now
     run_add(s, slot);
     if (!resume) timer_update(s, slot);   /* queue-wait no longer applies, deadline does */
     sched_event e = ev_of(s, SCHED_EV_SCHEDULE, r, now);
-    e.reason = resume ? "resume" : "start";
+    e.outcome = resume ? SCHED_OUTCOME_RESUME : SCHED_OUTCOME_START;
     e.blocks = r->n_dev;
     e.wait_us = now - r->arrival_us;
     emit(s, &e);
@@ -1712,12 +1713,14 @@ const sched_plan *sched_step(sched *s, uint64_t now)
 /* Commit and transfer completions                                                          */
 /* ---------------------------------------------------------------------------------------- */
 
-int sched_commit(sched *s, const sched_result *res, size_t n, uint64_t now, uint64_t step_us)
+int sched_commit(sched *s, sched_result *res, size_t n, uint64_t now, uint64_t step_us)
 {
     if (!s || (n && !res)) { sched__set_error("sched_commit: NULL argument"); return -EINVAL; }
     if (now < s->last_now) now = s->last_now;
     uint64_t prefilled = 0;
     for (size_t i = 0; i < n; i++) {
+        sched_finish_reason given = res[i].finished;
+        res[i].finished = SCHED_FINISH_NONE;   /* written back below when it ends here */
         uint32_t sl = map_get(s, res[i].req);
         if (sl == NO_SLOT) continue;
         req *r = &s->reqs[sl];
@@ -1732,7 +1735,7 @@ int sched_commit(sched *s, const sched_result *res, size_t n, uint64_t now, uint
         tenant_state *t = &s->ts[r->tenant];
         class_state *c = &s->cs[r->cls];
         r->computed += e->n_tokens;
-        if (r->rc_active && r->computed >= r->pre_len) rc_end(s, r, "done", now);
+        if (r->rc_active && r->computed >= r->pre_len) rc_end(s, r, SCHED_OUTCOME_DONE, now);
         if (e->prefill) {
             t->st.served_prompt_tokens += e->n_tokens;
             c->st.served_prompt_tokens += e->n_tokens;
@@ -1749,11 +1752,12 @@ int sched_commit(sched *s, const sched_result *res, size_t n, uint64_t now, uint
             uint64_t tt = s->cls[r->cls]->ttft_target_us;
             if (tt) { if (now - r->arrival_us <= tt) c->st.ttft_met++; else c->st.ttft_missed++; }
         }
-        sched_finish_reason f = res[i].finished == SCHED_FINISH_STOP ? SCHED_FINISH_STOP : SCHED_FINISH_NONE;
-        if (!f && (res[i].finished == SCHED_FINISH_LENGTH || r->generated >= r->max_new ||
+        sched_finish_reason f = given == SCHED_FINISH_STOP ? SCHED_FINISH_STOP : SCHED_FINISH_NONE;
+        if (!f && (given == SCHED_FINISH_LENGTH || r->generated >= r->max_new ||
                    known(r) >= s->conf.max_context))
             f = SCHED_FINISH_LENGTH;
         if (f) finish(s, sl, f, now);
+        res[i].finished = f;
     }
     if (s->plan_backlogged && now > s->plan.now_us) {
         double dt = (double)(now - s->plan.now_us);
@@ -1811,12 +1815,12 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
          * trip, swap_cost_us at preemption vs measured out + in (null when either unknown) */
         bool out = x.dir == SCHED_XFER_OUT;
         sched_event e = ev_of(s, out ? SCHED_EV_SWAP_OUT : SCHED_EV_SWAP_IN, r, now);
-        e.reason = status < 0 ? "failed" : "done";
-        e.mode = "swap";
+        e.outcome = status < 0 ? SCHED_OUTCOME_FAILED : SCHED_OUTCOME_DONE;
+        e.mode = SCHED_PREEMPT_SWAP;
         e.xfer = x.id;
         e.blocks = r->n_tier;
         e.bytes = x.bytes;
-        e.pool = sched_pool_name((sched_pool)x.tier);
+        e.pool = (sched_pool)x.tier;
         if (out) {
             r->out_us = status == 0 ? dur_us : 0;
             e.predicted_us = x.pred_us;
@@ -1863,7 +1867,7 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
     r->resumed_at = now;
     run_add(s, x.slot);
     sched_event e = ev_of(s, SCHED_EV_SCHEDULE, r, now);
-    e.reason = "resume";
+    e.outcome = SCHED_OUTCOME_RESUME;
     e.blocks = r->n_dev;
     e.wait_us = now - r->arrival_us;
     emit(s, &e);

@@ -52,7 +52,10 @@ extern "C" {
 /* Limits                                                                                   */
 /* ---------------------------------------------------------------------------------------- */
 
-#define SCHED_NAME_MAX     32   /* class/tenant name incl. NUL: [A-Za-z0-9_.-]{1,31} */
+/* class/tenant name incl. NUL: [A-Za-z0-9_.-]{1,15}.  Equal to the wire's name field
+ * (RINGLM_WIRE_NAME_LEN, asserted where both are seen), so every class and tenant a policy
+ * names is one a client can request: a longer name is refused when the policy is parsed. */
+#define SCHED_NAME_MAX     16
 #define SCHED_MAX_CLASSES  16
 #define SCHED_MAX_TENANTS  64
 #define SCHED_MAX_UIDS     1024 /* uid→tenant entries plus trusted uids */
@@ -74,6 +77,8 @@ typedef enum sched_preempt_mode {
     SCHED_PREEMPT_AUTO = 0,    /* "auto": cheaper of swap/recompute by the cost model */
     SCHED_PREEMPT_SWAP,        /* "swap": swap when a host/disk pool has room, else recompute */
     SCHED_PREEMPT_RECOMPUTE,   /* "recompute" */
+    SCHED_PREEMPT_NONE,        /* "none": events only — a preemption that could not meet the
+                                  deadline either way (a timeout follows); not a policy value */
 } sched_preempt_mode;
 
 /* Why a request was refused at submit.  Every value has a stable name (sched_reject_name). */
@@ -147,6 +152,54 @@ const char *sched_defer_name(sched_defer_reason r);
 const char *sched_timeout_name(sched_timeout_reason r);
 const char *sched_finish_name(sched_finish_reason r);
 const char *sched_pool_name(sched_pool p);
+
+/* How a request ended, as its client and the request logs (daemon and simulator alike) say
+ * it: the one vocabulary of finish reasons and causes.  The numbers are the wire's reason
+ * codes (shm/wire.h defines the same numbers — asserted in the daemon — and the same names —
+ * checked by a test), so a code passes between the two unchanged.  Finish reasons < 16,
+ * causes (why it was rejected / cancelled / failed) >= 16. */
+typedef enum sched_end_code {
+    SCHED_END_NONE                = 0,   /* "none" */
+    SCHED_END_LENGTH              = 1,   /* "length": max_new_tokens or max_context reached */
+    SCHED_END_STOP                = 2,   /* "stop": a stop token */
+    SCHED_END_CANCELLED           = 3,   /* "cancelled": by the client or the daemon */
+    SCHED_END_TIMEOUT             = 4,   /* "timeout" */
+    SCHED_END_REJECTED            = 5,   /* "rejected": refused at admission, see the cause */
+    SCHED_END_ERROR               = 6,   /* "error": the daemon failed it */
+    SCHED_END_QUEUE_FULL          = 16,  /* "queue_full" */
+    SCHED_END_TENANT_QUOTA        = 17,  /* "tenant_quota" */
+    SCHED_END_TOO_LONG            = 18,  /* "too_long" (also never_fits) */
+    SCHED_END_DEADLINE_INFEASIBLE = 19,  /* "deadline_infeasible" */
+    SCHED_END_BAD_TOKEN           = 20,  /* "bad_token" */
+    SCHED_END_BAD_PARAMS          = 21,  /* "bad_params" (also invalid, unknown_tenant) */
+    SCHED_END_DRAINING            = 22,  /* "draining": shutdown */
+    SCHED_END_OUTPUT_BACKPRESSURE = 23,  /* "output_backpressure" */
+    SCHED_END_UNKNOWN_CLASS       = 24,  /* "unknown_class" */
+    SCHED_END_DUPLICATE_ID        = 25,  /* "duplicate_id" */
+    SCHED_END_INTERNAL            = 26,  /* "internal" */
+    SCHED_END_CLIENT_GONE         = 27,  /* "client_gone": disconnect */
+    SCHED_END__MAX                = 28,
+} sched_end_code;
+
+/* Name of an end code ("length", "queue_full"); "unknown" for a code not listed. */
+const char *sched_end_name(unsigned code);
+/* The cause a client and the request log see for a scheduler reject / cancel / timeout
+ * (0 = none beyond the finish reason). */
+sched_end_code sched_reject_cause(sched_reject_reason r);
+sched_end_code sched_cancel_cause(sched_cancel_reason r);
+sched_end_code sched_timeout_cause(sched_timeout_reason r);
+
+/* What a schedule event or a realised-cost record (swap_out, swap_in, recompute) says. */
+typedef enum sched_outcome {
+    SCHED_OUTCOME_NONE = 0,         /* no reason: a planned transfer or re-prefill */
+    SCHED_OUTCOME_START,            /* "start": schedule, first time on the device */
+    SCHED_OUTCOME_RESUME,           /* "resume": schedule, back after a preemption */
+    SCHED_OUTCOME_DONE,             /* "done": the way back completed */
+    SCHED_OUTCOME_FAILED,           /* "failed": a transfer failed */
+    SCHED_OUTCOME_ABANDONED,        /* "abandoned": ended or preempted again first */
+    SCHED_OUTCOME__COUNT
+} sched_outcome;
+const char *sched_outcome_name(sched_outcome o);   /* NONE → NULL */
 
 /* Thread-local description of the last error returned by any sched_* function. */
 const char *sched_last_error(void);
@@ -300,16 +353,26 @@ typedef enum sched_event_kind {
 const char *sched_event_name(sched_event_kind k);   /* "admit", "reject", ... */
 
 /* One decision.  Strings point into the scheduler/policy and are valid during the callback
- * only; copy what you keep.  Fields not listed for a kind above are zero/NULL. */
+ * only; copy what you keep.  Fields not listed for a kind above are zero/NULL.  The reason is
+ * typed, one field per kind (sched_event_reason_name gives the stable name of the one that
+ * applies); names exist only in the writers. */
 typedef struct sched_event {
     uint64_t         t_us;
     sched_event_kind kind;
     uint64_t         req;
     const char      *tenant;
     const char      *class_name;
-    const char      *reason;            /* stable name, or NULL */
-    const char      *mode;              /* preempt: "swap"|"recompute" */
-    const char      *pool;              /* release/swap: "device"|"host"|"disk" */
+    sched_reject_reason  reject;        /* REJECT */
+    sched_defer_reason   defer;         /* DEFER; PREEMPT: what it made room for (BLOCKS|QUOTA) */
+    sched_cancel_reason  cancel;        /* CANCEL */
+    sched_timeout_reason timeout;       /* TIMEOUT */
+    sched_finish_reason  finish;        /* FINISH: STOP or LENGTH */
+    sched_outcome        outcome;       /* SCHEDULE: START|RESUME; SWAP_OUT/SWAP_IN/RECOMPUTE:
+                                           DONE|FAILED|ABANDONED on the realised-cost record,
+                                           NONE when planned */
+    sched_preempt_mode   mode;          /* PREEMPT: SWAP|RECOMPUTE|NONE; realised-cost records:
+                                           SWAP or RECOMPUTE */
+    sched_pool           pool;          /* RELEASE, SWAP_OUT, SWAP_IN */
     const char      *policy;            /* finish: policy hash hex */
     uint32_t         blocks;
     uint32_t         tokens;            /* recompute: context tokens */
@@ -330,6 +393,11 @@ typedef struct sched_event {
 } sched_event;
 
 typedef void (*sched_event_fn)(void *ctx, const sched_event *ev);
+
+/* The stable name of ev's reason (the typed field its kind uses: "queue_full", "budget",
+ * "start", "done", ...), or NULL when the event has none (admit, release, a planned
+ * transfer or re-prefill). */
+const char *sched_event_reason_name(const sched_event *ev);
 
 /* Write the JSON line of DESIGN.md §5 for ev into buf (NUL-terminated, no trailing newline):
  *   {"t_us":…,"ev":"…","req":…,"tenant":"…","class":"…","reason":"…",…kind fields…}
@@ -451,9 +519,10 @@ typedef struct sched_preemption {
 } sched_preemption;
 
 typedef struct sched_ended {
-    uint64_t         req;
-    sched_event_kind kind;        /* SCHED_EV_TIMEOUT or SCHED_EV_CANCEL (backpressure) */
-    const char      *reason;      /* stable name */
+    uint64_t             req;
+    sched_event_kind     kind;    /* SCHED_EV_TIMEOUT or SCHED_EV_CANCEL (backpressure) */
+    sched_timeout_reason timeout; /* kind TIMEOUT: why */
+    sched_cancel_reason  cancel;  /* kind CANCEL: why (BACKPRESSURE) */
 } sched_ended;
 
 typedef struct sched_plan {
@@ -506,10 +575,14 @@ typedef struct sched_result {
 /* Commit the outcome of the last plan: one result per executed entry, any order; an entry
  * without a result was not executed and will be planned again.  Finished sequences release
  * their blocks now (events "finish", "release"; listed again in the next plan's releases).
+ * On return every result's `finished` says how its request ended in this commit: STOP,
+ * LENGTH (given, or inferred from max_new_tokens / max_context) or NONE (still live, or an
+ * id this commit ignored) — with sched_cancel's return and the plan's `ended`, the caller
+ * learns of every end without an event sink.
  * step_duration_us (0 = unknown) corrects the cost model.  Results for ids not in the last
  * plan (e.g. cancelled meanwhile) are ignored.  Errors: -EINVAL (s NULL or results NULL with
  * n > 0). */
-int sched_commit(sched *s, const sched_result *results, size_t n, uint64_t now_us,
+int sched_commit(sched *s, sched_result *results, size_t n, uint64_t now_us,
                  uint64_t step_duration_us);
 
 /* A transfer from some plan completed.  status 0 = done; < 0 = failed: a failed swap-out

@@ -35,7 +35,7 @@ enum ringlm_wire_reason {
 	RINGLM_WIRE_R_QUEUE_FULL          = 16, /* global queue at its limit */
 	RINGLM_WIRE_R_TENANT_QUOTA        = 17, /* the tenant's queued-token quota is used up */
 	RINGLM_WIRE_R_TOO_LONG            = 18, /* prompt + max_new_tokens can never fit */
-	RINGLM_WIRE_R_INFEASIBLE_DEADLINE = 19, /* the deadline cannot be met */
+	RINGLM_WIRE_R_DEADLINE_INFEASIBLE = 19, /* the deadline cannot be met */
 	RINGLM_WIRE_R_BAD_TOKEN           = 20, /* a prompt token is outside the vocabulary */
 	RINGLM_WIRE_R_BAD_PARAMS          = 21, /* sampling parameters out of range */
 	RINGLM_WIRE_R_DRAINING            = 22, /* the daemon is shutting down */

@@ -85,7 +85,7 @@ typedef struct eng {
     size_t         n_cancels, next_cancel;
     theap          retries;       /* t, trace index, attempt number */
     theap          xfers;         /* t, transfer id, bytes, duration */
-    int64_t        link_free[2][2];
+    int64_t        link_free[SCHED_POOL__COUNT][2];   /* [sched_pool][sched_xfer_dir] */
     size_t         live;
     sched_result  *results;
     size_t         results_cap;
@@ -311,15 +311,11 @@ static int plan_bookkeeping(eng *e, const sched_plan *p, int64_t now)
         if (id == 0 || id > r->n_recs) continue;
         sim_rec *x = &r->recs[id - 1];
         if (p->ended[i].kind == SCHED_EV_TIMEOUT) {
-            int why = 0;
-            for (int k = 0; k < SCHED_TIMEOUT__COUNT; k++)
-                if (p->ended[i].reason && strcmp(p->ended[i].reason, sched_timeout_name(k)) == 0) why = k;
-            end_rec(e, x, SIM_OUT_TIMEOUT, why, now);
+            end_rec(e, x, SIM_OUT_TIMEOUT, (int)p->ended[i].timeout, now);
             int rc = maybe_retry(e, x, now);
             if (rc) return rc;
         } else {
-            int why = SCHED_CANCEL_BACKPRESSURE;
-            end_rec(e, x, SIM_OUT_CANCELLED, why, now);
+            end_rec(e, x, SIM_OUT_CANCELLED, (int)p->ended[i].cancel, now);
         }
     }
     for (uint32_t i = 0; i < p->n_preemptions; i++) {
@@ -330,11 +326,12 @@ static int plan_bookkeeping(eng *e, const sched_plan *p, int64_t now)
     }
     for (uint32_t i = 0; i < p->n_transfers; i++) {
         const sched_transfer *x = &p->transfers[i];
-        int tier = x->tier == SCHED_POOL_DISK ? 1 : 0, dir = x->dir == SCHED_XFER_IN;
+        sched_pool tier = x->tier;
+        int dir = x->dir == SCHED_XFER_IN;
         /* one link per tier and direction: transfers queue behind each other, which is how
          * swapping becomes the second bottleneck */
         int64_t start = now > e->link_free[tier][dir] ? now : e->link_free[tier][dir];
-        const sim_link *l = tier ? &e->o->svc->disk : &e->o->svc->host;
+        const sim_link *l = tier == SCHED_POOL_DISK ? &e->o->svc->disk : &e->o->svc->host;
         if (!l->present) l = &e->o->svc->host;
         double bw = dir ? l->in_bytes_per_s : l->out_bytes_per_s;
         int64_t dur = (int64_t)ceil(l->latency_us + (bw > 0 ? (double)x->bytes / bw * 1e6 : 0));

@@ -870,13 +870,15 @@ int sim_report_request_log(FILE *f, const sim_run *r)
     for (size_t k = 0; k < n; k++) {
         const sim_req *q = &t->reqs[order[k]];
         const sim_rec *x = &r->recs[r->final_rec[order[k]]];
-        const char *fr = "error", *rr = NULL;
+        /* the daemon's vocabulary (sched_end_code): what a client of the replayed run saw */
+        sched_end_code fc = SCHED_END_ERROR, cause = SCHED_END_NONE;
         switch (x->outcome) {
-        case SIM_OUT_FINISHED: fr = x->reason == SCHED_FINISH_LENGTH ? "length" : "stop"; break;
-        case SIM_OUT_REJECTED: fr = "rejected"; rr = sched_reject_name(x->reason); break;
-        case SIM_OUT_TIMEOUT: fr = "timeout"; break;
-        case SIM_OUT_CANCELLED: fr = "cancelled"; break;
+        case SIM_OUT_FINISHED: fc = x->reason == SCHED_FINISH_LENGTH ? SCHED_END_LENGTH : SCHED_END_STOP; break;
+        case SIM_OUT_REJECTED: fc = SCHED_END_REJECTED; cause = sched_reject_cause(x->reason); break;
+        case SIM_OUT_TIMEOUT: fc = SCHED_END_TIMEOUT; break;
+        case SIM_OUT_CANCELLED: fc = SCHED_END_CANCELLED; break;
         }
+        const char *fr = sched_end_name(fc), *rr = fc == SCHED_END_REJECTED ? sched_end_name(cause) : NULL;
         fprintf(f, "{\"req\":%zu,\"arrival_us\":%lld,\"tenant\":\"%s\",\"class\":\"%s\",\"prompt_tokens\":%u,"
                    "\"max_tokens\":%u,\"output_tokens\":%u,\"deadline_us\":",
                 (size_t)order[k], (long long)(x->seen_us > q->arrival_us ? x->seen_us : q->arrival_us),

@@ -291,11 +291,6 @@ static int json_str(json_t *o, const char *key, const char **out, char *why, siz
     return 0;
 }
 
-static const struct { const char *name; int v; } real_reasons[] = {
-    {"length", SIM_REAL_LENGTH}, {"stop", SIM_REAL_STOP}, {"cancelled", SIM_REAL_CANCELLED},
-    {"timeout", SIM_REAL_TIMEOUT}, {"rejected", SIM_REAL_REJECTED}, {"error", SIM_REAL_ERROR},
-};
-
 /* One native line → r. Returns 0, or -1 with why. */
 static int native_line(sim_trace *t, json_t *o, sim_req *r, char *why, size_t wl)
 {
@@ -320,8 +315,8 @@ static int native_line(sim_trace *t, json_t *o, sim_req *r, char *why, size_t wl
         json_str(o, "finish_reason", &reason, why, wl))
         return -1;
     if (reason) {
-        for (size_t i = 0; i < sizeof real_reasons / sizeof *real_reasons; i++)
-            if (strcmp(reason, real_reasons[i].name) == 0) r->real_reason = (uint8_t)real_reasons[i].v;
+        for (unsigned c = SCHED_END_LENGTH; c <= SCHED_END_ERROR; c++)
+            if (strcmp(reason, sched_end_name(c)) == 0) r->real_reason = (uint8_t)c;
         if (!r->real_reason) { snprintf(why, wl, "unknown \"finish_reason\" \"%s\"", reason); return -1; }
     }
     /* Only a request that ran to its natural end tells how long its output is; for the others

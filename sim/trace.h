@@ -2,6 +2,7 @@
 #ifndef RINGLM_SIM_TRACE_H
 #define RINGLM_SIM_TRACE_H
 
+#include "sched/sched.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -11,10 +12,13 @@
 /* "no such time" for optional times (deadline, cancel, recorded outcome). */
 #define SIM_NO_TIME (-1)
 
-/* Recorded outcome of a request in a native (daemon) trace; used by fidelity mode. */
+/* Recorded outcome of a request in a native (daemon) trace; used by fidelity mode.  The
+ * finish reasons of the one vocabulary (sched_end_code), spelt by sched_end_name. */
 enum sim_real_reason {
-    SIM_REAL_NONE = 0, SIM_REAL_LENGTH, SIM_REAL_STOP, SIM_REAL_CANCELLED,
-    SIM_REAL_TIMEOUT, SIM_REAL_REJECTED, SIM_REAL_ERROR,
+    SIM_REAL_NONE = SCHED_END_NONE, SIM_REAL_LENGTH = SCHED_END_LENGTH,
+    SIM_REAL_STOP = SCHED_END_STOP, SIM_REAL_CANCELLED = SCHED_END_CANCELLED,
+    SIM_REAL_TIMEOUT = SCHED_END_TIMEOUT, SIM_REAL_REJECTED = SCHED_END_REJECTED,
+    SIM_REAL_ERROR = SCHED_END_ERROR,
 };
 
 /* One request as the simulator replays it. Times are µs since the start of the trace. */

@@ -1496,7 +1496,7 @@ Test(daemon_e2e, deadlines_end_with_a_reason)
     for (int i = 0; i < n; i++) {
         if (R[i].reason == RINGLM_FINISH_REJECTED) {
             rejected++;
-            cr_expect_eq(R[i].cause, RINGLM_R_INFEASIBLE_DEADLINE, "request %d rejected for %s", i,
+            cr_expect_eq(R[i].cause, RINGLM_R_DEADLINE_INFEASIBLE, "request %d rejected for %s", i,
                          ringlm_reason_name(R[i].cause));
         } else if (R[i].reason == RINGLM_FINISH_TIMEOUT) {
             timed_out++;

@@ -155,7 +155,7 @@ Test(sched_policy, names_are_stable)
 Test(sched_policy, event_json_schema)
 {
     sched_event e = {.t_us = 1500, .kind = SCHED_EV_PREEMPT, .req = 7, .tenant = "a",
-                     .class_name = "chat", .reason = "blocks", .mode = "swap", .blocks = 12,
+                     .class_name = "chat", .defer = SCHED_DEFER_BLOCKS, .mode = SCHED_PREEMPT_SWAP, .blocks = 12,
                      .swap_cost_us = 812.25, .recompute_cost_us = 1400};
     char buf[512];
     size_t n = sched_event_json(&e, buf, sizeof buf);
@@ -164,7 +164,7 @@ Test(sched_policy, event_json_schema)
                           "\"reason\":\"blocks\",\"mode\":\"swap\",\"blocks\":12,\"swap_cost_us\":812.2,"
                           "\"recompute_cost_us\":1400.0}");
     sched_event r = {.t_us = 2, .kind = SCHED_EV_RELEASE, .req = 3, .tenant = "t\"x", .class_name = "c",
-                     .blocks = 4, .pool = "host"};
+                     .blocks = 4, .pool = SCHED_POOL_HOST};
     sched_event_json(&r, buf, sizeof buf);
     cr_assert_str_eq(buf, "{\"t_us\":2,\"ev\":\"release\",\"req\":3,\"tenant\":\"t\\\"x\",\"class\":\"c\","
                           "\"blocks\":4,\"pool\":\"host\"}");
@@ -190,4 +190,17 @@ Test(sched_policy, crlf_bom_and_long_uid_lists)
     sched_policy_free(a);
     sched_policy_free(b);
     sched_policy_free(c);
+}
+
+/* A class or tenant name no client can put in a request record (the wire's name field holds
+ * SCHED_NAME_MAX - 1 characters) is refused when the policy loads, not found unreachable
+ * later. */
+Test(sched_policy, names_fit_what_a_client_can_request)
+{
+    cr_assert_eq(SCHED_NAME_MAX, 16);
+    sched_policy *p = parse_ok("[class abcdefghijklmno]\n[tenant ABCDEFGHIJKLMNO]\n");   /* 15 */
+    cr_assert_eq(sched_policy_class_index(p, "abcdefghijklmno"), 0);
+    sched_policy_free(p);
+    parse_bad("[class abcdefghijklmnop]\n", 1, "must be 1-15 characters");
+    parse_bad("[class a]\n[tenant interactive-users]\n", 2, "must be 1-15 characters");
 }

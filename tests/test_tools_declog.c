@@ -224,11 +224,11 @@ Test(tools_declog, sched_events_are_schema_json)
         {.t_us = 1, .kind = SCHED_EV_ADMIT, .req = 7, .tenant = "alice", .class_name = "chat",
          .prompt_tokens = 12, .max_tokens = 30},
         {.t_us = 2, .kind = SCHED_EV_PREEMPT, .req = 7, .tenant = "alice", .class_name = "chat",
-         .reason = "blocks", .mode = "swap", .blocks = 3, .swap_cost_us = 12.5, .recompute_cost_us = 99.0},
+         .defer = SCHED_DEFER_BLOCKS, .mode = SCHED_PREEMPT_SWAP, .blocks = 3, .swap_cost_us = 12.5, .recompute_cost_us = 99.0},
         {.t_us = 3, .kind = SCHED_EV_RELEASE, .req = 7, .tenant = "alice", .class_name = "chat",
-         .pool = "host", .blocks = 3},
+         .pool = SCHED_POOL_HOST, .blocks = 3},
         {.t_us = 4, .kind = SCHED_EV_FINISH, .req = 7, .tenant = "al\"ice", .class_name = "chat",
-         .reason = "length", .output_tokens = 30, .policy = "00ff"},
+         .finish = SCHED_FINISH_LENGTH, .output_tokens = 30, .policy = "00ff"},
     };
     const int n_ev = (int)(sizeof evs / sizeof *evs);
     for (int i = 0; i < n_ev; i++) cr_assert_eq(declog_decision(d, &evs[i]), 0, "%s", declog_errmsg());

@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * daemon/admission.c — a new request's checks, in the order a client's mistake is most
+ * likely: draining, the wire checks, the tenant tag, the class, sampling parameters, the
+ * context, every prompt token against the vocabulary, the id against the session's
+ * requests in flight, the per-session limit. A request that fails one is answered at once
+ * (rejected, with the wire cause and a detail in the decision log); the rest go to the
+ * scheduler, which may still reject them (quota, queue, deadline).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sdt.h>
+
+#include "daemon/service_internal.h"
+
+/* Answers a request the scheduler never saw: rejected with a wire cause. */
+static void reject_now(svc *s, svc_req *r, unsigned cause, const char *why)
+{
+    s->n_rejects++;
+    if (r->series >= 0) metrics_count_reject(s->mx, r->series, ringlm_wire_reason_name(cause));
+    if (s->logs && declog_has_decisions(s->logs)) {
+        char line[512];
+        char esc[200];
+        size_t k = 0;
+        for (const char *q = why; *q && k + 2 < sizeof esc; q++)
+            if (*q != '"' && *q != '\\' && (unsigned char)*q >= 0x20) esc[k++] = *q;
+        esc[k] = 0;
+        int n = snprintf(line, sizeof line,
+                         "{\"t_us\":%llu,\"ev\":\"reject\",\"req\":%llu,\"tenant\":\"%s\","
+                         "\"class\":\"%s\",\"reason\":\"%s\",\"detail\":\"%s\",\"prompt_tokens\":%u,"
+                         "\"max_tokens\":%u}",
+                         (unsigned long long)s->now_us, (unsigned long long)r->id, r->tenant_name,
+                         r->class_name, ringlm_wire_reason_name(cause), esc, r->n_prompt, r->max_new);
+        if (n > 0 && (size_t)n < sizeof line) declog_decision_line(s->logs, line, (size_t)n);
+    }
+    DTRACE_PROBE3(ringlmd, decision, (int)SCHED_EV_REJECT, r->id, ringlm_wire_reason_name(cause));
+    req_end(s, r, RINGLM_WIRE_R_REJECTED, cause);
+}
+
+void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
+                    const int32_t *prompt, uint32_t n_prompt, const char *class_name,
+                    const char *tenant_tag)
+{
+    svc_sess *ss = dsess_user(ds);
+    if (!ss) {
+        /* Every request gets its FINISH, even one that slipped past a refused session. */
+        dsess_push_finish(ds, hdr->req_id, RINGLM_WIRE_R_REJECTED, RINGLM_WIRE_R_INTERNAL, 0);
+        return;
+    }
+    /* Linked first, so every path below ends through req_end → the same flush. */
+    svc_req *r = req_new(s, ss, hdr->req_id);
+    if (!r) {
+        dsess_push_finish(ds, hdr->req_id, RINGLM_WIRE_R_REJECTED, RINGLM_WIRE_R_INTERNAL, 0);
+        return;
+    }
+    r->n_prompt = n_prompt;
+    r->max_new = hdr->max_new_tokens;
+    r->arrival_us = s->now_us;
+    r->samp = (eng_sampling){.temperature = hdr->temperature, .top_k = (int)hdr->top_k,
+                             .top_p = hdr->top_p, .seed = hdr->seed};
+    r->rng = eng_rng_init(hdr->seed);
+
+    /* Tenant: the uid's, unless a trusted uid (a gateway) names one. */
+    int tenant = ss->tenant;
+    bool bad_tenant = false;
+    if (tenant_tag && tenant_tag[0] && ss->trusted) {
+        int t = sched_policy_tenant_index(s->policy, tenant_tag);
+        if (t >= 0) tenant = t;
+        else bad_tenant = true;
+    }
+    r->tenant = tenant;
+    const sched_tenant_cfg *tc = sched_policy_tenant(s->policy, tenant);
+    snprintf(r->tenant_name, sizeof r->tenant_name, "%s", tc ? tc->name : "?");
+    int ci = sched_policy_class_index(s->policy, class_name && class_name[0] ? class_name : NULL);
+    r->class_idx = ci;
+    const sched_class_cfg *cc = ci >= 0 ? sched_policy_class(s->policy, ci) : NULL;
+    snprintf(r->class_name, sizeof r->class_name, "%s", cc ? cc->name : (class_name ? class_name : ""));
+    r->series = metrics_series(s->mx, r->tenant_name, r->class_name);
+
+    char why[200];
+    int vocab = s->mcfg->vocab_size;
+    if (s->draining) { reject_now(s, r, RINGLM_WIRE_R_DRAINING, "daemon is draining"); return; }
+    int cause = ringlm_wire_check_request(hdr, why, sizeof why);
+    if (cause) { reject_now(s, r, (unsigned)cause, why); return; }
+    if (bad_tenant) {
+        snprintf(why, sizeof why, "tenant tag \"%s\" is not in the policy", tenant_tag);
+        reject_now(s, r, RINGLM_WIRE_R_BAD_PARAMS, why);
+        return;
+    }
+    if (!cc) {
+        snprintf(why, sizeof why, "class \"%s\" is not in the policy", class_name ? class_name : "");
+        reject_now(s, r, RINGLM_WIRE_R_UNKNOWN_CLASS, why);
+        return;
+    }
+    if (!isfinite(hdr->temperature) || hdr->temperature > 100.0f) {
+        snprintf(why, sizeof why, "temperature %g out of range [0, 100]", (double)hdr->temperature);
+        reject_now(s, r, RINGLM_WIRE_R_BAD_PARAMS, why);
+        return;
+    }
+    /* The sequence's last token never needs a KV slot, so seq_len + 1 tokens fit. */
+    uint64_t max_ctx = (uint64_t)s->mcfg->seq_len + 1;
+    if (n_prompt > (uint32_t)s->mcfg->seq_len || (uint64_t)n_prompt + hdr->max_new_tokens > max_ctx) {
+        snprintf(why, sizeof why, "prompt %u + max_new_tokens %u exceeds the context of %u tokens",
+                 n_prompt, hdr->max_new_tokens, s->mcfg->seq_len);
+        reject_now(s, r, RINGLM_WIRE_R_TOO_LONG, why);
+        return;
+    }
+    for (uint32_t i = 0; i < n_prompt; i++) {
+        if (prompt[i] < 0 || prompt[i] >= vocab) {
+            snprintf(why, sizeof why, "prompt token %u is %d, vocabulary has %d tokens", i,
+                     prompt[i], vocab);
+            reject_now(s, r, RINGLM_WIRE_R_BAD_TOKEN, why);
+            return;
+        }
+    }
+    if (req_find_client(ss, hdr->req_id, r)) {
+        snprintf(why, sizeof why, "request id %llu is already in flight in this session",
+                 (unsigned long long)hdr->req_id);
+        reject_now(s, r, RINGLM_WIRE_R_DUPLICATE_ID, why);
+        return;
+    }
+    if (ss->n_reqs > SVC_MAX_REQS_PER_SESSION) {
+        reject_now(s, r, RINGLM_WIRE_R_QUEUE_FULL, "too many requests in flight in this session");
+        return;
+    }
+    r->tokens = malloc(sizeof(int32_t) * ((size_t)n_prompt + hdr->max_new_tokens));
+    if (!r->tokens) { reject_now(s, r, RINGLM_WIRE_R_INTERNAL, "out of memory"); return; }
+    memcpy(r->tokens, prompt, sizeof(int32_t) * n_prompt);
+    if (hdr->deadline_us) r->deadline_us = s->now_us + hdr->deadline_us;
+
+    sched_request sr = {.id = r->id, .tenant = tenant, .class_idx = ci, .prompt_len = n_prompt,
+                        .max_new_tokens = hdr->max_new_tokens, .deadline_us = r->deadline_us,
+                        .arrival_us = s->now_us};
+    sched_reject_reason rr = SCHED_REJECT_NONE;
+    int rc = sched_submit(s->sched, &sr, s->now_us, &rr);
+    if (rc < 0) {
+        s->n_rejects++;
+        req_end(s, r, RINGLM_WIRE_R_REJECTED, (unsigned)sched_reject_cause(rr));
+    }
+}

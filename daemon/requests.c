@@ -1,0 +1,400 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * daemon/requests.c — the runner's requests: the id registry, each session's list, the
+ * outbox of requests with output to push, output backpressure, and request ends (from the
+ * scheduler's events or daemon-side cancels) down to the request log line and the free.
+ *
+ * A request lives from req_new (admission) until its FINISH went into its session's event
+ * ring (or its session is gone) and it is ended: then req_log_and_free writes its request
+ * log line, observes its latencies and frees it. Every end goes through req_end, so the
+ * first reason wins and the FINISH is pushed by the same flush as the tokens.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sdt.h>
+
+#include "daemon/service_internal.h"
+
+/* ---- registry ------------------------------------------------------------------------ */
+
+svc_req *req_find(svc *s, uint64_t id)
+{
+    for (svc_req *r = s->hash[id % SVC_HASH_BUCKETS]; r; r = r->h_next)
+        if (r->id == id) return r;
+    return NULL;
+}
+
+static void req_hash_del(svc *s, svc_req *r)
+{
+    svc_req **pp = &s->hash[r->id % SVC_HASH_BUCKETS];
+    while (*pp && *pp != r) pp = &(*pp)->h_next;
+    if (*pp) *pp = r->h_next;
+}
+
+static void sess_unlink(svc_req *r)
+{
+    svc_sess *ss = r->sess;
+    if (!ss) return;
+    if (r->s_prev) r->s_prev->s_next = r->s_next;
+    else ss->reqs = r->s_next;
+    if (r->s_next) r->s_next->s_prev = r->s_prev;
+    r->s_prev = r->s_next = NULL;
+    ss->n_reqs--;
+    r->sess = NULL;
+}
+
+svc_req *req_new(svc *s, svc_sess *ss, uint64_t client_id)
+{
+    svc_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->id = ++s->next_id;
+    r->client_id = client_id;
+    r->series = -1;
+    r->sess = ss;
+    r->s_next = ss->reqs;
+    if (ss->reqs) ss->reqs->s_prev = r;
+    ss->reqs = r;
+    ss->n_reqs++;
+    r->h_next = s->hash[r->id % SVC_HASH_BUCKETS];
+    s->hash[r->id % SVC_HASH_BUCKETS] = r;
+    s->live_reqs++;
+    s->stats_dirty = true;
+    return r;
+}
+
+svc_req *req_find_client(svc_sess *ss, uint64_t client_id, const svc_req *except)
+{
+    for (svc_req *o = ss->reqs; o; o = o->s_next)
+        if (o != except && o->client_id == client_id) return o;
+    return NULL;
+}
+
+void req_free_all(svc *s)
+{
+    for (size_t b = 0; b < SVC_HASH_BUCKETS; b++) {
+        svc_req *r = s->hash[b];
+        while (r) {
+            svc_req *n = r->h_next;
+            free(r->tokens);
+            free(r);
+            r = n;
+        }
+        s->hash[b] = NULL;
+    }
+    free(s->pending);
+    s->pending = NULL;
+    s->n_pending = s->cap_pending = 0;
+}
+
+/* ---- the outbox ---------------------------------------------------------------------- */
+
+void req_output_ready(svc *s, svc_req *r)
+{
+    if (r->in_pending) return;
+    if (s->n_pending == s->cap_pending) {
+        size_t nc = s->cap_pending ? s->cap_pending * 2 : 256;
+        uint64_t *np = realloc(s->pending, nc * sizeof *np);
+        if (!np) return; /* retried next time the request produces output */
+        s->pending = np;
+        s->cap_pending = nc;
+    }
+    s->pending[s->n_pending++] = r->id;
+    r->in_pending = true;
+}
+
+/* One vocabulary (sched_end_code): the wire's codes are the scheduler's, number for number. */
+#define SAME_CODE(x) _Static_assert((int)SCHED_END_##x == (int)RINGLM_WIRE_R_##x, "end code " #x)
+SAME_CODE(NONE); SAME_CODE(LENGTH); SAME_CODE(STOP); SAME_CODE(CANCELLED); SAME_CODE(TIMEOUT);
+SAME_CODE(REJECTED); SAME_CODE(ERROR); SAME_CODE(QUEUE_FULL); SAME_CODE(TENANT_QUOTA);
+SAME_CODE(TOO_LONG); SAME_CODE(DEADLINE_INFEASIBLE); SAME_CODE(BAD_TOKEN); SAME_CODE(BAD_PARAMS);
+SAME_CODE(DRAINING); SAME_CODE(OUTPUT_BACKPRESSURE); SAME_CODE(UNKNOWN_CLASS);
+SAME_CODE(DUPLICATE_ID); SAME_CODE(INTERNAL); SAME_CODE(CLIENT_GONE);
+_Static_assert((int)SCHED_END__MAX == (int)RINGLM_WIRE_R_MAX, "end codes");
+#undef SAME_CODE
+/* One tier numbering: the metrics' is the scheduler's pool; kvtier's counts from host. */
+_Static_assert((int)METRICS_TIER_DEVICE == (int)SCHED_POOL_DEVICE &&
+               (int)METRICS_TIER_HOST == (int)SCHED_POOL_HOST &&
+               (int)METRICS_TIER_DISK == (int)SCHED_POOL_DISK, "metrics tiers are sched pools");
+_Static_assert((int)KVT_HOST == (int)SCHED_POOL_HOST - 1 && (int)KVT_DISK == (int)SCHED_POOL_DISK - 1,
+               "kvtier tiers are sched pools less the device");
+/* Every class and tenant a policy can name fits the wire's name field, and back. */
+_Static_assert(SCHED_NAME_MAX == RINGLM_WIRE_NAME_LEN, "policy names and wire names agree");
+
+static const char *finish_name(unsigned reason)
+{
+    return reason && reason <= SCHED_END_ERROR ? sched_end_name(reason) : "error";
+}
+
+/* ---- request end: request log, metrics, free ---------------------------------------- */
+
+static void req_log_and_free(svc *s, svc_req *r)
+{
+    if (declog_has_requests(s->logs)) {
+        declog_request lr = {
+            .req = r->id,
+            .arrival_us = (int64_t)r->arrival_us,
+            .tenant = r->tenant_name,
+            .class_name = r->class_name,
+            .prompt_tokens = r->n_prompt,
+            .max_tokens = r->max_new,
+            .output_tokens = r->n_gen,
+            .deadline_us = r->deadline_us ? (int64_t)r->deadline_us : DECLOG_NULL,
+            .cancel_us = r->cancel_us ? (int64_t)r->cancel_us : DECLOG_NULL,
+            .first_token_us = r->first_token_us ? (int64_t)r->first_token_us : DECLOG_NULL,
+            .finish_us = (int64_t)(r->finish_us ? r->finish_us : s->now_us),
+            .finish_reason = finish_name(r->fin_reason),
+            .reject_reason = r->fin_reason == RINGLM_WIRE_R_REJECTED
+                                 ? ringlm_wire_reason_name(r->fin_cause) : NULL,
+        };
+        declog_request_line(s->logs, &lr);
+    }
+    uint64_t fin = r->finish_us ? r->finish_us : s->now_us;
+    if (r->series >= 0) {
+        if (r->first_token_us) {
+            metrics_observe(s->mx, r->series, METRICS_H_TTFT, r->first_token_us - r->arrival_us);
+            if (r->n_gen > 1 && r->last_token_us > r->first_token_us)
+                metrics_observe(s->mx, r->series, METRICS_H_TPOT,
+                                (r->last_token_us - r->first_token_us) / (r->n_gen - 1));
+        }
+        if (r->fin_reason != RINGLM_WIRE_R_REJECTED)
+            metrics_observe(s->mx, r->series, METRICS_H_E2E, fin - r->arrival_us);
+        metrics_add_tokens(s->mx, r->series, r->fin_reason == RINGLM_WIRE_R_REJECTED ? 0 : r->n_prompt,
+                           r->n_gen);
+        metrics_count_finish(s->mx, r->series, finish_name(r->fin_reason));
+    }
+    if (r->fin_reason != RINGLM_WIRE_R_REJECTED) s->n_finished++;
+    sess_unlink(r);
+    req_hash_del(s, r);
+    s->live_reqs--;
+    free(r->tokens);
+    free(r);
+    s->stats_dirty = true;
+}
+
+void req_end(svc *s, svc_req *r, unsigned reason, unsigned cause)
+{
+    if (r->ended) return;
+    r->ended = true;
+    r->fin_reason = r->forced_reason ? r->forced_reason : reason;
+    r->fin_cause = r->forced_reason ? r->forced_cause : cause;
+    r->finish_us = s->now_us;
+    req_output_ready(s, r);
+}
+
+/* Pushes r's unpublished tokens, then its FINISH once ended. Returns true when r was freed.
+ * A full event ring blocks r's output: the scheduler stops scheduling it (defer
+ * output_backpressure) and its tokens wait here, in tokens[], until the client reads. */
+static bool req_flush(svc *s, svc_req *r)
+{
+    if (!r->sess) {
+        if (r->ended) { req_log_and_free(s, r); return true; }
+        return false;
+    }
+    dsess *ds = r->sess->ds;
+    int rc = 0;
+    while (r->n_pushed < r->n_gen) {
+        rc = dsess_push_token(ds, r->client_id, r->tokens[r->n_prompt + r->n_pushed], r->n_pushed);
+        if (rc < 0) break;
+        r->n_pushed++;
+    }
+    if (rc == 0 && r->ended && !r->finish_pushed) {
+        rc = dsess_push_finish(ds, r->client_id, r->fin_reason, r->fin_cause, r->n_gen);
+        if (rc == 0) r->finish_pushed = true;
+    }
+    if (rc == -EAGAIN) {
+        if (!r->blocked) {
+            r->blocked = true;
+            r->blocked_since_us = s->now_us;
+            if (!r->ended) sched_set_output_blocked(s->sched, r->id, true, s->now_us);
+            DTRACE_PROBE2(ringlmd, output_blocked, r->id, r->n_gen - r->n_pushed);
+        }
+        return false;
+    }
+    if (rc == -EPIPE) {
+        /* The session is ending; on_close cancels and frees everything of it. */
+        return false;
+    }
+    if (r->blocked) {
+        r->blocked = false;
+        if (!r->ended) sched_set_output_blocked(s->sched, r->id, false, s->now_us);
+    }
+    if (r->ended && r->finish_pushed) { req_log_and_free(s, r); return true; }
+    return false;
+}
+
+void req_flush_pending(svc *s)
+{
+    size_t keep = 0;
+    for (size_t i = 0; i < s->n_pending; i++) {
+        svc_req *r = req_find(s, s->pending[i]);
+        if (!r) continue;
+        r->in_pending = false;
+        if (req_flush(s, r)) continue;
+        bool more = r->n_pushed < r->n_gen || (r->ended && !r->finish_pushed) ||
+                    (r->ended && !r->sess);
+        if (more) {
+            s->pending[keep++] = r->id;
+            r->in_pending = true;
+        }
+    }
+    s->n_pending = keep;
+}
+
+void req_cancel(svc *s, svc_req *r, sched_cancel_reason why, unsigned reason, unsigned cause)
+{
+    if (r->ended) return;
+    r->forced_reason = reason;
+    r->forced_cause = cause;
+    if (!r->cancel_us) r->cancel_us = s->now_us;
+    sched_cancel(s->sched, r->id, s->now_us, why); /* -ENOENT: not live there; ends here too */
+    req_end(s, r, reason, cause);
+}
+
+void req_cancel_all(svc *s, sched_cancel_reason why, unsigned reason, unsigned cause)
+{
+    for (size_t b = 0; b < SVC_HASH_BUCKETS; b++)
+        for (svc_req *r = s->hash[b]; r; r = r->h_next)
+            if (!r->ended) req_cancel(s, r, why, reason, cause);
+}
+
+uint64_t req_check_backpressure(svc *s, uint64_t now_us)
+{
+    uint64_t bp_us = s->cfg.backpressure_timeout_ms * 1000;
+    uint64_t next_wake = 0;
+    for (size_t i = 0; i < s->n_pending; i++) {
+        svc_req *r = req_find(s, s->pending[i]);
+        if (!r || !r->blocked || r->ended) continue;
+        uint64_t dl = r->blocked_since_us + bp_us;
+        if (now_us >= dl)
+            req_cancel(s, r, SCHED_CANCEL_BACKPRESSURE, RINGLM_WIRE_R_CANCELLED,
+                       RINGLM_WIRE_R_OUTPUT_BACKPRESSURE);
+        else if (!next_wake || dl - now_us < next_wake)
+            next_wake = dl - now_us;
+        /* The bounded buffer: past its size the tokens would have nowhere to go. */
+        if (!r->ended && r->n_gen - r->n_pushed > s->cfg.backpressure_buffer_tokens)
+            req_cancel(s, r, SCHED_CANCEL_BACKPRESSURE, RINGLM_WIRE_R_CANCELLED,
+                       RINGLM_WIRE_R_OUTPUT_BACKPRESSURE);
+    }
+    return next_wake;
+}
+
+/* ---- sessions ------------------------------------------------------------------------ */
+
+int req_session_open(svc *s, dsess *ds)
+{
+    uint32_t uid = (uint32_t)dsess_uid(ds);
+    int tenant = sched_policy_tenant_for_uid(s->policy, uid);
+    if (tenant < 0) {
+        svc_log("refusing uid %u: not mapped to a tenant and the policy has no default tenant", uid);
+        return -EPERM;
+    }
+    svc_sess *ss = calloc(1, sizeof *ss);
+    if (!ss) return -ENOMEM;
+    ss->ds = ds;
+    ss->uid = uid;
+    ss->tenant = tenant;
+    ss->trusted = sched_policy_uid_trusted(s->policy, uid);
+    dsess_set_user(ds, ss);
+    s->stats_dirty = true;
+    return 0;
+}
+
+void req_session_cancel(svc *s, dsess *ds, uint64_t client_id)
+{
+    svc_sess *ss = dsess_user(ds);
+    if (!ss) return;
+    for (svc_req *r = ss->reqs; r; r = r->s_next) {
+        if (r->client_id == client_id && !r->ended) {
+            r->cancel_us = s->now_us;
+            req_cancel(s, r, SCHED_CANCEL_CLIENT, RINGLM_WIRE_R_CANCELLED, 0);
+            return;
+        }
+    }
+}
+
+void req_session_close(svc *s, dsess *ds)
+{
+    svc_sess *ss = dsess_user(ds);
+    if (!ss) return;
+    /* Cancel in the scheduler now: the next sched_step (this iteration) releases the
+     * blocks in every tier and no further compute is spent on these sequences. */
+    while (ss->reqs) {
+        svc_req *r = ss->reqs;
+        if (!r->ended) {
+            r->cancel_us = s->now_us;
+            req_cancel(s, r, SCHED_CANCEL_DISCONNECT, RINGLM_WIRE_R_CANCELLED, RINGLM_WIRE_R_CLIENT_GONE);
+        }
+        sess_unlink(r);
+        if (r->ended) req_log_and_free(s, r);
+    }
+    dsess_set_user(ds, NULL);
+    free(ss);
+    s->stats_dirty = true;
+}
+
+/* ---- scheduler events → logs, metrics, probes ------------------------------------------ */
+
+/* The events explain decisions; they end nothing.  Requests end from sched_cancel's return
+ * (req_cancel), the plan's `ended` (req_plan_ended) and the commit results
+ * (req_commit_ended), so the daemon serves the same with or without an event sink. */
+void req_on_sched_event(void *ctx, const sched_event *ev)
+{
+    svc *s = ctx;
+    const char *reason = sched_event_reason_name(ev);
+    DTRACE_PROBE3(ringlmd, decision, (int)ev->kind, ev->req, reason);
+    if (s->logs && declog_has_decisions(s->logs)) declog_decision(s->logs, ev);
+    svc_req *r = req_find(s, ev->req);
+    int series = r ? r->series : metrics_series(s->mx, ev->tenant, ev->class_name);
+    switch (ev->kind) {
+    case SCHED_EV_REJECT:
+        metrics_count_reject(s->mx, series, reason);
+        break;
+    case SCHED_EV_DEFER:
+        metrics_count_defer(s->mx, series, reason);
+        break;
+    case SCHED_EV_SCHEDULE:
+        if (ev->outcome == SCHED_OUTCOME_START)
+            metrics_observe(s->mx, series, METRICS_H_QUEUE_WAIT, ev->wait_us);
+        break;
+    case SCHED_EV_PREEMPT:
+        metrics_count_preempt(s->mx, series,
+                              ev->mode == SCHED_PREEMPT_SWAP ? METRICS_MODE_SWAP : METRICS_MODE_RECOMPUTE,
+                              reason);
+        break;
+    case SCHED_EV_CANCEL:
+        metrics_count_cancel(s->mx, series);
+        break;
+    case SCHED_EV_TIMEOUT:
+        metrics_count_timeout(s->mx, series);
+        break;
+    default:
+        break;
+    }
+    s->stats_dirty = true;
+}
+
+void req_plan_ended(svc *s, const sched_plan *p)
+{
+    for (uint32_t i = 0; i < p->n_ended; i++) {
+        const sched_ended *e = &p->ended[i];
+        svc_req *r = req_find(s, e->req);
+        if (!r) continue;
+        if (e->kind == SCHED_EV_TIMEOUT) {
+            req_end(s, r, RINGLM_WIRE_R_TIMEOUT, sched_timeout_cause(e->timeout));
+        } else {
+            if (!r->cancel_us) r->cancel_us = s->now_us;
+            req_end(s, r, RINGLM_WIRE_R_CANCELLED, sched_cancel_cause(e->cancel));
+        }
+    }
+}
+
+void req_commit_ended(svc *s, const sched_result *res, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (res[i].finished == SCHED_FINISH_NONE) continue;
+        svc_req *r = req_find(s, res[i].req);
+        if (r) req_end(s, r, res[i].finished == SCHED_FINISH_STOP ? RINGLM_WIRE_R_STOP
+                                                                  : RINGLM_WIRE_R_LENGTH, 0);
+    }
+}

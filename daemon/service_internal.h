@@ -1,0 +1,214 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * daemon/service_internal.h — the runner's state and the seams between its files. Private
+ * to the runner (service.c and the files below); the rest of the daemon sees service.h.
+ *
+ *   service.c    create / run / destroy, the loop callbacks (dsvc_ops) and the iteration
+ *   requests.c   request registry (id hash), per-session lists, the pending outbox and
+ *                output backpressure; scheduler events → request ends
+ *   admission.c  a new request's checks (wire, vocabulary, context, ids) → reject or submit
+ *   execute.c    the plan → one flattened engine batch → sampled tokens; the warm-up
+ *   transfers.c  KV swaps to the host/disk tiers and --verify-swaps
+ *   stats.c      the stats file, the metrics gauges and the iteration log
+ *
+ * Ownership: each field of struct svc below is written by the file named in its section;
+ * the others read it. Everything runs on the loop thread.
+ */
+#ifndef RINGLM_DAEMON_SERVICE_INTERNAL_H
+#define RINGLM_DAEMON_SERVICE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon/declog.h"
+#include "daemon/kvtier.h"
+#include "daemon/loop.h"
+#include "daemon/metrics.h"
+#include "daemon/service.h"
+#include "kernels/batch.h"
+#include "kernels/engine.h"
+#include "sched/sched.h"
+#include "shm/wire.h"
+
+/* llama2.c models stop when BOS is sampled (run.c); the stop token is not streamed. */
+#define SVC_STOP_TOKEN 1
+#define SVC_KVTIER_TAG (DLOOP_UD_SVC | (1ull << 62))
+#define SVC_HASH_BUCKETS 4096
+#define SVC_MAX_REQS_PER_SESSION 1024
+#define SVC_STATS_INTERVAL_US 20000
+/* (tenant, class) series whose queue depths are recounted for the gauges */
+#define SVC_MAX_SERIES 512
+
+typedef struct svc_sess svc_sess;
+
+typedef struct svc_req {
+    uint64_t id;              /* scheduler id (daemon-wide, never reused) */
+    uint64_t client_id;       /* the client's id, unique in its session */
+    svc_sess *sess;           /* NULL once the session is gone */
+    struct svc_req *s_prev, *s_next;
+    struct svc_req *h_next;
+    int tenant, class_idx, series;
+    char tenant_name[SCHED_NAME_MAX], class_name[SCHED_NAME_MAX];
+    uint32_t n_prompt, max_new;
+    uint32_t n_gen;           /* generated tokens, appended after the prompt in tokens[] */
+    uint32_t n_pushed;        /* token events the client's ring accepted */
+    int32_t *tokens;          /* prompt + generated: a recompute re-prefills these */
+    eng_sampling samp;
+    uint64_t rng;
+    uint64_t arrival_us, deadline_us, first_token_us, last_token_us, cancel_us, finish_us;
+    bool ended;               /* the scheduler is done with it (or never took it) */
+    bool finish_pushed;
+    bool blocked;             /* output blocked, reported to the scheduler */
+    bool in_pending;
+    uint64_t blocked_since_us;
+    unsigned fin_reason, fin_cause;  /* RINGLM_WIRE_R_* */
+    unsigned forced_reason, forced_cause; /* set before a daemon-side cancel */
+} svc_req;
+
+/* The runner's view of one client session (dsess_user of its dsess). */
+struct svc_sess {
+    dsess *ds;
+    uint32_t uid;
+    int tenant;
+    bool trusted;
+    svc_req *reqs;
+    int n_reqs;
+};
+
+struct svc {
+    /* service.c: set up once */
+    svc_config cfg;
+    eng_model *model;
+    eng *engine;
+    const eng_model_config *mcfg;
+    sched_policy *policy;
+    sched *sched;
+    declog *logs;
+    metrics *mx;
+    kvtier *tiers;
+    dloop *loop;
+    int numa_node;
+    char policy_hash_hex[SCHED_HASH_HEX_LEN + 1];
+    char policy_name[64];
+    uint64_t now_us;          /* this iteration's clock; execute.c advances it past a batch */
+    bool trace_xfer;          /* RINGLMD_TRACE_XFER: one stderr line per transfer */
+
+    /* service.c: drain */
+    bool draining, drain_cancelled;
+    uint64_t drain_start_us;
+
+    /* requests.c */
+    svc_req *hash[SVC_HASH_BUCKETS];
+    uint64_t next_id;
+    uint64_t live_reqs;
+    /* requests with output to push or a finish to deliver (ids, looked up each time) */
+    uint64_t *pending;
+    size_t n_pending, cap_pending;
+
+    /* execute.c: the batch under construction and the per-sampling-row state */
+    int max_tokens, max_seqs, bt_stride;
+    eng_batch_builder bb;
+    int32_t *b_out;
+    eng_sampling *b_samp;
+    uint64_t *b_rng;
+    svc_req **b_req;          /* per sampling row */
+    sched_result *results;
+
+    /* transfers.c: --verify-swaps */
+    uint64_t *slot_sum[KVT_NTIERS]; /* checksum per tier slot */
+    uint8_t *busy_dev, *busy_slot[KVT_NTIERS]; /* blocks in flight */
+    uint64_t n_overlap_errors;
+
+    /* stats.c (the counters are bumped where the events happen) */
+    bool mx_dirty;            /* metrics changed since the last forced publish */
+    bool stats_dirty;
+    int max_series_seen;
+    uint64_t series_q_last_us;
+    uint32_t *series_waiting, *series_running; /* [SVC_MAX_SERIES] recount scratch */
+    uint64_t stats_last_us;
+    uint64_t n_iterations, n_rejects, n_finished, n_swap_verify_errors, n_swap_verified;
+    uint64_t n_engine_errors;
+
+    /* iteration log: a batch's line waits for the next iteration's start, which gives its
+     * period (what one simulator step must cost) and the wakes its publish issued */
+    struct svc_iter {
+        bool pending, busy;
+        uint64_t it, t_us, iter_us, exec_us, wakes_before;
+        uint32_t transfers;
+        sched_plan_work w;
+    } itl;
+};
+
+/* ---- service.c ------------------------------------------------------------------------ */
+void svc_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- requests.c ----------------------------------------------------------------------- */
+svc_req *req_find(svc *s, uint64_t id);
+/* A new request of session ss, linked into the registry and the session's list (so every
+ * path ends it through req_end and the same flush). NULL when out of memory. */
+svc_req *req_new(svc *s, svc_sess *ss, uint64_t client_id);
+/* A request of ss still in the registry (ended or not) with this client id, other than
+ * except: the client may not reuse an id before its FINISH went out. NULL when none. */
+svc_req *req_find_client(svc_sess *ss, uint64_t client_id, const svc_req *except);
+/* Marks r ended with a finish reason (first one wins) and queues its FINISH. */
+void req_end(svc *s, svc_req *r, unsigned reason, unsigned cause);
+/* A daemon-side cancel with a wire reason the client will see. */
+void req_cancel(svc *s, svc_req *r, sched_cancel_reason why, unsigned reason, unsigned cause);
+/* Cancels every live request (drain past its grace period). */
+void req_cancel_all(svc *s, sched_cancel_reason why, unsigned reason, unsigned cause);
+/* r has output (tokens or its finish) to push: queue it in the outbox. */
+void req_output_ready(svc *s, svc_req *r);
+/* Pushes the outbox into the sessions' event rings; keeps what still waits for space. */
+void req_flush_pending(svc *s);
+/* The daemon-side backpressure timer and buffer bound over blocked requests. Returns the
+ * µs until the next deadline (0: none). */
+uint64_t req_check_backpressure(svc *s, uint64_t now_us);
+/* Session lifecycle: open (0 or -errno to refuse it), a client cancel, close. */
+int req_session_open(svc *s, dsess *ds);
+void req_session_cancel(svc *s, dsess *ds, uint64_t client_id);
+void req_session_close(svc *s, dsess *ds);
+void req_free_all(svc *s);
+/* The scheduler's event sink: logs, metrics, probes (it ends nothing). */
+void req_on_sched_event(void *ctx, const sched_event *ev);
+/* Ends the requests the scheduler ended in this plan (timeouts, backpressure cancels). */
+void req_plan_ended(svc *s, const sched_plan *p);
+/* Ends the requests that finished in the last commit (its results carry how). */
+void req_commit_ended(svc *s, const sched_result *res, int n);
+
+/* ---- admission.c ---------------------------------------------------------------------- */
+void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
+                    const int32_t *prompt, uint32_t n_prompt, const char *class_name,
+                    const char *tenant_tag);
+
+/* ---- execute.c ------------------------------------------------------------------------ */
+/* Sizes max_tokens/max_seqs-bound buffers (after eng_create). 0 or -ENOMEM. */
+int exec_init(svc *s);
+void exec_free(svc *s);
+void exec_warm_up(svc *s);
+/* Builds and runs one flattened batch from the plan's entries; fills s->results.
+ * Returns the number of results (entries executed) or -errno. */
+int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us);
+
+/* ---- transfers.c ---------------------------------------------------------------------- */
+/* --verify-swaps state, after the tiers exist. 0 or -ENOMEM. */
+int xfer_verify_init(svc *s);
+void xfer_free(svc *s);
+void xfer_start(svc *s, const sched_transfer *t);
+/* --verify-swaps: the entry computes on no device block a transfer still moves. */
+void xfer_check_compute(svc *s, const sched_entry *e);
+
+/* ---- stats.c -------------------------------------------------------------------------- */
+int stats_init(svc *s);
+void stats_free(svc *s);
+void stats_write(svc *s);
+void stats_update_series_queues(svc *s);
+void stats_update_gauges(svc *s, uint64_t iter_us, uint32_t batch_tokens);
+/* Writes the pending iteration's line. next_start_us: the start of the iteration after it
+ * (0: none, e.g. at shutdown); its period is known only if the loop went straight on. */
+void itlog_emit(svc *s, uint64_t next_start_us);
+/* Keeps this iteration's batch line until the next iteration's start gives its period. */
+void itlog_hold(svc *s, const sched_plan *p, uint64_t t_us, uint64_t iter_us, uint64_t exec_us,
+                uint64_t wakes_before);
+
+#endif

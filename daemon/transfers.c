@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * daemon/transfers.c — the plan's KV transfers (swap-out to / swap-in from the host and
+ * disk tiers) started on the loop's io_uring through kvtier, their completions handed back
+ * to the scheduler; and --verify-swaps: a checksum per tier slot taken at swap-out and
+ * compared at swap-in, and a check that no block is in two transfers (or computed on while
+ * it moves) at once.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sdt.h>
+
+#include "daemon/service_internal.h"
+
+static uint64_t fnv1a(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 1099511628211ull; }
+    return h;
+}
+
+static uint64_t block_sum(svc *s, int block)
+{
+    size_t bb = eng_kv_block_bytes(s->engine);
+    void *p = eng_kv_block_ptr(s->engine, block);
+    if (p) return fnv1a(p, bb);
+    void *tmp = malloc(bb);
+    uint64_t h = 0;
+    if (tmp && eng_kv_read_block(s->engine, block, tmp) == 0) h = fnv1a(tmp, bb);
+    free(tmp);
+    return h;
+}
+
+typedef struct xfer_ctx {
+    svc *s;
+    int n;
+    int32_t *dev;  /* for swap verification */
+    int32_t *slot;
+} xfer_ctx;
+
+static void on_xfer_done(void *ctx, uint64_t cookie, int res, int dir, int tier, size_t bytes,
+                         uint64_t elapsed_us)
+{
+    xfer_ctx *x = ctx;
+    svc *s = x->s;
+    if (s->busy_dev)
+        for (int i = 0; i < x->n; i++) {
+            if (x->dev[i] >= 0 && x->dev[i] < eng_kv_blocks(s->engine) && s->busy_dev[x->dev[i]])
+                s->busy_dev[x->dev[i]]--;
+            if (x->slot[i] >= 0 && x->slot[i] < kvtier_blocks(s->tiers, tier) &&
+                s->busy_slot[tier][x->slot[i]])
+                s->busy_slot[tier][x->slot[i]]--;
+        }
+    if (res == 0 && s->slot_sum[tier] && dir == KVT_IN) {
+        /* Swap-in must bring back exactly the bytes that went out. */
+        for (int i = 0; i < x->n; i++) {
+            uint64_t h = block_sum(s, x->dev[i]);
+            s->n_swap_verified++;
+            if (h != s->slot_sum[tier][x->slot[i]]) {
+                s->n_swap_verify_errors++;
+                svc_log("swap verify: device block %d from %s slot %d differs (%016llx vs %016llx)",
+                       x->dev[i], tier == KVT_HOST ? "host" : "disk", x->slot[i],
+                       (unsigned long long)h, (unsigned long long)s->slot_sum[tier][x->slot[i]]);
+            }
+        }
+    }
+    if (res < 0)
+        svc_log("KV transfer %llu (%s, %s tier) failed: %s", (unsigned long long)cookie,
+               dir == KVT_OUT ? "out" : "in", tier == KVT_HOST ? "host" : "disk", strerror(-res));
+    else
+        metrics_observe_transfer(s->mx, tier == KVT_HOST ? METRICS_TIER_HOST : METRICS_TIER_DISK,
+                                 dir == KVT_OUT ? METRICS_DIR_OUT : METRICS_DIR_IN, bytes,
+                                 elapsed_us);
+    DTRACE_PROBE4(ringlmd, transfer_done, cookie, dir, tier, res);
+    if (s->trace_xfer) svc_log("xfer %llu done res %d", (unsigned long long)cookie, res);
+    sched_transfer_done(s->sched, cookie, s->now_us, bytes, elapsed_us, res);
+    free(x->dev);
+    free(x->slot);
+    free(x);
+    s->stats_dirty = true;
+}
+
+void xfer_start(svc *s, const sched_transfer *t)
+{
+    int tier = t->tier == SCHED_POOL_DISK ? KVT_DISK : KVT_HOST;
+    int n = (int)t->n_blocks;
+    xfer_ctx *x = calloc(1, sizeof *x);
+    int32_t *dev = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    int32_t *slot = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    int rc = -ENOMEM;
+    if (!x || !dev || !slot || !s->tiers) {
+        if (!s->tiers) rc = -ENOTSUP;
+        goto fail;
+    }
+    const uint32_t *devs = t->dir == SCHED_XFER_OUT ? t->src : t->dst;
+    const uint32_t *slots = t->dir == SCHED_XFER_OUT ? t->dst : t->src;
+    for (int i = 0; i < n; i++) { dev[i] = (int32_t)devs[i]; slot[i] = (int32_t)slots[i]; }
+    x->s = s; x->n = n; x->dev = dev; x->slot = slot;
+    if (s->slot_sum[tier]) {
+        int nslots = kvtier_blocks(s->tiers, tier), ndev = eng_kv_blocks(s->engine);
+        for (int i = 0; i < n; i++) {
+            if (slot[i] < 0 || slot[i] >= nslots || dev[i] < 0 || dev[i] >= ndev) continue;
+            /* A block or slot in two transfers at once means the plan raced itself. */
+            if (s->busy_dev[dev[i]] || s->busy_slot[tier][slot[i]]) {
+                s->n_overlap_errors++;
+                svc_log("verify: transfer %llu uses device block %d / %s slot %d already in flight",
+                       (unsigned long long)t->id, dev[i], tier == KVT_HOST ? "host" : "disk", slot[i]);
+            }
+            s->busy_dev[dev[i]]++;
+            s->busy_slot[tier][slot[i]]++;
+            if (t->dir == SCHED_XFER_OUT) s->slot_sum[tier][slot[i]] = block_sum(s, dev[i]);
+        }
+    }
+    DTRACE_PROBE4(ringlmd, transfer_start, t->id, (int)t->dir, tier, n);
+    if (s->trace_xfer) {
+        char b[1024]; int k = 0;
+        for (int i = 0; i < n && k < 900; i++) k += snprintf(b + k, sizeof b - (size_t)k, " %d:%d", dev[i], slot[i]);
+        svc_log("xfer %llu req %llu %s start dev:slot%s", (unsigned long long)t->id, (unsigned long long)t->req, t->dir == SCHED_XFER_OUT ? "out" : "in", b);
+    }
+    rc = kvtier_submit(s->tiers, t->dir == SCHED_XFER_OUT ? KVT_OUT : KVT_IN, tier, dev, slot, n,
+                       t->id, on_xfer_done, x);
+    if (rc == 0) return;
+    svc_log("KV transfer %llu not started: %s", (unsigned long long)t->id, kvtier_errmsg());
+fail:
+    free(x); free(dev); free(slot);
+    sched_transfer_done(s->sched, t->id, s->now_us, 0, 0, rc);
+}
+
+void xfer_check_compute(svc *s, const sched_entry *e)
+{
+    if (!s->busy_dev) return;
+    for (uint32_t j = 0; j < e->n_blocks; j++)
+        if (e->blocks[j] < (uint32_t)eng_kv_blocks(s->engine) && s->busy_dev[e->blocks[j]]) {
+            s->n_overlap_errors++;
+            svc_log("verify: request %llu computes on device block %u while it is in flight",
+                    (unsigned long long)e->req, e->blocks[j]);
+        }
+}
+
+int xfer_verify_init(svc *s)
+{
+    s->busy_dev = calloc((size_t)eng_kv_blocks(s->engine), 1);
+    if (!s->busy_dev) return -ENOMEM;
+    for (int t = 0; t < KVT_NTIERS; t++)
+        if (kvtier_blocks(s->tiers, t) > 0) {
+            s->slot_sum[t] = calloc((size_t)kvtier_blocks(s->tiers, t), sizeof(uint64_t));
+            s->busy_slot[t] = calloc((size_t)kvtier_blocks(s->tiers, t), 1);
+            if (!s->slot_sum[t] || !s->busy_slot[t]) return -ENOMEM;
+        }
+    return 0;
+}
+
+void xfer_free(svc *s)
+{
+    for (int t = 0; t < KVT_NTIERS; t++) {
+        free(s->slot_sum[t]);
+        free(s->busy_slot[t]);
+        s->slot_sum[t] = NULL;
+        s->busy_slot[t] = NULL;
+    }
+    free(s->busy_dev);
+    s->busy_dev = NULL;
+}
