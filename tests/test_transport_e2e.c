@@ -113,13 +113,14 @@ static void daemon_start(struct daemon *d, const char *const *extra)
 	cr_assert(d->pid > 0);
 	uint64_t deadline = t_now_ms() + 5000;
 	for (;;) {
-		int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-		struct sockaddr_un sa = { .sun_family = AF_UNIX };
-		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d->sock);
-		int ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-		close(fd);
-		if (ok)
+		/* A whole handshake: once it is answered the daemon has accepted this
+		 * connection, so the wait below sees its socket go (a bare connect could still
+		 * sit in the listen backlog and be accepted after the test took its baseline). */
+		ringlm_client *probe = NULL;
+		if (ringlm_connect(d->sock, &probe) == 0) {
+			ringlm_close(probe);
 			break;
+		}
 		int st;
 		cr_assert_eq(waitpid(d->pid, &st, WNOHANG), 0, "ringlmd exited at start (status 0x%x)", st);
 		cr_assert(t_now_ms() < deadline, "ringlmd did not listen on %s within 5 s", d->sock);
