@@ -1027,13 +1027,13 @@ Test(daemon_e2e, bad_requests_rejected_with_reasons)
 /* A hostile client scribbles over its own segment (random indices, bad lengths, garbage
  * records) while a good client streams; the daemon ends the hostile sessions, stays up,
  * and the good stream is exactly the reference. */
-#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/un.h>
+#include "shm/ring.h"
 #include "shm/wire.h"
 
 static int raw_session(const char *path, struct ringlm_wire_cseg **cseg, size_t *len, int *sock)
@@ -1089,7 +1089,7 @@ static int client_hostile(void *arg)
             break;
         }
         __atomic_add_fetch(&cs->doorbell, 1, __ATOMIC_SEQ_CST);
-        syscall(SYS_futex, &cs->doorbell, FUTEX_WAKE, 1, NULL, NULL, 0);
+        ring_futex_wake(&cs->doorbell, 1);
         /* The daemon ends the session: the socket reaches EOF. */
         char b;
         struct timeval tv = {5, 0};
