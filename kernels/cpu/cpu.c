@@ -73,7 +73,15 @@ static void futex_wake(_Atomic uint32_t *addr)
     syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
 }
 
-static inline void cpu_relax(void) { __builtin_ia32_pause(); }
+/* The spin-wait hint where the CPU has one (x86 pause, Arm yield); nothing elsewhere. */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+    __asm__ volatile("yield" ::: "memory");
+#endif
+}
 
 /* Spin briefly (a few microseconds) before sleeping: parallel regions of a decode step
  * follow each other within microseconds and a futex round trip costs several. Kept short:
