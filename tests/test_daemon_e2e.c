@@ -122,6 +122,7 @@ static void dmn_start(dmn *d, const char *model, const char *policy_text, const 
     argv[a++] = "--socket"; argv[a++] = d->sock;
     argv[a++] = "--model"; argv[a++] = model;
     argv[a++] = "--stats-file"; argv[a++] = d->stats;
+    argv[a++] = "--check-invariants";
     argv[a++] = "--decision-log"; argv[a++] = d->declog;
     argv[a++] = "--request-log"; argv[a++] = d->reqlog;
     argv[a++] = "--numa-node"; argv[a++] = "off";
