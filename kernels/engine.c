@@ -118,6 +118,12 @@ int eng_create(const eng_model *m, const eng_options *opt, eng **out)
     if (strcmp(backend, "cpu") == 0) {
         e->ops = eng_cpu_backend();
     } else if (strcmp(backend, "cuda") == 0) {
+        /* The plugin reads the llama2.c-layout float32 weights; a GGUF model has none. */
+        if (eng_model_gguf_path(m)) {
+            err = eng_seterr(-ENOTSUP, "backend \"cuda\": GGUF models (%s) are not supported "
+                                       "yet; use the CPU backend", eng_model_gguf_path(m));
+            goto fail;
+        }
         if ((err = load_cuda_plugin(&e->plugin, &e->ops)))
             goto fail;
     } else {

@@ -46,9 +46,52 @@ typedef struct eng_model_config {
     bool shared_classifier; /* classifier = token embedding table */
 } eng_model_config;
 
+/* What a GGUF file's metadata adds to the shape; llama2.c models and presets have
+ * llama2.c's values (1e-5, 10000, head_size, adjacent pairs, F32). */
+typedef struct eng_model_hparams {
+    float norm_eps;   /* RMSNorm epsilon */
+    float rope_theta; /* RoPE base */
+    int rope_dim;     /* leading dimensions of each head that RoPE rotates */
+    bool rope_neox;   /* rotate pairs (j, j + rope_dim/2) (qwen2) instead of (2j, 2j+1) */
+    int weight_type;  /* eng_wtype of the projection weights (blk.0.attn_q), for reports */
+} eng_model_hparams;
+
+/* The element type of a weight matrix: ggml's numbering, as GGUF files store it. */
+enum eng_wtype {
+    ENG_W_F32 = 0, ENG_W_F16 = 1, ENG_W_Q8_0 = 8, ENG_W_Q4_K = 12, ENG_W_Q6_K = 14,
+    ENG_W_BF16 = 30
+};
+/* Name of a weight type ("Q8_0"). */
+const char *eng_wtype_name(int type);
+
+/* A weight matrix in its file type: rows of `in` elements, row-major [out][in], each row
+ * eng_wrow_bytes(type, in) bytes (quantized blocks run along a row). */
+typedef struct eng_wmat {
+    const void *data;
+    int type; /* enum eng_wtype */
+} eng_wmat;
+size_t eng_wrow_bytes(int type, int64_t in);
+
+/* One layer's weights. Norms and biases are float32 in every format. */
+typedef struct eng_layer_weights {
+    const float *rms_att, *rms_ffn;          /* [dim] */
+    eng_wmat wq, wk, wv, wo, w1, w2, w3;     /* as eng_weights, this layer's slice */
+    const float *bq, *bk, *bv;               /* [dim], [kv_dim], [kv_dim]; NULL: no bias */
+} eng_layer_weights;
+
+/* Every model's weights as typed per-layer matrices (the CPU backend reads these). */
+typedef struct eng_model_tensors {
+    eng_wmat token_embedding;                /* [vocab][dim] */
+    const eng_layer_weights *layers;         /* [n_layers] */
+    const float *rms_final;                  /* [dim] */
+    eng_wmat wcls;                           /* [vocab][dim] */
+    const float *rope_freq_factors;          /* [rope_dim/2] (Llama 3.1 scaling) or NULL */
+} eng_model_tensors;
+
 /* Host float32 weights, laid out exactly as in the llama2.c file (row-major
  * [out][in], every layer's copy of a tensor together). Any pointer may be NULL when the
- * model is "lazy" (see eng_model_is_lazy). */
+ * model is "lazy" (see eng_model_is_lazy); all are NULL for a GGUF model, whose weights are
+ * per layer and in their file type (eng_model_tensors). */
 typedef struct eng_weights {
     const float *token_embedding; /* [vocab][dim] */
     const float *rms_att;         /* [L][dim] */
@@ -68,7 +111,9 @@ typedef struct eng_model eng_model;
 
 /*
  * Loads a model from a spec:
- *   "PATH"                       a llama2.c checkpoint, mmap()ed read-only;
+ *   "PATH"                       a llama2.c checkpoint or a GGUF file (architectures llama
+ *                                and qwen2; F32, F16, BF16, Q8_0, Q4_K, Q6_K weights, kept
+ *                                in their type), mmap()ed read-only;
  *   "synthetic:PRESET:SEED"      weights generated from SEED for a named shape
  *                                (stories15M, stories110M, llama3-8b, gqa-test, stories260K);
  *   "synthetic:lazy:PRESET:SEED" the same shape and seed, but no host weights are built
@@ -80,7 +125,12 @@ typedef struct eng_model eng_model;
 int eng_model_load(const char *spec, eng_model **out);
 void eng_model_free(eng_model *m);
 const eng_model_config *eng_model_cfg(const eng_model *m);
+const eng_model_hparams *eng_model_hparams_of(const eng_model *m);
 const eng_weights *eng_model_weights(const eng_model *m);
+/* Typed per-layer view of the weights (every non-lazy model; NULL for a lazy one). */
+const eng_model_tensors *eng_model_tensors_of(const eng_model *m);
+/* The GGUF file's path when the model came from one (the tokenizer lives in it), else NULL. */
+const char *eng_model_gguf_path(const eng_model *m);
 bool eng_model_is_lazy(const eng_model *m);
 /* For synthetic models: the preset's seed (0 and false for files). */
 bool eng_model_synthetic_seed(const eng_model *m, uint64_t *seed);

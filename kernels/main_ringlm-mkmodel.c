@@ -1,39 +1,66 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ringlm-mkmodel — writes a model to a llama2.c (legacy, version 0) checkpoint, usually a
- * synthetic one, so that every tool (and llama2.c's run.c) can load the very same weights:
+ * ringlm-mkmodel — writes a model file, usually from a synthetic model, so that every tool
+ * (and llama2.c's run.c, or llama.cpp) can load the very same weights:
  *
  *   ringlm-mkmodel --model synthetic:stories15M:7 --out s15m.bin
+ *   ringlm-mkmodel --model stories260K.bin --tokenizer tok512.bin --format gguf --type Q8_0 \
+ *                  --out s260k-q8.gguf
  *
- * Loading the file gives the same logits as the in-memory synthetic model. A lazy spec
- * (synthetic:lazy:...) is generated tensor by tensor while writing, without holding it.
+ * llama2c (default): the legacy checkpoint; loading it gives the same logits as the
+ * in-memory synthetic model; a lazy spec (synthetic:lazy:...) is generated tensor by tensor
+ * while writing. gguf: llama.cpp's layout with weights in --type (F32 F16 BF16 Q8_0 Q4_K
+ * Q6_K Q4_K_M), --arch llama or qwen2, and the vocabulary of --tokenizer (a llama2.c
+ * tokenizer.bin) or a synthetic SentencePiece one.
  */
 #include "kernels/engine.h"
+#include "kernels/gguf_write.h"
+#include "libclient/tokenizer.h"
 
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: ringlm-mkmodel --model SPEC --out FILE [--format llama2c|gguf]\n"
+    "                      [--type F32|F16|BF16|Q8_0|Q4_K|Q6_K|Q4_K_M] [--arch llama|qwen2]\n"
+    "                      [--tokenizer TOKENIZER.bin]\n"
+    "  SPEC: synthetic:PRESET:SEED (presets: stories15M stories110M llama3-8b gqa-test\n"
+    "        stories260K) or a llama2.c checkpoint\n";
 
 int main(int argc, char **argv)
 {
-    const char *spec = NULL, *out = NULL;
+    const char *spec = NULL, *out = NULL, *format = "llama2c", *type = NULL, *arch = NULL;
+    const char *tok_path = NULL;
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"out", required_argument, 0, 'o'},
+                                         {"format", required_argument, 0, 'f'},
+                                         {"type", required_argument, 0, 't'},
+                                         {"arch", required_argument, 0, 'a'},
+                                         {"tokenizer", required_argument, 0, 'z'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "m:o:h", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "m:o:f:t:a:z:h", opts, NULL)) != -1) {
         switch (ch) {
         case 'm': spec = optarg; break;
         case 'o': out = optarg; break;
+        case 'f': format = optarg; break;
+        case 't': type = optarg; break;
+        case 'a': arch = optarg; break;
+        case 'z': tok_path = optarg; break;
         default:
-            fprintf(ch == 'h' ? stdout : stderr,
-                    "usage: ringlm-mkmodel --model synthetic:PRESET:SEED --out FILE\n"
-                    "  presets: stories15M stories110M llama3-8b gqa-test stories260K\n");
+            fputs(usage, ch == 'h' ? stdout : stderr);
             return ch == 'h' ? 0 : 2;
         }
     }
-    if (!spec || !out || optind != argc) {
-        fprintf(stderr, "usage: ringlm-mkmodel --model synthetic:PRESET:SEED --out FILE\n");
+    bool gguf = strcmp(format, "gguf") == 0;
+    if (!spec || !out || optind != argc || (!gguf && strcmp(format, "llama2c") != 0) ||
+        (!gguf && (type || arch || tok_path))) {
+        fputs(usage, stderr);
+        if (!gguf && (type || arch || tok_path))
+            fputs("  (--type, --arch and --tokenizer go with --format gguf)\n", stderr);
         return 2;
     }
     eng_model *m;
@@ -41,15 +68,47 @@ int main(int argc, char **argv)
         fprintf(stderr, "ringlm-mkmodel: %s\n", eng_errmsg());
         return 1;
     }
-    int err = eng_model_write(m, out);
+    const eng_model_config *c = eng_model_cfg(m);
+    int err;
+    char note[1024] = "";
+    if (gguf) {
+        tok_tokenizer *tok = NULL;
+        const char **pieces = NULL;
+        float *scores = NULL;
+        if (tok_path) {
+            if (tok_load(tok_path, c->vocab_size, &tok)) {
+                fprintf(stderr, "ringlm-mkmodel: %s\n", tok_errmsg());
+                eng_model_free(m);
+                return 1;
+            }
+            pieces = calloc((size_t)c->vocab_size, sizeof *pieces);
+            scores = calloc((size_t)c->vocab_size, sizeof *scores);
+            for (int i = 0; pieces && scores && i < c->vocab_size; i++) {
+                pieces[i] = tok_piece(tok, i);
+                scores[i] = tok_score(tok, i);
+            }
+        }
+        gw_export_opts o = {.type = type, .arch = arch, .pieces = pieces, .scores = scores};
+        if (tok_path && (!pieces || !scores))
+            err = eng_seterr(-12, "out of memory");
+        else
+            err = gw_export_model(m, out, &o, note, sizeof note);
+        free(pieces);
+        free(scores);
+        tok_free(tok);
+    } else {
+        err = eng_model_write(m, out);
+    }
     if (err)
         fprintf(stderr, "ringlm-mkmodel: %s\n", eng_errmsg());
     else {
-        const eng_model_config *c = eng_model_cfg(m);
-        fprintf(stderr, "ringlm-mkmodel: wrote %s (dim %d, hidden %d, %d layers, %d heads, %d kv "
-                        "heads, vocab %d, seq %d, %s classifier)\n", out, c->dim, c->hidden_dim,
+        fprintf(stderr, "ringlm-mkmodel: wrote %s (%s%s%s, dim %d, hidden %d, %d layers, %d heads, "
+                        "%d kv heads, vocab %d, seq %d, %s classifier)\n", out, format,
+                gguf ? " " : "", gguf ? (type ? type : "F32") : "", c->dim, c->hidden_dim,
                 c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->seq_len,
                 c->shared_classifier ? "shared" : "unshared");
+        if (note[0])
+            fprintf(stderr, "ringlm-mkmodel: note: %s\n", note);
     }
     eng_model_free(m);
     return err ? 1 : 0;

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kernels/model.c — models: llama2.c checkpoints (mmap, validated as untrusted input),
- * synthetic models from a seed (presets), the llama2.c writer, and the model identity.
+ * kernels/model.c — models: llama2.c checkpoints and GGUF files (mmap, validated as
+ * untrusted input), synthetic models from a seed (presets), the llama2.c writer, and the
+ * model identity.
  */
 #include "kernels/engine.h"
+#include "kernels/cpu/quant.h"
 #include "kernels/sha256.h"
+#include "libclient/gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -40,6 +43,10 @@ struct eng_model {
     size_t map_len;
     float *owned; /* generated weights (synthetic) */
     size_t owned_floats;
+    eng_layer_weights *layers; /* the typed per-layer view (every non-lazy model) */
+    eng_model_tensors t;
+    eng_model_hparams hp;
+    gguf_file *gguf; /* GGUF models: the open file (owns the mapping) */
     pthread_mutex_t hash_lock; /* the file hash is computed on first use: it reads every byte */
     char hash[65];
 };
@@ -57,6 +64,8 @@ static const struct preset {
     /* small grouped-query shape with its own classifier: exercises both GQA and wcls */
     {"gqa-test", {128, 344, 4, 8, 2, 512, 512, false}},
     {"stories260K", {64, 172, 5, 8, 4, 512, 512, true}},
+    /* rows that are whole 256-element blocks, so every GGUF type applies to every matrix */
+    {"quant-test", {256, 768, 2, 4, 2, 512, 256, false}},
 };
 
 int eng_preset(const char *name, eng_model_config *out)
@@ -68,7 +77,7 @@ int eng_preset(const char *name, eng_model_config *out)
         }
     }
     return eng_seterr(-ENOENT, "unknown preset \"%s\" (stories15M, stories110M, llama3-8b, "
-                               "gqa-test, stories260K)", name);
+                               "gqa-test, stories260K, quant-test)", name);
 }
 
 /* ---- shape validation and tensor layout --------------------------------------------- */
@@ -156,6 +165,48 @@ static void point_weights(const eng_model_config *c, const float *base, eng_weig
     w->wcls = c->shared_classifier ? w->token_embedding : p;
 }
 
+/* llama2.c's values (run.c hard-codes them); GGUF files replace them. */
+static void hparams_llama2c(eng_model *m)
+{
+    m->hp = (eng_model_hparams){.norm_eps = 1e-5f, .rope_theta = 10000.0f,
+                                .rope_dim = m->cfg.dim / m->cfg.n_heads,
+                                .rope_neox = false, .weight_type = ENG_W_F32};
+}
+
+/* The typed per-layer view of llama2.c-layout float32 weights. */
+static int build_tensors(eng_model *m)
+{
+    const eng_model_config *c = &m->cfg;
+    const eng_weights *w = &m->w;
+    const size_t d = (size_t)c->dim, h = (size_t)c->hidden_dim;
+    const size_t kv = d * (size_t)c->n_kv_heads / (size_t)c->n_heads;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers)
+        return eng_seterr(-ENOMEM, "out of memory");
+    for (size_t l = 0; l < (size_t)c->n_layers; l++) {
+        eng_layer_weights *lw = &m->layers[l];
+        lw->rms_att = w->rms_att + l * d;
+        lw->rms_ffn = w->rms_ffn + l * d;
+        lw->wq = (eng_wmat){w->wq + l * d * d, ENG_W_F32};
+        lw->wk = (eng_wmat){w->wk + l * kv * d, ENG_W_F32};
+        lw->wv = (eng_wmat){w->wv + l * kv * d, ENG_W_F32};
+        lw->wo = (eng_wmat){w->wo + l * d * d, ENG_W_F32};
+        lw->w1 = (eng_wmat){w->w1 + l * h * d, ENG_W_F32};
+        lw->w2 = (eng_wmat){w->w2 + l * d * h, ENG_W_F32};
+        lw->w3 = (eng_wmat){w->w3 + l * h * d, ENG_W_F32};
+    }
+    m->t = (eng_model_tensors){
+        .token_embedding = {w->token_embedding, ENG_W_F32},
+        .layers = m->layers,
+        .rms_final = w->rms_final,
+        .wcls = {w->wcls, ENG_W_F32},
+    };
+    return 0;
+}
+
+const char *eng_wtype_name(int type) { return gguf_type_name((uint32_t)type); }
+size_t eng_wrow_bytes(int type, int64_t in) { return q_row_bytes(type, in); }
+
 /* ---- synthetic weights -------------------------------------------------------------- */
 
 uint64_t eng_splitmix64(uint64_t x)
@@ -224,6 +275,7 @@ static eng_model *model_new(void)
     return m;
 }
 
+
 static int load_synthetic(const char *spec, eng_model **out)
 {
     const char *rest = spec + strlen("synthetic:");
@@ -256,6 +308,7 @@ static int load_synthetic(const char *spec, eng_model **out)
     if (!m)
         return eng_seterr(-ENOMEM, "out of memory");
     m->cfg = cfg;
+    hparams_llama2c(m);
     m->lazy = lazy;
     m->synthetic = true;
     m->seed = seed;
@@ -289,6 +342,264 @@ static int load_synthetic(const char *spec, eng_model **out)
         freq_cis_fill(fc + l.freq_cis / 2, &cfg, true, 0, l.freq_cis / 2);
         if (!cfg.shared_classifier)
             synth_fill((float *)m->w.wcls, l.wcls, seed, &cfg, ENG_T_WCLS, 0);
+        if ((err = build_tensors(m))) {
+            eng_model_free(m);
+            return err;
+        }
+    }
+    *out = m;
+    return 0;
+}
+
+/* ---- GGUF --------------------------------------------------------------------------- */
+
+/* Reads "ARCH.suffix" as an int in lo..hi; required unless dflt >= 0 (then the default when
+ * absent). */
+static int meta_int(const gguf_file *g, const char *arch, const char *suffix, int lo, int hi,
+                    int dflt, int *out)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    uint64_t v;
+    int err = gguf_get_u64(g, key, &v);
+    if (err == -ENOENT) {
+        if (dflt < 0)
+            return eng_seterr(-EINVAL, "metadata %s: required, absent", key);
+        *out = dflt;
+        return 0;
+    }
+    if (err)
+        return eng_seterr(err, "metadata %s", gguf_errmsg());
+    if (v < (uint64_t)lo || v > (uint64_t)hi)
+        return eng_seterr(-EINVAL, "metadata %s=%" PRIu64 ": must be %d..%d", key, v, lo, hi);
+    *out = (int)v;
+    return 0;
+}
+
+static int meta_f32(const gguf_file *g, const char *arch, const char *suffix, float dflt,
+                    bool required, float *out)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int err = gguf_get_f32(g, key, out);
+    if (err == -ENOENT) {
+        if (required)
+            return eng_seterr(-EINVAL, "metadata %s: required, absent", key);
+        *out = dflt;
+        return 0;
+    }
+    if (err)
+        return eng_seterr(err, "metadata %s", gguf_errmsg());
+    if (!(*out > 0.0f) || !isfinite(*out))
+        return eng_seterr(-EINVAL, "metadata %s=%g: must be a positive finite number", key,
+                          (double)*out);
+    return 0;
+}
+
+static const char *supported_types = "F32, F16, BF16, Q8_0, Q4_K, Q6_K";
+
+/* Finds a tensor and checks its shape: ne = {ne0, ne1} (ne1 == 0: a vector). A matrix
+ * must have a supported type; a vector (norm, bias, RoPE factors) must be F32. */
+static int find_tensor(const gguf_file *g, const char *name, uint64_t ne0, uint64_t ne1,
+                       bool optional, const gguf_tensor **out)
+{
+    const gguf_tensor *t = gguf_tensor_find(g, name);
+    *out = t;
+    if (!t)
+        return optional ? 0 : eng_seterr(-EINVAL, "tensor %s: required, absent", name);
+    uint32_t want_dims = ne1 ? 2 : 1;
+    if (t->n_dims != want_dims || t->ne[0] != ne0 || (ne1 && t->ne[1] != ne1)) {
+        char found[96] = "";
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            snprintf(found + strlen(found), sizeof found - strlen(found), "%s%" PRIu64,
+                     d ? ", " : "", t->ne[d]);
+        if (ne1)
+            return eng_seterr(-EINVAL, "tensor %s: expected shape [%" PRIu64 ", %" PRIu64 "] "
+                                       "(ne0 = inputs, ne1 = outputs), found [%s]",
+                              name, ne0, ne1, found);
+        return eng_seterr(-EINVAL, "tensor %s: expected shape [%" PRIu64 "], found [%s]", name,
+                          ne0, found);
+    }
+    if (ne1 && !q_type_supported((int)t->type))
+        return eng_seterr(-EINVAL, "tensor %s: type %s is not supported (%s)", name,
+                          gguf_type_name(t->type), supported_types);
+    if (!ne1 && t->type != GGUF_T_F32)
+        return eng_seterr(-EINVAL, "tensor %s: type %s: norms, biases and RoPE factors must be "
+                                   "F32", name, gguf_type_name(t->type));
+    return 0;
+}
+
+static int gguf_to_model(eng_model *m, const gguf_file *g)
+{
+    const char *arch_s;
+    size_t arch_len;
+    int err = gguf_get_str(g, "general.architecture", &arch_s, &arch_len);
+    if (err == -ENOENT)
+        return eng_seterr(-EINVAL, "metadata general.architecture: required, absent");
+    if (err)
+        return eng_seterr(err, "metadata %s", gguf_errmsg());
+    char arch[16];
+    if ((arch_len == 5 && memcmp(arch_s, "llama", 5) == 0) ||
+        (arch_len == 5 && memcmp(arch_s, "qwen2", 5) == 0)) {
+        memcpy(arch, arch_s, 5);
+        arch[5] = '\0';
+    } else {
+        return eng_seterr(-EINVAL, "metadata general.architecture=\"%.*s\": not supported "
+                                   "(llama, qwen2)", (int)(arch_len > 64 ? 64 : arch_len),
+                          arch_s);
+    }
+    const bool qwen2 = arch[0] == 'q';
+    eng_model_config c = {0};
+    if ((err = meta_int(g, arch, "context_length", 1, MAX_SEQ, -1, &c.seq_len)) ||
+        (err = meta_int(g, arch, "embedding_length", 1, MAX_DIM, -1, &c.dim)) ||
+        (err = meta_int(g, arch, "feed_forward_length", 1, MAX_HIDDEN, -1, &c.hidden_dim)) ||
+        (err = meta_int(g, arch, "block_count", 1, MAX_LAYERS, -1, &c.n_layers)) ||
+        (err = meta_int(g, arch, "attention.head_count", 1, MAX_HEADS, -1, &c.n_heads)) ||
+        (err = meta_int(g, arch, "attention.head_count_kv", 1, MAX_HEADS, c.n_heads,
+                        &c.n_kv_heads)))
+        return err;
+    if (c.dim % c.n_heads)
+        return eng_seterr(-EINVAL, "metadata %s.attention.head_count=%d does not divide %s."
+                                   "embedding_length=%d", arch, c.n_heads, arch, c.dim);
+    const int hs = c.dim / c.n_heads;
+    int key_len, val_len;
+    if ((err = meta_int(g, arch, "attention.key_length", 1, MAX_DIM, hs, &key_len)) ||
+        (err = meta_int(g, arch, "attention.value_length", 1, MAX_DIM, hs, &val_len)))
+        return err;
+    if (key_len != hs || val_len != hs)
+        return eng_seterr(-EINVAL, "metadata %s.attention.key_length=%d value_length=%d: only "
+                                   "heads of embedding_length/head_count=%d are supported",
+                          arch, key_len, val_len, hs);
+    eng_model_hparams hp = {.rope_neox = qwen2};
+    if ((err = meta_f32(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, true, &hp.norm_eps)) ||
+        (err = meta_f32(g, arch, "rope.freq_base", 10000.0f, false, &hp.rope_theta)) ||
+        (err = meta_int(g, arch, "rope.dimension_count", 2, hs, hs, &hp.rope_dim)))
+        return err;
+    if (hp.rope_dim % 2)
+        return eng_seterr(-EINVAL, "metadata %s.rope.dimension_count=%d: must be even", arch,
+                          hp.rope_dim);
+    char key[128];
+    const char *st;
+    size_t st_len;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    err = gguf_get_str(g, key, &st, &st_len);
+    if (err && err != -ENOENT)
+        return eng_seterr(err, "metadata %s", gguf_errmsg());
+    if (!err && !(st_len == 4 && memcmp(st, "none", 4) == 0)) {
+        float factor = 1.0f;
+        snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
+        if (gguf_get_f32(g, key, &factor) == -EINVAL)
+            return eng_seterr(-EINVAL, "metadata %s", gguf_errmsg());
+        if (!(st_len == 6 && memcmp(st, "linear", 6) == 0 && factor == 1.0f))
+            return eng_seterr(-EINVAL, "metadata %s.rope.scaling.type=\"%.*s\" (factor %g): not "
+                                       "supported (none; Llama 3.1 scaling is read from the "
+                                       "rope_freqs.weight tensor)", arch,
+                              (int)(st_len > 32 ? 32 : st_len), st, (double)factor);
+    }
+    const gguf_tensor *emb;
+    const gguf_tensor *probe = gguf_tensor_find(g, "token_embd.weight");
+    if (!probe)
+        return eng_seterr(-EINVAL, "tensor token_embd.weight: required, absent");
+    if (probe->n_dims != 2 || probe->ne[1] > MAX_VOCAB)
+        return eng_seterr(-EINVAL, "tensor token_embd.weight: expected [%d, vocab <= %d], found "
+                                   "%" PRIu32 " dimensions, ne1=%" PRIu64, c.dim, MAX_VOCAB,
+                          probe->n_dims, probe->ne[1]);
+    c.vocab_size = (int)probe->ne[1];
+    if ((err = config_check(&c)))
+        return err;
+    const uint64_t d = (uint64_t)c.dim, kv = (uint64_t)(hs * c.n_kv_heads);
+    const uint64_t h = (uint64_t)c.hidden_dim, vocab = (uint64_t)c.vocab_size;
+    if ((err = find_tensor(g, "token_embd.weight", d, vocab, false, &emb)))
+        return err;
+    const gguf_tensor *out_norm, *out_w, *rope_f;
+    if ((err = find_tensor(g, "output_norm.weight", d, 0, false, &out_norm)) ||
+        (err = find_tensor(g, "output.weight", d, vocab, true, &out_w)) ||
+        (err = find_tensor(g, "rope_freqs.weight", (uint64_t)hp.rope_dim / 2, 0, true, &rope_f)))
+        return err;
+    c.shared_classifier = out_w == NULL;
+    m->layers = calloc((size_t)c.n_layers, sizeof *m->layers);
+    if (!m->layers)
+        return eng_seterr(-ENOMEM, "out of memory");
+    for (int l = 0; l < c.n_layers; l++) {
+        eng_layer_weights *lw = &m->layers[l];
+        static const struct {
+            const char *name;
+            int rows; /* 0: dim, 1: kv_dim, 2: hidden */
+            int cols;
+            size_t off; /* into eng_layer_weights */
+        } mats[] = {
+            {"attn_q", 0, 0, offsetof(eng_layer_weights, wq)},
+            {"attn_k", 1, 0, offsetof(eng_layer_weights, wk)},
+            {"attn_v", 1, 0, offsetof(eng_layer_weights, wv)},
+            {"attn_output", 0, 0, offsetof(eng_layer_weights, wo)},
+            {"ffn_gate", 2, 0, offsetof(eng_layer_weights, w1)},
+            {"ffn_down", 0, 2, offsetof(eng_layer_weights, w2)},
+            {"ffn_up", 2, 0, offsetof(eng_layer_weights, w3)},
+        };
+        const uint64_t sizes[3] = {d, kv, h};
+        char name[96];
+        const gguf_tensor *t;
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, mats[i].name);
+            if ((err = find_tensor(g, name, sizes[mats[i].cols], sizes[mats[i].rows], false, &t)))
+                return err;
+            *(eng_wmat *)((char *)lw + mats[i].off) = (eng_wmat){t->data, (int)t->type};
+        }
+        static const struct {
+            const char *name;
+            int len; /* 0: dim, 1: kv_dim */
+            bool bias;
+            size_t off;
+        } vecs[] = {
+            {"attn_norm.weight", 0, false, offsetof(eng_layer_weights, rms_att)},
+            {"ffn_norm.weight", 0, false, offsetof(eng_layer_weights, rms_ffn)},
+            {"attn_q.bias", 0, true, offsetof(eng_layer_weights, bq)},
+            {"attn_k.bias", 1, true, offsetof(eng_layer_weights, bk)},
+            {"attn_v.bias", 1, true, offsetof(eng_layer_weights, bv)},
+        };
+        for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s", l, vecs[i].name);
+            /* qwen2 has Q/K/V biases; llama files may carry them too */
+            if ((err = find_tensor(g, name, sizes[vecs[i].len], 0, vecs[i].bias && !qwen2, &t)))
+                return err;
+            *(const float **)((char *)lw + vecs[i].off) = t ? t->data : NULL;
+        }
+    }
+    hp.weight_type = m->layers[0].wq.type;
+    m->cfg = c;
+    m->hp = hp;
+    m->t = (eng_model_tensors){
+        .token_embedding = {emb->data, (int)emb->type},
+        .layers = m->layers,
+        .rms_final = out_norm->data,
+        .wcls = out_w ? (eng_wmat){out_w->data, (int)out_w->type}
+                      : (eng_wmat){emb->data, (int)emb->type},
+        .rope_freq_factors = rope_f ? rope_f->data : NULL,
+    };
+    return 0;
+}
+
+static int load_gguf(const char *path, eng_model **out)
+{
+    gguf_file *g;
+    int err = gguf_open(path, &g);
+    if (err)
+        return eng_seterr(err, "%s", gguf_errmsg());
+    eng_model *m = model_new();
+    if (!m) {
+        gguf_close(g);
+        return eng_seterr(-ENOMEM, "out of memory");
+    }
+    m->gguf = g;
+    snprintf(m->path, sizeof m->path, "%s", path);
+    size_t len;
+    m->map = (void *)gguf_bytes(g, &len);
+    m->map_len = len;
+    if ((err = gguf_to_model(m, g))) {
+        char detail[512];
+        snprintf(detail, sizeof detail, "%s", eng_errmsg());
+        eng_model_free(m);
+        return eng_seterr(err, "%s: %s", path, detail);
     }
     *out = m;
     return 0;
@@ -311,6 +622,11 @@ static int load_file(const char *path, eng_model **out)
     }
     uint64_t size = (uint64_t)st.st_size;
     int32_t hdr[7];
+    uint32_t magic = 0;
+    if (size >= 4 && pread(fd, &magic, 4, 0) == 4 && magic == GGUF_MAGIC) {
+        close(fd);
+        return load_gguf(path, out);
+    }
     if (size < HEADER_BYTES) {
         err = eng_seterr(-EINVAL, "%s: truncated: %" PRIu64 " bytes, the header alone needs %d",
                          path, size, HEADER_BYTES);
@@ -320,6 +636,7 @@ static int load_file(const char *path, eng_model **out)
         err = eng_seterr(-EIO, "%s: cannot read the header", path);
         goto fail_fd;
     }
+
     if ((uint32_t)hdr[0] == 0x616b3432u) { /* "ak42": llama2.c's version 1/2 export */
         err = eng_seterr(-EINVAL, "%s: llama2.c version-1/2 export (magic ak42); only the legacy "
                                   "(version 0) format is supported", path);
@@ -361,10 +678,15 @@ static int load_file(const char *path, eng_model **out)
         return eng_seterr(-ENOMEM, "out of memory");
     }
     m->cfg = c;
+    hparams_llama2c(m);
     m->map = map;
     m->map_len = size;
     snprintf(m->path, sizeof m->path, "%s", path);
     point_weights(&c, (const float *)((const char *)map + HEADER_BYTES), &m->w);
+    if ((err = build_tensors(m))) {
+        eng_model_free(m);
+        return err;
+    }
     *out = m;
     return 0;
 fail_fd:
@@ -386,16 +708,25 @@ void eng_model_free(eng_model *m)
 {
     if (!m)
         return;
-    if (m->map)
+    if (m->gguf)
+        gguf_close(m->gguf); /* it owns the mapping */
+    else if (m->map)
         munmap(m->map, m->map_len);
     free(m->owned);
+    free(m->layers);
     pthread_mutex_destroy(&m->hash_lock);
     free(m);
 }
 
 const eng_model_config *eng_model_cfg(const eng_model *m) { return &m->cfg; }
+const eng_model_hparams *eng_model_hparams_of(const eng_model *m) { return &m->hp; }
 const eng_weights *eng_model_weights(const eng_model *m) { return &m->w; }
 bool eng_model_is_lazy(const eng_model *m) { return m->lazy; }
+const eng_model_tensors *eng_model_tensors_of(const eng_model *m)
+{
+    return m->layers ? &m->t : NULL;
+}
+const char *eng_model_gguf_path(const eng_model *m) { return m->gguf ? m->path : NULL; }
 
 bool eng_model_synthetic_seed(const eng_model *m, uint64_t *seed)
 {
@@ -449,6 +780,9 @@ int eng_model_write(const eng_model *m, const char *path)
     const eng_model_config *c = &m->cfg;
     if (m->lazy && !m->synthetic)
         return eng_seterr(-EINVAL, "model has no weights to write");
+    if (m->gguf)
+        return eng_seterr(-ENOTSUP, "%s: a GGUF model cannot be written as a llama2.c checkpoint",
+                          m->path);
     FILE *f = fopen(path, "wb");
     if (!f)
         return eng_seterr(-errno, "%s: %s", path, strerror(errno));

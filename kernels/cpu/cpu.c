@@ -27,6 +27,7 @@
  * so one block is one contiguous copy for swapping.
  */
 #include "kernels/engine.h"
+#include "kernels/cpu/quant.h"
 #include "numa/rnuma.h"
 
 #include <cblas.h>
@@ -206,7 +207,8 @@ static void pool_stop(pool *p)
 
 typedef struct cpu {
     eng_model_config c;
-    eng_weights w;
+    const eng_model_tensors *t; /* typed per-layer weights (F32 or a GGUF file's types) */
+    eng_model_hparams hp;       /* RMSNorm epsilon, RoPE base/dimension/pairing */
     int head_size, kv_dim, group; /* group = query heads per KV head */
     int block_size, n_blocks, max_rows;
     size_t block_floats;          /* one block: L * 2 * block_size * kv_dim */
@@ -308,13 +310,13 @@ static void swiglu(float *g, const float *u, int n)
  * the second product.
  */
 typedef struct mm_job {
-    const float *w;
+    eng_wmat w;
     int n, k;
     const float *x;
     float *y;
     int ld_y;
     float beta;
-    const float *up;
+    eng_wmat up;
     float *y_up;
     int chunk_rows;
     int n_chunks;
@@ -326,9 +328,17 @@ typedef struct mm_region {
     int rows; /* T */
 } mm_region;
 
-static void matmul_rows(int rows, const float *x, const float *w, int n, int k, float beta,
+/* Rows n0.. of a weight matrix in any type: float32 through BLAS, the others through the
+ * fused/tiled kernels of quant.c. */
+static void matmul_rows(int rows, const float *x, eng_wmat wm, int n0, int n, int k, float beta,
                         float *y, int ld_y)
 {
+    if (wm.type != ENG_W_F32) {
+        q_matmul(wm.type, (const char *)wm.data + (size_t)n0 * eng_wrow_bytes(wm.type, k), n, k,
+                 x, rows, beta, y, ld_y);
+        return;
+    }
+    const float *w = (const float *)wm.data + (size_t)n0 * k;
     if (rows == 1)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, x, 1, beta, y, 1);
     else
@@ -347,10 +357,9 @@ static void mm_task(void *ctx, int task, int worker)
     }
     int n0 = task * j->chunk_rows;
     int n = j->n - n0 < j->chunk_rows ? j->n - n0 : j->chunk_rows;
-    matmul_rows(r->rows, j->x, j->w + (size_t)n0 * j->k, n, j->k, j->beta, j->y + n0, j->ld_y);
-    if (j->up) {
-        matmul_rows(r->rows, j->x, j->up + (size_t)n0 * j->k, n, j->k, 0.0f, j->y_up + n0,
-                    j->ld_y);
+    matmul_rows(r->rows, j->x, j->w, n0, n, j->k, j->beta, j->y + n0, j->ld_y);
+    if (j->up.data) {
+        matmul_rows(r->rows, j->x, j->up, n0, n, j->k, 0.0f, j->y_up + n0, j->ld_y);
         for (int t = 0; t < r->rows; t++)
             swiglu(j->y + (size_t)t * j->ld_y + n0, j->y_up + (size_t)t * j->ld_y + n0, n);
     }
@@ -378,23 +387,38 @@ static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows)
 
 /* ---- elementwise pieces (as run.c) -------------------------------------------------- */
 
-static void rmsnorm(float *o, const float *x, const float *weight, int size)
+static void rmsnorm(float *o, const float *x, const float *weight, int size, float eps)
 {
     float ss = 0.0f;
     for (int j = 0; j < size; j++)
         ss += x[j] * x[j];
     ss /= size;
-    ss += 1e-5f;
+    ss += eps;
     ss = 1.0f / sqrtf(ss);
     for (int j = 0; j < size; j++)
         o[j] = weight[j] * (ss * x[j]);
 }
 
-/* Rotates adjacent pairs (2j, 2j+1) of each head of vec by pos * 10000^(-h/head_size). */
+/* Rotates adjacent pairs (2j, 2j+1) of each head of vec by pos * 10000^(-h/head_size).
+ * GGUF models: the base and the rotated dimensions come from the file, and qwen2 rotates
+ * the pairs (j, j + rope_dim/2) ("NEOX" order) instead. */
 static void rope(const cpu *c, float *vec, int len, int pos)
 {
     const int half = c->head_size / 2;
     const float *cs = c->rope_cos + (size_t)pos * half, *sn = c->rope_sin + (size_t)pos * half;
+    if (c->hp.rope_neox || c->hp.rope_dim != c->head_size) {
+        const int rh = c->hp.rope_dim / 2;
+        for (int h0 = 0; h0 < len; h0 += c->head_size) {
+            float *v = vec + h0;
+            for (int j = 0; j < rh; j++) {
+                int a = c->hp.rope_neox ? j : 2 * j, b = c->hp.rope_neox ? j + rh : 2 * j + 1;
+                float v0 = v[a], v1 = v[b];
+                v[a] = v0 * cs[j] - v1 * sn[j];
+                v[b] = v0 * sn[j] + v1 * cs[j];
+            }
+        }
+        return;
+    }
     for (int i = 0; i < len; i += 2) {
         int j = (i % c->head_size) / 2;
         float v0 = vec[i], v1 = vec[i + 1];
@@ -670,7 +694,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
 {
     cpu *c = priv;
     const eng_model_config *cfg = &c->c;
-    const eng_weights *w = &c->w;
+    const eng_model_tensors *w = c->t;
     const int T = b->n_tokens, dim = cfg->dim, kv_dim = c->kv_dim, hidden = cfg->hidden_dim;
     const int bs = c->block_size;
     uint64_t t_start = now_ns(), t0, proj = 0, attn = 0;
@@ -682,26 +706,35 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
             int end = r + TILE_ROWS < b->query_start[s + 1] ? r + TILE_ROWS : b->query_start[s + 1];
             c->tiles[c->n_tiles++] = (struct tile){s, r, end};
         }
+    const size_t emb_row = eng_wrow_bytes(w->token_embedding.type, dim);
     for (int r = 0; r < T; r++)
-        memcpy(c->x + (size_t)r * dim, w->token_embedding + (size_t)b->tokens[r] * dim,
-               (size_t)dim * sizeof(float));
+        q_dequant_row(w->token_embedding.type,
+                      (const char *)w->token_embedding.data + (size_t)b->tokens[r] * emb_row,
+                      c->x + (size_t)r * dim, dim);
 
     for (int l = 0; l < cfg->n_layers; l++) {
         c->layer = l;
-        const size_t ld = (size_t)l * dim;
+        const eng_layer_weights *lw = &w->layers[l];
         for (int r = 0; r < T; r++)
-            rmsnorm(c->xb + (size_t)r * dim, c->x + (size_t)r * dim, w->rms_att + ld, dim);
+            rmsnorm(c->xb + (size_t)r * dim, c->x + (size_t)r * dim, lw->rms_att, dim,
+                    c->hp.norm_eps);
 
         t0 = now_ns();
         mm_job qkv[3] = {
-            {.w = w->wq + (size_t)l * dim * dim, .n = dim, .k = dim, .x = c->xb, .y = c->q,
-             .ld_y = dim},
-            {.w = w->wk + (size_t)l * kv_dim * dim, .n = kv_dim, .k = dim, .x = c->xb, .y = c->k,
-             .ld_y = kv_dim},
-            {.w = w->wv + (size_t)l * kv_dim * dim, .n = kv_dim, .k = dim, .x = c->xb, .y = c->v,
-             .ld_y = kv_dim},
+            {.w = lw->wq, .n = dim, .k = dim, .x = c->xb, .y = c->q, .ld_y = dim},
+            {.w = lw->wk, .n = kv_dim, .k = dim, .x = c->xb, .y = c->k, .ld_y = kv_dim},
+            {.w = lw->wv, .n = kv_dim, .k = dim, .x = c->xb, .y = c->v, .ld_y = kv_dim},
         };
         matmul_jobs(c, qkv, 3, T);
+        if (lw->bq) /* qwen2's Q/K/V biases */
+            for (int r = 0; r < T; r++) {
+                for (int i = 0; i < dim; i++)
+                    c->q[(size_t)r * dim + i] += lw->bq[i];
+                for (int i = 0; i < kv_dim; i++) {
+                    c->k[(size_t)r * kv_dim + i] += lw->bk[i];
+                    c->v[(size_t)r * kv_dim + i] += lw->bv[i];
+                }
+            }
         proj += now_ns() - t0;
 
         t0 = now_ns();
@@ -720,21 +753,21 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
         attn += now_ns() - t0;
 
         t0 = now_ns();
-        mm_job o = {.w = w->wo + (size_t)l * dim * dim, .n = dim, .k = dim, .x = c->att,
-                    .y = c->x, .ld_y = dim, .beta = 1.0f}; /* x += att · Wo^T */
+        mm_job o = {.w = lw->wo, .n = dim, .k = dim, .x = c->att, .y = c->x, .ld_y = dim,
+                    .beta = 1.0f}; /* x += att · Wo^T */
         matmul_jobs(c, &o, 1, T);
         proj += now_ns() - t0;
 
         for (int r = 0; r < T; r++)
-            rmsnorm(c->xb + (size_t)r * dim, c->x + (size_t)r * dim, w->rms_ffn + ld, dim);
+            rmsnorm(c->xb + (size_t)r * dim, c->x + (size_t)r * dim, lw->rms_ffn, dim,
+                    c->hp.norm_eps);
 
         t0 = now_ns();
-        mm_job up = {.w = w->w1 + (size_t)l * hidden * dim, .n = hidden, .k = dim, .x = c->xb,
-                     .y = c->h1, .ld_y = hidden, .up = w->w3 + (size_t)l * hidden * dim,
-                     .y_up = c->h3};
+        mm_job up = {.w = lw->w1, .n = hidden, .k = dim, .x = c->xb, .y = c->h1, .ld_y = hidden,
+                     .up = lw->w3, .y_up = c->h3};
         matmul_jobs(c, &up, 1, T);
-        mm_job down = {.w = w->w2 + (size_t)l * dim * hidden, .n = dim, .k = hidden, .x = c->h1,
-                       .y = c->x, .ld_y = dim, .beta = 1.0f}; /* x += ffn */
+        mm_job down = {.w = lw->w2, .n = dim, .k = hidden, .x = c->h1, .y = c->x, .ld_y = dim,
+                       .beta = 1.0f}; /* x += ffn */
         matmul_jobs(c, &down, 1, T);
         proj += now_ns() - t0;
     }
@@ -742,7 +775,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
     if (b->n_logits) {
         for (int i = 0; i < b->n_logits; i++)
             rmsnorm(c->xf + (size_t)i * dim, c->x + (size_t)b->logits_rows[i] * dim,
-                    w->rms_final, dim);
+                    w->rms_final, dim, c->hp.norm_eps);
         t0 = now_ns();
         mm_job cls = {.w = w->wcls, .n = cfg->vocab_size, .k = dim, .x = c->xf, .y = logits,
                       .ld_y = cfg->vocab_size};
@@ -794,9 +827,10 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
     if (!c)
         return eng_seterr(-ENOMEM, "out of memory");
     c->c = *eng_model_cfg(m);
-    c->w = *eng_model_weights(m);
+    c->t = eng_model_tensors_of(m);
     const eng_model_config *cfg = &c->c;
     c->head_size = cfg->dim / cfg->n_heads;
+    c->hp = *eng_model_hparams_of(m);
     c->kv_dim = cfg->dim / cfg->n_heads * cfg->n_kv_heads;
     c->group = cfg->n_heads / cfg->n_kv_heads;
     c->block_size = opt->kv_block_size;
@@ -836,10 +870,15 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
         err = eng_seterr(-ENOMEM, "CPU scratch for %d rows: out of memory", c->max_rows);
         goto fail;
     }
-    /* The very expressions of run.c, so the rotation angles are bit-identical. */
+    /* The very expressions of run.c, so the rotation angles are bit-identical (for GGUF the
+     * base and dimension from the file, and Llama 3.1's per-frequency divisors). */
+    const float theta = c->hp.rope_theta;
+    const float *ff = c->t->rope_freq_factors;
     for (int pos = 0; pos < cfg->seq_len; pos++) {
-        for (int i = 0; i < c->head_size; i += 2) {
-            float freq = 1.0f / powf(10000.0f, i / (float)c->head_size);
+        for (int i = 0; i < c->hp.rope_dim; i += 2) {
+            float freq = 1.0f / powf(theta, i / (float)c->hp.rope_dim);
+            if (ff)
+                freq /= ff[i / 2];
             float val = pos * freq;
             c->rope_cos[(size_t)pos * half + (size_t)i / 2] = cosf(val);
             c->rope_sin[(size_t)pos * half + (size_t)i / 2] = sinf(val);

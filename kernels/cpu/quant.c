@@ -1,0 +1,669 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/cpu/quant.c — dequantize, fused dequantize-and-dot (portable C and AVX2/FMA,
+ * picked once at run time), dequantized-tile SGEMM for batches, and the quantizers
+ * ringlm-mkmodel writes Q8_0/Q4_K/Q6_K with. See quant.h for the block layouts.
+ */
+#include "kernels/cpu/quant.h"
+
+#include <cblas.h>
+#include <immintrin.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define QK_K 256
+
+typedef struct { uint16_t d; int8_t qs[32]; } blk_q8_0;
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } blk_q4_k;
+typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } blk_q6_k;
+
+_Static_assert(sizeof(blk_q8_0) == 34, "Q8_0 block is 34 bytes");
+_Static_assert(sizeof(blk_q4_k) == 144, "Q4_K block is 144 bytes");
+_Static_assert(sizeof(blk_q6_k) == 210, "Q6_K block is 210 bytes");
+
+/* ---- types -------------------------------------------------------------------------- */
+
+bool q_type_supported(int type)
+{
+    return type == Q_F32 || type == Q_F16 || type == Q_BF16 || type == Q_Q8_0 ||
+           type == Q_Q4_K || type == Q_Q6_K;
+}
+
+int q_block_elems(int type)
+{
+    switch (type) {
+    case Q_Q8_0: return 32;
+    case Q_Q4_K: case Q_Q6_K: return QK_K;
+    default: return 1;
+    }
+}
+
+size_t q_row_bytes(int type, int64_t k)
+{
+    switch (type) {
+    case Q_F32: return (size_t)k * 4;
+    case Q_F16: case Q_BF16: return (size_t)k * 2;
+    case Q_Q8_0: return (size_t)k / 32 * sizeof(blk_q8_0);
+    case Q_Q4_K: return (size_t)k / QK_K * sizeof(blk_q4_k);
+    case Q_Q6_K: return (size_t)k / QK_K * sizeof(blk_q6_k);
+    default: return 0;
+    }
+}
+
+float q_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp) {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (man) { /* subnormal: normalise */
+        int e = -1;
+        do {
+            e++;
+            man <<= 1;
+        } while (!(man & 0x400));
+        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
+    } else {
+        bits = sign;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t q_f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf, nan */
+        return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x477ff000u) /* rounds to >= 65520: inf */
+        return (uint16_t)(sign | 0x7c00);
+    if (ax < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
+        if (ax < 0x33000000u)
+            return (uint16_t)sign;
+        int e = (int)(ax >> 23), shift = 126 - e; /* value = man * 2^(e-150) */
+        uint32_t man = (ax & 0x7fffff) | 0x800000;
+        /* half subnormal unit is 2^-24: q = man * 2^(e-150+24) = man >> (126 - e) */
+        uint32_t q = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1)))
+            q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t r = ax - 0x38000000u; /* rebias 127 -> 15, in place */
+    uint32_t q = r >> 13, rem = r & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (q & 1)))
+        q++;
+    return (uint16_t)(sign | q);
+}
+
+float q_bf16_to_f32(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t q_f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40); /* quiet nan */
+    return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
+{
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* ---- dequantize --------------------------------------------------------------------- */
+
+static void dequant_q4_k_block(const blk_q4_k *b, float *y)
+{
+    const float d = q_f16_to_f32(b->d), min = q_f16_to_f32(b->dmin);
+    const uint8_t *q = b->qs;
+    for (int j = 0, is = 0; j < QK_K; j += 64, is += 2, q += 32) {
+        uint8_t sc, m;
+        scale_min_k4(is, b->scales, &sc, &m);
+        const float d1 = d * sc, m1 = min * m;
+        scale_min_k4(is + 1, b->scales, &sc, &m);
+        const float d2 = d * sc, m2 = min * m;
+        for (int l = 0; l < 32; l++)
+            *y++ = d1 * (q[l] & 0xF) - m1;
+        for (int l = 0; l < 32; l++)
+            *y++ = d2 * (q[l] >> 4) - m2;
+    }
+}
+
+static void dequant_q6_k_block(const blk_q6_k *b, float *y)
+{
+    const float d = q_f16_to_f32(b->d);
+    const uint8_t *ql = b->ql, *qh = b->qh;
+    const int8_t *sc = b->scales;
+    for (int n = 0; n < QK_K; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
+        for (int l = 0; l < 32; l++) {
+            int is = l / 16;
+            int q1 = (int)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            int q2 = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            y[l] = d * sc[is] * q1;
+            y[l + 32] = d * sc[is + 2] * q2;
+            y[l + 64] = d * sc[is + 4] * q3;
+            y[l + 96] = d * sc[is + 6] * q4;
+        }
+    }
+}
+
+void q_dequant_row(int type, const void *row, float *out, int64_t k)
+{
+    switch (type) {
+    case Q_F32:
+        memcpy(out, row, (size_t)k * 4);
+        break;
+    case Q_F16: {
+        const uint16_t *h = row;
+        for (int64_t i = 0; i < k; i++)
+            out[i] = q_f16_to_f32(h[i]);
+        break;
+    }
+    case Q_BF16: {
+        const uint16_t *h = row;
+        for (int64_t i = 0; i < k; i++)
+            out[i] = q_bf16_to_f32(h[i]);
+        break;
+    }
+    case Q_Q8_0: {
+        const blk_q8_0 *b = row;
+        for (int64_t i = 0; i < k / 32; i++) {
+            const float d = q_f16_to_f32(b[i].d);
+            for (int j = 0; j < 32; j++)
+                out[i * 32 + j] = d * b[i].qs[j];
+        }
+        break;
+    }
+    case Q_Q4_K:
+        for (int64_t i = 0; i < k / QK_K; i++)
+            dequant_q4_k_block((const blk_q4_k *)row + i, out + i * QK_K);
+        break;
+    case Q_Q6_K:
+        for (int64_t i = 0; i < k / QK_K; i++)
+            dequant_q6_k_block((const blk_q6_k *)row + i, out + i * QK_K);
+        break;
+    }
+}
+
+/* ---- fused dot, portable ------------------------------------------------------------ */
+
+static float dot_portable(int type, const void *row, const float *x, int64_t k)
+{
+    float sum = 0.0f;
+    switch (type) {
+    case Q_F32: {
+        const float *w = row;
+        for (int64_t i = 0; i < k; i++)
+            sum += w[i] * x[i];
+        break;
+    }
+    case Q_F16: {
+        const uint16_t *w = row;
+        for (int64_t i = 0; i < k; i++)
+            sum += q_f16_to_f32(w[i]) * x[i];
+        break;
+    }
+    case Q_BF16: {
+        const uint16_t *w = row;
+        for (int64_t i = 0; i < k; i++)
+            sum += q_bf16_to_f32(w[i]) * x[i];
+        break;
+    }
+    case Q_Q8_0: {
+        const blk_q8_0 *b = row;
+        for (int64_t i = 0; i < k / 32; i++, x += 32) {
+            float s = 0.0f;
+            for (int j = 0; j < 32; j++)
+                s += (float)b[i].qs[j] * x[j];
+            sum += q_f16_to_f32(b[i].d) * s;
+        }
+        break;
+    }
+    case Q_Q4_K: {
+        const blk_q4_k *b = row;
+        for (int64_t i = 0; i < k / QK_K; i++) {
+            const float d = q_f16_to_f32(b[i].d), min = q_f16_to_f32(b[i].dmin);
+            const uint8_t *q = b[i].qs;
+            for (int j = 0, is = 0; j < QK_K; j += 64, is += 2, q += 32, x += 64) {
+                uint8_t sc1, m1, sc2, m2;
+                scale_min_k4(is, b[i].scales, &sc1, &m1);
+                scale_min_k4(is + 1, b[i].scales, &sc2, &m2);
+                float qx1 = 0, sx1 = 0, qx2 = 0, sx2 = 0;
+                for (int l = 0; l < 32; l++) {
+                    qx1 += (float)(q[l] & 0xF) * x[l];
+                    sx1 += x[l];
+                    qx2 += (float)(q[l] >> 4) * x[l + 32];
+                    sx2 += x[l + 32];
+                }
+                sum += d * sc1 * qx1 - min * m1 * sx1 + d * sc2 * qx2 - min * m2 * sx2;
+            }
+        }
+        break;
+    }
+    case Q_Q6_K: {
+        const blk_q6_k *b = row;
+        float y[QK_K];
+        for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) {
+            dequant_q6_k_block(&b[i], y);
+            for (int j = 0; j < QK_K; j++)
+                sum += y[j] * x[j];
+        }
+        break;
+    }
+    }
+    return sum;
+}
+
+/* ---- fused dot, AVX2 + FMA + F16C --------------------------------------------------- */
+
+#define SIMD __attribute__((target("avx2,fma,f16c")))
+
+SIMD static inline float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 8 unsigned bytes at p as 8 int32 lanes. */
+SIMD static inline __m256i u8x8(const uint8_t *p)
+{
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+
+SIMD static float dot_simd(int type, const void *row, const float *x, int64_t k)
+{
+    __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
+    switch (type) {
+    case Q_F32: {
+        const float *w = row;
+        int64_t i = 0;
+        for (; i + 16 <= k; i += 16) {
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), acc);
+            acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), acc2);
+        }
+        float tail = 0.0f;
+        for (; i < k; i++)
+            tail += w[i] * x[i];
+        return hsum8(_mm256_add_ps(acc, acc2)) + tail;
+    }
+    case Q_F16: {
+        const uint16_t *w = row;
+        int64_t i = 0;
+        for (; i + 8 <= k; i += 8)
+            acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i))),
+                                  _mm256_loadu_ps(x + i), acc);
+        float tail = 0.0f;
+        for (; i < k; i++)
+            tail += q_f16_to_f32(w[i]) * x[i];
+        return hsum8(acc) + tail;
+    }
+    case Q_BF16: {
+        const uint16_t *w = row;
+        int64_t i = 0;
+        for (; i + 8 <= k; i += 8) {
+            __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + i)));
+            acc = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h, 16)),
+                                  _mm256_loadu_ps(x + i), acc);
+        }
+        float tail = 0.0f;
+        for (; i < k; i++)
+            tail += q_bf16_to_f32(w[i]) * x[i];
+        return hsum8(acc) + tail;
+    }
+    case Q_Q8_0: {
+        const blk_q8_0 *b = row;
+        for (int64_t i = 0; i < k / 32; i++, x += 32) {
+            __m256 s = _mm256_setzero_ps();
+            for (int j = 0; j < 32; j += 8) {
+                __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b[i].qs + j)));
+                s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), _mm256_loadu_ps(x + j), s);
+            }
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(q_f16_to_f32(b[i].d)), s, acc);
+        }
+        return hsum8(acc);
+    }
+    case Q_Q4_K: {
+        const blk_q4_k *b = row;
+        const __m256i lo4 = _mm256_set1_epi32(0xF);
+        for (int64_t i = 0; i < k / QK_K; i++) {
+            const float d = q_f16_to_f32(b[i].d), min = q_f16_to_f32(b[i].dmin);
+            const uint8_t *q = b[i].qs;
+            for (int j = 0, is = 0; j < QK_K; j += 64, is += 2, q += 32, x += 64) {
+                uint8_t sc1, m1, sc2, m2;
+                scale_min_k4(is, b[i].scales, &sc1, &m1);
+                scale_min_k4(is + 1, b[i].scales, &sc2, &m2);
+                __m256 qx1 = _mm256_setzero_ps(), qx2 = _mm256_setzero_ps();
+                __m256 sx1 = _mm256_setzero_ps(), sx2 = _mm256_setzero_ps();
+                for (int l = 0; l < 32; l += 8) {
+                    __m256i v = u8x8(q + l);
+                    __m256 x1 = _mm256_loadu_ps(x + l), x2 = _mm256_loadu_ps(x + l + 32);
+                    qx1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, lo4)), x1, qx1);
+                    qx2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4)), x2, qx2);
+                    sx1 = _mm256_add_ps(sx1, x1);
+                    sx2 = _mm256_add_ps(sx2, x2);
+                }
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1), qx1, acc);
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc2), qx2, acc);
+                acc2 = _mm256_fmadd_ps(_mm256_set1_ps(min * m1), sx1, acc2);
+                acc2 = _mm256_fmadd_ps(_mm256_set1_ps(min * m2), sx2, acc2);
+            }
+        }
+        return hsum8(_mm256_sub_ps(acc, acc2));
+    }
+    case Q_Q6_K: {
+        const blk_q6_k *b = row;
+        const __m256i m4 = _mm256_set1_epi32(0xF), m2 = _mm256_set1_epi32(3);
+        const __m256i off = _mm256_set1_epi32(32);
+        for (int64_t i = 0; i < k / QK_K; i++) {
+            const float d = q_f16_to_f32(b[i].d);
+            const uint8_t *ql = b[i].ql, *qh = b[i].qh;
+            const int8_t *sc = b[i].scales;
+            for (int n = 0; n < QK_K; n += 128, x += 128, ql += 64, qh += 32, sc += 8) {
+                for (int l = 0; l < 32; l += 8) {
+                    const int is = l / 16;
+                    __m256i a = u8x8(ql + l), c = u8x8(ql + l + 32), h = u8x8(qh + l);
+                    __m256i q1 = _mm256_or_si256(_mm256_and_si256(a, m4),
+                                                 _mm256_slli_epi32(_mm256_and_si256(h, m2), 4));
+                    __m256i q2 = _mm256_or_si256(
+                        _mm256_and_si256(c, m4),
+                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2), m2), 4));
+                    __m256i q3 = _mm256_or_si256(
+                        _mm256_srli_epi32(a, 4),
+                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 4), m2), 4));
+                    __m256i q4 = _mm256_or_si256(
+                        _mm256_srli_epi32(c, 4),
+                        _mm256_slli_epi32(_mm256_srli_epi32(h, 6), 4));
+                    __m256 f1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(q1, off));
+                    __m256 f2 = _mm256_cvtepi32_ps(_mm256_sub_epi32(q2, off));
+                    __m256 f3 = _mm256_cvtepi32_ps(_mm256_sub_epi32(q3, off));
+                    __m256 f4 = _mm256_cvtepi32_ps(_mm256_sub_epi32(q4, off));
+                    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(d * sc[is]), f1),
+                                          _mm256_loadu_ps(x + l), acc);
+                    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(d * sc[is + 2]), f2),
+                                          _mm256_loadu_ps(x + l + 32), acc);
+                    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(d * sc[is + 4]), f3),
+                                          _mm256_loadu_ps(x + l + 64), acc);
+                    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(d * sc[is + 6]), f4),
+                                          _mm256_loadu_ps(x + l + 96), acc);
+                }
+            }
+        }
+        return hsum8(acc);
+    }
+    }
+    return 0.0f;
+}
+
+/* ---- dispatch ----------------------------------------------------------------------- */
+
+static pthread_once_t simd_once = PTHREAD_ONCE_INIT;
+static bool simd_ok;
+static _Atomic bool force_portable;
+
+static void simd_probe(void)
+{
+    __builtin_cpu_init();
+    simd_ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+              __builtin_cpu_supports("f16c");
+    const char *env = getenv("RINGLM_QUANT_PORTABLE");
+    if (env && *env && strcmp(env, "0") != 0)
+        force_portable = true;
+}
+
+bool q_force_portable(bool on)
+{
+    pthread_once(&simd_once, simd_probe);
+    bool was = force_portable;
+    force_portable = on;
+    return was;
+}
+
+bool q_simd_active(void)
+{
+    pthread_once(&simd_once, simd_probe);
+    return simd_ok && !force_portable;
+}
+
+float q_dot(int type, const void *row, const float *x, int64_t k)
+{
+    return q_simd_active() ? dot_simd(type, row, x, k) : dot_portable(type, row, x, k);
+}
+
+/* ---- matmul ------------------------------------------------------------------------- */
+
+/* Up to this many activation rows, each weight row is read once and dotted with every
+ * row in place (decode); above it, tiles are dequantized for SGEMM (prefill). */
+#define FUSED_MAX_ROWS 4
+/* A dequantized tile stays within ~256 KiB (the L2 of the cores it runs on). */
+#define TILE_FLOATS (64 * 1024)
+
+static pthread_key_t tile_key;
+static pthread_once_t tile_once = PTHREAD_ONCE_INIT;
+
+typedef struct tile_buf {
+    size_t floats;
+    float *p;
+} tile_buf;
+
+static void tile_free(void *p)
+{
+    tile_buf *t = p;
+    free(t->p);
+    free(t);
+}
+
+static void tile_key_init(void) { pthread_key_create(&tile_key, tile_free); }
+
+/* This thread's tile buffer of at least n floats (kept for the thread's life). */
+static float *tile_get(size_t n)
+{
+    pthread_once(&tile_once, tile_key_init);
+    tile_buf *t = pthread_getspecific(tile_key);
+    if (!t) {
+        t = calloc(1, sizeof *t);
+        if (!t || pthread_setspecific(tile_key, t)) {
+            free(t);
+            return NULL;
+        }
+    }
+    if (t->floats < n) {
+        float *p = realloc(t->p, n * sizeof(float));
+        if (!p)
+            return NULL;
+        t->p = p;
+        t->floats = n;
+    }
+    return t->p;
+}
+
+static void matmul_fused(int type, const void *w, int n, int k, const float *x, int rows,
+                         float beta, float *y, int ld_y)
+{
+    const size_t rb = q_row_bytes(type, k);
+    const bool simd = q_simd_active();
+    for (int i = 0; i < n; i++) {
+        const void *wr = (const char *)w + (size_t)i * rb;
+        for (int r = 0; r < rows; r++) {
+            const float *xr = x + (size_t)r * k;
+            float d = simd ? dot_simd(type, wr, xr, k) : dot_portable(type, wr, xr, k);
+            float *yr = y + (size_t)r * ld_y + i;
+            *yr = beta == 0.0f ? d : beta * *yr + d;
+        }
+    }
+}
+
+void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, float beta,
+              float *y, int ld_y)
+{
+    if (rows <= FUSED_MAX_ROWS) {
+        matmul_fused(type, w, n, k, x, rows, beta, y, ld_y);
+        return;
+    }
+    int tile = TILE_FLOATS / k;
+    tile = tile < 8 ? 8 : tile > 64 ? 64 : tile;
+    float *buf = tile_get((size_t)tile * (size_t)k);
+    if (!buf) { /* no memory for a tile: the fused path needs none */
+        matmul_fused(type, w, n, k, x, rows, beta, y, ld_y);
+        return;
+    }
+    const size_t rb = q_row_bytes(type, k);
+    for (int i0 = 0; i0 < n; i0 += tile) {
+        int m = n - i0 < tile ? n - i0 : tile;
+        for (int i = 0; i < m; i++)
+            q_dequant_row(type, (const char *)w + (size_t)(i0 + i) * rb, buf + (size_t)i * k, k);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, m, k, 1.0f, x, k, buf, k,
+                    beta, y + i0, ld_y);
+    }
+}
+
+/* ---- quantizers (ringlm-mkmodel) ---------------------------------------------------- */
+
+static int nearest(float v) { return (int)lrintf(v); }
+
+static void quantize_q8_0(const float *x, blk_q8_0 *b, int64_t k)
+{
+    for (int64_t i = 0; i < k / 32; i++, x += 32) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        b[i].d = q_f32_to_f16(d);
+        for (int j = 0; j < 32; j++)
+            b[i].qs[j] = (int8_t)nearest(x[j] * id);
+    }
+}
+
+/* Each 32-element sub-block: x ≈ scale*q - min, q in 0..15, from its own range; the eight
+ * scales and mins are then stored as 6-bit multiples of the block's d and dmin. */
+static void quantize_q4_k(const float *x, blk_q4_k *b, int64_t k)
+{
+    for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) {
+        float scale[8], mins[8], max_scale = 0.0f, max_min = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            float lo = x[32 * j], hi = lo;
+            for (int l = 1; l < 32; l++) {
+                lo = fminf(lo, x[32 * j + l]);
+                hi = fmaxf(hi, x[32 * j + l]);
+            }
+            if (lo > 0.0f)
+                lo = 0.0f;
+            scale[j] = (hi - lo) / 15.0f;
+            mins[j] = -lo;
+            max_scale = fmaxf(max_scale, scale[j]);
+            max_min = fmaxf(max_min, mins[j]);
+        }
+        memset(&b[i], 0, sizeof b[i]);
+        b[i].d = q_f32_to_f16(max_scale / 63.0f);
+        b[i].dmin = q_f32_to_f16(max_min / 63.0f);
+        const float d = q_f16_to_f32(b[i].d), dmin = q_f16_to_f32(b[i].dmin);
+        uint8_t ls[8], lm[8];
+        for (int j = 0; j < 8; j++) {
+            int a = d > 0 ? nearest(scale[j] / d) : 0, c = dmin > 0 ? nearest(mins[j] / dmin) : 0;
+            ls[j] = (uint8_t)(a < 0 ? 0 : a > 63 ? 63 : a);
+            lm[j] = (uint8_t)(c < 0 ? 0 : c > 63 ? 63 : c);
+            if (j < 4) {
+                b[i].scales[j] = ls[j];
+                b[i].scales[j + 4] = lm[j];
+            } else {
+                b[i].scales[j + 4] = (uint8_t)((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+                b[i].scales[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
+                b[i].scales[j] |= (uint8_t)((lm[j] >> 4) << 6);
+            }
+        }
+        uint8_t L[QK_K];
+        for (int j = 0; j < 8; j++) {
+            const float dd = d * ls[j], dm = dmin * lm[j];
+            for (int l = 0; l < 32; l++) {
+                int q = dd > 0 ? nearest((x[32 * j + l] + dm) / dd) : 0;
+                L[32 * j + l] = (uint8_t)(q < 0 ? 0 : q > 15 ? 15 : q);
+            }
+        }
+        uint8_t *q = b[i].qs;
+        for (int j = 0; j < QK_K; j += 64, q += 32)
+            for (int l = 0; l < 32; l++)
+                q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
+    }
+}
+
+/* Each 16-element sub-block: x ≈ scale*q, q in -32..31; the sixteen scales are stored as
+ * int8 multiples of the block's d. */
+static void quantize_q6_k(const float *x, blk_q6_k *b, int64_t k)
+{
+    for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) {
+        float scale[16], max_scale = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            float amax = 0.0f;
+            for (int l = 0; l < 16; l++)
+                amax = fmaxf(amax, fabsf(x[16 * j + l]));
+            scale[j] = amax / 31.0f;
+            max_scale = fmaxf(max_scale, scale[j]);
+        }
+        memset(&b[i], 0, sizeof b[i]);
+        b[i].d = q_f32_to_f16(max_scale / 127.0f);
+        const float d = q_f16_to_f32(b[i].d);
+        uint8_t L[QK_K];
+        for (int j = 0; j < 16; j++) {
+            int s = d > 0 ? nearest(scale[j] / d) : 0;
+            s = s > 127 ? 127 : s;
+            b[i].scales[j] = (int8_t)s;
+            const float sd = d * s;
+            for (int l = 0; l < 16; l++) {
+                int q = sd > 0 ? nearest(x[16 * j + l] / sd) : 0;
+                L[16 * j + l] = (uint8_t)((q < -32 ? -32 : q > 31 ? 31 : q) + 32);
+            }
+        }
+        uint8_t *ql = b[i].ql, *qh = b[i].qh;
+        for (int j = 0; j < QK_K; j += 128, ql += 64, qh += 32)
+            for (int l = 0; l < 32; l++) {
+                ql[l] = (uint8_t)((L[j + l] & 0xF) | ((L[j + l + 64] & 0xF) << 4));
+                ql[l + 32] = (uint8_t)((L[j + l + 32] & 0xF) | ((L[j + l + 96] & 0xF) << 4));
+                qh[l] = (uint8_t)((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) |
+                                  ((L[j + l + 64] >> 4) << 4) | ((L[j + l + 96] >> 4) << 6));
+            }
+    }
+}
+
+size_t q_quantize_row(int type, const float *x, void *out, int64_t k)
+{
+    switch (type) {
+    case Q_F32:
+        memcpy(out, x, (size_t)k * 4);
+        break;
+    case Q_F16:
+        for (int64_t i = 0; i < k; i++)
+            ((uint16_t *)out)[i] = q_f32_to_f16(x[i]);
+        break;
+    case Q_BF16:
+        for (int64_t i = 0; i < k; i++)
+            ((uint16_t *)out)[i] = q_f32_to_bf16(x[i]);
+        break;
+    case Q_Q8_0: quantize_q8_0(x, out, k); break;
+    case Q_Q4_K: quantize_q4_k(x, out, k); break;
+    case Q_Q6_K: quantize_q6_k(x, out, k); break;
+    default: return 0;
+    }
+    return q_row_bytes(type, k);
+}

@@ -1,0 +1,252 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/gguf_export.c — a float32 model (synthetic or a llama2.c checkpoint) written as a
+ * GGUF file in llama.cpp's layout: tensor names token_embd / blk.N.attn_q ... / output,
+ * hyperparameters under the architecture's keys, a SentencePiece ("llama") vocabulary, and
+ * weights quantized by kernels/cpu/quant.c. llama2.c's Q/K rows are already in the
+ * adjacent-pair order llama.cpp's "llama" RoPE expects, so they are written unpermuted.
+ */
+#include "kernels/cpu/quant.h"
+#include "kernels/engine.h"
+#include "kernels/gguf_write.h"
+#include "libclient/gguf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int type_by_name(const char *s)
+{
+    static const struct { const char *n; int t; } types[] = {
+        {"F32", Q_F32}, {"F16", Q_F16}, {"BF16", Q_BF16}, {"Q8_0", Q_Q8_0},
+        {"Q4_K", Q_Q4_K}, {"Q6_K", Q_Q6_K}, {"Q4_K_M", Q_Q4_K},
+    };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strcmp(types[i].n, s) == 0)
+            return types[i].t;
+    return -1;
+}
+
+/* Quantizes rows x k floats into a new buffer (taken over by the writer). */
+static int add_matrix(gguf_writer *w, const char *name, const float *src, int rows, int k,
+                      int type, char *note, size_t note_len)
+{
+    int t = type;
+    if (k % q_block_elems(t)) {
+        t = k % 32 == 0 ? Q_Q8_0 : Q_F16;
+        size_t used = strlen(note);
+        if (used + 1 < note_len)
+            snprintf(note + used, note_len - used, "%s%s: rows of %d are not whole %s blocks, "
+                                                   "written as %s", used ? "; " : "", name, k,
+                     gguf_type_name((uint32_t)type), gguf_type_name((uint32_t)t));
+    }
+    size_t rb = q_row_bytes(t, k);
+    unsigned char *buf = malloc(rb * (size_t)rows);
+    if (!buf)
+        return eng_seterr(-ENOMEM, "%s: out of memory", name);
+    for (int r = 0; r < rows; r++)
+        q_quantize_row(t, src + (size_t)r * k, buf + (size_t)r * rb, k);
+    uint64_t ne[2] = {(uint64_t)k, (uint64_t)rows};
+    gw_tensor(w, name, 2, ne, t, buf, rb * (size_t)rows);
+    return 0;
+}
+
+static int add_vector(gguf_writer *w, const char *name, const float *src, int n)
+{
+    float *buf = malloc((size_t)n * sizeof *buf);
+    if (!buf)
+        return eng_seterr(-ENOMEM, "%s: out of memory", name);
+    memcpy(buf, src, (size_t)n * sizeof *buf);
+    uint64_t ne[1] = {(uint64_t)n};
+    gw_tensor(w, name, 1, ne, Q_F32, buf, (size_t)n * sizeof *buf);
+    return 0;
+}
+
+/* SentencePiece writes a space as U+2581 ("▁"). */
+static char *sp_piece(const char *p, size_t *len)
+{
+    size_t n = 0;
+    for (const char *q = p; *q; q++)
+        n += *q == ' ' ? 3 : 1;
+    char *out = malloc(n + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (const char *q = p; *q; q++) {
+        if (*q == ' ') {
+            memcpy(o, "\xe2\x96\x81", 3);
+            o += 3;
+        } else {
+            *o++ = *q;
+        }
+    }
+    *o = '\0';
+    *len = n;
+    return out;
+}
+
+/* llama.cpp's token types. */
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_BYTE = 6 };
+
+static int add_vocab(gguf_writer *w, int vocab, const gw_export_opts *o)
+{
+    char **pieces = calloc((size_t)vocab, sizeof *pieces);
+    size_t *lens = calloc((size_t)vocab, sizeof *lens);
+    float *scores = calloc((size_t)vocab, sizeof *scores);
+    int32_t *types = calloc((size_t)vocab, sizeof *types);
+    int err = 0;
+    if (!pieces || !lens || !scores || !types) {
+        err = eng_seterr(-ENOMEM, "vocabulary: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < vocab; i++) {
+        char tmp[32];
+        const char *p;
+        if (i <= 2) { /* unk, BOS, EOS: SentencePiece's names (llama2.c stores "\n<s>\n") */
+            static const char *const special[] = {"<unk>", "<s>", "</s>"};
+            p = special[i];
+            types[i] = i == 0 ? TT_UNKNOWN : TT_CONTROL;
+        } else if (i < 259) {
+            snprintf(tmp, sizeof tmp, "<0x%02X>", i - 3);
+            p = tmp;
+            types[i] = TT_BYTE;
+            if (o->pieces && strcmp(o->pieces[i], tmp) != 0) {
+                err = eng_seterr(-EINVAL, "vocabulary: token %d is \"%s\", expected the byte "
+                                          "token \"%s\" (llama2.c layout)", i, o->pieces[i], tmp);
+                goto out;
+            }
+        } else {
+            snprintf(tmp, sizeof tmp, " t%d", i);
+            p = o->pieces ? o->pieces[i] : tmp;
+            types[i] = TT_NORMAL;
+        }
+        scores[i] = o->scores ? o->scores[i] : (i < 259 ? 0.0f : -(float)(i - 259));
+        if (!(pieces[i] = sp_piece(p, &lens[i]))) {
+            err = eng_seterr(-ENOMEM, "vocabulary: out of memory");
+            goto out;
+        }
+    }
+    gw_str(w, "tokenizer.ggml.model", "llama");
+    gw_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)pieces, lens, (size_t)vocab);
+    gw_f32_arr(w, "tokenizer.ggml.scores", scores, (size_t)vocab);
+    gw_i32_arr(w, "tokenizer.ggml.token_type", types, (size_t)vocab);
+    gw_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    gw_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    gw_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    gw_bool(w, "tokenizer.ggml.add_bos_token", true);
+    gw_bool(w, "tokenizer.ggml.add_eos_token", false);
+out:
+    for (int i = 0; pieces && i < vocab; i++)
+        free(pieces[i]);
+    free(pieces);
+    free(lens);
+    free(scores);
+    free(types);
+    return err;
+}
+
+int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *o, char *note,
+                    size_t note_len)
+{
+    const eng_model_config *c = eng_model_cfg(m);
+    const eng_weights *wt = eng_model_weights(m);
+    note[0] = '\0';
+    if (eng_model_is_lazy(m) || !wt->wq)
+        return eng_seterr(-EINVAL, "only float32 models (synthetic, llama2.c) can be exported");
+    const char *tname = o->type ? o->type : "F32";
+    int type = type_by_name(tname);
+    if (type < 0)
+        return eng_seterr(-EINVAL, "--type %s: not supported (F32, F16, BF16, Q8_0, Q4_K, Q6_K, "
+                                   "Q4_K_M)", tname);
+    const bool mix = strcmp(tname, "Q4_K_M") == 0;
+    const char *arch = o->arch ? o->arch : "llama";
+    if (strcmp(arch, "llama") != 0 && strcmp(arch, "qwen2") != 0)
+        return eng_seterr(-EINVAL, "--arch %s: not supported (llama, qwen2)", arch);
+    const bool qwen2 = arch[0] == 'q';
+    uint64_t seed = 1;
+    eng_model_synthetic_seed(m, &seed);
+    if (!seed)
+        seed = 1;
+    gguf_writer *w = gw_new();
+    if (!w)
+        return eng_seterr(-ENOMEM, "out of memory");
+    int err = 0;
+    const int d = c->dim, h = c->hidden_dim, hs = d / c->n_heads, kv = hs * c->n_kv_heads;
+    const int V = c->vocab_size;
+    char key[128], name[96];
+    gw_str(w, "general.architecture", arch);
+    gw_str(w, "general.name", "ringlm-mkmodel");
+#define ARCH_U32(suffix, v) (snprintf(key, sizeof key, "%s." suffix, arch), gw_u32(w, key, (uint32_t)(v)))
+    ARCH_U32("context_length", c->seq_len);
+    ARCH_U32("embedding_length", d);
+    ARCH_U32("feed_forward_length", h);
+    ARCH_U32("block_count", c->n_layers);
+    ARCH_U32("attention.head_count", c->n_heads);
+    ARCH_U32("attention.head_count_kv", c->n_kv_heads);
+    ARCH_U32("rope.dimension_count", hs);
+    ARCH_U32("vocab_size", V);
+#undef ARCH_U32
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
+    gw_f32(w, key, 1e-5f);
+    snprintf(key, sizeof key, "%s.rope.freq_base", arch);
+    gw_f32(w, key, 10000.0f);
+    if ((err = add_vocab(w, V, o)))
+        goto out;
+
+    if ((err = add_matrix(w, "token_embd.weight", wt->token_embedding, V, d, type, note,
+                          note_len)))
+        goto out;
+    for (int l = 0; l < c->n_layers && !err; l++) {
+        const size_t L = (size_t)l;
+        const int v_type = mix ? Q_Q6_K : type;
+        struct { const char *n; const float *p; int rows, k, type; } mats[] = {
+            {"attn_q", wt->wq + L * d * d, d, d, type},
+            {"attn_k", wt->wk + L * kv * d, kv, d, type},
+            {"attn_v", wt->wv + L * kv * d, kv, d, v_type},
+            {"attn_output", wt->wo + L * d * d, d, d, type},
+            {"ffn_gate", wt->w1 + L * h * d, h, d, type},
+            {"ffn_down", wt->w2 + L * d * h, d, h, v_type},
+            {"ffn_up", wt->w3 + L * h * d, h, d, type},
+        };
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
+        err = add_vector(w, name, wt->rms_att + L * d, d);
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0] && !err; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, mats[i].n);
+            err = add_matrix(w, name, mats[i].p, mats[i].rows, mats[i].k, mats[i].type, note,
+                             note_len);
+        }
+        if (!err) {
+            snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
+            err = add_vector(w, name, wt->rms_ffn + L * d, d);
+        }
+        if (qwen2 && !err) { /* biases from the synthetic formula, tensor ids past the preset's */
+            static const char *const bn[3] = {"attn_q", "attn_k", "attn_v"};
+            for (int i = 0; i < 3 && !err; i++) {
+                int n = i == 0 ? d : kv;
+                float *b = malloc((size_t)n * sizeof *b);
+                if (!b) {
+                    err = eng_seterr(-ENOMEM, "out of memory");
+                    break;
+                }
+                for (int j = 0; j < n; j++)
+                    b[j] = eng_synth_value(seed, 13 + i, (uint64_t)(L * (size_t)n + (size_t)j),
+                                           0.1f, false);
+                snprintf(name, sizeof name, "blk.%d.%s.bias", l, bn[i]);
+                err = add_vector(w, name, b, n);
+                free(b);
+            }
+        }
+    }
+    if (err)
+        goto out;
+    if ((err = add_vector(w, "output_norm.weight", wt->rms_final, d)))
+        goto out;
+    if (!c->shared_classifier &&
+        (err = add_matrix(w, "output.weight", wt->wcls, V, d, mix ? Q_Q6_K : type, note,
+                          note_len)))
+        goto out;
+    err = gw_write(w, path);
+out:
+    gw_free(w);
+    return err;
+}

@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/gguf_write.c — the GGUF writer (see gguf_write.h). The metadata is serialised as
+ * it is added into one growing buffer; tensors keep their data until gw_write.
+ */
+#include "kernels/gguf_write.h"
+#include "kernels/engine.h"
+#include "libclient/gguf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct gw_tensor_rec {
+    char *name;
+    int n_dims;
+    uint64_t ne[4];
+    int type;
+    void *data;
+    size_t bytes;
+} gw_tensor_rec;
+
+struct gguf_writer {
+    unsigned char *kv; /* serialised key/value pairs */
+    size_t kv_len, kv_cap;
+    uint64_t n_kv;
+    gw_tensor_rec *t;
+    size_t n_t, cap_t;
+    bool oom;
+};
+
+gguf_writer *gw_new(void) { return calloc(1, sizeof(gguf_writer)); }
+
+void gw_free(gguf_writer *w)
+{
+    if (!w)
+        return;
+    for (size_t i = 0; i < w->n_t; i++) {
+        free(w->t[i].name);
+        free(w->t[i].data);
+    }
+    free(w->t);
+    free(w->kv);
+    free(w);
+}
+
+static void put(gguf_writer *w, const void *p, size_t n)
+{
+    if (w->oom)
+        return;
+    if (w->kv_len + n > w->kv_cap) {
+        size_t cap = w->kv_cap ? w->kv_cap : 4096;
+        while (cap < w->kv_len + n)
+            cap *= 2;
+        unsigned char *b = realloc(w->kv, cap);
+        if (!b) {
+            w->oom = true;
+            return;
+        }
+        w->kv = b;
+        w->kv_cap = cap;
+    }
+    memcpy(w->kv + w->kv_len, p, n);
+    w->kv_len += n;
+}
+
+/* Little-endian integers (x86 is; written byte by byte to say so). */
+static void put_le(gguf_writer *w, uint64_t v, int n)
+{
+    unsigned char b[8];
+    for (int i = 0; i < n; i++)
+        b[i] = (unsigned char)(v >> (8 * i));
+    put(w, b, (size_t)n);
+}
+
+static void put_str(gguf_writer *w, const char *s, size_t len)
+{
+    put_le(w, len, 8);
+    put(w, s, len);
+}
+
+static void key(gguf_writer *w, const char *k, uint32_t type)
+{
+    put_str(w, k, strlen(k));
+    put_le(w, type, 4);
+    w->n_kv++;
+}
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+void gw_str(gguf_writer *w, const char *k, const char *value)
+{
+    key(w, k, GGUF_V_STRING);
+    put_str(w, value, strlen(value));
+}
+
+void gw_u32(gguf_writer *w, const char *k, uint32_t value)
+{
+    key(w, k, GGUF_V_U32);
+    put_le(w, value, 4);
+}
+
+void gw_i32(gguf_writer *w, const char *k, int32_t value)
+{
+    key(w, k, GGUF_V_I32);
+    put_le(w, (uint32_t)value, 4);
+}
+
+void gw_f32(gguf_writer *w, const char *k, float value)
+{
+    key(w, k, GGUF_V_F32);
+    put_le(w, f32_bits(value), 4);
+}
+
+void gw_bool(gguf_writer *w, const char *k, bool value)
+{
+    key(w, k, GGUF_V_BOOL);
+    put_le(w, value ? 1 : 0, 1);
+}
+
+void gw_str_arr(gguf_writer *w, const char *k, const char *const *s, const size_t *len, size_t n)
+{
+    key(w, k, GGUF_V_ARRAY);
+    put_le(w, GGUF_V_STRING, 4);
+    put_le(w, n, 8);
+    for (size_t i = 0; i < n; i++)
+        put_str(w, s[i], len[i]);
+}
+
+void gw_f32_arr(gguf_writer *w, const char *k, const float *v, size_t n)
+{
+    key(w, k, GGUF_V_ARRAY);
+    put_le(w, GGUF_V_F32, 4);
+    put_le(w, n, 8);
+    for (size_t i = 0; i < n; i++)
+        put_le(w, f32_bits(v[i]), 4);
+}
+
+void gw_i32_arr(gguf_writer *w, const char *k, const int32_t *v, size_t n)
+{
+    key(w, k, GGUF_V_ARRAY);
+    put_le(w, GGUF_V_I32, 4);
+    put_le(w, n, 8);
+    for (size_t i = 0; i < n; i++)
+        put_le(w, (uint32_t)v[i], 4);
+}
+
+void gw_tensor(gguf_writer *w, const char *name, int n_dims, const uint64_t *ne, int type,
+               void *data, size_t bytes)
+{
+    if (w->n_t == w->cap_t) {
+        size_t cap = w->cap_t ? w->cap_t * 2 : 64;
+        gw_tensor_rec *t = realloc(w->t, cap * sizeof *t);
+        if (!t) {
+            w->oom = true;
+            free(data);
+            return;
+        }
+        w->t = t;
+        w->cap_t = cap;
+    }
+    gw_tensor_rec *r = &w->t[w->n_t];
+    *r = (gw_tensor_rec){.name = strdup(name), .n_dims = n_dims, .type = type, .data = data,
+                         .bytes = bytes};
+    for (int d = 0; d < 4; d++)
+        r->ne[d] = d < n_dims ? ne[d] : 1;
+    w->n_t++;
+    if (!r->name || !data)
+        w->oom = true;
+}
+
+static size_t pad_to(size_t n) { return (n + GGUF_DEFAULT_ALIGNMENT - 1) / GGUF_DEFAULT_ALIGNMENT * GGUF_DEFAULT_ALIGNMENT; }
+
+int gw_write(gguf_writer *w, const char *path)
+{
+    if (w->oom)
+        return eng_seterr(-ENOMEM, "%s: out of memory while building the GGUF file", path);
+    /* The header and tensor infos go into the same buffer after the key/values. */
+    size_t kv_end = w->kv_len;
+    uint64_t offset = 0;
+    for (size_t i = 0; i < w->n_t; i++) {
+        gw_tensor_rec *r = &w->t[i];
+        put_str(w, r->name, strlen(r->name));
+        put_le(w, (uint64_t)r->n_dims, 4);
+        for (int d = 0; d < r->n_dims; d++)
+            put_le(w, r->ne[d], 8);
+        put_le(w, (uint64_t)r->type, 4);
+        put_le(w, offset, 8);
+        offset = pad_to(offset + r->bytes);
+    }
+    if (w->oom)
+        return eng_seterr(-ENOMEM, "%s: out of memory while building the GGUF file", path);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return eng_seterr(-errno, "%s: %s", path, strerror(errno));
+    unsigned char hdr[24];
+    const uint64_t fields[4] = {GGUF_MAGIC, 3, w->n_t, w->n_kv};
+    const int widths[4] = {4, 4, 8, 8};
+    size_t h = 0;
+    for (int i = 0; i < 4; i++)
+        for (int b = 0; b < widths[i]; b++)
+            hdr[h++] = (unsigned char)(fields[i] >> (8 * b));
+    static const unsigned char zeros[GGUF_DEFAULT_ALIGNMENT];
+    bool ok = fwrite(hdr, 1, h, f) == h && fwrite(w->kv, 1, w->kv_len, f) == w->kv_len;
+    size_t pos = h + w->kv_len;
+    ok = ok && fwrite(zeros, 1, pad_to(pos) - pos, f) == pad_to(pos) - pos;
+    for (size_t i = 0; ok && i < w->n_t; i++) {
+        const gw_tensor_rec *r = &w->t[i];
+        size_t padded = pad_to(r->bytes);
+        ok = fwrite(r->data, 1, r->bytes, f) == r->bytes &&
+             fwrite(zeros, 1, padded - r->bytes, f) == padded - r->bytes;
+    }
+    w->kv_len = kv_end; /* the infos are rebuilt by another gw_write */
+    int err = 0;
+    if (!ok)
+        err = eng_seterr(-EIO, "%s: write: %s", path, strerror(errno));
+    if (fclose(f) != 0 && !err)
+        err = eng_seterr(-EIO, "%s: close: %s", path, strerror(errno));
+    if (err)
+        unlink(path);
+    return err;
+}

@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Weight types (kernels/cpu/quant.c): f16/bf16 conversions are exact where they must be;
+ * each quantizer reconstructs within its type's error; the fused dot of the AVX2 path and
+ * of the portable path agree with the dot of the dequantized row within the stated
+ * tolerance (1e-5 x sum |w x|); the batched (dequantized tile + SGEMM) and fused matmuls
+ * give the same products.
+ */
+#include "kernels/cpu/quant.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const int types[] = {Q_F32, Q_F16, Q_BF16, Q_Q8_0, Q_Q4_K, Q_Q6_K};
+static const char *const names[] = {"F32", "F16", "BF16", "Q8_0", "Q4_K", "Q6_K"};
+/* RMS reconstruction error relative to the RMS of the data, per type (uniform data). */
+static const double max_rel_rms[] = {0, 1e-3, 8e-3, 1e-2, 0.08, 0.04};
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 16777216.0) * 2 - 1);
+}
+
+Test(gguf_quant, f16_round_trips_every_half_and_rounds_to_nearest_even)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = q_f16_to_f32((uint16_t)h);
+        if (isnan(f))
+            continue;
+        cr_assert_eq(q_f32_to_f16(f), h, "half 0x%04x -> %g -> 0x%04x", h, (double)f,
+                     q_f32_to_f16(f));
+    }
+    cr_assert_eq(q_f16_to_f32(0x3c00), 1.0f);
+    cr_assert_eq(q_f16_to_f32(0x0001), ldexpf(1, -24)); /* smallest subnormal */
+    cr_assert_eq(q_f32_to_f16(65520.0f), 0x7c00);        /* rounds up to inf */
+    cr_assert_eq(q_f32_to_f16(1.0f + ldexpf(1, -11)), 0x3c00); /* tie to even */
+    cr_assert_eq(q_f32_to_f16(1.0f + 3 * ldexpf(1, -11)), 0x3c02);
+    cr_assert_eq(q_bf16_to_f32(q_f32_to_bf16(3.0f)), 3.0f);
+    cr_assert_eq(q_f32_to_bf16(1.0f + ldexpf(1, -8)), 0x3f80); /* tie to even */
+}
+
+Test(gguf_quant, quantizers_reconstruct_within_their_type)
+{
+    const int k = 1024;
+    float *x = malloc(k * sizeof *x), *y = malloc(k * sizeof *y);
+    unsigned char *q = malloc(q_row_bytes(Q_F32, k));
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        for (int i = 0; i < k; i++)
+            x[i] = frand() * (i % 97 == 0 ? 4.0f : 1.0f);
+        cr_assert_eq(q_quantize_row(types[t], x, q, k), q_row_bytes(types[t], k));
+        q_dequant_row(types[t], q, y, k);
+        double e2 = 0, x2 = 0;
+        for (int i = 0; i < k; i++) {
+            e2 += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
+            x2 += (double)x[i] * x[i];
+        }
+        double rel = sqrt(e2 / x2);
+        cr_assert_leq(rel, max_rel_rms[t], "%s: relative RMS error %g > %g", names[t], rel,
+                      max_rel_rms[t]);
+        if (types[t] == Q_F32)
+            cr_assert_eq(memcmp(x, y, k * sizeof *x), 0);
+    }
+    /* an all-zero block quantizes to zeros (no division by a zero scale) */
+    memset(x, 0, k * sizeof *x);
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        q_quantize_row(types[t], x, q, k);
+        q_dequant_row(types[t], q, y, k);
+        for (int i = 0; i < k; i++)
+            cr_assert_eq(y[i], 0.0f, "%s: zero row gives %g at %d", names[t], (double)y[i], i);
+    }
+    free(x);
+    free(y);
+    free(q);
+}
+
+Test(gguf_quant, fused_dot_simd_and_portable_agree_with_dequantized_dot)
+{
+    const int k = 2048;
+    float *w = malloc(k * sizeof *w), *x = malloc(k * sizeof *x), *dq = malloc(k * sizeof *dq);
+    unsigned char *q = malloc(q_row_bytes(Q_F32, k));
+    if (!q_simd_active())
+        cr_log_warn("no AVX2/FMA/F16C here: only the portable path is checked");
+    for (int trial = 0; trial < 20; trial++) {
+        for (int i = 0; i < k; i++) {
+            w[i] = frand();
+            x[i] = frand() * 3;
+        }
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+            q_quantize_row(types[t], w, q, k);
+            q_dequant_row(types[t], q, dq, k);
+            double ref = 0, mag = 0;
+            for (int i = 0; i < k; i++) {
+                ref += (double)dq[i] * x[i];
+                mag += fabs((double)dq[i] * x[i]);
+            }
+            bool was = q_force_portable(true);
+            double portable = q_dot(types[t], q, x, k);
+            q_force_portable(false);
+            double simd = q_dot(types[t], q, x, k);
+            q_force_portable(was);
+            cr_assert_leq(fabs(portable - ref), 1e-5 * mag, "%s portable: %.9g vs %.9g (sum|wx| "
+                          "%g)", names[t], portable, ref, mag);
+            cr_assert_leq(fabs(simd - ref), 1e-5 * mag, "%s simd: %.9g vs %.9g (sum|wx| %g)",
+                          names[t], simd, ref, mag);
+        }
+    }
+    free(w);
+    free(x);
+    free(dq);
+    free(q);
+}
+
+Test(gguf_quant, tiled_sgemm_and_fused_matmul_give_the_same_products)
+{
+    const int n = 300, k = 512, max_rows = 40;
+    float *w = malloc((size_t)n * k * sizeof *w), *x = malloc((size_t)max_rows * k * sizeof *x);
+    float *y = malloc((size_t)max_rows * n * sizeof *y), *dq = malloc(k * sizeof *dq);
+    unsigned char *q = malloc(q_row_bytes(Q_F32, k) * n);
+    for (size_t i = 0; i < (size_t)n * k; i++)
+        w[i] = frand();
+    for (size_t i = 0; i < (size_t)max_rows * k; i++)
+        x[i] = frand();
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        size_t rb = q_row_bytes(types[t], k);
+        for (int i = 0; i < n; i++)
+            q_quantize_row(types[t], w + (size_t)i * k, q + i * rb, k);
+        const int rows_cases[] = {1, 3, 4, 5, 8, 32, 40};
+        for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++) {
+            int rows = rows_cases[rc];
+            for (size_t i = 0; i < (size_t)rows * n; i++)
+                y[i] = 1.0f; /* beta = 1 accumulates onto it */
+            q_matmul(types[t], q, n, k, x, rows, 1.0f, y, n);
+            for (int i = 0; i < n; i++) {
+                q_dequant_row(types[t], q + i * rb, dq, k);
+                for (int r = 0; r < rows; r++) {
+                    double ref = 1.0, mag = 1.0;
+                    for (int j = 0; j < k; j++) {
+                        ref += (double)dq[j] * x[(size_t)r * k + j];
+                        mag += fabs((double)dq[j] * x[(size_t)r * k + j]);
+                    }
+                    cr_assert_leq(fabs(y[(size_t)r * n + i] - ref), 1e-5 * mag,
+                                  "%s rows=%d: y[%d][%d] = %.9g, expected %.9g", names[t], rows,
+                                  r, i, (double)y[(size_t)r * n + i], ref);
+                }
+            }
+        }
+    }
+    free(w);
+    free(x);
+    free(y);
+    free(dq);
+    free(q);
+}
