@@ -59,13 +59,12 @@ void stats_write(svc *s)
     fprintf(f, "},\"invariants\":\"");
     for (const char *q = invariants; *q; q++)
         if (*q != '"' && *q != '\\' && (unsigned char)*q >= 0x20) fputc(*q, f);
-    fprintf(f, "\",\"transfers_inflight\":%d,\"kvtier_accounting_errors\":%u,"
+    fprintf(f, "\",\"transfers_inflight\":%d,"
                "\"swap_verified\":%llu,\"swap_verify_errors\":%llu,\"transfer_overlap_errors\":%llu,"
                "\"engine_errors\":%llu,"
                "\"finished\":%llu,\"rejects\":%llu,\"draining\":%s,\"steps\":%llu,"
                "\"policy\":\"%s\"}\n",
             s->tiers ? kvtier_inflight(s->tiers) : 0,
-            s->tiers ? kvtier_accounting_errors(s->tiers) : 0,
             (unsigned long long)s->n_swap_verified, (unsigned long long)s->n_swap_verify_errors,
             (unsigned long long)s->n_overlap_errors,
             (unsigned long long)s->n_engine_errors, (unsigned long long)s->n_finished,
