@@ -11,6 +11,7 @@ pkgs=(
   libmicrohttpd-dev       # /metrics
   libinih-dev             # policy files
   libjansson-dev          # JSON: reference oracles, traces, calibration
+  libxxhash-dev           # XXH3-128 prefix-cache block keys
   systemtap-sdt-dev       # USDT probes (sys/sdt.h)
   clang libclang-rt-14-dev  # libFuzzer target (make fuzz)
   gnuplot-nox             # simulator plots
