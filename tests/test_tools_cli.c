@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "formats/request_log.h"
+#include "sched/sched.h"
 
 static const char *shared_dir(void)
 {
@@ -574,6 +575,90 @@ static void collect_ttft(const fmt_request *r, const char *line, void *ctx)
     if (r->first_token_us != FMT_NULL && t->n < 64) t->v[t->n++] = (double)(r->first_token_us - r->arrival_us) / 1e3;
 }
 
+/* Every line of a request log, parsed by the one reader, in arrival order (ties by req), or
+ * by req alone (the simulator numbers the requests of a trace in that arrival order). */
+typedef struct reqlog { fmt_request r[64]; fmt_request_text t[64]; char keys[64][512]; int n; } reqlog;
+static void load_reqlog(const char *path, reqlog *L, bool by_req)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no request log %s", path);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    L->n = 0;
+    while ((len = getline(&line, &cap, f)) > 0 && L->n < 64) {
+        char why[200];
+        line[len - 1] = 0;
+        cr_assert_eq(fmt_request_parse(line, (size_t)len - 1, &L->r[L->n], &L->t[L->n], why, sizeof why), 0,
+                     "%s: %s: %s", path, why, line);
+        /* the key set, in order: both writers must write the same fields */
+        json_t *o = json_loads(line, 0, NULL);
+        const char *k;
+        json_t *v;
+        size_t kp = 0;
+        json_object_foreach(o, k, v) kp += (size_t)snprintf(L->keys[L->n] + kp, sizeof L->keys[0] - kp, "%s,", k);
+        json_decref(o);
+        L->n++;
+    }
+    free(line);
+    fclose(f);
+    for (int a = 1; a < L->n; a++) /* insertion sort by (arrival_us, req); strings follow their text */
+        for (int b = a; b > 0 && (by_req ? L->r[b - 1].req > L->r[b].req
+                                         : L->r[b - 1].arrival_us > L->r[b].arrival_us ||
+                                           (L->r[b - 1].arrival_us == L->r[b].arrival_us && L->r[b - 1].req > L->r[b].req)); b--) {
+            fmt_request x = L->r[b]; L->r[b] = L->r[b - 1]; L->r[b - 1] = x;
+            fmt_request_text y = L->t[b]; L->t[b] = L->t[b - 1]; L->t[b - 1] = y;
+            char z[512]; memcpy(z, L->keys[b], sizeof z); memcpy(L->keys[b], L->keys[b - 1], sizeof z);
+            memcpy(L->keys[b - 1], z, sizeof z);
+        }
+    for (int i = 0; i < L->n; i++) { /* re-point the strings at the moved text */
+        L->r[i].tenant = L->t[i].tenant;
+        L->r[i].class_name = L->t[i].class_name;
+        L->r[i].finish_reason = L->t[i].finish_reason[0] ? L->t[i].finish_reason : NULL;
+        L->r[i].reject_reason = L->t[i].reject_reason[0] ? L->t[i].reject_reason : NULL;
+    }
+}
+
+/* A real run's request log and the simulator's request log of that same trace have one
+ * format: the same keys, read by the same reader, the same requests (tenant, class, prompt,
+ * max tokens) in the same order, reasons spelt the same. */
+static void assert_sim_request_log_matches(const char *daemon_log)
+{
+    char *sim = path_join(bin_dir(), "ringlm-sim");
+    if (!exists(sim)) { free(sim); return; }
+    char out_path[64];
+    snprintf(out_path, sizeof out_path, "/tmp/ringlm-tt-%d-simreq.jsonl", getpid());
+    char *argv[] = {sim, "--trace", (char *)daemon_log, "--request-log", out_path, NULL};
+    char *out, *err;
+    cr_assert_eq(run_capture(argv, &out, &err, 120), 0, "ringlm-sim: %s%s", out, err);
+    free(out);
+    free(err);
+    static reqlog real, simulated;
+    load_reqlog(daemon_log, &real, false);
+    load_reqlog(out_path, &simulated, true);
+    cr_assert_eq(simulated.n, real.n, "the simulator logged %d requests, the daemon %d", simulated.n, real.n);
+    for (int i = 0; i < real.n; i++) {
+        const fmt_request *a = &real.r[i], *b = &simulated.r[i];
+        cr_assert_str_eq(real.keys[i], simulated.keys[i], "request %d: the two writers wrote different keys", i);
+        cr_assert_str_eq(a->tenant, b->tenant, "request %d", i);
+        cr_assert_str_eq(a->class_name, b->class_name, "request %d", i);
+        cr_assert_eq(a->prompt_tokens, b->prompt_tokens, "request %d", i);
+        cr_assert_eq(a->max_tokens, b->max_tokens, "request %d", i);
+        /* the simulator's arrival is when its loop took the request: never before the real one */
+        cr_assert_geq(b->arrival_us, a->arrival_us, "request %d", i);
+        cr_assert_not_null(a->finish_reason);
+        cr_assert_not_null(b->finish_reason);
+        bool known_a = false, known_b = false;
+        for (unsigned c = SCHED_END_LENGTH; c <= SCHED_END_ERROR; c++) {
+            known_a |= !strcmp(a->finish_reason, sched_end_name(c));
+            known_b |= !strcmp(b->finish_reason, sched_end_name(c));
+        }
+        cr_assert(known_a && known_b, "request %d: finish reasons %s / %s", i, a->finish_reason, b->finish_reason);
+    }
+    unlink(out_path);
+    free(sim);
+}
+
 Test(tools_cli, model_daemon_metrics_and_logs)
 {
     need_programs();
@@ -641,6 +726,7 @@ Test(tools_cli, model_daemon_metrics_and_logs)
     }
     json_decref(decs);
     cr_assert(n >= 24, "decision log has only %d lines", n);
+    assert_sim_request_log_matches(req);
     /* The request log of a real run is a trace: replay it (against the echo service: only
      * the format matters here). */
     if (daemon_supports("--echo")) {
