@@ -276,7 +276,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - i, argv + i);
     if (!strcmp(cmd, "replay")) return replay_main(argc - i, argv + i);
     if (!strcmp(cmd, "version")) {
-        printf("ringlm %s\n", RINGLM_VERSION);
+        printf("ringlm %s (libringlm %s)\n", RINGLM_VERSION, ringlm_version(NULL));
         return 0;
     }
     if (!strcmp(cmd, "help")) {

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,7 +18,8 @@
 
 /* ---- HTTP ------------------------------------------------------------------------------ */
 
-char *prom_http_get(const char *spec, const char *path, int *status, char *err, size_t errlen)
+char *prom_http_get(const char *spec, const char *path, int *status, char *content_type,
+                    size_t ct_cap, char *err, size_t errlen)
 {
     char host[128] = "127.0.0.1", port[16];
     const char *colon = strrchr(spec, ':');
@@ -69,6 +71,17 @@ char *prom_http_get(const char *spec, const char *path, int *status, char *err, 
         return NULL;
     }
     *status = atoi(buf + 9);
+    if (content_type && ct_cap) {
+        content_type[0] = 0;
+        *body = 0; /* the headers end here */
+        for (char *h = strstr(buf, "\r\n"); h; h = strstr(h + 2, "\r\n"))
+            if (strncasecmp(h + 2, "Content-Type:", 13) == 0) {
+                const char *v = h + 15;
+                while (*v == ' ') v++;
+                snprintf(content_type, ct_cap, "%.*s", (int)strcspn(v, "\r\n"), v);
+                break;
+            }
+    }
     memmove(buf, body + 4, strlen(body + 4) + 1);
     return buf;
 }
@@ -76,7 +89,7 @@ char *prom_http_get(const char *spec, const char *path, int *status, char *err, 
 char *prom_get_metrics(const char *spec, char *err, size_t errlen)
 {
     int status = 0;
-    char *body = prom_http_get(spec, "/metrics", &status, err, errlen);
+    char *body = prom_http_get(spec, "/metrics", &status, NULL, 0, err, errlen);
     if (body && status != 200) {
         snprintf(err, errlen, "metrics at %s: HTTP status %d", spec, status);
         free(body);

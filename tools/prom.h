@@ -12,10 +12,12 @@
 /*
  * GET path from spec ("HOST:PORT", "[V6]:PORT" or "PORT" for 127.0.0.1) over HTTP/1.0.
  * Returns the body (malloc()ed, NUL-terminated; the caller frees it) with *status the HTTP
- * status, or NULL with err when the address does not resolve, the connection fails or the
- * answer is not HTTP.
+ * status and, when content_type is not NULL, the Content-Type header in it ("" when none);
+ * or NULL with err when the address does not resolve, the connection fails or the answer
+ * is not HTTP.
  */
-char *prom_http_get(const char *spec, const char *path, int *status, char *err, size_t errlen);
+char *prom_http_get(const char *spec, const char *path, int *status, char *content_type,
+                    size_t ct_cap, char *err, size_t errlen);
 /* prom_http_get of /metrics that also requires status 200. */
 char *prom_get_metrics(const char *spec, char *err, size_t errlen);
 
