@@ -30,34 +30,7 @@
 
 #include "formats/request_log.h"
 #include "sched/sched.h"
-
-static const char *shared_dir(void)
-{
-    const char *s = getenv("RINGLM_SHARED");
-    return s && *s ? s : "../shared";
-}
-
-static const char *bin_dir(void)
-{
-    const char *s = getenv("RINGLM_BIN");
-    return s && *s ? s : "build/bin";
-}
-
-static char *path_join(const char *a, const char *b)
-{
-    char *p;
-    cr_assert(asprintf(&p, "%s/%s", a, b) > 0);
-    return p;
-}
-
-static bool exists(const char *p) { return access(p, R_OK) == 0; }
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
+#include "tests/helpers.h"
 
 /* Runs argv, returns exit status; *out gets stdout (malloc'ed), stderr goes to *err. */
 static int run_capture(char *const argv[], char **out, char **err, int timeout_s)
@@ -80,7 +53,7 @@ static int run_capture(char *const argv[], char **out, char **err, int timeout_s
     char *buf[2] = {malloc(4096), malloc(4096)};
     int fds[2] = {po[0], pe[0]};
     int open_n = 2;
-    uint64_t deadline = now_ms() + (uint64_t)timeout_s * 1000;
+    uint64_t deadline = th_now_ms() + (uint64_t)timeout_s * 1000;
     while (open_n > 0) {
         struct pollfd p[2];
         int n = 0, map[2];
@@ -89,7 +62,7 @@ static int run_capture(char *const argv[], char **out, char **err, int timeout_s
                 p[n] = (struct pollfd){.fd = fds[i], .events = POLLIN};
                 map[n++] = i;
             }
-        int left = (int)(deadline > now_ms() ? deadline - now_ms() : 0);
+        int left = (int)(deadline > th_now_ms() ? deadline - th_now_ms() : 0);
         if (left == 0) {
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
@@ -123,96 +96,35 @@ static int run_capture(char *const argv[], char **out, char **err, int timeout_s
 
 /* ---- a daemon for one test ---------------------------------------------------------- */
 
-typedef struct daemon_proc {
-    pid_t pid;
-    char sock[108];
-    char log[128];
-} daemon_proc;
+/* One daemon per test (tests/helpers.c starts it); stopped by the suite's fini. */
+static th_daemon g_d;
 
-static daemon_proc g_d = {.pid = -1};
-
-static void stop_daemon(void)
-{
-    if (g_d.pid <= 0) return;
-    kill(g_d.pid, SIGTERM);
-    uint64_t dl = now_ms() + 15000;
-    int st;
-    while (waitpid(g_d.pid, &st, WNOHANG) == 0) {
-        if (now_ms() > dl) {
-            kill(g_d.pid, SIGKILL);
-            waitpid(g_d.pid, &st, 0);
-            break;
-        }
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    g_d.pid = -1;
-    unlink(g_d.sock);
-    unlink(g_d.log); /* failures already quoted it */
-}
-
-static char *daemon_log(void)
-{
-    static char buf[4096];
-    buf[0] = 0;
-    FILE *f = fopen(g_d.log, "r");
-    if (f) {
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        buf[n] = 0;
-        fclose(f);
-    }
-    return buf;
-}
+static const char *daemon_log(void) { return th_daemon_output(&g_d); }
 
 /* Starts ringlmd with args (NULL-terminated, after the program and --socket); waits for
  * the socket. */
 static void start_daemon(const char *const *args)
 {
-    char *ringlmd = path_join(bin_dir(), "ringlmd");
-    snprintf(g_d.sock, sizeof g_d.sock, "/tmp/ringlm-tt-%d-%ld.sock", getpid(), (long)now_ms() % 100000);
-    snprintf(g_d.log, sizeof g_d.log, "/tmp/ringlm-tt-%d.log", getpid());
-    unlink(g_d.sock);
-    const char *argv[40];
-    int n = 0;
-    argv[n++] = ringlmd;
-    argv[n++] = "--socket";
-    argv[n++] = g_d.sock;
-    argv[n++] = "--numa-node";
-    argv[n++] = "off";
-    for (int i = 0; args[i] && n < 38; i++) argv[n++] = args[i];
-    argv[n] = NULL;
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        /* If this test process is killed before its fini runs, the daemon goes too. */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        int fd = open(g_d.log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execv(ringlmd, (char *const *)argv);
-        _exit(127);
-    }
-    g_d.pid = pid;
-    uint64_t dl = now_ms() + 20000;
-    struct stat sb;
-    while (stat(g_d.sock, &sb) != 0) {
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            g_d.pid = -1;
-            cr_assert_fail("ringlmd exited before listening (status %d): %s", st, daemon_log());
-        }
-        cr_assert(now_ms() < dl, "ringlmd did not create %s within 20 s: %s", g_d.sock, daemon_log());
-        struct timespec ts = {0, 5 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    free(ringlmd);
+    th_daemon_cleanup(&g_d);
+    th_daemon_init(&g_d);
+    th_daemon_start(&g_d, args, 20000);
 }
 
+/* SIGTERM (it drains and flushes its logs), SIGKILL after 15 s. */
+static void stop_daemon(void)
+{
+    th_daemon_stop(&g_d, SIGTERM, 15000);
+}
+
+static void cleanup_daemon(void) { th_daemon_cleanup(&g_d); }
+
+/* Starts ringlmd with args (NULL-terminated, after the program and --socket); waits for
+ * the socket. */
 /* Does this ringlmd know that option? (its --help lists it) */
 static bool daemon_supports(const char *opt)
 {
-    char *ringlmd = path_join(bin_dir(), "ringlmd");
-    if (!exists(ringlmd)) {
+    char *ringlmd = th_path(th_bin_dir(), "ringlmd");
+    if (!th_exists(ringlmd)) {
         free(ringlmd);
         return false;
     }
@@ -228,24 +140,24 @@ static bool daemon_supports(const char *opt)
 
 static void need_programs(void)
 {
-    char *a = path_join(bin_dir(), "ringlmd"), *b = path_join(bin_dir(), "ringlm");
-    if (!exists(a) || !exists(b)) cr_skip_test("ringlmd/ringlm not built in %s (set RINGLM_BIN)", bin_dir());
+    char *a = th_path(th_bin_dir(), "ringlmd"), *b = th_path(th_bin_dir(), "ringlm");
+    if (!th_exists(a) || !th_exists(b)) cr_skip_test("ringlmd/ringlm not built in %s (set RINGLM_BIN)", th_bin_dir());
     free(a);
     free(b);
 }
 
-TestSuite(tools_cli, .fini = stop_daemon, .timeout = 240);
+TestSuite(tools_cli, .fini = cleanup_daemon, .timeout = 240);
 
 /* ---- generate == reference greedy --------------------------------------------------- */
 
 Test(tools_cli, generate_reproduces_reference_greedy)
 {
     need_programs();
-    char *model = path_join(shared_dir(), "models/stories260K.bin");
-    char *tok = path_join(shared_dir(), "models/tok512.bin");
-    char *ref = path_join(shared_dir(), "models/reference-greedy.json");
-    if (!exists(model) || !exists(tok) || !exists(ref))
-        cr_skip_test("stories260K / tok512 / reference-greedy.json not found under %s (set RINGLM_SHARED)", shared_dir());
+    char *model = th_path(th_shared_dir(), "models/stories260K.bin");
+    char *tok = th_path(th_shared_dir(), "models/tok512.bin");
+    char *ref = th_path(th_shared_dir(), "models/reference-greedy.json");
+    if (!th_exists(model) || !th_exists(tok) || !th_exists(ref))
+        cr_skip_test("stories260K / tok512 / reference-greedy.json not found under %s (set RINGLM_SHARED)", th_shared_dir());
     if (!daemon_supports("--model")) cr_skip_test("this ringlmd does not serve models yet (no --model in --help)");
     const char *args[] = {"--model", model, NULL};
     start_daemon(args);
@@ -253,7 +165,7 @@ Test(tools_cli, generate_reproduces_reference_greedy)
     json_t *root = json_load_file(ref, 0, &e);
     cr_assert(root, "reference: %s", e.text);
     json_t *cases = json_object_get(root, "cases");
-    char *ringlm = path_join(bin_dir(), "ringlm");
+    char *ringlm = th_path(th_bin_dir(), "ringlm");
     int checked = 0;
     for (size_t i = 0; i < json_array_size(cases); i++) {
         json_t *c = json_array_get(cases, i);
@@ -294,15 +206,15 @@ Test(tools_cli, generate_reproduces_reference_greedy)
 Test(tools_cli, generate_sampled_matches_ringlm_run)
 {
     need_programs();
-    char *model = path_join(shared_dir(), "models/stories260K.bin");
-    char *tok = path_join(shared_dir(), "models/tok512.bin");
-    char *run = path_join(bin_dir(), "ringlm-run");
-    if (!exists(model) || !exists(tok)) cr_skip_test("stories260K / tok512 not under %s", shared_dir());
-    if (!exists(run)) cr_skip_test("ringlm-run not built in %s", bin_dir());
+    char *model = th_path(th_shared_dir(), "models/stories260K.bin");
+    char *tok = th_path(th_shared_dir(), "models/tok512.bin");
+    char *run = th_path(th_bin_dir(), "ringlm-run");
+    if (!th_exists(model) || !th_exists(tok)) cr_skip_test("stories260K / tok512 not under %s", th_shared_dir());
+    if (!th_exists(run)) cr_skip_test("ringlm-run not built in %s", th_bin_dir());
     if (!daemon_supports("--model")) cr_skip_test("this ringlmd does not serve models yet");
     const char *args[] = {"--model", model, NULL};
     start_daemon(args);
-    char *ringlm = path_join(bin_dir(), "ringlm");
+    char *ringlm = th_path(th_bin_dir(), "ringlm");
     const char *cases[][4] = {{"Lily wanted to", "0.8", "0.9", "42"}, {"Once upon a time", "1.0", "0.5", "7"},
                               {"", "0.6", "1", "123"}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -329,7 +241,7 @@ Test(tools_cli, generate_sampled_matches_ringlm_run)
 
 static json_t *replay_json(const char *trace, const char *const *extra)
 {
-    char *ringlm = path_join(bin_dir(), "ringlm");
+    char *ringlm = th_path(th_bin_dir(), "ringlm");
     const char *argv[40];
     int n = 0;
     argv[n++] = ringlm;
@@ -377,8 +289,8 @@ static void check_sane(json_t *j, int requests, const char *tenant)
 Test(tools_cli, replay_azure_slice_against_echo)
 {
     need_programs();
-    char *trace = path_join(shared_dir(), "traces/AzureLLMInferenceTrace_conv.csv");
-    if (!exists(trace)) cr_skip_test("Azure trace not found under %s", shared_dir());
+    char *trace = th_path(th_shared_dir(), "traces/AzureLLMInferenceTrace_conv.csv");
+    if (!th_exists(trace)) cr_skip_test("Azure trace not found under %s", th_shared_dir());
     if (!daemon_supports("--echo")) cr_skip_test("ringlmd has no --echo service");
     const char *args[] = {"--echo", NULL};
     start_daemon(args);
@@ -456,9 +368,9 @@ Test(tools_cli, replay_mooncake_jsonl_against_echo)
 Test(tools_cli, replay_reports_rejects_by_reason)
 {
     need_programs();
-    char *model = path_join(shared_dir(), "models/stories260K.bin");
-    char *trace = path_join(shared_dir(), "traces/AzureLLMInferenceTrace_code.csv");
-    if (!exists(model) || !exists(trace)) cr_skip_test("stories260K or the Azure code trace not under %s", shared_dir());
+    char *model = th_path(th_shared_dir(), "models/stories260K.bin");
+    char *trace = th_path(th_shared_dir(), "traces/AzureLLMInferenceTrace_code.csv");
+    if (!th_exists(model) || !th_exists(trace)) cr_skip_test("stories260K or the Azure code trace not under %s", th_shared_dir());
     if (!daemon_supports("--policy")) cr_skip_test("this ringlmd has no --policy");
     char pol[] = "/tmp/ringlm-tt-pol-XXXXXX";
     int fd = mkstemp(pol);
@@ -494,33 +406,6 @@ Test(tools_cli, replay_reports_rejects_by_reason)
 }
 
 /* ---- the model daemon's metrics and logs -------------------------------------------- */
-
-static char *scrape(int port, int *status)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
-        close(fd);
-        return NULL;
-    }
-    const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
-    cr_assert(write(fd, req, sizeof req - 1) == (ssize_t)sizeof req - 1);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    ssize_t r;
-    while ((r = read(fd, buf + len, cap - len - 1)) > 0) {
-        len += (size_t)r;
-        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
-    }
-    close(fd);
-    buf[len] = 0;
-    *status = atoi(buf + 9);
-    char *body = strstr(buf, "\r\n\r\n");
-    char *out = strdup(body ? body + 4 : "");
-    free(buf);
-    return out;
-}
 
 /* Reads every line of a JSON-lines log into a jansson array (asserting each is an object). */
 static json_t *read_json_lines(const char *path)
@@ -624,8 +509,8 @@ static void load_reqlog(const char *path, reqlog *L, bool by_req)
  * max tokens) in the same order, reasons spelt the same. */
 static void assert_sim_request_log_matches(const char *daemon_log)
 {
-    char *sim = path_join(bin_dir(), "ringlm-sim");
-    if (!exists(sim)) { free(sim); return; }
+    char *sim = th_path(th_bin_dir(), "ringlm-sim");
+    if (!th_exists(sim)) { free(sim); return; }
     char out_path[64];
     snprintf(out_path, sizeof out_path, "/tmp/ringlm-tt-%d-simreq.jsonl", getpid());
     char *argv[] = {sim, "--trace", (char *)daemon_log, "--request-log", out_path, NULL};
@@ -662,9 +547,9 @@ static void assert_sim_request_log_matches(const char *daemon_log)
 Test(tools_cli, model_daemon_metrics_and_logs)
 {
     need_programs();
-    char *model = path_join(shared_dir(), "models/stories260K.bin");
-    char *trace = path_join(shared_dir(), "traces/AzureLLMInferenceTrace_conv.csv");
-    if (!exists(model) || !exists(trace)) cr_skip_test("stories260K or the Azure trace not found under %s", shared_dir());
+    char *model = th_path(th_shared_dir(), "models/stories260K.bin");
+    char *trace = th_path(th_shared_dir(), "traces/AzureLLMInferenceTrace_conv.csv");
+    if (!th_exists(model) || !th_exists(trace)) cr_skip_test("stories260K or the Azure trace not found under %s", th_shared_dir());
     if (!daemon_supports("--model") || !daemon_supports("--metrics") || !daemon_supports("--request-log"))
         cr_skip_test("this ringlmd lacks --model/--metrics/--request-log");
     char dec[64], req[64], port_s[32];
@@ -686,8 +571,8 @@ Test(tools_cli, model_daemon_metrics_and_logs)
     /* metrics: parse, vLLM gauges present, idle after the replay */
     int status = 0;
     char *body = NULL;
-    uint64_t dl = now_ms() + 5000;
-    while (!(body = scrape(port, &status)) && now_ms() < dl) {
+    uint64_t dl = th_now_ms() + 5000;
+    while (!(body = th_http_get(port, "/metrics", &status, NULL, 0)) && th_now_ms() < dl) {
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -771,9 +656,9 @@ static void add_needs(const fmt_request *r, const char *line, void *ctx)
 Test(tools_cli, iteration_log_accounts_for_every_token)
 {
     need_programs();
-    char *model = path_join(shared_dir(), "models/stories260K.bin");
-    char *trace = path_join(shared_dir(), "traces/AzureLLMInferenceTrace_conv.csv");
-    if (!exists(model) || !exists(trace)) cr_skip_test("stories260K or the Azure trace not found under %s", shared_dir());
+    char *model = th_path(th_shared_dir(), "models/stories260K.bin");
+    char *trace = th_path(th_shared_dir(), "traces/AzureLLMInferenceTrace_conv.csv");
+    if (!th_exists(model) || !th_exists(trace)) cr_skip_test("stories260K or the Azure trace not found under %s", th_shared_dir());
     char it[64], req[64];
     snprintf(it, sizeof it, "/tmp/ringlm-tt-%d-it.jsonl", getpid());
     snprintf(req, sizeof req, "/tmp/ringlm-tt-%d-req2.jsonl", getpid());
@@ -860,7 +745,7 @@ static int thread_nice(pid_t pid, const char *tid)
 Test(tools_cli, nice_applies_to_every_daemon_thread)
 {
     need_programs();
-    char *ringlmd = path_join(bin_dir(), "ringlmd");
+    char *ringlmd = th_path(th_bin_dir(), "ringlmd");
     char *bad[] = {ringlmd, "--nice", "-21", NULL};
     char *out, *err;
     cr_expect_eq(run_capture(bad, &out, &err, 10), 2, "--nice -21 accepted: %s", err);
