@@ -151,7 +151,7 @@ static void compare(const job *j, json_t *theirs)
             cr_assert_leq(gap, j->near_tie, "%s: step %d: ringlm %d, llama.cpp %d, and ringlm's "
                           "top-2 gap %.3g (relative) is no near tie (<= %.3g)", j->label, k,
                           best, want, gap, j->near_tie);
-            cr_log_warn("%s: near tie at step %d (gap %.2g): compared %d steps", j->label, k, gap,
+            cr_log_info("%s: near tie at step %d (gap %.2g): compared %d steps", j->label, k, gap,
                         k);
             break;
         }
