@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/* fair.c — fair share: the one place a tenant's virtual-token counter is charged, the
+ * lift of a tenant returning from idle, and the order admission candidates are taken in. */
+#include "sched/internal.h"
+
+/* The one place a tenant's fair-share counter grows: `tokens` of service (prefill tokens when
+ * scheduled, output tokens when produced, block-seconds of KV residency × the policy's charge)
+ * in virtual tokens / weight; `rate` also draws the tokens from its token-rate bucket. */
+void sc_charge(sched *s, int tenant, double tokens, bool rate)
+{
+    tenant_state *t = &s->ts[tenant];
+    t->vt += tokens / s->ten[tenant]->weight;
+    if (rate && s->ten[tenant]->token_rate_per_s > 0) t->bucket -= tokens;
+}
+
+/* Class by effective priority (priority + aging × oldest wait), then — a swapped sequence of
+ * that class before any new one — the tenant with the smallest virtual counter, then the
+ * oldest request of that (class, tenant). */
+bool sc_pick_candidate(sched *s, uint64_t now, uint64_t tenant_excl, uint32_t class_excl, cand *out)
+{
+    int best = -1;
+    double best_prio = 0;
+    for (int c = 0; c < s->n_classes; c++) {
+        if (class_excl & (1u << c)) continue;
+        class_state *cs = &s->cs[c];
+        if (!cs->n_waiting && !cs->swapped.n) continue;
+        uint64_t oldest = cs->swapped.n ? cs->swapped.a[0].k1 : INF_US;
+        if (cs->n_waiting) {
+            heap *row = &s->wait[(size_t)c * (size_t)s->n_tenants];
+            for (int t = 0; t < s->n_tenants; t++)
+                if (row[t].n && !(tenant_excl & (1ull << t)) && row[t].a[0].k1 < oldest) oldest = row[t].a[0].k1;
+        }
+        if (oldest == INF_US) continue;
+        double p = eff_priority(s, c, oldest, now);
+        if (best < 0 || p > best_prio) { best = c; best_prio = p; }
+    }
+    if (best < 0) return false;
+    class_state *cs = &s->cs[best];
+    if (cs->swapped.n) {
+        uint32_t sl = cs->swapped.a[0].slot;
+        *out = (cand){best, s->reqs[sl].tenant, sl, true};
+        return true;
+    }
+    heap *row = &s->wait[(size_t)best * (size_t)s->n_tenants];
+    int bt = -1;
+    for (int t = 0; t < s->n_tenants; t++) {
+        if (!row[t].n || (tenant_excl & (1ull << t))) continue;
+        if (bt < 0 || s->ts[t].vt < s->ts[bt].vt) bt = t;
+    }
+    if (bt < 0) return false;
+    *out = (cand){best, bt, row[bt].a[0].slot, false};
+    return true;
+}
+
+/* Continuous mode: global FCFS over every queue. */
+bool sc_pick_fcfs(sched *s, cand *out)
+{
+    const hent *best = NULL;
+    for (int i = 0; i < s->n_classes * s->n_tenants; i++) {
+        const hent *h = htop(&s->wait[i]);
+        if (h && (!best || hless(h, best))) best = h;
+    }
+    if (!best) return false;
+    const req *r = &s->reqs[best->slot];
+    *out = (cand){r->cls, r->tenant, best->slot, false};
+    return true;
+}
+
+/* A tenant returning from idle is lifted to the minimum of the active counters, so idling
+ * earns no credit to burst past everyone later. */
+void sc_fair_rejoin(sched *s, int tenant)
+{
+    double mn = INFINITY;
+    for (int i = 0; i < s->n_tenants; i++)
+        if (s->ts[i].n_live && s->ts[i].vt < mn) mn = s->ts[i].vt;
+    if (mn != INFINITY && s->ts[tenant].vt < mn) s->ts[tenant].vt = mn;
+}

@@ -1,0 +1,313 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sched/internal.h — the scheduler's private types and the functions its files share.  Not
+ * installed, not included outside sched/.
+ *
+ * The scheduler is cut along its concerns (each file says what it owns):
+ *   store.c    requests, their state machine, queues, heaps, the id map, KV block pools
+ *   cost.c     the cost model: every prediction and every observe_* update
+ *   fair.c     fair share: the one virtual-token charge, candidate order
+ *   admit.c    submit (admission checks, rejects), cancel, output backpressure
+ *   preempt.c  victims, swap or recompute, transfers and their completion
+ *   batch.c    the batching modes: token budget, continuous, static/dynamic groups
+ *   sched.c    create/destroy, step, commit, ends and releases, queries, invariants
+ *   event.c    names, error detail, the JSON writer;  policy.c  the policy file
+ *
+ * Data structures (why step stays cheap with 100,000 waiting):
+ *   - requests live in a slab indexed by slot; an open-addressing map finds a slot by id;
+ *   - waiting requests sit in one binary heap per (class, tenant), keyed by original arrival,
+ *     so a preempted sequence re-enters at its old place and aging never restarts;
+ *   - swapped-out sequences sit in one heap per class (they go back ahead of new admissions);
+ *   - queue-wait/deadline expiries and backpressure expiries are heaps keyed by time;
+ *   - running sequences are a dense array (every one of them is visited anyway: each decodes).
+ * A step therefore costs O(running + picks × classes × tenants + log waiting).
+ */
+#ifndef RINGLM_SCHED_INTERNAL_H
+#define RINGLM_SCHED_INTERNAL_H
+
+#include "sched/sched.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+void sched__set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+sched_policy *sched__policy_clone(const sched_policy *p);
+
+#define NO_POS   (-1)
+/* Admission headroom on max_queue_wait: starts at 85%, shrinks by 10% for every queue-wait
+ * timeout (the estimate was too optimistic), grows back slowly while starts stay well inside
+ * the limit — a feedback loop that keeps overload ending in rejects at admission. */
+#define HEADROOM_MAX 0.85
+#define HEADROOM_MIN 0.30
+#define NO_SLOT  UINT32_MAX
+#define INF_US   UINT64_MAX
+#define REQ_NEW  (SCHED_REQ_ENDED + 1)   /* internal: a slot just taken, before admission */
+
+/* ---------------------------------------------------------------------------------------- */
+/* Types                                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct req {
+    uint64_t id;
+    uint8_t  state;             /* sched_req_state; ENDED = release pending */
+    uint8_t  live;              /* slot in use (also while in limbo: 0) */
+    uint8_t  defer;             /* last defer reason emitted */
+    uint8_t  end_kind;          /* sched_event_kind that ended it (CANCEL/TIMEOUT/FINISH) */
+    uint8_t  tier;              /* pool of tier_blocks (HOST/DISK) */
+    bool     blocked;           /* output backpressure */
+    bool     started;           /* ever held device KV */
+    bool     recompute;         /* next admission is a re-prefill after recompute */
+    bool     held;              /* static mode: finished, slot held until the group ends */
+    bool     moving;            /* a transfer of its KV is in flight (even after it ended) */
+    uint16_t tenant, cls;
+    uint32_t prompt_len, max_new, generated, computed;
+    uint32_t preemptions;
+    uint32_t charged_upto;      /* prompt positions already charged to the tenant */
+    uint64_t arrival_us, deadline_us, first_token_us, blocked_since, resumed_at;
+    uint64_t xfer;              /* transfer in flight */
+    int32_t  q_pos, t_pos, bp_pos, run_pos;
+    uint64_t entry_step;        /* step_no of the plan holding its entry */
+    uint32_t entry_idx;
+    uint64_t skip_pass;         /* deferred in this decode pass (s->pass_no) */
+    uint64_t preempt_step;      /* step_no of its last preemption */
+    /* realised cost of the last preemption, so the cost model can be checked (DESIGN §5):
+     * the estimates made then, the length it had, and what the way back actually took */
+    double   pre_sw_us, pre_rc_us;  /* swap_cost_us / recompute_cost_us at preemption */
+    uint32_t pre_len;           /* computed length when preempted: the re-prefill target */
+    bool     rc_active;         /* re-prefilling after a recompute: summing step times */
+    bool     rc_unknown;        /* one of those steps had no measured duration */
+    uint64_t rc_us;             /* summed durations of the steps that re-prefilled it */
+    uint64_t out_us;            /* measured swap-out duration (0 = unknown) */
+    uint32_t *dev;   uint32_t n_dev, cap_dev;
+    uint32_t *tierb; uint32_t n_tier, cap_tier;
+} req;
+
+typedef struct hent { uint64_t k1, k2; uint32_t slot; } hent;
+typedef struct heap { hent *a; uint32_t n, cap; uint8_t which; } heap;
+enum { POS_Q = 0, POS_T = 1, POS_BP = 2 };
+
+typedef struct pool {
+    uint32_t  total;
+    uint32_t *free_ids;          /* stack */
+    uint32_t  n_free;
+} pool;
+
+typedef struct tenant_state {
+    double   vt;                 /* virtual tokens / weight */
+    double   bucket;             /* token-rate bucket */
+    uint32_t n_live;             /* requests not ended */
+    uint32_t kv_blocks;          /* device blocks held */
+    uint32_t pending_out;        /* of those, blocks a swap-out in flight will free */
+    uint32_t pend_step;          /* pending_out not yet waited on in this decode pass */
+    uint32_t moving_in;          /* sequences of the tenant being swapped in */
+    sched_group_stats st;
+} tenant_state;
+
+typedef struct class_state {
+    double   headroom;           /* admit while predicted wait <= headroom × max_queue_wait */
+    uint32_t n_waiting;
+    uint64_t queued_tokens;
+    heap     swapped;
+    sched_group_stats st;
+} class_state;
+
+typedef struct tier_est {
+    double   out_bps, in_bps, lat_us;
+    uint64_t queued_out, queued_in;
+    bool     out_measured, in_measured;
+} tier_est;
+
+typedef struct xfer_rec { uint64_t id; uint32_t slot; uint8_t dir, tier; uint64_t bytes; double pred_us; } xfer_rec;
+
+#define VEC(T) struct { T *a; uint32_t n, cap; }
+#define VEC_PUSH(s, v, x) do { \
+        if (sc_vec_grow((void **)&(v).a, &(v).cap, (v).n + 1, sizeof(*(v).a))) (v).a[(v).n++] = (x); \
+        else (s)->oom = true; \
+    } while (0)
+
+struct sched {
+    sched_policy    *policy;
+    sched_policy_cfg cfg;
+    sched_config     conf;
+    sched_event_fn   sink;
+    void            *sink_ctx;
+    uint64_t         seed;
+    int              n_classes, n_tenants;
+    const sched_class_cfg  *cls[SCHED_MAX_CLASSES];
+    const sched_tenant_cfg *ten[SCHED_MAX_TENANTS];
+    tenant_state     ts[SCHED_MAX_TENANTS];
+    class_state      cs[SCHED_MAX_CLASSES];
+    heap            *wait;               /* [class * n_tenants + tenant] */
+    heap             timers, bp_timers;
+
+    req             *reqs; uint32_t n_slots, cap_slots;
+    VEC(uint32_t)    free_slots, limbo;
+    uint32_t        *map; uint32_t map_cap, map_n;   /* id → slot */
+
+    pool             pools[SCHED_POOL__COUNT];
+    VEC(uint32_t)    run;                 /* RUNNING slots */
+    VEC(uint32_t)    cancel_pending;      /* ENDED, release at next step */
+    VEC(xfer_rec)    xfers;               /* in flight */
+    uint32_t         n_waiting, n_swapped, n_in_transit, n_swapping_in, n_blocked;
+    uint64_t         queued_tokens;
+    uint64_t         pending_out_blocks;  /* device blocks that swap-outs will free */
+
+    /* cost model */
+    double           corr;
+    tier_est         tiers[SCHED_POOL__COUNT];
+    double           last_pred_us;
+    uint64_t         xfer_measured;
+    /* measured prefill rate under backlog (exponentially decayed sums, ~2 s memory) */
+    double           rate_tok, rate_us;
+    bool             plan_backlogged;
+    double           xfer_pred_sum, xfer_real_sum;
+
+    /* plan */
+    uint64_t         step_no, last_now;
+    bool             oom;
+    sched_plan       plan;
+    VEC(sched_entry) entries;
+    VEC(sched_release) rel_plan, rel_acc;
+    VEC(sched_transfer) transfers;
+    VEC(uint32_t)    xfer_blocks;
+    VEC(sched_preemption) preempts;
+    VEC(sched_ended) ended;
+    VEC(uint32_t)    dec, part, victims;
+    uint32_t         victim_next;
+    bool             victims_built;
+    uint64_t         next_xfer;
+    bool             group_active;        /* static/dynamic: a group holds the slots */
+    uint64_t         pass_no;             /* decode passes (a step may run two) */
+    bool             forced;              /* last-resort pass: caps and residency waived */
+    /* illegal state transitions seen (set_state), and the first one */
+    uint64_t         bad_transitions, bad_req;
+    uint8_t          bad_from, bad_to;
+};
+
+/* ---- small helpers used everywhere ---------------------------------------------------- */
+
+static inline uint32_t div_up(uint64_t a, uint32_t b) { return (uint32_t)((a + b - 1) / b); }
+
+static inline uint32_t known(const req *r) { return r->prompt_len + r->generated; }
+
+static inline bool hless(const hent *a, const hent *b)
+{
+    return a->k1 < b->k1 || (a->k1 == b->k1 && a->k2 < b->k2);
+}
+
+static inline const hent *htop(const heap *h) { return h->n ? &h->a[0] : NULL; }
+
+static inline uint32_t map_hash(const sched *s, uint64_t id)
+{
+    return (uint32_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & (s->map_cap - 1);
+}
+
+static inline uint32_t map_get(const sched *s, uint64_t id)
+{
+    for (uint32_t i = map_hash(s, id);; i = (i + 1) & (s->map_cap - 1)) {
+        uint32_t sl = s->map[i];
+        if (sl == NO_SLOT) return NO_SLOT;
+        if (s->reqs[sl].id == id) return sl;
+    }
+}
+
+static inline sched_event ev_of(const sched *s, sched_event_kind k, const req *r, uint64_t now)
+{
+    sched_event e;
+    memset(&e, 0, sizeof(e));
+    e.t_us = now;
+    e.kind = k;
+    if (r) {
+        e.req = r->id;
+        e.tenant = s->ten[r->tenant]->name;
+        e.class_name = s->cls[r->cls]->name;
+    }
+    return e;
+}
+
+static inline void emit(const sched *s, const sched_event *e)
+{
+    if (s->sink) s->sink(s->sink_ctx, e);
+}
+
+static inline uint32_t pool_take(pool *p) { return p->free_ids[--p->n_free]; }
+
+static inline void pool_give(pool *p, uint32_t id) { p->free_ids[p->n_free++] = id; }
+
+static inline heap *wait_heap(sched *s, const req *r)
+{
+    return &s->wait[(size_t)r->cls * (size_t)s->n_tenants + r->tenant];
+}
+
+static inline bool is_decoder(const req *r)
+{
+    return r->generated > 0 && r->computed + 1 == known(r);
+}
+
+static inline bool needs_block(const sched *s, const req *r)
+{
+    return div_up((uint64_t)r->computed + 1, s->conf.block_size) > r->n_dev;
+}
+
+static inline double eff_priority(const sched *s, int cls, uint64_t arrival, uint64_t now)
+{
+    const sched_class_cfg *c = s->cls[cls];
+    double wait_s = now > arrival ? (double)(now - arrival) / 1e6 : 0;
+    return (double)c->priority + c->aging_per_s * wait_s;
+}
+
+typedef struct cand { int cls, tenant; uint32_t slot; bool swapped; } cand;
+
+/* ---- store.c ---- */
+bool sc_vec_grow(void **a, uint32_t *cap, uint32_t need, size_t elt);
+int sc_hpush(sched *s, heap *h, uint64_t k1, uint64_t k2, uint32_t slot);
+void sc_hremove(sched *s, heap *h, uint32_t slot);
+int sc_map_put(sched *s, uint64_t id, uint32_t slot);
+void sc_map_del(sched *s, uint64_t id);
+int sc_pool_init(pool *p, uint32_t n);
+bool sc_dev_grow_to(sched *s, req *r, uint32_t nblocks);
+uint32_t sc_dev_free_all(sched *s, req *r);
+uint32_t sc_tier_free_all(sched *s, req *r);
+void sc_set_state(sched *s, req *r, sched_req_state to);
+void sc_waiting_add(sched *s, uint32_t slot);
+void sc_waiting_remove(sched *s, uint32_t slot);
+void sc_run_add(sched *s, uint32_t slot);
+void sc_run_remove(sched *s, uint32_t slot);
+void sc_timer_update(sched *s, uint32_t slot);
+
+/* ---- cost.c ---- */
+double sc_predict_step_us(const sched *s, uint64_t prefill, uint64_t decode, uint64_t ctx);
+double sc_prefill_us(const sched *s, uint64_t n);
+void sc_observe_step(sched *s, uint64_t now, uint64_t prefilled, uint64_t step_us);
+void sc_observe_transfer(sched *s, const xfer_rec *x, uint64_t bytes, uint64_t dur_us, int status);
+double sc_predict_wait_us(const sched *s, int cls, uint32_t prompt, uint64_t now);
+double sc_swap_cost_us(const sched *s, int tier, uint64_t bytes);
+
+/* ---- fair.c ---- */
+void sc_charge(sched *s, int tenant, double tokens, bool rate);
+bool sc_pick_candidate(sched *s, uint64_t now, uint64_t tenant_excl, uint32_t class_excl, cand *out);
+bool sc_pick_fcfs(sched *s, cand *out);
+void sc_fair_rejoin(sched *s, int tenant);
+
+/* ---- preempt.c ---- */
+void sc_rc_end(sched *s, req *r, sched_outcome how, uint64_t now);
+uint32_t sc_pick_victim(sched *s, uint32_t needer, int only_tenant, uint64_t now);
+void sc_plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t now);
+uint32_t sc_preempt(sched *s, uint32_t slot, bool quota, uint64_t now);
+
+/* ---- batch.c ---- */
+void sc_step_token_budget(sched *s, uint64_t now);
+void sc_step_continuous(sched *s, uint64_t now);
+void sc_step_group(sched *s, uint64_t now);
+
+/* ---- sched.c ---- */
+void sc_emit_defer(sched *s, req *r, sched_defer_reason why, uint64_t now);
+void sc_release_now(sched *s, uint32_t slot, uint64_t now, bool into_plan);
+bool sc_detach(sched *s, uint32_t slot);
+void sc_do_cancel(sched *s, uint32_t slot, sched_cancel_reason why, uint64_t now, bool in_step);
+
+#endif /* RINGLM_SCHED_INTERNAL_H */

@@ -1,0 +1,300 @@
+/* SPDX-License-Identifier: MIT */
+/* preempt.c — preemption: victim order, swap or recompute by the cost model, the transfers
+ * it plans and their completion (sched_transfer_done), the realised-cost records. */
+#include "sched/internal.h"
+
+/* The recompute realised-cost event: predicted = recompute_cost_us at preemption, realised =
+ * the summed full durations of the steps its re-prefill took part in (null when a step had
+ * no measured duration).  reason "done" when the re-prefill reached the length it had, or
+ * "abandoned" when it ended or was preempted again first (realised so far). */
+void sc_rc_end(sched *s, req *r, sched_outcome how, uint64_t now)
+{
+    r->rc_active = false;
+    sched_event e = ev_of(s, SCHED_EV_RECOMPUTE, r, now);
+    e.outcome = how;
+    e.mode = SCHED_PREEMPT_RECOMPUTE;
+    e.tokens = r->pre_len;
+    e.predicted_us = r->pre_rc_us;
+    e.realised_us = r->rc_unknown ? -1 : (double)r->rc_us;
+    emit(s, &e);
+}
+
+/* Its KV is gone (recompute preemption, or a failed swap): time the re-prefill from now. */
+static void rc_start(sched *s, req *r, uint64_t now)
+{
+    r->rc_us = 0;
+    r->rc_unknown = false;
+    r->rc_active = true;
+    if (!r->pre_len) sc_rc_end(s, r, SCHED_OUTCOME_DONE, now);   /* nothing computed, nothing to redo */
+}
+
+/* Victim order: lowest class first, then least work lost (fewest computed tokens), then the
+ * newest.  Continuous mode (the baseline) simply takes the newest arrival. */
+static int victim_cmp(const void *a, const void *b, void *ctx)
+{
+    const sched *s = ctx;
+    const req *x = &s->reqs[*(const uint32_t *)a], *y = &s->reqs[*(const uint32_t *)b];
+    if (s->cfg.mode != SCHED_MODE_CONTINUOUS) {
+        int32_t px = s->cls[x->cls]->priority, py = s->cls[y->cls]->priority;
+        if (px != py) return px < py ? -1 : 1;
+        if (x->computed != y->computed) return x->computed < y->computed ? -1 : 1;
+    }
+    if (x->arrival_us != y->arrival_us) return x->arrival_us > y->arrival_us ? -1 : 1;
+    return x->id > y->id ? -1 : (x->id < y->id);
+}
+
+static bool victim_eligible(const sched *s, const req *r, uint64_t now)
+{
+    if (r->state != SCHED_REQ_RUNNING || r->held) return false;
+    if (s->cfg.mode == SCHED_MODE_CONTINUOUS || s->forced) return true;
+    if (s->cfg.max_preemptions && r->preemptions >= s->cfg.max_preemptions) return false;
+    if (r->resumed_at && now - r->resumed_at < s->cfg.min_residency_us) return false;
+    return true;
+}
+
+static void build_victims(sched *s, uint64_t now)
+{
+    s->victims.n = 0;
+    s->victim_next = 0;
+    for (uint32_t i = 0; i < s->run.n; i++)
+        if (victim_eligible(s, &s->reqs[s->run.a[i]], now)) VEC_PUSH(s, s->victims, s->run.a[i]);
+    if (s->victims.n > 1) qsort_r(s->victims.a, s->victims.n, sizeof(uint32_t), victim_cmp, s);
+    s->victims_built = true;
+}
+
+/* Next victim for `needer` (restricted to tenant `only_tenant` when >= 0).  Returns the
+ * needer itself when every remaining candidate ranks above it and it is eligible, NO_SLOT when
+ * nothing may be preempted. */
+uint32_t sc_pick_victim(sched *s, uint32_t needer, int only_tenant, uint64_t now)
+{
+    if (!s->victims_built) build_victims(s, now);
+    const req *n = &s->reqs[needer];
+    for (uint32_t i = s->victim_next; i < s->victims.n; i++) {
+        uint32_t v = s->victims.a[i];
+        const req *r = &s->reqs[v];
+        if (r->state != SCHED_REQ_RUNNING || !victim_eligible(s, r, now)) {
+            if (i == s->victim_next) s->victim_next++;
+            continue;
+        }
+        if (only_tenant >= 0 && r->tenant != only_tenant) continue;
+        if (v == needer) return v;
+        if (s->cfg.mode != SCHED_MODE_CONTINUOUS &&
+            s->cls[r->cls]->priority > s->cls[n->cls]->priority)
+            break;   /* everything left ranks above the needer */
+        return v;
+    }
+    return victim_eligible(s, n, now) ? needer : NO_SLOT;
+}
+
+/* Pick the tier a swap-out would use: host first (fastest), disk when the host is full. */
+static int swap_tier(const sched *s, uint32_t blocks)
+{
+    if (s->pools[SCHED_POOL_HOST].total && s->pools[SCHED_POOL_HOST].n_free >= blocks) return SCHED_POOL_HOST;
+    if (s->pools[SCHED_POOL_DISK].total && s->pools[SCHED_POOL_DISK].n_free >= blocks) return SCHED_POOL_DISK;
+    return -1;
+}
+
+void sc_plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t now)
+{
+    req *r = &s->reqs[slot];
+    uint32_t n = r->n_tier;
+    uint64_t bytes = (uint64_t)n * s->conf.block_size * s->conf.kv_bytes_per_token;
+    const tier_est *te = &s->tiers[r->tier];
+    double pred = dir == SCHED_XFER_OUT ? ((double)te->queued_out + (double)bytes) / te->out_bps * 1e6
+                                        : ((double)te->queued_in + (double)bytes) / te->in_bps * 1e6;
+    pred += te->lat_us;
+    xfer_rec x = {s->next_xfer++, slot, (uint8_t)dir, r->tier, bytes, pred};
+    r->xfer = x.id;
+    r->moving = true;
+    VEC_PUSH(s, s->xfers, x);
+    uint32_t off = s->xfer_blocks.n;
+    if (!sc_vec_grow((void **)&s->xfer_blocks.a, &s->xfer_blocks.cap, off + 2 * n, sizeof(uint32_t))) {
+        s->oom = true;
+        return;
+    }
+    const uint32_t *src = dir == SCHED_XFER_OUT ? r->dev : r->tierb;
+    const uint32_t *dst = dir == SCHED_XFER_OUT ? r->tierb : r->dev;
+    memcpy(s->xfer_blocks.a + off, src, n * sizeof(uint32_t));
+    memcpy(s->xfer_blocks.a + off + n, dst, n * sizeof(uint32_t));
+    s->xfer_blocks.n = off + 2 * n;   /* the next transfer of this plan goes after these */
+    sched_transfer t = {x.id, r->id, dir, (sched_pool)r->tier, n, NULL, NULL, bytes, pred};
+    /* pointers fixed up when the plan is sealed (xfer_blocks may still move) */
+    t.src = (const uint32_t *)(uintptr_t)off;
+    t.dst = (const uint32_t *)(uintptr_t)(off + n);
+    VEC_PUSH(s, s->transfers, t);
+    if (dir == SCHED_XFER_OUT) s->tiers[r->tier].queued_out += bytes;
+    else s->tiers[r->tier].queued_in += bytes;
+    s->n_in_transit++;
+    sched_event e = ev_of(s, dir == SCHED_XFER_OUT ? SCHED_EV_SWAP_OUT : SCHED_EV_SWAP_IN, r, now);
+    e.xfer = x.id;
+    e.blocks = n;
+    e.bytes = bytes;
+    e.pool = (sched_pool)r->tier;
+    emit(s, &e);
+}
+
+/* Recompute preemption: drop the KV now, go back to the queue at the original place. */
+static void to_recompute(sched *s, uint32_t slot, uint64_t now)
+{
+    req *r = &s->reqs[slot];
+    sc_dev_free_all(s, r);
+    r->computed = 0;
+    r->recompute = true;
+    sc_waiting_add(s, slot);
+    rc_start(s, r, now);
+}
+
+/* Preempt `slot` (a RUNNING sequence).  Returns the blocks freed immediately (recompute) or 0
+ * (swap: freed when the transfer completes; timeout: released now and counted). */
+uint32_t sc_preempt(sched *s, uint32_t slot, bool quota, uint64_t now)
+{
+    req *r = &s->reqs[slot];
+    uint32_t blocks = r->n_dev;
+    uint64_t bytes = (uint64_t)blocks * s->conf.block_size * s->conf.kv_bytes_per_token;
+    int tier = s->cfg.mode == SCHED_MODE_CONTINUOUS || s->cfg.preemption == SCHED_PREEMPT_RECOMPUTE
+                   ? -1 : swap_tier(s, blocks);
+    double sw = tier >= 0 ? sc_swap_cost_us(s, tier, bytes) : -1;
+    double rc = sc_prefill_us(s, r->computed);
+    if (s->run.n > 1) rc += sc_prefill_us(s, r->computed);   /* stall: each other sequence waits
+                                                             through the re-prefill's steps */
+    bool swap = tier >= 0 && (s->cfg.preemption == SCHED_PREEMPT_SWAP || sw < rc);
+    double best = swap ? sw : rc;
+    if (r->rc_active) sc_rc_end(s, r, SCHED_OUTCOME_ABANDONED, now);   /* before this preemption's events */
+    r->pre_sw_us = sw;
+    r->pre_rc_us = rc;
+    r->pre_len = r->computed;
+    r->out_us = 0;
+    sc_run_remove(s, slot);
+    r->skip_pass = s->pass_no;
+    r->preempt_step = s->step_no;
+    r->preemptions++;
+    r->defer = SCHED_DEFER_NONE;
+    sched_event e = ev_of(s, SCHED_EV_PREEMPT, r, now);
+    e.defer = quota ? SCHED_DEFER_QUOTA : SCHED_DEFER_BLOCKS;
+    e.mode = swap ? SCHED_PREEMPT_SWAP : SCHED_PREEMPT_RECOMPUTE;
+    e.blocks = blocks;
+    e.swap_cost_us = sw;
+    e.recompute_cost_us = rc;
+    VEC_PUSH(s, s->preempts, ((sched_preemption){r->id, swap ? SCHED_PREEMPT_SWAP : SCHED_PREEMPT_RECOMPUTE,
+                                                  blocks, sw, rc}));
+    if (r->deadline_us && (double)now + best > (double)r->deadline_us) {
+        /* neither way brings it back in time: say so now instead of wasting the work */
+        e.mode = SCHED_PREEMPT_NONE;
+        emit(s, &e);
+        s->preempts.n--;
+        r->end_kind = SCHED_EV_TIMEOUT;
+        s->ts[r->tenant].st.timeouts[SCHED_TIMEOUT_PREEMPT]++;
+        s->cs[r->cls].st.timeouts[SCHED_TIMEOUT_PREEMPT]++;
+        sched_event t = ev_of(s, SCHED_EV_TIMEOUT, r, now);
+        t.timeout = SCHED_TIMEOUT_PREEMPT;
+        t.wait_us = now - r->arrival_us;
+        emit(s, &t);
+        VEC_PUSH(s, s->ended, ((sched_ended){.req = r->id, .kind = SCHED_EV_TIMEOUT,
+                                             .timeout = SCHED_TIMEOUT_PREEMPT}));
+        sc_set_state(s, r, SCHED_REQ_ENDED);
+        sc_release_now(s, slot, now, true);
+        return blocks;
+    }
+    emit(s, &e);
+    if (swap) {
+        s->ts[r->tenant].st.preemptions_swap++;
+        s->cs[r->cls].st.preemptions_swap++;
+        r->tier = (uint8_t)tier;
+        if (!sc_vec_grow((void **)&r->tierb, &r->cap_tier, blocks, sizeof(uint32_t))) { s->oom = true; return 0; }
+        for (uint32_t i = 0; i < blocks; i++) r->tierb[i] = pool_take(&s->pools[tier]);
+        r->n_tier = blocks;
+        sc_set_state(s, r, SCHED_REQ_SWAPPING_OUT);
+        s->pending_out_blocks += blocks;
+        s->ts[r->tenant].pending_out += blocks;
+        sc_plan_transfer(s, slot, SCHED_XFER_OUT, now);
+        return 0;
+    }
+    s->ts[r->tenant].st.preemptions_recompute++;
+    s->cs[r->cls].st.preemptions_recompute++;
+    to_recompute(s, slot, now);
+    return blocks;
+}
+
+int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uint64_t dur_us,
+                        int status)
+{
+    if (!s) return -EINVAL;
+    uint32_t i;
+    for (i = 0; i < s->xfers.n; i++)
+        if (s->xfers.a[i].id == id) break;
+    if (i == s->xfers.n) {
+        sched__set_error("sched_transfer_done: transfer %llu unknown or already done", (unsigned long long)id);
+        return -ENOENT;
+    }
+    xfer_rec x = s->xfers.a[i];
+    memmove(s->xfers.a + i, s->xfers.a + i + 1, (s->xfers.n - i - 1) * sizeof(xfer_rec));
+    s->xfers.n--;
+    s->n_in_transit--;
+    tier_est *te = &s->tiers[x.tier];
+    if (x.dir == SCHED_XFER_OUT) te->queued_out -= x.bytes; else te->queued_in -= x.bytes;
+    sc_observe_transfer(s, &x, bytes, dur_us, status);
+    req *r = &s->reqs[x.slot];
+    r->moving = false;
+    {
+        /* realised cost: swap_out — this transfer, predicted vs measured; swap_in — the round
+         * trip, swap_cost_us at preemption vs measured out + in (null when either unknown) */
+        bool out = x.dir == SCHED_XFER_OUT;
+        sched_event e = ev_of(s, out ? SCHED_EV_SWAP_OUT : SCHED_EV_SWAP_IN, r, now);
+        e.outcome = status < 0 ? SCHED_OUTCOME_FAILED : SCHED_OUTCOME_DONE;
+        e.mode = SCHED_PREEMPT_SWAP;
+        e.xfer = x.id;
+        e.blocks = r->n_tier;
+        e.bytes = x.bytes;
+        e.pool = (sched_pool)x.tier;
+        if (out) {
+            r->out_us = status == 0 ? dur_us : 0;
+            e.predicted_us = x.pred_us;
+            e.realised_us = dur_us ? (double)dur_us : -1;
+        }
+        else {
+            e.predicted_us = r->pre_sw_us;
+            e.realised_us = r->out_us && dur_us ? (double)(r->out_us + dur_us) : -1;
+        }
+        emit(s, &e);
+    }
+    if (x.dir == SCHED_XFER_IN) {
+        s->n_swapping_in--;
+        s->ts[r->tenant].moving_in--;
+    }
+    else {
+        s->pending_out_blocks -= r->n_dev;
+        s->ts[r->tenant].pending_out -= r->n_dev;
+    }
+    if (r->state == SCHED_REQ_ENDED) {   /* cancelled or timed out while moving */
+        sc_release_now(s, x.slot, now, false);
+        return 0;
+    }
+    if (x.dir == SCHED_XFER_OUT) {
+        sc_dev_free_all(s, r);
+        if (status < 0) {   /* the copy failed: the host copy is useless, recompute */
+            sc_tier_free_all(s, r);
+            r->computed = 0;
+            r->recompute = true;
+            sc_waiting_add(s, x.slot);
+            rc_start(s, r, now);
+            return 0;
+        }
+        sc_set_state(s, r, SCHED_REQ_SWAPPED);
+        s->n_swapped++;
+        sc_hpush(s, &s->cs[r->cls].swapped, r->arrival_us, r->id, x.slot);
+        return 0;
+    }
+    sc_tier_free_all(s, r);
+    if (status < 0) {   /* device copy is garbage: re-prefill in place */
+        r->computed = 0;
+        rc_start(s, r, now);
+    }
+    r->resumed_at = now;
+    sc_run_add(s, x.slot);
+    sched_event e = ev_of(s, SCHED_EV_SCHEDULE, r, now);
+    e.outcome = SCHED_OUTCOME_RESUME;
+    e.blocks = r->n_dev;
+    e.wait_us = now - r->arrival_us;
+    emit(s, &e);
+    return 0;
+}
