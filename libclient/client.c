@@ -93,6 +93,14 @@ const char *ringlm_errdetail(void)
 	return errdetail;
 }
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+const char *ringlm_version(int *number)
+{
+	if (number) *number = RINGLM_VERSION_NUMBER;
+	return STR(RINGLM_VERSION_MAJOR) "." STR(RINGLM_VERSION_MINOR) "." STR(RINGLM_VERSION_PATCH);
+}
+
 const char *ringlm_strerror(int err)
 {
 	static __thread char buf[128];
