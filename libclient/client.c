@@ -353,6 +353,11 @@ uint64_t ringlm_policy_hash(const ringlm_client *c)
 	return __atomic_load_n(&c->dseg->policy_hash, __ATOMIC_RELAXED);
 }
 
+int ringlm_draining(const ringlm_client *c)
+{
+	return ring_load32(&c->dseg->state) == RINGLM_WIRE_ST_DRAINING;
+}
+
 int ringlm_set_option(ringlm_client *c, int option, long value)
 {
 	switch (option) {

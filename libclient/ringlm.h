@@ -191,6 +191,9 @@ int ringlm_set_option(ringlm_client *c, int option, long value);
 /* Session facts: the daemon's session id, the policy hash it currently serves. */
 uint64_t ringlm_session_id(const ringlm_client *c);
 uint64_t ringlm_policy_hash(const ringlm_client *c);
+/* 1 while the daemon drains (it takes no new requests; those in flight finish), else 0.
+ * A gateway reads it for its health check, before any submit would fail with -ESHUTDOWN. */
+int ringlm_draining(const ringlm_client *c);
 
 /* Closes the session (the daemon cancels everything still in flight) and frees c.
  * NULL is a no-op. */

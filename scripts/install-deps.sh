@@ -15,6 +15,7 @@ pkgs=(
   systemtap-sdt-dev       # USDT probes (sys/sdt.h)
   clang libclang-rt-14-dev  # libFuzzer target (make fuzz)
   gnuplot-nox             # simulator plots
+  curl                    # gateway tests and `make demo`: the real HTTP client
 )
 missing=()
 for p in "${pkgs[@]}"; do
