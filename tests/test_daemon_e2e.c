@@ -1505,7 +1505,7 @@ Test(daemon_e2e, prefix_cache_greedy_output_equals_cache_off)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
     int n = load_refs(cases, 12);
     if (n < 2) cr_skip_test("reference-greedy.json not found");
@@ -1545,13 +1545,15 @@ Test(daemon_e2e, prefix_cache_greedy_output_equals_cache_off)
     cr_assert_gt(port, 0, "no 'metrics on port' line in the daemon's stderr");
     double queried = 0, want_q = 0, hit = -1;
     for (int i = 0; i < PX_N; i++) want_q += g.n_prompt[i];
-    static char body[1 << 20];
     for (uint64_t deadline = now_ms() + 5000;;) {   /* published every few ms */
-        if (http_get(port, "/metrics", body, sizeof body) > 0) {
-            queried = metric_value(body, "vllm:prefix_cache_queries_total");
-            hit = metric_value(body, "vllm:prefix_cache_hits_total");
-            if (queried == want_q && hit == 48.0 * (PX_N - 1)) break;
+        int status = 0;
+        char *body = th_http_get(port, "/metrics", &status, NULL, 0);
+        if (body && status == 200) {
+            queried = prom_value(body, "vllm:prefix_cache_queries_total");
+            hit = prom_value(body, "vllm:prefix_cache_hits_total");
         }
+        free(body);
+        if (queried == want_q && hit == 48.0 * (PX_N - 1)) break;
         if (now_ms() > deadline) break;
         poll_pause();
     }
