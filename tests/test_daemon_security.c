@@ -795,3 +795,92 @@ Test(daemon_security, client_names_cannot_forge_logs_or_squat_labels_and_deadlin
 	json_decref(dec);
 	json_decref(req);
 }
+
+/* ---- 8: defaults an operator expects ------------------------------------------------------ */
+
+/* Four sessions of one tenant submitting records as fast as the daemon takes them, and
+ * reading every answer. The requests are refused at admission (a token outside the
+ * vocabulary): what they cost is the loop's work per record, which is what the per-tenant
+ * bound on records per iteration shares out (the engine's work is shared by the
+ * scheduler's fair share; a flood of real work lengthens every batch for everyone). */
+static void tenant_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
+{
+	(void)arg;
+	ringlm_client *c[4];
+	for (int i = 0; i < 4; i++)
+		if (ringlm_connect(sock, &c[i]) < 0)
+			_exit(4);
+	int32_t prompt[4] = { 5, 6, 99999, 8 };
+	ringlm_request q;
+	ringlm_request_init(&q);
+	q.prompt = prompt;
+	q.n_prompt = 4;
+	q.max_new_tokens = 1;
+	unsigned long done = 0;
+	int told = 0;
+	double until = now_ms() + 30000;
+	struct pollfd p = { .fd = stop_fd, .events = POLLIN };
+	while (now_ms() < until && poll(&p, 1, 0) == 0) {
+		for (int i = 0; i < 4; i++) {
+			uint64_t id;
+			while (ringlm_submit(c[i], &q, &id) == 0)
+				;
+			ringlm_event ev;
+			while (ringlm_next_event(c[i], &ev, 0) == 1)
+				done += ev.kind == RINGLM_EV_FINISH;
+		}
+		if (!told && done > 2000) {
+			if (write(ready_fd, "r", 1) != 1)
+				break;
+			told = 1;
+		}
+	}
+	for (int i = 0; i < 4; i++)
+		ringlm_close(c[i]);
+}
+
+Test(daemon_security, one_tenants_submission_flood_does_not_slow_another)
+{
+	dmn d;
+	dmn_start(&d, two_tenants, NULL);
+	victim base, att;
+	victim_run(d.sock, 5, &base);
+	cr_assert_eq(base.connect_rc, 0, "unloaded: %s", base.detail);
+	attacker a;
+	attacker_start(&a, tenant_flood, d.sock, NULL);
+	victim_run(d.sock, 5, &att);
+	attacker_stop(&a);
+	expect_unharmed(&base, &att, "4-session submission flood of one tenant");
+	dmn_stop(&d);
+	victim_free(&base);
+	victim_free(&att);
+}
+
+Test(daemon_security, socket_mode_and_group_decide_who_connects)
+{
+	dmn d;
+	dmn_start(&d, two_tenants, (const char *const[]){ "--socket-mode", "0660", "--socket-group", "0", NULL });
+	struct stat st;
+	cr_assert_eq(stat(d.sock, &st), 0);
+	cr_expect_eq(st.st_mode & 0777, 0660, "socket mode %o", st.st_mode & 0777);
+	cr_expect_eq(st.st_gid, 0u);
+	/* uid 65534 is neither the owner nor in group 0: the kernel refuses its connect. */
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		if (setgid(ATTACKER_UID) != 0 || setuid(ATTACKER_UID) != 0)
+			_exit(3);
+		ringlm_client *c = NULL;
+		int r = ringlm_connect(d.sock, &c);
+		_exit(r == -EACCES ? 0 : 1);
+	}
+	int status;
+	waitpid(pid, &status, 0);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "another uid could connect through a 0660 socket of group 0 (status 0x%x)", status);
+	victim v;
+	victim_run(d.sock, 1, &v);
+	cr_expect_eq(v.connect_rc, 0, "the owner could not connect: %s", v.detail);
+	victim_free(&v);
+	dmn_stop(&d);
+}
