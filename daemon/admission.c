@@ -21,19 +21,20 @@ static void reject_now(svc *s, svc_req *r, unsigned cause, const char *why)
     s->n_rejects++;
     if (r->series >= 0) metrics_count_reject(s->mx, r->series, ringlm_wire_reason_name(cause));
     if (s->logs && declog_has_decisions(s->logs)) {
-        char line[512];
-        char esc[200];
-        size_t k = 0;
-        for (const char *q = why; *q && k + 2 < sizeof esc; q++)
-            if (*q != '"' && *q != '\\' && (unsigned char)*q >= 0x20) esc[k++] = *q;
-        esc[k] = 0;
-        int n = snprintf(line, sizeof line,
-                         "{\"t_us\":%llu,\"ev\":\"reject\",\"req\":%llu,\"tenant\":\"%s\","
-                         "\"class\":\"%s\",\"reason\":\"%s\",\"detail\":\"%s\",\"prompt_tokens\":%u,"
-                         "\"max_tokens\":%u}",
-                         (unsigned long long)s->now_us, (unsigned long long)r->id, r->tenant_name,
-                         r->class_name, ringlm_wire_reason_name(cause), esc, r->n_prompt, r->max_new);
-        if (n > 0 && (size_t)n < sizeof line) declog_decision_line(s->logs, line, (size_t)n);
+        /* The scheduler's reject line, with the detail (formats/decision.h escapes what the
+         * client chose: class name, tenant tag). */
+        fmt_decision d;
+        fmt_decision_init(&d);
+        d.t_us = s->now_us;
+        d.ev = "reject";
+        d.req = r->id;
+        d.tenant = r->tenant_name;
+        d.class_name = r->class_name;
+        d.reason = ringlm_wire_reason_name(cause);
+        d.detail = why;
+        d.prompt_tokens = r->n_prompt;
+        d.max_tokens = r->max_new;
+        declog_decision_record(s->logs, &d);
     }
     DTRACE_PROBE3(ringlmd, decision, (int)SCHED_EV_REJECT, r->id, ringlm_wire_reason_name(cause));
     req_end(s, r, RINGLM_WIRE_R_REJECTED, cause);
