@@ -37,6 +37,8 @@
 #define SVC_KVTIER_TAG (DLOOP_UD_SVC | (1ull << 62))
 #define SVC_HASH_BUCKETS 4096
 #define SVC_MAX_REQS_PER_SESSION 1024
+/* A request's relative deadline at most (a year): now + deadline never wraps. */
+#define SVC_MAX_DEADLINE_US (365ull * 24 * 3600 * 1000000)
 /* Records the loop takes from one session per iteration (the loop's own bound too). */
 #define SVC_RECORDS_PER_SESSION_ITER 256
 #define SVC_STATS_INTERVAL_US 20000
@@ -138,6 +140,7 @@ struct svc {
     /* stats.c (the counters are bumped where the events happen) */
     bool mx_dirty;            /* metrics changed since the last forced publish */
     bool stats_dirty;
+    bool stats_write_failed;  /* the stats file could not be written (said once) */
     int max_series_seen;
     uint64_t series_q_last_us;
     uint32_t *series_waiting, *series_running; /* [SVC_MAX_SERIES] recount scratch */
