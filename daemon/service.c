@@ -275,7 +275,7 @@ int svc_create(const svc_config *cfg, svc **out)
     if (stats_init(s) < 0) { rc = seterr(-ENOMEM, "out of memory"); goto fail; }
     if (!s->cfg.backpressure_timeout_ms) s->cfg.backpressure_timeout_ms = 5000;
     if (!s->cfg.backpressure_buffer_tokens) s->cfg.backpressure_buffer_tokens = 4096;
-    if (!s->cfg.max_records_per_tenant_iter) s->cfg.max_records_per_tenant_iter = 64;
+    if (!s->cfg.max_records_per_tenant_iter) s->cfg.max_records_per_tenant_iter = 16;
     if (!s->cfg.drain_grace_ms) s->cfg.drain_grace_ms = 10000;
     if (!s->cfg.kv_blocks) s->cfg.kv_blocks = 1024;
     if (!s->cfg.kv_block_size) s->cfg.kv_block_size = 16;
