@@ -8,7 +8,7 @@
  * two builds of the engine side by side, run both binaries alternately (perf/engine_ab.sh).
  *
  *   engine_bench --model synthetic:stories15M:1 [--threads N] [--repeats R] [--steps N]
- *                [--context N] [--seqs 1,4,8,16,32,64] [--json]
+ *                [--context N] [--seqs 1,4,8,16,32,64] [--no-naive] [--json]
  *
  * The decode figures of issue 18 (llama.cpp's llama-batched-bench: 32-token prompts, 128
  * generated tokens) correspond to --context 32 --steps 128.
@@ -245,16 +245,16 @@ int main(int argc, char **argv)
 {
     const char *spec = "synthetic:stories15M:1";
     int threads = 2, repeats = 5, json = 0, decode_steps = 16, ctx0 = 32, prefill_len = 256;
-    int batch_sizes[MAX_SIZES] = {1, 4, 8, 16, 32, 64}, n_sizes = 6;
+    int batch_sizes[MAX_SIZES] = {1, 4, 8, 16, 32, 64}, n_sizes = 6, naive_runs = 1;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},  {"threads", required_argument, 0, 't'},
         {"repeats", required_argument, 0, 'r'}, {"json", no_argument, 0, 'j'},
         {"steps", required_argument, 0, 's'},  {"prefill", required_argument, 0, 'p'},
         {"clock", required_argument, 0, 'c'},  {"context", required_argument, 0, 'x'},
-        {"seqs", required_argument, 0, 'n'},
+        {"seqs", required_argument, 0, 'n'},   {"no-naive", no_argument, 0, 'N'},
         {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "m:t:r:js:p:c:x:n:", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "m:t:r:js:p:c:x:n:N", opts, NULL)) != -1) {
         switch (ch) {
         case 'm': spec = optarg; break;
         case 't': threads = atoi(optarg); break;
@@ -263,6 +263,7 @@ int main(int argc, char **argv)
         case 's': decode_steps = atoi(optarg); break;
         case 'p': prefill_len = atoi(optarg); break;
         case 'x': ctx0 = atoi(optarg); break;
+        case 'N': naive_runs = 0; break;
         case 'n':
             if ((n_sizes = parse_seqs(optarg, batch_sizes)) < 0) {
                 fprintf(stderr, "engine_bench: --seqs: a comma-separated list of at most %d "
@@ -275,7 +276,7 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr, "usage: engine_bench --model SPEC [--threads N] [--repeats R] "
                             "[--steps N] [--context N] [--seqs 1,4,8,...] [--prefill N] "
-                            "[--clock wall|cpu] [--json]\n");
+                            "[--clock wall|cpu] [--no-naive] [--json]\n");
             return 2;
         }
     }
@@ -336,7 +337,7 @@ int main(int argc, char **argv)
     size_t cache = (size_t)cfg->n_layers * cfg->seq_len * kv_dim;
     n.key_cache = calloc(cache, 4);
     n.value_cache = calloc(cache, 4);
-    for (int pos = 0; pos < ctx0; pos++)
+    for (int pos = 0; naive_runs && pos < ctx0; pos++)
         naive_forward(&n, pos % cfg->vocab_size, pos);
 
     /* Warm-up, and every sequence's ctx0 tokens of context. */
@@ -385,6 +386,8 @@ int main(int argc, char **argv)
         php.proj_ns += tmp.proj_ns;
         php.attn_ns += tmp.attn_ns;
         php.other_ns += tmp.other_ns;
+        if (!naive_runs)
+            continue; /* --no-naive: engine figures only (the baseline takes longest) */
         t0 = now_s();
         for (int k = 0; k < decode_steps; k++)
             naive_forward(&n, (k * 31) % cfg->vocab_size, ctx0 + k);
@@ -451,7 +454,8 @@ int main(int argc, char **argv)
                phd.other_ns * msd, php.proj_ns * msp, php.attn_ns * msp, php.other_ns * msp,
                max_seqs, phd.proj_ns / totd, phd.attn_ns / totd, phd.other_ns / totd,
                php.proj_ns / totp, php.attn_ns / totp, php.other_ns / totp, naive_tok_s,
-               decode_tok_s[0] / naive_tok_s, prefill_tok_s / naive_tok_s);
+               naive_tok_s > 0 ? decode_tok_s[0] / naive_tok_s : 0,
+               naive_tok_s > 0 ? prefill_tok_s / naive_tok_s : 0); /* 0: --no-naive */
     } else {
         printf("engine_bench %s, %d threads, medians of %d repeats [lowest, highest] (%d decode "
                "steps after %d tokens of context)\n", spec, threads, repeats, decode_steps, ctx0);
@@ -474,8 +478,9 @@ int main(int argc, char **argv)
                max_seqs, phd.proj_ns * msd, phd.attn_ns * msd, phd.other_ns * msd);
         printf("  step split prefill:   projections %.2f ms, attention %.2f ms, other %.2f ms\n",
                php.proj_ns * msp, php.attn_ns * msp, php.other_ns * msp);
-        printf("  baseline (naive 1-row 1-thread forward): %.1f tok/s; engine batch-1 = %.2fx\n",
-               naive_tok_s, decode_tok_s[0] / naive_tok_s);
+        if (naive_tok_s > 0)
+            printf("  baseline (naive 1-row 1-thread forward): %.1f tok/s; engine batch-1 = "
+                   "%.2fx\n", naive_tok_s, decode_tok_s[0] / naive_tok_s);
     }
     free(n.x); free(n.xb); free(n.xb2); free(n.q); free(n.hb); free(n.hb2); free(n.att);
     free(n.logits); free(n.key_cache); free(n.value_cache);
