@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "daemon/kvtier.h"
+#include "formats/request_log.h"
 #include "kernels/engine.h"
 #include "perf/bench_util.h"
 
@@ -210,11 +211,11 @@ static int measure_tier(kvtier *kt, struct io_uring *ring, int tier, size_t bloc
     double X[64][8], Y[2][64];
     int nrow = 0;
     int rc = 0;
-    if (kvtier_alloc(kt, tier, maxn, slots) < 0) {
+    if (maxn > kvtier_blocks(kt, tier)) {
         rc = -ENOSPC;
         goto out;
     }
-    for (int i = 0; i < maxn; i++) blocks[i] = i;
+    for (int i = 0; i < maxn; i++) blocks[i] = slots[i] = i;
     for (int si = 0; si < ns; si++) {
         int n = sizes[si];
         double t[2][16];
@@ -222,18 +223,18 @@ static int measure_tier(kvtier *kt, struct io_uring *ring, int tier, size_t bloc
             for (int dir = 0; dir < 2; dir++) {
                 xfer_ctx x = {0};
                 rc = kvtier_submit(kt, dir, tier, blocks, slots, n, 1, xfer_done, &x);
-                if (rc < 0) goto out_free;
+                if (rc < 0) goto out;
                 kvtier_flush(kt);
                 while (!x.done) {
                     struct io_uring_cqe *cqe;
                     rc = io_uring_wait_cqe(ring, &cqe);
-                    if (rc < 0) goto out_free;
+                    if (rc < 0) goto out;
                     kvtier_handle_cqe(kt, cqe);
                     io_uring_cqe_seen(ring, cqe);
                 }
                 if (x.res < 0) {
                     rc = x.res;
-                    goto out_free;
+                    goto out;
                 }
                 if (r > 0) t[dir][r - 1] = (double)x.elapsed_us; /* the first is a warm-up */
             }
@@ -258,8 +259,6 @@ static int measure_tier(kvtier *kt, struct io_uring *ring, int tier, size_t bloc
         }
     }
     fit->ok = true;
-out_free:
-    kvtier_free(kt, tier, slots, maxn);
 out:
     free(blocks);
     free(slots);
@@ -299,17 +298,6 @@ typedef struct loop_point {
     int line;
 } loop_point;
 
-static int field_num(json_t *o, const char *key, double *out, const char *path, int line)
-{
-    json_t *v = json_object_get(o, key);
-    if (!json_is_number(v)) {
-        fprintf(stderr, "calibrate: %s:%d: \"%s\" is missing or not a number\n", path, line, key);
-        return -EINVAL;
-    }
-    *out = json_number_value(v);
-    return 0;
-}
-
 /* Reads a ringlmd --request-log: one decode-period point per request that finished by length
  * with >= 8 tokens and overlapped no other request (a shared step is not a one-sequence
  * step). Unfinished, rejected or cancelled requests carry nulls there: skipped, counted. */
@@ -324,29 +312,20 @@ static int read_daemon_log(const char *path, loop_point **out, int *n_out)
     while (getline(&buf, &bcap, f) > 0) {
         line++;
         if (buf[0] == '\n') continue;
-        json_error_t je;
-        json_t *o = json_loads(buf, 0, &je);
-        if (!json_is_object(o)) {
-            fprintf(stderr, "calibrate: %s:%d: not a JSON object: %s\n", path, line, o ? "" : je.text);
-            json_decref(o);
+        fmt_request q;
+        fmt_request_text text;
+        char why[200];
+        size_t len = strlen(buf);
+        while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r')) len--;
+        if (fmt_request_parse(buf, len, &q, &text, why, sizeof why) < 0) {
+            fprintf(stderr, "calibrate: %s:%d: %s\n", path, line, why);
             rc = -EINVAL;
             break;
         }
-        json_t *fr = json_object_get(o, "finish_reason");
-        double arr, pr, ot, ft = 0, fin = 0;
-        if ((rc = field_num(o, "arrival_us", &arr, path, line)) || (rc = field_num(o, "prompt_tokens", &pr, path, line)) ||
-            (rc = field_num(o, "output_tokens", &ot, path, line))) {
-            json_decref(o);
-            break;
-        }
-        bool ok = json_is_string(fr) && !strcmp(json_string_value(fr), "length") && ot >= 8 &&
-                  json_is_number(json_object_get(o, "first_token_us")) && json_is_number(json_object_get(o, "finish_us"));
-        if (ok) {
-            field_num(o, "first_token_us", &ft, path, line);
-            field_num(o, "finish_us", &fin, path, line);
-            ok = fin > ft && ft >= arr;
-        }
-        json_decref(o);
+        double arr = (double)q.arrival_us, pr = (double)q.prompt_tokens, ot = (double)q.output_tokens;
+        double ft = (double)q.first_token_us, fin = (double)q.finish_us;
+        bool ok = q.finish_reason && !strcmp(q.finish_reason, "length") && ot >= 8 &&
+                  q.first_token_us != FMT_NULL && q.finish_us != FMT_NULL && fin > ft && ft >= arr;
         if (!ok) { skipped++; continue; }
         if (n == cap) {
             cap = cap ? 2 * cap : 64;

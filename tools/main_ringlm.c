@@ -1,0 +1,293 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ringlm — the command-line client of ringlmd.
+ *
+ *   ringlm [--socket PATH] generate --prompt TEXT --tokenizer T [options]
+ *   ringlm [--socket PATH] replay TRACE [options]
+ *
+ * generate streams decoded text exactly as llama2.c's run.c prints it (prompt pieces, then
+ * generated pieces, then a newline), so a greedy run can be compared byte for byte with the
+ * reference. replay drives the daemon open-loop from a recorded trace (native JSONL, Azure
+ * CSV, Mooncake JSONL) from several client processes and reports latency percentiles per
+ * tenant.
+ *
+ * Every subcommand takes --socket PATH (default $RINGLM_SOCKET, else RINGLM_DEFAULT_SOCKET,
+ * the path ringlmd uses by default too).
+ */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "libclient/ringlm.h"
+#include "libclient/tokenizer.h"
+#include "tools/cli.h"
+#include "tools/replay.h"
+
+#ifndef RINGLM_VERSION
+#define RINGLM_VERSION "unknown"
+#endif
+
+/* ======================================================================================= */
+/* generate                                                                                */
+/* ======================================================================================= */
+
+static void usage_generate(FILE *f)
+{
+    fprintf(f,
+            "usage: ringlm [--socket PATH] generate --prompt TEXT --tokenizer FILE [options]\n"
+            "  --max-tokens N     new tokens to generate (default 256)\n"
+            "  --steps N          instead of --max-tokens: total positions including the prompt,\n"
+            "                     as llama2.c run.c's -n (max-tokens = N - prompt tokens + 1)\n"
+            "  --temperature F    0 = greedy (default 0)\n"
+            "  --top-k K          0 = off;  --top-p P  1 = off;  --seed S\n"
+            "  --class C          request class (default: the daemon's \"default\")\n"
+            "  --tenant TAG       tenant tag (honoured only for uids the daemon trusts)\n"
+            "  --deadline-ms N    give up after N ms (the daemon times the request out)\n"
+            "  --ignore-stop      the stop token does not end it: exactly --max-tokens tokens\n"
+            "  --stats            print the request's timing to stderr at the end\n"
+            "  --prompt-ids LIST  instead of --prompt/--tokenizer: comma-separated token ids;\n"
+            "                     the output is then token ids, one line per token\n"
+            "Prints the prompt, then the generated text as it streams, then a newline.\n");
+}
+
+static int cmd_generate(int argc, char **argv)
+{
+    const char *prompt = NULL, *tok_path = NULL, *cls = NULL, *tenant = NULL, *prompt_ids = NULL;
+    long max_tokens = -1, steps = -1, top_k = 0, deadline_ms = 0;
+    double temperature = 0.0, top_p = 1.0;
+    unsigned long long seed = 0;
+    bool stats = false, ignore_stop = false;
+    static const struct option opts[] = {
+        {"prompt", required_argument, 0, 'p'},      {"tokenizer", required_argument, 0, 'z'},
+        {"max-tokens", required_argument, 0, 'n'},  {"steps", required_argument, 0, 'S'},
+        {"temperature", required_argument, 0, 't'}, {"top-k", required_argument, 0, 'k'},
+        {"top-p", required_argument, 0, 'P'},       {"seed", required_argument, 0, 's'},
+        {"class", required_argument, 0, 'c'},       {"tenant", required_argument, 0, 'T'},
+        {"deadline-ms", required_argument, 0, 'd'}, {"socket", required_argument, 0, 'X'},
+        {"stats", no_argument, 0, 'A'},             {"help", no_argument, 0, 'h'},
+        {"prompt-ids", required_argument, 0, 'I'},  {"ignore-stop", no_argument, 0, 'G'},
+        {0, 0, 0, 0}};
+    int o;
+    optind = 1;
+    while ((o = getopt_long(argc, argv, "p:z:n:t:k:s:c:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'p': prompt = optarg; break;
+        case 'z': tok_path = optarg; break;
+        case 'n': max_tokens = cli_parse_long("--max-tokens", optarg, 1, 1 << 24); break;
+        case 'S': steps = cli_parse_long("--steps", optarg, 1, 1 << 24); break;
+        case 't': temperature = cli_parse_double("--temperature", optarg, 0, 100); break;
+        case 'k': top_k = cli_parse_long("--top-k", optarg, 0, 1 << 30); break;
+        case 'P': top_p = cli_parse_double("--top-p", optarg, 1e-9, 1); break;
+        case 's': seed = (unsigned long long)cli_parse_long("--seed", optarg, 0, LONG_MAX); break;
+        case 'c': cls = optarg; break;
+        case 'T': tenant = optarg; break;
+        case 'd': deadline_ms = cli_parse_long("--deadline-ms", optarg, 0, 1L << 40); break;
+        case 'X': cli_socket = optarg; break;
+        case 'A': stats = true; break;
+        case 'I': prompt_ids = optarg; break;
+        case 'G': ignore_stop = true; break;
+        case 'h': usage_generate(stdout); return 0;
+        default: usage_generate(stderr); return 2;
+        }
+    }
+    if (optind < argc) cli_die("generate: unexpected argument '%s'", argv[optind]);
+    if (!prompt) prompt = "";
+    tok_tokenizer *tok = NULL;
+    int32_t *ids;
+    int n, rc;
+    if (prompt_ids) {
+        /* Raw ids: for models without a tokenizer (synthetic weights). */
+        size_t cap = 1;
+        for (const char *p = prompt_ids; *p; p++) cap += *p == ',';
+        ids = malloc(cap * sizeof *ids);
+        if (!ids) cli_die("out of memory");
+        n = 0;
+        char *dup = cli_strdup(prompt_ids), *save = NULL;
+        for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save))
+            ids[n++] = (int32_t)cli_parse_long("--prompt-ids", t, 0, INT32_MAX);
+        free(dup);
+        if (n == 0) cli_die("--prompt-ids: no ids");
+    } else {
+        if (!tok_path) {
+            usage_generate(stderr);
+            cli_die("generate: --tokenizer FILE is required (e.g. ../shared/models/tok512.bin)");
+        }
+        rc = tok_load(tok_path, 0, &tok);
+        if (rc < 0) cli_die("tokenizer %s: %s (%s)", tok_path, strerror(-rc), tok_errmsg());
+        size_t cap = tok_encode_bound(prompt);
+        ids = malloc(cap * sizeof *ids);
+        if (!ids) cli_die("out of memory");
+        n = tok_encode(tok, prompt, true, false, ids, (int)cap);
+        if (n < 0) cli_die("encoding the prompt: %s", tok_errmsg());
+    }
+    if (steps > 0) {
+        /* run.c: positions 0..steps-1, the prompt forced for the first n-1 of them. */
+        if (steps < n) cli_die("--steps %ld is shorter than the prompt (%d tokens)", steps, n);
+        max_tokens = steps - n + 1;
+    }
+    if (max_tokens < 0) max_tokens = 256;
+
+    ringlm_client *c = cli_connect();
+    ringlm_request r;
+    ringlm_request_init(&r);
+    r.prompt = ids;
+    r.n_prompt = (uint32_t)n;
+    r.max_new_tokens = (uint32_t)max_tokens;
+    r.temperature = (float)temperature;
+    r.top_k = (uint32_t)top_k;
+    r.top_p = (float)top_p;
+    r.seed = seed;
+    r.deadline_us = (uint64_t)deadline_ms * 1000u;
+    if (cls) r.class_name = cls;
+    r.tenant_tag = tenant;
+    r.ignore_stop = ignore_stop;
+    uint64_t id;
+    uint64_t t0 = cli_now_us(), t_first = 0;
+    rc = ringlm_submit(c, &r, &id);
+    if (rc < 0) cli_die("submit: %s%s%s", ringlm_strerror(rc), *ringlm_errdetail() ? " — " : "", ringlm_errdetail());
+
+    /* The prompt as run.c prints it: each forced token decoded after its predecessor. */
+    if (tok)
+        for (int i = 1; i < n; i++) fputs(tok_decode(tok, ids[i - 1], ids[i]), stdout);
+    fflush(stdout);
+    int32_t prev = ids[n - 1];
+    uint32_t got = 0;
+    bool stopped_on_bos = false;
+    int exit_code = 0;
+    for (;;) {
+        ringlm_event ev;
+        rc = ringlm_next_event(c, &ev, -1);
+        if (rc == -EINTR) continue;
+        if (rc < 0) {
+            fputc('\n', stdout);
+            fflush(stdout);
+            cli_die("the daemon went away mid-request: %s%s%s", ringlm_strerror(rc),
+                *ringlm_errdetail() ? " — " : "", ringlm_errdetail());
+        }
+        if (ev.req_id != id) continue;
+        if (ev.kind == RINGLM_EV_TOKEN) {
+            if (stopped_on_bos) continue;
+            if (!got++) t_first = cli_now_us();
+            /* run.c stops when it samples BOS and prints nothing for it. */
+            if (ev.token == TOK_BOS && tok) {
+                stopped_on_bos = true;
+                ringlm_cancel(c, id);
+                continue;
+            }
+            if (!tok) {
+                printf("%d\n", ev.token);
+                fflush(stdout);
+                continue;
+            }
+            const char *piece = tok_decode(tok, prev, ev.token);
+            if (!piece) {
+                fputc('\n', stdout);
+                cli_die("the daemon sent token id %d, outside the tokenizer's %d pieces", ev.token,
+                    tok_vocab_size(tok));
+            }
+            fputs(piece, stdout);
+            fflush(stdout);
+            prev = ev.token;
+        } else if (ev.kind == RINGLM_EV_FINISH) {
+            if (tok) fputc('\n', stdout);
+            fflush(stdout);
+            int fr = ev.finish_reason;
+            if (fr == RINGLM_FINISH_REJECTED || fr == RINGLM_FINISH_ERROR ||
+                fr == RINGLM_FINISH_TIMEOUT || (fr == RINGLM_FINISH_CANCELLED && !stopped_on_bos)) {
+                fprintf(stderr, "ringlm: request %s%s%s after %u tokens\n", ringlm_reason_name(fr),
+                        ev.reject_reason ? ": " : "", ev.reject_reason ? ringlm_reason_name(ev.reject_reason) : "",
+                        ev.n_tokens);
+                exit_code = 1;
+            }
+            if (stats) {
+                uint64_t t_end = cli_now_us();
+                fprintf(stderr,
+                        "ringlm: %u prompt tokens, %u generated, ttft %.2f ms, %.2f ms/token, "
+                        "total %.2f ms, finish %s, policy %016llx\n",
+                        (unsigned)n, got, t_first ? (double)(t_first - t0) / 1e3 : 0.0,
+                        got > 1 ? (double)(t_end - t_first) / 1e3 / (got - 1) : 0.0,
+                        (double)(t_end - t0) / 1e3,
+                        stopped_on_bos ? "stop" : ringlm_reason_name(fr),
+                        (unsigned long long)ev.policy_hash);
+            }
+            break;
+        }
+    }
+    ringlm_close(c);
+    free(ids);
+    if (tok) tok_free(tok);
+    return exit_code;
+}
+
+/* ======================================================================================= */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ringlm [--socket PATH] COMMAND [options]\n"
+            "  generate   stream text for a prompt (ringlm generate --help)\n"
+            "  replay     open-loop replay of a trace against the daemon (ringlm replay --help)\n"
+            "  version    print the client version\n"
+            "--socket PATH: the daemon's socket (default $%s, else %s)\n",
+            RINGLM_SOCKET_ENV, RINGLM_DEFAULT_SOCKET);
+}
+
+int main(int argc, char **argv)
+{
+    int i = 1;
+    while (i < argc && argv[i][0] == '-') {
+        if (!strcmp(argv[i], "--socket") && i + 1 < argc) {
+            cli_socket = argv[i + 1];
+            i += 2;
+        } else if (!strncmp(argv[i], "--socket=", 9)) {
+            cli_socket = argv[i] + 9;
+            i++;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--version")) {
+            printf("ringlm %s\n", RINGLM_VERSION);
+            return 0;
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[i];
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc - i, argv + i);
+    if (!strcmp(cmd, "replay")) return replay_main(argc - i, argv + i);
+    if (!strcmp(cmd, "version")) {
+        printf("ringlm %s (libringlm %s)\n", RINGLM_VERSION, ringlm_version(NULL));
+        return 0;
+    }
+    if (!strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "ringlm: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}
