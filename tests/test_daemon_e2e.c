@@ -457,7 +457,7 @@ Test(daemon_e2e, ignore_stop_generates_exactly_max_new_tokens)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
     int n = load_refs(cases, 12);
     if (n == 0) cr_skip_test("reference-greedy.json not found");
