@@ -31,11 +31,14 @@
 #include "sched/sched.h"
 #include "shm/wire.h"
 
-/* llama2.c models stop when BOS is sampled (run.c); the stop token is not streamed. */
-#define SVC_STOP_TOKEN 1
+/* A sequence ends when it samples one of the model's stop tokens (eng_model_stop_tokens:
+ * BOS for llama2.c models, as run.c; EOS/EOT/EOM for GGUF files); it is not streamed. */
+#define SVC_MAX_STOP_TOKENS 4
 #define SVC_KVTIER_TAG (DLOOP_UD_SVC | (1ull << 62))
 #define SVC_HASH_BUCKETS 4096
 #define SVC_MAX_REQS_PER_SESSION 1024
+/* A request's relative deadline at most (a year): now + deadline never wraps. */
+#define SVC_MAX_DEADLINE_US (365ull * 24 * 3600 * 1000000)
 /* Records the loop takes from one session per iteration (the loop's own bound too). */
 #define SVC_RECORDS_PER_SESSION_ITER 256
 #define SVC_STATS_INTERVAL_US 20000
@@ -93,6 +96,8 @@ struct svc {
     eng_model *model;
     eng *engine;
     const eng_model_config *mcfg;
+    int32_t stop_tokens[SVC_MAX_STOP_TOKENS];
+    int n_stop_tokens;
     sched_policy *policy;
     sched *sched;
     declog *logs;
@@ -135,6 +140,7 @@ struct svc {
     /* stats.c (the counters are bumped where the events happen) */
     bool mx_dirty;            /* metrics changed since the last forced publish */
     bool stats_dirty;
+    bool stats_write_failed;  /* the stats file could not be written (said once) */
     int max_series_seen;
     uint64_t series_q_last_us;
     uint32_t *series_waiting, *series_running; /* [SVC_MAX_SERIES] recount scratch */
