@@ -161,6 +161,7 @@ struct sched {
     double           corr;
     tier_est         tiers[SCHED_POOL__COUNT];
     double           last_pred_us;
+    double           plan_pairs;          /* the plan's prefill attention pairs (add_entry) */
     uint64_t         xfer_measured;
     /* measured prefill rate under backlog (exponentially decayed sums, ~2 s memory) */
     double           rate_tok, rate_us;
@@ -304,7 +305,7 @@ void sc_run_remove(sched *s, uint32_t slot);
 void sc_timer_update(sched *s, uint32_t slot);
 
 /* ---- cost.c ---- */
-double sc_predict_step_us(const sched *s, uint64_t prefill, uint64_t decode, uint64_t ctx);
+double sc_predict_step_us(const sched *s, uint64_t prefill, uint64_t decode, uint64_t ctx, double pairs);
 double sc_prefill_us(const sched *s, uint64_t n);
 void sc_observe_step(sched *s, uint64_t now, uint64_t prefilled, uint64_t step_us);
 void sc_observe_transfer(sched *s, const xfer_rec *x, uint64_t bytes, uint64_t dur_us, int status);

@@ -15,19 +15,17 @@ void sim_service_default(sim_service *s)
 {
     memset(s, 0, sizeof *s);
     /* Llama-3-8B, bf16, one H200 (4.8 TB/s HBM, ~990 TFLOP/s dense bf16):
-     *  base: every step streams the 16.06 GB of weights once → 3.35 ms at full bandwidth;
-     *  prefill token: 2 × 8.03 GFLOP = 16 GFLOP → 16.2 µs at peak; at a realistic 55% MFU 29 µs;
-     *  decode sequence: the same FLOPs, but batched decode is still bandwidth-bound, so add
-     *        the per-sequence sampling/activation overhead seen in vLLM traces: 30 µs;
-     *  context token: KV read per token per step = 32 layers × 8 KV heads × 128 × 2 (K,V)
-     *        × 2 bytes = 128 KiB → 0.027 µs at 4.8 TB/s.
+     *  step model: sched_step_model_default (sched/cost.c says how each term is derived);
      *  KV: 141 GB − 16 GB weights, 90% usable → ~112 GB / 128 KiB = ~856k tokens = 53,500
      *        blocks of 16; host tier 256 GB pinned = 2M tokens = 122,000 blocks;
      *  host link: PCIe 5.0 x16, ~50 GB/s each way in practice, 10 µs per transfer. */
-    s->base_us = 3350;
-    s->per_prefill_token_us = 29;
-    s->per_decode_seq_us = 30;
-    s->per_context_token_us = 0.027;
+    sched_step_model m;
+    sched_step_model_default(&m);   /* the one built-in model, shared with the daemon */
+    s->base_us = m.base_us;
+    s->per_prefill_token_us = m.prefill_token_us;
+    s->per_decode_seq_us = m.decode_seq_us;
+    s->per_context_token_us = m.context_token_us;
+    s->per_prefill_pair_us = m.prefill_pair_us;
     s->r2 = s->median_rel_err = s->max_rel_err = s->file_median_rel_err = NAN;
     s->loop_median_rel_err = s->loop_engine_median_rel_err = NAN;
     s->builtin = true;
