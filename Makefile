@@ -14,7 +14,8 @@
 CC       ?= gcc
 PREFIX   ?= /usr/local
 DESTDIR  ?=
-VERSION  := 0.1.0
+# The version lives in libclient/ringlm.h (RINGLM_VERSION_MAJOR/MINOR/PATCH); read from there.
+VERSION  := $(shell awk '/^\#define RINGLM_VERSION_(MAJOR|MINOR|PATCH) /{v = v (v == "" ? "" : ".") $$3} END{print v}' libclient/ringlm.h)
 SANITIZE ?= 0
 TSAN     ?= 0
 
@@ -41,7 +42,7 @@ CFLAGS   ?= $(OPT) -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -Werror -fno-omit-frame-pointer -fPIC -pthread \
             -D_GNU_SOURCE -I. -Ilibclient -DRINGLM_VERSION=\"$(VERSION)\" $(SANFLAGS)
 LDFLAGS  += -pthread -rdynamic $(SANFLAGS)
-SYSLIBS  := -luring -lnuma -lopenblas -lmicrohttpd -linih -ljansson -lrt -ldl -lm
+SYSLIBS  := -luring -lnuma -lopenblas -lmicrohttpd -linih -ljansson -lxxhash -lrt -ldl -lm
 
 OBJ      := $(B)/obj
 BIN      := $(B)/bin
@@ -56,6 +57,8 @@ SCHED_SRCS   := $(call lib_srcs,sched)
 ENGINE_SRCS  := $(call lib_srcs,kernels) $(call lib_srcs,kernels/cpu)
 DAEMON_SRCS  := $(call lib_srcs,daemon)
 SIM_SRCS     := $(call lib_srcs,sim)
+FORMATS_SRCS := $(call lib_srcs,formats)
+TOOLS_SRCS   := $(call lib_srcs,tools)
 
 objs = $(patsubst %.c,$(OBJ)/%.o,$(1))
 
@@ -67,8 +70,10 @@ NUMA_A       := $(LIB)/libringlm_numa.a
 ENGINE_A     := $(LIB)/libringlm_engine.a
 DAEMON_A     := $(LIB)/libringlm_daemon.a
 SIM_A        := $(LIB)/libringlm_sim.a
+FORMATS_A    := $(LIB)/libringlm_formats.a
+TOOLS_A      := $(LIB)/libringlm_tools.a
 # Link order: users before what they use.
-ALL_A := $(DAEMON_A) $(SIM_A) $(ENGINE_A) $(SCHED_A) $(LIBRINGLM_A) $(NUMA_A)
+ALL_A := $(TOOLS_A) $(DAEMON_A) $(SIM_A) $(ENGINE_A) $(SCHED_A) $(FORMATS_A) $(LIBRINGLM_A) $(NUMA_A)
 
 $(LIBRINGLM_A): $(call objs,$(SHM_SRCS) $(CLIENT_SRCS))
 $(SCHED_A):     $(call objs,$(SCHED_SRCS))
@@ -76,6 +81,8 @@ $(NUMA_A):      $(call objs,$(NUMA_SRCS))
 $(ENGINE_A):    $(call objs,$(ENGINE_SRCS))
 $(DAEMON_A):    $(call objs,$(DAEMON_SRCS))
 $(SIM_A):       $(call objs,$(SIM_SRCS))
+$(FORMATS_A):   $(call objs,$(FORMATS_SRCS))
+$(TOOLS_A):     $(call objs,$(TOOLS_SRCS))
 
 # Every archive holds empty.o too, so a module with no sources yet still links.
 $(ALL_A): $(OBJ)/empty.o
@@ -84,9 +91,11 @@ $(LIB)/%.a:
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(LIBRINGLM_SO): $(call objs,$(SHM_SRCS) $(CLIENT_SRCS))
+# The version script exports ringlm_* only (libclient/libringlm.map).
+$(LIBRINGLM_SO): $(call objs,$(SHM_SRCS) $(CLIENT_SRCS)) libclient/libringlm.map
 	@mkdir -p $(@D)
-	$(CC) -shared -Wl,-soname,libringlm.so.0 $(LDFLAGS) -o $@ $^ -lrt
+	$(CC) -shared -Wl,-soname,libringlm.so.0 -Wl,--version-script=libclient/libringlm.map $(LDFLAGS) \
+	    -o $@ $(filter %.o,$^) -lrt
 	ln -sf libringlm.so $(@D)/libringlm.so.0   # the soname, so build-tree links run
 
 $(OBJ)/empty.o:

@@ -13,7 +13,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -136,6 +135,14 @@ static int ring_put(declog *d, logring *r, const char *line, size_t len)
         wake_if_sleeping(d);
     }
     return 0;
+}
+
+/* A line that could not be formatted (too long) is dropped and counted like a full ring's. */
+static int count_drop(logring *r, int err)
+{
+    atomic_store_explicit(&r->dropped, atomic_load_explicit(&r->dropped, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    return err;
 }
 
 /* Consumer side (the writer thread). Returns bytes consumed. A wrapped range goes out in
@@ -323,6 +330,15 @@ int declog_iteration_line(declog *d, const char *json, size_t len)
     return ring_put(d, &d->log[2], json, len);
 }
 
+int declog_iteration(declog *d, const fmt_iteration *it)
+{
+    if (!d || d->log[2].fd < 0) return 0;
+    char line[DECLOG_LINE_MAX + 1];
+    int n = fmt_iteration_format(it, line, sizeof line);
+    if (n < 0) return count_drop(&d->log[2], n);
+    return ring_put(d, &d->log[2], line, (size_t)n);
+}
+
 /* ---- decision log ------------------------------------------------------------------- */
 
 int declog_decision_line(declog *d, const char *json, size_t len)
@@ -350,176 +366,24 @@ int declog_decision(declog *d, const struct sched_event *ev)
 #endif
 }
 
+int declog_decision_record(declog *d, const fmt_decision *rec)
+{
+    if (!d || d->log[0].fd < 0) return 0;
+    char line[DECLOG_LINE_MAX + 1];
+    int n = fmt_decision_format(rec, line, sizeof line);
+    if (n < 0) return count_drop(&d->log[0], n);
+    return ring_put(d, &d->log[0], line, (size_t)n);
+}
+
 /* ---- request log -------------------------------------------------------------------- */
-
-/* Appends s JSON-escaped (RFC 8259: quote, backslash, control characters). */
-static size_t put_json_str(char *buf, size_t cap, size_t pos, const char *s)
-{
-    static const char hex[] = "0123456789abcdef";
-    if (!s) {
-        const char *null = "null";
-        for (; *null; null++)
-            if (pos + 1 < cap) buf[pos++] = *null;
-            else pos++;
-        return pos;
-    }
-#define PUT(c) do { if (pos + 1 < cap) buf[pos] = (c); pos++; } while (0)
-    PUT('"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        unsigned char c = *p;
-        if (c == '"' || c == '\\') {
-            PUT('\\');
-            PUT((char)c);
-        } else if (c < 0x20) {
-            PUT('\\');
-            PUT('u');
-            PUT('0');
-            PUT('0');
-            PUT(hex[c >> 4]);
-            PUT(hex[c & 15]);
-        } else {
-            PUT((char)c);
-        }
-    }
-    PUT('"');
-#undef PUT
-    return pos;
-}
-
-static size_t put_raw(char *buf, size_t cap, size_t pos, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static size_t put_raw(char *buf, size_t cap, size_t pos, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(pos < cap ? buf + pos : NULL, pos < cap ? cap - pos : 0, fmt, ap);
-    va_end(ap);
-    return pos + (n > 0 ? (size_t)n : 0);
-}
-
-static size_t put_opt(char *buf, size_t cap, size_t pos, const char *key, int64_t v)
-{
-    if (v == DECLOG_NULL) return put_raw(buf, cap, pos, ",\"%s\":null", key);
-    return put_raw(buf, cap, pos, ",\"%s\":%lld", key, (long long)v);
-}
-
-int declog_request_format(const declog_request *r, char *buf, size_t cap)
-{
-    if (cap == 0) return -EMSGSIZE;
-    size_t p = 0;
-    p = put_raw(buf, cap, p, "{\"req\":%llu,\"arrival_us\":%lld,\"tenant\":",
-                (unsigned long long)r->req, (long long)r->arrival_us);
-    p = put_json_str(buf, cap, p, r->tenant ? r->tenant : "");
-    p = put_raw(buf, cap, p, ",\"class\":");
-    p = put_json_str(buf, cap, p, r->class_name ? r->class_name : "");
-    p = put_raw(buf, cap, p, ",\"prompt_tokens\":%lld,\"max_tokens\":%lld,\"output_tokens\":%lld",
-                (long long)r->prompt_tokens, (long long)r->max_tokens, (long long)r->output_tokens);
-    p = put_opt(buf, cap, p, "deadline_us", r->deadline_us);
-    p = put_opt(buf, cap, p, "cancel_us", r->cancel_us);
-    p = put_opt(buf, cap, p, "first_token_us", r->first_token_us);
-    p = put_raw(buf, cap, p, ",\"finish_us\":%lld,\"finish_reason\":", (long long)r->finish_us);
-    p = put_json_str(buf, cap, p, r->finish_reason ? r->finish_reason : "error");
-    p = put_raw(buf, cap, p, ",\"reject_reason\":");
-    p = put_json_str(buf, cap, p, r->reject_reason);
-    p = put_raw(buf, cap, p, "}");
-    if (p >= cap) {
-        buf[cap - 1] = 0;
-        return -EMSGSIZE;
-    }
-    buf[p] = 0;
-    return (int)p;
-}
 
 int declog_request_line(declog *d, const declog_request *r)
 {
     if (!d || d->log[1].fd < 0) return 0;
     char line[DECLOG_LINE_MAX + 1];
-    int n = declog_request_format(r, line, sizeof line);
-    if (n < 0) {
-        atomic_store_explicit(&d->log[1].dropped,
-                              atomic_load_explicit(&d->log[1].dropped, memory_order_relaxed) + 1,
-                              memory_order_relaxed);
-        return n;
-    }
+    int n = fmt_request_format(r, line, sizeof line);
+    if (n < 0) return count_drop(&d->log[1], n);
     return ring_put(d, &d->log[1], line, (size_t)n);
-}
-
-/* ---- request log parsing ------------------------------------------------------------ */
-
-static int get_int(json_t *o, const char *key, bool required, bool nullable, int64_t min,
-                   int64_t *out)
-{
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v)) {
-        if (required) return seterr(-EINVAL, "key %s: missing (an integer is required)", key);
-        *out = nullable ? DECLOG_NULL : 0;
-        return 0;
-    }
-    if (json_is_integer(v)) {
-        *out = (int64_t)json_integer_value(v);
-    } else if (json_is_real(v) && json_real_value(v) >= -9e18 && json_real_value(v) <= 9e18) {
-        *out = (int64_t)json_real_value(v); /* a trace written by another tool may use 12.0 */
-    } else {
-        return seterr(-EINVAL, "key %s: expected an integer", key);
-    }
-    if (*out < min) return seterr(-EINVAL, "key %s: %lld is below %lld", key, (long long)*out,
-                                  (long long)min);
-    return 0;
-}
-
-static int get_str(json_t *o, const char *key, const char **out, char *strbuf, size_t cap,
-                   size_t *used)
-{
-    json_t *v = json_object_get(o, key);
-    *out = NULL;
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_string(v)) return seterr(-EINVAL, "key %s: expected a string", key);
-    size_t n = json_string_length(v);
-    if (*used + n + 1 > cap) return seterr(-EMSGSIZE, "key %s: string of %zu bytes does not fit", key, n);
-    memcpy(strbuf + *used, json_string_value(v), n + 1);
-    *out = strbuf + *used;
-    *used += n + 1;
-    return 0;
-}
-
-int declog_request_parse(const char *line, size_t len, declog_request *out, char *strbuf,
-                         size_t cap)
-{
-    memset(out, 0, sizeof *out);
-    json_error_t jerr;
-    json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!o) return seterr(-EINVAL, "not JSON: %s (column %d)", jerr.text, jerr.column);
-    int rc = -EINVAL;
-    if (!json_is_object(o)) {
-        seterr(-EINVAL, "not a JSON object");
-        goto out;
-    }
-    int64_t req = 0;
-    size_t used = 0;
-    if ((rc = get_int(o, "req", false, false, 0, &req)) < 0) goto out;
-    out->req = (uint64_t)req;
-    if ((rc = get_int(o, "arrival_us", true, false, 0, &out->arrival_us)) < 0) goto out;
-    if ((rc = get_int(o, "prompt_tokens", true, false, 0, &out->prompt_tokens)) < 0) goto out;
-    if ((rc = get_int(o, "max_tokens", false, true, 0, &out->max_tokens)) < 0) goto out;
-    if ((rc = get_int(o, "output_tokens", false, true, 0, &out->output_tokens)) < 0) goto out;
-    if (out->output_tokens == DECLOG_NULL && out->max_tokens == DECLOG_NULL) {
-        rc = seterr(-EINVAL, "key output_tokens: missing (and no max_tokens either)");
-        goto out;
-    }
-    if (out->output_tokens == DECLOG_NULL) out->output_tokens = out->max_tokens;
-    if (out->max_tokens == DECLOG_NULL) out->max_tokens = out->output_tokens;
-    if ((rc = get_int(o, "deadline_us", false, true, 0, &out->deadline_us)) < 0) goto out;
-    if ((rc = get_int(o, "cancel_us", false, true, 0, &out->cancel_us)) < 0) goto out;
-    if ((rc = get_int(o, "first_token_us", false, true, 0, &out->first_token_us)) < 0) goto out;
-    if ((rc = get_int(o, "finish_us", false, true, 0, &out->finish_us)) < 0) goto out;
-    if ((rc = get_str(o, "tenant", &out->tenant, strbuf, cap, &used)) < 0) goto out;
-    if ((rc = get_str(o, "class", &out->class_name, strbuf, cap, &used)) < 0) goto out;
-    if ((rc = get_str(o, "finish_reason", &out->finish_reason, strbuf, cap, &used)) < 0) goto out;
-    if ((rc = get_str(o, "reject_reason", &out->reject_reason, strbuf, cap, &used)) < 0) goto out;
-    rc = 0;
-out:
-    json_decref(o);
-    return rc;
 }
 
 /* ---- accounting --------------------------------------------------------------------- */

@@ -5,7 +5,7 @@
  * written off the hot path.
  *
  * The loop thread formats a line (the scheduler's sched_event_json() for decisions, this
- * module's declog_request_format() for requests) and copies it into a bounded byte ring —
+ * formats/ writers for requests and iterations) and copies it into a bounded byte ring —
  * one per log, single producer (the loop), single consumer (the writer thread). The writer
  * thread drains the rings with write(2) in large chunks and wakes on its own (every few
  * ms, or at once when a ring is a quarter full) — the loop never makes a syscall to hand
@@ -25,6 +25,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "formats/decision.h"
+#include "formats/iteration_log.h"
+#include "formats/request_log.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -64,6 +68,9 @@ bool declog_has_iterations(const declog *d);
 /* Queues one preformatted JSON object (without newline). Same returns as
  * declog_decision_line; a no-op returning 0 when the log is not configured. */
 int declog_iteration_line(declog *d, const char *json, size_t len);
+/* Formats it with fmt_iteration_format and queues the line (a no-op returning 0 when the
+ * log is not configured). Same returns as declog_decision_line. */
+int declog_iteration(declog *d, const fmt_iteration *it);
 
 /* ---- decision log ------------------------------------------------------------------- */
 
@@ -72,45 +79,19 @@ int declog_iteration_line(declog *d, const char *json, size_t len);
 int declog_decision(declog *d, const struct sched_event *ev);
 /* Queues one preformatted JSON object (without newline; one is added). Same returns. */
 int declog_decision_line(declog *d, const char *json, size_t len);
+/* A line the daemon writes itself (a request refused before the scheduler saw it):
+ * formatted with fmt_decision_format (every string escaped) and queued. Same returns. */
+int declog_decision_record(declog *d, const fmt_decision *rec);
 
 /* ---- request log (sim/FORMATS.md "Native request trace") ---------------------------- */
 
-/* Optional integer fields use DECLOG_NULL for JSON null. */
-#define DECLOG_NULL INT64_MIN
+/* The record is formats/request_log.h's (its one writer and reader); these names stay so
+ * the daemon reads as it did. Optional integer fields use DECLOG_NULL (FMT_NULL). */
+#define DECLOG_NULL FMT_NULL
+typedef fmt_request declog_request;
 
-typedef struct declog_request {
-    uint64_t req;
-    int64_t arrival_us;
-    const char *tenant;        /* NULL → "" */
-    const char *class_name;    /* NULL → "" */
-    int64_t prompt_tokens;
-    int64_t max_tokens;
-    int64_t output_tokens;
-    int64_t deadline_us;       /* or DECLOG_NULL */
-    int64_t cancel_us;         /* or DECLOG_NULL */
-    int64_t first_token_us;    /* or DECLOG_NULL */
-    int64_t finish_us;
-    const char *finish_reason; /* length, stop, cancelled, timeout, rejected, error */
-    const char *reject_reason; /* NULL → null */
-} declog_request;
-
-/* Queues one request line. Same returns as declog_decision. */
+/* Formats r with fmt_request_format and queues the line. Same returns as declog_decision. */
 int declog_request_line(declog *d, const declog_request *r);
-
-/* Formats r as one JSON object (no newline) into buf; returns the length, or -EMSGSIZE
- * when it does not fit (buf then holds a truncated, NUL-terminated prefix). Strings are
- * JSON-escaped. Pure; any thread. */
-int declog_request_format(const declog_request *r, char *buf, size_t cap);
-
-/*
- * Parses one native-trace line (the inverse of declog_request_format; unknown keys ignored,
- * missing optional keys → DECLOG_NULL / NULL). String fields point into strbuf (cap bytes),
- * which must outlive the use of *out. Errors: -EINVAL with the detail naming the field
- * ("line: key prompt_tokens: expected an integer >= 0"), -EMSGSIZE (strbuf too small).
- * Required: arrival_us, prompt_tokens, and output_tokens or max_tokens.
- */
-int declog_request_parse(const char *line, size_t len, declog_request *out, char *strbuf,
-                         size_t cap);
 
 /* ---- accounting --------------------------------------------------------------------- */
 

@@ -302,6 +302,13 @@ typedef struct eng_phase_stats {
     uint64_t proj_ns;    /* projections: QKV, output, FFN and classifier matmuls */
     uint64_t attn_ns;    /* paged attention (incl. RoPE and KV append) */
     uint64_t other_ns;   /* embedding, RMSNorm, everything else */
+    /* the CPU backend's worker pool (see its spin policy in kernels/cpu/cpu.c) */
+    uint64_t regions;         /* parallel regions run on the pool */
+    uint64_t wake_calls;      /* futex wake system calls made (none while peers spin) */
+    uint64_t helper_waits;    /* helper threads' waits for a region */
+    uint64_t helper_sleeps;   /* ... of which ended asleep (the spin budget ran out) */
+    uint64_t spin_budget_ns;  /* a helper's current spin budget (not reset) */
+    uint64_t wake_latency_ns; /* measured region start → sleeping helper running (not reset) */
 } eng_phase_stats;
 /* Fills *out (and zeroes the counters when reset). -ENOTSUP when the backend keeps none
  * (only the CPU backend does). */

@@ -93,6 +93,14 @@ const char *ringlm_errdetail(void)
 	return errdetail;
 }
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+const char *ringlm_version(int *number)
+{
+	if (number) *number = RINGLM_VERSION_NUMBER;
+	return STR(RINGLM_VERSION_MAJOR) "." STR(RINGLM_VERSION_MINOR) "." STR(RINGLM_VERSION_PATCH);
+}
+
 const char *ringlm_strerror(int err)
 {
 	static __thread char buf[128];
@@ -343,6 +351,11 @@ uint64_t ringlm_session_id(const ringlm_client *c)
 uint64_t ringlm_policy_hash(const ringlm_client *c)
 {
 	return __atomic_load_n(&c->dseg->policy_hash, __ATOMIC_RELAXED);
+}
+
+int ringlm_draining(const ringlm_client *c)
+{
+	return ring_load32(&c->dseg->state) == RINGLM_WIRE_ST_DRAINING;
 }
 
 int ringlm_set_option(ringlm_client *c, int option, long value)

@@ -50,6 +50,16 @@
 extern "C" {
 #endif
 
+/* Version of this header and library (semantic versioning: a MAJOR change breaks source or
+ * binary compatibility; the shared library's soname is libringlm.so.MAJOR). Compare with
+ * ringlm_version() at run time to detect a library older than the header built against. */
+#define RINGLM_VERSION_MAJOR 0
+#define RINGLM_VERSION_MINOR 1
+#define RINGLM_VERSION_PATCH 0
+/* One number that orders versions: MAJOR*10000 + MINOR*100 + PATCH. */
+#define RINGLM_VERSION_NUMBER \
+    (RINGLM_VERSION_MAJOR * 10000 + RINGLM_VERSION_MINOR * 100 + RINGLM_VERSION_PATCH)
+
 /* Socket path when neither the argument nor $RINGLM_SOCKET names one.  ringlmd uses the
  * same rule for --socket. */
 #define RINGLM_DEFAULT_SOCKET "/run/ringlm/ringlmd.sock"
@@ -181,6 +191,9 @@ int ringlm_set_option(ringlm_client *c, int option, long value);
 /* Session facts: the daemon's session id, the policy hash it currently serves. */
 uint64_t ringlm_session_id(const ringlm_client *c);
 uint64_t ringlm_policy_hash(const ringlm_client *c);
+/* 1 while the daemon drains (it takes no new requests; those in flight finish), else 0.
+ * A gateway reads it for its health check, before any submit would fail with -ESHUTDOWN. */
+int ringlm_draining(const ringlm_client *c);
 
 /* Closes the session (the daemon cancels everything still in flight) and frees c.
  * NULL is a no-op. */
@@ -190,6 +203,11 @@ void ringlm_close(ringlm_client *c);
 const char *ringlm_strerror(int err);
 /* Detail of the last failure in this thread ("" when none). */
 const char *ringlm_errdetail(void);
+
+/* The library's version, "MAJOR.MINOR.PATCH" (of the library loaded, which may differ from
+ * the RINGLM_VERSION_* macros of the header a program was compiled with). If number is not
+ * NULL it receives RINGLM_VERSION_NUMBER of the library. Never fails; static storage. */
+const char *ringlm_version(int *number);
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "daemon/kvtier.h"
+#include "formats/request_log.h"
 #include "kernels/engine.h"
 #include "perf/bench_util.h"
 #include "sched/sched.h"
@@ -267,17 +268,6 @@ typedef struct loop_point {
     int line;
 } loop_point;
 
-static int field_num(json_t *o, const char *key, double *out, const char *path, int line)
-{
-    json_t *v = json_object_get(o, key);
-    if (!json_is_number(v)) {
-        fprintf(stderr, "calibrate: %s:%d: \"%s\" is missing or not a number\n", path, line, key);
-        return -EINVAL;
-    }
-    *out = json_number_value(v);
-    return 0;
-}
-
 /* Reads a ringlmd --request-log: one decode-period point per request that finished by length
  * with >= 8 tokens and overlapped no other request (a shared step is not a one-sequence
  * step). Unfinished, rejected or cancelled requests carry nulls there: skipped, counted. */
@@ -292,29 +282,20 @@ static int read_daemon_log(const char *path, loop_point **out, int *n_out)
     while (getline(&buf, &bcap, f) > 0) {
         line++;
         if (buf[0] == '\n') continue;
-        json_error_t je;
-        json_t *o = json_loads(buf, 0, &je);
-        if (!json_is_object(o)) {
-            fprintf(stderr, "calibrate: %s:%d: not a JSON object: %s\n", path, line, o ? "" : je.text);
-            json_decref(o);
+        fmt_request q;
+        fmt_request_text text;
+        char why[200];
+        size_t len = strlen(buf);
+        while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r')) len--;
+        if (fmt_request_parse(buf, len, &q, &text, why, sizeof why) < 0) {
+            fprintf(stderr, "calibrate: %s:%d: %s\n", path, line, why);
             rc = -EINVAL;
             break;
         }
-        json_t *fr = json_object_get(o, "finish_reason");
-        double arr, pr, ot, ft = 0, fin = 0;
-        if ((rc = field_num(o, "arrival_us", &arr, path, line)) || (rc = field_num(o, "prompt_tokens", &pr, path, line)) ||
-            (rc = field_num(o, "output_tokens", &ot, path, line))) {
-            json_decref(o);
-            break;
-        }
-        bool ok = json_is_string(fr) && !strcmp(json_string_value(fr), "length") && ot >= 8 &&
-                  json_is_number(json_object_get(o, "first_token_us")) && json_is_number(json_object_get(o, "finish_us"));
-        if (ok) {
-            field_num(o, "first_token_us", &ft, path, line);
-            field_num(o, "finish_us", &fin, path, line);
-            ok = fin > ft && ft >= arr;
-        }
-        json_decref(o);
+        double arr = (double)q.arrival_us, pr = (double)q.prompt_tokens, ot = (double)q.output_tokens;
+        double ft = (double)q.first_token_us, fin = (double)q.finish_us;
+        bool ok = q.finish_reason && !strcmp(q.finish_reason, "length") && ot >= 8 &&
+                  q.first_token_us != FMT_NULL && q.finish_us != FMT_NULL && fin > ft && ft >= arr;
         if (!ok) { skipped++; continue; }
         if (n == cap) {
             cap = cap ? 2 * cap : 64;

@@ -1,11 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * engine_bench — CPU engine throughput on a model (synthetic shapes by default):
- * decode tokens/s at 1, 8, 32 and 64 concurrent sequences, prefill tokens/s, and the step
- * time split by phase, each a median over repeats. The baseline, measured in the same run,
- * is a naive llama2.c-style forward (one row, plain loops, one thread, contiguous cache).
+ * decode tokens/s at 1, 4, 8, 16, 32 and 64 concurrent sequences (--seqs), prefill
+ * tokens/s, and the step time split by phase, each the median over repeats with the
+ * spread (lowest and highest repeat). The baseline, measured in the same run, is a naive
+ * llama2.c-style forward (one row, plain loops, one thread, contiguous cache). To compare
+ * two builds of the engine side by side, run both binaries alternately (perf/engine_ab.sh).
  *
- *   engine_bench --model synthetic:stories15M:1 [--threads N] [--repeats R] [--json]
+ *   engine_bench --model synthetic:stories15M:1 [--threads N] [--repeats R] [--steps N]
+ *                [--context N] [--seqs 1,4,8,16,32,64] [--json]
+ *
+ * The decode figures of issue 18 (llama.cpp's llama-batched-bench: 32-token prompts, 128
+ * generated tokens) correspond to --context 32 --steps 128.
  */
 #include "kernels/engine.h"
 #include "perf/bench_util.h"
@@ -166,18 +172,54 @@ static void naive_forward(naive *n, int token, int pos)
 
 /* ---- main --------------------------------------------------------------------------- */
 
+/* ---- main --------------------------------------------------------------------------- */
+
+#define MAX_SIZES 16
+
+static int parse_seqs(const char *arg, int *sizes)
+{
+    int n = 0;
+    for (const char *p = arg; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 1024 || n == MAX_SIZES || (*end && *end != ','))
+            return -1;
+        sizes[n++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+static double min_of(const double *v, int n)
+{
+    double m = v[0];
+    for (int i = 1; i < n; i++)
+        m = v[i] < m ? v[i] : m;
+    return m;
+}
+
+static double max_of(const double *v, int n)
+{
+    double m = v[0];
+    for (int i = 1; i < n; i++)
+        m = v[i] > m ? v[i] : m;
+    return m;
+}
+
 int main(int argc, char **argv)
 {
     const char *spec = "synthetic:stories15M:1";
     int threads = 2, repeats = 5, json = 0, decode_steps = 16, ctx0 = 32, prefill_len = 256;
+    int batch_sizes[MAX_SIZES] = {1, 4, 8, 16, 32, 64}, n_sizes = 6;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},  {"threads", required_argument, 0, 't'},
         {"repeats", required_argument, 0, 'r'}, {"json", no_argument, 0, 'j'},
         {"steps", required_argument, 0, 's'},  {"prefill", required_argument, 0, 'p'},
-        {"clock", required_argument, 0, 'c'},
+        {"clock", required_argument, 0, 'c'},  {"context", required_argument, 0, 'x'},
+        {"seqs", required_argument, 0, 'n'},
         {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "m:t:r:js:p:c:", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "m:t:r:js:p:c:x:n:", opts, NULL)) != -1) {
         switch (ch) {
         case 'm': spec = optarg; break;
         case 't': threads = atoi(optarg); break;
@@ -185,16 +227,26 @@ int main(int argc, char **argv)
         case 'j': json = 1; break;
         case 's': decode_steps = atoi(optarg); break;
         case 'p': prefill_len = atoi(optarg); break;
+        case 'x': ctx0 = atoi(optarg); break;
+        case 'n':
+            if ((n_sizes = parse_seqs(optarg, batch_sizes)) < 0) {
+                fprintf(stderr, "engine_bench: --seqs: a comma-separated list of at most %d "
+                                "counts in 1..1024\n", MAX_SIZES);
+                return 2;
+            }
+            break;
         case 'c': bench_clock = strcmp(optarg, "cpu") == 0 ? CLOCK_PROCESS_CPUTIME_ID
                                                           : CLOCK_MONOTONIC; break;
         default:
             fprintf(stderr, "usage: engine_bench --model SPEC [--threads N] [--repeats R] "
-                            "[--steps N] [--prefill N] [--clock wall|cpu] [--json]\n");
+                            "[--steps N] [--context N] [--seqs 1,4,8,...] [--prefill N] "
+                            "[--clock wall|cpu] [--json]\n");
             return 2;
         }
     }
-    if (threads < 1 || repeats < 1 || decode_steps < 1 || prefill_len < 1) {
-        fprintf(stderr, "engine_bench: --threads, --repeats, --steps, --prefill must be >= 1\n");
+    if (threads < 1 || repeats < 1 || decode_steps < 1 || prefill_len < 1 || ctx0 < 0) {
+        fprintf(stderr, "engine_bench: --threads, --repeats, --steps, --prefill must be >= 1, "
+                        "--context >= 0\n");
         return 2;
     }
     eng_model *m;
@@ -205,10 +257,14 @@ int main(int argc, char **argv)
     const eng_model_config *cfg = eng_model_cfg(m);
     if (prefill_len > cfg->seq_len)
         prefill_len = cfg->seq_len;
+    if (decode_steps > cfg->seq_len)
+        decode_steps = cfg->seq_len;
     if (ctx0 + decode_steps > cfg->seq_len)
-        ctx0 = cfg->seq_len - decode_steps > 0 ? cfg->seq_len - decode_steps : 0;
-    static const int batch_sizes[] = {1, 8, 32, 64};
-    const int max_seqs = 64, block_size = 16;
+        ctx0 = cfg->seq_len - decode_steps;
+    int max_seqs = 1;
+    for (int bi = 0; bi < n_sizes; bi++)
+        max_seqs = batch_sizes[bi] > max_seqs ? batch_sizes[bi] : max_seqs;
+    const int block_size = 16;
     int per_seq = ctx0 + decode_steps > prefill_len ? ctx0 + decode_steps : prefill_len;
     bench b = {.cfg = cfg, .block_size = block_size,
                .blocks_per_seq = (per_seq + block_size - 1) / block_size};
@@ -251,21 +307,22 @@ int main(int argc, char **argv)
     /* Warm-up, and every sequence's ctx0 tokens of context. */
     if (ctx0 > 0 && step(&b, max_seqs, ctx0, 0, 0))
         return 1;
-    for (int bi = 0; bi < 4; bi++)
+    for (int bi = 0; bi < n_sizes; bi++)
         step(&b, batch_sizes[bi], 1, ctx0, 1);
     step(&b, 1, prefill_len, 0, 1);
 
     /* Each repeat measures everything once, so load from other users of the machine hits
      * the engine and the baseline alike; medians over repeats. Decode re-runs decode_steps
      * steps after the same ctx0-token context; prefill is one sequence of prefill_len rows
-     * in one batch with the last row's logits. */
-    double *dec[4], *pre = calloc((size_t)repeats, sizeof(double));
+     * in one batch with the last row's logits. The phase split is of the largest batch. */
+    double *dec[MAX_SIZES], *pre = calloc((size_t)repeats, sizeof(double));
     double *base = calloc((size_t)repeats, sizeof(double));
-    for (int bi = 0; bi < 4; bi++)
+    for (int bi = 0; bi < n_sizes; bi++)
         dec[bi] = calloc((size_t)repeats, sizeof(double));
-    eng_phase_stats ph32 = {0}, php = {0}, tmp;
+    eng_phase_stats phd = {0}, php = {0}, tmp, pool[MAX_SIZES];
+    memset(pool, 0, sizeof pool);
     for (int r = 0; r < repeats; r++) {
-        for (int bi = 0; bi < 4; bi++) {
+        for (int bi = 0; bi < n_sizes; bi++) {
             int S = batch_sizes[bi];
             eng_phase_stats_get(b.e, NULL, true);
             double t0 = now_s();
@@ -273,12 +330,17 @@ int main(int argc, char **argv)
                 if (step(&b, S, 1, ctx0 + k, 1))
                     return 1;
             dec[bi][r] = (double)S * decode_steps / (now_s() - t0);
-            if (S == 32) {
-                eng_phase_stats_get(b.e, &tmp, true);
-                ph32.steps += tmp.steps;
-                ph32.proj_ns += tmp.proj_ns;
-                ph32.attn_ns += tmp.attn_ns;
-                ph32.other_ns += tmp.other_ns;
+            eng_phase_stats_get(b.e, &tmp, true);
+            pool[bi].steps += tmp.steps;
+            pool[bi].regions += tmp.regions;
+            pool[bi].wake_calls += tmp.wake_calls;
+            pool[bi].helper_waits += tmp.helper_waits;
+            pool[bi].helper_sleeps += tmp.helper_sleeps;
+            if (S == max_seqs) {
+                phd.steps += tmp.steps;
+                phd.proj_ns += tmp.proj_ns;
+                phd.attn_ns += tmp.attn_ns;
+                phd.other_ns += tmp.other_ns;
             }
         }
         eng_phase_stats_get(b.e, NULL, true);
@@ -296,8 +358,10 @@ int main(int argc, char **argv)
             naive_forward(&n, (k * 31) % cfg->vocab_size, ctx0 + k);
         base[r] = decode_steps / (now_s() - t0);
     }
-    double decode_tok_s[4];
-    for (int bi = 0; bi < 4; bi++) {
+    double decode_tok_s[MAX_SIZES], lo[MAX_SIZES], hi[MAX_SIZES];
+    for (int bi = 0; bi < n_sizes; bi++) {
+        lo[bi] = min_of(dec[bi], repeats);
+        hi[bi] = max_of(dec[bi], repeats);
         decode_tok_s[bi] = bench_median(dec[bi], repeats);
         free(dec[bi]);
     }
@@ -305,44 +369,72 @@ int main(int argc, char **argv)
     free(pre);
     free(base);
 
-    double ms32 = ph32.steps ? 1e-6 / (double)ph32.steps : 0;
+    double msd = phd.steps ? 1e-6 / (double)phd.steps : 0;
     double msp = php.steps ? 1e-6 / (double)php.steps : 0;
     /* shares of the step (wall clock inside the engine): comparable across --clock modes */
-    double tot32 = (double)(ph32.proj_ns + ph32.attn_ns + ph32.other_ns) + 1e-9;
+    double totd = (double)(phd.proj_ns + phd.attn_ns + phd.other_ns) + 1e-9;
     double totp = (double)(php.proj_ns + php.attn_ns + php.other_ns) + 1e-9;
     if (json) {
         printf("{\"model\":\"%s\",\"clock\":\"%s\",\"threads\":%d,\"repeats\":%d,\"decode_steps\":%d,"
-               "\"context\":%d,\"prefill_len\":%d,"
-               "\"decode_tok_s\":{\"1\":%.1f,\"8\":%.1f,\"32\":%.1f,\"64\":%.1f},"
-               "\"prefill_tok_s\":%.1f,"
-               "\"phase_ms_per_step\":{\"decode32\":{\"projections\":%.3f,\"attention\":%.3f,"
+               "\"context\":%d,\"prefill_len\":%d,\"decode_tok_s\":{",
+               spec, bench_clock == CLOCK_MONOTONIC ? "wall" : "cpu", threads, repeats,
+               decode_steps, ctx0, prefill_len);
+        for (int bi = 0; bi < n_sizes; bi++)
+            printf("%s\"%d\":%.1f", bi ? "," : "", batch_sizes[bi], decode_tok_s[bi]);
+        printf("},\"decode_tok_s_range\":{");
+        for (int bi = 0; bi < n_sizes; bi++)
+            printf("%s\"%d\":[%.1f,%.1f]", bi ? "," : "", batch_sizes[bi], lo[bi], hi[bi]);
+        printf("},\"decode_vs_decode1\":{");
+        for (int bi = 0; bi < n_sizes; bi++)
+            printf("%s\"%d\":%.2f", bi ? "," : "", batch_sizes[bi],
+                   decode_tok_s[bi] / decode_tok_s[0]);
+        /* the worker pool: parallel regions and futex wake calls per step, the share of
+         * helper waits that ended asleep; its spin budget and measured wake latency */
+        printf("},\"pool\":{");
+        for (int bi = 0; bi < n_sizes; bi++) {
+            const eng_phase_stats *ps = &pool[bi];
+            const double st = ps->steps ? (double)ps->steps : 1;
+            printf("%s\"%d\":{\"regions_per_step\":%.1f,\"wake_calls_per_step\":%.2f,"
+                   "\"helper_sleep_share\":%.3f}", bi ? "," : "", batch_sizes[bi],
+                   ps->regions / st, ps->wake_calls / st,
+                   ps->helper_waits ? (double)ps->helper_sleeps / ps->helper_waits : 0);
+        }
+        eng_phase_stats_get(b.e, &tmp, false);
+        printf(",\"spin_budget_us\":%.1f,\"wake_latency_us\":%.1f",
+               tmp.spin_budget_ns * 1e-3, tmp.wake_latency_ns * 1e-3);
+        printf("},\"prefill_tok_s\":%.1f,"
+               "\"phase_ms_per_step\":{\"decode%d\":{\"projections\":%.3f,\"attention\":%.3f,"
                "\"other\":%.3f},\"prefill\":{\"projections\":%.3f,\"attention\":%.3f,"
                "\"other\":%.3f}},"
-               "\"phase_share\":{\"decode32\":{\"projections\":%.3f,\"attention\":%.3f,"
+               "\"phase_share\":{\"decode%d\":{\"projections\":%.3f,\"attention\":%.3f,"
                "\"other\":%.3f},\"prefill\":{\"projections\":%.3f,\"attention\":%.3f,"
                "\"other\":%.3f}},"
                "\"baseline\":{\"name\":\"naive llama2.c-style forward, 1 row, 1 thread\","
                "\"decode_tok_s\":%.1f},"
-               "\"ratios\":{\"decode1_vs_baseline\":%.2f,\"decode32_vs_decode1\":%.2f,"
-               "\"decode64_vs_decode1\":%.2f,\"prefill_vs_baseline\":%.2f}}\n",
-               spec, bench_clock == CLOCK_MONOTONIC ? "wall" : "cpu", threads, repeats,
-               decode_steps, ctx0, prefill_len, decode_tok_s[0],
-               decode_tok_s[1], decode_tok_s[2], decode_tok_s[3], prefill_tok_s,
-               ph32.proj_ns * ms32, ph32.attn_ns * ms32, ph32.other_ns * ms32,
-               php.proj_ns * msp, php.attn_ns * msp, php.other_ns * msp,
-               ph32.proj_ns / tot32, ph32.attn_ns / tot32, ph32.other_ns / tot32,
+               "\"ratios\":{\"decode1_vs_baseline\":%.2f,\"prefill_vs_baseline\":%.2f}}\n",
+               prefill_tok_s, max_seqs, phd.proj_ns * msd, phd.attn_ns * msd,
+               phd.other_ns * msd, php.proj_ns * msp, php.attn_ns * msp, php.other_ns * msp,
+               max_seqs, phd.proj_ns / totd, phd.attn_ns / totd, phd.other_ns / totd,
                php.proj_ns / totp, php.attn_ns / totp, php.other_ns / totp, naive_tok_s,
-               decode_tok_s[0] / naive_tok_s, decode_tok_s[2] / decode_tok_s[0],
-               decode_tok_s[3] / decode_tok_s[0], prefill_tok_s / naive_tok_s);
+               decode_tok_s[0] / naive_tok_s, prefill_tok_s / naive_tok_s);
     } else {
-        printf("engine_bench %s, %d threads, medians of %d repeats (%d decode steps after %d "
-               "tokens of context)\n", spec, threads, repeats, decode_steps, ctx0);
-        for (int bi = 0; bi < 4; bi++)
-            printf("  decode  %2d seqs: %9.1f tok/s  (%.2fx batch-1)\n", batch_sizes[bi],
-                   decode_tok_s[bi], decode_tok_s[bi] / decode_tok_s[0]);
+        printf("engine_bench %s, %d threads, medians of %d repeats [lowest, highest] (%d decode "
+               "steps after %d tokens of context)\n", spec, threads, repeats, decode_steps, ctx0);
+        for (int bi = 0; bi < n_sizes; bi++) {
+            const eng_phase_stats *ps = &pool[bi];
+            const double st = ps->steps ? (double)ps->steps : 1;
+            printf("  decode  %2d seqs: %9.1f tok/s [%.1f, %.1f]  (%.2fx batch-1)  pool: %.0f "
+                   "regions, %.2f wake calls per step, %.1f%% of helper waits asleep\n",
+                   batch_sizes[bi], decode_tok_s[bi], lo[bi], hi[bi],
+                   decode_tok_s[bi] / decode_tok_s[0], ps->regions / st, ps->wake_calls / st,
+                   ps->helper_waits ? 100.0 * ps->helper_sleeps / ps->helper_waits : 0);
+        }
+        eng_phase_stats_get(b.e, &tmp, false);
+        printf("  pool spin budget %.1f us, measured wake latency %.1f us\n",
+               tmp.spin_budget_ns * 1e-3, tmp.wake_latency_ns * 1e-3);
         printf("  prefill %d rows: %9.1f tok/s\n", prefill_len, prefill_tok_s);
-        printf("  step split decode-32: projections %.2f ms, attention %.2f ms, other %.2f ms\n",
-               ph32.proj_ns * ms32, ph32.attn_ns * ms32, ph32.other_ns * ms32);
+        printf("  step split decode-%d: projections %.2f ms, attention %.2f ms, other %.2f ms\n",
+               max_seqs, phd.proj_ns * msd, phd.attn_ns * msd, phd.other_ns * msd);
         printf("  step split prefill:   projections %.2f ms, attention %.2f ms, other %.2f ms\n",
                php.proj_ns * msp, php.attn_ns * msp, php.other_ns * msp);
         printf("  baseline (naive 1-row 1-thread forward): %.1f tok/s; engine batch-1 = %.2fx\n",

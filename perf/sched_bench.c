@@ -7,16 +7,25 @@
  *   build/perf/sched_bench            table of p50/p99 per size, ratios to the smallest
  *   build/perf/sched_bench --json     adds {"step_us":{"p50":…,"p99":…}} for 256/10,000
  *   --steps N                         measured steps per size (default 2000)
+ *   --prefix-only                     only the prefix-index case below
+ *
+ * The prefix-index case (sched/prefix.h, DESIGN §10): a device pool of 100,000 blocks of 16
+ * tokens, full of cached prompts (400 system prompts of 8 blocks, each prompt 32 blocks)
+ * that no sequence holds.  Timed per operation: a cached prompt's lookup + acquire +
+ * release; a miss; a new prompt that shares a system prompt (lookup, acquire, evict 24
+ * blocks, insert 24, release); and XXH3 keys for a 512-token prompt.
  *
  * Only sched_step is timed (commit is reported separately); the event sink counts events,
  * so building them is part of the cost.
  */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "sched/prefix.h"
 #include "sched/sched.h"
 
 static uint64_t events;
@@ -143,15 +152,156 @@ static int run_size(uint32_t running, uint32_t waiting, int steps, result *out)
     return 0;
 }
 
+
+/* ---- the prefix index ------------------------------------------------------------------- */
+
+#define PX_BLOCKS 100000u
+#define PX_BS     16u
+#define PX_PROMPT 32u    /* blocks per prompt */
+#define PX_SYS    8u     /* of which shared system-prompt blocks */
+#define PX_NSYS   400u
+
+typedef struct px_owner { uint32_t *free_ids; uint32_t n_free; } px_owner;
+static bool px_take(void *ctx, sched_pool p, uint32_t *b)
+{
+    px_owner *o = ctx;
+    if (p != SCHED_POOL_DEVICE || !o->n_free) return false;
+    *b = o->free_ids[--o->n_free];
+    return true;
+}
+static void px_evicted(void *ctx, const sched_prefix_eviction *ev)
+{
+    px_owner *o = ctx;
+    o->free_ids[o->n_free++] = ev->from_block;
+}
+
+/* prompt u: system prompt u % PX_NSYS, then user tokens of u */
+static void px_prompt(uint32_t u, int32_t *tok)
+{
+    for (uint32_t i = 0; i < PX_PROMPT * PX_BS; i++)
+        tok[i] = i < PX_SYS * PX_BS ? (int32_t)((u % PX_NSYS) * 7919 + i) : (int32_t)(u * 131 + i * 7);
+}
+
+/* Run prompt u through the index like the scheduler would: lookup, acquire, evict and insert
+ * what is missing, release.  Returns blocks matched. */
+static uint32_t px_run(sched_prefix *ix, px_owner *o, uint32_t u, const int32_t *tok, const sched_prefix_key *k)
+{
+    uint32_t nodes[PX_PROMPT];
+    uint32_t m = sched_prefix_lookup(ix, 1, k, tok, PX_PROMPT, u, nodes, NULL);
+    sched_prefix_acquire(ix, nodes, m, u);
+    for (uint32_t i = m; i < PX_PROMPT; i++) {
+        uint32_t b = 0;
+        if (!px_take(o, SCHED_POOL_DEVICE, &b) &&
+            (!sched_prefix_evict(ix, SCHED_POOL_DEVICE, 1) || !px_take(o, SCHED_POOL_DEVICE, &b))) {
+            fprintf(stderr, "prefix: device pool exhausted\n");
+            exit(1);
+        }
+        if (sched_prefix_insert(ix, i ? nodes[i - 1] : SCHED_PREFIX_NONE, 1, k[i], tok + i * PX_BS, 0, u,
+                                SCHED_POOL_DEVICE, b, &nodes[i]) == -EEXIST)
+            o->free_ids[o->n_free++] = b;
+    }
+    sched_prefix_release(ix, nodes, PX_PROMPT);
+    return m;
+}
+
+typedef struct px_result { double lookup_p50, lookup_p99, miss_p50, churn_p50, churn_p99, keys_p50; uint32_t cached; } px_result;
+
+static int run_prefix(int reps, px_result *out)
+{
+    px_owner o = {malloc(PX_BLOCKS * sizeof(uint32_t)), 0};
+    for (uint32_t b = PX_BLOCKS; b-- > 0;) o.free_ids[o.n_free++] = b;
+    sched_prefix_cfg cfg = {.block_size = PX_BS, .pool_blocks = {PX_BLOCKS, 0, 0}, .n_tenants = 1,
+                            .costs = {.recompute_us_per_block = 320, .reuse_prior = 1},
+                            .ops = {.take_block = px_take, .evicted = px_evicted, .ctx = &o}};
+    sched_prefix *ix;
+    if (sched_prefix_create(&cfg, &ix)) { fprintf(stderr, "prefix: %s\n", sched_last_error()); return 1; }
+    int32_t tok[PX_PROMPT * PX_BS];
+    sched_prefix_key k[PX_PROMPT];
+    /* fill: every block of the pool cached, unheld */
+    uint32_t u = 0;
+    sched_prefix_stats st;
+    do {
+        px_prompt(u, tok);
+        sched_prefix_keys(1, tok, PX_PROMPT * PX_BS, PX_BS, k, PX_PROMPT);
+        px_run(ix, &o, u++, tok, k);
+        sched_prefix_get_stats(ix, &st);
+    } while (st.evicted[SCHED_PREFIX_EVICT_DEMAND] == 0);
+    uint32_t newest = u;   /* prompts [u - ~4000, u) are cached */
+    double *lt = malloc(sizeof(double) * (size_t)reps), *mt = malloc(sizeof(double) * (size_t)reps);
+    double *ct = malloc(sizeof(double) * (size_t)reps), *kt = malloc(sizeof(double) * (size_t)reps);
+    uint32_t nodes[PX_PROMPT];
+    for (int r = 0; r < reps; r++) {
+        /* a cached prompt: lookup + acquire + release (the hit path) */
+        uint32_t v = newest - 1 - rnd(2000);
+        px_prompt(v, tok);
+        sched_prefix_keys(1, tok, PX_PROMPT * PX_BS, PX_BS, k, PX_PROMPT);
+        double t0 = now_ns();
+        uint32_t m = sched_prefix_lookup(ix, 1, k, tok, PX_PROMPT, 0, nodes, NULL);
+        sched_prefix_acquire(ix, nodes, m, 0);
+        sched_prefix_release(ix, nodes, m);
+        double t1 = now_ns();
+        if (m != PX_PROMPT) { fprintf(stderr, "prefix: prompt %u matched %u blocks\n", v, m); return 1; }
+        lt[r] = (t1 - t0) / 1e3;
+        /* a miss (first block unknown) */
+        tok[0] = -1 - r;
+        sched_prefix_keys(1, tok, PX_PROMPT * PX_BS, PX_BS, k, PX_PROMPT);
+        t0 = now_ns();
+        m = sched_prefix_lookup(ix, 1, k, tok, PX_PROMPT, 0, nodes, NULL);
+        t1 = now_ns();
+        mt[r] = (t1 - t0) / 1e3;
+        /* a new prompt sharing a system prompt: 24 blocks evicted and inserted */
+        px_prompt(u, tok);
+        t0 = now_ns();
+        sched_prefix_keys(1, tok, PX_PROMPT * PX_BS, PX_BS, k, PX_PROMPT);
+        double t2 = now_ns();
+        m = px_run(ix, &o, u++, tok, k);
+        double t3 = now_ns();
+        kt[r] = (t2 - t0) / 1e3;
+        ct[r] = (t3 - t2) / 1e3;
+        newest = u;
+    }
+    char why[256];
+    if (sched_prefix_check(ix, why, sizeof why)) { fprintf(stderr, "prefix: %s\n", why); return 1; }
+    sched_prefix_get_stats(ix, &st);
+    qsort(lt, (size_t)reps, sizeof(double), cmp_d);
+    qsort(mt, (size_t)reps, sizeof(double), cmp_d);
+    qsort(ct, (size_t)reps, sizeof(double), cmp_d);
+    qsort(kt, (size_t)reps, sizeof(double), cmp_d);
+    *out = (px_result){lt[reps / 2], lt[(size_t)(reps * 0.99)], mt[reps / 2], ct[reps / 2], ct[(size_t)(reps * 0.99)],
+                       kt[reps / 2], st.cached[SCHED_POOL_DEVICE]};
+    free(lt); free(mt); free(ct); free(kt); free(o.free_ids);
+    sched_prefix_destroy(ix);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    int json = 0, steps = 2000;
+    int json = 0, steps = 2000, prefix_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
-        else { fprintf(stderr, "usage: %s [--json] [--steps N]\n", argv[0]); return 2; }
+        else if (!strcmp(argv[i], "--prefix-only")) prefix_only = 1;
+        else { fprintf(stderr, "usage: %s [--json] [--steps N] [--prefix-only]\n", argv[0]); return 2; }
     }
     if (steps < 10) steps = 10;
+    px_result px;
+    if (run_prefix(steps, &px)) return 1;
+    if (prefix_only) {
+        if (json)
+            printf("{\"bench\":\"sched_prefix\",\"index_blocks\":%u,\"prefix_lookup_us\":{\"p50\":%.3f,\"p99\":%.3f},"
+                   "\"prefix_miss_us\":{\"p50\":%.3f},\"prefix_churn_us\":{\"p50\":%.3f,\"p99\":%.3f},"
+                   "\"prefix_keys_us\":{\"p50\":%.3f}}\n",
+                   px.cached, px.lookup_p50, px.lookup_p99, px.miss_p50, px.churn_p50, px.churn_p99, px.keys_p50);
+        else
+            printf("prefix index, %u cached blocks of %u tokens, %d reps, 512-token prompts (32 blocks):\n"
+                   "  hit  (lookup+acquire+release, 32 blocks)  p50 %.2f us  p99 %.2f us\n"
+                   "  miss (lookup)                             p50 %.2f us\n"
+                   "  new prompt (8 shared, 24 evicted+inserted) p50 %.2f us  p99 %.2f us\n"
+                   "  XXH3-128 keys of 512 tokens               p50 %.2f us\n",
+                   px.cached, PX_BS, steps, px.lookup_p50, px.lookup_p99, px.miss_p50, px.churn_p50, px.churn_p99,
+                   px.keys_p50);
+        return 0;
+    }
     target_out = calloc(1u << 22, sizeof(uint32_t));
     static const uint32_t sizes[][2] = {
         {256, 1000}, {256, 10000}, {256, 100000}, {1024, 10000}, {1024, 100000}, {4096, 10000}, {4096, 100000},
@@ -177,6 +327,8 @@ int main(int argc, char **argv)
         printf("baseline = %u running / %u waiting; goal: p50 <= 20 us at 256/10000 (measured %.2f)\n",
                base->running, base->waiting, key->p50);
         printf("waiting ×100 at 256 running (1,000 → 100,000): p50 ×%.2f\n", r[2].p50 / r[0].p50);
+        printf("prefix index (%u blocks): hit lookup p50 %.2f us, miss p50 %.2f us, new prompt p50 %.2f us\n",
+               px.cached, px.lookup_p50, px.miss_p50, px.churn_p50);
         return 0;
     }
     printf("{\"bench\":\"sched_step\",\"running\":%u,\"waiting\":%u,\"step_us\":{\"p50\":%.3f,\"p99\":%.3f},"
@@ -186,6 +338,8 @@ int main(int argc, char **argv)
         printf("%s{\"running\":%u,\"waiting\":%u,\"p50_us\":%.3f,\"p99_us\":%.3f,\"cpu_p99_us\":%.3f,"
                "\"p50_ratio\":%.3f}", i ? "," : "", r[i].running, r[i].waiting, r[i].p50, r[i].p99, r[i].cpu_p99,
                r[i].p50 / base->p50);
-    printf("],\"baseline\":{\"running\":%u,\"waiting\":%u}}\n", base->running, base->waiting);
+    printf("],\"baseline\":{\"running\":%u,\"waiting\":%u},\"prefix\":{\"index_blocks\":%u,"
+           "\"lookup_us\":{\"p50\":%.3f,\"p99\":%.3f},\"miss_us\":{\"p50\":%.3f},\"churn_us\":{\"p50\":%.3f}}}\n",
+           base->running, base->waiting, px.cached, px.lookup_p50, px.lookup_p99, px.miss_p50, px.churn_p50);
     return 0;
 }

@@ -1,15 +1,85 @@
 #!/usr/bin/env bash
-# DESIGN.md §1: arrows point one way. sched/ and shm/ include nothing of ours beyond their
-# own folder; sim/ never includes daemon/ (nor kernels/: the simulator models, not runs).
+# DESIGN.md §1: arrows point one way. Every folder of ours lists what it may include; an
+# include of ours outside that list fails the build (`make check-layering`, part of
+# `make test`). Includes are "folder/file.h" paths from the repository root; a bare
+# "file.h" must name a file of the including folder itself (the compiler's -Ilibclient
+# would otherwise let any folder reach libclient/ unseen), except "ringlm.h", the public
+# header, which counts as libclient/.
 set -u
 cd "$(dirname "$0")/.."
+ours="shm sched numa formats libclient kernels sim daemon tools perf tests fuzz"
 bad=0
-check() { # folder, regex of forbidden includes
-  local hits
-  hits=$(grep -nE "#\s*include\s*\"($2)" "$1"/*.[ch] 2>/dev/null)
-  if [ -n "$hits" ]; then echo "layering: $1 must not include $2:"; echo "$hits"; bad=1; fi
+
+# folder | the folders its files may include besides its own (a file path allows that one file)
+rules() {
+cat <<'EOF'
+shm       |
+sched     |
+numa      |
+formats   |
+libclient | shm
+kernels   | numa libclient/tokenizer.h libclient/gguf.h
+sim       | sched formats
+tools     | libclient shm formats
+daemon    | shm sched numa kernels formats libclient
+fuzz      | shm libclient formats sched
+EOF
 }
-check sched '\.\./|daemon/|shm/|kernels/|numa/|sim/|libclient/|ringlm\.h'
-check shm   '\.\./|daemon/|sched/|kernels/|numa/|sim/|libclient/'
-check sim   'daemon/|kernels/|\.\./daemon'
+# kernels/ reaches libclient/ only for the two model-file readers it shares with clients: the
+# tokenizer and the GGUF reader (declared by file, so nothing else of libclient/ leaks in).
+# perf/ and tests/ may include everything: they exercise every module, the daemon's
+# internals included (tests/ and perf/ are the daemon's tests); nothing else includes daemon/.
+
+# One pass: every quoted include of every rule's folder, checked in awk.
+files=$(rules | while IFS='|' read -r folder _; do
+          folder=$(echo "$folder" | tr -d ' ')
+          [ -d "$folder" ] && find "$folder" -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \)
+        done | sort)
+if [ -n "$files" ]; then
+  # shellcheck disable=SC2086
+  grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' $files /dev/null |
+  awk -v ours="$ours" -v rules="$(rules)" '
+    BEGIN {
+      n = split(ours, o, " "); for (i = 1; i <= n; i++) isours[o[i]] = 1
+      nr = split(rules, rl, "\n")
+      for (i = 1; i <= nr; i++) {
+        split(rl[i], kv, "|"); f = kv[1]; gsub(/ /, "", f); allow[f] = " " kv[2] " "
+      }
+    }
+    function ok(folder, inc,   top) {
+      top = inc; sub(/\/.*/, "", top)
+      if (top == folder) return 1
+      return index(allow[folder], " " top " ") || index(allow[folder], " " inc " ")
+    }
+    {
+      file = $0; sub(/:.*/, "", file)
+      rest = substr($0, length(file) + 2); line = rest; sub(/:.*/, "", line)
+      inc = rest; sub(/^[^"]*"/, "", inc); sub(/".*/, "", inc)
+      folder = file; sub(/\/.*/, "", folder)
+      dir = file; sub(/\/[^\/]*$/, "", dir)
+      why = ""
+      if (inc ~ /(^|\/)\.\.\//) why = "a relative path"
+      else if (inc ~ /\//) {
+        top = inc; sub(/\/.*/, "", top)
+        if ((top in isours) && !ok(folder, inc))
+        { a = allow[folder]; gsub(/^ +| +$/, "", a)
+          why = folder "/ may include only its own files" (a != "" ? " and " a : "") }
+      } else if (inc == "ringlm.h") {
+        if (!ok(folder, "libclient/ringlm.h")) why = folder "/ may not reach libclient/"
+      } else if (system("test -e \"" dir "/" inc "\"") != 0)
+        why = "a bare include that is not a file of " dir "/ (write the folder: \"folder/" inc "\")"
+      if (why != "") { printf "layering: %s:%s includes \"%s\": %s\n", file, line, inc, why; bad = 1 }
+    }
+    END { exit bad }' || bad=1
+fi
+
+# Every source folder has a rule: a new folder is placed in the layering before it builds.
+for d in */; do
+  d=${d%/}
+  case " $ours " in *" $d "*) continue ;; esac
+  if find "$d" -maxdepth 2 -name '*.c' | grep -q .; then
+    echo "layering: $d/ has C sources but no rule in scripts/check-layering.sh"
+    bad=1
+  fi
+done
 exit $bad

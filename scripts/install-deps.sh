@@ -11,9 +11,11 @@ pkgs=(
   libmicrohttpd-dev       # /metrics
   libinih-dev             # policy files
   libjansson-dev          # JSON: reference oracles, traces, calibration
+  libxxhash-dev           # XXH3-128 prefix-cache block keys
   systemtap-sdt-dev       # USDT probes (sys/sdt.h)
   clang libclang-rt-14-dev  # libFuzzer target (make fuzz)
   gnuplot-nox             # simulator plots
+  curl                    # gateway tests and `make demo`: the real HTTP client
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -15,6 +15,7 @@
 #include "sim/report.h"
 #include "sim/service.h"
 #include "sim/trace.h"
+#include "sim/tune.h"
 
 #define MAX_POLICIES 16
 #define MAX_PARAMS   32
@@ -66,7 +67,21 @@ static void usage(FILE *f)
 "  --speed-window-ms N     speed-trace window (default 2000)\n"
 "  --compare-log FILE      no simulation: per-request error of another real run's request log (FILE)\n"
 "                          against --trace's, in arrival order (the daemon's own repeatability)\n"
-"  --list-workloads        workloads and their parameters\n");
+"  --list-workloads        workloads and their parameters\n"
+"policy search\n"
+"  --tune SPEC             search the knobs of the (first) --policy for the most goodput at SLO, every\n"
+"                          tenant at its fair-share floor: SPEC is KNOB=VALUES;... with VALUES a list\n"
+"                          (256,1024 or 1500ms,2s) or a doubling range LO..HI; KNOB a [scheduler] key,\n"
+"                          CLASS.key, TENANT.key or *.key (all classes / tenants); \"default\" = the main\n"
+"                          step and admission knobs. Coordinate search on the busiest eighth of the trace,\n"
+"                          halving on its busiest quarter, finalists on all of it; prints the Pareto front\n"
+"  --tune-loads X,Y,...    rate multipliers judged together (default 1)\n"
+"  --tune-out FILE         best policy, canonical form with its hash (default tuned.policy)\n"
+"  --tune-jobs N           threads (default: every CPU)\n"
+"  --tune-rounds N         coordinate-search passes at most (default 3)\n"
+"  --tune-finalists N      candidates run on the whole trace (default 6, besides the base policy)\n"
+"  --fair-floor X          every tenant gets at least X of its fair share of served tokens (default 0.9)\n"
+"  --slo-min X             and accepted requests meet their targets at least X of the time (default off)\n");
 }
 
 static const char *base_name(const char *p, char *buf, size_t n)
@@ -150,6 +165,9 @@ int main(int argc, char **argv)
     bool json = false, skip_bad = false, want_fidelity = false, speed_trace = false;
     double speed_ms = 2000;
     const char *compare_log = NULL;
+    const char *tune_spec = NULL, *tune_out = "tuned.policy";
+    sim_tune_opts topt;
+    sim_tune_opts_defaults(&topt);
     double burst0 = -1, burst1 = -1;
     sim_transform xf;
     sim_transform_defaults(&xf);
@@ -158,7 +176,8 @@ int main(int argc, char **argv)
     enum { O_FORMAT = 256, O_SKIP, O_PARAM, O_RATE, O_LSCALE, O_WINDOW, O_TENANTS, O_CLASSES, O_SEED,
            O_RETRY, O_RETRY_MAX, O_CALIB, O_MAXCTX, O_CSV, O_PLOT, O_DECLOG, O_SAMPLE, O_BURST,
            O_FIDELITY, O_LIST, O_REQLOG, O_FIT, O_SCALE, O_OVERHEAD, O_CHECK, O_ITLOG,
-           O_SPEED, O_SPEEDW, O_COMPARE };
+           O_SPEED, O_SPEEDW, O_COMPARE, O_TUNE, O_TUNE_LOADS, O_TUNE_OUT, O_TUNE_JOBS, O_TUNE_ROUNDS,
+           O_TUNE_FINAL, O_FAIR_FLOOR, O_SLO_MIN };
     static const struct option lo[] = {
         {"trace", 1, 0, 't'}, {"workload", 1, 0, 'w'}, {"policy", 1, 0, 'p'}, {"json", 0, 0, 'j'},
         {"help", 0, 0, 'h'}, {"format", 1, 0, O_FORMAT}, {"skip-bad", 0, 0, O_SKIP},
@@ -170,6 +189,9 @@ int main(int argc, char **argv)
         {"burst", 1, 0, O_BURST}, {"fidelity", 0, 0, O_FIDELITY}, {"list-workloads", 0, 0, O_LIST}, {"request-log", 1, 0, O_REQLOG}, {"service-fit", 1, 0, O_FIT}, {"step-scale", 1, 0, O_SCALE}, {"step-overhead-us", 1, 0, O_OVERHEAD}, {"check-invariants", 1, 0, O_CHECK},
         {"iteration-log", 1, 0, O_ITLOG}, {"speed-trace", 0, 0, O_SPEED}, {"speed-window-ms", 1, 0, O_SPEEDW},
         {"compare-log", 1, 0, O_COMPARE},
+        {"tune", 1, 0, O_TUNE}, {"tune-loads", 1, 0, O_TUNE_LOADS}, {"tune-out", 1, 0, O_TUNE_OUT},
+        {"tune-jobs", 1, 0, O_TUNE_JOBS}, {"tune-rounds", 1, 0, O_TUNE_ROUNDS}, {"tune-finalists", 1, 0, O_TUNE_FINAL},
+        {"fair-floor", 1, 0, O_FAIR_FLOOR}, {"slo-min", 1, 0, O_SLO_MIN},
         {0, 0, 0, 0}};
     int c, li = -1;
     char *e;
@@ -252,6 +274,24 @@ int main(int argc, char **argv)
         case O_SPEED: speed_trace = true; break;
         case O_SPEEDW: speed_ms = strtod(optarg, &e); if (*e || !(speed_ms >= 1) || !(speed_ms <= 3.6e6)) goto bad_num; break;
         case O_COMPARE: compare_log = optarg; break;
+        case O_TUNE: tune_spec = optarg; break;
+        case O_TUNE_LOADS: {
+            topt.n_loads = 0;
+            for (const char *p = optarg; *p; p = *e ? e + 1 : e) {
+                if (topt.n_loads == SIM_TUNE_MAX_LOADS) goto bad_num;
+                double v = strtod(p, &e);
+                if (e == p || (*e && *e != ',') || !(v > 0) || !isfinite(v)) goto bad_num;
+                topt.loads[topt.n_loads++] = v;
+            }
+            if (!topt.n_loads) goto bad_num;
+            break;
+        }
+        case O_TUNE_OUT: tune_out = optarg; break;
+        case O_TUNE_JOBS: topt.jobs = (int)strtol(optarg, &e, 10); if (*e || topt.jobs < 1) goto bad_num; break;
+        case O_TUNE_ROUNDS: topt.max_rounds = (int)strtol(optarg, &e, 10); if (*e || topt.max_rounds < 1) goto bad_num; break;
+        case O_TUNE_FINAL: topt.finalists = strtoul(optarg, &e, 10); if (*e || !topt.finalists) goto bad_num; break;
+        case O_FAIR_FLOOR: topt.fair_floor = strtod(optarg, &e); if (*e || !(topt.fair_floor >= 0) || topt.fair_floor > 1) goto bad_num; break;
+        case O_SLO_MIN: topt.slo_min = strtod(optarg, &e); if (*e || !(topt.slo_min >= 0) || topt.slo_min > 1) goto bad_num; break;
         case O_LIST: fputs(sim_gen_help(), stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -344,6 +384,15 @@ int main(int argc, char **argv)
         }
         if (policies[i]) base_name(policies[i], pol_names[i], sizeof pol_names[i]);
         else snprintf(pol_names[i], sizeof pol_names[i], "default");
+    }
+
+    if (tune_spec) {
+        topt.spec = tune_spec;
+        topt.run = opt;
+        topt.base_name = pol_names[0];
+        topt.progress = stderr;
+        status = sim_tune_cli(&trace, pol[0], &topt, json, plot_dir, tune_out);
+        goto out;
     }
 
     for (int i = 0; i < n_pol; i++) {

@@ -224,3 +224,8 @@ static int run_gnuplot(const char *dir, const char *gp, const char *sfx, FILE *n
         return sim_err_setc(-EIO, "gnuplot %s failed (status %d, see %s)", gp, WIFEXITED(st) ? WEXITSTATUS(st) : -1, logp);
     return 0;
 }
+
+int sim_report_gnuplot(const char *dir, const char *gp, const char *tag, FILE *note)
+{
+    return run_gnuplot(dir, gp, tag, note);
+}

@@ -1,6 +1,7 @@
 /* ringlm — simulator reports: metrics, verdicts, table, JSON, CSV. SPDX-License-Identifier: MIT */
 #include "sim/report.h"
 #include "sim/err.h"
+#include "formats/request_log.h"
 
 #include <errno.h>
 #include <math.h>
@@ -879,18 +880,31 @@ int sim_report_request_log(FILE *f, const sim_run *r)
         case SIM_OUT_CANCELLED: fc = SCHED_END_CANCELLED; break;
         }
         const char *fr = sched_end_name(fc), *rr = fc == SCHED_END_REJECTED ? sched_end_name(cause) : NULL;
-        fprintf(f, "{\"req\":%zu,\"arrival_us\":%lld,\"tenant\":\"%s\",\"class\":\"%s\",\"prompt_tokens\":%u,"
-                   "\"max_tokens\":%u,\"output_tokens\":%u,\"deadline_us\":",
-                (size_t)order[k], (long long)(x->seen_us > q->arrival_us ? x->seen_us : q->arrival_us),
-                run_tenant_name(r, q->tenant), run_class_name(r, q->klass),
-                q->prompt_tokens, q->max_tokens, x->generated);
-        if (q->deadline_us != SIM_NO_TIME) fprintf(f, "%lld", (long long)q->deadline_us); else fputs("null", f);
-        fputs(",\"cancel_us\":", f);
-        if (x->cancel_us >= 0) fprintf(f, "%lld", (long long)x->cancel_us); else fputs("null", f);
-        fputs(",\"first_token_us\":", f);
-        if (x->first_token_us >= 0) fprintf(f, "%lld", (long long)x->first_token_us); else fputs("null", f);
-        fprintf(f, ",\"finish_us\":%lld,\"finish_reason\":\"%s\",\"reject_reason\":", (long long)(x->end_us >= 0 ? x->end_us : r->sim_end_us), fr);
-        if (rr) fprintf(f, "\"%s\"}\n", rr); else fputs("null}\n", f);
+        fmt_request lr = {
+            .req = order[k],
+            .arrival_us = x->seen_us > q->arrival_us ? x->seen_us : q->arrival_us,
+            .tenant = run_tenant_name(r, q->tenant),
+            .class_name = run_class_name(r, q->klass),
+            .prompt_tokens = q->prompt_tokens,
+            .max_tokens = q->max_tokens,
+            .output_tokens = x->generated,
+            .deadline_us = q->deadline_us != SIM_NO_TIME ? q->deadline_us : FMT_NULL,
+            .cancel_us = x->cancel_us >= 0 ? x->cancel_us : FMT_NULL,
+            .first_token_us = x->first_token_us >= 0 ? x->first_token_us : FMT_NULL,
+            .finish_us = x->end_us >= 0 ? x->end_us : r->sim_end_us,
+            .finish_reason = fr,
+            .reject_reason = rr,
+        };
+        char line[2048];
+        int len = fmt_request_format(&lr, line, sizeof line);
+        if (len < 0) {
+            unsigned id = order[k];
+            free(order);
+            return sim_err_setc(len, "request log: the line of request %u is longer than %zu bytes",
+                                id, sizeof line);
+        }
+        fputs(line, f);
+        fputc('\n', f);
     }
     free(order);
     return ferror(f) ? sim_err_setc(-EIO, "request log: write error") : 0;

@@ -77,5 +77,8 @@ int  sim_report_plot(const char *dir, const char *tag, const sim_run *r, FILE *n
 /* Compare mode: TTFT and E2E CDFs of all requests and queue depth over time, one curve per
  * policy (compare-*.png/svg). Same returns as sim_report_plot. */
 int  sim_report_plot_compare(const char *dir, const sim_run *const *runs, size_t n, FILE *note);
+/* Run gnuplot on the script gp (its output to dir/gnuplot-TAG.log), for plots made elsewhere
+ * (sim/tune.c). Same returns as sim_report_plot. */
+int  sim_report_gnuplot(const char *dir, const char *gp, const char *tag, FILE *note);
 
 #endif

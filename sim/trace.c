@@ -2,10 +2,9 @@
 #include "sim/trace.h"
 #include "sim/err.h"
 #include "sim/rng.h"
+#include "formats/trace.h"
 
-#include <ctype.h>
 #include <errno.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,15 +78,7 @@ void sim_trace_sort(sim_trace *t)
         }
 }
 
-const char *sim_trace_format_name(int fmt)
-{
-    switch (fmt) {
-    case SIM_FMT_AZURE: return "azure-csv";
-    case SIM_FMT_MOONCAKE: return "mooncake-jsonl";
-    case SIM_FMT_NATIVE: return "native-jsonl";
-    default: return "generated";
-    }
-}
+const char *sim_trace_format_name(int fmt) { return fmt_trace_format_name(fmt); }
 
 /* ---- bad lines -------------------------------------------------------------------------- */
 
@@ -117,207 +108,38 @@ static void req_defaults(sim_req *r)
     r->real_first_token_us = r->real_finish_us = SIM_NO_TIME;
 }
 
-/* ---- Azure CSV ---------------------------------------------------------------------------- */
+/* ---- reading (formats/trace.c) --------------------------------------------------------- */
 
-/* days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil). */
-static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
+_Static_assert((int)SIM_FMT_AZURE == (int)FMT_TRACE_AZURE && (int)SIM_FMT_MOONCAKE == (int)FMT_TRACE_MOONCAKE &&
+               (int)SIM_FMT_NATIVE == (int)FMT_TRACE_NATIVE && (int)SIM_FMT_AUTO == (int)FMT_TRACE_AUTO,
+               "sim_trace_format is formats/trace.h's");
+
+/* A native line's recorded request → what the simulator replays. Returns 0, 1 when the line
+ * is not replayed (said in why), or -1 with why. */
+static int native_req(sim_trace *t, const fmt_request *q, sim_req *r, char *why, size_t wl)
 {
-    y -= m <= 2;
-    int64_t era = (y >= 0 ? y : y - 399) / 400;
-    unsigned yoe = (unsigned)(y - era * 400);
-    unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + (int64_t)doe - 719468;
-}
-
-static int digits(const char **p, const char *end, int n, int *out)
-{
-    int v = 0;
-    for (int i = 0; i < n; i++, (*p)++) {
-        if (*p >= end || !isdigit((unsigned char)**p)) return -1;
-        v = v * 10 + (**p - '0');
+    /* A request the daemon refused before scheduling it (bad parameters) can have an empty
+     * prompt; there is nothing to replay. */
+    if (q->prompt_tokens == 0) {
+        snprintf(why, wl, "\"prompt_tokens\" is 0 (refused before scheduling): not replayed");
+        return 1;
     }
-    *out = v;
-    return 0;
-}
-
-/* "YYYY-MM-DD HH:MM:SS[.f{1,9}]" → µs since the epoch (naive wall clock, no zone). */
-static int parse_timestamp(const char *p, const char *end, int64_t *us, const char **why)
-{
-    int Y, M, D, h, m, s;
-    if (digits(&p, end, 4, &Y) || p >= end || *p++ != '-' || digits(&p, end, 2, &M) || p >= end ||
-        *p++ != '-' || digits(&p, end, 2, &D) || p >= end || (*p != ' ' && *p != 'T') ||
-        (p++, digits(&p, end, 2, &h)) || p >= end || *p++ != ':' || digits(&p, end, 2, &m) ||
-        p >= end || *p++ != ':' || digits(&p, end, 2, &s)) {
-        *why = "TIMESTAMP is not YYYY-MM-DD HH:MM:SS.fffffff";
-        return -1;
-    }
-    if (M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || s > 60) {
-        *why = "TIMESTAMP has a field out of range";
-        return -1;
-    }
-    int64_t ns = 0;
-    if (p < end && *p == '.') {
-        p++;
-        int nd = 0;
-        while (p < end && isdigit((unsigned char)*p)) {
-            if (nd < 9) { ns = ns * 10 + (*p - '0'); nd++; }
-            p++;
-        }
-        if (nd == 0) { *why = "TIMESTAMP has a '.' without digits"; return -1; }
-        for (; nd < 9; nd++) ns *= 10;
-    }
-    if (p != end) { *why = "TIMESTAMP has trailing characters"; return -1; }
-    int64_t secs = days_from_civil(Y, (unsigned)M, (unsigned)D) * 86400 + h * 3600 + m * 60 + s;
-    /* 7 fractional digits are 100 ns; round to the nearest µs rather than truncating. */
-    *us = secs * 1000000 + (ns + 500) / 1000;
-    return 0;
-}
-
-/* A positive decimal integer field in [p, end). */
-static int parse_count(const char *p, const char *end, uint32_t *out)
-{
-    while (p < end && *p == ' ') p++;
-    while (end > p && end[-1] == ' ') end--;
-    if (p == end) return -1;
-    uint64_t v = 0;
-    for (; p < end; p++) {
-        if (!isdigit((unsigned char)*p)) return -1;
-        v = v * 10 + (uint64_t)(*p - '0');
-        if (v > 0x7fffffff) return -2;
-    }
-    *out = (uint32_t)v;
-    return 0;
-}
-
-static int parse_azure(sim_trace *t, const char *name, const char *buf, size_t len, bool skip_bad)
-{
-    const char *p = buf, *end = buf + len;
-    uint32_t line = 0;
-    int64_t t0 = 0;
-    bool have_t0 = false;
-    uint64_t row = 0;
-    int tenant = sim_trace_tenant(t, "default"), klass = sim_trace_class(t, "default");
-    if (tenant < 0 || klass < 0) return -ENOMEM;
-    while (p < end) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        const char *le = nl ? nl : end;        /* no trailing newline after the last row */
-        const char *next = nl ? nl + 1 : end;
-        if (le > p && le[-1] == '\r') le--;    /* CRLF */
-        line++;
-        if (line == 1) {
-            static const char hdr[] = "TIMESTAMP,ContextTokens,GeneratedTokens";
-            if ((size_t)(le - p) != sizeof hdr - 1 || memcmp(p, hdr, sizeof hdr - 1) != 0)
-                return sim_err_set("%s:1: expected the header \"%s\"", name, hdr);
-            p = next;
-            continue;
-        }
-        if (le == p) { p = next; continue; }   /* a blank line carries nothing */
-        const char *c1 = memchr(p, ',', (size_t)(le - p));
-        const char *c2 = c1 ? memchr(c1 + 1, ',', (size_t)(le - c1 - 1)) : NULL;
-        char why[120];
-        sim_req r;
-        req_defaults(&r);
-        int64_t ts;
-        const char *w = NULL;
-        int rc;
-        if (!c1 || !c2 || memchr(c2 + 1, ',', (size_t)(le - c2 - 1))) {
-            snprintf(why, sizeof why, "expected 3 comma-separated fields");
-        } else if (parse_timestamp(p, c1, &ts, &w) < 0) {
-            snprintf(why, sizeof why, "%s", w);
-        } else if ((rc = parse_count(c1 + 1, c2, &r.prompt_tokens)) < 0 || r.prompt_tokens == 0) {
-            snprintf(why, sizeof why, "ContextTokens %s", rc == -2 ? "is too large" :
-                     rc < 0 ? "is not a positive integer" : "is 0, must be positive");
-        } else if ((rc = parse_count(c2 + 1, le, &r.output_tokens)) < 0 || r.output_tokens == 0) {
-            snprintf(why, sizeof why, "GeneratedTokens %s", rc == -2 ? "is too large" :
-                     rc < 0 ? "is not a positive integer" : "is 0, must be positive");
-        } else {
-            if (!have_t0) { t0 = ts; have_t0 = true; }
-            /* Timestamps are relative to the first data row. */
-            r.arrival_us = ts - t0;
-            r.max_tokens = r.output_tokens;
-            r.tenant = (uint16_t)tenant;
-            r.klass = (uint16_t)klass;
-            r.src_id = row++;
-            r.src_line = line;
-            if ((rc = sim_trace_push(t, &r)) < 0) return rc;
-            p = next;
-            continue;
-        }
-        if ((rc = bad_line(t, name, line, skip_bad, why)) < 0) return rc;
-        p = next;
-    }
-    if (line == 0) return sim_err_set("%s: empty file", name);
-    /* Rows are sorted in the published files; a row before the first one would be negative. */
-    int64_t min = 0;
-    for (size_t i = 0; i < t->n; i++) if (t->reqs[i].arrival_us < min) min = t->reqs[i].arrival_us;
-    for (size_t i = 0; min < 0 && i < t->n; i++) t->reqs[i].arrival_us -= min;
-    return 0;
-}
-
-/* ---- JSON lines ------------------------------------------------------------------------- */
-
-/* Integer field: required → error when missing; optional → *out untouched when null/missing. */
-static int json_int(json_t *o, const char *key, bool required, int64_t lo, int64_t hi,
-                    int64_t *out, char *why, size_t whylen)
-{
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v)) {
-        if (required) { snprintf(why, whylen, "missing \"%s\"", key); return -1; }
-        return 0;
-    }
-    double d;
-    if (json_is_integer(v)) d = (double)json_integer_value(v);
-    else if (json_is_real(v)) d = json_real_value(v);
-    else { snprintf(why, whylen, "\"%s\" is not a number", key); return -1; }
-    if (!(d >= (double)lo && d <= (double)hi)) {
-        snprintf(why, whylen, "\"%s\" is %.17g, must be in [%lld, %lld]", key, d, (long long)lo,
-                 (long long)hi);
-        return -1;
-    }
-    *out = json_is_integer(v) ? json_integer_value(v) : (int64_t)llround(d);
-    return 0;
-}
-
-static int json_str(json_t *o, const char *key, const char **out, char *why, size_t whylen)
-{
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > 63) {
-        snprintf(why, whylen, "\"%s\" must be a string of 1..63 characters", key);
-        return -1;
-    }
-    *out = json_string_value(v);
-    return 0;
-}
-
-/* One native line → r. Returns 0, or -1 with why. */
-static int native_line(sim_trace *t, json_t *o, sim_req *r, char *why, size_t wl)
-{
-    int64_t v;
-    const char *tenant = "default", *klass = "default", *reason = NULL;
-    if (json_int(o, "req", true, 0, INT64_MAX, &v, why, wl)) return -1;
-    r->src_id = (uint64_t)v;
-    if (json_int(o, "arrival_us", true, 0, INT64_MAX / 4, &r->arrival_us, why, wl)) return -1;
-    if (json_int(o, "prompt_tokens", true, 1, 0x7fffffff, &v, why, wl)) return -1;
-    r->prompt_tokens = (uint32_t)v;
-    v = 0;
-    if (json_int(o, "output_tokens", false, 0, 0x7fffffff, &v, why, wl)) return -1;
-    r->output_tokens = (uint32_t)v;
-    v = r->output_tokens;
-    if (json_int(o, "max_tokens", false, 0, 0x7fffffff, &v, why, wl)) return -1;
-    r->max_tokens = (uint32_t)v;
-    if (json_int(o, "deadline_us", false, 0, INT64_MAX / 4, &r->deadline_us, why, wl)) return -1;
-    if (json_int(o, "cancel_us", false, 0, INT64_MAX / 4, &r->cancel_us, why, wl)) return -1;
-    if (json_int(o, "first_token_us", false, 0, INT64_MAX / 4, &r->real_first_token_us, why, wl)) return -1;
-    if (json_int(o, "finish_us", false, 0, INT64_MAX / 4, &r->real_finish_us, why, wl)) return -1;
-    if (json_str(o, "tenant", &tenant, why, wl) || json_str(o, "class", &klass, why, wl) ||
-        json_str(o, "finish_reason", &reason, why, wl))
-        return -1;
-    if (reason) {
+    r->src_id = q->req;
+    r->arrival_us = q->arrival_us;
+    r->prompt_tokens = (uint32_t)q->prompt_tokens;
+    r->output_tokens = (uint32_t)q->output_tokens;
+    r->max_tokens = (uint32_t)q->max_tokens;
+    if (q->deadline_us != FMT_NULL) r->deadline_us = q->deadline_us;
+    if (q->cancel_us != FMT_NULL) r->cancel_us = q->cancel_us;
+    if (q->first_token_us != FMT_NULL) r->real_first_token_us = q->first_token_us;
+    if (q->finish_us != FMT_NULL) r->real_finish_us = q->finish_us;
+    if (q->finish_reason) {
         for (unsigned c = SCHED_END_LENGTH; c <= SCHED_END_ERROR; c++)
-            if (strcmp(reason, sched_end_name(c)) == 0) r->real_reason = (uint8_t)c;
-        if (!r->real_reason) { snprintf(why, wl, "unknown \"finish_reason\" \"%s\"", reason); return -1; }
+            if (strcmp(q->finish_reason, sched_end_name(c)) == 0) r->real_reason = (uint8_t)c;
+        if (!r->real_reason) {
+            snprintf(why, wl, "unknown \"finish_reason\" \"%s\"", q->finish_reason);
+            return -1;
+        }
     }
     /* Only a request that ran to its natural end tells how long its output is; for the others
      * (cancelled, timed out, rejected) replay the length the client asked for, and let the
@@ -326,25 +148,11 @@ static int native_line(sim_trace *t, json_t *o, sim_req *r, char *why, size_t wl
         r->output_tokens = r->max_tokens;
     if (r->output_tokens == 0) { snprintf(why, wl, "\"output_tokens\" and \"max_tokens\" are 0"); return -1; }
     if (r->max_tokens < r->output_tokens) r->max_tokens = r->output_tokens;
-    int ti = sim_trace_tenant(t, tenant), ci = sim_trace_class(t, klass);
+    int ti = sim_trace_tenant(t, q->tenant && *q->tenant ? q->tenant : "default");
+    int ci = sim_trace_class(t, q->class_name && *q->class_name ? q->class_name : "default");
     if (ti < 0 || ci < 0) { snprintf(why, wl, "%s", sim_err()); return -1; }
     r->tenant = (uint16_t)ti;
     r->klass = (uint16_t)ci;
-    return 0;
-}
-
-static int mooncake_line(sim_trace *t, json_t *o, sim_req *r, char *why, size_t wl)
-{
-    int64_t v;
-    if (json_int(o, "timestamp", true, 0, INT64_MAX / 4000, &v, why, wl)) return -1;
-    r->arrival_us = v * 1000;   /* milliseconds */
-    if (json_int(o, "input_length", true, 1, 0x7fffffff, &v, why, wl)) return -1;
-    r->prompt_tokens = (uint32_t)v;
-    if (json_int(o, "output_length", true, 1, 0x7fffffff, &v, why, wl)) return -1;
-    r->output_tokens = r->max_tokens = (uint32_t)v;
-    json_t *h = json_object_get(o, "hash_ids");
-    if (h && !json_is_array(h) && !json_is_null(h)) { snprintf(why, wl, "\"hash_ids\" is not an array"); return -1; }
-    (void)t;
     return 0;
 }
 
@@ -354,134 +162,94 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static int parse_jsonl(sim_trace *t, const char *name, const char *buf, size_t len, int fmt,
-                       bool skip_bad)
+/* ids must be unique in a native trace: fidelity mode matches requests by them */
+static int check_unique_ids(const sim_trace *t, const char *name)
 {
-    const char *p = buf, *end = buf + len;
-    uint32_t line = 0;
-    uint64_t row = 0;
-    if (fmt == SIM_FMT_MOONCAKE) {
-        int a = sim_trace_tenant(t, "default"), b = sim_trace_class(t, "default");
-        if (a < 0 || b < 0) return -ENOMEM;
-    } else {
-        t->labelled = true;
-        t->has_real = true;
-    }
-    while (p < end) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        const char *le = nl ? nl : end, *next = nl ? nl + 1 : end;
-        if (le > p && le[-1] == '\r') le--;
-        line++;
-        const char *q = p;
-        while (q < le && isspace((unsigned char)*q)) q++;
-        if (q == le) { p = next; continue; }
-        char why[120] = "";
-        json_error_t jerr;
-        json_t *o = json_loadb(p, (size_t)(le - p), JSON_REJECT_DUPLICATES, &jerr);
-        sim_req r;
-        req_defaults(&r);
-        int rc = -1;
-        if (!o) snprintf(why, sizeof why, "not JSON: %.100s", jerr.text);
-        else if (!json_is_object(o)) snprintf(why, sizeof why, "not a JSON object");
-        else rc = fmt == SIM_FMT_NATIVE ? native_line(t, o, &r, why, sizeof why)
-                                        : mooncake_line(t, o, &r, why, sizeof why);
-        json_decref(o);
-        if (rc == 0) {
-            r.src_line = line;
-            if (fmt != SIM_FMT_NATIVE) r.src_id = row;
-            row++;
-            if ((rc = sim_trace_push(t, &r)) < 0) return rc;
-        } else if ((rc = bad_line(t, name, line, skip_bad, why)) < 0) {
-            return rc;
+    for (size_t i = 1; i < t->n; i++)
+        if (t->reqs[i].src_id <= t->reqs[i - 1].src_id) {
+            /* not sorted by id (finish order): check with a sort of a copy */
+            uint64_t *ids = malloc(t->n * sizeof *ids);
+            if (!ids) return -ENOMEM;
+            for (size_t j = 0; j < t->n; j++) ids[j] = t->reqs[j].src_id;
+            qsort(ids, t->n, sizeof *ids, cmp_u64);
+            for (size_t j = 1; j < t->n; j++)
+                if (ids[j] == ids[j - 1]) {
+                    unsigned long long dup = (unsigned long long)ids[j];
+                    free(ids);
+                    return sim_err_set("%s: request id %llu appears twice", name, dup);
+                }
+            free(ids);
+            break;
         }
-        p = next;
-    }
-    if (fmt == SIM_FMT_NATIVE) {
-        /* ids must be unique: fidelity mode matches requests by them */
-        for (size_t i = 1; i < t->n; i++)
-            if (t->reqs[i].src_id <= t->reqs[i - 1].src_id) {
-                /* not sorted by id (finish order): check with a sort of a copy */
-                uint64_t *ids = malloc(t->n * sizeof *ids);
-                if (!ids) return -ENOMEM;
-                for (size_t j = 0; j < t->n; j++) ids[j] = t->reqs[j].src_id;
-                qsort(ids, t->n, sizeof *ids, cmp_u64);
-                for (size_t j = 1; j < t->n; j++)
-                    if (ids[j] == ids[j - 1]) {
-                        unsigned long long dup = (unsigned long long)ids[j];
-                        free(ids);
-                        return sim_err_set("%s: request id %llu appears twice", name, dup);
-                    }
-                free(ids);
-                break;
-            }
-    }
-    sim_trace_sort(t);
     return 0;
-}
-
-/* ---- entry points ----------------------------------------------------------------------- */
-
-static int guess_format(const char *buf, size_t len)
-{
-    const char *p = buf, *end = buf + len;
-    while (p < end && isspace((unsigned char)*p)) p++;
-    if (p < end && *p == '{') {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        size_t n = (size_t)((nl ? nl : end) - p);
-        if (memmem(p, n, "\"arrival_us\"", 12)) return SIM_FMT_NATIVE;
-        if (memmem(p, n, "\"input_length\"", 14)) return SIM_FMT_MOONCAKE;
-        return -1;
-    }
-    if ((size_t)(end - p) >= 9 && memcmp(p, "TIMESTAMP", 9) == 0) return SIM_FMT_AZURE;
-    return -1;
 }
 
 int sim_trace_parse(sim_trace *t, const char *name, const char *buf, size_t len, int fmt,
                     bool skip_bad)
 {
-    if (fmt == SIM_FMT_AUTO) {
-        fmt = guess_format(buf, len);
-        if (fmt < 0)
-            return sim_err_set("%s: unknown trace format (expected an Azure CSV header "
-                               "\"TIMESTAMP,ContextTokens,GeneratedTokens\", or JSON lines with "
-                               "\"arrival_us\" (native) or \"input_length\" (Mooncake))", name);
-    }
+    char why[160];
+    fmt_trace_reader rd;
+    if (fmt_trace_open(&rd, buf, len, fmt, why, sizeof why) < 0) return sim_err_set("%s: %s", name, why);
+    fmt = rd.format;
     t->format = fmt;
     snprintf(t->source, sizeof t->source, "%s", name);
-    if (fmt == SIM_FMT_AZURE) return parse_azure(t, name, buf, len, skip_bad);
-    return parse_jsonl(t, name, buf, len, fmt, skip_bad);
+    if (fmt == SIM_FMT_NATIVE) {
+        t->labelled = true;
+        t->has_real = true;
+    } else {
+        int a = sim_trace_tenant(t, "default"), b = sim_trace_class(t, "default");
+        if (a < 0 || b < 0) return -ENOMEM;
+    }
+    int64_t t0 = 0;
+    bool have_t0 = false;
+    fmt_request q;
+    fmt_request_text text;
+    int rc;
+    while ((rc = fmt_trace_next(&rd, &q, &text, why, sizeof why)) != 0) {
+        sim_req r;
+        req_defaults(&r);
+        if (rc > 0) {
+            if (fmt == SIM_FMT_NATIVE) {
+                rc = native_req(t, &q, &r, why, sizeof why);
+                if (rc > 0) {   /* not replayed: listed, never an error */
+                    if ((rc = bad_line(t, name, rd.line, true, why)) < 0) return rc;
+                    continue;
+                }
+            } else {
+                /* Azure timestamps are relative to the first data row. */
+                if (!have_t0) { t0 = q.arrival_us; have_t0 = true; }
+                r.arrival_us = q.arrival_us - (fmt == SIM_FMT_AZURE ? t0 : 0);
+                r.prompt_tokens = (uint32_t)q.prompt_tokens;
+                r.output_tokens = (uint32_t)q.output_tokens;
+                r.max_tokens = (uint32_t)q.max_tokens;
+                r.src_id = q.req;
+                rc = 0;
+            }
+        }
+        if (rc == 0) {
+            r.src_line = rd.line;
+            if ((rc = sim_trace_push(t, &r)) < 0) return rc;
+        } else if (rd.fatal || (rc = bad_line(t, name, rd.line, skip_bad, why)) < 0) {
+            return rd.fatal ? sim_err_set("%s:%u: %s", name, rd.line, why) : rc;
+        }
+    }
+    if (fmt == SIM_FMT_AZURE) {
+        if (rd.line == 0) return sim_err_set("%s: empty file", name);
+        /* Rows are sorted in the published files; a row before the first one would be negative. */
+        int64_t min = 0;
+        for (size_t i = 0; i < t->n; i++) if (t->reqs[i].arrival_us < min) min = t->reqs[i].arrival_us;
+        for (size_t i = 0; min < 0 && i < t->n; i++) t->reqs[i].arrival_us -= min;
+    }
+    if (fmt == SIM_FMT_NATIVE && (rc = check_unique_ids(t, name)) < 0) return rc;
+    sim_trace_sort(t);
+    return 0;
 }
 
 int sim_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len)
 {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return sim_err_setc(-errno, "%s: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    int rc = 0;
-    for (;;) {
-        if (cap - len < 65536) {
-            size_t ncap = cap ? cap * 2 : 1 << 20;
-            char *nb = realloc(buf, ncap);
-            if (!nb) { rc = sim_err_setc(-ENOMEM, "%s: out of memory", path); goto out; }
-            buf = nb;
-            cap = ncap;
-        }
-        size_t got = fread(buf + len, 1, cap - len - 1, f);
-        len += got;
-        if (len > max_bytes) { rc = sim_err_setc(-EFBIG, "%s: larger than %zu MiB", path, max_bytes >> 20); goto out; }
-        if (got == 0) break;
-    }
-    if (ferror(f)) { rc = sim_err_setc(-EIO, "%s: read error", path); goto out; }
-    buf[len] = 0;
-    *out = buf;
-    if (out_len) *out_len = len;
-    buf = NULL;
-out:
-    free(buf);
-    fclose(f);
-    return rc;
+    char why[300];
+    int rc = fmt_read_file(path, max_bytes, out, out_len, why, sizeof why);
+    return rc < 0 ? sim_err_setc(rc, "%s", why) : 0;
 }
 
 int sim_trace_load(sim_trace *t, const char *path, int fmt, bool skip_bad)

@@ -124,6 +124,59 @@ Test(engine_inv, alone_equals_inside_a_mixed_batch)
     }
 }
 
+/* Decode rows of a small batch go through one matmul kernel that sums every output in the
+ * same order whatever the batch (kernels/cpu/gemm_small.h), and attention is per row: a
+ * sequence decoding alone and the same sequence decoding among 10 others give the same
+ * logits to the bit, not just within a tolerance. */
+Test(engine_inv, decode_alone_is_bit_identical_inside_a_small_decode_batch)
+{
+    eng_model *ms[3];
+    int nm = models(ms);
+    enum { N_SEQS = 11, STEPS = 6, PLEN = 19 };
+    for (int mi = 0; mi < nm; mi++) {
+        const eng_model_config *c = eng_model_cfg(ms[mi]);
+        const int V = c->vocab_size;
+        int32_t prompt[N_SEQS][64];
+        for (int i = 0; i < N_SEQS; i++)
+            prompt_of(prompt[i], PLEN + i, V, 20 + i);
+        float *alone = malloc((size_t)STEPS * V * sizeof(float));
+        float *lg = malloc((size_t)N_SEQS * V * sizeof(float));
+        eng *e = ts_engine(ms[mi], 128, 4, 2);
+        static tseq a, s[N_SEQS];
+        ts_seq_init(&a, prompt[0], PLEN, 0);
+        ts_generate(e, c, &a, 0, STEPS, alone);
+        eng_destroy(e);
+
+        /* each sequence prefilled alone (the same prefill batch as above for s[0]), then
+         * all of them decode together */
+        e = ts_engine(ms[mi], 128, 4, 2);
+        tseq *batch[N_SEQS];
+        int rows[N_SEQS];
+        for (int i = 0; i < N_SEQS; i++) {
+            ts_seq_init(&s[i], prompt[i], PLEN + i, 10 * i); /* 9 blocks of 4 each */
+            tseq *one[1] = {&s[i]};
+            int r = PLEN + i;
+            cr_assert_eq(ts_step(e, c, one, &r, 1, lg), 0, "%s", eng_errmsg());
+            s[i].tokens[s[i].n_tokens++] = ts_argmax(lg, V);
+            batch[i] = &s[i];
+            rows[i] = 1;
+        }
+        for (int k = 1; k < STEPS; k++) {
+            cr_assert_eq(ts_step(e, c, batch, rows, N_SEQS, lg), 0, "%s", eng_errmsg());
+            cr_assert(memcmp(lg, alone + (size_t)k * V, (size_t)V * sizeof(float)) == 0,
+                      "model %d step %d: logits alone and in a batch of %d decode rows differ "
+                      "(relative %.3g)", mi, k, N_SEQS,
+                      ts_rel_diff(alone + (size_t)k * V, lg, V));
+            for (int i = 0; i < N_SEQS; i++)
+                s[i].tokens[s[i].n_tokens++] = ts_argmax(lg + (size_t)i * V, V);
+        }
+        free(alone);
+        free(lg);
+        eng_destroy(e);
+        eng_model_free(ms[mi]);
+    }
+}
+
 /* ---- physical block ids ----------------------------------------------------------------- */
 
 Test(engine_inv, permuting_physical_blocks_changes_nothing)

@@ -28,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/declog.h"
+#include "formats/request_log.h"
 
 static const char *shared_dir(void)
 {
@@ -393,7 +393,7 @@ Test(tools_cli, replay_azure_slice_against_echo)
     free(trace);
 }
 
-/* A native trace with a cancel: written with declog's own formatter. */
+/* A native trace with a cancel: written with the request log's own writer. */
 Test(tools_cli, replay_native_trace_with_cancels)
 {
     need_programs();
@@ -403,13 +403,13 @@ Test(tools_cli, replay_native_trace_with_cancels)
     cr_assert(fd >= 0);
     FILE *f = fdopen(fd, "w");
     for (int i = 0; i < 30; i++) {
-        declog_request r = {.req = (uint64_t)i, .arrival_us = i * 2000, .tenant = i % 3 ? "chat" : "batch",
+        fmt_request r = {.req = (uint64_t)i, .arrival_us = i * 2000, .tenant = i % 3 ? "chat" : "batch",
                             .class_name = "default", .prompt_tokens = 8 + i, .max_tokens = 20,
-                            .output_tokens = i == 6 ? 200000000 : 20, .deadline_us = DECLOG_NULL,
-                            .cancel_us = i == 6 ? i * 2000 + 30000 : DECLOG_NULL,
-                            .first_token_us = DECLOG_NULL, .finish_us = 0, .finish_reason = "length"};
+                            .output_tokens = i == 6 ? 200000000 : 20, .deadline_us = FMT_NULL,
+                            .cancel_us = i == 6 ? i * 2000 + 30000 : FMT_NULL,
+                            .first_token_us = FMT_NULL, .finish_us = 0, .finish_reason = "length"};
         char line[1024];
-        cr_assert(declog_request_format(&r, line, sizeof line) > 0);
+        cr_assert(fmt_request_format(&r, line, sizeof line) > 0);
         fprintf(f, "%s\n", line);
     }
     fclose(f);
@@ -543,7 +543,7 @@ static json_t *read_json_lines(const char *path)
 
 /* Parses every line of a request log (asserting each parses) and hands it to fn; returns the
  * number of lines. The record's strings are valid during the call. */
-typedef void (*request_fn)(const declog_request *r, const char *line, void *ctx);
+typedef void (*request_fn)(const fmt_request *r, const char *line, void *ctx);
 static int for_each_request(const char *path, request_fn fn, void *ctx)
 {
     FILE *f = fopen(path, "r");
@@ -553,10 +553,11 @@ static int for_each_request(const char *path, request_fn fn, void *ctx)
     ssize_t len;
     int n = 0;
     while ((len = getline(&line, &cap, f)) > 0) {
-        declog_request r;
-        char sb[256];
+        fmt_request r;
+        fmt_request_text text;
+        char why[200];
         line[len - 1] = 0;
-        cr_assert_eq(declog_request_parse(line, (size_t)len - 1, &r, sb, sizeof sb), 0, "%s: %s", declog_errmsg(), line);
+        cr_assert_eq(fmt_request_parse(line, (size_t)len - 1, &r, &text, why, sizeof why), 0, "%s: %s", why, line);
         fn(&r, line, ctx);
         n++;
     }
@@ -566,11 +567,11 @@ static int for_each_request(const char *path, request_fn fn, void *ctx)
 }
 
 struct ttfts { double v[64]; int n; };
-static void collect_ttft(const declog_request *r, const char *line, void *ctx)
+static void collect_ttft(const fmt_request *r, const char *line, void *ctx)
 {
     struct ttfts *t = ctx;
     cr_assert(r->finish_us >= r->arrival_us, "%s", line);
-    if (r->first_token_us != DECLOG_NULL && t->n < 64) t->v[t->n++] = (double)(r->first_token_us - r->arrival_us) / 1e3;
+    if (r->first_token_us != FMT_NULL && t->n < 64) t->v[t->n++] = (double)(r->first_token_us - r->arrival_us) / 1e3;
 }
 
 Test(tools_cli, model_daemon_metrics_and_logs)
@@ -671,7 +672,7 @@ static double jnum(json_t *o, const char *k)
 }
 
 struct needs { long prompt, out; };
-static void add_needs(const declog_request *r, const char *line, void *ctx)
+static void add_needs(const fmt_request *r, const char *line, void *ctx)
 {
     struct needs *nd = ctx;
     cr_assert_str_eq(r->finish_reason, "length", "%s", line);

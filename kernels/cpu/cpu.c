@@ -16,9 +16,12 @@
  *   logits = (rmsnorm(x[logits_rows]) * rms_final) · Wcls^T       only the rows asked for
  *
  * Parallelism: a small pool of worker threads (the caller is worker 0). Each matmul is
- * split by output rows of the weight, and each piece is one single-threaded OpenBLAS call
- * (SGEMV when T == 1: OpenBLAS's SGEMM packs the whole weight for one row and is slow),
- * so OpenBLAS never starts threads of its own to compete with ours. Attention is split
+ * split by output rows of the weight, and each piece is one single-threaded call: for
+ * batches of up to GEMM_SMALL_MAX_ROWS rows our gemm_small (kernels/cpu/gemm_small.h),
+ * which reads each weight row once for the whole batch and sums every output in the same
+ * order whatever the batch (so a decode row's result does not depend on its batch-mates),
+ * above that OpenBLAS SGEMM (whose packing of the weight pays off only when compute-bound).
+ * OpenBLAS never starts threads of its own to compete with ours. Attention is split
  * by (decode row, KV head) and (tile of up to 32 prefill rows of one sequence, KV head).
  * The attention and SwiGLU loops use 8-float GCC vectors, cloned for AVX2/AVX-512.
  *
@@ -26,8 +29,9 @@
  *   pool[b][l][0=K|1=V][offset][kv_dim]   (float32)
  * so one block is one contiguous copy for swapping.
  */
-#include "kernels/engine.h"
+#include "kernels/cpu/gemm_small.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/engine.h"
 #include "numa/rnuma.h"
 
 #include <cblas.h>
@@ -35,6 +39,7 @@
 #include <linux/futex.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,17 +51,111 @@
 
 typedef void (*task_fn)(void *ctx, int task, int worker);
 
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * How long a helper spins before it sleeps. The pool runs a few dozen parallel regions per
+ * engine step; between them the caller works alone for microseconds (norms, RoPE), and
+ * between steps for as long as its own caller takes. A helper that sleeps costs the next
+ * region its wake latency (a futex wake, and on a VM the exit of a halted vCPU, whose core
+ * the host may have given away meanwhile); one that spins costs the CPU time it spins.
+ *
+ * The policy measures both and picks the budget that minimised their sum over the recent
+ * past — the ski-rental choice made with the actual gap distribution:
+ *   - every wait records its gap (from the helper going idle to the caller starting the
+ *     next region, stamped by the caller: exact whether the helper spun or slept, so what
+ *     is measured does not depend on the budget chosen) in a histogram of power-of-two
+ *     buckets, halved at every re-choice (a memory of ~GAP_EPOCH waits);
+ *   - every sleep measures the wake latency (region start to the helper running), averaged;
+ *   - every GAP_EPOCH waits the budget becomes the power of two B in [1 µs, 2 ms] with the
+ *     least  Σ_{gaps g < B} g + Σ_{gaps g >= B} (B + wake latency).
+ * So back-to-back steps keep the helpers spinning through every gap, and a helper of an
+ * idle engine sleeps after a short spin. eng_phase_stats reports regions, waits, sleeps,
+ * wake calls, the budget and the latency, so the policy's effect is measured in engine_bench.
+ */
+#define GAP_BUCKETS 24     /* bucket i: gaps in [2^i, 2^(i+1)) ns; the last, all longer */
+#define GAP_EPOCH 32       /* waits between re-choices of the budget */
+#define SPIN_MIN_LOG2 10   /* 1.0 µs */
+#define SPIN_MAX_LOG2 21   /* 2.1 ms */
+#define WAKE_NS_PRIOR 30000 /* wake latency assumed until one is measured */
+/* Wake latencies count up to this: a longer one is a run queue's wait on an oversubscribed
+ * machine, which a spinning helper would not have avoided (it waits for a CPU too). */
+#define WAKE_NS_CAP 500000
+
+typedef struct spin_policy {
+    uint32_t gaps[GAP_BUCKETS];
+    int waits;          /* since the last re-choice */
+    uint64_t budget_ns;
+    uint64_t wake_ns;   /* moving average of measured wake latencies */
+} spin_policy;
+
+static int log2_bucket(uint64_t ns)
+{
+    int b = ns ? 63 - __builtin_clzll(ns) : 0;
+    return b < GAP_BUCKETS ? b : GAP_BUCKETS - 1;
+}
+
+static void spin_policy_init(spin_policy *sp)
+{
+    memset(sp, 0, sizeof *sp);
+    sp->budget_ns = 50000;
+    sp->wake_ns = WAKE_NS_PRIOR;
+}
+
+static void spin_policy_choose(spin_policy *sp)
+{
+    double best = -1;
+    for (int j = SPIN_MIN_LOG2; j <= SPIN_MAX_LOG2; j++) {
+        const double budget = (double)(1ull << j);
+        double cost = 0;
+        for (int i = 0; i < GAP_BUCKETS; i++) {
+            const double gap = 1.5 * (double)(1ull << i); /* the bucket's middle */
+            cost += sp->gaps[i] * (i < j ? gap : budget + (double)sp->wake_ns);
+        }
+        if (best < 0 || cost < best) {
+            best = cost;
+            sp->budget_ns = 1ull << j;
+        }
+    }
+    for (int i = 0; i < GAP_BUCKETS; i++)
+        sp->gaps[i] /= 2;
+    sp->waits = 0;
+}
+
+/* One wait of a helper: its gap, and its wake latency if it slept. */
+static void spin_policy_record(spin_policy *sp, uint64_t gap_ns, bool slept, uint64_t wake_ns)
+{
+    sp->gaps[log2_bucket(gap_ns)]++;
+    if (slept)
+        sp->wake_ns += ((int64_t)(wake_ns < WAKE_NS_CAP ? wake_ns : WAKE_NS_CAP) -
+                        (int64_t)sp->wake_ns) / 8;
+    if (++sp->waits == GAP_EPOCH)
+        spin_policy_choose(sp);
+}
+
 typedef struct pool {
     int n_workers; /* including the calling thread */
     int numa_node;
     pthread_t *threads;
-    _Atomic uint32_t generation; /* futex: bumped to start a parallel region */
-    _Atomic uint32_t busy;       /* futex: helper threads still inside the region */
-    _Atomic int next_task;
+    /* written by the caller to start a region, read by the helpers */
+    _Alignas(64) _Atomic uint32_t generation; /* futex: bumped to start a parallel region */
+    _Atomic uint64_t region_ns;               /* when the caller started the current region */
     int n_tasks;
     task_fn fn;
     void *ctx;
     _Atomic bool stop;
+    _Alignas(64) _Atomic int next_task;
+    _Alignas(64) _Atomic uint32_t busy;       /* futex: helper threads still inside the region */
+    _Atomic uint32_t helpers_asleep;          /* helpers announced asleep on generation */
+    _Atomic uint32_t caller_asleep;           /* the caller announced asleep on busy */
+    /* measurements (relaxed: statistics) */
+    _Alignas(64) _Atomic uint64_t regions, wake_calls, waits, sleeps;
+    _Atomic uint64_t budget_ns, wake_ns;      /* the helpers' latest choice and measure */
 } pool;
 
 typedef struct worker_arg {
@@ -74,12 +173,55 @@ static void futex_wake(_Atomic uint32_t *addr)
     syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
 }
 
-static inline void cpu_relax(void) { __builtin_ia32_pause(); }
+/*
+ * The sleep/wake handshake, named once (both waits of the pool use it). A waiter that has
+ * spun long enough announces itself in *asleep, re-reads the word and sleeps only if it is
+ * unchanged; a waker changes the word (a sequentially consistent read-modify-write), then
+ * makes the wake system call only if someone announced. All four operations are seq_cst,
+ * so of (announce, re-read) and (change, read the announcements) the pair that comes second
+ * in their single total order sees the other's first: either the waiter sees the change
+ * and does not sleep, or the waker sees the announcement and wakes it (FUTEX_WAIT returns
+ * at once if the word changed between the re-read and the sleep). A waker whose peers are
+ * spinning makes no system call.
+ */
+static bool sleep_unless_changed(_Atomic uint32_t *word, uint32_t seen, _Atomic uint32_t *asleep)
+{
+    bool slept = false;
+    atomic_fetch_add_explicit(asleep, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(word, memory_order_seq_cst) == seen) {
+        futex_wait(word, seen);
+        slept = true;
+    }
+    atomic_fetch_sub_explicit(asleep, 1, memory_order_relaxed);
+    return slept;
+}
 
-/* Spin briefly (a few microseconds) before sleeping: parallel regions of a decode step
- * follow each other within microseconds and a futex round trip costs several. Kept short:
- * on an oversubscribed machine a spinning worker burns the slice the other one needs. */
-#define SPIN_ITERS 256
+/* The waker's half, after its seq_cst change of *word: true when it made the wake call. */
+static bool wake_if_asleep(_Atomic uint32_t *word, _Atomic uint32_t *asleep)
+{
+    if (atomic_load_explicit(asleep, memory_order_seq_cst) == 0)
+        return false;
+    futex_wake(word);
+    return true;
+}
+
+/* The spin-wait hint: PAUSE on x86, YIELD on arm64, nothing elsewhere. */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+/* Spin iterations between two reads of the clock while waiting. */
+#define SPINS_PER_CLOCK 64
+/* Past this much spinning a helper also yields at each read of the clock: on an idle CPU
+ * sched_yield returns at once (the vCPU stays busy, which is the point of spinning), on an
+ * oversubscribed one it lets a runnable thread — often this engine's caller — have the CPU
+ * the spin would burn. */
+#define SPIN_POLITE_NS 4000
 
 static void run_tasks(pool *p, int worker)
 {
@@ -99,22 +241,41 @@ static void *worker_main(void *arg)
     free(wa);
     if (p->numa_node >= 0)
         rnuma_pin_self_cpu(p->numa_node, index);
+    spin_policy sp;
+    spin_policy_init(&sp);
     uint32_t seen = 0;
     for (;;) {
         uint32_t g;
+        const uint64_t idle_since = now_ns();
+        bool slept = false;
         int spins = 0;
         while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen) {
-            if (++spins < SPIN_ITERS)
+            if (++spins % SPINS_PER_CLOCK) {
                 cpu_relax();
-            else
-                futex_wait(&p->generation, seen);
+                continue;
+            }
+            const uint64_t spun = now_ns() - idle_since;
+            if (spun >= sp.budget_ns)
+                slept |= sleep_unless_changed(&p->generation, seen, &p->helpers_asleep);
+            else if (spun >= SPIN_POLITE_NS)
+                sched_yield();
         }
         seen = g;
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
             return NULL;
+        /* region_ns was stored before the generation's release: it is this region's */
+        const uint64_t start = atomic_load_explicit(&p->region_ns, memory_order_relaxed);
+        spin_policy_record(&sp, start > idle_since ? start - idle_since : 0, slept,
+                           slept ? now_ns() - start : 0);
+        atomic_fetch_add_explicit(&p->waits, 1, memory_order_relaxed);
+        if (slept)
+            atomic_fetch_add_explicit(&p->sleeps, 1, memory_order_relaxed);
+        atomic_store_explicit(&p->budget_ns, sp.budget_ns, memory_order_relaxed);
+        atomic_store_explicit(&p->wake_ns, sp.wake_ns, memory_order_relaxed);
         run_tasks(p, index);
-        if (atomic_fetch_sub_explicit(&p->busy, 1, memory_order_acq_rel) == 1)
-            futex_wake(&p->busy);
+        if (atomic_fetch_sub_explicit(&p->busy, 1, memory_order_seq_cst) == 1 &&
+            wake_if_asleep(&p->busy, &p->caller_asleep))
+            atomic_fetch_add_explicit(&p->wake_calls, 1, memory_order_relaxed);
     }
 }
 
@@ -131,16 +292,23 @@ static void pool_run(pool *p, int n_tasks, task_fn fn, void *ctx)
     p->n_tasks = n_tasks;
     atomic_store_explicit(&p->next_task, 0, memory_order_relaxed);
     atomic_store_explicit(&p->busy, (uint32_t)(p->n_workers - 1), memory_order_relaxed);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
-    futex_wake(&p->generation);
+    atomic_store_explicit(&p->region_ns, now_ns(), memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_seq_cst); /* releases the above */
+    atomic_fetch_add_explicit(&p->regions, 1, memory_order_relaxed);
+    if (wake_if_asleep(&p->generation, &p->helpers_asleep))
+        atomic_fetch_add_explicit(&p->wake_calls, 1, memory_order_relaxed);
     run_tasks(p, 0);
+    /* The helpers finish their last task within microseconds unless descheduled: spin for
+     * twice what waking a sleeper measured (the ski-rental bound), then sleep. */
+    const uint64_t budget = 2 * atomic_load_explicit(&p->wake_ns, memory_order_relaxed);
+    const uint64_t t0 = now_ns();
     uint32_t b;
     int spins = 0;
     while ((b = atomic_load_explicit(&p->busy, memory_order_acquire)) != 0) {
-        if (++spins < SPIN_ITERS)
+        if (++spins % SPINS_PER_CLOCK || now_ns() - t0 < budget)
             cpu_relax();
         else
-            futex_wait(&p->busy, b);
+            sleep_unless_changed(&p->busy, b, &p->caller_asleep);
     }
 }
 
@@ -149,6 +317,8 @@ static int pool_start(pool *p, int n_workers, int numa_node)
     memset(p, 0, sizeof *p);
     p->n_workers = n_workers;
     p->numa_node = numa_node;
+    p->budget_ns = 50000;
+    p->wake_ns = WAKE_NS_PRIOR;
     if (n_workers == 1)
         return 0;
     p->threads = calloc((size_t)n_workers, sizeof *p->threads);
@@ -183,7 +353,7 @@ static void pool_stop(pool *p)
     if (!p->threads)
         return;
     atomic_store_explicit(&p->stop, true, memory_order_release);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_seq_cst);
     futex_wake(&p->generation);
     for (int i = 1; i < p->n_workers; i++)
         pthread_join(p->threads[i], NULL);
@@ -223,13 +393,6 @@ typedef struct cpu {
     const eng_batch *b;
     int layer;
 } cpu;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- vector helpers ------------------------------------------------------------------ */
 
@@ -320,8 +483,15 @@ typedef struct mm_region {
     int rows; /* T */
 } mm_region;
 
-/* Rows n0.. of a weight matrix in any type: float32 through BLAS, the others through the
- * fused/tiled kernels of quant.c. */
+/* Float32 batches of up to this many rows go through gemm_small (each weight row read
+ * once for all rows, nothing packed), larger ones through OpenBLAS SGEMM, whose packing
+ * pays for itself once the product is compute-bound. Chosen with perf/gemm_bench
+ * (stories110M and stories15M projections, one thread, weights from memory): see the
+ * README's Benchmarks. */
+#define GEMM_SMALL_MAX_ROWS 16
+
+/* Rows n0.. of a weight matrix in any type: float32 through gemm_small or BLAS, the others
+ * through the fused/tiled kernels of quant.c. */
 static void matmul_rows(int rows, const float *x, eng_wmat wm, int n0, int n, int k, float beta,
                         float *y, int ld_y)
 {
@@ -331,8 +501,8 @@ static void matmul_rows(int rows, const float *x, eng_wmat wm, int n0, int n, in
         return;
     }
     const float *w = (const float *)wm.data + (size_t)n0 * k;
-    if (rows == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, x, 1, beta, y, 1);
+    if (rows <= GEMM_SMALL_MAX_ROWS)
+        gemm_small(GEMM_SMALL_AUTO, rows, n, k, x, k, w, k, beta, y, ld_y);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, k, 1.0f, x, k, w, k, beta,
                     y, ld_y);
@@ -940,10 +1110,23 @@ static int cpu_kv_copy_blocks(void *priv, const int32_t *src, const int32_t *dst
 int eng_cpu_phase_stats(void *priv, eng_phase_stats *out, bool reset)
 {
     cpu *c = priv;
-    if (out)
+    pool *p = &c->workers;
+    if (out) {
         *out = c->stats;
-    if (reset)
+        out->regions = atomic_load_explicit(&p->regions, memory_order_relaxed);
+        out->wake_calls = atomic_load_explicit(&p->wake_calls, memory_order_relaxed);
+        out->helper_waits = atomic_load_explicit(&p->waits, memory_order_relaxed);
+        out->helper_sleeps = atomic_load_explicit(&p->sleeps, memory_order_relaxed);
+        out->spin_budget_ns = atomic_load_explicit(&p->budget_ns, memory_order_relaxed);
+        out->wake_latency_ns = atomic_load_explicit(&p->wake_ns, memory_order_relaxed);
+    }
+    if (reset) {
         memset(&c->stats, 0, sizeof c->stats);
+        atomic_store_explicit(&p->regions, 0, memory_order_relaxed);
+        atomic_store_explicit(&p->wake_calls, 0, memory_order_relaxed);
+        atomic_store_explicit(&p->waits, 0, memory_order_relaxed);
+        atomic_store_explicit(&p->sleeps, 0, memory_order_relaxed);
+    }
     return 0;
 }
 

@@ -37,9 +37,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/declog.h" /* native trace line parser (the request-log format) */
-#include "ringlm.h"
-#include "tokenizer.h"
+#include "formats/trace.h"
+#include "libclient/ringlm.h"
+#include "libclient/tokenizer.h"
 
 #ifndef RINGLM_VERSION
 #define RINGLM_VERSION "unknown"
@@ -360,46 +360,8 @@ static void trace_push(trace *t, const treq *r)
     t->r[t->n++] = *r;
 }
 
-enum trace_fmt { FMT_AUTO, FMT_NATIVE, FMT_AZURE, FMT_MOONCAKE };
-
-/* "2023-11-16 18:17:03.9799600" → µs since the epoch (naive, as UTC). */
-static int parse_azure_time(const char *s, int64_t *us)
-{
-    struct tm tm = {0};
-    int y, mo, d, h, mi, sec, used = 0;
-    if (sscanf(s, "%4d-%2d-%2d %2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &used) != 6) return -1;
-    tm.tm_year = y - 1900;
-    tm.tm_mon = mo - 1;
-    tm.tm_mday = d;
-    tm.tm_hour = h;
-    tm.tm_min = mi;
-    tm.tm_sec = sec;
-    int64_t t = (int64_t)timegm(&tm) * 1000000;
-    const char *p = s + used;
-    if (*p == '.') {
-        p++;
-        int64_t scale = 100000;
-        while (isdigit((unsigned char)*p)) {
-            t += (*p - '0') * scale;
-            scale /= 10;
-            p++;
-        }
-    }
-    *us = t;
-    return 0;
-}
-
-static enum trace_fmt sniff(const char *path, const char *first_line)
-{
-    size_t l = strlen(path);
-    if (l > 4 && strcasecmp(path + l - 4, ".csv") == 0) return FMT_AZURE;
-    if (strncmp(first_line, "TIMESTAMP", 9) == 0) return FMT_AZURE;
-    if (strstr(first_line, "\"input_length\"")) return FMT_MOONCAKE;
-    return FMT_NATIVE;
-}
-
 typedef struct load_opts {
-    enum trace_fmt fmt;
+    int fmt;              /* enum fmt_trace_format */
     double rate;          /* arrival-rate multiplier */
     double length_scale;  /* multiplier on prompt and output lengths */
     double window_start_s, window_len_s; /* trace-time window; len <= 0: to the end */
@@ -419,66 +381,27 @@ static uint32_t scale_len(int64_t v, double s)
 
 static void load_trace(const char *path, const load_opts *lo, trace *t)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) die("trace %s: %s", path, strerror(errno));
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    long lineno = 0;
-    enum trace_fmt fmt = lo->fmt;
+    char why[256];
+    char *buf;
+    size_t len;
+    if (fmt_read_file(path, SIZE_MAX, &buf, &len, why, sizeof why) < 0) die("trace %s", why);
+    fmt_trace_reader rd;
+    if (fmt_trace_open(&rd, buf, len, lo->fmt, why, sizeof why) < 0) die("trace %s: %s", path, why);
     /* raw records first (trace time), then window/scale below */
     typedef struct raw { int64_t t_us, cancel_us, deadline_us; int64_t prompt, out; int tenant, cls; } raw;
     raw *rs = NULL;
     size_t nr = 0, rcap = 0;
-    while ((len = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        if (len == 0) continue;
-        if (fmt == FMT_AUTO) fmt = sniff(path, line);
-        raw r = {.cancel_us = -1, .deadline_us = -1, .tenant = -1, .cls = -1};
-        if (fmt == FMT_AZURE) {
-            if (lineno == 1 && strncmp(line, "TIMESTAMP", 9) == 0) continue;
-            char *c1 = strchr(line, ',');
-            char *c2 = c1 ? strchr(c1 + 1, ',') : NULL;
-            if (!c1 || !c2) die("%s:%ld: expected TIMESTAMP,ContextTokens,GeneratedTokens", path, lineno);
-            *c1 = 0;
-            if (parse_azure_time(line, &r.t_us) < 0)
-                die("%s:%ld: TIMESTAMP '%s' is not 'YYYY-MM-DD HH:MM:SS.fffffff'", path, lineno, line);
-            char *end;
-            r.prompt = strtoll(c1 + 1, &end, 10);
-            if (end == c1 + 1 || end != c2 || r.prompt < 1)
-                die("%s:%ld: ContextTokens is not a positive integer", path, lineno);
-            r.out = strtoll(c2 + 1, &end, 10);
-            if (end == c2 + 1 || *end || r.out < 1)
-                die("%s:%ld: GeneratedTokens is not a positive integer", path, lineno);
-        } else if (fmt == FMT_MOONCAKE) {
-            json_error_t e;
-            json_t *o = json_loadb(line, (size_t)len, 0, &e);
-            if (!o || !json_is_object(o)) die("%s:%ld: not a JSON object: %s", path, lineno, o ? "" : e.text);
-            json_t *ts = json_object_get(o, "timestamp"), *in = json_object_get(o, "input_length"),
-                   *ou = json_object_get(o, "output_length");
-            if (!json_is_number(ts)) die("%s:%ld: key timestamp: expected a number (ms)", path, lineno);
-            if (!json_is_integer(in) || json_integer_value(in) < 1)
-                die("%s:%ld: key input_length: expected a positive integer", path, lineno);
-            if (!json_is_integer(ou) || json_integer_value(ou) < 0)
-                die("%s:%ld: key output_length: expected an integer >= 0", path, lineno);
-            r.t_us = (int64_t)(json_number_value(ts) * 1000.0);
-            r.prompt = json_integer_value(in);
-            r.out = json_integer_value(ou);
-            json_decref(o);
-        } else {
-            declog_request q;
-            char sb[256];
-            if (declog_request_parse(line, (size_t)len, &q, sb, sizeof sb) < 0)
-                die("%s:%ld: %s", path, lineno, declog_errmsg());
-            r.t_us = q.arrival_us;
-            r.prompt = q.prompt_tokens;
-            r.out = q.output_tokens;
-            if (q.cancel_us != DECLOG_NULL) r.cancel_us = q.cancel_us - q.arrival_us;
-            if (q.deadline_us != DECLOG_NULL) r.deadline_us = q.deadline_us - q.arrival_us;
-            if (q.tenant && *q.tenant) r.tenant = name_index(&t->tenants, q.tenant);
-            if (q.class_name && *q.class_name) r.cls = name_index(&t->classes, q.class_name);
-        }
+    fmt_request q;
+    fmt_request_text text;
+    int rc;
+    while ((rc = fmt_trace_next(&rd, &q, &text, why, sizeof why)) != 0) {
+        if (rc < 0) die("%s:%u: %s", path, rd.line, why);
+        raw r = {.t_us = q.arrival_us, .prompt = q.prompt_tokens, .out = q.output_tokens,
+                 .cancel_us = -1, .deadline_us = -1, .tenant = -1, .cls = -1};
+        if (q.cancel_us != FMT_NULL) r.cancel_us = q.cancel_us - q.arrival_us;
+        if (q.deadline_us != FMT_NULL) r.deadline_us = q.deadline_us - q.arrival_us;
+        if (q.tenant && *q.tenant) r.tenant = name_index(&t->tenants, q.tenant);
+        if (q.class_name && *q.class_name) r.cls = name_index(&t->classes, q.class_name);
         if (r.out < 1) r.out = 1; /* the daemon needs max_new_tokens >= 1 */
         if (nr == rcap) {
             rcap = rcap ? rcap * 2 : 4096;
@@ -487,8 +410,7 @@ static void load_trace(const char *path, const load_opts *lo, trace *t)
         }
         rs[nr++] = r;
     }
-    free(line);
-    fclose(f);
+    free(buf);
     if (nr == 0) die("trace %s has no requests", path);
     /* Native traces are in finish order; every format is replayed in arrival order. */
     for (size_t i = 1; i < nr; i++) { /* insertion sort: traces are nearly sorted */
@@ -991,7 +913,7 @@ static void split_names(const char *s, names *ns)
 
 static int cmd_replay(int argc, char **argv)
 {
-    load_opts lo = {.fmt = FMT_AUTO, .rate = 1, .length_scale = 1};
+    load_opts lo = {.fmt = FMT_TRACE_AUTO, .rate = 1, .length_scale = 1};
     replay_opts ro = {.clients = 4, .vocab = 259, .drain_timeout_s = 120, .seed = 1};
     names force = {0};
     const char *metrics_addr = NULL;
@@ -1036,9 +958,9 @@ static int cmd_replay(int argc, char **argv)
         case 'M': metrics_addr = optarg; break;
         case 'j': as_json = true; break;
         case 'f':
-            if (!strcmp(optarg, "native")) lo.fmt = FMT_NATIVE;
-            else if (!strcmp(optarg, "azure")) lo.fmt = FMT_AZURE;
-            else if (!strcmp(optarg, "mooncake")) lo.fmt = FMT_MOONCAKE;
+            if (!strcmp(optarg, "native")) lo.fmt = FMT_TRACE_NATIVE;
+            else if (!strcmp(optarg, "azure")) lo.fmt = FMT_TRACE_AZURE;
+            else if (!strcmp(optarg, "mooncake")) lo.fmt = FMT_TRACE_MOONCAKE;
             else die("--format: '%s' is not native, azure or mooncake", optarg);
             break;
         case 'X': g_socket = optarg; break;

@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * formats/request_log.h — the request log, also the simulator's native trace
+ * (sim/FORMATS.md "Native request trace"): one JSON object per line, one line per request.
+ *
+ * Written by ringlmd (--request-log) and ringlm-sim (--request-log); read by ringlm-sim
+ * (--trace), the ringlm CLI (replay), perf/calibrate (--daemon-log) and the tests. This is
+ * the only writer and the only reader: what one writes the other reads back field for
+ * field (tests/test_formats.c).
+ *
+ * The rules a line must keep (the reader enforces them; the writer is given what it is
+ * given):
+ *   req, arrival_us, prompt_tokens           required integers >= 0
+ *   output_tokens, max_tokens                integers >= 0; at least one; a missing one is
+ *                                            the other's value
+ *   deadline_us, cancel_us, first_token_us,  integers >= 0 or null (missing = null)
+ *   finish_us
+ *   tenant, class                            strings (missing = ""), < FMT_NAME_MAX bytes
+ *   finish_reason, reject_reason             names of the one reason vocabulary
+ *                                            (sched_end_name; missing = NULL); the
+ *                                            format keeps them as text, its users map them
+ * Unknown keys are ignored. A real where an integer belongs is rounded to the nearest.
+ */
+#ifndef RINGLM_FORMATS_REQUEST_LOG_H
+#define RINGLM_FORMATS_REQUEST_LOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "formats/json.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Longest tenant or class name a line may carry, plus the NUL. */
+#define FMT_NAME_MAX 64
+/* Longest finish / reject reason name, plus the NUL. */
+#define FMT_REASON_MAX 32
+
+typedef struct fmt_request {
+    uint64_t req;
+    int64_t arrival_us;
+    const char *tenant;        /* NULL → "" */
+    const char *class_name;    /* NULL → "" */
+    int64_t prompt_tokens;
+    int64_t max_tokens;
+    int64_t output_tokens;
+    int64_t deadline_us;       /* or FMT_NULL */
+    int64_t cancel_us;         /* or FMT_NULL */
+    int64_t first_token_us;    /* or FMT_NULL */
+    int64_t finish_us;         /* or FMT_NULL (a request the simulation never ended) */
+    const char *finish_reason; /* "length", "stop", ... (sched_end_name); NULL → "error" */
+    const char *reject_reason; /* NULL → null */
+} fmt_request;
+
+/* Storage for the strings of a parsed line (fmt_request's pointers point into it). */
+typedef struct fmt_request_text {
+    char tenant[FMT_NAME_MAX];
+    char class_name[FMT_NAME_MAX];
+    char finish_reason[FMT_REASON_MAX];
+    char reject_reason[FMT_REASON_MAX];
+} fmt_request_text;
+
+/* Formats r as one JSON object (no newline) into buf[cap]; returns the length, or -EMSGSIZE
+ * when it does not fit. Strings are escaped (fmt_json). Pure; any thread. */
+int fmt_request_format(const fmt_request *r, char *buf, size_t cap);
+
+/* Parses one line (the inverse of fmt_request_format). The strings of *out point into
+ * *text. Returns 0, or -EINVAL with why naming the field. */
+int fmt_request_parse(const char *line, size_t len, fmt_request *out, fmt_request_text *text,
+                      char *why, size_t whylen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

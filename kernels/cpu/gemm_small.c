@@ -1,0 +1,272 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/cpu/gemm_small.c — y = beta * y + x · w^T for batches of a few rows (see
+ * gemm_small.h for the contract and why the summation order is fixed).
+ *
+ * Blocking: tiles of 4 weight rows × 2 batch rows. A tile keeps its 8 accumulators and the
+ * 4 weight vectors of the current k step in registers (13 of AVX2's 16), so per 8 floats
+ * of k it loads 6 vectors for 8 multiply-adds, and its 4 weight rows (at most 4 × K floats,
+ * 32 KiB at K = 2048) stay in L1 while the batch rows pass over them: each weight row
+ * comes from memory once per call, for all M rows. Leftover weight rows (N % 4) and an odd
+ * last batch row use narrower tiles of the same code, so they sum in the same order.
+ */
+#include "kernels/cpu/gemm_small.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define GEMM_HAVE_AVX2 1
+#else
+#define GEMM_HAVE_AVX2 0
+#endif
+
+#define NR 4 /* weight rows per tile */
+#define MR 2 /* batch rows per tile */
+#ifndef PF_TILES
+#define PF_TILES 1 /* software prefetch distance, in tiles of weight rows */
+#endif
+
+/* ---- portable path: GNU C vectors (two SSE halves on baseline x86-64, NEON on arm64) -- */
+
+typedef float v8f __attribute__((vector_size(32), aligned(4))); /* unaligned loads allowed */
+
+/* Vectors never cross a function boundary here (that would change the ABI on baseline
+ * x86-64): helpers take pointers and are always inlined. */
+
+/* *v = the first r (< 8) floats of p, zero-padded: the last step of k. */
+static inline __attribute__((always_inline)) void tail8(v8f *v, const float *p, int r)
+{
+    *v = (v8f){0};
+    memcpy(v, p, (size_t)r * sizeof(float));
+}
+
+static inline __attribute__((always_inline)) float reduce8(const v8f *v)
+{
+    const v8f a = *v;
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* One nr × mr tile (nr <= NR, mr <= MR, compile-time constants at every call site, so the
+ * loops unroll and the accumulators live in registers). */
+static inline __attribute__((always_inline)) void tile_portable(int nr, int mr, int K,
+                                                                const float *x, int ld_x,
+                                                                const float *w, int ld_w,
+                                                                float beta, float *y, int ld_y)
+{
+    v8f acc[NR][MR];
+    #pragma GCC unroll 4
+    for (int n = 0; n < nr; n++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < mr; m++)
+            acc[n][m] = (v8f){0};
+    const int K8 = K & ~7;
+    for (int k = 0; k < K8; k += 8) {
+        v8f wv[NR];
+        #pragma GCC unroll 4
+        for (int n = 0; n < nr; n++)
+            wv[n] = *(const v8f *)(w + (size_t)n * ld_w + k);
+        #pragma GCC unroll 4
+        for (int m = 0; m < mr; m++) {
+            const v8f xv = *(const v8f *)(x + (size_t)m * ld_x + k);
+            #pragma GCC unroll 4
+            for (int n = 0; n < nr; n++)
+                acc[n][m] += xv * wv[n];
+        }
+    }
+    if (K8 < K) {
+        #pragma GCC unroll 4
+        for (int m = 0; m < mr; m++) {
+            v8f xv, wv;
+            tail8(&xv, x + (size_t)m * ld_x + K8, K - K8);
+            #pragma GCC unroll 4
+            for (int n = 0; n < nr; n++) {
+                tail8(&wv, w + (size_t)n * ld_w + K8, K - K8);
+                acc[n][m] += xv * wv;
+            }
+        }
+    }
+    #pragma GCC unroll 4
+    for (int m = 0; m < mr; m++)
+        #pragma GCC unroll 4
+        for (int n = 0; n < nr; n++) {
+            float s = reduce8(&acc[n][m]);
+            float *out = y + (size_t)m * ld_y + n;
+            *out = beta == 0.0f ? s : *out + s;
+        }
+}
+
+static void gemm_portable(int M, int N, int K, const float *x, int ld_x, const float *w,
+                          int ld_w, float beta, float *y, int ld_y)
+{
+    int n0 = 0;
+    for (; n0 + NR <= N; n0 += NR) {
+        const float *wn = w + (size_t)n0 * ld_w;
+        int m0 = 0;
+        for (; m0 + MR <= M; m0 += MR)
+            tile_portable(NR, MR, K, x + (size_t)m0 * ld_x, ld_x, wn, ld_w, beta,
+                          y + (size_t)m0 * ld_y + n0, ld_y);
+        if (m0 < M)
+            tile_portable(NR, 1, K, x + (size_t)m0 * ld_x, ld_x, wn, ld_w, beta,
+                          y + (size_t)m0 * ld_y + n0, ld_y);
+    }
+    for (; n0 < N; n0++) {
+        const float *wn = w + (size_t)n0 * ld_w;
+        int m0 = 0;
+        for (; m0 + MR <= M; m0 += MR)
+            tile_portable(1, MR, K, x + (size_t)m0 * ld_x, ld_x, wn, ld_w, beta,
+                          y + (size_t)m0 * ld_y + n0, ld_y);
+        if (m0 < M)
+            tile_portable(1, 1, K, x + (size_t)m0 * ld_x, ld_x, wn, ld_w, beta,
+                          y + (size_t)m0 * ld_y + n0, ld_y);
+    }
+}
+
+/* ---- AVX2 + FMA path ------------------------------------------------------------------ */
+
+#if GEMM_HAVE_AVX2
+#define AVX2 __attribute__((target("avx2,fma")))
+
+/* Lane j of the mask is on for j < r: a zero-padded load of the last r floats of a row,
+ * which never touches memory past the row. */
+static const int32_t tail_mask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+
+/* [R(a0), R(a1), R(a2), R(a3)] with R(a) = ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7)): the
+ * horizontal adds pair exactly those lanes, so this is reduce8's order, four at a time. */
+static inline __attribute__((always_inline)) AVX2 __m128 reduce4(__m256 a0, __m256 a1,
+                                                                  __m256 a2, __m256 a3)
+{
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+static inline __attribute__((always_inline)) AVX2 void
+tile_avx2(int nr, int mr, int K, const float *x, int ld_x, const float *w, int ld_w, float beta,
+          float *y, int ld_y, const float *pf)
+{
+    __m256 acc[NR][MR];
+    #pragma GCC unroll 4
+    for (int n = 0; n < nr; n++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < mr; m++)
+            acc[n][m] = _mm256_setzero_ps();
+    const int K8 = K & ~7;
+    for (int k = 0; k < K8; k += 8) {
+        __m256 wv[NR];
+        if (pf && !(k & 15)) {
+            #pragma GCC unroll 4
+            for (int n = 0; n < NR; n++)
+                _mm_prefetch((const char *)(pf + (size_t)n * ld_w + k), _MM_HINT_T0);
+        }
+        #pragma GCC unroll 4
+        for (int n = 0; n < nr; n++)
+            wv[n] = _mm256_loadu_ps(w + (size_t)n * ld_w + k);
+        #pragma GCC unroll 4
+        for (int m = 0; m < mr; m++) {
+            const __m256 xv = _mm256_loadu_ps(x + (size_t)m * ld_x + k);
+            #pragma GCC unroll 4
+            for (int n = 0; n < nr; n++)
+                acc[n][m] = _mm256_fmadd_ps(xv, wv[n], acc[n][m]);
+        }
+    }
+    if (K8 < K) {
+        const __m256i mask = _mm256_loadu_si256((const __m256i *)(tail_mask + 8 - (K - K8)));
+        #pragma GCC unroll 4
+        for (int m = 0; m < mr; m++) {
+            const __m256 xv = _mm256_maskload_ps(x + (size_t)m * ld_x + K8, mask);
+            #pragma GCC unroll 4
+            for (int n = 0; n < nr; n++)
+                acc[n][m] = _mm256_fmadd_ps(xv, _mm256_maskload_ps(w + (size_t)n * ld_w + K8,
+                                                                   mask), acc[n][m]);
+        }
+    }
+    #pragma GCC unroll 4
+    for (int m = 0; m < mr; m++) {
+        float *out = y + (size_t)m * ld_y;
+        if (nr == NR) {
+            __m128 s = reduce4(acc[0][m], acc[1][m], acc[2][m], acc[3][m]);
+            if (beta != 0.0f)
+                s = _mm_add_ps(_mm_loadu_ps(out), s);
+            _mm_storeu_ps(out, s);
+        } else {
+            #pragma GCC unroll 4
+            for (int n = 0; n < nr; n++) {
+                float s = _mm_cvtss_f32(reduce4(acc[n][m], acc[n][m], acc[n][m], acc[n][m]));
+                out[n] = beta == 0.0f ? s : out[n] + s;
+            }
+        }
+    }
+}
+
+AVX2 static void gemm_avx2(int M, int N, int K, const float *x, int ld_x, const float *w,
+                           int ld_w, float beta, float *y, int ld_y)
+{
+    int n0 = 0;
+    for (; n0 + NR <= N; n0 += NR) {
+        const float *wn = w + (size_t)n0 * ld_w;
+        /* the first pass over these rows also prefetches the tile PF_TILES ahead */
+        const float *pf = n0 + (PF_TILES + 1) * NR <= N ? wn + (size_t)PF_TILES * NR * ld_w : NULL;
+        int m0 = 0;
+        for (; m0 + MR <= M; m0 += MR, pf = NULL)
+            tile_avx2(NR, MR, K, x + (size_t)m0 * ld_x, ld_x, wn, ld_w, beta,
+                      y + (size_t)m0 * ld_y + n0, ld_y, pf);
+        if (m0 < M)
+            tile_avx2(NR, 1, K, x + (size_t)m0 * ld_x, ld_x, wn, ld_w, beta,
+                      y + (size_t)m0 * ld_y + n0, ld_y, pf);
+    }
+    for (; n0 < N; n0++) {
+        const float *wn = w + (size_t)n0 * ld_w;
+        int m0 = 0;
+        for (; m0 + MR <= M; m0 += MR)
+            tile_avx2(1, MR, K, x + (size_t)m0 * ld_x, ld_x, wn, ld_w, beta,
+                      y + (size_t)m0 * ld_y + n0, ld_y, NULL);
+        if (m0 < M)
+            tile_avx2(1, 1, K, x + (size_t)m0 * ld_x, ld_x, wn, ld_w, beta,
+                      y + (size_t)m0 * ld_y + n0, ld_y, NULL);
+    }
+}
+#endif
+
+/* ---- dispatch ------------------------------------------------------------------------- */
+
+bool gemm_small_supported(gemm_small_path path)
+{
+    switch (path) {
+    case GEMM_SMALL_AUTO:
+    case GEMM_SMALL_PORTABLE:
+        return true;
+    case GEMM_SMALL_AVX2:
+#if GEMM_HAVE_AVX2
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+        return false;
+#endif
+    }
+    return false;
+}
+
+gemm_small_path gemm_small_auto_path(void)
+{
+    /* Resolved once; a benign race (every thread computes the same answer). */
+    static _Atomic int resolved = -1;
+    int p = resolved;
+    if (p < 0) {
+        p = gemm_small_supported(GEMM_SMALL_AVX2) ? GEMM_SMALL_AVX2 : GEMM_SMALL_PORTABLE;
+        resolved = p;
+    }
+    return (gemm_small_path)p;
+}
+
+void gemm_small(gemm_small_path path, int M, int N, int K, const float *x, int ld_x,
+                const float *w, int ld_w, float beta, float *y, int ld_y)
+{
+    if (path == GEMM_SMALL_AUTO)
+        path = gemm_small_auto_path();
+#if GEMM_HAVE_AVX2
+    if (path == GEMM_SMALL_AVX2 && gemm_small_supported(GEMM_SMALL_AVX2)) {
+        gemm_avx2(M, N, K, x, ld_x, w, ld_w, beta, y, ld_y);
+        return;
+    }
+#endif
+    gemm_portable(M, N, K, x, ld_x, w, ld_w, beta, y, ld_y);
+}

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/cpu/gemm_small.h — the CPU backend's matmul for small batches:
+ *
+ *   y[m][n] = beta * y[m][n] + Σ_k x[m][k] · w[n][k]      m < M, n < N, beta 0 or 1
+ *
+ * (x · w^T with w row-major, as every projection of the model). Each weight row is read
+ * from memory once for all M rows of the batch, and nothing is packed: for a few rows this
+ * is bound by reading the weights, where OpenBLAS's SGEMM first copies (packs) the whole
+ * weight and then reads it again.
+ *
+ * Every output element is the same computation whatever M, N, the split into chunks or
+ * the blocking around it: 8 partial sums in lanes (lane j takes k ≡ j mod 8, the last
+ * step zero-padded), a fused multiply-add chain over k in the AVX2 path (multiply then add
+ * in the portable one), reduced as ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)). So a row's
+ * result does not depend on how many other rows are in the batch, which keeps a sequence
+ * alone and the same sequence in a batch bit-identical. The two paths differ only by the
+ * rounding of the fused multiply-add (relative differences of order K · 2^-24).
+ */
+#ifndef RINGLM_KERNELS_CPU_GEMM_SMALL_H
+#define RINGLM_KERNELS_CPU_GEMM_SMALL_H
+
+#include <stdbool.h>
+
+/* Which implementation runs. AUTO: AVX2 with FMA when the CPU has both (checked once, at
+ * run time), the portable one otherwise. */
+typedef enum gemm_small_path {
+    GEMM_SMALL_AUTO,
+    GEMM_SMALL_PORTABLE, /* GNU C vectors: any target GCC builds for */
+    GEMM_SMALL_AVX2,     /* x86-64 AVX2 + FMA intrinsics, compiled with target attributes */
+} gemm_small_path;
+
+/* Whether `path` can run on this machine (AUTO and PORTABLE always can). */
+bool gemm_small_supported(gemm_small_path path);
+
+/* The path AUTO resolves to on this machine. */
+gemm_small_path gemm_small_auto_path(void);
+
+/*
+ * y = beta * y + x · w^T as above. x: M rows of K floats, ld_x apart; w: N rows of K
+ * floats, ld_w apart; y: M rows of N floats, ld_y apart. beta must be 0 (y is only written)
+ * or 1 (y += x · w^T); M, N >= 0, K >= 1. A path this machine does not support
+ * (gemm_small_supported false) runs the portable one. Single-threaded; callers split N.
+ */
+void gemm_small(gemm_small_path path, int M, int N, int K, const float *x, int ld_x,
+                const float *w, int ld_w, float beta, float *y, int ld_y);
+
+#endif

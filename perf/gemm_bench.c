@@ -1,0 +1,177 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gemm_bench — the CPU backend's small-batch matmul (kernels/cpu/gemm_small.h) against
+ * OpenBLAS on the projections of a model shape, one thread, the weight split into 4
+ * chunks as the engine's two workers split it: ms per product for M batch rows, the
+ * median of --repeats, with OpenBLAS SGEMM (SGEMV at M = 1, as the engine called it) timed
+ * in the same repeat. The ratio column says where the small kernel stops winning: the
+ * engine's GEMM_SMALL_MAX_ROWS is chosen from it.
+ *
+ *   gemm_bench [--shape stories110M|stories15M] [--repeats R] [--rows 1,2,4,...] [--json]
+ */
+#include "kernels/cpu/gemm_small.h"
+#include "perf/bench_util.h"
+
+#include <cblas.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#define CHUNKS 4
+
+typedef struct shape {
+    const char *name;
+    int n, k; /* weight rows, row length */
+} shape;
+
+static void run_small(int M, const shape *s, const float *x, const float *w, float *y)
+{
+    int chunk = (s->n + CHUNKS - 1) / CHUNKS;
+    for (int n0 = 0; n0 < s->n; n0 += chunk) {
+        int n = s->n - n0 < chunk ? s->n - n0 : chunk;
+        gemm_small(GEMM_SMALL_AUTO, M, n, s->k, x, s->k, w + (size_t)n0 * s->k, s->k, 0.0f,
+                   y + n0, s->n);
+    }
+}
+
+static void run_blas(int M, const shape *s, const float *x, const float *w, float *y)
+{
+    int chunk = (s->n + CHUNKS - 1) / CHUNKS;
+    for (int n0 = 0; n0 < s->n; n0 += chunk) {
+        int n = s->n - n0 < chunk ? s->n - n0 : chunk;
+        if (M == 1)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, n, s->k, 1.0f, w + (size_t)n0 * s->k,
+                        s->k, x, 1, 0.0f, y + n0, 1);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, n, s->k, 1.0f, x, s->k,
+                        w + (size_t)n0 * s->k, s->k, 0.0f, y + n0, s->n);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *shape_name = "stories110M", *rows_arg = "1,2,4,8,12,16,20,24,32,48,64";
+    int repeats = 5, json = 0;
+    static const struct option opts[] = {
+        {"shape", required_argument, 0, 's'}, {"repeats", required_argument, 0, 'r'},
+        {"rows", required_argument, 0, 'm'},  {"json", no_argument, 0, 'j'},
+        {0, 0, 0, 0}};
+    int ch;
+    while ((ch = getopt_long(argc, argv, "s:r:m:j", opts, NULL)) != -1) {
+        switch (ch) {
+        case 's': shape_name = optarg; break;
+        case 'r': repeats = atoi(optarg); break;
+        case 'm': rows_arg = optarg; break;
+        case 'j': json = 1; break;
+        default:
+            fprintf(stderr, "usage: gemm_bench [--shape stories110M|stories15M] [--repeats R] "
+                            "[--rows 1,2,4,...] [--json]\n");
+            return 2;
+        }
+    }
+    int dim, hidden;
+    if (strcmp(shape_name, "stories110M") == 0)
+        dim = 768, hidden = 2048;
+    else if (strcmp(shape_name, "stories15M") == 0)
+        dim = 288, hidden = 768;
+    else {
+        fprintf(stderr, "gemm_bench: unknown shape %s (stories110M, stories15M)\n", shape_name);
+        return 2;
+    }
+    if (repeats < 1) {
+        fprintf(stderr, "gemm_bench: --repeats must be >= 1\n");
+        return 2;
+    }
+    int rows[64], n_rows = 0, max_m = 1;
+    for (char *p = (char *)rows_arg; *p && n_rows < 64;) {
+        int m = (int)strtol(p, &p, 10);
+        if (m < 1 || m > 1024) {
+            fprintf(stderr, "gemm_bench: --rows: 1..1024 each\n");
+            return 2;
+        }
+        rows[n_rows++] = m;
+        max_m = m > max_m ? m : max_m;
+        if (*p == ',')
+            p++;
+    }
+    /* one layer's projections, the classifier apart (a different regime: N = 32000) */
+    const shape shapes[] = {
+        {"wq", dim, dim}, {"w1", hidden, dim}, {"w2", dim, hidden}, {"wcls", 32000, dim}};
+    const int n_shapes = 4;
+    openblas_set_num_threads(1);
+    size_t max_w = 0, max_k = 0, max_n = 0;
+    for (int i = 0; i < n_shapes; i++) {
+        size_t wsz = (size_t)shapes[i].n * shapes[i].k;
+        max_w = wsz > max_w ? wsz : max_w;
+        max_k = (size_t)shapes[i].k > max_k ? (size_t)shapes[i].k : max_k;
+        max_n = (size_t)shapes[i].n > max_n ? (size_t)shapes[i].n : max_n;
+    }
+    /* Copies of the weight, 128 MB in all, cycled, so each product reads it from memory as
+     * the engine does (a model's weights do not fit in cache), not from the last call's. */
+    const size_t copies = (128u << 20) / (max_w * sizeof(float)) + 2;
+    float *w = malloc(max_w * copies * sizeof(float));
+    float *x = malloc(max_k * (size_t)max_m * sizeof(float));
+    float *y = malloc(max_n * (size_t)max_m * sizeof(float));
+    if (!w || !x || !y) {
+        fprintf(stderr, "gemm_bench: out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < max_w * copies; i++)
+        w[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < max_k * (size_t)max_m; i++)
+        x[i] = (float)((i * 40503u) % 1000) * 1e-3f - 0.5f;
+
+    if (json)
+        printf("{\"shape\":\"%s\",\"threads\":1,\"repeats\":%d,\"chunks\":%d,\"path\":\"%s\","
+               "\"results\":[", shape_name, repeats, CHUNKS,
+               gemm_small_auto_path() == GEMM_SMALL_AVX2 ? "avx2" : "portable");
+    else
+        printf("gemm_bench %s, 1 thread, %d chunks per product, medians of %d (small path: "
+               "%s)\n%-5s %4s %10s %10s %8s\n", shape_name, CHUNKS, repeats,
+               gemm_small_auto_path() == GEMM_SMALL_AVX2 ? "avx2" : "portable", "proj", "M",
+               "small ms", "blas ms", "blas/small");
+    int first = 1;
+    for (int si = 0; si < n_shapes; si++) {
+        const shape *s = &shapes[si];
+        const size_t wsz = (size_t)s->n * s->k;
+        for (int ri = 0; ri < n_rows; ri++) {
+            const int M = rows[ri];
+            /* about 200 MB of weight reads per timing, at least two products */
+            int iters = (int)(200e6 / (wsz * 4.0)) + 2;
+            double ts[64], tb[64];
+            int R = repeats < 64 ? repeats : 64;
+            for (int r = 0; r < R; r++) {
+                double t0 = now_s();
+                for (int i = 0; i < iters; i++)
+                    run_small(M, s, x, w + (size_t)i % (max_w * copies / wsz) * wsz, y);
+                ts[r] = (now_s() - t0) / iters;
+                t0 = now_s();
+                for (int i = 0; i < iters; i++)
+                    run_blas(M, s, x, w + (size_t)i % (max_w * copies / wsz) * wsz, y);
+                tb[r] = (now_s() - t0) / iters;
+            }
+            double ms = bench_median(ts, R) * 1e3, mb = bench_median(tb, R) * 1e3;
+            if (json)
+                printf("%s{\"proj\":\"%s\",\"n\":%d,\"k\":%d,\"m\":%d,\"small_ms\":%.4f,"
+                       "\"blas_ms\":%.4f}", first ? "" : ",", s->name, s->n, s->k, M, ms, mb);
+            else
+                printf("%-5s %4d %10.4f %10.4f %8.2f\n", s->name, M, ms, mb, mb / ms);
+            first = 0;
+        }
+    }
+    if (json)
+        printf("]}\n");
+    free(w);
+    free(x);
+    free(y);
+    return 0;
+}

@@ -1,0 +1,537 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ringlm-gateway end to end: a real ringlmd serving stories260K, a real gateway, curl as the
+ * HTTP client (raw sockets where a client must misbehave).
+ *   - greedy completion text through the gateway equals `ringlm generate`'s output;
+ *   - streamed text equals the whole answer, chunks are JSON, the usage chunk comes before
+ *     [DONE]; chat streams start with the assistant role;
+ *   - errors in the OpenAI shape: 400 naming the field, 401, 404, 405, 413, 429 with
+ *     Retry-After from the daemon's tenant quota;
+ *   - the tenant comes from the API key, never from the body;
+ *   - a client that hangs up mid-stream is cancelled and its KV blocks are freed;
+ *   - a client that stalls mid-header is cut off, and nobody else notices;
+ *   - /health follows the daemon; SIGTERM drains the gateway (a stream in flight completes)
+ *     and the daemon (health turns 503, both exit 0).
+ */
+#include "test_gateway_harness.h"
+
+#include <jansson.h>
+
+TestSuite(gateway_e2e, .fini = gwh_stop_all, .timeout = 180);
+
+static void setup(const char *const *gw_extra)
+{
+	gwh_need();
+	if (!gwh_have_curl()) cr_skip_test("curl is not installed (scripts/install-deps.sh installs it)");
+	gwh_start_daemon();
+	gwh_start_gateway(gw_extra);
+	/* Ready when the gateway's session is up. */
+	uint64_t dl = gwh_now_ms() + 10000;
+	for (;;) {
+		gwh_resp r = gwh_curl("/health", NULL, NULL);
+		int st = r.status;
+		gwh_resp_free(&r);
+		if (st == 200) break;
+		cr_assert(gwh_now_ms() < dl, "/health still %d after 10 s", st);
+		gwh_nap_ms(20);
+	}
+}
+
+static json_t *parse(const char *body)
+{
+	json_error_t e;
+	json_t *j = json_loads(body, 0, &e);
+	cr_assert(j, "not JSON (%s): %s", e.text, body);
+	return j;
+}
+
+static const char *jpath_str(json_t *j, const char *a, const char *b)
+{
+	json_t *x = json_object_get(j, a);
+	return json_string_value(b ? json_object_get(x, b) : x);
+}
+
+/* An SSE body: concatenated text, finish reason, usage (or NULL), count of [DONE]. */
+typedef struct sse {
+	char text[65536];
+	char finish[32];
+	json_t *usage;
+	json_t *error;
+	int chunks, done, role_chunks;
+	bool usage_before_done;
+} sse;
+
+static void parse_sse(const char *body, bool chat, sse *o)
+{
+	memset(o, 0, sizeof *o);
+	const char *p = body;
+	while (p && *p) {
+		const char *e = strstr(p, "\n\n");
+		cr_assert(e, "an SSE event without its blank line: %s", p);
+		cr_assert(!strncmp(p, "data: ", 6), "an SSE line that is not 'data: ': %.80s", p);
+		char *d = strndup(p + 6, (size_t)(e - p - 6));
+		if (!strcmp(d, "[DONE]")) {
+			o->done++;
+			cr_assert_eq(e[2], 0, "something after [DONE]: %s", e + 2);
+		} else {
+			cr_assert_eq(o->done, 0, "an event after [DONE]");
+			json_t *j = parse(d);
+			if (json_object_get(j, "error")) {
+				o->error = json_incref(json_object_get(j, "error"));
+			} else {
+				o->chunks++;
+				json_t *u = json_object_get(j, "usage");
+				if (u && !json_is_null(u)) {
+					o->usage = json_incref(u);
+					o->usage_before_done = true;
+				}
+				json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+				if (c) {
+					const char *t = chat ? jpath_str(c, "delta", "content") : jpath_str(c, "text", NULL);
+					if (chat && jpath_str(c, "delta", "role")) o->role_chunks++;
+					if (t) strncat(o->text, t, sizeof o->text - strlen(o->text) - 1);
+					const char *f = jpath_str(c, "finish_reason", NULL);
+					if (f) snprintf(o->finish, sizeof o->finish, "%s", f);
+				}
+			}
+			json_decref(j);
+		}
+		free(d);
+		p = e + 2;
+	}
+}
+
+/* ---- text equals ringlm generate ----------------------------------------------------- */
+
+Test(gateway_e2e, greedy_completion_equals_ringlm_generate)
+{
+	setup(NULL);
+	char *ringlm = gwh_path(gwh_bin(), "ringlm");
+	char *tok = gwh_path(gwh_shared(), "models/tok512.bin");
+	const char *prompts[] = {"Once upon a time", "Lily wanted to", "The cat", ""};
+	const int max_tokens[] = {60, 200, 400, 30};
+	for (size_t i = 0; i < sizeof prompts / sizeof *prompts; i++) {
+		char mt[16];
+		snprintf(mt, sizeof mt, "%d", max_tokens[i]);
+		char *argv[] = {ringlm, "--socket", gwh_sock, "generate", "--prompt", (char *)prompts[i], "--tokenizer",
+				tok, "--max-tokens", mt, "--temperature", "0", "--class", "chat", NULL};
+		char *want, *err;
+		cr_assert_eq(gwh_run(argv, &want, &err, 60), 0, "ringlm generate: %s", err);
+
+		json_t *req = json_pack("{s:s, s:s, s:i, s:i}", "model", "stories", "prompt", prompts[i], "max_tokens",
+					max_tokens[i], "temperature", 0);
+		char *body = json_dumps(req, 0);
+		gwh_resp r = gwh_curl("/v1/completions", NULL, body);
+		cr_assert_eq(r.status, 200, "%s", r.body);
+		json_t *j = parse(r.body);
+		json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+		const char *text = jpath_str(c, "text", NULL);
+		const char *finish = jpath_str(c, "finish_reason", NULL);
+		cr_assert(text && finish);
+		/* generate prints the prompt as decoded, the text, then a newline: the prompt part is
+		 * what /detokenize gives for /tokenize's ids. */
+		json_t *tq = json_pack("{s:s}", "prompt", prompts[i]);
+		char *tb = json_dumps(tq, 0);
+		gwh_resp tr = gwh_curl("/tokenize", NULL, tb);
+		cr_assert_eq(tr.status, 200, "%s", tr.body);
+		json_t *tj = parse(tr.body);
+		json_t *dq = json_pack("{s:O}", "tokens", json_object_get(tj, "tokens"));
+		char *db = json_dumps(dq, 0);
+		gwh_resp dr = gwh_curl("/detokenize", NULL, db);
+		json_t *dj = parse(dr.body);
+		char *expect;
+		cr_assert(asprintf(&expect, "%s%s\n", jpath_str(dj, "prompt", NULL), text) > 0);
+		cr_assert_str_eq(expect, want, "prompt '%s': gateway text + prompt\n  %s\ndiffers from ringlm generate\n  %s",
+				 prompts[i], expect, want);
+		json_t *u = json_object_get(j, "usage");
+		int n_prompt = (int)json_integer_value(json_object_get(tj, "count"));
+		cr_assert_eq(json_integer_value(json_object_get(u, "prompt_tokens")), n_prompt);
+		int gen = (int)json_integer_value(json_object_get(u, "completion_tokens"));
+		if (!strcmp(finish, "length")) cr_assert_eq(gen, max_tokens[i]);
+		else cr_assert(!strcmp(finish, "stop") && gen < max_tokens[i], "finish %s after %d", finish, gen);
+
+		/* The same request streamed: the same text, piece by piece. */
+		json_object_set_new(req, "stream", json_true());
+		char *sbody = json_dumps(req, 0);
+		gwh_resp sr = gwh_curl("/v1/completions", NULL, sbody);
+		cr_assert_eq(sr.status, 200, "%s", sr.body);
+		cr_assert(strstr(sr.head, "text/event-stream"), "%s", sr.head);
+		sse s;
+		parse_sse(sr.body, false, &s);
+		cr_assert_str_eq(s.text, text, "streamed text differs from the whole answer");
+		cr_assert_str_eq(s.finish, finish);
+		cr_assert_eq(s.done, 1);
+		cr_assert_null(s.usage, "usage only when stream_options.include_usage");
+
+		free(expect);
+		json_decref(j);
+		json_decref(tq);
+		json_decref(tj);
+		json_decref(dq);
+		json_decref(dj);
+		json_decref(req);
+		free(body);
+		free(sbody);
+		free(tb);
+		free(db);
+		gwh_resp_free(&r);
+		gwh_resp_free(&sr);
+		gwh_resp_free(&tr);
+		gwh_resp_free(&dr);
+		free(want);
+		free(err);
+	}
+	free(ringlm);
+	free(tok);
+}
+
+/* ---- streaming shapes ---------------------------------------------------------------- */
+
+Test(gateway_e2e, stream_usage_chunk_comes_before_done)
+{
+	setup(NULL);
+	gwh_resp r = gwh_curl("/v1/completions", NULL,
+			      "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0,\"stream\":true,"
+			      "\"stream_options\":{\"include_usage\":true}}");
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	sse s;
+	parse_sse(r.body, false, &s);
+	cr_assert_eq(s.done, 1);
+	cr_assert_str_eq(s.finish, "length");
+	cr_assert(s.usage_before_done && s.usage, "no usage chunk: %s", r.body);
+	cr_assert_eq(json_integer_value(json_object_get(s.usage, "prompt_tokens")), 5);
+	cr_assert_eq(json_integer_value(json_object_get(s.usage, "completion_tokens")), 12);
+	cr_assert_eq(json_integer_value(json_object_get(s.usage, "total_tokens")), 17);
+	/* The usage chunk has no choices. */
+	const char *last = strstr(r.body, "\"usage\"");
+	cr_assert(last && strstr(r.body, "\"choices\":[],\"usage\""), "%s", r.body);
+	json_decref(s.usage);
+	gwh_resp_free(&r);
+}
+
+Test(gateway_e2e, chat_streams_role_then_content_and_matches_the_whole_answer)
+{
+	setup(NULL);
+	const char *req = "{\"model\":\"stories\",\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],"
+			  "\"max_tokens\":40,\"temperature\":0%s}";
+	char whole_b[512], stream_b[512], compl_b[256];
+	snprintf(whole_b, sizeof whole_b, req, "");
+	snprintf(stream_b, sizeof stream_b, req, ",\"stream\":true");
+	gwh_resp w = gwh_curl("/v1/chat/completions", NULL, whole_b);
+	cr_assert_eq(w.status, 200, "%s", w.body);
+	json_t *j = parse(w.body);
+	cr_assert_str_eq(jpath_str(j, "object", NULL), "chat.completion");
+	json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+	json_t *msg = json_object_get(c, "message");
+	cr_assert_str_eq(jpath_str(msg, "role", NULL), "assistant");
+	const char *content = jpath_str(msg, "content", NULL);
+	cr_assert(content && strlen(content) > 10, "%s", w.body);
+
+	gwh_resp s = gwh_curl("/v1/chat/completions", NULL, stream_b);
+	cr_assert_eq(s.status, 200, "%s", s.body);
+	sse e;
+	parse_sse(s.body, true, &e);
+	cr_assert_eq(e.role_chunks, 1, "one role chunk first");
+	cr_assert(strstr(s.body, "chat.completion.chunk"));
+	cr_assert_str_eq(e.text, content);
+	cr_assert_str_eq(e.finish, jpath_str(c, "finish_reason", NULL));
+	cr_assert_eq(e.done, 1);
+
+	/* With the plain template the chat is the completion of the message's text. */
+	snprintf(compl_b, sizeof compl_b, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}");
+	gwh_resp p = gwh_curl("/v1/completions", NULL, compl_b);
+	json_t *pj = parse(p.body);
+	cr_assert_str_eq(jpath_str(json_array_get(json_object_get(pj, "choices"), 0), "text", NULL), content);
+	json_decref(j);
+	json_decref(pj);
+	gwh_resp_free(&w);
+	gwh_resp_free(&s);
+	gwh_resp_free(&p);
+}
+
+Test(gateway_e2e, stop_strings_cut_the_text_in_both_modes)
+{
+	setup(NULL);
+	gwh_resp full = gwh_curl("/v1/completions", NULL,
+				 "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0}");
+	json_t *fj = parse(full.body);
+	const char *ft = jpath_str(json_array_get(json_object_get(fj, "choices"), 0), "text", NULL);
+	const char *cut = strstr(ft, "Lily");
+	cr_assert(cut, "the greedy text has no 'Lily' to stop at: %s", ft);
+	size_t keep = (size_t)(cut - ft);
+	for (int stream = 0; stream < 2; stream++) {
+		char b[256];
+		snprintf(b, sizeof b,
+			 "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0,\"stop\":[\"zzz\",\"Lily\"],"
+			 "\"stream\":%s}", stream ? "true" : "false");
+		gwh_resp r = gwh_curl("/v1/completions", NULL, b);
+		cr_assert_eq(r.status, 200, "%s", r.body);
+		const char *text, *finish;
+		sse s;
+		json_t *j = NULL;
+		if (stream) {
+			parse_sse(r.body, false, &s);
+			text = s.text;
+			finish = s.finish;
+		} else {
+			j = parse(r.body);
+			json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+			text = jpath_str(c, "text", NULL);
+			finish = jpath_str(c, "finish_reason", NULL);
+		}
+		cr_assert_eq(strlen(text), keep, "stream=%d: '%s' is not the text before 'Lily'", stream, text);
+		cr_assert(!strncmp(text, ft, keep));
+		cr_assert_str_eq(finish, "stop");
+		json_decref(j);
+		gwh_resp_free(&r);
+	}
+	json_decref(fj);
+	gwh_resp_free(&full);
+}
+
+/* ---- errors ------------------------------------------------------------------------- */
+
+static void expect_error(const char *path, const char *key, const char *body, int status, const char *param,
+			 const char *code)
+{
+	gwh_resp r = gwh_curl(path, key, body);
+	cr_assert_eq(r.status, status, "%s %s: %d %s", path, body ? body : "(GET)", r.status, r.body);
+	json_t *j = parse(r.body);
+	json_t *e = json_object_get(j, "error");
+	cr_assert(json_is_string(json_object_get(e, "message")) && json_is_string(json_object_get(e, "type")),
+		  "not an OpenAI error: %s", r.body);
+	cr_assert(json_object_get(e, "param") && json_object_get(e, "code"), "%s", r.body);
+	if (param) cr_assert_str_eq(jpath_str(e, "param", NULL), param, "%s", r.body);
+	if (code) cr_assert_str_eq(jpath_str(e, "code", NULL), code, "%s", r.body);
+	if (status == 429) cr_assert(strstr(r.head, "Retry-After: "), "429 without Retry-After: %s", r.head);
+	json_decref(j);
+	gwh_resp_free(&r);
+}
+
+Test(gateway_e2e, bad_requests_get_openai_errors)
+{
+	setup(NULL);
+	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"n\":3}", 400, "n", "unsupported");
+	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"top_k\":\"big\"}", 400, "top_k", NULL);
+	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":", 400, NULL, "invalid_json");
+	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"logprobs\":2}", 400, "logprobs", "unsupported");
+	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"ignore_eos\":true}", 400, NULL, "unsupported");
+	expect_error("/v1/completions", NULL, "{\"prompt\":[1,2,4096]}", 400, "prompt", "bad_token");
+	expect_error("/v1/chat/completions", NULL, "{\"messages\":[{\"role\":\"user\"}],\"stream\":\"yes\"}", 400,
+		     "stream", NULL);
+	/* The daemon's own rejects: too long for the context, a class not in its policy. */
+	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":600}", 400, NULL, "too_long");
+	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"ringlm\":{\"class\":\"gold\"}}", 400, NULL,
+		     "unknown_class");
+	/* ... also when streaming was asked: the failure comes before any token. */
+	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":600,\"stream\":true}", 400, NULL,
+		     "too_long");
+	expect_error("/v1/completions", NULL, "{\"model\":\"gpt-4o\",\"prompt\":\"x\"}", 404, "model", "model_not_found");
+	expect_error("/v1/nothing", NULL, NULL, 404, NULL, NULL);
+	expect_error("/v1/completions", NULL, NULL, 405, NULL, NULL);
+	/* And the gateway still serves. */
+	gwh_resp ok = gwh_curl("/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":2}");
+	cr_assert_eq(ok.status, 200, "%s", ok.body);
+	gwh_resp_free(&ok);
+}
+
+/* A 64 KiB body limit: over it 413 (the whole body is refused, nothing kept), under it served. */
+static const char *const small_body[] = {"--max-body-bytes", "65536", NULL};
+
+Test(gateway_e2e, body_limit_is_configurable)
+{
+	setup(small_body);
+	char *b = malloc(70100);
+	int k = snprintf(b, 64, "{\"prompt\":\"");
+	memset(b + k, 'a', 70000);
+	strcpy(b + k + 70000, "\"}");
+	expect_error("/v1/completions", NULL, b, 413, NULL, "body_too_large");
+	b[k + 1000] = 0;
+	strcat(b, "\",\"max_tokens\":1}");
+	gwh_resp r = gwh_curl("/tokenize", NULL, b);
+	cr_assert_eq(r.status, 200, "a 1 KiB body passes the limit: %s", r.body);
+	gwh_resp_free(&r);
+	free(b);
+}
+
+/* ---- keys and tenants --------------------------------------------------------------- */
+
+Test(gateway_e2e, api_keys_decide_the_tenant_never_the_body)
+{
+	char *keys = gwh_keys();
+	const char *extra[] = {"--api-keys", keys, NULL};
+	setup(extra);
+	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\"}", 401, NULL, "invalid_api_key");
+	expect_error("/v1/completions", "sk-mallory-01", "{\"prompt\":\"x\"}", 401, NULL, "invalid_api_key");
+	expect_error("/v1/models", "sk-mallory-01", NULL, 401, NULL, NULL);
+	gwh_resp h = gwh_curl("/health", NULL, NULL);
+	cr_assert_eq(h.status, 200, "health needs no key");
+	gwh_resp_free(&h);
+	gwh_resp m = gwh_curl("/v1/models", "sk-alice-0001", NULL);
+	cr_assert_eq(m.status, 200, "%s", m.body);
+	json_t *mj = parse(m.body);
+	cr_assert_str_eq(jpath_str(json_array_get(json_object_get(mj, "data"), 0), "id", NULL), "stories");
+	json_decref(mj);
+	gwh_resp_free(&m);
+
+	/* tiny's quota (4 queued prompt tokens) refuses a 7-token prompt: 429 + Retry-After. */
+	expect_error("/v1/completions", "sk-tiny-00001", "{\"prompt\":\"Once upon a time there was\"}", 429, NULL,
+		     "tenant_quota");
+	/* alice names tiny in the body, twice: ignored, she is served as alice. */
+	for (int i = 0; i < 3; i++) {
+		gwh_resp r = gwh_curl("/v1/completions", "sk-alice-0001",
+				      "{\"prompt\":\"Once upon a time there was\",\"max_tokens\":3,\"tenant\":\"tiny\","
+				      "\"user\":\"tiny\",\"ringlm\":{\"tenant\":\"tiny\"}}");
+		cr_assert_eq(r.status, 200, "%s", r.body);
+		gwh_resp_free(&r);
+	}
+	/* bob's key carries class batch. */
+	gwh_resp b = gwh_curl("/v1/completions", "sk-bob-00001", "{\"prompt\":\"Once\",\"max_tokens\":2}");
+	cr_assert_eq(b.status, 200, "%s", b.body);
+	gwh_resp_free(&b);
+	char *mx = gwh_daemon_metrics();
+	cr_assert_eq(gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"alice\",class=\"chat\",reason=\"length\"}"),
+		     3, "%s", mx);
+	cr_assert_eq(gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"tiny\",class=\"chat\",reason=\"rejected\"}"),
+		     1, "only the tiny key's own request counts under tiny");
+	cr_assert_eq(gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"tiny\",class=\"chat\",reason=\"length\"}"), 0);
+	cr_assert_eq(gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"length\"}"), 1);
+	free(mx);
+	free(keys);
+}
+
+/* ---- misbehaving clients ------------------------------------------------------------ */
+
+Test(gateway_e2e, disconnect_mid_stream_cancels_and_frees_blocks)
+{
+	char *keys = gwh_keys();
+	const char *extra[] = {"--api-keys", keys, NULL};
+	setup(extra);
+	for (int round = 0; round < 3; round++) {
+		int fd = gwh_connect();
+		gwh_send_post(fd, "/v1/completions", "sk-bob-00001",
+			      "{\"prompt\":\"Once upon a time\",\"max_tokens\":500,\"temperature\":0.8,\"seed\":1,\"stream\":true}");
+		bool eof;
+		char *got = gwh_read_until(fd, "data: {", 20000, &eof);
+		cr_assert(strstr(got, "data: {"), "no first chunk: %s", got);
+		free(got);
+		close(fd); /* hang up mid-stream */
+	}
+	/* Each request is cancelled by the daemon (not finished at its length) and its blocks
+	 * return to the pool. */
+	uint64_t dl = gwh_now_ms() + 20000;
+	char *mx = NULL;
+	for (;;) {
+		free(mx);
+		mx = gwh_daemon_metrics();
+		double fin = gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"cancelled\"}") +
+			     gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"length\"}") +
+			     gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"stop\"}");
+		if (fin >= 3 && gwh_metric(mx, "ringlm_kv_blocks_used{tier=\"device\"}") == 0) break;
+		cr_assert(gwh_now_ms() < dl, "requests not ended / blocks not freed after 20 s:\n%s", mx);
+		gwh_nap_ms(10);
+	}
+	cr_assert_eq(gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"cancelled\"}"),
+		     3, "every hung-up stream is cancelled, none runs to its length:\n%s", mx);
+	free(mx);
+	free(keys);
+}
+
+Test(gateway_e2e, a_client_stalling_mid_header_is_cut_off_and_others_are_served)
+{
+	const char *extra[] = {"--http-timeout-s", "1", NULL};
+	setup(extra);
+	int fd = gwh_connect();
+	const char *partial = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le";
+	gwh_send_all(fd, partial, strlen(partial));
+	uint64_t t0 = gwh_now_ms();
+	/* Meanwhile a well-behaved client is served. */
+	gwh_resp r = gwh_curl("/v1/completions", NULL, "{\"prompt\":\"Once\",\"max_tokens\":4}");
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	gwh_resp_free(&r);
+	bool eof;
+	char *got = gwh_read_until(fd, NULL, 10000, &eof);
+	uint64_t dt = gwh_now_ms() - t0;
+	cr_assert(eof, "the stalled connection is still open after 10 s");
+	cr_assert(dt >= 500, "closed after %llu ms, before the 1 s timeout", (unsigned long long)dt);
+	free(got);
+	close(fd);
+
+	/* A body that stops halfway is cut off the same way. */
+	fd = gwh_connect();
+	const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":";
+	gwh_send_all(fd, head, strlen(head));
+	got = gwh_read_until(fd, NULL, 10000, &eof);
+	cr_assert(eof, "a half body is still waited for after 10 s");
+	free(got);
+	close(fd);
+}
+
+/* ---- health and drain --------------------------------------------------------------- */
+
+Test(gateway_e2e, health_waits_for_the_daemon)
+{
+	gwh_need();
+	if (!gwh_have_curl()) cr_skip_test("curl is not installed");
+	gwh_mkdir();
+	gwh_start_gateway(NULL); /* no daemon yet */
+	gwh_resp h = gwh_curl("/health", NULL, NULL);
+	cr_assert_eq(h.status, 503, "%s", h.body);
+	gwh_resp_free(&h);
+	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\"}", 503, NULL, "daemon_unavailable");
+	gwh_start_daemon();
+	uint64_t dl = gwh_now_ms() + 10000;
+	for (;;) {
+		h = gwh_curl("/health", NULL, NULL);
+		int st = h.status;
+		gwh_resp_free(&h);
+		if (st == 200) break;
+		cr_assert(gwh_now_ms() < dl, "/health not 200 10 s after the daemon started");
+		gwh_nap_ms(20);
+	}
+	gwh_resp r = gwh_curl("/v1/completions", NULL, "{\"prompt\":\"Once\",\"max_tokens\":3}");
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	gwh_resp_free(&r);
+}
+
+Test(gateway_e2e, sigterm_drains_the_gateway_and_a_stream_in_flight_completes)
+{
+	setup(NULL);
+	int fd = gwh_connect();
+	gwh_send_post(fd, "/v1/completions", NULL,
+		      "{\"prompt\":\"Once upon a time\",\"max_tokens\":400,\"temperature\":0.8,\"seed\":3,\"stream\":true}");
+	bool eof;
+	char *got = gwh_read_until(fd, "data: {", 20000, &eof);
+	cr_assert(strstr(got, "data: {"), "%s", got);
+	kill(gwh_gateway.pid, SIGTERM);
+	char *rest = gwh_read_until(fd, "data: [DONE]", 30000, &eof);
+	cr_assert(strstr(rest, "data: [DONE]") || strstr(got, "data: [DONE]"), "the stream did not complete: %s", rest);
+	cr_assert_null(strstr(rest, "\"error\""), "%s", rest);
+	int rc = gwh_wait_exit(&gwh_gateway, 15000);
+	cr_assert_eq(rc, 0, "the gateway exited %d after SIGTERM: %s", rc, gwh_read_file(gwh_gateway.log));
+	char *log = gwh_read_file(gwh_gateway.log);
+	cr_assert(strstr(log, "drained"), "%s", log);
+	free(log);
+	free(got);
+	free(rest);
+	close(fd);
+}
+
+Test(gateway_e2e, daemon_sigterm_turns_health_503_and_both_exit_cleanly)
+{
+	setup(NULL);
+	kill(gwh_daemon.pid, SIGTERM);
+	int rc = gwh_wait_exit(&gwh_daemon, 15000);
+	cr_assert_eq(rc, 0, "ringlmd exited %d after SIGTERM", rc);
+	uint64_t dl = gwh_now_ms() + 5000;
+	for (;;) {
+		gwh_resp h = gwh_curl("/health", NULL, NULL);
+		int st = h.status;
+		gwh_resp_free(&h);
+		if (st == 503) break;
+		cr_assert(gwh_now_ms() < dl, "/health still %d 5 s after ringlmd exited", st);
+		gwh_nap_ms(20);
+	}
+	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\"}", 503, NULL, NULL);
+	cr_assert_eq(gwh_stop(&gwh_gateway, 10000), 0, "the gateway did not exit 0 on SIGTERM");
+}

@@ -1,0 +1,611 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The prefix cache's index (sched/prefix.h) on its own, driven by a small owner that plays
+ * the scheduler's part: it keeps each pool's free blocks, and a block's "KV" is the token ids
+ * written into it, copied on every demotion and reload — so a lookup that hands back a block
+ * holding other tokens (a wrong reuse) is caught by comparing contents, not by trusting the
+ * index.  The index's own invariant check and the owner's block conservation (free + cached
+ * = total, per pool) run after every operation.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sched/prefix.h"
+
+#define BS    4        /* tokens per block */
+#define MAXB  2048     /* blocks per pool at most */
+#define MAXEV 65536
+
+typedef struct owner {
+    sched_prefix          *ix;
+    uint32_t               total[SCHED_POOL__COUNT];
+    uint32_t               free_ids[SCHED_POOL__COUNT][MAXB];
+    uint32_t               n_free[SCHED_POOL__COUNT];
+    int32_t                kv[SCHED_POOL__COUNT][MAXB][BS];   /* what each block holds */
+    sched_prefix_eviction  ev[MAXEV];
+    uint32_t               n_ev;
+    uint64_t               hit_blocks, wrong;
+} owner;
+
+static owner O;   /* large: static, one per test process (Criterion forks per test) */
+
+static bool take_block(void *ctx, sched_pool p, uint32_t *b)
+{
+    owner *o = ctx;
+    if (!o->n_free[p]) return false;
+    *b = o->free_ids[p][--o->n_free[p]];
+    return true;
+}
+
+static void give_block(owner *o, sched_pool p, uint32_t b)
+{
+    memset(o->kv[p][b], 0xff, sizeof o->kv[p][b]);   /* poison: a stale reuse shows */
+    o->free_ids[p][o->n_free[p]++] = b;
+}
+
+static void evicted(void *ctx, const sched_prefix_eviction *ev)
+{
+    owner *o = ctx;
+    cr_assert_lt(o->n_ev, MAXEV);
+    o->ev[o->n_ev++] = *ev;
+    if (ev->demoted || ev->reason == SCHED_PREFIX_EVICT_MOVED)
+        memcpy(o->kv[ev->to][ev->to_block], o->kv[ev->from][ev->from_block], sizeof o->kv[0][0]);
+    give_block(o, ev->from, ev->from_block);
+}
+
+static sched_prefix_costs cheap_reload(void)
+{
+    return (sched_prefix_costs){.recompute_us_per_block = 100,
+                                .reload_us_per_block = {0, 10, 50}, .reuse_prior = 1};
+}
+
+static void o_init(uint32_t dev, uint32_t host, uint32_t disk, uint32_t n_tenants, const uint32_t *caps,
+                   sched_prefix_costs costs)
+{
+    owner *o = &O;
+    memset(o, 0, sizeof *o);
+    uint32_t tot[3] = {dev, host, disk};
+    for (int p = 0; p < SCHED_POOL__COUNT; p++) {
+        o->total[p] = tot[p];
+        for (uint32_t b = tot[p]; b-- > 0;) give_block(o, (sched_pool)p, b);
+    }
+    sched_prefix_cfg c = {.block_size = BS, .pool_blocks = {dev, host, disk}, .n_tenants = n_tenants,
+                          .max_cached_blocks = caps, .costs = costs,
+                          .ops = {.take_block = take_block, .evicted = evicted, .ctx = o}};
+    cr_assert_eq(sched_prefix_create(&c, &o->ix), 0, "%s", sched_last_error());
+}
+
+static void o_fini(void) { sched_prefix_destroy(O.ix); O.ix = NULL; }
+
+/* Every invariant of the index, and every block of every pool either free or cached. */
+static void o_check(void)
+{
+    char why[256];
+    cr_assert_eq(sched_prefix_check(O.ix, why, sizeof why), 0, "index invariant: %s", why);
+    sched_prefix_stats st;
+    sched_prefix_get_stats(O.ix, &st);
+    for (int p = 0; p < SCHED_POOL__COUNT; p++)
+        cr_assert_eq(O.n_free[p] + st.cached[p], O.total[p], "pool %s: %u free + %u cached != %u",
+                     sched_pool_name((sched_pool)p), O.n_free[p], st.cached[p], O.total[p]);
+    cr_assert_eq(O.wrong, 0, "a lookup handed back a block holding other tokens");
+}
+
+/* A device block, evicting one from the cache when none is free. */
+static uint32_t o_alloc_device(void)
+{
+    uint32_t b;
+    if (!take_block(&O, SCHED_POOL_DEVICE, &b)) {
+        cr_assert_eq(sched_prefix_evict(O.ix, SCHED_POOL_DEVICE, 1), 1, "device pool exhausted");
+        cr_assert(take_block(&O, SCHED_POOL_DEVICE, &b));
+    }
+    return b;
+}
+
+typedef struct seq {
+    uint32_t nodes[256];
+    uint32_t n_nodes;
+    uint32_t matched;
+    sched_prefix_match m;
+} seq;
+
+/* What the scheduler does for a prompt: find its longest cached prefix, hold it, bring any
+ * host/disk blocks of it to the device, then compute and insert the rest of its full
+ * blocks.  Checks that every matched block holds this prompt's tokens.  salt is the domain;
+ * keys NULL → computed with XXH3 (else the caller's, e.g. all equal to force collisions). */
+static void run_prompt(seq *s, uint64_t req, uint16_t tenant, uint64_t salt, const int32_t *tok, uint32_t n_tok,
+                       const sched_prefix_key *keys)
+{
+    sched_prefix_key own[256];
+    uint32_t nb = n_tok / BS;
+    cr_assert_leq(nb, 256);
+    if (!keys) { cr_assert_eq(sched_prefix_keys(salt, tok, n_tok, BS, own, 256), nb); keys = own; }
+    memset(s, 0, sizeof *s);
+    s->matched = sched_prefix_lookup(O.ix, salt, keys, tok, nb, req, s->nodes, &s->m);
+    cr_assert_eq(sched_prefix_acquire(O.ix, s->nodes, s->matched, req), 0);
+    for (uint32_t i = 0; i < s->matched; i++) {
+        sched_prefix_node_info in;
+        cr_assert_eq(sched_prefix_node(O.ix, s->nodes[i], &in), 0);
+        if (memcmp(O.kv[in.pool][in.block], tok + i * BS, sizeof O.kv[0][0])) O.wrong++;
+        if (in.pool != SCHED_POOL_DEVICE) {   /* reload */
+            uint32_t d = o_alloc_device();
+            memcpy(O.kv[SCHED_POOL_DEVICE][d], O.kv[in.pool][in.block], sizeof O.kv[0][0]);
+            cr_assert_eq(sched_prefix_move(O.ix, s->nodes[i], SCHED_POOL_DEVICE, d), 0, "%s", sched_last_error());
+        }
+    }
+    O.hit_blocks += s->matched;
+    s->n_nodes = s->matched;
+    for (uint32_t i = s->matched; i < nb; i++) {
+        uint32_t d = o_alloc_device(), node;
+        memcpy(O.kv[SCHED_POOL_DEVICE][d], tok + i * BS, sizeof O.kv[0][0]);
+        int rc = sched_prefix_insert(O.ix, i ? s->nodes[i - 1] : SCHED_PREFIX_NONE, salt, keys[i], tok + i * BS,
+                                     tenant, req, SCHED_POOL_DEVICE, d, &node);
+        if (rc == -EEXIST) give_block(&O, SCHED_POOL_DEVICE, d);   /* a copy is cached: share it */
+        else cr_assert_eq(rc, 0, "insert: %s", sched_last_error());
+        s->nodes[s->n_nodes++] = node;
+    }
+    o_check();
+}
+
+static void finish(seq *s)
+{
+    cr_assert_eq(sched_prefix_release(O.ix, s->nodes, s->n_nodes), 0, "%s", sched_last_error());
+    s->n_nodes = 0;
+    o_check();
+}
+
+static uint32_t lru(sched_pool p, uint32_t *out) { return sched_prefix_lru(O.ix, p, out, MAXB); }
+
+static uint32_t count_ev(sched_prefix_evict_reason r, int demoted)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < O.n_ev; i++) n += O.ev[i].reason == r && (demoted < 0 || O.ev[i].demoted == demoted);
+    return n;
+}
+
+/* ---- keys ------------------------------------------------------------------------------- */
+
+Test(sched_prefix, keys_chain_the_prefix_and_the_salt)
+{
+    int32_t a[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, b[12];
+    memcpy(b, a, sizeof a);
+    b[1] = 99;   /* first block differs, the rest equal */
+    sched_prefix_key ka[4], kb[4], ks[4];
+    cr_assert_eq(sched_prefix_keys(7, a, 11, BS, ka, 4), 2, "only full blocks get keys");
+    cr_assert_eq(sched_prefix_keys(7, a, 12, BS, ka, 4), 3);
+    cr_assert_eq(sched_prefix_keys(7, a, 12, BS, ka, 2), 2, "max_out bounds the count");
+    sched_prefix_keys(7, a, 12, BS, ka, 4);
+    sched_prefix_keys(7, b, 12, BS, kb, 4);
+    sched_prefix_keys(8, a, 12, BS, ks, 4);
+    sched_prefix_key k0 = sched_prefix_block_key((sched_prefix_key){0, 0}, 7, a, BS);
+    cr_assert(sched_prefix_key_eq(k0, ka[0]));
+    cr_assert(sched_prefix_key_eq(sched_prefix_block_key(ka[0], 7, a + BS, BS), ka[1]), "keys chain the parent");
+    for (int i = 0; i < 3; i++) {
+        cr_assert(!sched_prefix_key_eq(ka[i], kb[i]), "block %d: an earlier block's tokens change every later key", i);
+        cr_assert(!sched_prefix_key_eq(ka[i], ks[i]), "block %d: the salt changes the key", i);
+    }
+    cr_assert(!sched_prefix_key_eq(ka[1], ka[2]));
+    cr_assert_str_eq(sched_prefix_evict_name(SCHED_PREFIX_EVICT_TENANT_CAP), "tenant_cap");
+    cr_assert_str_eq(sched_prefix_evict_name(SCHED_PREFIX_EVICT__COUNT), "?");
+}
+
+/* ---- insert, lookup, longest prefix ------------------------------------------------------ */
+
+Test(sched_prefix, longest_prefix_is_found_and_shared)
+{
+    o_init(64, 0, 0, 1, NULL, cheap_reload());
+    int32_t a[16], b[16], c[16];
+    for (int i = 0; i < 16; i++) a[i] = b[i] = c[i] = 100 + i;
+    b[10] = -1;   /* b shares blocks 0 and 1 with a */
+    c[0] = -1;    /* c shares nothing */
+    seq sa, sb, sc, sd;
+    run_prompt(&sa, 1, 0, 5, a, 16, NULL);
+    cr_assert_eq(sa.matched, 0);
+    cr_assert_eq(sa.n_nodes, 4);
+    run_prompt(&sb, 2, 0, 5, b, 16, NULL);
+    cr_assert_eq(sb.matched, 2, "b shares a's first two blocks, got %u", sb.matched);
+    cr_assert_eq(sb.m.per_pool[SCHED_POOL_DEVICE], 2);
+    cr_assert_eq(sb.m.self_blocks, 0);
+    cr_assert_eq(sb.nodes[0], sa.nodes[0]);
+    cr_assert_eq(sb.nodes[1], sa.nodes[1]);
+    cr_assert_neq(sb.nodes[2], sa.nodes[2]);
+    run_prompt(&sc, 3, 0, 5, c, 16, NULL);
+    cr_assert_eq(sc.matched, 0);
+    run_prompt(&sd, 4, 0, 5, a, 14, NULL);   /* a's first 3 full blocks and a partial one */
+    cr_assert_eq(sd.matched, 3);
+    sched_prefix_node_info in;
+    cr_assert_eq(sched_prefix_node(O.ix, sa.nodes[0], &in), 0);
+    cr_assert_eq(in.refs, 3, "a, b and d hold block 0");
+    cr_assert_eq(in.hits, 2, "two other requesters reused it");
+    cr_assert_eq(sched_prefix_node_of(O.ix, SCHED_POOL_DEVICE, in.block), sa.nodes[0]);
+    sched_prefix_stats st;
+    sched_prefix_get_stats(O.ix, &st);
+    cr_assert_eq(st.cached[SCHED_POOL_DEVICE], 4 + 2 + 4, "a 4, b 2 own, c 4");
+    cr_assert_eq(st.unheld[SCHED_POOL_DEVICE], 0);
+    finish(&sa); finish(&sb); finish(&sc); finish(&sd);
+    o_fini();
+}
+
+Test(sched_prefix, a_resumed_sequence_counts_its_own_blocks_apart)
+{
+    o_init(32, 0, 0, 1, NULL, cheap_reload());
+    int32_t a[12];
+    for (int i = 0; i < 12; i++) a[i] = i;
+    seq s;
+    run_prompt(&s, 9, 0, 1, a, 12, NULL);
+    finish(&s);   /* e.g. preempted by recompute */
+    run_prompt(&s, 9, 0, 1, a, 12, NULL);
+    cr_assert_eq(s.matched, 3);
+    cr_assert_eq(s.m.self_blocks, 3, "its own blocks");
+    sched_prefix_node_info in;
+    sched_prefix_node(O.ix, s.nodes[0], &in);
+    cr_assert_eq(in.hits, 0, "a sequence reusing its own blocks is no cross-request hit");
+    finish(&s);
+    o_fini();
+}
+
+Test(sched_prefix, a_block_computed_twice_is_cached_once)
+{
+    o_init(32, 0, 0, 1, NULL, cheap_reload());
+    int32_t a[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    sched_prefix_key k[2];
+    sched_prefix_keys(3, a, 8, BS, k, 2);
+    uint32_t n1, n2, dup;
+    cr_assert_eq(sched_prefix_insert(O.ix, SCHED_PREFIX_NONE, 3, k[0], a, 0, 1, SCHED_POOL_DEVICE, 10, &n1), 0);
+    /* a second sequence computed the same block before it could see the first */
+    cr_assert_eq(sched_prefix_insert(O.ix, SCHED_PREFIX_NONE, 3, k[0], a, 0, 2, SCHED_POOL_DEVICE, 11, &dup), -EEXIST);
+    cr_assert_eq(dup, n1);
+    sched_prefix_node_info in;
+    sched_prefix_node(O.ix, n1, &in);
+    cr_assert_eq(in.refs, 2);
+    cr_assert_eq(sched_prefix_node_of(O.ix, SCHED_POOL_DEVICE, 11), SCHED_PREFIX_NONE, "the copy stays private");
+    cr_assert_eq(sched_prefix_insert(O.ix, n1, 3, k[1], a + 4, 0, 1, SCHED_POOL_DEVICE, 10, &n2), -EBUSY,
+                 "a block cached once cannot be cached again");
+    cr_assert_eq(sched_prefix_insert(O.ix, 12345, 3, k[1], a + 4, 0, 1, SCHED_POOL_DEVICE, 12, &n2), -EINVAL);
+    cr_assert_eq(sched_prefix_insert(O.ix, n1, 3, k[1], a + 4, 5, 1, SCHED_POOL_DEVICE, 12, &n2), -EINVAL, "tenant 5 of 1");
+    cr_assert_eq(sched_prefix_insert(O.ix, n1, 3, k[1], a + 4, 0, 1, SCHED_POOL_HOST, 0, &n2), -EINVAL, "no host pool");
+    o_fini();
+}
+
+/* ---- reference counts and the LRU --------------------------------------------------------- */
+
+Test(sched_prefix, shared_blocks_stay_held_until_the_last_holder_ends)
+{
+    o_init(32, 0, 0, 1, NULL, cheap_reload());
+    int32_t a[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    seq s1, s2;
+    run_prompt(&s1, 1, 0, 0, a, 8, NULL);
+    run_prompt(&s2, 2, 0, 0, a, 8, NULL);
+    cr_assert_eq(s2.matched, 2);
+    uint32_t l[MAXB];
+    finish(&s1);
+    cr_assert_eq(lru(SCHED_POOL_DEVICE, l), 0, "still held by the second sequence");
+    cr_assert_eq(sched_prefix_evict(O.ix, SCHED_POOL_DEVICE, 10), 0, "held blocks are never evicted");
+    finish(&s2);
+    cr_assert_eq(lru(SCHED_POOL_DEVICE, l), 2);
+    uint32_t bad = s2.nodes[0];
+    cr_assert_eq(sched_prefix_release(O.ix, &bad, 1), -EINVAL, "releasing an unheld block is refused");
+    bad = 999;
+    cr_assert_eq(sched_prefix_acquire(O.ix, &bad, 1, 1), -EINVAL);
+    o_check();
+    o_fini();
+}
+
+Test(sched_prefix, lru_orders_by_release_with_leaves_before_their_parents)
+{
+    o_init(64, 0, 0, 1, NULL, cheap_reload());
+    int32_t a[12], b[12];
+    for (int i = 0; i < 12; i++) { a[i] = i; b[i] = 50 + i; }
+    seq sa, sb;
+    run_prompt(&sa, 1, 0, 0, a, 12, NULL);
+    run_prompt(&sb, 2, 0, 0, b, 12, NULL);
+    finish(&sb);   /* b released first: older */
+    finish(&sa);
+    uint32_t l[MAXB];
+    cr_assert_eq(lru(SCHED_POOL_DEVICE, l), 6);
+    uint32_t want[6] = {sb.nodes[2], sb.nodes[1], sb.nodes[0], sa.nodes[2], sa.nodes[1], sa.nodes[0]};
+    for (int i = 0; i < 6; i++) cr_assert_eq(l[i], want[i], "LRU position %d: node %u, want %u", i, l[i], want[i]);
+    /* reuse of b's first block makes it (and only it) the newest */
+    seq sc;
+    run_prompt(&sc, 3, 0, 0, b, 4, NULL);
+    cr_assert_eq(sc.matched, 1);
+    cr_assert_eq(lru(SCHED_POOL_DEVICE, l), 5, "an acquired block leaves the LRU");
+    finish(&sc);
+    lru(SCHED_POOL_DEVICE, l);
+    cr_assert_eq(l[5], sb.nodes[0], "released again: newest");
+    cr_assert_eq(l[0], sb.nodes[2]);
+    o_fini();
+}
+
+/* ---- eviction ---------------------------------------------------------------------------- */
+
+Test(sched_prefix, eviction_takes_leaves_first_and_keeps_a_shared_root)
+{
+    o_init(64, 0, 0, 1, NULL, cheap_reload());
+    /* a system prompt S (2 blocks) shared by three users with one block each */
+    int32_t p[3][12];
+    for (int u = 0; u < 3; u++)
+        for (int i = 0; i < 12; i++) p[u][i] = i < 8 ? i : 1000 * (u + 1) + i;
+    seq s[3];
+    for (int u = 0; u < 3; u++) run_prompt(&s[u], (uint64_t)u + 1, 0, 0, p[u], 12, NULL);
+    uint32_t root = s[0].nodes[0], mid = s[0].nodes[1];
+    for (int u = 0; u < 3; u++) finish(&s[u]);
+    /* S was released last: the three user blocks go first, then S's second block, then S */
+    for (int k = 0; k < 3; k++) {
+        O.n_ev = 0;
+        cr_assert_eq(sched_prefix_evict(O.ix, SCHED_POOL_DEVICE, 1), 1);
+        cr_assert_eq(O.n_ev, 1);
+        cr_assert_eq(O.ev[0].node, s[k].nodes[2], "eviction %d took node %u, want user %d's leaf", k, O.ev[0].node, k);
+        cr_assert_eq(O.ev[0].reason, SCHED_PREFIX_EVICT_DEMAND);
+        cr_assert(!O.ev[0].demoted);
+        cr_assert_eq(O.ev[0].reload_cost_us, -1, "no colder pool");
+        o_check();
+    }
+    O.n_ev = 0;
+    cr_assert_eq(sched_prefix_evict(O.ix, SCHED_POOL_DEVICE, 5), 2, "only S's two blocks were left");
+    cr_assert_eq(O.n_ev, 2);
+    cr_assert_eq(O.ev[0].node, mid);
+    cr_assert_eq(O.ev[1].node, root);
+    o_check();
+    seq again;
+    run_prompt(&again, 9, 0, 0, p[0], 12, NULL);
+    cr_assert_eq(again.matched, 0, "nothing left to match");
+    o_fini();
+}
+
+Test(sched_prefix, demand_frees_blocks_for_new_work_when_the_pool_is_full)
+{
+    o_init(8, 0, 0, 1, NULL, cheap_reload());
+    int32_t p[20][8];
+    for (int r = 0; r < 20; r++)
+        for (int i = 0; i < 8; i++) p[r][i] = r * 100 + i;
+    for (int r = 0; r < 20; r++) {   /* 20 prompts of 2 blocks through an 8-block pool */
+        seq s;
+        run_prompt(&s, (uint64_t)r + 1, 0, 0, p[r], 8, NULL);
+        finish(&s);
+    }
+    sched_prefix_stats st;
+    sched_prefix_get_stats(O.ix, &st);
+    cr_assert_eq(st.cached[SCHED_POOL_DEVICE], 8);
+    cr_assert_eq(st.evicted[SCHED_PREFIX_EVICT_DEMAND], 32);
+    seq s;
+    run_prompt(&s, 99, 0, 0, p[19], 8, NULL);
+    cr_assert_eq(s.matched, 2, "the most recent prompt is still cached");
+    finish(&s);
+    run_prompt(&s, 98, 0, 0, p[0], 8, NULL);
+    cr_assert_eq(s.matched, 0, "the oldest is gone");
+    finish(&s);
+    o_fini();
+}
+
+/* ---- tiers ------------------------------------------------------------------------------- */
+
+Test(sched_prefix, evicted_device_blocks_are_demoted_found_on_host_and_reloaded_intact)
+{
+    o_init(8, 16, 0, 1, NULL, cheap_reload());
+    int32_t a[8], b[32];
+    for (int i = 0; i < 8; i++) a[i] = 7 + i;
+    for (int i = 0; i < 32; i++) b[i] = 500 + i;
+    seq s;
+    run_prompt(&s, 1, 0, 0, a, 8, NULL);
+    finish(&s);
+    run_prompt(&s, 2, 0, 0, b, 32, NULL);   /* needs the whole device pool: a's blocks go to host */
+    finish(&s);
+    cr_assert_eq(count_ev(SCHED_PREFIX_EVICT_DEMAND, 1), 2);
+    for (uint32_t i = 0; i < O.n_ev; i++) {
+        cr_assert_eq(O.ev[i].from, SCHED_POOL_DEVICE);
+        cr_assert_eq(O.ev[i].to, SCHED_POOL_HOST);
+        cr_assert_lt(O.ev[i].reload_cost_us, O.ev[i].recompute_cost_us * O.ev[i].expected_reuse);
+    }
+    sched_prefix_stats st;
+    sched_prefix_get_stats(O.ix, &st);
+    cr_assert_eq(st.cached[SCHED_POOL_HOST], 2);
+    cr_assert_eq(st.demoted[SCHED_POOL_HOST], 2);
+    run_prompt(&s, 3, 0, 0, a, 8, NULL);   /* found on host, reloaded (contents checked) */
+    cr_assert_eq(s.matched, 2);
+    cr_assert_eq(s.m.per_pool[SCHED_POOL_HOST], 2);
+    for (int i = 0; i < 2; i++) {
+        sched_prefix_node_info in;
+        sched_prefix_node(O.ix, s.nodes[i], &in);
+        cr_assert_eq(in.pool, SCHED_POOL_DEVICE, "reloaded block %d lives on the device", i);
+    }
+    cr_assert_eq(count_ev(SCHED_PREFIX_EVICT_MOVED, -1), 2);
+    finish(&s);
+    o_fini();
+}
+
+Test(sched_prefix, blocks_are_dropped_when_reloading_would_cost_more_than_recomputing)
+{
+    sched_prefix_costs slow = {.recompute_us_per_block = 100, .reload_us_per_block = {0, 500, 5000}, .reuse_prior = 1};
+    o_init(4, 16, 16, 1, NULL, slow);
+    int32_t a[16], b[16];
+    for (int i = 0; i < 16; i++) { a[i] = i; b[i] = 900 + i; }
+    seq s;
+    run_prompt(&s, 1, 0, 0, a, 16, NULL);
+    finish(&s);
+    run_prompt(&s, 2, 0, 0, b, 16, NULL);
+    finish(&s);
+    cr_assert_eq(count_ev(SCHED_PREFIX_EVICT_DEMAND, 0), 4, "dropped");
+    cr_assert_eq(count_ev(SCHED_PREFIX_EVICT_DEMAND, 1), 0, "never demoted");
+    cr_assert_eq(O.ev[0].reload_cost_us, 500);
+    cr_assert_eq(O.ev[0].recompute_cost_us, 100);
+    /* reuse raises the stakes: a block reused 9 times by others is worth a slow reload */
+    sched_prefix_set_costs(O.ix, &slow);
+    for (int r = 0; r < 9; r++) { run_prompt(&s, 10 + (uint64_t)r, 0, 0, b, 4, NULL); finish(&s); }
+    O.n_ev = 0;
+    run_prompt(&s, 30, 0, 0, a, 16, NULL);
+    finish(&s);
+    int demoted_root = 0;
+    for (uint32_t i = 0; i < O.n_ev; i++)
+        if (O.ev[i].demoted) { demoted_root++; cr_assert_eq(O.ev[i].expected_reuse, 10); }
+    cr_assert_eq(demoted_root, 1, "only b's much-reused first block went to host");
+    o_fini();
+}
+
+Test(sched_prefix, a_full_host_tier_passes_its_oldest_down_to_disk_first)
+{
+    o_init(4, 4, 8, 1, NULL, cheap_reload());
+    int32_t p[4][16];
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < 16; i++) p[r][i] = r * 1000 + i;
+    seq s;
+    for (int r = 0; r < 3; r++) { run_prompt(&s, (uint64_t)r + 1, 0, 0, p[r], 16, NULL); finish(&s); }
+    sched_prefix_stats st;
+    sched_prefix_get_stats(O.ix, &st);
+    cr_assert_eq(st.cached[SCHED_POOL_DEVICE], 4);
+    cr_assert_eq(st.cached[SCHED_POOL_HOST], 4);
+    cr_assert_eq(st.cached[SCHED_POOL_DISK], 4);
+    /* order of the reports = order of the copies: replayed in order, every demotion lands
+     * in a host/disk block that an earlier report vacated (or that was never used) */
+    static uint8_t busy[SCHED_POOL__COUNT][MAXB];
+    for (uint32_t i = 0; i < O.n_ev; i++) {
+        const sched_prefix_eviction *e = &O.ev[i];
+        busy[e->from][e->from_block] = 0;
+        if (!e->demoted) continue;
+        cr_assert(!busy[e->to][e->to_block], "report %u fills %s block %u before it was vacated", i,
+                  sched_pool_name(e->to), e->to_block);
+        busy[e->to][e->to_block] = 1;
+    }
+    for (int r = 0; r < 3; r++) {   /* all three prompts are still found, each in one tier */
+        seq q;
+        uint32_t n[64];
+        sched_prefix_key k[4];
+        sched_prefix_keys(0, p[r], 16, BS, k, 4);
+        sched_prefix_match m;
+        cr_assert_eq(sched_prefix_lookup(O.ix, 0, k, p[r], 4, 77, n, &m), 4);
+        cr_assert_eq(m.per_pool[2 - r], 4, "prompt %d in %s", r, sched_pool_name((sched_pool)(2 - r)));
+        (void)q;
+    }
+    run_prompt(&s, 50, 0, 0, p[0], 16, NULL);   /* from disk, contents intact after two moves */
+    cr_assert_eq(s.matched, 4);
+    cr_assert_eq(s.m.per_pool[SCHED_POOL_DISK], 4);
+    finish(&s);
+    o_fini();
+}
+
+/* ---- collisions and domains -------------------------------------------------------------- */
+
+Test(sched_prefix, forced_collisions_never_reuse_a_wrong_block)
+{
+    o_init(256, 0, 0, 1, NULL, cheap_reload());
+    sched_prefix_key same[8];
+    for (int i = 0; i < 8; i++) same[i] = (sched_prefix_key){42, 42};   /* the hash forced to a constant */
+    int32_t p[6][32];
+    for (int r = 0; r < 6; r++)
+        for (int i = 0; i < 32; i++) p[r][i] = (r % 3) * 7 + i / 4;   /* r and r+3 equal */
+    p[1][17] = -5;           /* p1 = p4 except block 4 */
+    /* p5 swaps blocks 0 and 1 of p2: equal tokens in block 1 under a different parent */
+    for (int i = 0; i < 4; i++) { int t = p[5][i]; p[5][i] = p[5][4 + i]; p[5][4 + i] = t; }
+    seq s[6];
+    for (int r = 0; r < 6; r++) run_prompt(&s[r], (uint64_t)r + 1, 0, 0, p[r], 32, same);
+    cr_assert_eq(s[0].matched, 0);
+    cr_assert_eq(s[1].matched, 0, "p1 differs from p0 in block 0 although every key is equal");
+    cr_assert_eq(s[3].matched, 8, "p3 = p0");
+    cr_assert_eq(s[4].matched, 4, "p4 = p1 up to block 4");
+    cr_assert_eq(s[5].matched, 0, "p5's first block is nobody's first block");
+    for (int r = 0; r < 6; r++) finish(&s[r]);
+    /* and after shuffling through eviction, every lookup still returns only its own tokens */
+    for (int k = 0; k < 100; k++) {
+        seq q;
+        run_prompt(&q, 100 + (uint64_t)k, 0, 0, p[k % 6], 32 - 4 * (k % 5), same);
+        finish(&q);
+        if (k % 7 == 0) sched_prefix_evict(O.ix, SCHED_POOL_DEVICE, 3);
+    }
+    o_check();
+    o_fini();
+}
+
+Test(sched_prefix, two_salts_never_hit_each_other)
+{
+    o_init(64, 0, 0, 2, NULL, cheap_reload());
+    int32_t a[16];
+    for (int i = 0; i < 16; i++) a[i] = 3 * i;
+    seq s1, s2, s3;
+    run_prompt(&s1, 1, 0, 1111, a, 16, NULL);
+    run_prompt(&s2, 2, 1, 2222, a, 16, NULL);
+    cr_assert_eq(s2.matched, 0, "same prompt, other domain: no hit");
+    /* even when the keys collide, the salt keeps the domains apart */
+    sched_prefix_key k1[4];
+    sched_prefix_keys(1111, a, 16, BS, k1, 4);
+    uint32_t n[4];
+    cr_assert_eq(sched_prefix_lookup(O.ix, 3333, k1, a, 4, 3, n, NULL), 0, "domain 1111's keys under salt 3333");
+    run_prompt(&s3, 3, 0, 1111, a, 16, NULL);
+    cr_assert_eq(s3.matched, 4, "same domain: a hit");
+    finish(&s1); finish(&s2); finish(&s3);
+    o_fini();
+}
+
+/* ---- per-tenant caps --------------------------------------------------------------------- */
+
+Test(sched_prefix, a_tenant_over_its_cap_loses_its_own_oldest_leaves)
+{
+    uint32_t caps[2] = {3, 0};
+    o_init(64, 0, 0, 2, caps, cheap_reload());
+    int32_t a[24], b[24];
+    for (int i = 0; i < 24; i++) { a[i] = i; b[i] = 700 + i; }
+    seq sb, sa;
+    run_prompt(&sb, 1, 1, 0, b, 24, NULL);   /* tenant 1: 6 blocks, no cap */
+    finish(&sb);
+    run_prompt(&sa, 2, 0, 0, a, 24, NULL);   /* tenant 0: 6 blocks, cap 3 */
+    finish(&sa);
+    cr_assert_eq(sched_prefix_tenant_unheld(O.ix, 0), 3);
+    cr_assert_eq(sched_prefix_tenant_unheld(O.ix, 1), 6, "the other tenant's cache is untouched");
+    cr_assert_eq(count_ev(SCHED_PREFIX_EVICT_TENANT_CAP, 0), 3);
+    for (uint32_t i = 0; i < O.n_ev; i++) cr_assert_eq(O.ev[i].tenant, 0);
+    seq q;
+    run_prompt(&q, 3, 0, 0, a, 24, NULL);
+    cr_assert_eq(q.matched, 3, "the cap kept the first three blocks (the shared end of a prefix)");
+    cr_assert_eq(sched_prefix_tenant_unheld(O.ix, 0), 0, "held blocks count toward no cap");
+    finish(&q);
+    o_fini();
+}
+
+/* ---- everything at once ------------------------------------------------------------------ */
+
+static uint64_t rng = 12345;
+static uint32_t RND(uint32_t n)
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (uint32_t)(rng % n);
+}
+
+Test(sched_prefix, random_traffic_keeps_every_invariant_and_every_block_intact)
+{
+    uint32_t caps[3] = {40, 0, 25};
+    o_init(96, 64, 128, 3, caps, cheap_reload());
+    /* 6 system prompts × user suffixes; tenant t uses salt t except tenants 1 and 2 share */
+    seq live[4];
+    int nlive = 0;
+    for (int step = 0; step < 3000; step++) {
+        if (nlive < 4 && RND(3)) {
+            int32_t tok[64];
+            uint32_t sys = RND(6), len = 8 + RND(56);
+            for (uint32_t i = 0; i < len; i++) tok[i] = i < 24 ? (int32_t)(sys * 1000 + i) : (int32_t)(RND(4) + 10 * i);
+            uint16_t ten = (uint16_t)RND(3);
+            run_prompt(&live[nlive++], (uint64_t)step + 1, ten, ten == 2 ? 1 : ten, tok, len, NULL);
+        } else if (nlive) {
+            int k = (int)RND((uint32_t)nlive);
+            finish(&live[k]);
+            live[k] = live[--nlive];
+        }
+        if (RND(10) == 0) { sched_prefix_evict(O.ix, (sched_pool)RND(3), 1 + RND(8)); o_check(); }
+        if (step == 1500) {
+            sched_prefix_costs c = {.recompute_us_per_block = 10, .reload_us_per_block = {0, 50, 50}, .reuse_prior = 0.5};
+            sched_prefix_set_costs(O.ix, &c);   /* from here on, mostly dropped */
+        }
+    }
+    while (nlive) finish(&live[--nlive]);
+    cr_assert_gt(O.hit_blocks, 1000, "the workload shares prefixes (hits %llu)", (unsigned long long)O.hit_blocks);
+    sched_prefix_stats st;
+    sched_prefix_get_stats(O.ix, &st);
+    cr_assert_gt(st.demoted[SCHED_POOL_HOST], 0);
+    cr_assert_gt(st.demoted[SCHED_POOL_DISK], 0);
+    cr_assert_gt(st.evicted[SCHED_PREFIX_EVICT_TENANT_CAP], 0);
+    uint32_t dropped = sched_prefix_clear(O.ix);
+    sched_prefix_get_stats(O.ix, &st);
+    cr_assert_eq(st.cached[0] + st.cached[1] + st.cached[2], 0, "nothing held: clear empties the index");
+    cr_assert_gt(dropped, 0);
+    o_check();
+    o_fini();
+}

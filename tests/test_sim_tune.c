@@ -1,0 +1,255 @@
+/* SPDX-License-Identifier: MIT */
+/* ringlm-sim --tune (sim/tune.c): the search finds a known optimum, never picks a candidate
+ * that starves a tenant however much goodput it has, and gives the same answer for a seed
+ * whatever the thread count. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sched/sched.h"
+#include "sim/err.h"
+#include "sim/gen.h"
+#include "sim/service.h"
+#include "sim/trace.h"
+#include "sim/tune.h"
+
+static sched_policy *policy(const char *text)
+{
+    sched_policy *p = NULL;
+    sched_policy_error pe = {0};
+    cr_assert_eq(sched_policy_parse(text, &p, &pe), 0, "policy line %d: %s", pe.line, pe.reason);
+    return p;
+}
+
+static void workload(sim_trace *t, const sim_service *svc, const char *const *params, size_t n, const char *tenants)
+{
+    sim_scenario scn;
+    cr_assert_eq(sim_gen_workload(t, "poisson", params, n, svc, 1, &scn), 0, "%s", sim_err());
+    if (tenants) {
+        sim_transform x;
+        sim_transform_defaults(&x);
+        x.tenant_rule = tenants;
+        cr_assert_eq(sim_trace_transform(t, &x), 0, "%s", sim_err());
+    }
+}
+
+static const char *value_of(const sim_tune_result *r, const sim_tune_cand *c, const char *knob)
+{
+    for (size_t k = 0; k < r->n_knobs; k++)
+        if (!strcmp(r->knobs[k].name, knob)) return c->idx ? r->knobs[k].values[c->idx[k]] : NULL;
+    return NULL;
+}
+
+/* ---- a workload where one token budget is best ------------------------------------------- */
+
+/* Decode-bound overload: 16-token prompts, 200-token outputs, twice what the machine serves.
+ * Every step holds up to token_budget decoding sequences, so a step takes about
+ * base + budget × per-sequence decode time.  A larger budget serves more per step — until the
+ * step outgrows the class's 14 ms TPOT target and every request misses it.  The queue-wait
+ * bound refuses the excess at the door, so what is accepted meets its TTFT.  The best budget
+ * is therefore the largest one whose full step stays under the target. */
+static const char budget_policy[] =
+    "[scheduler]\nmode = token_budget\ntoken_budget = 64\nmax_active_seqs = 2048\nprefill_chunk = 256\n"
+    "default_class = standard\n[class standard]\nttft_target = 2s\ntpot_target = 14ms\nmax_queue_wait = 1s\n";
+
+Test(sim_tune, finds_the_budget_the_service_model_says_is_best)
+{
+    sim_service svc;
+    sim_service_default(&svc);
+    const char *params[] = {"load=2", "prompt=16", "output=200", "duration=30"};
+    sim_trace t;
+    workload(&t, &svc, params, 4, NULL);
+    sched_policy *base = policy(budget_policy);
+    sim_tune_opts o;
+    sim_tune_opts_defaults(&o);
+    o.spec = "token_budget=32..1024;prefill_chunk=128,256;decode_reserve_tokens=0,16,32;max_active_seqs=1024,2048";
+    o.run.svc = &svc;
+    o.jobs = 2;
+    sim_tune_result r;
+    cr_assert_eq(sim_tune(&t, base, &o, &r), 0, "%s", sim_err());
+    /* the known optimum: the largest budget of the list whose full decode step fits 14 ms */
+    const char *expect = NULL;
+    char buf[16];
+    for (unsigned b = 32; b <= 1024; b *= 2)
+        if (svc.base_us + b * svc.per_decode_seq_us + 16 * svc.per_prefill_token_us < 14000) {
+            snprintf(buf, sizeof buf, "%u", b);
+            expect = buf;
+        }
+    cr_assert_str_eq(expect, "256", "the workload is built so that 256 is best (model %.0f + %.0f µs/seq)", svc.base_us,
+                     svc.per_decode_seq_us);
+    const sim_tune_cand *best = &r.cands[r.best];
+    cr_assert_str_eq(value_of(&r, best, "token_budget"), expect, "chose %s", best->values);
+    cr_assert(best->rung[2].done && best->rung[2].feasible);
+    /* it beats every other budget that was run on the whole trace, and the base (64) */
+    for (size_t i = 0; i < r.n_cands; i++) {
+        const sim_tune_cand *c = &r.cands[i];
+        if (i == r.best || !c->rung[2].done) continue;
+        const char *b = value_of(&r, c, "token_budget");
+        if (b && !strcmp(b, expect)) continue;
+        cr_expect_gt(best->rung[2].goodput_rps, c->rung[2].goodput_rps, "%s (%.2f) vs best (%.2f)", c->values,
+                     c->rung[2].goodput_rps, best->rung[2].goodput_rps);
+    }
+    cr_assert_gt(best->rung[2].goodput_rps, 1.5 * r.cands[r.base].rung[2].goodput_rps);
+    /* not a grid: coordinate search stops when a pass moves nothing */
+    cr_expect_lt(r.evaluated[0], 6 * 2 * 3 * 2 / 2, "%zu candidates screened of a grid of 72", r.evaluated[0]);
+    sim_tune_result_free(&r);
+    sched_policy_free(base);
+    sim_trace_free(&t);
+    sim_service_free(&svc);
+}
+
+/* ---- fairness is a constraint, not a weight ---------------------------------------------- */
+
+/* Tenant b sends the long prompts (> 2048 tokens), a the short ones, at 1.5× capacity.  A quota
+ * of one queued token refuses every request of b: a then gets the whole machine and more
+ * requests meet their targets per second — and b gets nothing. */
+static const char fair_policy[] =
+    "[scheduler]\nmode = token_budget\ntoken_budget = 2048\nmax_active_seqs = 512\nprefill_chunk = 1024\n"
+    "default_class = standard\ndefault_tenant = a\n[class standard]\nttft_target = 2s\ntpot_target = 150ms\n"
+    "[tenant a]\n[tenant b]\n";
+
+static void fair_search(double floor, sim_tune_result *r, sim_trace *t, sim_service *svc, sched_policy **base)
+{
+    sim_service_default(svc);
+    const char *params[] = {"load=1.5", "prompt=64-4096", "output=32-128", "duration=30"};
+    workload(t, svc, params, 4, "prompt>2048:b,a");
+    *base = policy(fair_policy);
+    sim_tune_opts o;
+    sim_tune_opts_defaults(&o);
+    o.spec = "b.max_queued_tokens=0,1;a.max_queued_tokens=0,20000,50000";
+    o.fair_floor = floor;
+    o.run.svc = svc;
+    o.jobs = 2;
+    cr_assert_eq(sim_tune(t, *base, &o, r), 0, "%s", sim_err());
+}
+
+Test(sim_tune, never_chooses_a_candidate_that_starves_a_tenant)
+{
+    sim_service svc;
+    sim_trace t;
+    sched_policy *base;
+    sim_tune_result r;
+    fair_search(0.9, &r, &t, &svc, &base);
+    const sim_tune_cand *best = &r.cands[r.best];
+    cr_assert_str_eq(value_of(&r, best, "b.max_queued_tokens"), "0", "chose %s", best->values);
+    cr_assert(best->rung[2].feasible);
+    cr_assert_geq(best->rung[2].min_fair, 0.9);
+    /* the starving candidate was run and had more goodput: the constraint is what lost it */
+    bool seen = false;
+    for (size_t i = 0; i < r.n_cands; i++) {
+        const sim_tune_cand *c = &r.cands[i];
+        const char *b = value_of(&r, c, "b.max_queued_tokens");
+        if (!b || strcmp(b, "1") || !c->rung[0].done) continue;
+        seen = true;
+        cr_expect_gt(c->rung[0].goodput_rps, best->rung[0].goodput_rps, "%s", c->values);
+        cr_expect(!c->rung[0].feasible);
+        cr_expect_lt(c->rung[0].min_fair, 0.1, "tenant b starved: %.3f of its fair share", c->rung[0].min_fair);
+    }
+    cr_assert(seen, "the search never tried the starving quota");
+    sim_tune_result_free(&r);
+    sched_policy_free(base);
+    sim_trace_free(&t);
+    sim_service_free(&svc);
+
+    /* control: without the floor the same search takes the starving candidate */
+    fair_search(0, &r, &t, &svc, &base);
+    cr_expect_str_eq(value_of(&r, &r.cands[r.best], "b.max_queued_tokens"), "1", "chose %s", r.cands[r.best].values);
+    sim_tune_result_free(&r);
+    sched_policy_free(base);
+    sim_trace_free(&t);
+    sim_service_free(&svc);
+}
+
+/* ---- deterministic for a seed ------------------------------------------------------------ */
+
+static char *tune_json(int jobs)
+{
+    sim_service svc;
+    sim_service_default(&svc);
+    const char *params[] = {"load=1.5", "prompt=64-2048", "output=32-256", "n=2500"};
+    sim_trace t;
+    workload(&t, &svc, params, 4, "random:a:3,b:1");   /* 2500 requests: the windows are used */
+    sched_policy *base = policy(fair_policy);
+    sim_tune_opts o;
+    sim_tune_opts_defaults(&o);
+    o.spec = "token_budget=512..4096;prefill_chunk=256,1024;standard.max_queue_wait=0,1s;*.max_queued_tokens=0,30000";
+    o.loads[1] = 2;
+    o.n_loads = 2;
+    o.finalists = 3;
+    o.run.svc = &svc;
+    o.run.seed = 7;
+    o.jobs = jobs;
+    sim_tune_result r;
+    cr_assert_eq(sim_tune(&t, base, &o, &r), 0, "%s", sim_err());
+    cr_assert(r.window_s[0][1] > 0, "the screening rung runs a window of the trace");
+    cr_assert_gt(r.evaluated[0], r.evaluated[2]);
+    json_t *j = sim_tune_json(&r);
+    char *s = json_dumps(j, JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+    json_decref(j);
+    sim_tune_result_free(&r);
+    sched_policy_free(base);
+    sim_trace_free(&t);
+    sim_service_free(&svc);
+    return s;
+}
+
+Test(sim_tune, same_answer_for_a_seed_whatever_the_thread_count)
+{
+    char *a = tune_json(1), *b = tune_json(3);
+    cr_assert_not_null(a);
+    cr_assert_not_null(b);
+    cr_assert_str_eq(a, b, "two searches of one seed differ");
+    free(a);
+    free(b);
+}
+
+/* ---- the command line ------------------------------------------------------------------- */
+
+static const char *bin_dir(void)
+{
+    const char *b = getenv("RINGLM_BIN");
+    return b ? b : "build/bin";
+}
+
+Test(sim_tune, cli_writes_the_best_policy_in_canonical_form_and_refuses_a_bad_spec)
+{
+    char prog[512];
+    snprintf(prog, sizeof prog, "%s/ringlm-sim", bin_dir());
+    if (access(prog, X_OK) != 0) cr_skip_test("%s not built (set RINGLM_BIN)", prog);
+    char dir[] = "/tmp/ringlm-tune-test-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char cmd[2048], path[1024];
+    snprintf(path, sizeof path, "%s/best.policy", dir);
+    snprintf(cmd, sizeof cmd, "%s --workload poisson --param load=2 --param prompt=16 --param output=200 --param duration=10 "
+             "--tune 'token_budget=64..512' --tune-out %s --plot %s/plot > %s/out.txt 2>&1", prog, path, dir, dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s not written", path);
+    char text[8192];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    sched_policy *p = policy(text);
+    char want[64];
+    snprintf(want, sizeof want, "# policy hash %s\n", sched_policy_hash_hex(p));
+    cr_expect(strstr(text, want) != NULL, "the file names its hash: %s", text);
+    cr_expect(strstr(text, sched_policy_canonical(p)) != NULL, "the policy is in canonical form");
+    sched_policy_free(p);
+    snprintf(path, sizeof path, "%s/plot/tune.dat", dir);
+    cr_expect_eq(access(path, R_OK), 0, "%s", path);
+    snprintf(cmd, sizeof cmd, "%s --workload poisson --param duration=5 --tune 'token_budget=abc' --tune-out %s/x.policy "
+             "> %s/err.txt 2>&1", prog, dir, dir);
+    cr_expect_neq(system(cmd), 0, "a bad value is refused");
+    snprintf(path, sizeof path, "%s/err.txt", dir);
+    f = fopen(path, "r");
+    cr_assert_not_null(f);
+    n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    cr_expect(strstr(text, "token_budget=abc") != NULL, "the error names the knob and the value: %s", text);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    (void)!system(cmd);
+}

@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/gw_params.h — an OpenAI-shaped request body (completions or chat completions) to
+ * the parameters of one ringlm request, and errors in the OpenAI shape.
+ *
+ * Fields read: model, prompt (string, [string], token ids, [[ids]]), messages (chat: role +
+ * content as a string or as text parts), max_tokens / max_completion_tokens, temperature,
+ * top_p, top_k, seed, stop (string or array of strings), stream, stream_options
+ * .include_usage, user, n (1 only), logprobs / top_logprobs (unsupported: 400), ignore_eos,
+ * echo / best_of / suffix (unsupported when set), and the ringlm extension object
+ * "ringlm": {"class": NAME, "deadline_ms": N}. Unknown fields are ignored as the peers do;
+ * null is the same as absent; a wrong type is a 400 naming the field. A tenant named in the
+ * body (anywhere) is never read: the tenant comes from the API key.
+ */
+#ifndef RINGLM_TOOLS_GW_PARAMS_H
+#define RINGLM_TOOLS_GW_PARAMS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tools/gw_keys.h"
+#include "tools/gw_template.h"
+#include "tools/gw_text.h"
+
+typedef enum gw_kind { GW_COMPLETION = 0, GW_CHAT = 1 } gw_kind;
+
+/* An error answer: HTTP status and the OpenAI error object's fields. */
+typedef struct gw_err {
+	int status;           /* 400, 401, 404, 413, 429, 500, 503, 504 */
+	const char *type;     /* "invalid_request_error", ... (static) */
+	const char *code;     /* "invalid_value", "queue_full", ... (static) or NULL */
+	char param[48];       /* the field at fault, "" when none */
+	char message[320];
+} gw_err;
+
+__attribute__((format(printf, 5, 6)))
+void gw_err_set(gw_err *e, int status, const char *code, const char *param, const char *fmt, ...);
+/* {"error":{"message","type","param","code"}} as text (malloc'ed), or NULL. */
+char *gw_err_json(const gw_err *e);
+
+typedef struct gw_params {
+	gw_kind kind;
+	char *prompt_text;        /* text prompt (completions) or the rendered chat; NULL when ids */
+	int32_t *prompt_ids;      /* token-id prompt (completions), NULL when text */
+	uint32_t n_prompt_ids;
+	long max_tokens;          /* -1: the endpoint's default */
+	double temperature;       /* default 1 (as the OpenAI API) */
+	double top_p;             /* default 1 */
+	uint32_t top_k;           /* 0 = off (-1 is accepted as off, as vLLM does) */
+	uint64_t seed;
+	bool has_seed;
+	gw_stop stop;             /* strings owned by the params */
+	bool stream;
+	bool include_usage;
+	bool ignore_eos;
+	char class_name[GW_NAME_MAX]; /* "" = the key's default class */
+	uint64_t deadline_ms;     /* 0 = none */
+} gw_params;
+
+typedef struct gw_parse_cfg {
+	const char *served_model;  /* names the model requests must name (when they name one) */
+	gw_template tpl;
+} gw_parse_cfg;
+
+/* Parses body[0..len). Returns 0 and *p (free with gw_params_free), or -1 with *e set. */
+int gw_params_parse(gw_kind kind, const char *body, size_t len, const gw_parse_cfg *cfg,
+		    gw_params *p, gw_err *e);
+void gw_params_free(gw_params *p);
+
+#endif

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/gw_server.h — ringlm-gateway's HTTP server: OpenAI-compatible endpoints served by
+ * libmicrohttpd, every request a ringlm request on one shared-memory session to ringlmd.
+ *
+ * THREADS
+ *   http    libmicrohttpd's internal polling thread (epoll): parses HTTP and JSON,
+ *           tokenizes, submits; streams sit suspended (no thread per stream) until the
+ *           event thread has bytes for them.
+ *   events  owns the session: ringlm_next_event, turns tokens into text and SSE chunks,
+ *           resumes the streams that have something to send; reconnects when the daemon
+ *           goes away.
+ *   watch   epoll on the sockets of suspended requests: a client that hangs up while its
+ *           request waits or generates is cancelled at once (libmicrohttpd does not look at
+ *           a suspended connection's socket).
+ *   One mutex guards the requests and the submit side of the session (ringlm.h: one
+ *   thread submits/cancels while another reads events).
+ */
+#ifndef RINGLM_TOOLS_GW_SERVER_H
+#define RINGLM_TOOLS_GW_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tokenizer.h"
+#include "tools/gw_keys.h"
+#include "tools/gw_template.h"
+
+typedef struct gw_cfg {
+	const char *listen_addr;     /* IPv4 or IPv6 literal; NULL = 127.0.0.1 */
+	uint16_t port;               /* 0 = any (gw_server_port tells which) */
+	const char *socket_path;     /* ringlmd's socket (NULL: $RINGLM_SOCKET, default) */
+	const tok_tokenizer *tok;
+	const gw_keys *keys;         /* NULL: no keys, every request is the gateway's tenant */
+	gw_template tpl;
+	const char *served_model;    /* /v1/models id, and the name requests must use */
+	uint32_t max_model_len;      /* context in tokens (0 = unknown) */
+	size_t max_body_bytes;       /* larger bodies: 413 */
+	unsigned http_timeout_s;     /* idle connection (slow header/body) timeout */
+	unsigned max_connections;
+	int quiet;
+} gw_cfg;
+
+typedef struct gw_server gw_server;
+
+/* Starts listening and connecting (the daemon may come later: /health says 503 until then).
+ * Returns 0, or -errno with a message on stderr. */
+int gw_server_start(const gw_cfg *cfg, gw_server **out);
+uint16_t gw_server_port(const gw_server *s);
+/* Drain: no new requests (503, /health 503), the listening socket closed; requests in
+ * flight finish, or are cancelled after grace_ms. Returns when none is left. */
+void gw_server_drain(gw_server *s, unsigned grace_ms);
+/* Stops the threads and frees everything. */
+void gw_server_stop(gw_server *s);
+
+#endif
