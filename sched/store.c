@@ -135,7 +135,8 @@ int sc_pool_init(pool *p, uint32_t n)
 uint32_t sc_dev_free_all(sched *s, req *r)
 {
     uint32_t n = r->n_dev;
-    for (uint32_t i = n; i-- > 0;) pool_give(&s->pools[SCHED_POOL_DEVICE], r->dev[i]);
+    uint32_t cached = s->px ? sc_cache_release(s, r) : 0;   /* those stay, in the cache */
+    for (uint32_t i = n; i-- > cached;) pool_give(&s->pools[SCHED_POOL_DEVICE], r->dev[i]);
     s->ts[r->tenant].kv_blocks -= n;
     r->n_dev = 0;
     return n;
