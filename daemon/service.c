@@ -350,6 +350,7 @@ int svc_create(const svc_config *cfg, svc **out)
          * the first iteration (sched_commit). */
         .host = {.out_bytes_per_s = 4e9, .in_bytes_per_s = 4e9, .latency_us = 20},
         .disk = {.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 100},
+        .prefix_cache = !cfg->no_prefix_cache,
     };
     sched_step_model_default(&sc.step);
     rc = sched_create(s->policy, &sc, req_on_sched_event, s, 1, &s->sched);
