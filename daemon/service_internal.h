@@ -88,6 +88,7 @@ struct svc_sess {
     bool in_out_list;
     bool blocked;             /* the last push found the event ring full */
     bool bp_cancelled;        /* blocked past the backpressure timeout: its requests cancelled */
+    bool closing;             /* on_close is dropping it: nothing is queued for it any more */
     uint64_t blocked_since_us;
 };
 
