@@ -61,6 +61,7 @@ typedef struct svc_req {
     int32_t *tokens;          /* prompt + generated: a recompute re-prefills these */
     eng_sampling samp;
     uint64_t rng;
+    bool ignore_stop;         /* RINGLM_WIRE_REQ_F_IGNORE_STOP: only max_new ends it */
     uint64_t arrival_us, deadline_us, first_token_us, last_token_us, cancel_us, finish_us;
     bool ended;               /* the scheduler is done with it (or never took it) */
     bool finish_pushed;
