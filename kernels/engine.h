@@ -314,7 +314,6 @@ typedef struct eng_phase_stats {
     uint64_t spin_budget_ns;  /* a helper's current spin budget (not reset) */
     uint64_t wake_latency_ns; /* measured region start → sleeping helper running (not reset) */
 } eng_phase_stats;
-#define ENG_PHASE_STATS_POOL 1 /* the pool fields above exist (for benches built across versions) */
 /* Fills *out (and zeroes the counters when reset). -ENOTSUP when the backend keeps none
  * (only the CPU backend does). */
 int eng_phase_stats_get(eng *e, eng_phase_stats *out, bool reset);

@@ -190,41 +190,6 @@ static void naive_forward(naive *n, int token, int pos)
 
 #define MAX_SIZES 16
 
-/* The worker pool's counters, summed over a batch size's runs. engine.h defines
- * ENG_PHASE_STATS_POOL since it has them; perf/engine_ab.sh builds this file against older
- * engines too, which report none (known = 0). */
-typedef struct pool_sums {
-    int known;
-    double steps, regions, wake_calls, waits, sleeps;
-} pool_sums;
-
-static void pool_add(pool_sums *ps, const eng_phase_stats *s)
-{
-    ps->steps += (double)s->steps;
-#ifdef ENG_PHASE_STATS_POOL
-    ps->known = 1;
-    ps->regions += (double)s->regions;
-    ps->wake_calls += (double)s->wake_calls;
-    ps->waits += (double)s->helper_waits;
-    ps->sleeps += (double)s->helper_sleeps;
-#endif
-}
-
-/* The pool's current spin budget and measured wake latency, in µs (0 when unknown). */
-static void pool_policy(eng *e, double *budget_us, double *wake_us)
-{
-    *budget_us = *wake_us = 0;
-#ifdef ENG_PHASE_STATS_POOL
-    eng_phase_stats s;
-    if (eng_phase_stats_get(e, &s, false) == 0) {
-        *budget_us = (double)s.spin_budget_ns * 1e-3;
-        *wake_us = (double)s.wake_latency_ns * 1e-3;
-    }
-#else
-    (void)e;
-#endif
-}
-
 static int parse_seqs(const char *arg, int *sizes)
 {
     int n = 0;
@@ -375,8 +340,7 @@ int main(int argc, char **argv)
     double *base = calloc((size_t)repeats, sizeof(double));
     for (int bi = 0; bi < n_sizes; bi++)
         dec[bi] = calloc((size_t)repeats, sizeof(double));
-    eng_phase_stats phd = {0}, php = {0}, tmp;
-    pool_sums pool[MAX_SIZES];
+    eng_phase_stats phd = {0}, php = {0}, tmp, pool[MAX_SIZES];
     memset(pool, 0, sizeof pool);
     for (int r = 0; r < repeats; r++) {
         for (int bi = 0; bi < n_sizes; bi++) {
@@ -388,7 +352,11 @@ int main(int argc, char **argv)
                     return 1;
             dec[bi][r] = (double)S * decode_steps / (now_s() - t0);
             eng_phase_stats_get(b.e, &tmp, true);
-            pool_add(&pool[bi], &tmp);
+            pool[bi].steps += tmp.steps;
+            pool[bi].regions += tmp.regions;
+            pool[bi].wake_calls += tmp.wake_calls;
+            pool[bi].helper_waits += tmp.helper_waits;
+            pool[bi].helper_sleeps += tmp.helper_sleeps;
             if (S == max_seqs) {
                 phd.steps += tmp.steps;
                 phd.proj_ns += tmp.proj_ns;
@@ -445,19 +413,16 @@ int main(int argc, char **argv)
          * helper waits that ended asleep; its spin budget and measured wake latency */
         printf("},\"pool\":{");
         for (int bi = 0; bi < n_sizes; bi++) {
-            const pool_sums *ps = &pool[bi];
-            const double st = ps->steps ? ps->steps : 1;
-            if (ps->known)
-                printf("%s\"%d\":{\"regions_per_step\":%.1f,\"wake_calls_per_step\":%.2f,"
-                       "\"helper_sleep_share\":%.3f}", bi ? "," : "", batch_sizes[bi],
-                       ps->regions / st, ps->wake_calls / st,
-                       ps->waits ? ps->sleeps / ps->waits : 0);
-            else
-                printf("%s\"%d\":null", bi ? "," : "", batch_sizes[bi]);
+            const eng_phase_stats *ps = &pool[bi];
+            const double st = ps->steps ? (double)ps->steps : 1;
+            printf("%s\"%d\":{\"regions_per_step\":%.1f,\"wake_calls_per_step\":%.2f,"
+                   "\"helper_sleep_share\":%.3f}", bi ? "," : "", batch_sizes[bi],
+                   ps->regions / st, ps->wake_calls / st,
+                   ps->helper_waits ? (double)ps->helper_sleeps / ps->helper_waits : 0);
         }
-        double budget_us, wake_us;
-        pool_policy(b.e, &budget_us, &wake_us);
-        printf(",\"spin_budget_us\":%.1f,\"wake_latency_us\":%.1f", budget_us, wake_us);
+        eng_phase_stats_get(b.e, &tmp, false);
+        printf(",\"spin_budget_us\":%.1f,\"wake_latency_us\":%.1f",
+               tmp.spin_budget_ns * 1e-3, tmp.wake_latency_ns * 1e-3);
         printf("},\"prefill_tok_s\":%.1f,"
                "\"phase_ms_per_step\":{\"decode%d\":{\"projections\":%.3f,\"attention\":%.3f,"
                "\"other\":%.3f},\"prefill\":{\"projections\":%.3f,\"attention\":%.3f,"
@@ -478,19 +443,17 @@ int main(int argc, char **argv)
         printf("engine_bench %s, %d threads, medians of %d repeats [lowest, highest] (%d decode "
                "steps after %d tokens of context)\n", spec, threads, repeats, decode_steps, ctx0);
         for (int bi = 0; bi < n_sizes; bi++) {
-            const pool_sums *ps = &pool[bi];
-            const double st = ps->steps ? ps->steps : 1;
-            printf("  decode  %2d seqs: %9.1f tok/s [%.1f, %.1f]  (%.2fx batch-1)", batch_sizes[bi],
-                   decode_tok_s[bi], lo[bi], hi[bi], decode_tok_s[bi] / decode_tok_s[0]);
-            if (ps->known)
-                printf("  pool: %.0f regions, %.2f wake calls per step, %.1f%% of helper waits "
-                       "asleep", ps->regions / st, ps->wake_calls / st,
-                       ps->waits ? 100.0 * ps->sleeps / ps->waits : 0);
-            printf("\n");
+            const eng_phase_stats *ps = &pool[bi];
+            const double st = ps->steps ? (double)ps->steps : 1;
+            printf("  decode  %2d seqs: %9.1f tok/s [%.1f, %.1f]  (%.2fx batch-1)  pool: %.0f "
+                   "regions, %.2f wake calls per step, %.1f%% of helper waits asleep\n",
+                   batch_sizes[bi], decode_tok_s[bi], lo[bi], hi[bi],
+                   decode_tok_s[bi] / decode_tok_s[0], ps->regions / st, ps->wake_calls / st,
+                   ps->helper_waits ? 100.0 * ps->helper_sleeps / ps->helper_waits : 0);
         }
-        double budget_us, wake_us;
-        pool_policy(b.e, &budget_us, &wake_us);
-        printf("  pool spin budget %.1f us, measured wake latency %.1f us\n", budget_us, wake_us);
+        eng_phase_stats_get(b.e, &tmp, false);
+        printf("  pool spin budget %.1f us, measured wake latency %.1f us\n",
+               tmp.spin_budget_ns * 1e-3, tmp.wake_latency_ns * 1e-3);
         printf("  prefill %d rows: %9.1f tok/s\n", prefill_len, prefill_tok_s);
         printf("  step split decode-%d: projections %.2f ms, attention %.2f ms, other %.2f ms\n",
                max_seqs, phd.proj_ns * msd, phd.attn_ns * msd, phd.other_ns * msd);

@@ -138,16 +138,6 @@ static void spin_policy_record(spin_policy *sp, uint64_t gap_ns, bool slept, uin
         spin_policy_choose(sp);
 }
 
-/*
- * A region's tasks are claimed from one word, claim = (region << 32) | next task, by
- * compare-and-swap: a helper claims a task only of the region it woke for, so a helper
- * that arrives late (descheduled: the cores are shared) finds the tasks taken and goes
- * back to waiting, and the caller, which takes tasks too, waits only for tasks still
- * running (done == n_tasks), never for a helper to show up. fn, ctx and n_tasks are
- * written before the claim word is published (release) and read after it was (acquire);
- * they are atomics because a late helper may read them while the caller already writes
- * the next region's (the helper's claim then fails: the region in the word has moved).
- */
 typedef struct pool {
     int n_workers; /* including the calling thread */
     int numa_node;
@@ -155,14 +145,14 @@ typedef struct pool {
     /* written by the caller to start a region, read by the helpers */
     _Alignas(64) _Atomic uint32_t generation; /* futex: bumped to start a parallel region */
     _Atomic uint64_t region_ns;               /* when the caller started the current region */
-    _Atomic int n_tasks;
-    _Atomic(task_fn) fn;
-    _Atomic(void *) ctx;
+    int n_tasks;
+    task_fn fn;
+    void *ctx;
     _Atomic bool stop;
-    _Alignas(64) _Atomic uint64_t claim;      /* (generation << 32) | next task to run */
-    _Alignas(64) _Atomic uint32_t done;       /* futex: tasks of the region finished */
+    _Alignas(64) _Atomic int next_task;
+    _Alignas(64) _Atomic uint32_t busy;       /* futex: helper threads still inside the region */
     _Atomic uint32_t helpers_asleep;          /* helpers announced asleep on generation */
-    _Atomic uint32_t caller_asleep;           /* the caller announced asleep on done */
+    _Atomic uint32_t caller_asleep;           /* the caller announced asleep on busy */
     /* measurements (relaxed: statistics) */
     _Alignas(64) _Atomic uint64_t regions, wake_calls, waits, sleeps;
     _Atomic uint64_t budget_ns, wake_ns;      /* the helpers' latest choice and measure */
@@ -233,29 +223,13 @@ static inline void cpu_relax(void)
  * the spin would burn. */
 #define SPIN_POLITE_NS 4000
 
-/* Claims and runs tasks of region `gen` until none is left; returns how many it ran. */
-static int run_tasks(pool *p, uint32_t gen, int worker)
+static void run_tasks(pool *p, int worker)
 {
-    int ran = 0;
-    uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
     for (;;) {
-        if ((uint32_t)(c >> 32) != gen)
-            return ran;
-        const int t = (int)(uint32_t)c;
-        const task_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
-        void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
-        if (t >= atomic_load_explicit(&p->n_tasks, memory_order_relaxed))
-            return ran;
-        /* success: the word still named this region, so fn, ctx, n_tasks were its own */
-        if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acquire,
-                                                   memory_order_acquire))
-            continue;
-        fn(ctx, t, worker);
-        ran++;
-        atomic_fetch_add_explicit(&p->done, 1, memory_order_seq_cst);
-        if (wake_if_asleep(&p->done, &p->caller_asleep))
-            atomic_fetch_add_explicit(&p->wake_calls, 1, memory_order_relaxed);
-        c = atomic_load_explicit(&p->claim, memory_order_acquire);
+        int t = atomic_fetch_add_explicit(&p->next_task, 1, memory_order_relaxed);
+        if (t >= p->n_tasks)
+            return;
+        p->fn(p->ctx, t, worker);
     }
 }
 
@@ -289,16 +263,19 @@ static void *worker_main(void *arg)
         seen = g;
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
             return NULL;
-        /* region_ns was stored before the generation's release: this region's or later */
+        /* region_ns was stored before the generation's release: it is this region's */
         const uint64_t start = atomic_load_explicit(&p->region_ns, memory_order_relaxed);
         spin_policy_record(&sp, start > idle_since ? start - idle_since : 0, slept,
-                           slept && now_ns() > start ? now_ns() - start : 0);
+                           slept ? now_ns() - start : 0);
         atomic_fetch_add_explicit(&p->waits, 1, memory_order_relaxed);
         if (slept)
             atomic_fetch_add_explicit(&p->sleeps, 1, memory_order_relaxed);
         atomic_store_explicit(&p->budget_ns, sp.budget_ns, memory_order_relaxed);
         atomic_store_explicit(&p->wake_ns, sp.wake_ns, memory_order_relaxed);
-        run_tasks(p, g, index);
+        run_tasks(p, index);
+        if (atomic_fetch_sub_explicit(&p->busy, 1, memory_order_seq_cst) == 1 &&
+            wake_if_asleep(&p->busy, &p->caller_asleep))
+            atomic_fetch_add_explicit(&p->wake_calls, 1, memory_order_relaxed);
     }
 }
 
@@ -310,30 +287,28 @@ static void pool_run(pool *p, int n_tasks, task_fn fn, void *ctx)
             fn(ctx, t, 0);
         return;
     }
-    const uint32_t gen = atomic_load_explicit(&p->generation, memory_order_relaxed) + 1;
-    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
-    atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
-    atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_relaxed);
-    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    p->fn = fn;
+    p->ctx = ctx;
+    p->n_tasks = n_tasks;
+    atomic_store_explicit(&p->next_task, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->busy, (uint32_t)(p->n_workers - 1), memory_order_relaxed);
     atomic_store_explicit(&p->region_ns, now_ns(), memory_order_relaxed);
-    atomic_store_explicit(&p->claim, (uint64_t)gen << 32, memory_order_release);
-    atomic_store_explicit(&p->generation, gen, memory_order_seq_cst);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_seq_cst); /* releases the above */
     atomic_fetch_add_explicit(&p->regions, 1, memory_order_relaxed);
     if (wake_if_asleep(&p->generation, &p->helpers_asleep))
         atomic_fetch_add_explicit(&p->wake_calls, 1, memory_order_relaxed);
-    run_tasks(p, gen, 0);
-    /* Every task is claimed; the ones helpers run end within microseconds unless a helper
-     * was descheduled mid-task: spin for twice what waking a sleeper measured (the
-     * ski-rental bound), then sleep. */
+    run_tasks(p, 0);
+    /* The helpers finish their last task within microseconds unless descheduled: spin for
+     * twice what waking a sleeper measured (the ski-rental bound), then sleep. */
     const uint64_t budget = 2 * atomic_load_explicit(&p->wake_ns, memory_order_relaxed);
     const uint64_t t0 = now_ns();
-    uint32_t d;
+    uint32_t b;
     int spins = 0;
-    while ((d = atomic_load_explicit(&p->done, memory_order_acquire)) != (uint32_t)n_tasks) {
+    while ((b = atomic_load_explicit(&p->busy, memory_order_acquire)) != 0) {
         if (++spins % SPINS_PER_CLOCK || now_ns() - t0 < budget)
             cpu_relax();
         else
-            sleep_unless_changed(&p->done, d, &p->caller_asleep);
+            sleep_unless_changed(&p->busy, b, &p->caller_asleep);
     }
 }
 
