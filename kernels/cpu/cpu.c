@@ -30,336 +30,16 @@
  * so one block is one contiguous copy for swapping.
  */
 #include "kernels/cpu/gemm_small.h"
+#include "kernels/cpu/pool.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/engine.h"
 #include "numa/rnuma.h"
 
 #include <cblas.h>
 #include <errno.h>
-#include <linux/futex.h>
 #include <math.h>
-#include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-
-/* ---- worker pool -------------------------------------------------------------------- */
-
-typedef void (*task_fn)(void *ctx, int task, int worker);
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/*
- * How long a helper spins before it sleeps. The pool runs a few dozen parallel regions per
- * engine step; between them the caller works alone for microseconds (norms, RoPE), and
- * between steps for as long as its own caller takes. A helper that sleeps costs the next
- * region its wake latency (a futex wake, and on a VM the exit of a halted vCPU, whose core
- * the host may have given away meanwhile); one that spins costs the CPU time it spins.
- *
- * The policy measures both and picks the budget that minimised their sum over the recent
- * past — the ski-rental choice made with the actual gap distribution:
- *   - every wait records its gap (from the helper going idle to the caller starting the
- *     next region, stamped by the caller: exact whether the helper spun or slept, so what
- *     is measured does not depend on the budget chosen) in a histogram of power-of-two
- *     buckets, halved at every re-choice (a memory of ~GAP_EPOCH waits);
- *   - every sleep measures the wake latency (region start to the helper running), averaged;
- *   - every GAP_EPOCH waits the budget becomes the power of two B in [1 µs, 2 ms] with the
- *     least  Σ_{gaps g < B} g + Σ_{gaps g >= B} (B + wake latency).
- * So back-to-back steps keep the helpers spinning through every gap, and a helper of an
- * idle engine sleeps after a short spin. eng_phase_stats reports regions, waits, sleeps,
- * wake calls, the budget and the latency, so the policy's effect is measured in engine_bench.
- */
-#define GAP_BUCKETS 24     /* bucket i: gaps in [2^i, 2^(i+1)) ns; the last, all longer */
-#define GAP_EPOCH 32       /* waits between re-choices of the budget */
-#define SPIN_MIN_LOG2 10   /* 1.0 µs */
-#define SPIN_MAX_LOG2 21   /* 2.1 ms */
-#define WAKE_NS_PRIOR 30000 /* wake latency assumed until one is measured */
-/* Wake latencies count up to this: a longer one is a run queue's wait on an oversubscribed
- * machine, which a spinning helper would not have avoided (it waits for a CPU too). */
-#define WAKE_NS_CAP 500000
-
-typedef struct spin_policy {
-    uint32_t gaps[GAP_BUCKETS];
-    int waits;          /* since the last re-choice */
-    uint64_t budget_ns;
-    uint64_t wake_ns;   /* moving average of measured wake latencies */
-} spin_policy;
-
-static int log2_bucket(uint64_t ns)
-{
-    int b = ns ? 63 - __builtin_clzll(ns) : 0;
-    return b < GAP_BUCKETS ? b : GAP_BUCKETS - 1;
-}
-
-static void spin_policy_init(spin_policy *sp)
-{
-    memset(sp, 0, sizeof *sp);
-    sp->budget_ns = 50000;
-    sp->wake_ns = WAKE_NS_PRIOR;
-}
-
-static void spin_policy_choose(spin_policy *sp)
-{
-    double best = -1;
-    for (int j = SPIN_MIN_LOG2; j <= SPIN_MAX_LOG2; j++) {
-        const double budget = (double)(1ull << j);
-        double cost = 0;
-        for (int i = 0; i < GAP_BUCKETS; i++) {
-            const double gap = 1.5 * (double)(1ull << i); /* the bucket's middle */
-            cost += sp->gaps[i] * (i < j ? gap : budget + (double)sp->wake_ns);
-        }
-        if (best < 0 || cost < best) {
-            best = cost;
-            sp->budget_ns = 1ull << j;
-        }
-    }
-    for (int i = 0; i < GAP_BUCKETS; i++)
-        sp->gaps[i] /= 2;
-    sp->waits = 0;
-}
-
-/* One wait of a helper: its gap, and its wake latency if it slept. */
-static void spin_policy_record(spin_policy *sp, uint64_t gap_ns, bool slept, uint64_t wake_ns)
-{
-    sp->gaps[log2_bucket(gap_ns)]++;
-    if (slept)
-        sp->wake_ns += ((int64_t)(wake_ns < WAKE_NS_CAP ? wake_ns : WAKE_NS_CAP) -
-                        (int64_t)sp->wake_ns) / 8;
-    if (++sp->waits == GAP_EPOCH)
-        spin_policy_choose(sp);
-}
-
-typedef struct pool {
-    int n_workers; /* including the calling thread */
-    int numa_node;
-    pthread_t *threads;
-    /* written by the caller to start a region, read by the helpers */
-    _Alignas(64) _Atomic uint32_t generation; /* futex: bumped to start a parallel region */
-    _Atomic uint64_t region_ns;               /* when the caller started the current region */
-    int n_tasks;
-    task_fn fn;
-    void *ctx;
-    _Atomic bool stop;
-    _Alignas(64) _Atomic int next_task;
-    _Alignas(64) _Atomic uint32_t busy;       /* futex: helper threads still inside the region */
-    _Atomic uint32_t helpers_asleep;          /* helpers announced asleep on generation */
-    _Atomic uint32_t caller_asleep;           /* the caller announced asleep on busy */
-    /* measurements (relaxed: statistics) */
-    _Alignas(64) _Atomic uint64_t regions, wake_calls, waits, sleeps;
-    _Atomic uint64_t budget_ns, wake_ns;      /* the helpers' latest choice and measure */
-} pool;
-
-typedef struct worker_arg {
-    pool *p;
-    int index;
-} worker_arg;
-
-static void futex_wait(_Atomic uint32_t *addr, uint32_t val)
-{
-    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
-}
-
-static void futex_wake(_Atomic uint32_t *addr)
-{
-    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
-}
-
-/*
- * The sleep/wake handshake, named once (both waits of the pool use it). A waiter that has
- * spun long enough announces itself in *asleep, re-reads the word and sleeps only if it is
- * unchanged; a waker changes the word (a sequentially consistent read-modify-write), then
- * makes the wake system call only if someone announced. All four operations are seq_cst,
- * so of (announce, re-read) and (change, read the announcements) the pair that comes second
- * in their single total order sees the other's first: either the waiter sees the change
- * and does not sleep, or the waker sees the announcement and wakes it (FUTEX_WAIT returns
- * at once if the word changed between the re-read and the sleep). A waker whose peers are
- * spinning makes no system call.
- */
-static bool sleep_unless_changed(_Atomic uint32_t *word, uint32_t seen, _Atomic uint32_t *asleep)
-{
-    bool slept = false;
-    atomic_fetch_add_explicit(asleep, 1, memory_order_seq_cst);
-    if (atomic_load_explicit(word, memory_order_seq_cst) == seen) {
-        futex_wait(word, seen);
-        slept = true;
-    }
-    atomic_fetch_sub_explicit(asleep, 1, memory_order_relaxed);
-    return slept;
-}
-
-/* The waker's half, after its seq_cst change of *word: true when it made the wake call. */
-static bool wake_if_asleep(_Atomic uint32_t *word, _Atomic uint32_t *asleep)
-{
-    if (atomic_load_explicit(asleep, memory_order_seq_cst) == 0)
-        return false;
-    futex_wake(word);
-    return true;
-}
-
-/* The spin-wait hint: PAUSE on x86, YIELD on arm64, nothing elsewhere. */
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
-/* Spin iterations between two reads of the clock while waiting. */
-#define SPINS_PER_CLOCK 64
-/* Past this much spinning a helper also yields at each read of the clock: on an idle CPU
- * sched_yield returns at once (the vCPU stays busy, which is the point of spinning), on an
- * oversubscribed one it lets a runnable thread — often this engine's caller — have the CPU
- * the spin would burn. */
-#define SPIN_POLITE_NS 4000
-
-static void run_tasks(pool *p, int worker)
-{
-    for (;;) {
-        int t = atomic_fetch_add_explicit(&p->next_task, 1, memory_order_relaxed);
-        if (t >= p->n_tasks)
-            return;
-        p->fn(p->ctx, t, worker);
-    }
-}
-
-static void *worker_main(void *arg)
-{
-    worker_arg *wa = arg;
-    pool *p = wa->p;
-    int index = wa->index;
-    free(wa);
-    if (p->numa_node >= 0)
-        rnuma_pin_self_cpu(p->numa_node, index);
-    spin_policy sp;
-    spin_policy_init(&sp);
-    uint32_t seen = 0;
-    for (;;) {
-        uint32_t g;
-        const uint64_t idle_since = now_ns();
-        bool slept = false;
-        int spins = 0;
-        while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen) {
-            if (++spins % SPINS_PER_CLOCK) {
-                cpu_relax();
-                continue;
-            }
-            const uint64_t spun = now_ns() - idle_since;
-            if (spun >= sp.budget_ns)
-                slept |= sleep_unless_changed(&p->generation, seen, &p->helpers_asleep);
-            else if (spun >= SPIN_POLITE_NS)
-                sched_yield();
-        }
-        seen = g;
-        if (atomic_load_explicit(&p->stop, memory_order_acquire))
-            return NULL;
-        /* region_ns was stored before the generation's release: it is this region's */
-        const uint64_t start = atomic_load_explicit(&p->region_ns, memory_order_relaxed);
-        spin_policy_record(&sp, start > idle_since ? start - idle_since : 0, slept,
-                           slept ? now_ns() - start : 0);
-        atomic_fetch_add_explicit(&p->waits, 1, memory_order_relaxed);
-        if (slept)
-            atomic_fetch_add_explicit(&p->sleeps, 1, memory_order_relaxed);
-        atomic_store_explicit(&p->budget_ns, sp.budget_ns, memory_order_relaxed);
-        atomic_store_explicit(&p->wake_ns, sp.wake_ns, memory_order_relaxed);
-        run_tasks(p, index);
-        if (atomic_fetch_sub_explicit(&p->busy, 1, memory_order_seq_cst) == 1 &&
-            wake_if_asleep(&p->busy, &p->caller_asleep))
-            atomic_fetch_add_explicit(&p->wake_calls, 1, memory_order_relaxed);
-    }
-}
-
-/* Runs fn(ctx, t, worker) for t in [0, n_tasks) on all workers; returns when all are done. */
-static void pool_run(pool *p, int n_tasks, task_fn fn, void *ctx)
-{
-    if (p->n_workers == 1 || n_tasks == 1) {
-        for (int t = 0; t < n_tasks; t++)
-            fn(ctx, t, 0);
-        return;
-    }
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n_tasks = n_tasks;
-    atomic_store_explicit(&p->next_task, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->busy, (uint32_t)(p->n_workers - 1), memory_order_relaxed);
-    atomic_store_explicit(&p->region_ns, now_ns(), memory_order_relaxed);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_seq_cst); /* releases the above */
-    atomic_fetch_add_explicit(&p->regions, 1, memory_order_relaxed);
-    if (wake_if_asleep(&p->generation, &p->helpers_asleep))
-        atomic_fetch_add_explicit(&p->wake_calls, 1, memory_order_relaxed);
-    run_tasks(p, 0);
-    /* The helpers finish their last task within microseconds unless descheduled: spin for
-     * twice what waking a sleeper measured (the ski-rental bound), then sleep. */
-    const uint64_t budget = 2 * atomic_load_explicit(&p->wake_ns, memory_order_relaxed);
-    const uint64_t t0 = now_ns();
-    uint32_t b;
-    int spins = 0;
-    while ((b = atomic_load_explicit(&p->busy, memory_order_acquire)) != 0) {
-        if (++spins % SPINS_PER_CLOCK || now_ns() - t0 < budget)
-            cpu_relax();
-        else
-            sleep_unless_changed(&p->busy, b, &p->caller_asleep);
-    }
-}
-
-static int pool_start(pool *p, int n_workers, int numa_node)
-{
-    memset(p, 0, sizeof *p);
-    p->n_workers = n_workers;
-    p->numa_node = numa_node;
-    p->budget_ns = 50000;
-    p->wake_ns = WAKE_NS_PRIOR;
-    if (n_workers == 1)
-        return 0;
-    p->threads = calloc((size_t)n_workers, sizeof *p->threads);
-    if (!p->threads)
-        return -ENOMEM;
-    for (int i = 1; i < n_workers; i++) {
-        worker_arg *wa = malloc(sizeof *wa);
-        int err = wa ? 0 : ENOMEM;
-        if (wa) {
-            *wa = (worker_arg){p, i};
-            err = pthread_create(&p->threads[i], NULL, worker_main, wa);
-            if (err)
-                free(wa);
-        }
-        if (err) {
-            p->n_workers = i; /* stop the ones already running */
-            atomic_store(&p->stop, true);
-            atomic_fetch_add(&p->generation, 1);
-            futex_wake(&p->generation);
-            for (int j = 1; j < i; j++)
-                pthread_join(p->threads[j], NULL);
-            free(p->threads);
-            p->threads = NULL;
-            return -err;
-        }
-    }
-    return 0;
-}
-
-static void pool_stop(pool *p)
-{
-    if (!p->threads)
-        return;
-    atomic_store_explicit(&p->stop, true, memory_order_release);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_seq_cst);
-    futex_wake(&p->generation);
-    for (int i = 1; i < p->n_workers; i++)
-        pthread_join(p->threads[i], NULL);
-    free(p->threads);
-    p->threads = NULL;
-}
 
 /* ---- backend state ------------------------------------------------------------------ */
 
@@ -858,7 +538,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
     const eng_model_tensors *w = c->t;
     const int T = b->n_tokens, dim = cfg->dim, kv_dim = c->kv_dim, hidden = cfg->hidden_dim;
     const int bs = c->block_size;
-    uint64_t t_start = now_ns(), t0, proj = 0, attn = 0;
+    uint64_t t_start = pool_now_ns(), t0, proj = 0, attn = 0;
     c->b = b;
 
     c->n_tiles = 0;
@@ -880,7 +560,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
             rmsnorm(c->xb + (size_t)r * dim, c->x + (size_t)r * dim, lw->rms_att, dim,
                     c->hp.norm_eps);
 
-        t0 = now_ns();
+        t0 = pool_now_ns();
         mm_job qkv[3] = {
             {.w = lw->wq, .n = dim, .k = dim, .x = c->xb, .y = c->q, .ld_y = dim},
             {.w = lw->wk, .n = kv_dim, .k = dim, .x = c->xb, .y = c->k, .ld_y = kv_dim},
@@ -896,9 +576,9 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
                     c->v[(size_t)r * kv_dim + i] += lw->bv[i];
                 }
             }
-        proj += now_ns() - t0;
+        proj += pool_now_ns() - t0;
 
-        t0 = now_ns();
+        t0 = pool_now_ns();
         for (int r = 0; r < T; r++) {
             int pos = b->positions[r];
             float *k = c->k + (size_t)r * kv_dim;
@@ -911,40 +591,40 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
                    (size_t)kv_dim * sizeof(float));
         }
         pool_run(&c->workers, c->n_tiles * cfg->n_kv_heads, attention_task, c);
-        attn += now_ns() - t0;
+        attn += pool_now_ns() - t0;
 
-        t0 = now_ns();
+        t0 = pool_now_ns();
         mm_job o = {.w = lw->wo, .n = dim, .k = dim, .x = c->att, .y = c->x, .ld_y = dim,
                     .beta = 1.0f}; /* x += att · Wo^T */
         matmul_jobs(c, &o, 1, T);
-        proj += now_ns() - t0;
+        proj += pool_now_ns() - t0;
 
         for (int r = 0; r < T; r++)
             rmsnorm(c->xb + (size_t)r * dim, c->x + (size_t)r * dim, lw->rms_ffn, dim,
                     c->hp.norm_eps);
 
-        t0 = now_ns();
+        t0 = pool_now_ns();
         mm_job up = {.w = lw->w1, .n = hidden, .k = dim, .x = c->xb, .y = c->h1, .ld_y = hidden,
                      .up = lw->w3, .y_up = c->h3};
         matmul_jobs(c, &up, 1, T);
         mm_job down = {.w = lw->w2, .n = dim, .k = hidden, .x = c->h1, .y = c->x, .ld_y = dim,
                        .beta = 1.0f}; /* x += ffn */
         matmul_jobs(c, &down, 1, T);
-        proj += now_ns() - t0;
+        proj += pool_now_ns() - t0;
     }
 
     if (b->n_logits) {
         for (int i = 0; i < b->n_logits; i++)
             rmsnorm(c->xf + (size_t)i * dim, c->x + (size_t)b->logits_rows[i] * dim,
                     w->rms_final, dim, c->hp.norm_eps);
-        t0 = now_ns();
+        t0 = pool_now_ns();
         mm_job cls = {.w = w->wcls, .n = cfg->vocab_size, .k = dim, .x = c->xf, .y = logits,
                       .ld_y = cfg->vocab_size};
         matmul_jobs(c, &cls, 1, b->n_logits);
-        proj += now_ns() - t0;
+        proj += pool_now_ns() - t0;
     }
     c->b = NULL;
-    uint64_t total = now_ns() - t_start;
+    uint64_t total = pool_now_ns() - t_start;
     c->stats.steps++;
     c->stats.rows += (uint64_t)T;
     c->stats.proj_ns += proj;
@@ -1109,23 +789,19 @@ static int cpu_kv_copy_blocks(void *priv, const int32_t *src, const int32_t *dst
 int eng_cpu_phase_stats(void *priv, eng_phase_stats *out, bool reset)
 {
     cpu *c = priv;
-    pool *p = &c->workers;
+    pool_stats ps;
+    pool_stats_get(&c->workers, &ps, reset);
     if (out) {
         *out = c->stats;
-        out->regions = atomic_load_explicit(&p->regions, memory_order_relaxed);
-        out->wake_calls = atomic_load_explicit(&p->wake_calls, memory_order_relaxed);
-        out->helper_waits = atomic_load_explicit(&p->waits, memory_order_relaxed);
-        out->helper_sleeps = atomic_load_explicit(&p->sleeps, memory_order_relaxed);
-        out->spin_budget_ns = atomic_load_explicit(&p->budget_ns, memory_order_relaxed);
-        out->wake_latency_ns = atomic_load_explicit(&p->wake_ns, memory_order_relaxed);
+        out->regions = ps.regions;
+        out->wake_calls = ps.wake_calls;
+        out->helper_waits = ps.helper_waits;
+        out->helper_sleeps = ps.helper_sleeps;
+        out->spin_budget_ns = ps.spin_budget_ns;
+        out->wake_latency_ns = ps.wake_latency_ns;
     }
-    if (reset) {
+    if (reset)
         memset(&c->stats, 0, sizeof c->stats);
-        atomic_store_explicit(&p->regions, 0, memory_order_relaxed);
-        atomic_store_explicit(&p->wake_calls, 0, memory_order_relaxed);
-        atomic_store_explicit(&p->waits, 0, memory_order_relaxed);
-        atomic_store_explicit(&p->sleeps, 0, memory_order_relaxed);
-    }
     return 0;
 }
 
