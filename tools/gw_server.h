@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tokenizer.h"
+#include "libclient/tokenizer.h"
 #include "tools/gw_keys.h"
 #include "tools/gw_template.h"
 

@@ -23,7 +23,7 @@
 #include <sys/resource.h>
 
 #include "ringlm.h"
-#include "tokenizer.h"
+#include "libclient/tokenizer.h"
 #include "tools/gw_keys.h"
 #include "tools/gw_server.h"
 #include "tools/gw_template.h"
