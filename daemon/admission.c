@@ -81,6 +81,14 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
 
     char why[200];
     int vocab = s->mcfg->vocab_size;
+    /* Before every other check: a rejected request counts too until its FINISH is out, so
+     * a flood of bad requests is bounded like a flood of good ones. */
+    if (ss->n_reqs > SVC_MAX_REQS_PER_SESSION) {
+        snprintf(why, sizeof why, "%d requests of this session in flight or undelivered (limit %d)",
+                 ss->n_reqs - 1, SVC_MAX_REQS_PER_SESSION);
+        reject_now(s, r, RINGLM_WIRE_R_QUEUE_FULL, why);
+        return;
+    }
     if (s->draining) { reject_now(s, r, RINGLM_WIRE_R_DRAINING, "daemon is draining"); return; }
     int cause = ringlm_wire_check_request(hdr, why, sizeof why);
     if (cause) { reject_now(s, r, (unsigned)cause, why); return; }
@@ -119,10 +127,6 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
         snprintf(why, sizeof why, "request id %llu is already in flight in this session",
                  (unsigned long long)hdr->req_id);
         reject_now(s, r, RINGLM_WIRE_R_DUPLICATE_ID, why);
-        return;
-    }
-    if (ss->n_reqs > SVC_MAX_REQS_PER_SESSION) {
-        reject_now(s, r, RINGLM_WIRE_R_QUEUE_FULL, "too many requests in flight in this session");
         return;
     }
     r->tokens = malloc(sizeof(int32_t) * ((size_t)n_prompt + hdr->max_new_tokens));

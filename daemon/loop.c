@@ -39,6 +39,8 @@ enum {
 
 #define DEFAULT_MAX_SESSIONS      256
 #define DEFAULT_MAX_PER_UID       64
+#define DEFAULT_MAX_HALF_OPEN     64
+#define DEFAULT_HALF_OPEN_PER_UID 8
 #define DEFAULT_SUBMIT_BYTES      (1u << 20)
 #define DEFAULT_EVENT_SLOTS       (1u << 16)
 #define DEFAULT_IDLE_SPIN_US      50
@@ -87,6 +89,7 @@ void dloop_config_init(dloop_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->numa_node = -1;
+	cfg->socket_gid = -1;
 }
 
 static int is_pow2(unsigned v)
@@ -112,12 +115,15 @@ struct io_uring_sqe *dloop_sqe(dloop *l)
 	return sqe; /* NULL only if the kernel refuses to take SQEs: callers end the session */
 }
 
+/* Multishot: every pending connection completes in the same drain, not one per iteration
+ * (an iteration holds an engine step: 32 clients connecting to a busy daemon waited up to
+ * 32 steps for their turn). */
 static int arm_accept(dloop *l)
 {
 	struct io_uring_sqe *sqe = dloop_sqe(l);
 	if (!sqe)
 		return -EBUSY;
-	io_uring_prep_accept(sqe, l->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	io_uring_prep_multishot_accept(sqe, l->listen_fd, NULL, NULL, SOCK_CLOEXEC);
 	io_uring_sqe_set_data64(sqe, UD_ACCEPT);
 	return 0;
 }
@@ -148,8 +154,8 @@ static void dispatch_cqe(dloop *l, struct io_uring_cqe *cqe)
 			dsess_accept(l, res);
 		else if (res != -EINTR && res != -ECONNABORTED && res != -EAGAIN)
 			fprintf(stderr, "ringlmd: accept: %s\n", strerror(-res));
-		if (!l->stop)
-			arm_accept(l);
+		if (!(cqe->flags & IORING_CQE_F_MORE) && !l->stop)
+			arm_accept(l); /* the kernel ended the multishot (an error, overflow) */
 		return;
 	case UD_SIGNAL:
 		if (res == (int)sizeof(l->siginfo)) {
@@ -211,7 +217,12 @@ static int drain_sessions(dloop *l)
 	for (dsess *s = dsess_first(l); s; s = dsess_next(s)) {
 		if (!dsess_active(s))
 			continue;
-		int n = dsess_drain_submit(s, RECORDS_PER_SESSION_ITER, on_record, l, why, sizeof(why));
+		int budget = l->ops->drain_budget ? l->ops->drain_budget(l->ctx, s) : RECORDS_PER_SESSION_ITER;
+		if (budget <= 0)
+			continue; /* paused, or its share of this iteration is used up */
+		if (budget > RECORDS_PER_SESSION_ITER)
+			budget = RECORDS_PER_SESSION_ITER;
+		int n = dsess_drain_submit(s, (unsigned)budget, on_record, l, why, sizeof(why));
 		if (n < 0) {
 			char r[240];
 			snprintf(r, sizeof(r), "hostile: %s", why);
@@ -253,7 +264,8 @@ static void loop_sleep(dloop *l)
 	ring_full_fence();
 	int pending = 0;
 	for (dsess *s = dsess_first(l); s; s = dsess_next(s)) {
-		if (dsess_active(s) && dsess_prepare_sleep(s)) {
+		int paused = l->ops->drain_budget && l->ops->drain_budget(l->ctx, s) < 0;
+		if (dsess_active(s) && dsess_prepare_sleep(s, paused)) {
 			pending = 1;
 			break;
 		}
@@ -370,7 +382,13 @@ static int make_listener(dloop *l)
 	}
 	if (bind(l->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
 		return set_err(-errno, "bind '%s': %s", sa.sun_path, strerror(errno));
-	chmod(sa.sun_path, l->cfg.socket_mode ? l->cfg.socket_mode : 0666);
+	/* Who may connect is the socket file's owner, group and mode (and the directory's):
+	 * set before listen, so no connection is ever accepted under looser permissions. */
+	if (l->cfg.socket_gid >= 0 && chown(sa.sun_path, (uid_t)-1, (gid_t)l->cfg.socket_gid) < 0)
+		return set_err(-errno, "chown '%s' to group %d: %s", sa.sun_path, l->cfg.socket_gid,
+			       strerror(errno));
+	if (chmod(sa.sun_path, l->cfg.socket_mode ? l->cfg.socket_mode : 0666) < 0)
+		return set_err(-errno, "chmod '%s': %s", sa.sun_path, strerror(errno));
 	if (listen(l->listen_fd, 128) < 0)
 		return set_err(-errno, "listen: %s", strerror(errno));
 	return 0;
@@ -393,6 +411,10 @@ int dloop_create(const dloop_config *cfg, const dsvc_ops *ops, void *ctx, dloop 
 		l->cfg.max_sessions = DEFAULT_MAX_SESSIONS;
 	if (!l->cfg.max_sessions_per_uid)
 		l->cfg.max_sessions_per_uid = DEFAULT_MAX_PER_UID;
+	if (!l->cfg.max_half_open)
+		l->cfg.max_half_open = DEFAULT_MAX_HALF_OPEN;
+	if (!l->cfg.max_half_open_per_uid)
+		l->cfg.max_half_open_per_uid = DEFAULT_HALF_OPEN_PER_UID;
 	if (!l->cfg.submit_ring_bytes)
 		l->cfg.submit_ring_bytes = DEFAULT_SUBMIT_BYTES;
 	if (!l->cfg.event_ring_slots)
@@ -411,7 +433,8 @@ int dloop_create(const dloop_config *cfg, const dsvc_ops *ops, void *ctx, dloop 
 			    l->cfg.event_ring_slots, RINGLM_WIRE_EVSLOTS_MIN, RINGLM_WIRE_EVSLOTS_MAX);
 		goto fail;
 	}
-	if (l->cfg.max_sessions < 0 || l->cfg.max_sessions_per_uid < 0) {
+	if (l->cfg.max_sessions < 0 || l->cfg.max_sessions_per_uid < 0 || l->cfg.max_half_open < 0 ||
+	    l->cfg.max_half_open_per_uid < 0) {
 		r = set_err(-EINVAL, "negative session limits");
 		goto fail;
 	}

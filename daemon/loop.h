@@ -39,11 +39,17 @@ typedef struct dloop_config {
 	int numa_node;                  /* -1 = no pinning/placement, else node for segments */
 	int max_sessions;               /* 0 = default 256 */
 	int max_sessions_per_uid;       /* 0 = default 64 */
+	/* Connections whose hello has not arrived: they count toward their uid's sessions
+	 * from accept (SO_PEERCRED is known then), and have their own budget per uid and in
+	 * all, so sockets left half-open cannot lock other users out of the session limit. */
+	int max_half_open;              /* 0 = default 64 */
+	int max_half_open_per_uid;      /* 0 = default 8 */
 	unsigned submit_ring_bytes;     /* power of two; 0 = default 1 MiB */
 	unsigned event_ring_slots;      /* power of two; 0 = default 65536 (1 MiB) */
 	unsigned idle_spin_us;          /* keep polling this long after the last work before
 	                                   sleeping; 0 = default 50; use dloop_config_init */
 	unsigned socket_mode;           /* chmod of the socket; 0 = 0666 */
+	int socket_gid;                 /* chown the socket to this group; -1 = leave it */
 	int force_eventfd;              /* 1: use the eventfd doorbell even if futex works */
 } dloop_config;
 
@@ -74,6 +80,11 @@ typedef struct dsvc_ops {
 	int  (*iterate)(void *ctx, uint64_t now_us);
 	/* CQEs whose user_data has DLOOP_UD_SVC.  May be NULL. */
 	void (*on_cqe)(void *ctx, const struct io_uring_cqe *cqe);
+	/* How many records to take from s's submit ring now: < 0 pauses the session (its
+	 * records wait in its ring and do not keep the loop awake; its client is told
+	 * nothing), >= 0 at most that many this iteration (records left keep the loop
+	 * awake).  NULL: up to 256 per session and iteration. */
+	int  (*drain_budget)(void *ctx, dsess *s);
 	/* SIGTERM / SIGINT / SIGHUP arrived (through a signalfd).  NULL: SIGTERM/SIGINT stop
 	 * the loop. */
 	void (*on_signal)(void *ctx, int signo);

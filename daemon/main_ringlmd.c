@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -36,6 +37,10 @@ static void usage(FILE *f)
 		"  --numa-node auto|N|off   pin the loop and place session memory (default auto)\n"
 		"  --max-sessions N         sessions in all (default 256)\n"
 		"  --max-sessions-per-uid N sessions per client uid (default 64)\n"
+		"  --max-half-open N        connections without a handshake yet, in all (default 64)\n"
+		"  --max-half-open-per-uid N  the same per client uid (default 8)\n"
+		"  --socket-mode MODE       the socket file's mode, octal (default 0666: every local user)\n"
+		"  --socket-group GROUP     the socket file's group (a name or a gid), e.g. with 0660\n"
 		"  --spin-us N              keep polling N µs after the last work before sleeping (default 50)\n"
 		"  --nice N                 run at nice N (-20..19; below 0 needs CAP_SYS_NICE): at -10 a\n"
 		"                           client woken for its token no longer preempts the loop\n"
@@ -62,6 +67,8 @@ static void usage(FILE *f)
 		"  --stats-file FILE        JSON snapshot of pools, queues and accounting, kept current\n"
 		"  --backpressure-timeout-ms N  cancel a request whose client stopped reading (default 5000)\n"
 		"  --backpressure-buffer-tokens N  tokens kept per blocked request (default 4096)\n"
+		"  --max-records-per-tenant N  submit records taken from one tenant's sessions per\n"
+		"                           iteration (default 64; a trusted gateway session: 256)\n"
 		"  --drain-grace-ms N       on SIGTERM, in-flight work gets this long (default 10000)\n"
 		"  --verify-swaps           checksum KV blocks at swap-out and check them at swap-in\n"
 		"  --quiet                  fewer start-up lines\n"
@@ -197,13 +204,17 @@ int main(int argc, char **argv)
 	       O_DOORBELL, O_VERSION, O_HELP,
 	       O_MODEL, O_TOKENIZER, O_POLICY, O_BACKEND, O_THREADS, O_KVB, O_KVBS, O_HKVB, O_DKV,
 	       O_DKVB, O_MAXBT, O_DECLOG, O_REQLOG, O_ITLOG, O_METRICS, O_STATS, O_BPT, O_BPB, O_DRAIN,
-	       O_VERIFY, O_QUIET, O_CHECK, O_NICE };
+	       O_VERIFY, O_QUIET, O_CHECK, O_NICE, O_HALF, O_HALFU, O_SMODE, O_SGROUP, O_RECT };
 	static const struct option opts[] = {
 		{ "socket", required_argument, 0, O_SOCKET },
 		{ "echo", no_argument, 0, O_ECHO },
 		{ "numa-node", required_argument, 0, O_NUMA },
 		{ "max-sessions", required_argument, 0, O_MAXS },
 		{ "max-sessions-per-uid", required_argument, 0, O_MAXU },
+		{ "max-half-open", required_argument, 0, O_HALF },
+		{ "max-half-open-per-uid", required_argument, 0, O_HALFU },
+		{ "socket-mode", required_argument, 0, O_SMODE },
+		{ "socket-group", required_argument, 0, O_SGROUP },
 		{ "spin-us", required_argument, 0, O_SPIN },
 		{ "nice", required_argument, 0, O_NICE },
 		{ "submit-ring-bytes", required_argument, 0, O_SUBMIT },
@@ -230,6 +241,7 @@ int main(int argc, char **argv)
 		{ "backpressure-timeout-ms", required_argument, 0, O_BPT },
 		{ "backpressure-buffer-tokens", required_argument, 0, O_BPB },
 		{ "drain-grace-ms", required_argument, 0, O_DRAIN },
+		{ "max-records-per-tenant", required_argument, 0, O_RECT },
 		{ "verify-swaps", no_argument, 0, O_VERIFY },
 		{ "quiet", no_argument, 0, O_QUIET },
 		{ "check-config", no_argument, 0, O_CHECK },
@@ -257,6 +269,38 @@ int main(int argc, char **argv)
 			if (parse_uint("--max-sessions-per-uid", optarg, 1 << 20, &v)) return 2;
 			cfg.max_sessions_per_uid = (int)v;
 			break;
+		case O_HALF:
+			if (parse_uint("--max-half-open", optarg, 1 << 20, &v)) return 2;
+			cfg.max_half_open = (int)v;
+			break;
+		case O_HALFU:
+			if (parse_uint("--max-half-open-per-uid", optarg, 1 << 20, &v)) return 2;
+			cfg.max_half_open_per_uid = (int)v;
+			break;
+		case O_SMODE: {
+			char *end;
+			errno = 0;
+			unsigned long m = strtoul(optarg, &end, 8);
+			if (errno || *end || end == optarg || optarg[0] == '-' || m > 0777 || !m) {
+				fprintf(stderr, "ringlmd: --socket-mode '%s': expected an octal mode in "
+						"[1, 0777], e.g. 0660\n", optarg);
+				return 2;
+			}
+			cfg.socket_mode = (unsigned)m;
+			break;
+		}
+		case O_SGROUP: {
+			struct group *g = getgrnam(optarg);
+			if (g) {
+				cfg.socket_gid = (int)g->gr_gid;
+			} else if (parse_uint("--socket-group", optarg, INT_MAX, &v) == 0) {
+				cfg.socket_gid = (int)v;
+			} else {
+				fprintf(stderr, "ringlmd: --socket-group '%s': no such group\n", optarg);
+				return 2;
+			}
+			break;
+		}
 		case O_SPIN:
 			if (parse_uint("--spin-us", optarg, 60u * 1000 * 1000, &v)) return 2;
 			cfg.idle_spin_us = (unsigned)v;
@@ -333,6 +377,14 @@ int main(int argc, char **argv)
 		case O_BPB:
 			if (parse_uint("--backpressure-buffer-tokens", optarg, 1u << 24, &v)) return 2;
 			sc.backpressure_buffer_tokens = (uint32_t)v;
+			break;
+		case O_RECT:
+			if (parse_uint("--max-records-per-tenant", optarg, 1u << 20, &v)) return 2;
+			if (!v) {
+				fprintf(stderr, "ringlmd: --max-records-per-tenant must be >= 1\n");
+				return 2;
+			}
+			sc.max_records_per_tenant_iter = (uint32_t)v;
 			break;
 		case O_DRAIN:
 			if (parse_uint("--drain-grace-ms", optarg, 86400000ul, &v)) return 2;

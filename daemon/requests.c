@@ -10,6 +10,7 @@
  * first reason wins and the FINISH is pushed by the same flush as the tokens.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sdt.h>
@@ -82,25 +83,39 @@ void req_free_all(svc *s)
         }
         s->hash[b] = NULL;
     }
-    free(s->pending);
-    s->pending = NULL;
-    s->n_pending = s->cap_pending = 0;
+    s->out_sessions = NULL;
 }
 
 /* ---- the outbox ---------------------------------------------------------------------- */
 
-void req_output_ready(svc *s, svc_req *r)
+static void out_list_add(svc *s, svc_sess *ss)
 {
-    if (r->in_pending) return;
-    if (s->n_pending == s->cap_pending) {
-        size_t nc = s->cap_pending ? s->cap_pending * 2 : 256;
-        uint64_t *np = realloc(s->pending, nc * sizeof *np);
-        if (!np) return; /* retried next time the request produces output */
-        s->pending = np;
-        s->cap_pending = nc;
-    }
-    s->pending[s->n_pending++] = r->id;
-    r->in_pending = true;
+    if (ss->in_out_list) return;
+    ss->out_prev = NULL;
+    ss->out_next = s->out_sessions;
+    if (s->out_sessions) s->out_sessions->out_prev = ss;
+    s->out_sessions = ss;
+    ss->in_out_list = true;
+}
+
+static void out_list_del(svc *s, svc_sess *ss)
+{
+    if (!ss->in_out_list) return;
+    if (ss->out_prev) ss->out_prev->out_next = ss->out_next;
+    else s->out_sessions = ss->out_next;
+    if (ss->out_next) ss->out_next->out_prev = ss->out_prev;
+    ss->out_prev = ss->out_next = NULL;
+    ss->in_out_list = false;
+}
+
+/* The scheduler stops scheduling a sequence whose output cannot go out (defer
+ * output_backpressure) and takes it up again when it can. */
+static void set_blocked(svc *s, svc_req *r, bool blocked)
+{
+    if (r->blocked == blocked) return;
+    r->blocked = blocked;
+    if (!r->ended) sched_set_output_blocked(s->sched, r->id, blocked, s->now_us);
+    if (blocked) DTRACE_PROBE2(ringlmd, output_blocked, r->id, r->n_gen - r->n_pushed);
 }
 
 /* One vocabulary (sched_end_code): the wire's codes are the scheduler's, number for number. */
@@ -182,63 +197,99 @@ void req_end(svc *s, svc_req *r, unsigned reason, unsigned cause)
     req_output_ready(s, r);
 }
 
-/* Pushes r's unpublished tokens, then its FINISH once ended. Returns true when r was freed.
- * A full event ring blocks r's output: the scheduler stops scheduling it (defer
- * output_backpressure) and its tokens wait here, in tokens[], until the client reads. */
-static bool req_flush(svc *s, svc_req *r)
+/* Pushes r's unpublished tokens, then its FINISH once ended: 0 when everything of r is
+ * out, -EAGAIN when the event ring is full (r's tokens wait here, in tokens[], until the
+ * client reads), -EPIPE when the session is ending (on_close frees everything of it). */
+static int req_push(svc_req *r)
 {
-    if (!r->sess) {
-        if (r->ended) { req_log_and_free(s, r); return true; }
-        return false;
-    }
     dsess *ds = r->sess->ds;
     int rc = 0;
     while (r->n_pushed < r->n_gen) {
         rc = dsess_push_token(ds, r->client_id, r->tokens[r->n_prompt + r->n_pushed], r->n_pushed);
-        if (rc < 0) break;
+        if (rc < 0) return rc;
         r->n_pushed++;
     }
-    if (rc == 0 && r->ended && !r->finish_pushed) {
+    if (r->ended && !r->finish_pushed) {
         rc = dsess_push_finish(ds, r->client_id, r->fin_reason, r->fin_cause, r->n_gen);
-        if (rc == 0) r->finish_pushed = true;
+        if (rc < 0) return rc;
+        r->finish_pushed = true;
     }
-    if (rc == -EAGAIN) {
-        if (!r->blocked) {
-            r->blocked = true;
-            r->blocked_since_us = s->now_us;
-            if (!r->ended) sched_set_output_blocked(s->sched, r->id, true, s->now_us);
-            DTRACE_PROBE2(ringlmd, output_blocked, r->id, r->n_gen - r->n_pushed);
-        }
-        return false;
+    return 0;
+}
+
+/* The session's event ring is full: everything in its outbox waits (reported to the
+ * scheduler once, here, not per iteration). A session that cannot take its own
+ * requests' events and holds the most requests a session may has nothing more to gain:
+ * it ends with the reason. */
+static void sess_block(svc *s, svc_sess *ss)
+{
+    if (ss->blocked) return;
+    ss->blocked = true;
+    ss->blocked_since_us = s->now_us;
+    for (svc_req *r = ss->out_head; r; r = r->o_next) set_blocked(s, r, true);
+    if (ss->n_reqs >= SVC_MAX_REQS_PER_SESSION) {
+        char why[160];
+        snprintf(why, sizeof why, "output backlog: %d requests whose events the client does not "
+                 "read (limit %d per session)", ss->n_reqs, SVC_MAX_REQS_PER_SESSION);
+        svc_log("session %llu (uid %u): %s", (unsigned long long)dsess_id(ss->ds), ss->uid, why);
+        dsess_end(ss->ds, why);
     }
-    if (rc == -EPIPE) {
-        /* The session is ending; on_close cancels and frees everything of it. */
-        return false;
+}
+
+/* Pushes the session's outbox in order until its ring is full. A blocked session is looked
+ * at once (its ring's free space) and left alone until its client reads. */
+static void sess_flush(svc *s, svc_sess *ss)
+{
+    if (ss->blocked && dsess_event_space(ss->ds) < 2) return;
+    while (ss->out_head) {
+        svc_req *r = ss->out_head;
+        int rc = req_push(r);
+        if (rc == -EPIPE) return;
+        if (rc == -EAGAIN) { sess_block(s, ss); return; }
+        ss->out_head = r->o_next;
+        if (!ss->out_head) ss->out_tail = NULL;
+        r->in_out = false;
+        r->o_next = NULL;
+        set_blocked(s, r, false);
+        if (r->ended && r->finish_pushed) req_log_and_free(s, r);
     }
-    if (r->blocked) {
-        r->blocked = false;
-        if (!r->ended) sched_set_output_blocked(s->sched, r->id, false, s->now_us);
+    ss->blocked = ss->bp_cancelled = false;
+    out_list_del(s, ss);
+}
+
+void req_output_ready(svc *s, svc_req *r)
+{
+    svc_sess *ss = r->sess;
+    if (!ss) return; /* its session is being closed: freed there */
+    /* The bounded buffer: past its size the tokens would have nowhere to go. */
+    if (!r->ended && r->n_gen - r->n_pushed > s->cfg.backpressure_buffer_tokens) {
+        req_cancel(s, r, SCHED_CANCEL_BACKPRESSURE, RINGLM_WIRE_R_CANCELLED,
+                   RINGLM_WIRE_R_OUTPUT_BACKPRESSURE);
+        return; /* req_end queued it */
     }
-    if (r->ended && r->finish_pushed) { req_log_and_free(s, r); return true; }
-    return false;
+    if (r->in_out) return;
+    r->in_out = true;
+    r->o_next = NULL;
+    if (ss->out_tail) ss->out_tail->o_next = r;
+    else ss->out_head = r;
+    ss->out_tail = r;
+    out_list_add(s, ss);
+    if (ss->blocked) {
+        set_blocked(s, r, true);
+        /* its client has not read for longer than the timeout already */
+        if (ss->bp_cancelled && !r->ended)
+            req_cancel(s, r, SCHED_CANCEL_BACKPRESSURE, RINGLM_WIRE_R_CANCELLED,
+                       RINGLM_WIRE_R_OUTPUT_BACKPRESSURE);
+    }
 }
 
 void req_flush_pending(svc *s)
 {
-    size_t keep = 0;
-    for (size_t i = 0; i < s->n_pending; i++) {
-        svc_req *r = req_find(s, s->pending[i]);
-        if (!r) continue;
-        r->in_pending = false;
-        if (req_flush(s, r)) continue;
-        bool more = r->n_pushed < r->n_gen || (r->ended && !r->finish_pushed) ||
-                    (r->ended && !r->sess);
-        if (more) {
-            s->pending[keep++] = r->id;
-            r->in_pending = true;
-        }
+    svc_sess *next;
+    for (svc_sess *ss = s->out_sessions; ss; ss = next) {
+        next = ss->out_next;
+        sess_flush(s, ss);
     }
-    s->n_pending = keep;
 }
 
 void req_cancel(svc *s, svc_req *r, sched_cancel_reason why, unsigned reason, unsigned cause)
@@ -258,25 +309,40 @@ void req_cancel_all(svc *s, sched_cancel_reason why, unsigned reason, unsigned c
             if (!r->ended) req_cancel(s, r, why, reason, cause);
 }
 
+/* A session blocked longer than the timeout has its requests with output cancelled
+ * (once; their FINISH waits in the outbox like their tokens did, and requests that produce
+ * output later are cancelled as they do). O(blocked sessions) per iteration. */
 uint64_t req_check_backpressure(svc *s, uint64_t now_us)
 {
     uint64_t bp_us = s->cfg.backpressure_timeout_ms * 1000;
     uint64_t next_wake = 0;
-    for (size_t i = 0; i < s->n_pending; i++) {
-        svc_req *r = req_find(s, s->pending[i]);
-        if (!r || !r->blocked || r->ended) continue;
-        uint64_t dl = r->blocked_since_us + bp_us;
-        if (now_us >= dl)
-            req_cancel(s, r, SCHED_CANCEL_BACKPRESSURE, RINGLM_WIRE_R_CANCELLED,
-                       RINGLM_WIRE_R_OUTPUT_BACKPRESSURE);
-        else if (!next_wake || dl - now_us < next_wake)
+    for (svc_sess *ss = s->out_sessions; ss; ss = ss->out_next) {
+        if (!ss->blocked || ss->bp_cancelled) continue;
+        uint64_t dl = ss->blocked_since_us + bp_us;
+        if (now_us >= dl) {
+            ss->bp_cancelled = true;
+            for (svc_req *r = ss->out_head; r; r = r->o_next)
+                if (!r->ended)
+                    req_cancel(s, r, SCHED_CANCEL_BACKPRESSURE, RINGLM_WIRE_R_CANCELLED,
+                               RINGLM_WIRE_R_OUTPUT_BACKPRESSURE);
+        } else if (!next_wake || dl - now_us < next_wake) {
             next_wake = dl - now_us;
-        /* The bounded buffer: past its size the tokens would have nowhere to go. */
-        if (!r->ended && r->n_gen - r->n_pushed > s->cfg.backpressure_buffer_tokens)
-            req_cancel(s, r, SCHED_CANCEL_BACKPRESSURE, RINGLM_WIRE_R_CANCELLED,
-                       RINGLM_WIRE_R_OUTPUT_BACKPRESSURE);
+        }
     }
     return next_wake;
+}
+
+int req_drain_budget(svc *s, dsess *ds)
+{
+    svc_sess *ss = dsess_user(ds);
+    if (!ss) return SVC_RECORDS_PER_SESSION_ITER;
+    if (ss->blocked) return -1;
+    /* A trusted session (a gateway) carries many tenants' requests: its own bound only. */
+    if (ss->trusted || ss->tenant < 0 || ss->tenant >= s->n_tenants)
+        return SVC_RECORDS_PER_SESSION_ITER;
+    uint32_t used = s->tenant_records[ss->tenant], cap = s->cfg.max_records_per_tenant_iter;
+    uint32_t left = used < cap ? cap - used : 0;
+    return (int)(left < SVC_RECORDS_PER_SESSION_ITER ? left : SVC_RECORDS_PER_SESSION_ITER);
 }
 
 /* ---- sessions ------------------------------------------------------------------------ */
@@ -328,6 +394,10 @@ void req_session_close(svc *s, dsess *ds)
         sess_unlink(r);
         if (r->ended) req_log_and_free(s, r);
     }
+    /* Nothing of it can be delivered any more: its outbox (whose requests were all freed
+     * above) goes with it. */
+    out_list_del(s, ss);
+    ss->out_head = ss->out_tail = NULL;
     dsess_set_user(ds, NULL);
     free(ss);
     s->stats_dirty = true;

@@ -74,6 +74,8 @@ static void on_request(void *ctx, dsess *ds, const struct ringlm_wire_request *h
 {
     svc *s = ctx;
     s->now_us = dloop_now_us(s->loop);
+    svc_sess *ss = dsess_user(ds);
+    if (ss && ss->tenant >= 0 && ss->tenant < s->n_tenants) s->tenant_records[ss->tenant]++;
     adm_on_request(s, ds, hdr, prompt, n_prompt, class_name, tenant_tag);
 }
 
@@ -81,7 +83,14 @@ static void on_cancel(void *ctx, dsess *ds, uint64_t req_id)
 {
     svc *s = ctx;
     s->now_us = dloop_now_us(s->loop);
+    svc_sess *ss = dsess_user(ds);
+    if (ss && ss->tenant >= 0 && ss->tenant < s->n_tenants) s->tenant_records[ss->tenant]++;
     req_session_cancel(s, ds, req_id);
+}
+
+static int drain_budget(void *ctx, dsess *ds)
+{
+    return req_drain_budget(ctx, ds);
 }
 
 static void on_close(void *ctx, dsess *ds, const char *reason)
@@ -123,6 +132,8 @@ static int iterate(void *ctx, uint64_t now_us)
     svc *s = ctx;
     s->now_us = now_us;
     s->n_iterations++;
+    /* each tenant's share of the records the loop drains next */
+    memset(s->tenant_records, 0, sizeof(uint32_t) * (size_t)s->n_tenants);
     DTRACE_PROBE2(ringlmd, iteration_start, s->n_iterations, now_us);
     bool itlog = s->logs && declog_has_iterations(s->logs);
     if (itlog) itlog_emit(s, now_us);
@@ -257,6 +268,7 @@ int svc_create(const svc_config *cfg, svc **out)
     if (stats_init(s) < 0) { rc = seterr(-ENOMEM, "out of memory"); goto fail; }
     if (!s->cfg.backpressure_timeout_ms) s->cfg.backpressure_timeout_ms = 5000;
     if (!s->cfg.backpressure_buffer_tokens) s->cfg.backpressure_buffer_tokens = 4096;
+    if (!s->cfg.max_records_per_tenant_iter) s->cfg.max_records_per_tenant_iter = 64;
     if (!s->cfg.drain_grace_ms) s->cfg.drain_grace_ms = 10000;
     if (!s->cfg.kv_blocks) s->cfg.kv_blocks = 1024;
     if (!s->cfg.kv_block_size) s->cfg.kv_block_size = 16;
@@ -337,6 +349,9 @@ int svc_create(const svc_config *cfg, svc **out)
     };
     rc = sched_create(s->policy, &sc, req_on_sched_event, s, 1, &s->sched);
     if (rc < 0) { rc = seterr(rc, "scheduler: %s", sched_last_error()); goto fail; }
+    s->n_tenants = sched_policy_n_tenants(s->policy);
+    s->tenant_records = calloc((size_t)s->n_tenants + 1, sizeof(uint32_t));
+    if (!s->tenant_records) { rc = seterr(-ENOMEM, "out of memory"); goto fail; }
 
     declog_config dc = {.decision_path = cfg->decision_log, .request_path = cfg->request_log,
                         .iteration_path = cfg->iteration_log};
@@ -369,6 +384,7 @@ int svc_run(svc *s, const dloop_config *lc)
     static const dsvc_ops ops = {
         .on_connect = on_connect, .on_request = on_request, .on_cancel = on_cancel,
         .on_close = on_close, .iterate = iterate, .on_cqe = on_cqe, .on_signal = on_signal,
+        .drain_budget = drain_budget,
     };
     if (!s->engine) return seterr(-EINVAL, "service created with identity_only cannot run");
     dloop_config c = *lc;
@@ -449,5 +465,6 @@ void svc_destroy(svc *s)
     xfer_free(s);
     exec_free(s);
     stats_free(s);
+    free(s->tenant_records);
     free(s);
 }

@@ -36,6 +36,8 @@
 #define SVC_KVTIER_TAG (DLOOP_UD_SVC | (1ull << 62))
 #define SVC_HASH_BUCKETS 4096
 #define SVC_MAX_REQS_PER_SESSION 1024
+/* Records the loop takes from one session per iteration (the loop's own bound too). */
+#define SVC_RECORDS_PER_SESSION_ITER 256
 #define SVC_STATS_INTERVAL_US 20000
 /* (tenant, class) series whose queue depths are recounted for the gauges */
 #define SVC_MAX_SERIES 512
@@ -60,8 +62,8 @@ typedef struct svc_req {
     bool ended;               /* the scheduler is done with it (or never took it) */
     bool finish_pushed;
     bool blocked;             /* output blocked, reported to the scheduler */
-    bool in_pending;
-    uint64_t blocked_since_us;
+    bool in_out;              /* in its session's outbox */
+    struct svc_req *o_next;   /* the outbox, in the order output became ready */
     unsigned fin_reason, fin_cause;  /* RINGLM_WIRE_R_* */
     unsigned forced_reason, forced_cause; /* set before a daemon-side cancel */
 } svc_req;
@@ -73,7 +75,16 @@ struct svc_sess {
     int tenant;
     bool trusted;
     svc_req *reqs;
-    int n_reqs;
+    int n_reqs;               /* every request not yet freed: live, and ended but undelivered */
+    /* The outbox: requests with tokens or a FINISH to push, oldest first. While the event
+     * ring is full (blocked) the session costs O(1) per iteration: one look at the ring's
+     * free space; its submit ring is not read (it waits there, in the client's memory). */
+    svc_req *out_head, *out_tail;
+    svc_sess *out_prev, *out_next; /* svc.out_sessions: the sessions whose outbox is not empty */
+    bool in_out_list;
+    bool blocked;             /* the last push found the event ring full */
+    bool bp_cancelled;        /* blocked past the backpressure timeout: its requests cancelled */
+    uint64_t blocked_since_us;
 };
 
 struct svc {
@@ -102,9 +113,10 @@ struct svc {
     svc_req *hash[SVC_HASH_BUCKETS];
     uint64_t next_id;
     uint64_t live_reqs;
-    /* requests with output to push or a finish to deliver (ids, looked up each time) */
-    uint64_t *pending;
-    size_t n_pending, cap_pending;
+    svc_sess *out_sessions;   /* sessions with output to push */
+    /* records (requests, cancels) taken from each tenant's sessions in this iteration */
+    uint32_t *tenant_records;
+    int n_tenants;
 
     /* execute.c: the batch under construction and the per-sampling-row state */
     int max_tokens, max_seqs, bt_stride;
@@ -157,13 +169,17 @@ void req_end(svc *s, svc_req *r, unsigned reason, unsigned cause);
 void req_cancel(svc *s, svc_req *r, sched_cancel_reason why, unsigned reason, unsigned cause);
 /* Cancels every live request (drain past its grace period). */
 void req_cancel_all(svc *s, sched_cancel_reason why, unsigned reason, unsigned cause);
-/* r has output (tokens or its finish) to push: queue it in the outbox. */
+/* r has output (tokens or its finish) to push: queue it in its session's outbox (and
+ * cancel it when its unread tokens pass the backpressure buffer). */
 void req_output_ready(svc *s, svc_req *r);
-/* Pushes the outbox into the sessions' event rings; keeps what still waits for space. */
+/* Pushes the outboxes into the sessions' event rings; keeps what still waits for space. */
 void req_flush_pending(svc *s);
-/* The daemon-side backpressure timer and buffer bound over blocked requests. Returns the
- * µs until the next deadline (0: none). */
+/* The daemon-side backpressure timer over blocked sessions. Returns the µs until the next
+ * deadline (0: none). */
 uint64_t req_check_backpressure(svc *s, uint64_t now_us);
+/* Records the loop may take from ds now: < 0 paused (its events are not read), else at most
+ * that many (its tenant's share of this iteration). */
+int req_drain_budget(svc *s, dsess *ds);
 /* Session lifecycle: open (0 or -errno to refuse it), a client cancel, close. */
 int req_session_open(svc *s, dsess *ds);
 void req_session_cancel(svc *s, dsess *ds, uint64_t client_id);

@@ -377,6 +377,47 @@ static void sess_link(dsess_list *ls, dsess *s)
 	ls->all = s;
 }
 
+/* Every phase change goes through here, so the counts the limits read stay exact. */
+static void set_phase(dsess *s, int phase)
+{
+	dsess_list *ls = dloop_sessions(s->loop);
+	if (s->phase == DSESS_HELLO)
+		ls->half_open--;
+	else if (s->phase == DSESS_ACTIVE)
+		ls->active--;
+	if (s->phase && s->phase != DSESS_ZOMBIE && phase == DSESS_ZOMBIE)
+		ls->live--;
+	if (phase == DSESS_HELLO) {
+		ls->half_open++;
+		ls->live++;
+	} else if (phase == DSESS_ACTIVE) {
+		ls->active++;
+	}
+	s->phase = phase;
+}
+
+/* At most LOG_BURST lines a second about ended or refused sessions; the rest are counted
+ * and the count is printed when the next second opens. */
+#define LOG_BURST 10
+#define LOG_WINDOW_US 1000000u
+
+static int log_allowed(dsess_list *ls, uint64_t now_us)
+{
+	if (now_us - ls->log_window_us >= LOG_WINDOW_US) {
+		if (ls->log_suppressed)
+			fprintf(stderr, "ringlmd: %u more session ends or refusals not shown (rate limit)\n",
+				ls->log_suppressed);
+		ls->log_window_us = now_us;
+		ls->log_lines = ls->log_suppressed = 0;
+	}
+	if (ls->log_lines < LOG_BURST) {
+		ls->log_lines++;
+		return 1;
+	}
+	ls->log_suppressed++;
+	return 0;
+}
+
 static void sess_free(dsess *s)
 {
 	dsess_list *ls = dloop_sessions(s->loop);
@@ -425,7 +466,7 @@ void dsess_end_pending(dloop *l)
 		ls->to_end = s->end_next;
 		if (s->phase == DSESS_ZOMBIE)
 			continue;
-		if (!quiet_reason(s->end_reason))
+		if (!quiet_reason(s->end_reason) && log_allowed(ls, dloop_now_us(l)))
 			fprintf(stderr, "ringlmd: session %llu (uid %u pid %d) ended: %s\n",
 				(unsigned long long)s->id, (unsigned)s->uid, (int)s->pid, s->end_reason);
 		if (s->svc_knows && ops->on_close)
@@ -433,8 +474,7 @@ void dsess_end_pending(dloop *l)
 		s->svc_knows = 0;
 		int err = strcmp(s->end_reason, "shutdown") ? -ECONNRESET : -ESHUTDOWN;
 		write_closed(s, err, s->end_reason);
-		s->phase = DSESS_ZOMBIE;
-		ls->live--;
+		set_phase(s, DSESS_ZOMBIE);
 		cancel_op(s, DSESS_OP_RECV);
 		cancel_op(s, DSESS_OP_PIDFD);
 		cancel_op(s, DSESS_OP_DOORBELL);
@@ -508,18 +548,32 @@ static void refuse(dsess *s, int err, const char *detail)
 	dsess_end(s, r);
 }
 
-static int count_uid(dloop *l, uid_t uid)
+/* Sessions of uid not yet ended (HELLO + ACTIVE), and of those the half-open ones. */
+static int count_uid(dloop *l, uid_t uid, int *half_open)
 {
-	int n = 0;
+	int n = 0, h = 0;
 	for (dsess *s = dloop_sessions(l)->all; s; s = s->next)
-		if (s->phase != DSESS_ZOMBIE && s->uid == uid)
+		if (s->phase != DSESS_ZOMBIE && !s->ending && s->uid == uid) {
 			n++;
+			h += s->phase == DSESS_HELLO;
+		}
+	if (half_open)
+		*half_open = h;
 	return n;
 }
 
+static void on_hello(dsess *s, int len);
+
+/* Accounting starts here: SO_PEERCRED is known at accept, so a uid's connections count
+ * toward its limit before any hello.  A connection without its hello is half-open and
+ * draws on a small budget of its own (per uid and in all), not on the session limit:
+ * sockets that never say hello cannot lock other users out.  The client sends its hello
+ * right after connect, so it is usually here already and is answered at once, in this
+ * iteration, instead of after the next engine step. */
 void dsess_accept(dloop *l, int fd)
 {
 	dsess_list *ls = dloop_sessions(l);
+	const dloop_config *cfg = dloop_cfg(l);
 	dsess *s = calloc(1, sizeof(*s));
 	if (!s) {
 		close(fd);
@@ -527,12 +581,11 @@ void dsess_accept(dloop *l, int fd)
 	}
 	s->loop = l;
 	s->id = ++ls->next_id;
-	s->phase = DSESS_HELLO;
 	s->sock = fd;
 	s->pidfd = s->efd = s->cfd = s->dfd = -1;
 	s->hello_deadline_us = dloop_now_us(l) + HELLO_TIMEOUT_US;
 	sess_link(ls, s);
-	ls->live++;
+	set_phase(s, DSESS_HELLO);
 
 	struct ucred cred;
 	socklen_t cl = sizeof(cred);
@@ -543,6 +596,35 @@ void dsess_accept(dloop *l, int fd)
 	s->uid = cred.uid;
 	s->gid = cred.gid;
 	s->pid = cred.pid;
+
+	ssize_t n = recv(fd, s->rxbuf, sizeof(s->rxbuf), MSG_DONTWAIT);
+	if (n > 0) {
+		on_hello(s, (int)n);
+		return;
+	}
+	if (n == 0) {
+		dsess_end(s, "client closed the connection");
+		return;
+	}
+	if (errno != EAGAIN && errno != EWOULDBLOCK) {
+		dsess_end(s, "recv failed in handshake");
+		return;
+	}
+	char d[120];
+	int half;
+	count_uid(l, s->uid, &half);
+	if (half > cfg->max_half_open_per_uid) {
+		snprintf(d, sizeof(d), "limit of %d connections without a handshake for uid %u reached",
+			 cfg->max_half_open_per_uid, (unsigned)s->uid);
+		refuse(s, -EUSERS, d);
+		return;
+	}
+	if (ls->half_open > cfg->max_half_open) {
+		snprintf(d, sizeof(d), "limit of %d connections without a handshake reached",
+			 cfg->max_half_open);
+		refuse(s, -EUSERS, d);
+		return;
+	}
 	if (arm_op(s, DSESS_OP_RECV) < 0)
 		dsess_end(s, "io_uring submission queue unavailable");
 }
@@ -585,13 +667,13 @@ static void on_hello(dsess *s, int len)
 		refuse(s, -ESHUTDOWN, "the daemon is draining");
 		return;
 	}
-	if (dloop_sessions(l)->live > cfg->max_sessions) {
+	if (dloop_sessions(l)->active >= cfg->max_sessions) {
 		char d[96];
 		snprintf(d, sizeof(d), "session limit %d reached", cfg->max_sessions);
 		refuse(s, -EUSERS, d);
 		return;
 	}
-	if (count_uid(l, s->uid) > cfg->max_sessions_per_uid) {
+	if (count_uid(l, s->uid, NULL) > cfg->max_sessions_per_uid) {
 		char d[96];
 		snprintf(d, sizeof(d), "limit of %d sessions for uid %u reached",
 			 cfg->max_sessions_per_uid, (unsigned)s->uid);
@@ -632,7 +714,7 @@ static void on_hello(dsess *s, int len)
 		dsess_end(s, "could not send the handshake answer");
 		return;
 	}
-	s->phase = DSESS_ACTIVE;
+	set_phase(s, DSESS_ACTIVE);
 	/* The doorbell wait is armed when the loop goes to sleep (loop_sleep). */
 	if (arm_op(s, DSESS_OP_RECV) < 0 || arm_op(s, DSESS_OP_PIDFD) < 0)
 		dsess_end(s, "io_uring submission queue unavailable");
@@ -718,13 +800,13 @@ dsess *dsess_first(dloop *l) { return dloop_sessions(l)->all; }
 dsess *dsess_next(dsess *s) { return s->next; }
 int dsess_active(const dsess *s) { return s->phase == DSESS_ACTIVE && !s->ending; }
 
-int dsess_prepare_sleep(dsess *s)
+int dsess_prepare_sleep(dsess *s, int paused)
 {
 	/* Doorbell value first, rings second: a client that rings after this read makes the
 	 * armed wait return at once (value differs); one that rang before it published
 	 * before, so the ring check below sees its data. */
 	uint32_t seen = __atomic_load_n(&s->cseg->doorbell, __ATOMIC_ACQUIRE);
-	if (submit_pending(s) || (s->want_space && space_returned(s)))
+	if ((!paused && submit_pending(s)) || (s->want_space && space_returned(s)))
 		return 1;
 	return arm_op_db(s, DSESS_OP_DOORBELL, seen) < 0;
 }

@@ -46,7 +46,13 @@ typedef struct dsess_list {
 	dsess *all;             /* every session, zombies included */
 	dsess *to_end;          /* marked by dsess_end, torn down by dsess_end_pending */
 	int live;               /* HELLO + ACTIVE */
+	int active;             /* ACTIVE: what the global session limit counts */
+	int half_open;          /* HELLO: accepted, no hello yet (their own, smaller budget) */
 	uint64_t next_id;
+	/* stderr lines about ended and refused sessions, rate-limited (a client that
+	 * reconnects in a loop must not turn the daemon's log into its own) */
+	uint64_t log_window_us;
+	unsigned log_lines, log_suppressed;
 } dsess_list;
 
 /* ---- what session.c needs of the loop (defined in loop.c) ----------------------------- */
@@ -98,9 +104,10 @@ int  dsess_drain_submit(dsess *s, unsigned max_records, dsess_rec_fn fn, void *a
 int  dsess_publish(dsess *s);
 void dsess_set_daemon_sleeping(dsess *s, int sleeping);
 /* Before the loop sleeps (daemon_sleeping already announced and fenced): 1 when the
- * session has work after all (records, or space it waited for) or its doorbell wait could
- * not be armed; 0 when its doorbell wait is armed and the loop may sleep. */
-int  dsess_prepare_sleep(dsess *s);
+ * session has work after all (records, unless paused, or space it waited for) or its
+ * doorbell wait could not be armed; 0 when its doorbell wait is armed and the loop may
+ * sleep. */
+int  dsess_prepare_sleep(dsess *s, int paused);
 
 /* Status words the client reads, on every ACTIVE session. */
 void dsess_write_state_all(dloop *l, uint32_t state);

@@ -230,7 +230,10 @@ void sc_step_token_budget(sched *s, uint64_t now)
     uint64_t texcl = 0;
     uint32_t cexcl = 0;
     for (;;) {
-        uint32_t active = s->run.n + s->n_swapping_in;
+        /* An output-blocked sequence keeps its KV blocks (and its tenant pays for them) but
+         * not an active slot: a client that stops reading must not hold every slot until
+         * its backpressure timeout, starving every other tenant's admissions. */
+        uint32_t active = s->run.n - s->n_blocked + s->n_swapping_in;
         cand c;
         if (!sc_pick_candidate(s, now, texcl, cexcl, &c)) break;
         req *r = &s->reqs[c.slot];
@@ -309,7 +312,10 @@ void sc_step_continuous(sched *s, uint64_t now)
         if (!sc_pick_fcfs(s, &c)) break;
         req *r = &s->reqs[c.slot];
         if (r->preempt_step == s->step_no) break;   /* FCFS head was just preempted: next step */
-        if (s->run.n >= p->max_active_seqs) { sc_emit_defer(s, r, SCHED_DEFER_MAX_ACTIVE, now); break; }
+        if (s->run.n - s->n_blocked >= p->max_active_seqs) {
+            sc_emit_defer(s, r, SCHED_DEFER_MAX_ACTIVE, now);
+            break;
+        }
         uint32_t n = known(r);
         /* whole prompts; one longer than the budget runs alone (the baseline cannot slice) */
         if (n > pbudget && (any_prefill || dtok >= p->token_budget)) {

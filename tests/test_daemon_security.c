@@ -1,0 +1,584 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One local user must not lock out, stall or starve the others (issue: hostile local
+ * users). Each test starts a real ringlmd on a private socket, runs a misbehaving client
+ * as a real process under another uid (65534, "nobody") speaking the wire protocol
+ * directly where libringlm would refuse, and measures a well-behaved client of another
+ * tenant (this process, uid 0) before and during the attack: it must connect, its first
+ * token must come within 50 ms and its per-token latency stay within 3× of its unloaded
+ * median. Every process started is stopped.
+ *
+ * The tests need root (to run the attacker as another uid) and skip otherwise.
+ * Env: RINGLM_BIN (programs, default build/bin).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ringlm.h"
+#include "shm/wire.h"
+
+#define ATTACKER_UID 65534u
+#define MODEL "synthetic:stories260K:7"
+
+/* ---- harness ------------------------------------------------------------------------- */
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+typedef struct dmn {
+	char dir[64], sock[128], policy[128], errlog[128], declog[128], reqlog[128];
+	pid_t pid;
+	int lock_fd;
+} dmn;
+
+static const char *bin_dir(void)
+{
+	const char *b = getenv("RINGLM_BIN");
+	return b && *b ? b : "build/bin";
+}
+
+/* Two tenants by uid: this process (root) is "good", the attacker's uid is "evil". */
+static const char two_tenants[] =
+	"[scheduler]\n"
+	"mode = token_budget\n"
+	"token_budget = 256\n"
+	"prefill_chunk = 128\n"
+	"max_active_seqs = 32\n"
+	"default_tenant =\n"
+	"[tenant good]\n"
+	"uids = 0\n"
+	"[tenant evil]\n"
+	"uids = 65534\n";
+
+static void dmn_start(dmn *d, const char *policy, const char *const *extra)
+{
+	char prog[512];
+	snprintf(prog, sizeof prog, "%s/ringlmd", bin_dir());
+	if (access(prog, X_OK) != 0)
+		cr_skip_test("%s not built (set RINGLM_BIN)", prog);
+	if (geteuid() != 0)
+		cr_skip_test("needs root to run the misbehaving client under another uid");
+	/* These tests measure latency: they take turns (Criterion runs tests in parallel). */
+	d->lock_fd = open("/tmp/ringlm-security-tests.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	cr_assert(d->lock_fd >= 0);
+	cr_assert_eq(flock(d->lock_fd, LOCK_EX), 0);
+	snprintf(d->dir, sizeof d->dir, "/tmp/ringlm-sec.XXXXXX");
+	cr_assert_not_null(mkdtemp(d->dir));
+	chmod(d->dir, 0755); /* the attacker's uid connects through it */
+	snprintf(d->sock, sizeof d->sock, "%s/s", d->dir);
+	snprintf(d->policy, sizeof d->policy, "%s/p.policy", d->dir);
+	snprintf(d->errlog, sizeof d->errlog, "%s/err.log", d->dir);
+	snprintf(d->declog, sizeof d->declog, "%s/dec.jsonl", d->dir);
+	snprintf(d->reqlog, sizeof d->reqlog, "%s/req.jsonl", d->dir);
+	FILE *f = fopen(d->policy, "w");
+	cr_assert_not_null(f);
+	fputs(policy, f);
+	fclose(f);
+	const char *argv[48] = { prog, "--model", MODEL, "--socket", d->sock, "--numa-node", "off",
+				 "--policy", d->policy, "--decision-log", d->declog,
+				 "--request-log", d->reqlog, "--quiet" };
+	int n = 14;
+	for (int i = 0; extra && extra[i] && n < 46; i++)
+		argv[n++] = extra[i];
+	argv[n] = NULL;
+	d->pid = fork();
+	if (d->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		int fd = open(d->errlog, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (fd >= 0) {
+			dup2(fd, 2);
+			dup2(fd, 1);
+		}
+		close_range(3, ~0u, 0);
+		execv(prog, (char *const *)argv);
+		_exit(127);
+	}
+	cr_assert(d->pid > 0);
+	double deadline = now_ms() + 20000;
+	for (;;) {
+		ringlm_client *c = NULL;
+		if (ringlm_connect(d->sock, &c) == 0) {
+			ringlm_close(c);
+			break;
+		}
+		int st;
+		cr_assert_eq(waitpid(d->pid, &st, WNOHANG), 0, "ringlmd exited at start (status 0x%x)", st);
+		cr_assert(now_ms() < deadline, "ringlmd did not serve %s within 20 s", d->sock);
+		usleep(5000);
+	}
+}
+
+static void dmn_stop(dmn *d)
+{
+	if (d->pid > 0) {
+		kill(d->pid, SIGTERM);
+		double deadline = now_ms() + 10000;
+		int st;
+		while (waitpid(d->pid, &st, WNOHANG) == 0) {
+			if (now_ms() > deadline) {
+				kill(d->pid, SIGKILL);
+				waitpid(d->pid, &st, 0);
+				break;
+			}
+			usleep(2000);
+		}
+		cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+			  "ringlmd did not stop cleanly (status 0x%x); its stderr is in %s", st, d->errlog);
+		d->pid = -1;
+	}
+	if (d->lock_fd >= 0) {
+		close(d->lock_fd); /* releases the turn */
+		d->lock_fd = -1;
+	}
+}
+
+/* ---- the attacker: a real process under another uid ----------------------------------- */
+
+typedef struct attacker {
+	pid_t pid;
+	int stop_w;  /* closed by the test: the attacker stops */
+	int ready_r; /* one byte from the attacker when its attack is in place */
+} attacker;
+
+typedef void (*attack_fn)(const char *sock, int ready_fd, int stop_fd, void *arg);
+
+static void attacker_start(attacker *a, attack_fn fn, const char *sock, void *arg)
+{
+	int stop[2], ready[2];
+	cr_assert_eq(pipe(stop), 0);
+	cr_assert_eq(pipe(ready), 0);
+	a->pid = fork();
+	cr_assert(a->pid >= 0);
+	if (a->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(stop[1]);
+		close(ready[0]);
+		if (setgid(ATTACKER_UID) != 0 || setuid(ATTACKER_UID) != 0)
+			_exit(3);
+		fn(sock, ready[1], stop[0], arg);
+		_exit(0);
+	}
+	close(stop[0]);
+	close(ready[1]);
+	a->stop_w = stop[1];
+	a->ready_r = ready[0];
+	char b;
+	struct pollfd p = { .fd = a->ready_r, .events = POLLIN };
+	cr_assert_eq(poll(&p, 1, 20000), 1, "the attacker did not get its attack in place in 20 s");
+	cr_assert_eq(read(a->ready_r, &b, 1), 1, "the attacker died before its attack was in place");
+}
+
+static void attacker_stop(attacker *a)
+{
+	close(a->stop_w);
+	close(a->ready_r);
+	int st;
+	double deadline = now_ms() + 10000;
+	while (waitpid(a->pid, &st, WNOHANG) == 0) {
+		if (now_ms() > deadline) {
+			kill(a->pid, SIGKILL);
+			waitpid(a->pid, &st, 0);
+			break;
+		}
+		usleep(2000);
+	}
+}
+
+static int unix_connect(const char *path, int nonblock)
+{
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
+	if (fd < 0)
+		return -errno;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+/* ---- the well-behaved client ------------------------------------------------------------ */
+
+typedef struct victim {
+	int connect_rc;
+	char detail[160];
+	double connect_ms;
+	double ttft_ms[8];
+	int n_ttft;
+	double *gaps;   /* per request: (last token - first token) / (tokens - 1) */
+	int n_gaps;
+	int tokens, finished;
+} victim;
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	if (n <= 0)
+		return 0;
+	qsort(v, (size_t)n, sizeof *v, cmp_d);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Connects and runs `rounds` requests one after another, each 48 tokens; times the first
+ * token and every gap between tokens. */
+static void victim_run(const char *sock, int rounds, victim *v)
+{
+	memset(v, 0, sizeof *v);
+	v->gaps = calloc((size_t)rounds + 1, sizeof(double));
+	double t0 = now_ms();
+	ringlm_client *c = NULL;
+	v->connect_rc = ringlm_connect(sock, &c);
+	v->connect_ms = now_ms() - t0;
+	if (v->connect_rc < 0) {
+		snprintf(v->detail, sizeof v->detail, "%s", ringlm_errdetail());
+		return;
+	}
+	int32_t prompt[16];
+	for (int i = 0; i < 16; i++)
+		prompt[i] = 2 + (i * 37) % 500;
+	for (int r = 0; r < rounds && r < 8; r++) {
+		ringlm_request q;
+		ringlm_request_init(&q);
+		q.prompt = prompt;
+		q.n_prompt = 16;
+		q.max_new_tokens = 48;
+		uint64_t id;
+		double ts = now_ms(), last = 0;
+		int rc = ringlm_submit(c, &q, &id);
+		if (rc < 0) {
+			snprintf(v->detail, sizeof v->detail, "submit: %s", ringlm_errdetail());
+			break;
+		}
+		ringlm_event ev;
+		int first = 1, done = 0, n_after = 0;
+		double t_first = 0;
+		while (!done && ringlm_next_event(c, &ev, 10000) == 1) {
+			double t = now_ms();
+			if (ev.kind == RINGLM_EV_TOKEN && ev.req_id == id) {
+				if (first)
+					v->ttft_ms[v->n_ttft++] = t - ts;
+				else
+					n_after++;
+				first = 0;
+				last = t;
+				if (n_after == 0)
+					t_first = t;
+				v->tokens++;
+			} else if (ev.kind == RINGLM_EV_FINISH && ev.req_id == id) {
+				done = 1;
+				v->finished++;
+			}
+		}
+		if (!done)
+			break;
+		/* Per-token latency of the request (its TPOT): events are read in bursts when
+		 * the client falls behind, so single gaps say little. */
+		if (n_after > 0)
+			v->gaps[v->n_gaps++] = (last - t_first) / n_after;
+	}
+	ringlm_close(c);
+}
+
+/* The attack must leave the good client within these bounds of its unloaded run: first
+ * token under 50 ms, per-token median within 3× (0.3 ms of scheduling noise allowed on
+ * top: a stories260K token takes a fraction of a millisecond). */
+static void expect_unharmed(const victim *base, victim *att, const char *attack)
+{
+	cr_assert_eq(att->connect_rc, 0, "%s: the good client could not connect: %s (%s)", attack,
+		     ringlm_strerror(att->connect_rc), att->detail);
+	cr_assert_eq(att->finished, base->finished, "%s: %d of %d requests finished (%s)", attack,
+		     att->finished, base->finished, att->detail);
+	double bt[8], at[8];
+	memcpy(bt, base->ttft_ms, sizeof bt);
+	memcpy(at, att->ttft_ms, sizeof at);
+	double b_ttft = median(bt, base->n_ttft), a_ttft = median(at, att->n_ttft);
+	double a_ttft_max = att->n_ttft ? at[att->n_ttft - 1] : 0; /* sorted by median() */
+	double b_gap = median(base->gaps, base->n_gaps), a_gap = median(att->gaps, att->n_gaps);
+	fprintf(stderr, "%s: good client connect %.2f ms, TTFT p50 %.2f ms max %.2f ms (unloaded p50 "
+			"%.2f), per-token p50 %.3f ms (unloaded %.3f)\n",
+		attack, att->connect_ms, a_ttft, a_ttft_max, b_ttft, a_gap, b_gap);
+	cr_expect_lt(a_ttft_max, 50.0, "%s: a first token took %.2f ms during the attack", attack,
+		     a_ttft_max);
+	cr_expect_leq(a_gap, 3 * b_gap + 0.3, "%s: per-token p50 %.3f ms vs %.3f ms unloaded", attack,
+		      a_gap, b_gap);
+	cr_expect_lt(att->connect_ms, 1000.0, "%s: connecting took %.1f ms", attack, att->connect_ms);
+}
+
+static void victim_free(victim *v)
+{
+	free(v->gaps);
+	v->gaps = NULL;
+}
+
+static int count_lines_with(const char *path, const char *needle)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	char line[4096];
+	int n = 0;
+	while (fgets(line, sizeof line, f))
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
+TestSuite(daemon_security, .timeout = 120);
+
+/* ---- 1: half-open connections ----------------------------------------------------------- */
+
+/* Keeps `want` connections open that never say hello, and every 100 ms opens a new one
+ * for each the daemon closed (reconnecting as they time out or are refused). */
+static void half_open_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
+{
+	int want = *(int *)arg;
+	int *fds = calloc((size_t)want, sizeof(int));
+	struct pollfd *p = calloc((size_t)want + 1, sizeof *p);
+	for (int i = 0; i < want; i++)
+		fds[i] = -1;
+	int told = 0;
+	double until = now_ms() + 60000;
+	while (now_ms() < until) {
+		int open_n = 0;
+		for (int i = 0; i < want; i++) {
+			if (fds[i] < 0)
+				fds[i] = unix_connect(sock, 1);
+			open_n += fds[i] >= 0;
+		}
+		if (!told && open_n == want) {
+			/* every socket connected (accepted or refused, then reopened) once */
+			if (write(ready_fd, "r", 1) != 1)
+				break;
+			told = 1;
+		}
+		for (int i = 0; i < want; i++)
+			p[i] = (struct pollfd){ .fd = fds[i] >= 0 ? fds[i] : -1, .events = POLLIN | POLLRDHUP };
+		p[want] = (struct pollfd){ .fd = stop_fd, .events = POLLIN };
+		if (poll(&p[want], 1, 100) != 0)
+			break;
+		if (poll(p, (nfds_t)want, 0) > 0) {
+			for (int i = 0; i < want; i++)
+				if (p[i].revents & (POLLIN | POLLHUP | POLLRDHUP | POLLERR)) {
+					close(fds[i]);
+					fds[i] = -1;
+				}
+		}
+	}
+	for (int i = 0; i < want; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	free(fds);
+	free(p);
+}
+
+Test(daemon_security, half_open_connections_do_not_lock_out_other_users)
+{
+	dmn d;
+	dmn_start(&d, two_tenants, NULL);
+	victim base, att;
+	victim_run(d.sock, 5, &base);
+	cr_assert_eq(base.connect_rc, 0, "unloaded: %s", base.detail);
+
+	attacker a;
+	int want = 300; /* more than the daemon's 256 sessions */
+	attacker_start(&a, half_open_flood, d.sock, &want);
+	victim_run(d.sock, 5, &att);
+	/* A second, later connection: the attack has been going on for a while. */
+	victim att2;
+	victim_run(d.sock, 1, &att2);
+	attacker_stop(&a);
+
+	expect_unharmed(&base, &att, "300 half-open connections");
+	cr_assert_eq(att2.connect_rc, 0, "second connect during the attack: %s", att2.detail);
+	/* Refusals are logged, but rate-limited: the attacker cannot flood the daemon's log. */
+	int refused = count_lines_with(d.errlog, "refused");
+	int summaries = count_lines_with(d.errlog, "not shown (rate limit)");
+	dmn_stop(&d);
+	cr_expect(refused >= 0 && refused < 200, "%d refusal lines in the daemon's log", refused);
+	(void)summaries;
+	victim_free(&base);
+	victim_free(&att);
+	victim_free(&att2);
+}
+
+/* ---- 2: a flood of rejected requests whose FINISH is never read ------------------------ */
+
+static long daemon_rss_kb(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	long kb = -1;
+	while (fgets(line, sizeof line, f))
+		if (!strncmp(line, "VmRSS:", 6))
+			kb = atol(line + 6);
+	fclose(f);
+	return kb;
+}
+
+/* Process CPU time of the daemon in ms (utime + stime of /proc/pid/stat). */
+static double daemon_cpu_ms(pid_t pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	char *p = strrchr(buf, ')');
+	if (!p)
+		return -1;
+	unsigned long ut = 0, st = 0;
+	/* fields after the comm: state(3) ... utime(14) stime(15) */
+	if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+		return -1;
+	return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Submits requests with a token outside the vocabulary (each rejected at once) for
+ * `seconds`, never reading a single event, then keeps the session open, silent. */
+static void reject_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
+{
+	double seconds = *(double *)arg;
+	ringlm_client *c = NULL;
+	if (ringlm_connect(sock, &c) < 0)
+		_exit(4);
+	int32_t bad[4] = { 5, 99999, 7, 8 };
+	ringlm_request q;
+	ringlm_request_init(&q);
+	q.prompt = bad;
+	q.n_prompt = 4;
+	q.max_new_tokens = 4;
+	double until = now_ms() + seconds * 1000;
+	unsigned long sent = 0;
+	while (now_ms() < until) {
+		uint64_t id;
+		int rc = ringlm_submit(c, &q, &id);
+		if (rc == 0) {
+			sent++;
+		} else if (rc == -EAGAIN) {
+			struct pollfd p = { .fd = stop_fd, .events = POLLIN };
+			if (poll(&p, 1, 1) != 0)
+				break;
+		} else {
+			break; /* the daemon ended the session: nothing more to do */
+		}
+	}
+	char r = sent > 1000 ? 'r' : 'f';
+	if (write(ready_fd, &r, 1) != 1)
+		_exit(5);
+	struct pollfd p = { .fd = stop_fd, .events = POLLIN };
+	poll(&p, 1, 60000);
+	ringlm_close(c);
+}
+
+Test(daemon_security, undeliverable_rejects_are_bounded_and_cost_nothing_per_iteration)
+{
+	dmn d;
+	dmn_start(&d, two_tenants, NULL);
+	victim base, att;
+	victim_run(d.sock, 5, &base);
+	cr_assert_eq(base.connect_rc, 0, "unloaded: %s", base.detail);
+	long rss0 = daemon_rss_kb(d.pid);
+
+	attacker a;
+	double seconds = 3.0;
+	attacker_start(&a, reject_flood, d.sock, &seconds);
+	/* The flood is over; its session stays open and never reads. The daemon must be
+	 * idle again: no per-iteration work over the undelivered backlog. */
+	double cpu0 = daemon_cpu_ms(d.pid), t0 = now_ms();
+	struct pollfd idle = { .fd = -1 };
+	poll(&idle, 0, 1000); /* a measurement window, not a synchronisation */
+	double cpu_pct = (daemon_cpu_ms(d.pid) - cpu0) * 100.0 / (now_ms() - t0);
+	victim_run(d.sock, 5, &att);
+	long rss1 = daemon_rss_kb(d.pid);
+	attacker_stop(&a);
+
+	expect_unharmed(&base, &att, "reject flood, then a silent session");
+	fprintf(stderr, "reject flood: daemon RSS %ld -> %ld kB, CPU %.1f%% while the flooder sat idle\n",
+		rss0, rss1, cpu_pct);
+	cr_expect_lt(cpu_pct, 20.0, "the daemon used %.1f%% CPU after the flood stopped", cpu_pct);
+	cr_expect_lt(rss1 - rss0, 16 * 1024, "the daemon grew from %ld to %ld kB", rss0, rss1);
+	dmn_stop(&d);
+	victim_free(&base);
+	victim_free(&att);
+}
+
+/* ---- 3: a client that stops reading must not hold every active slot -------------------- */
+
+/* Submits 64 long requests (more than max_active_seqs) and never reads: its small event
+ * ring fills and every one of its sequences is output-blocked. */
+static void stop_reading(const char *sock, int ready_fd, int stop_fd, void *arg)
+{
+	(void)arg;
+	ringlm_client *c = NULL;
+	if (ringlm_connect(sock, &c) < 0)
+		_exit(4);
+	int32_t prompt[8] = { 5, 6, 7, 8, 9, 10, 11, 12 };
+	ringlm_request q;
+	ringlm_request_init(&q);
+	q.prompt = prompt;
+	q.n_prompt = 8;
+	q.max_new_tokens = 400;
+	q.temperature = 1.0f; /* sampled: a synthetic model's greedy output may stop at once */
+	for (int i = 0; i < 64; i++) {
+		uint64_t id;
+		q.seed = (uint64_t)i + 1;
+		if (ringlm_submit(c, &q, &id) < 0)
+			_exit(5);
+	}
+	/* its ring (256 slots) fills within a few iterations of 64 sequences */
+	struct pollfd p = { .fd = stop_fd, .events = POLLIN };
+	poll(&p, 1, 300);
+	if (write(ready_fd, "r", 1) != 1)
+		_exit(6);
+	poll(&p, 1, 60000);
+	ringlm_close(c);
+}
+
+Test(daemon_security, a_client_that_stops_reading_does_not_hold_the_slots)
+{
+	dmn d;
+	dmn_start(&d, two_tenants, (const char *const[]){ "--event-ring-slots", "256", NULL });
+	victim base, att;
+	victim_run(d.sock, 5, &base);
+	cr_assert_eq(base.connect_rc, 0, "unloaded: %s", base.detail);
+	attacker a;
+	attacker_start(&a, stop_reading, d.sock, NULL);
+	victim_run(d.sock, 5, &att);
+	attacker_stop(&a);
+	expect_unharmed(&base, &att, "64 output-blocked sequences");
+	dmn_stop(&d);
+	victim_free(&base);
+	victim_free(&att);
+}
