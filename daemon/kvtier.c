@@ -25,7 +25,6 @@
 #define KVT_DIRECT_ALIGN 4096
 /* io_uring caps one registered buffer at 1 GiB. */
 #define KVT_FIXED_CHUNK_MAX (1ull << 30)
-#define KVT_EWMA_ALPHA 0.25
 
 static _Thread_local char kvt_err[256];
 const char *kvtier_errmsg(void) { return kvt_err; }
@@ -72,9 +71,6 @@ typedef struct kvt_job {
 
 typedef struct kvt_pool {
     int blocks;
-    int nfree;
-    int32_t *free_stack;
-    uint8_t *used;
     int fd;
     void *map;             /* host tier only */
     size_t map_len;
@@ -97,9 +93,6 @@ struct kvtier {
     int job_free;
     int jobs_inflight;
     int ops_inflight;
-    unsigned acct_errors;
-    double bw[2][KVT_NTIERS];
-    double lat_us[2][KVT_NTIERS];
     uint64_t bytes_moved[2][KVT_NTIERS];
     uint64_t jobs_done[2][KVT_NTIERS];
     uint64_t ops_submitted;
@@ -127,26 +120,18 @@ static void logf_(kvtier *t, const char *fmt, ...)
         fprintf(stderr, "ringlmd: kvtier: %s\n", buf);
 }
 
-/* ---- slot pools ---------------------------------------------------------------------- */
+/* ---- tiers --------------------------------------------------------------------------- */
 
-static int pool_init(kvt_pool *p, int blocks)
+/* Which slot holds what is the scheduler's (its host and disk pools): a tier here is only
+ * the file the blocks are moved to and from. */
+static void pool_init(kvt_pool *p, int blocks)
 {
     p->blocks = blocks;
-    p->nfree = blocks;
     p->fd = -1;
-    if (blocks == 0) return 0;
-    p->free_stack = malloc(sizeof(int32_t) * (size_t)blocks);
-    p->used = calloc((size_t)blocks, 1);
-    if (!p->free_stack || !p->used) return -ENOMEM;
-    /* Lowest slot on top, so allocation order is predictable for logs and tests. */
-    for (int i = 0; i < blocks; i++) p->free_stack[i] = blocks - 1 - i;
-    return 0;
 }
 
 static void pool_fini(kvt_pool *p)
 {
-    free(p->free_stack);
-    free(p->used);
     if (p->map) munmap(p->map, p->map_len);
     if (p->fd >= 0) close(p->fd);
     memset(p, 0, sizeof *p);
@@ -159,47 +144,6 @@ int kvtier_blocks(const kvtier *t, int tier)
     return t->tier[tier].blocks;
 }
 
-int kvtier_free_blocks(const kvtier *t, int tier)
-{
-    if (!t || tier < 0 || tier >= KVT_NTIERS) return 0;
-    return t->tier[tier].nfree;
-}
-
-int kvtier_alloc(kvtier *t, int tier, int n, int32_t *slots)
-{
-    if (tier < 0 || tier >= KVT_NTIERS || t->tier[tier].blocks == 0)
-        return seterr(-EINVAL, "tier %d is not configured", tier);
-    kvt_pool *p = &t->tier[tier];
-    if (n < 0) return seterr(-EINVAL, "alloc of %d slots", n);
-    if (n > p->nfree)
-        return seterr(-ENOSPC, "%s tier: %d slots wanted, %d free of %d",
-                      tier == KVT_HOST ? "host" : "disk", n, p->nfree, p->blocks);
-    for (int i = 0; i < n; i++) {
-        int32_t s = p->free_stack[--p->nfree];
-        p->used[s] = 1;
-        slots[i] = s;
-    }
-    return 0;
-}
-
-void kvtier_free(kvtier *t, int tier, const int32_t *slots, int n)
-{
-    if (tier < 0 || tier >= KVT_NTIERS) { t->acct_errors++; return; }
-    kvt_pool *p = &t->tier[tier];
-    for (int i = 0; i < n; i++) {
-        int32_t s = slots[i];
-        if (s < 0 || s >= p->blocks || !p->used[s]) {
-            t->acct_errors++;
-            logf_(t, "free of %s slot %d ignored (%s)", tier == KVT_HOST ? "host" : "disk", s,
-                  (s < 0 || s >= p->blocks) ? "out of range" : "not allocated");
-            continue;
-        }
-        p->used[s] = 0;
-        p->free_stack[p->nfree++] = s;
-    }
-}
-
-unsigned kvtier_accounting_errors(const kvtier *t) { return t->acct_errors; }
 
 /* ---- setup --------------------------------------------------------------------------- */
 
@@ -320,8 +264,8 @@ int kvtier_create(const kvtier_config *cfg, kvtier **out)
     t->job_free = 0;
     int rc;
     for (int k = 0; k < KVT_NTIERS; k++) t->tier[k].fd = -1;
-    if ((rc = pool_init(&t->tier[KVT_HOST], cfg->host_blocks)) < 0) goto fail;
-    if ((rc = pool_init(&t->tier[KVT_DISK], cfg->disk_path ? cfg->disk_blocks : 0)) < 0) goto fail;
+    pool_init(&t->tier[KVT_HOST], cfg->host_blocks);
+    pool_init(&t->tier[KVT_DISK], cfg->disk_path ? cfg->disk_blocks : 0);
     if (cfg->host_blocks > 0 && (rc = setup_host(t)) < 0) goto fail;
     if (cfg->disk_path && (rc = setup_disk(t)) < 0) goto fail;
     if (cfg->pool_base && cfg->register_buffers) setup_fixed(t);
@@ -415,13 +359,8 @@ static void arm_efd(kvtier *t)
 static void job_finish(kvtier *t, int ji)
 {
     kvt_job *j = &t->jobs[ji];
-    uint64_t el_ns = now_ns() - j->t_start_ns;
-    uint64_t el_us = el_ns / 1000;
+    uint64_t el_us = (now_ns() - j->t_start_ns) / 1000;
     if (j->res == 0) {
-        double bw = el_ns ? (double)j->bytes * 1e9 / (double)el_ns : 0;
-        double *b = &t->bw[j->dir][j->tier], *l = &t->lat_us[j->dir][j->tier];
-        *b = *b == 0 ? bw : (1 - KVT_EWMA_ALPHA) * *b + KVT_EWMA_ALPHA * bw;
-        *l = *l == 0 ? (double)el_us : (1 - KVT_EWMA_ALPHA) * *l + KVT_EWMA_ALPHA * (double)el_us;
         t->bytes_moved[j->dir][j->tier] += j->bytes;
         t->jobs_done[j->dir][j->tier]++;
     }
@@ -624,8 +563,6 @@ bool kvtier_handle_cqe(kvtier *t, const struct io_uring_cqe *cqe)
 
 int kvtier_inflight(const kvtier *t) { return t->jobs_inflight; }
 
-double kvtier_bw(const kvtier *t, int dir, int tier) { return t->bw[dir & 1][tier & 1]; }
-double kvtier_latency_us(const kvtier *t, int dir, int tier) { return t->lat_us[dir & 1][tier & 1]; }
 uint64_t kvtier_bytes_moved(const kvtier *t, int dir, int tier) { return t->bytes_moved[dir & 1][tier & 1]; }
 uint64_t kvtier_jobs_done(const kvtier *t, int dir, int tier) { return t->jobs_done[dir & 1][tier & 1]; }
 const char *kvtier_describe(const kvtier *t) { return t->describe; }

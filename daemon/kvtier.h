@@ -17,11 +17,12 @@
  *
  * Completions arrive as CQEs on the caller's ring; the caller hands every CQE whose
  * user_data carries the configured tag to kvtier_handle_cqe. A transfer of n blocks is one
- * job; its callback runs once, when the last block completed. Every completed job updates a
- * bandwidth estimate per (direction, tier).
+ * job; its callback runs once, when the last block completed, with its bytes and elapsed time
+ * (the caller hands them to the scheduler, whose estimate of each tier's bandwidth is the only
+ * one: sched_get_tier_cost).
  *
- * Slots in a tier are allocated by kvtier_alloc (all or nothing) and returned by kvtier_free;
- * blocks in flight must not be freed until their job completed.
+ * kvtier only moves blocks: which slot of a tier holds which sequence's block is the
+ * scheduler's (its host and disk pools hand out the slots a transfer names).
  *
  * Threading: one thread (the loop thread) at a time. Errors: 0 or -errno; kvtier_errmsg().
  */
@@ -72,15 +73,8 @@ int kvtier_create(const kvtier_config *cfg, kvtier **out);
  * run); the ring must still exist. */
 void kvtier_destroy(kvtier *t);
 
-/* Slots per tier (0 when the tier is absent) and how many are free. */
+/* Slots per tier (0 when the tier is absent). */
 int kvtier_blocks(const kvtier *t, int tier);
-int kvtier_free_blocks(const kvtier *t, int tier);
-/* Allocates n slots (all or nothing): -ENOSPC, -EINVAL (tier absent). */
-int kvtier_alloc(kvtier *t, int tier, int n, int32_t *slots);
-/* Returns slots; double frees and out-of-range slots are ignored and counted as errors
- * (kvtier_accounting_errors), never crash. */
-void kvtier_free(kvtier *t, int tier, const int32_t *slots, int n);
-unsigned kvtier_accounting_errors(const kvtier *t);
 
 /*
  * Starts moving n blocks: dir KVT_OUT copies pool_blocks[i] → slots[i] of tier, KVT_IN the
@@ -98,11 +92,7 @@ bool kvtier_handle_cqe(kvtier *t, const struct io_uring_cqe *cqe);
 /* Jobs submitted and not yet completed. */
 int kvtier_inflight(const kvtier *t);
 
-/* Bandwidth estimate (bytes/s, EWMA of completed jobs; 0 before the first) and the
- * per-job latency estimate (µs) per direction and tier. */
-double kvtier_bw(const kvtier *t, int dir, int tier);
-double kvtier_latency_us(const kvtier *t, int dir, int tier);
-/* Totals for metrics. */
+/* Totals (completed jobs) per direction and tier. */
 uint64_t kvtier_bytes_moved(const kvtier *t, int dir, int tier);
 uint64_t kvtier_jobs_done(const kvtier *t, int dir, int tier);
 /* Reads/writes submitted so far (consecutive blocks share one). */

@@ -248,20 +248,14 @@ static int publish_sessions(dloop *l)
 }
 
 /* ---- sleeping ------------------------------------------------------------------------- */
-static void set_sleeping(dloop *l, int on)
+/* The sleep handshake with every client (shm/ring.h): announce, look again, arm the
+ * doorbells, then wait in io_uring.  A client that published before seeing our flag is
+ * caught by the second look; one that published after sees the flag and rings. */
+static void loop_sleep(dloop *l)
 {
 	for (dsess *s = dsess_first(l); s; s = dsess_next(s))
 		if (dsess_active(s))
-			dsess_set_daemon_sleeping(s, on);
-}
-
-/* Announce sleep, fence, look again (Dekker), arm doorbells, then wait in io_uring.
- * A client that published before seeing our flag is caught by the second look; one that
- * published after sees the flag and rings. */
-static void loop_sleep(dloop *l)
-{
-	set_sleeping(l, 1);
-	ring_full_fence();
+			dsess_announce_sleep(s);
 	int pending = 0;
 	for (dsess *s = dsess_first(l); s; s = dsess_next(s)) {
 		int paused = l->ops->drain_budget && l->ops->drain_budget(l->ctx, s) < 0;
@@ -283,7 +277,9 @@ static void loop_sleep(dloop *l)
 		if (wait_us > 0)
 			io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
 	}
-	set_sleeping(l, 0);
+	for (dsess *s = dsess_first(l); s; s = dsess_next(s))
+		if (dsess_active(s))
+			dsess_clear_sleep(s);
 }
 
 int dloop_run(dloop *l)

@@ -436,13 +436,16 @@ void metrics_observe_transfer(metrics *m, enum metrics_tier tier, enum metrics_d
 {
     if ((unsigned)tier >= METRICS_N_TIERS || (unsigned)dir >= METRICS_N_DIRS) return;
     snap *s = &m->live;
+    (void)us;
     s->xfer_bytes[tier][dir] += bytes;
     s->xfers[tier][dir]++;
-    if (us == 0) us = 1;
-    double bw = (double)bytes * 1e6 / (double)us;
-    double *e = &s->bw_bytes_per_s[tier][dir];
-    /* EWMA with weight 1/8: steady enough for a dashboard, follows a change in ~10 copies. */
-    *e = *e == 0.0 ? bw : *e + (bw - *e) / 8.0;
+}
+
+void metrics_set_transfer_bw(metrics *m, enum metrics_tier tier, enum metrics_dir dir,
+                             double bytes_per_s)
+{
+    if ((unsigned)tier >= METRICS_N_TIERS || (unsigned)dir >= METRICS_N_DIRS) return;
+    m->live.bw_bytes_per_s[tier][dir] = bytes_per_s;
 }
 
 void metrics_set_log_dropped(metrics *m, uint64_t decision_lines, uint64_t request_lines)
@@ -698,7 +701,7 @@ static void render(FILE *f, const snap *s)
     fprintf(f, "ringlm_iteration_tokens_total %llu\n", (unsigned long long)s->iter_tokens);
 
     head(f, "ringlm_transfer_bandwidth_bytes_per_second", "gauge",
-         "Measured KV transfer bandwidth (moving average over transfers), per tier and direction.");
+         "KV transfer bandwidth the scheduler plans with, measured (moving average over transfers), per tier and direction.");
     for (int t = 1; t < METRICS_N_TIERS; t++)
         for (int d = 0; d < METRICS_N_DIRS; d++)
             if (s->kv_total[t] || s->xfers[t][d])

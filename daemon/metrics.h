@@ -128,10 +128,13 @@ void metrics_set_queue(metrics *m, uint32_t waiting, uint32_t running);
 void metrics_set_kv(metrics *m, enum metrics_tier tier, uint64_t used, uint64_t total);
 /* One loop iteration: its duration and the tokens it executed (0 for an idle wake). */
 void metrics_observe_iteration(metrics *m, uint64_t us, uint32_t batch_tokens);
-/* One finished transfer between the device pool and a tier. The bandwidth gauge is an
- * exponentially weighted estimate over transfers (bytes / us), the counters are exact. */
+/* One finished transfer between the device pool and a tier (exact counters). */
 void metrics_observe_transfer(metrics *m, enum metrics_tier tier, enum metrics_dir dir,
                               uint64_t bytes, uint64_t us);
+/* The bandwidth gauge of a tier and direction: the estimate the scheduler plans with
+ * (sched_get_tier_cost), set by the daemon once a transfer there was measured. */
+void metrics_set_transfer_bw(metrics *m, enum metrics_tier tier, enum metrics_dir dir,
+                             double bytes_per_s);
 /* Decision/request log lines dropped because the writer fell behind (from declog). */
 void metrics_set_log_dropped(metrics *m, uint64_t decision_lines, uint64_t request_lines);
 

@@ -258,10 +258,9 @@ int dsess_publish(dsess *s)
 {
 	if (!ring_ev_publish(&s->ev))
 		return 0;
-	/* Dekker with the client's sleep: publish, full fence, read its flag.  The flag is
+	/* The handshake with the client's sleep (published; now its flag).  The flag is
 	 * client-written: any nonzero value costs only that client a wake syscall. */
-	ring_full_fence();
-	if (ring_load32(&s->cseg->client_sleeping)) {
+	if (ring_handshake_peer_waits(&s->cseg->client_sleeping)) {
 		ring_futex_wake((const uint32_t *)&s->dseg->ev_prod, 1);
 		return 2;
 	}
@@ -279,9 +278,14 @@ static int space_returned(dsess *s)
 	return n >= 2;
 }
 
-void dsess_set_daemon_sleeping(dsess *s, int sleeping)
+void dsess_announce_sleep(dsess *s)
 {
-	ring_store32(&s->dseg->daemon_sleeping, sleeping ? 1 : 0);
+	ring_handshake_announce(&s->dseg->daemon_sleeping);
+}
+
+void dsess_clear_sleep(dsess *s)
+{
+	ring_store32(&s->dseg->daemon_sleeping, 0);
 }
 
 static void write_state(dsess *s, uint32_t state)
@@ -846,13 +850,10 @@ static int make_room(dsess *s, uint64_t want)
 		}
 		return 0;
 	}
-	/* Full: ask the client to ring when it frees space, then look once more (Dekker
-	 * again: it may have consumed just before seeing the flag). */
-	if (!s->want_space) {
-		s->want_space = 1;
-		ring_store32(&s->dseg->want_space, 1);
-	}
-	ring_full_fence();
+	/* Full: ask the client to ring when it frees space, then look once more (the
+	 * handshake: it may have consumed just before seeing the flag). */
+	s->want_space = 1;
+	ring_handshake_announce(&s->dseg->want_space);
 	n = ring_ev_space(&s->ev, want, why, sizeof(why));
 	if (n >= 0 && (uint64_t)n >= want)
 		return 0;

@@ -102,11 +102,13 @@ int  dsess_drain_submit(dsess *s, unsigned max_records, dsess_rec_fn fn, void *a
 /* Publishes written events; wakes the client with one FUTEX_WAKE if it sleeps.
  * Returns 1 when it published something, 2 when it also woke the client. */
 int  dsess_publish(dsess *s);
-void dsess_set_daemon_sleeping(dsess *s, int sleeping);
-/* Before the loop sleeps (daemon_sleeping already announced and fenced): 1 when the
- * session has work after all (records, unless paused, or space it waited for) or its
- * doorbell wait could not be armed; 0 when its doorbell wait is armed and the loop may
- * sleep. */
+/* The loop's side of the sleep handshake (shm/ring.h): announce (flag, full fence) before
+ * dsess_prepare_sleep looks again; clear once awake. */
+void dsess_announce_sleep(dsess *s);
+void dsess_clear_sleep(dsess *s);
+/* Before the loop sleeps (daemon_sleeping announced): 1 when the session has work after
+ * all (records, unless paused, or space it waited for) or its doorbell wait could not be
+ * armed; 0 when its doorbell wait is armed and the loop may sleep. */
 int  dsess_prepare_sleep(dsess *s, int paused);
 
 /* Status words the client reads, on every ACTIVE session. */

@@ -77,6 +77,17 @@ static void on_xfer_done(void *ctx, uint64_t cookie, int res, int dir, int tier,
     DTRACE_PROBE4(ringlmd, transfer_done, cookie, dir, tier, res);
     if (s->trace_xfer) svc_log("xfer %llu done res %d", (unsigned long long)cookie, res);
     sched_transfer_done(s->sched, cookie, s->now_us, bytes, elapsed_us, res);
+    if (res == 0) {
+        /* The dashboard shows the scheduler's estimate, the one it plans with. */
+        sched_pool pool = tier == KVT_HOST ? SCHED_POOL_HOST : SCHED_POOL_DISK;
+        sched_tier_cost tc;
+        bool m_out = false, m_in = false;
+        if (sched_get_tier_cost(s->sched, pool, &tc, &m_out, &m_in) == 0 &&
+            (dir == KVT_OUT ? m_out : m_in))
+            metrics_set_transfer_bw(s->mx, (enum metrics_tier)pool,
+                                    dir == KVT_OUT ? METRICS_DIR_OUT : METRICS_DIR_IN,
+                                    dir == KVT_OUT ? tc.out_bytes_per_s : tc.in_bytes_per_s);
+    }
     free(x->dev);
     free(x->slot);
     free(x);

@@ -483,9 +483,8 @@ static int put_record(ringlm_client *c, uint32_t len, const struct ringlm_wire_r
 	if (off < len)
 		ring_rec_write(&c->sub, pos, off, zero, len - off);
 	ring_rec_commit(&c->sub, len);
-	/* Dekker with the daemon's sleep: our index store, full fence, its flag. */
-	ring_full_fence();
-	if (ring_load32(&c->dseg->daemon_sleeping))
+	/* The handshake with the daemon's sleep: our index is published, now its flag. */
+	if (ring_handshake_peer_waits(&c->dseg->daemon_sleeping))
 		ring_daemon(c);
 	return 0;
 }
@@ -565,8 +564,9 @@ static void maybe_wake_for_space(ringlm_client *c, int force)
 	if (!force && c->consumed_since_check < WANT_SPACE_CHECK_EVERY)
 		return;
 	c->consumed_since_check = 0;
-	ring_full_fence();
-	if (ring_load32(&c->dseg->want_space) && ring_load32(&c->dseg->daemon_sleeping))
+	/* The handshake with the daemon's wait for space: our consumer index is published. */
+	if (ring_handshake_peer_waits(&c->dseg->want_space) &&
+	    ring_load32(&c->dseg->daemon_sleeping))
 		ring_daemon(c);
 }
 
@@ -661,10 +661,9 @@ int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms)
 			}
 			continue;
 		}
-		/* Sleep: flag, full fence, look again, then wait on the low word of ev_prod
-		 * with the value we saw — a publish in between makes the wait return. */
-		ring_store32(&c->cseg->client_sleeping, 1);
-		ring_full_fence();
+		/* Sleep: announce, look again, then wait on the low word of ev_prod with the
+		 * value we saw — a publish in between makes the wait return. */
+		ring_handshake_announce(&c->cseg->client_sleeping);
 		uint64_t prod = ring_load_acquire(c->ev.prod_p);
 		if (prod != c->ev.cons || ring_load32(&c->dseg->state) == RINGLM_WIRE_ST_CLOSED) {
 			ring_store32(&c->cseg->client_sleeping, 0);

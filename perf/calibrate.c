@@ -211,11 +211,11 @@ static int measure_tier(kvtier *kt, struct io_uring *ring, int tier, size_t bloc
     double X[64][8], Y[2][64];
     int nrow = 0;
     int rc = 0;
-    if (kvtier_alloc(kt, tier, maxn, slots) < 0) {
+    if (maxn > kvtier_blocks(kt, tier)) {
         rc = -ENOSPC;
         goto out;
     }
-    for (int i = 0; i < maxn; i++) blocks[i] = i;
+    for (int i = 0; i < maxn; i++) blocks[i] = slots[i] = i;
     for (int si = 0; si < ns; si++) {
         int n = sizes[si];
         double t[2][16];
@@ -223,18 +223,18 @@ static int measure_tier(kvtier *kt, struct io_uring *ring, int tier, size_t bloc
             for (int dir = 0; dir < 2; dir++) {
                 xfer_ctx x = {0};
                 rc = kvtier_submit(kt, dir, tier, blocks, slots, n, 1, xfer_done, &x);
-                if (rc < 0) goto out_free;
+                if (rc < 0) goto out;
                 kvtier_flush(kt);
                 while (!x.done) {
                     struct io_uring_cqe *cqe;
                     rc = io_uring_wait_cqe(ring, &cqe);
-                    if (rc < 0) goto out_free;
+                    if (rc < 0) goto out;
                     kvtier_handle_cqe(kt, cqe);
                     io_uring_cqe_seen(ring, cqe);
                 }
                 if (x.res < 0) {
                     rc = x.res;
-                    goto out_free;
+                    goto out;
                 }
                 if (r > 0) t[dir][r - 1] = (double)x.elapsed_us; /* the first is a warm-up */
             }
@@ -259,8 +259,6 @@ static int measure_tier(kvtier *kt, struct io_uring *ring, int tier, size_t bloc
         }
     }
     fit->ok = true;
-out_free:
-    kvtier_free(kt, tier, slots, maxn);
 out:
     free(blocks);
     free(slots);

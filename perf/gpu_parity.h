@@ -13,6 +13,7 @@
 #ifndef RINGLM_PERF_GPU_PARITY_H
 #define RINGLM_PERF_GPU_PARITY_H
 
+#include "kernels/batch.h"
 #include "kernels/engine.h"
 
 #include <errno.h>
@@ -91,34 +92,27 @@ static inline eng *gp_engine(const eng_model *m, const char *backend, int blocks
 static inline int gp_step_ex(eng *e, gp_seq **seqs, const int *rows, int n_seqs, float *logits,
                              const eng_sampling *samp, uint64_t *rng, int32_t *toks)
 {
-    static int32_t tokens[GP_MAX_TOK], positions[GP_MAX_TOK], qs[GP_MAX_SEQS + 1],
-        lens[GP_MAX_SEQS], lrows[GP_MAX_SEQS], table[GP_MAX_SEQS * GP_MAX_BLK];
-    static int64_t slots[GP_MAX_TOK];
-    const int bs = eng_kv_block_size(e);
-    int T = 0;
+    eng_batch_builder bb;
+    int err = eng_bb_init(&bb, GP_MAX_TOK, GP_MAX_SEQS, GP_MAX_BLK, eng_kv_block_size(e));
+    if (err)
+        return err;
     for (int i = 0; i < n_seqs; i++) {
         gp_seq *s = seqs[i];
-        qs[i] = T;
-        if (s->n_cached + rows[i] > s->n_tokens || T + rows[i] > GP_MAX_TOK)
+        if (s->n_cached + rows[i] > s->n_tokens) {
+            eng_bb_free(&bb);
             return eng_seterr(-EINVAL, "gp_step: sequence %d: %d rows, %d uncached", i, rows[i],
                               s->n_tokens - s->n_cached);
-        for (int r = 0; r < rows[i]; r++, T++) {
-            int pos = s->n_cached + r;
-            tokens[T] = s->tokens[pos];
-            positions[T] = pos;
-            slots[T] = (int64_t)s->table[pos / bs] * bs + pos % bs;
         }
-        lens[i] = s->n_cached + rows[i];
-        lrows[i] = T - 1;
-        memcpy(table + (size_t)i * GP_MAX_BLK, s->table, sizeof s->table);
+        err = eng_bb_add(&bb, s->tokens, (uint32_t)s->n_cached, (uint32_t)rows[i], s->table,
+                         GP_MAX_BLK, true);
+        if (err) {
+            eng_bb_free(&bb);
+            return err;
+        }
     }
-    qs[n_seqs] = T;
-    eng_batch b = {.n_tokens = T, .tokens = tokens, .positions = positions,
-                   .slot_mapping = slots, .n_seqs = n_seqs, .query_start = qs,
-                   .seq_len = lens, .block_table = table, .block_table_stride = GP_MAX_BLK,
-                   .n_logits = n_seqs, .logits_rows = lrows};
-    int err = samp ? eng_execute_sample(e, &b, samp, rng, toks, logits)
-                   : eng_execute(e, &b, logits);
+    const eng_batch *b = eng_bb_batch(&bb);
+    err = samp ? eng_execute_sample(e, b, samp, rng, toks, logits) : eng_execute(e, b, logits);
+    eng_bb_free(&bb);
     if (err == 0)
         for (int i = 0; i < n_seqs; i++)
             seqs[i]->n_cached += rows[i];

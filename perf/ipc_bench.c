@@ -252,8 +252,7 @@ static void *duo_producer(void *arg)
 				ring_cpu_relax();
 			if (ring_ev_space(&p, 1, why, sizeof(why)) > 0)
 				continue;
-			ring_store32(&d->prod_sleeping, 1);
-			ring_full_fence();
+			ring_handshake_announce(&d->prod_sleeping);
 			uint64_t c = ring_load_acquire(&d->cons);
 			if (c == p.cached_cons)
 				ring_futex_wait((const uint32_t *)&d->cons, (uint32_t)c, -1);
@@ -266,8 +265,7 @@ static void *duo_producer(void *arg)
 			ring_ev_put(&p, &e);
 		}
 		ring_ev_publish(&p);
-		ring_full_fence();
-		if (ring_load32(&d->cons_sleeping))
+		if (ring_handshake_peer_waits(&d->cons_sleeping))
 			ring_futex_wake((const uint32_t *)&d->prod, 1);
 	}
 	return NULL;
@@ -287,8 +285,7 @@ static void *duo_consumer(void *arg)
 				ring_cpu_relax();
 			if (ring_ev_avail(&c, 1, why, sizeof(why)) > 0)
 				continue;
-			ring_store32(&d->cons_sleeping, 1);
-			ring_full_fence();
+			ring_handshake_announce(&d->cons_sleeping);
 			uint64_t p = ring_load_acquire(&d->prod);
 			if (p == c.cons)
 				ring_futex_wait((const uint32_t *)&d->prod, (uint32_t)p, -1);
@@ -299,8 +296,7 @@ static void *duo_consumer(void *arg)
 			if (ring_ev_peek(&c, (uint64_t)k).req_id != expect)
 				return (void *)"event lost, duplicated or out of order";
 		ring_ev_consume(&c, (uint64_t)n);
-		ring_full_fence();
-		if (ring_load32(&d->prod_sleeping))
+		if (ring_handshake_peer_waits(&d->prod_sleeping))
 			ring_futex_wake((const uint32_t *)&d->cons, 1);
 	}
 	return NULL;

@@ -133,3 +133,15 @@ void sched_plan_work_of(const sched_plan *p, sched_plan_work *w)
         w->prefill_pairs += n * e->start_pos + n * (n - 1) / 2; /* each row attends to those before it */
     }
 }
+
+int sched_get_tier_cost(const sched *s, sched_pool pool, sched_tier_cost *out,
+                        bool *measured_out, bool *measured_in)
+{
+    if (!s || (pool != SCHED_POOL_HOST && pool != SCHED_POOL_DISK)) return -EINVAL;
+    const tier_est *te = &s->tiers[pool];
+    *out = (sched_tier_cost){.out_bytes_per_s = te->out_bps, .in_bytes_per_s = te->in_bps,
+                             .latency_us = te->lat_us};
+    if (measured_out) *measured_out = te->out_measured;
+    if (measured_in) *measured_in = te->in_measured;
+    return 0;
+}

@@ -614,6 +614,14 @@ typedef struct sched_counts {
 
 void sched_get_counts(const sched *s, sched_counts *out);
 
+/* The transfer cost the scheduler plans with for a tier (SCHED_POOL_HOST or _DISK): each
+ * direction's bandwidth is the configured guess until a transfer in that direction
+ * completed, then the measured one (EWMA) — the daemon's only bandwidth estimate (its
+ * metrics show this one).  *measured_out / *measured_in (may be NULL): measured yet.
+ * 0, or -EINVAL for the device pool or an unknown pool. */
+int sched_get_tier_cost(const sched *s, sched_pool pool, sched_tier_cost *out,
+                        bool *measured_out, bool *measured_in);
+
 /* Per tenant and per class accounting (same struct; virtual_tokens only for tenants). */
 typedef struct sched_group_stats {
     uint64_t queued_requests, queued_tokens;      /* now */

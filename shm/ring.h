@@ -178,6 +178,33 @@ static inline void ring_ev_consume(struct ring_ev_cons *c, uint64_t n)
 	ring_store_release(c->cons_p, c->cons);
 }
 
+/* ---- the sleep/wake handshake ----------------------------------------------------------
+ * Two sides share a flag word in a segment: one side is about to sleep (or to wait for
+ * space) and says so in the flag; the other publishes work (or frees space) and must then
+ * wake it.  Each side stores, then loads what the other stored (Dekker).  Without a full
+ * fence between the two, the store can sit in the store buffer while the load passes it:
+ * the sleeper misses the work, the waker misses the flag, and both wait for ever.
+ *
+ *   sleeper: ring_handshake_announce(flag)  — store 1, full fence —
+ *            then look again at the condition; wait only if there is still nothing, and
+ *            clear the flag (ring_store32(flag, 0)) once awake.
+ *   waker:   publish (a release store of the index), then
+ *            ring_handshake_peer_waits(flag) — full fence, load the flag — and wake the
+ *            peer when it says so.
+ *
+ * Either the sleeper's second look sees the work, or the waker sees the flag (or both).
+ * The flag may be written by an untrusted peer: any value costs at most a wake. */
+static inline void ring_handshake_announce(uint32_t *flag)
+{
+	ring_store32(flag, 1);
+	ring_full_fence();
+}
+static inline int ring_handshake_peer_waits(const uint32_t *flag)
+{
+	ring_full_fence();
+	return ring_load32(flag) != 0;
+}
+
 /* ---- futex doorbell (shared futexes: no FUTEX_PRIVATE_FLAG, the word is in a segment
  * mapped by two processes) --------------------------------------------------------------- */
 /* Sleeps while *word == expected, at most timeout_ns (< 0: no limit).  Returns 0 when

@@ -7,6 +7,7 @@
 #ifndef RINGLM_TESTS_ENGINE_TEST_UTIL_H
 #define RINGLM_TESTS_ENGINE_TEST_UTIL_H
 
+#include "kernels/batch.h"
 #include "kernels/engine.h"
 
 #include <criterion/criterion.h>
@@ -77,34 +78,21 @@ static inline void ts_seq_init(tseq *s, const int32_t *prompt, int n, int first_
 static inline int ts_step(eng *e, const eng_model_config *c, tseq **seqs, const int *rows,
                           int n_seqs, float *logits)
 {
-    static int32_t tokens[1024], positions[1024], qs[TS_MAX_SEQS + 1], lens[TS_MAX_SEQS],
-        lrows[TS_MAX_SEQS], table[TS_MAX_SEQS * TS_MAX_BLOCKS];
-    static int64_t slots[1024];
-    int bs = eng_kv_block_size(e), T = 0;
+    eng_batch_builder bb;
+    cr_assert_eq(eng_bb_init(&bb, 1024, TS_MAX_SEQS, TS_MAX_BLOCKS, eng_kv_block_size(e)), 0,
+                 "%s", eng_errmsg());
     cr_assert_leq(n_seqs, TS_MAX_SEQS);
     for (int i = 0; i < n_seqs; i++) {
         tseq *s = seqs[i];
-        qs[i] = T;
         cr_assert_leq(s->n_cached + rows[i], s->n_tokens, "sequence %d: %d rows but only %d "
                       "uncached tokens", i, rows[i], s->n_tokens - s->n_cached);
-        cr_assert_leq(T + rows[i], 1024, "batch of more than 1024 rows (the step's arrays)");
-        for (int r = 0; r < rows[i]; r++, T++) {
-            int pos = s->n_cached + r;
-            tokens[T] = s->tokens[pos];
-            positions[T] = pos;
-            slots[T] = (int64_t)s->table[pos / bs] * bs + pos % bs;
-        }
-        lens[i] = s->n_cached + rows[i];
-        lrows[i] = T - 1;
-        memcpy(table + (size_t)i * TS_MAX_BLOCKS, s->table, sizeof s->table);
+        int err = eng_bb_add(&bb, s->tokens, (uint32_t)s->n_cached, (uint32_t)rows[i], s->table,
+                             TS_MAX_BLOCKS, true);
+        cr_assert_eq(err, 0, "sequence %d: %s", i, eng_errmsg());
     }
-    qs[n_seqs] = T;
-    eng_batch b = {.n_tokens = T, .tokens = tokens, .positions = positions,
-                   .slot_mapping = slots, .n_seqs = n_seqs, .query_start = qs,
-                   .seq_len = lens, .block_table = table, .block_table_stride = TS_MAX_BLOCKS,
-                   .n_logits = n_seqs, .logits_rows = lrows};
     (void)c;
-    int err = eng_execute(e, &b, logits);
+    int err = eng_execute(e, eng_bb_batch(&bb), logits);
+    eng_bb_free(&bb);
     if (err == 0)
         for (int i = 0; i < n_seqs; i++)
             seqs[i]->n_cached += rows[i];

@@ -407,6 +407,13 @@ Test(sched_rules, transfer_bandwidth_is_measured_not_assumed)
                   "after measuring the slow link the model should recompute:\n%s", h->log);
     /* the measured side of the ledger: every measured transfer took ~10x its first guess */
     cr_assert_gt(c.transfer_measured_us_sum, c.transfer_predicted_us_sum);
+    /* the estimate the daemon's metrics show is the measured one, not the configured guess */
+    sched_tier_cost tc;
+    bool m_out = false, m_in = false;
+    cr_assert_eq(sched_get_tier_cost(h->s, SCHED_POOL_HOST, &tc, &m_out, &m_in), 0);
+    cr_assert(m_out, "swap-outs were measured");
+    cr_assert_lt(tc.out_bytes_per_s, 0.5e9, "host out %g B/s: still the 1 GB/s guess", tc.out_bytes_per_s);
+    cr_assert_eq(sched_get_tier_cost(h->s, SCHED_POOL_DEVICE, &tc, NULL, NULL), -EINVAL);
     h_free(h);
 }
 

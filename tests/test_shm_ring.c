@@ -199,10 +199,11 @@ Test(shm_ring, event_ring_full_empty_and_hostile_consumer)
 }
 
 /* ---- two threads, sleeping both ways, 10^6 events --------------------------------- */
-/* The same protocol as the real sessions: producer publishes, full fence, reads the
- * consumer's sleeping flag, wakes with FUTEX_WAKE on the published index word; consumer
- * sets its flag, full fence, re-checks, FUTEX_WAITs on that word with the value seen.
- * Symmetric for space: the producer sleeps on the consumer index word when full. */
+/* The same protocol as the real sessions (the handshake of shm/ring.h): producer
+ * publishes, then checks the consumer's sleeping flag (ring_handshake_peer_waits) and wakes
+ * with FUTEX_WAKE on the published index word; consumer announces (ring_handshake_announce),
+ * re-checks, FUTEX_WAITs on that word with the value seen. Symmetric for space: the
+ * producer sleeps on the consumer index word when full. */
 struct duo {
 	struct ringlm_wire_event slots[64];
 	uint64_t prod __attribute__((aligned(128)));
@@ -226,8 +227,7 @@ static void *producer(void *arg)
 				ring_cpu_relax();
 			if (ring_ev_space(&p, 1, why, sizeof(why)) > 0)
 				continue;
-			ring_store32(&d->prod_sleeping, 1);
-			ring_full_fence();
+			ring_handshake_announce(&d->prod_sleeping);
 			uint64_t c = ring_load_acquire(&d->cons);
 			if (c == p.cached_cons) {
 				d->producer_sleeps++;
@@ -244,8 +244,7 @@ static void *producer(void *arg)
 			ring_ev_put(&p, &e);
 		}
 		ring_ev_publish(&p);
-		ring_full_fence();
-		if (ring_load32(&d->cons_sleeping))
+		if (ring_handshake_peer_waits(&d->cons_sleeping))
 			ring_futex_wake((const uint32_t *)&d->prod, 1);
 	}
 	return NULL;
@@ -266,8 +265,7 @@ static void *consumer(void *arg)
 				ring_cpu_relax();
 			if (ring_ev_avail(&c, 1, why, sizeof(why)) > 0)
 				continue;
-			ring_store32(&d->cons_sleeping, 1);
-			ring_full_fence();
+			ring_handshake_announce(&d->cons_sleeping);
 			uint64_t p = ring_load_acquire(&d->prod);
 			if (p == c.cons) {
 				d->consumer_sleeps++;
@@ -282,8 +280,7 @@ static void *consumer(void *arg)
 				return (void *)"event out of order, lost or duplicated";
 		}
 		ring_ev_consume(&c, (uint64_t)n);
-		ring_full_fence();
-		if (ring_load32(&d->prod_sleeping))
+		if (ring_handshake_peer_waits(&d->prod_sleeping))
 			ring_futex_wake((const uint32_t *)&d->cons, 1);
 	}
 	return NULL;

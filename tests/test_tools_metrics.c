@@ -225,6 +225,7 @@ Test(tools_metrics, http_scrape_parses_and_has_vllm_gauges)
     metrics_set_kv(m, METRICS_TIER_HOST, 10, 400);
     metrics_observe_iteration(m, 1234, 64);
     metrics_observe_transfer(m, METRICS_TIER_HOST, METRICS_DIR_OUT, 1 << 20, 100);
+    metrics_set_transfer_bw(m, METRICS_TIER_HOST, METRICS_DIR_OUT, 1.048576e10);
     metrics_publish(m, 1, 1);
 
     int status;
