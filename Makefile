@@ -174,6 +174,7 @@ demo: all
 
 deps:
 	scripts/install-deps.sh
+	scripts/install-node-deps.sh
 
 check-layering:
 	@scripts/check-layering.sh

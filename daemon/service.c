@@ -48,18 +48,25 @@ void svc_log(const char *fmt, ...)
 /* ---- the built-in policy ------------------------------------------------------------- */
 
 /* Used when no --policy is given: one class, one tenant, token-budget scheduling with
- * automatic swap/recompute choice. Every uid maps to the default tenant. The queue is
- * bounded: past 4096 waiting requests new ones are rejected (queue_full) instead of
- * growing memory and latency without end. */
+ * automatic swap/recompute choice. Every uid maps to the default tenant. The step knobs and
+ * the tenant's queued-token quota are sim/policies/token-budget.policy's, the output of
+ * `ringlm-sim --tune` on the Azure code trace at ×1..×4 with the built-in (H200) service model,
+ * checked on the conversation trace (README "Tuned default policy"). The queue is bounded:
+ * past 50,000 waiting prompt tokens (tenant_quota) or 4096 waiting requests (queue_full) new
+ * ones are refused at the door instead of growing memory and latency without end. */
 static const char builtin_policy[] =
     "# ringlmd built-in policy\n"
     "[scheduler]\n"
     "mode = token_budget\n"
-    "token_budget = 256\n"
-    "max_active_seqs = 64\n"
-    "prefill_chunk = 128\n"
+    "token_budget = 4096\n"
+    "max_active_seqs = 256\n"
+    "prefill_chunk = 2048\n"
+    "decode_reserve_tokens = 64\n"
     "preemption = auto\n"
-    "queue_max_requests = 4096\n";
+    "queue_max_requests = 4096\n"
+    "default_tenant = default\n"
+    "[tenant default]\n"
+    "max_queued_tokens = 50000\n";
 
 /* ---- loop callbacks ------------------------------------------------------------------ */
 

@@ -28,6 +28,12 @@
 #include "sched/prefix.h"
 #include "sched/sched.h"
 
+#define PX_BLOCKS 100000u
+#define PX_BS     16u
+#define PX_PROMPT 32u    /* blocks per prompt */
+#define PX_SYS    8u     /* of which shared system-prompt blocks */
+#define PX_NSYS   400u
+
 static uint64_t events;
 static void sink(void *ctx, const sched_event *ev) { (void)ctx; (void)ev; events++; }
 
@@ -60,22 +66,35 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-typedef struct result { uint32_t running, waiting; double p50, p99, commit_p50, cpu_p50, cpu_p99; uint32_t real_running, real_waiting; } result;
+typedef struct result { uint32_t running, waiting; double p50, p99, commit_p50, cpu_p50, cpu_p99; uint32_t real_running, real_waiting, cached; } result;
 
 static uint32_t *target_out;   /* by id */
 static uint64_t next_id;
+
+/* With the prefix cache on, prompts carry tokens: one of 400 system prompts (64 tokens),
+ * then the request's own. */
+static int prefix_on;
+static int32_t prompt_tok[512];
 
 static int submit_one(sched *s, uint64_t now)
 {
     uint64_t id = ++next_id;
     sched_request r = {.id = id, .tenant = (int32_t)rnd(8), .class_idx = (int32_t)rnd(3),
                        .prompt_len = 50 + rnd(350), .max_new_tokens = 400, .arrival_us = now};
+    if (prefix_on) {
+        uint32_t sys = rnd(400);
+        for (uint32_t i = 0; i < r.prompt_len; i++)
+            prompt_tok[i] = i < 64 ? (int32_t)(sys * 977 + i) : (int32_t)(id * 131 + i);
+        r.tokens = prompt_tok;
+        r.cache_salt = (uint64_t)r.tenant;
+    }
     target_out[id % (1u << 22)] = 20 + rnd(380);
     return sched_submit(s, &r, now, NULL);
 }
 
 static int run_size(uint32_t running, uint32_t waiting, int steps, result *out)
 {
+    out->cached = 0;
     char pol[1024];
     snprintf(pol, sizeof pol,
              "[scheduler]\ntoken_budget = %u\nmax_active_seqs = %u\nprefill_chunk = 256\n"
@@ -88,7 +107,7 @@ static int run_size(uint32_t running, uint32_t waiting, int steps, result *out)
     sched_policy_error err;
     if (sched_policy_parse(pol, &p, &err)) { fprintf(stderr, "policy line %d: %s\n", err.line, err.reason); return 1; }
     sched_config c = {
-        .kv_blocks_device = running * 48 + 1024, .kv_blocks_host = running * 16, .block_size = 16,
+        .kv_blocks_device = running * 48 + 1024 + (prefix_on ? PX_BLOCKS : 0), .prefix_cache = prefix_on, .kv_blocks_host = running * 16, .block_size = 16,
         .kv_bytes_per_token = 131072, .max_context = 8192,
         .step_base_us = 5000, .prefill_us_per_token = 20, .decode_us_per_seq = 30,
         .context_us_per_token = 0.01,
@@ -97,6 +116,31 @@ static int run_size(uint32_t running, uint32_t waiting, int steps, result *out)
     sched *s;
     if (sched_create(p, &c, sink, NULL, 1, &s)) { fprintf(stderr, "create: %s\n", sched_last_error()); return 1; }
     uint64_t now = 0;
+    if (prefix_on) {
+        /* fill the cache: short requests (one output token) until 100,000 blocks are cached */
+        sched_counts cc;
+        sched_result one[1024];
+        for (int iter = 0; iter < 200000; iter++) {
+            sched_get_counts(s, &cc);
+            if (cc.kv_cached[SCHED_POOL_DEVICE] >= PX_BLOCKS) break;
+            while (cc.waiting < 64) {
+                sched_request r = {.id = ++next_id, .tenant = (int32_t)rnd(8), .class_idx = 2,
+                                   .prompt_len = 256, .max_new_tokens = 1, .arrival_us = now,
+                                   .tokens = prompt_tok, .cache_salt = 99};
+                for (uint32_t i = 0; i < 256; i++) prompt_tok[i] = (int32_t)(next_id * 7 + i * 3);
+                sched_submit(s, &r, now, NULL);
+                cc.waiting++;
+            }
+            const sched_plan *pl = sched_step(s, now);
+            uint32_t n = 0;
+            for (uint32_t i = 0; i < pl->n_entries && n < 1024; i++)
+                one[n++] = (sched_result){.req = pl->entries[i].req, .tokens = pl->entries[i].samples};
+            now += 20000;
+            sched_commit(s, one, n, now, 0);
+        }
+        sched_get_counts(s, &cc);
+        out->cached = cc.kv_cached[SCHED_POOL_DEVICE];
+    }
     for (uint32_t i = 0; i < running + waiting; i++) submit_one(s, now);
 
     sched_result *res = malloc(sizeof(sched_result) * (running + 1024));
@@ -145,7 +189,7 @@ static int run_size(uint32_t running, uint32_t waiting, int steps, result *out)
     qsort(ct, (size_t)measured, sizeof(double), cmp_d);
     qsort(cpu, (size_t)measured, sizeof(double), cmp_d);
     *out = (result){running, waiting, st[measured / 2], st[(size_t)(measured * 0.99)], ct[measured / 2],
-                    cpu[measured / 2], cpu[(size_t)(measured * 0.99)], cn.running, cn.waiting};
+                    cpu[measured / 2], cpu[(size_t)(measured * 0.99)], cn.running, cn.waiting, out->cached};
     free(res); free(st); free(ct); free(cpu); free(gen);
     sched_destroy(s);
     sched_policy_free(p);
@@ -155,11 +199,6 @@ static int run_size(uint32_t running, uint32_t waiting, int steps, result *out)
 
 /* ---- the prefix index ------------------------------------------------------------------- */
 
-#define PX_BLOCKS 100000u
-#define PX_BS     16u
-#define PX_PROMPT 32u    /* blocks per prompt */
-#define PX_SYS    8u     /* of which shared system-prompt blocks */
-#define PX_NSYS   400u
 
 typedef struct px_owner { uint32_t *free_ids; uint32_t n_free; } px_owner;
 static bool px_take(void *ctx, sched_pool p, uint32_t *b)
@@ -284,25 +323,42 @@ int main(int argc, char **argv)
         else { fprintf(stderr, "usage: %s [--json] [--steps N] [--prefix-only]\n", argv[0]); return 2; }
     }
     if (steps < 10) steps = 10;
+    target_out = calloc(1u << 22, sizeof(uint32_t));
     px_result px;
     if (run_prefix(steps, &px)) return 1;
+    /* sched_step at 256 running / 10,000 waiting with the cache on and 100,000 cached blocks */
+    result rp;
+    rng = 0x9E3779B97F4A7C15ull + 100;
+    next_id = 0;
+    prefix_on = 1;
+    if (run_size(256, 10000, steps, &rp)) return 1;
+    prefix_on = 0;
     if (prefix_only) {
+        result roff;   /* the same size with the cache off, side by side */
+        rng = 0x9E3779B97F4A7C15ull + 100;
+        next_id = 0;
+        if (run_size(256, 10000, steps, &roff)) return 1;
         if (json)
             printf("{\"bench\":\"sched_prefix\",\"index_blocks\":%u,\"prefix_lookup_us\":{\"p50\":%.3f,\"p99\":%.3f},"
                    "\"prefix_miss_us\":{\"p50\":%.3f},\"prefix_churn_us\":{\"p50\":%.3f,\"p99\":%.3f},"
-                   "\"prefix_keys_us\":{\"p50\":%.3f}}\n",
-                   px.cached, px.lookup_p50, px.lookup_p99, px.miss_p50, px.churn_p50, px.churn_p99, px.keys_p50);
+                   "\"prefix_keys_us\":{\"p50\":%.3f},\"step_us\":{\"p50\":%.3f,\"p99\":%.3f},"
+                   "\"step_running\":%u,\"step_waiting\":%u,\"step_cached_blocks\":%u,\"step_off_us\":{\"p50\":%.3f},"
+                   "\"step_on_off_ratio\":%.3f}\n",
+                   px.cached, px.lookup_p50, px.lookup_p99, px.miss_p50, px.churn_p50, px.churn_p99, px.keys_p50,
+                   rp.p50, rp.p99, rp.real_running, rp.real_waiting, rp.cached, roff.p50, rp.p50 / roff.p50);
         else
             printf("prefix index, %u cached blocks of %u tokens, %d reps, 512-token prompts (32 blocks):\n"
                    "  hit  (lookup+acquire+release, 32 blocks)  p50 %.2f us  p99 %.2f us\n"
                    "  miss (lookup)                             p50 %.2f us\n"
                    "  new prompt (8 shared, 24 evicted+inserted) p50 %.2f us  p99 %.2f us\n"
-                   "  XXH3-128 keys of 512 tokens               p50 %.2f us\n",
+                   "  XXH3-128 keys of 512 tokens               p50 %.2f us\n"
+                   "sched_step, cache on, %u cached blocks at the start, steady %u running / %u waiting:\n"
+                   "  p50 %.2f us  p99 %.2f us  (goal: p50 <= 20 us at 256/10,000 with a 100,000-block index)\n"
+                   "  cache off, same size: p50 %.2f us  (on/off %.2f)\n",
                    px.cached, PX_BS, steps, px.lookup_p50, px.lookup_p99, px.miss_p50, px.churn_p50, px.churn_p99,
-                   px.keys_p50);
+                   px.keys_p50, rp.cached, rp.real_running, rp.real_waiting, rp.p50, rp.p99, roff.p50, rp.p50 / roff.p50);
         return 0;
     }
-    target_out = calloc(1u << 22, sizeof(uint32_t));
     static const uint32_t sizes[][2] = {
         {256, 1000}, {256, 10000}, {256, 100000}, {1024, 10000}, {1024, 100000}, {4096, 10000}, {4096, 100000},
     };
@@ -329,6 +385,8 @@ int main(int argc, char **argv)
         printf("waiting ×100 at 256 running (1,000 → 100,000): p50 ×%.2f\n", r[2].p50 / r[0].p50);
         printf("prefix index (%u blocks): hit lookup p50 %.2f us, miss p50 %.2f us, new prompt p50 %.2f us\n",
                px.cached, px.lookup_p50, px.miss_p50, px.churn_p50);
+        printf("cache on, 256/10000, %u cached blocks at the start: step p50 %.2f us p99 %.2f us (goal p50 <= 20)\n",
+               rp.cached, rp.p50, rp.p99);
         return 0;
     }
     printf("{\"bench\":\"sched_step\",\"running\":%u,\"waiting\":%u,\"step_us\":{\"p50\":%.3f,\"p99\":%.3f},"
@@ -339,7 +397,9 @@ int main(int argc, char **argv)
                "\"p50_ratio\":%.3f}", i ? "," : "", r[i].running, r[i].waiting, r[i].p50, r[i].p99, r[i].cpu_p99,
                r[i].p50 / base->p50);
     printf("],\"baseline\":{\"running\":%u,\"waiting\":%u},\"prefix\":{\"index_blocks\":%u,"
-           "\"lookup_us\":{\"p50\":%.3f,\"p99\":%.3f},\"miss_us\":{\"p50\":%.3f},\"churn_us\":{\"p50\":%.3f}}}\n",
-           base->running, base->waiting, px.cached, px.lookup_p50, px.lookup_p99, px.miss_p50, px.churn_p50);
+           "\"lookup_us\":{\"p50\":%.3f,\"p99\":%.3f},\"miss_us\":{\"p50\":%.3f},\"churn_us\":{\"p50\":%.3f},"
+           "\"step_us\":{\"p50\":%.3f,\"p99\":%.3f},\"step_cached_blocks\":%u}}\n",
+           base->running, base->waiting, px.cached, px.lookup_p50, px.lookup_p99, px.miss_p50, px.churn_p50,
+           rp.p50, rp.p99, rp.cached);
     return 0;
 }

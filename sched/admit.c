@@ -76,9 +76,11 @@ int sched_submit(sched *s, const sched_request *q, uint64_t now, sched_reject_re
         memset(&s->reqs[slot], 0, sizeof(req));
     }
     req *r = &s->reqs[slot];
-    uint32_t *dev = r->dev, cd = r->cap_dev, *tb = r->tierb, ct = r->cap_tier;
+    req old = *r;   /* the slot's buffers are reused */
     memset(r, 0, sizeof(*r));
-    r->dev = dev; r->cap_dev = cd; r->tierb = tb; r->cap_tier = ct;
+    r->dev = old.dev; r->cap_dev = old.cap_dev; r->tierb = old.tierb; r->cap_tier = old.cap_tier;
+    r->ptok = old.ptok; r->cap_ptok = old.cap_ptok; r->pkeys = old.pkeys; r->cap_pkeys = old.cap_pkeys;
+    r->pnodes = old.pnodes; r->cap_pnodes = old.cap_pnodes;
     r->id = q->id;
     r->live = 1;
     r->tenant = (uint16_t)ten;
@@ -89,6 +91,7 @@ int sched_submit(sched *s, const sched_request *q, uint64_t now, sched_reject_re
     r->deadline_us = q->deadline_us;
     r->q_pos = r->t_pos = r->bp_pos = r->run_pos = NO_POS;
     r->state = REQ_NEW;   /* born; waiting_add below is its first transition */
+    if (sc_cache_submit(s, r, q)) { VEC_PUSH(s, s->free_slots, slot); r->live = 0; goto oom; }
     if (sc_map_put(s, q->id, slot)) { VEC_PUSH(s, s->free_slots, slot); r->live = 0; goto oom; }
 
     tenant_state *t = &s->ts[ten];

@@ -125,6 +125,7 @@ static void start_running(sched *s, uint32_t slot, uint32_t blocks, uint64_t now
 {
     req *r = &s->reqs[slot];
     sc_waiting_remove(s, slot);
+    sc_cache_start(s, r, now);   /* a cached prefix: held, and computed starts after it */
     sc_dev_grow_to(s, r, blocks);
     bool resume = r->started;
     if (r->recompute) {
@@ -238,7 +239,7 @@ void sc_step_token_budget(sched *s, uint64_t now)
         if (!sc_pick_candidate(s, now, texcl, cexcl, &c)) break;
         req *r = &s->reqs[c.slot];
         if (active >= p->max_active_seqs) { sc_emit_defer(s, r, SCHED_DEFER_MAX_ACTIVE, now); break; }
-        uint32_t fr = s->pools[SCHED_POOL_DEVICE].n_free;
+        uint32_t fr = sc_dev_available(s);   /* free, or cached and evictable */
         uint32_t tmax = s->ten[c.tenant]->max_kv_blocks;
         if (r->preempt_step == s->step_no) {   /* preempted in this very step: not back at once */
             if (c.swapped) cexcl |= 1u << c.cls;
@@ -278,9 +279,10 @@ void sc_step_token_budget(sched *s, uint64_t now)
             texcl |= 1ull << c.tenant;
             continue;
         }
-        if (fr < need + watermark(s)) { sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now); break; }
+        uint32_t unheld, hit = sc_cache_find(s, c.slot, &unheld);   /* shared, not allocated */
+        if (fr - unheld < need - hit + watermark(s)) { sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now); break; }
         start_running(s, c.slot, need, now);
-        uint32_t n = known(r);
+        uint32_t n = known(r) - r->computed;
         if (n > p->prefill_chunk) n = p->prefill_chunk;
         if (n > pbudget) n = pbudget;
         add_entry(s, c.slot, n, true);

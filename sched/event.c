@@ -27,7 +27,8 @@ static const char *const pool_names[] = {"device", "host", "disk"};
 static const char *const outcome_names[] = {NULL, "start", "resume", "done", "failed", "abandoned"};
 static const char *const event_names[] = {
     "admit", "reject", "defer", "schedule", "preempt", "swap_out", "swap_in", "recompute",
-    "cancel", "timeout", "finish", "release"};
+    "cancel", "timeout", "finish", "release", "cache_hit", "cache_evict"};
+static const char *const evict_names[] = {"demand", "tenant_cap", "orphan", "moved", "clear"};
 
 _Static_assert(sizeof(reject_names) / sizeof(reject_names[0]) == SCHED_REJECT__COUNT, "names");
 _Static_assert(sizeof(cancel_names) / sizeof(cancel_names[0]) == SCHED_CANCEL__COUNT, "names");
@@ -35,6 +36,7 @@ _Static_assert(sizeof(defer_names) / sizeof(defer_names[0]) == SCHED_DEFER__COUN
 _Static_assert(sizeof(timeout_names) / sizeof(timeout_names[0]) == SCHED_TIMEOUT__COUNT, "names");
 _Static_assert(sizeof(pool_names) / sizeof(pool_names[0]) == SCHED_POOL__COUNT, "names");
 _Static_assert(sizeof(event_names) / sizeof(event_names[0]) == SCHED_EV__COUNT, "names");
+_Static_assert(sizeof(evict_names) / sizeof(evict_names[0]) == SCHED_PREFIX_EVICT__COUNT, "names");
 _Static_assert(sizeof(outcome_names) / sizeof(outcome_names[0]) == SCHED_OUTCOME__COUNT, "names");
 _Static_assert(sizeof(preempt_names) / sizeof(preempt_names[0]) == SCHED_PREEMPT_NONE + 1, "names");
 
@@ -47,6 +49,7 @@ const char *sched_timeout_name(sched_timeout_reason r) { return NAME_OF(timeout_
 const char *sched_finish_name(sched_finish_reason r) { return NAME_OF(finish_names, r); }
 const char *sched_pool_name(sched_pool p) { return NAME_OF(pool_names, p); }
 const char *sched_event_name(sched_event_kind k) { return NAME_OF(event_names, k); }
+const char *sched_prefix_evict_name(sched_prefix_evict_reason r) { return NAME_OF(evict_names, r); }
 const char *sched_outcome_name(sched_outcome o)
 {
     return (unsigned)o < SCHED_OUTCOME__COUNT ? outcome_names[o] : "?";
@@ -61,6 +64,7 @@ const char *sched_event_reason_name(const sched_event *ev)
     case SCHED_EV_CANCEL: return sched_cancel_name(ev->cancel);
     case SCHED_EV_TIMEOUT: return sched_timeout_name(ev->timeout);
     case SCHED_EV_FINISH: return sched_finish_name(ev->finish);
+    case SCHED_EV_CACHE_EVICT: return sched_prefix_evict_name(ev->evict);
     case SCHED_EV_SCHEDULE:
     case SCHED_EV_SWAP_OUT:
     case SCHED_EV_SWAP_IN:
@@ -254,6 +258,18 @@ size_t sched_event_json(const sched_event *ev, char *buf, size_t len)
         ju(&b, "output_tokens", ev->output_tokens);
         ju(&b, "ttft_us", ev->wait_us);
         jstr(&b, "policy", ev->policy);
+        if (ev->cached_tokens) ju(&b, "cached_tokens", ev->cached_tokens);
+        break;
+    case SCHED_EV_CACHE_HIT:
+        ju(&b, "blocks", ev->blocks);
+        jstr(&b, "pool", sched_pool_name(ev->pool));
+        ju(&b, "cached_tokens", ev->cached_tokens);
+        ju(&b, "self_tokens", ev->self_tokens);
+        ju(&b, "prompt_tokens", ev->prompt_tokens);
+        break;
+    case SCHED_EV_CACHE_EVICT:
+        ju(&b, "blocks", ev->blocks);
+        jstr(&b, "pool", sched_pool_name(ev->pool));
         break;
     case SCHED_EV_RELEASE:
         ju(&b, "blocks", ev->blocks);

@@ -11,6 +11,8 @@
  *   preempt.c  victims, swap or recompute, transfers and their completion
  *   batch.c    the batching modes: token budget, continuous, static/dynamic groups
  *   sched.c    create/destroy, step, commit, ends and releases, queries, invariants
+ *   cache.c    the prefix cache's part: lookup at admission, insert at commit, holds released
+ *              with the blocks, eviction on demand (the index itself: prefix.c)
  *   event.c    names, error detail, the JSON writer;  policy.c  the policy file
  *
  * Data structures (why step stays cheap with 100,000 waiting):
@@ -25,6 +27,7 @@
 #ifndef RINGLM_SCHED_INTERNAL_H
 #define RINGLM_SCHED_INTERNAL_H
 
+#include "sched/prefix.h"
 #include "sched/sched.h"
 
 #include <errno.h>
@@ -84,6 +87,15 @@ typedef struct req {
     uint64_t out_us;            /* measured swap-out duration (0 = unknown) */
     uint32_t *dev;   uint32_t n_dev, cap_dev;
     uint32_t *tierb; uint32_t n_tier, cap_tier;
+    /* prefix cache (cache.c): its prompt's tokens and block keys (pcache: it takes part),
+     * the index nodes it holds — dev[0..n_pnodes) are those nodes' blocks — and the nodes a
+     * lookup found for the admission being considered */
+    bool      pcache;
+    uint64_t  salt;
+    int32_t  *ptok;  uint32_t cap_ptok;
+    sched_prefix_key *pkeys; uint32_t n_pkeys, cap_pkeys;
+    uint32_t *pnodes; uint32_t n_pnodes, n_found, cap_pnodes;
+    uint32_t  cached_tokens;    /* prompt tokens its first admission found cached */
 } req;
 
 typedef struct hent { uint64_t k1, k2; uint32_t slot; } hent;
@@ -186,6 +198,9 @@ struct sched {
     /* illegal state transitions seen (set_state), and the first one */
     uint64_t         bad_transitions, bad_req;
     uint8_t          bad_from, bad_to;
+    /* prefix cache (NULL when off) and its counters */
+    sched_prefix    *px;
+    uint64_t         px_query, px_hit, px_self, px_evicted;
 };
 
 /* ---- small helpers used everywhere ---------------------------------------------------- */
@@ -303,6 +318,18 @@ uint32_t sc_preempt(sched *s, uint32_t slot, bool quota, uint64_t now);
 void sc_step_token_budget(sched *s, uint64_t now);
 void sc_step_continuous(sched *s, uint64_t now);
 void sc_step_group(sched *s, uint64_t now);
+
+/* ---- cache.c ---- */
+int sc_cache_create(sched *s);
+int sc_cache_submit(sched *s, req *r, const sched_request *q);
+uint32_t sc_dev_available(const sched *s);
+uint32_t sc_cache_find(sched *s, uint32_t slot, uint32_t *unheld);
+void sc_cache_start(sched *s, req *r, uint64_t now);
+void sc_cache_commit(sched *s, req *r);
+uint32_t sc_cache_release(sched *s, req *r);
+uint32_t sc_cache_evict(sched *s, req *r, uint32_t n);
+int sc_cache_check(const sched *s, const uint32_t *holders, char *why, size_t len);
+void sc_cache_free_req(req *r);
 
 /* ---- sched.c ---- */
 void sc_emit_defer(sched *s, req *r, sched_defer_reason why, uint64_t now);

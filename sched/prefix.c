@@ -56,13 +56,6 @@ uint32_t sched_prefix_keys(uint64_t salt, const int32_t *tokens, uint32_t n_toke
     return n;
 }
 
-const char *sched_prefix_evict_name(sched_prefix_evict_reason r)
-{
-    static const char *const names[SCHED_PREFIX_EVICT__COUNT] = {
-        "demand", "tenant_cap", "orphan", "moved", "clear",
-    };
-    return (unsigned)r < SCHED_PREFIX_EVICT__COUNT ? names[r] : "?";
-}
 
 /* ---------------------------------------------------------------------------------------- */
 /* Types                                                                                    */

@@ -74,19 +74,7 @@ uint32_t sched_prefix_keys(uint64_t salt, const int32_t *tokens, uint32_t n_toke
 
 /* ---- configuration ----------------------------------------------------------------------- */
 
-/* Why a block left its pool.  Stable names: sched_prefix_evict_name. */
-typedef enum sched_prefix_evict_reason {
-    SCHED_PREFIX_EVICT_DEMAND = 0,  /* "demand": its pool needed free blocks */
-    SCHED_PREFIX_EVICT_TENANT_CAP,  /* "tenant_cap": its tenant held more than max_cached_blocks */
-    SCHED_PREFIX_EVICT_ORPHAN,      /* "orphan": a block above it was dropped; no lookup can
-                                       reach it any more */
-    SCHED_PREFIX_EVICT_MOVED,       /* "moved": it now lives in a hotter pool (reload, or a
-                                       recomputed copy inserted); the old copy is free */
-    SCHED_PREFIX_EVICT_CLEAR,       /* "clear": sched_prefix_clear */
-    SCHED_PREFIX_EVICT__COUNT
-} sched_prefix_evict_reason;
-
-const char *sched_prefix_evict_name(sched_prefix_evict_reason r);   /* "?" out of range */
+/* Why a block left its pool: sched_prefix_evict_reason (sched.h, with its names). */
 
 /* The demotion test's inputs, in microseconds per block.  expected reuse of a block =
  * reuse_prior + the number of times another sequence acquired it. */

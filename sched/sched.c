@@ -75,7 +75,7 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
     memset(s->map, 0xff, s->map_cap * sizeof(uint32_t));
     if (sc_pool_init(&s->pools[SCHED_POOL_DEVICE], cfg->kv_blocks_device) ||
         sc_pool_init(&s->pools[SCHED_POOL_HOST], cfg->kv_blocks_host) ||
-        sc_pool_init(&s->pools[SCHED_POOL_DISK], cfg->kv_blocks_disk))
+        sc_pool_init(&s->pools[SCHED_POOL_DISK], cfg->kv_blocks_disk) || sc_cache_create(s))
         goto oom;
     s->tiers[SCHED_POOL_HOST] = (tier_est){cfg->host.out_bytes_per_s, cfg->host.in_bytes_per_s,
                                            cfg->host.latency_us, 0, 0, false, false};
@@ -95,7 +95,9 @@ void sched_destroy(sched *s)
     for (uint32_t i = 0; i < s->n_slots; i++) {
         free(s->reqs[i].dev);
         free(s->reqs[i].tierb);
+        sc_cache_free_req(&s->reqs[i]);
     }
+    sched_prefix_destroy(s->px);
     free(s->reqs);
     if (s->wait)
         for (int i = 0; i < s->n_classes * s->n_tenants; i++) free(s->wait[i].a);
@@ -228,6 +230,7 @@ static void finish(sched *s, uint32_t slot, sched_finish_reason why, uint64_t no
     e.output_tokens = r->generated;
     e.wait_us = r->first_token_us ? r->first_token_us - r->arrival_us : 0;
     e.policy = sched_policy_hash_hex(s->policy);
+    e.cached_tokens = r->cached_tokens;
     emit(s, &e);
     if (s->cfg.mode == SCHED_MODE_STATIC) {
         /* static batching holds the slot (and its padding) until the slowest member ends */
@@ -343,6 +346,7 @@ int sched_commit(sched *s, sched_result *res, size_t n, uint64_t now, uint64_t s
         tenant_state *t = &s->ts[r->tenant];
         class_state *c = &s->cs[r->cls];
         r->computed += e->n_tokens;
+        if (r->pcache) sc_cache_commit(s, r);
         if (r->rc_active && r->computed >= r->pre_len) sc_rc_end(s, r, SCHED_OUTCOME_DONE, now);
         if (e->prefill) {
             t->st.served_prompt_tokens += e->n_tokens;
@@ -391,6 +395,19 @@ void sched_get_counts(const sched *s, sched_counts *o)
     o->transfers_measured = s->xfer_measured;
     o->transfer_predicted_us_sum = s->xfer_pred_sum;
     o->transfer_measured_us_sum = s->xfer_real_sum;
+    if (s->px) {
+        sched_prefix_stats st;
+        sched_prefix_get_stats(s->px, &st);
+        for (int p = 0; p < SCHED_POOL__COUNT; p++) {   /* unheld cached blocks count as free */
+            o->kv_cached[p] = st.unheld[p];
+            o->kv_free[p] += st.unheld[p];
+            o->kv_used[p] -= st.unheld[p];
+        }
+        o->prefix_query_tokens = s->px_query;
+        o->prefix_hit_tokens = s->px_hit;
+        o->prefix_self_tokens = s->px_self;
+        o->prefix_evicted_blocks = s->px_evicted;
+    }
 }
 
 int sched_get_tenant_stats(const sched *s, int t, sched_group_stats *o)
@@ -433,6 +450,7 @@ int sched_get_request(const sched *s, uint64_t id, sched_req_info *o)
     o->arrival_us = r->arrival_us;
     o->first_token_us = r->first_token_us;
     o->output_blocked = r->blocked;
+    o->cached_tokens = r->cached_tokens;
     return 0;
 }
 
@@ -440,10 +458,10 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
 {
 #define BAD(...) do { if (why && len) snprintf(why, len, __VA_ARGS__); rc = -EUCLEAN; goto out; } while (0)
     int rc = 0;
-    uint8_t *seen[SCHED_POOL__COUNT] = {0};
+    uint32_t *seen[SCHED_POOL__COUNT] = {0};   /* holders (shared cached blocks: many) */
     if (!s) return -EINVAL;
     for (int p = 0; p < SCHED_POOL__COUNT; p++) {
-        seen[p] = calloc(s->pools[p].total + 1, 1);
+        seen[p] = calloc(s->pools[p].total + 1, sizeof(uint32_t));
         if (!seen[p]) { rc = -ENOMEM; goto out; }
         if (s->pools[p].n_free > s->pools[p].total)
             BAD("pool %s: %u free of %u", sched_pool_name((sched_pool)p), s->pools[p].n_free, s->pools[p].total);
@@ -467,7 +485,7 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
         live[r->tenant]++;
         for (uint32_t b = 0; b < r->n_dev; b++) {
             uint32_t id = r->dev[b];
-            if (id >= s->pools[0].total || seen[0][id]++)
+            if (id >= s->pools[0].total || (seen[0][id]++ && !s->px))   /* cache: checked below */
                 BAD("device block %u of request %llu is free or shared", id, (unsigned long long)r->id);
         }
         for (uint32_t b = 0; b < r->n_tier; b++) {
@@ -495,7 +513,8 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
             BAD("request %llu is moving by state but has no transfer in flight", (unsigned long long)r->id);
         if (map_get(s, r->id) != i) BAD("request %llu not found by id", (unsigned long long)r->id);
     }
-    for (int p = 0; p < SCHED_POOL__COUNT; p++)
+    if (s->px && (rc = sc_cache_check(s, seen[SCHED_POOL_DEVICE], why, len))) goto out;
+    for (int p = s->px ? SCHED_POOL_DEVICE + 1 : 0; p < SCHED_POOL__COUNT; p++)
         for (uint32_t b = 0; b < s->pools[p].total; b++)
             if (seen[p][b] != 1)
                 BAD("pool %s: block %u is %s", sched_pool_name((sched_pool)p), b,

@@ -143,6 +143,18 @@ typedef enum sched_pool {
     SCHED_POOL__COUNT
 } sched_pool;
 
+/* Why a cached KV block left its pool (prefix cache, DESIGN §10; cache_evict events). */
+typedef enum sched_prefix_evict_reason {
+    SCHED_PREFIX_EVICT_DEMAND = 0,  /* "demand": its pool needed free blocks */
+    SCHED_PREFIX_EVICT_TENANT_CAP,  /* "tenant_cap": its tenant held more than max_cached_blocks */
+    SCHED_PREFIX_EVICT_ORPHAN,      /* "orphan": a block above it was dropped; no lookup can
+                                       reach it any more */
+    SCHED_PREFIX_EVICT_MOVED,       /* "moved": it now lives in a hotter pool (reload, or a
+                                       recomputed copy inserted); the old copy is free */
+    SCHED_PREFIX_EVICT_CLEAR,       /* "clear": the cache was emptied */
+    SCHED_PREFIX_EVICT__COUNT
+} sched_prefix_evict_reason;
+
 /* Stable names ("token_budget", "queue_full", ...).  Out-of-range values give "?". */
 const char *sched_mode_name(sched_mode m);
 const char *sched_preempt_mode_name(sched_preempt_mode m);
@@ -152,6 +164,7 @@ const char *sched_defer_name(sched_defer_reason r);
 const char *sched_timeout_name(sched_timeout_reason r);
 const char *sched_finish_name(sched_finish_reason r);
 const char *sched_pool_name(sched_pool p);
+const char *sched_prefix_evict_name(sched_prefix_evict_reason r);
 
 /* How a request ended, as its client and the request logs (daemon and simulator alike) say
  * it: the one vocabulary of finish reasons and causes.  The numbers are the wire's reason
@@ -347,6 +360,13 @@ typedef enum sched_event_kind {
                              wait_us = time to first token (JSON key "ttft_us"), policy
                              (hash hex) */
     SCHED_EV_RELEASE,     /* blocks, pool; one event per pool that held blocks */
+    SCHED_EV_CACHE_HIT,   /* prefix cache (sched_config.prefix_cache): at admission the
+                             request's longest cached prefix was shared — blocks, pool (where
+                             they were: device), cached_tokens, self_tokens (of those, blocks
+                             it had computed itself before a recompute preemption),
+                             prompt_tokens (tokens looked up: its known length) */
+    SCHED_EV_CACHE_EVICT, /* cached blocks no sequence held were given up so this request
+                             could grow: blocks, pool, evict (reason) */
     SCHED_EV__COUNT
 } sched_event_kind;
 
@@ -390,6 +410,11 @@ typedef struct sched_event {
      * was not measured (0 passed to sched_commit / sched_transfer_done). */
     double           predicted_us;
     double           realised_us;
+    /* prefix cache: CACHE_HIT (see above); FINISH: cached_tokens = prompt tokens its first
+     * admission found cached (JSON key only when > 0) */
+    sched_prefix_evict_reason evict;    /* CACHE_EVICT */
+    uint32_t         cached_tokens;
+    uint32_t         self_tokens;
 } sched_event;
 
 typedef void (*sched_event_fn)(void *ctx, const sched_event *ev);
@@ -436,6 +461,15 @@ typedef struct sched_config {
     double   context_us_per_token;
     sched_tier_cost host;       /* used when kv_blocks_host > 0 */
     sched_tier_cost disk;       /* used when kv_blocks_disk > 0 */
+    /* Prefix cache (DESIGN §10, sched/prefix.h), token_budget mode: a request submitted with
+     * its tokens keeps its full prompt blocks cached after it ends (finished, cancelled,
+     * timed out, recompute-preempted); a later request with the same prefix in the same
+     * cache domain (cache_salt) shares them on the device and starts its prefill at the
+     * first token not covered (never past the last prompt token: that one is always
+     * computed, to sample from).  Cached blocks no sequence holds are evicted (oldest leaf
+     * first, events cache_evict) whenever free blocks are short; they count as free in
+     * sched_counts.  Today the cache lives in the device pool only. */
+    bool     prefix_cache;
 } sched_config;
 
 /* Create a scheduler.  The policy is copied (the caller may free its own).  sink may be NULL
@@ -456,6 +490,12 @@ typedef struct sched_request {
     uint32_t    max_new_tokens;  /* > 0 */
     uint64_t    deadline_us;     /* absolute, 0 = none */
     uint64_t    arrival_us;      /* when it reached the caller (≤ now_us); 0 → now_us */
+    /* prefix cache: the prompt's token ids (prompt_len of them; copied) and its cache domain.
+     * NULL tokens: this request neither uses nor fills the cache.  The salt must come from
+     * who the caller knows the client to be (the daemon: the tenant from SO_PEERCRED),
+     * never from the client: two salts never share a block. */
+    const int32_t *tokens;
+    uint64_t    cache_salt;
 } sched_request;
 
 /* Submit.  Returns 0 when admitted to the queue (event "admit"), else a negative errno and
@@ -602,7 +642,8 @@ typedef struct sched_counts {
     uint32_t blocked;             /* running but output-blocked */
     uint64_t queued_tokens;       /* prompt tokens waiting */
     uint32_t kv_total[SCHED_POOL__COUNT];
-    uint32_t kv_used[SCHED_POOL__COUNT];   /* used + free == total, always */
+    uint32_t kv_used[SCHED_POOL__COUNT];   /* used + free == total, always; used = held by
+                                              sequences (or in transit) */
     uint32_t kv_free[SCHED_POOL__COUNT];
     uint64_t steps;
     double   cost_correction;     /* measured / modelled step time (EWMA), 1 = model exact */
@@ -610,6 +651,11 @@ typedef struct sched_counts {
      * duration only) */
     uint64_t transfers_measured;
     double   transfer_predicted_us_sum, transfer_measured_us_sum;
+    /* prefix cache: cached blocks no sequence holds (counted in kv_free: evictable at once),
+     * and since creation the prompt tokens looked up at admission, found cached (all; of
+     * those, a resumed sequence's own) and the cached blocks evicted */
+    uint32_t kv_cached[SCHED_POOL__COUNT];
+    uint64_t prefix_query_tokens, prefix_hit_tokens, prefix_self_tokens, prefix_evicted_blocks;
 } sched_counts;
 
 void sched_get_counts(const sched *s, sched_counts *out);
@@ -657,6 +703,7 @@ typedef struct sched_req_info {
     uint32_t preemptions;
     uint64_t arrival_us, first_token_us;         /* 0 = no token yet */
     bool     output_blocked;
+    uint32_t cached_tokens;                      /* prompt tokens its first admission found cached */
 } sched_req_info;
 
 int sched_get_request(const sched *s, uint64_t id, sched_req_info *out);   /* -ENOENT */

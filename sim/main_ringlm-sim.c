@@ -81,7 +81,8 @@ static void usage(FILE *f)
 "  --tune-rounds N         coordinate-search passes at most (default 3)\n"
 "  --tune-finalists N      candidates run on the whole trace (default 6, besides the base policy)\n"
 "  --fair-floor X          every tenant gets at least X of its fair share of served tokens (default 0.9)\n"
-"  --slo-min X             and accepted requests meet their targets at least X of the time (default off)\n");
+"  --slo-min X             and accepted requests meet their targets at least X of the time (default off)\n"
+"  --tune-scenarios        and the whole-trace candidates PASS the five DESIGN §7 scenarios and overload at x4\n");
 }
 
 static const char *base_name(const char *p, char *buf, size_t n)
@@ -177,7 +178,7 @@ int main(int argc, char **argv)
            O_RETRY, O_RETRY_MAX, O_CALIB, O_MAXCTX, O_CSV, O_PLOT, O_DECLOG, O_SAMPLE, O_BURST,
            O_FIDELITY, O_LIST, O_REQLOG, O_FIT, O_SCALE, O_OVERHEAD, O_CHECK, O_ITLOG,
            O_SPEED, O_SPEEDW, O_COMPARE, O_TUNE, O_TUNE_LOADS, O_TUNE_OUT, O_TUNE_JOBS, O_TUNE_ROUNDS,
-           O_TUNE_FINAL, O_FAIR_FLOOR, O_SLO_MIN };
+           O_TUNE_FINAL, O_FAIR_FLOOR, O_SLO_MIN, O_TUNE_SCN };
     static const struct option lo[] = {
         {"trace", 1, 0, 't'}, {"workload", 1, 0, 'w'}, {"policy", 1, 0, 'p'}, {"json", 0, 0, 'j'},
         {"help", 0, 0, 'h'}, {"format", 1, 0, O_FORMAT}, {"skip-bad", 0, 0, O_SKIP},
@@ -191,7 +192,7 @@ int main(int argc, char **argv)
         {"compare-log", 1, 0, O_COMPARE},
         {"tune", 1, 0, O_TUNE}, {"tune-loads", 1, 0, O_TUNE_LOADS}, {"tune-out", 1, 0, O_TUNE_OUT},
         {"tune-jobs", 1, 0, O_TUNE_JOBS}, {"tune-rounds", 1, 0, O_TUNE_ROUNDS}, {"tune-finalists", 1, 0, O_TUNE_FINAL},
-        {"fair-floor", 1, 0, O_FAIR_FLOOR}, {"slo-min", 1, 0, O_SLO_MIN},
+        {"fair-floor", 1, 0, O_FAIR_FLOOR}, {"slo-min", 1, 0, O_SLO_MIN}, {"tune-scenarios", 0, 0, O_TUNE_SCN},
         {0, 0, 0, 0}};
     int c, li = -1;
     char *e;
@@ -287,6 +288,7 @@ int main(int argc, char **argv)
             break;
         }
         case O_TUNE_OUT: tune_out = optarg; break;
+        case O_TUNE_SCN: topt.scenarios = true; break;
         case O_TUNE_JOBS: topt.jobs = (int)strtol(optarg, &e, 10); if (*e || topt.jobs < 1) goto bad_num; break;
         case O_TUNE_ROUNDS: topt.max_rounds = (int)strtol(optarg, &e, 10); if (*e || topt.max_rounds < 1) goto bad_num; break;
         case O_TUNE_FINAL: topt.finalists = strtoul(optarg, &e, 10); if (*e || !topt.finalists) goto bad_num; break;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "sim/err.h"
+#include "sim/gen.h"
 #include "sim/report.h"
 
 #define MAX_KNOBS      24
@@ -229,16 +230,24 @@ out:
     return rc;
 }
 
-int sim_tune_default_spec(const sched_policy *base, char *buf, size_t len)
+int sim_tune_default_spec(const sched_policy *base, const sim_trace *t, char *buf, size_t len)
 {
+    bool used[SCHED_MAX_CLASSES] = {false};
+    for (unsigned i = 0; i < t->n_classes; i++) {
+        bool any = false;
+        for (size_t j = 0; j < t->n && !any; j++) any = t->reqs[j].klass == i;
+        int k = sched_policy_class_index(base, t->classes[i]);
+        if (k < 0) k = sched_policy_class_index(base, NULL);
+        if (any && k >= 0 && k < SCHED_MAX_CLASSES) used[k] = true;
+    }
     int n = snprintf(buf, len, "token_budget=512..16384;prefill_chunk=256..8192;decode_reserve_tokens=0,64,256;"
                                "max_active_seqs=64..512");
     for (int i = 0; i < sched_policy_n_classes(base) && n >= 0 && (size_t)n < len; i++) {
         const sched_class_cfg *c = sched_policy_class(base, i);
-        if (!c->ttft_target_us) continue;
-        double t = (double)c->ttft_target_us / 1000.0;
-        n += snprintf(buf + n, len - (size_t)n, ";%s.max_queue_wait=0,%.0fms,%.0fms,%.0fms,%.0fms", c->name, t / 4,
-                      t / 2, 3 * t / 4, t);
+        if (!c->ttft_target_us || !used[i]) continue;
+        double ms = (double)c->ttft_target_us / 1000.0;
+        n += snprintf(buf + n, len - (size_t)n, ";%s.max_queue_wait=0,%.0fms,%.0fms,%.0fms,%.0fms", c->name, ms / 4,
+                      ms / 2, 3 * ms / 4, ms);
     }
     if (n >= 0 && (size_t)n < len && sched_policy_n_tenants(base) > 0)
         n += snprintf(buf + n, len - (size_t)n, ";*.max_queued_tokens=0,12500..400000");
@@ -296,6 +305,9 @@ typedef struct task {
     sim_tune_cand   *cand;
     const sim_trace *trace;
     sim_tune_load   *out;
+    const sim_scenario *scn;     /* a scenario run: its verdict, not the load metrics */
+    int              verdict;
+    char             verdict_text[700];
     int              rc;
     char             err[256];
 } task;
@@ -345,9 +357,15 @@ static void run_task(const sim_tune_opts *o, task *t)
     if (t->rc == 0) {
         sim_summary s;
         memset(&s, 0, sizeof s);
-        t->rc = sim_summarise(&run, NULL, -1, -1, &s);
-        if (t->rc == 0) measure(&s, t->out);
-        else snprintf(t->err, sizeof t->err, "out of memory");
+        t->rc = sim_summarise(&run, t->scn, -1, -1, &s);
+        if (t->rc == 0 && t->scn) {
+            t->verdict = s.verdict;
+            snprintf(t->verdict_text, sizeof t->verdict_text, "%s: %s", s.verdict_name, s.verdict_text);
+        } else if (t->rc == 0) {
+            measure(&s, t->out);
+        } else {
+            snprintf(t->err, sizeof t->err, "out of memory");
+        }
         sim_summary_free(&s);
     } else {
         snprintf(t->err, sizeof t->err, "%s", sim_err());
@@ -402,8 +420,15 @@ static void score(const search *S, sim_tune_score *sc)
     sc->done = true;
 }
 
+static size_t moved(const sim_tune_result *r, const sim_tune_cand *c)
+{
+    size_t n = 0;
+    for (size_t k = 0; c->idx && r->start && k < r->n_knobs; k++) n += c->idx[k] != r->start[k];
+    return n;
+}
+
 /* < 0: a better than b on rung k. */
-static int rank_cmp(const sim_tune_cand *a, const sim_tune_cand *b, int k)
+static int rank_cmp(const sim_tune_result *r, const sim_tune_cand *a, const sim_tune_cand *b, int k)
 {
     const sim_tune_score *x = &a->rung[k], *y = &b->rung[k];
     if (x->feasible != y->feasible) return x->feasible ? -1 : 1;
@@ -411,7 +436,67 @@ static int rank_cmp(const sim_tune_cand *a, const sim_tune_cand *b, int k)
     if (!rel_close(x->goodput_rps, y->goodput_rps)) return x->goodput_rps > y->goodput_rps ? -1 : 1;
     if (!rel_close(x->ttft_p99_ms, y->ttft_p99_ms)) return x->ttft_p99_ms < y->ttft_p99_ms ? -1 : 1;
     if (x->refused != y->refused) return x->refused < y->refused ? -1 : 1;
+    size_t ma = moved(r, a), mb = moved(r, b);
+    if (ma != mb) return ma < mb ? -1 : 1;
     return strcmp(sched_policy_canonical(a->policy), sched_policy_canonical(b->policy));
+}
+
+static void run_pool(search *S, task *tasks, size_t nt)
+{
+    pool p = {.tasks = tasks, .n = nt, .o = S->o};
+    pthread_mutex_init(&p.mu, NULL);
+    int nth = S->jobs < (int)nt ? S->jobs : (int)nt;
+    pthread_t th[256];
+    int started = 0;
+    for (int i = 1; i < nth && i < 256; i++)
+        if (pthread_create(&th[started], NULL, worker, &p) == 0) started++;
+    worker(&p);
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&p.mu);
+    S->r->runs += nt;
+}
+
+/* The DESIGN §7 scenarios (and overload at 4× capacity) for every whole-trace candidate: one
+ * that fails any becomes infeasible — a default must not buy goodput with a scenario. */
+static int judge_scenarios(search *S)
+{
+    static const char *const names[SIM_TUNE_SCENARIOS] = {"long-prompt", "two-tenants", "disconnects", "burst",
+                                                          "overload", "overload"};
+    sim_tune_result *r = S->r;
+    sim_trace tr[SIM_TUNE_SCENARIOS];
+    sim_scenario scn[SIM_TUNE_SCENARIOS];
+    memset(tr, 0, sizeof tr);
+    int rc = 0;
+    for (int i = 0; i < SIM_TUNE_SCENARIOS && !rc; i++) {
+        const char *params[] = {"load=4"};
+        rc = sim_gen_workload(&tr[i], names[i], params, i == SIM_TUNE_SCENARIOS - 1 ? 1 : 0, S->o->run.svc,
+                              S->o->run.seed, &scn[i]);
+    }
+    task *tasks = rc ? NULL : calloc(r->n_cands * SIM_TUNE_SCENARIOS + 1, sizeof *tasks);
+    if (!rc && !tasks) rc = -ENOMEM;
+    size_t nt = 0;
+    for (size_t c = 0; !rc && c < r->n_cands; c++) {
+        if (!r->cands[c].rung[2].done || r->cands[c].scenarios_judged) continue;
+        r->cands[c].scenarios_judged = true;
+        r->cands[c].scenarios_passed = 0;
+        for (int i = 0; i < SIM_TUNE_SCENARIOS; i++)
+            tasks[nt++] = (task){.cand = &r->cands[c], .trace = &tr[i], .scn = &scn[i]};
+    }
+    if (!rc) run_pool(S, tasks, nt);
+    for (size_t i = 0; !rc && i < nt; i++)
+        if (tasks[i].rc < 0) rc = sim_err_setc(tasks[i].rc, "candidate %s: scenario: %s", tasks[i].cand->hash, tasks[i].err);
+    for (size_t i = 0; !rc && i < nt; i++) {
+        sim_tune_cand *c = tasks[i].cand;
+        if (tasks[i].verdict == 1) { c->scenarios_passed++; continue; }
+        if (!c->scenario_failed[0])
+            snprintf(c->scenario_failed, sizeof c->scenario_failed, "%s%s", i % SIM_TUNE_SCENARIOS == SIM_TUNE_SCENARIOS - 1 ? "(load 4) " : "",
+                     tasks[i].verdict_text);
+        c->rung[2].violation += 1;
+        c->rung[2].feasible = false;
+    }
+    free(tasks);
+    for (int i = 0; i < SIM_TUNE_SCENARIOS; i++) sim_trace_free(&tr[i]);
+    return rc;
 }
 
 /* Run every listed candidate not yet done on rung k, all loads, on the pool. */
@@ -433,17 +518,7 @@ static int evaluate(search *S, const size_t *which, size_t n, int k)
         for (size_t l = 0; l < nl; l++)
             tasks[nt++] = (task){.cand = c, .trace = &S->traces[S->same_as[k]][l], .out = &c->rung[k].load[l]};
     }
-    pool p = {.tasks = tasks, .n = nt, .o = S->o};
-    pthread_mutex_init(&p.mu, NULL);
-    int nth = S->jobs < (int)nt ? S->jobs : (int)nt;
-    pthread_t th[256];
-    int started = 0;
-    for (int i = 1; i < nth && i < 256; i++)
-        if (pthread_create(&th[started], NULL, worker, &p) == 0) started++;
-    worker(&p);
-    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-    pthread_mutex_destroy(&p.mu);
-    r->runs += nt;
+    run_pool(S, tasks, nt);
     int rc = 0;
     for (size_t i = 0; i < nt && !rc; i++)
         if (tasks[i].rc < 0) rc = sim_err_setc(tasks[i].rc, "candidate %s: %s", tasks[i].cand->hash, tasks[i].err);
@@ -522,7 +597,7 @@ static int cmp_idx(const void *a, const void *b, void *ctx)
 {
     const sim_tune_result *r = ((const void **)ctx)[0];
     int k = *(const int *)((const void **)ctx)[1];
-    return rank_cmp(&r->cands[*(const size_t *)a], &r->cands[*(const size_t *)b], k);
+    return rank_cmp(r, &r->cands[*(const size_t *)a], &r->cands[*(const size_t *)b], k);
 }
 
 /* Indices of the candidates done on rung k, best first (the base policy is not one). */
@@ -549,7 +624,7 @@ static void progress(const search *S, const char *phase, int k)
     const sim_tune_cand *b = NULL;
     for (size_t i = 0; i < S->r->n_cands; i++) {
         const sim_tune_cand *c = &S->r->cands[i];
-        if (c->rung[k].done && !c->is_base && (!b || rank_cmp(c, b, k) < 0)) b = c;
+        if (c->rung[k].done && !c->is_base && (!b || rank_cmp(S->r, c, b, k) < 0)) b = c;
     }
     if (!b) return;
     fprintf(S->o->progress, "tune: %s: %zu candidates run, best %s goodput %.2f req/s%s (%s)\n", phase, S->r->evaluated[k],
@@ -580,7 +655,7 @@ static int coordinate_search(search *S, int *cur)
             if (rc || (rc = evaluate(S, which, n, 0))) break;
             long best = at;
             for (size_t i = 0; i < n; i++)
-                if (rank_cmp(&r->cands[which[i]], &r->cands[best], 0) < 0) best = (long)which[i];
+                if (rank_cmp(r, &r->cands[which[i]], &r->cands[best], 0) < 0) best = (long)which[i];
             if (best != at) {
                 at = best;
                 memcpy(cur, r->cands[best].idx, r->n_knobs * sizeof *cur);
@@ -627,7 +702,7 @@ int sim_tune(const sim_trace *t, const sched_policy *base, const sim_tune_opts *
     int rc = 0;
     char spec[1024];
     if (!strcmp(o->spec, "default")) {
-        if ((rc = sim_tune_default_spec(base, spec, sizeof spec))) return rc;
+        if ((rc = sim_tune_default_spec(base, t, spec, sizeof spec))) return rc;
     } else {
         snprintf(spec, sizeof spec, "%s", o->spec);
     }
@@ -638,6 +713,7 @@ int sim_tune(const sim_trace *t, const sched_policy *base, const sim_tune_opts *
     memcpy(r->loads, o->loads, sizeof r->loads);
     r->n_loads = o->n_loads;
     r->fair_floor = o->fair_floor;
+    r->scenarios = o->scenarios;
     r->slo_min = o->slo_min;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     S.jobs = o->jobs > 0 ? o->jobs : (int)(ncpu > 0 ? ncpu : 1);
@@ -679,6 +755,8 @@ int sim_tune(const sim_trace *t, const sched_policy *base, const sim_tune_opts *
 
     if (!(cur = malloc(r->n_knobs * sizeof *cur))) { rc = -ENOMEM; goto out; }
     start_point(&S, base, cur);
+    if (!(r->start = malloc(r->n_knobs * sizeof *r->start))) { rc = -ENOMEM; goto out; }
+    memcpy(r->start, cur, r->n_knobs * sizeof *cur);
     if ((rc = coordinate_search(&S, cur))) goto out;
     progress(&S, "coordinate search on the screening window", 0);
 
@@ -692,10 +770,20 @@ int sim_tune(const sim_trace *t, const sched_policy *base, const sim_tune_opts *
     if (!(rc = evaluate(&S, order, keep, 1))) {
         progress(&S, "halving on the longer window", 1);
         n = ranked(r, 1, order);
-        keep = o->finalists < n ? o->finalists : n;
-        if (keep == 0) keep = n ? 1 : 0;
-        order[keep] = r->base;
-        rc = evaluate(&S, order, keep + 1, 2);
+        /* the base first (it is judged beside the finalists), then `finalists` at a time down
+         * the longer window's ranking until one is feasible on the whole trace: a window can
+         * hide what only the whole trace shows (a quota a burst overruns), and then the next
+         * ones in line are the candidates worth the whole trace */
+        size_t from = 0;
+        rc = evaluate(&S, &r->base, 1, 2);
+        while (!rc && from < n) {
+            keep = o->finalists < n - from ? o->finalists : n - from;
+            if (!(rc = evaluate(&S, order + from, keep, 2)) && o->scenarios) rc = judge_scenarios(&S);
+            from += keep;
+            bool any = false;
+            for (size_t i = 0; i < from && !any; i++) any = r->cands[order[i]].rung[2].feasible;
+            if (any) break;
+        }
     }
     if (!rc) {
         n = ranked(r, 2, order);
@@ -733,6 +821,7 @@ void sim_tune_result_free(sim_tune_result *r)
         sched_policy_free(r->cands[i].policy);
     }
     free(r->cands);
+    free(r->start);
     memset(r, 0, sizeof *r);
 }
 
@@ -763,8 +852,9 @@ void sim_tune_table(FILE *f, const sim_tune_result *r)
     fprintf(f, "coordinate search: %d pass(es), %zu candidates on %s; %zu on %s; %zu on the whole trace; "
                "%zu simulations on %d threads in %.1f s\n",
             r->rounds, r->evaluated[0], w0, r->evaluated[1], w1, r->evaluated[2], r->runs, r->jobs, r->wall_s);
-    fprintf(f, "objective: goodput at SLO summed over the loads; constraint: every tenant >= %.2f of its fair share%s\n\n",
-            r->fair_floor, r->slo_min > 0 ? ", accepted requests meeting their targets" : "");
+    fprintf(f, "objective: goodput at SLO summed over the loads; constraint: every tenant >= %.2f of its fair share%s%s\n\n",
+            r->fair_floor, r->slo_min > 0 ? ", accepted requests meeting their targets" : "",
+            r->scenarios ? ", the DESIGN §7 scenarios and overload at ×4 PASS" : "");
     if (r->slo_min > 0) fprintf(f, "  (accepted-SLO floor %.2f)\n\n", r->slo_min);
     fprintf(f, "%-4s %-16s %12s %12s %12s %9s %9s  %s\n", "", "policy hash", "goodput r/s", "TTFT p99 ms", "TPOT p99 ms",
             "refused", "min fair", "knobs");
@@ -779,6 +869,7 @@ void sim_tune_table(FILE *f, const sim_tune_result *r)
             fprintf(f, "%-4s %-16s %12.2f %12.1f %12.2f %8.1f%% %9.3f  %s%s\n", tag, c->hash, s->goodput_rps, s->ttft_p99_ms,
                     s->tpot_p99_ms, s->requests ? 100.0 * (double)s->refused / (double)s->requests : 0, s->min_fair,
                     c->values, s->feasible ? "" : " [infeasible]");
+            if (c->scenario_failed[0]) fprintf(f, "     scenario failed: %s\n", c->scenario_failed);
         }
     fprintf(f, "\n(pf: on the Pareto front of goodput, TTFT p99, TPOT p99 and refusals among the whole-trace runs; "
                "figures summed or worst over the loads)\n\nbest per load:\n");
@@ -814,6 +905,10 @@ static json_t *score_json(const sim_tune_result *r, const sim_tune_score *s)
 static json_t *cand_json(const sim_tune_result *r, const sim_tune_cand *c)
 {
     json_t *o = json_pack("{s:s,s:b,s:b}", "hash", c->hash, "base", c->is_base, "pareto", c->pareto);
+    if (c->scenarios_judged) {
+        json_object_set_new(o, "scenarios_passed", json_integer(c->scenarios_passed));
+        if (c->scenario_failed[0]) json_object_set_new(o, "scenario_failed", json_string(c->scenario_failed));
+    }
     json_t *vals = json_object();
     if (c->idx)
         for (size_t k = 0; k < r->n_knobs; k++)
@@ -906,8 +1001,9 @@ int sim_tune_write_policy(const char *path, const sim_tune_result *r)
             r->base_name);
     fprintf(f, "# searched: %s\n", r->spec);
     fprintf(f, "# chosen: %s\n", b->values);
-    fprintf(f, "# goodput at SLO %.2f req/s summed over the loads (base policy: %.2f); every tenant >= %.2f of its fair share\n",
-            b->rung[2].goodput_rps, r->cands[r->base].rung[2].goodput_rps, r->fair_floor);
+    fprintf(f, "# goodput at SLO %.2f req/s summed over the loads (base policy: %.2f); every tenant >= %.2f of its fair share%s\n",
+            b->rung[2].goodput_rps, r->cands[r->base].rung[2].goodput_rps, r->fair_floor,
+            r->scenarios ? b->rung[2].feasible ? "; the DESIGN §7 scenarios and overload at ×4 PASS" : "; NOT feasible" : "");
     fprintf(f, "# policy hash %s\n%s", b->hash, sched_policy_canonical(b->policy));
     if (fclose(f) != 0) return sim_err_setc(-EIO, "%s: write error", path);
     return 0;

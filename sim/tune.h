@@ -32,14 +32,15 @@
  * max-min fair share of the served tokens and (when slo_min > 0) the requests it accepted
  * meet their targets at least slo_min of the time; a feasible candidate always ranks above an
  * infeasible one, whatever their goodput.  Ties go to the lower TTFT p99, then to fewer
- * refusals, then to the canonical text (so the answer never depends on thread timing).
+ * refusals, then to fewer knobs moved from the base (a knob the trace never exercises keeps
+ * the base's value), then to the canonical text (so the answer never depends on thread timing).
  *
  * The optimiser (not a grid): coordinate search — each knob in turn over all its values, the
  * others held, repeated until a pass changes nothing — on a short window of the trace (the
  * busiest eighth of it), then successive halving: the best candidates of that screening are
- * run on a window twice as long (the busiest quarter), and the best of those — plus the base
- * policy, for comparison — on the whole trace at every load.  The best on the whole trace is
- * the answer.  Candidates run on `jobs` threads; every run is deterministic for the seed, and
+ * run on a window twice as long (the busiest quarter), and the best `finalists` of those — plus
+ * the base policy, for comparison — on the whole trace at every load (the next `finalists` in
+ * line when none of them is feasible there).  The best on the whole trace is the answer.  Candidates run on `jobs` threads; every run is deterministic for the seed, and
  * each result lands in its own slot, so the output does not depend on the thread count.
  */
 
@@ -55,6 +56,8 @@ typedef struct sim_tune_opts {
     int           jobs;          /* threads; 0 = every online CPU */
     int           max_rounds;    /* coordinate-search passes at most (3) */
     size_t        finalists;     /* candidates run on the whole trace (6), besides the base */
+    bool          scenarios;     /* finalists must also PASS the five DESIGN §7 scenarios (and
+                                    the overload one at load 4) to be feasible */
     sim_options   run;           /* service, max_context, retry, seed... (policy is set per run) */
     const char   *base_name;     /* for reports: the base policy's file name or "default" */
     FILE         *progress;      /* one line per search phase, or NULL */
@@ -90,7 +93,12 @@ typedef struct sim_tune_cand {
     bool           is_base;
     bool           pareto;       /* on the whole-trace Pareto front */
     sim_tune_score rung[SIM_TUNE_RUNGS];
+    bool           scenarios_judged;  /* opts.scenarios: run on the scenarios (whole-trace ones) */
+    int            scenarios_passed;  /* of SIM_TUNE_SCENARIOS */
+    char           scenario_failed[720]; /* the first failing scenario and its verdict */
 } sim_tune_cand;
+
+#define SIM_TUNE_SCENARIOS 6      /* the five of DESIGN §7, and overload at load 4 */
 
 typedef struct sim_tune_knob {
     char    name[96];
@@ -103,6 +111,8 @@ typedef struct sim_tune_result {
     sim_tune_cand *cands;  size_t n_cands;
     size_t  best;                            /* index into cands */
     size_t  base;                            /* the base policy's entry */
+    int    *start;                           /* value index per knob where the search began */
+    bool    scenarios;
     size_t  evaluated[SIM_TUNE_RUNGS];       /* candidates run on each rung */
     size_t  runs;                            /* simulations in all */
     int     rounds;                          /* coordinate-search passes done */
@@ -117,9 +127,9 @@ typedef struct sim_tune_result {
 } sim_tune_result;
 
 /* The spec "default" stands for: the step knobs, plus a queue-wait bound for every class with
- * a TTFT target and a queued-token quota shared by every tenant — the admission knobs that
- * decide what overload costs.  Written into buf (the policy's classes name the sections). */
-int  sim_tune_default_spec(const sched_policy *base, char *buf, size_t len);
+ * a TTFT target that t's requests use and a queued-token quota shared by every tenant — the
+ * admission knobs that decide what overload costs.  Written into buf. */
+int  sim_tune_default_spec(const sched_policy *base, const sim_trace *t, char *buf, size_t len);
 
 /* Search.  t is the trace as the user shaped it (window, tenants, classes; the loads multiply
  * its rate); base the policy whose other settings every candidate keeps.  Returns 0 with *out

@@ -609,3 +609,344 @@ Test(sched_prefix, random_traffic_keeps_every_invariant_and_every_block_intact)
     o_check();
     o_fini();
 }
+
+/* ================================================================================================
+ * The scheduler with the cache on (sched_config.prefix_cache): real sched_step / sched_commit
+ * runs, the scheduler's invariants (reference counts included) checked after every call.
+ * ============================================================================================== */
+
+#include "sched/sched.h"
+
+#define MAXE 20000
+typedef struct drv {
+    sched       *s;
+    sched_policy *p;
+    uint64_t     now;
+    sched_event  ev[MAXE];
+    uint32_t     n_ev;
+    uint32_t     finished;
+} drv;
+static drv D;
+
+static void d_sink(void *ctx, const sched_event *e)
+{
+    (void)ctx;
+    if (D.n_ev < MAXE) { D.ev[D.n_ev] = *e; D.ev[D.n_ev].tenant = D.ev[D.n_ev].class_name = D.ev[D.n_ev].policy = NULL; D.n_ev++; }
+    if (e->kind == SCHED_EV_FINISH) D.finished++;
+    char line[512];
+    cr_assert_lt(sched_event_json(e, line, sizeof line), sizeof line);
+}
+
+static void d_check(void)
+{
+    char why[300];
+    cr_assert_eq(sched_check_invariants(D.s, why, sizeof why), 0, "scheduler invariant: %s", why);
+}
+
+static void d_init(const char *extra, uint32_t dev, uint32_t host, bool cache)
+{
+    memset(&D, 0, sizeof D);
+    char pol[512];
+    snprintf(pol, sizeof pol, "[scheduler]\ntoken_budget = 64\nprefill_chunk = 8\nmax_preemptions = 0\n%s\n"
+             "[tenant a]\n[tenant b]\n[class default]\n", extra ? extra : "");
+    sched_policy_error err;
+    cr_assert_eq(sched_policy_parse(pol, &D.p, &err), 0, "policy line %d: %s", err.line, err.reason);
+    sched_config c = {.kv_blocks_device = dev, .kv_blocks_host = host, .block_size = 4, .kv_bytes_per_token = 64,
+                      .max_context = 512, .step_base_us = 100, .prefill_us_per_token = 1, .decode_us_per_seq = 1,
+                      .host = {.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 1},
+                      .prefix_cache = cache};
+    cr_assert_eq(sched_create(D.p, &c, d_sink, NULL, 1, &D.s), 0, "%s", sched_last_error());
+}
+
+static void d_fini(void)
+{
+    sched_destroy(D.s);
+    sched_policy_free(D.p);
+}
+
+static int d_submit(uint64_t id, int tenant, const int32_t *tok, uint32_t n, uint32_t max_new, uint64_t salt)
+{
+    sched_request q = {.id = id, .tenant = tenant, .class_idx = -1, .prompt_len = n, .max_new_tokens = max_new,
+                       .arrival_us = D.now, .tokens = tok, .cache_salt = salt};
+    int rc = sched_submit(D.s, &q, D.now, NULL);
+    d_check();
+    return rc;
+}
+
+/* One iteration: step, complete its transfers, execute every entry (a token per sampling
+ * entry), commit.  Returns the plan (valid until the next step). */
+static const sched_plan *d_iter(void)
+{
+    const sched_plan *pl = sched_step(D.s, D.now);
+    cr_assert(pl, "%s", sched_last_error());
+    d_check();
+    for (uint32_t i = 0; i < pl->n_transfers; i++) {
+        cr_assert_eq(sched_transfer_done(D.s, pl->transfers[i].id, D.now, 0, 0, 0), 0);
+        d_check();
+    }
+    sched_result res[256];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < pl->n_entries && n < 256; i++)
+        res[n++] = (sched_result){.req = pl->entries[i].req, .tokens = pl->entries[i].samples};
+    D.now += 1000;
+    cr_assert_eq(sched_commit(D.s, res, n, D.now, 0), 0);
+    d_check();
+    return pl;
+}
+
+/* Iterate until nothing is queued, running or moving — at least once, so releases pending
+ * from a cancel are done. */
+static void d_run_until_idle(int max_iters)
+{
+    sched_counts c;
+    for (int i = 0; i < max_iters; i++) {
+        d_iter();
+        sched_get_counts(D.s, &c);
+        if (!c.waiting && !c.running && !c.swapped && !c.in_transit) return;
+    }
+    cr_assert_fail("not idle after %d iterations (waiting %u running %u)", max_iters, c.waiting, c.running);
+}
+
+static const sched_event *d_find(sched_event_kind k, uint64_t req)
+{
+    for (uint32_t i = 0; i < D.n_ev; i++)
+        if (D.ev[i].kind == k && D.ev[i].req == req) return &D.ev[i];
+    return NULL;
+}
+
+static const sched_entry *d_entry(const sched_plan *pl, uint64_t req)
+{
+    for (uint32_t i = 0; i < pl->n_entries; i++)
+        if (pl->entries[i].req == req) return &pl->entries[i];
+    return NULL;
+}
+
+Test(sched_prefix_cache, a_request_sharing_a_cached_prefix_starts_its_prefill_after_it)
+{
+    d_init(NULL, 64, 0, true);
+    int32_t a[20], b[20];
+    for (int i = 0; i < 20; i++) a[i] = b[i] = 100 + i;
+    b[17] = 5;   /* b = a's first 4 blocks (16 tokens) + its own last block */
+    cr_assert_eq(d_submit(1, 0, a, 20, 2, 7), 0);
+    d_run_until_idle(50);
+    cr_assert_null(d_find(SCHED_EV_CACHE_HIT, 1), "nothing was cached before a");
+    sched_group_stats t0;
+    sched_get_tenant_stats(D.s, 0, &t0);
+    cr_assert_eq(t0.served_prompt_tokens, 20);
+    sched_counts c;
+    sched_get_counts(D.s, &c);
+    cr_assert_eq(c.kv_cached[SCHED_POOL_DEVICE], 5, "a's 5 full blocks stay cached, got %u", c.kv_cached[SCHED_POOL_DEVICE]);
+    cr_assert_eq(c.kv_used[SCHED_POOL_DEVICE], 0, "cached blocks no sequence holds count as free");
+    cr_assert_eq(c.kv_free[SCHED_POOL_DEVICE], 64);
+
+    cr_assert_eq(d_submit(2, 0, b, 20, 2, 7), 0);
+    const sched_plan *pl = d_iter();
+    const sched_entry *e = d_entry(pl, 2);
+    cr_assert_not_null(e);
+    cr_assert_eq(e->start_pos, 16, "prefill starts at the first uncovered token, got %u", e->start_pos);
+    cr_assert_eq(e->n_tokens, 4);
+    const sched_event *h = d_find(SCHED_EV_CACHE_HIT, 2);
+    cr_assert_not_null(h);
+    cr_assert_eq(h->cached_tokens, 16);
+    cr_assert_eq(h->self_tokens, 0);
+    cr_assert_eq(h->blocks, 4);
+    d_run_until_idle(50);
+    sched_group_stats t1;
+    sched_get_tenant_stats(D.s, 0, &t1);
+    cr_assert_eq(t1.served_prompt_tokens - t0.served_prompt_tokens, 4, "only the uncovered tokens are computed");
+    cr_assert_eq(d_find(SCHED_EV_FINISH, 2)->cached_tokens, 16, "FINISH carries the cached-token count");
+    /* fair share: b was charged its 4 computed prompt tokens and 2 outputs, a its 20 and 2 */
+    cr_assert_lt(t1.virtual_tokens - t0.virtual_tokens, 7.0, "charged %.1f", t1.virtual_tokens - t0.virtual_tokens);
+    sched_get_counts(D.s, &c);
+    cr_assert_eq(c.prefix_hit_tokens, 16);
+    cr_assert_eq(c.prefix_query_tokens, 40);
+
+    /* the whole prompt cached: the last token is still computed (it samples) */
+    cr_assert_eq(d_submit(3, 0, a, 20, 1, 7), 0);
+    pl = d_iter();
+    e = d_entry(pl, 3);
+    cr_assert_eq(e->start_pos, 16);
+    cr_assert_eq(e->n_tokens, 4);
+    cr_assert_eq(d_submit(4, 0, a, 16, 1, 7), 0);   /* exactly 4 blocks: 3 shared, the 4th computed */
+    pl = d_iter();
+    e = d_entry(pl, 4);
+    cr_assert_eq(e->start_pos, 12);
+    d_run_until_idle(50);
+    d_fini();
+}
+
+Test(sched_prefix_cache, other_domains_and_uncached_requests_never_hit)
+{
+    d_init(NULL, 64, 0, true);
+    int32_t a[16];
+    for (int i = 0; i < 16; i++) a[i] = i;
+    d_submit(1, 0, a, 16, 1, 1);
+    d_run_until_idle(50);
+    d_submit(2, 1, a, 16, 1, 2);   /* the same prompt in another domain */
+    d_submit(3, 0, NULL, 16, 1, 1);   /* no tokens given: not cached */
+    const sched_plan *pl = d_iter();
+    cr_assert_eq(d_entry(pl, 2)->start_pos, 0);
+    cr_assert_eq(d_entry(pl, 3)->start_pos, 0);
+    cr_assert_null(d_find(SCHED_EV_CACHE_HIT, 2));
+    cr_assert_null(d_find(SCHED_EV_CACHE_HIT, 3));
+    d_run_until_idle(50);
+    d_fini();
+}
+
+Test(sched_prefix_cache, off_by_default_the_scheduler_frees_blocks_as_before)
+{
+    d_init(NULL, 64, 0, false);
+    int32_t a[16];
+    for (int i = 0; i < 16; i++) a[i] = i;
+    d_submit(1, 0, a, 16, 1, 1);
+    d_run_until_idle(50);
+    d_submit(2, 0, a, 16, 1, 1);
+    const sched_plan *pl = d_iter();
+    cr_assert_eq(d_entry(pl, 2)->start_pos, 0);
+    sched_counts c;
+    sched_get_counts(D.s, &c);
+    cr_assert_eq(c.kv_cached[SCHED_POOL_DEVICE], 0);
+    cr_assert_eq(c.prefix_query_tokens, 0);
+    d_run_until_idle(50);
+    d_fini();
+}
+
+Test(sched_prefix_cache, running_sequences_share_blocks_and_a_holder_ending_frees_nothing_shared)
+{
+    d_init(NULL, 64, 0, true);
+    int32_t sys[12], p[3][20];
+    for (int i = 0; i < 12; i++) sys[i] = 900 + i;
+    for (int u = 0; u < 3; u++)
+        for (int i = 0; i < 20; i++) p[u][i] = i < 12 ? sys[i] : 1000 * u + i;
+    d_submit(1, 0, p[0], 20, 1, 3);   /* caches the system prompt */
+    d_run_until_idle(50);
+    d_submit(2, 0, p[1], 20, 30, 3);
+    d_submit(3, 1, p[2], 20, 3, 3);   /* another tenant, same domain: shares too */
+    const sched_plan *pl = d_iter();
+    const sched_entry *e2 = d_entry(pl, 2), *e3 = d_entry(pl, 3);
+    cr_assert_eq(e2->start_pos, 12);
+    cr_assert_eq(e3->start_pos, 12);
+    for (int b = 0; b < 3; b++) cr_assert_eq(e2->blocks[b], e3->blocks[b], "block %d is shared", b);
+    cr_assert_neq(e2->blocks[3], e3->blocks[3], "each writes its own tail");
+    for (int i = 0; i < 6; i++) d_iter();   /* 3 finishes while 2 decodes on the shared blocks */
+    cr_assert_not_null(d_find(SCHED_EV_FINISH, 3));
+    sched_req_info ri;
+    cr_assert_eq(sched_get_request(D.s, 2, &ri), 0);
+    cr_assert_eq(ri.state, SCHED_REQ_RUNNING);
+    sched_cancel(D.s, 2, D.now, SCHED_CANCEL_CLIENT);   /* cancelled mid-decode */
+    d_run_until_idle(50);
+    sched_counts c;
+    sched_get_counts(D.s, &c);
+    cr_assert_eq(c.kv_used[SCHED_POOL_DEVICE], 0, "no block leaked");
+    cr_assert_eq(c.kv_cached[SCHED_POOL_DEVICE], 3 + 2 + 2 + 2, "the system prompt once, each user's 2 own blocks");
+    d_fini();
+}
+
+Test(sched_prefix_cache, a_prefill_cancelled_midway_keeps_only_its_computed_blocks)
+{
+    d_init(NULL, 64, 0, true);
+    int32_t a[40];
+    for (int i = 0; i < 40; i++) a[i] = 3 * i + 1;
+    d_submit(1, 0, a, 40, 4, 0);
+    d_iter();   /* prefill_chunk 8: two blocks computed */
+    d_iter();   /* four */
+    sched_cancel(D.s, 1, D.now, SCHED_CANCEL_DISCONNECT);
+    d_run_until_idle(10);
+    sched_counts c;
+    sched_get_counts(D.s, &c);
+    cr_assert_eq(c.kv_used[SCHED_POOL_DEVICE], 0);
+    cr_assert_eq(c.kv_cached[SCHED_POOL_DEVICE], 4, "the 16 computed tokens' blocks stay, got %u", c.kv_cached[SCHED_POOL_DEVICE]);
+    d_submit(2, 0, a, 40, 1, 0);
+    const sched_plan *pl = d_iter();
+    cr_assert_eq(d_entry(pl, 2)->start_pos, 16, "the retry resumes where the cancelled one got");
+    d_run_until_idle(50);
+    d_fini();
+}
+
+Test(sched_prefix_cache, free_block_demand_evicts_cached_blocks_instead_of_waiting)
+{
+    d_init(NULL, 24, 0, true);
+    int32_t p[30][16];
+    for (int r = 0; r < 30; r++)
+        for (int i = 0; i < 16; i++) p[r][i] = r * 100 + i;
+    for (int r = 0; r < 30; r++) {   /* 30 × 5 blocks (prompt + output) through a 24-block pool */
+        d_submit((uint64_t)r + 1, r % 2, p[r], 16, 4, 0);
+        d_run_until_idle(50);
+    }
+    cr_assert_eq(D.finished, 30);
+    sched_counts c;
+    sched_get_counts(D.s, &c);
+    cr_assert_gt(c.prefix_evicted_blocks, 0);
+    cr_assert_leq(c.kv_cached[SCHED_POOL_DEVICE], 24);
+    int evicts = 0;
+    for (uint32_t i = 0; i < D.n_ev; i++)
+        if (D.ev[i].kind == SCHED_EV_CACHE_EVICT) {
+            evicts++;
+            cr_assert_eq(D.ev[i].evict, SCHED_PREFIX_EVICT_DEMAND);
+            char line[256];
+            sched_event_json(&D.ev[i], line, sizeof line);
+            cr_assert(strstr(line, "\"ev\":\"cache_evict\"") && strstr(line, "\"reason\":\"demand\""), "%s", line);
+        }
+    cr_assert_gt(evicts, 0);
+    for (uint32_t i = 0; i < D.n_ev; i++)
+        cr_assert(!(D.ev[i].kind == SCHED_EV_DEFER && D.ev[i].defer == SCHED_DEFER_BLOCKS),
+                  "a request waited for blocks while cached blocks could be evicted");
+    /* the most recent prompt is still there */
+    d_submit(100, 1, p[29], 16, 1, 0);
+    const sched_plan *pl = d_iter();
+    cr_assert_eq(d_entry(pl, 100)->start_pos, 12);
+    d_run_until_idle(50);
+    d_fini();
+}
+
+Test(sched_prefix_cache, a_recompute_preempted_sequence_reuses_its_own_blocks_counted_as_self)
+{
+    d_init("preemption = recompute", 14, 0, true);
+    int32_t a[16], b[16];
+    for (int i = 0; i < 16; i++) { a[i] = i; b[i] = 50 + i; }
+    d_submit(1, 0, a, 16, 24, 0);
+    d_submit(2, 1, b, 16, 24, 0);
+    d_run_until_idle(400);
+    cr_assert_eq(D.finished, 2);
+    sched_counts c;
+    sched_get_counts(D.s, &c);
+    int preempts = 0, self_hits = 0;
+    for (uint32_t i = 0; i < D.n_ev; i++) {
+        preempts += D.ev[i].kind == SCHED_EV_PREEMPT;
+        if (D.ev[i].kind == SCHED_EV_CACHE_HIT && D.ev[i].self_tokens) self_hits++;
+    }
+    cr_assert_gt(preempts, 0, "the pool is too small for both: someone is preempted");
+    cr_assert_gt(self_hits, 0, "the resumed sequence found its own prompt blocks");
+    cr_assert_gt(c.prefix_self_tokens, 0);
+    cr_assert_eq(c.prefix_self_tokens, c.prefix_hit_tokens, "no cross-request sharing here: every hit is a self hit");
+    d_fini();
+}
+
+Test(sched_prefix_cache, random_traffic_with_swaps_and_cancels_keeps_every_block_accounted)
+{
+    d_init("preemption = auto", 40, 40, true);
+    uint64_t id = 0;
+    int32_t tok[64][48];
+    for (int step = 0; step < 600; step++) {
+        if (RND(3) == 0 && id < 64) {
+            uint32_t len = 8 + RND(40), sys = RND(3);
+            int32_t *t = tok[id];
+            for (uint32_t i = 0; i < len; i++) t[i] = i < 12 ? (int32_t)(sys * 1000 + i) : (int32_t)(RND(3) + 10 * i);
+            id++;
+            d_submit(id, (int)RND(2), t, len, 1 + RND(20), RND(2));
+        }
+        if (RND(17) == 0 && id) sched_cancel(D.s, 1 + RND((uint32_t)id), D.now, SCHED_CANCEL_CLIENT);
+        d_iter();
+    }
+    d_run_until_idle(2000);
+    sched_counts c;
+    sched_get_counts(D.s, &c);
+    cr_assert_eq(c.kv_used[SCHED_POOL_DEVICE], 0, "no device block leaked");
+    cr_assert_eq(c.kv_used[SCHED_POOL_HOST], 0, "no host block leaked");
+    cr_assert_gt(c.prefix_hit_tokens, 0, "the traffic shares prefixes");
+    int swaps = 0, recomputes = 0;
+    for (uint32_t i = 0; i < D.n_ev; i++)
+        if (D.ev[i].kind == SCHED_EV_PREEMPT) { swaps += D.ev[i].mode == SCHED_PREEMPT_SWAP; recomputes += D.ev[i].mode == SCHED_PREEMPT_RECOMPUTE; }
+    cr_assert_gt(swaps, 0, "sequences holding shared blocks were swapped out (swaps %d, recomputes %d)", swaps, recomputes);
+    d_fini();
+}

@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * llama.cpp as the oracle (node-llama-cpp's prebuilt binary, tests/node/): on GGUF files
+ * written by ringlm-mkmodel's exporter — stories260K converted, synthetic stories15M, GQA,
+ * qwen2 and 256-aligned shapes in every supported type — ringlm's greedy tokens equal
+ * llama.cpp's for 200 steps.
+ *
+ * Stated tolerance: the two engines round differently (llama.cpp also quantizes the
+ * activations to 8 bits before a quantized matmul), so where ringlm's two best logits are
+ * within NEAR_TIE of each other (relative to the largest logit) the argmax may differ; the
+ * runs then diverge, so the comparison ends there and the test reports how far it got.
+ * A difference at a step with a clear winner fails.
+ *
+ * Skips with a message when node or tests/node/node_modules is absent (`make deps`).
+ */
+#include "engine_test_util.h"
+#include "kernels/gguf_write.h"
+#include "tokenizer.h"
+
+#include <jansson.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STEPS 200
+
+static char tmpdir[256];
+
+static void mk_tmpdir(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/ringlm-oracle-XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+static void rm_tmpdir(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static const char *node_dir(void)
+{
+    const char *d = getenv("RINGLM_NODE_DIR");
+    return d && *d ? d : "tests/node";
+}
+
+static void skip_without_node(void)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/node_modules/node-llama-cpp/package.json", node_dir());
+    if (system("command -v node >/dev/null 2>&1") != 0)
+        cr_skip_test("node is not installed: the llama.cpp oracle cannot run");
+    if (access(p, R_OK) != 0)
+        cr_skip_test("%s absent: run `make deps` to install the pinned node-llama-cpp", p);
+}
+
+typedef struct job {
+    char model[512];
+    int32_t prompt[16];
+    int n_prompt;
+    int stop; /* token that ends generation (stories260K: BOS), -1: none */
+    double near_tie;
+    const char *label;
+} job;
+
+static void export_to(job *j, const char *spec, const char *tok, const char *type,
+                      const char *arch, const char *name)
+{
+    snprintf(j->model, sizeof j->model, "%s/%s", tmpdir, name);
+    eng_model *m;
+    cr_assert_eq(eng_model_load(spec, &m), 0, "%s", eng_errmsg());
+    int V = eng_model_cfg(m)->vocab_size;
+    tok_tokenizer *t = NULL;
+    const char **pieces = NULL;
+    float *scores = NULL;
+    if (tok) {
+        cr_assert_eq(tok_load(tok, V, &t), 0, "%s", tok_errmsg());
+        pieces = calloc((size_t)V, sizeof *pieces);
+        scores = calloc((size_t)V, sizeof *scores);
+        for (int i = 0; i < V; i++) {
+            pieces[i] = tok_piece(t, i);
+            scores[i] = tok_score(t, i);
+        }
+    }
+    gw_export_opts o = {.type = type, .arch = arch, .pieces = pieces, .scores = scores};
+    char note[4096];
+    cr_assert_eq(gw_export_model(m, j->model, &o, note, sizeof note), 0, "%s", eng_errmsg());
+    free(pieces);
+    free(scores);
+    tok_free(t);
+    eng_model_free(m);
+}
+
+/* Runs llama.cpp over every job in one node process; returns the parsed result array. */
+static json_t *run_llama_cpp(const job *jobs, int n)
+{
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *p = json_array();
+        for (int k = 0; k < jobs[i].n_prompt; k++)
+            json_array_append_new(p, json_integer(jobs[i].prompt[k]));
+        json_t *o = json_pack("{s:s, s:o, s:i, s:i}", "model", jobs[i].model, "prompt", p, "n",
+                              STEPS, "ctx", 256);
+        if (jobs[i].stop >= 0)
+            json_object_set_new(o, "stop", json_integer(jobs[i].stop));
+        json_array_append_new(arr, o);
+    }
+    char jpath[600], opath[600], cmd[2000];
+    snprintf(jpath, sizeof jpath, "%s/jobs.json", tmpdir);
+    snprintf(opath, sizeof opath, "%s/out.json", tmpdir);
+    cr_assert_eq(json_dump_file(arr, jpath, 0), 0);
+    json_decref(arr);
+    snprintf(cmd, sizeof cmd, "node '%s/greedy.mjs' '%s' > '%s'", node_dir(), jpath, opath);
+    int rc = system(cmd);
+    cr_assert_eq(rc, 0, "llama.cpp oracle failed (%d): %s", rc, cmd);
+    json_error_t jerr;
+    json_t *out = json_load_file(opath, 0, &jerr);
+    cr_assert_not_null(out, "%s: %s", opath, jerr.text);
+    cr_assert_eq((int)json_array_size(out), n);
+    return out;
+}
+
+/* ringlm's greedy run compared with llama.cpp's tokens (see the tolerance above). */
+static void compare(const job *j, json_t *theirs)
+{
+    eng_model *m;
+    cr_assert_eq(eng_model_load(j->model, &m), 0, "%s", eng_errmsg());
+    const eng_model_config *c = eng_model_cfg(m);
+    eng *e = ts_engine(m, 40, 16, 1);
+    float *logits = malloc((size_t)c->vocab_size * sizeof *logits);
+    tseq s;
+    ts_seq_init(&s, j->prompt, j->n_prompt, 0);
+    tseq *one[1] = {&s};
+    int n_theirs = (int)json_array_size(theirs), k = 0;
+    for (; k < STEPS; k++) {
+        int rows = s.n_tokens - s.n_cached;
+        cr_assert_eq(ts_step(e, c, one, &rows, 1, logits), 0, "%s", eng_errmsg());
+        int32_t best = ts_argmax(logits, c->vocab_size);
+        float top = logits[best], second = -INFINITY, scale = 1.0f;
+        for (int i = 0; i < c->vocab_size; i++) {
+            if (i != best && logits[i] > second)
+                second = logits[i];
+            if (fabsf(logits[i]) > scale)
+                scale = fabsf(logits[i]);
+        }
+        cr_assert_lt(k, n_theirs, "%s: llama.cpp stopped after %d tokens, ringlm goes on with %d",
+                     j->label, n_theirs, best);
+        int32_t want = (int32_t)json_integer_value(json_array_get(theirs, (size_t)k));
+        if (best != want) {
+            double gap = (top - second) / scale;
+            cr_assert_leq(gap, j->near_tie, "%s: step %d: ringlm %d, llama.cpp %d, and ringlm's "
+                          "top-2 gap %.3g (relative) is no near tie (<= %.3g)", j->label, k,
+                          best, want, gap, j->near_tie);
+            cr_log_info("%s: near tie at step %d (gap %.2g): compared %d steps", j->label, k, gap,
+                        k);
+            break;
+        }
+        if (best == j->stop) {
+            k++;
+            break;
+        }
+        s.tokens[s.n_tokens++] = best;
+    }
+    cr_log_info("%s: %d greedy tokens equal to llama.cpp's", j->label, k);
+    if (k == STEPS || (j->stop >= 0 && k == n_theirs))
+        cr_assert_eq(k, n_theirs, "%s: ringlm made %d tokens, llama.cpp %d", j->label, k, n_theirs);
+    free(logits);
+    eng_destroy(e);
+    eng_model_free(m);
+}
+
+static void run_jobs(job *jobs, int n)
+{
+    json_t *out = run_llama_cpp(jobs, n);
+    for (int i = 0; i < n; i++)
+        compare(&jobs[i], json_array_get(out, (size_t)i));
+    json_decref(out);
+}
+
+Test(gguf_oracle, stories260k_converted_equals_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir,
+     .timeout = 300)
+{
+    skip_without_node();
+    char mpath[1024], tpath[1024];
+    if (!ts_model_file(mpath, sizeof mpath, "stories260K.bin") ||
+        !ts_model_file(tpath, sizeof tpath, "tok512.bin"))
+        cr_skip_test("no stories260K.bin/tok512.bin under RINGLM_SHARED");
+    static const char *const types[] = {"F32", "F16", "BF16", "Q8_0"};
+    job jobs[4];
+    for (int i = 0; i < 4; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "s260k-%s.gguf", types[i]);
+        export_to(&jobs[i], mpath, tpath, types[i], NULL, name);
+        /* BOS, then "Once upon a time" as run.c encodes it */
+        int32_t p[] = {1, 410, 403, 407, 261, 378};
+        memcpy(jobs[i].prompt, p, sizeof p);
+        jobs[i].n_prompt = 6;
+        jobs[i].stop = 1;
+        jobs[i].near_tie = i == 0 ? 1e-4 : 5e-3;
+        jobs[i].label = types[i];
+    }
+    run_jobs(jobs, 4);
+}
+
+Test(gguf_oracle, synthetic_shapes_in_every_type_equal_llama_cpp, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 600)
+{
+    skip_without_node();
+    static const struct { const char *spec, *type, *arch, *label; } cases[] = {
+        {"synthetic:quant-test:3", "F32", "llama", "quant-test F32"},
+        {"synthetic:quant-test:3", "F16", "llama", "quant-test F16"},
+        {"synthetic:quant-test:3", "BF16", "llama", "quant-test BF16"},
+        {"synthetic:quant-test:3", "Q8_0", "llama", "quant-test Q8_0"},
+        {"synthetic:quant-test:3", "Q6_K", "llama", "quant-test Q6_K"},
+        {"synthetic:quant-test:3", "Q4_K", "llama", "quant-test Q4_K"},
+        {"synthetic:quant-test:3", "Q4_K_M", "llama", "quant-test Q4_K_M"},
+        {"synthetic:gqa-test:4", "F32", "llama", "gqa-test F32"},
+        {"synthetic:gqa-test:4", "Q8_0", "llama", "gqa-test Q8_0"},
+        {"synthetic:quant-test:5", "F32", "qwen2", "qwen2 F32"},
+        {"synthetic:quant-test:5", "Q8_0", "qwen2", "qwen2 Q8_0"},
+        {"synthetic:stories15M:6", "F32", "llama", "stories15M F32"},
+        {"synthetic:stories15M:6", "Q8_0", "llama", "stories15M Q8_0"},
+    };
+    enum { N = sizeof cases / sizeof cases[0] };
+    job jobs[N];
+    for (int i = 0; i < N; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "m%d.gguf", i);
+        export_to(&jobs[i], cases[i].spec, NULL, cases[i].type, cases[i].arch, name);
+        int32_t p[] = {1, 300, 301, 17, 260};
+        memcpy(jobs[i].prompt, p, sizeof p);
+        jobs[i].n_prompt = 5;
+        jobs[i].stop = -1;
+        jobs[i].near_tie = strstr(cases[i].type, "F32") ? 1e-4 : 5e-3;
+        jobs[i].label = cases[i].label;
+    }
+    run_jobs(jobs, N);
+}
