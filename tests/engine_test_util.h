@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "tests/helpers.h"
 
 #ifndef TS_MAX_TOKENS
 #define TS_MAX_TOKENS 1024
@@ -33,16 +34,10 @@ typedef struct tseq {
     int32_t table[TS_MAX_BLOCKS];  /* logical block → physical block */
 } tseq;
 
-static inline const char *ts_shared_dir(void)
-{
-    const char *d = getenv("RINGLM_SHARED");
-    return d && *d ? d : "../shared";
-}
-
 /* Path under $RINGLM_SHARED/models, or NULL (and the test skips) when absent. */
 static inline const char *ts_model_file(char *buf, size_t len, const char *name)
 {
-    snprintf(buf, len, "%s/models/%s", ts_shared_dir(), name);
+    snprintf(buf, len, "%s/models/%s", th_shared_dir(), name);
     FILE *f = fopen(buf, "rb");
     if (!f)
         return NULL;

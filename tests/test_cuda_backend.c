@@ -13,6 +13,7 @@
 #include <criterion/criterion.h>
 #include <dlfcn.h>
 #include <limits.h>
+#include "tests/helpers.h"
 
 /* The plugin as eng_create finds it: $RINGLM_CUDA_LIB, else <exe>/../lib/. */
 static void *open_plugin(char *why, size_t len)
@@ -43,8 +44,7 @@ static void *open_plugin(char *why, size_t len)
 /* $RINGLM_SHARED/models/NAME (default ../shared), or NULL when it is not there. */
 static const char *ts_model_path(char *buf, size_t len, const char *name)
 {
-    const char *d = getenv("RINGLM_SHARED");
-    snprintf(buf, len, "%s/models/%s", d && *d ? d : "../shared", name);
+    snprintf(buf, len, "%s/models/%s", th_shared_dir(), name);
     return access(buf, R_OK) == 0 ? buf : NULL;
 }
 

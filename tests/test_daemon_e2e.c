@@ -23,10 +23,13 @@
 #include <unistd.h>
 
 #include "ringlm.h"
+#include "tests/helpers.h"
+#include "tools/prom.h"
 
 /* ---- harness ------------------------------------------------------------------------- */
 
 typedef struct dmn {
+    th_daemon th;  /* tests/helpers.c starts and stops it */
     char dir[64];
     char sock[128], stats[128], declog[128], reqlog[128], errlog[128], policy[128];
     pid_t pid;
@@ -53,21 +56,9 @@ static void poll_pause(void)
     nanosleep(&ts, NULL);
 }
 
-static const char *bin_dir(void)
-{
-    const char *b = getenv("RINGLM_BIN");
-    return b && *b ? b : "build/bin";
-}
-
-static const char *shared_dir(void)
-{
-    const char *s = getenv("RINGLM_SHARED");
-    return s && *s ? s : "../shared";
-}
-
 static bool stories_path(char *out, size_t n)
 {
-    snprintf(out, n, "%s/models/stories260K.bin", shared_dir());
+    snprintf(out, n, "%s/models/stories260K.bin", th_shared_dir());
     return access(out, R_OK) == 0;
 }
 
@@ -81,7 +72,7 @@ static void model_or_synthetic(char *out, size_t n)
 static void need_daemon_binary(void)
 {
     char p[512];
-    snprintf(p, sizeof p, "%s/ringlmd", bin_dir());
+    snprintf(p, sizeof p, "%s/ringlmd", th_bin_dir());
     if (access(p, X_OK) != 0) cr_skip_test("%s not built (set RINGLM_BIN)", p);
 }
 
@@ -96,17 +87,18 @@ static void dump_file(const char *path, const char *what)
     fclose(f);
 }
 
-/* Starts ringlmd; returns once its socket answers and its stats file exists. */
+/* Starts ringlmd (tests/helpers.c) with its stats file and logs in its private directory;
+ * returns once its socket answers and its stats file exists. */
 static void dmn_start(dmn *d, const char *model, const char *policy_text, const char *const *extra)
 {
     memset(d, 0, sizeof *d);
-    snprintf(d->dir, sizeof d->dir, "/tmp/ringlmd-test-XXXXXX");
-    cr_assert_not_null(mkdtemp(d->dir));
-    snprintf(d->sock, sizeof d->sock, "%s/s.sock", d->dir);
+    th_daemon_init(&d->th);
+    snprintf(d->dir, sizeof d->dir, "%s", d->th.dir);
+    snprintf(d->sock, sizeof d->sock, "%s", d->th.sock);
+    snprintf(d->errlog, sizeof d->errlog, "%s", d->th.log);
     snprintf(d->stats, sizeof d->stats, "%s/stats.json", d->dir);
     snprintf(d->declog, sizeof d->declog, "%s/decisions.jsonl", d->dir);
     snprintf(d->reqlog, sizeof d->reqlog, "%s/requests.jsonl", d->dir);
-    snprintf(d->errlog, sizeof d->errlog, "%s/stderr.log", d->dir);
     if (policy_text) {
         snprintf(d->policy, sizeof d->policy, "%s/policy.conf", d->dir);
         FILE *f = fopen(d->policy, "w");
@@ -116,49 +108,25 @@ static void dmn_start(dmn *d, const char *model, const char *policy_text, const 
     }
     const char *argv[64];
     int a = 0;
-    char prog[512];
-    snprintf(prog, sizeof prog, "%s/ringlmd", bin_dir());
-    argv[a++] = prog;
-    argv[a++] = "--socket"; argv[a++] = d->sock;
     argv[a++] = "--model"; argv[a++] = model;
     argv[a++] = "--stats-file"; argv[a++] = d->stats;
     argv[a++] = "--check-invariants";
     argv[a++] = "--decision-log"; argv[a++] = d->declog;
     argv[a++] = "--request-log"; argv[a++] = d->reqlog;
-    argv[a++] = "--numa-node"; argv[a++] = "off";
     if (policy_text) { argv[a++] = "--policy"; argv[a++] = d->policy; }
-    for (int i = 0; extra && extra[i] && a < 62; i++) argv[a++] = extra[i];
+    for (int i = 0; extra && extra[i] && a < 56; i++) argv[a++] = extra[i];
     argv[a] = NULL;
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        /* A test that fails (or times out) half-way must not leave its daemon behind. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(d->errlog, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) { dup2(fd, 2); dup2(fd, 1); close(fd); }
-        execv(prog, (char *const *)argv);
-        _exit(127);
-    }
-    d->pid = pid;
+    th_daemon_start(&d->th, argv, 20000);
+    d->pid = d->th.pid;
     uint64_t deadline = now_ms() + 20000;
-    for (;;) {
+    while (access(d->stats, R_OK) != 0) {
         int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            d->pid = 0;
+        if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+            d->pid = d->th.pid = 0;
             dump_file(d->errlog, "ringlmd stderr");
             cr_assert_fail("ringlmd exited at start (status %d)", st);
         }
-        if (access(d->stats, R_OK) == 0) {
-            ringlm_client *c;
-            if (ringlm_connect(d->sock, &c) == 0) { ringlm_close(c); break; }
-        }
-        if (now_ms() > deadline) {
-            dump_file(d->errlog, "ringlmd stderr");
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            d->pid = 0;
-            cr_assert_fail("ringlmd did not come up within 20 s");
-        }
+        cr_assert(now_ms() < deadline, "ringlmd wrote no stats file within 20 s");
         poll_pause();
     }
 }
@@ -167,33 +135,18 @@ static void dmn_start(dmn *d, const char *model, const char *policy_text, const 
  * (or 128+signal). */
 static int dmn_stop(dmn *d, int sig, int timeout_ms)
 {
-    if (!d->pid) return -1;
-    kill(d->pid, sig);
-    uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
-    int st = 0;
-    for (;;) {
-        pid_t w = waitpid(d->pid, &st, WNOHANG);
-        if (w == d->pid) break;
-        if (now_ms() > deadline) {
-            kill(d->pid, SIGKILL);
-            waitpid(d->pid, &st, 0);
-            d->pid = 0;
-            dump_file(d->errlog, "ringlmd stderr");
-            return 999;
-        }
-        poll_pause();
-    }
+    d->th.pid = d->pid;
+    int rc = th_daemon_stop(&d->th, sig, timeout_ms);
     d->pid = 0;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (rc == 999) dump_file(d->errlog, "ringlmd stderr");
+    return rc;
 }
 
 static void dmn_cleanup(dmn *d)
 {
-    if (d->pid) dmn_stop(d, SIGKILL, 2000);
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->dir);
-    if (getenv("RINGLM_KEEP_TEST_DIRS")) return;
-    if (system(cmd) != 0) { /* best effort */ }
+    d->th.pid = d->pid;
+    th_daemon_cleanup(&d->th);
+    d->pid = 0;
 }
 
 static json_t *dmn_stats(dmn *d)
@@ -302,7 +255,7 @@ typedef struct ref_case {
 static int load_refs(ref_case *out, int max)
 {
     char p[512];
-    snprintf(p, sizeof p, "%s/models/reference-greedy.json", shared_dir());
+    snprintf(p, sizeof p, "%s/models/reference-greedy.json", th_shared_dir());
     json_error_t e;
     json_t *j = json_load_file(p, 0, &e);
     if (!j) return 0;
@@ -411,7 +364,7 @@ Test(daemon_e2e, greedy_reference_all_cases_in_one_batch)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
     int n = load_refs(cases, 12);
     if (n == 0) cr_skip_test("reference-greedy.json not found");
@@ -437,7 +390,7 @@ static void preempt_mode_tier(const char *mode, bool disk)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case all[12], cases[4];
     int n = load_refs(all, 12);
     if (n < 8) cr_skip_test("reference-greedy.json not found");
@@ -1106,7 +1059,7 @@ Test(daemon_e2e, hostile_client_does_not_disturb_others)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
     int n = load_refs(cases, 12);
     if (n == 0) cr_skip_test("reference-greedy.json not found");
@@ -1193,7 +1146,7 @@ Test(daemon_e2e, sigterm_drains_then_exits_zero)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     const char *extra[] = {"--drain-grace-ms", "300", NULL};
     dmn d;
     dmn_start(&d, model, NULL, extra);
@@ -1271,7 +1224,7 @@ Test(daemon_e2e, backpressure_defers_then_cancels_without_blocking_others)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
     int n = load_refs(cases, 12);
     if (n < 4) cr_skip_test("reference-greedy.json not found");
@@ -1318,46 +1271,11 @@ Test(daemon_e2e, backpressure_defers_then_cancels_without_blocking_others)
 
 /* ---- metrics ------------------------------------------------------------------------- */
 
-static int http_get(int port, const char *path, char *buf, size_t cap)
-{
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(0x7f000001);
-    if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) < 0) { if (s >= 0) close(s); return -1; }
-    char req[256];
-    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n", path);
-    if (write(s, req, (size_t)n) != n) { close(s); return -1; }
-    size_t got = 0;
-    ssize_t r;
-    while (got + 1 < cap && (r = read(s, buf + got, cap - 1 - got)) > 0) got += (size_t)r;
-    buf[got] = 0;
-    close(s);
-    return (int)got;
-}
-
-/* Value of the first sample line that starts with `series` (a name with or without its
- * labels; without labels, any label set matches). */
-static double metric_value(const char *text, const char *series)
-{
-    const char *p = text;
-    size_t n = strlen(series);
-    while ((p = strstr(p, series))) {
-        if ((p == text || p[-1] == '\n') && (p[n] == ' ' || (p[n] == '{' && !strchr(series, '{')))) {
-            const char *eol = strchr(p, '\n');
-            const char *sp = p + n;
-            for (const char *q = p + n; *q && q != eol; q++) if (*q == ' ') sp = q;
-            return strtod(sp + 1, NULL);
-        }
-        p += n;
-    }
-    return -1;
-}
-
 Test(daemon_e2e, metrics_endpoint_tracks_pools_and_requests)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", shared_dir());
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
     int n = load_refs(cases, 12);
     if (n < 4) cr_skip_test("reference-greedy.json not found");
@@ -1374,17 +1292,20 @@ Test(daemon_e2e, metrics_endpoint_tracks_pools_and_requests)
     gen_job g = {.sock = d.sock, .cases = cases, .n_cases = 4};
     cr_expect_eq(reap(spawn(client_greedy, &g), 60000), 0);
     assert_back_to_baseline(&d, 5000);
-    static char body[1 << 20];
+    char *body = NULL;
     uint64_t deadline = now_ms() + 5000;
     double fin = -1, used = -1, total = -1, freeb = -1, running = -1, usage = -1;
     for (;;) {
-        cr_assert_gt(http_get(port, "/metrics", body, sizeof body), 0, "GET /metrics failed");
-        fin = metric_value(body, "ringlm_requests_finished_total{tenant=\"default\",class=\"default\",reason=\"length\"}");
-        used = metric_value(body, "ringlm_kv_blocks_used{tier=\"device\"}");
-        freeb = metric_value(body, "ringlm_kv_blocks_free{tier=\"device\"}");
-        total = metric_value(body, "ringlm_kv_blocks_total{tier=\"device\"}");
-        running = metric_value(body, "vllm:num_requests_running");
-        usage = metric_value(body, "vllm:kv_cache_usage_perc");
+        int status = 0;
+        free(body);
+        body = th_http_get(port, "/metrics", &status, NULL, 0);
+        cr_assert(body && status == 200, "GET /metrics failed (status %d)", status);
+        fin = prom_value(body, "ringlm_requests_finished_total{tenant=\"default\",class=\"default\",reason=\"length\"}");
+        used = prom_value(body, "ringlm_kv_blocks_used{tier=\"device\"}");
+        freeb = prom_value(body, "ringlm_kv_blocks_free{tier=\"device\"}");
+        total = prom_value(body, "ringlm_kv_blocks_total{tier=\"device\"}");
+        running = prom_value(body, "vllm:num_requests_running");
+        usage = prom_value(body, "vllm:kv_cache_usage_perc");
         if (fin >= 3 && used == 0 && running == 0) break;
         if (now_ms() > deadline) break;
         poll_pause();
@@ -1400,6 +1321,7 @@ Test(daemon_e2e, metrics_endpoint_tracks_pools_and_requests)
     cr_expect_not_null(strstr(body, "ringlm_info{"), "no info gauge");
     cr_expect_not_null(strstr(body, "ringlm_time_to_first_token_seconds_bucket"), "no TTFT histogram");
     cr_expect_not_null(strstr(body, "ringlm_kv_blocks_total{tier=\"host\"} 32"), "no host tier series");
+    free(body);
     cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
     dmn_cleanup(&d);
 }
@@ -1422,21 +1344,21 @@ Test(daemon_e2e, check_config_version_and_policy_identity)
     fputs("[scheduler]\ntoken_budget = 128\nno_such_knob = 1\n", f);
     fclose(f);
     snprintf(cmd, sizeof cmd, "%s/ringlmd --model synthetic:stories260K:1 --policy %s --check-config 2>&1",
-             bin_dir(), good);
+             th_bin_dir(), good);
     FILE *p = popen(cmd, "r");
     char hash[64] = "";
     while (fgets(line, sizeof line, p)) sscanf(line, "# policy hash %63s", hash);
     cr_expect_eq(pclose(p), 0, "--check-config of a good policy failed");
     cr_assert_eq(strlen(hash), 16, "no '# policy hash' line (got \"%s\")", hash);
     snprintf(cmd, sizeof cmd, "%s/ringlmd --model synthetic:stories260K:1 --policy %s --check-config 2>&1",
-             bin_dir(), bad);
+             th_bin_dir(), bad);
     p = popen(cmd, "r");
     bool named = false;
     while (fgets(line, sizeof line, p)) if (strstr(line, "line 3") && strstr(line, "no_such_knob")) named = true;
     cr_expect_neq(pclose(p), 0, "--check-config accepted an unknown key");
     cr_expect(named, "the error does not name line 3 and the key");
     snprintf(cmd, sizeof cmd, "%s/ringlmd --model synthetic:stories260K:1 --policy %s --version 2>&1",
-             bin_dir(), good);
+             th_bin_dir(), good);
     p = popen(cmd, "r");
     bool has_hash = false, has_model = false;
     while (fgets(line, sizeof line, p)) {

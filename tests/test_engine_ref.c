@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "tests/helpers.h"
 
 static json_t *load_reference(void)
 {
@@ -193,11 +194,8 @@ Test(engine_ref, ringlm_run_stdout_is_byte_identical)
 {
     json_t *root = load_reference();
     SKIP_WITHOUT_SHARED(root);
-    const char *bindir = getenv("RINGLM_BIN");
-    char prog[1024], mpath[1024], tpath[1024];
-    snprintf(prog, sizeof prog, "%s/ringlm-run", bindir && *bindir ? bindir : "build/bin");
-    if (access(prog, X_OK) != 0)
-        cr_skip_test("%s not built (set RINGLM_BIN)", prog);
+    char *prog = th_program("ringlm-run");
+    char mpath[1024], tpath[1024];
     cr_assert_not_null(ts_model_file(mpath, sizeof mpath, "stories260K.bin"));
     cr_assert_not_null(ts_model_file(tpath, sizeof tpath, "tok512.bin"));
     json_t *cases = json_object_get(root, "cases");
@@ -224,4 +222,5 @@ Test(engine_ref, ringlm_run_stdout_is_byte_identical)
         free(out);
     }
     json_decref(root);
+    free(prog);
 }

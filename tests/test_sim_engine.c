@@ -18,6 +18,7 @@
 #include "sim/report.h"
 #include "sim/service.h"
 #include "sim/trace.h"
+#include "tests/helpers.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
@@ -477,12 +478,6 @@ Test(sim_engine, fidelity_of_own_request_log_is_exact)
 
 /* ---- the program ----------------------------------------------------------------------------- */
 
-static const char *bin_dir(void)
-{
-    const char *b = getenv("RINGLM_BIN");
-    return b && *b ? b : "build/bin";
-}
-
 static int sh(const char *cmd, char **out)
 {
     FILE *p = popen(cmd, "r");
@@ -503,7 +498,7 @@ static int sh(const char *cmd, char **out)
 Test(sim_cli, json_csv_plot_and_compare)
 {
     char prog[512];
-    snprintf(prog, sizeof prog, "%s/ringlm-sim", bin_dir());
+    snprintf(prog, sizeof prog, "%s/ringlm-sim", th_bin_dir());
     if (access(prog, X_OK) != 0) cr_skip_test("%s not built (set RINGLM_BIN)", prog);
     char dir[] = "/tmp/ringlm-sim-test-XXXXXX";
     cr_assert_not_null(mkdtemp(dir));

@@ -17,6 +17,7 @@
 #include "sim/service.h"
 #include "sim/report.h"
 #include "sim/trace.h"
+#include "tests/helpers.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
@@ -464,12 +465,6 @@ Test(sim_itfit, simulation_charges_the_fitted_model)
     sim_trace_free(&t);
 }
 
-static const char *bin_dir(void)
-{
-    const char *b = getenv("RINGLM_BIN");
-    return b && *b ? b : "build/bin";
-}
-
 static int sh(const char *cmd, char **out)
 {
     FILE *p = popen(cmd, "r");
@@ -494,7 +489,7 @@ static int sh(const char *cmd, char **out)
 Test(sim_itfit, program_fits_reports_and_replays_with_the_log)
 {
     char prog[512];
-    snprintf(prog, sizeof prog, "%s/ringlm-sim", bin_dir());
+    snprintf(prog, sizeof prog, "%s/ringlm-sim", th_bin_dir());
     if (access(prog, X_OK) != 0) cr_skip_test("%s not built (set RINGLM_BIN)", prog);
     char itlog[128], trace[128], reqlog[128], cmd[2048], *out;
     write_sim_model_log(tmp_path("sim.jsonl", itlog, sizeof itlog));
@@ -656,7 +651,7 @@ Test(sim_itfit, compare_log_measures_one_real_run_against_another)
     fclose(fa);
     fclose(fb);
     char *out = NULL;
-    snprintf(cmd, sizeof cmd, "%s/ringlm-sim --trace %s --compare-log %s --json 2>&1", bin_dir(), a, b);
+    snprintf(cmd, sizeof cmd, "%s/ringlm-sim --trace %s --compare-log %s --json 2>&1", th_bin_dir(), a, b);
     int st = sh(cmd, &out);
     cr_assert_eq(st, 0, "%s", out);
     json_error_t e;

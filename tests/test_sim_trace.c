@@ -12,12 +12,7 @@
 #include "sim/service.h"
 #include "sim/stats.h"
 #include "sim/trace.h"
-
-static const char *shared_dir(void)
-{
-    const char *s = getenv("RINGLM_SHARED");
-    return s && *s ? s : "../shared";
-}
+#include "tests/helpers.h"
 
 static int parse(sim_trace *t, const char *text, int fmt, bool skip)
 {
@@ -122,7 +117,7 @@ Test(sim_trace, azure_header_required)
 Test(sim_trace, azure_real_conv_trace)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/traces/AzureLLMInferenceTrace_conv.csv", shared_dir());
+    snprintf(path, sizeof path, "%s/traces/AzureLLMInferenceTrace_conv.csv", th_shared_dir());
     FILE *f = fopen(path, "rb");
     if (!f) cr_skip_test("no %s (set RINGLM_SHARED to the shared data folder)", path);
     fclose(f);
@@ -313,7 +308,7 @@ Test(sim_gen, poisson_rate_and_determinism)
 Test(sim_gen, arrivals_and_lengths_fitted_from_a_trace)
 {
     char path[1024], a[1100], l[1100];
-    snprintf(path, sizeof path, "%s/traces/AzureLLMInferenceTrace_conv.csv", shared_dir());
+    snprintf(path, sizeof path, "%s/traces/AzureLLMInferenceTrace_conv.csv", th_shared_dir());
     if (access(path, R_OK) != 0) cr_skip_test("no %s (set RINGLM_SHARED to the shared data folder)", path);
     snprintf(a, sizeof a, "arrivals_from=%s", path);
     snprintf(l, sizeof l, "lengths=%s", path);

@@ -11,11 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "tests/helpers.h"
 
 static const char *shared_path(char *buf, size_t len, const char *name)
 {
-    const char *d = getenv("RINGLM_SHARED");
-    snprintf(buf, len, "%s/models/%s", d && *d ? d : "../shared", name);
+    snprintf(buf, len, "%s/models/%s", th_shared_dir(), name);
     FILE *f = fopen(buf, "rb");
     if (!f)
         return NULL;

@@ -29,34 +29,8 @@
 #include <unistd.h>
 
 #include "formats/request_log.h"
-
-static const char *shared_dir(void)
-{
-    const char *s = getenv("RINGLM_SHARED");
-    return s && *s ? s : "../shared";
-}
-
-static const char *bin_dir(void)
-{
-    const char *s = getenv("RINGLM_BIN");
-    return s && *s ? s : "build/bin";
-}
-
-static char *path_join(const char *a, const char *b)
-{
-    char *p;
-    cr_assert(asprintf(&p, "%s/%s", a, b) > 0);
-    return p;
-}
-
-static bool exists(const char *p) { return access(p, R_OK) == 0; }
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
+#include "sched/sched.h"
+#include "tests/helpers.h"
 
 /* Runs argv, returns exit status; *out gets stdout (malloc'ed), stderr goes to *err. */
 static int run_capture(char *const argv[], char **out, char **err, int timeout_s)
@@ -79,7 +53,7 @@ static int run_capture(char *const argv[], char **out, char **err, int timeout_s
     char *buf[2] = {malloc(4096), malloc(4096)};
     int fds[2] = {po[0], pe[0]};
     int open_n = 2;
-    uint64_t deadline = now_ms() + (uint64_t)timeout_s * 1000;
+    uint64_t deadline = th_now_ms() + (uint64_t)timeout_s * 1000;
     while (open_n > 0) {
         struct pollfd p[2];
         int n = 0, map[2];
@@ -88,7 +62,7 @@ static int run_capture(char *const argv[], char **out, char **err, int timeout_s
                 p[n] = (struct pollfd){.fd = fds[i], .events = POLLIN};
                 map[n++] = i;
             }
-        int left = (int)(deadline > now_ms() ? deadline - now_ms() : 0);
+        int left = (int)(deadline > th_now_ms() ? deadline - th_now_ms() : 0);
         if (left == 0) {
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
@@ -122,96 +96,35 @@ static int run_capture(char *const argv[], char **out, char **err, int timeout_s
 
 /* ---- a daemon for one test ---------------------------------------------------------- */
 
-typedef struct daemon_proc {
-    pid_t pid;
-    char sock[108];
-    char log[128];
-} daemon_proc;
+/* One daemon per test (tests/helpers.c starts it); stopped by the suite's fini. */
+static th_daemon g_d;
 
-static daemon_proc g_d = {.pid = -1};
-
-static void stop_daemon(void)
-{
-    if (g_d.pid <= 0) return;
-    kill(g_d.pid, SIGTERM);
-    uint64_t dl = now_ms() + 15000;
-    int st;
-    while (waitpid(g_d.pid, &st, WNOHANG) == 0) {
-        if (now_ms() > dl) {
-            kill(g_d.pid, SIGKILL);
-            waitpid(g_d.pid, &st, 0);
-            break;
-        }
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    g_d.pid = -1;
-    unlink(g_d.sock);
-    unlink(g_d.log); /* failures already quoted it */
-}
-
-static char *daemon_log(void)
-{
-    static char buf[4096];
-    buf[0] = 0;
-    FILE *f = fopen(g_d.log, "r");
-    if (f) {
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        buf[n] = 0;
-        fclose(f);
-    }
-    return buf;
-}
+static const char *daemon_log(void) { return th_daemon_output(&g_d); }
 
 /* Starts ringlmd with args (NULL-terminated, after the program and --socket); waits for
  * the socket. */
 static void start_daemon(const char *const *args)
 {
-    char *ringlmd = path_join(bin_dir(), "ringlmd");
-    snprintf(g_d.sock, sizeof g_d.sock, "/tmp/ringlm-tt-%d-%ld.sock", getpid(), (long)now_ms() % 100000);
-    snprintf(g_d.log, sizeof g_d.log, "/tmp/ringlm-tt-%d.log", getpid());
-    unlink(g_d.sock);
-    const char *argv[40];
-    int n = 0;
-    argv[n++] = ringlmd;
-    argv[n++] = "--socket";
-    argv[n++] = g_d.sock;
-    argv[n++] = "--numa-node";
-    argv[n++] = "off";
-    for (int i = 0; args[i] && n < 38; i++) argv[n++] = args[i];
-    argv[n] = NULL;
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        /* If this test process is killed before its fini runs, the daemon goes too. */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        int fd = open(g_d.log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execv(ringlmd, (char *const *)argv);
-        _exit(127);
-    }
-    g_d.pid = pid;
-    uint64_t dl = now_ms() + 20000;
-    struct stat sb;
-    while (stat(g_d.sock, &sb) != 0) {
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            g_d.pid = -1;
-            cr_assert_fail("ringlmd exited before listening (status %d): %s", st, daemon_log());
-        }
-        cr_assert(now_ms() < dl, "ringlmd did not create %s within 20 s: %s", g_d.sock, daemon_log());
-        struct timespec ts = {0, 5 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    free(ringlmd);
+    th_daemon_cleanup(&g_d);
+    th_daemon_init(&g_d);
+    th_daemon_start(&g_d, args, 20000);
 }
 
+/* SIGTERM (it drains and flushes its logs), SIGKILL after 15 s. */
+static void stop_daemon(void)
+{
+    th_daemon_stop(&g_d, SIGTERM, 15000);
+}
+
+static void cleanup_daemon(void) { th_daemon_cleanup(&g_d); }
+
+/* Starts ringlmd with args (NULL-terminated, after the program and --socket); waits for
+ * the socket. */
 /* Does this ringlmd know that option? (its --help lists it) */
 static bool daemon_supports(const char *opt)
 {
-    char *ringlmd = path_join(bin_dir(), "ringlmd");
-    if (!exists(ringlmd)) {
+    char *ringlmd = th_path(th_bin_dir(), "ringlmd");
+    if (!th_exists(ringlmd)) {
         free(ringlmd);
         return false;
     }
@@ -227,24 +140,24 @@ static bool daemon_supports(const char *opt)
 
 static void need_programs(void)
 {
-    char *a = path_join(bin_dir(), "ringlmd"), *b = path_join(bin_dir(), "ringlm");
-    if (!exists(a) || !exists(b)) cr_skip_test("ringlmd/ringlm not built in %s (set RINGLM_BIN)", bin_dir());
+    char *a = th_path(th_bin_dir(), "ringlmd"), *b = th_path(th_bin_dir(), "ringlm");
+    if (!th_exists(a) || !th_exists(b)) cr_skip_test("ringlmd/ringlm not built in %s (set RINGLM_BIN)", th_bin_dir());
     free(a);
     free(b);
 }
 
-TestSuite(tools_cli, .fini = stop_daemon, .timeout = 240);
+TestSuite(tools_cli, .fini = cleanup_daemon, .timeout = 240);
 
 /* ---- generate == reference greedy --------------------------------------------------- */
 
 Test(tools_cli, generate_reproduces_reference_greedy)
 {
     need_programs();
-    char *model = path_join(shared_dir(), "models/stories260K.bin");
-    char *tok = path_join(shared_dir(), "models/tok512.bin");
-    char *ref = path_join(shared_dir(), "models/reference-greedy.json");
-    if (!exists(model) || !exists(tok) || !exists(ref))
-        cr_skip_test("stories260K / tok512 / reference-greedy.json not found under %s (set RINGLM_SHARED)", shared_dir());
+    char *model = th_path(th_shared_dir(), "models/stories260K.bin");
+    char *tok = th_path(th_shared_dir(), "models/tok512.bin");
+    char *ref = th_path(th_shared_dir(), "models/reference-greedy.json");
+    if (!th_exists(model) || !th_exists(tok) || !th_exists(ref))
+        cr_skip_test("stories260K / tok512 / reference-greedy.json not found under %s (set RINGLM_SHARED)", th_shared_dir());
     if (!daemon_supports("--model")) cr_skip_test("this ringlmd does not serve models yet (no --model in --help)");
     const char *args[] = {"--model", model, NULL};
     start_daemon(args);
@@ -252,7 +165,7 @@ Test(tools_cli, generate_reproduces_reference_greedy)
     json_t *root = json_load_file(ref, 0, &e);
     cr_assert(root, "reference: %s", e.text);
     json_t *cases = json_object_get(root, "cases");
-    char *ringlm = path_join(bin_dir(), "ringlm");
+    char *ringlm = th_path(th_bin_dir(), "ringlm");
     int checked = 0;
     for (size_t i = 0; i < json_array_size(cases); i++) {
         json_t *c = json_array_get(cases, i);
@@ -293,15 +206,15 @@ Test(tools_cli, generate_reproduces_reference_greedy)
 Test(tools_cli, generate_sampled_matches_ringlm_run)
 {
     need_programs();
-    char *model = path_join(shared_dir(), "models/stories260K.bin");
-    char *tok = path_join(shared_dir(), "models/tok512.bin");
-    char *run = path_join(bin_dir(), "ringlm-run");
-    if (!exists(model) || !exists(tok)) cr_skip_test("stories260K / tok512 not under %s", shared_dir());
-    if (!exists(run)) cr_skip_test("ringlm-run not built in %s", bin_dir());
+    char *model = th_path(th_shared_dir(), "models/stories260K.bin");
+    char *tok = th_path(th_shared_dir(), "models/tok512.bin");
+    char *run = th_path(th_bin_dir(), "ringlm-run");
+    if (!th_exists(model) || !th_exists(tok)) cr_skip_test("stories260K / tok512 not under %s", th_shared_dir());
+    if (!th_exists(run)) cr_skip_test("ringlm-run not built in %s", th_bin_dir());
     if (!daemon_supports("--model")) cr_skip_test("this ringlmd does not serve models yet");
     const char *args[] = {"--model", model, NULL};
     start_daemon(args);
-    char *ringlm = path_join(bin_dir(), "ringlm");
+    char *ringlm = th_path(th_bin_dir(), "ringlm");
     const char *cases[][4] = {{"Lily wanted to", "0.8", "0.9", "42"}, {"Once upon a time", "1.0", "0.5", "7"},
                               {"", "0.6", "1", "123"}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -328,7 +241,7 @@ Test(tools_cli, generate_sampled_matches_ringlm_run)
 
 static json_t *replay_json(const char *trace, const char *const *extra)
 {
-    char *ringlm = path_join(bin_dir(), "ringlm");
+    char *ringlm = th_path(th_bin_dir(), "ringlm");
     const char *argv[40];
     int n = 0;
     argv[n++] = ringlm;
@@ -376,8 +289,8 @@ static void check_sane(json_t *j, int requests, const char *tenant)
 Test(tools_cli, replay_azure_slice_against_echo)
 {
     need_programs();
-    char *trace = path_join(shared_dir(), "traces/AzureLLMInferenceTrace_conv.csv");
-    if (!exists(trace)) cr_skip_test("Azure trace not found under %s", shared_dir());
+    char *trace = th_path(th_shared_dir(), "traces/AzureLLMInferenceTrace_conv.csv");
+    if (!th_exists(trace)) cr_skip_test("Azure trace not found under %s", th_shared_dir());
     if (!daemon_supports("--echo")) cr_skip_test("ringlmd has no --echo service");
     const char *args[] = {"--echo", NULL};
     start_daemon(args);
@@ -455,9 +368,9 @@ Test(tools_cli, replay_mooncake_jsonl_against_echo)
 Test(tools_cli, replay_reports_rejects_by_reason)
 {
     need_programs();
-    char *model = path_join(shared_dir(), "models/stories260K.bin");
-    char *trace = path_join(shared_dir(), "traces/AzureLLMInferenceTrace_code.csv");
-    if (!exists(model) || !exists(trace)) cr_skip_test("stories260K or the Azure code trace not under %s", shared_dir());
+    char *model = th_path(th_shared_dir(), "models/stories260K.bin");
+    char *trace = th_path(th_shared_dir(), "traces/AzureLLMInferenceTrace_code.csv");
+    if (!th_exists(model) || !th_exists(trace)) cr_skip_test("stories260K or the Azure code trace not under %s", th_shared_dir());
     if (!daemon_supports("--policy")) cr_skip_test("this ringlmd has no --policy");
     char pol[] = "/tmp/ringlm-tt-pol-XXXXXX";
     int fd = mkstemp(pol);
@@ -493,33 +406,6 @@ Test(tools_cli, replay_reports_rejects_by_reason)
 }
 
 /* ---- the model daemon's metrics and logs -------------------------------------------- */
-
-static char *scrape(int port, int *status)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
-        close(fd);
-        return NULL;
-    }
-    const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
-    cr_assert(write(fd, req, sizeof req - 1) == (ssize_t)sizeof req - 1);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    ssize_t r;
-    while ((r = read(fd, buf + len, cap - len - 1)) > 0) {
-        len += (size_t)r;
-        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
-    }
-    close(fd);
-    buf[len] = 0;
-    *status = atoi(buf + 9);
-    char *body = strstr(buf, "\r\n\r\n");
-    char *out = strdup(body ? body + 4 : "");
-    free(buf);
-    return out;
-}
 
 /* Reads every line of a JSON-lines log into a jansson array (asserting each is an object). */
 static json_t *read_json_lines(const char *path)
@@ -574,12 +460,96 @@ static void collect_ttft(const fmt_request *r, const char *line, void *ctx)
     if (r->first_token_us != FMT_NULL && t->n < 64) t->v[t->n++] = (double)(r->first_token_us - r->arrival_us) / 1e3;
 }
 
+/* Every line of a request log, parsed by the one reader, in arrival order (ties by req), or
+ * by req alone (the simulator numbers the requests of a trace in that arrival order). */
+typedef struct reqlog { fmt_request r[64]; fmt_request_text t[64]; char keys[64][512]; int n; } reqlog;
+static void load_reqlog(const char *path, reqlog *L, bool by_req)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no request log %s", path);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    L->n = 0;
+    while ((len = getline(&line, &cap, f)) > 0 && L->n < 64) {
+        char why[200];
+        line[len - 1] = 0;
+        cr_assert_eq(fmt_request_parse(line, (size_t)len - 1, &L->r[L->n], &L->t[L->n], why, sizeof why), 0,
+                     "%s: %s: %s", path, why, line);
+        /* the key set, in order: both writers must write the same fields */
+        json_t *o = json_loads(line, 0, NULL);
+        const char *k;
+        json_t *v;
+        size_t kp = 0;
+        json_object_foreach(o, k, v) kp += (size_t)snprintf(L->keys[L->n] + kp, sizeof L->keys[0] - kp, "%s,", k);
+        json_decref(o);
+        L->n++;
+    }
+    free(line);
+    fclose(f);
+    for (int a = 1; a < L->n; a++) /* insertion sort by (arrival_us, req); strings follow their text */
+        for (int b = a; b > 0 && (by_req ? L->r[b - 1].req > L->r[b].req
+                                         : L->r[b - 1].arrival_us > L->r[b].arrival_us ||
+                                           (L->r[b - 1].arrival_us == L->r[b].arrival_us && L->r[b - 1].req > L->r[b].req)); b--) {
+            fmt_request x = L->r[b]; L->r[b] = L->r[b - 1]; L->r[b - 1] = x;
+            fmt_request_text y = L->t[b]; L->t[b] = L->t[b - 1]; L->t[b - 1] = y;
+            char z[512]; memcpy(z, L->keys[b], sizeof z); memcpy(L->keys[b], L->keys[b - 1], sizeof z);
+            memcpy(L->keys[b - 1], z, sizeof z);
+        }
+    for (int i = 0; i < L->n; i++) { /* re-point the strings at the moved text */
+        L->r[i].tenant = L->t[i].tenant;
+        L->r[i].class_name = L->t[i].class_name;
+        L->r[i].finish_reason = L->t[i].finish_reason[0] ? L->t[i].finish_reason : NULL;
+        L->r[i].reject_reason = L->t[i].reject_reason[0] ? L->t[i].reject_reason : NULL;
+    }
+}
+
+/* A real run's request log and the simulator's request log of that same trace have one
+ * format: the same keys, read by the same reader, the same requests (tenant, class, prompt,
+ * max tokens) in the same order, reasons spelt the same. */
+static void assert_sim_request_log_matches(const char *daemon_log)
+{
+    char *sim = th_path(th_bin_dir(), "ringlm-sim");
+    if (!th_exists(sim)) { free(sim); return; }
+    char out_path[64];
+    snprintf(out_path, sizeof out_path, "/tmp/ringlm-tt-%d-simreq.jsonl", getpid());
+    char *argv[] = {sim, "--trace", (char *)daemon_log, "--request-log", out_path, NULL};
+    char *out, *err;
+    cr_assert_eq(run_capture(argv, &out, &err, 120), 0, "ringlm-sim: %s%s", out, err);
+    free(out);
+    free(err);
+    static reqlog real, simulated;
+    load_reqlog(daemon_log, &real, false);
+    load_reqlog(out_path, &simulated, true);
+    cr_assert_eq(simulated.n, real.n, "the simulator logged %d requests, the daemon %d", simulated.n, real.n);
+    for (int i = 0; i < real.n; i++) {
+        const fmt_request *a = &real.r[i], *b = &simulated.r[i];
+        cr_assert_str_eq(real.keys[i], simulated.keys[i], "request %d: the two writers wrote different keys", i);
+        cr_assert_str_eq(a->tenant, b->tenant, "request %d", i);
+        cr_assert_str_eq(a->class_name, b->class_name, "request %d", i);
+        cr_assert_eq(a->prompt_tokens, b->prompt_tokens, "request %d", i);
+        cr_assert_eq(a->max_tokens, b->max_tokens, "request %d", i);
+        /* the simulator's arrival is when its loop took the request: never before the real one */
+        cr_assert_geq(b->arrival_us, a->arrival_us, "request %d", i);
+        cr_assert_not_null(a->finish_reason);
+        cr_assert_not_null(b->finish_reason);
+        bool known_a = false, known_b = false;
+        for (unsigned c = SCHED_END_LENGTH; c <= SCHED_END_ERROR; c++) {
+            known_a |= !strcmp(a->finish_reason, sched_end_name(c));
+            known_b |= !strcmp(b->finish_reason, sched_end_name(c));
+        }
+        cr_assert(known_a && known_b, "request %d: finish reasons %s / %s", i, a->finish_reason, b->finish_reason);
+    }
+    unlink(out_path);
+    free(sim);
+}
+
 Test(tools_cli, model_daemon_metrics_and_logs)
 {
     need_programs();
-    char *model = path_join(shared_dir(), "models/stories260K.bin");
-    char *trace = path_join(shared_dir(), "traces/AzureLLMInferenceTrace_conv.csv");
-    if (!exists(model) || !exists(trace)) cr_skip_test("stories260K or the Azure trace not found under %s", shared_dir());
+    char *model = th_path(th_shared_dir(), "models/stories260K.bin");
+    char *trace = th_path(th_shared_dir(), "traces/AzureLLMInferenceTrace_conv.csv");
+    if (!th_exists(model) || !th_exists(trace)) cr_skip_test("stories260K or the Azure trace not found under %s", th_shared_dir());
     if (!daemon_supports("--model") || !daemon_supports("--metrics") || !daemon_supports("--request-log"))
         cr_skip_test("this ringlmd lacks --model/--metrics/--request-log");
     char dec[64], req[64], port_s[32];
@@ -601,8 +571,8 @@ Test(tools_cli, model_daemon_metrics_and_logs)
     /* metrics: parse, vLLM gauges present, idle after the replay */
     int status = 0;
     char *body = NULL;
-    uint64_t dl = now_ms() + 5000;
-    while (!(body = scrape(port, &status)) && now_ms() < dl) {
+    uint64_t dl = th_now_ms() + 5000;
+    while (!(body = th_http_get(port, "/metrics", &status, NULL, 0)) && th_now_ms() < dl) {
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -641,6 +611,7 @@ Test(tools_cli, model_daemon_metrics_and_logs)
     }
     json_decref(decs);
     cr_assert(n >= 24, "decision log has only %d lines", n);
+    assert_sim_request_log_matches(req);
     /* The request log of a real run is a trace: replay it (against the echo service: only
      * the format matters here). */
     if (daemon_supports("--echo")) {
@@ -685,9 +656,9 @@ static void add_needs(const fmt_request *r, const char *line, void *ctx)
 Test(tools_cli, iteration_log_accounts_for_every_token)
 {
     need_programs();
-    char *model = path_join(shared_dir(), "models/stories260K.bin");
-    char *trace = path_join(shared_dir(), "traces/AzureLLMInferenceTrace_conv.csv");
-    if (!exists(model) || !exists(trace)) cr_skip_test("stories260K or the Azure trace not found under %s", shared_dir());
+    char *model = th_path(th_shared_dir(), "models/stories260K.bin");
+    char *trace = th_path(th_shared_dir(), "traces/AzureLLMInferenceTrace_conv.csv");
+    if (!th_exists(model) || !th_exists(trace)) cr_skip_test("stories260K or the Azure trace not found under %s", th_shared_dir());
     char it[64], req[64];
     snprintf(it, sizeof it, "/tmp/ringlm-tt-%d-it.jsonl", getpid());
     snprintf(req, sizeof req, "/tmp/ringlm-tt-%d-req2.jsonl", getpid());
@@ -774,7 +745,7 @@ static int thread_nice(pid_t pid, const char *tid)
 Test(tools_cli, nice_applies_to_every_daemon_thread)
 {
     need_programs();
-    char *ringlmd = path_join(bin_dir(), "ringlmd");
+    char *ringlmd = th_path(th_bin_dir(), "ringlmd");
     char *bad[] = {ringlmd, "--nice", "-21", NULL};
     char *out, *err;
     cr_expect_eq(run_capture(bad, &out, &err, 10), 2, "--nice -21 accepted: %s", err);

@@ -29,6 +29,7 @@
 
 #include "ringlm.h"
 #include "shm/wire.h"
+#include "tests/helpers.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 /* Criterion's parallel runner (--jobs 2) leaks 48 bytes of its own bookkeeping on some
@@ -48,17 +49,12 @@ static uint64_t t_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* The daemon of a test: tests/helpers.c starts and stops it. */
 struct daemon {
+	th_daemon th;
 	pid_t pid;
-	char dir[64];
 	char sock[100];
 };
-
-static const char *bin_dir(void)
-{
-	const char *b = getenv("RINGLM_BIN");
-	return b && *b ? b : "build/bin";
-}
 
 /* Starts ringlmd --echo with extra args on a private socket; waits until it accepts. */
 /* Socket fds the daemon holds: its listener plus one per live session. */
@@ -85,48 +81,19 @@ static int daemon_socket_fds(struct daemon *d)
 
 static void daemon_start(struct daemon *d, const char *const *extra)
 {
-	char prog[512];
-	snprintf(prog, sizeof(prog), "%s/ringlmd", bin_dir());
-	if (access(prog, X_OK) != 0)
-		cr_skip_test("%s not built (set RINGLM_BIN)", prog);
-	snprintf(d->dir, sizeof(d->dir), "/tmp/ringlm-tx.XXXXXX");
-	cr_assert_not_null(mkdtemp(d->dir));
-	chmod(d->dir, 0755); /* other-uid tests connect through it */
-	snprintf(d->sock, sizeof(d->sock), "%s/s", d->dir);
-	const char *argv[32] = { prog, "--echo", "--socket", d->sock, "--numa-node", "off" };
-	int n = 6;
-	for (int i = 0; extra && extra[i] && n < 30; i++)
-		argv[n++] = extra[i];
-	argv[n] = NULL;
-	d->pid = fork();
-	if (d->pid == 0) {
-		/* A test that fails half-way must not leave its daemon behind. */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		int null = open("/dev/null", O_WRONLY);
-		if (!getenv("RINGLM_TEST_VERBOSE") && null >= 0)
-			dup2(null, 1);
-		/* Nothing of the test harness's (Criterion keeps its arena open) leaks in. */
-		close_range(3, ~0u, 0);
-		execv(prog, (char *const *)argv);
-		_exit(127);
-	}
-	cr_assert(d->pid > 0);
+	const char *args[32] = { "--echo" };
+	int n = 1;
+	for (int i = 0; extra && extra[i] && n < 31; i++)
+		args[n++] = extra[i];
+	args[n] = NULL;
+	th_daemon_init(&d->th);
+	chmod(d->th.dir, 0755); /* other-uid tests connect through it */
+	th_daemon_start(&d->th, args, 5000);
+	d->pid = d->th.pid;
+	snprintf(d->sock, sizeof(d->sock), "%s", d->th.sock);
+	/* The probe connection of the start is torn down by the daemon asynchronously; tests
+	 * take fd baselines, so wait until the listener is its only socket again. */
 	uint64_t deadline = t_now_ms() + 5000;
-	for (;;) {
-		int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-		struct sockaddr_un sa = { .sun_family = AF_UNIX };
-		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d->sock);
-		int ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-		close(fd);
-		if (ok)
-			break;
-		int st;
-		cr_assert_eq(waitpid(d->pid, &st, WNOHANG), 0, "ringlmd exited at start (status 0x%x)", st);
-		cr_assert(t_now_ms() < deadline, "ringlmd did not listen on %s within 5 s", d->sock);
-		usleep(2000);
-	}
-	/* The probe connection above is torn down by the daemon asynchronously; tests take fd
-	 * baselines, so wait until the listener is its only socket again. */
 	int sockets;
 	while ((sockets = daemon_socket_fds(d)) != 1) {
 		cr_assert(t_now_ms() < deadline, "ringlmd still holds %d sockets after the start probe",
@@ -143,22 +110,11 @@ static int daemon_alive(struct daemon *d)
 
 static void daemon_stop(struct daemon *d)
 {
-	if (d->pid > 0) {
-		kill(d->pid, SIGTERM);
-		uint64_t deadline = t_now_ms() + 5000;
-		int st;
-		while (waitpid(d->pid, &st, WNOHANG) == 0) {
-			if (t_now_ms() > deadline) {
-				kill(d->pid, SIGKILL);
-				waitpid(d->pid, &st, 0);
-				break;
-			}
-			usleep(1000);
-		}
-		d->pid = -1;
-	}
-	unlink(d->sock);
-	rmdir(d->dir);
+	if (d->pid <= 0)
+		d->th.pid = 0; /* the test stopped and reaped it */
+	th_daemon_stop(&d->th, SIGTERM, 5000);
+	d->pid = -1;
+	th_daemon_cleanup(&d->th);
 }
 
 static int count_dir(const char *path, const char *prefix)

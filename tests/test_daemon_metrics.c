@@ -18,39 +18,18 @@
 #include <unistd.h>
 
 #include "daemon/metrics.h"
+#include "tests/helpers.h"
 
-/* GET path from 127.0.0.1:port; returns the malloc()ed body, *status set. */
+/* GET path from 127.0.0.1:port (tests/helpers.c); returns the malloc()ed body, *status set,
+ * and checks the exposition format's content type on a 200. */
 static char *http_get(int port, const char *path, int *status)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect to :%d: %s", port,
-              strerror(errno));
-    char req[256];
-    int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", path);
-    cr_assert(write(fd, req, (size_t)n) == n);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
-        ssize_t r = read(fd, buf + len, cap - len - 1);
-        cr_assert(r >= 0, "read: %s", strerror(errno));
-        if (r == 0) break;
-        len += (size_t)r;
-    }
-    close(fd);
-    buf[len] = 0;
-    cr_assert(sscanf(buf, "HTTP/1.%*d %d", status) == 1, "bad status line: %.80s", buf);
-    char *body = strstr(buf, "\r\n\r\n");
-    cr_assert(body, "no header end");
-    char *out = strdup(body + 4);
-    /* chunked transfer encoding is not used by libmicrohttpd for a buffer response */
-    cr_assert(strstr(buf, "text/plain; version=0.0.4") || *status != 200,
-              "content type missing: %.300s", buf);
-    free(buf);
-    return out;
+    char ctype[128];
+    char *body = th_http_get(port, path, status, ctype, sizeof ctype);
+    cr_assert_not_null(body, "GET %s from :%d: no HTTP answer", path, port);
+    cr_assert(strstr(ctype, "text/plain; version=0.0.4") || *status != 200,
+              "content type of %s is \"%s\"", path, ctype);
+    return body;
 }
 
 /* ---- a small exposition-format checker -------------------------------------------- */
@@ -195,7 +174,7 @@ static const char *find_line(const char *text, const char *prefix)
     return NULL;
 }
 
-Test(tools_metrics, http_scrape_parses_and_has_vllm_gauges)
+Test(daemon_metrics, http_scrape_parses_and_has_vllm_gauges)
 {
     metrics_config cfg = {.listen = "127.0.0.1:0", .policy_hash = "abc123", .model_hash = "m0",
                           .model_name = "stories260K", .backend = "cpu"};
@@ -263,7 +242,7 @@ Test(tools_metrics, http_scrape_parses_and_has_vllm_gauges)
     metrics_destroy(m);
 }
 
-Test(tools_metrics, publish_is_rate_limited_and_labels_bounded)
+Test(daemon_metrics, publish_is_rate_limited_and_labels_bounded)
 {
     metrics_config cfg = {.publish_interval_us = 1000};
     metrics *m;
@@ -304,7 +283,7 @@ Test(tools_metrics, publish_is_rate_limited_and_labels_bounded)
 
 /* Every tenant × class slot in use: the exposition outgrows the first buffer guess (the
  * render retries with more room) and stays well-formed; the second scrape is the same. */
-Test(tools_metrics, full_label_space_renders_whole)
+Test(daemon_metrics, full_label_space_renders_whole)
 {
     metrics *m;
     cr_assert_eq(metrics_create(NULL, &m), 0);
@@ -336,7 +315,7 @@ Test(tools_metrics, full_label_space_renders_whole)
     metrics_destroy(m);
 }
 
-Test(tools_metrics, bad_listen_addresses_are_explained)
+Test(daemon_metrics, bad_listen_addresses_are_explained)
 {
     metrics *m;
     metrics_config cfg = {.listen = "127.0.0.1:99999"};
@@ -392,7 +371,7 @@ static void stop_it(void)
     g_daemon = -1;
 }
 
-Test(tools_metrics, real_daemon_exposition_parses, .fini = stop_it, .timeout = 120)
+Test(daemon_metrics, real_daemon_exposition_parses, .fini = stop_it, .timeout = 120)
 {
     const char *shared = getenv("RINGLM_SHARED") && *getenv("RINGLM_SHARED") ? getenv("RINGLM_SHARED") : "../shared";
     const char *bin = getenv("RINGLM_BIN") && *getenv("RINGLM_BIN") ? getenv("RINGLM_BIN") : "build/bin";

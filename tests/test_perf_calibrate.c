@@ -11,12 +11,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static const char *env_or(const char *k, const char *d)
-{
-    const char *s = getenv(k);
-    return s && *s ? s : d;
-}
+#include "tests/helpers.h"
 
 static int run(const char *cmd)
 {
@@ -24,10 +19,10 @@ static int run(const char *cmd)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
-Test(tools_calibrate, writes_the_formats_md_calibration_file, .timeout = 180)
+Test(perf_calibrate, writes_the_formats_md_calibration_file, .timeout = 180)
 {
-    const char *shared = env_or("RINGLM_SHARED", "../shared");
-    const char *bin = env_or("RINGLM_BIN", "build/bin");
+    const char *shared = th_shared_dir();
+    const char *bin = th_bin_dir();
     char model[512], calib[600], out[64], cmd[2048];
     snprintf(model, sizeof model, "%s/models/stories260K.bin", shared);
     if (access(model, R_OK) != 0) cr_skip_test("%s not found (set RINGLM_SHARED)", model);
@@ -99,10 +94,10 @@ Test(tools_calibrate, writes_the_formats_md_calibration_file, .timeout = 180)
 /* The serving-loop probe: --write-probe writes requests that run one at a time; --daemon-log
  * turns a ringlmd request log into decode-period points, keeping only requests that ran
  * alone and skipping unfinished ones; a malformed line is named by file and line. */
-Test(tools_calibrate, daemon_log_becomes_serving_loop_points, .timeout = 180)
+Test(perf_calibrate, daemon_log_becomes_serving_loop_points, .timeout = 180)
 {
-    const char *shared = env_or("RINGLM_SHARED", "../shared");
-    const char *bin = env_or("RINGLM_BIN", "build/bin");
+    const char *shared = th_shared_dir();
+    const char *bin = th_bin_dir();
     char model[512], calib[600], base[64], cmd[3072], path[128];
     snprintf(model, sizeof model, "%s/models/stories260K.bin", shared);
     if (access(model, R_OK) != 0) cr_skip_test("%s not found (set RINGLM_SHARED)", model);

@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/helpers.c — shared by every test program (see helpers.h). */
+#include "tests/helpers.h"
+
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tools/prom.h"
+
+const char *th_bin_dir(void)
+{
+    const char *b = getenv("RINGLM_BIN");
+    return b && *b ? b : "build/bin";
+}
+
+const char *th_shared_dir(void)
+{
+    const char *s = getenv("RINGLM_SHARED");
+    return s && *s ? s : "../shared";
+}
+
+char *th_path(const char *dir, const char *name)
+{
+    char *p;
+    cr_assert(asprintf(&p, "%s/%s", dir, name) > 0);
+    return p;
+}
+
+bool th_exists(const char *path) { return access(path, R_OK) == 0; }
+
+char *th_program(const char *name)
+{
+    char *p = th_path(th_bin_dir(), name);
+    if (access(p, X_OK) != 0) cr_skip_test("%s not built (set RINGLM_BIN)", p);
+    return p;
+}
+
+char *th_shared_file(const char *relative)
+{
+    char *p = th_path(th_shared_dir(), relative);
+    if (!th_exists(p)) cr_skip_test("%s not found (set RINGLM_SHARED)", p);
+    return p;
+}
+
+uint64_t th_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void pause_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+void th_daemon_init(th_daemon *d)
+{
+    memset(d, 0, sizeof *d);
+    snprintf(d->dir, sizeof d->dir, "/tmp/ringlmd-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(d->dir), "mkdtemp: %s", strerror(errno));
+    snprintf(d->sock, sizeof d->sock, "%s/s.sock", d->dir);
+    snprintf(d->log, sizeof d->log, "%s/ringlmd.log", d->dir);
+}
+
+const char *th_daemon_output(const th_daemon *d)
+{
+    static char buf[8192];
+    buf[0] = 0;
+    FILE *f = fopen(d->log, "r");
+    if (f) {
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        buf[n] = 0;
+        fclose(f);
+    }
+    return buf;
+}
+
+/* Does the daemon's socket accept a connection? */
+static bool listening(const char *sock)
+{
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+    bool ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    close(fd);
+    return ok;
+}
+
+void th_daemon_start(th_daemon *d, const char *const *args, int timeout_ms)
+{
+    if (!d->dir[0]) th_daemon_init(d);
+    char *prog = th_program("ringlmd");
+    const char *argv[64];
+    int a = 0;
+    argv[a++] = prog;
+    argv[a++] = "--socket";
+    argv[a++] = d->sock;
+    argv[a++] = "--numa-node";
+    argv[a++] = "off";
+    for (int i = 0; args && args[i]; i++) {
+        cr_assert_lt(a, 63, "too many ringlmd arguments");
+        argv[a++] = args[i];
+    }
+    argv[a] = NULL;
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        /* A test that fails (or times out) half-way must not leave its daemon behind. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        /* Nothing of the test harness's (Criterion keeps its arena open) leaks in. */
+        close_range(3, ~0u, 0);
+        execv(prog, (char *const *)argv);
+        _exit(127);
+    }
+    free(prog);
+    d->pid = pid;
+    uint64_t deadline = th_now_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            d->pid = 0;
+            cr_assert_fail("ringlmd exited at start (status 0x%x): %s", st, th_daemon_output(d));
+        }
+        if (listening(d->sock)) return;
+        if (th_now_ms() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            d->pid = 0;
+            cr_assert_fail("ringlmd did not listen on %s within %d ms: %s", d->sock, timeout_ms,
+                           th_daemon_output(d));
+        }
+        pause_ms(2);
+    }
+}
+
+int th_daemon_stop(th_daemon *d, int sig, int timeout_ms)
+{
+    if (!d->pid) return -1;
+    kill(d->pid, sig);
+    uint64_t deadline = th_now_ms() + (uint64_t)timeout_ms;
+    int st = 0;
+    for (;;) {
+        pid_t w = waitpid(d->pid, &st, WNOHANG);
+        if (w == d->pid) break;
+        if (w < 0 && errno == ECHILD) { /* the test reaped it itself */
+            d->pid = 0;
+            return -1;
+        }
+        if (th_now_ms() > deadline) {
+            kill(d->pid, SIGKILL);
+            waitpid(d->pid, &st, 0);
+            d->pid = 0;
+            return 999;
+        }
+        pause_ms(2);
+    }
+    d->pid = 0;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+void th_daemon_cleanup(th_daemon *d)
+{
+    if (d->pid) th_daemon_stop(d, SIGKILL, 2000);
+    if (!d->dir[0] || getenv("RINGLM_KEEP_TEST_DIRS")) return;
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->dir);
+    if (system(cmd) != 0) { /* best effort */ }
+    d->dir[0] = 0;
+}
+
+char *th_http_get(int port, const char *path, int *status, char *content_type, size_t ct_cap)
+{
+    char spec[32], err[256];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", port);
+    return prom_http_get(spec, path, status, content_type, ct_cap, err, sizeof err);
+}

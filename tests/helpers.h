@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/helpers.h — what the test suites share (linked into every test program): where the
+ * built programs and the shared data are, one launcher of a real ringlmd on a private
+ * socket, one HTTP getter. Functions that cannot go on fail or skip the calling test
+ * (Criterion), so a suite reads as the behaviour it checks.
+ */
+#ifndef RINGLM_TESTS_HELPERS_H
+#define RINGLM_TESTS_HELPERS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* $RINGLM_BIN, else build/bin (scripts/run-tests.sh sets it for the build in use). */
+const char *th_bin_dir(void);
+/* $RINGLM_SHARED, else ../shared (models, traces, reference outputs). */
+const char *th_shared_dir(void);
+/* dir/name, malloc()ed. */
+char *th_path(const char *dir, const char *name);
+/* The path of a built program (malloc()ed); skips the test when it is not built. */
+char *th_program(const char *name);
+/* The path of a file under the shared dir (malloc()ed); skips the test, naming it, when
+ * it is absent. */
+char *th_shared_file(const char *relative);
+bool th_exists(const char *path);
+/* CLOCK_MONOTONIC in ms. */
+uint64_t th_now_ms(void);
+
+/* A ringlmd started by a test: a private directory holds its socket and its output. */
+typedef struct th_daemon {
+    pid_t pid;          /* 0 when not running */
+    char dir[64];       /* private, mkdtemp'ed */
+    char sock[100];     /* dir/s.sock (a sun_path holds 108 bytes) */
+    char log[128];      /* dir/ringlmd.log: its stdout and stderr */
+} th_daemon;
+
+/* Creates the private directory (files a test wants to pass, such as a policy, go there
+ * before th_daemon_start). */
+void th_daemon_init(th_daemon *d);
+/*
+ * Starts `ringlmd --socket SOCK --numa-node off ARGS...` (args NULL-terminated, may be
+ * NULL); the daemon dies with the test process. Returns once the socket accepts a
+ * connection. Skips the test when ringlmd is not built; fails it, quoting the daemon's
+ * output, when it exits or does not listen within timeout_ms.
+ */
+void th_daemon_start(th_daemon *d, const char *const *args, int timeout_ms);
+/* Sends sig and waits up to timeout_ms for the exit, SIGKILL after. Returns the exit status,
+ * 128+signal, 999 when it had to be killed, -1 when it was not running. */
+int th_daemon_stop(th_daemon *d, int sig, int timeout_ms);
+/* Kills a daemon still running and removes the directory (kept with RINGLM_KEEP_TEST_DIRS). */
+void th_daemon_cleanup(th_daemon *d);
+/* The first 8 KiB of its output (static buffer), for failure messages. */
+const char *th_daemon_output(const th_daemon *d);
+
+/* GET path from 127.0.0.1:port (tools/prom's getter). The body (malloc()ed) with *status
+ * and, when content_type is not NULL, its Content-Type; NULL when nothing answers. */
+char *th_http_get(int port, const char *path, int *status, char *content_type, size_t ct_cap);
+
+#endif
