@@ -71,6 +71,7 @@ static void usage(FILE *f)
 		"                           iteration (default 64; a trusted gateway session: 256)\n"
 		"  --drain-grace-ms N       on SIGTERM, in-flight work gets this long (default 10000)\n"
 		"  --verify-swaps           checksum KV blocks at swap-out and check them at swap-in\n"
+		"  --no-prefix-cache        do not keep prompts' KV blocks for reuse by later prompts\n"
 		"  --check-invariants       the stats file carries the scheduler's full invariant check\n"
 		"                           (walks every block and request each write: tests, debugging)\n"
 		"  --quiet                  fewer start-up lines\n"
@@ -207,7 +208,7 @@ int main(int argc, char **argv)
 	       O_MODEL, O_TOKENIZER, O_POLICY, O_BACKEND, O_THREADS, O_KVB, O_KVBS, O_HKVB, O_DKV,
 	       O_DKVB, O_MAXBT, O_DECLOG, O_REQLOG, O_ITLOG, O_METRICS, O_STATS, O_BPT, O_BPB, O_DRAIN,
 	       O_VERIFY, O_QUIET, O_CHECK, O_NICE, O_HALF, O_HALFU, O_SMODE, O_SGROUP, O_RECT,
-	       O_INVARIANTS };
+	       O_INVARIANTS, O_NOPREFIX };
 	static const struct option opts[] = {
 		{ "socket", required_argument, 0, O_SOCKET },
 		{ "echo", no_argument, 0, O_ECHO },
@@ -247,6 +248,7 @@ int main(int argc, char **argv)
 		{ "max-records-per-tenant", required_argument, 0, O_RECT },
 		{ "verify-swaps", no_argument, 0, O_VERIFY },
 		{ "check-invariants", no_argument, 0, O_INVARIANTS },
+		{ "no-prefix-cache", no_argument, 0, O_NOPREFIX },
 		{ "quiet", no_argument, 0, O_QUIET },
 		{ "check-config", no_argument, 0, O_CHECK },
 		{ 0, 0, 0, 0 },
@@ -396,6 +398,7 @@ int main(int argc, char **argv)
 			break;
 		case O_VERIFY: sc.verify_swaps = true; break;
 		case O_INVARIANTS: sc.check_invariants = true; break;
+		case O_NOPREFIX: sc.no_prefix_cache = true; break;
 		case O_QUIET: sc.quiet = true; break;
 		case O_CHECK: check_config = 1; break;
 		case O_NICE: {

@@ -107,6 +107,7 @@ typedef struct snap {
     char reasons[METRICS_MAX_REASONS][METRICS_LABEL_MAX];
     uint32_t waiting, running;
     uint64_t kv_used[METRICS_N_TIERS], kv_total[METRICS_N_TIERS];
+    uint64_t prefix_queries, prefix_hits, prefix_cached;
     hist_iter iter;
     uint64_t iter_tokens;
     double bw_bytes_per_s[METRICS_N_TIERS][METRICS_N_DIRS];
@@ -420,6 +421,13 @@ void metrics_set_kv(metrics *m, enum metrics_tier tier, uint64_t used, uint64_t 
     if ((unsigned)tier >= METRICS_N_TIERS) return;
     m->live.kv_used[tier] = used;
     m->live.kv_total[tier] = total;
+}
+
+void metrics_set_prefix(metrics *m, uint64_t query_tokens, uint64_t hit_tokens, uint64_t cached_blocks)
+{
+    m->live.prefix_queries = query_tokens;
+    m->live.prefix_hits = hit_tokens;
+    m->live.prefix_cached = cached_blocks;
 }
 
 void metrics_observe_iteration(metrics *m, uint64_t us, uint32_t batch_tokens)
@@ -738,6 +746,16 @@ static void render(FILE *f, const snap *s)
     put_label(f, "model_name", s->info.model_name, false);
     double usage = s->kv_total[0] ? (double)s->kv_used[0] / (double)s->kv_total[0] : 0.0;
     fprintf(f, "} %.6g\n", usage);
+    head(f, "vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.");
+    fputs("vllm:prefix_cache_queries_total{", f);
+    put_label(f, "model_name", s->info.model_name, false);
+    fprintf(f, "} %llu\n", (unsigned long long)s->prefix_queries);
+    head(f, "vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.");
+    fputs("vllm:prefix_cache_hits_total{", f);
+    put_label(f, "model_name", s->info.model_name, false);
+    fprintf(f, "} %llu\n", (unsigned long long)s->prefix_hits);
+    head(f, "ringlm_prefix_cache_blocks", "gauge", "Device KV blocks cached that no sequence holds (counted free).");
+    fprintf(f, "ringlm_prefix_cache_blocks{tier=\"device\"} %llu\n", (unsigned long long)s->prefix_cached);
 }
 
 int metrics_render(metrics *m, char **out, size_t *len)

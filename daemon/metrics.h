@@ -126,6 +126,9 @@ void metrics_set_series_queue(metrics *m, int series, uint32_t waiting, uint32_t
 void metrics_set_queue(metrics *m, uint32_t waiting, uint32_t running);
 /* KV blocks of a tier; total 0 = tier not configured (its series are omitted). */
 void metrics_set_kv(metrics *m, enum metrics_tier tier, uint64_t used, uint64_t total);
+/* Prefix cache totals (sched_counts): prompt tokens looked up and found cached at admission,
+ * and device blocks cached that no sequence holds. */
+void metrics_set_prefix(metrics *m, uint64_t query_tokens, uint64_t hit_tokens, uint64_t cached_blocks);
 /* One loop iteration: its duration and the tokens it executed (0 for an idle wake). */
 void metrics_observe_iteration(metrics *m, uint64_t us, uint32_t batch_tokens);
 /* One finished transfer between the device pool and a tier (exact counters). */

@@ -353,6 +353,7 @@ int svc_create(const svc_config *cfg, svc **out)
         .context_us_per_token = 0.01,
         .host = {.out_bytes_per_s = 4e9, .in_bytes_per_s = 4e9, .latency_us = 20},
         .disk = {.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 100},
+        .prefix_cache = !cfg->no_prefix_cache,
     };
     rc = sched_create(s->policy, &sc, req_on_sched_event, s, 1, &s->sched);
     if (rc < 0) { rc = seterr(rc, "scheduler: %s", sched_last_error()); goto fail; }

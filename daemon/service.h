@@ -60,6 +60,7 @@ typedef struct svc_config {
     uint64_t drain_grace_ms;      /* 0: 10000 */
     bool quiet;                   /* fewer start-up lines on stderr */
     bool verify_swaps;            /* checksum blocks at swap-out, compare at swap-in (tests) */
+    bool no_prefix_cache;         /* --no-prefix-cache: prompts' KV blocks are not kept for reuse */
     bool check_invariants;        /* the stats file runs the scheduler's O(state) invariant
                                      check (tests); otherwise it says "unchecked" */
     bool identity_only;           /* --check-config/--version: policy + model only, no engine,

@@ -108,6 +108,7 @@ void stats_update_gauges(svc *s, uint64_t iter_us, uint32_t batch_tokens)
     metrics_set_queue(s->mx, c.waiting, c.running + c.swapped + c.in_transit);
     for (int p = 0; p < SCHED_POOL__COUNT; p++)
         metrics_set_kv(s->mx, (enum metrics_tier)p, c.kv_used[p], c.kv_total[p]);
+    metrics_set_prefix(s->mx, c.prefix_query_tokens, c.prefix_hit_tokens, c.kv_cached[SCHED_POOL_DEVICE]);
     if (batch_tokens || iter_us) metrics_observe_iteration(s->mx, iter_us, batch_tokens);
     uint64_t dd = 0, dr = 0;
     declog_dropped(s->logs, &dd, &dr);
