@@ -21,19 +21,21 @@ static void reject_now(svc *s, svc_req *r, unsigned cause, const char *why)
     s->n_rejects++;
     if (r->series >= 0) metrics_count_reject(s->mx, r->series, ringlm_wire_reason_name(cause));
     if (s->logs && declog_has_decisions(s->logs)) {
-        char line[512];
-        char esc[200];
-        size_t k = 0;
-        for (const char *q = why; *q && k + 2 < sizeof esc; q++)
-            if (*q != '"' && *q != '\\' && (unsigned char)*q >= 0x20) esc[k++] = *q;
-        esc[k] = 0;
-        int n = snprintf(line, sizeof line,
-                         "{\"t_us\":%llu,\"ev\":\"reject\",\"req\":%llu,\"tenant\":\"%s\","
-                         "\"class\":\"%s\",\"reason\":\"%s\",\"detail\":\"%s\",\"prompt_tokens\":%u,"
-                         "\"max_tokens\":%u}",
-                         (unsigned long long)s->now_us, (unsigned long long)r->id, r->tenant_name,
-                         r->class_name, ringlm_wire_reason_name(cause), esc, r->n_prompt, r->max_new);
-        if (n > 0 && (size_t)n < sizeof line) declog_decision_line(s->logs, line, (size_t)n);
+        /* The class name (and the detail that quotes it) are the client's: the one JSON
+         * writer escapes them and repairs invalid UTF-8, so no client can forge a field or
+         * a line of the log. */
+        fmt_decision d;
+        fmt_decision_init(&d);
+        d.t_us = s->now_us;
+        d.ev = "reject";
+        d.req = r->id;
+        d.tenant = r->tenant_name;
+        d.class_name = r->class_name;
+        d.reason = ringlm_wire_reason_name(cause);
+        d.detail = why;
+        d.prompt_tokens = r->n_prompt;
+        d.max_tokens = r->max_new;
+        declog_decision_record(s->logs, &d);
     }
     DTRACE_PROBE3(ringlmd, decision, (int)SCHED_EV_REJECT, r->id, ringlm_wire_reason_name(cause));
     req_end(s, r, RINGLM_WIRE_R_REJECTED, cause);
@@ -77,7 +79,9 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
     r->class_idx = ci;
     const sched_class_cfg *cc = ci >= 0 ? sched_policy_class(s->policy, ci) : NULL;
     snprintf(r->class_name, sizeof r->class_name, "%s", cc ? cc->name : (class_name ? class_name : ""));
-    r->series = metrics_series(s->mx, r->tenant_name, r->class_name);
+    /* Only the policy's classes become metric labels: invented class names would squat the
+     * label slots and push real classes of other tenants into "other". */
+    r->series = metrics_series(s->mx, r->tenant_name, cc ? cc->name : "other");
 
     char why[200];
     int vocab = s->mcfg->vocab_size;
@@ -92,6 +96,13 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
     if (s->draining) { reject_now(s, r, RINGLM_WIRE_R_DRAINING, "daemon is draining"); return; }
     int cause = ringlm_wire_check_request(hdr, why, sizeof why);
     if (cause) { reject_now(s, r, (unsigned)cause, why); return; }
+    /* now + deadline must not wrap: an absurd deadline is bad_params, not infeasible. */
+    if (hdr->deadline_us > SVC_MAX_DEADLINE_US) {
+        snprintf(why, sizeof why, "deadline_us %llu is beyond the limit of %llu (one year)",
+                 (unsigned long long)hdr->deadline_us, (unsigned long long)SVC_MAX_DEADLINE_US);
+        reject_now(s, r, RINGLM_WIRE_R_BAD_PARAMS, why);
+        return;
+    }
     if (bad_tenant) {
         snprintf(why, sizeof why, "tenant tag \"%s\" is not in the policy", tenant_tag);
         reject_now(s, r, RINGLM_WIRE_R_BAD_PARAMS, why);

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "libclient/ringlm.h"
 #include "tools/prom.h"
 
 const char *th_bin_dir(void)
@@ -89,16 +90,19 @@ const char *th_daemon_output(const th_daemon *d)
     return buf;
 }
 
-/* Does the daemon's socket accept a connection? */
+/* Does the daemon answer on its socket? A whole handshake, not a bare connect: once it is
+ * answered the daemon has accepted this connection, so a test that waits for the probe's
+ * socket to go and then takes an fd baseline cannot see it accepted later from the listen
+ * backlog. A refusal (a policy that maps no tenant to this uid) is an answer too. */
 static bool listening(const char *sock)
 {
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (fd < 0) return false;
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
-    bool ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
-    close(fd);
-    return ok;
+    ringlm_client *c = NULL;
+    int r = ringlm_connect(sock, &c);
+    if (r == 0) {
+        ringlm_close(c);
+        return true;
+    }
+    return r != -ECONNREFUSED && r != -ENOENT && r != -ETIMEDOUT;
 }
 
 void th_daemon_start(th_daemon *d, const char *const *args, int timeout_ms)

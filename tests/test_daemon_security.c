@@ -25,6 +25,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <jansson.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -95,8 +98,8 @@ static void dmn_start(dmn *d, const char *policy, const char *const *extra)
 	fclose(f);
 	const char *argv[48] = { prog, "--model", MODEL, "--socket", d->sock, "--numa-node", "off",
 				 "--policy", d->policy, "--decision-log", d->declog,
-				 "--request-log", d->reqlog, "--quiet" };
-	int n = 14;
+				 "--request-log", d->reqlog };
+	int n = 13;
 	for (int i = 0; extra && extra[i] && n < 46; i++)
 		argv[n++] = extra[i];
 	argv[n] = NULL;
@@ -157,6 +160,7 @@ typedef struct attacker {
 	pid_t pid;
 	int stop_w;  /* closed by the test: the attacker stops */
 	int ready_r; /* one byte from the attacker when its attack is in place */
+	char verdict; /* that byte: 'r' when the attacker saw what it expected, else 'f' */
 } attacker;
 
 typedef void (*attack_fn)(const char *sock, int ready_fd, int stop_fd, void *arg);
@@ -185,6 +189,7 @@ static void attacker_start(attacker *a, attack_fn fn, const char *sock, void *ar
 	struct pollfd p = { .fd = a->ready_r, .events = POLLIN };
 	cr_assert_eq(poll(&p, 1, 20000), 1, "the attacker did not get its attack in place in 20 s");
 	cr_assert_eq(read(a->ready_r, &b, 1), 1, "the attacker died before its attack was in place");
+	a->verdict = b;
 }
 
 static void attacker_stop(attacker *a)
@@ -245,6 +250,9 @@ static double median(double *v, int n)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* The class the good client asks for (NULL: the library's "default"). */
+static const char *victim_class;
+
 /* Connects and runs `rounds` requests one after another, each 48 tokens; times the first
  * token and every gap between tokens. */
 static void victim_run(const char *sock, int rounds, victim *v)
@@ -268,6 +276,7 @@ static void victim_run(const char *sock, int rounds, victim *v)
 		q.prompt = prompt;
 		q.n_prompt = 16;
 		q.max_new_tokens = 48;
+		q.class_name = victim_class;
 		uint64_t id;
 		double ts = now_ms(), last = 0;
 		int rc = ringlm_submit(c, &q, &id);
@@ -514,6 +523,7 @@ Test(daemon_security, undeliverable_rejects_are_bounded_and_cost_nothing_per_ite
 	attacker a;
 	double seconds = 3.0;
 	attacker_start(&a, reject_flood, d.sock, &seconds);
+	cr_assert_eq(a.verdict, 'r', "the flooder could not submit 1000 requests");
 	/* The flood is over; its session stays open and never reads. The daemon must be
 	 * idle again: no per-iteration work over the undelivered backlog. */
 	double cpu0 = daemon_cpu_ms(d.pid), t0 = now_ms();
@@ -581,4 +591,207 @@ Test(daemon_security, a_client_that_stops_reading_does_not_hold_the_slots)
 	dmn_stop(&d);
 	victim_free(&base);
 	victim_free(&att);
+}
+
+/* ---- 4, 5, 7: what a client names goes into logs and labels escaped and bounded --------- */
+
+/* The daemon's /metrics port, from its start-up line "metrics on port N". */
+static int metrics_port_of(const dmn *d)
+{
+	FILE *f = fopen(d->errlog, "r");
+	if (!f)
+		return -1;
+	char line[512];
+	int port = -1;
+	while (fgets(line, sizeof line, f)) {
+		char *p = strstr(line, "metrics on port ");
+		if (p)
+			port = atoi(p + 16);
+	}
+	fclose(f);
+	return port;
+}
+
+/* One HTTP request on loopback; the whole answer (status line, headers, body) into out. */
+static int http_get(int port, const char *req, char *out, size_t cap)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	struct timeval tv = { .tv_sec = 5 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0 ||
+	    send(fd, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req)) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	size_t n = 0;
+	ssize_t k;
+	while (n + 1 < cap && (k = recv(fd, out + n, cap - 1 - n, 0)) > 0)
+		n += (size_t)k;
+	out[n] = 0;
+	close(fd);
+	return (int)n;
+}
+
+static const char with_chat_class[] =
+	"[scheduler]\n"
+	"mode = token_budget\n"
+	"token_budget = 256\n"
+	"max_active_seqs = 32\n"
+	"default_tenant =\n"
+	"default_class = chat\n"
+	"[class chat]\n"
+	"priority = 1\n"
+	"[class bulk]\n"
+	"priority = 0\n"
+	"[tenant good]\n"
+	"uids = 0\n"
+	"[tenant evil]\n"
+	"uids = 65534\n";
+
+/* Class names made to forge log fields and lines, to squat metric labels, and invalid
+ * UTF-8; then an absurd deadline. Every request is answered (rejected). */
+static const char *const forged[] = {
+	"a\",\"tenant\":\"r", "x\n{\"ev\":\"f\"}", "\xff\xfe\xfd", "c1", "c2", "c3", "c4",
+	"c5", "c6", "c7", "c8", "c9", "c10", "c11", "c12",
+};
+#define N_FORGED (int)(sizeof forged / sizeof forged[0])
+
+static void forge_and_squat(const char *sock, int ready_fd, int stop_fd, void *arg)
+{
+	(void)arg;
+	ringlm_client *c = NULL;
+	if (ringlm_connect(sock, &c) < 0)
+		_exit(4);
+	int32_t prompt[2] = { 5, 6 };
+	ringlm_request q;
+	ringlm_request_init(&q);
+	q.prompt = prompt;
+	q.n_prompt = 2;
+	q.max_new_tokens = 2;
+	uint64_t id;
+	for (int i = 0; i < N_FORGED; i++) {
+		q.class_name = forged[i];
+		if (ringlm_submit(c, &q, &id) < 0)
+			_exit(5);
+	}
+	q.class_name = "chat";
+	q.deadline_us = UINT64_MAX - 5; /* now + this wraps */
+	if (ringlm_submit(c, &q, &id) < 0)
+		_exit(6);
+	int finished = 0, bad_params = 0;
+	ringlm_event ev;
+	while (finished < N_FORGED + 1 && ringlm_next_event(c, &ev, 10000) == 1) {
+		if (ev.kind != RINGLM_EV_FINISH)
+			continue;
+		finished++;
+		bad_params += ev.req_id == id && ev.reject_reason == RINGLM_R_BAD_PARAMS;
+	}
+	char r = finished == N_FORGED + 1 && bad_params == 1 ? 'r' : 'f';
+	if (write(ready_fd, &r, 1) != 1)
+		_exit(7);
+	struct pollfd p = { .fd = stop_fd, .events = POLLIN };
+	poll(&p, 1, 60000);
+	ringlm_close(c);
+}
+
+/* Every line of a JSON-lines file parses as one object; returns the lines, -1 when a line
+ * does not. The objects are appended to arr. */
+static int read_jsonl(const char *path, json_t *arr, char *bad, size_t badlen)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	int n = 0;
+	while ((len = getline(&line, &cap, f)) > 0) {
+		json_error_t e;
+		json_t *o = json_loadb(line, (size_t)len, 0, &e);
+		if (!json_is_object(o)) {
+			snprintf(bad, badlen, "%s", line);
+			json_decref(o);
+			n = -1;
+			break;
+		}
+		json_array_append_new(arr, o);
+		n++;
+	}
+	free(line);
+	fclose(f);
+	return n;
+}
+
+Test(daemon_security, client_names_cannot_forge_logs_or_squat_labels_and_deadlines_do_not_wrap)
+{
+	dmn d;
+	dmn_start(&d, with_chat_class, (const char *const[]){ "--metrics", "127.0.0.1:0", NULL });
+	int port = metrics_port_of(&d);
+	cr_assert_gt(port, 0, "no 'metrics on port' line in %s", d.errlog);
+
+	attacker a;
+	attacker_start(&a, forge_and_squat, d.sock, NULL);
+	cr_expect_eq(a.verdict, 'r', "not every forged request was answered, or the absurd deadline "
+				     "was not rejected as bad_params");
+
+	/* A real class of another tenant after the squatting attempt. */
+	victim v;
+	victim_class = "chat";
+	victim_run(d.sock, 1, &v);
+	victim_class = NULL;
+	cr_assert_eq(v.finished, 1, "%s", v.detail);
+	cr_assert_eq(v.tokens, 48, "the good client's request was not served (%d tokens)", v.tokens);
+	attacker_stop(&a);
+
+	char *page = malloc(1 << 20);
+	/* the gauges are published when the loop is idle: a few scrapes until the good
+	 * client's request shows */
+	int tries = 0;
+	do {
+		cr_assert_gt(http_get(port, "GET /metrics HTTP/1.0\r\n\r\n", page, 1 << 20), 0);
+	} while (!strstr(page, "tenant=\"good\",class=\"chat\"") && ++tries < 50 && !usleep(20000));
+	cr_expect(strstr(page, "tenant=\"good\",class=\"chat\""),
+		  "the good tenant's real class has no series of its own");
+	for (int i = 3; i < N_FORGED; i++) {
+		char label[64];
+		snprintf(label, sizeof label, "class=\"%s\"", forged[i]);
+		cr_expect_null(strstr(page, label), "invented class %s became a metric label", forged[i]);
+	}
+	free(page);
+	dmn_stop(&d);
+
+	/* Every line of both logs is one JSON object; no line names a tenant the policy lacks,
+	 * and the forged class names come back as the exact bytes sent (or U+FFFD for bytes
+	 * that are not UTF-8). */
+	char bad[4096] = "";
+	json_t *dec = json_array(), *req = json_array();
+	int nd = read_jsonl(d.declog, dec, bad, sizeof bad);
+	cr_assert_gt(nd, 0, "decision log line is not one JSON object: %s", bad);
+	int nr = read_jsonl(d.reqlog, req, bad, sizeof bad);
+	cr_assert_gt(nr, 0, "request log line is not one JSON object: %s", bad);
+	int forged_seen = 0;
+	size_t i;
+	json_t *o;
+	json_array_foreach(dec, i, o) {
+		const char *t = json_string_value(json_object_get(o, "tenant"));
+		const char *ev = json_string_value(json_object_get(o, "ev"));
+		cr_expect(ev && strcmp(ev, "f"), "a forged decision line: %s", json_dumps(o, 0));
+		if (t)
+			cr_expect(!strcmp(t, "good") || !strcmp(t, "evil"), "tenant \"%s\" in the log", t);
+		const char *cls = json_string_value(json_object_get(o, "class"));
+		if (cls && (!strcmp(cls, forged[0]) || !strcmp(cls, forged[1])))
+			forged_seen++;
+	}
+	cr_expect_geq(forged_seen, 2, "the forged class names are not in the log as sent");
+	json_array_foreach(req, i, o) {
+		const char *t = json_string_value(json_object_get(o, "tenant"));
+		cr_expect(t && (!strcmp(t, "good") || !strcmp(t, "evil")), "tenant in the request log");
+	}
+	json_decref(dec);
+	json_decref(req);
 }
