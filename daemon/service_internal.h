@@ -137,6 +137,7 @@ struct svc {
     /* stats.c (the counters are bumped where the events happen) */
     bool mx_dirty;            /* metrics changed since the last forced publish */
     bool stats_dirty;
+    bool stats_write_failed;  /* the stats file could not be written (said once) */
     int max_series_seen;
     uint64_t series_q_last_us;
     uint32_t *series_waiting, *series_running; /* [SVC_MAX_SERIES] recount scratch */

@@ -2,7 +2,8 @@
 /*
  * daemon/session.h — one client session on the daemon side, and the sessions of a loop.
  * Internal to daemon/: loop.c drives it; services see only the dsess_* functions of
- * daemon/loop.h.  struct dsess is private to session.c.
+ * daemon/loop.h.  struct dsess is private to the session module (session_priv.h, included
+ * by session.c — the state machine — and session_shm.c — its memory and rings).
  *
  * A session's life (session.c owns every transition):
  *

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * daemon/stats.c — what the runner shows of itself: the --stats-file JSON snapshot
- * (rewritten through a temporary file and a rename, so a reader never sees half of one),
+ * (formats/stats.h: rewritten through a temporary file and a rename, so a reader never sees
+ * half of one),
  * the metrics gauges (queues, KV pools, per-series queue depths, iteration timing, log
  * drops) and the --iteration-log lines.
  */
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "daemon/service_internal.h"
+#include "formats/stats.h"
 
 int stats_init(svc *s)
 {
@@ -43,35 +45,27 @@ void stats_write(svc *s)
     if (s->cfg.check_invariants)
         invariants = sched_check_invariants(s->sched, why, sizeof why) == 0 ? "ok"
                      : why[0] ? why : "violated";
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", s->cfg.stats_file);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return;
-    fprintf(f, "{\"t_us\":%llu,\"iterations\":%llu,\"sessions\":%d,\"live_requests\":%llu,"
-               "\"waiting\":%u,\"running\":%u,\"swapped\":%u,\"in_transit\":%u,\"blocked\":%u,"
-               "\"kv\":{",
-            (unsigned long long)s->now_us, (unsigned long long)s->n_iterations,
-            s->loop ? dloop_session_count(s->loop) : 0, (unsigned long long)s->live_reqs,
-            c.waiting, c.running, c.swapped, c.in_transit, c.blocked);
+    fmt_stats st = {
+        .t_us = s->now_us, .iterations = s->n_iterations,
+        .sessions = s->loop ? (uint64_t)dloop_session_count(s->loop) : 0,
+        .live_requests = s->live_reqs, .waiting = c.waiting, .running = c.running,
+        .swapped = c.swapped, .in_transit = c.in_transit, .blocked = c.blocked,
+        .transfers_inflight = s->tiers ? (uint64_t)kvtier_inflight(s->tiers) : 0,
+        .swap_verified = s->n_swap_verified, .swap_verify_errors = s->n_swap_verify_errors,
+        .transfer_overlap_errors = s->n_overlap_errors, .engine_errors = s->n_engine_errors,
+        .finished = s->n_finished, .rejects = s->n_rejects, .draining = s->draining,
+        .steps = c.steps,
+    };
+    _Static_assert(FMT_STATS_POOLS == SCHED_POOL__COUNT, "the stats file lists every pool");
     for (int p = 0; p < SCHED_POOL__COUNT; p++)
-        fprintf(f, "%s\"%s\":{\"used\":%u,\"free\":%u,\"total\":%u}", p ? "," : "",
-                sched_pool_name((sched_pool)p), c.kv_used[p], c.kv_free[p], c.kv_total[p]);
-    fprintf(f, "},\"invariants\":\"");
-    for (const char *q = invariants; *q; q++)
-        if (*q != '"' && *q != '\\' && (unsigned char)*q >= 0x20) fputc(*q, f);
-    fprintf(f, "\",\"transfers_inflight\":%d,"
-               "\"swap_verified\":%llu,\"swap_verify_errors\":%llu,\"transfer_overlap_errors\":%llu,"
-               "\"engine_errors\":%llu,"
-               "\"finished\":%llu,\"rejects\":%llu,\"draining\":%s,\"steps\":%llu,"
-               "\"policy\":\"%s\"}\n",
-            s->tiers ? kvtier_inflight(s->tiers) : 0,
-            (unsigned long long)s->n_swap_verified, (unsigned long long)s->n_swap_verify_errors,
-            (unsigned long long)s->n_overlap_errors,
-            (unsigned long long)s->n_engine_errors, (unsigned long long)s->n_finished,
-            (unsigned long long)s->n_rejects, s->draining ? "true" : "false",
-            (unsigned long long)c.steps, s->policy_hash_hex);
-    if (fclose(f) == 0) rename(tmp, s->cfg.stats_file);
-    else unlink(tmp);
+        st.kv[p] = (fmt_stats_pool){c.kv_used[p], c.kv_free[p], c.kv_total[p]};
+    snprintf(st.invariants, sizeof st.invariants, "%s", invariants);
+    snprintf(st.policy, sizeof st.policy, "%s", s->policy_hash_hex);
+    char err[256];
+    if (fmt_stats_write(s->cfg.stats_file, &st, err, sizeof err) < 0 && !s->stats_write_failed) {
+        s->stats_write_failed = true; /* said once: it would repeat every 20 ms */
+        svc_log("stats file: %s", err);
+    }
 }
 
 /* Per (tenant, class) queue depth, recounted from the live requests a few times a second
@@ -123,22 +117,18 @@ void itlog_emit(svc *s, uint64_t next_start_us)
     struct svc_iter *it = &s->itl;
     if (!it->pending) return;
     it->pending = false;
-    char period[32] = "null";
+    fmt_iteration line = {
+        .it = (int64_t)it->it, .t_us = (int64_t)it->t_us, .period_us = FMT_NULL,
+        .iter_us = (int64_t)it->iter_us, .exec_us = (int64_t)it->exec_us,
+        .prefill_tokens = (int64_t)it->w.prefill_tokens, .prefill_seqs = it->w.prefill_seqs,
+        .prefill_pairs = it->w.prefill_pairs, .decode_seqs = it->w.decode_seqs,
+        .decode_context = it->w.decode_context, .context_tokens = (int64_t)it->w.context_tokens,
+        .transfers = it->transfers,
+        .wakes = s->loop ? (int64_t)(dloop_futex_wakes(s->loop) - it->wakes_before) : 0,
+    };
     if (it->busy && next_start_us >= it->t_us && next_start_us)
-        snprintf(period, sizeof period, "%llu", (unsigned long long)(next_start_us - it->t_us));
-    uint64_t wakes = s->loop ? dloop_futex_wakes(s->loop) - it->wakes_before : 0;
-    char line[512];
-    int n = snprintf(line, sizeof line,
-                     "{\"it\":%llu,\"t_us\":%llu,\"period_us\":%s,\"iter_us\":%llu,\"exec_us\":%llu,"
-                     "\"prefill_tokens\":%llu,\"prefill_seqs\":%u,\"prefill_pairs\":%.0f,"
-                     "\"decode_seqs\":%u,\"decode_context\":%.0f,\"context_tokens\":%llu,"
-                     "\"transfers\":%u,\"wakes\":%llu}",
-                     (unsigned long long)it->it, (unsigned long long)it->t_us, period,
-                     (unsigned long long)it->iter_us, (unsigned long long)it->exec_us,
-                     (unsigned long long)it->w.prefill_tokens, it->w.prefill_seqs, it->w.prefill_pairs,
-                     it->w.decode_seqs, it->w.decode_context, (unsigned long long)it->w.context_tokens,
-                     it->transfers, (unsigned long long)wakes);
-    if (n > 0 && (size_t)n < sizeof line) declog_iteration_line(s->logs, line, (size_t)n);
+        line.period_us = (int64_t)(next_start_us - it->t_us);
+    declog_iteration(s->logs, &line);
 }
 
 void itlog_hold(svc *s, const sched_plan *p, uint64_t t_us, uint64_t iter_us, uint64_t exec_us,

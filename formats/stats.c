@@ -13,7 +13,7 @@ const char *const fmt_stats_pool_names[FMT_STATS_POOLS] = {"device", "host", "di
 
 /* The counters after the pools, in file order. */
 #define COUNTERS(X)                                                                         \
-    X(transfers_inflight) X(kvtier_accounting_errors) X(swap_verified) X(swap_verify_errors) \
+    X(transfers_inflight) X(swap_verified) X(swap_verify_errors)                            \
     X(transfer_overlap_errors) X(engine_errors) X(finished) X(rejects)
 
 int fmt_stats_format(const fmt_stats *s, char *buf, size_t cap)

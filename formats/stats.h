@@ -7,8 +7,8 @@
  *   {"t_us":…,"iterations":…,"sessions":…,"live_requests":…,"waiting":…,"running":…,
  *    "swapped":…,"in_transit":…,"blocked":…,
  *    "kv":{"device":{"used":…,"free":…,"total":…},"host":{…},"disk":{…}},
- *    "invariants":"ok" | "<what is violated>","transfers_inflight":…,
- *    "kvtier_accounting_errors":…,"swap_verified":…,"swap_verify_errors":…,
+ *    "invariants":"ok" | "<what is violated>" | "unchecked","transfers_inflight":…,
+ *    "swap_verified":…,"swap_verify_errors":…,
  *    "transfer_overlap_errors":…,"engine_errors":…,"finished":…,"rejects":…,
  *    "draining":true|false,"steps":…,"policy":"<policy hash hex>"}
  */
@@ -38,7 +38,7 @@ typedef struct fmt_stats {
     uint64_t waiting, running, swapped, in_transit, blocked;
     fmt_stats_pool kv[FMT_STATS_POOLS];
     char invariants[256];          /* "ok" or the scheduler's description */
-    uint64_t transfers_inflight, kvtier_accounting_errors, swap_verified, swap_verify_errors,
+    uint64_t transfers_inflight, swap_verified, swap_verify_errors,
         transfer_overlap_errors, engine_errors, finished, rejects;
     bool draining;
     uint64_t steps;

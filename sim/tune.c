@@ -684,7 +684,8 @@ static void pareto(sim_tune_result *r, int k)
                       y->tpot_p99_ms <= x->tpot_p99_ms && y->refused <= x->refused;
             bool gt = y->goodput_rps > x->goodput_rps || y->ttft_p99_ms < x->ttft_p99_ms ||
                       y->tpot_p99_ms < x->tpot_p99_ms || y->refused < x->refused;
-            dominated = ge && gt;
+            /* equal on all four: one of them stands for both (the better ranked) */
+            dominated = ge && (gt || rank_cmp(r, b, a, k) < 0);
         }
         a->pareto = !dominated;
     }

@@ -251,7 +251,7 @@ Test(formats_stats, file_round_trip)
     fmt_stats a = {.t_us = 1, .iterations = 2, .sessions = 3, .live_requests = 4, .waiting = 5,
                    .running = 6, .swapped = 7, .in_transit = 8, .blocked = 9,
                    .kv = {{10, 11, 21}, {0, 5, 5}, {1, 2, 3}},
-                   .transfers_inflight = 12, .kvtier_accounting_errors = 13, .swap_verified = 14,
+                   .transfers_inflight = 12, .swap_verified = 14,
                    .swap_verify_errors = 15, .transfer_overlap_errors = 16, .engine_errors = 17,
                    .finished = 18, .rejects = 19, .draining = true, .steps = 20};
     snprintf(a.invariants, sizeof a.invariants, "tenant \"x\" counts 3 blocks, holds 2");
