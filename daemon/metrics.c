@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef RINGLM_VERSION
@@ -119,6 +120,14 @@ typedef struct snap {
 #define SNAP_HEAD_BYTES offsetof(snap, series)
 #define FRESH 4u
 
+/* /metrics connections: at most this many at once, this many from one address, each idle at
+ * most HTTP_IDLE_S and alive at most HTTP_LIFETIME_MS (a scrape takes milliseconds; a
+ * client that trickles its headers a byte at a time is cut), and never with a body. */
+#define HTTP_MAX_CONNS   64
+#define HTTP_PER_ADDR    16
+#define HTTP_IDLE_S      3
+#define HTTP_LIFETIME_MS 3000
+
 struct metrics {
     snap live;                     /* loop thread only */
     int16_t series_of[METRICS_MAX_TENANTS][METRICS_MAX_CLASSES]; /* -1: none yet */
@@ -134,6 +143,18 @@ struct metrics {
 
     struct MHD_Daemon *httpd;
     int listen_fd, port;
+
+    /* Bounds on /metrics connections (see http_notify): libmicrohttpd's timeout is an idle
+     * timeout that every trickled byte resets, so each connection also has a lifetime, cut
+     * by a watchdog thread. The table is written by the HTTP thread (connect, close) and
+     * read by the watchdog, under guard_mu; a slot's fd is cleared at libmicrohttpd's
+     * CLOSED notification, which comes before it closes the socket, so the watchdog never
+     * shuts down a descriptor that was reused. */
+    pthread_mutex_t guard_mu;
+    pthread_cond_t guard_cv;
+    pthread_t guard_thread;
+    bool guard_started, guard_stop;
+    struct { int fd; uint64_t t0_ms; } conns[HTTP_MAX_CONNS];
 };
 
 /* ---- lifecycle ---------------------------------------------------------------------- */
@@ -201,6 +222,60 @@ static int parse_listen(const char *spec, struct sockaddr_storage *ss, socklen_t
     return 0;
 }
 
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void http_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                        enum MHD_ConnectionNotificationCode toe)
+{
+    metrics *m = cls;
+    pthread_mutex_lock(&m->guard_mu);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        for (int i = 0; ci && i < HTTP_MAX_CONNS; i++) {
+            if (m->conns[i].fd < 0) {
+                m->conns[i].fd = ci->connect_fd;
+                m->conns[i].t0_ms = mono_ms();
+                *socket_context = (void *)(intptr_t)(i + 1);
+                break;
+            }
+        }
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        intptr_t slot = (intptr_t)*socket_context - 1;
+        if (slot >= 0 && slot < HTTP_MAX_CONNS) m->conns[slot].fd = -1;
+        *socket_context = NULL;
+    }
+    pthread_mutex_unlock(&m->guard_mu);
+}
+
+/* Cuts connections past their lifetime: shutdown() makes libmicrohttpd see the end of the
+ * stream and close the connection itself. */
+static void *http_guard(void *arg)
+{
+    metrics *m = arg;
+    pthread_mutex_lock(&m->guard_mu);
+    while (!m->guard_stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 200 * 1000000L;
+        if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+        pthread_cond_timedwait(&m->guard_cv, &m->guard_mu, &until);
+        uint64_t now = mono_ms();
+        for (int i = 0; i < HTTP_MAX_CONNS; i++) {
+            if (m->conns[i].fd >= 0 && m->conns[i].t0_ms && now - m->conns[i].t0_ms > HTTP_LIFETIME_MS) {
+                shutdown(m->conns[i].fd, SHUT_RDWR);
+                m->conns[i].t0_ms = 0; /* once */
+            }
+        }
+    }
+    pthread_mutex_unlock(&m->guard_mu);
+    return NULL;
+}
+
 static int start_http(metrics *m, const char *spec)
 {
     struct sockaddr_storage ss;
@@ -229,10 +304,14 @@ static int start_http(metrics *m, const char *spec)
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
+    for (int i = 0; i < HTTP_MAX_CONNS; i++) m->conns[i].fd = -1;
     m->httpd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL, NULL,
                                 handle, m, MHD_OPTION_LISTEN_SOCKET, fd,
-                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-                                MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_END);
+                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_S,
+                                MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_MAX_CONNS,
+                                MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_PER_ADDR,
+                                MHD_OPTION_NOTIFY_CONNECTION, http_notify, m, MHD_OPTION_END);
+    if (m->httpd && pthread_create(&m->guard_thread, NULL, http_guard, m) == 0) m->guard_started = true;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (!m->httpd) {
         rc = seterr(-EIO, "metrics: libmicrohttpd failed to start on %s", spec);
@@ -271,6 +350,8 @@ int metrics_create(const metrics_config *cfg, metrics **out)
     strcpy(m->live.reasons[0], "other");
     m->live.n_reasons = 1;
     pthread_mutex_init(&m->read_mu, NULL);
+    pthread_mutex_init(&m->guard_mu, NULL);
+    pthread_cond_init(&m->guard_cv, NULL);
     m->back = 0;
     m->front = 1;
     atomic_store(&m->middle, 2u);
@@ -294,9 +375,18 @@ int metrics_port(const metrics *m) { return m ? m->port : 0; }
 void metrics_destroy(metrics *m)
 {
     if (!m) return;
+    if (m->guard_started) {
+        pthread_mutex_lock(&m->guard_mu);
+        m->guard_stop = true;
+        pthread_cond_signal(&m->guard_cv);
+        pthread_mutex_unlock(&m->guard_mu);
+        pthread_join(m->guard_thread, NULL);
+    }
     if (m->httpd) MHD_stop_daemon(m->httpd);
     if (m->listen_fd >= 0) close(m->listen_fd);
     pthread_mutex_destroy(&m->read_mu);
+    pthread_mutex_destroy(&m->guard_mu);
+    pthread_cond_destroy(&m->guard_cv);
     for (int i = 0; i < 3; i++) free(m->buf[i]);
     free(m);
 }
@@ -835,16 +925,16 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     (void)version;
     (void)upload_data;
     metrics *m = cls;
+    /* Only GET and HEAD, never a body: anything else is answered at once, from the headers,
+     * and the connection closes without reading the body (it used to be swallowed, without
+     * limit). */
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+        return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET\n", "text/plain");
+    if (*upload_size) return MHD_NO; /* a GET with a body: close */
     if (!*req_cls) { /* first call: headers only; answer on the second */
         *req_cls = (void *)1;
         return MHD_YES;
     }
-    if (*upload_size) { /* a body we do not want: swallow it */
-        *upload_size = 0;
-        return MHD_YES;
-    }
-    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-        return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET\n", "text/plain");
     if (strcmp(url, "/metrics") != 0)
         return reply(c, strcmp(url, "/") == 0 ? MHD_HTTP_OK : MHD_HTTP_NOT_FOUND,
                      "ringlmd: metrics at /metrics\n", "text/plain");

@@ -306,6 +306,8 @@ int svc_create(const svc_config *cfg, svc **out)
     rc = eng_model_load(cfg->model, &s->model);
     if (rc < 0) { rc = seterr(rc, "model %s: %s", cfg->model, eng_errmsg()); goto fail; }
     s->mcfg = eng_model_cfg(s->model);
+    s->n_stop_tokens = eng_model_stop_tokens(s->model, s->stop_tokens, SVC_MAX_STOP_TOKENS);
+    if (s->n_stop_tokens > SVC_MAX_STOP_TOKENS) s->n_stop_tokens = SVC_MAX_STOP_TOKENS;
 
     if (cfg->identity_only) {
         *out = s;
@@ -433,6 +435,12 @@ int svc_run(svc *s, const dloop_config *lc)
         svc_log("model %s (%s), dim %d, %d layers, vocab %d, context %d", s->cfg.model,
                eng_model_hash(s->model), s->mcfg->dim, s->mcfg->n_layers, s->mcfg->vocab_size,
                s->mcfg->seq_len);
+        char stops[64] = "";
+        for (int k = 0; k < s->n_stop_tokens; k++)
+            snprintf(stops + strlen(stops), sizeof stops - strlen(stops), "%s%d", k ? " " : "",
+                     s->stop_tokens[k]);
+        svc_log("weights %s, stop tokens %s", eng_wtype_name(eng_model_hparams_of(s->model)->weight_type),
+                stops);
         svc_log("engine %s, %d threads, KV %d blocks × %d tokens (%zu bytes/block)",
                eng_backend_name(s->engine), s->cfg.threads > 0 ? s->cfg.threads : 1,
                eng_kv_blocks(s->engine), eng_kv_block_size(s->engine), eng_kv_block_bytes(s->engine));

@@ -31,8 +31,9 @@
 #include "sched/sched.h"
 #include "shm/wire.h"
 
-/* llama2.c models stop when BOS is sampled (run.c); the stop token is not streamed. */
-#define SVC_STOP_TOKEN 1
+/* A sequence ends when it samples one of the model's stop tokens (eng_model_stop_tokens:
+ * BOS for llama2.c models, as run.c; EOS/EOT/EOM for GGUF files); it is not streamed. */
+#define SVC_MAX_STOP_TOKENS 4
 #define SVC_KVTIER_TAG (DLOOP_UD_SVC | (1ull << 62))
 #define SVC_HASH_BUCKETS 4096
 #define SVC_MAX_REQS_PER_SESSION 1024
@@ -95,6 +96,8 @@ struct svc {
     eng_model *model;
     eng *engine;
     const eng_model_config *mcfg;
+    int32_t stop_tokens[SVC_MAX_STOP_TOKENS];
+    int n_stop_tokens;
     sched_policy *policy;
     sched *sched;
     declog *logs;

@@ -129,6 +129,10 @@ const eng_model_hparams *eng_model_hparams_of(const eng_model *m);
 const eng_weights *eng_model_weights(const eng_model *m);
 /* Typed per-layer view of the weights (every non-lazy model; NULL for a lazy one). */
 const eng_model_tensors *eng_model_tensors_of(const eng_model *m);
+/* The tokens that end generation: BOS (1) for llama2.c models, as run.c; for GGUF files the
+ * vocabulary's EOS, EOT and EOM ids (tokenizer.ggml.*_token_id). Writes at most max ids to
+ * out and returns how many there are. */
+int eng_model_stop_tokens(const eng_model *m, int32_t *out, int max);
 /* The GGUF file's path when the model came from one (the tokenizer lives in it), else NULL. */
 const char *eng_model_gguf_path(const eng_model *m);
 bool eng_model_is_lazy(const eng_model *m);

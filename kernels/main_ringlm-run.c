@@ -25,13 +25,22 @@ static void usage(FILE *f)
             "usage: ringlm-run --model M [--tokenizer T] [--prompt P] [--steps N]\n"
             "                  [--temperature F] [--top-k K] [--top-p F] [--seed S]\n"
             "                  [--threads N] [--backend cpu|cuda] [--block-size N]\n"
-            "  --model M        llama2.c checkpoint, or synthetic:PRESET:SEED\n"
-            "  --tokenizer T    llama2.c tokenizer.bin (default tokenizer.bin)\n"
+            "  --model M        llama2.c checkpoint, GGUF file, or synthetic:PRESET:SEED\n"
+            "  --tokenizer T    llama2.c tokenizer.bin or GGUF file (default: the model's GGUF\n"
+            "                   file, else tokenizer.bin)\n"
             "  --prompt P       text to start from (default empty)\n"
             "  --steps N        positions to run, prompt included; 0 = seq_len (default 256)\n"
             "  --temperature F  0 = greedy (default 1.0); --top-p default 0.9, --top-k 0 (off)\n"
             "  --seed S         sampling seed (default: time)\n"
             "  --threads N      CPU worker threads (default 1)\n");
+}
+
+static bool is_stop(const int32_t *stop, int n, int token)
+{
+    for (int i = 0; i < n; i++)
+        if (stop[i] == token)
+            return true;
+    return false;
 }
 
 static double now_s(void)
@@ -90,7 +99,7 @@ static int forward(eng *e, const int32_t *tokens, int n, int pos0, const int32_t
 
 int main(int argc, char **argv)
 {
-    const char *model_spec = NULL, *tok_path = "tokenizer.bin", *prompt = "";
+    const char *model_spec = NULL, *tok_path = NULL, *prompt = "";
     const char *backend = "cpu";
     long steps = 256, threads = 1, block_size = 16, top_k = 0;
     float temperature = 1.0f, top_p = 0.9f;
@@ -148,6 +157,12 @@ int main(int argc, char **argv)
         goto out;
     }
     const eng_model_config *cfg = eng_model_cfg(model);
+    /* A GGUF file carries its vocabulary; a llama2.c checkpoint needs tokenizer.bin. */
+    if (!tok_path)
+        tok_path = eng_model_gguf_path(model) ? eng_model_gguf_path(model) : "tokenizer.bin";
+    int32_t stop[4];
+    int n_stop = eng_model_stop_tokens(model, stop, 4);
+    n_stop = n_stop > 4 ? 4 : n_stop;
     if ((err = tok_load(tok_path, cfg->vocab_size, &tok))) {
         fprintf(stderr, "ringlm-run: tokenizer: %s\n", tok_errmsg());
         goto out;
@@ -159,7 +174,8 @@ int main(int argc, char **argv)
     prompt_tokens = malloc(bound * sizeof *prompt_tokens);
     if (!prompt_tokens)
         goto oom;
-    int n_prompt = tok_encode(tok, prompt, true, false, prompt_tokens, (int)bound);
+    int n_prompt = tok_encode(tok, prompt, tok_add_bos(tok) || !*prompt, false, prompt_tokens,
+                              (int)bound);
     if (n_prompt < 1) {
         fprintf(stderr, "ringlm-run: prompt: %s\n", tok_errmsg());
         goto out;
@@ -202,7 +218,7 @@ int main(int argc, char **argv)
     double t_decode0 = now_s();
     for (; pos < n_prefill - (sample_after ? 1 : 0); pos++) { /* forced prompt tokens */
         int next = prompt_tokens[pos + 1];
-        if (next == TOK_BOS)
+        if (is_stop(stop, n_stop, next))
             goto done;
         fputs(tok_decode(tok, token, next), stdout);
         token = next;
@@ -221,7 +237,7 @@ int main(int argc, char **argv)
         }
         int next = eng_sample(logits, cfg->vocab_size, &sampling, &rng);
         pos++;
-        if (next == TOK_BOS)
+        if (is_stop(stop, n_stop, next))
             break;
         fputs(tok_decode(tok, token, next), stdout);
         fflush(stdout);

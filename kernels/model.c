@@ -47,6 +47,8 @@ struct eng_model {
     eng_model_tensors t;
     eng_model_hparams hp;
     gguf_file *gguf; /* GGUF models: the open file (owns the mapping) */
+    int32_t stop[3];  /* tokens that end generation */
+    int n_stop;
     pthread_mutex_t hash_lock; /* the file hash is computed on first use: it reads every byte */
     char hash[65];
 };
@@ -566,6 +568,30 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         }
     }
     hp.weight_type = m->layers[0].wq.type;
+    /* Stop tokens: EOS (2, SentencePiece's, when the file names none), EOT, EOM. */
+    static const char *const stop_keys[] = {"tokenizer.ggml.eos_token_id",
+                                            "tokenizer.ggml.eot_token_id",
+                                            "tokenizer.ggml.eom_token_id"};
+    m->n_stop = 0;
+    for (int i = 0; i < 3; i++) {
+        uint64_t id;
+        err = gguf_get_u64(g, stop_keys[i], &id);
+        if (err == -ENOENT) {
+            if (i > 0)
+                continue;
+            id = 2;
+        } else if (err) {
+            return eng_seterr(err, "metadata %s", gguf_errmsg());
+        }
+        if (id >= (uint64_t)c.vocab_size)
+            return eng_seterr(-EINVAL, "metadata %s=%" PRIu64 ": outside the vocabulary of %d "
+                                       "tokens", stop_keys[i], id, c.vocab_size);
+        bool dup = false;
+        for (int k = 0; k < m->n_stop; k++)
+            dup |= m->stop[k] == (int32_t)id;
+        if (!dup)
+            m->stop[m->n_stop++] = (int32_t)id;
+    }
     m->cfg = c;
     m->hp = hp;
     m->t = (eng_model_tensors){
@@ -727,6 +753,18 @@ const eng_model_tensors *eng_model_tensors_of(const eng_model *m)
     return m->layers ? &m->t : NULL;
 }
 const char *eng_model_gguf_path(const eng_model *m) { return m->gguf ? m->path : NULL; }
+
+int eng_model_stop_tokens(const eng_model *m, int32_t *out, int max)
+{
+    if (!m->gguf) { /* run.c stops on BOS */
+        if (max > 0)
+            out[0] = 1;
+        return 1;
+    }
+    for (int i = 0; i < m->n_stop && i < max; i++)
+        out[i] = m->stop[i];
+    return m->n_stop;
+}
 
 bool eng_model_synthetic_seed(const eng_model *m, uint64_t *seed)
 {

@@ -5,6 +5,7 @@
  * byte-identical to the reference; the file is validated field by field first.
  */
 #include "tokenizer.h"
+#include "gguf.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -26,6 +27,10 @@ struct tok_tokenizer {
     const char **shown; /* [vocab] what decode prints after a non-BOS token */
     const char **shown_after_bos; /* [vocab] the same after BOS (leading space stripped) */
     char byte_str[256][2];        /* the raw byte b as a 1-char string */
+    int32_t bos, eos;             /* 1 and 2 in llama2.c; from the file in GGUF */
+    bool add_bos;
+    int32_t byte_id[256];         /* "<0xNN>" token of each byte, -1 when absent */
+    int32_t unk;                  /* unknown token (GGUF), -1 when none */
 };
 
 /* ---- errors ------------------------------------------------------------------------ */
@@ -44,6 +49,8 @@ __attribute__((format(printf, 2, 3))) static int tok_seterr(int err, const char 
 }
 
 /* ---- loading ------------------------------------------------------------------------ */
+
+static int32_t lookup(const tok_tokenizer *t, const char *s);
 
 /* qsort_r (glibc): a context argument instead of a global, so loads may run in parallel. */
 static int cmp_piece_id(const void *a, const void *b, void *ctx)
@@ -173,6 +180,15 @@ int tok_load_mem(const void *buf, size_t len, int vocab_size, tok_tokenizer **ou
         t->shown_after_bos[i] = shown_piece(t, piece[0] == ' ' ? piece + 1 : piece);
     }
     qsort_r(t->sorted, (size_t)n, sizeof *t->sorted, cmp_piece_id, t);
+    t->bos = TOK_BOS;
+    t->eos = TOK_EOS;
+    t->add_bos = true;
+    t->unk = -1;
+    for (int b = 0; b < 256; b++) { /* run.c's byte b + 3, when that is what the vocab holds */
+        char piece[8];
+        snprintf(piece, sizeof piece, "<0x%02X>", b);
+        t->byte_id[b] = lookup(t, piece);
+    }
     *out = t;
     return 0;
 fail:
@@ -186,6 +202,12 @@ int tok_load(const char *path, int vocab_size, tok_tokenizer **out)
     FILE *f = fopen(path, "rb");
     if (!f)
         return tok_seterr(-errno, "%s: %s", path, strerror(errno));
+    unsigned char magic[4];
+    if (fread(magic, 1, 4, f) == 4 && memcmp(magic, "GGUF", 4) == 0) {
+        fclose(f);
+        return tok_load_gguf(path, vocab_size, out);
+    }
+    rewind(f);
     int err = 0;
     unsigned char *buf = NULL;
     size_t len = 0, cap = 0;
@@ -295,7 +317,7 @@ int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int
         goto out;
     }
     if (bos)
-        tokens[n++] = TOK_BOS;
+        tokens[n++] = t->bos;
     /* SentencePiece's dummy prefix: the text is encoded as if it started with a space. */
     if (text[0] != '\0') {
         int32_t space = lookup(t, " ");
@@ -317,11 +339,13 @@ int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int
             tokens[n++] = id;
         } else {
             for (size_t i = 0; i < len; i++) {
-                int32_t b = (int32_t)(unsigned char)buf[i] + 3;
-                if (b >= t->vocab_size) {
-                    err = tok_seterr(-EINVAL, "byte 0x%02X has no fallback token: id %d is "
-                                              "outside the vocabulary (%d tokens)",
-                                     (unsigned char)buf[i], b, t->vocab_size);
+                int32_t b = t->byte_id[(unsigned char)buf[i]];
+                if (b < 0)
+                    b = t->unk;
+                if (b < 0) {
+                    err = tok_seterr(-EINVAL, "byte 0x%02X has no fallback token (no \"<0x%02X>\" "
+                                              "piece and no unknown token in the vocabulary)",
+                                     (unsigned char)buf[i], (unsigned char)buf[i]);
                     goto out;
                 }
                 tokens[n++] = b;
@@ -363,7 +387,7 @@ int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int
             pair_id[best_idx] = pair_lookup(t, tokens[best_idx], tokens[best_idx + 1], buf);
     }
     if (eos)
-        tokens[n++] = TOK_EOS;
+        tokens[n++] = t->eos;
     if (n > max) {
         err = tok_seterr(-ENOSPC, "text encodes to %d tokens, the buffer holds %d", n, max);
         goto out;
@@ -383,5 +407,177 @@ const char *tok_decode(const tok_tokenizer *t, int32_t prev, int32_t next)
 {
     if (next < 0 || next >= t->vocab_size)
         return NULL;
-    return prev == TOK_BOS ? t->shown_after_bos[next] : t->shown[next];
+    return prev == t->bos ? t->shown_after_bos[next] : t->shown[next];
+}
+
+int32_t tok_bos(const tok_tokenizer *t) { return t->bos; }
+int32_t tok_eos(const tok_tokenizer *t) { return t->eos; }
+bool tok_add_bos(const tok_tokenizer *t) { return t->add_bos; }
+
+/* ---- GGUF vocabularies ------------------------------------------------------------- */
+
+/* llama.cpp's token types */
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
+
+static int gguf_token_id(const gguf_file *g, const char *key, int vocab, int32_t dflt,
+                         int32_t *out)
+{
+    uint64_t v;
+    int err = gguf_get_u64(g, key, &v);
+    if (err == -ENOENT) {
+        *out = dflt;
+        return 0;
+    }
+    if (err)
+        return tok_seterr(err, "%s", gguf_errmsg());
+    if (v >= (uint64_t)vocab)
+        return tok_seterr(-EINVAL, "%s=%llu: outside the vocabulary of %d tokens", key,
+                          (unsigned long long)v, vocab);
+    *out = (int32_t)v;
+    return 0;
+}
+
+/*
+ * A GGUF file's SentencePiece vocabulary (tokenizer.ggml.model "llama"): the pieces with
+ * U+2581 turned back into spaces, their scores, BOS/EOS/unknown ids and add_bos. It is
+ * handed to the llama2.c loader as a tokenizer.bin image, so both share one validation and
+ * one encoder; control tokens print nothing. Other tokenizer models are refused by name.
+ */
+static int load_gguf_vocab(const gguf_file *g, int vocab_size, tok_tokenizer **out)
+{
+    const char *model;
+    size_t model_len;
+    int err = gguf_get_str(g, "tokenizer.ggml.model", &model, &model_len);
+    if (err == -ENOENT)
+        return tok_seterr(-EINVAL, "tokenizer.ggml.model: absent (the file holds no tokenizer)");
+    if (err)
+        return tok_seterr(err, "%s", gguf_errmsg());
+    if (!(model_len == 5 && memcmp(model, "llama", 5) == 0))
+        return tok_seterr(-EINVAL, "tokenizer.ggml.model=\"%.*s\": not supported (llama, i.e. "
+                                   "SentencePiece)", (int)(model_len > 32 ? 32 : model_len), model);
+    uint32_t et;
+    uint64_t n;
+    const void *toks, *scores = NULL, *types = NULL;
+    if ((err = gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, &toks)))
+        return tok_seterr(err == -ENOENT ? -EINVAL : err, "tokenizer.ggml.tokens: %s",
+                          err == -ENOENT ? "absent" : gguf_errmsg());
+    if (et != GGUF_V_STRING || n == 0 || n > TOK_MAX_VOCAB)
+        return tok_seterr(-EINVAL, "tokenizer.ggml.tokens: expected 1..%d strings, found %llu %s",
+                          TOK_MAX_VOCAB, (unsigned long long)n, gguf_vtype_name(et));
+    if (vocab_size && n != (uint64_t)vocab_size)
+        return tok_seterr(-EINVAL, "tokenizer.ggml.tokens: %llu tokens, the model has %d",
+                          (unsigned long long)n, vocab_size);
+    uint64_t ns;
+    err = gguf_get_arr(g, "tokenizer.ggml.scores", &et, &ns, &scores);
+    if (err && err != -ENOENT)
+        return tok_seterr(err, "%s", gguf_errmsg());
+    if (!err && (et != GGUF_V_F32 || ns != n))
+        return tok_seterr(-EINVAL, "tokenizer.ggml.scores: expected %llu f32, found %llu %s",
+                          (unsigned long long)n, (unsigned long long)ns, gguf_vtype_name(et));
+    err = gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &ns, &types);
+    if (err && err != -ENOENT)
+        return tok_seterr(err, "%s", gguf_errmsg());
+    if (!err && (et != GGUF_V_I32 || ns != n))
+        return tok_seterr(-EINVAL, "tokenizer.ggml.token_type: expected %llu i32, found %llu %s",
+                          (unsigned long long)n, (unsigned long long)ns, gguf_vtype_name(et));
+    /* the tokenizer.bin image: max_token_length, then score, length, piece per token */
+    size_t bytes = 4;
+    const void *p = toks;
+    for (uint64_t i = 0; i < n; i++) {
+        const char *sp;
+        size_t len;
+        gguf_str_next(&p, &sp, &len);
+        if (len > TOK_MAX_PIECE)
+            return tok_seterr(-EINVAL, "tokenizer.ggml.tokens[%llu]: %zu bytes (at most %d)",
+                              (unsigned long long)i, len, TOK_MAX_PIECE);
+        bytes += 8 + len; /* "▁" (3 bytes) becomes " " (1): never longer */
+    }
+    unsigned char *img = malloc(bytes), *w = img + 4;
+    if (!img)
+        return tok_seterr(-ENOMEM, "out of memory");
+    int32_t max_len = 1;
+    p = toks;
+    bool *control = calloc((size_t)n, sizeof *control);
+    if (!control) {
+        free(img);
+        return tok_seterr(-ENOMEM, "out of memory");
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        const char *sp;
+        size_t len;
+        gguf_str_next(&p, &sp, &len);
+        float score = 0.0f;
+        if (scores)
+            memcpy(&score, (const unsigned char *)scores + 4 * i, 4);
+        int32_t type = TT_NORMAL;
+        if (types)
+            memcpy(&type, (const unsigned char *)types + 4 * i, 4);
+        control[i] = type == TT_CONTROL || type == TT_UNUSED;
+        memcpy(w, &score, 4);
+        unsigned char *lenp = w + 4;
+        w += 8;
+        int32_t out_len = 0;
+        for (size_t k = 0; k < len; k++) {
+            if (k + 2 < len && (unsigned char)sp[k] == 0xe2 && (unsigned char)sp[k + 1] == 0x96 &&
+                (unsigned char)sp[k + 2] == 0x81) {
+                w[out_len++] = ' ';
+                k += 2;
+            } else {
+                w[out_len++] = (unsigned char)sp[k];
+            }
+        }
+        memcpy(lenp, &out_len, 4);
+        w += out_len;
+        if (out_len > max_len)
+            max_len = out_len;
+    }
+    memcpy(img, &max_len, 4);
+    err = tok_load_mem(img, (size_t)(w - img), (int)n, out);
+    free(img);
+    if (err) {
+        free(control);
+        return err;
+    }
+    tok_tokenizer *t = *out;
+    int32_t unk;
+    if ((err = gguf_token_id(g, "tokenizer.ggml.bos_token_id", (int)n, 1, &t->bos)) ||
+        (err = gguf_token_id(g, "tokenizer.ggml.eos_token_id", (int)n, 2, &t->eos)) ||
+        (err = gguf_token_id(g, "tokenizer.ggml.unknown_token_id", (int)n, -1, &unk))) {
+        free(control);
+        tok_free(t);
+        *out = NULL;
+        return err;
+    }
+    t->unk = unk;
+    bool add_bos = true;
+    err = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos);
+    if (err && err != -ENOENT) {
+        free(control);
+        tok_free(t);
+        *out = NULL;
+        return tok_seterr(err, "%s", gguf_errmsg());
+    }
+    t->add_bos = add_bos;
+    for (int i = 0; i < (int)n; i++)
+        if (control[i])
+            t->shown[i] = t->shown_after_bos[i] = "";
+    free(control);
+    return 0;
+}
+
+int tok_load_gguf(const char *path, int vocab_size, tok_tokenizer **out)
+{
+    *out = NULL;
+    gguf_file *g;
+    int err = gguf_open(path, &g);
+    if (err)
+        return tok_seterr(err, "%s", gguf_errmsg());
+    err = load_gguf_vocab(g, vocab_size, out);
+    if (err) {
+        char detail[256];
+        snprintf(detail, sizeof detail, "%s", tok_err);
+        tok_seterr(err, "%s: %s", path, detail);
+    }
+    gguf_close(g);
+    return err;
 }

@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 #define TOK_BOS 1 /* beginning of sequence (generation stops when it is sampled) */
-#define TOK_EOS 2 /* end of sequence */
+#define TOK_EOS 2 /* end of sequence (llama2.c files; GGUF files name theirs: tok_bos/tok_eos) */
 
 typedef struct tok_tokenizer tok_tokenizer;
 
@@ -72,6 +72,19 @@ int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int
  * the generation loop: it stops on BOS.)
  */
 const char *tok_decode(const tok_tokenizer *t, int32_t prev, int32_t next);
+
+/*
+ * The vocabulary of a GGUF model file (tokenizer.ggml.model "llama": SentencePiece with
+ * scores and byte fallback; U+2581 in pieces is a space): BOS, EOS and add_bos from the file,
+ * control tokens decode to "". tok_load does this by itself when the file is GGUF.
+ * Errors as tok_load; another tokenizer model (e.g. "gpt2") is refused by name.
+ */
+int tok_load_gguf(const char *path, int vocab_size, tok_tokenizer **out);
+/* BOS and EOS ids (TOK_BOS and TOK_EOS for llama2.c files), and whether prompts start with
+ * BOS (tokenizer.ggml.add_bos_token; true for llama2.c). */
+int32_t tok_bos(const tok_tokenizer *t);
+int32_t tok_eos(const tok_tokenizer *t);
+bool tok_add_bos(const tok_tokenizer *t);
 
 /* The detail of the last error on this thread ("" when none). */
 const char *tok_errmsg(void);

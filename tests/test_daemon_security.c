@@ -795,3 +795,221 @@ Test(daemon_security, client_names_cannot_forge_logs_or_squat_labels_and_deadlin
 	json_decref(dec);
 	json_decref(req);
 }
+
+/* ---- 8: defaults an operator expects ------------------------------------------------------ */
+
+/* Four sessions of one tenant submitting records as fast as the daemon takes them, and
+ * reading every answer. The requests are refused at admission (a token outside the
+ * vocabulary): what they cost is the loop's work per record, which is what the per-tenant
+ * bound on records per iteration shares out (the engine's work is shared by the
+ * scheduler's fair share; a flood of real work lengthens every batch for everyone). */
+static void tenant_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
+{
+	(void)arg;
+	ringlm_client *c[4];
+	for (int i = 0; i < 4; i++)
+		if (ringlm_connect(sock, &c[i]) < 0)
+			_exit(4);
+	int32_t prompt[4] = { 5, 6, 99999, 8 };
+	ringlm_request q;
+	ringlm_request_init(&q);
+	q.prompt = prompt;
+	q.n_prompt = 4;
+	q.max_new_tokens = 1;
+	unsigned long done = 0;
+	int told = 0;
+	double until = now_ms() + 30000;
+	struct pollfd p = { .fd = stop_fd, .events = POLLIN };
+	while (now_ms() < until && poll(&p, 1, 0) == 0) {
+		for (int i = 0; i < 4; i++) {
+			uint64_t id;
+			while (ringlm_submit(c[i], &q, &id) == 0)
+				;
+			ringlm_event ev;
+			while (ringlm_next_event(c[i], &ev, 0) == 1)
+				done += ev.kind == RINGLM_EV_FINISH;
+		}
+		if (!told && done > 2000) {
+			if (write(ready_fd, "r", 1) != 1)
+				break;
+			told = 1;
+		}
+	}
+	for (int i = 0; i < 4; i++)
+		ringlm_close(c[i]);
+}
+
+Test(daemon_security, one_tenants_submission_flood_does_not_slow_another)
+{
+	dmn d;
+	dmn_start(&d, two_tenants, NULL);
+	victim base, att;
+	victim_run(d.sock, 5, &base);
+	cr_assert_eq(base.connect_rc, 0, "unloaded: %s", base.detail);
+	attacker a;
+	attacker_start(&a, tenant_flood, d.sock, NULL);
+	victim_run(d.sock, 5, &att);
+	attacker_stop(&a);
+	expect_unharmed(&base, &att, "4-session submission flood of one tenant");
+	dmn_stop(&d);
+	victim_free(&base);
+	victim_free(&att);
+}
+
+Test(daemon_security, socket_mode_and_group_decide_who_connects)
+{
+	dmn d;
+	dmn_start(&d, two_tenants, (const char *const[]){ "--socket-mode", "0660", "--socket-group", "0", NULL });
+	struct stat st;
+	cr_assert_eq(stat(d.sock, &st), 0);
+	cr_expect_eq(st.st_mode & 0777, 0660, "socket mode %o", st.st_mode & 0777);
+	cr_expect_eq(st.st_gid, 0u);
+	/* uid 65534 is neither the owner nor in group 0: the kernel refuses its connect. */
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		if (setgid(ATTACKER_UID) != 0 || setuid(ATTACKER_UID) != 0)
+			_exit(3);
+		ringlm_client *c = NULL;
+		int r = ringlm_connect(d.sock, &c);
+		_exit(r == -EACCES ? 0 : 1);
+	}
+	int status;
+	waitpid(pid, &status, 0);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "another uid could connect through a 0660 socket of group 0 (status 0x%x)", status);
+	victim v;
+	victim_run(d.sock, 1, &v);
+	cr_expect_eq(v.connect_rc, 0, "the owner could not connect: %s", v.detail);
+	victim_free(&v);
+	dmn_stop(&d);
+}
+
+/* ---- 6: /metrics held shut, fed without limit ---------------------------------------------- */
+
+static int tcp_connect_from(const char *src, int port, int nonblock)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
+	if (fd < 0)
+		return -1;
+	struct sockaddr_in me = { .sin_family = AF_INET };
+	inet_pton(AF_INET, src, &me.sin_addr);
+	bind(fd, (struct sockaddr *)&me, sizeof me);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0 && errno != EINPROGRESS) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* 300 connections that send their request line a byte every 400 ms, reopened as the
+ * daemon cuts them. */
+static void slow_scrapers(const char *sock, int ready_fd, int stop_fd, void *arg)
+{
+	(void)sock;
+	int port = *(int *)arg;
+	enum { N = 300 };
+	static int fds[N];
+	static unsigned sent[N];
+	const char line[] = "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+	for (int i = 0; i < N; i++)
+		fds[i] = -1;
+	int told = 0;
+	struct pollfd p = { .fd = stop_fd, .events = POLLIN };
+	double until = now_ms() + 60000;
+	while (now_ms() < until && poll(&p, 1, 400) == 0) {
+		for (int i = 0; i < N; i++) {
+			if (fds[i] < 0) {
+				fds[i] = tcp_connect_from("127.0.0.1", port, 1);
+				sent[i] = 0;
+				continue;
+			}
+			char b = line[sent[i] % (sizeof line - 1)];
+			if (send(fds[i], &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN &&
+			    errno != ENOTCONN) {
+				close(fds[i]);
+				fds[i] = -1;
+			} else {
+				sent[i]++;
+			}
+		}
+		if (!told) {
+			if (write(ready_fd, "r", 1) != 1)
+				break;
+			told = 1;
+		}
+	}
+	for (int i = 0; i < N; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
+static double scrape_ms(int port, const char *src, int *ok)
+{
+	double t0 = now_ms();
+	*ok = 0;
+	int fd = tcp_connect_from(src, port, 0);
+	if (fd < 0)
+		return now_ms() - t0;
+	struct timeval tv = { .tv_sec = 10 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+	static char buf[1 << 20];
+	size_t n = 0;
+	ssize_t k;
+	if (send(fd, req, sizeof req - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof req - 1))
+		while (n + 1 < sizeof buf && (k = recv(fd, buf + n, sizeof buf - 1 - n, 0)) > 0)
+			n += (size_t)k;
+	buf[n] = 0;
+	close(fd);
+	*ok = !strncmp(buf, "HTTP/1.", 7) && strstr(buf, " 200 ") && strstr(buf, "ringlm_info");
+	return now_ms() - t0;
+}
+
+Test(daemon_security, metrics_endpoint_cannot_be_held_shut_or_fed_without_limit)
+{
+	dmn d;
+	dmn_start(&d, two_tenants, (const char *const[]){ "--metrics", "127.0.0.1:0", NULL });
+	int port = metrics_port_of(&d);
+	cr_assert_gt(port, 0, "no 'metrics on port' line in %s", d.errlog);
+
+	attacker a;
+	attacker_start(&a, slow_scrapers, d.sock, &port);
+	/* A scraper (another address, as a Prometheus server is) scrapes during the attack:
+	 * every scrape answers within Prometheus's default 10 s timeout. */
+	double worst = 0;
+	for (int i = 0; i < 4; i++) {
+		int ok;
+		double ms = scrape_ms(port, "127.0.0.2", &ok);
+		cr_expect(ok, "scrape %d during the slow-header attack failed after %.0f ms", i, ms);
+		if (ms > worst)
+			worst = ms;
+	}
+	attacker_stop(&a);
+	fprintf(stderr, "slow /metrics clients: worst scrape %.0f ms\n", worst);
+
+	/* A POST with a body is refused from its headers; the daemon does not read the body. */
+	int fd = tcp_connect_from("127.0.0.1", port, 0);
+	cr_assert_geq(fd, 0);
+	const char post[] = "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n";
+	cr_assert_eq(send(fd, post, sizeof post - 1, MSG_NOSIGNAL), (ssize_t)(sizeof post - 1));
+	static char junk[65536];
+	size_t pushed = 0;
+	struct timeval tv = { .tv_sec = 2 };
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+	double t0 = now_ms();
+	while (pushed < (size_t)256 << 20 && now_ms() - t0 < 5000) {
+		ssize_t k = send(fd, junk, sizeof junk, MSG_NOSIGNAL);
+		if (k <= 0)
+			break;
+		pushed += (size_t)k;
+	}
+	char ans[256] = "";
+	recv(fd, ans, sizeof ans - 1, MSG_DONTWAIT);
+	close(fd);
+	fprintf(stderr, "POST body: %zu bytes accepted before the daemon closed; answer: %.40s\n", pushed, ans);
+	cr_expect_lt(pushed, (size_t)16 << 20, "the daemon took %zu bytes of a body it does not want", pushed);
+	dmn_stop(&d);
+}

@@ -449,3 +449,74 @@ Test(gguf_reader, corrupt_headers_and_counts_are_refused_by_name, .init = mk_tmp
     cr_assert(t->ne[0] == 64 && t->ne[1] == 32 && t->type == GGUF_T_F32 && t->bytes == 64 * 32 * 4);
     gguf_close(g);
 }
+
+/* ---- the tokenizer in the file ---------------------------------------------------- */
+
+Test(gguf_tokenizer, sentencepiece_vocab_from_the_file_encodes_as_run_c, .init = mk_tmpdir,
+     .fini = rm_tmpdir)
+{
+    json_t *root = load_reference();
+    SKIP_WITHOUT_SHARED(root);
+    char name[64], tpath[1024];
+    const char *path = export_260k("Q8_0", name, sizeof name);
+    cr_assert_not_null(ts_model_file(tpath, sizeof tpath, "tok512.bin"));
+    tok_tokenizer *g, *ref;
+    cr_assert_eq(tok_load(path, 512, &g), 0, "%s", tok_errmsg()); /* detected as GGUF */
+    cr_assert_eq(tok_load(tpath, 512, &ref), 0, "%s", tok_errmsg());
+    cr_assert_eq(tok_bos(g), 1);
+    cr_assert_eq(tok_eos(g), 2);
+    cr_assert(tok_add_bos(g));
+    json_t *cases = json_object_get(json_object_get(root, "tokenizer_encode_oracle"), "cases");
+    cr_assert_gt(json_array_size(cases), 5);
+    int32_t got[512], want[512];
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *c = json_array_get(cases, i);
+        const char *text = json_string_value(json_object_get(c, "text"));
+        int n = tok_encode(g, text, true, false, got, 512);
+        int nw = ints_of(json_object_get(c, "tokens"), want, 512);
+        cr_assert_eq(n, nw, "\"%s\": %d tokens, run.c %d", text, n, nw);
+        cr_assert_eq(memcmp(got, want, (size_t)n * sizeof *got), 0, "\"%s\": ids differ", text);
+    }
+    /* decoding: the same text as the llama2.c tokenizer, except that control tokens (BOS,
+     * EOS) print nothing */
+    for (int32_t id = 0; id < 512; id++) {
+        const char *a = tok_decode(g, 300, id), *b = tok_decode(ref, 300, id);
+        if (id == 1 || id == 2)
+            cr_assert_str_empty(a, "control token %d printed \"%s\"", id, a);
+        else
+            cr_assert_str_eq(a, b, "token %d", id);
+        cr_assert_str_eq(tok_decode(g, 1, 403), tok_decode(ref, 1, 403));
+    }
+    tok_free(g);
+    tok_free(ref);
+    json_decref(root);
+}
+
+Test(gguf_tokenizer, a_file_without_a_supported_tokenizer_is_refused_by_name, .init = mk_tmpdir,
+     .fini = rm_tmpdir)
+{
+    tok_tokenizer *t;
+    const char *path = write_tiny("t.gguf", &(tiny){.arch = "llama"});
+    cr_assert_eq(tok_load(path, 0, &t), -EINVAL);
+    cr_assert_not_null(strstr(tok_errmsg(), "tokenizer.ggml.model: absent"), "%s", tok_errmsg());
+    path = write_tiny("u.gguf", &(tiny){.arch = "llama", .str_key = "tokenizer.ggml.model",
+                                        .str_val = "gpt2"});
+    cr_assert_eq(tok_load(path, 0, &t), -EINVAL);
+    cr_assert_not_null(strstr(tok_errmsg(), "tokenizer.ggml.model=\"gpt2\": not supported"), "%s",
+                       tok_errmsg());
+}
+
+Test(gguf_model, stop_tokens_come_from_the_file, .init = mk_tmpdir, .fini = rm_tmpdir)
+{
+    eng_model *m;
+    int32_t stop[4];
+    cr_assert_eq(eng_model_load("synthetic:gqa-test:1", &m), 0);
+    cr_assert_eq(eng_model_stop_tokens(m, stop, 4), 1);
+    cr_assert_eq(stop[0], 1, "llama2.c models stop on BOS, as run.c");
+    eng_model_free(m);
+    cr_assert_eq(eng_model_load(export("synthetic:gqa-test:1", NULL, "Q8_0", NULL, "s.gguf"), &m),
+                 0, "%s", eng_errmsg());
+    cr_assert_eq(eng_model_stop_tokens(m, stop, 4), 1);
+    cr_assert_eq(stop[0], 2, "the file's EOS");
+    eng_model_free(m);
+}
