@@ -11,10 +11,10 @@ int fmt_iteration_format(const fmt_iteration *it, char *buf, size_t cap)
     fmt_json j;
     fmt_json_init(&j, buf, cap);
     fmt_json_int(&j, "it", it->it);
-    fmt_json_int(&j, "t_us", it->t_us);
-    fmt_json_int(&j, "period_us", it->period_us);
-    fmt_json_int(&j, "iter_us", it->iter_us);
-    fmt_json_int(&j, "exec_us", it->exec_us);
+    fmt_json_double(&j, "t_us", it->t_us, 0);
+    fmt_json_double(&j, "period_us", it->period_us, 0);
+    fmt_json_double(&j, "iter_us", it->iter_us, 0);
+    fmt_json_double(&j, "exec_us", it->exec_us, 0);
     fmt_json_int(&j, "prefill_tokens", it->prefill_tokens);
     fmt_json_int(&j, "prefill_seqs", it->prefill_seqs);
     fmt_json_double(&j, "prefill_pairs", it->prefill_pairs, 0);
@@ -55,10 +55,10 @@ int fmt_iteration_parse(const char *line, size_t len, fmt_iteration *out, char *
               get_count(o, "context_tokens", FMT_REQUIRED, &out->context_tokens, why, whylen) ||
               fmt_get_num(o, "prefill_pairs", FMT_REQUIRED, 0, &out->prefill_pairs, why, whylen) ||
               get_count(o, "it", 0, &out->it, why, whylen) ||
-              get_count(o, "t_us", 0, &out->t_us, why, whylen) ||
-              get_count(o, "period_us", 0, &out->period_us, why, whylen) ||
-              get_count(o, "iter_us", 0, &out->iter_us, why, whylen) ||
-              get_count(o, "exec_us", 0, &out->exec_us, why, whylen) ||
+              fmt_get_num(o, "t_us", FMT_NULLABLE, 0, &out->t_us, why, whylen) ||
+              fmt_get_num(o, "period_us", FMT_NULLABLE, 0, &out->period_us, why, whylen) ||
+              fmt_get_num(o, "iter_us", FMT_NULLABLE, 0, &out->iter_us, why, whylen) ||
+              fmt_get_num(o, "exec_us", FMT_NULLABLE, 0, &out->exec_us, why, whylen) ||
               get_count(o, "prefill_seqs", 0, &out->prefill_seqs, why, whylen) ||
               fmt_get_num(o, "decode_context", FMT_NULLABLE, 0, &out->decode_context, why, whylen) ||
               get_count(o, "transfers", 0, &out->transfers, why, whylen) ||

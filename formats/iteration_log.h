@@ -6,7 +6,8 @@
  *
  * Reader rules: prefill_tokens, decode_seqs, context_tokens and prefill_pairs are required;
  * period_us missing is null; transfers missing is 0; every other known key is checked when
- * present (a number >= 0, an integer where the format says int). Unknown keys are ignored.
+ * present (a number >= 0; the counts it, prefill_tokens, prefill_seqs, decode_seqs,
+ * context_tokens, transfers and wakes integers). Unknown keys are ignored.
  */
 #ifndef RINGLM_FORMATS_ITERATION_LOG_H
 #define RINGLM_FORMATS_ITERATION_LOG_H
@@ -22,10 +23,12 @@ extern "C" {
 
 typedef struct fmt_iteration {
     int64_t it;              /* loop counter; FMT_NULL when absent */
-    int64_t t_us;            /* iteration start; FMT_NULL when absent */
-    int64_t period_us;       /* to the next iteration's start; FMT_NULL: went idle / last */
-    int64_t iter_us;         /* FMT_NULL when absent */
-    int64_t exec_us;         /* FMT_NULL when absent */
+    /* Times in µs. Written as whole numbers; read as numbers (a fraction is kept: logs of
+     * other tools and the tests carry them). NaN: absent / null. */
+    double t_us;             /* iteration start */
+    double period_us;        /* to the next iteration's start; NaN: went idle, or the last */
+    double iter_us;
+    double exec_us;
     int64_t prefill_tokens;
     int64_t prefill_seqs;    /* FMT_NULL when absent */
     double prefill_pairs;

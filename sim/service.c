@@ -1,5 +1,6 @@
 /* ringlm — simulator service model. SPDX-License-Identifier: MIT */
 #include "sim/service.h"
+#include "formats/iteration_log.h"
 #include "sim/err.h"
 #include "sim/stats.h"
 #include "sim/trace.h"
@@ -425,69 +426,32 @@ static const char *const it_term_names[IT_K] = {"base", "prefill_tokens", "decod
 
 const char *sim_service_term_name(int i) { return i >= 0 && i < IT_K ? it_term_names[i] : "?"; }
 
-/* One numeric field of an iteration line: 1 when absent or null (an error if required),
- * 0 with *out set, or -EINVAL naming file, line and field. */
-static int it_field(json_t *o, const char *key, bool required, bool integer, double *out, const char *name,
-                    size_t line)
-{
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v)) {
-        if (required) return sim_err_set("%s:%zu: missing \"%s\"", name, line, key);
-        return 1;
-    }
-    if (!json_is_number(v)) return sim_err_set("%s:%zu: \"%s\" is not a number", name, line, key);
-    double d = json_number_value(v);
-    if (!isfinite(d) || d < 0) return sim_err_set("%s:%zu: \"%s\" is %g, must be >= 0", name, line, key, d);
-    if (integer && d != floor(d)) return sim_err_set("%s:%zu: \"%s\" is %g, must be an integer", name, line, key, d);
-    *out = d;
-    return 0;
-}
-
-/* Parse one non-blank line; adds a point to set when it is usable for the fit. */
+/* Parse one non-blank line with the iteration log's reader (formats/iteration_log.h); adds a
+ * point to set when it is usable for the fit. */
 static int it_line(sim_service *s, itset *set, const char *buf, size_t len, const char *name, size_t line)
 {
-    json_error_t jerr;
-    json_t *o = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!o) return sim_err_set("%s:%zu: not JSON: %.120s", name, line, jerr.text);
-    int rc = 0;
-    if (!json_is_object(o)) { rc = sim_err_set("%s:%zu: not a JSON object", name, line); goto out; }
-    /* the fields the fit uses, then the others: checked when present so that a broken
-     * writer shows up here rather than as a silently wrong model */
-    double pt = 0, ds = 0, ct = 0, pp = 0, period = NAN, tr = 0, dc = NAN, t = NAN, ignored;
-    if ((rc = it_field(o, "prefill_tokens", true, true, &pt, name, line)) ||
-        (rc = it_field(o, "decode_seqs", true, true, &ds, name, line)) ||
-        (rc = it_field(o, "context_tokens", true, true, &ct, name, line)) ||
-        (rc = it_field(o, "prefill_pairs", true, false, &pp, name, line)))
-        goto out;
-    static const struct { const char *key; bool integer; } opt[] = {
-        {"it", true}, {"iter_us", false}, {"exec_us", false}, {"prefill_seqs", true},
-        {"wakes", true}};
-    for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++)
-        if ((rc = it_field(o, opt[i].key, false, opt[i].integer, &ignored, name, line)) < 0) goto out;
-    if ((rc = it_field(o, "period_us", false, false, &period, name, line)) < 0 ||
-        (rc = it_field(o, "transfers", false, true, &tr, name, line)) < 0 ||
-        (rc = it_field(o, "t_us", false, false, &t, name, line)) < 0 ||
-        (rc = it_field(o, "decode_context", false, false, &dc, name, line)) < 0)
-        goto out;
-    rc = 0;
+    fmt_iteration it;
+    char why[200];
+    if (fmt_iteration_parse(buf, len, &it, why, sizeof why) < 0)
+        return sim_err_set("%s:%zu: %s", name, line, why);
     s->it_lines++;
     /* null period: the loop went idle after this iteration (or it was the last), so its
      * period is not a step's cost; a zero period cannot be weighted by 1/period² */
-    if (isnan(period) || period <= 0) { s->it_idle++; goto out; }
+    if (isnan(it.period_us) || it.period_us <= 0) { s->it_idle++; return 0; }
     /* a KV transfer started in the iteration: its cost is the transfer model's, not the step's */
-    if (tr > 0) { s->it_transfers++; goto out; }
+    if (it.transfers > 0) { s->it_transfers++; return 0; }
     if (set->n == set->cap) {
         size_t cap = set->cap ? set->cap * 2 : 1024;
         itpt *np = realloc(set->p, cap * sizeof *np);
-        if (!np) { rc = sim_err_setc(-ENOMEM, "%s: out of memory", name); goto out; }
+        if (!np) return sim_err_setc(-ENOMEM, "%s: out of memory", name);
         set->p = np;
         set->cap = cap;
     }
-    set->p[set->n++] = (itpt){ .x = {1, pt, ds, ct, pp}, .y = period, .decode_ctx = dc, .t_us = t,
+    set->p[set->n++] = (itpt){ .x = {1, (double)it.prefill_tokens, (double)it.decode_seqs,
+                                     (double)it.context_tokens, it.prefill_pairs},
+                               .y = it.period_us, .decode_ctx = it.decode_context, .t_us = it.t_us,
                                .file = s->it_files };
-out:
-    json_decref(o);
-    return rc;
+    return 0;
 }
 
 static int it_read(sim_service *s, itset *set, const char *path)

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "ringlm.h"
+#include "formats/stats.h"
 #include "tests/helpers.h"
 #include "tools/prom.h"
 
@@ -178,31 +179,29 @@ static void assert_back_to_baseline(dmn *d, int timeout_ms)
     uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
     char last[1024] = "";
     for (;;) {
-        json_t *j = dmn_stats(d);
-        cr_assert_not_null(j, "stats file %s unreadable", d->stats);
-        char *txt = json_dumps(j, JSON_COMPACT);
-        snprintf(last, sizeof last, "%s", txt ? txt : "");
-        free(txt);
-        static const char *pools[] = {"device", "host", "disk"};
-        for (int p = 0; p < 3; p++) {
-            char k[64];
-            snprintf(k, sizeof k, "kv.%s.used", pools[p]);
-            long long used = jint(j, k);
-            snprintf(k, sizeof k, "kv.%s.free", pools[p]);
-            long long fr = jint(j, k);
-            snprintf(k, sizeof k, "kv.%s.total", pools[p]);
-            long long tot = jint(j, k);
-            cr_assert_eq(used + fr, tot, "pool %s: used %lld + free %lld != total %lld: %s",
-                         pools[p], used, fr, tot, last);
-        }
-        const char *inv = json_string_value(json_object_get(j, "invariants"));
-        cr_assert(inv && strcmp(inv, "ok") == 0, "scheduler invariants: %s", last);
-        cr_assert_eq(jint(j, "swap_verify_errors"), 0, "swap-in not byte-exact: %s", last);
-        cr_assert_eq(jint(j, "transfer_overlap_errors"), 0, "a block was in two transfers at once: %s", last);
-        bool idle = jint(j, "live_requests") == 0 && jint(j, "kv.device.used") == 0 &&
-                    jint(j, "kv.host.used") == 0 && jint(j, "kv.disk.used") == 0 &&
-                    jint(j, "transfers_inflight") == 0;
-        json_decref(j);
+        /* the stats file is read by formats/stats.h, its one reader: a file it cannot read
+         * is a broken writer, not a retry (the file is renamed into place whole) */
+        fmt_stats st;
+        char why[200];
+        int rc = fmt_stats_read(d->stats, &st, why, sizeof why);
+        cr_assert_eq(rc, 0, "stats file %s: %s", d->stats, why);
+        snprintf(last, sizeof last,
+                 "live %llu, device %llu/%llu/%llu, host %llu/%llu/%llu, disk %llu/%llu/%llu, "
+                 "transfers %llu, invariants %s",
+                 (unsigned long long)st.live_requests, (unsigned long long)st.kv[0].used,
+                 (unsigned long long)st.kv[0].free, (unsigned long long)st.kv[0].total,
+                 (unsigned long long)st.kv[1].used, (unsigned long long)st.kv[1].free,
+                 (unsigned long long)st.kv[1].total, (unsigned long long)st.kv[2].used,
+                 (unsigned long long)st.kv[2].free, (unsigned long long)st.kv[2].total,
+                 (unsigned long long)st.transfers_inflight, st.invariants);
+        for (int p = 0; p < FMT_STATS_POOLS; p++)
+            cr_assert_eq(st.kv[p].used + st.kv[p].free, st.kv[p].total,
+                         "pool %s: used + free != total: %s", fmt_stats_pool_names[p], last);
+        cr_assert_str_eq(st.invariants, "ok", "scheduler invariants: %s", last);
+        cr_assert_eq(st.swap_verify_errors, 0, "swap-in not byte-exact: %s", last);
+        cr_assert_eq(st.transfer_overlap_errors, 0, "a block was in two transfers at once: %s", last);
+        bool idle = st.live_requests == 0 && st.kv[0].used == 0 && st.kv[1].used == 0 &&
+                    st.kv[2].used == 0 && st.transfers_inflight == 0;
         if (idle) return;
         if (now_ms() > deadline) {
             dump_file(d->errlog, "ringlmd stderr");
