@@ -63,6 +63,7 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
     r->samp = (eng_sampling){.temperature = hdr->temperature, .top_k = (int)hdr->top_k,
                              .top_p = hdr->top_p, .seed = hdr->seed};
     r->rng = eng_rng_init(hdr->seed);
+    r->ignore_stop = hdr->flags & RINGLM_WIRE_REQ_F_IGNORE_STOP;
 
     /* Tenant: the uid's, unless a trusted uid (a gateway) names one. */
     int tenant = ss->tenant;

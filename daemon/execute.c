@@ -104,7 +104,7 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
         bool stop = false;
         for (int k = 0; k < s->n_stop_tokens; k++)
             stop |= tok == s->stop_tokens[k];
-        if (stop) {
+        if (stop && !r->ignore_stop) {
             s->results[i].finished = SCHED_FINISH_STOP;
         } else if (r->n_gen >= r->max_new) {
             /* Never past the buffer, whatever the plan said: the request is complete. */

@@ -68,7 +68,7 @@ static void usage(FILE *f)
 		"  --backpressure-timeout-ms N  cancel a request whose client stopped reading (default 5000)\n"
 		"  --backpressure-buffer-tokens N  tokens kept per blocked request (default 4096)\n"
 		"  --max-records-per-tenant N  submit records taken from one tenant's sessions per\n"
-		"                           iteration (default 64; a trusted gateway session: 256)\n"
+		"                           iteration (default 16; a trusted gateway session: 256)\n"
 		"  --drain-grace-ms N       on SIGTERM, in-flight work gets this long (default 10000)\n"
 		"  --verify-swaps           checksum KV blocks at swap-out and check them at swap-in\n"
 		"  --no-prefix-cache        do not keep prompts' KV blocks for reuse by later prompts\n"

@@ -260,7 +260,7 @@ static void sess_flush(svc *s, svc_sess *ss)
 void req_output_ready(svc *s, svc_req *r)
 {
     svc_sess *ss = r->sess;
-    if (!ss) return; /* its session is being closed: freed there */
+    if (!ss || ss->closing) return; /* its session is being closed: freed there */
     /* The bounded buffer: past its size the tokens would have nowhere to go. */
     if (!r->ended && r->n_gen - r->n_pushed > s->cfg.backpressure_buffer_tokens) {
         req_cancel(s, r, SCHED_CANCEL_BACKPRESSURE, RINGLM_WIRE_R_CANCELLED,
@@ -383,6 +383,11 @@ void req_session_close(svc *s, dsess *ds)
 {
     svc_sess *ss = dsess_user(ds);
     if (!ss) return;
+    /* Nothing of it can be delivered any more: the cancels below queue no output, and its
+     * outbox goes (its requests are all freed below). */
+    ss->closing = true;
+    out_list_del(s, ss);
+    ss->out_head = ss->out_tail = NULL;
     /* Cancel in the scheduler now: the next sched_step (this iteration) releases the
      * blocks in every tier and no further compute is spent on these sequences. */
     while (ss->reqs) {
@@ -394,10 +399,6 @@ void req_session_close(svc *s, dsess *ds)
         sess_unlink(r);
         if (r->ended) req_log_and_free(s, r);
     }
-    /* Nothing of it can be delivered any more: its outbox (whose requests were all freed
-     * above) goes with it. */
-    out_list_del(s, ss);
-    ss->out_head = ss->out_tail = NULL;
     dsess_set_user(ds, NULL);
     free(ss);
     s->stats_dirty = true;

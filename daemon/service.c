@@ -275,7 +275,7 @@ int svc_create(const svc_config *cfg, svc **out)
     if (stats_init(s) < 0) { rc = seterr(-ENOMEM, "out of memory"); goto fail; }
     if (!s->cfg.backpressure_timeout_ms) s->cfg.backpressure_timeout_ms = 5000;
     if (!s->cfg.backpressure_buffer_tokens) s->cfg.backpressure_buffer_tokens = 4096;
-    if (!s->cfg.max_records_per_tenant_iter) s->cfg.max_records_per_tenant_iter = 64;
+    if (!s->cfg.max_records_per_tenant_iter) s->cfg.max_records_per_tenant_iter = 16;
     if (!s->cfg.drain_grace_ms) s->cfg.drain_grace_ms = 10000;
     if (!s->cfg.kv_blocks) s->cfg.kv_blocks = 1024;
     if (!s->cfg.kv_block_size) s->cfg.kv_block_size = 16;
@@ -348,15 +348,13 @@ int svc_create(const svc_config *cfg, svc **out)
         .block_size = (uint32_t)eng_kv_block_size(s->engine),
         .kv_bytes_per_token = eng_kv_bytes_per_token(s->engine),
         .max_context = (uint32_t)s->mcfg->seq_len + 1,
-        /* Rough start values; measured step times correct them from the first iteration. */
-        .step_base_us = 100,
-        .prefill_us_per_token = 2.0 + 0.00005 * (double)s->mcfg->dim * s->mcfg->n_layers,
-        .decode_us_per_seq = 5,
-        .context_us_per_token = 0.01,
+        /* .step below: the simulator's built-in model; measured step times correct it from
+         * the first iteration (sched_commit). */
         .host = {.out_bytes_per_s = 4e9, .in_bytes_per_s = 4e9, .latency_us = 20},
         .disk = {.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 100},
         .prefix_cache = !cfg->no_prefix_cache,
     };
+    sched_step_model_default(&sc.step);
     rc = sched_create(s->policy, &sc, req_on_sched_event, s, 1, &s->sched);
     if (rc < 0) { rc = seterr(rc, "scheduler: %s", sched_last_error()); goto fail; }
     s->n_tenants = sched_policy_n_tenants(s->policy);

@@ -56,7 +56,7 @@ typedef struct svc_config {
     uint32_t backpressure_buffer_tokens; /* per sequence (0: 4096) */
     uint32_t max_records_per_tenant_iter; /* records taken from one tenant's sessions per
                                              iteration, so one tenant's flood cannot fill
-                                             the loop's iteration (0: 64) */
+                                             the loop's iteration (0: 16) */
     uint64_t drain_grace_ms;      /* 0: 10000 */
     bool quiet;                   /* fewer start-up lines on stderr */
     bool verify_swaps;            /* checksum blocks at swap-out, compare at swap-in (tests) */

@@ -61,6 +61,7 @@ typedef struct svc_req {
     int32_t *tokens;          /* prompt + generated: a recompute re-prefills these */
     eng_sampling samp;
     uint64_t rng;
+    bool ignore_stop;         /* RINGLM_WIRE_REQ_F_IGNORE_STOP: only max_new ends it */
     uint64_t arrival_us, deadline_us, first_token_us, last_token_us, cancel_us, finish_us;
     bool ended;               /* the scheduler is done with it (or never took it) */
     bool finish_pushed;
@@ -87,6 +88,7 @@ struct svc_sess {
     bool in_out_list;
     bool blocked;             /* the last push found the event ring full */
     bool bp_cancelled;        /* blocked past the backpressure timeout: its requests cancelled */
+    bool closing;             /* on_close is dropping it: nothing is queued for it any more */
     uint64_t blocked_since_us;
 };
 

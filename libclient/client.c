@@ -532,6 +532,8 @@ int ringlm_submit(ringlm_client *c, const ringlm_request *req, uint64_t *id)
 			return r;
 		w.flags |= RINGLM_WIRE_REQ_F_TENANT;
 	}
+	if (req->ignore_stop)
+		w.flags |= RINGLM_WIRE_REQ_F_IGNORE_STOP;
 	uint64_t len = ringlm_wire_request_bytes(req->n_prompt);
 	if (len > c->sub.cap)
 		return set_err(-E2BIG, "a prompt of %u tokens needs a %llu-byte record, the submit ring holds %llu",

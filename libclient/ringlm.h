@@ -40,6 +40,7 @@
 #ifndef RINGLM_H
 #define RINGLM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -105,10 +106,13 @@ typedef struct ringlm_request {
 	const char *class_name;    /* request class, < 16 bytes; NULL = "default" */
 	const char *tenant_tag;    /* < 16 bytes; only honoured for uids the daemon trusts
 	                              (a gateway); NULL = none */
+	bool     ignore_stop;      /* true: the model's stop token does not end the request,
+	                              which generates exactly max_new_tokens (unless the context
+	                              is full; for benchmarks, as vLLM's ignore_eos) */
 } ringlm_request;
 
 /* Fills defaults: max_new_tokens 16, temperature 0 (greedy), top_k 0, top_p 1, seed 0,
- * no deadline, class "default", no tenant tag, no prompt. */
+ * no deadline, class "default", no tenant tag, no prompt, the stop token ends it. */
 void ringlm_request_init(ringlm_request *req);
 
 enum ringlm_event_kind {

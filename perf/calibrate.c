@@ -8,8 +8,8 @@
  *   2. KV transfer bandwidth and per-transfer latency per tier and direction, through
  *      daemon/kvtier.h — the same io_uring read/write path the daemon's swap uses;
  *
- * then fits  step_us = base + a·prefill_tokens + b·decode_seqs + c·Σcontext  by least
- * squares, prints the fit quality, and writes the calibration JSON (-o FILE).
+ * then fits  step_us = base + a·prefill_tokens + b·decode_seqs + c·Σcontext  by non-negative
+ * least squares (sched_lsq, the solver the simulator's fits use too), prints the fit quality, and writes the calibration JSON (-o FILE).
  *
  *   3. (optional, --daemon-log) what the serving loop adds: the engine alone, timed back to
  *      back, is not what a request sees — ringlmd also plans, samples, pushes each token to
@@ -40,6 +40,7 @@
 #include "formats/request_log.h"
 #include "kernels/engine.h"
 #include "perf/bench_util.h"
+#include "sched/sched.h"
 
 static uint64_t now_ns(void)
 {
@@ -127,52 +128,19 @@ out:
     return rc;
 }
 
-/* Solves the k×k system A x = y (Gaussian elimination, partial pivoting). */
-static int solve(int k, double A[][8], double *y, double *x)
+/* Least squares over the rows' regressors (columns 0..k-1 of X), by the scheduler's one solver
+ * (sched_lsq); terms in nonneg come out >= 0 (non-negative least squares), a column that never
+ * varies from 0 is left out (0). */
+static int lsq(int n, int k, double X[][8], const double *y, const double *w, unsigned nonneg,
+               double *beta)
 {
-    for (int c = 0; c < k; c++) {
-        int p = c;
-        for (int r = c + 1; r < k; r++)
-            if (fabs(A[r][c]) > fabs(A[p][c])) p = r;
-        if (fabs(A[p][c]) < 1e-12) return -1;
-        for (int j = 0; j < k; j++) { double t = A[c][j]; A[c][j] = A[p][j]; A[p][j] = t; }
-        double t = y[c]; y[c] = y[p]; y[p] = t;
-        for (int r = 0; r < k; r++) {
-            if (r == c) continue;
-            double f = A[r][c] / A[c][c];
-            for (int j = c; j < k; j++) A[r][j] -= f * A[c][j];
-            y[r] -= f * y[c];
-        }
-    }
-    for (int c = 0; c < k; c++) x[c] = y[c] / A[c][c];
-    return 0;
-}
-
-/* Least squares over the rows' regressors; columns whose regressor never varies (all
- * zero) are fixed at 0 so the system stays solvable. */
-static int lsq(int n, int k, double X[][8], const double *y, const double *w, double *beta)
-{
-    double A[8][8] = {{0}}, b[8] = {0};
-    bool used[8];
-    for (int j = 0; j < k; j++) {
-        used[j] = false;
-        for (int i = 0; i < n; i++)
-            if (X[i][j] != 0) used[j] = true;
-    }
-    int map[8], m = 0;
-    for (int j = 0; j < k; j++)
-        if (used[j]) map[m++] = j;
+    double *x = malloc((size_t)(n ? n : 1) * (size_t)k * sizeof *x);
+    if (!x) return -1;
     for (int i = 0; i < n; i++)
-        for (int a = 0; a < m; a++) {
-            double wi = w ? w[i] : 1.0;
-            b[a] += wi * X[i][map[a]] * y[i];
-            for (int c = 0; c < m; c++) A[a][c] += wi * X[i][map[a]] * X[i][map[c]];
-        }
-    double x[8];
-    if (solve(m, A, b, x) < 0) return -1;
-    for (int j = 0; j < k; j++) beta[j] = 0;
-    for (int a = 0; a < m; a++) beta[map[a]] = x[a];
-    return 0;
+        for (int j = 0; j < k; j++) x[(size_t)i * (size_t)k + (size_t)j] = X[i][j];
+    int rc = sched_lsq(x, y, w, (size_t)n, k, (1u << k) - 1, nonneg, beta, NULL, NULL);
+    free(x);
+    return rc;
 }
 
 /* ---- transfers -------------------------------------------------------------------- */
@@ -249,7 +217,7 @@ static int measure_tier(kvtier *kt, struct io_uring *ring, int tier, size_t bloc
     }
     for (int dir = 0; dir < 2; dir++) {
         double beta[8];
-        if (lsq(nrow, 2, X, Y[dir], NULL, beta) < 0 || beta[1] <= 0) {
+        if (lsq(nrow, 2, X, Y[dir], NULL, 0, beta) < 0 || beta[1] <= 0) {
             /* degenerate (timer resolution): bandwidth from the biggest job alone */
             fit->bw[dir] = fit->wall_bw[dir];
             fit->lat_us[dir] = 0;
@@ -494,20 +462,9 @@ int main(int argc, char **argv)
     double *W = calloc((size_t)np, sizeof *W);
     for (int i = 0; i < np; i++) W[i] = 1.0 / (Y[i] * Y[i]);
     double beta[8] = {0};
-    bool fit_ok = lsq(np, 4, X, Y, W, beta) == 0;
     /* A negative coefficient is noise fitted as physics (a step never gets cheaper with
-     * more work): drop that regressor and refit, as non-negative least squares would. */
-    double (*Xf)[8] = calloc((size_t)np, sizeof *Xf);
-    memcpy(Xf, X, (size_t)np * sizeof *Xf);
-    for (int pass = 0; fit_ok && pass < 4; pass++) {
-        int neg = -1;
-        for (int j = 0; j < 4; j++)
-            if (beta[j] < 0 && (neg < 0 || beta[j] < beta[neg])) neg = j;
-        if (neg < 0) break;
-        for (int i = 0; i < np; i++) Xf[i][neg] = 0;
-        fit_ok = lsq(np, 4, Xf, Y, W, beta) == 0;
-    }
-    free(Xf);
+     * more work): non-negative least squares leaves such a term out. */
+    bool fit_ok = lsq(np, 4, X, Y, W, 0xf, beta) == 0;
     free(W);
     double ss_res = 0, ss_tot = 0, mean = 0, *rel = calloc((size_t)np, sizeof *rel);
     for (int i = 0; i < np; i++) mean += Y[i] / np;

@@ -28,6 +28,7 @@ command -v jq >/dev/null || { echo "engine_ab.sh: jq not found" >&2; exit 77; }
 [ -x "$B/perf/engine_bench" ] || { echo "engine_ab.sh: $B/perf/engine_bench not built (make)" >&2; exit 1; }
 
 tmp=$(mktemp -d)
+cp "$B/perf/engine_bench" "$tmp/engine_bench.new" # a rebuild meanwhile does not disturb the runs
 cleanup() {
   git worktree remove --force "$tmp/base" >/dev/null 2>&1 || true
   rm -rf "$tmp"
@@ -40,7 +41,7 @@ make -C "$tmp/base" -j2 CUDA=0 build/perf/engine_bench >"$tmp/build.log" 2>&1 ||
   { cat "$tmp/build.log" >&2; echo "engine_ab.sh: baseline $BASE does not build" >&2; exit 1; }
 
 for r in $(seq "$RUNS"); do
-  "$B/perf/engine_bench" "$@" --json >>"$tmp/new.jsonl"
+  "$tmp/engine_bench.new" "$@" --json >>"$tmp/new.jsonl"
   "$tmp/base/build/perf/engine_bench" "$@" --json >>"$tmp/base.jsonl"
 done
 

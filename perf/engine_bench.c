@@ -8,7 +8,7 @@
  * two builds of the engine side by side, run both binaries alternately (perf/engine_ab.sh).
  *
  *   engine_bench --model synthetic:stories15M:1 [--threads N] [--repeats R] [--steps N]
- *                [--context N] [--seqs 1,4,8,16,32,64] [--json]
+ *                [--context N] [--seqs 1,4,8,16,32,64] [--no-naive] [--json]
  *
  * The decode figures of issue 18 (llama.cpp's llama-batched-bench: 32-token prompts, 128
  * generated tokens) correspond to --context 32 --steps 128.
@@ -224,16 +224,16 @@ int main(int argc, char **argv)
 {
     const char *spec = "synthetic:stories15M:1";
     int threads = 2, repeats = 5, json = 0, decode_steps = 16, ctx0 = 32, prefill_len = 256;
-    int batch_sizes[MAX_SIZES] = {1, 4, 8, 16, 32, 64}, n_sizes = 6;
+    int batch_sizes[MAX_SIZES] = {1, 4, 8, 16, 32, 64}, n_sizes = 6, naive_runs = 1;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},  {"threads", required_argument, 0, 't'},
         {"repeats", required_argument, 0, 'r'}, {"json", no_argument, 0, 'j'},
         {"steps", required_argument, 0, 's'},  {"prefill", required_argument, 0, 'p'},
         {"clock", required_argument, 0, 'c'},  {"context", required_argument, 0, 'x'},
-        {"seqs", required_argument, 0, 'n'},
+        {"seqs", required_argument, 0, 'n'},   {"no-naive", no_argument, 0, 'N'},
         {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "m:t:r:js:p:c:x:n:", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "m:t:r:js:p:c:x:n:N", opts, NULL)) != -1) {
         switch (ch) {
         case 'm': spec = optarg; break;
         case 't': threads = atoi(optarg); break;
@@ -242,6 +242,7 @@ int main(int argc, char **argv)
         case 's': decode_steps = atoi(optarg); break;
         case 'p': prefill_len = atoi(optarg); break;
         case 'x': ctx0 = atoi(optarg); break;
+        case 'N': naive_runs = 0; break;
         case 'n':
             if ((n_sizes = parse_seqs(optarg, batch_sizes)) < 0) {
                 fprintf(stderr, "engine_bench: --seqs: a comma-separated list of at most %d "
@@ -254,7 +255,7 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr, "usage: engine_bench --model SPEC [--threads N] [--repeats R] "
                             "[--steps N] [--context N] [--seqs 1,4,8,...] [--prefill N] "
-                            "[--clock wall|cpu] [--json]\n");
+                            "[--clock wall|cpu] [--no-naive] [--json]\n");
             return 2;
         }
     }
@@ -272,7 +273,8 @@ int main(int argc, char **argv)
     t_load = now_s() - t_load;
     /* A GGUF model keeps its weights in the file's types: no float32 arrays for the naive
      * baseline, which is then skipped. */
-    const bool have_naive = eng_model_weights(m)->wq != NULL;
+    /* the naive baseline needs float32 host weights; --no-naive skips it */
+    const bool have_naive = naive_runs && eng_model_weights(m)->wq != NULL;
     const eng_model_config *cfg = eng_model_cfg(m);
     if (prefill_len > cfg->seq_len)
         prefill_len = cfg->seq_len;
@@ -460,6 +462,8 @@ int main(int argc, char **argv)
         if (have_naive)
             printf("  baseline (naive 1-row 1-thread forward): %.1f tok/s; engine batch-1 = "
                    "%.2fx\n", naive_tok_s, decode_tok_s[0] / naive_tok_s);
+        else if (!naive_runs)
+            printf("  baseline: not run (--no-naive)\n");
         else
             printf("  baseline: none (a GGUF model's weights, %s, are per-layer file tensors)\n",
                    eng_wtype_name(eng_model_hparams_of(m)->weight_type));

@@ -5,9 +5,10 @@
  * chunks as the engine's two workers split it: ms per product for M batch rows, the
  * median of --repeats, with OpenBLAS SGEMM (SGEMV at M = 1, as the engine called it) timed
  * in the same repeat. The ratio column says where the small kernel stops winning: the
- * engine's GEMM_SMALL_MAX_ROWS is chosen from it.
+ * engine's switch to SGEMM (gemm_small_max_rows) is chosen from it.
  *
- *   gemm_bench [--shape stories110M|stories15M] [--repeats R] [--rows 1,2,4,...] [--json]
+ *   gemm_bench [--shape stories110M|stories15M] [--repeats R] [--rows 1,2,4,...]
+ *              [--path auto|avx512|avx2|portable] [--json]
  */
 #include "kernels/cpu/gemm_small.h"
 #include "perf/bench_util.h"
@@ -28,17 +29,24 @@ static double now_s(void)
 
 #define CHUNKS 4
 
+static const char *path_name(gemm_small_path p)
+{
+    return p == GEMM_SMALL_AVX512 ? "avx512" : p == GEMM_SMALL_AVX2 ? "avx2" : "portable";
+}
+
 typedef struct shape {
     const char *name;
     int n, k; /* weight rows, row length */
 } shape;
+
+static gemm_small_path path = GEMM_SMALL_AUTO;
 
 static void run_small(int M, const shape *s, const float *x, const float *w, float *y)
 {
     int chunk = (s->n + CHUNKS - 1) / CHUNKS;
     for (int n0 = 0; n0 < s->n; n0 += chunk) {
         int n = s->n - n0 < chunk ? s->n - n0 : chunk;
-        gemm_small(GEMM_SMALL_AUTO, M, n, s->k, x, s->k, w + (size_t)n0 * s->k, s->k, 0.0f,
+        gemm_small(path, M, n, s->k, x, s->k, w + (size_t)n0 * s->k, s->k, 0.0f,
                    y + n0, s->n);
     }
 }
@@ -64,17 +72,24 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"shape", required_argument, 0, 's'}, {"repeats", required_argument, 0, 'r'},
         {"rows", required_argument, 0, 'm'},  {"json", no_argument, 0, 'j'},
+        {"path", required_argument, 0, 'P'},
         {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "s:r:m:j", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "s:r:m:jP:", opts, NULL)) != -1) {
         switch (ch) {
         case 's': shape_name = optarg; break;
         case 'r': repeats = atoi(optarg); break;
         case 'm': rows_arg = optarg; break;
         case 'j': json = 1; break;
+        case 'P':
+            path = strcmp(optarg, "avx512") == 0   ? GEMM_SMALL_AVX512
+                   : strcmp(optarg, "avx2") == 0   ? GEMM_SMALL_AVX2
+                   : strcmp(optarg, "portable") == 0 ? GEMM_SMALL_PORTABLE
+                                                     : GEMM_SMALL_AUTO;
+            break;
         default:
             fprintf(stderr, "usage: gemm_bench [--shape stories110M|stories15M] [--repeats R] "
-                            "[--rows 1,2,4,...] [--json]\n");
+                            "[--rows 1,2,4,...] [--path auto|avx512|avx2|portable] [--json]\n");
             return 2;
         }
     }
@@ -133,11 +148,11 @@ int main(int argc, char **argv)
     if (json)
         printf("{\"shape\":\"%s\",\"threads\":1,\"repeats\":%d,\"chunks\":%d,\"path\":\"%s\","
                "\"results\":[", shape_name, repeats, CHUNKS,
-               gemm_small_auto_path() == GEMM_SMALL_AVX2 ? "avx2" : "portable");
+               path_name(path == GEMM_SMALL_AUTO ? gemm_small_auto_path() : path));
     else
         printf("gemm_bench %s, 1 thread, %d chunks per product, medians of %d (small path: "
                "%s)\n%-5s %4s %10s %10s %8s\n", shape_name, CHUNKS, repeats,
-               gemm_small_auto_path() == GEMM_SMALL_AVX2 ? "avx2" : "portable", "proj", "M",
+               path_name(path == GEMM_SMALL_AUTO ? gemm_small_auto_path() : path), "proj", "M",
                "small ms", "blas ms", "blas/small");
     int first = 1;
     for (int si = 0; si < n_shapes; si++) {

@@ -109,8 +109,8 @@ static int run_size(uint32_t running, uint32_t waiting, int steps, result *out)
     sched_config c = {
         .kv_blocks_device = running * 48 + 1024 + (prefix_on ? PX_BLOCKS : 0), .prefix_cache = prefix_on, .kv_blocks_host = running * 16, .block_size = 16,
         .kv_bytes_per_token = 131072, .max_context = 8192,
-        .step_base_us = 5000, .prefill_us_per_token = 20, .decode_us_per_seq = 30,
-        .context_us_per_token = 0.01,
+        .step.base_us = 5000, .step.prefill_token_us = 20, .step.decode_seq_us = 30,
+        .step.context_token_us = 0.01,
         .host = {.out_bytes_per_s = 2e10, .in_bytes_per_s = 2e10, .latency_us = 10},
     };
     sched *s;

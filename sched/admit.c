@@ -61,7 +61,7 @@ int sched_submit(sched *s, const sched_request *q, uint64_t now, sched_reject_re
         if (mw && waited + wait > s->cs[cls].headroom * (double)mw)
             return reject(s, q, ten, cls, SCHED_REJECT_DEADLINE, -ETIME, now, why);
         if (q->deadline_us) {
-            double dec_step = sc_predict_step_us(s, 0, s->run.n + 1, 0);
+            double dec_step = sc_predict_step_us(s, 0, s->run.n + 1, 0, 0);
             if ((double)now + wait + (double)(q->max_new_tokens - 1) * dec_step > (double)q->deadline_us)
                 return reject(s, q, ten, cls, SCHED_REJECT_DEADLINE, -ETIME, now, why);
         }

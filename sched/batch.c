@@ -26,6 +26,8 @@ static void add_entry(sched *s, uint32_t slot, uint32_t n, bool prefill)
     if (prefill) {
         s->plan.n_prefill++;
         s->plan.prefill_tokens += n;
+        /* each row attends to those before it (sched_plan_work.prefill_pairs) */
+        s->plan_pairs += (double)n * r->computed + (double)n * ((double)n - 1) / 2;
         /* prompt work is charged when it is scheduled: fair share follows the compute given.
          * Re-prefill after a recompute preemption is not charged again: the tenant did not
          * choose to lose that work. */
@@ -179,8 +181,8 @@ void sc_step_token_budget(sched *s, uint64_t now)
     if (tpot && pbudget) {
         /* keep the predicted step under the tightest TPOT target of who decodes now, but
          * never below one chunk, or admissions would starve behind a slow model */
-        double base = sc_predict_step_us(s, 0, dtok, s->plan.context_tokens);
-        double per = s->conf.prefill_us_per_token * s->corr;
+        double base = sc_predict_step_us(s, 0, dtok, s->plan.context_tokens, 0);
+        double per = s->conf.step.prefill_token_us * s->corr;
         double room = ((double)tpot - base) / per;
         uint32_t cap = room > (double)p->prefill_chunk ? (uint32_t)room : p->prefill_chunk;
         if (cap < pbudget) pbudget = cap;

@@ -47,7 +47,7 @@ int sc_cache_create(sched *s)
         .block_size = s->conf.block_size,
         .pool_blocks = {s->conf.kv_blocks_device, 0, 0},
         .n_tenants = (uint32_t)s->n_tenants,
-        .costs = {.recompute_us_per_block = s->conf.prefill_us_per_token * s->conf.block_size, .reuse_prior = 1},
+        .costs = {.recompute_us_per_block = s->conf.step.prefill_token_us * s->conf.block_size, .reuse_prior = 1},
         .ops = {.take_block = take_block, .evicted = evicted, .ctx = s},
     };
     return sched_prefix_create(&c, &s->px);

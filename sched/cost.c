@@ -4,12 +4,45 @@
  * rate under backlog, transfer bandwidth). */
 #include "sched/internal.h"
 
-double sc_predict_step_us(const sched *s, uint64_t prefill, uint64_t decode, uint64_t ctx)
+/* ---- the step model ---------------------------------------------------------------------- */
+
+void sched_step_model_default(sched_step_model *m)
 {
-    const sched_config *c = &s->conf;
-    double us = c->step_base_us + c->prefill_us_per_token * (double)prefill +
-                c->decode_us_per_seq * (double)decode + c->context_us_per_token * (double)ctx;
-    return us * s->corr;
+    /* Llama-3-8B, bf16, one H200 (4.8 TB/s HBM, ~990 TFLOP/s dense bf16):
+     *  base: every step streams the 16.06 GB of weights once → 3.35 ms at full bandwidth;
+     *  prefill token: 2 × 8.03 GFLOP = 16 GFLOP → 16.2 µs at peak; at a realistic 55% MFU 29 µs;
+     *  decode sequence: the same FLOPs, but batched decode is still bandwidth-bound, so add
+     *        the per-sequence sampling/activation overhead seen in vLLM traces: 30 µs;
+     *  context token: KV read per token per step = 32 layers × 8 KV heads × 128 × 2 (K,V)
+     *        × 2 bytes = 128 KiB → 0.027 µs at 4.8 TB/s;
+     *  prefill attention: inside the context term at this level of detail (0). */
+    *m = (sched_step_model){.base_us = 3350, .prefill_token_us = 29, .decode_seq_us = 30,
+                            .context_token_us = 0.027, .prefill_pair_us = 0};
+}
+
+void sched_plan_work_terms(const sched_plan_work *w, double x[SCHED_STEP_TERMS])
+{
+    x[0] = 1;
+    x[1] = (double)w->prefill_tokens;
+    x[2] = (double)w->decode_seqs;
+    x[3] = (double)w->context_tokens;
+    x[4] = w->prefill_pairs;
+}
+
+double sched_step_model_us(const sched_step_model *m, const sched_plan_work *w)
+{
+    return m->base_us + m->prefill_token_us * (double)w->prefill_tokens +
+           m->decode_seq_us * (double)w->decode_seqs + m->context_token_us * (double)w->context_tokens +
+           m->prefill_pair_us * w->prefill_pairs;
+}
+
+/* The scheduler's prediction for a batch of that shape (prefill attention as given: 0 where
+ * the batch is hypothetical), times the measured correction. */
+double sc_predict_step_us(const sched *s, uint64_t prefill, uint64_t decode, uint64_t ctx, double pairs)
+{
+    sched_plan_work w = {.prefill_tokens = prefill, .decode_seqs = (uint32_t)decode,
+                         .context_tokens = ctx, .prefill_pairs = pairs};
+    return sched_step_model_us(&s->conf.step, &w) * s->corr;
 }
 
 /* Prefill time for a context of n tokens, from the step model: the marginal per-token cost
@@ -23,7 +56,10 @@ double sc_prefill_us(const sched *s, uint64_t n)
     /* chunk j (1-based) ends at context j × chunk, the last one at n: the step model charges
      * each step for the context of the sequences in it */
     double ctx = steps > 0 ? chunk * (steps - 1) * steps / 2 + (double)n : 0;
-    double us = c->prefill_us_per_token * (double)n + c->context_us_per_token * ctx;
+    /* the chunks' attention pairs add up to the whole prompt's, n(n-1)/2 */
+    double pairs = (double)n * ((double)n - 1) / 2;
+    double us = c->step.prefill_token_us * (double)n + c->step.context_token_us * ctx +
+                c->step.prefill_pair_us * pairs;
     return us * s->corr;
 }
 
@@ -102,7 +138,7 @@ double sc_predict_wait_us(const sched *s, int cls, uint32_t prompt, uint64_t now
     uint64_t dec = s->run.n;
     uint64_t budget = s->cfg.token_budget;
     uint64_t per_step = budget > dec ? budget - dec : 1;
-    double step = sc_predict_step_us(s, per_step, dec, s->plan.context_tokens);
+    double step = sc_predict_step_us(s, per_step, dec, s->plan.context_tokens, 0);
     return ceil((double)ahead / (double)per_step) * step;
 }
 
@@ -144,4 +180,103 @@ int sched_get_tier_cost(const sched *s, sched_pool pool, sched_tier_cost *out,
     if (measured_out) *measured_out = te->out_measured;
     if (measured_in) *measured_in = te->in_measured;
     return 0;
+}
+
+/* ---- least squares ----------------------------------------------------------------------- */
+
+/* Solve the normal equations of the terms in mask from the weighted Gram matrix g of the rows
+ * [x, y] (index k is y).  Columns are scaled to a unit diagonal first, so a pivot below the
+ * threshold means that term is (nearly) a combination of the ones before it — no variance of
+ * its own to fit.  Returns 0 with beta (terms outside mask 0) and the weighted residual sum of
+ * squares, or -1. */
+static int lsq_solve(long double g[SCHED_LSQ_MAX_TERMS + 1][SCHED_LSQ_MAX_TERMS + 1], int k,
+                     unsigned mask, double *beta, long double *sse)
+{
+    int idx[SCHED_LSQ_MAX_TERMS], m_k = 0;
+    long double m[SCHED_LSQ_MAX_TERMS][SCHED_LSQ_MAX_TERMS + 1], d[SCHED_LSQ_MAX_TERMS],
+        x[SCHED_LSQ_MAX_TERMS];
+    for (int j = 0; j < k; j++) {
+        beta[j] = 0;
+        if (!(mask >> j & 1)) continue;
+        if (!(g[j][j] > 0)) return -1;   /* the column is all zero */
+        idx[m_k++] = j;
+    }
+    for (int r = 0; r < m_k; r++) d[r] = 1 / sqrtl(g[idx[r]][idx[r]]);
+    for (int r = 0; r < m_k; r++) {
+        for (int c = 0; c < m_k; c++) m[r][c] = g[idx[r]][idx[c]] * d[r] * d[c];
+        m[r][m_k] = g[idx[r]][k] * d[r];
+    }
+    /* symmetric positive (semi)definite: elimination without pivoting; the pivot is
+     * 1 − R² of the column against those before it */
+    for (int c = 0; c < m_k; c++) {
+        if (!(m[c][c] > 1e-11L)) return -1;
+        for (int r = c + 1; r < m_k; r++) {
+            long double f = m[r][c] / m[c][c];
+            for (int j = c; j <= m_k; j++) m[r][j] -= f * m[c][j];
+        }
+    }
+    for (int c = m_k - 1; c >= 0; c--) {
+        long double v = m[c][m_k];
+        for (int j = c + 1; j < m_k; j++) v -= m[c][j] * x[j];
+        x[c] = v / m[c][c];
+    }
+    long double fit = 0;
+    for (int r = 0; r < m_k; r++) {
+        long double b = x[r] * d[r];
+        if (!isfinite((double)b)) return -1;
+        beta[idx[r]] = (double)b;
+        fit += b * g[idx[r]][k];
+    }
+    *sse = g[k][k] - fit;
+    return 0;
+}
+
+int sched_lsq(const double *x, const double *y, const double *w, size_t n, int k,
+              unsigned fit_mask, unsigned nonneg_mask, double *beta, unsigned *used, double *wsse)
+{
+    if (k < 1 || k > SCHED_LSQ_MAX_TERMS || !x || !y || !beta) return -1;
+    long double g[SCHED_LSQ_MAX_TERMS + 1][SCHED_LSQ_MAX_TERMS + 1] = {{0}};
+    for (size_t i = 0; i < n; i++) {
+        long double wi = w ? w[i] : 1.0L;
+        if (wi == 0) continue;
+        long double a[SCHED_LSQ_MAX_TERMS + 1];
+        for (int j = 0; j < k; j++) a[j] = x[i * (size_t)k + (size_t)j];
+        a[k] = y[i];
+        for (int r = 0; r <= k; r++)
+            for (int c = 0; c <= r; c++) g[r][c] += wi * a[r] * a[c];
+    }
+    for (int r = 0; r <= k; r++)
+        for (int c = r + 1; c <= k; c++) g[r][c] = g[c][r];
+    fit_mask &= (1u << k) - 1;
+    for (int j = 0; j < k; j++)
+        if (!(g[j][j] > 0)) fit_mask &= ~(1u << j);   /* nothing to fit it from */
+    for (int j = 0; j < k; j++) beta[j] = 0;
+    double b[SCHED_LSQ_MAX_TERMS];
+    long double sse;
+    if (!(nonneg_mask & fit_mask)) {
+        if (!fit_mask || lsq_solve(g, k, fit_mask, b, &sse) < 0) return -1;
+        memcpy(beta, b, (size_t)k * sizeof *b);
+        if (used) *used = fit_mask;
+        if (wsse) *wsse = (double)sse;
+        return 0;
+    }
+    /* g[y][y] = Σ w y²: the tolerance of a tie is relative to it */
+    long double tol = 1e-12L * g[k][k], best = 0;
+    int found = 0;
+    for (int pc = 1; pc <= k; pc++) {
+        for (unsigned mask = 1; mask < 1u << k; mask++) {
+            if ((mask & ~fit_mask) || __builtin_popcount(mask) != pc) continue;
+            if (lsq_solve(g, k, mask, b, &sse) < 0) continue;
+            bool neg = false;
+            for (int j = 0; j < k; j++) neg |= (nonneg_mask >> j & 1) && b[j] < 0;
+            if (neg) continue;
+            if (found && !(sse < best - tol)) continue;
+            found = 1;
+            best = sse;
+            if (used) *used = mask;
+            memcpy(beta, b, (size_t)k * sizeof *b);
+        }
+    }
+    if (found && wsse) *wsse = (double)best;
+    return found ? 0 : -1;
 }

@@ -3,15 +3,7 @@
  * lift of a tenant returning from idle, and the order admission candidates are taken in. */
 #include "sched/internal.h"
 
-/* The one place a tenant's fair-share counter grows: `tokens` of service (prefill tokens when
- * scheduled, output tokens when produced, block-seconds of KV residency × the policy's charge)
- * in virtual tokens / weight; `rate` also draws the tokens from its token-rate bucket. */
-void sc_charge(sched *s, int tenant, double tokens, bool rate)
-{
-    tenant_state *t = &s->ts[tenant];
-    t->vt += tokens / s->ten[tenant]->weight;
-    if (rate && s->ten[tenant]->token_rate_per_s > 0) t->bucket -= tokens;
-}
+/* sc_charge, the one virtual-token charge, is in internal.h (inlined on the hot paths). */
 
 /* Class by effective priority (priority + aging × oldest wait), then — a swapped sequence of
  * that class before any new one — the tenant with the smallest virtual counter, then the

@@ -137,7 +137,8 @@ typedef struct xfer_rec { uint64_t id; uint32_t slot; uint8_t dir, tier; uint64_
 
 #define VEC(T) struct { T *a; uint32_t n, cap; }
 #define VEC_PUSH(s, v, x) do { \
-        if (sc_vec_grow((void **)&(v).a, &(v).cap, (v).n + 1, sizeof(*(v).a))) (v).a[(v).n++] = (x); \
+        if ((v).n < (v).cap || sc_vec_grow((void **)&(v).a, &(v).cap, (v).n + 1, sizeof(*(v).a))) \
+            (v).a[(v).n++] = (x); \
         else (s)->oom = true; \
     } while (0)
 
@@ -172,6 +173,7 @@ struct sched {
     double           corr;
     tier_est         tiers[SCHED_POOL__COUNT];
     double           last_pred_us;
+    double           plan_pairs;          /* the plan's prefill attention pairs (add_entry) */
     uint64_t         xfer_measured;
     /* measured prefill rate under backlog (exponentially decayed sums, ~2 s memory) */
     double           rate_tok, rate_us;
@@ -277,14 +279,45 @@ static inline double eff_priority(const sched *s, int cls, uint64_t arrival, uin
 
 typedef struct cand { int cls, tenant; uint32_t slot; bool swapped; } cand;
 
-/* ---- store.c ---- */
 bool sc_vec_grow(void **a, uint32_t *cap, uint32_t need, size_t elt);
+
+/* Fair share (fair.c), here to be inlined on the commit and plan paths: the one place a
+ * tenant's fair-share counter grows — `tokens` of service (prefill tokens when scheduled,
+ * output tokens when produced, block-seconds of KV residency × the policy's charge) in
+ * virtual tokens / weight; `rate` also draws the tokens from its token-rate bucket. */
+static inline void sc_charge(sched *s, int tenant, double tokens, bool rate)
+{
+    tenant_state *t = &s->ts[tenant];
+    t->vt += tokens / s->ten[tenant]->weight;
+    if (rate && s->ten[tenant]->token_rate_per_s > 0) t->bucket -= tokens;
+}
+
+uint32_t sc_dev_available(const sched *s);
+uint32_t sc_cache_evict(sched *s, req *r, uint32_t n);
+
+/* Grow r's device block table to nblocks (store.c's pools; inlined: every decode asks). */
+static inline bool sc_dev_grow_to(sched *s, req *r, uint32_t nblocks)
+{
+    if (nblocks <= r->n_dev) return true;
+    uint32_t need = nblocks - r->n_dev;
+    if (s->pools[SCHED_POOL_DEVICE].n_free < need) {
+        /* cached blocks no sequence holds make room, oldest leaf first */
+        if (!s->px || sc_dev_available(s) < need) return false;
+        sc_cache_evict(s, r, need - s->pools[SCHED_POOL_DEVICE].n_free);
+        if (s->pools[SCHED_POOL_DEVICE].n_free < need) return false;
+    }
+    if (!sc_vec_grow((void **)&r->dev, &r->cap_dev, nblocks, sizeof(uint32_t))) { s->oom = true; return false; }
+    while (r->n_dev < nblocks) r->dev[r->n_dev++] = pool_take(&s->pools[SCHED_POOL_DEVICE]);
+    s->ts[r->tenant].kv_blocks += need;
+    return true;
+}
+
+/* ---- store.c ---- */
 int sc_hpush(sched *s, heap *h, uint64_t k1, uint64_t k2, uint32_t slot);
 void sc_hremove(sched *s, heap *h, uint32_t slot);
 int sc_map_put(sched *s, uint64_t id, uint32_t slot);
 void sc_map_del(sched *s, uint64_t id);
 int sc_pool_init(pool *p, uint32_t n);
-bool sc_dev_grow_to(sched *s, req *r, uint32_t nblocks);
 uint32_t sc_dev_free_all(sched *s, req *r);
 uint32_t sc_tier_free_all(sched *s, req *r);
 void sc_set_state(sched *s, req *r, sched_req_state to);
@@ -295,7 +328,7 @@ void sc_run_remove(sched *s, uint32_t slot);
 void sc_timer_update(sched *s, uint32_t slot);
 
 /* ---- cost.c ---- */
-double sc_predict_step_us(const sched *s, uint64_t prefill, uint64_t decode, uint64_t ctx);
+double sc_predict_step_us(const sched *s, uint64_t prefill, uint64_t decode, uint64_t ctx, double pairs);
 double sc_prefill_us(const sched *s, uint64_t n);
 void sc_observe_step(sched *s, uint64_t now, uint64_t prefilled, uint64_t step_us);
 void sc_observe_transfer(sched *s, const xfer_rec *x, uint64_t bytes, uint64_t dur_us, int status);
@@ -303,7 +336,6 @@ double sc_predict_wait_us(const sched *s, int cls, uint32_t prompt, uint64_t now
 double sc_swap_cost_us(const sched *s, int tier, uint64_t bytes);
 
 /* ---- fair.c ---- */
-void sc_charge(sched *s, int tenant, double tokens, bool rate);
 bool sc_pick_candidate(sched *s, uint64_t now, uint64_t tenant_excl, uint32_t class_excl, cand *out);
 bool sc_pick_fcfs(sched *s, cand *out);
 void sc_fair_rejoin(sched *s, int tenant);

@@ -30,10 +30,11 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
     if (!cfg->block_size) return bad_config("block_size", "must be > 0");
     if (!cfg->kv_bytes_per_token) return bad_config("kv_bytes_per_token", "must be > 0");
     if (!cfg->max_context) return bad_config("max_context", "must be > 0");
-    if (!(cfg->prefill_us_per_token > 0) || !isfinite(cfg->prefill_us_per_token))
-        return bad_config("prefill_us_per_token", "must be a number > 0");
-    double nums[] = {cfg->step_base_us, cfg->decode_us_per_seq, cfg->context_us_per_token};
-    for (int i = 0; i < 3; i++)
+    if (!(cfg->step.prefill_token_us > 0) || !isfinite(cfg->step.prefill_token_us))
+        return bad_config("step.prefill_token_us", "must be a number > 0");
+    double nums[] = {cfg->step.base_us, cfg->step.decode_seq_us, cfg->step.context_token_us,
+                     cfg->step.prefill_pair_us};
+    for (int i = 0; i < 4; i++)
         if (!(nums[i] >= 0) || !isfinite(nums[i]))
             return bad_config("step model coefficient", "must be a finite number >= 0");
     const sched_tier_cost *tc[2] = {&cfg->host, &cfg->disk};
@@ -260,6 +261,7 @@ const sched_plan *sched_step(sched *s, uint64_t now)
     s->entries.n = s->transfers.n = s->xfer_blocks.n = s->preempts.n = s->ended.n = 0;
     s->victims_built = false;
     memset(&s->plan, 0, sizeof(s->plan));
+    s->plan_pairs = 0;
     s->plan.now_us = now;
     s->plan.step_no = s->step_no;
 
@@ -316,7 +318,8 @@ const sched_plan *sched_step(sched *s, uint64_t now)
     pl->preemptions = s->preempts.a;   pl->n_preemptions = s->preempts.n;
     pl->ended = s->ended.a;            pl->n_ended = s->ended.n;
     pl->predicted_step_us = pl->n_entries
-        ? sc_predict_step_us(s, pl->prefill_tokens + pl->pad_tokens, pl->n_decode, pl->context_tokens) : 0;
+        ? sc_predict_step_us(s, pl->prefill_tokens + pl->pad_tokens, pl->n_decode, pl->context_tokens,
+                             s->plan_pairs) : 0;
     s->last_pred_us = pl->predicted_step_us;
     /* the rate measured over this step is a capacity figure only if work was left waiting */
     s->plan_backlogged = s->n_waiting > 0;

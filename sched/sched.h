@@ -443,6 +443,50 @@ typedef struct sched_tier_cost {
     double latency_us;          /* per transfer */
 } sched_tier_cost;
 
+/* ---- the step model ---------------------------------------------------------------------- */
+/*
+ * How long one iteration takes, as one linear model over the batch's work (sched_plan_work,
+ * sim/FORMATS.md): the scheduler predicts with it, the simulator charges its steps with it,
+ * perf/calibrate and the simulator fit it (sched_lsq), the daemon starts from it.
+ *   step_us = base_us + prefill_token_us * prefill_tokens + decode_seq_us * decode_seqs
+ *           + context_token_us * context_tokens + prefill_pair_us * prefill_pairs
+ * The last term is prefill attention (each prompt row attends to every row before it); the
+ * linear model of FORMATS.md leaves it out (0).
+ */
+#define SCHED_STEP_TERMS 5   /* base, prefill_tokens, decode_seqs, context_tokens, prefill_pairs */
+
+typedef struct sched_step_model {
+    double base_us;
+    double prefill_token_us;
+    double decode_seq_us;
+    double context_token_us;
+    double prefill_pair_us;
+} sched_step_model;
+
+/* The documented built-in (sim/FORMATS.md): a Llama-3-8B shape in bf16 on one H200, derived
+ * from spec numbers (DESIGN.md §4 anchors), not measured.  What the simulator uses without a
+ * calibration file and what the daemon starts from before it has measured a step. */
+void sched_step_model_default(sched_step_model *m);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Least squares: the one solver of the step model (and of every small linear cost model)    */
+/* ---------------------------------------------------------------------------------------- */
+
+#define SCHED_LSQ_MAX_TERMS 8
+
+/* Weighted linear least squares over n rows of k <= SCHED_LSQ_MAX_TERMS regressors
+ * (x[i * k + j]), targets y[i] and weights w[i] (NULL: all 1; a weight 0 leaves a row out).
+ * Only the terms in fit_mask are fitted (the others come out 0), and a term whose regressor is
+ * 0 on every weighted row is left out.  Terms in nonneg_mask must come out >= 0: every subset
+ * of the fitted terms is solved and the lowest weighted residual among those with no negative
+ * constrained term wins, fewer terms on a tie (relative 1e-12) — the exact non-negative least
+ * squares optimum, affordable for k this small.  Columns are scaled to a unit diagonal and a
+ * pivot below 1e-11 (a term that is a combination of the others) fails that subset.
+ * Returns 0 with beta[0..k), *used (may be NULL) the terms fitted and *wsse (may be NULL) the
+ * weighted residual sum of squares; -1 when nothing could be fitted. */
+int sched_lsq(const double *x, const double *y, const double *w, size_t n, int k,
+              unsigned fit_mask, unsigned nonneg_mask, double *beta, unsigned *used, double *wsse);
+
 typedef struct sched_config {
     uint32_t kv_blocks_device;  /* > 0 */
     uint32_t kv_blocks_host;    /* 0 = no host tier */
@@ -450,15 +494,10 @@ typedef struct sched_config {
     uint32_t block_size;        /* tokens per block, > 0 */
     uint64_t kv_bytes_per_token;/* all layers K+V, > 0 */
     uint32_t max_context;       /* prompt + max_new_tokens limit, > 0 */
-    /* Initial step cost model (perf/calibrate's step_model, sim/FORMATS.md):
-     *   step_us = step_base_us + prefill_us_per_token * prefill_tokens
-     *           + decode_us_per_seq * decode_seqs + context_us_per_token * sum(context)
-     * A measured step time (sched_commit) corrects it continuously (EWMA of measured /
-     * predicted), so the model tracks reality.  prefill_us_per_token must be > 0. */
-    double   step_base_us;
-    double   prefill_us_per_token;
-    double   decode_us_per_seq;
-    double   context_us_per_token;
+    /* Initial step model (perf/calibrate's step_model, sim/FORMATS.md).  A measured step time
+     * (sched_commit) corrects it continuously (EWMA of measured / predicted), so the model
+     * tracks reality.  prefill_token_us must be > 0, the other terms finite and >= 0. */
+    sched_step_model step;
     sched_tier_cost host;       /* used when kv_blocks_host > 0 */
     sched_tier_cost disk;       /* used when kv_blocks_disk > 0 */
     /* Prefix cache (DESIGN §10, sched/prefix.h), token_budget mode: a request submitted with
@@ -597,6 +636,11 @@ typedef struct sched_plan_work {
 } sched_plan_work;
 
 void sched_plan_work_of(const sched_plan *p, sched_plan_work *w);
+
+/* The step model's regressors of w, in the order of the model's terms (1 for the base). */
+void sched_plan_work_terms(const sched_plan_work *w, double x[SCHED_STEP_TERMS]);
+/* The step model's time for w, in µs. */
+double sched_step_model_us(const sched_step_model *m, const sched_plan_work *w);
 
 /* Decide one iteration at now_us (must not go backwards: an earlier value is treated as the
  * previous one).  The returned plan and every array in it stay valid until the next

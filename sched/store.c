@@ -132,22 +132,6 @@ int sc_pool_init(pool *p, uint32_t n)
     return 0;
 }
 
-bool sc_dev_grow_to(sched *s, req *r, uint32_t nblocks)
-{
-    if (nblocks <= r->n_dev) return true;
-    uint32_t need = nblocks - r->n_dev;
-    if (s->pools[SCHED_POOL_DEVICE].n_free < need) {
-        /* cached blocks no sequence holds make room, oldest leaf first */
-        if (!s->px || sc_dev_available(s) < need) return false;
-        sc_cache_evict(s, r, need - s->pools[SCHED_POOL_DEVICE].n_free);
-        if (s->pools[SCHED_POOL_DEVICE].n_free < need) return false;
-    }
-    if (!sc_vec_grow((void **)&r->dev, &r->cap_dev, nblocks, sizeof(uint32_t))) { s->oom = true; return false; }
-    while (r->n_dev < nblocks) r->dev[r->n_dev++] = pool_take(&s->pools[SCHED_POOL_DEVICE]);
-    s->ts[r->tenant].kv_blocks += need;
-    return true;
-}
-
 uint32_t sc_dev_free_all(sched *s, req *r)
 {
     uint32_t n = r->n_dev;

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define RINGLM_WIRE_MAGIC      0x524c4d31u /* "RLM1" */
-#define RINGLM_WIRE_ABI        2u
+#define RINGLM_WIRE_ABI        3u
 
 /* ---- reason codes (one namespace: finish reasons < 16, causes/rejects >= 16) ---- */
 enum ringlm_wire_reason {
@@ -81,7 +81,9 @@ struct ringlm_wire_rec_hdr {
 
 #define RINGLM_WIRE_NAME_LEN      16   /* class name / tenant tag, NUL-terminated inside */
 #define RINGLM_WIRE_REQ_F_TENANT  1u   /* tenant_tag is meaningful */
-#define RINGLM_WIRE_REQ_F_KNOWN   (RINGLM_WIRE_REQ_F_TENANT)
+#define RINGLM_WIRE_REQ_F_IGNORE_STOP 2u /* the stop token does not end the request: exactly
+                                            max_new_tokens are generated (vLLM's ignore_eos) */
+#define RINGLM_WIRE_REQ_F_KNOWN   (RINGLM_WIRE_REQ_F_TENANT | RINGLM_WIRE_REQ_F_IGNORE_STOP)
 
 struct ringlm_wire_request {
 	uint64_t req_id;          /* client-chosen, unique per session, != 0 */

@@ -403,6 +403,8 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         run->class_map[i] = k;
     }
 
+    sched_step_model model;
+    sim_service_step_model(svc, &model);
     sched_config cfg = {
         .kv_blocks_device = svc->kv_blocks_device,
         .kv_blocks_host = svc->host.present ? svc->kv_blocks_host : 0,
@@ -410,10 +412,13 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         .block_size = svc->kv_block_size,
         .kv_bytes_per_token = svc->kv_bytes_per_token,
         .max_context = o->max_context,
-        .step_base_us = svc->base_us > 0 ? svc->base_us : 0,
-        .prefill_us_per_token = svc->per_prefill_token_us > 0 ? svc->per_prefill_token_us : 1e-3,
-        .decode_us_per_seq = svc->per_decode_seq_us > 0 ? svc->per_decode_seq_us : 0,
-        .context_us_per_token = svc->per_context_token_us > 0 ? svc->per_context_token_us : 0,
+        /* the model the steps are charged with (a fitted intercept may be negative; the
+         * scheduler's prediction takes it as 0, and needs a prefill cost > 0) */
+        .step = {.base_us = model.base_us > 0 ? model.base_us : 0,
+                 .prefill_token_us = model.prefill_token_us > 0 ? model.prefill_token_us : 1e-3,
+                 .decode_seq_us = model.decode_seq_us > 0 ? model.decode_seq_us : 0,
+                 .context_token_us = model.context_token_us > 0 ? model.context_token_us : 0,
+                 .prefill_pair_us = model.prefill_pair_us > 0 ? model.prefill_pair_us : 0},
         .host = { svc->host.out_bytes_per_s, svc->host.in_bytes_per_s, svc->host.latency_us },
         .disk = { svc->disk.out_bytes_per_s, svc->disk.in_bytes_per_s, svc->disk.latency_us },
     };
@@ -464,7 +469,7 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         sched_plan_work_of(p, &w);
         /* engine + the serving loop's measured share (its context term follows the decode
          * rows it was measured on) + the what-if knobs */
-        double step = (sim_service_step_us(svc, w.prefill_tokens, w.decode_seqs, w.context_tokens, w.prefill_pairs) +
+        double step = (sched_step_model_us(&model, &w) +
                        svc->loop_step_us + svc->loop_context_us * w.decode_context) * o->step_scale *
                       sim_service_speed_at(svc, now) +
                       o->step_overhead_us;

@@ -16,19 +16,17 @@ void sim_service_default(sim_service *s)
 {
     memset(s, 0, sizeof *s);
     /* Llama-3-8B, bf16, one H200 (4.8 TB/s HBM, ~990 TFLOP/s dense bf16):
-     *  base: every step streams the 16.06 GB of weights once → 3.35 ms at full bandwidth;
-     *  prefill token: 2 × 8.03 GFLOP = 16 GFLOP → 16.2 µs at peak; at a realistic 55% MFU 29 µs;
-     *  decode sequence: the same FLOPs, but batched decode is still bandwidth-bound, so add
-     *        the per-sequence sampling/activation overhead seen in vLLM traces: 30 µs;
-     *  context token: KV read per token per step = 32 layers × 8 KV heads × 128 × 2 (K,V)
-     *        × 2 bytes = 128 KiB → 0.027 µs at 4.8 TB/s.
+     *  step model: sched_step_model_default (sched/cost.c says how each term is derived);
      *  KV: 141 GB − 16 GB weights, 90% usable → ~112 GB / 128 KiB = ~856k tokens = 53,500
      *        blocks of 16; host tier 256 GB pinned = 2M tokens = 122,000 blocks;
      *  host link: PCIe 5.0 x16, ~50 GB/s each way in practice, 10 µs per transfer. */
-    s->base_us = 3350;
-    s->per_prefill_token_us = 29;
-    s->per_decode_seq_us = 30;
-    s->per_context_token_us = 0.027;
+    sched_step_model m;
+    sched_step_model_default(&m);   /* the one built-in model, shared with the daemon */
+    s->base_us = m.base_us;
+    s->per_prefill_token_us = m.prefill_token_us;
+    s->per_decode_seq_us = m.decode_seq_us;
+    s->per_context_token_us = m.context_token_us;
+    s->per_prefill_pair_us = m.prefill_pair_us;
     s->r2 = s->median_rel_err = s->max_rel_err = s->file_median_rel_err = NAN;
     s->loop_median_rel_err = s->loop_engine_median_rel_err = NAN;
     s->builtin = true;
@@ -91,24 +89,6 @@ static int u32(json_t *o, const char *key, bool required, uint32_t *out, const c
     return 0;
 }
 
-/* Solve the k×k system m x = rhs (column k of m) by Gaussian elimination with pivoting. */
-static int solve(int k, double m[5][6], double x[5])
-{
-    for (int c = 0; c < k; c++) {
-        int piv = c;
-        for (int r = c + 1; r < k; r++) if (fabs(m[r][c]) > fabs(m[piv][c])) piv = r;
-        if (fabs(m[piv][c]) < 1e-300) return -1;
-        if (piv != c) for (int j = 0; j <= k; j++) { double t = m[c][j]; m[c][j] = m[piv][j]; m[piv][j] = t; }
-        for (int r = 0; r < k; r++) {
-            if (r == c) continue;
-            double f = m[r][c] / m[c][c];
-            for (int j = c; j <= k; j++) m[r][j] -= f * m[c][j];
-        }
-    }
-    for (int c = 0; c < k; c++) x[c] = m[c][k] / m[c][c];
-    return 0;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -165,18 +145,20 @@ static void quality(const double *pts, size_t n, const double x[5], fitq *q)
  * slowest rows decide every coefficient. */
 static int refit(const double *pts, size_t n, int k, double x[5])
 {
-    double m[5][6] = {{0}};
-    for (size_t i = 0; i < n; i++) {
-        const double *r = &pts[i * 4];
-        double a[5], w = 1.0 / (r[3] * r[3]);
-        regressors(r[0], r[1], r[2], a);
-        for (int p = 0; p < k; p++) {
-            for (int c = 0; c < k; c++) m[p][c] += w * a[p] * a[c];
-            m[p][k] += w * a[p] * r[3];
+    double *a = malloc((n ? n : 1) * 5 * sizeof *a), *y = malloc((n ? n : 1) * sizeof *y),
+           *w = malloc((n ? n : 1) * sizeof *w);
+    int rc = -1;
+    if (a && y && w) {
+        for (size_t i = 0; i < n; i++) {
+            const double *r = &pts[i * 4];
+            regressors(r[0], r[1], r[2], &a[i * 5]);
+            y[i] = r[3];
+            w[i] = 1.0 / (r[3] * r[3]);
         }
+        rc = sched_lsq(a, y, w, n, 5, (1u << k) - 1, 0, x, NULL, NULL);
     }
-    for (int c = 0; c < 5; c++) x[c] = 0;
-    return solve(k, m, x);
+    free(a); free(y); free(w);
+    return rc;
 }
 
 static void set_model(sim_service *s, const double x[5], const fitq *q, const char *fit, bool refitted)
@@ -263,7 +245,8 @@ static int fit_loop(sim_service *s, json_t *sl, const char *name)
     double *v = calloc(n * 4, sizeof *v);   /* per point: Σcontext, period, engine, residual */
     if (!v) return -ENOMEM;
     int rc = 0;
-    double m[5][6] = {{0}};
+    double *ax = calloc(n * 2, sizeof *ax), *ar = calloc(n, sizeof *ar), *aw = calloc(n, sizeof *aw);
+    if (!ax || !ar || !aw) { free(ax); free(ar); free(aw); free(v); return -ENOMEM; }
     double cmin = INFINITY, cmax = -INFINITY;
     for (size_t i = 0; i < n; i++) {
         json_t *row = json_array_get(pts, i);
@@ -278,17 +261,16 @@ static int fit_loop(sim_service *s, json_t *sl, const char *name)
         if (p <= 0) { rc = sim_err_set("%s: \"period_us\" must be > 0", w); goto out; }
         double cs = c * d, eng = sim_service_step_us(s, 0, (uint64_t)d, (uint64_t)cs, 0);
         v[i * 4] = cs; v[i * 4 + 1] = p; v[i * 4 + 2] = eng;
-        double wt = 1.0 / (p * p), a[2] = {1, cs}, r = p - eng;
-        for (int x = 0; x < 2; x++) {
-            for (int y = 0; y < 2; y++) m[x][y] += wt * a[x] * a[y];
-            m[x][2] += wt * a[x] * r;
-        }
+        ax[i * 2] = 1;
+        ax[i * 2 + 1] = cs;
+        ar[i] = p - eng;
+        aw[i] = 1.0 / (p * p);
         if (cs < cmin) cmin = cs;
         if (cs > cmax) cmax = cs;
     }
     double x[5] = {0};
     /* one context only (or a singular system): a constant per step */
-    if (!(cmax > cmin) || solve(2, m, x) < 0) {
+    if (!(cmax > cmin) || sched_lsq(ax, ar, aw, n, 2, 0x3, 0, x, NULL, NULL) < 0) {
         for (size_t i = 0; i < n; i++) v[i * 4 + 3] = v[i * 4 + 1] - v[i * 4 + 2];
         double *r = calloc(n, sizeof *r);
         if (!r) { rc = -ENOMEM; goto out; }
@@ -312,6 +294,9 @@ static int fit_loop(sim_service *s, json_t *sl, const char *name)
     free(e0);
     free(e1);
 out:
+    free(ax);
+    free(ar);
+    free(aw);
     free(v);
     return rc;
 }
@@ -480,100 +465,34 @@ out:
     return rc;
 }
 
-/* Weighted least squares over the terms in `mask` from the Gram matrix g of the weighted
- * rows [x, y] (index IT_K is y). Columns are scaled to a unit diagonal first, so a pivot below
- * the threshold means that term is (nearly) a combination of the ones before it — no
- * variance of its own to fit. Returns 0 with beta (terms outside mask 0) and the weighted
- * residual sum of squares, or -1. */
-static int it_solve(long double g[IT_K + 1][IT_K + 1], unsigned mask, double beta[IT_K], long double *sse)
-{
-    int idx[IT_K], k = 0;
-    long double m[IT_K][IT_K + 1], d[IT_K], x[IT_K];
-    for (int j = 0; j < IT_K; j++) {
-        beta[j] = 0;
-        if (!(mask >> j & 1)) continue;
-        if (!(g[j][j] > 0)) return -1;   /* the column is all zero */
-        idx[k++] = j;
-    }
-    for (int r = 0; r < k; r++) d[r] = 1 / sqrtl(g[idx[r]][idx[r]]);
-    for (int r = 0; r < k; r++) {
-        for (int c = 0; c < k; c++) m[r][c] = g[idx[r]][idx[c]] * d[r] * d[c];
-        m[r][k] = g[idx[r]][IT_K] * d[r];
-    }
-    /* symmetric positive (semi)definite: elimination without pivoting; the pivot is
-     * 1 − R² of the column against those before it */
-    for (int c = 0; c < k; c++) {
-        if (!(m[c][c] > 1e-11L)) return -1;
-        for (int r = c + 1; r < k; r++) {
-            long double f = m[r][c] / m[c][c];
-            for (int j = c; j <= k; j++) m[r][j] -= f * m[c][j];
-        }
-    }
-    for (int c = k - 1; c >= 0; c--) {
-        long double v = m[c][k];
-        for (int j = c + 1; j < k; j++) v -= m[c][j] * x[j];
-        x[c] = v / m[c][c];
-    }
-    long double fit = 0;
-    for (int r = 0; r < k; r++) {
-        long double b = x[r] * d[r];
-        if (!isfinite((double)b)) return -1;
-        beta[idx[r]] = (double)b;
-        fit += b * g[idx[r]][IT_K];
-    }
-    *sse = g[IT_K][IT_K] - fit;
-    return 0;
-}
-
-/* The best model with non-negative slopes (the base is free) over the kept points: every subset of the
- * five terms is fitted and the lowest residual wins, fewer terms on a tie. That is the
- * non-negative least-squares optimum (its support's unconstrained fit is feasible), and it
- * leaves out by itself a term whose column is zero or collinear, or that has fewer points
- * than terms. Returns 0 or -1 when no subset can be fitted (no points). */
+/* The best model with non-negative slopes (the base is free) over the kept points, by the
+ * scheduler's one solver: every subset of the five terms is fitted and the lowest residual
+ * wins, fewer terms on a tie — the non-negative least-squares optimum, which leaves out by
+ * itself a term whose column is zero or collinear, or that has fewer points than terms.
+ * Unweighted: a simulated latency is a sum of steps, so what must be right is the sum of the
+ * periods, batch type by batch type; the normal equations of an unweighted fit make the
+ * residuals sum to zero along every term (Σ x_j·r = 0: prefill rows, decode sequences,
+ * context, pairs). Weights of 1/period² (the relative error) did not: on real logs, whose
+ * short periods are skewed by client wakes and preemption, they fitted the decode steps ~7%
+ * above their sum and the simulated end-to-end latency came out 7% long. The base may come
+ * out negative: the model is a plane over the batches the log holds (one-row decode steps
+ * take a cheaper path than the plane's slope), and its intercept need not be a cost of its
+ * own. Slopes must not. Returns 0 or -1 when no subset can be fitted (no points). */
 static int it_fit(const itset *set, const bool *keep, double beta[IT_K], unsigned *terms)
 {
-    long double g[IT_K + 1][IT_K + 1] = {{0}};
-    for (size_t i = 0; i < set->n; i++) {
-        if (!keep[i]) continue;
-        const itpt *p = &set->p[i];
-        /* Unweighted least squares. A simulated latency is a sum of steps, so what must be
-         * right is the sum of the periods, batch type by batch type; the normal equations of
-         * an unweighted fit make the residuals sum to zero along every term (Σ x_j·r = 0:
-         * prefill rows, decode sequences, context, pairs). Weights of 1/period² (the relative
-         * error) did not: on real logs, whose short periods are skewed by client wakes and
-         * preemption, they fitted the decode steps ~7% above their sum and the simulated
-         * end-to-end latency came out 7% long. */
-        long double a[IT_K + 1];
-        for (int j = 0; j < IT_K; j++) a[j] = p->x[j];
-        a[IT_K] = p->y;
-        for (int r = 0; r <= IT_K; r++)
-            for (int c = 0; c <= r; c++) g[r][c] += a[r] * a[c];
-    }
-    for (int r = 0; r <= IT_K; r++)
-        for (int c = r + 1; c <= IT_K; c++) g[r][c] = g[c][r];
-    /* g[y][y] = Σ w y² (about the number of points): the tolerance is relative to it */
-    long double tol = 1e-12L * g[IT_K][IT_K], best = 0;
-    int found = 0;
-    for (int pc = 1; pc <= IT_K; pc++) {
-        for (unsigned mask = 1; mask < 1u << IT_K; mask++) {
-            if (__builtin_popcount(mask) != pc) continue;
-            double b[IT_K];
-            long double sse;
-            if (it_solve(g, mask, b, &sse) < 0) continue;
-            /* the base may come out negative: the model is a plane over the batches the
-             * log holds (one-row decode steps take a cheaper path than the plane's slope),
-             * and its intercept need not be a cost of its own. Slopes must not. */
-            bool neg = false;
-            for (int j = 1; j < IT_K; j++) neg |= b[j] < 0;
-            if (neg) continue;
-            if (found && !(sse < best - tol)) continue;
-            found = 1;
-            best = sse;
-            *terms = mask;
-            memcpy(beta, b, sizeof b);
+    double *x = malloc((set->n ? set->n : 1) * IT_K * sizeof *x), *y = malloc((set->n ? set->n : 1) * sizeof *y),
+           *w = malloc((set->n ? set->n : 1) * sizeof *w);
+    int rc = -1;
+    if (x && y && w) {
+        for (size_t i = 0; i < set->n; i++) {
+            memcpy(&x[i * IT_K], set->p[i].x, sizeof set->p[i].x);
+            y[i] = set->p[i].y;
+            w[i] = keep[i] ? 1 : 0;
         }
+        rc = sched_lsq(x, y, w, set->n, IT_K, (1u << IT_K) - 1, ((1u << IT_K) - 1) & ~1u, beta, terms, NULL);
     }
-    return found ? 0 : -1;
+    free(x); free(y); free(w);
+    return rc;
 }
 
 static double it_pred(const double beta[IT_K], const itpt *p)

@@ -2,6 +2,8 @@
 #ifndef RINGLM_SIM_SERVICE_H
 #define RINGLM_SIM_SERVICE_H
 
+#include "sched/sched.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -118,14 +120,25 @@ int sim_service_noise_floor(const sim_service *s, const struct sim_req *reqs, si
  * context_tokens, prefill_pairs. */
 const char *sim_service_term_name(int i);
 
-/* Step time in µs for one batch. */
+/* The step model of s as the scheduler's one definition (sched_step_model). */
+static inline void sim_service_step_model(const sim_service *s, sched_step_model *m)
+{
+    *m = (sched_step_model){.base_us = s->base_us, .prefill_token_us = s->per_prefill_token_us,
+                            .decode_seq_us = s->per_decode_seq_us,
+                            .context_token_us = s->per_context_token_us,
+                            .prefill_pair_us = s->per_prefill_pair_us};
+}
+
+/* Step time in µs for one batch: sched_step_model_us of the model. */
 static inline double sim_service_step_us(const sim_service *s, uint64_t prefill_tokens,
                                          uint64_t decode_seqs, uint64_t context_tokens,
                                          double prefill_pairs)
 {
-    return s->base_us + s->per_prefill_token_us * (double)prefill_tokens +
-           s->per_decode_seq_us * (double)decode_seqs +
-           s->per_context_token_us * (double)context_tokens + s->per_prefill_pair_us * prefill_pairs;
+    sched_step_model m;
+    sim_service_step_model(s, &m);
+    sched_plan_work w = {.prefill_tokens = prefill_tokens, .decode_seqs = (uint32_t)decode_seqs,
+                         .context_tokens = context_tokens, .prefill_pairs = prefill_pairs};
+    return sched_step_model_us(&m, &w);
 }
 
 /* Transfer time in µs for `tokens` of KV to a tier (tier 0 host, 1 disk), direction out/in. */

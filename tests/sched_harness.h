@@ -78,8 +78,8 @@ static __attribute__((unused)) sched_config h_default_config(void)
     sched_config c = {
         .kv_blocks_device = 4096, .kv_blocks_host = 8192, .kv_blocks_disk = 0,
         .block_size = 16, .kv_bytes_per_token = 1024, .max_context = 8192,
-        .step_base_us = 1000, .prefill_us_per_token = 10, .decode_us_per_seq = 10,
-        .context_us_per_token = 0,
+        .step.base_us = 1000, .step.prefill_token_us = 10, .step.decode_seq_us = 10,
+        .step.context_token_us = 0,
         .host = {.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 10},
     };
     return c;
@@ -92,8 +92,8 @@ static __attribute__((unused)) void h_init(harness *h, const char *policy_text, 
     int rc = sched_policy_parse(policy_text, &h->p, &err);
     cr_assert_eq(rc, 0, "policy: line %d: %s", err.line, err.reason);
     sched_config c = cfg ? *cfg : h_default_config();
-    h->a_us = c.step_base_us;
-    h->b_us = c.prefill_us_per_token;
+    h->a_us = c.step.base_us;
+    h->b_us = c.step.prefill_token_us;
     h->bw = c.host.out_bytes_per_s;
     rc = sched_create(h->p, &c, h_sink, h, 42, &h->s);
     cr_assert_eq(rc, 0, "sched_create: %s", sched_last_error());

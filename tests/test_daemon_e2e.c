@@ -380,6 +380,102 @@ Test(daemon_e2e, greedy_reference_all_cases_in_one_batch)
     dmn_cleanup(&d);
 }
 
+/* Client process for the fixed-length flag: one reference case that stops on the stop
+ * token, submitted plainly (it must stop early, as the reference) and with ignore_stop and
+ * max_new_tokens past that point (it must run to exactly max_new_tokens: the reference
+ * tokens, then the stop token itself, then more). Exit 0 when both hold. */
+typedef struct fixed_job {
+    const char *sock;
+    const ref_case *c;
+    uint32_t max_new;
+} fixed_job;
+
+static int client_fixed_length(void *arg)
+{
+    fixed_job *g = arg;
+    ringlm_client *c;
+    int rc = ringlm_connect(g->sock, &c);
+    if (rc < 0) { fprintf(stderr, "connect: %s %s\n", ringlm_strerror(rc), ringlm_errdetail()); return 2; }
+    uint64_t ids[2];
+    for (int i = 0; i < 2; i++) {
+        ringlm_request r;
+        ringlm_request_init(&r);
+        r.prompt = g->c->prompt;
+        r.n_prompt = g->c->n_prompt;
+        r.max_new_tokens = g->max_new;
+        r.ignore_stop = i == 1;
+        if ((rc = ringlm_submit(c, &r, &ids[i])) < 0) {
+            fprintf(stderr, "submit %d: %s %s\n", i, ringlm_strerror(rc), ringlm_errdetail());
+            return 3;
+        }
+    }
+    static int32_t got[2][600];
+    uint32_t n_got[2] = {0}, n_fin[2] = {0};
+    int reason[2] = {0}, left = 2, bad = 0;
+    while (left > 0) {
+        ringlm_event ev;
+        rc = ringlm_next_event(c, &ev, 60000);
+        if (rc <= 0) { fprintf(stderr, "next_event: %d %s %s\n", rc, ringlm_strerror(rc), ringlm_errdetail()); return 4; }
+        int i = ev.req_id == ids[0] ? 0 : ev.req_id == ids[1] ? 1 : -1;
+        if (i < 0) { fprintf(stderr, "event for unknown id\n"); return 5; }
+        if (ev.kind == RINGLM_EV_TOKEN && n_got[i] < 600)
+            got[i][n_got[i]++] = ev.token;
+        else if (ev.kind == RINGLM_EV_FINISH) {
+            reason[i] = ev.finish_reason;
+            n_fin[i] = ev.n_tokens;
+            left--;
+        }
+    }
+    ringlm_close(c);
+    const ref_case *rf = g->c;
+    if (reason[0] != RINGLM_FINISH_STOP || n_got[0] != rf->n_gen) {
+        fprintf(stderr, "plain: finish %s after %u tokens, reference stops after %u\n",
+                ringlm_reason_name(reason[0]), n_got[0], rf->n_gen);
+        bad++;
+    }
+    if (reason[1] != RINGLM_FINISH_LENGTH || n_got[1] != g->max_new || n_fin[1] != g->max_new) {
+        fprintf(stderr, "ignore_stop: finish %s with %u tokens (%u streamed), expected length "
+                "with exactly %u\n", ringlm_reason_name(reason[1]), n_fin[1], n_got[1], g->max_new);
+        bad++;
+    }
+    for (uint32_t k = 0; k < rf->n_gen && k < n_got[1]; k++)
+        if (got[1][k] != rf->gen[k]) {
+            fprintf(stderr, "ignore_stop: token %u is %d, reference %d\n", k, got[1][k], rf->gen[k]);
+            bad++;
+            break;
+        }
+    if (n_got[1] > rf->n_gen && got[1][rf->n_gen] != 1) {
+        fprintf(stderr, "ignore_stop: token %u is %d, not the stop token the reference stopped on\n",
+                rf->n_gen, got[1][rf->n_gen]);
+        bad++;
+    }
+    return bad ? 1 : 0;
+}
+
+Test(daemon_e2e, ignore_stop_generates_exactly_max_new_tokens)
+{
+    need_daemon_binary();
+    char model[512];
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    static ref_case cases[12];
+    int n = load_refs(cases, 12);
+    if (n == 0) cr_skip_test("reference-greedy.json not found");
+    const ref_case *stopping = NULL;
+    for (int i = 0; i < n && !stopping; i++)
+        if (cases[i].stops && cases[i].n_prompt + cases[i].n_gen + 40 < 512)
+            stopping = &cases[i];
+    cr_assert(stopping, "no reference case stops on the stop token early enough");
+    dmn d;
+    dmn_start(&d, model, NULL, NULL);
+    fixed_job g = {.sock = d.sock, .c = stopping, .max_new = stopping->n_gen + 40};
+    int st = reap(spawn(client_fixed_length, &g), 60000);
+    cr_expect_eq(st, 0, "fixed-length client exit %d (see its stderr above)", st);
+    int ex = dmn_stop(&d, SIGTERM, 10000);
+    cr_expect_eq(ex, 0, "ringlmd exit status %d after SIGTERM", ex);
+    if (st != 0 || ex != 0) dump_file(d.errlog, "ringlmd stderr");
+    dmn_cleanup(&d);
+}
+
 /* Forced preemption: a KV pool too small for the four sequences at once. Every mode must
  * reproduce the unpreempted greedy tokens; swap-ins are verified byte-exact by the daemon
  * (--verify-swaps checksums each block at swap-out and compares at swap-in). */

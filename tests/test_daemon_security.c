@@ -538,7 +538,13 @@ Test(daemon_security, undeliverable_rejects_are_bounded_and_cost_nothing_per_ite
 	fprintf(stderr, "reject flood: daemon RSS %ld -> %ld kB, CPU %.1f%% while the flooder sat idle\n",
 		rss0, rss1, cpu_pct);
 	cr_expect_lt(cpu_pct, 20.0, "the daemon used %.1f%% CPU after the flood stopped", cpu_pct);
-	cr_expect_lt(rss1 - rss0, 16 * 1024, "the daemon grew from %ld to %ld kB", rss0, rss1);
+#ifdef __SANITIZE_ADDRESS__
+	/* ASan keeps freed memory in quarantine: RSS says little about the daemon's own growth */
+	long grow_limit_kb = 128 * 1024;
+#else
+	long grow_limit_kb = 16 * 1024; /* before the fix: +25 MB in this 3 s flood */
+#endif
+	cr_expect_lt(rss1 - rss0, grow_limit_kb, "the daemon grew from %ld to %ld kB", rss0, rss1);
 	dmn_stop(&d);
 	victim_free(&base);
 	victim_free(&att);
@@ -746,6 +752,7 @@ Test(daemon_security, client_names_cannot_forge_logs_or_squat_labels_and_deadlin
 	victim_class = NULL;
 	cr_assert_eq(v.finished, 1, "%s", v.detail);
 	cr_assert_eq(v.tokens, 48, "the good client's request was not served (%d tokens)", v.tokens);
+	victim_free(&v);
 	attacker_stop(&a);
 
 	char *page = malloc(1 << 20);
@@ -780,7 +787,7 @@ Test(daemon_security, client_names_cannot_forge_logs_or_squat_labels_and_deadlin
 	json_array_foreach(dec, i, o) {
 		const char *t = json_string_value(json_object_get(o, "tenant"));
 		const char *ev = json_string_value(json_object_get(o, "ev"));
-		cr_expect(ev && strcmp(ev, "f"), "a forged decision line: %s", json_dumps(o, 0));
+		cr_expect(ev && strcmp(ev, "f"), "a forged decision line (ev \"%s\")", ev ? ev : "(none)");
 		if (t)
 			cr_expect(!strcmp(t, "good") || !strcmp(t, "evil"), "tenant \"%s\" in the log", t);
 		const char *cls = json_string_value(json_object_get(o, "class"));
@@ -825,9 +832,14 @@ static void tenant_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
 			uint64_t id;
 			while (ringlm_submit(c[i], &q, &id) == 0)
 				;
+			/* Sleep until the daemon answers, as a client does: the attack is the
+			 * records, not this process's own CPU (which a CPU controller bounds). */
 			ringlm_event ev;
-			while (ringlm_next_event(c[i], &ev, 0) == 1)
+			int wait_ms = 1;
+			while (ringlm_next_event(c[i], &ev, wait_ms) == 1) {
 				done += ev.kind == RINGLM_EV_FINISH;
+				wait_ms = 0;
+			}
 		}
 		if (!told && done > 2000) {
 			if (write(ready_fd, "r", 1) != 1)

@@ -8,6 +8,7 @@
  *   same. Plus batch validation, sampling and engine creation errors.
  */
 #include "engine_test_util.h"
+#include "kernels/cpu/gemm_small.h"
 
 #include <errno.h>
 
@@ -133,6 +134,8 @@ Test(engine_inv, decode_alone_is_bit_identical_inside_a_small_decode_batch)
     eng_model *ms[3];
     int nm = models(ms);
     enum { N_SEQS = 11, STEPS = 6, PLEN = 19 };
+    cr_assert_geq(gemm_small_max_rows(GEMM_SMALL_AUTO), N_SEQS, "a batch of %d rows goes "
+                  "through SGEMM on this machine: not a small batch", N_SEQS);
     for (int mi = 0; mi < nm; mi++) {
         const eng_model_config *c = eng_model_cfg(ms[mi]);
         const int V = c->vocab_size;

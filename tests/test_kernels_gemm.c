@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The small-batch matmul of the CPU backend (kernels/cpu/gemm_small.h), both paths (the
- * AVX2 one is skipped with a message on a CPU without AVX2+FMA):
+ * The small-batch matmul of the CPU backend (kernels/cpu/gemm_small.h), every path (the
+ * AVX2 and AVX-512 ones are skipped with a message on a CPU without them):
  *   - equals OpenBLAS SGEMM within the float error bound of a K-term dot product, on random
  *     shapes (odd sizes, M = 1..20, strided rows, beta 0 and 1);
  *   - a row's result is bit-identical whatever the other rows of the batch and however
@@ -37,10 +37,11 @@ static float *rnd_matrix(int rows, int ld)
     return a;
 }
 
-static const gemm_small_path paths[] = {GEMM_SMALL_PORTABLE, GEMM_SMALL_AVX2};
+static const gemm_small_path paths[] = {GEMM_SMALL_PORTABLE, GEMM_SMALL_AVX2,
+                                        GEMM_SMALL_AVX512};
 static const char *path_name(gemm_small_path p)
 {
-    return p == GEMM_SMALL_AVX2 ? "avx2" : "portable";
+    return p == GEMM_SMALL_AVX512 ? "avx512" : p == GEMM_SMALL_AVX2 ? "avx2" : "portable";
 }
 
 static bool have(gemm_small_path p)
@@ -141,24 +142,32 @@ Test(kernels_gemm, a_row_does_not_depend_on_the_batch_or_the_split)
     }
 }
 
-Test(kernels_gemm, the_two_paths_agree_and_auto_picks_a_supported_one)
+Test(kernels_gemm, the_paths_agree_and_auto_picks_the_widest_supported)
 {
     gemm_small_path a = gemm_small_auto_path();
-    cr_assert(a == GEMM_SMALL_PORTABLE || a == GEMM_SMALL_AVX2);
+    cr_assert(a == GEMM_SMALL_PORTABLE || a == GEMM_SMALL_AVX2 || a == GEMM_SMALL_AVX512);
     cr_assert(gemm_small_supported(a));
-    if (!have(GEMM_SMALL_AVX2))
-        return;
-    cr_assert_eq(a, GEMM_SMALL_AVX2, "AVX2+FMA present but AUTO resolves to portable");
+    gemm_small_path widest = gemm_small_supported(GEMM_SMALL_AVX512) ? GEMM_SMALL_AVX512
+                             : gemm_small_supported(GEMM_SMALL_AVX2) ? GEMM_SMALL_AVX2
+                                                                      : GEMM_SMALL_PORTABLE;
+    cr_assert_eq(a, widest, "AUTO resolves to %s, the CPU has %s", path_name(a),
+                 path_name(widest));
     const int M = 9, N = 50, K = 333;
     float *x = rnd_matrix(M, K), *w = rnd_matrix(N, K);
-    float y1[9 * 50], y2[9 * 50], y3[9 * 50];
-    gemm_small(GEMM_SMALL_PORTABLE, M, N, K, x, K, w, K, 0.0f, y1, N);
-    gemm_small(GEMM_SMALL_AVX2, M, N, K, x, K, w, K, 0.0f, y2, N);
-    gemm_small(GEMM_SMALL_AUTO, M, N, K, x, K, w, K, 0.0f, y3, N);
-    cr_assert(memcmp(y2, y3, sizeof y2) == 0, "AUTO is the AVX2 path here");
-    for (int i = 0; i < M * N; i++)
-        cr_assert_leq(fabsf(y1[i] - y2[i]), 1e-4f * (1.0f + fabsf(y1[i])),
-                      "element %d: portable %.9g, avx2 %.9g", i, y1[i], y2[i]);
+    static float y[3][9 * 50], ya[9 * 50];
+    gemm_small(GEMM_SMALL_AUTO, M, N, K, x, K, w, K, 0.0f, ya, N);
+    for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
+        if (!have(paths[pi]))
+            continue;
+        gemm_small(paths[pi], M, N, K, x, K, w, K, 0.0f, y[pi], N);
+        if (paths[pi] == a)
+            cr_assert(memcmp(y[pi], ya, sizeof ya) == 0, "AUTO is the %s path here",
+                      path_name(a));
+        for (int i = 0; i < M * N; i++)
+            cr_assert_leq(fabsf(y[pi][i] - y[0][i]), 1e-4f * (1.0f + fabsf(y[0][i])),
+                          "element %d: portable %.9g, %s %.9g", i, y[0][i], path_name(paths[pi]),
+                          y[pi][i]);
+    }
     free(x);
     free(w);
 }

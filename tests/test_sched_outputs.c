@@ -135,8 +135,8 @@ static void run(twin *w, bool with_sink)
     sched_policy_error err;
     cr_assert_eq(sched_policy_parse(policy, &p, &err), 0, "%d %s", err.line, err.reason);
     sched_config cfg = {.kv_blocks_device = 48, .block_size = 16, .kv_bytes_per_token = 64,
-                        .max_context = 1024, .step_base_us = 1000, .prefill_us_per_token = 10,
-                        .decode_us_per_seq = 10};
+                        .max_context = 1024, .step.base_us = 1000, .step.prefill_token_us = 10,
+                        .step.decode_seq_us = 10};
     sched *s;
     cr_assert_eq(sched_create(p, &cfg, with_sink ? sink : NULL, w, 1, &s), 0, "%s", sched_last_error());
     uint32_t stop_at[N_REQ + 1], generated[N_REQ + 1] = {0};

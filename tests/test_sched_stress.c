@@ -41,8 +41,8 @@ static void drive(const char *mode, uint64_t seed)
     cr_assert_eq(sched_policy_parse(pol, &p, &err), 0, "%d %s", err.line, err.reason);
     sched_config c = {
         .kv_blocks_device = 160, .kv_blocks_host = 60, .kv_blocks_disk = 40, .block_size = 8,
-        .kv_bytes_per_token = 4096, .max_context = 1024, .step_base_us = 500,
-        .prefill_us_per_token = 5, .decode_us_per_seq = 8, .context_us_per_token = 0.01,
+        .kv_bytes_per_token = 4096, .max_context = 1024, .step.base_us = 500,
+        .step.prefill_token_us = 5, .step.decode_seq_us = 8, .step.context_token_us = 0.01,
         .host = {2e9, 2e9, 5}, .disk = {3e8, 3e8, 50},
     };
     sched *s;

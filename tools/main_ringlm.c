@@ -62,6 +62,7 @@ static void usage_generate(FILE *f)
             "  --class C          request class (default: the daemon's \"default\")\n"
             "  --tenant TAG       tenant tag (honoured only for uids the daemon trusts)\n"
             "  --deadline-ms N    give up after N ms (the daemon times the request out)\n"
+            "  --ignore-stop      the stop token does not end it: exactly --max-tokens tokens\n"
             "  --stats            print the request's timing to stderr at the end\n"
             "  --prompt-ids LIST  instead of --prompt/--tokenizer: comma-separated token ids;\n"
             "                     the output is then token ids, one line per token\n"
@@ -74,7 +75,7 @@ static int cmd_generate(int argc, char **argv)
     long max_tokens = -1, steps = -1, top_k = 0, deadline_ms = 0;
     double temperature = 0.0, top_p = 1.0;
     unsigned long long seed = 0;
-    bool stats = false;
+    bool stats = false, ignore_stop = false;
     static const struct option opts[] = {
         {"prompt", required_argument, 0, 'p'},      {"tokenizer", required_argument, 0, 'z'},
         {"max-tokens", required_argument, 0, 'n'},  {"steps", required_argument, 0, 'S'},
@@ -83,7 +84,8 @@ static int cmd_generate(int argc, char **argv)
         {"class", required_argument, 0, 'c'},       {"tenant", required_argument, 0, 'T'},
         {"deadline-ms", required_argument, 0, 'd'}, {"socket", required_argument, 0, 'X'},
         {"stats", no_argument, 0, 'A'},             {"help", no_argument, 0, 'h'},
-        {"prompt-ids", required_argument, 0, 'I'},  {0, 0, 0, 0}};
+        {"prompt-ids", required_argument, 0, 'I'},  {"ignore-stop", no_argument, 0, 'G'},
+        {0, 0, 0, 0}};
     int o;
     optind = 1;
     while ((o = getopt_long(argc, argv, "p:z:n:t:k:s:c:h", opts, NULL)) != -1) {
@@ -102,6 +104,7 @@ static int cmd_generate(int argc, char **argv)
         case 'X': cli_socket = optarg; break;
         case 'A': stats = true; break;
         case 'I': prompt_ids = optarg; break;
+        case 'G': ignore_stop = true; break;
         case 'h': usage_generate(stdout); return 0;
         default: usage_generate(stderr); return 2;
         }
@@ -156,6 +159,7 @@ static int cmd_generate(int argc, char **argv)
     r.deadline_us = (uint64_t)deadline_ms * 1000u;
     if (cls) r.class_name = cls;
     r.tenant_tag = tenant;
+    r.ignore_stop = ignore_stop;
     uint64_t id;
     uint64_t t0 = cli_now_us(), t_first = 0;
     rc = ringlm_submit(c, &r, &id);

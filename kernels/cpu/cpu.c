@@ -17,7 +17,7 @@
  *
  * Parallelism: a small pool of worker threads (the caller is worker 0). Each matmul is
  * split by output rows of the weight, and each piece is one single-threaded call: for
- * batches of up to GEMM_SMALL_MAX_ROWS rows our gemm_small (kernels/cpu/gemm_small.h),
+ * batches of up to 12-16 rows (by CPU) our gemm_small (kernels/cpu/gemm_small.h),
  * which reads each weight row once for the whole batch and sums every output in the same
  * order whatever the batch (so a decode row's result does not depend on its batch-mates),
  * above that OpenBLAS SGEMM (whose packing of the weight pays off only when compute-bound).
@@ -483,13 +483,6 @@ typedef struct mm_region {
     int rows; /* T */
 } mm_region;
 
-/* Float32 batches of up to this many rows go through gemm_small (each weight row read
- * once for all rows, nothing packed), larger ones through OpenBLAS SGEMM, whose packing
- * pays for itself once the product is compute-bound. Chosen with perf/gemm_bench
- * (stories110M and stories15M projections, one thread, weights from memory): see the
- * README's Benchmarks. */
-#define GEMM_SMALL_MAX_ROWS 16
-
 /* Rows n0.. of a weight matrix in any type: float32 through gemm_small or BLAS, the others
  * through the fused/tiled kernels of quant.c. */
 static void matmul_rows(int rows, const float *x, eng_wmat wm, int n0, int n, int k, float beta,
@@ -501,7 +494,13 @@ static void matmul_rows(int rows, const float *x, eng_wmat wm, int n0, int n, in
         return;
     }
     const float *w = (const float *)wm.data + (size_t)n0 * k;
-    if (rows <= GEMM_SMALL_MAX_ROWS)
+    /* Float32 batches of up to gemm_small_max_rows rows go through gemm_small (each weight
+     * row read once for all rows, nothing packed), larger ones through OpenBLAS SGEMM,
+     * whose packing pays for itself once the product is compute-bound. */
+    static _Atomic int small_max = -1; /* this machine's, resolved once (benign race) */
+    if (small_max < 0)
+        small_max = gemm_small_max_rows(GEMM_SMALL_AUTO);
+    if (rows <= small_max)
         gemm_small(GEMM_SMALL_AUTO, rows, n, k, x, k, w, k, beta, y, ld_y);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, k, 1.0f, x, k, w, k, beta,
