@@ -21,7 +21,7 @@ sched     |
 numa      |
 formats   |
 libclient | shm
-kernels   | numa libclient/tokenizer.h libclient/gguf.h
+kernels   | numa libclient/tokenizer.h libclient/gguf.h shm/futex.h
 sim       | sched formats
 tools     | libclient shm formats
 daemon    | shm sched numa kernels formats libclient
@@ -29,7 +29,8 @@ fuzz      | shm libclient formats sched
 EOF
 }
 # kernels/ reaches libclient/ only for the two model-file readers it shares with clients: the
-# tokenizer and the GGUF reader (declared by file, so nothing else of libclient/ leaks in).
+# tokenizer and the GGUF reader (declared by file, so nothing else of libclient/ leaks in);
+# it reaches shm/ only for the futex wrapper (header only: the worker pool's sleeps).
 # perf/ and tests/ may include everything: they exercise every module, the daemon's
 # internals included (tests/ and perf/ are the daemon's tests); nothing else includes daemon/.
 

@@ -1137,7 +1137,7 @@ static int client_hostile(void *arg)
             break;
         }
         __atomic_add_fetch(&cs->doorbell, 1, __ATOMIC_SEQ_CST);
-        ring_futex_wake(&cs->doorbell, 1);
+        futex_wake(&cs->doorbell, 1, FUTEX_SCOPE_SHARED);
         /* The daemon ends the session: the socket reaches EOF. */
         char b;
         struct timeval tv = {5, 0};
