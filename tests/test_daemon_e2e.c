@@ -1421,6 +1421,135 @@ Test(daemon_e2e, backpressure_answers_requests_submitted_after_the_client_stoppe
     dmn_cleanup(&d);
 }
 
+/* ---- connects to a busy daemon -------------------------------------------------------- */
+
+typedef struct burst_rec {
+    int rc;             /* 0: connected and a request answered; else the failing -errno */
+    int stage;          /* 1 connect, 2 submit, 3 event */
+    double connect_ms;
+} burst_rec;
+
+typedef struct burst_job {
+    const char *sock;
+    int ready_fd, gate_fd, out_fd;
+} burst_job;
+
+/* Says ready, waits at the gate (its EOF releases every client at once), connects (timed)
+ * and has one short request answered on the new session. */
+static int client_burst(void *arg)
+{
+    burst_job *b = arg;
+    if (write(b->ready_fd, "r", 1) != 1) return 1;
+    char ch;
+    while (read(b->gate_fd, &ch, 1) > 0) { }
+    burst_rec rec = {0, 1, 0};
+    ringlm_client *c = NULL;
+    uint64_t t0 = now_us();
+    rec.rc = ringlm_connect(b->sock, &c);
+    rec.connect_ms = (double)(now_us() - t0) / 1000.0;
+    if (rec.rc == 0) {
+        int32_t p[2] = {1, 403};
+        ringlm_request r;
+        ringlm_request_init(&r);
+        r.prompt = p;
+        r.n_prompt = 2;
+        r.max_new_tokens = 2;
+        rec.stage = 2;
+        rec.rc = ringlm_submit(c, &r, NULL);
+        ringlm_event ev = {0};
+        if (rec.rc == 0) {
+            rec.stage = 3;
+            while ((rec.rc = ringlm_next_event(c, &ev, 30000)) == 1 && ev.kind != RINGLM_EV_FINISH) { }
+            rec.rc = rec.rc == 1 ? 0 : rec.rc == 0 ? -ETIMEDOUT : rec.rc;
+        }
+        ringlm_close(c);
+    }
+    if (rec.rc) fprintf(stderr, "burst client: stage %d: %s %s\n", rec.stage, ringlm_strerror(rec.rc), ringlm_errdetail());
+    return write(b->out_fd, &rec, sizeof rec) == (ssize_t)sizeof rec ? 0 : 1;
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* 64 client processes connect at once while the daemon runs 16 streams: every one gets its
+ * session and an answer (a handshake waits for no engine step, and the half-open budget is
+ * not spent by clients whose hello is on its way). The connect latency is reported, not
+ * asserted (speed is perf/serve_bench's). */
+Test(daemon_e2e, connect_burst_of_64_to_a_busy_daemon_all_succeed)
+{
+    need_daemon_binary();
+    char model[512];
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    /* 64 burst sessions and the streams' one, all of this uid */
+    const char *extra[] = {"--max-sessions-per-uid", "80", NULL};
+    dmn d;
+    dmn_start(&d, model, NULL, extra);
+    int rfd[2];
+    cr_assert_eq(pipe(rfd), 0);
+    load_job busy = {.sock = d.sock, .n_requests = 0, .concurrency = 16, .prompt_len = 8,
+                     .max_new = 400, .token_base = 5, .vocab = 512, .duration_ms = 120000,
+                     .ready_fd = rfd[1]};
+    pid_t pb = spawn(client_load, &busy);
+    close(rfd[1]);
+    char ch;
+    cr_assert_eq(read(rfd[0], &ch, 1), 1, "the streams never produced a token");
+    close(rfd[0]);
+
+    enum { N = 64 };
+    int ready[2], gate[2], out[2];
+    cr_assert_eq(pipe(ready), 0);
+    cr_assert_eq(pipe(gate), 0);
+    cr_assert_eq(pipe(out), 0);
+    burst_job bj = {.sock = d.sock, .ready_fd = ready[1], .gate_fd = gate[0], .out_fd = out[1]};
+    pid_t pids[N];
+    for (int i = 0; i < N; i++) {
+        /* the children must not hold the gate open themselves */
+        fflush(NULL);
+        pids[i] = fork();
+        cr_assert_geq(pids[i], 0);
+        if (pids[i] == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            close(gate[1]);
+            close(ready[0]);
+            close(out[0]);
+            _exit(client_burst(&bj));
+        }
+    }
+    close(ready[1]);
+    close(gate[0]);
+    close(out[1]);
+    int n_ready = 0;
+    while (n_ready < N && read(ready[0], &ch, 1) == 1) n_ready++;
+    cr_assert_eq(n_ready, N);
+    close(gate[1]); /* all at once */
+    burst_rec rec;
+    double lat[N];
+    int n = 0, ok = 0;
+    while (n < N && read(out[0], &rec, sizeof rec) == (ssize_t)sizeof rec) {
+        lat[n++] = rec.connect_ms;
+        ok += rec.rc == 0;
+    }
+    close(ready[0]);
+    close(out[0]);
+    for (int i = 0; i < N; i++) cr_expect_eq(reap(pids[i], 30000), 0, "burst client %d", i);
+    kill(pb, SIGKILL);
+    reap(pb, 10000);
+    cr_expect_eq(n, N, "%d burst clients reported", n);
+    cr_expect_eq(ok, N, "%d of %d burst clients connected and were answered", ok, N);
+    if (n > 0) {
+        qsort(lat, (size_t)n, sizeof lat[0], cmp_dbl);
+        int k99 = (int)(0.99 * (n - 1) + 0.999);
+        cr_log_info("64 connects to a daemon busy with 16 streams: %d connected; connect p50 %.2f ms, "
+                    "p99 %.2f ms, max %.2f ms", ok, lat[n / 2], lat[k99 < n ? k99 : n - 1], lat[n - 1]);
+    }
+    assert_back_to_baseline(&d, 10000);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    dmn_cleanup(&d);
+}
+
 /* ---- metrics ------------------------------------------------------------------------- */
 
 Test(daemon_e2e, metrics_endpoint_tracks_pools_and_requests)
