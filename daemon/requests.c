@@ -326,17 +326,27 @@ uint64_t req_check_backpressure(svc *s, uint64_t now_us)
     return next_wake;
 }
 
+/* Records the loop may take from a session this iteration; -1: none until something
+ * changes (the loop sleeps over its submit ring). A blocked session is still read up to the
+ * session bound: what its client submitted before it stopped reading is answered like what
+ * the loop happened to read first (deferred, then cancelled output_backpressure), not left
+ * in its ring to run only once the client reads again; at the bound it costs nothing per
+ * iteration. */
 int req_drain_budget(svc *s, dsess *ds)
 {
     svc_sess *ss = dsess_user(ds);
     if (!ss) return SVC_RECORDS_PER_SESSION_ITER;
-    if (ss->blocked) return -1;
+    int room = SVC_RECORDS_PER_SESSION_ITER;
+    if (ss->blocked) {
+        if (ss->n_reqs >= SVC_MAX_REQS_PER_SESSION) return -1;
+        room = SVC_MAX_REQS_PER_SESSION - ss->n_reqs;
+        if (room > SVC_RECORDS_PER_SESSION_ITER) room = SVC_RECORDS_PER_SESSION_ITER;
+    }
     /* A trusted session (a gateway) carries many tenants' requests: its own bound only. */
-    if (ss->trusted || ss->tenant < 0 || ss->tenant >= s->n_tenants)
-        return SVC_RECORDS_PER_SESSION_ITER;
+    if (ss->trusted || ss->tenant < 0 || ss->tenant >= s->n_tenants) return room;
     uint32_t used = s->tenant_records[ss->tenant], cap = s->cfg.max_records_per_tenant_iter;
     uint32_t left = used < cap ? cap - used : 0;
-    return (int)(left < SVC_RECORDS_PER_SESSION_ITER ? left : SVC_RECORDS_PER_SESSION_ITER);
+    return (int)(left < (uint32_t)room ? left : (uint32_t)room);
 }
 
 /* ---- sessions ------------------------------------------------------------------------ */

@@ -84,7 +84,8 @@ struct svc_sess {
     int n_reqs;               /* every request not yet freed: live, and ended but undelivered */
     /* The outbox: requests with tokens or a FINISH to push, oldest first. While the event
      * ring is full (blocked) the session costs O(1) per iteration: one look at the ring's
-     * free space; its submit ring is not read (it waits there, in the client's memory). */
+     * free space; its submit ring is read only while it holds fewer than the session bound
+     * of requests (the rest waits there, in the client's memory). */
     svc_req *out_head, *out_tail;
     svc_sess *out_prev, *out_next; /* svc.out_sessions: the sessions whose outbox is not empty */
     bool in_out_list;
