@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The CPU backend's worker pool (kernels/cpu/pool.h): every task of every region runs
+ * exactly once, on a worker index of the pool, and pool_run returns once they all have —
+ * across many back-to-back regions whose task counts alternate between small and large.
+ * That alternation is what lost the caller in the first CAS-claim pool (f32b5da): a helper
+ * late on an exhausted small region read the next, larger region's task count and claimed
+ * a task that belonged to no region, so done passed n_tasks and pool_run never returned
+ * (here: the test's timeout). 0 and 1 tasks run inline on the caller.
+ */
+#include "kernels/cpu/pool.h"
+
+#include <criterion/criterion.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#define MAX_TASKS 64
+
+typedef struct region_check {
+    int n_workers;
+    _Atomic int runs[MAX_TASKS];     /* how often each task ran in the current region */
+    _Atomic int bad_worker;          /* a worker index outside [0, n_workers) */
+} region_check;
+
+static void count_task(void *ctx, int task, int worker)
+{
+    region_check *rc = ctx;
+    if (task < 0 || task >= MAX_TASKS || worker < 0 || worker >= rc->n_workers) {
+        atomic_store(&rc->bad_worker, 1);
+        return;
+    }
+    atomic_fetch_add_explicit(&rc->runs[task], 1, memory_order_relaxed);
+}
+
+static void run_regions(int n_workers, int n_regions)
+{
+    pool p;
+    cr_assert_eq(pool_start(&p, n_workers, -1), 0, "pool_start(%d workers)", n_workers);
+    static region_check rc;
+    memset(&rc, 0, sizeof rc);
+    rc.n_workers = n_workers;
+    /* small, large, inline and empty regions, back to back */
+    static const int sizes[] = {2, MAX_TASKS, 3, 1, 17, 2, 0, 4, 33, 2, MAX_TASKS};
+    const int n_sizes = (int)(sizeof sizes / sizeof sizes[0]);
+    for (int r = 0; r < n_regions; r++) {
+        const int n = sizes[r % n_sizes];
+        pool_run(&p, n, count_task, &rc);
+        for (int t = 0; t < MAX_TASKS; t++) {
+            const int got = atomic_exchange(&rc.runs[t], 0);
+            cr_assert_eq(got, t < n, "%d workers, region %d of %d tasks: task %d ran %d times",
+                         n_workers, r, n, t, got);
+        }
+        cr_assert_eq(atomic_load(&rc.bad_worker), 0, "region %d: a worker index out of range", r);
+    }
+    pool_stats st;
+    pool_stats_get(&p, &st, false);
+    pool_stop(&p);
+    if (n_workers > 1)
+        cr_assert_gt(st.regions, 0, "parallel regions are counted");
+}
+
+Test(kernels_pool, every_task_once_per_region_two_workers, .timeout = 120)
+{
+    run_regions(2, 100000);
+}
+
+Test(kernels_pool, every_task_once_per_region_three_workers, .timeout = 120)
+{
+    run_regions(3, 50000);
+}
+
+Test(kernels_pool, one_worker_runs_inline, .timeout = 60)
+{
+    run_regions(1, 1000);
+}
