@@ -255,7 +255,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
             memcpy(kv_at(c, block, l, 1, off), c->v + (size_t)r * kv_dim,
                    (size_t)kv_dim * sizeof(float));
         }
-        pool_run(&c->workers, c->n_tiles * cfg->n_kv_heads, cpu_attention_task, c);
+        cpu_attention(c);
         attn += pool_now_ns() - t0;
 
         t0 = pool_now_ns();

@@ -35,6 +35,7 @@ typedef struct cpu {
     float *x, *xb, *q, *k, *v, *att, *h1, *h3, *xf;
     struct tile { int seq, row0, row1; } *tiles; /* attention work: runs of one sequence's rows */
     int n_tiles;
+    int att_items, att_tasks; /* (tile, KV head) items of the attention region, its tasks */
     float *scores;      /* [n_workers][TILE_ROWS * group * seq_len] attention scratch */
     size_t scores_per_worker;
     float *k_t;         /* [n_workers][head_size][block_size rounded up to 8]: K transposed */
@@ -103,8 +104,8 @@ static inline float *kv_at(const cpu *c, int block, int layer, int which, int of
                (size_t)c->kv_dim;
 }
 
-/* One pool task: tile task / n_kv_heads of c->tiles and KV head task % n_kv_heads of the
- * batch c->b at layer c->layer; writes the heads' rows of c->att. */
-void cpu_attention_task(void *ctx, int task, int worker);
+/* Paged attention of the batch c->b at layer c->layer, for every tile of c->tiles and KV
+ * head, on the pool: writes c->att. */
+void cpu_attention(cpu *c);
 
 #endif
