@@ -502,6 +502,10 @@ int sim_tune(const sim_trace *t, const sched_policy *base, const sim_tune_opts *
     if (!rc) {
         n = ranked(r, 2, order);
         r->best = order[0];
+        /* the base itself when no candidate beats it on the whole trace: the windows that
+         * screened the candidates can rank them otherwise than the whole trace does, and a
+         * search must never hand back a policy worse than the one it started from */
+        if (!n || tune_rank_cmp(r, &r->cands[r->base], &r->cands[r->best], 2) < 0) r->best = r->base;
         progress(&S, "finalists on the whole trace", 2);
         pareto(r, 2);
     }
