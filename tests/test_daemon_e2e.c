@@ -1581,7 +1581,12 @@ Test(daemon_e2e, metrics_endpoint_tracks_pools_and_requests)
         free(body);
         body = th_http_get(port, "/metrics", &status, NULL, 0);
         cr_assert(body && status == 200, "GET /metrics failed (status %d)", status);
-        fin = prom_value(body, "ringlm_requests_finished_total{tenant=\"default\",class=\"default\",reason=\"length\"}");
+        /* the built-in policy: this uid's own tenant */
+        char fin_key[128];
+        snprintf(fin_key, sizeof fin_key,
+                 "ringlm_requests_finished_total{tenant=\"uid%u\",class=\"default\",reason=\"length\"}",
+                 (unsigned)geteuid());
+        fin = prom_value(body, fin_key);
         used = prom_value(body, "ringlm_kv_blocks_used{tier=\"device\"}");
         freeb = prom_value(body, "ringlm_kv_blocks_free{tier=\"device\"}");
         total = prom_value(body, "ringlm_kv_blocks_total{tier=\"device\"}");
