@@ -558,6 +558,53 @@ static void reject_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
 	ringlm_close(c);
 }
 
+/* The same flood without end: a session floods rejects without reading until its submits
+ * stall (its backlog is full and the daemon stops reading it) or the daemon ends it, then
+ * a new session does the same — every session's first 1024 rejects are work for the loop. */
+static void reject_flood_reconnecting(const char *sock, int ready_fd, int stop_fd, void *arg)
+{
+	(void)arg;
+	int32_t bad[4] = { 5, 99999, 7, 8 };
+	ringlm_request q;
+	ringlm_request_init(&q);
+	q.prompt = bad;
+	q.n_prompt = 4;
+	q.max_new_tokens = 4;
+	int told = 0;
+	unsigned long sent = 0;
+	struct pollfd p = { .fd = stop_fd, .events = POLLIN };
+	double until = now_ms() + 60000;
+	while (now_ms() < until && poll(&p, 1, 0) == 0) {
+		ringlm_client *c = NULL;
+		if (ringlm_connect(sock, &c) < 0)
+			continue;
+		double stalled_since = 0;
+		for (;;) {
+			uint64_t id;
+			int rc = ringlm_submit(c, &q, &id);
+			if (rc == 0) {
+				sent++;
+				stalled_since = 0;
+			} else if (rc == -EAGAIN) {
+				if (!stalled_since)
+					stalled_since = now_ms();
+				else if (now_ms() - stalled_since > 20)
+					break; /* the daemon does not read this session any more */
+				if (poll(&p, 1, 1) != 0)
+					break;
+			} else {
+				break; /* ended by the daemon */
+			}
+		}
+		ringlm_close(c);
+		if (!told && sent > 2000) {
+			if (write(ready_fd, "r", 1) != 1)
+				break;
+			told = 1;
+		}
+	}
+}
+
 Test(daemon_security, undeliverable_rejects_are_bounded_and_cost_nothing_per_iteration)
 {
 	dmn d;
@@ -580,6 +627,13 @@ Test(daemon_security, undeliverable_rejects_are_bounded_and_cost_nothing_per_ite
 	victim_under_attack(d.sock, &base, &att, "reject flood, then a silent session");
 	long rss1 = daemon_rss_kb(d.pid);
 	attacker_stop(&a);
+
+	/* And while such floods go on, session after session. */
+	victim during;
+	attacker_start(&a, reject_flood_reconnecting, d.sock, NULL);
+	victim_under_attack(d.sock, &base, &during, "reject floods, one session after another");
+	attacker_stop(&a);
+	victim_free(&during);
 
 	fprintf(stderr, "reject flood: daemon RSS %ld -> %ld kB, CPU %.1f%% while the flooder sat idle\n",
 		rss0, rss1, cpu_pct);
