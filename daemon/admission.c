@@ -146,11 +146,12 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
     memcpy(r->tokens, prompt, sizeof(int32_t) * n_prompt);
     if (hdr->deadline_us) r->deadline_us = s->now_us + hdr->deadline_us;
 
-    /* prefix cache: one domain per tenant, the tenant this daemon decided (SO_PEERCRED, or
-     * a trusted gateway's tag) — never a value the client chose */
+    /* prefix cache: the cache domain of the tenant this daemon decided (SO_PEERCRED, or a
+     * trusted gateway's tag) — its own unless the policy groups tenants (cache_domain) —
+     * never a value the client chose */
     sched_request sr = {.id = r->id, .tenant = tenant, .class_idx = ci, .prompt_len = n_prompt,
                         .max_new_tokens = hdr->max_new_tokens, .deadline_us = r->deadline_us,
-                        .arrival_us = s->now_us, .tokens = r->tokens, .cache_salt = (uint64_t)tenant + 1};
+                        .arrival_us = s->now_us, .tokens = r->tokens, .cache_salt = sched_policy_cache_salt(sched_get_policy(s->sched), tenant)};
     sched_reject_reason rr = SCHED_REJECT_NONE;
     int rc = sched_submit(s->sched, &sr, s->now_us, &rr);
     if (rc < 0) {
