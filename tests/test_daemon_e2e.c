@@ -1662,6 +1662,25 @@ Test(daemon_e2e, prefix_cache_greedy_output_equals_cache_off)
     int hits = count_lines(on.declog, "\"ev\":\"cache_hit\"");
     cr_expect_eq(hits, PX_N - 1, "every prompt after the first found the shared prefix (%d hits)", hits);
     cr_expect_geq(count_lines(on.declog, "\"cached_tokens\":48"), PX_N - 1, "48 tokens (3 blocks of 16) cached");
+    /* the request log carries each prompt's block keys: the simulator replaying it shares the
+     * same prefixes and finds the hits the daemon's metrics counted */
+    cr_expect_eq(count_lines(on.reqlog, "\"hash_ids\":["), PX_N, "request log lines without block keys");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/ringlm-sim --trace %s --json", th_bin_dir(), on.reqlog);
+    FILE *sp = popen(cmd, "r");
+    cr_assert_not_null(sp);
+    static char simout[1 << 16];
+    size_t sn = fread(simout, 1, sizeof simout - 1, sp);
+    simout[sn] = 0;
+    cr_assert_eq(pclose(sp), 0, "%s failed:\n%s", cmd, simout);
+    json_error_t je;
+    json_t *sj = json_loads(simout, 0, &je);
+    cr_assert_not_null(sj, "ringlm-sim output is not JSON: %s", je.text);
+    json_t *pc = json_object_get(sj, "prefix_cache");
+    cr_assert_not_null(pc, "no prefix_cache figures in the replay");
+    cr_expect_eq((double)json_integer_value(json_object_get(pc, "hit_tokens")), hit,
+                 "replayed hits %lld, the daemon's %g", (long long)json_integer_value(json_object_get(pc, "hit_tokens")), hit);
+    json_decref(sj);
     free(a);
     free(b);
     unlink(out_off);
