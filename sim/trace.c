@@ -108,7 +108,7 @@ static int cmp_arrival(const void *a, const void *b)
 void sim_trace_sort(sim_trace *t)
 {
     for (size_t i = 1; i < t->n; i++)
-        if (t->reqs[i].arrival_us < t->reqs[i - 1].arrival_us) {
+        if (cmp_arrival(&t->reqs[i], &t->reqs[i - 1]) < 0) {   /* ties count: a log is in finish order */
             qsort(t->reqs, t->n, sizeof *t->reqs, cmp_arrival);
             return;
         }
