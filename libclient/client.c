@@ -8,6 +8,7 @@
  * -EPROTO rather than a crash.
  */
 #include "ringlm.h"
+#include "common/errdetail.h"
 
 #include <errno.h>
 #include <math.h>
@@ -76,21 +77,12 @@ struct ringlm_client {
 };
 
 /* ---- errors --------------------------------------------------------------------------- */
-static __thread char errdetail[256];
-
-__attribute__((format(printf, 2, 3)))
-static int set_err(int err, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(errdetail, sizeof(errdetail), fmt, ap);
-	va_end(ap);
-	return err;
-}
+ERRDETAIL_DEFINE(client_err);
+#define set_err(err, ...) errdetail_set(&client_err, (err), __VA_ARGS__)
 
 const char *ringlm_errdetail(void)
 {
-	return errdetail;
+	return client_err.msg;
 }
 
 #define STR_(x) #x
@@ -442,7 +434,7 @@ static void ring_daemon(ringlm_client *c)
 		return;
 	}
 	__atomic_add_fetch(&c->cseg->doorbell, 1, __ATOMIC_RELEASE);
-	ring_futex_wake(&c->cseg->doorbell, 1);
+	futex_wake(&c->cseg->doorbell, 1, FUTEX_SCOPE_SHARED);
 }
 
 /* ---- submit side ---------------------------------------------------------------------- */
@@ -674,7 +666,7 @@ int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms)
 		int64_t slice = SLEEP_SLICE_NS;
 		if (deadline != UINT64_MAX && (int64_t)(deadline - now) < slice)
 			slice = (int64_t)(deadline - now);
-		r = ring_futex_wait((const uint32_t *)c->ev.prod_p, (uint32_t)prod, slice);
+		r = futex_wait((const uint32_t *)c->ev.prod_p, (uint32_t)prod, slice, FUTEX_SCOPE_SHARED);
 		ring_store32(&c->cseg->client_sleeping, 0);
 		if (r == -EINTR)
 			return set_err(-EINTR, "interrupted while waiting for events");
