@@ -354,13 +354,16 @@ int req_drain_budget(svc *s, dsess *ds)
 int req_session_open(svc *s, dsess *ds)
 {
     uint32_t uid = (uint32_t)dsess_uid(ds);
-    int tenant = sched_policy_tenant_for_uid(s->policy, uid);
+    int tenant = s->per_uid ? ut_acquire(s, uid) : sched_policy_tenant_for_uid(s->policy, uid);
     if (tenant < 0) {
         svc_log("refusing uid %u: not mapped to a tenant and the policy has no default tenant", uid);
         return -EPERM;
     }
     svc_sess *ss = calloc(1, sizeof *ss);
-    if (!ss) return -ENOMEM;
+    if (!ss) {
+        ut_release(s, tenant);
+        return -ENOMEM;
+    }
     ss->ds = ds;
     ss->uid = uid;
     ss->tenant = tenant;
@@ -404,6 +407,7 @@ void req_session_close(svc *s, dsess *ds)
         if (r->ended) req_log_and_free(s, r);
     }
     dsess_set_user(ds, NULL);
+    ut_release(s, ss->tenant);
     free(ss);
     s->stats_dirty = true;
 }
@@ -418,9 +422,23 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
     svc *s = ctx;
     const char *reason = sched_event_reason_name(ev);
     DTRACE_PROBE3(ringlmd, decision, (int)ev->kind, ev->req, reason);
-    if (s->logs && declog_has_decisions(s->logs)) declog_decision(s->logs, ev);
     svc_req *r = req_find(s, ev->req);
-    int series = r ? r->series : metrics_series(s->mx, ev->tenant, ev->class_name);
+    if (s->logs && declog_has_decisions(s->logs)) {
+        if (s->per_uid && ev->tenant) {
+            /* the scheduler knows the slot; the log names the uid that holds it */
+            sched_event named = *ev;
+            named.tenant = r ? r->tenant_name
+                             : ut_label(s, sched_policy_tenant_index(s->policy, ev->tenant));
+            declog_decision(s->logs, &named);
+        } else {
+            declog_decision(s->logs, ev);
+        }
+    }
+    int series = r ? r->series
+                   : metrics_series(s->mx, s->per_uid && ev->tenant
+                                               ? ut_label(s, sched_policy_tenant_index(s->policy, ev->tenant))
+                                               : ev->tenant,
+                                    ev->class_name);
     switch (ev->kind) {
     case SCHED_EV_REJECT:
         metrics_count_reject(s->mx, series, reason);

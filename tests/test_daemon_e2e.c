@@ -1142,7 +1142,7 @@ static int client_hostile(void *arg)
             break;
         }
         __atomic_add_fetch(&cs->doorbell, 1, __ATOMIC_SEQ_CST);
-        ring_futex_wake(&cs->doorbell, 1);
+        futex_wake(&cs->doorbell, 1, FUTEX_SCOPE_SHARED);
         /* The daemon ends the session: the socket reaches EOF. */
         char b;
         struct timeval tv = {5, 0};
@@ -1581,7 +1581,12 @@ Test(daemon_e2e, metrics_endpoint_tracks_pools_and_requests)
         free(body);
         body = th_http_get(port, "/metrics", &status, NULL, 0);
         cr_assert(body && status == 200, "GET /metrics failed (status %d)", status);
-        fin = prom_value(body, "ringlm_requests_finished_total{tenant=\"default\",class=\"default\",reason=\"length\"}");
+        /* the built-in policy: this uid's own tenant */
+        char fin_key[128];
+        snprintf(fin_key, sizeof fin_key,
+                 "ringlm_requests_finished_total{tenant=\"uid%u\",class=\"default\",reason=\"length\"}",
+                 (unsigned)geteuid());
+        fin = prom_value(body, fin_key);
         used = prom_value(body, "ringlm_kv_blocks_used{tier=\"device\"}");
         freeb = prom_value(body, "ringlm_kv_blocks_free{tier=\"device\"}");
         total = prom_value(body, "ringlm_kv_blocks_total{tier=\"device\"}");
