@@ -13,7 +13,15 @@
  *   - /health follows the daemon; SIGTERM drains the gateway (a stream in flight completes)
  *     and the daemon (health turns 503, both exit 0).
  */
-#include "test_gateway_harness.h"
+#include "tests/gateway_helpers.h"
+
+#include <criterion/criterion.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -22,19 +30,10 @@ TestSuite(gateway_e2e, .fini = gwh_stop_all, .timeout = 180);
 static void setup(const char *const *gw_extra)
 {
 	gwh_need();
-	if (!gwh_have_curl()) cr_skip_test("curl is not installed (scripts/install-deps.sh installs it)");
-	gwh_start_daemon();
+	gwh_need_curl();
+	gwh_start_daemon(NULL);
 	gwh_start_gateway(gw_extra);
-	/* Ready when the gateway's session is up. */
-	uint64_t dl = gwh_now_ms() + 10000;
-	for (;;) {
-		gwh_resp r = gwh_curl("/health", NULL, NULL);
-		int st = r.status;
-		gwh_resp_free(&r);
-		if (st == 200) break;
-		cr_assert(gwh_now_ms() < dl, "/health still %d after 10 s", st);
-		gwh_nap_ms(20);
-	}
+	gwh_wait_healthy(10000); /* ready when the gateway's session is up */
 }
 
 static json_t *parse(const char *body)
@@ -106,17 +105,17 @@ static void parse_sse(const char *body, bool chat, sse *o)
 Test(gateway_e2e, greedy_completion_equals_ringlm_generate)
 {
 	setup(NULL);
-	char *ringlm = gwh_path(gwh_bin(), "ringlm");
-	char *tok = gwh_path(gwh_shared(), "models/tok512.bin");
+	char *ringlm = th_path(th_bin_dir(), "ringlm");
+	char *tok = th_path(th_shared_dir(), "models/tok512.bin");
 	const char *prompts[] = {"Once upon a time", "Lily wanted to", "The cat", ""};
 	const int max_tokens[] = {60, 200, 400, 30};
 	for (size_t i = 0; i < sizeof prompts / sizeof *prompts; i++) {
 		char mt[16];
 		snprintf(mt, sizeof mt, "%d", max_tokens[i]);
-		char *argv[] = {ringlm, "--socket", gwh_sock, "generate", "--prompt", (char *)prompts[i], "--tokenizer",
+		char *argv[] = {ringlm, "--socket", gwh_daemon.sock, "generate", "--prompt", (char *)prompts[i], "--tokenizer",
 				tok, "--max-tokens", mt, "--temperature", "0", "--class", "chat", NULL};
 		char *want, *err;
-		cr_assert_eq(gwh_run(argv, &want, &err, 60), 0, "ringlm generate: %s", err);
+		cr_assert_eq(th_run(argv, &want, &err, 60), 0, "ringlm generate: %s", err);
 
 		json_t *req = json_pack("{s:s, s:s, s:i, s:i}", "model", "stories", "prompt", prompts[i], "max_tokens",
 					max_tokens[i], "temperature", 0);
@@ -412,14 +411,14 @@ Test(gateway_e2e, disconnect_mid_stream_cancels_and_frees_blocks)
 		gwh_send_post(fd, "/v1/completions", "sk-bob-00001",
 			      "{\"prompt\":\"Once upon a time\",\"max_tokens\":500,\"temperature\":0.8,\"seed\":1,\"stream\":true}");
 		bool eof;
-		char *got = gwh_read_until(fd, "data: {", 20000, &eof);
+		char *got = th_read_until(fd, "data: {", 20000, &eof);
 		cr_assert(strstr(got, "data: {"), "no first chunk: %s", got);
 		free(got);
 		close(fd); /* hang up mid-stream */
 	}
 	/* Each request is cancelled by the daemon (not finished at its length) and its blocks
 	 * return to the pool. */
-	uint64_t dl = gwh_now_ms() + 20000;
+	uint64_t dl = th_now_ms() + 20000;
 	char *mx = NULL;
 	for (;;) {
 		free(mx);
@@ -428,8 +427,8 @@ Test(gateway_e2e, disconnect_mid_stream_cancels_and_frees_blocks)
 			     gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"length\"}") +
 			     gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"stop\"}");
 		if (fin >= 3 && gwh_metric(mx, "ringlm_kv_blocks_used{tier=\"device\"}") == 0) break;
-		cr_assert(gwh_now_ms() < dl, "requests not ended / blocks not freed after 20 s:\n%s", mx);
-		gwh_nap_ms(10);
+		cr_assert(th_now_ms() < dl, "requests not ended / blocks not freed after 20 s:\n%s", mx);
+		th_pause_ms(10);
 	}
 	cr_assert_eq(gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"cancelled\"}"),
 		     3, "every hung-up stream is cancelled, none runs to its length:\n%s", mx);
@@ -443,15 +442,15 @@ Test(gateway_e2e, a_client_stalling_mid_header_is_cut_off_and_others_are_served)
 	setup(extra);
 	int fd = gwh_connect();
 	const char *partial = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le";
-	gwh_send_all(fd, partial, strlen(partial));
-	uint64_t t0 = gwh_now_ms();
+	th_send_all(fd, partial, strlen(partial));
+	uint64_t t0 = th_now_ms();
 	/* Meanwhile a well-behaved client is served. */
 	gwh_resp r = gwh_curl("/v1/completions", NULL, "{\"prompt\":\"Once\",\"max_tokens\":4}");
 	cr_assert_eq(r.status, 200, "%s", r.body);
 	gwh_resp_free(&r);
 	bool eof;
-	char *got = gwh_read_until(fd, NULL, 10000, &eof);
-	uint64_t dt = gwh_now_ms() - t0;
+	char *got = th_read_until(fd, NULL, 10000, &eof);
+	uint64_t dt = th_now_ms() - t0;
 	cr_assert(eof, "the stalled connection is still open after 10 s");
 	cr_assert(dt >= 500, "closed after %llu ms, before the 1 s timeout", (unsigned long long)dt);
 	free(got);
@@ -460,8 +459,8 @@ Test(gateway_e2e, a_client_stalling_mid_header_is_cut_off_and_others_are_served)
 	/* A body that stops halfway is cut off the same way. */
 	fd = gwh_connect();
 	const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":";
-	gwh_send_all(fd, head, strlen(head));
-	got = gwh_read_until(fd, NULL, 10000, &eof);
+	th_send_all(fd, head, strlen(head));
+	got = th_read_until(fd, NULL, 10000, &eof);
 	cr_assert(eof, "a half body is still waited for after 10 s");
 	free(got);
 	close(fd);
@@ -472,22 +471,22 @@ Test(gateway_e2e, a_client_stalling_mid_header_is_cut_off_and_others_are_served)
 Test(gateway_e2e, health_waits_for_the_daemon)
 {
 	gwh_need();
-	if (!gwh_have_curl()) cr_skip_test("curl is not installed");
-	gwh_mkdir();
+	gwh_need_curl();
+	gwh_dir();
 	gwh_start_gateway(NULL); /* no daemon yet */
 	gwh_resp h = gwh_curl("/health", NULL, NULL);
 	cr_assert_eq(h.status, 503, "%s", h.body);
 	gwh_resp_free(&h);
 	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\"}", 503, NULL, "daemon_unavailable");
-	gwh_start_daemon();
-	uint64_t dl = gwh_now_ms() + 10000;
+	gwh_start_daemon(NULL);
+	uint64_t dl = th_now_ms() + 10000;
 	for (;;) {
 		h = gwh_curl("/health", NULL, NULL);
 		int st = h.status;
 		gwh_resp_free(&h);
 		if (st == 200) break;
-		cr_assert(gwh_now_ms() < dl, "/health not 200 10 s after the daemon started");
-		gwh_nap_ms(20);
+		cr_assert(th_now_ms() < dl, "/health not 200 10 s after the daemon started");
+		th_pause_ms(20);
 	}
 	gwh_resp r = gwh_curl("/v1/completions", NULL, "{\"prompt\":\"Once\",\"max_tokens\":3}");
 	cr_assert_eq(r.status, 200, "%s", r.body);
@@ -501,15 +500,15 @@ Test(gateway_e2e, sigterm_drains_the_gateway_and_a_stream_in_flight_completes)
 	gwh_send_post(fd, "/v1/completions", NULL,
 		      "{\"prompt\":\"Once upon a time\",\"max_tokens\":400,\"temperature\":0.8,\"seed\":3,\"stream\":true}");
 	bool eof;
-	char *got = gwh_read_until(fd, "data: {", 20000, &eof);
+	char *got = th_read_until(fd, "data: {", 20000, &eof);
 	cr_assert(strstr(got, "data: {"), "%s", got);
 	kill(gwh_gateway.pid, SIGTERM);
-	char *rest = gwh_read_until(fd, "data: [DONE]", 30000, &eof);
+	char *rest = th_read_until(fd, "data: [DONE]", 30000, &eof);
 	cr_assert(strstr(rest, "data: [DONE]") || strstr(got, "data: [DONE]"), "the stream did not complete: %s", rest);
 	cr_assert_null(strstr(rest, "\"error\""), "%s", rest);
-	int rc = gwh_wait_exit(&gwh_gateway, 15000);
-	cr_assert_eq(rc, 0, "the gateway exited %d after SIGTERM: %s", rc, gwh_read_file(gwh_gateway.log));
-	char *log = gwh_read_file(gwh_gateway.log);
+	int rc = th_proc_wait(&gwh_gateway, 15000);
+	cr_assert_eq(rc, 0, "the gateway exited %d after SIGTERM: %s", rc, th_read_file(gwh_gateway.log));
+	char *log = th_read_file(gwh_gateway.log);
 	cr_assert(strstr(log, "drained"), "%s", log);
 	free(log);
 	free(got);
@@ -520,18 +519,17 @@ Test(gateway_e2e, sigterm_drains_the_gateway_and_a_stream_in_flight_completes)
 Test(gateway_e2e, daemon_sigterm_turns_health_503_and_both_exit_cleanly)
 {
 	setup(NULL);
-	kill(gwh_daemon.pid, SIGTERM);
-	int rc = gwh_wait_exit(&gwh_daemon, 15000);
+	int rc = th_daemon_stop(&gwh_daemon, SIGTERM, 15000);
 	cr_assert_eq(rc, 0, "ringlmd exited %d after SIGTERM", rc);
-	uint64_t dl = gwh_now_ms() + 5000;
+	uint64_t dl = th_now_ms() + 5000;
 	for (;;) {
 		gwh_resp h = gwh_curl("/health", NULL, NULL);
 		int st = h.status;
 		gwh_resp_free(&h);
 		if (st == 503) break;
-		cr_assert(gwh_now_ms() < dl, "/health still %d 5 s after ringlmd exited", st);
-		gwh_nap_ms(20);
+		cr_assert(th_now_ms() < dl, "/health still %d 5 s after ringlmd exited", st);
+		th_pause_ms(20);
 	}
 	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\"}", 503, NULL, NULL);
-	cr_assert_eq(gwh_stop(&gwh_gateway, 10000), 0, "the gateway did not exit 0 on SIGTERM");
+	cr_assert_eq(th_proc_stop(&gwh_gateway, SIGTERM, 10000), 0, "the gateway did not exit 0 on SIGTERM");
 }
