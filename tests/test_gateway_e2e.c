@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -532,4 +533,87 @@ Test(gateway_e2e, daemon_sigterm_turns_health_503_and_both_exit_cleanly)
 	}
 	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\"}", 503, NULL, NULL);
 	cr_assert_eq(th_proc_stop(&gwh_gateway, SIGTERM, 10000), 0, "the gateway did not exit 0 on SIGTERM");
+}
+
+/* ---- several sessions ----------------------------------------------------------------- */
+
+/* N streams at once while ringlmd is stopped (SIGSTOP), so every one is in flight in the
+ * daemon when it resumes: more than one session's limit (1,024 requests in flight). */
+#define FLOOD 1100
+
+static void flood(const char *sessions, int *ok, int *rejected_429)
+{
+	struct rlimit rl;
+	getrlimit(RLIMIT_NOFILE, &rl);
+	if (rl.rlim_cur < FLOOD + 256) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur < FLOOD + 256) cr_skip_test("RLIMIT_NOFILE %llu is too low for %d sockets", (unsigned long long)rl.rlim_cur, FLOOD);
+	const char *extra[] = {"--sessions", sessions, NULL};
+	setup(extra);
+	cr_assert_eq(kill(gwh_daemon.pid, SIGSTOP), 0);
+	static int fds[FLOOD];
+	for (int i = 0; i < FLOOD; i++) {
+		fds[i] = gwh_connect();
+		gwh_send_post(fds[i], "/v1/completions", NULL,
+			      "{\"prompt\":\"Once upon a time\",\"max_tokens\":2,\"stream\":true}");
+	}
+	/* Every request submitted (the daemon is stopped: none can finish), spread over the
+	 * sessions, none above one session's limit. */
+	uint64_t dl = th_now_ms() + 60000;
+	char *mx = NULL;
+	for (;;) {
+		free(mx);
+		mx = gwh_gateway_metrics();
+		if (gwh_metric(mx, "ringlm_gateway_requests_in_flight") == FLOOD) break;
+		if (th_now_ms() > dl) {
+			kill(gwh_daemon.pid, SIGCONT);
+			cr_assert_fail("not all %d requests submitted after 60 s:\n%s", FLOOD, mx);
+		}
+		th_pause_ms(20);
+	}
+	int n_sess = atoi(sessions);
+	double sum = 0;
+	for (int i = 0; i < n_sess; i++) {
+		char series[96];
+		snprintf(series, sizeof series, "ringlm_gateway_session_requests_in_flight{session=\"%d\"}", i);
+		double v = gwh_metric(mx, series);
+		if (n_sess > 1) cr_assert(v > 0 && v <= 1024, "session %d holds %g requests:\n%s", i, v, mx);
+		sum += v;
+	}
+	cr_assert_eq(sum, FLOOD, "%s", mx);
+	cr_assert_eq(gwh_metric(mx, "ringlm_gateway_sessions_connected"), n_sess, "%s", mx);
+	free(mx);
+	cr_assert_eq(kill(gwh_daemon.pid, SIGCONT), 0);
+	*ok = *rejected_429 = 0;
+	for (int i = 0; i < FLOOD; i++) {
+		bool eof;
+		char *got = th_read_until(fds[i], "data: [DONE]", 60000, &eof);
+		if (!strncmp(got, "HTTP/1.1 200", 12) && strstr(got, "data: [DONE]") && !strstr(got, "\"error\""))
+			(*ok)++;
+		else if (!strncmp(got, "HTTP/1.1 429", 12) && strstr(got, "queue_full"))
+			(*rejected_429)++;
+		else
+			cr_assert_fail("stream %d: neither a whole stream nor a 429 queue_full:\n%s", i, got);
+		free(got);
+		close(fds[i]);
+	}
+}
+
+Test(gateway_e2e, streams_beyond_one_sessions_request_limit_succeed_over_two_sessions, .timeout = 300)
+{
+	int ok, rejected;
+	flood("2", &ok, &rejected);
+	cr_assert_eq(ok, FLOOD, "%d of %d streams completed, %d refused queue_full", ok, FLOOD, rejected);
+}
+
+/* The control: the same flood over one session meets the daemon's per-session limit. */
+Test(gateway_e2e, one_session_refuses_beyond_its_request_limit, .timeout = 300)
+{
+	int ok, rejected;
+	flood("1", &ok, &rejected);
+	cr_assert_eq(ok + rejected, FLOOD);
+	cr_assert_gt(rejected, 0, "all %d streams completed on one session: the limit this test relies on is gone", FLOOD);
+	cr_assert_geq(ok, 1024, "only %d streams completed on one session", ok);
 }

@@ -2,8 +2,8 @@
 /*
  * ringlm-gateway — the OpenAI-compatible HTTP front door of ringlmd.
  *
- * A separate process and an ordinary shared-memory client of ringlmd (one session, every
- * HTTP stream multiplexed over it). It owns HTTP, JSON, API keys, tokenization and chat
+ * A separate process and an ordinary shared-memory client of ringlmd (a few sessions,
+ * --sessions, every HTTP stream multiplexed over them). It owns HTTP, JSON, API keys, tokenization and chat
  * templates; the daemon's loop never parses text. Run it under a uid that the daemon's
  * policy lists in [trust], so that the tenant of each request can come from its API key.
  *
@@ -48,6 +48,9 @@ static void usage(FILE *f)
 		"  --max-body-bytes N       larger request bodies get 413 (default 1048576)\n"
 		"  --http-timeout-s N       close a connection idle this long mid-request (default 30)\n"
 		"  --max-connections N      open HTTP connections at once (default 4096)\n"
+		"  --sessions N             shared-memory sessions with ringlmd, streams spread over\n"
+		"                           them (1..64, default 4: ringlmd holds at most 1,024\n"
+		"                           requests in flight per session)\n"
 		"  --drain-grace-ms N       on SIGTERM, requests in flight get this long (default 30000)\n"
 		"  --quiet                  no log lines but errors\n"
 		"  --version, --help\n",
@@ -103,6 +106,7 @@ int main(int argc, char **argv)
 		.max_body_bytes = 1 << 20,
 		.http_timeout_s = 30,
 		.max_connections = 4096,
+		.sessions = 4,
 	};
 	long grace_ms = 30000;
 	static const struct option opts[] = {
@@ -116,6 +120,7 @@ int main(int argc, char **argv)
 		{"max-body-bytes", required_argument, 0, 'B'},
 		{"http-timeout-s", required_argument, 0, 'T'},
 		{"max-connections", required_argument, 0, 'C'},
+		{"sessions", required_argument, 0, 'S'},
 		{"drain-grace-ms", required_argument, 0, 'g'},
 		{"quiet", no_argument, 0, 'q'},
 		{"version", no_argument, 0, 'V'},
@@ -141,6 +146,7 @@ int main(int argc, char **argv)
 		case 'B': cfg.max_body_bytes = (size_t)parse_num("--max-body-bytes", optarg, 64, 1l << 30); break;
 		case 'T': cfg.http_timeout_s = (unsigned)parse_num("--http-timeout-s", optarg, 1, 86400); break;
 		case 'C': cfg.max_connections = (unsigned)parse_num("--max-connections", optarg, 1, 1 << 20); break;
+		case 'S': cfg.sessions = (unsigned)parse_num("--sessions", optarg, 1, 64); break;
 		case 'g': grace_ms = parse_num("--drain-grace-ms", optarg, 0, 3600000); break;
 		case 'q': cfg.quiet = 1; break;
 		case 'V': printf("ringlm-gateway %s\n", RINGLM_VERSION); return 0;
