@@ -26,6 +26,8 @@
 
 #include <jansson.h>
 
+#include "kernels/gguf_write.h"
+
 TestSuite(gateway_e2e, .fini = gwh_stop_all, .timeout = 180);
 
 static void setup(const char *const *gw_extra)
@@ -616,4 +618,127 @@ Test(gateway_e2e, one_session_refuses_beyond_its_request_limit, .timeout = 300)
 	cr_assert_eq(ok + rejected, FLOOD);
 	cr_assert_gt(rejected, 0, "all %d streams completed on one session: the limit this test relies on is gone", FLOOD);
 	cr_assert_geq(ok, 1024, "only %d streams completed on one session", ok);
+}
+
+/* ---- chat templates from the model file ----------------------------------------------- */
+
+/* A GGUF file holding a SentencePiece vocabulary (unk, BOS, EOS, the 256 byte tokens, a-z)
+ * and, when template is not NULL, tokenizer.chat_template. */
+static char *write_gguf_tokenizer(const char *name, const char *template)
+{
+	char *path = th_path(gwh_dir(), name);
+	enum { NTOK = 3 + 256 + 26 };
+	static char names[NTOK][8];
+	const char *toks[NTOK];
+	size_t lens[NTOK];
+	float scores[NTOK];
+	int32_t types[NTOK];
+	for (int i = 0; i < NTOK; i++) {
+		if (i < 3)
+			snprintf(names[i], sizeof names[i], "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+		else if (i < 259)
+			snprintf(names[i], sizeof names[i], "<0x%02X>", i - 3);
+		else
+			snprintf(names[i], sizeof names[i], "%c", 'a' + (i - 259));
+		toks[i] = names[i];
+		lens[i] = strlen(names[i]);
+		scores[i] = i < 259 ? 0.0f : -(float)(i - 259);
+		types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
+	}
+	gguf_writer *w = gw_new();
+	gw_str(w, "general.architecture", "llama");
+	gw_str(w, "tokenizer.ggml.model", "llama");
+	gw_str_arr(w, "tokenizer.ggml.tokens", toks, lens, NTOK);
+	gw_f32_arr(w, "tokenizer.ggml.scores", scores, NTOK);
+	gw_i32_arr(w, "tokenizer.ggml.token_type", types, NTOK);
+	gw_u32(w, "tokenizer.ggml.bos_token_id", 1);
+	gw_u32(w, "tokenizer.ggml.eos_token_id", 2);
+	if (template) gw_str(w, "tokenizer.chat_template", template);
+	cr_assert_eq(gw_write(w, path), 0, "writing %s", path);
+	gw_free(w);
+	return path;
+}
+
+static const char *const chatml_jinja =
+	"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+	"'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+static const char *const gemma_jinja =
+	"{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\\n' + "
+	"message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}";
+
+/* Starts the gateway on tokenizer tok (no daemon needed); returns its exit status when it
+ * exits at start (with its log in *log), or -1 once it listens. */
+static int start_with_tokenizer(const char *tok, const char *const *extra, char **log)
+{
+	char *gw = th_path(th_bin_dir(), "ringlm-gateway");
+	char *sock = th_path(gwh_dir(), "none.sock");
+	const char *argv[16] = {gw, "--listen", "127.0.0.1:0", "--socket", sock, "--tokenizer", tok};
+	int n = 7;
+	for (int i = 0; extra && extra[i]; i++) argv[n++] = extra[i];
+	argv[n] = NULL;
+	static int starts;
+	char name[32];
+	snprintf(name, sizeof name, "gateway-tpl-%d.log", ++starts); /* a fresh log each start */
+	char *logp = th_path(gwh_dir(), name);
+	th_proc_start(&gwh_gateway, argv, logp);
+	int rc = -1;
+	uint64_t dl = th_now_ms() + 10000;
+	for (;;) {
+		*log = th_read_file(logp);
+		if (strstr(*log, "listening on")) break;
+		rc = th_proc_wait(&gwh_gateway, 0);
+		if (rc >= 0) {
+			free(*log);
+			*log = th_read_file(logp);
+			break;
+		}
+		cr_assert(th_now_ms() < dl, "the gateway neither listens nor exits: %s", *log);
+		free(*log);
+		th_pause_ms(10);
+	}
+	free(gw);
+	free(sock);
+	free(logp);
+	return rc;
+}
+
+Test(gateway_e2e, the_model_files_chat_template_picks_the_built_in_one)
+{
+	gwh_need();
+	char *tok = write_gguf_tokenizer("chatml.gguf", chatml_jinja), *log;
+	cr_assert_eq(start_with_tokenizer(tok, NULL, &log), -1, "%s", log);
+	cr_assert(strstr(log, "template chatml (the model file's chat_template)"), "%s", log);
+	free(log);
+	th_proc_stop(&gwh_gateway, SIGTERM, 10000);
+	/* --chat-template still decides, and a disagreement is said */
+	const char *explicit_plain[] = {"--chat-template", "plain", NULL};
+	cr_assert_eq(start_with_tokenizer(tok, explicit_plain, &log), -1, "%s", log);
+	cr_assert(strstr(log, "template plain (--chat-template)"), "%s", log);
+	cr_assert(strstr(log, "note: --chat-template plain, but"), "%s", log);
+	free(log);
+	th_proc_stop(&gwh_gateway, SIGTERM, 10000);
+	/* no template in the file: plain */
+	char *bare = write_gguf_tokenizer("bare.gguf", NULL);
+	cr_assert_eq(start_with_tokenizer(bare, NULL, &log), -1, "%s", log);
+	cr_assert(strstr(log, "template plain (default)"), "%s", log);
+	free(log);
+	free(tok);
+	free(bare);
+}
+
+Test(gateway_e2e, an_unknown_chat_template_in_the_model_file_is_an_error_at_start)
+{
+	gwh_need();
+	char *tok = write_gguf_tokenizer("gemma.gguf", gemma_jinja), *log;
+	int rc = start_with_tokenizer(tok, NULL, &log);
+	cr_assert_eq(rc, 1, "the gateway started on a template it does not know (%d): %s", rc, log);
+	cr_assert(strstr(log, "its chat template is none of the built-in ones"), "%s", log);
+	cr_assert(strstr(log, "<start_of_turn>"), "the message quotes the template: %s", log);
+	cr_assert(strstr(log, "--chat-template NAME"), "%s", log);
+	free(log);
+	/* naming one is the way out */
+	const char *explicit_chatml[] = {"--chat-template", "chatml", NULL};
+	cr_assert_eq(start_with_tokenizer(tok, explicit_chatml, &log), -1, "%s", log);
+	free(log);
+	free(tok);
 }
