@@ -408,7 +408,13 @@ Test(gateway_e2e, disconnect_mid_stream_cancels_and_frees_blocks)
 {
 	char *keys = gwh_keys();
 	const char *extra[] = {"--api-keys", keys, NULL};
-	setup(extra);
+	char *declog = th_path(gwh_dir(), "decisions.jsonl");
+	const char *dextra[] = {"--decision-log", declog, NULL};
+	gwh_need();
+	gwh_need_curl();
+	gwh_start_daemon(dextra);
+	gwh_start_gateway(extra);
+	gwh_wait_healthy(10000);
 	for (int round = 0; round < 3; round++) {
 		int fd = gwh_connect();
 		gwh_send_post(fd, "/v1/completions", "sk-bob-00001",
@@ -436,6 +442,38 @@ Test(gateway_e2e, disconnect_mid_stream_cancels_and_frees_blocks)
 	cr_assert_eq(gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"cancelled\"}"),
 		     3, "every hung-up stream is cancelled, none runs to its length:\n%s", mx);
 	free(mx);
+	/* Within one iteration: in the decision log (written when the daemon drains at SIGTERM),
+	 * each cancelled request's blocks are released at the cancel's own t_us (the loop reads
+	 * its clock once per iteration), and no decision gives it work afterwards. */
+	cr_assert_eq(th_daemon_stop(&gwh_daemon, SIGTERM, 15000), 0);
+	char *log = th_read_file(declog);
+	static long long cancel_t[4096];
+	int n_cancel = 0, n_release = 0, late = 0, after = 0;
+	for (char *line = log; line && *line;) {
+		char *nl = strchr(line, '\n');
+		if (nl) *nl = 0;
+		const char *rq = strstr(line, "\"req\":"), *tq = strstr(line, "\"t_us\":");
+		long id = rq ? strtol(rq + 6, NULL, 10) : -1;
+		long long ts = tq ? strtoll(tq + 7, NULL, 10) : -1;
+		if (id > 0 && id < 4096) {
+			if (strstr(line, "\"ev\":\"cancel\"")) {
+				cancel_t[id] = ts;
+				n_cancel++;
+			} else if (cancel_t[id] && strstr(line, "\"ev\":\"release\"")) {
+				n_release++;
+				late += ts != cancel_t[id];
+			} else if (cancel_t[id] && strstr(line, "\"ev\":\"schedule\"")) {
+				after++;
+			}
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+	cr_assert_eq(n_cancel, 3, "%d cancels in the decision log:\n%.2000s", n_cancel, log);
+	cr_assert_geq(n_release, 3, "%d releases of the 3 cancelled requests", n_release);
+	cr_assert_eq(late, 0, "%d releases came in a later iteration than their cancel", late);
+	cr_assert_eq(after, 0, "%d decisions gave work to a cancelled request", after);
+	free(log);
+	free(declog);
 	free(keys);
 }
 
