@@ -6,6 +6,7 @@
  */
 #include "tokenizer.h"
 #include "gguf.h"
+#include "common/errdetail.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -35,18 +36,11 @@ struct tok_tokenizer {
 
 /* ---- errors ------------------------------------------------------------------------ */
 
-static __thread char tok_err[256];
+ERRDETAIL_DEFINE(tok_err);
 
-const char *tok_errmsg(void) { return tok_err; }
+const char *tok_errmsg(void) { return tok_err.msg; }
 
-__attribute__((format(printf, 2, 3))) static int tok_seterr(int err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(tok_err, sizeof tok_err, fmt, ap);
-    va_end(ap);
-    return err;
-}
+#define tok_seterr(err, ...) errdetail_set(&tok_err, (err), __VA_ARGS__)
 
 /* ---- loading ------------------------------------------------------------------------ */
 
@@ -237,9 +231,7 @@ int tok_load(const char *path, int vocab_size, tok_tokenizer **out)
     }
     err = tok_load_mem(buf, len, vocab_size, out);
     if (err) {
-        char detail[256];
-        snprintf(detail, sizeof detail, "%s", tok_err);
-        tok_seterr(err, "%s: %s", path, detail);
+        tok_seterr(err, "%s: %s", path, tok_err.msg); /* errdetail: may wrap itself */
     }
 out:
     free(buf);
@@ -574,9 +566,7 @@ int tok_load_gguf(const char *path, int vocab_size, tok_tokenizer **out)
         return tok_seterr(err, "%s", gguf_errmsg());
     err = load_gguf_vocab(g, vocab_size, out);
     if (err) {
-        char detail[256];
-        snprintf(detail, sizeof detail, "%s", tok_err);
-        tok_seterr(err, "%s: %s", path, detail);
+        tok_seterr(err, "%s: %s", path, tok_err.msg); /* errdetail: may wrap itself */
     }
     gguf_close(g);
     return err;
