@@ -560,6 +560,22 @@ Test(gateway_e2e, sigterm_drains_the_gateway_and_a_stream_in_flight_completes)
 Test(gateway_e2e, daemon_sigterm_turns_health_503_and_both_exit_cleanly)
 {
 	setup(NULL);
+	/* A stream in flight when ringlmd is told to stop: the daemon drains it (its grace is
+	 * 5 s), the gateway delivers it whole. */
+	int fd = gwh_connect();
+	gwh_send_post(fd, "/v1/completions", NULL,
+		      "{\"prompt\":\"Once upon a time\",\"max_tokens\":200,\"temperature\":0.8,\"seed\":5,\"stream\":true}");
+	bool eof;
+	char *got = th_read_until(fd, "data: {", 20000, &eof);
+	cr_assert(strstr(got, "data: {"), "no first chunk: %s", got);
+	cr_assert_eq(kill(gwh_daemon.pid, SIGTERM), 0);
+	char *rest = th_read_until(fd, "data: [DONE]", 30000, &eof);
+	cr_assert(strstr(rest, "data: [DONE]") || strstr(got, "data: [DONE]"), "the stream did not complete: %s", rest);
+	cr_assert_null(strstr(rest, "\"error\""), "the stream in flight failed at the daemon's drain: %s", rest);
+	cr_assert(strstr(rest, "\"finish_reason\":\"length\"") || strstr(rest, "\"finish_reason\":\"stop\""), "%s", rest);
+	free(got);
+	free(rest);
+	close(fd);
 	int rc = th_daemon_stop(&gwh_daemon, SIGTERM, 15000);
 	cr_assert_eq(rc, 0, "ringlmd exited %d after SIGTERM", rc);
 	uint64_t dl = th_now_ms() + 5000;
@@ -592,6 +608,17 @@ static void flood(const char *sessions, int *ok, int *rejected_429)
 	if (rl.rlim_cur < FLOOD + 256) cr_skip_test("RLIMIT_NOFILE %llu is too low for %d sockets", (unsigned long long)rl.rlim_cur, FLOOD);
 	const char *extra[] = {"--sessions", sessions, NULL};
 	setup(extra);
+	int n_sess = atoi(sessions);
+	/* /health is 200 once one session is up; the others follow */
+	uint64_t up_dl = th_now_ms() + 10000;
+	for (;;) {
+		char *m = gwh_gateway_metrics();
+		double up = gwh_metric(m, "ringlm_gateway_sessions_connected");
+		free(m);
+		if (up == n_sess) break;
+		cr_assert(th_now_ms() < up_dl, "%g of %d sessions up after 10 s", up, n_sess);
+		th_pause_ms(10);
+	}
 	cr_assert_eq(kill(gwh_daemon.pid, SIGSTOP), 0);
 	static int fds[FLOOD];
 	for (int i = 0; i < FLOOD; i++) {
@@ -613,7 +640,6 @@ static void flood(const char *sessions, int *ok, int *rejected_429)
 		}
 		th_pause_ms(20);
 	}
-	int n_sess = atoi(sessions);
 	double sum = 0;
 	for (int i = 0; i < n_sess; i++) {
 		char series[96];
