@@ -3,8 +3,8 @@
  * ringlm-gateway — the OpenAI-compatible HTTP front door of ringlmd.
  *
  * A separate process and an ordinary shared-memory client of ringlmd (a few sessions,
- * --sessions, every HTTP stream multiplexed over them). It owns HTTP, JSON, API keys, tokenization and chat
- * templates; the daemon's loop never parses text. Run it under a uid that the daemon's
+ * --sessions, every HTTP stream multiplexed over them). It owns HTTP, JSON, API keys,
+ * tokenization and chat templates; the daemon's loop never parses text. Run it under a uid that the daemon's
  * policy lists in [trust], so that the tenant of each request can come from its API key.
  *
  *   ringlm-gateway --listen 127.0.0.1:8000 --socket /run/ringlm/ringlmd.sock \
