@@ -806,3 +806,55 @@ Test(gateway_e2e, an_unknown_chat_template_in_the_model_file_is_an_error_at_star
 	free(log);
 	free(tok);
 }
+
+/* ---- what fleet routers read ---------------------------------------------------------- */
+
+/* A router reads the model server's vllm:* gauges where it sends requests, its /v1/models and
+ * /health: with --daemon-metrics the gateway's /metrics carries the daemon's vllm:* lines; a
+ * daemon that stops answering leaves them out (and never stalls the gateway's /metrics). */
+Test(gateway_e2e, routers_find_the_vllm_gauges_models_and_health_on_the_gateway)
+{
+	gwh_need();
+	gwh_need_curl();
+	gwh_start_daemon(NULL);
+	char spec[32];
+	snprintf(spec, sizeof spec, "127.0.0.1:%d", gwh_metrics_port);
+	const char *extra[] = {"--daemon-metrics", spec, NULL};
+	gwh_start_gateway(extra);
+	gwh_wait_healthy(10000);
+	static const char *const want[] = {"vllm:num_requests_waiting{", "vllm:num_requests_running{",
+					   "vllm:kv_cache_usage_perc{", "# TYPE vllm:num_requests_waiting gauge"};
+	uint64_t dl = th_now_ms() + 10000;
+	char *mx = NULL;
+	for (;;) {
+		free(mx);
+		mx = gwh_gateway_metrics();
+		bool all = gwh_metric(mx, "ringlm_gateway_daemon_metrics_up") == 1;
+		for (size_t i = 0; i < sizeof want / sizeof *want; i++) all = all && strstr(mx, want[i]);
+		if (all) break;
+		cr_assert(th_now_ms() < dl, "the daemon's vllm:* lines are not on the gateway's /metrics:\n%s", mx);
+		th_pause_ms(20);
+	}
+	cr_assert_eq(gwh_metric(mx, "vllm:num_requests_running"), 0, "%s", mx);
+	free(mx);
+	gwh_resp m = gwh_curl("/v1/models", NULL, NULL);
+	cr_assert_eq(m.status, 200, "%s", m.body);
+	cr_assert(strstr(m.body, "\"id\":\"stories\""), "%s", m.body);
+	gwh_resp_free(&m);
+
+	/* The daemon stops answering: the lines go, the gateway's /metrics does not wait. */
+	cr_assert_eq(kill(gwh_daemon.pid, SIGSTOP), 0);
+	dl = th_now_ms() + 10000;
+	for (;;) {
+		mx = gwh_gateway_metrics();
+		bool gone = gwh_metric(mx, "ringlm_gateway_daemon_metrics_up") == 0 && !strstr(mx, "\nvllm:");
+		free(mx);
+		if (gone) break;
+		if (th_now_ms() > dl) {
+			kill(gwh_daemon.pid, SIGCONT);
+			cr_assert_fail("the vllm:* lines of a stopped daemon are still relayed after 10 s");
+		}
+		th_pause_ms(20);
+	}
+	cr_assert_eq(kill(gwh_daemon.pid, SIGCONT), 0);
+}

@@ -298,6 +298,13 @@ enum MHD_Result gw_ep_metrics(gw_server *s, gw_req *r, struct MHD_Connection *c)
 		    (unsigned long long)s->admit_n, (double)s->dispatch_ns_sum / 1e9,
 		    (unsigned long long)s->dispatch_n, (unsigned long long)connects,
 		    (unsigned long long)losses);
+	if (s->relay_started)
+		gw_buf_addf(&b, "# HELP ringlm_gateway_daemon_metrics_up 1 when the last scrape of ringlmd's /metrics "
+				"(--daemon-metrics) answered; its vllm:* lines follow then.\n"
+				"# TYPE ringlm_gateway_daemon_metrics_up gauge\nringlm_gateway_daemon_metrics_up %d\n",
+			    s->relay_up);
+	if (s->relay_up && s->relay_text)
+		gw_buf_adds(&b, s->relay_text);
 	gw_buf_adds(&b, "# HELP ringlm_gateway_session_requests_in_flight Requests submitted on a session and not finished.\n"
 			"# TYPE ringlm_gateway_session_requests_in_flight gauge\n");
 	for (int i = 0; i < s->n_sess; i++)

@@ -9,8 +9,9 @@
  *                   /v1/models, /health, /tokenize, /detokenize, the gateway's /metrics
  *   gw_stream.c     tokens → text → the answer: UTF-8 boundaries, stop strings, SSE chunks,
  *                   the whole (non-stream) answer, daemon failures → OpenAI errors
- *   gw_session.c    the shared-memory session with ringlmd: request registry, submit,
- *                   cancel, the retry queue, the events thread; the watch thread (hang-ups)
+ *   gw_session.c    the shared-memory sessions with ringlmd: request registry, submit,
+ *                   cancel, the retry queue, the events threads; the watch thread (hang-ups)
+ *   gw_relay.c      --daemon-metrics: the daemon's vllm:* families copied to /metrics
  *
  * A generation request's life (all fields under s->mu):
  *
@@ -125,8 +126,11 @@ struct gw_server {
 	gw_sess *sess;
 	int n_sess;
 	bool stopping, draining;
-	pthread_t watch_thread;
-	bool watch_started;
+	pthread_t watch_thread, relay_thread;
+	bool watch_started, relay_started;
+	struct addrinfo *relay_ai;  /* --daemon-metrics */
+	char *relay_text;           /* its last vllm:* lines */
+	bool relay_up;              /* the last scrape answered */
 	int epfd, stop_efd;
 	gw_req *by_serial[GW_HBUCKETS];
 	uint64_t next_serial, rng;
@@ -193,6 +197,12 @@ void *gw_events_main(void *arg); /* arg: its gw_sess */
 /* Sessions connected now; the first connect error when none is (msg may be NULL). */
 int gw_sessions_up(gw_server *s, const char **why);
 void *gw_watch_main(void *arg);
+
+/* ---- gw_relay.c -------------------------------------------------------------------------- */
+/* "ADDR:PORT" or "PORT" (127.0.0.1) → an address (freeaddrinfo); -EINVAL when it is not. */
+struct addrinfo;
+int gw_relay_resolve(const char *spec, struct addrinfo **out);
+void *gw_relay_main(void *arg);
 
 /* ---- gw_stream.c (mu held) ------------------------------------------------------------- */
 /* A FINISH that is not stop/length → the OpenAI error it answers. */

@@ -7,6 +7,7 @@
 #include "tools/gw_internal.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -287,6 +288,19 @@ int gw_server_start(const gw_cfg *cfg, gw_server **out)
 	}
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
 	s->port = di ? di->port : cfg->port;
+	if (cfg->daemon_metrics) {
+		if (gw_relay_resolve(cfg->daemon_metrics, &s->relay_ai) < 0) {
+			fprintf(stderr, "ringlm-gateway: --daemon-metrics '%s': expected ADDR:PORT or PORT\n",
+				cfg->daemon_metrics);
+			rc = -EINVAL;
+			goto fail;
+		}
+		if (pthread_create(&s->relay_thread, NULL, gw_relay_main, s)) {
+			rc = -EAGAIN;
+			goto fail;
+		}
+		s->relay_started = true;
+	}
 	for (int i = 0; i < s->n_sess; i++) {
 		if (pthread_create(&s->sess[i].thread, NULL, gw_events_main, &s->sess[i])) {
 			rc = -EAGAIN;
@@ -363,6 +377,11 @@ void gw_server_stop(gw_server *s)
 	for (int i = 0; s->sess && i < s->n_sess; i++)
 		if (s->sess[i].started)
 			pthread_join(s->sess[i].thread, NULL);
+	if (s->relay_started)
+		pthread_join(s->relay_thread, NULL);
+	if (s->relay_ai)
+		freeaddrinfo(s->relay_ai);
+	free(s->relay_text);
 	if (s->watch_started) {
 		uint64_t one = 1;
 		ssize_t w = write(s->stop_efd, &one, sizeof one);

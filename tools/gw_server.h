@@ -40,6 +40,7 @@ typedef struct gw_cfg {
 	unsigned http_timeout_s;     /* idle connection (slow header/body) timeout */
 	unsigned max_connections;
 	unsigned sessions;           /* shm sessions with ringlmd, 1..64 (0 = 1) */
+	const char *daemon_metrics;  /* ringlmd's --metrics ADDR:PORT: its vllm:* on our /metrics */
 	int quiet;
 } gw_cfg;
 

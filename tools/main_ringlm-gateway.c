@@ -51,6 +51,9 @@ static void usage(FILE *f)
 		"  --max-body-bytes N       larger request bodies get 413 (default 1048576)\n"
 		"  --http-timeout-s N       close a connection idle this long mid-request (default 30)\n"
 		"  --max-connections N      open HTTP connections at once (default 4096)\n"
+		"  --daemon-metrics ADDR:PORT  ringlmd's --metrics address: its vllm:* gauges and\n"
+		"                           counters also on this /metrics (routers read them where\n"
+		"                           they send requests), refreshed every 100 ms\n"
 		"  --sessions N             shared-memory sessions with ringlmd, streams spread over\n"
 		"                           them (1..64, default 4: ringlmd holds at most 1,024\n"
 		"                           requests in flight per session)\n"
@@ -162,6 +165,7 @@ int main(int argc, char **argv)
 		{"http-timeout-s", required_argument, 0, 'T'},
 		{"max-connections", required_argument, 0, 'C'},
 		{"sessions", required_argument, 0, 'S'},
+		{"daemon-metrics", required_argument, 0, 'M'},
 		{"drain-grace-ms", required_argument, 0, 'g'},
 		{"quiet", no_argument, 0, 'q'},
 		{"version", no_argument, 0, 'V'},
@@ -187,6 +191,7 @@ int main(int argc, char **argv)
 		case 'B': cfg.max_body_bytes = (size_t)parse_num("--max-body-bytes", optarg, 64, 1l << 30); break;
 		case 'T': cfg.http_timeout_s = (unsigned)parse_num("--http-timeout-s", optarg, 1, 86400); break;
 		case 'C': cfg.max_connections = (unsigned)parse_num("--max-connections", optarg, 1, 1 << 20); break;
+		case 'M': cfg.daemon_metrics = optarg; break;
 		case 'S': cfg.sessions = (unsigned)parse_num("--sessions", optarg, 1, 64); break;
 		case 'g': grace_ms = parse_num("--drain-grace-ms", optarg, 0, 3600000); break;
 		case 'q': cfg.quiet = 1; break;
