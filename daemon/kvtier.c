@@ -57,7 +57,8 @@ typedef struct kvt_op {
 typedef struct kvt_job {
     bool in_use;
     bool silent;           /* destroy in progress: no callback */
-    int dir, tier;
+    sched_xfer_dir dir;
+    sched_pool tier;
     int pending;
     int res;
     size_t bytes;
@@ -78,7 +79,7 @@ typedef struct kvt_pool {
 
 struct kvtier {
     kvtier_config cfg;
-    kvt_pool tier[KVT_NTIERS];
+    kvt_pool tier[SCHED_POOL__COUNT]; /* indexed by sched_pool; [SCHED_POOL_DEVICE] stays empty */
     bool direct;           /* disk opened with O_DIRECT */
     bool fixed;            /* pool registered as fixed buffers */
     size_t fixed_chunk;
@@ -93,8 +94,8 @@ struct kvtier {
     int job_free;
     int jobs_inflight;
     int ops_inflight;
-    uint64_t bytes_moved[2][KVT_NTIERS];
-    uint64_t jobs_done[2][KVT_NTIERS];
+    uint64_t bytes_moved[2][SCHED_POOL__COUNT]; /* [sched_xfer_dir][sched_pool] */
+    uint64_t jobs_done[2][SCHED_POOL__COUNT];
     uint64_t ops_submitted;
     char describe[256];
 };
@@ -138,9 +139,9 @@ static void pool_fini(kvt_pool *p)
     p->fd = -1;
 }
 
-int kvtier_blocks(const kvtier *t, int tier)
+int kvtier_blocks(const kvtier *t, sched_pool tier)
 {
-    if (!t || tier < 0 || tier >= KVT_NTIERS) return 0;
+    if (!t || (unsigned)tier >= SCHED_POOL__COUNT) return 0;
     return t->tier[tier].blocks;
 }
 
@@ -149,7 +150,7 @@ int kvtier_blocks(const kvtier *t, int tier)
 
 static int setup_host(kvtier *t)
 {
-    kvt_pool *p = &t->tier[KVT_HOST];
+    kvt_pool *p = &t->tier[SCHED_POOL_HOST];
     size_t len = (size_t)p->blocks * t->cfg.block_bytes;
     p->fd = memfd_create("ringlmd-kv-host", MFD_CLOEXEC);
     if (p->fd < 0) return seterr(-errno, "memfd_create for the host KV tier: %s", strerror(errno));
@@ -187,7 +188,7 @@ static bool aligned_for_direct(const kvtier *t)
 
 static int setup_disk(kvtier *t)
 {
-    kvt_pool *p = &t->tier[KVT_DISK];
+    kvt_pool *p = &t->tier[SCHED_POOL_DISK];
     size_t len = (size_t)p->blocks * t->cfg.block_bytes;
     const char *path = t->cfg.disk_path;
     int fd = -1;
@@ -263,9 +264,9 @@ int kvtier_create(const kvtier_config *cfg, kvtier **out)
     for (int i = 0; i < KVT_MAX_JOBS; i++) t->jobs[i].next_free = i + 1 < KVT_MAX_JOBS ? i + 1 : -1;
     t->job_free = 0;
     int rc;
-    for (int k = 0; k < KVT_NTIERS; k++) t->tier[k].fd = -1;
-    pool_init(&t->tier[KVT_HOST], cfg->host_blocks);
-    pool_init(&t->tier[KVT_DISK], cfg->disk_path ? cfg->disk_blocks : 0);
+    for (int k = 0; k < SCHED_POOL__COUNT; k++) t->tier[k].fd = -1;
+    pool_init(&t->tier[SCHED_POOL_HOST], cfg->host_blocks);
+    pool_init(&t->tier[SCHED_POOL_DISK], cfg->disk_path ? cfg->disk_blocks : 0);
     if (cfg->host_blocks > 0 && (rc = setup_host(t)) < 0) goto fail;
     if (cfg->disk_path && (rc = setup_disk(t)) < 0) goto fail;
     if (cfg->pool_base && cfg->register_buffers) setup_fixed(t);
@@ -275,8 +276,8 @@ int kvtier_create(const kvtier_config *cfg, kvtier **out)
     }
     snprintf(t->describe, sizeof t->describe,
              "kv tiers: host %d blocks (%s), disk %d blocks%s%s, pool %s, %zu bytes/block",
-             t->tier[KVT_HOST].blocks, t->mlocked ? "mlocked" : "not locked",
-             t->tier[KVT_DISK].blocks, cfg->disk_path ? (t->direct ? " O_DIRECT" : " buffered") : "",
+             t->tier[SCHED_POOL_HOST].blocks, t->mlocked ? "mlocked" : "not locked",
+             t->tier[SCHED_POOL_DISK].blocks, cfg->disk_path ? (t->direct ? " O_DIRECT" : " buffered") : "",
              cfg->disk_path ? "" : "",
              cfg->pool_base ? (t->fixed ? "host, fixed buffers" : "host, plain buffers")
                             : "device, async copies",
@@ -284,7 +285,7 @@ int kvtier_create(const kvtier_config *cfg, kvtier **out)
     *out = t;
     return 0;
 fail:
-    for (int k = 0; k < KVT_NTIERS; k++) pool_fini(&t->tier[k]);
+    for (int k = 0; k < SCHED_POOL__COUNT; k++) pool_fini(&t->tier[k]);
     free(t);
     return rc;
 }
@@ -367,7 +368,9 @@ static void job_finish(kvtier *t, int ji)
     kvtier_done_fn done = j->done;
     void *ctx = j->ctx;
     uint64_t cookie = j->cookie;
-    int res = j->res, dir = j->dir, tier = j->tier;
+    int res = j->res;
+    sched_xfer_dir dir = j->dir;
+    sched_pool tier = j->tier;
     size_t bytes = j->bytes;
     bool silent = j->silent;
     j->in_use = false;
@@ -405,12 +408,13 @@ static int run_len(const kvtier *t, const int32_t *pb, const int32_t *sl, int i,
     return k;
 }
 
-int kvtier_submit(kvtier *t, int dir, int tier, const int32_t *pool_blocks,
+int kvtier_submit(kvtier *t, sched_xfer_dir dir, sched_pool tier, const int32_t *pool_blocks,
                   const int32_t *slots, int n, uint64_t cookie, kvtier_done_fn done, void *ctx)
 {
-    if (dir != KVT_OUT && dir != KVT_IN) return seterr(-EINVAL, "transfer direction %d", dir);
-    if (tier < 0 || tier >= KVT_NTIERS || t->tier[tier].blocks == 0)
-        return seterr(-EINVAL, "transfer to tier %d, which is not configured", tier);
+    if (dir != SCHED_XFER_OUT && dir != SCHED_XFER_IN)
+        return seterr(-EINVAL, "transfer direction %d", (int)dir);
+    if ((unsigned)tier >= SCHED_POOL__COUNT || t->tier[tier].blocks == 0)
+        return seterr(-EINVAL, "transfer to tier %s, which is not configured", sched_pool_name(tier));
     if (n <= 0) return seterr(-EINVAL, "transfer of %d blocks", n);
     kvt_pool *p = &t->tier[tier];
     for (int i = 0; i < n; i++) {
@@ -418,9 +422,9 @@ int kvtier_submit(kvtier *t, int dir, int tier, const int32_t *pool_blocks,
             return seterr(-EINVAL, "pool block %d out of range [0,%d)", pool_blocks[i],
                           t->cfg.pool_blocks);
         if (slots[i] < 0 || slots[i] >= p->blocks)
-            return seterr(-EINVAL, "tier %d slot %d out of range [0,%d)", tier, slots[i], p->blocks);
+            return seterr(-EINVAL, "%s tier slot %d out of range [0,%d)", sched_pool_name(tier), slots[i], p->blocks);
     }
-    bool async = !t->cfg.pool_base && tier == KVT_HOST;
+    bool async = !t->cfg.pool_base && tier == SCHED_POOL_HOST;
     int need_ops = 0;
     if (async) need_ops = 1;
     else
@@ -451,7 +455,7 @@ int kvtier_submit(kvtier *t, int dir, int tier, const int32_t *pool_blocks,
         void **host = malloc(sizeof(void *) * (size_t)n);
         if (!host) { j->res = -ENOMEM; j->pending = 1; job_op_done(t, ji, -ENOMEM); return 0; }
         for (int i = 0; i < n; i++) host[i] = (char *)p->map + (size_t)slots[i] * bb;
-        int rc = eng_kv_transfer_async(t->cfg.engine, dir == KVT_OUT ? ENG_KV_OUT : ENG_KV_IN,
+        int rc = eng_kv_transfer_async(t->cfg.engine, dir == SCHED_XFER_OUT ? ENG_KV_OUT : ENG_KV_IN,
                                        pool_blocks, host, n, t->efd);
         free(host);
         if (rc == 0) {
@@ -478,7 +482,7 @@ int kvtier_submit(kvtier *t, int dir, int tier, const int32_t *pool_blocks,
         op->kind = OP_RW;
         op->job = ji;
         op->fd = p->fd;
-        op->to_file = dir == KVT_OUT;
+        op->to_file = dir == SCHED_XFER_OUT;
         op->off = (off_t)((size_t)slots[i] * bb);
         op->len = (size_t)k * bb;
         op->buf_index = -1;
@@ -497,7 +501,7 @@ int kvtier_submit(kvtier *t, int dir, int tier, const int32_t *pool_blocks,
                 continue;
             }
             op->buf = op->bounce;
-            if (dir == KVT_OUT) {
+            if (dir == SCHED_XFER_OUT) {
                 int rc = eng_kv_read_block(t->cfg.engine, pool_blocks[i], op->bounce);
                 if (rc < 0) { op_put(t, oi); job_op_done(t, ji, rc); continue; }
             }
@@ -563,15 +567,21 @@ bool kvtier_handle_cqe(kvtier *t, const struct io_uring_cqe *cqe)
 
 int kvtier_inflight(const kvtier *t) { return t->jobs_inflight; }
 
-uint64_t kvtier_bytes_moved(const kvtier *t, int dir, int tier) { return t->bytes_moved[dir & 1][tier & 1]; }
-uint64_t kvtier_jobs_done(const kvtier *t, int dir, int tier) { return t->jobs_done[dir & 1][tier & 1]; }
+uint64_t kvtier_bytes_moved(const kvtier *t, sched_xfer_dir dir, sched_pool tier)
+{
+    return (unsigned)dir < 2 && (unsigned)tier < SCHED_POOL__COUNT ? t->bytes_moved[dir][tier] : 0;
+}
+uint64_t kvtier_jobs_done(const kvtier *t, sched_xfer_dir dir, sched_pool tier)
+{
+    return (unsigned)dir < 2 && (unsigned)tier < SCHED_POOL__COUNT ? t->jobs_done[dir][tier] : 0;
+}
 const char *kvtier_describe(const kvtier *t) { return t->describe; }
 uint64_t kvtier_ops_submitted(const kvtier *t) { return t->ops_submitted; }
 
-int kvtier_read_slot(kvtier *t, int tier, int slot, void *dst)
+int kvtier_read_slot(kvtier *t, sched_pool tier, int slot, void *dst)
 {
-    if (tier < 0 || tier >= KVT_NTIERS || slot < 0 || slot >= t->tier[tier].blocks)
-        return seterr(-EINVAL, "read of tier %d slot %d", tier, slot);
+    if ((unsigned)tier >= SCHED_POOL__COUNT || slot < 0 || slot >= t->tier[tier].blocks)
+        return seterr(-EINVAL, "read of tier %d slot %d", (int)tier, slot);
     kvt_pool *p = &t->tier[tier];
     size_t bb = t->cfg.block_bytes;
     if (p->map) {
@@ -609,7 +619,7 @@ void kvtier_destroy(kvtier *t)
         }
     }
     if (t->fixed) io_uring_unregister_buffers(t->cfg.ring);
-    for (int k = 0; k < KVT_NTIERS; k++) pool_fini(&t->tier[k]);
+    for (int k = 0; k < SCHED_POOL__COUNT; k++) pool_fini(&t->tier[k]);
     if (t->efd >= 0) close(t->efd);
     free(t);
 }

@@ -34,12 +34,14 @@
 #include <stdint.h>
 
 #include "kernels/engine.h"
+#include "sched/sched.h"
 
 struct io_uring;
 struct io_uring_cqe;
 
-enum kvtier_tier { KVT_HOST = 0, KVT_DISK = 1, KVT_NTIERS = 2 };
-enum kvtier_dir { KVT_OUT = 0 /* pool → tier (swap out) */, KVT_IN = 1 /* tier → pool */ };
+/* Tiers are the scheduler's pools (sched_pool: SCHED_POOL_HOST, SCHED_POOL_DISK; the device
+ * pool is the engine's and is never a kvtier tier) and directions its transfer directions
+ * (SCHED_XFER_OUT: pool → tier, SCHED_XFER_IN: tier → pool): one numbering, no mapping. */
 
 /* user_data layout: the caller's tag in the bits of ud_tag_mask, the op index below. */
 #define KVTIER_UD_INDEX_MASK 0xffffffffull
@@ -63,8 +65,8 @@ typedef struct kvtier_config {
 typedef struct kvtier kvtier;
 
 /* Called once per job. res: 0 or -errno (first failure). elapsed_us: submit → last CQE. */
-typedef void (*kvtier_done_fn)(void *ctx, uint64_t cookie, int res, int dir, int tier,
-                               size_t bytes, uint64_t elapsed_us);
+typedef void (*kvtier_done_fn)(void *ctx, uint64_t cookie, int res, sched_xfer_dir dir,
+                               sched_pool tier, size_t bytes, uint64_t elapsed_us);
 
 /* Creates the tiers. Errors: -EINVAL (config; detail names the field), -ENOMEM, -errno of
  * memfd_create/open/ftruncate/mmap (detail names the path). */
@@ -73,16 +75,16 @@ int kvtier_create(const kvtier_config *cfg, kvtier **out);
  * run); the ring must still exist. */
 void kvtier_destroy(kvtier *t);
 
-/* Slots per tier (0 when the tier is absent). */
-int kvtier_blocks(const kvtier *t, int tier);
+/* Slots per tier (0 when the tier is absent, and for SCHED_POOL_DEVICE). */
+int kvtier_blocks(const kvtier *t, sched_pool tier);
 
 /*
- * Starts moving n blocks: dir KVT_OUT copies pool_blocks[i] → slots[i] of tier, KVT_IN the
- * other way. Returns 0 when submitted (done() follows from kvtier_handle_cqe), or -errno
+ * Starts moving n blocks: dir SCHED_XFER_OUT copies pool_blocks[i] → slots[i] of tier,
+ * SCHED_XFER_IN the other way. Returns 0 when submitted (done() follows from kvtier_handle_cqe), or -errno
  * (nothing submitted, done() not called): -EINVAL (block/slot range), -EBUSY (too many jobs
  * in flight), -ENOTSUP.
  */
-int kvtier_submit(kvtier *t, int dir, int tier, const int32_t *pool_blocks,
+int kvtier_submit(kvtier *t, sched_xfer_dir dir, sched_pool tier, const int32_t *pool_blocks,
                   const int32_t *slots, int n, uint64_t cookie, kvtier_done_fn done,
                   void *ctx);
 /* Submits queued SQEs to the kernel (the loop also does, at its next wait). */
@@ -93,13 +95,13 @@ bool kvtier_handle_cqe(kvtier *t, const struct io_uring_cqe *cqe);
 int kvtier_inflight(const kvtier *t);
 
 /* Totals (completed jobs) per direction and tier. */
-uint64_t kvtier_bytes_moved(const kvtier *t, int dir, int tier);
-uint64_t kvtier_jobs_done(const kvtier *t, int dir, int tier);
+uint64_t kvtier_bytes_moved(const kvtier *t, sched_xfer_dir dir, sched_pool tier);
+uint64_t kvtier_jobs_done(const kvtier *t, sched_xfer_dir dir, sched_pool tier);
 /* Reads/writes submitted so far (consecutive blocks share one). */
 uint64_t kvtier_ops_submitted(const kvtier *t);
 
 /* Synchronous read of a slot's bytes (checks, tests): 0 or -errno. */
-int kvtier_read_slot(kvtier *t, int tier, int slot, void *dst);
+int kvtier_read_slot(kvtier *t, sched_pool tier, int slot, void *dst);
 /* One line describing what was set up (fixed buffers, O_DIRECT, mlock). */
 const char *kvtier_describe(const kvtier *t);
 

@@ -79,6 +79,9 @@ static unsigned bucket_of(const uint64_t *bounds, unsigned n, uint64_t v)
 /* ---- the counters (one copy live, three snapshots) ---------------------------------- */
 
 #define MAX_SERIES (METRICS_MAX_TENANTS * METRICS_MAX_CLASSES)
+/* Transfer directions: sched_xfer_dir indexes the per-direction arrays and dir_name. */
+#define N_DIRS 2
+_Static_assert(SCHED_XFER_OUT == 0 && SCHED_XFER_IN == N_DIRS - 1, "sched_xfer_dir indexes [N_DIRS]");
 
 typedef struct series_stats {
     uint16_t tenant, cls;
@@ -107,12 +110,12 @@ typedef struct snap {
     char classes[METRICS_MAX_CLASSES][METRICS_LABEL_MAX];
     char reasons[METRICS_MAX_REASONS][METRICS_LABEL_MAX];
     uint32_t waiting, running;
-    uint64_t kv_used[METRICS_N_TIERS], kv_total[METRICS_N_TIERS];
+    uint64_t kv_used[SCHED_POOL__COUNT], kv_total[SCHED_POOL__COUNT];
     uint64_t prefix_queries, prefix_hits, prefix_cached;
     hist_iter iter;
     uint64_t iter_tokens;
-    double bw_bytes_per_s[METRICS_N_TIERS][METRICS_N_DIRS];
-    uint64_t xfer_bytes[METRICS_N_TIERS][METRICS_N_DIRS], xfers[METRICS_N_TIERS][METRICS_N_DIRS];
+    double bw_bytes_per_s[SCHED_POOL__COUNT][N_DIRS];
+    uint64_t xfer_bytes[SCHED_POOL__COUNT][N_DIRS], xfers[SCHED_POOL__COUNT][N_DIRS];
     uint64_t log_dropped[2];
     series_stats series[MAX_SERIES];
 } snap;
@@ -506,9 +509,9 @@ void metrics_set_queue(metrics *m, uint32_t waiting, uint32_t running)
     m->live.running = running;
 }
 
-void metrics_set_kv(metrics *m, enum metrics_tier tier, uint64_t used, uint64_t total)
+void metrics_set_kv(metrics *m, sched_pool tier, uint64_t used, uint64_t total)
 {
-    if ((unsigned)tier >= METRICS_N_TIERS) return;
+    if ((unsigned)tier >= SCHED_POOL__COUNT) return;
     m->live.kv_used[tier] = used;
     m->live.kv_total[tier] = total;
 }
@@ -529,20 +532,20 @@ void metrics_observe_iteration(metrics *m, uint64_t us, uint32_t batch_tokens)
     m->live.iter_tokens += batch_tokens;
 }
 
-void metrics_observe_transfer(metrics *m, enum metrics_tier tier, enum metrics_dir dir,
+void metrics_observe_transfer(metrics *m, sched_pool tier, sched_xfer_dir dir,
                               uint64_t bytes, uint64_t us)
 {
-    if ((unsigned)tier >= METRICS_N_TIERS || (unsigned)dir >= METRICS_N_DIRS) return;
+    if ((unsigned)tier >= SCHED_POOL__COUNT || (unsigned)dir >= N_DIRS) return;
     snap *s = &m->live;
     (void)us;
     s->xfer_bytes[tier][dir] += bytes;
     s->xfers[tier][dir]++;
 }
 
-void metrics_set_transfer_bw(metrics *m, enum metrics_tier tier, enum metrics_dir dir,
+void metrics_set_transfer_bw(metrics *m, sched_pool tier, sched_xfer_dir dir,
                              double bytes_per_s)
 {
-    if ((unsigned)tier >= METRICS_N_TIERS || (unsigned)dir >= METRICS_N_DIRS) return;
+    if ((unsigned)tier >= SCHED_POOL__COUNT || (unsigned)dir >= N_DIRS) return;
     m->live.bw_bytes_per_s[tier][dir] = bytes_per_s;
 }
 
@@ -709,8 +712,7 @@ static void render_reason_counter(FILE *f, const snap *s, const char *name, cons
     }
 }
 
-static const char *const tier_name[METRICS_N_TIERS] = {"device", "host", "disk"};
-static const char *const dir_name[METRICS_N_DIRS] = {"out", "in"};
+static const char *const dir_name[N_DIRS] = {"out", "in"};
 static const char *const mode_name[METRICS_N_MODES] = {"swap", "recompute"};
 
 static void render(FILE *f, const snap *s)
@@ -769,19 +771,19 @@ static void render(FILE *f, const snap *s)
     head(f, "ringlm_queue_depth", "gauge", "Requests queued across all tenants.");
     fprintf(f, "ringlm_queue_depth %u\n", s->waiting);
     head(f, "ringlm_kv_blocks_used", "gauge", "KV cache blocks in use, per tier.");
-    for (int t = 0; t < METRICS_N_TIERS; t++)
+    for (sched_pool t = SCHED_POOL_DEVICE; t < SCHED_POOL__COUNT; t++)
         if (s->kv_total[t])
-            fprintf(f, "ringlm_kv_blocks_used{tier=\"%s\"} %llu\n", tier_name[t],
+            fprintf(f, "ringlm_kv_blocks_used{tier=\"%s\"} %llu\n", sched_pool_name(t),
                     (unsigned long long)s->kv_used[t]);
     head(f, "ringlm_kv_blocks_free", "gauge", "KV cache blocks free, per tier.");
-    for (int t = 0; t < METRICS_N_TIERS; t++)
+    for (sched_pool t = SCHED_POOL_DEVICE; t < SCHED_POOL__COUNT; t++)
         if (s->kv_total[t])
-            fprintf(f, "ringlm_kv_blocks_free{tier=\"%s\"} %llu\n", tier_name[t],
+            fprintf(f, "ringlm_kv_blocks_free{tier=\"%s\"} %llu\n", sched_pool_name(t),
                     (unsigned long long)(s->kv_total[t] > s->kv_used[t] ? s->kv_total[t] - s->kv_used[t] : 0));
     head(f, "ringlm_kv_blocks_total", "gauge", "KV cache blocks configured, per tier.");
-    for (int t = 0; t < METRICS_N_TIERS; t++)
+    for (sched_pool t = SCHED_POOL_DEVICE; t < SCHED_POOL__COUNT; t++)
         if (s->kv_total[t])
-            fprintf(f, "ringlm_kv_blocks_total{tier=\"%s\"} %llu\n", tier_name[t],
+            fprintf(f, "ringlm_kv_blocks_total{tier=\"%s\"} %llu\n", sched_pool_name(t),
                     (unsigned long long)s->kv_total[t]);
 
     head(f, "ringlm_iteration_seconds", "histogram", "Duration of one loop iteration (plan, execute, sample, stream).");
@@ -800,22 +802,22 @@ static void render(FILE *f, const snap *s)
 
     head(f, "ringlm_transfer_bandwidth_bytes_per_second", "gauge",
          "KV transfer bandwidth the scheduler plans with, measured (moving average over transfers), per tier and direction.");
-    for (int t = 1; t < METRICS_N_TIERS; t++)
-        for (int d = 0; d < METRICS_N_DIRS; d++)
+    for (sched_pool t = SCHED_POOL_HOST; t < SCHED_POOL__COUNT; t++)
+        for (int d = 0; d < N_DIRS; d++)
             if (s->kv_total[t] || s->xfers[t][d])
                 fprintf(f, "ringlm_transfer_bandwidth_bytes_per_second{tier=\"%s\",dir=\"%s\"} %.6g\n",
-                        tier_name[t], dir_name[d], s->bw_bytes_per_s[t][d]);
+                        sched_pool_name(t), dir_name[d], s->bw_bytes_per_s[t][d]);
     head(f, "ringlm_transfer_bytes_total", "counter", "KV bytes moved, per tier and direction.");
-    for (int t = 1; t < METRICS_N_TIERS; t++)
-        for (int d = 0; d < METRICS_N_DIRS; d++)
+    for (sched_pool t = SCHED_POOL_HOST; t < SCHED_POOL__COUNT; t++)
+        for (int d = 0; d < N_DIRS; d++)
             if (s->kv_total[t] || s->xfers[t][d])
-                fprintf(f, "ringlm_transfer_bytes_total{tier=\"%s\",dir=\"%s\"} %llu\n", tier_name[t],
+                fprintf(f, "ringlm_transfer_bytes_total{tier=\"%s\",dir=\"%s\"} %llu\n", sched_pool_name(t),
                         dir_name[d], (unsigned long long)s->xfer_bytes[t][d]);
     head(f, "ringlm_transfers_total", "counter", "KV transfers completed, per tier and direction.");
-    for (int t = 1; t < METRICS_N_TIERS; t++)
-        for (int d = 0; d < METRICS_N_DIRS; d++)
+    for (sched_pool t = SCHED_POOL_HOST; t < SCHED_POOL__COUNT; t++)
+        for (int d = 0; d < N_DIRS; d++)
             if (s->kv_total[t] || s->xfers[t][d])
-                fprintf(f, "ringlm_transfers_total{tier=\"%s\",dir=\"%s\"} %llu\n", tier_name[t],
+                fprintf(f, "ringlm_transfers_total{tier=\"%s\",dir=\"%s\"} %llu\n", sched_pool_name(t),
                         dir_name[d], (unsigned long long)s->xfers[t][d]);
     head(f, "ringlm_log_dropped_lines_total", "counter",
          "Decision/request log lines dropped because the log writer fell behind.");

@@ -34,6 +34,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sched/sched.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -46,10 +48,9 @@ extern "C" {
 #define METRICS_MAX_REASONS 24
 #define METRICS_LABEL_MAX 48 /* bytes per label value, longer ones are truncated */
 
-/* KV tiers (label tier="device|host|disk"). */
-enum metrics_tier { METRICS_TIER_DEVICE = 0, METRICS_TIER_HOST, METRICS_TIER_DISK, METRICS_N_TIERS };
-/* Transfer directions (label dir="out|in"): out = device → tier, in = tier → device. */
-enum metrics_dir { METRICS_DIR_OUT = 0, METRICS_DIR_IN, METRICS_N_DIRS };
+/* KV tiers are the scheduler's pools (sched_pool; label tier="device|host|disk", named by
+ * sched_pool_name) and transfer directions its sched_xfer_dir (label dir="out|in": out =
+ * device → tier, in = tier → device). */
 /* Latency histograms per (tenant, class). */
 enum metrics_hist {
     METRICS_H_QUEUE_WAIT = 0, /* arrival → first scheduled (ringlm_queue_wait_seconds) */
@@ -125,18 +126,18 @@ void metrics_set_series_queue(metrics *m, int series, uint32_t waiting, uint32_t
 /* Totals across tenants (also the vllm:num_requests_* gauges). */
 void metrics_set_queue(metrics *m, uint32_t waiting, uint32_t running);
 /* KV blocks of a tier; total 0 = tier not configured (its series are omitted). */
-void metrics_set_kv(metrics *m, enum metrics_tier tier, uint64_t used, uint64_t total);
+void metrics_set_kv(metrics *m, sched_pool tier, uint64_t used, uint64_t total);
 /* Prefix cache totals (sched_counts): prompt tokens looked up and found cached at admission,
  * and device blocks cached that no sequence holds. */
 void metrics_set_prefix(metrics *m, uint64_t query_tokens, uint64_t hit_tokens, uint64_t cached_blocks);
 /* One loop iteration: its duration and the tokens it executed (0 for an idle wake). */
 void metrics_observe_iteration(metrics *m, uint64_t us, uint32_t batch_tokens);
 /* One finished transfer between the device pool and a tier (exact counters). */
-void metrics_observe_transfer(metrics *m, enum metrics_tier tier, enum metrics_dir dir,
+void metrics_observe_transfer(metrics *m, sched_pool tier, sched_xfer_dir dir,
                               uint64_t bytes, uint64_t us);
 /* The bandwidth gauge of a tier and direction: the estimate the scheduler plans with
  * (sched_get_tier_cost), set by the daemon once a transfer there was measured. */
-void metrics_set_transfer_bw(metrics *m, enum metrics_tier tier, enum metrics_dir dir,
+void metrics_set_transfer_bw(metrics *m, sched_pool tier, sched_xfer_dir dir,
                              double bytes_per_s);
 /* Decision/request log lines dropped because the writer fell behind (from declog). */
 void metrics_set_log_dropped(metrics *m, uint64_t decision_lines, uint64_t request_lines);

@@ -127,12 +127,6 @@ SAME_CODE(DRAINING); SAME_CODE(OUTPUT_BACKPRESSURE); SAME_CODE(UNKNOWN_CLASS);
 SAME_CODE(DUPLICATE_ID); SAME_CODE(INTERNAL); SAME_CODE(CLIENT_GONE);
 _Static_assert((int)SCHED_END__MAX == (int)RINGLM_WIRE_R_MAX, "end codes");
 #undef SAME_CODE
-/* One tier numbering: the metrics' is the scheduler's pool; kvtier's counts from host. */
-_Static_assert((int)METRICS_TIER_DEVICE == (int)SCHED_POOL_DEVICE &&
-               (int)METRICS_TIER_HOST == (int)SCHED_POOL_HOST &&
-               (int)METRICS_TIER_DISK == (int)SCHED_POOL_DISK, "metrics tiers are sched pools");
-_Static_assert((int)KVT_HOST == (int)SCHED_POOL_HOST - 1 && (int)KVT_DISK == (int)SCHED_POOL_DISK - 1,
-               "kvtier tiers are sched pools less the device");
 /* Every class and tenant a policy can name fits the wire's name field, and back. */
 _Static_assert(SCHED_NAME_MAX == RINGLM_WIRE_NAME_LEN, "policy names and wire names agree");
 

@@ -135,8 +135,8 @@ struct svc {
     sched_result *results;
 
     /* transfers.c: --verify-swaps */
-    uint64_t *slot_sum[KVT_NTIERS]; /* checksum per tier slot */
-    uint8_t *busy_dev, *busy_slot[KVT_NTIERS]; /* blocks in flight */
+    uint64_t *slot_sum[SCHED_POOL__COUNT]; /* checksum per tier slot, by sched_pool */
+    uint8_t *busy_dev, *busy_slot[SCHED_POOL__COUNT]; /* blocks in flight */
     uint64_t n_overlap_errors;
 
     /* stats.c (the counters are bumped where the events happen) */

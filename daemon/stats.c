@@ -100,8 +100,8 @@ void stats_update_gauges(svc *s, uint64_t iter_us, uint32_t batch_tokens)
     memset(&c, 0, sizeof c);
     sched_get_counts(s->sched, &c);
     metrics_set_queue(s->mx, c.waiting, c.running + c.swapped + c.in_transit);
-    for (int p = 0; p < SCHED_POOL__COUNT; p++)
-        metrics_set_kv(s->mx, (enum metrics_tier)p, c.kv_used[p], c.kv_total[p]);
+    for (sched_pool p = SCHED_POOL_DEVICE; p < SCHED_POOL__COUNT; p++)
+        metrics_set_kv(s->mx, p, c.kv_used[p], c.kv_total[p]);
     metrics_set_prefix(s->mx, c.prefix_query_tokens, c.prefix_hit_tokens, c.kv_cached[SCHED_POOL_DEVICE]);
     if (batch_tokens || iter_us) metrics_observe_iteration(s->mx, iter_us, batch_tokens);
     uint64_t dd = 0, dr = 0;

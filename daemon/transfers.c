@@ -41,8 +41,8 @@ typedef struct xfer_ctx {
     int32_t *slot;
 } xfer_ctx;
 
-static void on_xfer_done(void *ctx, uint64_t cookie, int res, int dir, int tier, size_t bytes,
-                         uint64_t elapsed_us)
+static void on_xfer_done(void *ctx, uint64_t cookie, int res, sched_xfer_dir dir, sched_pool tier,
+                         size_t bytes, uint64_t elapsed_us)
 {
     xfer_ctx *x = ctx;
     svc *s = x->s;
@@ -54,7 +54,7 @@ static void on_xfer_done(void *ctx, uint64_t cookie, int res, int dir, int tier,
                 s->busy_slot[tier][x->slot[i]])
                 s->busy_slot[tier][x->slot[i]]--;
         }
-    if (res == 0 && s->slot_sum[tier] && dir == KVT_IN) {
+    if (res == 0 && s->slot_sum[tier] && dir == SCHED_XFER_IN) {
         /* Swap-in must bring back exactly the bytes that went out. */
         for (int i = 0; i < x->n; i++) {
             uint64_t h = block_sum(s, x->dev[i]);
@@ -62,31 +62,27 @@ static void on_xfer_done(void *ctx, uint64_t cookie, int res, int dir, int tier,
             if (h != s->slot_sum[tier][x->slot[i]]) {
                 s->n_swap_verify_errors++;
                 svc_log("swap verify: device block %d from %s slot %d differs (%016llx vs %016llx)",
-                       x->dev[i], tier == KVT_HOST ? "host" : "disk", x->slot[i],
+                       x->dev[i], sched_pool_name(tier), x->slot[i],
                        (unsigned long long)h, (unsigned long long)s->slot_sum[tier][x->slot[i]]);
             }
         }
     }
     if (res < 0)
         svc_log("KV transfer %llu (%s, %s tier) failed: %s", (unsigned long long)cookie,
-               dir == KVT_OUT ? "out" : "in", tier == KVT_HOST ? "host" : "disk", strerror(-res));
+               dir == SCHED_XFER_OUT ? "out" : "in", sched_pool_name(tier), strerror(-res));
     else
-        metrics_observe_transfer(s->mx, tier == KVT_HOST ? METRICS_TIER_HOST : METRICS_TIER_DISK,
-                                 dir == KVT_OUT ? METRICS_DIR_OUT : METRICS_DIR_IN, bytes,
-                                 elapsed_us);
+        metrics_observe_transfer(s->mx, tier, dir, bytes, elapsed_us);
     DTRACE_PROBE4(ringlmd, transfer_done, cookie, dir, tier, res);
     if (s->trace_xfer) svc_log("xfer %llu done res %d", (unsigned long long)cookie, res);
     sched_transfer_done(s->sched, cookie, s->now_us, bytes, elapsed_us, res);
     if (res == 0) {
         /* The dashboard shows the scheduler's estimate, the one it plans with. */
-        sched_pool pool = tier == KVT_HOST ? SCHED_POOL_HOST : SCHED_POOL_DISK;
         sched_tier_cost tc;
         bool m_out = false, m_in = false;
-        if (sched_get_tier_cost(s->sched, pool, &tc, &m_out, &m_in) == 0 &&
-            (dir == KVT_OUT ? m_out : m_in))
-            metrics_set_transfer_bw(s->mx, (enum metrics_tier)pool,
-                                    dir == KVT_OUT ? METRICS_DIR_OUT : METRICS_DIR_IN,
-                                    dir == KVT_OUT ? tc.out_bytes_per_s : tc.in_bytes_per_s);
+        if (sched_get_tier_cost(s->sched, tier, &tc, &m_out, &m_in) == 0 &&
+            (dir == SCHED_XFER_OUT ? m_out : m_in))
+            metrics_set_transfer_bw(s->mx, tier, dir,
+                                    dir == SCHED_XFER_OUT ? tc.out_bytes_per_s : tc.in_bytes_per_s);
     }
     free(x->dev);
     free(x->slot);
@@ -96,7 +92,7 @@ static void on_xfer_done(void *ctx, uint64_t cookie, int res, int dir, int tier,
 
 void xfer_start(svc *s, const sched_transfer *t)
 {
-    int tier = t->tier == SCHED_POOL_DISK ? KVT_DISK : KVT_HOST;
+    sched_pool tier = t->tier;
     int n = (int)t->n_blocks;
     xfer_ctx *x = calloc(1, sizeof *x);
     int32_t *dev = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
@@ -118,7 +114,7 @@ void xfer_start(svc *s, const sched_transfer *t)
             if (s->busy_dev[dev[i]] || s->busy_slot[tier][slot[i]]) {
                 s->n_overlap_errors++;
                 svc_log("verify: transfer %llu uses device block %d / %s slot %d already in flight",
-                       (unsigned long long)t->id, dev[i], tier == KVT_HOST ? "host" : "disk", slot[i]);
+                       (unsigned long long)t->id, dev[i], sched_pool_name(tier), slot[i]);
             }
             s->busy_dev[dev[i]]++;
             s->busy_slot[tier][slot[i]]++;
@@ -131,7 +127,7 @@ void xfer_start(svc *s, const sched_transfer *t)
         for (int i = 0; i < n && k < 900; i++) k += snprintf(b + k, sizeof b - (size_t)k, " %d:%d", dev[i], slot[i]);
         svc_log("xfer %llu req %llu %s start dev:slot%s", (unsigned long long)t->id, (unsigned long long)t->req, t->dir == SCHED_XFER_OUT ? "out" : "in", b);
     }
-    rc = kvtier_submit(s->tiers, t->dir == SCHED_XFER_OUT ? KVT_OUT : KVT_IN, tier, dev, slot, n,
+    rc = kvtier_submit(s->tiers, t->dir, tier, dev, slot, n,
                        t->id, on_xfer_done, x);
     if (rc == 0) return;
     svc_log("KV transfer %llu not started: %s", (unsigned long long)t->id, kvtier_errmsg());
@@ -155,7 +151,7 @@ int xfer_verify_init(svc *s)
 {
     s->busy_dev = calloc((size_t)eng_kv_blocks(s->engine), 1);
     if (!s->busy_dev) return -ENOMEM;
-    for (int t = 0; t < KVT_NTIERS; t++)
+    for (sched_pool t = SCHED_POOL_HOST; t < SCHED_POOL__COUNT; t++)
         if (kvtier_blocks(s->tiers, t) > 0) {
             s->slot_sum[t] = calloc((size_t)kvtier_blocks(s->tiers, t), sizeof(uint64_t));
             s->busy_slot[t] = calloc((size_t)kvtier_blocks(s->tiers, t), 1);
@@ -166,7 +162,7 @@ int xfer_verify_init(svc *s)
 
 void xfer_free(svc *s)
 {
-    for (int t = 0; t < KVT_NTIERS; t++) {
+    for (int t = 0; t < SCHED_POOL__COUNT; t++) {
         free(s->slot_sum[t]);
         free(s->busy_slot[t]);
         s->slot_sum[t] = NULL;

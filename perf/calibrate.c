@@ -151,8 +151,8 @@ typedef struct xfer_ctx {
     uint64_t elapsed_us;
 } xfer_ctx;
 
-static void xfer_done(void *ctx, uint64_t cookie, int res, int dir, int tier, size_t bytes,
-                      uint64_t elapsed_us)
+static void xfer_done(void *ctx, uint64_t cookie, int res, sched_xfer_dir dir, sched_pool tier,
+                      size_t bytes, uint64_t elapsed_us)
 {
     (void)cookie; (void)dir; (void)tier; (void)bytes;
     xfer_ctx *x = ctx;
@@ -170,7 +170,7 @@ typedef struct xfer_fit {
 
 /* Moves jobs of 1..maxn blocks out and back in, times each job by its own completion
  * (kvtier's submit → last CQE), fits time = latency + bytes/bw per direction. */
-static int measure_tier(kvtier *kt, struct io_uring *ring, int tier, size_t block_bytes,
+static int measure_tier(kvtier *kt, struct io_uring *ring, sched_pool tier, size_t block_bytes,
                         int maxn, int reps, xfer_fit *fit)
 {
     int sizes[8], ns = 0;
@@ -190,7 +190,8 @@ static int measure_tier(kvtier *kt, struct io_uring *ring, int tier, size_t bloc
         for (int r = 0; r < reps + 1; r++) {
             for (int dir = 0; dir < 2; dir++) {
                 xfer_ctx x = {0};
-                rc = kvtier_submit(kt, dir, tier, blocks, slots, n, 1, xfer_done, &x);
+                rc = kvtier_submit(kt, dir ? SCHED_XFER_IN : SCHED_XFER_OUT, tier, blocks, slots, n, 1,
+                                   xfer_done, &x);
                 if (rc < 0) goto out;
                 kvtier_flush(kt);
                 while (!x.done) {
@@ -480,7 +481,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < np; i++) if (rel[i] > max_rel) max_rel = rel[i];
 
     /* transfers */
-    xfer_fit fits[KVT_NTIERS] = {{0}};
+    xfer_fit fits[SCHED_POOL__COUNT] = {{0}}; /* by sched_pool; [SCHED_POOL_DEVICE] unused */
     if (do_xfer) {
         struct io_uring ring;
         if ((rc = io_uring_queue_init(256, &ring, 0)) < 0) {
@@ -506,12 +507,12 @@ int main(int argc, char **argv)
                 fprintf(stderr, "calibrate: kvtier: %s (transfers not measured)\n", kvtier_errmsg());
             } else {
                 fprintf(stderr, "calibrate: tiers: %s\n", kvtier_describe(kt));
-                for (int tier = 0; tier < KVT_NTIERS; tier++) {
+                for (sched_pool tier = SCHED_POOL_HOST; tier < SCHED_POOL__COUNT; tier++) {
                     if (!kvtier_blocks(kt, tier)) continue;
                     rc = measure_tier(kt, &ring, tier, eng_kv_block_bytes(e), xfer_max, 5, &fits[tier]);
                     if (rc < 0)
                         fprintf(stderr, "calibrate: %s tier transfers failed: %s %s\n",
-                                tier == KVT_HOST ? "host" : "disk", strerror(-rc), kvtier_errmsg());
+                                sched_pool_name(tier), strerror(-rc), kvtier_errmsg());
                 }
                 kvtier_destroy(kt);
                 if (disk_path) unlink(disk_path);
@@ -541,10 +542,10 @@ int main(int argc, char **argv)
                ratio ? bench_median(ratio, nlp) : NAN);
         free(ratio);
     }
-    for (int tier = 0; tier < KVT_NTIERS; tier++)
+    for (sched_pool tier = SCHED_POOL_HOST; tier < SCHED_POOL__COUNT; tier++)
         if (fits[tier].ok)
             printf("transfer %s: out %.2f GB/s (latency %.1f us), in %.2f GB/s (latency %.1f us)\n",
-                   tier == KVT_HOST ? "host" : "disk", fits[tier].bw[0] / 1e9, fits[tier].lat_us[0],
+                   sched_pool_name(tier), fits[tier].bw[0] / 1e9, fits[tier].lat_us[0],
                    fits[tier].bw[1] / 1e9, fits[tier].lat_us[1]);
 
     if (out_path) {
@@ -581,13 +582,13 @@ int main(int argc, char **argv)
             json_object_set_new(root, "step_model", sm);
         }
         json_t *tr = json_object();
-        for (int tier = 0; tier < KVT_NTIERS; tier++) {
+        for (sched_pool tier = SCHED_POOL_HOST; tier < SCHED_POOL__COUNT; tier++) {
             if (!fits[tier].ok) continue;
             json_t *t = json_object();
             json_object_set_new(t, "out_bytes_per_s", json_real(fits[tier].bw[0]));
             json_object_set_new(t, "in_bytes_per_s", json_real(fits[tier].bw[1]));
             json_object_set_new(t, "latency_us", json_real(round((fits[tier].lat_us[0] + fits[tier].lat_us[1]) / 2 * 10) / 10));
-            json_object_set_new(tr, tier == KVT_HOST ? "host" : "disk", t);
+            json_object_set_new(tr, sched_pool_name(tier), t);
         }
         json_object_set_new(root, "transfer", tr);
         if (nlp) {

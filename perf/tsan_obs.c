@@ -217,10 +217,10 @@ static int check_metrics(int iters)
             metrics_count_defer(m, sx, "budget");
         metrics_set_series_queue(m, sx, (uint32_t)(i % 9), (uint32_t)(i % 4));
         metrics_set_queue(m, (uint32_t)(i % 13), (uint32_t)(i % 5));
-        metrics_set_kv(m, METRICS_TIER_DEVICE, (uint64_t)(i % 100), 100);
-        metrics_set_kv(m, METRICS_TIER_HOST, (uint64_t)(i % 50), 50);
+        metrics_set_kv(m, SCHED_POOL_DEVICE, (uint64_t)(i % 100), 100);
+        metrics_set_kv(m, SCHED_POOL_HOST, (uint64_t)(i % 50), 50);
         metrics_observe_iteration(m, (uint64_t)(50 + i % 300), (uint32_t)(i % 64));
-        metrics_observe_transfer(m, METRICS_TIER_HOST, (enum metrics_dir)(i % 2), 4096, 3);
+        metrics_observe_transfer(m, SCHED_POOL_HOST, i % 2 ? SCHED_XFER_IN : SCHED_XFER_OUT, 4096, 3);
         metrics_set_log_dropped(m, (uint64_t)i / 100, 0);
         if (i % 500 == 0)
             metrics_set_info(m, i % 1000 ? "p1" : "p0", NULL);

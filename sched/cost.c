@@ -142,7 +142,7 @@ double sc_predict_wait_us(const sched *s, int cls, uint32_t prompt, uint64_t now
     return ceil((double)ahead / (double)per_step) * step;
 }
 
-double sc_swap_cost_us(const sched *s, int tier, uint64_t bytes)
+double sc_swap_cost_us(const sched *s, sched_pool tier, uint64_t bytes)
 {
     const tier_est *t = &s->tiers[tier];
     /* transfers already queued on the link delay this one: swapping can become the second

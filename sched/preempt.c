@@ -86,12 +86,14 @@ uint32_t sc_pick_victim(sched *s, uint32_t needer, int only_tenant, uint64_t now
     return victim_eligible(s, n, now) ? needer : NO_SLOT;
 }
 
-/* Pick the tier a swap-out would use: host first (fastest), disk when the host is full. */
-static int swap_tier(const sched *s, uint32_t blocks)
+/* Pick the tier a swap-out would use: host first (fastest), disk when the host is full.
+ * false: no tier has room. */
+static bool swap_tier(const sched *s, uint32_t blocks, sched_pool *tier)
 {
-    if (s->pools[SCHED_POOL_HOST].total && s->pools[SCHED_POOL_HOST].n_free >= blocks) return SCHED_POOL_HOST;
-    if (s->pools[SCHED_POOL_DISK].total && s->pools[SCHED_POOL_DISK].n_free >= blocks) return SCHED_POOL_DISK;
-    return -1;
+    if (s->pools[SCHED_POOL_HOST].total && s->pools[SCHED_POOL_HOST].n_free >= blocks) *tier = SCHED_POOL_HOST;
+    else if (s->pools[SCHED_POOL_DISK].total && s->pools[SCHED_POOL_DISK].n_free >= blocks) *tier = SCHED_POOL_DISK;
+    else return false;
+    return true;
 }
 
 void sc_plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t now)
@@ -151,13 +153,14 @@ uint32_t sc_preempt(sched *s, uint32_t slot, bool quota, uint64_t now)
     req *r = &s->reqs[slot];
     uint32_t blocks = r->n_dev;
     uint64_t bytes = (uint64_t)blocks * s->conf.block_size * s->conf.kv_bytes_per_token;
-    int tier = s->cfg.mode == SCHED_MODE_CONTINUOUS || s->cfg.preemption == SCHED_PREEMPT_RECOMPUTE
-                   ? -1 : swap_tier(s, blocks);
-    double sw = tier >= 0 ? sc_swap_cost_us(s, tier, bytes) : -1;
+    sched_pool tier = SCHED_POOL_HOST;
+    bool can_swap = s->cfg.mode != SCHED_MODE_CONTINUOUS && s->cfg.preemption != SCHED_PREEMPT_RECOMPUTE &&
+                    swap_tier(s, blocks, &tier);
+    double sw = can_swap ? sc_swap_cost_us(s, tier, bytes) : -1;
     double rc = sc_prefill_us(s, r->computed);
     if (s->run.n > 1) rc += sc_prefill_us(s, r->computed);   /* stall: each other sequence waits
                                                              through the re-prefill's steps */
-    bool swap = tier >= 0 && (s->cfg.preemption == SCHED_PREEMPT_SWAP || sw < rc);
+    bool swap = can_swap && (s->cfg.preemption == SCHED_PREEMPT_SWAP || sw < rc);
     double best = swap ? sw : rc;
     if (r->rc_active) sc_rc_end(s, r, SCHED_OUTCOME_ABANDONED, now);   /* before this preemption's events */
     r->pre_sw_us = sw;

@@ -26,11 +26,18 @@ die() { echo "demo: $*" >&2; exit 1; }
 work=$(mktemp -d /tmp/ringlm-demo.XXXXXX)
 sock=$work/ringlmd.sock
 daemon_pid=
+gateway_pid=
 client_pids=()
 
 cleanup() {
   local rc=$?
   for p in "${client_pids[@]}"; do kill "$p" 2>/dev/null; done
+  if [ -n "$gateway_pid" ] && kill -0 "$gateway_pid" 2>/dev/null; then
+    kill -TERM "$gateway_pid" 2>/dev/null # drains, exits 0
+    for _ in $(seq 100); do kill -0 "$gateway_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$gateway_pid" 2>/dev/null
+    wait "$gateway_pid" 2>/dev/null
+  fi
   if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
     kill -TERM "$daemon_pid" 2>/dev/null
     for _ in $(seq 100); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
@@ -181,6 +188,37 @@ if hasm; then
   grep -E '^(vllm:|ringlm_info|ringlm_kv_blocks_(used|free)|ringlm_queue_depth|ringlm_generation_tokens_total|ringlm_rejects_total|ringlm_preemptions_total)' \
     "$work/metrics.txt" | head -16 | sed 's/^/   /'
 fi
+# One OpenAI-style streaming call through ringlm-gateway (HTTP in front of the same daemon,
+# one more shared-memory client of it): curl prints the Server-Sent Events as they come.
+GATEWAY=$BIN/ringlm-gateway
+if [ "$text_mode" = 1 ] && [ -x "$GATEWAY" ] && command -v curl >/dev/null; then
+  "$GATEWAY" --listen 127.0.0.1:0 --socket "$sock" --tokenizer "$tok" --served-model-name stories \
+    --max-model-len 512 >"$work/gateway.log" 2>&1 &
+  gateway_pid=$!
+  gwport=
+  for _ in $(seq 100); do
+    gwport=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9][0-9]*\).*/\1/p' "$work/gateway.log" | head -1)
+    [ -n "$gwport" ] && curl -sf "http://127.0.0.1:$gwport/health" >/dev/null && break
+    kill -0 "$gateway_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -n "$gwport" ] && curl -sf "http://127.0.0.1:$gwport/health" >/dev/null; then
+    body='{"model":"stories","prompt":"Once upon a time","max_tokens":12,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}'
+    say "one streaming call through ringlm-gateway (greedy):"
+    echo "   curl -N http://127.0.0.1:$gwport/v1/completions -H 'Content-Type: application/json' -d '$body'"
+    curl -sN "http://127.0.0.1:$gwport/v1/completions" -H 'Content-Type: application/json' -d "$body" |
+      grep -v '^$' | sed -E 's/"id":"[^"]*","object":"[^"]*","created":[0-9]*,"model":"[^"]*",/.../' |
+      cut -c1-120 | sed 's/^/   /'
+    echo "   (each event also carries id, object, created and model; shown as ...)"
+  else
+    echo "   (ringlm-gateway did not come up: $work/gateway.log)"
+  fi
+  kill -TERM "$gateway_pid" 2>/dev/null && wait "$gateway_pid" 2>/dev/null
+  gateway_pid=
+elif [ "$text_mode" = 1 ]; then
+  echo "   (no ringlm-gateway streaming call: the gateway is not built or curl is missing)"
+fi
+
 say "where things are"
 echo "   daemon log:    $work/ringlmd.log"
 [ -e "$work/decisions.jsonl" ] && echo "   decision log:  $work/decisions.jsonl ($(wc -l <"$work/decisions.jsonl") lines so far), e.g.:" &&

@@ -331,8 +331,7 @@ static int plan_bookkeeping(eng *e, const sched_plan *p, int64_t now)
         /* one link per tier and direction: transfers queue behind each other, which is how
          * swapping becomes the second bottleneck */
         int64_t start = now > e->link_free[tier][dir] ? now : e->link_free[tier][dir];
-        const sim_link *l = tier == SCHED_POOL_DISK ? &e->o->svc->disk : &e->o->svc->host;
-        if (!l->present) l = &e->o->svc->host;
+        const sim_link *l = sim_service_link(e->o->svc, tier);
         double bw = dir ? l->in_bytes_per_s : l->out_bytes_per_s;
         int64_t dur = (int64_t)ceil(l->latency_us + (bw > 0 ? (double)x->bytes / bw * 1e6 : 0));
         if (dur < 1) dur = 1;

@@ -43,10 +43,15 @@ void sim_service_default(sim_service *s)
     snprintf(s->source, sizeof s->source, "built-in default");
 }
 
-double sim_service_transfer_us(const sim_service *s, int tier, bool out, uint64_t tokens)
+const sim_link *sim_service_link(const sim_service *s, sched_pool tier)
 {
-    const sim_link *l = tier ? &s->disk : &s->host;
-    if (!l->present) l = &s->host;
+    const sim_link *l = tier == SCHED_POOL_DISK ? &s->disk : &s->host;
+    return l->present ? l : &s->host;
+}
+
+double sim_service_transfer_us(const sim_service *s, sched_pool tier, bool out, uint64_t tokens)
+{
+    const sim_link *l = sim_service_link(s, tier);
     double bw = out ? l->out_bytes_per_s : l->in_bytes_per_s;
     double bytes = (double)tokens * s->kv_bytes_per_token;
     return l->latency_us + (bw > 0 ? bytes / bw * 1e6 : 0);

@@ -141,8 +141,11 @@ static inline double sim_service_step_us(const sim_service *s, uint64_t prefill_
     return sched_step_model_us(&m, &w);
 }
 
-/* Transfer time in µs for `tokens` of KV to a tier (tier 0 host, 1 disk), direction out/in. */
-double sim_service_transfer_us(const sim_service *s, int tier, bool out, uint64_t tokens);
+/* The link to a tier (SCHED_POOL_HOST or SCHED_POOL_DISK); an absent disk link falls back to
+ * the host's. */
+const sim_link *sim_service_link(const sim_service *s, sched_pool tier);
+/* Transfer time in µs for `tokens` of KV to a tier (SCHED_POOL_HOST or _DISK), direction out/in. */
+double sim_service_transfer_us(const sim_service *s, sched_pool tier, bool out, uint64_t tokens);
 
 /* Rough capacity for requests of mean prompt P and output O at a decode batch of `batch`
  * sequences: requests per second. Used to size scenario workloads relative to the machine. */

@@ -21,8 +21,8 @@ typedef struct done_rec {
     size_t bytes;
 } done_rec;
 
-static void on_done(void *ctx, uint64_t cookie, int res, int dir, int tier, size_t bytes,
-                    uint64_t el)
+static void on_done(void *ctx, uint64_t cookie, int res, sched_xfer_dir dir, sched_pool tier,
+                    size_t bytes, uint64_t el)
 {
     (void)dir; (void)tier; (void)el;
     done_rec *d = ctx;
@@ -53,7 +53,7 @@ static void wait_done(struct io_uring *ring, kvtier *t, done_rec *d, int want)
     }
 }
 
-static void roundtrip(int tier, bool fixed)
+static void roundtrip(sched_pool tier, bool fixed)
 {
     struct io_uring ring;
     cr_assert_eq(io_uring_queue_init(64, &ring, 0), 0);
@@ -68,7 +68,7 @@ static void roundtrip(int tier, bool fixed)
     cr_assert_geq(tfd, 0);
     close(tfd);
     kvtier_config c = {.block_bytes = BLOCK_BYTES, .pool_blocks = POOL_BLOCKS, .pool_base = pool,
-                       .host_blocks = 16, .disk_path = tier == KVT_DISK ? path : NULL,
+                       .host_blocks = 16, .disk_path = tier == SCHED_POOL_DISK ? path : NULL,
                        .disk_blocks = 16, .numa_node = -1, .ring = &ring, .ud_tag = TAG,
                        .register_buffers = fixed};
     kvtier *t;
@@ -79,7 +79,7 @@ static void roundtrip(int tier, bool fixed)
     /* Slots are the scheduler's to hand out; any in range will do, here not in order. */
     int32_t blocks[5] = {3, 17, 4, 31, 0}, slots[5] = {7, 0, 15, 2, 9};
     done_rec d = {0};
-    cr_assert_eq(kvtier_submit(t, KVT_OUT, tier, blocks, slots, 5, 42, on_done, &d), 0,
+    cr_assert_eq(kvtier_submit(t, SCHED_XFER_OUT, tier, blocks, slots, 5, 42, on_done, &d), 0,
                  "%s", kvtier_errmsg());
     wait_done(&ring, t, &d, 1);
     cr_assert_eq(d.res, 0, "swap out failed: %s", strerror(-d.res));
@@ -95,16 +95,16 @@ static void roundtrip(int tier, bool fixed)
     /* Clobber the pool, bring the blocks back into other pool blocks. */
     memset(pool, 0xEE, len);
     int32_t dst[5] = {10, 11, 12, 13, 14};
-    cr_assert_eq(kvtier_submit(t, KVT_IN, tier, dst, slots, 5, 43, on_done, &d), 0);
+    cr_assert_eq(kvtier_submit(t, SCHED_XFER_IN, tier, dst, slots, 5, 43, on_done, &d), 0);
     wait_done(&ring, t, &d, 2);
     cr_assert_eq(d.res, 0);
     for (int i = 0; i < 5; i++)
         cr_assert(memcmp(pool + (size_t)dst[i] * BLOCK_BYTES, orig + (size_t)blocks[i] * BLOCK_BYTES,
                          BLOCK_BYTES) == 0,
                   "swap-in of block %d into %d is not byte-exact", blocks[i], dst[i]);
-    cr_assert_eq(kvtier_bytes_moved(t, KVT_OUT, tier), (uint64_t)5 * BLOCK_BYTES);
-    cr_assert_eq(kvtier_bytes_moved(t, KVT_IN, tier), (uint64_t)5 * BLOCK_BYTES);
-    cr_assert_eq(kvtier_jobs_done(t, KVT_IN, tier), 1u);
+    cr_assert_eq(kvtier_bytes_moved(t, SCHED_XFER_OUT, tier), (uint64_t)5 * BLOCK_BYTES);
+    cr_assert_eq(kvtier_bytes_moved(t, SCHED_XFER_IN, tier), (uint64_t)5 * BLOCK_BYTES);
+    cr_assert_eq(kvtier_jobs_done(t, SCHED_XFER_IN, tier), 1u);
     kvtier_destroy(t);
     io_uring_queue_exit(&ring);
     unlink(path);
@@ -113,9 +113,9 @@ static void roundtrip(int tier, bool fixed)
     munmap(pool, len);
 }
 
-Test(daemon_kvtier, host_roundtrip_fixed) { roundtrip(KVT_HOST, true); }
-Test(daemon_kvtier, host_roundtrip_plain) { roundtrip(KVT_HOST, false); }
-Test(daemon_kvtier, disk_roundtrip) { roundtrip(KVT_DISK, true); }
+Test(daemon_kvtier, host_roundtrip_fixed) { roundtrip(SCHED_POOL_HOST, true); }
+Test(daemon_kvtier, host_roundtrip_plain) { roundtrip(SCHED_POOL_HOST, false); }
+Test(daemon_kvtier, disk_roundtrip) { roundtrip(SCHED_POOL_DISK, true); }
 
 Test(daemon_kvtier, bad_input_refused)
 {
@@ -128,15 +128,18 @@ Test(daemon_kvtier, bad_input_refused)
     cr_assert_eq(kvtier_create(&c, &t), 0, "%s", kvtier_errmsg());
     int32_t s[1] = {1};
     int32_t b = 0;
-    cr_assert_eq(kvtier_submit(t, KVT_OUT, KVT_DISK, &b, s, 1, 0, on_done, NULL), -EINVAL,
+    cr_assert_eq(kvtier_submit(t, SCHED_XFER_OUT, SCHED_POOL_DISK, &b, s, 1, 0, on_done, NULL), -EINVAL,
                  "disk tier absent");
+    cr_assert_eq(kvtier_submit(t, SCHED_XFER_OUT, SCHED_POOL_DEVICE, &b, s, 1, 0, on_done, NULL), -EINVAL,
+                 "the device pool is the engine's, never a tier");
+    cr_assert_eq(kvtier_blocks(t, SCHED_POOL_DEVICE), 0);
     b = 9;
-    cr_assert_eq(kvtier_submit(t, KVT_OUT, KVT_HOST, &b, s, 1, 0, on_done, NULL), -EINVAL);
+    cr_assert_eq(kvtier_submit(t, SCHED_XFER_OUT, SCHED_POOL_HOST, &b, s, 1, 0, on_done, NULL), -EINVAL);
     b = 0;
     int32_t bad = 5;
-    cr_assert_eq(kvtier_submit(t, KVT_OUT, KVT_HOST, &b, &bad, 1, 0, on_done, NULL), -EINVAL);
+    cr_assert_eq(kvtier_submit(t, SCHED_XFER_OUT, SCHED_POOL_HOST, &b, &bad, 1, 0, on_done, NULL), -EINVAL);
     bad = -1;
-    cr_assert_eq(kvtier_submit(t, KVT_OUT, KVT_HOST, &b, &bad, 1, 0, on_done, NULL), -EINVAL);
+    cr_assert_eq(kvtier_submit(t, SCHED_XFER_OUT, SCHED_POOL_HOST, &b, &bad, 1, 0, on_done, NULL), -EINVAL);
     cr_assert_eq(kvtier_inflight(t), 0, "a refused transfer must leave nothing in flight");
     kvtier_destroy(t);
     c.ud_tag = 5; /* overlaps the index bits */
@@ -186,12 +189,12 @@ Test(daemon_kvtier, real_engine_pool_roundtrip)
     cr_assert_eq(kvtier_create(&c, &t), 0, "%s", kvtier_errmsg());
     int32_t s3[3] = {0, 1, 2};
     done_rec d = {0};
-    cr_assert_eq(kvtier_submit(t, KVT_OUT, KVT_HOST, bt, s3, 3, 1, on_done, &d), 0);
+    cr_assert_eq(kvtier_submit(t, SCHED_XFER_OUT, SCHED_POOL_HOST, bt, s3, 3, 1, on_done, &d), 0);
     wait_done(&ring, t, &d, 1);
     cr_assert_eq(d.res, 0);
     for (int i = 0; i < 3; i++) memset(eng_kv_block_ptr(e, bt[i]), 0x5a, bb);
     int32_t nb[3] = {9, 1, 12};
-    cr_assert_eq(kvtier_submit(t, KVT_IN, KVT_HOST, nb, s3, 3, 2, on_done, &d), 0);
+    cr_assert_eq(kvtier_submit(t, SCHED_XFER_IN, SCHED_POOL_HOST, nb, s3, 3, 2, on_done, &d), 0);
     wait_done(&ring, t, &d, 2);
     cr_assert_eq(d.res, 0);
     for (int i = 0; i < 3; i++)
@@ -233,12 +236,12 @@ Test(daemon_kvtier, disk_tier_falls_back_without_o_direct)
               kvtier_describe(t));
     int32_t b[2] = {1, 3}, s2[2] = {0, 1};
     done_rec d = {0};
-    cr_assert_eq(kvtier_submit(t, KVT_OUT, KVT_DISK, b, s2, 2, 5, on_done, &d), 0);
+    cr_assert_eq(kvtier_submit(t, SCHED_XFER_OUT, SCHED_POOL_DISK, b, s2, 2, 5, on_done, &d), 0);
     wait_done(&ring, t, &d, 1);
     cr_assert_eq(d.res, 0);
     memset(pool, 0, sizeof pool);
     int32_t nb[2] = {0, 2};
-    cr_assert_eq(kvtier_submit(t, KVT_IN, KVT_DISK, nb, s2, 2, 6, on_done, &d), 0);
+    cr_assert_eq(kvtier_submit(t, SCHED_XFER_IN, SCHED_POOL_DISK, nb, s2, 2, 6, on_done, &d), 0);
     wait_done(&ring, t, &d, 2);
     cr_assert_eq(d.res, 0);
     for (int i = 0; i < 2; i++)
@@ -262,9 +265,9 @@ Test(daemon_kvtier, contiguous_runs_coalesce)
     memcpy(orig, pool, len);
     char path[64];
     snprintf(path, sizeof path, "/tmp/ringlm-kvtier-runs-%d", (int)getpid());
-    for (int tier = 0; tier < KVT_NTIERS; tier++) {
+    for (sched_pool tier = SCHED_POOL_HOST; tier < SCHED_POOL__COUNT; tier++) {
         kvtier_config c = {.block_bytes = BLOCK_BYTES, .pool_blocks = POOL_BLOCKS, .pool_base = pool,
-                           .host_blocks = 16, .disk_path = tier == KVT_DISK ? path : NULL,
+                           .host_blocks = 16, .disk_path = tier == SCHED_POOL_DISK ? path : NULL,
                            .disk_blocks = 16, .numa_node = -1, .ring = &ring, .ud_tag = TAG,
                            .register_buffers = true};
         kvtier *t;
@@ -272,13 +275,13 @@ Test(daemon_kvtier, contiguous_runs_coalesce)
         /* runs: [4,5,6] [10] [20,21] → slots 0..5 */
         int32_t blocks[6] = {4, 5, 6, 10, 20, 21}, slots[6] = {0, 1, 2, 3, 4, 5};
         done_rec d = {0};
-        cr_assert_eq(kvtier_submit(t, KVT_OUT, tier, blocks, slots, 6, 1, on_done, &d), 0);
+        cr_assert_eq(kvtier_submit(t, SCHED_XFER_OUT, tier, blocks, slots, 6, 1, on_done, &d), 0);
         wait_done(&ring, t, &d, 1);
         cr_assert_eq(d.res, 0);
         cr_expect_eq(kvtier_ops_submitted(t), 3u, "3 runs should be 3 writes, got %llu",
                      (unsigned long long)kvtier_ops_submitted(t));
         memset(pool, 0, len);
-        cr_assert_eq(kvtier_submit(t, KVT_IN, tier, blocks, slots, 6, 2, on_done, &d), 0);
+        cr_assert_eq(kvtier_submit(t, SCHED_XFER_IN, tier, blocks, slots, 6, 2, on_done, &d), 0);
         wait_done(&ring, t, &d, 2);
         cr_assert_eq(d.res, 0);
         for (int i = 0; i < 6; i++)

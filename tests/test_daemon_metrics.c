@@ -200,11 +200,11 @@ Test(daemon_metrics, http_scrape_parses_and_has_vllm_gauges)
     metrics_count_timeout(m, b);
     metrics_count_finish(m, a, "length");
     metrics_set_queue(m, 7, 3);
-    metrics_set_kv(m, METRICS_TIER_DEVICE, 25, 100);
-    metrics_set_kv(m, METRICS_TIER_HOST, 10, 400);
+    metrics_set_kv(m, SCHED_POOL_DEVICE, 25, 100);
+    metrics_set_kv(m, SCHED_POOL_HOST, 10, 400);
     metrics_observe_iteration(m, 1234, 64);
-    metrics_observe_transfer(m, METRICS_TIER_HOST, METRICS_DIR_OUT, 1 << 20, 100);
-    metrics_set_transfer_bw(m, METRICS_TIER_HOST, METRICS_DIR_OUT, 1.048576e10);
+    metrics_observe_transfer(m, SCHED_POOL_HOST, SCHED_XFER_OUT, 1 << 20, 100);
+    metrics_set_transfer_bw(m, SCHED_POOL_HOST, SCHED_XFER_OUT, 1.048576e10);
     metrics_publish(m, 1, 1);
 
     int status;

@@ -26,26 +26,26 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *gwh_shared(void)
+static __attribute__((unused)) const char *gwh_shared(void)
 {
 	const char *s = getenv("RINGLM_SHARED");
 	return s && *s ? s : "../shared";
 }
 
-static const char *gwh_bin(void)
+static __attribute__((unused)) const char *gwh_bin(void)
 {
 	const char *s = getenv("RINGLM_BIN");
 	return s && *s ? s : "build/bin";
 }
 
-static char *gwh_path(const char *a, const char *b)
+static __attribute__((unused)) char *gwh_path(const char *a, const char *b)
 {
 	char *p;
 	cr_assert(asprintf(&p, "%s/%s", a, b) > 0);
 	return p;
 }
 
-static bool gwh_exists(const char *p) { return access(p, R_OK) == 0; }
+static __attribute__((unused)) bool gwh_exists(const char *p) { return access(p, R_OK) == 0; }
 
 static uint64_t gwh_now_ms(void)
 {
@@ -54,13 +54,13 @@ static uint64_t gwh_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static void gwh_nap_ms(long ms)
+static __attribute__((unused)) void gwh_nap_ms(long ms)
 {
 	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000l};
 	nanosleep(&ts, NULL);
 }
 
-static char *gwh_read_file(const char *path)
+static __attribute__((unused)) char *gwh_read_file(const char *path)
 {
 	FILE *f = fopen(path, "r");
 	if (!f) return strdup("");
@@ -77,7 +77,7 @@ static char *gwh_read_file(const char *path)
 }
 
 /* Runs argv; returns the exit status; *out gets stdout (malloc'ed), *err stderr. */
-static int gwh_run(char *const argv[], char **out, char **err, int timeout_s)
+static __attribute__((unused)) int gwh_run(char *const argv[], char **out, char **err, int timeout_s)
 {
 	int po[2], pe[2];
 	cr_assert(pipe(po) == 0 && pipe(pe) == 0);
@@ -148,7 +148,7 @@ static char gwh_sock[108];
 static char gwh_dir[64];
 static int gwh_port, gwh_metrics_port;
 
-static pid_t gwh_spawn(const char *const *argv, const char *log)
+static __attribute__((unused)) pid_t gwh_spawn(const char *const *argv, const char *log)
 {
 	pid_t pid = fork();
 	cr_assert(pid >= 0);
@@ -165,7 +165,7 @@ static pid_t gwh_spawn(const char *const *argv, const char *log)
 
 /* SIGTERM, then waits up to timeout_ms; SIGKILL after. Returns the exit status (128+sig
  * when killed by a signal, -1 when it had to be killed). */
-static int gwh_stop(gwh_proc *p, int timeout_ms)
+static __attribute__((unused)) int gwh_stop(gwh_proc *p, int timeout_ms)
 {
 	if (p->pid <= 0) return 0;
 	kill(p->pid, SIGTERM);
@@ -189,7 +189,7 @@ static int gwh_stop(gwh_proc *p, int timeout_ms)
 }
 
 /* Waits for p to exit by itself within timeout_ms; its exit status or -1. */
-static int gwh_wait_exit(gwh_proc *p, int timeout_ms)
+static __attribute__((unused)) int gwh_wait_exit(gwh_proc *p, int timeout_ms)
 {
 	uint64_t dl = gwh_now_ms() + (uint64_t)timeout_ms;
 	int st;
@@ -203,7 +203,7 @@ static int gwh_wait_exit(gwh_proc *p, int timeout_ms)
 	return -1;
 }
 
-static void gwh_stop_all(void)
+static __attribute__((unused)) void gwh_stop_all(void)
 {
 	gwh_stop(&gwh_gateway, 10000);
 	gwh_stop(&gwh_daemon, 15000);
@@ -215,7 +215,7 @@ static void gwh_stop_all(void)
 	}
 }
 
-static void gwh_need(void)
+static __attribute__((unused)) void gwh_need(void)
 {
 	char *a = gwh_path(gwh_bin(), "ringlmd"), *b = gwh_path(gwh_bin(), "ringlm-gateway");
 	if (!gwh_exists(a) || !gwh_exists(b)) cr_skip_test("ringlmd/ringlm-gateway not built in %s", gwh_bin());
@@ -228,7 +228,7 @@ static void gwh_need(void)
 	free(t);
 }
 
-static void gwh_mkdir(void)
+static __attribute__((unused)) void gwh_mkdir(void)
 {
 	if (gwh_dir[0]) return;
 	snprintf(gwh_dir, sizeof gwh_dir, "/tmp/ringlm-gw-%d-XXXXXX", getpid());
@@ -238,7 +238,7 @@ static void gwh_mkdir(void)
 
 /* The test policy: tenants shared (default), alice, bob, tiny (a 4-token queue quota);
  * classes chat (default) and batch; this uid trusted to tag tenants. */
-static char *gwh_policy(void)
+static __attribute__((unused)) char *gwh_policy(void)
 {
 	gwh_mkdir();
 	char *p = gwh_path(gwh_dir, "test.policy");
@@ -253,7 +253,7 @@ static char *gwh_policy(void)
 	return p;
 }
 
-static char *gwh_keys(void)
+static __attribute__((unused)) char *gwh_keys(void)
 {
 	gwh_mkdir();
 	char *p = gwh_path(gwh_dir, "keys");
@@ -265,7 +265,7 @@ static char *gwh_keys(void)
 }
 
 /* Reads "port N" / "http://ADDR:N" out of a log once the process has written it. */
-static int gwh_port_from_log(gwh_proc *p, const char *marker, int timeout_ms)
+static __attribute__((unused)) int gwh_port_from_log(gwh_proc *p, const char *marker, int timeout_ms)
 {
 	uint64_t dl = gwh_now_ms() + (uint64_t)timeout_ms;
 	for (;;) {
@@ -287,7 +287,7 @@ static int gwh_port_from_log(gwh_proc *p, const char *marker, int timeout_ms)
 	}
 }
 
-static void gwh_start_daemon(void)
+static __attribute__((unused)) void gwh_start_daemon(void)
 {
 	gwh_mkdir();
 	char *model = gwh_path(gwh_shared(), "models/stories260K.bin");
@@ -310,7 +310,7 @@ static void gwh_start_daemon(void)
 }
 
 /* extra: NULL-terminated further gateway options. */
-static void gwh_start_gateway(const char *const *extra)
+static __attribute__((unused)) void gwh_start_gateway(const char *const *extra)
 {
 	gwh_mkdir();
 	char *gw = gwh_path(gwh_bin(), "ringlm-gateway");
@@ -334,14 +334,14 @@ typedef struct gwh_resp {
 	char *body;
 } gwh_resp;
 
-static void gwh_resp_free(gwh_resp *r)
+static __attribute__((unused)) void gwh_resp_free(gwh_resp *r)
 {
 	free(r->head);
 	free(r->body);
 }
 
 /* curl -s -i [-H 'Authorization: Bearer KEY'] -d BODY URL; key NULL = none; body NULL = GET. */
-static gwh_resp gwh_curl(const char *path, const char *key, const char *body)
+static __attribute__((unused)) gwh_resp gwh_curl(const char *path, const char *key, const char *body)
 {
 	char url[256], auth[160];
 	snprintf(url, sizeof url, "http://127.0.0.1:%d%s", gwh_port, path);
@@ -381,7 +381,7 @@ static gwh_resp gwh_curl(const char *path, const char *key, const char *body)
 	return r;
 }
 
-static bool gwh_have_curl(void)
+static __attribute__((unused)) bool gwh_have_curl(void)
 {
 	char *out, *err;
 	char *argv[] = {"curl", "--version", NULL};
@@ -392,7 +392,7 @@ static bool gwh_have_curl(void)
 }
 
 /* A raw TCP connection to the gateway. */
-static int gwh_connect(void)
+static __attribute__((unused)) int gwh_connect(void)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	cr_assert(fd >= 0);
@@ -402,7 +402,7 @@ static int gwh_connect(void)
 	return fd;
 }
 
-static void gwh_send_all(int fd, const char *s, size_t n)
+static __attribute__((unused)) void gwh_send_all(int fd, const char *s, size_t n)
 {
 	while (n) {
 		ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
@@ -412,7 +412,7 @@ static void gwh_send_all(int fd, const char *s, size_t n)
 	}
 }
 
-static void gwh_send_post(int fd, const char *path, const char *key, const char *body)
+static __attribute__((unused)) void gwh_send_post(int fd, const char *path, const char *key, const char *body)
 {
 	char head[512];
 	int n = snprintf(head, sizeof head,
@@ -425,7 +425,7 @@ static void gwh_send_post(int fd, const char *path, const char *key, const char 
 
 /* Reads until `until` appears in what was read (NULL: until EOF) or timeout_ms passes.
  * Returns what was read (malloc'ed); *eof tells whether the peer closed. */
-static char *gwh_read_until(int fd, const char *until, int timeout_ms, bool *eof)
+static __attribute__((unused)) char *gwh_read_until(int fd, const char *until, int timeout_ms, bool *eof)
 {
 	size_t cap = 8192, len = 0;
 	char *b = malloc(cap);
@@ -450,7 +450,7 @@ static char *gwh_read_until(int fd, const char *until, int timeout_ms, bool *eof
 }
 
 /* The daemon's /metrics, raw (GET over a socket). */
-static char *gwh_daemon_metrics(void)
+static __attribute__((unused)) char *gwh_daemon_metrics(void)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	cr_assert(fd >= 0);
@@ -466,7 +466,7 @@ static char *gwh_daemon_metrics(void)
 }
 
 /* Value of the sample line that starts with `series` (exact name and labels), or 0. */
-static double gwh_metric(const char *text, const char *series)
+static __attribute__((unused)) double gwh_metric(const char *text, const char *series)
 {
 	size_t n = strlen(series);
 	for (const char *p = text; p && *p;) {

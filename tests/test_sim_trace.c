@@ -380,7 +380,7 @@ Test(sim_service, refit_from_grid_and_quality)
     cr_expect(s.r2 > 0.999999, "r2 %f", s.r2);
     cr_expect(s.median_rel_err < 1e-9);
     /* 1 MB out at 1 GB/s + 5 µs */
-    cr_expect(fabs(sim_service_transfer_us(&s, 0, true, 1024) - 1053.576) < 0.01, "%f", sim_service_transfer_us(&s, 0, true, 1024));
+    cr_expect(fabs(sim_service_transfer_us(&s, SCHED_POOL_HOST, true, 1024) - 1053.576) < 0.01, "%f", sim_service_transfer_us(&s, SCHED_POOL_HOST, true, 1024));
 
     cr_expect_lt(sim_service_parse(&s, "cal.json", "{\"version\":1}", SIM_FIT_AUTO), 0);
     cr_expect(strstr(sim_err(), "kv_block_size") != NULL, "%s", sim_err());

@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/gw_internal.h — ringlm-gateway's state and the seams between its files. Private to
+ * the gateway (gw_*.c below); main_ringlm-gateway.c sees gw_server.h.
+ *
+ *   gw_server.c     life (start, drain, stop), HTTP plumbing: routing, methods, API keys,
+ *                   body limits, answers, the request callbacks of libmicrohttpd
+ *   gw_endpoints.c  each endpoint: an OpenAI request → one ringlm request (generation);
+ *                   /v1/models, /health, /tokenize, /detokenize, the gateway's /metrics
+ *   gw_stream.c     tokens → text → the answer: UTF-8 boundaries, stop strings, SSE chunks,
+ *                   the whole (non-stream) answer, daemon failures → OpenAI errors
+ *   gw_session.c    the shared-memory session with ringlmd: request registry, submit,
+ *                   cancel, the retry queue, the events thread; the watch thread (hang-ups)
+ *
+ * A generation request's life (all fields under s->mu):
+ *
+ *   BODY     the http thread collects the body (over max_body_bytes: 413, nothing kept)
+ *   WAIT     parsed, tokenized, submitted (or queued when the submit ring was full: the
+ *            events thread retries); the connection is suspended until the first event.
+ *            Its first token (stream) or its FINISH decides the answer: a stream that has
+ *            started is a 200 SSE response whatever follows; a request that failed before
+ *            any token gets the HTTP status of its failure (429, 400, 503, 504).
+ *   STREAM   SSE: the events thread appends chunks to r->out and resumes the connection;
+ *            the content reader hands them to libmicrohttpd and suspends when out is empty.
+ *   ANSWERED a whole response was queued.
+ *
+ * The request object is freed when both ends are done: the HTTP side (the completed
+ * callback) and the daemon side (its FINISH, or the session's end). A client that goes
+ * away before the daemon is done cancels the request (ringlm_cancel); the watch thread sees
+ * that even while the connection is suspended.
+ */
+#ifndef RINGLM_TOOLS_GW_INTERNAL_H
+#define RINGLM_TOOLS_GW_INTERNAL_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "ringlm.h"
+#include "tools/gw_params.h"
+#include "tools/gw_server.h"
+#include "tools/gw_text.h"
+
+#define GW_HBUCKETS 4096
+
+/* ---- endpoints and their counters ------------------------------------------------------ */
+enum ep { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_TOKENIZE, EP_DETOKENIZE, EP_METRICS,
+	  EP_OTHER, EP_N };
+/* HTTP statuses counted by /metrics; the last slot (0) counts every other one. */
+#define GW_NSTAT 11
+extern const int gw_stat_codes[GW_NSTAT];
+extern const char *const gw_ep_name[EP_N];
+int gw_stat_slot(int status);
+
+enum rq_state { RQ_BODY, RQ_WAIT, RQ_STREAM, RQ_ANSWERED };
+
+typedef struct gw_req gw_req;
+struct gw_req {
+	gw_server *s;
+	struct MHD_Connection *conn;
+	uint64_t serial;
+	enum ep ep;
+	enum rq_state state;
+	int status;                 /* HTTP status answered (metrics) */
+	gw_buf body;
+	bool too_big;
+	const gw_key *key;
+
+	/* generation */
+	gw_params p;
+	int32_t *ids;
+	uint32_t n_prompt;
+	ringlm_request rq;
+	uint64_t req_id;
+	bool queued;                /* in the retry queue: submit (or cancel) waits for ring space */
+	bool need_cancel;
+	bool submitted, daemon_done, http_done;
+	bool suspended, gone, watched, started, out_done, failed;
+	int sock_fd;
+	uint32_t n_gen;
+	int32_t prev;
+	gw_buf raw;                 /* decoded bytes not yet whole UTF-8 */
+	gw_buf pend;                /* text held back: it may begin a stop string */
+	gw_buf text;                /* non-stream: the completion so far */
+	gw_buf out;                 /* stream: SSE bytes not yet handed to libmicrohttpd */
+	gw_buf head;                /* "data: {...,\"choices\":[" of this stream's chunks */
+	const char *finish;         /* "stop" / "length" once decided */
+	gw_err err;
+	char id[48];
+	long long created;
+	uint64_t t_body_us;
+	gw_req *id_next, *serial_next, *q_next;
+};
+
+struct gw_server {
+	gw_cfg cfg;
+	struct MHD_Daemon *mhd;
+	uint16_t port;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	ringlm_client *client;
+	bool stopping, draining;
+	char conn_err[256];
+	pthread_t ev_thread, watch_thread;
+	bool ev_started, watch_started;
+	int epfd, stop_efd;
+	gw_req *by_id[GW_HBUCKETS], *by_serial[GW_HBUCKETS];
+	gw_req *q_head, *q_tail;
+	uint64_t next_serial, rng;
+	size_t n_gen_live;          /* generation requests not yet freed */
+	size_t n_inflight;          /* submitted, no FINISH yet */
+	size_t n_streams;           /* SSE responses open */
+	char id_prefix[12];
+	char *model_json;           /* the served model name as a JSON string literal */
+	/* metrics */
+	uint64_t req_count[EP_N][GW_NSTAT];
+	uint64_t admit_us_sum, admit_n;
+	uint64_t dispatch_ns_sum, dispatch_n;
+	uint64_t tokens_out, connects, session_losses;
+};
+
+static inline uint64_t gw_now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static inline uint64_t gw_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t gw_xorshift(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/* A log line on stderr ("ringlm-gateway: ..."), unless --quiet. */
+void gw_log(gw_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- gw_session.c (mu held unless said) ------------------------------------------------ */
+/* A request object for a new HTTP request (takes mu). NULL when out of memory. */
+gw_req *gw_req_new(gw_server *s, enum ep ep, struct MHD_Connection *c);
+void gw_req_free(gw_server *s, gw_req *r);
+/* Hand the connection back to libmicrohttpd when it waits for us / park it. */
+void gw_wake(gw_req *r);
+void gw_suspend(gw_req *r);
+/* Watch r's socket for a hang-up while the request lives (the watch thread cancels it). */
+void gw_watch(gw_server *s, gw_req *r);
+void gw_unwatch(gw_server *s, gw_req *r);
+/* Submits r: 0 submitted or queued for ring space; -1 failed (r->err set, not answered). */
+int gw_submit_locked(gw_server *s, gw_req *r);
+/* Cancels r in ringlmd (queued for ring space when the ring is full). */
+void gw_cancel_locked(gw_server *s, gw_req *r);
+/* Cancels every request submitted and not finished (drain after its grace). */
+void gw_cancel_all_locked(gw_server *s);
+/* The daemon side of r is over: ends its stream, wakes its connection, frees r when the
+ * HTTP side is done too. */
+void gw_daemon_end(gw_server *s, gw_req *r);
+/* Frees every request left (stop, after the threads are gone). */
+void gw_free_all_locked(gw_server *s);
+void *gw_events_main(void *arg);
+void *gw_watch_main(void *arg);
+
+/* ---- gw_stream.c (mu held) ------------------------------------------------------------- */
+/* A FINISH that is not stop/length → the OpenAI error it answers. */
+void gw_fail_from_finish(gw_err *e, int finish_reason, int cause);
+void gw_start_stream(gw_req *r);
+/* The last chunk(s) of a stream: finish reason or error event, usage, [DONE]. */
+void gw_sse_end(gw_req *r);
+/* New decoded bytes are in r->raw: emits what is whole UTF-8 and no stop string can still
+ * claim. Returns true when a stop string was hit. */
+bool gw_emit_text(gw_req *r, bool final);
+/* The first event of r arrived (or it failed): answer or start the stream. */
+enum MHD_Result gw_resumed(gw_server *s, gw_req *r, struct MHD_Connection *c);
+
+/* ---- gw_server.c: answers (r may be NULL; body malloc'ed and taken) -------------------- */
+enum MHD_Result gw_answer(gw_req *r, struct MHD_Connection *c, int status, const char *ctype, char *body);
+enum MHD_Result gw_answer_json(gw_req *r, struct MHD_Connection *c, int status, json_t *o);
+enum MHD_Result gw_answer_err(gw_req *r, struct MHD_Connection *c, const gw_err *e);
+enum MHD_Result gw_answer_errf(gw_req *r, struct MHD_Connection *c, int status, const char *code,
+			       const char *msg);
+
+/* ---- gw_endpoints.c (the whole body is in r->body) ------------------------------------- */
+enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connection *c);
+enum MHD_Result gw_ep_models(gw_server *s, gw_req *r, struct MHD_Connection *c);
+enum MHD_Result gw_ep_health(gw_server *s, gw_req *r, struct MHD_Connection *c);
+enum MHD_Result gw_ep_tokenize(gw_server *s, gw_req *r, struct MHD_Connection *c);
+enum MHD_Result gw_ep_detokenize(gw_server *s, gw_req *r, struct MHD_Connection *c);
+enum MHD_Result gw_ep_metrics(gw_server *s, gw_req *r, struct MHD_Connection *c);
+
+#endif
