@@ -10,6 +10,7 @@
  * of the file never sees half a line, even when the daemon is killed.
  */
 #include "daemon/declog.h"
+#include "common/errdetail.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -35,18 +36,11 @@
 
 /* ---- errors ------------------------------------------------------------------------- */
 
-static __thread char declog_err[256];
+ERRDETAIL_DEFINE(declog_err);
 
-const char *declog_errmsg(void) { return declog_err; }
+const char *declog_errmsg(void) { return declog_err.msg; }
 
-__attribute__((format(printf, 2, 3))) static int seterr(int err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(declog_err, sizeof declog_err, fmt, ap);
-    va_end(ap);
-    return err;
-}
+#define seterr(err, ...) errdetail_set(&declog_err, (err), __VA_ARGS__)
 
 /* ---- rings -------------------------------------------------------------------------- */
 

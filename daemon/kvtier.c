@@ -4,6 +4,7 @@
  * into the tier file and a swap-in is a read back. See kvtier.h for the contract.
  */
 #include "daemon/kvtier.h"
+#include "common/errdetail.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,17 +27,9 @@
 /* io_uring caps one registered buffer at 1 GiB. */
 #define KVT_FIXED_CHUNK_MAX (1ull << 30)
 
-static _Thread_local char kvt_err[256];
-const char *kvtier_errmsg(void) { return kvt_err; }
-static int seterr(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int seterr(int err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(kvt_err, sizeof kvt_err, fmt, ap);
-    va_end(ap);
-    return err;
-}
+ERRDETAIL_DEFINE(kvt_err);
+const char *kvtier_errmsg(void) { return kvt_err.msg; }
+#define seterr(err, ...) errdetail_set(&kvt_err, (err), __VA_ARGS__)
 
 enum op_kind { OP_FREE = 0, OP_RW, OP_BOUNCE, OP_EVENTFD };
 

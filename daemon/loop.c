@@ -9,6 +9,7 @@
  * runs the service's iteration, publishes, and sleeps.
  */
 #include "daemon/loop.h"
+#include "common/errdetail.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -68,21 +69,12 @@ struct dloop {
 	dsess_list sessions;
 };
 
-static __thread char errmsg[256];
-
-__attribute__((format(printf, 2, 3)))
-static int set_err(int err, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(errmsg, sizeof(errmsg), fmt, ap);
-	va_end(ap);
-	return err;
-}
+ERRDETAIL_DEFINE(errmsg);
+#define set_err(err, ...) errdetail_set(&errmsg, (err), __VA_ARGS__)
 
 const char *dloop_errmsg(void)
 {
-	return errmsg;
+	return errmsg.msg;
 }
 
 void dloop_config_init(dloop_config *cfg)

@@ -4,6 +4,7 @@
  * buffer, rendered by libmicrohttpd's thread in the Prometheus text format 0.0.4.
  */
 #include "daemon/metrics.h"
+#include "common/errdetail.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,18 +28,11 @@
 
 /* ---- errors ------------------------------------------------------------------------- */
 
-static __thread char metrics_err[256];
+ERRDETAIL_DEFINE(metrics_err);
 
-const char *metrics_errmsg(void) { return metrics_err; }
+const char *metrics_errmsg(void) { return metrics_err.msg; }
 
-__attribute__((format(printf, 2, 3))) static int seterr(int err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(metrics_err, sizeof metrics_err, fmt, ap);
-    va_end(ap);
-    return err;
-}
+#define seterr(err, ...) errdetail_set(&metrics_err, (err), __VA_ARGS__)
 
 /* ---- buckets ------------------------------------------------------------------------ */
 

@@ -7,6 +7,7 @@
  * things are done the way they are.
  */
 #include "daemon/service.h"
+#include "common/errdetail.h"
 
 #include <errno.h>
 #include <liburing.h>
@@ -23,17 +24,9 @@
 
 /* ---- errors -------------------------------------------------------------------------- */
 
-static _Thread_local char svc_err[512];
-const char *svc_errmsg(void) { return svc_err; }
-static int seterr(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int seterr(int err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(svc_err, sizeof svc_err, fmt, ap);
-    va_end(ap);
-    return err;
-}
+ERRDETAIL_DEFINE(svc_err);
+const char *svc_errmsg(void) { return svc_err.msg; }
+#define seterr(err, ...) errdetail_set(&svc_err, (err), __VA_ARGS__)
 
 void svc_log(const char *fmt, ...)
 {

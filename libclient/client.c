@@ -8,6 +8,7 @@
  * -EPROTO rather than a crash.
  */
 #include "ringlm.h"
+#include "common/errdetail.h"
 
 #include <errno.h>
 #include <math.h>
@@ -76,21 +77,12 @@ struct ringlm_client {
 };
 
 /* ---- errors --------------------------------------------------------------------------- */
-static __thread char errdetail[256];
-
-__attribute__((format(printf, 2, 3)))
-static int set_err(int err, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(errdetail, sizeof(errdetail), fmt, ap);
-	va_end(ap);
-	return err;
-}
+ERRDETAIL_DEFINE(client_err);
+#define set_err(err, ...) errdetail_set(&client_err, (err), __VA_ARGS__)
 
 const char *ringlm_errdetail(void)
 {
-	return errdetail;
+	return client_err.msg;
 }
 
 #define STR_(x) #x

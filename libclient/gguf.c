@@ -5,6 +5,7 @@
  * names the field, never a read past the mapping.
  */
 #include "gguf.h"
+#include "common/errdetail.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -35,18 +36,11 @@ struct gguf_file {
     char *names; /* arena of the NUL-terminated keys and tensor names */
 };
 
-static __thread char gguf_err[320];
+ERRDETAIL_DEFINE(gguf_err);
 
-const char *gguf_errmsg(void) { return gguf_err; }
+const char *gguf_errmsg(void) { return gguf_err.msg; }
 
-__attribute__((format(printf, 2, 3))) static int seterr(int err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(gguf_err, sizeof gguf_err, fmt, ap);
-    va_end(ap);
-    return err;
-}
+#define seterr(err, ...) errdetail_set(&gguf_err, (err), __VA_ARGS__)
 
 /* ---- type tables -------------------------------------------------------------------- */
 
@@ -396,9 +390,7 @@ int gguf_open(const char *path, gguf_file **out)
     g->mapped = true;
     int err = open_common(g, out);
     if (err) {
-        char detail[sizeof gguf_err];
-        snprintf(detail, sizeof detail, "%s", gguf_err);
-        seterr(err, "%s: %s", path, detail);
+        seterr(err, "%s: %s", path, gguf_err.msg); /* errdetail: may wrap itself */
     }
     return err;
 }

@@ -7,6 +7,7 @@
 #include "tokenizer.h"
 #include "gguf.h"
 #include "tok_internal.h"
+#include "common/errdetail.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -16,15 +17,16 @@
 
 /* ---- errors ------------------------------------------------------------------------ */
 
-static __thread char tok_err[256];
+ERRDETAIL_DEFINE(tok_err);
 
-const char *tok_errmsg(void) { return tok_err; }
+const char *tok_errmsg(void) { return tok_err.msg; }
 
+/* A function, not errdetail_set's macro: tok_bpe.c reports through it too. */
 int tok_seterr(int err, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tok_err, sizeof tok_err, fmt, ap);
+    errdetail_vset(&tok_err, err, fmt, ap);
     va_end(ap);
     return err;
 }
@@ -217,9 +219,7 @@ int tok_load(const char *path, int vocab_size, tok_tokenizer **out)
     }
     err = tok_load_mem(buf, len, vocab_size, out);
     if (err) {
-        char detail[256];
-        snprintf(detail, sizeof detail, "%s", tok_err);
-        tok_seterr(err, "%s: %s", path, detail);
+        tok_seterr(err, "%s: %s", path, tok_err.msg); /* errdetail: may wrap itself */
     }
 out:
     free(buf);
@@ -680,9 +680,7 @@ int tok_load_gguf(const char *path, int vocab_size, tok_tokenizer **out)
         return tok_seterr(err, "%s", gguf_errmsg());
     err = load_gguf_vocab(g, vocab_size, out);
     if (err) {
-        char detail[256];
-        snprintf(detail, sizeof detail, "%s", tok_err);
-        tok_seterr(err, "%s: %s", path, detail);
+        tok_seterr(err, "%s: %s", path, tok_err.msg); /* errdetail: may wrap itself */
     }
     gguf_close(g);
     return err;

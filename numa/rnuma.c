@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "numa/rnuma.h"
+#include "common/errdetail.h"
 
 #include <errno.h>
 #include <numa.h>
@@ -13,18 +14,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-static _Thread_local char rnuma_err[256];
+ERRDETAIL_DEFINE(rnuma_err);
+#define seterr(err, ...) errdetail_set(&rnuma_err, (err), __VA_ARGS__)
 
-static int seterr(int err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(rnuma_err, sizeof rnuma_err, fmt, ap);
-    va_end(ap);
-    return err;
-}
-
-const char *rnuma_errmsg(void) { return rnuma_err; }
+const char *rnuma_errmsg(void) { return rnuma_err.msg; }
 
 static int have_numa(void) { return numa_available() >= 0; }
 

@@ -2,6 +2,7 @@
 /* event.c — stable names of every scheduler enum, the error detail string, and the JSON-line
  * writer of DESIGN.md §5 shared by the daemon's decision log and the simulator. */
 #include "sched/sched.h"
+#include "common/errdetail.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -143,16 +144,15 @@ sched_end_code sched_timeout_cause(sched_timeout_reason r)
 
 /* Thread-local so two schedulers on two threads never read each other's message; it is the
  * only state outside a scheduler or a policy. */
-static __thread char last_error[256];
+ERRDETAIL_DEFINE(last_error);
 
-const char *sched_last_error(void) { return last_error; }
+const char *sched_last_error(void) { return last_error.msg; }
 
-void sched__set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void sched__set_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    errdetail_vset(&last_error, 0, fmt, ap);
     va_end(ap);
 }
 

@@ -1,16 +1,14 @@
 /* ringlm — simulator error detail. SPDX-License-Identifier: MIT */
 #include "sim/err.h"
+#include "common/errdetail.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 
-static __thread char sim_err_buf[512];
+ERRDETAIL_DEFINE(sim_err_buf);
 
-static void sim_err_vset(const char *fmt, va_list ap)
-{
-    vsnprintf(sim_err_buf, sizeof sim_err_buf, fmt, ap);
-}
+static void sim_err_vset(const char *fmt, va_list ap) { errdetail_vset(&sim_err_buf, 0, fmt, ap); }
 
 int sim_err_set(const char *fmt, ...)
 {
@@ -30,4 +28,4 @@ int sim_err_setc(int neg_errno, const char *fmt, ...)
     return neg_errno;
 }
 
-const char *sim_err(void) { return sim_err_buf; }
+const char *sim_err(void) { return sim_err_buf.msg; }
