@@ -41,7 +41,8 @@ static void usage(FILE *f)
 		"                           request; the daemon's [trust] must list this uid) and\n"
 		"                           default class of a key; other keys get 401. Without it\n"
 		"                           every request is this process's own tenant\n"
-		"  --chat-template NAME     %s (default plain)\n"
+		"  --chat-template NAME     %s (default: the template of a GGUF\n"
+		"                           --tokenizer file, refused when not one of these; else plain)\n"
 		"  --served-model-name NAME the model id of /v1/models and of requests (default ringlm)\n"
 		"  --max-model-len N        context length in tokens, for chat's default max_tokens\n"
 		"                           and /v1/models (default unknown: chat defaults to 256)\n"
@@ -95,7 +96,7 @@ bad:
 
 int main(int argc, char **argv)
 {
-	const char *tok_path = NULL, *keys_path = NULL, *tpl_name = "plain";
+	const char *tok_path = NULL, *keys_path = NULL, *tpl_name = NULL;
 	char addr[64] = "127.0.0.1";
 	gw_cfg cfg = {
 		.port = 8000,
@@ -154,7 +155,16 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	cfg.listen_addr = addr;
-	int t = gw_template_by_name(tpl_name);
+	int t = tpl_name ? gw_template_by_name(tpl_name) : GW_TPL_PLAIN;
+	if (!tpl_name && tok_path) { /* the model's own tokenizer.chat_template, when GGUF */
+		int mt = ringlm_chat_template_of_model(tok_path);
+		if (mt == -ENOTSUP) {
+			fprintf(stderr, "ringlm-gateway: %s (pass --chat-template NAME)\n", ringlm_errdetail());
+			return 2;
+		}
+		if (mt >= 0)
+			t = mt;
+	}
 	if (t < 0) {
 		fprintf(stderr, "ringlm-gateway: unknown --chat-template '%s' (known: %s)\n", tpl_name,
 			gw_template_names());
