@@ -74,8 +74,7 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
         else bad_tenant = true;
     }
     r->tenant = tenant;
-    const sched_tenant_cfg *tc = sched_policy_tenant(s->policy, tenant);
-    snprintf(r->tenant_name, sizeof r->tenant_name, "%s", tc ? tc->name : "?");
+    snprintf(r->tenant_name, sizeof r->tenant_name, "%s", ut_label(s, tenant));
     int ci = sched_policy_class_index(s->policy, class_name && class_name[0] ? class_name : NULL);
     r->class_idx = ci;
     const sched_class_cfg *cc = ci >= 0 ? sched_policy_class(s->policy, ci) : NULL;
@@ -147,10 +146,11 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
     if (hdr->deadline_us) r->deadline_us = s->now_us + hdr->deadline_us;
 
     /* prefix cache: one domain per tenant, the tenant this daemon decided (SO_PEERCRED, or
-     * a trusted gateway's tag) — never a value the client chose */
+     * a trusted gateway's tag), per uid under the built-in policy — never a value the
+     * client chose */
     sched_request sr = {.id = r->id, .tenant = tenant, .class_idx = ci, .prompt_len = n_prompt,
                         .max_new_tokens = hdr->max_new_tokens, .deadline_us = r->deadline_us,
-                        .arrival_us = s->now_us, .tokens = r->tokens, .cache_salt = (uint64_t)tenant + 1};
+                        .arrival_us = s->now_us, .tokens = r->tokens, .cache_salt = ut_cache_salt(s, tenant, ss->uid)};
     sched_reject_reason rr = SCHED_REJECT_NONE;
     int rc = sched_submit(s->sched, &sr, s->now_us, &rr);
     if (rc < 0) {

@@ -15,7 +15,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdalign.h>
@@ -24,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,6 +31,7 @@
 #include "sched/sched.h"
 #define DECLOG_HAVE_SCHED 1
 #endif
+#include "shm/ring.h"
 
 /* ---- errors ------------------------------------------------------------------------- */
 
@@ -68,27 +67,23 @@ struct declog {
     pthread_t writer;
     bool writer_started;
     alignas(CACHELINE) _Atomic uint32_t wake_seq; /* futex word */
-    _Atomic int writer_sleeping;
+    uint32_t writer_sleeping; /* the writer's half of the sleep/wake handshake (shm/ring.h) */
     _Atomic int stop;
 };
-
-static long futex(_Atomic uint32_t *uaddr, int op, uint32_t val, const struct timespec *ts)
-{
-    return syscall(SYS_futex, (uint32_t *)uaddr, op, val, ts, NULL, 0);
-}
 
 static void wake_writer(declog *d)
 {
     atomic_fetch_add_explicit(&d->wake_seq, 1, memory_order_release);
-    futex(&d->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL);
+    futex_wake((const uint32_t *)&d->wake_seq, 1, FUTEX_SCOPE_PROCESS);
 }
 
-/* The producer's wake: one syscall per writer sleep, however many lines arrive before the
- * writer actually runs (taking the flag makes the next caller see it awake). */
+/* The producer's wake, after it published lines: the waker's half of the handshake. One
+ * syscall per writer sleep, however many lines arrive before the writer actually runs
+ * (taking the flag makes the next caller see it awake). */
 static void wake_if_sleeping(declog *d)
 {
-    if (atomic_load_explicit(&d->writer_sleeping, memory_order_relaxed) &&
-        atomic_exchange_explicit(&d->writer_sleeping, 0, memory_order_acq_rel))
+    if (ring_handshake_peer_waits(&d->writer_sleeping) &&
+        __atomic_exchange_n(&d->writer_sleeping, 0, __ATOMIC_ACQ_REL))
         wake_writer(d);
 }
 
@@ -124,10 +119,7 @@ static int ring_put(declog *d, logring *r, const char *line, size_t len)
                           memory_order_relaxed);
     /* Hand-over costs no syscall unless the writer sleeps and a quarter of the ring waits:
      * otherwise its periodic wake picks the lines up. */
-    if (prod + need - r->cons_cache > cap / 4) {
-        atomic_thread_fence(memory_order_seq_cst);
-        wake_if_sleeping(d);
-    }
+    if (prod + need - r->cons_cache > cap / 4) wake_if_sleeping(d);
     return 0;
 }
 
@@ -208,7 +200,7 @@ static void *writer_main(void *arg)
             for (int i = 0; i < DECLOG_NLOGS; i++) ring_drain(&d->log[i]);
             break;
         }
-        atomic_store_explicit(&d->writer_sleeping, 1, memory_order_seq_cst);
+        ring_handshake_announce(&d->writer_sleeping);
         bool pending = false;
         for (int i = 0; i < DECLOG_NLOGS; i++)
             if (d->log[i].fd >= 0 && atomic_load_explicit(&d->log[i].prod, memory_order_seq_cst) !=
@@ -217,10 +209,9 @@ static void *writer_main(void *arg)
         if (!pending && !atomic_load(&d->stop)) {
             /* 10 ms: lines reach the file quickly enough to tail, and an idle daemon wakes
              * this thread only 100 times a second. */
-            struct timespec ts = {0, 10 * 1000 * 1000};
-            futex(&d->wake_seq, FUTEX_WAIT_PRIVATE, seq, &ts);
+            futex_wait((const uint32_t *)&d->wake_seq, seq, 10 * 1000 * 1000, FUTEX_SCOPE_PROCESS);
         }
-        atomic_store_explicit(&d->writer_sleeping, 0, memory_order_relaxed);
+        ring_store32(&d->writer_sleeping, 0);
     }
     for (int i = 0; i < DECLOG_NLOGS; i++) report_drops(&d->log[i], true);
     return NULL;

@@ -326,17 +326,27 @@ uint64_t req_check_backpressure(svc *s, uint64_t now_us)
     return next_wake;
 }
 
+/* Records the loop may take from a session this iteration; -1: none until something
+ * changes (the loop sleeps over its submit ring). A blocked session is still read up to the
+ * session bound: what its client submitted before it stopped reading is answered like what
+ * the loop happened to read first (deferred, then cancelled output_backpressure), not left
+ * in its ring to run only once the client reads again; at the bound it costs nothing per
+ * iteration. */
 int req_drain_budget(svc *s, dsess *ds)
 {
     svc_sess *ss = dsess_user(ds);
     if (!ss) return SVC_RECORDS_PER_SESSION_ITER;
-    if (ss->blocked) return -1;
+    int room = SVC_RECORDS_PER_SESSION_ITER;
+    if (ss->blocked) {
+        if (ss->n_reqs >= SVC_MAX_REQS_PER_SESSION) return -1;
+        room = SVC_MAX_REQS_PER_SESSION - ss->n_reqs;
+        if (room > SVC_RECORDS_PER_SESSION_ITER) room = SVC_RECORDS_PER_SESSION_ITER;
+    }
     /* A trusted session (a gateway) carries many tenants' requests: its own bound only. */
-    if (ss->trusted || ss->tenant < 0 || ss->tenant >= s->n_tenants)
-        return SVC_RECORDS_PER_SESSION_ITER;
+    if (ss->trusted || ss->tenant < 0 || ss->tenant >= s->n_tenants) return room;
     uint32_t used = s->tenant_records[ss->tenant], cap = s->cfg.max_records_per_tenant_iter;
     uint32_t left = used < cap ? cap - used : 0;
-    return (int)(left < SVC_RECORDS_PER_SESSION_ITER ? left : SVC_RECORDS_PER_SESSION_ITER);
+    return (int)(left < (uint32_t)room ? left : (uint32_t)room);
 }
 
 /* ---- sessions ------------------------------------------------------------------------ */
@@ -344,13 +354,16 @@ int req_drain_budget(svc *s, dsess *ds)
 int req_session_open(svc *s, dsess *ds)
 {
     uint32_t uid = (uint32_t)dsess_uid(ds);
-    int tenant = sched_policy_tenant_for_uid(s->policy, uid);
+    int tenant = s->per_uid ? ut_acquire(s, uid) : sched_policy_tenant_for_uid(s->policy, uid);
     if (tenant < 0) {
         svc_log("refusing uid %u: not mapped to a tenant and the policy has no default tenant", uid);
         return -EPERM;
     }
     svc_sess *ss = calloc(1, sizeof *ss);
-    if (!ss) return -ENOMEM;
+    if (!ss) {
+        ut_release(s, tenant);
+        return -ENOMEM;
+    }
     ss->ds = ds;
     ss->uid = uid;
     ss->tenant = tenant;
@@ -394,6 +407,7 @@ void req_session_close(svc *s, dsess *ds)
         if (r->ended) req_log_and_free(s, r);
     }
     dsess_set_user(ds, NULL);
+    ut_release(s, ss->tenant);
     free(ss);
     s->stats_dirty = true;
 }
@@ -408,9 +422,23 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
     svc *s = ctx;
     const char *reason = sched_event_reason_name(ev);
     DTRACE_PROBE3(ringlmd, decision, (int)ev->kind, ev->req, reason);
-    if (s->logs && declog_has_decisions(s->logs)) declog_decision(s->logs, ev);
     svc_req *r = req_find(s, ev->req);
-    int series = r ? r->series : metrics_series(s->mx, ev->tenant, ev->class_name);
+    if (s->logs && declog_has_decisions(s->logs)) {
+        if (s->per_uid && ev->tenant) {
+            /* the scheduler knows the slot; the log names the uid that holds it */
+            sched_event named = *ev;
+            named.tenant = r ? r->tenant_name
+                             : ut_label(s, sched_policy_tenant_index(s->policy, ev->tenant));
+            declog_decision(s->logs, &named);
+        } else {
+            declog_decision(s->logs, ev);
+        }
+    }
+    int series = r ? r->series
+                   : metrics_series(s->mx, s->per_uid && ev->tenant
+                                               ? ut_label(s, sched_policy_tenant_index(s->policy, ev->tenant))
+                                               : ev->tenant,
+                                    ev->class_name);
     switch (ev->kind) {
     case SCHED_EV_REJECT:
         metrics_count_reject(s->mx, series, reason);

@@ -40,14 +40,15 @@ void svc_log(const char *fmt, ...)
 
 /* ---- the built-in policy ------------------------------------------------------------- */
 
-/* Used when no --policy is given: one class, one tenant, token-budget scheduling with
- * automatic swap/recompute choice. Every uid maps to the default tenant. The step knobs and
- * the tenant's queued-token quota are sim/policies/token-budget.policy's, the output of
+/* Used when no --policy is given: one class, one tenant per uid (uidtenants.c appends the
+ * tenants), token-budget scheduling with automatic swap/recompute choice. The step knobs and
+ * the tenants' queued-token quota are sim/policies/token-budget.policy's, the output of
  * `ringlm-sim --tune` on the Azure code trace at ×1..×4 with the built-in (H200) service model,
  * checked on the conversation trace (README "Tuned default policy"). The queue is bounded:
- * past 50,000 waiting prompt tokens (tenant_quota) or 4096 waiting requests (queue_full) new
- * ones are refused at the door instead of growing memory and latency without end. */
-static const char builtin_policy[] =
+ * past 50,000 waiting prompt tokens of one uid (tenant_quota) or 4096 waiting requests
+ * (queue_full) new ones are refused at the door instead of growing memory and latency
+ * without end. */
+static const char builtin_scheduler[] =
     "# ringlmd built-in policy\n"
     "[scheduler]\n"
     "mode = token_budget\n"
@@ -56,10 +57,7 @@ static const char builtin_policy[] =
     "prefill_chunk = 2048\n"
     "decode_reserve_tokens = 64\n"
     "preemption = auto\n"
-    "queue_max_requests = 4096\n"
-    "default_tenant = default\n"
-    "[tenant default]\n"
-    "max_queued_tokens = 50000\n";
+    "queue_max_requests = 4096\n";
 
 /* ---- loop callbacks ------------------------------------------------------------------ */
 
@@ -286,6 +284,12 @@ int svc_create(const svc_config *cfg, svc **out)
     } else {
         snprintf(s->policy_name, sizeof s->policy_name, "built-in");
     }
+    static char builtin_policy[8192];
+    if (!text && !ut_builtin_text(builtin_policy, sizeof builtin_policy, builtin_scheduler)) {
+        rc = seterr(-ENOSPC, "built-in policy: text does not fit");
+        goto fail;
+    }
+    s->per_uid = !text;
     sched_policy_error perr = {0};
     rc = sched_policy_parse(text ? text : builtin_policy, &s->policy, &perr);
     free(text);
@@ -295,6 +299,7 @@ int svc_create(const svc_config *cfg, svc **out)
         goto fail;
     }
     snprintf(s->policy_hash_hex, sizeof s->policy_hash_hex, "%s", sched_policy_hash_hex(s->policy));
+    ut_init(s);
 
     rc = eng_model_load(cfg->model, &s->model);
     if (rc < 0) { rc = seterr(rc, "model %s: %s", cfg->model, eng_errmsg()); goto fail; }

@@ -44,6 +44,8 @@
 #define SVC_STATS_INTERVAL_US 20000
 /* (tenant, class) series whose queue depths are recounted for the gauges */
 #define SVC_MAX_SERIES 512
+/* The built-in policy's per-uid tenants (uidtenants.c); one more index is "other-uids". */
+#define SVC_UID_TENANTS (SCHED_MAX_TENANTS - 1)
 
 typedef struct svc_sess svc_sess;
 
@@ -82,7 +84,8 @@ struct svc_sess {
     int n_reqs;               /* every request not yet freed: live, and ended but undelivered */
     /* The outbox: requests with tokens or a FINISH to push, oldest first. While the event
      * ring is full (blocked) the session costs O(1) per iteration: one look at the ring's
-     * free space; its submit ring is not read (it waits there, in the client's memory). */
+     * free space; its submit ring is read only while it holds fewer than the session bound
+     * of requests (the rest waits there, in the client's memory). */
     svc_req *out_head, *out_tail;
     svc_sess *out_prev, *out_next; /* svc.out_sessions: the sessions whose outbox is not empty */
     bool in_out_list;
@@ -124,6 +127,21 @@ struct svc {
     /* records (requests, cancels) taken from each tenant's sessions in this iteration */
     uint32_t *tenant_records;
     int n_tenants;
+
+    /* uidtenants.c: the built-in policy's tenant per uid (per_uid: no --policy) */
+    bool per_uid;
+    struct svc_uid_tenant {
+        int tenant;           /* the scheduler's index of this slot */
+        uint32_t uid;
+        bool bound;           /* belongs to uid (until another uid takes it over) */
+        bool busy;            /* scratch: its old work is not released yet */
+        uint32_t sessions;
+        uint64_t last_us;     /* last session opened or closed */
+        char label[SCHED_NAME_MAX]; /* "uid<N>": its name in the logs and metrics */
+    } ut[SVC_UID_TENANTS];
+    int8_t ut_slot_of[SCHED_MAX_TENANTS]; /* tenant index → slot, -1 */
+    int ut_overflow;          /* "other-uids" */
+    uint64_t ut_overflow_sessions, ut_overflow_logged_us;
 
     /* execute.c: the batch under construction and the per-sampling-row state */
     int max_tokens, max_seqs, bt_stride;
@@ -199,6 +217,20 @@ void req_on_sched_event(void *ctx, const sched_event *ev);
 void req_plan_ended(svc *s, const sched_plan *p);
 /* Ends the requests that finished in the last commit (its results carry how). */
 void req_commit_ended(svc *s, const sched_result *res, int n);
+
+/* ---- uidtenants.c --------------------------------------------------------------------- */
+/* The built-in policy: scheduler_section, then the per-uid tenants. false: cap too small. */
+bool ut_builtin_text(char *buf, size_t cap, const char *scheduler_section);
+/* After the policy is parsed (s->per_uid set): finds the slots' tenant indices. */
+void ut_init(svc *s);
+/* The tenant of a new session of uid (its slot, a slot taken over, or "other-uids"). */
+int ut_acquire(svc *s, uint32_t uid);
+/* A session of that tenant closed. */
+void ut_release(svc *s, int tenant);
+/* A tenant's name in the logs and metrics ("uid1000" for a bound slot). */
+const char *ut_label(const svc *s, int tenant);
+/* The prefix cache's domain: the uid under the built-in policy, else the tenant. */
+uint64_t ut_cache_salt(const svc *s, int tenant, uint32_t uid);
 
 /* ---- admission.c ---------------------------------------------------------------------- */
 void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,

@@ -205,7 +205,7 @@ int dsess_publish(dsess *s)
 	/* The handshake with the client's sleep (published; now its flag).  The flag is
 	 * client-written: any nonzero value costs only that client a wake syscall. */
 	if (ring_handshake_peer_waits(&s->cseg->client_sleeping)) {
-		ring_futex_wake((const uint32_t *)&s->dseg->ev_prod, 1);
+		futex_wake((const uint32_t *)&s->dseg->ev_prod, 1, FUTEX_SCOPE_SHARED);
 		return 2;
 	}
 	return 1;
@@ -253,7 +253,7 @@ void dsess_write_closed(dsess *s, int err, const char *reason)
 	s->dseg->end_errno = err;
 	ring_store32(&s->dseg->state, RINGLM_WIRE_ST_CLOSED);
 	ring_full_fence();
-	ring_futex_wake((const uint32_t *)&s->dseg->ev_prod, 1);
+	futex_wake((const uint32_t *)&s->dseg->ev_prod, 1, FUTEX_SCOPE_SHARED);
 }
 
 /* ---- the service's side (daemon/loop.h) ---------------------------------------------- */

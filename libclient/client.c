@@ -444,7 +444,7 @@ static void ring_daemon(ringlm_client *c)
 		return;
 	}
 	__atomic_add_fetch(&c->cseg->doorbell, 1, __ATOMIC_RELEASE);
-	ring_futex_wake(&c->cseg->doorbell, 1);
+	futex_wake(&c->cseg->doorbell, 1, FUTEX_SCOPE_SHARED);
 }
 
 /* ---- submit side ---------------------------------------------------------------------- */
@@ -676,7 +676,7 @@ int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms)
 		int64_t slice = SLEEP_SLICE_NS;
 		if (deadline != UINT64_MAX && (int64_t)(deadline - now) < slice)
 			slice = (int64_t)(deadline - now);
-		r = ring_futex_wait((const uint32_t *)c->ev.prod_p, (uint32_t)prod, slice);
+		r = futex_wait((const uint32_t *)c->ev.prod_p, (uint32_t)prod, slice, FUTEX_SCOPE_SHARED);
 		ring_store32(&c->cseg->client_sleeping, 0);
 		if (r == -EINTR)
 			return set_err(-EINTR, "interrupted while waiting for events");

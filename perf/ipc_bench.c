@@ -255,7 +255,7 @@ static void *duo_producer(void *arg)
 			ring_handshake_announce(&d->prod_sleeping);
 			uint64_t c = ring_load_acquire(&d->cons);
 			if (c == p.cached_cons)
-				ring_futex_wait((const uint32_t *)&d->cons, (uint32_t)c, -1);
+				futex_wait((const uint32_t *)&d->cons, (uint32_t)c, -1, FUTEX_SCOPE_SHARED);
 			ring_store32(&d->prod_sleeping, 0);
 			continue;
 		}
@@ -266,7 +266,7 @@ static void *duo_producer(void *arg)
 		}
 		ring_ev_publish(&p);
 		if (ring_handshake_peer_waits(&d->cons_sleeping))
-			ring_futex_wake((const uint32_t *)&d->prod, 1);
+			futex_wake((const uint32_t *)&d->prod, 1, FUTEX_SCOPE_SHARED);
 	}
 	return NULL;
 }
@@ -288,7 +288,7 @@ static void *duo_consumer(void *arg)
 			ring_handshake_announce(&d->cons_sleeping);
 			uint64_t p = ring_load_acquire(&d->prod);
 			if (p == c.cons)
-				ring_futex_wait((const uint32_t *)&d->prod, (uint32_t)p, -1);
+				futex_wait((const uint32_t *)&d->prod, (uint32_t)p, -1, FUTEX_SCOPE_SHARED);
 			ring_store32(&d->cons_sleeping, 0);
 			continue;
 		}
@@ -297,7 +297,7 @@ static void *duo_consumer(void *arg)
 				return (void *)"event lost, duplicated or out of order";
 		ring_ev_consume(&c, (uint64_t)n);
 		if (ring_handshake_peer_waits(&d->prod_sleeping))
-			ring_futex_wake((const uint32_t *)&d->cons, 1);
+			futex_wake((const uint32_t *)&d->cons, 1, FUTEX_SCOPE_SHARED);
 	}
 	return NULL;
 }

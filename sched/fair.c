@@ -67,3 +67,27 @@ void sc_fair_rejoin(sched *s, int tenant)
         if (s->ts[i].n_live && s->ts[i].vt < mn) mn = s->ts[i].vt;
     if (mn != INFINITY && s->ts[tenant].vt < mn) s->ts[tenant].vt = mn;
 }
+
+/* A tenant index handed to a new owner.  Its counter restarts level with the lowest of the
+ * others': the new owner inherits neither the old owner's debt (it would wait behind everyone)
+ * nor its credit; a later submit lifts it further to the active minimum (sc_fair_rejoin). */
+int sched_tenant_recycle(sched *s, int tenant)
+{
+    if (!s || tenant < 0 || tenant >= s->n_tenants) {
+        sched__set_error("sched_tenant_recycle: no tenant %d", tenant);
+        return -ENOENT;
+    }
+    tenant_state *t = &s->ts[tenant];
+    if (t->n_live || t->kv_blocks || t->moving_in || t->pending_out) {
+        sched__set_error("sched_tenant_recycle: tenant %s still has %u requests and %u blocks",
+                         s->ten[tenant]->name, t->n_live, t->kv_blocks);
+        return -EBUSY;
+    }
+    double mn = INFINITY;
+    for (int i = 0; i < s->n_tenants; i++)
+        if (i != tenant && s->ts[i].vt < mn) mn = s->ts[i].vt;
+    t->vt = mn == INFINITY ? 0 : mn;
+    t->bucket = s->ten[tenant]->token_rate_per_s;
+    memset(&t->st, 0, sizeof t->st);
+    return 0;
+}

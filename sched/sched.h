@@ -732,6 +732,14 @@ typedef struct sched_group_stats {
 } sched_group_stats;
 
 int sched_get_tenant_stats(const sched *s, int tenant, sched_group_stats *out); /* -ENOENT */
+
+/* Hands a tenant index to a new owner (the daemon's per-uid tenants of its built-in policy
+ * are a fixed set of indices bound to uids as they come): its fair-share counter restarts
+ * level with the lowest of the other tenants' — the new owner neither inherits the old
+ * owner's debt nor gets credit to burst past everyone — its token bucket is full and its
+ * stats restart at zero.  0; -ENOENT no such tenant; -EBUSY while the tenant has a request
+ * that is not released yet or holds blocks (the old owner's work is not done). */
+int sched_tenant_recycle(sched *s, int tenant);
 int sched_get_class_stats(const sched *s, int class_idx, sched_group_stats *out);
 
 typedef enum sched_req_state {

@@ -4,7 +4,9 @@
 # `make test`). Includes are "folder/file.h" paths from the repository root; a bare
 # "file.h" must name a file of the including folder itself (the compiler's -Ilibclient
 # would otherwise let any folder reach libclient/ unseen), except "ringlm.h", the public
-# header, which counts as libclient/.
+# header, which counts as libclient/. An angle-bracket include is checked the same way when it
+# names a file of ours (<daemon/x.h>, <ringlm.h>), and sched/ may not include the headers of
+# threads, clocks, files or signals (<pthread.h>, <time.h>, <unistd.h>, <sys/...>, ...).
 set -u
 cd "$(dirname "$0")/.."
 ours="common shm sched numa formats libclient kernels sim daemon tools perf tests fuzz"
@@ -21,7 +23,7 @@ sched     |
 numa      |
 formats   |
 libclient | shm
-kernels   | numa libclient/tokenizer.h libclient/gguf.h
+kernels   | numa libclient/tokenizer.h libclient/gguf.h shm/futex.h
 sim       | sched formats
 tools     | libclient shm formats
 daemon    | shm sched numa kernels formats libclient
@@ -29,7 +31,8 @@ fuzz      | shm libclient formats sched
 EOF
 }
 # kernels/ reaches libclient/ only for the two model-file readers it shares with clients: the
-# tokenizer and the GGUF reader (declared by file, so nothing else of libclient/ leaks in).
+# tokenizer and the GGUF reader (declared by file, so nothing else of libclient/ leaks in);
+# it reaches shm/ only for the futex wrapper (header only: the worker pool's sleeps).
 # perf/ and tests/ may include everything: they exercise every module, the daemon's
 # internals included (tests/ and perf/ are the daemon's tests); nothing else includes daemon/.
 
@@ -40,7 +43,7 @@ files=$(rules | while IFS='|' read -r folder _; do
         done | sort)
 if [ -n "$files" ]; then
   # shellcheck disable=SC2086
-  grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' $files /dev/null |
+  grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*["<]' $files /dev/null |
   awk -v ours="$ours" -v rules="$(rules)" '
     BEGIN {
       n = split(ours, o, " "); for (i = 1; i <= n; i++) isours[o[i]] = 1
@@ -57,9 +60,21 @@ if [ -n "$files" ]; then
     {
       file = $0; sub(/:.*/, "", file)
       rest = substr($0, length(file) + 2); line = rest; sub(/:.*/, "", line)
-      inc = rest; sub(/^[^"]*"/, "", inc); sub(/".*/, "", inc)
+      angle = rest ~ /include[[:space:]]*</
+      inc = rest
+      if (angle) { sub(/^[^<]*</, "", inc); sub(/>.*/, "", inc) }
+      else { sub(/^[^"]*"/, "", inc); sub(/".*/, "", inc) }
       folder = file; sub(/\/.*/, "", folder)
       dir = file; sub(/\/[^\/]*$/, "", dir)
+      top = inc; sub(/\/.*/, "", top)
+      # <...> names a system header unless it is one of ours in disguise: "folder/x.h" of
+      # ours, or the public header that -Ilibclient makes reachable as <ringlm.h>.
+      if (angle && !(inc ~ /\// && (top in isours)) && inc != "ringlm.h") {
+        # sched/: no I/O, no clock reads, no threads (DESIGN §1) — not even their headers.
+        if (folder == "sched" && inc ~ /^(pthread|threads|time|unistd|fcntl|stdatomic|dirent|poll|signal)\.h$|^sys\//)
+        { printf "layering: %s:%s includes <%s>: sched/ does no I/O, reads no clock, starts no threads\n", file, line, inc; bad = 1 }
+        next
+      }
       why = ""
       if (inc ~ /(^|\/)\.\.\//) why = "a relative path"
       else if (inc ~ /\//) {

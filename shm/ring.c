@@ -6,11 +6,9 @@
 #include "shm/ring.h"
 
 #include <errno.h>
-#include <linux/futex.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 __attribute__((format(printf, 3, 4)))
@@ -144,28 +142,6 @@ int64_t ring_ev_avail(struct ring_ev_cons *c, uint64_t want, char *why, size_t w
 			   (unsigned long long)(prod - c->cons), (unsigned long long)(c->mask + 1));
 	c->cached_prod = prod;
 	return (int64_t)(prod - c->cons);
-}
-
-int ring_futex_wait(const uint32_t *word, uint32_t expected, int64_t timeout_ns)
-{
-	struct timespec ts, *tsp = NULL;
-	if (timeout_ns >= 0) {
-		ts.tv_sec = timeout_ns / 1000000000;
-		ts.tv_nsec = timeout_ns % 1000000000;
-		tsp = &ts;
-	}
-	long r = syscall(SYS_futex, word, FUTEX_WAIT, expected, tsp, NULL, 0);
-	if (r == 0)
-		return 0;
-	if (errno == EAGAIN)
-		return 0;
-	return -errno;
-}
-
-int ring_futex_wake(const uint32_t *word, int n)
-{
-	long r = syscall(SYS_futex, word, FUTEX_WAKE, n, NULL, NULL, 0);
-	return r < 0 ? -errno : (int)r;
 }
 
 uint64_t ring_now_ns(void)

@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "shm/futex.h"
 #include "shm/wire.h"
 
 /* ---- memory ordering ------------------------------------------------------------------ */
@@ -205,13 +206,8 @@ static inline int ring_handshake_peer_waits(const uint32_t *flag)
 	return ring_load32(flag) != 0;
 }
 
-/* ---- futex doorbell (shared futexes: no FUTEX_PRIVATE_FLAG, the word is in a segment
- * mapped by two processes) --------------------------------------------------------------- */
-/* Sleeps while *word == expected, at most timeout_ns (< 0: no limit).  Returns 0 when
- * woken or the value differed, -ETIMEDOUT, -EINTR. */
-int ring_futex_wait(const uint32_t *word, uint32_t expected, int64_t timeout_ns);
-/* Wakes up to n waiters on word. Returns the number woken or -errno. */
-int ring_futex_wake(const uint32_t *word, int n);
+/* The doorbells themselves are futexes on the published index words, shared between the
+ * two processes: futex_wait / futex_wake (shm/futex.h) with FUTEX_SCOPE_SHARED. */
 
 /* CLOCK_MONOTONIC in ns / µs. */
 uint64_t ring_now_ns(void);

@@ -231,7 +231,7 @@ static void *producer(void *arg)
 			uint64_t c = ring_load_acquire(&d->cons);
 			if (c == p.cached_cons) {
 				d->producer_sleeps++;
-				ring_futex_wait((const uint32_t *)&d->cons, (uint32_t)c, -1);
+				futex_wait((const uint32_t *)&d->cons, (uint32_t)c, -1, FUTEX_SCOPE_SHARED);
 			}
 			ring_store32(&d->prod_sleeping, 0);
 			continue;
@@ -245,7 +245,7 @@ static void *producer(void *arg)
 		}
 		ring_ev_publish(&p);
 		if (ring_handshake_peer_waits(&d->cons_sleeping))
-			ring_futex_wake((const uint32_t *)&d->prod, 1);
+			futex_wake((const uint32_t *)&d->prod, 1, FUTEX_SCOPE_SHARED);
 	}
 	return NULL;
 }
@@ -269,7 +269,7 @@ static void *consumer(void *arg)
 			uint64_t p = ring_load_acquire(&d->prod);
 			if (p == c.cons) {
 				d->consumer_sleeps++;
-				ring_futex_wait((const uint32_t *)&d->prod, (uint32_t)p, -1);
+				futex_wait((const uint32_t *)&d->prod, (uint32_t)p, -1, FUTEX_SCOPE_SHARED);
 			}
 			ring_store32(&d->cons_sleeping, 0);
 			continue;
@@ -281,7 +281,7 @@ static void *consumer(void *arg)
 		}
 		ring_ev_consume(&c, (uint64_t)n);
 		if (ring_handshake_peer_waits(&d->prod_sleeping))
-			ring_futex_wake((const uint32_t *)&d->cons, 1);
+			futex_wake((const uint32_t *)&d->cons, 1, FUTEX_SCOPE_SHARED);
 	}
 	return NULL;
 }

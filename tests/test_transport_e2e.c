@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "ringlm.h"
+#include "shm/futex.h"
 #include "shm/wire.h"
 #include "tests/helpers.h"
 
@@ -954,7 +955,7 @@ static void publish_prod(struct raw *r, uint64_t prod)
 {
 	__atomic_store_n(&r->cseg->submit_prod, prod, __ATOMIC_RELEASE);
 	__atomic_add_fetch(&r->cseg->doorbell, 1, __ATOMIC_RELEASE);
-	syscall(SYS_futex, &r->cseg->doorbell, 1 /* FUTEX_WAKE */, 1, NULL, NULL, 0);
+	futex_wake(&r->cseg->doorbell, 1, FUTEX_SCOPE_SHARED);
 }
 
 enum hostile_kind { H_RANDOM, H_BAD_LEN, H_HUGE_LEN, H_PROD_AHEAD, H_PROD_BACK, H_TYPE,

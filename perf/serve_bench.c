@@ -1,0 +1,731 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * serve_bench — what ringlmd delivers against its own engine on the same batch shapes
+ * (issue 18): N sequences, each a P-token prompt (default 32) and exactly G generated
+ * tokens (default 128, ignore_stop), greedy, measured three ways side by side in each run:
+ *
+ *   engine    the engine alone in this process: one prefill batch of N×P rows, then G-1
+ *             decode steps of N rows, logits and a sampled token for every sequence every
+ *             step (the baseline: no scheduler, no rings, no clients);
+ *   sessions  one ringlmd, N sessions from this one process (separates the daemon's
+ *             overhead from the clients' CPU: this process sleeps once per iteration);
+ *   procs     the same ringlmd, N client processes, each sleeping on its own ring (what a
+ *             deployment sees: one futex wake per client per published batch).
+ *
+ * tok/s = N × G / (first submit → last FINISH), the same count for all three; each figure
+ * is the median of --runs with the spread (lowest, highest), and the daemon's are also
+ * given as ratios to the engine's median. The three alternate within each run so that a
+ * machine that slows down slows all three alike.
+ *
+ * Then, with the daemon busy with --busy streams (default 32, from one process),
+ * --connect-burst client processes (default 32) connect at once: how many connect, and the
+ * connect latency p50 / p99 / max in ms and in iterations (the busy streams' measured
+ * period between tokens).
+ *
+ *   serve_bench --model synthetic:stories15M:1 [--clients 1,4,8,16,32] [--runs 5]
+ *               [--threads 2] [--prompt 32] [--gen 128] [--connect-burst 32] [--busy 32]
+ *               [--ringlmd PATH] [--daemon-arg ARG]... [--json]
+ */
+#include "kernels/engine.h"
+#include "perf/bench_util.h"
+#include "ringlm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_SIZES 16
+#define MAX_RUNS 64
+#define MAX_DAEMON_ARGS 32
+#define MAX_N 256
+
+typedef struct opts {
+    const char *model, *ringlmd;
+    int sizes[MAX_SIZES], n_sizes;
+    int runs, threads, prompt, gen, burst, busy;
+    bool json;
+    const char *daemon_args[MAX_DAEMON_ARGS];
+    int n_daemon_args;
+} opts;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void pause_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* The same prompt for sequence s in all three modes. */
+static int32_t prompt_token(int s, int i, int vocab)
+{
+    return (int32_t)(3 + ((long)s * 7919 + (long)i * 104729) % (vocab - 3));
+}
+
+/* ---- the engine alone ---------------------------------------------------------------- */
+
+typedef struct engb {
+    eng *e;
+    int vocab, bs, bps;
+    int32_t *tokens, *pos, *qs, *sl, *table, *lrows, *out;
+    int64_t *slots;
+    eng_sampling *samp;
+    uint64_t *rng;
+} engb;
+
+static void engb_free(engb *b)
+{
+    if (b->e) eng_destroy(b->e);
+    free(b->tokens); free(b->pos); free(b->qs); free(b->sl); free(b->table); free(b->lrows);
+    free(b->out); free(b->slots); free(b->samp); free(b->rng);
+    memset(b, 0, sizeof *b);
+}
+
+static int engb_init(engb *b, const eng_model *m, const opts *o, int n)
+{
+    memset(b, 0, sizeof *b);
+    b->vocab = eng_model_cfg(m)->vocab_size;
+    b->bs = 16;
+    b->bps = (o->prompt + o->gen + b->bs - 1) / b->bs;
+    eng_options eo = {.n_threads = o->threads, .numa_node = -1, .kv_blocks = n * b->bps,
+                      .kv_block_size = b->bs, .max_batch_tokens = n * o->prompt, .max_seqs = n};
+    size_t rows = (size_t)n * (size_t)o->prompt;
+    b->tokens = calloc(rows, sizeof(int32_t));
+    b->pos = calloc(rows, sizeof(int32_t));
+    b->slots = calloc(rows, sizeof(int64_t));
+    b->qs = calloc((size_t)n + 1, sizeof(int32_t));
+    b->sl = calloc((size_t)n, sizeof(int32_t));
+    b->table = calloc((size_t)n * (size_t)b->bps, sizeof(int32_t));
+    b->lrows = calloc((size_t)n, sizeof(int32_t));
+    b->out = calloc((size_t)n, sizeof(int32_t));
+    b->samp = calloc((size_t)n, sizeof(eng_sampling));
+    b->rng = calloc((size_t)n, sizeof(uint64_t));
+    if (!b->tokens || !b->pos || !b->slots || !b->qs || !b->sl || !b->table || !b->lrows ||
+        !b->out || !b->samp || !b->rng)
+        return -ENOMEM;
+    for (int i = 0; i < n * b->bps; i++) b->table[i] = i;
+    int r = eng_create(m, &eo, &b->e);
+    if (r < 0) fprintf(stderr, "serve_bench: engine: %s\n", eng_errmsg());
+    return r;
+}
+
+static int64_t slot_of(const engb *b, int s, int p)
+{
+    return (int64_t)b->table[s * b->bps + p / b->bs] * b->bs + p % b->bs;
+}
+
+/* Seconds for N sequences: prefill, then gen-1 decode steps (the first token comes from
+ * the prefill's logits, as in the daemon). */
+static double engb_run(engb *b, int n, const opts *o)
+{
+    double t0 = now_s();
+    int T = 0;
+    for (int s = 0; s < n; s++) {
+        b->qs[s] = T;
+        b->sl[s] = o->prompt;
+        for (int i = 0; i < o->prompt; i++, T++) {
+            b->tokens[T] = prompt_token(s, i, b->vocab);
+            b->pos[T] = i;
+            b->slots[T] = slot_of(b, s, i);
+        }
+        b->lrows[s] = T - 1;
+        b->rng[s] = eng_rng_init((uint64_t)s);
+    }
+    b->qs[n] = T;
+    eng_batch batch = {.n_tokens = T, .tokens = b->tokens, .positions = b->pos,
+                       .slot_mapping = b->slots, .n_seqs = n, .query_start = b->qs,
+                       .seq_len = b->sl, .block_table = b->table,
+                       .block_table_stride = b->bps, .n_logits = n, .logits_rows = b->lrows};
+    if (eng_execute_sample(b->e, &batch, b->samp, b->rng, b->out, NULL) < 0) goto fail;
+    for (int step = 1; step < o->gen; step++) {
+        int ctx = o->prompt + step - 1;
+        for (int s = 0; s < n; s++) {
+            b->qs[s] = s;
+            b->sl[s] = ctx + 1;
+            b->tokens[s] = b->out[s];
+            b->pos[s] = ctx;
+            b->slots[s] = slot_of(b, s, ctx);
+            b->lrows[s] = s;
+        }
+        b->qs[n] = n;
+        batch.n_tokens = n;
+        if (eng_execute_sample(b->e, &batch, b->samp, b->rng, b->out, NULL) < 0) goto fail;
+    }
+    return now_s() - t0;
+fail:
+    fprintf(stderr, "serve_bench: engine execute: %s\n", eng_errmsg());
+    return -1;
+}
+
+/* ---- the daemon ---------------------------------------------------------------------- */
+
+typedef struct daemon_proc {
+    pid_t pid;
+    char dir[64], sock[128], log[128];
+} daemon_proc;
+
+static int connect_retry(const char *sock, ringlm_client **c)
+{
+    int r;
+    for (int tries = 0; tries < 1000; tries++) {
+        r = ringlm_connect(sock, c);
+        if (r != -ENOENT && r != -ECONNREFUSED && r != -EUSERS) return r;
+        pause_ms(2);
+    }
+    return r;
+}
+
+static int daemon_start(daemon_proc *d, const opts *o)
+{
+    snprintf(d->dir, sizeof d->dir, "/tmp/serve_bench-XXXXXX");
+    if (!mkdtemp(d->dir)) return -errno;
+    snprintf(d->sock, sizeof d->sock, "%s/s", d->dir);
+    snprintf(d->log, sizeof d->log, "%s/ringlmd.log", d->dir);
+    char threads[16];
+    snprintf(threads, sizeof threads, "%d", o->threads);
+    const char *argv[16 + MAX_DAEMON_ARGS];
+    int a = 0;
+    argv[a++] = o->ringlmd;
+    argv[a++] = "--model"; argv[a++] = o->model;
+    argv[a++] = "--socket"; argv[a++] = d->sock;
+    argv[a++] = "--threads"; argv[a++] = threads;
+    /* Room for every session these runs open (one uid) and for the burst's handshakes. */
+    argv[a++] = "--max-sessions-per-uid"; argv[a++] = "256";
+    for (int i = 0; i < o->n_daemon_args; i++) argv[a++] = o->daemon_args[i];
+    argv[a] = NULL;
+    fflush(NULL);
+    d->pid = fork();
+    if (d->pid < 0) return -errno;
+    if (d->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) { dup2(fd, 2); dup2(fd, 1); close(fd); }
+        execv(o->ringlmd, (char *const *)argv);
+        fprintf(stderr, "exec %s: %s\n", o->ringlmd, strerror(errno));
+        _exit(127);
+    }
+    /* Up once a session opens (model load and warm-up first: up to a minute). */
+    ringlm_client *c = NULL;
+    for (int tries = 0; tries < 30000; tries++) {
+        int r = ringlm_connect(d->sock, &c);
+        if (r == 0) { ringlm_close(c); return 0; }
+        if (waitpid(d->pid, NULL, WNOHANG) == d->pid) break;
+        pause_ms(2);
+    }
+    fprintf(stderr, "serve_bench: ringlmd did not come up (log: %s)\n", d->log);
+    return -EIO;
+}
+
+static void daemon_stop(daemon_proc *d)
+{
+    if (d->pid > 0) {
+        kill(d->pid, SIGTERM);
+        waitpid(d->pid, NULL, 0);
+    }
+    unlink(d->sock);
+    unlink(d->log);
+    rmdir(d->dir);
+}
+
+static void request_for(ringlm_request *r, int32_t *prompt, int s, int vocab, const opts *o,
+                        uint32_t max_new)
+{
+    for (int i = 0; i < o->prompt; i++) prompt[i] = prompt_token(s, i, vocab);
+    ringlm_request_init(r);
+    r->prompt = prompt;
+    r->n_prompt = (uint32_t)o->prompt;
+    r->max_new_tokens = max_new;
+    r->ignore_stop = true;
+}
+
+/* N sessions from this process. Seconds, or < 0 when a request did not run to exactly gen
+ * tokens. */
+static double run_sessions(const daemon_proc *d, int n, int vocab, const opts *o)
+{
+    ringlm_client *c[MAX_N];
+    uint64_t id[MAX_N];
+    uint32_t got[MAX_N] = {0};
+    bool done[MAX_N] = {0};
+    int32_t prompt[1024];
+    double secs = -1;
+    int opened = 0;
+    for (; opened < n; opened++)
+        if (connect_retry(d->sock, &c[opened]) < 0) {
+            fprintf(stderr, "serve_bench: connect: %s\n", ringlm_errdetail());
+            goto out;
+        }
+    double t0 = now_s();
+    for (int s = 0; s < n; s++) {
+        ringlm_request r;
+        request_for(&r, prompt, s, vocab, o, (uint32_t)o->gen);
+        if (ringlm_submit(c[s], &r, &id[s]) < 0) {
+            fprintf(stderr, "serve_bench: submit: %s\n", ringlm_errdetail());
+            goto out;
+        }
+    }
+    int left = n, bad = 0;
+    while (left > 0) {
+        bool took = false;
+        int first = -1;
+        for (int s = 0; s < n; s++) {
+            if (done[s]) continue;
+            ringlm_event ev;
+            int r;
+            while (!done[s] && (r = ringlm_next_event(c[s], &ev, 0)) == 1) {
+                took = true;
+                if (ev.kind == RINGLM_EV_TOKEN) {
+                    got[s]++;
+                } else {
+                    done[s] = true;
+                    left--;
+                    bad += ev.finish_reason != RINGLM_FINISH_LENGTH || got[s] != (uint32_t)o->gen;
+                }
+            }
+            if (r < 0) { fprintf(stderr, "serve_bench: %s\n", ringlm_errdetail()); goto out; }
+            if (!done[s] && first < 0) first = s;
+        }
+        /* Nothing new: sleep on one unfinished session; the daemon publishes every
+         * session's tokens of an iteration together, so one wake per iteration. */
+        if (!took && first >= 0) {
+            ringlm_event ev;
+            int r = ringlm_next_event(c[first], &ev, 100);
+            if (r < 0) { fprintf(stderr, "serve_bench: %s\n", ringlm_errdetail()); goto out; }
+            if (r == 1) {
+                if (ev.kind == RINGLM_EV_TOKEN) {
+                    got[first]++;
+                } else {
+                    done[first] = true;
+                    left--;
+                    bad += ev.finish_reason != RINGLM_FINISH_LENGTH || got[first] != (uint32_t)o->gen;
+                }
+            }
+        }
+    }
+    secs = now_s() - t0;
+    if (bad) {
+        fprintf(stderr, "serve_bench: %d of %d requests did not generate exactly %d tokens\n", bad, n, o->gen);
+        secs = -1;
+    }
+out:
+    for (int s = 0; s < opened; s++) ringlm_close(c[s]);
+    return secs;
+}
+
+typedef struct proc_result {
+    int ok;
+    double t_end;
+} proc_result;
+
+/* One client process: connect, say ready, wait for the gate, submit, read to the end. */
+static void proc_client(const daemon_proc *d, int s, int vocab, const opts *o, int ready_fd,
+                        int gate_fd, int res_fd)
+{
+    proc_result pr = {0, 0};
+    ringlm_client *c;
+    int32_t prompt[1024];
+    if (connect_retry(d->sock, &c) < 0) {
+        fprintf(stderr, "serve_bench: client connect: %s\n", ringlm_errdetail());
+        if (write(ready_fd, "x", 1) < 0) { /* parent gone */ }
+        _exit(1);
+    }
+    if (write(ready_fd, "r", 1) != 1) _exit(1);
+    char b;
+    while (read(gate_fd, &b, 1) > 0) { }
+    ringlm_request r;
+    request_for(&r, prompt, s, vocab, o, (uint32_t)o->gen);
+    uint64_t id;
+    uint32_t got = 0;
+    if (ringlm_submit(c, &r, &id) == 0) {
+        for (;;) {
+            ringlm_event ev;
+            if (ringlm_next_event(c, &ev, -1) != 1) break;
+            if (ev.kind == RINGLM_EV_TOKEN) { got++; continue; }
+            pr.ok = ev.finish_reason == RINGLM_FINISH_LENGTH && got == (uint32_t)o->gen;
+            break;
+        }
+    }
+    pr.t_end = now_s();
+    ringlm_close(c);
+    if (write(res_fd, &pr, sizeof pr) != (ssize_t)sizeof pr) _exit(1);
+    _exit(0);
+}
+
+static double run_procs(const daemon_proc *d, int n, int vocab, const opts *o)
+{
+    int rp[2], gp[2], sp[2];
+    if (pipe(rp) || pipe(gp) || pipe(sp)) return -1;
+    pid_t pids[MAX_N];
+    fflush(NULL);
+    for (int s = 0; s < n; s++) {
+        pids[s] = fork();
+        if (pids[s] == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            close(rp[0]); close(gp[1]); close(sp[0]);
+            proc_client(d, s, vocab, o, rp[1], gp[0], sp[1]);
+        }
+    }
+    close(rp[1]); close(gp[0]); close(sp[1]);
+    int ready = 0, bad = 0;
+    char b;
+    while (ready < n && read(rp[0], &b, 1) == 1) { ready++; bad += b != 'r'; }
+    double t0 = now_s(), t_end = t0;
+    close(gp[1]); /* the gate: every client submits now */
+    proc_result pr;
+    int results = 0;
+    while (read(sp[0], &pr, sizeof pr) == (ssize_t)sizeof pr) {
+        results++;
+        bad += !pr.ok;
+        if (pr.t_end > t_end) t_end = pr.t_end;
+    }
+    close(rp[0]); close(sp[0]);
+    for (int s = 0; s < n; s++) waitpid(pids[s], NULL, 0);
+    if (bad || results != n || ready != n) {
+        fprintf(stderr, "serve_bench: %d client processes of %d did not generate exactly %d tokens\n",
+                bad + (n - results), n, o->gen);
+        return -1;
+    }
+    return t_end - t0;
+}
+
+/* ---- connects to a busy daemon --------------------------------------------------------- */
+
+typedef struct burst_result {
+    int connected, n;
+    double p50_ms, p99_ms, max_ms, period_ms;
+} burst_result;
+
+/* The busy process: `busy` streams from one process, resubmitted as they end, until its
+ * stop pipe closes; it writes the median period between stream 0's tokens (ms). */
+static void busy_streams(const daemon_proc *d, int n, int vocab, int max_new, const opts *o,
+                         int ready_fd, int stop_fd, int res_fd)
+{
+    ringlm_client *c[MAX_N];
+    int32_t prompt[1024];
+    for (int s = 0; s < n; s++) {
+        if (connect_retry(d->sock, &c[s]) < 0) _exit(1);
+        ringlm_request r;
+        request_for(&r, prompt, s, vocab, o, (uint32_t)max_new);
+        if (ringlm_submit(c[s], &r, NULL) < 0) _exit(1);
+    }
+    static double gaps[1 << 16];
+    int n_gaps = 0, tokens0 = 0;
+    double last0 = 0;
+    bool told = false;
+    fcntl(stop_fd, F_SETFL, O_NONBLOCK);
+    for (;;) {
+        char b;
+        if (read(stop_fd, &b, 1) == 0) break;
+        for (int s = 0; s < n; s++) {
+            ringlm_event ev;
+            int to = s == 0 ? 50 : 0;
+            while (ringlm_next_event(c[s], &ev, to) == 1) {
+                to = 0;
+                if (ev.kind == RINGLM_EV_FINISH) {
+                    ringlm_request r;
+                    request_for(&r, prompt, s, vocab, o, (uint32_t)max_new);
+                    if (ringlm_submit(c[s], &r, NULL) < 0) _exit(1);
+                } else if (s == 0) {
+                    double t = now_s();
+                    if (last0 > 0 && n_gaps < (int)(sizeof gaps / sizeof gaps[0]))
+                        gaps[n_gaps++] = (t - last0) * 1e3;
+                    last0 = t;
+                    if (++tokens0 == 8 && !told) {
+                        if (write(ready_fd, "r", 1) != 1) _exit(1);
+                        told = true;
+                    }
+                }
+            }
+        }
+    }
+    double period = bench_median(gaps, n_gaps);
+    for (int s = 0; s < n; s++) ringlm_close(c[s]);
+    if (write(res_fd, &period, sizeof period) != (ssize_t)sizeof period) _exit(1);
+    _exit(0);
+}
+
+typedef struct conn_result {
+    int rc;
+    double connect_ms;
+} conn_result;
+
+static void connector(const daemon_proc *d, int vocab, const opts *o, int ready_fd, int gate_fd,
+                      int res_fd)
+{
+    if (write(ready_fd, "r", 1) != 1) _exit(1);
+    char b;
+    while (read(gate_fd, &b, 1) > 0) { }
+    conn_result cr = {0, 0};
+    ringlm_client *c = NULL;
+    double t0 = now_s();
+    cr.rc = ringlm_connect(d->sock, &c);
+    cr.connect_ms = (now_s() - t0) * 1e3;
+    if (cr.rc == 0) {
+        /* a working session: one short request answered */
+        int32_t prompt[1024];
+        ringlm_request r;
+        request_for(&r, prompt, 999, vocab, o, 2);
+        ringlm_event ev;
+        if (ringlm_submit(c, &r, NULL) < 0) cr.rc = -EIO;
+        else
+            while ((cr.rc = ringlm_next_event(c, &ev, 30000)) == 1 && ev.kind != RINGLM_EV_FINISH) { }
+        cr.rc = cr.rc == 1 ? 0 : cr.rc == 0 ? -ETIMEDOUT : cr.rc;
+        ringlm_close(c);
+    }
+    if (write(res_fd, &cr, sizeof cr) != (ssize_t)sizeof cr) _exit(1);
+    _exit(0);
+}
+
+static int connect_burst(const daemon_proc *d, int vocab, int seq_len, const opts *o, burst_result *br)
+{
+    memset(br, 0, sizeof *br);
+    br->n = o->burst;
+    int bready[2], bstop[2], bres[2];
+    if (pipe(bready) || pipe(bstop) || pipe(bres)) return -1;
+    fflush(NULL);
+    pid_t busy = fork();
+    if (busy == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(bready[0]); close(bstop[1]); close(bres[0]);
+        busy_streams(d, o->busy, vocab, seq_len - o->prompt, o, bready[1], bstop[0], bres[1]);
+    }
+    close(bready[1]); close(bstop[0]); close(bres[1]);
+    char b;
+    if (read(bready[0], &b, 1) != 1) {
+        fprintf(stderr, "serve_bench: the busy streams did not start\n");
+        close(bstop[1]);
+        waitpid(busy, NULL, 0);
+        return -1;
+    }
+    int rp[2], gp[2], sp[2];
+    if (pipe(rp) || pipe(gp) || pipe(sp)) return -1;
+    pid_t pids[MAX_N];
+    for (int i = 0; i < o->burst; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            close(rp[0]); close(gp[1]); close(sp[0]);
+            connector(d, vocab, o, rp[1], gp[0], sp[1]);
+        }
+    }
+    close(rp[1]); close(gp[0]); close(sp[1]);
+    int ready = 0;
+    while (ready < o->burst && read(rp[0], &b, 1) == 1) ready++;
+    close(gp[1]);
+    static double lat[MAX_N];
+    int n_lat = 0;
+    conn_result cr;
+    while (read(sp[0], &cr, sizeof cr) == (ssize_t)sizeof cr) {
+        if (cr.rc == 0) br->connected++;
+        else fprintf(stderr, "serve_bench: a burst client failed: %s\n", ringlm_strerror(cr.rc));
+        lat[n_lat++] = cr.connect_ms;
+    }
+    close(rp[0]); close(sp[0]);
+    for (int i = 0; i < o->burst; i++) waitpid(pids[i], NULL, 0);
+    close(bstop[1]);
+    double period = 0;
+    if (read(bres[0], &period, sizeof period) != (ssize_t)sizeof period) period = 0;
+    close(bres[0]);
+    waitpid(busy, NULL, 0);
+    br->period_ms = period;
+    if (n_lat) {
+        br->p50_ms = bench_median(lat, n_lat); /* sorts lat */
+        int k = (int)(0.99 * (n_lat - 1) + 0.999);
+        br->p99_ms = lat[k < n_lat ? k : n_lat - 1];
+        br->max_ms = lat[n_lat - 1];
+    }
+    return 0;
+}
+
+/* ---- main ---------------------------------------------------------------------------- */
+
+typedef struct stat3 { double med, lo, hi; } stat3;
+
+static stat3 stats_of(const double *v, int n)
+{
+    double t[MAX_RUNS];
+    memcpy(t, v, sizeof(double) * (size_t)n);
+    stat3 s = {bench_median(t, n), t[0], t[n - 1]};
+    return s;
+}
+
+static int parse_sizes(const char *arg, int *sizes)
+{
+    int n = 0;
+    for (const char *p = arg; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > MAX_N || n == MAX_SIZES || (*end && *end != ',')) return -1;
+        sizes[n++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: serve_bench --model M [--clients 1,4,8,16,32] [--runs 5] [--threads 2]\n"
+            "                   [--prompt 32] [--gen 128] [--connect-burst 32] [--busy 32]\n"
+            "                   [--ringlmd PATH] [--daemon-arg ARG]... [--json]\n");
+}
+
+int main(int argc, char **argv)
+{
+    opts o = {.runs = 5, .threads = 2, .prompt = 32, .gen = 128, .burst = 32, .busy = 32};
+    o.n_sizes = parse_sizes("1,4,8,16,32", o.sizes);
+    static char default_ringlmd[PATH_MAX + 32];
+    enum { O_MODEL = 1, O_CLIENTS, O_RUNS, O_THREADS, O_PROMPT, O_GEN, O_BURST, O_BUSY, O_RINGLMD,
+           O_DARG, O_JSON };
+    static const struct option lo[] = {
+        {"model", required_argument, 0, O_MODEL}, {"clients", required_argument, 0, O_CLIENTS},
+        {"runs", required_argument, 0, O_RUNS}, {"threads", required_argument, 0, O_THREADS},
+        {"prompt", required_argument, 0, O_PROMPT}, {"gen", required_argument, 0, O_GEN},
+        {"connect-burst", required_argument, 0, O_BURST}, {"busy", required_argument, 0, O_BUSY},
+        {"ringlmd", required_argument, 0, O_RINGLMD}, {"daemon-arg", required_argument, 0, O_DARG},
+        {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (ch) {
+        case O_MODEL: o.model = optarg; break;
+        case O_CLIENTS:
+            if ((o.n_sizes = parse_sizes(optarg, o.sizes)) <= 0) { usage(); return 2; }
+            break;
+        case O_RUNS: o.runs = atoi(optarg); break;
+        case O_THREADS: o.threads = atoi(optarg); break;
+        case O_PROMPT: o.prompt = atoi(optarg); break;
+        case O_GEN: o.gen = atoi(optarg); break;
+        case O_BURST: o.burst = atoi(optarg); break;
+        case O_BUSY: o.busy = atoi(optarg); break;
+        case O_RINGLMD: o.ringlmd = optarg; break;
+        case O_DARG:
+            if (o.n_daemon_args == MAX_DAEMON_ARGS) { usage(); return 2; }
+            o.daemon_args[o.n_daemon_args++] = optarg;
+            break;
+        case O_JSON: o.json = true; break;
+        default: usage(); return ch == 'h' ? 0 : 2;
+        }
+    }
+    if (!o.model || o.runs < 1 || o.runs > MAX_RUNS || o.threads < 1 || o.prompt < 1 ||
+        o.prompt > 1024 || o.gen < 1 || o.burst < 0 || o.burst > MAX_N || o.busy < 1 ||
+        o.busy > MAX_N) {
+        usage();
+        return 2;
+    }
+    if (!o.ringlmd) {
+        /* build/perf/serve_bench → build/bin/ringlmd */
+        char self[PATH_MAX];
+        ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+        self[k > 0 ? k : 0] = 0;
+        char *slash = strrchr(self, '/');
+        if (slash) *slash = 0;
+        snprintf(default_ringlmd, sizeof default_ringlmd, "%s/../bin/ringlmd", self);
+        o.ringlmd = default_ringlmd;
+    }
+    signal(SIGPIPE, SIG_IGN);
+
+    eng_model *m;
+    if (eng_model_load(o.model, &m) < 0) {
+        fprintf(stderr, "serve_bench: %s: %s\n", o.model, eng_errmsg());
+        return 1;
+    }
+    const eng_model_config *mc = eng_model_cfg(m);
+    int vocab = mc->vocab_size, seq_len = mc->seq_len;
+    if (o.prompt + o.gen > seq_len) {
+        fprintf(stderr, "serve_bench: prompt %d + gen %d exceed the context of %d\n", o.prompt,
+                o.gen, seq_len);
+        return 2;
+    }
+    daemon_proc d = {0};
+    if (daemon_start(&d, &o) < 0) { daemon_stop(&d); return 1; }
+
+    static double t_eng[MAX_SIZES][MAX_RUNS], t_ses[MAX_SIZES][MAX_RUNS], t_prc[MAX_SIZES][MAX_RUNS];
+    int rc = 0;
+    for (int run = 0; run < o.runs && !rc; run++) {
+        for (int k = 0; k < o.n_sizes && !rc; k++) {
+            int n = o.sizes[k];
+            double toks = (double)n * o.gen;
+            /* The engine's worker threads exist only while it runs: the client processes
+             * below are forked from a single-threaded process. */
+            engb b;
+            double s = -1;
+            if (engb_init(&b, m, &o, n) == 0) s = engb_run(&b, n, &o);
+            engb_free(&b);
+            double s2 = run_sessions(&d, n, vocab, &o);
+            double s3 = run_procs(&d, n, vocab, &o);
+            if (s <= 0 || s2 <= 0 || s3 <= 0) { rc = 1; break; }
+            t_eng[k][run] = toks / s;
+            t_ses[k][run] = toks / s2;
+            t_prc[k][run] = toks / s3;
+            if (!o.json)
+                fprintf(stderr, "run %d, %2d sequences: engine %.1f, sessions %.1f, procs %.1f tok/s\n",
+                        run + 1, n, t_eng[k][run], t_ses[k][run], t_prc[k][run]);
+        }
+    }
+    burst_result br = {0};
+    if (!rc && o.burst > 0 && connect_burst(&d, vocab, seq_len, &o, &br) < 0) rc = 1;
+    daemon_stop(&d);
+    eng_model_free(m);
+    if (rc) return rc;
+
+    if (o.json) {
+        printf("{\"bench\":\"serve_bench\",\"model\":\"%s\",\"threads\":%d,\"runs\":%d,"
+               "\"prompt\":%d,\"gen\":%d,\"unit\":\"tok/s\",\"sizes\":[",
+               o.model, o.threads, o.runs, o.prompt, o.gen);
+        for (int k = 0; k < o.n_sizes; k++) {
+            stat3 e = stats_of(t_eng[k], o.runs), s = stats_of(t_ses[k], o.runs),
+                  p = stats_of(t_prc[k], o.runs);
+            printf("%s{\"n\":%d,\"engine\":{\"median\":%.1f,\"min\":%.1f,\"max\":%.1f},"
+                   "\"sessions\":{\"median\":%.1f,\"min\":%.1f,\"max\":%.1f},"
+                   "\"procs\":{\"median\":%.1f,\"min\":%.1f,\"max\":%.1f},"
+                   "\"sessions_vs_engine\":%.3f,\"procs_vs_engine\":%.3f}",
+                   k ? "," : "", o.sizes[k], e.med, e.lo, e.hi, s.med, s.lo, s.hi, p.med, p.lo,
+                   p.hi, s.med / e.med, p.med / e.med);
+        }
+        printf("]");
+        if (o.burst > 0)
+            printf(",\"connect_burst\":{\"clients\":%d,\"busy_streams\":%d,\"connected\":%d,"
+                   "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%.3f,\"iteration_ms\":%.3f,"
+                   "\"p99_iterations\":%.2f}",
+                   br.n, o.busy, br.connected, br.p50_ms, br.p99_ms, br.max_ms, br.period_ms,
+                   br.period_ms > 0 ? br.p99_ms / br.period_ms : 0);
+        printf("}\n");
+        return 0;
+    }
+    printf("serve_bench %s, %d threads, %d-token prompts, %d generated (ignore_stop), %d runs\n",
+           o.model, o.threads, o.prompt, o.gen, o.runs);
+    printf("tok/s median [lowest, highest]\n");
+    printf("%4s  %-24s %-24s %-24s %8s %8s\n", "N", "engine", "ringlmd, N sessions", "ringlmd, N procs",
+           "ses/eng", "proc/eng");
+    for (int k = 0; k < o.n_sizes; k++) {
+        stat3 e = stats_of(t_eng[k], o.runs), s = stats_of(t_ses[k], o.runs),
+              p = stats_of(t_prc[k], o.runs);
+        char a[3][48];
+        snprintf(a[0], sizeof a[0], "%.1f [%.1f, %.1f]", e.med, e.lo, e.hi);
+        snprintf(a[1], sizeof a[1], "%.1f [%.1f, %.1f]", s.med, s.lo, s.hi);
+        snprintf(a[2], sizeof a[2], "%.1f [%.1f, %.1f]", p.med, p.lo, p.hi);
+        printf("%4d  %-24s %-24s %-24s %7.2fx %7.2fx\n", o.sizes[k], a[0], a[1], a[2], s.med / e.med,
+               p.med / e.med);
+    }
+    if (o.burst > 0)
+        printf("%d connects at once to a daemon busy with %d streams: %d connected; connect p50 %.2f ms, "
+               "p99 %.2f ms (%.2f iterations of %.2f ms), max %.2f ms\n",
+               br.n, o.busy, br.connected, br.p50_ms, br.p99_ms,
+               br.period_ms > 0 ? br.p99_ms / br.period_ms : 0, br.period_ms, br.max_ms);
+    return 0;
+}
