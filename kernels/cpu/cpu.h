@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/cpu/cpu.h — what the CPU backend's files share: its state (struct cpu), the
+ * 8-float vector type and the AVX2/AVX-512 clone attribute of its hot loops, the KV pool
+ * addressing, and the entry point of paged attention (attention.c) for the forward pass
+ * (cpu.c). Private to kernels/cpu/: the engine reaches the backend through engine.h.
+ */
+#ifndef RINGLM_KERNELS_CPU_CPU_H
+#define RINGLM_KERNELS_CPU_CPU_H
+
+#include "kernels/cpu/pool.h"
+#include "kernels/engine.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- backend state ------------------------------------------------------------------ */
+
+/* Prefill rows of one sequence are attended in tiles: each K/V block is read (and K
+ * transposed) once per tile rather than once per row. */
+#define TILE_ROWS 32
+
+typedef struct cpu {
+    eng_model_config c;
+    const eng_model_tensors *t; /* typed per-layer weights (F32 or a GGUF file's types) */
+    eng_model_hparams hp;       /* RMSNorm epsilon, RoPE base/dimension/pairing */
+    int head_size, kv_dim, group; /* group = query heads per KV head */
+    int block_size, n_blocks, max_rows;
+    size_t block_floats;          /* one block: L * 2 * block_size * kv_dim */
+    float *kv_pool;
+    size_t kv_pool_bytes;
+    int numa_node;
+    float *rope_cos, *rope_sin; /* [seq_len][head_size/2], computed exactly as run.c */
+    /* activations for up to max_rows rows */
+    float *x, *xb, *q, *k, *v, *att, *h1, *h3, *xf;
+    struct tile { int seq, row0, row1; } *tiles; /* attention work: runs of one sequence's rows */
+    int n_tiles;
+    float *scores;      /* [n_workers][TILE_ROWS * group * seq_len] attention scratch */
+    size_t scores_per_worker;
+    float *k_t;         /* [n_workers][head_size][block_size rounded up to 8]: K transposed */
+    int block_pad;
+    size_t scratch_bytes;
+    pool workers;
+    eng_phase_stats stats;
+    /* the batch being executed (read by the tasks) */
+    const eng_batch *b;
+    int layer;
+} cpu;
+
+/* ---- vector helpers ------------------------------------------------------------------ */
+
+/* GCC vector types: the build targets baseline x86-64, and the hot loops are compiled
+ * again for AVX2 and AVX-512 with target_clones (picked at load time). Vectors never cross
+ * a function boundary outside those clones (that would change the ABI): helpers take
+ * pointers and are always inlined. */
+typedef float v8f __attribute__((vector_size(32), aligned(4))); /* unaligned loads allowed */
+typedef int v8i __attribute__((vector_size(32)));
+
+/* ThreadSanitizer builds get the baseline copy only: GCC instruments the ifunc resolver
+ * target_clones generates, and it runs while the loader relocates, before the TSAN runtime
+ * is up, so every program linking this file died before main (GCC 12). */
+#ifdef __SANITIZE_THREAD__
+#define CPU_CLONES
+#else
+#define CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+
+/*
+ * x[0..8) = exp(x[0..8)), the Cephes single-precision exp: range reduction by ln 2, a
+ * degree-5 polynomial, the power of two built in the exponent bits. Within ~1e-7 relative
+ * of expf; arguments are clamped to [-87.3, 88.3] (no denormals, no overflow).
+ */
+static inline __attribute__((always_inline)) void exp8(float *xp)
+{
+    const v8f lo = {-87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f};
+    const v8f hi = {88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f};
+    const v8f one = {1, 1, 1, 1, 1, 1, 1, 1};
+    v8f x = *(const v8f *)xp;
+    v8i below = x < lo, above = x > hi;
+    x = (v8f)(((v8i)x & ~below) | ((v8i)lo & below));
+    x = (v8f)(((v8i)x & ~above) | ((v8i)hi & above));
+    v8f fx = x * 1.44269504088896341f + 0.5f;
+    v8f fl = __builtin_convertvector(__builtin_convertvector(fx, v8i), v8f);
+    fl -= (v8f)((v8i)(fl > fx) & (v8i)one); /* truncation → floor */
+    x -= fl * 0.693359375f;
+    x -= fl * -2.12194440e-4f;
+    v8f y = x * 1.9875691500e-4f + 1.3981999507e-3f;
+    y = y * x + 8.3334519073e-3f;
+    y = y * x + 4.1665795894e-2f;
+    y = y * x + 1.6666665459e-1f;
+    y = y * x + 5.0000001201e-1f;
+    y = y * (x * x) + x + 1.0f;
+    *(v8f *)xp = y * (v8f)((__builtin_convertvector(fl, v8i) + 127) << 23);
+}
+
+/* ---- paged attention (attention.c) ------------------------------------------------- */
+
+/* Where K (which 0) or V (1) of a token at offset of a block, for a layer, starts. */
+static inline float *kv_at(const cpu *c, int block, int layer, int which, int offset)
+{
+    return c->kv_pool + (size_t)block * c->block_floats +
+           (((size_t)layer * 2 + (size_t)which) * (size_t)c->block_size + (size_t)offset) *
+               (size_t)c->kv_dim;
+}
+
+/* One pool task: tile task / n_kv_heads of c->tiles and KV head task % n_kv_heads of the
+ * batch c->b at layer c->layer; writes the heads' rows of c->att. */
+void cpu_attention_task(void *ctx, int task, int worker);
+
+#endif

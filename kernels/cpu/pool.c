@@ -1,0 +1,364 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/cpu/pool.c — the worker pool of the CPU backend (pool.h): how a region's tasks
+ * are claimed, how helpers wait between regions (spin, then sleep on a futex) and how
+ * long they spin.
+ */
+#include "kernels/cpu/pool.h"
+#include "numa/rnuma.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t pool_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * How long a helper spins before it sleeps. The pool runs a few dozen parallel regions per
+ * engine step; between them the caller works alone for microseconds (norms, RoPE), and
+ * between steps for as long as its own caller takes. A helper that sleeps costs the next
+ * region its wake latency (a futex wake, and on a VM the exit of a halted vCPU, whose core
+ * the host may have given away meanwhile); one that spins costs the CPU time it spins.
+ *
+ * The policy measures both and picks the budget that minimised their sum over the recent
+ * past — the ski-rental choice made with the actual gap distribution:
+ *   - every wait records its gap (from the helper going idle to the caller starting the
+ *     next region, stamped by the caller: exact whether the helper spun or slept, so what
+ *     is measured does not depend on the budget chosen) in a histogram of power-of-two
+ *     buckets, halved at every re-choice (a memory of ~GAP_EPOCH waits);
+ *   - every sleep measures the wake latency (region start to the helper running), averaged;
+ *   - every GAP_EPOCH waits the budget becomes the power of two B in [1 µs, 2 ms] with the
+ *     least  Σ_{gaps g < B} g + Σ_{gaps g >= B} (B + wake latency).
+ * So back-to-back steps keep the helpers spinning through every gap, and a helper of an
+ * idle engine sleeps after a short spin. eng_phase_stats reports regions, waits, sleeps,
+ * wake calls, the budget and the latency, so the policy's effect is measured in engine_bench.
+ */
+#define GAP_BUCKETS 24     /* bucket i: gaps in [2^i, 2^(i+1)) ns; the last, all longer */
+#define GAP_EPOCH 32       /* waits between re-choices of the budget */
+#define SPIN_MIN_LOG2 10   /* 1.0 µs */
+#define SPIN_MAX_LOG2 21   /* 2.1 ms */
+#define WAKE_NS_PRIOR 30000 /* wake latency assumed until one is measured */
+/* Wake latencies count up to this: a longer one is a run queue's wait on an oversubscribed
+ * machine, which a spinning helper would not have avoided (it waits for a CPU too). */
+#define WAKE_NS_CAP 500000
+
+typedef struct spin_policy {
+    uint32_t gaps[GAP_BUCKETS];
+    int waits;          /* since the last re-choice */
+    uint64_t budget_ns;
+    uint64_t wake_ns;   /* moving average of measured wake latencies */
+} spin_policy;
+
+static int log2_bucket(uint64_t ns)
+{
+    int b = ns ? 63 - __builtin_clzll(ns) : 0;
+    return b < GAP_BUCKETS ? b : GAP_BUCKETS - 1;
+}
+
+static void spin_policy_init(spin_policy *sp)
+{
+    memset(sp, 0, sizeof *sp);
+    sp->budget_ns = 50000;
+    sp->wake_ns = WAKE_NS_PRIOR;
+}
+
+static void spin_policy_choose(spin_policy *sp)
+{
+    double best = -1;
+    for (int j = SPIN_MIN_LOG2; j <= SPIN_MAX_LOG2; j++) {
+        const double budget = (double)(1ull << j);
+        double cost = 0;
+        for (int i = 0; i < GAP_BUCKETS; i++) {
+            const double gap = 1.5 * (double)(1ull << i); /* the bucket's middle */
+            cost += sp->gaps[i] * (i < j ? gap : budget + (double)sp->wake_ns);
+        }
+        if (best < 0 || cost < best) {
+            best = cost;
+            sp->budget_ns = 1ull << j;
+        }
+    }
+    for (int i = 0; i < GAP_BUCKETS; i++)
+        sp->gaps[i] /= 2;
+    sp->waits = 0;
+}
+
+/* One wait of a helper: its gap, and its wake latency if it slept. */
+static void spin_policy_record(spin_policy *sp, uint64_t gap_ns, bool slept, uint64_t wake_ns)
+{
+    sp->gaps[log2_bucket(gap_ns)]++;
+    if (slept)
+        sp->wake_ns += ((int64_t)(wake_ns < WAKE_NS_CAP ? wake_ns : WAKE_NS_CAP) -
+                        (int64_t)sp->wake_ns) / 8;
+    if (++sp->waits == GAP_EPOCH)
+        spin_policy_choose(sp);
+}
+
+
+/*
+ * Claiming tasks. A region's tasks are claimed from one word,
+ *
+ *   claim = (generation << 32) | tasks of that region not yet claimed,
+ *
+ * by compare-and-swap that lowers the count by one; the claimer runs task
+ * n_tasks - (count before). A thread claims only for the region it woke for (its
+ * generation), so a helper that arrives late — descheduled: the cores are shared — finds
+ * the count at zero or the word naming a later region, and goes back to waiting; the
+ * caller, which claims too, waits only for tasks still running (done == n_tasks), never
+ * for a helper to show up.
+ *
+ * Everything a claim needs to decide is in the word itself. (The first version of this
+ * scheme, f32b5da, kept the next task's index in the word and compared it with n_tasks
+ * read from the struct. A helper holding an exhausted word of region g, (g, n_g), could
+ * read n_tasks already rewritten by the caller for region g+1 — the caller writes the
+ * region's fields before it publishes the new word — find n_g < n_{g+1} and win its CAS
+ * against the stale word (g, n_g) before the caller's store of (g+1, 0) landed; it then
+ * ran a task that was no one's, with a mix of the two regions' fn and ctx, and counted it
+ * in done after the caller had reset done for g+1: done reached n_tasks + 1, the caller's
+ * done == n_tasks never held, and it slept forever — seen in gdb as done=5 in a 4-task
+ * region with every helper idle.) A count of zero cannot be claimed, and within a
+ * generation the count only falls, so a CAS that succeeds against (g, r) with r > 0 took a
+ * task of region g while region g was still open: no ABA short of the 32-bit generation
+ * wrapping while one helper is stalled between its load and its CAS.
+ *
+ * fn, ctx and n_tasks are plain fields: the caller writes them before its release store of
+ * the word, and a thread reads them only after its claim succeeded (acquire: every CAS
+ * continues the release sequence of that store), so it reads this region's values; the
+ * caller does not write the next region's until done == n_tasks, which needs this task's
+ * done increment, made after those reads. A thread whose claim fails reads nothing else.
+ */
+
+typedef struct worker_arg {
+    pool *p;
+    int index;
+} worker_arg;
+
+static void futex_wait(_Atomic uint32_t *addr, uint32_t val)
+{
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void futex_wake(_Atomic uint32_t *addr)
+{
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+
+/*
+ * The sleep/wake handshake, named once (both waits of the pool use it). A waiter that has
+ * spun long enough announces itself in *asleep, re-reads the word and sleeps only if it is
+ * unchanged; a waker changes the word (a sequentially consistent read-modify-write or
+ * store), then makes the wake system call only if someone announced. All four operations
+ * are seq_cst, so of (announce, re-read) and (change, read the announcements) the pair
+ * that comes second in their single total order sees the other's first: either the waiter
+ * sees the change and does not sleep, or the waker sees the announcement and wakes it
+ * (FUTEX_WAIT returns at once if the word changed between the re-read and the sleep). A
+ * waker whose peers are spinning makes no system call.
+ */
+static bool sleep_unless_changed(_Atomic uint32_t *word, uint32_t seen, _Atomic uint32_t *asleep)
+{
+    bool slept = false;
+    atomic_fetch_add_explicit(asleep, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(word, memory_order_seq_cst) == seen) {
+        futex_wait(word, seen);
+        slept = true;
+    }
+    atomic_fetch_sub_explicit(asleep, 1, memory_order_relaxed);
+    return slept;
+}
+
+/* The waker's half, after its seq_cst change of *word: true when it made the wake call. */
+static bool wake_if_asleep(_Atomic uint32_t *word, _Atomic uint32_t *asleep)
+{
+    if (atomic_load_explicit(asleep, memory_order_seq_cst) == 0)
+        return false;
+    futex_wake(word);
+    return true;
+}
+
+/* The spin-wait hint: PAUSE on x86, YIELD on arm64, nothing elsewhere. */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+/* Spin iterations between two reads of the clock while waiting. */
+#define SPINS_PER_CLOCK 64
+/* Past this much spinning a helper also yields at each read of the clock: on an idle CPU
+ * sched_yield returns at once (the vCPU stays busy, which is the point of spinning), on an
+ * oversubscribed one it lets a runnable thread — often this engine's caller — have the CPU
+ * the spin would burn. */
+#define SPIN_POLITE_NS 4000
+
+/* Claims and runs tasks of region gen until none is left unclaimed. */
+static void run_tasks(pool *p, uint32_t gen, int worker)
+{
+    uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
+    for (;;) {
+        const uint32_t left = (uint32_t)c;
+        if ((uint32_t)(c >> 32) != gen || left == 0)
+            return;
+        if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c - 1, memory_order_acquire,
+                                                   memory_order_acquire))
+            continue; /* c now holds the word's current value */
+        /* claimed: the region is still open, so these are its own (see above) */
+        p->fn(p->ctx, p->n_tasks - (int)left, worker);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_seq_cst);
+        if (wake_if_asleep(&p->done, &p->caller_asleep))
+            atomic_fetch_add_explicit(&p->wake_calls, 1, memory_order_relaxed);
+        c = atomic_load_explicit(&p->claim, memory_order_acquire);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    worker_arg *wa = arg;
+    pool *p = wa->p;
+    int index = wa->index;
+    free(wa);
+    if (p->numa_node >= 0)
+        rnuma_pin_self_cpu(p->numa_node, index);
+    spin_policy sp;
+    spin_policy_init(&sp);
+    uint32_t seen = 0;
+    for (;;) {
+        uint32_t g;
+        const uint64_t idle_since = pool_now_ns();
+        bool slept = false;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen) {
+            if (++spins % SPINS_PER_CLOCK) {
+                cpu_relax();
+                continue;
+            }
+            const uint64_t spun = pool_now_ns() - idle_since;
+            if (spun >= sp.budget_ns)
+                slept |= sleep_unless_changed(&p->generation, seen, &p->helpers_asleep);
+            else if (spun >= SPIN_POLITE_NS)
+                sched_yield();
+        }
+        seen = g;
+        if (atomic_load_explicit(&p->stop, memory_order_acquire))
+            return NULL;
+        /* region_ns was stored before the generation's release: this region's or later */
+        const uint64_t start = atomic_load_explicit(&p->region_ns, memory_order_relaxed);
+        const uint64_t now = pool_now_ns();
+        spin_policy_record(&sp, start > idle_since ? start - idle_since : 0, slept,
+                           slept && now > start ? now - start : 0);
+        atomic_fetch_add_explicit(&p->waits, 1, memory_order_relaxed);
+        if (slept)
+            atomic_fetch_add_explicit(&p->sleeps, 1, memory_order_relaxed);
+        atomic_store_explicit(&p->budget_ns, sp.budget_ns, memory_order_relaxed);
+        atomic_store_explicit(&p->wake_ns, sp.wake_ns, memory_order_relaxed);
+        run_tasks(p, g, index);
+    }
+}
+
+void pool_run(pool *p, int n_tasks, pool_task_fn fn, void *ctx)
+{
+    if (p->n_workers == 1 || n_tasks <= 1) {
+        for (int t = 0; t < n_tasks; t++)
+            fn(ctx, t, 0);
+        return;
+    }
+    const uint32_t gen = atomic_load_explicit(&p->generation, memory_order_relaxed) + 1;
+    p->fn = fn;
+    p->ctx = ctx;
+    p->n_tasks = n_tasks;
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->region_ns, pool_now_ns(), memory_order_relaxed);
+    /* publishes the fields above to whoever claims (release) */
+    atomic_store_explicit(&p->claim, (uint64_t)gen << 32 | (uint32_t)n_tasks,
+                          memory_order_release);
+    atomic_store_explicit(&p->generation, gen, memory_order_seq_cst);
+    atomic_fetch_add_explicit(&p->regions, 1, memory_order_relaxed);
+    if (wake_if_asleep(&p->generation, &p->helpers_asleep))
+        atomic_fetch_add_explicit(&p->wake_calls, 1, memory_order_relaxed);
+    run_tasks(p, gen, 0);
+    /* Every task is claimed; the ones helpers run end within microseconds unless a helper
+     * was descheduled mid-task: spin for twice what waking a sleeper measured (the
+     * ski-rental bound), then sleep. */
+    const uint64_t budget = 2 * atomic_load_explicit(&p->wake_ns, memory_order_relaxed);
+    const uint64_t t0 = pool_now_ns();
+    uint32_t d;
+    int spins = 0;
+    while ((d = atomic_load_explicit(&p->done, memory_order_acquire)) != (uint32_t)n_tasks) {
+        if (++spins % SPINS_PER_CLOCK || pool_now_ns() - t0 < budget)
+            cpu_relax();
+        else
+            sleep_unless_changed(&p->done, d, &p->caller_asleep);
+    }
+}
+
+int pool_start(pool *p, int n_workers, int numa_node)
+{
+    memset(p, 0, sizeof *p);
+    p->n_workers = n_workers;
+    p->numa_node = numa_node;
+    p->budget_ns = 50000;
+    p->wake_ns = WAKE_NS_PRIOR;
+    if (n_workers == 1)
+        return 0;
+    p->threads = calloc((size_t)n_workers, sizeof *p->threads);
+    if (!p->threads)
+        return -ENOMEM;
+    for (int i = 1; i < n_workers; i++) {
+        worker_arg *wa = malloc(sizeof *wa);
+        int err = wa ? 0 : ENOMEM;
+        if (wa) {
+            *wa = (worker_arg){p, i};
+            err = pthread_create(&p->threads[i], NULL, worker_main, wa);
+            if (err)
+                free(wa);
+        }
+        if (err) {
+            p->n_workers = i; /* stop the ones already running */
+            pool_stop(p);
+            return -err;
+        }
+    }
+    return 0;
+}
+
+void pool_stop(pool *p)
+{
+    if (!p->threads)
+        return;
+    atomic_store_explicit(&p->stop, true, memory_order_release);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_seq_cst);
+    futex_wake(&p->generation);
+    for (int i = 1; i < p->n_workers; i++)
+        pthread_join(p->threads[i], NULL);
+    free(p->threads);
+    p->threads = NULL;
+}
+
+void pool_stats_get(pool *p, pool_stats *out, bool reset)
+{
+    if (out) {
+        out->regions = atomic_load_explicit(&p->regions, memory_order_relaxed);
+        out->wake_calls = atomic_load_explicit(&p->wake_calls, memory_order_relaxed);
+        out->helper_waits = atomic_load_explicit(&p->waits, memory_order_relaxed);
+        out->helper_sleeps = atomic_load_explicit(&p->sleeps, memory_order_relaxed);
+        out->spin_budget_ns = atomic_load_explicit(&p->budget_ns, memory_order_relaxed);
+        out->wake_latency_ns = atomic_load_explicit(&p->wake_ns, memory_order_relaxed);
+    }
+    if (reset) {
+        atomic_store_explicit(&p->regions, 0, memory_order_relaxed);
+        atomic_store_explicit(&p->wake_calls, 0, memory_order_relaxed);
+        atomic_store_explicit(&p->waits, 0, memory_order_relaxed);
+        atomic_store_explicit(&p->sleeps, 0, memory_order_relaxed);
+    }
+}

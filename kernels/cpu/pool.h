@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/cpu/pool.h — the CPU backend's worker pool: parallel regions of independent
+ * tasks, run by the calling thread (worker 0) and n_workers - 1 helper threads.
+ *
+ * One caller at a time: pool_run is called by one thread only (the engine's), never
+ * concurrently with itself or pool_stop. The struct is public only so the backend can
+ * embed it; its fields belong to pool.c.
+ */
+#ifndef RINGLM_KERNELS_CPU_POOL_H
+#define RINGLM_KERNELS_CPU_POOL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* One task of a region: task in [0, n_tasks), worker in [0, n_workers) (0: the caller).
+ * Two tasks of one region never run on the same worker at once, so per-worker scratch
+ * indexed by worker is safe. */
+typedef void (*pool_task_fn)(void *ctx, int task, int worker);
+
+typedef struct pool {
+    int n_workers; /* including the calling thread */
+    int numa_node;
+    pthread_t *threads;
+    /* the region: written by the caller before it publishes claim, read only by a thread
+     * whose claim of one of the region's tasks succeeded (see pool.c) */
+    pool_task_fn fn;
+    void *ctx;
+    int n_tasks;
+    _Alignas(64) _Atomic uint32_t generation; /* futex: bumped to start a parallel region */
+    _Atomic uint64_t region_ns;               /* when the caller started the latest region */
+    _Atomic bool stop;
+    _Alignas(64) _Atomic uint64_t claim;      /* (generation << 32) | tasks not yet claimed */
+    _Alignas(64) _Atomic uint32_t done;       /* futex: tasks of the region finished */
+    _Atomic uint32_t helpers_asleep;          /* helpers announced asleep on generation */
+    _Atomic uint32_t caller_asleep;           /* the caller announced asleep on done */
+    /* measurements (relaxed: statistics) */
+    _Alignas(64) _Atomic uint64_t regions, wake_calls, waits, sleeps;
+    _Atomic uint64_t budget_ns, wake_ns;      /* the helpers' latest choice and measure */
+} pool;
+
+/* The pool's counters (see eng_phase_stats for their meaning). */
+typedef struct pool_stats {
+    uint64_t regions, wake_calls, helper_waits, helper_sleeps;
+    uint64_t spin_budget_ns, wake_latency_ns;
+} pool_stats;
+
+/* Starts n_workers - 1 helper threads (none when n_workers is 1), pinned to numa_node's
+ * CPUs when numa_node >= 0. Returns 0 or -errno (the threads started are stopped again). */
+int pool_start(pool *p, int n_workers, int numa_node);
+/* Runs fn(ctx, t, worker) for every t in [0, n_tasks) and returns when all have returned. */
+void pool_run(pool *p, int n_tasks, pool_task_fn fn, void *ctx);
+/* Stops and joins the helpers. Safe on a pool that pool_start failed or never started
+ * threads for (zeroed). */
+void pool_stop(pool *p);
+/* Reads the counters into *out (when non-NULL), then zeroes the running counts when reset. */
+void pool_stats_get(pool *p, pool_stats *out, bool reset);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t pool_now_ns(void);
+
+#endif
