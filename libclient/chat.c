@@ -50,24 +50,29 @@ const char *ringlm_chat_template_names(void)
 
 /* ---- matching a Jinja template ---------------------------------------------------------- */
 
-/* The markers each family's template spells (llama.cpp tells templates apart the same way);
- * the rendering is checked against the real templates in tests/test_gguf_vocab.c. */
+/* The markers each family's template spells (llama.cpp tells templates apart the same way):
+ * <|im_start|> and <|im_end|> → chatml, <|start_header_id|> and <|eot_id|> → llama3, [INST]
+ * and [/INST] → llama2 with <<SYS>>, else mistral; a template that spells none of these, or
+ * the markers of more than one family, is unknown (never a guess). The rendering is checked
+ * against the real templates in tests/test_gguf_vocab.c. */
 int ringlm_chat_template_match(const char *jinja)
 {
 	if (!jinja)
 		return client_seterr(-EINVAL, "chat template: NULL");
-	if (strstr(jinja, "<|im_start|>"))
-		return RINGLM_CHAT_CHATML;
-	if (strstr(jinja, "<|start_header_id|>") && strstr(jinja, "<|end_header_id|>"))
-		return RINGLM_CHAT_LLAMA3;
-	if (strstr(jinja, "[INST]"))
-		return strstr(jinja, "<<SYS>>") ? RINGLM_CHAT_LLAMA2 : RINGLM_CHAT_MISTRAL;
+	bool chatml = strstr(jinja, "<|im_start|>") && strstr(jinja, "<|im_end|>");
+	bool llama3 = strstr(jinja, "<|start_header_id|>") && strstr(jinja, "<|eot_id|>");
+	bool inst = strstr(jinja, "[INST]") && strstr(jinja, "[/INST]");
+	if (chatml + llama3 + inst == 1)
+		return chatml ? RINGLM_CHAT_CHATML
+		       : llama3 ? RINGLM_CHAT_LLAMA3
+		       : strstr(jinja, "<<SYS>>") ? RINGLM_CHAT_LLAMA2 : RINGLM_CHAT_MISTRAL;
 	char head[64];
 	size_t n = strcspn(jinja, "\n");
 	snprintf(head, sizeof head, "%.*s", (int)(n < 48 ? n : 48), jinja);
-	return client_seterr(-ENOTSUP, "chat template \"%s%s\": not one of the built-in templates "
-			     "(%s); pass one by name", head, n > 48 || jinja[n] ? "..." : "",
-			     ringlm_chat_template_names());
+	return client_seterr(-ENOTSUP, "chat template \"%s%s\": %s the built-in templates (%s); "
+			     "pass one by name", head, n > 48 || jinja[n] ? "..." : "",
+			     chatml + llama3 + inst ? "spells the markers of more than one of"
+						    : "not one of", ringlm_chat_template_names());
 }
 
 int ringlm_chat_template_of_model(const char *path)

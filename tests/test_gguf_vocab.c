@@ -493,11 +493,13 @@ static char *text_of(const char *path)
 
 Test(gguf_vocab, chat_templates_are_matched_by_their_markers)
 {
-    cr_assert_eq(ringlm_chat_template_match("{{ '<|im_start|>' + m['role'] }}"), RINGLM_CHAT_CHATML);
-    cr_assert_eq(ringlm_chat_template_match("<|start_header_id|>{{r}}<|end_header_id|>"),
+    cr_assert_eq(ringlm_chat_template_match("{{ '<|im_start|>' + m['role'] }}<|im_end|>"), RINGLM_CHAT_CHATML);
+    cr_assert_eq(ringlm_chat_template_match("<|start_header_id|>{{r}}<|eot_id|>"),
                  RINGLM_CHAT_LLAMA3);
-    cr_assert_eq(ringlm_chat_template_match("[INST] <<SYS>>\\n"), RINGLM_CHAT_LLAMA2);
+    cr_assert_eq(ringlm_chat_template_match("[INST] <<SYS>>\\n [/INST]"), RINGLM_CHAT_LLAMA2);
     cr_assert_eq(ringlm_chat_template_match("{{ '[INST] ' + c + ' [/INST]' }}"), RINGLM_CHAT_MISTRAL);
+    cr_assert_eq(ringlm_chat_template_match("<|im_start|><|im_end|>[INST][/INST]"), -ENOTSUP,
+                 "two families' markers: no guess");
     cr_assert_eq(ringlm_chat_template_match("{% for m in messages %}<|user|>\n{{ m }}"), -ENOTSUP);
     cr_assert(strstr(ringlm_errdetail(), "<|user|>") && strstr(ringlm_errdetail(), "chatml"),
               "the refusal quotes the template and names the built-ins: %s", ringlm_errdetail());
@@ -508,7 +510,7 @@ Test(gguf_vocab, chat_templates_are_matched_by_their_markers)
     sv.tpl = "{{ bos_token }}{% for m in messages %}### {{ m.role }}: {{ m.content }}{% endfor %}";
     cr_assert_eq(ringlm_chat_template_of_model(write_vocab("odd", &sv)), -ENOTSUP);
     cr_assert(strstr(ringlm_errdetail(), "tokenizer.chat_template"), "%s", ringlm_errdetail());
-    sv.tpl = "{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}";
+    sv.tpl = "{% for m in messages %}<|im_start|>{{ m.role }}<|im_end|>{% endfor %}";
     cr_assert_eq(ringlm_chat_template_of_model(write_vocab("cml", &sv)), RINGLM_CHAT_CHATML);
     cr_assert_eq(ringlm_chat_template_of_model("/nonexistent.gguf"), -ENOENT);
     ringlm_chat_msg m[] = {{"user", "a"}, {"user", "b"}};
