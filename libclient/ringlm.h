@@ -169,8 +169,10 @@ int ringlm_submit(ringlm_client *c, const ringlm_request *req, uint64_t *id);
 int ringlm_cancel(ringlm_client *c, uint64_t req_id);
 
 /*
- * Takes the next event.  Spins briefly (RINGLM_OPT_SPIN_US, default 50 µs), then sleeps
- * on the session's futex doorbell; the daemon wakes it when it publishes events.
+ * Takes the next event.  Spins briefly (RINGLM_OPT_SPIN_US, default up to 50 µs), then
+ * sleeps on the session's futex doorbell; the daemon wakes it when it publishes events
+ * (once per batch at most).  The default spin adapts: waits longer than 50 µs (a stream
+ * of one token per batch) halve it toward none, a shorter one restores it.
  * timeout_ms: < 0 wait for ever, 0 poll, > 0 at most that long.
  * Returns 1 and *ev, 0 when the timeout passed without an event, or:
  *   -EPIPE       the daemon went away (exited, killed) — after every event it published
@@ -187,7 +189,8 @@ int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms);
 enum ringlm_option {
 	RINGLM_OPT_SPIN_US = 1, /* how long next_event spins before sleeping (µs, >= 0);
 	                           a huge value = always spin (lowest latency, burns a CPU).
-	                           Default 50, or $RINGLM_SPIN_US read at connect. */
+	                           Set here or by $RINGLM_SPIN_US (read at connect), it is
+	                           fixed; by default up to 50, adapted to the waits seen. */
 };
 /* Returns 0 or -EINVAL (unknown option or value). */
 int ringlm_set_option(ringlm_client *c, int option, long value);
