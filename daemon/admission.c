@@ -145,9 +145,9 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
     memcpy(r->tokens, prompt, sizeof(int32_t) * n_prompt);
     if (hdr->deadline_us) r->deadline_us = s->now_us + hdr->deadline_us;
 
-    /* prefix cache: one domain per tenant, the tenant this daemon decided (SO_PEERCRED, or
-     * a trusted gateway's tag), per uid under the built-in policy — never a value the
-     * client chose */
+    /* prefix cache: the cache domain of the tenant this daemon decided (SO_PEERCRED, or a
+     * trusted gateway's tag) — its own unless the policy groups tenants (cache_domain) — or
+     * the uid under the built-in policy; never a value the client chose */
     sched_request sr = {.id = r->id, .tenant = tenant, .class_idx = ci, .prompt_len = n_prompt,
                         .max_new_tokens = hdr->max_new_tokens, .deadline_us = r->deadline_us,
                         .arrival_us = s->now_us, .tokens = r->tokens, .cache_salt = ut_cache_salt(s, tenant, ss->uid)};

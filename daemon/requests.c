@@ -16,6 +16,10 @@
 #include <sys/sdt.h>
 
 #include "daemon/service_internal.h"
+#include "sched/prefix.h"
+
+/* Block keys a request log line carries at most (DECLOG_LINE_MAX: 4 KiB a line). */
+#define REQLOG_HASH_IDS 160
 
 /* ---- registry ------------------------------------------------------------------------ */
 
@@ -156,6 +160,21 @@ static void req_log_and_free(svc *s, svc_req *r)
             .reject_reason = r->fin_reason == RINGLM_WIRE_R_REJECTED
                                  ? ringlm_wire_reason_name(r->fin_cause) : NULL,
         };
+        /* the prompt's block keys, as the prefix cache computes them in the tenant's cache
+         * domain: a replay (ringlm-sim --trace) shares prefixes as this run did.  53 bits (a
+         * JSON integer every reader keeps exact); the first REQLOG_HASH_IDS blocks, so the
+         * line fits the log's line size */
+        uint64_t ids[REQLOG_HASH_IDS];
+        uint32_t bs = (uint32_t)eng_kv_block_size(s->engine);
+        if (r->tokens && r->n_prompt >= bs && bs) {
+            sched_prefix_key keys[REQLOG_HASH_IDS];
+            uint32_t n = sched_prefix_keys(sched_policy_cache_salt(sched_get_policy(s->sched), r->tenant), r->tokens,
+                                           r->n_prompt, bs, keys, REQLOG_HASH_IDS);
+            for (uint32_t i = 0; i < n; i++) ids[i] = keys[i].lo & ((1ull << 53) - 1);
+            lr.hash_ids = ids;
+            lr.n_hash_ids = n;
+            lr.hash_block_tokens = bs;
+        }
         declog_request_line(s->logs, &lr);
     }
     uint64_t fin = r->finish_us ? r->finish_us : s->now_us;

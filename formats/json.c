@@ -257,6 +257,25 @@ int fmt_get_int(json_t *o, const char *key, unsigned flags, int64_t lo, int64_t 
     return 0;
 }
 
+int fmt_get_u64_array(json_t *o, const char *key, uint64_t *out, uint32_t cap, uint32_t *n,
+                      char *why, size_t whylen)
+{
+    *n = 0;
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_array(v)) return why_set(why, whylen, "\"%s\" is not an array", key);
+    size_t len = json_array_size(v);
+    if (len > cap) return why_set(why, whylen, "\"%s\" has %zu entries, at most %u", key, len, cap);
+    for (size_t i = 0; i < len; i++) {
+        json_t *x = json_array_get(v, i);
+        if (!json_is_integer(x) || json_integer_value(x) < 0)
+            return why_set(why, whylen, "\"%s\"[%zu] is not an integer >= 0", key, i);
+        out[i] = (uint64_t)json_integer_value(x);
+    }
+    *n = (uint32_t)len;
+    return 0;
+}
+
 int fmt_get_num(json_t *o, const char *key, unsigned flags, double lo, double *out, char *why,
                 size_t whylen)
 {

@@ -106,6 +106,12 @@ int fmt_get_num(json_t *o, const char *key, unsigned flags, double lo, double *o
 int fmt_get_str(json_t *o, const char *key, unsigned flags, char *out, size_t cap, char *why,
                 size_t whylen);
 
+/* An optional array of integers in [0, 2^63) (block hashes): up to cap of them into out,
+ * *n their count (0 when missing or null).  -1 with why when it is not such an array or holds
+ * more than cap. */
+int fmt_get_u64_array(json_t *o, const char *key, uint64_t *out, uint32_t cap, uint32_t *n,
+                      char *why, size_t whylen);
+
 /* Parses one line as a JSON object (duplicate keys refused). NULL with why when it is not. */
 json_t *fmt_load_object(const char *line, size_t len, char *why, size_t whylen);
 

@@ -19,6 +19,14 @@
  *   finish_reason, reject_reason             names of the one reason vocabulary
  *                                            (sched_end_name; missing = NULL); the
  *                                            format keeps them as text, its users map them
+ *   hash_ids, hash_block_tokens              optional: the prompt's block hashes (integers
+ *                                            >= 0, at most FMT_HASH_IDS_MAX), block i
+ *                                            covering prompt tokens [i×n, (i+1)×n) with n =
+ *                                            hash_block_tokens (>= 1; required with
+ *                                            hash_ids).  Equal hashes at the same position
+ *                                            after equal hashes mean equal tokens: a replay
+ *                                            shares prefixes as the recorded run did (the
+ *                                            prefix cache's chained keys, DESIGN §10)
  * Unknown keys are ignored. A real where an integer belongs is rounded to the nearest.
  */
 #ifndef RINGLM_FORMATS_REQUEST_LOG_H
@@ -37,6 +45,8 @@ extern "C" {
 #define FMT_NAME_MAX 64
 /* Longest finish / reject reason name, plus the NUL. */
 #define FMT_REASON_MAX 32
+/* Most block hashes a line may carry (Mooncake: 512-token blocks, so 1M tokens). */
+#define FMT_HASH_IDS_MAX 2048
 
 typedef struct fmt_request {
     uint64_t req;
@@ -52,6 +62,9 @@ typedef struct fmt_request {
     int64_t finish_us;         /* or FMT_NULL (a request the simulation never ended) */
     const char *finish_reason; /* "length", "stop", ... (sched_end_name); NULL → "error" */
     const char *reject_reason; /* NULL → null */
+    const uint64_t *hash_ids;  /* n_hash_ids block hashes of the prompt, or NULL */
+    uint32_t n_hash_ids;
+    uint32_t hash_block_tokens;   /* prompt tokens per hash (0 when none) */
 } fmt_request;
 
 /* Storage for the strings of a parsed line (fmt_request's pointers point into it). */
@@ -60,6 +73,7 @@ typedef struct fmt_request_text {
     char class_name[FMT_NAME_MAX];
     char finish_reason[FMT_REASON_MAX];
     char reject_reason[FMT_REASON_MAX];
+    uint64_t hash_ids[FMT_HASH_IDS_MAX];
 } fmt_request_text;
 
 /* Formats r as one JSON object (no newline) into buf[cap]; returns the length, or -EMSGSIZE

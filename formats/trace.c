@@ -147,7 +147,7 @@ static int azure_line(const char *p, const char *le, fmt_request *r, char *why, 
 
 /* ---- Mooncake ------------------------------------------------------------------------------ */
 
-static int mooncake_line(const char *p, size_t n, fmt_request *r, char *why, size_t wl)
+static int mooncake_line(const char *p, size_t n, fmt_request *r, fmt_request_text *text, char *why, size_t wl)
 {
     json_t *o = fmt_load_object(p, n, why, wl);
     if (!o) return -1;
@@ -155,10 +155,10 @@ static int mooncake_line(const char *p, size_t n, fmt_request *r, char *why, siz
     int bad = fmt_get_num(o, "timestamp", FMT_REQUIRED, 0, &ms, why, wl) ||
               fmt_get_int(o, "input_length", FMT_REQUIRED, 1, 0x7fffffff, &r->prompt_tokens, why, wl) ||
               fmt_get_int(o, "output_length", FMT_REQUIRED, 1, 0x7fffffff, &r->output_tokens, why, wl);
-    json_t *h = json_object_get(o, "hash_ids");
-    if (!bad && h && !json_is_array(h) && !json_is_null(h)) {
-        snprintf(why, wl, "\"hash_ids\" is not an array");
-        bad = 1;
+    if (!bad) bad = fmt_get_u64_array(o, "hash_ids", text->hash_ids, FMT_HASH_IDS_MAX, &r->n_hash_ids, why, wl);
+    if (r->n_hash_ids) {   /* 512-token blocks (the published traces' block size) */
+        r->hash_ids = text->hash_ids;
+        r->hash_block_tokens = 512;
     }
     if (!bad && ms > (double)(INT64_MAX / 4000)) {
         snprintf(why, wl, "\"timestamp\" is %g, too large", ms);
@@ -204,7 +204,7 @@ int fmt_trace_next(fmt_trace_reader *rd, fmt_request *out, fmt_request_text *tex
         else if (rd->format == FMT_TRACE_AZURE)
             rc = azure_line(p, le, out, why, whylen);
         else
-            rc = mooncake_line(p, (size_t)(le - p), out, why, whylen);
+            rc = mooncake_line(p, (size_t)(le - p), out, text, why, whylen);
         if (rc < 0) return -EINVAL;
         if (rd->format != FMT_TRACE_NATIVE) out->req = rd->row;
         rd->row++;

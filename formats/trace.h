@@ -11,7 +11,8 @@
  *             to the first row); prompt = ContextTokens >= 1, max = output =
  *             GeneratedTokens >= 1; req = the data row (0, 1, …).
  *   Mooncake  {"timestamp": ms, "input_length": n >= 1, "output_length": n >= 1,
- *             "hash_ids": [...]}; arrival_us = timestamp × 1000 rounded; req = the row.
+ *             "hash_ids": [...]}; arrival_us = timestamp × 1000 rounded; req = the row;
+ *             hash_ids (integers >= 0) are the prompt's 512-token blocks (hash_block_tokens).
  *   native    fmt_request_parse.
  * Tenants and classes are empty except in native traces. Blank lines are skipped; CRLF is
  * accepted.

@@ -43,10 +43,13 @@ static void evicted(void *ctx, const sched_prefix_eviction *ev)
 int sc_cache_create(sched *s)
 {
     if (!s->conf.prefix_cache || s->cfg.mode != SCHED_MODE_TOKEN_BUDGET) return 0;
+    uint32_t caps[SCHED_MAX_TENANTS];
+    for (int t = 0; t < s->n_tenants; t++) caps[t] = s->ten[t]->max_cached_blocks;
     sched_prefix_cfg c = {
         .block_size = s->conf.block_size,
         .pool_blocks = {s->conf.kv_blocks_device, 0, 0},
         .n_tenants = (uint32_t)s->n_tenants,
+        .max_cached_blocks = caps,
         .costs = {.recompute_us_per_block = s->conf.step.prefill_token_us * s->conf.block_size, .reuse_prior = 1},
         .ops = {.take_block = take_block, .evicted = evicted, .ctx = s},
     };
@@ -167,8 +170,16 @@ uint32_t sc_cache_release(sched *s, req *r)
 {
     uint32_t k = r->n_pnodes;
     if (!k) return 0;
+    uint64_t before = s->px_evicted;
     sched_prefix_release(s->px, r->pnodes, k);
     r->n_pnodes = 0;
+    if (s->px_evicted != before && s->sink) {   /* its tenant went over max_cached_blocks */
+        sched_event e = ev_of(s, SCHED_EV_CACHE_EVICT, r, s->last_now);
+        e.blocks = (uint32_t)(s->px_evicted - before);
+        e.pool = SCHED_POOL_DEVICE;
+        e.evict = SCHED_PREFIX_EVICT_TENANT_CAP;
+        emit(s, &e);
+    }
     return k;
 }
 

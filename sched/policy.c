@@ -60,6 +60,7 @@ static void default_tenant(sched_tenant_cfg *t, const char *name)
 {
     memset(t, 0, sizeof(*t));
     snprintf(t->name, sizeof(t->name), "%s", name);
+    snprintf(t->cache_domain, sizeof(t->cache_domain), "%s", name);   /* its own domain */
     t->weight = 1.0;
 }
 
@@ -322,6 +323,14 @@ static int set_key(parser *ps, const char *key, const char *v)
         if (!strcmp(key, "max_kv_blocks")) return rd_u32(ps, key, v, 0, &t->max_kv_blocks);
         if (!strcmp(key, "token_rate_per_s")) return rd_double(ps, key, v, 0, false, &t->token_rate_per_s);
         if (!strcmp(key, "uids")) return rd_uids(ps, key, v, false);
+        if (!strcmp(key, "max_cached_blocks")) return rd_u32(ps, key, v, 0, &t->max_cached_blocks);
+        if (!strcmp(key, "cache_domain")) {
+            if (!valid_name(v))
+                return fail(ps, "key \"%s\": domain name \"%s\" must be 1-%d characters of A-Z a-z 0-9 _ . -",
+                            key, v, SCHED_NAME_MAX - 1);
+            snprintf(t->cache_domain, sizeof(t->cache_domain), "%s", v);
+            return 0;
+        }
         return fail(ps, "unknown key \"%s\" in [tenant %s]", key, t->name);
     }
     case SEC_TRUST:
@@ -461,6 +470,8 @@ static int build_canonical(sched_policy *p)
         sput(&b, "max_queued_tokens = %llu\n", (unsigned long long)t->max_queued_tokens);
         sput(&b, "max_kv_blocks = %u\n", t->max_kv_blocks);
         put_double(&b, "token_rate_per_s", t->token_rate_per_s);
+        sput(&b, "cache_domain = %s\n", t->cache_domain);
+        sput(&b, "max_cached_blocks = %u\n", t->max_cached_blocks);
         sput(&b, "uids =");
         for (uint32_t u = 0; u < p->n_uids; u++)
             if (p->uids[u].tenant == i) sput(&b, " %u", p->uids[u].uid);
@@ -640,6 +651,16 @@ bool sched_policy_uid_trusted(const sched_policy *p, uint32_t uid)
 {
     if (!p) return false;
     return bsearch(&uid, p->trusted, p->n_trusted, sizeof(uint32_t), cmp_u32) != NULL;
+}
+
+uint64_t sched_policy_cache_salt(const sched_policy *p, int tenant)
+{
+    if (!p || tenant < 0 || tenant >= p->n_tenants) return 0;
+    uint64_t h = 0xcbf29ce484222325ull;   /* FNV-1a 64 of "domain:" NAME */
+    static const char tag[] = "domain:";
+    for (const char *c = tag; *c; c++) { h ^= (unsigned char)*c; h *= 0x100000001b3ull; }
+    for (const char *c = p->tenants[tenant].cache_domain; *c; c++) { h ^= (unsigned char)*c; h *= 0x100000001b3ull; }
+    return h ? h : 1;
 }
 
 const char *sched_policy_canonical(const sched_policy *p) { return p ? p->canonical : NULL; }

@@ -274,6 +274,12 @@ typedef struct sched_tenant_cfg {
     uint32_t max_kv_blocks;         /* device KV blocks held at once, 0 = unlimited */
     double   token_rate_per_s;      /* prefill+output tokens per second, 0 = unlimited
                                        (token bucket with one second of burst) */
+    /* prefix cache (DESIGN §10): the cache domain — tenants naming the same domain share
+     * cached prompt blocks (e.g. a gateway's users sharing a system prompt); default the
+     * tenant's own name, so no two tenants share unless the policy says so */
+    char     cache_domain[SCHED_NAME_MAX];
+    uint32_t max_cached_blocks;     /* cached blocks no sequence holds that this tenant
+                                       inserted, kept at most (oldest dropped); 0 = unlimited */
 } sched_tenant_cfg;
 
 typedef struct sched_policy_cfg {
@@ -318,6 +324,11 @@ int sched_policy_tenant_index(const sched_policy *p, const char *name);
 int  sched_policy_tenant_for_uid(const sched_policy *p, uint32_t uid);
 /* A trusted uid (a gateway) may name the tenant per request. */
 bool sched_policy_uid_trusted(const sched_policy *p, uint32_t uid);
+/* The prefix-cache salt of a tenant's cache domain (sched_request.cache_salt): a non-zero
+ * hash of the domain name, so tenants in one domain get one salt, the salt of a domain does
+ * not change when other tenants are added, and a replay of a logged run finds the same keys.
+ * 0 for a bad index. */
+uint64_t sched_policy_cache_salt(const sched_policy *p, int tenant);
 
 /* Canonical text (owned by the policy, valid while it lives), its hash and the hash as 16
  * lowercase hex digits (owned by the policy). */

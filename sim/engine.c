@@ -26,6 +26,7 @@ void sim_options_defaults(sim_options *o)
     o->stall_stop_us = 600LL * 1000000;
     o->step_scale = 1;
     o->seed = 1;
+    o->prefix_cache = true;
 }
 
 /* ---- a small binary min-heap of timed events ------------------------------------------ */
@@ -92,6 +93,8 @@ typedef struct eng {
     int64_t        next_sample;
     uint64_t       int_steps, int_tokens;
     int64_t        last_progress_any;
+    int32_t       *tok;           /* prompt tokens standing for a request's block hashes */
+    size_t         tok_cap;
     char           line[2048];
 } eng;
 
@@ -178,6 +181,17 @@ static int submit(eng *e, uint32_t req, uint32_t attempt, int64_t at, int64_t no
         .deadline_us = q->deadline_us == SIM_NO_TIME ? 0 : (uint64_t)(q->deadline_us > 0 ? q->deadline_us : 1),
         .arrival_us = (uint64_t)at,
     };
+    if (e->o->prefix_cache && q->n_hash && sr.tenant >= 0) {
+        if (q->prompt_tokens > e->tok_cap) {
+            int32_t *p = realloc(e->tok, (size_t)q->prompt_tokens * sizeof *p);
+            if (!p) return sim_err_setc(-ENOMEM, "out of memory for a %u-token prompt", q->prompt_tokens);
+            e->tok = p;
+            e->tok_cap = q->prompt_tokens;
+        }
+        sim_req_tokens(e->t, q, req, e->tok);
+        sr.tokens = e->tok;
+        sr.cache_salt = sched_policy_cache_salt(e->o->policy, sr.tenant);
+    }
     sched_reject_reason why = SCHED_REJECT_NONE;
     sim_rec *x = &e->run->recs[idx];
     x->seen_us = now;
@@ -405,7 +419,8 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
     sched_step_model model;
     sim_service_step_model(svc, &model);
     sched_config cfg = {
-        .kv_blocks_device = svc->kv_blocks_device,
+        .kv_blocks_device = o->kv_blocks_device ? o->kv_blocks_device : svc->kv_blocks_device,
+        .prefix_cache = o->prefix_cache,
         .kv_blocks_host = svc->host.present ? svc->kv_blocks_host : 0,
         .kv_blocks_disk = 0,
         .block_size = svc->kv_block_size,
@@ -548,6 +563,7 @@ out:
     free(e.retries.v);
     free(e.xfers.v);
     free(e.results);
+    free(e.tok);
     return rc;
 }
 

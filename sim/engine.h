@@ -30,6 +30,11 @@ typedef struct sim_options {
                                             calibration does not see (0) */
     uint64_t            check_every;     /* run sched_check_invariants every N steps (0: never) */
     FILE               *decision_log;    /* JSON lines of sched events, or NULL */
+    bool                prefix_cache;    /* requests with block hashes share cached prefixes, in
+                                            the cache domains of the policy (on by default, as
+                                            in ringlmd) */
+    uint32_t            kv_blocks_device;/* what-if: device KV blocks instead of the service
+                                            model's (0: the model's) */
     uint64_t            seed;
 } sim_options;
 

@@ -68,6 +68,22 @@ static const param_def p_over[] = {
     {"slo_min", "0.9", "verdict: accepted requests meet their targets this often"},
     COMMON_PARAMS, {NULL, NULL, NULL}};
 
+static const param_def p_shared[] = {
+    {"rate", "", "requests per second (default: load x estimated capacity)"},
+    {"load", "0.7", "offered load as a multiple of the estimated capacity (without the cache)"},
+    {"duration", "60", "seconds over which conversations start"},
+    {"n", "", "number of conversations (instead of duration)"},
+    {"system_prompts", "8", "distinct system prompts, shared by every conversation that uses one"},
+    {"system_len", "256", "tokens of a system prompt"},
+    {"turns", "1-6", "turns per conversation: N or LO-HI; each prompt extends the last prompt and its answer"},
+    {"user", "16-64", "tokens of a user message (each turn): N, LO-HI or exp:MEAN"},
+    {"output", "32-128", "tokens of an answer: N, LO-HI or exp:MEAN"},
+    {"think", "1-5", "seconds between a turn's arrival and the next one's: LO-HI"},
+    {"one_off", "0.1", "fraction of conversations that are one unique prompt (no system prompt)"},
+    {"tenants", "1", "tenants u0..uN-1, conversations dealt round robin (domains decide sharing)"},
+    {"block", "", "tokens per block hash (default: the service model's KV block size)"},
+    {NULL, NULL, NULL}};
+
 static const struct workload_def {
     const char *name, *what;
     int kind;
@@ -80,6 +96,7 @@ static const struct workload_def {
     {"disconnects", "clients disconnect during decode: are compute and cache reclaimed at once?", SIM_SCN_DISCONNECTS, p_disc},
     {"burst", "arrival rate briefly exceeds service rate: does queue time return to baseline?", SIM_SCN_BURST, p_burst},
     {"overload", "sustained excess token work: are rejects bounded, intentional and explained?", SIM_SCN_OVERLOAD, p_over},
+    {"shared-prefix", "system prompts shared by many users, multi-turn chats, some one-off prompts: the prefix cache's workload", SIM_SCN_SHARED_PREFIX, p_shared},
 };
 #define N_WORKLOADS (sizeof workloads / sizeof *workloads)
 
@@ -278,12 +295,125 @@ static double capacity(const sim_service *svc, double prompt, double output)
     return sim_service_capacity_rps(svc, prompt, output, batch < 1 ? 1 : batch);
 }
 
+/* ---- shared-prefix ------------------------------------------------------------------------ */
+
+/* Block hashes of prompt tokens tok[0..n): block b's hash chains block b-1's and its tokens
+ * (the last block may be partial), so equal hashes at a position mean equal prefixes. */
+static uint32_t block_hashes(const int32_t *tok, uint32_t n, uint32_t bs, uint64_t *out)
+{
+    uint64_t h = 0x6a09e667f3bcc908ull;
+    uint32_t nb = 0;
+    for (uint32_t b = 0; b * bs < n; b++) {
+        for (uint32_t k = b * bs; k < n && k < (b + 1) * bs; k++) {
+            uint64_t x = h ^ (uint64_t)(uint32_t)tok[k];
+            h = sim_splitmix64(&x);
+        }
+        out[nb++] = h & 0x7fffffffffffffffull;   /* a JSON integer */
+    }
+    return nb;
+}
+
+static uint32_t range_draw(sim_rng *r, double lo, double hi)
+{
+    return (uint32_t)sim_rng_range(r, (uint64_t)lo, (uint64_t)hi);
+}
+
+/* Conversations start as a Poisson process; each is one unique prompt (one_off) or a system
+ * prompt followed by turns: user message → prompt (everything so far) → answer appended. */
+static int gen_shared_prefix(gen *g, const params *p, const sim_service *svc, sim_scenario *scn)
+{
+    double sys_n, sys_len, one_off, ntn, bsz = svc->kv_block_size, d, n_conv = 0, load, rate;
+    double tlo, thi, klo, khi;
+    lendist user, out;
+    int rc;
+    if ((rc = pnum(p, "system_prompts", 1, 1e6, &sys_n)) || (rc = pnum(p, "system_len", 0, 1e6, &sys_len)) ||
+        (rc = pnum(p, "one_off", 0, 1, &one_off)) || (rc = pnum(p, "tenants", 1, SIM_MAX_NAMES, &ntn)) ||
+        (rc = plen(p, "user", &user)) || (rc = plen(p, "output", &out)) || (rc = pnum(p, "load", 1e-6, 1e6, &load)))
+        return rc;
+    if (*pget(p, "block") && (rc = pnum(p, "block", 1, 1 << 20, &bsz))) return rc;
+    if (bsz < 1) bsz = 16;
+    const char *ts = pget(p, "turns"), *ks = pget(p, "think");
+    char *e;
+    tlo = strtod(ts, &e); thi = tlo;
+    if (e != ts && *e == '-') thi = strtod(e + 1, &e);
+    if (*e || !(tlo >= 1) || thi < tlo || thi > 10000)
+        return sim_err_set("workload shared-prefix: turns=%s: expected N or LO-HI (1..10000)", ts);
+    klo = strtod(ks, &e); khi = klo;
+    if (e != ks && *e == '-') khi = strtod(e + 1, &e);
+    if (*e || !(klo >= 0) || khi < klo) return sim_err_set("workload shared-prefix: think=%s: expected LO-HI seconds", ks);
+    double mean_turns = (tlo + thi) / 2 * (1 - one_off) + one_off;
+    double mp = sys_len + len_mean(&user) * (mean_turns + 1) / 2 + len_mean(&out) * (mean_turns - 1) / 2;
+    rate = load * capacity(svc, mp, len_mean(&out));
+    if (*pget(p, "rate") && (rc = pnum(p, "rate", 1e-9, 1e9, &rate))) return rc;
+    if (*pget(p, "n") && (rc = pnum(p, "n", 1, 1e8, &n_conv))) return rc;
+    if ((rc = pnum(p, "duration", 0.001, 1e7, &d))) return rc;
+    int64_t dur = n_conv > 0 ? 0 : (int64_t)llround(d * 1e6);
+    int tn[SIM_MAX_NAMES];
+    for (int i = 0; i < (int)ntn; i++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "u%d", i);
+        if ((tn[i] = sim_trace_tenant(g->t, nm)) < 0) return tn[i];
+    }
+    int cls = sim_trace_class(g->t, "default");
+    uint32_t bs = (uint32_t)bsz;
+    size_t cap = 0;
+    int32_t *tok = NULL;
+    uint64_t *ids = NULL;
+    double conv_rate = rate / mean_turns, t = 0;
+    rc = 0;
+    for (size_t c = 0; (n_conv > 0 ? c < (size_t)n_conv : true) && !rc; c++) {
+        t += sim_rng_exp(&g->rng, 1e6 / conv_rate);
+        if (dur && t >= (double)dur) break;
+        bool single = sim_rng_unif(&g->rng) < one_off;
+        uint32_t turns = single ? 1 : range_draw(&g->rng, tlo, thi), sys = single ? 0 : (uint32_t)sys_len;
+        uint64_t sys_id = sim_rng_range(&g->rng, 0, (uint64_t)sys_n - 1);
+        size_t n = 0;
+        double at = t;
+        for (uint32_t k = 0; k < turns && !rc; k++) {
+            uint32_t nu = len_draw(&user, &g->rng) + (single ? (uint32_t)sys_len : 0), no = len_draw(&out, &g->rng);
+            size_t need = (k ? n : sys) + nu + no;
+            if (need > cap) {
+                size_t nc = cap ? cap : 1024;
+                while (nc < need) nc *= 2;
+                int32_t *nt = realloc(tok, nc * sizeof *nt);
+                uint64_t *ni = nt ? realloc(ids, (nc / bs + 2) * sizeof *ni) : NULL;
+                if (nt) tok = nt;
+                if (!nt || !ni) { rc = -ENOMEM; break; }
+                ids = ni;
+                cap = nc;
+            }
+            if (k == 0)   /* the system prompt: the same tokens wherever it is used */
+                for (uint64_t x = 0x243f6a8885a308d3ull ^ (sys_id * 0x9e3779b97f4a7c15ull); n < sys;)
+                    tok[n++] = (int32_t)(sim_splitmix64(&x) >> 33);
+            for (uint32_t i = 0; i < nu; i++) tok[n++] = (int32_t)(sim_rng_u64(&g->rng) >> 33);
+            sim_req r;
+            memset(&r, 0, sizeof r);
+            r.deadline_us = r.cancel_us = r.real_first_token_us = r.real_finish_us = SIM_NO_TIME;
+            r.arrival_us = (int64_t)llround(at);
+            r.prompt_tokens = (uint32_t)n;
+            r.output_tokens = r.max_tokens = no;
+            r.tenant = (uint16_t)tn[c % (size_t)ntn];
+            r.klass = (uint16_t)cls;
+            r.src_id = g->next_id++;
+            uint32_t nb = block_hashes(tok, (uint32_t)n, bs, ids);
+            if ((rc = sim_trace_push_hashed(g->t, &r, ids, nb, bs)) < 0) break;
+            for (uint32_t i = 0; i < no; i++) tok[n++] = (int32_t)(sim_rng_u64(&g->rng) >> 33);   /* the answer */
+            at += (klo + (khi - klo) * sim_rng_unif(&g->rng)) * 1e6;
+        }
+    }
+    free(tok);
+    free(ids);
+    scn->load = rate / capacity(svc, mp, len_mean(&out));
+    scn->duration_us = dur;
+    return rc;
+}
+
 int sim_gen_workload(sim_trace *t, const char *name, const char *const *kv, size_t n_kv,
                      const sim_service *svc, uint64_t seed, sim_scenario *scn)
 {
     const struct workload_def *w = NULL;
     for (size_t i = 0; i < N_WORKLOADS; i++) if (strcmp(workloads[i].name, name) == 0) w = &workloads[i];
-    if (!w) return sim_err_set("unknown workload \"%s\" (known: poisson gamma long-prompt two-tenants disconnects burst overload)", name);
+    if (!w) return sim_err_set("unknown workload \"%s\" (known: poisson gamma long-prompt two-tenants disconnects burst overload shared-prefix)", name);
     params p;
     int rc = parse_params(w, kv, n_kv, &p);
     if (rc) return rc;
@@ -296,7 +426,8 @@ int sim_gen_workload(sim_trace *t, const char *name, const char *const *kv, size
     memset(&g, 0, sizeof g);
     g.t = t;
     sim_rng_seed(&g.rng, seed);
-    if ((rc = gen_lengths_init(&g, &p))) goto out;
+    if (w->kind == SIM_SCN_SHARED_PREFIX) g.prompt = g.output = (lendist){0, 1, 0};   /* its own lengths */
+    else if ((rc = gen_lengths_init(&g, &p))) goto out;
     double mp, mo, d, load;
     gen_mean_lengths(&g, &mp, &mo);
     double cap = capacity(svc, mp, mo);
@@ -427,6 +558,9 @@ int sim_gen_workload(sim_trace *t, const char *name, const char *const *kv, size
         scn->load = load;
         break;
     }
+    case SIM_SCN_SHARED_PREFIX:
+        if ((rc = gen_shared_prefix(&g, &p, svc, scn))) goto out;
+        break;
     case SIM_SCN_OVERLOAD: {
         if ((rc = pnum(&p, "load", 1e-6, 100, &load)) || (rc = pnum(&p, "slo_min", 0, 1, &scn->slo_min)))
             goto out;

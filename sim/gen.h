@@ -12,7 +12,7 @@
  * verdict in sim/report.c. Thresholds come from the workload's parameters. */
 enum sim_scenario_kind {
     SIM_SCN_NONE = 0, SIM_SCN_LONG_PROMPT, SIM_SCN_TWO_TENANTS, SIM_SCN_DISCONNECTS,
-    SIM_SCN_BURST, SIM_SCN_OVERLOAD,
+    SIM_SCN_BURST, SIM_SCN_OVERLOAD, SIM_SCN_SHARED_PREFIX,
 };
 
 typedef struct sim_scenario {
@@ -40,6 +40,8 @@ typedef struct sim_scenario {
  *                           cv= (gamma), duration=S or n=COUNT, prompt=, output= (N, LO-HI,
  *                           exp:MEAN), lengths=TRACEFILE (joint empirical draw from a trace),
  *                           tenants=RULE, classes=RULE
+ *   shared-prefix           system prompts shared by many users, multi-turn chats, one-off
+ *                           prompts; requests carry block hashes (the prefix cache's workload)
  *   long-prompt, two-tenants, disconnects, burst, overload — DESIGN.md §7 scenarios; run
  *                           `ringlm-sim --list-workloads` for their parameters and defaults.
  * params are "key=value" strings; an unknown key is an error listing the known ones.

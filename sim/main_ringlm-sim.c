@@ -12,6 +12,7 @@
 #include "sim/engine.h"
 #include "sim/err.h"
 #include "sim/gen.h"
+#include "sim/prefix_report.h"
 #include "sim/report.h"
 #include "sim/service.h"
 #include "sim/trace.h"
@@ -31,6 +32,7 @@ static void usage(FILE *f)
 "  --format F              force azure | mooncake | native\n"
 "  --skip-bad              skip malformed lines (counted and listed) instead of stopping\n"
 "  --workload NAME         generate: poisson gamma long-prompt two-tenants disconnects burst overload\n"
+"                          shared-prefix\n"
 "  --param K=V             workload parameter (repeatable); --list-workloads shows them\n"
 "  --rate X                multiply the arrival rate by X (times divided by X)\n"
 "  --length-scale Y        multiply prompt and output lengths by Y\n"
@@ -52,6 +54,8 @@ static void usage(FILE *f)
 "  --step-scale X          what-if: every step takes X times the model's time (faster/slower hardware)\n"
 "  --step-overhead-us N    add N µs to every step: the serving loop's own cost per iteration\n"
 "  --check-invariants N    check the scheduler's invariants every N steps (stop on a violation)\n"
+"  --prefix-cache on|off   requests with block hashes (Mooncake hash_ids, a native log's, the shared-prefix\n"
+"                          workload) share cached prompt blocks in their policy's cache domains (default on)\n"
 "output\n"
 "  --json                  one JSON object on stdout (compare mode: {\"runs\": [...]})\n"
 "  --csv DIR               time series and per-request CSV\n"
@@ -68,6 +72,10 @@ static void usage(FILE *f)
 "  --compare-log FILE      no simulation: per-request error of another real run's request log (FILE)\n"
 "                          against --trace's, in arrival order (the daemon's own repeatability)\n"
 "  --list-workloads        workloads and their parameters\n"
+"  --prefix-report         the (first) policy with the prefix cache off and on: hit rate by tier and kind,\n"
+"                          prefill tokens saved, TTFT with and without the cache\n"
+"  --capacity-sweep N,...  with --prefix-report: hit rate, prefill and TTFT at these device KV block counts\n"
+"                          (--plot DIR: prefix-sweep.png)\n"
 "policy search\n"
 "  --tune SPEC             search the knobs of the (first) --policy for the most goodput at SLO, every\n"
 "                          tenant at its fair-share floor: SPEC is KNOB=VALUES;... with VALUES a list\n"
@@ -170,6 +178,9 @@ int main(int argc, char **argv)
     sim_tune_opts topt;
     sim_tune_opts_defaults(&topt);
     double burst0 = -1, burst1 = -1;
+    bool prefix_report = false;
+    uint32_t sweep[64];
+    size_t n_sweep = 0;
     sim_transform xf;
     sim_transform_defaults(&xf);
     sim_options opt;
@@ -178,7 +189,7 @@ int main(int argc, char **argv)
            O_RETRY, O_RETRY_MAX, O_CALIB, O_MAXCTX, O_CSV, O_PLOT, O_DECLOG, O_SAMPLE, O_BURST,
            O_FIDELITY, O_LIST, O_REQLOG, O_FIT, O_SCALE, O_OVERHEAD, O_CHECK, O_ITLOG,
            O_SPEED, O_SPEEDW, O_COMPARE, O_TUNE, O_TUNE_LOADS, O_TUNE_OUT, O_TUNE_JOBS, O_TUNE_ROUNDS,
-           O_TUNE_FINAL, O_FAIR_FLOOR, O_SLO_MIN, O_TUNE_SCN };
+           O_TUNE_FINAL, O_FAIR_FLOOR, O_SLO_MIN, O_TUNE_SCN, O_PXCACHE, O_PXREPORT, O_SWEEP };
     static const struct option lo[] = {
         {"trace", 1, 0, 't'}, {"workload", 1, 0, 'w'}, {"policy", 1, 0, 'p'}, {"json", 0, 0, 'j'},
         {"help", 0, 0, 'h'}, {"format", 1, 0, O_FORMAT}, {"skip-bad", 0, 0, O_SKIP},
@@ -193,6 +204,7 @@ int main(int argc, char **argv)
         {"tune", 1, 0, O_TUNE}, {"tune-loads", 1, 0, O_TUNE_LOADS}, {"tune-out", 1, 0, O_TUNE_OUT},
         {"tune-jobs", 1, 0, O_TUNE_JOBS}, {"tune-rounds", 1, 0, O_TUNE_ROUNDS}, {"tune-finalists", 1, 0, O_TUNE_FINAL},
         {"fair-floor", 1, 0, O_FAIR_FLOOR}, {"slo-min", 1, 0, O_SLO_MIN}, {"tune-scenarios", 0, 0, O_TUNE_SCN},
+        {"prefix-cache", 1, 0, O_PXCACHE}, {"prefix-report", 0, 0, O_PXREPORT}, {"capacity-sweep", 1, 0, O_SWEEP},
         {0, 0, 0, 0}};
     int c, li = -1;
     char *e;
@@ -295,6 +307,21 @@ int main(int argc, char **argv)
         case O_FAIR_FLOOR: topt.fair_floor = strtod(optarg, &e); if (*e || !(topt.fair_floor >= 0) || topt.fair_floor > 1) goto bad_num; break;
         case O_SLO_MIN: topt.slo_min = strtod(optarg, &e); if (*e || !(topt.slo_min >= 0) || topt.slo_min > 1) goto bad_num; break;
         case O_LIST: fputs(sim_gen_help(), stdout); return 0;
+        case O_PXCACHE:
+            if (!strcmp(optarg, "on")) opt.prefix_cache = true;
+            else if (!strcmp(optarg, "off")) opt.prefix_cache = false;
+            else { fprintf(stderr, "ringlm-sim: --prefix-cache %s: expected on or off\n", optarg); return 2; }
+            break;
+        case O_PXREPORT: prefix_report = true; break;
+        case O_SWEEP:
+            n_sweep = 0;
+            for (const char *p = optarg; *p; p = *e ? e + 1 : e) {
+                unsigned long v = strtoul(p, &e, 10);
+                if (e == p || (*e && *e != ',') || !v || v > UINT32_MAX / 2 || n_sweep == 64) goto bad_num;
+                sweep[n_sweep++] = (uint32_t)v;
+            }
+            if (!n_sweep) goto bad_num;
+            break;
         default: usage(stderr); return 2;
         }
         continue;
@@ -387,6 +414,19 @@ int main(int argc, char **argv)
         if (policies[i]) base_name(policies[i], pol_names[i], sizeof pol_names[i]);
         else snprintf(pol_names[i], sizeof pol_names[i], "default");
     }
+
+    if (prefix_report) {
+        sim_options o = opt;
+        o.policy = pol[0];
+        o.policy_name = pol_names[0];
+        if ((rc = sim_prefix_report(stdout, json, &trace, &o, sweep, n_sweep, plot_dir)) < 0) {
+            fprintf(stderr, "ringlm-sim: %s\n", sim_err());
+            goto out;
+        }
+        status = 0;
+        goto out;
+    }
+    if (n_sweep) { fprintf(stderr, "ringlm-sim: --capacity-sweep needs --prefix-report\n"); goto out; }
 
     if (tune_spec) {
         topt.spec = tune_spec;

@@ -1,5 +1,6 @@
 /* ringlm — simulator reports: metrics, verdicts, table, JSON, CSV. SPDX-License-Identifier: MIT */
 #include "sim/report.h"
+#include "sim/prefix_report.h"
 #include "sim/err.h"
 #include "formats/request_log.h"
 
@@ -507,6 +508,11 @@ json_t *sim_report_json(const sim_run *r, const sim_summary *s, const sim_servic
     json_object_set_new(o, "trace", tr);
     json_object_set_new(o, "policy", json_string(r->policy_name));
     json_object_set_new(o, "policy_hash", json_string(r->policy_hash));
+    if (r->final_counts.prefix_query_tokens) {   /* the prefix cache took part */
+        sim_prefix_figures pf;
+        sim_prefix_figures_of(r, &pf);
+        json_object_set_new(o, "prefix_cache", sim_prefix_json(&pf));
+    }
     json_object_set_new(o, "mode", json_string(r->mode));
     json_t *sv = json_object();
     json_object_set_new(sv, "source", json_string(svc->source));

@@ -4,6 +4,9 @@
 #include "sim/err.h"
 #include "formats/request_log.h"
 
+/* a line with every block hash a line may carry (FMT_HASH_IDS_MAX, up to 20 digits each) */
+#define LINE_MAX_BYTES (2048 + 21 * FMT_HASH_IDS_MAX)
+
 #include <errno.h>
 #include <stdlib.h>
 
@@ -43,6 +46,8 @@ int sim_report_request_log(FILE *f, const sim_run *r)
     size_t n = 0;
     for (size_t i = 0; i < t->n; i++) if (r->final_rec[i] != UINT32_MAX) order[n++] = (uint32_t)i;
     qsort_r(order, n, sizeof *order, cmp_finish, (void *)r);
+    char *line = malloc(LINE_MAX_BYTES);
+    if (!line) { free(order); return -ENOMEM; }
     for (size_t k = 0; k < n; k++) {
         const sim_req *q = &t->reqs[order[k]];
         const sim_rec *x = &r->recs[r->final_rec[order[k]]];
@@ -69,18 +74,23 @@ int sim_report_request_log(FILE *f, const sim_run *r)
             .finish_us = x->end_us >= 0 ? x->end_us : r->sim_end_us,
             .finish_reason = fr,
             .reject_reason = rr,
+            /* its block hashes, so a replay of the simulated run shares as this one did */
+            .hash_ids = q->n_hash ? t->hashes + q->hash_off : NULL,
+            .n_hash_ids = q->n_hash,
+            .hash_block_tokens = q->hash_block_tokens,
         };
-        char line[2048];
-        int len = fmt_request_format(&lr, line, sizeof line);
+        int len = fmt_request_format(&lr, line, LINE_MAX_BYTES);
         if (len < 0) {
             unsigned id = order[k];
             free(order);
-            return sim_err_setc(len, "request log: the line of request %u is longer than %zu bytes",
-                                id, sizeof line);
+            free(line);
+            return sim_err_setc(len, "request log: the line of request %u is longer than %d bytes",
+                                id, LINE_MAX_BYTES);
         }
         fputs(line, f);
         fputc('\n', f);
     }
     free(order);
+    free(line);
     return ferror(f) ? sim_err_setc(-EIO, "request log: write error") : 0;
 }

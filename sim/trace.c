@@ -24,6 +24,7 @@ void sim_trace_free(sim_trace *t)
 {
     free(t->reqs);
     free(t->bad);
+    free(t->hashes);
     for (unsigned i = 0; i < t->n_tenants; i++) free(t->tenants[i]);
     for (unsigned i = 0; i < t->n_classes; i++) free(t->classes[i]);
     memset(t, 0, sizeof *t);
@@ -40,6 +41,41 @@ int sim_trace_push(sim_trace *t, const sim_req *r)
     }
     t->reqs[t->n++] = *r;
     return 0;
+}
+
+int sim_trace_push_hashed(sim_trace *t, const sim_req *r, const uint64_t *ids, uint32_t n,
+                          uint32_t block_tokens)
+{
+    sim_req q = *r;
+    q.hash_off = q.n_hash = q.hash_block_tokens = 0;
+    if (n && ids && block_tokens) {
+        if (t->n_hashes + n > UINT32_MAX) return sim_err_setc(-E2BIG, "more than 2^32 block hashes in one trace");
+        if (t->n_hashes + n > t->cap_hashes) {
+            size_t cap = t->cap_hashes ? t->cap_hashes : 4096;
+            while (cap < t->n_hashes + n) cap *= 2;
+            uint64_t *h = realloc(t->hashes, cap * sizeof *h);
+            if (!h) return sim_err_setc(-ENOMEM, "out of memory for %zu block hashes", cap);
+            t->hashes = h;
+            t->cap_hashes = cap;
+        }
+        memcpy(t->hashes + t->n_hashes, ids, (size_t)n * sizeof *ids);
+        q.hash_off = (uint32_t)t->n_hashes;
+        q.n_hash = n;
+        q.hash_block_tokens = block_tokens;
+        t->n_hashes += n;
+    }
+    return sim_trace_push(t, &q);
+}
+
+void sim_req_tokens(const sim_trace *t, const sim_req *r, uint64_t uniq, int32_t *out)
+{
+    uint32_t hb = r->hash_block_tokens ? r->hash_block_tokens : 1;
+    for (uint32_t k = 0; k < r->prompt_tokens; k++) {
+        uint32_t b = k / hb;
+        uint64_t x = b < r->n_hash ? t->hashes[r->hash_off + b] * 0x100000001b3ull + (k % hb)
+                                   : (uniq + 0x51ed270b27a1f0c3ull) * 0x9e3779b97f4a7c15ull + k;
+        out[k] = (int32_t)(sim_splitmix64(&x) >> 33);
+    }
 }
 
 static int intern(char **names, unsigned *n, const char *name, const char *what)
@@ -72,7 +108,7 @@ static int cmp_arrival(const void *a, const void *b)
 void sim_trace_sort(sim_trace *t)
 {
     for (size_t i = 1; i < t->n; i++)
-        if (t->reqs[i].arrival_us < t->reqs[i - 1].arrival_us) {
+        if (cmp_arrival(&t->reqs[i], &t->reqs[i - 1]) < 0) {   /* ties count: a log is in finish order */
             qsort(t->reqs, t->n, sizeof *t->reqs, cmp_arrival);
             return;
         }
@@ -228,7 +264,7 @@ int sim_trace_parse(sim_trace *t, const char *name, const char *buf, size_t len,
         }
         if (rc == 0) {
             r.src_line = rd.line;
-            if ((rc = sim_trace_push(t, &r)) < 0) return rc;
+            if ((rc = sim_trace_push_hashed(t, &r, q.hash_ids, q.n_hash_ids, q.hash_block_tokens)) < 0) return rc;
         } else if (rd.fatal || (rc = bad_line(t, name, rd.line, skip_bad, why)) < 0) {
             return rd.fatal ? sim_err_set("%s:%u: %s", name, rd.line, why) : rc;
         }
@@ -325,6 +361,7 @@ int sim_trace_transform(sim_trace *t, const sim_transform *x)
             r->prompt_tokens = scale_len(r->prompt_tokens, x->length_scale);
             r->output_tokens = scale_len(r->output_tokens, x->length_scale);
             r->max_tokens = scale_len(r->max_tokens, x->length_scale);
+            if (r->n_hash) r->hash_block_tokens = scale_len(r->hash_block_tokens, x->length_scale);
         }
     int rc;
     if (x->tenant_rule && (rc = sim_trace_assign(t, 0, x->tenant_rule, x->seed)) < 0) return rc;

@@ -36,6 +36,9 @@ typedef struct sim_req {
     uint8_t  real_reason;          /* enum sim_real_reason */
     int64_t  real_first_token_us;  /* recorded outcome, SIM_NO_TIME when absent */
     int64_t  real_finish_us;
+    /* the prompt's block hashes (prefix cache, DESIGN §10): sim_trace.hashes[hash_off ..
+     * hash_off + n_hash), each covering hash_block_tokens prompt tokens; n_hash 0: none */
+    uint32_t hash_off, n_hash, hash_block_tokens;
 } sim_req;
 
 /* A line the reader refused, kept when the caller asked to skip bad lines. */
@@ -60,6 +63,8 @@ typedef struct sim_trace {
     sim_bad_line *bad;             /* skipped lines (only with skip_bad) */
     size_t       n_bad, cap_bad;
     size_t       n_bad_total;      /* bad lines seen, including those not listed */
+    uint64_t    *hashes;           /* block hashes of every request (sim_req.hash_off) */
+    size_t       n_hashes, cap_hashes;
 } sim_trace;
 
 /* Initialise an empty trace (named source); free with sim_trace_free. */
@@ -67,6 +72,14 @@ void sim_trace_init(sim_trace *t, const char *source);
 void sim_trace_free(sim_trace *t);
 /* Append a request; returns 0 or -ENOMEM. */
 int  sim_trace_push(sim_trace *t, const sim_req *r);
+/* Append a request with its prompt's block hashes (ids[0..n), each block_tokens tokens). */
+int  sim_trace_push_hashed(sim_trace *t, const sim_req *r, const uint64_t *ids, uint32_t n,
+                           uint32_t block_tokens);
+/* Prompt tokens standing for a request's recorded block hashes, for the prefix cache:
+ * token k of hash block b is a function of (hash b, k mod block tokens) alone, so prompts
+ * whose hashes agree share exactly those tokens and the scheduler's chained keys find the
+ * sharing the trace recorded; tokens past the hashes are unique to `uniq` (the request). */
+void sim_req_tokens(const sim_trace *t, const sim_req *r, uint64_t uniq, int32_t *out);
 /* Index of a tenant / class name, added when new. Returns >= 0, or -E2BIG past SIM_MAX_NAMES. */
 int  sim_trace_tenant(sim_trace *t, const char *name);
 int  sim_trace_class(sim_trace *t, const char *name);

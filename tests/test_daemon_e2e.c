@@ -1853,10 +1853,121 @@ Test(daemon_e2e, prefix_cache_greedy_output_equals_cache_off)
     int hits = count_lines(on.declog, "\"ev\":\"cache_hit\"");
     cr_expect_eq(hits, PX_N - 1, "every prompt after the first found the shared prefix (%d hits)", hits);
     cr_expect_geq(count_lines(on.declog, "\"cached_tokens\":48"), PX_N - 1, "48 tokens (3 blocks of 16) cached");
+    /* the request log carries each prompt's block keys: the simulator replaying it shares the
+     * same prefixes and finds the hits the daemon's metrics counted */
+    cr_expect_eq(count_lines(on.reqlog, "\"hash_ids\":["), PX_N, "request log lines without block keys");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/ringlm-sim --trace %s --json", th_bin_dir(), on.reqlog);
+    FILE *sp = popen(cmd, "r");
+    cr_assert_not_null(sp);
+    static char simout[1 << 16];
+    size_t sn = fread(simout, 1, sizeof simout - 1, sp);
+    simout[sn] = 0;
+    cr_assert_eq(pclose(sp), 0, "%s failed:\n%s", cmd, simout);
+    json_error_t je;
+    json_t *sj = json_loads(simout, 0, &je);
+    cr_assert_not_null(sj, "ringlm-sim output is not JSON: %s", je.text);
+    json_t *pc = json_object_get(sj, "prefix_cache");
+    cr_assert_not_null(pc, "no prefix_cache figures in the replay");
+    cr_expect_eq((double)json_integer_value(json_object_get(pc, "hit_tokens")), hit,
+                 "replayed hits %lld, the daemon's %g", (long long)json_integer_value(json_object_get(pc, "hit_tokens")), hit);
+    json_decref(sj);
     free(a);
     free(b);
     unlink(out_off);
     unlink(out_on);
     dmn_cleanup(&off);
     dmn_cleanup(&on);
+}
+
+/* Cache domains through the daemon: the same prompt sent as several tenants (tags from this
+ * test's own uid, trusted in the policy), one after another.  Tenants in their own domains
+ * never hit each other's blocks; tenants the policy puts in one domain do; a tenant's
+ * max_cached_blocks bounds what it keeps. */
+typedef struct dom_job {
+    const char *sock;
+    const char *tags[8];
+    int n;
+    int32_t prompt[52];
+} dom_job;
+
+static int client_domains(void *arg)
+{
+    dom_job *g = arg;
+    ringlm_client *c;
+    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    for (int i = 0; i < g->n; i++) {
+        ringlm_request r;
+        ringlm_request_init(&r);
+        r.prompt = g->prompt;
+        r.n_prompt = 52;
+        r.max_new_tokens = 4;
+        r.tenant_tag = g->tags[i];
+        uint64_t id;
+        if (ringlm_submit(c, &r, &id) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+        for (;;) {
+            ringlm_event ev;
+            int rc = ringlm_next_event(c, &ev, 60000);
+            if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+            if (ev.kind == RINGLM_EV_FINISH) break;
+        }
+    }
+    ringlm_close(c);
+    return 0;
+}
+
+/* cache_hit lines of the decision log, in order, as "tenant:cached_tokens" words */
+static void cache_hits(const char *declog, char *out, size_t cap)
+{
+    FILE *f = fopen(declog, "r");
+    cr_assert_not_null(f, "no decision log %s", declog);
+    char line[4096];
+    size_t used = 0;
+    out[0] = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (!strstr(line, "\"ev\":\"cache_hit\"")) continue;
+        json_error_t e;
+        json_t *j = json_loads(line, 0, &e);
+        cr_assert_not_null(j, "decision log line is not JSON: %s", line);
+        int n = snprintf(out + used, cap - used, "%s%s:%lld", used ? " " : "",
+                         json_string_value(json_object_get(j, "tenant")),
+                         (long long)json_integer_value(json_object_get(j, "cached_tokens")));
+        if (n > 0 && (size_t)n < cap - used) used += (size_t)n;
+        json_decref(j);
+    }
+    fclose(f);
+}
+
+Test(daemon_e2e, prefix_cache_domains_isolate_tenants_unless_the_policy_groups_them)
+{
+    need_daemon_binary();
+    char model[512];
+    model_or_synthetic(model, sizeof model);
+    char policy[1024];
+    snprintf(policy, sizeof policy,
+             "[scheduler]\nmode = token_budget\ndefault_tenant = a\n"
+             "[tenant a]\n[tenant b]\n[tenant c]\ncache_domain = gw\n[tenant d]\ncache_domain = gw\n"
+             "[tenant e]\nmax_cached_blocks = 1\n"
+             "[trust]\nuids = %u\n", (unsigned)getuid());
+    dmn d;
+    dmn_start(&d, model, policy, NULL);
+    static dom_job g;
+    memset(&g, 0, sizeof g);
+    g.sock = d.sock;
+    for (int k = 0; k < 52; k++) g.prompt[k] = 3 + (7 * k) % 400;
+    static const char *const order[] = {"a", "b", "c", "d", "b", "a", "e", "e"};
+    g.n = 8;
+    for (int i = 0; i < g.n; i++) g.tags[i] = order[i];
+    int st = reap(spawn(client_domains, &g), 60000);
+    cr_assert_eq(st, 0, "client exit %d", st);
+    assert_back_to_baseline(&d, 5000);
+    cr_assert_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    char hits[512];
+    cache_hits(d.declog, hits, sizeof hits);
+    /* a, b, c: first in their domains, no hit although the same 48 tokens were cached by
+     * another tenant; d: c's blocks (domain gw); b and a again: their own earlier blocks;
+     * e (cap 1 block): one block of its first prompt was kept */
+    cr_expect_str_eq(hits, "d:48 b:48 a:48 e:16", "cache_hit events (tenant:tokens): %s", hits);
+    cr_expect_geq(count_lines(d.declog, "\"reason\":\"tenant_cap\""), 1, "e's cap evicted nothing");
+    dmn_cleanup(&d);
 }

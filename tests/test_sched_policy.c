@@ -53,6 +53,44 @@ Test(sched_policy, errors_name_line_and_reason)
     parse_bad("[scheduler]\ndefault_tenant = ghost\n", 2, "no tenant named \"ghost\"");
     parse_bad("[scheduler]\ntoken_budget = 64\ndecode_reserve_tokens = 64\n", 0, "decode_reserve_tokens");
     parse_bad("[scheduler]\nmode = static\x01\n", 2, "control character");
+    parse_bad("[tenant a]\ncache_domain = two words\n", 2, "domain name");
+    parse_bad("[tenant a]\ncache_domain =\n", 2, "domain name");
+    parse_bad("[tenant a]\nmax_cached_blocks = -1\n", 2, "whole number");
+}
+
+/* Cache domains: each tenant its own unless the policy groups tenants; the salt the daemon
+ * passes with a request depends on the domain alone. */
+Test(sched_policy, cache_domains_group_tenants_and_name_their_salt)
+{
+    sched_policy *p = parse_ok("[tenant alice]\ncache_domain = gw\nmax_cached_blocks = 100\n"
+                               "[tenant bob]\ncache_domain = gw\n[tenant carol]\n[tenant dave]\n"
+                               "cache_domain = carol\n");
+    int a = sched_policy_tenant_index(p, "alice"), b = sched_policy_tenant_index(p, "bob"),
+        c = sched_policy_tenant_index(p, "carol"), d = sched_policy_tenant_index(p, "dave");
+    cr_assert_str_eq(sched_policy_tenant(p, a)->cache_domain, "gw");
+    cr_assert_str_eq(sched_policy_tenant(p, c)->cache_domain, "carol", "default: its own name");
+    cr_assert_eq(sched_policy_tenant(p, a)->max_cached_blocks, 100);
+    cr_assert_eq(sched_policy_tenant(p, b)->max_cached_blocks, 0, "default: unlimited");
+    cr_assert_eq(sched_policy_cache_salt(p, a), sched_policy_cache_salt(p, b), "one domain, one salt");
+    cr_assert_neq(sched_policy_cache_salt(p, a), sched_policy_cache_salt(p, c));
+    cr_assert_eq(sched_policy_cache_salt(p, d), sched_policy_cache_salt(p, c), "dave joined carol's domain");
+    cr_assert_neq(sched_policy_cache_salt(p, a), 0);
+    cr_assert_eq(sched_policy_cache_salt(p, 99), 0);
+    cr_assert(strstr(sched_policy_canonical(p), "cache_domain = gw\nmax_cached_blocks = 100\n"));
+    /* a domain's salt does not depend on which other tenants the policy has */
+    sched_policy *q = parse_ok("[tenant zed]\ncache_domain = gw\n");
+    cr_assert_eq(sched_policy_cache_salt(q, 0), sched_policy_cache_salt(p, a));
+    /* naming a tenant's own domain is the default spelt out: the same policy */
+    sched_policy *r = parse_ok("[tenant alice]\ncache_domain = gw\nmax_cached_blocks = 100\n"
+                               "[tenant bob]\ncache_domain = gw\n[tenant carol]\ncache_domain = carol\n"
+                               "[tenant dave]\ncache_domain = carol\nmax_cached_blocks = 0\n");
+    cr_assert_str_eq(sched_policy_canonical(r), sched_policy_canonical(p));
+    sched_policy *rt = parse_ok(sched_policy_canonical(p));
+    cr_assert_str_eq(sched_policy_canonical(rt), sched_policy_canonical(p));
+    sched_policy_free(p);
+    sched_policy_free(q);
+    sched_policy_free(r);
+    sched_policy_free(rt);
 }
 
 Test(sched_policy, equivalent_files_hash_the_same)

@@ -643,12 +643,13 @@ static void d_check(void)
     cr_assert_eq(sched_check_invariants(D.s, why, sizeof why), 0, "scheduler invariant: %s", why);
 }
 
-static void d_init(const char *extra, uint32_t dev, uint32_t host, bool cache)
+/* extra: more [scheduler] keys; tenants: the [tenant] sections (NULL: a and b, defaults). */
+static void d_init_tenants(const char *extra, const char *tenants, uint32_t dev, uint32_t host, bool cache)
 {
     memset(&D, 0, sizeof D);
-    char pol[512];
+    char pol[1024];
     snprintf(pol, sizeof pol, "[scheduler]\ntoken_budget = 64\nprefill_chunk = 8\nmax_preemptions = 0\n%s\n"
-             "[tenant a]\n[tenant b]\n[class default]\n", extra ? extra : "");
+             "%s[class default]\n", extra ? extra : "", tenants ? tenants : "[tenant a]\n[tenant b]\n");
     sched_policy_error err;
     cr_assert_eq(sched_policy_parse(pol, &D.p, &err), 0, "policy line %d: %s", err.line, err.reason);
     sched_config c = {.kv_blocks_device = dev, .kv_blocks_host = host, .block_size = 4, .kv_bytes_per_token = 64,
@@ -656,6 +657,11 @@ static void d_init(const char *extra, uint32_t dev, uint32_t host, bool cache)
                       .host = {.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 1},
                       .prefix_cache = cache};
     cr_assert_eq(sched_create(D.p, &c, d_sink, NULL, 1, &D.s), 0, "%s", sched_last_error());
+}
+
+static void d_init(const char *extra, uint32_t dev, uint32_t host, bool cache)
+{
+    d_init_tenants(extra, NULL, dev, host, cache);
 }
 
 static void d_fini(void)
@@ -789,6 +795,37 @@ Test(sched_prefix_cache, other_domains_and_uncached_requests_never_hit)
     cr_assert_eq(d_entry(pl, 3)->start_pos, 0);
     cr_assert_null(d_find(SCHED_EV_CACHE_HIT, 2));
     cr_assert_null(d_find(SCHED_EV_CACHE_HIT, 3));
+    d_run_until_idle(50);
+    d_fini();
+}
+
+/* The policy's per-tenant max_cached_blocks: a tenant's finished prompts keep at most that
+ * many unheld blocks (its oldest leaves go, with a tenant_cap event); another tenant's cache
+ * is untouched and what is kept still hits. */
+Test(sched_prefix_cache, max_cached_blocks_caps_a_tenants_unheld_blocks)
+{
+    d_init_tenants(NULL, "[tenant a]\nmax_cached_blocks = 2\n[tenant b]\n", 64, 0, true);
+    int32_t a[20], b[20];
+    for (int i = 0; i < 20; i++) { a[i] = i; b[i] = 300 + i; }
+    d_submit(1, 1, b, 20, 1, 11);   /* tenant b: 5 full blocks, no cap */
+    d_run_until_idle(50);
+    d_submit(2, 0, a, 20, 1, 22);   /* tenant a: 5 full blocks, cap 2 */
+    d_run_until_idle(50);
+    sched_counts c;
+    sched_get_counts(D.s, &c);
+    cr_assert_eq(c.kv_cached[SCHED_POOL_DEVICE], 7, "b's 5 blocks and a's 2, got %u", c.kv_cached[SCHED_POOL_DEVICE]);
+    cr_assert_eq(c.prefix_evicted_blocks, 3);
+    cr_assert_eq(c.kv_free[SCHED_POOL_DEVICE], 64, "every block is free or evictable");
+    const sched_event *ev = d_find(SCHED_EV_CACHE_EVICT, 2);
+    cr_assert_not_null(ev, "the cap's eviction is logged");
+    cr_assert_eq(ev->evict, SCHED_PREFIX_EVICT_TENANT_CAP);
+    cr_assert_eq(ev->blocks, 3);
+    d_submit(3, 0, a, 20, 1, 22);
+    const sched_plan *pl = d_iter();
+    cr_assert_eq(d_entry(pl, 3)->start_pos, 8, "a's first two blocks were kept and hit");
+    d_submit(4, 1, b, 20, 1, 11);
+    pl = d_iter();
+    cr_assert_eq(d_entry(pl, 4)->start_pos, 16, "b's blocks were all kept");
     d_run_until_idle(50);
     d_fini();
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 uint64_t pool_now_ns(void)
 {
@@ -140,17 +141,6 @@ typedef struct worker_arg {
     int index;
 } worker_arg;
 
-/* The pool's words are this process's own: futexes of process scope (shm/futex.h). */
-static void pool_futex_wait(_Atomic uint32_t *word, uint32_t seen)
-{
-    futex_wait((const uint32_t *)word, seen, -1, FUTEX_SCOPE_PROCESS);
-}
-
-static void pool_futex_wake(_Atomic uint32_t *word)
-{
-    futex_wake((const uint32_t *)word, INT32_MAX, FUTEX_SCOPE_PROCESS);
-}
-
 /*
  * The sleep/wake handshake, named once (both waits of the pool use it). A waiter that has
  * spun long enough announces itself in *asleep, re-reads the word and sleeps only if it is
@@ -167,7 +157,7 @@ static bool sleep_unless_changed(_Atomic uint32_t *word, uint32_t seen, _Atomic 
     bool slept = false;
     atomic_fetch_add_explicit(asleep, 1, memory_order_seq_cst);
     if (atomic_load_explicit(word, memory_order_seq_cst) == seen) {
-        pool_futex_wait(word, seen);
+        futex_wait((const uint32_t *)word, seen, -1, FUTEX_SCOPE_PROCESS);
         slept = true;
     }
     atomic_fetch_sub_explicit(asleep, 1, memory_order_relaxed);
@@ -179,7 +169,7 @@ static bool wake_if_asleep(_Atomic uint32_t *word, _Atomic uint32_t *asleep)
 {
     if (atomic_load_explicit(asleep, memory_order_seq_cst) == 0)
         return false;
-    pool_futex_wake(word);
+    futex_wake((const uint32_t *)word, INT32_MAX, FUTEX_SCOPE_PROCESS);
     return true;
 }
 
@@ -337,7 +327,7 @@ void pool_stop(pool *p)
         return;
     atomic_store_explicit(&p->stop, true, memory_order_release);
     atomic_fetch_add_explicit(&p->generation, 1, memory_order_seq_cst);
-    pool_futex_wake(&p->generation);
+    futex_wake((const uint32_t *)&p->generation, INT32_MAX, FUTEX_SCOPE_PROCESS);
     for (int i = 1; i < p->n_workers; i++)
         pthread_join(p->threads[i], NULL);
     free(p->threads);

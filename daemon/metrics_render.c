@@ -1,0 +1,346 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * daemon/metrics_render.c — a published metrics snapshot → the Prometheus text exposition
+ * format 0.0.4 (and the vllm:* names dashboards built for vLLM read). Runs on any thread:
+ * it reads the triple buffer's front copy under read_mu, never the loop's live counters.
+ */
+#include "daemon/metrics_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- rendering ---------------------------------------------------------------------- */
+
+/* Label values: backslash, double quote and newline are escaped (exposition format). The
+ * renderer holds the stream's lock for the whole scrape (flockfile), so the unlocked stdio
+ * calls below are safe and a scrape costs a few ms less. */
+static void put_label(FILE *f, const char *name, const char *v, bool comma)
+{
+    if (comma) putc_unlocked(',', f);
+    fputs_unlocked(name, f);
+    fputs_unlocked("=\"", f);
+    if (!strpbrk(v, "\\\"\n")) {
+        fputs_unlocked(v, f);
+    } else {
+        for (const char *p = v; *p; p++) {
+            if (*p == '\\') fputs_unlocked("\\\\", f);
+            else if (*p == '"') fputs_unlocked("\\\"", f);
+            else if (*p == '\n') fputs_unlocked("\\n", f);
+            else putc_unlocked(*p, f);
+        }
+    }
+    putc_unlocked('"', f);
+}
+
+static void head(FILE *f, const char *name, const char *type, const char *help)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* `tenant="…",class="…"` of every series, rendered once per scrape (a histogram repeats it
+ * on 21 lines). */
+typedef struct tc_cache {
+    char *text[MAX_SERIES];
+} tc_cache;
+
+static void tc_cache_build(tc_cache *c, const snap *s)
+{
+    for (int i = 0; i < s->n_series; i++) {
+        char *buf = NULL;
+        size_t n = 0;
+        FILE *f = open_memstream(&buf, &n);
+        c->text[i] = NULL;
+        if (!f) continue;
+        put_label(f, "tenant", s->tenants[s->series[i].tenant], false);
+        put_label(f, "class", s->classes[s->series[i].cls], true);
+        fclose(f);
+        c->text[i] = buf;
+    }
+}
+
+static void tc_cache_free(tc_cache *c, const snap *s)
+{
+    for (int i = 0; i < s->n_series; i++) free(c->text[i]);
+}
+
+static __thread const tc_cache *cur_tc; /* the cache of the scrape in progress */
+
+static void tc_labels(FILE *f, const snap *s, const series_stats *x)
+{
+    int i = (int)(x - s->series);
+    if (cur_tc && cur_tc->text[i]) {
+        fputs_unlocked(cur_tc->text[i], f);
+        return;
+    }
+    put_label(f, "tenant", s->tenants[x->tenant], false);
+    put_label(f, "class", s->classes[x->cls], true);
+}
+
+static void put_seconds(FILE *f, uint64_t us)
+{
+    fprintf(f, "%.6f", (double)us / 1e6);
+}
+
+/* `,le="0.0005"} ` … `,le="+Inf"} `, formatted once. */
+static char lat_le[N_LAT + 1][32];
+static pthread_once_t lat_le_once = PTHREAD_ONCE_INIT;
+static void lat_le_init(void)
+{
+    for (unsigned b = 0; b < N_LAT; b++)
+        snprintf(lat_le[b], sizeof lat_le[b], ",le=\"%g\"} ", (double)metrics__lat_bounds_us[b] / 1e6);
+    snprintf(lat_le[N_LAT], sizeof lat_le[N_LAT], ",le=\"+Inf\"} ");
+}
+
+static void render_lat_hist(FILE *f, const snap *s, int h, const char *name, const char *help)
+{
+    head(f, name, "histogram", help);
+    for (int i = 0; i < s->n_series; i++) {
+        const series_stats *x = &s->series[i];
+        const hist_lat *hh = &x->h[h];
+        uint64_t cum = 0;
+        for (unsigned b = 0; b <= N_LAT; b++) {
+            cum += hh->bucket[b];
+            fputs_unlocked(name, f);
+            fputs_unlocked("_bucket{", f);
+            tc_labels(f, s, x);
+            fputs_unlocked(lat_le[b], f);
+            fprintf(f, "%llu\n", (unsigned long long)cum);
+        }
+        fprintf(f, "%s_sum{", name);
+        tc_labels(f, s, x);
+        fputs("} ", f);
+        put_seconds(f, hh->sum_us);
+        fprintf(f, "\n%s_count{", name);
+        tc_labels(f, s, x);
+        fprintf(f, "} %llu\n", (unsigned long long)hh->count);
+    }
+}
+
+static void render_tc_counter(FILE *f, const snap *s, const char *name, const char *type,
+                              const char *help, size_t off)
+{
+    head(f, name, type, help);
+    for (int i = 0; i < s->n_series; i++) {
+        const series_stats *x = &s->series[i];
+        uint64_t v;
+        if (off == offsetof(series_stats, waiting) || off == offsetof(series_stats, running))
+            v = *(const uint32_t *)((const char *)x + off);
+        else v = *(const uint64_t *)((const char *)x + off);
+        fprintf(f, "%s{", name);
+        tc_labels(f, s, x);
+        fprintf(f, "} %llu\n", (unsigned long long)v);
+    }
+}
+
+static void render_reason_counter(FILE *f, const snap *s, const char *name, const char *help,
+                                  size_t off)
+{
+    head(f, name, "counter", help);
+    for (int i = 0; i < s->n_series; i++) {
+        const series_stats *x = &s->series[i];
+        const uint64_t *arr = (const uint64_t *)((const char *)x + off);
+        for (int r = 0; r < s->n_reasons; r++) {
+            if (!arr[r]) continue; /* counters appear when they first count */
+            fprintf(f, "%s{", name);
+            tc_labels(f, s, x);
+            put_label(f, "reason", s->reasons[r], true);
+            fprintf(f, "} %llu\n", (unsigned long long)arr[r]);
+        }
+    }
+}
+
+static const char *const dir_name[N_DIRS] = {"out", "in"};
+static const char *const mode_name[METRICS_N_MODES] = {"swap", "recompute"};
+
+static void render(FILE *f, const snap *s)
+{
+    head(f, "ringlm_info", "gauge", "Build and service identity (version, policy hash, model hash).");
+    fputs("ringlm_info{", f);
+    put_label(f, "version", s->info.version, false);
+    put_label(f, "policy", s->info.policy_name, true);
+    put_label(f, "policy_hash", s->info.policy_hash, true);
+    put_label(f, "model", s->info.model_name, true);
+    put_label(f, "model_hash", s->info.model_hash, true);
+    put_label(f, "backend", s->info.backend, true);
+    fputs("} 1\n", f);
+
+    render_lat_hist(f, s, METRICS_H_QUEUE_WAIT, "ringlm_queue_wait_seconds",
+                    "Time from arrival to first scheduling, per tenant and class.");
+    render_lat_hist(f, s, METRICS_H_TTFT, "ringlm_time_to_first_token_seconds",
+                    "Time from arrival to the first generated token, per tenant and class.");
+    render_lat_hist(f, s, METRICS_H_TPOT, "ringlm_time_per_output_token_seconds",
+                    "Mean time per generated token after the first, per request.");
+    render_lat_hist(f, s, METRICS_H_E2E, "ringlm_e2e_request_latency_seconds",
+                    "Time from arrival to the end of the request, per tenant and class.");
+    render_tc_counter(f, s, "ringlm_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
+                      offsetof(series_stats, prompt_tokens));
+    render_tc_counter(f, s, "ringlm_generation_tokens_total", "counter", "Generated tokens.",
+                      offsetof(series_stats, generated_tokens));
+    render_reason_counter(f, s, "ringlm_requests_finished_total",
+                          "Requests ended, by finish reason (length, stop, cancelled, timeout, rejected, error).",
+                          offsetof(series_stats, finish));
+    render_reason_counter(f, s, "ringlm_rejects_total", "Requests rejected at admission, by reason.",
+                          offsetof(series_stats, reject));
+    render_reason_counter(f, s, "ringlm_defers_total", "Scheduling deferrals, by reason.",
+                          offsetof(series_stats, defer));
+    head(f, "ringlm_preemptions_total", "counter", "Preemptions by mode (swap, recompute) and reason.");
+    for (int i = 0; i < s->n_series; i++) {
+        const series_stats *x = &s->series[i];
+        for (int md = 0; md < METRICS_N_MODES; md++)
+            for (int r = 0; r < s->n_reasons; r++) {
+                if (!x->preempt[md][r]) continue;
+                fputs("ringlm_preemptions_total{", f);
+                tc_labels(f, s, x);
+                put_label(f, "mode", mode_name[md], true);
+                put_label(f, "reason", s->reasons[r], true);
+                fprintf(f, "} %llu\n", (unsigned long long)x->preempt[md][r]);
+            }
+    }
+    render_tc_counter(f, s, "ringlm_cancels_total", "counter", "Requests cancelled (by the client or its death).",
+                      offsetof(series_stats, cancels));
+    render_tc_counter(f, s, "ringlm_timeouts_total", "counter", "Requests timed out by their class deadline.",
+                      offsetof(series_stats, timeouts));
+    render_tc_counter(f, s, "ringlm_requests_waiting", "gauge", "Requests queued, not yet running.",
+                      offsetof(series_stats, waiting));
+    render_tc_counter(f, s, "ringlm_requests_running", "gauge", "Requests running (holding KV blocks).",
+                      offsetof(series_stats, running));
+
+    head(f, "ringlm_queue_depth", "gauge", "Requests queued across all tenants.");
+    fprintf(f, "ringlm_queue_depth %u\n", s->waiting);
+    head(f, "ringlm_kv_blocks_used", "gauge", "KV cache blocks in use, per tier.");
+    for (sched_pool t = SCHED_POOL_DEVICE; t < SCHED_POOL__COUNT; t++)
+        if (s->kv_total[t])
+            fprintf(f, "ringlm_kv_blocks_used{tier=\"%s\"} %llu\n", sched_pool_name(t),
+                    (unsigned long long)s->kv_used[t]);
+    head(f, "ringlm_kv_blocks_free", "gauge", "KV cache blocks free, per tier.");
+    for (sched_pool t = SCHED_POOL_DEVICE; t < SCHED_POOL__COUNT; t++)
+        if (s->kv_total[t])
+            fprintf(f, "ringlm_kv_blocks_free{tier=\"%s\"} %llu\n", sched_pool_name(t),
+                    (unsigned long long)(s->kv_total[t] > s->kv_used[t] ? s->kv_total[t] - s->kv_used[t] : 0));
+    head(f, "ringlm_kv_blocks_total", "gauge", "KV cache blocks configured, per tier.");
+    for (sched_pool t = SCHED_POOL_DEVICE; t < SCHED_POOL__COUNT; t++)
+        if (s->kv_total[t])
+            fprintf(f, "ringlm_kv_blocks_total{tier=\"%s\"} %llu\n", sched_pool_name(t),
+                    (unsigned long long)s->kv_total[t]);
+
+    head(f, "ringlm_iteration_seconds", "histogram", "Duration of one loop iteration (plan, execute, sample, stream).");
+    uint64_t cum = 0;
+    for (unsigned b = 0; b <= N_ITER; b++) {
+        cum += s->iter.bucket[b];
+        if (b < N_ITER) fprintf(f, "ringlm_iteration_seconds_bucket{le=\"%g\"} %llu\n",
+                                (double)metrics__iter_bounds_us[b] / 1e6, (unsigned long long)cum);
+        else fprintf(f, "ringlm_iteration_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+    }
+    fputs("ringlm_iteration_seconds_sum ", f);
+    put_seconds(f, s->iter.sum_us);
+    fprintf(f, "\nringlm_iteration_seconds_count %llu\n", (unsigned long long)s->iter.count);
+    head(f, "ringlm_iteration_tokens_total", "counter", "Tokens executed by the engine (prefill and decode rows).");
+    fprintf(f, "ringlm_iteration_tokens_total %llu\n", (unsigned long long)s->iter_tokens);
+
+    head(f, "ringlm_transfer_bandwidth_bytes_per_second", "gauge",
+         "KV transfer bandwidth the scheduler plans with, measured (moving average over transfers), per tier and direction.");
+    for (sched_pool t = SCHED_POOL_HOST; t < SCHED_POOL__COUNT; t++)
+        for (int d = 0; d < N_DIRS; d++)
+            if (s->kv_total[t] || s->xfers[t][d])
+                fprintf(f, "ringlm_transfer_bandwidth_bytes_per_second{tier=\"%s\",dir=\"%s\"} %.6g\n",
+                        sched_pool_name(t), dir_name[d], s->bw_bytes_per_s[t][d]);
+    head(f, "ringlm_transfer_bytes_total", "counter", "KV bytes moved, per tier and direction.");
+    for (sched_pool t = SCHED_POOL_HOST; t < SCHED_POOL__COUNT; t++)
+        for (int d = 0; d < N_DIRS; d++)
+            if (s->kv_total[t] || s->xfers[t][d])
+                fprintf(f, "ringlm_transfer_bytes_total{tier=\"%s\",dir=\"%s\"} %llu\n", sched_pool_name(t),
+                        dir_name[d], (unsigned long long)s->xfer_bytes[t][d]);
+    head(f, "ringlm_transfers_total", "counter", "KV transfers completed, per tier and direction.");
+    for (sched_pool t = SCHED_POOL_HOST; t < SCHED_POOL__COUNT; t++)
+        for (int d = 0; d < N_DIRS; d++)
+            if (s->kv_total[t] || s->xfers[t][d])
+                fprintf(f, "ringlm_transfers_total{tier=\"%s\",dir=\"%s\"} %llu\n", sched_pool_name(t),
+                        dir_name[d], (unsigned long long)s->xfers[t][d]);
+    head(f, "ringlm_log_dropped_lines_total", "counter",
+         "Decision/request log lines dropped because the log writer fell behind.");
+    fprintf(f, "ringlm_log_dropped_lines_total{log=\"decision\"} %llu\n", (unsigned long long)s->log_dropped[0]);
+    fprintf(f, "ringlm_log_dropped_lines_total{log=\"request\"} %llu\n", (unsigned long long)s->log_dropped[1]);
+
+    /* The names Kubernetes inference gateways scrape from vLLM, same meaning. */
+    head(f, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.");
+    fputs("vllm:num_requests_waiting{", f);
+    put_label(f, "model_name", s->info.model_name, false);
+    fprintf(f, "} %u\n", s->waiting);
+    head(f, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.");
+    fputs("vllm:num_requests_running{", f);
+    put_label(f, "model_name", s->info.model_name, false);
+    fprintf(f, "} %u\n", s->running);
+    head(f, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.");
+    fputs("vllm:kv_cache_usage_perc{", f);
+    put_label(f, "model_name", s->info.model_name, false);
+    double usage = s->kv_total[0] ? (double)s->kv_used[0] / (double)s->kv_total[0] : 0.0;
+    fprintf(f, "} %.6g\n", usage);
+    head(f, "vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.");
+    fputs("vllm:prefix_cache_queries_total{", f);
+    put_label(f, "model_name", s->info.model_name, false);
+    fprintf(f, "} %llu\n", (unsigned long long)s->prefix_queries);
+    head(f, "vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.");
+    fputs("vllm:prefix_cache_hits_total{", f);
+    put_label(f, "model_name", s->info.model_name, false);
+    fprintf(f, "} %llu\n", (unsigned long long)s->prefix_hits);
+    head(f, "ringlm_prefix_cache_blocks", "gauge", "Device KV blocks cached that no sequence holds (counted free).");
+    fprintf(f, "ringlm_prefix_cache_blocks{tier=\"device\"} %llu\n", (unsigned long long)s->prefix_cached);
+}
+
+int metrics_render(metrics *m, char **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    pthread_mutex_lock(&m->read_mu);
+    if (atomic_load_explicit(&m->middle, memory_order_acquire) & FRESH)
+        m->front = atomic_exchange_explicit(&m->middle, m->front, memory_order_acq_rel) & 3u;
+    const snap *s = m->buf[m->front];
+    pthread_once(&lat_le_once, lat_le_init);
+    tc_cache cache;
+    tc_cache_build(&cache, s);
+    /* Into one buffer sized from the last scrape (fmemopen): a growing open_memstream
+     * spent most of a scrape in realloc, memset and page faults. Too small → retry with
+     * twice the room (only when the series grew). */
+    size_t cap = m->render_cap ? m->render_cap : 64 * 1024;
+    char *buf = NULL;
+    long n = 0;
+    int rc = 0;
+    for (;;) {
+        buf = malloc(cap + 1);
+        FILE *f = buf ? fmemopen(buf, cap + 1, "w") : NULL;
+        if (!f) {
+            rc = seterr(-ENOMEM, "metrics: no memory for a %zu-byte exposition", cap);
+            break;
+        }
+        cur_tc = &cache;
+        flockfile(f);
+        render(f, s);
+        funlockfile(f);
+        cur_tc = NULL;
+        fflush(f);
+        n = ftell(f);
+        bool full = ferror(f) || n < 0 || (size_t)n >= cap;
+        fclose(f);
+        if (!full) break;
+        free(buf);
+        buf = NULL;
+        if (cap > ((size_t)64 << 20)) {
+            rc = seterr(-ENOMEM, "metrics: exposition larger than 64 MiB");
+            break;
+        }
+        cap *= 2;
+    }
+    if (rc == 0) m->render_cap = (size_t)n + (size_t)n / 4 + 4096;
+    tc_cache_free(&cache, s);
+    pthread_mutex_unlock(&m->read_mu);
+    if (rc < 0) {
+        free(buf);
+        return rc;
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = (size_t)n;
+    return 0;
+}
