@@ -683,7 +683,7 @@ static void flood(const char *sessions, int *ok, int *rejected_429)
 	}
 }
 
-Test(gateway_e2e, streams_beyond_one_sessions_request_limit_succeed_over_two_sessions, .timeout = 300)
+Test(gateway_e2e, streams_beyond_one_sessions_request_limit_succeed_over_two_sessions)
 {
 	int ok, rejected;
 	flood("2", &ok, &rejected);
@@ -691,7 +691,7 @@ Test(gateway_e2e, streams_beyond_one_sessions_request_limit_succeed_over_two_ses
 }
 
 /* The control: the same flood over one session meets the daemon's per-session limit. */
-Test(gateway_e2e, one_session_refuses_beyond_its_request_limit, .timeout = 300)
+Test(gateway_e2e, one_session_refuses_beyond_its_request_limit)
 {
 	int ok, rejected;
 	flood("1", &ok, &rejected);
