@@ -1971,3 +1971,112 @@ Test(daemon_e2e, prefix_cache_domains_isolate_tenants_unless_the_policy_groups_t
     cr_expect_geq(count_lines(d.declog, "\"reason\":\"tenant_cap\""), 1, "e's cap evicted nothing");
     dmn_cleanup(&d);
 }
+
+/* kill -9 mid-prefill of requests that share cached blocks: the killed clients' requests were
+ * admitted holding the shared prefix and had not produced a token; after the kills no block
+ * is leaked (pools back to baseline, reference counts checked by the scheduler's invariants in
+ * the stats file), and a request holding the same shared blocks meanwhile still produces
+ * exactly the tokens it produces alone (no shared block was freed or overwritten under it). */
+typedef struct px_kill_job {
+    const char *sock, *out;
+    int ready_fd;
+    int32_t prompt[400];
+    uint32_t n_prompt, max_new;
+} px_kill_job;
+
+static int client_px_kill(void *arg)
+{
+    px_kill_job *g = arg;
+    ringlm_client *c;
+    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    ringlm_request r;
+    ringlm_request_init(&r);
+    r.prompt = g->prompt;
+    r.n_prompt = g->n_prompt;
+    r.max_new_tokens = g->max_new;
+    uint64_t id;
+    if (ringlm_submit(c, &r, &id) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+    if (g->ready_fd >= 0 && write(g->ready_fd, "s", 1) != 1) return 6;
+    FILE *f = g->out ? fopen(g->out, "w") : NULL;
+    for (;;) {
+        ringlm_event ev;
+        int rc = ringlm_next_event(c, &ev, 60000);
+        if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+        if (ev.kind == RINGLM_EV_TOKEN && f) fprintf(f, "%d ", ev.token);
+        if (ev.kind == RINGLM_EV_FINISH) {
+            if (f) { fprintf(f, "| %s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_tokens); fclose(f); }
+            break;
+        }
+    }
+    ringlm_close(c);
+    return 0;
+}
+
+Test(daemon_e2e, prefix_cache_kill9_mid_prefill_of_sharing_requests_leaks_nothing)
+{
+    need_daemon_binary();
+    char model[512];
+    model_or_synthetic(model, sizeof model);
+    /* small prefill chunks: a 320-token suffix takes 20 iterations to prefill */
+    const char *policy = "[scheduler]\nmode = token_budget\ntoken_budget = 32\nprefill_chunk = 16\n";
+    dmn d;
+    dmn_start(&d, model, policy, NULL);
+    static px_kill_job base, surv, victim[3];
+    memset(&base, 0, sizeof base);
+    base.sock = d.sock;
+    base.ready_fd = -1;
+    for (int k = 0; k < 64; k++) base.prompt[k] = 3 + (11 * k) % 500;
+    base.n_prompt = 64;
+    base.max_new = 2;
+    cr_assert_eq(reap(spawn(client_px_kill, &base), 60000), 0, "base prompt");   /* 64 tokens cached */
+    surv = base;
+    for (int k = 64; k < 160; k++) surv.prompt[k] = 3 + (5 * k) % 500;
+    surv.n_prompt = 160;
+    surv.max_new = 16;
+    char ref[160], again[160];
+    snprintf(ref, sizeof ref, "%s/surv-ref.txt", d.dir);
+    snprintf(again, sizeof again, "%s/surv-again.txt", d.dir);
+    surv.out = ref;
+    cr_assert_eq(reap(spawn(client_px_kill, &surv), 60000), 0, "survivor alone");
+    surv.out = again;
+    int pfd[2];
+    cr_assert_eq(pipe(pfd), 0);
+    pid_t kids[3];
+    for (int i = 0; i < 3; i++) {
+        victim[i] = base;
+        for (int k = 64; k < 384; k++) victim[i].prompt[k] = 3 + (13 * k + 7 * i) % 500;
+        victim[i].n_prompt = 384;
+        victim[i].max_new = 8;
+        victim[i].ready_fd = pfd[1];
+        kids[i] = spawn(client_px_kill, &victim[i]);
+    }
+    close(pfd[1]);
+    for (int i = 0; i < 3; i++) {
+        char b;
+        cr_assert_eq(read(pfd[0], &b, 1), 1, "victim %d never submitted", i);
+    }
+    close(pfd[0]);
+    pid_t sp = spawn(client_px_kill, &surv);
+    /* the victims are admitted (each found the shared 64 tokens: cache_hit) — then killed */
+    for (uint64_t deadline = now_ms() + 20000;;) {
+        if (count_lines(d.declog, "\"ev\":\"cache_hit\"") >= 2 + 3) break;   /* the survivor twice, 3 victims */
+        cr_assert(now_ms() < deadline, "the victims were never admitted with a cache hit");
+        poll_pause();
+    }
+    for (int i = 0; i < 3; i++) kill(kids[i], SIGKILL);
+    for (int i = 0; i < 3; i++) reap(kids[i], 5000);
+    cr_assert_eq(reap(sp, 60000), 0, "survivor");
+    assert_back_to_baseline(&d, 5000);
+    cr_assert_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    char *a = slurp(ref), *b = slurp(again);
+    cr_assert(a && b);
+    cr_expect_str_eq(b, a, "the request sharing the blocks produced other tokens while others were killed");
+    free(a);
+    free(b);
+    /* every victim was cancelled (disconnect) before its first token: it died mid-prefill */
+    int cancels = count_lines(d.declog, "\"ev\":\"cancel\"");
+    int finishes = count_lines(d.declog, "\"ev\":\"finish\"");
+    cr_expect_eq(cancels, 3, "disconnect cancels: %d", cancels);
+    cr_expect_eq(finishes, 3, "only base and the survivor's two runs finished (%d)", finishes);
+    dmn_cleanup(&d);
+}
