@@ -2,6 +2,7 @@
 /* event.c — stable names of every scheduler enum, the error detail string, and the JSON-line
  * writer of DESIGN.md §5 shared by the daemon's decision log and the simulator. */
 #include "sched/sched.h"
+#include "common/end_codes.h"
 #include "common/errdetail.h"
 
 #include <stdarg.h>
@@ -76,32 +77,14 @@ const char *sched_event_reason_name(const sched_event *ev)
 
 /* ---- request ends: the client's and the request logs' vocabulary ------------------------ */
 
-static const char *const end_names[SCHED_END__MAX] = {
-    [SCHED_END_NONE] = "none",
-    [SCHED_END_LENGTH] = "length",
-    [SCHED_END_STOP] = "stop",
-    [SCHED_END_CANCELLED] = "cancelled",
-    [SCHED_END_TIMEOUT] = "timeout",
-    [SCHED_END_REJECTED] = "rejected",
-    [SCHED_END_ERROR] = "error",
-    [SCHED_END_QUEUE_FULL] = "queue_full",
-    [SCHED_END_TENANT_QUOTA] = "tenant_quota",
-    [SCHED_END_TOO_LONG] = "too_long",
-    [SCHED_END_DEADLINE_INFEASIBLE] = "deadline_infeasible",
-    [SCHED_END_BAD_TOKEN] = "bad_token",
-    [SCHED_END_BAD_PARAMS] = "bad_params",
-    [SCHED_END_DRAINING] = "draining",
-    [SCHED_END_OUTPUT_BACKPRESSURE] = "output_backpressure",
-    [SCHED_END_UNKNOWN_CLASS] = "unknown_class",
-    [SCHED_END_DUPLICATE_ID] = "duplicate_id",
-    [SCHED_END_INTERNAL] = "internal",
-    [SCHED_END_CLIENT_GONE] = "client_gone",
-};
+/* The names live in the one table (common/end_codes.h); sched_end_code repeats its numbers. */
+#define SAME_CODE(suffix, value, name) \
+    _Static_assert(SCHED_END_##suffix == (value), "sched end code " #suffix " is the end code " name);
+END_CODES(SAME_CODE)
+#undef SAME_CODE
+_Static_assert(SCHED_END__MAX == END_CODES_MAX, "one past the last end code");
 
-const char *sched_end_name(unsigned code)
-{
-    return code < SCHED_END__MAX && end_names[code] ? end_names[code] : "unknown";
-}
+const char *sched_end_name(unsigned code) { return end_code_name(code); }
 
 static const uint8_t reject_cause[SCHED_REJECT__COUNT] = {
     [SCHED_REJECT_NONE] = SCHED_END_NONE,

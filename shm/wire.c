@@ -4,6 +4,7 @@
  * reads the caller's private copy of a record; it never sees shared memory.
  */
 #include "shm/wire.h"
+#include "common/end_codes.h"
 
 #include <errno.h>
 #include <math.h>
@@ -11,33 +12,16 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const reason_names[RINGLM_WIRE_R_MAX] = {
-	[RINGLM_WIRE_R_NONE]                = "none",
-	[RINGLM_WIRE_R_LENGTH]              = "length",
-	[RINGLM_WIRE_R_STOP]                = "stop",
-	[RINGLM_WIRE_R_CANCELLED]           = "cancelled",
-	[RINGLM_WIRE_R_TIMEOUT]             = "timeout",
-	[RINGLM_WIRE_R_REJECTED]            = "rejected",
-	[RINGLM_WIRE_R_ERROR]               = "error",
-	[RINGLM_WIRE_R_QUEUE_FULL]          = "queue_full",
-	[RINGLM_WIRE_R_TENANT_QUOTA]        = "tenant_quota",
-	[RINGLM_WIRE_R_TOO_LONG]            = "too_long",
-	[RINGLM_WIRE_R_DEADLINE_INFEASIBLE] = "deadline_infeasible",
-	[RINGLM_WIRE_R_BAD_TOKEN]           = "bad_token",
-	[RINGLM_WIRE_R_BAD_PARAMS]          = "bad_params",
-	[RINGLM_WIRE_R_DRAINING]            = "draining",
-	[RINGLM_WIRE_R_OUTPUT_BACKPRESSURE] = "output_backpressure",
-	[RINGLM_WIRE_R_UNKNOWN_CLASS]       = "unknown_class",
-	[RINGLM_WIRE_R_DUPLICATE_ID]        = "duplicate_id",
-	[RINGLM_WIRE_R_INTERNAL]            = "internal",
-	[RINGLM_WIRE_R_CLIENT_GONE]         = "client_gone",
-};
+/* The names live in the one table (common/end_codes.h); the wire's numbers are its numbers. */
+#define SAME_CODE(suffix, value, name) \
+	_Static_assert(RINGLM_WIRE_R_##suffix == (value), "wire code " #suffix " is the end code " name);
+END_CODES(SAME_CODE)
+#undef SAME_CODE
+_Static_assert(RINGLM_WIRE_R_MAX == END_CODES_MAX, "one past the last end code");
 
 const char *ringlm_wire_reason_name(unsigned code)
 {
-	if (code < RINGLM_WIRE_R_MAX && reason_names[code])
-		return reason_names[code];
-	return "unknown";
+	return end_code_name(code);
 }
 
 __attribute__((format(printf, 3, 4)))

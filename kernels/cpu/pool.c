@@ -6,13 +6,12 @@
  */
 #include "kernels/cpu/pool.h"
 #include "numa/rnuma.h"
+#include "shm/futex.h"
 
 #include <errno.h>
-#include <linux/futex.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -142,16 +141,6 @@ typedef struct worker_arg {
     int index;
 } worker_arg;
 
-static void futex_wait(_Atomic uint32_t *addr, uint32_t val)
-{
-    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
-}
-
-static void futex_wake(_Atomic uint32_t *addr)
-{
-    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
-}
-
 /*
  * The sleep/wake handshake, named once (both waits of the pool use it). A waiter that has
  * spun long enough announces itself in *asleep, re-reads the word and sleeps only if it is
@@ -168,7 +157,7 @@ static bool sleep_unless_changed(_Atomic uint32_t *word, uint32_t seen, _Atomic 
     bool slept = false;
     atomic_fetch_add_explicit(asleep, 1, memory_order_seq_cst);
     if (atomic_load_explicit(word, memory_order_seq_cst) == seen) {
-        futex_wait(word, seen);
+        futex_wait((const uint32_t *)word, seen, -1, FUTEX_SCOPE_PROCESS);
         slept = true;
     }
     atomic_fetch_sub_explicit(asleep, 1, memory_order_relaxed);
@@ -180,7 +169,7 @@ static bool wake_if_asleep(_Atomic uint32_t *word, _Atomic uint32_t *asleep)
 {
     if (atomic_load_explicit(asleep, memory_order_seq_cst) == 0)
         return false;
-    futex_wake(word);
+    futex_wake((const uint32_t *)word, INT32_MAX, FUTEX_SCOPE_PROCESS);
     return true;
 }
 
@@ -338,7 +327,7 @@ void pool_stop(pool *p)
         return;
     atomic_store_explicit(&p->stop, true, memory_order_release);
     atomic_fetch_add_explicit(&p->generation, 1, memory_order_seq_cst);
-    futex_wake(&p->generation);
+    futex_wake((const uint32_t *)&p->generation, INT32_MAX, FUTEX_SCOPE_PROCESS);
     for (int i = 1; i < p->n_workers; i++)
         pthread_join(p->threads[i], NULL);
     free(p->threads);
