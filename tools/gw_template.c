@@ -5,6 +5,7 @@
 #include "tools/gw_template.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 static const struct {
@@ -35,6 +36,27 @@ const char *gw_template_name(gw_template t)
 const char *gw_template_names(void)
 {
 	return "chatml, llama2, llama3, mistral, plain";
+}
+
+static bool has(const char *text, size_t len, const char *needle)
+{
+	return memmem(text, len, needle, strlen(needle)) != NULL;
+}
+
+int gw_template_detect(const char *text, size_t len)
+{
+	/* The markers each family's Jinja template spells out; a template that mixes families
+	 * or spells none of them is unknown. */
+	bool chatml = has(text, len, "<|im_start|>") && has(text, len, "<|im_end|>");
+	bool llama3 = has(text, len, "<|start_header_id|>") && has(text, len, "<|eot_id|>");
+	bool inst = has(text, len, "[INST]") && has(text, len, "[/INST]");
+	if (chatml + llama3 + inst != 1)
+		return -1;
+	if (chatml)
+		return GW_TPL_CHATML;
+	if (llama3)
+		return GW_TPL_LLAMA3;
+	return has(text, len, "<<SYS>>") ? GW_TPL_LLAMA2 : GW_TPL_MISTRAL;
 }
 
 static int add(gw_buf *b, const char *s)

@@ -18,6 +18,8 @@
 #ifndef RINGLM_TOOLS_GW_TEMPLATE_H
 #define RINGLM_TOOLS_GW_TEMPLATE_H
 
+#include <stddef.h>
+
 #include "tools/gw_text.h"
 
 typedef enum gw_template {
@@ -39,6 +41,12 @@ int gw_template_by_name(const char *name);
 const char *gw_template_name(gw_template t);
 /* The names accepted, for messages: "chatml, llama2, llama3, mistral, plain". */
 const char *gw_template_names(void);
+
+/* The built-in template whose family a model file's Jinja chat template is (GGUF's
+ * tokenizer.chat_template), by the markers it spells: <|im_start|>/<|im_end|> → chatml,
+ * <|start_header_id|>/<|eot_id|> → llama3, [INST]/[/INST] with <<SYS>> → llama2, without →
+ * mistral. -1 when it is none of them, or more than one: the caller must not guess. */
+int gw_template_detect(const char *text, size_t len);
 
 /*
  * Renders messages into out (appended). Returns 0, -EINVAL with *why set (a role the
