@@ -8,6 +8,7 @@
  * -EPROTO rather than a crash.
  */
 #include "ringlm.h"
+#include "client_internal.h"
 #include "common/errdetail.h"
 
 #include <errno.h>
@@ -81,6 +82,15 @@ struct ringlm_client {
 /* ---- errors --------------------------------------------------------------------------- */
 ERRDETAIL_DEFINE(client_err);
 #define set_err(err, ...) errdetail_set(&client_err, (err), __VA_ARGS__)
+
+int client_seterr(int err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	errdetail_vset(&client_err, err, fmt, ap);
+	va_end(ap);
+	return err;
+}
 
 const char *ringlm_errdetail(void)
 {

@@ -1,19 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/gw_template.h — built-in chat templates (no Jinja engine): a list of messages to the
- * prompt text a model of that family was trained on, ending where the assistant's turn
- * begins.
- *
- *   chatml   <|im_start|>ROLE\nCONTENT<|im_end|>\n ... <|im_start|>assistant\n
- *   llama2   [INST] <<SYS>>\nSYSTEM\n<</SYS>>\n\nUSER [/INST] ANSWER </s><s>[INST] USER [/INST]
- *   llama3   <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|> ... assistant header
- *   mistral  [INST] SYSTEM\n\nUSER [/INST]ANSWER</s>[INST] USER [/INST]
- *   plain    the contents joined by "\n" (the tiny story models know no roles)
- *
- * The beginning-of-sequence token is not in the text: the tokenizer adds it (BOS first), as
- * every template above starts with bos_token. Tokens between turns that the model's
- * templates spell ("</s><s>", "<|eot_id|>") are written as their text; a tokenizer that
- * knows special tokens maps them.
+ * tools/gw_template.h — the gateway's handle on the built-in chat templates, which live in
+ * the client library (ringlm.h: ringlm_chat_format, the shapes, trimming and BOS rules) so
+ * that any client formats a conversation the model's way; the numbers are the library's.
  */
 #ifndef RINGLM_TOOLS_GW_TEMPLATE_H
 #define RINGLM_TOOLS_GW_TEMPLATE_H
