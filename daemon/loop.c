@@ -36,6 +36,7 @@ enum {
 	UD_ACCEPT = 1,
 	UD_SIGNAL = 2,
 	UD_IGNORE = DLOOP_UD_IGNORE,
+	UD_FUTEX_WAKE = 4, /* completes only when it failed (IOSQE_CQE_SKIP_SUCCESS) */
 };
 
 #define DEFAULT_MAX_SESSIONS      256
@@ -65,6 +66,8 @@ struct dloop {
 	uint64_t t0_ns;
 	uint64_t now_us;
 	uint64_t futex_wakes;	/* clients woken by publish_sessions, ever */
+	int ring_wake_ok;	/* client wakes go through io_uring (IORING_OP_FUTEX_WAKE) */
+	int ring_wakes;		/* queued by this publish_sessions, not yet submitted */
 	uint64_t wake_at_us;
 	dsess_list sessions;
 };
@@ -162,6 +165,15 @@ static void dispatch_cqe(dloop *l, struct io_uring_cqe *cqe)
 		return;
 	case UD_IGNORE:
 		return;
+	case UD_FUTEX_WAKE:
+		/* Never expected; if the kernel refuses them, wake with the system call. The
+		 * client it was for wakes on its own within its liveness slice (20 ms). */
+		if (res < 0 && l->ring_wake_ok) {
+			fprintf(stderr, "ringlmd: io_uring futex wake failed (%s); waking clients with "
+				"futex(2) from now on\n", strerror(-res));
+			l->ring_wake_ok = 0;
+		}
+		return;
 	}
 	if (ud < DSESS_UD_MIN)
 		return;
@@ -227,16 +239,39 @@ static int drain_sessions(dloop *l)
 	return work;
 }
 
+/* Every session's events of this iteration go out together, and the clients asleep on
+ * them are woken at most once each, with one system call for all of them (the wakes are
+ * queued on the ring and submitted here) rather than one per client. */
 static int publish_sessions(dloop *l)
 {
 	int work = 0;
+	l->ring_wakes = 0;
 	for (dsess *s = dsess_first(l); s; s = dsess_next(s))
 		if (dsess_active(s)) {
 			int r = dsess_publish(s);
 			work |= r != 0;
 			l->futex_wakes += r == 2;
 		}
+	if (l->ring_wakes)
+		io_uring_submit(&l->ring);
 	return work;
+}
+
+int dloop_queue_futex_wake(dloop *l, const uint32_t *word)
+{
+	if (!l->ring_wake_ok)
+		return -ENOTSUP;
+	struct io_uring_sqe *sqe = dloop_sqe(l);
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_rw(DLOOP_IORING_OP_FUTEX_WAKE, sqe, DLOOP_FUTEX2_SIZE_U32, NULL, 0, 0);
+	sqe->addr = (uint64_t)(uintptr_t)word;
+	sqe->addr2 = 1; /* wake one: the client's one waiting thread */
+	sqe->addr3 = DLOOP_FUTEX_BITSET_ANY;
+	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+	io_uring_sqe_set_data64(sqe, UD_FUTEX_WAKE);
+	l->ring_wakes++;
+	return 0;
 }
 
 /* ---- sleeping ------------------------------------------------------------------------- */
@@ -437,6 +472,8 @@ int dloop_create(const dloop_config *cfg, const dsvc_ops *ops, void *ctx, dloop 
 	}
 	l->ring_ok = 1;
 	l->use_futex = probe_futex(l);
+	/* FUTEX_WAKE came with FUTEX_WAIT (6.7); CQE_SKIP_SUCCESS long before (5.17). */
+	l->ring_wake_ok = l->use_futex && (p.features & IORING_FEAT_CQE_SKIP);
 
 	/* The signals reach the loop through a signalfd only while blocked in this thread:
 	 * the program blocks them once, before it starts any thread (main_ringlmd.c). */

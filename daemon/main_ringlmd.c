@@ -42,8 +42,9 @@ static void usage(FILE *f)
 		"  --socket-mode MODE       the socket file's mode, octal (default 0666: every local user)\n"
 		"  --socket-group GROUP     the socket file's group (a name or a gid), e.g. with 0660\n"
 		"  --spin-us N              keep polling N µs after the last work before sleeping (default 50)\n"
-		"  --nice N                 run at nice N (-20..19; below 0 needs CAP_SYS_NICE): at -10 a\n"
-		"                           client woken for its token no longer preempts the loop\n"
+		"  --nice N                 run at nice N (-20..19; below 0 needs CAP_SYS_NICE; default\n"
+		"                           -10 where permitted): at -10 a client woken for its token\n"
+		"                           no longer preempts the loop\n"
 		"  --submit-ring-bytes N    per-session submit ring, power of two (default 1048576)\n"
 		"  --event-ring-slots N     per-session event ring, power of two (default 65536)\n"
 		"  --doorbell futex|eventfd force the client→daemon doorbell kind (default: probe)\n"
@@ -156,6 +157,8 @@ static int serve_model(svc_config *sc, dloop_config *cfg, const char *socket_pat
 
 /* Threads started before main (a BLAS library's pool, from its constructor) keep their own
  * nice: set theirs too. Best effort. */
+#define DEFAULT_NICE (-10)
+
 static void renice_threads(int n)
 {
 	DIR *d = opendir("/proc/self/task");
@@ -423,11 +426,25 @@ int main(int argc, char **argv)
 	 * the loop there (measured: 29-67 µs per woken client), at -10 it waits or goes elsewhere
 	 * (5-6 µs). Not permitted: say so and go on at the inherited priority. */
 	install_signals();
-	if (want_nice && setpriority(PRIO_PROCESS, 0, nice_val) != 0)
+	if (want_nice && setpriority(PRIO_PROCESS, 0, nice_val) != 0) {
 		fprintf(stderr, "ringlmd: --nice %d: %s (continuing at nice %d)\n", nice_val, strerror(errno),
 			getpriority(PRIO_PROCESS, 0));
-	else if (want_nice)
+	} else if (want_nice) {
 		renice_threads(nice_val);
+	} else if (!echo && !want_version && !check_config) {
+		/* The default is the measured one, not a flag an operator must know: -10 where
+		 * permitted (root, CAP_SYS_NICE, RLIMIT_NICE), never raised above what we got. */
+		errno = 0;
+		int cur = getpriority(PRIO_PROCESS, 0);
+		if (errno == 0 && cur > DEFAULT_NICE) {
+			if (setpriority(PRIO_PROCESS, 0, DEFAULT_NICE) == 0)
+				renice_threads(DEFAULT_NICE);
+			else
+				fprintf(stderr, "ringlmd: running at nice %d: nice %d needs CAP_SYS_NICE or "
+					"RLIMIT_NICE (LimitNICE=); woken clients may preempt the loop\n", cur,
+					DEFAULT_NICE);
+		}
+	}
 	if (optind < argc) {
 		fprintf(stderr, "ringlmd: unexpected argument '%s'\n", argv[optind]);
 		usage(stderr);

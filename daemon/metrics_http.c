@@ -84,24 +84,76 @@ static void http_notify(void *cls, struct MHD_Connection *c, void **socket_conte
     pthread_mutex_lock(&m->guard_mu);
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        for (int i = 0; ci && i < HTTP_MAX_CONNS; i++) {
-            if (m->conns[i].fd < 0) {
-                m->conns[i].fd = ci->connect_fd;
-                m->conns[i].t0_ms = mono_ms();
+        const union MHD_ConnectionInfo *ai = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        for (int i = 0; ci && i < HTTP_TABLE; i++) {
+            struct http_conn *k = &m->conns[i];
+            if (k->fd < 0) {
+                *k = (struct http_conn){.fd = ci->connect_fd, .t0_ms = mono_ms()};
+                if (ai && ai->client_addr)
+                    memcpy(&k->peer, ai->client_addr, ai->client_addr->sa_family == AF_INET6
+                                                          ? sizeof(struct sockaddr_in6)
+                                                          : sizeof(struct sockaddr_in));
                 *socket_context = (void *)(intptr_t)(i + 1);
                 break;
             }
         }
     } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
         intptr_t slot = (intptr_t)*socket_context - 1;
-        if (slot >= 0 && slot < HTTP_MAX_CONNS) m->conns[slot].fd = -1;
+        if (slot >= 0 && slot < HTTP_TABLE) m->conns[slot].fd = -1;
         *socket_context = NULL;
     }
     pthread_mutex_unlock(&m->guard_mu);
 }
 
-/* Cuts connections past their lifetime: shutdown() makes libmicrohttpd see the end of the
- * stream and close the connection itself. */
+static bool same_addr(const struct sockaddr_storage *a, const struct sockaddr *b)
+{
+    if (a->ss_family != b->sa_family) return false;
+    if (b->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (b->sa_family == AF_INET6)
+        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr,
+                       sizeof(struct in6_addr));
+    return false;
+}
+
+/* shutdown() makes libmicrohttpd see the end of the stream and close the connection
+ * itself; the slot is freed at its CLOSED notification (guard_mu held). */
+static void cut(struct http_conn *k)
+{
+    shutdown(k->fd, SHUT_RDWR);
+    k->cut = true;
+}
+
+/* libmicrohttpd asks before it takes a connection (its thread): makes room for it by
+ * cutting the oldest connection of its address, or of all, past a bound (see HTTP_*). */
+static enum MHD_Result http_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    metrics *m = cls;
+    (void)addrlen;
+    pthread_mutex_lock(&m->guard_mu);
+    int live = 0, from_addr = 0, oldest = -1, oldest_addr = -1, free_slots = 0;
+    for (int i = 0; i < HTTP_TABLE; i++) {
+        struct http_conn *k = &m->conns[i];
+        if (k->fd < 0) { free_slots++; continue; }
+        if (k->cut) continue;
+        live++;
+        if (oldest < 0 || k->t0_ms < m->conns[oldest].t0_ms) oldest = i;
+        if (addr && same_addr(&k->peer, addr)) {
+            from_addr++;
+            if (oldest_addr < 0 || k->t0_ms < m->conns[oldest_addr].t0_ms) oldest_addr = i;
+        }
+    }
+    if (from_addr >= HTTP_PER_ADDR && oldest_addr >= 0) {
+        cut(&m->conns[oldest_addr]);
+        live--;
+    }
+    if (live >= HTTP_MAX_CONNS && oldest >= 0 && !m->conns[oldest].cut) cut(&m->conns[oldest]);
+    pthread_mutex_unlock(&m->guard_mu);
+    /* every slot holds a connection being closed: a moment, then there is room again */
+    return free_slots > 0 ? MHD_YES : MHD_NO;
+}
+
+/* Cuts connections past their lifetime. */
 static void *http_guard(void *arg)
 {
     metrics *m = arg;
@@ -113,11 +165,9 @@ static void *http_guard(void *arg)
         if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
         pthread_cond_timedwait(&m->guard_cv, &m->guard_mu, &until);
         uint64_t now = mono_ms();
-        for (int i = 0; i < HTTP_MAX_CONNS; i++) {
-            if (m->conns[i].fd >= 0 && m->conns[i].t0_ms && now - m->conns[i].t0_ms > HTTP_LIFETIME_MS) {
-                shutdown(m->conns[i].fd, SHUT_RDWR);
-                m->conns[i].t0_ms = 0; /* once */
-            }
+        for (int i = 0; i < HTTP_TABLE; i++) {
+            struct http_conn *k = &m->conns[i];
+            if (k->fd >= 0 && !k->cut && now - k->t0_ms > HTTP_LIFETIME_MS) cut(k);
         }
     }
     pthread_mutex_unlock(&m->guard_mu);
@@ -152,12 +202,12 @@ int metrics__http_start(metrics *m, const char *spec)
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
-    for (int i = 0; i < HTTP_MAX_CONNS; i++) m->conns[i].fd = -1;
-    m->httpd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL, NULL,
+    for (int i = 0; i < HTTP_TABLE; i++) m->conns[i].fd = -1;
+    /* http_accept keeps the bounds; libmicrohttpd's own limit is the table's size */
+    m->httpd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, http_accept, m,
                                 handle, m, MHD_OPTION_LISTEN_SOCKET, fd,
                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_S,
-                                MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_MAX_CONNS,
-                                MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_PER_ADDR,
+                                MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_TABLE,
                                 MHD_OPTION_NOTIFY_CONNECTION, http_notify, m, MHD_OPTION_END);
     if (m->httpd && pthread_create(&m->guard_thread, NULL, http_guard, m) == 0) m->guard_started = true;
     pthread_sigmask(SIG_SETMASK, &old, NULL);

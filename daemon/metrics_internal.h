@@ -12,6 +12,7 @@
 #ifndef RINGLM_DAEMON_METRICS_INTERNAL_H
 #define RINGLM_DAEMON_METRICS_INTERNAL_H
 
+#include <sys/socket.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -95,11 +96,18 @@ typedef struct snap {
 
 /* /metrics connections: at most this many at once, this many from one address, each idle at
  * most HTTP_IDLE_S and alive at most HTTP_LIFETIME_MS (a scrape takes milliseconds; a
- * client that trickles its headers a byte at a time is cut), and never with a body. */
+ * client that trickles its headers a byte at a time is cut), and never with a body. A new
+ * connection past a bound is not refused: the oldest connection of its address (or of all,
+ * for the global bound) is cut for it. Refusing would let whoever reconnects fastest hold
+ * the slots for good — on loopback every local user is one address, so a user could keep a
+ * local scraper out for as long as it liked; cutting the oldest lets every newcomer in, and
+ * to cut a scrape (milliseconds) an attacker must open a bound's worth of connections
+ * during it. The table has room for the connections cut but not yet closed. */
 #define HTTP_MAX_CONNS   64
 #define HTTP_PER_ADDR    16
 #define HTTP_IDLE_S      3
 #define HTTP_LIFETIME_MS 3000
+#define HTTP_TABLE       (2 * HTTP_MAX_CONNS)
 
 struct metrics {
     snap live;                     /* loop thread only */
@@ -127,7 +135,12 @@ struct metrics {
     pthread_cond_t guard_cv;
     pthread_t guard_thread;
     bool guard_started, guard_stop;
-    struct { int fd; uint64_t t0_ms; } conns[HTTP_MAX_CONNS];
+    struct http_conn {
+        int fd;                    /* -1: free */
+        bool cut;                  /* shut down (lifetime, or made room): closing */
+        uint64_t t0_ms;
+        struct sockaddr_storage peer;
+    } conns[HTTP_TABLE];
 };
 
 /* metrics_http.c: starts the server on spec ("ADDR:PORT", see metrics_config.listen) and

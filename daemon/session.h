@@ -34,6 +34,7 @@ struct io_uring_sqe;
 /* liburing 2.3 and its uapi copy predate IORING_OP_FUTEX_WAIT (kernel 6.7): the values
  * below are the kernel's (include/uapi/linux/io_uring.h, futex.h). */
 #define DLOOP_IORING_OP_FUTEX_WAIT 51
+#define DLOOP_IORING_OP_FUTEX_WAKE 52
 #define DLOOP_FUTEX2_SIZE_U32      0x02
 #define DLOOP_FUTEX_BITSET_ANY     0xffffffffu
 
@@ -64,6 +65,9 @@ const dloop_config *dloop_cfg(dloop *l);
 int dloop_is_draining(dloop *l);
 /* 1: doorbells are futex waits on the ring; 0: an eventfd per session. */
 int dloop_uses_futex(dloop *l);
+/* Queues a FUTEX_WAKE of one waiter on word (a shared futex), submitted with the rest of
+ * the iteration's wakes; -ENOTSUP / -EBUSY: wake it with the system call instead. */
+int dloop_queue_futex_wake(dloop *l, const uint32_t *word);
 const dsvc_ops *dloop_service(dloop *l, void **ctx);
 
 /* ---- lifecycle (the loop's side) ------------------------------------------------------ */
@@ -100,7 +104,9 @@ typedef int (*dsess_rec_fn)(void *arg, dsess *s, const struct ringlm_wire_parsed
  * something impossible and the session must end. */
 int  dsess_drain_submit(dsess *s, unsigned max_records, dsess_rec_fn fn, void *arg, char *why,
 			size_t why_len);
-/* Publishes written events; wakes the client with one FUTEX_WAKE if it sleeps.
+/* Publishes written events; wakes the client if it sleeps: a FUTEX_WAKE queued on the
+ * loop's ring (dloop_queue_futex_wake: the loop submits an iteration's wakes in one system
+ * call), or the system call itself where the kernel lacks it.
  * Returns 1 when it published something, 2 when it also woke the client. */
 int  dsess_publish(dsess *s);
 /* The loop's side of the sleep handshake (shm/ring.h): announce (flag, full fence) before

@@ -205,7 +205,8 @@ int dsess_publish(dsess *s)
 	/* The handshake with the client's sleep (published; now its flag).  The flag is
 	 * client-written: any nonzero value costs only that client a wake syscall. */
 	if (ring_handshake_peer_waits(&s->cseg->client_sleeping)) {
-		futex_wake((const uint32_t *)&s->dseg->ev_prod, 1, FUTEX_SCOPE_SHARED);
+		if (dloop_queue_futex_wake(s->loop, (const uint32_t *)&s->dseg->ev_prod) < 0)
+			futex_wake((const uint32_t *)&s->dseg->ev_prod, 1, FUTEX_SCOPE_SHARED);
 		return 2;
 	}
 	return 1;

@@ -41,6 +41,30 @@ int gw_write(gguf_writer *w, const char *path);
 
 /* ---- exporting a model (ringlm-mkmodel --format gguf) ---- */
 
+/* A vocabulary as GGUF stores it (tokenizer.ggml.*), e.g. read from a Hugging Face
+ * tokenizer.json by gw_vocab_from_hf. */
+typedef struct gw_vocab {
+    const char *model;     /* "llama" (SentencePiece) or "gpt2" (byte-level BPE) */
+    const char *pre;       /* gpt2: tokenizer.ggml.pre ("llama-bpe", "qwen2") */
+    size_t n;              /* = the model's vocab_size */
+    char **tokens;         /* pieces as the file stores them ("▁" for SentencePiece spaces) */
+    size_t *lens;
+    float *scores;
+    int32_t *types;        /* llama.cpp's token types */
+    char **merges;         /* gpt2: "LEFT RIGHT" */
+    size_t n_merges;
+    int32_t bos, eos, eot, unk; /* -1: none */
+    bool add_bos;
+    char *chat_template;   /* NULL: none */
+} gw_vocab;
+
+/* Reads tokenizer.json (and tokenizer_config.json when cfg_path is not NULL: BOS, EOS,
+ * add_bos, chat template) into a vocabulary of exactly vocab_size tokens (unused ids padded).
+ * Returns 0 or -errno with eng_errmsg(). */
+int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
+                     gw_vocab **out);
+void gw_vocab_free(gw_vocab *v);
+
 typedef struct gw_export_opts {
     const char *type;        /* F32 F16 BF16 Q8_0 Q4_K Q6_K, or Q4_K_M (Q4_K with Q6_K for
                               * output, attn_v and ffn_down, as llama.cpp's mix) */
@@ -50,6 +74,7 @@ typedef struct gw_export_opts {
      * then "tN" pieces). */
     const char *const *pieces;
     const float *scores;
+    const gw_vocab *vocab;   /* when not NULL: this vocabulary (pieces/scores unused) */
 } gw_export_opts;
 
 /* Writes a (non-lazy, float32) model as GGUF. A matrix whose rows the type's block does not

@@ -25,24 +25,29 @@
 static const char usage[] =
     "usage: ringlm-mkmodel --model SPEC --out FILE [--format llama2c|gguf]\n"
     "                      [--type F32|F16|BF16|Q8_0|Q4_K|Q6_K|Q4_K_M] [--arch llama|qwen2]\n"
-    "                      [--tokenizer TOKENIZER.bin]\n"
+    "                      [--tokenizer TOKENIZER.bin | --vocab tokenizer.json\n"
+    "                       [--vocab-config tokenizer_config.json]]\n"
     "  SPEC: synthetic:PRESET:SEED (presets: stories15M stories110M llama3-8b gqa-test\n"
-    "        stories260K) or a llama2.c checkpoint\n";
+    "        stories260K quant-test vocab-llama3 vocab-qwen3 vocab-llama2) or a llama2.c checkpoint\n"
+    "  --vocab: a Hugging Face tokenizer.json (byte-level BPE of Llama 3 or Qwen2, or\n"
+    "        SentencePiece-like BPE of Llama 2); the model's vocabulary must hold it\n";
 
 int main(int argc, char **argv)
 {
     const char *spec = NULL, *out = NULL, *format = "llama2c", *type = NULL, *arch = NULL;
-    const char *tok_path = NULL;
+    const char *tok_path = NULL, *vocab_path = NULL, *vocab_cfg = NULL;
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"out", required_argument, 0, 'o'},
                                          {"format", required_argument, 0, 'f'},
                                          {"type", required_argument, 0, 't'},
                                          {"arch", required_argument, 0, 'a'},
                                          {"tokenizer", required_argument, 0, 'z'},
+                                         {"vocab", required_argument, 0, 'v'},
+                                         {"vocab-config", required_argument, 0, 'c'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "m:o:f:t:a:z:h", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "m:o:f:t:a:z:v:c:h", opts, NULL)) != -1) {
         switch (ch) {
         case 'm': spec = optarg; break;
         case 'o': out = optarg; break;
@@ -50,17 +55,22 @@ int main(int argc, char **argv)
         case 't': type = optarg; break;
         case 'a': arch = optarg; break;
         case 'z': tok_path = optarg; break;
+        case 'v': vocab_path = optarg; break;
+        case 'c': vocab_cfg = optarg; break;
         default:
             fputs(usage, ch == 'h' ? stdout : stderr);
             return ch == 'h' ? 0 : 2;
         }
     }
     bool gguf = strcmp(format, "gguf") == 0;
+    bool gguf_only = type || arch || tok_path || vocab_path || vocab_cfg;
     if (!spec || !out || optind != argc || (!gguf && strcmp(format, "llama2c") != 0) ||
-        (!gguf && (type || arch || tok_path))) {
+        (!gguf && gguf_only) || (tok_path && vocab_path) || (vocab_cfg && !vocab_path)) {
         fputs(usage, stderr);
-        if (!gguf && (type || arch || tok_path))
-            fputs("  (--type, --arch and --tokenizer go with --format gguf)\n", stderr);
+        if (!gguf && gguf_only)
+            fputs("  (--type, --arch, --tokenizer and --vocab go with --format gguf)\n", stderr);
+        if (tok_path && vocab_path)
+            fputs("  (--tokenizer and --vocab are alternatives)\n", stderr);
         return 2;
     }
     eng_model *m;
@@ -88,11 +98,18 @@ int main(int argc, char **argv)
                 scores[i] = tok_score(tok, i);
             }
         }
+        gw_vocab *vocab = NULL;
         gw_export_opts o = {.type = type, .arch = arch, .pieces = pieces, .scores = scores};
         if (tok_path && (!pieces || !scores))
             err = eng_seterr(-12, "out of memory");
-        else
+        else if (vocab_path && (err = gw_vocab_from_hf(vocab_path, vocab_cfg, c->vocab_size,
+                                                       &vocab)))
+            ;
+        else {
+            o.vocab = vocab;
             err = gw_export_model(m, out, &o, note, sizeof note);
+        }
+        gw_vocab_free(vocab);
         free(pieces);
         free(scores);
         tok_free(tok);

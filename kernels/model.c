@@ -68,6 +68,11 @@ static const struct preset {
     {"stories260K", {64, 172, 5, 8, 4, 512, 512, true}},
     /* rows that are whole 256-element blocks, so every GGUF type applies to every matrix */
     {"quant-test", {256, 768, 2, 4, 2, 512, 256, false}},
+    /* tiny bodies for real vocabularies (ringlm-mkmodel --vocab): Llama 3's 128256 tokens,
+     * Qwen3's tokenizer.json's 151669, Llama 2's 32000 */
+    {"vocab-llama3", {64, 128, 2, 4, 2, 128256, 256, true}},
+    {"vocab-qwen3", {64, 128, 2, 4, 2, 151669, 256, true}},
+    {"vocab-llama2", {64, 128, 2, 4, 2, 32000, 256, true}},
 };
 
 int eng_preset(const char *name, eng_model_config *out)
@@ -79,7 +84,7 @@ int eng_preset(const char *name, eng_model_config *out)
         }
     }
     return eng_seterr(-ENOENT, "unknown preset \"%s\" (stories15M, stories110M, llama3-8b, "
-                               "gqa-test, stories260K, quant-test)", name);
+                               "gqa-test, stories260K, quant-test, vocab-llama3, vocab-qwen3, vocab-llama2)", name);
 }
 
 /* ---- shape validation and tensor layout --------------------------------------------- */

@@ -8,6 +8,7 @@
  * -EPROTO rather than a crash.
  */
 #include "ringlm.h"
+#include "client_internal.h"
 #include "common/errdetail.h"
 
 #include <errno.h>
@@ -69,7 +70,9 @@ struct ringlm_client {
 
 	/* consumer side (next_event) */
 	struct ring_ev_cons ev;
-	int64_t spin_ns;
+	int64_t spin_ns;                  /* the spin before sleeping, now */
+	int64_t spin_max_ns;              /* its ceiling: the option, $RINGLM_SPIN_US or 50 µs */
+	int spin_fixed;                   /* set by the option or the environment: not adapted */
 	uint32_t consumed_since_check;
 	uint64_t last_live_check_ns;
 	int gone;                         /* 0, or the sticky -errno once the session ended */
@@ -79,6 +82,15 @@ struct ringlm_client {
 /* ---- errors --------------------------------------------------------------------------- */
 ERRDETAIL_DEFINE(client_err);
 #define set_err(err, ...) errdetail_set(&client_err, (err), __VA_ARGS__)
+
+int client_seterr(int err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	errdetail_vset(&client_err, err, fmt, ap);
+	va_end(ap);
+	return err;
+}
 
 const char *ringlm_errdetail(void)
 {
@@ -296,13 +308,15 @@ int ringlm_connect(const char *socket_path, ringlm_client **out)
 		.cons_p = &c->cseg->ev_cons,
 	};
 	c->next_id = 1;
-	c->spin_ns = DEFAULT_SPIN_NS;
+	c->spin_ns = c->spin_max_ns = DEFAULT_SPIN_NS;
 	const char *spin = getenv("RINGLM_SPIN_US");
 	if (spin && *spin) {
 		/* Clamped like ringlm_set_option: a huge value must not overflow into a
 		 * negative spin time (signed overflow, and no spinning at all). */
 		long long us = strtoll(spin, NULL, 10);
 		c->spin_ns = us <= 0 ? 0 : us > INT64_MAX / 1000 ? INT64_MAX : (int64_t)us * 1000;
+		c->spin_max_ns = c->spin_ns;
+		c->spin_fixed = 1;
 	}
 	*out = c;
 	return 0;
@@ -357,6 +371,8 @@ int ringlm_set_option(ringlm_client *c, int option, long value)
 		if (value < 0)
 			return set_err(-EINVAL, "spin time %ld µs is negative", value);
 		c->spin_ns = value > INT64_MAX / 1000 ? INT64_MAX : (int64_t)value * 1000;
+		c->spin_max_ns = c->spin_ns;
+		c->spin_fixed = 1;
 		return 0;
 	default:
 		return set_err(-EINVAL, "unknown option %d", option);
@@ -610,6 +626,21 @@ static int take_event(ringlm_client *c, ringlm_event *out)
 	return 1;
 }
 
+/* The default spin adapts to how long this client waits: a wait that the full spin would
+ * have covered (a request/response peer, a fast stream) restores it; a longer one (a
+ * stream of one token per batch, milliseconds apart) halves it, so a waiting client stops
+ * burning a CPU the daemon and its workers need and sleeps at once — the daemon's futex
+ * wake then costs what the spin would have, once per batch. */
+static void adapt_spin(ringlm_client *c, uint64_t waited_ns)
+{
+	if (c->spin_fixed)
+		return;
+	if ((int64_t)waited_ns <= c->spin_max_ns)
+		c->spin_ns = c->spin_max_ns;
+	else
+		c->spin_ns /= 2;
+}
+
 int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms)
 {
 	uint64_t start = 0, deadline = UINT64_MAX;
@@ -618,8 +649,11 @@ int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms)
 	for (int round = 0;; round++) {
 		r = take_event(c, ev);
 		if (r != 0) {
-			if (r > 0)
+			if (r > 0) {
 				maybe_wake_for_space(c, 0);
+				if (round > 0)
+					adapt_spin(c, ring_now_ns() - start);
+			}
 			return r;
 		}
 		maybe_wake_for_space(c, 1);

@@ -169,8 +169,10 @@ int ringlm_submit(ringlm_client *c, const ringlm_request *req, uint64_t *id);
 int ringlm_cancel(ringlm_client *c, uint64_t req_id);
 
 /*
- * Takes the next event.  Spins briefly (RINGLM_OPT_SPIN_US, default 50 µs), then sleeps
- * on the session's futex doorbell; the daemon wakes it when it publishes events.
+ * Takes the next event.  Spins briefly (RINGLM_OPT_SPIN_US, default up to 50 µs), then
+ * sleeps on the session's futex doorbell; the daemon wakes it when it publishes events
+ * (once per batch at most).  The default spin adapts: waits longer than 50 µs (a stream
+ * of one token per batch) halve it toward none, a shorter one restores it.
  * timeout_ms: < 0 wait for ever, 0 poll, > 0 at most that long.
  * Returns 1 and *ev, 0 when the timeout passed without an event, or:
  *   -EPIPE       the daemon went away (exited, killed) — after every event it published
@@ -187,7 +189,8 @@ int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms);
 enum ringlm_option {
 	RINGLM_OPT_SPIN_US = 1, /* how long next_event spins before sleeping (µs, >= 0);
 	                           a huge value = always spin (lowest latency, burns a CPU).
-	                           Default 50, or $RINGLM_SPIN_US read at connect. */
+	                           Set here or by $RINGLM_SPIN_US (read at connect), it is
+	                           fixed; by default up to 50, adapted to the waits seen. */
 };
 /* Returns 0 or -EINVAL (unknown option or value). */
 int ringlm_set_option(ringlm_client *c, int option, long value);
@@ -207,6 +210,58 @@ void ringlm_close(ringlm_client *c);
 const char *ringlm_strerror(int err);
 /* Detail of the last failure in this thread ("" when none). */
 const char *ringlm_errdetail(void);
+
+/* ---- chat templates --------------------------------------------------------------------
+ * A conversation to the prompt text a model of that family was trained on, ending where the
+ * assistant's turn begins (no Jinja engine: built-in formatters, matched to a model file's
+ * tokenizer.chat_template by the markers it spells):
+ *
+ *   chatml   <|im_start|>ROLE\nCONTENT<|im_end|>\n ... <|im_start|>assistant\n   (Qwen)
+ *   llama2   [INST] <<SYS>>\nSYSTEM\n<</SYS>>\n\nUSER [/INST] ANSWER </s><s>[INST] USER [/INST]
+ *   llama3   <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|> ... assistant header
+ *   mistral  [INST] SYSTEM\n\nUSER [/INST]ANSWER</s>[INST] USER [/INST]
+ *   plain    the contents joined by "\n" (models that know no roles)
+ *
+ * Llama 3 trims each content and Llama 2 each turn, as their templates do. The text does not
+ * start with the beginning-of-sequence token: the tokenizer adds it when the model's file
+ * says so; markers between turns ("</s><s>", "<|eot_id|>") are text that the tokenizer of a
+ * GGUF model maps to their special tokens. For conversations of system, user and assistant
+ * messages ending on the user's, the token ids equal those of the model's own template
+ * rendered by Jinja (Llama 3's and Qwen3's, tests/test_gguf_vocab.c); Qwen3's reasoning
+ * ("</think>" in an assistant message) and tool messages are not handled. */
+typedef struct ringlm_chat_msg {
+	const char *role;     /* "system", "user", "assistant" (others are written as named) */
+	const char *content;
+} ringlm_chat_msg;
+
+enum ringlm_chat_template {
+	RINGLM_CHAT_PLAIN = 0,
+	RINGLM_CHAT_CHATML = 1,
+	RINGLM_CHAT_LLAMA2 = 2,
+	RINGLM_CHAT_LLAMA3 = 3,
+	RINGLM_CHAT_MISTRAL = 4,
+};
+
+/* Template by name ("chatml", "llama2"/"llama-2", "llama3"/"llama-3", "mistral", "plain");
+ * -EINVAL when unknown. */
+int ringlm_chat_template_by_name(const char *name);
+/* Its name ("?" when not a template); the names accepted ("chatml, llama2, ..."). */
+const char *ringlm_chat_template_name(int tpl);
+const char *ringlm_chat_template_names(void);
+/* The built-in template a Jinja chat template is (by the markers it spells), or -ENOTSUP
+ * when it is none of them (detail quotes its start). */
+int ringlm_chat_template_match(const char *jinja);
+/* The same for a GGUF model file's tokenizer.chat_template: -ENOENT when the file has none,
+ * -ENOTSUP when it is not a built-in one, -EINVAL/-ENOENT/-EACCES when the file is unreadable
+ * or not GGUF (detail says which). */
+int ringlm_chat_template_of_model(const char *gguf_path);
+/*
+ * Renders n messages with template tpl into *text (NUL-terminated, malloc()ed: free() it).
+ * Returns 0, -EINVAL (detail says why: no messages, a role the template cannot place —
+ * llama2/mistral need user and assistant to alternate after an optional system message and
+ * end on the user's), or -ENOMEM.
+ */
+int ringlm_chat_format(int tpl, const ringlm_chat_msg *msgs, int n, char **text);
 
 /* The library's version, "MAJOR.MINOR.PATCH" (of the library loaded, which may differ from
  * the RINGLM_VERSION_* macros of the header a program was compiled with). If number is not

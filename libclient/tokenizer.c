@@ -6,6 +6,7 @@
  */
 #include "tokenizer.h"
 #include "gguf.h"
+#include "tok_internal.h"
 #include "common/errdetail.h"
 
 #include <errno.h>
@@ -14,37 +15,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The largest vocabulary we accept: far above any Llama (128256), small enough that a
- * corrupt count cannot make us allocate gigabytes. */
-#define TOK_MAX_VOCAB (1 << 22)
-#define TOK_MAX_PIECE (1 << 16)
-
-struct tok_tokenizer {
-    int vocab_size;
-    int max_piece_len;  /* longest piece actually present (bytes) */
-    char **pieces;      /* [vocab] NUL-terminated copies */
-    float *scores;      /* [vocab] */
-    int32_t *sorted;    /* ids sorted by piece (strcmp), then id: for the lookups in encode */
-    const char **shown; /* [vocab] what decode prints after a non-BOS token */
-    const char **shown_after_bos; /* [vocab] the same after BOS (leading space stripped) */
-    char byte_str[256][2];        /* the raw byte b as a 1-char string */
-    int32_t bos, eos;             /* 1 and 2 in llama2.c; from the file in GGUF */
-    bool add_bos;
-    int32_t byte_id[256];         /* "<0xNN>" token of each byte, -1 when absent */
-    int32_t unk;                  /* unknown token (GGUF), -1 when none */
-};
-
 /* ---- errors ------------------------------------------------------------------------ */
 
 ERRDETAIL_DEFINE(tok_err);
 
 const char *tok_errmsg(void) { return tok_err.msg; }
 
-#define tok_seterr(err, ...) errdetail_set(&tok_err, (err), __VA_ARGS__)
+/* A function, not errdetail_set's macro: tok_bpe.c reports through it too. */
+int tok_seterr(int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    errdetail_vset(&tok_err, err, fmt, ap);
+    va_end(ap);
+    return err;
+}
 
 /* ---- loading ------------------------------------------------------------------------ */
-
-static int32_t lookup(const tok_tokenizer *t, const char *s);
 
 /* qsort_r (glibc): a context argument instead of a global, so loads may run in parallel. */
 static int cmp_piece_id(const void *a, const void *b, void *ctx)
@@ -178,10 +165,11 @@ int tok_load_mem(const void *buf, size_t len, int vocab_size, tok_tokenizer **ou
     t->eos = TOK_EOS;
     t->add_bos = true;
     t->unk = -1;
+    t->eot = -1;
     for (int b = 0; b < 256; b++) { /* run.c's byte b + 3, when that is what the vocab holds */
         char piece[8];
         snprintf(piece, sizeof piece, "<0x%02X>", b);
-        t->byte_id[b] = lookup(t, piece);
+        t->byte_id[b] = tok_lookup(t, piece);
     }
     *out = t;
     return 0;
@@ -250,6 +238,8 @@ void tok_free(tok_tokenizer *t)
     free(t->sorted);
     free(t->shown);
     free(t->shown_after_bos);
+    free(t->special);
+    tok_bpe_free(t->bpe);
     free(t);
 }
 
@@ -268,7 +258,7 @@ float tok_score(const tok_tokenizer *t, int32_t id)
 /* ---- encode ------------------------------------------------------------------------- */
 
 /* The id of piece s (lowest id when a piece appears twice), or -1. */
-static int32_t lookup(const tok_tokenizer *t, const char *s)
+int32_t tok_lookup(const tok_tokenizer *t, const char *s)
 {
     int lo = 0, hi = t->vocab_size; /* first index whose piece >= s */
     while (lo < hi) {
@@ -290,17 +280,17 @@ static int32_t pair_lookup(const tok_tokenizer *t, int32_t a, int32_t b, char *b
     size_t la = strlen(pa), lb = strlen(pb);
     memcpy(buf, pa, la);
     memcpy(buf + la, pb, lb + 1);
-    return lookup(t, buf);
+    return tok_lookup(t, buf);
 }
 
-size_t tok_encode_bound(const char *text) { return (text ? strlen(text) : 0) + 3; }
+size_t tok_encode_bound(const char *text) { return (text ? strlen(text) : 0) * 3 + 3; }
 
-int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int32_t *out,
-               int max)
+static int spm_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos,
+                      int32_t *out, int max)
 {
     if (!text)
         return tok_seterr(-EINVAL, "cannot encode NULL text");
-    size_t bound = tok_encode_bound(text);
+    size_t bound = strlen(text) + 3;
     int32_t *tokens = malloc(bound * sizeof *tokens), *pair_id = NULL;
     char *buf = malloc((size_t)t->max_piece_len * 2 + 8);
     int n = 0, err = 0;
@@ -312,7 +302,7 @@ int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int
         tokens[n++] = t->bos;
     /* SentencePiece's dummy prefix: the text is encoded as if it started with a space. */
     if (text[0] != '\0') {
-        int32_t space = lookup(t, " ");
+        int32_t space = tok_lookup(t, " ");
         if (space >= 0)
             tokens[n++] = space;
     }
@@ -326,7 +316,7 @@ int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int
         buf[len] = '\0';
         if ((c[1] & 0xC0) == 0x80 && len < 4)
             continue;
-        int32_t id = lookup(t, buf);
+        int32_t id = tok_lookup(t, buf);
         if (id >= 0) {
             tokens[n++] = id;
         } else {
@@ -393,6 +383,88 @@ out:
     return err;
 }
 
+/* The longest special token at s (n bytes left), or -1. */
+static int32_t special_at(const tok_tokenizer *t, const char *s, size_t n, size_t *len)
+{
+    unsigned char c = (unsigned char)s[0];
+    if (!(t->special_first[c >> 3] & (1u << (c & 7))))
+        return -1;
+    for (int i = 0; i < t->n_special; i++) { /* longest first */
+        const char *p = t->pieces[t->special[i]];
+        size_t l = strlen(p);
+        if (l <= n && memcmp(s, p, l) == 0) {
+            *len = l;
+            return t->special[i];
+        }
+    }
+    return -1;
+}
+
+/* A fragment of text between special tokens. */
+static int encode_fragment(const tok_tokenizer *t, const char *s, size_t len, tok_vec *v)
+{
+    if (t->kind == TOK_KIND_BPE)
+        return tok_bpe_fragment(t, s, len, v);
+    char *copy = strndup(s, len);
+    int32_t *ids = malloc((len + 3) * sizeof *ids);
+    int n = copy && ids ? spm_encode(t, copy, false, false, ids, (int)len + 3)
+                        : tok_seterr(-ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++)
+        if (tok_vec_push(v, ids[i]))
+            n = -ENOMEM;
+    free(copy);
+    free(ids);
+    return n < 0 ? n : 0;
+}
+
+/*
+ * GGUF vocabularies: the special tokens (control, user-defined, unknown) are cut out of the
+ * text first — leftmost, longest at a position — as llama.cpp and Hugging Face do, so a chat
+ * template's markers become their tokens; each piece of text between them is encoded alone
+ * (SentencePiece gives each its dummy prefix, as llama.cpp does).
+ */
+int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int32_t *out,
+               int max)
+{
+    if (!text)
+        return tok_seterr(-EINVAL, "cannot encode NULL text");
+    if (t->kind == TOK_KIND_SPM && t->n_special == 0)
+        return spm_encode(t, text, bos, eos, out, max);
+    tok_vec v = {0};
+    int err = 0;
+    size_t len = strlen(text), frag = 0;
+    if (bos && t->bos >= 0 && (err = tok_vec_push(&v, t->bos))) /* BPE files may name none */
+        goto out;
+    for (size_t i = 0; i <= len;) {
+        size_t sl = 0;
+        int32_t sp = i < len ? special_at(t, text + i, len - i, &sl) : -1;
+        if (i < len && sp < 0) {
+            i++;
+            continue;
+        }
+        if (i > frag && (err = encode_fragment(t, text + frag, i - frag, &v)))
+            goto out;
+        if (i == len)
+            break;
+        if ((err = tok_vec_push(&v, sp)))
+            goto out;
+        i += sl;
+        frag = i;
+    }
+    if (eos && (err = tok_vec_push(&v, t->eos)))
+        goto out;
+    if (v.n > (size_t)max) {
+        err = tok_seterr(-ENOSPC, "text encodes to %zu tokens, the buffer holds %d", v.n, max);
+        goto out;
+    }
+    if (v.n)
+        memcpy(out, v.v, v.n * sizeof *out);
+    err = (int)v.n;
+out:
+    free(v.v);
+    return err;
+}
+
 /* ---- decode ------------------------------------------------------------------------- */
 
 const char *tok_decode(const tok_tokenizer *t, int32_t prev, int32_t next)
@@ -404,6 +476,8 @@ const char *tok_decode(const tok_tokenizer *t, int32_t prev, int32_t next)
 
 int32_t tok_bos(const tok_tokenizer *t) { return t->bos; }
 int32_t tok_eos(const tok_tokenizer *t) { return t->eos; }
+int32_t tok_eot(const tok_tokenizer *t) { return t->eot; }
+bool tok_is_bpe(const tok_tokenizer *t) { return t->kind == TOK_KIND_BPE; }
 bool tok_add_bos(const tok_tokenizer *t) { return t->add_bos; }
 
 /* ---- GGUF vocabularies ------------------------------------------------------------- */
@@ -429,6 +503,70 @@ static int gguf_token_id(const gguf_file *g, const char *key, int vocab, int32_t
     return 0;
 }
 
+static int cmp_len_desc(const void *a, const void *b, void *ctx)
+{
+    const tok_tokenizer *t = ctx;
+    int32_t ia = *(const int32_t *)a, ib = *(const int32_t *)b;
+    size_t la = strlen(t->pieces[ia]), lb = strlen(t->pieces[ib]);
+    if (la != lb)
+        return la < lb ? 1 : -1;
+    return (ia > ib) - (ia < ib);
+}
+
+/* What every GGUF vocabulary reads besides its pieces: BOS, EOS, EOT and unknown ids,
+ * add_bos, and the special tokens (control tokens print nothing). Frees t on error. */
+static int gguf_vocab_common(const gguf_file *g, tok_tokenizer *t, int n)
+{
+    int32_t unk;
+    bool add_bos = t->kind == TOK_KIND_SPM;
+    uint32_t et;
+    uint64_t nt;
+    const void *types = NULL;
+    int err;
+    if ((err = gguf_token_id(g, "tokenizer.ggml.bos_token_id", n, t->kind ? -1 : 1, &t->bos)) ||
+        (err = gguf_token_id(g, "tokenizer.ggml.eos_token_id", n, t->kind ? -1 : 2, &t->eos)) ||
+        (err = gguf_token_id(g, "tokenizer.ggml.eot_token_id", n, -1, &t->eot)) ||
+        (err = gguf_token_id(g, "tokenizer.ggml.unknown_token_id", n, -1, &unk)))
+        goto fail;
+    t->unk = unk;
+    err = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos);
+    if (err && err != -ENOENT) {
+        err = tok_seterr(err, "%s", gguf_errmsg());
+        goto fail;
+    }
+    if (add_bos && t->bos < 0) {
+        err = tok_seterr(-EINVAL, "tokenizer.ggml.add_bos_token is true but the file names no "
+                                  "tokenizer.ggml.bos_token_id");
+        goto fail;
+    }
+    t->add_bos = add_bos;
+    if (gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &nt, &types) == 0) {
+        /* validated by the loaders: n i32 */
+        t->special = malloc((size_t)n * sizeof *t->special);
+        if (!t->special) {
+            err = tok_seterr(-ENOMEM, "out of memory");
+            goto fail;
+        }
+        for (int i = 0; i < n; i++) {
+            int32_t type;
+            memcpy(&type, (const unsigned char *)types + 4 * (size_t)i, 4);
+            if (type == TT_CONTROL || type == TT_UNUSED)
+                t->shown[i] = t->shown_after_bos[i] = "";
+            if ((type == TT_CONTROL || type == TT_USER || type == TT_UNKNOWN) &&
+                t->pieces[i][0] != '\0') {
+                unsigned char c = (unsigned char)t->pieces[i][0];
+                t->special[t->n_special++] = i;
+                t->special_first[c >> 3] |= (uint8_t)(1u << (c & 7));
+            }
+        }
+        qsort_r(t->special, (size_t)t->n_special, sizeof *t->special, cmp_len_desc, t);
+    }
+    return 0;
+fail:
+    tok_free(t);
+    return err;
+}
+
 /*
  * A GGUF file's SentencePiece vocabulary (tokenizer.ggml.model "llama"): the pieces with
  * U+2581 turned back into spaces, their scores, BOS/EOS/unknown ids and add_bos. It is
@@ -444,9 +582,11 @@ static int load_gguf_vocab(const gguf_file *g, int vocab_size, tok_tokenizer **o
         return tok_seterr(-EINVAL, "tokenizer.ggml.model: absent (the file holds no tokenizer)");
     if (err)
         return tok_seterr(err, "%s", gguf_errmsg());
-    if (!(model_len == 5 && memcmp(model, "llama", 5) == 0))
+    const bool bpe = model_len == 4 && memcmp(model, "gpt2", 4) == 0;
+    if (!(model_len == 5 && memcmp(model, "llama", 5) == 0) && !bpe)
         return tok_seterr(-EINVAL, "tokenizer.ggml.model=\"%.*s\": not supported (llama, i.e. "
-                                   "SentencePiece)", (int)(model_len > 32 ? 32 : model_len), model);
+                                   "SentencePiece; gpt2, i.e. byte-level BPE)",
+                          (int)(model_len > 32 ? 32 : model_len), model);
     uint32_t et;
     uint64_t n;
     const void *toks, *scores = NULL, *types = NULL;
@@ -459,6 +599,13 @@ static int load_gguf_vocab(const gguf_file *g, int vocab_size, tok_tokenizer **o
     if (vocab_size && n != (uint64_t)vocab_size)
         return tok_seterr(-EINVAL, "tokenizer.ggml.tokens: %llu tokens, the model has %d",
                           (unsigned long long)n, vocab_size);
+    if (bpe) {
+        if ((err = tok_bpe_load(g, n, toks, vocab_size, out)))
+            return err;
+        if ((err = gguf_vocab_common(g, *out, (int)n)))
+            *out = NULL;
+        return err;
+    }
     uint64_t ns;
     err = gguf_get_arr(g, "tokenizer.ggml.scores", &et, &ns, &scores);
     if (err && err != -ENOENT)
@@ -489,11 +636,6 @@ static int load_gguf_vocab(const gguf_file *g, int vocab_size, tok_tokenizer **o
         return tok_seterr(-ENOMEM, "out of memory");
     int32_t max_len = 1;
     p = toks;
-    bool *control = calloc((size_t)n, sizeof *control);
-    if (!control) {
-        free(img);
-        return tok_seterr(-ENOMEM, "out of memory");
-    }
     for (uint64_t i = 0; i < n; i++) {
         const char *sp;
         size_t len;
@@ -501,10 +643,6 @@ static int load_gguf_vocab(const gguf_file *g, int vocab_size, tok_tokenizer **o
         float score = 0.0f;
         if (scores)
             memcpy(&score, (const unsigned char *)scores + 4 * i, 4);
-        int32_t type = TT_NORMAL;
-        if (types)
-            memcpy(&type, (const unsigned char *)types + 4 * i, 4);
-        control[i] = type == TT_CONTROL || type == TT_UNUSED;
         memcpy(w, &score, 4);
         unsigned char *lenp = w + 4;
         w += 8;
@@ -526,35 +664,11 @@ static int load_gguf_vocab(const gguf_file *g, int vocab_size, tok_tokenizer **o
     memcpy(img, &max_len, 4);
     err = tok_load_mem(img, (size_t)(w - img), (int)n, out);
     free(img);
-    if (err) {
-        free(control);
+    if (err)
         return err;
-    }
-    tok_tokenizer *t = *out;
-    int32_t unk;
-    if ((err = gguf_token_id(g, "tokenizer.ggml.bos_token_id", (int)n, 1, &t->bos)) ||
-        (err = gguf_token_id(g, "tokenizer.ggml.eos_token_id", (int)n, 2, &t->eos)) ||
-        (err = gguf_token_id(g, "tokenizer.ggml.unknown_token_id", (int)n, -1, &unk))) {
-        free(control);
-        tok_free(t);
+    if ((err = gguf_vocab_common(g, *out, (int)n)))
         *out = NULL;
-        return err;
-    }
-    t->unk = unk;
-    bool add_bos = true;
-    err = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos);
-    if (err && err != -ENOENT) {
-        free(control);
-        tok_free(t);
-        *out = NULL;
-        return tok_seterr(err, "%s", gguf_errmsg());
-    }
-    t->add_bos = add_bos;
-    for (int i = 0; i < (int)n; i++)
-        if (control[i])
-            t->shown[i] = t->shown_after_bos[i] = "";
-    free(control);
-    return 0;
+    return err;
 }
 
 int tok_load_gguf(const char *path, int vocab_size, tok_tokenizer **out)

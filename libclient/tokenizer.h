@@ -49,7 +49,8 @@ float tok_score(const tok_tokenizer *t, int32_t id);
 
 /*
  * Upper bound on the number of tokens tok_encode can produce for text
- * (strlen(text) + 3: BOS, dummy prefix, EOS).
+ * (3 * strlen(text) + 3: BOS, dummy prefix, EOS; an invalid byte can become the 3 bytes of
+ * U+FFFD in byte-level BPE).
  */
 size_t tok_encode_bound(const char *text);
 
@@ -74,16 +75,26 @@ int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int
 const char *tok_decode(const tok_tokenizer *t, int32_t prev, int32_t next);
 
 /*
- * The vocabulary of a GGUF model file (tokenizer.ggml.model "llama": SentencePiece with
- * scores and byte fallback; U+2581 in pieces is a space): BOS, EOS and add_bos from the file,
- * control tokens decode to "". tok_load does this by itself when the file is GGUF.
- * Errors as tok_load; another tokenizer model (e.g. "gpt2") is refused by name.
+ * The vocabulary of a GGUF model file: tokenizer.ggml.model "llama" (SentencePiece with
+ * scores and byte fallback; U+2581 in pieces is a space) or "gpt2" (byte-level BPE with
+ * tokenizer.ggml.merges and the pre-tokenizer tokenizer.ggml.pre names: "llama-bpe" (also
+ * "llama3", "llama-v3") for Llama 3, "qwen2" for Qwen2/Qwen3; another is refused by name).
+ * BOS, EOS, EOT and add_bos from the file; control tokens decode to "". tok_encode on a GGUF
+ * vocabulary first cuts the special tokens (control, user-defined, unknown) out of the text,
+ * so a chat template's "<|im_start|>" or "</s>" is its token; BPE encodes each byte that is
+ * not valid UTF-8 as U+FFFD (as llama.cpp does) and decodes tokens to their raw bytes (a
+ * character split across tokens prints whole once its last token is printed).
+ * tok_load does this by itself when the file is GGUF. Errors as tok_load.
  */
 int tok_load_gguf(const char *path, int vocab_size, tok_tokenizer **out);
 /* BOS and EOS ids (TOK_BOS and TOK_EOS for llama2.c files), and whether prompts start with
  * BOS (tokenizer.ggml.add_bos_token; true for llama2.c). */
 int32_t tok_bos(const tok_tokenizer *t);
 int32_t tok_eos(const tok_tokenizer *t);
+/* End of turn (tokenizer.ggml.eot_token_id), -1 when the file names none. */
+int32_t tok_eot(const tok_tokenizer *t);
+/* Whether this is a byte-level BPE vocabulary (tokenizer.ggml.model "gpt2"). */
+bool tok_is_bpe(const tok_tokenizer *t);
 bool tok_add_bos(const tok_tokenizer *t);
 
 /* The detail of the last error on this thread ("" when none). */

@@ -11,8 +11,11 @@
 # Goal (issue 15): where FCFS is below 100% SLO attainment, the default's goodput >=
 # min(1.3 × FCFS, 0.95 × offered rate); where FCFS meets every SLO, >= 0.98 × FCFS; no tenant
 # below 0.9 of its fair share.  Exit 1 when a goal is missed, 77 when traces or programs are missing.
+# With --max-context N (a small model's daemon: stories260K has 512) every request is first
+# fitted into N tokens as `ringlm replay --max-context N` fits it (perf/clip_azure.sh), so the
+# comparison is of the requests that daemon is really sent.
 # Usage: B=build perf/policy_compare.sh [--policy FILE] [--baseline FILE] [--loads "1 2 3 4"]
-#        [--calibration FILE]     (env RINGLM_SHARED: where traces/ is, default ../shared)
+#        [--calibration FILE] [--max-context N]   (env RINGLM_SHARED: where traces/ is, default ../shared)
 set -u
 cd "$(dirname "$0")/.."
 B=${B:-build}
@@ -21,13 +24,15 @@ POLICY=sim/policies/token-budget.policy
 BASE=sim/policies/fcfs.policy
 LOADS="1 2 3 4"
 CAL=()
+CTX=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --policy) POLICY=$2; shift 2 ;;
     --baseline) BASE=$2; shift 2 ;;
     --loads) LOADS=$2; shift 2 ;;
     --calibration) CAL=(--calibration "$2"); shift 2 ;;
-    *) echo "usage: $0 [--policy FILE] [--baseline FILE] [--loads \"1 2 3 4\"] [--calibration FILE]" >&2; exit 2 ;;
+    --max-context) CTX=(--max-context "$2"); shift 2 ;;
+    *) echo "usage: $0 [--policy FILE] [--baseline FILE] [--loads \"1 2 3 4\"] [--calibration FILE] [--max-context N]" >&2; exit 2 ;;
     esac
 done
 SIM=$B/bin/ringlm-sim
@@ -35,16 +40,24 @@ for f in "$SIM" "$SHARED/traces/AzureLLMInferenceTrace_conv.csv" "$SHARED/traces
     [ -e "$f" ] || { echo "policy_compare: $f missing (make; RINGLM_SHARED)"; exit 77; }
 done
 command -v jq >/dev/null || { echo "policy_compare: jq missing (scripts/install-deps.sh)"; exit 77; }
+TRACES=$SHARED/traces
+if [ ${#CTX[@]} -gt 0 ]; then
+    TRACES=$(mktemp -d /tmp/ringlm-policy-compare.XXXXXX)
+    trap 'rm -rf "$TRACES"' EXIT
+    for tr in conv code; do
+        perf/clip_azure.sh "${CTX[1]}" < "$SHARED/traces/AzureLLMInferenceTrace_$tr.csv" > "$TRACES/AzureLLMInferenceTrace_$tr.csv"
+    done
+fi
 
 machine=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
-echo "machine: ${machine:-unknown}, $(nproc) CPUs; $(date -u +%Y-%m-%d); policy $POLICY vs $BASE; service ${CAL[1]:-built-in}"
+echo "machine: ${machine:-unknown}, $(nproc) CPUs; $(date -u +%Y-%m-%d); policy $POLICY vs $BASE; service ${CAL[1]:-built-in}; context ${CTX[1]:-as recorded}"
 echo
 fail=0
 echo "| trace | load | offered req/s | default goodput | FCFS goodput | ratio | default SLO | FCFS SLO | default TTFT p99 s | FCFS TTFT p99 s | goal | met |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for tr in conv code; do
     for x in $LOADS; do
-        out=$("$SIM" --trace "$SHARED/traces/AzureLLMInferenceTrace_$tr.csv" --rate "$x" "${CAL[@]}" \
+        out=$("$SIM" --trace "$TRACES/AzureLLMInferenceTrace_$tr.csv" --rate "$x" "${CAL[@]}" "${CTX[@]}" \
               --policy "$POLICY" --policy "$BASE" --json) || { echo "policy_compare: ringlm-sim failed ($tr ×$x)" >&2; exit 1; }
         row=$(jq -r '.runs as $r | [$r[0].trace.requests, $r[0].trace.span_s,
                  $r[0].all.goodput_rps, $r[1].all.goodput_rps, $r[0].all.slo_attainment, $r[1].all.slo_attainment,
@@ -68,7 +81,7 @@ echo "| trace | load | default a | default b | FCFS a | FCFS b | default ≥ 0.9
 echo "| --- | --- | --- | --- | --- | --- | --- |"
 for tr in conv code; do
     for x in $LOADS; do
-        out=$("$SIM" --trace "$SHARED/traces/AzureLLMInferenceTrace_$tr.csv" --rate "$x" "${CAL[@]}" \
+        out=$("$SIM" --trace "$TRACES/AzureLLMInferenceTrace_$tr.csv" --rate "$x" "${CAL[@]}" "${CTX[@]}" \
               --tenants random:a:3,b:1 --policy "$POLICY" --policy "$BASE" --json) || exit 1
         row=$(jq -r '.runs as $r | [$r[0].tenants.a.normalised_service, $r[0].tenants.b.normalised_service,
                  $r[1].tenants.a.normalised_service, $r[1].tenants.b.normalised_service] | @tsv' <<<"$out")

@@ -12,6 +12,7 @@ pkgs=(
   libinih-dev             # policy files
   libjansson-dev          # JSON: reference oracles, traces, calibration
   libxxhash-dev           # XXH3-128 prefix-cache block keys
+  libpcre2-dev            # byte-level BPE pre-tokenizers (Unicode-property regexes)
   systemtap-sdt-dev       # USDT probes (sys/sdt.h)
   clang libclang-rt-14-dev  # libFuzzer target (make fuzz)
   gnuplot-nox             # simulator plots

@@ -40,8 +40,10 @@
  * busiest eighth of it), then successive halving: the best candidates of that screening are
  * run on a window twice as long (the busiest quarter), and the best `finalists` of those — plus
  * the base policy, for comparison — on the whole trace at every load (the next `finalists` in
- * line when none of them is feasible there).  The best on the whole trace is the answer.  Candidates run on `jobs` threads; every run is deterministic for the seed, and
- * each result lands in its own slot, so the output does not depend on the thread count.
+ * line when none of them is feasible there).  The best on the whole trace is the answer — the
+ * base policy itself when no candidate ranks above it there.  Candidates run on `jobs` threads;
+ * every run is deterministic for the seed, and each result lands in its own slot, so the output
+ * does not depend on the thread count.
  */
 
 #define SIM_TUNE_MAX_LOADS 8

@@ -4,8 +4,11 @@
 
 #include <criterion/criterion.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,7 +65,7 @@ uint64_t th_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static void pause_ms(long ms)
+void th_pause_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
@@ -153,7 +156,7 @@ void th_daemon_start(th_daemon *d, const char *const *args, int timeout_ms)
             cr_assert_fail("ringlmd did not listen on %s within %d ms: %s", d->sock, timeout_ms,
                            th_daemon_output(d));
         }
-        pause_ms(2);
+        th_pause_ms(2);
     }
 }
 
@@ -176,7 +179,7 @@ int th_daemon_stop(th_daemon *d, int sig, int timeout_ms)
             d->pid = 0;
             return 999;
         }
-        pause_ms(2);
+        th_pause_ms(2);
     }
     d->pid = 0;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -197,4 +200,200 @@ char *th_http_get(int port, const char *path, int *status, char *content_type, s
     char spec[32], err[256];
     snprintf(spec, sizeof spec, "127.0.0.1:%d", port);
     return prom_http_get(spec, path, status, content_type, ct_cap, err, sizeof err);
+}
+
+/* ---- processes and sockets ----------------------------------------------------------- */
+
+int th_run(char *const argv[], char **out, char **err, int timeout_s)
+{
+    int po[2], pe[2];
+    cr_assert(pipe2(po, O_CLOEXEC) == 0 && pipe2(pe, O_CLOEXEC) == 0, "pipe: %s", strerror(errno));
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(po[1], 1);
+        dup2(pe[1], 2);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    close(po[1]);
+    close(pe[1]);
+    size_t cap[2] = {4096, 4096}, len[2] = {0, 0};
+    char *buf[2] = {malloc(4096), malloc(4096)};
+    int fds[2] = {po[0], pe[0]}, open_n = 2;
+    uint64_t deadline = th_now_ms() + (uint64_t)timeout_s * 1000;
+    while (open_n > 0) {
+        struct pollfd p[2];
+        int n = 0, map[2];
+        for (int i = 0; i < 2; i++)
+            if (fds[i] >= 0) {
+                p[n] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+                map[n++] = i;
+            }
+        uint64_t now = th_now_ms();
+        if (now >= deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            cr_assert_fail("%s did not finish within %d s; stdout so far: %.*s", argv[0], timeout_s,
+                           (int)len[0], buf[0]);
+        }
+        if (poll(p, (nfds_t)n, (int)(deadline - now)) <= 0) continue;
+        for (int j = 0; j < n; j++) {
+            if (!p[j].revents) continue;
+            int i = map[j];
+            if (len[i] + 1024 >= cap[i]) buf[i] = realloc(buf[i], cap[i] *= 2);
+            ssize_t r = read(fds[i], buf[i] + len[i], cap[i] - len[i] - 1);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) {
+                close(fds[i]);
+                fds[i] = -1;
+                open_n--;
+            } else {
+                len[i] += (size_t)r;
+            }
+        }
+    }
+    buf[0][len[0]] = 0;
+    buf[1][len[1]] = 0;
+    int st;
+    waitpid(pid, &st, 0);
+    *out = buf[0];
+    if (err) *err = buf[1];
+    else free(buf[1]);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+char *th_read_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return strdup("");
+    size_t cap = 4096, len = 0, n;
+    char *b = malloc(cap);
+    while ((n = fread(b + len, 1, cap - len - 1, f)) > 0) {
+        len += n;
+        if (len + 1 >= cap) b = realloc(b, cap *= 2);
+    }
+    b[len] = 0;
+    fclose(f);
+    return b;
+}
+
+void th_proc_start(th_proc *p, const char *const *argv, const char *log)
+{
+    snprintf(p->log, sizeof p->log, "%s", log);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        close_range(3, ~0u, 0);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    p->pid = pid;
+}
+
+static int exit_code(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st); }
+
+int th_proc_wait(th_proc *p, int timeout_ms)
+{
+    if (!p->pid) return -1;
+    uint64_t deadline = th_now_ms() + (uint64_t)timeout_ms;
+    int st;
+    for (;;) {
+        pid_t w = waitpid(p->pid, &st, WNOHANG);
+        if (w == p->pid) {
+            p->pid = 0;
+            return exit_code(st);
+        }
+        if (w < 0 || th_now_ms() > deadline) return -1;
+        th_pause_ms(5);
+    }
+}
+
+int th_proc_stop(th_proc *p, int sig, int timeout_ms)
+{
+    if (!p->pid) return -1;
+    kill(p->pid, sig);
+    int rc = th_proc_wait(p, timeout_ms);
+    if (rc >= 0 || !p->pid) return rc;
+    int st;
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, &st, 0);
+    p->pid = 0;
+    return 999;
+}
+
+int th_proc_log_int(th_proc *p, const char *marker, int timeout_ms)
+{
+    uint64_t deadline = th_now_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        char *log = th_read_file(p->log);
+        char *m = strstr(log, marker);
+        if (m) {
+            int v = atoi(m + strlen(marker));
+            free(log);
+            return v;
+        }
+        int st;
+        if (p->pid && waitpid(p->pid, &st, WNOHANG) == p->pid) {
+            p->pid = 0;
+            cr_assert_fail("%s exited (status %d) before writing '%s': %s", p->log, exit_code(st), marker, log);
+        }
+        if (th_now_ms() > deadline) cr_assert_fail("no '%s' in %s within %d ms: %s", marker, p->log, timeout_ms, log);
+        free(log);
+        th_pause_ms(5);
+    }
+}
+
+int th_tcp_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(fd, 0, "socket: %s", strerror(errno));
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    cr_assert(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0, "connect to port %d: %s", port, strerror(errno));
+    return fd;
+}
+
+void th_send_all(int fd, const void *buf, size_t n)
+{
+    const char *s = buf;
+    while (n) {
+        ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        cr_assert(w > 0, "send: %s", strerror(errno));
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+char *th_read_until(int fd, const char *until, int timeout_ms, bool *eof)
+{
+    size_t cap = 8192, len = 0;
+    char *b = malloc(cap);
+    b[0] = 0;
+    *eof = false;
+    uint64_t deadline = th_now_ms() + (uint64_t)timeout_ms;
+    while (!(until && strstr(b, until))) {
+        uint64_t now = th_now_ms();
+        if (now >= deadline) break;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, (int)(deadline - now)) <= 0) continue;
+        if (len + 4096 >= cap) b = realloc(b, cap *= 2);
+        ssize_t r = recv(fd, b + len, cap - len - 1, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            *eof = true;
+            break;
+        }
+        len += (size_t)r;
+        b[len] = 0;
+    }
+    return b;
 }

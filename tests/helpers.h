@@ -9,6 +9,7 @@
 #define RINGLM_TESTS_HELPERS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -56,5 +57,41 @@ const char *th_daemon_output(const th_daemon *d);
 /* GET path from 127.0.0.1:port (tools/prom's getter). The body (malloc()ed) with *status
  * and, when content_type is not NULL, its Content-Type; NULL when nothing answers. */
 char *th_http_get(int port, const char *path, int *status, char *content_type, size_t ct_cap);
+
+/* ---- processes and sockets ----------------------------------------------------------- */
+
+/* Runs argv (a path, or a name looked up in PATH) to its end, at most timeout_s (then it is
+ * killed and the test fails, quoting its output). Returns its exit status (128+signal when
+ * a signal ended it); *out gets its stdout and *err (when not NULL) its stderr, malloc()ed. */
+int th_run(char *const argv[], char **out, char **err, int timeout_s);
+/* A whole file (malloc()ed); "" when it cannot be read. */
+char *th_read_file(const char *path);
+/* Sleeps ms: only between two looks at a condition that has a deadline, never in place of
+ * waiting for the condition itself. */
+void th_pause_ms(long ms);
+
+/* A program started by a test, its stdout and stderr in a log file; it dies with the test. */
+typedef struct th_proc {
+    pid_t pid;          /* 0 when not running */
+    char log[160];
+} th_proc;
+/* Starts argv[0] (a path) with its output to log. */
+void th_proc_start(th_proc *p, const char *const *argv, const char *log);
+/* Sends sig and waits up to timeout_ms, SIGKILL after. The exit status, 128+signal, 999 when
+ * it had to be killed, -1 when it was not running. */
+int th_proc_stop(th_proc *p, int sig, int timeout_ms);
+/* Waits up to timeout_ms for p to exit by itself: its exit status (128+signal), or -1. */
+int th_proc_wait(th_proc *p, int timeout_ms);
+/* Waits until p's log holds marker and returns the integer written right after it (a port
+ * it chose); fails the test, quoting the log, when p exits first or timeout_ms passes. */
+int th_proc_log_int(th_proc *p, const char *marker, int timeout_ms);
+
+/* A TCP connection to 127.0.0.1:port (fails the test when refused). */
+int th_tcp_connect(int port);
+/* Writes all n bytes (fails the test on an error). */
+void th_send_all(int fd, const void *buf, size_t n);
+/* Reads until `until` appears in what was read (NULL: until EOF) or timeout_ms passes.
+ * Returns what was read (malloc()ed, NUL-terminated); *eof tells whether the peer closed. */
+char *th_read_until(int fd, const char *until, int timeout_ms, bool *eof);
 
 #endif

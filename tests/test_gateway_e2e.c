@@ -13,28 +13,30 @@
  *   - /health follows the daemon; SIGTERM drains the gateway (a stream in flight completes)
  *     and the daemon (health turns 503, both exit 0).
  */
-#include "test_gateway_harness.h"
+#include "tests/gateway_helpers.h"
+
+#include <criterion/criterion.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <jansson.h>
+
+#include "kernels/gguf_write.h"
 
 TestSuite(gateway_e2e, .fini = gwh_stop_all, .timeout = 180);
 
 static void setup(const char *const *gw_extra)
 {
 	gwh_need();
-	if (!gwh_have_curl()) cr_skip_test("curl is not installed (scripts/install-deps.sh installs it)");
-	gwh_start_daemon();
+	gwh_need_curl();
+	gwh_start_daemon(NULL);
 	gwh_start_gateway(gw_extra);
-	/* Ready when the gateway's session is up. */
-	uint64_t dl = gwh_now_ms() + 10000;
-	for (;;) {
-		gwh_resp r = gwh_curl("/health", NULL, NULL);
-		int st = r.status;
-		gwh_resp_free(&r);
-		if (st == 200) break;
-		cr_assert(gwh_now_ms() < dl, "/health still %d after 10 s", st);
-		gwh_nap_ms(20);
-	}
+	gwh_wait_healthy(10000); /* ready when the gateway's session is up */
 }
 
 static json_t *parse(const char *body)
@@ -106,17 +108,17 @@ static void parse_sse(const char *body, bool chat, sse *o)
 Test(gateway_e2e, greedy_completion_equals_ringlm_generate)
 {
 	setup(NULL);
-	char *ringlm = gwh_path(gwh_bin(), "ringlm");
-	char *tok = gwh_path(gwh_shared(), "models/tok512.bin");
+	char *ringlm = th_path(th_bin_dir(), "ringlm");
+	char *tok = th_path(th_shared_dir(), "models/tok512.bin");
 	const char *prompts[] = {"Once upon a time", "Lily wanted to", "The cat", ""};
 	const int max_tokens[] = {60, 200, 400, 30};
 	for (size_t i = 0; i < sizeof prompts / sizeof *prompts; i++) {
 		char mt[16];
 		snprintf(mt, sizeof mt, "%d", max_tokens[i]);
-		char *argv[] = {ringlm, "--socket", gwh_sock, "generate", "--prompt", (char *)prompts[i], "--tokenizer",
+		char *argv[] = {ringlm, "--socket", gwh_daemon.sock, "generate", "--prompt", (char *)prompts[i], "--tokenizer",
 				tok, "--max-tokens", mt, "--temperature", "0", "--class", "chat", NULL};
 		char *want, *err;
-		cr_assert_eq(gwh_run(argv, &want, &err, 60), 0, "ringlm generate: %s", err);
+		cr_assert_eq(th_run(argv, &want, &err, 60), 0, "ringlm generate: %s", err);
 
 		json_t *req = json_pack("{s:s, s:s, s:i, s:i}", "model", "stories", "prompt", prompts[i], "max_tokens",
 					max_tokens[i], "temperature", 0);
@@ -352,6 +354,22 @@ Test(gateway_e2e, body_limit_is_configurable)
 	cr_assert_eq(r.status, 200, "a 1 KiB body passes the limit: %s", r.body);
 	gwh_resp_free(&r);
 	free(b);
+	/* A chunked body announces no length: it is refused as it grows past the limit. */
+	int fd = gwh_connect();
+	const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+			   "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+	th_send_all(fd, head, strlen(head));
+	static char chunk[8192 + 16];
+	int n = snprintf(chunk, sizeof chunk, "2000\r\n");
+	memset(chunk + n, 'a', 8192);
+	memcpy(chunk + n + 8192, "\r\n", 2);
+	for (int i = 0; i < 10; i++) th_send_all(fd, chunk, (size_t)n + 8192 + 2); /* 80 KiB */
+	th_send_all(fd, "0\r\n\r\n", 5);
+	bool eof;
+	char *got = th_read_until(fd, "body_too_large", 20000, &eof);
+	cr_assert(!strncmp(got, "HTTP/1.1 413", 12) && strstr(got, "body_too_large"), "a chunked 80 KiB body: %s", got);
+	free(got);
+	close(fd);
 }
 
 /* ---- keys and tenants --------------------------------------------------------------- */
@@ -406,20 +424,26 @@ Test(gateway_e2e, disconnect_mid_stream_cancels_and_frees_blocks)
 {
 	char *keys = gwh_keys();
 	const char *extra[] = {"--api-keys", keys, NULL};
-	setup(extra);
+	char *declog = th_path(gwh_dir(), "decisions.jsonl");
+	const char *dextra[] = {"--decision-log", declog, NULL};
+	gwh_need();
+	gwh_need_curl();
+	gwh_start_daemon(dextra);
+	gwh_start_gateway(extra);
+	gwh_wait_healthy(10000);
 	for (int round = 0; round < 3; round++) {
 		int fd = gwh_connect();
 		gwh_send_post(fd, "/v1/completions", "sk-bob-00001",
 			      "{\"prompt\":\"Once upon a time\",\"max_tokens\":500,\"temperature\":0.8,\"seed\":1,\"stream\":true}");
 		bool eof;
-		char *got = gwh_read_until(fd, "data: {", 20000, &eof);
+		char *got = th_read_until(fd, "data: {", 20000, &eof);
 		cr_assert(strstr(got, "data: {"), "no first chunk: %s", got);
 		free(got);
 		close(fd); /* hang up mid-stream */
 	}
 	/* Each request is cancelled by the daemon (not finished at its length) and its blocks
 	 * return to the pool. */
-	uint64_t dl = gwh_now_ms() + 20000;
+	uint64_t dl = th_now_ms() + 20000;
 	char *mx = NULL;
 	for (;;) {
 		free(mx);
@@ -428,12 +452,44 @@ Test(gateway_e2e, disconnect_mid_stream_cancels_and_frees_blocks)
 			     gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"length\"}") +
 			     gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"stop\"}");
 		if (fin >= 3 && gwh_metric(mx, "ringlm_kv_blocks_used{tier=\"device\"}") == 0) break;
-		cr_assert(gwh_now_ms() < dl, "requests not ended / blocks not freed after 20 s:\n%s", mx);
-		gwh_nap_ms(10);
+		cr_assert(th_now_ms() < dl, "requests not ended / blocks not freed after 20 s:\n%s", mx);
+		th_pause_ms(10);
 	}
 	cr_assert_eq(gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"cancelled\"}"),
 		     3, "every hung-up stream is cancelled, none runs to its length:\n%s", mx);
 	free(mx);
+	/* Within one iteration: in the decision log (written when the daemon drains at SIGTERM),
+	 * each cancelled request's blocks are released at the cancel's own t_us (the loop reads
+	 * its clock once per iteration), and no decision gives it work afterwards. */
+	cr_assert_eq(th_daemon_stop(&gwh_daemon, SIGTERM, 15000), 0);
+	char *log = th_read_file(declog);
+	static long long cancel_t[4096];
+	int n_cancel = 0, n_release = 0, late = 0, after = 0;
+	for (char *line = log; line && *line;) {
+		char *nl = strchr(line, '\n');
+		if (nl) *nl = 0;
+		const char *rq = strstr(line, "\"req\":"), *tq = strstr(line, "\"t_us\":");
+		long id = rq ? strtol(rq + 6, NULL, 10) : -1;
+		long long ts = tq ? strtoll(tq + 7, NULL, 10) : -1;
+		if (id > 0 && id < 4096) {
+			if (strstr(line, "\"ev\":\"cancel\"")) {
+				cancel_t[id] = ts;
+				n_cancel++;
+			} else if (cancel_t[id] && strstr(line, "\"ev\":\"release\"")) {
+				n_release++;
+				late += ts != cancel_t[id];
+			} else if (cancel_t[id] && strstr(line, "\"ev\":\"schedule\"")) {
+				after++;
+			}
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+	cr_assert_eq(n_cancel, 3, "%d cancels in the decision log:\n%.2000s", n_cancel, log);
+	cr_assert_geq(n_release, 3, "%d releases of the 3 cancelled requests", n_release);
+	cr_assert_eq(late, 0, "%d releases came in a later iteration than their cancel", late);
+	cr_assert_eq(after, 0, "%d decisions gave work to a cancelled request", after);
+	free(log);
+	free(declog);
 	free(keys);
 }
 
@@ -443,15 +499,15 @@ Test(gateway_e2e, a_client_stalling_mid_header_is_cut_off_and_others_are_served)
 	setup(extra);
 	int fd = gwh_connect();
 	const char *partial = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le";
-	gwh_send_all(fd, partial, strlen(partial));
-	uint64_t t0 = gwh_now_ms();
+	th_send_all(fd, partial, strlen(partial));
+	uint64_t t0 = th_now_ms();
 	/* Meanwhile a well-behaved client is served. */
 	gwh_resp r = gwh_curl("/v1/completions", NULL, "{\"prompt\":\"Once\",\"max_tokens\":4}");
 	cr_assert_eq(r.status, 200, "%s", r.body);
 	gwh_resp_free(&r);
 	bool eof;
-	char *got = gwh_read_until(fd, NULL, 10000, &eof);
-	uint64_t dt = gwh_now_ms() - t0;
+	char *got = th_read_until(fd, NULL, 10000, &eof);
+	uint64_t dt = th_now_ms() - t0;
 	cr_assert(eof, "the stalled connection is still open after 10 s");
 	cr_assert(dt >= 500, "closed after %llu ms, before the 1 s timeout", (unsigned long long)dt);
 	free(got);
@@ -460,8 +516,8 @@ Test(gateway_e2e, a_client_stalling_mid_header_is_cut_off_and_others_are_served)
 	/* A body that stops halfway is cut off the same way. */
 	fd = gwh_connect();
 	const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":";
-	gwh_send_all(fd, head, strlen(head));
-	got = gwh_read_until(fd, NULL, 10000, &eof);
+	th_send_all(fd, head, strlen(head));
+	got = th_read_until(fd, NULL, 10000, &eof);
 	cr_assert(eof, "a half body is still waited for after 10 s");
 	free(got);
 	close(fd);
@@ -472,22 +528,22 @@ Test(gateway_e2e, a_client_stalling_mid_header_is_cut_off_and_others_are_served)
 Test(gateway_e2e, health_waits_for_the_daemon)
 {
 	gwh_need();
-	if (!gwh_have_curl()) cr_skip_test("curl is not installed");
-	gwh_mkdir();
+	gwh_need_curl();
+	gwh_dir();
 	gwh_start_gateway(NULL); /* no daemon yet */
 	gwh_resp h = gwh_curl("/health", NULL, NULL);
 	cr_assert_eq(h.status, 503, "%s", h.body);
 	gwh_resp_free(&h);
 	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\"}", 503, NULL, "daemon_unavailable");
-	gwh_start_daemon();
-	uint64_t dl = gwh_now_ms() + 10000;
+	gwh_start_daemon(NULL);
+	uint64_t dl = th_now_ms() + 10000;
 	for (;;) {
 		h = gwh_curl("/health", NULL, NULL);
 		int st = h.status;
 		gwh_resp_free(&h);
 		if (st == 200) break;
-		cr_assert(gwh_now_ms() < dl, "/health not 200 10 s after the daemon started");
-		gwh_nap_ms(20);
+		cr_assert(th_now_ms() < dl, "/health not 200 10 s after the daemon started");
+		th_pause_ms(20);
 	}
 	gwh_resp r = gwh_curl("/v1/completions", NULL, "{\"prompt\":\"Once\",\"max_tokens\":3}");
 	cr_assert_eq(r.status, 200, "%s", r.body);
@@ -501,15 +557,15 @@ Test(gateway_e2e, sigterm_drains_the_gateway_and_a_stream_in_flight_completes)
 	gwh_send_post(fd, "/v1/completions", NULL,
 		      "{\"prompt\":\"Once upon a time\",\"max_tokens\":400,\"temperature\":0.8,\"seed\":3,\"stream\":true}");
 	bool eof;
-	char *got = gwh_read_until(fd, "data: {", 20000, &eof);
+	char *got = th_read_until(fd, "data: {", 20000, &eof);
 	cr_assert(strstr(got, "data: {"), "%s", got);
 	kill(gwh_gateway.pid, SIGTERM);
-	char *rest = gwh_read_until(fd, "data: [DONE]", 30000, &eof);
+	char *rest = th_read_until(fd, "data: [DONE]", 30000, &eof);
 	cr_assert(strstr(rest, "data: [DONE]") || strstr(got, "data: [DONE]"), "the stream did not complete: %s", rest);
 	cr_assert_null(strstr(rest, "\"error\""), "%s", rest);
-	int rc = gwh_wait_exit(&gwh_gateway, 15000);
-	cr_assert_eq(rc, 0, "the gateway exited %d after SIGTERM: %s", rc, gwh_read_file(gwh_gateway.log));
-	char *log = gwh_read_file(gwh_gateway.log);
+	int rc = th_proc_wait(&gwh_gateway, 15000);
+	cr_assert_eq(rc, 0, "the gateway exited %d after SIGTERM: %s", rc, th_read_file(gwh_gateway.log));
+	char *log = th_read_file(gwh_gateway.log);
 	cr_assert(strstr(log, "drained"), "%s", log);
 	free(log);
 	free(got);
@@ -520,18 +576,301 @@ Test(gateway_e2e, sigterm_drains_the_gateway_and_a_stream_in_flight_completes)
 Test(gateway_e2e, daemon_sigterm_turns_health_503_and_both_exit_cleanly)
 {
 	setup(NULL);
-	kill(gwh_daemon.pid, SIGTERM);
-	int rc = gwh_wait_exit(&gwh_daemon, 15000);
+	/* A stream in flight when ringlmd is told to stop: the daemon drains it (its grace is
+	 * 5 s), the gateway delivers it whole. */
+	int fd = gwh_connect();
+	gwh_send_post(fd, "/v1/completions", NULL,
+		      "{\"prompt\":\"Once upon a time\",\"max_tokens\":200,\"temperature\":0.8,\"seed\":5,\"stream\":true}");
+	bool eof;
+	char *got = th_read_until(fd, "data: {", 20000, &eof);
+	cr_assert(strstr(got, "data: {"), "no first chunk: %s", got);
+	cr_assert_eq(kill(gwh_daemon.pid, SIGTERM), 0);
+	char *rest = th_read_until(fd, "data: [DONE]", 30000, &eof);
+	cr_assert(strstr(rest, "data: [DONE]") || strstr(got, "data: [DONE]"), "the stream did not complete: %s", rest);
+	cr_assert_null(strstr(rest, "\"error\""), "the stream in flight failed at the daemon's drain: %s", rest);
+	cr_assert(strstr(rest, "\"finish_reason\":\"length\"") || strstr(rest, "\"finish_reason\":\"stop\""), "%s", rest);
+	free(got);
+	free(rest);
+	close(fd);
+	int rc = th_daemon_stop(&gwh_daemon, SIGTERM, 15000);
 	cr_assert_eq(rc, 0, "ringlmd exited %d after SIGTERM", rc);
-	uint64_t dl = gwh_now_ms() + 5000;
+	uint64_t dl = th_now_ms() + 5000;
 	for (;;) {
 		gwh_resp h = gwh_curl("/health", NULL, NULL);
 		int st = h.status;
 		gwh_resp_free(&h);
 		if (st == 503) break;
-		cr_assert(gwh_now_ms() < dl, "/health still %d 5 s after ringlmd exited", st);
-		gwh_nap_ms(20);
+		cr_assert(th_now_ms() < dl, "/health still %d 5 s after ringlmd exited", st);
+		th_pause_ms(20);
 	}
 	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\"}", 503, NULL, NULL);
-	cr_assert_eq(gwh_stop(&gwh_gateway, 10000), 0, "the gateway did not exit 0 on SIGTERM");
+	cr_assert_eq(th_proc_stop(&gwh_gateway, SIGTERM, 10000), 0, "the gateway did not exit 0 on SIGTERM");
+}
+
+/* ---- several sessions ----------------------------------------------------------------- */
+
+/* N streams at once while ringlmd is stopped (SIGSTOP), so every one is in flight in the
+ * daemon when it resumes: more than one session's limit (1,024 requests in flight). */
+#define FLOOD 1100
+
+static void flood(const char *sessions, int *ok, int *rejected_429)
+{
+	struct rlimit rl;
+	getrlimit(RLIMIT_NOFILE, &rl);
+	if (rl.rlim_cur < FLOOD + 256) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur < FLOOD + 256) cr_skip_test("RLIMIT_NOFILE %llu is too low for %d sockets", (unsigned long long)rl.rlim_cur, FLOOD);
+	const char *extra[] = {"--sessions", sessions, NULL};
+	setup(extra);
+	int n_sess = atoi(sessions);
+	/* /health is 200 once one session is up; the others follow */
+	uint64_t up_dl = th_now_ms() + 10000;
+	for (;;) {
+		char *m = gwh_gateway_metrics();
+		double up = gwh_metric(m, "ringlm_gateway_sessions_connected");
+		free(m);
+		if (up == n_sess) break;
+		cr_assert(th_now_ms() < up_dl, "%g of %d sessions up after 10 s", up, n_sess);
+		th_pause_ms(10);
+	}
+	cr_assert_eq(kill(gwh_daemon.pid, SIGSTOP), 0);
+	static int fds[FLOOD];
+	for (int i = 0; i < FLOOD; i++) {
+		fds[i] = gwh_connect();
+		gwh_send_post(fds[i], "/v1/completions", NULL,
+			      "{\"prompt\":\"Once upon a time\",\"max_tokens\":2,\"stream\":true}");
+	}
+	/* Every request submitted (the daemon is stopped: none can finish), spread over the
+	 * sessions, none above one session's limit. */
+	uint64_t dl = th_now_ms() + 60000;
+	char *mx = NULL;
+	for (;;) {
+		free(mx);
+		mx = gwh_gateway_metrics();
+		if (gwh_metric(mx, "ringlm_gateway_requests_in_flight") == FLOOD) break;
+		if (th_now_ms() > dl) {
+			kill(gwh_daemon.pid, SIGCONT);
+			cr_assert_fail("not all %d requests submitted after 60 s:\n%s", FLOOD, mx);
+		}
+		th_pause_ms(20);
+	}
+	double sum = 0;
+	for (int i = 0; i < n_sess; i++) {
+		char series[96];
+		snprintf(series, sizeof series, "ringlm_gateway_session_requests_in_flight{session=\"%d\"}", i);
+		double v = gwh_metric(mx, series);
+		if (n_sess > 1) cr_assert(v > 0 && v <= 1024, "session %d holds %g requests:\n%s", i, v, mx);
+		sum += v;
+	}
+	cr_assert_eq(sum, FLOOD, "%s", mx);
+	cr_assert_eq(gwh_metric(mx, "ringlm_gateway_sessions_connected"), n_sess, "%s", mx);
+	free(mx);
+	cr_assert_eq(kill(gwh_daemon.pid, SIGCONT), 0);
+	*ok = *rejected_429 = 0;
+	for (int i = 0; i < FLOOD; i++) {
+		bool eof;
+		char *got = th_read_until(fds[i], "data: [DONE]", 60000, &eof);
+		if (!strncmp(got, "HTTP/1.1 200", 12) && strstr(got, "data: [DONE]") && !strstr(got, "\"error\""))
+			(*ok)++;
+		else if (!strncmp(got, "HTTP/1.1 429", 12) && strstr(got, "queue_full"))
+			(*rejected_429)++;
+		else
+			cr_assert_fail("stream %d: neither a whole stream nor a 429 queue_full:\n%s", i, got);
+		free(got);
+		close(fds[i]);
+	}
+}
+
+Test(gateway_e2e, streams_beyond_one_sessions_request_limit_succeed_over_two_sessions)
+{
+	int ok, rejected;
+	flood("2", &ok, &rejected);
+	cr_assert_eq(ok, FLOOD, "%d of %d streams completed, %d refused queue_full", ok, FLOOD, rejected);
+}
+
+/* The control: the same flood over one session meets the daemon's per-session limit. */
+Test(gateway_e2e, one_session_refuses_beyond_its_request_limit)
+{
+	int ok, rejected;
+	flood("1", &ok, &rejected);
+	cr_assert_eq(ok + rejected, FLOOD);
+	cr_assert_gt(rejected, 0, "all %d streams completed on one session: the limit this test relies on is gone", FLOOD);
+	cr_assert_geq(ok, 1024, "only %d streams completed on one session", ok);
+}
+
+/* ---- chat templates from the model file ----------------------------------------------- */
+
+/* A GGUF file holding a SentencePiece vocabulary (unk, BOS, EOS, the 256 byte tokens, a-z)
+ * and, when template is not NULL, tokenizer.chat_template. */
+static char *write_gguf_tokenizer(const char *name, const char *template)
+{
+	char *path = th_path(gwh_dir(), name);
+	enum { NTOK = 3 + 256 + 26 };
+	static char names[NTOK][8];
+	const char *toks[NTOK];
+	size_t lens[NTOK];
+	float scores[NTOK];
+	int32_t types[NTOK];
+	for (int i = 0; i < NTOK; i++) {
+		if (i < 3)
+			snprintf(names[i], sizeof names[i], "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+		else if (i < 259)
+			snprintf(names[i], sizeof names[i], "<0x%02X>", i - 3);
+		else
+			snprintf(names[i], sizeof names[i], "%c", 'a' + (i - 259));
+		toks[i] = names[i];
+		lens[i] = strlen(names[i]);
+		scores[i] = i < 259 ? 0.0f : -(float)(i - 259);
+		types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
+	}
+	gguf_writer *w = gw_new();
+	gw_str(w, "general.architecture", "llama");
+	gw_str(w, "tokenizer.ggml.model", "llama");
+	gw_str_arr(w, "tokenizer.ggml.tokens", toks, lens, NTOK);
+	gw_f32_arr(w, "tokenizer.ggml.scores", scores, NTOK);
+	gw_i32_arr(w, "tokenizer.ggml.token_type", types, NTOK);
+	gw_u32(w, "tokenizer.ggml.bos_token_id", 1);
+	gw_u32(w, "tokenizer.ggml.eos_token_id", 2);
+	if (template) gw_str(w, "tokenizer.chat_template", template);
+	cr_assert_eq(gw_write(w, path), 0, "writing %s", path);
+	gw_free(w);
+	return path;
+}
+
+static const char *const chatml_jinja =
+	"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+	"'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+static const char *const gemma_jinja =
+	"{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\\n' + "
+	"message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}";
+
+/* Starts the gateway on tokenizer tok (no daemon needed); returns its exit status when it
+ * exits at start (with its log in *log), or -1 once it listens. */
+static int start_with_tokenizer(const char *tok, const char *const *extra, char **log)
+{
+	char *gw = th_path(th_bin_dir(), "ringlm-gateway");
+	char *sock = th_path(gwh_dir(), "none.sock");
+	const char *argv[16] = {gw, "--listen", "127.0.0.1:0", "--socket", sock, "--tokenizer", tok};
+	int n = 7;
+	for (int i = 0; extra && extra[i]; i++) argv[n++] = extra[i];
+	argv[n] = NULL;
+	static int starts;
+	char name[32];
+	snprintf(name, sizeof name, "gateway-tpl-%d.log", ++starts); /* a fresh log each start */
+	char *logp = th_path(gwh_dir(), name);
+	th_proc_start(&gwh_gateway, argv, logp);
+	int rc = -1;
+	uint64_t dl = th_now_ms() + 10000;
+	for (;;) {
+		*log = th_read_file(logp);
+		if (strstr(*log, "listening on")) break;
+		rc = th_proc_wait(&gwh_gateway, 0);
+		if (rc >= 0) {
+			free(*log);
+			*log = th_read_file(logp);
+			break;
+		}
+		cr_assert(th_now_ms() < dl, "the gateway neither listens nor exits: %s", *log);
+		free(*log);
+		th_pause_ms(10);
+	}
+	free(gw);
+	free(sock);
+	free(logp);
+	return rc;
+}
+
+Test(gateway_e2e, the_model_files_chat_template_picks_the_built_in_one)
+{
+	gwh_need();
+	char *tok = write_gguf_tokenizer("chatml.gguf", chatml_jinja), *log;
+	cr_assert_eq(start_with_tokenizer(tok, NULL, &log), -1, "%s", log);
+	cr_assert(strstr(log, "template chatml (the model file's chat_template)"), "%s", log);
+	free(log);
+	th_proc_stop(&gwh_gateway, SIGTERM, 10000);
+	/* --chat-template still decides, and a disagreement is said */
+	const char *explicit_plain[] = {"--chat-template", "plain", NULL};
+	cr_assert_eq(start_with_tokenizer(tok, explicit_plain, &log), -1, "%s", log);
+	cr_assert(strstr(log, "template plain (--chat-template)"), "%s", log);
+	cr_assert(strstr(log, "note: --chat-template plain, but"), "%s", log);
+	free(log);
+	th_proc_stop(&gwh_gateway, SIGTERM, 10000);
+	/* no template in the file: plain */
+	char *bare = write_gguf_tokenizer("bare.gguf", NULL);
+	cr_assert_eq(start_with_tokenizer(bare, NULL, &log), -1, "%s", log);
+	cr_assert(strstr(log, "template plain (default)"), "%s", log);
+	free(log);
+	free(tok);
+	free(bare);
+}
+
+Test(gateway_e2e, an_unknown_chat_template_in_the_model_file_is_an_error_at_start)
+{
+	gwh_need();
+	char *tok = write_gguf_tokenizer("gemma.gguf", gemma_jinja), *log;
+	int rc = start_with_tokenizer(tok, NULL, &log);
+	cr_assert_eq(rc, 1, "the gateway started on a template it does not know (%d): %s", rc, log);
+	cr_assert(strstr(log, "its chat template is none of the built-in ones"), "%s", log);
+	cr_assert(strstr(log, "<start_of_turn>"), "the message quotes the template: %s", log);
+	cr_assert(strstr(log, "--chat-template NAME"), "%s", log);
+	free(log);
+	/* naming one is the way out */
+	const char *explicit_chatml[] = {"--chat-template", "chatml", NULL};
+	cr_assert_eq(start_with_tokenizer(tok, explicit_chatml, &log), -1, "%s", log);
+	free(log);
+	free(tok);
+}
+
+/* ---- what fleet routers read ---------------------------------------------------------- */
+
+/* A router reads the model server's vllm:* gauges where it sends requests, its /v1/models and
+ * /health: with --daemon-metrics the gateway's /metrics carries the daemon's vllm:* lines; a
+ * daemon that stops answering leaves them out (and never stalls the gateway's /metrics). */
+Test(gateway_e2e, routers_find_the_vllm_gauges_models_and_health_on_the_gateway)
+{
+	gwh_need();
+	gwh_need_curl();
+	gwh_start_daemon(NULL);
+	char spec[32];
+	snprintf(spec, sizeof spec, "127.0.0.1:%d", gwh_metrics_port);
+	const char *extra[] = {"--daemon-metrics", spec, NULL};
+	gwh_start_gateway(extra);
+	gwh_wait_healthy(10000);
+	static const char *const want[] = {"vllm:num_requests_waiting{", "vllm:num_requests_running{",
+					   "vllm:kv_cache_usage_perc{", "# TYPE vllm:num_requests_waiting gauge"};
+	uint64_t dl = th_now_ms() + 10000;
+	char *mx = NULL;
+	for (;;) {
+		free(mx);
+		mx = gwh_gateway_metrics();
+		bool all = gwh_metric(mx, "ringlm_gateway_daemon_metrics_up") == 1;
+		for (size_t i = 0; i < sizeof want / sizeof *want; i++) all = all && strstr(mx, want[i]);
+		if (all) break;
+		cr_assert(th_now_ms() < dl, "the daemon's vllm:* lines are not on the gateway's /metrics:\n%s", mx);
+		th_pause_ms(20);
+	}
+	cr_assert_eq(gwh_metric(mx, "vllm:num_requests_running"), 0, "%s", mx);
+	free(mx);
+	gwh_resp m = gwh_curl("/v1/models", NULL, NULL);
+	cr_assert_eq(m.status, 200, "%s", m.body);
+	cr_assert(strstr(m.body, "\"id\":\"stories\""), "%s", m.body);
+	gwh_resp_free(&m);
+
+	/* The daemon stops answering: the lines go, the gateway's /metrics does not wait. */
+	cr_assert_eq(kill(gwh_daemon.pid, SIGSTOP), 0);
+	dl = th_now_ms() + 10000;
+	for (;;) {
+		mx = gwh_gateway_metrics();
+		bool gone = gwh_metric(mx, "ringlm_gateway_daemon_metrics_up") == 0 && !strstr(mx, "\nvllm:");
+		free(mx);
+		if (gone) break;
+		if (th_now_ms() > dl) {
+			kill(gwh_daemon.pid, SIGCONT);
+			cr_assert_fail("the vllm:* lines of a stopped daemon are still relayed after 10 s");
+		}
+		th_pause_ms(20);
+	}
+	cr_assert_eq(kill(gwh_daemon.pid, SIGCONT), 0);
 }

@@ -265,3 +265,36 @@ Test(gateway_units, another_model_name_is_404_and_chat_renders_the_template)
 	cr_assert_eq(p.max_tokens, 3);
 	gw_params_free(&p);
 }
+
+/* Model files' Jinja templates (as GGUF carries them) → the built-in template of their
+ * family; a family we do not have, or a mix, is -1 (the gateway refuses to start). */
+Test(gateway_units, model_templates_are_matched_by_family_or_refused)
+{
+	static const struct {
+		const char *jinja;
+		int want;
+	} cases[] = {
+		{"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+		 "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+		 GW_TPL_CHATML},
+		{"{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+		 "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
+		 "'<|eot_id|>' %}{{ content }}{% endfor %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}",
+		 GW_TPL_LLAMA3},
+		{"{% if messages[0]['role'] == 'system' %}{% set system_message = '<<SYS>>\\n' + messages[0]['content'] "
+		 "+ '\\n<</SYS>>\\n\\n' %}{% endif %}{% for message in messages %}{% if message['role'] == 'user' %}"
+		 "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% endif %}{% endfor %}",
+		 GW_TPL_LLAMA2},
+		{"{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + "
+		 "message['content'] + ' [/INST]' }}{% else %}{{ message['content'] + eos_token }}{% endif %}{% endfor %}",
+		 GW_TPL_MISTRAL},
+		{"{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\\n' + "
+		 "message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}",
+		 -1},
+		{"{{'<|im_start|>'}}{{'<|im_end|>'}}{{'[INST]'}}{{'[/INST]'}}", -1},
+		{"", -1},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+		cr_assert_eq(gw_template_detect(cases[i].jinja, strlen(cases[i].jinja)), cases[i].want,
+			     "case %zu: %.60s", i, cases[i].jinja);
+}

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* ringlm-sim --tune (sim/tune.c): the search finds a known optimum, never picks a candidate
- * that starves a tenant however much goodput it has, and gives the same answer for a seed
- * whatever the thread count. */
+/* ringlm-sim --tune (sim/tune.c): the search finds a known optimum, keeps the base policy when
+ * nothing it tries beats it, never picks a candidate that starves a tenant however much goodput
+ * it has, and gives the same answer for a seed whatever the thread count. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -95,6 +95,45 @@ Test(sim_tune, finds_the_budget_the_service_model_says_is_best)
     cr_assert_gt(best->rung[2].goodput_rps, 1.5 * r.cands[r.base].rung[2].goodput_rps);
     /* not a grid: coordinate search stops when a pass moves nothing */
     cr_expect_lt(r.evaluated[0], 6 * 2 * 3 * 2 / 2, "%zu candidates screened of a grid of 72", r.evaluated[0]);
+    sim_tune_result_free(&r);
+    sched_policy_free(base);
+    sim_trace_free(&t);
+    sim_service_free(&svc);
+}
+
+/* The base policy already has the best budget (256) and the spec offers only worse ones: the
+ * answer is the base itself, never the best of the worse. */
+Test(sim_tune, keeps_the_base_when_no_candidate_beats_it)
+{
+    sim_service svc;
+    sim_service_default(&svc);
+    const char *params[] = {"load=2", "prompt=16", "output=200", "duration=30"};
+    sim_trace t;
+    workload(&t, &svc, params, 4, NULL);
+    char text[sizeof budget_policy + 8];
+    const char *at = strstr(budget_policy, "token_budget = 64\n");
+    cr_assert_not_null(at);
+    snprintf(text, sizeof text, "%.*stoken_budget = 256\n%s", (int)(at - budget_policy), budget_policy,
+             at + strlen("token_budget = 64\n"));
+    sched_policy *base = policy(text);
+    sim_tune_opts o;
+    sim_tune_opts_defaults(&o);
+    o.spec = "token_budget=32,64,1024";
+    o.run.svc = &svc;
+    o.jobs = 2;
+    sim_tune_result r;
+    cr_assert_eq(sim_tune(&t, base, &o, &r), 0, "%s", sim_err());
+    cr_assert_eq(r.best, r.base, "chose %s (%.2f req/s) over the base (%.2f req/s)", r.cands[r.best].values,
+                 r.cands[r.best].rung[2].goodput_rps, r.cands[r.base].rung[2].goodput_rps);
+    cr_assert_str_eq(r.cands[r.best].hash, sched_policy_hash_hex(base));
+    /* and it did run the others on the whole trace: they lost there, not by default */
+    size_t others = 0;
+    for (size_t i = 0; i < r.n_cands; i++)
+        if (i != r.base && r.cands[i].rung[2].done) {
+            others++;
+            cr_expect_lt(r.cands[i].rung[2].goodput_rps, r.cands[r.base].rung[2].goodput_rps, "%s", r.cands[i].values);
+        }
+    cr_expect_gt(others, 0);
     sim_tune_result_free(&r);
     sched_policy_free(base);
     sim_trace_free(&t);

@@ -32,68 +32,6 @@
 #include "sched/sched.h"
 #include "tests/helpers.h"
 
-/* Runs argv, returns exit status; *out gets stdout (malloc'ed), stderr goes to *err. */
-static int run_capture(char *const argv[], char **out, char **err, int timeout_s)
-{
-    int po[2], pe[2];
-    cr_assert(pipe(po) == 0 && pipe(pe) == 0);
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        dup2(po[1], 1);
-        dup2(pe[1], 2);
-        close(po[0]);
-        close(pe[0]);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    close(po[1]);
-    close(pe[1]);
-    size_t cap[2] = {4096, 4096}, len[2] = {0, 0};
-    char *buf[2] = {malloc(4096), malloc(4096)};
-    int fds[2] = {po[0], pe[0]};
-    int open_n = 2;
-    uint64_t deadline = th_now_ms() + (uint64_t)timeout_s * 1000;
-    while (open_n > 0) {
-        struct pollfd p[2];
-        int n = 0, map[2];
-        for (int i = 0; i < 2; i++)
-            if (fds[i] >= 0) {
-                p[n] = (struct pollfd){.fd = fds[i], .events = POLLIN};
-                map[n++] = i;
-            }
-        int left = (int)(deadline > th_now_ms() ? deadline - th_now_ms() : 0);
-        if (left == 0) {
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-            cr_assert_fail("%s did not finish within %d s; stdout so far: %.*s", argv[0], timeout_s,
-                           (int)len[0], buf[0]);
-        }
-        if (poll(p, (nfds_t)n, left) <= 0) continue;
-        for (int j = 0; j < n; j++) {
-            if (!p[j].revents) continue;
-            int i = map[j];
-            if (len[i] + 1024 >= cap[i]) buf[i] = realloc(buf[i], cap[i] *= 2);
-            ssize_t r = read(fds[i], buf[i] + len[i], cap[i] - len[i] - 1);
-            if (r <= 0) {
-                close(fds[i]);
-                fds[i] = -1;
-                open_n--;
-            } else {
-                len[i] += (size_t)r;
-            }
-        }
-    }
-    buf[0][len[0]] = 0;
-    buf[1][len[1]] = 0;
-    int st;
-    waitpid(pid, &st, 0);
-    *out = buf[0];
-    if (err) *err = buf[1];
-    else free(buf[1]);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 /* ---- a daemon for one test ---------------------------------------------------------- */
 
 /* One daemon per test (tests/helpers.c starts it); stopped by the suite's fini. */
@@ -130,7 +68,7 @@ static bool daemon_supports(const char *opt)
     }
     char *argv[] = {ringlmd, "--help", NULL};
     char *out, *err;
-    run_capture(argv, &out, &err, 10);
+    th_run(argv, &out, &err, 10);
     bool yes = strstr(out, opt) || strstr(err, opt);
     free(out);
     free(err);
@@ -180,7 +118,7 @@ Test(tools_cli, generate_reproduces_reference_greedy)
         char *argv[] = {ringlm, "--socket", g_d.sock, "generate", "--prompt", (char *)prompt,
                         "--tokenizer", tok, "--steps", steps_s, "--temperature", "0", NULL};
         char *out, *err;
-        int rc = run_capture(argv, &out, &err, 60);
+        int rc = th_run(argv, &out, &err, 60);
         cr_assert_eq(rc, 0, "case %zu (prompt '%s', steps %d): exit %d, stderr: %s\ndaemon: %s", i, prompt,
                      steps, rc, err, daemon_log());
         if (strcmp(out, want) != 0) {
@@ -225,8 +163,8 @@ Test(tools_cli, generate_sampled_matches_ringlm_run)
                      "--steps", "120", "--temperature", (char *)cases[i][1], "--top-p", (char *)cases[i][2],
                      "--seed", (char *)cases[i][3], NULL};
         char *oa, *ob, *ea, *eb;
-        cr_assert_eq(run_capture(a, &oa, &ea, 60), 0, "ringlm-run: %s", ea);
-        cr_assert_eq(run_capture(b, &ob, &eb, 60), 0, "ringlm generate: %s", eb);
+        cr_assert_eq(th_run(a, &oa, &ea, 60), 0, "ringlm-run: %s", ea);
+        cr_assert_eq(th_run(b, &ob, &eb, 60), 0, "ringlm generate: %s", eb);
         cr_assert_str_eq(ob, oa, "case %zu (prompt '%s', T %s, top-p %s, seed %s) differs", i, cases[i][0],
                          cases[i][1], cases[i][2], cases[i][3]);
         free(oa); free(ob); free(ea); free(eb);
@@ -253,7 +191,7 @@ static json_t *replay_json(const char *trace, const char *const *extra)
     for (int i = 0; extra[i]; i++) argv[n++] = extra[i];
     argv[n] = NULL;
     char *out, *err;
-    int rc = run_capture((char *const *)argv, &out, &err, 120);
+    int rc = th_run((char *const *)argv, &out, &err, 120);
     cr_assert_eq(rc, 0, "replay exit %d: %s\nstdout: %s\ndaemon: %s", rc, err, out, daemon_log());
     json_error_t e;
     json_t *j = json_loads(out, 0, &e);
@@ -515,7 +453,7 @@ static void assert_sim_request_log_matches(const char *daemon_log)
     snprintf(out_path, sizeof out_path, "/tmp/ringlm-tt-%d-simreq.jsonl", getpid());
     char *argv[] = {sim, "--trace", (char *)daemon_log, "--request-log", out_path, NULL};
     char *out, *err;
-    cr_assert_eq(run_capture(argv, &out, &err, 120), 0, "ringlm-sim: %s%s", out, err);
+    cr_assert_eq(th_run(argv, &out, &err, 120), 0, "ringlm-sim: %s%s", out, err);
     free(out);
     free(err);
     static reqlog real, simulated;
@@ -755,7 +693,7 @@ Test(tools_cli, nice_applies_to_every_daemon_thread)
     char *ringlmd = th_path(th_bin_dir(), "ringlmd");
     char *bad[] = {ringlmd, "--nice", "-21", NULL};
     char *out, *err;
-    cr_expect_eq(run_capture(bad, &out, &err, 10), 2, "--nice -21 accepted: %s", err);
+    cr_expect_eq(th_run(bad, &out, &err, 10), 2, "--nice -21 accepted: %s", err);
     cr_expect(strstr(err, "--nice"), "%s", err);
     free(out);
     free(err);

@@ -135,12 +135,16 @@ enum MHD_Result gw_ep_models(gw_server *s, gw_req *r, struct MHD_Connection *c)
 enum MHD_Result gw_ep_health(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
 	pthread_mutex_lock(&s->mu);
+	const char *conn_err;
+	bool up = gw_sessions_up(s, &conn_err) > 0, daemon_draining = false;
+	for (int i = 0; i < s->n_sess; i++)
+		daemon_draining |= s->sess[i].client && ringlm_draining(s->sess[i].client);
 	const char *why = s->draining ? "the gateway is draining"
-			: !s->client ? "not connected to ringlmd"
-			: ringlm_draining(s->client) ? "ringlmd is draining" : NULL;
+			: !up ? "not connected to ringlmd"
+			: daemon_draining ? "ringlmd is draining" : NULL;
 	char msg[320];
-	snprintf(msg, sizeof msg, "%s%s%s", why ? why : "", why && s->conn_err[0] && !s->client ? ": " : "",
-		 why && !s->client ? s->conn_err : "");
+	snprintf(msg, sizeof msg, "%s%s%s", why ? why : "", why && !up && conn_err[0] ? ": " : "",
+		 why && !up ? conn_err : "");
 	pthread_mutex_unlock(&s->mu);
 	if (why)
 		return gw_answer_errf(r, c, 503, "unavailable", msg);
@@ -251,6 +255,12 @@ enum MHD_Result gw_ep_metrics(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
 	gw_buf b = {0};
 	pthread_mutex_lock(&s->mu);
+	int up = gw_sessions_up(s, NULL);
+	uint64_t connects = 0, losses = 0;
+	for (int i = 0; i < s->n_sess; i++) {
+		connects += s->sess[i].connects;
+		losses += s->sess[i].losses;
+	}
 	gw_buf_adds(&b, "# HELP ringlm_gateway_requests_total HTTP requests answered, by endpoint and status.\n"
 			"# TYPE ringlm_gateway_requests_total counter\n");
 	for (int e = 0; e < EP_N; e++)
@@ -272,6 +282,8 @@ enum MHD_Result gw_ep_metrics(gw_server *s, gw_req *r, struct MHD_Connection *c)
 		    "# TYPE ringlm_gateway_streams_open gauge\nringlm_gateway_streams_open %zu\n"
 		    "# HELP ringlm_gateway_daemon_connected 1 while a session with ringlmd is up.\n"
 		    "# TYPE ringlm_gateway_daemon_connected gauge\nringlm_gateway_daemon_connected %d\n"
+		    "# HELP ringlm_gateway_sessions_connected Shared-memory sessions with ringlmd up (of --sessions).\n"
+		    "# TYPE ringlm_gateway_sessions_connected gauge\nringlm_gateway_sessions_connected %d\n"
 		    "# HELP ringlm_gateway_admission_seconds Time in the gateway from a whole body to the submit (parse, tokenize, submit).\n"
 		    "# TYPE ringlm_gateway_admission_seconds summary\n"
 		    "ringlm_gateway_admission_seconds_sum %.6f\nringlm_gateway_admission_seconds_count %llu\n"
@@ -282,10 +294,22 @@ enum MHD_Result gw_ep_metrics(gw_server *s, gw_req *r, struct MHD_Connection *c)
 		    "# TYPE ringlm_gateway_session_connects_total counter\nringlm_gateway_session_connects_total %llu\n"
 		    "# HELP ringlm_gateway_session_losses_total Sessions that ended under the gateway (daemon exit).\n"
 		    "# TYPE ringlm_gateway_session_losses_total counter\nringlm_gateway_session_losses_total %llu\n",
-		    s->n_inflight, s->n_streams, s->client ? 1 : 0, (double)s->admit_us_sum / 1e6,
+		    s->n_inflight, s->n_streams, up > 0, up, (double)s->admit_us_sum / 1e6,
 		    (unsigned long long)s->admit_n, (double)s->dispatch_ns_sum / 1e9,
-		    (unsigned long long)s->dispatch_n, (unsigned long long)s->connects,
-		    (unsigned long long)s->session_losses);
+		    (unsigned long long)s->dispatch_n, (unsigned long long)connects,
+		    (unsigned long long)losses);
+	if (s->relay_started)
+		gw_buf_addf(&b, "# HELP ringlm_gateway_daemon_metrics_up 1 when the last scrape of ringlmd's /metrics "
+				"(--daemon-metrics) answered; its vllm:* lines follow then.\n"
+				"# TYPE ringlm_gateway_daemon_metrics_up gauge\nringlm_gateway_daemon_metrics_up %d\n",
+			    s->relay_up);
+	if (s->relay_up && s->relay_text)
+		gw_buf_adds(&b, s->relay_text);
+	gw_buf_adds(&b, "# HELP ringlm_gateway_session_requests_in_flight Requests submitted on a session and not finished.\n"
+			"# TYPE ringlm_gateway_session_requests_in_flight gauge\n");
+	for (int i = 0; i < s->n_sess; i++)
+		gw_buf_addf(&b, "ringlm_gateway_session_requests_in_flight{session=\"%d\"} %zu\n", i,
+			    s->sess[i].n_inflight);
 	pthread_mutex_unlock(&s->mu);
 	if (!b.p)
 		return MHD_NO;

@@ -9,8 +9,9 @@
  *                   /v1/models, /health, /tokenize, /detokenize, the gateway's /metrics
  *   gw_stream.c     tokens → text → the answer: UTF-8 boundaries, stop strings, SSE chunks,
  *                   the whole (non-stream) answer, daemon failures → OpenAI errors
- *   gw_session.c    the shared-memory session with ringlmd: request registry, submit,
- *                   cancel, the retry queue, the events thread; the watch thread (hang-ups)
+ *   gw_session.c    the shared-memory sessions with ringlmd: request registry, submit,
+ *                   cancel, the retry queue, the events threads; the watch thread (hang-ups)
+ *   gw_relay.c      --daemon-metrics: the daemon's vllm:* families copied to /metrics
  *
  * A generation request's life (all fields under s->mu):
  *
@@ -59,8 +60,10 @@ int gw_stat_slot(int status);
 enum rq_state { RQ_BODY, RQ_WAIT, RQ_STREAM, RQ_ANSWERED };
 
 typedef struct gw_req gw_req;
+typedef struct gw_sess gw_sess;
 struct gw_req {
 	gw_server *s;
+	gw_sess *sess;              /* the session it was submitted (or queued) on */
 	struct MHD_Connection *conn;
 	uint64_t serial;
 	enum ep ep;
@@ -96,23 +99,43 @@ struct gw_req {
 	gw_req *id_next, *serial_next, *q_next;
 };
 
+/* One shared-memory session with ringlmd and its events thread. A request lives on the
+ * session it was submitted on (request ids are the session's); a new request goes to the
+ * connected session with the fewest requests in flight, so N sessions carry N times the
+ * daemon's per-session limit (1,024 requests in flight). */
+struct gw_sess {
+	gw_server *s;
+	int idx;
+	ringlm_client *client;      /* NULL while (re)connecting */
+	char conn_err[256];         /* why the last connect failed / the session ended */
+	pthread_t thread;
+	bool started;
+	gw_req *by_id[GW_HBUCKETS];
+	gw_req *q_head, *q_tail;    /* waiting for ring space: submits and cancels */
+	size_t n_inflight;          /* submitted, no FINISH yet */
+	size_t n_queued;
+	uint64_t connects, losses;
+};
+
 struct gw_server {
 	gw_cfg cfg;
 	struct MHD_Daemon *mhd;
 	uint16_t port;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	ringlm_client *client;
+	gw_sess *sess;
+	int n_sess;
 	bool stopping, draining;
-	char conn_err[256];
-	pthread_t ev_thread, watch_thread;
-	bool ev_started, watch_started;
+	pthread_t watch_thread, relay_thread;
+	bool watch_started, relay_started;
+	struct addrinfo *relay_ai;  /* --daemon-metrics */
+	char *relay_text;           /* its last vllm:* lines */
+	bool relay_up;              /* the last scrape answered */
 	int epfd, stop_efd;
-	gw_req *by_id[GW_HBUCKETS], *by_serial[GW_HBUCKETS];
-	gw_req *q_head, *q_tail;
+	gw_req *by_serial[GW_HBUCKETS];
 	uint64_t next_serial, rng;
 	size_t n_gen_live;          /* generation requests not yet freed */
-	size_t n_inflight;          /* submitted, no FINISH yet */
+	size_t n_inflight;          /* submitted, no FINISH yet (all sessions) */
 	size_t n_streams;           /* SSE responses open */
 	char id_prefix[12];
 	char *model_json;           /* the served model name as a JSON string literal */
@@ -120,7 +143,7 @@ struct gw_server {
 	uint64_t req_count[EP_N][GW_NSTAT];
 	uint64_t admit_us_sum, admit_n;
 	uint64_t dispatch_ns_sum, dispatch_n;
-	uint64_t tokens_out, connects, session_losses;
+	uint64_t tokens_out;
 };
 
 static inline uint64_t gw_now_us(void)
@@ -158,7 +181,8 @@ void gw_suspend(gw_req *r);
 /* Watch r's socket for a hang-up while the request lives (the watch thread cancels it). */
 void gw_watch(gw_server *s, gw_req *r);
 void gw_unwatch(gw_server *s, gw_req *r);
-/* Submits r: 0 submitted or queued for ring space; -1 failed (r->err set, not answered). */
+/* Submits r on the connected session with the fewest requests: 0 submitted or queued for
+ * ring space; -1 failed (r->err set, not answered). */
 int gw_submit_locked(gw_server *s, gw_req *r);
 /* Cancels r in ringlmd (queued for ring space when the ring is full). */
 void gw_cancel_locked(gw_server *s, gw_req *r);
@@ -169,8 +193,16 @@ void gw_cancel_all_locked(gw_server *s);
 void gw_daemon_end(gw_server *s, gw_req *r);
 /* Frees every request left (stop, after the threads are gone). */
 void gw_free_all_locked(gw_server *s);
-void *gw_events_main(void *arg);
+void *gw_events_main(void *arg); /* arg: its gw_sess */
+/* Sessions connected now; the first connect error when none is (msg may be NULL). */
+int gw_sessions_up(gw_server *s, const char **why);
 void *gw_watch_main(void *arg);
+
+/* ---- gw_relay.c -------------------------------------------------------------------------- */
+/* "ADDR:PORT" or "PORT" (127.0.0.1) → an address (freeaddrinfo); -EINVAL when it is not. */
+struct addrinfo;
+int gw_relay_resolve(const char *spec, struct addrinfo **out);
+void *gw_relay_main(void *arg);
 
 /* ---- gw_stream.c (mu held) ------------------------------------------------------------- */
 /* A FINISH that is not stop/length → the OpenAI error it answers. */

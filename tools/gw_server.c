@@ -7,6 +7,7 @@
 #include "tools/gw_internal.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -237,9 +238,15 @@ int gw_server_start(const gw_cfg *cfg, gw_server **out)
 	json_t *mj = json_string(cfg->served_model);
 	s->model_json = mj ? json_dumps(mj, JSON_ENCODE_ANY) : NULL;
 	json_decref(mj);
+	s->n_sess = cfg->sessions ? (int)cfg->sessions : 1;
+	s->sess = calloc((size_t)s->n_sess, sizeof *s->sess);
 	int rc = -ENOMEM;
-	if (!s->model_json)
+	if (!s->model_json || !s->sess)
 		goto fail;
+	for (int i = 0; i < s->n_sess; i++) {
+		s->sess[i].s = s;
+		s->sess[i].idx = i;
+	}
 
 	s->epfd = epoll_create1(EPOLL_CLOEXEC);
 	s->stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -281,11 +288,26 @@ int gw_server_start(const gw_cfg *cfg, gw_server **out)
 	}
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
 	s->port = di ? di->port : cfg->port;
-	if (pthread_create(&s->ev_thread, NULL, gw_events_main, s)) {
-		rc = -EAGAIN;
-		goto fail;
+	if (cfg->daemon_metrics) {
+		if (gw_relay_resolve(cfg->daemon_metrics, &s->relay_ai) < 0) {
+			fprintf(stderr, "ringlm-gateway: --daemon-metrics '%s': expected ADDR:PORT or PORT\n",
+				cfg->daemon_metrics);
+			rc = -EINVAL;
+			goto fail;
+		}
+		if (pthread_create(&s->relay_thread, NULL, gw_relay_main, s)) {
+			rc = -EAGAIN;
+			goto fail;
+		}
+		s->relay_started = true;
 	}
-	s->ev_started = true;
+	for (int i = 0; i < s->n_sess; i++) {
+		if (pthread_create(&s->sess[i].thread, NULL, gw_events_main, &s->sess[i])) {
+			rc = -EAGAIN;
+			goto fail;
+		}
+		s->sess[i].started = true;
+	}
 	if (pthread_create(&s->watch_thread, NULL, gw_watch_main, s)) {
 		rc = -EAGAIN;
 		goto fail;
@@ -352,8 +374,14 @@ void gw_server_stop(gw_server *s)
 	pthread_mutex_unlock(&s->mu);
 	if (s->mhd)
 		MHD_stop_daemon(s->mhd);
-	if (s->ev_started)
-		pthread_join(s->ev_thread, NULL);
+	for (int i = 0; s->sess && i < s->n_sess; i++)
+		if (s->sess[i].started)
+			pthread_join(s->sess[i].thread, NULL);
+	if (s->relay_started)
+		pthread_join(s->relay_thread, NULL);
+	if (s->relay_ai)
+		freeaddrinfo(s->relay_ai);
+	free(s->relay_text);
 	if (s->watch_started) {
 		uint64_t one = 1;
 		ssize_t w = write(s->stop_efd, &one, sizeof one);
@@ -363,8 +391,10 @@ void gw_server_stop(gw_server *s)
 	pthread_mutex_lock(&s->mu);
 	gw_free_all_locked(s);
 	pthread_mutex_unlock(&s->mu);
-	if (s->client)
-		ringlm_close(s->client);
+	for (int i = 0; s->sess && i < s->n_sess; i++)
+		if (s->sess[i].client)
+			ringlm_close(s->sess[i].client);
+	free(s->sess);
 	if (s->epfd >= 0)
 		close(s->epfd);
 	if (s->stop_efd >= 0)

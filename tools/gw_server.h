@@ -1,19 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tools/gw_server.h — ringlm-gateway's HTTP server: OpenAI-compatible endpoints served by
- * libmicrohttpd, every request a ringlm request on one shared-memory session to ringlmd.
+ * libmicrohttpd, every request a ringlm request on one of its shared-memory sessions with
+ * ringlmd.
  *
  * THREADS
  *   http    libmicrohttpd's internal polling thread (epoll): parses HTTP and JSON,
  *           tokenizes, submits; streams sit suspended (no thread per stream) until the
  *           event thread has bytes for them.
- *   events  owns the session: ringlm_next_event, turns tokens into text and SSE chunks,
- *           resumes the streams that have something to send; reconnects when the daemon
- *           goes away.
+ *   events  one per session, owns it: ringlm_next_event, turns tokens into text and SSE
+ *           chunks, resumes the streams that have something to send; reconnects when the
+ *           daemon goes away.
  *   watch   epoll on the sockets of suspended requests: a client that hangs up while its
  *           request waits or generates is cancelled at once (libmicrohttpd does not look at
  *           a suspended connection's socket).
- *   One mutex guards the requests and the submit side of the session (ringlm.h: one
+ *   One mutex guards the requests and the submit side of the sessions (ringlm.h: one
  *   thread submits/cancels while another reads events).
  */
 #ifndef RINGLM_TOOLS_GW_SERVER_H
@@ -38,6 +39,8 @@ typedef struct gw_cfg {
 	size_t max_body_bytes;       /* larger bodies: 413 */
 	unsigned http_timeout_s;     /* idle connection (slow header/body) timeout */
 	unsigned max_connections;
+	unsigned sessions;           /* shm sessions with ringlmd, 1..64 (0 = 1) */
+	const char *daemon_metrics;  /* ringlmd's --metrics ADDR:PORT: its vllm:* on our /metrics */
 	int quiet;
 } gw_cfg;
 

@@ -20,24 +20,24 @@
 #define RECONNECT_MS   200
 
 /* ---- maps (mu held) -------------------------------------------------------------------- */
-static void id_put(gw_server *s, gw_req *r)
+static void id_put(gw_sess *ss, gw_req *r)
 {
-	gw_req **b = &s->by_id[r->req_id % GW_HBUCKETS];
+	gw_req **b = &ss->by_id[r->req_id % GW_HBUCKETS];
 	r->id_next = *b;
 	*b = r;
 }
 
-static gw_req *id_find(gw_server *s, uint64_t id)
+static gw_req *id_find(gw_sess *ss, uint64_t id)
 {
-	for (gw_req *r = s->by_id[id % GW_HBUCKETS]; r; r = r->id_next)
+	for (gw_req *r = ss->by_id[id % GW_HBUCKETS]; r; r = r->id_next)
 		if (r->req_id == id)
 			return r;
 	return NULL;
 }
 
-static void id_del(gw_server *s, gw_req *r)
+static void id_del(gw_sess *ss, gw_req *r)
 {
-	for (gw_req **p = &s->by_id[r->req_id % GW_HBUCKETS]; *p; p = &(*p)->id_next)
+	for (gw_req **p = &ss->by_id[r->req_id % GW_HBUCKETS]; *p; p = &(*p)->id_next)
 		if (*p == r) {
 			*p = r->id_next;
 			return;
@@ -68,35 +68,40 @@ static void serial_del(gw_server *s, gw_req *r)
 		}
 }
 
-static void q_push(gw_server *s, gw_req *r)
+/* The queue of r's session (r->sess is set before a request is queued). */
+static void q_push(gw_req *r)
 {
+	gw_sess *ss = r->sess;
 	if (r->queued)
 		return;
 	r->queued = true;
 	r->q_next = NULL;
-	if (s->q_tail)
-		s->q_tail->q_next = r;
+	if (ss->q_tail)
+		ss->q_tail->q_next = r;
 	else
-		s->q_head = r;
-	s->q_tail = r;
+		ss->q_head = r;
+	ss->q_tail = r;
+	ss->n_queued++;
 }
 
-static void q_del(gw_server *s, gw_req *r)
+static void q_del(gw_req *r)
 {
 	if (!r->queued)
 		return;
+	gw_sess *ss = r->sess;
 	gw_req *prev = NULL;
-	for (gw_req *x = s->q_head; x; prev = x, x = x->q_next)
+	for (gw_req *x = ss->q_head; x; prev = x, x = x->q_next)
 		if (x == r) {
 			if (prev)
 				prev->q_next = r->q_next;
 			else
-				s->q_head = r->q_next;
-			if (s->q_tail == r)
-				s->q_tail = prev;
+				ss->q_head = r->q_next;
+			if (ss->q_tail == r)
+				ss->q_tail = prev;
 			break;
 		}
 	r->queued = false;
+	ss->n_queued--;
 }
 
 /* ---- request objects ------------------------------------------------------------------- */
@@ -122,7 +127,7 @@ gw_req *gw_req_new(gw_server *s, enum ep ep, struct MHD_Connection *c)
 void gw_req_free(gw_server *s, gw_req *r)
 {
 	serial_del(s, r);
-	q_del(s, r);
+	q_del(r);
 	if (r->ep == EP_COMPLETIONS || r->ep == EP_CHAT) {
 		s->n_gen_live--;
 		pthread_cond_broadcast(&s->cv);
@@ -179,11 +184,12 @@ void gw_unwatch(gw_server *s, gw_req *r)
 void gw_daemon_end(gw_server *s, gw_req *r)
 {
 	if (r->submitted && !r->daemon_done) {
-		id_del(s, r);
+		id_del(r->sess, r);
+		r->sess->n_inflight--;
 		s->n_inflight--;
 	}
 	r->daemon_done = true;
-	q_del(s, r);
+	q_del(r);
 	if (!r->gone && r->p.stream && r->started && !r->out_done)
 		gw_sse_end(r);
 	gw_wake(r);
@@ -204,37 +210,49 @@ static void req_fail(gw_server *s, gw_req *r, const gw_err *e)
 /* ---- the session (events thread; mu held where noted) ---------------------------------- */
 void gw_cancel_locked(gw_server *s, gw_req *r)
 {
-	if (!r->submitted || r->daemon_done || !s->client)
+	(void)s;
+	if (!r->submitted || r->daemon_done || !r->sess->client)
 		return;
-	int rc = ringlm_cancel(s->client, r->req_id);
+	int rc = ringlm_cancel(r->sess->client, r->req_id);
 	if (rc == -EAGAIN) {
 		r->need_cancel = true;
-		q_push(s, r);
+		q_push(r);
 	}
 }
 
-/* mu held: submits r. 0 submitted or queued; -1 failed (r->err set, not yet answered). */
-int gw_submit_locked(gw_server *s, gw_req *r)
+int gw_sessions_up(gw_server *s, const char **why)
 {
-	gw_err e;
-	if (!s->client) {
-		gw_err_set(&e, 503, "daemon_unavailable", NULL, "not connected to ringlmd%s%s",
-			   s->conn_err[0] ? ": " : "", s->conn_err);
-		r->failed = true;
-		r->err = e;
-		return -1;
+	int up = 0;
+	if (why)
+		*why = "";
+	for (int i = 0; i < s->n_sess; i++) {
+		if (s->sess[i].client)
+			up++;
+		else if (why && !(*why)[0])
+			*why = s->sess[i].conn_err;
 	}
+	return up;
+}
+
+/* mu held: submits r on ss (its session from now on). 0 submitted or queued; -1 failed
+ * (r->err set, not yet answered). */
+static int submit_on(gw_sess *ss, gw_req *r)
+{
+	gw_server *s = ss->s;
+	gw_err e;
+	r->sess = ss;
 	uint64_t id;
-	int rc = ringlm_submit(s->client, &r->rq, &id);
+	int rc = ringlm_submit(ss->client, &r->rq, &id);
 	if (rc == 0) {
 		r->req_id = id;
 		r->submitted = true;
-		id_put(s, r);
+		id_put(ss, r);
+		ss->n_inflight++;
 		s->n_inflight++;
 		return 0;
 	}
 	if (rc == -EAGAIN) {
-		q_push(s, r);
+		q_push(r);
 		return 0;
 	}
 	if (rc == -ESHUTDOWN)
@@ -252,24 +270,44 @@ int gw_submit_locked(gw_server *s, gw_req *r)
 	return -1;
 }
 
-/* mu held: retry what waited for ring space. */
-static void retry_queue(gw_server *s)
+int gw_submit_locked(gw_server *s, gw_req *r)
 {
-	while (s->q_head) {
-		gw_req *r = s->q_head;
+	gw_sess *best = NULL;
+	for (int i = 0; i < s->n_sess; i++) {
+		gw_sess *ss = &s->sess[i];
+		if (ss->client && (!best || ss->n_inflight + ss->n_queued < best->n_inflight + best->n_queued))
+			best = ss;
+	}
+	if (!best) {
+		const char *why;
+		gw_sessions_up(s, &why);
+		gw_err_set(&r->err, 503, "daemon_unavailable", NULL, "not connected to ringlmd%s%s",
+			   why[0] ? ": " : "", why);
+		r->failed = true;
+		return -1;
+	}
+	return submit_on(best, r);
+}
+
+/* mu held: retry what waited for ring space on ss. */
+static void retry_queue(gw_sess *ss)
+{
+	gw_server *s = ss->s;
+	while (ss->q_head) {
+		gw_req *r = ss->q_head;
 		if (r->need_cancel) {
-			if (s->client && ringlm_cancel(s->client, r->req_id) == -EAGAIN)
+			if (ss->client && ringlm_cancel(ss->client, r->req_id) == -EAGAIN)
 				return;
 			r->need_cancel = false;
-			q_del(s, r);
+			q_del(r);
 			continue;
 		}
-		q_del(s, r);
+		q_del(r);
 		if (r->gone) {
 			gw_daemon_end(s, r);
 			continue;
 		}
-		int rc = gw_submit_locked(s, r);
+		int rc = submit_on(ss, r);
 		if (rc < 0) {
 			gw_daemon_end(s, r);
 			continue;
@@ -279,9 +317,10 @@ static void retry_queue(gw_server *s)
 	}
 }
 
-static void on_token(gw_server *s, const ringlm_event *ev)
+static void on_token(gw_sess *ss, const ringlm_event *ev)
 {
-	gw_req *r = id_find(s, ev->req_id);
+	gw_server *s = ss->s;
+	gw_req *r = id_find(ss, ev->req_id);
 	if (!r || r->finish || r->failed)
 		return; /* cut at a stop string: the rest until FINISH is dropped */
 	uint64_t t0 = gw_now_ns();
@@ -304,9 +343,10 @@ static void on_token(gw_server *s, const ringlm_event *ev)
 	s->dispatch_n++;
 }
 
-static void on_finish(gw_server *s, const ringlm_event *ev)
+static void on_finish(gw_sess *ss, const ringlm_event *ev)
 {
-	gw_req *r = id_find(s, ev->req_id);
+	gw_server *s = ss->s;
+	gw_req *r = id_find(ss, ev->req_id);
 	if (!r)
 		return;
 	if (!r->finish && !r->failed && !r->gone) {
@@ -326,31 +366,33 @@ static void on_finish(gw_server *s, const ringlm_event *ev)
 }
 
 /* mu held: the session ended; every request on it fails with 503. */
-static void session_lost(gw_server *s, int rc)
+static void session_lost(gw_sess *ss, int rc)
 {
-	snprintf(s->conn_err, sizeof s->conn_err, "%s (%s)", ringlm_strerror(rc), ringlm_errdetail());
-	gw_log(s, "session with ringlmd ended: %s; reconnecting", s->conn_err);
+	gw_server *s = ss->s;
+	snprintf(ss->conn_err, sizeof ss->conn_err, "%s (%s)", ringlm_strerror(rc), ringlm_errdetail());
+	gw_log(s, "session %d with ringlmd ended: %s; reconnecting", ss->idx, ss->conn_err);
 	gw_err e;
-	gw_err_set(&e, 503, "daemon_unavailable", NULL, "ringlmd went away: %s", s->conn_err);
+	gw_err_set(&e, 503, "daemon_unavailable", NULL, "ringlmd went away: %s", ss->conn_err);
 	for (int b = 0; b < GW_HBUCKETS; b++)
-		while (s->by_id[b])
-			req_fail(s, s->by_id[b], &e);
-	while (s->q_head)
-		req_fail(s, s->q_head, &e);
-	ringlm_close(s->client);
-	s->client = NULL;
-	s->session_losses++;
+		while (ss->by_id[b])
+			req_fail(s, ss->by_id[b], &e);
+	while (ss->q_head)
+		req_fail(s, ss->q_head, &e);
+	ringlm_close(ss->client);
+	ss->client = NULL;
+	ss->losses++;
 }
 
 void *gw_events_main(void *arg)
 {
-	gw_server *s = arg;
+	gw_sess *ss = arg;
+	gw_server *s = ss->s;
 	ringlm_event evs[EVENT_BATCH];
 	char last_err[256] = "";
 	for (;;) {
 		pthread_mutex_lock(&s->mu);
 		bool stop = s->stopping;
-		ringlm_client *c = s->client;
+		ringlm_client *c = ss->client;
 		pthread_mutex_unlock(&s->mu);
 		if (stop)
 			break;
@@ -358,19 +400,19 @@ void *gw_events_main(void *arg)
 			int rc = ringlm_connect(s->cfg.socket_path, &c);
 			pthread_mutex_lock(&s->mu);
 			if (rc == 0) {
-				s->client = c;
-				s->conn_err[0] = 0;
-				s->connects++;
+				ss->client = c;
+				ss->conn_err[0] = 0;
+				ss->connects++;
 				last_err[0] = 0;
-				gw_log(s, "connected to ringlmd (session %llu)",
-				     (unsigned long long)ringlm_session_id(c));
+				gw_log(s, "session %d connected to ringlmd (session id %llu)", ss->idx,
+				       (unsigned long long)ringlm_session_id(c));
 			} else {
-				snprintf(s->conn_err, sizeof s->conn_err, "%s (%s)", ringlm_strerror(rc),
+				snprintf(ss->conn_err, sizeof ss->conn_err, "%s (%s)", ringlm_strerror(rc),
 					 ringlm_errdetail());
-				if (strcmp(last_err, s->conn_err)) {
-					gw_log(s, "cannot connect to ringlmd: %s; retrying every %d ms", s->conn_err,
-					     RECONNECT_MS);
-					snprintf(last_err, sizeof last_err, "%s", s->conn_err);
+				if (strcmp(last_err, ss->conn_err)) {
+					gw_log(s, "session %d cannot connect to ringlmd: %s; retrying every %d ms",
+					       ss->idx, ss->conn_err, RECONNECT_MS);
+					snprintf(last_err, sizeof last_err, "%s", ss->conn_err);
 				}
 				struct timespec dl;
 				clock_gettime(CLOCK_REALTIME, &dl);
@@ -392,14 +434,14 @@ void *gw_events_main(void *arg)
 		pthread_mutex_lock(&s->mu);
 		for (int i = 0; i < n; i++) {
 			if (evs[i].kind == RINGLM_EV_TOKEN)
-				on_token(s, &evs[i]);
+				on_token(ss, &evs[i]);
 			else if (evs[i].kind == RINGLM_EV_FINISH)
-				on_finish(s, &evs[i]);
+				on_finish(ss, &evs[i]);
 		}
 		if (rc < 0 && rc != -EINTR)
-			session_lost(s, rc);
+			session_lost(ss, rc);
 		else
-			retry_queue(s);
+			retry_queue(ss);
 		pthread_mutex_unlock(&s->mu);
 	}
 	return NULL;
@@ -438,9 +480,10 @@ void *gw_watch_main(void *arg)
 /* mu held */
 void gw_cancel_all_locked(gw_server *s)
 {
-	for (int b = 0; b < GW_HBUCKETS; b++)
-		for (gw_req *r = s->by_id[b]; r; r = r->id_next)
-			gw_cancel_locked(s, r);
+	for (int i = 0; i < s->n_sess; i++)
+		for (int b = 0; b < GW_HBUCKETS; b++)
+			for (gw_req *r = s->sess[i].by_id[b]; r; r = r->id_next)
+				gw_cancel_locked(s, r);
 }
 
 /* mu held; the threads are gone */
@@ -450,7 +493,7 @@ void gw_free_all_locked(gw_server *s)
 		while (s->by_serial[b]) {
 			gw_req *r = s->by_serial[b];
 			if (r->submitted && !r->daemon_done) {
-				id_del(s, r);
+				id_del(r->sess, r);
 				r->daemon_done = true;
 			}
 			gw_req_free(s, r);

@@ -5,7 +5,11 @@
 #include "tools/gw_template.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "ringlm.h"
 
 static const struct {
 	const char *name;
@@ -37,103 +41,40 @@ const char *gw_template_names(void)
 	return "chatml, llama2, llama3, mistral, plain";
 }
 
-static int add(gw_buf *b, const char *s)
+int gw_template_detect(const char *text, size_t len)
 {
-	return gw_buf_adds(b, s);
+	/* the client library's matching (ringlm_chat_template_match: the markers each family's
+	 * Jinja template spells; a mixture or none is unknown) */
+	char *copy = strndup(text, len);
+	int t = copy ? ringlm_chat_template_match(copy) : -1;
+	free(copy);
+	return t < 0 ? -1 : t;
 }
 
-/* [INST]-style templates: an optional system message, then user/assistant alternating,
- * ending on the user's turn. */
-static int inst_like(gw_template t, const gw_message *m, int n, gw_buf *o, const char **why)
-{
-	const char *sys = NULL;
-	int i = 0;
-	if (n > 0 && !strcmp(m[0].role, "system")) {
-		sys = m[0].content;
-		i = 1;
-	}
-	if (i >= n) {
-		*why = "messages need at least one user message";
-		return -EINVAL;
-	}
-	int r = 0;
-	for (int k = 0; i < n; i++, k++) {
-		const char *want = k % 2 == 0 ? "user" : "assistant";
-		if (strcmp(m[i].role, want)) {
-			*why = t == GW_TPL_LLAMA2
-				? "the llama2 template needs user and assistant messages to alternate (after one optional system message)"
-				: "the mistral template needs user and assistant messages to alternate (after one optional system message)";
-			return -EINVAL;
-		}
-		if (k % 2 == 0) {
-			r |= add(o, k == 0 ? "[INST] " : t == GW_TPL_LLAMA2 ? "<s>[INST] " : "[INST] ");
-			if (k == 0 && sys) {
-				if (t == GW_TPL_LLAMA2) {
-					r |= add(o, "<<SYS>>\n");
-					r |= add(o, sys);
-					r |= add(o, "\n<</SYS>>\n\n");
-				} else {
-					r |= add(o, sys);
-					r |= add(o, "\n\n");
-				}
-			}
-			r |= add(o, m[i].content);
-			r |= add(o, " [/INST]");
-		} else {
-			r |= add(o, t == GW_TPL_LLAMA2 ? " " : "");
-			r |= add(o, m[i].content);
-			r |= add(o, t == GW_TPL_LLAMA2 ? " </s>" : "</s>");
-		}
-	}
-	if (strcmp(m[n - 1].role, "user")) {
-		*why = "the last message must be the user's";
-		return -EINVAL;
-	}
-	return r ? -ENOMEM : 0;
-}
+/* The formatting lives in the client library (libclient/chat.c), where any client can use
+ * it; the numbers of gw_template are the library's. */
+_Static_assert((int)GW_TPL_PLAIN == (int)RINGLM_CHAT_PLAIN &&
+		       (int)GW_TPL_CHATML == (int)RINGLM_CHAT_CHATML &&
+		       (int)GW_TPL_LLAMA2 == (int)RINGLM_CHAT_LLAMA2 &&
+		       (int)GW_TPL_LLAMA3 == (int)RINGLM_CHAT_LLAMA3 &&
+		       (int)GW_TPL_MISTRAL == (int)RINGLM_CHAT_MISTRAL,
+	       "gw_template numbers the library's templates");
 
 int gw_template_render(gw_template t, const gw_message *m, int n, gw_buf *o, const char **why)
 {
-	int r = 0;
 	*why = NULL;
-	if (n < 1) {
-		*why = "messages is empty";
-		return -EINVAL;
-	}
-	switch (t) {
-	case GW_TPL_PLAIN:
-		for (int i = 0; i < n; i++) {
-			if (i)
-				r |= add(o, "\n");
-			r |= add(o, m[i].content);
-		}
-		break;
-	case GW_TPL_CHATML:
-		for (int i = 0; i < n; i++) {
-			r |= add(o, "<|im_start|>");
-			r |= add(o, m[i].role);
-			r |= add(o, "\n");
-			r |= add(o, m[i].content);
-			r |= add(o, "<|im_end|>\n");
-		}
-		r |= add(o, "<|im_start|>assistant\n");
-		break;
-	case GW_TPL_LLAMA3:
-		for (int i = 0; i < n; i++) {
-			r |= add(o, "<|start_header_id|>");
-			r |= add(o, m[i].role);
-			r |= add(o, "<|end_header_id|>\n\n");
-			r |= add(o, m[i].content);
-			r |= add(o, "<|eot_id|>");
-		}
-		r |= add(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-		break;
-	case GW_TPL_LLAMA2:
-	case GW_TPL_MISTRAL:
-		return inst_like(t, m, n, o, why);
-	default:
-		*why = "unknown template";
-		return -EINVAL;
-	}
-	return r ? -ENOMEM : 0;
+	ringlm_chat_msg *msgs = calloc(n > 0 ? (size_t)n : 1, sizeof *msgs);
+	if (!msgs)
+		return -ENOMEM;
+	for (int i = 0; i < n; i++)
+		msgs[i] = (ringlm_chat_msg){m[i].role, m[i].content};
+	char *text = NULL;
+	int r = ringlm_chat_format((int)t, msgs, n, &text);
+	free(msgs);
+	if (r == -EINVAL)
+		*why = ringlm_errdetail(); /* thread-local: valid until this thread's next failure */
+	if (r == 0 && gw_buf_adds(o, text))
+		r = -ENOMEM;
+	free(text);
+	return r;
 }

@@ -2,9 +2,9 @@
 /*
  * ringlm-gateway — the OpenAI-compatible HTTP front door of ringlmd.
  *
- * A separate process and an ordinary shared-memory client of ringlmd (one session, every
- * HTTP stream multiplexed over it). It owns HTTP, JSON, API keys, tokenization and chat
- * templates; the daemon's loop never parses text. Run it under a uid that the daemon's
+ * A separate process and an ordinary shared-memory client of ringlmd (a few sessions,
+ * --sessions, every HTTP stream multiplexed over them). It owns HTTP, JSON, API keys,
+ * tokenization and chat templates; the daemon's loop never parses text. Run it under a uid that the daemon's
  * policy lists in [trust], so that the tenant of each request can come from its API key.
  *
  *   ringlm-gateway --listen 127.0.0.1:8000 --socket /run/ringlm/ringlmd.sock \
@@ -23,6 +23,7 @@
 #include <sys/resource.h>
 
 #include "ringlm.h"
+#include "libclient/gguf.h"
 #include "libclient/tokenizer.h"
 #include "tools/gw_keys.h"
 #include "tools/gw_server.h"
@@ -41,17 +42,63 @@ static void usage(FILE *f)
 		"                           request; the daemon's [trust] must list this uid) and\n"
 		"                           default class of a key; other keys get 401. Without it\n"
 		"                           every request is this process's own tenant\n"
-		"  --chat-template NAME     %s (default plain)\n"
+		"  --chat-template NAME     %s; default: the model file's own (a\n"
+		"                           GGUF tokenizer's chat_template, matched by its text; one\n"
+		"                           that matches none is an error), else plain\n"
 		"  --served-model-name NAME the model id of /v1/models and of requests (default ringlm)\n"
 		"  --max-model-len N        context length in tokens, for chat's default max_tokens\n"
 		"                           and /v1/models (default unknown: chat defaults to 256)\n"
 		"  --max-body-bytes N       larger request bodies get 413 (default 1048576)\n"
 		"  --http-timeout-s N       close a connection idle this long mid-request (default 30)\n"
 		"  --max-connections N      open HTTP connections at once (default 4096)\n"
+		"  --daemon-metrics ADDR:PORT  ringlmd's --metrics address: its vllm:* gauges and\n"
+		"                           counters also on this /metrics (routers read them where\n"
+		"                           they send requests), refreshed every 100 ms\n"
+		"  --sessions N             shared-memory sessions with ringlmd, streams spread over\n"
+		"                           them (1..64, default 4: ringlmd holds at most 1,024\n"
+		"                           requests in flight per session)\n"
 		"  --drain-grace-ms N       on SIGTERM, requests in flight get this long (default 30000)\n"
 		"  --quiet                  no log lines but errors\n"
 		"  --version, --help\n",
 		gw_template_names());
+}
+
+/* A GGUF tokenizer file's tokenizer.chat_template decides the template when --chat-template
+ * does not: the built-in one of its family, or a clear error (never silently a wrong
+ * format). With --chat-template, a file whose template is of another family is said on
+ * stderr. Returns 0 (also when the file is not GGUF or has no template) or -1. */
+static int model_template(const char *path, const char *explicit_name, gw_template *tpl, const char **from)
+{
+	gguf_file *g;
+	if (gguf_open(path, &g) < 0)
+		return 0; /* not GGUF (a llama2.c tokenizer.bin): tok_load said what it is */
+	const char *text;
+	size_t len;
+	int rc = gguf_get_str(g, "tokenizer.chat_template", &text, &len);
+	if (rc == 0) {
+		int t = gw_template_detect(text, len);
+		if (!explicit_name && t < 0) {
+			fprintf(stderr,
+				"ringlm-gateway: %s: its chat template is none of the built-in ones (%s): "
+				"\"%.*s%s\"; choose one with --chat-template NAME\n",
+				path, gw_template_names(), len > 120 ? 120 : (int)len, text, len > 120 ? "..." : "");
+			gguf_close(g);
+			return -1;
+		}
+		if (!explicit_name) {
+			*tpl = (gw_template)t;
+			*from = "the model file's chat_template";
+		} else if (t >= 0 && (gw_template)t != *tpl) {
+			fprintf(stderr, "ringlm-gateway: note: --chat-template %s, but %s's chat template is %s\n",
+				explicit_name, path, gw_template_name((gw_template)t));
+		}
+	} else if (rc != -ENOENT) {
+		fprintf(stderr, "ringlm-gateway: %s: %s\n", path, gguf_errmsg());
+		gguf_close(g);
+		return -1;
+	}
+	gguf_close(g);
+	return 0;
 }
 
 static long parse_num(const char *opt, const char *v, long lo, long hi)
@@ -95,7 +142,7 @@ bad:
 
 int main(int argc, char **argv)
 {
-	const char *tok_path = NULL, *keys_path = NULL, *tpl_name = "plain";
+	const char *tok_path = NULL, *keys_path = NULL, *tpl_name = NULL;
 	char addr[64] = "127.0.0.1";
 	gw_cfg cfg = {
 		.port = 8000,
@@ -103,6 +150,7 @@ int main(int argc, char **argv)
 		.max_body_bytes = 1 << 20,
 		.http_timeout_s = 30,
 		.max_connections = 4096,
+		.sessions = 4,
 	};
 	long grace_ms = 30000;
 	static const struct option opts[] = {
@@ -116,6 +164,8 @@ int main(int argc, char **argv)
 		{"max-body-bytes", required_argument, 0, 'B'},
 		{"http-timeout-s", required_argument, 0, 'T'},
 		{"max-connections", required_argument, 0, 'C'},
+		{"sessions", required_argument, 0, 'S'},
+		{"daemon-metrics", required_argument, 0, 'M'},
 		{"drain-grace-ms", required_argument, 0, 'g'},
 		{"quiet", no_argument, 0, 'q'},
 		{"version", no_argument, 0, 'V'},
@@ -141,6 +191,8 @@ int main(int argc, char **argv)
 		case 'B': cfg.max_body_bytes = (size_t)parse_num("--max-body-bytes", optarg, 64, 1l << 30); break;
 		case 'T': cfg.http_timeout_s = (unsigned)parse_num("--http-timeout-s", optarg, 1, 86400); break;
 		case 'C': cfg.max_connections = (unsigned)parse_num("--max-connections", optarg, 1, 1 << 20); break;
+		case 'M': cfg.daemon_metrics = optarg; break;
+		case 'S': cfg.sessions = (unsigned)parse_num("--sessions", optarg, 1, 64); break;
 		case 'g': grace_ms = parse_num("--drain-grace-ms", optarg, 0, 3600000); break;
 		case 'q': cfg.quiet = 1; break;
 		case 'V': printf("ringlm-gateway %s\n", RINGLM_VERSION); return 0;
@@ -154,13 +206,16 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	cfg.listen_addr = addr;
-	int t = gw_template_by_name(tpl_name);
+	int t = tpl_name ? gw_template_by_name(tpl_name) : GW_TPL_PLAIN;
 	if (t < 0) {
 		fprintf(stderr, "ringlm-gateway: unknown --chat-template '%s' (known: %s)\n", tpl_name,
 			gw_template_names());
 		return 2;
 	}
 	cfg.tpl = (gw_template)t;
+	const char *tpl_from = tpl_name ? "--chat-template" : "default";
+	if (tok_path && model_template(tok_path, tpl_name, &cfg.tpl, &tpl_from) < 0)
+		return 1;
 
 	tok_tokenizer *tok = NULL;
 	if (tok_path) {
@@ -204,9 +259,9 @@ int main(int argc, char **argv)
 		tok_free(tok);
 		return 1;
 	}
-	fprintf(stderr, "ringlm-gateway: listening on http://%s%s%s:%u (model '%s', template %s, %s)\n",
+	fprintf(stderr, "ringlm-gateway: listening on http://%s%s%s:%u (model '%s', template %s (%s), %s)\n",
 		strchr(addr, ':') ? "[" : "", addr, strchr(addr, ':') ? "]" : "", (unsigned)gw_server_port(s),
-		cfg.served_model, gw_template_name(cfg.tpl),
+		cfg.served_model, gw_template_name(cfg.tpl), tpl_from,
 		keys_path ? "API keys required" : "no API keys: every request is this uid's tenant");
 	fflush(stderr);
 

@@ -140,6 +140,10 @@ static void usage_replay(FILE *f)
             "  --seed S            seed of the synthetic prompts (default 1)\n"
             "  --drain-timeout S   wait at most S s after the last arrival (default 120)\n"
             "  --metrics ADDR:PORT the daemon's /metrics: queue-wait percentiles per tenant\n"
+            "  --http URL          through ringlm-gateway at URL (http://HOST:PORT) instead of\n"
+            "                      the socket: the same prompts, the same report\n"
+            "  --api-keys FILE     with --http: the gateway's keys file (KEY TENANT [CLASS]);\n"
+            "                      each request carries the key of its tenant\n"
             "  --json              print one JSON object instead of the table\n"
             "  --format native|azure|mooncake\n");
 }
@@ -171,6 +175,7 @@ int replay_main(int argc, char **argv)
         {"seed", required_argument, 0, 's'},         {"drain-timeout", required_argument, 0, 'D'},
         {"metrics", required_argument, 0, 'M'},      {"json", no_argument, 0, 'j'},
         {"format", required_argument, 0, 'f'},       {"socket", required_argument, 0, 'X'},
+        {"http", required_argument, 0, 'H'},         {"api-keys", required_argument, 0, 'A'},
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
     int o;
     optind = 1;
@@ -208,6 +213,8 @@ int replay_main(int argc, char **argv)
             else cli_die("--format: '%s' is not native, azure or mooncake", optarg);
             break;
         case 'X': cli_socket = optarg; break;
+        case 'H': ro.http_url = optarg; break;
+        case 'A': ro.api_keys = optarg; break;
         case 'h': usage_replay(stdout); return 0;
         default: usage_replay(stderr); return 2;
         }
@@ -230,8 +237,12 @@ int replay_main(int argc, char **argv)
         free(m);
     }
 
-    /* One probe connection first: a missing daemon is one clear message, not N. */
-    ringlm_close(cli_connect());
+    if (ro.api_keys && !ro.http_url) cli_die("--api-keys goes with --http");
+    /* One probe connection first: a missing daemon (or gateway) is one clear message, not N. */
+    if (ro.http_url)
+        replay_http_check(&ro, &t);
+    else
+        ringlm_close(cli_connect());
     bool tty = !as_json && isatty(STDOUT_FILENO);
     signal(SIGPIPE, SIG_IGN);
     /* Children start together: each sleeps until its first arrival from this origin. */
@@ -247,6 +258,7 @@ int replay_main(int argc, char **argv)
         if (pid == 0) {
             close(p[0]);
             for (int j = 0; j < k; j++) close(fds[j]);
+            if (ro.http_url) replay_http_child_main(k, &t, &ro, t0, p[1]);
             replay_child_main(k, &t, &ro, t0, p[1]);
         }
         close(p[1]);
@@ -399,6 +411,7 @@ int replay_main(int argc, char **argv)
     if (as_json) {
         json_t *root = json_object();
         json_object_set_new(root, "trace", json_string(argv[optind]));
+        json_object_set_new(root, "transport", json_string(ro.http_url ? "http" : "shm"));
         json_object_set_new(root, "requests", json_integer((json_int_t)t.n));
         json_object_set_new(root, "clients", json_integer(ro.clients));
         json_object_set_new(root, "rate", json_real(lo.rate));
@@ -442,9 +455,10 @@ int replay_main(int argc, char **argv)
         free(out);
         json_decref(root);
     } else {
-        printf("replayed %zu requests from %s with %d clients in %.2f s (rate x%g, lengths x%g): "
+        printf("replayed %zu requests from %s with %d clients%s%s in %.2f s (rate x%g, lengths x%g): "
                "%.1f output tokens/s\n",
-               t.n, argv[optind], ro.clients, dur_s, lo.rate, lo.length_scale,
+               t.n, argv[optind], ro.clients, ro.http_url ? " through " : "", ro.http_url ? ro.http_url : "",
+               dur_s, lo.rate, lo.length_scale,
                dur_s > 0 ? (double)ts[nt].tokens / dur_s : 0.0);
         printf("%-12s %6s %6s %5s %5s %4s %4s %8s %20s %20s %20s %20s\n", "tenant", "reqs", "done", "rej",
                "canc", "tmo", "err", "tokens", "TTFT ms p50/90/99", "TPOT ms p50/90/99",

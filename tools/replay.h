@@ -51,6 +51,9 @@ typedef struct rrec {
 } rrec;
 
 typedef struct replay_opts {
+    const char *http_url;   /* --http: drive ringlm-gateway at this URL instead of the socket */
+    const char *api_keys;   /* --api-keys (with --http): KEY TENANT [CLASS] lines, the key of
+                             * each request's tenant is sent as its Bearer token */
     int clients;
     int vocab;              /* synthetic prompt ids are drawn from [3, vocab) */
     double drain_timeout_s; /* after the last arrival */
@@ -67,6 +70,18 @@ void replay_load_trace(const char *path, const load_opts *lo, trace *t);
 /* Client process k: connects, submits its share of t (every ro->clients-th request) at its
  * arrival time from t0, writes one rrec per request to fd, exits. Never returns. */
 void replay_child_main(int k, const trace *t, const replay_opts *ro, uint64_t t0, int fd)
+    __attribute__((noreturn));
+/* The synthetic prompt of trace request idx (n ids, BOS first, the rest drawn from
+ * [3, vocab) by the seed): the same whichever path replays it. Returns the request's seed. */
+uint64_t replay_prompt(const replay_opts *ro, size_t idx, uint32_t n, int32_t *ids);
+/* Writes one result to the parent (a dead parent ends the child). */
+void replay_put_rec(int fd, const rrec *r);
+/* Checks --http URL and --api-keys before the children start (the trace's tenants each need
+ * a key when a keys file is given); ends the command with the reason. */
+void replay_http_check(const replay_opts *ro, const trace *t);
+/* The --http client process k: as replay_child_main, each request a POST /v1/completions
+ * (prompt as token ids, streamed) on its own connection; never returns. */
+void replay_http_child_main(int k, const trace *t, const replay_opts *ro, uint64_t t0, int fd)
     __attribute__((noreturn));
 /* The subcommand: argc/argv from "replay" on. Returns the exit status. */
 int replay_main(int argc, char **argv);

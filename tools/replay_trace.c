@@ -159,7 +159,16 @@ static uint64_t splitmix(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static void put_rec(int fd, const rrec *r)
+uint64_t replay_prompt(const replay_opts *ro, size_t idx, uint32_t n, int32_t *ids)
+{
+    uint64_t s = ro->seed ^ ((uint64_t)idx * 0x100000001b3ull);
+    ids[0] = TOK_BOS;
+    int span = ro->vocab > 4 ? ro->vocab - 3 : 1;
+    for (uint32_t j = 1; j < n; j++) ids[j] = 3 + (int32_t)(splitmix(&s) % (uint64_t)span);
+    return s;
+}
+
+void replay_put_rec(int fd, const rrec *r)
 {
     const char *p = (const char *)r;
     size_t left = sizeof *r;
@@ -178,7 +187,7 @@ void replay_child_main(int k, const trace *t, const replay_opts *ro, uint64_t t0
     int rc = ringlm_connect(cli_socket, &c);
     if (rc < 0) {
         rrec e = {.idx = UINT32_MAX, .status = rc};
-        put_rec(fd, &e);
+        replay_put_rec(fd, &e);
         fprintf(stderr, "ringlm replay: client %d: connect: %s %s\n", k, ringlm_strerror(rc), ringlm_errdetail());
         _exit(2);
     }
@@ -197,10 +206,7 @@ void replay_child_main(int k, const trace *t, const replay_opts *ro, uint64_t t0
         /* submit what is due (open loop: completions do not pace arrivals) */
         while (!session_err && next < t->n && t->r[next].arrival_us <= now) {
             const treq *q = &t->r[next];
-            uint64_t s = ro->seed ^ ((uint64_t)next * 0x100000001b3ull);
-            ids[0] = TOK_BOS;
-            int span = ro->vocab > 4 ? ro->vocab - 3 : 1;
-            for (uint32_t j = 1; j < q->prompt_tokens; j++) ids[j] = 3 + (int32_t)(splitmix(&s) % (uint64_t)span);
+            uint64_t s = replay_prompt(ro, next, q->prompt_tokens, ids);
             ringlm_request r;
             ringlm_request_init(&r);
             r.prompt = ids;
@@ -218,7 +224,7 @@ void replay_child_main(int k, const trace *t, const replay_opts *ro, uint64_t t0
             if (rc < 0) {
                 rrec e = {.idx = (uint32_t)next, .status = rc, .submit_us = sub, .first_us = -1,
                           .finish_us = sub};
-                put_rec(fd, &e);
+                replay_put_rec(fd, &e);
                 if (rc == -EPIPE || rc == -ECONNRESET) session_err = rc;
             } else {
                 if (fl_n == fl_cap) fl = cli_realloc(fl, (fl_cap *= 2) * sizeof *fl);
@@ -261,7 +267,7 @@ void replay_child_main(int k, const trace *t, const replay_opts *ro, uint64_t t0
             rrec e = {.idx = fl[i].idx, .submit_us = fl[i].submit_us, .first_us = fl[i].first_us,
                       .finish_us = tev, .n_tokens = ev.n_tokens ? ev.n_tokens : fl[i].n_tokens,
                       .finish_reason = ev.finish_reason, .reject_reason = ev.reject_reason};
-            put_rec(fd, &e);
+            replay_put_rec(fd, &e);
             fl[i] = fl[--fl_n];
         }
     }
@@ -270,11 +276,11 @@ void replay_child_main(int k, const trace *t, const replay_opts *ro, uint64_t t0
         rrec e = {.idx = fl[i].idx, .status = session_err ? session_err : -ETIMEDOUT,
                   .submit_us = fl[i].submit_us, .first_us = fl[i].first_us,
                   .finish_us = (int64_t)(cli_now_us() - t0), .n_tokens = fl[i].n_tokens};
-        put_rec(fd, &e);
+        replay_put_rec(fd, &e);
     }
     for (; next < t->n; next += (size_t)ro->clients) {
         rrec e = {.idx = (uint32_t)next, .status = session_err ? session_err : -ETIMEDOUT, .first_us = -1};
-        put_rec(fd, &e);
+        replay_put_rec(fd, &e);
     }
     ringlm_close(c);
     free(ids);

@@ -1,0 +1,267 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/gguf_vocab.c — a Hugging Face tokenizer.json (+ tokenizer_config.json) as the
+ * GGUF vocabulary llama.cpp's converter would write (ringlm-mkmodel --vocab):
+ *
+ *   - byte-level BPE (a ByteLevel pre-tokenizer or decoder): tokenizer.ggml.model "gpt2",
+ *     the merges, and tokenizer.ggml.pre named from the Split expression (Llama 3's digits
+ *     in threes: "llama-bpe"; Qwen2's single digits: "qwen2"; anything else is refused);
+ *   - BPE with byte_fallback (Llama 2, Mistral): "llama", i.e. SentencePiece, the "▁" pieces
+ *     as they are, each merge's result scored by its rank (earlier merges score higher);
+ *   - added tokens: special ones CONTROL, the others USER_DEFINED; ids the file leaves
+ *     unused up to the model's vocabulary become "[PAD<id>]" (UNUSED), as llama.cpp pads;
+ *   - BOS/EOS from the config's bos_token/eos_token, add_bos_token (default: BOS named),
+ *     EOT from the first of <|eot_id|>, <|im_end|>, <|end|> present, and the config's
+ *     chat_template.
+ */
+#include "kernels/engine.h"
+#include "kernels/gguf_write.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
+
+void gw_vocab_free(gw_vocab *v)
+{
+    if (!v)
+        return;
+    for (size_t i = 0; v->tokens && i < v->n; i++)
+        free(v->tokens[i]);
+    for (size_t i = 0; v->merges && i < v->n_merges; i++)
+        free(v->merges[i]);
+    free(v->tokens);
+    free(v->lens);
+    free(v->scores);
+    free(v->types);
+    free(v->merges);
+    free(v->chat_template);
+    free(v);
+}
+
+/* A token named in the config: a string or {"content": string}. */
+static const char *config_token(json_t *cfg, const char *key)
+{
+    json_t *t = json_object_get(cfg, key);
+    if (json_is_object(t))
+        t = json_object_get(t, "content");
+    return json_string_value(t);
+}
+
+static int32_t find_token(const gw_vocab *v, const char *s)
+{
+    if (!s)
+        return -1;
+    for (size_t i = 0; i < v->n; i++)
+        if (v->tokens[i] && strcmp(v->tokens[i], s) == 0)
+            return (int32_t)i;
+    return -1;
+}
+
+int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
+                     gw_vocab **out)
+{
+    *out = NULL;
+    json_error_t je;
+    json_t *root = json_load_file(tok_path, 0, &je), *cfg = NULL;
+    if (!root)
+        return eng_seterr(-EINVAL, "%s:%d: %s", tok_path, je.line, je.text);
+    /* configs hold model_max_length = 1e30: integers as reals (only strings and booleans are read) */
+    if (cfg_path && !(cfg = json_load_file(cfg_path, JSON_DECODE_INT_AS_REAL, &je))) {
+        json_decref(root);
+        return eng_seterr(-EINVAL, "%s:%d: %s", cfg_path, je.line, je.text);
+    }
+    int err = 0;
+    gw_vocab *v = calloc(1, sizeof *v);
+    if (!v) {
+        err = eng_seterr(-ENOMEM, "out of memory");
+        goto out;
+    }
+    json_t *model = json_object_get(root, "model");
+    json_t *vocab = json_object_get(model, "vocab");
+    json_t *merges = json_object_get(model, "merges");
+    const char *mtype = json_string_value(json_object_get(model, "type"));
+    if (!mtype || strcmp(mtype, "BPE") || !json_is_object(vocab) || !json_is_array(merges)) {
+        err = eng_seterr(-EINVAL, "%s: model.type \"%s\": only BPE models (model.vocab, "
+                                  "model.merges) are supported", tok_path, mtype ? mtype : "?");
+        goto out;
+    }
+    json_t *parts = json_pack("[OO]", json_object_get(root, "pre_tokenizer") ?: json_null(),
+                              json_object_get(root, "decoder") ?: json_null());
+    char *dump = parts ? json_dumps(parts, JSON_COMPACT) : NULL;
+    json_decref(parts);
+    if (!dump) {
+        err = eng_seterr(-ENOMEM, "out of memory");
+        goto out;
+    }
+    bool bytelevel = strstr(dump, "\"ByteLevel\"") != NULL;
+    bool fallback = json_is_true(json_object_get(model, "byte_fallback"));
+    const char *pre = NULL;
+    if (bytelevel) {
+        /* the Split expression tells Llama 3's digits-in-threes from Qwen2's single digits */
+        if (strstr(dump, "\\\\p{N}{1,3}"))
+            pre = "llama-bpe";
+        else if (strstr(dump, "|\\\\p{N}|"))
+            pre = "qwen2";
+    }
+    free(dump);
+    if (bytelevel && !pre) {
+        err = eng_seterr(-EINVAL, "%s: a byte-level BPE whose pre-tokenizer expression is "
+                                  "neither Llama 3's nor Qwen2's: not supported", tok_path);
+        goto out;
+    }
+    if (!bytelevel && !fallback) {
+        err = eng_seterr(-EINVAL, "%s: BPE that is neither byte-level nor SentencePiece-like "
+                                  "(byte_fallback): not supported", tok_path);
+        goto out;
+    }
+    v->model = bytelevel ? "gpt2" : "llama";
+    v->pre = pre;
+    /* ids: the vocabulary's and the added tokens' */
+    size_t n = 0;
+    const char *k;
+    json_t *val;
+    json_object_foreach(vocab, k, val) {
+        json_int_t id = json_integer_value(val);
+        if (!json_is_integer(val) || id < 0 || id >= (1 << 22)) {
+            err = eng_seterr(-EINVAL, "%s: model.vocab[\"%s\"]: id must be 0..2^22", tok_path, k);
+            goto out;
+        }
+        if ((size_t)id + 1 > n)
+            n = (size_t)id + 1;
+    }
+    json_t *added = json_object_get(root, "added_tokens");
+    size_t ai;
+    json_array_foreach(added, ai, val) {
+        json_int_t id = json_integer_value(json_object_get(val, "id"));
+        if (id < 0 || id >= (1 << 22) || !json_string_value(json_object_get(val, "content"))) {
+            err = eng_seterr(-EINVAL, "%s: added_tokens[%zu]: needs id 0..2^22 and content",
+                             tok_path, ai);
+            goto out;
+        }
+        if ((size_t)id + 1 > n)
+            n = (size_t)id + 1;
+    }
+    if (n > (size_t)vocab_size) {
+        err = eng_seterr(-EINVAL, "%s: %zu tokens, more than the model's vocabulary of %d "
+                                  "(pick a preset whose vocabulary fits)", tok_path, n,
+                         vocab_size);
+        goto out;
+    }
+    v->n = (size_t)vocab_size;
+    v->tokens = calloc(v->n, sizeof *v->tokens);
+    v->lens = calloc(v->n, sizeof *v->lens);
+    v->types = calloc(v->n, sizeof *v->types);
+    v->scores = calloc(v->n, sizeof *v->scores);
+    v->merges = calloc(json_array_size(merges) + 1, sizeof *v->merges);
+    if (!v->tokens || !v->lens || !v->types || !v->scores || !v->merges) {
+        err = eng_seterr(-ENOMEM, "out of memory");
+        goto out;
+    }
+    json_object_foreach(vocab, k, val) {
+        size_t id = (size_t)json_integer_value(val);
+        free(v->tokens[id]);
+        v->tokens[id] = strdup(k);
+        v->types[id] = TT_NORMAL;
+        if (fallback && strlen(k) == 6 && strncmp(k, "<0x", 3) == 0 && k[5] == '>')
+            v->types[id] = TT_BYTE;
+    }
+    json_array_foreach(added, ai, val) {
+        size_t id = (size_t)json_integer_value(json_object_get(val, "id"));
+        free(v->tokens[id]);
+        v->tokens[id] = strdup(json_string_value(json_object_get(val, "content")));
+        v->types[id] = json_is_true(json_object_get(val, "special")) ? TT_CONTROL : TT_USER;
+    }
+    const char *unk = json_string_value(json_object_get(model, "unk_token"));
+    for (size_t i = 0; i < v->n; i++) {
+        if (!v->tokens[i]) {
+            char pad[32];
+            snprintf(pad, sizeof pad, "[PAD%zu]", i);
+            v->tokens[i] = strdup(pad);
+            v->types[i] = TT_UNUSED;
+        }
+        if (!v->tokens[i]) {
+            err = eng_seterr(-ENOMEM, "out of memory");
+            goto out;
+        }
+        v->lens[i] = strlen(v->tokens[i]);
+        v->scores[i] = fallback ? -1e9f : 0.0f;
+    }
+    /* merges: "LEFT RIGHT" strings or [LEFT, RIGHT] pairs */
+    json_array_foreach(merges, ai, val) {
+        const char *l = NULL, *r = NULL, *s = json_string_value(val);
+        char *m = NULL;
+        if (s) {
+            m = strdup(s);
+        } else if (json_array_size(val) == 2) {
+            l = json_string_value(json_array_get(val, 0));
+            r = json_string_value(json_array_get(val, 1));
+            if (l && r && asprintf(&m, "%s %s", l, r) < 0)
+                m = NULL;
+        }
+        if (!m) {
+            err = eng_seterr(s || (l && r) ? -ENOMEM : -EINVAL, "%s: model.merges[%zu]: expected "
+                             "\"LEFT RIGHT\" or [LEFT, RIGHT]", tok_path, ai);
+            goto out;
+        }
+        v->merges[v->n_merges++] = m;
+    }
+    if (fallback) {
+        /* SentencePiece merges the pair whose result scores highest: score each merge's
+         * result by its rank (first merges highest); bytes and specials keep 0 */
+        for (size_t i = v->n_merges; i-- > 0;) {
+            char *sp = strchr(v->merges[i] + 1, ' ');
+            if (!sp)
+                continue;
+            char *joined = malloc(strlen(v->merges[i]));
+            if (!joined) {
+                err = eng_seterr(-ENOMEM, "out of memory");
+                goto out;
+            }
+            size_t ll = (size_t)(sp - v->merges[i]);
+            memcpy(joined, v->merges[i], ll);
+            strcpy(joined + ll, sp + 1);
+            json_t *id = json_object_get(vocab, joined);
+            if (json_is_integer(id))
+                v->scores[json_integer_value(id)] = -(float)i;
+            free(joined);
+        }
+        for (size_t i = 0; i < v->n; i++)
+            if (v->types[i] != TT_NORMAL)
+                v->scores[i] = 0.0f;
+        v->unk = find_token(v, unk);
+    } else {
+        v->unk = -1;
+    }
+    const char *bos = config_token(cfg, "bos_token"), *eos = config_token(cfg, "eos_token");
+    v->bos = find_token(v, bos);
+    v->eos = find_token(v, eos);
+    if ((bos && v->bos < 0) || (eos && v->eos < 0)) {
+        err = eng_seterr(-EINVAL, "%s: bos_token \"%s\" / eos_token \"%s\": not in the "
+                                  "vocabulary", cfg_path, bos ? bos : "", eos ? eos : "");
+        goto out;
+    }
+    v->eot = -1;
+    static const char *const eots[] = {"<|eot_id|>", "<|im_end|>", "<|end|>"};
+    for (size_t i = 0; i < 3 && v->eot < 0; i++)
+        v->eot = find_token(v, eots[i]);
+    json_t *ab = json_object_get(cfg, "add_bos_token");
+    v->add_bos = json_is_boolean(ab) ? json_is_true(ab) : v->bos >= 0;
+    const char *tpl = json_string_value(json_object_get(cfg, "chat_template"));
+    if (tpl && !(v->chat_template = strdup(tpl))) {
+        err = eng_seterr(-ENOMEM, "out of memory");
+        goto out;
+    }
+out:
+    json_decref(root);
+    json_decref(cfg);
+    if (err) {
+        gw_vocab_free(v);
+        return err;
+    }
+    *out = v;
+    return 0;
+}

@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libclient/tok_internal.h — the tokenizer's state, shared by the SentencePiece code
+ * (tokenizer.c) and the byte-level BPE code (tok_bpe.c). Not a public header.
+ */
+#ifndef RINGLM_LIBCLIENT_TOK_INTERNAL_H
+#define RINGLM_LIBCLIENT_TOK_INTERNAL_H
+
+#include "tokenizer.h"
+#include "gguf.h"
+
+/* The largest vocabulary we accept: far above any Llama (128256), small enough that a
+ * corrupt count cannot make us allocate gigabytes. */
+#define TOK_MAX_VOCAB (1 << 22)
+#define TOK_MAX_PIECE (1 << 16)
+
+struct tok_tokenizer {
+    int vocab_size;
+    int max_piece_len;  /* longest piece actually present (bytes) */
+    char **pieces;      /* [vocab] NUL-terminated copies */
+    float *scores;      /* [vocab] */
+    int32_t *sorted;    /* ids sorted by piece (strcmp), then id: for the lookups in encode */
+    const char **shown; /* [vocab] what decode prints after a non-BOS token */
+    const char **shown_after_bos; /* [vocab] the same after BOS (leading space stripped) */
+    char byte_str[256][2];        /* the raw byte b as a 1-char string */
+    int32_t bos, eos;             /* 1 and 2 in llama2.c; from the file in GGUF */
+    bool add_bos;
+    int32_t byte_id[256];         /* "<0xNN>" token of each byte, -1 when absent */
+    int32_t unk;                  /* unknown token (GGUF), -1 when none */
+    int32_t eot;                  /* end of turn (GGUF), -1 when none */
+    /* ---- byte-level BPE (tokenizer.ggml.model "gpt2"); kind TOK_KIND_SPM leaves these 0 */
+    int kind;                     /* TOK_KIND_SPM or TOK_KIND_BPE */
+    /* Special tokens (GGUF control and user-defined tokens) matched in the text before it is
+     * encoded, so a chat template's "<|im_start|>" is one token: longest first. */
+    int32_t *special;
+    int n_special;
+    uint8_t special_first[32];    /* bitmap of the bytes a special token starts with */
+    struct tok_bpe *bpe;
+};
+
+enum { TOK_KIND_SPM = 0, TOK_KIND_BPE = 1 };
+
+/* The id of a piece (lowest id when a piece appears twice), or -1. */
+int32_t tok_lookup(const tok_tokenizer *t, const char *s);
+/* Sets the thread's error detail; returns err. */
+int tok_seterr(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A growing list of token ids. */
+typedef struct tok_vec {
+    int32_t *v;
+    size_t n, cap;
+} tok_vec;
+int tok_vec_push(tok_vec *v, int32_t id);
+
+/* tok_bpe.c: loads tokenizer.ggml.model "gpt2" (n tokens starting at toks); encodes a
+ * fragment of text holding no special token (appended to v). */
+int tok_bpe_load(const gguf_file *g, uint64_t n, const void *toks, int vocab_size,
+                 tok_tokenizer **out);
+int tok_bpe_fragment(const tok_tokenizer *t, const char *text, size_t len, tok_vec *v);
+void tok_bpe_free(struct tok_bpe *b);
+
+#endif

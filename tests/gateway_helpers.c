@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/gateway_helpers.c — the gateway suites' daemon, gateway and HTTP (see the header). */
+#include "tests/gateway_helpers.h"
+
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tools/prom.h"
+
+th_daemon gwh_daemon;
+th_proc gwh_gateway;
+int gwh_port, gwh_metrics_port;
+
+void gwh_need(void)
+{
+    char *a = th_path(th_bin_dir(), "ringlmd"), *b = th_path(th_bin_dir(), "ringlm-gateway");
+    if (!th_exists(a) || !th_exists(b)) cr_skip_test("ringlmd/ringlm-gateway not built in %s", th_bin_dir());
+    free(a);
+    free(b);
+    free(th_shared_file("models/stories260K.bin"));
+    free(th_shared_file("models/tok512.bin"));
+}
+
+void gwh_need_curl(void)
+{
+    char *out, *err;
+    char *argv[] = {"curl", "--version", NULL};
+    int rc = th_run(argv, &out, &err, 10);
+    free(out);
+    free(err);
+    if (rc != 0) cr_skip_test("curl is not installed (scripts/install-deps.sh installs it)");
+}
+
+const char *gwh_dir(void)
+{
+    if (!gwh_daemon.dir[0]) th_daemon_init(&gwh_daemon);
+    return gwh_daemon.dir;
+}
+
+static char *write_file(const char *name, const char *text)
+{
+    char *p = th_path(gwh_dir(), name);
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f, "%s: %s", p, strerror(errno));
+    fputs(text, f);
+    fclose(f);
+    return p;
+}
+
+char *gwh_policy(void)
+{
+    char text[640];
+    snprintf(text, sizeof text,
+             "[scheduler]\nmode = token_budget\ntoken_budget = 128\nprefill_chunk = 64\n"
+             "default_class = chat\ndefault_tenant = shared\n"
+             "[class chat]\npriority = 10\n[class batch]\npriority = 0\n"
+             "[tenant shared]\nweight = 1\n[tenant alice]\nweight = 1\n[tenant bob]\nweight = 1\n"
+             "[tenant tiny]\nmax_queued_tokens = 4\n[trust]\nuids = %u\n",
+             (unsigned)getuid());
+    return write_file("test.policy", text);
+}
+
+char *gwh_keys(void)
+{
+    return write_file("keys", "# test keys\nsk-alice-0001 alice\nsk-bob-00001 bob batch\nsk-tiny-00001 tiny\n");
+}
+
+void gwh_start_daemon(const char *const *extra)
+{
+    gwh_dir();
+    char *model = th_shared_file("models/stories260K.bin");
+    char *policy = gwh_policy();
+    const char *argv[32] = {"--model", model, "--policy", policy, "--metrics", "127.0.0.1:0",
+                            "--drain-grace-ms", "5000"};
+    int n = 8;
+    for (int i = 0; extra && extra[i] && n < 31; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
+    th_daemon_start(&gwh_daemon, argv, 20000);
+    th_proc p = {.pid = gwh_daemon.pid};
+    snprintf(p.log, sizeof p.log, "%s", gwh_daemon.log);
+    gwh_metrics_port = th_proc_log_int(&p, "metrics on port ", 20000);
+    free(model);
+    free(policy);
+}
+
+void gwh_start_gateway(const char *const *extra)
+{
+    gwh_dir();
+    char *gw = th_path(th_bin_dir(), "ringlm-gateway");
+    char *tok = th_shared_file("models/tok512.bin");
+    char *log = th_path(gwh_dir(), "gateway.log");
+    const char *argv[40] = {gw, "--listen", "127.0.0.1:0", "--socket", gwh_daemon.sock, "--tokenizer", tok,
+                            "--served-model-name", "stories", "--max-model-len", "512"};
+    int n = 11;
+    for (int i = 0; extra && extra[i] && n < 39; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
+    th_proc_start(&gwh_gateway, argv, log);
+    gwh_port = th_proc_log_int(&gwh_gateway, "listening on http://127.0.0.1:", 10000);
+    free(gw);
+    free(tok);
+    free(log);
+}
+
+void gwh_wait_healthy(int timeout_ms)
+{
+    uint64_t deadline = th_now_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        int st = 0;
+        char *b = th_http_get(gwh_port, "/health", &st, NULL, 0);
+        free(b);
+        if (st == 200) return;
+        cr_assert(th_now_ms() < deadline, "/health still %d after %d ms: %s", st, timeout_ms,
+                  th_read_file(gwh_gateway.log));
+        th_pause_ms(10);
+    }
+}
+
+void gwh_stop_all(void)
+{
+    th_proc_stop(&gwh_gateway, SIGTERM, 10000);
+    th_daemon_stop(&gwh_daemon, SIGTERM, 15000);
+    th_daemon_cleanup(&gwh_daemon);
+}
+
+gwh_resp gwh_curl(const char *path, const char *key, const char *body)
+{
+    char url[256], auth[160];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", gwh_port, path);
+    const char *argv[16];
+    int n = 0;
+    argv[n++] = "curl";
+    argv[n++] = "-s";
+    argv[n++] = "-i";
+    argv[n++] = "-N";
+    argv[n++] = "--max-time";
+    argv[n++] = "60";
+    if (key) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
+        argv[n++] = "-H";
+        argv[n++] = auth;
+    }
+    if (body) {
+        argv[n++] = "-H";
+        argv[n++] = "Content-Type: application/json";
+        argv[n++] = "--data-binary";
+        argv[n++] = body;
+    }
+    argv[n++] = url;
+    argv[n] = NULL;
+    char *out, *err;
+    int rc = th_run((char *const *)argv, &out, &err, 90);
+    cr_assert_eq(rc, 0, "curl %s failed (%d): %s", url, rc, err);
+    free(err);
+    gwh_resp r = {0};
+    char *sep = strstr(out, "\r\n\r\n");
+    cr_assert_not_null(sep, "no header end in: %s", out);
+    *sep = 0;
+    r.head = strdup(out);
+    r.body = strdup(sep + 4);
+    sscanf(out, "HTTP/%*s %d", &r.status);
+    free(out);
+    return r;
+}
+
+void gwh_resp_free(gwh_resp *r)
+{
+    free(r->head);
+    free(r->body);
+}
+
+int gwh_connect(void) { return th_tcp_connect(gwh_port); }
+
+void gwh_send_post(int fd, const char *path, const char *key, const char *body)
+{
+    char head[512];
+    int n = snprintf(head, sizeof head,
+                     "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n%s%s%s"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                     path, key ? "Authorization: Bearer " : "", key ? key : "", key ? "\r\n" : "", strlen(body));
+    th_send_all(fd, head, (size_t)n);
+    th_send_all(fd, body, strlen(body));
+}
+
+static char *metrics_of(int port, const char *who)
+{
+    int st = 0;
+    char *b = th_http_get(port, "/metrics", &st, NULL, 0);
+    cr_assert(b && st == 200, "%s's /metrics (port %d) answered %d", who, port, st);
+    return b;
+}
+
+char *gwh_daemon_metrics(void) { return metrics_of(gwh_metrics_port, "ringlmd"); }
+char *gwh_gateway_metrics(void) { return metrics_of(gwh_port, "ringlm-gateway"); }
+
+double gwh_metric(const char *text, const char *series)
+{
+    /* exact series: prom_value matches a name with labels literally */
+    double v = prom_value(text, series);
+    return isnan(v) ? 0 : v;
+}

@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/gateway_helpers.h — what the gateway suites share, on top of tests/helpers.h: a real
+ * ringlmd (th_daemon, serving stories260K with a test policy and /metrics) and a real
+ * ringlm-gateway in front of it on an ephemeral port; HTTP through curl (the real client) or
+ * a raw socket (for what curl cannot do: hang up mid-stream, stall mid-header); the daemon's
+ * /metrics. One daemon and one gateway per test (Criterion runs each test in its own
+ * process); gwh_stop_all, the suites' fini, stops both and removes their directory.
+ */
+#ifndef RINGLM_TESTS_GATEWAY_HELPERS_H
+#define RINGLM_TESTS_GATEWAY_HELPERS_H
+
+#include <stdbool.h>
+
+#include "tests/helpers.h"
+
+extern th_daemon gwh_daemon;   /* its dir holds the policy, the keys and the gateway's log */
+extern th_proc gwh_gateway;
+extern int gwh_port;           /* the gateway's HTTP port */
+extern int gwh_metrics_port;   /* the daemon's /metrics port */
+
+/* Skips the test unless ringlmd, ringlm-gateway, stories260K and tok512 are there. */
+void gwh_need(void);
+/* Skips the test when curl is not installed. */
+void gwh_need_curl(void);
+/* The daemon's directory (created on first use) and socket. */
+const char *gwh_dir(void);
+/* Writes the test policy (tenants shared (default), alice, bob, tiny with a 4-token queue
+ * quota; classes chat (default) and batch; this uid trusted to tag tenants) and returns its
+ * path (malloc()ed). */
+char *gwh_policy(void);
+/* Writes the keys file (sk-alice-0001 alice, sk-bob-00001 bob batch, sk-tiny-00001 tiny);
+ * its path (malloc()ed). */
+char *gwh_keys(void);
+/* ringlmd on stories260K with the test policy, metrics on an ephemeral port; extra:
+ * NULL-terminated further options (may be NULL). */
+void gwh_start_daemon(const char *const *extra);
+/* ringlm-gateway on 127.0.0.1:0 (the port it prints goes to gwh_port); extra: further
+ * options, NULL-terminated (may be NULL). Does not wait for its session. */
+void gwh_start_gateway(const char *const *extra);
+/* Waits until the gateway's /health is 200 (its session is up). */
+void gwh_wait_healthy(int timeout_ms);
+/* Stops the gateway and the daemon (SIGTERM) and removes the directory. */
+void gwh_stop_all(void);
+
+typedef struct gwh_resp {
+    int status;
+    char *head; /* status line and headers */
+    char *body;
+} gwh_resp;
+/* curl -s -i -N [-H 'Authorization: Bearer KEY'] [--data-binary BODY] to the gateway;
+ * key NULL: none; body NULL: a GET. */
+gwh_resp gwh_curl(const char *path, const char *key, const char *body);
+void gwh_resp_free(gwh_resp *r);
+
+/* A raw connection to the gateway; a POST written on it (Connection: close). */
+int gwh_connect(void);
+void gwh_send_post(int fd, const char *path, const char *key, const char *body);
+
+/* The daemon's /metrics (malloc()ed). */
+char *gwh_daemon_metrics(void);
+/* The gateway's /metrics (malloc()ed). */
+char *gwh_gateway_metrics(void);
+/* The value of the sample `series` (exact name and labels); 0 when there is none. */
+double gwh_metric(const char *text, const char *series);
+
+#endif

