@@ -432,13 +432,15 @@ int main(int argc, char **argv)
                "\"other\":%.3f}},"
                "\"baseline\":{\"name\":\"naive llama2.c-style forward, 1 row, 1 thread\","
                "\"decode_tok_s\":%.1f},"
-               "\"ratios\":{\"decode1_vs_baseline\":%.2f,\"prefill_vs_baseline\":%.2f}}\n",
+               "\"ratios\":{\"decode1_vs_baseline\":%.2f,\"prefill_vs_baseline\":%.2f},"
+               "\"load_ms\":%.1f,\"rss_mib\":%.1f,\"weights\":\"%s\"}\n",
                prefill_tok_s, max_seqs, phd.proj_ns * msd, phd.attn_ns * msd,
                phd.other_ns * msd, php.proj_ns * msp, php.attn_ns * msp, php.other_ns * msp,
                max_seqs, phd.proj_ns / totd, phd.attn_ns / totd, phd.other_ns / totd,
                php.proj_ns / totp, php.attn_ns / totp, php.other_ns / totp, naive_tok_s,
                have_naive ? decode_tok_s[0] / naive_tok_s : 0,
-               have_naive ? prefill_tok_s / naive_tok_s : 0);
+               have_naive ? prefill_tok_s / naive_tok_s : 0, t_load * 1e3, bench_rss_mib(),
+               eng_wtype_name(eng_model_hparams_of(m)->weight_type));
     } else {
         printf("engine_bench %s, %d threads, medians of %d repeats [lowest, highest] (%d decode "
                "steps after %d tokens of context)\n", spec, threads, repeats, decode_steps, ctx0);

@@ -151,3 +151,36 @@ Test(gateway_replay, http_replay_without_a_gateway_is_one_clear_error)
     free(ringlm);
     free(trace);
 }
+
+/* A trace cancel: the socket path cancels through libringlm, the HTTP path hangs up (the
+ * gateway cancels); both report it as cancelled. */
+Test(gateway_replay, a_trace_cancel_is_cancelled_on_both_paths)
+{
+    gwh_need();
+    char *keys = gwh_keys();
+    const char *extra[] = {"--api-keys", keys, NULL};
+    gwh_start_daemon(NULL);
+    gwh_start_gateway(extra);
+    gwh_wait_healthy(10000);
+    char *trace = th_path(gwh_dir(), "cancel.jsonl");
+    FILE *f = fopen(trace, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"req\":0,\"arrival_us\":0,\"tenant\":\"alice\",\"class\":\"chat\",\"prompt_tokens\":4,"
+               "\"output_tokens\":500,\"cancel_us\":5000}\n"
+               "{\"req\":1,\"arrival_us\":1000,\"tenant\":\"bob\",\"class\":\"chat\",\"prompt_tokens\":4,"
+               "\"output_tokens\":8}\n");
+    fclose(f);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", gwh_port);
+    const char *shm_args[] = {"--socket", gwh_daemon.sock, "replay", trace, "--json", "--vocab", "512", NULL};
+    const char *http_args[] = {"replay", trace, "--json", "--vocab", "512", "--http", url, "--api-keys", keys, NULL};
+    json_t *reports[2] = {replay(shm_args), replay(http_args)};
+    for (int i = 0; i < 2; i++) {
+        json_t *ts = json_object_get(reports[i], "tenants");
+        cr_assert_eq(jint(json_object_get(ts, "alice"), "cancelled", NULL), 1, "%s: the cancel", i ? "http" : "shm");
+        cr_assert_eq(jint(json_object_get(ts, "bob"), "completed", NULL), 1, "%s: the other request", i ? "http" : "shm");
+        json_decref(reports[i]);
+    }
+    free(trace);
+    free(keys);
+}

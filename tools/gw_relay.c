@@ -76,7 +76,7 @@ static char *fetch(const struct addrinfo *ai)
 			goto fail;
 	}
 	close(fd);
-	if (!b.p || strncmp(b.p, "HTTP/1.", 7) || strncmp(b.p + 8, " 200", 4))
+	if (b.len < 12 || strncmp(b.p, "HTTP/1.", 7) || strncmp(b.p + 8, " 200", 4))
 		goto fail_closed;
 	char *body = strstr(b.p, "\r\n\r\n");
 	if (!body)

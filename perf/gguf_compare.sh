@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# gguf_compare.sh — ringlm on GGUF files, each next to llama.cpp on the very same file (issue 14):
+# decode tok/s at 1, 8 and 32 sequences (32-token prompts, 128 generated tokens, as llama.cpp's
+# llama-batched-bench counts them), prefill tok/s, ringlm's load time and resident memory.
+# The files are written by ringlm-mkmodel from the synthetic shapes (weights from a seed) in
+# each type; ringlm (perf/engine_bench) and llama.cpp (llama-batched-bench, same thread count)
+# run alternately, --runs times each, so load from other users of the machine hits both
+# alike; the table gives medians, and the ratios ringlm / llama.cpp.
+#
+#   B=build perf/gguf_compare.sh [--shapes stories15M,stories110M] [--types F32,F16,Q8_0,Q4_K_M]
+#                                [--threads 2] [--runs 3] [--llama-bin DIR] [--keep DIR]
+#
+# llama.cpp: its native tools, not the node binding (which runs about half as fast per token).
+# --llama-bin (default $LLAMA_CPP_BIN, else /work/llama.cpp/build/bin) must hold
+# llama-batched-bench; build it from the source node-llama-cpp ships (issue 14: git clone
+# tests/node/node_modules/node-llama-cpp/llama/gitRelease.bundle, cmake -DGGML_NATIVE=ON, CPU
+# only). Without it the script says so and measures ringlm alone. Q8_0 runs with --no-repack
+# (the VM's AMX path dies on ldtilecfg). Rows that are not whole 256-element blocks (the
+# stories15M shape's 288) are written as Q8_0 by both quantizers' rules, so that shape's
+# Q4_K_M is mostly Q8_0 (ringlm-mkmodel prints which).
+# --keep DIR keeps the files and the per-run results there; a later run with the same DIR reuses
+# the files and adds its runs to the medians. Needs jq. Exit 77 when jq is missing.
+set -eu
+cd "$(dirname "$0")/.."
+B=${B:-build}
+SHAPES=stories15M TYPES=F32,F16,Q8_0,Q4_K_M THREADS=2 RUNS=3 KEEP=
+LLAMA_BIN=${LLAMA_CPP_BIN:-/work/llama.cpp/build/bin}
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --shapes) SHAPES=$2; shift 2 ;;
+    --types) TYPES=$2; shift 2 ;;
+    --threads) THREADS=$2; shift 2 ;;
+    --runs) RUNS=$2; shift 2 ;;
+    --llama-bin) LLAMA_BIN=$2; shift 2 ;;
+    --keep) KEEP=$2; shift 2 ;;
+    *) usage ;;
+  esac
+done
+command -v jq >/dev/null || { echo "gguf_compare.sh: jq not found" >&2; exit 77; }
+for p in "$B/perf/engine_bench" "$B/bin/ringlm-mkmodel"; do
+  [ -x "$p" ] || { echo "gguf_compare.sh: $p not built (make)" >&2; exit 1; }
+done
+LB="$LLAMA_BIN/llama-batched-bench"
+if [ -x "$LB" ]; then
+  echo "llama.cpp: $LB"
+else
+  echo "llama.cpp: $LB not found — measuring ringlm alone (see the top of this script to build it)"
+  LB=
+fi
+
+dir=${KEEP:-$(mktemp -d)}
+mkdir -p "$dir"
+[ -n "$KEEP" ] || trap 'rm -rf "$dir"' EXIT
+
+median() { sort -g | awk '{a[NR] = $1} END {if (NR == 0) print "-"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+
+files=()
+for shape in ${SHAPES//,/ }; do
+  for type in ${TYPES//,/ }; do
+    f="$dir/$shape-$type.gguf"
+    if [ ! -s "$f" ]; then
+      "$B/bin/ringlm-mkmodel" --model "synthetic:$shape:1" --format gguf --type "$type" --out "$f" \
+        2> "$f.log" || { cat "$f.log" >&2; exit 1; }
+      grep -q "note:" "$f.log" && echo "$shape $type: $(grep -o 'note:.*' "$f.log" | cut -c1-160)..."
+    fi
+    files+=("$f")
+  done
+done
+
+for run in $(seq "$RUNS"); do
+  for f in "${files[@]}"; do
+    base=$(basename "$f" .gguf)
+    "$B/perf/engine_bench" --model "$f" --threads "$THREADS" --context 32 --steps 128 \
+      --seqs 1,8,32 --repeats 1 --no-naive --json >> "$dir/$base.ringlm.jsonl"
+    if [ -n "$LB" ]; then
+      extra=()
+      case "$base" in *-Q8_0) extra=(--no-repack) ;; esac
+      "$LB" -m "$f" -c 8192 -b 2048 -ub 512 -npp 32 -ntg 128 -npl 1,8,32 -t "$THREADS" \
+        "${extra[@]}" --output-format jsonl 2>/dev/null | grep '^{' >> "$dir/$base.llama.jsonl" || {
+        echo "gguf_compare.sh: llama-batched-bench failed on $f" >&2; }
+    fi
+  done
+done
+
+printf '\n%-22s | %-44s | %-30s | %s\n' "" "ringlm (medians of $RUNS, $THREADS threads)" \
+  "llama.cpp (same file, $THREADS thr.)" "ringlm / llama.cpp"
+printf '%-22s | %7s %7s %7s %8s %5s %6s | %7s %7s %7s %6s | %5s %5s %5s\n' "file" "dec@1" "dec@8" \
+  "dec@32" "prefill" "loadms" "RSSMiB" "dec@1" "dec@8" "dec@32" "pp" "@1" "@8" "@32"
+for f in "${files[@]}"; do
+  base=$(basename "$f" .gguf)
+  r="$dir/$base.ringlm.jsonl" l="$dir/$base.llama.jsonl"
+  rd=() ld=()
+  for n in 1 8 32; do
+    rd+=("$(jq -r ".decode_tok_s.\"$n\"" "$r" | median)")
+    if [ -s "$l" ]; then
+      ld+=("$(jq -r "select(.pl == $n) | .speed_tg" "$l" | median)")
+    else
+      ld+=(-)
+    fi
+  done
+  pre=$(jq -r .prefill_tok_s "$r" | median)
+  load=$(jq -r .load_ms "$r" | median)
+  rss=$(jq -r .rss_mib "$r" | median)
+  pp=-
+  [ -s "$l" ] && pp=$(jq -r 'select(.pl == 1) | .speed_pp' "$l" | median)
+  f1() { [ "$1" = - ] && echo - || printf '%.1f' "$1"; }
+  ratio() { [ "$2" = - ] && { echo -; return; }; awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+  printf '%-22s | %7.1f %7.1f %7.1f %8.1f %5.0f %6.1f | %7s %7s %7s %6s | %5s %5s %5s\n' "$base" \
+    "${rd[0]}" "${rd[1]}" "${rd[2]}" "$pre" "$load" "$rss" \
+    "$(f1 "${ld[0]}")" "$(f1 "${ld[1]}")" "$(f1 "${ld[2]}")" "$(f1 "$pp")" \
+    "$(ratio "${rd[0]}" "${ld[0]}")" "$(ratio "${rd[1]}" "${ld[1]}")" "$(ratio "${rd[2]}" "${ld[2]}")"
+done
+echo "(prefill: ringlm's engine_bench prefill rows; pp: llama.cpp's 32-token prompt at 1 sequence)"
