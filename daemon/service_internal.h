@@ -155,6 +155,9 @@ struct svc {
     /* transfers.c: --verify-swaps */
     uint64_t *slot_sum[SCHED_POOL__COUNT]; /* checksum per tier slot, by sched_pool */
     uint8_t *busy_dev, *busy_slot[SCHED_POOL__COUNT]; /* blocks in flight */
+    uint8_t *busy_dev_in;         /* of busy_dev, those a swap-in is writing (a swap-out only
+                                     reads its device blocks: a shared cached block may be
+                                     read by two swap-outs and computed on meanwhile) */
     uint64_t n_overlap_errors;
 
     /* stats.c (the counters are bumped where the events happen) */

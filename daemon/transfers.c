@@ -48,8 +48,10 @@ static void on_xfer_done(void *ctx, uint64_t cookie, int res, sched_xfer_dir dir
     svc *s = x->s;
     if (s->busy_dev)
         for (int i = 0; i < x->n; i++) {
-            if (x->dev[i] >= 0 && x->dev[i] < eng_kv_blocks(s->engine) && s->busy_dev[x->dev[i]])
+            if (x->dev[i] >= 0 && x->dev[i] < eng_kv_blocks(s->engine) && s->busy_dev[x->dev[i]]) {
                 s->busy_dev[x->dev[i]]--;
+                if (dir == SCHED_XFER_IN && s->busy_dev_in[x->dev[i]]) s->busy_dev_in[x->dev[i]]--;
+            }
             if (x->slot[i] >= 0 && x->slot[i] < kvtier_blocks(s->tiers, tier) &&
                 s->busy_slot[tier][x->slot[i]])
                 s->busy_slot[tier][x->slot[i]]--;
@@ -110,13 +112,17 @@ void xfer_start(svc *s, const sched_transfer *t)
         int nslots = kvtier_blocks(s->tiers, tier), ndev = eng_kv_blocks(s->engine);
         for (int i = 0; i < n; i++) {
             if (slot[i] < 0 || slot[i] >= nslots || dev[i] < 0 || dev[i] >= ndev) continue;
-            /* A block or slot in two transfers at once means the plan raced itself. */
-            if (s->busy_dev[dev[i]] || s->busy_slot[tier][slot[i]]) {
+            /* A slot in two transfers at once, or a device block written by one while in
+             * another, means the plan raced itself; two swap-outs may read one device block
+             * (a cached prefix block shared by both sequences). */
+            bool in = t->dir == SCHED_XFER_IN;
+            if ((in ? s->busy_dev[dev[i]] : s->busy_dev_in[dev[i]]) || s->busy_slot[tier][slot[i]]) {
                 s->n_overlap_errors++;
                 svc_log("verify: transfer %llu uses device block %d / %s slot %d already in flight",
                        (unsigned long long)t->id, dev[i], sched_pool_name(tier), slot[i]);
             }
             s->busy_dev[dev[i]]++;
+            if (in) s->busy_dev_in[dev[i]]++;
             s->busy_slot[tier][slot[i]]++;
             if (t->dir == SCHED_XFER_OUT) s->slot_sum[tier][slot[i]] = block_sum(s, dev[i]);
         }
@@ -139,8 +145,12 @@ fail:
 void xfer_check_compute(svc *s, const sched_entry *e)
 {
     if (!s->busy_dev) return;
+    /* the entry writes the blocks of positions [start_pos, start_pos + n_tokens) and only
+     * reads the ones before: reading a block a swap-out reads too is fine */
+    uint32_t bs = (uint32_t)eng_kv_block_size(s->engine), first_written = bs ? e->start_pos / bs : 0;
     for (uint32_t j = 0; j < e->n_blocks; j++)
-        if (e->blocks[j] < (uint32_t)eng_kv_blocks(s->engine) && s->busy_dev[e->blocks[j]]) {
+        if (e->blocks[j] < (uint32_t)eng_kv_blocks(s->engine) &&
+            (s->busy_dev_in[e->blocks[j]] || (j >= first_written && s->busy_dev[e->blocks[j]]))) {
             s->n_overlap_errors++;
             svc_log("verify: request %llu computes on device block %u while it is in flight",
                     (unsigned long long)e->req, e->blocks[j]);
@@ -150,7 +160,8 @@ void xfer_check_compute(svc *s, const sched_entry *e)
 int xfer_verify_init(svc *s)
 {
     s->busy_dev = calloc((size_t)eng_kv_blocks(s->engine), 1);
-    if (!s->busy_dev) return -ENOMEM;
+    s->busy_dev_in = calloc((size_t)eng_kv_blocks(s->engine), 1);
+    if (!s->busy_dev || !s->busy_dev_in) return -ENOMEM;
     for (sched_pool t = SCHED_POOL_HOST; t < SCHED_POOL__COUNT; t++)
         if (kvtier_blocks(s->tiers, t) > 0) {
             s->slot_sum[t] = calloc((size_t)kvtier_blocks(s->tiers, t), sizeof(uint64_t));
@@ -170,4 +181,6 @@ void xfer_free(svc *s)
     }
     free(s->busy_dev);
     s->busy_dev = NULL;
+    free(s->busy_dev_in);
+    s->busy_dev_in = NULL;
 }

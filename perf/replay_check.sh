@@ -11,7 +11,7 @@
 #   2. the trace (Azure conversation by default) fitted into the model's 512-token context as
 #      `ringlm replay --max-context 512` fits it (perf/clip_azure.sh)
 #   3. simulator scan: for each load x in --loads, the window [START, START + 60·x) s of the
-#      trace (one minute of serving at x) through ringlm-sim with that model, the policy and the
+#      trace (one minute of serving at x; --seconds changes the minute) through ringlm-sim with that model, the policy and the
 #      baseline side by side; the load with the largest goodput difference is chosen
 #   4. real runs at that load: for each policy a fresh ringlmd serves the same window replayed
 #      by `ringlm replay` (4 client processes) and writes its request and iteration logs
@@ -25,7 +25,7 @@
 # engine's speed by up to 2× — run it on a quiet machine for figures to keep.  The load average
 # before and after is printed with the figures.
 # Usage: B=build perf/replay_check.sh [--policy FILE] [--baseline FILE] [--trace conv|code]
-#        [--start S] [--seconds N] [--loads "4 8 12 16 24"] [--load X (skip the scan)]
+#        [--start S (1200)] [--seconds N (60)] [--loads "2 4 8 12 16"] [--load X (skip the scan)]
 #        [--calibration FILE] [--no-fit-run] [--threads N] [--out DIR]
 #   env: RINGLM_SHARED (traces/, models/), MODEL, CLIENTS (4), MAX_BATCH_TOKENS (4096), DAEMON_CPUS / CLIENT_CPUS
 #   (taskset lists, "none" = unpinned; default daemon on CPU 0, clients on the others)

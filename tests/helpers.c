@@ -202,6 +202,59 @@ char *th_http_get(int port, const char *path, int *status, char *content_type, s
     return prom_http_get(spec, path, status, content_type, ct_cap, err, sizeof err);
 }
 
+/* ---- misbehaving clients ---------------------------------------------------------------- */
+
+int th_unix_connect(const char *path, bool nonblock)
+{
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
+    if (fd < 0) return -errno;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
+int th_tcp_connect_from(const char *src, int port, bool nonblock)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
+    if (fd < 0) return -errno;
+    struct sockaddr_in me = {.sin_family = AF_INET};
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (inet_pton(AF_INET, src, &me.sin_addr) != 1 || bind(fd, (struct sockaddr *)&me, sizeof me) < 0 ||
+        (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0 && errno != EINPROGRESS)) {
+        int e = errno ? errno : EINVAL;
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
+bool th_readable(int fd, int timeout_ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, timeout_ms) == 1;
+}
+
+int th_reap(pid_t pid, int timeout_ms)
+{
+    int st = 0;
+    uint64_t deadline = th_now_ms() + (uint64_t)timeout_ms;
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+        if (th_now_ms() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            break;
+        }
+        usleep(2000);
+    }
+    return st;
+}
+
 /* ---- processes and sockets ----------------------------------------------------------- */
 
 int th_run(char *const argv[], char **out, char **err, int timeout_s)

@@ -58,6 +58,20 @@ const char *th_daemon_output(const th_daemon *d);
  * and, when content_type is not NULL, its Content-Type; NULL when nothing answers. */
 char *th_http_get(int port, const char *path, int *status, char *content_type, size_t ct_cap);
 
+/* ---- misbehaving clients speak to the daemon directly ------------------------------------ */
+
+/* A SOCK_SEQPACKET connection to a Unix socket, as a client that never sends its hello (or
+ * sends garbage) makes it. The descriptor, or -errno. */
+int th_unix_connect(const char *path, bool nonblock);
+/* A TCP connection to 127.0.0.1:port from source address src (any of 127/8 on loopback).
+ * A nonblocking one may still be connecting. The descriptor, or -errno. */
+int th_tcp_connect_from(const char *src, int port, bool nonblock);
+/* true when fd became readable (or hung up) within timeout_ms (0: just look): for a child
+ * process told to stop by the closing of a pipe. */
+bool th_readable(int fd, int timeout_ms);
+/* Waits up to timeout_ms for a child to exit, SIGKILL after. Its wait status. */
+int th_reap(pid_t pid, int timeout_ms);
+
 /* ---- processes and sockets ----------------------------------------------------------- */
 
 /* Runs argv (a path, or a name looked up in PATH) to its end, at most timeout_s (then it is

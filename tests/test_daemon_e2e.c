@@ -1971,3 +1971,235 @@ Test(daemon_e2e, prefix_cache_domains_isolate_tenants_unless_the_policy_groups_t
     cr_expect_geq(count_lines(d.declog, "\"reason\":\"tenant_cap\""), 1, "e's cap evicted nothing");
     dmn_cleanup(&d);
 }
+
+/* kill -9 mid-prefill of requests that share cached blocks: the killed clients' requests were
+ * admitted holding the shared prefix and had not produced a token; after the kills no block
+ * is leaked (pools back to baseline, reference counts checked by the scheduler's invariants in
+ * the stats file), and a request holding the same shared blocks meanwhile still produces
+ * exactly the tokens it produces alone (no shared block was freed or overwritten under it). */
+typedef struct px_kill_job {
+    const char *sock, *out;
+    int ready_fd;
+    int32_t prompt[400];
+    uint32_t n_prompt, max_new;
+} px_kill_job;
+
+static int client_px_kill(void *arg)
+{
+    px_kill_job *g = arg;
+    ringlm_client *c;
+    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    ringlm_request r;
+    ringlm_request_init(&r);
+    r.prompt = g->prompt;
+    r.n_prompt = g->n_prompt;
+    r.max_new_tokens = g->max_new;
+    uint64_t id;
+    if (ringlm_submit(c, &r, &id) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+    if (g->ready_fd >= 0 && write(g->ready_fd, "s", 1) != 1) return 6;
+    FILE *f = g->out ? fopen(g->out, "w") : NULL;
+    for (;;) {
+        ringlm_event ev;
+        int rc = ringlm_next_event(c, &ev, 60000);
+        if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+        if (ev.kind == RINGLM_EV_TOKEN && f) fprintf(f, "%d ", ev.token);
+        if (ev.kind == RINGLM_EV_FINISH) {
+            if (f) { fprintf(f, "| %s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_tokens); fclose(f); }
+            break;
+        }
+    }
+    ringlm_close(c);
+    return 0;
+}
+
+Test(daemon_e2e, prefix_cache_kill9_mid_prefill_of_sharing_requests_leaks_nothing)
+{
+    need_daemon_binary();
+    char model[512];
+    model_or_synthetic(model, sizeof model);
+    /* tiny prefill chunks: a 320-token suffix takes 160 iterations to prefill */
+    const char *policy = "[scheduler]\nmode = token_budget\ntoken_budget = 32\nprefill_chunk = 2\n";
+    dmn d;
+    dmn_start(&d, model, policy, NULL);
+    static px_kill_job base, surv, victim[3];
+    memset(&base, 0, sizeof base);
+    base.sock = d.sock;
+    base.ready_fd = -1;
+    for (int k = 0; k < 64; k++) base.prompt[k] = 3 + (11 * k) % 500;
+    base.n_prompt = 64;
+    base.max_new = 2;
+    cr_assert_eq(reap(spawn(client_px_kill, &base), 60000), 0, "base prompt");   /* 64 tokens cached */
+    surv = base;
+    for (int k = 64; k < 160; k++) surv.prompt[k] = 3 + (5 * k) % 500;
+    surv.n_prompt = 160;
+    surv.max_new = 16;
+    char ref[160], again[160];
+    snprintf(ref, sizeof ref, "%s/surv-ref.txt", d.dir);
+    snprintf(again, sizeof again, "%s/surv-again.txt", d.dir);
+    surv.out = ref;
+    cr_assert_eq(reap(spawn(client_px_kill, &surv), 60000), 0, "survivor alone");
+    surv.out = again;
+    int pfd[2];
+    cr_assert_eq(pipe(pfd), 0);
+    pid_t kids[3];
+    for (int i = 0; i < 3; i++) {
+        victim[i] = base;
+        for (int k = 64; k < 384; k++) victim[i].prompt[k] = 3 + (13 * k + 7 * i) % 500;
+        victim[i].n_prompt = 384;
+        victim[i].max_new = 8;
+        victim[i].ready_fd = pfd[1];
+        kids[i] = spawn(client_px_kill, &victim[i]);
+    }
+    close(pfd[1]);
+    for (int i = 0; i < 3; i++) {
+        char b;
+        cr_assert_eq(read(pfd[0], &b, 1), 1, "victim %d never submitted", i);
+    }
+    close(pfd[0]);
+    pid_t sp = spawn(client_px_kill, &surv);
+    /* the victims are admitted (each found the shared 64 tokens: cache_hit) — then killed */
+    for (uint64_t deadline = now_ms() + 20000;;) {
+        if (count_lines(d.declog, "\"ev\":\"cache_hit\"") >= 2 + 3) break;   /* the survivor twice, 3 victims */
+        cr_assert(now_ms() < deadline, "the victims were never admitted with a cache hit");
+        poll_pause();
+    }
+    for (int i = 0; i < 3; i++) kill(kids[i], SIGKILL);
+    for (int i = 0; i < 3; i++) reap(kids[i], 5000);
+    cr_assert_eq(reap(sp, 60000), 0, "survivor");
+    assert_back_to_baseline(&d, 5000);
+    cr_assert_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    char *a = slurp(ref), *b = slurp(again);
+    cr_assert(a && b);
+    cr_expect_str_eq(b, a, "the request sharing the blocks produced other tokens while others were killed");
+    free(a);
+    free(b);
+    /* a victim was cancelled (disconnect) mid-prefill, or had finished before the kill (the
+     * decision log is written behind the loop): at least one died holding shared blocks */
+    int cancels = count_lines(d.declog, "\"ev\":\"cancel\"");
+    int finishes = count_lines(d.declog, "\"ev\":\"finish\"");
+    cr_log_info("kill -9 mid-prefill: %d of 3 victims cancelled, %d finished first", cancels, finishes - 3);
+    cr_expect_geq(cancels, 1, "no victim was still prefilling when killed");
+    cr_expect_eq(cancels + finishes, 6, "base, the survivor twice and 3 victims: %d cancels, %d finishes", cancels, finishes);
+    dmn_cleanup(&d);
+}
+
+/* Preemption of sequences holding shared blocks, by swap and by recompute: prompts that share
+ * a 48-token cached prefix run at once on a device pool too small for them all, so some are
+ * preempted while others hold the same blocks.  The greedy tokens equal those of the same run
+ * with the cache off, the pools come back to baseline with the reference counts checked (the
+ * scheduler's invariants in the stats file), swapped blocks come back byte-exact
+ * (--verify-swaps). */
+typedef struct px_conc_job {
+    const char *sock, *out;
+    int32_t prompt[4][80];
+    uint32_t n_prompt[4];
+} px_conc_job;
+
+static int client_px_concurrent(void *arg)
+{
+    px_conc_job *g = arg;
+    ringlm_client *c;
+    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    uint64_t ids[4];
+    static char out[4][4096];
+    size_t len[4] = {0};
+    for (int i = 0; i < 4; i++) {
+        ringlm_request r;
+        ringlm_request_init(&r);
+        r.prompt = g->prompt[i];
+        r.n_prompt = g->n_prompt[i];
+        r.max_new_tokens = 200;
+        r.ignore_stop = true;
+        if (ringlm_submit(c, &r, &ids[i]) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+    }
+    for (int done = 0; done < 4;) {
+        ringlm_event ev;
+        int rc = ringlm_next_event(c, &ev, 60000);
+        if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+        int i = 0;
+        while (i < 4 && ids[i] != ev.req_id) i++;
+        if (i == 4) continue;
+        if (ev.kind == RINGLM_EV_TOKEN && len[i] < sizeof out[i] - 16)
+            len[i] += (size_t)snprintf(out[i] + len[i], sizeof out[i] - len[i], "%d ", ev.token);
+        if (ev.kind == RINGLM_EV_FINISH) {
+            snprintf(out[i] + len[i], sizeof out[i] - len[i], "| %s %u", ringlm_reason_name(ev.finish_reason), ev.n_tokens);
+            done++;
+        }
+    }
+    FILE *f = fopen(g->out, "w");
+    if (!f) return 3;
+    for (int i = 0; i < 4; i++) fprintf(f, "%s\n", out[i]);
+    fclose(f);
+    ringlm_close(c);
+    return 0;
+}
+
+static void px_preempt(const char *mode)
+{
+    need_daemon_binary();
+    char model[512];
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    static px_conc_job g;
+    memset(&g, 0, sizeof g);
+    for (int i = 0; i < 4; i++) {
+        for (int k = 0; k < 48; k++) g.prompt[i][k] = 3 + (17 * k) % 500;   /* the shared 3 blocks */
+        for (int k = 48; k < 60; k++) g.prompt[i][k] = 3 + (29 * k + 41 * i) % 500;
+        g.n_prompt[i] = 60;
+    }
+    char policy[512];
+    snprintf(policy, sizeof policy,
+             "[scheduler]\nmode = token_budget\ntoken_budget = 64\nmax_active_seqs = 8\n"
+             "prefill_chunk = 32\npreemption = %s\nmin_residency = 0us\nmax_preemptions = 0\n", mode);
+    /* 4 × (60 + 200) tokens = 68 blocks of 16 at the end (59 with the 3 shared): 32 device
+     * blocks cannot hold them */
+    const char *on_args[] = {"--kv-blocks", "32", "--kv-block-size", "16", "--host-kv-blocks", "64", "--verify-swaps", NULL};
+    const char *off_args[] = {"--kv-blocks", "32", "--kv-block-size", "16", "--host-kv-blocks", "64", "--verify-swaps",
+                              "--no-prefix-cache", NULL};
+    dmn on, off;
+    char out_on[160], out_off[160];
+    dmn_start(&off, model, policy, off_args);
+    snprintf(out_off, sizeof out_off, "%s/out.txt", off.dir);
+    g.sock = off.sock;
+    g.out = out_off;
+    cr_assert_eq(reap(spawn(client_px_concurrent, &g), 60000), 0, "client (cache off)");
+    assert_back_to_baseline(&off, 5000);
+    cr_assert_eq(dmn_stop(&off, SIGTERM, 10000), 0);
+    dmn_start(&on, model, policy, on_args);
+    snprintf(out_on, sizeof out_on, "%s/out.txt", on.dir);
+    g.sock = on.sock;
+    g.out = out_on;
+    /* the shared prefix is cached first, so all four start holding its blocks */
+    static px_kill_job warm;
+    memset(&warm, 0, sizeof warm);
+    warm.sock = on.sock;
+    warm.ready_fd = -1;
+    memcpy(warm.prompt, g.prompt[0], 48 * sizeof(int32_t));
+    warm.n_prompt = 48;
+    warm.max_new = 1;
+    cr_assert_eq(reap(spawn(client_px_kill, &warm), 60000), 0, "warm-up");
+    cr_assert_eq(reap(spawn(client_px_concurrent, &g), 60000), 0, "client (cache on)");
+    assert_back_to_baseline(&on, 5000);
+    json_t *j = dmn_stats(&on);
+    long long verified = jint(j, "swap_verified");
+    json_decref(j);
+    cr_assert_eq(dmn_stop(&on, SIGTERM, 10000), 0);
+    char *a = slurp(out_off), *b = slurp(out_on);
+    cr_assert(a && b);
+    cr_expect_str_eq(b, a, "mode %s: tokens with shared blocks preempted differ from the cache off", mode);
+    free(a);
+    free(b);
+    int hits = count_lines(on.declog, "\"ev\":\"cache_hit\"");
+    int preempts = count_lines(on.declog, "\"ev\":\"preempt\"");
+    int swaps = count_lines(on.declog, "\"mode\":\"swap\"");
+    cr_log_info("mode %s, cache on: %d cache hits, %d preemptions, %d swap lines, %lld blocks verified", mode, hits,
+                preempts, swaps, verified);
+    cr_expect_geq(hits, 4, "the four prompts did not share the cached prefix (%d hits)", hits);
+    cr_expect_gt(preempts, 0, "mode %s: the small pool forced no preemption", mode);
+    if (!strcmp(mode, "swap")) cr_expect_gt(verified, 0, "swap mode: no swap-in was verified");
+    if (!strcmp(mode, "recompute")) cr_expect_eq(swaps, 0, "recompute mode swapped");
+    dmn_cleanup(&on);
+    dmn_cleanup(&off);
+}
+
+Test(daemon_e2e, prefix_cache_preempt_swap_of_shared_blocks_same_tokens) { px_preempt("swap"); }
+Test(daemon_e2e, prefix_cache_preempt_recompute_of_shared_blocks_same_tokens) { px_preempt("recompute"); }

@@ -36,6 +36,7 @@
 
 #include "ringlm.h"
 #include "shm/wire.h"
+#include "tests/helpers.h"
 
 #define ATTACKER_UID 65534u
 #define MODEL "synthetic:stories260K:7"
@@ -147,16 +148,7 @@ static void dmn_stop(dmn *d)
 {
 	if (d->pid > 0) {
 		kill(d->pid, SIGTERM);
-		double deadline = now_ms() + 10000;
-		int st;
-		while (waitpid(d->pid, &st, WNOHANG) == 0) {
-			if (now_ms() > deadline) {
-				kill(d->pid, SIGKILL);
-				waitpid(d->pid, &st, 0);
-				break;
-			}
-			usleep(2000);
-		}
+		int st = th_reap(d->pid, 10000);
 		cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 			  "ringlmd did not stop cleanly (status 0x%x); its stderr is in %s", st, d->errlog);
 		d->pid = -1;
@@ -211,8 +203,7 @@ static void attacker_start(attacker *a, attack_fn fn, const char *sock, void *ar
 	a->stop_w = stop[1];
 	a->ready_r = ready[0];
 	char b;
-	struct pollfd p = { .fd = a->ready_r, .events = POLLIN };
-	cr_assert_eq(poll(&p, 1, 20000), 1, "the attacker did not get its attack in place in 20 s");
+	cr_assert(th_readable(a->ready_r, 20000), "the attacker did not get its attack in place in 20 s");
 	cr_assert_eq(read(a->ready_r, &b, 1), 1, "the attacker died before its attack was in place");
 	a->verdict = b;
 }
@@ -222,8 +213,7 @@ static void attacker_start(attacker *a, attack_fn fn, const char *sock, void *ar
 static char attacker_next(attacker *a, int timeout_ms)
 {
 	char b = 0;
-	struct pollfd p = { .fd = a->ready_r, .events = POLLIN };
-	if (poll(&p, 1, timeout_ms) != 1 || read(a->ready_r, &b, 1) != 1)
+	if (!th_readable(a->ready_r, timeout_ms) || read(a->ready_r, &b, 1) != 1)
 		return 0;
 	return b;
 }
@@ -232,31 +222,77 @@ static void attacker_stop(attacker *a)
 {
 	close(a->stop_w);
 	close(a->ready_r);
-	int st;
-	double deadline = now_ms() + 10000;
-	while (waitpid(a->pid, &st, WNOHANG) == 0) {
-		if (now_ms() > deadline) {
-			kill(a->pid, SIGKILL);
-			waitpid(a->pid, &st, 0);
-			break;
-		}
-		usleep(2000);
-	}
+	th_reap(a->pid, 10000);
 }
 
-static int unix_connect(const char *path, int nonblock)
+/* The attacker's side of the pipes: say how the attack goes (one byte), and see whether
+ * the test wants it to stop (waiting up to wait_ms). */
+static bool say(int ready_fd, char what)
 {
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
-	if (fd < 0)
-		return -errno;
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-		int e = errno;
-		close(fd);
-		return -e;
+	return write(ready_fd, &what, 1) == 1;
+}
+
+static bool stop_asked(int stop_fd, int wait_ms)
+{
+	return th_readable(stop_fd, wait_ms);
+}
+
+/* Connections an attacker keeps open: each one the daemon ends is opened again. */
+typedef struct conn_pool {
+	int n;
+	int *fd;          /* -1: closed, to open again */
+	unsigned *sent;   /* bytes sent on it (the slow HTTP client) */
+	struct pollfd *p;
+} conn_pool;
+
+static void pool_init(conn_pool *cp, int n)
+{
+	cp->n = n;
+	cp->fd = malloc(sizeof(int) * (size_t)n);
+	cp->sent = calloc((size_t)n, sizeof(unsigned));
+	cp->p = calloc((size_t)n, sizeof(struct pollfd));
+	if (!cp->fd || !cp->sent || !cp->p)
+		_exit(9);
+	for (int i = 0; i < n; i++)
+		cp->fd[i] = -1;
+}
+
+/* Opens every closed slot with open_fn(ctx) (a descriptor or -errno); how many are open. */
+static int pool_refill(conn_pool *cp, int (*open_fn)(const void *ctx), const void *ctx)
+{
+	int open_n = 0;
+	for (int i = 0; i < cp->n; i++) {
+		if (cp->fd[i] < 0) {
+			cp->fd[i] = open_fn(ctx);
+			cp->sent[i] = 0;
+		}
+		open_n += cp->fd[i] >= 0;
 	}
-	return fd;
+	return open_n;
+}
+
+/* Closes the connections the daemon ended (it hung up, reset, or answered and closed). */
+static void pool_drop_closed(conn_pool *cp)
+{
+	for (int i = 0; i < cp->n; i++)
+		cp->p[i] = (struct pollfd){ .fd = cp->fd[i], .events = POLLIN | POLLRDHUP };
+	if (poll(cp->p, (nfds_t)cp->n, 0) <= 0)
+		return;
+	for (int i = 0; i < cp->n; i++)
+		if (cp->fd[i] >= 0 && (cp->p[i].revents & (POLLIN | POLLHUP | POLLRDHUP | POLLERR))) {
+			close(cp->fd[i]);
+			cp->fd[i] = -1;
+		}
+}
+
+static void pool_free(conn_pool *cp)
+{
+	for (int i = 0; i < cp->n; i++)
+		if (cp->fd[i] >= 0)
+			close(cp->fd[i]);
+	free(cp->fd);
+	free(cp->sent);
+	free(cp->p);
 }
 
 /* ---- the well-behaved client ------------------------------------------------------------ */
@@ -422,46 +458,26 @@ TestSuite(daemon_security, .timeout = 120);
 
 /* Keeps `want` connections open that never say hello, and every 100 ms opens a new one
  * for each the daemon closed (reconnecting as they time out or are refused). */
+static int open_silent(const void *sock)
+{
+	return th_unix_connect(sock, true);
+}
+
 static void half_open_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
 {
-	int want = *(int *)arg;
-	int *fds = calloc((size_t)want, sizeof(int));
-	struct pollfd *p = calloc((size_t)want + 1, sizeof *p);
-	for (int i = 0; i < want; i++)
-		fds[i] = -1;
-	int told = 0;
+	int want = *(int *)arg, told = 0;
+	conn_pool cp;
+	pool_init(&cp, want);
 	double until = now_ms() + 60000;
 	while (now_ms() < until) {
-		int open_n = 0;
-		for (int i = 0; i < want; i++) {
-			if (fds[i] < 0)
-				fds[i] = unix_connect(sock, 1);
-			open_n += fds[i] >= 0;
-		}
-		if (!told && open_n == want) {
-			/* every socket connected (accepted or refused, then reopened) once */
-			if (write(ready_fd, "r", 1) != 1)
-				break;
-			told = 1;
-		}
-		for (int i = 0; i < want; i++)
-			p[i] = (struct pollfd){ .fd = fds[i] >= 0 ? fds[i] : -1, .events = POLLIN | POLLRDHUP };
-		p[want] = (struct pollfd){ .fd = stop_fd, .events = POLLIN };
-		if (poll(&p[want], 1, 100) != 0)
+		/* every socket connected (accepted or refused, then reopened) once: in place */
+		if (pool_refill(&cp, open_silent, sock) == want && !told && !(told = say(ready_fd, 'r')))
 			break;
-		if (poll(p, (nfds_t)want, 0) > 0) {
-			for (int i = 0; i < want; i++)
-				if (p[i].revents & (POLLIN | POLLHUP | POLLRDHUP | POLLERR)) {
-					close(fds[i]);
-					fds[i] = -1;
-				}
-		}
+		if (stop_asked(stop_fd, 100))
+			break;
+		pool_drop_closed(&cp);
 	}
-	for (int i = 0; i < want; i++)
-		if (fds[i] >= 0)
-			close(fds[i]);
-	free(fds);
-	free(p);
+	pool_free(&cp);
 }
 
 Test(daemon_security, half_open_connections_do_not_lock_out_other_users)
@@ -557,24 +573,20 @@ static void reject_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
 			sent++;
 			if (sent > 1000 && !told) {
 				/* the flood is on: its undelivered backlog is at the session's bound */
-				if (write(ready_fd, "r", 1) != 1)
+				if (!say(ready_fd, 'r'))
 					_exit(5);
 				told = 1;
 			}
 		} else if (rc == -EAGAIN) {
-			struct pollfd p = { .fd = stop_fd, .events = POLLIN };
-			if (poll(&p, 1, 1) != 0)
+			if (stop_asked(stop_fd, 1))
 				break;
 		} else {
 			break; /* the daemon ended the session: nothing more to do */
 		}
 	}
-	if (!told && write(ready_fd, "f", 1) != 1)
+	if ((!told && !say(ready_fd, 'f')) || !say(ready_fd, 'd')) /* 'd': the flood is over */
 		_exit(5);
-	if (write(ready_fd, "d", 1) != 1) /* the flood is over */
-		_exit(5);
-	struct pollfd p = { .fd = stop_fd, .events = POLLIN };
-	poll(&p, 1, 60000);
+	stop_asked(stop_fd, 60000);
 	ringlm_close(c);
 }
 
@@ -645,11 +657,10 @@ static void stop_reading(const char *sock, int ready_fd, int stop_fd, void *arg)
 			_exit(5);
 	}
 	/* its ring (256 slots) fills within a few iterations of 64 sequences */
-	struct pollfd p = { .fd = stop_fd, .events = POLLIN };
-	poll(&p, 1, 300);
-	if (write(ready_fd, "r", 1) != 1)
+	stop_asked(stop_fd, 300);
+	if (!say(ready_fd, 'r'))
 		_exit(6);
-	poll(&p, 1, 60000);
+	stop_asked(stop_fd, 60000);
 	ringlm_close(c);
 }
 
@@ -689,29 +700,22 @@ static int metrics_port_of(const dmn *d)
 	return port;
 }
 
-/* One HTTP request on loopback; the whole answer (status line, headers, body) into out. */
-static int http_get(int port, const char *req, char *out, size_t cap)
+/* The /metrics page, once it shows `needle` (the gauges are published when the loop is
+ * idle: a few scrapes may come first); the last page when it never does. malloc()ed. */
+static char *metrics_page_with(int port, const char *needle)
 {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	struct timeval tv = { .tv_sec = 5 };
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0 ||
-	    send(fd, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req)) {
-		int e = errno;
-		close(fd);
-		return -e;
+	char *page = NULL;
+	for (int tries = 0; tries < 50; tries++) {
+		int status = 0;
+		free(page);
+		page = th_http_get(port, "/metrics", &status, NULL, 0);
+		cr_assert(page && status == 200, "GET /metrics failed (status %d)", status);
+		if (strstr(page, needle))
+			break;
+		struct pollfd none = { .fd = -1 };
+		poll(&none, 0, 20); /* the next publish; nothing to wait on but time */
 	}
-	size_t n = 0;
-	ssize_t k;
-	while (n + 1 < cap && (k = recv(fd, out + n, cap - 1 - n, 0)) > 0)
-		n += (size_t)k;
-	out[n] = 0;
-	close(fd);
-	return (int)n;
+	return page;
 }
 
 static const char with_chat_class[] =
@@ -769,10 +773,9 @@ static void forge_and_squat(const char *sock, int ready_fd, int stop_fd, void *a
 		bad_params += ev.req_id == id && ev.reject_reason == RINGLM_R_BAD_PARAMS;
 	}
 	char r = finished == N_FORGED + 1 && bad_params == 1 ? 'r' : 'f';
-	if (write(ready_fd, &r, 1) != 1)
+	if (!say(ready_fd, r))
 		_exit(7);
-	struct pollfd p = { .fd = stop_fd, .events = POLLIN };
-	poll(&p, 1, 60000);
+	stop_asked(stop_fd, 60000);
 	ringlm_close(c);
 }
 
@@ -826,13 +829,7 @@ Test(daemon_security, client_names_cannot_forge_logs_or_squat_labels_and_deadlin
 	victim_free(&v);
 	attacker_stop(&a);
 
-	char *page = malloc(1 << 20);
-	/* the gauges are published when the loop is idle: a few scrapes until the good
-	 * client's request shows */
-	int tries = 0;
-	do {
-		cr_assert_gt(http_get(port, "GET /metrics HTTP/1.0\r\n\r\n", page, 1 << 20), 0);
-	} while (!strstr(page, "tenant=\"good\",class=\"chat\"") && ++tries < 50 && !usleep(20000));
+	char *page = metrics_page_with(port, "tenant=\"good\",class=\"chat\"");
 	cr_expect(strstr(page, "tenant=\"good\",class=\"chat\""),
 		  "the good tenant's real class has no series of its own");
 	for (int i = 3; i < N_FORGED; i++) {
@@ -898,8 +895,7 @@ static void tenant_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
 	unsigned long done = 0;
 	int told = 0;
 	double until = now_ms() + 30000;
-	struct pollfd p = { .fd = stop_fd, .events = POLLIN };
-	while (now_ms() < until && poll(&p, 1, 0) == 0) {
+	while (now_ms() < until && !stop_asked(stop_fd, 0)) {
 		for (int i = 0; i < 4; i++) {
 			uint64_t id;
 			while (ringlm_submit(c[i], &q, &id) == 0)
@@ -914,7 +910,7 @@ static void tenant_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
 			}
 		}
 		if (!told && done > 2000) {
-			if (write(ready_fd, "r", 1) != 1)
+			if (!say(ready_fd, 'r'))
 				break;
 			told = 1;
 		}
@@ -963,9 +959,8 @@ static void work_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
 	q.ignore_stop = 1;
 	int inflight = 0, told = 0;
 	unsigned long finished = 0;
-	struct pollfd p = { .fd = stop_fd, .events = POLLIN };
 	double until = now_ms() + 60000;
-	while (now_ms() < until && poll(&p, 1, 0) == 0) {
+	while (now_ms() < until && !stop_asked(stop_fd, 0)) {
 		uint64_t id;
 		while (inflight < w->inflight && ringlm_submit(c, &q, &id) == 0)
 			inflight++;
@@ -980,7 +975,7 @@ static void work_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
 		}
 		/* the queue has turned over: every request of the flood waited behind others */
 		if (!told && finished >= (unsigned long)w->inflight / 4) {
-			if (write(ready_fd, "r", 1) != 1)
+			if (!say(ready_fd, 'r'))
 				break;
 			told = 1;
 		}
@@ -1036,11 +1031,7 @@ Test(daemon_security, builtin_policy_gives_each_uid_its_own_tenant_and_share)
 	/* Each uid is a tenant of its own, named by its uid in the metrics and the logs. */
 	int port = metrics_port_of(&d);
 	cr_assert_gt(port, 0, "no 'metrics on port' line in %s", d.errlog);
-	char *page = malloc(1 << 20);
-	int tries = 0;
-	do {
-		cr_assert_gt(http_get(port, "GET /metrics HTTP/1.0\r\n\r\n", page, 1 << 20), 0);
-	} while (!strstr(page, "tenant=\"uid0\"") && ++tries < 50 && !usleep(20000));
+	char *page = metrics_page_with(port, "ringlm_requests_finished_total{tenant=\"uid65534\"");
 	cr_expect(strstr(page, "ringlm_requests_finished_total{tenant=\"uid0\""),
 		  "no metric series of tenant uid0");
 	cr_expect(strstr(page, "ringlm_requests_finished_total{tenant=\"uid65534\""),
@@ -1092,70 +1083,40 @@ Test(daemon_security, socket_mode_and_group_decide_who_connects)
 
 /* ---- 6: /metrics held shut, fed without limit ---------------------------------------------- */
 
-static int tcp_connect_from(const char *src, int port, int nonblock)
-{
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
-	if (fd < 0)
-		return -1;
-	struct sockaddr_in me = { .sin_family = AF_INET };
-	inet_pton(AF_INET, src, &me.sin_addr);
-	bind(fd, (struct sockaddr *)&me, sizeof me);
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0 && errno != EINPROGRESS) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
 /* 300 connections that send their request line a byte every 400 ms, reopened as the
  * daemon cuts them. */
+static int open_slow(const void *port)
+{
+	return th_tcp_connect_from("127.0.0.1", *(const int *)port, true);
+}
+
 static void slow_scrapers(const char *sock, int ready_fd, int stop_fd, void *arg)
 {
 	(void)sock;
-	int port = *(int *)arg;
-	enum { N = 300 };
-	static int fds[N];
-	static unsigned sent[N];
 	const char line[] = "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
-	for (int i = 0; i < N; i++)
-		fds[i] = -1;
+	conn_pool cp;
+	pool_init(&cp, 300);
 	int told = 0;
-	struct pollfd p = { .fd = stop_fd, .events = POLLIN };
 	double until = now_ms() + 60000;
-	while (now_ms() < until && poll(&p, 1, 400) == 0) {
-		for (int i = 0; i < N; i++) {
-			if (fds[i] < 0) {
-				fds[i] = tcp_connect_from("127.0.0.1", port, 1);
-				sent[i] = 0;
-				continue;
-			}
-			char b = line[sent[i] % (sizeof line - 1)];
-			if (send(fds[i], &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN &&
-			    errno != ENOTCONN) {
-				close(fds[i]);
-				fds[i] = -1;
-			} else {
-				sent[i]++;
-			}
+	while (now_ms() < until && !stop_asked(stop_fd, 400)) {
+		pool_drop_closed(&cp);
+		pool_refill(&cp, open_slow, arg);
+		for (int i = 0; i < cp.n; i++) {
+			char b = line[cp.sent[i] % (sizeof line - 1)];
+			if (cp.fd[i] >= 0 && send(cp.fd[i], &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT) == 1)
+				cp.sent[i]++;
 		}
-		if (!told) {
-			if (write(ready_fd, "r", 1) != 1)
-				break;
-			told = 1;
-		}
+		if (!told && !(told = say(ready_fd, 'r')))
+			break;
 	}
-	for (int i = 0; i < N; i++)
-		if (fds[i] >= 0)
-			close(fds[i]);
+	pool_free(&cp);
 }
 
 static double scrape_ms(int port, const char *src, int *ok)
 {
 	double t0 = now_ms();
 	*ok = 0;
-	int fd = tcp_connect_from(src, port, 0);
+	int fd = th_tcp_connect_from(src, port, false);
 	if (fd < 0)
 		return now_ms() - t0;
 	struct timeval tv = { .tv_sec = 10 };
@@ -1200,7 +1161,7 @@ Test(daemon_security, metrics_endpoint_cannot_be_held_shut_or_fed_without_limit)
 	fprintf(stderr, "slow /metrics clients: worst scrape %.0f ms\n", worst);
 
 	/* A POST with a body is refused from its headers; the daemon does not read the body. */
-	int fd = tcp_connect_from("127.0.0.1", port, 0);
+	int fd = th_tcp_connect_from("127.0.0.1", port, false);
 	cr_assert_geq(fd, 0);
 	const char post[] = "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n";
 	cr_assert_eq(send(fd, post, sizeof post - 1, MSG_NOSIGNAL), (ssize_t)(sizeof post - 1));
