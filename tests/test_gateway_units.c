@@ -11,9 +11,9 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "libclient/ringlm.h"
 #include "tools/gw_keys.h"
 #include "tools/gw_params.h"
-#include "tools/gw_template.h"
 #include "tools/gw_text.h"
 
 /* ---- UTF-8 ----------------------------------------------------------------------------- */
@@ -124,59 +124,9 @@ Test(gateway_units, keys_file_errors_name_the_line)
 	cr_assert_eq(gw_keys_parse("# nothing\n", &k, why, sizeof why), -EINVAL);
 }
 
-/* ---- templates ------------------------------------------------------------------------- */
-
-static char *render(gw_template t, const gw_message *m, int n)
-{
-	gw_buf b = {0};
-	const char *why;
-	int r = gw_template_render(t, m, n, &b, &why);
-	cr_assert_eq(r, 0, "%s", why ? why : "");
-	return b.p;
-}
-
-Test(gateway_units, templates_render_the_families_text)
-{
-	gw_message m[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye"}};
-	char *s;
-	s = render(GW_TPL_CHATML, m, 4);
-	cr_assert_str_eq(s, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-			    "<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"
-			    "<|im_start|>assistant\n");
-	free(s);
-	s = render(GW_TPL_LLAMA3, m + 1, 1);
-	cr_assert_str_eq(s, "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-			    "<|start_header_id|>assistant<|end_header_id|>\n\n");
-	free(s);
-	s = render(GW_TPL_LLAMA2, m, 4);
-	cr_assert_str_eq(s, "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello </s><s>[INST] Bye [/INST]");
-	free(s);
-	s = render(GW_TPL_MISTRAL, m, 4);
-	cr_assert_str_eq(s, "[INST] Be brief.\n\nHi [/INST]Hello</s>[INST] Bye [/INST]");
-	free(s);
-	s = render(GW_TPL_PLAIN, m + 1, 2);
-	cr_assert_str_eq(s, "Hi\nHello");
-	free(s);
-	cr_assert_eq(gw_template_by_name("llama-3"), GW_TPL_LLAMA3);
-	cr_assert_eq(gw_template_by_name("jinja"), -1);
-}
-
-Test(gateway_units, inst_templates_refuse_roles_they_cannot_place)
-{
-	gw_message bad[] = {{"user", "a"}, {"user", "b"}};
-	gw_buf b = {0};
-	const char *why = NULL;
-	cr_assert_eq(gw_template_render(GW_TPL_LLAMA2, bad, 2, &b, &why), -EINVAL);
-	cr_assert(why && strstr(why, "alternate"), "%s", why ? why : "(null)");
-	gw_message last[] = {{"user", "a"}, {"assistant", "b"}};
-	cr_assert_eq(gw_template_render(GW_TPL_MISTRAL, last, 2, &b, &why), -EINVAL);
-	cr_assert(strstr(why, "last message"), "%s", why);
-	gw_buf_free(&b);
-}
-
 /* ---- request bodies -------------------------------------------------------------------- */
 
-static gw_parse_cfg pcfg = {.served_model = "m", .tpl = GW_TPL_PLAIN};
+static gw_parse_cfg pcfg = {.served_model = "m", .tpl = RINGLM_CHAT_PLAIN};
 
 static void expect_400(gw_kind k, const char *body, const char *param)
 {
@@ -257,7 +207,7 @@ Test(gateway_units, another_model_name_is_404_and_chat_renders_the_template)
 	cr_assert_eq(gw_params_parse(GW_COMPLETION, b, strlen(b), &pcfg, &p, &e), -1);
 	cr_assert_eq(e.status, 404);
 	cr_assert_str_eq(e.code, "model_not_found");
-	gw_parse_cfg chatml = {.served_model = NULL, .tpl = GW_TPL_CHATML};
+	gw_parse_cfg chatml = {.served_model = NULL, .tpl = RINGLM_CHAT_CHATML};
 	const char *c = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hi \"},"
 			"{\"type\":\"text\",\"text\":\"there\"}]}],\"max_completion_tokens\":3}";
 	cr_assert_eq(gw_params_parse(GW_CHAT, c, strlen(c), &chatml, &p, &e), 0, "%s", e.message);
@@ -266,35 +216,17 @@ Test(gateway_units, another_model_name_is_404_and_chat_renders_the_template)
 	gw_params_free(&p);
 }
 
-/* Model files' Jinja templates (as GGUF carries them) → the built-in template of their
- * family; a family we do not have, or a mix, is -1 (the gateway refuses to start). */
-Test(gateway_units, model_templates_are_matched_by_family_or_refused)
+/* The chat templates are libclient's (ringlm_chat_format, tested against the models' Jinja in
+ * test_gguf_vocab); what the gateway adds is the answer: messages a template cannot place
+ * are a 400 naming 'messages' and the template. */
+Test(gateway_units, messages_a_template_cannot_place_are_a_400_naming_them)
 {
-	static const struct {
-		const char *jinja;
-		int want;
-	} cases[] = {
-		{"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-		 "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
-		 GW_TPL_CHATML},
-		{"{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
-		 "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
-		 "'<|eot_id|>' %}{{ content }}{% endfor %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}",
-		 GW_TPL_LLAMA3},
-		{"{% if messages[0]['role'] == 'system' %}{% set system_message = '<<SYS>>\\n' + messages[0]['content'] "
-		 "+ '\\n<</SYS>>\\n\\n' %}{% endif %}{% for message in messages %}{% if message['role'] == 'user' %}"
-		 "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% endif %}{% endfor %}",
-		 GW_TPL_LLAMA2},
-		{"{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + "
-		 "message['content'] + ' [/INST]' }}{% else %}{{ message['content'] + eos_token }}{% endif %}{% endfor %}",
-		 GW_TPL_MISTRAL},
-		{"{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\\n' + "
-		 "message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}",
-		 -1},
-		{"{{'<|im_start|>'}}{{'<|im_end|>'}}{{'[INST]'}}{{'[/INST]'}}", -1},
-		{"", -1},
-	};
-	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-		cr_assert_eq(gw_template_detect(cases[i].jinja, strlen(cases[i].jinja)), cases[i].want,
-			     "case %zu: %.60s", i, cases[i].jinja);
+	gw_parse_cfg llama2 = {.served_model = NULL, .tpl = RINGLM_CHAT_LLAMA2};
+	const char *b = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"user\",\"content\":\"b\"}]}";
+	gw_params p;
+	gw_err e;
+	cr_assert_eq(gw_params_parse(GW_CHAT, b, strlen(b), &llama2, &p, &e), -1);
+	cr_assert_eq(e.status, 400);
+	cr_assert_str_eq(e.param, "messages");
+	cr_assert(strstr(e.message, "alternate") && strstr(e.message, "llama2"), "%s", e.message);
 }

@@ -4,6 +4,8 @@
  */
 #include "tools/gw_params.h"
 
+#include "libclient/ringlm.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -207,7 +209,7 @@ static int rd_messages(json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err 
 	if (!json_is_array(v) || json_array_size(v) == 0)
 		return bad(e, "messages", "'%s' must be %s", "a non-empty list of messages");
 	size_t n = json_array_size(v);
-	gw_message *m = calloc(n, sizeof *m);
+	ringlm_chat_msg *m = calloc(n, sizeof *m);
 	gw_buf *texts = calloc(n, sizeof *texts);
 	int r = -1;
 	if (!m || !texts) {
@@ -232,21 +234,18 @@ static int rd_messages(json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err 
 		m[i].role = role;
 		m[i].content = texts[i].p;
 	}
-	gw_buf text = {0};
-	const char *why = NULL;
-	int rr = gw_template_render(cfg->tpl, m, (int)n, &text, &why);
+	char *text = NULL;
+	int rr = ringlm_chat_format(cfg->tpl, m, (int)n, &text);
 	if (rr == -EINVAL) {
-		gw_err_set(e, 400, "invalid_value", "messages", "'messages': %s (chat template %s)", why,
-			   gw_template_name(cfg->tpl));
-		gw_buf_free(&text);
+		gw_err_set(e, 400, "invalid_value", "messages", "'messages': %s (chat template %s)", ringlm_errdetail(),
+			   ringlm_chat_template_name(cfg->tpl));
 		goto out;
 	}
 	if (rr) {
 		gw_err_set(e, 500, "internal", NULL, "out of memory");
-		gw_buf_free(&text);
 		goto out;
 	}
-	p->prompt_text = text.p ? text.p : strdup("");
+	p->prompt_text = text;
 	r = 0;
 out:
 	if (texts)

@@ -20,7 +20,6 @@
 #include <stdint.h>
 
 #include "tools/gw_keys.h"
-#include "tools/gw_template.h"
 #include "tools/gw_text.h"
 
 typedef enum gw_kind { GW_COMPLETION = 0, GW_CHAT = 1 } gw_kind;
@@ -60,7 +59,7 @@ typedef struct gw_params {
 
 typedef struct gw_parse_cfg {
 	const char *served_model;  /* names the model requests must name (when they name one) */
-	gw_template tpl;
+	int tpl;                   /* RINGLM_CHAT_* (libclient's chat templates) */
 } gw_parse_cfg;
 
 /* Parses body[0..len). Returns 0 and *p (free with gw_params_free), or -1 with *e set. */

@@ -25,7 +25,6 @@
 
 #include "libclient/tokenizer.h"
 #include "tools/gw_keys.h"
-#include "tools/gw_template.h"
 
 typedef struct gw_cfg {
 	const char *listen_addr;     /* IPv4 or IPv6 literal; NULL = 127.0.0.1 */
@@ -33,7 +32,7 @@ typedef struct gw_cfg {
 	const char *socket_path;     /* ringlmd's socket (NULL: $RINGLM_SOCKET, default) */
 	const tok_tokenizer *tok;
 	const gw_keys *keys;         /* NULL: no keys, every request is the gateway's tenant */
-	gw_template tpl;
+	int tpl;                     /* RINGLM_CHAT_*: the chat template of /v1/chat/completions */
 	const char *served_model;    /* /v1/models id, and the name requests must use */
 	uint32_t max_model_len;      /* context in tokens (0 = unknown) */
 	size_t max_body_bytes;       /* larger bodies: 413 */

@@ -27,7 +27,6 @@
 #include "libclient/tokenizer.h"
 #include "tools/gw_keys.h"
 #include "tools/gw_server.h"
-#include "tools/gw_template.h"
 
 static void usage(FILE *f)
 {
@@ -60,14 +59,14 @@ static void usage(FILE *f)
 		"  --drain-grace-ms N       on SIGTERM, requests in flight get this long (default 30000)\n"
 		"  --quiet                  no log lines but errors\n"
 		"  --version, --help\n",
-		gw_template_names());
+		ringlm_chat_template_names());
 }
 
 /* A GGUF tokenizer file's tokenizer.chat_template decides the template when --chat-template
  * does not: the built-in one of its family, or a clear error (never silently a wrong
  * format). With --chat-template, a file whose template is of another family is said on
  * stderr. Returns 0 (also when the file is not GGUF or has no template) or -1. */
-static int model_template(const char *path, const char *explicit_name, gw_template *tpl, const char **from)
+static int model_template(const char *path, const char *explicit_name, int *tpl, const char **from)
 {
 	gguf_file *g;
 	if (gguf_open(path, &g) < 0)
@@ -76,21 +75,23 @@ static int model_template(const char *path, const char *explicit_name, gw_templa
 	size_t len;
 	int rc = gguf_get_str(g, "tokenizer.chat_template", &text, &len);
 	if (rc == 0) {
-		int t = gw_template_detect(text, len);
+		char *jinja = strndup(text, len);
+		int t = jinja ? ringlm_chat_template_match(jinja) : -ENOMEM;
+		free(jinja);
 		if (!explicit_name && t < 0) {
 			fprintf(stderr,
 				"ringlm-gateway: %s: its chat template is none of the built-in ones (%s): "
 				"\"%.*s%s\"; choose one with --chat-template NAME\n",
-				path, gw_template_names(), len > 120 ? 120 : (int)len, text, len > 120 ? "..." : "");
+				path, ringlm_chat_template_names(), len > 120 ? 120 : (int)len, text, len > 120 ? "..." : "");
 			gguf_close(g);
 			return -1;
 		}
 		if (!explicit_name) {
-			*tpl = (gw_template)t;
+			*tpl = t;
 			*from = "the model file's chat_template";
-		} else if (t >= 0 && (gw_template)t != *tpl) {
+		} else if (t >= 0 && t != *tpl) {
 			fprintf(stderr, "ringlm-gateway: note: --chat-template %s, but %s's chat template is %s\n",
-				explicit_name, path, gw_template_name((gw_template)t));
+				explicit_name, path, ringlm_chat_template_name(t));
 		}
 	} else if (rc != -ENOENT) {
 		fprintf(stderr, "ringlm-gateway: %s: %s\n", path, gguf_errmsg());
@@ -206,13 +207,13 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	cfg.listen_addr = addr;
-	int t = tpl_name ? gw_template_by_name(tpl_name) : GW_TPL_PLAIN;
+	int t = tpl_name ? ringlm_chat_template_by_name(tpl_name) : RINGLM_CHAT_PLAIN;
 	if (t < 0) {
 		fprintf(stderr, "ringlm-gateway: unknown --chat-template '%s' (known: %s)\n", tpl_name,
-			gw_template_names());
+			ringlm_chat_template_names());
 		return 2;
 	}
-	cfg.tpl = (gw_template)t;
+	cfg.tpl = t;
 	const char *tpl_from = tpl_name ? "--chat-template" : "default";
 	if (tok_path && model_template(tok_path, tpl_name, &cfg.tpl, &tpl_from) < 0)
 		return 1;
@@ -261,7 +262,7 @@ int main(int argc, char **argv)
 	}
 	fprintf(stderr, "ringlm-gateway: listening on http://%s%s%s:%u (model '%s', template %s (%s), %s)\n",
 		strchr(addr, ':') ? "[" : "", addr, strchr(addr, ':') ? "]" : "", (unsigned)gw_server_port(s),
-		cfg.served_model, gw_template_name(cfg.tpl), tpl_from,
+		cfg.served_model, ringlm_chat_template_name(cfg.tpl), tpl_from,
 		keys_path ? "API keys required" : "no API keys: every request is this uid's tenant");
 	fflush(stderr);
 
