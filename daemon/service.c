@@ -322,6 +322,11 @@ int svc_create(const svc_config *cfg, svc **out)
         svc_log("--max-batch-tokens %d is below the policy's token_budget %u; using %u",
                cfg->max_batch_tokens, pc->token_budget, pc->token_budget);
     if (pc->mode == SCHED_MODE_STATIC) s->max_tokens += (int)pc->static_batch_size * 2;
+    /* Continuous mode (the FCFS baseline) cannot slice a prompt: one longer than the budget
+     * runs whole, beside the step's decodes, so the engine batch must hold the longest
+     * prompt the model takes on top of the budget. */
+    if (pc->mode == SCHED_MODE_CONTINUOUS && s->max_tokens < (int)pc->token_budget + s->mcfg->seq_len)
+        s->max_tokens = (int)pc->token_budget + s->mcfg->seq_len;
     s->max_seqs = cfg->max_seqs ? cfg->max_seqs : (int)pc->max_active_seqs;
     if (s->max_seqs < (int)pc->max_active_seqs) s->max_seqs = (int)pc->max_active_seqs;
     if (s->max_seqs > s->max_tokens) s->max_seqs = s->max_tokens;

@@ -745,6 +745,44 @@ Test(daemon_e2e, scenario_long_prompt_short_chats)
     dmn_cleanup(&d);
 }
 
+/* The FCFS baseline (continuous mode) cannot slice a prompt: one longer than its token budget
+ * runs alone, whole. The daemon's engine batch must hold it — sized by the budget alone, such a
+ * prefill was failed as "not executable" (seen replaying Azure prompts of ~490 tokens under
+ * sim/policies/fcfs.policy). */
+Test(daemon_e2e, continuous_mode_runs_a_prompt_longer_than_its_budget)
+{
+    need_daemon_binary();
+    const char *policy = "[scheduler]\nmode = continuous\ntoken_budget = 48\nmax_active_seqs = 8\n";
+    const char *extra[] = {"--threads", "1", NULL};
+    dmn d;
+    dmn_start(&d, "synthetic:stories15M:7", policy, extra);
+    char out_long[160], out_short[160];
+    snprintf(out_long, sizeof out_long, "%s/long.txt", d.dir);
+    snprintf(out_short, sizeof out_short, "%s/short.txt", d.dir);
+    uint64_t start = now_us() + 50000;
+    load_job sj = {.sock = d.sock, .n_requests = 3, .concurrency = 3, .prompt_len = 8, .max_new = 24,
+                   .token_base = 5, .vocab = 32000, .out_path = out_short, .ready_fd = -1,
+                   .start_at_us = start};
+    load_job lj = {.sock = d.sock, .n_requests = 1, .concurrency = 1, .prompt_len = 250, .max_new = 4,
+                   .token_base = 11, .vocab = 32000, .out_path = out_long, .ready_fd = -1,
+                   .start_at_us = start + 5000};
+    pid_t ps = spawn(client_load, &sj), pl = spawn(client_load, &lj);
+    cr_expect_eq(reap(pl, 60000), 0);
+    cr_expect_eq(reap(ps, 60000), 0);
+    result_line L[1], S[4];
+    cr_assert_eq(read_results(out_long, L, 1), 1);
+    cr_assert_eq(read_results(out_short, S, 4), 3);
+    cr_expect_eq(L[0].reason, RINGLM_FINISH_LENGTH, "the 250-token prompt ended %d/%d", L[0].reason,
+                 L[0].cause);
+    for (int i = 0; i < 3; i++)
+        cr_expect_eq(S[i].reason, RINGLM_FINISH_LENGTH, "short %d: %d/%d", i, S[i].reason, S[i].cause);
+    assert_back_to_baseline(&d, 5000);
+    int ex = dmn_stop(&d, SIGTERM, 10000);
+    cr_expect_eq(ex, 0);
+    cr_expect_eq(count_lines(d.errlog, "not executable"), 0, "the daemon failed a plan entry");
+    dmn_cleanup(&d);
+}
+
 /* Two tenants, one 10× louder: both backlogged, equal weights; the quiet one must keep at
  * least 90% of its fair (half) share of the generated tokens. Tenant tags come from this
  * test's own uid, trusted in the policy. */
