@@ -656,8 +656,7 @@ static void stop_reading(const char *sock, int ready_fd, int stop_fd, void *arg)
 		if (ringlm_submit(c, &q, &id) < 0)
 			_exit(5);
 	}
-	/* its ring (256 slots) fills within a few iterations of 64 sequences */
-	stop_asked(stop_fd, 300);
+	/* the test waits for the daemon's own word that the ring is full (a backpressure defer) */
 	if (!say(ready_fd, 'r'))
 		_exit(6);
 	stop_asked(stop_fd, 60000);
@@ -673,6 +672,17 @@ Test(daemon_security, a_client_that_stops_reading_does_not_hold_the_slots)
 	cr_assert_eq(base.connect_rc, 0, "unloaded: %s", base.detail);
 	attacker a;
 	attacker_start(&a, stop_reading, d.sock, NULL);
+	/* Its ring (256 slots) fills within a few iterations of 64 sequences; the attack is in
+	 * place when the daemon logs a sequence deferred for output backpressure. */
+	bool blocked = false;
+	for (uint64_t until = th_now_ms() + 20000; !blocked && th_now_ms() < until;) {
+		char *log = th_read_file(d.declog);
+		blocked = log && strstr(log, "\"output_backpressure\"");
+		free(log);
+		if (!blocked)
+			th_pause_ms(5);
+	}
+	cr_assert(blocked, "no sequence of the non-reading client was deferred for backpressure in 20 s");
 	victim_under_attack(d.sock, &base, &att, "64 output-blocked sequences");
 	attacker_stop(&a);
 	dmn_stop(&d);
