@@ -134,16 +134,6 @@ void tok_bpe_free(struct tok_bpe *b)
     free(b);
 }
 
-static int cmp_piece_id(const void *a, const void *b, void *ctx)
-{
-    const tok_tokenizer *t = ctx;
-    int32_t ia = *(const int32_t *)a, ib = *(const int32_t *)b;
-    int c = strcmp(t->pieces[ia], t->pieces[ib]);
-    if (c)
-        return c;
-    return (ia > ib) - (ia < ib);
-}
-
 /* llama.cpp's token types */
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
 
@@ -358,7 +348,7 @@ int tok_bpe_load(const gguf_file *g, uint64_t n, const void *toks, int vocab_siz
             t->max_piece_len = (int)len;
         t->sorted[i] = (int32_t)i;
     }
-    qsort_r(t->sorted, n, sizeof *t->sorted, cmp_piece_id, t);
+    tok_sort_pieces(t, n);
     for (unsigned by = 0; by < 256; by++) {
         char c[4];
         c[put_cp(c, byte_cp(by))] = '\0';

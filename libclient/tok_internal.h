@@ -42,6 +42,8 @@ enum { TOK_KIND_SPM = 0, TOK_KIND_BPE = 1 };
 
 /* The id of a piece (lowest id when a piece appears twice), or -1. */
 int32_t tok_lookup(const tok_tokenizer *t, const char *s);
+/* Orders t->sorted[0..n) by piece text (ties by id), the order tok_lookup searches. */
+void tok_sort_pieces(tok_tokenizer *t, size_t n);
 /* Sets the thread's error detail; returns err. */
 int tok_seterr(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

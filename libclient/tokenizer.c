@@ -44,6 +44,11 @@ static int cmp_piece_id(const void *a, const void *b, void *ctx)
     return (ia > ib) - (ia < ib);
 }
 
+void tok_sort_pieces(tok_tokenizer *t, size_t n)
+{
+    qsort_r(t->sorted, n, sizeof *t->sorted, cmp_piece_id, t);
+}
+
 /* run.c's safe_printf: a single byte that is neither printable nor whitespace prints
  * nothing. Written with explicit ranges (the "C" locale's isprint/isspace) so a process
  * locale cannot change what is printed. */
@@ -160,7 +165,7 @@ int tok_load_mem(const void *buf, size_t len, int vocab_size, tok_tokenizer **ou
         t->shown[i] = shown_piece(t, piece);
         t->shown_after_bos[i] = shown_piece(t, piece[0] == ' ' ? piece + 1 : piece);
     }
-    qsort_r(t->sorted, (size_t)n, sizeof *t->sorted, cmp_piece_id, t);
+    tok_sort_pieces(t, (size_t)n);
     t->bos = TOK_BOS;
     t->eos = TOK_EOS;
     t->add_bos = true;
