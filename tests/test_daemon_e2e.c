@@ -1356,6 +1356,39 @@ Test(daemon_e2e, sigterm_drains_then_exits_zero)
     dmn_cleanup(&d);
 }
 
+/* The backpressure tests' stuck client: its three requests are cancelled for backpressure
+ * in the decision log (within 10 s). */
+static void await_backpressure_cancels(dmn *d)
+{
+    uint64_t deadline = now_ms() + 10000;
+    int bp = 0;
+    while ((bp = count_lines(d->declog, "\"reason\":\"backpressure\"")) < 3 && now_ms() < deadline)
+        poll_pause();
+    cr_expect_eq(bp, 3, "expected 3 backpressure cancels in the decision log, got %d", bp);
+}
+
+/* Lets the stuck client read (go_fd), then checks what it got: all three requests
+ * cancelled output_backpressure with their tokens whole and in order; the daemon back to
+ * its baseline and stopped. */
+static void release_stuck_client_expect_cancelled(dmn *d, pid_t ps, int go_fd, const char *out)
+{
+    if (write(go_fd, "go", 1) != 1) cr_assert_fail("stuck client gone");
+    close(go_fd);
+    cr_expect_eq(reap(ps, 30000), 0);
+    static result_line R[8];
+    int k = read_results(out, R, 8);
+    cr_assert_eq(k, 3);
+    for (int i = 0; i < k; i++) {
+        cr_expect_eq(R[i].reason, RINGLM_FINISH_CANCELLED, "stuck request %d ended %d/%d", i, R[i].reason, R[i].cause);
+        cr_expect_eq(R[i].cause, RINGLM_R_OUTPUT_BACKPRESSURE, "stuck request %d cause %d", i, R[i].cause);
+        cr_expect_eq(R[i].index_error, 0, "stuck request %d: tokens lost or out of order (got %u)", i, R[i].n_tokens);
+        cr_expect_gt(R[i].n_tokens, 0);
+    }
+    assert_back_to_baseline(d, 5000);
+    cr_expect_eq(dmn_stop(d, SIGTERM, 10000), 0);
+    dmn_cleanup(d);
+}
+
 /* A client that stops reading: its requests are deferred (output_backpressure) then
  * cancelled after the timeout, nothing it was sent is lost, and others are not blocked. */
 Test(daemon_e2e, backpressure_defers_then_cancels_without_blocking_others)
@@ -1383,28 +1416,10 @@ Test(daemon_e2e, backpressure_defers_then_cancels_without_blocking_others)
     cr_expect_eq(reap(spawn(client_greedy, &g), 60000), 0, "the reading client was disturbed");
     cr_log_info("reading client done in %llu ms", (unsigned long long)(now_ms() - t0));
     /* Wait for the three backpressure cancels in the decision log. */
-    uint64_t deadline = now_ms() + 10000;
-    int bp = 0, defers = 0;
-    while ((bp = count_lines(d.declog, "\"reason\":\"backpressure\"")) < 3 && now_ms() < deadline)
-        poll_pause();
-    cr_expect_eq(bp, 3, "expected 3 backpressure cancels in the decision log, got %d", bp);
-    defers = count_lines(d.declog, "output_backpressure");
+    await_backpressure_cancels(&d);
+    int defers = count_lines(d.declog, "output_backpressure");
     cr_expect_geq(defers, 1, "no defer with reason output_backpressure");
-    if (write(wfd[1], "go", 1) != 1) cr_assert_fail("stuck client gone");
-    close(wfd[1]);
-    cr_expect_eq(reap(ps, 30000), 0);
-    static result_line R[8];
-    int k = read_results(out, R, 8);
-    cr_assert_eq(k, 3);
-    for (int i = 0; i < k; i++) {
-        cr_expect_eq(R[i].reason, RINGLM_FINISH_CANCELLED, "stuck request %d ended %d/%d", i, R[i].reason, R[i].cause);
-        cr_expect_eq(R[i].cause, RINGLM_R_OUTPUT_BACKPRESSURE, "stuck request %d cause %d", i, R[i].cause);
-        cr_expect_eq(R[i].index_error, 0, "stuck request %d: tokens lost or out of order (got %u)", i, R[i].n_tokens);
-        cr_expect_gt(R[i].n_tokens, 0);
-    }
-    assert_back_to_baseline(&d, 5000);
-    cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
-    dmn_cleanup(&d);
+    release_stuck_client_expect_cancelled(&d, ps, wfd[1], out);
 }
 
 /* The same, with the order fixed that the test above leaves to chance: the client submits
@@ -1437,26 +1452,8 @@ Test(daemon_e2e, backpressure_answers_requests_submitted_after_the_client_stoppe
     cr_assert_geq(count_lines(d.declog, "output_backpressure"), 1, "the first request was never deferred");
     if (write(gfd[1], "g", 1) != 1) cr_assert_fail("stuck client gone");
     close(gfd[1]);
-    deadline = now_ms() + 10000;
-    int bp = 0;
-    while ((bp = count_lines(d.declog, "\"reason\":\"backpressure\"")) < 3 && now_ms() < deadline)
-        poll_pause();
-    cr_expect_eq(bp, 3, "expected 3 backpressure cancels in the decision log, got %d", bp);
-    if (write(wfd[1], "go", 1) != 1) cr_assert_fail("stuck client gone");
-    close(wfd[1]);
-    cr_expect_eq(reap(ps, 30000), 0);
-    static result_line R[8];
-    int k = read_results(out, R, 8);
-    cr_assert_eq(k, 3);
-    for (int i = 0; i < k; i++) {
-        cr_expect_eq(R[i].reason, RINGLM_FINISH_CANCELLED, "stuck request %d ended %d/%d", i, R[i].reason, R[i].cause);
-        cr_expect_eq(R[i].cause, RINGLM_R_OUTPUT_BACKPRESSURE, "stuck request %d cause %d", i, R[i].cause);
-        cr_expect_eq(R[i].index_error, 0, "stuck request %d: tokens lost or out of order (got %u)", i, R[i].n_tokens);
-        cr_expect_gt(R[i].n_tokens, 0);
-    }
-    assert_back_to_baseline(&d, 5000);
-    cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
-    dmn_cleanup(&d);
+    await_backpressure_cancels(&d);
+    release_stuck_client_expect_cancelled(&d, ps, wfd[1], out);
 }
 
 /* ---- connects to a busy daemon -------------------------------------------------------- */
