@@ -24,6 +24,10 @@ static const struct {
 	{"llama2", RINGLM_CHAT_LLAMA2},  {"llama-2", RINGLM_CHAT_LLAMA2},
 	{"llama3", RINGLM_CHAT_LLAMA3},  {"llama-3", RINGLM_CHAT_LLAMA3},
 	{"mistral", RINGLM_CHAT_MISTRAL},
+	{"mistral-v1", RINGLM_CHAT_MISTRAL_V1},
+	{"mistral-v3", RINGLM_CHAT_MISTRAL_V3},
+	{"mistral-v3-tekken", RINGLM_CHAT_MISTRAL_V3_TEKKEN},
+	{"mistral-v7", RINGLM_CHAT_MISTRAL_V7},
 };
 
 int ringlm_chat_template_by_name(const char *name)
@@ -45,16 +49,35 @@ const char *ringlm_chat_template_name(int t)
 
 const char *ringlm_chat_template_names(void)
 {
-	return "chatml, llama2, llama3, mistral, plain";
+	return "chatml, llama2, llama3, mistral, mistral-v1, mistral-v3, mistral-v3-tekken, "
+	       "mistral-v7, plain";
 }
 
 /* ---- matching a Jinja template ---------------------------------------------------------- */
 
 /* The markers each family's template spells (llama.cpp tells templates apart the same way):
  * <|im_start|> and <|im_end|> → chatml, <|start_header_id|> and <|eot_id|> → llama3, [INST]
- * and [/INST] → llama2 with <<SYS>>, else mistral; a template that spells none of these, or
- * the markers of more than one family, is unknown (never a guess). The rendering is checked
- * against the real templates in tests/test_gguf_vocab.c. */
+ * and [/INST] → one of the [INST] family (inst_family); a template that spells none of these,
+ * or the markers of more than one family, is unknown (never a guess). The rendering is
+ * checked against the real templates in tests/test_gguf_vocab.c. */
+static int inst_family(const char *jinja)
+{
+	if (strstr(jinja, "[SYSTEM_PROMPT]")) /* v7; its tekken form (no spaces) is not built in */
+		return strstr(jinja, "'[INST] '") ? RINGLM_CHAT_MISTRAL_V7 : -ENOTSUP;
+	if (strstr(jinja, "<<SYS>>"))
+		return RINGLM_CHAT_LLAMA2;
+	/* Mistral's later templates spell how the system message joins a user message */
+	if (strstr(jinja, "' [INST] ' + system_message"))
+		return RINGLM_CHAT_MISTRAL_V1;
+	if (strstr(jinja, "\"[INST] \" + system_message"))
+		return RINGLM_CHAT_MISTRAL_V3;
+	if (strstr(jinja, "\"[INST]\" + system_message"))
+		return RINGLM_CHAT_MISTRAL_V3_TEKKEN;
+	if (strstr(jinja, "system_message") || strstr(jinja, "[AVAILABLE_TOOLS]"))
+		return -ENOTSUP; /* a system message placed some other way */
+	return RINGLM_CHAT_MISTRAL;
+}
+
 int ringlm_chat_template_match(const char *jinja)
 {
 	if (!jinja)
@@ -62,17 +85,19 @@ int ringlm_chat_template_match(const char *jinja)
 	bool chatml = strstr(jinja, "<|im_start|>") && strstr(jinja, "<|im_end|>");
 	bool llama3 = strstr(jinja, "<|start_header_id|>") && strstr(jinja, "<|eot_id|>");
 	bool inst = strstr(jinja, "[INST]") && strstr(jinja, "[/INST]");
+	int t = -ENOTSUP;
 	if (chatml + llama3 + inst == 1)
-		return chatml ? RINGLM_CHAT_CHATML
-		       : llama3 ? RINGLM_CHAT_LLAMA3
-		       : strstr(jinja, "<<SYS>>") ? RINGLM_CHAT_LLAMA2 : RINGLM_CHAT_MISTRAL;
+		t = chatml ? RINGLM_CHAT_CHATML : llama3 ? RINGLM_CHAT_LLAMA3 : inst_family(jinja);
+	if (t >= 0)
+		return t;
 	char head[64];
 	size_t n = strcspn(jinja, "\n");
 	snprintf(head, sizeof head, "%.*s", (int)(n < 48 ? n : 48), jinja);
 	return client_seterr(-ENOTSUP, "chat template \"%s%s\": %s the built-in templates (%s); "
 			     "pass one by name", head, n > 48 || jinja[n] ? "..." : "",
-			     chatml + llama3 + inst ? "spells the markers of more than one of"
-						    : "not one of", ringlm_chat_template_names());
+			     chatml + llama3 + inst > 1 ? "spells the markers of more than one of"
+			     : inst ? "an [INST] template unlike" : "not one of",
+			     ringlm_chat_template_names());
 }
 
 int ringlm_chat_template_of_model(const char *path)
@@ -172,55 +197,110 @@ static void add_trimmed(sbuf *b, const char *str, bool lead)
 	addn(b, (const char *)s, n);
 }
 
-/* [INST]-style templates: an optional system message, then user/assistant alternating,
- * ending on the user's turn. */
+/* Appends s[0] s[1] ... s[n-1] stripped of leading and trailing whitespace as a whole. */
+static void add_stripped(sbuf *b, const char *const *s, int n)
+{
+	sbuf t = {0};
+	for (int i = 0; i < n; i++)
+		add(&t, s[i]);
+	if (t.oom)
+		b->oom = true;
+	else if (t.p)
+		add_trimmed(b, t.p, true);
+	free(t.p);
+}
+
+/* Mistral's v7: system, user and assistant messages in any order. */
+static int mistral_v7(const ringlm_chat_msg *m, int n, sbuf *o)
+{
+	for (int i = 0; i < n; i++) {
+		const char *r = m[i].role, *c = m[i].content;
+		if (!strcmp(r, "system")) {
+			add(o, "[SYSTEM_PROMPT] ");
+			add(o, c);
+			add(o, "[/SYSTEM_PROMPT]");
+		} else if (!strcmp(r, "user")) {
+			add(o, "[INST] ");
+			add(o, c);
+			add(o, "[/INST]");
+		} else if (!strcmp(r, "assistant")) {
+			add(o, " ");
+			add(o, c);
+			add(o, "</s>");
+		} else {
+			return client_seterr(-EINVAL, "message %d: the mistral-v7 template places system, "
+					     "user and assistant messages only, not '%s'", i, r);
+		}
+	}
+	return 0;
+}
+
+/* The other [INST] templates: an optional system message, then user and assistant
+ * alternating, ending on the user's. Where the system message goes: Llama 2 <<SYS>> and
+ * Mistral's first template and v1 in the first user message, v3 in the last one. */
 static int inst_like(int t, const ringlm_chat_msg *m, int n, sbuf *o)
 {
 	const char *sys = NULL;
-	const bool l2 = t == RINGLM_CHAT_LLAMA2;
 	int i = 0;
+	if (strcmp(m[n - 1].role, "user"))
+		return client_seterr(-EINVAL, "the last message must be the user's");
+	if (t == RINGLM_CHAT_MISTRAL_V7)
+		return mistral_v7(m, n, o);
 	if (n > 0 && !strcmp(m[0].role, "system")) {
 		sys = m[0].content;
 		i = 1;
 	}
 	if (i >= n)
 		return client_seterr(-EINVAL, "messages need at least one user message");
-	for (int k = 0; i < n; i++, k++) {
-		const char *want = k % 2 == 0 ? "user" : "assistant";
-		if (strcmp(m[i].role, want))
+	for (int j = i, k = 0; j < n; j++, k++)
+		if (strcmp(m[j].role, k % 2 == 0 ? "user" : "assistant"))
 			return client_seterr(-EINVAL, "the %s template needs user and assistant messages to "
 					     "alternate (after one optional system message)",
-					     l2 ? "llama2" : "mistral");
+					     ringlm_chat_template_name(t));
+	const bool v3 = t == RINGLM_CHAT_MISTRAL_V3 || t == RINGLM_CHAT_MISTRAL_V3_TEKKEN;
+	for (int k = 0; i < n; i++, k++) {
+		const char *c = m[i].content;
+		const bool with_sys = sys && (v3 ? i == n - 1 : k == 0);
 		if (k % 2 == 0) {
-			add(o, k == 0 ? "[INST] " : l2 ? "<s>[INST] " : "[INST] ");
-			if (k == 0 && sys) {
-				if (l2) {
-					add(o, "<<SYS>>\n");
-					add(o, sys);
-					add(o, "\n<</SYS>>\n\n");
-				} else {
-					add(o, sys);
-					add(o, "\n\n");
-				}
+			switch (t) {
+			case RINGLM_CHAT_LLAMA2: /* strips the turn's whole text, <<SYS>> block included */
+				add(o, k == 0 ? "[INST] " : "<s>[INST] ");
+				add_stripped(o, (const char *[]){with_sys ? "<<SYS>>\n" : "",
+								 with_sys ? sys : "",
+								 with_sys ? "\n<</SYS>>\n\n" : "", c}, 4);
+				add(o, " [/INST]");
+				continue;
+			case RINGLM_CHAT_MISTRAL_V1:
+				add(o, " [INST] ");
+				break;
+			case RINGLM_CHAT_MISTRAL_V3_TEKKEN:
+				add(o, "[INST]");
+				break;
+			default:
+				add(o, "[INST] ");
 			}
-			if (l2) /* Llama 2 strips the turn's whole text (the <<SYS>> block included) */
-				add_trimmed(o, m[i].content, !(k == 0 && sys));
-			else
-				add(o, m[i].content);
-			add(o, " [/INST]");
+			if (with_sys) {
+				add(o, sys);
+				add(o, "\n\n");
+			}
+			add(o, c);
+			add(o, v3 ? "[/INST]" : " [/INST]");
 		} else {
-			if (l2) {
+			if (t == RINGLM_CHAT_LLAMA2) {
 				add(o, " ");
-				add_trimmed(o, m[i].content, true);
+				add_trimmed(o, c, true);
 				add(o, " </s>");
-			} else {
-				add(o, m[i].content);
-				add(o, "</s>");
+				continue;
 			}
+			if (t == RINGLM_CHAT_MISTRAL_V1 || t == RINGLM_CHAT_MISTRAL_V3)
+				add(o, " ");
+			if (t == RINGLM_CHAT_MISTRAL_V3)
+				add_trimmed(o, c, true);
+			else
+				add(o, c);
+			add(o, "</s>");
 		}
 	}
-	if (strcmp(m[n - 1].role, "user"))
-		return client_seterr(-EINVAL, "the last message must be the user's");
 	return 0;
 }
 
@@ -265,6 +345,10 @@ int ringlm_chat_format(int t, const ringlm_chat_msg *m, int n, char **text)
 		break;
 	case RINGLM_CHAT_LLAMA2:
 	case RINGLM_CHAT_MISTRAL:
+	case RINGLM_CHAT_MISTRAL_V1:
+	case RINGLM_CHAT_MISTRAL_V3:
+	case RINGLM_CHAT_MISTRAL_V3_TEKKEN:
+	case RINGLM_CHAT_MISTRAL_V7:
 		err = inst_like(t, m, n, &o);
 		break;
 	default:

@@ -227,7 +227,9 @@ const char *ringlm_errdetail(void);
  * says so; markers between turns ("</s><s>", "<|eot_id|>") are text that the tokenizer of a
  * GGUF model maps to their special tokens. For conversations of system, user and assistant
  * messages ending on the user's, the token ids equal those of the model's own template
- * rendered by Jinja (Llama 3's and Qwen3's, tests/test_gguf_vocab.c); Qwen3's reasoning
+ * rendered by Jinja (Llama 3's, Qwen3's, Llama 2's and the five Mistral ones,
+ * tests/test_gguf_vocab.c; where Mistral's first template refuses a system message, ringlm
+ * writes it as "v1" does, before the first user message); Qwen3's reasoning
  * ("</think>" in an assistant message) and tool messages are not handled. */
 typedef struct ringlm_chat_msg {
 	const char *role;     /* "system", "user", "assistant" (others are written as named) */
@@ -239,11 +241,16 @@ enum ringlm_chat_template {
 	RINGLM_CHAT_CHATML = 1,
 	RINGLM_CHAT_LLAMA2 = 2,
 	RINGLM_CHAT_LLAMA3 = 3,
-	RINGLM_CHAT_MISTRAL = 4,
+	RINGLM_CHAT_MISTRAL = 4,        /* Mistral 7B Instruct v0.1/v0.2's first template */
+	RINGLM_CHAT_MISTRAL_V1 = 5,     /* Mistral's "v1" (" [INST] ", the system message first) */
+	RINGLM_CHAT_MISTRAL_V3 = 6,     /* "v3" (Mistral 7B v0.3, Large 2407: "[INST] x[/INST]") */
+	RINGLM_CHAT_MISTRAL_V3_TEKKEN = 7, /* "v3-tekken" (Mistral Nemo: "[INST]x[/INST]") */
+	RINGLM_CHAT_MISTRAL_V7 = 8,     /* "v7" (Mistral Large 2411: "[SYSTEM_PROMPT] x[/SYSTEM_PROMPT]") */
 };
 
-/* Template by name ("chatml", "llama2"/"llama-2", "llama3"/"llama-3", "mistral", "plain");
- * -EINVAL when unknown. */
+/* Template by name ("chatml", "llama2"/"llama-2", "llama3"/"llama-3", "mistral",
+ * "mistral-v1", "mistral-v3", "mistral-v3-tekken", "mistral-v7", "plain"); -EINVAL when
+ * unknown. */
 int ringlm_chat_template_by_name(const char *name);
 /* Its name ("?" when not a template); the names accepted ("chatml, llama2, ..."). */
 const char *ringlm_chat_template_name(int tpl);

@@ -532,6 +532,8 @@ static const char *const conversations[][11] = {
      "\u3000ideographic space\u3000", NULL},
     {"user", "写一个函数 😀\n```c\nint main(void) { return 0; }\n```\n", NULL},
     {"user", "one", "assistant", "two", "user", "three", "assistant", "four", "user", "five", NULL},
+    {"system", "  Spaces around the system message. ", "user", "", NULL},
+    {"user", " \t ", NULL},
 };
 
 Test(gguf_vocab, chat_formatting_equals_the_real_templates_rendered_by_jinja, .timeout = 600)
@@ -605,4 +607,105 @@ Test(gguf_vocab, chat_formatting_equals_the_real_templates_rendered_by_jinja, .t
     json_decref(out);
     cr_log_info("%d conversations formatted as the models' own templates", compared);
     cr_assert_eq(compared, (int)(nv * nconv));
+}
+
+/* Llama 2's and the five Mistral templates: the real Jinja text of each (copied with its source
+ * into tests/node/chat_templates.json: Meta's, and the ones llama.cpp's tests and model
+ * templates carry in the source node-llama-cpp ships) is matched to its built-in formatter,
+ * and that formatter's text and tokens (Llama 2's vocabulary) equal the template rendered by
+ * @huggingface/jinja, on every conversation the template accepts. */
+Test(gguf_vocab, llama2_and_mistral_formatting_equals_their_real_templates, .timeout = 600)
+{
+    skip_without_oracles();
+    static const char *const names[] = {"llama2",     "mistral",           "mistral-v1",
+                                        "mistral-v3", "mistral-v3-tekken", "mistral-v7"};
+    const size_t nt = sizeof names / sizeof names[0], nconv = sizeof conversations / sizeof conversations[0];
+    char tpath[600];
+    snprintf(tpath, sizeof tpath, "%s/chat_templates.json", node_dir());
+    json_error_t je;
+    json_t *all = json_load_file(tpath, 0, &je);
+    cr_assert_not_null(all, "%s: %s", tpath, je.text);
+    json_t *tpls = json_object_get(all, "templates"), *job_tpls = json_array();
+    for (size_t i = 0; i < nt; i++) {
+        const char *jinja = NULL;
+        for (size_t k = 0; k < json_array_size(tpls); k++)
+            if (!strcmp(json_string_value(json_object_get(json_array_get(tpls, k), "ringlm")), names[i]))
+                jinja = json_string_value(json_object_get(json_array_get(tpls, k), "template"));
+        cr_assert_not_null(jinja, "%s: no template \"%s\"", tpath, names[i]);
+        int want = ringlm_chat_template_by_name(names[i]), got = ringlm_chat_template_match(jinja);
+        cr_assert_eq(got, want, "%s's real template is matched as %s (%s)", names[i],
+                     ringlm_chat_template_name(got), got < 0 ? ringlm_errdetail() : "");
+        json_array_append_new(job_tpls, json_string(names[i]));
+    }
+    json_decref(all);
+
+    json_t *convs = json_array();
+    for (size_t c = 0; c < nconv; c++) {
+        json_t *msgs = json_array();
+        for (int k = 0; conversations[c][k]; k += 2)
+            json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", conversations[c][k],
+                                                  "content", conversations[c][k + 1]));
+        json_array_append_new(convs, msgs);
+    }
+    json_t *job = json_pack("{s:o, s:o}", "templates", job_tpls, "conversations", convs);
+    char jpath[600], opath[600], cmd[2000];
+    snprintf(jpath, sizeof jpath, "%s/chat-inst.json", tmpdir);
+    snprintf(opath, sizeof opath, "%s/chat-inst-out.json", tmpdir);
+    cr_assert_eq(json_dump_file(job, jpath, 0), 0);
+    json_decref(job);
+    snprintf(cmd, sizeof cmd, "node '%s/chat.mjs' '%s' > '%s'", node_dir(), jpath, opath);
+    cr_assert_eq(system(cmd), 0, "the Jinja oracle failed: %s", cmd);
+    json_t *out = json_loads(text_of(opath), 0, &je);
+    cr_assert_not_null(out, "%s: %s", opath, je.text);
+
+    real_vocab rv = {"llama2", "vocab-llama2", false, ""};
+    build_real(&rv);
+    tok_tokenizer *t;
+    cr_assert_eq(tok_load(rv.gguf, 0, &t), 0, "%s", tok_errmsg());
+    cr_assert(tok_add_bos(t));
+    int compared = 0, refused = 0;
+    for (size_t i = 0; i < nt; i++) {
+        int tpl = ringlm_chat_template_by_name(names[i]);
+        json_t *res = json_array_get(out, i);
+        const char *bos = json_string_value(json_object_get(res, "bos"));
+        cr_assert_str_eq(tok_piece(t, tok_bos(t)), bos);
+        for (size_t c = 0; c < nconv; c++) {
+            ringlm_chat_msg m[5];
+            int n = 0;
+            for (int k = 0; conversations[c][k]; k += 2, n++)
+                m[n] = (ringlm_chat_msg){conversations[c][k], conversations[c][k + 1]};
+            json_t *w = json_array_get(json_object_get(res, "texts"), c);
+            char *text;
+            cr_assert_eq(ringlm_chat_format(tpl, m, n, &text), 0, "%s, conversation %zu: %s",
+                         names[i], c, ringlm_errdetail());
+            if (json_is_null(w)) { /* the real template refuses it (Mistral's first: a system
+                                    * message); ringlm writes it the v1 way */
+                refused++;
+                free(text);
+                continue;
+            }
+            const char *want = json_string_value(w);
+            cr_assert(!strncmp(want, bos, strlen(bos)), "%s: the template does not start with BOS",
+                      names[i]);
+            cr_assert_str_eq(text, want + strlen(bos), "%s, conversation %zu:\nringlm \"%s\"\njinja  \"%s\"",
+                             names[i], c, text, want + strlen(bos));
+            int32_t a[1024], b[1024];
+            int na = tok_encode(t, text, true, false, a, 1024);
+            int nb = tok_encode(t, want, false, false, b, 1024);
+            cr_assert(na > 0 && na == nb && !memcmp(a, b, (size_t)na * sizeof *a),
+                      "%s, conversation %zu: %d tokens vs Jinja's %d", names[i], c, na, nb);
+            free(text);
+            compared++;
+        }
+    }
+    tok_free(t);
+    json_decref(out);
+    cr_log_info("%d conversations formatted as the real Llama 2 and Mistral templates; %d refused by "
+                "the template", compared, refused);
+    int with_system = 0;
+    for (size_t c = 0; c < nconv; c++)
+        with_system += !strcmp(conversations[c][0], "system");
+    cr_assert_eq(refused, with_system, "only Mistral's first template refuses, and only the "
+                 "system messages");
+    cr_assert_eq(compared + refused, (int)(nt * nconv));
 }
