@@ -20,12 +20,17 @@
 # Q4_K_M is mostly Q8_0 (ringlm-mkmodel prints which).
 # --keep DIR keeps the files and the per-run results there; a later run with the same DIR reuses
 # the files and adds its runs to the medians. Needs jq. Exit 77 when jq is missing.
+# After the medians: the spread (min-max over the runs) of each figure, and issue 14's goals
+# per shape with their ratios — Q8_0 batch-1 decode >= 1.6x ringlm's own F32, at 32 sequences
+# >= 1.2x llama.cpp's aggregate decode on the same file, at batch 1 >= 0.9x llama.cpp's — each
+# "met" or "MISSED" (needs F32 and Q8_0 in --types). The load average is printed at the start
+# and the end: figures taken on a busy machine are indicative only.
 set -eu
 cd "$(dirname "$0")/.."
 B=${B:-build}
 SHAPES=stories15M TYPES=F32,F16,Q8_0,Q4_K_M THREADS=2 RUNS=3 KEEP=
 LLAMA_BIN=${LLAMA_CPP_BIN:-/work/llama.cpp/build/bin}
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --shapes) SHAPES=$2; shift 2 ;;
@@ -49,11 +54,14 @@ else
   LB=
 fi
 
+echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
+t0=$(date +%s)
 dir=${KEEP:-$(mktemp -d)}
 mkdir -p "$dir"
 [ -n "$KEEP" ] || trap 'rm -rf "$dir"' EXIT
 
 median() { sort -g | awk '{a[NR] = $1} END {if (NR == 0) print "-"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+spread() { sort -g | awk 'NR == 1 {lo = $1} {hi = $1} END {if (NR == 0) print "-"; else printf "%.1f-%.1f", lo, hi}'; }
 
 files=()
 for shape in ${SHAPES//,/ }; do
@@ -87,28 +95,59 @@ printf '\n%-22s | %-44s | %-30s | %s\n' "" "ringlm (medians of $RUNS, $THREADS t
   "llama.cpp (same file, $THREADS thr.)" "ringlm / llama.cpp"
 printf '%-22s | %7s %7s %7s %8s %5s %6s | %7s %7s %7s %6s | %5s %5s %5s\n' "file" "dec@1" "dec@8" \
   "dec@32" "prefill" "loadms" "RSSMiB" "dec@1" "dec@8" "dec@32" "pp" "@1" "@8" "@32"
+f1() { case "$1" in -|""|null) echo - ;; *) printf '%.1f' "$1" ;; esac; }
+ratio() { case "$1$2" in *-*|*null*|"") echo -; return ;; esac; awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+declare -A MED # MED[base:ringlm:N], MED[base:llama:N]: the medians, for the goals
+spreads=()
 for f in "${files[@]}"; do
   base=$(basename "$f" .gguf)
   r="$dir/$base.ringlm.jsonl" l="$dir/$base.llama.jsonl"
-  rd=() ld=()
+  rd=() ld=() rs=() ls=()
   for n in 1 8 32; do
     rd+=("$(jq -r ".decode_tok_s.\"$n\"" "$r" | median)")
+    rs+=("$(jq -r ".decode_tok_s.\"$n\"" "$r" | spread)")
     if [ -s "$l" ]; then
       ld+=("$(jq -r "select(.pl == $n) | .speed_tg" "$l" | median)")
+      ls+=("$(jq -r "select(.pl == $n) | .speed_tg" "$l" | spread)")
     else
-      ld+=(-)
+      ld+=(-) ls+=(-)
     fi
+    MED[$base:ringlm:$n]=${rd[-1]} MED[$base:llama:$n]=${ld[-1]}
   done
   pre=$(jq -r .prefill_tok_s "$r" | median)
   load=$(jq -r .load_ms "$r" | median)
   rss=$(jq -r .rss_mib "$r" | median)
   pp=-
   [ -s "$l" ] && pp=$(jq -r 'select(.pl == 1) | .speed_pp' "$l" | median)
-  f1() { [ "$1" = - ] && echo - || printf '%.1f' "$1"; }
-  ratio() { [ "$2" = - ] && { echo -; return; }; awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
-  printf '%-22s | %7.1f %7.1f %7.1f %8.1f %5.0f %6.1f | %7s %7s %7s %6s | %5s %5s %5s\n' "$base" \
-    "${rd[0]}" "${rd[1]}" "${rd[2]}" "$pre" "$load" "$rss" \
+  printf '%-22s | %7s %7s %7s %8s %5s %6s | %7s %7s %7s %6s | %5s %5s %5s\n' "$base" \
+    "$(f1 "${rd[0]}")" "$(f1 "${rd[1]}")" "$(f1 "${rd[2]}")" "$(f1 "$pre")" "$(f1 "$load")" "$(f1 "$rss")" \
     "$(f1 "${ld[0]}")" "$(f1 "${ld[1]}")" "$(f1 "${ld[2]}")" "$(f1 "$pp")" \
     "$(ratio "${rd[0]}" "${ld[0]}")" "$(ratio "${rd[1]}" "${ld[1]}")" "$(ratio "${rd[2]}" "${ld[2]}")"
+  spreads+=("$(printf '%-22s | %-13s %-13s %-13s | %-13s %-13s %-13s' "$base" "${rs[@]}" "${ls[@]}")")
 done
 echo "(prefill: ringlm's engine_bench prefill rows; pp: llama.cpp's 32-token prompt at 1 sequence)"
+
+printf '\nspread over the runs (min-max decode tok/s)\n%-22s | %-13s %-13s %-13s | %-13s %-13s %-13s\n' \
+  "file" "ringlm @1" "ringlm @8" "ringlm @32" "llama.cpp @1" "llama.cpp @8" "llama.cpp @32"
+printf '%s\n' "${spreads[@]}"
+
+printf '\ngoals (issue 14), on the medians\n'
+goal() { # label value want
+  local v=$2
+  if [ "$v" = - ]; then
+    printf '  %-58s %6s  (not measured)\n' "$1" -
+  else
+    printf '  %-58s %6s  %s (goal >= %s)\n' "$1" "$v" \
+      "$(awk -v v="$v" -v w="$3" 'BEGIN {print (v >= w) ? "met" : "MISSED"}')" "$3"
+  fi
+}
+for shape in ${SHAPES//,/ }; do
+  q=$shape-Q8_0 f=$shape-F32
+  goal "$shape: Q8_0 / ringlm F32, decode at 1 sequence" \
+    "$(ratio "${MED[$q:ringlm:1]:--}" "${MED[$f:ringlm:1]:--}")" 1.6
+  goal "$shape: Q8_0 / llama.cpp Q8_0, aggregate decode at 32" \
+    "$(ratio "${MED[$q:ringlm:32]:--}" "${MED[$q:llama:32]:--}")" 1.2
+  goal "$shape: Q8_0 / llama.cpp Q8_0, decode at 1 sequence" \
+    "$(ratio "${MED[$q:ringlm:1]:--}" "${MED[$q:llama:1]:--}")" 0.9
+done
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg); $(( $(date +%s) - t0 )) s"

@@ -10,6 +10,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -420,43 +421,201 @@ SIMD static float dot_simd(int type, const void *row, const float *x, int64_t k)
 /* ---- dispatch ----------------------------------------------------------------------- */
 
 static pthread_once_t simd_once = PTHREAD_ONCE_INIT;
-static bool simd_ok;
-static _Atomic bool force_portable;
+static int isa_best;             /* Q_ISA_* of this CPU */
+static _Atomic int isa_cap = Q_ISA_AVX512;
 
 static void simd_probe(void)
 {
     __builtin_cpu_init();
-    simd_ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-              __builtin_cpu_supports("f16c");
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        isa_best = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                           __builtin_cpu_supports("avx512vnni")
+                       ? Q_ISA_AVX512
+                       : Q_ISA_AVX2;
     const char *env = getenv("RINGLM_QUANT_PORTABLE");
     if (env && *env && strcmp(env, "0") != 0)
-        force_portable = true;
+        isa_cap = Q_ISA_PORTABLE;
+    env = getenv("RINGLM_QUANT_NO_AVX512");
+    if (env && *env && strcmp(env, "0") != 0 && isa_cap > Q_ISA_AVX2)
+        isa_cap = Q_ISA_AVX2;
+}
+
+int q_isa(void)
+{
+    pthread_once(&simd_once, simd_probe);
+    return isa_best < isa_cap ? isa_best : isa_cap;
+}
+
+int q_isa_cap(int cap)
+{
+    pthread_once(&simd_once, simd_probe);
+    return atomic_exchange(&isa_cap, cap);
+}
+
+const char *q_isa_name(int isa)
+{
+    return isa >= Q_ISA_AVX512 ? "avx512-vnni" : isa == Q_ISA_AVX2 ? "avx2-fma" : "portable";
 }
 
 bool q_force_portable(bool on)
 {
-    pthread_once(&simd_once, simd_probe);
-    bool was = force_portable;
-    force_portable = on;
-    return was;
+    return q_isa_cap(on ? Q_ISA_PORTABLE : Q_ISA_AVX512) == Q_ISA_PORTABLE;
 }
 
-bool q_simd_active(void)
-{
-    pthread_once(&simd_once, simd_probe);
-    return simd_ok && !force_portable;
-}
+bool q_simd_active(void) { return q_isa() > Q_ISA_PORTABLE; }
 
 float q_dot(int type, const void *row, const float *x, int64_t k)
 {
     return q_simd_active() ? dot_simd(type, row, x, k) : dot_portable(type, row, x, k);
 }
 
+#define FUSED_MAX_ROWS Q_FUSED_MAX_ROWS
+/* Q8_0's integer path runs up to Q_Q8_INT_MAX_ROWS rows: groups of up to Q8_GROUP_ROWS rows
+ * (the accumulators in registers) over tiles of Q8_TILE weight rows (kept in L1/L2 while
+ * every group passes over them). */
+#define Q8_GROUP_ROWS 8
+#define Q8_TILE 16
+
+/* ---- Q8_0 decode: activations quantized to 8 bits, integer dots ----------------------- */
+
+/* For Q8_0 weights the fused path quantizes each activation row the way llama.cpp does for
+ * this type: per 32 elements, scale d = max|x| / 127 (kept as f16, as a Q8_0 block keeps it)
+ * and q = x * 127 / max|x| rounded to nearest even. A block's product is then d_w * d_x *
+ * sum q_w q_x: the integer sum is exact, so the three paths (portable, AVX2, AVX-512 VNNI)
+ * differ only in the order they add the per-block floats. */
+typedef struct xq8 {
+    int8_t *q;  /* rows x k */
+    float *d;   /* rows x k/32 */
+} xq8;
+
+static float xq8_scale(float amax, float *id)
+{
+    *id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    return q_f16_to_f32(q_f32_to_f16(amax / 127.0f));
+}
+
+static void xq8_row_portable(const float *x, int8_t *q, float *d, int64_t k)
+{
+    for (int64_t b = 0; b < k / 32; b++, x += 32, q += 32) {
+        float amax = 0.0f, id;
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(x[j]));
+        d[b] = xq8_scale(amax, &id);
+        for (int j = 0; j < 32; j++)
+            q[j] = (int8_t)nearbyintf(x[j] * id);
+    }
+}
+
+SIMD static void xq8_row_avx2(const float *x, int8_t *q, float *d, int64_t k)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < k / 32; b++, x += 32, q += 32) {
+        __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+        __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                                 _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        float id;
+        d[b] = xq8_scale(_mm_cvtss_f32(h), &id);
+        const __m256 vid = _mm256_set1_ps(id);
+        const int rnd = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+        __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, vid), rnd));
+        __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, vid), rnd));
+        __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, vid), rnd));
+        __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, vid), rnd));
+        /* packs work within 128-bit lanes: the permute puts the 32 bytes back in order */
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+        _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(p, perm));
+    }
+}
+
+static void q8_rows_portable(const blk_q8_0 *w, int n, int64_t k, const xq8 *x, int rows,
+                             float beta, float *y, int ld_y)
+{
+    const int64_t nb = k / 32;
+    for (int i = 0; i < n; i++, w += nb)
+        for (int r = 0; r < rows; r++) {
+            const int8_t *xq = x->q + (size_t)r * k;
+            const float *xd = x->d + (size_t)r * nb;
+            float sum = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                int s = 0;
+                for (int j = 0; j < 32; j++)
+                    s += w[b].qs[j] * xq[b * 32 + j];
+                sum += q_f16_to_f32(w[b].d) * xd[b] * (float)s;
+            }
+            float *yr = y + (size_t)r * ld_y + i;
+            *yr = beta == 0.0f ? sum : beta * *yr + sum;
+        }
+}
+
+/* The rows' products with each weight row: acc[r] += d_w d_x[r] * (w . x[r]) per block; DOT
+ * gives the 8 int32 partial sums of |w| (unsigned) times x[r] with w's sign. R is a constant
+ * in each expansion (1..Q8_GROUP_ROWS), so the accumulators stay in registers. */
+#define Q8_ROWS_KERNEL(name, attr, DOT)                                                      \
+    attr static inline __attribute__((always_inline)) void name##_r(                          \
+        const blk_q8_0 *w, int n, int64_t k, const xq8 *x, float beta, float *y, int ld_y,    \
+        const int R)                                                                          \
+    {                                                                                         \
+        const int64_t nb = k / 32;                                                            \
+        for (int i = 0; i < n; i++, w += nb) {                                                \
+            __m256 acc[Q8_GROUP_ROWS];                                                        \
+            for (int r = 0; r < R; r++)                                                       \
+                acc[r] = _mm256_setzero_ps();                                                 \
+            for (int64_t b = 0; b < nb; b++) {                                                \
+                const __m256i wq = _mm256_loadu_si256((const __m256i *)w[b].qs);              \
+                const __m256i aw = _mm256_sign_epi8(wq, wq);                                  \
+                const float dw = _cvtsh_ss(w[b].d);                                           \
+                for (int r = 0; r < R; r++) {                                                 \
+                    const __m256i xq = _mm256_loadu_si256(                                    \
+                        (const __m256i *)(x->q + (size_t)r * k + b * 32));                     \
+                    const __m256i p = DOT(aw, _mm256_sign_epi8(xq, wq));                      \
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),                           \
+                                             _mm256_set1_ps(dw * x->d[(size_t)r * nb + b]),   \
+                                             acc[r]);                                         \
+                }                                                                             \
+            }                                                                                 \
+            for (int r = 0; r < R; r++) {                                                     \
+                float *yr = y + (size_t)r * ld_y + i, sum = hsum8(acc[r]);                    \
+                *yr = beta == 0.0f ? sum : beta * *yr + sum;                                  \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+    attr static void name(const blk_q8_0 *w, int n, int64_t k, const xq8 *x, int rows,        \
+                          float beta, float *y, int ld_y)                                     \
+    {                                                                                         \
+        switch (rows) {                                                                       \
+        case 1: name##_r(w, n, k, x, beta, y, ld_y, 1); break;                                \
+        case 2: name##_r(w, n, k, x, beta, y, ld_y, 2); break;                                \
+        case 3: name##_r(w, n, k, x, beta, y, ld_y, 3); break;                                \
+        case 4: name##_r(w, n, k, x, beta, y, ld_y, 4); break;                                \
+        case 5: name##_r(w, n, k, x, beta, y, ld_y, 5); break;                                \
+        case 6: name##_r(w, n, k, x, beta, y, ld_y, 6); break;                                \
+        case 7: name##_r(w, n, k, x, beta, y, ld_y, 7); break;                                \
+        default: name##_r(w, n, k, x, beta, y, ld_y, 8); break;                               \
+        }                                                                                     \
+    }
+
+SIMD static inline __m256i dot_u8s8_avx2(__m256i a, __m256i b)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+}
+
+#define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+VNNI static inline __m256i dot_u8s8_vnni(__m256i a, __m256i b)
+{
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
+}
+
+Q8_ROWS_KERNEL(q8_rows_avx2, SIMD, dot_u8s8_avx2)
+Q8_ROWS_KERNEL(q8_rows_vnni, VNNI, dot_u8s8_vnni)
+
 /* ---- matmul ------------------------------------------------------------------------- */
 
-/* Up to this many activation rows, each weight row is read once and dotted with every
- * row in place (decode); above it, tiles are dequantized for SGEMM (prefill). */
-#define FUSED_MAX_ROWS 4
 /* A dequantized tile stays within ~256 KiB (the L2 of the cores it runs on). */
 #define TILE_FLOATS (64 * 1024)
 
@@ -515,9 +674,39 @@ static void matmul_fused(int type, const void *w, int n, int k, const float *x, 
     }
 }
 
+/* Q8_0 weights, up to Q_Q8_INT_MAX_ROWS rows: the activations quantized (xq8) into this thread's tile buffer,
+ * then integer dots. Returns false when there is no memory for them. */
+static bool matmul_q8(const void *w, int n, int k, const float *x, int rows, float beta,
+                      float *y, int ld_y)
+{
+    const size_t nb = (size_t)k / 32;
+    float *buf = tile_get((size_t)rows * (nb + (size_t)k / 4));
+    if (!buf)
+        return false;
+    xq8 xq = {.d = buf, .q = (int8_t *)(buf + (size_t)rows * nb)};
+    const int isa = q_isa();
+    for (int r = 0; r < rows; r++)
+        (isa ? xq8_row_avx2 : xq8_row_portable)(x + (size_t)r * k, xq.q + (size_t)r * k,
+                                                  xq.d + (size_t)r * nb, k);
+    void (*kern)(const blk_q8_0 *, int, int64_t, const xq8 *, int, float, float *, int) =
+        isa >= Q_ISA_AVX512 ? q8_rows_vnni : isa == Q_ISA_AVX2 ? q8_rows_avx2 : q8_rows_portable;
+    const blk_q8_0 *wb = w;
+    for (int i0 = 0; i0 < n; i0 += Q8_TILE) {
+        const int m = n - i0 < Q8_TILE ? n - i0 : Q8_TILE;
+        for (int r0 = 0; r0 < rows; r0 += Q8_GROUP_ROWS) {
+            const int g = rows - r0 < Q8_GROUP_ROWS ? rows - r0 : Q8_GROUP_ROWS;
+            xq8 part = {.q = xq.q + (size_t)r0 * k, .d = xq.d + (size_t)r0 * nb};
+            kern(wb + (size_t)i0 * nb, m, k, &part, g, beta, y + (size_t)r0 * ld_y + i0, ld_y);
+        }
+    }
+    return true;
+}
+
 void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, float beta,
               float *y, int ld_y)
 {
+    if (type == Q_Q8_0 && rows <= Q_Q8_INT_MAX_ROWS && matmul_q8(w, n, k, x, rows, beta, y, ld_y))
+        return;
     if (rows <= FUSED_MAX_ROWS) {
         matmul_fused(type, w, n, k, x, rows, beta, y, ld_y);
         return;
