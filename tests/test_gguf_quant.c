@@ -4,8 +4,8 @@
  * each quantizer reconstructs within its type's error; the fused dot of the AVX2 path and
  * of the portable path agree with the dot of the dequantized row within the stated
  * tolerance (1e-5 x sum |w x|); the batched (dequantized tile + SGEMM) and fused matmuls
- * give the same products (Q8_0's fused one with 8-bit activations within its stated bound);
- * the Q8_0 integer paths (portable, AVX2, AVX-512 VNNI) agree.
+ * give the same products (Q8_0's, Q4_K's and Q6_K's integer ones with 8-bit activations within
+ * their stated bound); the integer paths (portable, AVX2, AVX-512 VNNI) agree.
  */
 #include "kernels/cpu/quant.h"
 
@@ -161,7 +161,8 @@ Test(gguf_quant, tiled_sgemm_and_fused_matmul_give_the_same_products)
                         ref += (double)dq[j] * x[(size_t)r * k + j];
                         mag += fabs((double)dq[j] * x[(size_t)r * k + j]);
                     }
-                    if (types[t] == Q_Q8_0 && rows <= Q_Q8_INT_MAX_ROWS)
+                    if ((types[t] == Q_Q8_0 || types[t] == Q_Q4_K || types[t] == Q_Q6_K) &&
+                        rows <= Q_INT_MAX_ROWS)
                         mag = mag * 1e-5 + q8_act_bound(dq, x + (size_t)r * k, k);
                     else
                         mag *= 1e-5;
@@ -179,58 +180,73 @@ Test(gguf_quant, tiled_sgemm_and_fused_matmul_give_the_same_products)
     free(q);
 }
 
-/* Q8_0's integer matmul on each instruction set this CPU has: the same products as the
- * portable path within 1e-5 x sum |w x|, at row counts across its groups of 8 and weight
- * tiles of 16 (n = 67 ends in a partial tile), with beta 0 and 1, on
- * activations of very different sizes per block (and an all-zero block). */
-Test(gguf_quant, q8_0_integer_paths_agree_on_every_instruction_set)
+/* The integer matmul (Q8_0, Q4_K, Q6_K) on each instruction set this CPU has: the same
+ * products as the portable path within 1e-5 x sum |w x|, at row counts across its groups of 8
+ * and weight tiles of 16 (n = 67 ends in a partial tile), with beta 0 and 1, on activations
+ * of very different sizes per block (and an all-zero block). */
+Test(gguf_quant, integer_paths_agree_on_every_instruction_set)
 {
-    const int n = 67, k = 1024, R = Q_Q8_INT_MAX_ROWS;
+    const int n = 67, k = 1024, R = Q_INT_MAX_ROWS;
+    static const int itypes[] = {Q_Q8_0, Q_Q4_K, Q_Q6_K};
+    static const char *const inames[] = {"Q8_0", "Q4_K", "Q6_K"};
     float *w = malloc((size_t)n * k * sizeof *w), *x = malloc((size_t)R * k * sizeof *x);
     float *want = malloc((size_t)R * n * sizeof *want);
     float *got = malloc((size_t)R * n * sizeof *got), *dq = malloc(k * sizeof *dq);
-    size_t rb = q_row_bytes(Q_Q8_0, k);
-    unsigned char *q = malloc(rb * n);
+    unsigned char *q = malloc(q_row_bytes(Q_F32, k) * n);
     for (size_t i = 0; i < (size_t)n * k; i++)
         w[i] = frand();
     for (size_t i = 0; i < (size_t)R * k; i++)
         x[i] = frand() * (float)(1 << (i / 32 % 12)) * 1e-2f;
     for (int j = 64; j < 96; j++)
         x[j] = 0.0f;
-    for (int i = 0; i < n; i++)
-        q_quantize_row(Q_Q8_0, w + (size_t)i * k, q + i * rb, k);
     int best = q_isa(), was = q_isa_cap(Q_ISA_PORTABLE), checked = 0;
-    static const int rows_cases[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, Q_Q8_INT_MAX_ROWS};
-    for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++)
-        for (int beta = 0, rows = rows_cases[rc]; beta <= 1; beta++) {
-            q_isa_cap(Q_ISA_PORTABLE);
-            for (int i = 0; i < rows * n; i++)
-                want[i] = 0.5f;
-            q_matmul(Q_Q8_0, q, n, k, x, rows, (float)beta, want, n);
-            for (int isa = Q_ISA_AVX2; isa <= best; isa++) {
-                q_isa_cap(isa);
-                cr_assert_eq(q_isa(), isa);
+    static const int rows_cases[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, Q_INT_MAX_ROWS};
+    for (size_t t = 0; t < sizeof itypes / sizeof itypes[0]; t++) {
+        const size_t rb = q_row_bytes(itypes[t], k);
+        for (int i = 0; i < n; i++)
+            q_quantize_row(itypes[t], w + (size_t)i * k, q + i * rb, k);
+        for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++)
+            for (int beta = 0, rows = rows_cases[rc]; beta <= 1; beta++) {
+                q_isa_cap(Q_ISA_PORTABLE);
                 for (int i = 0; i < rows * n; i++)
-                    got[i] = 0.5f;
-                q_matmul(Q_Q8_0, q, n, k, x, rows, (float)beta, got, n);
-                for (int i = 0; i < n; i++) {
-                    q_dequant_row(Q_Q8_0, q + i * rb, dq, k);
-                    for (int r = 0; r < rows; r++) {
-                        double mag = 0.5 * beta;
-                        for (int j = 0; j < k; j++)
-                            mag += fabs((double)dq[j] * x[(size_t)r * k + j]);
-                        cr_assert_leq(fabs(got[r * n + i] - want[r * n + i]), 1e-5 * mag,
-                                      "%s rows=%d beta=%d: y[%d][%d] = %.9g, portable %.9g",
-                                      q_isa_name(isa), rows, beta, r, i, (double)got[r * n + i],
-                                      (double)want[r * n + i]);
+                    want[i] = 0.5f;
+                q_matmul(itypes[t], q, n, k, x, rows, (float)beta, want, n);
+                for (int i = 0; i < n && rc == 0 && beta == 0; i++) { /* the stated bound */
+                    q_dequant_row(itypes[t], q + i * rb, dq, k);
+                    double ref = 0, mag = 0;
+                    for (int j = 0; j < k; j++) {
+                        ref += (double)dq[j] * x[j];
+                        mag += fabs((double)dq[j] * x[j]);
                     }
+                    cr_assert_leq(fabs(want[i] - ref), 1e-5 * mag + q8_act_bound(dq, x, k),
+                                  "%s portable: y[%d] = %.9g, exact %.9g", inames[t], i,
+                                  (double)want[i], ref);
                 }
-                checked++;
+                for (int isa = Q_ISA_AVX2; isa <= best; isa++) {
+                    q_isa_cap(isa);
+                    cr_assert_eq(q_isa(), isa);
+                    for (int i = 0; i < rows * n; i++)
+                        got[i] = 0.5f;
+                    q_matmul(itypes[t], q, n, k, x, rows, (float)beta, got, n);
+                    for (int i = 0; i < n; i++) {
+                        q_dequant_row(itypes[t], q + i * rb, dq, k);
+                        for (int r = 0; r < rows; r++) {
+                            double mag = 0.5 * beta;
+                            for (int j = 0; j < k; j++)
+                                mag += fabs((double)dq[j] * x[(size_t)r * k + j]);
+                            cr_assert_leq(fabs(got[r * n + i] - want[r * n + i]), 1e-5 * mag,
+                                          "%s %s rows=%d beta=%d: y[%d][%d] = %.9g, portable "
+                                          "%.9g", inames[t], q_isa_name(isa), rows, beta, r, i,
+                                          (double)got[r * n + i], (double)want[r * n + i]);
+                        }
+                    }
+                    checked++;
+                }
             }
-        }
+    }
     q_isa_cap(was);
-    cr_log_info("Q8_0 integer path: %s and %d SIMD comparison(s) with the portable one",
-                q_isa_name(best), checked);
+    cr_log_info("integer path: %s; %d SIMD comparisons with the portable one", q_isa_name(best),
+                checked);
     if (best == Q_ISA_PORTABLE)
         cr_log_warn("no AVX2 here: only the portable path ran");
     free(w);

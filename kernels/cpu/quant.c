@@ -471,7 +471,7 @@ float q_dot(int type, const void *row, const float *x, int64_t k)
 }
 
 #define FUSED_MAX_ROWS Q_FUSED_MAX_ROWS
-/* Q8_0's integer path runs up to Q_Q8_INT_MAX_ROWS rows: groups of up to Q8_GROUP_ROWS rows
+/* Q8_0's integer path runs up to Q_INT_MAX_ROWS rows: groups of up to Q8_GROUP_ROWS rows
  * (the accumulators in registers) over tiles of Q8_TILE weight rows (kept in L1/L2 while
  * every group passes over them). */
 #define Q8_GROUP_ROWS 8
@@ -487,6 +487,7 @@ float q_dot(int type, const void *row, const float *x, int64_t k)
 typedef struct xq8 {
     int8_t *q;  /* rows x k */
     float *d;   /* rows x k/32 */
+    float *s;   /* rows x k/32: d * sum q, the block's sum as quantized (Q4_K's minimums) */
 } xq8;
 
 static float xq8_scale(float amax, float *id)
@@ -495,20 +496,25 @@ static float xq8_scale(float amax, float *id)
     return q_f16_to_f32(q_f32_to_f16(amax / 127.0f));
 }
 
-static void xq8_row_portable(const float *x, int8_t *q, float *d, int64_t k)
+static void xq8_row_portable(const float *x, int8_t *q, float *d, float *s, int64_t k)
 {
     for (int64_t b = 0; b < k / 32; b++, x += 32, q += 32) {
         float amax = 0.0f, id;
         for (int j = 0; j < 32; j++)
             amax = fmaxf(amax, fabsf(x[j]));
         d[b] = xq8_scale(amax, &id);
-        for (int j = 0; j < 32; j++)
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
             q[j] = (int8_t)nearbyintf(x[j] * id);
+            sum += q[j];
+        }
+        s[b] = d[b] * (float)sum;
     }
 }
 
-SIMD static void xq8_row_avx2(const float *x, int8_t *q, float *d, int64_t k)
+SIMD static void xq8_row_avx2(const float *x, int8_t *q, float *d, float *s, int64_t k)
 {
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     const __m256 sign = _mm256_set1_ps(-0.0f);
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int64_t b = 0; b < k / 32; b++, x += 32, q += 32) {
@@ -529,13 +535,20 @@ SIMD static void xq8_row_avx2(const float *x, int8_t *q, float *d, int64_t k)
         __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, vid), rnd));
         /* packs work within 128-bit lanes: the permute puts the 32 bytes back in order */
         __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
-        _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(p, perm));
+        p = _mm256_permutevar8x32_epi32(p, perm);
+        _mm256_storeu_si256((__m256i *)q, p);
+        __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, p), ones16);
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+        s[b] = d[b] * (float)_mm_cvtsi128_si32(s4);
     }
 }
 
-static void q8_rows_portable(const blk_q8_0 *w, int n, int64_t k, const xq8 *x, int rows,
+static void q8_rows_portable(const void *wv, int n, int64_t k, const xq8 *x, int rows,
                              float beta, float *y, int ld_y)
 {
+    const blk_q8_0 *w = wv;
     const int64_t nb = k / 32;
     for (int i = 0; i < n; i++, w += nb)
         for (int r = 0; r < rows; r++) {
@@ -547,6 +560,72 @@ static void q8_rows_portable(const blk_q8_0 *w, int n, int64_t k, const xq8 *x, 
                 for (int j = 0; j < 32; j++)
                     s += w[b].qs[j] * xq[b * 32 + j];
                 sum += q_f16_to_f32(w[b].d) * xd[b] * (float)s;
+            }
+            float *yr = y + (size_t)r * ld_y + i;
+            *yr = beta == 0.0f ? sum : beta * *yr + sum;
+        }
+}
+
+/* Q4_K: per 32-element sub-block j, x = d sc_j q - dmin m_j with q in 0..15 (unsigned, so
+ * dotted as it is); the minimums meet the quantized block sums. */
+static void q4k_rows_portable(const void *wv, int n, int64_t k, const xq8 *x, int rows,
+                              float beta, float *y, int ld_y)
+{
+    const blk_q4_k *w = wv;
+    const int64_t nb = k / QK_K, nx = k / 32;
+    for (int i = 0; i < n; i++, w += nb)
+        for (int r = 0; r < rows; r++) {
+            const int8_t *xq = x->q + (size_t)r * k;
+            const float *xd = x->d + (size_t)r * nx, *xs = x->s + (size_t)r * nx;
+            float sum = 0.0f, mins = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                const float d = q_f16_to_f32(w[b].d), dmin = q_f16_to_f32(w[b].dmin);
+                float m = 0.0f;
+                for (int j = 0; j < 8; j++) {
+                    uint8_t sc, mn;
+                    scale_min_k4(j, w[b].scales, &sc, &mn);
+                    const uint8_t *q = w[b].qs + 32 * (j / 2);
+                    const int8_t *xj = xq + b * QK_K + 32 * j;
+                    int s = 0;
+                    for (int l = 0; l < 32; l++)
+                        s += (j % 2 ? q[l] >> 4 : q[l] & 0xF) * xj[l];
+                    sum += d * sc * xd[b * 8 + j] * (float)s;
+                    m += mn * xs[b * 8 + j];
+                }
+                mins += dmin * m;
+            }
+            float *yr = y + (size_t)r * ld_y + i;
+            *yr = beta == 0.0f ? sum - mins : beta * *yr + (sum - mins);
+        }
+}
+
+/* The 6-bit value of element e (0..255) of a Q6_K block, 0..63. */
+static int q6k_q(const blk_q6_k *b, int e)
+{
+    const int h = e / 128, c = e % 128 / 32, l = e % 32;
+    const uint8_t ql = b->ql[64 * h + l + (c & 1) * 32], qh = b->qh[32 * h + l];
+    return ((c < 2 ? ql & 0xF : ql >> 4) | ((qh >> (2 * c)) & 3) << 4);
+}
+
+/* Q6_K: per 16-element sub-block g, x = d scales[g] (q - 32). */
+static void q6k_rows_portable(const void *wv, int n, int64_t k, const xq8 *x, int rows,
+                              float beta, float *y, int ld_y)
+{
+    const blk_q6_k *w = wv;
+    const int64_t nb = k / QK_K, nx = k / 32;
+    for (int i = 0; i < n; i++, w += nb)
+        for (int r = 0; r < rows; r++) {
+            const int8_t *xq = x->q + (size_t)r * k;
+            const float *xd = x->d + (size_t)r * nx;
+            float sum = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                const float d = q_f16_to_f32(w[b].d);
+                for (int g = 0; g < 16; g++) {
+                    int s = 0;
+                    for (int l = 0; l < 16; l++)
+                        s += (q6k_q(&w[b], 16 * g + l) - 32) * xq[b * QK_K + 16 * g + l];
+                    sum += d * w[b].scales[g] * xd[b * 8 + g / 2] * (float)s;
+                }
             }
             float *yr = y + (size_t)r * ld_y + i;
             *yr = beta == 0.0f ? sum : beta * *yr + sum;
@@ -584,20 +663,6 @@ static void q8_rows_portable(const blk_q8_0 *w, int n, int64_t k, const xq8 *x, 
                 *yr = beta == 0.0f ? sum : beta * *yr + sum;                                  \
             }                                                                                 \
         }                                                                                     \
-    }                                                                                         \
-    attr static void name(const blk_q8_0 *w, int n, int64_t k, const xq8 *x, int rows,        \
-                          float beta, float *y, int ld_y)                                     \
-    {                                                                                         \
-        switch (rows) {                                                                       \
-        case 1: name##_r(w, n, k, x, beta, y, ld_y, 1); break;                                \
-        case 2: name##_r(w, n, k, x, beta, y, ld_y, 2); break;                                \
-        case 3: name##_r(w, n, k, x, beta, y, ld_y, 3); break;                                \
-        case 4: name##_r(w, n, k, x, beta, y, ld_y, 4); break;                                \
-        case 5: name##_r(w, n, k, x, beta, y, ld_y, 5); break;                                \
-        case 6: name##_r(w, n, k, x, beta, y, ld_y, 6); break;                                \
-        case 7: name##_r(w, n, k, x, beta, y, ld_y, 7); break;                                \
-        default: name##_r(w, n, k, x, beta, y, ld_y, 8); break;                               \
-        }                                                                                     \
     }
 
 SIMD static inline __m256i dot_u8s8_avx2(__m256i a, __m256i b)
@@ -611,8 +676,148 @@ VNNI static inline __m256i dot_u8s8_vnni(__m256i a, __m256i b)
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
 }
 
+/* Q4_K: 32 bytes of q hold two sub-blocks (low nibbles, then high); the minimums are summed
+ * apart, in scalars, from the quantized block sums. */
+#define Q4K_ROWS_KERNEL(name, attr, DOT)                                                     \
+    attr static inline __attribute__((always_inline)) void name##_r(                          \
+        const blk_q4_k *w, int n, int64_t k, const xq8 *x, float beta, float *y, int ld_y,    \
+        const int R)                                                                          \
+    {                                                                                         \
+        const int64_t nb = k / QK_K, nx = k / 32;                                             \
+        const __m256i m4 = _mm256_set1_epi8(0x0F);                                            \
+        for (int i = 0; i < n; i++, w += nb) {                                                \
+            __m256 acc[Q8_GROUP_ROWS];                                                        \
+            float mins[Q8_GROUP_ROWS];                                                        \
+            for (int r = 0; r < R; r++) {                                                     \
+                acc[r] = _mm256_setzero_ps();                                                 \
+                mins[r] = 0.0f;                                                               \
+            }                                                                                 \
+            for (int64_t b = 0; b < nb; b++) {                                                \
+                const float d = _cvtsh_ss(w[b].d), dmin = _cvtsh_ss(w[b].dmin);               \
+                uint8_t sc[8], mn[8];                                                         \
+                for (int j = 0; j < 8; j++)                                                   \
+                    scale_min_k4(j, w[b].scales, &sc[j], &mn[j]);                             \
+                for (int jj = 0; jj < 4; jj++) {                                              \
+                    const __m256i qv = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * jj)); \
+                    const __m256i lo = _mm256_and_si256(qv, m4);                              \
+                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);        \
+                    const float s_lo = d * sc[2 * jj], s_hi = d * sc[2 * jj + 1];             \
+                    for (int r = 0; r < R; r++) {                                             \
+                        const int8_t *xr = x->q + (size_t)r * k + b * QK_K + 64 * jj;         \
+                        const float *dx = x->d + (size_t)r * nx + b * 8 + 2 * jj;             \
+                        const __m256i pl = DOT(lo, _mm256_loadu_si256((const __m256i *)xr));  \
+                        const __m256i ph = DOT(hi, _mm256_loadu_si256((const __m256i *)(xr + 32))); \
+                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pl),                      \
+                                                 _mm256_set1_ps(s_lo * dx[0]), acc[r]);       \
+                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ph),                      \
+                                                 _mm256_set1_ps(s_hi * dx[1]), acc[r]);       \
+                    }                                                                         \
+                }                                                                             \
+                for (int r = 0; r < R; r++) {                                                 \
+                    const float *xs = x->s + (size_t)r * nx + b * 8;                          \
+                    float m = 0.0f;                                                           \
+                    for (int j = 0; j < 8; j++)                                               \
+                        m += mn[j] * xs[j];                                                   \
+                    mins[r] += dmin * m;                                                      \
+                }                                                                             \
+            }                                                                                 \
+            for (int r = 0; r < R; r++) {                                                     \
+                float *yr = y + (size_t)r * ld_y + i, sum = hsum8(acc[r]) - mins[r];          \
+                *yr = beta == 0.0f ? sum : beta * *yr + sum;                                  \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
+/* Q6_K: each half of a block is 4 chunks of 32 elements (ql low nibbles, ql+32 low, ql high,
+ * ql+32 high, each with its 2 bits of qh); chunk c's lanes 0-3 take scales[2c], 4-7
+ * scales[2c+1]; q - 32 is signed, so dotted like Q8_0 (|w| times x with w's sign). */
+#define Q6K_ROWS_KERNEL(name, attr, DOT)                                                     \
+    attr static inline __attribute__((always_inline)) void name##_r(                          \
+        const blk_q6_k *w, int n, int64_t k, const xq8 *x, float beta, float *y, int ld_y,    \
+        const int R)                                                                          \
+    {                                                                                         \
+        const int64_t nb = k / QK_K, nx = k / 32;                                             \
+        const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);                  \
+        const __m256i off = _mm256_set1_epi8(32);                                             \
+        for (int i = 0; i < n; i++, w += nb) {                                                \
+            __m256 acc[Q8_GROUP_ROWS];                                                        \
+            for (int r = 0; r < R; r++)                                                       \
+                acc[r] = _mm256_setzero_ps();                                                 \
+            for (int64_t b = 0; b < nb; b++) {                                                \
+                const float d = _cvtsh_ss(w[b].d);                                            \
+                for (int h = 0; h < 2; h++) {                                                 \
+                    const uint8_t *ql = w[b].ql + 64 * h, *qh = w[b].qh + 32 * h;             \
+                    const int8_t *sc = w[b].scales + 8 * h;                                   \
+                    const __m256i A = _mm256_loadu_si256((const __m256i *)ql);                \
+                    const __m256i B = _mm256_loadu_si256((const __m256i *)(ql + 32));         \
+                    const __m256i H = _mm256_loadu_si256((const __m256i *)qh);                \
+                    __m256i q[4];                                                             \
+                    q[0] = _mm256_or_si256(_mm256_and_si256(A, m4),                           \
+                                           _mm256_slli_epi16(_mm256_and_si256(H, m2), 4));    \
+                    q[1] = _mm256_or_si256(_mm256_and_si256(B, m4),                           \
+                                           _mm256_slli_epi16(_mm256_and_si256(                \
+                                               _mm256_srli_epi16(H, 2), m2), 4));             \
+                    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4),     \
+                                           _mm256_slli_epi16(_mm256_and_si256(                \
+                                               _mm256_srli_epi16(H, 4), m2), 4));             \
+                    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),     \
+                                           _mm256_slli_epi16(_mm256_and_si256(                \
+                                               _mm256_srli_epi16(H, 6), m2), 4));             \
+                    for (int c = 0; c < 4; c++) {                                             \
+                        const __m256i sq = _mm256_sub_epi8(q[c], off);                        \
+                        const __m256i aw = _mm256_sign_epi8(sq, sq);                          \
+                        const __m256 S = _mm256_insertf128_ps(                                \
+                            _mm256_castps128_ps256(_mm_set1_ps(d * sc[2 * c])),               \
+                            _mm_set1_ps(d * sc[2 * c + 1]), 1);                               \
+                        for (int r = 0; r < R; r++) {                                         \
+                            const __m256i xv = _mm256_loadu_si256((const __m256i *)(          \
+                                x->q + (size_t)r * k + b * QK_K + 128 * h + 32 * c));         \
+                            const __m256i p = DOT(aw, _mm256_sign_epi8(xv, sq));              \
+                            const float dx = x->d[(size_t)r * nx + b * 8 + 4 * h + c];        \
+                            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),                   \
+                                                     _mm256_mul_ps(S, _mm256_set1_ps(dx)),    \
+                                                     acc[r]);                                 \
+                        }                                                                     \
+                    }                                                                         \
+                }                                                                             \
+            }                                                                                 \
+            for (int r = 0; r < R; r++) {                                                     \
+                float *yr = y + (size_t)r * ld_y + i, sum = hsum8(acc[r]);                    \
+                *yr = beta == 0.0f ? sum : beta * *yr + sum;                                  \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
+/* The dispatch on the row count (each R a constant), for a block type T. */
+#define ROWS_DISPATCH(name, attr, T)                                                         \
+    attr static void name(const void *wv, int n, int64_t k, const xq8 *x, int rows,           \
+                          float beta, float *y, int ld_y)                                     \
+    {                                                                                         \
+        const T *w = wv;                                                                      \
+        switch (rows) {                                                                       \
+        case 1: name##_r(w, n, k, x, beta, y, ld_y, 1); break;                                \
+        case 2: name##_r(w, n, k, x, beta, y, ld_y, 2); break;                                \
+        case 3: name##_r(w, n, k, x, beta, y, ld_y, 3); break;                                \
+        case 4: name##_r(w, n, k, x, beta, y, ld_y, 4); break;                                \
+        case 5: name##_r(w, n, k, x, beta, y, ld_y, 5); break;                                \
+        case 6: name##_r(w, n, k, x, beta, y, ld_y, 6); break;                                \
+        case 7: name##_r(w, n, k, x, beta, y, ld_y, 7); break;                                \
+        default: name##_r(w, n, k, x, beta, y, ld_y, 8); break;                               \
+        }                                                                                     \
+    }
+
 Q8_ROWS_KERNEL(q8_rows_avx2, SIMD, dot_u8s8_avx2)
 Q8_ROWS_KERNEL(q8_rows_vnni, VNNI, dot_u8s8_vnni)
+Q4K_ROWS_KERNEL(q4k_rows_avx2, SIMD, dot_u8s8_avx2)
+Q4K_ROWS_KERNEL(q4k_rows_vnni, VNNI, dot_u8s8_vnni)
+Q6K_ROWS_KERNEL(q6k_rows_avx2, SIMD, dot_u8s8_avx2)
+Q6K_ROWS_KERNEL(q6k_rows_vnni, VNNI, dot_u8s8_vnni)
+ROWS_DISPATCH(q8_rows_avx2, SIMD, blk_q8_0)
+ROWS_DISPATCH(q8_rows_vnni, VNNI, blk_q8_0)
+ROWS_DISPATCH(q4k_rows_avx2, SIMD, blk_q4_k)
+ROWS_DISPATCH(q4k_rows_vnni, VNNI, blk_q4_k)
+ROWS_DISPATCH(q6k_rows_avx2, SIMD, blk_q6_k)
+ROWS_DISPATCH(q6k_rows_vnni, VNNI, blk_q6_k)
 
 /* ---- matmul ------------------------------------------------------------------------- */
 
@@ -674,29 +879,39 @@ static void matmul_fused(int type, const void *w, int n, int k, const float *x, 
     }
 }
 
-/* Q8_0 weights, up to Q_Q8_INT_MAX_ROWS rows: the activations quantized (xq8) into this thread's tile buffer,
- * then integer dots. Returns false when there is no memory for them. */
-static bool matmul_q8(const void *w, int n, int k, const float *x, int rows, float beta,
-                      float *y, int ld_y)
+/* Q8_0, Q4_K and Q6_K weights, up to Q_INT_MAX_ROWS rows: the activations quantized (xq8)
+ * into this thread's tile buffer, then integer dots, in tiles of Q8_TILE weight rows and
+ * groups of Q8_GROUP_ROWS rows. Returns false when there is no memory for them. */
+typedef void rows_fn(const void *w, int n, int64_t k, const xq8 *x, int rows, float beta,
+                     float *y, int ld_y);
+
+static bool matmul_int(int type, const void *w, int n, int k, const float *x, int rows,
+                       float beta, float *y, int ld_y)
 {
     const size_t nb = (size_t)k / 32;
-    float *buf = tile_get((size_t)rows * (nb + (size_t)k / 4));
+    float *buf = tile_get((size_t)rows * (2 * nb + (size_t)k / 4));
     if (!buf)
         return false;
-    xq8 xq = {.d = buf, .q = (int8_t *)(buf + (size_t)rows * nb)};
+    xq8 xq = {.d = buf, .s = buf + (size_t)rows * nb, .q = (int8_t *)(buf + 2 * (size_t)rows * nb)};
     const int isa = q_isa();
     for (int r = 0; r < rows; r++)
         (isa ? xq8_row_avx2 : xq8_row_portable)(x + (size_t)r * k, xq.q + (size_t)r * k,
-                                                  xq.d + (size_t)r * nb, k);
-    void (*kern)(const blk_q8_0 *, int, int64_t, const xq8 *, int, float, float *, int) =
-        isa >= Q_ISA_AVX512 ? q8_rows_vnni : isa == Q_ISA_AVX2 ? q8_rows_avx2 : q8_rows_portable;
-    const blk_q8_0 *wb = w;
+                                                  xq.d + (size_t)r * nb, xq.s + (size_t)r * nb, k);
+    rows_fn *const kerns[3][3] = {
+        {q8_rows_portable, q8_rows_avx2, q8_rows_vnni},
+        {q4k_rows_portable, q4k_rows_avx2, q4k_rows_vnni},
+        {q6k_rows_portable, q6k_rows_avx2, q6k_rows_vnni},
+    };
+    rows_fn *kern = kerns[type == Q_Q8_0 ? 0 : type == Q_Q4_K ? 1 : 2][isa];
+    const size_t rb = q_row_bytes(type, k);
     for (int i0 = 0; i0 < n; i0 += Q8_TILE) {
         const int m = n - i0 < Q8_TILE ? n - i0 : Q8_TILE;
         for (int r0 = 0; r0 < rows; r0 += Q8_GROUP_ROWS) {
             const int g = rows - r0 < Q8_GROUP_ROWS ? rows - r0 : Q8_GROUP_ROWS;
-            xq8 part = {.q = xq.q + (size_t)r0 * k, .d = xq.d + (size_t)r0 * nb};
-            kern(wb + (size_t)i0 * nb, m, k, &part, g, beta, y + (size_t)r0 * ld_y + i0, ld_y);
+            xq8 part = {.q = xq.q + (size_t)r0 * k, .d = xq.d + (size_t)r0 * nb,
+                        .s = xq.s + (size_t)r0 * nb};
+            kern((const char *)w + (size_t)i0 * rb, m, k, &part, g, beta,
+                 y + (size_t)r0 * ld_y + i0, ld_y);
         }
     }
     return true;
@@ -705,7 +920,8 @@ static bool matmul_q8(const void *w, int n, int k, const float *x, int rows, flo
 void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, float beta,
               float *y, int ld_y)
 {
-    if (type == Q_Q8_0 && rows <= Q_Q8_INT_MAX_ROWS && matmul_q8(w, n, k, x, rows, beta, y, ld_y))
+    if ((type == Q_Q8_0 || type == Q_Q4_K || type == Q_Q6_K) && rows <= Q_INT_MAX_ROWS &&
+        matmul_int(type, w, n, k, x, rows, beta, y, ld_y))
         return;
     if (rows <= FUSED_MAX_ROWS) {
         matmul_fused(type, w, n, k, x, rows, beta, y, ld_y);

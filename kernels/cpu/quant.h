@@ -14,12 +14,13 @@
  * Decode (few rows): fused dequantize-and-dot, the weight read once, in its own type; AVX2 +
  * FMA (+F16C) when the CPU has them, chosen once at run time, else portable C. The two
  * paths sum in a different order: they agree within 1e-5 x sum_j |w_j x_j| per dot
- * (tests/test_gguf_quant.c holds them to it). Q8_0 weights, up to Q_Q8_INT_MAX_ROWS rows
- * (decode of a whole batch), are dotted with the activations quantized to 8 bits per 32 elements
- * as llama.cpp does for this type (scale max|x|/127 kept as f16), in integers (AVX2 maddubs,
- * or AVX-512 VNNI dpbusd where the CPU has it): that product is within
- * sum_j |w_j| * max|x over j's block| * (1/254 + 1/2048) of the exact one, and the three paths
- * agree within 1e-5 x sum_j |w_j x_j|.
+ * (tests/test_gguf_quant.c holds them to it).
+ * Q8_0, Q4_K and Q6_K weights in q_matmul, up to Q_INT_MAX_ROWS rows (decode of a whole
+ * batch), are dotted in integers with the activations quantized to 8 bits per 32 elements, as
+ * llama.cpp does for Q8_0 (scale max|x|/127 kept as f16; llama.cpp's K-quant activations have
+ * one scale per 256; Q4_K's minimums meet the quantized block sums): AVX2 maddubs, or AVX-512 VNNI dpbusd where the CPU has it, or
+ * portable C. That product is within sum_j |w_j| * max|x over j's block| * (1/254 + 1/2048)
+ * of the exact one, and the three paths agree within 1e-5 x sum_j |w_j x_j|.
  * Prefill (many rows): a tile of weight rows is dequantized to float32 and multiplied with
  * OpenBLAS SGEMM, so batching keeps its advantage.
  */
@@ -52,10 +53,10 @@ float q_dot(int type, const void *row, const float *x, int64_t k);
 /* Up to this many activation rows q_matmul runs the fused path (each weight row read once
  * for all rows); above it, dequantized tiles and SGEMM. */
 #define Q_FUSED_MAX_ROWS 4
-/* Q8_0: up to this many rows, 8-bit activations and integer dots (each weight row read once
- * per group of 8 rows, from cache after the first); above it, tiles and SGEMM. On this VM's
- * EPYC (1 thread) it beat the SGEMM path at 5 to 32 rows by 1.2-4x. */
-#define Q_Q8_INT_MAX_ROWS 32
+/* Q8_0, Q4_K, Q6_K: up to this many rows, 8-bit activations and integer dots (each weight
+ * row read once per group of 8 rows, from cache after the first); above it, tiles and SGEMM.
+ * On this VM's EPYC (1 thread, Q8_0) it beat the SGEMM path at 5 to 32 rows by 1.2-4x. */
+#define Q_INT_MAX_ROWS 32
 
 /*
  * y[r][i] = beta * y[r][i] + sum_j x[r][j] * w_i[j] for r < rows, i < n, where w_i is row i
