@@ -91,7 +91,8 @@ for run in $(seq "$RUNS"); do
   done
 done
 
-printf '\n%-22s | %-44s | %-30s | %s\n' "" "ringlm (medians of $RUNS, $THREADS threads)" \
+seen=$(cat "$dir/$(basename "${files[0]}" .gguf).ringlm.jsonl" 2>/dev/null | wc -l)
+printf '\n%-22s | %-44s | %-30s | %s\n' "" "ringlm (medians of $seen runs, $THREADS thr.)" \
   "llama.cpp (same file, $THREADS thr.)" "ringlm / llama.cpp"
 printf '%-22s | %7s %7s %7s %8s %5s %6s | %7s %7s %7s %6s | %5s %5s %5s\n' "file" "dec@1" "dec@8" \
   "dec@32" "prefill" "loadms" "RSSMiB" "dec@1" "dec@8" "dec@32" "pp" "@1" "@8" "@32"
