@@ -233,6 +233,17 @@ static bool say(int ready_fd, char what)
 	return write(ready_fd, &what, 1) == 1;
 }
 
+/* 'p': the attack made progress (one more round of it); never blocks (the test reads these
+ * only when it wants to know the attack is back in place: a full pipe drops them). */
+static void progress(int ready_fd)
+{
+	char p = 'p';
+	int fl = fcntl(ready_fd, F_GETFL);
+	if (!(fl & O_NONBLOCK))
+		fcntl(ready_fd, F_SETFL, fl | O_NONBLOCK);
+	(void)!write(ready_fd, &p, 1);
+}
+
 static bool stop_asked(int stop_fd, int wait_ms)
 {
 	return th_readable(stop_fd, wait_ms);
@@ -479,8 +490,11 @@ static void wait_loop_idle(pid_t daemon)
  * every one. */
 #define VICTIM_PAIRS 3
 
-static void victim_interleaved(const char *sock, pid_t daemon, pid_t attack_pgrp, const char *attack)
+static void victim_interleaved(const char *sock, pid_t daemon, attacker *a, const char *attack)
 {
+	pid_t attack_pgrp = a->pid;
+	int fl = fcntl(a->ready_r, F_GETFL);
+	fcntl(a->ready_r, F_SETFL, fl | O_NONBLOCK);
 	for (int w = 1;; w++) {
 		double bg[VICTIM_PAIRS * VICTIM_ROUNDS], ag[VICTIM_PAIRS * VICTIM_ROUNDS];
 		double bt[VICTIM_PAIRS * VICTIM_MAX_ROUNDS], at[VICTIM_PAIRS * VICTIM_MAX_ROUNDS];
@@ -491,7 +505,15 @@ static void victim_interleaved(const char *sock, pid_t daemon, pid_t attack_pgrp
 			cr_assert_eq(kill(-attack_pgrp, SIGSTOP), 0, "stopping the attacker: %s", strerror(errno));
 			wait_loop_idle(daemon);
 			victim_run(sock, VICTIM_ROUNDS, &v);
+			/* Resumed, the attack is back in place once it says it made progress again (its
+			 * rings refilled): on a loaded machine a process of nice 0 may wait a while
+			 * for the CPU, and an attack that is not yet back measures nothing. */
+			char junk[256];
+			while (read(a->ready_r, junk, sizeof junk) > 0)
+				;
 			cr_assert_eq(kill(-attack_pgrp, SIGCONT), 0);
+			cr_assert(th_readable(a->ready_r, 20000) && read(a->ready_r, junk, 1) == 1,
+				  "%s: the attack made no progress in 20 s after it was resumed", attack);
 			cr_assert_eq(v.connect_rc, 0, "%s (paused): %s", attack, v.detail);
 			cr_assert_eq(v.finished, VICTIM_ROUNDS, "%s (paused): %s", attack, v.detail);
 			for (int i = 0; i < v.n_gaps; i++)
@@ -499,7 +521,6 @@ static void victim_interleaved(const char *sock, pid_t daemon, pid_t attack_pgrp
 			for (int i = 0; i < v.n_ttft; i++)
 				bt[nbt++] = v.ttft_ms[i];
 			victim_free(&v);
-			/* the attack is back in place once the daemon's loop is busy again */
 			victim_run(sock, VICTIM_ROUNDS, &v);
 			cr_assert_eq(v.connect_rc, 0, "%s: the good client could not connect: %s (%s)", attack,
 				     ringlm_strerror(v.connect_rc), v.detail);
@@ -748,16 +769,17 @@ Test(daemon_security, undeliverable_rejects_are_bounded_and_cost_nothing_per_ite
  * so the test can pause them all), each connecting, submitting `per_session` requests with
  * a token outside the vocabulary (each rejected at once), never reading an event,
  * disconnecting, and doing it again, as fast as the daemon lets it. The first process says
- * 'r' once 10 sessions went by (or 'f' when 1000 connects in a row were refused); the count
- * of sessions opened (uint32s: opened, refused) when told to stop. */
+ * 'r' once 10 sessions went by (or 'f' when 1000 connects in a row were refused); then each
+ * says 'p' (progress) after every session. The counts are in memory the test shares. */
 #define RECONNECT_PROCS 3
 
-struct reconnect_counts {
-	uint32_t sessions, refused;
+struct reconnect_flood_arg {
+	int per_session;
+	uint32_t sessions, refused; /* shared with the test (MAP_SHARED) */
 };
 
-static void reconnect_loop(const char *sock, int per_session, struct reconnect_counts *cnt,
-			   int ready_fd, int stop_fd)
+static void reconnect_loop(const char *sock, struct reconnect_flood_arg *w, int ready_fd, bool first,
+			   int stop_fd)
 {
 	int32_t bad[4] = { 5, 99999, 7, 8 };
 	ringlm_request q;
@@ -765,51 +787,47 @@ static void reconnect_loop(const char *sock, int per_session, struct reconnect_c
 	q.prompt = bad;
 	q.n_prompt = 4;
 	q.max_new_tokens = 4;
-	int told = ready_fd < 0;
+	int told = !first;
 	for (double until = now_ms() + 60000; now_ms() < until && !stop_asked(stop_fd, 0);) {
 		ringlm_client *c = NULL;
 		if (ringlm_connect(sock, &c) < 0) {
 			/* refused (a limit): try again at once, as an attacker does */
-			__atomic_add_fetch(&cnt->refused, 1, __ATOMIC_RELAXED);
-			if (!told && cnt->refused > 1000 && !(told = say(ready_fd, 'f')))
+			uint32_t r = __atomic_add_fetch(&w->refused, 1, __ATOMIC_RELAXED);
+			if (!told && r > 1000 && !(told = say(ready_fd, 'f')))
 				_exit(5);
 			continue;
 		}
-		for (int i = 0; i < per_session; i++) {
+		for (int i = 0; i < w->per_session; i++) {
 			uint64_t id;
 			if (ringlm_submit(c, &q, &id) < 0)
 				break; /* ring full or the session ended: reconnect */
 		}
 		ringlm_close(c);
-		uint32_t n = __atomic_add_fetch(&cnt->sessions, 1, __ATOMIC_RELAXED);
+		uint32_t n = __atomic_add_fetch(&w->sessions, 1, __ATOMIC_RELAXED);
 		if (!told && n >= 10 && !(told = say(ready_fd, 'r')))
 			_exit(5);
+		if (told)
+			progress(ready_fd);
 	}
 }
 
 static void reconnect_reject_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
 {
-	int per_session = *(int *)arg;
+	struct reconnect_flood_arg *w = arg;
 	setpgid(0, 0);
-	struct reconnect_counts *cnt = mmap(NULL, sizeof *cnt, PROT_READ | PROT_WRITE,
-					    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (cnt == MAP_FAILED)
-		_exit(4);
 	pid_t kids[RECONNECT_PROCS - 1];
 	for (int k = 0; k < RECONNECT_PROCS - 1; k++) {
 		kids[k] = fork();
 		if (kids[k] == 0) {
 			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			reconnect_loop(sock, per_session, cnt, -1, stop_fd);
+			reconnect_loop(sock, w, ready_fd, false, stop_fd);
 			_exit(0);
 		}
 	}
-	reconnect_loop(sock, per_session, cnt, ready_fd, stop_fd);
+	reconnect_loop(sock, w, ready_fd, true, stop_fd);
 	for (int k = 0; k < RECONNECT_PROCS - 1; k++)
 		if (kids[k] > 0)
 			waitpid(kids[k], NULL, 0);
-	struct reconnect_counts c = *cnt;
-	(void)!write(ready_fd, &c, sizeof c);
 }
 
 Test(daemon_security, a_reconnecting_reject_flood_does_not_stall_another_user)
@@ -817,33 +835,32 @@ Test(daemon_security, a_reconnecting_reject_flood_does_not_stall_another_user)
 	dmn d;
 	dmn_start(&d, two_tenants, NULL);
 	attacker a;
-	int per_session = 1024;
+	struct reconnect_flood_arg *w = mmap(NULL, sizeof *w, PROT_READ | PROT_WRITE,
+					     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(w, MAP_FAILED);
+	w->per_session = 1024;
 	double t0 = now_ms(), cpu0 = loop_cpu_ns(d.pid);
 	long flt0 = daemon_minflt(d.pid);
-	attacker_start(&a, reconnect_reject_flood, d.sock, &per_session);
-	cr_assert_eq(a.verdict, 'r', "the flooder could not open 10 sessions");
+	attacker_start(&a, reconnect_reject_flood, d.sock, w);
+	cr_assert(a.verdict == 'r' || a.verdict == 'p', "the flooder could not open 10 sessions");
 	/* Each of its sessions cost the daemon its shared memory faulted in and torn down again
 	 * (2 MiB, about 2 ms of the loop), whether or not it was used: the good client's tokens
 	 * waited for the attacker's connects (per-token p50 0.55-1.2 ms against 0.07-0.09 ms). */
-	victim_interleaved(d.sock, d.pid, a.pid, "reconnecting flood of 1024 rejected requests a session");
-	close(a.stop_w);
-	struct reconnect_counts counts = { 0, 0 };
+	victim_interleaved(d.sock, d.pid, &a, "reconnecting flood of 1024 rejected requests a session");
 	kill(-a.pid, SIGCONT); /* never left stopped */
-	cr_expect(th_readable(a.ready_r, 20000) && read(a.ready_r, &counts, sizeof counts) == sizeof counts,
-		  "the flooder did not report");
-	close(a.ready_r);
-	th_reap(a.pid, 10000);
+	attacker_stop(&a);
 	/* What a session costs the daemon is what it uses: not 2 MiB of shared memory faulted
-	 * in (512 pages) and freed again for every connect (the good client's 6 sessions are
+	 * in (512 pages) and freed again for every connect (the good client's sessions are
 	 * counted with the attacker's). */
 	long faults = daemon_minflt(d.pid) - flt0;
-	double per = (double)faults / (counts.sessions + 2 * VICTIM_PAIRS);
+	uint32_t sessions = w->sessions + 2 * VICTIM_PAIRS;
+	double per = (double)faults / sessions;
 	fprintf(stderr, "reconnecting reject flood: %u sessions in %.1f s, %u connects refused; the daemon "
 			"took %.0f page faults and its loop %.2f ms of CPU a session\n",
-		counts.sessions, (now_ms() - t0) / 1000, counts.refused, per,
-		(loop_cpu_ns(d.pid) - cpu0) / 1e6 / (counts.sessions + 2 * VICTIM_PAIRS));
-	cr_expect_gt(counts.sessions, 0u);
+		w->sessions, (now_ms() - t0) / 1000, w->refused, per,
+		(loop_cpu_ns(d.pid) - cpu0) / 1e6 / sessions);
 	cr_expect_lt(per, 128.0, "the daemon took %.0f page faults per session of 1024 rejected requests", per);
+	munmap(w, sizeof *w);
 	dmn_stop(&d);
 	dmn_finish(&d);
 }
@@ -1139,6 +1156,8 @@ static void tenant_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
 			if (!say(ready_fd, 'r'))
 				break;
 			told = 1;
+		} else if (told) {
+			progress(ready_fd); /* another round: its four rings filled again */
 		}
 	}
 	for (int i = 0; i < 4; i++)
@@ -1154,7 +1173,7 @@ Test(daemon_security, one_tenants_submission_flood_does_not_slow_another)
 	/* Measured against the good client's runs with the flood paused, taken in turns with
 	 * the attacked ones: a baseline taken once before the attack failed this test under
 	 * machine load 15-23 (1.33 ms vs 0.12 ms), and passed alone. */
-	victim_interleaved(d.sock, d.pid, a.pid, "4-session submission flood of one tenant");
+	victim_interleaved(d.sock, d.pid, &a, "4-session submission flood of one tenant");
 	kill(a.pid, SIGCONT); /* never left stopped */
 	attacker_stop(&a);
 	dmn_stop(&d);
