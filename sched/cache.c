@@ -59,6 +59,7 @@ static void evicted(void *ctx, const sched_prefix_eviction *ev)
         return;
     }
     s->px_evicted++;
+    sc_order_dropped(s, ev->key);   /* (demotions and moves returned above: still cached) */
     s->px_drop[ev->from]++;
     if (ev->reason == SCHED_PREFIX_EVICT_DEMAND) {
         s->px_drop_rl[ev->from] = ev->reload_cost_us;
@@ -400,6 +401,8 @@ void sc_cache_commit(sched *s, req *r)
             r->dev[i] = in.block;
         } else if (rc) {
             break;   /* cannot happen with consistent books; the blocks stay private */
+        } else {
+            sc_order_inserted(s, r->pkeys[i]);   /* waiting requests' cached prefixes grow */
         }
         r->pnodes[r->n_pnodes++] = node;
     }
