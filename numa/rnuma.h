@@ -26,6 +26,9 @@ int rnuma_pin_self_cpu(int node, int nth);
 /* Memory on node (mmap + mbind; node -1 = anywhere), zero-filled and faulted in. */
 void *rnuma_alloc(size_t bytes, int node);
 void rnuma_free(void *p, size_t bytes);
+/* Binds an existing mapping to node, pages faulted later included (for a shared mapping
+ * the policy is the object's: every process's faults follow it); faults nothing in. */
+int rnuma_bind(void *p, size_t bytes, int node);
 /* Binds an existing mapping (e.g. a shm segment) to node and faults it in. */
 int rnuma_place(void *p, size_t bytes, int node);
 /* One line describing what was chosen: "numa: node 0 of 1, cpus 0-1, pinned". */
