@@ -43,11 +43,12 @@ static int seg_create(const char *name, size_t bytes, int node, int future_write
 		close(fd);
 		return -e;
 	}
-	/* Nothing is faulted in here: the handshake answer waits on this, on the loop's
-	 * thread, and 32 clients connecting at once waited on each other's.  Faulting both
-	 * 1 MiB rings in page by page took 9-12 ms a session on the 2-vCPU VM (~30 us a fault),
-	 * MAP_POPULATE ~1.5 ms; a ring's pages are now faulted as they are first used — one
-	 * fault per 256 events or 4 KiB of requests, and only for what a session uses. */
+	/* Not faulted in here: a page comes (zeroed, from node) when first touched. Faulting
+	 * both rings in at connect cost ~1.5 ms of the loop per session (512 pages), and as much
+	 * again to free them at its end, whether or not the session ever used them; a user who
+	 * connects, submits and disconnects in a loop made every other user's tokens wait for
+	 * it (tests/test_daemon_security.c). A session pays one fault per 4 KiB of ring it
+	 * actually uses, the first time round. */
 	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		int e = errno;
@@ -55,9 +56,7 @@ static int seg_create(const char *name, size_t bytes, int node, int future_write
 		close(fd);
 		return -e;
 	}
-	/* The node's policy holds for the pages faulted later, the client's faults too (a
-	 * memfd's policy is the object's).  Placement is an optimisation: a session works
-	 * without it. */
+	/* Placement is an optimisation; a session still works without it. */
 	if (node >= 0)
 		(void)rnuma_bind(p, bytes, node);
 	int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL |
