@@ -72,6 +72,8 @@ typedef struct svc_req {
     struct svc_req *o_next;   /* the outbox, in the order output became ready */
     unsigned fin_reason, fin_cause;  /* RINGLM_WIRE_R_* */
     unsigned forced_reason, forced_cause; /* set before a daemon-side cancel */
+    uint32_t cached_tokens;   /* prompt tokens its first admission found in the prefix cache */
+    bool scheduled;           /* the scheduler has started it (its first cache_hit is counted) */
 } svc_req;
 
 /* The runner's view of one client session (dsess_user of its dsess). */

@@ -38,6 +38,7 @@ static void evicted(void *ctx, const sched_prefix_eviction *ev)
     sched *s = ctx;
     pool_give(&s->pools[ev->from], ev->from_block);
     s->px_evicted++;
+    if (!ev->demoted && ev->reason != SCHED_PREFIX_EVICT_MOVED) sc_order_dropped(s, ev->key);
 }
 
 int sc_cache_create(sched *s)
@@ -159,6 +160,8 @@ void sc_cache_commit(sched *s, req *r)
             r->dev[i] = in.block;
         } else if (rc) {
             break;   /* cannot happen with consistent books; the blocks stay private */
+        } else {
+            sc_order_inserted(s, r->pkeys[i]);   /* waiting requests' cached prefixes grow */
         }
         r->pnodes[r->n_pnodes++] = node;
     }

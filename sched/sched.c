@@ -76,7 +76,8 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
     memset(s->map, 0xff, s->map_cap * sizeof(uint32_t));
     if (sc_pool_init(&s->pools[SCHED_POOL_DEVICE], cfg->kv_blocks_device) ||
         sc_pool_init(&s->pools[SCHED_POOL_HOST], cfg->kv_blocks_host) ||
-        sc_pool_init(&s->pools[SCHED_POOL_DISK], cfg->kv_blocks_disk) || sc_cache_create(s))
+        sc_pool_init(&s->pools[SCHED_POOL_DISK], cfg->kv_blocks_disk) || sc_cache_create(s) ||
+        sc_order_create(s))
         goto oom;
     s->tiers[SCHED_POOL_HOST] = (tier_est){cfg->host.out_bytes_per_s, cfg->host.in_bytes_per_s,
                                            cfg->host.latency_us, 0, 0, false, false};
@@ -99,6 +100,7 @@ void sched_destroy(sched *s)
         sc_cache_free_req(&s->reqs[i]);
     }
     sched_prefix_destroy(s->px);
+    sc_order_destroy(s);
     free(s->reqs);
     if (s->wait)
         for (int i = 0; i < s->n_classes * s->n_tenants; i++) free(s->wait[i].a);
@@ -517,6 +519,7 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
         if (map_get(s, r->id) != i) BAD("request %llu not found by id", (unsigned long long)r->id);
     }
     if (s->px && (rc = sc_cache_check(s, seen[SCHED_POOL_DEVICE], why, len))) goto out;
+    if ((rc = sc_order_check(s, why, len))) goto out;
     for (int p = s->px ? SCHED_POOL_DEVICE + 1 : 0; p < SCHED_POOL__COUNT; p++)
         for (uint32_t b = 0; b < s->pools[p].total; b++)
             if (seen[p][b] != 1)

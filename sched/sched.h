@@ -155,8 +155,20 @@ typedef enum sched_prefix_evict_reason {
     SCHED_PREFIX_EVICT__COUNT
 } sched_prefix_evict_reason;
 
+/* The order a class's waiting requests are taken in, once its class and tenant are chosen
+ * (class key prefix_order; DESIGN §10). */
+typedef enum sched_prefix_order {
+    SCHED_PREFIX_ORDER_FCFS = 0,    /* "fcfs": oldest arrival first */
+    SCHED_PREFIX_ORDER_LONGEST,     /* "longest_prefix": the request with the longest cached
+                                       prompt prefix first (oldest on a tie), except that a
+                                       request waiting prefix_max_wait or longer goes first,
+                                       oldest first: aging bounds every wait */
+    SCHED_PREFIX_ORDER__COUNT
+} sched_prefix_order;
+
 /* Stable names ("token_budget", "queue_full", ...).  Out-of-range values give "?". */
 const char *sched_mode_name(sched_mode m);
+const char *sched_prefix_order_name(sched_prefix_order o);
 const char *sched_preempt_mode_name(sched_preempt_mode m);
 const char *sched_reject_name(sched_reject_reason r);
 const char *sched_cancel_name(sched_cancel_reason r);
@@ -265,6 +277,15 @@ typedef struct sched_class_cfg {
                                        waited (last ~0.5 s; the step model before there is
                                        history), and at least the age of the oldest waiting */
     bool     latency_sensitive;     /* decodes first, uses the decode reserve */
+    /* prefix cache (DESIGN §10): the order within the class — fcfs (default) or
+     * longest_prefix, which prefers the waiting request whose prompt has the longest cached
+     * prefix (it needs mode token_budget, where the cache runs).  prefix_max_wait bounds
+     * how long a request can be passed over for that: one that has waited this long is
+     * taken before any request that has not, in arrival order — at any queue length.
+     * Default 1s, or half of max_queue_wait when that is shorter; it must be > 0 and below
+     * max_queue_wait (else it would never apply: the request times out first). */
+    sched_prefix_order prefix_order;
+    uint64_t prefix_max_wait_us;
 } sched_class_cfg;
 
 typedef struct sched_tenant_cfg {

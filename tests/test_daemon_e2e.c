@@ -2007,6 +2007,97 @@ Test(daemon_e2e, prefix_cache_domains_isolate_tenants_unless_the_policy_groups_t
     dmn_cleanup(&d);
 }
 
+/* Lines of a JSON-lines file containing needle: their "req" and the integer under key (-1 when
+ * the key is absent), in file order.  Returns how many. */
+static int jl_req_values(const char *path, const char *needle, const char *key, uint64_t *req, long long *val, int max)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "no file %s", path);
+    static char line[1 << 14];
+    int n = 0;
+    while (n < max && fgets(line, sizeof line, f)) {
+        if (needle && !strstr(line, needle)) continue;
+        json_error_t e;
+        json_t *j = json_loads(line, 0, &e);
+        cr_assert_not_null(j, "%s: line is not JSON: %s", path, line);
+        json_t *v = json_object_get(j, key);
+        req[n] = (uint64_t)json_integer_value(json_object_get(j, "req"));
+        val[n] = json_is_integer(v) ? (long long)json_integer_value(v) : -1;
+        n++;
+        json_decref(j);
+    }
+    fclose(f);
+    return n;
+}
+
+/* The request log carries each request's cached prompt tokens: the same prompt sent twice, one
+ * after the other — the first logs 0, the second the hit its cache_hit event reported (also on
+ * its finish event); replaying that log in ringlm-sim reads the field back (the recorded hits
+ * next to the replay's own) and the simulator's request log writes its own, equal. */
+Test(daemon_e2e, request_log_records_the_cached_tokens_of_each_request)
+{
+    need_daemon_binary();
+    char model[512];
+    model_or_synthetic(model, sizeof model);
+    dmn d;
+    dmn_start(&d, model, NULL, NULL);
+    static dom_job g;
+    memset(&g, 0, sizeof g);
+    g.sock = d.sock;
+    for (int k = 0; k < 52; k++) g.prompt[k] = 5 + (11 * k) % 300;
+    g.n = 2;   /* no tenant tags: both are this uid's tenant */
+    int st = reap(spawn(client_domains, &g), 60000);
+    cr_assert_eq(st, 0, "client exit %d", st);
+    assert_back_to_baseline(&d, 5000);
+    cr_assert_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+
+    uint64_t hreq[4], freq[4], lreq[4];
+    long long hit[4], fin[4], logged[4];
+    cr_assert_eq(jl_req_values(d.declog, "\"ev\":\"cache_hit\"", "cached_tokens", hreq, hit, 4), 1,
+                 "one cache_hit: the second request");
+    cr_assert_gt(hit[0], 0);
+    int nf = jl_req_values(d.declog, "\"ev\":\"finish\"", "cached_tokens", freq, fin, 4);
+    cr_assert_eq(nf, 2);
+    int nl = jl_req_values(d.reqlog, NULL, "cached_tokens", lreq, logged, 4);
+    cr_assert_eq(nl, 2, "request log lines: %d", nl);
+    uint64_t first = lreq[0] < lreq[1] ? lreq[0] : lreq[1], second = lreq[0] < lreq[1] ? lreq[1] : lreq[0];
+    cr_assert_eq(hreq[0], second, "the hit was the second request's");
+    for (int i = 0; i < 2; i++) {
+        if (lreq[i] == first) cr_expect_eq(logged[i], 0, "first request logs cached_tokens %lld", logged[i]);
+        else cr_expect_eq(logged[i], hit[0], "second request logs %lld, its cache_hit said %lld", logged[i], hit[0]);
+        if (freq[i] == second) cr_expect_eq(fin[i], hit[0], "finish event of the second: %lld", fin[i]);
+        else cr_expect_eq(fin[i], -1, "finish event of the first carries cached_tokens %lld", fin[i]);
+    }
+
+    char simlog[256], cmd[1024];
+    snprintf(simlog, sizeof simlog, "%s/sim-requests.jsonl", d.dir);
+    snprintf(cmd, sizeof cmd, "%s/ringlm-sim --trace %s --json --request-log %s", th_bin_dir(), d.reqlog, simlog);
+    FILE *sp = popen(cmd, "r");
+    cr_assert_not_null(sp);
+    static char simout[1 << 16];
+    size_t sn = fread(simout, 1, sizeof simout - 1, sp);
+    simout[sn] = 0;
+    cr_assert_eq(pclose(sp), 0, "%s failed:\n%s", cmd, simout);
+    json_error_t je;
+    json_t *sj = json_loads(simout, 0, &je);
+    cr_assert_not_null(sj, "ringlm-sim output is not JSON: %s", je.text);
+    json_t *pc = json_object_get(sj, "prefix_cache");
+    cr_assert_not_null(pc, "no prefix_cache figures in the replay");
+    cr_expect_eq(json_integer_value(json_object_get(pc, "recorded_hit_tokens")), hit[0],
+                 "the replay read back %lld recorded cached tokens, the daemon logged %lld",
+                 (long long)json_integer_value(json_object_get(pc, "recorded_hit_tokens")), hit[0]);
+    cr_expect_eq(json_integer_value(json_object_get(pc, "hit_tokens")), hit[0], "the replay found %lld",
+                 (long long)json_integer_value(json_object_get(pc, "hit_tokens")));
+    json_decref(sj);
+    uint64_t sreq[4];
+    long long sval[4];
+    cr_assert_eq(jl_req_values(simlog, NULL, "cached_tokens", sreq, sval, 4), 2);
+    long long lo = sval[0] < sval[1] ? sval[0] : sval[1], hi = sval[0] < sval[1] ? sval[1] : sval[0];
+    cr_expect(lo == 0 && hi == hit[0], "the simulator's request log: cached_tokens %lld and %lld", sval[0], sval[1]);
+    unlink(simlog);
+    dmn_cleanup(&d);
+}
+
 /* kill -9 mid-prefill of requests that share cached blocks: the killed clients' requests were
  * admitted holding the shared prefix and had not produced a token; after the kills no block
  * is leaked (pools back to baseline, reference counts checked by the scheduler's invariants in
