@@ -67,8 +67,9 @@ struct dsess {
 
 /* ---- session_shm.c, for session.c ------------------------------------------------------ */
 
-/* Creates and maps both segments (sealed memfds) and sets up the rings. node >= 0 places
- * them on that node (rnuma_place), faulting every page in.  0 or -errno with why. */
+/* Creates and maps both segments (sealed memfds) and sets up the rings. node >= 0 binds
+ * them to that node (rnuma_bind); pages are faulted in as they are first used.  0 or -errno
+ * with why. */
 int  dsess_segments_create(dsess *s, unsigned submit_bytes, unsigned event_slots, int node,
 			   uint64_t policy_hash, char *why, size_t why_len);
 void dsess_segments_destroy(dsess *s);

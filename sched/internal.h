@@ -138,7 +138,14 @@ typedef struct tier_est {
     bool     out_measured, in_measured;
 } tier_est;
 
-typedef struct xfer_rec { uint64_t id; uint32_t slot; uint8_t dir, tier; uint64_t bytes; double pred_us; } xfer_rec;
+/* A transfer in flight.  cache: 0 a swap of request `slot`; XK_DEMOTE / XK_RELOAD a prefix
+ * cache copy (cache.c): its destination pool and blocks (malloc'd) to invalidate should it
+ * fail, the request a reload is for. */
+enum { XK_SWAP = 0, XK_DEMOTE, XK_RELOAD };
+typedef struct xfer_rec {
+    uint64_t id; uint32_t slot; uint8_t dir, tier; uint64_t bytes; double pred_us;
+    uint8_t cache, src_pool, dst_pool; uint32_t n; uint32_t *dst; uint64_t req;
+} xfer_rec;
 
 #define VEC(T) struct { T *a; uint32_t n, cap; }
 #define VEC_PUSH(s, v, x) do { \
@@ -208,6 +215,16 @@ struct sched {
     /* prefix cache (NULL when off) and its counters */
     sched_prefix    *px;
     uint64_t         px_query, px_hit, px_self, px_evicted;
+    uint64_t         px_hit_pool[SCHED_POOL__COUNT], px_self_pool[SCHED_POOL__COUNT];
+    uint64_t         px_demoted[SCHED_POOL__COUNT], px_reloaded[SCHED_POOL__COUNT];
+    uint64_t         px_recomputed[SCHED_POOL__COUNT];
+    uint32_t         px_left[SCHED_POOL__COUNT];   /* blocks that left each pool (any way) */
+    /* one eviction call's demotions (copies to plan, in order) and drops (its events) */
+    struct px_move { uint32_t from_block, to_block; uint8_t from, to; } *px_mv;
+    uint32_t         px_n_mv, px_cap_mv;
+    uint32_t         px_drop[SCHED_POOL__COUNT];
+    double           px_drop_rl[SCHED_POOL__COUNT], px_drop_rc[SCHED_POOL__COUNT], px_drop_reuse[SCHED_POOL__COUNT];
+    double           px_mv_reuse;
     /* prefix_order = longest_prefix (order.c; NULL/0 unless a class uses it and the cache is
      * on): order heaps [class * n_tenants + tenant], the waiter table, lookup scratch */
     heap            *pwait;
@@ -373,6 +390,9 @@ uint32_t sc_cache_release(sched *s, req *r);
 uint32_t sc_cache_evict(sched *s, req *r, uint32_t n);
 int sc_cache_check(const sched *s, const uint32_t *holders, char *why, size_t len);
 void sc_cache_free_req(req *r);
+uint32_t sc_tier_available(const sched *s, sched_pool p);
+bool sc_tier_make_room(sched *s, sched_pool p, uint32_t n);
+int sc_cache_xfer_done(sched *s, xfer_rec *x, uint64_t now, uint64_t bytes, uint64_t dur_us, int status);
 
 /* ---- order.c ---- */
 int sc_order_create(sched *s);
