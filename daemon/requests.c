@@ -159,6 +159,7 @@ static void req_log_and_free(svc *s, svc_req *r)
             .finish_reason = finish_name(r->fin_reason),
             .reject_reason = r->fin_reason == RINGLM_WIRE_R_REJECTED
                                  ? ringlm_wire_reason_name(r->fin_cause) : NULL,
+            .cached_tokens = r->cached_tokens,
         };
         /* the prompt's block keys, as the prefix cache computes them in the tenant's cache
          * domain: a replay (ringlm-sim --trace) shares prefixes as this run did.  53 bits (a
@@ -468,6 +469,12 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
     case SCHED_EV_SCHEDULE:
         if (ev->outcome == SCHED_OUTCOME_START)
             metrics_observe(s->mx, series, METRICS_H_QUEUE_WAIT, ev->wait_us);
+        if (r) r->scheduled = true;
+        break;
+    case SCHED_EV_CACHE_HIT:
+        /* the first admission's hit, for the request log (a resumed sequence's own blocks
+         * found again after a recompute are not the request's cached prompt) */
+        if (r && !r->scheduled) r->cached_tokens = ev->cached_tokens;
         break;
     case SCHED_EV_PREEMPT:
         metrics_count_preempt(s->mx, series,

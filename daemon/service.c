@@ -157,7 +157,10 @@ static int iterate(void *ctx, uint64_t now_us)
     uint32_t batch_tokens = 0;
     if (p) {
         req_plan_ended(s, p);
-        for (uint32_t i = 0; i < p->n_transfers; i++) xfer_start(s, &p->transfers[i]);
+        /* in plan order: a cache copy completes before anything after it (sched_transfer) */
+        for (uint32_t i = 0; i < p->n_transfers; i++)
+            if (p->transfers[i].cache) xfer_copy(s, &p->transfers[i]);
+            else xfer_start(s, &p->transfers[i]);
         if (p->n_transfers && s->tiers) kvtier_flush(s->tiers);
         if (p->n_entries) {
             nres = exec_plan(s, p, &exec_us);
@@ -354,7 +357,8 @@ int svc_create(const svc_config *cfg, svc **out)
         /* .step below: the simulator's built-in model; measured step times correct it from
          * the first iteration (sched_commit). */
         .host = {.out_bytes_per_s = 4e9, .in_bytes_per_s = 4e9, .latency_us = 20},
-        .disk = {.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 100},
+        .disk = {.out_bytes_per_s = cfg->disk_kv_bw > 0 ? cfg->disk_kv_bw : 1e9,
+                 .in_bytes_per_s = cfg->disk_kv_bw > 0 ? cfg->disk_kv_bw : 1e9, .latency_us = 100},
         .prefix_cache = !cfg->no_prefix_cache,
     };
     sched_step_model_default(&sc.step);

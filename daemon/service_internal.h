@@ -72,6 +72,8 @@ typedef struct svc_req {
     struct svc_req *o_next;   /* the outbox, in the order output became ready */
     unsigned fin_reason, fin_cause;  /* RINGLM_WIRE_R_* */
     unsigned forced_reason, forced_cause; /* set before a daemon-side cancel */
+    uint32_t cached_tokens;   /* prompt tokens its first admission found in the prefix cache */
+    bool scheduled;           /* the scheduler has started it (its first cache_hit is counted) */
 } svc_req;
 
 /* The runner's view of one client session (dsess_user of its dsess). */
@@ -254,6 +256,8 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us);
 int xfer_verify_init(svc *s);
 void xfer_free(svc *s);
 void xfer_start(svc *s, const sched_transfer *t);
+/* A prefix-cache copy of the plan (t->cache): done now, before the rest of the plan. */
+void xfer_copy(svc *s, const sched_transfer *t);
 /* --verify-swaps: the entry computes on no device block a transfer still moves. */
 void xfer_check_compute(svc *s, const sched_entry *e);
 

@@ -102,7 +102,15 @@ void stats_update_gauges(svc *s, uint64_t iter_us, uint32_t batch_tokens)
     metrics_set_queue(s->mx, c.waiting, c.running + c.swapped + c.in_transit);
     for (sched_pool p = SCHED_POOL_DEVICE; p < SCHED_POOL__COUNT; p++)
         metrics_set_kv(s->mx, p, c.kv_used[p], c.kv_total[p]);
-    metrics_set_prefix(s->mx, c.prefix_query_tokens, c.prefix_hit_tokens, c.kv_cached[SCHED_POOL_DEVICE]);
+    metrics_prefix mp = {.query_tokens = c.prefix_query_tokens, .hit_tokens = c.prefix_hit_tokens};
+    for (int t = 0; t < SCHED_POOL__COUNT; t++) {
+        mp.unheld[t] = c.kv_cached[t];
+        mp.hit_self[t] = c.prefix_self_pool_tokens[t];
+        mp.hit_cross[t] = c.prefix_hit_pool_tokens[t] - c.prefix_self_pool_tokens[t];
+        mp.demoted[t] = c.prefix_demoted_blocks[t];
+        mp.reloaded[t] = c.prefix_reloaded_blocks[t];
+    }
+    metrics_set_prefix(s->mx, &mp);
     if (batch_tokens || iter_us) metrics_observe_iteration(s->mx, iter_us, batch_tokens);
     uint64_t dd = 0, dr = 0;
     declog_dropped(s->logs, &dd, &dr);

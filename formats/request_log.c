@@ -23,6 +23,7 @@ int fmt_request_format(const fmt_request *r, char *buf, size_t cap)
     fmt_json_int(&j, "finish_us", r->finish_us);
     fmt_json_str(&j, "finish_reason", r->finish_reason ? r->finish_reason : "error");
     fmt_json_str(&j, "reject_reason", r->reject_reason);
+    if (r->cached_tokens != FMT_NULL) fmt_json_int(&j, "cached_tokens", r->cached_tokens);
     if (r->n_hash_ids && r->hash_ids) {
         fmt_json_uint(&j, "hash_block_tokens", r->hash_block_tokens);
         fmt_json_array(&j, "hash_ids");
@@ -53,6 +54,7 @@ int fmt_request_parse(const char *line, size_t len, fmt_request *out, fmt_reques
               fmt_get_int(o, "cancel_us", FMT_NULLABLE, 0, TIME_MAX, &out->cancel_us, why, whylen) ||
               fmt_get_int(o, "first_token_us", FMT_NULLABLE, 0, TIME_MAX, &out->first_token_us, why, whylen) ||
               fmt_get_int(o, "finish_us", FMT_NULLABLE, 0, TIME_MAX, &out->finish_us, why, whylen) ||
+              fmt_get_int(o, "cached_tokens", FMT_NULLABLE, 0, TOKENS_MAX, &out->cached_tokens, why, whylen) ||
               fmt_get_str(o, "tenant", 0, text->tenant, sizeof text->tenant, why, whylen) ||
               fmt_get_str(o, "class", 0, text->class_name, sizeof text->class_name, why, whylen) ||
               fmt_get_str(o, "finish_reason", 0, text->finish_reason, sizeof text->finish_reason, why, whylen) ||

@@ -27,6 +27,11 @@
  *                                            after equal hashes mean equal tokens: a replay
  *                                            shares prefixes as the recorded run did (the
  *                                            prefix cache's chained keys, DESIGN §10)
+ *   cached_tokens                            optional: prompt tokens the request's first
+ *                                            admission found in the prefix cache (0: none,
+ *                                            or the cache off); integer >= 0 or null
+ *                                            (missing = null: not recorded).  The writer
+ *                                            leaves the key out for FMT_NULL
  * Unknown keys are ignored. A real where an integer belongs is rounded to the nearest.
  */
 #ifndef RINGLM_FORMATS_REQUEST_LOG_H
@@ -65,6 +70,7 @@ typedef struct fmt_request {
     const uint64_t *hash_ids;  /* n_hash_ids block hashes of the prompt, or NULL */
     uint32_t n_hash_ids;
     uint32_t hash_block_tokens;   /* prompt tokens per hash (0 when none) */
+    int64_t cached_tokens;     /* prompt tokens found in the prefix cache, or FMT_NULL */
 } fmt_request;
 
 /* Storage for the strings of a parsed line (fmt_request's pointers point into it). */

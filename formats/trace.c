@@ -196,7 +196,7 @@ int fmt_trace_next(fmt_trace_reader *rd, fmt_request *out, fmt_request_text *tex
         if (fmt_blank(p, (size_t)(le - p))) continue;
         memset(out, 0, sizeof *out);
         memset(text, 0, sizeof *text);
-        out->deadline_us = out->cancel_us = out->first_token_us = out->finish_us = FMT_NULL;
+        out->deadline_us = out->cancel_us = out->first_token_us = out->finish_us = out->cached_tokens = FMT_NULL;
         out->tenant = out->class_name = "";
         int rc;
         if (rd->format == FMT_TRACE_NATIVE)

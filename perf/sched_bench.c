@@ -7,7 +7,9 @@
  *   build/perf/sched_bench            table of p50/p99 per size, ratios to the smallest
  *   build/perf/sched_bench --json     adds {"step_us":{"p50":…,"p99":…}} for 256/10,000
  *   --steps N                         measured steps per size (default 2000)
- *   --prefix-only                     only the prefix-index case below
+ *   --prefix-only                     only the prefix-index case below, and the step with the
+ *                                     cache on in FCFS order and in longest_prefix order
+ *                                     (prefix_order, sched/order.c) side by side
  *
  * The prefix-index case (sched/prefix.h, DESIGN §10): a device pool of 100,000 blocks of 16
  * tokens, full of cached prompts (400 system prompts of 8 blocks, each prompt 32 blocks)
@@ -74,6 +76,7 @@ static uint64_t next_id;
 /* With the prefix cache on, prompts carry tokens: one of 400 system prompts (64 tokens),
  * then the request's own. */
 static int prefix_on;
+static int order_longest;   /* every class: prefix_order = longest_prefix */
 static int32_t prompt_tok[512];
 
 static int submit_one(sched *s, uint64_t now)
@@ -96,13 +99,14 @@ static int run_size(uint32_t running, uint32_t waiting, int steps, result *out)
 {
     out->cached = 0;
     char pol[1024];
+    const char *ord = order_longest ? "prefix_order = longest_prefix\n" : "";
     snprintf(pol, sizeof pol,
              "[scheduler]\ntoken_budget = %u\nmax_active_seqs = %u\nprefill_chunk = 256\n"
              "decode_reserve_tokens = 64\nmax_preemptions = 4\n"
-             "[class chat]\npriority = 10\nlatency_sensitive = yes\n[class api]\npriority = 5\n[class batch]\n"
+             "[class chat]\npriority = 10\nlatency_sensitive = yes\n%s[class api]\npriority = 5\n%s[class batch]\n%s"
              "[tenant t0]\n[tenant t1]\nweight = 2\n[tenant t2]\n[tenant t3]\nweight = 0.5\n[tenant t4]\n"
              "[tenant t5]\n[tenant t6]\nweight = 3\n[tenant t7]\n",
-             running * 3, running);
+             running * 3, running, ord, ord, ord);
     sched_policy *p;
     sched_policy_error err;
     if (sched_policy_parse(pol, &p, &err)) { fprintf(stderr, "policy line %d: %s\n", err.line, err.reason); return 1; }
@@ -332,6 +336,14 @@ int main(int argc, char **argv)
     next_id = 0;
     prefix_on = 1;
     if (run_size(256, 10000, steps, &rp)) return 1;
+    result rl = rp;   /* the same with longest_prefix order (--prefix-only) */
+    if (prefix_only) {
+        rng = 0x9E3779B97F4A7C15ull + 100;
+        next_id = 0;
+        order_longest = 1;
+        if (run_size(256, 10000, steps, &rl)) return 1;
+        order_longest = 0;
+    }
     prefix_on = 0;
     if (prefix_only) {
         result roff;   /* the same size with the cache off, side by side */
@@ -343,9 +355,12 @@ int main(int argc, char **argv)
                    "\"prefix_miss_us\":{\"p50\":%.3f},\"prefix_churn_us\":{\"p50\":%.3f,\"p99\":%.3f},"
                    "\"prefix_keys_us\":{\"p50\":%.3f},\"step_us\":{\"p50\":%.3f,\"p99\":%.3f},"
                    "\"step_running\":%u,\"step_waiting\":%u,\"step_cached_blocks\":%u,\"step_off_us\":{\"p50\":%.3f},"
-                   "\"step_on_off_ratio\":%.3f}\n",
+                   "\"step_on_off_ratio\":%.3f,\"step_longest_prefix_us\":{\"p50\":%.3f,\"p99\":%.3f},"
+                   "\"step_longest_prefix_running\":%u,\"step_longest_prefix_waiting\":%u,"
+                   "\"step_longest_over_fcfs\":%.3f}\n",
                    px.cached, px.lookup_p50, px.lookup_p99, px.miss_p50, px.churn_p50, px.churn_p99, px.keys_p50,
-                   rp.p50, rp.p99, rp.real_running, rp.real_waiting, rp.cached, roff.p50, rp.p50 / roff.p50);
+                   rp.p50, rp.p99, rp.real_running, rp.real_waiting, rp.cached, roff.p50, rp.p50 / roff.p50,
+                   rl.p50, rl.p99, rl.real_running, rl.real_waiting, rl.p50 / rp.p50);
         else
             printf("prefix index, %u cached blocks of %u tokens, %d reps, 512-token prompts (32 blocks):\n"
                    "  hit  (lookup+acquire+release, 32 blocks)  p50 %.2f us  p99 %.2f us\n"
@@ -354,9 +369,12 @@ int main(int argc, char **argv)
                    "  XXH3-128 keys of 512 tokens               p50 %.2f us\n"
                    "sched_step, cache on, %u cached blocks at the start, steady %u running / %u waiting:\n"
                    "  p50 %.2f us  p99 %.2f us  (goal: p50 <= 20 us at 256/10,000 with a 100,000-block index)\n"
-                   "  cache off, same size: p50 %.2f us  (on/off %.2f)\n",
+                   "  cache off, same size: p50 %.2f us  (on/off %.2f)\n"
+                   "  cache on, prefix_order = longest_prefix, steady %u running / %u waiting: p50 %.2f us  p99 %.2f us"
+                   "  (longest/fcfs %.2f)\n",
                    px.cached, PX_BS, steps, px.lookup_p50, px.lookup_p99, px.miss_p50, px.churn_p50, px.churn_p99,
-                   px.keys_p50, rp.cached, rp.real_running, rp.real_waiting, rp.p50, rp.p99, roff.p50, rp.p50 / roff.p50);
+                   px.keys_p50, rp.cached, rp.real_running, rp.real_waiting, rp.p50, rp.p99, roff.p50, rp.p50 / roff.p50,
+                   rl.real_running, rl.real_waiting, rl.p50, rl.p99, rl.p50 / rp.p50);
         return 0;
     }
     static const uint32_t sizes[][2] = {

@@ -89,7 +89,7 @@ int sched_submit(sched *s, const sched_request *q, uint64_t now, sched_reject_re
     r->max_new = q->max_new_tokens;
     r->arrival_us = arrival;
     r->deadline_us = q->deadline_us;
-    r->q_pos = r->t_pos = r->bp_pos = r->run_pos = NO_POS;
+    r->q_pos = r->t_pos = r->bp_pos = r->run_pos = r->p_pos = NO_POS;
     r->state = REQ_NEW;   /* born; waiting_add below is its first transition */
     if (sc_cache_submit(s, r, q)) { VEC_PUSH(s, s->free_slots, slot); r->live = 0; goto oom; }
     if (sc_map_put(s, q->id, slot)) { VEC_PUSH(s, s->free_slots, slot); r->live = 0; goto oom; }

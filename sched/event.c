@@ -29,8 +29,10 @@ static const char *const pool_names[] = {"device", "host", "disk"};
 static const char *const outcome_names[] = {NULL, "start", "resume", "done", "failed", "abandoned"};
 static const char *const event_names[] = {
     "admit", "reject", "defer", "schedule", "preempt", "swap_out", "swap_in", "recompute",
-    "cancel", "timeout", "finish", "release", "cache_hit", "cache_evict"};
-static const char *const evict_names[] = {"demand", "tenant_cap", "orphan", "moved", "clear"};
+    "cancel", "timeout", "finish", "release", "cache_hit", "cache_evict", "cache_demote",
+    "cache_reload"};
+static const char *const evict_names[] = {"demand", "tenant_cap", "orphan", "moved", "clear", "failed"};
+static const char *const prefix_order_names[] = {"fcfs", "longest_prefix"};
 
 _Static_assert(sizeof(reject_names) / sizeof(reject_names[0]) == SCHED_REJECT__COUNT, "names");
 _Static_assert(sizeof(cancel_names) / sizeof(cancel_names[0]) == SCHED_CANCEL__COUNT, "names");
@@ -39,11 +41,13 @@ _Static_assert(sizeof(timeout_names) / sizeof(timeout_names[0]) == SCHED_TIMEOUT
 _Static_assert(sizeof(pool_names) / sizeof(pool_names[0]) == SCHED_POOL__COUNT, "names");
 _Static_assert(sizeof(event_names) / sizeof(event_names[0]) == SCHED_EV__COUNT, "names");
 _Static_assert(sizeof(evict_names) / sizeof(evict_names[0]) == SCHED_PREFIX_EVICT__COUNT, "names");
+_Static_assert(sizeof(prefix_order_names) / sizeof(prefix_order_names[0]) == SCHED_PREFIX_ORDER__COUNT, "names");
 _Static_assert(sizeof(outcome_names) / sizeof(outcome_names[0]) == SCHED_OUTCOME__COUNT, "names");
 _Static_assert(sizeof(preempt_names) / sizeof(preempt_names[0]) == SCHED_PREEMPT_NONE + 1, "names");
 
 const char *sched_mode_name(sched_mode m) { return NAME_OF(mode_names, m); }
 const char *sched_preempt_mode_name(sched_preempt_mode m) { return NAME_OF(preempt_names, m); }
+const char *sched_prefix_order_name(sched_prefix_order o) { return NAME_OF(prefix_order_names, o); }
 const char *sched_reject_name(sched_reject_reason r) { return NAME_OF(reject_names, r); }
 const char *sched_cancel_name(sched_cancel_reason r) { return NAME_OF(cancel_names, r); }
 const char *sched_defer_name(sched_defer_reason r) { return NAME_OF(defer_names, r); }
@@ -70,7 +74,9 @@ const char *sched_event_reason_name(const sched_event *ev)
     case SCHED_EV_SCHEDULE:
     case SCHED_EV_SWAP_OUT:
     case SCHED_EV_SWAP_IN:
-    case SCHED_EV_RECOMPUTE: return sched_outcome_name(ev->outcome);
+    case SCHED_EV_RECOMPUTE:
+    case SCHED_EV_CACHE_DEMOTE:
+    case SCHED_EV_CACHE_RELOAD: return sched_outcome_name(ev->outcome);
     default: return NULL;
     }
 }
@@ -249,10 +255,44 @@ size_t sched_event_json(const sched_event *ev, char *buf, size_t len)
         ju(&b, "cached_tokens", ev->cached_tokens);
         ju(&b, "self_tokens", ev->self_tokens);
         ju(&b, "prompt_tokens", ev->prompt_tokens);
+        /* tokens per tier, when any came from a colder one */
+        if (ev->pool_tokens[SCHED_POOL_HOST] || ev->pool_tokens[SCHED_POOL_DISK])
+            for (int p = 0; p < SCHED_POOL__COUNT; p++) {
+                char k[24];
+                snprintf(k, sizeof k, "%s_tokens", sched_pool_name((sched_pool)p));
+                ju(&b, k, ev->pool_tokens[p]);
+            }
         break;
     case SCHED_EV_CACHE_EVICT:
         ju(&b, "blocks", ev->blocks);
         jstr(&b, "pool", sched_pool_name(ev->pool));
+        if (ev->evict == SCHED_PREFIX_EVICT_DEMAND && ev->recompute_cost_us > 0) {
+            /* why not kept in a colder pool: the demotion test's two sides */
+            jd(&b, "reload_cost_us", ev->swap_cost_us);
+            jd(&b, "recompute_cost_us", ev->recompute_cost_us);
+            jfmt(&b, ",\"expected_reuse\":%.1f", ev->expected_reuse);
+        }
+        break;
+    case SCHED_EV_CACHE_DEMOTE:
+    case SCHED_EV_CACHE_RELOAD:
+        ju(&b, "blocks", ev->blocks);
+        jstr(&b, "pool", sched_pool_name(ev->pool));
+        if (ev->kind == SCHED_EV_CACHE_DEMOTE) jstr(&b, "to", sched_pool_name(ev->to_pool));
+        else ju(&b, "tokens", ev->tokens);
+        if (ev->kind == SCHED_EV_CACHE_DEMOTE || ev->mode == SCHED_PREEMPT_SWAP) {
+            ju(&b, "xfer", ev->xfer);
+            ju(&b, "bytes", ev->bytes);
+        }
+        if (reason) {   /* the completion record: realised next to predicted */
+            jd(&b, "predicted_us", ev->predicted_us);
+            jd(&b, "realised_us", ev->realised_us);
+        } else {
+            if (ev->kind == SCHED_EV_CACHE_RELOAD)
+                jstr(&b, "choice", ev->mode == SCHED_PREEMPT_SWAP ? "reload" : "recompute");
+            jd(&b, "reload_cost_us", ev->swap_cost_us);
+            jd(&b, "recompute_cost_us", ev->recompute_cost_us);
+            if (ev->kind == SCHED_EV_CACHE_DEMOTE) jfmt(&b, ",\"expected_reuse\":%.1f", ev->expected_reuse);
+        }
         break;
     case SCHED_EV_RELEASE:
         ju(&b, "blocks", ev->blocks);

@@ -7,7 +7,8 @@
 
 /* Class by effective priority (priority + aging × oldest wait), then — a swapped sequence of
  * that class before any new one — the tenant with the smallest virtual counter, then the
- * oldest request of that (class, tenant). */
+ * oldest request of that (class, tenant), or with prefix_order = longest_prefix the one with
+ * the longest cached prefix unless the oldest has waited prefix_max_wait (order.c). */
 bool sc_pick_candidate(sched *s, uint64_t now, uint64_t tenant_excl, uint32_t class_excl, cand *out)
 {
     int best = -1;
@@ -40,7 +41,7 @@ bool sc_pick_candidate(sched *s, uint64_t now, uint64_t tenant_excl, uint32_t cl
         if (bt < 0 || s->ts[t].vt < s->ts[bt].vt) bt = t;
     }
     if (bt < 0) return false;
-    *out = (cand){best, bt, row[bt].a[0].slot, false};
+    *out = (cand){best, bt, sc_order_pick(s, best, bt, now), false};
     return true;
 }
 

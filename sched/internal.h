@@ -11,6 +11,7 @@
  *   preempt.c  victims, swap or recompute, transfers and their completion
  *   batch.c    the batching modes: token budget, continuous, static/dynamic groups
  *   sched.c    create/destroy, step, commit, ends and releases, queries, invariants
+ *   order.c    prefix_order = longest_prefix: the cache-aware order within a class, with aging
  *   cache.c    the prefix cache's part: lookup at admission, insert at commit, holds released
  *              with the blocks, eviction on demand (the index itself: prefix.c)
  *   event.c    names, error detail, the JSON writer;  policy.c  the policy file
@@ -96,11 +97,15 @@ typedef struct req {
     sched_prefix_key *pkeys; uint32_t n_pkeys, cap_pkeys;
     uint32_t *pnodes; uint32_t n_pnodes, n_found, cap_pnodes;
     uint32_t  cached_tokens;    /* prompt tokens its first admission found cached */
+    /* prefix_order = longest_prefix (order.c), while waiting: its cached prefix in blocks,
+     * its place in the order heap, its first entry in the waiter table */
+    uint32_t  plen, ow_head;
+    int32_t   p_pos;
 } req;
 
 typedef struct hent { uint64_t k1, k2; uint32_t slot; } hent;
 typedef struct heap { hent *a; uint32_t n, cap; uint8_t which; } heap;
-enum { POS_Q = 0, POS_T = 1, POS_BP = 2 };
+enum { POS_Q = 0, POS_T = 1, POS_BP = 2, POS_P = 3 };
 
 typedef struct pool {
     uint32_t  total;
@@ -133,7 +138,14 @@ typedef struct tier_est {
     bool     out_measured, in_measured;
 } tier_est;
 
-typedef struct xfer_rec { uint64_t id; uint32_t slot; uint8_t dir, tier; uint64_t bytes; double pred_us; } xfer_rec;
+/* A transfer in flight.  cache: 0 a swap of request `slot`; XK_DEMOTE / XK_RELOAD a prefix
+ * cache copy (cache.c): its destination pool and blocks (malloc'd) to invalidate should it
+ * fail, the request a reload is for. */
+enum { XK_SWAP = 0, XK_DEMOTE, XK_RELOAD };
+typedef struct xfer_rec {
+    uint64_t id; uint32_t slot; uint8_t dir, tier; uint64_t bytes; double pred_us;
+    uint8_t cache, src_pool, dst_pool; uint32_t n; uint32_t *dst; uint64_t req;
+} xfer_rec;
 
 #define VEC(T) struct { T *a; uint32_t n, cap; }
 #define VEC_PUSH(s, v, x) do { \
@@ -203,6 +215,22 @@ struct sched {
     /* prefix cache (NULL when off) and its counters */
     sched_prefix    *px;
     uint64_t         px_query, px_hit, px_self, px_evicted;
+    uint64_t         px_hit_pool[SCHED_POOL__COUNT], px_self_pool[SCHED_POOL__COUNT];
+    uint64_t         px_demoted[SCHED_POOL__COUNT], px_reloaded[SCHED_POOL__COUNT];
+    uint64_t         px_recomputed[SCHED_POOL__COUNT];
+    uint32_t         px_left[SCHED_POOL__COUNT];   /* blocks that left each pool (any way) */
+    /* one eviction call's demotions (copies to plan, in order) and drops (its events) */
+    struct px_move { uint32_t from_block, to_block; uint8_t from, to; } *px_mv;
+    uint32_t         px_n_mv, px_cap_mv;
+    uint32_t         px_drop[SCHED_POOL__COUNT];
+    double           px_drop_rl[SCHED_POOL__COUNT], px_drop_rc[SCHED_POOL__COUNT], px_drop_reuse[SCHED_POOL__COUNT];
+    double           px_mv_reuse;
+    /* prefix_order = longest_prefix (order.c; NULL/0 unless a class uses it and the cache is
+     * on): order heaps [class * n_tenants + tenant], the waiter table, lookup scratch */
+    heap            *pwait;
+    struct ow_ent   *ow; uint32_t n_ow, cap_ow, ow_free, n_live_ow;
+    uint32_t        *ow_bucket; uint32_t ow_nbucket;
+    uint32_t        *ow_nodes; uint32_t cap_ow_nodes;
 };
 
 /* ---- small helpers used everywhere ---------------------------------------------------- */
@@ -362,6 +390,19 @@ uint32_t sc_cache_release(sched *s, req *r);
 uint32_t sc_cache_evict(sched *s, req *r, uint32_t n);
 int sc_cache_check(const sched *s, const uint32_t *holders, char *why, size_t len);
 void sc_cache_free_req(req *r);
+uint32_t sc_tier_available(const sched *s, sched_pool p);
+bool sc_tier_make_room(sched *s, sched_pool p, uint32_t n);
+int sc_cache_xfer_done(sched *s, xfer_rec *x, uint64_t now, uint64_t bytes, uint64_t dur_us, int status);
+
+/* ---- order.c ---- */
+int sc_order_create(sched *s);
+void sc_order_destroy(sched *s);
+void sc_order_add(sched *s, uint32_t slot);
+void sc_order_remove(sched *s, uint32_t slot);
+void sc_order_inserted(sched *s, sched_prefix_key key);
+void sc_order_dropped(sched *s, sched_prefix_key key);
+uint32_t sc_order_pick(sched *s, int cls, int tenant, uint64_t now);
+int sc_order_check(const sched *s, char *why, size_t len);
 
 /* ---- sched.c ---- */
 void sc_emit_defer(sched *s, req *r, sched_defer_reason why, uint64_t now);

@@ -81,6 +81,8 @@ typedef struct parser {
     char                default_tenant[SCHED_NAME_MAX]; int default_tenant_line;
     bool                default_tenant_set, default_class_set;
     bool                sched_seen, trust_seen;
+    int                 order_line[SCHED_MAX_CLASSES];   /* prefix_order, prefix_max_wait: */
+    int                 pmw_line[SCHED_MAX_CLASSES];     /* their lines (0 = not given) */
 } parser;
 
 static int fail(parser *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -207,6 +209,7 @@ static int rd_enum(parser *ps, const char *key, const char *v, const char *(*nam
 }
 static const char *mode_name_i(int i) { return sched_mode_name((sched_mode)i); }
 static const char *pre_name_i(int i) { return sched_preempt_mode_name((sched_preempt_mode)i); }
+static const char *order_name_i(int i) { return sched_prefix_order_name((sched_prefix_order)i); }
 
 /* uid lists: numbers separated by spaces or commas. */
 static int rd_uids(parser *ps, const char *key, const char *v, bool trust)
@@ -314,6 +317,16 @@ static int set_key(parser *ps, const char *key, const char *v)
         if (!strcmp(key, "tpot_target")) return rd_dur(ps, key, v, &c->tpot_target_us);
         if (!strcmp(key, "max_queue_wait")) return rd_dur(ps, key, v, &c->max_queue_wait_us);
         if (!strcmp(key, "latency_sensitive")) return rd_bool(ps, key, v, &c->latency_sensitive);
+        if (!strcmp(key, "prefix_order")) {
+            int rc = rd_enum(ps, key, v, order_name_i, SCHED_PREFIX_ORDER__COUNT, &e);
+            if (!rc) c->prefix_order = (sched_prefix_order)e;
+            ps->order_line[ps->idx] = ps->line;
+            return rc;
+        }
+        if (!strcmp(key, "prefix_max_wait")) {
+            ps->pmw_line[ps->idx] = ps->line;
+            return rd_dur(ps, key, v, &c->prefix_max_wait_us);
+        }
         return fail(ps, "unknown key \"%s\" in [class %s]", key, c->name);
     }
     case SEC_TENANT: {
@@ -462,6 +475,8 @@ static int build_canonical(sched_policy *p)
         sput(&b, "tpot_target = %lluus\n", (unsigned long long)k->tpot_target_us);
         sput(&b, "max_queue_wait = %lluus\n", (unsigned long long)k->max_queue_wait_us);
         sput(&b, "latency_sensitive = %s\n", k->latency_sensitive ? "yes" : "no");
+        sput(&b, "prefix_order = %s\n", sched_prefix_order_name(k->prefix_order));
+        sput(&b, "prefix_max_wait = %lluus\n", (unsigned long long)k->prefix_max_wait_us);
     }
     for (int i = 0; i < p->n_tenants; i++) {
         const sched_tenant_cfg *t = &p->tenants[i];
@@ -501,6 +516,32 @@ static int finish(parser *ps)
     if (p->n_classes == 0) default_class(&p->classes[p->n_classes++], "default");
     bool implicit_tenant = p->n_tenants == 0;
     if (implicit_tenant) default_tenant(&p->tenants[p->n_tenants++], "default");
+
+    /* the order within each class (before the sort: the key lines are by file order) */
+    for (int i = 0; i < p->n_classes; i++) {
+        sched_class_cfg *k = &p->classes[i];
+        uint64_t mqw = k->max_queue_wait_us;
+        if (k->prefix_order == SCHED_PREFIX_ORDER_LONGEST && p->cfg.mode != SCHED_MODE_TOKEN_BUDGET) {
+            ps->line = ps->order_line[i];
+            return fail(ps, "class \"%s\": prefix_order = longest_prefix needs mode = token_budget "
+                            "(the prefix cache runs only there), mode is %s", k->name, sched_mode_name(p->cfg.mode));
+        }
+        if (!ps->pmw_line[i]) {
+            k->prefix_max_wait_us = mqw && mqw / 2 < 1000000 ? mqw / 2 : 1000000;
+            if (!k->prefix_max_wait_us) k->prefix_max_wait_us = 1;
+        } else if (!k->prefix_max_wait_us) {
+            ps->line = ps->pmw_line[i];
+            return fail(ps, "class \"%s\": key \"prefix_max_wait\" must be > 0: it bounds how long a request "
+                            "can be passed over for one with a longer cached prefix", k->name);
+        }
+        if (k->prefix_order == SCHED_PREFIX_ORDER_LONGEST && mqw && k->prefix_max_wait_us >= mqw) {
+            ps->line = ps->pmw_line[i] ? ps->pmw_line[i] : ps->order_line[i];
+            return fail(ps, "class \"%s\": key \"prefix_max_wait\" (%lluus) must be below max_queue_wait "
+                            "(%lluus), or a passed-over request would time out before its wait bound",
+                        k->name, (unsigned long long)k->prefix_max_wait_us, (unsigned long long)mqw);
+        }
+    }
+    ps->line = 0;
 
     /* Sort by name so indices, and the canonical text, do not depend on file order.  uid maps
      * hold tenant indices: remap them through the permutation. */

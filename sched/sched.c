@@ -76,7 +76,8 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
     memset(s->map, 0xff, s->map_cap * sizeof(uint32_t));
     if (sc_pool_init(&s->pools[SCHED_POOL_DEVICE], cfg->kv_blocks_device) ||
         sc_pool_init(&s->pools[SCHED_POOL_HOST], cfg->kv_blocks_host) ||
-        sc_pool_init(&s->pools[SCHED_POOL_DISK], cfg->kv_blocks_disk) || sc_cache_create(s))
+        sc_pool_init(&s->pools[SCHED_POOL_DISK], cfg->kv_blocks_disk) || sc_cache_create(s) ||
+        sc_order_create(s))
         goto oom;
     s->tiers[SCHED_POOL_HOST] = (tier_est){cfg->host.out_bytes_per_s, cfg->host.in_bytes_per_s,
                                            cfg->host.latency_us, 0, 0, false, false};
@@ -99,6 +100,7 @@ void sched_destroy(sched *s)
         sc_cache_free_req(&s->reqs[i]);
     }
     sched_prefix_destroy(s->px);
+    sc_order_destroy(s);
     free(s->reqs);
     if (s->wait)
         for (int i = 0; i < s->n_classes * s->n_tenants; i++) free(s->wait[i].a);
@@ -112,7 +114,9 @@ void sched_destroy(sched *s)
     for (int i = 0; i < SCHED_POOL__COUNT; i++) free(s->pools[i].free_ids);
     free(s->run.a);
     free(s->cancel_pending.a);
+    for (uint32_t i = 0; i < s->xfers.n; i++) free(s->xfers.a[i].dst);   /* cache copies in flight */
     free(s->xfers.a);
+    free(s->px_mv);
     free(s->entries.a);
     free(s->rel_plan.a);
     free(s->rel_acc.a);
@@ -410,6 +414,14 @@ void sched_get_counts(const sched *s, sched_counts *o)
         o->prefix_hit_tokens = s->px_hit;
         o->prefix_self_tokens = s->px_self;
         o->prefix_evicted_blocks = s->px_evicted;
+        for (int p = 0; p < SCHED_POOL__COUNT; p++) {
+            o->prefix_blocks[p] = st.cached[p];
+            o->prefix_hit_pool_tokens[p] = s->px_hit_pool[p];
+            o->prefix_self_pool_tokens[p] = s->px_self_pool[p];
+            o->prefix_demoted_blocks[p] = s->px_demoted[p];
+            o->prefix_reloaded_blocks[p] = s->px_reloaded[p];
+            o->prefix_recomputed_blocks[p] = s->px_recomputed[p];
+        }
     }
 }
 
@@ -517,11 +529,15 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
         if (map_get(s, r->id) != i) BAD("request %llu not found by id", (unsigned long long)r->id);
     }
     if (s->px && (rc = sc_cache_check(s, seen[SCHED_POOL_DEVICE], why, len))) goto out;
+    if ((rc = sc_order_check(s, why, len))) goto out;
     for (int p = s->px ? SCHED_POOL_DEVICE + 1 : 0; p < SCHED_POOL__COUNT; p++)
-        for (uint32_t b = 0; b < s->pools[p].total; b++)
-            if (seen[p][b] != 1)
+        for (uint32_t b = 0; b < s->pools[p].total; b++) {
+            /* a host or disk block may be a cached node's instead */
+            uint32_t n = seen[p][b] + (s->px && sched_prefix_node_of(s->px, (sched_pool)p, b) != SCHED_PREFIX_NONE);
+            if (n != 1)
                 BAD("pool %s: block %u is %s", sched_pool_name((sched_pool)p), b,
-                    seen[p][b] ? "owned twice" : "neither free nor owned (leaked)");
+                    n ? "owned twice" : "neither free nor owned (leaked)");
+        }
     for (int t = 0; t < s->n_tenants; t++) {
         if (kv[t] != s->ts[t].kv_blocks)
             BAD("tenant %s: counter says %u device blocks, sequences hold %u", s->ten[t]->name, s->ts[t].kv_blocks, kv[t]);

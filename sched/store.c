@@ -19,7 +19,7 @@ bool sc_vec_grow(void **a, uint32_t *cap, uint32_t need, size_t elt)
 static inline int32_t *hpos(sched *s, uint32_t slot, uint8_t which)
 {
     req *r = &s->reqs[slot];
-    return which == POS_Q ? &r->q_pos : which == POS_T ? &r->t_pos : &r->bp_pos;
+    return which == POS_Q ? &r->q_pos : which == POS_T ? &r->t_pos : which == POS_BP ? &r->bp_pos : &r->p_pos;
 }
 
 static void hset(sched *s, heap *h, uint32_t i, hent e)
@@ -195,6 +195,7 @@ void sc_waiting_add(sched *s, uint32_t slot)
     uint32_t k = known(r);
     sc_set_state(s, r, SCHED_REQ_WAITING);
     sc_hpush(s, wait_heap(s, r), r->arrival_us, r->id, slot);
+    sc_order_add(s, slot);
     s->n_waiting++;
     s->queued_tokens += k;
     s->cs[r->cls].n_waiting++;
@@ -210,6 +211,7 @@ void sc_waiting_remove(sched *s, uint32_t slot)
     req *r = &s->reqs[slot];
     uint32_t k = known(r);
     sc_hremove(s, wait_heap(s, r), slot);
+    sc_order_remove(s, slot);
     s->n_waiting--;
     s->queued_tokens -= k;
     s->cs[r->cls].n_waiting--;

@@ -507,7 +507,11 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
             if (en->req == 0 || en->req > run->n_recs) continue;
             sim_rec *x = &run->recs[en->req - 1];
             const sim_req *q = &t->reqs[x->req];
-            if (x->first_sched_us < 0) x->first_sched_us = now;
+            if (x->first_sched_us < 0) {
+                x->first_sched_us = now;
+                sched_req_info ri;   /* its cached prefix, for the request log */
+                if (o->prefix_cache && sched_get_request(e.s, en->req, &ri) == 0) x->cached_tokens = ri.cached_tokens;
+            }
             if (now - x->last_progress_us > x->max_starve_us) x->max_starve_us = now - x->last_progress_us;
             x->last_progress_us = end;
             bool cancelled_before = q->cancel_us != SIM_NO_TIME && q->cancel_us <= now;

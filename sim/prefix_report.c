@@ -19,6 +19,11 @@ void sim_prefix_figures_of(const sim_run *r, sim_prefix_figures *f)
     f->hit_tokens_tier[SCHED_POOL_DEVICE] = c->prefix_hit_tokens;
     f->prefill_tokens = r->prefill_tokens;
     f->hit_rate = f->query_tokens ? (double)f->hit_tokens / (double)f->query_tokens : 0;
+    f->recorded_hit_tokens = -1;
+    for (size_t i = 0; r->trace && i < r->trace->n; i++)
+        if (r->trace->reqs[i].real_cached_tokens >= 0)
+            f->recorded_hit_tokens = (f->recorded_hit_tokens < 0 ? 0 : f->recorded_hit_tokens) +
+                                     r->trace->reqs[i].real_cached_tokens;
 }
 
 json_t *sim_prefix_json(const sim_prefix_figures *f)
@@ -26,10 +31,14 @@ json_t *sim_prefix_json(const sim_prefix_figures *f)
     json_t *tiers = json_object();
     for (int p = 0; p < SCHED_POOL__COUNT; p++)
         json_object_set_new(tiers, sched_pool_name((sched_pool)p), json_integer((json_int_t)f->hit_tokens_tier[p]));
-    return json_pack("{s:I,s:I,s:I,s:I,s:f,s:o,s:I,s:I}", "query_tokens", (json_int_t)f->query_tokens,
-                     "hit_tokens", (json_int_t)f->hit_tokens, "cross_tokens", (json_int_t)f->cross_tokens,
-                     "self_tokens", (json_int_t)f->self_tokens, "hit_rate", f->hit_rate, "hit_tokens_by_tier", tiers,
-                     "evicted_blocks", (json_int_t)f->evicted_blocks, "prefill_tokens", (json_int_t)f->prefill_tokens);
+    json_t *o = json_pack("{s:I,s:I,s:I,s:I,s:f,s:o,s:I,s:I}", "query_tokens", (json_int_t)f->query_tokens,
+                          "hit_tokens", (json_int_t)f->hit_tokens, "cross_tokens", (json_int_t)f->cross_tokens,
+                          "self_tokens", (json_int_t)f->self_tokens, "hit_rate", f->hit_rate, "hit_tokens_by_tier", tiers,
+                          "evicted_blocks", (json_int_t)f->evicted_blocks, "prefill_tokens", (json_int_t)f->prefill_tokens);
+    /* a replayed request log of a real run: what that run found cached, next to the replay's */
+    if (o && f->recorded_hit_tokens >= 0)
+        json_object_set_new(o, "recorded_hit_tokens", json_integer((json_int_t)f->recorded_hit_tokens));
+    return o;
 }
 
 typedef struct point {

@@ -17,6 +17,8 @@ typedef struct sim_prefix_figures {
     uint64_t hit_tokens_tier[SCHED_POOL__COUNT];
     uint64_t prefill_tokens;      /* computed (recompute included) */
     double   hit_rate;            /* hit / query tokens */
+    int64_t  recorded_hit_tokens; /* the trace's own cached_tokens summed (a real run's request
+                                     log: what the daemon found), -1 when it records none */
 } sim_prefix_figures;
 
 void    sim_prefix_figures_of(const sim_run *r, sim_prefix_figures *f);

@@ -78,6 +78,7 @@ int sim_report_request_log(FILE *f, const sim_run *r)
             .hash_ids = q->n_hash ? t->hashes + q->hash_off : NULL,
             .n_hash_ids = q->n_hash,
             .hash_block_tokens = q->hash_block_tokens,
+            .cached_tokens = x->cached_tokens,
         };
         int len = fmt_request_format(&lr, line, LINE_MAX_BYTES);
         if (len < 0) {

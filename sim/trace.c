@@ -142,6 +142,7 @@ static void req_defaults(sim_req *r)
     memset(r, 0, sizeof *r);
     r->deadline_us = r->cancel_us = SIM_NO_TIME;
     r->real_first_token_us = r->real_finish_us = SIM_NO_TIME;
+    r->real_cached_tokens = -1;
 }
 
 /* ---- reading (formats/trace.c) --------------------------------------------------------- */
@@ -169,6 +170,7 @@ static int native_req(sim_trace *t, const fmt_request *q, sim_req *r, char *why,
     if (q->cancel_us != FMT_NULL) r->cancel_us = q->cancel_us;
     if (q->first_token_us != FMT_NULL) r->real_first_token_us = q->first_token_us;
     if (q->finish_us != FMT_NULL) r->real_finish_us = q->finish_us;
+    if (q->cached_tokens != FMT_NULL) r->real_cached_tokens = q->cached_tokens;
     if (q->finish_reason) {
         for (unsigned c = SCHED_END_LENGTH; c <= SCHED_END_ERROR; c++)
             if (strcmp(q->finish_reason, sched_end_name(c)) == 0) r->real_reason = (uint8_t)c;

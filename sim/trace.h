@@ -39,6 +39,7 @@ typedef struct sim_req {
     /* the prompt's block hashes (prefix cache, DESIGN §10): sim_trace.hashes[hash_off ..
      * hash_off + n_hash), each covering hash_block_tokens prompt tokens; n_hash 0: none */
     uint32_t hash_off, n_hash, hash_block_tokens;
+    int64_t  real_cached_tokens;   /* recorded: prompt tokens the run found cached, or -1 */
 } sim_req;
 
 /* A line the reader refused, kept when the caller asked to skip bad lines. */

@@ -2007,6 +2007,97 @@ Test(daemon_e2e, prefix_cache_domains_isolate_tenants_unless_the_policy_groups_t
     dmn_cleanup(&d);
 }
 
+/* Lines of a JSON-lines file containing needle: their "req" and the integer under key (-1 when
+ * the key is absent), in file order.  Returns how many. */
+static int jl_req_values(const char *path, const char *needle, const char *key, uint64_t *req, long long *val, int max)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "no file %s", path);
+    static char line[1 << 14];
+    int n = 0;
+    while (n < max && fgets(line, sizeof line, f)) {
+        if (needle && !strstr(line, needle)) continue;
+        json_error_t e;
+        json_t *j = json_loads(line, 0, &e);
+        cr_assert_not_null(j, "%s: line is not JSON: %s", path, line);
+        json_t *v = json_object_get(j, key);
+        req[n] = (uint64_t)json_integer_value(json_object_get(j, "req"));
+        val[n] = json_is_integer(v) ? (long long)json_integer_value(v) : -1;
+        n++;
+        json_decref(j);
+    }
+    fclose(f);
+    return n;
+}
+
+/* The request log carries each request's cached prompt tokens: the same prompt sent twice, one
+ * after the other — the first logs 0, the second the hit its cache_hit event reported (also on
+ * its finish event); replaying that log in ringlm-sim reads the field back (the recorded hits
+ * next to the replay's own) and the simulator's request log writes its own, equal. */
+Test(daemon_e2e, request_log_records_the_cached_tokens_of_each_request)
+{
+    need_daemon_binary();
+    char model[512];
+    model_or_synthetic(model, sizeof model);
+    dmn d;
+    dmn_start(&d, model, NULL, NULL);
+    static dom_job g;
+    memset(&g, 0, sizeof g);
+    g.sock = d.sock;
+    for (int k = 0; k < 52; k++) g.prompt[k] = 5 + (11 * k) % 300;
+    g.n = 2;   /* no tenant tags: both are this uid's tenant */
+    int st = reap(spawn(client_domains, &g), 60000);
+    cr_assert_eq(st, 0, "client exit %d", st);
+    assert_back_to_baseline(&d, 5000);
+    cr_assert_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+
+    uint64_t hreq[4], freq[4], lreq[4];
+    long long hit[4], fin[4], logged[4];
+    cr_assert_eq(jl_req_values(d.declog, "\"ev\":\"cache_hit\"", "cached_tokens", hreq, hit, 4), 1,
+                 "one cache_hit: the second request");
+    cr_assert_gt(hit[0], 0);
+    int nf = jl_req_values(d.declog, "\"ev\":\"finish\"", "cached_tokens", freq, fin, 4);
+    cr_assert_eq(nf, 2);
+    int nl = jl_req_values(d.reqlog, NULL, "cached_tokens", lreq, logged, 4);
+    cr_assert_eq(nl, 2, "request log lines: %d", nl);
+    uint64_t first = lreq[0] < lreq[1] ? lreq[0] : lreq[1], second = lreq[0] < lreq[1] ? lreq[1] : lreq[0];
+    cr_assert_eq(hreq[0], second, "the hit was the second request's");
+    for (int i = 0; i < 2; i++) {
+        if (lreq[i] == first) cr_expect_eq(logged[i], 0, "first request logs cached_tokens %lld", logged[i]);
+        else cr_expect_eq(logged[i], hit[0], "second request logs %lld, its cache_hit said %lld", logged[i], hit[0]);
+        if (freq[i] == second) cr_expect_eq(fin[i], hit[0], "finish event of the second: %lld", fin[i]);
+        else cr_expect_eq(fin[i], -1, "finish event of the first carries cached_tokens %lld", fin[i]);
+    }
+
+    char simlog[256], cmd[1024];
+    snprintf(simlog, sizeof simlog, "%s/sim-requests.jsonl", d.dir);
+    snprintf(cmd, sizeof cmd, "%s/ringlm-sim --trace %s --json --request-log %s", th_bin_dir(), d.reqlog, simlog);
+    FILE *sp = popen(cmd, "r");
+    cr_assert_not_null(sp);
+    static char simout[1 << 16];
+    size_t sn = fread(simout, 1, sizeof simout - 1, sp);
+    simout[sn] = 0;
+    cr_assert_eq(pclose(sp), 0, "%s failed:\n%s", cmd, simout);
+    json_error_t je;
+    json_t *sj = json_loads(simout, 0, &je);
+    cr_assert_not_null(sj, "ringlm-sim output is not JSON: %s", je.text);
+    json_t *pc = json_object_get(sj, "prefix_cache");
+    cr_assert_not_null(pc, "no prefix_cache figures in the replay");
+    cr_expect_eq(json_integer_value(json_object_get(pc, "recorded_hit_tokens")), hit[0],
+                 "the replay read back %lld recorded cached tokens, the daemon logged %lld",
+                 (long long)json_integer_value(json_object_get(pc, "recorded_hit_tokens")), hit[0]);
+    cr_expect_eq(json_integer_value(json_object_get(pc, "hit_tokens")), hit[0], "the replay found %lld",
+                 (long long)json_integer_value(json_object_get(pc, "hit_tokens")));
+    json_decref(sj);
+    uint64_t sreq[4];
+    long long sval[4];
+    cr_assert_eq(jl_req_values(simlog, NULL, "cached_tokens", sreq, sval, 4), 2);
+    long long lo = sval[0] < sval[1] ? sval[0] : sval[1], hi = sval[0] < sval[1] ? sval[1] : sval[0];
+    cr_expect(lo == 0 && hi == hit[0], "the simulator's request log: cached_tokens %lld and %lld", sval[0], sval[1]);
+    unlink(simlog);
+    dmn_cleanup(&d);
+}
+
 /* kill -9 mid-prefill of requests that share cached blocks: the killed clients' requests were
  * admitted holding the shared prefix and had not produced a token; after the kills no block
  * is leaked (pools back to baseline, reference counts checked by the scheduler's invariants in
@@ -2238,3 +2329,204 @@ static void px_preempt(const char *mode)
 
 Test(daemon_e2e, prefix_cache_preempt_swap_of_shared_blocks_same_tokens) { px_preempt("swap"); }
 Test(daemon_e2e, prefix_cache_preempt_recompute_of_shared_blocks_same_tokens) { px_preempt("recompute"); }
+
+/* ---- prefix cache across the host and disk tiers ---------------------------------------- */
+
+/* Four distinct 64-token prompts, then the first two again, one after another, through a
+ * device pool of 12 blocks of 16 tokens (one request needs 5 while it runs): the older
+ * prompts' blocks must leave the device before they come back.  The tokens each stream
+ * produced go to a file. */
+#define TX_N 6
+typedef struct tier_job {
+    const char *sock, *out;
+    int32_t prompt[TX_N][64];
+} tier_job;
+
+static int client_tiers(void *arg)
+{
+    tier_job *g = arg;
+    ringlm_client *c;
+    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    FILE *f = fopen(g->out, "w");
+    if (!f) return 3;
+    for (int i = 0; i < TX_N; i++) {
+        ringlm_request r;
+        ringlm_request_init(&r);
+        r.prompt = g->prompt[i];
+        r.n_prompt = 64;
+        r.max_new_tokens = 16;
+        uint64_t id;
+        if (ringlm_submit(c, &r, &id) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+        for (;;) {
+            ringlm_event ev;
+            int rc = ringlm_next_event(c, &ev, 60000);
+            if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+            if (ev.kind == RINGLM_EV_TOKEN) fprintf(f, "%d ", ev.token);
+            if (ev.kind == RINGLM_EV_FINISH) {
+                fprintf(f, "| %s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_tokens);
+                break;
+            }
+        }
+    }
+    fclose(f);
+    ringlm_close(c);
+    return 0;
+}
+
+/* Lines of a log holding both needles. */
+static int count_lines2(const char *path, const char *a, const char *b)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) n += strstr(line, a) && strstr(line, b);
+    fclose(f);
+    return n;
+}
+
+/* The first decision-log line holding both needles (static buffer; "" when none). */
+static const char *find_line2(const char *path, const char *a, const char *b)
+{
+    static char line[4096];
+    FILE *f = fopen(path, "r");
+    if (!f) return "";
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, a) && strstr(line, b)) { fclose(f); return line; }
+    fclose(f);
+    return "";
+}
+
+static double json_num_of(const char *line, const char *key)
+{
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = strstr(line, k);
+    return p ? strtod(p + strlen(k), NULL) : -1;
+}
+
+/* The tier workload through a daemon with `extra` flags; the tokens to *out (malloc'd).
+ * Returns with the daemon stopped (its logs kept in d until dmn_cleanup). */
+static void run_tiers(const char *model, tier_job *g, const char *const *extra, dmn *d, char **out,
+                      long long *verified)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/tmp/ringlm-tiers-%d-%p.txt", (int)getpid(), (void *)d);
+    g->out = path;
+    dmn_start(d, model, "[scheduler]\ntoken_budget = 64\nprefill_chunk = 32\n", extra);
+    g->sock = d->sock;
+    int st = reap(spawn(client_tiers, g), 120000);
+    if (st != 0) dump_file(d->errlog, "ringlmd stderr");
+    cr_assert_eq(st, 0, "tier client exit %d", st);
+    assert_back_to_baseline(d, 5000);
+    json_t *j = dmn_stats(d);
+    cr_assert_not_null(j);
+    cr_expect_eq(jint(j, "swap_verify_errors"), 0, "a reloaded block differs from the one demoted");
+    cr_expect_eq(jint(j, "transfer_overlap_errors"), 0, "a cache copy raced a transfer");
+    if (verified) *verified = jint(j, "swap_verified");
+    json_decref(j);
+    cr_assert_eq(dmn_stop(d, SIGTERM, 10000), 0);
+    *out = slurp(path);
+    cr_assert_not_null(*out);
+    unlink(path);
+}
+
+/* The model: the stories15M shape (synthetic weights, no shared data needed), big enough
+ * that recomputing a 16-token block costs more than copying it from memory. */
+#define TIER_MODEL "synthetic:stories15M:7"
+
+static void tier_prompts(tier_job *g)
+{
+    memset(g, 0, sizeof *g);
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < 64; k++) g->prompt[i][k] = 1 + (i * 7919 + k * 131 + k * k) % 30000;
+    memcpy(g->prompt[4], g->prompt[0], sizeof g->prompt[0]);
+    memcpy(g->prompt[5], g->prompt[1], sizeof g->prompt[1]);
+}
+
+/* With the device pool too small for the working set and a host tier, the blocks the device
+ * lets go are demoted to the host, found there when their prompts come back and reloaded —
+ * byte-exact (--verify-swaps checksums every block demoted and compares it when reloaded) —
+ * and greedy output equals the output with the cache off.  The same through the disk tier. */
+static void tiers_reload(bool disk)
+{
+    need_daemon_binary();
+    const char *model = TIER_MODEL;
+    static tier_job g;
+    tier_prompts(&g);
+    char disk_path[128];
+    snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxdisk-%d", (int)getpid());
+    static const char *const off_flags[] = {"--kv-blocks", "12", "--kv-block-size", "16", "--no-prefix-cache", NULL};
+    const char *host_flags[] = {"--kv-blocks", "12", "--kv-block-size", "16", "--host-kv-blocks", "64",
+                                "--verify-swaps", NULL};
+    const char *disk_flags[] = {"--kv-blocks", "12", "--kv-block-size", "16", "--disk-kv", disk_path,
+                                "--disk-kv-blocks", "64", "--verify-swaps", NULL};
+    dmn off, on;
+    char *a, *b;
+    long long verified = 0;
+    run_tiers(model, &g, off_flags, &off, &a, NULL);
+    run_tiers(model, &g, disk ? disk_flags : host_flags, &on, &b, &verified);
+    cr_expect_str_eq(b, a, "tokens with cached blocks reloaded from %s differ from the cache off", disk ? "disk" : "host");
+    const char *tier = disk ? "\"to\":\"disk\"" : "\"to\":\"host\"";
+    int demotes = count_lines2(on.declog, "\"ev\":\"cache_demote\"", tier);
+    int reloads = count_lines2(on.declog, "\"ev\":\"cache_reload\"", "\"choice\":\"reload\"");
+    int done = count_lines2(on.declog, "\"ev\":\"cache_reload\"", "\"reason\":\"done\"");
+    int hits = count_lines2(on.declog, "\"ev\":\"cache_hit\"", disk ? "\"disk_tokens\":" : "\"host_tokens\":");
+    cr_log_info("%s tier: %d demotion lines, %d reloads (%d completed), %d hits found there, %lld blocks verified",
+                disk ? "disk" : "host", demotes, reloads, done, hits, verified);
+    cr_expect_gt(verified, 0, "no reloaded block was checked against its demoted bytes");
+    if (!demotes || !reloads) dump_file(on.declog, "decision log");
+    cr_expect_gt(demotes, 0, "no block was demoted");
+    cr_expect_gt(reloads, 0, "no block was reloaded");
+    cr_expect_eq(done, reloads, "every reload has its realised-cost record");
+    cr_expect_gt(hits, 0, "no hit counted tokens from the tier");
+    const char *rl = find_line2(on.declog, "\"ev\":\"cache_reload\"", "\"choice\":\"reload\"");
+    cr_expect_lt(json_num_of(rl, "reload_cost_us"), json_num_of(rl, "recompute_cost_us"), "%s", rl);
+    cr_expect_eq(count_lines(off.declog, "\"ev\":\"cache_"), 0, "--no-prefix-cache logged cache events");
+    free(a);
+    free(b);
+    dmn_cleanup(&off);
+    dmn_cleanup(&on);
+    unlink(disk_path);
+}
+
+Test(daemon_e2e, prefix_cache_host_tier_demotes_reloads_byte_exact) { tiers_reload(false); }
+Test(daemon_e2e, prefix_cache_disk_tier_demotes_reloads_byte_exact) { tiers_reload(true); }
+
+/* A disk tier whose bandwidth is low (--disk-kv-bw: 1 kB/s until measured): keeping a block
+ * there to reload it later would cost more than computing it again, so the cost model drops
+ * the blocks the device lets go instead of demoting them, and the decision log says why —
+ * both sides of the test; the prompt that comes back is recomputed, with the same tokens. */
+Test(daemon_e2e, prefix_cache_slow_disk_tier_is_not_worth_keeping_blocks_in)
+{
+    need_daemon_binary();
+    const char *model = TIER_MODEL;
+    static tier_job g;
+    tier_prompts(&g);
+    char disk_path[128];
+    snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxslow-%d", (int)getpid());
+    static const char *const off_flags[] = {"--kv-blocks", "12", "--kv-block-size", "16", "--no-prefix-cache", NULL};
+    const char *slow[] = {"--kv-blocks", "12", "--kv-block-size", "16", "--disk-kv", disk_path, "--disk-kv-blocks", "64",
+                          "--disk-kv-bw", "1000", "--verify-swaps", NULL};
+    dmn off, on;
+    char *a, *b;
+    run_tiers(model, &g, off_flags, &off, &a, NULL);
+    run_tiers(model, &g, slow, &on, &b, NULL);
+    cr_expect_str_eq(b, a, "tokens differ from the cache off");
+    cr_expect_eq(count_lines(on.declog, "\"ev\":\"cache_demote\""), 0, "a block was kept on the slow disk");
+    const char *ev = find_line2(on.declog, "\"ev\":\"cache_evict\"", "\"reason\":\"demand\"");
+    cr_assert(ev[0], "the device gave up no cached block");
+    double rl = json_num_of(ev, "reload_cost_us"), rc = json_num_of(ev, "recompute_cost_us"),
+           reuse = json_num_of(ev, "expected_reuse");
+    cr_log_info("slow disk: reload %.1f us vs recompute %.1f us x reuse %.1f: %s", rl, rc, reuse, ev);
+    cr_expect_gt(rc, 0, "%s", ev);
+    cr_expect_gt(reuse, 0, "%s", ev);
+    cr_expect_gt(rl, rc * reuse, "dropped although reload was predicted cheaper: %s", ev);
+    /* a block is 16 tokens: at 1 kB/s its reload alone takes its bytes in ms */
+    cr_expect_eq(count_lines2(on.declog, "\"ev\":\"cache_reload\"", "\"choice\":\"reload\""), 0);
+    free(a);
+    free(b);
+    dmn_cleanup(&off);
+    dmn_cleanup(&on);
+    unlink(disk_path);
+}

@@ -167,6 +167,38 @@ Test(formats_request_log, reader_rules)
 #undef PARSE
 }
 
+/* cached_tokens: written when known, read back; absent or null reads as FMT_NULL (not
+ * recorded) and is left out again; a negative count is refused with the field named */
+Test(formats_request_log, cached_tokens)
+{
+    char line[1024], why[200];
+    fmt_request r = {.req = 2, .arrival_us = 5, .prompt_tokens = 52, .max_tokens = 4, .output_tokens = 4,
+                     .deadline_us = FMT_NULL, .cancel_us = FMT_NULL, .first_token_us = 9, .finish_us = 12,
+                     .finish_reason = "length", .cached_tokens = 48};
+    int n = fmt_request_format(&r, line, sizeof line);
+    cr_assert_gt(n, 0);
+    cr_assert(strstr(line, "\"cached_tokens\":48"), "%s", line);
+    fmt_request back;
+    fmt_request_text t;
+    cr_assert_eq(fmt_request_parse(line, (size_t)n, &back, &t, why, sizeof why), 0, "%s", why);
+    cr_assert_eq(back.cached_tokens, 48);
+    r.cached_tokens = 0;
+    n = fmt_request_format(&r, line, sizeof line);
+    cr_assert_eq(fmt_request_parse(line, (size_t)n, &back, &t, why, sizeof why), 0, "%s", why);
+    cr_assert_eq(back.cached_tokens, 0, "0 is a count, not a missing value");
+    r.cached_tokens = FMT_NULL;
+    n = fmt_request_format(&r, line, sizeof line);
+    cr_assert_null(strstr(line, "cached_tokens"), "%s", line);
+    cr_assert_eq(fmt_request_parse(line, (size_t)n, &back, &t, why, sizeof why), 0, "%s", why);
+    cr_assert_eq(back.cached_tokens, FMT_NULL);
+    const char *nul = "{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":2,\"output_tokens\":3,\"cached_tokens\":null}";
+    cr_assert_eq(fmt_request_parse(nul, strlen(nul), &back, &t, why, sizeof why), 0, "%s", why);
+    cr_assert_eq(back.cached_tokens, FMT_NULL);
+    const char *neg = "{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":2,\"output_tokens\":3,\"cached_tokens\":-16}";
+    cr_assert_eq(fmt_request_parse(neg, strlen(neg), &back, &t, why, sizeof why), -EINVAL);
+    cr_assert(strstr(why, "\"cached_tokens\" is -16"), "%s", why);
+}
+
 /* ---- iteration log -------------------------------------------------------------------- */
 
 Test(formats_iteration_log, round_trip)
