@@ -118,8 +118,15 @@ static int ring_put(declog *d, logring *r, const char *line, size_t len)
     atomic_store_explicit(&r->lines, atomic_load_explicit(&r->lines, memory_order_relaxed) + 1,
                           memory_order_relaxed);
     /* Hand-over costs no syscall unless the writer sleeps and a quarter of the ring waits:
-     * otherwise its periodic wake picks the lines up. */
-    if (prod + need - r->cons_cache > cap / 4) wake_if_sleeping(d);
+     * otherwise its periodic wake picks the lines up. cons_cache is refreshed only when the
+     * ring looks full, so what waits is looked up before waking: with the stale value, every
+     * line after the first quarter woke the writer for that one line (a futex wake and a
+     * context switch per line: a client's flood of rejected requests cost the loop and the
+     * writer a wake per request). */
+    if (prod + need - r->cons_cache > cap / 4) {
+        r->cons_cache = atomic_load_explicit(&r->cons, memory_order_acquire);
+        if (prod + need - r->cons_cache > cap / 4) wake_if_sleeping(d);
+    }
     return 0;
 }
 

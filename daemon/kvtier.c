@@ -23,6 +23,7 @@
 
 #define KVT_MAX_OPS 4096
 #define KVT_MAX_JOBS 1024
+#define KVT_COPY_QD 64     /* kvtier_copy's ring */
 #define KVT_DIRECT_ALIGN 4096
 /* io_uring caps one registered buffer at 1 GiB. */
 #define KVT_FIXED_CHUNK_MAX (1ull << 30)
@@ -91,6 +92,9 @@ struct kvtier {
     uint64_t jobs_done[2][SCHED_POOL__COUNT];
     uint64_t ops_submitted;
     char describe[256];
+    struct io_uring sring; /* kvtier_copy's own ring */
+    bool sring_ok;
+    void *bounce;          /* kvtier_copy's block buffer for device pools */
 };
 
 static uint64_t now_ns(void)
@@ -263,6 +267,12 @@ int kvtier_create(const kvtier_config *cfg, kvtier **out)
     if (cfg->host_blocks > 0 && (rc = setup_host(t)) < 0) goto fail;
     if (cfg->disk_path && (rc = setup_disk(t)) < 0) goto fail;
     if (cfg->pool_base && cfg->register_buffers) setup_fixed(t);
+    /* kvtier_copy's ring, set up now so the first copy's measured time is the copy's */
+    if ((rc = io_uring_queue_init(KVT_COPY_QD, &t->sring, 0)) < 0) {
+        rc = seterr(rc, "kvtier: io_uring for copies: %s", strerror(-rc));
+        goto fail;
+    }
+    t->sring_ok = true;
     if (!cfg->pool_base) {
         t->efd = eventfd(0, EFD_CLOEXEC);
         if (t->efd < 0) { rc = seterr(-errno, "kvtier: eventfd: %s", strerror(errno)); goto fail; }
@@ -278,6 +288,7 @@ int kvtier_create(const kvtier_config *cfg, kvtier **out)
     *out = t;
     return 0;
 fail:
+    if (t->fixed) io_uring_unregister_buffers(t->cfg.ring);
     for (int k = 0; k < SCHED_POOL__COUNT; k++) pool_fini(&t->tier[k]);
     free(t);
     return rc;
@@ -560,6 +571,104 @@ bool kvtier_handle_cqe(kvtier *t, const struct io_uring_cqe *cqe)
 
 int kvtier_inflight(const kvtier *t) { return t->jobs_inflight; }
 
+/* ---- synchronous copies (the prefix cache's demotions and reloads) ------------------ */
+
+typedef struct copy_op { int fd; bool write; char *buf; size_t len; off_t off; } copy_op;
+
+/* Runs ops[0..n) on the private ring and waits for all; a short read/write is finished with
+ * plain pread/pwrite. 0 or the first -errno. */
+static int run_copy_ops(kvtier *t, copy_op *ops, int n)
+{
+    int rc = 0;
+    for (int base = 0; base < n; base += KVT_COPY_QD) {
+        int k = n - base < KVT_COPY_QD ? n - base : KVT_COPY_QD;
+        for (int i = 0; i < k; i++) {
+            copy_op *o = &ops[base + i];
+            struct io_uring_sqe *sqe = io_uring_get_sqe(&t->sring);
+            if (!sqe) return -EBUSY;   /* cannot happen: the ring holds KVT_COPY_QD */
+            if (o->write) io_uring_prep_write(sqe, o->fd, o->buf, (unsigned)o->len, (uint64_t)o->off);
+            else io_uring_prep_read(sqe, o->fd, o->buf, (unsigned)o->len, (uint64_t)o->off);
+            io_uring_sqe_set_data64(sqe, (uint64_t)(base + i));
+        }
+        t->ops_submitted += (uint64_t)k;
+        int sub = io_uring_submit_and_wait(&t->sring, (unsigned)k);
+        if (sub < 0) return sub;
+        for (int got = 0; got < k; got++) {
+            struct io_uring_cqe *cqe;
+            int w = io_uring_wait_cqe(&t->sring, &cqe);
+            if (w < 0) return w;
+            copy_op *o = &ops[io_uring_cqe_get_data64(cqe)];
+            int res = cqe->res;
+            io_uring_cqe_seen(&t->sring, cqe);
+            if (res < 0) { if (!rc) rc = res; continue; }
+            /* short: the rest synchronously (buffered files may stop early) */
+            size_t done = (size_t)res;
+            while (done < o->len) {
+                ssize_t r = o->write ? pwrite(o->fd, o->buf + done, o->len - done, o->off + (off_t)done)
+                                     : pread(o->fd, o->buf + done, o->len - done, o->off + (off_t)done);
+                if (r <= 0) { if (!rc) rc = r < 0 ? -errno : -EIO; break; }
+                done += (size_t)r;
+            }
+        }
+    }
+    return rc;
+}
+
+int kvtier_copy(kvtier *t, sched_pool from, sched_pool to, const int32_t *src, const int32_t *dst, int n,
+                uint64_t *elapsed_us)
+{
+    *elapsed_us = 0;
+    bool out = from == SCHED_POOL_DEVICE, in = to == SCHED_POOL_DEVICE;
+    bool down = from == SCHED_POOL_HOST && to == SCHED_POOL_DISK;
+    if (n <= 0 || (out && in) || (!out && !in && !down) || (unsigned)from >= SCHED_POOL__COUNT ||
+        (unsigned)to >= SCHED_POOL__COUNT)
+        return seterr(-EINVAL, "copy of %d blocks from %s to %s", n, sched_pool_name(from), sched_pool_name(to));
+    int lim_from = from == SCHED_POOL_DEVICE ? t->cfg.pool_blocks : t->tier[from].blocks;
+    int lim_to = to == SCHED_POOL_DEVICE ? t->cfg.pool_blocks : t->tier[to].blocks;
+    for (int i = 0; i < n; i++)
+        if (src[i] < 0 || src[i] >= lim_from || dst[i] < 0 || dst[i] >= lim_to)
+            return seterr(-EINVAL, "copy of %s block %d to %s block %d: out of range [0,%d) / [0,%d)",
+                          sched_pool_name(from), src[i], sched_pool_name(to), dst[i], lim_from, lim_to);
+    size_t bb = t->cfg.block_bytes;
+    bool via_bounce = !t->cfg.pool_base && !down;   /* a device pool: block by block */
+    if (via_bounce && !t->bounce && posix_memalign(&t->bounce, KVT_DIRECT_ALIGN, bb) != 0) {
+        t->bounce = NULL;
+        return seterr(-ENOMEM, "kvtier: copy buffer");
+    }
+    copy_op *ops = malloc(sizeof *ops * (size_t)n);
+    if (!ops) return seterr(-ENOMEM, "kvtier: out of memory");
+    uint64_t t0 = now_ns();
+    int rc = 0, nops = 0;
+    sched_pool tier = in ? from : to;
+    int fd = t->tier[tier].fd;
+    for (int i = 0, k; i < n && rc == 0; i += k) {
+        /* runs consecutive on both sides move as one read/write */
+        k = 1;
+        if (!via_bounce)
+            while (i + k < n && src[i + k] == src[i] + k && dst[i + k] == dst[i] + k && (size_t)(k + 1) * bb <= KVT_FIXED_CHUNK_MAX) k++;
+        int tslot = in ? src[i] : dst[i], pblock = in ? dst[i] : src[i];
+        copy_op o = {.fd = fd, .write = !in, .len = (size_t)k * bb, .off = (off_t)((size_t)tslot * bb)};
+        if (down) o.buf = (char *)t->tier[SCHED_POOL_HOST].map + (size_t)src[i] * bb;
+        else if (!via_bounce) o.buf = (char *)t->cfg.pool_base + (size_t)pblock * bb;
+        else {
+            o.buf = t->bounce;
+            if (out && (rc = eng_kv_read_block(t->cfg.engine, pblock, t->bounce)) < 0) break;
+            rc = run_copy_ops(t, &o, 1);
+            if (rc == 0 && in) rc = eng_kv_write_block(t->cfg.engine, pblock, t->bounce);
+            continue;
+        }
+        ops[nops++] = o;
+    }
+    if (rc == 0 && nops) rc = run_copy_ops(t, ops, nops);
+    free(ops);
+    *elapsed_us = (now_ns() - t0) / 1000;
+    if (rc < 0) return seterr(rc, "copy of %d blocks from %s to %s: %s", n, sched_pool_name(from), sched_pool_name(to),
+                              strerror(-rc));
+    t->bytes_moved[in ? SCHED_XFER_IN : SCHED_XFER_OUT][tier] += (uint64_t)n * bb;
+    t->jobs_done[in ? SCHED_XFER_IN : SCHED_XFER_OUT][tier]++;
+    return 0;
+}
+
 uint64_t kvtier_bytes_moved(const kvtier *t, sched_xfer_dir dir, sched_pool tier)
 {
     return (unsigned)dir < 2 && (unsigned)tier < SCHED_POOL__COUNT ? t->bytes_moved[dir][tier] : 0;
@@ -612,6 +721,8 @@ void kvtier_destroy(kvtier *t)
         }
     }
     if (t->fixed) io_uring_unregister_buffers(t->cfg.ring);
+    if (t->sring_ok) io_uring_queue_exit(&t->sring);
+    free(t->bounce);
     for (int k = 0; k < SCHED_POOL__COUNT; k++) pool_fini(&t->tier[k]);
     if (t->efd >= 0) close(t->efd);
     free(t);

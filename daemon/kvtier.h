@@ -87,6 +87,17 @@ int kvtier_blocks(const kvtier *t, sched_pool tier);
 int kvtier_submit(kvtier *t, sched_xfer_dir dir, sched_pool tier, const int32_t *pool_blocks,
                   const int32_t *slots, int n, uint64_t cookie, kvtier_done_fn done,
                   void *ctx);
+/*
+ * Copies n blocks now and returns when they are where they go (the prefix cache's
+ * demotions and reloads, which the scheduler's books already show done: nothing may touch
+ * those blocks before the copy is): from the pool to a tier (from SCHED_POOL_DEVICE), a tier
+ * to the pool (to SCHED_POOL_DEVICE), or the host tier to the disk tier. src[i] of `from`
+ * goes to dst[i] of `to`. Reads and writes go through io_uring (a ring of kvtier's own, so
+ * the loop's ring and its other completions are left alone), consecutive blocks as one.
+ * *elapsed_us: how long it took. 0, -EINVAL (range, pools), or the first I/O error.
+ */
+int kvtier_copy(kvtier *t, sched_pool from, sched_pool to, const int32_t *src, const int32_t *dst, int n,
+                uint64_t *elapsed_us);
 /* Submits queued SQEs to the kernel (the loop also does, at its next wait). */
 int kvtier_flush(kvtier *t);
 /* Handles a CQE carrying the tag; returns true if it belonged to kvtier. */

@@ -59,6 +59,8 @@ static void usage(FILE *f)
 		"  --host-kv-blocks N       pinned host KV tier blocks (default 0: no host tier)\n"
 		"  --disk-kv FILE           disk KV tier file (O_DIRECT where the filesystem allows)\n"
 		"  --disk-kv-blocks N       disk KV tier blocks\n"
+		"  --disk-kv-bw B           the disk tier's bandwidth in bytes/s the cost model starts\n"
+		"                           from, each direction until a transfer measures it (1e9)\n"
 		"  --max-batch-tokens N     engine batch limit (default: the policy's token_budget)\n"
 		"  --decision-log FILE      scheduler decisions, JSON lines\n"
 		"  --request-log FILE       one line per request (the simulator's native trace format)\n"
@@ -211,7 +213,7 @@ int main(int argc, char **argv)
 	       O_MODEL, O_TOKENIZER, O_POLICY, O_BACKEND, O_THREADS, O_KVB, O_KVBS, O_HKVB, O_DKV,
 	       O_DKVB, O_MAXBT, O_DECLOG, O_REQLOG, O_ITLOG, O_METRICS, O_STATS, O_BPT, O_BPB, O_DRAIN,
 	       O_VERIFY, O_QUIET, O_CHECK, O_NICE, O_HALF, O_HALFU, O_SMODE, O_SGROUP, O_RECT,
-	       O_INVARIANTS, O_NOPREFIX };
+	       O_INVARIANTS, O_NOPREFIX, O_DKVBW };
 	static const struct option opts[] = {
 		{ "socket", required_argument, 0, O_SOCKET },
 		{ "echo", no_argument, 0, O_ECHO },
@@ -239,6 +241,7 @@ int main(int argc, char **argv)
 		{ "host-kv-blocks", required_argument, 0, O_HKVB },
 		{ "disk-kv", required_argument, 0, O_DKV },
 		{ "disk-kv-blocks", required_argument, 0, O_DKVB },
+		{ "disk-kv-bw", required_argument, 0, O_DKVBW },
 		{ "max-batch-tokens", required_argument, 0, O_MAXBT },
 		{ "decision-log", required_argument, 0, O_DECLOG },
 		{ "request-log", required_argument, 0, O_REQLOG },
@@ -370,6 +373,17 @@ int main(int argc, char **argv)
 			if (parse_uint("--disk-kv-blocks", optarg, 1u << 28, &v)) return 2;
 			sc.disk_kv_blocks = (int)v;
 			break;
+		case O_DKVBW: {
+			char *end = NULL;
+			errno = 0;
+			double bw = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(bw >= 1 && bw <= 1e15)) {
+				fprintf(stderr, "ringlmd: --disk-kv-bw: expected bytes per second in [1, 1e15], got \"%s\"\n", optarg);
+				return 2;
+			}
+			sc.disk_kv_bw = bw;
+			break;
+		}
 		case O_MAXBT:
 			if (parse_uint("--max-batch-tokens", optarg, 1u << 20, &v)) return 2;
 			sc.max_batch_tokens = (int)v;

@@ -236,11 +236,9 @@ void metrics_set_kv(metrics *m, sched_pool tier, uint64_t used, uint64_t total)
     m->live.kv_total[tier] = total;
 }
 
-void metrics_set_prefix(metrics *m, uint64_t query_tokens, uint64_t hit_tokens, uint64_t cached_blocks)
+void metrics_set_prefix(metrics *m, const metrics_prefix *p)
 {
-    m->live.prefix_queries = query_tokens;
-    m->live.prefix_hits = hit_tokens;
-    m->live.prefix_cached = cached_blocks;
+    m->live.prefix = *p;
 }
 
 void metrics_observe_iteration(metrics *m, uint64_t us, uint32_t batch_tokens)

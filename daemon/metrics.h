@@ -129,7 +129,16 @@ void metrics_set_queue(metrics *m, uint32_t waiting, uint32_t running);
 void metrics_set_kv(metrics *m, sched_pool tier, uint64_t used, uint64_t total);
 /* Prefix cache totals (sched_counts): prompt tokens looked up and found cached at admission,
  * and device blocks cached that no sequence holds. */
-void metrics_set_prefix(metrics *m, uint64_t query_tokens, uint64_t hit_tokens, uint64_t cached_blocks);
+/* The prefix cache (sched_counts): prompt tokens looked up and found cached; per tier the
+ * cached blocks no sequence holds, the hit tokens found there across requests and a resumed
+ * sequence's own (self), the blocks demoted into it and reloaded from it. */
+typedef struct metrics_prefix {
+    uint64_t query_tokens, hit_tokens;
+    uint64_t unheld[SCHED_POOL__COUNT];
+    uint64_t hit_cross[SCHED_POOL__COUNT], hit_self[SCHED_POOL__COUNT];
+    uint64_t demoted[SCHED_POOL__COUNT], reloaded[SCHED_POOL__COUNT];
+} metrics_prefix;
+void metrics_set_prefix(metrics *m, const metrics_prefix *p);
 /* One loop iteration: its duration and the tokens it executed (0 for an idle wake). */
 void metrics_observe_iteration(metrics *m, uint64_t us, uint32_t batch_tokens);
 /* One finished transfer between the device pool and a tier (exact counters). */

@@ -82,7 +82,7 @@ typedef struct snap {
     char reasons[METRICS_MAX_REASONS][METRICS_LABEL_MAX];
     uint32_t waiting, running;
     uint64_t kv_used[SCHED_POOL__COUNT], kv_total[SCHED_POOL__COUNT];
-    uint64_t prefix_queries, prefix_hits, prefix_cached;
+    metrics_prefix prefix;
     hist_iter iter;
     uint64_t iter_tokens;
     double bw_bytes_per_s[SCHED_POOL__COUNT][N_DIRS];

@@ -280,13 +280,29 @@ static void render(FILE *f, const snap *s)
     head(f, "vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.");
     fputs("vllm:prefix_cache_queries_total{", f);
     put_label(f, "model_name", s->info.model_name, false);
-    fprintf(f, "} %llu\n", (unsigned long long)s->prefix_queries);
+    fprintf(f, "} %llu\n", (unsigned long long)s->prefix.query_tokens);
     head(f, "vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.");
     fputs("vllm:prefix_cache_hits_total{", f);
     put_label(f, "model_name", s->info.model_name, false);
-    fprintf(f, "} %llu\n", (unsigned long long)s->prefix_hits);
-    head(f, "ringlm_prefix_cache_blocks", "gauge", "Device KV blocks cached that no sequence holds (counted free).");
-    fprintf(f, "ringlm_prefix_cache_blocks{tier=\"device\"} %llu\n", (unsigned long long)s->prefix_cached);
+    fprintf(f, "} %llu\n", (unsigned long long)s->prefix.hit_tokens);
+    head(f, "ringlm_prefix_cache_blocks", "gauge", "KV blocks cached that no sequence holds (counted free), per tier.");
+    for (int t = 0; t < SCHED_POOL__COUNT; t++)
+        fprintf(f, "ringlm_prefix_cache_blocks{tier=\"%s\"} %llu\n", sched_pool_name((sched_pool)t),
+                (unsigned long long)s->prefix.unheld[t]);
+    head(f, "ringlm_prefix_cache_hits_total", "counter",
+         "Prompt tokens found cached at admission, per tier they were found in (host and disk ones reloaded) and kind (cross: another request's blocks; self: a resumed sequence's own).");
+    for (int t = 0; t < SCHED_POOL__COUNT; t++)
+        for (int k = 0; k < 2; k++)
+            fprintf(f, "ringlm_prefix_cache_hits_total{tier=\"%s\",kind=\"%s\"} %llu\n", sched_pool_name((sched_pool)t),
+                    k ? "self" : "cross", (unsigned long long)(k ? s->prefix.hit_self[t] : s->prefix.hit_cross[t]));
+    head(f, "ringlm_prefix_cache_demoted_blocks_total", "counter", "Cached blocks demoted into a tier (device → host → disk).");
+    for (int t = SCHED_POOL_HOST; t < SCHED_POOL__COUNT; t++)
+        fprintf(f, "ringlm_prefix_cache_demoted_blocks_total{tier=\"%s\"} %llu\n", sched_pool_name((sched_pool)t),
+                (unsigned long long)s->prefix.demoted[t]);
+    head(f, "ringlm_prefix_cache_reloaded_blocks_total", "counter", "Cached blocks reloaded from a tier to the device.");
+    for (int t = SCHED_POOL_HOST; t < SCHED_POOL__COUNT; t++)
+        fprintf(f, "ringlm_prefix_cache_reloaded_blocks_total{tier=\"%s\"} %llu\n", sched_pool_name((sched_pool)t),
+                (unsigned long long)s->prefix.reloaded[t]);
 }
 
 int metrics_render(metrics *m, char **out, size_t *len)

@@ -45,6 +45,7 @@ typedef struct svc_config {
     int host_kv_blocks;           /* host tier blocks (0: none; default 2 × kv_blocks) */
     const char *disk_kv_path;     /* disk tier file (NULL: none) */
     int disk_kv_blocks;
+    double disk_kv_bw;            /* disk tier bytes/s the cost model starts from (0: 1e9) */
     int max_batch_tokens;         /* engine batch limit (0: from the policy, else 512) */
     int max_seqs;                 /* engine sequence limit (0: 256) */
     const char *decision_log;     /* NULL: none */

@@ -256,6 +256,8 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us);
 int xfer_verify_init(svc *s);
 void xfer_free(svc *s);
 void xfer_start(svc *s, const sched_transfer *t);
+/* A prefix-cache copy of the plan (t->cache): done now, before the rest of the plan. */
+void xfer_copy(svc *s, const sched_transfer *t);
 /* --verify-swaps: the entry computes on no device block a transfer still moves. */
 void xfer_check_compute(svc *s, const sched_entry *e);
 

@@ -54,6 +54,9 @@ struct dsess {
 	unsigned armed;                   /* bit (1 << DSESS_OP_x) while that op is in flight */
 	int inflight;                     /* SQEs with this session's user_data not completed */
 	uint64_t hello_deadline_us;
+	int check_deferred;               /* accepted without its hello: the half-open budget
+	                                     is charged at check_at_us (dsess_check_deferred) */
+	uint64_t check_at_us;
 	uint64_t eventfd_buf;
 	char rxbuf[sizeof(struct ringlm_wire_hello) + 64];
 
@@ -67,8 +70,9 @@ struct dsess {
 
 /* ---- session_shm.c, for session.c ------------------------------------------------------ */
 
-/* Creates and maps both segments (sealed memfds) and sets up the rings. node >= 0 places
- * them on that node (rnuma_place), faulting every page in.  0 or -errno with why. */
+/* Creates and maps both segments (sealed memfds) and sets up the rings. node >= 0 binds
+ * them to that node (rnuma_bind); pages are faulted in as they are first used.  0 or -errno
+ * with why. */
 int  dsess_segments_create(dsess *s, unsigned submit_bytes, unsigned event_slots, int node,
 			   uint64_t policy_hash, char *why, size_t why_len);
 void dsess_segments_destroy(dsess *s);

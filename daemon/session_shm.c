@@ -43,18 +43,22 @@ static int seg_create(const char *name, size_t bytes, int node, int future_write
 		close(fd);
 		return -e;
 	}
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-		       MAP_SHARED | (node < 0 ? MAP_POPULATE : 0), fd, 0);
+	/* Not faulted in here: a page comes (zeroed, from node) when first touched. Faulting
+	 * both rings in at connect cost ~1.5 ms of the loop per session (512 pages), and as much
+	 * again to free them at its end, whether or not the session ever used them; a user who
+	 * connects, submits and disconnects in a loop made every other user's tokens wait for
+	 * it (tests/test_daemon_security.c). A session pays one fault per 4 KiB of ring it
+	 * actually uses, the first time round. */
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		int e = errno;
 		snprintf(why, why_len, "mapping a %zu-byte segment: %s", bytes, strerror(e));
 		close(fd);
 		return -e;
 	}
-	if (node >= 0 && rnuma_place(p, bytes, node) < 0) {
-		/* Placement is an optimisation; a session still works without it. */
-		memset(p, 0, bytes);
-	}
+	/* Placement is an optimisation; a session still works without it. */
+	if (node >= 0)
+		(void)rnuma_bind(p, bytes, node);
 	int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL |
 		    (future_write_seal ? F_SEAL_FUTURE_WRITE : 0);
 	if (fcntl(fd, F_ADD_SEALS, seals) < 0) {

@@ -76,7 +76,10 @@ void stats_update_series_queues(svc *s)
     int max_series = -1;
     memset(waiting, 0, SVC_MAX_SERIES * sizeof *waiting);
     memset(running, 0, SVC_MAX_SERIES * sizeof *running);
-    for (size_t b = 0; b < SVC_HASH_BUCKETS; b++)
+    /* No request lives (a flood of rejected requests leaves none): nothing to walk. The
+     * walk over the 4,096 buckets was most of the loop's time in such a flood, paid by
+     * every idle iteration. */
+    for (size_t b = 0; b < SVC_HASH_BUCKETS && s->live_reqs; b++)
         for (svc_req *r = s->hash[b]; r; r = r->h_next) {
             if (r->ended || r->series < 0 || r->series >= SVC_MAX_SERIES) continue;
             sched_req_info ri;
@@ -102,7 +105,15 @@ void stats_update_gauges(svc *s, uint64_t iter_us, uint32_t batch_tokens)
     metrics_set_queue(s->mx, c.waiting, c.running + c.swapped + c.in_transit);
     for (sched_pool p = SCHED_POOL_DEVICE; p < SCHED_POOL__COUNT; p++)
         metrics_set_kv(s->mx, p, c.kv_used[p], c.kv_total[p]);
-    metrics_set_prefix(s->mx, c.prefix_query_tokens, c.prefix_hit_tokens, c.kv_cached[SCHED_POOL_DEVICE]);
+    metrics_prefix mp = {.query_tokens = c.prefix_query_tokens, .hit_tokens = c.prefix_hit_tokens};
+    for (int t = 0; t < SCHED_POOL__COUNT; t++) {
+        mp.unheld[t] = c.kv_cached[t];
+        mp.hit_self[t] = c.prefix_self_pool_tokens[t];
+        mp.hit_cross[t] = c.prefix_hit_pool_tokens[t] - c.prefix_self_pool_tokens[t];
+        mp.demoted[t] = c.prefix_demoted_blocks[t];
+        mp.reloaded[t] = c.prefix_reloaded_blocks[t];
+    }
+    metrics_set_prefix(s->mx, &mp);
     if (batch_tokens || iter_us) metrics_observe_iteration(s->mx, iter_us, batch_tokens);
     uint64_t dd = 0, dr = 0;
     declog_dropped(s->logs, &dd, &dr);

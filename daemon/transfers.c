@@ -2,9 +2,11 @@
 /*
  * daemon/transfers.c — the plan's KV transfers (swap-out to / swap-in from the host and
  * disk tiers) started on the loop's io_uring through kvtier, their completions handed back
- * to the scheduler; and --verify-swaps: a checksum per tier slot taken at swap-out and
- * compared at swap-in, and a check that no block is in two transfers (or computed on while
- * it moves) at once.
+ * to the scheduler; the prefix cache's copies (demotions, reloads), done before anything
+ * else of the plan; and --verify-swaps: a checksum per tier slot taken when a block is written
+ * there (swap-out, demotion) and compared when it is read back (swap-in, reload, a demotion
+ * to disk), and a check that no block is in two transfers (or computed on while it moves) at
+ * once.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -140,6 +142,81 @@ void xfer_start(svc *s, const sched_transfer *t)
 fail:
     free(x); free(dev); free(slot);
     sched_transfer_done(s->sched, t->id, s->now_us, 0, 0, rc);
+}
+
+static uint64_t slot_hash(svc *s, sched_pool tier, int slot)
+{
+    size_t bb = eng_kv_block_bytes(s->engine);
+    void *tmp = malloc(bb);
+    uint64_t h = 0;
+    if (tmp && kvtier_read_slot(s->tiers, tier, slot, tmp) == 0) h = fnv1a(tmp, bb);
+    free(tmp);
+    return h;
+}
+
+void xfer_copy(svc *s, const sched_transfer *t)
+{
+    bool in = t->dir == SCHED_XFER_IN;
+    sched_pool from = in ? t->tier : t->src_pool, to = in ? SCHED_POOL_DEVICE : t->tier;
+    int n = (int)t->n_blocks;
+    int32_t *src = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    int32_t *dst = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    uint64_t us = 0;
+    int rc = -ENOMEM;
+    if (src && dst && s->tiers) {
+        for (int i = 0; i < n; i++) { src[i] = (int32_t)t->src[i]; dst[i] = (int32_t)t->dst[i]; }
+        if (s->busy_dev) {
+            /* a block a swap in flight uses must not be one a cache copy touches */
+            for (int i = 0; i < n; i++) {
+                int dev = in ? dst[i] : from == SCHED_POOL_DEVICE ? src[i] : -1;
+                bool clash = dev >= 0 && dev < eng_kv_blocks(s->engine) && (in ? s->busy_dev[dev] : s->busy_dev_in[dev]);
+                if (from != SCHED_POOL_DEVICE && s->busy_slot[from] && s->busy_slot[from][src[i]]) clash = true;
+                if (to != SCHED_POOL_DEVICE && s->busy_slot[to] && s->busy_slot[to][dst[i]]) clash = true;
+                if (clash) {
+                    s->n_overlap_errors++;
+                    svc_log("verify: cache copy %llu uses %s block %d / %s block %d while a swap moves it",
+                            (unsigned long long)t->id, sched_pool_name(from), src[i], sched_pool_name(to), dst[i]);
+                }
+            }
+        }
+        rc = kvtier_copy(s->tiers, from, to, src, dst, n, &us);
+        if (rc < 0) svc_log("KV cache copy %llu (%s → %s, %d blocks) failed: %s", (unsigned long long)t->id,
+                            sched_pool_name(from), sched_pool_name(to), n, kvtier_errmsg());
+    } else if (!s->tiers) {
+        rc = -ENOTSUP;
+    }
+    if (rc == 0 && s->slot_sum[to == SCHED_POOL_DEVICE ? from : to]) {
+        /* the bytes that arrive are the bytes that left: a demotion from the device records
+         * them, a demotion to disk and a reload compare what they read with that */
+        for (int i = 0; i < n; i++) {
+            uint64_t want = 0, got;
+            if (from == SCHED_POOL_DEVICE) { s->slot_sum[to][dst[i]] = block_sum(s, src[i]); continue; }
+            want = s->slot_sum[from][src[i]];
+            got = to == SCHED_POOL_DEVICE ? block_sum(s, dst[i]) : slot_hash(s, to, dst[i]);
+            if (to != SCHED_POOL_DEVICE) s->slot_sum[to][dst[i]] = got;
+            s->n_swap_verified++;
+            if (got != want) {
+                s->n_swap_verify_errors++;
+                svc_log("swap verify: cache copy %llu: %s block %d from %s slot %d differs (%016llx vs %016llx)",
+                        (unsigned long long)t->id, sched_pool_name(to), dst[i], sched_pool_name(from), src[i],
+                        (unsigned long long)got, (unsigned long long)want);
+            }
+        }
+    }
+    if (rc == 0) metrics_observe_transfer(s->mx, t->tier, t->dir, (size_t)t->bytes, us);
+    DTRACE_PROBE4(ringlmd, transfer_done, t->id, t->dir, t->tier, rc);
+    if (s->trace_xfer) svc_log("cache copy %llu %s → %s, %d blocks: %d", (unsigned long long)t->id,
+                               sched_pool_name(from), sched_pool_name(to), n, rc);
+    sched_transfer_done(s->sched, t->id, s->now_us, rc == 0 ? t->bytes : 0, us, rc);
+    if (rc < 0 && in && t->req) {
+        /* its prefix's bytes never arrived: the request cannot go on (the scheduler dropped
+         * the blocks from the cache) */
+        svc_req *r = req_find(s, t->req);
+        if (r && !r->ended) req_cancel(s, r, SCHED_CANCEL_SHUTDOWN, RINGLM_WIRE_R_ERROR, RINGLM_WIRE_R_INTERNAL);
+    }
+    free(src);
+    free(dst);
+    s->stats_dirty = true;
 }
 
 void xfer_check_compute(svc *s, const sched_entry *e)

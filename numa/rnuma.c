@@ -135,7 +135,7 @@ int rnuma_pin_self_cpu(int node, int nth)
     return 0;
 }
 
-int rnuma_place(void *p, size_t bytes, int node)
+int rnuma_bind(void *p, size_t bytes, int node)
 {
     if (node >= 0 && have_numa() && rnuma_nodes() > 1) {
         if (node >= (int)(sizeof(unsigned long) * 8)) /* 1UL << node would be undefined */
@@ -145,6 +145,13 @@ int rnuma_place(void *p, size_t bytes, int node)
         if (mbind(p, bytes, MPOL_BIND, &mask, sizeof mask * 8, MPOL_MF_MOVE) != 0)
             return seterr(-errno, "mbind(node %d): %s", node, strerror(errno));
     }
+    return 0;
+}
+
+int rnuma_place(void *p, size_t bytes, int node)
+{
+    int rc = rnuma_bind(p, bytes, node);
+    if (rc) return rc;
     /* Fault every page in now, so the first request does not pay for it. */
     long page = sysconf(_SC_PAGESIZE);
     for (size_t off = 0; off < bytes; off += (size_t)page) ((volatile char *)p)[off] = ((volatile char *)p)[off];

@@ -28,6 +28,10 @@ void *rnuma_alloc(size_t bytes, int node);
 void rnuma_free(void *p, size_t bytes);
 /* Binds an existing mapping (e.g. a shm segment) to node and faults it in. */
 int rnuma_place(void *p, size_t bytes, int node);
+/* Binds an existing mapping to node (mbind; nothing on a one-node machine) without faulting
+ * it in: each page comes from node when first touched (a shared segment's policy holds for
+ * every mapping of it). */
+int rnuma_bind(void *p, size_t bytes, int node);
 /* One line describing what was chosen: "numa: node 0 of 1, cpus 0-1, pinned". */
 void rnuma_describe(int node, char *buf, size_t len);
 const char *rnuma_errmsg(void);

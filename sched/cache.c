@@ -8,20 +8,30 @@
  *   cached      a node of the index; held by the sequences whose dev[0..n_pnodes) list it
  *               (the node's refs), or by none (then in the index's LRU: evictable, counted
  *               free in sched_counts).
+ * A host or disk block is free, one swapped sequence's (tierb[]), or a cached node's.
  * A sequence's first n_pnodes blocks are always cached nodes, in chain order; it writes only
  * positions >= computed, which lie in later blocks, so a shared block is never written.
  *
  * Life: at submit a request's prompt tokens are copied and its block keys computed (salted
  * with its cache domain); at admission (token_budget mode) the longest cached prefix is
- * found — capped so the last prompt token is always computed — the blocks are held, and
- * computed starts after them; at each commit the newly full prompt blocks are inserted (a
- * block someone else cached meanwhile is shared instead, and the private copy freed); when
- * the sequence's device blocks go (finish, cancel, timeout, recompute preemption, the end of
- * a swap-out) its holds are released and the blocks stay cached.  Free-block demand evicts
- * unheld cached blocks, oldest leaf first (sc_dev_grow_to).
+ * found — capped so the last prompt token is always computed — over every pool: the blocks
+ * on the device are held at once; a run of blocks on host or disk after them is reloaded
+ * (a cache transfer into fresh device blocks) or recomputed, whichever the cost model
+ * predicts cheaper (cache_reload events with both estimates, and the realised cost when the
+ * copy completed), and computed starts after what was used.  At each commit the newly full
+ * prompt blocks are inserted (a block someone else cached meanwhile is shared instead, and
+ * the private copy freed; a colder copy of it is replaced); when the sequence's device blocks
+ * go (finish, cancel, timeout, recompute preemption, the end of a swap-out) its holds are
+ * released and the blocks stay cached.  Free-block demand evicts unheld cached blocks,
+ * oldest leaf first (sc_dev_grow_to): demoted to the next colder pool when it has room and
+ * reload < recompute × expected reuse (cache_demote), else dropped (cache_evict).
  *
- * Today the index covers the device pool only: evicted blocks are dropped, not demoted,
- * because a demotion needs a copy the caller must finish before the block is reused.
+ * Copies.  A demotion or a reload is a cache transfer of the plan (sched_transfer.cache):
+ * the books move at once — the source block is free for whatever comes next in this step —
+ * and the caller completes the copies in plan order before anything later in the plan (a
+ * later copy, a swap, the batch) touches those blocks.  So a plan's copies are ordered as
+ * the pools were used: a host block made free by its own demotion to disk is copied out
+ * before the device block demoted into it is copied in.
  */
 #include "sched/internal.h"
 
@@ -33,12 +43,136 @@ static bool take_block(void *ctx, sched_pool p, uint32_t *b)
     return true;
 }
 
+/* A block left its pool: its block is free now (a demotion's copy is planned, in order, by
+ * flush_moves before anything can reuse it in a way the caller would run first). */
 static void evicted(void *ctx, const sched_prefix_eviction *ev)
 {
     sched *s = ctx;
     pool_give(&s->pools[ev->from], ev->from_block);
+    s->px_left[ev->from]++;
+    if (ev->reason == SCHED_PREFIX_EVICT_MOVED) return;   /* now hotter: still cached */
+    if (ev->demoted) {
+        if (!sc_vec_grow((void **)&s->px_mv, &s->px_cap_mv, s->px_n_mv + 1, sizeof *s->px_mv)) { s->oom = true; return; }
+        s->px_mv[s->px_n_mv++] = (struct px_move){ev->from_block, ev->to_block, (uint8_t)ev->from, (uint8_t)ev->to};
+        s->px_demoted[ev->to]++;
+        if (s->px_mv_reuse <= 0 || ev->expected_reuse < s->px_mv_reuse) s->px_mv_reuse = ev->expected_reuse;
+        return;
+    }
     s->px_evicted++;
-    if (!ev->demoted && ev->reason != SCHED_PREFIX_EVICT_MOVED) sc_order_dropped(s, ev->key);
+    sc_order_dropped(s, ev->key);   /* (demotions and moves returned above: still cached) */
+    s->px_drop[ev->from]++;
+    if (ev->reason == SCHED_PREFIX_EVICT_DEMAND) {
+        s->px_drop_rl[ev->from] = ev->reload_cost_us;
+        s->px_drop_rc[ev->from] = ev->recompute_cost_us;
+        if (ev->expected_reuse > s->px_drop_reuse[ev->from]) s->px_drop_reuse[ev->from] = ev->expected_reuse;
+    }
+}
+
+static double block_bytes(const sched *s) { return (double)s->conf.block_size * (double)s->conf.kv_bytes_per_token; }
+
+/* Reloading `bytes` from pool p now: what is queued on the link ahead, these bytes, the
+ * latency (the tier's measured bandwidth once a transfer completed). */
+static double reload_us(const sched *s, sched_pool p, double bytes)
+{
+    const tier_est *t = &s->tiers[p];
+    return ((double)t->queued_in + bytes) / t->in_bps * 1e6 + t->lat_us;
+}
+
+/* The demotion test's inputs from the cost model as it stands (measured prefill rate and
+ * tier bandwidths). */
+static void cache_costs(sched *s)
+{
+    sched_prefix_costs c = {.recompute_us_per_block = sc_prefill_us(s, s->conf.block_size), .reuse_prior = 1};
+    for (int p = SCHED_POOL_HOST; p < SCHED_POOL__COUNT; p++)
+        c.reload_us_per_block[p] = s->pools[p].total ? reload_us(s, (sched_pool)p, block_bytes(s)) : -1;
+    sched_prefix_set_costs(s->px, &c);
+}
+
+/* Plan one cache transfer: n blocks from (src pool, sb) to (dst pool, db). */
+static uint64_t plan_copy(sched *s, uint8_t kind, sched_pool src, sched_pool dst, const uint32_t *sb,
+                          const uint32_t *db, uint32_t n, uint64_t req_id, double pred, uint64_t now)
+{
+    (void)now;
+    bool in = dst == SCHED_POOL_DEVICE;
+    sched_pool tier = in ? src : dst;
+    uint64_t bytes = (uint64_t)n * s->conf.block_size * s->conf.kv_bytes_per_token;
+    uint32_t *keep = malloc((size_t)n * sizeof *keep);
+    uint32_t off = s->xfer_blocks.n;
+    if (!keep || !sc_vec_grow((void **)&s->xfer_blocks.a, &s->xfer_blocks.cap, off + 2 * n, sizeof(uint32_t))) {
+        free(keep);
+        s->oom = true;
+        return 0;
+    }
+    memcpy(keep, db, (size_t)n * sizeof *keep);
+    xfer_rec x = {.id = s->next_xfer++, .slot = NO_SLOT, .dir = (uint8_t)(in ? SCHED_XFER_IN : SCHED_XFER_OUT),
+                  .tier = (uint8_t)tier, .bytes = bytes, .pred_us = pred, .cache = kind, .dst_pool = (uint8_t)dst,
+                  .n = n, .dst = keep, .req = req_id, .src_pool = (uint8_t)src};
+    VEC_PUSH(s, s->xfers, x);
+    if (s->oom) { free(keep); return 0; }
+    memcpy(s->xfer_blocks.a + off, sb, n * sizeof(uint32_t));
+    memcpy(s->xfer_blocks.a + off + n, db, n * sizeof(uint32_t));
+    s->xfer_blocks.n = off + 2 * n;
+    sched_transfer t = {x.id, req_id, in ? SCHED_XFER_IN : SCHED_XFER_OUT, tier, n, NULL, NULL, bytes, pred, true,
+                        in ? tier : src};
+    t.src = (const uint32_t *)(uintptr_t)off;   /* fixed up when the plan is sealed */
+    t.dst = (const uint32_t *)(uintptr_t)(off + n);
+    VEC_PUSH(s, s->transfers, t);
+    if (in) s->tiers[tier].queued_in += bytes; else s->tiers[tier].queued_out += bytes;
+    return x.id;
+}
+
+/* The demotions of one eviction call become cache transfers, consecutive moves between the
+ * same two pools as one (order kept: see the header), each with its cache_demote event; the
+ * drops become one cache_evict per pool. */
+static void flush_moves(sched *s, req *r, uint64_t now)
+{
+    uint32_t bs = s->conf.block_size;
+    for (uint32_t i = 0; i < s->px_n_mv;) {
+        uint32_t j = i;
+        struct px_move *m = s->px_mv;
+        while (j < s->px_n_mv && m[j].from == m[i].from && m[j].to == m[i].to) j++;
+        uint32_t n = j - i;
+        uint32_t *sb = malloc((size_t)n * 2 * sizeof *sb);
+        if (!sb) { s->oom = true; break; }
+        for (uint32_t k = 0; k < n; k++) { sb[k] = m[i + k].from_block; sb[n + k] = m[i + k].to_block; }
+        sched_pool from = (sched_pool)m[i].from, to = (sched_pool)m[i].to;
+        const tier_est *te = &s->tiers[to];
+        double bytes = (double)n * block_bytes(s);
+        double pred = ((double)te->queued_out + bytes) / te->out_bps * 1e6 + te->lat_us;
+        uint64_t id = plan_copy(s, XK_DEMOTE, from, to, sb, sb + n, n, 0, pred, now);
+        free(sb);
+        if (s->sink) {
+            sched_event e = ev_of(s, SCHED_EV_CACHE_DEMOTE, r, now);
+            e.blocks = n;
+            e.pool = from;
+            e.to_pool = to;
+            e.xfer = id;
+            e.bytes = (uint64_t)n * bs * s->conf.kv_bytes_per_token;
+            e.mode = SCHED_PREEMPT_SWAP;
+            e.swap_cost_us = reload_us(s, to, block_bytes(s));
+            e.recompute_cost_us = sc_prefill_us(s, bs);
+            e.expected_reuse = s->px_mv_reuse;
+            e.predicted_us = pred;
+            emit(s, &e);
+        }
+        i = j;
+    }
+    s->px_n_mv = 0;
+    s->px_mv_reuse = 0;
+    for (int p = 0; p < SCHED_POOL__COUNT; p++) {
+        if (s->px_drop[p] && s->sink) {
+            sched_event e = ev_of(s, SCHED_EV_CACHE_EVICT, r, now);
+            e.blocks = s->px_drop[p];
+            e.pool = (sched_pool)p;
+            e.evict = SCHED_PREFIX_EVICT_DEMAND;
+            e.swap_cost_us = s->px_drop_rl[p];
+            e.recompute_cost_us = s->px_drop_rc[p];
+            e.expected_reuse = s->px_drop_reuse[p];
+            emit(s, &e);
+        }
+        s->px_drop[p] = 0;
+        s->px_drop_rl[p] = s->px_drop_rc[p] = s->px_drop_reuse[p] = 0;
+    }
 }
 
 int sc_cache_create(sched *s)
@@ -48,13 +182,37 @@ int sc_cache_create(sched *s)
     for (int t = 0; t < s->n_tenants; t++) caps[t] = s->ten[t]->max_cached_blocks;
     sched_prefix_cfg c = {
         .block_size = s->conf.block_size,
-        .pool_blocks = {s->conf.kv_blocks_device, 0, 0},
+        .pool_blocks = {s->conf.kv_blocks_device, s->conf.kv_blocks_host, s->conf.kv_blocks_disk},
         .n_tenants = (uint32_t)s->n_tenants,
         .max_cached_blocks = caps,
         .costs = {.recompute_us_per_block = s->conf.step.prefill_token_us * s->conf.block_size, .reuse_prior = 1},
         .ops = {.take_block = take_block, .evicted = evicted, .ctx = s},
     };
     return sched_prefix_create(&c, &s->px);
+}
+
+/* Free blocks of a host or disk pool, counting cached blocks no sequence holds (a swap-out
+ * may evict them: sc_tier_make_room). */
+uint32_t sc_tier_available(const sched *s, sched_pool p)
+{
+    uint32_t n = s->pools[p].n_free;
+    if (s->px) {
+        sched_prefix_stats st;
+        sched_prefix_get_stats(s->px, &st);
+        n += st.unheld[p];
+    }
+    return n;
+}
+
+/* Evict (demote further down or drop) unheld cached blocks of pool p until n are free. */
+bool sc_tier_make_room(sched *s, sched_pool p, uint32_t n)
+{
+    if (s->pools[p].n_free >= n) return true;
+    if (!s->px) return false;
+    cache_costs(s);
+    sched_prefix_evict(s->px, p, n - s->pools[p].n_free);
+    flush_moves(s, NULL, s->last_now);
+    return s->pools[p].n_free >= n;
 }
 
 void sc_cache_free_req(req *r)
@@ -92,8 +250,10 @@ uint32_t sc_dev_available(const sched *s)
     return n;
 }
 
-/* The longest cached prefix of a waiting request, remembered for sc_cache_start; *unheld
- * says how many of those blocks are evictable now (holding them makes them unavailable). */
+/* The longest cached prefix of a waiting request over every pool, remembered for
+ * sc_cache_start.  Returns the blocks of it on the device (shared, not allocated: a run on
+ * host or disk needs device blocks like a computed one); *unheld says how many of those are
+ * evictable now (holding them makes them unavailable). */
 uint32_t sc_cache_find(sched *s, uint32_t slot, uint32_t *unheld)
 {
     req *r = &s->reqs[slot];
@@ -104,44 +264,148 @@ uint32_t sc_cache_find(sched *s, uint32_t slot, uint32_t *unheld)
     uint32_t max = (known(r) - 1) / bs;   /* the last known token is computed: it samples */
     if (max > r->n_pkeys) max = r->n_pkeys;
     r->n_found = sched_prefix_lookup(s->px, r->salt, r->pkeys, r->ptok, max, r->id, r->pnodes, NULL);
+    uint32_t dev = 0;
     for (uint32_t i = 0; i < r->n_found; i++) {
         sched_prefix_node_info in;
         sched_prefix_node(s->px, r->pnodes[i], &in);
+        if (in.pool != SCHED_POOL_DEVICE) break;   /* a chain is device*, host*, disk* */
         if (!in.refs) (*unheld)++;
+        dev++;
     }
-    return r->n_found;
+    return dev;
 }
 
-/* Admission: hold what sc_cache_find found, make those blocks the start of the block table
- * and start the prefill after them. */
+static sched_pool node_pool(const sched *s, uint32_t node)
+{
+    sched_prefix_node_info in;
+    sched_prefix_node(s->px, node, &in);
+    return in.pool;
+}
+
+/* Admission: hold what sc_cache_find found on the device; for each following run on host or
+ * disk, reload it or recompute it (and everything after), whichever the cost model predicts
+ * cheaper; make the blocks used the start of the block table and start the prefill after. */
 void sc_cache_start(sched *s, req *r, uint64_t now)
 {
     if (!r->pcache) return;
-    uint32_t m = r->n_found, bs = s->conf.block_size;
+    uint32_t found = r->n_found, bs = s->conf.block_size;
     r->n_found = 0;
     s->px_query += known(r);
-    if (!m) return;
-    if (!sc_vec_grow((void **)&r->dev, &r->cap_dev, m, sizeof(uint32_t))) { s->oom = true; return; }
-    sched_prefix_acquire(s->px, r->pnodes, m, r->id);
-    uint32_t self = 0;
-    for (uint32_t i = 0; i < m; i++) {
+    if (!found) return;
+    uint32_t nd = 0;
+    while (nd < found && node_pool(s, r->pnodes[nd]) == SCHED_POOL_DEVICE) nd++;
+    /* the runs after the device ones: reload or recompute, decided in order */
+    uint32_t use = nd;
+    struct px_run { uint32_t a, b; sched_pool p; double rl, rc; } run[SCHED_POOL__COUNT];
+    uint32_t n_run = 0;
+    while (use < found && n_run < SCHED_POOL__COUNT) {
+        sched_pool p = node_pool(s, r->pnodes[use]);
+        uint32_t b = use;
+        while (b < found && node_pool(s, r->pnodes[b]) == p) b++;
+        double rl = reload_us(s, p, (double)(b - use) * block_bytes(s));
+        double rc = sc_prefill_us(s, (uint64_t)b * bs) - sc_prefill_us(s, (uint64_t)use * bs);
+        bool reload = rl < rc;
+        sched_event e = ev_of(s, SCHED_EV_CACHE_RELOAD, r, now);
+        e.blocks = b - use;
+        e.pool = p;
+        e.tokens = (b - use) * bs;
+        e.mode = reload ? SCHED_PREEMPT_SWAP : SCHED_PREEMPT_RECOMPUTE;
+        e.swap_cost_us = rl;
+        e.recompute_cost_us = rc;
+        if (!reload) {
+            s->px_recomputed[p] += b - use;
+            emit(s, &e);   /* it and everything after it are computed again */
+            r->px_rc_active = true;   /* its realised cost: the steps until computed passes b */
+            r->px_rc_unknown = false;
+            r->px_rc_us = 0;
+            r->px_rc_pool = (uint8_t)p;
+            r->px_rc_target = b * bs;
+            r->px_rc_blocks = b - use;
+            r->px_rc_pred = rc;
+            break;
+        }
+        run[n_run++] = (struct px_run){use, b, p, rl, rc};
+        use = b;
+    }
+    if (!sc_vec_grow((void **)&r->dev, &r->cap_dev, use, sizeof(uint32_t))) { s->oom = true; return; }
+    sched_prefix_acquire(s->px, r->pnodes, use, r->id);
+    uint32_t self = 0, per[SCHED_POOL__COUNT] = {0}, self_per[SCHED_POOL__COUNT] = {0};
+    for (uint32_t i = 0; i < use; i++) {
         sched_prefix_node_info in;
         sched_prefix_node(s->px, r->pnodes[i], &in);
-        r->dev[i] = in.block;
-        self += in.origin == r->id;
+        if (i < nd) r->dev[i] = in.block;
+        per[in.pool]++;
+        if (in.origin == r->id) { self++; self_per[in.pool]++; }
     }
-    r->n_dev = r->n_pnodes = m;
-    r->computed = m * bs;
-    s->ts[r->tenant].kv_blocks += m;
-    s->px_hit += (uint64_t)m * bs;
+    r->n_dev = nd;
+    s->ts[r->tenant].kv_blocks += nd;
+    if (use > nd) {
+        /* fresh device blocks for the reloads (admission counted them as needed) */
+        uint32_t *old = malloc((size_t)(use - nd) * sizeof *old);
+        if (!old || !sc_dev_grow_to(s, r, use)) {
+            free(old);
+            sched_prefix_release(s->px, r->pnodes + nd, use - nd);   /* a suffix: refs stay ordered */
+            for (int p = SCHED_POOL_HOST; p < SCHED_POOL__COUNT; p++) { per[p] = 0; self -= self_per[p]; self_per[p] = 0; }
+            use = nd;
+            n_run = 0;
+        } else {
+            for (uint32_t i = nd; i < use; i++) {
+                sched_prefix_node_info in;
+                sched_prefix_node(s->px, r->pnodes[i], &in);
+                old[i - nd] = in.block;
+                sched_prefix_move(s->px, r->pnodes[i], SCHED_POOL_DEVICE, r->dev[i]);   /* old copy: free */
+            }
+            for (uint32_t k = 0; k < n_run; k++) {
+                uint32_t a = run[k].a, b = run[k].b;
+                sched_event e = ev_of(s, SCHED_EV_CACHE_RELOAD, r, now);
+                e.blocks = b - a;
+                e.pool = run[k].p;
+                e.tokens = (b - a) * bs;
+                e.mode = SCHED_PREEMPT_SWAP;
+                e.swap_cost_us = run[k].rl;
+                e.recompute_cost_us = run[k].rc;
+                e.bytes = (uint64_t)(b - a) * bs * s->conf.kv_bytes_per_token;
+                e.xfer = plan_copy(s, XK_RELOAD, run[k].p, SCHED_POOL_DEVICE, old + (a - nd), r->dev + a, b - a, r->id,
+                                   run[k].rl, now);
+                s->px_reloaded[run[k].p] += b - a;
+                emit(s, &e);
+            }
+            free(old);
+        }
+    }
+    r->n_pnodes = use;
+    if (!use) return;
+    r->computed = use * bs;
+    s->px_hit += (uint64_t)use * bs;
     s->px_self += (uint64_t)self * bs;
-    if (!r->started) r->cached_tokens = m * bs;
+    for (int p = 0; p < SCHED_POOL__COUNT; p++) {
+        s->px_hit_pool[p] += (uint64_t)per[p] * bs;
+        s->px_self_pool[p] += (uint64_t)self_per[p] * bs;
+    }
+    if (!r->started) r->cached_tokens = use * bs;
     sched_event e = ev_of(s, SCHED_EV_CACHE_HIT, r, now);
-    e.blocks = m;
+    e.blocks = use;
     e.pool = SCHED_POOL_DEVICE;
-    e.cached_tokens = m * bs;
+    e.cached_tokens = use * bs;
     e.self_tokens = self * bs;
     e.prompt_tokens = known(r);
+    for (int p = 0; p < SCHED_POOL__COUNT; p++) e.pool_tokens[p] = per[p] * bs;
+    emit(s, &e);
+}
+
+/* The completion record of a cached run recomputed at admission: the estimate then, the
+ * summed full durations of the steps that computed it (null when one was unmeasured). */
+static void rc_run_end(sched *s, req *r, sched_outcome how)
+{
+    r->px_rc_active = false;
+    sched_event e = ev_of(s, SCHED_EV_CACHE_RELOAD, r, s->last_now);
+    e.outcome = how;
+    e.mode = SCHED_PREEMPT_RECOMPUTE;
+    e.blocks = r->px_rc_blocks;
+    e.pool = (sched_pool)r->px_rc_pool;
+    e.tokens = r->px_rc_blocks * s->conf.block_size;
+    e.predicted_us = r->px_rc_pred;
+    e.realised_us = r->px_rc_unknown ? -1 : (double)r->px_rc_us;
     emit(s, &e);
 }
 
@@ -149,6 +413,10 @@ void sc_cache_start(sched *s, req *r, uint64_t now)
 void sc_cache_commit(sched *s, req *r)
 {
     uint32_t bs = s->conf.block_size;
+    if (r->px_rc_active) {
+        if (s->commit_step_us) r->px_rc_us += s->commit_step_us; else r->px_rc_unknown = true;
+        if (r->computed >= r->px_rc_target) rc_run_end(s, r, SCHED_OUTCOME_DONE);
+    }
     while (r->n_pnodes < r->n_pkeys && r->n_pnodes < r->n_dev && (uint64_t)(r->n_pnodes + 1) * bs <= r->computed) {
         uint32_t i = r->n_pnodes, node;
         int rc = sched_prefix_insert(s->px, i ? r->pnodes[i - 1] : SCHED_PREFIX_NONE, r->salt, r->pkeys[i],
@@ -171,6 +439,7 @@ void sc_cache_commit(sched *s, req *r)
  * blocks of dev[] now belong to the cache (the caller frees only the rest). */
 uint32_t sc_cache_release(sched *s, req *r)
 {
+    if (r->px_rc_active) rc_run_end(s, r, SCHED_OUTCOME_ABANDONED);   /* ended or preempted first */
     uint32_t k = r->n_pnodes;
     if (!k) return 0;
     uint64_t before = s->px_evicted;
@@ -186,20 +455,49 @@ uint32_t sc_cache_release(sched *s, req *r)
     return k;
 }
 
-/* Free-block demand: evict up to n unheld cached blocks for r, with one event. */
+/* Free-block demand: evict up to n unheld cached blocks for r (demoted or dropped), with
+ * their events and copies.  Returns the device blocks freed. */
 uint32_t sc_cache_evict(sched *s, req *r, uint32_t n)
 {
-    uint64_t before = s->px_evicted;
+    uint32_t before = s->px_left[SCHED_POOL_DEVICE];
+    cache_costs(s);
     sched_prefix_evict(s->px, SCHED_POOL_DEVICE, n);
-    uint32_t freed = (uint32_t)(s->px_evicted - before);
-    if (freed && s->sink) {
-        sched_event e = ev_of(s, SCHED_EV_CACHE_EVICT, r, s->last_now);
-        e.blocks = freed;
-        e.pool = SCHED_POOL_DEVICE;
-        e.evict = SCHED_PREFIX_EVICT_DEMAND;
-        emit(s, &e);
-    }
-    return freed;
+    flush_moves(s, r, s->last_now);
+    return s->px_left[SCHED_POOL_DEVICE] - before;
+}
+
+/* A cache copy completed (sched_transfer_done): the tier's bandwidth learns from it, the
+ * completion record says what it cost next to the prediction, and a failed copy's blocks
+ * are invalidated — the daemon completes a copy before anything reuses its blocks, so they
+ * still hold the nodes it copied. */
+int sc_cache_xfer_done(sched *s, xfer_rec *x, uint64_t now, uint64_t bytes, uint64_t dur_us, int status)
+{
+    tier_est *te = &s->tiers[x->tier];
+    if (x->dir == SCHED_XFER_OUT) te->queued_out -= x->bytes; else te->queued_in -= x->bytes;
+    sc_observe_transfer(s, x, bytes, dur_us, status);
+    if (status < 0 && s->px)
+        for (uint32_t i = 0; i < x->n; i++) {
+            uint32_t node = sched_prefix_node_of(s->px, (sched_pool)x->dst_pool, x->dst[i]);
+            if (node != SCHED_PREFIX_NONE) sched_prefix_invalidate(s->px, node);
+        }
+    uint32_t sl = x->req ? map_get(s, x->req) : NO_SLOT;
+    sched_event e = ev_of(s, x->cache == XK_RELOAD ? SCHED_EV_CACHE_RELOAD : SCHED_EV_CACHE_DEMOTE,
+                          sl != NO_SLOT ? &s->reqs[sl] : NULL, now);
+    e.req = x->req;
+    e.outcome = status < 0 ? SCHED_OUTCOME_FAILED : SCHED_OUTCOME_DONE;
+    e.mode = SCHED_PREEMPT_SWAP;
+    e.xfer = x->id;
+    e.blocks = x->n;
+    e.bytes = x->bytes;
+    e.pool = (sched_pool)x->src_pool;
+    e.to_pool = (sched_pool)x->dst_pool;
+    e.tokens = x->n * s->conf.block_size;
+    e.predicted_us = x->pred_us;
+    e.realised_us = dur_us ? (double)dur_us : -1;
+    emit(s, &e);
+    free(x->dst);
+    x->dst = NULL;
+    return 0;
 }
 
 /* Device blocks with the cache on: holders[b] counts b's holders (sequences) plus its

@@ -29,8 +29,9 @@ static const char *const pool_names[] = {"device", "host", "disk"};
 static const char *const outcome_names[] = {NULL, "start", "resume", "done", "failed", "abandoned"};
 static const char *const event_names[] = {
     "admit", "reject", "defer", "schedule", "preempt", "swap_out", "swap_in", "recompute",
-    "cancel", "timeout", "finish", "release", "cache_hit", "cache_evict"};
-static const char *const evict_names[] = {"demand", "tenant_cap", "orphan", "moved", "clear"};
+    "cancel", "timeout", "finish", "release", "cache_hit", "cache_evict", "cache_demote",
+    "cache_reload"};
+static const char *const evict_names[] = {"demand", "tenant_cap", "orphan", "moved", "clear", "failed"};
 static const char *const prefix_order_names[] = {"fcfs", "longest_prefix"};
 
 _Static_assert(sizeof(reject_names) / sizeof(reject_names[0]) == SCHED_REJECT__COUNT, "names");
@@ -73,7 +74,9 @@ const char *sched_event_reason_name(const sched_event *ev)
     case SCHED_EV_SCHEDULE:
     case SCHED_EV_SWAP_OUT:
     case SCHED_EV_SWAP_IN:
-    case SCHED_EV_RECOMPUTE: return sched_outcome_name(ev->outcome);
+    case SCHED_EV_RECOMPUTE:
+    case SCHED_EV_CACHE_DEMOTE:
+    case SCHED_EV_CACHE_RELOAD: return sched_outcome_name(ev->outcome);
     default: return NULL;
     }
 }
@@ -252,10 +255,46 @@ size_t sched_event_json(const sched_event *ev, char *buf, size_t len)
         ju(&b, "cached_tokens", ev->cached_tokens);
         ju(&b, "self_tokens", ev->self_tokens);
         ju(&b, "prompt_tokens", ev->prompt_tokens);
+        /* tokens per tier, when any came from a colder one */
+        if (ev->pool_tokens[SCHED_POOL_HOST] || ev->pool_tokens[SCHED_POOL_DISK])
+            for (int p = 0; p < SCHED_POOL__COUNT; p++) {
+                char k[24];
+                snprintf(k, sizeof k, "%s_tokens", sched_pool_name((sched_pool)p));
+                ju(&b, k, ev->pool_tokens[p]);
+            }
         break;
     case SCHED_EV_CACHE_EVICT:
         ju(&b, "blocks", ev->blocks);
         jstr(&b, "pool", sched_pool_name(ev->pool));
+        if (ev->evict == SCHED_PREFIX_EVICT_DEMAND && ev->recompute_cost_us > 0) {
+            /* why not kept in a colder pool: the demotion test's two sides */
+            jd(&b, "reload_cost_us", ev->swap_cost_us);
+            jd(&b, "recompute_cost_us", ev->recompute_cost_us);
+            jfmt(&b, ",\"expected_reuse\":%.1f", ev->expected_reuse);
+        }
+        break;
+    case SCHED_EV_CACHE_DEMOTE:
+    case SCHED_EV_CACHE_RELOAD:
+        ju(&b, "blocks", ev->blocks);
+        jstr(&b, "pool", sched_pool_name(ev->pool));
+        if (ev->kind == SCHED_EV_CACHE_DEMOTE) jstr(&b, "to", sched_pool_name(ev->to_pool));
+        else ju(&b, "tokens", ev->tokens);
+        if (ev->kind == SCHED_EV_CACHE_RELOAD && reason)
+            jstr(&b, "choice", ev->mode == SCHED_PREEMPT_SWAP ? "reload" : "recompute");
+        if (ev->kind == SCHED_EV_CACHE_DEMOTE || ev->mode == SCHED_PREEMPT_SWAP) {
+            ju(&b, "xfer", ev->xfer);
+            ju(&b, "bytes", ev->bytes);
+        }
+        if (reason) {   /* the completion record: realised next to predicted */
+            jd(&b, "predicted_us", ev->predicted_us);
+            jd(&b, "realised_us", ev->realised_us);
+        } else {
+            if (ev->kind == SCHED_EV_CACHE_RELOAD)
+                jstr(&b, "choice", ev->mode == SCHED_PREEMPT_SWAP ? "reload" : "recompute");
+            jd(&b, "reload_cost_us", ev->swap_cost_us);
+            jd(&b, "recompute_cost_us", ev->recompute_cost_us);
+            if (ev->kind == SCHED_EV_CACHE_DEMOTE) jfmt(&b, ",\"expected_reuse\":%.1f", ev->expected_reuse);
+        }
         break;
     case SCHED_EV_RELEASE:
         ju(&b, "blocks", ev->blocks);

@@ -97,6 +97,14 @@ typedef struct req {
     sched_prefix_key *pkeys; uint32_t n_pkeys, cap_pkeys;
     uint32_t *pnodes; uint32_t n_pnodes, n_found, cap_pnodes;
     uint32_t  cached_tokens;    /* prompt tokens its first admission found cached */
+    /* a cached run on host or disk it chose to recompute at admission: until computed reaches
+     * px_rc_target, the full durations of its steps are summed — the realised cost that
+     * cache_reload's completion record sets next to the recompute estimate */
+    bool      px_rc_active, px_rc_unknown;
+    uint8_t   px_rc_pool;
+    uint32_t  px_rc_target, px_rc_blocks;
+    double    px_rc_pred;
+    uint64_t  px_rc_us;
     /* prefix_order = longest_prefix (order.c), while waiting: its cached prefix in blocks,
      * its place in the order heap, its first entry in the waiter table */
     uint32_t  plen, ow_head;
@@ -138,7 +146,14 @@ typedef struct tier_est {
     bool     out_measured, in_measured;
 } tier_est;
 
-typedef struct xfer_rec { uint64_t id; uint32_t slot; uint8_t dir, tier; uint64_t bytes; double pred_us; } xfer_rec;
+/* A transfer in flight.  cache: 0 a swap of request `slot`; XK_DEMOTE / XK_RELOAD a prefix
+ * cache copy (cache.c): its destination pool and blocks (malloc'd) to invalidate should it
+ * fail, the request a reload is for. */
+enum { XK_SWAP = 0, XK_DEMOTE, XK_RELOAD };
+typedef struct xfer_rec {
+    uint64_t id; uint32_t slot; uint8_t dir, tier; uint64_t bytes; double pred_us;
+    uint8_t cache, src_pool, dst_pool; uint32_t n; uint32_t *dst; uint64_t req;
+} xfer_rec;
 
 #define VEC(T) struct { T *a; uint32_t n, cap; }
 #define VEC_PUSH(s, v, x) do { \
@@ -208,6 +223,17 @@ struct sched {
     /* prefix cache (NULL when off) and its counters */
     sched_prefix    *px;
     uint64_t         px_query, px_hit, px_self, px_evicted;
+    uint64_t         commit_step_us;   /* the step sched_commit is committing (0: unknown) */
+    uint64_t         px_hit_pool[SCHED_POOL__COUNT], px_self_pool[SCHED_POOL__COUNT];
+    uint64_t         px_demoted[SCHED_POOL__COUNT], px_reloaded[SCHED_POOL__COUNT];
+    uint64_t         px_recomputed[SCHED_POOL__COUNT];
+    uint32_t         px_left[SCHED_POOL__COUNT];   /* blocks that left each pool (any way) */
+    /* one eviction call's demotions (copies to plan, in order) and drops (its events) */
+    struct px_move { uint32_t from_block, to_block; uint8_t from, to; } *px_mv;
+    uint32_t         px_n_mv, px_cap_mv;
+    uint32_t         px_drop[SCHED_POOL__COUNT];
+    double           px_drop_rl[SCHED_POOL__COUNT], px_drop_rc[SCHED_POOL__COUNT], px_drop_reuse[SCHED_POOL__COUNT];
+    double           px_mv_reuse;
     /* prefix_order = longest_prefix (order.c; NULL/0 unless a class uses it and the cache is
      * on): order heaps [class * n_tenants + tenant], the waiter table, lookup scratch */
     heap            *pwait;
@@ -343,7 +369,7 @@ double sc_predict_step_us(const sched *s, uint64_t prefill, uint64_t decode, uin
 double sc_prefill_us(const sched *s, uint64_t n);
 void sc_observe_step(sched *s, uint64_t now, uint64_t prefilled, uint64_t step_us);
 void sc_observe_transfer(sched *s, const xfer_rec *x, uint64_t bytes, uint64_t dur_us, int status);
-double sc_predict_wait_us(const sched *s, int cls, uint32_t prompt, uint64_t now);
+double sc_predict_wait_us(const sched *s, int cls, int tenant, uint32_t prompt, uint64_t now);
 double sc_swap_cost_us(const sched *s, sched_pool tier, uint64_t bytes);
 
 /* ---- fair.c ---- */
@@ -373,6 +399,9 @@ uint32_t sc_cache_release(sched *s, req *r);
 uint32_t sc_cache_evict(sched *s, req *r, uint32_t n);
 int sc_cache_check(const sched *s, const uint32_t *holders, char *why, size_t len);
 void sc_cache_free_req(req *r);
+uint32_t sc_tier_available(const sched *s, sched_pool p);
+bool sc_tier_make_room(sched *s, sched_pool p, uint32_t n);
+int sc_cache_xfer_done(sched *s, xfer_rec *x, uint64_t now, uint64_t bytes, uint64_t dur_us, int status);
 
 /* ---- order.c ---- */
 int sc_order_create(sched *s);

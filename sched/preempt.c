@@ -90,8 +90,9 @@ uint32_t sc_pick_victim(sched *s, uint32_t needer, int only_tenant, uint64_t now
  * false: no tier has room. */
 static bool swap_tier(const sched *s, uint32_t blocks, sched_pool *tier)
 {
-    if (s->pools[SCHED_POOL_HOST].total && s->pools[SCHED_POOL_HOST].n_free >= blocks) *tier = SCHED_POOL_HOST;
-    else if (s->pools[SCHED_POOL_DISK].total && s->pools[SCHED_POOL_DISK].n_free >= blocks) *tier = SCHED_POOL_DISK;
+    /* (cached blocks no sequence holds give way: sc_tier_make_room) */
+    if (s->pools[SCHED_POOL_HOST].total && sc_tier_available(s, SCHED_POOL_HOST) >= blocks) *tier = SCHED_POOL_HOST;
+    else if (s->pools[SCHED_POOL_DISK].total && sc_tier_available(s, SCHED_POOL_DISK) >= blocks) *tier = SCHED_POOL_DISK;
     else return false;
     return true;
 }
@@ -105,7 +106,7 @@ void sc_plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t now)
     double pred = dir == SCHED_XFER_OUT ? ((double)te->queued_out + (double)bytes) / te->out_bps * 1e6
                                         : ((double)te->queued_in + (double)bytes) / te->in_bps * 1e6;
     pred += te->lat_us;
-    xfer_rec x = {s->next_xfer++, slot, (uint8_t)dir, r->tier, bytes, pred};
+    xfer_rec x = {.id = s->next_xfer++, .slot = slot, .dir = (uint8_t)dir, .tier = r->tier, .bytes = bytes, .pred_us = pred};
     r->xfer = x.id;
     r->moving = true;
     VEC_PUSH(s, s->xfers, x);
@@ -119,7 +120,9 @@ void sc_plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t now)
     memcpy(s->xfer_blocks.a + off, src, n * sizeof(uint32_t));
     memcpy(s->xfer_blocks.a + off + n, dst, n * sizeof(uint32_t));
     s->xfer_blocks.n = off + 2 * n;   /* the next transfer of this plan goes after these */
-    sched_transfer t = {x.id, r->id, dir, (sched_pool)r->tier, n, NULL, NULL, bytes, pred};
+    sched_transfer t = {.id = x.id, .req = r->id, .dir = dir, .tier = (sched_pool)r->tier, .n_blocks = n,
+                        .bytes = bytes, .predicted_us = pred,
+                        .src_pool = dir == SCHED_XFER_OUT ? SCHED_POOL_DEVICE : (sched_pool)r->tier};
     /* pointers fixed up when the plan is sealed (xfer_blocks may still move) */
     t.src = (const uint32_t *)(uintptr_t)off;
     t.dst = (const uint32_t *)(uintptr_t)(off + n);
@@ -161,6 +164,7 @@ uint32_t sc_preempt(sched *s, uint32_t slot, bool quota, uint64_t now)
     if (s->run.n > 1) rc += sc_prefill_us(s, r->computed);   /* stall: each other sequence waits
                                                              through the re-prefill's steps */
     bool swap = can_swap && (s->cfg.preemption == SCHED_PREEMPT_SWAP || sw < rc);
+    if (swap && !sc_tier_make_room(s, tier, blocks)) swap = false;   /* counted available: cannot fail */
     double best = swap ? sw : rc;
     if (r->rc_active) sc_rc_end(s, r, SCHED_OUTCOME_ABANDONED, now);   /* before this preemption's events */
     r->pre_sw_us = sw;
@@ -232,6 +236,7 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
     xfer_rec x = s->xfers.a[i];
     memmove(s->xfers.a + i, s->xfers.a + i + 1, (s->xfers.n - i - 1) * sizeof(xfer_rec));
     s->xfers.n--;
+    if (x.cache) return sc_cache_xfer_done(s, &x, now, bytes, dur_us, status);   /* a prefix-cache copy */
     s->n_in_transit--;
     tier_est *te = &s->tiers[x.tier];
     if (x.dir == SCHED_XFER_OUT) te->queued_out -= x.bytes; else te->queued_in -= x.bytes;

@@ -72,6 +72,8 @@ typedef struct pnode {
     uint32_t kids[SCHED_POOL__COUNT];
     uint16_t tenant;
     uint8_t  pool, used;
+    uint8_t  bad;                   /* its bytes are wrong (a failed copy): never found again,
+                                       dropped when its last holder lets go */
 } pnode;
 
 typedef struct dlist { uint32_t head, tail, n; } dlist;   /* head newest, tail oldest */
@@ -228,7 +230,7 @@ static uint32_t find(const sched_prefix *ix, uint32_t parent, uint64_t salt, sch
                      const int32_t *tokens)
 {
     for (uint32_t i = ix->bucket[bucket_of(ix, key)]; i != NONE; i = N(i).hnext)
-        if (sched_prefix_key_eq(N(i).key, key) && N(i).parent == parent && N(i).salt == salt &&
+        if (sched_prefix_key_eq(N(i).key, key) && N(i).parent == parent && N(i).salt == salt && !N(i).bad &&
             !memcmp(toks(ix, i), tokens, (size_t)ix->bs * sizeof *tokens))
             return i;
     return NONE;
@@ -366,6 +368,7 @@ static bool evict_one(sched_prefix *ix, sched_pool pool)
             /* making room below can only drop v if v hung under a colder block: then v is
              * gone (reported as an orphan) and its block is free all the same */
             if (!N(v).used || N(v).gen != gen) return true;
+            if (!ok) ev.reload_cost_us = -1;   /* no room below: dropped for that */
             if (ok) {
                 lru_unlink(ix, &ix->lru[pool], v);
                 place(ix, v, (sched_pool)to, b);
@@ -456,6 +459,12 @@ int sched_prefix_release(sched_prefix *ix, const uint32_t *nodes, uint32_t n)
         uint32_t i = nodes[k];
         if (!N(i).used || !N(i).refs) continue;   /* listed twice */
         if (--N(i).refs) continue;
+        if (N(i).bad) {   /* nothing below it is held either: refs(parent) >= refs(child) */
+            sched_prefix_eviction ev = ev_of(ix, i, SCHED_PREFIX_EVICT_FAILED);
+            unheld_push(ix, i);   /* drop_node unlinks an unheld node */
+            drop_subtree(ix, i, &ev);
+            continue;
+        }
         unheld_push(ix, i);
         /* only unheld blocks are dropped, and the rest of this chain is still held */
         enforce_cap(ix, N(i).tenant);
@@ -544,6 +553,18 @@ int sched_prefix_move(sched_prefix *ix, uint32_t node, sched_pool pool, uint32_t
     ev.to = pool;
     ev.to_block = block;
     report(ix, &ev);
+    return 0;
+}
+
+int sched_prefix_invalidate(sched_prefix *ix, uint32_t node)
+{
+    if (!ix || !node_ok(ix, node)) {
+        sched__set_error("sched_prefix_invalidate: node %u is not cached", node);
+        return -EINVAL;
+    }
+    if (N(node).refs) { N(node).bad = 1; return 0; }
+    sched_prefix_eviction ev = ev_of(ix, node, SCHED_PREFIX_EVICT_FAILED);
+    drop_subtree(ix, node, &ev);
     return 0;
 }
 

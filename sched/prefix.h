@@ -172,6 +172,11 @@ int sched_prefix_insert(sched_prefix *ix, uint32_t parent, uint64_t salt, sched_
  * target block is cached. */
 int sched_prefix_move(sched_prefix *ix, uint32_t node, sched_pool pool, uint32_t block);
 
+/* The copy that put node's bytes where the index says failed: no lookup finds it again; an
+ * unheld node is dropped now with what hangs below it, a held one when its last holder
+ * releases it (reason failed).  -EINVAL for a bad node. */
+int sched_prefix_invalidate(sched_prefix *ix, uint32_t node);
+
 /* Free up to n blocks of `pool` from its LRU, oldest leaf first, demoting or dropping each
  * (see the header comment).  Returns the blocks of `pool` freed, each reported through
  * ops.evicted. */

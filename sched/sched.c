@@ -114,7 +114,9 @@ void sched_destroy(sched *s)
     for (int i = 0; i < SCHED_POOL__COUNT; i++) free(s->pools[i].free_ids);
     free(s->run.a);
     free(s->cancel_pending.a);
+    for (uint32_t i = 0; i < s->xfers.n; i++) free(s->xfers.a[i].dst);   /* cache copies in flight */
     free(s->xfers.a);
+    free(s->px_mv);
     free(s->entries.a);
     free(s->rel_plan.a);
     free(s->rel_acc.a);
@@ -333,6 +335,7 @@ int sched_commit(sched *s, sched_result *res, size_t n, uint64_t now, uint64_t s
 {
     if (!s || (n && !res)) { sched__set_error("sched_commit: NULL argument"); return -EINVAL; }
     if (now < s->last_now) now = s->last_now;
+    s->commit_step_us = step_us;   /* (cache.c: a recomputed cached run's realised cost) */
     uint64_t prefilled = 0;
     for (size_t i = 0; i < n; i++) {
         sched_finish_reason given = res[i].finished;
@@ -412,6 +415,14 @@ void sched_get_counts(const sched *s, sched_counts *o)
         o->prefix_hit_tokens = s->px_hit;
         o->prefix_self_tokens = s->px_self;
         o->prefix_evicted_blocks = s->px_evicted;
+        for (int p = 0; p < SCHED_POOL__COUNT; p++) {
+            o->prefix_blocks[p] = st.cached[p];
+            o->prefix_hit_pool_tokens[p] = s->px_hit_pool[p];
+            o->prefix_self_pool_tokens[p] = s->px_self_pool[p];
+            o->prefix_demoted_blocks[p] = s->px_demoted[p];
+            o->prefix_reloaded_blocks[p] = s->px_reloaded[p];
+            o->prefix_recomputed_blocks[p] = s->px_recomputed[p];
+        }
     }
 }
 
@@ -521,10 +532,13 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
     if (s->px && (rc = sc_cache_check(s, seen[SCHED_POOL_DEVICE], why, len))) goto out;
     if ((rc = sc_order_check(s, why, len))) goto out;
     for (int p = s->px ? SCHED_POOL_DEVICE + 1 : 0; p < SCHED_POOL__COUNT; p++)
-        for (uint32_t b = 0; b < s->pools[p].total; b++)
-            if (seen[p][b] != 1)
+        for (uint32_t b = 0; b < s->pools[p].total; b++) {
+            /* a host or disk block may be a cached node's instead */
+            uint32_t n = seen[p][b] + (s->px && sched_prefix_node_of(s->px, (sched_pool)p, b) != SCHED_PREFIX_NONE);
+            if (n != 1)
                 BAD("pool %s: block %u is %s", sched_pool_name((sched_pool)p), b,
-                    seen[p][b] ? "owned twice" : "neither free nor owned (leaked)");
+                    n ? "owned twice" : "neither free nor owned (leaked)");
+        }
     for (int t = 0; t < s->n_tenants; t++) {
         if (kv[t] != s->ts[t].kv_blocks)
             BAD("tenant %s: counter says %u device blocks, sequences hold %u", s->ten[t]->name, s->ts[t].kv_blocks, kv[t]);

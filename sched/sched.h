@@ -152,6 +152,8 @@ typedef enum sched_prefix_evict_reason {
     SCHED_PREFIX_EVICT_MOVED,       /* "moved": it now lives in a hotter pool (reload, or a
                                        recomputed copy inserted); the old copy is free */
     SCHED_PREFIX_EVICT_CLEAR,       /* "clear": the cache was emptied */
+    SCHED_PREFIX_EVICT_FAILED,      /* "failed": the copy that put it there failed (its bytes
+                                       are not the block's) */
     SCHED_PREFIX_EVICT__COUNT
 } sched_prefix_evict_reason;
 
@@ -398,7 +400,30 @@ typedef enum sched_event_kind {
                              it had computed itself before a recompute preemption),
                              prompt_tokens (tokens looked up: its known length) */
     SCHED_EV_CACHE_EVICT, /* cached blocks no sequence held were given up so this request
-                             could grow: blocks, pool, evict (reason) */
+                             could grow: blocks, pool, evict (reason); for reason "demand"
+                             the demotion test that dropped them instead of keeping them in a
+                             colder pool: swap_cost_us = reload cost per block (-1: no colder
+                             pool, or it had no room), recompute_cost_us per block,
+                             expected_reuse (the largest of the dropped blocks') */
+    SCHED_EV_CACHE_DEMOTE,/* cached blocks no sequence held moved to a colder pool (device →
+                             host → disk) because reload_cost < recompute_cost × expected
+                             reuse: blocks, pool (from), to_pool, xfer, bytes, swap_cost_us
+                             (reload per block), recompute_cost_us (per block),
+                             expected_reuse (the smallest of the demoted blocks').  Again with
+                             reason "done"|"failed" when the copy completed: predicted_us
+                             (the transfer's estimate), realised_us (measured) */
+    SCHED_EV_CACHE_RELOAD,/* at admission, a run of the request's cached prefix on host or
+                             disk: mode "swap" (reloaded over a transfer) or "recompute"
+                             (prefilled again), chosen by the cost model: blocks, pool
+                             (where they are), tokens, swap_cost_us (reload estimate: queued
+                             bytes and these over the tier's bandwidth, plus latency),
+                             recompute_cost_us (prefill of those tokens); xfer and bytes when
+                             reloaded.  Again with reason "done"|"failed" when the reload
+                             completed: predicted_us = swap_cost_us, realised_us (measured);
+                             for a recompute, "done" when the prefill has computed the run
+                             (or "abandoned" if the request lost its blocks first):
+                             predicted_us = recompute_cost_us, realised_us = the summed full
+                             durations of the steps in between (sched_commit's) */
     SCHED_EV__COUNT
 } sched_event_kind;
 
@@ -447,6 +472,12 @@ typedef struct sched_event {
     sched_prefix_evict_reason evict;    /* CACHE_EVICT */
     uint32_t         cached_tokens;
     uint32_t         self_tokens;
+    /* CACHE_HIT: of cached_tokens, those found in each pool (host and disk ones reloaded);
+     * CACHE_DEMOTE: the destination pool; CACHE_EVICT / CACHE_DEMOTE: the demotion test's
+     * expected reuse of a block */
+    uint32_t         pool_tokens[SCHED_POOL__COUNT];
+    sched_pool       to_pool;
+    double           expected_reuse;
 } sched_event;
 
 typedef void (*sched_event_fn)(void *ctx, const sched_event *ev);
@@ -538,8 +569,12 @@ typedef struct sched_config {
      * cache domain (cache_salt) shares them on the device and starts its prefill at the
      * first token not covered (never past the last prompt token: that one is always
      * computed, to sample from).  Cached blocks no sequence holds are evicted (oldest leaf
-     * first, events cache_evict) whenever free blocks are short; they count as free in
-     * sched_counts.  Today the cache lives in the device pool only. */
+     * first) whenever free blocks are short; they count as free in sched_counts.  With a
+     * host or disk pool an evicted block is demoted to the next colder pool (events
+     * cache_demote, a cache transfer in the plan) when that pool has room and the cost
+     * model says a reload beats recomputing it (reload < recompute × expected reuse), else
+     * dropped (cache_evict); a prefix found on host or disk at admission is reloaded or
+     * recomputed, run by run, whichever the cost model predicts cheaper (cache_reload). */
     bool     prefix_cache;
 } sched_config;
 
@@ -619,6 +654,14 @@ typedef struct sched_transfer {
     const uint32_t *dst;          /* OUT: tier ids,   IN: device ids */
     uint64_t        bytes;        /* n_blocks * block_size * kv_bytes_per_token */
     double          predicted_us; /* the cost model's duration, incl. what is queued ahead */
+    /* A prefix-cache copy (a demotion to a colder pool, or a reload to the device), req 0 for
+     * a demotion.  The scheduler's books already show the blocks where the copy puts them
+     * and their sources free: the caller completes every cache copy of a plan, in the
+     * plan's order, before it starts any later transfer of the plan or executes its entries
+     * (a later copy or entry may reuse a block an earlier copy read).  src_pool is where an
+     * OUT copy reads: the device, or the host for a host → disk demotion (tier = disk). */
+    bool            cache;
+    sched_pool      src_pool;
 } sched_transfer;
 
 typedef struct sched_preemption {
@@ -732,6 +775,12 @@ typedef struct sched_counts {
      * those, a resumed sequence's own) and the cached blocks evicted */
     uint32_t kv_cached[SCHED_POOL__COUNT];
     uint64_t prefix_query_tokens, prefix_hit_tokens, prefix_self_tokens, prefix_evicted_blocks;
+    /* per pool: cached blocks in all (held or not), hit tokens found there (self or cross),
+     * blocks demoted into it, blocks reloaded from it, runs found there recomputed instead */
+    uint32_t prefix_blocks[SCHED_POOL__COUNT];
+    uint64_t prefix_hit_pool_tokens[SCHED_POOL__COUNT], prefix_self_pool_tokens[SCHED_POOL__COUNT];
+    uint64_t prefix_demoted_blocks[SCHED_POOL__COUNT], prefix_reloaded_blocks[SCHED_POOL__COUNT];
+    uint64_t prefix_recomputed_blocks[SCHED_POOL__COUNT];
 } sched_counts;
 
 void sched_get_counts(const sched *s, sched_counts *out);

@@ -1585,6 +1585,75 @@ Test(daemon_e2e, connect_burst_of_64_to_a_busy_daemon_all_succeed)
     dmn_cleanup(&d);
 }
 
+/* Clients connecting while the engine runs one long step (a prefill of 16 prompts of 240
+ * tokens on the stories15M shape: seconds on this VM) get their sessions within it — the
+ * loop's handshake thread answers them — instead of after it: without it the first connect
+ * of the step returns only after the step's tokens are published.  The sessions opened
+ * during the step work. */
+Test(daemon_e2e, connects_during_a_long_engine_step_are_answered_within_it, .timeout = 240)
+{
+    need_daemon_binary();
+    /* nice 0, not the default -10: seconds of a step at -10 on both vCPUs would starve the
+     * clients of a test running beside this one */
+    const char *extra[] = {"--max-sessions-per-uid", "80", "--nice", "0", NULL};
+    dmn d;
+    dmn_start(&d, "synthetic:stories15M:1", NULL, extra);
+    enum { A = 16, PROMPT = 240, B = 24 };
+    ringlm_client *a;
+    cr_assert_eq(ringlm_connect(d.sock, &a), 0, "%s", ringlm_errdetail());
+    static int32_t prompt[A][PROMPT];
+    for (int i = 0; i < A; i++) {
+        for (int k = 0; k < PROMPT; k++) prompt[i][k] = 3 + (i * 7919 + k * 104729) % 4000;
+        ringlm_request r;
+        ringlm_request_init(&r);
+        r.prompt = prompt[i];
+        r.n_prompt = PROMPT;
+        r.max_new_tokens = 1;
+        cr_assert_eq(ringlm_submit(a, &r, NULL), 0, "%s", ringlm_errdetail());
+    }
+    ringlm_client *b[B];
+    int opened = 0, first_event_seen = 0;
+    ringlm_event ev;
+    while (opened < B) {
+        int r = ringlm_connect(d.sock, &b[opened]);
+        cr_assert_eq(r, 0, "connect %d during the step: %s", opened, ringlm_errdetail());
+        opened++;
+        r = ringlm_next_event(a, &ev, 0);
+        cr_assert_geq(r, 0, "%s", ringlm_errdetail());
+        if (r == 1) {
+            first_event_seen = 1;
+            break;
+        }
+    }
+    cr_log_info("%d connects answered before the long step's first token (%s)", opened - first_event_seen,
+                first_event_seen ? "then it came" : "all of them");
+    cr_expect_geq(opened - first_event_seen, 8,
+                  "only %d of the connects made during the step were answered before it ended",
+                  opened - first_event_seen);
+    /* the step's requests all finish; a session opened during it is served */
+    int finished = first_event_seen && ev.kind == RINGLM_EV_FINISH;
+    while (finished < A) {
+        int r = ringlm_next_event(a, &ev, 60000);
+        cr_assert_eq(r, 1, "the long step's requests did not finish: %s", ringlm_errdetail());
+        finished += ev.kind == RINGLM_EV_FINISH;
+    }
+    int32_t p2[2] = {1, 403};
+    ringlm_request r2;
+    ringlm_request_init(&r2);
+    r2.prompt = p2;
+    r2.n_prompt = 2;
+    r2.max_new_tokens = 2;
+    cr_assert_eq(ringlm_submit(b[0], &r2, NULL), 0, "%s", ringlm_errdetail());
+    int rc;
+    while ((rc = ringlm_next_event(b[0], &ev, 30000)) == 1 && ev.kind != RINGLM_EV_FINISH) { }
+    cr_expect_eq(rc, 1, "a session opened during the step got no answer: %s", ringlm_errdetail());
+    for (int i = 0; i < opened; i++) ringlm_close(b[i]);
+    ringlm_close(a);
+    assert_back_to_baseline(&d, 10000);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    dmn_cleanup(&d);
+}
+
 /* ---- metrics ------------------------------------------------------------------------- */
 
 Test(daemon_e2e, metrics_endpoint_tracks_pools_and_requests)
@@ -2329,3 +2398,209 @@ static void px_preempt(const char *mode)
 
 Test(daemon_e2e, prefix_cache_preempt_swap_of_shared_blocks_same_tokens) { px_preempt("swap"); }
 Test(daemon_e2e, prefix_cache_preempt_recompute_of_shared_blocks_same_tokens) { px_preempt("recompute"); }
+
+/* ---- prefix cache across the host and disk tiers ---------------------------------------- */
+
+/* Four distinct 64-token prompts, then the first two again, one after another, through a
+ * device pool of 12 blocks of 16 tokens (one request needs 5 while it runs): the older
+ * prompts' blocks must leave the device before they come back.  The tokens each stream
+ * produced go to a file. */
+#define TX_N 6
+typedef struct tier_job {
+    const char *sock, *out;
+    int32_t prompt[TX_N][64];
+} tier_job;
+
+static int client_tiers(void *arg)
+{
+    tier_job *g = arg;
+    ringlm_client *c;
+    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    FILE *f = fopen(g->out, "w");
+    if (!f) return 3;
+    for (int i = 0; i < TX_N; i++) {
+        ringlm_request r;
+        ringlm_request_init(&r);
+        r.prompt = g->prompt[i];
+        r.n_prompt = 64;
+        r.max_new_tokens = 16;
+        uint64_t id;
+        if (ringlm_submit(c, &r, &id) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+        for (;;) {
+            ringlm_event ev;
+            int rc = ringlm_next_event(c, &ev, 60000);
+            if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+            if (ev.kind == RINGLM_EV_TOKEN) fprintf(f, "%d ", ev.token);
+            if (ev.kind == RINGLM_EV_FINISH) {
+                fprintf(f, "| %s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_tokens);
+                break;
+            }
+        }
+    }
+    fclose(f);
+    ringlm_close(c);
+    return 0;
+}
+
+/* Lines of a log holding both needles. */
+static int count_lines2(const char *path, const char *a, const char *b)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) n += strstr(line, a) && strstr(line, b);
+    fclose(f);
+    return n;
+}
+
+/* The first decision-log line holding both needles (static buffer; "" when none). */
+static const char *find_line2(const char *path, const char *a, const char *b)
+{
+    static char line[4096];
+    FILE *f = fopen(path, "r");
+    if (!f) return "";
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, a) && strstr(line, b)) { fclose(f); return line; }
+    fclose(f);
+    return "";
+}
+
+static double json_num_of(const char *line, const char *key)
+{
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = strstr(line, k);
+    return p ? strtod(p + strlen(k), NULL) : -1;
+}
+
+/* The tier workload through a daemon with `extra` flags; the tokens to *out (malloc'd).
+ * Returns with the daemon stopped (its logs kept in d until dmn_cleanup). */
+static void run_tiers(const char *model, tier_job *g, const char *const *extra, dmn *d, char **out,
+                      long long *verified)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/tmp/ringlm-tiers-%d-%p.txt", (int)getpid(), (void *)d);
+    g->out = path;
+    dmn_start(d, model, "[scheduler]\ntoken_budget = 64\nprefill_chunk = 32\n", extra);
+    g->sock = d->sock;
+    int st = reap(spawn(client_tiers, g), 120000);
+    if (st != 0) dump_file(d->errlog, "ringlmd stderr");
+    cr_assert_eq(st, 0, "tier client exit %d", st);
+    assert_back_to_baseline(d, 5000);
+    json_t *j = dmn_stats(d);
+    cr_assert_not_null(j);
+    cr_expect_eq(jint(j, "swap_verify_errors"), 0, "a reloaded block differs from the one demoted");
+    cr_expect_eq(jint(j, "transfer_overlap_errors"), 0, "a cache copy raced a transfer");
+    if (verified) *verified = jint(j, "swap_verified");
+    json_decref(j);
+    cr_assert_eq(dmn_stop(d, SIGTERM, 10000), 0);
+    *out = slurp(path);
+    cr_assert_not_null(*out);
+    unlink(path);
+}
+
+/* The model: the stories15M shape (synthetic weights, no shared data needed), big enough
+ * that recomputing a 16-token block costs more than copying it from memory. */
+#define TIER_MODEL "synthetic:stories15M:7"
+
+static void tier_prompts(tier_job *g)
+{
+    memset(g, 0, sizeof *g);
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < 64; k++) g->prompt[i][k] = 1 + (i * 7919 + k * 131 + k * k) % 30000;
+    memcpy(g->prompt[4], g->prompt[0], sizeof g->prompt[0]);
+    memcpy(g->prompt[5], g->prompt[1], sizeof g->prompt[1]);
+}
+
+/* With the device pool too small for the working set and a host tier, the blocks the device
+ * lets go are demoted to the host, found there when their prompts come back and reloaded —
+ * byte-exact (--verify-swaps checksums every block demoted and compares it when reloaded) —
+ * and greedy output equals the output with the cache off.  The same through the disk tier. */
+static void tiers_reload(bool disk)
+{
+    need_daemon_binary();
+    const char *model = TIER_MODEL;
+    static tier_job g;
+    tier_prompts(&g);
+    char disk_path[128];
+    snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxdisk-%d", (int)getpid());
+    static const char *const off_flags[] = {"--kv-blocks", "12", "--kv-block-size", "16", "--no-prefix-cache", NULL};
+    const char *host_flags[] = {"--kv-blocks", "12", "--kv-block-size", "16", "--host-kv-blocks", "64",
+                                "--verify-swaps", NULL};
+    const char *disk_flags[] = {"--kv-blocks", "12", "--kv-block-size", "16", "--disk-kv", disk_path,
+                                "--disk-kv-blocks", "64", "--verify-swaps", NULL};
+    dmn off, on;
+    char *a, *b;
+    long long verified = 0;
+    run_tiers(model, &g, off_flags, &off, &a, NULL);
+    run_tiers(model, &g, disk ? disk_flags : host_flags, &on, &b, &verified);
+    cr_expect_str_eq(b, a, "tokens with cached blocks reloaded from %s differ from the cache off", disk ? "disk" : "host");
+    const char *tier = disk ? "\"to\":\"disk\"" : "\"to\":\"host\"";
+    int demotes = count_lines2(on.declog, "\"ev\":\"cache_demote\"", tier);
+    /* the decisions (with both estimates), then their completion records */
+    int reloads = count_lines2(on.declog, "\"choice\":\"reload\"", "\"reload_cost_us\":");
+    int done = count_lines2(on.declog, "\"choice\":\"reload\"", "\"reason\":\"done\"");
+    int hits = count_lines2(on.declog, "\"ev\":\"cache_hit\"", disk ? "\"disk_tokens\":" : "\"host_tokens\":");
+    cr_log_info("%s tier: %d demotion lines, %d reloads (%d completed), %d hits found there, %lld blocks verified",
+                disk ? "disk" : "host", demotes, reloads, done, hits, verified);
+    cr_expect_gt(verified, 0, "no reloaded block was checked against its demoted bytes");
+    if (!demotes || !reloads) dump_file(on.declog, "decision log");
+    cr_expect_gt(demotes, 0, "no block was demoted");
+    cr_expect_gt(reloads, 0, "no block was reloaded");
+    cr_expect_eq(done, reloads, "every reload has its realised-cost record");
+    cr_expect_gt(hits, 0, "no hit counted tokens from the tier");
+    char rl[4096];   /* find_line2's buffer is reused below */
+    snprintf(rl, sizeof rl, "%s", find_line2(on.declog, "\"choice\":\"reload\"", "\"reload_cost_us\":"));
+    cr_expect_lt(json_num_of(rl, "reload_cost_us"), json_num_of(rl, "recompute_cost_us"), "%s", rl);
+    const char *rd = find_line2(on.declog, "\"choice\":\"reload\"", "\"reason\":\"done\"");
+    cr_log_info("%s tier: a reload's estimate %.1f us (recompute %.1f us), its copy took %.1f us", disk ? "disk" : "host",
+                json_num_of(rl, "reload_cost_us"), json_num_of(rl, "recompute_cost_us"), json_num_of(rd, "realised_us"));
+    cr_expect_eq(count_lines(off.declog, "\"ev\":\"cache_"), 0, "--no-prefix-cache logged cache events");
+    free(a);
+    free(b);
+    dmn_cleanup(&off);
+    dmn_cleanup(&on);
+    unlink(disk_path);
+}
+
+Test(daemon_e2e, prefix_cache_host_tier_demotes_reloads_byte_exact) { tiers_reload(false); }
+Test(daemon_e2e, prefix_cache_disk_tier_demotes_reloads_byte_exact) { tiers_reload(true); }
+
+/* A disk tier whose bandwidth is low (--disk-kv-bw: 1 kB/s until measured): keeping a block
+ * there to reload it later would cost more than computing it again, so the cost model drops
+ * the blocks the device lets go instead of demoting them, and the decision log says why —
+ * both sides of the test; the prompt that comes back is recomputed, with the same tokens. */
+Test(daemon_e2e, prefix_cache_slow_disk_tier_is_not_worth_keeping_blocks_in)
+{
+    need_daemon_binary();
+    const char *model = TIER_MODEL;
+    static tier_job g;
+    tier_prompts(&g);
+    char disk_path[128];
+    snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxslow-%d", (int)getpid());
+    static const char *const off_flags[] = {"--kv-blocks", "12", "--kv-block-size", "16", "--no-prefix-cache", NULL};
+    const char *slow[] = {"--kv-blocks", "12", "--kv-block-size", "16", "--disk-kv", disk_path, "--disk-kv-blocks", "64",
+                          "--disk-kv-bw", "1000", "--verify-swaps", NULL};
+    dmn off, on;
+    char *a, *b;
+    run_tiers(model, &g, off_flags, &off, &a, NULL);
+    run_tiers(model, &g, slow, &on, &b, NULL);
+    cr_expect_str_eq(b, a, "tokens differ from the cache off");
+    cr_expect_eq(count_lines(on.declog, "\"ev\":\"cache_demote\""), 0, "a block was kept on the slow disk");
+    const char *ev = find_line2(on.declog, "\"ev\":\"cache_evict\"", "\"reason\":\"demand\"");
+    cr_assert(ev[0], "the device gave up no cached block");
+    double rl = json_num_of(ev, "reload_cost_us"), rc = json_num_of(ev, "recompute_cost_us"),
+           reuse = json_num_of(ev, "expected_reuse");
+    cr_log_info("slow disk: reload %.1f us vs recompute %.1f us x reuse %.1f: %s", rl, rc, reuse, ev);
+    cr_expect_gt(rc, 0, "%s", ev);
+    cr_expect_gt(reuse, 0, "%s", ev);
+    cr_expect_gt(rl, rc * reuse, "dropped although reload was predicted cheaper: %s", ev);
+    /* a block is 16 tokens: at 1 kB/s its reload alone takes its bytes in ms */
+    cr_expect_eq(count_lines2(on.declog, "\"ev\":\"cache_reload\"", "\"choice\":\"reload\""), 0);
+    free(a);
+    free(b);
+    dmn_cleanup(&off);
+    dmn_cleanup(&on);
+    unlink(disk_path);
+}

@@ -3,10 +3,12 @@
  * The small-batch matmul of the CPU backend (kernels/cpu/gemm_small.h), every path (the
  * AVX2 and AVX-512 ones are skipped with a message on a CPU without them):
  *   - equals OpenBLAS SGEMM within the float error bound of a K-term dot product, on random
- *     shapes (odd sizes, M = 1..20, strided rows, beta 0 and 1);
- *   - a row's result is bit-identical whatever the other rows of the batch and however
- *     the weight rows are split into calls — what keeps a sequence alone and in a batch
- *     equal in the engine.
+ *     shapes (odd sizes, M = 1..20, strided rows, beta 0 and 1), and on batches of 21-140
+ *     rows with rows long enough that the batch is cut into several passes over the
+ *     weights;
+ *   - a row's result is bit-identical whatever the other rows of the batch, however the
+ *     weight rows are split into calls and however many passes the batch takes — what
+ *     keeps a sequence alone and in a batch equal in the engine.
  */
 #include "kernels/cpu/gemm_small.h"
 
@@ -58,10 +60,14 @@ Test(kernels_gemm, equals_sgemm_within_the_dot_product_error_bound)
         gemm_small_path path = paths[pi];
         if (!have(path))
             continue;
-        for (int trial = 0; trial < 120; trial++) {
-            const int M = 1 + trial % 20;
-            const int N = 1 + (int)(rnd() % 67);
-            const int K = 1 + (int)(rnd() % 301);
+        for (int trial = 0; trial < 140; trial++) {
+            /* 120 small batches, then 20 of 21-140 rows (the engine's AVX-512 switch to
+             * SGEMM is at 128) whose rows of up to 6,000 floats take several passes over
+             * the weights */
+            const bool large = trial >= 120;
+            const int M = large ? 21 + (int)(rnd() % 120) : 1 + trial % 20;
+            const int N = 1 + (int)(rnd() % (large ? 13 : 67));
+            const int K = 1 + (int)(rnd() % (large ? 6000 : 301));
             const int ld_x = K + (int)(rnd() % 3), ld_w = K + (int)(rnd() % 5);
             const int ld_y = N + (int)(rnd() % 4);
             const float beta = trial % 3 == 0 ? 1.0f : 0.0f;
@@ -100,13 +106,14 @@ Test(kernels_gemm, equals_sgemm_within_the_dot_product_error_bound)
 
 Test(kernels_gemm, a_row_does_not_depend_on_the_batch_or_the_split)
 {
-    const int Ks[] = {1, 7, 8, 64, 172, 288, 301};
+    /* 3000 and 5001: a batch of more than 20 / 12 rows takes several passes */
+    const int Ks[] = {1, 7, 8, 64, 172, 288, 301, 3000, 5001};
     for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
         gemm_small_path path = paths[pi];
         if (!have(path))
             continue;
         for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
-            const int K = Ks[ki], N = 37, Mmax = 20;
+            const int K = Ks[ki], N = 37, Mmax = K >= 3000 ? 45 : 20;
             float *x = rnd_matrix(Mmax, K), *w = rnd_matrix(N, K);
             float *alone = malloc((size_t)Mmax * N * sizeof(float));
             float *batch = malloc((size_t)Mmax * N * sizeof(float));

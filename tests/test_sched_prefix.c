@@ -987,3 +987,299 @@ Test(sched_prefix_cache, random_traffic_with_swaps_and_cancels_keeps_every_block
     cr_assert_gt(swaps, 0, "sequences holding shared blocks were swapped out (swaps %d, recomputes %d)", swaps, recomputes);
     d_fini();
 }
+
+/* ================================================================================================
+ * Host and disk tiers: demotion on demand, reload or recompute at admission, the copies as
+ * cache transfers of the plan, failed copies.
+ * ============================================================================================== */
+
+/* The driver with a host and a disk pool and their costs (bytes/s both ways, latency). */
+static void d_init_tiers(uint32_t dev, uint32_t host, uint32_t disk, double host_bps, double disk_bps)
+{
+    memset(&D, 0, sizeof D);
+    const char *pol = "[scheduler]\ntoken_budget = 64\nprefill_chunk = 8\nmax_preemptions = 0\n[tenant a]\n[tenant b]\n"
+                      "[class default]\n";
+    sched_policy_error err;
+    cr_assert_eq(sched_policy_parse(pol, &D.p, &err), 0, "policy line %d: %s", err.line, err.reason);
+    sched_config c = {.kv_blocks_device = dev, .kv_blocks_host = host, .kv_blocks_disk = disk, .block_size = 4,
+                      .kv_bytes_per_token = 64, .max_context = 512, .step.base_us = 100, .step.prefill_token_us = 1,
+                      .step.decode_seq_us = 1,
+                      .host = {.out_bytes_per_s = host_bps, .in_bytes_per_s = host_bps, .latency_us = 1},
+                      .disk = {.out_bytes_per_s = disk_bps, .in_bytes_per_s = disk_bps, .latency_us = 1},
+                      .prefix_cache = true};
+    cr_assert_eq(sched_create(D.p, &c, d_sink, NULL, 1, &D.s), 0, "%s", sched_last_error());
+}
+
+/* Like d_iter, but the plan's cache copies complete with `status` after dur_us (their bytes
+ * measured), the others at once. */
+static const sched_plan *d_iter_copies(uint64_t dur_us, int status)
+{
+    const sched_plan *pl = sched_step(D.s, D.now);
+    cr_assert(pl, "%s", sched_last_error());
+    d_check();
+    for (uint32_t i = 0; i < pl->n_transfers; i++) {
+        const sched_transfer *t = &pl->transfers[i];
+        cr_assert_eq(sched_transfer_done(D.s, t->id, D.now, t->cache ? t->bytes : 0, t->cache ? dur_us : 0,
+                                         t->cache ? status : 0), 0);
+        d_check();
+    }
+    sched_result res[256];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < pl->n_entries && n < 256; i++)
+        res[n++] = (sched_result){.req = pl->entries[i].req, .tokens = pl->entries[i].samples};
+    D.now += 1000;
+    cr_assert_eq(sched_commit(D.s, res, n, D.now, 0), 0);
+    d_check();
+    return pl;
+}
+
+static int d_count(sched_event_kind k)
+{
+    int n = 0;
+    for (uint32_t i = 0; i < D.n_ev; i++) n += D.ev[i].kind == k;
+    return n;
+}
+
+/* Six 16-token prompts (4 blocks each, 5 while they run) through a 12-block device pool:
+ * the first three's blocks must leave the device. */
+#define NTP 6
+static int32_t TP[NTP][16];
+static void d_fill_device(uint64_t first_id)
+{
+    for (int r = 0; r < NTP; r++) {
+        for (int i = 0; i < 16; i++) TP[r][i] = 1000 * (r + 1) + i;
+        cr_assert_eq(d_submit(first_id + (uint64_t)r, 0, TP[r], 16, 1, 9), 0);
+        d_run_until_idle(50);
+    }
+}
+
+Test(sched_prefix_tiers, evicted_blocks_are_demoted_to_host_and_reloaded_at_admission)
+{
+    d_init_tiers(12, 32, 0, 1e9, 1e9);
+    d_fill_device(1);
+    sched_counts c;
+    sched_get_counts(D.s, &c);
+    cr_assert_gt(c.prefix_demoted_blocks[SCHED_POOL_HOST], 0, "a fast host tier keeps what the device lets go");
+    cr_assert_eq(c.prefix_evicted_blocks, 0, "nothing dropped: the host had room");
+    cr_assert_eq(c.prefix_blocks[SCHED_POOL_HOST], c.prefix_demoted_blocks[SCHED_POOL_HOST]);
+    cr_assert_eq(c.kv_cached[SCHED_POOL_HOST], c.prefix_blocks[SCHED_POOL_HOST], "unheld, counted free");
+    cr_assert_eq(c.kv_used[SCHED_POOL_HOST], 0);
+    /* the demotion: logged with the test's two sides, and a cache copy in the plan */
+    const sched_event *dm = NULL;
+    for (uint32_t i = 0; i < D.n_ev && !dm; i++)
+        if (D.ev[i].kind == SCHED_EV_CACHE_DEMOTE && !D.ev[i].outcome) dm = &D.ev[i];
+    cr_assert_not_null(dm);
+    cr_assert_eq(dm->pool, SCHED_POOL_DEVICE);
+    cr_assert_eq(dm->to_pool, SCHED_POOL_HOST);
+    cr_assert_gt(dm->recompute_cost_us * dm->expected_reuse, dm->swap_cost_us, "demoted because reload < recompute × reuse");
+    char line[512];
+    sched_event_json(dm, line, sizeof line);
+    cr_assert(strstr(line, "\"ev\":\"cache_demote\"") && strstr(line, "\"to\":\"host\"") &&
+              strstr(line, "\"reload_cost_us\":") && strstr(line, "\"recompute_cost_us\":") &&
+              strstr(line, "\"expected_reuse\":"), "%s", line);
+    cr_assert_gt(d_count(SCHED_EV_CACHE_DEMOTE), 1, "and its completion record");
+
+    /* the first prompt again: its blocks are on the host; reloading 3 blocks beats
+     * prefilling 12 tokens */
+    cr_assert_eq(d_submit(10, 1, TP[0], 16, 1, 9), 0);
+    const sched_plan *pl = sched_step(D.s, D.now);
+    d_check();
+    const sched_entry *e = d_entry(pl, 10);
+    cr_assert_not_null(e);
+    cr_assert_eq(e->start_pos, 12, "prefill starts after the reloaded blocks, got %u", e->start_pos);
+    const sched_transfer *rl = NULL;
+    for (uint32_t i = 0; i < pl->n_transfers; i++)
+        if (pl->transfers[i].cache && pl->transfers[i].dir == SCHED_XFER_IN) rl = &pl->transfers[i];
+    cr_assert_not_null(rl, "a reload copy in the plan");
+    cr_assert_eq(rl->tier, SCHED_POOL_HOST);
+    cr_assert_eq(rl->n_blocks, 3);
+    cr_assert_eq(rl->req, 10);
+    for (uint32_t k = 0; k < 3; k++) cr_assert_eq(rl->dst[k], e->blocks[k], "reloaded into the entry's first blocks");
+    const sched_event *r = d_find(SCHED_EV_CACHE_RELOAD, 10);
+    cr_assert_not_null(r);
+    cr_assert_eq(r->mode, SCHED_PREEMPT_SWAP);
+    cr_assert_lt(r->swap_cost_us, r->recompute_cost_us);
+    sched_event_json(r, line, sizeof line);
+    cr_assert(strstr(line, "\"choice\":\"reload\"") && strstr(line, "\"pool\":\"host\""), "%s", line);
+    const sched_event *h = d_find(SCHED_EV_CACHE_HIT, 10);
+    cr_assert_eq(h->pool_tokens[SCHED_POOL_HOST], 12);
+    cr_assert_eq(h->cached_tokens, 12);
+    sched_event_json(h, line, sizeof line);
+    cr_assert(strstr(line, "\"host_tokens\":12"), "%s", line);
+    /* complete it: the realised cost next to the prediction */
+    cr_assert_eq(sched_transfer_done(D.s, rl->id, D.now, rl->bytes, 7, 0), 0);
+    d_check();
+    uint32_t n_done = 0;
+    for (uint32_t i = 0; i < D.n_ev; i++)
+        if (D.ev[i].kind == SCHED_EV_CACHE_RELOAD && D.ev[i].outcome == SCHED_OUTCOME_DONE && D.ev[i].req == 10) {
+            n_done++;
+            cr_assert_eq(D.ev[i].realised_us, 7.0);
+            cr_assert_eq(D.ev[i].predicted_us, r->swap_cost_us);
+        }
+    cr_assert_eq(n_done, 1);
+    sched_result res = {.req = 10, .tokens = 1};
+    D.now += 1000;
+    cr_assert_eq(sched_commit(D.s, &res, 1, D.now, 0), 0);
+    d_check();
+    d_run_until_idle(50);
+    sched_get_counts(D.s, &c);
+    cr_assert_eq(c.prefix_reloaded_blocks[SCHED_POOL_HOST], 3);
+    cr_assert_eq(c.prefix_hit_pool_tokens[SCHED_POOL_HOST], 12);
+    cr_assert_eq(c.kv_used[SCHED_POOL_DEVICE] + c.kv_used[SCHED_POOL_HOST], 0, "no block leaked");
+    d_fini();
+}
+
+/* The reload-or-recompute choice follows the measured bandwidth: once a reload measured the
+ * host slow, a prefix found there is prefilled again, and the log says why. */
+Test(sched_prefix_tiers, a_slow_tier_makes_admission_recompute_and_logs_both_estimates)
+{
+    d_init_tiers(12, 32, 0, 1e9, 1e9);
+    d_fill_device(1);
+    /* prompt 2 (on the host now) reloads, and the copy is measured slow: 768 bytes in 1 s */
+    cr_assert_eq(d_submit(10, 0, TP[1], 16, 1, 9), 0);
+    d_iter_copies(1000000, 0);
+    cr_assert_eq(d_find(SCHED_EV_CACHE_RELOAD, 10)->mode, SCHED_PREEMPT_SWAP);
+    d_run_until_idle(50);
+    sched_tier_cost tc;
+    bool m_in = false;
+    cr_assert_eq(sched_get_tier_cost(D.s, SCHED_POOL_HOST, &tc, NULL, &m_in), 0);
+    cr_assert(m_in);
+    cr_assert_lt(tc.in_bytes_per_s, 1000.0);
+    /* prompt 1 is on the host too: reload now costs ~1 s against 12 µs of prefill */
+    cr_assert_eq(d_submit(11, 0, TP[0], 16, 1, 9), 0);
+    const sched_plan *pl = d_iter();
+    const sched_event *r = d_find(SCHED_EV_CACHE_RELOAD, 11);
+    cr_assert_not_null(r);
+    cr_assert_eq(r->mode, SCHED_PREEMPT_RECOMPUTE);
+    cr_assert_gt(r->swap_cost_us, r->recompute_cost_us);
+    cr_assert_eq(r->pool, SCHED_POOL_HOST);
+    char line[512];
+    sched_event_json(r, line, sizeof line);
+    cr_assert(strstr(line, "\"choice\":\"recompute\"") && strstr(line, "\"reload_cost_us\":") &&
+              strstr(line, "\"recompute_cost_us\":"), "%s", line);
+    cr_assert_eq(d_entry(pl, 11)->start_pos, 0, "recomputed from the start");
+    for (uint32_t i = 0; i < pl->n_transfers; i++) cr_assert(!pl->transfers[i].cache || pl->transfers[i].dir == SCHED_XFER_OUT);
+    double pred = r->recompute_cost_us;
+    d_run_until_idle(50);
+    /* and when the prefill has computed the run: the realised cost next to the estimate */
+    const sched_event *done = NULL;
+    for (uint32_t i = 0; i < D.n_ev; i++)
+        if (D.ev[i].kind == SCHED_EV_CACHE_RELOAD && D.ev[i].req == 11 && D.ev[i].outcome) done = &D.ev[i];
+    cr_assert_not_null(done, "no completion record for the recomputed run");
+    cr_assert_eq(done->outcome, SCHED_OUTCOME_DONE);
+    cr_assert_eq(done->mode, SCHED_PREEMPT_RECOMPUTE);
+    cr_assert_eq(done->predicted_us, pred);
+    cr_assert_eq(done->realised_us, -1.0, "the driver's steps carry no duration: unmeasured");
+    sched_event_json(done, line, sizeof line);
+    cr_assert(strstr(line, "\"reason\":\"done\"") && strstr(line, "\"choice\":\"recompute\"") &&
+              strstr(line, "\"realised_us\":null"), "%s", line);
+    sched_counts c;
+    sched_get_counts(D.s, &c);
+    cr_assert_eq(c.prefix_recomputed_blocks[SCHED_POOL_HOST], 3);
+    /* the recomputed blocks replaced their host copies: the prompt is on the device again */
+    cr_assert_eq(d_submit(12, 0, TP[0], 16, 1, 9), 0);
+    pl = d_iter();
+    cr_assert_eq(d_entry(pl, 12)->start_pos, 12);
+    cr_assert_eq(d_find(SCHED_EV_CACHE_HIT, 12)->pool_tokens[SCHED_POOL_DEVICE], 12);
+    d_run_until_idle(50);
+    d_fini();
+}
+
+/* A host that is full demotes its own oldest blocks to disk first, and the plan orders the
+ * copies so: the host → disk copy before the device → host copy into the block it freed. */
+Test(sched_prefix_tiers, a_full_host_demotes_to_disk_and_the_copies_are_ordered)
+{
+    d_init_tiers(12, 4, 32, 1e9, 1e9);
+    for (int r = 0; r < NTP; r++) for (int i = 0; i < 16; i++) TP[r][i] = 1000 * (r + 1) + i;
+    bool ordered_seen = false;
+    for (int r = 0; r < NTP; r++) {
+        cr_assert_eq(d_submit(1 + (uint64_t)r, 0, TP[r], 16, 1, 9), 0);
+        for (int it = 0; it < 50; it++) {
+            const sched_plan *pl = sched_step(D.s, D.now);
+            d_check();
+            /* a host block a device → host copy writes was read by an earlier host → disk copy
+             * of this plan, never by a later one */
+            for (uint32_t i = 0; i < pl->n_transfers; i++) {
+                const sched_transfer *t = &pl->transfers[i];
+                if (!t->cache || t->tier != SCHED_POOL_HOST || t->dir != SCHED_XFER_OUT) continue;
+                for (uint32_t j = i + 1; j < pl->n_transfers; j++) {
+                    const sched_transfer *u = &pl->transfers[j];
+                    if (u->cache && u->src_pool == SCHED_POOL_HOST)
+                        for (uint32_t a = 0; a < t->n_blocks; a++)
+                            for (uint32_t b = 0; b < u->n_blocks; b++)
+                                cr_assert_neq(t->dst[a], u->src[b], "host block %u read after it was overwritten", t->dst[a]);
+                }
+                for (uint32_t j = 0; j < i; j++) {
+                    const sched_transfer *u = &pl->transfers[j];
+                    if (u->cache && u->src_pool == SCHED_POOL_HOST) ordered_seen = true;
+                }
+            }
+            for (uint32_t i = 0; i < pl->n_transfers; i++) sched_transfer_done(D.s, pl->transfers[i].id, D.now, 0, 0, 0);
+            sched_result res[64];
+            uint32_t n = 0;
+            for (uint32_t i = 0; i < pl->n_entries; i++) res[n++] = (sched_result){.req = pl->entries[i].req, .tokens = pl->entries[i].samples};
+            D.now += 1000;
+            sched_commit(D.s, res, n, D.now, 0);
+            d_check();
+            sched_counts c;
+            sched_get_counts(D.s, &c);
+            if (!c.waiting && !c.running) break;
+        }
+    }
+    sched_counts c;
+    sched_get_counts(D.s, &c);
+    cr_assert_gt(c.prefix_demoted_blocks[SCHED_POOL_DISK], 0, "the full host passed blocks on to disk");
+    cr_assert(ordered_seen, "a host → disk copy came before a device → host copy in one plan");
+    /* the oldest prompt is on disk now: found there and reloaded */
+    cr_assert_eq(d_submit(10, 0, TP[0], 16, 1, 9), 0);
+    const sched_plan *pl = d_iter();
+    const sched_event *h = d_find(SCHED_EV_CACHE_HIT, 10);
+    cr_assert_not_null(h);
+    cr_assert_gt(h->pool_tokens[SCHED_POOL_DISK], 0);
+    cr_assert_eq(d_entry(pl, 10)->start_pos, 12);
+    d_run_until_idle(50);
+    d_fini();
+}
+
+/* A failed copy: its blocks' bytes are not the prompt's, so they are never found again. */
+Test(sched_prefix_tiers, failed_copies_invalidate_the_blocks_they_were_for)
+{
+    d_init_tiers(12, 32, 0, 1e9, 1e9);
+    for (int r = 0; r < NTP; r++) for (int i = 0; i < 16; i++) TP[r][i] = 1000 * (r + 1) + i;
+    for (int r = 0; r < NTP; r++) {   /* every demotion fails */
+        cr_assert_eq(d_submit(1 + (uint64_t)r, 0, TP[r], 16, 1, 9), 0);
+        for (int it = 0; it < 50; it++) {
+            d_iter_copies(5, -EIO);
+            sched_counts c;
+            sched_get_counts(D.s, &c);
+            if (!c.waiting && !c.running) break;
+        }
+    }
+    sched_counts c;
+    sched_get_counts(D.s, &c);
+    cr_assert_gt(c.prefix_demoted_blocks[SCHED_POOL_HOST], 0);
+    cr_assert_eq(c.prefix_blocks[SCHED_POOL_HOST], 0, "every failed demotion's block was dropped");
+    cr_assert_eq(c.kv_free[SCHED_POOL_HOST], 32);
+    int failed = 0;
+    for (uint32_t i = 0; i < D.n_ev; i++) failed += D.ev[i].kind == SCHED_EV_CACHE_DEMOTE && D.ev[i].outcome == SCHED_OUTCOME_FAILED;
+    cr_assert_gt(failed, 0);
+    cr_assert_eq(d_submit(10, 0, TP[0], 16, 1, 9), 0);
+    const sched_plan *pl = d_iter();
+    cr_assert_eq(d_entry(pl, 10)->start_pos, 0, "no hit on a failed copy");
+    d_run_until_idle(50);
+
+    /* a failed reload: the reloaded blocks go when the request lets go of them */
+    d_fini();
+    d_init_tiers(12, 32, 0, 1e9, 1e9);
+    d_fill_device(1);
+    cr_assert_eq(d_submit(10, 0, TP[0], 16, 1, 9), 0);
+    d_iter_copies(5, -EIO);
+    d_run_until_idle(50);
+    cr_assert_eq(d_submit(11, 0, TP[0], 16, 1, 9), 0);
+    pl = d_iter();
+    cr_assert_eq(d_entry(pl, 11)->start_pos, 0, "no hit on a failed reload's blocks");
+    d_run_until_idle(50);
+    sched_get_counts(D.s, &c);
+    cr_assert_eq(c.kv_used[SCHED_POOL_DEVICE] + c.kv_used[SCHED_POOL_HOST], 0, "no block leaked");
+    d_fini();
+}

@@ -382,7 +382,23 @@ int gemm_small_max_rows(gemm_small_path path)
 {
     if (path == GEMM_SMALL_AUTO)
         path = gemm_small_auto_path();
-    return path == GEMM_SMALL_AVX512 ? 16 : 12;
+    return path == GEMM_SMALL_AVX512 ? 128 : 12;
+}
+
+#ifndef GEMM_X_CHUNK_BYTES
+#define GEMM_X_CHUNK_BYTES (256 * 1024)
+#endif
+
+/* Batch rows per pass over the weights: as many as keep a pass's rows of x within
+ * GEMM_X_CHUNK_BYTES (a quarter to half of a current x86 core's L2), so every tile of
+ * weight rows finds them in cache; each weight row is then read from memory once per
+ * chunk. A multiple of 4 (both tile heights divide it), at least 4. Chunking only
+ * changes which rows share a pass, never how an output is summed. */
+static int rows_per_pass(int K)
+{
+    int mc = (int)(GEMM_X_CHUNK_BYTES / ((size_t)K * sizeof(float)));
+    mc &= ~3;
+    return mc < 4 ? 4 : mc;
 }
 
 void gemm_small(gemm_small_path path, int M, int N, int K, const float *x, int ld_x,
@@ -390,15 +406,21 @@ void gemm_small(gemm_small_path path, int M, int N, int K, const float *x, int l
 {
     if (path == GEMM_SMALL_AUTO)
         path = gemm_small_auto_path();
+    const int mc = rows_per_pass(K);
+    for (int m0 = 0; m0 < M; m0 += mc) {
+        const int m = M - m0 < mc ? M - m0 : mc;
+        const float *xm = x + (size_t)m0 * ld_x;
+        float *ym = y + (size_t)m0 * ld_y;
 #if GEMM_HAVE_AVX2
-    if (path == GEMM_SMALL_AVX512 && gemm_small_supported(GEMM_SMALL_AVX512)) {
-        gemm_avx512(M, N, K, x, ld_x, w, ld_w, beta, y, ld_y);
-        return;
-    }
-    if (path == GEMM_SMALL_AVX2 && gemm_small_supported(GEMM_SMALL_AVX2)) {
-        gemm_avx2(M, N, K, x, ld_x, w, ld_w, beta, y, ld_y);
-        return;
-    }
+        if (path == GEMM_SMALL_AVX512 && gemm_small_supported(GEMM_SMALL_AVX512)) {
+            gemm_avx512(m, N, K, xm, ld_x, w, ld_w, beta, ym, ld_y);
+            continue;
+        }
+        if (path == GEMM_SMALL_AVX2 && gemm_small_supported(GEMM_SMALL_AVX2)) {
+            gemm_avx2(m, N, K, xm, ld_x, w, ld_w, beta, ym, ld_y);
+            continue;
+        }
 #endif
-    gemm_portable(M, N, K, x, ld_x, w, ld_w, beta, y, ld_y);
+        gemm_portable(m, N, K, xm, ld_x, w, ld_w, beta, ym, ld_y);
+    }
 }

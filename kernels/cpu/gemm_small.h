@@ -5,9 +5,11 @@
  *   y[m][n] = beta * y[m][n] + Σ_k x[m][k] · w[n][k]      m < M, n < N, beta 0 or 1
  *
  * (x · w^T with w row-major, as every projection of the model). Each weight row is read
- * from memory once for all M rows of the batch, and nothing is packed: for a few rows this
+ * from memory once per pass over the batch, and nothing is packed: for a few rows this
  * is bound by reading the weights, where OpenBLAS's SGEMM first copies (packs) the whole
- * weight and then reads it again.
+ * weight and then reads it again. A pass takes as many batch rows as fit in 256 KiB (all
+ * of a decode batch at the model's row lengths: 84 rows of 768 floats, 32 of 2,048), so
+ * the rows stay in cache while the weights stream past them.
  *
  * Every output element is the same computation whatever M, N, the split into chunks or
  * the blocking around it: 8 partial sums in lanes (lane j takes k ≡ j mod 8, the last
@@ -41,8 +43,9 @@ gemm_small_path gemm_small_auto_path(void);
 /* The batch size up to which `path` (AUTO: this machine's) beats OpenBLAS SGEMM on model
  * projections, so callers switch to SGEMM above it. Measured with perf/gemm_bench
  * (stories110M/15M projections, one thread, weights from memory; README, Benchmarks):
- * AVX2 breaks even at ~12 rows, AVX-512 (twice the arithmetic per instruction) still
- * wins at 16; the portable path takes AVX2's figure. */
+ * AVX2 breaks even at ~12 rows; AVX-512 (twice the arithmetic per instruction, against
+ * an OpenBLAS that runs its AVX2 kernels on AMD) was 1.0-1.6x SGEMM at 32-128 rows and
+ * lost only on the 2,048-float rows at 256: 128; the portable path takes AVX2's figure. */
 int gemm_small_max_rows(gemm_small_path path);
 
 /*
