@@ -77,7 +77,10 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
     const eng_batch *b = eng_bb_batch(bb);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* Clients connecting meanwhile are answered by the loop's handshake thread. */
+    dloop_engine_begin(s->loop);
     int rc = eng_execute_sample(s->engine, b, s->b_samp, s->b_rng, s->b_out, NULL);
+    dloop_engine_end(s->loop);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     *exec_us = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000ll + (t1.tv_nsec - t0.tv_nsec) / 1000);
     /* Tokens exist once the batch ran: stamp them after it, not at the iteration start. */

@@ -7,6 +7,15 @@
  * services set bit 63 (DLOOP_UD_SVC).  Sessions — their handshake, operations in flight
  * and teardown — are session.c's; the loop accepts, dispatches completions and records,
  * runs the service's iteration, publishes, and sleeps.
+ *
+ * The handshake thread: while the loop's thread is inside an engine step (between
+ * dloop_engine_begin and dloop_engine_end, which release and retake the loop's lock), a
+ * second thread accepts new connections and answers their hellos, so that a client
+ * connecting to a busy daemon has its session in the time of its handshake, not after the
+ * step (a prefill of many prompts runs for hundreds of milliseconds).  It takes the lock
+ * only with trylock: whenever the loop's thread holds it, the loop does this work itself
+ * (its poll on the listener and the hello recv on its ring complete as before), so a
+ * connection is never left to a thread that cannot serve it.
  */
 #include "daemon/loop.h"
 #include "common/errdetail.h"
@@ -14,12 +23,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -70,7 +82,17 @@ struct dloop {
 	int ring_wakes;		/* queued by this publish_sessions, not yet submitted */
 	uint64_t wake_at_us;
 	dsess_list sessions;
+
+	/* the handshake thread (see the top) */
+	pthread_mutex_t mu;		/* held by the loop's thread except in engine steps */
+	int hs_running;
+	pthread_t hs_thread;
+	int hs_epfd, hs_stop_fd, hs_wake_fd;
+	int loop_wants_mu;		/* the engine step ended: the handshake thread yields */
+	int hs_missed;			/* it found the lock taken: wake it at the next step */
 };
+
+enum { HS_LISTENER, HS_STOP, HS_WAKE, HS_HELLO }; /* what woke the handshake thread */
 
 ERRDETAIL_DEFINE(errmsg);
 #define set_err(err, ...) errdetail_set(&errmsg, (err), __VA_ARGS__)
@@ -110,17 +132,43 @@ struct io_uring_sqe *dloop_sqe(dloop *l)
 	return sqe; /* NULL only if the kernel refuses to take SQEs: callers end the session */
 }
 
-/* Multishot: every pending connection completes in the same drain, not one per iteration
- * (an iteration holds an engine step: 32 clients connecting to a busy daemon waited up to
- * 32 steps for their turn). */
+/* A multishot poll on the (non-blocking) listener, and every pending connection accepted
+ * in the same drain, not one per iteration (an iteration holds an engine step: 32 clients
+ * connecting to a busy daemon waited up to 32 steps for their turn).  A poll, not an
+ * io_uring accept: that would take the connection in the loop thread's task work during
+ * an engine step, out of the handshake thread's reach, to be answered after the step. */
 static int arm_accept(dloop *l)
 {
 	struct io_uring_sqe *sqe = dloop_sqe(l);
 	if (!sqe)
 		return -EBUSY;
-	io_uring_prep_multishot_accept(sqe, l->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	io_uring_prep_poll_multishot(sqe, l->listen_fd, POLLIN);
 	io_uring_sqe_set_data64(sqe, UD_ACCEPT);
 	return 0;
+}
+
+/* Accepts one pending connection: 1, or 0 when none is pending (or accept failed: the next
+ * poll completion or the housekeeping tick tries again). */
+static int accept_one(dloop *l)
+{
+	for (;;) {
+		int fd = accept4(l->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd >= 0) {
+			dsess_accept(l, fd);
+			return 1;
+		}
+		if (errno == EINTR || errno == ECONNABORTED)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			fprintf(stderr, "ringlmd: accept: %s\n", strerror(errno));
+		return 0;
+	}
+}
+
+static void accept_pending(dloop *l)
+{
+	while (accept_one(l))
+		;
 }
 
 static int arm_signal(dloop *l)
@@ -146,9 +194,9 @@ static void dispatch_cqe(dloop *l, struct io_uring_cqe *cqe)
 	switch (ud) {
 	case UD_ACCEPT:
 		if (res >= 0)
-			dsess_accept(l, res);
-		else if (res != -EINTR && res != -ECONNABORTED && res != -EAGAIN)
-			fprintf(stderr, "ringlmd: accept: %s\n", strerror(-res));
+			accept_pending(l);
+		else if (res != -EINTR && res != -ECANCELED)
+			fprintf(stderr, "ringlmd: poll on the listener: %s\n", strerror(-res));
 		if (!(cqe->flags & IORING_CQE_F_MORE) && !l->stop)
 			arm_accept(l); /* the kernel ended the multishot (an error, overflow) */
 		return;
@@ -309,10 +357,155 @@ static void loop_sleep(dloop *l)
 			dsess_clear_sleep(s);
 }
 
+/* ---- the handshake thread -------------------------------------------------------------- */
+static int hs_yield(dloop *l)
+{
+	return __atomic_load_n(&l->loop_wants_mu, __ATOMIC_SEQ_CST);
+}
+
+/* Takes the loop's lock only while the loop's thread is in an engine step and has not asked
+ * for it back; 1 if taken. */
+static int hs_lock(dloop *l)
+{
+	return !hs_yield(l) && pthread_mutex_trylock(&l->mu) == 0;
+}
+
+/* Accepts what is pending and answers the hellos that are there.  Lock taken: the loop's
+ * thread runs, and would answer them only at its next drain, after its next step if it is
+ * about to start one: we ask to be woken when it does (dloop_engine_begin), then look
+ * again in case it just did. */
+static void hs_round(dloop *l)
+{
+	if (!hs_lock(l)) {
+		__atomic_store_n(&l->hs_missed, 1, __ATOMIC_SEQ_CST);
+		if (!hs_lock(l))
+			return;
+	}
+	/* At most max_half_open sessions are in their half-open grace (dsess_accept); more
+	 * wait in the listen backlog, as without the thread. */
+	while (!hs_yield(l) && l->sessions.deferred < l->cfg.max_half_open && accept_one(l))
+		;
+	dsess_hellos_ready(l, hs_yield);
+	pthread_mutex_unlock(&l->mu);
+}
+
+static void *hs_main(void *arg)
+{
+	dloop *l = arg;
+	struct epoll_event ev[16];
+	for (;;) {
+		int n = epoll_wait(l->hs_epfd, ev, 16, -1);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			fprintf(stderr, "ringlmd: handshake thread: epoll_wait: %s; the loop answers "
+				"every handshake from now on\n", strerror(errno));
+			return NULL;
+		}
+		for (int i = 0; i < n; i++) {
+			if (ev[i].data.u64 == HS_STOP)
+				return NULL;
+			if (ev[i].data.u64 == HS_WAKE) {
+				uint64_t v;
+				if (read(l->hs_wake_fd, &v, sizeof(v)) < 0) { /* EAGAIN: already read */ }
+			}
+		}
+		hs_round(l);
+	}
+}
+
+/* Edge-triggered: one wake per arriving connection, not one per epoll_wait while the loop
+ * holds the lock and the connection waits for it. */
+static int hs_start(dloop *l)
+{
+	l->hs_epfd = epoll_create1(EPOLL_CLOEXEC);
+	l->hs_stop_fd = eventfd(0, EFD_CLOEXEC);
+	l->hs_wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (l->hs_epfd < 0 || l->hs_stop_fd < 0 || l->hs_wake_fd < 0)
+		return -errno;
+	struct epoll_event e = { .events = EPOLLIN | EPOLLET, .data.u64 = HS_LISTENER };
+	if (epoll_ctl(l->hs_epfd, EPOLL_CTL_ADD, l->listen_fd, &e) < 0)
+		return -errno;
+	e = (struct epoll_event){ .events = EPOLLIN, .data.u64 = HS_STOP };
+	if (epoll_ctl(l->hs_epfd, EPOLL_CTL_ADD, l->hs_stop_fd, &e) < 0)
+		return -errno;
+	e = (struct epoll_event){ .events = EPOLLIN, .data.u64 = HS_WAKE };
+	if (epoll_ctl(l->hs_epfd, EPOLL_CTL_ADD, l->hs_wake_fd, &e) < 0)
+		return -errno;
+	/* It inherits this thread's blocked SIGTERM/SIGINT/SIGHUP (the signalfd's) and nice. */
+	int r = pthread_create(&l->hs_thread, NULL, hs_main, l);
+	if (r)
+		return -r;
+	l->hs_running = 1;
+	return 0;
+}
+
+static void hs_stop(dloop *l)
+{
+	if (l->hs_running) {
+		uint64_t one = 1;
+		if (write(l->hs_stop_fd, &one, sizeof(one)) != (ssize_t)sizeof(one))
+			fprintf(stderr, "ringlmd: stopping the handshake thread: %s\n", strerror(errno));
+		pthread_join(l->hs_thread, NULL);
+		l->hs_running = 0;
+	}
+	if (l->hs_epfd >= 0)
+		close(l->hs_epfd);
+	if (l->hs_stop_fd >= 0)
+		close(l->hs_stop_fd);
+	if (l->hs_wake_fd >= 0)
+		close(l->hs_wake_fd);
+	l->hs_epfd = l->hs_stop_fd = l->hs_wake_fd = -1;
+}
+
+void dloop_engine_begin(dloop *l)
+{
+	if (l && l->hs_running) {
+		__atomic_store_n(&l->loop_wants_mu, 0, __ATOMIC_SEQ_CST);
+		pthread_mutex_unlock(&l->mu);
+		if (__atomic_exchange_n(&l->hs_missed, 0, __ATOMIC_SEQ_CST)) {
+			uint64_t one = 1;
+			if (write(l->hs_wake_fd, &one, sizeof(one)) < 0) { /* counter full: awake anyway */ }
+		}
+	}
+}
+
+void dloop_engine_end(dloop *l)
+{
+	if (l && l->hs_running) {
+		__atomic_store_n(&l->loop_wants_mu, 1, __ATOMIC_SEQ_CST);
+		pthread_mutex_lock(&l->mu);
+	}
+}
+
+uint64_t dloop_clock_us(dloop *l)
+{
+	return (mono_ns() - l->t0_ns) / 1000;
+}
+
+void dloop_watch_hello(dloop *l, int fd)
+{
+	if (!l->hs_running)
+		return;
+	struct epoll_event e = { .events = EPOLLIN | EPOLLONESHOT, .data.u64 = HS_HELLO };
+	/* Failing leaves the hello to the loop's recv, as without the thread. */
+	if (epoll_ctl(l->hs_epfd, EPOLL_CTL_ADD, fd, &e) < 0 && errno == EEXIST)
+		(void)epoll_ctl(l->hs_epfd, EPOLL_CTL_MOD, fd, &e);
+}
+
 int dloop_run(dloop *l)
 {
 	uint64_t last_work_ns = mono_ns();
 	uint64_t last_house_us = 0;
+
+	pthread_mutex_lock(&l->mu);
+	l->loop_wants_mu = 1;
+	int r = hs_start(l);
+	if (r < 0) {
+		fprintf(stderr, "ringlmd: no handshake thread (%s): clients connecting during an "
+			"engine step are answered after it\n", strerror(-r));
+		hs_stop(l);
+	}
 
 	while (!l->stop) {
 		uint64_t now_ns = mono_ns();
@@ -323,6 +516,7 @@ int dloop_run(dloop *l)
 			io_uring_submit(&l->ring);
 		l->wake_at_us = 0; /* callbacks of this iteration ask again if they need it */
 		work |= drain_cqes(l) > 0;
+		dsess_check_deferred(l);
 		dsess_end_pending(l);
 		work |= drain_sessions(l);
 		dsess_end_pending(l);
@@ -333,6 +527,9 @@ int dloop_run(dloop *l)
 		if (l->now_us - last_house_us > HOUSEKEEPING_US) {
 			last_house_us = l->now_us;
 			dsess_expire_hellos(l, l->now_us);
+			/* a connection left by a failed accept (EMFILE) gets no new poll
+			 * completion until the next one arrives */
+			accept_pending(l);
 			dsess_end_pending(l);
 		}
 		if (work) {
@@ -350,10 +547,13 @@ int dloop_run(dloop *l)
 		/* After a wake, spin again for idle_spin_us before the next sleep. */
 	}
 
+	/* The handshake thread only ever trylocks: it ends while we hold the lock. */
+	hs_stop(l);
 	/* Shutdown: every session learns why; their CQEs are reaped by dloop_destroy. */
 	dsess_end_all(l, "shutdown");
 	dsess_end_pending(l);
 	io_uring_submit(&l->ring);
+	pthread_mutex_unlock(&l->mu);
 	return 0;
 }
 
@@ -387,7 +587,7 @@ static int make_listener(dloop *l)
 			       l->cfg.socket_path, sizeof(sa.sun_path) - 1);
 	strcpy(sa.sun_path, l->cfg.socket_path);
 	snprintf(l->socket_path, sizeof(l->socket_path), "%s", l->cfg.socket_path);
-	l->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	l->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (l->listen_fd < 0)
 		return set_err(-errno, "socket: %s", strerror(errno));
 	/* Replace a stale socket file, but never another kind of file. */
@@ -430,6 +630,8 @@ int dloop_create(const dloop_config *cfg, const dsvc_ops *ops, void *ctx, dloop 
 	l->ops = ops;
 	l->ctx = ctx;
 	l->listen_fd = l->sig_fd = -1;
+	l->hs_epfd = l->hs_stop_fd = l->hs_wake_fd = -1;
+	pthread_mutex_init(&l->mu, NULL);
 	if (!l->cfg.max_sessions)
 		l->cfg.max_sessions = DEFAULT_MAX_SESSIONS;
 	if (!l->cfg.max_sessions_per_uid)
@@ -524,6 +726,7 @@ void dloop_destroy(dloop *l)
 	}
 	if (l->sig_fd >= 0)
 		close(l->sig_fd);
+	pthread_mutex_destroy(&l->mu);
 	free(l);
 }
 

@@ -7,7 +7,10 @@
  * (EOF) and a pidfd of the peer as liveness signals, keeps a futex wait armed on each
  * session's doorbell (IORING_OP_FUTEX_WAIT; an eventfd per session where the kernel lacks
  * it), and reads SIGTERM/SIGINT through a signalfd.  A service (the echo service, the
- * real runner) plugs in through dsvc_ops; every callback runs on the loop thread.
+ * real runner) plugs in through dsvc_ops; every callback runs on the loop thread, except
+ * on_connect, which the handshake thread may also run while the loop thread is in an
+ * engine step (between dloop_engine_begin and dloop_engine_end), never concurrently with
+ * any other loop code.
  *
  * One iteration:
  *   drain io_uring completions (accept, EOF, pidfd, doorbell, timers, service CQEs)
@@ -123,6 +126,12 @@ uint64_t dloop_policy_hash(dloop *l);
 const char *dloop_doorbell_mode(dloop *l);
 /* Number of live sessions. */
 int dloop_session_count(dloop *l);
+/* Around a long computation on the loop thread that touches no loop, session or service
+ * state on_connect uses (the engine step): the handshake thread accepts clients and
+ * answers their hellos meanwhile (calling on_connect), so a client connecting to a busy
+ * daemon is not answered only after the step.  NULL or outside dloop_run: no-op. */
+void dloop_engine_begin(dloop *l);
+void dloop_engine_end(dloop *l);
 const char *dloop_errmsg(void);
 
 /* ---- sessions ------------------------------------------------------------------------ */

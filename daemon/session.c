@@ -21,6 +21,12 @@
 #include "shm/ring.h"
 
 #define HELLO_TIMEOUT_US (5 * 1000 * 1000)
+/* A connection whose hello is not there when it is accepted is charged to the half-open
+ * budget only if it still has none this long after: a client sends its hello right after
+ * connect, but on a loaded machine it may not run between the two for hundreds of ms (64
+ * clients of one uid connecting at once to a daemon at nice -10 on 2 vCPUs: up to 0.3 s
+ * seen), and a burst of one user's clients must not be refused for that (dsess_accept). */
+#define HALF_OPEN_GRACE_US (1000 * 1000)
 
 /* ---- io_uring operations in flight --------------------------------------------------- */
 
@@ -97,6 +103,10 @@ static void set_phase(dsess *s, int phase)
 	dsess_list *ls = dloop_sessions(s->loop);
 	if (s->phase == DSESS_HELLO)
 		ls->half_open--;
+	if (phase != DSESS_HELLO && s->check_deferred) {
+		s->check_deferred = 0;
+		ls->deferred--;
+	}
 	else if (s->phase == DSESS_ACTIVE)
 		ls->active--;
 	if (s->phase && s->phase != DSESS_ZOMBIE && phase == DSESS_ZOMBIE)
@@ -262,21 +272,23 @@ static void refuse(dsess *s, int err, const char *detail)
 	dsess_end(s, r);
 }
 
-/* Sessions of uid not yet ended (HELLO + ACTIVE), and of those the half-open ones. */
+/* Sessions of uid not yet ended (HELLO + ACTIVE), and of those the half-open ones charged to
+ * the budget (not those in their grace: see dsess_accept). */
 static int count_uid(dloop *l, uid_t uid, int *half_open)
 {
 	int n = 0, h = 0;
 	for (dsess *s = dloop_sessions(l)->all; s; s = s->next)
 		if (s->phase != DSESS_ZOMBIE && !s->ending && s->uid == uid) {
 			n++;
-			h += s->phase == DSESS_HELLO;
+			h += s->phase == DSESS_HELLO && !s->check_deferred;
 		}
 	if (half_open)
 		*half_open = h;
 	return n;
 }
 
-static void on_hello(dsess *s, int len);
+static void on_hello(dsess *s, const char *buf, int len);
+static int half_open_refused(dsess *s);
 
 /* Accounting starts here: SO_PEERCRED is known at accept, so a uid's connections count
  * toward its limit before any hello.  A connection without its hello is half-open and
@@ -287,7 +299,6 @@ static void on_hello(dsess *s, int len);
 void dsess_accept(dloop *l, int fd)
 {
 	dsess_list *ls = dloop_sessions(l);
-	const dloop_config *cfg = dloop_cfg(l);
 	dsess *s = calloc(1, sizeof(*s));
 	if (!s) {
 		close(fd);
@@ -313,7 +324,7 @@ void dsess_accept(dloop *l, int fd)
 
 	ssize_t n = recv(fd, s->rxbuf, sizeof(s->rxbuf), MSG_DONTWAIT);
 	if (n > 0) {
-		on_hello(s, (int)n);
+		on_hello(s, s->rxbuf, (int)n);
 		return;
 	}
 	if (n == 0) {
@@ -324,6 +335,34 @@ void dsess_accept(dloop *l, int fd)
 		dsess_end(s, "recv failed in handshake");
 		return;
 	}
+	/* No hello yet.  The loop, and more so the handshake thread, can accept in the
+	 * microseconds between a client's connect and its hello: charge the half-open budget
+	 * after a grace (dsess_check_deferred), during which the connection counts for no
+	 * budget — as one waiting in the listen backlog would not.  At most max_half_open are
+	 * in their grace at once (the handshake thread leaves the rest in the backlog); past
+	 * that, the budget is charged at once. */
+	if (ls->deferred < dloop_cfg(l)->max_half_open) {
+		s->check_deferred = 1;
+		s->check_at_us = dloop_clock_us(l) + HALF_OPEN_GRACE_US;
+		ls->deferred++;
+	} else if (half_open_refused(s)) {
+		return;
+	}
+	if (arm_op(s, DSESS_OP_RECV) < 0) {
+		dsess_end(s, "io_uring submission queue unavailable");
+		return;
+	}
+	/* The handshake thread answers the hello too if it arrives during an engine step
+	 * (the recv above is submitted after the step); whichever reads it answers it, the
+	 * recv left armed then watches the socket of the ACTIVE session as usual. */
+	dloop_watch_hello(l, fd);
+}
+
+/* Over the half-open budget (per uid or in all): refused, 1. */
+static int half_open_refused(dsess *s)
+{
+	dloop *l = s->loop;
+	const dloop_config *cfg = dloop_cfg(l);
 	char d[120];
 	int half;
 	count_uid(l, s->uid, &half);
@@ -331,21 +370,84 @@ void dsess_accept(dloop *l, int fd)
 		snprintf(d, sizeof(d), "limit of %d connections without a handshake for uid %u reached",
 			 cfg->max_half_open_per_uid, (unsigned)s->uid);
 		refuse(s, -EUSERS, d);
-		return;
+		return 1;
 	}
-	if (ls->half_open > cfg->max_half_open) {
+	if (dloop_sessions(l)->half_open - dloop_sessions(l)->deferred > cfg->max_half_open) {
 		snprintf(d, sizeof(d), "limit of %d connections without a handshake reached",
 			 cfg->max_half_open);
 		refuse(s, -EUSERS, d);
-		return;
+		return 1;
 	}
-	if (arm_op(s, DSESS_OP_RECV) < 0)
-		dsess_end(s, "io_uring submission queue unavailable");
+	return 0;
+}
+
+/* Reads and answers s's hello if it is there (our own buffer: the loop's recv on this
+ * socket, once submitted, writes rxbuf).  1 answered (or ended), 0 not there yet. */
+static int try_hello(dsess *s)
+{
+	char buf[sizeof(s->rxbuf)];
+	ssize_t n = recv(s->sock, buf, sizeof(buf), MSG_DONTWAIT);
+	if (n > 0) {
+		on_hello(s, buf, (int)n);
+		return 1;
+	}
+	if (n == 0) {
+		dsess_end(s, "client closed the connection");
+		return 1;
+	}
+	if (errno != EAGAIN && errno != EWOULDBLOCK) {
+		dsess_end(s, "recv failed in handshake");
+		return 1;
+	}
+	return 0;
+}
+
+static void clear_deferred(dsess *s)
+{
+	if (s->check_deferred) {
+		s->check_deferred = 0;
+		dloop_sessions(s->loop)->deferred--;
+	}
+}
+
+int dsess_hellos_ready(dloop *l, int (*yield)(dloop *))
+{
+	int n = 0;
+	for (dsess *s = dloop_sessions(l)->all; s && !yield(l); s = s->next) {
+		if (s->phase != DSESS_HELLO || s->ending)
+			continue;
+		if (try_hello(s))
+			n++;
+		else
+			dloop_watch_hello(l, s->sock); /* the loop's recv took it, or not yet */
+	}
+	return n;
+}
+
+void dsess_check_deferred(dloop *l)
+{
+	if (!dloop_sessions(l)->deferred)
+		return;
+	uint64_t now = dloop_now_us(l), next = 0;
+	for (dsess *s = dloop_sessions(l)->all; s; s = s->next) {
+		if (!s->check_deferred)
+			continue;
+		if (s->phase == DSESS_HELLO && !s->ending && s->check_at_us > now) {
+			if (!next || s->check_at_us < next)
+				next = s->check_at_us;
+			continue;
+		}
+		clear_deferred(s);
+		if (s->phase == DSESS_HELLO && !s->ending && !try_hello(s))
+			half_open_refused(s);
+	}
+	if (next)
+		dloop_wake_after_us(l, next - now);
 }
 
 /* The handshake: the client's hello must be exactly ours (magic, ABI, size, no flags);
  * then the loop's limits, the segments, the peer's pidfd and the service's on_connect. */
-static void on_hello(dsess *s, int len)
+static void on_hello(dsess *s, const char *buf, int len)
 {
 	dloop *l = s->loop;
 	const dloop_config *cfg = dloop_cfg(l);
@@ -359,7 +461,7 @@ static void on_hello(dsess *s, int len)
 		return;
 	}
 	memset(&h, 0, sizeof(h));
-	memcpy(&h, s->rxbuf, len < (int)sizeof(h) ? (size_t)len : sizeof(h));
+	memcpy(&h, buf, len < (int)sizeof(h) ? (size_t)len : sizeof(h));
 	if (h.magic != RINGLM_WIRE_MAGIC) {
 		snprintf(d, sizeof(d), "handshake magic 0x%08x is not ringlm's", h.magic);
 		refuse(s, -EPROTO, d);
@@ -451,7 +553,7 @@ void dsess_on_cqe(uint64_t user_data, int res)
 	case DSESS_OP_RECV:
 		if (s->phase == DSESS_HELLO) {
 			if (res > 0)
-				on_hello(s, res);
+				on_hello(s, s->rxbuf, res);
 			else
 				dsess_end(s, res == 0 ? "client closed the connection" : "recv failed in handshake");
 		} else if (res == 0) {

@@ -50,6 +50,7 @@ typedef struct dsess_list {
 	int live;               /* HELLO + ACTIVE */
 	int active;             /* ACTIVE: what the global session limit counts */
 	int half_open;          /* HELLO: accepted, no hello yet (their own, smaller budget) */
+	int deferred;           /* HELLO sessions in their grace (no half-open budget yet) */
 	uint64_t next_id;
 	/* stderr lines about ended and refused sessions, rate-limited (a client that
 	 * reconnects in a loop must not turn the daemon's log into its own) */
@@ -69,12 +70,26 @@ int dloop_uses_futex(dloop *l);
  * the iteration's wakes; -ENOTSUP / -EBUSY: wake it with the system call instead. */
 int dloop_queue_futex_wake(dloop *l, const uint32_t *word);
 const dsvc_ops *dloop_service(dloop *l, void **ctx);
+/* Lets the handshake thread read the hello of a HELLO session on socket fd when it
+ * arrives during an engine step (no-op without the thread). */
+void dloop_watch_hello(dloop *l, int fd);
+/* CLOCK_MONOTONIC µs on dloop_now_us's scale, read now (the handshake thread runs in
+ * the middle of an iteration). */
+uint64_t dloop_clock_us(dloop *l);
 
 /* ---- lifecycle (the loop's side) ------------------------------------------------------ */
 
 /* A new connection: a HELLO session with its peer's credentials and a recv armed for the
  * hello (or marked ending when that fails). */
 void dsess_accept(dloop *l, int fd);
+/* The handshake thread (loop.c, under the loop's lock): reads and answers the hello of
+ * every HELLO session whose hello is there, until yield(l) says the loop wants its lock
+ * back; the others are watched again.  Returns how many it answered or ended. */
+int dsess_hellos_ready(dloop *l, int (*yield)(dloop *));
+/* The loop, after its completions: sessions accepted before their hello whose grace is
+ * over are charged to the half-open budget (refused if still without a hello and over
+ * it); asks to be woken for the next grace to end. */
+void dsess_check_deferred(dloop *l);
 /* A completion whose user_data (>= DSESS_UD_MIN, without DLOOP_UD_SVC) is a session's:
  * the handshake, EOF, the peer's exit, a doorbell. */
 void dsess_on_cqe(uint64_t user_data, int res);

@@ -54,6 +54,9 @@ struct dsess {
 	unsigned armed;                   /* bit (1 << DSESS_OP_x) while that op is in flight */
 	int inflight;                     /* SQEs with this session's user_data not completed */
 	uint64_t hello_deadline_us;
+	int check_deferred;               /* accepted without its hello: the half-open budget
+	                                     is charged at check_at_us (dsess_check_deferred) */
+	uint64_t check_at_us;
 	uint64_t eventfd_buf;
 	char rxbuf[sizeof(struct ringlm_wire_hello) + 64];
 

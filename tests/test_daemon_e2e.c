@@ -1585,6 +1585,75 @@ Test(daemon_e2e, connect_burst_of_64_to_a_busy_daemon_all_succeed)
     dmn_cleanup(&d);
 }
 
+/* Clients connecting while the engine runs one long step (a prefill of 16 prompts of 240
+ * tokens on the stories15M shape: seconds on this VM) get their sessions within it — the
+ * loop's handshake thread answers them — instead of after it: without it the first connect
+ * of the step returns only after the step's tokens are published.  The sessions opened
+ * during the step work. */
+Test(daemon_e2e, connects_during_a_long_engine_step_are_answered_within_it, .timeout = 240)
+{
+    need_daemon_binary();
+    /* nice 0, not the default -10: seconds of a step at -10 on both vCPUs would starve the
+     * clients of a test running beside this one */
+    const char *extra[] = {"--max-sessions-per-uid", "80", "--nice", "0", NULL};
+    dmn d;
+    dmn_start(&d, "synthetic:stories15M:1", NULL, extra);
+    enum { A = 16, PROMPT = 240, B = 24 };
+    ringlm_client *a;
+    cr_assert_eq(ringlm_connect(d.sock, &a), 0, "%s", ringlm_errdetail());
+    static int32_t prompt[A][PROMPT];
+    for (int i = 0; i < A; i++) {
+        for (int k = 0; k < PROMPT; k++) prompt[i][k] = 3 + (i * 7919 + k * 104729) % 4000;
+        ringlm_request r;
+        ringlm_request_init(&r);
+        r.prompt = prompt[i];
+        r.n_prompt = PROMPT;
+        r.max_new_tokens = 1;
+        cr_assert_eq(ringlm_submit(a, &r, NULL), 0, "%s", ringlm_errdetail());
+    }
+    ringlm_client *b[B];
+    int opened = 0, first_event_seen = 0;
+    ringlm_event ev;
+    while (opened < B) {
+        int r = ringlm_connect(d.sock, &b[opened]);
+        cr_assert_eq(r, 0, "connect %d during the step: %s", opened, ringlm_errdetail());
+        opened++;
+        r = ringlm_next_event(a, &ev, 0);
+        cr_assert_geq(r, 0, "%s", ringlm_errdetail());
+        if (r == 1) {
+            first_event_seen = 1;
+            break;
+        }
+    }
+    cr_log_info("%d connects answered before the long step's first token (%s)", opened - first_event_seen,
+                first_event_seen ? "then it came" : "all of them");
+    cr_expect_geq(opened - first_event_seen, 8,
+                  "only %d of the connects made during the step were answered before it ended",
+                  opened - first_event_seen);
+    /* the step's requests all finish; a session opened during it is served */
+    int finished = first_event_seen && ev.kind == RINGLM_EV_FINISH;
+    while (finished < A) {
+        int r = ringlm_next_event(a, &ev, 60000);
+        cr_assert_eq(r, 1, "the long step's requests did not finish: %s", ringlm_errdetail());
+        finished += ev.kind == RINGLM_EV_FINISH;
+    }
+    int32_t p2[2] = {1, 403};
+    ringlm_request r2;
+    ringlm_request_init(&r2);
+    r2.prompt = p2;
+    r2.n_prompt = 2;
+    r2.max_new_tokens = 2;
+    cr_assert_eq(ringlm_submit(b[0], &r2, NULL), 0, "%s", ringlm_errdetail());
+    int rc;
+    while ((rc = ringlm_next_event(b[0], &ev, 30000)) == 1 && ev.kind != RINGLM_EV_FINISH) { }
+    cr_expect_eq(rc, 1, "a session opened during the step got no answer: %s", ringlm_errdetail());
+    for (int i = 0; i < opened; i++) ringlm_close(b[i]);
+    ringlm_close(a);
+    assert_back_to_baseline(&d, 10000);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    dmn_cleanup(&d);
+}
+
 /* ---- metrics ------------------------------------------------------------------------- */
 
 Test(daemon_e2e, metrics_endpoint_tracks_pools_and_requests)
@@ -2469,8 +2538,9 @@ static void tiers_reload(bool disk)
     cr_expect_str_eq(b, a, "tokens with cached blocks reloaded from %s differ from the cache off", disk ? "disk" : "host");
     const char *tier = disk ? "\"to\":\"disk\"" : "\"to\":\"host\"";
     int demotes = count_lines2(on.declog, "\"ev\":\"cache_demote\"", tier);
-    int reloads = count_lines2(on.declog, "\"ev\":\"cache_reload\"", "\"choice\":\"reload\"");
-    int done = count_lines2(on.declog, "\"ev\":\"cache_reload\"", "\"reason\":\"done\"");
+    /* the decisions (with both estimates), then their completion records */
+    int reloads = count_lines2(on.declog, "\"choice\":\"reload\"", "\"reload_cost_us\":");
+    int done = count_lines2(on.declog, "\"choice\":\"reload\"", "\"reason\":\"done\"");
     int hits = count_lines2(on.declog, "\"ev\":\"cache_hit\"", disk ? "\"disk_tokens\":" : "\"host_tokens\":");
     cr_log_info("%s tier: %d demotion lines, %d reloads (%d completed), %d hits found there, %lld blocks verified",
                 disk ? "disk" : "host", demotes, reloads, done, hits, verified);
@@ -2480,8 +2550,12 @@ static void tiers_reload(bool disk)
     cr_expect_gt(reloads, 0, "no block was reloaded");
     cr_expect_eq(done, reloads, "every reload has its realised-cost record");
     cr_expect_gt(hits, 0, "no hit counted tokens from the tier");
-    const char *rl = find_line2(on.declog, "\"ev\":\"cache_reload\"", "\"choice\":\"reload\"");
+    char rl[4096];   /* find_line2's buffer is reused below */
+    snprintf(rl, sizeof rl, "%s", find_line2(on.declog, "\"choice\":\"reload\"", "\"reload_cost_us\":"));
     cr_expect_lt(json_num_of(rl, "reload_cost_us"), json_num_of(rl, "recompute_cost_us"), "%s", rl);
+    const char *rd = find_line2(on.declog, "\"choice\":\"reload\"", "\"reason\":\"done\"");
+    cr_log_info("%s tier: a reload's estimate %.1f us (recompute %.1f us), its copy took %.1f us", disk ? "disk" : "host",
+                json_num_of(rl, "reload_cost_us"), json_num_of(rl, "recompute_cost_us"), json_num_of(rd, "realised_us"));
     cr_expect_eq(count_lines(off.declog, "\"ev\":\"cache_"), 0, "--no-prefix-cache logged cache events");
     free(a);
     free(b);

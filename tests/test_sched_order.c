@@ -55,7 +55,7 @@ static void check(void)
 
 /* One class "c" with the given order keys; tenants a and b; 4-token blocks; one sequence at a
  * time unless max_active says otherwise, so the order requests start in is the order picked. */
-static void init(const char *class_keys, uint32_t max_active, uint32_t dev_blocks)
+static void init_tiers(const char *class_keys, uint32_t max_active, uint32_t dev_blocks, uint32_t host_blocks)
 {
     free(D.log);
     memset(&D, 0, sizeof D);
@@ -66,8 +66,14 @@ static void init(const char *class_keys, uint32_t max_active, uint32_t dev_block
     sched_policy_error err;
     cr_assert_eq(sched_policy_parse(pol, &D.p, &err), 0, "policy line %d: %s", err.line, err.reason);
     sched_config c = {.kv_blocks_device = dev_blocks, .block_size = 4, .kv_bytes_per_token = 64, .max_context = 512,
-                      .step.base_us = 100, .step.prefill_token_us = 1, .step.decode_seq_us = 1, .prefix_cache = true};
+                      .step.base_us = 100, .step.prefill_token_us = 1, .step.decode_seq_us = 1, .prefix_cache = true,
+                      .kv_blocks_host = host_blocks, .host = {.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 1}};
     cr_assert_eq(sched_create(D.p, &c, sink, NULL, 1, &D.s), 0, "%s", sched_last_error());
+}
+
+static void init(const char *class_keys, uint32_t max_active, uint32_t dev_blocks)
+{
+    init_tiers(class_keys, max_active, dev_blocks, 0);
 }
 
 static void fini(void)
@@ -92,6 +98,10 @@ static void iter(void)
     const sched_plan *pl = sched_step(D.s, D.now);
     cr_assert_not_null(pl, "%s", sched_last_error());
     check();
+    for (uint32_t i = 0; i < pl->n_transfers; i++) {   /* copies (demotions, reloads) done at once */
+        cr_assert_eq(sched_transfer_done(D.s, pl->transfers[i].id, D.now, 0, 0, 0), 0);
+        check();
+    }
     static sched_result res[512];
     uint32_t n = 0;
     for (uint32_t i = 0; i < pl->n_entries && n < 512; i++)
@@ -211,9 +221,9 @@ static uint32_t rnd(uint32_t n)
     return (uint32_t)(rng % n);
 }
 
-static char *random_run(const char *keys)
+static char *random_run_tiers(const char *keys, uint32_t host_blocks)
 {
-    init(keys, 4, 96);
+    init_tiers(keys, 4, 96, host_blocks);
     rng = 0x1234567;
     static int32_t tok[64];
     uint64_t id = 1;
@@ -236,6 +246,11 @@ static char *random_run(const char *keys)
     char *log = strdup(D.log);
     fini();
     return log;
+}
+
+static char *random_run(const char *keys)
+{
+    return random_run_tiers(keys, 0);
 }
 
 /* the order requests first started in, from a decision log */
@@ -329,4 +344,27 @@ Test(sched_order_policy, defaults_canonical_form_and_round_trip)
     sched_policy_free(p);
     sched_policy_free(q);
     sched_policy_free(r);
+}
+
+/* The same with a host tier: evicted device blocks are demoted (still cached: the counted
+ * prefixes keep them), reloaded or dropped from the host (the counted prefixes shrink). */
+Test(sched_order, counted_prefixes_stay_exact_across_demotion_reload_and_drops_from_the_host)
+{
+    char *a = random_run_tiers("prefix_order = longest_prefix\nprefix_max_wait = 30ms", 24);
+    char *b = random_run_tiers("prefix_order = longest_prefix\nprefix_max_wait = 30ms", 24);
+    cr_assert_str_eq(a, b, "the same inputs gave different decisions");
+    cr_assert(strstr(a, "\"ev\":\"cache_demote\""), "no block was demoted to the host");
+    int host_drops = 0, reloads = 0;
+    for (const char *l = a; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        const char *e = strchr(l, '\n');
+        size_t n = e ? (size_t)(e - l) : strlen(l);
+#define HAS(lit) memmem(l, n, lit, sizeof(lit) - 1)
+        if (HAS("\"ev\":\"cache_evict\"") && HAS("\"pool\":\"host\"")) host_drops++;
+        if (HAS("\"ev\":\"cache_reload\"")) reloads++;
+#undef HAS
+    }
+    cr_log_info("host tier: %d cache_evict events from the host, %d cache_reload", host_drops, reloads);
+    cr_assert_gt(host_drops, 0, "nothing was dropped from the host");
+    free(a);
+    free(b);
 }
