@@ -27,7 +27,8 @@
 # Usage: B=build perf/replay_check.sh [--policy FILE] [--baseline FILE] [--trace conv|code]
 #        [--start S (1200)] [--seconds N (60)] [--loads "2 4 8 12 16"] [--load X (skip the scan)]
 #        [--calibration FILE] [--no-fit-run] [--threads N] [--out DIR]
-#   env: RINGLM_SHARED (traces/, models/), MODEL, CLIENTS (4), MAX_BATCH_TOKENS (4096), DAEMON_CPUS / CLIENT_CPUS
+#   env: RINGLM_SHARED (traces/, models/), MODEL, CLIENTS (4), MAX_BATCH_TOKENS (ringlmd's default
+#   when unset: the policy's budget, plus the longest prompt under FCFS), DAEMON_CPUS / CLIENT_CPUS
 #   (taskset lists, "none" = unpinned; default daemon on CPU 0, clients on the others)
 # Exit 0 when the runs completed, 1 on a failure, 77 when the model, trace or programs are missing.
 set -u
@@ -39,9 +40,11 @@ POLICY=sim/policies/stories260K-cpu.policy BASE=sim/policies/fcfs.policy TRACE_N
 START=1200 SECONDS_REAL=60 LOADS="2 4 8 12 16" LOAD= CAL= THREADS=1 OUT= FIT_RUN=1
 CAL_SECONDS=${CAL_SECONDS:-20} CAL_LOAD=${CAL_LOAD:-8}
 CTX=512 KV=1024
-# the engine's batch limit (ringlmd's default is the policy's token_budget): FCFS plans whole
-# prompts beside up to 256 decoders, more than its nominal 512-token budget
-MAX_BATCH=${MAX_BATCH_TOKENS:-4096}
+# the engine's batch limit: ringlmd sizes it from the policy (its token budget; in continuous
+# mode, FCFS, the budget plus the model's longest prompt, which FCFS runs whole); set
+# MAX_BATCH_TOKENS only to override that
+MAX_BATCH=()
+[ -n "${MAX_BATCH_TOKENS:-}" ] && MAX_BATCH=(--max-batch-tokens "$MAX_BATCH_TOKENS")
 while [ $# -gt 0 ]; do
     case "$1" in
     --policy) POLICY=$2; shift 2 ;; --baseline) BASE=$2; shift 2 ;; --trace) TRACE_NAME=$2; shift 2 ;;
@@ -87,7 +90,7 @@ serve() {
     local tag=$1 pol=$2
     rm -f "$SOCK" "$DIR/$tag-requests.jsonl" "$DIR/$tag-iterations.jsonl"
     "${DPIN[@]}" "$B/bin/ringlmd" --model "$MODEL" --threads "$THREADS" --kv-blocks $KV --socket "$SOCK" \
-        --max-batch-tokens "$MAX_BATCH" --policy "$pol" "${NUMA[@]}" --request-log "$DIR/$tag-requests.jsonl" \
+        "${MAX_BATCH[@]}" --policy "$pol" "${NUMA[@]}" --request-log "$DIR/$tag-requests.jsonl" \
         --iteration-log "$DIR/$tag-iterations.jsonl" --quiet > "$DIR/$tag-ringlmd.out" 2>&1 &
     DPID=$!
     for _ in $(seq 200); do [ -S "$SOCK" ] && break; kill -0 $DPID 2> /dev/null || break; sleep 0.05; done

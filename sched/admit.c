@@ -56,7 +56,7 @@ int sched_submit(sched *s, const sched_request *q, uint64_t now, sched_reject_re
     uint64_t arrival = q->arrival_us && q->arrival_us <= now ? q->arrival_us : now;
     uint64_t mw = s->cls[cls]->max_queue_wait_us;
     if (q->deadline_us || mw) {
-        double wait = sc_predict_wait_us(s, cls, q->prompt_len, now);
+        double wait = sc_predict_wait_us(s, cls, ten, q->prompt_len, now);
         double waited = (double)(now - arrival);
         if (mw && waited + wait > s->cs[cls].headroom * (double)mw)
             return reject(s, q, ten, cls, SCHED_REJECT_DEADLINE, -ETIME, now, why);

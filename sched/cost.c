@@ -105,20 +105,42 @@ void sc_observe_transfer(sched *s, const xfer_rec *x, uint64_t bytes, uint64_t d
     }
 }
 
-/* Predicted wait before the first token for a request of class cls with `prompt` tokens:
- * the queued prompt work of classes at least as important, at the measured prefill rate of a
- * step that also carries today's decoders. */
-double sc_predict_wait_us(const sched *s, int cls, uint32_t prompt, uint64_t now)
+/* Predicted wait before the first token for a request of tenant `tenant` in class cls with
+ * `prompt` tokens: the queued prompt work that will be served before it, at the measured
+ * prefill rate of a step that also carries today's decoders.  Classes of higher priority go
+ * first whole; within classes of its own priority the fair share interleaves the tenants, so
+ * another tenant's backlog counts only up to the weighted size of this tenant's own (its
+ * queued tokens plus this prompt): a light tenant is not told to wait behind a flood it will
+ * be served ahead of, and a queue-wait bound refuses the tenant that floods, not every one. */
+double sc_predict_wait_us(const sched *s, int cls, int tenant, uint32_t prompt, uint64_t now)
 {
-    uint64_t ahead = prompt;
+    uint64_t ahead = prompt, same = 0;
     uint64_t head_age = 0;
+    int prio = s->cls[cls]->priority;
+    /* this tenant's backlog in its own priority's classes, at most what those classes hold */
+    for (int c = 0; c < s->n_classes; c++)
+        if (s->cls[c]->priority == prio) same += s->cs[c].queued_tokens;
+    uint64_t own = s->ts[tenant].st.queued_tokens < same ? s->ts[tenant].st.queued_tokens : same;
+    double mine = ((double)own + prompt) / s->ten[tenant]->weight;   /* in virtual tokens */
+    double fair = 0;
+    for (int u = 0; u < s->n_tenants; u++) {
+        double q = (double)s->ts[u].st.queued_tokens;
+        fair += u == tenant ? (double)own : fmin(q, mine * s->ten[u]->weight);
+    }
+    ahead += (uint64_t)fmin(fair, (double)same);
     for (int c = 0; c < s->n_classes; c++) {
-        if (s->cls[c]->priority < s->cls[cls]->priority) continue;
-        ahead += s->cs[c].queued_tokens;
+        if (s->cls[c]->priority < prio) continue;
+        if (s->cls[c]->priority > prio) ahead += s->cs[c].queued_tokens;
         if (!s->cs[c].n_waiting) continue;
         const heap *row = &s->wait[(size_t)c * (size_t)s->n_tenants];
         for (int t = 0; t < s->n_tenants; t++) {
             if (!row[t].n) continue;
+            /* a head waits as long as the queue of its tenant takes: only heads of tenants
+             * served no later than this one (higher classes, or a backlog no larger) say how
+             * long this request will wait */
+            if (s->cls[c]->priority == prio && t != tenant &&
+                (double)s->ts[t].st.queued_tokens / s->ten[t]->weight > mine)
+                continue;
             const req *h = &s->reqs[row[t].a[0].slot];
             if (!h->started && now > h->arrival_us && now - h->arrival_us > head_age) head_age = now - h->arrival_us;
         }

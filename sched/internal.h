@@ -360,7 +360,7 @@ double sc_predict_step_us(const sched *s, uint64_t prefill, uint64_t decode, uin
 double sc_prefill_us(const sched *s, uint64_t n);
 void sc_observe_step(sched *s, uint64_t now, uint64_t prefilled, uint64_t step_us);
 void sc_observe_transfer(sched *s, const xfer_rec *x, uint64_t bytes, uint64_t dur_us, int status);
-double sc_predict_wait_us(const sched *s, int cls, uint32_t prompt, uint64_t now);
+double sc_predict_wait_us(const sched *s, int cls, int tenant, uint32_t prompt, uint64_t now);
 double sc_swap_cost_us(const sched *s, sched_pool tier, uint64_t bytes);
 
 /* ---- fair.c ---- */

@@ -87,6 +87,7 @@ static void usage(FILE *f)
 "  --tune-out FILE         best policy, canonical form with its hash (default tuned.policy)\n"
 "  --tune-jobs N           threads (default: every CPU)\n"
 "  --tune-rounds N         coordinate-search passes at most (default 3)\n"
+"  --tune-no-pairs         no pairwise moves (two knobs one step together) after a pass moves nothing\n"
 "  --tune-finalists N      candidates run on the whole trace (default 6, besides the base policy)\n"
 "  --fair-floor X          every tenant gets at least X of its fair share of served tokens (default 0.9)\n"
 "  --slo-min X             and accepted requests meet their targets at least X of the time (default off)\n"
@@ -188,7 +189,7 @@ int main(int argc, char **argv)
     enum { O_FORMAT = 256, O_SKIP, O_PARAM, O_RATE, O_LSCALE, O_WINDOW, O_TENANTS, O_CLASSES, O_SEED,
            O_RETRY, O_RETRY_MAX, O_CALIB, O_MAXCTX, O_CSV, O_PLOT, O_DECLOG, O_SAMPLE, O_BURST,
            O_FIDELITY, O_LIST, O_REQLOG, O_FIT, O_SCALE, O_OVERHEAD, O_CHECK, O_ITLOG,
-           O_SPEED, O_SPEEDW, O_COMPARE, O_TUNE, O_TUNE_LOADS, O_TUNE_OUT, O_TUNE_JOBS, O_TUNE_ROUNDS,
+           O_SPEED, O_SPEEDW, O_COMPARE, O_TUNE, O_TUNE_LOADS, O_TUNE_OUT, O_TUNE_JOBS, O_TUNE_ROUNDS, O_TUNE_NO_PAIRS,
            O_TUNE_FINAL, O_FAIR_FLOOR, O_SLO_MIN, O_TUNE_SCN, O_PXCACHE, O_PXREPORT, O_SWEEP };
     static const struct option lo[] = {
         {"trace", 1, 0, 't'}, {"workload", 1, 0, 'w'}, {"policy", 1, 0, 'p'}, {"json", 0, 0, 'j'},
@@ -202,7 +203,7 @@ int main(int argc, char **argv)
         {"iteration-log", 1, 0, O_ITLOG}, {"speed-trace", 0, 0, O_SPEED}, {"speed-window-ms", 1, 0, O_SPEEDW},
         {"compare-log", 1, 0, O_COMPARE},
         {"tune", 1, 0, O_TUNE}, {"tune-loads", 1, 0, O_TUNE_LOADS}, {"tune-out", 1, 0, O_TUNE_OUT},
-        {"tune-jobs", 1, 0, O_TUNE_JOBS}, {"tune-rounds", 1, 0, O_TUNE_ROUNDS}, {"tune-finalists", 1, 0, O_TUNE_FINAL},
+        {"tune-jobs", 1, 0, O_TUNE_JOBS}, {"tune-rounds", 1, 0, O_TUNE_ROUNDS}, {"tune-no-pairs", 0, 0, O_TUNE_NO_PAIRS}, {"tune-finalists", 1, 0, O_TUNE_FINAL},
         {"fair-floor", 1, 0, O_FAIR_FLOOR}, {"slo-min", 1, 0, O_SLO_MIN}, {"tune-scenarios", 0, 0, O_TUNE_SCN},
         {"prefix-cache", 1, 0, O_PXCACHE}, {"prefix-report", 0, 0, O_PXREPORT}, {"capacity-sweep", 1, 0, O_SWEEP},
         {0, 0, 0, 0}};
@@ -303,6 +304,7 @@ int main(int argc, char **argv)
         case O_TUNE_SCN: topt.scenarios = true; break;
         case O_TUNE_JOBS: topt.jobs = (int)strtol(optarg, &e, 10); if (*e || topt.jobs < 1) goto bad_num; break;
         case O_TUNE_ROUNDS: topt.max_rounds = (int)strtol(optarg, &e, 10); if (*e || topt.max_rounds < 1) goto bad_num; break;
+        case O_TUNE_NO_PAIRS: topt.pairs = false; break;
         case O_TUNE_FINAL: topt.finalists = strtoul(optarg, &e, 10); if (*e || !topt.finalists) goto bad_num; break;
         case O_FAIR_FLOOR: topt.fair_floor = strtod(optarg, &e); if (*e || !(topt.fair_floor >= 0) || topt.fair_floor > 1) goto bad_num; break;
         case O_SLO_MIN: topt.slo_min = strtod(optarg, &e); if (*e || !(topt.slo_min >= 0) || topt.slo_min > 1) goto bad_num; break;

@@ -36,7 +36,9 @@
  * the base's value), then to the canonical text (so the answer never depends on thread timing).
  *
  * The optimiser (not a grid): coordinate search — each knob in turn over all its values, the
- * others held, repeated until a pass changes nothing — on a short window of the trace (the
+ * others held, repeated until a pass changes nothing; then pairwise moves (every two knobs one
+ * value up or down together: the ridges single moves cannot climb), and coordinate search again
+ * from a pairwise move that ranks better — on a short window of the trace (the
  * busiest eighth of it), then successive halving: the best candidates of that screening are
  * run on a window twice as long (the busiest quarter), and the best `finalists` of those — plus
  * the base policy, for comparison — on the whole trace at every load (the next `finalists` in
@@ -57,6 +59,7 @@ typedef struct sim_tune_opts {
     double        slo_min;       /* 0 = off: accepted requests meeting their targets */
     int           jobs;          /* threads; 0 = every online CPU */
     int           max_rounds;    /* coordinate-search passes at most (3) */
+    bool          pairs;         /* pairwise moves when a pass moves nothing (true) */
     size_t        finalists;     /* candidates run on the whole trace (6), besides the base */
     bool          scenarios;     /* finalists must also PASS the five DESIGN §7 scenarios (and
                                     the overload one at load 4) to be feasible */
@@ -118,6 +121,7 @@ typedef struct sim_tune_result {
     size_t  evaluated[SIM_TUNE_RUNGS];       /* candidates run on each rung */
     size_t  runs;                            /* simulations in all */
     int     rounds;                          /* coordinate-search passes done */
+    size_t  pair_evaluated, pair_moves;      /* pairwise candidates screened, moves taken */
     double  window_s[SIM_TUNE_RUNGS][2];     /* each rung's window on the trace (s), [0,-1]: all */
     double  loads[SIM_TUNE_MAX_LOADS];
     size_t  n_loads;

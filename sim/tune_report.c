@@ -33,9 +33,10 @@ void sim_tune_table(FILE *f, const sim_tune_result *r)
     window_text(r, 1, w1, sizeof w1);
     fprintf(f, "tune %s at loads %s, service %s, base policy %s\n", r->trace, lt, r->service, r->base_name);
     fprintf(f, "spec %s\n", r->spec);
-    fprintf(f, "coordinate search: %d pass(es), %zu candidates on %s; %zu on %s; %zu on the whole trace; "
-               "%zu simulations on %d threads in %.1f s\n",
-            r->rounds, r->evaluated[0], w0, r->evaluated[1], w1, r->evaluated[2], r->runs, r->jobs, r->wall_s);
+    fprintf(f, "coordinate search: %d pass(es), %zu candidates on %s (%zu of them pairwise moves, %zu taken); "
+               "%zu on %s; %zu on the whole trace; %zu simulations on %d threads in %.1f s\n",
+            r->rounds, r->evaluated[0], w0, r->pair_evaluated, r->pair_moves, r->evaluated[1], w1, r->evaluated[2],
+            r->runs, r->jobs, r->wall_s);
     fprintf(f, "objective: goodput at SLO summed over the loads; constraint: every tenant >= %.2f of its fair share%s%s\n\n",
             r->fair_floor, r->slo_min > 0 ? ", accepted requests meeting their targets" : "",
             r->scenarios ? ", the DESIGN §7 scenarios and overload at ×4 PASS" : "");
@@ -121,11 +122,12 @@ json_t *sim_tune_json(const sim_tune_result *r)
     for (int k = 0; k < SIM_TUNE_RUNGS; k++)
         json_array_append_new(windows, json_pack("[f,f]", r->window_s[k][0], r->window_s[k][1]));
     const sim_tune_cand *b = &r->cands[r->best];
-    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:f,s:f,s:o,s:o,s:{s:I,s:I,s:I},s:I,s:i,s:s,s:s,s:s,s:O,s:o,s:o}",
+    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:f,s:f,s:o,s:o,s:{s:I,s:I,s:I,s:I,s:I},s:I,s:i,s:s,s:s,s:s,s:O,s:o,s:o}",
                      "trace", r->trace, "service", r->service, "base_policy", r->base_name, "spec", r->spec, "loads", loads,
                      "fair_floor", r->fair_floor, "slo_min", r->slo_min, "knobs", knobs, "windows_s", windows,
                      "evaluated", "screen", (json_int_t)r->evaluated[0], "window", (json_int_t)r->evaluated[1], "full",
-                     (json_int_t)r->evaluated[2], "simulations", (json_int_t)r->runs, "rounds", r->rounds,
+                     (json_int_t)r->evaluated[2], "pairwise", (json_int_t)r->pair_evaluated, "pairwise_moves",
+                     (json_int_t)r->pair_moves, "simulations", (json_int_t)r->runs, "rounds", r->rounds,
                      "best_hash", b->hash, "best_values", b->values, "best_policy", sched_policy_canonical(b->policy),
                      "best", json_array_get(cands, r->best), "pareto", front,
                      "candidates", cands);

@@ -536,6 +536,31 @@ Test(sched_rules, queue_wait_timeout)
     h_free(h);
 }
 
+/* A queue-wait bound refuses the tenant that floods, not every tenant: the fair share serves a
+ * light tenant's request ahead of a heavy tenant's backlog, so admission must not predict
+ * that it waits behind all of it (it did, and a two-tenant trace under overload starved the
+ * light tenant at the door). */
+Test(sched_rules, queue_wait_bound_admits_a_light_tenant_past_a_flood)
+{
+    harness *h = h_new("[scheduler]\ntoken_budget = 512\nprefill_chunk = 512\n"
+                       "[class c]\nmax_queue_wait = 300ms\n[tenant a]\n[tenant b]\n", NULL);
+    int a = sched_policy_tenant_index(h->p, "a"), b = sched_policy_tenant_index(h->p, "b");
+    int c = sched_policy_class_index(h->p, "c");
+    cr_assert(a >= 0 && b >= 0 && c >= 0);
+    /* tenant a: 100 prompts of 500 tokens at once, ~0.6 s of prefill at ~84 tokens/ms */
+    for (int i = 0; i < 100; i++) h_add(h, 0, a, c, 500, 4);
+    uint64_t light = h_add(h, 0, b, c, 500, 4);   /* tenant b: one request behind the flood */
+    h_run(h, 5000000);
+    int refused_a = 0;
+    for (uint64_t id = 1; id < light; id++) refused_a += h->r[id].submitted < 0;
+    cr_assert_gt(refused_a, 20, "the flooding tenant is bounded: %d refused", refused_a);
+    cr_assert_eq(h->r[light].submitted, 1, "the light tenant was refused: %s", sched_reject_name(h->r[light].reject));
+    cr_assert_eq(h->r[light].end_kind, SCHED_EV_FINISH, "%s", h->log);
+    cr_assert_leq(h->r[light].first_token, 50000, "the light tenant waited %llu us behind the flood",
+                  (unsigned long long)h->r[light].first_token);
+    h_free(h);
+}
+
 Test(sched_rules, backpressure_pauses_then_cancels)
 {
     harness *h = h_new("[scheduler]\nbackpressure_timeout = 100ms\n", NULL);
