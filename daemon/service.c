@@ -213,19 +213,13 @@ static int iterate(void *ctx, uint64_t now_us)
      * iteration publishes the final state at once (the loop may sleep for long after). */
     if (busy || s->stats_dirty) s->mx_dirty = true;
     if (!busy && s->mx_dirty) {
-        /* At most every SVC_IDLE_PUBLISH_US, and the loop wakes for the one it put off: a
-         * client flooding requests that are answered at once (rejected) makes every
-         * iteration an idle one with news, and each paid the recount and the copy (most of
-         * the loop's time in that flood). */
-        uint64_t since = now_us - s->mx_forced_us;
-        if (since >= SVC_IDLE_PUBLISH_US || now_us < s->mx_forced_us) {
-            stats_update_series_queues(s);
-            metrics_publish(s->mx, s->now_us, 1);
-            s->mx_dirty = false;
-            s->mx_forced_us = now_us;
-        } else {
-            dloop_wake_after_us(s->loop, SVC_IDLE_PUBLISH_US - since);
-        }
+        /* Before the FINISH events of this iteration go out: a client that read its FINISH
+         * and then scrapes sees its request counted. A flood of requests answered at once
+         * (rejected) makes every iteration an idle one with news; the recount skips its walk
+         * when no request lives (stats.c), which was most of the loop's time in that flood. */
+        stats_update_series_queues(s);
+        metrics_publish(s->mx, s->now_us, 1);
+        s->mx_dirty = false;
     }
     if (next_wake) dloop_wake_after_us(s->loop, next_wake);
     if (s->stats_dirty) dloop_wake_after_us(s->loop, SVC_STATS_INTERVAL_US);

@@ -42,8 +42,6 @@
 /* Records the loop takes from one session per iteration (the loop's own bound too). */
 #define SVC_RECORDS_PER_SESSION_ITER 256
 #define SVC_STATS_INTERVAL_US 20000
-/* An idle loop publishes its metrics snapshot at most this often (service.c) */
-#define SVC_IDLE_PUBLISH_US 5000
 /* (tenant, class) series whose queue depths are recounted for the gauges */
 #define SVC_MAX_SERIES 512
 /* The built-in policy's per-uid tenants (uidtenants.c); one more index is "other-uids". */
@@ -166,7 +164,6 @@ struct svc {
 
     /* stats.c (the counters are bumped where the events happen) */
     bool mx_dirty;            /* metrics changed since the last forced publish */
-    uint64_t mx_forced_us;    /* when the idle loop last forced one */
     bool stats_dirty;
     bool stats_write_failed;  /* the stats file could not be written (said once) */
     int max_series_seen;

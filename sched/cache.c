@@ -315,6 +315,13 @@ void sc_cache_start(sched *s, req *r, uint64_t now)
         if (!reload) {
             s->px_recomputed[p] += b - use;
             emit(s, &e);   /* it and everything after it are computed again */
+            r->px_rc_active = true;   /* its realised cost: the steps until computed passes b */
+            r->px_rc_unknown = false;
+            r->px_rc_us = 0;
+            r->px_rc_pool = (uint8_t)p;
+            r->px_rc_target = b * bs;
+            r->px_rc_blocks = b - use;
+            r->px_rc_pred = rc;
             break;
         }
         run[n_run++] = (struct px_run){use, b, p, rl, rc};
@@ -386,10 +393,30 @@ void sc_cache_start(sched *s, req *r, uint64_t now)
     emit(s, &e);
 }
 
+/* The completion record of a cached run recomputed at admission: the estimate then, the
+ * summed full durations of the steps that computed it (null when one was unmeasured). */
+static void rc_run_end(sched *s, req *r, sched_outcome how)
+{
+    r->px_rc_active = false;
+    sched_event e = ev_of(s, SCHED_EV_CACHE_RELOAD, r, s->last_now);
+    e.outcome = how;
+    e.mode = SCHED_PREEMPT_RECOMPUTE;
+    e.blocks = r->px_rc_blocks;
+    e.pool = (sched_pool)r->px_rc_pool;
+    e.tokens = r->px_rc_blocks * s->conf.block_size;
+    e.predicted_us = r->px_rc_pred;
+    e.realised_us = r->px_rc_unknown ? -1 : (double)r->px_rc_us;
+    emit(s, &e);
+}
+
 /* Commit: cache the prompt blocks this step filled. */
 void sc_cache_commit(sched *s, req *r)
 {
     uint32_t bs = s->conf.block_size;
+    if (r->px_rc_active) {
+        if (s->commit_step_us) r->px_rc_us += s->commit_step_us; else r->px_rc_unknown = true;
+        if (r->computed >= r->px_rc_target) rc_run_end(s, r, SCHED_OUTCOME_DONE);
+    }
     while (r->n_pnodes < r->n_pkeys && r->n_pnodes < r->n_dev && (uint64_t)(r->n_pnodes + 1) * bs <= r->computed) {
         uint32_t i = r->n_pnodes, node;
         int rc = sched_prefix_insert(s->px, i ? r->pnodes[i - 1] : SCHED_PREFIX_NONE, r->salt, r->pkeys[i],
@@ -412,6 +439,7 @@ void sc_cache_commit(sched *s, req *r)
  * blocks of dev[] now belong to the cache (the caller frees only the rest). */
 uint32_t sc_cache_release(sched *s, req *r)
 {
+    if (r->px_rc_active) rc_run_end(s, r, SCHED_OUTCOME_ABANDONED);   /* ended or preempted first */
     uint32_t k = r->n_pnodes;
     if (!k) return 0;
     uint64_t before = s->px_evicted;

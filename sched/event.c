@@ -279,6 +279,8 @@ size_t sched_event_json(const sched_event *ev, char *buf, size_t len)
         jstr(&b, "pool", sched_pool_name(ev->pool));
         if (ev->kind == SCHED_EV_CACHE_DEMOTE) jstr(&b, "to", sched_pool_name(ev->to_pool));
         else ju(&b, "tokens", ev->tokens);
+        if (ev->kind == SCHED_EV_CACHE_RELOAD && reason)
+            jstr(&b, "choice", ev->mode == SCHED_PREEMPT_SWAP ? "reload" : "recompute");
         if (ev->kind == SCHED_EV_CACHE_DEMOTE || ev->mode == SCHED_PREEMPT_SWAP) {
             ju(&b, "xfer", ev->xfer);
             ju(&b, "bytes", ev->bytes);

@@ -97,6 +97,14 @@ typedef struct req {
     sched_prefix_key *pkeys; uint32_t n_pkeys, cap_pkeys;
     uint32_t *pnodes; uint32_t n_pnodes, n_found, cap_pnodes;
     uint32_t  cached_tokens;    /* prompt tokens its first admission found cached */
+    /* a cached run on host or disk it chose to recompute at admission: until computed reaches
+     * px_rc_target, the full durations of its steps are summed — the realised cost that
+     * cache_reload's completion record sets next to the recompute estimate */
+    bool      px_rc_active, px_rc_unknown;
+    uint8_t   px_rc_pool;
+    uint32_t  px_rc_target, px_rc_blocks;
+    double    px_rc_pred;
+    uint64_t  px_rc_us;
     /* prefix_order = longest_prefix (order.c), while waiting: its cached prefix in blocks,
      * its place in the order heap, its first entry in the waiter table */
     uint32_t  plen, ow_head;
@@ -215,6 +223,7 @@ struct sched {
     /* prefix cache (NULL when off) and its counters */
     sched_prefix    *px;
     uint64_t         px_query, px_hit, px_self, px_evicted;
+    uint64_t         commit_step_us;   /* the step sched_commit is committing (0: unknown) */
     uint64_t         px_hit_pool[SCHED_POOL__COUNT], px_self_pool[SCHED_POOL__COUNT];
     uint64_t         px_demoted[SCHED_POOL__COUNT], px_reloaded[SCHED_POOL__COUNT];
     uint64_t         px_recomputed[SCHED_POOL__COUNT];

@@ -335,6 +335,7 @@ int sched_commit(sched *s, sched_result *res, size_t n, uint64_t now, uint64_t s
 {
     if (!s || (n && !res)) { sched__set_error("sched_commit: NULL argument"); return -EINVAL; }
     if (now < s->last_now) now = s->last_now;
+    s->commit_step_us = step_us;   /* (cache.c: a recomputed cached run's realised cost) */
     uint64_t prefilled = 0;
     for (size_t i = 0; i < n; i++) {
         sched_finish_reason given = res[i].finished;

@@ -419,7 +419,11 @@ typedef enum sched_event_kind {
                              bytes and these over the tier's bandwidth, plus latency),
                              recompute_cost_us (prefill of those tokens); xfer and bytes when
                              reloaded.  Again with reason "done"|"failed" when the reload
-                             completed: predicted_us = swap_cost_us, realised_us (measured) */
+                             completed: predicted_us = swap_cost_us, realised_us (measured);
+                             for a recompute, "done" when the prefill has computed the run
+                             (or "abandoned" if the request lost its blocks first):
+                             predicted_us = recompute_cost_us, realised_us = the summed full
+                             durations of the steps in between (sched_commit's) */
     SCHED_EV__COUNT
 } sched_event_kind;
 

@@ -2538,8 +2538,9 @@ static void tiers_reload(bool disk)
     cr_expect_str_eq(b, a, "tokens with cached blocks reloaded from %s differ from the cache off", disk ? "disk" : "host");
     const char *tier = disk ? "\"to\":\"disk\"" : "\"to\":\"host\"";
     int demotes = count_lines2(on.declog, "\"ev\":\"cache_demote\"", tier);
-    int reloads = count_lines2(on.declog, "\"ev\":\"cache_reload\"", "\"choice\":\"reload\"");
-    int done = count_lines2(on.declog, "\"ev\":\"cache_reload\"", "\"reason\":\"done\"");
+    /* the decisions (with both estimates), then their completion records */
+    int reloads = count_lines2(on.declog, "\"choice\":\"reload\"", "\"reload_cost_us\":");
+    int done = count_lines2(on.declog, "\"choice\":\"reload\"", "\"reason\":\"done\"");
     int hits = count_lines2(on.declog, "\"ev\":\"cache_hit\"", disk ? "\"disk_tokens\":" : "\"host_tokens\":");
     cr_log_info("%s tier: %d demotion lines, %d reloads (%d completed), %d hits found there, %lld blocks verified",
                 disk ? "disk" : "host", demotes, reloads, done, hits, verified);
@@ -2549,8 +2550,12 @@ static void tiers_reload(bool disk)
     cr_expect_gt(reloads, 0, "no block was reloaded");
     cr_expect_eq(done, reloads, "every reload has its realised-cost record");
     cr_expect_gt(hits, 0, "no hit counted tokens from the tier");
-    const char *rl = find_line2(on.declog, "\"ev\":\"cache_reload\"", "\"choice\":\"reload\"");
+    char rl[4096];   /* find_line2's buffer is reused below */
+    snprintf(rl, sizeof rl, "%s", find_line2(on.declog, "\"choice\":\"reload\"", "\"reload_cost_us\":"));
     cr_expect_lt(json_num_of(rl, "reload_cost_us"), json_num_of(rl, "recompute_cost_us"), "%s", rl);
+    const char *rd = find_line2(on.declog, "\"choice\":\"reload\"", "\"reason\":\"done\"");
+    cr_log_info("%s tier: a reload's estimate %.1f us (recompute %.1f us), its copy took %.1f us", disk ? "disk" : "host",
+                json_num_of(rl, "reload_cost_us"), json_num_of(rl, "recompute_cost_us"), json_num_of(rd, "realised_us"));
     cr_expect_eq(count_lines(off.declog, "\"ev\":\"cache_"), 0, "--no-prefix-cache logged cache events");
     free(a);
     free(b);

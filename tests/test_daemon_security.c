@@ -1189,6 +1189,7 @@ struct work_flood_arg {
 static void work_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
 {
 	const struct work_flood_arg *w = arg;
+	setpgid(0, 0); /* the test pauses it as a group (victim_interleaved) */
 	ringlm_client *c = NULL;
 	if (ringlm_connect(sock, &c) < 0)
 		_exit(4);
@@ -1208,6 +1209,8 @@ static void work_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
 		uint64_t id;
 		while (inflight < w->inflight && ringlm_submit(c, &q, &id) == 0)
 			inflight++;
+		if (told)
+			progress(ready_fd); /* its queue is full again */
 		ringlm_event ev;
 		int wait_ms = 10;
 		while (ringlm_next_event(c, &ev, wait_ms) == 1) {
@@ -1259,9 +1262,6 @@ Test(daemon_security, builtin_policy_gives_each_uid_its_own_tenant_and_share)
 	/* The built-in policy (no --policy); a small KV pool (8 blocks of 16 tokens), so the
 	 * flood's requests queue for blocks while the batch stays small. */
 	dmn_start(&d, NULL, (const char *const[]){ "--kv-blocks", "8", "--metrics", "127.0.0.1:0", NULL });
-	victim base, att;
-	victim_run(d.sock, VICTIM_ROUNDS, &base);
-	cr_assert_eq(base.connect_rc, 0, "unloaded: %s", base.detail);
 	attacker a;
 	/* 1000 requests in flight of 8 + 8 tokens (one block each, never growing): the pool
 	 * holds four of them besides the good client's; the rest queue. In one shared tenant the
@@ -1269,7 +1269,10 @@ Test(daemon_security, builtin_policy_gives_each_uid_its_own_tenant_and_share)
 	 * its own, fair share takes them first. */
 	struct work_flood_arg w = { .inflight = 1000, .n_prompt = 8, .max_new = 8 };
 	attacker_start(&a, work_flood, d.sock, &w);
-	victim_under_attack(d.sock, &base, &att, "another uid's flood of 1000 requests under the built-in policy");
+	/* Paused, the flood's queue runs empty before the good client's paused run (the daemon
+	 * idles); resumed, it is full again before its attacked run. */
+	victim_interleaved(d.sock, d.pid, &a, "another uid's flood of 1000 requests under the built-in policy");
+	kill(-a.pid, SIGCONT); /* never left stopped */
 	attacker_stop(&a);
 
 	/* Each uid is a tenant of its own, named by its uid in the metrics and the logs. */
@@ -1290,8 +1293,6 @@ Test(daemon_security, builtin_policy_gives_each_uid_its_own_tenant_and_share)
 		  "finish lines name tenants \"%s\", not one per uid", dec_tenants);
 	cr_expect(strstr(req_tenants, " uid0 ") && strstr(req_tenants, " uid65534 "),
 		  "the request log names tenants \"%s\", not one per uid", req_tenants);
-	victim_free(&base);
-	victim_free(&att);
 	dmn_finish(&d);
 }
 

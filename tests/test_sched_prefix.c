@@ -1159,7 +1159,20 @@ Test(sched_prefix_tiers, a_slow_tier_makes_admission_recompute_and_logs_both_est
               strstr(line, "\"recompute_cost_us\":"), "%s", line);
     cr_assert_eq(d_entry(pl, 11)->start_pos, 0, "recomputed from the start");
     for (uint32_t i = 0; i < pl->n_transfers; i++) cr_assert(!pl->transfers[i].cache || pl->transfers[i].dir == SCHED_XFER_OUT);
+    double pred = r->recompute_cost_us;
     d_run_until_idle(50);
+    /* and when the prefill has computed the run: the realised cost next to the estimate */
+    const sched_event *done = NULL;
+    for (uint32_t i = 0; i < D.n_ev; i++)
+        if (D.ev[i].kind == SCHED_EV_CACHE_RELOAD && D.ev[i].req == 11 && D.ev[i].outcome) done = &D.ev[i];
+    cr_assert_not_null(done, "no completion record for the recomputed run");
+    cr_assert_eq(done->outcome, SCHED_OUTCOME_DONE);
+    cr_assert_eq(done->mode, SCHED_PREEMPT_RECOMPUTE);
+    cr_assert_eq(done->predicted_us, pred);
+    cr_assert_eq(done->realised_us, -1.0, "the driver's steps carry no duration: unmeasured");
+    sched_event_json(done, line, sizeof line);
+    cr_assert(strstr(line, "\"reason\":\"done\"") && strstr(line, "\"choice\":\"recompute\"") &&
+              strstr(line, "\"realised_us\":null"), "%s", line);
     sched_counts c;
     sched_get_counts(D.s, &c);
     cr_assert_eq(c.prefix_recomputed_blocks[SCHED_POOL_HOST], 3);
