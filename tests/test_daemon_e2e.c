@@ -2502,7 +2502,7 @@ static void run_tiers(const char *model, tier_job *g, const char *const *extra, 
 
 /* The model: the stories15M shape (synthetic weights, no shared data needed), big enough
  * that recomputing a 16-token block costs more than copying it from memory. */
-#define TIER_MODEL "synthetic:stories15M:7"
+#define TIER_MODEL "synthetic:stories110M:7"
 
 static void tier_prompts(tier_job *g)
 {
