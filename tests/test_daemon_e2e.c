@@ -498,9 +498,9 @@ static void preempt_mode_tier(const char *mode, bool disk)
              mode);
     char disk_path[128];
     snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-kvdisk-%d", (int)getpid());
-    const char *extra_host[] = {"--kv-blocks", "40", "--kv-block-size", "16", "--host-kv-blocks", "64",
+    const char *extra_host[] = {"--kv-blocks", "24", "--kv-block-size", "16", "--host-kv-blocks", "64",
                                 "--verify-swaps", NULL};
-    const char *extra_disk[] = {"--kv-blocks", "40", "--kv-block-size", "16", "--disk-kv", disk_path,
+    const char *extra_disk[] = {"--kv-blocks", "24", "--kv-block-size", "16", "--disk-kv", disk_path,
                                 "--disk-kv-blocks", "64", "--verify-swaps", NULL};
     dmn d;
     dmn_start(&d, model, policy, disk ? extra_disk : extra_host);
