@@ -2210,9 +2210,12 @@ static int client_px_kill(void *arg)
 Test(daemon_e2e, prefix_cache_kill9_mid_prefill_of_sharing_requests_leaks_nothing)
 {
     need_daemon_binary();
-    char model[512];
-    model_or_synthetic(model, sizeof model);
-    /* tiny prefill chunks: a 320-token suffix takes 160 iterations to prefill */
+    /* The stories15M shape with tiny prefill chunks: a 176-token suffix takes 88 iterations
+     * of several ms each to prefill, so the victims are still prefilling when the test sees
+     * their cache hits (the decision log is written behind the loop: up to its writer's
+     * 10 ms wait).  On stories260K the whole prefill fits in that lag and a victim could
+     * finish before it was killed. */
+    const char *model = "synthetic:stories15M:7";
     const char *policy = "[scheduler]\nmode = token_budget\ntoken_budget = 32\nprefill_chunk = 2\n";
     dmn d;
     dmn_start(&d, model, policy, NULL);
@@ -2239,8 +2242,8 @@ Test(daemon_e2e, prefix_cache_kill9_mid_prefill_of_sharing_requests_leaks_nothin
     pid_t kids[3];
     for (int i = 0; i < 3; i++) {
         victim[i] = base;
-        for (int k = 64; k < 384; k++) victim[i].prompt[k] = 3 + (13 * k + 7 * i) % 500;
-        victim[i].n_prompt = 384;
+        for (int k = 64; k < 240; k++) victim[i].prompt[k] = 3 + (13 * k + 7 * i) % 500;
+        victim[i].n_prompt = 240;   /* within the shape's 256-token context */
         victim[i].max_new = 8;
         victim[i].ready_fd = pfd[1];
         kids[i] = spawn(client_px_kill, &victim[i]);
