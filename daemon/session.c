@@ -287,6 +287,17 @@ static int count_uid(dloop *l, uid_t uid, int *half_open)
 	return n;
 }
 
+/* Sessions of uid in their half-open grace.  The grace has a per-uid bound as the budget
+ * has: with only the global one, one uid's sockets held every grace slot, and every other
+ * user's connect was then charged at once against a budget that uid had filled too. */
+static int count_in_grace(dloop *l, uid_t uid)
+{
+	int n = 0;
+	for (dsess *s = dloop_sessions(l)->all; s; s = s->next)
+		n += s->check_deferred && s->uid == uid && s->phase != DSESS_ZOMBIE && !s->ending;
+	return n;
+}
+
 static void on_hello(dsess *s, const char *buf, int len);
 static int half_open_refused(dsess *s);
 
@@ -341,7 +352,8 @@ void dsess_accept(dloop *l, int fd)
 	 * budget — as one waiting in the listen backlog would not.  At most max_half_open are
 	 * in their grace at once (the handshake thread leaves the rest in the backlog); past
 	 * that, the budget is charged at once. */
-	if (ls->deferred < dloop_cfg(l)->max_half_open) {
+	if (ls->deferred < dloop_cfg(l)->max_half_open &&
+	    count_in_grace(l, s->uid) < dloop_cfg(l)->max_half_open_per_uid) {
 		s->check_deferred = 1;
 		s->check_at_us = dloop_clock_us(l) + HALF_OPEN_GRACE_US;
 		ls->deferred++;
