@@ -541,6 +541,15 @@ static void victim_interleaved(const char *sock, pid_t daemon, attacker *a, cons
 				"max %.2f ms (paused p50 %.2f), per-token p50 %.3f ms (paused %.3f)\n",
 			attack, w, VICTIM_PAIRS, connect_max, a_ttft, a_ttft_max, b_ttft, a_gap, b_gap);
 		int ok = a_ttft_max < 50.0 && a_gap <= 3 * b_gap + 0.3 && connect_max < 1000.0;
+#ifdef __SANITIZE_ADDRESS__
+		/* ASan makes the daemon's work per record and per session many times costlier
+		 * (a reconnect flood: 3.2 ms of loop CPU a session against ~0.8 ms), so the
+		 * attack's weight on the good client is not this machine's: the sanitizer build
+		 * runs the same attack for memory and UB errors and logs the figures above; the
+		 * latency bounds are asserted by the plain build (make test). */
+		if (ok || w == VICTIM_WINDOWS)
+			return;
+#endif
 		if (ok || w == VICTIM_WINDOWS) {
 			cr_expect_lt(a_ttft_max, 50.0, "%s: a first token took %.2f ms during the attack",
 				     attack, a_ttft_max);
