@@ -161,8 +161,7 @@ Test(gguf_quant, tiled_sgemm_and_fused_matmul_give_the_same_products)
                         ref += (double)dq[j] * x[(size_t)r * k + j];
                         mag += fabs((double)dq[j] * x[(size_t)r * k + j]);
                     }
-                    if ((types[t] == Q_Q8_0 || types[t] == Q_Q4_K || types[t] == Q_Q6_K) &&
-                        rows <= Q_INT_MAX_ROWS)
+                    if (q_int_path(types[t], rows))
                         mag = mag * 1e-5 + q8_act_bound(dq, x + (size_t)r * k, k);
                     else
                         mag *= 1e-5;
@@ -182,11 +181,12 @@ Test(gguf_quant, tiled_sgemm_and_fused_matmul_give_the_same_products)
 
 /* The integer matmul (Q8_0, Q4_K, Q6_K) on each instruction set this CPU has: the same
  * products as the portable path within 1e-5 x sum |w x|, at row counts across its groups of 8
- * and weight tiles of 16 (n = 67 ends in a partial tile), with beta 0 and 1, on activations
- * of very different sizes per block (and an all-zero block). */
+ * and weight tiles of 16 (n = 67 ends in a partial tile), odd ones, and above Q_INT_MAX_ROWS
+ * (AVX-512 VNNI's repacked tiles take any number), with beta 0 and 1, on activations of very
+ * different sizes per block (and an all-zero block). */
 Test(gguf_quant, integer_paths_agree_on_every_instruction_set)
 {
-    const int n = 67, k = 1024, R = Q_INT_MAX_ROWS;
+    const int n = 67, k = 1024, R = 64;
     static const int itypes[] = {Q_Q8_0, Q_Q4_K, Q_Q6_K};
     static const char *const inames[] = {"Q8_0", "Q4_K", "Q6_K"};
     float *w = malloc((size_t)n * k * sizeof *w), *x = malloc((size_t)R * k * sizeof *x);
@@ -200,7 +200,7 @@ Test(gguf_quant, integer_paths_agree_on_every_instruction_set)
     for (int j = 64; j < 96; j++)
         x[j] = 0.0f;
     int best = q_isa(), was = q_isa_cap(Q_ISA_PORTABLE), checked = 0;
-    static const int rows_cases[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, Q_INT_MAX_ROWS};
+    static const int rows_cases[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 31, Q_INT_MAX_ROWS, 33, 64};
     for (size_t t = 0; t < sizeof itypes / sizeof itypes[0]; t++) {
         const size_t rb = q_row_bytes(itypes[t], k);
         for (int i = 0; i < n; i++)
@@ -210,7 +210,12 @@ Test(gguf_quant, integer_paths_agree_on_every_instruction_set)
                 q_isa_cap(Q_ISA_PORTABLE);
                 for (int i = 0; i < rows * n; i++)
                     want[i] = 0.5f;
-                q_matmul(itypes[t], q, n, k, x, rows, (float)beta, want, n);
+                /* the portable integer path takes up to Q_INT_MAX_ROWS rows at a time (each
+                 * row's products do not depend on the others) */
+                for (int r0 = 0; r0 < rows; r0 += Q_INT_MAX_ROWS)
+                    q_matmul(itypes[t], q, n, k, x + (size_t)r0 * k,
+                             rows - r0 < Q_INT_MAX_ROWS ? rows - r0 : Q_INT_MAX_ROWS,
+                             (float)beta, want + (size_t)r0 * n, n);
                 for (int i = 0; i < n && rc == 0 && beta == 0; i++) { /* the stated bound */
                     q_dequant_row(itypes[t], q + i * rb, dq, k);
                     double ref = 0, mag = 0;
@@ -225,6 +230,8 @@ Test(gguf_quant, integer_paths_agree_on_every_instruction_set)
                 for (int isa = Q_ISA_AVX2; isa <= best; isa++) {
                     q_isa_cap(isa);
                     cr_assert_eq(q_isa(), isa);
+                    if (!q_int_path(itypes[t], rows))
+                        continue; /* AVX2 above Q_INT_MAX_ROWS: float tiles, tested above */
                     for (int i = 0; i < rows * n; i++)
                         got[i] = 0.5f;
                     q_matmul(itypes[t], q, n, k, x, rows, (float)beta, got, n);

@@ -819,6 +819,302 @@ ROWS_DISPATCH(q4k_rows_vnni, VNNI, blk_q4_k)
 ROWS_DISPATCH(q6k_rows_avx2, SIMD, blk_q6_k)
 ROWS_DISPATCH(q6k_rows_vnni, VNNI, blk_q6_k)
 
+/* ---- AVX-512 VNNI tiles: 16 weight rows x up to 8 activation rows in registers --------- */
+
+/* Above a few rows the products are compute-bound, and the kernels above spend more
+ * instructions per block on its float scale and horizontal sums than on the integer dot. Here
+ * a tile of VT_COLS weight rows is first repacked (gathers) so that one zmm holds 4 bytes of
+ * the same block of 16 weight rows, one lane each, as unsigned bytes; one vpdpbusd then dots
+ * them with 4 bytes of one activation row broadcast (64 MACs), and the block's scale is one
+ * multiply-add per activation row for all 16 outputs. The activations, quantized as for the
+ * kernels above (the same integers), are laid out block-major so the rows of a pass sit
+ * together. The integer sums are exact: Q8_0's weights are stored as w + 128 and Q6_K's as
+ * q in 0..63, and each block's sum starts at -128 (-32) x its activations' integer sum. */
+#define VT_COLS 16
+#define VT_ROWS 8
+/* From this many rows: at 1 row (decode alone, the weights streamed from memory) repacking
+ * them costs more than the kernels above save (this VM's EPYC, stories110M, 1 thread, CPU
+ * time: Q4_K_M 57 against 111 tok/s, Q8_0 on a par); from 2 rows the tiles win (1 thread,
+ * Q8_0 768x768: 42 against 20 GMAC/s at 2 rows, 190 against 41 at 32). */
+#ifndef VT_MIN_ROWS
+#define VT_MIN_ROWS 2
+#endif
+#define VNNI512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
+
+typedef struct vt_w {  /* one repacked tile of VT_COLS weight rows, nb blocks of 32 */
+    uint8_t *q;        /* [nb][8][16][4] unsigned weights */
+    float *a;          /* [nb][16] block scales */
+    float *m;          /* [nb][16] Q4_K: dmin * m_j */
+    int32_t *sc;       /* [nb][2][16] Q6_K: the two 16-element scales */
+} vt_w;
+
+typedef struct vt_x {  /* the activation rows, block-major */
+    int8_t *q;         /* [nb][rows][32] */
+    float *d;          /* [nb][rows] scales */
+    float *s;          /* [nb][rows] d x sum q (Q4_K's minimums) */
+    int32_t *c32;      /* [nb][rows] -128 x sum q (Q8_0) */
+    int32_t *c16;      /* [2 nb][rows] -32 x sum q per 16 elements (Q6_K) */
+    int rows;
+} vt_x;
+
+VNNI512 static inline __m512 vt_f16x16(__m512i v) /* the low halves of 16 dwords, as f16 */
+{
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+}
+
+/* out[g], lane c: the g-th 4 bytes of the 32 at p + c * rb, for the m (<= 16) columns c < m
+ * (the others 0, never read): two 8x8 transposes of dwords, one in each half of the zmm. */
+VNNI512 static inline __attribute__((always_inline)) void vt_transpose(const char *p, size_t rb,
+                                                                       int m, __m512i out[8])
+{
+    __m512i z[8], t[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        const __m256i lo = _mm256_maskz_loadu_epi32(i < m ? 0xFF : 0, p + (size_t)i * rb);
+        const __m256i hi = _mm256_maskz_loadu_epi32(i + 8 < m ? 0xFF : 0, p + (size_t)(i + 8) * rb);
+        z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(z[i], z[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(z[i], z[i + 1]);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i += 4) {
+        z[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        z[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        z[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        z[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    const __m512i lo128 = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i hi128 = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+#pragma GCC unroll 8
+    for (int i = 0; i < 4; i++) {
+        out[i] = _mm512_permutex2var_epi64(z[i], lo128, z[i + 4]);
+        out[i + 4] = _mm512_permutex2var_epi64(z[i], hi128, z[i + 4]);
+    }
+}
+
+/* Q8_0: the m (<= 16) rows of w at rb bytes apart, all nb blocks. */
+VNNI512 static void vt_pack_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_w *t)
+{
+    const __mmask16 mask = (__mmask16)((1u << m) - 1);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                             11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)rb));
+    const __m512i flip = _mm512_set1_epi32((int)0x80808080u), z = _mm512_setzero_si512();
+    for (int64_t b = 0; b < nb; b++) {
+        const char *base = w + b * (int64_t)sizeof(blk_q8_0);
+        _mm512_storeu_ps(t->a + b * 16, vt_f16x16(_mm512_mask_i32gather_epi32(z, mask, idx, base, 1)));
+        __m512i v[8];
+        vt_transpose(base + 2, rb, m, v);
+        for (int g = 0; g < 8; g++)
+            _mm512_storeu_si512(t->q + (b * 8 + g) * 64, _mm512_xor_si512(v[g], flip));
+    }
+}
+
+/* Q4_K: per 256 elements, d, dmin, the 6-bit (scale, min) pairs unpacked in vectors (as
+ * scale_min_k4), and the nibbles of each 32 bytes as two blocks. */
+VNNI512 static void vt_pack_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t)
+{
+    const __mmask16 mask = (__mmask16)((1u << m) - 1);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                             11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)rb));
+    const __m512i z = _mm512_setzero_si512(), m4 = _mm512_set1_epi32(0x0F0F0F0F);
+    const __m512i m6 = _mm512_set1_epi32(63), m2 = _mm512_set1_epi32(3), m4s = _mm512_set1_epi32(15);
+    for (int64_t sb = 0; sb < nb / 8; sb++) {
+        const char *base = w + sb * (int64_t)sizeof(blk_q4_k);
+        const __m512i dd = _mm512_mask_i32gather_epi32(z, mask, idx, base, 1);
+        const __m512 d = vt_f16x16(dd), dmin = vt_f16x16(_mm512_srli_epi32(dd, 16));
+        const __m512i D0 = _mm512_mask_i32gather_epi32(z, mask, idx, base + 4, 1);
+        const __m512i D1 = _mm512_mask_i32gather_epi32(z, mask, idx, base + 8, 1);
+        const __m512i D2 = _mm512_mask_i32gather_epi32(z, mask, idx, base + 12, 1);
+        float *a = t->a + sb * 8 * 16, *mm = t->m + sb * 8 * 16;
+        for (int j = 0; j < 4; j++) {
+            const __m512i b0 = _mm512_srli_epi32(D0, 8 * j), b1 = _mm512_srli_epi32(D1, 8 * j);
+            const __m512i b2 = _mm512_srli_epi32(D2, 8 * j);
+            const __m512i sc = _mm512_and_si512(b0, m6), mn = _mm512_and_si512(b1, m6);
+            const __m512i sc4 = _mm512_or_si512(_mm512_and_si512(b2, m4s),
+                                                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b0, 6), m2), 4));
+            const __m512i mn4 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(b2, 4), m4s),
+                                                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b1, 6), m2), 4));
+            _mm512_storeu_ps(a + j * 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+            _mm512_storeu_ps(mm + j * 16, _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)));
+            _mm512_storeu_ps(a + (j + 4) * 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc4)));
+            _mm512_storeu_ps(mm + (j + 4) * 16, _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn4)));
+        }
+        for (int jj = 0; jj < 4; jj++) {
+            __m512i v[8];
+            vt_transpose(base + 16 + 32 * jj, rb, m, v);
+            for (int g = 0; g < 8; g++) {
+                _mm512_storeu_si512(t->q + ((sb * 8 + 2 * jj) * 8 + g) * 64, _mm512_and_si512(v[g], m4));
+                _mm512_storeu_si512(t->q + ((sb * 8 + 2 * jj + 1) * 8 + g) * 64,
+                                    _mm512_and_si512(_mm512_srli_epi32(v[g], 4), m4));
+            }
+        }
+    }
+}
+
+/* Q6_K: per 256 elements, d (read as the upper half of the dword ending the block), the
+ * sixteen int8 scales, and the 6-bit values of each 32-element chunk (see Q6K_ROWS_KERNEL). */
+VNNI512 static void vt_pack_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t)
+{
+    const __mmask16 mask = (__mmask16)((1u << m) - 1);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                             11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)rb));
+    const __m512i z = _mm512_setzero_si512(), m4 = _mm512_set1_epi32(0x0F0F0F0F);
+    const __m512i m2 = _mm512_set1_epi32(0x03030303);
+    for (int64_t sb = 0; sb < nb / 8; sb++) {
+        const char *base = w + sb * (int64_t)sizeof(blk_q6_k);
+        const __m512 d = vt_f16x16(_mm512_srli_epi32(_mm512_mask_i32gather_epi32(z, mask, idx, base + 206, 1), 16));
+        __m512i S[4];
+        for (int i = 0; i < 4; i++)
+            S[i] = _mm512_mask_i32gather_epi32(z, mask, idx, base + 192 + 4 * i, 1);
+        for (int c32 = 0; c32 < 8; c32++) {
+            const int64_t b = sb * 8 + c32;
+            _mm512_storeu_ps(t->a + b * 16, d);
+            for (int hh = 0; hh < 2; hh++) {
+                const int G = 2 * c32 + hh; /* scales[G], a signed byte */
+                _mm512_storeu_si512(t->sc + (b * 2 + hh) * 16,
+                                    _mm512_srai_epi32(_mm512_slli_epi32(S[G / 4], 24 - 8 * (G % 4)), 24));
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            __m512i vl0[8], vl1[8], vh[8];
+            vt_transpose(base + 64 * h, rb, m, vl0);
+            vt_transpose(base + 64 * h + 32, rb, m, vl1);
+            vt_transpose(base + 128 + 32 * h, rb, m, vh);
+            for (int g = 0; g < 8; g++) {
+                const __m512i L0 = vl0[g], L1 = vl1[g], H = vh[g];
+                const __m512i q[4] = {
+                    _mm512_or_si512(_mm512_and_si512(L0, m4), _mm512_slli_epi32(_mm512_and_si512(H, m2), 4)),
+                    _mm512_or_si512(_mm512_and_si512(L1, m4),
+                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(H, 2), m2), 4)),
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(L0, 4), m4),
+                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(H, 4), m2), 4)),
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(L1, 4), m4),
+                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(H, 6), m2), 4)),
+                };
+                for (int c = 0; c < 4; c++)
+                    _mm512_storeu_si512(t->q + ((sb * 8 + 4 * h + c) * 8 + g) * 64, q[c]);
+            }
+        }
+    }
+}
+
+/* The R (a constant, 1..VT_ROWS) activation rows from r0 times the tile, into y's 16 columns
+ * (mask: those that exist). TYPE is a constant too. */
+VNNI512 static inline __attribute__((always_inline)) void
+vt_kernel(const int TYPE, const int R, const vt_w *w, int64_t nb, const vt_x *x, int r0,
+          float beta, float *y, int ld_y, __mmask16 mask)
+{
+    __m512 acc[VT_ROWS];
+    const int rows = x->rows;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *wq = w->q + b * 512;
+        const int8_t *xq = x->q + ((size_t)b * rows + r0) * 32;
+        __m512i p[VT_ROWS], p2[VT_ROWS];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            if (TYPE == Q_Q8_0) {
+                p[r] = _mm512_set1_epi32(x->c32[(size_t)b * rows + r0 + r]);
+            } else if (TYPE == Q_Q6_K) {
+                p[r] = _mm512_set1_epi32(x->c16[(size_t)2 * b * rows + r0 + r]);
+                p2[r] = _mm512_set1_epi32(x->c16[(size_t)(2 * b + 1) * rows + r0 + r]);
+            } else {
+                p[r] = _mm512_setzero_si512();
+            }
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            const __m512i wv = _mm512_loadu_si512(wq + 64 * g);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                int32_t xv;
+                memcpy(&xv, xq + 32 * r + 4 * g, 4);
+                if (TYPE == Q_Q6_K && g >= 4)
+                    p2[r] = _mm512_dpbusd_epi32(p2[r], wv, _mm512_set1_epi32(xv));
+                else
+                    p[r] = _mm512_dpbusd_epi32(p[r], wv, _mm512_set1_epi32(xv));
+            }
+        }
+        if (TYPE == Q_Q6_K) {
+            const __m512i s0 = _mm512_loadu_si512(w->sc + b * 32);
+            const __m512i s1 = _mm512_loadu_si512(w->sc + b * 32 + 16);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                p[r] = _mm512_add_epi32(_mm512_mullo_epi32(p[r], s0), _mm512_mullo_epi32(p2[r], s1));
+        }
+        const __m512 a = _mm512_loadu_ps(w->a + b * 16);
+        const float *dx = x->d + (size_t)b * rows + r0;
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[r]), _mm512_mul_ps(a, _mm512_set1_ps(dx[r])),
+                                     acc[r]);
+        if (TYPE == Q_Q4_K) {
+            const __m512 mn = _mm512_loadu_ps(w->m + b * 16);
+            const float *sx = x->s + (size_t)b * rows + r0;
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                acc[r] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(sx[r]), acc[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        float *yr = y + (size_t)(r0 + r) * ld_y;
+        __m512 v = acc[r];
+        if (beta != 0.0f)
+            v = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(mask, yr)), v);
+        _mm512_mask_storeu_ps(yr, mask, v);
+    }
+}
+
+#define VT_DISPATCH(name, TYPE)                                                               \
+    VNNI512 static void name(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R,         \
+                             float beta, float *y, int ld_y, __mmask16 mask)                  \
+    {                                                                                         \
+        switch (R) {                                                                          \
+        case 1: vt_kernel(TYPE, 1, w, nb, x, r0, beta, y, ld_y, mask); break;                 \
+        case 2: vt_kernel(TYPE, 2, w, nb, x, r0, beta, y, ld_y, mask); break;                 \
+        case 3: vt_kernel(TYPE, 3, w, nb, x, r0, beta, y, ld_y, mask); break;                 \
+        case 4: vt_kernel(TYPE, 4, w, nb, x, r0, beta, y, ld_y, mask); break;                 \
+        case 5: vt_kernel(TYPE, 5, w, nb, x, r0, beta, y, ld_y, mask); break;                 \
+        case 6: vt_kernel(TYPE, 6, w, nb, x, r0, beta, y, ld_y, mask); break;                 \
+        case 7: vt_kernel(TYPE, 7, w, nb, x, r0, beta, y, ld_y, mask); break;                 \
+        default: vt_kernel(TYPE, 8, w, nb, x, r0, beta, y, ld_y, mask); break;                \
+        }                                                                                     \
+    }
+VT_DISPATCH(vt_rows_q8_0, Q_Q8_0)
+VT_DISPATCH(vt_rows_q4_k, Q_Q4_K)
+VT_DISPATCH(vt_rows_q6_k, Q_Q6_K)
+
+/* The rows of xq (row-major, as the kernels above take them) block-major, with the integer
+ * sums Q8_0 and Q6_K start from. */
+VNNI512 static void vt_layout(const xq8 *xq, int rows, int64_t k, const vt_x *t)
+{
+    const int64_t nb = k / 32;
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int r = 0; r < rows; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(xq->q + (size_t)r * k + b * 32));
+            _mm256_storeu_si256((__m256i *)(t->q + ((size_t)b * rows + r) * 32), v);
+            t->d[(size_t)b * rows + r] = xq->d[(size_t)r * nb + b];
+            t->s[(size_t)b * rows + r] = xq->s[(size_t)r * nb + b];
+            /* byte sums of v ^ 0x80 per 8 bytes are the signed sums + 8 x 128 */
+            const __m256i s8 = _mm256_sad_epu8(_mm256_xor_si256(v, flip), _mm256_setzero_si256());
+            const int s0 = _mm256_extract_epi32(s8, 0) + _mm256_extract_epi32(s8, 2) - 2048;
+            const int s1 = _mm256_extract_epi32(s8, 4) + _mm256_extract_epi32(s8, 6) - 2048;
+            t->c32[(size_t)b * rows + r] = -128 * (s0 + s1);
+            t->c16[(size_t)2 * b * rows + r] = -32 * s0;
+            t->c16[(size_t)(2 * b + 1) * rows + r] = -32 * s1;
+        }
+}
+
 /* ---- matmul ------------------------------------------------------------------------- */
 
 /* A dequantized tile stays within ~256 KiB (the L2 of the cores it runs on). */
@@ -885,25 +1181,77 @@ static void matmul_fused(int type, const void *w, int n, int k, const float *x, 
 typedef void rows_fn(const void *w, int n, int64_t k, const xq8 *x, int rows, float beta,
                      float *y, int ld_y);
 
+/* Bytes at *off in a buffer, 64-aligned; returns the offset of the carved region. */
+static size_t carve(size_t *off, size_t bytes)
+{
+    size_t at = (*off + 63) & ~(size_t)63;
+    *off = at + bytes;
+    return at;
+}
+
 static bool matmul_int(int type, const void *w, int n, int k, const float *x, int rows,
                        float beta, float *y, int ld_y)
 {
-    const size_t nb = (size_t)k / 32;
-    float *buf = tile_get((size_t)rows * (2 * nb + (size_t)k / 4));
+    const size_t nb = (size_t)k / 32, R = (size_t)rows;
+    const int isa = q_isa();
+    const bool vt = isa >= Q_ISA_AVX512 && rows >= VT_MIN_ROWS;
+    size_t off = 0;
+    const size_t o_d = carve(&off, R * nb * 4), o_s = carve(&off, R * nb * 4);
+    const size_t o_q = carve(&off, R * (size_t)k);
+    size_t o_tq = 0, o_td = 0, o_ts = 0, o_c32 = 0, o_c16 = 0, o_wq = 0, o_wa = 0, o_wm = 0, o_ws = 0,
+           o_wr = 0;
+    if (vt) {
+        o_tq = carve(&off, R * (size_t)k);
+        o_td = carve(&off, R * nb * 4);
+        o_ts = carve(&off, R * nb * 4);
+        o_c32 = carve(&off, R * nb * 4);
+        o_c16 = carve(&off, 2 * R * nb * 4);
+        o_wq = carve(&off, nb * 512);
+        o_wa = carve(&off, nb * 64);
+        o_wm = carve(&off, nb * 64);
+        o_ws = carve(&off, nb * 128);
+        o_wr = carve(&off, VT_COLS * q_row_bytes(type, k));
+    }
+    char *buf = (char *)tile_get(off / 4 + 16 + 1);
     if (!buf)
         return false;
-    xq8 xq = {.d = buf, .s = buf + (size_t)rows * nb, .q = (int8_t *)(buf + 2 * (size_t)rows * nb)};
-    const int isa = q_isa();
+    buf += (64 - (uintptr_t)buf % 64) % 64;
+    xq8 xq = {.d = (float *)(buf + o_d), .s = (float *)(buf + o_s), .q = (int8_t *)(buf + o_q)};
     for (int r = 0; r < rows; r++)
         (isa ? xq8_row_avx2 : xq8_row_portable)(x + (size_t)r * k, xq.q + (size_t)r * k,
                                                   xq.d + (size_t)r * nb, xq.s + (size_t)r * nb, k);
+    const size_t rb = q_row_bytes(type, k);
+    if (vt) {
+        const vt_x xt = {.q = (int8_t *)(buf + o_tq), .d = (float *)(buf + o_td),
+                         .s = (float *)(buf + o_ts), .c32 = (int32_t *)(buf + o_c32),
+                         .c16 = (int32_t *)(buf + o_c16), .rows = rows};
+        const vt_w wt = {.q = (uint8_t *)(buf + o_wq), .a = (float *)(buf + o_wa),
+                         .m = (float *)(buf + o_wm), .sc = (int32_t *)(buf + o_ws)};
+        vt_layout(&xq, rows, k, &xt);
+        for (int i0 = 0; i0 < n; i0 += VT_COLS) {
+            const int m = n - i0 < VT_COLS ? n - i0 : VT_COLS;
+            /* the tile's rows copied first, one after the other: read in place, 16 rows at
+             * once, they came from memory at a sixth of the speed (the prefetchers follow a
+             * few streams, not 16 rows a block at a time) */
+            char *wi = buf + o_wr;
+            memcpy(wi, (const char *)w + (size_t)i0 * rb, (size_t)m * rb);
+            (type == Q_Q8_0 ? vt_pack_q8_0 : type == Q_Q4_K ? vt_pack_q4_k : vt_pack_q6_k)(
+                wi, rb, m, (int64_t)nb, &wt);
+            const __mmask16 mask = (__mmask16)((1u << m) - 1);
+            for (int r0 = 0; r0 < rows; r0 += VT_ROWS) {
+                const int g = rows - r0 < VT_ROWS ? rows - r0 : VT_ROWS;
+                (type == Q_Q8_0 ? vt_rows_q8_0 : type == Q_Q4_K ? vt_rows_q4_k : vt_rows_q6_k)(
+                    &wt, (int64_t)nb, &xt, r0, g, beta, y + i0, ld_y, mask);
+            }
+        }
+        return true;
+    }
     rows_fn *const kerns[3][3] = {
         {q8_rows_portable, q8_rows_avx2, q8_rows_vnni},
         {q4k_rows_portable, q4k_rows_avx2, q4k_rows_vnni},
         {q6k_rows_portable, q6k_rows_avx2, q6k_rows_vnni},
     };
     rows_fn *kern = kerns[type == Q_Q8_0 ? 0 : type == Q_Q4_K ? 1 : 2][isa];
-    const size_t rb = q_row_bytes(type, k);
     for (int i0 = 0; i0 < n; i0 += Q8_TILE) {
         const int m = n - i0 < Q8_TILE ? n - i0 : Q8_TILE;
         for (int r0 = 0; r0 < rows; r0 += Q8_GROUP_ROWS) {
@@ -917,12 +1265,32 @@ static bool matmul_int(int type, const void *w, int n, int k, const float *x, in
     return true;
 }
 
+#define Q_INT_CHUNK_ROWS 256
+
+bool q_int_path(int type, int rows)
+{
+    return (type == Q_Q8_0 || type == Q_Q4_K || type == Q_Q6_K) &&
+           (rows <= Q_INT_MAX_ROWS || q_isa() >= Q_ISA_AVX512);
+}
+
 void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, float beta,
               float *y, int ld_y)
 {
-    if ((type == Q_Q8_0 || type == Q_Q4_K || type == Q_Q6_K) && rows <= Q_INT_MAX_ROWS &&
-        matmul_int(type, w, n, k, x, rows, beta, y, ld_y))
-        return;
+    if (q_int_path(type, rows)) {
+        /* in chunks of rows, so the quantized activations stay within a few MiB */
+        int r0 = 0;
+        for (; r0 < rows; r0 += Q_INT_CHUNK_ROWS) {
+            const int g = rows - r0 < Q_INT_CHUNK_ROWS ? rows - r0 : Q_INT_CHUNK_ROWS;
+            if (!matmul_int(type, w, n, k, x + (size_t)r0 * k, g, beta, y + (size_t)r0 * ld_y,
+                            ld_y))
+                break;
+        }
+        if (r0 >= rows)
+            return;
+        x += (size_t)r0 * k; /* no memory for the rest: the float paths need less */
+        y += (size_t)r0 * ld_y;
+        rows -= r0;
+    }
     if (rows <= FUSED_MAX_ROWS) {
         matmul_fused(type, w, n, k, x, rows, beta, y, ld_y);
         return;
