@@ -786,6 +786,8 @@ Test(daemon_security, undeliverable_rejects_are_bounded_and_cost_nothing_per_ite
 struct reconnect_flood_arg {
 	int per_session;
 	uint32_t sessions, refused; /* shared with the test (MAP_SHARED) */
+	int refused_rc, detail_taken; /* the first refusal: its errno and what it said */
+	char detail[200];
 };
 
 static void reconnect_loop(const char *sock, struct reconnect_flood_arg *w, int ready_fd, bool first,
@@ -800,9 +802,14 @@ static void reconnect_loop(const char *sock, struct reconnect_flood_arg *w, int 
 	int told = !first;
 	for (double until = now_ms() + 60000; now_ms() < until && !stop_asked(stop_fd, 0);) {
 		ringlm_client *c = NULL;
-		if (ringlm_connect(sock, &c) < 0) {
+		int rc = ringlm_connect(sock, &c);
+		if (rc < 0) {
 			/* refused (a limit): try again at once, as an attacker does */
 			uint32_t r = __atomic_add_fetch(&w->refused, 1, __ATOMIC_RELAXED);
+			if (!__atomic_exchange_n(&w->detail_taken, 1, __ATOMIC_RELAXED)) {
+				snprintf(w->detail, sizeof w->detail, "%s", ringlm_errdetail());
+				__atomic_store_n(&w->refused_rc, rc, __ATOMIC_RELEASE);
+			}
 			if (!told && r > 1000 && !(told = say(ready_fd, 'f')))
 				_exit(5);
 			continue;
@@ -840,10 +847,29 @@ static void reconnect_reject_flood(const char *sock, int ready_fd, int stop_fd, 
 			waitpid(kids[k], NULL, 0);
 }
 
+/* 1 when the daemon under test has this command-line option (its --help names it): a test
+ * turns off a bound that is not its subject where the daemon has it, and still runs against
+ * an older build (perf/flood_ab.sh compares two). */
+static bool daemon_has_option(const char *opt)
+{
+	char cmd[600], line[512];
+	snprintf(cmd, sizeof cmd, "'%s/ringlmd' --help 2>&1", bin_dir());
+	FILE *p = popen(cmd, "r");
+	bool has = false;
+	while (p && fgets(line, sizeof line, p))
+		has |= strstr(line, opt) != NULL;
+	if (p)
+		pclose(p);
+	return has;
+}
+
 Test(daemon_security, a_reconnecting_reject_flood_does_not_stall_another_user)
 {
 	dmn d;
-	dmn_start(&d, two_tenants, NULL);
+	/* What a session costs the daemon is this test's subject, not the connect rate bound
+	 * (the connect flood test's): off here. */
+	bool rate_flag = daemon_has_option("--connect-rate-per-uid");
+	dmn_start(&d, two_tenants, (const char *const[]){ rate_flag ? "--connect-rate-per-uid" : NULL, "0", NULL });
 	attacker a;
 	struct reconnect_flood_arg *w = mmap(NULL, sizeof *w, PROT_READ | PROT_WRITE,
 					     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -1615,5 +1641,88 @@ Test(daemon_security, past_63_uids_share_other_uids_and_a_slot_passes_on_only_on
 	snprintf(want, sizeof want, "uid %u shares tenant other-uids", u65);
 	cr_expect_eq(count_lines_with(d.errlog, want), 0, "uid %u was sent to other-uids", u65);
 	unlink(stats);
+	dmn_finish(&d);
+}
+
+/* ---- a uid's connect rate ----------------------------------------------------------------- */
+
+/* A pure connect/disconnect loop (RECONNECT_PROCS processes of one uid, no request at all):
+ * each session costs the loop its setup and teardown (~0.8 ms, mostly unmapping its rings),
+ * so with no bound one uid held the loop with connects alone. The uid's sessions are bounded
+ * by its token bucket (the rest refused with -EAGAIN and the wait), the good client (another
+ * uid) keeps its latency, a third uid connects as usual, and the refusals' log lines are
+ * rate-limited. */
+#define CONNECT_RATE 20
+#define CONNECT_BURST 20
+#define SEC_STR_(x) #x
+#define SEC_STR(x) SEC_STR_(x)
+
+static const char three_tenants[] =
+	"[scheduler]\n"
+	"mode = token_budget\n"
+	"token_budget = 256\n"
+	"prefill_chunk = 128\n"
+	"max_active_seqs = 32\n"
+	"default_tenant =\n"
+	"[tenant good]\n"
+	"uids = 0\n"
+	"[tenant evil]\n"
+	"uids = 65534\n"
+	"[tenant third]\n"
+	"uids = 30500\n";
+
+Test(daemon_security, one_uids_connect_loop_is_rate_bounded_and_another_user_keeps_its_latency)
+{
+	dmn d;
+	dmn_start(&d, three_tenants, (const char *const[]){ "--connect-rate-per-uid", SEC_STR(CONNECT_RATE),
+				 "--connect-burst-per-uid", SEC_STR(CONNECT_BURST), NULL });
+	attacker a;
+	struct reconnect_flood_arg *w = mmap(NULL, sizeof *w, PROT_READ | PROT_WRITE,
+					     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(w, MAP_FAILED);
+	w->per_session = 0;
+	double t_start = now_ms();
+	attacker_start(&a, reconnect_reject_flood, d.sock, w);
+	cr_assert(a.verdict == 'r' || a.verdict == 'p', "the connect loop could not open 10 sessions");
+	victim_interleaved(d.sock, d.pid, &a, "one uid's connect/disconnect loop");
+	kill(-a.pid, SIGCONT); /* never left stopped */
+
+	/* Another uid (not the good client's, not the attacker's) connects and is served. */
+	uid_client other;
+	uid_client_start(&other, UID_BASE + 500, d.sock);
+	uid_client_ready(&other, UID_BASE + 500);
+	uid_client_stop(&other);
+
+	/* The attacker's sessions over a window of its own: at most the rate, and the burst
+	 * (the bucket refilled while it was paused) once. */
+	uint32_t s0 = __atomic_load_n(&w->sessions, __ATOMIC_RELAXED);
+	uint32_t r0 = __atomic_load_n(&w->refused, __ATOMIC_RELAXED);
+	double t0 = now_ms(), cpu0 = loop_cpu_ns(d.pid);
+	th_pause_ms(2000); /* a measurement window, not a synchronisation */
+	uint32_t s1 = __atomic_load_n(&w->sessions, __ATOMIC_RELAXED);
+	uint32_t r1 = __atomic_load_n(&w->refused, __ATOMIC_RELAXED);
+	double secs = (now_ms() - t0) / 1000, loop_pct = (loop_cpu_ns(d.pid) - cpu0) / 1e7 / secs;
+	attacker_stop(&a);
+	double limit = CONNECT_RATE * secs + CONNECT_BURST + 2;
+	fprintf(stderr, "connect loop of one uid: %u sessions and %u refused in %.1f s (at most %.0f "
+			"allowed), the daemon's loop at %.0f%% of a CPU; over the whole test %u sessions, %u "
+			"refused in %.1f s\n",
+		s1 - s0, r1 - r0, secs, limit, loop_pct, w->sessions, w->refused, (now_ms() - t_start) / 1000);
+	cr_expect_leq(s1 - s0, limit, "the attacker's uid ran %u sessions in %.1f s at %d a second", s1 - s0,
+		      secs, CONNECT_RATE);
+	cr_expect_gt(r1 - r0, 0u, "no connect was refused: the loop was not bounded");
+	int rc = __atomic_load_n(&w->refused_rc, __ATOMIC_ACQUIRE);
+	cr_expect_eq(rc, -EAGAIN, "a refused connect returned %d (%s), not -EAGAIN", rc, w->detail);
+	cr_expect(strstr(w->detail, "connect rate") && strstr(w->detail, "retry in"),
+		  "the refusal says \"%s\"", w->detail);
+	dmn_stop(&d);
+	/* Every refusal is a line the attacker makes the daemon write: at most 10 a second. */
+	double test_s = (now_ms() - t_start) / 1000;
+	int lines = count_lines_with(d.errlog, "connect rate");
+	fprintf(stderr, "connect loop: %d refusal lines in the daemon's log in %.1f s\n", lines, test_s);
+	cr_expect_leq(lines, 10 * (test_s + 1), "%d refusal lines in %.1f s", lines, test_s);
+	cr_expect_gt(count_lines_with(d.errlog, "not shown (rate limit)"), 0,
+		     "the refusals not shown are not counted in the log");
+	munmap(w, sizeof *w);
 	dmn_finish(&d);
 }
