@@ -383,9 +383,9 @@ static void hs_round(dloop *l)
 		if (!hs_lock(l))
 			return;
 	}
-	/* At most max_half_open sessions are in their half-open grace (dsess_accept); more
+	/* At most max_sessions sessions are in their half-open grace (dsess_accept); more
 	 * wait in the listen backlog, as without the thread. */
-	while (!hs_yield(l) && l->sessions.deferred < l->cfg.max_half_open && accept_one(l))
+	while (!hs_yield(l) && l->sessions.deferred < l->cfg.max_sessions && accept_one(l))
 		;
 	dsess_hellos_ready(l, hs_yield);
 	pthread_mutex_unlock(&l->mu);

@@ -349,11 +349,15 @@ void dsess_accept(dloop *l, int fd)
 	/* No hello yet.  The loop, and more so the handshake thread, can accept in the
 	 * microseconds between a client's connect and its hello: charge the half-open budget
 	 * after a grace (dsess_check_deferred), during which the connection counts for no
-	 * budget — as one waiting in the listen backlog would not.  At most max_half_open are
-	 * in their grace at once (the handshake thread leaves the rest in the backlog); past
-	 * that, the budget is charged at once. */
-	if (ls->deferred < dloop_cfg(l)->max_half_open &&
-	    count_in_grace(l, s->uid) < dloop_cfg(l)->max_half_open_per_uid) {
+	 * budget — as one waiting in the listen backlog would not.  At most max_sessions are in
+	 * their grace at once (the handshake thread leaves the rest in the backlog), and of one
+	 * uid at most its max_sessions_per_uid: a burst of one user's clients as large as its
+	 * session limit all get the grace (with 8 a uid, as the half-open budget, 13 of a burst
+	 * of 64 on a loaded machine were refused before their hello was out), while one uid's
+	 * half-open flood holds only its share of the grace slots.  Past either, the budget is
+	 * charged at once. */
+	if (ls->deferred < dloop_cfg(l)->max_sessions &&
+	    count_in_grace(l, s->uid) < dloop_cfg(l)->max_sessions_per_uid) {
 		s->check_deferred = 1;
 		s->check_at_us = dloop_clock_us(l) + HALF_OPEN_GRACE_US;
 		ls->deferred++;
