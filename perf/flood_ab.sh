@@ -39,7 +39,7 @@ echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$out" "$ROUNDS" <<'EOF'
 import re, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
-win = re.compile(r"^(.*) \(window (\d+), \d+ pairs\): .*TTFT p50 [\d.]+ ms max ([\d.]+) ms .*"
+win = re.compile(r"^(.*) \(window (\d+), \d+ (?:pairs|runs)\): .*TTFT p50 [\d.]+ ms max ([\d.]+) ms .*"
                  r"per-token p50 ([\d.]+) ms \(paused ([\d.]+)\)")
 cost = re.compile(r"reconnecting reject flood: (\d+) sessions in ([\d.]+) s.* took (\d+) page faults"
                   r".*? and its loop ([\d.]+) ms of CPU a session")
