@@ -20,6 +20,7 @@
 #include "sim/service.h"
 #include "sim/trace.h"
 #include "sim/tune.h"
+#include "sim/tune_internal.h"   /* tune_derive_trace: the search's copies of a trace */
 
 static sched_policy *policy(const char *text)
 {
@@ -460,6 +461,47 @@ Test(sim_tune, goodput_bound_is_above_what_policies_reach)
         sched_policy_free(p);
     }
     sched_policy_free(p0);
+    sim_trace_free(&t);
+    sim_service_free(&svc);
+}
+
+/* A recorded request log carries its prompts' block hashes (ringlmd --request-log), and the
+ * search's copies of the trace (a window, a load) must carry them too: the prefix cache reads
+ * them.  The shared-prefix workload has them; the search runs on it, and a candidate's copy
+ * of the whole trace serves as many prefix hits as the trace itself. */
+Test(sim_tune, searches_a_trace_with_block_hashes)
+{
+    sim_service svc;
+    sim_service_default(&svc);
+    sim_scenario scn;
+    sim_trace t;
+    const char *par[] = {"n=60", "rate=4", "system_prompts=2", "system_len=128", "turns=3", "one_off=0"};
+    cr_assert_eq(sim_gen_workload(&t, "shared-prefix", par, 6, &svc, 7, &scn), 0, "%s", sim_err());
+    cr_assert_gt(t.n_hashes, 0);
+    sim_trace copy;
+    cr_assert_eq(tune_derive_trace(&t, 0, -1, 2, 1, &copy), 0, "%s", sim_err());
+    cr_assert_eq(copy.n, t.n);
+    for (size_t i = 0; i < copy.n; i++) {
+        cr_assert_eq(copy.reqs[i].n_hash, t.reqs[i].n_hash);
+        for (uint32_t b = 0; b < copy.reqs[i].n_hash; b++)
+            cr_assert_eq(copy.hashes[copy.reqs[i].hash_off + b], t.hashes[t.reqs[i].hash_off + b], "request %zu block %u", i, b);
+    }
+    sim_trace_free(&copy);
+    sched_policy *base = policy(budget_policy);
+    sim_tune_opts o;
+    sim_tune_opts_defaults(&o);
+    o.spec = "token_budget=64,256";
+    o.run.svc = &svc;
+    o.jobs = 2;
+    o.loads[0] = 1;
+    o.loads[1] = 2;
+    o.n_loads = 2;
+    sim_tune_result r;
+    cr_assert_eq(sim_tune(&t, base, &o, &r), 0, "%s", sim_err());
+    cr_assert(r.cands[r.best].rung[2].done);
+    cr_assert_gt(r.cands[r.best].rung[2].goodput_rps, 0);
+    sim_tune_result_free(&r);
+    sched_policy_free(base);
     sim_trace_free(&t);
     sim_service_free(&svc);
 }
