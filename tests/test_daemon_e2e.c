@@ -90,6 +90,7 @@ static void dump_file(const char *path, const char *what)
 
 /* Starts ringlmd (tests/helpers.c) with its stats file and logs in its private directory;
  * returns once its socket answers and its stats file exists. */
+#define DMN_START_MS 100000
 static void dmn_start(dmn *d, const char *model, const char *policy_text, const char *const *extra)
 {
     memset(d, 0, sizeof *d);
@@ -117,9 +118,12 @@ static void dmn_start(dmn *d, const char *model, const char *policy_text, const 
     if (policy_text) { argv[a++] = "--policy"; argv[a++] = d->policy; }
     for (int i = 0; extra && extra[i] && a < 56; i++) argv[a++] = extra[i];
     argv[a] = NULL;
-    th_daemon_start(&d->th, argv, 20000);
+    /* The start is waited for as an event (its socket listening, or its exit); the bound
+     * only stops a daemon that hangs. synthetic:stories110M (the tier tests) is synthesized
+     * and warmed up before the daemon listens: 17.7 s at load 23, so 20 s failed them. */
+    th_daemon_start(&d->th, argv, DMN_START_MS);
     d->pid = d->th.pid;
-    uint64_t deadline = now_ms() + 20000;
+    uint64_t deadline = now_ms() + DMN_START_MS;
     while (access(d->stats, R_OK) != 0) {
         int st;
         if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
@@ -127,7 +131,7 @@ static void dmn_start(dmn *d, const char *model, const char *policy_text, const 
             dump_file(d->errlog, "ringlmd stderr");
             cr_assert_fail("ringlmd exited at start (status %d)", st);
         }
-        cr_assert(now_ms() < deadline, "ringlmd wrote no stats file within 20 s");
+        cr_assert(now_ms() < deadline, "ringlmd wrote no stats file within %d ms", DMN_START_MS);
         poll_pause();
     }
 }
@@ -797,8 +801,13 @@ Test(daemon_e2e, scenario_fair_share_quiet_vs_loud)
              "max_active_seqs = 4\ndefault_tenant = other\n"
              "[tenant quiet]\nweight = 1\n[tenant loud]\nweight = 1\n[tenant other]\nweight = 1\n"
              "[trust]\nuids = %u\n", (unsigned)getuid());
+    /* The share is only the scheduler's when both tenants stay backlogged: at its default nice
+     * -10 (as root) the daemon finished the quiet client's 8 faster than that client (nice 10
+     * under make test) got the CPU to submit more, on a loaded machine (44.6% at load 18). At
+     * nice 19 a client woken to resubmit preempts it. */
+    static const char *const below_clients[] = {"--nice", "19", NULL};
     dmn d;
-    dmn_start(&d, model, policy, NULL);
+    dmn_start(&d, model, policy, below_clients);
     char oq[160], ol[160];
     snprintf(oq, sizeof oq, "%s/quiet.txt", d.dir);
     snprintf(ol, sizeof ol, "%s/loud.txt", d.dir);
@@ -1518,8 +1527,10 @@ Test(daemon_e2e, connect_burst_of_64_to_a_busy_daemon_all_succeed)
     need_daemon_binary();
     char model[512];
     if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
-    /* 64 burst sessions and the streams' one, all of this uid */
-    const char *extra[] = {"--max-sessions-per-uid", "80", NULL};
+    /* 64 burst sessions and the streams' one, all of this uid; all 64 may be half-open at
+     * once (their hellos late on a loaded machine): past the per-uid grace bound (default 8,
+     * 0f3c78a) a late hello's connection is refused, by design — 58 of 64 connected at load 18 */
+    const char *extra[] = {"--max-sessions-per-uid", "80", "--max-half-open-per-uid", "64", NULL};
     dmn d;
     dmn_start(&d, model, NULL, extra);
     int rfd[2];
