@@ -91,6 +91,12 @@ static void dump_file(const char *path, const char *what)
 /* Starts ringlmd (tests/helpers.c) with its stats file and logs in its private directory;
  * returns once its socket answers and its stats file exists. */
 #define DMN_START_MS 100000
+/* An extra option for a test whose assertion needs its clients to act while the daemon still
+ * works (submit more, be killed mid-prefill, see a first token when it comes): ringlmd then
+ * runs at nice 19. By default it takes nice -10 (these tests run as root), 20 levels above
+ * the clients under `nice -n 10 make test`, and on a loaded machine it finished the work
+ * before a client woke — not what the test was about. At 19 a woken client preempts it. */
+#define DMN_BELOW_CLIENTS "--nice", "19"
 static void dmn_start(dmn *d, const char *model, const char *policy_text, const char *const *extra)
 {
     memset(d, 0, sizeof *d);
@@ -713,7 +719,10 @@ Test(daemon_e2e, scenario_long_prompt_short_chats)
         "decode_reserve_tokens = 16\n"
         "[class chat]\nlatency_sensitive = yes\npriority = 10\n"
         "[class batch]\npriority = 0\n";
-    const char *extra[] = {"--threads", "1", NULL};
+    /* TTFTs are the clients' own: at nice -10 the daemon's prefill kept the chat client from
+     * reading its first token (the first short chat's 486 ms vs the long prompt's 301 ms, at
+     * load 20) */
+    const char *extra[] = {"--threads", "1", DMN_BELOW_CLIENTS, NULL};
     dmn d;
     dmn_start(&d, "synthetic:stories15M:7", policy, extra);
     char out_long[160], out_short[160];
@@ -801,11 +810,10 @@ Test(daemon_e2e, scenario_fair_share_quiet_vs_loud)
              "max_active_seqs = 4\ndefault_tenant = other\n"
              "[tenant quiet]\nweight = 1\n[tenant loud]\nweight = 1\n[tenant other]\nweight = 1\n"
              "[trust]\nuids = %u\n", (unsigned)getuid());
-    /* The share is only the scheduler's when both tenants stay backlogged: at its default nice
-     * -10 (as root) the daemon finished the quiet client's 8 faster than that client (nice 10
-     * under make test) got the CPU to submit more, on a loaded machine (44.6% at load 18). At
-     * nice 19 a client woken to resubmit preempts it. */
-    static const char *const below_clients[] = {"--nice", "19", NULL};
+    /* The share is only the scheduler's when both tenants stay backlogged: at nice -10 the
+     * daemon finished the quiet client's 8 before that client got the CPU to submit more
+     * (share 44.6% at load 18). */
+    static const char *const below_clients[] = {DMN_BELOW_CLIENTS, NULL};
     dmn d;
     dmn_start(&d, model, policy, below_clients);
     char oq[160], ol[160];
@@ -2236,8 +2244,11 @@ Test(daemon_e2e, prefix_cache_kill9_mid_prefill_of_sharing_requests_leaks_nothin
      * finish before it was killed. */
     const char *model = "synthetic:stories15M:7";
     const char *policy = "[scheduler]\nmode = token_budget\ntoken_budget = 32\nprefill_chunk = 2\n";
+    /* and the test (it kills) preempts the daemon: at nice -10 all 3 victims had finished
+     * before the kill at load 20 */
+    static const char *const below_clients[] = {DMN_BELOW_CLIENTS, NULL};
     dmn d;
-    dmn_start(&d, model, policy, NULL);
+    dmn_start(&d, model, policy, below_clients);
     static px_kill_job base, surv, victim[3];
     memset(&base, 0, sizeof base);
     base.sock = d.sock;
