@@ -319,9 +319,6 @@ static int daemon_start(daemon_proc *d, const opts *o)
     argv[a++] = "--threads"; argv[a++] = threads;
     /* Room for every session these runs open (one uid) and for the burst's handshakes. */
     argv[a++] = "--max-sessions-per-uid"; argv[a++] = "256";
-    /* A burst client waits for the CPU between its connect and its hello under load: past
-     * the default 8 half-open connections of a uid, such a one would be refused. */
-    argv[a++] = "--max-half-open-per-uid"; argv[a++] = "256";
     for (int i = 0; i < o->n_daemon_args; i++) argv[a++] = o->daemon_args[i];
     argv[a] = NULL;
     fflush(NULL);
