@@ -105,6 +105,12 @@ typedef struct req {
     uint32_t  px_rc_target, px_rc_blocks;
     double    px_rc_pred;
     uint64_t  px_rc_us;
+    /* cached runs reloading from host or disk (cache.c): it waits in SWAPPING_IN, like a
+     * swap-in, while px_ld_n copies are in flight; pnodes[px_ld_a..px_ld_b) are those blocks
+     * (still in their colder pool, marked loading) and dev[] of the same indexes where they
+     * arrive; px_ld_fail is the first of them whose copy failed (px_ld_b: none) */
+    uint32_t  px_ld_a, px_ld_b, px_ld_fail;
+    uint32_t  px_ld_n;
     /* prefix_order = longest_prefix (order.c), while waiting: its cached prefix in blocks,
      * its place in the order heap, its first entry in the waiter table */
     uint32_t  plen, ow_head;
@@ -153,6 +159,7 @@ enum { XK_SWAP = 0, XK_DEMOTE, XK_RELOAD };
 typedef struct xfer_rec {
     uint64_t id; uint32_t slot; uint8_t dir, tier; uint64_t bytes; double pred_us;
     uint8_t cache, src_pool, dst_pool; uint32_t n; uint32_t *dst; uint64_t req;
+    uint32_t run_a;   /* XK_RELOAD: the request's pnodes[run_a..run_a + n) */
 } xfer_rec;
 
 #define VEC(T) struct { T *a; uint32_t n, cap; }

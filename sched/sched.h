@@ -574,7 +574,11 @@ typedef struct sched_config {
      * cache_demote, a cache transfer in the plan) when that pool has room and the cost
      * model says a reload beats recomputing it (reload < recompute × expected reuse), else
      * dropped (cache_evict); a prefix found on host or disk at admission is reloaded or
-     * recomputed, run by run, whichever the cost model predicts cheaper (cache_reload). */
+     * recomputed, run by run, whichever the cost model predicts cheaper (cache_reload; the
+     * recompute side counts the stall on the running sequences, a reload runs beside the
+     * steps): a reloading request waits in SWAPPING_IN for its copies, as a swap-in does,
+     * and its prefill starts when they are in.  A block being reloaded is shared with no
+     * other request before it arrived. */
     bool     prefix_cache;
 } sched_config;
 
@@ -654,12 +658,15 @@ typedef struct sched_transfer {
     const uint32_t *dst;          /* OUT: tier ids,   IN: device ids */
     uint64_t        bytes;        /* n_blocks * block_size * kv_bytes_per_token */
     double          predicted_us; /* the cost model's duration, incl. what is queued ahead */
-    /* A prefix-cache copy (a demotion to a colder pool, or a reload to the device), req 0 for
-     * a demotion.  The scheduler's books already show the blocks where the copy puts them
-     * and their sources free: the caller completes every cache copy of a plan, in the
-     * plan's order, before it starts any later transfer of the plan or executes its entries
-     * (a later copy or entry may reuse a block an earlier copy read).  src_pool is where an
-     * OUT copy reads: the device, or the host for a host → disk demotion (tier = disk). */
+    /* A prefix-cache copy: a demotion to a colder pool (OUT, req 0) or a reload to the
+     * device (IN, req = the request it is for).  A demotion: the scheduler's books already
+     * show the blocks where the copy puts them and their sources free, so the caller
+     * completes it, in the plan's order, before it starts any later transfer of the plan or
+     * executes its entries (a later copy or entry may reuse a block it read).  A reload is
+     * like a swap-in: its request waits for it (in no entry until every reload of it
+     * completed; the cached blocks it reads stay where they are, held, until then) and the
+     * caller may complete it at any time later.  src_pool is where an OUT copy reads: the
+     * device, or the host for a host → disk demotion (tier = disk). */
     bool            cache;
     sched_pool      src_pool;
 } sched_transfer;

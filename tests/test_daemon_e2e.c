@@ -2607,3 +2607,225 @@ Test(daemon_e2e, prefix_cache_slow_disk_tier_is_not_worth_keeping_blocks_in)
     dmn_cleanup(&on);
     unlink(disk_path);
 }
+
+/* ---- prefix reloads run beside the steps ------------------------------------------------ */
+
+/* One session: a long stream S starts decoding, then the tier workload's six prompts go one
+ * after another while S keeps running (its tokens and each prompt's go to separate lines
+ * of a file). */
+typedef struct rl_job {
+    const char *sock, *out;
+    int32_t stream[16];
+    int32_t prompt[TX_N][64];
+} rl_job;
+
+#define RL_STREAM_NEW 176   /* 16 + 176 tokens: 12 blocks of 16, beyond the six prompts' steps */
+
+static int client_reload_beside(void *arg)
+{
+    rl_job *g = arg;
+    ringlm_client *c;
+    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    static char sbuf[8192], rbuf[TX_N][1024];
+    size_t slen = 0;
+    ringlm_request q;
+    ringlm_request_init(&q);
+    q.prompt = g->stream;
+    q.n_prompt = 16;
+    q.max_new_tokens = RL_STREAM_NEW;
+    q.ignore_stop = true;
+    uint64_t sid, rid = 0;
+    if (ringlm_submit(c, &q, &sid) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+    bool s_done = false, s_started = false;
+    int next = 0, cur = -1;
+    for (;;) {
+        if (s_started && cur < 0 && next < TX_N) {   /* the next prompt, once the previous ended */
+            ringlm_request r;
+            ringlm_request_init(&r);
+            r.prompt = g->prompt[next];
+            r.n_prompt = 64;
+            r.max_new_tokens = 16;
+            if (ringlm_submit(c, &r, &rid) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+            cur = next++;
+        }
+        if (s_done && cur < 0 && next == TX_N) break;
+        ringlm_event ev;
+        int rc = ringlm_next_event(c, &ev, 60000);
+        if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+        if (ev.req_id == sid) {
+            if (ev.kind == RINGLM_EV_TOKEN && slen < sizeof sbuf - 16) {
+                slen += (size_t)snprintf(sbuf + slen, sizeof sbuf - slen, "%d ", ev.token);
+                s_started = true;
+            }
+            if (ev.kind == RINGLM_EV_FINISH) {
+                snprintf(sbuf + slen, sizeof sbuf - slen, "| %s %u", ringlm_reason_name(ev.finish_reason), ev.n_tokens);
+                s_done = s_started = true;
+            }
+        } else if (cur >= 0 && ev.req_id == rid) {
+            size_t l = strlen(rbuf[cur]);
+            if (ev.kind == RINGLM_EV_TOKEN && l < sizeof rbuf[cur] - 16)
+                snprintf(rbuf[cur] + l, sizeof rbuf[cur] - l, "%d ", ev.token);
+            if (ev.kind == RINGLM_EV_FINISH) {
+                snprintf(rbuf[cur] + l, sizeof rbuf[cur] - l, "| %s %s %u", ringlm_reason_name(ev.finish_reason),
+                         ringlm_reason_name(ev.reject_reason), ev.n_tokens);
+                cur = -1;
+            }
+        }
+    }
+    FILE *f = fopen(g->out, "w");
+    if (!f) return 3;
+    fprintf(f, "stream: %s\n", sbuf);
+    for (int i = 0; i < TX_N; i++) fprintf(f, "prompt %d: %s\n", i, rbuf[i]);
+    fclose(f);
+    ringlm_close(c);
+    return 0;
+}
+
+static void rl_prompts(rl_job *g)
+{
+    static tier_job t;
+    tier_prompts(&t);
+    memset(g, 0, sizeof *g);
+    memcpy(g->prompt, t.prompt, sizeof g->prompt);
+    for (int k = 0; k < 16; k++) g->stream[k] = 7 + (k * 977) % 30000;
+}
+
+/* Runs the job through a daemon with `extra` flags; the client's file to *out (malloc'd).
+ * Returns with the daemon stopped, its logs in d. */
+static void run_reload_beside(rl_job *g, const char *const *extra, dmn *d, char **out)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/tmp/ringlm-rlb-%d-%p.txt", (int)getpid(), (void *)d);
+    g->out = path;
+    dmn_start(d, TIER_MODEL, "[scheduler]\ntoken_budget = 64\nprefill_chunk = 32\n", extra);
+    g->sock = d->sock;
+    int st = reap(spawn(client_reload_beside, g), 180000);
+    if (st != 0) dump_file(d->errlog, "ringlmd stderr");
+    cr_assert_eq(st, 0, "client exit %d", st);
+    assert_back_to_baseline(d, 5000);
+    json_t *j = dmn_stats(d);
+    cr_assert_not_null(j);
+    cr_expect_eq(jint(j, "swap_verify_errors"), 0, "a reloaded block differs from the one demoted");
+    cr_expect_eq(jint(j, "transfer_overlap_errors"), 0, "a copy raced a transfer or a step");
+    json_decref(j);
+    cr_assert_eq(dmn_stop(d, SIGTERM, 10000), 0);
+    *out = slurp(path);
+    cr_assert_not_null(*out);
+    unlink(path);
+}
+
+/* The iteration-log line of the step at t_us: its decode rows and prefill tokens (-1: none). */
+static bool iteration_at(const char *itlog, double t_us, long long *decode, long long *prefill)
+{
+    FILE *f = fopen(itlog, "r");
+    if (!f) return false;
+    char line[2048];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        if (json_num_of(line, "t_us") != t_us) continue;
+        *decode = (long long)json_num_of(line, "decode_seqs");
+        *prefill = (long long)json_num_of(line, "prefill_tokens");
+        found = true;
+    }
+    fclose(f);
+    return found;
+}
+
+/* A prefix reloading from the disk tier does not hold the others up: its request waits for
+ * its copies as a swap-in does, and the step that starts them runs the decoding stream
+ * without it (the iteration log's line of that step: a decode row, no prefill), the copy
+ * completing later (cache_reload's "done" record after that step) — with the tokens of
+ * every request equal to those with the cache off, the reloaded blocks byte-exact
+ * (--verify-swaps), no block leaked (the scheduler's invariants, reference counts included). */
+Test(daemon_e2e, prefix_cache_reload_runs_beside_a_decoding_stream)
+{
+    need_daemon_binary();
+    static rl_job g;
+    rl_prompts(&g);
+    char disk_path[128], itlog[160];
+    snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxrlb-%d", (int)getpid());
+    snprintf(itlog, sizeof itlog, "/tmp/ringlmd-pxrlb-it-%d.jsonl", (int)getpid());
+    static const char *const off_flags[] = {"--kv-blocks", "20", "--kv-block-size", "16", "--no-prefix-cache", NULL};
+    const char *on_flags[] = {"--kv-blocks", "20", "--kv-block-size", "16", "--disk-kv", disk_path, "--disk-kv-blocks",
+                              "64", "--verify-swaps", "--iteration-log", itlog, NULL};
+    dmn off, on;
+    char *a, *b;
+    run_reload_beside(&g, off_flags, &off, &a);
+    run_reload_beside(&g, on_flags, &on, &b);
+    cr_expect_str_eq(b, a, "tokens with prefixes reloaded from disk differ from the cache off");
+    /* every reload: the step that started it decoded the stream and computed no prefill, and
+     * its completion came after that step */
+    FILE *f = fopen(on.declog, "r");
+    cr_assert_not_null(f);
+    char line[4096];
+    int reloads = 0, beside = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (!strstr(line, "\"ev\":\"cache_reload\"") || !strstr(line, "\"choice\":\"reload\"") || strstr(line, "\"reason\":"))
+            continue;
+        reloads++;
+        double t0 = json_num_of(line, "t_us"), xfer = json_num_of(line, "xfer");
+        char key[64];
+        snprintf(key, sizeof key, "\"xfer\":%.0f,", xfer);
+        char done[4096];
+        snprintf(done, sizeof done, "%s", find_line2(on.declog, key, "\"reason\":\"done\""));
+        cr_assert(done[0], "reload %.0f has no completion record", xfer);
+        long long dec = -1, pre = -1;
+        cr_assert(iteration_at(itlog, t0, &dec, &pre), "no iteration-log line for the step at %.0f", t0);
+        cr_log_info("reload %.0f planned at %.0f us, done at %.0f us (%.1f us); its step: %lld decode rows, %lld "
+                    "prefill tokens", xfer, t0, json_num_of(done, "t_us"), json_num_of(done, "realised_us"), dec, pre);
+        cr_expect_gt(json_num_of(done, "t_us"), t0, "reload %.0f completed within the step that started it", xfer);
+        cr_expect_eq(pre, 0, "the step that started reload %.0f computed prefill: the request did not wait", xfer);
+        beside += dec >= 1;
+    }
+    fclose(f);
+    cr_assert_gt(reloads, 0, "no prefix was reloaded from disk");
+    cr_expect_eq(beside, reloads, "the stream did not decode in every step that started a reload (%d of %d)", beside,
+                 reloads);
+    free(a);
+    free(b);
+    dmn_cleanup(&off);
+    dmn_cleanup(&on);
+    unlink(disk_path);
+    unlink(itlog);
+}
+
+/* A reload whose copy fails (every read from the disk tier completes with EIO: the daemon's
+ * fault injection RINGLMD_FAIL_KV_READS) ends its request alone, with an error (finish
+ * "error", cause "internal") and a daemon log line naming it; the stream beside it and the
+ * other prompts produce the same tokens as with the cache off, and no block is leaked. */
+Test(daemon_e2e, prefix_cache_failed_reload_ends_only_its_request)
+{
+    need_daemon_binary();
+    static rl_job g;
+    rl_prompts(&g);
+    char disk_path[128];
+    snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxrlf-%d", (int)getpid());
+    static const char *const off_flags[] = {"--kv-blocks", "20", "--kv-block-size", "16", "--no-prefix-cache", NULL};
+    const char *on_flags[] = {"--kv-blocks", "20", "--kv-block-size", "16", "--disk-kv", disk_path, "--disk-kv-blocks",
+                              "64", "--verify-swaps", NULL};
+    dmn off, on;
+    char *a, *b;
+    run_reload_beside(&g, off_flags, &off, &a);
+    setenv("RINGLMD_FAIL_KV_READS", "disk", 1);   /* (this test's process and its daemon only) */
+    run_reload_beside(&g, on_flags, &on, &b);
+    unsetenv("RINGLMD_FAIL_KV_READS");
+    int failed = count_lines2(on.declog, "\"ev\":\"cache_reload\"", "\"reason\":\"failed\"");
+    cr_log_info("%d reloads failed", failed);
+    cr_assert_gt(failed, 0, "no reload failed after the disk tier file was cut");
+    /* line by line: the stream and every prompt not reloaded as with the cache off; a prompt
+     * whose reload failed ended with an error */
+    char *sa = NULL, *sb = NULL;
+    int errors = 0;
+    for (char *la = strtok_r(a, "\n", &sa), *lb = strtok_r(b, "\n", &sb); la && lb;
+         la = strtok_r(NULL, "\n", &sa), lb = strtok_r(NULL, "\n", &sb)) {
+        if (strstr(lb, "| error internal")) { errors++; cr_expect(strncmp(lb, "prompt ", 7) == 0, "%s", lb); continue; }
+        cr_expect_str_eq(lb, la, "a request its failed reload was not for changed");
+    }
+    cr_expect_eq(errors, failed, "%d requests ended with an error, %d reloads failed", errors, failed);
+    cr_expect_eq(count_lines(on.errlog, "reloading its cached prefix"), failed, "no daemon log line per failed reload");
+    free(a);
+    free(b);
+    dmn_cleanup(&off);
+    dmn_cleanup(&on);
+    unlink(disk_path);
+}
