@@ -278,6 +278,75 @@ Test(sched_rules, returning_tenant_lifted_to_min_active_counter)
     h_free(h);
 }
 
+/* A tenant index handed to a new owner (the daemon's per-uid tenants) restarts its fair-share
+ * counter level with the lowest of the others': the new owner neither waits behind the old
+ * owner's debt nor bursts on its credit, and its stats start at zero. */
+Test(sched_rules, recycled_tenant_restarts_level_with_the_others)
+{
+    harness *h = h_new("[scheduler]\ntoken_budget = 256\nprefill_chunk = 128\n"
+                       "[tenant a]\n[tenant b]\n[tenant c]\n", NULL);
+    /* a's old owner runs 3000 requests alone; then b and c 300 each: a's counter is ~5× theirs */
+    for (int i = 0; i < 3000; i++) h_add(h, 0, 0, 0, 100, 10);
+    h_run(h, 100000000);
+    for (int i = 0; i < 300; i++) { h_add(h, h->now, 1, 0, 100, 10); h_add(h, h->now, 2, 0, 100, 10); }
+    h_run(h, 100000000);
+    cr_assert_eq(h->next_submit, h->n, "not every request was submitted");
+    sched_group_stats sa, sb, sc;
+    sched_get_tenant_stats(h->s, 0, &sa);
+    sched_get_tenant_stats(h->s, 1, &sb);
+    sched_get_tenant_stats(h->s, 2, &sc);
+    double low = sb.virtual_tokens < sc.virtual_tokens ? sb.virtual_tokens : sc.virtual_tokens;
+    cr_assert_gt(sa.virtual_tokens, 3 * low, "the old owner's counter %.0f is not a debt against %.0f",
+                 sa.virtual_tokens, low);
+
+    /* Not while the old owner's work is there. */
+    uint64_t busy = h_add(h, h->now, 0, 0, 100, 10);
+    h_submit_due(h);
+    cr_assert_eq(h->r[busy].submitted, 1);
+    cr_assert_eq(sched_tenant_recycle(h->s, 0), -EBUSY, "recycled a tenant with a live request");
+    h_run(h, 100000000);
+    cr_assert_eq(sched_tenant_recycle(h->s, 9), -ENOENT);
+
+    cr_assert_eq(sched_tenant_recycle(h->s, 0), 0, "%s", sched_last_error());
+    sched_get_tenant_stats(h->s, 0, &sa);
+    sched_get_tenant_stats(h->s, 1, &sb);
+    sched_get_tenant_stats(h->s, 2, &sc);
+    low = sb.virtual_tokens < sc.virtual_tokens ? sb.virtual_tokens : sc.virtual_tokens;
+    cr_assert_float_eq(sa.virtual_tokens, low, 1e-6, "recycled counter %.0f, the others' lowest %.0f",
+                       sa.virtual_tokens, low);
+    cr_assert(sa.admitted == 0 && sa.finished == 0 && sa.served_prompt_tokens == 0 &&
+              sa.served_output_tokens == 0, "the old owner's stats stayed (%llu admitted)",
+              (unsigned long long)sa.admitted);
+
+    /* The new owner and b, both backlogged: served alike from the start (with the old debt
+     * the new owner got nothing until b had caught up ~9000 requests' worth). */
+    uint64_t a0, b0, a1, b1;
+    served(h, 0, &a0);
+    served(h, 1, &b0);
+    for (int i = 0; i < 2000; i++) { h_add(h, h->now, 0, 0, 100, 10); h_add(h, h->now, 1, 0, 100, 10); }
+    h_run(h, h->now + 300000);
+    served(h, 0, &a1);
+    served(h, 1, &b1);
+    cr_assert_gt(b1 - b0, 2000, "too little served to compare (%llu)", (unsigned long long)(b1 - b0));
+    double ratio = (double)(a1 - a0) / (double)(b1 - b0);
+    cr_assert(ratio > 0.7 && ratio < 1.4, "new owner / b served %.2f (%llu vs %llu): the old owner's debt "
+              "was inherited", ratio, (unsigned long long)(a1 - a0), (unsigned long long)(b1 - b0));
+
+    /* Credit: c's counter is now the lowest; recycled, it is lifted to the lowest of the
+     * others' (a's and b's), not left below them. */
+    sched_get_tenant_stats(h->s, 0, &sa);
+    sched_get_tenant_stats(h->s, 1, &sb);
+    sched_get_tenant_stats(h->s, 2, &sc);
+    cr_assert_lt(sc.virtual_tokens, sa.virtual_tokens);
+    cr_assert_eq(sched_tenant_recycle(h->s, 2), 0, "%s", sched_last_error());
+    sched_group_stats sc2;
+    sched_get_tenant_stats(h->s, 2, &sc2);
+    low = sa.virtual_tokens < sb.virtual_tokens ? sa.virtual_tokens : sb.virtual_tokens;
+    cr_assert_float_eq(sc2.virtual_tokens, low, 1e-6, "recycled c at %.0f (was %.0f), others' lowest %.0f",
+                       sc2.virtual_tokens, sc.virtual_tokens, low);
+    h_free(h);
+}
+
 /* ---- KV admission ------------------------------------------------------------------------- */
 
 Test(sched_rules, admission_only_where_blocks_allow_and_defer_once)
