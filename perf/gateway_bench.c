@@ -33,18 +33,13 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "perf/bench_util.h"
@@ -53,88 +48,7 @@
 static const int32_t prompt_ids[] = {1, 403, 407, 261, 378}; /* "Once upon a time" in tok512 */
 #define N_PROMPT ((int)(sizeof prompt_ids / sizeof *prompt_ids))
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
 static pid_t daemon_pid = -1, gateway_pid = -1;
-static char dir[64];
-
-static void stop(pid_t *p)
-{
-	if (*p <= 0) return;
-	kill(*p, SIGTERM);
-	for (int i = 0; i < 1500; i++) {
-		if (waitpid(*p, NULL, WNOHANG) == *p) {
-			*p = -1;
-			return;
-		}
-		usleep(10000);
-	}
-	kill(*p, SIGKILL);
-	waitpid(*p, NULL, 0);
-	*p = -1;
-}
-
-static void cleanup(void)
-{
-	stop(&gateway_pid);
-	stop(&daemon_pid);
-	if (dir[0]) {
-		char cmd[128];
-		snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-		if (system(cmd)) {}
-	}
-}
-
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fputs("gateway_bench: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-	cleanup();
-	exit(1);
-}
-
-static pid_t spawn(char *const argv[], const char *log)
-{
-	pid_t pid = fork();
-	if (pid < 0) die("fork: %s", strerror(errno));
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		dup2(fd, 1);
-		dup2(fd, 2);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	return pid;
-}
-
-static int port_from_log(const char *log, const char *marker)
-{
-	for (int i = 0; i < 3000; i++) {
-		FILE *f = fopen(log, "r");
-		if (f) {
-			char buf[8192];
-			size_t n = fread(buf, 1, sizeof buf - 1, f);
-			buf[n] = 0;
-			fclose(f);
-			char *m = strstr(buf, marker);
-			if (m) return atoi(m + strlen(marker));
-		}
-		usleep(10000);
-	}
-	die("no '%s' in %s", marker, log);
-}
 
 /* ---- HTTP ------------------------------------------------------------------------------ */
 static int port;
@@ -144,7 +58,7 @@ static int tcp_connect(void)
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) die("connect: %s", strerror(errno));
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) bench_die("connect: %s", strerror(errno));
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 	return fd;
@@ -162,34 +76,6 @@ static int request_text(char *buf, size_t cap, int max_tokens)
 			bl, body);
 }
 
-static char *http_get(const char *path, int p)
-{
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p)};
-	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) die("connect :%d: %s", p, strerror(errno));
-	char req[128];
-	int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n", path);
-	if (write(fd, req, (size_t)n) != n) die("write");
-	size_t cap = 1 << 16, len = 0;
-	char *b = malloc(cap);
-	ssize_t r;
-	while ((r = read(fd, b + len, cap - len - 1)) > 0) {
-		len += (size_t)r;
-		if (len + 1024 > cap) b = realloc(b, cap *= 2);
-	}
-	b[len] = 0;
-	close(fd);
-	return b;
-}
-
-static double metric(const char *text, const char *name)
-{
-	const char *p = strstr(text, name);
-	while (p && (p[strlen(name)] != ' ' || (p != text && p[-1] != '\n'))) p = strstr(p + 1, name);
-	return p ? strtod(p + strlen(name) + 1, NULL) : 0;
-}
-
 /* One streamed request through the gateway: token arrival times (ns, relative to the
  * send) into t[], returns the count, or -1 on an error event / bad status. */
 static int gateway_one(int max_tokens, double *t)
@@ -197,8 +83,8 @@ static int gateway_one(int max_tokens, double *t)
 	char req[512];
 	int n = request_text(req, sizeof req, max_tokens);
 	int fd = tcp_connect();
-	uint64_t t0 = now_ns();
-	if (write(fd, req, (size_t)n) != n) die("write: %s", strerror(errno));
+	uint64_t t0 = bench_now_ns();
+	if (write(fd, req, (size_t)n) != n) bench_die("write: %s", strerror(errno));
 	char buf[1 << 16];
 	size_t len = 0, scan = 0;
 	int got = 0;
@@ -206,7 +92,7 @@ static int gateway_one(int max_tokens, double *t)
 	while (!done) {
 		ssize_t r = read(fd, buf + len, sizeof buf - len - 1);
 		if (r <= 0) break;
-		uint64_t now = now_ns();
+		uint64_t now = bench_now_ns();
 		len += (size_t)r;
 		buf[len] = 0;
 		char *p;
@@ -238,15 +124,15 @@ static int direct_one(ringlm_client *c, int max_tokens, double *t)
 	r.n_prompt = N_PROMPT;
 	r.max_new_tokens = (uint32_t)max_tokens;
 	r.class_name = "";
-	uint64_t id, t0 = now_ns();
-	if (ringlm_submit(c, &r, &id) < 0) die("submit: %s", ringlm_errdetail());
+	uint64_t id, t0 = bench_now_ns();
+	if (ringlm_submit(c, &r, &id) < 0) bench_die("submit: %s", ringlm_errdetail());
 	int got = 0;
 	for (;;) {
 		ringlm_event ev;
 		int rc = ringlm_next_event(c, &ev, 10000);
-		if (rc <= 0) die("next_event: %d %s", rc, ringlm_errdetail());
+		if (rc <= 0) bench_die("next_event: %d %s", rc, ringlm_errdetail());
 		if (ev.req_id != id) continue;
-		if (ev.kind == RINGLM_EV_TOKEN) t[got++] = (double)(now_ns() - t0);
+		if (ev.kind == RINGLM_EV_TOKEN) t[got++] = (double)(bench_now_ns() - t0);
 		else return ev.finish_reason <= RINGLM_FINISH_STOP ? got : -1;
 	}
 }
@@ -279,10 +165,10 @@ static void concurrent(int n, int max_tokens, int *ok, int *failed, double *wall
 	char req[512];
 	int rl = request_text(req, sizeof req, max_tokens);
 	long rss0 = rss_kb(gateway_pid), rss_peak = rss0;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = bench_now_ns();
 	for (int i = 0; i < n; i++) {
 		s[i].fd = tcp_connect();
-		if (write(s[i].fd, req, (size_t)rl) != rl) die("write: %s", strerror(errno));
+		if (write(s[i].fd, req, (size_t)rl) != rl) bench_die("write: %s", strerror(errno));
 		fcntl(s[i].fd, F_SETFL, O_NONBLOCK);
 		struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
 		epoll_ctl(ep, EPOLL_CTL_ADD, s[i].fd, &ev);
@@ -294,12 +180,12 @@ static void concurrent(int n, int max_tokens, int *ok, int *failed, double *wall
 		struct epoll_event evs[256];
 		int k = epoll_wait(ep, evs, 256, 30000);
 		if (k <= 0) break;
-		uint64_t now = now_ns();
+		uint64_t now = bench_now_ns();
 		if (now - last_rss > 20000000ull) {
 			long r = rss_kb(gateway_pid);
 			if (r > rss_peak) rss_peak = r;
-			char *m = http_get("/metrics", port);
-			int in_flight = (int)metric(m, "ringlm_gateway_requests_in_flight");
+			char *m = bench_http_get(port, "/metrics");
+			int in_flight = (int)bench_metric(m, "ringlm_gateway_requests_in_flight");
 			free(m);
 			if (in_flight > *peak_open) *peak_open = in_flight;
 			last_rss = now;
@@ -335,7 +221,7 @@ static void concurrent(int n, int max_tokens, int *ok, int *failed, double *wall
 			}
 		}
 	}
-	*wall_s = (double)(now_ns() - t0) / 1e9;
+	*wall_s = (double)(bench_now_ns() - t0) / 1e9;
 	*ok = *failed = 0;
 	for (int i = 0; i < n; i++) {
 		if (s[i].done && !s[i].failed) (*ok)++;
@@ -350,6 +236,7 @@ static void concurrent(int n, int max_tokens, int *ok, int *failed, double *wall
 /* ---- main ------------------------------------------------------------------------------ */
 int main(int argc, char **argv)
 {
+	bench_prog = "gateway_bench";
 	int json = 0, requests = 40, max_tokens = 64, streams = 1000;
 	const char *model = NULL, *tok = NULL, *bin = NULL;
 	static const struct option opts[] = {
@@ -376,7 +263,7 @@ int main(int argc, char **argv)
 		default: return 2;
 		}
 	}
-	if (requests < 1 || max_tokens < 2 || max_tokens > 500 || streams < 0) die("bad arguments");
+	if (requests < 1 || max_tokens < 2 || max_tokens > 500 || streams < 0) bench_die("bad arguments");
 	const char *shared = getenv("RINGLM_SHARED");
 	if (!shared || !*shared) shared = "../shared";
 	char mbuf[512], tbuf[512], bbuf[512];
@@ -391,7 +278,7 @@ int main(int argc, char **argv)
 		strncat(bbuf, "/../bin", sizeof bbuf - strlen(bbuf) - 1);
 		bin = bbuf;
 	}
-	if (access(model, R_OK) || access(tok, R_OK)) die("model %s / tokenizer %s not readable (set RINGLM_SHARED)", model, tok);
+	if (access(model, R_OK) || access(tok, R_OK)) bench_die("model %s / tokenizer %s not readable (set RINGLM_SHARED)", model, tok);
 
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
@@ -399,9 +286,8 @@ int main(int argc, char **argv)
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 	signal(SIGPIPE, SIG_IGN);
-	snprintf(dir, sizeof dir, "/tmp/ringlm-gwbench-XXXXXX");
-	if (!mkdtemp(dir)) die("mkdtemp: %s", strerror(errno));
-	char sock[128], dlog[128], glog[128], ringlmd[600], gw[600], policy[128];
+	const char *dir = bench_mkdtemp("gwbench");
+	char sock[256], dlog[256], glog[256], ringlmd[600], gw[600], policy[256];
 	snprintf(sock, sizeof sock, "%s/d.sock", dir);
 	snprintf(dlog, sizeof dlog, "%s/ringlmd.log", dir);
 	snprintf(glog, sizeof glog, "%s/gateway.log", dir);
@@ -415,25 +301,21 @@ int main(int argc, char **argv)
 	fclose(pf);
 	char *dargv[] = {ringlmd, "--socket", sock, "--numa-node", "off", "--model", (char *)model, "--policy", policy,
 			 "--kv-blocks", "8192", "--metrics", "127.0.0.1:0", "--quiet", NULL};
-	daemon_pid = spawn(dargv, dlog);
-	struct stat sb;
-	for (int i = 0; stat(sock, &sb) != 0; i++) {
-		if (i > 3000) die("ringlmd did not start (%s)", dlog);
-		usleep(10000);
-	}
+	daemon_pid = bench_spawn(dargv, dlog);
+	bench_wait_path(sock);
 	char *gargv[] = {gw, "--listen", "127.0.0.1:0", "--socket", sock, "--tokenizer", (char *)tok, "--quiet", NULL};
-	gateway_pid = spawn(gargv, glog);
-	port = port_from_log(glog, "listening on http://127.0.0.1:");
+	gateway_pid = bench_spawn(gargv, glog);
+	port = bench_port_from_log(glog, "listening on http://127.0.0.1:", gateway_pid);
 	for (int i = 0;; i++) {
-		char *h = http_get("/health", port);
+		char *h = bench_http_get(port, "/health");
 		bool up = strstr(h, " 200 ") != NULL;
 		free(h);
 		if (up) break;
-		if (i > 500) die("the gateway never became healthy");
+		if (i > 500) bench_die("the gateway never became healthy");
 		usleep(10000);
 	}
 	ringlm_client *c;
-	if (ringlm_connect(sock, &c) < 0) die("connect: %s", ringlm_errdetail());
+	if (ringlm_connect(sock, &c) < 0) bench_die("connect: %s", ringlm_errdetail());
 
 	/* Warm-up both paths, then interleave. */
 	double *t = malloc(sizeof(double) * (size_t)(max_tokens + 8));
@@ -441,9 +323,9 @@ int main(int argc, char **argv)
 		direct_one(c, max_tokens, t);
 		gateway_one(max_tokens, t);
 	}
-	char *m0 = http_get("/metrics", port);
-	double tok_sum0 = metric(m0, "ringlm_gateway_token_seconds_sum"), tok_n0 = metric(m0, "ringlm_gateway_token_seconds_count");
-	double adm_sum0 = metric(m0, "ringlm_gateway_admission_seconds_sum"), adm_n0 = metric(m0, "ringlm_gateway_admission_seconds_count");
+	char *m0 = bench_http_get(port, "/metrics");
+	double tok_sum0 = bench_metric(m0, "ringlm_gateway_token_seconds_sum"), tok_n0 = bench_metric(m0, "ringlm_gateway_token_seconds_count");
+	double adm_sum0 = bench_metric(m0, "ringlm_gateway_admission_seconds_sum"), adm_n0 = bench_metric(m0, "ringlm_gateway_admission_seconds_count");
 	free(m0);
 	double *ttft[2], *tpot[2];
 	int n_tpot[2] = {0, 0}, errors[2] = {0, 0};
@@ -465,11 +347,11 @@ int main(int argc, char **argv)
 			if (got > 1) tpot[way][n_tpot[way]++] = (t[got - 1] - t[0]) / 1e3 / (got - 1);
 		}
 	}
-	char *m1 = http_get("/metrics", port);
-	double tok_us = (metric(m1, "ringlm_gateway_token_seconds_sum") - tok_sum0) * 1e6 /
-			(metric(m1, "ringlm_gateway_token_seconds_count") - tok_n0);
-	double adm_us = (metric(m1, "ringlm_gateway_admission_seconds_sum") - adm_sum0) * 1e6 /
-			(metric(m1, "ringlm_gateway_admission_seconds_count") - adm_n0);
+	char *m1 = bench_http_get(port, "/metrics");
+	double tok_us = (bench_metric(m1, "ringlm_gateway_token_seconds_sum") - tok_sum0) * 1e6 /
+			(bench_metric(m1, "ringlm_gateway_token_seconds_count") - tok_n0);
+	double adm_us = (bench_metric(m1, "ringlm_gateway_admission_seconds_sum") - adm_sum0) * 1e6 /
+			(bench_metric(m1, "ringlm_gateway_admission_seconds_count") - adm_n0);
 	free(m1);
 	double ttft_d = bench_median(ttft[0], requests - errors[0]), ttft_g = bench_median(ttft[1], requests - errors[1]);
 	double tpot_d = bench_median(tpot[0], n_tpot[0]), tpot_g = bench_median(tpot[1], n_tpot[1]);
@@ -478,17 +360,19 @@ int main(int argc, char **argv)
 	double wall = 0, mem = 0;
 	if (streams > 0) concurrent(streams, 16, &ok, &failed, &wall, &mem, &peak_open);
 	ringlm_close(c);
-	cleanup();
+	bench_stop(&gateway_pid);
+	bench_stop(&daemon_pid);
+	bench_cleanup();
 
 	if (json) {
-		printf("{\"requests\":%d,\"max_tokens\":%d,\"errors\":{\"direct\":%d,\"gateway\":%d},"
-		       "\"ttft_p50_us\":{\"direct\":%.1f,\"gateway\":%.1f,\"delta\":%.1f},"
-		       "\"tpot_p50_us\":{\"direct\":%.2f,\"gateway\":%.2f,\"delta\":%.2f},"
-		       "\"gateway_token_us\":%.3f,\"gateway_admission_us\":%.1f,"
-		       "\"concurrent\":{\"streams\":%d,\"ok\":%d,\"failed\":%d,\"wall_s\":%.2f,\"peak_open\":%d},"
-		       "\"memory_per_stream_bytes\":%.0f}\n",
-		       requests, max_tokens, errors[0], errors[1], ttft_d, ttft_g, ttft_g - ttft_d, tpot_d, tpot_g,
-		       tpot_g - tpot_d, tok_us, adm_us, streams, ok, failed, wall, peak_open, mem);
+		bench_json_print(json_pack(
+			"{s:i,s:i,s:{s:i,s:i},s:{s:f,s:f,s:f},s:{s:f,s:f,s:f},s:f,s:f,s:{s:i,s:i,s:i,s:f,s:i},s:f}",
+			"requests", requests, "max_tokens", max_tokens, "errors", "direct", errors[0], "gateway", errors[1],
+			"ttft_p50_us", "direct", ttft_d, "gateway", ttft_g, "delta", ttft_g - ttft_d,
+			"tpot_p50_us", "direct", tpot_d, "gateway", tpot_g, "delta", tpot_g - tpot_d,
+			"gateway_token_us", tok_us, "gateway_admission_us", adm_us,
+			"concurrent", "streams", streams, "ok", ok, "failed", failed, "wall_s", wall, "peak_open", peak_open,
+			"memory_per_stream_bytes", mem));
 	} else {
 		printf("gateway_bench: %d requests x %d tokens each way (interleaved), greedy, model %s\n", requests,
 		       max_tokens, model);

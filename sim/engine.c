@@ -310,8 +310,16 @@ static int cmp_cancel(const void *a, const void *b, void *ctx)
     return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
 }
 
-/* Handle the non-batch parts of a plan: releases, ended requests, preemptions, transfers. */
-static int plan_bookkeeping(eng *e, const sched_plan *p, int64_t now)
+static bool plan_runs(const sched_plan *p, uint64_t req)
+{
+    for (uint32_t i = 0; i < p->n_entries; i++)
+        if (p->entries[i].req == req) return true;
+    return false;
+}
+
+/* Handle the non-batch parts of a plan: releases, ended requests, preemptions, transfers.
+ * *ready = when the batch can start: now, or later when the loop first waits for cache copies. */
+static int plan_bookkeeping(eng *e, const sched_plan *p, int64_t now, int64_t *ready)
 {
     sim_run *r = e->run;
     for (uint32_t i = 0; i < p->n_releases; i++) {
@@ -338,13 +346,20 @@ static int plan_bookkeeping(eng *e, const sched_plan *p, int64_t now)
         if (p->preemptions[i].mode == SCHED_PREEMPT_SWAP) r->recs[id - 1].preempt_swap++;
         else r->recs[id - 1].preempt_recompute++;
     }
+    /* Transfers in plan order; `loop` is where the daemon's loop is in it.  A swap runs in the
+     * background: its sequence waits for the completion, others keep stepping.  A cache copy
+     * the loop does before the batch (daemon/service.c: every demotion, and a reload whose
+     * sequence is in this batch) holds the loop until it is done, so the step starts after
+     * it; a reload whose sequence is not in the batch waits in the background like a swap-in. */
+    int64_t loop = now;
     for (uint32_t i = 0; i < p->n_transfers; i++) {
         const sched_transfer *x = &p->transfers[i];
         sched_pool tier = x->tier;
         int dir = x->dir == SCHED_XFER_IN;
+        bool sync = x->cache && (!dir || plan_runs(p, x->req));
         /* one link per tier and direction: transfers queue behind each other, which is how
          * swapping becomes the second bottleneck */
-        int64_t start = now > e->link_free[tier][dir] ? now : e->link_free[tier][dir];
+        int64_t start = loop > e->link_free[tier][dir] ? loop : e->link_free[tier][dir];
         const sim_link *l = sim_service_link(e->o->svc, tier);
         double bw = dir ? l->in_bytes_per_s : l->out_bytes_per_s;
         int64_t dur = (int64_t)ceil(l->latency_us + (bw > 0 ? (double)x->bytes / bw * 1e6 : 0));
@@ -352,9 +367,19 @@ static int plan_bookkeeping(eng *e, const sched_plan *p, int64_t now)
         e->link_free[tier][dir] = start + dur;
         if (dir) { r->transfers_in++; r->bytes_in += x->bytes; }
         else { r->transfers_out++; r->bytes_out += x->bytes; }
+        if (sync) {
+            /* done before anything after it, as the daemon reports it: right after the copy */
+            loop = start + dur;
+            r->cache_copies_waited++;
+            int rc = sched_transfer_done(e->s, x->id, (uint64_t)loop, x->bytes, (uint64_t)dur, 0);
+            if (rc < 0) return sim_err_setc(rc, "sched_transfer_done: %s", sched_last_error());
+            continue;
+        }
         int rc = theap_push(&e->xfers, start + dur, x->id, x->bytes, (uint64_t)dur);
         if (rc) return rc;
     }
+    r->cache_copy_wait_us += (double)(loop - now);
+    *ready = loop;
     return 0;
 }
 
@@ -426,7 +451,7 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         .kv_blocks_device = o->kv_blocks_device ? o->kv_blocks_device : svc->kv_blocks_device,
         .prefix_cache = o->prefix_cache && any_hash,
         .kv_blocks_host = svc->host.present ? svc->kv_blocks_host : 0,
-        .kv_blocks_disk = 0,
+        .kv_blocks_disk = svc->kv_blocks_disk,
         .block_size = svc->kv_block_size,
         .kv_bytes_per_token = svc->kv_bytes_per_token,
         .max_context = o->max_context,
@@ -438,7 +463,9 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
                  .context_token_us = model.context_token_us > 0 ? model.context_token_us : 0,
                  .prefill_pair_us = model.prefill_pair_us > 0 ? model.prefill_pair_us : 0},
         .host = { svc->host.out_bytes_per_s, svc->host.in_bytes_per_s, svc->host.latency_us },
-        .disk = { svc->disk.out_bytes_per_s, svc->disk.in_bytes_per_s, svc->disk.latency_us },
+        .disk = { sim_service_link(svc, SCHED_POOL_DISK)->out_bytes_per_s,
+                  sim_service_link(svc, SCHED_POOL_DISK)->in_bytes_per_s,
+                  sim_service_link(svc, SCHED_POOL_DISK)->latency_us },
     };
     run->final_rec = malloc((t->n ? t->n : 1) * sizeof *run->final_rec);
     e.cancel_order = malloc((t->n ? t->n : 1) * sizeof *e.cancel_order);
@@ -449,6 +476,7 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
     }
     qsort_r(e.cancel_order, e.n_cancels, sizeof *e.cancel_order, cmp_cancel, (void *)t);
 
+    if (cfg.kv_blocks_disk && !svc->disk.present && !svc->host.present) cfg.kv_blocks_disk = 0;   /* no link to it */
     rc = sched_create(o->policy, &cfg, o->decision_log ? sink : NULL, &e, o->seed, &e.s);
     if (rc < 0) { rc = sim_err_setc(rc, "sched_create: %s", sched_last_error()); goto out; }
     run->slot_capacity = pc->mode == SCHED_MODE_STATIC ? pc->static_batch_size : pc->max_active_seqs;
@@ -462,7 +490,12 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         if ((rc = sample(&e, now)) < 0) goto out;
         const sched_plan *p = sched_step(e.s, (uint64_t)now);
         if (!p) { rc = sim_err_setc(-ENOMEM, "sched_step: %s", sched_last_error()); goto out; }
-        if ((rc = plan_bookkeeping(&e, p, now)) < 0) goto out;
+        int64_t ready = now;
+        if ((rc = plan_bookkeeping(&e, p, now, &ready)) < 0) goto out;
+        if (p->n_entries == 0 && ready > now) {
+            now = ready;   /* the loop was busy copying */
+            continue;
+        }
         if (p->n_entries == 0) {
             int64_t next = next_event(&e);
             if (e.live > 0 || e.xfers.n) {
@@ -489,11 +522,11 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
          * rows it was measured on) + the what-if knobs */
         double step = (sched_step_model_us(&model, &w) +
                        svc->loop_step_us + svc->loop_context_us * w.decode_context) * o->step_scale *
-                      sim_service_speed_at(svc, now) +
+                      sim_service_speed_at(svc, ready) +
                       o->step_overhead_us;
         int64_t dur = (int64_t)ceil(step);
         if (dur < 1) dur = 1;
-        int64_t end = now + dur;
+        int64_t end = ready + dur;   /* after the cache copies the loop did first */
         if (p->n_entries > e.results_cap) {
             size_t cap = p->n_entries * 2;
             sched_result *nr = realloc(e.results, cap * sizeof *nr);

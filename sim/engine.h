@@ -58,6 +58,8 @@ typedef struct sim_run {
     /* totals */
     uint64_t steps, entries, prefill_tokens, decode_tokens, pad_tokens, slot_capacity;
     uint64_t transfers_out, transfers_in, bytes_out, bytes_in;
+    uint64_t cache_copies_waited;     /* prefix-cache copies the loop did before a step */
+    double   cache_copy_wait_us;      /* time steps started late, waiting for those copies */
     double   busy_us, max_step_us, max_decode_step_us;
     int64_t  sim_end_us;
     double   wall_s;

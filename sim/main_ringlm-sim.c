@@ -56,6 +56,11 @@ static void usage(FILE *f)
 "  --check-invariants N    check the scheduler's invariants every N steps (stop on a violation)\n"
 "  --prefix-cache on|off   requests with block hashes (Mooncake hash_ids, a native log's, the shared-prefix\n"
 "                          workload) share cached prompt blocks in their policy's cache domains (default on)\n"
+"  --kv-blocks N           what-if: device KV blocks (default: the service model's)\n"
+"  --host-kv-blocks N      what-if: host KV tier blocks (0: no host tier)\n"
+"  --disk-kv-blocks N      what-if: disk KV tier blocks (0: none, the default)\n"
+"  --host-kv-bw B          what-if: the host link's bytes/s, both ways\n"
+"  --disk-kv-bw B          what-if: the disk link's bytes/s, both ways (the names are ringlmd's)\n"
 "output\n"
 "  --json                  one JSON object on stdout (compare mode: {\"runs\": [...]})\n"
 "  --csv DIR               time series and per-request CSV\n"
@@ -180,6 +185,8 @@ int main(int argc, char **argv)
     sim_tune_opts_defaults(&topt);
     double burst0 = -1, burst1 = -1;
     bool prefix_report = false;
+    long long kv_host = -1, kv_disk = -1;   /* what-ifs: -1 = the service model's */
+    double host_bw = 0, disk_bw = 0;
     uint32_t sweep[64];
     size_t n_sweep = 0;
     sim_transform xf;
@@ -190,7 +197,8 @@ int main(int argc, char **argv)
            O_RETRY, O_RETRY_MAX, O_CALIB, O_MAXCTX, O_CSV, O_PLOT, O_DECLOG, O_SAMPLE, O_BURST,
            O_FIDELITY, O_LIST, O_REQLOG, O_FIT, O_SCALE, O_OVERHEAD, O_CHECK, O_ITLOG,
            O_SPEED, O_SPEEDW, O_COMPARE, O_TUNE, O_TUNE_LOADS, O_TUNE_OUT, O_TUNE_JOBS, O_TUNE_ROUNDS, O_TUNE_NO_PAIRS,
-           O_TUNE_FINAL, O_FAIR_FLOOR, O_SLO_MIN, O_TUNE_SCN, O_PXCACHE, O_PXREPORT, O_SWEEP };
+           O_TUNE_FINAL, O_FAIR_FLOOR, O_SLO_MIN, O_TUNE_SCN, O_PXCACHE, O_PXREPORT, O_SWEEP,
+           O_KVB, O_HKVB, O_DKVB, O_HBW, O_DBW };
     static const struct option lo[] = {
         {"trace", 1, 0, 't'}, {"workload", 1, 0, 'w'}, {"policy", 1, 0, 'p'}, {"json", 0, 0, 'j'},
         {"help", 0, 0, 'h'}, {"format", 1, 0, O_FORMAT}, {"skip-bad", 0, 0, O_SKIP},
@@ -206,6 +214,8 @@ int main(int argc, char **argv)
         {"tune-jobs", 1, 0, O_TUNE_JOBS}, {"tune-rounds", 1, 0, O_TUNE_ROUNDS}, {"tune-no-pairs", 0, 0, O_TUNE_NO_PAIRS}, {"tune-finalists", 1, 0, O_TUNE_FINAL},
         {"fair-floor", 1, 0, O_FAIR_FLOOR}, {"slo-min", 1, 0, O_SLO_MIN}, {"tune-scenarios", 0, 0, O_TUNE_SCN},
         {"prefix-cache", 1, 0, O_PXCACHE}, {"prefix-report", 0, 0, O_PXREPORT}, {"capacity-sweep", 1, 0, O_SWEEP},
+        {"kv-blocks", 1, 0, O_KVB}, {"host-kv-blocks", 1, 0, O_HKVB}, {"disk-kv-blocks", 1, 0, O_DKVB},
+        {"host-kv-bw", 1, 0, O_HBW}, {"disk-kv-bw", 1, 0, O_DBW},
         {0, 0, 0, 0}};
     int c, li = -1;
     char *e;
@@ -315,6 +325,20 @@ int main(int argc, char **argv)
             else { fprintf(stderr, "ringlm-sim: --prefix-cache %s: expected on or off\n", optarg); return 2; }
             break;
         case O_PXREPORT: prefix_report = true; break;
+        case O_KVB: case O_HKVB: case O_DKVB: {
+            unsigned long v = strtoul(optarg, &e, 10);
+            if (e == optarg || *e || v > (1ul << 28) || (c == O_KVB && !v)) goto bad_num;
+            if (c == O_KVB) opt.kv_blocks_device = (uint32_t)v;
+            else if (c == O_HKVB) kv_host = (long long)v;
+            else kv_disk = (long long)v;
+            break;
+        }
+        case O_HBW: case O_DBW: {
+            double v = strtod(optarg, &e);
+            if (e == optarg || *e || !(v >= 1) || !(v <= 1e15)) goto bad_num;
+            if (c == O_HBW) host_bw = v; else disk_bw = v;
+            break;
+        }
         case O_SWEEP:
             n_sweep = 0;
             for (const char *p = optarg; *p; p = *e ? e + 1 : e) {
@@ -364,6 +388,15 @@ int main(int argc, char **argv)
     if (n_itlog && (rc = sim_service_fit_iterations(&svc, itlogs, (size_t)n_itlog)) < 0) {
         fprintf(stderr, "ringlm-sim: %s\n", sim_err());
         return 1;
+    }
+    /* the tier what-ifs (after any refit: they are the machine's KV figures, not the step's) */
+    if (kv_host >= 0) { svc.kv_blocks_host = (uint32_t)kv_host; if (kv_host) svc.host.present = true; }
+    if (kv_disk >= 0) svc.kv_blocks_disk = (uint32_t)kv_disk;
+    if (host_bw > 0) { svc.host.in_bytes_per_s = svc.host.out_bytes_per_s = host_bw; svc.host.present = true; }
+    if (disk_bw > 0 || (kv_disk > 0 && !svc.disk.present)) {
+        /* a disk link of its own: the given speed, or the host's as it stands */
+        if (!svc.disk.present) svc.disk = (sim_link){svc.host.out_bytes_per_s, svc.host.in_bytes_per_s, svc.host.latency_us, true};
+        if (disk_bw > 0) svc.disk.in_bytes_per_s = svc.disk.out_bytes_per_s = disk_bw;
     }
     opt.svc = &svc;
 

@@ -16,7 +16,13 @@ void sim_prefix_figures_of(const sim_run *r, sim_prefix_figures *f)
     f->self_tokens = c->prefix_self_tokens;
     f->cross_tokens = c->prefix_hit_tokens - c->prefix_self_tokens;
     f->evicted_blocks = c->prefix_evicted_blocks;
-    for (int p = 0; p < SCHED_POOL__COUNT; p++) f->hit_tokens_tier[p] = c->prefix_hit_pool_tokens[p];
+    for (int p = 0; p < SCHED_POOL__COUNT; p++) {
+        f->hit_tokens_tier[p] = c->prefix_hit_pool_tokens[p];
+        f->demoted_blocks[p] = c->prefix_demoted_blocks[p];
+        f->reloaded_blocks[p] = c->prefix_reloaded_blocks[p];
+        f->recomputed_blocks[p] = c->prefix_recomputed_blocks[p];
+    }
+    f->copy_wait_ms = r->cache_copy_wait_us / 1000;
     f->prefill_tokens = r->prefill_tokens;
     f->hit_rate = f->query_tokens ? (double)f->hit_tokens / (double)f->query_tokens : 0;
     f->recorded_hit_tokens = -1;
@@ -28,13 +34,23 @@ void sim_prefix_figures_of(const sim_run *r, sim_prefix_figures *f)
 
 json_t *sim_prefix_json(const sim_prefix_figures *f)
 {
-    json_t *tiers = json_object();
-    for (int p = 0; p < SCHED_POOL__COUNT; p++)
-        json_object_set_new(tiers, sched_pool_name((sched_pool)p), json_integer((json_int_t)f->hit_tokens_tier[p]));
+    json_t *tiers = json_object(), *dem = json_object(), *rel = json_object(), *rec = json_object();
+    for (int p = 0; p < SCHED_POOL__COUNT; p++) {
+        const char *n = sched_pool_name((sched_pool)p);
+        json_object_set_new(tiers, n, json_integer((json_int_t)f->hit_tokens_tier[p]));
+        if (p == SCHED_POOL_DEVICE) continue;
+        json_object_set_new(dem, n, json_integer((json_int_t)f->demoted_blocks[p]));
+        json_object_set_new(rel, n, json_integer((json_int_t)f->reloaded_blocks[p]));
+        json_object_set_new(rec, n, json_integer((json_int_t)f->recomputed_blocks[p]));
+    }
     json_t *o = json_pack("{s:I,s:I,s:I,s:I,s:f,s:o,s:I,s:I}", "query_tokens", (json_int_t)f->query_tokens,
                           "hit_tokens", (json_int_t)f->hit_tokens, "cross_tokens", (json_int_t)f->cross_tokens,
                           "self_tokens", (json_int_t)f->self_tokens, "hit_rate", f->hit_rate, "hit_tokens_by_tier", tiers,
                           "evicted_blocks", (json_int_t)f->evicted_blocks, "prefill_tokens", (json_int_t)f->prefill_tokens);
+    json_object_set_new(o, "demoted_blocks", dem);
+    json_object_set_new(o, "reloaded_blocks", rel);
+    json_object_set_new(o, "recomputed_blocks", rec);
+    json_object_set_new(o, "copy_wait_ms", json_real(f->copy_wait_ms));
     /* a replayed request log of a real run: what that run found cached, next to the replay's */
     if (o && f->recorded_hit_tokens >= 0)
         json_object_set_new(o, "recorded_hit_tokens", json_integer((json_int_t)f->recorded_hit_tokens));
@@ -143,6 +159,15 @@ int sim_prefix_report(FILE *f, bool json, const sim_trace *t, const sim_options 
                 100 * saved, ttft_ratio, (unsigned long long)on.fig.hit_tokens_tier[SCHED_POOL_DEVICE],
                 (unsigned long long)on.fig.hit_tokens_tier[SCHED_POOL_HOST],
                 (unsigned long long)on.fig.hit_tokens_tier[SCHED_POOL_DISK]);
+        if (on.fig.demoted_blocks[SCHED_POOL_HOST] || on.fig.demoted_blocks[SCHED_POOL_DISK])
+            fprintf(f, "tiers: blocks demoted host %llu, disk %llu; reloaded host %llu, disk %llu; recomputed instead "
+                       "host %llu, disk %llu; steps waited %.1f ms for cache copies\n",
+                    (unsigned long long)on.fig.demoted_blocks[SCHED_POOL_HOST],
+                    (unsigned long long)on.fig.demoted_blocks[SCHED_POOL_DISK],
+                    (unsigned long long)on.fig.reloaded_blocks[SCHED_POOL_HOST],
+                    (unsigned long long)on.fig.reloaded_blocks[SCHED_POOL_DISK],
+                    (unsigned long long)on.fig.recomputed_blocks[SCHED_POOL_HOST],
+                    (unsigned long long)on.fig.recomputed_blocks[SCHED_POOL_DISK], on.fig.copy_wait_ms);
         if (n_sweep) {
             fprintf(f, "\ncapacity sweep (cache on)\n%8s %9s %12s %10s %10s\n", "blocks", "hit rate", "prefill tok",
                     "ttft p50", "evicted");

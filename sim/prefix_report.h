@@ -10,11 +10,15 @@
 #include "sim/trace.h"
 
 /* What the cache did in one run: tokens looked up and found (cross-request and a resumed
- * sequence's own), per tier, blocks evicted, prefill tokens computed.  The scheduler keeps
- * the cache on the device today, so host and disk hits are 0. */
+ * sequence's own), per tier (host and disk hits were reloaded), blocks demoted into each
+ * tier, runs found on host or disk and recomputed instead, blocks evicted, prefill tokens
+ * computed, and how long steps waited for the cache's copies. */
 typedef struct sim_prefix_figures {
     uint64_t query_tokens, hit_tokens, self_tokens, cross_tokens, evicted_blocks;
     uint64_t hit_tokens_tier[SCHED_POOL__COUNT];
+    uint64_t demoted_blocks[SCHED_POOL__COUNT], reloaded_blocks[SCHED_POOL__COUNT];
+    uint64_t recomputed_blocks[SCHED_POOL__COUNT];
+    double   copy_wait_ms;
     uint64_t prefill_tokens;      /* computed (recompute included) */
     double   hit_rate;            /* hit / query tokens */
     int64_t  recorded_hit_tokens; /* the trace's own cached_tokens summed (a real run's request

@@ -568,6 +568,7 @@ json_t *sim_report_json(const sim_run *r, const sim_summary *s, const sim_servic
     }
     json_object_set_new(sv, "kv_blocks_device", json_integer(svc->kv_blocks_device));
     json_object_set_new(sv, "kv_blocks_host", json_integer(svc->kv_blocks_host));
+    if (svc->kv_blocks_disk) json_object_set_new(sv, "kv_blocks_disk", json_integer(svc->kv_blocks_disk));
     json_object_set_new(sv, "kv_block_size", json_integer(svc->kv_block_size));
     json_object_set_new(o, "service", sv);
     json_object_set_new(o, "sim_s", jr(s->sim_s, 6));
@@ -591,8 +592,9 @@ json_t *sim_report_json(const sim_run *r, const sim_summary *s, const sim_servic
         "pad_tokens", (json_int_t)r->pad_tokens, "pad_share", jr(s->pad_share, 6),
         "slot_occupancy", jr(s->occupancy, 6), "busy_share", jr(s->busy_share, 6),
         "max_step_ms", jr(s->max_step_ms, 3)));
-    json_object_set_new(o, "transfers", json_pack("{s:I,s:I,s:I,s:I}", "out", (json_int_t)r->transfers_out,
-        "in", (json_int_t)r->transfers_in, "bytes_out", (json_int_t)r->bytes_out, "bytes_in", (json_int_t)r->bytes_in));
+    json_object_set_new(o, "transfers", json_pack("{s:I,s:I,s:I,s:I,s:I,s:f}", "out", (json_int_t)r->transfers_out,
+        "in", (json_int_t)r->transfers_in, "bytes_out", (json_int_t)r->bytes_out, "bytes_in", (json_int_t)r->bytes_in,
+        "cache_copies_waited", (json_int_t)r->cache_copies_waited, "cache_copy_wait_ms", r->cache_copy_wait_us / 1000));
     json_object_set_new(o, "retries", json_pack("{s:s,s:I,s:o}", "mode",
         r->opt.retry == SIM_RETRY_NONE ? "none" : r->opt.retry == SIM_RETRY_IMMEDIATE ? "immediate" : "backoff",
         "attempts", (json_int_t)s->attempts, "amplification", jr(s->retry_amplification, 6)));
@@ -689,7 +691,8 @@ void sim_report_table(FILE *f, const sim_run *r, const sim_summary *s, const sim
         fprintf(f, "\n         serving loop (ringlmd's decode periods, %u points): + %.1f + %.4f*decode_context per step; "
                 "median rel. error %.1f%% (engine model alone %.1f%%)", svc->loop_points, svc->loop_step_us,
                 svc->loop_context_us, 100 * svc->loop_median_rel_err, 100 * svc->loop_engine_median_rel_err);
-    fprintf(f, "\n         KV %u device + %u host blocks of %u tokens\n", svc->kv_blocks_device, svc->kv_blocks_host, svc->kv_block_size);
+    fprintf(f, "\n         KV %u device + %u host + %u disk blocks of %u tokens\n", svc->kv_blocks_device, svc->kv_blocks_host,
+            svc->kv_blocks_disk, svc->kv_block_size);
     fprintf(f, "run      %.1f s simulated in %.3f s wall (%.0fx real time), %llu steps, busy %.0f%%, longest step %.1f ms\n",
             s->sim_s, s->wall_s, s->speedup, (unsigned long long)r->steps, 100 * s->busy_share, s->max_step_ms);
     fprintf(f, "         throughput %.0f tok/s (%.0f output tok/s, %.2f req/s); Jain %.3f; slot occupancy %.0f%%; padding %.1f%%\n",

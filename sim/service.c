@@ -340,6 +340,7 @@ int sim_service_parse(sim_service *s, const char *name, const char *text, int fi
     if ((rc = u32(root, "kv_block_size", true, &s->kv_block_size, name)) ||
         (rc = u32(root, "kv_blocks_device", true, &s->kv_blocks_device, name)) ||
         (rc = u32(root, "kv_blocks_host", false, &s->kv_blocks_host, name)) ||
+        (rc = u32(root, "kv_blocks_disk", false, &s->kv_blocks_disk, name)) ||
         (rc = u32(root, "kv_bytes_per_token", true, &s->kv_bytes_per_token, name)) ||
         (rc = u32(root, "max_batch_tokens", false, &s->max_batch_tokens, name)))
         goto out;

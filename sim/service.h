@@ -38,6 +38,7 @@ typedef struct sim_service {
     bool     builtin;                 /* the documented built-in default, not a measurement */
     uint32_t kv_block_size;           /* tokens per KV block */
     uint32_t kv_blocks_device, kv_blocks_host;
+    uint32_t kv_blocks_disk;          /* disk KV tier blocks (0: none; the built-in has none) */
     uint32_t kv_bytes_per_token;
     uint32_t max_batch_tokens;
     /* The serving loop's own cost per step, beyond the engine's (FORMATS.md "serving_loop"):

@@ -1828,28 +1828,31 @@ Test(daemon_e2e, deadlines_end_with_a_reason)
 
 /* ---- prefix cache ---------------------------------------------------------------------- */
 
-/* Prompts that share a long prefix, sent one after another (each waits for the previous one's
- * FINISH) so the later ones find it cached; the tokens each stream produced go to a file. */
-#define PX_N 4
-typedef struct px_job {
+/* Prompts sent one after another on one session (each waits for the previous one's FINISH,
+ * so later ones find what earlier ones cached); the tokens each stream produced, then its
+ * finish reason and token count, go to a file, one line a prompt. */
+#define SEQ_MAX 8
+typedef struct seq_job {
     const char *sock, *out;
-    int32_t prompt[PX_N][80];
-    uint32_t n_prompt[PX_N];
-} px_job;
+    int n;                      /* prompts */
+    uint32_t max_new;
+    int32_t prompt[SEQ_MAX][80];
+    uint32_t n_prompt[SEQ_MAX];
+} seq_job;
 
-static int client_prefix(void *arg)
+static int client_sequential(void *arg)
 {
-    px_job *g = arg;
+    seq_job *g = arg;
     ringlm_client *c;
     if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
     FILE *f = fopen(g->out, "w");
     if (!f) return 3;
-    for (int i = 0; i < PX_N; i++) {
+    for (int i = 0; i < g->n; i++) {
         ringlm_request r;
         ringlm_request_init(&r);
         r.prompt = g->prompt[i];
         r.n_prompt = g->n_prompt[i];
-        r.max_new_tokens = 24;
+        r.max_new_tokens = g->max_new;
         uint64_t id;
         if (ringlm_submit(c, &r, &id) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
         for (;;) {
@@ -1868,11 +1871,14 @@ static int client_prefix(void *arg)
     return 0;
 }
 
-static void run_prefix_client(const char *model, const char *const *extra, px_job *g, dmn *d)
+/* Prompts that share a long prefix: PX_N of them, 24 new tokens each. */
+#define PX_N 4
+
+static void run_prefix_client(const char *model, const char *const *extra, seq_job *g, dmn *d)
 {
     dmn_start(d, model, NULL, extra);
     g->sock = d->sock;
-    int st = reap(spawn(client_prefix, g), 60000);
+    int st = reap(spawn(client_sequential, g), 60000);
     cr_assert_eq(st, 0, "prefix client exit %d", st);
     assert_back_to_baseline(d, 5000);
 }
@@ -1905,8 +1911,10 @@ Test(daemon_e2e, prefix_cache_greedy_output_equals_cache_off)
     uint32_t np = 0;
     for (uint32_t k = 0; k < cases[0].n_prompt && np < 56; k++) pre[np++] = cases[0].prompt[k];
     for (uint32_t k = 0; np < 56; k++) pre[np++] = cases[0].gen[k % cases[0].n_gen];
-    static px_job g;
+    static seq_job g;
     memset(&g, 0, sizeof g);
+    g.n = PX_N;
+    g.max_new = 24;
     for (int i = 0; i < PX_N; i++) {
         memcpy(g.prompt[i], pre, sizeof pre);
         g.n_prompt[i] = 56;
@@ -2409,41 +2417,6 @@ Test(daemon_e2e, prefix_cache_preempt_recompute_of_shared_blocks_same_tokens) { 
  * prompts' blocks must leave the device before they come back.  The tokens each stream
  * produced go to a file. */
 #define TX_N 6
-typedef struct tier_job {
-    const char *sock, *out;
-    int32_t prompt[TX_N][64];
-} tier_job;
-
-static int client_tiers(void *arg)
-{
-    tier_job *g = arg;
-    ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
-    FILE *f = fopen(g->out, "w");
-    if (!f) return 3;
-    for (int i = 0; i < TX_N; i++) {
-        ringlm_request r;
-        ringlm_request_init(&r);
-        r.prompt = g->prompt[i];
-        r.n_prompt = 64;
-        r.max_new_tokens = 16;
-        uint64_t id;
-        if (ringlm_submit(c, &r, &id) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
-        for (;;) {
-            ringlm_event ev;
-            int rc = ringlm_next_event(c, &ev, 60000);
-            if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
-            if (ev.kind == RINGLM_EV_TOKEN) fprintf(f, "%d ", ev.token);
-            if (ev.kind == RINGLM_EV_FINISH) {
-                fprintf(f, "| %s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_tokens);
-                break;
-            }
-        }
-    }
-    fclose(f);
-    ringlm_close(c);
-    return 0;
-}
 
 /* Lines of a log holding both needles. */
 static int count_lines2(const char *path, const char *a, const char *b)
@@ -2479,7 +2452,7 @@ static double json_num_of(const char *line, const char *key)
 
 /* The tier workload through a daemon with `extra` flags; the tokens to *out (malloc'd).
  * Returns with the daemon stopped (its logs kept in d until dmn_cleanup). */
-static void run_tiers(const char *model, tier_job *g, const char *const *extra, dmn *d, char **out,
+static void run_tiers(const char *model, seq_job *g, const char *const *extra, dmn *d, char **out,
                       long long *verified)
 {
     char path[160];
@@ -2487,7 +2460,7 @@ static void run_tiers(const char *model, tier_job *g, const char *const *extra, 
     g->out = path;
     dmn_start(d, model, "[scheduler]\ntoken_budget = 64\nprefill_chunk = 32\n", extra);
     g->sock = d->sock;
-    int st = reap(spawn(client_tiers, g), 120000);
+    int st = reap(spawn(client_sequential, g), 120000);
     if (st != 0) dump_file(d->errlog, "ringlmd stderr");
     cr_assert_eq(st, 0, "tier client exit %d", st);
     assert_back_to_baseline(d, 5000);
@@ -2507,9 +2480,12 @@ static void run_tiers(const char *model, tier_job *g, const char *const *extra, 
  * that recomputing a 16-token block costs more than copying it from memory. */
 #define TIER_MODEL "synthetic:stories110M:7"
 
-static void tier_prompts(tier_job *g)
+static void tier_prompts(seq_job *g)
 {
     memset(g, 0, sizeof *g);
+    g->n = TX_N;
+    g->max_new = 16;
+    for (int i = 0; i < TX_N; i++) g->n_prompt[i] = 64;
     for (int i = 0; i < 4; i++)
         for (int k = 0; k < 64; k++) g->prompt[i][k] = 1 + (i * 7919 + k * 131 + k * k) % 30000;
     memcpy(g->prompt[4], g->prompt[0], sizeof g->prompt[0]);
@@ -2524,7 +2500,7 @@ static void tiers_reload(bool disk)
 {
     need_daemon_binary();
     const char *model = TIER_MODEL;
-    static tier_job g;
+    static seq_job g;
     tier_prompts(&g);
     char disk_path[128];
     snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxdisk-%d", (int)getpid());
@@ -2578,7 +2554,7 @@ Test(daemon_e2e, prefix_cache_slow_disk_tier_is_not_worth_keeping_blocks_in)
 {
     need_daemon_binary();
     const char *model = TIER_MODEL;
-    static tier_job g;
+    static seq_job g;
     tier_prompts(&g);
     char disk_path[128];
     snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxslow-%d", (int)getpid());

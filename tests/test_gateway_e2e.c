@@ -425,7 +425,7 @@ Test(gateway_e2e, disconnect_mid_stream_cancels_and_frees_blocks)
 	char *keys = gwh_keys();
 	const char *extra[] = {"--api-keys", keys, NULL};
 	char *declog = th_path(gwh_dir(), "decisions.jsonl");
-	const char *dextra[] = {"--decision-log", declog, NULL};
+	const char *dextra[] = {"--decision-log", declog, GWH_DAEMON_BELOW_CLIENTS, NULL};
 	gwh_need();
 	gwh_need_curl();
 	gwh_start_daemon(dextra);

@@ -159,7 +159,8 @@ Test(gateway_replay, a_trace_cancel_is_cancelled_on_both_paths)
     gwh_need();
     char *keys = gwh_keys();
     const char *extra[] = {"--api-keys", keys, NULL};
-    gwh_start_daemon(NULL);
+    const char *dextra[] = {GWH_DAEMON_BELOW_CLIENTS, NULL};
+    gwh_start_daemon(dextra);
     gwh_start_gateway(extra);
     gwh_wait_healthy(10000);
     char *trace = th_path(gwh_dir(), "cancel.jsonl");

@@ -8,30 +8,14 @@
  * tensor, never a crash or a wrong answer.
  */
 #include "engine_test_util.h"
+#include "gguf_test_util.h"
 #include "kernels/cpu/quant.h"
-#include "kernels/gguf_write.h"
 #include "libclient/gguf.h"
-#include "tokenizer.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static char tmpdir[256];
-
-static void mk_tmpdir(void)
-{
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ringlm-gguf-XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
-}
-
-static void rm_tmpdir(void)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    cr_assert_eq(system(cmd), 0);
-}
 
 /* Exports model spec (with tok512's vocabulary when tok is given) to tmpdir/name. */
 static const char *export(const char *spec, const char *tok, const char *type, const char *arch,
@@ -39,28 +23,7 @@ static const char *export(const char *spec, const char *tok, const char *type, c
 {
     static char path[512];
     snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-    eng_model *m;
-    cr_assert_eq(eng_model_load(spec, &m), 0, "%s", eng_errmsg());
-    int V = eng_model_cfg(m)->vocab_size;
-    tok_tokenizer *t = NULL;
-    const char **pieces = NULL;
-    float *scores = NULL;
-    if (tok) {
-        cr_assert_eq(tok_load(tok, V, &t), 0, "%s", tok_errmsg());
-        pieces = calloc((size_t)V, sizeof *pieces);
-        scores = calloc((size_t)V, sizeof *scores);
-        for (int i = 0; i < V; i++) {
-            pieces[i] = tok_piece(t, i);
-            scores[i] = tok_score(t, i);
-        }
-    }
-    gw_export_opts o = {.type = type, .arch = arch, .pieces = pieces, .scores = scores};
-    char note[4096];
-    cr_assert_eq(gw_export_model(m, path, &o, note, sizeof note), 0, "%s", eng_errmsg());
-    free(pieces);
-    free(scores);
-    tok_free(t);
-    eng_model_free(m);
+    export_gguf(spec, tok, type, arch, path);
     return path;
 }
 

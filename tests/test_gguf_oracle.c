@@ -14,35 +14,13 @@
  * Skips with a message when node or tests/node/node_modules is absent (`make deps`).
  */
 #include "engine_test_util.h"
-#include "kernels/gguf_write.h"
-#include "tokenizer.h"
+#include "gguf_test_util.h"
 
 #include <jansson.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define STEPS 200
-
-static char tmpdir[256];
-
-static void mk_tmpdir(void)
-{
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ringlm-oracle-XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
-}
-
-static void rm_tmpdir(void)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    cr_assert_eq(system(cmd), 0);
-}
-
-static const char *node_dir(void)
-{
-    const char *d = getenv("RINGLM_NODE_DIR");
-    return d && *d ? d : "tests/node";
-}
 
 static void skip_without_node(void)
 {
@@ -67,28 +45,7 @@ static void export_to(job *j, const char *spec, const char *tok, const char *typ
                       const char *arch, const char *name)
 {
     snprintf(j->model, sizeof j->model, "%s/%s", tmpdir, name);
-    eng_model *m;
-    cr_assert_eq(eng_model_load(spec, &m), 0, "%s", eng_errmsg());
-    int V = eng_model_cfg(m)->vocab_size;
-    tok_tokenizer *t = NULL;
-    const char **pieces = NULL;
-    float *scores = NULL;
-    if (tok) {
-        cr_assert_eq(tok_load(tok, V, &t), 0, "%s", tok_errmsg());
-        pieces = calloc((size_t)V, sizeof *pieces);
-        scores = calloc((size_t)V, sizeof *scores);
-        for (int i = 0; i < V; i++) {
-            pieces[i] = tok_piece(t, i);
-            scores[i] = tok_score(t, i);
-        }
-    }
-    gw_export_opts o = {.type = type, .arch = arch, .pieces = pieces, .scores = scores};
-    char note[4096];
-    cr_assert_eq(gw_export_model(m, j->model, &o, note, sizeof note), 0, "%s", eng_errmsg());
-    free(pieces);
-    free(scores);
-    tok_free(t);
-    eng_model_free(m);
+    export_gguf(spec, tok, type, arch, j->model);
 }
 
 /* Runs llama.cpp over every job in one node process; returns the parsed result array. */

@@ -18,10 +18,8 @@
  *    encodes invalid bytes as their byte tokens (as llama.cpp does), so those texts are not
  *    compared for Llama 2.
  */
-#include "kernels/engine.h"
-#include "kernels/gguf_write.h"
+#include "gguf_test_util.h"
 #include "ringlm.h"
-#include "tokenizer.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -30,21 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static char tmpdir[256];
-
-static void mk_tmpdir(void)
-{
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ringlm-vocab-XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
-}
-
-static void rm_tmpdir(void)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    cr_assert_eq(system(cmd), 0);
-}
 
 TestSuite(gguf_vocab, .init = mk_tmpdir, .fini = rm_tmpdir);
 
@@ -277,12 +260,6 @@ Test(gguf_vocab, malformed_or_unsupported_vocabularies_are_refused_by_name)
 }
 
 /* ---- real vocabularies against their reference encoders and llama.cpp ------------------ */
-
-static const char *node_dir(void)
-{
-    const char *d = getenv("RINGLM_NODE_DIR");
-    return d && *d ? d : "tests/node";
-}
 
 static void skip_without_oracles(void)
 {

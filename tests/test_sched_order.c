@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "sched/sched.h"
+#include "tests/sched_drive_util.h"
 
 #define MAXE 40000
 
@@ -47,11 +48,7 @@ static void sink(void *ctx, const sched_event *e)
     D.log[D.log_len] = 0;
 }
 
-static void check(void)
-{
-    char why[300];
-    cr_assert_eq(sched_check_invariants(D.s, why, sizeof why), 0, "scheduler invariant: %s", why);
-}
+static void check(void) { sd_check(D.s); }
 
 /* One class "c" with the given order keys; tenants a and b; 4-token blocks; one sequence at a
  * time unless max_active says otherwise, so the order requests start in is the order picked. */
@@ -93,23 +90,7 @@ static void submit(uint64_t id, int tenant, const int32_t *tok, uint32_t n, uint
 }
 
 /* step, execute every entry (a token per sampling entry), commit; 1 ms per iteration */
-static void iter(void)
-{
-    const sched_plan *pl = sched_step(D.s, D.now);
-    cr_assert_not_null(pl, "%s", sched_last_error());
-    check();
-    for (uint32_t i = 0; i < pl->n_transfers; i++) {   /* copies (demotions, reloads) done at once */
-        cr_assert_eq(sched_transfer_done(D.s, pl->transfers[i].id, D.now, 0, 0, 0), 0);
-        check();
-    }
-    static sched_result res[512];
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < pl->n_entries && n < 512; i++)
-        res[n++] = (sched_result){.req = pl->entries[i].req, .tokens = pl->entries[i].samples};
-    D.now += 1000;
-    cr_assert_eq(sched_commit(D.s, res, n, D.now, 0), 0);
-    check();
-}
+static void iter(void) { sd_iter(D.s, &D.now, NULL); }
 
 static void run_until_idle(int max_iters)
 {

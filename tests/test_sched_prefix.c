@@ -616,6 +616,7 @@ Test(sched_prefix, random_traffic_keeps_every_invariant_and_every_block_intact)
  * ============================================================================================== */
 
 #include "sched/sched.h"
+#include "tests/sched_drive_util.h"
 
 #define MAXE 20000
 typedef struct drv {
@@ -637,11 +638,7 @@ static void d_sink(void *ctx, const sched_event *e)
     cr_assert_lt(sched_event_json(e, line, sizeof line), sizeof line);
 }
 
-static void d_check(void)
-{
-    char why[300];
-    cr_assert_eq(sched_check_invariants(D.s, why, sizeof why), 0, "scheduler invariant: %s", why);
-}
+static void d_check(void) { sd_check(D.s); }
 
 /* extra: more [scheduler] keys; tenants: the [tenant] sections (NULL: a and b, defaults). */
 static void d_init_tenants(const char *extra, const char *tenants, uint32_t dev, uint32_t host, bool cache)
@@ -681,24 +678,7 @@ static int d_submit(uint64_t id, int tenant, const int32_t *tok, uint32_t n, uin
 
 /* One iteration: step, complete its transfers, execute every entry (a token per sampling
  * entry), commit.  Returns the plan (valid until the next step). */
-static const sched_plan *d_iter(void)
-{
-    const sched_plan *pl = sched_step(D.s, D.now);
-    cr_assert(pl, "%s", sched_last_error());
-    d_check();
-    for (uint32_t i = 0; i < pl->n_transfers; i++) {
-        cr_assert_eq(sched_transfer_done(D.s, pl->transfers[i].id, D.now, 0, 0, 0), 0);
-        d_check();
-    }
-    sched_result res[256];
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < pl->n_entries && n < 256; i++)
-        res[n++] = (sched_result){.req = pl->entries[i].req, .tokens = pl->entries[i].samples};
-    D.now += 1000;
-    cr_assert_eq(sched_commit(D.s, res, n, D.now, 0), 0);
-    d_check();
-    return pl;
-}
+static const sched_plan *d_iter(void) { return sd_iter(D.s, &D.now, NULL); }
 
 /* Iterate until nothing is queued, running or moving — at least once, so releases pending
  * from a cancel are done. */
@@ -1014,23 +994,7 @@ static void d_init_tiers(uint32_t dev, uint32_t host, uint32_t disk, double host
  * measured), the others at once. */
 static const sched_plan *d_iter_copies(uint64_t dur_us, int status)
 {
-    const sched_plan *pl = sched_step(D.s, D.now);
-    cr_assert(pl, "%s", sched_last_error());
-    d_check();
-    for (uint32_t i = 0; i < pl->n_transfers; i++) {
-        const sched_transfer *t = &pl->transfers[i];
-        cr_assert_eq(sched_transfer_done(D.s, t->id, D.now, t->cache ? t->bytes : 0, t->cache ? dur_us : 0,
-                                         t->cache ? status : 0), 0);
-        d_check();
-    }
-    sched_result res[256];
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < pl->n_entries && n < 256; i++)
-        res[n++] = (sched_result){.req = pl->entries[i].req, .tokens = pl->entries[i].samples};
-    D.now += 1000;
-    cr_assert_eq(sched_commit(D.s, res, n, D.now, 0), 0);
-    d_check();
-    return pl;
+    return sd_iter(D.s, &D.now, &(sd_copies){.dur_us = dur_us, .status = status});
 }
 
 static int d_count(sched_event_kind k)

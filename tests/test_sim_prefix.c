@@ -270,3 +270,190 @@ Test(sim_prefix, cli_prefix_report_with_a_capacity_sweep)
     cr_expect_neq(system(cmd), 0, "a bad sweep list was accepted");
     free(sim);
 }
+
+/* ---- tiers: a small device pool, a host tier and a disk tier ------------------------------ */
+
+/* 16-token blocks of 16 KiB; prefill 40 µs a token, so recomputing a block costs 640 µs. */
+static void tier_service(sim_service *s, double host_bw, double disk_bw)
+{
+    toy_service(s);
+    s->per_prefill_token_us = 40;
+    s->kv_bytes_per_token = 1024;
+    s->kv_blocks_device = 64;
+    s->kv_blocks_host = 48;
+    s->kv_blocks_disk = 4000;
+    s->host = (sim_link){host_bw, host_bw, 10, true};
+    s->disk = (sim_link){disk_bw, disk_bw, 80, true};
+}
+
+/* System prompts of 16 blocks shared by 40 conversations: they do not all fit in 64 device
+ * blocks, so cached blocks are demoted to host, and from host to disk. */
+static void tier_trace(const sim_service *svc, sim_trace *t)
+{
+    sim_scenario scn;
+    const char *par[] = {"n=40", "rate=20", "system_prompts=4", "system_len=256", "turns=1-3",
+                         "user=16-32", "output=8-16", "think=0.2-1", "one_off=0.1"};
+    cr_assert_eq(sim_gen_workload(t, "shared-prefix", par, 9, svc, 11, &scn), 0, "%s", sim_err());
+}
+
+typedef struct tier_run {
+    sim_run  r;
+    double   reload_us[512];   /* per sched request id - 1: summed transfer time of its reloads */
+    uint32_t n_reloaded;       /* requests with a reload */
+} tier_run;
+
+static void run_tiers(const sim_trace *t, const sched_policy *p, const sim_service *svc, tier_run *out)
+{
+    memset(out, 0, sizeof *out);
+    FILE *log = tmpfile();
+    cr_assert_not_null(log);
+    sim_options o;
+    sim_options_defaults(&o);
+    o.policy = p;
+    o.policy_name = "test";
+    o.svc = svc;
+    o.check_every = 1;
+    o.decision_log = log;
+    cr_assert_eq(sim_run_trace(t, &o, &out->r), 0, "sim_run_trace: %s", sim_err());
+    cr_assert_eq(out->r.still_live, 0);
+    cr_assert_leq(out->r.n_recs, 512);
+    /* each reload the scheduler planned, with its bytes and tier: its transfer time on that
+     * link, without anything queued ahead of it */
+    rewind(log);
+    static char line[4096];
+    while (fgets(line, sizeof line, log)) {
+        if (!strstr(line, "\"ev\":\"cache_reload\"") || strstr(line, "\"reason\"") || !strstr(line, "\"choice\":\"reload\""))
+            continue;
+        json_error_t e;
+        json_t *j = json_loads(line, 0, &e);
+        cr_assert_not_null(j, "not JSON: %s", line);
+        uint64_t req = (uint64_t)json_integer_value(json_object_get(j, "req"));
+        double bytes = (double)json_integer_value(json_object_get(j, "bytes"));
+        const char *pool = json_string_value(json_object_get(j, "pool"));
+        cr_assert(req >= 1 && req <= out->r.n_recs && pool && bytes > 0, "%s", line);
+        const sim_link *l = sim_service_link(svc, strcmp(pool, "disk") ? SCHED_POOL_HOST : SCHED_POOL_DISK);
+        if (out->reload_us[req - 1] == 0) out->n_reloaded++;
+        out->reload_us[req - 1] += l->latency_us + bytes / l->in_bytes_per_s * 1e6;
+        json_decref(j);
+    }
+    fclose(log);
+}
+
+static double ttft_us(const sim_rec *x) { return (double)(x->first_token_us - x->submit_us); }
+
+/* Reloads from host and disk are charged: a reloaded request's first token comes no earlier
+ * than its reload's transfer time after its arrival; a slower host link makes reloaded
+ * requests wait longer; a disk too slow to beat recomputing is never reloaded from; the same
+ * seed gives the same run. */
+Test(sim_prefix, tier_reloads_are_charged_to_the_requests_that_wait_for_them)
+{
+    sim_service fast, slow_host, slow_disk;
+    tier_service(&fast, 1e8, 4e7);        /* a block: host 174 µs, disk 490 µs to reload */
+    tier_service(&slow_host, 5e7, 4e7);   /* host 338 µs: still cheaper than 640 µs */
+    tier_service(&slow_disk, 1e8, 5e5);   /* disk 33 ms a block: recomputing wins */
+    sim_trace t;
+    tier_trace(&fast, &t);
+    sched_policy *p = policy("");
+    static tier_run a, b, hs, ds;
+    run_tiers(&t, p, &fast, &a);
+
+    sim_prefix_figures f;
+    sim_prefix_figures_of(&a.r, &f);
+    cr_expect_gt(f.demoted_blocks[SCHED_POOL_HOST], 0, "nothing demoted to host");
+    cr_expect_gt(f.demoted_blocks[SCHED_POOL_DISK], 0, "nothing demoted to disk");
+    cr_expect_gt(f.hit_tokens_tier[SCHED_POOL_HOST], 0, "no hit on host");
+    cr_expect_gt(f.hit_tokens_tier[SCHED_POOL_DISK], 0, "no hit on disk");
+    cr_expect_gt(f.reloaded_blocks[SCHED_POOL_HOST], 0);
+    cr_expect_gt(f.reloaded_blocks[SCHED_POOL_DISK], 0);
+    cr_expect_gt(a.r.cache_copies_waited, 0);
+    cr_expect_gt(f.copy_wait_ms, 0);
+    cr_assert_geq(a.n_reloaded, 3, "only %u requests reloaded", a.n_reloaded);
+    double mean_fast = 0;
+    for (size_t i = 0; i < a.r.n_recs; i++) {
+        const sim_rec *x = &a.r.recs[i];
+        if (a.reload_us[i] == 0 || x->first_token_us < 0) continue;
+        cr_expect_geq(ttft_us(x), a.reload_us[i], "request %zu: TTFT %.0f µs, its reload alone takes %.0f µs", i + 1,
+                      ttft_us(x), a.reload_us[i]);
+        mean_fast += ttft_us(x) / a.n_reloaded;
+    }
+
+    /* the same seed: the same run, request by request */
+    run_tiers(&t, p, &fast, &b);
+    cr_assert_eq(b.r.n_recs, a.r.n_recs);
+    for (size_t i = 0; i < a.r.n_recs; i++)
+        cr_assert_eq(b.r.recs[i].first_token_us, a.r.recs[i].first_token_us, "request %zu differs between runs", i + 1);
+    cr_expect_eq(memcmp(&a.r.final_counts, &b.r.final_counts, sizeof a.r.final_counts), 0);
+    cr_expect_eq(memcmp(a.reload_us, b.reload_us, sizeof a.reload_us), 0);
+
+    /* a slower host link: the reloaded requests wait longer */
+    run_tiers(&t, p, &slow_host, &hs);
+    sim_prefix_figures fh;
+    sim_prefix_figures_of(&hs.r, &fh);
+    cr_expect_gt(fh.reloaded_blocks[SCHED_POOL_HOST], 0);
+    double mean_slow = 0;
+    for (size_t i = 0; i < hs.r.n_recs; i++)
+        if (hs.reload_us[i] > 0 && hs.r.recs[i].first_token_us >= 0) mean_slow += ttft_us(&hs.r.recs[i]) / hs.n_reloaded;
+    cr_expect_gt(fh.copy_wait_ms, f.copy_wait_ms, "copies waited %.2f ms on the slow host, %.2f ms on the fast one",
+                 fh.copy_wait_ms, f.copy_wait_ms);
+    cr_expect_gt(mean_slow, mean_fast, "reloaded requests' mean TTFT %.0f µs with the slow host, %.0f µs with the fast one",
+                 mean_slow, mean_fast);
+
+    /* a disk slower than recomputing: never reloaded from */
+    run_tiers(&t, p, &slow_disk, &ds);
+    sim_prefix_figures fd;
+    sim_prefix_figures_of(&ds.r, &fd);
+    cr_expect_eq(fd.reloaded_blocks[SCHED_POOL_DISK], 0, "%llu blocks reloaded from the slow disk",
+                 (unsigned long long)fd.reloaded_blocks[SCHED_POOL_DISK]);
+    cr_expect_eq(fd.hit_tokens_tier[SCHED_POOL_DISK], 0);
+    cr_expect_gt(fd.reloaded_blocks[SCHED_POOL_HOST], 0, "the host tier still serves");
+
+    sim_run_free(&a.r);
+    sim_run_free(&b.r);
+    sim_run_free(&hs.r);
+    sim_run_free(&ds.r);
+    sched_policy_free(p);
+    sim_trace_free(&t);
+}
+
+/* The CLI's tier what-ifs (ringlmd's option names): a small device pool with host and disk
+ * tiers reloads from host; a disk slower than recomputing has its runs recomputed instead,
+ * a fast one is reloaded from; a bad value is refused. */
+Test(sim_prefix, cli_tier_what_ifs)
+{
+    char *sim = th_program("ringlm-sim");
+    double rel[2][SCHED_POOL__COUNT], rec[2][SCHED_POOL__COUNT];
+    const char *bw[2] = {"2e9", "2e10"};   /* a 2 MiB block: 1 ms or 0.1 ms, against 0.46 ms to recompute */
+    for (int k = 0; k < 2; k++) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "%s --workload shared-prefix --param n=80 --prefix-report --kv-blocks 256 "
+                 "--host-kv-blocks 256 --disk-kv-blocks 4096 --disk-kv-bw %s --json", sim, bw[k]);
+        FILE *f = popen(cmd, "r");
+        cr_assert_not_null(f);
+        static char out[65536];
+        size_t n = fread(out, 1, sizeof out - 1, f);
+        out[n] = 0;
+        cr_assert_eq(pclose(f), 0, "exit status; output:\n%s", out);
+        json_error_t e;
+        json_t *j = json_loads(out, 0, &e);
+        cr_assert_not_null(j, "not JSON (%s):\n%s", e.text, out);
+        json_t *pc = json_object_get(json_object_get(j, "on"), "prefix_cache");
+        cr_assert_eq(json_integer_value(json_object_get(json_object_get(j, "on"), "device_blocks")), 256);
+        for (int p = SCHED_POOL_HOST; p < SCHED_POOL__COUNT; p++) {
+            const char *nm = sched_pool_name((sched_pool)p);
+            rel[k][p] = (double)json_integer_value(json_object_get(json_object_get(pc, "reloaded_blocks"), nm));
+            rec[k][p] = (double)json_integer_value(json_object_get(json_object_get(pc, "recomputed_blocks"), nm));
+        }
+        cr_expect_gt(json_real_value(json_object_get(pc, "copy_wait_ms")), 0);
+        json_decref(j);
+    }
+    cr_expect_gt(rel[0][SCHED_POOL_HOST], 0, "nothing reloaded from host");
+    cr_expect_gt(rec[0][SCHED_POOL_DISK], 0, "the slow disk's runs were not recomputed");
+    cr_expect_eq(rel[0][SCHED_POOL_DISK], 0, "the slow disk was reloaded from");
+    cr_expect_gt(rel[1][SCHED_POOL_DISK], 0, "the fast disk was never reloaded from");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s --workload shared-prefix --prefix-report --disk-kv-bw fast 2>/dev/null", sim);
+    cr_expect_eq(WEXITSTATUS(system(cmd)), 2, "a bad bandwidth was accepted");
+    snprintf(cmd, sizeof cmd, "%s --workload shared-prefix --prefix-report --kv-blocks 0 2>/dev/null", sim);
+    cr_expect_eq(WEXITSTATUS(system(cmd)), 2, "a device pool of 0 blocks was accepted");
+    free(sim);
+}

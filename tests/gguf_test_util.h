@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/gguf_test_util.h — the set-up the GGUF suites share (header only, like
+ * engine_test_util.h): a private temporary directory per test (mk_tmpdir / rm_tmpdir, a
+ * test's or a suite's .init / .fini), where the node oracles live (tests/node, or
+ * $RINGLM_NODE_DIR), and a model exported to a GGUF file by ringlm-mkmodel's exporter.
+ */
+#ifndef RINGLM_TESTS_GGUF_TEST_UTIL_H
+#define RINGLM_TESTS_GGUF_TEST_UTIL_H
+
+#include "kernels/engine.h"
+#include "kernels/gguf_write.h"
+#include "tokenizer.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static char tmpdir[256];
+
+static inline void mk_tmpdir(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/ringlm-gguf-XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+static inline void rm_tmpdir(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* The node oracles' folder (tests/node unless $RINGLM_NODE_DIR says). */
+static inline const char *node_dir(void)
+{
+    const char *d = getenv("RINGLM_NODE_DIR");
+    return d && *d ? d : "tests/node";
+}
+
+/* Exports model spec to the GGUF file path as type (arch NULL: llama), with the pieces and
+ * scores of the tokenizer file tok when it is given. */
+static inline void export_gguf(const char *spec, const char *tok, const char *type, const char *arch,
+                               const char *path)
+{
+    eng_model *m;
+    cr_assert_eq(eng_model_load(spec, &m), 0, "%s", eng_errmsg());
+    int V = eng_model_cfg(m)->vocab_size;
+    tok_tokenizer *t = NULL;
+    const char **pieces = NULL;
+    float *scores = NULL;
+    if (tok) {
+        cr_assert_eq(tok_load(tok, V, &t), 0, "%s", tok_errmsg());
+        pieces = calloc((size_t)V, sizeof *pieces);
+        scores = calloc((size_t)V, sizeof *scores);
+        for (int i = 0; i < V; i++) {
+            pieces[i] = tok_piece(t, i);
+            scores[i] = tok_score(t, i);
+        }
+    }
+    gw_export_opts o = {.type = type, .arch = arch, .pieces = pieces, .scores = scores};
+    char note[4096];
+    cr_assert_eq(gw_export_model(m, path, &o, note, sizeof note), 0, "%s", eng_errmsg());
+    free(pieces);
+    free(scores);
+    tok_free(t);
+    eng_model_free(m);
+}
+
+#endif
