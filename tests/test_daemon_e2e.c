@@ -2659,10 +2659,10 @@ static int client_reload_beside(void *arg)
 
 static void rl_prompts(rl_job *g)
 {
-    static tier_job t;
+    static seq_job t;
     tier_prompts(&t);
     memset(g, 0, sizeof *g);
-    memcpy(g->prompt, t.prompt, sizeof g->prompt);
+    for (int i = 0; i < TX_N; i++) memcpy(g->prompt[i], t.prompt[i], sizeof g->prompt[i]);
     for (int k = 0; k < 16; k++) g->stream[k] = 7 + (k * 977) % 30000;
 }
 
