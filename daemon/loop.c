@@ -58,6 +58,8 @@ enum {
 #define DEFAULT_SUBMIT_BYTES      (1u << 20)
 #define DEFAULT_EVENT_SLOTS       (1u << 16)
 #define DEFAULT_IDLE_SPIN_US      50
+#define DEFAULT_CONNECT_RATE      20
+#define DEFAULT_CONNECT_BURST     64
 #define HOUSEKEEPING_US           (200 * 1000)
 #define RECORDS_PER_SESSION_ITER  256
 
@@ -381,9 +383,9 @@ static void hs_round(dloop *l)
 		if (!hs_lock(l))
 			return;
 	}
-	/* At most max_half_open sessions are in their half-open grace (dsess_accept); more
+	/* At most max_sessions sessions are in their half-open grace (dsess_accept); more
 	 * wait in the listen backlog, as without the thread. */
-	while (!hs_yield(l) && l->sessions.deferred < l->cfg.max_half_open && accept_one(l))
+	while (!hs_yield(l) && l->sessions.deferred < l->cfg.max_sessions && accept_one(l))
 		;
 	dsess_hellos_ready(l, hs_yield);
 	pthread_mutex_unlock(&l->mu);
@@ -640,6 +642,10 @@ int dloop_create(const dloop_config *cfg, const dsvc_ops *ops, void *ctx, dloop 
 		l->cfg.max_half_open = DEFAULT_MAX_HALF_OPEN;
 	if (!l->cfg.max_half_open_per_uid)
 		l->cfg.max_half_open_per_uid = DEFAULT_HALF_OPEN_PER_UID;
+	if (!l->cfg.connect_rate_per_uid)
+		l->cfg.connect_rate_per_uid = DEFAULT_CONNECT_RATE;
+	if (!l->cfg.connect_burst_per_uid)
+		l->cfg.connect_burst_per_uid = DEFAULT_CONNECT_BURST;
 	if (!l->cfg.submit_ring_bytes)
 		l->cfg.submit_ring_bytes = DEFAULT_SUBMIT_BYTES;
 	if (!l->cfg.event_ring_slots)
@@ -659,7 +665,7 @@ int dloop_create(const dloop_config *cfg, const dsvc_ops *ops, void *ctx, dloop 
 		goto fail;
 	}
 	if (l->cfg.max_sessions < 0 || l->cfg.max_sessions_per_uid < 0 || l->cfg.max_half_open < 0 ||
-	    l->cfg.max_half_open_per_uid < 0) {
+	    l->cfg.max_half_open_per_uid < 0 || l->cfg.connect_burst_per_uid < 0) {
 		r = set_err(-EINVAL, "negative session limits");
 		goto fail;
 	}

@@ -39,6 +39,9 @@ static void usage(FILE *f)
 		"  --max-sessions-per-uid N sessions per client uid (default 64)\n"
 		"  --max-half-open N        connections without a handshake yet, in all (default 64)\n"
 		"  --max-half-open-per-uid N  the same per client uid (default 8)\n"
+		"  --connect-rate-per-uid N sessions a second per client uid, root and the daemon's\n"
+		"                           own uid excepted (default 20; 0: no bound)\n"
+		"  --connect-burst-per-uid N  sessions at once past that rate (default 64)\n"
 		"  --socket-mode MODE       the socket file's mode, octal (default 0666: every local user)\n"
 		"  --socket-group GROUP     the socket file's group (a name or a gid), e.g. with 0660\n"
 		"  --spin-us N              keep polling N µs after the last work before sleeping (default 50)\n"
@@ -212,7 +215,7 @@ int main(int argc, char **argv)
 	       O_DOORBELL, O_VERSION, O_HELP,
 	       O_MODEL, O_TOKENIZER, O_POLICY, O_BACKEND, O_THREADS, O_KVB, O_KVBS, O_HKVB, O_DKV,
 	       O_DKVB, O_MAXBT, O_DECLOG, O_REQLOG, O_ITLOG, O_METRICS, O_STATS, O_BPT, O_BPB, O_DRAIN,
-	       O_VERIFY, O_QUIET, O_CHECK, O_NICE, O_HALF, O_HALFU, O_SMODE, O_SGROUP, O_RECT,
+	       O_VERIFY, O_QUIET, O_CHECK, O_NICE, O_HALF, O_HALFU, O_CRATE, O_CBURST, O_SMODE, O_SGROUP, O_RECT,
 	       O_INVARIANTS, O_NOPREFIX, O_DKVBW };
 	static const struct option opts[] = {
 		{ "socket", required_argument, 0, O_SOCKET },
@@ -222,6 +225,8 @@ int main(int argc, char **argv)
 		{ "max-sessions-per-uid", required_argument, 0, O_MAXU },
 		{ "max-half-open", required_argument, 0, O_HALF },
 		{ "max-half-open-per-uid", required_argument, 0, O_HALFU },
+		{ "connect-rate-per-uid", required_argument, 0, O_CRATE },
+		{ "connect-burst-per-uid", required_argument, 0, O_CBURST },
 		{ "socket-mode", required_argument, 0, O_SMODE },
 		{ "socket-group", required_argument, 0, O_SGROUP },
 		{ "spin-us", required_argument, 0, O_SPIN },
@@ -288,6 +293,14 @@ int main(int argc, char **argv)
 		case O_HALFU:
 			if (parse_uint("--max-half-open-per-uid", optarg, 1 << 20, &v)) return 2;
 			cfg.max_half_open_per_uid = (int)v;
+			break;
+		case O_CRATE:
+			if (parse_uint("--connect-rate-per-uid", optarg, 1 << 20, &v)) return 2;
+			cfg.connect_rate_per_uid = v ? (int)v : -1; /* 0: no bound */
+			break;
+		case O_CBURST:
+			if (parse_uint("--connect-burst-per-uid", optarg, 1 << 20, &v)) return 2;
+			cfg.connect_burst_per_uid = (int)v;
 			break;
 		case O_SMODE: {
 			char *end;

@@ -349,11 +349,15 @@ void dsess_accept(dloop *l, int fd)
 	/* No hello yet.  The loop, and more so the handshake thread, can accept in the
 	 * microseconds between a client's connect and its hello: charge the half-open budget
 	 * after a grace (dsess_check_deferred), during which the connection counts for no
-	 * budget — as one waiting in the listen backlog would not.  At most max_half_open are
-	 * in their grace at once (the handshake thread leaves the rest in the backlog); past
-	 * that, the budget is charged at once. */
-	if (ls->deferred < dloop_cfg(l)->max_half_open &&
-	    count_in_grace(l, s->uid) < dloop_cfg(l)->max_half_open_per_uid) {
+	 * budget — as one waiting in the listen backlog would not.  At most max_sessions are in
+	 * their grace at once (the handshake thread leaves the rest in the backlog), and of one
+	 * uid at most its max_sessions_per_uid: a burst of one user's clients as large as its
+	 * session limit all get the grace (with 8 a uid, as the half-open budget, 13 of a burst
+	 * of 64 on a loaded machine were refused before their hello was out), while one uid's
+	 * half-open flood holds only its share of the grace slots.  Past either, the budget is
+	 * charged at once. */
+	if (ls->deferred < dloop_cfg(l)->max_sessions &&
+	    count_in_grace(l, s->uid) < dloop_cfg(l)->max_sessions_per_uid) {
 		s->check_deferred = 1;
 		s->check_at_us = dloop_clock_us(l) + HALF_OPEN_GRACE_US;
 		ls->deferred++;
@@ -457,6 +461,51 @@ void dsess_check_deferred(dloop *l)
 		dloop_wake_after_us(l, next - now);
 }
 
+/* The uid's connect rate (dloop_config.connect_rate_per_uid): 1 when this session may be set
+ * up, else 0 with the refusal's detail in d.  A token bucket per uid, refilled on the real
+ * clock (the handshake thread answers during engine steps, when the loop's time stands). */
+static int connect_rate_allows(dsess *s, char *d, size_t dlen)
+{
+	dloop *l = s->loop;
+	const dloop_config *cfg = dloop_cfg(l);
+	if (cfg->connect_rate_per_uid < 0 || s->uid == 0 || s->uid == geteuid())
+		return 1;
+	dsess_list *ls = dloop_sessions(l);
+	uint64_t now = dloop_clock_us(l);
+	double rate = cfg->connect_rate_per_uid, burst = cfg->connect_burst_per_uid;
+	struct dsess_rate *b = NULL, *spare = NULL;
+	double spare_tokens = -1;
+	for (int i = 0; i < DSESS_RATE_UIDS && !b; i++) {
+		struct dsess_rate *r = &ls->rate[i];
+		if (r->used && r->uid == s->uid) {
+			b = r;
+			break;
+		}
+		double t = r->used ? r->tokens + (double)(now - r->at_us) * rate / 1e6 : burst + 1;
+		if (t > spare_tokens) {
+			spare = r;
+			spare_tokens = t;
+		}
+	}
+	if (!b) {
+		b = spare; /* unused, or the fullest bucket: its uid loses at most its wait */
+		*b = (struct dsess_rate){ .uid = s->uid, .used = 1, .tokens = burst, .at_us = now };
+	}
+	b->tokens += (double)(now - b->at_us) * rate / 1e6;
+	if (b->tokens > burst)
+		b->tokens = burst;
+	b->at_us = now;
+	if (b->tokens >= 1) {
+		b->tokens -= 1;
+		return 1;
+	}
+	b->refused++;
+	snprintf(d, dlen, "connect rate of %d a second (burst %d) for uid %u reached, %llu refused; retry "
+		 "in %.0f ms", cfg->connect_rate_per_uid, cfg->connect_burst_per_uid, (unsigned)s->uid,
+		 b->refused, (1 - b->tokens) / rate * 1e3 + 0.5);
+	return 0;
+}
+
 /* The handshake: the client's hello must be exactly ours (magic, ABI, size, no flags);
  * then the loop's limits, the segments, the peer's pidfd and the service's on_connect. */
 static void on_hello(dsess *s, const char *buf, int len)
@@ -506,6 +555,10 @@ static void on_hello(dsess *s, const char *buf, int len)
 		snprintf(d, sizeof(d), "limit of %d sessions for uid %u reached",
 			 cfg->max_sessions_per_uid, (unsigned)s->uid);
 		refuse(s, -EUSERS, d);
+		return;
+	}
+	if (!connect_rate_allows(s, d, sizeof(d))) {
+		refuse(s, -EAGAIN, d);
 		return;
 	}
 	if (!dloop_uses_futex(l)) {

@@ -43,6 +43,8 @@ struct io_uring_sqe;
 /* user_data of cancel SQEs: their completions need nothing. */
 #define DLOOP_UD_IGNORE 3u
 
+#define DSESS_RATE_UIDS 256
+
 /* The sessions of one loop (embedded in it; written by session.c only). */
 typedef struct dsess_list {
 	dsess *all;             /* every session, zombies included */
@@ -56,6 +58,15 @@ typedef struct dsess_list {
 	 * reconnects in a loop must not turn the daemon's log into its own) */
 	uint64_t log_window_us;
 	unsigned log_lines, log_suppressed;
+	/* per-uid connect rate buckets (dloop_config.connect_rate_per_uid); a full bucket says
+	 * nothing, so when every entry is taken the fullest is handed to a new uid */
+	struct dsess_rate {
+		uid_t uid;
+		int used;
+		double tokens;
+		uint64_t at_us;
+		unsigned long long refused;
+	} rate[DSESS_RATE_UIDS];
 } dsess_list;
 
 /* ---- what session.c needs of the loop (defined in loop.c) ----------------------------- */

@@ -16,7 +16,8 @@
 #
 # Prints one line per figure and build: the median over the rounds and the spread (min-max),
 # with the load average at the start and the end. Bounds the tests assert: per-token p50
-# within 3x + 0.3 ms of the paused runs', every TTFT under 50 ms, < 128 faults a session.
+# within 3x + 0.3 ms of the paused runs', every TTFT under 50 ms, < 128 faults a session (the
+# reconnect test turns the connect rate bound off where the daemon has it).
 set -euo pipefail
 A=${1:?usage: perf/flood_ab.sh A_BIN B_BIN [ROUNDS]}
 B=${2:?usage: perf/flood_ab.sh A_BIN B_BIN [ROUNDS]}
@@ -38,10 +39,10 @@ echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$out" "$ROUNDS" <<'EOF'
 import re, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
-win = re.compile(r"^(.*) \(window (\d+), \d+ pairs\): .*TTFT p50 [\d.]+ ms max ([\d.]+) ms .*"
+win = re.compile(r"^(.*) \(window (\d+), \d+ (?:pairs|runs)\): .*TTFT p50 [\d.]+ ms max ([\d.]+) ms .*"
                  r"per-token p50 ([\d.]+) ms \(paused ([\d.]+)\)")
-cost = re.compile(r"reconnecting reject flood: (\d+) sessions in ([\d.]+) s.* took (\d+) page faults "
-                  r"and its loop ([\d.]+) ms of CPU a session")
+cost = re.compile(r"reconnecting reject flood: (\d+) sessions in ([\d.]+) s.* took (\d+) page faults"
+                  r".*? and its loop ([\d.]+) ms of CPU a session")
 for side in "AB":
     figs = {}
     for r in range(1, rounds + 1):
