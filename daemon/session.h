@@ -53,6 +53,7 @@ typedef struct dsess_list {
 	int active;             /* ACTIVE: what the global session limit counts */
 	int half_open;          /* HELLO: accepted, no hello yet (their own, smaller budget) */
 	int deferred;           /* HELLO sessions in their grace (no half-open budget yet) */
+	int rate_waiting;       /* HELLO sessions held for their uid's connect rate */
 	uint64_t next_id;
 	/* stderr lines about ended and refused sessions, rate-limited (a client that
 	 * reconnects in a loop must not turn the daemon's log into its own) */

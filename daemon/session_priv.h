@@ -57,6 +57,9 @@ struct dsess {
 	int check_deferred;               /* accepted without its hello: the half-open budget
 	                                     is charged at check_at_us (dsess_check_deferred) */
 	uint64_t check_at_us;
+	int rate_wait;                    /* hello read, over its uid's connect rate: set up at
+	                                     rate_at_us (dsess_check_deferred) */
+	uint64_t rate_at_us;
 	uint64_t eventfd_buf;
 	char rxbuf[sizeof(struct ringlm_wire_hello) + 64];
 

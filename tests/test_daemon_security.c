@@ -1699,10 +1699,10 @@ Test(daemon_security, past_63_uids_share_other_uids_and_a_slot_passes_on_only_on
 
 /* A pure connect/disconnect loop (RECONNECT_PROCS processes of one uid, no request at all):
  * each session costs the loop its setup and teardown (~0.8 ms, mostly unmapping its rings),
- * so with no bound one uid held the loop with connects alone. The uid's sessions are bounded
- * by its token bucket (the rest refused with -EAGAIN and the wait), the good client (another
- * uid) keeps its latency, a third uid connects as usual, and the refusals' log lines are
- * rate-limited. */
+ * with no bound as many as the attacker liked. The uid's sessions are bounded by its token
+ * bucket (a connect over it waits its turn, up to the uid's half-open bound; past that it is
+ * refused with -EAGAIN and the wait), the good client (another uid) keeps its latency, a
+ * third uid connects as usual, and the refusals' log lines are rate-limited. */
 #define CONNECT_RATE 20
 #define CONNECT_BURST 20
 #define SEC_STR_(x) #x
@@ -1725,8 +1725,11 @@ static const char three_tenants[] =
 Test(daemon_security, one_uids_connect_loop_is_rate_bounded_and_another_user_keeps_its_latency)
 {
 	dmn d;
+	/* Two of the uid's connects may wait for their turn (--max-half-open-per-uid): the third
+	 * process is refused, and tries again at once. */
 	dmn_start(&d, three_tenants, (const char *const[]){ "--connect-rate-per-uid", SEC_STR(CONNECT_RATE),
-				 "--connect-burst-per-uid", SEC_STR(CONNECT_BURST), NULL });
+				 "--connect-burst-per-uid", SEC_STR(CONNECT_BURST), "--max-half-open-per-uid",
+				 "2", NULL });
 	attacker a;
 	struct reconnect_flood_arg *w = mmap(NULL, sizeof *w, PROT_READ | PROT_WRITE,
 					     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
