@@ -240,8 +240,30 @@ int sc_cache_submit(sched *s, req *r, const sched_request *q)
     memcpy(r->ptok, q->tokens, (size_t)q->prompt_len * sizeof(int32_t));
     r->salt = q->cache_salt;
     r->n_pkeys = sched_prefix_keys(r->salt, r->ptok, q->prompt_len, bs, r->pkeys, nb);
-    r->pcache = true;
+    r->pcache = r->pgen = true;
     return 0;
+}
+
+/* A token was generated (commit): its id joins the sequence's known tokens, and when it
+ * fills a block, that block's key is chained on — so the blocks of the answer are cached
+ * (sc_cache_commit, once computed) like the prompt's.  An unknown id ends that for good. */
+void sc_cache_token(sched *s, req *r, bool has, int32_t token)
+{
+    if (!r->pgen) return;
+    if (!has) { r->pgen = false; return; }
+    uint32_t pos = known(r) - 1, bs = s->conf.block_size;   /* generated was just counted */
+    if (!sc_vec_grow((void **)&r->ptok, &r->cap_ptok, pos + 1, sizeof(int32_t))) { r->pgen = false; return; }
+    r->ptok[pos] = token;
+    if ((pos + 1) % bs || (pos + 1) / bs != r->n_pkeys + 1) return;
+    uint32_t i = r->n_pkeys;
+    if (!sc_vec_grow((void **)&r->pkeys, &r->cap_pkeys, i + 1, sizeof(sched_prefix_key)) ||
+        !sc_vec_grow((void **)&r->pnodes, &r->cap_pnodes, i + 1, sizeof(uint32_t))) {
+        r->pgen = false;
+        return;
+    }
+    r->pkeys[i] = sched_prefix_block_key(i ? r->pkeys[i - 1] : (sched_prefix_key){0, 0}, r->salt,
+                                         r->ptok + (size_t)i * bs, bs);
+    r->n_pkeys = i + 1;
 }
 
 uint32_t sc_dev_available(const sched *s)
@@ -427,7 +449,7 @@ static void rc_run_end(sched *s, req *r, sched_outcome how)
     emit(s, &e);
 }
 
-/* Commit: cache the prompt blocks this step filled. */
+/* Commit: cache the blocks this step filled (prompt, and generated tokens' with known ids). */
 void sc_cache_commit(sched *s, req *r)
 {
     uint32_t bs = s->conf.block_size;

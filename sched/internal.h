@@ -92,6 +92,7 @@ typedef struct req {
      * the index nodes it holds — dev[0..n_pnodes) are those nodes' blocks — and the nodes a
      * lookup found for the admission being considered */
     bool      pcache;
+    bool      pgen;             /* every generated token's id is known: ptok/pkeys grow with them */
     uint64_t  salt;
     int32_t  *ptok;  uint32_t cap_ptok;
     sched_prefix_key *pkeys; uint32_t n_pkeys, cap_pkeys;
@@ -402,6 +403,7 @@ uint32_t sc_dev_available(const sched *s);
 uint32_t sc_cache_find(sched *s, uint32_t slot, uint32_t *unheld);
 void sc_cache_start(sched *s, req *r, uint64_t now);
 void sc_cache_commit(sched *s, req *r);
+void sc_cache_token(sched *s, req *r, bool has, int32_t token);
 uint32_t sc_cache_release(sched *s, req *r);
 uint32_t sc_cache_evict(sched *s, req *r, uint32_t n);
 int sc_cache_check(const sched *s, const uint32_t *holders, char *why, size_t len);

@@ -564,8 +564,9 @@ typedef struct sched_config {
     sched_tier_cost host;       /* used when kv_blocks_host > 0 */
     sched_tier_cost disk;       /* used when kv_blocks_disk > 0 */
     /* Prefix cache (DESIGN §10, sched/prefix.h), token_budget mode: a request submitted with
-     * its tokens keeps its full prompt blocks cached after it ends (finished, cancelled,
-     * timed out, recompute-preempted); a later request with the same prefix in the same
+     * its tokens keeps its full blocks cached after it ends (finished, cancelled, timed out,
+     * recompute-preempted) — its prompt's, and those its generated tokens filled when
+     * sched_commit was given their ids (sched_result.token); a later request with the same prefix in the same
      * cache domain (cache_salt) shares them on the device and starts its prefill at the
      * first token not covered (never past the last prompt token: that one is always
      * computed, to sample from).  Cached blocks no sequence holds are evicted (oldest leaf
@@ -736,6 +737,13 @@ typedef struct sched_result {
     uint64_t            req;      /* an entry of the last plan */
     uint32_t            tokens;   /* tokens produced (0 or 1) by a sampling entry */
     sched_finish_reason finished; /* STOP when a stop token came; LENGTH is also inferred */
+    /* The produced token's id (has_token).  With the prefix cache the full blocks its
+     * generated tokens fill are cached too, keyed like prompt blocks (a multi-turn
+     * conversation's next prompt extends the last prompt and its answer): that needs every
+     * generated token's id.  A request with one result without it caches only the blocks
+     * before its first unknown token. */
+    bool                has_token;
+    int32_t             token;
 } sched_result;
 
 /* Commit the outcome of the last plan: one result per executed entry, any order; an entry

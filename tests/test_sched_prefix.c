@@ -1384,3 +1384,71 @@ Test(sched_prefix_tiers, a_reload_runs_beside_the_steps_and_nobody_uses_its_bloc
     d_run_until_idle(10);
     d_fini();
 }
+
+/* One iteration whose sampled tokens carry ids (sched_result.token): request r's n-th
+ * generated token is 7000 + 10 * r + n. */
+static const sched_plan *d_iter_ids(void)
+{
+    const sched_plan *pl = sched_step(D.s, D.now);
+    cr_assert(pl, "%s", sched_last_error());
+    d_check();
+    for (uint32_t i = 0; i < pl->n_transfers; i++) cr_assert_eq(sched_transfer_done(D.s, pl->transfers[i].id, D.now, 0, 0, 0), 0);
+    sched_result res[256];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < pl->n_entries && n < 256; i++) {
+        const sched_entry *e = &pl->entries[i];
+        sched_req_info ri;
+        cr_assert_eq(sched_get_request(D.s, e->req, &ri), 0);
+        res[n++] = (sched_result){.req = e->req, .tokens = e->samples, .has_token = e->samples,
+                                  .token = (int32_t)(7000 + 10 * e->req + ri.generated)};
+    }
+    D.now += 1000;
+    cr_assert_eq(sched_commit(D.s, res, n, D.now, 0), 0);
+    d_check();
+    return pl;
+}
+
+/* A conversation's next turn extends the last prompt and its answer: the blocks the answer
+ * filled are cached when the ids of its tokens are known, so the next turn's hit covers
+ * them; without the ids only the prompt's blocks are. */
+Test(sched_prefix_cache, the_answers_full_blocks_are_cached_for_the_next_turn)
+{
+    d_init(NULL, 64, 0, true);
+    int32_t turn1[10], turn2[30];
+    for (int i = 0; i < 10; i++) turn1[i] = 100 + i;
+    cr_assert_eq(d_submit(1, 0, turn1, 10, 12, 5), 0);   /* 10 + 12 = 22 tokens: 21 computed, 5 full blocks */
+    for (int it = 0; it < 40; it++) {
+        d_iter_ids();
+        sched_counts c;
+        sched_get_counts(D.s, &c);
+        if (!c.waiting && !c.running) break;
+    }
+    sched_counts c;
+    sched_get_counts(D.s, &c);
+    cr_assert_eq(c.prefix_blocks[SCHED_POOL_DEVICE], 5, "the prompt's 2 blocks and the answer's 3: %u cached",
+                 c.prefix_blocks[SCHED_POOL_DEVICE]);
+    /* turn 2 = turn 1's prompt + its answer (the ids d_iter_ids gave it) + new text */
+    uint32_t n = 0;
+    for (int i = 0; i < 10; i++) turn2[n++] = turn1[i];
+    for (int g = 0; g < 12; g++) turn2[n++] = 7000 + 10 + g;
+    while (n < 30) { turn2[n] = 500 + (int32_t)n; n++; }
+    cr_assert_eq(d_submit(2, 0, turn2, 30, 1, 5), 0);
+    const sched_plan *pl = d_iter_ids();
+    const sched_event *h = d_find(SCHED_EV_CACHE_HIT, 2);
+    cr_assert_not_null(h, "no hit for the next turn");
+    cr_assert_eq(h->cached_tokens, 20, "the prompt's 2 blocks and the 3 the answer filled: %u", h->cached_tokens);
+    cr_assert_eq(d_entry(pl, 2)->start_pos, 20);
+    d_run_until_idle(50);
+    sched_get_counts(D.s, &c);
+    cr_assert_eq(c.kv_used[SCHED_POOL_DEVICE], 0, "no block leaked");
+    d_fini();
+
+    /* without the ids (a caller that gives none): only the prompt's blocks are cached */
+    d_init(NULL, 64, 0, true);
+    cr_assert_eq(d_submit(1, 0, turn1, 10, 12, 5), 0);
+    d_run_until_idle(40);
+    sched_get_counts(D.s, &c);
+    cr_assert_eq(c.prefix_blocks[SCHED_POOL_DEVICE], 2, "no ids: only the prompt's 2 full blocks, got %u",
+                 c.prefix_blocks[SCHED_POOL_DEVICE]);
+    d_fini();
+}
