@@ -1831,7 +1831,7 @@ Test(daemon_e2e, deadlines_end_with_a_reason)
 /* Prompts sent one after another on one session (each waits for the previous one's FINISH,
  * so later ones find what earlier ones cached); the tokens each stream produced, then its
  * finish reason and token count, go to a file, one line a prompt. */
-#define SEQ_MAX 8
+#define SEQ_MAX 12
 typedef struct seq_job {
     const char *sock, *out;
     int n;                      /* prompts */
@@ -2803,5 +2803,182 @@ Test(daemon_e2e, prefix_cache_failed_reload_ends_only_its_request)
     free(b);
     dmn_cleanup(&off);
     dmn_cleanup(&on);
+    unlink(disk_path);
+}
+
+/* ---- a conversation's next turn finds its last answer cached ------------------------------ */
+
+typedef struct turn_job {
+    const char *sock, *out;
+    int32_t prompt[40];
+} turn_job;
+
+/* Turn 1: a 40-token prompt, 40 tokens of answer; turn 2: that prompt, the answer as the
+ * client received it, and 8 new tokens.  Both turns' tokens to the file. */
+static int client_turns(void *arg)
+{
+    turn_job *g = arg;
+    ringlm_client *c;
+    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    FILE *f = fopen(g->out, "w");
+    if (!f) return 3;
+    int32_t conv[128];
+    uint32_t n = 0;
+    for (int i = 0; i < 40; i++) conv[n++] = g->prompt[i];
+    for (int turn = 0; turn < 2; turn++) {
+        ringlm_request r;
+        ringlm_request_init(&r);
+        r.prompt = conv;
+        r.n_prompt = n;
+        r.max_new_tokens = turn ? 16 : 40;
+        r.ignore_stop = true;
+        uint64_t id;
+        if (ringlm_submit(c, &r, &id) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+        uint32_t n0 = n;
+        for (;;) {
+            ringlm_event ev;
+            int rc = ringlm_next_event(c, &ev, 60000);
+            if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+            if (ev.kind == RINGLM_EV_TOKEN) {
+                fprintf(f, "%d ", ev.token);
+                if (n < 120) conv[n++] = ev.token;
+            }
+            if (ev.kind == RINGLM_EV_FINISH) {
+                fprintf(f, "| %s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_tokens);
+                break;
+            }
+        }
+        if (turn == 0 && n != n0 + 40) return 6;
+        for (int k = 0; k < 8; k++) conv[n++] = 3 + (37 * k + 11) % 400;   /* the user's next words */
+    }
+    fclose(f);
+    ringlm_close(c);
+    return 0;
+}
+
+/* Turn 2 = turn 1's prompt + answer + new text: the answer's full blocks were cached when
+ * turn 1 finished, so turn 2's cache hit covers them (40 + 40 tokens, 79 computed: 4 full
+ * blocks of 16 = 64 tokens, where the prompt alone has 2), and the tokens equal those with
+ * the cache off. */
+Test(daemon_e2e, prefix_cache_next_turn_hits_the_last_answer)
+{
+    need_daemon_binary();
+    char model[512];
+    model_or_synthetic(model, sizeof model);
+    static turn_job g;
+    memset(&g, 0, sizeof g);
+    for (int k = 0; k < 40; k++) g.prompt[k] = 3 + (19 * k + 5) % 400;
+    static const char *const off_flags[] = {"--kv-block-size", "16", "--no-prefix-cache", NULL};
+    static const char *const on_flags[] = {"--kv-block-size", "16", NULL};
+    dmn off, on;
+    char out_off[160], out_on[160];
+    dmn_start(&off, model, NULL, off_flags);
+    snprintf(out_off, sizeof out_off, "%s/out.txt", off.dir);
+    g.sock = off.sock;
+    g.out = out_off;
+    cr_assert_eq(reap(spawn(client_turns, &g), 60000), 0, "client (cache off)");
+    assert_back_to_baseline(&off, 5000);
+    cr_assert_eq(dmn_stop(&off, SIGTERM, 10000), 0);
+    dmn_start(&on, model, NULL, on_flags);
+    snprintf(out_on, sizeof out_on, "%s/out.txt", on.dir);
+    g.sock = on.sock;
+    g.out = out_on;
+    cr_assert_eq(reap(spawn(client_turns, &g), 60000), 0, "client (cache on)");
+    assert_back_to_baseline(&on, 5000);
+    cr_assert_eq(dmn_stop(&on, SIGTERM, 10000), 0);
+    char *a = slurp(out_off), *b = slurp(out_on);
+    cr_assert(a && b);
+    cr_expect_str_eq(b, a, "tokens with the answer's blocks cached differ from the cache off");
+    const char *hit = find_line2(on.declog, "\"ev\":\"cache_hit\"", "\"prompt_tokens\":88");
+    cr_assert(hit[0], "turn 2 (88 prompt tokens) found nothing cached");
+    cr_log_info("turn 2: %s", hit);
+    cr_expect_eq(json_num_of(hit, "cached_tokens"), 64.0, "turn 2's hit does not cover the answer's full blocks: %s", hit);
+    free(a);
+    free(b);
+    dmn_cleanup(&off);
+    dmn_cleanup(&on);
+}
+
+/* ---- the reload-or-recompute choice at admission ------------------------------------------ */
+
+/* The last decision-log line holding both needles (static buffer; "" when none). */
+static const char *find_last2(const char *path, const char *a, const char *b)
+{
+    static char line[4096], keep[4096];
+    keep[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return keep;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, a) && strstr(line, b)) memcpy(keep, line, sizeof keep);
+    fclose(f);
+    return keep;
+}
+
+/* A prompt used eight times is worth keeping on a disk tier even when reading a block back
+ * costs about three times computing it (reload < recompute × expected reuse 8), but when it comes
+ * back, computing it again is the cheaper way (reload > recompute): the admission finds it
+ * on disk, chooses recompute and the decision log shows both estimates; the tokens equal
+ * those with the cache off.  The disk's bandwidth (--disk-kv-bw: the cost model's until a
+ * reload measures it) is set from a first run's own estimates — the block's bytes and its
+ * recompute cost on this machine now — so the reload costs ~3x the recompute, the middle
+ * of the window (1, 8) where the two decisions differ (a factor 2.8 either way of load). */
+Test(daemon_e2e, prefix_cache_slow_tier_found_at_admission_is_recomputed)
+{
+    need_daemon_binary();
+    const char *model = "synthetic:stories15M:7";
+    static seq_job g;
+    memset(&g, 0, sizeof g);
+    g.n = 12;
+    g.max_new = 4;
+    for (int i = 0; i < g.n; i++) g.n_prompt[i] = 64;
+    for (int k = 0; k < 64; k++) g.prompt[0][k] = 1 + (k * 131 + k * k) % 30000;
+    for (int i = 1; i < 8; i++) memcpy(g.prompt[i], g.prompt[0], sizeof g.prompt[0]);   /* P eight times */
+    for (int i = 8; i < 11; i++)
+        for (int k = 0; k < 64; k++) g.prompt[i][k] = 1 + (i * 104729 + k * 17 + k * k * 3) % 30000;   /* Q1..Q3 */
+    memcpy(g.prompt[11], g.prompt[0], sizeof g.prompt[0]);   /* and P again */
+    char disk_path[128], bw[64];
+    snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxrc-%d", (int)getpid());
+    static const char *const off_flags[] = {"--kv-blocks", "12", "--kv-block-size", "16", "--no-prefix-cache", NULL};
+    const char *cal_flags[] = {"--kv-blocks", "12", "--kv-block-size", "16", "--disk-kv", disk_path, "--disk-kv-blocks",
+                               "64", NULL};
+    dmn off, cal, slow;
+    char *a, *c, *b;
+    run_tiers(model, &g, off_flags, &off, &a, NULL);
+    run_tiers(model, &g, cal_flags, &cal, &c, NULL);
+    const char *dm = find_line2(cal.declog, "\"ev\":\"cache_demote\"", "\"recompute_cost_us\":");
+    cr_assert(dm[0], "the first run demoted nothing to disk");
+    double bytes = json_num_of(dm, "bytes") / json_num_of(dm, "blocks"), rc = json_num_of(dm, "recompute_cost_us");
+    /* the admission's estimate: the last recompute estimate the first run logged */
+    const char *last = find_last2(cal.declog, "\"recompute_cost_us\":", "\"blocks\":");
+    if (last[0] && json_num_of(last, "recompute_cost_us") > 0)
+        rc = json_num_of(last, "recompute_cost_us") / (strstr(last, "cache_reload") ? json_num_of(last, "blocks") : 1);
+    cr_assert_gt(bytes, 0);
+    cr_assert_gt(rc, 0);
+    double reload_target = 3 * rc - 100;   /* the disk's latency is 100 us of it */
+    if (reload_target < rc) reload_target = rc;
+    snprintf(bw, sizeof bw, "%.0f", bytes / (reload_target * 1e-6));
+    cr_log_info("a block: %.0f bytes, recompute %.1f us: --disk-kv-bw %s", bytes, rc, bw);
+    const char *slow_flags[] = {"--kv-blocks", "12", "--kv-block-size", "16", "--disk-kv", disk_path, "--disk-kv-blocks",
+                                "64", "--disk-kv-bw", bw, "--verify-swaps", NULL};
+    unlink(disk_path);
+    run_tiers(model, &g, slow_flags, &slow, &b, NULL);
+    cr_expect_str_eq(b, a, "tokens differ from the cache off");
+    cr_expect_gt(count_lines2(slow.declog, "\"ev\":\"cache_demote\"", "\"to\":\"disk\""), 0,
+                 "the prompt used four times was not kept on disk");
+    const char *rl = find_line2(slow.declog, "\"ev\":\"cache_reload\"", "\"choice\":\"recompute\"");
+    if (!rl[0]) dump_file(slow.declog, "decision log");
+    cr_assert(rl[0], "no cached run found on disk was recomputed");
+    cr_log_info("slow disk at admission: %s", rl);
+    cr_expect(strstr(rl, "\"pool\":\"disk\""), "%s", rl);
+    cr_expect_gt(json_num_of(rl, "reload_cost_us"), json_num_of(rl, "recompute_cost_us"), "%s", rl);
+    cr_expect_gt(json_num_of(rl, "recompute_cost_us"), 0, "%s", rl);
+    cr_expect_eq(count_lines2(slow.declog, "\"ev\":\"cache_reload\"", "\"choice\":\"reload\""), 0,
+                 "a run on the slow disk was reloaded");
+    free(a);
+    free(b);
+    free(c);
+    dmn_cleanup(&off);
+    dmn_cleanup(&cal);
+    dmn_cleanup(&slow);
     unlink(disk_path);
 }
