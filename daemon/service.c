@@ -365,6 +365,7 @@ int svc_create(const svc_config *cfg, svc **out)
         .disk = {.out_bytes_per_s = cfg->disk_kv_bw > 0 ? cfg->disk_kv_bw : 1e9,
                  .in_bytes_per_s = cfg->disk_kv_bw > 0 ? cfg->disk_kv_bw : 1e9, .latency_us = 100},
         .prefix_cache = !cfg->no_prefix_cache,
+        .prefix_cache_generated = true,   /* exec_plan gives each sampled token's id */
     };
     sched_step_model_default(&sc.step);
     rc = sched_create(s->policy, &sc, req_on_sched_event, s, 1, &s->sched);

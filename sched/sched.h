@@ -581,6 +581,10 @@ typedef struct sched_config {
      * and its prefill starts when they are in.  A block being reloaded is shared with no
      * other request before it arrived. */
     bool     prefix_cache;
+    /* The caller gives each sampled token's id in sched_commit (sched_result.has_token and
+     * token): the blocks generated tokens fill are cached too.  false: prompt blocks only
+     * (the results' token fields are not read). */
+    bool     prefix_cache_generated;
 } sched_config;
 
 /* Create a scheduler.  The policy is copied (the caller may free its own).  sink may be NULL

@@ -652,7 +652,7 @@ static void d_init_tenants(const char *extra, const char *tenants, uint32_t dev,
     sched_config c = {.kv_blocks_device = dev, .kv_blocks_host = host, .block_size = 4, .kv_bytes_per_token = 64,
                       .max_context = 512, .step.base_us = 100, .step.prefill_token_us = 1, .step.decode_seq_us = 1,
                       .host = {.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 1},
-                      .prefix_cache = cache};
+                      .prefix_cache = cache, .prefix_cache_generated = cache};
     cr_assert_eq(sched_create(D.p, &c, d_sink, NULL, 1, &D.s), 0, "%s", sched_last_error());
 }
 
