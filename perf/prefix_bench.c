@@ -403,13 +403,15 @@ static json_t *per_pool(const double *v, int from)
 	return o;
 }
 
-static json_t *replay_json(double sim, double daemon)
+/* The replay's hit rate and the daemon's (medians over rounds) and delta_pp, the median over
+ * rounds of each round's difference (sim − daemon, percentage points: the same run's). */
+static json_t *replay_json(double sim, double daemon, double delta_pp)
 {
-	return json_pack("{s:f,s:f,s:f}", "sim_hit_rate", sim, "daemon_hit_rate", daemon, "delta_pp", 100 * (sim - daemon));
+	return json_pack("{s:f,s:f,s:f}", "sim_hit_rate", sim, "daemon_hit_rate", daemon, "delta_pp", delta_pp);
 }
 
 /* A tier scenario: the cache's figures on, TTFT on (and off when measured). */
-static json_t *tier_json(const setup *st, int prompts, const result *on, const result *off)
+static json_t *tier_json(const setup *st, int prompts, const result *on, const result *off, double delta_pp)
 {
 	json_t *o = json_pack("{s:i,s:i,s:i,s:i}", "system_prompts", prompts, "kv_blocks", st->kv_blocks, "host_kv_blocks",
 			      st->host_kv_blocks, "disk_kv_blocks", st->disk_kv_blocks);
@@ -423,11 +425,11 @@ static json_t *tier_json(const setup *st, int prompts, const result *on, const r
 	json_object_set_new(o, "reloaded_blocks", per_pool(on->reloaded, 1));
 	json_object_set_new(o, "recomputed_blocks", per_pool(on->recomputed, 1));
 	json_object_set_new(o, "dropped_blocks", per_pool(on->dropped, 0));
-	if (on->replay_hit_rate >= 0) json_object_set_new(o, "replay", replay_json(on->replay_hit_rate, on->hit_rate));
+	if (on->replay_hit_rate >= 0) json_object_set_new(o, "replay", replay_json(on->replay_hit_rate, on->hit_rate, delta_pp));
 	return o;
 }
 
-static void tier_text(const char *name, const setup *st, const result *on, const result *off)
+static void tier_text(const char *name, const setup *st, const result *on, const result *off, double delta_pp)
 {
 	printf("  tiers %-9s device %d + host %d + disk %d blocks%s: TTFT p50 on %.2f ms", name, st->kv_blocks,
 	       st->host_kv_blocks, st->disk_kv_blocks, st->disk_kv_bw > 0 ? " (disk bw told low)" : "", on->ttft_p50_ms);
@@ -438,8 +440,7 @@ static void tier_text(const char *name, const setup *st, const result *on, const
 	       on->demoted[1], on->demoted[2], on->reloaded[1], on->reloaded[2], on->recomputed[1], on->recomputed[2],
 	       on->dropped[0], on->dropped[1]);
 	if (on->replay_hit_rate >= 0)
-		printf("      replayed in ringlm-sim: hit rate %.1f%% (%+.2f points)\n", 100 * on->replay_hit_rate,
-		       100 * (on->replay_hit_rate - on->hit_rate));
+		printf("      replayed in ringlm-sim: hit rate %.1f%% (%+.2f points)\n", 100 * on->replay_hit_rate, delta_pp);
 }
 
 int main(int argc, char **argv)
@@ -570,14 +571,13 @@ int main(int argc, char **argv)
 		json_object_set_new(root, "prefill_saved", json_real(saved));
 		json_object_set_new(root, "hit_rate", json_real(mon.hit_rate));
 		json_object_set_new(root, "nosharing_throughput_ratio", json_real(nsr));
-		json_t *rp = replay_json(mon.replay_hit_rate, mon.hit_rate);
-		json_object_set_new(rp, "delta_pp", json_real(delta[0]));   /* median over rounds of each round's */
+		json_t *rp = replay_json(mon.replay_hit_rate, mon.hit_rate, delta[0]);
 		json_object_set_new(rp, "calibration", json_string(calibration[0] ? calibration : "built-in"));
 		json_object_set_new(root, "replay", rp);
 		json_t *tiers = json_object();
-		if (do_host) json_object_set_new(tiers, "host", tier_json(&t_host_on, tier_prompts, &mth_on, &mth_off));
-		if (do_disk) json_object_set_new(tiers, "disk", tier_json(&t_disk, tier_prompts, &mtd, NULL));
-		if (do_slow) json_object_set_new(tiers, "disk_slow", tier_json(&t_slow, tier_prompts, &mts, NULL));
+		if (do_host) json_object_set_new(tiers, "host", tier_json(&t_host_on, tier_prompts, &mth_on, &mth_off, delta[1]));
+		if (do_disk) json_object_set_new(tiers, "disk", tier_json(&t_disk, tier_prompts, &mtd, NULL, delta[2]));
+		if (do_slow) json_object_set_new(tiers, "disk_slow", tier_json(&t_slow, tier_prompts, &mts, NULL, delta[3]));
 		json_object_set_new(root, "tiers", tiers);
 		json_object_set_new(root, "replay_tiers_worst_pp", json_real(worst));
 		json_object_set_new(root, "goals", json_pack("{s:b,s:b,s:b,s:b}", "ttft_ratio_ge_3", g1, "prefill_saved_ge_0.70", g2,
@@ -593,9 +593,9 @@ int main(int argc, char **argv)
 		printf("  hit rate        %.1f%% of prompt tokens; replayed in ringlm-sim (%s) %.1f%%, %+.2f points\n",
 		       100 * mon.hit_rate, calibration[0] ? calibration : "built-in model", 100 * mon.replay_hit_rate, delta[0]);
 		printf("  no sharing      throughput on/off %.3f   goal >= 0.97: %s\n", nsr, g3 ? "met" : "NOT met");
-		if (do_host) tier_text("host", &t_host_on, &mth_on, &mth_off);
-		if (do_disk) tier_text("disk", &t_disk, &mtd, NULL);
-		if (do_slow) tier_text("disk_slow", &t_slow, &mts, NULL);
+		if (do_host) tier_text("host", &t_host_on, &mth_on, &mth_off, delta[1]);
+		if (do_disk) tier_text("disk", &t_disk, &mtd, NULL, delta[2]);
+		if (do_slow) tier_text("disk_slow", &t_slow, &mts, NULL, delta[3]);
 		printf("  replay          %+.2f points from the daemon's metrics   goal within 2: %s   (tier scenarios: worst %.2f)\n",
 		       delta[0], g4 ? "met" : "NOT met", worst);
 	}

@@ -35,9 +35,15 @@
  * machine shared with other work the figures are indicative only.  --runs 0 runs the
  * connect burst only.
  *
+ * Each run also says what else happened in its windows (steal, preemptions, the engine's
+ * helper sleeps, ringlmd's CPU while the engine ran alone), and each window starts once
+ * ringlmd is idle (--no-settle: at once). --daemon-session starts ringlmd in a session of
+ * its own (see daemon_start).
+ *
  *   serve_bench --model synthetic:stories15M:1 [--clients 1,4,8,16,32] [--runs 5]
  *               [--threads 2] [--prompt 32] [--gen 128] [--connect-burst 32] [--busy 32]
- *               [--ringlmd PATH] [--daemon-arg ARG]... [--json]
+ *               [--ringlmd PATH] [--daemon-arg ARG]... [--no-settle] [--daemon-session]
+ *               [--json]
  */
 #include "kernels/engine.h"
 #include "perf/bench_util.h"
@@ -46,6 +52,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <dirent.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -68,7 +75,7 @@ typedef struct opts {
     const char *model, *ringlmd;
     int sizes[MAX_SIZES], n_sizes;
     int runs, threads, prompt, gen, burst, busy;
-    bool json;
+    bool json, daemon_session;
     const char *daemon_args[MAX_DAEMON_ARGS];
     int n_daemon_args;
 } opts;
@@ -90,6 +97,103 @@ static void pause_ms(int ms)
 static int32_t prompt_token(int s, int i, int vocab)
 {
     return (int32_t)(3 + ((long)s * 7919 + (long)i * 104729) % (vocab - 3));
+}
+
+/* ---- what else happened during a timed window ---------------------------------------- */
+
+/* Per timed window, what could explain a slow run: the hypervisor's steal (of all vCPUs),
+ * how often the process doing the engine's work (this one for the engine alone, ringlmd
+ * for the daemon) was preempted, and for the engine alone how often its helper thread
+ * slept between parallel regions (each sleep costs the next region a wake). */
+typedef struct mark {
+    unsigned long long steal, total; /* /proc/stat ticks, all CPUs */
+    long preempt;                    /* nonvoluntary context switches, all threads */
+    long daemon_ns;                  /* ringlmd's threads' time on a CPU */
+} mark;
+
+typedef struct attrib {
+    double steal_pct;
+    long preempt;
+    double daemon_ms;                 /* ringlmd's CPU time in the window */
+    long helper_sleeps, helper_waits; /* the engine alone only */
+} attrib;
+
+static void cpu_ticks(unsigned long long *steal, unsigned long long *total)
+{
+    *steal = *total = 0;
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return;
+    unsigned long long v[8] = {0};
+    if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+               &v[4], &v[5], &v[6], &v[7]) == 8) {
+        for (int i = 0; i < 8; i++) *total += v[i];
+        *steal = v[7];
+    }
+    fclose(f);
+}
+
+/* Preemptions (nonvoluntary context switches) of every thread of pid so far, or with
+ * cpu_ns the nanoseconds its threads have run (schedstat). Threads that already ended are
+ * not counted: read while the threads of interest still run. */
+static long task_sum(pid_t pid, bool cpu_ns)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    long sum = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char sp[64], line[128];
+        long tid = strtol(e->d_name, NULL, 10);
+        snprintf(sp, sizeof sp, "/proc/%d/task/%ld/%s", (int)pid, tid,
+                 cpu_ns ? "schedstat" : "status");
+        FILE *f = fopen(sp, "r");
+        if (!f) continue;
+        long v;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, cpu_ns ? "%ld" : "nonvoluntary_ctxt_switches: %ld", &v) == 1) sum += v;
+        fclose(f);
+    }
+    closedir(d);
+    return sum;
+}
+
+static mark mark_now(pid_t pid, pid_t daemon)
+{
+    mark m;
+    cpu_ticks(&m.steal, &m.total);
+    m.preempt = task_sum(pid, false);
+    m.daemon_ns = task_sum(daemon, true);
+    return m;
+}
+
+static attrib attrib_since(mark m0, pid_t pid, pid_t daemon)
+{
+    mark m1 = mark_now(pid, daemon);
+    attrib a = {0, m1.preempt - m0.preempt, (double)(m1.daemon_ns - m0.daemon_ns) * 1e-6, -1, -1};
+    if (m1.total > m0.total)
+        a.steal_pct = 100.0 * (double)(m1.steal - m0.steal) / (double)(m1.total - m0.total);
+    return a;
+}
+
+/* Waits (up to 3 s) until ringlmd has run less than 0.5 ms in 20 ms: the end of the
+ * previous window's sessions (up to 32 torn down: rings unmapped, segments freed) is that
+ * window's cost, and must not land in the next one's — measured: the engine alone right
+ * after 32 client processes had exited shared the CPUs with their teardown. */
+static bool no_settle; /* --no-settle: to measure what settling changes */
+
+static void settle(pid_t daemon)
+{
+    if (no_settle) return;
+    long prev = task_sum(daemon, true);
+    for (int i = 0; i < 150; i++) {
+        pause_ms(20);
+        long now = task_sum(daemon, true);
+        if (now - prev < 500000) return;
+        prev = now;
+    }
 }
 
 /* ---- the engine alone ---------------------------------------------------------------- */
@@ -228,6 +332,11 @@ static int daemon_start(daemon_proc *d, const opts *o)
     if (d->pid < 0) return -errno;
     if (d->pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGTERM);
+        /* --daemon-session: ringlmd in a session of its own, as a service manager starts
+         * it. With autogroup scheduling (Linux's default on desktops and on this VM) a
+         * nice value ranks threads only within their session's group: in ours, ringlmd at
+         * -10 ranks 20 levels above every client this bench starts. */
+        if (o->daemon_session && setsid() < 0) _exit(126);
         int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd >= 0) { dup2(fd, 2); dup2(fd, 1); close(fd); }
         execv(o->ringlmd, (char *const *)argv);
@@ -631,7 +740,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: serve_bench --model M [--clients 1,4,8,16,32] [--runs 5] [--threads 2]\n"
             "                   [--prompt 32] [--gen 128] [--connect-burst 32] [--busy 32]\n"
-            "                   [--ringlmd PATH] [--daemon-arg ARG]... [--json]\n");
+            "                   [--ringlmd PATH] [--daemon-arg ARG]... [--no-settle] [--daemon-session]\n"
+            "                   [--json]\n");
 }
 
 int main(int argc, char **argv)
@@ -640,14 +750,16 @@ int main(int argc, char **argv)
     o.n_sizes = parse_sizes("1,4,8,16,32", o.sizes);
     static char default_ringlmd[PATH_MAX + 32];
     enum { O_MODEL = 1, O_CLIENTS, O_RUNS, O_THREADS, O_PROMPT, O_GEN, O_BURST, O_BUSY, O_RINGLMD,
-           O_DARG, O_JSON };
+           O_DARG, O_JSON, O_NO_SETTLE, O_DSESSION };
     static const struct option lo[] = {
         {"model", required_argument, 0, O_MODEL}, {"clients", required_argument, 0, O_CLIENTS},
         {"runs", required_argument, 0, O_RUNS}, {"threads", required_argument, 0, O_THREADS},
         {"prompt", required_argument, 0, O_PROMPT}, {"gen", required_argument, 0, O_GEN},
         {"connect-burst", required_argument, 0, O_BURST}, {"busy", required_argument, 0, O_BUSY},
         {"ringlmd", required_argument, 0, O_RINGLMD}, {"daemon-arg", required_argument, 0, O_DARG},
-        {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"json", no_argument, 0, O_JSON}, {"no-settle", no_argument, 0, O_NO_SETTLE},
+        {"daemon-session", no_argument, 0, O_DSESSION},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (ch) {
@@ -667,6 +779,8 @@ int main(int argc, char **argv)
             o.daemon_args[o.n_daemon_args++] = optarg;
             break;
         case O_JSON: o.json = true; break;
+        case O_NO_SETTLE: no_settle = true; break;
+        case O_DSESSION: o.daemon_session = true; break;
         default: usage(); return ch == 'h' ? 0 : 2;
         }
     }
@@ -711,6 +825,7 @@ int main(int argc, char **argv)
 
     static double t_eng[MAX_SIZES][MAX_RUNS], t_ses[MAX_SIZES][MAX_RUNS], t_prc[MAX_SIZES][MAX_RUNS];
     static double cpu_tok[MAX_SIZES][MAX_RUNS]; /* client processes' CPU µs per token */
+    static attrib at[MAX_SIZES][MAX_RUNS][3];     /* engine, sessions, procs */
     int rc = 0;
     /* Warm-up, not counted: the first engine created in a process pays for cold BLAS state
      * and page faults on the weights (measured: 1 sequence at 91 tok/s cold, 4 at 2100). */
@@ -734,21 +849,43 @@ int main(int argc, char **argv)
              * before any client is forked: clients run at their own priority. */
             int own = getpriority(PRIO_PROCESS, 0);
             if (setpriority(PRIO_PROCESS, 0, daemon_nice) != 0) { /* not permitted: ours */ }
-            if (engb_init(&b, m, &o, n) == 0) s = engb_run(&b, n, &o);
+            attrib *ae = &at[k][run][0], *as = &at[k][run][1], *ap = &at[k][run][2];
+            if (engb_init(&b, m, &o, n) == 0) {
+                eng_phase_stats ps;
+                eng_phase_stats_get(b.e, NULL, true);
+                settle(d.pid);
+                mark m0 = mark_now(getpid(), d.pid);
+                s = engb_run(&b, n, &o);
+                *ae = attrib_since(m0, getpid(), d.pid); /* before engb_free joins the helpers */
+                if (eng_phase_stats_get(b.e, &ps, false) == 0) {
+                    ae->helper_sleeps = (long)ps.helper_sleeps;
+                    ae->helper_waits = (long)ps.helper_waits;
+                }
+            }
             engb_free(&b);
             if (setpriority(PRIO_PROCESS, 0, own) != 0) { /* raising nice is always allowed */ }
+            settle(d.pid);
+            mark m1 = mark_now(d.pid, d.pid);
             double s2 = run_sessions(&d, n, vocab, &o);
+            *as = attrib_since(m1, d.pid, d.pid);
             double ccpu = 0;
+            settle(d.pid);
+            mark m2 = mark_now(d.pid, d.pid);
             double s3 = run_procs(&d, n, vocab, &o, &ccpu);
+            *ap = attrib_since(m2, d.pid, d.pid);
             if (s <= 0 || s2 <= 0 || s3 <= 0) { rc = 1; break; }
             t_eng[k][run] = toks / s;
             t_ses[k][run] = toks / s2;
             t_prc[k][run] = toks / s3;
             cpu_tok[k][run] = ccpu * 1e6 / toks;
             if (!o.json)
-                fprintf(stderr, "run %d, %2d sequences: engine %.1f, sessions %.1f, procs %.1f tok/s "
-                        "(clients' CPU %.1f us/token)\n", run + 1, n, t_eng[k][run], t_ses[k][run],
-                        t_prc[k][run], cpu_tok[k][run]);
+                fprintf(stderr, "run %d, %2d sequences: engine %.1f (steal %.1f%%, %ld preemptions, "
+                        "helper slept %ld of %ld waits, ringlmd ran %.1f ms), sessions %.1f (steal "
+                        "%.1f%%, ringlmd preempted %ld), procs %.1f (steal %.1f%%, ringlmd "
+                        "preempted %ld) tok/s; clients' CPU %.1f us/token\n", run + 1, n,
+                        t_eng[k][run], ae->steal_pct, ae->preempt, ae->helper_sleeps,
+                        ae->helper_waits, ae->daemon_ms, t_ses[k][run], as->steal_pct, as->preempt,
+                        t_prc[k][run], ap->steal_pct, ap->preempt, cpu_tok[k][run]);
         }
     }
     burst_result br = {0};
@@ -780,9 +917,21 @@ int main(int argc, char **argv)
                    "\"sessions\":{\"median\":%.1f,\"min\":%.1f,\"max\":%.1f},"
                    "\"procs\":{\"median\":%.1f,\"min\":%.1f,\"max\":%.1f},"
                    "\"sessions_vs_engine\":%.3f,\"procs_vs_engine\":%.3f,\"max_spread\":%.3f,"
-                   "\"goals_met\":%s}",
+                   "\"goals_met\":%s,\"runs\":[",
                    e.med, e.lo, e.hi, s.med, s.lo, s.hi, p.med, p.lo,
                    p.hi, s.med / e.med, p.med / e.med, sp, ok ? "true" : "false");
+            /* every run, in order, with what else happened meanwhile */
+            for (int r = 0; r < o.runs; r++) {
+                const attrib *a = at[k][r];
+                printf("%s{\"engine\":%.1f,\"sessions\":%.1f,\"procs\":%.1f,"
+                       "\"steal_pct\":[%.2f,%.2f,%.2f],\"preemptions\":[%ld,%ld,%ld],"
+                       "\"engine_helper_sleeps\":%ld,\"engine_helper_waits\":%ld,"
+                       "\"ringlmd_cpu_ms_during_engine\":%.2f}",
+                       r ? "," : "", t_eng[k][r], t_ses[k][r], t_prc[k][r], a[0].steal_pct,
+                       a[1].steal_pct, a[2].steal_pct, a[0].preempt, a[1].preempt, a[2].preempt,
+                       a[0].helper_sleeps, a[0].helper_waits, a[0].daemon_ms);
+            }
+            printf("]}");
         }
         printf("]");
         if (o.burst > 0)

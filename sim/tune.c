@@ -508,6 +508,14 @@ int sim_tune(const sim_trace *t, const sched_policy *base, const sim_tune_opts *
         for (size_t l = 0; l < o->n_loads; l++)
             if ((rc = tune_derive_trace(t, r->window_s[k][0], r->window_s[k][1], o->loads[l], o->run.seed, &S.traces[k][l]))) goto out;
     }
+    /* what no candidate can pass at each load: tells a search that found little from one that
+     * had little to find */
+    for (size_t l = 0; l < o->n_loads; l++) {
+        sim_tune_bound tb;
+        r->bound_rps[l] = NAN;
+        if (o->run.svc && sim_tune_goodput_bound(&S.traces[S.same_as[2]][l], o->run.svc, base, 60, &tb) == 0)
+            r->bound_rps[l] = tb.goodput_rps;
+    }
     for (int k = 0; k < SIM_TUNE_RUNGS; k++)
         if (S.same_as[k] != k) { r->window_s[k][0] = r->window_s[S.same_as[k]][0]; r->window_s[k][1] = r->window_s[S.same_as[k]][1]; }
 

@@ -125,6 +125,8 @@ typedef struct sim_tune_result {
     double  window_s[SIM_TUNE_RUNGS][2];     /* each rung's window on the trace (s), [0,-1]: all */
     double  loads[SIM_TUNE_MAX_LOADS];
     size_t  n_loads;
+    double  bound_rps[SIM_TUNE_MAX_LOADS];   /* sim_tune_goodput_bound on the whole trace per load
+                                                (NAN when the service model gives none) */
     double  fair_floor, slo_min;
     int     jobs;
     double  wall_s;
@@ -143,6 +145,22 @@ int  sim_tune_default_spec(const sched_policy *base, const sim_trace *t, char *b
  * names the knob, the value and the parser's reason), -ENOMEM, or a run's error. */
 int  sim_tune(const sim_trace *t, const sched_policy *base, const sim_tune_opts *o, sim_tune_result *out);
 void sim_tune_result_free(sim_tune_result *r);
+
+/* An upper bound on goodput at SLO that no policy reaches on t under svc (sim/tune_bound.c):
+ * a request meets its class's TTFT target (p's classes) only if its whole prompt is prefilled
+ * within it, and a prompt of L tokens costs at least svc's per-token and attention-pair terms
+ * of step time; over windows of arrivals up to window_s long, the prompts that meet their
+ * target must fit between the window's first arrival and its last deadline.  min_misses is the
+ * largest sum of the windows' shortfalls over disjoint windows, goodput_rps (requests −
+ * min_misses) / the arrival span (the table's offered rate's span).  TPOT, fairness and the
+ * rest of the step only lower what is reachable.  Returns 0, or -EINVAL (a service model whose
+ * prefill terms are not a lower bound) / -ENOMEM with sim_err(). */
+typedef struct sim_tune_bound {
+    size_t requests, min_misses;
+    double span_s, goodput_rps, window_s;
+} sim_tune_bound;
+int sim_tune_goodput_bound(const sim_trace *t, const sim_service *svc, const sched_policy *p, double window_s,
+                           sim_tune_bound *out);
 
 /* Reports: the Pareto front of the whole-trace candidates (goodput, TTFT p99, TPOT p99,
  * refusals) as a table, as JSON, and as a gnuplot scatter (goodput against TTFT p99) into dir

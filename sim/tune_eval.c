@@ -24,8 +24,14 @@ int tune_derive_trace(const sim_trace *src, double w0, double w1, double rate, u
     dst->labelled = src->labelled;
     dst->has_real = src->has_real;
     dst->format = src->format;
-    for (size_t i = 0; i < src->n; i++)
-        if (sim_trace_push(dst, &src->reqs[i]) < 0) return -ENOMEM;
+    /* a request's block hashes (a native log's, Mooncake's) index src's hash array: copy them
+     * into dst's, or the prefix cache reads past dst's */
+    for (size_t i = 0; i < src->n; i++) {
+        const sim_req *q = &src->reqs[i];
+        int rc = q->n_hash ? sim_trace_push_hashed(dst, q, &src->hashes[q->hash_off], q->n_hash, q->hash_block_tokens)
+                           : sim_trace_push(dst, q);
+        if (rc < 0) return rc;
+    }
     sim_transform x;
     sim_transform_defaults(&x);
     x.window_start_s = w0;

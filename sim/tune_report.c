@@ -1,6 +1,7 @@
 /* ringlm — simulator policy search: its reports (the Pareto-front table, JSON, the gnuplot
  * scatter), the tuned policy file, and ringlm-sim --tune.  SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -59,12 +60,12 @@ void sim_tune_table(FILE *f, const sim_tune_result *r)
     fprintf(f, "\n(pf: on the Pareto front of goodput, TTFT p99, TPOT p99 and refusals among the whole-trace runs; "
                "figures summed or worst over the loads)\n\nbest per load:\n");
     const sim_tune_cand *b = &r->cands[r->best], *base = &r->cands[r->base];
-    fprintf(f, "%-6s %10s %14s %10s %12s %12s %9s %9s\n", "load", "offered", "goodput best", "base", "SLO best",
-            "TTFT99 best", "refused", "min fair");
+    fprintf(f, "%-6s %10s %14s %10s %10s %12s %12s %9s %9s\n", "load", "offered", "goodput best", "base", "bound",
+            "SLO best", "TTFT99 best", "refused", "min fair");
     for (size_t l = 0; l < r->n_loads; l++) {
         const sim_tune_load *m = &b->rung[2].load[l], *mb = &base->rung[2].load[l];
-        fprintf(f, "×%-5g %10.2f %14.2f %10.2f %11.1f%% %12.1f %8.1f%% %9.3f\n", r->loads[l], m->offered_rps,
-                m->goodput_rps, mb->goodput_rps, 100 * m->slo_attainment, m->ttft_p99_ms,
+        fprintf(f, "×%-5g %10.2f %14.2f %10.2f %10.2f %11.1f%% %12.1f %8.1f%% %9.3f\n", r->loads[l], m->offered_rps,
+                m->goodput_rps, mb->goodput_rps, r->bound_rps[l], 100 * m->slo_attainment, m->ttft_p99_ms,
                 m->requests ? 100.0 * (double)m->refused / (double)m->requests : 0, m->min_fair);
     }
 }
@@ -108,7 +109,11 @@ static json_t *cand_json(const sim_tune_result *r, const sim_tune_cand *c)
 json_t *sim_tune_json(const sim_tune_result *r)
 {
     json_t *loads = json_array(), *knobs = json_array(), *cands = json_array(), *front = json_array();
-    for (size_t l = 0; l < r->n_loads; l++) json_array_append_new(loads, json_real(r->loads[l]));
+    json_t *bounds = json_array();
+    for (size_t l = 0; l < r->n_loads; l++) {
+        json_array_append_new(loads, json_real(r->loads[l]));
+        json_array_append_new(bounds, isnan(r->bound_rps[l]) ? json_null() : json_real(r->bound_rps[l]));
+    }
     for (size_t k = 0; k < r->n_knobs; k++) {
         json_t *v = json_array();
         for (size_t i = 0; i < r->knobs[k].n_values; i++) json_array_append_new(v, json_string(r->knobs[k].values[i]));
@@ -122,8 +127,9 @@ json_t *sim_tune_json(const sim_tune_result *r)
     for (int k = 0; k < SIM_TUNE_RUNGS; k++)
         json_array_append_new(windows, json_pack("[f,f]", r->window_s[k][0], r->window_s[k][1]));
     const sim_tune_cand *b = &r->cands[r->best];
-    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:f,s:f,s:o,s:o,s:{s:I,s:I,s:I,s:I,s:I},s:I,s:i,s:s,s:s,s:s,s:O,s:o,s:o}",
+    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:f,s:f,s:o,s:o,s:{s:I,s:I,s:I,s:I,s:I},s:I,s:i,s:s,s:s,s:s,s:O,s:o,s:o}",
                      "trace", r->trace, "service", r->service, "base_policy", r->base_name, "spec", r->spec, "loads", loads,
+                     "goodput_bound_rps", bounds,
                      "fair_floor", r->fair_floor, "slo_min", r->slo_min, "knobs", knobs, "windows_s", windows,
                      "evaluated", "screen", (json_int_t)r->evaluated[0], "window", (json_int_t)r->evaluated[1], "full",
                      (json_int_t)r->evaluated[2], "pairwise", (json_int_t)r->pair_evaluated, "pairwise_moves",

@@ -76,3 +76,40 @@ Test(kernels_pool, one_worker_runs_inline)
 {
     run_regions(1, 1000);
 }
+
+/*
+ * The spin policy's choice (pool_spin_budget). A decode step at one sequence has ~30
+ * regions a few µs apart and one serial gap of 130-260 µs (sampling, the next step's
+ * set-up); a helper that sleeps through it costs every step a wake on the critical path,
+ * so with a wake of 40 µs the budget covers that gap. An idle engine's gaps are
+ * milliseconds: there a helper sleeps after a short spin.
+ */
+static int bucket_of(uint64_t ns)
+{
+    const int b = 63 - __builtin_clzll(ns);
+    return b < POOL_GAP_BUCKETS ? b : POOL_GAP_BUCKETS - 1; /* the last: all longer */
+}
+
+Test(kernels_pool, spin_budget_spins_through_a_decode_steps_serial_gap)
+{
+    uint32_t gaps[POOL_GAP_BUCKETS] = {0};
+    gaps[bucket_of(1500)] = 30 * 16;   /* between a step's regions */
+    gaps[bucket_of(200000)] = 16;      /* once a step */
+    const uint64_t b = pool_spin_budget(gaps, 40000);
+    cr_assert_geq(b, 262144, "budget %lu ns sleeps through the 200 us gap of every step",
+                  (unsigned long)b);
+    cr_assert_leq(b, 2u << 20, "budget %lu ns above the 2 ms cap", (unsigned long)b);
+}
+
+Test(kernels_pool, spin_budget_sleeps_soon_when_the_engine_is_idle)
+{
+    uint32_t gaps[POOL_GAP_BUCKETS] = {0};
+    gaps[bucket_of(20000000)] = 32;    /* 20 ms between steps: an idle engine */
+    const uint64_t b = pool_spin_budget(gaps, 40000);
+    cr_assert_leq(b, 4096, "budget %lu ns: an idle engine's helper spins on", (unsigned long)b);
+    /* the same with the steps' short gaps mixed in: the long gaps still end in a sleep */
+    gaps[bucket_of(1500)] = 32 * 30;
+    const uint64_t b2 = pool_spin_budget(gaps, 40000);
+    cr_assert_lt(b2, 20000000 / 2, "budget %lu ns spins through 20 ms gaps", (unsigned long)b2);
+    cr_assert_geq(b2, 2048, "budget %lu ns sleeps between a step's regions", (unsigned long)b2);
+}

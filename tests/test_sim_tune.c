@@ -4,7 +4,9 @@
  * it has, climbs with pairwise moves a ridge coordinate search stops on, and gives the same
  * answer for a seed whatever the thread count. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,10 +14,13 @@
 
 #include "sched/sched.h"
 #include "sim/err.h"
+#include "sim/engine.h"
 #include "sim/gen.h"
+#include "sim/report.h"
 #include "sim/service.h"
 #include "sim/trace.h"
 #include "sim/tune.h"
+#include "sim/tune_internal.h"   /* tune_derive_trace: the search's copies of a trace */
 
 static sched_policy *policy(const char *text)
 {
@@ -94,6 +99,14 @@ Test(sim_tune, finds_the_budget_the_service_model_says_is_best)
                      c->rung[2].goodput_rps, best->rung[2].goodput_rps);
     }
     cr_assert_gt(best->rung[2].goodput_rps, 1.5 * r.cands[r.base].rung[2].goodput_rps);
+    /* the search reports what no candidate could pass, and nothing it ran passed it */
+    for (size_t l = 0; l < r.n_loads; l++) {
+        cr_assert(isfinite(r.bound_rps[l]));
+        for (size_t i = 0; i < r.n_cands; i++)
+            if (r.cands[i].rung[2].done)
+                cr_expect_leq(r.cands[i].rung[2].load[l].goodput_rps, r.bound_rps[l] + 1e-9, "%s: %.3f above the bound %.3f",
+                              r.cands[i].values, r.cands[i].rung[2].load[l].goodput_rps, r.bound_rps[l]);
+    }
     /* not a grid: coordinate search stops when a pass moves nothing */
     cr_expect_lt(r.evaluated[0], 6 * 2 * 3 * 2 / 2, "%zu candidates screened of a grid of 72", r.evaluated[0]);
     sim_tune_result_free(&r);
@@ -344,4 +357,151 @@ Test(sim_tune, cli_writes_the_best_policy_in_canonical_form_and_refuses_a_bad_sp
     cr_expect(strstr(text, "token_budget=abc") != NULL, "the error names the knob and the value: %s", text);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     (void)!system(cmd);
+}
+
+/* ---- the goodput bound (sim_tune_goodput_bound) ------------------------------------------ */
+
+static void push_req(sim_trace *t, int cls, double at_s, uint32_t prompt, uint32_t out)
+{
+    sim_req r;
+    memset(&r, 0, sizeof r);
+    r.arrival_us = (int64_t)(at_s * 1e6);
+    r.deadline_us = r.cancel_us = SIM_NO_TIME;
+    r.real_first_token_us = r.real_finish_us = SIM_NO_TIME;
+    r.real_cached_tokens = -1;
+    r.prompt_tokens = prompt;
+    r.output_tokens = r.max_tokens = out;
+    r.klass = (uint16_t)cls;
+    r.src_id = t->n;
+    cr_assert_eq(sim_trace_push(t, &r), 0);
+}
+
+/* A machine that prefills 1,000 tokens a second (no attention term) and a 2 s TTFT target:
+ * three 1,000-token prompts arriving together cannot all be prefilled within 2 s (one misses
+ * whatever the policy), a 3,000-token prompt never can, a lone prompt later always can, and a
+ * class without a TTFT target never misses it. */
+Test(sim_tune, goodput_bound_counts_the_misses_no_policy_avoids)
+{
+    sim_service svc;
+    sim_service_default(&svc);
+    svc.per_prefill_token_us = 1000;
+    svc.per_prefill_pair_us = 0;
+    sched_policy *p = policy("[scheduler]\nmode = token_budget\ndefault_class = standard\n"
+                             "[class standard]\nttft_target = 2s\n[class batch]\nttft_target = 0us\n");
+    sim_trace t;
+    sim_trace_init(&t, "bound");
+    int std = sim_trace_class(&t, "standard"), batch = sim_trace_class(&t, "batch");
+    for (int i = 0; i < 3; i++) push_req(&t, std, 0, 1000, 4);
+    push_req(&t, std, 10, 3000, 4);
+    push_req(&t, std, 20, 1500, 4);
+    for (int i = 0; i < 5; i++) push_req(&t, batch, 20, 1000, 4);   /* no target: cannot miss it */
+    sim_tune_bound b;
+    cr_assert_eq(sim_tune_goodput_bound(&t, &svc, p, 60, &b), 0, "%s", sim_err());
+    cr_assert_eq(b.requests, 10);
+    cr_assert_eq(b.min_misses, 2, "one of the three together and the 3,000-token prompt: %zu", b.min_misses);
+    cr_assert_float_eq(b.span_s, 20, 1e-9);
+    cr_assert_float_eq(b.goodput_rps, 8.0 / 20, 1e-9);
+    /* windows shorter than the burst still see it; a longer target lets all three meet it */
+    cr_assert_eq(sim_tune_goodput_bound(&t, &svc, p, 0.5, &b), 0);
+    cr_assert_eq(b.min_misses, 2);
+    sched_policy_free(p);
+    p = policy("[scheduler]\nmode = token_budget\ndefault_class = standard\n[class standard]\nttft_target = 3s\n"
+               "[class batch]\nttft_target = 0us\n");
+    cr_assert_eq(sim_tune_goodput_bound(&t, &svc, p, 60, &b), 0);
+    cr_assert_eq(b.min_misses, 0, "with 3 s all three fit and so does the 3,000-token prompt: %zu", b.min_misses);
+    /* a model whose prefill costs nothing bounds nothing: refused, not a bound of every request */
+    svc.per_prefill_token_us = 0;
+    cr_assert_eq(sim_tune_goodput_bound(&t, &svc, p, 60, &b), -EINVAL);
+    sched_policy_free(p);
+    sim_trace_free(&t);
+    sim_service_free(&svc);
+}
+
+/* The bound is one: on an overloaded, bursty workload no policy the simulator runs beats it —
+ * not the tuned token budget, not FCFS — and it is not vacuous (it counts misses). */
+Test(sim_tune, goodput_bound_is_above_what_policies_reach)
+{
+    sim_service svc;
+    sim_service_default(&svc);
+    const char *params[] = {"load=3", "prompt=500-6000", "output=20", "duration=20", "cv=3"};
+    sim_trace t;
+    workload(&t, &svc, params, 4, NULL);
+    static const char *const texts[] = {
+        "[scheduler]\nmode = token_budget\ntoken_budget = 4096\nprefill_chunk = 2048\ndefault_class = standard\n"
+        "[class standard]\nttft_target = 2s\ntpot_target = 150ms\nmax_queue_wait = 2s\n",
+        "[scheduler]\nmode = token_budget\ntoken_budget = 512\nprefill_chunk = 512\ndefault_class = standard\n"
+        "[class standard]\nttft_target = 2s\ntpot_target = 150ms\n",
+        "[scheduler]\nmode = continuous\ndefault_class = standard\n[class standard]\nttft_target = 2s\ntpot_target = 150ms\n",
+    };
+    sim_tune_bound b;
+    sched_policy *p0 = policy(texts[0]);
+    cr_assert_eq(sim_tune_goodput_bound(&t, &svc, p0, 60, &b), 0, "%s", sim_err());
+    cr_assert_gt(b.min_misses, 0, "load 3 of 3,000-token prompts: some must miss");
+    cr_assert_lt(b.goodput_rps, (double)t.n / b.span_s);
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        sched_policy *p = policy(texts[i]);
+        sim_options o;
+        sim_options_defaults(&o);
+        o.policy = p;
+        o.policy_name = "bound";
+        o.svc = &svc;
+        sim_run run;
+        memset(&run, 0, sizeof run);
+        cr_assert_eq(sim_run_trace(&t, &o, &run), 0, "%s", sim_err());
+        sim_summary s;
+        memset(&s, 0, sizeof s);
+        cr_assert_eq(sim_summarise(&run, NULL, -1, -1, &s), 0);
+        cr_expect_gt(s.all.goodput_rps, 0, "policy %zu serves something", i);
+        /* the simulator divides by its whole run (to the last finish), the bound by the arrivals' span */
+        double met = s.all.goodput_rps * s.sim_s;
+        cr_expect_leq(met, (double)(b.requests - b.min_misses) + 1e-6, "policy %zu met %.0f of %zu, bound %zu", i, met,
+                      b.requests, b.requests - b.min_misses);
+        sim_summary_free(&s);
+        sim_run_free(&run);
+        sched_policy_free(p);
+    }
+    sched_policy_free(p0);
+    sim_trace_free(&t);
+    sim_service_free(&svc);
+}
+
+/* A recorded request log carries its prompts' block hashes (ringlmd --request-log), and the
+ * search's copies of the trace (a window, a load) must carry them too: the prefix cache reads
+ * them.  The shared-prefix workload has them; the search runs on it, and a candidate's copy
+ * of the whole trace serves as many prefix hits as the trace itself. */
+Test(sim_tune, searches_a_trace_with_block_hashes)
+{
+    sim_service svc;
+    sim_service_default(&svc);
+    sim_scenario scn;
+    sim_trace t;
+    const char *par[] = {"n=60", "rate=4", "system_prompts=2", "system_len=128", "turns=3", "one_off=0"};
+    cr_assert_eq(sim_gen_workload(&t, "shared-prefix", par, 6, &svc, 7, &scn), 0, "%s", sim_err());
+    cr_assert_gt(t.n_hashes, 0);
+    sim_trace copy;
+    cr_assert_eq(tune_derive_trace(&t, 0, -1, 2, 1, &copy), 0, "%s", sim_err());
+    cr_assert_eq(copy.n, t.n);
+    for (size_t i = 0; i < copy.n; i++) {
+        cr_assert_eq(copy.reqs[i].n_hash, t.reqs[i].n_hash);
+        for (uint32_t b = 0; b < copy.reqs[i].n_hash; b++)
+            cr_assert_eq(copy.hashes[copy.reqs[i].hash_off + b], t.hashes[t.reqs[i].hash_off + b], "request %zu block %u", i, b);
+    }
+    sim_trace_free(&copy);
+    sched_policy *base = policy(budget_policy);
+    sim_tune_opts o;
+    sim_tune_opts_defaults(&o);
+    o.spec = "token_budget=64,256";
+    o.run.svc = &svc;
+    o.jobs = 2;
+    o.loads[0] = 1;
+    o.loads[1] = 2;
+    o.n_loads = 2;
+    sim_tune_result r;
+    cr_assert_eq(sim_tune(&t, base, &o, &r), 0, "%s", sim_err());
+    cr_assert(r.cands[r.best].rung[2].done);
+    cr_assert_gt(r.cands[r.best].rung[2].goodput_rps, 0);
+    sim_tune_result_free(&r);
+    sched_policy_free(base);
+    sim_trace_free(&t);
+    sim_service_free(&svc);
 }

@@ -37,16 +37,34 @@ uint64_t pool_now_ns(void)
  *     buckets, halved at every re-choice (a memory of ~GAP_EPOCH waits);
  *   - every sleep measures the wake latency (region start to the helper running), averaged;
  *   - every GAP_EPOCH waits the budget becomes the power of two B in [1 µs, 2 ms] with the
- *     least  Σ_{gaps g < B} g + Σ_{gaps g >= B} (B + wake latency).
+ *     least  Σ_{gaps g < B} spin(g) + Σ_{gaps g >= B} (spin(B) + wake latency),
+ *     where spin(t) counts the first SPIN_POLITE_NS of a spin in full and the rest at
+ *     SPIN_POLITE_WEIGHT: past SPIN_POLITE_NS a spinner yields at every read of the clock,
+ *     so a runnable thread waits for that CPU one round of spinning at most — what the
+ *     longer spin costs others is little, while a sleep's cost is all on the engine's
+ *     critical path.
  * So back-to-back steps keep the helpers spinning through every gap, and a helper of an
- * idle engine sleeps after a short spin. eng_phase_stats reports regions, waits, sleeps,
+ * idle engine sleeps after a short spin.
+ *
+ * Why the weight (measured on the 2-vCPU VM, stories15M at one sequence, the engine alone
+ * under SCHED_FIFO to keep other work off its CPUs): each decode step has one serial gap
+ * of 130-260 µs (the caller's sampling and the next step's set-up), which the unweighted
+ * cost sent the helper to sleep for, once per step (~150 sleeps in 128 steps, budget
+ * 8-16 µs). The measured wake latency (30-50 µs) understates what a sleep costs there —
+ * the caller's wake system call, and a vCPU resumed from halt, whose core the host may
+ * have used meanwhile — the engine ran 513-555 tok/s against 589-678 with the helpers
+ * forced to spin 2 ms. Weighted, the budget becomes 131-262 µs, the sleeps 28-49 a run. eng_phase_stats reports regions, waits, sleeps,
  * wake calls, the budget and the latency, so the policy's effect is measured in engine_bench.
  */
-#define GAP_BUCKETS 24     /* bucket i: gaps in [2^i, 2^(i+1)) ns; the last, all longer */
+#define GAP_BUCKETS POOL_GAP_BUCKETS /* bucket i: gaps in [2^i, 2^(i+1)) ns; the last, all longer */
 #define GAP_EPOCH 32       /* waits between re-choices of the budget */
 #define SPIN_MIN_LOG2 10   /* 1.0 µs */
 #define SPIN_MAX_LOG2 21   /* 2.1 ms */
 #define WAKE_NS_PRIOR 30000 /* wake latency assumed until one is measured */
+/* Spinning past SPIN_POLITE_NS (see below), which yields the CPU at every read of the
+ * clock, counts at this fraction of its length in the policy's cost. */
+#define SPIN_POLITE_WEIGHT 0.125
+#define SPIN_POLITE_NS 4000
 /* Wake latencies count up to this: a longer one is a run queue's wait on an oversubscribed
  * machine, which a spinning helper would not have avoided (it waits for a CPU too). */
 #define WAKE_NS_CAP 500000
@@ -71,21 +89,34 @@ static void spin_policy_init(spin_policy *sp)
     sp->wake_ns = WAKE_NS_PRIOR;
 }
 
-static void spin_policy_choose(spin_policy *sp)
+/* What spinning for ns costs in the policy's sum (see SPIN_POLITE_WEIGHT). */
+static double spin_cost(double ns)
+{
+    return ns <= SPIN_POLITE_NS ? ns : SPIN_POLITE_NS + (ns - SPIN_POLITE_NS) * SPIN_POLITE_WEIGHT;
+}
+
+uint64_t pool_spin_budget(const uint32_t gaps[POOL_GAP_BUCKETS], uint64_t wake_ns)
 {
     double best = -1;
+    uint64_t choice = 1ull << SPIN_MIN_LOG2;
     for (int j = SPIN_MIN_LOG2; j <= SPIN_MAX_LOG2; j++) {
         const double budget = (double)(1ull << j);
         double cost = 0;
         for (int i = 0; i < GAP_BUCKETS; i++) {
             const double gap = 1.5 * (double)(1ull << i); /* the bucket's middle */
-            cost += sp->gaps[i] * (i < j ? gap : budget + (double)sp->wake_ns);
+            cost += gaps[i] * (i < j ? spin_cost(gap) : spin_cost(budget) + (double)wake_ns);
         }
         if (best < 0 || cost < best) {
             best = cost;
-            sp->budget_ns = 1ull << j;
+            choice = 1ull << j;
         }
     }
+    return choice;
+}
+
+static void spin_policy_choose(spin_policy *sp)
+{
+    sp->budget_ns = pool_spin_budget(sp->gaps, sp->wake_ns);
     for (int i = 0; i < GAP_BUCKETS; i++)
         sp->gaps[i] /= 2;
     sp->waits = 0;
@@ -185,11 +216,10 @@ static inline void cpu_relax(void)
 
 /* Spin iterations between two reads of the clock while waiting. */
 #define SPINS_PER_CLOCK 64
-/* Past this much spinning a helper also yields at each read of the clock: on an idle CPU
- * sched_yield returns at once (the vCPU stays busy, which is the point of spinning), on an
- * oversubscribed one it lets a runnable thread — often this engine's caller — have the CPU
- * the spin would burn. */
-#define SPIN_POLITE_NS 4000
+/* Past SPIN_POLITE_NS of spinning a helper also yields at each read of the clock: on an
+ * idle CPU sched_yield returns at once (the vCPU stays busy, which is the point of
+ * spinning), on an oversubscribed one it lets a runnable thread — often this engine's
+ * caller — have the CPU the spin would burn. */
 
 /* Claims and runs tasks of region gen until none is left unclaimed. */
 static void run_tasks(pool *p, uint32_t gen, int worker)

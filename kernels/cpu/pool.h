@@ -58,6 +58,13 @@ void pool_stop(pool *p);
 /* Reads the counters into *out (when non-NULL), then zeroes the running counts when reset. */
 void pool_stats_get(pool *p, pool_stats *out, bool reset);
 
+/* The helpers' spin policy (pool.c): given a histogram of gaps between a helper going
+ * idle and the next region (bucket i: gaps in [2^i, 2^(i+1)) ns, the last one all longer)
+ * and the measured wake latency of a sleeping helper, the spin budget (ns) a helper then
+ * uses before it sleeps. */
+#define POOL_GAP_BUCKETS 24
+uint64_t pool_spin_budget(const uint32_t gaps[POOL_GAP_BUCKETS], uint64_t wake_ns);
+
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t pool_now_ns(void);
 
