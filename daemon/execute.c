@@ -104,6 +104,8 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
         int32_t tok = s->b_out[li];
         li++;
         s->results[i].tokens = 1;
+        s->results[i].has_token = true;   /* the prefix cache keys the answer's blocks */
+        s->results[i].token = tok;
         bool stop = false;
         for (int k = 0; k < s->n_stop_tokens; k++)
             stop |= tok == s->stop_tokens[k];
@@ -112,6 +114,7 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
         } else if (r->n_gen >= r->max_new) {
             /* Never past the buffer, whatever the plan said: the request is complete. */
             s->results[i].tokens = 0;
+            s->results[i].has_token = false;
             s->results[i].finished = SCHED_FINISH_LENGTH;
         } else {
             r->tokens[r->n_prompt + r->n_gen++] = tok;

@@ -365,6 +365,7 @@ static void job_finish(kvtier *t, int ji)
 {
     kvt_job *j = &t->jobs[ji];
     uint64_t el_us = (now_ns() - j->t_start_ns) / 1000;
+    if (j->res == 0 && j->dir == SCHED_XFER_IN && (t->cfg.fail_reads & (1u << j->tier))) j->res = -EIO;   /* injected */
     if (j->res == 0) {
         t->bytes_moved[j->dir][j->tier] += j->bytes;
         t->jobs_done[j->dir][j->tier]++;
@@ -660,6 +661,7 @@ int kvtier_copy(kvtier *t, sched_pool from, sched_pool to, const int32_t *src, c
         ops[nops++] = o;
     }
     if (rc == 0 && nops) rc = run_copy_ops(t, ops, nops);
+    if (rc == 0 && in && (t->cfg.fail_reads & (1u << from))) rc = -EIO;   /* injected */
     free(ops);
     *elapsed_us = (now_ns() - t0) / 1000;
     if (rc < 0) return seterr(rc, "copy of %d blocks from %s to %s: %s", n, sched_pool_name(from), sched_pool_name(to),

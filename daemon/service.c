@@ -157,9 +157,10 @@ static int iterate(void *ctx, uint64_t now_us)
     uint32_t batch_tokens = 0;
     if (p) {
         req_plan_ended(s, p);
-        /* in plan order: a cache copy completes before anything after it (sched_transfer) */
+        /* in plan order: a demotion completes before anything after it; swaps and prefix
+         * reloads run on the ring beside the steps, their requests waiting (sched_transfer) */
         for (uint32_t i = 0; i < p->n_transfers; i++)
-            if (p->transfers[i].cache) xfer_copy(s, &p->transfers[i]);
+            if (p->transfers[i].cache && p->transfers[i].dir == SCHED_XFER_OUT) xfer_copy(s, &p->transfers[i]);
             else xfer_start(s, &p->transfers[i]);
         if (p->n_transfers && s->tiers) kvtier_flush(s->tiers);
         if (p->n_entries) {
@@ -364,6 +365,7 @@ int svc_create(const svc_config *cfg, svc **out)
         .disk = {.out_bytes_per_s = cfg->disk_kv_bw > 0 ? cfg->disk_kv_bw : 1e9,
                  .in_bytes_per_s = cfg->disk_kv_bw > 0 ? cfg->disk_kv_bw : 1e9, .latency_us = 100},
         .prefix_cache = !cfg->no_prefix_cache,
+        .prefix_cache_generated = true,   /* exec_plan gives each sampled token's id */
     };
     sched_step_model_default(&sc.step);
     rc = sched_create(s->policy, &sc, req_on_sched_event, s, 1, &s->sched);
@@ -430,6 +432,10 @@ int svc_run(svc *s, const dloop_config *lc)
                             .numa_node = s->numa_node, .ring = dloop_ring(s->loop),
                             .ud_tag = SVC_KVTIER_TAG, .register_buffers = true,
                             .log = tier_log};
+        const char *fr = getenv("RINGLMD_FAIL_KV_READS");   /* tests: kvtier_config.fail_reads */
+        if (fr && strstr(fr, "host")) kc.fail_reads |= 1u << SCHED_POOL_HOST;
+        if (fr && strstr(fr, "disk")) kc.fail_reads |= 1u << SCHED_POOL_DISK;
+        if (kc.fail_reads) svc_log("RINGLMD_FAIL_KV_READS=%s: reads from those KV tiers fail (fault injection)", fr);
         rc = kvtier_create(&kc, &s->tiers);
         if (rc < 0) {
             rc = seterr(rc, "KV tiers: %s", kvtier_errmsg());

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * daemon/transfers.c — the plan's KV transfers (swap-out to / swap-in from the host and
- * disk tiers) started on the loop's io_uring through kvtier, their completions handed back
- * to the scheduler; the prefix cache's copies (demotions, reloads), done before anything
+ * disk tiers, the prefix cache's reloads from them) started on the loop's io_uring through
+ * kvtier, their completions handed back to the scheduler — the requests they are for wait
+ * for them while the others keep stepping; the prefix cache's demotions, done before anything
  * else of the plan; and --verify-swaps: a checksum per tier slot taken when a block is written
  * there (swap-out, demotion) and compared when it is read back (swap-in, reload, a demotion
  * to disk), and a check that no block is in two transfers (or computed on while it moves) at
@@ -38,10 +39,22 @@ static uint64_t block_sum(svc *s, int block)
 
 typedef struct xfer_ctx {
     svc *s;
+    uint64_t reload_req;   /* a prefix-cache reload: the request it is for */
     int n;
     int32_t *dev;  /* for swap verification */
     int32_t *slot;
 } xfer_ctx;
+
+/* A prefix-cache reload failed: its request cannot go on with the prefix it was admitted
+ * with (the scheduler dropped the blocks), so it ends with an error; nothing else does. */
+static void reload_failed(svc *s, uint64_t req, uint64_t xfer, int res)
+{
+    svc_req *r = req_find(s, req);
+    if (!r || r->ended) return;
+    svc_log("request %llu: reloading its cached prefix (transfer %llu) failed: %s; it ends with an error",
+            (unsigned long long)req, (unsigned long long)xfer, strerror(-res));
+    req_cancel(s, r, SCHED_CANCEL_SHUTDOWN, RINGLM_WIRE_R_ERROR, RINGLM_WIRE_R_INTERNAL);
+}
 
 static void on_xfer_done(void *ctx, uint64_t cookie, int res, sched_xfer_dir dir, sched_pool tier,
                          size_t bytes, uint64_t elapsed_us)
@@ -79,6 +92,7 @@ static void on_xfer_done(void *ctx, uint64_t cookie, int res, sched_xfer_dir dir
     DTRACE_PROBE4(ringlmd, transfer_done, cookie, dir, tier, res);
     if (s->trace_xfer) svc_log("xfer %llu done res %d", (unsigned long long)cookie, res);
     sched_transfer_done(s->sched, cookie, s->now_us, bytes, elapsed_us, res);
+    if (res < 0 && x->reload_req) reload_failed(s, x->reload_req, cookie, res);
     if (res == 0) {
         /* The dashboard shows the scheduler's estimate, the one it plans with. */
         sched_tier_cost tc;
@@ -110,6 +124,7 @@ void xfer_start(svc *s, const sched_transfer *t)
     const uint32_t *slots = t->dir == SCHED_XFER_OUT ? t->dst : t->src;
     for (int i = 0; i < n; i++) { dev[i] = (int32_t)devs[i]; slot[i] = (int32_t)slots[i]; }
     x->s = s; x->n = n; x->dev = dev; x->slot = slot;
+    x->reload_req = t->cache ? t->req : 0;
     if (s->slot_sum[tier]) {
         int nslots = kvtier_blocks(s->tiers, tier), ndev = eng_kv_blocks(s->engine);
         for (int i = 0; i < n; i++) {
@@ -138,10 +153,27 @@ void xfer_start(svc *s, const sched_transfer *t)
     rc = kvtier_submit(s->tiers, t->dir, tier, dev, slot, n,
                        t->id, on_xfer_done, x);
     if (rc == 0) return;
+    if (rc == -EBUSY && t->cache) {
+        /* every job slot in flight: a reload is done now instead (the scheduler takes its
+         * completion at any time; its blocks are the request's alone) */
+        if (s->slot_sum[tier])   /* (undo the marks above: xfer_copy checks and marks its own) */
+            for (int i = 0; i < n; i++) {
+                if (slot[i] < 0 || slot[i] >= kvtier_blocks(s->tiers, tier) || dev[i] < 0 ||
+                    dev[i] >= eng_kv_blocks(s->engine))
+                    continue;
+                s->busy_dev[dev[i]]--;
+                s->busy_dev_in[dev[i]]--;
+                s->busy_slot[tier][slot[i]]--;
+            }
+        free(x); free(dev); free(slot);
+        xfer_copy(s, t);
+        return;
+    }
     svc_log("KV transfer %llu not started: %s", (unsigned long long)t->id, kvtier_errmsg());
 fail:
     free(x); free(dev); free(slot);
     sched_transfer_done(s->sched, t->id, s->now_us, 0, 0, rc);
+    if (t->cache && t->req) reload_failed(s, t->req, t->id, rc);
 }
 
 static uint64_t slot_hash(svc *s, sched_pool tier, int slot)
@@ -208,12 +240,7 @@ void xfer_copy(svc *s, const sched_transfer *t)
     if (s->trace_xfer) svc_log("cache copy %llu %s → %s, %d blocks: %d", (unsigned long long)t->id,
                                sched_pool_name(from), sched_pool_name(to), n, rc);
     sched_transfer_done(s->sched, t->id, s->now_us, rc == 0 ? t->bytes : 0, us, rc);
-    if (rc < 0 && in && t->req) {
-        /* its prefix's bytes never arrived: the request cannot go on (the scheduler dropped
-         * the blocks from the cache) */
-        svc_req *r = req_find(s, t->req);
-        if (r && !r->ended) req_cancel(s, r, SCHED_CANCEL_SHUTDOWN, RINGLM_WIRE_R_ERROR, RINGLM_WIRE_R_INTERNAL);
-    }
+    if (rc < 0 && in && t->req) reload_failed(s, t->req, t->id, rc);
     free(src);
     free(dst);
     s->stats_dirty = true;

@@ -144,7 +144,17 @@ static void start_running(sched *s, uint32_t slot, uint32_t blocks, uint64_t now
             *hr = *hr + 0.002 < HEADROOM_MAX ? *hr + 0.002 : HEADROOM_MAX;
     }
     r->started = true;
-    sc_run_add(s, slot);
+    if (r->px_ld_n) {
+        /* cached blocks reload from host or disk: it waits for them as a swap-in does, and
+         * the others keep stepping meanwhile (cache.c: sc_cache_xfer_done runs it) */
+        sc_set_state(s, r, SCHED_REQ_SWAPPING_IN);
+        r->moving = true;
+        s->n_in_transit++;
+        s->n_swapping_in++;
+        s->ts[r->tenant].moving_in++;
+    } else {
+        sc_run_add(s, slot);
+    }
     if (!resume) sc_timer_update(s, slot);   /* queue-wait no longer applies, deadline does */
     sched_event e = ev_of(s, SCHED_EV_SCHEDULE, r, now);
     e.outcome = resume ? SCHED_OUTCOME_RESUME : SCHED_OUTCOME_START;
@@ -284,6 +294,10 @@ void sc_step_token_budget(sched *s, uint64_t now)
         uint32_t unheld, hit = sc_cache_find(s, c.slot, &unheld);   /* shared, not allocated */
         if (fr - unheld < need - hit + watermark(s)) { sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now); break; }
         start_running(s, c.slot, need, now);
+        if (r->state != SCHED_REQ_RUNNING) {   /* reloading: its prefill starts when they are in */
+            if (s->oom) break;
+            continue;
+        }
         uint32_t n = known(r) - r->computed;
         if (n > p->prefill_chunk) n = p->prefill_chunk;
         if (n > pbudget) n = pbudget;

@@ -26,12 +26,17 @@
  * oldest leaf first (sc_dev_grow_to): demoted to the next colder pool when it has room and
  * reload < recompute × expected reuse (cache_demote), else dropped (cache_evict).
  *
- * Copies.  A demotion or a reload is a cache transfer of the plan (sched_transfer.cache):
- * the books move at once — the source block is free for whatever comes next in this step —
- * and the caller completes the copies in plan order before anything later in the plan (a
- * later copy, a swap, the batch) touches those blocks.  So a plan's copies are ordered as
- * the pools were used: a host block made free by its own demotion to disk is copied out
- * before the device block demoted into it is copied in.
+ * Copies.  A demotion or a reload is a cache transfer of the plan (sched_transfer.cache).
+ * A demotion's books move at once — the source block is free for whatever comes next in
+ * this step — and the caller completes it in plan order before anything later in the plan
+ * (a later copy, a swap, the batch) touches those blocks.  So a plan's demotions are
+ * ordered as the pools were used: a host block made free by its own demotion to disk is
+ * copied out before the device block demoted into it is copied in.  A reload runs beside
+ * the steps, like a swap-in: the blocks it reads stay cached where they are, held by the
+ * request and marked loading (no other request shares them before they arrived, no insert
+ * moves them), it arrives in device blocks of the request's own, and the request waits in
+ * SWAPPING_IN; when its last reload completed the blocks are moved to the device (their
+ * old copies freed) and it runs (reload_done).
  */
 #include "sched/internal.h"
 
@@ -90,7 +95,7 @@ static void cache_costs(sched *s)
 
 /* Plan one cache transfer: n blocks from (src pool, sb) to (dst pool, db). */
 static uint64_t plan_copy(sched *s, uint8_t kind, sched_pool src, sched_pool dst, const uint32_t *sb,
-                          const uint32_t *db, uint32_t n, uint64_t req_id, double pred, uint64_t now)
+                          const uint32_t *db, uint32_t n, uint64_t req_id, uint32_t run_a, double pred, uint64_t now)
 {
     (void)now;
     bool in = dst == SCHED_POOL_DEVICE;
@@ -106,7 +111,7 @@ static uint64_t plan_copy(sched *s, uint8_t kind, sched_pool src, sched_pool dst
     memcpy(keep, db, (size_t)n * sizeof *keep);
     xfer_rec x = {.id = s->next_xfer++, .slot = NO_SLOT, .dir = (uint8_t)(in ? SCHED_XFER_IN : SCHED_XFER_OUT),
                   .tier = (uint8_t)tier, .bytes = bytes, .pred_us = pred, .cache = kind, .dst_pool = (uint8_t)dst,
-                  .n = n, .dst = keep, .req = req_id, .src_pool = (uint8_t)src};
+                  .n = n, .dst = keep, .req = req_id, .src_pool = (uint8_t)src, .run_a = run_a};
     VEC_PUSH(s, s->xfers, x);
     if (s->oom) { free(keep); return 0; }
     memcpy(s->xfer_blocks.a + off, sb, n * sizeof(uint32_t));
@@ -139,7 +144,7 @@ static void flush_moves(sched *s, req *r, uint64_t now)
         const tier_est *te = &s->tiers[to];
         double bytes = (double)n * block_bytes(s);
         double pred = ((double)te->queued_out + bytes) / te->out_bps * 1e6 + te->lat_us;
-        uint64_t id = plan_copy(s, XK_DEMOTE, from, to, sb, sb + n, n, 0, pred, now);
+        uint64_t id = plan_copy(s, XK_DEMOTE, from, to, sb, sb + n, n, 0, 0, pred, now);
         free(sb);
         if (s->sink) {
             sched_event e = ev_of(s, SCHED_EV_CACHE_DEMOTE, r, now);
@@ -235,8 +240,30 @@ int sc_cache_submit(sched *s, req *r, const sched_request *q)
     memcpy(r->ptok, q->tokens, (size_t)q->prompt_len * sizeof(int32_t));
     r->salt = q->cache_salt;
     r->n_pkeys = sched_prefix_keys(r->salt, r->ptok, q->prompt_len, bs, r->pkeys, nb);
-    r->pcache = true;
+    r->pcache = r->pgen = true;
     return 0;
+}
+
+/* A token was generated (commit): its id joins the sequence's known tokens, and when it
+ * fills a block, that block's key is chained on — so the blocks of the answer are cached
+ * (sc_cache_commit, once computed) like the prompt's.  An unknown id ends that for good. */
+void sc_cache_token(sched *s, req *r, bool has, int32_t token)
+{
+    if (!r->pgen) return;
+    if (!has) { r->pgen = false; return; }
+    uint32_t pos = known(r) - 1, bs = s->conf.block_size;   /* generated was just counted */
+    if (!sc_vec_grow((void **)&r->ptok, &r->cap_ptok, pos + 1, sizeof(int32_t))) { r->pgen = false; return; }
+    r->ptok[pos] = token;
+    if ((pos + 1) % bs || (pos + 1) / bs != r->n_pkeys + 1) return;
+    uint32_t i = r->n_pkeys;
+    if (!sc_vec_grow((void **)&r->pkeys, &r->cap_pkeys, i + 1, sizeof(sched_prefix_key)) ||
+        !sc_vec_grow((void **)&r->pnodes, &r->cap_pnodes, i + 1, sizeof(uint32_t))) {
+        r->pgen = false;
+        return;
+    }
+    r->pkeys[i] = sched_prefix_block_key(i ? r->pkeys[i - 1] : (sched_prefix_key){0, 0}, r->salt,
+                                         r->ptok + (size_t)i * bs, bs);
+    r->n_pkeys = i + 1;
 }
 
 uint32_t sc_dev_available(const sched *s)
@@ -265,10 +292,15 @@ uint32_t sc_cache_find(sched *s, uint32_t slot, uint32_t *unheld)
     if (max > r->n_pkeys) max = r->n_pkeys;
     r->n_found = sched_prefix_lookup(s->px, r->salt, r->pkeys, r->ptok, max, r->id, r->pnodes, NULL);
     uint32_t dev = 0;
+    bool on_dev = true;
     for (uint32_t i = 0; i < r->n_found; i++) {
         sched_prefix_node_info in;
         sched_prefix_node(s->px, r->pnodes[i], &in);
-        if (in.pool != SCHED_POOL_DEVICE) break;   /* a chain is device*, host*, disk* */
+        /* a block another sequence is reloading is not there yet: the prefix found ends
+         * before it (that sequence shares it once it arrived) */
+        if (in.loading) { r->n_found = i; break; }
+        if (in.pool != SCHED_POOL_DEVICE) on_dev = false;   /* a chain is device*, host*, disk* */
+        if (!on_dev) continue;
         if (!in.refs) (*unheld)++;
         dev++;
     }
@@ -304,6 +336,9 @@ void sc_cache_start(sched *s, req *r, uint64_t now)
         while (b < found && node_pool(s, r->pnodes[b]) == p) b++;
         double rl = reload_us(s, p, (double)(b - use) * block_bytes(s));
         double rc = sc_prefill_us(s, (uint64_t)b * bs) - sc_prefill_us(s, (uint64_t)use * bs);
+        /* a reload runs beside the steps; a recompute is in them: every running sequence
+         * waits through it too (as preemption counts it) */
+        if (s->run.n) rc += rc;
         bool reload = rl < rc;
         sched_event e = ev_of(s, SCHED_EV_CACHE_RELOAD, r, now);
         e.blocks = b - use;
@@ -349,12 +384,17 @@ void sc_cache_start(sched *s, req *r, uint64_t now)
             use = nd;
             n_run = 0;
         } else {
+            /* the blocks stay where they are, held and marked loading, until their copies
+             * are in (sc_cache_xfer_done moves them); the request waits for them */
             for (uint32_t i = nd; i < use; i++) {
                 sched_prefix_node_info in;
                 sched_prefix_node(s->px, r->pnodes[i], &in);
                 old[i - nd] = in.block;
-                sched_prefix_move(s->px, r->pnodes[i], SCHED_POOL_DEVICE, r->dev[i]);   /* old copy: free */
+                sched_prefix_set_loading(s->px, r->pnodes[i], true);
             }
+            r->px_ld_a = nd;
+            r->px_ld_b = r->px_ld_fail = use;
+            r->px_ld_n = n_run;
             for (uint32_t k = 0; k < n_run; k++) {
                 uint32_t a = run[k].a, b = run[k].b;
                 sched_event e = ev_of(s, SCHED_EV_CACHE_RELOAD, r, now);
@@ -366,7 +406,7 @@ void sc_cache_start(sched *s, req *r, uint64_t now)
                 e.recompute_cost_us = run[k].rc;
                 e.bytes = (uint64_t)(b - a) * bs * s->conf.kv_bytes_per_token;
                 e.xfer = plan_copy(s, XK_RELOAD, run[k].p, SCHED_POOL_DEVICE, old + (a - nd), r->dev + a, b - a, r->id,
-                                   run[k].rl, now);
+                                   a, run[k].rl, now);
                 s->px_reloaded[run[k].p] += b - a;
                 emit(s, &e);
             }
@@ -409,7 +449,7 @@ static void rc_run_end(sched *s, req *r, sched_outcome how)
     emit(s, &e);
 }
 
-/* Commit: cache the prompt blocks this step filled. */
+/* Commit: cache the blocks this step filled (prompt, and generated tokens' with known ids). */
 void sc_cache_commit(sched *s, req *r)
 {
     uint32_t bs = s->conf.block_size;
@@ -452,6 +492,7 @@ uint32_t sc_cache_release(sched *s, req *r)
         e.evict = SCHED_PREFIX_EVICT_TENANT_CAP;
         emit(s, &e);
     }
+    for (int p = 0; p < SCHED_POOL__COUNT; p++) s->px_drop[p] = 0;   /* (said here, not as demand) */
     return k;
 }
 
@@ -464,6 +505,53 @@ uint32_t sc_cache_evict(sched *s, req *r, uint32_t n)
     sched_prefix_evict(s->px, SCHED_POOL_DEVICE, n);
     flush_moves(s, r, s->last_now);
     return s->px_left[SCHED_POOL_DEVICE] - before;
+}
+
+/* One of a request's reloads completed.  When the last is in, the blocks that arrived become
+ * the cached copies (moved to the device, in chain order: a parent is never colder than its
+ * child) and the request runs — its prefill starts after them.  From the first block whose
+ * copy failed on, its holds are let go (failed blocks are dropped, with what hangs below)
+ * and the prompt is computed again from there, in the device blocks it already has. */
+static void reload_done(sched *s, uint32_t sl, const xfer_rec *x, int status, uint64_t now)
+{
+    req *r = &s->reqs[sl];
+    if (!r->px_ld_n) return;   /* not a reload it waits for (cannot happen) */
+    if (status < 0) {
+        for (uint32_t i = x->run_a; i < x->run_a + x->n && i < r->px_ld_b; i++)
+            sched_prefix_invalidate(s->px, r->pnodes[i]);   /* held: dropped when let go */
+        if (x->run_a < r->px_ld_fail) r->px_ld_fail = x->run_a;
+    }
+    if (--r->px_ld_n) return;
+    uint32_t f = r->px_ld_fail, bs = s->conf.block_size;
+    for (uint32_t i = r->px_ld_a; i < r->px_ld_b; i++) {
+        sched_prefix_set_loading(s->px, r->pnodes[i], false);
+        if (i < f) sched_prefix_move(s->px, r->pnodes[i], SCHED_POOL_DEVICE, r->dev[i]);   /* old copy: free */
+    }
+    if (f < r->px_ld_b) {
+        sched_prefix_release(s->px, r->pnodes + f, r->n_pnodes - f);   /* a suffix: refs stay ordered */
+        r->n_pnodes = f;
+        r->computed = f * bs;
+        for (int p = 0; p < SCHED_POOL__COUNT; p++) {
+            if (s->px_drop[p] && s->sink) {
+                sched_event e = ev_of(s, SCHED_EV_CACHE_EVICT, r, now);
+                e.blocks = s->px_drop[p];
+                e.pool = (sched_pool)p;
+                e.evict = SCHED_PREFIX_EVICT_FAILED;
+                emit(s, &e);
+            }
+            s->px_drop[p] = 0;
+        }
+    }
+    r->px_ld_a = r->px_ld_b = r->px_ld_fail = 0;
+    r->moving = false;
+    s->n_in_transit--;
+    s->n_swapping_in--;
+    s->ts[r->tenant].moving_in--;
+    if (r->state == SCHED_REQ_ENDED) {   /* cancelled or timed out while its blocks came */
+        sc_release_now(s, sl, now, false);
+        return;
+    }
+    sc_run_add(s, sl);
 }
 
 /* A cache copy completed (sched_transfer_done): the tier's bandwidth learns from it, the
@@ -495,6 +583,7 @@ int sc_cache_xfer_done(sched *s, xfer_rec *x, uint64_t now, uint64_t bytes, uint
     e.predicted_us = x->pred_us;
     e.realised_us = dur_us ? (double)dur_us : -1;
     emit(s, &e);
+    if (x->cache == XK_RELOAD && sl != NO_SLOT) reload_done(s, sl, x, status, now);
     free(x->dst);
     x->dst = NULL;
     return 0;
@@ -508,12 +597,24 @@ int sc_cache_check(const sched *s, const uint32_t *holders, char *why, size_t le
     for (uint32_t i = 0; i < s->n_slots; i++) {
         const req *r = &s->reqs[i];
         if (!r->live && !r->n_pnodes) continue;
-        for (uint32_t k = 0; k < r->n_pnodes; k++)
+        for (uint32_t k = 0; k < r->n_pnodes; k++) {
+            if (r->px_ld_n && k >= r->px_ld_a && k < r->px_ld_b) {   /* reloading: still where it was */
+                sched_prefix_node_info in;
+                if (sched_prefix_node(s->px, r->pnodes[k], &in) || !in.loading || in.pool == SCHED_POOL_DEVICE ||
+                    k >= r->n_dev || sched_prefix_node_of(s->px, SCHED_POOL_DEVICE, r->dev[k]) != SCHED_PREFIX_NONE) {
+                    if (why && len) snprintf(why, len, "request %llu: block %u it reloads is not a loading node of a "
+                                             "colder pool with a private device block to arrive in",
+                                             (unsigned long long)r->id, k);
+                    return -EUCLEAN;
+                }
+                continue;
+            }
             if (k >= r->n_dev || sched_prefix_node_of(s->px, SCHED_POOL_DEVICE, r->dev[k]) != r->pnodes[k]) {
                 if (why && len) snprintf(why, len, "request %llu: block %u of its table is not the cached node it holds",
                                          (unsigned long long)r->id, k);
                 return -EUCLEAN;
             }
+        }
     }
     for (uint32_t b = 0; b < s->pools[SCHED_POOL_DEVICE].total; b++) {
         uint32_t node = sched_prefix_node_of(s->px, SCHED_POOL_DEVICE, b);

@@ -92,6 +92,7 @@ typedef struct req {
      * the index nodes it holds — dev[0..n_pnodes) are those nodes' blocks — and the nodes a
      * lookup found for the admission being considered */
     bool      pcache;
+    bool      pgen;             /* every generated token's id is known: ptok/pkeys grow with them */
     uint64_t  salt;
     int32_t  *ptok;  uint32_t cap_ptok;
     sched_prefix_key *pkeys; uint32_t n_pkeys, cap_pkeys;
@@ -105,6 +106,12 @@ typedef struct req {
     uint32_t  px_rc_target, px_rc_blocks;
     double    px_rc_pred;
     uint64_t  px_rc_us;
+    /* cached runs reloading from host or disk (cache.c): it waits in SWAPPING_IN, like a
+     * swap-in, while px_ld_n copies are in flight; pnodes[px_ld_a..px_ld_b) are those blocks
+     * (still in their colder pool, marked loading) and dev[] of the same indexes where they
+     * arrive; px_ld_fail is the first of them whose copy failed (px_ld_b: none) */
+    uint32_t  px_ld_a, px_ld_b, px_ld_fail;
+    uint32_t  px_ld_n;
     /* prefix_order = longest_prefix (order.c), while waiting: its cached prefix in blocks,
      * its place in the order heap, its first entry in the waiter table */
     uint32_t  plen, ow_head;
@@ -153,6 +160,7 @@ enum { XK_SWAP = 0, XK_DEMOTE, XK_RELOAD };
 typedef struct xfer_rec {
     uint64_t id; uint32_t slot; uint8_t dir, tier; uint64_t bytes; double pred_us;
     uint8_t cache, src_pool, dst_pool; uint32_t n; uint32_t *dst; uint64_t req;
+    uint32_t run_a;   /* XK_RELOAD: the request's pnodes[run_a..run_a + n) */
 } xfer_rec;
 
 #define VEC(T) struct { T *a; uint32_t n, cap; }
@@ -395,6 +403,7 @@ uint32_t sc_dev_available(const sched *s);
 uint32_t sc_cache_find(sched *s, uint32_t slot, uint32_t *unheld);
 void sc_cache_start(sched *s, req *r, uint64_t now);
 void sc_cache_commit(sched *s, req *r);
+void sc_cache_token(sched *s, req *r, bool has, int32_t token);
 uint32_t sc_cache_release(sched *s, req *r);
 uint32_t sc_cache_evict(sched *s, req *r, uint32_t n);
 int sc_cache_check(const sched *s, const uint32_t *holders, char *why, size_t len);

@@ -74,6 +74,7 @@ typedef struct pnode {
     uint8_t  pool, used;
     uint8_t  bad;                   /* its bytes are wrong (a failed copy): never found again,
                                        dropped when its last holder lets go */
+    uint8_t  loading;               /* a holder's reload reads its block (sched_prefix_set_loading) */
 } pnode;
 
 typedef struct dlist { uint32_t head, tail, n; } dlist;   /* head newest, tail oldest */
@@ -490,6 +491,10 @@ int sched_prefix_insert(sched_prefix *ix, uint32_t parent, uint64_t salt, sched_
         return -EINVAL;
     }
     uint32_t i = find(ix, parent, salt, key, tokens);
+    if (i != NONE && N(i).loading && N(i).pool > pool) {
+        sched__set_error("sched_prefix_insert: a colder copy of the block is being reloaded");
+        return -EAGAIN;
+    }
     if (i != NONE && N(i).pool <= pool) {   /* already here or hotter: share that one */
         hold(ix, i, requester);
         *node_out = i;
@@ -556,6 +561,16 @@ int sched_prefix_move(sched_prefix *ix, uint32_t node, sched_pool pool, uint32_t
     return 0;
 }
 
+int sched_prefix_set_loading(sched_prefix *ix, uint32_t node, bool loading)
+{
+    if (!ix || !node_ok(ix, node) || (loading && !N(node).refs)) {
+        sched__set_error("sched_prefix_set_loading: node %u is not held", node);
+        return -EINVAL;
+    }
+    N(node).loading = loading;
+    return 0;
+}
+
 int sched_prefix_invalidate(sched_prefix *ix, uint32_t node)
 {
     if (!ix || !node_ok(ix, node)) {
@@ -577,7 +592,7 @@ int sched_prefix_node(const sched_prefix *ix, uint32_t node, sched_prefix_node_i
     if (!ix || !node_ok(ix, node) || !out) return -ENOENT;
     const pnode *x = &N(node);
     *out = (sched_prefix_node_info){(sched_pool)x->pool, x->block, x->refs, x->parent, x->hits, x->tenant,
-                                    x->origin, x->key};
+                                    x->origin, x->key, x->loading};
     return 0;
 }
 
@@ -662,6 +677,7 @@ int sched_prefix_check(const sched_prefix *ix, char *why, size_t why_len)
         if (x->pool >= SCHED_POOL__COUNT || x->block >= ix->pool_blocks[x->pool]) BAD("node %u: block %u of pool %u out of range", i, x->block, x->pool);
         if (ix->blk2node[x->pool][x->block] != i) BAD("node %u: %s block %u maps to node %u", i, sched_pool_name((sched_pool)x->pool), x->block, ix->blk2node[x->pool][x->block]);
         cached[x->pool]++;
+        if (x->loading && !x->refs) BAD("node %u is being reloaded but no one holds it", i);
         if (!x->refs != !!pos[i]) BAD("node %u: refs %u but %s the LRU", i, x->refs, pos[i] ? "in" : "not in");
         if (!x->refs != !!tpos[i]) BAD("node %u: refs %u but %s its tenant's LRU", i, x->refs, tpos[i] ? "in" : "not in");
         if (x->parent != NONE) {

@@ -24,11 +24,15 @@
  *               colder pool (device → host → disk) when that pool has room and
  *               reload_cost < recompute_cost × expected_reuse, else dropped (with anything
  *               cached below it, which no lookup could reach any more)
+ *   loading     a holder reloads the block into a hotter pool (its copy reads the block
+ *               where it is): nobody may move it meanwhile — an insert of the same block
+ *               from another sequence leaves it (-EAGAIN) — and the holder moves it when
+ *               the copy completed
  *   move        a reload (or a recompute of a colder copy) put the block in a hotter pool
  *
  * Invariants (sched_prefix_check verifies each):
  *   - a holder holds a whole chain, root first: refs(parent) >= refs(child);
- *   - a node is in its pool's LRU exactly when refs == 0;
+ *   - a node is in its pool's LRU exactly when refs == 0; a loading node is held;
  *   - a parent is in the same pool as its child or a hotter one;
  *   - releases go leaf to root, so in every LRU a block is older than its unheld parent in
  *     the same pool: the LRU's oldest block is a leaf of that pool, and eviction is
@@ -162,6 +166,8 @@ int sched_prefix_release(sched_prefix *ix, const uint32_t *nodes, uint32_t n);
  *   -EEXIST  the same block is already cached in this pool or a hotter one: *node_out is that
  *            node, acquired for the caller; (pool, block) stays the caller's, uncached;
  *   -EINVAL  bad argument (parent not held, block out of range, tenant out of range);
+ *   -EAGAIN  a colder copy of the same block is being reloaded (sched_prefix_set_loading):
+ *            nothing changed, (pool, block) stays the caller's, uncached;
  *   -EBUSY   (pool, block) is already a cached block. */
 int sched_prefix_insert(sched_prefix *ix, uint32_t parent, uint64_t salt, sched_prefix_key key,
                         const int32_t *tokens, uint16_t tenant, uint64_t requester,
@@ -171,6 +177,11 @@ int sched_prefix_insert(sched_prefix *ix, uint32_t parent, uint64_t salt, sched_
  * old copy is reported with reason moved.  -EINVAL unless held and hotter; -EBUSY when the
  * target block is cached. */
 int sched_prefix_move(sched_prefix *ix, uint32_t node, sched_pool pool, uint32_t block);
+
+/* A held node's block is (loading) or no longer is being read by its holder's reload into a
+ * hotter pool: while loading, no insert moves it (and the holder does not release it before
+ * the copy completed).  -EINVAL for a bad node, or one not held when loading is set. */
+int sched_prefix_set_loading(sched_prefix *ix, uint32_t node, bool loading);
 
 /* The copy that put node's bytes where the index says failed: no lookup finds it again; an
  * unheld node is dropped now with what hangs below it, a held one when its last holder
@@ -196,6 +207,7 @@ typedef struct sched_prefix_node_info {
     uint16_t         tenant;
     uint64_t         origin;       /* the requester that inserted it */
     sched_prefix_key key;
+    bool             loading;      /* sched_prefix_set_loading */
 } sched_prefix_node_info;
 
 int sched_prefix_node(const sched_prefix *ix, uint32_t node, sched_prefix_node_info *out); /* -ENOENT */

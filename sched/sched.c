@@ -363,6 +363,7 @@ int sched_commit(sched *s, sched_result *res, size_t n, uint64_t now, uint64_t s
         }
         if (!e->samples) continue;
         r->generated++;
+        if (r->pcache) sc_cache_token(s, r, s->conf.prefix_cache_generated && res[i].has_token, res[i].token);
         t->st.served_output_tokens++;
         c->st.served_output_tokens++;
         sc_charge(s, r->tenant, 1, true);

@@ -564,8 +564,9 @@ typedef struct sched_config {
     sched_tier_cost host;       /* used when kv_blocks_host > 0 */
     sched_tier_cost disk;       /* used when kv_blocks_disk > 0 */
     /* Prefix cache (DESIGN §10, sched/prefix.h), token_budget mode: a request submitted with
-     * its tokens keeps its full prompt blocks cached after it ends (finished, cancelled,
-     * timed out, recompute-preempted); a later request with the same prefix in the same
+     * its tokens keeps its full blocks cached after it ends (finished, cancelled, timed out,
+     * recompute-preempted) — its prompt's, and those its generated tokens filled when
+     * sched_commit was given their ids (sched_result.token); a later request with the same prefix in the same
      * cache domain (cache_salt) shares them on the device and starts its prefill at the
      * first token not covered (never past the last prompt token: that one is always
      * computed, to sample from).  Cached blocks no sequence holds are evicted (oldest leaf
@@ -574,8 +575,16 @@ typedef struct sched_config {
      * cache_demote, a cache transfer in the plan) when that pool has room and the cost
      * model says a reload beats recomputing it (reload < recompute × expected reuse), else
      * dropped (cache_evict); a prefix found on host or disk at admission is reloaded or
-     * recomputed, run by run, whichever the cost model predicts cheaper (cache_reload). */
+     * recomputed, run by run, whichever the cost model predicts cheaper (cache_reload; the
+     * recompute side counts the stall on the running sequences, a reload runs beside the
+     * steps): a reloading request waits in SWAPPING_IN for its copies, as a swap-in does,
+     * and its prefill starts when they are in.  A block being reloaded is shared with no
+     * other request before it arrived. */
     bool     prefix_cache;
+    /* The caller gives each sampled token's id in sched_commit (sched_result.has_token and
+     * token): the blocks generated tokens fill are cached too.  false: prompt blocks only
+     * (the results' token fields are not read). */
+    bool     prefix_cache_generated;
 } sched_config;
 
 /* Create a scheduler.  The policy is copied (the caller may free its own).  sink may be NULL
@@ -654,12 +663,15 @@ typedef struct sched_transfer {
     const uint32_t *dst;          /* OUT: tier ids,   IN: device ids */
     uint64_t        bytes;        /* n_blocks * block_size * kv_bytes_per_token */
     double          predicted_us; /* the cost model's duration, incl. what is queued ahead */
-    /* A prefix-cache copy (a demotion to a colder pool, or a reload to the device), req 0 for
-     * a demotion.  The scheduler's books already show the blocks where the copy puts them
-     * and their sources free: the caller completes every cache copy of a plan, in the
-     * plan's order, before it starts any later transfer of the plan or executes its entries
-     * (a later copy or entry may reuse a block an earlier copy read).  src_pool is where an
-     * OUT copy reads: the device, or the host for a host → disk demotion (tier = disk). */
+    /* A prefix-cache copy: a demotion to a colder pool (OUT, req 0) or a reload to the
+     * device (IN, req = the request it is for).  A demotion: the scheduler's books already
+     * show the blocks where the copy puts them and their sources free, so the caller
+     * completes it, in the plan's order, before it starts any later transfer of the plan or
+     * executes its entries (a later copy or entry may reuse a block it read).  A reload is
+     * like a swap-in: its request waits for it (in no entry until every reload of it
+     * completed; the cached blocks it reads stay where they are, held, until then) and the
+     * caller may complete it at any time later.  src_pool is where an OUT copy reads: the
+     * device, or the host for a host → disk demotion (tier = disk). */
     bool            cache;
     sched_pool      src_pool;
 } sched_transfer;
@@ -729,6 +741,13 @@ typedef struct sched_result {
     uint64_t            req;      /* an entry of the last plan */
     uint32_t            tokens;   /* tokens produced (0 or 1) by a sampling entry */
     sched_finish_reason finished; /* STOP when a stop token came; LENGTH is also inferred */
+    /* The produced token's id (has_token).  With the prefix cache the full blocks its
+     * generated tokens fill are cached too, keyed like prompt blocks (a multi-turn
+     * conversation's next prompt extends the last prompt and its answer): that needs every
+     * generated token's id.  A request with one result without it caches only the blocks
+     * before its first unknown token. */
+    bool                has_token;
+    int32_t             token;
 } sched_result;
 
 /* Commit the outcome of the last plan: one result per executed entry, any order; an entry

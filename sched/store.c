@@ -155,6 +155,8 @@ uint32_t sc_tier_free_all(sched *s, req *r)
  *
  *   new          → waiting                       admitted (sched_submit)
  *   waiting      → running | ended               started / timed out, cancelled
+ *                → swapping_in                   started with cached blocks to reload from
+ *                                                host or disk: it waits for the copies
  *   running      → waiting                       recompute preemption (KV dropped)
  *                → swapping_out                  swap preemption
  *                → ended                         finished, cancelled, timed out
@@ -167,7 +169,7 @@ uint32_t sc_tier_free_all(sched *s, req *r)
  * one is kept, and sched_check_invariants reports it. */
 static const uint8_t legal[REQ_NEW + 1] = {
 #define B(x) (1u << SCHED_REQ_##x)
-    [SCHED_REQ_WAITING] = B(RUNNING) | B(ENDED),
+    [SCHED_REQ_WAITING] = B(RUNNING) | B(SWAPPING_IN) | B(ENDED),
     [SCHED_REQ_RUNNING] = B(WAITING) | B(SWAPPING_OUT) | B(ENDED),
     [SCHED_REQ_SWAPPING_OUT] = B(SWAPPED) | B(WAITING) | B(ENDED),
     [SCHED_REQ_SWAPPED] = B(SWAPPING_IN) | B(ENDED),

@@ -1852,7 +1852,7 @@ Test(daemon_e2e, deadlines_end_with_a_reason)
 /* Prompts sent one after another on one session (each waits for the previous one's FINISH,
  * so later ones find what earlier ones cached); the tokens each stream produced, then its
  * finish reason and token count, go to a file, one line a prompt. */
-#define SEQ_MAX 8
+#define SEQ_MAX 12
 typedef struct seq_job {
     const char *sock, *out;
     int n;                      /* prompts */
@@ -2605,5 +2605,404 @@ Test(daemon_e2e, prefix_cache_slow_disk_tier_is_not_worth_keeping_blocks_in)
     free(b);
     dmn_cleanup(&off);
     dmn_cleanup(&on);
+    unlink(disk_path);
+}
+
+/* ---- prefix reloads run beside the steps ------------------------------------------------ */
+
+/* One session: a long stream S starts decoding, then the tier workload's six prompts go one
+ * after another while S keeps running (its tokens and each prompt's go to separate lines
+ * of a file). */
+typedef struct rl_job {
+    const char *sock, *out;
+    int32_t stream[16];
+    int32_t prompt[TX_N][64];
+} rl_job;
+
+#define RL_STREAM_NEW 176   /* 16 + 176 tokens: 12 blocks of 16, beyond the six prompts' steps */
+
+static int client_reload_beside(void *arg)
+{
+    rl_job *g = arg;
+    ringlm_client *c;
+    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    static char sbuf[8192], rbuf[TX_N][1024];
+    size_t slen = 0;
+    ringlm_request q;
+    ringlm_request_init(&q);
+    q.prompt = g->stream;
+    q.n_prompt = 16;
+    q.max_new_tokens = RL_STREAM_NEW;
+    q.ignore_stop = true;
+    uint64_t sid, rid = 0;
+    if (ringlm_submit(c, &q, &sid) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+    bool s_done = false, s_started = false;
+    int next = 0, cur = -1;
+    for (;;) {
+        if (s_started && cur < 0 && next < TX_N) {   /* the next prompt, once the previous ended */
+            ringlm_request r;
+            ringlm_request_init(&r);
+            r.prompt = g->prompt[next];
+            r.n_prompt = 64;
+            r.max_new_tokens = 16;
+            if (ringlm_submit(c, &r, &rid) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+            cur = next++;
+        }
+        if (s_done && cur < 0 && next == TX_N) break;
+        ringlm_event ev;
+        int rc = ringlm_next_event(c, &ev, 60000);
+        if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+        if (ev.req_id == sid) {
+            if (ev.kind == RINGLM_EV_TOKEN && slen < sizeof sbuf - 16) {
+                slen += (size_t)snprintf(sbuf + slen, sizeof sbuf - slen, "%d ", ev.token);
+                s_started = true;
+            }
+            if (ev.kind == RINGLM_EV_FINISH) {
+                snprintf(sbuf + slen, sizeof sbuf - slen, "| %s %u", ringlm_reason_name(ev.finish_reason), ev.n_tokens);
+                s_done = s_started = true;
+            }
+        } else if (cur >= 0 && ev.req_id == rid) {
+            size_t l = strlen(rbuf[cur]);
+            if (ev.kind == RINGLM_EV_TOKEN && l < sizeof rbuf[cur] - 16)
+                snprintf(rbuf[cur] + l, sizeof rbuf[cur] - l, "%d ", ev.token);
+            if (ev.kind == RINGLM_EV_FINISH) {
+                snprintf(rbuf[cur] + l, sizeof rbuf[cur] - l, "| %s %s %u", ringlm_reason_name(ev.finish_reason),
+                         ringlm_reason_name(ev.reject_reason), ev.n_tokens);
+                cur = -1;
+            }
+        }
+    }
+    FILE *f = fopen(g->out, "w");
+    if (!f) return 3;
+    fprintf(f, "stream: %s\n", sbuf);
+    for (int i = 0; i < TX_N; i++) fprintf(f, "prompt %d: %s\n", i, rbuf[i]);
+    fclose(f);
+    ringlm_close(c);
+    return 0;
+}
+
+static void rl_prompts(rl_job *g)
+{
+    static seq_job t;
+    tier_prompts(&t);
+    memset(g, 0, sizeof *g);
+    for (int i = 0; i < TX_N; i++) memcpy(g->prompt[i], t.prompt[i], sizeof g->prompt[i]);
+    for (int k = 0; k < 16; k++) g->stream[k] = 7 + (k * 977) % 30000;
+}
+
+/* Runs the job through a daemon with `extra` flags; the client's file to *out (malloc'd).
+ * Returns with the daemon stopped, its logs in d. */
+static void run_reload_beside(rl_job *g, const char *const *extra, dmn *d, char **out)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/tmp/ringlm-rlb-%d-%p.txt", (int)getpid(), (void *)d);
+    g->out = path;
+    dmn_start(d, TIER_MODEL, "[scheduler]\ntoken_budget = 64\nprefill_chunk = 32\n", extra);
+    g->sock = d->sock;
+    int st = reap(spawn(client_reload_beside, g), 180000);
+    if (st != 0) dump_file(d->errlog, "ringlmd stderr");
+    cr_assert_eq(st, 0, "client exit %d", st);
+    assert_back_to_baseline(d, 5000);
+    json_t *j = dmn_stats(d);
+    cr_assert_not_null(j);
+    cr_expect_eq(jint(j, "swap_verify_errors"), 0, "a reloaded block differs from the one demoted");
+    cr_expect_eq(jint(j, "transfer_overlap_errors"), 0, "a copy raced a transfer or a step");
+    json_decref(j);
+    cr_assert_eq(dmn_stop(d, SIGTERM, 10000), 0);
+    *out = slurp(path);
+    cr_assert_not_null(*out);
+    unlink(path);
+}
+
+/* The iteration-log line of the step at t_us: its decode rows and prefill tokens (-1: none). */
+static bool iteration_at(const char *itlog, double t_us, long long *decode, long long *prefill)
+{
+    FILE *f = fopen(itlog, "r");
+    if (!f) return false;
+    char line[2048];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        if (json_num_of(line, "t_us") != t_us) continue;
+        *decode = (long long)json_num_of(line, "decode_seqs");
+        *prefill = (long long)json_num_of(line, "prefill_tokens");
+        found = true;
+    }
+    fclose(f);
+    return found;
+}
+
+/* A prefix reloading from the disk tier does not hold the others up: its request waits for
+ * its copies as a swap-in does, and the step that starts them runs the decoding stream
+ * without it (the iteration log's line of that step: a decode row, no prefill), the copy
+ * completing later (cache_reload's "done" record after that step) — with the tokens of
+ * every request equal to those with the cache off, the reloaded blocks byte-exact
+ * (--verify-swaps), no block leaked (the scheduler's invariants, reference counts included). */
+Test(daemon_e2e, prefix_cache_reload_runs_beside_a_decoding_stream)
+{
+    need_daemon_binary();
+    static rl_job g;
+    rl_prompts(&g);
+    char disk_path[128], itlog[160];
+    snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxrlb-%d", (int)getpid());
+    snprintf(itlog, sizeof itlog, "/tmp/ringlmd-pxrlb-it-%d.jsonl", (int)getpid());
+    static const char *const off_flags[] = {"--kv-blocks", "20", "--kv-block-size", "16", "--no-prefix-cache", NULL};
+    const char *on_flags[] = {"--kv-blocks", "20", "--kv-block-size", "16", "--disk-kv", disk_path, "--disk-kv-blocks",
+                              "64", "--verify-swaps", "--iteration-log", itlog, NULL};
+    dmn off, on;
+    char *a, *b;
+    run_reload_beside(&g, off_flags, &off, &a);
+    run_reload_beside(&g, on_flags, &on, &b);
+    cr_expect_str_eq(b, a, "tokens with prefixes reloaded from disk differ from the cache off");
+    /* every reload: the step that started it decoded the stream and computed no prefill, and
+     * its completion came after that step */
+    FILE *f = fopen(on.declog, "r");
+    cr_assert_not_null(f);
+    char line[4096];
+    int reloads = 0, beside = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (!strstr(line, "\"ev\":\"cache_reload\"") || !strstr(line, "\"choice\":\"reload\"") || strstr(line, "\"reason\":"))
+            continue;
+        reloads++;
+        double t0 = json_num_of(line, "t_us"), xfer = json_num_of(line, "xfer");
+        char key[64];
+        snprintf(key, sizeof key, "\"xfer\":%.0f,", xfer);
+        char done[4096];
+        snprintf(done, sizeof done, "%s", find_line2(on.declog, key, "\"reason\":\"done\""));
+        cr_assert(done[0], "reload %.0f has no completion record", xfer);
+        long long dec = -1, pre = -1;
+        cr_assert(iteration_at(itlog, t0, &dec, &pre), "no iteration-log line for the step at %.0f", t0);
+        cr_log_info("reload %.0f planned at %.0f us, done at %.0f us (%.1f us); its step: %lld decode rows, %lld "
+                    "prefill tokens", xfer, t0, json_num_of(done, "t_us"), json_num_of(done, "realised_us"), dec, pre);
+        cr_expect_gt(json_num_of(done, "t_us"), t0, "reload %.0f completed within the step that started it", xfer);
+        cr_expect_eq(pre, 0, "the step that started reload %.0f computed prefill: the request did not wait", xfer);
+        beside += dec >= 1;
+    }
+    fclose(f);
+    cr_assert_gt(reloads, 0, "no prefix was reloaded from disk");
+    cr_expect_eq(beside, reloads, "the stream did not decode in every step that started a reload (%d of %d)", beside,
+                 reloads);
+    free(a);
+    free(b);
+    dmn_cleanup(&off);
+    dmn_cleanup(&on);
+    unlink(disk_path);
+    unlink(itlog);
+}
+
+/* A reload whose copy fails (every read from the disk tier completes with EIO: the daemon's
+ * fault injection RINGLMD_FAIL_KV_READS) ends its request alone, with an error (finish
+ * "error", cause "internal") and a daemon log line naming it; the stream beside it and the
+ * other prompts produce the same tokens as with the cache off, and no block is leaked. */
+Test(daemon_e2e, prefix_cache_failed_reload_ends_only_its_request)
+{
+    need_daemon_binary();
+    static rl_job g;
+    rl_prompts(&g);
+    char disk_path[128];
+    snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxrlf-%d", (int)getpid());
+    static const char *const off_flags[] = {"--kv-blocks", "20", "--kv-block-size", "16", "--no-prefix-cache", NULL};
+    const char *on_flags[] = {"--kv-blocks", "20", "--kv-block-size", "16", "--disk-kv", disk_path, "--disk-kv-blocks",
+                              "64", "--verify-swaps", NULL};
+    dmn off, on;
+    char *a, *b;
+    run_reload_beside(&g, off_flags, &off, &a);
+    setenv("RINGLMD_FAIL_KV_READS", "disk", 1);   /* (this test's process and its daemon only) */
+    run_reload_beside(&g, on_flags, &on, &b);
+    unsetenv("RINGLMD_FAIL_KV_READS");
+    int failed = count_lines2(on.declog, "\"ev\":\"cache_reload\"", "\"reason\":\"failed\"");
+    cr_log_info("%d reloads failed", failed);
+    cr_assert_gt(failed, 0, "no reload failed after the disk tier file was cut");
+    /* line by line: the stream and every prompt not reloaded as with the cache off; a prompt
+     * whose reload failed ended with an error */
+    char *sa = NULL, *sb = NULL;
+    int errors = 0;
+    for (char *la = strtok_r(a, "\n", &sa), *lb = strtok_r(b, "\n", &sb); la && lb;
+         la = strtok_r(NULL, "\n", &sa), lb = strtok_r(NULL, "\n", &sb)) {
+        if (strstr(lb, "| error internal")) { errors++; cr_expect(strncmp(lb, "prompt ", 7) == 0, "%s", lb); continue; }
+        cr_expect_str_eq(lb, la, "a request its failed reload was not for changed");
+    }
+    cr_expect_eq(errors, failed, "%d requests ended with an error, %d reloads failed", errors, failed);
+    cr_expect_eq(count_lines(on.errlog, "reloading its cached prefix"), failed, "no daemon log line per failed reload");
+    free(a);
+    free(b);
+    dmn_cleanup(&off);
+    dmn_cleanup(&on);
+    unlink(disk_path);
+}
+
+/* ---- a conversation's next turn finds its last answer cached ------------------------------ */
+
+typedef struct turn_job {
+    const char *sock, *out;
+    int32_t prompt[40];
+} turn_job;
+
+/* Turn 1: a 40-token prompt, 40 tokens of answer; turn 2: that prompt, the answer as the
+ * client received it, and 8 new tokens.  Both turns' tokens to the file. */
+static int client_turns(void *arg)
+{
+    turn_job *g = arg;
+    ringlm_client *c;
+    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    FILE *f = fopen(g->out, "w");
+    if (!f) return 3;
+    int32_t conv[128];
+    uint32_t n = 0;
+    for (int i = 0; i < 40; i++) conv[n++] = g->prompt[i];
+    for (int turn = 0; turn < 2; turn++) {
+        ringlm_request r;
+        ringlm_request_init(&r);
+        r.prompt = conv;
+        r.n_prompt = n;
+        r.max_new_tokens = turn ? 16 : 40;
+        r.ignore_stop = true;
+        uint64_t id;
+        if (ringlm_submit(c, &r, &id) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+        uint32_t n0 = n;
+        for (;;) {
+            ringlm_event ev;
+            int rc = ringlm_next_event(c, &ev, 60000);
+            if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+            if (ev.kind == RINGLM_EV_TOKEN) {
+                fprintf(f, "%d ", ev.token);
+                if (n < 120) conv[n++] = ev.token;
+            }
+            if (ev.kind == RINGLM_EV_FINISH) {
+                fprintf(f, "| %s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_tokens);
+                break;
+            }
+        }
+        if (turn == 0 && n != n0 + 40) return 6;
+        for (int k = 0; k < 8; k++) conv[n++] = 3 + (37 * k + 11) % 400;   /* the user's next words */
+    }
+    fclose(f);
+    ringlm_close(c);
+    return 0;
+}
+
+/* Turn 2 = turn 1's prompt + answer + new text: the answer's full blocks were cached when
+ * turn 1 finished, so turn 2's cache hit covers them (40 + 40 tokens, 79 computed: 4 full
+ * blocks of 16 = 64 tokens, where the prompt alone has 2), and the tokens equal those with
+ * the cache off. */
+Test(daemon_e2e, prefix_cache_next_turn_hits_the_last_answer)
+{
+    need_daemon_binary();
+    char model[512];
+    model_or_synthetic(model, sizeof model);
+    static turn_job g;
+    memset(&g, 0, sizeof g);
+    for (int k = 0; k < 40; k++) g.prompt[k] = 3 + (19 * k + 5) % 400;
+    static const char *const off_flags[] = {"--kv-block-size", "16", "--no-prefix-cache", NULL};
+    static const char *const on_flags[] = {"--kv-block-size", "16", NULL};
+    dmn off, on;
+    char out_off[160], out_on[160];
+    dmn_start(&off, model, NULL, off_flags);
+    snprintf(out_off, sizeof out_off, "%s/out.txt", off.dir);
+    g.sock = off.sock;
+    g.out = out_off;
+    cr_assert_eq(reap(spawn(client_turns, &g), 60000), 0, "client (cache off)");
+    assert_back_to_baseline(&off, 5000);
+    cr_assert_eq(dmn_stop(&off, SIGTERM, 10000), 0);
+    dmn_start(&on, model, NULL, on_flags);
+    snprintf(out_on, sizeof out_on, "%s/out.txt", on.dir);
+    g.sock = on.sock;
+    g.out = out_on;
+    cr_assert_eq(reap(spawn(client_turns, &g), 60000), 0, "client (cache on)");
+    assert_back_to_baseline(&on, 5000);
+    cr_assert_eq(dmn_stop(&on, SIGTERM, 10000), 0);
+    char *a = slurp(out_off), *b = slurp(out_on);
+    cr_assert(a && b);
+    cr_expect_str_eq(b, a, "tokens with the answer's blocks cached differ from the cache off");
+    const char *hit = find_line2(on.declog, "\"ev\":\"cache_hit\"", "\"prompt_tokens\":88");
+    cr_assert(hit[0], "turn 2 (88 prompt tokens) found nothing cached");
+    cr_log_info("turn 2: %s", hit);
+    cr_expect_eq(json_num_of(hit, "cached_tokens"), 64.0, "turn 2's hit does not cover the answer's full blocks: %s", hit);
+    free(a);
+    free(b);
+    dmn_cleanup(&off);
+    dmn_cleanup(&on);
+}
+
+/* ---- the reload-or-recompute choice at admission ------------------------------------------ */
+
+/* The last decision-log line holding both needles (static buffer; "" when none). */
+static const char *find_last2(const char *path, const char *a, const char *b)
+{
+    static char line[4096], keep[4096];
+    keep[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return keep;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, a) && strstr(line, b)) memcpy(keep, line, sizeof keep);
+    fclose(f);
+    return keep;
+}
+
+/* A prompt used eight times is worth keeping on a disk tier even when reading a block back
+ * costs about three times computing it (reload < recompute × expected reuse 8), but when it comes
+ * back, computing it again is the cheaper way (reload > recompute): the admission finds it
+ * on disk, chooses recompute and the decision log shows both estimates; the tokens equal
+ * those with the cache off.  The disk's bandwidth (--disk-kv-bw: the cost model's until a
+ * reload measures it) is set from a first run's own estimates — the block's bytes and its
+ * recompute cost on this machine now — so the reload costs ~3x the recompute, the middle
+ * of the window (1, 8) where the two decisions differ (a factor 2.8 either way of load). */
+Test(daemon_e2e, prefix_cache_slow_tier_found_at_admission_is_recomputed)
+{
+    need_daemon_binary();
+    const char *model = "synthetic:stories15M:7";
+    static seq_job g;
+    memset(&g, 0, sizeof g);
+    g.n = 12;
+    g.max_new = 4;
+    for (int i = 0; i < g.n; i++) g.n_prompt[i] = 64;
+    for (int k = 0; k < 64; k++) g.prompt[0][k] = 1 + (k * 131 + k * k) % 30000;
+    for (int i = 1; i < 8; i++) memcpy(g.prompt[i], g.prompt[0], sizeof g.prompt[0]);   /* P eight times */
+    for (int i = 8; i < 11; i++)
+        for (int k = 0; k < 64; k++) g.prompt[i][k] = 1 + (i * 104729 + k * 17 + k * k * 3) % 30000;   /* Q1..Q3 */
+    memcpy(g.prompt[11], g.prompt[0], sizeof g.prompt[0]);   /* and P again */
+    char disk_path[128], bw[64];
+    snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxrc-%d", (int)getpid());
+    static const char *const off_flags[] = {"--kv-blocks", "12", "--kv-block-size", "16", "--no-prefix-cache", NULL};
+    const char *cal_flags[] = {"--kv-blocks", "12", "--kv-block-size", "16", "--disk-kv", disk_path, "--disk-kv-blocks",
+                               "64", NULL};
+    dmn off, cal, slow;
+    char *a, *c, *b;
+    run_tiers(model, &g, off_flags, &off, &a, NULL);
+    run_tiers(model, &g, cal_flags, &cal, &c, NULL);
+    const char *dm = find_line2(cal.declog, "\"ev\":\"cache_demote\"", "\"recompute_cost_us\":");
+    cr_assert(dm[0], "the first run demoted nothing to disk");
+    double bytes = json_num_of(dm, "bytes") / json_num_of(dm, "blocks"), rc = json_num_of(dm, "recompute_cost_us");
+    /* the admission's estimate: the last recompute estimate the first run logged */
+    const char *last = find_last2(cal.declog, "\"recompute_cost_us\":", "\"blocks\":");
+    if (last[0] && json_num_of(last, "recompute_cost_us") > 0)
+        rc = json_num_of(last, "recompute_cost_us") / (strstr(last, "cache_reload") ? json_num_of(last, "blocks") : 1);
+    cr_assert_gt(bytes, 0);
+    cr_assert_gt(rc, 0);
+    double reload_target = 3 * rc - 100;   /* the disk's latency is 100 us of it */
+    if (reload_target < rc) reload_target = rc;
+    snprintf(bw, sizeof bw, "%.0f", bytes / (reload_target * 1e-6));
+    cr_log_info("a block: %.0f bytes, recompute %.1f us: --disk-kv-bw %s", bytes, rc, bw);
+    const char *slow_flags[] = {"--kv-blocks", "12", "--kv-block-size", "16", "--disk-kv", disk_path, "--disk-kv-blocks",
+                                "64", "--disk-kv-bw", bw, "--verify-swaps", NULL};
+    unlink(disk_path);
+    run_tiers(model, &g, slow_flags, &slow, &b, NULL);
+    cr_expect_str_eq(b, a, "tokens differ from the cache off");
+    cr_expect_gt(count_lines2(slow.declog, "\"ev\":\"cache_demote\"", "\"to\":\"disk\""), 0,
+                 "the prompt used four times was not kept on disk");
+    const char *rl = find_line2(slow.declog, "\"ev\":\"cache_reload\"", "\"choice\":\"recompute\"");
+    if (!rl[0]) dump_file(slow.declog, "decision log");
+    cr_assert(rl[0], "no cached run found on disk was recomputed");
+    cr_log_info("slow disk at admission: %s", rl);
+    cr_expect(strstr(rl, "\"pool\":\"disk\""), "%s", rl);
+    cr_expect_gt(json_num_of(rl, "reload_cost_us"), json_num_of(rl, "recompute_cost_us"), "%s", rl);
+    cr_expect_gt(json_num_of(rl, "recompute_cost_us"), 0, "%s", rl);
+    cr_expect_eq(count_lines2(slow.declog, "\"ev\":\"cache_reload\"", "\"choice\":\"reload\""), 0,
+                 "a run on the slow disk was reloaded");
+    free(a);
+    free(b);
+    free(c);
+    dmn_cleanup(&off);
+    dmn_cleanup(&cal);
+    dmn_cleanup(&slow);
     unlink(disk_path);
 }

@@ -652,7 +652,7 @@ static void d_init_tenants(const char *extra, const char *tenants, uint32_t dev,
     sched_config c = {.kv_blocks_device = dev, .kv_blocks_host = host, .block_size = 4, .kv_bytes_per_token = 64,
                       .max_context = 512, .step.base_us = 100, .step.prefill_token_us = 1, .step.decode_seq_us = 1,
                       .host = {.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 1},
-                      .prefix_cache = cache};
+                      .prefix_cache = cache, .prefix_cache_generated = cache};
     cr_assert_eq(sched_create(D.p, &c, d_sink, NULL, 1, &D.s), 0, "%s", sched_last_error());
 }
 
@@ -1048,9 +1048,7 @@ Test(sched_prefix_tiers, evicted_blocks_are_demoted_to_host_and_reloaded_at_admi
     cr_assert_eq(d_submit(10, 1, TP[0], 16, 1, 9), 0);
     const sched_plan *pl = sched_step(D.s, D.now);
     d_check();
-    const sched_entry *e = d_entry(pl, 10);
-    cr_assert_not_null(e);
-    cr_assert_eq(e->start_pos, 12, "prefill starts after the reloaded blocks, got %u", e->start_pos);
+    cr_assert_null(d_entry(pl, 10), "it waits for its blocks, as a swap-in does");
     const sched_transfer *rl = NULL;
     for (uint32_t i = 0; i < pl->n_transfers; i++)
         if (pl->transfers[i].cache && pl->transfers[i].dir == SCHED_XFER_IN) rl = &pl->transfers[i];
@@ -1058,7 +1056,13 @@ Test(sched_prefix_tiers, evicted_blocks_are_demoted_to_host_and_reloaded_at_admi
     cr_assert_eq(rl->tier, SCHED_POOL_HOST);
     cr_assert_eq(rl->n_blocks, 3);
     cr_assert_eq(rl->req, 10);
-    for (uint32_t k = 0; k < 3; k++) cr_assert_eq(rl->dst[k], e->blocks[k], "reloaded into the entry's first blocks");
+    uint64_t rl_id = rl->id, rl_bytes = rl->bytes;
+    uint32_t rl_dst[3];
+    memcpy(rl_dst, rl->dst, sizeof rl_dst);
+    sched_req_info ri;
+    cr_assert_eq(sched_get_request(D.s, 10, &ri), 0);
+    cr_assert_eq(ri.state, SCHED_REQ_SWAPPING_IN);
+    cr_assert_eq(ri.computed, 12);
     const sched_event *r = d_find(SCHED_EV_CACHE_RELOAD, 10);
     cr_assert_not_null(r);
     cr_assert_eq(r->mode, SCHED_PREEMPT_SWAP);
@@ -1070,17 +1074,28 @@ Test(sched_prefix_tiers, evicted_blocks_are_demoted_to_host_and_reloaded_at_admi
     cr_assert_eq(h->cached_tokens, 12);
     sched_event_json(h, line, sizeof line);
     cr_assert(strstr(line, "\"host_tokens\":12"), "%s", line);
+    double pred = r->swap_cost_us;
+    D.now += 1000;
+    cr_assert_eq(sched_commit(D.s, NULL, 0, D.now, 0), 0);
+    d_check();
     /* complete it: the realised cost next to the prediction */
-    cr_assert_eq(sched_transfer_done(D.s, rl->id, D.now, rl->bytes, 7, 0), 0);
+    cr_assert_eq(sched_transfer_done(D.s, rl_id, D.now, rl_bytes, 7, 0), 0);
     d_check();
     uint32_t n_done = 0;
     for (uint32_t i = 0; i < D.n_ev; i++)
         if (D.ev[i].kind == SCHED_EV_CACHE_RELOAD && D.ev[i].outcome == SCHED_OUTCOME_DONE && D.ev[i].req == 10) {
             n_done++;
             cr_assert_eq(D.ev[i].realised_us, 7.0);
-            cr_assert_eq(D.ev[i].predicted_us, r->swap_cost_us);
+            cr_assert_eq(D.ev[i].predicted_us, pred);
         }
     cr_assert_eq(n_done, 1);
+    /* now its prefill starts, after the reloaded blocks, in the blocks they arrived in */
+    pl = sched_step(D.s, D.now);
+    d_check();
+    const sched_entry *e = d_entry(pl, 10);
+    cr_assert_not_null(e);
+    cr_assert_eq(e->start_pos, 12, "prefill starts after the reloaded blocks, got %u", e->start_pos);
+    for (uint32_t k = 0; k < 3; k++) cr_assert_eq(rl_dst[k], e->blocks[k], "reloaded into the entry's first blocks");
     sched_result res = {.req = 10, .tokens = 1};
     D.now += 1000;
     cr_assert_eq(sched_commit(D.s, &res, 1, D.now, 0), 0);
@@ -1196,10 +1211,12 @@ Test(sched_prefix_tiers, a_full_host_demotes_to_disk_and_the_copies_are_ordered)
     cr_assert(ordered_seen, "a host → disk copy came before a device → host copy in one plan");
     /* the oldest prompt is on disk now: found there and reloaded */
     cr_assert_eq(d_submit(10, 0, TP[0], 16, 1, 9), 0);
-    const sched_plan *pl = d_iter();
+    const sched_plan *pl = d_iter();   /* (its reloads complete in it) */
     const sched_event *h = d_find(SCHED_EV_CACHE_HIT, 10);
     cr_assert_not_null(h);
     cr_assert_gt(h->pool_tokens[SCHED_POOL_DISK], 0);
+    cr_assert_null(d_entry(pl, 10), "no prefill before its blocks are in");
+    pl = d_iter();
     cr_assert_eq(d_entry(pl, 10)->start_pos, 12);
     d_run_until_idle(50);
     d_fini();
@@ -1232,18 +1249,206 @@ Test(sched_prefix_tiers, failed_copies_invalidate_the_blocks_they_were_for)
     cr_assert_eq(d_entry(pl, 10)->start_pos, 0, "no hit on a failed copy");
     d_run_until_idle(50);
 
-    /* a failed reload: the reloaded blocks go when the request lets go of them */
+    /* a failed reload: the blocks it was for are dropped (their bytes never arrived) and the
+     * request computes its prompt from the first of them; only what it computed is cached */
     d_fini();
     d_init_tiers(12, 32, 0, 1e9, 1e9);
     d_fill_device(1);
     cr_assert_eq(d_submit(10, 0, TP[0], 16, 1, 9), 0);
     d_iter_copies(5, -EIO);
+    const sched_event *fe = NULL;
+    for (uint32_t i = 0; i < D.n_ev; i++)
+        if (D.ev[i].kind == SCHED_EV_CACHE_EVICT && D.ev[i].evict == SCHED_PREFIX_EVICT_FAILED && D.ev[i].req == 10) fe = &D.ev[i];
+    cr_assert_not_null(fe, "no cache_evict (failed) for the blocks of the failed reload");
+    cr_assert_geq(fe->blocks, 3, "the 3 blocks it was for (and what hangs below them): %u", fe->blocks);
+    cr_assert_eq(fe->pool, SCHED_POOL_HOST);
+    sched_req_info ri;
+    cr_assert_eq(sched_get_request(D.s, 10, &ri), 0);
+    cr_assert_eq(ri.state, SCHED_REQ_RUNNING);
+    cr_assert_eq(ri.computed, 0, "computed again from the failed blocks on");
+    pl = d_iter();
+    cr_assert_eq(d_entry(pl, 10)->start_pos, 0);
     d_run_until_idle(50);
     cr_assert_eq(d_submit(11, 0, TP[0], 16, 1, 9), 0);
     pl = d_iter();
-    cr_assert_eq(d_entry(pl, 11)->start_pos, 0, "no hit on a failed reload's blocks");
+    const sched_event *h = d_find(SCHED_EV_CACHE_HIT, 11);
+    cr_assert_not_null(h);
+    cr_assert_eq(h->pool_tokens[SCHED_POOL_DEVICE], 12, "the blocks request 10 computed again");
+    cr_assert_eq(h->pool_tokens[SCHED_POOL_HOST], 0, "no hit on a failed reload's blocks");
     d_run_until_idle(50);
     sched_get_counts(D.s, &c);
     cr_assert_eq(c.kv_used[SCHED_POOL_DEVICE] + c.kv_used[SCHED_POOL_HOST], 0, "no block leaked");
+    d_fini();
+}
+
+/* One iteration that completes every transfer of its plan except `hold` (still in flight). */
+static const sched_plan *d_iter_hold(uint64_t hold)
+{
+    const sched_plan *pl = sched_step(D.s, D.now);
+    cr_assert(pl, "%s", sched_last_error());
+    d_check();
+    for (uint32_t i = 0; i < pl->n_transfers; i++)
+        if (pl->transfers[i].id != hold) {
+            cr_assert_eq(sched_transfer_done(D.s, pl->transfers[i].id, D.now, 0, 0, 0), 0);
+            d_check();
+        }
+    sched_result res[256];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < pl->n_entries && n < 256; i++)
+        res[n++] = (sched_result){.req = pl->entries[i].req, .tokens = pl->entries[i].samples};
+    D.now += 1000;
+    cr_assert_eq(sched_commit(D.s, res, n, D.now, 0), 0);
+    d_check();
+    return pl;
+}
+
+/* A reload runs beside the steps: while a request's blocks come back from the host, a
+ * running stream keeps decoding and the reloading request is in no batch; another request
+ * with the same prompt meanwhile does not share the blocks before they arrived (it computes
+ * them, and shares them once they are in); a request cancelled while its blocks come back is
+ * released when they are in.  Every invariant (reference counts included) after each call. */
+Test(sched_prefix_tiers, a_reload_runs_beside_the_steps_and_nobody_uses_its_blocks_before_they_arrive)
+{
+    d_init_tiers(16, 32, 0, 1e9, 1e9);
+    d_fill_device(1);
+    int32_t other[4] = {50001, 50002, 50003, 50004};
+    cr_assert_eq(d_submit(20, 1, other, 4, 10, 7), 0);
+    d_iter();
+    d_iter();
+    cr_assert_eq(d_submit(10, 1, TP[0], 16, 1, 9), 0);
+    const sched_plan *pl = sched_step(D.s, D.now);
+    d_check();
+    uint64_t rl = 0;
+    for (uint32_t i = 0; i < pl->n_transfers; i++)
+        if (pl->transfers[i].cache && pl->transfers[i].dir == SCHED_XFER_IN && pl->transfers[i].req == 10) rl = pl->transfers[i].id;
+    cr_assert_neq(rl, 0, "request 10's prefix reloads from the host");
+    cr_assert_null(d_entry(pl, 10));
+    cr_assert_not_null(d_entry(pl, 20), "the running stream decodes in the step that starts the reload");
+    sched_result res = {.req = 20, .tokens = 1};
+    D.now += 1000;
+    cr_assert_eq(sched_commit(D.s, &res, 1, D.now, 0), 0);
+    d_check();
+    /* the same prompt again while the copy is in flight: no hit on the loading blocks */
+    cr_assert_eq(d_submit(11, 1, TP[0], 16, 1, 9), 0);
+    int decoded = 0;
+    for (int it = 0; it < 4; it++) {
+        pl = d_iter_hold(rl);
+        cr_assert_null(d_entry(pl, 10), "step %d: it ran before its blocks were in", it);
+        decoded += d_entry(pl, 20) != NULL;
+        if (it == 0) cr_assert_eq(d_entry(pl, 11)->start_pos, 0, "request 11 used blocks still loading");
+    }
+    cr_assert_eq(decoded, 4, "the running stream decoded in every step of the reload");
+    cr_assert_null(d_find(SCHED_EV_CACHE_HIT, 11), "no hit on blocks being loaded");
+    sched_req_info ri;
+    cr_assert_eq(sched_get_request(D.s, 10, &ri), 0);
+    cr_assert_eq(ri.state, SCHED_REQ_SWAPPING_IN);
+    sched_counts c;
+    sched_get_counts(D.s, &c);
+    cr_assert_eq(c.in_transit, 1);
+    cr_assert_eq(sched_transfer_done(D.s, rl, D.now, 0, 0, 0), 0);
+    d_check();
+    cr_assert_eq(sched_get_request(D.s, 10, &ri), 0);
+    cr_assert_eq(ri.state, SCHED_REQ_RUNNING);
+    pl = d_iter();
+    cr_assert_eq(d_entry(pl, 10)->start_pos, 12, "its prefill starts after the reloaded blocks");
+    d_run_until_idle(100);
+    sched_get_counts(D.s, &c);
+    cr_assert_eq(c.kv_used[SCHED_POOL_DEVICE] + c.kv_used[SCHED_POOL_HOST], 0, "no block leaked");
+    /* cancelled while its blocks come back (prompt 1 is on the host too): released when in */
+    cr_assert_eq(d_submit(30, 1, TP[1], 16, 1, 9), 0);
+    pl = sched_step(D.s, D.now);
+    d_check();
+    rl = 0;
+    for (uint32_t i = 0; i < pl->n_transfers; i++)
+        if (pl->transfers[i].cache && pl->transfers[i].dir == SCHED_XFER_IN && pl->transfers[i].req == 30) rl = pl->transfers[i].id;
+    cr_assert_neq(rl, 0, "request 30's prefix reloads from the host");
+    for (uint32_t i = 0; i < pl->n_transfers; i++)
+        if (pl->transfers[i].id != rl) cr_assert_eq(sched_transfer_done(D.s, pl->transfers[i].id, D.now, 0, 0, 0), 0);
+    D.now += 1000;
+    cr_assert_eq(sched_commit(D.s, NULL, 0, D.now, 0), 0);
+    cr_assert_eq(sched_cancel(D.s, 30, D.now, SCHED_CANCEL_CLIENT), 0);
+    d_iter_hold(rl);
+    cr_assert_eq(sched_get_request(D.s, 30, &ri), 0, "released before its copy completed");
+    cr_assert_eq(sched_transfer_done(D.s, rl, D.now, 0, 0, 0), 0);
+    d_check();
+    cr_assert_eq(sched_get_request(D.s, 30, &ri), -ENOENT);
+    d_run_until_idle(10);
+    sched_get_counts(D.s, &c);
+    cr_assert_eq(c.kv_used[SCHED_POOL_DEVICE] + c.kv_used[SCHED_POOL_HOST], 0, "no block leaked");
+    cr_assert_eq(c.prefix_reloaded_blocks[SCHED_POOL_HOST], 6);
+    /* what came back is cached on the device now */
+    cr_assert_eq(d_submit(31, 1, TP[1], 16, 1, 9), 0);
+    pl = d_iter();
+    cr_assert_eq(d_entry(pl, 31)->start_pos, 12);
+    cr_assert_eq(d_find(SCHED_EV_CACHE_HIT, 31)->pool_tokens[SCHED_POOL_DEVICE], 12);
+    d_run_until_idle(10);
+    d_fini();
+}
+
+/* One iteration whose sampled tokens carry ids (sched_result.token): request r's n-th
+ * generated token is 7000 + 10 * r + n. */
+static const sched_plan *d_iter_ids(void)
+{
+    const sched_plan *pl = sched_step(D.s, D.now);
+    cr_assert(pl, "%s", sched_last_error());
+    d_check();
+    for (uint32_t i = 0; i < pl->n_transfers; i++) cr_assert_eq(sched_transfer_done(D.s, pl->transfers[i].id, D.now, 0, 0, 0), 0);
+    sched_result res[256];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < pl->n_entries && n < 256; i++) {
+        const sched_entry *e = &pl->entries[i];
+        sched_req_info ri;
+        cr_assert_eq(sched_get_request(D.s, e->req, &ri), 0);
+        res[n++] = (sched_result){.req = e->req, .tokens = e->samples, .has_token = e->samples,
+                                  .token = (int32_t)(7000 + 10 * e->req + ri.generated)};
+    }
+    D.now += 1000;
+    cr_assert_eq(sched_commit(D.s, res, n, D.now, 0), 0);
+    d_check();
+    return pl;
+}
+
+/* A conversation's next turn extends the last prompt and its answer: the blocks the answer
+ * filled are cached when the ids of its tokens are known, so the next turn's hit covers
+ * them; without the ids only the prompt's blocks are. */
+Test(sched_prefix_cache, the_answers_full_blocks_are_cached_for_the_next_turn)
+{
+    d_init(NULL, 64, 0, true);
+    int32_t turn1[10], turn2[30];
+    for (int i = 0; i < 10; i++) turn1[i] = 100 + i;
+    cr_assert_eq(d_submit(1, 0, turn1, 10, 12, 5), 0);   /* 10 + 12 = 22 tokens: 21 computed, 5 full blocks */
+    for (int it = 0; it < 40; it++) {
+        d_iter_ids();
+        sched_counts c;
+        sched_get_counts(D.s, &c);
+        if (!c.waiting && !c.running) break;
+    }
+    sched_counts c;
+    sched_get_counts(D.s, &c);
+    cr_assert_eq(c.prefix_blocks[SCHED_POOL_DEVICE], 5, "the prompt's 2 blocks and the answer's 3: %u cached",
+                 c.prefix_blocks[SCHED_POOL_DEVICE]);
+    /* turn 2 = turn 1's prompt + its answer (the ids d_iter_ids gave it) + new text */
+    uint32_t n = 0;
+    for (int i = 0; i < 10; i++) turn2[n++] = turn1[i];
+    for (int g = 0; g < 12; g++) turn2[n++] = 7000 + 10 + g;
+    while (n < 30) { turn2[n] = 500 + (int32_t)n; n++; }
+    cr_assert_eq(d_submit(2, 0, turn2, 30, 1, 5), 0);
+    const sched_plan *pl = d_iter_ids();
+    const sched_event *h = d_find(SCHED_EV_CACHE_HIT, 2);
+    cr_assert_not_null(h, "no hit for the next turn");
+    cr_assert_eq(h->cached_tokens, 20, "the prompt's 2 blocks and the 3 the answer filled: %u", h->cached_tokens);
+    cr_assert_eq(d_entry(pl, 2)->start_pos, 20);
+    d_run_until_idle(50);
+    sched_get_counts(D.s, &c);
+    cr_assert_eq(c.kv_used[SCHED_POOL_DEVICE], 0, "no block leaked");
+    d_fini();
+
+    /* without the ids (a caller that gives none): only the prompt's blocks are cached */
+    d_init(NULL, 64, 0, true);
+    cr_assert_eq(d_submit(1, 0, turn1, 10, 12, 5), 0);
+    d_run_until_idle(40);
+    sched_get_counts(D.s, &c);
+    cr_assert_eq(c.prefix_blocks[SCHED_POOL_DEVICE], 2, "no ids: only the prompt's 2 full blocks, got %u",
+                 c.prefix_blocks[SCHED_POOL_DEVICE]);
     d_fini();
 }

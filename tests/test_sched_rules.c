@@ -1049,7 +1049,7 @@ Test(sched_rules, preemption_times_out_only_when_no_mode_meets_the_deadline)
             sched_result res[8];
             uint32_t tok = 0;
             for (uint32_t k = 0; k < pl->n_entries; k++) {
-                res[k] = (sched_result){pl->entries[k].req, pl->entries[k].samples, SCHED_FINISH_NONE};
+                res[k] = (sched_result){.req = pl->entries[k].req, .tokens = pl->entries[k].samples, .finished = SCHED_FINISH_NONE};
                 tok += pl->entries[k].n_tokens;
             }
             if (with_deadline && pl->n_ended) {

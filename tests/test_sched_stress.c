@@ -90,8 +90,8 @@ static void drive(const char *mode, uint64_t seed)
                 cr_assert_leq(e->n_blocks, in.blocks[SCHED_POOL_DEVICE]);
                 for (uint32_t b = 0; b < e->n_blocks; b++) cr_assert_lt(e->blocks[b], 160u);
                 if (rnd(20) == 0 || n >= 512) continue;   /* an entry the engine dropped */
-                res[n++] = (sched_result){e->req, e->samples ? (rnd(30) ? 1 : 0) : 0,
-                                          rnd(40) ? SCHED_FINISH_NONE : SCHED_FINISH_STOP};
+                res[n++] = (sched_result){.req = e->req, .tokens = e->samples ? (rnd(30) ? 1 : 0) : 0,
+                                          .finished = rnd(40) ? SCHED_FINISH_NONE : SCHED_FINISH_STOP};
             }
             for (uint32_t i = 0; i < pl->n_preemptions; i++) {
                 sched_req_info in;
