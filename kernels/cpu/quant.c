@@ -5,6 +5,7 @@
  * ringlm-mkmodel writes Q8_0/Q4_K/Q6_K with. See quant.h for the block layouts.
  */
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/gemm_small.h"
 
 #include <cblas.h>
 #include <immintrin.h>
@@ -292,6 +293,18 @@ SIMD static inline float hsum8(__m256 v)
 SIMD static inline __m256i u8x8(const uint8_t *p)
 {
     return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+
+/* A row of F16 weights as floats with F16C, 8 at a time (exact, as the scalar conversion):
+ * the tiles of q_matmul's batch path convert every weight of the model each step, and the
+ * scalar conversion made F16 decode of 8 sequences slower than of one. */
+SIMD static void dequant_f16_simd(const uint16_t *h, float *out, int64_t k)
+{
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < k; i++)
+        out[i] = q_f16_to_f32(h[i]);
 }
 
 SIMD static float dot_simd(int type, const void *row, const float *x, int64_t k)
@@ -1302,13 +1315,30 @@ void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, f
         matmul_fused(type, w, n, k, x, rows, beta, y, ld_y);
         return;
     }
+    /* A batch small enough for gemm_small multiplies each tile there, as float32 weights
+     * are (cpu.c): OpenBLAS SGEMM packs its operands on every call, which for a tile of
+     * 8-64 weight rows against a decode batch costs more than the product (F16 decoded 8
+     * sequences at 0.33-0.5x its own 1-sequence rate, 0.16-0.33x llama.cpp, with SGEMM). */
+    static _Atomic int small_max = -1; /* this machine's, resolved once (benign race) */
+    if (small_max < 0)
+        small_max = gemm_small_max_rows(GEMM_SMALL_AUTO);
+    const bool small = rows <= small_max;
+    const bool f16c = q_simd_active();
     const size_t rb = q_row_bytes(type, k);
     for (int i0 = 0; i0 < n; i0 += tile) {
         int m = n - i0 < tile ? n - i0 : tile;
-        for (int i = 0; i < m; i++)
-            q_dequant_row(type, (const char *)w + (size_t)(i0 + i) * rb, buf + (size_t)i * k, k);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, m, k, 1.0f, x, k, buf, k,
-                    beta, y + i0, ld_y);
+        for (int i = 0; i < m; i++) {
+            const void *wr = (const char *)w + (size_t)(i0 + i) * rb;
+            if (type == Q_F16 && f16c)
+                dequant_f16_simd(wr, buf + (size_t)i * k, k);
+            else
+                q_dequant_row(type, wr, buf + (size_t)i * k, k);
+        }
+        if (small)
+            gemm_small(GEMM_SMALL_AUTO, rows, m, k, x, k, buf, k, beta, y + i0, ld_y);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, m, k, 1.0f, x, k, buf,
+                        k, beta, y + i0, ld_y);
     }
 }
 
