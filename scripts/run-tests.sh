@@ -6,6 +6,8 @@ pass=0; fail=0; skip=0; bad_suites=()
 export RINGLM_SHARED="${RINGLM_SHARED:-$(cd "$(dirname "$0")/.." && pwd)/../shared}"
 export RINGLM_BUILD="${B:-build}"
 export RINGLM_BIN="${RINGLM_BIN:-$(cd "${B:-build}" 2>/dev/null && pwd)/bin}"
+# Under SANITIZE=1: leaks inside Criterion's own runner are not ours (scripts/lsan.supp).
+export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$(cd "$(dirname "$0")" && pwd)/lsan.supp:print_suppressions=0"
 for t in "$@"; do
   name=$(basename "$t")
   out=$(mktemp)
