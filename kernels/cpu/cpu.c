@@ -464,6 +464,8 @@ int eng_cpu_phase_stats(void *priv, eng_phase_stats *out, bool reset)
         out->helper_sleeps = ps.helper_sleeps;
         out->spin_budget_ns = ps.spin_budget_ns;
         out->wake_latency_ns = ps.wake_latency_ns;
+        out->straggler_waits = ps.straggler_waits;
+        out->straggler_ns = ps.straggler_ns;
     }
     if (reset)
         memset(&c->stats, 0, sizeof c->stats);
