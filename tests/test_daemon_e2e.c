@@ -2822,6 +2822,11 @@ Test(daemon_e2e, prefix_cache_failed_reload_ends_only_its_request)
         cr_expect_str_eq(lb, la, "a request its failed reload was not for changed");
     }
     cr_expect_eq(errors, failed, "%d requests ended with an error, %d reloads failed", errors, failed);
+    /* the decision log says why each ended: its own reason, not a shutdown */
+    cr_expect_eq(count_lines2(on.declog, "\"ev\":\"cancel\"", "\"reason\":\"kv_read_failed\""), failed,
+                 "cancel events with reason kv_read_failed");
+    cr_expect_eq(count_lines2(on.declog, "\"ev\":\"cancel\"", "\"reason\":\"shutdown\""), 0,
+                 "a failed reload was logged as a shutdown");
     cr_expect_eq(count_lines(on.errlog, "reloading its cached prefix"), failed, "no daemon log line per failed reload");
     free(a);
     free(b);
