@@ -2323,32 +2323,35 @@ typedef struct px_conc_job {
     const char *sock, *out;
     int32_t prompt[4][80];
     uint32_t n_prompt[4];
+    int n;              /* requests (0: 4) */
+    uint32_t max_new;   /* new tokens each (0: 200) */
 } px_conc_job;
 
 static int client_px_concurrent(void *arg)
 {
     px_conc_job *g = arg;
+    int n = g->n ? g->n : 4;
     ringlm_client *c;
     if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
     uint64_t ids[4];
     static char out[4][4096];
     size_t len[4] = {0};
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < n; i++) {
         ringlm_request r;
         ringlm_request_init(&r);
         r.prompt = g->prompt[i];
         r.n_prompt = g->n_prompt[i];
-        r.max_new_tokens = 200;
+        r.max_new_tokens = g->max_new ? g->max_new : 200;
         r.ignore_stop = true;
         if (ringlm_submit(c, &r, &ids[i]) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
     }
-    for (int done = 0; done < 4;) {
+    for (int done = 0; done < n;) {
         ringlm_event ev;
         int rc = ringlm_next_event(c, &ev, 60000);
         if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
         int i = 0;
-        while (i < 4 && ids[i] != ev.req_id) i++;
-        if (i == 4) continue;
+        while (i < n && ids[i] != ev.req_id) i++;
+        if (i == n) continue;
         if (ev.kind == RINGLM_EV_TOKEN && len[i] < sizeof out[i] - 16)
             len[i] += (size_t)snprintf(out[i] + len[i], sizeof out[i] - len[i], "%d ", ev.token);
         if (ev.kind == RINGLM_EV_FINISH) {
@@ -2358,7 +2361,7 @@ static int client_px_concurrent(void *arg)
     }
     FILE *f = fopen(g->out, "w");
     if (!f) return 3;
-    for (int i = 0; i < 4; i++) fprintf(f, "%s\n", out[i]);
+    for (int i = 0; i < n; i++) fprintf(f, "%s\n", out[i]);
     fclose(f);
     ringlm_close(c);
     return 0;
@@ -2833,6 +2836,102 @@ Test(daemon_e2e, prefix_cache_failed_reload_ends_only_its_request)
     dmn_cleanup(&off);
     dmn_cleanup(&on);
     unlink(disk_path);
+}
+
+/* ---- a recompute-preempted sequence resumes on its own cached blocks ---------------------- */
+
+/* The daemon's /metrics port, from its "metrics on port N" line (0: none). */
+static int metrics_port(const dmn *d)
+{
+    int port = 0;
+    FILE *f = fopen(d->errlog, "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "ringlmd: metrics on port %d", &port) == 1) break;
+    if (f) fclose(f);
+    return port;
+}
+
+/* Two 16-token prompts (one block each, nothing shared), 100 new tokens each, through 14
+ * device blocks of 16 where each needs 8 at the end: one is preempted by recompute.  Its full
+ * blocks — its prompt's and its answer's so far — stay cached, and the other's growth evicts
+ * only their tail; when it resumes it finds the rest.  That hit is all its own (self_tokens =
+ * cached_tokens), covers answer blocks (more than its one prompt block), and /metrics counts
+ * it under kind="self" with no cross-request hit; the tokens equal those with the cache off.
+ * Without the reuse the resumed sequence would find nothing. */
+Test(daemon_e2e, prefix_cache_recompute_preempted_sequence_resumes_on_its_own_blocks)
+{
+    need_daemon_binary();
+    /* the two must run side by side: both are submitted at once, and a model ~25x slower per
+     * token than stories260K leaves the second ~100 ms of the first's CPU time to arrive in
+     * (it must come before the first has ~36 tokens) however loaded the machine is */
+    const char *model = "synthetic:stories15M:7";
+    static px_conc_job g;
+    memset(&g, 0, sizeof g);
+    g.n = 2;
+    g.max_new = 100;
+    for (int i = 0; i < 2; i++) {
+        for (int k = 0; k < 16; k++) g.prompt[i][k] = 3 + (17 * k + 101 * i + 7) % 500;
+        g.n_prompt[i] = 16;
+    }
+    const char *policy = "[scheduler]\nmode = token_budget\ntoken_budget = 64\nmax_active_seqs = 8\n"
+                         "prefill_chunk = 32\npreemption = recompute\nmin_residency = 0us\nmax_preemptions = 0\n";
+    static const char *const off_args[] = {"--kv-blocks", "14", "--kv-block-size", "16", "--no-prefix-cache", NULL};
+    static const char *const on_args[] = {"--kv-blocks", "14", "--kv-block-size", "16", "--metrics", "127.0.0.1:0", NULL};
+    dmn off, on;
+    char out_off[160], out_on[160];
+    dmn_start(&off, model, policy, off_args);
+    snprintf(out_off, sizeof out_off, "%s/out.txt", off.dir);
+    g.sock = off.sock;
+    g.out = out_off;
+    cr_assert_eq(reap(spawn(client_px_concurrent, &g), 60000), 0, "client (cache off)");
+    assert_back_to_baseline(&off, 5000);
+    cr_assert_eq(dmn_stop(&off, SIGTERM, 10000), 0);
+    dmn_start(&on, model, policy, on_args);
+    snprintf(out_on, sizeof out_on, "%s/out.txt", on.dir);
+    g.sock = on.sock;
+    g.out = out_on;
+    cr_assert_eq(reap(spawn(client_px_concurrent, &g), 60000), 0, "client (cache on)");
+    assert_back_to_baseline(&on, 5000);
+    int port = metrics_port(&on);
+    cr_assert_gt(port, 0, "no 'metrics on port' line in the daemon's stderr");
+    int status = 0;
+    char *body = th_http_get(port, "/metrics", &status, NULL, 0);
+    cr_assert(body && status == 200, "GET /metrics failed (status %d)", status);
+    double self = prom_value(body, "ringlm_prefix_cache_hits_total{tier=\"device\",kind=\"self\"}"),
+           cross = prom_value(body, "ringlm_prefix_cache_hits_total{tier=\"device\",kind=\"cross\"}");
+    free(body);
+    cr_assert_eq(dmn_stop(&on, SIGTERM, 10000), 0);
+    char *a = slurp(out_off), *b = slurp(out_on);
+    cr_assert(a && b);
+    cr_expect_str_eq(b, a, "tokens of a sequence resumed on its own cached blocks differ from the cache off");
+    free(a);
+    free(b);
+    if (!count_lines2(on.declog, "\"ev\":\"preempt\"", "\"mode\":\"recompute\"")) dump_file(on.declog, "decision log");
+    cr_assert_gt(count_lines2(on.declog, "\"ev\":\"preempt\"", "\"mode\":\"recompute\""), 0,
+                 "the small pool forced no recompute preemption");
+    /* every hit is a resumed sequence's own blocks; the largest covers answer blocks */
+    FILE *f = fopen(on.declog, "r");
+    cr_assert_not_null(f);
+    static char line[4096];
+    int hits = 0;
+    double best = 0, best_self = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (!strstr(line, "\"ev\":\"cache_hit\"")) continue;
+        hits++;
+        double c = json_num_of(line, "cached_tokens"), sf = json_num_of(line, "self_tokens");
+        cr_expect_eq(sf, c, "a hit that is not the resumed sequence's own: %s", line);
+        if (c > best) { best = c; best_self = sf; }
+    }
+    fclose(f);
+    cr_log_info("cache on: %d hits, the largest %.0f tokens (%.0f self); /metrics self %.0f cross %.0f", hits, best,
+                best_self, self, cross);
+    cr_assert_gt(hits, 0, "the preempted sequence resumed without its cached blocks");
+    cr_expect_geq(best_self, 32, "the resumed sequence reused %.0f tokens of its own: not past its prompt's block", best_self);
+    cr_expect_gt(self, 0, "/metrics counted no self hit");
+    cr_expect_eq(cross, 0, "/metrics counted a resumed sequence's own blocks as cross-request hits");
+    dmn_cleanup(&off);
+    dmn_cleanup(&on);
 }
 
 /* ---- a conversation's next turn finds its last answer cached ------------------------------ */
