@@ -33,6 +33,7 @@ typedef struct dmn {
     th_daemon th;  /* tests/helpers.c starts and stops it */
     char dir[64];
     char sock[128], stats[128], declog[128], reqlog[128], errlog[128], policy[128];
+    char out[160];   /* a client's output (dmn_start_for) */
     pid_t pid;
 } dmn;
 
@@ -169,6 +170,18 @@ static json_t *dmn_stats(dmn *d)
         poll_pause();
     }
     return NULL;
+}
+
+/* The daemon's /metrics port, from its "metrics on port N" line (0: none). */
+static int metrics_port(const dmn *d)
+{
+    int port = 0;
+    FILE *f = fopen(d->errlog, "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "ringlmd: metrics on port %d", &port) == 1) break;
+    if (f) fclose(f);
+    return port;
 }
 
 static long long jint(json_t *o, const char *path)
@@ -1688,12 +1701,7 @@ Test(daemon_e2e, metrics_endpoint_tracks_pools_and_requests)
     const char *extra[] = {"--metrics", "127.0.0.1:0", "--host-kv-blocks", "32", NULL};
     dmn d;
     dmn_start(&d, model, NULL, extra);
-    int port = 0;
-    FILE *f = fopen(d.errlog, "r");
-    char line[512];
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "ringlmd: metrics on port %d", &port) == 1) break;
-    if (f) fclose(f);
+    int port = metrics_port(&d);
     cr_assert_gt(port, 0, "no 'metrics on port' line in the daemon's stderr");
     gen_job g = {.sock = d.sock, .cases = cases, .n_cases = 4};
     cr_expect_eq(reap(spawn(client_greedy, &g), 60000), 0);
@@ -1917,6 +1925,55 @@ static char *slurp(const char *path)
     return strdup(buf);
 }
 
+/* One side of a cache-on/off comparison: a fresh ringlmd (model, policy, flags) whose client
+ * writes its output to <its dir>/out.txt — *sock and *out (the client job's) are pointed at
+ * its socket and that file. */
+static void dmn_start_for(dmn *d, const char *model, const char *policy, const char *const *flags,
+                          const char **sock, const char **out)
+{
+    dmn_start(d, model, policy, flags);
+    snprintf(d->out, sizeof d->out, "%s/out.txt", d->dir);
+    *sock = d->sock;
+    *out = d->out;
+}
+
+/* Runs the client process fn(job) to its end (exit 0), then waits for the pools' baseline. */
+static void dmn_run_client(dmn *d, int (*fn)(void *), void *job, const char *what)
+{
+    int st = reap(spawn(fn, job), 60000);
+    cr_assert_eq(st, 0, "%s: exit %d", what, st);
+    assert_back_to_baseline(d, 5000);
+}
+
+/* Stops the daemon (SIGTERM, exit 0) and returns its client's output (free it). */
+static char *dmn_stop_output(dmn *d)
+{
+    cr_assert_eq(dmn_stop(d, SIGTERM, 10000), 0);
+    char *o = slurp(d->out);
+    cr_assert_not_null(o, "no client output in %s", d->out);
+    return o;
+}
+
+/* ringlm-sim replaying a daemon's request log (--trace LOG --json, then args): its JSON report
+ * (json_decref it), which must have prefix_cache figures (*pc). */
+static json_t *sim_replay(const char *reqlog, const char *args, json_t **pc)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/ringlm-sim --trace %s --json %s", th_bin_dir(), reqlog, args ? args : "");
+    FILE *sp = popen(cmd, "r");
+    cr_assert_not_null(sp);
+    static char simout[1 << 16];
+    size_t sn = fread(simout, 1, sizeof simout - 1, sp);
+    simout[sn] = 0;
+    cr_assert_eq(pclose(sp), 0, "%s failed:\n%s", cmd, simout);
+    json_error_t je;
+    json_t *sj = json_loads(simout, 0, &je);
+    cr_assert_not_null(sj, "ringlm-sim output is not JSON: %s", je.text);
+    *pc = json_object_get(sj, "prefix_cache");
+    cr_assert_not_null(*pc, "no prefix_cache figures in the replay");
+    return sj;
+}
+
 /* Greedy output with the prefix cache on equals output with it off; the later prompts were
  * served from the cache (decision log cache_hit; the stats' pools back to baseline; no block
  * leaked, reference counts checked by the scheduler's invariants in the stats file). */
@@ -1957,12 +2014,7 @@ Test(daemon_e2e, prefix_cache_greedy_output_equals_cache_off)
     g.out = out_on;
     run_prefix_client(model, with_metrics, &g, &on);
     /* the names fleet routers read: tokens looked up and tokens found cached */
-    int port = 0;
-    FILE *f = fopen(on.errlog, "r");
-    char line[512];
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "ringlmd: metrics on port %d", &port) == 1) break;
-    if (f) fclose(f);
+    int port = metrics_port(&on);
     cr_assert_gt(port, 0, "no 'metrics on port' line in the daemon's stderr");
     double queried = 0, want_q = 0, hit = -1;
     for (int i = 0; i < PX_N; i++) want_q += g.n_prompt[i];
@@ -1991,19 +2043,7 @@ Test(daemon_e2e, prefix_cache_greedy_output_equals_cache_off)
     /* the request log carries each prompt's block keys: the simulator replaying it shares the
      * same prefixes and finds the hits the daemon's metrics counted */
     cr_expect_eq(count_lines(on.reqlog, "\"hash_ids\":["), PX_N, "request log lines without block keys");
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s/ringlm-sim --trace %s --json", th_bin_dir(), on.reqlog);
-    FILE *sp = popen(cmd, "r");
-    cr_assert_not_null(sp);
-    static char simout[1 << 16];
-    size_t sn = fread(simout, 1, sizeof simout - 1, sp);
-    simout[sn] = 0;
-    cr_assert_eq(pclose(sp), 0, "%s failed:\n%s", cmd, simout);
-    json_error_t je;
-    json_t *sj = json_loads(simout, 0, &je);
-    cr_assert_not_null(sj, "ringlm-sim output is not JSON: %s", je.text);
-    json_t *pc = json_object_get(sj, "prefix_cache");
-    cr_assert_not_null(pc, "no prefix_cache figures in the replay");
+    json_t *pc, *sj = sim_replay(on.reqlog, NULL, &pc);
     cr_expect_eq((double)json_integer_value(json_object_get(pc, "hit_tokens")), hit,
                  "replayed hits %lld, the daemon's %g", (long long)json_integer_value(json_object_get(pc, "hit_tokens")), hit);
     json_decref(sj);
@@ -2169,20 +2209,10 @@ Test(daemon_e2e, request_log_records_the_cached_tokens_of_each_request)
         else cr_expect_eq(fin[i], -1, "finish event of the first carries cached_tokens %lld", fin[i]);
     }
 
-    char simlog[256], cmd[1024];
+    char simlog[256], args[300];
     snprintf(simlog, sizeof simlog, "%s/sim-requests.jsonl", d.dir);
-    snprintf(cmd, sizeof cmd, "%s/ringlm-sim --trace %s --json --request-log %s", th_bin_dir(), d.reqlog, simlog);
-    FILE *sp = popen(cmd, "r");
-    cr_assert_not_null(sp);
-    static char simout[1 << 16];
-    size_t sn = fread(simout, 1, sizeof simout - 1, sp);
-    simout[sn] = 0;
-    cr_assert_eq(pclose(sp), 0, "%s failed:\n%s", cmd, simout);
-    json_error_t je;
-    json_t *sj = json_loads(simout, 0, &je);
-    cr_assert_not_null(sj, "ringlm-sim output is not JSON: %s", je.text);
-    json_t *pc = json_object_get(sj, "prefix_cache");
-    cr_assert_not_null(pc, "no prefix_cache figures in the replay");
+    snprintf(args, sizeof args, "--request-log %s", simlog);
+    json_t *pc, *sj = sim_replay(d.reqlog, args, &pc);
     cr_expect_eq(json_integer_value(json_object_get(pc, "recorded_hit_tokens")), hit[0],
                  "the replay read back %lld recorded cached tokens, the daemon logged %lld",
                  (long long)json_integer_value(json_object_get(pc, "recorded_hit_tokens")), hit[0]);
@@ -2391,18 +2421,10 @@ static void px_preempt(const char *mode)
     const char *off_args[] = {"--kv-blocks", "32", "--kv-block-size", "16", "--host-kv-blocks", "64", "--verify-swaps",
                               "--no-prefix-cache", NULL};
     dmn on, off;
-    char out_on[160], out_off[160];
-    dmn_start(&off, model, policy, off_args);
-    snprintf(out_off, sizeof out_off, "%s/out.txt", off.dir);
-    g.sock = off.sock;
-    g.out = out_off;
-    cr_assert_eq(reap(spawn(client_px_concurrent, &g), 60000), 0, "client (cache off)");
-    assert_back_to_baseline(&off, 5000);
-    cr_assert_eq(dmn_stop(&off, SIGTERM, 10000), 0);
-    dmn_start(&on, model, policy, on_args);
-    snprintf(out_on, sizeof out_on, "%s/out.txt", on.dir);
-    g.sock = on.sock;
-    g.out = out_on;
+    dmn_start_for(&off, model, policy, off_args, &g.sock, &g.out);
+    dmn_run_client(&off, client_px_concurrent, &g, "client (cache off)");
+    char *a = dmn_stop_output(&off);
+    dmn_start_for(&on, model, policy, on_args, &g.sock, &g.out);
     /* the shared prefix is cached first, so all four start holding its blocks */
     static px_kill_job warm;
     memset(&warm, 0, sizeof warm);
@@ -2412,14 +2434,11 @@ static void px_preempt(const char *mode)
     warm.n_prompt = 48;
     warm.max_new = 1;
     cr_assert_eq(reap(spawn(client_px_kill, &warm), 60000), 0, "warm-up");
-    cr_assert_eq(reap(spawn(client_px_concurrent, &g), 60000), 0, "client (cache on)");
-    assert_back_to_baseline(&on, 5000);
+    dmn_run_client(&on, client_px_concurrent, &g, "client (cache on)");
     json_t *j = dmn_stats(&on);
     long long verified = jint(j, "swap_verified");
     json_decref(j);
-    cr_assert_eq(dmn_stop(&on, SIGTERM, 10000), 0);
-    char *a = slurp(out_off), *b = slurp(out_on);
-    cr_assert(a && b);
+    char *b = dmn_stop_output(&on);
     cr_expect_str_eq(b, a, "mode %s: tokens with shared blocks preempted differ from the cache off", mode);
     free(a);
     free(b);
@@ -2842,17 +2861,6 @@ Test(daemon_e2e, prefix_cache_failed_reload_ends_only_its_request)
 
 /* ---- a recompute-preempted sequence resumes on its own cached blocks ---------------------- */
 
-/* The daemon's /metrics port, from its "metrics on port N" line (0: none). */
-static int metrics_port(const dmn *d)
-{
-    int port = 0;
-    FILE *f = fopen(d->errlog, "r");
-    char line[512];
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "ringlmd: metrics on port %d", &port) == 1) break;
-    if (f) fclose(f);
-    return port;
-}
 
 /* Two 16-token prompts (one block each, nothing shared), 100 new tokens each, through 14
  * device blocks of 16 where each needs 8 at the end: one is preempted by recompute.  Its full
@@ -2881,20 +2889,11 @@ Test(daemon_e2e, prefix_cache_recompute_preempted_sequence_resumes_on_its_own_bl
     static const char *const off_args[] = {"--kv-blocks", "14", "--kv-block-size", "16", "--no-prefix-cache", NULL};
     static const char *const on_args[] = {"--kv-blocks", "14", "--kv-block-size", "16", "--metrics", "127.0.0.1:0", NULL};
     dmn off, on;
-    char out_off[160], out_on[160];
-    dmn_start(&off, model, policy, off_args);
-    snprintf(out_off, sizeof out_off, "%s/out.txt", off.dir);
-    g.sock = off.sock;
-    g.out = out_off;
-    cr_assert_eq(reap(spawn(client_px_concurrent, &g), 60000), 0, "client (cache off)");
-    assert_back_to_baseline(&off, 5000);
-    cr_assert_eq(dmn_stop(&off, SIGTERM, 10000), 0);
-    dmn_start(&on, model, policy, on_args);
-    snprintf(out_on, sizeof out_on, "%s/out.txt", on.dir);
-    g.sock = on.sock;
-    g.out = out_on;
-    cr_assert_eq(reap(spawn(client_px_concurrent, &g), 60000), 0, "client (cache on)");
-    assert_back_to_baseline(&on, 5000);
+    dmn_start_for(&off, model, policy, off_args, &g.sock, &g.out);
+    dmn_run_client(&off, client_px_concurrent, &g, "client (cache off)");
+    char *a = dmn_stop_output(&off);
+    dmn_start_for(&on, model, policy, on_args, &g.sock, &g.out);
+    dmn_run_client(&on, client_px_concurrent, &g, "client (cache on)");
     int port = metrics_port(&on);
     cr_assert_gt(port, 0, "no 'metrics on port' line in the daemon's stderr");
     int status = 0;
@@ -2903,9 +2902,7 @@ Test(daemon_e2e, prefix_cache_recompute_preempted_sequence_resumes_on_its_own_bl
     double self = prom_value(body, "ringlm_prefix_cache_hits_total{tier=\"device\",kind=\"self\"}"),
            cross = prom_value(body, "ringlm_prefix_cache_hits_total{tier=\"device\",kind=\"cross\"}");
     free(body);
-    cr_assert_eq(dmn_stop(&on, SIGTERM, 10000), 0);
-    char *a = slurp(out_off), *b = slurp(out_on);
-    cr_assert(a && b);
+    char *b = dmn_stop_output(&on);
     cr_expect_str_eq(b, a, "tokens of a sequence resumed on its own cached blocks differ from the cache off");
     free(a);
     free(b);
@@ -3001,23 +2998,12 @@ Test(daemon_e2e, prefix_cache_next_turn_hits_the_last_answer)
     static const char *const off_flags[] = {"--kv-block-size", "16", "--no-prefix-cache", NULL};
     static const char *const on_flags[] = {"--kv-block-size", "16", NULL};
     dmn off, on;
-    char out_off[160], out_on[160];
-    dmn_start(&off, model, NULL, off_flags);
-    snprintf(out_off, sizeof out_off, "%s/out.txt", off.dir);
-    g.sock = off.sock;
-    g.out = out_off;
-    cr_assert_eq(reap(spawn(client_turns, &g), 60000), 0, "client (cache off)");
-    assert_back_to_baseline(&off, 5000);
-    cr_assert_eq(dmn_stop(&off, SIGTERM, 10000), 0);
-    dmn_start(&on, model, NULL, on_flags);
-    snprintf(out_on, sizeof out_on, "%s/out.txt", on.dir);
-    g.sock = on.sock;
-    g.out = out_on;
-    cr_assert_eq(reap(spawn(client_turns, &g), 60000), 0, "client (cache on)");
-    assert_back_to_baseline(&on, 5000);
-    cr_assert_eq(dmn_stop(&on, SIGTERM, 10000), 0);
-    char *a = slurp(out_off), *b = slurp(out_on);
-    cr_assert(a && b);
+    dmn_start_for(&off, model, NULL, off_flags, &g.sock, &g.out);
+    dmn_run_client(&off, client_turns, &g, "client (cache off)");
+    char *a = dmn_stop_output(&off);
+    dmn_start_for(&on, model, NULL, on_flags, &g.sock, &g.out);
+    dmn_run_client(&on, client_turns, &g, "client (cache on)");
+    char *b = dmn_stop_output(&on);
     cr_expect_str_eq(b, a, "tokens with the answer's blocks cached differ from the cache off");
     const char *hit = find_line2(on.declog, "\"ev\":\"cache_hit\"", "\"prompt_tokens\":88");
     cr_assert(hit[0], "turn 2 (88 prompt tokens) found nothing cached");
@@ -3029,19 +3015,7 @@ Test(daemon_e2e, prefix_cache_next_turn_hits_the_last_answer)
      * turn 2 came after turn 1 ended) */
     cr_expect_eq(count_lines2(on.reqlog, "\"prompt_tokens\":40,", "\"answer_hash_ids\":["), 1,
                  "turn 1's answer keys are not in the request log");
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s/ringlm-sim --trace %s --rate 0.0001 --json", th_bin_dir(), on.reqlog);
-    FILE *sp = popen(cmd, "r");
-    cr_assert_not_null(sp);
-    static char simout[1 << 16];
-    size_t sn = fread(simout, 1, sizeof simout - 1, sp);
-    simout[sn] = 0;
-    cr_assert_eq(pclose(sp), 0, "%s failed:\n%s", cmd, simout);
-    json_error_t je;
-    json_t *sj = json_loads(simout, 0, &je);
-    cr_assert_not_null(sj, "ringlm-sim output is not JSON: %s", je.text);
-    json_t *pc = json_object_get(sj, "prefix_cache");
-    cr_assert_not_null(pc, "no prefix_cache figures in the replay");
+    json_t *pc, *sj = sim_replay(on.reqlog, "--rate 0.0001", &pc);
     cr_expect_eq(json_integer_value(json_object_get(pc, "recorded_hit_tokens")), 64);
     if (json_integer_value(json_object_get(pc, "hit_tokens")) != 64) dump_file(on.reqlog, "request log");
     cr_expect_eq(json_integer_value(json_object_get(pc, "hit_tokens")), 64,
