@@ -12,8 +12,11 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char convertible[] = "F32, F16, BF16, Q8_0, Q4_K, Q6_K";
 
@@ -138,6 +141,45 @@ int eng_dev_plan_model(const eng_model *m, bool fp32, eng_dev_plan *out)
     return eng_dev_plan_make(eng_model_cfg(m), eng_model_hparams_of(m), t, fp32, out);
 }
 
+/* Rows [0, n) of src (src_row bytes each) to dst (dst_row bytes each), one after another. */
+static void convert_serial(int type, const uint8_t *src, size_t src_row, int64_t k, int64_t n,
+                           int dtype, uint8_t *out, size_t dst_row, float *tmp)
+{
+    for (int64_t r = 0; r < n; r++, src += src_row, out += dst_row) {
+        if (dtype == ENG_W_F32) {
+            q_dequant_row(type, src, (float *)(void *)out, k);
+            continue;
+        }
+        q_dequant_row(type, src, tmp, k);
+        uint16_t *o = (uint16_t *)(void *)out;
+        if (dtype == ENG_W_BF16)
+            for (int64_t i = 0; i < k; i++)
+                o[i] = q_f32_to_bf16(tmp[i]);
+        else
+            for (int64_t i = 0; i < k; i++)
+                o[i] = q_f32_to_f16(tmp[i]);
+    }
+}
+
+typedef struct conv_part {
+    int type, dtype;
+    const uint8_t *src;
+    size_t src_row, dst_row;
+    int64_t k, n;
+    uint8_t *out;
+    float *tmp;
+} conv_part;
+
+static void *conv_thread(void *arg)
+{
+    conv_part *p = arg;
+    convert_serial(p->type, p->src, p->src_row, p->k, p->n, p->dtype, p->out, p->dst_row, p->tmp);
+    return NULL;
+}
+
+#define CONV_MAX_THREADS 8
+#define CONV_MT_ELEMS (1 << 20) /* below this, one thread */
+
 int eng_dev_convert_rows(eng_wmat w, int64_t k, int64_t row0, int64_t n, int dtype, void *dst,
                          float *tmp)
 {
@@ -154,20 +196,37 @@ int eng_dev_convert_rows(eng_wmat w, int64_t k, int64_t row0, int64_t n, int dty
         memcpy(out, src, (size_t)n * src_row);
         return 0;
     }
-    for (int64_t r = 0; r < n; r++, src += src_row, out += dst_row) {
-        if (dtype == ENG_W_F32) {
-            q_dequant_row(w.type, src, (float *)(void *)out, k);
-            continue;
-        }
-        q_dequant_row(w.type, src, tmp, k);
-        uint16_t *o = (uint16_t *)(void *)out;
-        if (dtype == ENG_W_BF16)
-            for (int64_t i = 0; i < k; i++)
-                o[i] = q_f32_to_bf16(tmp[i]);
-        else
-            for (int64_t i = 0; i < k; i++)
-                o[i] = q_f32_to_f16(tmp[i]);
+    /* A load converts gigabytes on one host thread otherwise: split the rows over up to 8
+     * threads (each with its own row of scratch); any that cannot start runs inline. */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = ncpu > CONV_MAX_THREADS ? CONV_MAX_THREADS : ncpu < 1 ? 1 : (int)ncpu;
+    if ((uint64_t)n * (uint64_t)k < CONV_MT_ELEMS)
+        nt = 1;
+    if (nt > n)
+        nt = n > 0 ? (int)n : 1;
+    conv_part parts[CONV_MAX_THREADS];
+    pthread_t tid[CONV_MAX_THREADS];
+    bool started[CONV_MAX_THREADS] = {false};
+    float *scratch = nt > 1 ? malloc((size_t)(nt - 1) * (size_t)k * sizeof(float)) : NULL;
+    if (!scratch)
+        nt = 1;
+    const int64_t per = (n + nt - 1) / nt;
+    for (int i = 0; i < nt; i++) {
+        const int64_t r0 = (int64_t)i * per, rn = n - r0 < per ? n - r0 : per;
+        parts[i] = (conv_part){w.type, dtype, src + (size_t)r0 * src_row, src_row, dst_row, k,
+                               rn > 0 ? rn : 0, out + (size_t)r0 * dst_row,
+                               i ? scratch + (size_t)(i - 1) * (size_t)k : tmp};
+        if (i > 0)
+            started[i] = pthread_create(&tid[i], NULL, conv_thread, &parts[i]) == 0;
     }
+    conv_thread(&parts[0]);
+    for (int i = 1; i < nt; i++) {
+        if (started[i])
+            pthread_join(tid[i], NULL);
+        else
+            conv_thread(&parts[i]);
+    }
+    free(scratch);
     return 0;
 }
 

@@ -56,8 +56,9 @@ int eng_dev_plan_model(const eng_model *m, bool fp32, eng_dev_plan *out);
  * Converts rows [row0, row0 + n) of a weight matrix (k elements per row, in its file type
  * w.type) to dtype (ENG_W_F32, ENG_W_F16 or ENG_W_BF16) at dst, n * k elements: a copy of
  * the bytes when the types are equal, else q_dequant_row (the CPU backend's dequantization)
- * rounded to nearest even. tmp: scratch for k floats. -EINVAL for another dtype, a type
- * that cannot be converted or k not a whole number of blocks.
+ * rounded to nearest even; a large conversion is split over up to 8 threads. tmp: scratch
+ * for k floats. -EINVAL for another dtype, a type that cannot be converted or k not a whole
+ * number of blocks.
  */
 int eng_dev_convert_rows(eng_wmat w, int64_t k, int64_t row0, int64_t n, int dtype, void *dst,
                          float *tmp);

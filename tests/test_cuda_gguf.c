@@ -107,6 +107,30 @@ Test(cuda_gguf, bf16_conversion_equals_cpu_dequantization_rounded)
     free(bf);
 }
 
+/* A conversion big enough to be split over threads gives the rows converted one by one. */
+Test(cuda_gguf, threaded_conversion_equals_row_by_row)
+{
+    const int rows = 2304, k = 512; /* 1.2M elements: over the one-thread bound */
+    float *orig = malloc((size_t)rows * k * sizeof(float)), tmp[512];
+    uint16_t *all = malloc((size_t)rows * k * 2), *one = malloc((size_t)rows * k * 2);
+    cr_assert(orig && all && one);
+    const int types[3] = {ENG_W_Q6_K, ENG_W_Q8_0, ENG_W_F32};
+    for (int ti = 0; ti < 3; ti++) {
+        void *data = make_matrix(types[ti], rows, k, orig);
+        eng_wmat w = {data, types[ti]};
+        cr_assert_eq(eng_dev_convert_rows(w, k, 0, rows, ENG_W_BF16, all, tmp), 0);
+        for (int r = 0; r < rows; r++)
+            cr_assert_eq(eng_dev_convert_rows(w, k, r, 1, ENG_W_BF16, one + (size_t)r * k, tmp),
+                         0);
+        cr_expect_eq(memcmp(all, one, (size_t)rows * k * 2), 0, "%s",
+                     eng_wtype_name(types[ti]));
+        free(data);
+    }
+    free(orig);
+    free(all);
+    free(one);
+}
+
 Test(cuda_gguf, f16_and_bf16_rows_are_uploaded_as_they_are)
 {
     const int rows = 4, k = 64;

@@ -403,7 +403,11 @@ static int upload_weights(cu *c, const eng_model *m)
     uploader u;
     if ((rc = uploader_init(c, &u)))
         goto out;
-#define UP(dst, w, rows, cols, nm)                                                               do {                                                                                              if ((rc = upload_mat(c, &u, (dst), (w), (rows), (cols), (nm))))                                   goto out;                                                                             } while (0)
+#define UP(dst, w, rows, cols, nm)                                                            \
+    do {                                                                                      \
+        if ((rc = upload_mat(c, &u, (dst), (w), (rows), (cols), (nm))))                       \
+            goto out;                                                                         \
+    } while (0)
     UP(c->emb, t->token_embedding, V, dim, "token_embd.weight");
     if (!k->shared_classifier)
         UP(c->wcls, t->wcls, V, dim, "output.weight");
