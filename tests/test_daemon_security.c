@@ -743,21 +743,30 @@ static long daemon_rss_kb(pid_t pid)
 	return kb;
 }
 
-/* The daemon's minor page faults so far (minflt of /proc/pid/stat). */
-static long daemon_minflt(pid_t pid)
+/* The fields of /proc/pid/stat after the command name ("state ppid pgrp ..."), in buf;
+ * NULL when unreadable. */
+static const char *proc_stat_fields(pid_t pid, char *buf, size_t cap)
 {
-	char path[64], buf[1024];
+	char path[64];
 	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
 	FILE *f = fopen(path, "r");
 	if (!f)
-		return -1;
-	size_t n = fread(buf, 1, sizeof buf - 1, f);
+		return NULL;
+	size_t n = fread(buf, 1, cap - 1, f);
 	fclose(f);
 	buf[n] = 0;
 	char *p = strrchr(buf, ')');
+	return p && p[1] ? p + 2 : NULL;
+}
+
+/* The daemon's minor page faults so far (minflt of /proc/pid/stat). */
+static long daemon_minflt(pid_t pid)
+{
+	char buf[1024];
+	const char *p = proc_stat_fields(pid, buf, sizeof buf);
 	long flt = -1;
 	/* fields after the comm: state(3) ppid pgrp session tty_nr tpgid flags minflt(10) */
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %ld", &flt) != 1)
+	if (!p || sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %ld", &flt) != 1)
 		return -1;
 	return flt;
 }
@@ -765,20 +774,11 @@ static long daemon_minflt(pid_t pid)
 /* Process CPU time of the daemon in ms (utime + stime of /proc/pid/stat). */
 static double daemon_cpu_ms(pid_t pid)
 {
-	char path[64], buf[1024];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return -1;
-	size_t n = fread(buf, 1, sizeof buf - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	char *p = strrchr(buf, ')');
-	if (!p)
-		return -1;
+	char buf[1024];
+	const char *p = proc_stat_fields(pid, buf, sizeof buf);
 	unsigned long ut = 0, st = 0;
 	/* fields after the comm: state(3) ... utime(14) stime(15) */
-	if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+	if (!p || sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
 		return -1;
 	return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
 }
