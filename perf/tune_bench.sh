@@ -58,6 +58,7 @@ timed() {
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+started=$(date -u '+%Y-%m-%d %H:%M')
 : > "$TMP/tune"
 : > "$TMP/replay"
 for i in $(seq 1 "$RUNS"); do
@@ -89,13 +90,13 @@ if [ "$JSON" = 1 ]; then
     jq -n --arg machine "${machine:-unknown}" --argjson cpus "$(nproc)" --arg loads "$LOADS" --argjson runs "$RUNS" \
         --argjson wall "$tw" --argjson wmin "$tmin" --argjson wmax "$tmax" --argjson cpu "$tc" --argjson replay "$rw" \
         --argjson sims "${sims:-0}" --argjson threads "${threads:-0}" --arg best "$best" --argjson same "$same" \
-        --arg lb "$load_before" --arg la "$load_after" --argjson met "$met" \
+        --arg lb "$load_before" --arg la "$load_after" --argjson met "$met" --arg started "$started" \
         '{machine: $machine, cpus: $cpus, trace: "AzureLLMInferenceTrace_conv.csv", loads: $loads, runs: $runs,
           tune_wall_s: {median: $wall, min: $wmin, max: $wmax}, tune_cpu_s: $cpu, simulations: $sims, threads: $threads,
           replay_wall_s: $replay, ratio: ($wall / $replay), best_hash: $best, same_answer_every_run: ($same == 1),
-          loadavg_before: $lb, loadavg_after: $la, goal_s: 120, met: ($met == 1)}'
+          started_utc: $started, loadavg_before: $lb, loadavg_after: $la, goal_s: 120, met: ($met == 1)}'
 else
-    echo "machine: ${machine:-unknown}, $(nproc) CPUs; $(date -u '+%Y-%m-%d %H:%M UTC'); load average before $load_before, after $load_after"
+    echo "machine: ${machine:-unknown}, $(nproc) CPUs; $started–$(date -u '+%H:%M') UTC; load average before $load_before, after $load_after"
     echo "ringlm-sim --trace AzureLLMInferenceTrace_conv.csv --policy $POLICY --tune default --tune-loads $LOADS ${JOBS[*]}"
     echo
     echo "| what | median wall s [min, max] | CPU s | simulations | threads | best policy |"
