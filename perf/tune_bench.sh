@@ -17,7 +17,7 @@
 # Usage: B=build perf/tune_bench.sh [--runs N (3)] [--loads 1,2,3] [--jobs N] [--json]
 #        (env RINGLM_SHARED: where traces/ is, default ../shared)
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 B=${B:-build}
 SHARED=${RINGLM_SHARED:-../shared}
 RUNS=3 LOADS=1,2,3 JOBS=() JSON=0
