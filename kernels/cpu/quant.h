@@ -21,6 +21,12 @@
  * one scale per 256; Q4_K's minimums meet the quantized block sums): AVX2 maddubs, or AVX-512 VNNI dpbusd where the CPU has it, or
  * portable C. That product is within sum_j |w_j| * max|x over j's block| * (1/254 + 1/2048)
  * of the exact one, and the three paths agree within 1e-5 x sum_j |w_j x_j|.
+ * On each path a row's products do not depend on the rows beside it (DESIGN §8: a sequence
+ * decoding alone and in a batch gets the same logits to the bit): each activation row is
+ * quantized by itself, and with AVX-512 VNNI one row (weights dotted as they lie, the next
+ * tile prefetched) and a batch (repacked tiles) form the same exact integer sums per block
+ * of 32 and add them with the same float steps; the AVX2 and portable paths run one kernel
+ * for 1 to Q_INT_MAX_ROWS rows. tests/test_gguf_quant.c and tests/test_engine_inv.c hold it.
  * Prefill (many rows) otherwise: a tile of weight rows is dequantized to float32 and
  * multiplied with OpenBLAS SGEMM, so batching keeps its advantage.
  */
