@@ -103,10 +103,7 @@ static void matmul_rows(int rows, const float *x, eng_wmat wm, int n0, int n, in
     /* Float32 batches of up to gemm_small_max_rows rows go through gemm_small (each weight
      * row read once for all rows, nothing packed), larger ones through OpenBLAS SGEMM,
      * whose packing pays for itself once the product is compute-bound. */
-    static _Atomic int small_max = -1; /* this machine's, resolved once (benign race) */
-    if (small_max < 0)
-        small_max = gemm_small_max_rows(GEMM_SMALL_AUTO);
-    if (rows <= small_max)
+    if (rows <= gemm_small_max_rows(GEMM_SMALL_AUTO))
         gemm_small(GEMM_SMALL_AUTO, rows, n, k, x, k, w, k, beta, y, ld_y);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, k, 1.0f, x, k, w, k, beta,

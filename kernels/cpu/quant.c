@@ -558,58 +558,47 @@ SIMD static void xq8_row_avx2(const float *x, int8_t *q, float *d, float *s, int
     }
 }
 
-static void q8_rows_portable(const void *wv, int n, int64_t k, const xq8 *x, int rows,
-                             float beta, float *y, int ld_y)
+/* The portable integer dots of one weight row w (nb blocks of its type) with one quantized
+ * activation row (xq: k bytes, xd: its k/32 scales, xs: d x sum q per 32). */
+static float q8_dot_portable(const void *wv, int64_t k, const int8_t *xq, const float *xd,
+                             const float *xs)
 {
+    (void)xs;
     const blk_q8_0 *w = wv;
-    const int64_t nb = k / 32;
-    for (int i = 0; i < n; i++, w += nb)
-        for (int r = 0; r < rows; r++) {
-            const int8_t *xq = x->q + (size_t)r * k;
-            const float *xd = x->d + (size_t)r * nb;
-            float sum = 0.0f;
-            for (int64_t b = 0; b < nb; b++) {
-                int s = 0;
-                for (int j = 0; j < 32; j++)
-                    s += w[b].qs[j] * xq[b * 32 + j];
-                sum += q_f16_to_f32(w[b].d) * xd[b] * (float)s;
-            }
-            float *yr = y + (size_t)r * ld_y + i;
-            *yr = beta == 0.0f ? sum : beta * *yr + sum;
-        }
+    float sum = 0.0f;
+    for (int64_t b = 0; b < k / 32; b++) {
+        int s = 0;
+        for (int j = 0; j < 32; j++)
+            s += w[b].qs[j] * xq[b * 32 + j];
+        sum += q_f16_to_f32(w[b].d) * xd[b] * (float)s;
+    }
+    return sum;
 }
 
 /* Q4_K: per 32-element sub-block j, x = d sc_j q - dmin m_j with q in 0..15 (unsigned, so
  * dotted as it is); the minimums meet the quantized block sums. */
-static void q4k_rows_portable(const void *wv, int n, int64_t k, const xq8 *x, int rows,
-                              float beta, float *y, int ld_y)
+static float q4k_dot_portable(const void *wv, int64_t k, const int8_t *xq, const float *xd,
+                              const float *xs)
 {
     const blk_q4_k *w = wv;
-    const int64_t nb = k / QK_K, nx = k / 32;
-    for (int i = 0; i < n; i++, w += nb)
-        for (int r = 0; r < rows; r++) {
-            const int8_t *xq = x->q + (size_t)r * k;
-            const float *xd = x->d + (size_t)r * nx, *xs = x->s + (size_t)r * nx;
-            float sum = 0.0f, mins = 0.0f;
-            for (int64_t b = 0; b < nb; b++) {
-                const float d = q_f16_to_f32(w[b].d), dmin = q_f16_to_f32(w[b].dmin);
-                float m = 0.0f;
-                for (int j = 0; j < 8; j++) {
-                    uint8_t sc, mn;
-                    scale_min_k4(j, w[b].scales, &sc, &mn);
-                    const uint8_t *q = w[b].qs + 32 * (j / 2);
-                    const int8_t *xj = xq + b * QK_K + 32 * j;
-                    int s = 0;
-                    for (int l = 0; l < 32; l++)
-                        s += (j % 2 ? q[l] >> 4 : q[l] & 0xF) * xj[l];
-                    sum += d * sc * xd[b * 8 + j] * (float)s;
-                    m += mn * xs[b * 8 + j];
-                }
-                mins += dmin * m;
-            }
-            float *yr = y + (size_t)r * ld_y + i;
-            *yr = beta == 0.0f ? sum - mins : beta * *yr + (sum - mins);
+    float sum = 0.0f, mins = 0.0f;
+    for (int64_t b = 0; b < k / QK_K; b++) {
+        const float d = q_f16_to_f32(w[b].d), dmin = q_f16_to_f32(w[b].dmin);
+        float m = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, mn;
+            scale_min_k4(j, w[b].scales, &sc, &mn);
+            const uint8_t *q = w[b].qs + 32 * (j / 2);
+            const int8_t *xj = xq + b * QK_K + 32 * j;
+            int s = 0;
+            for (int l = 0; l < 32; l++)
+                s += (j % 2 ? q[l] >> 4 : q[l] & 0xF) * xj[l];
+            sum += d * sc * xd[b * 8 + j] * (float)s;
+            m += mn * xs[b * 8 + j];
         }
+        mins += dmin * m;
+    }
+    return sum - mins;
 }
 
 /* The 6-bit value of element e (0..255) of a Q6_K block, 0..63. */
@@ -621,25 +610,35 @@ static int q6k_q(const blk_q6_k *b, int e)
 }
 
 /* Q6_K: per 16-element sub-block g, x = d scales[g] (q - 32). */
-static void q6k_rows_portable(const void *wv, int n, int64_t k, const xq8 *x, int rows,
-                              float beta, float *y, int ld_y)
+static float q6k_dot_portable(const void *wv, int64_t k, const int8_t *xq, const float *xd,
+                              const float *xs)
 {
+    (void)xs;
     const blk_q6_k *w = wv;
-    const int64_t nb = k / QK_K, nx = k / 32;
-    for (int i = 0; i < n; i++, w += nb)
+    float sum = 0.0f;
+    for (int64_t b = 0; b < k / QK_K; b++) {
+        const float d = q_f16_to_f32(w[b].d);
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++)
+                s += (q6k_q(&w[b], 16 * g + l) - 32) * xq[b * QK_K + 16 * g + l];
+            sum += d * w[b].scales[g] * xd[b * 8 + g / 2] * (float)s;
+        }
+    }
+    return sum;
+}
+
+/* y[r][i] = beta y[r][i] + w_i . x_r for the n weight rows and the rows of x, portable. */
+static void rows_portable(int type, const void *wv, int n, int64_t k, const xq8 *x, int rows,
+                          float beta, float *y, int ld_y)
+{
+    float (*dot)(const void *, int64_t, const int8_t *, const float *, const float *) =
+        type == Q_Q8_0 ? q8_dot_portable : type == Q_Q4_K ? q4k_dot_portable : q6k_dot_portable;
+    const size_t rb = q_row_bytes(type, k), nx = (size_t)k / 32;
+    for (int i = 0; i < n; i++)
         for (int r = 0; r < rows; r++) {
-            const int8_t *xq = x->q + (size_t)r * k;
-            const float *xd = x->d + (size_t)r * nx;
-            float sum = 0.0f;
-            for (int64_t b = 0; b < nb; b++) {
-                const float d = q_f16_to_f32(w[b].d);
-                for (int g = 0; g < 16; g++) {
-                    int s = 0;
-                    for (int l = 0; l < 16; l++)
-                        s += (q6k_q(&w[b], 16 * g + l) - 32) * xq[b * QK_K + 16 * g + l];
-                    sum += d * w[b].scales[g] * xd[b * 8 + g / 2] * (float)s;
-                }
-            }
+            const float sum = dot((const char *)wv + (size_t)i * rb, k, x->q + (size_t)r * k,
+                                  x->d + (size_t)r * nx, x->s + (size_t)r * nx);
             float *yr = y + (size_t)r * ld_y + i;
             *yr = beta == 0.0f ? sum : beta * *yr + sum;
         }
@@ -1499,20 +1498,19 @@ static bool matmul_int(int type, const void *w, int n, int k, const float *x, in
         }
         return true;
     }
-    rows_fn *const kerns[3][2] = {
-        {q8_rows_portable, q8_rows_avx2},
-        {q4k_rows_portable, q4k_rows_avx2},
-        {q6k_rows_portable, q6k_rows_avx2},
-    };
-    rows_fn *kern = kerns[type == Q_Q8_0 ? 0 : type == Q_Q4_K ? 1 : 2][isa > Q_ISA_PORTABLE];
+    rows_fn *const kern = type == Q_Q8_0 ? q8_rows_avx2 : type == Q_Q4_K ? q4k_rows_avx2 : q6k_rows_avx2;
     for (int i0 = 0; i0 < n; i0 += Q8_TILE) {
         const int m = n - i0 < Q8_TILE ? n - i0 : Q8_TILE;
         for (int r0 = 0; r0 < rows; r0 += Q8_GROUP_ROWS) {
             const int g = rows - r0 < Q8_GROUP_ROWS ? rows - r0 : Q8_GROUP_ROWS;
             xq8 part = {.q = xq.q + (size_t)r0 * k, .d = xq.d + (size_t)r0 * nb,
                         .s = xq.s + (size_t)r0 * nb};
-            kern((const char *)w + (size_t)i0 * rb, m, k, &part, g, beta,
-                 y + (size_t)r0 * ld_y + i0, ld_y);
+            if (isa > Q_ISA_PORTABLE)
+                kern((const char *)w + (size_t)i0 * rb, m, k, &part, g, beta,
+                     y + (size_t)r0 * ld_y + i0, ld_y);
+            else
+                rows_portable(type, (const char *)w + (size_t)i0 * rb, m, k, &part, g, beta,
+                              y + (size_t)r0 * ld_y + i0, ld_y);
         }
     }
     return true;
@@ -1559,10 +1557,7 @@ void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, f
      * are (cpu.c): OpenBLAS SGEMM packs its operands on every call, which for a tile of
      * 8-64 weight rows against a decode batch costs more than the product (F16 decoded 8
      * sequences at 0.33-0.5x its own 1-sequence rate, 0.16-0.33x llama.cpp, with SGEMM). */
-    static _Atomic int small_max = -1; /* this machine's, resolved once (benign race) */
-    if (small_max < 0)
-        small_max = gemm_small_max_rows(GEMM_SMALL_AUTO);
-    const bool small = rows <= small_max;
+    const bool small = rows <= gemm_small_max_rows(GEMM_SMALL_AUTO);
     const bool f16c = q_simd_active();
     const size_t rb = q_row_bytes(type, k);
     for (int i0 = 0; i0 < n; i0 += tile) {
