@@ -321,3 +321,61 @@ Test(gguf_quant, a_row_alone_equals_the_same_row_in_a_batch_to_the_bit)
     cr_log_info("alone vs batch: %d batches compared row by row (best path %s)", checked,
                 q_isa_name(best));
 }
+
+/* Activations quantized once (q_xq_prepare, as the CPU backend does per matmul region) and
+ * handed to every chunk of weight rows give what q_matmul gives quantizing them itself, to
+ * the bit, on each instruction set; a buffer too small, or rows prepared for another shape,
+ * fall back to q_matmul. */
+Test(gguf_quant, activations_quantized_once_give_the_same_products)
+{
+    static const int itypes[] = {Q_Q8_0, Q_Q4_K, Q_Q6_K};
+    const int n = 50, k = 512, R = 33;
+    float *w = malloc((size_t)n * k * sizeof *w), *x = malloc((size_t)R * k * sizeof *x);
+    float *want = malloc((size_t)R * n * sizeof *want), *got = malloc((size_t)R * n * sizeof *got);
+    unsigned char *q = malloc(q_row_bytes(Q_F32, k) * n);
+    for (size_t i = 0; i < (size_t)n * k; i++)
+        w[i] = frand();
+    for (size_t i = 0; i < (size_t)R * k; i++)
+        x[i] = frand() * (float)(1 << (i / 32 % 9));
+    int best = q_isa(), was = q_isa_cap(Q_ISA_PORTABLE), checked = 0;
+    for (size_t t = 0; t < sizeof itypes / sizeof itypes[0]; t++) {
+        const size_t rb = q_row_bytes(itypes[t], k);
+        for (int i = 0; i < n; i++)
+            q_quantize_row(itypes[t], w + (size_t)i * k, q + i * rb, k);
+        static const int rows_cases[] = {1, 2, 9, 33};
+        for (int isa = Q_ISA_PORTABLE; isa <= best; isa++) {
+            q_isa_cap(isa);
+            for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++) {
+                const int rows = rows_cases[rc];
+                const size_t bytes = q_xq_bytes(rows, k);
+                void *mem = malloc(bytes);
+                cr_assert_null(q_xq_prepare(mem, bytes - 65, x, rows, k), "too few bytes");
+                const q_xq *a = q_xq_prepare(mem, bytes, x, rows, k);
+                cr_assert_not_null(a);
+                q_matmul(itypes[t], q, n, k, x, rows, 0.0f, want, n);
+                /* in chunks of 16 weight rows, as the backend's workers take them */
+                for (int i0 = 0; i0 < n; i0 += 16)
+                    q_matmul_xq(itypes[t], q + i0 * rb, n - i0 < 16 ? n - i0 : 16, k, a, x, rows,
+                                0.0f, got + i0, n);
+                cr_assert(memcmp(want, got, (size_t)rows * n * sizeof *got) == 0,
+                          "type %d %s rows=%d: prepared activations differ", itypes[t],
+                          q_isa_name(isa), rows);
+                if (rows > 1) { /* prepared for other rows: q_matmul on x */
+                    q_matmul_xq(itypes[t], q, n, k, a, x + k, rows - 1, 0.0f, got, n);
+                    q_matmul(itypes[t], q, n, k, x + k, rows - 1, 0.0f, want, n);
+                    cr_assert(memcmp(want, got, (size_t)(rows - 1) * n * sizeof *got) == 0,
+                              "rows=%d: prepared for %d rows, not taken", rows - 1, rows);
+                }
+                free(mem);
+                checked++;
+            }
+        }
+    }
+    q_isa_cap(was);
+    cr_log_info("prepared activations: %d cases", checked);
+    free(w);
+    free(x);
+    free(want);
+    free(got);
+    free(q);
+}

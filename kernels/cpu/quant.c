@@ -1346,22 +1346,26 @@ VNNI512 static void vt_layout(const xq8 *xq, int rows, int64_t k, const vt_x *t)
 static pthread_key_t tile_key;
 static pthread_once_t tile_once = PTHREAD_ONCE_INIT;
 
+/* Two buffers per thread: TILE_BUF (dequantized tiles; the integer path's weight tiles) and
+ * XQ_BUF (the activations q_matmul quantizes itself). */
+enum { TILE_BUF, XQ_BUF };
 typedef struct tile_buf {
-    size_t floats;
-    float *p;
+    size_t floats[2];
+    float *p[2];
 } tile_buf;
 
 static void tile_free(void *p)
 {
     tile_buf *t = p;
-    free(t->p);
+    free(t->p[0]);
+    free(t->p[1]);
     free(t);
 }
 
 static void tile_key_init(void) { pthread_key_create(&tile_key, tile_free); }
 
-/* This thread's tile buffer of at least n floats (kept for the thread's life). */
-static float *tile_get(size_t n)
+/* This thread's buffer `which` of at least n floats (kept for the thread's life). */
+static float *thread_buf(int which, size_t n)
 {
     pthread_once(&tile_once, tile_key_init);
     tile_buf *t = pthread_getspecific(tile_key);
@@ -1372,15 +1376,17 @@ static float *tile_get(size_t n)
             return NULL;
         }
     }
-    if (t->floats < n) {
-        float *p = realloc(t->p, n * sizeof(float));
+    if (t->floats[which] < n) {
+        float *p = realloc(t->p[which], n * sizeof(float));
         if (!p)
             return NULL;
-        t->p = p;
-        t->floats = n;
+        t->p[which] = p;
+        t->floats[which] = n;
     }
-    return t->p;
+    return t->p[which];
 }
+
+static float *tile_get(size_t n) { return thread_buf(TILE_BUF, n); }
 
 static void matmul_fused(int type, const void *w, int n, int k, const float *x, int rows,
                          float beta, float *y, int ld_y)
@@ -1412,51 +1418,99 @@ static size_t carve(size_t *off, size_t bytes)
     return at;
 }
 
-static bool matmul_int(int type, const void *w, int n, int k, const float *x, int rows,
-                       float beta, float *y, int ld_y)
+/* Activation rows quantized for the integer path, in the layouts its kernels read. */
+struct q_xq {
+    int rows, k, isa;
+    xq8 xq;       /* row-major (the AVX2 and portable kernels) */
+    vt_x xt;      /* AVX-512 VNNI: block-major, with the integer sums */
+    int16_t *x32; /* AVX-512 VNNI, 1 row: Q6_K's pair sums (vt1_x32) */
+};
+
+/* The regions of a q_xq for rows x k on isa, as offsets o[] from its 64-aligned start; returns
+ * the bytes it needs (with the slack to align an unaligned buffer). */
+static size_t xq_plan(int rows, int k, int isa, size_t o[9])
 {
     const size_t nb = (size_t)k / 32, R = (size_t)rows;
+    size_t off = sizeof(struct q_xq);
+    memset(o, 0, 9 * sizeof *o);
+    o[0] = carve(&off, R * nb * 4);
+    o[1] = carve(&off, R * nb * 4);
+    o[2] = carve(&off, R * (size_t)k);
+    if (isa >= Q_ISA_AVX512) {
+        o[3] = carve(&off, R * (size_t)k);
+        o[4] = carve(&off, R * nb * 4);
+        o[5] = carve(&off, R * nb * 4);
+        o[6] = carve(&off, R * nb * 4);
+        o[7] = carve(&off, 2 * R * nb * 4);
+        o[8] = carve(&off, rows == 1 ? (size_t)k : 0);
+    }
+    return off + 64;
+}
+
+size_t q_xq_bytes(int rows, int k)
+{
+    size_t o[9];
+    return xq_plan(rows, k, q_isa(), o);
+}
+
+const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int k)
+{
     const int isa = q_isa();
+    size_t o[9];
+    if (rows < 1 || k % 32 || bytes < xq_plan(rows, k, isa, o))
+        return NULL;
+    char *buf = (char *)mem + (64 - (uintptr_t)mem % 64) % 64;
+    struct q_xq *a = (struct q_xq *)buf;
+    const size_t nb = (size_t)k / 32;
+    *a = (struct q_xq){.rows = rows, .k = k, .isa = isa};
+    a->xq = (xq8){.d = (float *)(buf + o[0]), .s = (float *)(buf + o[1]), .q = (int8_t *)(buf + o[2])};
+    for (int r = 0; r < rows; r++)
+        (isa ? xq8_row_avx2 : xq8_row_portable)(x + (size_t)r * k, a->xq.q + (size_t)r * k,
+                                                  a->xq.d + (size_t)r * nb, a->xq.s + (size_t)r * nb, k);
+    if (isa >= Q_ISA_AVX512) {
+        a->xt = (vt_x){.q = (int8_t *)(buf + o[3]), .d = (float *)(buf + o[4]),
+                       .s = (float *)(buf + o[5]), .c32 = (int32_t *)(buf + o[6]),
+                       .c16 = (int32_t *)(buf + o[7]), .rows = rows};
+        vt_layout(&a->xq, rows, k, &a->xt);
+        if (rows == 1) {
+            a->x32 = (int16_t *)(buf + o[8]);
+            vt1_x32(a->xt.q, k, a->x32);
+        }
+    }
+    return a;
+}
+
+/* Q8_0, Q4_K and Q6_K weights times the activation rows a (quantized for this instruction
+ * set), in tiles of weight rows and groups of activation rows, the weight tiles in this
+ * thread's buffer. Returns false when there is no memory for them. */
+static bool matmul_int(int type, const void *w, int n, int k, const struct q_xq *a, float beta,
+                       float *y, int ld_y)
+{
+    const size_t nb = (size_t)k / 32;
+    const int isa = a->isa, rows = a->rows;
     const bool vt = isa >= Q_ISA_AVX512;
-    size_t off = 0;
-    const size_t o_d = carve(&off, R * nb * 4), o_s = carve(&off, R * nb * 4);
-    const size_t o_q = carve(&off, R * (size_t)k);
-    size_t o_tq = 0, o_td = 0, o_ts = 0, o_c32 = 0, o_c16 = 0, o_wq = 0, o_wa = 0, o_wm = 0, o_ws = 0,
-           o_wr = 0, o_x32 = 0;
+    size_t off = 0, o_wq = 0, o_wa = 0, o_wm = 0, o_ws = 0, o_wr = 0;
+    char *buf = NULL;
     if (vt) {
-        o_tq = carve(&off, R * (size_t)k);
-        o_td = carve(&off, R * nb * 4);
-        o_ts = carve(&off, R * nb * 4);
-        o_c32 = carve(&off, R * nb * 4);
-        o_c16 = carve(&off, 2 * R * nb * 4);
         o_wq = carve(&off, nb * 512);
         o_wa = carve(&off, nb * 64);
         o_wm = carve(&off, nb * 64);
         o_ws = carve(&off, nb * 128);
         o_wr = carve(&off, VT_COLS * q_row_bytes(type, k));
-        o_x32 = carve(&off, (size_t)k);
+        buf = (char *)tile_get(off / 4 + 16 + 1);
+        if (!buf)
+            return false;
+        buf += (64 - (uintptr_t)buf % 64) % 64;
     }
-    char *buf = (char *)tile_get(off / 4 + 16 + 1);
-    if (!buf)
-        return false;
-    buf += (64 - (uintptr_t)buf % 64) % 64;
-    xq8 xq = {.d = (float *)(buf + o_d), .s = (float *)(buf + o_s), .q = (int8_t *)(buf + o_q)};
-    for (int r = 0; r < rows; r++)
-        (isa ? xq8_row_avx2 : xq8_row_portable)(x + (size_t)r * k, xq.q + (size_t)r * k,
-                                                  xq.d + (size_t)r * nb, xq.s + (size_t)r * nb, k);
+    const xq8 xq = a->xq;
     const size_t rb = q_row_bytes(type, k);
     if (vt) {
-        const vt_x xt = {.q = (int8_t *)(buf + o_tq), .d = (float *)(buf + o_td),
-                         .s = (float *)(buf + o_ts), .c32 = (int32_t *)(buf + o_c32),
-                         .c16 = (int32_t *)(buf + o_c16), .rows = rows};
+        const vt_x xt = a->xt;
         const vt_w wt = {.q = (uint8_t *)(buf + o_wq), .a = (float *)(buf + o_wa),
                          .m = (float *)(buf + o_wm), .sc = (int32_t *)(buf + o_ws)};
-        vt_layout(&xq, rows, k, &xt);
         if (rows == 1) { /* one row: the weights dotted as they lie (vt1_*) */
-            int16_t *x32 = (int16_t *)(buf + o_x32);
+            const int16_t *x32 = a->x32;
             int32_t *P = (int32_t *)wt.q; /* nb x 16 sums, where a batch packs its tile */
-            if (type == Q_Q6_K)
-                vt1_x32(xt.q, k, x32);
             for (int i0 = 0; i0 < n; i0 += VT_COLS) {
                 const int m = n - i0 < VT_COLS ? n - i0 : VT_COLS;
                 /* in place: vt1_sums_* prefetch the next tile while dotting this one
@@ -1524,6 +1578,15 @@ bool q_int_path(int type, int rows)
            (rows <= Q_INT_MAX_ROWS || q_isa() >= Q_ISA_AVX512);
 }
 
+void q_matmul_xq(int type, const void *w, int n, int k, const q_xq *a, const float *x, int rows,
+                 float beta, float *y, int ld_y)
+{
+    if (a && a->rows == rows && a->k == k && a->isa == q_isa() && q_int_path(type, rows) &&
+        matmul_int(type, w, n, k, a, beta, y, ld_y))
+        return;
+    q_matmul(type, w, n, k, x, rows, beta, y, ld_y);
+}
+
 void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, float beta,
               float *y, int ld_y)
 {
@@ -1532,8 +1595,10 @@ void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, f
         int r0 = 0;
         for (; r0 < rows; r0 += Q_INT_CHUNK_ROWS) {
             const int g = rows - r0 < Q_INT_CHUNK_ROWS ? rows - r0 : Q_INT_CHUNK_ROWS;
-            if (!matmul_int(type, w, n, k, x + (size_t)r0 * k, g, beta, y + (size_t)r0 * ld_y,
-                            ld_y))
+            const size_t bytes = q_xq_bytes(g, k);
+            void *mem = thread_buf(XQ_BUF, bytes / sizeof(float) + 1);
+            const q_xq *a = mem ? q_xq_prepare(mem, bytes, x + (size_t)r0 * k, g, k) : NULL;
+            if (!a || !matmul_int(type, w, n, k, a, beta, y + (size_t)r0 * ld_y, ld_y))
                 break;
         }
         if (r0 >= rows)

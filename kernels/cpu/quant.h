@@ -78,6 +78,20 @@ bool q_int_path(int type, int rows);
 void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, float beta,
               float *y, int ld_y);
 
+/* Activation rows quantized once for the integer path (Q8_0, Q4_K, Q6_K weights: one 8-bit
+ * format for all three), so that the chunks of weight rows a backend splits a matmul into,
+ * and the matmuls that read the same rows, do not each quantize them again. q_xq_bytes: the
+ * memory it takes; q_xq_prepare quantizes x (rows x k) into mem (NULL when bytes are too few
+ * or k is not a multiple of 32); it holds no pointer to x. */
+typedef struct q_xq q_xq;
+size_t q_xq_bytes(int rows, int k);
+const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int k);
+/* q_matmul with the rows already quantized in a (taken when a matches rows, k and the current
+ * instruction set, and q_int_path(type, rows); otherwise q_matmul on x). The same results as
+ * q_matmul, to the bit. */
+void q_matmul_xq(int type, const void *w, int n, int k, const q_xq *a, const float *x, int rows,
+                 float beta, float *y, int ld_y);
+
 /* The instruction sets of the kernels, chosen once at run time: the best this CPU has, capped
  * by RINGLM_QUANT_PORTABLE=1 or RINGLM_QUANT_NO_AVX512=1 in the environment, or by
  * q_isa_cap() (tests compare the paths; it returns the previous cap). */
