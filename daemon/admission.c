@@ -148,9 +148,10 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
     /* prefix cache: the cache domain of the tenant this daemon decided (SO_PEERCRED, or a
      * trusted gateway's tag) — its own unless the policy groups tenants (cache_domain) — or
      * the uid under the built-in policy; never a value the client chose */
+    r->cache_salt = ut_cache_salt(s, tenant, ss->uid);
     sched_request sr = {.id = r->id, .tenant = tenant, .class_idx = ci, .prompt_len = n_prompt,
                         .max_new_tokens = hdr->max_new_tokens, .deadline_us = r->deadline_us,
-                        .arrival_us = s->now_us, .tokens = r->tokens, .cache_salt = ut_cache_salt(s, tenant, ss->uid)};
+                        .arrival_us = s->now_us, .tokens = r->tokens, .cache_salt = r->cache_salt};
     sched_reject_reason rr = SCHED_REJECT_NONE;
     int rc = sched_submit(s->sched, &sr, s->now_us, &rr);
     if (rc < 0) {

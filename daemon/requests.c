@@ -161,19 +161,23 @@ static void req_log_and_free(svc *s, svc_req *r)
                                  ? ringlm_wire_reason_name(r->fin_cause) : NULL,
             .cached_tokens = r->cached_tokens,
         };
-        /* the prompt's block keys, as the prefix cache computes them in the tenant's cache
-         * domain: a replay (ringlm-sim --trace) shares prefixes as this run did.  53 bits (a
-         * JSON integer every reader keeps exact); the first REQLOG_HASH_IDS blocks, so the
-         * line fits the log's line size */
+        /* the block keys of the prompt and then of the answer (the blocks the prefix cache
+         * keeps of both, in the request's cache domain): a replay (ringlm-sim --trace)
+         * shares prefixes as this run did, a next turn's prompt hitting this answer too.  53
+         * bits (a JSON integer every reader keeps exact); the first REQLOG_HASH_IDS blocks in
+         * all, so the line fits the log's line size; the answer's only after all of the
+         * prompt's (they continue its chain) */
         uint64_t ids[REQLOG_HASH_IDS];
-        uint32_t bs = (uint32_t)eng_kv_block_size(s->engine);
-        if (r->tokens && r->n_prompt >= bs && bs) {
+        uint32_t bs = (uint32_t)eng_kv_block_size(s->engine), n_seq = r->n_prompt + r->n_gen;
+        if (r->tokens && bs && n_seq >= bs) {
             sched_prefix_key keys[REQLOG_HASH_IDS];
-            uint32_t n = sched_prefix_keys(sched_policy_cache_salt(sched_get_policy(s->sched), r->tenant), r->tokens,
-                                           r->n_prompt, bs, keys, REQLOG_HASH_IDS);
+            uint32_t n = sched_prefix_keys(r->cache_salt, r->tokens, n_seq, bs, keys, REQLOG_HASH_IDS);
+            uint32_t np = r->n_prompt / bs < n ? r->n_prompt / bs : n;
             for (uint32_t i = 0; i < n; i++) ids[i] = keys[i].lo & ((1ull << 53) - 1);
-            lr.hash_ids = ids;
-            lr.n_hash_ids = n;
+            lr.hash_ids = np ? ids : NULL;
+            lr.n_hash_ids = np;
+            lr.answer_hash_ids = n > np ? ids + np : NULL;
+            lr.n_answer_hash_ids = n - np;
             lr.hash_block_tokens = bs;
         }
         declog_request_line(s->logs, &lr);

@@ -73,6 +73,7 @@ typedef struct svc_req {
     unsigned fin_reason, fin_cause;  /* RINGLM_WIRE_R_* */
     unsigned forced_reason, forced_cause; /* set before a daemon-side cancel */
     uint32_t cached_tokens;   /* prompt tokens its first admission found in the prefix cache */
+    uint64_t cache_salt;      /* its prefix cache domain (ut_cache_salt), for the request log */
     bool scheduled;           /* the scheduler has started it (its first cache_hit is counted) */
 } svc_req;
 

@@ -24,10 +24,16 @@ int fmt_request_format(const fmt_request *r, char *buf, size_t cap)
     fmt_json_str(&j, "finish_reason", r->finish_reason ? r->finish_reason : "error");
     fmt_json_str(&j, "reject_reason", r->reject_reason);
     if (r->cached_tokens != FMT_NULL) fmt_json_int(&j, "cached_tokens", r->cached_tokens);
-    if (r->n_hash_ids && r->hash_ids) {
-        fmt_json_uint(&j, "hash_block_tokens", r->hash_block_tokens);
+    bool hashes = r->n_hash_ids && r->hash_ids, answer = r->n_answer_hash_ids && r->answer_hash_ids;
+    if (hashes || answer) fmt_json_uint(&j, "hash_block_tokens", r->hash_block_tokens);
+    if (hashes) {
         fmt_json_array(&j, "hash_ids");
         for (uint32_t i = 0; i < r->n_hash_ids; i++) fmt_json_uint(&j, NULL, r->hash_ids[i]);
+        fmt_json_close(&j);
+    }
+    if (answer) {
+        fmt_json_array(&j, "answer_hash_ids");
+        for (uint32_t i = 0; i < r->n_answer_hash_ids; i++) fmt_json_uint(&j, NULL, r->answer_hash_ids[i]);
         fmt_json_close(&j);
     }
     return fmt_json_end(&j);
@@ -59,16 +65,17 @@ int fmt_request_parse(const char *line, size_t len, fmt_request *out, fmt_reques
               fmt_get_str(o, "class", 0, text->class_name, sizeof text->class_name, why, whylen) ||
               fmt_get_str(o, "finish_reason", 0, text->finish_reason, sizeof text->finish_reason, why, whylen) ||
               fmt_get_str(o, "reject_reason", 0, text->reject_reason, sizeof text->reject_reason, why, whylen) ||
-              fmt_get_u64_array(o, "hash_ids", text->hash_ids, FMT_HASH_IDS_MAX, &out->n_hash_ids, why, whylen);
+              fmt_get_u64_array(o, "hash_ids", text->hash_ids, FMT_HASH_IDS_MAX, &out->n_hash_ids, why, whylen) ||
+              fmt_get_u64_array(o, "answer_hash_ids", text->answer_hash_ids, FMT_HASH_IDS_MAX,
+                                &out->n_answer_hash_ids, why, whylen);
     int64_t hbt = 0;
-    if (!bad && out->n_hash_ids)
+    if (!bad && (out->n_hash_ids || out->n_answer_hash_ids))
         bad = fmt_get_int(o, "hash_block_tokens", FMT_REQUIRED, 1, TOKENS_MAX, &hbt, why, whylen);
     json_decref(o);
     if (bad) return -EINVAL;
-    if (out->n_hash_ids) {
-        out->hash_ids = text->hash_ids;
-        out->hash_block_tokens = (uint32_t)hbt;
-    }
+    if (out->n_hash_ids) out->hash_ids = text->hash_ids;
+    if (out->n_answer_hash_ids) out->answer_hash_ids = text->answer_hash_ids;
+    if (out->n_hash_ids || out->n_answer_hash_ids) out->hash_block_tokens = (uint32_t)hbt;
     out->req = (uint64_t)req;
     if (out->output_tokens == FMT_NULL && out->max_tokens == FMT_NULL) {
         snprintf(why, whylen, "missing \"output_tokens\" (and no \"max_tokens\" either)");

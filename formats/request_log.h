@@ -27,6 +27,15 @@
  *                                            after equal hashes mean equal tokens: a replay
  *                                            shares prefixes as the recorded run did (the
  *                                            prefix cache's chained keys, DESIGN §10)
+ *   answer_hash_ids                          optional: the keys of the full blocks the
+ *                                            answer completed, continuing hash_ids' chain:
+ *                                            entry i is block n_hash_ids + i of the sequence
+ *                                            (prompt then output tokens), covering its
+ *                                            tokens [(n_hash_ids+i)×n, (n_hash_ids+i+1)×n)
+ *                                            — the first may hold the prompt's last tokens.
+ *                                            Integers >= 0, at most FMT_HASH_IDS_MAX;
+ *                                            hash_block_tokens is required with it.  A
+ *                                            reader that ignores it replays the prompts alone
  *   cached_tokens                            optional: prompt tokens the request's first
  *                                            admission found in the prefix cache (0: none,
  *                                            or the cache off); integer >= 0 or null
@@ -69,7 +78,10 @@ typedef struct fmt_request {
     const char *reject_reason; /* NULL → null */
     const uint64_t *hash_ids;  /* n_hash_ids block hashes of the prompt, or NULL */
     uint32_t n_hash_ids;
-    uint32_t hash_block_tokens;   /* prompt tokens per hash (0 when none) */
+    uint32_t hash_block_tokens;   /* tokens per hash (0 when none) */
+    const uint64_t *answer_hash_ids;  /* n_answer_hash_ids keys of the answer's full blocks
+                                       * (blocks n_hash_ids.. of prompt + output), or NULL */
+    uint32_t n_answer_hash_ids;
     int64_t cached_tokens;     /* prompt tokens found in the prefix cache, or FMT_NULL */
 } fmt_request;
 
@@ -80,6 +92,7 @@ typedef struct fmt_request_text {
     char finish_reason[FMT_REASON_MAX];
     char reject_reason[FMT_REASON_MAX];
     uint64_t hash_ids[FMT_HASH_IDS_MAX];
+    uint64_t answer_hash_ids[FMT_HASH_IDS_MAX];
 } fmt_request_text;
 
 /* Formats r as one JSON object (no newline) into buf[cap]; returns the length, or -EMSGSIZE

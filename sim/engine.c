@@ -181,7 +181,7 @@ static int submit(eng *e, uint32_t req, uint32_t attempt, int64_t at, int64_t no
         .deadline_us = q->deadline_us == SIM_NO_TIME ? 0 : (uint64_t)(q->deadline_us > 0 ? q->deadline_us : 1),
         .arrival_us = (uint64_t)at,
     };
-    if (e->o->prefix_cache && q->n_hash && sr.tenant >= 0) {
+    if (e->o->prefix_cache && (q->n_hash || q->n_ahash) && sr.tenant >= 0) {
         if (q->prompt_tokens > e->tok_cap) {
             int32_t *p = realloc(e->tok, (size_t)q->prompt_tokens * sizeof *p);
             if (!p) return sim_err_setc(-ENOMEM, "out of memory for a %u-token prompt", q->prompt_tokens);
@@ -445,11 +445,18 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
     sim_service_step_model(svc, &model);
     /* Only requests with block hashes can share (line ~184): a trace without any (Azure's)
      * gets no prefix index, whose set-up for a large pool cost ~10% of a whole replay. */
-    bool any_hash = false;
-    for (size_t j = 0; j < t->n && !any_hash; j++) any_hash = t->reqs[j].n_hash > 0;
+    /* A trace that recorded its answers' block hashes (a log of a ringlmd that caches the
+     * blocks answers fill) is replayed that way: each sampled token is the answer's stand-in
+     * (sim_req_token), and the scheduler caches the blocks it fills as the daemon did. */
+    bool any_hash = false, any_answer = false;
+    for (size_t j = 0; j < t->n; j++) {
+        any_hash |= t->reqs[j].n_hash + t->reqs[j].n_ahash > 0;
+        any_answer |= t->reqs[j].n_ahash > 0;
+    }
     sched_config cfg = {
         .kv_blocks_device = o->kv_blocks_device ? o->kv_blocks_device : svc->kv_blocks_device,
         .prefix_cache = o->prefix_cache && any_hash,
+        .prefix_cache_generated = o->prefix_cache && any_answer,
         .kv_blocks_host = svc->host.present ? svc->kv_blocks_host : 0,
         .kv_blocks_disk = svc->kv_blocks_disk,
         .block_size = svc->kv_block_size,
@@ -556,6 +563,10 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
             if (en->samples) {
                 res->tokens = 1;
                 x->generated++;
+                if (cfg.prefix_cache_generated) {   /* the answer's token at its position */
+                    res->has_token = true;
+                    res->token = sim_req_token(t, q, x->req, q->prompt_tokens + x->generated - 1);
+                }
                 run->served_by_tenant[q->tenant]++;
                 if (cancelled_before) x->tokens_after_cancel++;
                 if (x->first_token_us < 0) x->first_token_us = end;

@@ -396,7 +396,7 @@ static int gen_shared_prefix(gen *g, const params *p, const sim_service *svc, si
             r.klass = (uint16_t)cls;
             r.src_id = g->next_id++;
             uint32_t nb = block_hashes(tok, (uint32_t)n, bs, ids);
-            if ((rc = sim_trace_push_hashed(g->t, &r, ids, nb, bs)) < 0) break;
+            if ((rc = sim_trace_push_hashed(g->t, &r, ids, nb, NULL, 0, bs)) < 0) break;
             for (uint32_t i = 0; i < no; i++) tok[n++] = (int32_t)(sim_rng_u64(&g->rng) >> 33);   /* the answer */
             at += (klo + (khi - klo) * sim_rng_unif(&g->rng)) * 1e6;
         }

@@ -60,6 +60,11 @@ int sim_report_request_log(FILE *f, const sim_run *r)
         case SIM_OUT_CANCELLED: fc = SCHED_END_CANCELLED; break;
         }
         const char *fr = sched_end_name(fc), *rr = fc == SCHED_END_REJECTED ? sched_end_name(cause) : NULL;
+        /* the answer's block hashes as far as this run's answer went: the full blocks of
+         * prompt + generated past the prompt's hashes */
+        uint32_t hb = q->hash_block_tokens ? q->hash_block_tokens : 1, n_ans = 0;
+        uint64_t full = ((uint64_t)q->prompt_tokens + x->generated) / hb;
+        if (q->n_ahash && full > q->n_hash) n_ans = full - q->n_hash < q->n_ahash ? (uint32_t)(full - q->n_hash) : q->n_ahash;
         fmt_request lr = {
             .req = order[k],
             .arrival_us = x->seen_us > q->arrival_us ? x->seen_us : q->arrival_us,
@@ -77,6 +82,8 @@ int sim_report_request_log(FILE *f, const sim_run *r)
             /* its block hashes, so a replay of the simulated run shares as this one did */
             .hash_ids = q->n_hash ? t->hashes + q->hash_off : NULL,
             .n_hash_ids = q->n_hash,
+            .answer_hash_ids = n_ans ? t->hashes + q->hash_off + q->n_hash : NULL,
+            .n_answer_hash_ids = n_ans,
             .hash_block_tokens = q->hash_block_tokens,
             .cached_tokens = x->cached_tokens,
         };

@@ -44,38 +44,45 @@ int sim_trace_push(sim_trace *t, const sim_req *r)
 }
 
 int sim_trace_push_hashed(sim_trace *t, const sim_req *r, const uint64_t *ids, uint32_t n,
-                          uint32_t block_tokens)
+                          const uint64_t *answer, uint32_t n_answer, uint32_t block_tokens)
 {
     sim_req q = *r;
-    q.hash_off = q.n_hash = q.hash_block_tokens = 0;
-    if (n && ids && block_tokens) {
-        if (t->n_hashes + n > UINT32_MAX) return sim_err_setc(-E2BIG, "more than 2^32 block hashes in one trace");
-        if (t->n_hashes + n > t->cap_hashes) {
+    q.hash_off = q.n_hash = q.n_ahash = q.hash_block_tokens = 0;
+    if (!ids) n = 0;
+    if (!answer) n_answer = 0;
+    if ((n || n_answer) && block_tokens) {
+        size_t all = (size_t)n + n_answer;
+        if (t->n_hashes + all > UINT32_MAX) return sim_err_setc(-E2BIG, "more than 2^32 block hashes in one trace");
+        if (t->n_hashes + all > t->cap_hashes) {
             size_t cap = t->cap_hashes ? t->cap_hashes : 4096;
-            while (cap < t->n_hashes + n) cap *= 2;
+            while (cap < t->n_hashes + all) cap *= 2;
             uint64_t *h = realloc(t->hashes, cap * sizeof *h);
             if (!h) return sim_err_setc(-ENOMEM, "out of memory for %zu block hashes", cap);
             t->hashes = h;
             t->cap_hashes = cap;
         }
-        memcpy(t->hashes + t->n_hashes, ids, (size_t)n * sizeof *ids);
+        if (n) memcpy(t->hashes + t->n_hashes, ids, (size_t)n * sizeof *ids);
+        if (n_answer) memcpy(t->hashes + t->n_hashes + n, answer, (size_t)n_answer * sizeof *answer);
         q.hash_off = (uint32_t)t->n_hashes;
         q.n_hash = n;
+        q.n_ahash = n_answer;
         q.hash_block_tokens = block_tokens;
-        t->n_hashes += n;
+        t->n_hashes += all;
     }
     return sim_trace_push(t, &q);
 }
 
+int32_t sim_req_token(const sim_trace *t, const sim_req *r, uint64_t uniq, uint32_t pos)
+{
+    uint32_t hb = r->hash_block_tokens ? r->hash_block_tokens : 1, b = pos / hb;
+    uint64_t x = b < r->n_hash + r->n_ahash ? t->hashes[r->hash_off + b] * 0x100000001b3ull + (pos % hb)
+                                            : (uniq + 0x51ed270b27a1f0c3ull) * 0x9e3779b97f4a7c15ull + pos;
+    return (int32_t)(sim_splitmix64(&x) >> 33);
+}
+
 void sim_req_tokens(const sim_trace *t, const sim_req *r, uint64_t uniq, int32_t *out)
 {
-    uint32_t hb = r->hash_block_tokens ? r->hash_block_tokens : 1;
-    for (uint32_t k = 0; k < r->prompt_tokens; k++) {
-        uint32_t b = k / hb;
-        uint64_t x = b < r->n_hash ? t->hashes[r->hash_off + b] * 0x100000001b3ull + (k % hb)
-                                   : (uniq + 0x51ed270b27a1f0c3ull) * 0x9e3779b97f4a7c15ull + k;
-        out[k] = (int32_t)(sim_splitmix64(&x) >> 33);
-    }
+    for (uint32_t k = 0; k < r->prompt_tokens; k++) out[k] = sim_req_token(t, r, uniq, k);
 }
 
 static int intern(char **names, unsigned *n, const char *name, const char *what)
@@ -266,7 +273,8 @@ int sim_trace_parse(sim_trace *t, const char *name, const char *buf, size_t len,
         }
         if (rc == 0) {
             r.src_line = rd.line;
-            if ((rc = sim_trace_push_hashed(t, &r, q.hash_ids, q.n_hash_ids, q.hash_block_tokens)) < 0) return rc;
+            if ((rc = sim_trace_push_hashed(t, &r, q.hash_ids, q.n_hash_ids, q.answer_hash_ids,
+                                             q.n_answer_hash_ids, q.hash_block_tokens)) < 0) return rc;
         } else if (rd.fatal || (rc = bad_line(t, name, rd.line, skip_bad, why)) < 0) {
             return rd.fatal ? sim_err_set("%s:%u: %s", name, rd.line, why) : rc;
         }
@@ -363,7 +371,7 @@ int sim_trace_transform(sim_trace *t, const sim_transform *x)
             r->prompt_tokens = scale_len(r->prompt_tokens, x->length_scale);
             r->output_tokens = scale_len(r->output_tokens, x->length_scale);
             r->max_tokens = scale_len(r->max_tokens, x->length_scale);
-            if (r->n_hash) r->hash_block_tokens = scale_len(r->hash_block_tokens, x->length_scale);
+            if (r->n_hash || r->n_ahash) r->hash_block_tokens = scale_len(r->hash_block_tokens, x->length_scale);
         }
     int rc;
     if (x->tenant_rule && (rc = sim_trace_assign(t, 0, x->tenant_rule, x->seed)) < 0) return rc;

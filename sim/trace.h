@@ -37,8 +37,10 @@ typedef struct sim_req {
     int64_t  real_first_token_us;  /* recorded outcome, SIM_NO_TIME when absent */
     int64_t  real_finish_us;
     /* the prompt's block hashes (prefix cache, DESIGN §10): sim_trace.hashes[hash_off ..
-     * hash_off + n_hash), each covering hash_block_tokens prompt tokens; n_hash 0: none */
-    uint32_t hash_off, n_hash, hash_block_tokens;
+     * hash_off + n_hash), each covering hash_block_tokens prompt tokens; n_hash 0: none.
+     * Then n_ahash hashes of the answer's full blocks (a native log's answer_hash_ids):
+     * blocks n_hash.. of the sequence, prompt then generated tokens */
+    uint32_t hash_off, n_hash, hash_block_tokens, n_ahash;
     int64_t  real_cached_tokens;   /* recorded: prompt tokens the run found cached, or -1 */
 } sim_req;
 
@@ -73,13 +75,19 @@ void sim_trace_init(sim_trace *t, const char *source);
 void sim_trace_free(sim_trace *t);
 /* Append a request; returns 0 or -ENOMEM. */
 int  sim_trace_push(sim_trace *t, const sim_req *r);
-/* Append a request with its prompt's block hashes (ids[0..n), each block_tokens tokens). */
+/* Append a request with its prompt's block hashes (ids[0..n), each block_tokens tokens) and
+ * the hashes of its answer's full blocks (answer[0..n_answer): blocks n.. of the sequence;
+ * NULL, 0 when none). */
 int  sim_trace_push_hashed(sim_trace *t, const sim_req *r, const uint64_t *ids, uint32_t n,
-                           uint32_t block_tokens);
-/* Prompt tokens standing for a request's recorded block hashes, for the prefix cache:
- * token k of hash block b is a function of (hash b, k mod block tokens) alone, so prompts
- * whose hashes agree share exactly those tokens and the scheduler's chained keys find the
- * sharing the trace recorded; tokens past the hashes are unique to `uniq` (the request). */
+                           const uint64_t *answer, uint32_t n_answer, uint32_t block_tokens);
+/* Tokens standing for a request's recorded block hashes, for the prefix cache: the token at
+ * position pos of the sequence (the prompt, then generated tokens) in hash block b (prompt
+ * hashes, then answer hashes) is a function of (hash b, pos mod block tokens) alone, so
+ * sequences whose hashes agree share exactly those tokens and the scheduler's chained keys
+ * find the sharing the trace recorded — a next turn's prompt the last answer's blocks too;
+ * tokens past the hashes are unique to `uniq` (the request). */
+int32_t sim_req_token(const sim_trace *t, const sim_req *r, uint64_t uniq, uint32_t pos);
+/* The prompt's tokens, sim_req_token for pos 0..prompt_tokens-1, into out. */
 void sim_req_tokens(const sim_trace *t, const sim_req *r, uint64_t uniq, int32_t *out);
 /* Index of a tenant / class name, added when new. Returns >= 0, or -E2BIG past SIM_MAX_NAMES. */
 int  sim_trace_tenant(sim_trace *t, const char *name);

@@ -28,8 +28,10 @@ int tune_derive_trace(const sim_trace *src, double w0, double w1, double rate, u
      * into dst's, or the prefix cache reads past dst's */
     for (size_t i = 0; i < src->n; i++) {
         const sim_req *q = &src->reqs[i];
-        int rc = q->n_hash ? sim_trace_push_hashed(dst, q, &src->hashes[q->hash_off], q->n_hash, q->hash_block_tokens)
-                           : sim_trace_push(dst, q);
+        int rc = q->n_hash || q->n_ahash
+                     ? sim_trace_push_hashed(dst, q, &src->hashes[q->hash_off], q->n_hash,
+                                             &src->hashes[q->hash_off + q->n_hash], q->n_ahash, q->hash_block_tokens)
+                     : sim_trace_push(dst, q);
         if (rc < 0) return rc;
     }
     sim_transform x;

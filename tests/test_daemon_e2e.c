@@ -2917,6 +2917,31 @@ Test(daemon_e2e, prefix_cache_next_turn_hits_the_last_answer)
     cr_assert(hit[0], "turn 2 (88 prompt tokens) found nothing cached");
     cr_log_info("turn 2: %s", hit);
     cr_expect_eq(json_num_of(hit, "cached_tokens"), 64.0, "turn 2's hit does not cover the answer's full blocks: %s", hit);
+    /* the request log carries the answer's keys: ringlm-sim replaying it caches turn 1's
+     * answer when turn 1 ends, as the daemon did, and finds turn 2's hit where it did (the
+     * arrivals spread 10,000x: the built-in step model is slower than stories260K here, and
+     * turn 2 came after turn 1 ended) */
+    cr_expect_eq(count_lines2(on.reqlog, "\"prompt_tokens\":40,", "\"answer_hash_ids\":["), 1,
+                 "turn 1's answer keys are not in the request log");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/ringlm-sim --trace %s --rate 0.0001 --json", th_bin_dir(), on.reqlog);
+    FILE *sp = popen(cmd, "r");
+    cr_assert_not_null(sp);
+    static char simout[1 << 16];
+    size_t sn = fread(simout, 1, sizeof simout - 1, sp);
+    simout[sn] = 0;
+    cr_assert_eq(pclose(sp), 0, "%s failed:\n%s", cmd, simout);
+    json_error_t je;
+    json_t *sj = json_loads(simout, 0, &je);
+    cr_assert_not_null(sj, "ringlm-sim output is not JSON: %s", je.text);
+    json_t *pc = json_object_get(sj, "prefix_cache");
+    cr_assert_not_null(pc, "no prefix_cache figures in the replay");
+    cr_expect_eq(json_integer_value(json_object_get(pc, "recorded_hit_tokens")), 64);
+    if (json_integer_value(json_object_get(pc, "hit_tokens")) != 64) dump_file(on.reqlog, "request log");
+    cr_expect_eq(json_integer_value(json_object_get(pc, "hit_tokens")), 64,
+                 "the replay of the recorded log found %lld cached tokens, the daemon 64",
+                 (long long)json_integer_value(json_object_get(pc, "hit_tokens")));
+    json_decref(sj);
     free(a);
     free(b);
     dmn_cleanup(&off);

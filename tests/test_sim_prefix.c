@@ -13,6 +13,7 @@
 #include "sim/err.h"
 #include "sim/gen.h"
 #include "sim/prefix_report.h"
+#include "sim/report.h"
 #include "sim/service.h"
 #include "sim/trace.h"
 #include "tests/helpers.h"
@@ -173,6 +174,28 @@ Test(sim_prefix, the_native_log_round_trips_block_hashes)
     const char *bad2 = "{\"req\":1,\"arrival_us\":0,\"prompt_tokens\":4,\"output_tokens\":1,\"hash_block_tokens\":4,\"hash_ids\":[1,\"x\"]}";
     cr_assert_lt(fmt_request_parse(bad2, strlen(bad2), &q, &text, why, sizeof why), 0);
     cr_assert(strstr(why, "hash_ids"), "%s", why);
+    const char *bad3 = "{\"req\":1,\"arrival_us\":0,\"prompt_tokens\":4,\"output_tokens\":20,\"answer_hash_ids\":[1]}";
+    cr_assert_lt(fmt_request_parse(bad3, strlen(bad3), &q, &text, why, sizeof why), 0);
+    cr_assert(strstr(why, "hash_block_tokens"), "%s", why);
+    /* the answer's keys: written after the prompt's, read back; alone (a prompt shorter than
+     * a block) they carry the block size too */
+    uint64_t ans[2] = {7, 8};
+    fmt_request ra = r;
+    ra.answer_hash_ids = ans;
+    ra.n_answer_hash_ids = 2;
+    n = fmt_request_format(&ra, line, sizeof line);
+    cr_assert(strstr(line, "\"hash_ids\":[1,9007199254740991,42],\"answer_hash_ids\":[7,8]"), "%s", line);
+    cr_assert_eq(fmt_request_parse(line, (size_t)n, &q, &text, why, sizeof why), 0, "%s", why);
+    cr_assert_eq(q.n_hash_ids, 3);
+    cr_assert_eq(q.n_answer_hash_ids, 2);
+    cr_assert_eq(q.answer_hash_ids[1], 8);
+    ra.hash_ids = NULL;
+    ra.n_hash_ids = 0;
+    n = fmt_request_format(&ra, line, sizeof line);
+    cr_assert_eq(fmt_request_parse(line, (size_t)n, &q, &text, why, sizeof why), 0, "%s", why);
+    cr_assert_eq(q.n_hash_ids, 0);
+    cr_assert_eq(q.n_answer_hash_ids, 2);
+    cr_assert_eq(q.hash_block_tokens, 16, "%s", line);
     /* a trace of two such lines with the same first hash shares that block */
     char buf[4096];
     int a = fmt_request_format(&r, buf, sizeof buf);
@@ -198,6 +221,66 @@ Test(sim_prefix, the_native_log_round_trips_block_hashes)
     sim_trace_free(&t);
 }
 
+/* A recorded conversation (ringlmd's request log): turn 1 is a 40-token prompt (2 full blocks
+ * of 16, keys 11 12) and a 30-token answer, whose full blocks (answer_hash_ids 13 14: tokens
+ * 32..63, the first holding the prompt's last 8) ringlmd cached when turn 1 ended; turn 2's
+ * prompt is all of that and 10 more tokens (keys 11 12 13 14 15).  The replay caches the
+ * answer's blocks as the daemon did: turn 2 finds 64 tokens (4 blocks; turn 1 computed 69 of
+ * its 70) where the prompt's blocks alone give 32 — which is what a log without the answer's
+ * keys (an older ringlmd's) still replays.  The simulator's own request log writes the
+ * answer's keys back. */
+Test(sim_prefix, a_recorded_answer_is_cached_for_the_next_turn)
+{
+    const char *with =
+        "{\"req\":1,\"arrival_us\":0,\"tenant\":\"t\",\"class\":\"c\",\"prompt_tokens\":40,\"max_tokens\":30,"
+        "\"output_tokens\":30,\"finish_reason\":\"length\",\"hash_block_tokens\":16,\"hash_ids\":[11,12],"
+        "\"answer_hash_ids\":[13,14]}\n"
+        "{\"req\":2,\"arrival_us\":2000000,\"tenant\":\"t\",\"class\":\"c\",\"prompt_tokens\":80,\"max_tokens\":4,"
+        "\"output_tokens\":4,\"finish_reason\":\"length\",\"hash_block_tokens\":16,\"hash_ids\":[11,12,13,14,15]}\n";
+    const char *without =
+        "{\"req\":1,\"arrival_us\":0,\"tenant\":\"t\",\"class\":\"c\",\"prompt_tokens\":40,\"max_tokens\":30,"
+        "\"output_tokens\":30,\"finish_reason\":\"length\",\"hash_block_tokens\":16,\"hash_ids\":[11,12]}\n"
+        "{\"req\":2,\"arrival_us\":2000000,\"tenant\":\"t\",\"class\":\"c\",\"prompt_tokens\":80,\"max_tokens\":4,"
+        "\"output_tokens\":4,\"finish_reason\":\"length\",\"hash_block_tokens\":16,\"hash_ids\":[11,12,13,14,15]}\n";
+    sim_service svc;
+    toy_service(&svc);
+    sched_policy *p = policy("[tenant t]\n[class c]\n");
+    long long hits[2];
+    for (int v = 0; v < 2; v++) {
+        const char *jl = v ? without : with;
+        sim_trace t;
+        sim_trace_init(&t, "log");
+        cr_assert_eq(sim_trace_parse(&t, "log.jsonl", jl, strlen(jl), SIM_FMT_AUTO, false), 0, "%s", sim_err());
+        cr_assert_eq(t.reqs[0].n_hash, 2);
+        cr_assert_eq(t.reqs[0].n_ahash, v ? 0u : 2u);
+        sim_run r;
+        run(&t, p, &svc, true, &r);
+        cr_assert_eq(r.recs[r.final_rec[0]].outcome, SIM_OUT_FINISHED);
+        cr_assert_lt(r.recs[r.final_rec[0]].end_us, t.reqs[1].arrival_us, "turn 1 still ran when turn 2 came");
+        cr_expect_eq(r.recs[r.final_rec[0]].cached_tokens, 0);
+        hits[v] = (long long)r.recs[r.final_rec[1]].cached_tokens;
+        if (!v) {   /* written back: the answer's keys as far as the replayed answer went */
+            char path[] = "/tmp/ringlm-simpx-XXXXXX";
+            int fd = mkstemp(path);
+            cr_assert_geq(fd, 0);
+            FILE *f = fdopen(fd, "w+");
+            cr_assert_eq(sim_report_request_log(f, &r), 0, "%s", sim_err());
+            rewind(f);
+            char line[2048];
+            int with_answer = 0;
+            while (fgets(line, sizeof line, f)) with_answer += strstr(line, "\"answer_hash_ids\":[13,14]") != NULL;
+            fclose(f);
+            unlink(path);
+            cr_expect_eq(with_answer, 1, "the simulator's request log lost turn 1's answer keys");
+        }
+        sim_run_free(&r);
+        sim_trace_free(&t);
+    }
+    cr_expect_eq(hits[0], 64, "turn 2 found %lld cached tokens, not turn 1's prompt and answer (64)", hits[0]);
+    cr_expect_eq(hits[1], 32, "without the answer's keys turn 2 found %lld, not the prompt's 32", hits[1]);
+    sched_policy_free(p);
+}
+
 /* Tokens standing for hashes: equal hashes give equal tokens at the same offsets; the rest
  * is unique to the request. */
 Test(sim_prefix, tokens_follow_the_hashes)
@@ -209,8 +292,8 @@ Test(sim_prefix, tokens_follow_the_hashes)
     r.prompt_tokens = 40;
     r.output_tokens = r.max_tokens = 1;
     uint64_t a[2] = {3, 4}, b[2] = {3, 5};
-    cr_assert_eq(sim_trace_push_hashed(&t, &r, a, 2, 16), 0);
-    cr_assert_eq(sim_trace_push_hashed(&t, &r, b, 2, 16), 0);
+    cr_assert_eq(sim_trace_push_hashed(&t, &r, a, 2, NULL, 0, 16), 0);
+    cr_assert_eq(sim_trace_push_hashed(&t, &r, b, 2, NULL, 0, 16), 0);
     int32_t x[40], y[40];
     sim_req_tokens(&t, &t.reqs[0], 0, x);
     sim_req_tokens(&t, &t.reqs[1], 1, y);
