@@ -29,6 +29,14 @@
  *                     spread (lowest, quartiles, highest) and the daemon's CPU time per
  *                     generated token on / off (utime + stime over the timed window: less
  *                     sensitive than wall time to what else runs on the machine)
+ *   nosharing.side_by_side  the same workload with the on and off daemons running at the same
+ *                     time (--nosharing-side-by-side pairs, default 4; 0: none), each with its
+ *                     own client: the machine's drift and the other engineers' builds fall on
+ *                     both alike, so the ratio holds on a loaded machine; the two compete for
+ *                     the CPUs, so it is the daemons' relative efficiency (a daemon that needs
+ *                     more CPU per token gets fewer tokens), not either's throughput alone.
+ *                     The two start their timed windows together and stop both when the
+ *                     first has served its workload; tokens are counted as they stream
  *   replay            the on phase's request log replayed in ringlm-sim (same pools, the
  *                     stories260K calibration when present): its hit rate against the daemon's
  *                     metrics, in percentage points
@@ -50,7 +58,7 @@
  *                     [--tiers host,disk,disk_slow|none] [--tier-kv-blocks N]
  *                     [--tier-system-prompts N] [--calibration FILE] [--keep]
  *                     [--nosharing-requests N] [--nosharing-pairs N] [--nosharing-only]
- *                     [--nosharing-kv-blocks N]
+ *                     [--nosharing-kv-blocks N] [--nosharing-side-by-side N]
  *
  * --nosharing-kv-blocks gives the no-sharing runs' daemons that device pool (0: ringlmd's
  * default): with the cache on, the pool's every block is written in turn; with it off, the
@@ -62,6 +70,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -91,16 +100,21 @@ typedef struct setup {
 	double disk_kv_bw;      /* the cost model's starting disk bandwidth (0: ringlmd's) */
 } setup;
 
-static pid_t daemon_pid = -1;
-static int metrics_port;
-static char declog[256], reqlog[256];
+/* A phase's daemon, per thread: the side-by-side pairs run two phases at once. */
+static __thread pid_t daemon_pid = -1;
+static __thread int metrics_port;
+static __thread char declog[256], reqlog[256], sock[256];
+static pthread_mutex_t children_mu = PTHREAD_MUTEX_INITIALIZER;   /* bench_children, the phase count */
 
-static void start_daemon(const char *bin, const char *model, const setup *st, const char *sock)
+static void start_daemon(const char *bin, const char *model, const setup *st)
 {
-	static int phase;
+	static int phases;
 	char ringlmd[600], log[256], kvb[16], hkvb[16], dkvb[16], dbw[32], disk[256];
 	snprintf(ringlmd, sizeof ringlmd, "%s/ringlmd", bin);
-	++phase;   /* each phase its own files: never an old one's port or log */
+	pthread_mutex_lock(&children_mu);
+	int phase = ++phases;   /* each phase its own files: never an old one's port, log or socket */
+	pthread_mutex_unlock(&children_mu);
+	snprintf(sock, sizeof sock, "%s/s-%d.sock", bench_dir, phase);
 	snprintf(log, sizeof log, "%s/ringlmd-%d.log", bench_dir, phase);
 	snprintf(declog, sizeof declog, "%s/decisions-%d.jsonl", bench_dir, phase);
 	snprintf(reqlog, sizeof reqlog, "%s/requests-%d.jsonl", bench_dir, phase);
@@ -109,7 +123,7 @@ static void start_daemon(const char *bin, const char *model, const setup *st, co
 	char *argv[32];
 	int n = 0;
 	argv[n++] = ringlmd;
-	argv[n++] = "--socket"; argv[n++] = (char *)sock;
+	argv[n++] = "--socket"; argv[n++] = sock;
 	argv[n++] = "--numa-node"; argv[n++] = "off";
 	argv[n++] = "--model"; argv[n++] = (char *)model;
 	argv[n++] = "--metrics"; argv[n++] = "127.0.0.1:0";
@@ -134,7 +148,9 @@ static void start_daemon(const char *bin, const char *model, const setup *st, co
 		}
 	}
 	argv[n] = NULL;
+	pthread_mutex_lock(&children_mu);
 	daemon_pid = bench_spawn(argv, log);
+	pthread_mutex_unlock(&children_mu);
 	if (getenv("PREFIX_BENCH_TRACE"))
 		fprintf(stderr, "prefix_bench: phase %d: ringlmd pid %d, cache %s\n", phase, (int)daemon_pid,
 			st->cache ? "on" : "off");
@@ -144,7 +160,7 @@ static void start_daemon(const char *bin, const char *model, const setup *st, co
 
 /* ---- the workload ---------------------------------------------------------------------- */
 
-static uint64_t rng_state;
+static __thread uint64_t rng_state;
 static uint64_t rnd(void)
 {
 	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
@@ -312,16 +328,23 @@ static double replay(const char *bin, const char *calibration, const setup *st, 
 	return h;
 }
 
+/* Two phases run side by side: they start their timed windows together and both end it
+ * when the first has served its workload, so each one's tokens and CPU time are counted over
+ * the same seconds. */
+typedef struct side_sync {
+	pthread_barrier_t start;
+	int               over;    /* set (atomically) by the first to finish */
+} side_sync;
+
 typedef struct phase_opts {
 	const char *bin, *model, *calibration;
 	bool replay;
+	side_sync *sync;   /* NULL: a phase alone */
 } phase_opts;
 
 static result run_phase(const phase_opts *po, const cfg *c, const setup *st, bool sharing)
 {
-	char sock[256];
-	snprintf(sock, sizeof sock, "%s/s.sock", bench_dir);
-	start_daemon(po->bin, po->model, st, sock);
+	start_daemon(po->bin, po->model, st);
 	ringlm_client *cl;
 	int rc = ringlm_connect(sock, &cl);
 	if (rc < 0) bench_die("connect: %s %s", ringlm_strerror(rc), ringlm_errdetail());
@@ -330,8 +353,10 @@ static result run_phase(const phase_opts *po, const cfg *c, const setup *st, boo
 	double *ttft = malloc(cap_t * sizeof *ttft);
 	if (!cv || !ttft) bench_die("out of memory");
 	int started = 0, done = 0;
+	if (po->sync) pthread_barrier_wait(&po->sync->start);
 	double cpu0 = proc_cpu_us(daemon_pid);
-	uint64_t generated = 0, decode_rows = 0, prompt_tokens = 0, t_start = bench_now_us();
+	uint64_t generated = 0, decode_rows = 0, prompt_tokens = 0, t_start = bench_now_us(), tokens = 0;
+	bool cut = false;   /* side by side: the other phase finished first */
 	for (int s = 0; s < c->concurrency && started < c->conversations; s++) {
 		conv_init(c, &cv[s], started++, sharing);
 		conv_next_turn(&cv[s]);
@@ -339,6 +364,7 @@ static result run_phase(const phase_opts *po, const cfg *c, const setup *st, boo
 		submit(cl, c, &cv[s]);
 	}
 	while (done < c->conversations) {
+		if (po->sync && __atomic_load_n(&po->sync->over, __ATOMIC_ACQUIRE)) { cut = true; break; }
 		ringlm_event ev;
 		rc = ringlm_next_event(cl, &ev, 60000);
 		if (rc <= 0) bench_die("next_event: %s %s", rc ? ringlm_strerror(rc) : "timeout", ringlm_errdetail());
@@ -347,6 +373,7 @@ static result run_phase(const phase_opts *po, const cfg *c, const setup *st, boo
 		if (s == c->concurrency) continue;
 		conv *v = &cv[s];
 		if (ev.kind == RINGLM_EV_TOKEN) {
+			tokens++;
 			if (!v->got_first) {
 				v->got_first = true;
 				if (nt < cap_t) ttft[nt++] = (double)(bench_now_us() - v->t0) / 1000.0;
@@ -378,6 +405,21 @@ static result run_phase(const phase_opts *po, const cfg *c, const setup *st, boo
 	ringlm_close(cl);
 	result r;
 	memset(&r, 0, sizeof r);
+	if (po->sync) {
+		/* side by side: the tokens each served over the common window, and its CPU time */
+		__atomic_store_n(&po->sync->over, 1, __ATOMIC_RELEASE);
+		pthread_mutex_lock(&children_mu);
+		int status = bench_stop(&daemon_pid);   /* requests still running when cut: cancelled */
+		pthread_mutex_unlock(&children_mu);
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) bench_die("ringlmd ended with status %#x", status);
+		r.tokens_per_s = (double)tokens / wall;
+		r.cpu_us_per_token = tokens ? cpu / (double)tokens : 0;
+		r.generated = (double)tokens;
+		r.requests = cut ? -1 : (double)nt;
+		free(cv);
+		free(ttft);
+		return r;
+	}
 	/* the counters are published every few ms: read until every admission is counted (cache
 	 * on: queries reach the prompt tokens) and two reads agree */
 	double prev = -1;
@@ -408,7 +450,9 @@ static result run_phase(const phase_opts *po, const cfg *c, const setup *st, boo
 		prev = it;
 		usleep(10000);
 	}
+	pthread_mutex_lock(&children_mu);
 	int status = bench_stop(&daemon_pid);
+	pthread_mutex_unlock(&children_mu);
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) bench_die("ringlmd ended with status %#x", status);
 	read_declog(declog, &r);
 	r.replay_hit_rate = po->replay && st->cache && sharing ? replay(po->bin, po->calibration, st, r.bw_in, reqlog) : -1;
@@ -421,6 +465,38 @@ static result run_phase(const phase_opts *po, const cfg *c, const setup *st, boo
 	free(cv);
 	free(ttft);
 	return r;
+}
+
+/* Two phases at the same time, each with its own daemon and client (a thread each): both
+ * see the same machine over the same seconds, so what else runs on it falls on both. */
+typedef struct side_arg {
+	const phase_opts *po;
+	const cfg *c;
+	const setup *st;
+	result r;
+} side_arg;
+
+static void *side_main(void *p)
+{
+	side_arg *a = p;
+	a->r = run_phase(a->po, a->c, a->st, false);
+	return NULL;
+}
+
+static void side_by_side(const phase_opts *po, const cfg *c, const setup *on, const setup *off, result *r_on, result *r_off)
+{
+	side_sync sync = {.over = 0};
+	pthread_barrier_init(&sync.start, NULL, 2);
+	phase_opts sp = *po;
+	sp.sync = &sync;
+	sp.replay = false;
+	side_arg a = {.po = &sp, .c = c, .st = on};
+	pthread_t t;
+	if (pthread_create(&t, NULL, side_main, &a) != 0) bench_die("pthread_create failed");
+	*r_off = run_phase(&sp, c, off, false);
+	pthread_join(t, NULL);
+	pthread_barrier_destroy(&sync.start);
+	*r_on = a.r;
 }
 
 /* Field by field median of rs[0..n). */
@@ -490,7 +566,7 @@ int main(int argc, char **argv)
 	bench_prog = "prefix_bench";
 	cfg c = {.conversations = 48, .concurrency = 4, .turns = 4, .system_prompts = 4, .system_len = 320,
 		 .max_new = 24, .one_off = 0.1, .seed = 1};
-	int rounds = 3, tier_kv_blocks = 128, tier_prompts = 16, ns_requests = 240, ns_pairs = 6, ns_kv_blocks = 0;
+	int rounds = 3, tier_kv_blocks = 128, tier_prompts = 16, ns_requests = 240, ns_pairs = 6, ns_kv_blocks = 0, ns_side = 4;
 	bool json = false, do_host = true, do_disk = true, do_slow = true, keep = false, ns_only = false;
 	char model[512] = "", bin[512] = "build/bin", calibration[512] = "perf/calibrations/stories260K-epyc-2vcpu.json";
 	const char *shared = getenv("RINGLM_SHARED");
@@ -502,6 +578,7 @@ int main(int argc, char **argv)
 		{"tiers", 1, 0, 'T'}, {"tier-kv-blocks", 1, 0, 'K'}, {"calibration", 1, 0, 'C'},
 		{"tier-system-prompts", 1, 0, 'P'}, {"keep", 0, 0, 'E'}, {"nosharing-requests", 1, 0, 'N'},
 		{"nosharing-pairs", 1, 0, 'Q'}, {"nosharing-only", 0, 0, 'O'}, {"nosharing-kv-blocks", 1, 0, 'B'},
+		{"nosharing-side-by-side", 1, 0, 'S'},
 		{0, 0, 0, 0}};
 	int o;
 	while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -538,29 +615,31 @@ int main(int argc, char **argv)
 		case 'Q': ns_pairs = atoi(optarg); break;
 		case 'O': ns_only = true; break;
 		case 'B': ns_kv_blocks = atoi(optarg); break;
+		case 'S': ns_side = atoi(optarg); break;
 		case 'C': snprintf(calibration, sizeof calibration, "%s", optarg); break;
 		default:
 			fprintf(stderr, "usage: prefix_bench [--json] [--rounds N] [--conversations N] [--concurrency N] "
 					"[--turns N] [--system-prompts N] [--system-len N] [--one-off F] [--max-tokens N] "
 					"[--model PATH] [--bin DIR] [--seed N] [--tiers host,disk,disk_slow|none] [--tier-kv-blocks N] "
 					"[--tier-system-prompts N] [--calibration FILE] [--keep] [--nosharing-requests N] "
-					"[--nosharing-pairs N] [--nosharing-only] [--nosharing-kv-blocks N]\n");
+					"[--nosharing-pairs N] [--nosharing-only] [--nosharing-kv-blocks N] [--nosharing-side-by-side N]\n");
 			return 2;
 		}
 	}
 	if (rounds < 1 || rounds > MAX_ROUNDS || c.conversations < 1 || c.concurrency < 1 || c.turns < 1 ||
 	    c.system_prompts < 1 || c.system_len < 1 || c.system_len > MAX_CTX - 100 || c.max_new < 1 || c.max_new > 40 ||
 	    c.one_off < 0 || c.one_off > 1 || tier_kv_blocks < 64 || tier_prompts < 1 || ns_requests < 1 || ns_pairs < 1 ||
-	    ns_pairs > MAX_PAIRS || ns_kv_blocks < 0)
+	    ns_pairs > MAX_PAIRS || ns_kv_blocks < 0 ||
+	    ns_side < 0 || ns_side > MAX_PAIRS)
 		bench_die("bad arguments (rounds 1..%d, system-len 1..%d, max-tokens 1..40, tier-kv-blocks >= 64, "
-			  "nosharing-pairs 1..%d)", MAX_ROUNDS, MAX_CTX - 100, MAX_PAIRS);
+			  "nosharing-pairs 1..%d, nosharing-side-by-side 0..%d)", MAX_ROUNDS, MAX_CTX - 100, MAX_PAIRS, MAX_PAIRS);
 	if (access(model, R_OK) != 0) bench_die("model %s not readable (give --model or RINGLM_SHARED)", model);
 	if (access(calibration, R_OK) != 0) calibration[0] = 0;   /* the replay uses the built-in model */
 	bench_mkdtemp("prefix-bench");
 	cfg tc = c;
 	tc.system_prompts = tier_prompts;
 	signal(SIGPIPE, SIG_IGN);
-	phase_opts po = {bin, model, calibration, true};
+	phase_opts po = {bin, model, calibration, true, NULL};
 
 	/* the tier scenarios: a device pool that holds the running conversations and little more */
 	const setup s_off = {false, 0, 0, 0, 0}, s_on = {true, 0, 0, 0, 0};
@@ -614,6 +693,18 @@ int main(int argc, char **argv)
 	int n_order[2] = {0, 0};
 	for (int i = 0; i < ns_pairs; i++) by_order[i % 2][n_order[i % 2]++] = ns_ratio[i];
 	double off_first_med = bench_median(by_order[0], n_order[0]), on_first_med = bench_median(by_order[1], n_order[1]);
+	double sb_ratio[MAX_PAIRS], sb_cpu[MAX_PAIRS];
+	for (int i = 0; i < ns_side; i++) {
+		result a, b;
+		side_by_side(&po, &nc, &ns_s_on, &ns_s_off, &a, &b);
+		sb_ratio[i] = b.tokens_per_s > 0 ? a.tokens_per_s / b.tokens_per_s : 0;
+		sb_cpu[i] = b.cpu_us_per_token > 0 ? a.cpu_us_per_token / b.cpu_us_per_token : 0;
+		if (!json)
+			fprintf(stderr, "no-sharing side by side %d: tok/s on %.0f off %.0f ratio %.3f; cpu us/token on %.0f off %.0f "
+					"ratio %.3f\n", i + 1, a.tokens_per_s, b.tokens_per_s, sb_ratio[i], a.cpu_us_per_token,
+				b.cpu_us_per_token, sb_cpu[i]);
+	}
+	double sbr = bench_median(sb_ratio, ns_side), sbc = bench_median(sb_cpu, ns_side);
 	double nsr = bench_median(ns_ratio, ns_pairs);   /* sorts: the spread from here on */
 	double ns_lo = ns_ratio[0], ns_hi = ns_ratio[ns_pairs - 1];
 	double ns_q1 = bench_percentile(ns_ratio, ns_pairs, 0.25), ns_q3 = bench_percentile(ns_ratio, ns_pairs, 0.75);
@@ -634,6 +725,11 @@ int main(int argc, char **argv)
 	json_object_set_new(nsj, "median_ratio_by_order", json_pack("{s:f,s:f}", "off_first", off_first_med, "on_first",
 								       n_order[1] ? on_first_med : 0.0));
 	if (ns_kv_blocks) json_object_set_new(nsj, "kv_blocks", json_integer(ns_kv_blocks));
+	if (ns_side)
+		json_object_set_new(nsj, "side_by_side",
+				    json_pack("{s:i,s:f,s:[f,f],s:f,s:[f,f]}", "pairs", ns_side, "throughput_ratio", sbr,
+					      "ratio_min_max", sb_ratio[0], sb_ratio[ns_side - 1], "cpu_per_token_ratio", sbc,
+					      "cpu_ratio_min_max", sb_cpu[0], sb_cpu[ns_side - 1]));
 	if (ns_only) {
 		if (json) {
 			json_t *root = json_pack("{s:s,s:s,s:i,s:f}", "bench", "prefix_bench", "model", model, "concurrency",
@@ -652,6 +748,10 @@ int main(int argc, char **argv)
 			       ns_cpu_hi);
 			printf("  median ratio of the pairs run off first %.3f, on first %.3f\n", off_first_med,
 			       n_order[1] ? on_first_med : 0.0);
+			if (ns_side)
+				printf("  side by side (%d pairs, on and off at once): throughput on/off %.3f (%.3f..%.3f); CPU per "
+				       "token on/off %.3f (%.3f..%.3f)\n", ns_side, sbr, sb_ratio[0], sb_ratio[ns_side - 1], sbc,
+				       sb_cpu[0], sb_cpu[ns_side - 1]);
 		}
 		goto done;
 	}
@@ -711,6 +811,10 @@ int main(int argc, char **argv)
 		       g3 ? "met" : "NOT met");
 		printf("                  daemon CPU per token on %.0f us off %.0f us, on/off %.3f (%.3f..%.3f)\n",
 		       mns_on.cpu_us_per_token, mns_off.cpu_us_per_token, ns_cpu_ratio, ns_cpu_lo, ns_cpu_hi);
+		if (ns_side)
+			printf("                  side by side (%d pairs): throughput on/off %.3f (%.3f..%.3f); CPU per token "
+			       "on/off %.3f (%.3f..%.3f)\n", ns_side, sbr, sb_ratio[0], sb_ratio[ns_side - 1], sbc, sb_cpu[0],
+			       sb_cpu[ns_side - 1]);
 		if (do_host) tier_text("host", &t_host_on, &mth_on, &mth_off, delta[1]);
 		if (do_disk) tier_text("disk", &t_disk, &mtd, NULL, delta[2]);
 		if (do_slow) tier_text("disk_slow", &t_slow, &mts, NULL, delta[3]);
