@@ -4,6 +4,7 @@
  * validation shared by every backend, and the thin wrappers of engine.h.
  */
 #include "kernels/engine.h"
+#include "kernels/devload.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -118,12 +119,11 @@ int eng_create(const eng_model *m, const eng_options *opt, eng **out)
     if (strcmp(backend, "cpu") == 0) {
         e->ops = eng_cpu_backend();
     } else if (strcmp(backend, "cuda") == 0) {
-        /* The plugin reads the llama2.c-layout float32 weights; a GGUF model has none. */
-        if (eng_model_gguf_path(m)) {
-            err = eng_seterr(-ENOTSUP, "backend \"cuda\": GGUF models (%s) are not supported "
-                                       "yet; use the CPU backend", eng_model_gguf_path(m));
+        /* What the device kernels cannot run (a head size, a tensor type, ...) is refused
+         * here, before a plugin or a device is looked for (kernels/devload.h). */
+        eng_dev_plan plan;
+        if ((err = eng_dev_plan_model(m, false, &plan)))
             goto fail;
-        }
         if ((err = load_cuda_plugin(&e->plugin, &e->ops)))
             goto fail;
     } else {

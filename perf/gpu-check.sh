@@ -2,7 +2,8 @@
 # perf/gpu-check.sh — the CUDA backend's check on an H200 (../shared/GPU.md), in one run of a
 # few minutes, from the repository root:
 #
-#   perf/gpu-check.sh                 everything (build, parity, throughput, daemon, calibrate)
+#   perf/gpu-check.sh                 everything (build, parity, GGUF, throughput, daemon,
+#                                     calibrate)
 #   QUICK=1 perf/gpu-check.sh         fewer timed repetitions
 #   MEMCHECK=1 perf/gpu-check.sh      also compute-sanitizer memcheck over the parity checks
 #
@@ -100,18 +101,57 @@ else
   note FAIL gpu_bench "not built"
 fi
 
-# ---- the Criterion suite of the backend (the same checks, as tests) ------------------------
-if make -j"$JOBS" CUDA=1 B="$B" "$B/tests/test_cuda_backend" >"$LOG/build-tests.log" 2>&1; then
-  shared=$(mktemp -d /tmp/ringlm-shared.XXXXXX)
-  mkdir -p "$shared/models" && cp "$DATA"/* "$shared/models/" 2>/dev/null
-  say "tests/test_cuda_backend"
-  RINGLM_SHARED="$shared" timeout 600 "$B/tests/test_cuda_backend" --jobs 1 >"$LOG/test_cuda.log" 2>&1
-  rc=$?
-  grep -E 'FAIL|SKIP|Synthesis' "$LOG/test_cuda.log" | head -20
-  note "$([ $rc -eq 0 ] && echo ok || echo FAIL)" test_cuda_backend "$(grep -a 'Synthesis' "$LOG/test_cuda.log" | tail -1 | sed 's/.*Synthesis: //')"
-  rm -rf "$shared"
+# ---- the Criterion suites of the backend (the same checks, as tests) -----------------------
+# test_cuda_backend: llama2.c models and synthetic shapes; test_cuda_gguf: GGUF files written
+# by the exporter (stories260K F16/BF16/Q8_0/Q4_K_M, qwen2 Q4_K_M with Qwen2's epsilon, base
+# and half-head RoPE patched in, GQA F16) against the CPU backend, and the host-side upload.
+for suite in test_cuda_backend test_cuda_gguf; do
+  if make -j"$JOBS" CUDA=1 B="$B" "$B/tests/$suite" >"$LOG/build-$suite.log" 2>&1; then
+    shared=$(mktemp -d /tmp/ringlm-shared.XXXXXX)
+    mkdir -p "$shared/models" && cp "$DATA"/* "$shared/models/" 2>/dev/null
+    say "tests/$suite"
+    RINGLM_SHARED="$shared" timeout 600 "$B/tests/$suite" --jobs 1 >"$LOG/$suite.log" 2>&1
+    rc=$?
+    grep -E 'FAIL|SKIP|Synthesis' "$LOG/$suite.log" | head -20
+    note "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$suite" "$(grep -a 'Synthesis' "$LOG/$suite.log" | tail -1 | sed 's/.*Synthesis: //')"
+    rm -rf "$shared"
+  else
+    note warn "$suite" "not built (criterion missing?): see $LOG/build-$suite.log"
+  fi
+done
+
+# ---- GGUF end to end: ringlm-mkmodel writes the files, ringlm-run decodes them on both -----
+# backends from the same prompt (greedy, 200 positions, the file's own tokenizer): the text
+# must be the same; the CUDA run's tok/s (stderr) is recorded (stories260K is tiny: this is a
+# launch-bound figure, the stories110M-shape tok/s are gpu_bench's gguf.s110m-* lines).
+say "GGUF: ringlm-mkmodel + ringlm-run, CPU vs CUDA"
+if [ -x "$B/bin/ringlm-mkmodel" ] && [ -x "$B/bin/ringlm-run" ] && [ -f "$DATA/stories260K.bin" ] \
+   && [ -f "$DATA/tok512.bin" ]; then
+  work=$(mktemp -d /tmp/ringlm-gpu-gguf.XXXXXX)
+  for type in F16 BF16 Q8_0 Q4_K_M; do
+    f=$work/s260k-$type.gguf
+    if ! "$B/bin/ringlm-mkmodel" --model "$DATA/stories260K.bin" --tokenizer "$DATA/tok512.bin" \
+         --format gguf --type "$type" --out "$f" >"$LOG/mkmodel-$type.log" 2>&1; then
+      note FAIL "gguf_run:$type" "ringlm-mkmodel failed: $(tail -1 "$LOG/mkmodel-$type.log")"
+      continue
+    fi
+    for be in cpu cuda; do
+      timeout 120 "$B/bin/ringlm-run" --model "$f" --prompt "Once upon a time" --steps 200 \
+        --temperature 0 --backend "$be" >"$work/out-$type-$be" 2>"$LOG/run-gguf-$type-$be.log"
+      echo "rc=$?" >>"$LOG/run-gguf-$type-$be.log"
+    done
+    speed=$(grep -o 'achieved tok/s: [0-9.]*' "$LOG/run-gguf-$type-cuda.log" | awk '{printf "%.0f tok/s decode", $3}')
+    if grep -q 'rc=0' "$LOG/run-gguf-$type-cuda.log" && [ -s "$work/out-$type-cuda" ] \
+       && cmp -s "$work/out-$type-cpu" "$work/out-$type-cuda"; then
+      note ok "gguf_run:$type" "CUDA text equals the CPU's (200 positions); cuda ${speed:-? tok/s}"
+    else
+      cp "$work/out-$type-cpu" "$work/out-$type-cuda" "$LOG/" 2>/dev/null
+      note FAIL "gguf_run:$type" "CUDA output differs from the CPU's or the run failed (see $LOG/run-gguf-$type-*.log, out-$type-*)"
+    fi
+  done
+  rm -rf "$work"
 else
-  note warn test_cuda_backend "not built (criterion missing?): see $LOG/build-tests.log"
+  note skip gguf_run "ringlm-mkmodel/ringlm-run not built or stories260K.bin/tok512.bin missing"
 fi
 
 # ---- 4. the daemon on the GPU, and the calibration file -----------------------------------

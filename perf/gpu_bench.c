@@ -10,6 +10,12 @@
  *               and GB/s against a device-to-device copy measured in the same run; decode at
  *               16/64/256 sequences; prefill tok/s and TFLOP/s against a large cuBLAS GEMM
  *               in the same run; KV swap bandwidth against a large pinned cudaMemcpy.
+ *   gguf        GGUF files written by ringlm-mkmodel's exporter (stories260K converted to
+ *               F16/BF16/Q8_0/Q4_K_M; synthetic GQA and qwen2 shapes with real Q4_K/Q6_K
+ *               rows): greedy tokens equal to the CPU backend's, logits within the per-type
+ *               tolerance, invariances (with parity); load time and decode tok/s of the
+ *               stories110M shape in F16/BF16/Q8_0/Q4_K_M beside the same shape loaded from
+ *               float32 (with perf).
  *
  * Every figure is a median over CUDA-event timed runs after a warm-up (the engine's own
  * events, ringlm_cuda_last_execute_ms); wall-clock medians are printed beside them.
@@ -20,6 +26,7 @@
  * $RINGLM_SHARED/models). Exit status: 0 all checks passed, 1 a check failed, 2 no device.
  */
 #include "kernels/engine.h"
+#include "kernels/gguf_write.h"
 #include "perf/bench_util.h"
 #include "perf/gpu_parity.h"
 
@@ -93,7 +100,7 @@ static int load_probes(probes *p)
 
 /* ---- results --------------------------------------------------------------------------- */
 
-#define MAX_RESULTS 96
+#define MAX_RESULTS 224
 static gp_result results[MAX_RESULTS];
 static char units[MAX_RESULTS][16];
 static int n_results;
@@ -361,6 +368,108 @@ out:
     free(lb);
 }
 
+/* ---- GGUF files ---------------------------------------------------------------------- */
+
+/* A private folder for the exported files (removed by gguf_dir_done). */
+static char gguf_dir[64];
+
+static int gguf_dir_make(void)
+{
+    snprintf(gguf_dir, sizeof gguf_dir, "/tmp/ringlm-gpu-gguf-XXXXXX");
+    return mkdtemp(gguf_dir) ? 0 : -errno;
+}
+
+static void gguf_dir_done(void)
+{
+    if (gguf_dir[0])
+        nftw(gguf_dir, bench_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    gguf_dir[0] = '\0';
+}
+
+/* Exports spec as a GGUF file of type (arch NULL: llama) with a synthetic vocabulary into
+ * gguf_dir/name; path gets the file's path. 0 or -errno with eng_errmsg(). */
+static int gguf_export(const char *spec, const char *type, const char *arch, const char *name,
+                       char *path, size_t len)
+{
+    eng_model *m = NULL;
+    int err = eng_model_load(spec, &m);
+    if (err)
+        return err;
+    snprintf(path, len, "%s/%s", gguf_dir, name);
+    gw_export_opts o = {.type = type, .arch = arch};
+    char note[1024] = "";
+    err = gw_export_model(m, path, &o, note, sizeof note);
+    eng_model_free(m);
+    return err;
+}
+
+/* CUDA against the CPU on one exported file: greedy tokens (64 steps, each backend fed its
+ * own picks), logits within the per-type tolerance, and the invariances. */
+static void parity_gguf_file(const char *spec, const char *type, const char *arch,
+                             const char *label)
+{
+    char path[PATH_MAX], name[64], fname[96];
+    snprintf(fname, sizeof fname, "%s.gguf", label);
+    snprintf(name, sizeof name, "%s.export", label);
+    if (gguf_export(spec, type, arch, fname, path, sizeof path)) {
+        addf(name, 0, 0, "", "%s as %s: %s", spec, type, eng_errmsg());
+        return;
+    }
+    eng_model *m = NULL;
+    if (eng_model_load(path, &m)) {
+        snprintf(name, sizeof name, "%s.load", label);
+        addf(name, 0, 0, "", "%s", eng_errmsg());
+        return;
+    }
+    eng *cpu = gp_engine(m, "cpu", 160, 16), *gpu = gp_engine(m, dut_backend, 160, 16);
+    gp_result r, inv[4];
+    if (!cpu || !gpu) {
+        snprintf(name, sizeof name, "%s.create", label);
+        addf(name, 0, 0, "", "eng_create(%s): %s", cpu ? dut_backend : "cpu", eng_errmsg());
+        goto out;
+    }
+    gp_check_greedy_match(cpu, gpu, m, 64, &r);
+    prefix_name(&r, label);
+    add(&r, "tokens");
+    const int wt = eng_model_hparams_of(m)->weight_type;
+    gp_check_cpu_parity_tol(cpu, gpu, m, gp_gguf_tol(wt), &r);
+    prefix_name(&r, label);
+    add(&r, "relL2");
+    gp_check_invariance(gpu, m, inv);
+    for (int i = 0; i < 4; i++) {
+        prefix_name(&inv[i], label);
+        add(&inv[i], "relL2");
+    }
+out:
+    eng_destroy(cpu);
+    eng_destroy(gpu);
+    eng_model_free(m);
+    unlink(path);
+}
+
+static void parity_gguf(const char *s260k)
+{
+    if (gguf_dir_make()) {
+        addf("gguf", 0, 0, "", "cannot make a temporary folder: %s", strerror(errno));
+        return;
+    }
+    static const char *const s260k_types[] = {"F16", "BF16", "Q8_0", "Q4_K_M"};
+    char label[48];
+    for (size_t i = 0; i < sizeof s260k_types / sizeof s260k_types[0]; i++) {
+        snprintf(label, sizeof label, "gguf.s260k-%s", s260k_types[i]);
+        if (s260k)
+            parity_gguf_file(s260k, s260k_types[i], NULL, label);
+        else
+            addf(label, -1, 0, "", "stories260K.bin not found");
+    }
+    /* rows of whole 256-blocks: real Q4_K and Q6_K; qwen2: NEOX RoPE and Q/K/V biases; GQA */
+    parity_gguf_file("synthetic:quant-test:4", "Q4_K_M", "qwen2", "gguf.qt-qwen2-Q4_K_M");
+    parity_gguf_file("synthetic:quant-test:4", "Q6_K", NULL, "gguf.qt-Q6_K");
+    parity_gguf_file("synthetic:gqa-test:4", "F16", NULL, "gguf.gqa-F16");
+    parity_gguf_file("synthetic:gqa-test:4", "Q8_0", "qwen2", "gguf.gqa-qwen2-Q8_0");
+    gguf_dir_done();
+}
+
 static void throughput(probes *p, int quick)
 {
     char info[256] = "";
@@ -599,6 +708,144 @@ out:
     eng_model_free(m);
 }
 
+/* Decode tok/s of a GGUF (or any) model on the device at B sequences after ctx0 tokens:
+ * the median of `steps` CUDA-event timed steps after 3 warm-ups. */
+static int gguf_decode_rate(eng *e, const eng_model_config *c, probes *p, int B, int ctx0,
+                            int steps, double *tok_s, double *ms)
+{
+    tp t = {0};
+    t.e = e;
+    t.cfg = c;
+    t.p = p;
+    t.bs = eng_kv_block_size(e);
+    t.bps = (ctx0 + steps + 3 + t.bs - 1) / t.bs;
+    int err = -ENOMEM;
+    const size_t T = (size_t)B * (size_t)ctx0 > 4 * (size_t)ctx0 ? 4 * (size_t)ctx0 : (size_t)B * ctx0;
+    t.tokens = calloc(T + (size_t)B, 4);
+    t.positions = calloc(T + (size_t)B, 4);
+    t.slots = calloc(T + (size_t)B, 8);
+    t.qs = calloc((size_t)B + 1, 4);
+    t.lens = calloc((size_t)B, 4);
+    t.lrows = calloc((size_t)B, 4);
+    t.out = calloc((size_t)B, 4);
+    t.rng = calloc((size_t)B, 8);
+    t.samp = calloc((size_t)B, sizeof *t.samp);
+    t.table = calloc((size_t)B * t.bps, 4);
+    if (t.tokens && t.positions && t.slots && t.qs && t.lens && t.lrows && t.out && t.rng &&
+        t.samp && t.table) {
+        for (int i = 0; i < B * t.bps; i++)
+            t.table[i] = i;
+        double d, w, dev[64];
+        int n = 0;
+        err = 0;
+        for (int s0 = 0; s0 < B && !err; s0 += 4) { /* prefill 4 sequences at a time */
+            int32_t *saved = t.table;
+            t.table = saved + (size_t)s0 * t.bps;
+            err = tp_step(&t, B - s0 < 4 ? B - s0 : 4, ctx0, 0, &d, &w);
+            t.table = saved;
+        }
+        for (int i = 0; i < 3 + steps && !err; i++)
+            if (!(err = tp_step(&t, B, 1, ctx0 + i, &d, &w)) && i >= 3 && n < 64)
+                dev[n++] = d;
+        if (!err) {
+            *ms = bench_median(dev, n);
+            *tok_s = B * 1000.0 / *ms;
+        }
+    }
+    free(t.tokens);
+    free(t.positions);
+    free(t.slots);
+    free(t.qs);
+    free(t.lens);
+    free(t.lrows);
+    free(t.out);
+    free(t.rng);
+    free(t.samp);
+    free(t.table);
+    return err;
+}
+
+/* Load time and decode tok/s at 1 and 32 sequences of the stories110M shape (rows of whole
+ * 256-blocks) from GGUF files of each type, beside the same weights loaded from float32. The
+ * files that become bf16 on the device run the very computation of the float32 load, so
+ * they must decode as fast (within 10%); F16 files run f16 GEMMs (reported). */
+static void gguf_throughput(probes *p, int quick)
+{
+    const char *spec = "synthetic:stories110M:1";
+    static const char *const types[] = {NULL /* float32 baseline */, "F16", "BF16", "Q8_0",
+                                        "Q4_K_M"};
+    const int Bs[2] = {1, 32}, ctx0 = 128, steps = quick ? 8 : 24;
+    double base[2] = {0, 0};
+    if (gguf_dir_make()) {
+        addf("gguf.perf", 0, 0, "", "cannot make a temporary folder: %s", strerror(errno));
+        return;
+    }
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        char path[PATH_MAX], name[64], label[48];
+        const char *type = types[ti];
+        snprintf(label, sizeof label, "gguf.s110m-%s", type ? type : "f32bin");
+        if (type) {
+            char fname[64];
+            snprintf(fname, sizeof fname, "s110m-%s.gguf", type);
+            double t0 = now_s();
+            if (gguf_export(spec, type, NULL, fname, path, sizeof path)) {
+                snprintf(name, sizeof name, "%s.export", label);
+                addf(name, 0, 0, "", "%s", eng_errmsg());
+                continue;
+            }
+            printf("(exported %s in %.1f s)\n", fname, now_s() - t0);
+        }
+        eng_model *m = NULL;
+        if (eng_model_load(type ? path : spec, &m)) {
+            snprintf(name, sizeof name, "%s.load", label);
+            addf(name, 0, 0, "", "%s", eng_errmsg());
+            continue;
+        }
+        eng_options o = {.backend = "cuda", .numa_node = -1, .kv_blocks = 32 * 12,
+                         .kv_block_size = 16, .max_batch_tokens = 4 * ctx0, .max_seqs = 32};
+        eng *e = NULL;
+        double t0 = now_s();
+        int err = eng_create(m, &o, &e);
+        double load_s = now_s() - t0;
+        snprintf(name, sizeof name, "%s.create", label);
+        if (err) {
+            addf(name, 0, 0, "", "%s", eng_errmsg());
+            eng_model_free(m);
+            continue;
+        }
+        addf(name, 1, load_s, "s", "eng_create (upload%s), engine holds %.0f MiB",
+             type && strcmp(type, "F16") && strcmp(type, "BF16") ? ", dequantized to bf16 on "
+                                                                   "the host" : "",
+             (double)eng_memory_bytes(e) / (1 << 20));
+        for (int bi = 0; bi < 2; bi++) {
+            double tok_s = 0, ms = 0;
+            snprintf(name, sizeof name, "%s.decode_b%d_tok_s", label, Bs[bi]);
+            if ((err = gguf_decode_rate(e, eng_model_cfg(m), p, Bs[bi], ctx0, steps, &tok_s,
+                                        &ms))) {
+                addf(name, 0, 0, "", "%s", eng_errmsg());
+                continue;
+            }
+            if (!type) {
+                base[bi] = tok_s;
+                addf(name, 1, tok_s, "tok/s", "%.3f ms per step; the float32-loaded baseline",
+                     ms);
+                continue;
+            }
+            const bool bf16_dev = strcmp(type, "F16") != 0;
+            const double ratio = base[bi] > 0 ? tok_s / base[bi] : 0;
+            addf(name, bf16_dev ? ratio >= 0.9 : 1, tok_s, "tok/s",
+                 "%.3f ms per step; %.2fx the float32-loaded shape%s", ms, ratio,
+                 bf16_dev ? " (bf16 on the device either way: goal >= 0.9x)"
+                          : " (f16 GEMMs; reported)");
+        }
+        eng_destroy(e);
+        eng_model_free(m);
+        if (type)
+            unlink(path);
+    }
+    gguf_dir_done();
+}
+
 /* ---- main -------------------------------------------------------------------------------- */
 
 static const char *find_file(const char *data, const char *name, char *buf, size_t len)
@@ -634,7 +881,7 @@ int main(int argc, char **argv)
         case 'q': quick = 1; break;
         case 'C': dut_backend = "cpu"; only = "parity"; break;
         default:
-            fprintf(stderr, "usage: gpu_bench [--data DIR] [--json FILE] [--only parity|perf] "
+            fprintf(stderr, "usage: gpu_bench [--data DIR] [--json FILE] [--only parity|perf|gguf] "
                             "[--quick] [--harness-on-cpu]\n");
             return ch == 'h' ? 0 : 2;
         }
@@ -661,8 +908,15 @@ int main(int argc, char **argv)
         if (strcmp(dut_backend, "cuda") == 0)
             parity_lazy("gqa-test");
     }
+    if (!only || strcmp(only, "parity") == 0 || strcmp(only, "gguf") == 0) {
+        char model[PATH_MAX];
+        parity_gguf(find_file(data, "stories260K.bin", model, sizeof model));
+    }
     if (!only || strcmp(only, "perf") == 0)
         throughput(&p, quick);
+    if (strcmp(dut_backend, "cuda") == 0 &&
+        (!only || strcmp(only, "perf") == 0 || strcmp(only, "gguf") == 0))
+        gguf_throughput(&p, quick);
 
     int failed = 0, passed = 0, skipped = 0;
     for (int i = 0; i < n_results; i++) {

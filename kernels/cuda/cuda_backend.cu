@@ -3,10 +3,12 @@
  * kernels/cuda/cuda_backend.cu — the CUDA backend of kernels/engine.h, built as the plugin
  * build/lib/libringlm_cuda.so and found by eng_create through ringlm_cuda_backend().
  *
- * Weights live on the device in bf16 (fp32 with RINGLM_CUDA_DTYPE=fp32, a diagnostic mode),
- * converted from the model's host float32 tensors or, for lazy synthetic models, generated
- * on the device from the seed with the very formula of eng_synth_value. The projections are
- * cublasGemmEx (bf16 in, fp32 accumulate) over the whole flattened batch [T, dim] with fused
+ * Weights live on the device in bf16 (f16 for a GGUF file whose matrices are all F16; fp32
+ * with RINGLM_CUDA_DTYPE=fp32, a diagnostic mode): converted on the host from the model's
+ * tensors in their file type (llama2.c float32, GGUF F32/F16/BF16/Q8_0/Q4_K/Q6_K; the plan
+ * and the conversion are kernels/devload.c's) or, for lazy synthetic models, generated on
+ * the device from the seed with the very formula of eng_synth_value. The projections are
+ * cublasGemmEx (bf16/f16 in, fp32 accumulate) over the whole flattened batch [T, dim] with fused
  * QKV and gate/up weights; the residual adds ride on the GEMMs (beta = 1 into the fp32
  * residual stream). The KV pool is block-major and bf16 (fp32 in fp32 mode): one block is
  * [layer][K|V][kv_head][block_size][head_size].
@@ -24,6 +26,7 @@
  * rows use the skinny-GEMM kernel instead of cuBLAS).
  */
 #include "kernels/engine.h"
+#include "kernels/devload.h"
 #include "kernels/cuda/cuda_kernels.cuh"
 
 #include <cublas_v2.h>
@@ -36,6 +39,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+static_assert(CK_MAX_HEAD_SIZE == ENG_CUDA_MAX_HEAD_SIZE, "devload.h's head-size limit");
+static_assert(CK_ATT_MAXP == ENG_CUDA_MAX_GROUP, "devload.h's group limit");
 
 /* ---- error plumbing -------------------------------------------------------------------- */
 
@@ -103,8 +109,11 @@ struct cu {
     eng_options opt;
     ck_geom g;
     int device, sm_count;
-    int act_bf16;
-    size_t elt; /* bytes per weight / act / KV element */
+    eng_dev_plan plan; /* device types (kernels/devload.h) */
+    int act_type;      /* CK_BF16, CK_F16 or CK_F32: weights and GEMM inputs */
+    int kv_bf16;       /* KV pool in bf16 (else fp32) */
+    size_t elt;        /* bytes per weight / act element */
+    size_t kv_elt;     /* bytes per KV element */
     cudaStream_t st, copy_st;
     cudaEvent_t ev_start, ev_stop, ev_compute;
     cublasHandle_t blas;
@@ -114,6 +123,8 @@ struct cu {
     /* weights (device) */
     void *emb, *wqkv, *wo, *wgu, *w2, *wcls;
     float *rms_att, *rms_ffn, *rms_final;
+    float *bqkv;      /* [L][dim + 2 kv_dim] Q/K/V biases, or NULL */
+    float *rope_freq; /* [rope_dim / 2] */
 
     /* KV pool */
     void *pool;
@@ -194,30 +205,104 @@ static bool is_norm_id(int id)
     return id == ENG_T_RMS_ATT || id == ENG_T_RMS_FFN || id == ENG_T_RMS_FINAL;
 }
 
-/* Fills n elements at dst (bf16 or fp32) with tensor `id` elements [index0, index0 + n):
- * from host float32 when the model has host weights, else generated on the device. */
-static int fill_tensor(cu *c, const eng_model *m, void *dst, int dst_bf16, const float *host,
-                       uint64_t n, int id, uint64_t index0, float *staging, size_t staging_elems)
+/* Generates n elements at dst (bf16 or fp32) of synthetic tensor `id`, elements
+ * [index0, index0 + n), on the device (lazy models: no host weights). */
+static int synth_tensor(cu *c, const eng_model *m, void *dst, int dst_bf16, uint64_t n, int id,
+                        uint64_t index0)
 {
     int rc = 0;
-    if (!host) {
-        uint64_t seed = 0;
-        if (!eng_model_synthetic_seed(m, &seed))
-            return eng_seterr(-EINVAL, "cuda: tensor %d has no host weights and the model is not "
-                                       "synthetic", id);
-        CU_CHECK(ck_synth_fill(c->st, dst, dst_bf16, n, seed, id, index0,
-                               eng_synth_scale(&c->cfg, id), is_norm_id(id)));
-        return 0;
+    uint64_t seed = 0;
+    if (!eng_model_synthetic_seed(m, &seed))
+        return eng_seterr(-EINVAL, "cuda: tensor %d has no host weights and the model is not "
+                                   "synthetic", id);
+    CU_CHECK(ck_synth_fill(c->st, dst, dst_bf16, n, seed, id, index0,
+                           eng_synth_scale(&c->cfg, id), is_norm_id(id)));
+    return 0;
+fail:
+    return rc;
+}
+
+/* Host-to-device upload of weight matrices: rows are converted to the device type on the
+ * host (eng_dev_convert_rows) into one of two pinned buffers while the other one's copy
+ * runs. */
+typedef struct uploader {
+    uint8_t *buf[2];
+    cudaEvent_t ev[2];
+    size_t bytes; /* per buffer */
+    int next;
+    float *tmp; /* one row of floats */
+} uploader;
+
+static void uploader_free(uploader *u)
+{
+    for (int i = 0; i < 2; i++) {
+        if (u->ev[i]) {
+            (void)cudaEventSynchronize(u->ev[i]);
+            (void)cudaEventDestroy(u->ev[i]);
+        }
+        if (u->buf[i])
+            (void)cudaFreeHost(u->buf[i]);
     }
-    for (uint64_t off = 0; off < n; off += staging_elems) {
-        uint64_t k = n - off < staging_elems ? n - off : staging_elems;
-        /* synchronous: the staging buffer is reused by the next chunk */
-        CU_CHECK(cudaMemcpyAsync(staging, host + off, k * sizeof(float), cudaMemcpyHostToDevice,
-                                 c->st));
-        CU_CHECK(ck_convert_f32(c->st, (uint8_t *)dst + off * (dst_bf16 ? 2 : 4), dst_bf16,
-                                staging, k));
-        CU_CHECK(cudaStreamSynchronize(c->st));
+    free(u->tmp);
+}
+
+static int uploader_init(cu *c, uploader *u)
+{
+    int rc = 0;
+    memset(u, 0, sizeof *u);
+    const size_t widest = (size_t)(c->cfg.dim > c->cfg.hidden_dim ? c->cfg.dim
+                                                                   : c->cfg.hidden_dim);
+    u->bytes = (size_t)32 << 20;
+    if (u->bytes < widest * 4)
+        u->bytes = widest * 4;
+    u->tmp = (float *)malloc(widest * sizeof(float));
+    if (!u->tmp)
+        return eng_seterr(-ENOMEM, "cuda: out of memory for the weight upload");
+    for (int i = 0; i < 2; i++) {
+        CU_CHECK(cudaHostAlloc((void **)&u->buf[i], u->bytes, cudaHostAllocDefault));
+        CU_CHECK(cudaEventCreateWithFlags(&u->ev[i], cudaEventDisableTiming));
     }
+    return 0;
+fail:
+    return rc;
+}
+
+/* Uploads a [rows][cols] matrix in its file type to dst in the device type. name: for
+ * errors. */
+static int upload_mat(cu *c, uploader *u, void *dst, eng_wmat w, uint64_t rows, uint64_t cols,
+                      const char *name)
+{
+    int rc = 0;
+    const size_t row_bytes = (size_t)cols * c->elt;
+    const uint64_t chunk = u->bytes / row_bytes;
+    for (uint64_t r = 0; r < rows; r += chunk) {
+        const uint64_t n = rows - r < chunk ? rows - r : chunk;
+        const int b = u->next;
+        u->next ^= 1;
+        CU_CHECK(cudaEventSynchronize(u->ev[b])); /* its previous copy is done */
+        if ((rc = eng_dev_convert_rows(w, (int64_t)cols, (int64_t)r, (int64_t)n, c->plan.dtype,
+                                       u->buf[b], u->tmp))) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", eng_errmsg());
+            return eng_seterr(rc, "cuda: tensor %s: %s", name, why);
+        }
+        CU_CHECK(cudaMemcpyAsync((uint8_t *)dst + r * row_bytes, u->buf[b], n * row_bytes,
+                                 cudaMemcpyHostToDevice, c->st));
+        CU_CHECK(cudaEventRecord(u->ev[b], c->st));
+    }
+    return 0;
+fail:
+    return rc;
+}
+
+/* n float32 values to the device (norms, biases: small, pageable). */
+static int upload_f32(cu *c, float *dst, const float *src, size_t n, const char *name)
+{
+    int rc = 0;
+    if (!src)
+        return eng_seterr(-EINVAL, "cuda: tensor %s: absent", name);
+    /* pageable source: the call returns once the bytes are staged */
+    CU_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, c->st));
     return 0;
 fail:
     return rc;
@@ -239,11 +324,11 @@ static int check_synth(cu *c, const eng_model *m)
     } probes[] = {
         {c->rms_att, 0, ENG_T_RMS_ATT, 0, 0},
         {c->rms_ffn, 0, ENG_T_RMS_FFN, (uint64_t)L * dim - 1, (uint64_t)L * dim - 1},
-        {c->emb, c->act_bf16, ENG_T_EMBED, 12345 % ((uint64_t)c->cfg.vocab_size * dim),
+        {c->emb, c->act_type == CK_BF16, ENG_T_EMBED, 12345 % ((uint64_t)c->cfg.vocab_size * dim),
          12345 % ((uint64_t)c->cfg.vocab_size * dim)},
-        {c->wo, c->act_bf16, ENG_T_WO, (uint64_t)L * dim * dim - 1, (uint64_t)L * dim * dim - 1},
+        {c->wo, c->act_type == CK_BF16, ENG_T_WO, (uint64_t)L * dim * dim - 1, (uint64_t)L * dim * dim - 1},
         /* wq of layer 0, element 7: the fused qkv row 0 col 7 */
-        {c->wqkv, c->act_bf16, ENG_T_WQ, 7 % ((uint64_t)dim * dim), 7 % ((uint64_t)dim * dim)},
+        {c->wqkv, c->act_type == CK_BF16, ENG_T_WQ, 7 % ((uint64_t)dim * dim), 7 % ((uint64_t)dim * dim)},
     };
     for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
         float want = eng_synth_value(seed, probes[i].id, probes[i].index,
@@ -270,21 +355,120 @@ fail:
     return rc;
 }
 
-static int load_weights(cu *c, const eng_model *m)
+/* Lazy synthetic models: every tensor generated on the device, then spot-checked. */
+static int generate_weights(cu *c, const eng_model *m)
 {
     int rc = 0;
     const eng_model_config *k = &c->cfg;
     const uint64_t L = k->n_layers, dim = k->dim, kv = c->g.kv_dim, h = k->hidden_dim,
                    V = k->vocab_size, qkv_rows = dim + 2 * kv;
     const size_t e = c->elt;
-    const int bf = c->act_bf16;
-    const bool lazy = eng_model_is_lazy(m);
-    const eng_weights *w = lazy ? NULL : eng_model_weights(m);
-    float *staging = NULL;
-    size_t staging_elems = 0;
-#define HW(field) (w ? w->field : NULL)
-#define HOFF(field, off) (w ? w->field + (off) : NULL)
+    const int bf = c->act_type == CK_BF16;
+#define GEN(dst, dbf, n, id, idx0) TRY(synth_tensor(c, m, (dst), (dbf), (n), (id), (idx0)))
+    GEN(c->emb, bf, V * dim, ENG_T_EMBED, 0);
+    GEN(c->rms_att, 0, L * dim, ENG_T_RMS_ATT, 0);
+    GEN(c->rms_ffn, 0, L * dim, ENG_T_RMS_FFN, 0);
+    GEN(c->rms_final, 0, dim, ENG_T_RMS_FINAL, 0);
+    GEN(c->wo, bf, L * dim * dim, ENG_T_WO, 0);
+    GEN(c->w2, bf, L * dim * h, ENG_T_W2, 0);
+    for (uint64_t l = 0; l < L; l++) {
+        uint8_t *qkv = (uint8_t *)c->wqkv + l * qkv_rows * dim * e;
+        GEN(qkv, bf, dim * dim, ENG_T_WQ, l * dim * dim);
+        GEN(qkv + dim * dim * e, bf, kv * dim, ENG_T_WK, l * kv * dim);
+        GEN(qkv + (dim + kv) * dim * e, bf, kv * dim, ENG_T_WV, l * kv * dim);
+        uint8_t *gu = (uint8_t *)c->wgu + l * 2 * h * dim * e;
+        GEN(gu, bf, h * dim, ENG_T_W1, l * h * dim);
+        GEN(gu + h * dim * e, bf, h * dim, ENG_T_W3, l * h * dim);
+    }
+    if (!k->shared_classifier)
+        GEN(c->wcls, bf, V * dim, ENG_T_WCLS, 0);
+#undef GEN
+    CU_CHECK(cudaStreamSynchronize(c->st));
+    return check_synth(c, m);
+fail:
+    return rc;
+}
 
+/* Host weights (llama2.c float32, GGUF in any supported type), per layer, into the fused
+ * device layout: wqkv [L][dim + 2 kv][dim], w1||w3 [L][2 hidden][dim]. */
+static int upload_weights(cu *c, const eng_model *m)
+{
+    int rc = 0;
+    const eng_model_tensors *t = eng_model_tensors_of(m);
+    const eng_model_config *k = &c->cfg;
+    const uint64_t L = k->n_layers, dim = k->dim, kv = c->g.kv_dim, h = k->hidden_dim,
+                   V = k->vocab_size, qkv_rows = dim + 2 * kv;
+    const size_t e = c->elt;
+    char name[64];
+    uploader u;
+    if ((rc = uploader_init(c, &u)))
+        goto out;
+#define UP(dst, w, rows, cols, nm)                                                            \
+    do {                                                                                      \
+        if ((rc = upload_mat(c, &u, (dst), (w), (rows), (cols), (nm))))                       \
+            goto out;                                                                         \
+    } while (0)
+    UP(c->emb, t->token_embedding, V, dim, "token_embd.weight");
+    if (!k->shared_classifier)
+        UP(c->wcls, t->wcls, V, dim, "output.weight");
+    if ((rc = upload_f32(c, c->rms_final, t->rms_final, dim, "output_norm.weight")))
+        goto out;
+    for (uint64_t l = 0; l < L; l++) {
+        const eng_layer_weights *lw = &t->layers[l];
+        uint8_t *qkv = (uint8_t *)c->wqkv + l * qkv_rows * dim * e;
+        uint8_t *gu = (uint8_t *)c->wgu + l * 2 * h * dim * e;
+        const struct {
+            void *dst;
+            eng_wmat w;
+            uint64_t rows, cols;
+            const char *nm;
+        } mats[] = {
+            {qkv, lw->wq, dim, dim, "attn_q"},
+            {qkv + dim * dim * e, lw->wk, kv, dim, "attn_k"},
+            {qkv + (dim + kv) * dim * e, lw->wv, kv, dim, "attn_v"},
+            {(uint8_t *)c->wo + l * dim * dim * e, lw->wo, dim, dim, "attn_output"},
+            {gu, lw->w1, h, dim, "ffn_gate"},
+            {gu + h * dim * e, lw->w3, h, dim, "ffn_up"},
+            {(uint8_t *)c->w2 + l * dim * h * e, lw->w2, dim, h, "ffn_down"},
+        };
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", (int)l, mats[i].nm);
+            UP(mats[i].dst, mats[i].w, mats[i].rows, mats[i].cols, name);
+        }
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", (int)l);
+        if ((rc = upload_f32(c, c->rms_att + l * dim, lw->rms_att, dim, name)))
+            goto out;
+        snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", (int)l);
+        if ((rc = upload_f32(c, c->rms_ffn + l * dim, lw->rms_ffn, dim, name)))
+            goto out;
+        if (c->bqkv) { /* the plan has checked: all three or none per layer */
+            float *b = c->bqkv + l * qkv_rows;
+            if (lw->bq) {
+                snprintf(name, sizeof name, "blk.%d.attn_qkv.bias", (int)l);
+                if ((rc = upload_f32(c, b, lw->bq, dim, name)) ||
+                    (rc = upload_f32(c, b + dim, lw->bk, kv, name)) ||
+                    (rc = upload_f32(c, b + dim + kv, lw->bv, kv, name)))
+                    goto out;
+            } else {
+                CU_CHECK(cudaMemset(b, 0, qkv_rows * sizeof(float)));
+            }
+        }
+    }
+#undef UP
+    CU_CHECK(cudaStreamSynchronize(c->st));
+out:
+    uploader_free(&u);
+    return rc;
+fail:
+    goto out;
+}
+
+static int load_weights(cu *c, const eng_model *m)
+{
+    const eng_model_config *k = &c->cfg;
+    const uint64_t L = k->n_layers, dim = k->dim, kv = c->g.kv_dim, h = k->hidden_dim,
+                   V = k->vocab_size, qkv_rows = dim + 2 * kv;
+    const size_t e = c->elt;
     TRY(dev_alloc(c, &c->emb, V * dim * e, "embedding"));
     TRY(dev_alloc(c, &c->wqkv, L * qkv_rows * dim * e, "wqkv"));
     TRY(dev_alloc(c, &c->wo, L * dim * dim * e, "wo"));
@@ -297,47 +481,9 @@ static int load_weights(cu *c, const eng_model *m)
     TRY(dev_alloc(c, (void **)&c->rms_att, L * dim * 4, "rms_att"));
     TRY(dev_alloc(c, (void **)&c->rms_ffn, L * dim * 4, "rms_ffn"));
     TRY(dev_alloc(c, (void **)&c->rms_final, dim * 4, "rms_final"));
-    if (!lazy) {
-        staging_elems = (size_t)16 << 20; /* 64 MiB of float32 per upload */
-        CU_CHECK(cudaMalloc((void **)&staging, staging_elems * sizeof(float)));
-    }
-
-#define FILL(dst, dbf, host, n, id, idx0)                                                     \
-    do {                                                                                      \
-        if ((rc = fill_tensor(c, m, (dst), (dbf), (host), (n), (id), (idx0), staging,         \
-                              staging_elems)))                                                \
-            goto fail;                                                                        \
-    } while (0)
-
-    FILL(c->emb, bf, HW(token_embedding), V * dim, ENG_T_EMBED, 0);
-    FILL(c->rms_att, 0, HW(rms_att), L * dim, ENG_T_RMS_ATT, 0);
-    FILL(c->rms_ffn, 0, HW(rms_ffn), L * dim, ENG_T_RMS_FFN, 0);
-    FILL(c->rms_final, 0, HW(rms_final), dim, ENG_T_RMS_FINAL, 0);
-    FILL(c->wo, bf, HW(wo), L * dim * dim, ENG_T_WO, 0);
-    FILL(c->w2, bf, HW(w2), L * dim * h, ENG_T_W2, 0);
-    for (uint64_t l = 0; l < L; l++) {
-        uint8_t *qkv = (uint8_t *)c->wqkv + l * qkv_rows * dim * e;
-        FILL(qkv, bf, HOFF(wq, l * dim * dim), dim * dim, ENG_T_WQ, l * dim * dim);
-        FILL(qkv + dim * dim * e, bf, HOFF(wk, l * kv * dim), kv * dim, ENG_T_WK, l * kv * dim);
-        FILL(qkv + (dim + kv) * dim * e, bf, HOFF(wv, l * kv * dim), kv * dim, ENG_T_WV,
-             l * kv * dim);
-        uint8_t *gu = (uint8_t *)c->wgu + l * 2 * h * dim * e;
-        FILL(gu, bf, HOFF(w1, l * h * dim), h * dim, ENG_T_W1, l * h * dim);
-        FILL(gu + h * dim * e, bf, HOFF(w3, l * h * dim), h * dim, ENG_T_W3, l * h * dim);
-    }
-    if (!k->shared_classifier)
-        FILL(c->wcls, bf, HW(wcls), V * dim, ENG_T_WCLS, 0);
-    CU_CHECK(cudaStreamSynchronize(c->st));
-    if (lazy && (rc = check_synth(c, m)))
-        goto fail;
-#undef FILL
-#undef HW
-#undef HOFF
-    dev_free(staging);
-    return 0;
-fail:
-    dev_free(staging);
-    return rc;
+    if (c->plan.qkv_bias)
+        TRY(dev_alloc(c, (void **)&c->bqkv, L * qkv_rows * 4, "q/k/v biases"));
+    return c->plan.lazy ? generate_weights(c, m) : upload_weights(c, m);
 }
 
 /* ---- metadata ---------------------------------------------------------------------------- */
@@ -408,14 +554,16 @@ static int gemm(cu *c, const void *W, const void *A, float *C, int N, int T, int
                 const char *what)
 {
     const float alpha = 1.0f;
-    if (g_gemv > 0 && c->act_bf16 && T <= CK_GEMV_MAX_T && K % 8 == 0) {
+    if (g_gemv > 0 && c->act_type == CK_BF16 && T <= CK_GEMV_MAX_T && K % 8 == 0) {
         cudaError_t e = ck_gemv_bf16(c->st, W, A, C, N, T, K, beta);
         if (e != cudaSuccess)
             return eng_seterr(-EIO, "cuda: kernel gemv_bf16(%s, N=%d T=%d K=%d): %s (%s)", what,
                               N, T, K, cudaGetErrorString(e), cudaGetErrorName(e));
         return 0;
     }
-    const cudaDataType_t t = c->act_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cudaDataType_t t = c->act_type == CK_BF16  ? CUDA_R_16BF
+                             : c->act_type == CK_F16 ? CUDA_R_16F
+                                                     : CUDA_R_32F;
     cublasStatus_t s = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, t, K,
                                     A, t, K, &beta, C, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
                                     CUBLAS_GEMM_DEFAULT);
@@ -446,7 +594,9 @@ static int forward_layers(cu *c, int T, int n_tiles, int z)
         K_CHECK(ck_rmsnorm(c->st, g, c->x, NULL, c->rms_att + l * dim, c->xb, T), "rmsnorm_att");
         TRY(gemm(c, (uint8_t *)c->wqkv + l * qkv_n * dim * e, c->xb, c->qkv, qkv_n, T, (int)dim,
                  0.0f, "qkv"));
-        K_CHECK(ck_rope_append(c->st, g, &c->dm, c->qkv, c->q, c->pool, layer, T), "rope_append");
+        K_CHECK(ck_rope_append(c->st, g, &c->dm, c->qkv, c->bqkv ? c->bqkv + l * qkv_n : NULL,
+                               c->q, c->pool, layer, T),
+                "rope_append");
         K_CHECK(ck_attention(c->st, g, &c->dm, c->q, c->pool, c->att, c->part_acc, c->part_ml,
                              layer, n_tiles, z),
                 "attention");
@@ -1073,6 +1223,7 @@ static void cu_destroy(void *priv)
         (void)cublasDestroy(c->blas);
     void *bufs[] = {c->blas_ws, c->emb, c->wqkv, c->wo, c->wgu, c->w2,
                     c->wcls != c->emb ? c->wcls : NULL, c->rms_att, c->rms_ffn, c->rms_final,
+                    c->bqkv, c->rope_freq,
                     c->pool, c->x, c->qkv, c->q, c->gu, c->logits, c->part_acc, c->part_ml,
                     c->xb, c->att, c->hb, c->xf, c->meta_d, c->probs, c->probs_sorted, c->coins,
                     c->ids, c->ids_sorted, c->offsets, c->sort_tmp};
@@ -1102,22 +1253,21 @@ static int cu_create(eng *e, const eng_model *m, const eng_options *opt, void **
     cu *c = NULL;
     *out = NULL;
     const eng_model_config *k = eng_model_cfg(m);
+    const eng_model_hparams *hp = eng_model_hparams_of(m);
+    eng_dev_plan plan;
+    {
+        /* what the kernels cannot run is refused before a device is looked for */
+        const char *dt = getenv("RINGLM_CUDA_DTYPE");
+        if ((rc = eng_dev_plan_model(m, dt && strcmp(dt, "fp32") == 0, &plan)))
+            return rc;
+    }
     cudaError_t ce = cudaGetDeviceCount(&ndev);
     if (ce != cudaSuccess || ndev <= 0) {
         (void)cudaGetLastError();
         return eng_seterr(-ENODEV, "no CUDA device: cudaGetDeviceCount: %s",
                           ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
     }
-    if (k->dim % k->n_heads || k->n_heads % k->n_kv_heads)
-        return eng_seterr(-EINVAL, "cuda: dim=%d n_heads=%d n_kv_heads=%d: heads must divide",
-                          k->dim, k->n_heads, k->n_kv_heads);
-    const int hs = k->dim / k->n_heads;
-    if (hs % 2 || hs > CK_MAX_HEAD_SIZE)
-        return eng_seterr(-ENOTSUP, "cuda: head_size=%d: must be even and <= %d", hs,
-                          CK_MAX_HEAD_SIZE);
-    if (k->n_heads / k->n_kv_heads > CK_ATT_MAXP)
-        return eng_seterr(-ENOTSUP, "cuda: %d query heads per KV head: at most %d",
-                          k->n_heads / k->n_kv_heads, CK_ATT_MAXP);
+    const int hs = k->dim / k->n_heads; /* the plan checked the head geometry */
 
     c = (cu *)calloc(1, sizeof *c);
     if (!c)
@@ -1125,6 +1275,9 @@ static int cu_create(eng *e, const eng_model *m, const eng_options *opt, void **
     pthread_mutex_init(&c->xfer_lock, NULL);
     c->cfg = *k;
     c->opt = *opt;
+    c->plan = plan;
+    c->act_type = plan.dtype == ENG_W_F32 ? CK_F32 : plan.dtype == ENG_W_F16 ? CK_F16 : CK_BF16;
+    c->kv_bf16 = plan.dtype != ENG_W_F32;
     {
         const char *d = getenv("RINGLM_CUDA_DEVICE");
         c->device = d && *d ? atoi(d) : 0;
@@ -1132,8 +1285,6 @@ static int cu_create(eng *e, const eng_model *m, const eng_options *opt, void **
             rc = eng_seterr(-ENODEV, "cuda: RINGLM_CUDA_DEVICE=%d: %d device(s)", c->device, ndev);
             goto fail;
         }
-        const char *dt = getenv("RINGLM_CUDA_DTYPE");
-        c->act_bf16 = !(dt && strcmp(dt, "fp32") == 0);
         const char *gr = getenv("RINGLM_CUDA_GRAPHS");
         c->graphs_on = !(gr && strcmp(gr, "0") == 0);
         if (g_gemv < 0) {
@@ -1141,7 +1292,8 @@ static int cu_create(eng *e, const eng_model *m, const eng_options *opt, void **
             g_gemv = gv && strcmp(gv, "1") == 0;
         }
     }
-    c->elt = c->act_bf16 ? 2 : 4;
+    c->elt = c->act_type == CK_F32 ? 4 : 2;
+    c->kv_elt = c->kv_bf16 ? 2 : 4;
     CU_CHECK(cudaSetDevice(c->device));
     CU_CHECK(cudaDeviceGetAttribute(&c->sm_count, cudaDevAttrMultiProcessorCount, c->device));
     CU_CHECK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
@@ -1191,14 +1343,38 @@ static int cu_create(eng *e, const eng_model *m, const eng_options *opt, void **
     c->g.block_size = opt->kv_block_size;
     c->g.bt_stride = (k->seq_len + opt->kv_block_size - 1) / opt->kv_block_size;
     c->g.block_elems = (long long)k->n_layers * 2 * c->g.kv_dim * opt->kv_block_size;
-    c->g.act_bf16 = c->act_bf16;
-    c->block_bytes = (size_t)c->g.block_elems * c->elt;
+    c->g.act_type = c->act_type;
+    c->g.kv_bf16 = c->kv_bf16;
+    c->g.norm_eps = hp->norm_eps;
+    c->g.rope_dim = hp->rope_dim;
+    c->g.rope_neox = hp->rope_neox;
+    c->block_bytes = (size_t)c->g.block_elems * c->kv_elt;
     c->t_max = opt->max_batch_tokens;
     c->s_max = opt->max_seqs;
     c->logits_cap = c->s_max > 64 ? c->s_max : 64;
     if (c->logits_cap > c->t_max)
         c->logits_cap = c->t_max;
-    CU_CHECK(ck_attention_prepare(hs, c->act_bf16));
+    CU_CHECK(ck_attention_prepare(hs, c->kv_bf16));
+    {
+        /* the CPU backend's RoPE frequencies (base, dimension, Llama 3.1 factors) */
+        const eng_model_tensors *t = eng_model_tensors_of(m);
+        const int n = hp->rope_dim / 2;
+        float *freq = (float *)malloc((size_t)n * sizeof(float));
+        if (!freq) {
+            rc = eng_seterr(-ENOMEM, "cuda: out of memory");
+            goto fail;
+        }
+        eng_dev_rope_freqs(hp, t ? t->rope_freq_factors : NULL, freq);
+        rc = dev_alloc(c, (void **)&c->rope_freq, (size_t)n * sizeof(float), "RoPE frequencies");
+        cudaError_t fe = rc ? cudaSuccess
+                            : cudaMemcpy(c->rope_freq, freq, (size_t)n * sizeof(float),
+                                         cudaMemcpyHostToDevice);
+        free(freq);
+        if (rc)
+            goto fail;
+        CU_CHECK(fe);
+        c->g.rope_freq = c->rope_freq;
+    }
 
     if ((rc = load_weights(c, m)))
         goto fail;

@@ -3,8 +3,9 @@
  * kernels/cuda/cuda_kernels.cu — device kernels of the CUDA backend: weight generation and
  * conversion, embedding, RMSNorm, RoPE + KV append, paged attention (decode and prefill
  * tiles, split-K), SwiGLU, and on-device sampling. The math mirrors the CPU backend and
- * llama2.c's run.c step by step (same RoPE angles, same 1e-5 epsilon, softmax after the
- * max); only the storage of weights, activations and KV (bf16) differs.
+ * llama2.c's run.c step by step (the RoPE frequencies of the CPU's table, the model's
+ * RMSNorm epsilon, softmax after the max); only the storage of weights, activations and KV
+ * (bf16, or f16 weights and activations for all-F16 GGUF files) differs.
  */
 #include "kernels/cuda/cuda_kernels.cuh"
 
@@ -16,15 +17,22 @@
 
 /* ---- small helpers ------------------------------------------------------------------- */
 
-static __device__ __forceinline__ float ld_act(const void *p, size_t i, int bf16)
+/* t: CK_F32, CK_BF16 or CK_F16 (a 0/1 "bf16" flag reads the same). */
+static __device__ __forceinline__ float ld_act(const void *p, size_t i, int t)
 {
-    return bf16 ? __bfloat162float(((const __nv_bfloat16 *)p)[i]) : ((const float *)p)[i];
+    if (t == CK_BF16)
+        return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (t == CK_F16)
+        return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
 }
 
-static __device__ __forceinline__ void st_act(void *p, size_t i, float v, int bf16)
+static __device__ __forceinline__ void st_act(void *p, size_t i, float v, int t)
 {
-    if (bf16)
+    if (t == CK_BF16)
         ((__nv_bfloat16 *)p)[i] = __float2bfloat16(v);
+    else if (t == CK_F16)
+        ((__half *)p)[i] = __float2half_rn(v);
     else
         ((float *)p)[i] = v;
 }
@@ -178,25 +186,25 @@ cudaError_t ck_fill_pattern(cudaStream_t st, void *dst, uint64_t n_bytes, uint32
 
 /* ---- embedding, RMSNorm, SwiGLU ------------------------------------------------------ */
 
-static __global__ void embed_kernel(const void *emb, int bf16, const int32_t *tokens, float *x,
+static __global__ void embed_kernel(const void *emb, int act, const int32_t *tokens, float *x,
                                     int dim)
 {
     const int row = blockIdx.x;
     const size_t src = (size_t)tokens[row] * dim;
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
-        x[(size_t)row * dim + i] = ld_act(emb, src + i, bf16);
+        x[(size_t)row * dim + i] = ld_act(emb, src + i, act);
 }
 
 cudaError_t ck_embed(cudaStream_t st, const ck_geom *g, const void *emb, const ck_meta *m,
                      float *x, int T)
 {
-    embed_kernel<<<T, 256, 0, st>>>(emb, g->act_bf16, m->tokens, x, g->dim);
+    embed_kernel<<<T, 256, 0, st>>>(emb, g->act_type, m->tokens, x, g->dim);
     return cudaGetLastError();
 }
 
-/* As run.c: ss = mean(x^2) + 1e-5; out = w * (x / sqrt(ss)). */
+/* As run.c: ss = mean(x^2) + eps (1e-5, or the file's); out = w * (x / sqrt(ss)). */
 static __global__ void __launch_bounds__(1024) rmsnorm_kernel(const float *x, const int32_t *rows, const float *w,
-                                      void *out, int bf16, int dim)
+                                      void *out, int act, int dim, float eps)
 {
     const int row = blockIdx.x;
     const float *xr = x + (size_t)(rows ? rows[row] : row) * dim;
@@ -204,10 +212,10 @@ static __global__ void __launch_bounds__(1024) rmsnorm_kernel(const float *x, co
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
         ss += xr[i] * xr[i];
     ss = block_sum(ss);
-    ss = ss / (float)dim + 1e-5f;
+    ss = ss / (float)dim + eps;
     const float inv = 1.0f / sqrtf(ss);
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
-        st_act(out, (size_t)row * dim + i, w[i] * (inv * xr[i]), bf16);
+        st_act(out, (size_t)row * dim + i, w[i] * (inv * xr[i]), act);
 }
 
 cudaError_t ck_rmsnorm(cudaStream_t st, const ck_geom *g, const float *x, const int32_t *rows,
@@ -216,12 +224,13 @@ cudaError_t ck_rmsnorm(cudaStream_t st, const ck_geom *g, const float *x, const 
     if (n_rows <= 0)
         return cudaSuccess;
     int threads = g->dim >= 1024 ? 1024 : (g->dim + 31) / 32 * 32;
-    rmsnorm_kernel<<<n_rows, threads, 0, st>>>(x, rows, w, out, g->act_bf16, g->dim);
+    rmsnorm_kernel<<<n_rows, threads, 0, st>>>(x, rows, w, out, g->act_type, g->dim,
+                                               g->norm_eps);
     return cudaGetLastError();
 }
 
 /* gu rows are [gate (hidden) | up (hidden)] (the fused w1/w3 GEMM). */
-static __global__ void swiglu_kernel(const float *gu, void *hb, int bf16, int hidden,
+static __global__ void swiglu_kernel(const float *gu, void *hb, int act, int hidden,
                                      uint64_t n)
 {
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
@@ -229,7 +238,7 @@ static __global__ void swiglu_kernel(const float *gu, void *hb, int bf16, int hi
         uint64_t r = i / (uint64_t)hidden, j = i % (uint64_t)hidden;
         float gate = gu[r * 2 * hidden + j], up = gu[r * 2 * hidden + hidden + j];
         float val = gate * (1.0f / (1.0f + expf(-gate)));
-        st_act(hb, i, val * up, bf16);
+        st_act(hb, i, val * up, act);
     }
 }
 
@@ -239,7 +248,7 @@ cudaError_t ck_swiglu(cudaStream_t st, const ck_geom *g, const float *gu, void *
     uint64_t blocks = (n + 255) / 256;
     if (blocks > 65536)
         blocks = 65536;
-    swiglu_kernel<<<(unsigned)blocks, 256, 0, st>>>(gu, hb, g->act_bf16, g->hidden, n);
+    swiglu_kernel<<<(unsigned)blocks, 256, 0, st>>>(gu, hb, g->act_type, g->hidden, n);
     return cudaGetLastError();
 }
 
@@ -259,50 +268,68 @@ static __device__ __forceinline__ size_t kv_index(const ck_geom &g, int64_t slot
            d;
 }
 
-/* Rotates q (all dim entries) and k (kv_dim entries) by adjacent pairs exactly as run.c:
- * freq = 1 / 10000^(head_dim / head_size), angle = pos * freq; writes q (fp32) and K, V
- * into the pool at the row's slot. */
+/* Adds the Q/K/V bias (when given), rotates q (all dim entries) and k (kv_dim entries) as
+ * the CPU backend does: in each head, the first rope_dim dimensions in pairs (2j, 2j+1), or
+ * (j, j + rope_dim/2) for NEOX (qwen2), by angle = pos * rope_freq[j]; the dimensions past
+ * rope_dim unchanged. Writes q (fp32) and K, V into the pool at the row's slot. One thread
+ * per element: it reads its pair partner and computes its own half of the rotation. */
 static __global__ void rope_append_kernel(ck_geom g, const int32_t *positions,
-                                          const int64_t *slots, const float *qkv, float *q,
-                                          void *pool, int layer)
+                                          const int64_t *slots, const float *qkv,
+                                          const float *bias, float *q, void *pool, int layer)
 {
     const int row = blockIdx.x;
     const int pos = positions[row];
     const int64_t slot = slots[row];
     const int n_out = g.dim + 2 * g.kv_dim;
     const float *src = qkv + (size_t)row * n_out;
-    const int q_pairs = g.dim / 2, k_pairs = g.kv_dim / 2;
-    for (int i = threadIdx.x; i < q_pairs + k_pairs; i += blockDim.x) {
-        const bool is_q = i < q_pairs;
-        const int idx = 2 * (is_q ? i : i - q_pairs);
-        const int head_dim = idx % g.head_size;
-        const float freq = 1.0f / powf(10000.0f, head_dim / (float)g.head_size);
-        const float val = pos * freq;
-        const float fcr = cosf(val), fci = sinf(val);
-        const float v0 = src[(is_q ? 0 : g.dim) + idx], v1 = src[(is_q ? 0 : g.dim) + idx + 1];
-        const float r0 = v0 * fcr - v1 * fci, r1 = v0 * fci + v1 * fcr;
+    const int rh = g.rope_dim / 2;
+    for (int i = threadIdx.x; i < g.dim + g.kv_dim; i += blockDim.x) {
+        const bool is_q = i < g.dim;
+        const int e = is_q ? i : i - g.dim; /* within q or k */
+        const int head_dim = e % g.head_size, h0 = e - head_dim;
+        float out = src[i] + (bias ? bias[i] : 0.0f);
+        if (head_dim < g.rope_dim) {
+            int j, partner;
+            bool first;
+            if (g.rope_neox) {
+                first = head_dim < rh;
+                j = first ? head_dim : head_dim - rh;
+                partner = first ? head_dim + rh : head_dim - rh;
+            } else {
+                first = head_dim % 2 == 0;
+                j = head_dim / 2;
+                partner = first ? head_dim + 1 : head_dim - 1;
+            }
+            const int pi = (is_q ? 0 : g.dim) + h0 + partner;
+            const float other = src[pi] + (bias ? bias[pi] : 0.0f);
+            const float val = pos * g.rope_freq[j];
+            const float fcr = cosf(val), fci = sinf(val);
+            /* the CPU's v[a] = v0 cos - v1 sin, v[b] = v0 sin + v1 cos (v0 = v[a], v1 = v[b]) */
+            out = first ? out * fcr - other * fci : other * fci + out * fcr;
+        }
         if (is_q) {
-            q[(size_t)row * g.dim + idx] = r0;
-            q[(size_t)row * g.dim + idx + 1] = r1;
+            q[(size_t)row * g.dim + e] = out;
         } else if (slot >= 0) {
-            const int kvh = idx / g.head_size;
-            const size_t at = kv_index(g, slot, layer, 0, kvh, head_dim);
-            st_act(pool, at, r0, g.act_bf16);
-            st_act(pool, at + 1, r1, g.act_bf16);
+            const int kvh = e / g.head_size;
+            st_act(pool, kv_index(g, slot, layer, 0, kvh, head_dim), out, g.kv_bf16);
         }
     }
     if (slot < 0)
         return;
     for (int i = threadIdx.x; i < g.kv_dim; i += blockDim.x) {
         const int kvh = i / g.head_size, d = i % g.head_size;
-        st_act(pool, kv_index(g, slot, layer, 1, kvh, d), src[g.dim + g.kv_dim + i], g.act_bf16);
+        const int at = g.dim + g.kv_dim + i;
+        st_act(pool, kv_index(g, slot, layer, 1, kvh, d), src[at] + (bias ? bias[at] : 0.0f),
+               g.kv_bf16);
     }
 }
 
 cudaError_t ck_rope_append(cudaStream_t st, const ck_geom *g, const ck_meta *m,
-                           const float *qkv, float *q, void *kv_pool, int layer, int T)
+                           const float *qkv, const float *bias, float *q, void *kv_pool,
+                           int layer, int T)
 {
-    rope_append_kernel<<<T, 128, 0, st>>>(*g, m->positions, m->slots, qkv, q, kv_pool, layer);
+    rope_append_kernel<<<T, 128, 0, st>>>(*g, m->positions, m->slots, qkv, bias, q, kv_pool,
+                                          layer);
     return cudaGetLastError();
 }
 
@@ -505,7 +532,7 @@ static __global__ void __launch_bounds__(CK_ATT_THREADS) attention_kernel(attn_a
                 const int d = lane + 32 * c;
                 if (d < hs)
                     st_act(a.att, (size_t)row * g.dim + (size_t)h * hs + d,
-                           l[pp] > 0.0f ? acc[pp][c] / l[pp] : 0.0f, g.act_bf16);
+                           l[pp] > 0.0f ? acc[pp][c] / l[pp] : 0.0f, g.act_type);
             }
         } else {
             const size_t idx = ((size_t)dslot * g.n_heads + h) * CK_MAX_SPLIT + sp;
@@ -528,10 +555,10 @@ template <int NC, typename KVT> static void *attention_fn(void)
     return (void *)attention_kernel<NC, KVT>;
 }
 
-static void *pick_attention(int head_size, int act_bf16)
+static void *pick_attention(int head_size, int kv_bf16)
 {
     const int nc = (head_size + 31) / 32;
-    if (act_bf16) {
+    if (kv_bf16) {
         if (nc <= 1) return attention_fn<1, __nv_bfloat16>();
         if (nc <= 2) return attention_fn<2, __nv_bfloat16>();
         if (nc <= 4) return attention_fn<4, __nv_bfloat16>();
@@ -543,11 +570,11 @@ static void *pick_attention(int head_size, int act_bf16)
     return attention_fn<8, float>();
 }
 
-cudaError_t ck_attention_prepare(int head_size, int act_bf16)
+cudaError_t ck_attention_prepare(int head_size, int kv_bf16)
 {
     if (head_size < 2 || head_size > CK_MAX_HEAD_SIZE || head_size % 2)
         return cudaErrorInvalidValue;
-    return cudaFuncSetAttribute(pick_attention(head_size, act_bf16),
+    return cudaFuncSetAttribute(pick_attention(head_size, kv_bf16),
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 (int)ck_attention_smem_bytes(head_size));
 }
@@ -568,7 +595,7 @@ cudaError_t ck_attention(cudaStream_t st, const ck_geom *g, const ck_meta *m, co
     a.sqrt_hs = sqrtf((float)g->head_size);
     dim3 grid((unsigned)n_tiles, (unsigned)g->n_kv_heads, (unsigned)z_splits);
     void *args[] = {&a};
-    return cudaLaunchKernel(pick_attention(g->head_size, g->act_bf16), grid,
+    return cudaLaunchKernel(pick_attention(g->head_size, g->kv_bf16), grid,
                             dim3(CK_ATT_THREADS), args, ck_attention_smem_bytes(g->head_size), st);
 }
 
@@ -601,7 +628,7 @@ static __global__ void attention_combine_kernel(ck_geom g, ck_meta m, const floa
                 o += expf(ms - M) * part_acc[(idx0 + s) * g.head_size + d];
         }
         st_act(att, (size_t)row * g.dim + (size_t)h * g.head_size + d, L > 0.0f ? o / L : 0.0f,
-               g.act_bf16);
+               g.act_type);
     }
 }
 

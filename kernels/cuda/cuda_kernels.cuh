@@ -4,15 +4,17 @@
  * launchers (kernels/cuda/cuda_kernels.cu). Internal to the plugin.
  *
  * Every launcher returns the cudaError_t of cudaGetLastError() right after the launch, so
- * the caller can name the kernel that failed. Activations that feed a GEMM ("act") and the
- * KV pool are bf16 by default, fp32 when the engine runs in fp32 mode (act_bf16 = 0); the
- * residual stream, the GEMM outputs, the softmax and every reduction are fp32.
+ * the caller can name the kernel that failed. Activations that feed a GEMM ("act") have the
+ * weights' device type (act_type: bf16 by default, f16 for a GGUF file whose matrices are
+ * all F16, fp32 in fp32 mode); the KV pool is bf16 (fp32 in fp32 mode); the residual stream,
+ * the GEMM outputs, the softmax and every reduction are fp32.
  */
 #ifndef RINGLM_KERNELS_CUDA_KERNELS_CUH
 #define RINGLM_KERNELS_CUDA_KERNELS_CUH
 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 
 /* Attention tiling: a thread block handles one tile of consecutive query rows of one
@@ -70,13 +72,21 @@ static inline __host__ __device__ float ck_synth_value(uint64_t seed, int tensor
 #endif
 }
 
+/* Element types of weights and GEMM-input activations (act_type). */
+enum { CK_F32 = 0, CK_BF16 = 1, CK_F16 = 2 };
+
 /* Geometry the kernels need. */
 typedef struct ck_geom {
     int dim, hidden, n_layers, n_heads, n_kv_heads, head_size, kv_dim, vocab;
     int block_size;        /* tokens per KV block */
     int bt_stride;         /* device block-table row length */
     long long block_elems; /* elements per KV block (all layers, K and V) */
-    int act_bf16;          /* 1: act and KV are bf16; 0: fp32 */
+    int act_type;          /* CK_BF16, CK_F16 or CK_F32: weights and GEMM inputs */
+    int kv_bf16;           /* 1: the KV pool is bf16; 0: fp32 */
+    float norm_eps;        /* RMSNorm epsilon */
+    int rope_dim;          /* leading dimensions of each head that RoPE rotates (even) */
+    int rope_neox;         /* 1: pairs (j, j + rope_dim/2) (qwen2); 0: (2j, 2j+1) */
+    const float *rope_freq; /* device [rope_dim/2]: eng_dev_rope_freqs */
 } ck_geom;
 
 /* Device metadata of one batch (fixed device addresses, so CUDA graphs can replay). */
@@ -102,8 +112,11 @@ cudaError_t ck_embed(cudaStream_t st, const ck_geom *g, const void *emb, const c
 /* out[r] = act(w * x[rows ? rows[r] : r] / rms); rows may be NULL. */
 cudaError_t ck_rmsnorm(cudaStream_t st, const ck_geom *g, const float *x, const int32_t *rows,
                        const float *w, void *out, int n_rows);
+/* Adds bias (this layer's [dim + 2 kv_dim], or NULL) to q, k, v, rotates q and k, writes q
+ * (fp32) and K, V into the pool at each row's slot. */
 cudaError_t ck_rope_append(cudaStream_t st, const ck_geom *g, const ck_meta *m,
-                           const float *qkv, float *q, void *kv_pool, int layer, int T);
+                           const float *qkv, const float *bias, float *q, void *kv_pool,
+                           int layer, int T);
 cudaError_t ck_attention(cudaStream_t st, const ck_geom *g, const ck_meta *m, const float *q,
                          const void *kv_pool, void *att, float *part_acc, float *part_ml,
                          int layer, int n_tiles, int z_splits);
@@ -113,7 +126,7 @@ cudaError_t ck_attention_combine(cudaStream_t st, const ck_geom *g, const ck_met
 cudaError_t ck_swiglu(cudaStream_t st, const ck_geom *g, const float *gu, void *hb, int T);
 /* Shared memory the attention kernel asks for; the backend raises the kernel's limit. */
 size_t ck_attention_smem_bytes(int head_size);
-cudaError_t ck_attention_prepare(int head_size, int act_bf16);
+cudaError_t ck_attention_prepare(int head_size, int kv_bf16);
 
 /* Skinny GEMM for decode (T <= CK_GEMV_MAX_T rows, bf16 W [N][K] and X [T][K], K % 8 == 0):
  * Y[T][N] = X · W^T + beta · Y in fp32, one warp per output column n, 16-byte weight loads.
