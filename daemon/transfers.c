@@ -53,7 +53,7 @@ static void reload_failed(svc *s, uint64_t req, uint64_t xfer, int res)
     if (!r || r->ended) return;
     svc_log("request %llu: reloading its cached prefix (transfer %llu) failed: %s; it ends with an error",
             (unsigned long long)req, (unsigned long long)xfer, strerror(-res));
-    req_cancel(s, r, SCHED_CANCEL_SHUTDOWN, RINGLM_WIRE_R_ERROR, RINGLM_WIRE_R_INTERNAL);
+    req_cancel(s, r, SCHED_CANCEL_KV_READ_FAILED, RINGLM_WIRE_R_ERROR, RINGLM_WIRE_R_INTERNAL);
 }
 
 static void on_xfer_done(void *ctx, uint64_t cookie, int res, sched_xfer_dir dir, sched_pool tier,

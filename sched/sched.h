@@ -105,6 +105,9 @@ typedef enum sched_cancel_reason {
     SCHED_CANCEL_DISCONNECT,        /* "disconnect": client died / session ended */
     SCHED_CANCEL_BACKPRESSURE,      /* "backpressure": output blocked longer than allowed */
     SCHED_CANCEL_SHUTDOWN,          /* "shutdown" */
+    SCHED_CANCEL_KV_READ_FAILED,    /* "kv_read_failed": reloading its cached prefix from the
+                                       host or disk tier failed (the client sees error /
+                                       internal) */
     SCHED_CANCEL__COUNT
 } sched_cancel_reason;
 

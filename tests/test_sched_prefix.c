@@ -1017,6 +1017,21 @@ static void d_fill_device(uint64_t first_id)
     }
 }
 
+/* Request id of `tenant` sends TP[r] again: its cached prefix (3 blocks, 12 tokens) is found
+ * on the device and its prefill starts after it.  Returns its cache_hit event. */
+static const sched_event *d_resend_finds_it_on_the_device(uint64_t id, int tenant, int r)
+{
+    cr_assert_eq(d_submit(id, tenant, TP[r], 16, 1, 9), 0);
+    const sched_plan *pl = d_iter();
+    cr_assert_eq(d_entry(pl, id)->start_pos, 12, "request %llu's prefill does not start after its cached prefix",
+                 (unsigned long long)id);
+    const sched_event *h = d_find(SCHED_EV_CACHE_HIT, id);
+    cr_assert_not_null(h, "request %llu found nothing cached", (unsigned long long)id);
+    cr_assert_eq(h->pool_tokens[SCHED_POOL_DEVICE], 12, "request %llu found %u tokens on the device",
+                 (unsigned long long)id, h->pool_tokens[SCHED_POOL_DEVICE]);
+    return h;
+}
+
 Test(sched_prefix_tiers, evicted_blocks_are_demoted_to_host_and_reloaded_at_admission)
 {
     d_init_tiers(12, 32, 0, 1e9, 1e9);
@@ -1156,10 +1171,7 @@ Test(sched_prefix_tiers, a_slow_tier_makes_admission_recompute_and_logs_both_est
     sched_get_counts(D.s, &c);
     cr_assert_eq(c.prefix_recomputed_blocks[SCHED_POOL_HOST], 3);
     /* the recomputed blocks replaced their host copies: the prompt is on the device again */
-    cr_assert_eq(d_submit(12, 0, TP[0], 16, 1, 9), 0);
-    pl = d_iter();
-    cr_assert_eq(d_entry(pl, 12)->start_pos, 12);
-    cr_assert_eq(d_find(SCHED_EV_CACHE_HIT, 12)->pool_tokens[SCHED_POOL_DEVICE], 12);
+    d_resend_finds_it_on_the_device(12, 0, 0);
     d_run_until_idle(50);
     d_fini();
 }
@@ -1269,11 +1281,8 @@ Test(sched_prefix_tiers, failed_copies_invalidate_the_blocks_they_were_for)
     pl = d_iter();
     cr_assert_eq(d_entry(pl, 10)->start_pos, 0);
     d_run_until_idle(50);
-    cr_assert_eq(d_submit(11, 0, TP[0], 16, 1, 9), 0);
-    pl = d_iter();
-    const sched_event *h = d_find(SCHED_EV_CACHE_HIT, 11);
-    cr_assert_not_null(h);
-    cr_assert_eq(h->pool_tokens[SCHED_POOL_DEVICE], 12, "the blocks request 10 computed again");
+    /* the blocks request 10 computed again */
+    const sched_event *h = d_resend_finds_it_on_the_device(11, 0, 0);
     cr_assert_eq(h->pool_tokens[SCHED_POOL_HOST], 0, "no hit on a failed reload's blocks");
     d_run_until_idle(50);
     sched_get_counts(D.s, &c);
@@ -1281,8 +1290,10 @@ Test(sched_prefix_tiers, failed_copies_invalidate_the_blocks_they_were_for)
     d_fini();
 }
 
-/* One iteration that completes every transfer of its plan except `hold` (still in flight). */
-static const sched_plan *d_iter_hold(uint64_t hold)
+/* One iteration: every transfer of its plan completes at once except `hold` (0: none), which
+ * stays in flight; with ids, the sampled tokens carry ids (sched_result.token): request r's
+ * n-th generated token is 7000 + 10 * r + n.  Invariants after every call. */
+static const sched_plan *d_iter_with(uint64_t hold, bool ids)
 {
     const sched_plan *pl = sched_step(D.s, D.now);
     cr_assert(pl, "%s", sched_last_error());
@@ -1294,13 +1305,24 @@ static const sched_plan *d_iter_hold(uint64_t hold)
         }
     sched_result res[256];
     uint32_t n = 0;
-    for (uint32_t i = 0; i < pl->n_entries && n < 256; i++)
-        res[n++] = (sched_result){.req = pl->entries[i].req, .tokens = pl->entries[i].samples};
+    for (uint32_t i = 0; i < pl->n_entries && n < 256; i++) {
+        const sched_entry *e = &pl->entries[i];
+        res[n] = (sched_result){.req = e->req, .tokens = e->samples};
+        sched_req_info ri;
+        if (ids && e->samples) {
+            cr_assert_eq(sched_get_request(D.s, e->req, &ri), 0);
+            res[n].has_token = true;
+            res[n].token = (int32_t)(7000 + 10 * e->req + ri.generated);
+        }
+        n++;
+    }
     D.now += 1000;
     cr_assert_eq(sched_commit(D.s, res, n, D.now, 0), 0);
     d_check();
     return pl;
 }
+static const sched_plan *d_iter_hold(uint64_t hold) { return d_iter_with(hold, false); }
+static const sched_plan *d_iter_ids(void) { return d_iter_with(0, true); }
 
 /* A reload runs beside the steps: while a request's blocks come back from the host, a
  * running stream keeps decoding and the reloading request is in no batch; another request
@@ -1377,35 +1399,9 @@ Test(sched_prefix_tiers, a_reload_runs_beside_the_steps_and_nobody_uses_its_bloc
     cr_assert_eq(c.kv_used[SCHED_POOL_DEVICE] + c.kv_used[SCHED_POOL_HOST], 0, "no block leaked");
     cr_assert_eq(c.prefix_reloaded_blocks[SCHED_POOL_HOST], 6);
     /* what came back is cached on the device now */
-    cr_assert_eq(d_submit(31, 1, TP[1], 16, 1, 9), 0);
-    pl = d_iter();
-    cr_assert_eq(d_entry(pl, 31)->start_pos, 12);
-    cr_assert_eq(d_find(SCHED_EV_CACHE_HIT, 31)->pool_tokens[SCHED_POOL_DEVICE], 12);
+    d_resend_finds_it_on_the_device(31, 1, 1);
     d_run_until_idle(10);
     d_fini();
-}
-
-/* One iteration whose sampled tokens carry ids (sched_result.token): request r's n-th
- * generated token is 7000 + 10 * r + n. */
-static const sched_plan *d_iter_ids(void)
-{
-    const sched_plan *pl = sched_step(D.s, D.now);
-    cr_assert(pl, "%s", sched_last_error());
-    d_check();
-    for (uint32_t i = 0; i < pl->n_transfers; i++) cr_assert_eq(sched_transfer_done(D.s, pl->transfers[i].id, D.now, 0, 0, 0), 0);
-    sched_result res[256];
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < pl->n_entries && n < 256; i++) {
-        const sched_entry *e = &pl->entries[i];
-        sched_req_info ri;
-        cr_assert_eq(sched_get_request(D.s, e->req, &ri), 0);
-        res[n++] = (sched_result){.req = e->req, .tokens = e->samples, .has_token = e->samples,
-                                  .token = (int32_t)(7000 + 10 * e->req + ri.generated)};
-    }
-    D.now += 1000;
-    cr_assert_eq(sched_commit(D.s, res, n, D.now, 0), 0);
-    d_check();
-    return pl;
 }
 
 /* A conversation's next turn extends the last prompt and its answer: the blocks the answer
