@@ -46,7 +46,7 @@
  * ringlmd runs in this process's session, as a daemon started from a shell does: its nice
  * of -10 ranks it above the clients this bench starts. --daemon-session starts it in a
  * session of its own, as a service manager would, and the engine alone with the same
- * scheduling-group nice (see autogroup_nice); there the clients, in an ordinary group,
+ * scheduling-group nice (see autogroup_set_self); there the clients, in an ordinary group,
  * wait behind the busy daemon's group (quiet machine: connect burst p99 7.3 iterations
  * against 0.17), so it is not the default (--same-session: the default, accepted).
  * --engine-only runs the engine alone, no daemon: its own spread, quickly.
@@ -57,6 +57,7 @@
  *               [--engine-only] [--json]
  */
 #include "kernels/engine.h"
+#include "numa/rnuma.h"
 #include "perf/bench_util.h"
 #include "ringlm.h"
 
@@ -308,22 +309,8 @@ static probe machine_probe(const uint64_t *buf, int threads)
  * its group, of the group's own nice (0 unless set). ringlmd leading its own session gives
  * its group its nice; so that the engine alone competes as the daemon's engine does, its
  * window runs with this process's group at the daemon's group nice, set back right after
- * (before any client is forked). INT32_MIN: no autogroup here. */
-static int autogroup_nice(pid_t pid)
-{
-    char path[64], buf[128];
-    snprintf(path, sizeof path, "/proc/%d/autogroup", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return INT32_MIN;
-    int nice = INT32_MIN;
-    if (fgets(buf, sizeof buf, f)) {
-        const char *p = strstr(buf, " nice ");
-        if (p) nice = atoi(p + 6);
-    }
-    fclose(f);
-    return nice;
-}
-
+ * (before any client is forked; rnuma_autogroup_nice reads a group's nice, INT32_MIN: no
+ * autogroup here). */
 static void autogroup_set_self(int nice)
 {
     if (nice == INT32_MIN) return;
@@ -498,7 +485,7 @@ static int daemon_start(daemon_proc *d, const opts *o)
          * every client this bench starts but not above other sessions. --daemon-session
          * starts it in a session of its own, as a service manager would; leading it,
          * ringlmd gives the session's scheduling group its nice (autogroup: see
-         * autogroup_nice). */
+         * autogroup_set_self). */
         if (o->daemon_session && setsid() < 0) _exit(126);
         int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd >= 0) { dup2(fd, 2); dup2(fd, 1); close(fd); }
@@ -1017,8 +1004,8 @@ int main(int argc, char **argv)
     }
     /* The engine alone's scheduling group: the daemon's, when it has one of its own. */
     int engine_group = INT32_MIN;
-    if (o.daemon_session && autogroup_nice(getpid()) != INT32_MIN)
-        engine_group = o.engine_only ? daemon_nice : autogroup_nice(d.pid);
+    if (o.daemon_session && rnuma_autogroup_nice(getpid()) != INT32_MIN)
+        engine_group = o.engine_only ? daemon_nice : rnuma_autogroup_nice(d.pid);
     if (!o.json && engine_group != INT32_MIN)
         fprintf(stderr, "%s in a session of its own, its scheduling group at nice %d; the engine "
                 "alone runs with ours at that nice\n", o.engine_only ? "(engine only)" : "ringlmd",
@@ -1053,7 +1040,7 @@ int main(int argc, char **argv)
              * before any client is forked: clients run at their own priority. */
             int own = getpriority(PRIO_PROCESS, 0);
             if (setpriority(PRIO_PROCESS, 0, daemon_nice) != 0) { /* not permitted: ours */ }
-            const int own_group = autogroup_nice(getpid());
+            const int own_group = rnuma_autogroup_nice(getpid());
             if (engine_group != INT32_MIN) autogroup_set_self(engine_group);
             attrib *ae = &at[k][run][0], *as = &at[k][run][1], *ap = &at[k][run][2];
             if (engb_init(&b, m, &o, n) == 0) {

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "formats/request_log.h"
+#include "numa/rnuma.h"
 #include "sched/sched.h"
 #include "tests/helpers.h"
 
@@ -723,22 +724,6 @@ Test(tools_cli, nice_applies_to_every_daemon_thread)
     stop_daemon();
 }
 
-/* The nice of pid's autogroup ("/autogroup-N nice K"), INT32_MIN without one. */
-static int autogroup_nice(pid_t pid)
-{
-    char path[64], buf[128];
-    snprintf(path, sizeof path, "/proc/%d/autogroup", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return INT32_MIN;
-    int nice = INT32_MIN;
-    if (fgets(buf, sizeof buf, f)) {
-        const char *p = strstr(buf, " nice ");
-        if (p) nice = atoi(p + 6);
-    }
-    fclose(f);
-    return nice;
-}
-
 /* With autogroup scheduling a thread's nice ranks it only within its session's group. A
  * ringlmd that leads its own session (as a service manager starts it) gives its group its
  * nice, so that nice counts against other sessions too; one that shares its parent's
@@ -746,7 +731,7 @@ static int autogroup_nice(pid_t pid)
 Test(tools_cli, a_session_leading_daemon_gives_its_autogroup_its_nice)
 {
     need_programs();
-    if (autogroup_nice(getpid()) == INT32_MIN) {
+    if (rnuma_autogroup_nice(getpid()) == INT32_MIN) {
         cr_log_warn("no /proc/self/autogroup on this kernel: nothing to check");
         return;
     }
@@ -755,10 +740,10 @@ Test(tools_cli, a_session_leading_daemon_gives_its_autogroup_its_nice)
         return;
     }
     /* sharing our session: our group's nice is not touched */
-    const int ours = autogroup_nice(getpid());
+    const int ours = rnuma_autogroup_nice(getpid());
     const char *args[] = {"--echo", "--nice", "-5", NULL};
     start_daemon(args);
-    cr_expect_eq(autogroup_nice(getpid()), ours, "the daemon changed its parent session's group");
+    cr_expect_eq(rnuma_autogroup_nice(getpid()), ours, "the daemon changed its parent session's group");
     stop_daemon();
 
     /* its own session: its group takes its nice */
@@ -780,13 +765,13 @@ Test(tools_cli, a_session_leading_daemon_gives_its_autogroup_its_nice)
     int got = INT32_MIN;
     for (int i = 0; i < 2000 && got != -5; i++) {
         if (waitpid(pid, NULL, WNOHANG) == pid) { pid = 0; break; }
-        got = autogroup_nice(pid);
+        got = rnuma_autogroup_nice(pid);
         struct timespec ts = {0, 5000000};
         nanosleep(&ts, NULL);
     }
     cr_expect_eq(got, -5, "a session-leading ringlmd --nice -5: its autogroup at nice %d\n%s", got,
                  th_read_file(d.log));
-    cr_expect_eq(autogroup_nice(getpid()), ours, "ours changed too");
+    cr_expect_eq(rnuma_autogroup_nice(getpid()), ours, "ours changed too");
     d.pid = pid;
     if (pid > 0) th_daemon_stop(&d, SIGTERM, 15000);
     th_daemon_cleanup(&d);
