@@ -297,14 +297,17 @@ static double capacity(const sim_service *svc, double prompt, double output)
 
 /* ---- shared-prefix ------------------------------------------------------------------------ */
 
-/* Block hashes of prompt tokens tok[0..n): block b's hash chains block b-1's and its tokens
- * (the last block may be partial), so equal hashes at a position mean equal prefixes. */
+/* Block hashes of the full blocks of tokens tok[0..n): block b's hash chains block b-1's and
+ * its tokens, so equal hashes at a position mean equal prefixes.  Full blocks only, as
+ * ringlmd logs its keys: a turn's prompt takes the first n_prompt / bs, its answer the rest
+ * of the chain (answer_hash_ids: the first may hold the prompt's last tokens), and the next
+ * turn, whose prompt is this prompt and answer extended, repeats them all. */
 static uint32_t block_hashes(const int32_t *tok, uint32_t n, uint32_t bs, uint64_t *out)
 {
     uint64_t h = 0x6a09e667f3bcc908ull;
     uint32_t nb = 0;
-    for (uint32_t b = 0; b * bs < n; b++) {
-        for (uint32_t k = b * bs; k < n && k < (b + 1) * bs; k++) {
+    for (uint32_t b = 0; (b + 1) * bs <= n; b++) {
+        for (uint32_t k = b * bs; k < (b + 1) * bs; k++) {
             uint64_t x = h ^ (uint64_t)(uint32_t)tok[k];
             h = sim_splitmix64(&x);
         }
@@ -395,9 +398,13 @@ static int gen_shared_prefix(gen *g, const params *p, const sim_service *svc, si
             r.tenant = (uint16_t)tn[c % (size_t)ntn];
             r.klass = (uint16_t)cls;
             r.src_id = g->next_id++;
-            uint32_t nb = block_hashes(tok, (uint32_t)n, bs, ids);
-            if ((rc = sim_trace_push_hashed(g->t, &r, ids, nb, NULL, 0, bs)) < 0) break;
-            for (uint32_t i = 0; i < no; i++) tok[n++] = (int32_t)(sim_rng_u64(&g->rng) >> 33);   /* the answer */
+            for (uint32_t i = 0; i < no; i++) tok[n + i] = (int32_t)(sim_rng_u64(&g->rng) >> 33);   /* the answer */
+            /* the prompt's full blocks, then the answer's (the chain going on over prompt +
+             * answer): replayed, the answer's tokens stand in for these and its blocks are
+             * cached when it ends, as ringlmd caches them (prefix_cache_generated) */
+            uint32_t np = (uint32_t)(n / bs), nb = block_hashes(tok, (uint32_t)(n + no), bs, ids);
+            if ((rc = sim_trace_push_hashed(g->t, &r, ids, np, ids + np, nb - np, bs)) < 0) break;
+            n += no;
             at += (klo + (khi - klo) * sim_rng_unif(&g->rng)) * 1e6;
         }
     }

@@ -2,6 +2,7 @@
  * native request log's) and the shared-prefix workload drive the same sched/ cache the daemon
  * runs; the report's figures.  SPDX-License-Identifier: MIT */
 #include <criterion/criterion.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -321,7 +322,9 @@ Test(sim_prefix, the_shared_prefix_workload_reuses_system_prompts_and_conversati
     for (size_t i = 0; i < t.n; i++) {
         const sim_req *q = &t.reqs[i];
         cr_assert_eq(q->hash_block_tokens, 16);
-        cr_assert_eq(q->n_hash, (q->prompt_tokens + 15) / 16);
+        cr_assert_eq(q->n_hash, q->prompt_tokens / 16, "the prompt's full blocks");
+        cr_assert_eq(q->n_ahash, (q->prompt_tokens + q->output_tokens) / 16 - q->prompt_tokens / 16,
+                     "the answer's full blocks, continuing the chain");
         for (size_t j = 0; j < i; j++) {   /* an earlier turn of the same conversation */
             const sim_req *o = &t.reqs[j];
             uint32_t full = o->prompt_tokens / 16;
@@ -350,6 +353,75 @@ Test(sim_prefix, the_shared_prefix_workload_reuses_system_prompts_and_conversati
     run(&t, p, &svc, true, &on);
     cr_expect_eq(on.final_counts.prefix_hit_tokens, 0, "one-off prompts shared");
     sim_run_free(&on);
+    sim_trace_free(&t);
+    sched_policy_free(p);
+}
+
+/* shared-prefix conversations as ringlmd serves them: a turn's answer gets the block keys that
+ * continue its prompt's chain, the simulator caches the answer's blocks when the turn ends
+ * (prefix_cache_generated) and the next turn, whose prompt is that prompt, that answer and a
+ * new user message, finds all of it cached — not only the last prompt.  The same trace with
+ * the answers' keys dropped (what the generator gave before) finds only the last prompt. */
+Test(sim_prefix, shared_prefix_next_turns_find_the_last_answer_cached)
+{
+    sim_service svc;
+    toy_service(&svc);
+    svc.kv_blocks_device = 4000;   /* nothing is evicted */
+    sim_scenario scn;
+    sim_trace t, bare;
+    const char *par[] = {"n=30", "rate=1", "system_prompts=2", "system_len=128", "turns=3", "one_off=0", "think=3-4"};
+    cr_assert_eq(sim_gen_workload(&t, "shared-prefix", par, 7, &svc, 11, &scn), 0, "%s", sim_err());
+    sim_trace_init(&bare, "bare");
+    for (unsigned k = 0; k < t.n_tenants; k++) cr_assert_eq(sim_trace_tenant(&bare, t.tenants[k]), (int)k);
+    for (unsigned k = 0; k < t.n_classes; k++) cr_assert_eq(sim_trace_class(&bare, t.classes[k]), (int)k);
+    for (size_t i = 0; i < t.n; i++)
+        cr_assert_eq(sim_trace_push_hashed(&bare, &t.reqs[i], &t.hashes[t.reqs[i].hash_off], t.reqs[i].n_hash, NULL, 0,
+                                           t.reqs[i].hash_block_tokens), 0);
+    /* prev[i]: the turn request i continues — the latest earlier request whose prompt and
+     * answer keys all begin i's prompt keys, past the 8 blocks of a system prompt */
+    size_t *prev = malloc(t.n * sizeof *prev), pairs = 0, with_answer = 0;
+    cr_assert_not_null(prev);
+    for (size_t i = 0; i < t.n; i++) {
+        const sim_req *q = &t.reqs[i];
+        prev[i] = SIZE_MAX;
+        for (size_t j = 0; j < i; j++) {
+            const sim_req *o = &t.reqs[j];
+            uint32_t all = o->n_hash + o->n_ahash;
+            if (all <= 8 || all > q->n_hash || q->prompt_tokens < o->prompt_tokens + o->output_tokens) continue;
+            if (!memcmp(&t.hashes[o->hash_off], &t.hashes[q->hash_off], all * sizeof(uint64_t))) prev[i] = j;
+        }
+        if (prev[i] == SIZE_MAX) continue;
+        pairs++;
+        const sim_req *o = &t.reqs[prev[i]];
+        with_answer += (o->prompt_tokens + o->output_tokens - 1) / 16 > o->n_hash;   /* a computed answer block */
+    }
+    cr_assert_geq(pairs, 50, "30 conversations of 3 turns: only %zu next turns extend the last prompt and answer", pairs);
+    cr_assert_geq(with_answer, 50, "only %zu next turns follow an answer that filled a block", with_answer);
+    sched_policy *p = policy("");
+    size_t found[2] = {0, 0};   /* next turns that found the last answer's blocks cached */
+    for (int v = 0; v < 2; v++) {
+        sim_run r;
+        run(v ? &bare : &t, p, &svc, true, &r);
+        for (size_t i = 0; i < t.n; i++) {
+            if (prev[i] == SIZE_MAX) continue;
+            const sim_req *o = &t.reqs[prev[i]];
+            const sim_rec *xo = &r.recs[r.final_rec[prev[i]]], *xi = &r.recs[r.final_rec[i]];
+            cr_assert_eq(xo->outcome, SIM_OUT_FINISHED);
+            cr_assert_lt(xo->end_us, t.reqs[i].arrival_us, "request %zu still ran when its next turn came", prev[i]);
+            /* the answer's last token is sampled, never computed: its block is not cached */
+            uint32_t computed = (o->prompt_tokens + o->output_tokens - 1) / 16;
+            uint64_t answered = (uint64_t)(computed < o->n_hash + o->n_ahash ? computed : o->n_hash + o->n_ahash) * 16;
+            if (!v)
+                cr_expect_geq(xi->cached_tokens, answered, "request %zu found %llu tokens cached, not its last prompt and "
+                              "answer (%llu)", i, (unsigned long long)xi->cached_tokens, (unsigned long long)answered);
+            found[v] += answered > (uint64_t)o->n_hash * 16 && xi->cached_tokens >= answered;
+        }
+        sim_run_free(&r);
+    }
+    cr_expect_eq(found[0], with_answer, "%zu of %zu next turns found the last answer cached", found[0], with_answer);
+    cr_expect_eq(found[1], 0, "without the answers' keys %zu next turns still found the last answer", found[1]);
+    free(prev);
+    sim_trace_free(&bare);
     sim_trace_free(&t);
     sched_policy_free(p);
 }
