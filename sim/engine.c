@@ -560,6 +560,7 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
             res->req = en->req;
             res->tokens = 0;
             res->finished = SCHED_FINISH_NONE;
+            res->has_token = false;
             if (en->samples) {
                 res->tokens = 1;
                 x->generated++;
