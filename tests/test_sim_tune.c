@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* ringlm-sim --tune (sim/tune.c): the search finds a known optimum, keeps the base policy when
- * nothing it tries beats it, never picks a candidate that starves a tenant however much goodput
- * it has, climbs with pairwise moves a ridge coordinate search stops on, and gives the same
- * answer for a seed whatever the thread count. */
+ * nothing it tries beats it, never picks a candidate that starves a tenant or whose accepted
+ * requests miss their targets more often than --slo-min allows, however much goodput it has,
+ * climbs with pairwise moves a ridge coordinate search stops on, and gives the same answer for
+ * a seed whatever the thread count. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <jansson.h>
@@ -49,6 +50,48 @@ static const char *value_of(const sim_tune_result *r, const sim_tune_cand *c, co
     return NULL;
 }
 
+/* One search as the tests set it up: a generated poisson workload (params, optional tenant
+ * rule) under the built-in service model, a base policy, and the search's defaults on 2
+ * threads over spec; a test changes c->o before tune_case_search when it needs to. */
+typedef struct tune_case {
+    sim_service      svc;
+    sim_trace        t;
+    sched_policy    *base;
+    sim_tune_opts    o;
+    sim_tune_result  r;
+} tune_case;
+
+static void tune_case_init(tune_case *c, const char *base_text, const char *spec)   /* c->t left to the caller */
+{
+    memset(c, 0, sizeof *c);
+    sim_service_default(&c->svc);
+    c->base = policy(base_text);
+    sim_tune_opts_defaults(&c->o);
+    c->o.spec = spec;
+    c->o.run.svc = &c->svc;
+    c->o.jobs = 2;
+}
+
+static void tune_case_open(tune_case *c, const char *const *params, size_t n, const char *tenants, const char *base_text,
+                           const char *spec)
+{
+    tune_case_init(c, base_text, spec);
+    workload(&c->t, &c->svc, params, n, tenants);
+}
+
+static void tune_case_search(tune_case *c)
+{
+    cr_assert_eq(sim_tune(&c->t, c->base, &c->o, &c->r), 0, "%s", sim_err());
+}
+
+static void tune_case_close(tune_case *c)
+{
+    sim_tune_result_free(&c->r);
+    sched_policy_free(c->base);
+    sim_trace_free(&c->t);
+    sim_service_free(&c->svc);
+}
+
 /* ---- a workload where one token budget is best ------------------------------------------- */
 
 /* Decode-bound overload: 16-token prompts, 200-token outputs, twice what the machine serves.
@@ -63,95 +106,75 @@ static const char budget_policy[] =
 
 Test(sim_tune, finds_the_budget_the_service_model_says_is_best)
 {
-    sim_service svc;
-    sim_service_default(&svc);
     const char *params[] = {"load=2", "prompt=16", "output=200", "duration=30"};
-    sim_trace t;
-    workload(&t, &svc, params, 4, NULL);
-    sched_policy *base = policy(budget_policy);
-    sim_tune_opts o;
-    sim_tune_opts_defaults(&o);
-    o.spec = "token_budget=32..1024;prefill_chunk=128,256;decode_reserve_tokens=0,16,32;max_active_seqs=1024,2048";
-    o.run.svc = &svc;
-    o.jobs = 2;
-    sim_tune_result r;
-    cr_assert_eq(sim_tune(&t, base, &o, &r), 0, "%s", sim_err());
+    tune_case c;
+    tune_case_open(&c, params, 4, NULL, budget_policy,
+                   "token_budget=32..1024;prefill_chunk=128,256;decode_reserve_tokens=0,16,32;max_active_seqs=1024,2048");
+    tune_case_search(&c);
+    const sim_service *svc = &c.svc;
+    const sim_tune_result *r = &c.r;
     /* the known optimum: the largest budget of the list whose full decode step fits 14 ms */
     const char *expect = NULL;
     char buf[16];
     for (unsigned b = 32; b <= 1024; b *= 2)
-        if (svc.base_us + b * svc.per_decode_seq_us + 16 * svc.per_prefill_token_us < 14000) {
+        if (svc->base_us + b * svc->per_decode_seq_us + 16 * svc->per_prefill_token_us < 14000) {
             snprintf(buf, sizeof buf, "%u", b);
             expect = buf;
         }
-    cr_assert_str_eq(expect, "256", "the workload is built so that 256 is best (model %.0f + %.0f µs/seq)", svc.base_us,
-                     svc.per_decode_seq_us);
-    const sim_tune_cand *best = &r.cands[r.best];
-    cr_assert_str_eq(value_of(&r, best, "token_budget"), expect, "chose %s", best->values);
+    cr_assert_str_eq(expect, "256", "the workload is built so that 256 is best (model %.0f + %.0f µs/seq)", svc->base_us,
+                     svc->per_decode_seq_us);
+    const sim_tune_cand *best = &r->cands[r->best];
+    cr_assert_str_eq(value_of(r, best, "token_budget"), expect, "chose %s", best->values);
     cr_assert(best->rung[2].done && best->rung[2].feasible);
     /* it beats every other budget that was run on the whole trace, and the base (64) */
-    for (size_t i = 0; i < r.n_cands; i++) {
-        const sim_tune_cand *c = &r.cands[i];
-        if (i == r.best || !c->rung[2].done) continue;
-        const char *b = value_of(&r, c, "token_budget");
+    for (size_t i = 0; i < r->n_cands; i++) {
+        const sim_tune_cand *k = &r->cands[i];
+        if (i == r->best || !k->rung[2].done) continue;
+        const char *b = value_of(r, k, "token_budget");
         if (b && !strcmp(b, expect)) continue;
-        cr_expect_gt(best->rung[2].goodput_rps, c->rung[2].goodput_rps, "%s (%.2f) vs best (%.2f)", c->values,
-                     c->rung[2].goodput_rps, best->rung[2].goodput_rps);
+        cr_expect_gt(best->rung[2].goodput_rps, k->rung[2].goodput_rps, "%s (%.2f) vs best (%.2f)", k->values,
+                     k->rung[2].goodput_rps, best->rung[2].goodput_rps);
     }
-    cr_assert_gt(best->rung[2].goodput_rps, 1.5 * r.cands[r.base].rung[2].goodput_rps);
+    cr_assert_gt(best->rung[2].goodput_rps, 1.5 * r->cands[r->base].rung[2].goodput_rps);
     /* the search reports what no candidate could pass, and nothing it ran passed it */
-    for (size_t l = 0; l < r.n_loads; l++) {
-        cr_assert(isfinite(r.bound_rps[l]));
-        for (size_t i = 0; i < r.n_cands; i++)
-            if (r.cands[i].rung[2].done)
-                cr_expect_leq(r.cands[i].rung[2].load[l].goodput_rps, r.bound_rps[l] + 1e-9, "%s: %.3f above the bound %.3f",
-                              r.cands[i].values, r.cands[i].rung[2].load[l].goodput_rps, r.bound_rps[l]);
+    for (size_t l = 0; l < r->n_loads; l++) {
+        cr_assert(isfinite(r->bound_rps[l]));
+        for (size_t i = 0; i < r->n_cands; i++)
+            if (r->cands[i].rung[2].done)
+                cr_expect_leq(r->cands[i].rung[2].load[l].goodput_rps, r->bound_rps[l] + 1e-9, "%s: %.3f above the bound %.3f",
+                              r->cands[i].values, r->cands[i].rung[2].load[l].goodput_rps, r->bound_rps[l]);
     }
     /* not a grid: coordinate search stops when a pass moves nothing */
-    cr_expect_lt(r.evaluated[0], 6 * 2 * 3 * 2 / 2, "%zu candidates screened of a grid of 72", r.evaluated[0]);
-    sim_tune_result_free(&r);
-    sched_policy_free(base);
-    sim_trace_free(&t);
-    sim_service_free(&svc);
+    cr_expect_lt(r->evaluated[0], 6 * 2 * 3 * 2 / 2, "%zu candidates screened of a grid of 72", r->evaluated[0]);
+    tune_case_close(&c);
 }
 
 /* The base policy already has the best budget (256) and the spec offers only worse ones: the
  * answer is the base itself, never the best of the worse. */
 Test(sim_tune, keeps_the_base_when_no_candidate_beats_it)
 {
-    sim_service svc;
-    sim_service_default(&svc);
     const char *params[] = {"load=2", "prompt=16", "output=200", "duration=30"};
-    sim_trace t;
-    workload(&t, &svc, params, 4, NULL);
     char text[sizeof budget_policy + 8];
     const char *at = strstr(budget_policy, "token_budget = 64\n");
     cr_assert_not_null(at);
     snprintf(text, sizeof text, "%.*stoken_budget = 256\n%s", (int)(at - budget_policy), budget_policy,
              at + strlen("token_budget = 64\n"));
-    sched_policy *base = policy(text);
-    sim_tune_opts o;
-    sim_tune_opts_defaults(&o);
-    o.spec = "token_budget=32,64,1024";
-    o.run.svc = &svc;
-    o.jobs = 2;
-    sim_tune_result r;
-    cr_assert_eq(sim_tune(&t, base, &o, &r), 0, "%s", sim_err());
-    cr_assert_eq(r.best, r.base, "chose %s (%.2f req/s) over the base (%.2f req/s)", r.cands[r.best].values,
-                 r.cands[r.best].rung[2].goodput_rps, r.cands[r.base].rung[2].goodput_rps);
-    cr_assert_str_eq(r.cands[r.best].hash, sched_policy_hash_hex(base));
+    tune_case c;
+    tune_case_open(&c, params, 4, NULL, text, "token_budget=32,64,1024");
+    tune_case_search(&c);
+    const sim_tune_result *r = &c.r;
+    cr_assert_eq(r->best, r->base, "chose %s (%.2f req/s) over the base (%.2f req/s)", r->cands[r->best].values,
+                 r->cands[r->best].rung[2].goodput_rps, r->cands[r->base].rung[2].goodput_rps);
+    cr_assert_str_eq(r->cands[r->best].hash, sched_policy_hash_hex(c.base));
     /* and it did run the others on the whole trace: they lost there, not by default */
     size_t others = 0;
-    for (size_t i = 0; i < r.n_cands; i++)
-        if (i != r.base && r.cands[i].rung[2].done) {
+    for (size_t i = 0; i < r->n_cands; i++)
+        if (i != r->base && r->cands[i].rung[2].done) {
             others++;
-            cr_expect_lt(r.cands[i].rung[2].goodput_rps, r.cands[r.base].rung[2].goodput_rps, "%s", r.cands[i].values);
+            cr_expect_lt(r->cands[i].rung[2].goodput_rps, r->cands[r->base].rung[2].goodput_rps, "%s", r->cands[i].values);
         }
     cr_expect_gt(others, 0);
-    sim_tune_result_free(&r);
-    sched_policy_free(base);
-    sim_trace_free(&t);
-    sim_service_free(&svc);
+    tune_case_close(&c);
 }
 
 /* ---- a ridge: two knobs that pay off only together ---------------------------------------- */
@@ -165,44 +188,33 @@ static const char ridge_policy[] =
     "[scheduler]\nmode = token_budget\ntoken_budget = 256\nprefill_chunk = 256\nmax_active_seqs = 1\n"
     "default_class = standard\n[class standard]\nttft_target = 75ms\ntpot_target = 0us\n";
 
-static void ridge_search(bool pairs, sim_tune_result *r)
+static void ridge_search(bool pairs, tune_case *c)
 {
-    sim_service svc;
-    sim_service_default(&svc);
     const char *params[] = {"rate=1", "prompt=2048", "output=4", "duration=60"};
-    sim_trace t;
-    workload(&t, &svc, params, 4, NULL);
-    sched_policy *base = policy(ridge_policy);
-    sim_tune_opts o;
-    sim_tune_opts_defaults(&o);
-    o.spec = "token_budget=256,2048;prefill_chunk=256,2048";
-    o.pairs = pairs;
-    o.run.svc = &svc;
-    o.jobs = 2;
-    cr_assert_eq(sim_tune(&t, base, &o, r), 0, "%s", sim_err());
-    sched_policy_free(base);
-    sim_trace_free(&t);
-    sim_service_free(&svc);
+    tune_case_open(c, params, 4, NULL, ridge_policy, "token_budget=256,2048;prefill_chunk=256,2048");
+    c->o.pairs = pairs;
+    tune_case_search(c);
 }
 
 Test(sim_tune, pairwise_moves_climb_a_ridge_single_moves_cannot)
 {
-    sim_tune_result r;
-    ridge_search(false, &r);
-    cr_assert_str_eq(r.cands[r.best].hash, r.cands[r.base].hash,
-                     "without pairwise moves the search cannot leave the base, chose %s", r.cands[r.best].values);
-    cr_assert_eq(r.cands[r.base].rung[2].goodput_rps, 0, "the base misses every TTFT target");
-    cr_assert_eq(r.pair_evaluated, 0);
-    sim_tune_result_free(&r);
+    tune_case c;
+    ridge_search(false, &c);
+    const sim_tune_result *r = &c.r;
+    cr_assert_str_eq(r->cands[r->best].hash, r->cands[r->base].hash,
+                     "without pairwise moves the search cannot leave the base, chose %s", r->cands[r->best].values);
+    cr_assert_eq(r->cands[r->base].rung[2].goodput_rps, 0, "the base misses every TTFT target");
+    cr_assert_eq(r->pair_evaluated, 0);
+    tune_case_close(&c);
 
-    ridge_search(true, &r);
-    const sim_tune_cand *best = &r.cands[r.best];
-    cr_assert_str_eq(value_of(&r, best, "token_budget"), "2048", "chose %s", best->values);
-    cr_assert_str_eq(value_of(&r, best, "prefill_chunk"), "2048", "chose %s", best->values);
+    ridge_search(true, &c);
+    const sim_tune_cand *best = &r->cands[r->best];
+    cr_assert_str_eq(value_of(r, best, "token_budget"), "2048", "chose %s", best->values);
+    cr_assert_str_eq(value_of(r, best, "prefill_chunk"), "2048", "chose %s", best->values);
     cr_assert_gt(best->rung[2].goodput_rps, 0.8, "%.2f req/s at SLO", best->rung[2].goodput_rps);
-    cr_assert_eq(r.pair_moves, 1, "one pairwise move, %zu taken", r.pair_moves);
-    cr_assert_geq(r.pair_evaluated, 1);
-    sim_tune_result_free(&r);
+    cr_assert_eq(r->pair_moves, 1, "one pairwise move, %zu taken", r->pair_moves);
+    cr_assert_geq(r->pair_evaluated, 1);
+    tune_case_close(&c);
 }
 
 /* ---- fairness is a constraint, not a weight ---------------------------------------------- */
@@ -215,89 +227,119 @@ static const char fair_policy[] =
     "default_class = standard\ndefault_tenant = a\n[class standard]\nttft_target = 2s\ntpot_target = 150ms\n"
     "[tenant a]\n[tenant b]\n";
 
-static void fair_search(double floor, sim_tune_result *r, sim_trace *t, sim_service *svc, sched_policy **base)
+static void fair_search(double floor, tune_case *c)
 {
-    sim_service_default(svc);
     const char *params[] = {"load=1.5", "prompt=64-4096", "output=32-128", "duration=30"};
-    workload(t, svc, params, 4, "prompt>2048:b,a");
-    *base = policy(fair_policy);
-    sim_tune_opts o;
-    sim_tune_opts_defaults(&o);
-    o.spec = "b.max_queued_tokens=0,1;a.max_queued_tokens=0,20000,50000";
-    o.fair_floor = floor;
-    o.run.svc = svc;
-    o.jobs = 2;
-    cr_assert_eq(sim_tune(t, *base, &o, r), 0, "%s", sim_err());
+    tune_case_open(c, params, 4, "prompt>2048:b,a", fair_policy, "b.max_queued_tokens=0,1;a.max_queued_tokens=0,20000,50000");
+    c->o.fair_floor = floor;
+    tune_case_search(c);
 }
 
 Test(sim_tune, never_chooses_a_candidate_that_starves_a_tenant)
 {
-    sim_service svc;
-    sim_trace t;
-    sched_policy *base;
-    sim_tune_result r;
-    fair_search(0.9, &r, &t, &svc, &base);
-    const sim_tune_cand *best = &r.cands[r.best];
-    cr_assert_str_eq(value_of(&r, best, "b.max_queued_tokens"), "0", "chose %s", best->values);
+    tune_case c;
+    fair_search(0.9, &c);
+    const sim_tune_result *r = &c.r;
+    const sim_tune_cand *best = &r->cands[r->best];
+    cr_assert_str_eq(value_of(r, best, "b.max_queued_tokens"), "0", "chose %s", best->values);
     cr_assert(best->rung[2].feasible);
     cr_assert_geq(best->rung[2].min_fair, 0.9);
     /* the starving candidate was run and had more goodput: the constraint is what lost it */
     bool seen = false;
-    for (size_t i = 0; i < r.n_cands; i++) {
-        const sim_tune_cand *c = &r.cands[i];
-        const char *b = value_of(&r, c, "b.max_queued_tokens");
-        if (!b || strcmp(b, "1") || !c->rung[0].done) continue;
+    for (size_t i = 0; i < r->n_cands; i++) {
+        const sim_tune_cand *k = &r->cands[i];
+        const char *b = value_of(r, k, "b.max_queued_tokens");
+        if (!b || strcmp(b, "1") || !k->rung[0].done) continue;
         seen = true;
-        cr_expect_gt(c->rung[0].goodput_rps, best->rung[0].goodput_rps, "%s", c->values);
-        cr_expect(!c->rung[0].feasible);
-        cr_expect_lt(c->rung[0].min_fair, 0.1, "tenant b starved: %.3f of its fair share", c->rung[0].min_fair);
+        cr_expect_gt(k->rung[0].goodput_rps, best->rung[0].goodput_rps, "%s", k->values);
+        cr_expect(!k->rung[0].feasible);
+        cr_expect_lt(k->rung[0].min_fair, 0.1, "tenant b starved: %.3f of its fair share", k->rung[0].min_fair);
     }
     cr_assert(seen, "the search never tried the starving quota");
-    sim_tune_result_free(&r);
-    sched_policy_free(base);
-    sim_trace_free(&t);
-    sim_service_free(&svc);
+    tune_case_close(&c);
 
     /* control: without the floor the same search takes the starving candidate */
-    fair_search(0, &r, &t, &svc, &base);
-    cr_expect_str_eq(value_of(&r, &r.cands[r.best], "b.max_queued_tokens"), "1", "chose %s", r.cands[r.best].values);
-    sim_tune_result_free(&r);
-    sched_policy_free(base);
-    sim_trace_free(&t);
-    sim_service_free(&svc);
+    fair_search(0, &c);
+    cr_expect_str_eq(value_of(r, &r->cands[r->best], "b.max_queued_tokens"), "1", "chose %s", r->cands[r->best].values);
+    tune_case_close(&c);
+}
+
+/* ---- the accepted-SLO floor is a constraint too ------------------------------------------ */
+
+/* At load 1.0 with 64–4096-token prompts and no queue-wait bound nothing is refused and the
+ * queue's bursts make some accepted requests miss their 2 s TTFT; a 250 ms bound refuses some
+ * that would have met it (less goodput) and every request it accepts meets its targets.
+ * Without a floor the search keeps the unbounded queue; with --slo-min 0.99 it must not,
+ * however much more goodput that has. */
+static void slo_search(double slo_min, tune_case *c)
+{
+    const char *params[] = {"load=1.0", "prompt=64-4096", "output=32-128", "duration=30"};
+    tune_case_open(c, params, 4, NULL,
+                   "[scheduler]\nmode = token_budget\ntoken_budget = 2048\nmax_active_seqs = 512\nprefill_chunk = 1024\n"
+                   "default_class = standard\n[class standard]\nttft_target = 2s\ntpot_target = 150ms\n",
+                   "standard.max_queue_wait=0,100ms,250ms");
+    c->o.slo_min = slo_min;
+    c->o.finalists = 4;   /* every value reaches the whole trace */
+    tune_case_search(c);
+}
+
+static const sim_tune_cand *unbounded(const sim_tune_result *r)
+{
+    for (size_t i = 0; i < r->n_cands; i++) {
+        const char *v = value_of(r, &r->cands[i], "standard.max_queue_wait");
+        if (v && !strcmp(v, "0") && r->cands[i].rung[2].done) return &r->cands[i];
+    }
+    return NULL;
+}
+
+Test(sim_tune, never_chooses_a_candidate_under_the_accepted_slo_floor)
+{
+    tune_case c;
+    const sim_tune_result *r = &c.r;
+    slo_search(0, &c);
+    const sim_tune_cand *free_best = &r->cands[r->best];
+    const sim_tune_load *m = &free_best->rung[2].load[0];
+    cr_assert_eq(m->refused, 0, "without a floor the best refuses nothing: %s", free_best->values);
+    cr_assert_lt(m->accepted_slo, 0.99, "and some accepted requests miss (%.4f meet)", m->accepted_slo);
+    double free_goodput = free_best->rung[2].goodput_rps;
+    tune_case_close(&c);
+
+    slo_search(0.99, &c);
+    const sim_tune_cand *best = &r->cands[r->best];
+    cr_assert(best->rung[2].feasible, "chose %s", best->values);
+    cr_assert_geq(best->rung[2].load[0].accepted_slo, 0.99, "chose %s", best->values);
+    cr_assert_gt(best->rung[2].load[0].refused, 0, "the floor is met by refusing at the door: %s", best->values);
+    /* the unbounded queue was run on the whole trace, had more goodput, and lost on the floor */
+    const sim_tune_cand *u = unbounded(r);
+    cr_assert_not_null(u, "the unbounded queue never reached the whole trace");
+    cr_expect_float_eq(u->rung[2].goodput_rps, free_goodput, 1e-9);
+    cr_expect_gt(u->rung[2].goodput_rps, best->rung[2].goodput_rps, "%.3f vs %.3f", u->rung[2].goodput_rps,
+                 best->rung[2].goodput_rps);
+    cr_expect(!u->rung[2].feasible);
+    tune_case_close(&c);
 }
 
 /* ---- deterministic for a seed ------------------------------------------------------------ */
 
 static char *tune_json(int jobs)
 {
-    sim_service svc;
-    sim_service_default(&svc);
     const char *params[] = {"load=1.5", "prompt=64-2048", "output=32-256", "n=2500"};
-    sim_trace t;
-    workload(&t, &svc, params, 4, "random:a:3,b:1");   /* 2500 requests: the windows are used */
-    sched_policy *base = policy(fair_policy);
-    sim_tune_opts o;
-    sim_tune_opts_defaults(&o);
-    o.spec = "token_budget=512..4096;prefill_chunk=256,1024;standard.max_queue_wait=0,1s;*.max_queued_tokens=0,30000";
-    o.loads[1] = 2;
-    o.n_loads = 2;
-    o.finalists = 3;
-    o.run.svc = &svc;
-    o.run.seed = 7;
-    o.jobs = jobs;
-    sim_tune_result r;
-    cr_assert_eq(sim_tune(&t, base, &o, &r), 0, "%s", sim_err());
-    cr_assert(r.window_s[0][1] > 0, "the screening rung runs a window of the trace");
-    cr_assert_gt(r.evaluated[0], r.evaluated[2]);
-    cr_assert(o.pairs && r.pair_evaluated > 0, "the pairwise moves are part of what must be deterministic");
-    json_t *j = sim_tune_json(&r);
+    tune_case c;   /* 2500 requests: the windows are used */
+    tune_case_open(&c, params, 4, "random:a:3,b:1", fair_policy,
+                   "token_budget=512..4096;prefill_chunk=256,1024;standard.max_queue_wait=0,1s;*.max_queued_tokens=0,30000");
+    c.o.loads[1] = 2;
+    c.o.n_loads = 2;
+    c.o.finalists = 3;
+    c.o.run.seed = 7;
+    c.o.jobs = jobs;
+    tune_case_search(&c);
+    cr_assert(c.r.window_s[0][1] > 0, "the screening rung runs a window of the trace");
+    cr_assert_gt(c.r.evaluated[0], c.r.evaluated[2]);
+    cr_assert(c.o.pairs && c.r.pair_evaluated > 0, "the pairwise moves are part of what must be deterministic");
+    json_t *j = sim_tune_json(&c.r);
     char *s = json_dumps(j, JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
     json_decref(j);
-    sim_tune_result_free(&r);
-    sched_policy_free(base);
-    sim_trace_free(&t);
-    sim_service_free(&svc);
+    tune_case_close(&c);
     return s;
 }
 
@@ -471,37 +513,27 @@ Test(sim_tune, goodput_bound_is_above_what_policies_reach)
  * of the whole trace serves as many prefix hits as the trace itself. */
 Test(sim_tune, searches_a_trace_with_block_hashes)
 {
-    sim_service svc;
-    sim_service_default(&svc);
+    tune_case c;
+    tune_case_init(&c, budget_policy, "token_budget=64,256");
     sim_scenario scn;
-    sim_trace t;
+    const sim_trace *t = &c.t;
     const char *par[] = {"n=60", "rate=4", "system_prompts=2", "system_len=128", "turns=3", "one_off=0"};
-    cr_assert_eq(sim_gen_workload(&t, "shared-prefix", par, 6, &svc, 7, &scn), 0, "%s", sim_err());
-    cr_assert_gt(t.n_hashes, 0);
+    cr_assert_eq(sim_gen_workload(&c.t, "shared-prefix", par, 6, &c.svc, 7, &scn), 0, "%s", sim_err());
+    cr_assert_gt(t->n_hashes, 0);
     sim_trace copy;
-    cr_assert_eq(tune_derive_trace(&t, 0, -1, 2, 1, &copy), 0, "%s", sim_err());
-    cr_assert_eq(copy.n, t.n);
+    cr_assert_eq(tune_derive_trace(t, 0, -1, 2, 1, &copy), 0, "%s", sim_err());
+    cr_assert_eq(copy.n, t->n);
     for (size_t i = 0; i < copy.n; i++) {
-        cr_assert_eq(copy.reqs[i].n_hash, t.reqs[i].n_hash);
+        cr_assert_eq(copy.reqs[i].n_hash, t->reqs[i].n_hash);
         for (uint32_t b = 0; b < copy.reqs[i].n_hash; b++)
-            cr_assert_eq(copy.hashes[copy.reqs[i].hash_off + b], t.hashes[t.reqs[i].hash_off + b], "request %zu block %u", i, b);
+            cr_assert_eq(copy.hashes[copy.reqs[i].hash_off + b], t->hashes[t->reqs[i].hash_off + b], "request %zu block %u", i, b);
     }
     sim_trace_free(&copy);
-    sched_policy *base = policy(budget_policy);
-    sim_tune_opts o;
-    sim_tune_opts_defaults(&o);
-    o.spec = "token_budget=64,256";
-    o.run.svc = &svc;
-    o.jobs = 2;
-    o.loads[0] = 1;
-    o.loads[1] = 2;
-    o.n_loads = 2;
-    sim_tune_result r;
-    cr_assert_eq(sim_tune(&t, base, &o, &r), 0, "%s", sim_err());
-    cr_assert(r.cands[r.best].rung[2].done);
-    cr_assert_gt(r.cands[r.best].rung[2].goodput_rps, 0);
-    sim_tune_result_free(&r);
-    sched_policy_free(base);
-    sim_trace_free(&t);
-    sim_service_free(&svc);
+    c.o.loads[0] = 1;
+    c.o.loads[1] = 2;
+    c.o.n_loads = 2;
+    tune_case_search(&c);
+    cr_assert(c.r.cands[c.r.best].rung[2].done);
+    cr_assert_gt(c.r.cands[c.r.best].rung[2].goodput_rps, 0);
+    tune_case_close(&c);
 }
