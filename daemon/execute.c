@@ -60,7 +60,7 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
                 svc_log("plan entry for request %llu is not executable (pos %u + %u, known %u, "
                         "%u blocks); failing it", (unsigned long long)e->req, e->start_pos,
                         e->n_tokens, known, e->n_blocks);
-                req_cancel(s, r, SCHED_CANCEL_SHUTDOWN, RINGLM_WIRE_R_ERROR, RINGLM_WIRE_R_INTERNAL);
+                req_cancel(s, r, SCHED_CANCEL_ENGINE_ERROR, RINGLM_WIRE_R_ERROR, RINGLM_WIRE_R_INTERNAL);
             }
             continue;
         }
@@ -91,7 +91,7 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
                 eng_errmsg(), b->n_tokens, b->n_seqs);
         for (int i = 0; i < nres; i++) {
             svc_req *r = req_find(s, s->results[i].req);
-            if (r) req_cancel(s, r, SCHED_CANCEL_SHUTDOWN, RINGLM_WIRE_R_ERROR, RINGLM_WIRE_R_INTERNAL);
+            if (r) req_cancel(s, r, SCHED_CANCEL_ENGINE_ERROR, RINGLM_WIRE_R_ERROR, RINGLM_WIRE_R_INTERNAL);
         }
         return 0;
     }

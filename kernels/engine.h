@@ -313,6 +313,8 @@ typedef struct eng_phase_stats {
     uint64_t helper_sleeps;   /* ... of which ended asleep (the spin budget ran out) */
     uint64_t spin_budget_ns;  /* a helper's current spin budget (not reset) */
     uint64_t wake_latency_ns; /* measured region start → sleeping helper running (not reset) */
+    uint64_t straggler_waits; /* regions whose caller, its own tasks done, waited for a helper's */
+    uint64_t straggler_ns;    /* ... the time it waited (a helper descheduled mid-task shows here) */
 } eng_phase_stats;
 /* Fills *out (and zeroes the counters when reset). -ENOTSUP when the backend keeps none
  * (only the CPU backend does). */

@@ -571,6 +571,13 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
                 return err;
             *(const float **)((char *)lw + vecs[i].off) = t ? t->data : NULL;
         }
+        /* the kernels add the three biases together: some without the others is refused */
+        const int n_bias = !!lw->bq + !!lw->bk + !!lw->bv;
+        if (n_bias != 0 && n_bias != 3)
+            return eng_seterr(-EINVAL, "blk.%d: attn_q.bias %s, attn_k.bias %s, attn_v.bias %s: "
+                                       "Q/K/V biases are supported all three or none", l,
+                              lw->bq ? "present" : "absent", lw->bk ? "present" : "absent",
+                              lw->bv ? "present" : "absent");
     }
     hp.weight_type = m->layers[0].wq.type;
     /* Stop tokens: EOS (2, SentencePiece's, when the file names none), EOT, EOM. */

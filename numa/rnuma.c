@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,4 +188,19 @@ void rnuma_describe(int node, char *buf, size_t len)
     int ncpu = node_cpus(node, &set) == 0 ? CPU_COUNT(&set) : 0;
     snprintf(buf, len, "numa: node %d of %d, %d cpu(s), loop and workers pinned there%s",
              node, rnuma_nodes(), ncpu, have_numa() ? "" : " (no NUMA support: one node)");
+}
+
+int rnuma_autogroup_nice(int pid)
+{
+    char path[64], buf[128];
+    snprintf(path, sizeof path, "/proc/%d/autogroup", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return INT32_MIN;
+    int nice = INT32_MIN;
+    if (fgets(buf, sizeof buf, f)) {
+        const char *p = strstr(buf, " nice ");
+        if (p) nice = atoi(p + 6);
+    }
+    fclose(f);
+    return nice;
 }

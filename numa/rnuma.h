@@ -32,6 +32,10 @@ int rnuma_place(void *p, size_t bytes, int node);
  * it in: each page comes from node when first touched (a shared segment's policy holds for
  * every mapping of it). */
 int rnuma_bind(void *p, size_t bytes, int node);
+/* The nice of pid's scheduling group under autogroup scheduling (/proc/PID/autogroup:
+ * "/autogroup-N nice K"), INT32_MIN where there is none (autogroup off, no /proc). With
+ * autogroup a thread's nice ranks it only within its session's group. */
+int rnuma_autogroup_nice(int pid);
 /* One line describing what was chosen: "numa: node 0 of 1, cpus 0-1, pinned". */
 void rnuma_describe(int node, char *buf, size_t len);
 const char *rnuma_errmsg(void);

@@ -104,7 +104,7 @@ fi
 # ---- the Criterion suites of the backend (the same checks, as tests) -----------------------
 # test_cuda_backend: llama2.c models and synthetic shapes; test_cuda_gguf: GGUF files written
 # by the exporter (stories260K F16/BF16/Q8_0/Q4_K_M, qwen2 Q4_K_M with Qwen2's epsilon, base
-# and half-head RoPE patched in, GQA F16) against the CPU backend, and the host-side upload.
+# and half-head RoPE patched in, Llama 3.1 RoPE factors added, GQA F16) against the CPU backend, and the host-side upload.
 for suite in test_cuda_backend test_cuda_gguf; do
   if make -j"$JOBS" CUDA=1 B="$B" "$B/tests/$suite" >"$LOG/build-$suite.log" 2>&1; then
     shared=$(mktemp -d /tmp/ringlm-shared.XXXXXX)

@@ -20,7 +20,7 @@ static const char *const reject_names[] = {
     "none", "invalid", "duplicate_id", "unknown_class", "unknown_tenant", "too_long",
     "never_fits", "tenant_quota", "queue_full", "deadline_infeasible"};
 static const char *const cancel_names[] = {"client_cancel", "disconnect", "backpressure",
-                                           "shutdown", "kv_read_failed"};
+                                           "shutdown", "kv_read_failed", "engine_error"};
 static const char *const defer_names[] = {"none", "budget", "blocks", "quota", "rate",
                                           "max_active", "output_backpressure", "batch"};
 static const char *const timeout_names[] = {"queue_wait", "deadline", "deadline_infeasible"};
@@ -110,6 +110,7 @@ static const uint8_t cancel_cause[SCHED_CANCEL__COUNT] = {
     [SCHED_CANCEL_BACKPRESSURE] = SCHED_END_OUTPUT_BACKPRESSURE,
     [SCHED_CANCEL_SHUTDOWN] = SCHED_END_DRAINING,
     [SCHED_CANCEL_KV_READ_FAILED] = SCHED_END_INTERNAL,
+    [SCHED_CANCEL_ENGINE_ERROR] = SCHED_END_INTERNAL,
 };
 static const uint8_t timeout_cause[SCHED_TIMEOUT__COUNT] = {
     [SCHED_TIMEOUT_QUEUE_WAIT] = SCHED_END_NONE,

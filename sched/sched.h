@@ -108,6 +108,9 @@ typedef enum sched_cancel_reason {
     SCHED_CANCEL_KV_READ_FAILED,    /* "kv_read_failed": reloading its cached prefix from the
                                        host or disk tier failed (the client sees error /
                                        internal) */
+    SCHED_CANCEL_ENGINE_ERROR,      /* "engine_error": the engine failed the batch holding it,
+                                       or its plan entry could not be executed (the client
+                                       sees error / internal) */
     SCHED_CANCEL__COUNT
 } sched_cancel_reason;
 

@@ -79,8 +79,11 @@ static void usage(FILE *f)
 "  --list-workloads        workloads and their parameters\n"
 "  --prefix-report         the (first) policy with the prefix cache off and on: hit rate by tier and kind,\n"
 "                          prefill tokens saved, TTFT with and without the cache\n"
-"  --capacity-sweep N,...  with --prefix-report: hit rate, prefill and TTFT at these device KV block counts\n"
-"                          (--plot DIR: prefix-sweep.png)\n"
+"  --capacity-sweep N,...  with --prefix-report: hit rate (in all and per tier), prefill and TTFT at these\n"
+"                          device KV block counts (--plot DIR: prefix-sweep.png)\n"
+"  --capacity-sweep-host N,...  and at each of these host tier sizes (0: none; default: --host-kv-blocks)\n"
+"  --capacity-sweep-disk N,...  and at each of these disk tier sizes (0: none; default: --disk-kv-blocks);\n"
+"                          every combination of the three lists is run\n"
 "policy search\n"
 "  --tune SPEC             search the knobs of the (first) --policy for the most goodput at SLO, every\n"
 "                          tenant at its fair-share floor: SPEC is KNOB=VALUES;... with VALUES a list\n"
@@ -187,8 +190,8 @@ int main(int argc, char **argv)
     bool prefix_report = false;
     long long kv_host = -1, kv_disk = -1;   /* what-ifs: -1 = the service model's */
     double host_bw = 0, disk_bw = 0;
-    uint32_t sweep[64];
-    size_t n_sweep = 0;
+    uint32_t sweep[3][64];   /* the capacity sweep's device, host and disk sizes */
+    size_t n_sweep[3] = {0, 0, 0};
     sim_transform xf;
     sim_transform_defaults(&xf);
     sim_options opt;
@@ -197,7 +200,7 @@ int main(int argc, char **argv)
            O_RETRY, O_RETRY_MAX, O_CALIB, O_MAXCTX, O_CSV, O_PLOT, O_DECLOG, O_SAMPLE, O_BURST,
            O_FIDELITY, O_LIST, O_REQLOG, O_FIT, O_SCALE, O_OVERHEAD, O_CHECK, O_ITLOG,
            O_SPEED, O_SPEEDW, O_COMPARE, O_TUNE, O_TUNE_LOADS, O_TUNE_OUT, O_TUNE_JOBS, O_TUNE_ROUNDS, O_TUNE_NO_PAIRS,
-           O_TUNE_FINAL, O_FAIR_FLOOR, O_SLO_MIN, O_TUNE_SCN, O_PXCACHE, O_PXREPORT, O_SWEEP,
+           O_TUNE_FINAL, O_FAIR_FLOOR, O_SLO_MIN, O_TUNE_SCN, O_PXCACHE, O_PXREPORT, O_SWEEP, O_SWEEP_HOST, O_SWEEP_DISK,
            O_KVB, O_HKVB, O_DKVB, O_HBW, O_DBW };
     static const struct option lo[] = {
         {"trace", 1, 0, 't'}, {"workload", 1, 0, 'w'}, {"policy", 1, 0, 'p'}, {"json", 0, 0, 'j'},
@@ -214,6 +217,7 @@ int main(int argc, char **argv)
         {"tune-jobs", 1, 0, O_TUNE_JOBS}, {"tune-rounds", 1, 0, O_TUNE_ROUNDS}, {"tune-no-pairs", 0, 0, O_TUNE_NO_PAIRS}, {"tune-finalists", 1, 0, O_TUNE_FINAL},
         {"fair-floor", 1, 0, O_FAIR_FLOOR}, {"slo-min", 1, 0, O_SLO_MIN}, {"tune-scenarios", 0, 0, O_TUNE_SCN},
         {"prefix-cache", 1, 0, O_PXCACHE}, {"prefix-report", 0, 0, O_PXREPORT}, {"capacity-sweep", 1, 0, O_SWEEP},
+        {"capacity-sweep-host", 1, 0, O_SWEEP_HOST}, {"capacity-sweep-disk", 1, 0, O_SWEEP_DISK},
         {"kv-blocks", 1, 0, O_KVB}, {"host-kv-blocks", 1, 0, O_HKVB}, {"disk-kv-blocks", 1, 0, O_DKVB},
         {"host-kv-bw", 1, 0, O_HBW}, {"disk-kv-bw", 1, 0, O_DBW},
         {0, 0, 0, 0}};
@@ -339,15 +343,20 @@ int main(int argc, char **argv)
             if (c == O_HBW) host_bw = v; else disk_bw = v;
             break;
         }
-        case O_SWEEP:
-            n_sweep = 0;
+        case O_SWEEP: case O_SWEEP_HOST: case O_SWEEP_DISK: {
+            /* device sizes > 0; host and disk sizes >= 0 (0: no such tier), up to 2^28 as the
+             * --*kv-blocks what-ifs */
+            int w = c == O_SWEEP ? 0 : c == O_SWEEP_HOST ? 1 : 2;
+            n_sweep[w] = 0;
             for (const char *p = optarg; *p; p = *e ? e + 1 : e) {
+                if (*p < '0' || *p > '9') goto bad_num;
                 unsigned long v = strtoul(p, &e, 10);
-                if (e == p || (*e && *e != ',') || !v || v > UINT32_MAX / 2 || n_sweep == 64) goto bad_num;
-                sweep[n_sweep++] = (uint32_t)v;
+                if (e == p || (*e && *e != ',') || (!w && !v) || v > (1ul << 28) || n_sweep[w] == 64) goto bad_num;
+                sweep[w][n_sweep[w]++] = (uint32_t)v;
             }
-            if (!n_sweep) goto bad_num;
+            if (!n_sweep[w]) goto bad_num;
             break;
+        }
         default: usage(stderr); return 2;
         }
         continue;
@@ -390,14 +399,7 @@ int main(int argc, char **argv)
         return 1;
     }
     /* the tier what-ifs (after any refit: they are the machine's KV figures, not the step's) */
-    if (kv_host >= 0) { svc.kv_blocks_host = (uint32_t)kv_host; if (kv_host) svc.host.present = true; }
-    if (kv_disk >= 0) svc.kv_blocks_disk = (uint32_t)kv_disk;
-    if (host_bw > 0) { svc.host.in_bytes_per_s = svc.host.out_bytes_per_s = host_bw; svc.host.present = true; }
-    if (disk_bw > 0 || (kv_disk > 0 && !svc.disk.present)) {
-        /* a disk link of its own: the given speed, or the host's as it stands */
-        if (!svc.disk.present) svc.disk = (sim_link){svc.host.out_bytes_per_s, svc.host.in_bytes_per_s, svc.host.latency_us, true};
-        if (disk_bw > 0) svc.disk.in_bytes_per_s = svc.disk.out_bytes_per_s = disk_bw;
-    }
+    sim_service_set_tiers(&svc, kv_host, kv_disk, host_bw, disk_bw);
     opt.svc = &svc;
 
     if (trace_path) {
@@ -454,14 +456,18 @@ int main(int argc, char **argv)
         sim_options o = opt;
         o.policy = pol[0];
         o.policy_name = pol_names[0];
-        if ((rc = sim_prefix_report(stdout, json, &trace, &o, sweep, n_sweep, plot_dir)) < 0) {
+        sim_prefix_sweep sw = {sweep[0], sweep[1], sweep[2], n_sweep[0], n_sweep[1], n_sweep[2]};
+        if ((rc = sim_prefix_report(stdout, json, &trace, &o, &sw, plot_dir)) < 0) {
             fprintf(stderr, "ringlm-sim: %s\n", sim_err());
             goto out;
         }
         status = 0;
         goto out;
     }
-    if (n_sweep) { fprintf(stderr, "ringlm-sim: --capacity-sweep needs --prefix-report\n"); goto out; }
+    if (n_sweep[0] || n_sweep[1] || n_sweep[2]) {
+        fprintf(stderr, "ringlm-sim: --capacity-sweep, --capacity-sweep-host and --capacity-sweep-disk need --prefix-report\n");
+        goto out;
+    }
 
     if (tune_spec) {
         topt.spec = tune_spec;

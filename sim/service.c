@@ -49,6 +49,18 @@ const sim_link *sim_service_link(const sim_service *s, sched_pool tier)
     return l->present ? l : &s->host;
 }
 
+void sim_service_set_tiers(sim_service *s, long long host_blocks, long long disk_blocks, double host_bw, double disk_bw)
+{
+    if (host_blocks >= 0) { s->kv_blocks_host = (uint32_t)host_blocks; if (host_blocks) s->host.present = true; }
+    if (disk_blocks >= 0) s->kv_blocks_disk = (uint32_t)disk_blocks;
+    if (host_bw > 0) { s->host.in_bytes_per_s = s->host.out_bytes_per_s = host_bw; s->host.present = true; }
+    if (disk_bw > 0 || (disk_blocks > 0 && !s->disk.present)) {
+        /* a disk link of its own: the given speed, or the host's as it stands */
+        if (!s->disk.present) s->disk = (sim_link){s->host.out_bytes_per_s, s->host.in_bytes_per_s, s->host.latency_us, true};
+        if (disk_bw > 0) s->disk.in_bytes_per_s = s->disk.out_bytes_per_s = disk_bw;
+    }
+}
+
 double sim_service_transfer_us(const sim_service *s, sched_pool tier, bool out, uint64_t tokens)
 {
     const sim_link *l = sim_service_link(s, tier);

@@ -148,6 +148,12 @@ const sim_link *sim_service_link(const sim_service *s, sched_pool tier);
 /* Transfer time in µs for `tokens` of KV to a tier (SCHED_POOL_HOST or _DISK), direction out/in. */
 double sim_service_transfer_us(const sim_service *s, sched_pool tier, bool out, uint64_t tokens);
 
+/* The tier what-ifs (ringlmd's --host-kv-blocks, --disk-kv-blocks, --host-kv-bw, --disk-kv-bw):
+ * a block count < 0 or a bandwidth <= 0 keeps the model's.  A host tier of > 0 blocks, or a
+ * host bandwidth, makes the host link present; a disk of > 0 blocks without a link of its own
+ * gets a copy of the host's (then the given disk bandwidth). */
+void sim_service_set_tiers(sim_service *s, long long host_blocks, long long disk_blocks, double host_bw, double disk_bw);
+
 /* Rough capacity for requests of mean prompt P and output O at a decode batch of `batch`
  * sequences: requests per second. Used to size scenario workloads relative to the machine. */
 double sim_service_capacity_rps(const sim_service *s, double prompt, double output, double batch);

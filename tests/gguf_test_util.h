@@ -3,7 +3,8 @@
  * tests/gguf_test_util.h — the set-up the GGUF suites share (header only, like
  * engine_test_util.h): a private temporary directory per test (mk_tmpdir / rm_tmpdir, a
  * test's or a suite's .init / .fini), where the node oracles live (tests/node, or
- * $RINGLM_NODE_DIR), and a model exported to a GGUF file by ringlm-mkmodel's exporter.
+ * $RINGLM_NODE_DIR) and how one runs on a job (node_oracle), and a model exported to a GGUF
+ * file by ringlm-mkmodel's exporter.
  */
 #ifndef RINGLM_TESTS_GGUF_TEST_UTIL_H
 #define RINGLM_TESTS_GGUF_TEST_UTIL_H
@@ -13,6 +14,7 @@
 #include "tokenizer.h"
 
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -36,6 +38,25 @@ static inline const char *node_dir(void)
 {
     const char *d = getenv("RINGLM_NODE_DIR");
     return d && *d ? d : "tests/node";
+}
+
+/* Runs the node oracle `script` (in node_dir()) on job, written to <tmpdir>/<name>.json (job
+ * is taken), and returns what it printed, parsed; `what` names the oracle when it fails. */
+static inline json_t *node_oracle(const char *script, const char *name, json_t *job,
+                                  const char *what)
+{
+    char jpath[600], opath[600], cmd[2000];
+    snprintf(jpath, sizeof jpath, "%s/%s.json", tmpdir, name);
+    snprintf(opath, sizeof opath, "%s/%s-out.json", tmpdir, name);
+    cr_assert_eq(json_dump_file(job, jpath, 0), 0, "%s", jpath);
+    json_decref(job);
+    snprintf(cmd, sizeof cmd, "node '%s/%s' '%s' > '%s'", node_dir(), script, jpath, opath);
+    int rc = system(cmd);
+    cr_assert_eq(rc, 0, "%s failed (%d): %s", what, rc, cmd);
+    json_error_t je;
+    json_t *out = json_load_file(opath, 0, &je);
+    cr_assert_not_null(out, "%s: %s", opath, je.text);
+    return out;
 }
 
 /* Exports model spec to the GGUF file path as type (arch NULL: llama), with the pieces and

@@ -13,6 +13,7 @@
 #include "gguf_test_util.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/devload.h"
+#include "libclient/gguf.h"
 #include "perf/gpu_parity.h"
 
 #include <errno.h>
@@ -525,6 +526,102 @@ Test(cuda_gguf, quant_test_qwen2_q4_k_m, .init = mk_tmpdir, .fini = rm_tmpdir, .
               hp->rope_neox, "the patched file reads back");
     eng_model_free(m);
     gguf_parity(path);
+}
+
+/* Copies the GGUF file src to dst with the tensor rope_freqs.weight (F32, n values) added:
+ * Llama 3.1's RoPE scaling, which the exporter does not write. Metadata of the types the
+ * exporter writes (u32, i32, f32, bool, string; arrays of strings, f32, i32). */
+static void add_rope_freqs(const char *src, const char *dst, const float *ff, int n)
+{
+    gguf_file *g = NULL;
+    cr_assert_eq(gguf_open(src, &g), 0, "%s", gguf_errmsg());
+    gguf_writer *w = gw_new();
+    for (int i = 0; i < gguf_n_kv(g); i++) {
+        const gguf_kv *kv = gguf_kv_at(g, i);
+        uint32_t u;
+        float f;
+        switch (kv->type) {
+        case GGUF_V_U32: memcpy(&u, kv->value, 4); gw_u32(w, kv->key, u); break;
+        case GGUF_V_I32: memcpy(&u, kv->value, 4); gw_i32(w, kv->key, (int32_t)u); break;
+        case GGUF_V_F32: memcpy(&f, kv->value, 4); gw_f32(w, kv->key, f); break;
+        case GGUF_V_BOOL: gw_bool(w, kv->key, kv->value[0] != 0); break;
+        case GGUF_V_STRING: {
+            char *str = strndup((const char *)kv->value, kv->count);
+            gw_str(w, kv->key, str);
+            free(str);
+            break;
+        }
+        case GGUF_V_ARRAY: {
+            const size_t cnt = kv->count;
+            if (kv->elem_type == GGUF_V_STRING) {
+                const char **ss = malloc(cnt * sizeof *ss);
+                size_t *ls = malloc(cnt * sizeof *ls);
+                const void *p = kv->value;
+                for (size_t j = 0; j < cnt; j++)
+                    gguf_str_next(&p, &ss[j], &ls[j]);
+                gw_str_arr(w, kv->key, ss, ls, cnt);
+                free(ss);
+                free(ls);
+            } else if (kv->elem_type == GGUF_V_F32 || kv->elem_type == GGUF_V_I32) {
+                void *v = malloc(cnt * 4);
+                memcpy(v, kv->value, cnt * 4);
+                if (kv->elem_type == GGUF_V_F32)
+                    gw_f32_arr(w, kv->key, v, cnt);
+                else
+                    gw_i32_arr(w, kv->key, v, cnt);
+                free(v);
+            } else {
+                cr_assert_fail("%s: array of %s not copied", kv->key,
+                               gguf_vtype_name(kv->elem_type));
+            }
+            break;
+        }
+        default:
+            cr_assert_fail("%s: %s not copied", kv->key, gguf_vtype_name(kv->type));
+        }
+    }
+    for (int i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        void *copy = malloc(t->bytes);
+        cr_assert_not_null(copy);
+        memcpy(copy, t->data, t->bytes);
+        gw_tensor(w, t->name, (int)t->n_dims, t->ne, (int)t->type, copy, t->bytes);
+    }
+    float *fc = malloc((size_t)n * sizeof *fc);
+    memcpy(fc, ff, (size_t)n * sizeof *fc);
+    gw_tensor(w, "rope_freqs.weight", 1, (const uint64_t[]){(uint64_t)n}, 0 /* F32 */, fc,
+              (size_t)n * sizeof *fc);
+    cr_assert_eq(gw_write(w, dst), 0, "%s", eng_errmsg());
+    gw_free(w);
+    gguf_close(g);
+}
+
+/* Llama 3.1's RoPE scaling (rope_freqs.weight): the low frequencies divided by up to 8. The
+ * CPU itself must compute something else with the factors than without (so the check below
+ * has teeth), and CUDA must match the CPU on the file that has them. */
+Test(cuda_gguf, llama31_rope_factors, .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 300)
+{
+    char plain[512], scaled[512];
+    snprintf(plain, sizeof plain, "%s/plain.gguf", tmpdir);
+    snprintf(scaled, sizeof scaled, "%s/scaled.gguf", tmpdir);
+    export_gguf("synthetic:quant-test:5", NULL, "Q8_0", NULL, plain);
+    float ff[32]; /* quant-test: 64-wide heads */
+    for (int j = 0; j < 32; j++)
+        ff[j] = j < 8 ? 1.0f : j < 24 ? 1.0f + 7.0f * (float)(j - 8) / 16.0f : 8.0f;
+    add_rope_freqs(plain, scaled, ff, 32);
+    eng_model *mp = load(plain), *ms = load(scaled);
+    cr_assert_not_null(eng_model_tensors_of(ms)->rope_freq_factors, "the factors are read");
+    eng *a = gp_engine(mp, "cpu", 160, 16), *b = gp_engine(ms, "cpu", 160, 16);
+    cr_assert(a && b, "%s", eng_errmsg());
+    gp_result r;
+    gp_check_cpu_parity(a, b, ms, &r); /* the CPU with and without the factors */
+    cr_log_info("CPU with vs without factors: %s", r.detail);
+    cr_expect_gt(r.value, 1e-3, "the factors change the CPU's logits: %s", r.detail);
+    eng_destroy(a);
+    eng_destroy(b);
+    eng_model_free(mp);
+    eng_model_free(ms);
+    gguf_parity(scaled);
 }
 
 /* GQA with a separate classifier, all F16: the F16 device path */

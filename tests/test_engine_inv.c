@@ -8,6 +8,7 @@
  *   same. Plus batch validation, sampling and engine creation errors.
  */
 #include "engine_test_util.h"
+#include "gguf_test_util.h"
 #include "kernels/cpu/gemm_small.h"
 
 #include <errno.h>
@@ -125,6 +126,55 @@ Test(engine_inv, alone_equals_inside_a_mixed_batch)
     }
 }
 
+/* The sequence of prompt[0] decoding alone and the same sequence decoding among n_seqs - 1
+ * others (each prefilled alone first): the same logits to the bit at every step, and so the
+ * same greedy tokens. */
+static void decode_alone_vs_batch(eng_model *m, int n_seqs, const char *what)
+{
+    enum { MAX_SEQS = 11, STEPS = 6, PLEN = 19 };
+    const eng_model_config *c = eng_model_cfg(m);
+    const int V = c->vocab_size;
+    int32_t prompt[MAX_SEQS][64];
+    for (int i = 0; i < n_seqs; i++)
+        prompt_of(prompt[i], PLEN + i, V, 20 + i);
+    float *alone = malloc((size_t)STEPS * V * sizeof(float));
+    float *lg = malloc((size_t)n_seqs * V * sizeof(float));
+    eng *e = ts_engine(m, 128, 4, 2);
+    static tseq a, s[MAX_SEQS];
+    ts_seq_init(&a, prompt[0], PLEN, 0);
+    ts_generate(e, c, &a, 0, STEPS, alone);
+    eng_destroy(e);
+
+    /* each sequence prefilled alone (the same prefill batch as above for s[0]), then all of
+     * them decode together */
+    e = ts_engine(m, 128, 4, 2);
+    tseq *batch[MAX_SEQS];
+    int rows[MAX_SEQS];
+    for (int i = 0; i < n_seqs; i++) {
+        ts_seq_init(&s[i], prompt[i], PLEN + i, 10 * i); /* 9 blocks of 4 each */
+        tseq *one[1] = {&s[i]};
+        int r = PLEN + i;
+        cr_assert_eq(ts_step(e, c, one, &r, 1, lg), 0, "%s", eng_errmsg());
+        s[i].tokens[s[i].n_tokens++] = ts_argmax(lg, V);
+        batch[i] = &s[i];
+        rows[i] = 1;
+    }
+    for (int k = 1; k < STEPS; k++) {
+        cr_assert_eq(ts_step(e, c, batch, rows, n_seqs, lg), 0, "%s", eng_errmsg());
+        cr_assert(memcmp(lg, alone + (size_t)k * V, (size_t)V * sizeof(float)) == 0,
+                  "%s step %d: logits alone and in a batch of %d decode rows differ "
+                  "(relative %.3g)", what, k, n_seqs, ts_rel_diff(alone + (size_t)k * V, lg, V));
+        for (int i = 0; i < n_seqs; i++)
+            s[i].tokens[s[i].n_tokens++] = ts_argmax(lg + (size_t)i * V, V);
+        cr_assert_eq(s[0].tokens[s[0].n_tokens - 1], a.tokens[PLEN + k], "%s step %d: greedy "
+                     "token %d alone, %d in the batch", what, k, a.tokens[PLEN + k],
+                     s[0].tokens[s[0].n_tokens - 1]);
+    }
+    free(alone);
+    free(lg);
+    eng_destroy(e);
+}
+
 /* Decode rows of a small batch go through one matmul kernel that sums every output in the
  * same order whatever the batch (kernels/cpu/gemm_small.h), and attention is per row: a
  * sequence decoding alone and the same sequence decoding among 10 others give the same
@@ -133,50 +183,32 @@ Test(engine_inv, decode_alone_is_bit_identical_inside_a_small_decode_batch)
 {
     eng_model *ms[3];
     int nm = models(ms);
-    enum { N_SEQS = 11, STEPS = 6, PLEN = 19 };
-    cr_assert_geq(gemm_small_max_rows(GEMM_SMALL_AUTO), N_SEQS, "a batch of %d rows goes "
-                  "through SGEMM on this machine: not a small batch", N_SEQS);
+    cr_assert_geq(gemm_small_max_rows(GEMM_SMALL_AUTO), 11, "a batch of 11 rows goes "
+                  "through SGEMM on this machine: not a small batch");
     for (int mi = 0; mi < nm; mi++) {
-        const eng_model_config *c = eng_model_cfg(ms[mi]);
-        const int V = c->vocab_size;
-        int32_t prompt[N_SEQS][64];
-        for (int i = 0; i < N_SEQS; i++)
-            prompt_of(prompt[i], PLEN + i, V, 20 + i);
-        float *alone = malloc((size_t)STEPS * V * sizeof(float));
-        float *lg = malloc((size_t)N_SEQS * V * sizeof(float));
-        eng *e = ts_engine(ms[mi], 128, 4, 2);
-        static tseq a, s[N_SEQS];
-        ts_seq_init(&a, prompt[0], PLEN, 0);
-        ts_generate(e, c, &a, 0, STEPS, alone);
-        eng_destroy(e);
-
-        /* each sequence prefilled alone (the same prefill batch as above for s[0]), then
-         * all of them decode together */
-        e = ts_engine(ms[mi], 128, 4, 2);
-        tseq *batch[N_SEQS];
-        int rows[N_SEQS];
-        for (int i = 0; i < N_SEQS; i++) {
-            ts_seq_init(&s[i], prompt[i], PLEN + i, 10 * i); /* 9 blocks of 4 each */
-            tseq *one[1] = {&s[i]};
-            int r = PLEN + i;
-            cr_assert_eq(ts_step(e, c, one, &r, 1, lg), 0, "%s", eng_errmsg());
-            s[i].tokens[s[i].n_tokens++] = ts_argmax(lg, V);
-            batch[i] = &s[i];
-            rows[i] = 1;
-        }
-        for (int k = 1; k < STEPS; k++) {
-            cr_assert_eq(ts_step(e, c, batch, rows, N_SEQS, lg), 0, "%s", eng_errmsg());
-            cr_assert(memcmp(lg, alone + (size_t)k * V, (size_t)V * sizeof(float)) == 0,
-                      "model %d step %d: logits alone and in a batch of %d decode rows differ "
-                      "(relative %.3g)", mi, k, N_SEQS,
-                      ts_rel_diff(alone + (size_t)k * V, lg, V));
-            for (int i = 0; i < N_SEQS; i++)
-                s[i].tokens[s[i].n_tokens++] = ts_argmax(lg + (size_t)i * V, V);
-        }
-        free(alone);
-        free(lg);
-        eng_destroy(e);
+        char what[32];
+        snprintf(what, sizeof what, "model %d", mi);
+        decode_alone_vs_batch(ms[mi], 11, what);
         eng_model_free(ms[mi]);
+    }
+}
+
+/* The same for weights kept quantized (GGUF Q8_0, and Q4_K_M: Q4_K with Q6_K for the output,
+ * V and feed-forward-down projections): one row alone and a batch of 8 take different kernels
+ * on AVX-512 VNNI (kernels/cpu/quant.c: the weights dotted as they lie, or repacked tiles),
+ * which end in the same integer sums and the same float steps, and the 8-bit activations are
+ * quantized per row; so alone and in a batch of 8 are bit-identical too, on every path. */
+Test(engine_inv, quantized_gguf_decode_alone_is_bit_identical_inside_a_batch_of_8,
+     .init = mk_tmpdir, .fini = rm_tmpdir)
+{
+    static const char *const types[] = {"Q8_0", "Q4_K_M"};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/quant-test-%s.gguf", tmpdir, types[t]);
+        export_gguf("synthetic:quant-test:3", NULL, types[t], NULL, path);
+        eng_model *m = load(path);
+        decode_alone_vs_batch(m, 8, types[t]);
+        eng_model_free(m);
     }
 }
 

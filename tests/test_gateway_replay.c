@@ -152,6 +152,28 @@ Test(gateway_replay, http_replay_without_a_gateway_is_one_clear_error)
     free(trace);
 }
 
+/* The lines of a Prometheus text that name metric (a fresh string). */
+static char *metric_lines(const char *text, const char *metric)
+{
+    size_t cap = 1, n = 0;
+    char *out = calloc(1, 1);
+    for (const char *l = text; out && l && *l;) {
+        const char *e = strchr(l, '\n');
+        size_t len = e ? (size_t)(e - l) + 1 : strlen(l);
+        if (!strncmp(l, metric, strlen(metric))) {
+            char *o = realloc(out, cap + len);
+            if (!o) break;
+            out = o;
+            memcpy(out + n, l, len);
+            n += len;
+            cap += len;
+            out[n] = 0;
+        }
+        l += len;
+    }
+    return out;
+}
+
 /* A trace cancel: the socket path cancels through libringlm, the HTTP path hangs up (the
  * gateway cancels); both report it as cancelled. */
 Test(gateway_replay, a_trace_cancel_is_cancelled_on_both_paths)
@@ -178,8 +200,21 @@ Test(gateway_replay, a_trace_cancel_is_cancelled_on_both_paths)
     json_t *reports[2] = {replay(shm_args), replay(http_args)};
     for (int i = 0; i < 2; i++) {
         json_t *ts = json_object_get(reports[i], "tenants");
-        cr_assert_eq(jint(json_object_get(ts, "alice"), "cancelled", NULL), 1, "%s: the cancel", i ? "http" : "shm");
-        cr_assert_eq(jint(json_object_get(ts, "bob"), "completed", NULL), 1, "%s: the other request", i ? "http" : "shm");
+        json_int_t cancelled = jint(json_object_get(ts, "alice"), "cancelled", NULL);
+        json_int_t completed = jint(json_object_get(ts, "bob"), "completed", NULL);
+        if (cancelled != 1 || completed != 1) {
+            /* Everything that tells where the cancel went: the report (completed? an error?
+             * when?), how the daemon ended each request (its finish counters), both logs. */
+            char *rep = json_dumps(reports[i], JSON_INDENT(1) | JSON_SORT_KEYS);
+            char *all = gwh_daemon_metrics();
+            char *mx = all ? metric_lines(all, "ringlm_requests_finished_total") : NULL;
+            char *glog = th_read_file(gwh_gateway.log), *dlog = th_read_file(gwh_daemon.log);
+            cr_assert_fail("%s: alice's request %s cancelled (%lld), bob's %s completed (%lld)\n"
+                           "report:\n%s\ndaemon metrics:\n%s\ngateway log:\n%s\nringlmd log:\n%s",
+                           i ? "http" : "shm", cancelled == 1 ? "was" : "was NOT", (long long)cancelled,
+                           completed == 1 ? "was" : "was NOT", (long long)completed, rep ? rep : "?",
+                           mx ? mx : "?", glog ? glog : "?", dlog ? dlog : "?");
+        }
         json_decref(reports[i]);
     }
     free(trace);

@@ -245,6 +245,7 @@ typedef struct tiny {
     int odd_type;
     uint64_t odd_ne0;
     const char *str_key, *str_val; /* an extra string key */
+    const char *extra;             /* an extra F32 vector of 32 (a bias, say) */
     bool no_eps;
 } tiny;
 
@@ -294,6 +295,9 @@ static const char *write_tiny(const char *name, const tiny *o)
                 ((float *)data)[j] = 0.01f * (float)(j % 7);
         gw_tensor(w, t[i].n, t[i].ne1 ? 2 : 1, ne, type, data, bytes);
     }
+    if (o->extra) /* the writer owns and frees the data, as above */
+        gw_tensor(w, o->extra, 1, (uint64_t[2]){32, 0}, GGUF_T_F32, calloc(32, sizeof(float)),
+                  32 * sizeof(float));
     cr_assert_eq(gw_write(w, path), 0, "%s", eng_errmsg());
     gw_free(w);
     return path;
@@ -353,6 +357,9 @@ Test(gguf_reader, unsupported_or_misshapen_tensors_are_named, .init = mk_tmpdir,
                                          .odd_type = GGUF_T_F16}),
             "output_norm.weight: type F16", "must be F32");
     refused(write_tiny("e.gguf", &(tiny){.arch = "qwen2"}), "blk.0.attn_q.bias", "absent");
+    /* a llama file may carry Q/K/V biases, but all three: the kernels add them together */
+    refused(write_tiny("f.gguf", &(tiny){.arch = "llama", .extra = "blk.0.attn_q.bias"}),
+            "attn_k.bias absent", "all three or none");
 }
 
 /* Every prefix of a valid file is refused with -EINVAL (never a crash, never a load). */

@@ -62,17 +62,7 @@ static json_t *run_llama_cpp(const job *jobs, int n)
             json_object_set_new(o, "stop", json_integer(jobs[i].stop));
         json_array_append_new(arr, o);
     }
-    char jpath[600], opath[600], cmd[2000];
-    snprintf(jpath, sizeof jpath, "%s/jobs.json", tmpdir);
-    snprintf(opath, sizeof opath, "%s/out.json", tmpdir);
-    cr_assert_eq(json_dump_file(arr, jpath, 0), 0);
-    json_decref(arr);
-    snprintf(cmd, sizeof cmd, "node '%s/greedy.mjs' '%s' > '%s'", node_dir(), jpath, opath);
-    int rc = system(cmd);
-    cr_assert_eq(rc, 0, "llama.cpp oracle failed (%d): %s", rc, cmd);
-    json_error_t jerr;
-    json_t *out = json_load_file(opath, 0, &jerr);
-    cr_assert_not_null(out, "%s: %s", opath, jerr.text);
+    json_t *out = node_oracle("greedy.mjs", "jobs", arr, "the llama.cpp oracle");
     cr_assert_eq((int)json_array_size(out), n);
     return out;
 }

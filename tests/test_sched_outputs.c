@@ -47,6 +47,10 @@ Test(sched_outputs, scheduler_reasons_spelt_like_their_causes)
     cr_assert_eq(sched_cancel_cause(SCHED_CANCEL_DISCONNECT), SCHED_END_CLIENT_GONE);
     cr_assert_eq(sched_cancel_cause(SCHED_CANCEL_SHUTDOWN), SCHED_END_DRAINING);
     cr_assert_eq(sched_cancel_cause(SCHED_CANCEL_CLIENT), SCHED_END_NONE);
+    /* a request the daemon itself failed is not one it drained */
+    cr_assert_eq(sched_cancel_cause(SCHED_CANCEL_KV_READ_FAILED), SCHED_END_INTERNAL);
+    cr_assert_eq(sched_cancel_cause(SCHED_CANCEL_ENGINE_ERROR), SCHED_END_INTERNAL);
+    cr_assert_str_eq(sched_cancel_name(SCHED_CANCEL_ENGINE_ERROR), "engine_error");
     /* the finish reasons of a request and of the scheduler */
     cr_assert_str_eq(sched_finish_name(SCHED_FINISH_STOP), sched_end_name(SCHED_END_STOP));
     cr_assert_str_eq(sched_finish_name(SCHED_FINISH_LENGTH), sched_end_name(SCHED_END_LENGTH));

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "formats/request_log.h"
 #include "sim/engine.h"
@@ -50,6 +51,35 @@ static void run(const sim_trace *t, const sched_policy *p, const sim_service *sv
     o.check_every = 1;
     cr_assert_eq(sim_run_trace(t, &o, out), 0, "sim_run_trace: %s", sim_err());
     cr_assert_eq(out->still_live, 0);
+}
+
+/* ringlm-sim with args and --json: its one JSON object (the test fails unless it exits 0 and
+ * prints one). */
+static json_t *sim_json(const char *args)
+{
+    char *sim = th_program("ringlm-sim");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s --json", sim, args);
+    free(sim);
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f, "%s", cmd);
+    json_error_t e;
+    json_t *j = json_loadf(f, 0, &e);
+    int st = pclose(f);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: exit status %#x", cmd, st);
+    cr_assert_not_null(j, "%s: not one JSON object (%s at line %d)", cmd, e.text, e.line);
+    return j;
+}
+
+/* ringlm-sim with args (they end in a redirection of its stderr, if any): its exit status. */
+static int sim_status(const char *args)
+{
+    char *sim = th_program("ringlm-sim");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s", sim, args);
+    free(sim);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 /* Mooncake: hash_ids are 512-token blocks; the scheduler's blocks are 16 tokens.  The second
@@ -327,18 +357,7 @@ Test(sim_prefix, the_shared_prefix_workload_reuses_system_prompts_and_conversati
 /* The CLI: --prefix-report --json carries both runs and the sweep; a bad sweep is refused. */
 Test(sim_prefix, cli_prefix_report_with_a_capacity_sweep)
 {
-    char *sim = th_program("ringlm-sim");
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s --workload shared-prefix --param n=80 --prefix-report --capacity-sweep 128,4096 --json", sim);
-    FILE *f = popen(cmd, "r");
-    cr_assert_not_null(f);
-    static char out[65536];
-    size_t n = fread(out, 1, sizeof out - 1, f);
-    out[n] = 0;
-    cr_assert_eq(pclose(f), 0, "exit status; output:\n%s", out);
-    json_error_t e;
-    json_t *j = json_loads(out, 0, &e);
-    cr_assert_not_null(j, "not JSON (%s):\n%s", e.text, out);
+    json_t *j = sim_json("--workload shared-prefix --param n=80 --prefix-report --capacity-sweep 128,4096");
     double hit_on = json_real_value(json_object_get(json_object_get(json_object_get(j, "on"), "prefix_cache"), "hit_rate"));
     double hit_off = json_real_value(json_object_get(json_object_get(json_object_get(j, "off"), "prefix_cache"), "hit_rate"));
     cr_expect_gt(hit_on, 0.3);
@@ -349,9 +368,8 @@ Test(sim_prefix, cli_prefix_report_with_a_capacity_sweep)
     double big = json_real_value(json_object_get(json_object_get(json_array_get(sw, 1), "prefix_cache"), "hit_rate"));
     cr_expect_lt(small, big, "a smaller device pool hits less (%.3f vs %.3f)", small, big);
     json_decref(j);
-    snprintf(cmd, sizeof cmd, "%s --workload shared-prefix --prefix-report --capacity-sweep 12,x 2>/dev/null", sim);
-    cr_expect_neq(system(cmd), 0, "a bad sweep list was accepted");
-    free(sim);
+    cr_expect_eq(sim_status("--workload shared-prefix --prefix-report --capacity-sweep 12,x 2>/dev/null"), 2,
+                 "a bad sweep list was accepted");
 }
 
 /* ---- tiers: a small device pool, a host tier and a disk tier ------------------------------ */
@@ -503,22 +521,13 @@ Test(sim_prefix, tier_reloads_are_charged_to_the_requests_that_wait_for_them)
  * from less, its runs recomputed instead (or never reloaded); a bad value is refused. */
 Test(sim_prefix, cli_tier_what_ifs)
 {
-    char *sim = th_program("ringlm-sim");
     double rel[2][SCHED_POOL__COUNT], rec[2][SCHED_POOL__COUNT];   /* [slow, fast disk][pool] */
     const char *bw[2] = {"2e9", "2e10"};   /* a 2 MiB block: 1 ms or 0.1 ms, against 0.46 ms to recompute */
     for (int k = 0; k < 2; k++) {
-        char cmd[1024];
-        snprintf(cmd, sizeof cmd, "%s --workload shared-prefix --param n=80 --prefix-report --kv-blocks 256 "
-                 "--host-kv-blocks 256 --disk-kv-blocks 4096 --disk-kv-bw %s --json", sim, bw[k]);
-        FILE *f = popen(cmd, "r");
-        cr_assert_not_null(f);
-        static char out[65536];
-        size_t n = fread(out, 1, sizeof out - 1, f);
-        out[n] = 0;
-        cr_assert_eq(pclose(f), 0, "exit status; output:\n%s", out);
-        json_error_t e;
-        json_t *j = json_loads(out, 0, &e);
-        cr_assert_not_null(j, "not JSON (%s):\n%s", e.text, out);
+        char args[512];
+        snprintf(args, sizeof args, "--workload shared-prefix --param n=80 --prefix-report --kv-blocks 256 "
+                 "--host-kv-blocks 256 --disk-kv-blocks 4096 --disk-kv-bw %s", bw[k]);
+        json_t *j = sim_json(args);
         json_t *pc = json_object_get(json_object_get(j, "on"), "prefix_cache");
         cr_assert_eq(json_integer_value(json_object_get(json_object_get(j, "on"), "device_blocks")), 256);
         for (int p = SCHED_POOL_HOST; p < SCHED_POOL__COUNT; p++) {
@@ -536,10 +545,204 @@ Test(sim_prefix, cli_tier_what_ifs)
     cr_expect(rel[0][SCHED_POOL_DISK] == 0 || rec[0][SCHED_POOL_DISK] > rec[1][SCHED_POOL_DISK],
               "the slow disk: %g blocks reloaded, %g recomputed instead (fast: %g)", rel[0][SCHED_POOL_DISK],
               rec[0][SCHED_POOL_DISK], rec[1][SCHED_POOL_DISK]);
+    cr_expect_eq(sim_status("--workload shared-prefix --prefix-report --disk-kv-bw fast 2>/dev/null"), 2,
+                 "a bad bandwidth was accepted");
+    cr_expect_eq(sim_status("--workload shared-prefix --prefix-report --kv-blocks 0 2>/dev/null"), 2,
+                 "a device pool of 0 blocks was accepted");
+}
+
+/* ---- the capacity sweep over device + host + disk ----------------------------------------- */
+
+#define SW_MAX 4   /* sizes per pool in a sweep below */
+
+typedef struct sweep_grid {
+    uint32_t dev[SW_MAX], host[SW_MAX], disk[SW_MAX];
+    int      nd, nh, nk;
+    double   hit[SW_MAX][SW_MAX][SW_MAX];        /* [host][disk][device]: prompt hit rate */
+    double   on_device[SW_MAX][SW_MAX][SW_MAX];  /* share of the cross-request hits found on the device */
+    uint64_t demoted[SW_MAX][SW_MAX][SW_MAX];    /* blocks demoted to host and disk */
+} sweep_grid;
+
+static int index_of(const uint32_t *v, int n, json_int_t x)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i] == x) return i;
+    cr_assert_fail("size %lld is not one of the sweep's", (long long)x);
+    return -1;
+}
+
+/* Runs src (--trace FILE or --workload ...) with the sweep g's sizes: every point, read back
+ * by the sizes it reports. */
+static void sweep_run(const char *src, sweep_grid *g)
+{
+    char args[1024];
+    const uint32_t *lists[3] = {g->dev, g->host, g->disk};
+    const int ns[3] = {g->nd, g->nh, g->nk};
+    const char *opt[3] = {"", "-host", "-disk"};
+    size_t n = (size_t)snprintf(args, sizeof args, "%s --prefix-report", src);
+    for (int w = 0; w < 3; w++) {
+        n += (size_t)snprintf(args + n, sizeof args - n, " --capacity-sweep%s ", opt[w]);
+        for (int i = 0; i < ns[w]; i++) n += (size_t)snprintf(args + n, sizeof args - n, "%s%u", i ? "," : "", lists[w][i]);
+    }
+    cr_assert_lt(n, sizeof args);
+    json_t *j = sim_json(args);
+    json_t *sw = json_object_get(j, "capacity_sweep");
+    cr_assert_eq(json_array_size(sw), (size_t)(g->nd * g->nh * g->nk), "every combination of the three lists runs");
+    size_t i;
+    json_t *pt;
+    json_array_foreach(sw, i, pt) {
+        int d = index_of(g->dev, g->nd, json_integer_value(json_object_get(pt, "device_blocks")));
+        int h = index_of(g->host, g->nh, json_integer_value(json_object_get(pt, "host_blocks")));
+        int k = index_of(g->disk, g->nk, json_integer_value(json_object_get(pt, "disk_blocks")));
+        json_t *pc = json_object_get(pt, "prefix_cache");
+        g->hit[h][k][d] = json_real_value(json_object_get(pc, "prompt_hit_rate"));
+        g->on_device[h][k][d] = json_real_value(json_object_get(json_object_get(pt, "cross_share_by_tier"), "device"));
+        json_t *dem = json_object_get(pc, "demoted_blocks");
+        g->demoted[h][k][d] = (uint64_t)(json_integer_value(json_object_get(dem, "host")) +
+                                         json_integer_value(json_object_get(dem, "disk")));
+    }
+    json_decref(j);
+}
+
+/* What a user sizing the tiers from the sweep relies on, on one workload:
+ *   - more host or disk blocks never lower the hit rate.  Not exactly: a demotion's copy holds
+ *     the step, and whether a block is demoted or dropped depends on the link's queue, so a
+ *     bigger tier shifts which blocks survive; seen up to 0.9 points lower (a disk tier added
+ *     behind a large host tier), so 1 point is allowed;
+ *   - the tiers pay where the device is small: at the smallest device pool the biggest host
+ *     and disk find at least `gain` more of the prompt tokens than the device alone;
+ *   - as the device shrinks, the hits move to the slower tiers: the share of cross-request
+ *     hits found on the device never grows, for every host and disk size with a tier. */
+static void sweep_expect_monotone(const sweep_grid *g, double gain)
+{
+    for (int d = 0; d < g->nd; d++)
+        for (int h = 0; h < g->nh; h++)
+            for (int k = 0; k < g->nk; k++) {
+                if (h + 1 < g->nh)
+                    cr_expect_geq(g->hit[h + 1][k][d], g->hit[h][k][d] - 0.01,
+                                  "device %u disk %u: host %u -> %u blocks lowered the hit rate %.4f -> %.4f", g->dev[d],
+                                  g->disk[k], g->host[h], g->host[h + 1], g->hit[h][k][d], g->hit[h + 1][k][d]);
+                if (k + 1 < g->nk)
+                    cr_expect_geq(g->hit[h][k + 1][d], g->hit[h][k][d] - 0.01,
+                                  "device %u host %u: disk %u -> %u blocks lowered the hit rate %.4f -> %.4f", g->dev[d],
+                                  g->host[h], g->disk[k], g->disk[k + 1], g->hit[h][k][d], g->hit[h][k + 1][d]);
+                if (d + 1 < g->nd && (g->host[h] || g->disk[k]))
+                    cr_expect_leq(g->on_device[h][k][d], g->on_device[h][k][d + 1],
+                                  "host %u disk %u: device %u -> %u blocks, hits found on the device %.3f -> %.3f", g->host[h],
+                                  g->disk[k], g->dev[d + 1], g->dev[d], g->on_device[h][k][d + 1], g->on_device[h][k][d]);
+            }
+    int H = g->nh - 1, K = g->nk - 1;
+    cr_expect_geq(g->hit[H][K][0], g->hit[0][0][0] + gain, "device %u: host %u + disk %u find %.3f, the device alone %.3f",
+                  g->dev[0], g->host[H], g->disk[K], g->hit[H][K][0], g->hit[0][0][0]);
+    cr_expect_lt(g->on_device[H][K][0], 0.75, "device %u with tiers: %.3f of the hits still on the device", g->dev[0],
+                 g->on_device[H][K][0]);
+    cr_expect_gt(g->demoted[H][K][0], 0, "nothing was demoted");
+    for (int d = 0; d < g->nd; d++)
+        cr_expect_eq(g->demoted[0][0][d], 0, "device %u without tiers demoted blocks", g->dev[d]);
+}
+
+Test(sim_prefix, capacity_sweep_over_the_tiers_on_the_shared_prefix_workload)
+{
+    /* every prompt fits the smallest device pool (none is refused) */
+    sweep_grid g = {.dev = {96, 128, 256, 512}, .nd = 4, .host = {0, 256, 1024}, .nh = 3, .disk = {0, 4096}, .nk = 2};
+    sweep_run("--workload shared-prefix --param n=120 --seed 1", &g);
+    sweep_expect_monotone(&g, 0.15);
+}
+
+/* A Mooncake trace (hash_ids, 512-token blocks): conversations that extend their last prompt
+ * by a block, over four shared system blocks and some one-off ones. */
+Test(sim_prefix, capacity_sweep_over_the_tiers_on_a_trace_with_block_hashes)
+{
+    char path[] = "/tmp/ringlm-test-sweep-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    cr_assert_not_null(f);
+    uint64_t conv[64][8], x = 12345, next = 1000, t = 0;
+    int n_conv = 0, len[64];
+#define LCG() ((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 33)
+    for (int i = 0; i < 200; i++) {
+        t += 50 + LCG() % 400;
+        uint64_t r = LCG() % 10;
+        uint64_t *ids;
+        int n;
+        if (n_conv && r < 5) {   /* a conversation's next turn: one more block */
+            int c = (int)(LCG() % (uint64_t)n_conv);
+            if (len[c] < 8) conv[c][len[c]++] = next++;
+            ids = conv[c];
+            n = len[c];
+        } else {                 /* a new one: a system block (a one-off one in 10), its first block */
+            int c = n_conv < 64 ? n_conv++ : (int)(LCG() % 64);
+            conv[c][0] = r < 9 ? 1 + LCG() % 4 : 100 + LCG() % 1000;
+            conv[c][1] = next++;
+            len[c] = 2;
+            ids = conv[c];
+            n = 2;
+        }
+        if (n > 6) n = 6;
+        fprintf(f, "{\"timestamp\": %llu, \"input_length\": %d, \"output_length\": %llu, \"hash_ids\": [", (unsigned long long)t,
+                n * 512 - 100, (unsigned long long)(20 + LCG() % 100));
+        for (int k = 0; k < n; k++) fprintf(f, "%s%llu", k ? ", " : "", (unsigned long long)ids[k]);
+        fprintf(f, "]}\n");
+    }
+#undef LCG
+    cr_assert_eq(fclose(f), 0);
+    sweep_grid g = {.dev = {256, 512, 1024, 2048}, .nd = 4, .host = {0, 512, 8192}, .nh = 3, .disk = {0, 16384}, .nk = 2};
+    char src[128];
+    snprintf(src, sizeof src, "--trace %s", path);
+    sweep_run(src, &g);
+    unlink(path);
+    sweep_expect_monotone(&g, 0.15);
+}
+
+/* The sweep as a table (a row per point, pools first) and a plot (one curve per host and disk
+ * pair); bad host or disk lists, or a sweep without --prefix-report, are refused. */
+Test(sim_prefix, capacity_sweep_table_and_plot)
+{
+    char dir[] = "/tmp/ringlm-test-plot-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char *sim = th_program("ringlm-sim");
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s --workload shared-prefix --prefix-report --disk-kv-bw fast 2>/dev/null", sim);
-    cr_expect_eq(WEXITSTATUS(system(cmd)), 2, "a bad bandwidth was accepted");
-    snprintf(cmd, sizeof cmd, "%s --workload shared-prefix --prefix-report --kv-blocks 0 2>/dev/null", sim);
-    cr_expect_eq(WEXITSTATUS(system(cmd)), 2, "a device pool of 0 blocks was accepted");
+    snprintf(cmd, sizeof cmd, "%s --workload shared-prefix --param n=40 --prefix-report --capacity-sweep 128,512 "
+             "--capacity-sweep-host 0,256 --capacity-sweep-disk 0,1024 --plot %s/p 2>/dev/null", sim, dir);
     free(sim);
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    char line[512];
+    int rows = 0, table = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, "capacity sweep")) table = 1;
+        unsigned dv, h, k;
+        if (table && sscanf(line, "%u %u %u", &dv, &h, &k) == 3) {
+            cr_expect((dv == 128 || dv == 512) && (h == 0 || h == 256) && (k == 0 || k == 1024), "row: %s", line);
+            rows++;
+        }
+    }
+    cr_assert_eq(pclose(f), 0, "%s", cmd);
+    cr_expect_eq(rows, 8, "a row per point: %d", rows);
+    char path[256];
+    snprintf(path, sizeof path, "%s/p/prefix-sweep.dat", dir);
+    FILE *d = fopen(path, "r");
+    cr_assert_not_null(d, "%s not written", path);
+    int groups = 0, points = 0;
+    while (fgets(line, sizeof line, d)) {
+        if (!strncmp(line, "# host", 6)) groups++;
+        else if (line[0] >= '0' && line[0] <= '9') points++;
+    }
+    fclose(d);
+    cr_expect_eq(groups, 4, "a curve per host and disk pair");
+    cr_expect_eq(points, 8);
+    snprintf(path, sizeof path, "%s/p/prefix-sweep.gp", dir);
+    cr_expect(th_exists(path), "%s not written", path);
+    snprintf(path, sizeof path, "%s/p/prefix-sweep.png", dir);
+    bool png = th_exists(path);
+    if (!png) cr_log_warn("no %s: gnuplot missing (the data and script are checked)", path);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+    cr_expect_eq(sim_status("--workload shared-prefix --prefix-report --capacity-sweep-host 0,x 2>/dev/null"), 2,
+                 "a bad host list was accepted");
+    cr_expect_eq(sim_status("--workload shared-prefix --prefix-report --capacity-sweep-disk -1 2>/dev/null"), 2,
+                 "a negative disk size was accepted");
+    cr_expect_neq(sim_status("--workload shared-prefix --capacity-sweep-host 64 2>/dev/null"), 0,
+                  "a sweep without --prefix-report was accepted");
 }

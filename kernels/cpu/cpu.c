@@ -81,6 +81,7 @@ typedef struct mm_job {
     float *y_up;
     int chunk_rows;
     int n_chunks;
+    const q_xq *xq; /* x quantized once for quantized weights (matmul_jobs), or NULL */
 } mm_job;
 
 typedef struct mm_region {
@@ -91,22 +92,19 @@ typedef struct mm_region {
 
 /* Rows n0.. of a weight matrix in any type: float32 through gemm_small or BLAS, the others
  * through the fused/tiled kernels of quant.c. */
-static void matmul_rows(int rows, const float *x, eng_wmat wm, int n0, int n, int k, float beta,
-                        float *y, int ld_y)
+static void matmul_rows(int rows, const float *x, const q_xq *xq, eng_wmat wm, int n0, int n,
+                        int k, float beta, float *y, int ld_y)
 {
     if (wm.type != ENG_W_F32) {
-        q_matmul(wm.type, (const char *)wm.data + (size_t)n0 * eng_wrow_bytes(wm.type, k), n, k,
-                 x, rows, beta, y, ld_y);
+        q_matmul_xq(wm.type, (const char *)wm.data + (size_t)n0 * eng_wrow_bytes(wm.type, k), n,
+                    k, xq, x, rows, beta, y, ld_y);
         return;
     }
     const float *w = (const float *)wm.data + (size_t)n0 * k;
     /* Float32 batches of up to gemm_small_max_rows rows go through gemm_small (each weight
      * row read once for all rows, nothing packed), larger ones through OpenBLAS SGEMM,
      * whose packing pays for itself once the product is compute-bound. */
-    static _Atomic int small_max = -1; /* this machine's, resolved once (benign race) */
-    if (small_max < 0)
-        small_max = gemm_small_max_rows(GEMM_SMALL_AUTO);
-    if (rows <= small_max)
+    if (rows <= gemm_small_max_rows(GEMM_SMALL_AUTO))
         gemm_small(GEMM_SMALL_AUTO, rows, n, k, x, k, w, k, beta, y, ld_y);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, k, 1.0f, x, k, w, k, beta,
@@ -124,9 +122,9 @@ static void mm_task(void *ctx, int task, int worker)
     }
     int n0 = task * j->chunk_rows;
     int n = j->n - n0 < j->chunk_rows ? j->n - n0 : j->chunk_rows;
-    matmul_rows(r->rows, j->x, j->w, n0, n, j->k, j->beta, j->y + n0, j->ld_y);
+    matmul_rows(r->rows, j->x, j->xq, j->w, n0, n, j->k, j->beta, j->y + n0, j->ld_y);
     if (j->up.data) {
-        matmul_rows(r->rows, j->x, j->up, n0, n, j->k, 0.0f, j->y_up + n0, j->ld_y);
+        matmul_rows(r->rows, j->x, j->xq, j->up, n0, n, j->k, 0.0f, j->y_up + n0, j->ld_y);
         for (int t = 0; t < r->rows; t++)
             swiglu(j->y + (size_t)t * j->ld_y + n0, j->y_up + (size_t)t * j->ld_y + n0, n);
     }
@@ -147,6 +145,30 @@ static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows)
         jobs[i].chunk_rows = chunk;
         jobs[i].n_chunks = (jobs[i].n + chunk - 1) / chunk;
         total += jobs[i].n_chunks;
+    }
+    /* Quantized weights read the rows quantized to 8 bits: quantized here, once for every
+     * chunk of every job that reads them, not by each chunk again. */
+    int slot = 0;
+    for (int i = 0; i < n_jobs; i++) {
+        mm_job *j = &jobs[i];
+        j->xq = NULL;
+        if (!q_int_path(j->w.type, rows) && !(j->up.data && q_int_path(j->up.type, rows)))
+            continue;
+        for (int p = 0; p < i && !j->xq; p++)
+            if (jobs[p].x == j->x && jobs[p].k == j->k)
+                j->xq = jobs[p].xq;
+        if (j->xq || slot == CPU_XQ_SLOTS)
+            continue;
+        const size_t need = q_xq_bytes(rows, j->k);
+        if (c->xq_cap[slot] < need) {
+            void *p = realloc(c->xq_mem[slot], need);
+            if (!p)
+                continue; /* each chunk quantizes for itself */
+            c->xq_mem[slot] = p;
+            c->xq_cap[slot] = need;
+        }
+        j->xq = q_xq_prepare(c->xq_mem[slot], c->xq_cap[slot], j->x, rows, j->k);
+        slot++;
     }
     mm_region r = {jobs, n_jobs, rows};
     pool_run(&c->workers, total, mm_task, &r);
@@ -313,6 +335,8 @@ static void cpu_destroy(void *priv)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(c->tiles);
+    for (int i = 0; i < CPU_XQ_SLOTS; i++)
+        free(c->xq_mem[i]);
     free(c);
 }
 
@@ -464,6 +488,8 @@ int eng_cpu_phase_stats(void *priv, eng_phase_stats *out, bool reset)
         out->helper_sleeps = ps.helper_sleeps;
         out->spin_budget_ns = ps.spin_budget_ns;
         out->wake_latency_ns = ps.wake_latency_ns;
+        out->straggler_waits = ps.straggler_waits;
+        out->straggler_ns = ps.straggler_ns;
     }
     if (reset)
         memset(&c->stats, 0, sizeof c->stats);

@@ -41,6 +41,11 @@ typedef struct cpu {
     float *k_t;         /* [n_workers][head_size][block_size rounded up to 8]: K transposed */
     int block_pad;
     size_t scratch_bytes;
+    /* the rows a region's matmuls read, quantized once for quantized weights (matmul_jobs):
+     * one slot per distinct input of a region, grown as needed */
+#define CPU_XQ_SLOTS 4
+    void *xq_mem[CPU_XQ_SLOTS];
+    size_t xq_cap[CPU_XQ_SLOTS];
     pool workers;
     eng_phase_stats stats;
     /* the batch being executed (read by the tasks) */

@@ -45,7 +45,8 @@ gemm_small_path gemm_small_auto_path(void);
  * (stories110M/15M projections, one thread, weights from memory; README, Benchmarks):
  * AVX2 breaks even at ~12 rows; AVX-512 (twice the arithmetic per instruction, against
  * an OpenBLAS that runs its AVX2 kernels on AMD) was 1.0-1.6x SGEMM at 32-128 rows and
- * lost only on the 2,048-float rows at 256: 128; the portable path takes AVX2's figure. */
+ * lost only on the 2,048-float rows at 256: 128; the portable path takes AVX2's figure.
+ * Cheap enough to call per matmul: AUTO's path is resolved once (gemm_small_auto_path). */
 int gemm_small_max_rows(gemm_small_path path);
 
 /*

@@ -309,6 +309,8 @@ void pool_run(pool *p, int n_tasks, pool_task_fn fn, void *ctx)
     /* Every task is claimed; the ones helpers run end within microseconds unless a helper
      * was descheduled mid-task: spin for twice what waking a sleeper measured (the
      * ski-rental bound), then sleep. */
+    if (atomic_load_explicit(&p->done, memory_order_acquire) == (uint32_t)n_tasks)
+        return;
     const uint64_t budget = 2 * atomic_load_explicit(&p->wake_ns, memory_order_relaxed);
     const uint64_t t0 = pool_now_ns();
     uint32_t d;
@@ -319,6 +321,8 @@ void pool_run(pool *p, int n_tasks, pool_task_fn fn, void *ctx)
         else
             sleep_unless_changed(&p->done, d, &p->caller_asleep);
     }
+    p->straggler_waits++;
+    p->straggler_ns += pool_now_ns() - t0;
 }
 
 int pool_start(pool *p, int n_workers, int numa_node)
@@ -373,11 +377,14 @@ void pool_stats_get(pool *p, pool_stats *out, bool reset)
         out->helper_sleeps = atomic_load_explicit(&p->sleeps, memory_order_relaxed);
         out->spin_budget_ns = atomic_load_explicit(&p->budget_ns, memory_order_relaxed);
         out->wake_latency_ns = atomic_load_explicit(&p->wake_ns, memory_order_relaxed);
+        out->straggler_waits = p->straggler_waits;
+        out->straggler_ns = p->straggler_ns;
     }
     if (reset) {
         atomic_store_explicit(&p->regions, 0, memory_order_relaxed);
         atomic_store_explicit(&p->wake_calls, 0, memory_order_relaxed);
         atomic_store_explicit(&p->waits, 0, memory_order_relaxed);
         atomic_store_explicit(&p->sleeps, 0, memory_order_relaxed);
+        p->straggler_waits = p->straggler_ns = 0;
     }
 }

@@ -39,12 +39,17 @@ typedef struct pool {
     /* measurements (relaxed: statistics) */
     _Alignas(64) _Atomic uint64_t regions, wake_calls, waits, sleeps;
     _Atomic uint64_t budget_ns, wake_ns;      /* the helpers' latest choice and measure */
+    uint64_t straggler_waits, straggler_ns;   /* the caller's only (see pool_stats) */
 } pool;
 
 /* The pool's counters (see eng_phase_stats for their meaning). */
 typedef struct pool_stats {
     uint64_t regions, wake_calls, helper_waits, helper_sleeps;
     uint64_t spin_budget_ns, wake_latency_ns;
+    /* Regions whose caller, every task claimed and its own run, still waited for a task a
+     * helper was running, and the time it waited: what a helper descheduled mid-task (or
+     * a slower helper) cost the engine's critical path. */
+    uint64_t straggler_waits, straggler_ns;
 } pool_stats;
 
 /* Starts n_workers - 1 helper threads (none when n_workers is 1), pinned to numa_node's

@@ -558,58 +558,47 @@ SIMD static void xq8_row_avx2(const float *x, int8_t *q, float *d, float *s, int
     }
 }
 
-static void q8_rows_portable(const void *wv, int n, int64_t k, const xq8 *x, int rows,
-                             float beta, float *y, int ld_y)
+/* The portable integer dots of one weight row w (nb blocks of its type) with one quantized
+ * activation row (xq: k bytes, xd: its k/32 scales, xs: d x sum q per 32). */
+static float q8_dot_portable(const void *wv, int64_t k, const int8_t *xq, const float *xd,
+                             const float *xs)
 {
+    (void)xs;
     const blk_q8_0 *w = wv;
-    const int64_t nb = k / 32;
-    for (int i = 0; i < n; i++, w += nb)
-        for (int r = 0; r < rows; r++) {
-            const int8_t *xq = x->q + (size_t)r * k;
-            const float *xd = x->d + (size_t)r * nb;
-            float sum = 0.0f;
-            for (int64_t b = 0; b < nb; b++) {
-                int s = 0;
-                for (int j = 0; j < 32; j++)
-                    s += w[b].qs[j] * xq[b * 32 + j];
-                sum += q_f16_to_f32(w[b].d) * xd[b] * (float)s;
-            }
-            float *yr = y + (size_t)r * ld_y + i;
-            *yr = beta == 0.0f ? sum : beta * *yr + sum;
-        }
+    float sum = 0.0f;
+    for (int64_t b = 0; b < k / 32; b++) {
+        int s = 0;
+        for (int j = 0; j < 32; j++)
+            s += w[b].qs[j] * xq[b * 32 + j];
+        sum += q_f16_to_f32(w[b].d) * xd[b] * (float)s;
+    }
+    return sum;
 }
 
 /* Q4_K: per 32-element sub-block j, x = d sc_j q - dmin m_j with q in 0..15 (unsigned, so
  * dotted as it is); the minimums meet the quantized block sums. */
-static void q4k_rows_portable(const void *wv, int n, int64_t k, const xq8 *x, int rows,
-                              float beta, float *y, int ld_y)
+static float q4k_dot_portable(const void *wv, int64_t k, const int8_t *xq, const float *xd,
+                              const float *xs)
 {
     const blk_q4_k *w = wv;
-    const int64_t nb = k / QK_K, nx = k / 32;
-    for (int i = 0; i < n; i++, w += nb)
-        for (int r = 0; r < rows; r++) {
-            const int8_t *xq = x->q + (size_t)r * k;
-            const float *xd = x->d + (size_t)r * nx, *xs = x->s + (size_t)r * nx;
-            float sum = 0.0f, mins = 0.0f;
-            for (int64_t b = 0; b < nb; b++) {
-                const float d = q_f16_to_f32(w[b].d), dmin = q_f16_to_f32(w[b].dmin);
-                float m = 0.0f;
-                for (int j = 0; j < 8; j++) {
-                    uint8_t sc, mn;
-                    scale_min_k4(j, w[b].scales, &sc, &mn);
-                    const uint8_t *q = w[b].qs + 32 * (j / 2);
-                    const int8_t *xj = xq + b * QK_K + 32 * j;
-                    int s = 0;
-                    for (int l = 0; l < 32; l++)
-                        s += (j % 2 ? q[l] >> 4 : q[l] & 0xF) * xj[l];
-                    sum += d * sc * xd[b * 8 + j] * (float)s;
-                    m += mn * xs[b * 8 + j];
-                }
-                mins += dmin * m;
-            }
-            float *yr = y + (size_t)r * ld_y + i;
-            *yr = beta == 0.0f ? sum - mins : beta * *yr + (sum - mins);
+    float sum = 0.0f, mins = 0.0f;
+    for (int64_t b = 0; b < k / QK_K; b++) {
+        const float d = q_f16_to_f32(w[b].d), dmin = q_f16_to_f32(w[b].dmin);
+        float m = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, mn;
+            scale_min_k4(j, w[b].scales, &sc, &mn);
+            const uint8_t *q = w[b].qs + 32 * (j / 2);
+            const int8_t *xj = xq + b * QK_K + 32 * j;
+            int s = 0;
+            for (int l = 0; l < 32; l++)
+                s += (j % 2 ? q[l] >> 4 : q[l] & 0xF) * xj[l];
+            sum += d * sc * xd[b * 8 + j] * (float)s;
+            m += mn * xs[b * 8 + j];
         }
+        mins += dmin * m;
+    }
+    return sum - mins;
 }
 
 /* The 6-bit value of element e (0..255) of a Q6_K block, 0..63. */
@@ -621,25 +610,35 @@ static int q6k_q(const blk_q6_k *b, int e)
 }
 
 /* Q6_K: per 16-element sub-block g, x = d scales[g] (q - 32). */
-static void q6k_rows_portable(const void *wv, int n, int64_t k, const xq8 *x, int rows,
-                              float beta, float *y, int ld_y)
+static float q6k_dot_portable(const void *wv, int64_t k, const int8_t *xq, const float *xd,
+                              const float *xs)
 {
+    (void)xs;
     const blk_q6_k *w = wv;
-    const int64_t nb = k / QK_K, nx = k / 32;
-    for (int i = 0; i < n; i++, w += nb)
+    float sum = 0.0f;
+    for (int64_t b = 0; b < k / QK_K; b++) {
+        const float d = q_f16_to_f32(w[b].d);
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++)
+                s += (q6k_q(&w[b], 16 * g + l) - 32) * xq[b * QK_K + 16 * g + l];
+            sum += d * w[b].scales[g] * xd[b * 8 + g / 2] * (float)s;
+        }
+    }
+    return sum;
+}
+
+/* y[r][i] = beta y[r][i] + w_i . x_r for the n weight rows and the rows of x, portable. */
+static void rows_portable(int type, const void *wv, int n, int64_t k, const xq8 *x, int rows,
+                          float beta, float *y, int ld_y)
+{
+    float (*dot)(const void *, int64_t, const int8_t *, const float *, const float *) =
+        type == Q_Q8_0 ? q8_dot_portable : type == Q_Q4_K ? q4k_dot_portable : q6k_dot_portable;
+    const size_t rb = q_row_bytes(type, k), nx = (size_t)k / 32;
+    for (int i = 0; i < n; i++)
         for (int r = 0; r < rows; r++) {
-            const int8_t *xq = x->q + (size_t)r * k;
-            const float *xd = x->d + (size_t)r * nx;
-            float sum = 0.0f;
-            for (int64_t b = 0; b < nb; b++) {
-                const float d = q_f16_to_f32(w[b].d);
-                for (int g = 0; g < 16; g++) {
-                    int s = 0;
-                    for (int l = 0; l < 16; l++)
-                        s += (q6k_q(&w[b], 16 * g + l) - 32) * xq[b * QK_K + 16 * g + l];
-                    sum += d * w[b].scales[g] * xd[b * 8 + g / 2] * (float)s;
-                }
-            }
+            const float sum = dot((const char *)wv + (size_t)i * rb, k, x->q + (size_t)r * k,
+                                  x->d + (size_t)r * nx, x->s + (size_t)r * nx);
             float *yr = y + (size_t)r * ld_y + i;
             *yr = beta == 0.0f ? sum : beta * *yr + sum;
         }
@@ -683,11 +682,6 @@ SIMD static inline __m256i dot_u8s8_avx2(__m256i a, __m256i b)
     return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
 }
 
-#define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
-VNNI static inline __m256i dot_u8s8_vnni(__m256i a, __m256i b)
-{
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
-}
 
 /* Q4_K: 32 bytes of q hold two sub-blocks (low nibbles, then high); the minimums are summed
  * apart, in scalars, from the quantized block sums. */
@@ -820,17 +814,11 @@ VNNI static inline __m256i dot_u8s8_vnni(__m256i a, __m256i b)
     }
 
 Q8_ROWS_KERNEL(q8_rows_avx2, SIMD, dot_u8s8_avx2)
-Q8_ROWS_KERNEL(q8_rows_vnni, VNNI, dot_u8s8_vnni)
 Q4K_ROWS_KERNEL(q4k_rows_avx2, SIMD, dot_u8s8_avx2)
-Q4K_ROWS_KERNEL(q4k_rows_vnni, VNNI, dot_u8s8_vnni)
 Q6K_ROWS_KERNEL(q6k_rows_avx2, SIMD, dot_u8s8_avx2)
-Q6K_ROWS_KERNEL(q6k_rows_vnni, VNNI, dot_u8s8_vnni)
 ROWS_DISPATCH(q8_rows_avx2, SIMD, blk_q8_0)
-ROWS_DISPATCH(q8_rows_vnni, VNNI, blk_q8_0)
 ROWS_DISPATCH(q4k_rows_avx2, SIMD, blk_q4_k)
-ROWS_DISPATCH(q4k_rows_vnni, VNNI, blk_q4_k)
 ROWS_DISPATCH(q6k_rows_avx2, SIMD, blk_q6_k)
-ROWS_DISPATCH(q6k_rows_vnni, VNNI, blk_q6_k)
 
 /* ---- AVX-512 VNNI tiles: 16 weight rows x up to 8 activation rows in registers --------- */
 
@@ -845,13 +833,9 @@ ROWS_DISPATCH(q6k_rows_vnni, VNNI, blk_q6_k)
  * q in 0..63, and each block's sum starts at -128 (-32) x its activations' integer sum. */
 #define VT_COLS 16
 #define VT_ROWS 8
-/* From this many rows: at 1 row (decode alone, the weights streamed from memory) repacking
- * them costs more than the kernels above save (this VM's EPYC, stories110M, 1 thread, CPU
- * time: Q4_K_M 57 against 111 tok/s, Q8_0 on a par); from 2 rows the tiles win (1 thread,
- * Q8_0 768x768: 42 against 20 GMAC/s at 2 rows, 190 against 41 at 32). */
-#ifndef VT_MIN_ROWS
-#define VT_MIN_ROWS 2
-#endif
+/* Every row count with AVX-512 VNNI: from 2 rows the repacked tiles win (1 thread, Q8_0
+ * 768x768: 42 against 20 GMAC/s for the 8-row kernels above at 2 rows, 190 against 41 at 32);
+ * 1 row (decode alone) dots the weights as they lie (vt1_*, below) with the same arithmetic. */
 #define VNNI512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
 
 typedef struct vt_w {  /* one repacked tile of VT_COLS weight rows, nb blocks of 32 */
@@ -908,17 +892,30 @@ VNNI512 static inline __attribute__((always_inline)) void vt_transpose(const cha
     }
 }
 
+/* Byte offsets of 16 rows rb bytes apart (the gathers' index). */
+VNNI512 static inline __m512i vt_row_offsets(size_t rb)
+{
+    return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                              _mm512_set1_epi32((int)rb));
+}
+
+/* Q8_0 scales of the m (<= 16) rows of w at rb bytes apart, all nb blocks: t->a. */
+VNNI512 static void vt_scales_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_w *t)
+{
+    const __mmask16 mask = (__mmask16)((1u << m) - 1);
+    const __m512i idx = vt_row_offsets(rb), z = _mm512_setzero_si512();
+    for (int64_t b = 0; b < nb; b++)
+        _mm512_storeu_ps(t->a + b * 16, vt_f16x16(_mm512_mask_i32gather_epi32(
+                                            z, mask, idx, w + b * (int64_t)sizeof(blk_q8_0), 1)));
+}
+
 /* Q8_0: the m (<= 16) rows of w at rb bytes apart, all nb blocks. */
 VNNI512 static void vt_pack_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_w *t)
 {
-    const __mmask16 mask = (__mmask16)((1u << m) - 1);
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
-                                                             11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)rb));
-    const __m512i flip = _mm512_set1_epi32((int)0x80808080u), z = _mm512_setzero_si512();
+    const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
+    vt_scales_q8_0(w, rb, m, nb, t);
     for (int64_t b = 0; b < nb; b++) {
         const char *base = w + b * (int64_t)sizeof(blk_q8_0);
-        _mm512_storeu_ps(t->a + b * 16, vt_f16x16(_mm512_mask_i32gather_epi32(z, mask, idx, base, 1)));
         __m512i v[8];
         vt_transpose(base + 2, rb, m, v);
         for (int g = 0; g < 8; g++)
@@ -926,15 +923,12 @@ VNNI512 static void vt_pack_q8_0(const char *w, size_t rb, int m, int64_t nb, co
     }
 }
 
-/* Q4_K: per 256 elements, d, dmin, the 6-bit (scale, min) pairs unpacked in vectors (as
- * scale_min_k4), and the nibbles of each 32 bytes as two blocks. */
-VNNI512 static void vt_pack_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t)
+/* Q4_K scales: per 256 elements, d, dmin and the 6-bit (scale, min) pairs unpacked in
+ * vectors (as scale_min_k4): t->a = d sc_j, t->m = dmin m_j. */
+VNNI512 static void vt_scales_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t)
 {
     const __mmask16 mask = (__mmask16)((1u << m) - 1);
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
-                                                             11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)rb));
-    const __m512i z = _mm512_setzero_si512(), m4 = _mm512_set1_epi32(0x0F0F0F0F);
+    const __m512i idx = vt_row_offsets(rb), z = _mm512_setzero_si512();
     const __m512i m6 = _mm512_set1_epi32(63), m2 = _mm512_set1_epi32(3), m4s = _mm512_set1_epi32(15);
     for (int64_t sb = 0; sb < nb / 8; sb++) {
         const char *base = w + sb * (int64_t)sizeof(blk_q4_k);
@@ -957,6 +951,16 @@ VNNI512 static void vt_pack_q4_k(const char *w, size_t rb, int m, int64_t nb, co
             _mm512_storeu_ps(a + (j + 4) * 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc4)));
             _mm512_storeu_ps(mm + (j + 4) * 16, _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn4)));
         }
+    }
+}
+
+/* Q4_K: the scales as above, and the nibbles of each 32 bytes as two blocks. */
+VNNI512 static void vt_pack_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t)
+{
+    const __m512i m4 = _mm512_set1_epi32(0x0F0F0F0F);
+    vt_scales_q4_k(w, rb, m, nb, t);
+    for (int64_t sb = 0; sb < nb / 8; sb++) {
+        const char *base = w + sb * (int64_t)sizeof(blk_q4_k);
         for (int jj = 0; jj < 4; jj++) {
             __m512i v[8];
             vt_transpose(base + 16 + 32 * jj, rb, m, v);
@@ -971,29 +975,38 @@ VNNI512 static void vt_pack_q4_k(const char *w, size_t rb, int m, int64_t nb, co
 
 /* Q6_K: per 256 elements, d (read as the upper half of the dword ending the block), the
  * sixteen int8 scales, and the 6-bit values of each 32-element chunk (see Q6K_ROWS_KERNEL). */
-VNNI512 static void vt_pack_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t)
+/* Q6_K scales: t->a = d for every block of 32; with sc, t->sc = the two int8 scales of
+ * each (their 16 elements). */
+VNNI512 static void vt_scales_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t,
+                                   bool sc)
 {
     const __mmask16 mask = (__mmask16)((1u << m) - 1);
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
-                                                             11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)rb));
-    const __m512i z = _mm512_setzero_si512(), m4 = _mm512_set1_epi32(0x0F0F0F0F);
-    const __m512i m2 = _mm512_set1_epi32(0x03030303);
+    const __m512i idx = vt_row_offsets(rb), z = _mm512_setzero_si512();
     for (int64_t sb = 0; sb < nb / 8; sb++) {
         const char *base = w + sb * (int64_t)sizeof(blk_q6_k);
         const __m512 d = vt_f16x16(_mm512_srli_epi32(_mm512_mask_i32gather_epi32(z, mask, idx, base + 206, 1), 16));
         __m512i S[4];
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 4 && sc; i++)
             S[i] = _mm512_mask_i32gather_epi32(z, mask, idx, base + 192 + 4 * i, 1);
         for (int c32 = 0; c32 < 8; c32++) {
             const int64_t b = sb * 8 + c32;
             _mm512_storeu_ps(t->a + b * 16, d);
-            for (int hh = 0; hh < 2; hh++) {
+            for (int hh = 0; hh < 2 && sc; hh++) {
                 const int G = 2 * c32 + hh; /* scales[G], a signed byte */
                 _mm512_storeu_si512(t->sc + (b * 2 + hh) * 16,
                                     _mm512_srai_epi32(_mm512_slli_epi32(S[G / 4], 24 - 8 * (G % 4)), 24));
             }
         }
+    }
+}
+
+VNNI512 static void vt_pack_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t)
+{
+    const __m512i m4 = _mm512_set1_epi32(0x0F0F0F0F);
+    const __m512i m2 = _mm512_set1_epi32(0x03030303);
+    vt_scales_q6_k(w, rb, m, nb, t, true);
+    for (int64_t sb = 0; sb < nb / 8; sb++) {
+        const char *base = w + sb * (int64_t)sizeof(blk_q6_k);
         for (int h = 0; h < 2; h++) {
             __m512i vl0[8], vl1[8], vh[8];
             vt_transpose(base + 64 * h, rb, m, vl0);
@@ -1015,6 +1028,30 @@ VNNI512 static void vt_pack_q6_k(const char *w, size_t rb, int m, int64_t nb, co
             }
         }
     }
+}
+
+/* The float step of one block b of 32 for one activation row, with p the exact integer sums
+ * of the block against the tile's 16 weight rows (Q6_K: already times the 16-element
+ * scales): acc += p * (scale * dx), and for Q4_K acc -= dmin m_j * sx. vt_kernel and
+ * vt1_kernel (one row) both add through this, so a row alone and the same row in a batch
+ * get the same outputs to the bit. */
+VNNI512 static inline __attribute__((always_inline)) __m512
+vt_acc(const int TYPE, __m512 acc, __m512i p, const vt_w *w, int64_t b, float dx, float sx)
+{
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
+                          _mm512_mul_ps(_mm512_loadu_ps(w->a + b * 16), _mm512_set1_ps(dx)), acc);
+    if (TYPE == Q_Q4_K)
+        acc = _mm512_fnmadd_ps(_mm512_loadu_ps(w->m + b * 16), _mm512_set1_ps(sx), acc);
+    return acc;
+}
+
+/* y[0..15] (mask: the columns that exist) = acc, or beta y + acc. */
+VNNI512 static inline __attribute__((always_inline)) void vt_store(float *yr, __m512 v, float beta,
+                                                                   __mmask16 mask)
+{
+    if (beta != 0.0f)
+        v = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(mask, yr)), v);
+    _mm512_mask_storeu_ps(yr, mask, v);
 }
 
 /* The R (a constant, 1..VT_ROWS) activation rows from r0 times the tile, into y's 16 columns
@@ -1063,28 +1100,14 @@ vt_kernel(const int TYPE, const int R, const vt_w *w, int64_t nb, const vt_x *x,
             for (int r = 0; r < R; r++)
                 p[r] = _mm512_add_epi32(_mm512_mullo_epi32(p[r], s0), _mm512_mullo_epi32(p2[r], s1));
         }
-        const __m512 a = _mm512_loadu_ps(w->a + b * 16);
-        const float *dx = x->d + (size_t)b * rows + r0;
+        const float *dx = x->d + (size_t)b * rows + r0, *sx = x->s + (size_t)b * rows + r0;
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++)
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[r]), _mm512_mul_ps(a, _mm512_set1_ps(dx[r])),
-                                     acc[r]);
-        if (TYPE == Q_Q4_K) {
-            const __m512 mn = _mm512_loadu_ps(w->m + b * 16);
-            const float *sx = x->s + (size_t)b * rows + r0;
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++)
-                acc[r] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(sx[r]), acc[r]);
-        }
+            acc[r] = vt_acc(TYPE, acc[r], p[r], w, b, dx[r], sx[r]);
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < R; r++) {
-        float *yr = y + (size_t)(r0 + r) * ld_y;
-        __m512 v = acc[r];
-        if (beta != 0.0f)
-            v = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(mask, yr)), v);
-        _mm512_mask_storeu_ps(yr, mask, v);
-    }
+    for (int r = 0; r < R; r++)
+        vt_store(y + (size_t)(r0 + r) * ld_y, acc[r], beta, mask);
 }
 
 #define VT_DISPATCH(name, TYPE)                                                               \
@@ -1105,6 +1128,193 @@ vt_kernel(const int TYPE, const int R, const vt_w *w, int64_t nb, const vt_x *x,
 VT_DISPATCH(vt_rows_q8_0, Q_Q8_0)
 VT_DISPATCH(vt_rows_q4_k, Q_Q4_K)
 VT_DISPATCH(vt_rows_q6_k, Q_Q6_K)
+
+/* ---- AVX-512 VNNI, one activation row ------------------------------------------------- */
+
+/* Decode alone (1 row) streams the weights from memory once; repacking them (vt_pack_*) costs
+ * more than it saves there. Here each of a tile's 16 weight rows is dotted with the row as it
+ * lies, 64 bytes (two blocks of 32) per vpdpbusd, and a transposing reduction turns the 16
+ * vectors (one per weight row) into the exact integer sums of the two blocks for the 16 rows,
+ * lane = weight row: the very integers vt_kernel forms (Q6_K's already times its 16-element
+ * scales, as vt_kernel has them before the float step). The float steps are vt_kernel's own
+ * (vt_acc, vt_store), so a sequence decoding alone gets, to the bit, what it gets in a batch. */
+
+/* v[i]: for weight row i, lanes 0-7 partial sums of block A, lanes 8-15 of block B. Out: the
+ * 16 rows' whole sums of A and of B, lane i = row i. */
+VNNI512 static inline __attribute__((always_inline)) void vt1_reduce(const __m512i v[16],
+                                                                     __m512i *a, __m512i *b)
+{
+    __m512i t[8], u[4];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) /* per 128 bits: rows 2i, 2i+1, 2i, 2i+1 */
+        t[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
+                                _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) /* per 128 bits: rows 4i..4i+3; A, A, B, B */
+        u[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
+                                _mm512_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
+    /* per 128 bits: A rows 0-3, B 0-3, A 4-7, B 4-7 (and 8-15 in w1) */
+    const __m512i w0 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                        _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i w1 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                        _mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    *a = _mm512_shuffle_i32x4(w0, w1, _MM_SHUFFLE(2, 0, 2, 0));
+    *b = _mm512_shuffle_i32x4(w0, w1, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+/* The 16 rows of a tile (rows m.. repeat row m-1: computed, never stored). */
+static inline void vt1_rows(const char *w, size_t rb, int m, const char *row[16])
+{
+    for (int i = 0; i < 16; i++)
+        row[i] = w + (size_t)(i < m ? i : m - 1) * rb;
+}
+
+/* P[b][i]: block b of row i . the activation row, exactly (as vt_kernel's p for Q8_0). */
+VNNI512 static void vt1_sums_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
+                                  const int16_t *x32, int32_t *P)
+{
+    const size_t pf = VT_COLS * rb; /* the next tile, fetched while this one is dotted */
+    (void)x32;
+    const char *row[16];
+    vt1_rows(w, rb, m, row);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nb; b += 2) {
+        const bool two = b + 1 < nb;
+        const __m512i xv = two ? _mm512_loadu_si512(x->q + b * 32)
+                               : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(x->q + b * 32)));
+        __m512i v[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            const char *p = row[i] + b * (int64_t)sizeof(blk_q8_0) + 2;
+            _mm_prefetch(p + pf, _MM_HINT_T0);
+            _mm_prefetch(p + pf + 2 * sizeof(blk_q8_0) - 3, _MM_HINT_T0);
+            const __m256i lo = _mm256_loadu_si256((const __m256i *)p);
+            const __m256i hi = two ? _mm256_loadu_si256((const __m256i *)(p + sizeof(blk_q8_0)))
+                                   : _mm256_setzero_si256();
+            /* w + 128 unsigned; the block's -128 x sum of x is added below (vt's c32) */
+            const __m512i q = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
+            v[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xv);
+        }
+        __m512i A, B;
+        vt1_reduce(v, &A, &B);
+        _mm512_storeu_si512(P + b * 16, _mm512_add_epi32(A, _mm512_set1_epi32(x->c32[b])));
+        if (two)
+            _mm512_storeu_si512(P + (b + 1) * 16, _mm512_add_epi32(B, _mm512_set1_epi32(x->c32[b + 1])));
+    }
+}
+
+/* Q4_K: each 32 bytes of q as [low nibbles | high nibbles], the two blocks they hold. */
+VNNI512 static void vt1_sums_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
+                                  const int16_t *x32, int32_t *P)
+{
+    const size_t pf = VT_COLS * rb; /* the next tile, fetched while this one is dotted */
+    (void)x32;
+    const char *row[16];
+    vt1_rows(w, rb, m, row);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), sh = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+    for (int64_t sb = 0; sb < nb / 8; sb++)
+        for (int jj = 0; jj < 4; jj++) {
+            const __m512i xv = _mm512_loadu_si512(x->q + sb * QK_K + 64 * jj);
+            __m512i v[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) {
+                const char *base = row[i] + sb * (int64_t)sizeof(blk_q4_k);
+                _mm_prefetch(base + pf + 48 * jj, _MM_HINT_T0);
+                const __m512i q = _mm512_broadcast_i64x4(
+                    _mm256_loadu_si256((const __m256i *)(base + 16 + 32 * jj)));
+                v[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                           _mm512_and_si512(_mm512_srlv_epi64(q, sh), m4), xv);
+            }
+            __m512i A, B;
+            vt1_reduce(v, &A, &B);
+            _mm512_storeu_si512(P + (sb * 8 + 2 * jj) * 16, A);
+            _mm512_storeu_si512(P + (sb * 8 + 2 * jj + 1) * 16, B);
+        }
+}
+
+/* Q6_K: per half of a block, [chunk 0 | chunk 1] and [chunk 2 | chunk 3] (Q6K_ROWS_KERNEL) as
+ * 6-bit values; maddubs pairs minus 32 x the pair sums of x (x32) are the pairs of (q - 32) x,
+ * and one madd with the 16-element scales gives vt_kernel's scaled block sums. */
+VNNI512 static void vt1_sums_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
+                                  const int16_t *x32, int32_t *P)
+{
+    const size_t pf = VT_COLS * rb; /* the next tile, fetched while this one is dotted */
+    const char *row[16];
+    vt1_rows(w, rb, m, row);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    /* chunks 0|1: (qh << 4) & 0x30, (qh << 2) & 0x30; chunks 2|3: qh & 0x30, (qh >> 2) & 0x30 */
+    const __m512i sh01 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+    const __m512i sh23 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    const __m512i lane8 = _mm512_srli_epi16(
+        _mm512_setr_epi32(0x00010000, 0x00030002, 0x00050004, 0x00070006, 0x00090008, 0x000b000a,
+                          0x000d000c, 0x000f000e, 0x00110010, 0x00130012, 0x00150014, 0x00170016,
+                          0x00190018, 0x001b001a, 0x001d001c, 0x001f001e), 3); /* l / 8 */
+    for (int64_t sb = 0; sb < nb / 8; sb++)
+        for (int h = 0; h < 2; h++)
+            for (int part = 0; part < 2; part++) {
+                const int64_t e = sb * QK_K + 128 * h + 64 * part; /* the 64 elements */
+                const __m512i xv = _mm512_loadu_si512(x->q + e);
+                const __m512i z = _mm512_loadu_si512(x32 + e / 2);
+                const __m512i idx = _mm512_add_epi16(lane8, _mm512_set1_epi16((short)(8 * h + 4 * part)));
+                __m512i v[16];
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++) {
+                    const char *base = row[i] + sb * (int64_t)sizeof(blk_q6_k);
+                    _mm_prefetch(base + pf + 64 * (2 * h + part), _MM_HINT_T0);
+                    const __m512i ql = _mm512_loadu_si512(base + 64 * h);
+                    const __m512i qh = _mm512_broadcast_i64x4(
+                        _mm256_loadu_si256((const __m256i *)(base + 128 + 32 * h)));
+                    const __m512i sc = _mm512_permutexvar_epi16(
+                        idx, _mm512_zextsi256_si512(
+                                 _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(base + 192)))));
+                    const __m512i hb = part ? _mm512_and_si512(_mm512_srlv_epi16(qh, sh23), m30)
+                                            : _mm512_and_si512(_mm512_sllv_epi16(qh, sh01), m30);
+                    const __m512i lo = part ? _mm512_srli_epi16(ql, 4) : ql;
+                    const __m512i q = _mm512_ternarylogic_epi32(lo, m4, hb, 0xEA); /* lo & m4 | hb */
+                    v[i] = _mm512_madd_epi16(_mm512_sub_epi16(_mm512_maddubs_epi16(q, xv), z), sc);
+                }
+                __m512i A, B;
+                vt1_reduce(v, &A, &B);
+                const int64_t b = sb * 8 + 4 * h + 2 * part;
+                _mm512_storeu_si512(P + b * 16, A);
+                _mm512_storeu_si512(P + (b + 1) * 16, B);
+            }
+}
+
+/* 32 x the sums of each pair of bytes of the activation row (Q6_K's offset), k/2 of them. */
+VNNI512 static void vt1_x32(const int8_t *xq, int64_t k, int16_t *x32)
+{
+    const __m512i c32 = _mm512_set1_epi8(32);
+    for (int64_t e = 0; e < k; e += 64)
+        _mm512_storeu_si512(x32 + e / 2, _mm512_maddubs_epi16(c32, _mm512_loadu_si512(xq + e)));
+}
+
+/* The float steps over P (vt_kernel's, R = 1), into y's 16 columns (mask). */
+VNNI512 static inline __attribute__((always_inline)) void
+vt1_finish(const int TYPE, const vt_w *w, int64_t nb, const int32_t *P, const vt_x *x, float beta,
+           float *y, __mmask16 mask)
+{
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++)
+        acc = vt_acc(TYPE, acc, _mm512_loadu_si512(P + b * 16), w, b, x->d[b], x->s[b]);
+    vt_store(y, acc, beta, mask);
+}
+
+VNNI512 static void vt1_finish_q8_0(const vt_w *w, int64_t nb, const int32_t *P, const vt_x *x,
+                                    float beta, float *y, __mmask16 mask)
+{
+    vt1_finish(Q_Q8_0, w, nb, P, x, beta, y, mask);
+}
+VNNI512 static void vt1_finish_q4_k(const vt_w *w, int64_t nb, const int32_t *P, const vt_x *x,
+                                    float beta, float *y, __mmask16 mask)
+{
+    vt1_finish(Q_Q4_K, w, nb, P, x, beta, y, mask);
+}
+VNNI512 static void vt1_finish_q6_k(const vt_w *w, int64_t nb, const int32_t *P, const vt_x *x,
+                                    float beta, float *y, __mmask16 mask)
+{
+    vt1_finish(Q_Q6_K, w, nb, P, x, beta, y, mask);
+}
 
 /* The rows of xq (row-major, as the kernels above take them) block-major, with the integer
  * sums Q8_0 and Q6_K start from. */
@@ -1136,22 +1346,26 @@ VNNI512 static void vt_layout(const xq8 *xq, int rows, int64_t k, const vt_x *t)
 static pthread_key_t tile_key;
 static pthread_once_t tile_once = PTHREAD_ONCE_INIT;
 
+/* Two buffers per thread: TILE_BUF (dequantized tiles; the integer path's weight tiles) and
+ * XQ_BUF (the activations q_matmul quantizes itself). */
+enum { TILE_BUF, XQ_BUF };
 typedef struct tile_buf {
-    size_t floats;
-    float *p;
+    size_t floats[2];
+    float *p[2];
 } tile_buf;
 
 static void tile_free(void *p)
 {
     tile_buf *t = p;
-    free(t->p);
+    free(t->p[0]);
+    free(t->p[1]);
     free(t);
 }
 
 static void tile_key_init(void) { pthread_key_create(&tile_key, tile_free); }
 
-/* This thread's tile buffer of at least n floats (kept for the thread's life). */
-static float *tile_get(size_t n)
+/* This thread's buffer `which` of at least n floats (kept for the thread's life). */
+static float *thread_buf(int which, size_t n)
 {
     pthread_once(&tile_once, tile_key_init);
     tile_buf *t = pthread_getspecific(tile_key);
@@ -1162,15 +1376,17 @@ static float *tile_get(size_t n)
             return NULL;
         }
     }
-    if (t->floats < n) {
-        float *p = realloc(t->p, n * sizeof(float));
+    if (t->floats[which] < n) {
+        float *p = realloc(t->p[which], n * sizeof(float));
         if (!p)
             return NULL;
-        t->p = p;
-        t->floats = n;
+        t->p[which] = p;
+        t->floats[which] = n;
     }
-    return t->p;
+    return t->p[which];
 }
+
+static float *tile_get(size_t n) { return thread_buf(TILE_BUF, n); }
 
 static void matmul_fused(int type, const void *w, int n, int k, const float *x, int rows,
                          float beta, float *y, int ld_y)
@@ -1202,45 +1418,122 @@ static size_t carve(size_t *off, size_t bytes)
     return at;
 }
 
-static bool matmul_int(int type, const void *w, int n, int k, const float *x, int rows,
-                       float beta, float *y, int ld_y)
+/* Activation rows quantized for the integer path, in the layouts its kernels read. */
+struct q_xq {
+    int rows, k, isa;
+    xq8 xq;       /* row-major (the AVX2 and portable kernels) */
+    vt_x xt;      /* AVX-512 VNNI: block-major, with the integer sums */
+    int16_t *x32; /* AVX-512 VNNI, 1 row: Q6_K's pair sums (vt1_x32) */
+};
+
+/* The regions of a q_xq for rows x k on isa, as offsets o[] from its 64-aligned start; returns
+ * the bytes it needs (with the slack to align an unaligned buffer). */
+static size_t xq_plan(int rows, int k, int isa, size_t o[9])
 {
     const size_t nb = (size_t)k / 32, R = (size_t)rows;
+    size_t off = sizeof(struct q_xq);
+    memset(o, 0, 9 * sizeof *o);
+    o[0] = carve(&off, R * nb * 4);
+    o[1] = carve(&off, R * nb * 4);
+    o[2] = carve(&off, R * (size_t)k);
+    if (isa >= Q_ISA_AVX512) {
+        o[3] = carve(&off, R * (size_t)k);
+        o[4] = carve(&off, R * nb * 4);
+        o[5] = carve(&off, R * nb * 4);
+        o[6] = carve(&off, R * nb * 4);
+        o[7] = carve(&off, 2 * R * nb * 4);
+        o[8] = carve(&off, rows == 1 ? (size_t)k : 0);
+    }
+    return off + 64;
+}
+
+size_t q_xq_bytes(int rows, int k)
+{
+    size_t o[9];
+    return xq_plan(rows, k, q_isa(), o);
+}
+
+const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int k)
+{
     const int isa = q_isa();
-    const bool vt = isa >= Q_ISA_AVX512 && rows >= VT_MIN_ROWS;
-    size_t off = 0;
-    const size_t o_d = carve(&off, R * nb * 4), o_s = carve(&off, R * nb * 4);
-    const size_t o_q = carve(&off, R * (size_t)k);
-    size_t o_tq = 0, o_td = 0, o_ts = 0, o_c32 = 0, o_c16 = 0, o_wq = 0, o_wa = 0, o_wm = 0, o_ws = 0,
-           o_wr = 0;
+    size_t o[9];
+    if (rows < 1 || k % 32 || bytes < xq_plan(rows, k, isa, o))
+        return NULL;
+    char *buf = (char *)mem + (64 - (uintptr_t)mem % 64) % 64;
+    struct q_xq *a = (struct q_xq *)buf;
+    const size_t nb = (size_t)k / 32;
+    *a = (struct q_xq){.rows = rows, .k = k, .isa = isa};
+    a->xq = (xq8){.d = (float *)(buf + o[0]), .s = (float *)(buf + o[1]), .q = (int8_t *)(buf + o[2])};
+    for (int r = 0; r < rows; r++)
+        (isa ? xq8_row_avx2 : xq8_row_portable)(x + (size_t)r * k, a->xq.q + (size_t)r * k,
+                                                  a->xq.d + (size_t)r * nb, a->xq.s + (size_t)r * nb, k);
+    if (isa >= Q_ISA_AVX512) {
+        a->xt = (vt_x){.q = (int8_t *)(buf + o[3]), .d = (float *)(buf + o[4]),
+                       .s = (float *)(buf + o[5]), .c32 = (int32_t *)(buf + o[6]),
+                       .c16 = (int32_t *)(buf + o[7]), .rows = rows};
+        vt_layout(&a->xq, rows, k, &a->xt);
+        if (rows == 1) {
+            a->x32 = (int16_t *)(buf + o[8]);
+            vt1_x32(a->xt.q, k, a->x32);
+        }
+    }
+    return a;
+}
+
+/* Q8_0, Q4_K and Q6_K weights times the activation rows a (quantized for this instruction
+ * set), in tiles of weight rows and groups of activation rows, the weight tiles in this
+ * thread's buffer. Returns false when there is no memory for them. */
+static bool matmul_int(int type, const void *w, int n, int k, const struct q_xq *a, float beta,
+                       float *y, int ld_y)
+{
+    const size_t nb = (size_t)k / 32;
+    const int isa = a->isa, rows = a->rows;
+    const bool vt = isa >= Q_ISA_AVX512;
+    size_t off = 0, o_wq = 0, o_wa = 0, o_wm = 0, o_ws = 0, o_wr = 0;
+    char *buf = NULL;
     if (vt) {
-        o_tq = carve(&off, R * (size_t)k);
-        o_td = carve(&off, R * nb * 4);
-        o_ts = carve(&off, R * nb * 4);
-        o_c32 = carve(&off, R * nb * 4);
-        o_c16 = carve(&off, 2 * R * nb * 4);
         o_wq = carve(&off, nb * 512);
         o_wa = carve(&off, nb * 64);
         o_wm = carve(&off, nb * 64);
         o_ws = carve(&off, nb * 128);
         o_wr = carve(&off, VT_COLS * q_row_bytes(type, k));
+        buf = (char *)tile_get(off / 4 + 16 + 1);
+        if (!buf)
+            return false;
+        buf += (64 - (uintptr_t)buf % 64) % 64;
     }
-    char *buf = (char *)tile_get(off / 4 + 16 + 1);
-    if (!buf)
-        return false;
-    buf += (64 - (uintptr_t)buf % 64) % 64;
-    xq8 xq = {.d = (float *)(buf + o_d), .s = (float *)(buf + o_s), .q = (int8_t *)(buf + o_q)};
-    for (int r = 0; r < rows; r++)
-        (isa ? xq8_row_avx2 : xq8_row_portable)(x + (size_t)r * k, xq.q + (size_t)r * k,
-                                                  xq.d + (size_t)r * nb, xq.s + (size_t)r * nb, k);
+    const xq8 xq = a->xq;
     const size_t rb = q_row_bytes(type, k);
     if (vt) {
-        const vt_x xt = {.q = (int8_t *)(buf + o_tq), .d = (float *)(buf + o_td),
-                         .s = (float *)(buf + o_ts), .c32 = (int32_t *)(buf + o_c32),
-                         .c16 = (int32_t *)(buf + o_c16), .rows = rows};
+        const vt_x xt = a->xt;
         const vt_w wt = {.q = (uint8_t *)(buf + o_wq), .a = (float *)(buf + o_wa),
                          .m = (float *)(buf + o_wm), .sc = (int32_t *)(buf + o_ws)};
-        vt_layout(&xq, rows, k, &xt);
+        if (rows == 1) { /* one row: the weights dotted as they lie (vt1_*) */
+            const int16_t *x32 = a->x32;
+            int32_t *P = (int32_t *)wt.q; /* nb x 16 sums, where a batch packs its tile */
+            for (int i0 = 0; i0 < n; i0 += VT_COLS) {
+                const int m = n - i0 < VT_COLS ? n - i0 : VT_COLS;
+                /* in place: vt1_sums_* prefetch the next tile while dotting this one
+                 * (copying it first, as a batch does, cost 2.3x at Q8_0: the copy's reads
+                 * then wait for memory with nothing to overlap them) */
+                const char *wi = (const char *)w + (size_t)i0 * rb;
+                const __mmask16 mask = (__mmask16)((1u << m) - 1);
+                if (type == Q_Q8_0) {
+                    vt_scales_q8_0(wi, rb, m, (int64_t)nb, &wt);
+                    vt1_sums_q8_0(wi, rb, m, (int64_t)nb, &xt, x32, P);
+                    vt1_finish_q8_0(&wt, (int64_t)nb, P, &xt, beta, y + i0, mask);
+                } else if (type == Q_Q4_K) {
+                    vt_scales_q4_k(wi, rb, m, (int64_t)nb, &wt);
+                    vt1_sums_q4_k(wi, rb, m, (int64_t)nb, &xt, x32, P);
+                    vt1_finish_q4_k(&wt, (int64_t)nb, P, &xt, beta, y + i0, mask);
+                } else {
+                    vt_scales_q6_k(wi, rb, m, (int64_t)nb, &wt, false);
+                    vt1_sums_q6_k(wi, rb, m, (int64_t)nb, &xt, x32, P);
+                    vt1_finish_q6_k(&wt, (int64_t)nb, P, &xt, beta, y + i0, mask);
+                }
+            }
+            return true;
+        }
         for (int i0 = 0; i0 < n; i0 += VT_COLS) {
             const int m = n - i0 < VT_COLS ? n - i0 : VT_COLS;
             /* the tile's rows copied first, one after the other: read in place, 16 rows at
@@ -1259,20 +1552,19 @@ static bool matmul_int(int type, const void *w, int n, int k, const float *x, in
         }
         return true;
     }
-    rows_fn *const kerns[3][3] = {
-        {q8_rows_portable, q8_rows_avx2, q8_rows_vnni},
-        {q4k_rows_portable, q4k_rows_avx2, q4k_rows_vnni},
-        {q6k_rows_portable, q6k_rows_avx2, q6k_rows_vnni},
-    };
-    rows_fn *kern = kerns[type == Q_Q8_0 ? 0 : type == Q_Q4_K ? 1 : 2][isa];
+    rows_fn *const kern = type == Q_Q8_0 ? q8_rows_avx2 : type == Q_Q4_K ? q4k_rows_avx2 : q6k_rows_avx2;
     for (int i0 = 0; i0 < n; i0 += Q8_TILE) {
         const int m = n - i0 < Q8_TILE ? n - i0 : Q8_TILE;
         for (int r0 = 0; r0 < rows; r0 += Q8_GROUP_ROWS) {
             const int g = rows - r0 < Q8_GROUP_ROWS ? rows - r0 : Q8_GROUP_ROWS;
             xq8 part = {.q = xq.q + (size_t)r0 * k, .d = xq.d + (size_t)r0 * nb,
                         .s = xq.s + (size_t)r0 * nb};
-            kern((const char *)w + (size_t)i0 * rb, m, k, &part, g, beta,
-                 y + (size_t)r0 * ld_y + i0, ld_y);
+            if (isa > Q_ISA_PORTABLE)
+                kern((const char *)w + (size_t)i0 * rb, m, k, &part, g, beta,
+                     y + (size_t)r0 * ld_y + i0, ld_y);
+            else
+                rows_portable(type, (const char *)w + (size_t)i0 * rb, m, k, &part, g, beta,
+                              y + (size_t)r0 * ld_y + i0, ld_y);
         }
     }
     return true;
@@ -1286,6 +1578,15 @@ bool q_int_path(int type, int rows)
            (rows <= Q_INT_MAX_ROWS || q_isa() >= Q_ISA_AVX512);
 }
 
+void q_matmul_xq(int type, const void *w, int n, int k, const q_xq *a, const float *x, int rows,
+                 float beta, float *y, int ld_y)
+{
+    if (a && a->rows == rows && a->k == k && a->isa == q_isa() && q_int_path(type, rows) &&
+        matmul_int(type, w, n, k, a, beta, y, ld_y))
+        return;
+    q_matmul(type, w, n, k, x, rows, beta, y, ld_y);
+}
+
 void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, float beta,
               float *y, int ld_y)
 {
@@ -1294,8 +1595,10 @@ void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, f
         int r0 = 0;
         for (; r0 < rows; r0 += Q_INT_CHUNK_ROWS) {
             const int g = rows - r0 < Q_INT_CHUNK_ROWS ? rows - r0 : Q_INT_CHUNK_ROWS;
-            if (!matmul_int(type, w, n, k, x + (size_t)r0 * k, g, beta, y + (size_t)r0 * ld_y,
-                            ld_y))
+            const size_t bytes = q_xq_bytes(g, k);
+            void *mem = thread_buf(XQ_BUF, bytes / sizeof(float) + 1);
+            const q_xq *a = mem ? q_xq_prepare(mem, bytes, x + (size_t)r0 * k, g, k) : NULL;
+            if (!a || !matmul_int(type, w, n, k, a, beta, y + (size_t)r0 * ld_y, ld_y))
                 break;
         }
         if (r0 >= rows)
@@ -1319,10 +1622,7 @@ void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, f
      * are (cpu.c): OpenBLAS SGEMM packs its operands on every call, which for a tile of
      * 8-64 weight rows against a decode batch costs more than the product (F16 decoded 8
      * sequences at 0.33-0.5x its own 1-sequence rate, 0.16-0.33x llama.cpp, with SGEMM). */
-    static _Atomic int small_max = -1; /* this machine's, resolved once (benign race) */
-    if (small_max < 0)
-        small_max = gemm_small_max_rows(GEMM_SMALL_AUTO);
-    const bool small = rows <= small_max;
+    const bool small = rows <= gemm_small_max_rows(GEMM_SMALL_AUTO);
     const bool f16c = q_simd_active();
     const size_t rb = q_row_bytes(type, k);
     for (int i0 = 0; i0 < n; i0 += tile) {

@@ -21,6 +21,12 @@
  * one scale per 256; Q4_K's minimums meet the quantized block sums): AVX2 maddubs, or AVX-512 VNNI dpbusd where the CPU has it, or
  * portable C. That product is within sum_j |w_j| * max|x over j's block| * (1/254 + 1/2048)
  * of the exact one, and the three paths agree within 1e-5 x sum_j |w_j x_j|.
+ * On each path a row's products do not depend on the rows beside it (DESIGN §8: a sequence
+ * decoding alone and in a batch gets the same logits to the bit): each activation row is
+ * quantized by itself, and with AVX-512 VNNI one row (weights dotted as they lie, the next
+ * tile prefetched) and a batch (repacked tiles) form the same exact integer sums per block
+ * of 32 and add them with the same float steps; the AVX2 and portable paths run one kernel
+ * for 1 to Q_INT_MAX_ROWS rows. tests/test_gguf_quant.c and tests/test_engine_inv.c hold it.
  * Prefill (many rows) otherwise: a tile of weight rows is dequantized to float32 and
  * multiplied with OpenBLAS SGEMM, so batching keeps its advantage.
  */
@@ -71,6 +77,20 @@ bool q_int_path(int type, int rows);
  */
 void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, float beta,
               float *y, int ld_y);
+
+/* Activation rows quantized once for the integer path (Q8_0, Q4_K, Q6_K weights: one 8-bit
+ * format for all three), so that the chunks of weight rows a backend splits a matmul into,
+ * and the matmuls that read the same rows, do not each quantize them again. q_xq_bytes: the
+ * memory it takes; q_xq_prepare quantizes x (rows x k) into mem (NULL when bytes are too few
+ * or k is not a multiple of 32); it holds no pointer to x. */
+typedef struct q_xq q_xq;
+size_t q_xq_bytes(int rows, int k);
+const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int k);
+/* q_matmul with the rows already quantized in a (taken when a matches rows, k and the current
+ * instruction set, and q_int_path(type, rows); otherwise q_matmul on x). The same results as
+ * q_matmul, to the bit. */
+void q_matmul_xq(int type, const void *w, int n, int k, const q_xq *a, const float *x, int rows,
+                 float beta, float *y, int ld_y);
 
 /* The instruction sets of the kernels, chosen once at run time: the best this CPU has, capped
  * by RINGLM_QUANT_PORTABLE=1 or RINGLM_QUANT_NO_AVX512=1 in the environment, or by
