@@ -2368,15 +2368,17 @@ static int client_px_concurrent(void *arg)
     uint64_t ids[4];
     static char out[4][4096];
     size_t len[4] = {0};
+    ringlm_request r[4];
     for (int i = 0; i < n; i++) {
-        ringlm_request r;
-        ringlm_request_init(&r);
-        r.prompt = g->prompt[i];
-        r.n_prompt = g->n_prompt[i];
-        r.max_new_tokens = g->max_new ? g->max_new : 200;
-        r.ignore_stop = true;
-        if (ringlm_submit(c, &r, &ids[i]) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+        ringlm_request_init(&r[i]);
+        r[i].prompt = g->prompt[i];
+        r[i].n_prompt = g->n_prompt[i];
+        r[i].max_new_tokens = g->max_new ? g->max_new : 200;
+        r[i].ignore_stop = true;
     }
+    /* one batch: the daemon finds them together, so none runs alone however long this
+     * process is descheduled between building the requests */
+    if (ringlm_submit_batch(c, r, (uint32_t)n, ids) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
     for (int done = 0; done < n;) {
         ringlm_event ev;
         int rc = ringlm_next_event(c, &ev, 60000);
@@ -2397,6 +2399,24 @@ static int client_px_concurrent(void *arg)
     fclose(f);
     ringlm_close(c);
     return 0;
+}
+
+static int count_lines2(const char *path, const char *a, const char *b);
+
+/* Requests the decision log shows started ("schedule", reason "start") before its
+ * (finishes + 1)-th "finish" line. */
+static int starts_before_finish(const char *declog, int finishes)
+{
+    FILE *f = fopen(declog, "r");
+    cr_assert_not_null(f, "no decision log %s", declog);
+    char line[4096];
+    int starts = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, "\"ev\":\"finish\"") && finishes-- == 0) break;
+        starts += strstr(line, "\"ev\":\"schedule\"") && strstr(line, "\"reason\":\"start\"");
+    }
+    fclose(f);
+    return starts;
 }
 
 static void px_preempt(const char *mode)
@@ -2448,7 +2468,15 @@ static void px_preempt(const char *mode)
     cr_log_info("mode %s, cache on: %d cache hits, %d preemptions, %d swap lines, %lld blocks verified", mode, hits,
                 preempts, swaps, verified);
     cr_expect_geq(hits, 4, "the four prompts did not share the cached prefix (%d hits)", hits);
+    /* submitted as one batch, the four run together: all started before the first ended
+     * (after the warm-up's start and finish), and their growth overran the pool */
+    cr_expect_eq(starts_before_finish(on.declog, 1), 5, "mode %s: a request ended before the last started", mode);
+    cr_expect_eq(starts_before_finish(off.declog, 0), 4, "mode %s, cache off: a request ended before the last started",
+                 mode);
     cr_expect_gt(preempts, 0, "mode %s: the small pool forced no preemption", mode);
+    char by[32];
+    snprintf(by, sizeof by, "\"mode\":\"%s\"", mode);
+    cr_expect_eq(count_lines2(on.declog, "\"ev\":\"preempt\"", by), preempts, "a preemption not by %s", mode);
     if (!strcmp(mode, "swap")) cr_expect_gt(verified, 0, "swap mode: no swap-in was verified");
     if (!strcmp(mode, "recompute")) cr_expect_eq(swaps, 0, "recompute mode swapped");
     dmn_cleanup(&on);
