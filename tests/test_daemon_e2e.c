@@ -2004,12 +2004,21 @@ Test(daemon_e2e, prefix_cache_greedy_output_equals_cache_off)
     }
     dmn off, on;
     char out_off[160], out_on[160];
-    static const char *const no_cache[] = {"--no-prefix-cache", NULL};
+    static const char *const no_cache[] = {"--no-prefix-cache", "--metrics", "127.0.0.1:0", NULL};
     static const char *const with_metrics[] = {"--metrics", "127.0.0.1:0", NULL};
     snprintf(out_off, sizeof out_off, "/tmp/ringlm-px-off-%d.txt", (int)getpid());
     snprintf(out_on, sizeof out_on, "/tmp/ringlm-px-on-%d.txt", (int)getpid());
     g.out = out_off;
     run_prefix_client(model, no_cache, &g, &off);
+    int off_port = metrics_port(&off);
+    cr_assert_gt(off_port, 0, "no 'metrics on port' line in the daemon's stderr");
+    int off_status = 0;
+    char *off_body = th_http_get(off_port, "/metrics", &off_status, NULL, 0);
+    cr_assert(off_body && off_status == 200);
+    cr_expect(strstr(off_body, "\nvllm:cache_config_info{block_size=\"16\",enable_prefix_caching=\"False\","),
+              "--no-prefix-cache: %s", strstr(off_body, "vllm:cache_config_info{") ? strstr(off_body, "vllm:cache_config_info{") : "no vllm:cache_config_info");
+    cr_expect_eq(prom_value(off_body, "ringlm_prefix_cache_blocks{tier=\"device\"}"), 0, "--no-prefix-cache kept blocks");
+    free(off_body);
     cr_assert_eq(dmn_stop(&off, SIGTERM, 10000), 0);
     g.out = out_on;
     run_prefix_client(model, with_metrics, &g, &on);
@@ -2032,6 +2041,33 @@ Test(daemon_e2e, prefix_cache_greedy_output_equals_cache_off)
     }
     cr_expect_eq(queried, want_q, "vllm:prefix_cache_queries_total %g, prompts held %g tokens", queried, want_q);
     cr_expect_eq(hit, 48.0 * (PX_N - 1), "vllm:prefix_cache_hits_total %g", hit);
+    /* every request has ended: vllm:kv_cache_usage_perc keeps vLLM's meaning (blocks that
+     * sequences hold: none), the blocks kept — the shared 3 and each request's own full
+     * blocks whose KV was computed (its last token is never fed back) — are reported apart,
+     * and the cache's configuration is where vLLM's is */
+    double cached = 3;
+    for (int i = 0; i < PX_N; i++) cached += (g.n_prompt[i] + g.max_new - 1) / 16 - 3;
+    char *body = NULL;
+    for (uint64_t deadline = now_ms() + 5000;;) {   /* a snapshot after the last release */
+        int status = 0;
+        free(body);
+        body = th_http_get(port, "/metrics", &status, NULL, 0);
+        cr_assert(body && status == 200);
+        if (prom_value(body, "vllm:kv_cache_usage_perc") == 0 &&
+            prom_value(body, "ringlm_prefix_cache_blocks{tier=\"device\"}") == cached)
+            break;
+        if (now_ms() > deadline) break;
+        poll_pause();
+    }
+    cr_expect_eq(prom_value(body, "vllm:kv_cache_usage_perc"), 0, "usage counts cached blocks no sequence holds");
+    cr_expect_eq(prom_value(body, "ringlm_prefix_cache_blocks{tier=\"device\"}"), cached, "cached device blocks (%g expected)",
+                 cached);
+    char cfg_line[160];
+    snprintf(cfg_line, sizeof cfg_line, "\nvllm:cache_config_info{block_size=\"16\",enable_prefix_caching=\"True\",num_gpu_blocks=\"%lld\",",
+             (long long)prom_value(body, "ringlm_kv_blocks_total{tier=\"device\"}"));
+    cr_expect(strstr(body, cfg_line), "no '%s' in %s", cfg_line + 1,
+              strstr(body, "vllm:cache_config_info{") ? strstr(body, "vllm:cache_config_info{") : "(none)");
+    free(body);
     cr_assert_eq(dmn_stop(&on, SIGTERM, 10000), 0);
     char *a = slurp(out_off), *b = slurp(out_on);
     cr_assert(a && b);
