@@ -380,6 +380,8 @@ static int count_lines(const char *path, const char *needle)
     return n;
 }
 
+static int count_lines2(const char *path, const char *a, const char *b);
+
 TestSuite(daemon_e2e, .timeout = 120);
 
 Test(daemon_e2e, greedy_reference_all_cases_in_one_batch)
@@ -2381,6 +2383,126 @@ Test(daemon_e2e, prefix_cache_kill9_mid_prefill_of_sharing_requests_leaks_nothin
     dmn_cleanup(&d);
 }
 
+/* A client's cancel, mid-prefill, of a request holding shared blocks: the victim submits, is
+ * admitted with the cached 64-token prefix (its cache_hit in the decision log), and the
+ * test then has it call ringlm_cancel while its own 176 tokens are still being prefilled
+ * one per step; it ends CANCELLED without a token, no block is leaked (pools back to
+ * baseline, reference counts checked by the scheduler's invariants), and a request holding
+ * the same shared blocks meanwhile produces exactly the tokens it produces alone. */
+typedef struct px_cancel_job {
+    const char *sock, *out;
+    int ready_fd, go_fd;
+    int32_t prompt[240];
+} px_cancel_job;
+
+static int client_px_cancel(void *arg)
+{
+    px_cancel_job *g = arg;
+    ringlm_client *c;
+    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    ringlm_request r;
+    ringlm_request_init(&r);
+    r.prompt = g->prompt;
+    r.n_prompt = 240;
+    r.max_new_tokens = 8;
+    uint64_t id;
+    if (ringlm_submit(c, &r, &id) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+    char b;
+    if (write(g->ready_fd, "s", 1) != 1 || read(g->go_fd, &b, 1) != 1) return 6;
+    if (ringlm_cancel(c, id) < 0) { fprintf(stderr, "cancel: %s\n", ringlm_errdetail()); return 7; }
+    int tokens = 0;
+    for (;;) {
+        ringlm_event ev;
+        int rc = ringlm_next_event(c, &ev, 60000);
+        if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+        tokens += ev.kind == RINGLM_EV_TOKEN;
+        if (ev.kind == RINGLM_EV_FINISH) {
+            FILE *f = fopen(g->out, "w");
+            if (!f) return 3;
+            fprintf(f, "%s %d\n", ringlm_reason_name(ev.finish_reason), tokens);
+            fclose(f);
+            break;
+        }
+    }
+    ringlm_close(c);
+    return 0;
+}
+
+Test(daemon_e2e, prefix_cache_cancel_mid_prefill_of_a_sharing_request_leaks_nothing)
+{
+    need_daemon_binary();
+    /* the stories15M shape, one prompt token per step: the victim's own 176 tokens take 176
+     * steps of several ms to prefill, long after the test saw it admitted */
+    const char *model = "synthetic:stories15M:7";
+    const char *policy = "[scheduler]\nmode = token_budget\ntoken_budget = 32\nprefill_chunk = 1\n";
+    static const char *const below_clients[] = {DMN_BELOW_CLIENTS, NULL};
+    dmn d;
+    dmn_start(&d, model, policy, below_clients);
+    static px_kill_job base, surv;
+    memset(&base, 0, sizeof base);
+    base.sock = d.sock;
+    base.ready_fd = -1;
+    for (int k = 0; k < 64; k++) base.prompt[k] = 3 + (11 * k) % 500;
+    base.n_prompt = 64;
+    base.max_new = 2;
+    cr_assert_eq(reap(spawn(client_px_kill, &base), 60000), 0, "base prompt");   /* 64 tokens cached */
+    surv = base;
+    for (int k = 64; k < 80; k++) surv.prompt[k] = 3 + (5 * k) % 500;
+    surv.n_prompt = 80;
+    surv.max_new = 16;
+    char ref[160], again[160], vout[160];
+    snprintf(ref, sizeof ref, "%s/surv-ref.txt", d.dir);
+    snprintf(again, sizeof again, "%s/surv-again.txt", d.dir);
+    snprintf(vout, sizeof vout, "%s/victim.txt", d.dir);
+    surv.out = ref;
+    cr_assert_eq(reap(spawn(client_px_kill, &surv), 60000), 0, "survivor alone");
+    surv.out = again;
+    static px_cancel_job victim;
+    memset(&victim, 0, sizeof victim);
+    victim.sock = d.sock;
+    victim.out = vout;
+    memcpy(victim.prompt, base.prompt, 64 * sizeof(int32_t));
+    for (int k = 64; k < 240; k++) victim.prompt[k] = 3 + (13 * k + 7) % 500;
+    int ready[2], go[2];
+    cr_assert_eq(pipe(ready), 0);
+    cr_assert_eq(pipe(go), 0);
+    victim.ready_fd = ready[1];
+    victim.go_fd = go[0];
+    pid_t vk = spawn(client_px_cancel, &victim);
+    close(ready[1]);
+    close(go[0]);
+    char b;
+    cr_assert_eq(read(ready[0], &b, 1), 1, "the victim never submitted");
+    close(ready[0]);
+    /* admitted holding the shared blocks: base, survivor alone, victim */
+    for (uint64_t deadline = now_ms() + 20000;;) {
+        if (count_lines(d.declog, "\"ev\":\"cache_hit\"") >= 2) break;
+        cr_assert(now_ms() < deadline, "the victim was never admitted with a cache hit");
+        poll_pause();
+    }
+    pid_t sp = spawn(client_px_kill, &surv);
+    for (uint64_t deadline = now_ms() + 20000;;) {   /* and the survivor holds them too */
+        if (count_lines(d.declog, "\"ev\":\"cache_hit\"") >= 3) break;
+        cr_assert(now_ms() < deadline, "the survivor was never admitted with a cache hit");
+        poll_pause();
+    }
+    cr_assert_eq(write(go[1], "c", 1), 1);
+    close(go[1]);
+    cr_assert_eq(reap(vk, 60000), 0, "victim");
+    cr_assert_eq(reap(sp, 60000), 0, "survivor");
+    assert_back_to_baseline(&d, 5000);
+    cr_assert_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    char *a = slurp(ref), *s2 = slurp(again), *v = slurp(vout);
+    cr_assert(a && s2 && v);
+    cr_expect_str_eq(v, "cancelled 0\n", "the victim was not cancelled before its first token: %s", v);
+    cr_expect_str_eq(s2, a, "the request sharing the blocks produced other tokens while one was cancelled");
+    cr_expect_eq(count_lines2(d.declog, "\"ev\":\"cancel\"", "\"reason\":\"client_cancel\""), 1, "the victim's cancel event");
+    free(a);
+    free(s2);
+    free(v);
+    dmn_cleanup(&d);
+}
+
 /* Preemption of sequences holding shared blocks, by swap and by recompute: prompts that share
  * a 48-token cached prefix run at once on a device pool too small for them all, so some are
  * preempted while others hold the same blocks.  The greedy tokens equal those of the same run
@@ -2436,8 +2558,6 @@ static int client_px_concurrent(void *arg)
     ringlm_close(c);
     return 0;
 }
-
-static int count_lines2(const char *path, const char *a, const char *b);
 
 /* Requests the decision log shows started ("schedule", reason "start") before its
  * (finishes + 1)-th "finish" line. */
