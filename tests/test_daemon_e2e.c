@@ -2093,6 +2093,36 @@ Test(daemon_e2e, prefix_cache_greedy_output_equals_cache_off)
     dmn_cleanup(&on);
 }
 
+/* Every reference case (run.c's greedy tokens) through the daemon with the prefix cache on,
+ * twice, on 4-token blocks: the second time each case's prompt is found cached (the first
+ * pass computed it; its blocks shared by the cases with the same prompt), prefill starts
+ * after the cached blocks, and every token still equals the reference. */
+Test(daemon_e2e, prefix_cache_every_reference_case_equals_run_c_with_its_prompt_cached)
+{
+    need_daemon_binary();
+    char model[512];
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    static ref_case cases[12];
+    int n = load_refs(cases, 12);
+    if (n == 0) cr_skip_test("reference-greedy.json not found");
+    int long_prompts = 0;   /* cases with a full block before the last prompt token */
+    for (int i = 0; i < n; i++) long_prompts += (cases[i].n_prompt - 1) / 4 > 0;
+    cr_assert_gt(long_prompts, 0, "no reference prompt spans a block of 4");
+    static const char *const flags[] = {"--kv-block-size", "4", "--kv-blocks", "2048", NULL};
+    dmn d;
+    dmn_start(&d, model, NULL, flags);
+    gen_job g = {.sock = d.sock, .cases = cases, .n_cases = n};
+    cr_assert_eq(reap(spawn(client_greedy, &g), 60000), 0, "first pass: tokens differ from the reference");
+    int first = count_lines(d.declog, "\"ev\":\"cache_hit\"");
+    cr_assert_eq(reap(spawn(client_greedy, &g), 60000), 0, "second pass, prompts cached: tokens differ from the reference");
+    assert_back_to_baseline(&d, 5000);
+    cr_assert_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    int hits = count_lines(d.declog, "\"ev\":\"cache_hit\"") - first;
+    cr_log_info("reference cases: %d with a cached block possible, %d hits on the second pass", long_prompts, hits);
+    cr_expect_eq(hits, long_prompts, "second pass: %d cache hits, %d prompts had a cached block to find", hits, long_prompts);
+    dmn_cleanup(&d);
+}
+
 /* Cache domains through the daemon: the same prompt sent as several tenants (tags from this
  * test's own uid, trusted in the policy), one after another.  Tenants in their own domains
  * never hit each other's blocks; tenants the policy puts in one domain do; a tenant's
