@@ -1363,7 +1363,12 @@ Test(daemon_e2e, sigterm_drains_then_exits_zero)
         }
         ringlm_close(late);
     } else {
-        cr_expect(rc == -ESHUTDOWN || rc == -ECONNREFUSED || rc == -ENOENT || rc == -ECONNRESET,
+        /* Refused by the draining daemon (ESHUTDOWN), or it finished its drain and exited while
+         * this connect was under way: before it (ENOENT, ECONNREFUSED), after accepting it and
+         * before the hello was sent (its exit closes the accepted socket: the hello's send gets
+         * EPIPE; seen at load 15, this process having lost the CPU between the two calls) or
+         * before answering (ECONNRESET). */
+        cr_expect(rc == -ESHUTDOWN || rc == -ECONNREFUSED || rc == -ENOENT || rc == -ECONNRESET || rc == -EPIPE,
                   "connect while draining: %d %s (%s)", rc, ringlm_strerror(rc), ringlm_errdetail());
     }
     int ex = dmn_stop(&d, 0, 5000); /* signal 0: just wait for the exit */
