@@ -15,28 +15,45 @@
  * With the procs figures, the clients' own CPU time from submit to FINISH per token (what
  * waiting costs them: a client spinning for its next token shows here).
  *
- * tok/s = N × G / (first submit → last FINISH), the same count for all three; each figure
- * is the median of --runs with the spread (lowest, highest), and the daemon's are also
- * given as ratios to the engine's median. The three alternate within each run so that a
- * machine that slows down slows all three alike.
+ * tok/s = N × G / (first submit → last FINISH), the same count for all three. The machine
+ * drifts (on this project's VM the engine alone's runs varied 16-32% and a memory probe
+ * read 5.7-36 GB/s from one run to the next), so within each run the three modes take
+ * turns in slices — engine, sessions, procs, then procs, sessions, engine (--slices per
+ * mode, default 2) — and a slice runs as many generations back to back as fill
+ * --min-slice-ms (default 1000; counted once per size from the engine alone, the same for
+ * all three modes and every run): a drift within a run reaches all three alike, and noise
+ * of a second's scale averages out within a slice.  A run's figure per mode is its slices
+ * together (tokens / seconds).  Reported per N over --runs: each mode's median, lowest,
+ * highest and spread; per run, the daemon's ratio to the engine of the same run (sessions
+ * / engine, procs / engine) with its median and spread; and the machine's own variation
+ * beside: the engine alone's spread, the probe's, the CPU that other processes used during
+ * the windows, and how much each mode's slices differed within a run (procs varying more
+ * than the engine in the same runs is flagged: that variation would be the daemon's).
  *
  * Then, with the daemon busy with --busy streams (default 32, from one process),
  * --connect-burst client processes (default 32) connect at once: how many connect, and the
- * connect latency p50 / p99 / max in ms and in iterations (the busy streams' measured
- * period between tokens while the burst ran).  A connect is timed in the client from its
+ * connect latency p50 / p99 / max in ms and in iterations: the busy streams' period
+ * between tokens from the gate to the last connect (the iterations the connects ran in,
+ * which hold the burst's own work: handshakes, the first connected clients' prefill), the
+ * steady period before the gate beside, and per connect the busy stream's tokens that
+ * arrived while it connected (--burst-timeline: every token and client on stderr).  A connect is timed in the client from its
  * ringlm_connect (socket, connect, hello) to the session being usable (the handshake
  * answered, both segments mapped and checked): each client process is started and waits
  * at a gate before its clock starts, so process start is not counted.
  *
  * The goals of issue 18 are checked and printed: the daemon at >= 0.85x the engine with N
- * sessions and >= 0.75x with N processes (medians) at every N, every figure's spread
- * (farthest run from the median) within 15% of its median, every burst client connected
+ * sessions and >= 0.75x with N processes (medians of the per-run ratios) at every N, the
+ * spread of each per-run ratio (farthest run from the median) within 15% of its median —
+ * the spread judged is the daemon's relative to the engine on the same machine at the same
+ * time; the tok/s spreads, which a drifting machine widens for the engine alone as much,
+ * are reported beside with whether they are within 15% — and every burst client connected
  * with p99 under 2 iterations.  The load average is printed before and after: on a
  * machine shared with other work the figures are indicative only.  --runs 0 runs the
  * connect burst only.
  *
- * Each run also says what else happened in its windows (steal, preemptions, the engine's
- * helper sleeps, ringlmd's CPU while the engine ran alone), where the engine alone's time
+ * Each run also says what else happened in its windows (the CPU other processes used — the
+ * machine's busy time from /proc/stat less ringlmd's, this bench's and its reaped clients'
+ * —, steal, preemptions, the engine's helper sleeps, ringlmd's CPU in each), where the engine alone's time
  * went (its decode steps' median and longest, the steps over twice the median and their
  * excess, the time its caller waited on a helper's unfinished task, its page faults), and
  * what the machine gave just before (a short memory-read and arithmetic probe on as many
@@ -52,6 +69,7 @@
  * --engine-only runs the engine alone, no daemon: its own spread, quickly.
  *
  *   serve_bench --model synthetic:stories15M:1 [--clients 1,4,8,16,32] [--runs 5]
+ *               [--slices 2] [--min-slice-ms 1000] [--burst-timeline]
  *               [--threads 2] [--prompt 32] [--gen 128] [--connect-burst 32] [--busy 32]
  *               [--ringlmd PATH] [--daemon-arg ARG]... [--no-settle] [--daemon-session]
  *               [--engine-only] [--json]
@@ -83,12 +101,15 @@
 #define MAX_RUNS 64
 #define MAX_DAEMON_ARGS 32
 #define MAX_N 256
+#define MAX_SLICES 8
+#define MAX_REPS 16 /* generations back to back in one slice */
 
 typedef struct opts {
     const char *model, *ringlmd;
     int sizes[MAX_SIZES], n_sizes;
     int runs, threads, prompt, gen, burst, busy;
-    bool json, daemon_session, engine_only;
+    int slices, min_slice_ms; /* each mode's slices per run; a slice's least length */
+    bool json, daemon_session, engine_only, burst_timeline;
     const char *daemon_args[MAX_DAEMON_ARGS];
     int n_daemon_args;
 } opts;
@@ -119,13 +140,20 @@ static int32_t prompt_token(int s, int i, int vocab)
  * for the daemon) was preempted, and for the engine alone how often its helper thread
  * slept between parallel regions (each sleep costs the next region a wake). */
 typedef struct mark {
-    unsigned long long steal, total; /* /proc/stat ticks, all CPUs */
-    long preempt;                    /* nonvoluntary context switches, all threads */
-    long daemon_ns;                  /* ringlmd's threads' time on a CPU */
+    unsigned long long steal, total, busy; /* /proc/stat ticks, all CPUs */
+    long preempt;                          /* nonvoluntary context switches, all threads */
+    long daemon_ns;                        /* ringlmd's threads' time on a CPU */
+    double ours_s;                         /* this process's and its reaped children's CPU */
+    double t;                              /* CLOCK_MONOTONIC s */
 } mark;
 
 typedef struct attrib {
+    /* summed over a mode's slices in a run: ticks, CPU seconds, the windows' length */
+    unsigned long long steal_ticks, total_ticks, busy_ticks;
+    double ours_s, window_s;
     double steal_pct;
+    double others_pct; /* the CPU that neither ringlmd nor this bench and its clients used,
+                        * % of all CPUs over the windows: what else the machine ran */
     long preempt;
     double daemon_ms;                 /* ringlmd's CPU time in the window */
     long helper_sleeps, helper_waits; /* the engine alone only, as the rest */
@@ -139,9 +167,11 @@ typedef struct attrib {
     long faults;                      /* page faults of this process in the engine window */
 } attrib;
 
-static void cpu_ticks(unsigned long long *steal, unsigned long long *total)
+/* All CPUs' ticks from /proc/stat: steal, the total, and the busy ones (neither idle nor
+ * iowait). */
+static void cpu_ticks(unsigned long long *steal, unsigned long long *total, unsigned long long *busy)
 {
-    *steal = *total = 0;
+    *steal = *total = *busy = 0;
     FILE *f = fopen("/proc/stat", "r");
     if (!f) return;
     unsigned long long v[8] = {0};
@@ -149,13 +179,11 @@ static void cpu_ticks(unsigned long long *steal, unsigned long long *total)
                &v[4], &v[5], &v[6], &v[7]) == 8) {
         for (int i = 0; i < 8; i++) *total += v[i];
         *steal = v[7];
+        *busy = *total - v[3] - v[4];
     }
     fclose(f);
 }
 
-/* Preemptions (nonvoluntary context switches) of every thread of pid so far, or with
- * cpu_ns the nanoseconds its threads have run (schedstat). Threads that already ended are
- * not counted: read while the threads of interest still run. */
 static long faults_self(void)
 {
     struct rusage ru;
@@ -163,6 +191,17 @@ static long faults_self(void)
     return ru.ru_minflt + ru.ru_majflt;
 }
 
+static double rusage_s(int who)
+{
+    struct rusage ru;
+    getrusage(who, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* Preemptions (nonvoluntary context switches) of every thread of pid so far, or with
+ * cpu_ns the nanoseconds its threads have run (schedstat). Threads that already ended are
+ * not counted: read while the threads of interest still run. */
 static long task_sum(pid_t pid, bool cpu_ns)
 {
     char path[64];
@@ -188,12 +227,17 @@ static long task_sum(pid_t pid, bool cpu_ns)
     return sum;
 }
 
+/* Where a window's time can be read from afterwards: pid is the process doing the engine's
+ * work (its preemptions), daemon ringlmd (its CPU; ours: this process and the children it
+ * has reaped, i.e. the client processes of a window once run_procs has waited for them). */
 static mark mark_now(pid_t pid, pid_t daemon)
 {
     mark m;
-    cpu_ticks(&m.steal, &m.total);
+    cpu_ticks(&m.steal, &m.total, &m.busy);
     m.preempt = task_sum(pid, false);
-    m.daemon_ns = task_sum(daemon, true);
+    m.daemon_ns = daemon > 0 ? task_sum(daemon, true) : 0;
+    m.ours_s = rusage_s(RUSAGE_SELF) + rusage_s(RUSAGE_CHILDREN);
+    m.t = now_s();
     return m;
 }
 
@@ -202,10 +246,30 @@ static attrib attrib_since(mark m0, pid_t pid, pid_t daemon)
     mark m1 = mark_now(pid, daemon);
     attrib a = {.preempt = m1.preempt - m0.preempt,
                 .daemon_ms = (double)(m1.daemon_ns - m0.daemon_ns) * 1e-6,
-                .helper_sleeps = -1, .helper_waits = -1};
-    if (m1.total > m0.total)
-        a.steal_pct = 100.0 * (double)(m1.steal - m0.steal) / (double)(m1.total - m0.total);
+                .helper_sleeps = -1, .helper_waits = -1,
+                .steal_ticks = m1.steal - m0.steal, .total_ticks = m1.total - m0.total,
+                .busy_ticks = m1.busy - m0.busy,
+                .ours_s = m1.ours_s - m0.ours_s + (double)(m1.daemon_ns - m0.daemon_ns) * 1e-9,
+                .window_s = m1.t - m0.t};
     return a;
+}
+
+/* b's window added to a's (a mode's slices in one run); the percentages recomputed. */
+static void attrib_add(attrib *a, const attrib *b)
+{
+    a->steal_ticks += b->steal_ticks;
+    a->total_ticks += b->total_ticks;
+    a->busy_ticks += b->busy_ticks;
+    a->ours_s += b->ours_s;
+    a->window_s += b->window_s;
+    a->preempt += b->preempt;
+    a->daemon_ms += b->daemon_ms;
+    a->steal_pct = a->total_ticks ? 100.0 * (double)a->steal_ticks / (double)a->total_ticks : 0;
+    /* all CPUs' busy time minus ours, over all CPUs' time (total ticks: every CPU) */
+    const double tick_s = 1.0 / (double)sysconf(_SC_CLK_TCK);
+    const double others_s = (double)a->busy_ticks * tick_s - a->ours_s;
+    a->others_pct = a->total_ticks ? 100.0 * (others_s > 0 ? others_s : 0) /
+                                     ((double)a->total_ticks * tick_s) : 0;
 }
 
 /* Waits (up to 3 s) until ringlmd has run less than 0.5 ms in 20 ms: the end of the
@@ -325,7 +389,8 @@ static void autogroup_set_self(int nice)
 typedef struct engb {
     eng *e;
     int vocab, bs, bps;
-    double *step_s; /* each decode step's seconds, the last run */
+    double *step_s; /* each decode step's seconds, since the last step_stats */
+    int n_steps, cap_steps;
     int32_t *tokens, *pos, *qs, *sl, *table, *lrows, *out;
     int64_t *slots;
     eng_sampling *samp;
@@ -359,7 +424,8 @@ static int engb_init(engb *b, const eng_model *m, const opts *o, int n)
     b->out = calloc((size_t)n, sizeof(int32_t));
     b->samp = calloc((size_t)n, sizeof(eng_sampling));
     b->rng = calloc((size_t)n, sizeof(uint64_t));
-    b->step_s = calloc((size_t)o->gen, sizeof(double));
+    b->cap_steps = o->gen * MAX_REPS * o->slices;
+    b->step_s = calloc((size_t)b->cap_steps, sizeof(double));
     if (!b->step_s || !b->tokens || !b->pos || !b->slots || !b->qs || !b->sl || !b->table || !b->lrows ||
         !b->out || !b->samp || !b->rng)
         return -ENOMEM;
@@ -414,7 +480,7 @@ static double engb_run(engb *b, int n, const opts *o)
         b->qs[n] = n;
         batch.n_tokens = n;
         if (eng_execute_sample(b->e, &batch, b->samp, b->rng, b->out, NULL) < 0) goto fail;
-        b->step_s[step - 1] = now_s() - ts;
+        if (b->n_steps < b->cap_steps) b->step_s[b->n_steps++] = now_s() - ts;
     }
     return now_s() - t0;
 fail:
@@ -422,14 +488,13 @@ fail:
     return -1;
 }
 
-/* The step figures of *a from the last engb_run's gen-1 decode steps. */
-static void step_stats(const engb *b, const opts *o, attrib *a)
+/* The step figures of *a from the decode steps of the engb_runs since the last call. */
+static void step_stats(engb *b, attrib *a)
 {
-    const int n = o->gen - 1;
-    if (n < 1) return;
-    double t[1024 * 8];
-    const int k = n < (int)(sizeof t / sizeof t[0]) ? n : (int)(sizeof t / sizeof t[0]);
-    memcpy(t, b->step_s, sizeof(double) * (size_t)k);
+    const int k = b->n_steps;
+    b->n_steps = 0;
+    if (k < 1) return;
+    double *t = b->step_s;
     const double med = bench_median(t, k); /* sorts t */
     a->step_med_ms = med * 1e3;
     a->step_max_ms = t[k - 1] * 1e3;
@@ -527,72 +592,73 @@ static void request_for(ringlm_request *r, int32_t *prompt, int s, int vocab, co
     r->ignore_stop = true;
 }
 
-/* N sessions from this process. Seconds, or < 0 when a request did not run to exactly gen
- * tokens. */
-static double run_sessions(const daemon_proc *d, int n, int vocab, const opts *o)
+/* An event of session s: a token counted, or its FINISH (*bad: not exactly gen tokens). */
+static void sessions_take(const ringlm_event *ev, uint32_t *got, bool *done, int *left, int *bad,
+                          const opts *o)
+{
+    if (ev->kind == RINGLM_EV_TOKEN) {
+        (*got)++;
+        return;
+    }
+    *done = true;
+    (*left)--;
+    *bad += ev->finish_reason != RINGLM_FINISH_LENGTH || *got != (uint32_t)o->gen;
+}
+
+/* N sessions from this process, reps generations one after the other (each: all N
+ * submitted, all N to their FINISH). Seconds, or < 0 when a request did not run to exactly
+ * gen tokens. */
+static double run_sessions(const daemon_proc *d, int n, int vocab, const opts *o, int reps)
 {
     ringlm_client *c[MAX_N];
-    uint64_t id[MAX_N];
-    uint32_t got[MAX_N] = {0};
-    bool done[MAX_N] = {0};
     int32_t prompt[1024];
     double secs = -1;
-    int opened = 0;
+    int opened = 0, bad = 0;
     for (; opened < n; opened++)
         if (connect_retry(d->sock, &c[opened]) < 0) {
             fprintf(stderr, "serve_bench: connect: %s\n", ringlm_errdetail());
             goto out;
         }
     double t0 = now_s();
-    for (int s = 0; s < n; s++) {
-        ringlm_request r;
-        request_for(&r, prompt, s, vocab, o, (uint32_t)o->gen);
-        if (ringlm_submit(c[s], &r, &id[s]) < 0) {
-            fprintf(stderr, "serve_bench: submit: %s\n", ringlm_errdetail());
-            goto out;
-        }
-    }
-    int left = n, bad = 0;
-    while (left > 0) {
-        bool took = false;
-        int first = -1;
+    for (int rep = 0; rep < reps; rep++) {
+        uint32_t got[MAX_N] = {0};
+        bool done[MAX_N] = {0};
         for (int s = 0; s < n; s++) {
-            if (done[s]) continue;
-            ringlm_event ev;
-            int r;
-            while (!done[s] && (r = ringlm_next_event(c[s], &ev, 0)) == 1) {
-                took = true;
-                if (ev.kind == RINGLM_EV_TOKEN) {
-                    got[s]++;
-                } else {
-                    done[s] = true;
-                    left--;
-                    bad += ev.finish_reason != RINGLM_FINISH_LENGTH || got[s] != (uint32_t)o->gen;
-                }
+            ringlm_request r;
+            request_for(&r, prompt, s, vocab, o, (uint32_t)o->gen);
+            if (ringlm_submit(c[s], &r, NULL) < 0) {
+                fprintf(stderr, "serve_bench: submit: %s\n", ringlm_errdetail());
+                goto out;
             }
-            if (r < 0) { fprintf(stderr, "serve_bench: %s\n", ringlm_errdetail()); goto out; }
-            if (!done[s] && first < 0) first = s;
         }
-        /* Nothing new: sleep on one unfinished session; the daemon publishes every
-         * session's tokens of an iteration together, so one wake per iteration. */
-        if (!took && first >= 0) {
-            ringlm_event ev;
-            int r = ringlm_next_event(c[first], &ev, 100);
-            if (r < 0) { fprintf(stderr, "serve_bench: %s\n", ringlm_errdetail()); goto out; }
-            if (r == 1) {
-                if (ev.kind == RINGLM_EV_TOKEN) {
-                    got[first]++;
-                } else {
-                    done[first] = true;
-                    left--;
-                    bad += ev.finish_reason != RINGLM_FINISH_LENGTH || got[first] != (uint32_t)o->gen;
+        int left = n;
+        while (left > 0) {
+            bool took = false;
+            int first = -1;
+            for (int s = 0; s < n; s++) {
+                ringlm_event ev;
+                int r = 0;
+                while (!done[s] && (r = ringlm_next_event(c[s], &ev, 0)) == 1) {
+                    took = true;
+                    sessions_take(&ev, &got[s], &done[s], &left, &bad, o);
                 }
+                if (r < 0) { fprintf(stderr, "serve_bench: %s\n", ringlm_errdetail()); goto out; }
+                if (!done[s] && first < 0) first = s;
+            }
+            /* Nothing new: sleep on one unfinished session; the daemon publishes every
+             * session's tokens of an iteration together, so one wake per iteration. */
+            if (!took && first >= 0) {
+                ringlm_event ev;
+                int r = ringlm_next_event(c[first], &ev, 100);
+                if (r < 0) { fprintf(stderr, "serve_bench: %s\n", ringlm_errdetail()); goto out; }
+                if (r == 1) sessions_take(&ev, &got[first], &done[first], &left, &bad, o);
             }
         }
     }
     secs = now_s() - t0;
     if (bad) {
-        fprintf(stderr, "serve_bench: %d of %d requests did not generate exactly %d tokens\n", bad, n, o->gen);
+        fprintf(stderr, "serve_bench: %d of %d requests did not generate exactly %d tokens\n", bad,
+                n * reps, o->gen);
         secs = -1;
     }
 out:
@@ -605,17 +671,10 @@ typedef struct proc_result {
     double t_end, cpu_s; /* cpu_s: this client's CPU time from its submit to its FINISH */
 } proc_result;
 
-static double cpu_self_s(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
-           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
-}
-
-/* One client process: connect, say ready, wait for the gate, submit, read to the end. */
-static void proc_client(const daemon_proc *d, int s, int vocab, const opts *o, int ready_fd,
-                        int gate_fd, int res_fd)
+/* One client process: connect, say ready, wait for the gate, then reps requests one after
+ * the other, each read to its end. */
+static void proc_client(const daemon_proc *d, int s, int vocab, const opts *o, int reps,
+                        int ready_fd, int gate_fd, int res_fd)
 {
     proc_result pr = {0, 0, 0};
     ringlm_client *c;
@@ -628,12 +687,14 @@ static void proc_client(const daemon_proc *d, int s, int vocab, const opts *o, i
     if (write(ready_fd, "r", 1) != 1) _exit(1);
     char b;
     while (read(gate_fd, &b, 1) > 0) { }
-    ringlm_request r;
-    request_for(&r, prompt, s, vocab, o, (uint32_t)o->gen);
-    uint64_t id;
-    uint32_t got = 0;
-    double cpu0 = cpu_self_s();
-    if (ringlm_submit(c, &r, &id) == 0) {
+    double cpu0 = rusage_s(RUSAGE_SELF);
+    pr.ok = 1;
+    for (int rep = 0; rep < reps && pr.ok; rep++) {
+        ringlm_request r;
+        request_for(&r, prompt, s, vocab, o, (uint32_t)o->gen);
+        uint32_t got = 0;
+        pr.ok = 0;
+        if (ringlm_submit(c, &r, NULL) < 0) break;
         for (;;) {
             ringlm_event ev;
             if (ringlm_next_event(c, &ev, -1) != 1) break;
@@ -643,15 +704,17 @@ static void proc_client(const daemon_proc *d, int s, int vocab, const opts *o, i
         }
     }
     pr.t_end = now_s();
-    pr.cpu_s = cpu_self_s() - cpu0;
+    pr.cpu_s = rusage_s(RUSAGE_SELF) - cpu0;
     ringlm_close(c);
     if (write(res_fd, &pr, sizeof pr) != (ssize_t)sizeof pr) _exit(1);
     _exit(0);
 }
 
-/* N client processes; *client_cpu_s: the CPU time they used from submit to FINISH, all
- * together (what waiting for tokens costs a client: spinning shows here). */
-static double run_procs(const daemon_proc *d, int n, int vocab, const opts *o, double *client_cpu_s)
+/* N client processes, reps generations each; *client_cpu_s: the CPU time they used from
+ * their first submit to their last FINISH, all together (what waiting for tokens costs a
+ * client: spinning shows here). */
+static double run_procs(const daemon_proc *d, int n, int vocab, const opts *o, int reps,
+                        double *client_cpu_s)
 {
     int rp[2], gp[2], sp[2];
     *client_cpu_s = 0;
@@ -663,7 +726,7 @@ static double run_procs(const daemon_proc *d, int n, int vocab, const opts *o, d
         if (pids[s] == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             close(rp[0]); close(gp[1]); close(sp[0]);
-            proc_client(d, s, vocab, o, rp[1], gp[0], sp[1]);
+            proc_client(d, s, vocab, o, reps, rp[1], gp[0], sp[1]);
         }
     }
     close(rp[1]); close(gp[0]); close(sp[1]);
@@ -694,21 +757,24 @@ static double run_procs(const daemon_proc *d, int n, int vocab, const opts *o, d
 
 typedef struct burst_result {
     int connected, n;
-    double p50_ms, p99_ms, max_ms, period_ms;
+    double p50_ms, p99_ms, max_ms;
+    double period_ms;        /* the busy streams' token period from the gate to the last connect */
+    double steady_ms;        /* the same before the gate */
+    double p99_tokens_seen;  /* stream 0's tokens that arrived during a connect, p99 */
 } burst_result;
 
-#define GOAL_SES 0.85
-#define GOAL_PROC 0.75
-#define GOAL_SPREAD 0.15
-#define GOAL_P99_ITERS 2.0
-
 /* The busy process: `busy` streams from one process, resubmitted as they end, until its
- * stop pipe closes; it writes the mean period between stream 0's tokens (ms). */
+ * stop pipe closes; it writes how many of stream 0's tokens it saw and when it saw each
+ * (CLOCK_MONOTONIC seconds, comparable across processes): the iterations that passed. */
+#define BUSY_MAX_TOKENS 65536
+
 static void busy_streams(const daemon_proc *d, int n, int vocab, int max_new, const opts *o,
                          int ready_fd, int stop_fd, int res_fd)
 {
     ringlm_client *c[MAX_N];
     int32_t prompt[1024];
+    double *seen = malloc(sizeof(double) * BUSY_MAX_TOKENS);
+    if (!seen) _exit(1);
     for (int s = 0; s < n; s++) {
         if (connect_retry(d->sock, &c[s]) < 0) _exit(1);
         ringlm_request r;
@@ -716,7 +782,6 @@ static void busy_streams(const daemon_proc *d, int n, int vocab, int max_new, co
         if (ringlm_submit(c[s], &r, NULL) < 0) _exit(1);
     }
     int tokens0 = 0;
-    double first0 = 0, last0 = 0;
     bool told = false;
     fcntl(stop_fd, F_SETFL, O_NONBLOCK);
     for (;;) {
@@ -732,9 +797,8 @@ static void busy_streams(const daemon_proc *d, int n, int vocab, int max_new, co
                     request_for(&r, prompt, s, vocab, o, (uint32_t)max_new);
                     if (ringlm_submit(c[s], &r, NULL) < 0) _exit(1);
                 } else if (s == 0) {
-                    last0 = now_s();
-                    if (!first0) first0 = last0;
-                    if (++tokens0 == 8 && !told) {
+                    if (tokens0 < BUSY_MAX_TOKENS) seen[tokens0++] = now_s();
+                    if (tokens0 == 8 && !told) {
                         if (write(ready_fd, "r", 1) != 1) _exit(1);
                         told = true;
                     }
@@ -742,29 +806,41 @@ static void busy_streams(const daemon_proc *d, int n, int vocab, int max_new, co
             }
         }
     }
-    /* the mean over the window: read late, tokens arrive in bunches, not their period */
-    double period = tokens0 > 1 ? (last0 - first0) * 1e3 / (tokens0 - 1) : 0;
     for (int s = 0; s < n; s++) ringlm_close(c[s]);
-    if (write(res_fd, &period, sizeof period) != (ssize_t)sizeof period) _exit(1);
+    if (write(res_fd, &tokens0, sizeof tokens0) != (ssize_t)sizeof tokens0) _exit(1);
+    for (size_t off = 0, len = sizeof(double) * (size_t)tokens0; off < len;) {
+        ssize_t w = write(res_fd, (const char *)seen + off, len - off);
+        if (w <= 0) _exit(1);
+        off += (size_t)w;
+    }
     _exit(0);
 }
 
 typedef struct conn_result {
-    int rc;
-    double connect_ms;
+    int rc, pid;
+    double t_start, t_connected, t_answered; /* CLOCK_MONOTONIC s: connect, usable, answered */
+    double cpu_ms;                             /* this client's CPU time in its connect */
 } conn_result;
 
+/* One burst client: connect at the gate, one short request answered, then wait for the
+ * release before exiting — a process's exit tears down the address space it inherited
+ * from this bench (the model's weights, the probe's buffer: 7.5 ms of CPU for 200 MB at
+ * load 17, against 1.6 ms for 1 MB), which a client answered early must not spend while
+ * the others are still connecting. */
 static void connector(const daemon_proc *d, int vocab, const opts *o, int ready_fd, int gate_fd,
-                      int res_fd)
+                      int res_fd, int release_fd)
 {
     if (write(ready_fd, "r", 1) != 1) _exit(1);
     char b;
     while (read(gate_fd, &b, 1) > 0) { }
-    conn_result cr = {0, 0};
+    conn_result cr = {0};
+    cr.pid = getpid();
     ringlm_client *c = NULL;
-    double t0 = now_s();
+    const double cpu0 = rusage_s(RUSAGE_SELF);
+    cr.t_start = now_s();
     cr.rc = ringlm_connect(d->sock, &c);
-    cr.connect_ms = (now_s() - t0) * 1e3;
+    cr.t_connected = now_s();
+    cr.cpu_ms = (rusage_s(RUSAGE_SELF) - cpu0) * 1e3;
     if (cr.rc == 0) {
         /* a working session: one short request answered */
         int32_t prompt[1024];
@@ -775,10 +851,21 @@ static void connector(const daemon_proc *d, int vocab, const opts *o, int ready_
         else
             while ((cr.rc = ringlm_next_event(c, &ev, 30000)) == 1 && ev.kind != RINGLM_EV_FINISH) { }
         cr.rc = cr.rc == 1 ? 0 : cr.rc == 0 ? -ETIMEDOUT : cr.rc;
+        cr.t_answered = now_s();
         ringlm_close(c);
     }
     if (write(res_fd, &cr, sizeof cr) != (ssize_t)sizeof cr) _exit(1);
+    close(res_fd);
+    while (read(release_fd, &b, 1) > 0) { }
     _exit(0);
+}
+
+/* Stream 0's tokens seen in (a, b]: the iterations that passed (seen ascending). */
+static int tokens_between(const double *seen, int n, double a, double b)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) k += seen[i] > a && seen[i] <= b;
+    return k;
 }
 
 static int connect_burst(const daemon_proc *d, int vocab, int seq_len, const opts *o, burst_result *br)
@@ -802,47 +889,207 @@ static int connect_burst(const daemon_proc *d, int vocab, int seq_len, const opt
         waitpid(busy, NULL, 0);
         return -1;
     }
-    int rp[2], gp[2], sp[2];
-    if (pipe(rp) || pipe(gp) || pipe(sp)) return -1;
+    int rp[2], gp[2], sp[2], lp[2];
+    if (pipe(rp) || pipe(gp) || pipe(sp) || pipe(lp)) return -1;
     pid_t pids[MAX_N];
     for (int i = 0; i < o->burst; i++) {
         pids[i] = fork();
         if (pids[i] == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
-            close(rp[0]); close(gp[1]); close(sp[0]);
-            connector(d, vocab, o, rp[1], gp[0], sp[1]);
+            close(rp[0]); close(gp[1]); close(sp[0]); close(lp[1]);
+            connector(d, vocab, o, rp[1], gp[0], sp[1], lp[0]);
         }
     }
-    close(rp[1]); close(gp[0]); close(sp[1]);
+    close(rp[1]); close(gp[0]); close(sp[1]); close(lp[0]);
     int ready = 0;
     while (ready < o->burst && read(rp[0], &b, 1) == 1) ready++;
+    const double t_gate = now_s();
     close(gp[1]);
-    static double lat[MAX_N];
-    int n_lat = 0;
+    static conn_result crs[MAX_N];
+    int n_cr = 0;
     conn_result cr;
-    while (read(sp[0], &cr, sizeof cr) == (ssize_t)sizeof cr) {
+    while (n_cr < MAX_N && read(sp[0], &cr, sizeof cr) == (ssize_t)sizeof cr) {
         if (cr.rc == 0) br->connected++;
         else fprintf(stderr, "serve_bench: a burst client failed: %s\n", ringlm_strerror(cr.rc));
-        lat[n_lat++] = cr.connect_ms;
+        crs[n_cr++] = cr;
     }
     close(rp[0]); close(sp[0]);
+    close(lp[1]); /* the release: every client has its answer */
     for (int i = 0; i < o->burst; i++) waitpid(pids[i], NULL, 0);
     close(bstop[1]);
-    double period = 0;
-    if (read(bres[0], &period, sizeof period) != (ssize_t)sizeof period) period = 0;
+    int n_seen = 0;
+    double *seen = malloc(sizeof(double) * BUSY_MAX_TOKENS);
+    if (!seen || read(bres[0], &n_seen, sizeof n_seen) != (ssize_t)sizeof n_seen ||
+        n_seen < 0 || n_seen > BUSY_MAX_TOKENS)
+        n_seen = 0;
+    for (size_t off = 0, len = sizeof(double) * (size_t)n_seen; off < len;) {
+        ssize_t r = read(bres[0], (char *)seen + off, len - off);
+        if (r <= 0) { n_seen = 0; break; }
+        off += (size_t)r;
+    }
     close(bres[0]);
     waitpid(busy, NULL, 0);
-    br->period_ms = period;
-    if (n_lat) {
-        br->p50_ms = bench_median(lat, n_lat); /* sorts lat */
-        int k = (int)(0.99 * (n_lat - 1) + 0.999);
-        br->p99_ms = lat[k < n_lat ? k : n_lat - 1];
-        br->max_ms = lat[n_lat - 1];
+    if (o->burst_timeline) {
+        /* relative to the gate, ms: stream 0's tokens from 0.3 s before, then per client
+         * its pid, its connect's start, its session usable, its answer, its connect's CPU */
+        for (int i = 0; i < n_seen; i++)
+            if (seen[i] > t_gate - 0.3) fprintf(stderr, "burst token %8.2f\n", (seen[i] - t_gate) * 1e3);
+        for (int i = 0; i < n_cr; i++)
+            fprintf(stderr, "burst client %d %8.2f %8.2f %8.2f cpu %.2f ms\n", crs[i].pid, (crs[i].t_start - t_gate) * 1e3,
+                    (crs[i].t_connected - t_gate) * 1e3, (crs[i].t_answered - t_gate) * 1e3,
+                    crs[i].cpu_ms);
+    }
+    /* The iterations: the busy streams' period between tokens in the burst's window (gate
+     * to the last connect), the period the goal is judged in — an iteration then holds the
+     * burst's own work (the daemon's handshakes, the prefill of the first connected
+     * clients' prompts); and beside it the steady period before the gate. Per connect,
+     * the tokens of stream 0 that arrived while it connected: the iterations it saw pass. */
+    static double lat[MAX_N], iters[MAX_N];
+    double t_last = t_gate;
+    for (int i = 0; i < n_cr; i++) {
+        lat[i] = (crs[i].t_connected - crs[i].t_start) * 1e3;
+        iters[i] = tokens_between(seen, n_seen, crs[i].t_start, crs[i].t_connected);
+        if (crs[i].t_connected > t_last) t_last = crs[i].t_connected;
+    }
+    int k = tokens_between(seen, n_seen, t_gate, t_last);
+    br->period_ms = k > 0 ? (t_last - t_gate) * 1e3 / k : 0;
+    int pre = 0, first = -1;
+    for (int i = 8; i < n_seen && seen[i] <= t_gate; i++) {
+        if (first < 0) first = i;
+        pre++;
+    }
+    br->steady_ms = pre > 1 ? (seen[first + pre - 1] - seen[first]) * 1e3 / (pre - 1) : 0;
+    free(seen);
+    if (n_cr) {
+        br->p50_ms = bench_median(lat, n_cr); /* sorts lat */
+        int q = (int)(0.99 * (n_cr - 1) + 0.999);
+        br->p99_ms = lat[q < n_cr ? q : n_cr - 1];
+        br->max_ms = lat[n_cr - 1];
+        bench_median(iters, n_cr); /* sorts iters */
+        br->p99_tokens_seen = iters[q < n_cr ? q : n_cr - 1];
     }
     return 0;
 }
 
-/* ---- main ---------------------------------------------------------------------------- */
+/* ---- one run of one size: each mode's slices ------------------------------------------- */
+
+enum { M_ENGINE, M_SESSIONS, M_PROCS, N_MODES };
+static const char *const mode_name[N_MODES] = {"engine", "sessions", "procs"};
+
+/* One size's run: each mode's tok/s over its slices together (tokens / seconds), each
+ * slice's own, what the windows saw, the procs' clients' CPU per token. */
+typedef struct runfig {
+    double tok[N_MODES];
+    double slice_tok[N_MODES][MAX_SLICES];
+    int n_slices[N_MODES];
+    double secs[N_MODES];
+    double client_cpu_s;
+    attrib at[N_MODES];
+} runfig;
+
+/* What a slice needs beyond the options. */
+typedef struct bench_ctx {
+    const eng_model *m;
+    const opts *o;
+    daemon_proc *d;
+    int vocab, daemon_nice, engine_group;
+    double *steps;   /* decode step seconds of a run's engine slices (step_stats) */
+    int n_steps_cap;
+    uint64_t *probe_buf;
+} bench_ctx;
+
+/* The engine alone, reps generations of n sequences at the daemon's priority (ringlmd
+ * lowers its nice to -10 where permitted: the engine alone gets what the engine in the
+ * daemon gets; back to ours before any client is forked: clients run at their own
+ * priority). The engine's worker threads exist only while it runs: the client processes
+ * are forked from a single-threaded process. Seconds (< 0: failed); its window's figures
+ * are added to *ae, its steps to bc->steps from *n_steps. */
+static double engine_slice(const bench_ctx *bc, int n, int reps, attrib *ae, int *n_steps)
+{
+    const opts *o = bc->o;
+    engb b;
+    double secs = -1;
+    const int own = getpriority(PRIO_PROCESS, 0);
+    if (setpriority(PRIO_PROCESS, 0, bc->daemon_nice) != 0) { /* not permitted: ours */ }
+    const int own_group = rnuma_autogroup_nice(getpid());
+    if (bc->engine_group != INT32_MIN) autogroup_set_self(bc->engine_group);
+    if (engb_init(&b, bc->m, o, n) == 0) {
+        eng_phase_stats ps;
+        eng_phase_stats_get(b.e, NULL, true);
+        settle(bc->d->pid);
+        const probe pr = machine_probe(bc->probe_buf, o->threads);
+        const mark m0 = mark_now(getpid(), bc->d->pid);
+        const long f0 = faults_self();
+        secs = 0;
+        for (int rep = 0; rep < reps && secs >= 0; rep++) {
+            const double t = engb_run(&b, n, o);
+            secs = t < 0 ? -1 : secs + t;
+        }
+        const long f1 = faults_self();
+        attrib a = attrib_since(m0, getpid(), bc->d->pid); /* before engb_free joins the helpers */
+        attrib_add(ae, &a);
+        if (eng_phase_stats_get(b.e, &ps, false) == 0) {
+            ae->helper_sleeps += (long)ps.helper_sleeps;
+            ae->helper_waits += (long)ps.helper_waits;
+            ae->straggler_waits += (long)ps.straggler_waits;
+            ae->straggler_ms += (double)ps.straggler_ns * 1e-6;
+        }
+        for (int i = 0; i < b.n_steps && *n_steps < bc->n_steps_cap; i++)
+            bc->steps[(*n_steps)++] = b.step_s[i];
+        ae->faults += f1 - f0;
+        /* the probes of a run's slices averaged (attrib_add leaves them) */
+        ae->probe_gbs += pr.read_gbs;
+        ae->probe_gflops += pr.fma_gflops;
+    }
+    engb_free(&b);
+    if (bc->engine_group != INT32_MIN) autogroup_set_self(own_group);
+    if (setpriority(PRIO_PROCESS, 0, own) != 0) { /* raising nice is always allowed */ }
+    return secs;
+}
+
+/* One run of size n: each mode's slices, in the order engine, sessions, procs, then procs,
+ * sessions, engine, and so on (slice j mirrored when j is odd), so that a machine that
+ * drifts during the run drifts under all three alike. 0, or < 0 when a slice failed. */
+static int run_size(const bench_ctx *bc, int n, int reps, runfig *rf)
+{
+    const opts *o = bc->o;
+    const double toks = (double)n * o->gen * reps;
+    int n_steps = 0;
+    memset(rf, 0, sizeof *rf);
+    for (int md = 0; md < N_MODES; md++) rf->at[md].helper_sleeps = rf->at[md].helper_waits = -1;
+    rf->at[M_ENGINE].helper_sleeps = rf->at[M_ENGINE].helper_waits = 0;
+    const int n_modes = o->engine_only ? 1 : N_MODES;
+    for (int j = 0; j < o->slices; j++) {
+        for (int i = 0; i < n_modes; i++) {
+            const int md = o->engine_only ? M_ENGINE : j % 2 ? N_MODES - 1 - i : i;
+            double secs = -1;
+            if (md == M_ENGINE) {
+                secs = engine_slice(bc, n, reps, &rf->at[md], &n_steps);
+            } else {
+                settle(bc->d->pid);
+                const mark m = mark_now(bc->d->pid, bc->d->pid);
+                double ccpu = 0;
+                secs = md == M_SESSIONS ? run_sessions(bc->d, n, bc->vocab, o, reps)
+                                        : run_procs(bc->d, n, bc->vocab, o, reps, &ccpu);
+                const attrib a = attrib_since(m, bc->d->pid, bc->d->pid);
+                attrib_add(&rf->at[md], &a);
+                rf->client_cpu_s += ccpu;
+            }
+            if (secs <= 0) return -1;
+            rf->slice_tok[md][rf->n_slices[md]++] = toks / secs;
+            rf->secs[md] += secs;
+        }
+    }
+    for (int md = 0; md < n_modes; md++) rf->tok[md] = toks * rf->n_slices[md] / rf->secs[md];
+    attrib *ae = &rf->at[M_ENGINE];
+    ae->probe_gbs /= o->slices;
+    ae->probe_gflops /= o->slices;
+    engb tmp = {.step_s = bc->steps, .n_steps = n_steps};
+    step_stats(&tmp, ae);
+    return 0;
+}
+
+/* ---- reporting ----------------------------------------------------------------------- */
 
 typedef struct stat3 { double med, lo, hi; } stat3;
 
@@ -862,25 +1109,156 @@ static double spread_of(stat3 s)
     return a > b ? a : b;
 }
 
-/* The machine probes before size k's engine windows over the runs, and each run's engine
- * figure beside its probe: how much the machine itself varied while the engine's runs did
- * (text output). */
-static void print_probes(const attrib at[][MAX_RUNS][3], const double *eng, int k, int n_size,
-                         int runs)
+/* Everything reported for one size over the runs. */
+typedef struct size_sum {
+    stat3 tok[N_MODES];          /* tok/s per mode over the runs */
+    double spread[N_MODES];
+    stat3 ratio[N_MODES];        /* per run: the mode / the engine in the same run */
+    double ratio_spread[N_MODES];
+    double slice_spread[N_MODES]; /* median over runs of (fastest - slowest slice) / mean */
+    stat3 probe_gbs, probe_gflops, others_pct[N_MODES], cpu_us_tok;
+    bool ok, abs_spread_ok, procs_vary_more;
+} size_sum;
+
+#define GOAL_SES 0.85
+#define GOAL_PROC 0.75
+#define GOAL_SPREAD 0.15
+#define GOAL_P99_ITERS 2.0
+
+static size_sum summarize(const runfig *rf, int runs, const opts *o, int n)
 {
-    double g[MAX_RUNS], f[MAX_RUNS];
-    for (int r = 0; r < runs; r++) {
-        g[r] = at[k][r][0].probe_gbs;
-        f[r] = at[k][r][0].probe_gflops;
+    size_sum z;
+    memset(&z, 0, sizeof z);
+    double v[MAX_RUNS];
+    const int n_modes = o->engine_only ? 1 : N_MODES;
+    for (int md = 0; md < n_modes; md++) {
+        for (int r = 0; r < runs; r++) v[r] = rf[r].tok[md];
+        z.tok[md] = stats_of(v, runs);
+        z.spread[md] = spread_of(z.tok[md]);
+        for (int r = 0; r < runs; r++) v[r] = rf[r].tok[md] / rf[r].tok[M_ENGINE];
+        z.ratio[md] = stats_of(v, runs);
+        z.ratio_spread[md] = spread_of(z.ratio[md]);
+        for (int r = 0; r < runs; r++) {
+            double lo = 1e300, hi = 0, sum = 0;
+            for (int j = 0; j < rf[r].n_slices[md]; j++) {
+                const double x = rf[r].slice_tok[md][j];
+                lo = x < lo ? x : lo;
+                hi = x > hi ? x : hi;
+                sum += x;
+            }
+            v[r] = sum > 0 ? (hi - lo) / (sum / rf[r].n_slices[md]) : 0;
+        }
+        z.slice_spread[md] = stats_of(v, runs).med;
+        for (int r = 0; r < runs; r++) v[r] = rf[r].at[md].others_pct;
+        z.others_pct[md] = stats_of(v, runs);
     }
-    stat3 sg = stats_of(g, runs), sf = stats_of(f, runs);
-    printf("%4d  machine probe before each engine run: read %.2f GB/s [%.2f, %.2f] (spread %.1f%%), "
-           "%.2f GFLOP/s [%.2f, %.2f] (spread %.1f%%); per run, engine tok/s @ GB/s, GFLOP/s:",
-           n_size, sg.med, sg.lo, sg.hi, spread_of(sg) * 100, sf.med, sf.lo, sf.hi,
-           spread_of(sf) * 100);
+    for (int r = 0; r < runs; r++) v[r] = rf[r].at[M_ENGINE].probe_gbs;
+    z.probe_gbs = stats_of(v, runs);
+    for (int r = 0; r < runs; r++) v[r] = rf[r].at[M_ENGINE].probe_gflops;
+    z.probe_gflops = stats_of(v, runs);
+    if (o->engine_only) return z;
     for (int r = 0; r < runs; r++)
-        printf(" %.1f@%.1f,%.1f", eng[r], at[k][r][0].probe_gbs, at[k][r][0].probe_gflops);
-    printf("\n");
+        v[r] = rf[r].client_cpu_s * 1e6 / ((double)n * o->gen * rf[r].n_slices[M_PROCS]);
+    z.cpu_us_tok = stats_of(v, runs);
+    /* The goals: the daemon's median ratio to the engine of the same runs, and the spread of
+     * that ratio — the daemon's own variation; the tok/s spreads (engine alone included:
+     * the machine's) are reported beside and judged apart (abs_spread_ok). */
+    z.ok = z.ratio[M_SESSIONS].med >= GOAL_SES && z.ratio[M_PROCS].med >= GOAL_PROC &&
+           z.ratio_spread[M_SESSIONS] <= GOAL_SPREAD && z.ratio_spread[M_PROCS] <= GOAL_SPREAD;
+    z.abs_spread_ok = z.spread[M_ENGINE] <= GOAL_SPREAD && z.spread[M_SESSIONS] <= GOAL_SPREAD &&
+                      z.spread[M_PROCS] <= GOAL_SPREAD;
+    /* procs' slices within a run vary more than the engine's in the same runs: the daemon
+     * with N processes adds variation of its own (or its clients do) */
+    z.procs_vary_more = o->slices > 1 && z.slice_spread[M_PROCS] > 0.05 &&
+                        z.slice_spread[M_PROCS] > 2 * z.slice_spread[M_ENGINE];
+    return z;
+}
+
+static void json_stat(const char *key, stat3 s, bool comma)
+{
+    printf("%s\"%s\":{\"median\":%.4g,\"min\":%.4g,\"max\":%.4g,\"spread\":%.3f}", comma ? "," : "",
+           key, s.med, s.lo, s.hi, spread_of(s));
+}
+
+static void json_size(const runfig *rf, const size_sum *z, int n, int reps, const opts *o, bool first)
+{
+    const int n_modes = o->engine_only ? 1 : N_MODES;
+    printf("%s{\"n\":%d,\"gens_per_slice\":%d,\"slices_per_mode\":%d", first ? "" : ",", n, reps,
+           o->slices);
+    for (int md = 0; md < n_modes; md++) json_stat(mode_name[md], z->tok[md], true);
+    if (!o->engine_only) {
+        printf(",\"sessions_vs_engine\":%.3f,\"procs_vs_engine\":%.3f",
+               z->tok[M_SESSIONS].med / z->tok[M_ENGINE].med, z->tok[M_PROCS].med / z->tok[M_ENGINE].med);
+        json_stat("run_ratio_sessions", z->ratio[M_SESSIONS], true);
+        json_stat("run_ratio_procs", z->ratio[M_PROCS], true);
+        json_stat("procs_client_cpu_us_per_token", z->cpu_us_tok, true);
+        double sp = z->spread[M_ENGINE];
+        for (int md = 1; md < N_MODES; md++) sp = z->spread[md] > sp ? z->spread[md] : sp;
+        printf(",\"max_spread\":%.3f,\"spread_judged\":\"run_ratio\",\"abs_spread_within_goal\":%s,"
+               "\"procs_slices_vary_more_than_engine\":%s,\"goals_met\":%s", sp,
+               z->abs_spread_ok ? "true" : "false", z->procs_vary_more ? "true" : "false",
+               z->ok ? "true" : "false");
+    }
+    printf(",\"machine\":{\"engine_spread\":%.3f", z->spread[M_ENGINE]);
+    json_stat("probe_read_gbs", z->probe_gbs, true);
+    json_stat("probe_gflops", z->probe_gflops, true);
+    printf("},\"slice_spread\":{");
+    for (int md = 0; md < n_modes; md++) printf("%s\"%s\":%.3f", md ? "," : "", mode_name[md], z->slice_spread[md]);
+    printf("},\"runs\":[");
+    for (int r = 0; r < o->runs; r++) {
+        const runfig *f = &rf[r];
+        const attrib *e = &f->at[M_ENGINE];
+        printf("%s{", r ? "," : "");
+        for (int md = 0; md < n_modes; md++) printf("%s\"%s\":%.1f", md ? "," : "", mode_name[md], f->tok[md]);
+        printf(",\"slices\":{");
+        for (int md = 0; md < n_modes; md++) {
+            printf("%s\"%s\":[", md ? "," : "", mode_name[md]);
+            for (int j = 0; j < f->n_slices[md]; j++) printf("%s%.1f", j ? "," : "", f->slice_tok[md][j]);
+            printf("]");
+        }
+        printf("}");
+        if (!o->engine_only)
+            printf(",\"ratio_sessions\":%.3f,\"ratio_procs\":%.3f", f->tok[M_SESSIONS] / f->tok[M_ENGINE],
+                   f->tok[M_PROCS] / f->tok[M_ENGINE]);
+        printf(",\"others_cpu_pct\":[");
+        for (int md = 0; md < n_modes; md++) printf("%s%.1f", md ? "," : "", f->at[md].others_pct);
+        printf("],\"steal_pct\":[");
+        for (int md = 0; md < n_modes; md++) printf("%s%.2f", md ? "," : "", f->at[md].steal_pct);
+        printf("],\"preemptions\":[");
+        for (int md = 0; md < n_modes; md++) printf("%s%ld", md ? "," : "", f->at[md].preempt);
+        printf("],\"ringlmd_cpu_ms\":[");
+        for (int md = 0; md < n_modes; md++) printf("%s%.1f", md ? "," : "", f->at[md].daemon_ms);
+        printf("],\"engine_helper_sleeps\":%ld,\"engine_helper_waits\":%ld,"
+               "\"engine_step_median_ms\":%.3f,\"engine_step_max_ms\":%.3f,\"engine_slow_steps\":%ld,"
+               "\"engine_slow_steps_excess_ms\":%.2f,\"engine_straggler_waits\":%ld,"
+               "\"engine_straggler_ms\":%.2f,\"engine_page_faults\":%ld,\"probe_read_gbs\":%.3f,"
+               "\"probe_gflops\":%.3f}",
+               e->helper_sleeps, e->helper_waits, e->step_med_ms, e->step_max_ms, e->slow_steps,
+               e->slow_excess_ms, e->straggler_waits, e->straggler_ms, e->faults, e->probe_gbs,
+               e->probe_gflops);
+    }
+    printf("]}");
+}
+
+/* One run's line on stderr as it ends (text mode): what to look at while it runs. */
+static void print_run(const runfig *f, int run, int n, const opts *o)
+{
+    const attrib *e = &f->at[M_ENGINE];
+    fprintf(stderr, "run %d, %2d sequences: engine %.1f", run + 1, n, f->tok[M_ENGINE]);
+    if (!o->engine_only)
+        fprintf(stderr, ", sessions %.1f (%.3fx), procs %.1f (%.3fx)", f->tok[M_SESSIONS],
+                f->tok[M_SESSIONS] / f->tok[M_ENGINE], f->tok[M_PROCS], f->tok[M_PROCS] / f->tok[M_ENGINE]);
+    fprintf(stderr, " tok/s; slices");
+    for (int md = 0; md < (o->engine_only ? 1 : N_MODES); md++) {
+        fprintf(stderr, " %s", mode_name[md]);
+        for (int j = 0; j < f->n_slices[md]; j++) fprintf(stderr, "%s%.0f", j ? "/" : " ", f->slice_tok[md][j]);
+    }
+    fprintf(stderr, "; others' CPU %.1f/%.1f/%.1f%%; ringlmd preempted %ld/%ld; engine: steps median %.2f "
+            "max %.2f ms, %ld over 2x median took %.1f ms more, caller waited on a helper %.1f ms, "
+            "%ld page faults, probe %.2f GB/s %.2f GFLOP/s\n", e->others_pct,
+            f->at[M_SESSIONS].others_pct, f->at[M_PROCS].others_pct, f->at[M_SESSIONS].preempt,
+            f->at[M_PROCS].preempt, e->step_med_ms, e->step_max_ms, e->slow_steps, e->slow_excess_ms,
+            e->straggler_ms, e->faults, e->probe_gbs, e->probe_gflops);
 }
 
 static void loadavg(char *out, size_t n)
@@ -910,6 +1288,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: serve_bench --model M [--clients 1,4,8,16,32] [--runs 5] [--threads 2]\n"
+            "                   [--slices 2] [--min-slice-ms 1000] [--burst-timeline]\n"
             "                   [--prompt 32] [--gen 128] [--connect-burst 32] [--busy 32]\n"
             "                   [--ringlmd PATH] [--daemon-arg ARG]... [--no-settle] [--daemon-session]\n"
             "                   [--engine-only] [--json]\n");
@@ -918,11 +1297,12 @@ static void usage(void)
 int main(int argc, char **argv)
 {
     opts o = {.runs = 5, .threads = 2, .prompt = 32, .gen = 128, .burst = 32, .busy = 32,
-              .daemon_session = false};
+              .slices = 2, .min_slice_ms = 1000, .daemon_session = false};
     o.n_sizes = parse_sizes("1,4,8,16,32", o.sizes);
     static char default_ringlmd[PATH_MAX + 32];
     enum { O_MODEL = 1, O_CLIENTS, O_RUNS, O_THREADS, O_PROMPT, O_GEN, O_BURST, O_BUSY, O_RINGLMD,
-           O_DARG, O_JSON, O_NO_SETTLE, O_DSESSION, O_SAME_SESSION, O_ENGINE_ONLY };
+           O_DARG, O_JSON, O_NO_SETTLE, O_DSESSION, O_SAME_SESSION, O_ENGINE_ONLY, O_SLICES,
+           O_MIN_SLICE, O_BURST_TIMELINE };
     static const struct option lo[] = {
         {"model", required_argument, 0, O_MODEL}, {"clients", required_argument, 0, O_CLIENTS},
         {"runs", required_argument, 0, O_RUNS}, {"threads", required_argument, 0, O_THREADS},
@@ -933,6 +1313,9 @@ int main(int argc, char **argv)
         {"daemon-session", no_argument, 0, O_DSESSION},
         {"engine-only", no_argument, 0, O_ENGINE_ONLY},
         {"same-session", no_argument, 0, O_SAME_SESSION},
+        {"slices", required_argument, 0, O_SLICES},
+        {"min-slice-ms", required_argument, 0, O_MIN_SLICE},
+        {"burst-timeline", no_argument, 0, O_BURST_TIMELINE},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -957,12 +1340,15 @@ int main(int argc, char **argv)
         case O_DSESSION: o.daemon_session = true; break;
         case O_SAME_SESSION: o.daemon_session = false; break;
         case O_ENGINE_ONLY: o.engine_only = true; o.burst = 0; break;
+        case O_SLICES: o.slices = atoi(optarg); break;
+        case O_MIN_SLICE: o.min_slice_ms = atoi(optarg); break;
+        case O_BURST_TIMELINE: o.burst_timeline = true; break;
         default: usage(); return ch == 'h' ? 0 : 2;
         }
     }
     if (!o.model || o.runs < 0 || o.runs > MAX_RUNS || o.threads < 1 || o.prompt < 1 ||
         o.prompt > 1024 || o.gen < 1 || o.burst < 0 || o.burst > MAX_N || o.busy < 1 ||
-        o.busy > MAX_N) {
+        o.busy > MAX_N || o.slices < 1 || o.slices > MAX_SLICES || o.min_slice_ms < 0) {
         usage();
         return 2;
     }
@@ -1011,249 +1397,144 @@ int main(int argc, char **argv)
                 "alone runs with ours at that nice\n", o.engine_only ? "(engine only)" : "ringlmd",
                 engine_group);
 
-    static double t_eng[MAX_SIZES][MAX_RUNS], t_ses[MAX_SIZES][MAX_RUNS], t_prc[MAX_SIZES][MAX_RUNS];
-    static double cpu_tok[MAX_SIZES][MAX_RUNS]; /* client processes' CPU µs per token */
-    static attrib at[MAX_SIZES][MAX_RUNS][3];     /* engine, sessions, procs */
+    static runfig rf[MAX_SIZES][MAX_RUNS];
+    int reps[MAX_SIZES];
     uint64_t *probe_buf = malloc(PROBE_BYTES);
-    if (!probe_buf) { daemon_stop(&d); return 1; }
+    double *steps = calloc((size_t)o.gen * MAX_REPS * (size_t)o.slices, sizeof(double));
+    if (!probe_buf || !steps) { daemon_stop(&d); return 1; }
     for (size_t i = 0; i < PROBE_BYTES / sizeof(uint64_t); i++) probe_buf[i] = i * 0x9e3779b97f4a7c15ull;
+    const bench_ctx bc = {.m = m, .o = &o, .d = &d, .vocab = vocab, .daemon_nice = daemon_nice,
+                          .engine_group = engine_group, .steps = steps,
+                          .n_steps_cap = o.gen * MAX_REPS * o.slices, .probe_buf = probe_buf};
     int rc = 0;
     /* Warm-up, not counted: the first engine created in a process pays for cold BLAS state
-     * and page faults on the weights (measured: 1 sequence at 91 tok/s cold, 4 at 2100). */
+     * and page faults on the weights (measured: 1 sequence at 91 tok/s cold, 4 at 2100).
+     * Then one generation of each size with the engine alone says how many generations a
+     * slice runs back to back (--min-slice-ms: noise of a second's scale averages out within
+     * a slice; the same count for all three modes and every run). */
     if (o.runs > 0) {
         int n = o.sizes[o.n_sizes - 1];
         engb b;
         if (engb_init(&b, m, &o, n) < 0 || engb_run(&b, n, &o) < 0) rc = 1;
         engb_free(&b);
-        if (!rc && !o.engine_only && run_sessions(&d, n, vocab, &o) < 0) rc = 1;
-    }
-    for (int run = 0; run < o.runs && !rc; run++) {
+        if (!rc && !o.engine_only && run_sessions(&d, n, vocab, &o, 1) < 0) rc = 1;
         for (int k = 0; k < o.n_sizes && !rc; k++) {
-            int n = o.sizes[k];
-            double toks = (double)n * o.gen;
-            /* The engine's worker threads exist only while it runs: the client processes
-             * below are forked from a single-threaded process. */
-            engb b;
-            double s = -1;
-            /* At the daemon's priority (ringlmd lowers its nice to -10 where permitted):
-             * the engine alone gets what the engine in the daemon gets. Back to ours
-             * before any client is forked: clients run at their own priority. */
-            int own = getpriority(PRIO_PROCESS, 0);
-            if (setpriority(PRIO_PROCESS, 0, daemon_nice) != 0) { /* not permitted: ours */ }
-            const int own_group = rnuma_autogroup_nice(getpid());
-            if (engine_group != INT32_MIN) autogroup_set_self(engine_group);
-            attrib *ae = &at[k][run][0], *as = &at[k][run][1], *ap = &at[k][run][2];
-            if (engb_init(&b, m, &o, n) == 0) {
-                eng_phase_stats ps;
-                eng_phase_stats_get(b.e, NULL, true);
-                settle(d.pid);
-                probe pr = machine_probe(probe_buf, o.threads);
-                mark m0 = mark_now(getpid(), d.pid);
-                const long f0 = faults_self();
-                s = engb_run(&b, n, &o);
-                const long f1 = faults_self();
-                *ae = attrib_since(m0, getpid(), d.pid); /* before engb_free joins the helpers */
-                if (eng_phase_stats_get(b.e, &ps, false) == 0) {
-                    ae->helper_sleeps = (long)ps.helper_sleeps;
-                    ae->helper_waits = (long)ps.helper_waits;
-                    ae->straggler_waits = (long)ps.straggler_waits;
-                    ae->straggler_ms = (double)ps.straggler_ns * 1e-6;
-                }
-                if (s > 0) step_stats(&b, &o, ae);
-                ae->faults = f1 - f0;
-                ae->probe_gbs = pr.read_gbs;
-                ae->probe_gflops = pr.fma_gflops;
-            }
-            engb_free(&b);
-            if (engine_group != INT32_MIN) autogroup_set_self(own_group);
-            if (setpriority(PRIO_PROCESS, 0, own) != 0) { /* raising nice is always allowed */ }
-            if (o.engine_only) {
-                if (s <= 0) { rc = 1; break; }
-                t_eng[k][run] = toks / s;
-                if (!o.json)
-                    fprintf(stderr, "run %d, %2d sequences: engine %.1f tok/s (steal %.1f%%, %ld "
-                            "preemptions, helper slept %ld of %ld waits; steps median %.2f max "
-                            "%.2f ms, %ld over 2x median took %.1f ms more; caller waited on a "
-                            "helper %.1f ms in %ld regions; %ld page faults; machine probe %.2f GB/s "
-                            "%.2f GFLOP/s)\n", run + 1, n, t_eng[k][run],
-                            ae->steal_pct, ae->preempt, ae->helper_sleeps, ae->helper_waits,
-                            ae->step_med_ms, ae->step_max_ms, ae->slow_steps, ae->slow_excess_ms,
-                            ae->straggler_ms, ae->straggler_waits, ae->faults, ae->probe_gbs,
-                            ae->probe_gflops);
-                continue;
-            }
-            settle(d.pid);
-            mark m1 = mark_now(d.pid, d.pid);
-            double s2 = run_sessions(&d, n, vocab, &o);
-            *as = attrib_since(m1, d.pid, d.pid);
-            double ccpu = 0;
-            settle(d.pid);
-            mark m2 = mark_now(d.pid, d.pid);
-            double s3 = run_procs(&d, n, vocab, &o, &ccpu);
-            *ap = attrib_since(m2, d.pid, d.pid);
-            if (s <= 0 || s2 <= 0 || s3 <= 0) { rc = 1; break; }
-            t_eng[k][run] = toks / s;
-            t_ses[k][run] = toks / s2;
-            t_prc[k][run] = toks / s3;
-            cpu_tok[k][run] = ccpu * 1e6 / toks;
-            if (!o.json)
-                fprintf(stderr, "run %d, %2d sequences: engine %.1f (steal %.1f%%, %ld preemptions, "
-                        "helper slept %ld of %ld waits, ringlmd ran %.1f ms; steps median %.2f "
-                        "max %.2f ms, %ld over 2x median took %.1f ms more; caller waited on a "
-                        "helper %.1f ms in %ld regions; %ld page faults; machine probe %.2f GB/s "
-                        "%.2f GFLOP/s), sessions %.1f (steal "
-                        "%.1f%%, ringlmd preempted %ld), procs %.1f (steal %.1f%%, ringlmd "
-                        "preempted %ld) tok/s; clients' CPU %.1f us/token\n", run + 1, n,
-                        t_eng[k][run], ae->steal_pct, ae->preempt, ae->helper_sleeps,
-                        ae->helper_waits, ae->daemon_ms, ae->step_med_ms, ae->step_max_ms,
-                        ae->slow_steps, ae->slow_excess_ms, ae->straggler_ms, ae->straggler_waits,
-                        ae->faults, ae->probe_gbs, ae->probe_gflops, t_ses[k][run], as->steal_pct, as->preempt,
-                        t_prc[k][run], ap->steal_pct, ap->preempt, cpu_tok[k][run]);
+            attrib scratch = {0};
+            int n_steps = 0;
+            double t = engine_slice(&bc, o.sizes[k], 1, &scratch, &n_steps);
+            if (t <= 0) { rc = 1; break; }
+            int r = (int)(o.min_slice_ms * 1e-3 / t + 0.999);
+            reps[k] = r < 1 ? 1 : r > MAX_REPS ? MAX_REPS : r;
         }
     }
+    for (int run = 0; run < o.runs && !rc; run++)
+        for (int k = 0; k < o.n_sizes && !rc; k++) {
+            if (run_size(&bc, o.sizes[k], reps[k], &rf[k][run]) < 0) { rc = 1; break; }
+            if (!o.json) print_run(&rf[k][run], run, o.sizes[k], &o);
+        }
     burst_result br = {0};
     if (!rc && o.burst > 0 && connect_burst(&d, vocab, seq_len, &o, &br) < 0) rc = 1;
     daemon_stop(&d);
     eng_model_free(m);
     free(probe_buf);
+    free(steps);
     if (rc) return rc;
     loadavg(load1, sizeof load1);
     double burst_iters = br.period_ms > 0 ? br.p99_ms / br.period_ms : 0;
     bool burst_ok = o.burst == 0 || (br.connected == br.n && br.period_ms > 0 && burst_iters < GOAL_P99_ITERS);
     bool all_ok = burst_ok;
 
-    if (o.engine_only) {
-        /* the engine's own spread only: no daemon ran, so no ratios and no goals */
-        if (o.json)
-            printf("{\"bench\":\"serve_bench\",\"engine_only\":true,\"model\":\"%s\","
-                   "\"threads\":%d,\"runs\":%d,\"prompt\":%d,\"gen\":%d,\"loadavg_before\":\"%s\","
-                   "\"loadavg_after\":\"%s\",\"unit\":\"tok/s\",\"sizes\":[",
-                   o.model, o.threads, o.runs, o.prompt, o.gen, load0, load1);
-        else
-            printf("serve_bench %s, engine only, %d threads, %d-token prompts, %d generated, %d runs; "
-                   "load average %s before, %s after\n%4s  %-24s %7s  %s\n", o.model, o.threads,
-                   o.prompt, o.gen, o.runs, load0, load1, "N", "engine tok/s", "spread",
-                   "per run: slow steps' excess ms / caller's wait on helpers ms");
-        for (int k = 0; k < o.n_sizes && o.runs > 0; k++) {
-            stat3 e = stats_of(t_eng[k], o.runs);
-            if (o.json) {
-                printf("%s{\"n\":%d,\"engine\":{\"median\":%.1f,\"min\":%.1f,\"max\":%.1f},"
-                       "\"spread\":%.3f,\"runs\":[", k ? "," : "", o.sizes[k], e.med, e.lo, e.hi,
-                       spread_of(e));
-                for (int r = 0; r < o.runs; r++)
-                    printf("%s{\"engine\":%.1f,\"steal_pct\":%.2f,\"preemptions\":%ld,"
-                           "\"step_median_ms\":%.3f,\"step_max_ms\":%.3f,\"slow_steps\":%ld,"
-                           "\"slow_steps_excess_ms\":%.2f,\"straggler_waits\":%ld,"
-                           "\"straggler_ms\":%.2f,\"page_faults\":%ld,\"probe_read_gbs\":%.3f,"
-                           "\"probe_gflops\":%.3f}",
-                           r ? "," : "", t_eng[k][r], at[k][r][0].steal_pct,
-                           at[k][r][0].preempt, at[k][r][0].step_med_ms, at[k][r][0].step_max_ms,
-                           at[k][r][0].slow_steps, at[k][r][0].slow_excess_ms,
-                           at[k][r][0].straggler_waits, at[k][r][0].straggler_ms,
-                           at[k][r][0].faults, at[k][r][0].probe_gbs, at[k][r][0].probe_gflops);
-                printf("]}");
-                continue;
-            }
-            char a[48];
-            snprintf(a, sizeof a, "%.1f [%.1f, %.1f]", e.med, e.lo, e.hi);
-            printf("%4d  %-24s %6.1f%% ", o.sizes[k], a, spread_of(e) * 100);
-            for (int r = 0; r < o.runs; r++)
-                printf(" %.0f/%.0f", at[k][r][0].slow_excess_ms, at[k][r][0].straggler_ms);
-            printf("\n");
-        }
-        for (int k = 0; k < o.n_sizes && o.runs > 0 && !o.json; k++)
-            print_probes((const attrib (*)[MAX_RUNS][3])at, t_eng[k], k, o.sizes[k], o.runs);
-        if (o.json) printf("]}\n");
-        return 0;
-    }
-
     if (o.json) {
-        printf("{\"bench\":\"serve_bench\",\"model\":\"%s\",\"threads\":%d,\"runs\":%d,"
-               "\"prompt\":%d,\"gen\":%d,\"daemon_nice\":%d,\"loadavg_before\":\"%s\","
-               "\"loadavg_after\":\"%s\",\"unit\":\"tok/s\",\"sizes\":[",
-               o.model, o.threads, o.runs, o.prompt, o.gen, daemon_nice, load0, load1);
+        printf("{\"bench\":\"serve_bench\",%s\"model\":\"%s\",\"threads\":%d,\"runs\":%d,"
+               "\"slices_per_mode\":%d,\"min_slice_ms\":%d,\"prompt\":%d,\"gen\":%d,\"daemon_nice\":%d,"
+               "\"loadavg_before\":\"%s\",\"loadavg_after\":\"%s\",\"unit\":\"tok/s\",\"sizes\":[",
+               o.engine_only ? "\"engine_only\":true," : "", o.model, o.threads, o.runs, o.slices,
+               o.min_slice_ms, o.prompt, o.gen, daemon_nice, load0, load1);
         for (int k = 0; k < o.n_sizes && o.runs > 0; k++) {
-            stat3 e = stats_of(t_eng[k], o.runs), s = stats_of(t_ses[k], o.runs),
-                  p = stats_of(t_prc[k], o.runs), u = stats_of(cpu_tok[k], o.runs);
-            double sp = spread_of(e);
-            if (spread_of(s) > sp) sp = spread_of(s);
-            if (spread_of(p) > sp) sp = spread_of(p);
-            bool ok = s.med / e.med >= GOAL_SES && p.med / e.med >= GOAL_PROC && sp <= GOAL_SPREAD;
-            all_ok &= ok;
-            printf("%s{\"n\":%d,\"procs_client_cpu_us_per_token\":{\"median\":%.2f,\"min\":%.2f,"
-                   "\"max\":%.2f},", k ? "," : "", o.sizes[k], u.med, u.lo, u.hi);
-            printf("\"engine\":{\"median\":%.1f,\"min\":%.1f,\"max\":%.1f},"
-                   "\"sessions\":{\"median\":%.1f,\"min\":%.1f,\"max\":%.1f},"
-                   "\"procs\":{\"median\":%.1f,\"min\":%.1f,\"max\":%.1f},"
-                   "\"sessions_vs_engine\":%.3f,\"procs_vs_engine\":%.3f,\"max_spread\":%.3f,"
-                   "\"goals_met\":%s,\"runs\":[",
-                   e.med, e.lo, e.hi, s.med, s.lo, s.hi, p.med, p.lo,
-                   p.hi, s.med / e.med, p.med / e.med, sp, ok ? "true" : "false");
-            /* every run, in order, with what else happened meanwhile */
-            for (int r = 0; r < o.runs; r++) {
-                const attrib *a = at[k][r];
-                printf("%s{\"engine\":%.1f,\"sessions\":%.1f,\"procs\":%.1f,"
-                       "\"steal_pct\":[%.2f,%.2f,%.2f],\"preemptions\":[%ld,%ld,%ld],"
-                       "\"engine_helper_sleeps\":%ld,\"engine_helper_waits\":%ld,"
-                       "\"ringlmd_cpu_ms_during_engine\":%.2f,\"engine_step_median_ms\":%.3f,"
-                       "\"engine_step_max_ms\":%.3f,\"engine_slow_steps\":%ld,"
-                       "\"engine_slow_steps_excess_ms\":%.2f,\"engine_straggler_waits\":%ld,"
-                       "\"engine_straggler_ms\":%.2f,\"engine_page_faults\":%ld,"
-                       "\"probe_read_gbs\":%.3f,\"probe_gflops\":%.3f}",
-                       r ? "," : "", t_eng[k][r], t_ses[k][r], t_prc[k][r], a[0].steal_pct,
-                       a[1].steal_pct, a[2].steal_pct, a[0].preempt, a[1].preempt, a[2].preempt,
-                       a[0].helper_sleeps, a[0].helper_waits, a[0].daemon_ms, a[0].step_med_ms,
-                       a[0].step_max_ms, a[0].slow_steps, a[0].slow_excess_ms,
-                       a[0].straggler_waits, a[0].straggler_ms, a[0].faults, a[0].probe_gbs,
-                       a[0].probe_gflops);
-            }
-            printf("]}");
+            size_sum z = summarize(rf[k], o.runs, &o, o.sizes[k]);
+            all_ok &= o.engine_only || z.ok;
+            json_size(rf[k], &z, o.sizes[k], reps[k], &o, k == 0);
         }
         printf("]");
         if (o.burst > 0)
             printf(",\"connect_burst\":{\"clients\":%d,\"busy_streams\":%d,\"connected\":%d,"
                    "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%.3f,\"iteration_ms\":%.3f,"
-                   "\"p50_iterations\":%.2f,\"p99_iterations\":%.2f,\"goal_met\":%s}",
+                   "\"iteration_basis\":\"gate_to_last_connect\",\"steady_iteration_ms\":%.3f,"
+                   "\"p50_iterations\":%.2f,\"p99_iterations\":%.2f,\"p99_steady_iterations\":%.2f,"
+                   "\"p99_tokens_seen_during_connect\":%.0f,\"goal_met\":%s}",
                    br.n, o.busy, br.connected, br.p50_ms, br.p99_ms, br.max_ms, br.period_ms,
-                   br.period_ms > 0 ? br.p50_ms / br.period_ms : 0, burst_iters,
+                   br.steady_ms, br.period_ms > 0 ? br.p50_ms / br.period_ms : 0, burst_iters,
+                   br.steady_ms > 0 ? br.p99_ms / br.steady_ms : 0, br.p99_tokens_seen,
                    burst_ok ? "true" : "false");
-        printf(",\"all_goals_met\":%s}\n", all_ok ? "true" : "false");
+        if (!o.engine_only) printf(",\"all_goals_met\":%s", all_ok ? "true" : "false");
+        printf("}\n");
         return 0;
     }
-    printf("serve_bench %s, %d threads, %d-token prompts, %d generated (ignore_stop), %d runs, "
-           "ringlmd at nice %d; load average %s before, %s after\n",
-           o.model, o.threads, o.prompt, o.gen, o.runs, daemon_nice, load0, load1);
+    printf("serve_bench %s, %d threads, %d-token prompts, %d generated (ignore_stop), %d runs of %d "
+           "slices per mode (engine, sessions, procs, then mirrored), ringlmd at nice %d; load "
+           "average %s before, %s after\n", o.model, o.threads, o.prompt, o.gen, o.runs, o.slices,
+           daemon_nice, load0, load1);
     if (o.runs > 0) {
-        printf("tok/s median [lowest, highest]; spread: the run farthest from its median (goal <= %.0f%%);"
-               " goals: ses/eng >= %.2f, proc/eng >= %.2f\n", GOAL_SPREAD * 100, GOAL_SES, GOAL_PROC);
-        printf("%4s  %-24s %-24s %-24s %8s %8s %7s %10s %s\n", "N", "engine", "ringlmd, N sessions",
-               "ringlmd, N procs", "ses/eng", "proc/eng", "spread", "client us/tok", "goals");
+        printf("tok/s median [lowest, highest] of the runs (a run's figure: its slices together), "
+               "the spread (the run farthest from the median) beside\n");
+        printf("%4s %5s  %-28s %-28s %-28s %10s\n", "N", "gens", "engine", "ringlmd, N sessions",
+               "ringlmd, N procs", "client us/tok");
     }
     for (int k = 0; k < o.n_sizes && o.runs > 0; k++) {
-        stat3 e = stats_of(t_eng[k], o.runs), s = stats_of(t_ses[k], o.runs),
-              p = stats_of(t_prc[k], o.runs);
-        char a[3][48];
-        snprintf(a[0], sizeof a[0], "%.1f [%.1f, %.1f]", e.med, e.lo, e.hi);
-        snprintf(a[1], sizeof a[1], "%.1f [%.1f, %.1f]", s.med, s.lo, s.hi);
-        snprintf(a[2], sizeof a[2], "%.1f [%.1f, %.1f]", p.med, p.lo, p.hi);
-        stat3 u = stats_of(cpu_tok[k], o.runs);
-        double sp = spread_of(e);
-        if (spread_of(s) > sp) sp = spread_of(s);
-        if (spread_of(p) > sp) sp = spread_of(p);
-        bool ok = s.med / e.med >= GOAL_SES && p.med / e.med >= GOAL_PROC && sp <= GOAL_SPREAD;
-        all_ok &= ok;
-        printf("%4d  %-24s %-24s %-24s %7.2fx %7.2fx %6.1f%% %10.1f %s\n", o.sizes[k], a[0], a[1], a[2],
-               s.med / e.med, p.med / e.med, sp * 100, u.med, ok ? "met" : "NOT met");
+        size_sum z = summarize(rf[k], o.runs, &o, o.sizes[k]);
+        char a[N_MODES][64];
+        for (int md = 0; md < N_MODES; md++)
+            snprintf(a[md], sizeof a[md], "%.1f [%.1f, %.1f] %.1f%%", z.tok[md].med, z.tok[md].lo,
+                     z.tok[md].hi, z.spread[md] * 100);
+        printf("%4d %5d  %-28s %-28s %-28s %10.1f\n", o.sizes[k], reps[k], a[0],
+               o.engine_only ? "" : a[1], o.engine_only ? "" : a[2], z.cpu_us_tok.med);
     }
-    for (int k = 0; k < o.n_sizes && o.runs > 0; k++)
-        print_probes((const attrib (*)[MAX_RUNS][3])at, t_eng[k], k, o.sizes[k], o.runs);
+    if (o.runs > 0 && !o.engine_only) {
+        printf("the daemon / the engine of the same run, median [lowest, highest], spread (goals: "
+               "sessions >= %.2fx, procs >= %.2fx, each ratio's spread <= %.0f%%: the daemon's own "
+               "variation, judged; the tok/s spreads above are the machine's too, reported)\n",
+               GOAL_SES, GOAL_PROC, GOAL_SPREAD * 100);
+        printf("%4s  %-30s %-30s %-14s %s\n", "N", "sessions / engine", "procs / engine",
+               "tok/s spreads", "goals");
+    }
+    for (int k = 0; k < o.n_sizes && o.runs > 0 && !o.engine_only; k++) {
+        size_sum z = summarize(rf[k], o.runs, &o, o.sizes[k]);
+        all_ok &= z.ok;
+        char a[2][64];
+        for (int i = 0; i < 2; i++) {
+            stat3 r = z.ratio[M_SESSIONS + i];
+            snprintf(a[i], sizeof a[i], "%.3f [%.3f, %.3f] %.1f%%", r.med, r.lo, r.hi,
+                     z.ratio_spread[M_SESSIONS + i] * 100);
+        }
+        printf("%4d  %-30s %-30s %-14s %s\n", o.sizes[k], a[0], a[1],
+               z.abs_spread_ok ? "within 15%" : "NOT within", z.ok ? "met" : "NOT met");
+    }
+    if (o.runs > 0)
+        printf("the machine: the engine alone's spread over the runs, the probe before its slices, "
+               "the CPU the others used (%% of all CPUs, median over runs: engine/sessions/procs "
+               "windows), each mode's slices within a run ((fastest - slowest) / mean, median "
+               "over runs)\n");
+    for (int k = 0; k < o.n_sizes && o.runs > 0; k++) {
+        size_sum z = summarize(rf[k], o.runs, &o, o.sizes[k]);
+        printf("%4d  engine spread %.1f%%; probe read %.2f GB/s [%.2f, %.2f] %.1f%%, %.2f GFLOP/s "
+               "[%.2f, %.2f] %.1f%%; others' CPU %.1f/%.1f/%.1f%%; slices vary %.1f/%.1f/%.1f%%%s\n",
+               o.sizes[k], z.spread[M_ENGINE] * 100, z.probe_gbs.med, z.probe_gbs.lo, z.probe_gbs.hi,
+               spread_of(z.probe_gbs) * 100, z.probe_gflops.med, z.probe_gflops.lo, z.probe_gflops.hi,
+               spread_of(z.probe_gflops) * 100, z.others_pct[0].med, z.others_pct[1].med,
+               z.others_pct[2].med, z.slice_spread[0] * 100, z.slice_spread[1] * 100,
+               z.slice_spread[2] * 100,
+               z.procs_vary_more ? " — procs' slices vary more than the engine's in the same runs" : "");
+    }
     if (o.burst > 0)
         printf("%d connects at once to a daemon busy with %d streams: %d connected; connect (ringlm_connect "
                "to a usable session) p50 %.2f ms = %.2f iterations, p99 %.2f ms = %.2f iterations "
-               "(of %.2f ms, the busy streams' token period meanwhile), max %.2f ms; goal (all connected, "
-               "p99 < %.0f iterations) %s\n",
+               "(of %.2f ms, the busy streams' token period from the gate to the last connect; "
+               "%.2f ms before the gate: p99 = %.2f of those), max %.2f ms; p99 of stream 0's tokens "
+               "that arrived during a connect %.0f; goal (all connected, p99 < %.0f iterations) %s\n",
                br.n, o.busy, br.connected, br.p50_ms, br.period_ms > 0 ? br.p50_ms / br.period_ms : 0,
-               br.p99_ms, burst_iters, br.period_ms, br.max_ms, GOAL_P99_ITERS, burst_ok ? "met" : "NOT met");
-    printf("issue 18 goals: %s\n", all_ok ? "all met" : "NOT all met");
+               br.p99_ms, burst_iters, br.period_ms, br.steady_ms,
+               br.steady_ms > 0 ? br.p99_ms / br.steady_ms : 0, br.max_ms, br.p99_tokens_seen,
+               GOAL_P99_ITERS, burst_ok ? "met" : "NOT met");
+    if (!o.engine_only) printf("issue 18 goals: %s\n", all_ok ? "all met" : "NOT all met");
     return 0;
 }
