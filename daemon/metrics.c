@@ -77,6 +77,8 @@ int metrics_create(const metrics_config *cfg, metrics **out)
     copy_label(in->model_hash, sizeof in->model_hash, cfg->model_hash);
     copy_label(in->model_name, sizeof in->model_name, cfg->model_name);
     copy_label(in->backend, sizeof in->backend, cfg->backend);
+    in->kv_block_size = cfg->kv_block_size;
+    in->prefix_cache = cfg->prefix_cache;
     /* Reason 0 is the overflow bucket, so an id is always valid. */
     strcpy(m->live.reasons[0], "other");
     m->live.n_reasons = 1;

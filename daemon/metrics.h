@@ -20,7 +20,9 @@
  * (device, host, disk) — blocks used/free; per tier and direction — transfer bandwidth and
  * bytes; loop iteration time histogram; an info gauge (version, policy hash, model hash);
  * and the vLLM-compatible gauges fleet routers scrape: vllm:num_requests_waiting,
- * vllm:num_requests_running, vllm:kv_cache_usage_perc (device tier, 0..1).
+ * vllm:num_requests_running, vllm:kv_cache_usage_perc (device tier, 0..1: blocks sequences
+ * hold; cached blocks none holds count free, as in vLLM), the prefix cache's counters and
+ * vllm:cache_config_info (block size, prefix caching on, blocks per tier).
  *
  * Thread-safety: every function except metrics_port(), metrics_render() and
  * metrics_destroy() must be called from one thread (the loop thread). metrics_render()
@@ -31,6 +33,7 @@
 #ifndef RINGLM_DAEMON_METRICS_H
 #define RINGLM_DAEMON_METRICS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -73,6 +76,8 @@ typedef struct metrics_config {
     const char *model_hash;  /* NULL: "" */
     const char *model_name;  /* NULL: "" */
     const char *backend;     /* NULL: "" */
+    uint32_t kv_block_size;  /* tokens per KV block (vllm:cache_config_info) */
+    bool prefix_cache;       /* prefix caching on (vllm:cache_config_info) */
     uint64_t publish_interval_us; /* 0: 100 ms */
 } metrics_config;
 

@@ -69,6 +69,8 @@ typedef struct series_stats {
 typedef struct info_labels {
     char version[METRICS_LABEL_MAX], policy_hash[80], policy_name[METRICS_LABEL_MAX];
     char model_hash[80], model_name[METRICS_LABEL_MAX], backend[16];
+    uint32_t kv_block_size;   /* vllm:cache_config_info */
+    bool prefix_cache;
 } info_labels;
 
 /* Everything a scrape shows. The series array is last so that publishing copies only the

@@ -277,6 +277,14 @@ static void render(FILE *f, const snap *s)
     put_label(f, "model_name", s->info.model_name, false);
     double usage = s->kv_total[0] ? (double)s->kv_used[0] / (double)s->kv_total[0] : 0.0;
     fprintf(f, "} %.6g\n", usage);
+    /* vLLM's cache configuration gauge (value 1, the configuration in its labels; Python's
+     * True/False as vLLM renders them), with the disk tier ringlm adds */
+    head(f, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
+    fprintf(f, "vllm:cache_config_info{block_size=\"%u\",enable_prefix_caching=\"%s\",num_gpu_blocks=\"%llu\","
+               "num_cpu_blocks=\"%llu\",num_disk_blocks=\"%llu\"} 1\n",
+            s->info.kv_block_size, s->info.prefix_cache ? "True" : "False",
+            (unsigned long long)s->kv_total[SCHED_POOL_DEVICE], (unsigned long long)s->kv_total[SCHED_POOL_HOST],
+            (unsigned long long)s->kv_total[SCHED_POOL_DISK]);
     head(f, "vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.");
     fputs("vllm:prefix_cache_queries_total{", f);
     put_label(f, "model_name", s->info.model_name, false);

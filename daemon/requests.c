@@ -166,9 +166,13 @@ static void req_log_and_free(svc *s, svc_req *r)
          * shares prefixes as this run did, a next turn's prompt hitting this answer too.  53
          * bits (a JSON integer every reader keeps exact); the first REQLOG_HASH_IDS blocks in
          * all, so the line fits the log's line size; the answer's only after all of the
-         * prompt's (they continue its chain) */
+         * prompt's (they continue its chain).  The answer's blocks only as far as their
+         * KV was computed — what the cache can have kept: a token's KV is computed when it is
+         * fed back to sample the next, so the last token delivered has its KV only when a
+         * stop token (sampled, not delivered) came after it */
         uint64_t ids[REQLOG_HASH_IDS];
         uint32_t bs = (uint32_t)eng_kv_block_size(s->engine), n_seq = r->n_prompt + r->n_gen;
+        if (r->n_gen && r->fin_reason != RINGLM_WIRE_R_STOP) n_seq--;
         if (r->tokens && bs && n_seq >= bs) {
             sched_prefix_key keys[REQLOG_HASH_IDS];
             uint32_t n = sched_prefix_keys(r->cache_salt, r->tokens, n_seq, bs, keys, REQLOG_HASH_IDS);

@@ -382,7 +382,9 @@ int svc_create(const svc_config *cfg, svc **out)
     metrics_config mc = {.listen = cfg->metrics_listen, .version = RINGLM_VERSION,
                          .policy_hash = s->policy_hash_hex, .policy_name = s->policy_name,
                          .model_hash = eng_model_hash(s->model), .model_name = cfg->model,
-                         .backend = eng_backend_name(s->engine)};
+                         .backend = eng_backend_name(s->engine),
+                         .kv_block_size = (uint32_t)eng_kv_block_size(s->engine),
+                         .prefix_cache = !cfg->no_prefix_cache};
     rc = metrics_create(&mc, &s->mx);
     if (rc < 0) { rc = seterr(rc, "metrics %s: %s", cfg->metrics_listen ? cfg->metrics_listen : "",
                               metrics_errmsg()); goto fail; }

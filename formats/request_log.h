@@ -33,6 +33,10 @@
  *                                            (prompt then output tokens), covering its
  *                                            tokens [(n_hash_ids+i)×n, (n_hash_ids+i+1)×n)
  *                                            — the first may hold the prompt's last tokens.
+ *                                            Only blocks whose KV was computed (what a
+ *                                            cache can keep): the last output token is
+ *                                            fed back only when a stop token (sampled,
+ *                                            not counted in output_tokens) followed it.
  *                                            Integers >= 0, at most FMT_HASH_IDS_MAX;
  *                                            hash_block_tokens is required with it.  A
  *                                            reader that ignores it replays the prompts alone

@@ -454,32 +454,39 @@ static void ring_daemon(ringlm_client *c)
 }
 
 /* ---- submit side ---------------------------------------------------------------------- */
-static int put_record(ringlm_client *c, uint32_t len, const struct ringlm_wire_rec_hdr *h,
-		      const void *body, size_t body_len, const int32_t *prompt, uint32_t n_prompt)
+/* May a record of this type go in now?  0, or the session's error. */
+static int submit_open(ringlm_client *c, uint32_t type)
 {
-	uint64_t pos;
-	int r;
 	uint32_t st = ring_load32(&c->dseg->state);
 	if (st == RINGLM_WIRE_ST_CLOSED)
 		return closed_error(c);
 	/* What next_event already learned (it may run in another thread: atomic read). */
 	if (__atomic_load_n(&c->gone, __ATOMIC_ACQUIRE) == -EPIPE)
 		return set_err(-EPIPE, "the daemon closed the connection (it exited or was killed)");
-	if (st == RINGLM_WIRE_ST_DRAINING && h->type == RINGLM_WIRE_REC_REQUEST)
+	if (st == RINGLM_WIRE_ST_DRAINING && type == RINGLM_WIRE_REC_REQUEST)
 		return set_err(-ESHUTDOWN, "the daemon is draining: no new requests");
-	r = ring_rec_reserve(&c->sub, len, &pos);
+	return 0;
+}
+
+/* ring_rec_reserve's failure r for len bytes, explained. */
+static int reserve_error(ringlm_client *c, int r, uint32_t len)
+{
 	if (r == -E2BIG)
 		return set_err(-E2BIG, "record of %u bytes is larger than the %llu-byte submit ring",
 			       len, (unsigned long long)c->sub.cap);
 	if (r == -EBADMSG)
 		return set_err(-EPROTO, "the daemon's submit-ring consumer index is impossible");
-	if (r == -EAGAIN) {
-		r = submit_side_gone(c);
-		if (r < 0)
-			return r;
-		return set_err(-EAGAIN, "submit ring full (%llu bytes); read events and retry",
-			       (unsigned long long)c->sub.cap);
-	}
+	r = submit_side_gone(c);
+	if (r < 0)
+		return r;
+	return set_err(-EAGAIN, "submit ring full (%llu bytes); read events and retry",
+		       (unsigned long long)c->sub.cap);
+}
+
+/* Writes one record of len bytes (header, body, prompt, zero padding) at ring index pos. */
+static void write_record(ringlm_client *c, uint64_t pos, uint32_t len, const struct ringlm_wire_rec_hdr *h,
+			 const void *body, size_t body_len, const int32_t *prompt, uint32_t n_prompt)
+{
 	ring_rec_write(&c->sub, pos, 0, h, sizeof(*h));
 	ring_rec_write(&c->sub, pos, sizeof(*h), body, body_len);
 	size_t off = sizeof(*h) + body_len;
@@ -490,6 +497,19 @@ static int put_record(ringlm_client *c, uint32_t len, const struct ringlm_wire_r
 	static const uint8_t zero[8];
 	if (off < len)
 		ring_rec_write(&c->sub, pos, off, zero, len - off);
+}
+
+static int put_record(ringlm_client *c, uint32_t len, const struct ringlm_wire_rec_hdr *h,
+		      const void *body, size_t body_len)
+{
+	uint64_t pos;
+	int r = submit_open(c, h->type);
+	if (r < 0)
+		return r;
+	r = ring_rec_reserve(&c->sub, len, &pos);
+	if (r < 0)
+		return reserve_error(c, r, len);
+	write_record(c, pos, len, h, body, body_len, NULL, 0);
 	ring_rec_commit(&c->sub, len);
 	/* The handshake with the daemon's sleep: our index is published, now its flag. */
 	if (ring_handshake_peer_waits(&c->dseg->daemon_sleeping))
@@ -510,50 +530,119 @@ static int copy_name(char dst[RINGLM_WIRE_NAME_LEN], const char *src, const char
 	return 0;
 }
 
-int ringlm_submit(ringlm_client *c, const ringlm_request *req, uint64_t *id)
+/* The requests' records, written one after another and published together (one release
+ * store of the producer index): the daemon reads all of them or none. */
+static int put_requests(ringlm_client *c, const struct ringlm_wire_request *w,
+			const ringlm_request *reqs, uint32_t n, uint64_t total)
 {
-	struct ringlm_wire_request w;
+	uint64_t pos;
+	int r = submit_open(c, RINGLM_WIRE_REC_REQUEST);
+	if (r < 0)
+		return r;
+	r = ring_rec_reserve(&c->sub, (uint32_t)total, &pos);
+	if (r < 0)
+		return reserve_error(c, r, (uint32_t)total);
+	uint64_t off = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t len = ringlm_wire_request_bytes(w[i].n_prompt);
+		struct ringlm_wire_rec_hdr h = { .len = (uint32_t)len, .type = RINGLM_WIRE_REC_REQUEST };
+		write_record(c, pos + off, (uint32_t)len, &h, &w[i], sizeof(w[i]), reqs[i].prompt,
+			     reqs[i].n_prompt);
+		off += len;
+	}
+	ring_rec_commit(&c->sub, (uint32_t)total);
+	if (ring_handshake_peer_waits(&c->dseg->daemon_sleeping))
+		ring_daemon(c);
+	return 0;
+}
+
+/* Checks one request and fills its wire record (req_id left 0) and its length. */
+static int wire_request(const ringlm_request *req, struct ringlm_wire_request *w, uint64_t *len)
+{
 	char why[160];
 	int r;
 
-	if (!c || !req)
-		return set_err(-EINVAL, "NULL client or request");
+	if (!req)
+		return set_err(-EINVAL, "NULL request");
 	if (!req->prompt && req->n_prompt)
 		return set_err(-EINVAL, "prompt is NULL but n_prompt is %u", req->n_prompt);
-	memset(&w, 0, sizeof(w));
-	w.req_id = c->next_id;
-	w.seed = req->seed;
-	w.deadline_us = req->deadline_us;
-	w.submit_mono_us = ring_now_ns() / 1000;
-	w.max_new_tokens = req->max_new_tokens;
-	w.n_prompt = req->n_prompt;
-	w.temperature = req->temperature;
-	w.top_p = req->top_p;
-	w.top_k = req->top_k;
-	if (ringlm_wire_check_request(&w, why, sizeof(why)))
+	memset(w, 0, sizeof(*w));
+	w->seed = req->seed;
+	w->deadline_us = req->deadline_us;
+	w->submit_mono_us = ring_now_ns() / 1000;
+	w->max_new_tokens = req->max_new_tokens;
+	w->n_prompt = req->n_prompt;
+	w->temperature = req->temperature;
+	w->top_p = req->top_p;
+	w->top_k = req->top_k;
+	if (ringlm_wire_check_request(w, why, sizeof(why)))
 		return set_err(-EINVAL, "%s", why);
-	if ((r = copy_name(w.class_name, req->class_name ? req->class_name : "default",
+	if ((r = copy_name(w->class_name, req->class_name ? req->class_name : "default",
 			   "class_name")) < 0)
 		return r;
 	if (req->tenant_tag && *req->tenant_tag) {
-		if ((r = copy_name(w.tenant_tag, req->tenant_tag, "tenant_tag")) < 0)
+		if ((r = copy_name(w->tenant_tag, req->tenant_tag, "tenant_tag")) < 0)
 			return r;
-		w.flags |= RINGLM_WIRE_REQ_F_TENANT;
+		w->flags |= RINGLM_WIRE_REQ_F_TENANT;
 	}
 	if (req->ignore_stop)
-		w.flags |= RINGLM_WIRE_REQ_F_IGNORE_STOP;
-	uint64_t len = ringlm_wire_request_bytes(req->n_prompt);
-	if (len > c->sub.cap)
-		return set_err(-E2BIG, "a prompt of %u tokens needs a %llu-byte record, the submit ring holds %llu",
-			       req->n_prompt, (unsigned long long)len, (unsigned long long)c->sub.cap);
-	struct ringlm_wire_rec_hdr h = { .len = (uint32_t)len, .type = RINGLM_WIRE_REC_REQUEST };
-	r = put_record(c, (uint32_t)len, &h, &w, sizeof(w), req->prompt, req->n_prompt);
-	if (r < 0)
-		return r;
-	c->next_id++;
-	if (id)
-		*id = w.req_id;
+		w->flags |= RINGLM_WIRE_REQ_F_IGNORE_STOP;
+	*len = ringlm_wire_request_bytes(req->n_prompt);
 	return 0;
+}
+
+int ringlm_submit(ringlm_client *c, const ringlm_request *req, uint64_t *id)
+{
+	if (!c || !req)
+		return set_err(-EINVAL, "NULL client or request");
+	return ringlm_submit_batch(c, req, 1, id);
+}
+
+int ringlm_submit_batch(ringlm_client *c, const ringlm_request *reqs, uint32_t n, uint64_t *ids)
+{
+	struct ringlm_wire_request one, *w = &one;
+	uint64_t total = 0;
+	int r;
+
+	if (!c || !reqs)
+		return set_err(-EINVAL, "NULL client or request");
+	if (n == 0)
+		return set_err(-EINVAL, "a batch of no requests");
+	if (n > 1 && !(w = calloc(n, sizeof(*w))))
+		return set_err(-ENOMEM, "a batch of %u requests", n);
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t len = 0;
+		if ((r = wire_request(&reqs[i], &w[i], &len)) < 0) {
+			if (n > 1) {
+				char detail[256];
+				snprintf(detail, sizeof(detail), "%s", ringlm_errdetail());
+				set_err(r, "request %u of the batch: %s", i, detail);
+			}
+			goto out;
+		}
+		if (len > c->sub.cap) {
+			r = set_err(-E2BIG, "a prompt of %u tokens needs a %llu-byte record, the submit ring holds %llu",
+				    reqs[i].n_prompt, (unsigned long long)len, (unsigned long long)c->sub.cap);
+			goto out;
+		}
+		w[i].req_id = c->next_id + i;
+		total += len;
+	}
+	if (total > c->sub.cap) {
+		r = set_err(-E2BIG, "the %u requests need %llu bytes together, the submit ring holds %llu",
+			    n, (unsigned long long)total, (unsigned long long)c->sub.cap);
+		goto out;
+	}
+	if ((r = put_requests(c, w, reqs, n, total)) < 0)
+		goto out;
+	for (uint32_t i = 0; i < n; i++)
+		if (ids)
+			ids[i] = w[i].req_id;
+	c->next_id += n;
+out:
+	if (w != &one)
+		free(w);
+	return r;
 }
 
 int ringlm_cancel(ringlm_client *c, uint64_t req_id)
@@ -562,7 +651,7 @@ int ringlm_cancel(ringlm_client *c, uint64_t req_id)
 		return set_err(-EINVAL, "cancel of request id 0");
 	struct ringlm_wire_cancel body = { .req_id = req_id };
 	struct ringlm_wire_rec_hdr h = { .len = RINGLM_WIRE_CANCEL_BYTES, .type = RINGLM_WIRE_REC_CANCEL };
-	return put_record(c, RINGLM_WIRE_CANCEL_BYTES, &h, &body, sizeof(body), NULL, 0);
+	return put_record(c, RINGLM_WIRE_CANCEL_BYTES, &h, &body, sizeof(body));
 }
 
 /* ---- event side ----------------------------------------------------------------------- */

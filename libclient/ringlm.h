@@ -162,6 +162,21 @@ int ringlm_connect(const char *socket_path, ringlm_client **out);
 int ringlm_submit(ringlm_client *c, const ringlm_request *req, uint64_t *id);
 
 /*
+ * Queues n requests together: the daemon reads all of them in one pass (they are published
+ * with one store), so its scheduler sees them arrive at once — none can start, let alone
+ * finish, before the last is there.  For work that belongs together: the n completions of
+ * one chat request, a conversation's branches that share a prefix, a benchmark's burst.
+ * All or nothing; never blocks.  ids[i] receives request i's id (ids may be NULL).
+ * Returns 0, or (nothing queued):
+ *   -EINVAL     n is 0, or a request is bad as for ringlm_submit (detail names its index)
+ *   -E2BIG      the records cannot fit the submit ring together even when it is empty
+ *   -EAGAIN     the submit ring has no room for all of them now; read events and retry
+ *   -ENOMEM     no memory for the batch's records
+ *   -ESHUTDOWN, -EPIPE, -ECONNRESET  as ringlm_submit
+ */
+int ringlm_submit_batch(ringlm_client *c, const ringlm_request *reqs, uint32_t n, uint64_t *ids);
+
+/*
  * Asks the daemon to cancel a request; its FINISH (CANCELLED, or whatever came first)
  * follows as an event.  Cancelling an unknown or finished id is harmless.
  * Returns 0, -EAGAIN (submit ring full), -EINVAL (id 0), -EPIPE / -ECONNRESET.

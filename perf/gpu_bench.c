@@ -275,6 +275,43 @@ typedef struct tp {
     eng_sampling *samp;
 } tp;
 
+/* The batch arrays of t: rows tokens (and positions, slots), seqs sequences, table_len block
+ * table entries, filled with the identity (sequence s owns blocks [s*bps, (s+1)*bps)).
+ * Returns 0, or -ENOMEM with whatever was allocated left for tp_free. */
+static int tp_alloc(tp *t, size_t rows, size_t seqs, size_t table_len)
+{
+    t->tokens = calloc(rows, 4);
+    t->positions = calloc(rows, 4);
+    t->slots = calloc(rows, 8);
+    t->qs = calloc(seqs + 1, 4);
+    t->lens = calloc(seqs, 4);
+    t->lrows = calloc(seqs, 4);
+    t->out = calloc(seqs, 4);
+    t->rng = calloc(seqs, 8);
+    t->samp = calloc(seqs, sizeof *t->samp);
+    t->table = calloc(table_len, 4);
+    if (!t->tokens || !t->positions || !t->slots || !t->qs || !t->lens || !t->lrows ||
+        !t->out || !t->rng || !t->samp || !t->table)
+        return -ENOMEM;
+    for (size_t i = 0; i < table_len; i++)
+        t->table[i] = (int32_t)i;
+    return 0;
+}
+
+static void tp_free(tp *t)
+{
+    free(t->tokens);
+    free(t->positions);
+    free(t->slots);
+    free(t->qs);
+    free(t->lens);
+    free(t->lrows);
+    free(t->out);
+    free(t->rng);
+    free(t->samp);
+    free(t->table);
+}
+
 /* n_seqs sequences (sequence s owns blocks [s*bps, (s+1)*bps)), each adding `rows` rows
  * after ctx tokens; greedy-sampled on the device. Returns 0 and the device ms, wall ms. */
 static int tp_step_l(tp *t, int n_seqs, int rows, int ctx, double *dev_ms, double *wall_ms,
@@ -519,23 +556,10 @@ static void throughput(probes *p, int quick)
          "holds %.1f GiB (%d KV blocks of %zu bytes)", (double)eng_memory_bytes(t.e) / (1 << 30),
          blocks, eng_kv_block_bytes(t.e));
     const size_t T = 4096;
-    t.tokens = calloc(T, 4);
-    t.positions = calloc(T, 4);
-    t.slots = calloc(T, 8);
-    t.qs = calloc((size_t)max_seqs + 1, 4);
-    t.lens = calloc((size_t)max_seqs, 4);
-    t.lrows = calloc((size_t)max_seqs, 4);
-    t.out = calloc((size_t)max_seqs, 4);
-    t.rng = calloc((size_t)max_seqs, 8);
-    t.samp = calloc((size_t)max_seqs, sizeof *t.samp);
-    t.table = calloc((size_t)blocks, 4);
-    if (!t.tokens || !t.positions || !t.slots || !t.qs || !t.lens || !t.lrows || !t.out ||
-        !t.rng || !t.samp || !t.table) {
+    if (tp_alloc(&t, T, (size_t)max_seqs, (size_t)blocks)) {
         addf("llama3.alloc", 0, 0, "", "out of memory");
         goto out;
     }
-    for (int i = 0; i < blocks; i++)
-        t.table[i] = i;
     const double L = c->n_layers, dim = c->dim, h = c->hidden_dim, V = c->vocab_size;
     const double kv = dim * c->n_kv_heads / c->n_heads;
     const double layer_params = dim * (dim + 2 * kv) + dim * dim + 3 * dim * h;
@@ -695,16 +719,7 @@ out:
         munmap(mfd_map, mfd_len);
     if (memfd >= 0)
         close(memfd);
-    free(t.tokens);
-    free(t.positions);
-    free(t.slots);
-    free(t.qs);
-    free(t.lens);
-    free(t.lrows);
-    free(t.out);
-    free(t.rng);
-    free(t.samp);
-    free(t.table);
+    tp_free(&t);
     eng_model_free(m);
 }
 
@@ -719,25 +734,11 @@ static int gguf_decode_rate(eng *e, const eng_model_config *c, probes *p, int B,
     t.p = p;
     t.bs = eng_kv_block_size(e);
     t.bps = (ctx0 + steps + 3 + t.bs - 1) / t.bs;
-    int err = -ENOMEM;
     const size_t T = (size_t)B * (size_t)ctx0 > 4 * (size_t)ctx0 ? 4 * (size_t)ctx0 : (size_t)B * ctx0;
-    t.tokens = calloc(T + (size_t)B, 4);
-    t.positions = calloc(T + (size_t)B, 4);
-    t.slots = calloc(T + (size_t)B, 8);
-    t.qs = calloc((size_t)B + 1, 4);
-    t.lens = calloc((size_t)B, 4);
-    t.lrows = calloc((size_t)B, 4);
-    t.out = calloc((size_t)B, 4);
-    t.rng = calloc((size_t)B, 8);
-    t.samp = calloc((size_t)B, sizeof *t.samp);
-    t.table = calloc((size_t)B * t.bps, 4);
-    if (t.tokens && t.positions && t.slots && t.qs && t.lens && t.lrows && t.out && t.rng &&
-        t.samp && t.table) {
-        for (int i = 0; i < B * t.bps; i++)
-            t.table[i] = i;
+    int err = tp_alloc(&t, T + (size_t)B, (size_t)B, (size_t)B * t.bps);
+    if (!err) {
         double d, w, dev[64];
         int n = 0;
-        err = 0;
         for (int s0 = 0; s0 < B && !err; s0 += 4) { /* prefill 4 sequences at a time */
             int32_t *saved = t.table;
             t.table = saved + (size_t)s0 * t.bps;
@@ -752,16 +753,7 @@ static int gguf_decode_rate(eng *e, const eng_model_config *c, probes *p, int B,
             *tok_s = B * 1000.0 / *ms;
         }
     }
-    free(t.tokens);
-    free(t.positions);
-    free(t.slots);
-    free(t.qs);
-    free(t.lens);
-    free(t.lrows);
-    free(t.out);
-    free(t.rng);
-    free(t.samp);
-    free(t.table);
+    tp_free(&t);
     return err;
 }
 

@@ -72,13 +72,24 @@ static inline void gp_seq_init(gp_seq *s, const int32_t *prompt, int n, int firs
         s->table[j] = first_block + j;
 }
 
-static inline eng *gp_engine(const eng_model *m, const char *backend, int blocks, int bs)
+/* An engine of `backend` over m with `blocks` KV blocks of bs tokens and the harness's batch
+ * limits (GP_MAX_TOK rows, GP_MAX_SEQS sequences): eng_create's result, *e set on success
+ * (NULL otherwise). */
+static inline int gp_engine_create(const eng_model *m, const char *backend, int blocks, int bs,
+                                   eng **e)
 {
     eng_options o = {.backend = backend, .n_threads = 2, .numa_node = -1, .kv_blocks = blocks,
                      .kv_block_size = bs, .max_batch_tokens = GP_MAX_TOK,
                      .max_seqs = GP_MAX_SEQS};
-    eng *e = NULL;
-    int err = eng_create(m, &o, &e);
+    *e = NULL;
+    return eng_create(m, &o, e);
+}
+
+/* gp_engine_create, or NULL with the reason on stderr. */
+static inline eng *gp_engine(const eng_model *m, const char *backend, int blocks, int bs)
+{
+    eng *e;
+    int err = gp_engine_create(m, backend, blocks, bs, &e);
     if (err) {
         fprintf(stderr, "gpu_parity: eng_create(%s): %d %s\n", backend, err, eng_errmsg());
         return NULL;

@@ -561,7 +561,20 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
             res->tokens = 0;
             res->finished = SCHED_FINISH_NONE;
             res->has_token = false;
-            if (en->samples) {
+            /* A recorded request that ended on its stop token delivered output_tokens and
+             * then sampled the stop, feeding its last token back (that KV computed, its
+             * block cacheable, as ringlmd caches it): the replay samples it too, as no output. */
+            bool stop_sample = en->samples && q->real_reason == SIM_REAL_STOP && x->generated >= q->output_tokens &&
+                               q->output_tokens < q->max_tokens;
+            if (stop_sample) {
+                res->tokens = 1;
+                if (cfg.prefix_cache_generated) {
+                    res->has_token = true;
+                    res->token = sim_req_token(t, q, x->req, q->prompt_tokens + x->generated);
+                }
+                res->finished = SCHED_FINISH_STOP;
+                end_rec(&e, x, SIM_OUT_FINISHED, res->finished, end);
+            } else if (en->samples) {
                 res->tokens = 1;
                 x->generated++;
                 if (cfg.prefix_cache_generated) {   /* the answer's token at its position */
@@ -573,7 +586,7 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
                 if (x->first_token_us < 0) x->first_token_us = end;
                 else if (end - x->last_token_us > x->max_itl_us) x->max_itl_us = end - x->last_token_us;
                 x->last_token_us = end;
-                if (x->generated >= q->output_tokens) {
+                if (x->generated >= q->output_tokens && (q->real_reason != SIM_REAL_STOP || x->generated >= q->max_tokens)) {
                     res->finished = x->generated >= q->max_tokens ? SCHED_FINISH_LENGTH : SCHED_FINISH_STOP;
                     end_rec(&e, x, SIM_OUT_FINISHED, res->finished, end);
                 }

@@ -61,9 +61,12 @@ int sim_report_request_log(FILE *f, const sim_run *r)
         }
         const char *fr = sched_end_name(fc), *rr = fc == SCHED_END_REJECTED ? sched_end_name(cause) : NULL;
         /* the answer's block hashes as far as this run's answer went: the full blocks of
-         * prompt + generated past the prompt's hashes */
+         * prompt + generated past the prompt's hashes whose KV was computed — the last
+         * token generated is fed back only when a recorded stop token was sampled after it
+         * (engine.c), as ringlmd writes them */
         uint32_t hb = q->hash_block_tokens ? q->hash_block_tokens : 1, n_ans = 0;
-        uint64_t full = ((uint64_t)q->prompt_tokens + x->generated) / hb;
+        bool fed = x->outcome == SIM_OUT_FINISHED && q->real_reason == SIM_REAL_STOP && x->generated < q->max_tokens;
+        uint64_t full = ((uint64_t)q->prompt_tokens + x->generated - (x->generated && !fed ? 1 : 0)) / hb;
         if (q->n_ahash && full > q->n_hash) n_ans = full - q->n_hash < q->n_ahash ? (uint32_t)(full - q->n_hash) : q->n_ahash;
         fmt_request lr = {
             .req = order[k],

@@ -57,11 +57,8 @@ static const char *strip_prefix(const char *msg)
 /* A CUDA engine over m, or the test skips saying why. */
 static eng *cuda_or_skip(const eng_model *m, int blocks)
 {
-    eng_options o = {.backend = "cuda", .numa_node = -1, .kv_blocks = blocks,
-                     .kv_block_size = 16, .max_batch_tokens = GP_MAX_TOK,
-                     .max_seqs = GP_MAX_SEQS};
-    eng *e = NULL;
-    int err = eng_create(m, &o, &e);
+    eng *e;
+    int err = gp_engine_create(m, "cuda", blocks, 16, &e);
     if (err == -ENODEV && strstr(eng_errmsg(), "plugin"))
         cr_skip_test("CUDA plugin not available (CUDA=0 or no nvcc): %s", eng_errmsg());
     if (err == -ENODEV)
@@ -96,10 +93,8 @@ Test(cuda, create_without_device_is_enodev_with_a_reason)
         cr_skip_test("CUDA plugin not built (CUDA=0 or no nvcc): %s", why);
     dlclose(h);
     eng_model *m = load_or_fail("synthetic:gqa-test:1");
-    eng_options o = {.backend = "cuda", .numa_node = -1, .kv_blocks = 8, .kv_block_size = 16,
-                     .max_batch_tokens = 64, .max_seqs = 4};
-    eng *e = NULL;
-    int err = eng_create(m, &o, &e);
+    eng *e;
+    int err = gp_engine_create(m, "cuda", 8, 16, &e);
     if (err == 0) {
         /* a device is present: the engine must be usable and say what it is */
         cr_expect_str_eq(eng_backend_name(e), "cuda");

@@ -273,6 +273,15 @@ static void fake_init(fake *f)
                                .rms_final = f->norm, .wcls = {f->blob, ENG_W_Q8_0}};
 }
 
+/* fake_init, then an attention shape: the width, query heads and KV heads. */
+static void fake_shape(fake *f, int dim, int n_heads, int n_kv_heads)
+{
+    fake_init(f);
+    f->c.dim = dim;
+    f->c.n_heads = n_heads;
+    f->c.n_kv_heads = n_kv_heads;
+}
+
 static int fake_plan(fake *f, eng_dev_plan *p)
 {
     return eng_dev_plan_make(&f->c, &f->hp, &f->t, false, p);
@@ -308,15 +317,9 @@ Test(cuda_gguf, what_the_kernels_cannot_run_is_refused_by_name)
     fake_init(f);
     f->t.token_embedding.type = ENG_W_Q4_K; /* rows of 64: not whole 256-blocks */
     EXPECT_REFUSED(f, -EINVAL, "token_embd.weight", "Q4_K", "256");
-    fake_init(f);
-    f->c.dim = 1024;
-    f->c.n_heads = 2;
-    f->c.n_kv_heads = 1;
+    fake_shape(f, 1024, 2, 1);
     EXPECT_REFUSED(f, -ENOTSUP, "head_size=512", "256");
-    fake_init(f);
-    f->c.dim = 128;
-    f->c.n_heads = 64;
-    f->c.n_kv_heads = 1;
+    fake_shape(f, 128, 64, 1);
     f->hp.rope_dim = 2;
     EXPECT_REFUSED(f, -ENOTSUP, "64 query heads per KV head", "32");
     fake_init(f);
@@ -361,14 +364,12 @@ Test(cuda_gguf, eng_create_refuses_before_looking_for_a_device, .init = mk_tmpdi
     free(w);
     cr_assert_eq(fclose(fp), 0);
     eng_model *m = load(path);
-    eng_options o = {.backend = "cuda", .numa_node = -1, .kv_blocks = 4, .kv_block_size = 16,
-                     .max_batch_tokens = 16, .max_seqs = 2};
-    eng *e = NULL;
-    cr_expect_eq(eng_create(m, &o, &e), -ENOTSUP);
+    eng *e;
+    cr_expect_eq(gp_engine_create(m, "cuda", 4, 16, &e), -ENOTSUP);
     cr_expect(strstr(eng_errmsg(), "head_size=512") != NULL, "%s", eng_errmsg());
     cr_expect_null(e);
-    o.backend = "cpu"; /* the CPU backend runs it */
-    cr_expect_eq(eng_create(m, &o, &e), 0, "%s", eng_errmsg());
+    /* the CPU backend runs it */
+    cr_expect_eq(gp_engine_create(m, "cpu", 4, 16, &e), 0, "%s", eng_errmsg());
     eng_destroy(e);
     eng_model_free(m);
 }
@@ -379,10 +380,8 @@ Test(cuda_gguf, eng_create_takes_gguf_files, .init = mk_tmpdir, .fini = rm_tmpdi
     snprintf(path, sizeof path, "%s/q.gguf", tmpdir);
     export_gguf("synthetic:gqa-test:2", NULL, "Q8_0", "qwen2", path);
     eng_model *m = load(path);
-    eng_options o = {.backend = "cuda", .numa_node = -1, .kv_blocks = 8, .kv_block_size = 16,
-                     .max_batch_tokens = 64, .max_seqs = 4};
-    eng *e = NULL;
-    int err = eng_create(m, &o, &e);
+    eng *e;
+    int err = gp_engine_create(m, "cuda", 8, 16, &e);
     if (err == 0) {
         cr_expect_str_eq(eng_backend_name(e), "cuda");
         eng_destroy(e);
@@ -424,10 +423,8 @@ Test(cuda_gguf, rope_table_is_the_cpu_formula)
 
 static eng *cuda_or_skip(const eng_model *m)
 {
-    eng_options o = {.backend = "cuda", .numa_node = -1, .kv_blocks = 160, .kv_block_size = 16,
-                     .max_batch_tokens = GP_MAX_TOK, .max_seqs = GP_MAX_SEQS};
-    eng *e = NULL;
-    int err = eng_create(m, &o, &e);
+    eng *e;
+    int err = gp_engine_create(m, "cuda", 160, 16, &e);
     if (err == -ENODEV)
         cr_skip_test("no CUDA device or plugin: %s", eng_errmsg());
     cr_assert_eq(err, 0, "eng_create(cuda): %d %s", err, eng_errmsg());

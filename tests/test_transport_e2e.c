@@ -585,6 +585,57 @@ Test(transport, submit_ring_limits)
 	daemon_stop(&d);
 }
 
+/* A batch is all or nothing: one bad request, or records that cannot fit the ring together,
+ * queue none of them (no event ever comes, the ids are not used up); a good batch gets
+ * consecutive ids and every request is answered. */
+Test(transport, submit_batch_is_all_or_nothing)
+{
+	struct daemon d;
+	daemon_start(&d, (const char *const[]){ "--submit-ring-bytes", "4096", NULL });
+	ringlm_client *c = must_connect(&d);
+	static int32_t p[700];
+	for (int i = 0; i < 700; i++)
+		p[i] = 5 + i;
+	ringlm_request q[3];
+	for (int i = 0; i < 3; i++) {
+		ringlm_request_init(&q[i]);
+		q[i].prompt = p;
+		q[i].n_prompt = 3;
+		q[i].max_new_tokens = 2;
+	}
+	uint64_t ids[3] = { 0, 0, 0 };
+	q[1].n_prompt = 0;
+	cr_assert_eq(ringlm_submit_batch(c, q, 3, ids), -EINVAL);
+	cr_assert(strstr(ringlm_errdetail(), "request 1"), "detail does not name the request: %s", ringlm_errdetail());
+	q[1].n_prompt = 700; /* each fits the 4 KiB ring alone, the three do not together */
+	q[2].n_prompt = 700;
+	cr_assert_eq(ringlm_submit_batch(c, q, 3, ids), -E2BIG, "%s", ringlm_errdetail());
+	cr_assert_eq(ringlm_submit_batch(c, q, 0, ids), -EINVAL);
+	ringlm_event ev;
+	q[1].n_prompt = q[2].n_prompt = 3;
+	cr_assert_eq(ringlm_submit_batch(c, q, 3, ids), 0, "%s", ringlm_errdetail());
+	cr_assert_eq(ids[0], 1);
+	cr_assert_eq(ids[1], 2);
+	cr_assert_eq(ids[2], 3);
+	/* a refused batch, had it been queued, would have come first under the same ids: its
+	 * 3-token echoes, or a duplicate-id rejection of the good batch */
+	int finished = 0, tokens = 0;
+	while (finished < 3) {
+		cr_assert_eq(ringlm_next_event(c, &ev, 5000), 1, "%s", ringlm_errdetail());
+		cr_assert(ev.req_id >= 1 && ev.req_id <= 3, "event for request %llu", (unsigned long long)ev.req_id);
+		tokens += ev.kind == RINGLM_EV_TOKEN;
+		if (ev.kind == RINGLM_EV_FINISH) {
+			finished++;
+			cr_assert_eq(ev.finish_reason, RINGLM_FINISH_LENGTH, "request %llu: %s %s",
+				     (unsigned long long)ev.req_id, ringlm_reason_name(ev.finish_reason),
+				     ringlm_reason_name(ev.reject_reason));
+		}
+	}
+	cr_assert_eq(tokens, 6, "%d tokens for three 2-token requests", tokens);
+	ringlm_close(c);
+	daemon_stop(&d);
+}
+
 /* ---- sleep / wake ------------------------------------------------------------------- */
 static void sleep_wake_stress(const char *doorbell)
 {

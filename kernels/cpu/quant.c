@@ -1162,21 +1162,22 @@ VNNI512 static inline __attribute__((always_inline)) void vt1_reduce(const __m51
     *b = _mm512_shuffle_i32x4(w0, w1, _MM_SHUFFLE(3, 1, 3, 1));
 }
 
-/* The 16 rows of a tile (rows m.. repeat row m-1: computed, never stored). */
-static inline void vt1_rows(const char *w, size_t rb, int m, const char *row[16])
+/* The 16 rows of a tile (rows m.. repeat row m-1: computed, never stored); returns how far
+ * the next tile lies, which the kernels fetch while they dot this one. */
+static inline size_t vt1_rows(const char *w, size_t rb, int m, const char *row[16])
 {
     for (int i = 0; i < 16; i++)
         row[i] = w + (size_t)(i < m ? i : m - 1) * rb;
+    return VT_COLS * rb;
 }
 
 /* P[b][i]: block b of row i . the activation row, exactly (as vt_kernel's p for Q8_0). */
 VNNI512 static void vt1_sums_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
                                   const int16_t *x32, int32_t *P)
 {
-    const size_t pf = VT_COLS * rb; /* the next tile, fetched while this one is dotted */
     (void)x32;
     const char *row[16];
-    vt1_rows(w, rb, m, row);
+    const size_t pf = vt1_rows(w, rb, m, row);
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     for (int64_t b = 0; b < nb; b += 2) {
         const bool two = b + 1 < nb;
@@ -1207,10 +1208,9 @@ VNNI512 static void vt1_sums_q8_0(const char *w, size_t rb, int m, int64_t nb, c
 VNNI512 static void vt1_sums_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
                                   const int16_t *x32, int32_t *P)
 {
-    const size_t pf = VT_COLS * rb; /* the next tile, fetched while this one is dotted */
     (void)x32;
     const char *row[16];
-    vt1_rows(w, rb, m, row);
+    const size_t pf = vt1_rows(w, rb, m, row);
     const __m512i m4 = _mm512_set1_epi8(0x0F), sh = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
     for (int64_t sb = 0; sb < nb / 8; sb++)
         for (int jj = 0; jj < 4; jj++) {
@@ -1238,9 +1238,8 @@ VNNI512 static void vt1_sums_q4_k(const char *w, size_t rb, int m, int64_t nb, c
 VNNI512 static void vt1_sums_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
                                   const int16_t *x32, int32_t *P)
 {
-    const size_t pf = VT_COLS * rb; /* the next tile, fetched while this one is dotted */
     const char *row[16];
-    vt1_rows(w, rb, m, row);
+    const size_t pf = vt1_rows(w, rb, m, row);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     /* chunks 0|1: (qh << 4) & 0x30, (qh << 2) & 0x30; chunks 2|3: qh & 0x30, (qh >> 2) & 0x30 */
     const __m512i sh01 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
