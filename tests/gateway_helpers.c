@@ -56,20 +56,22 @@ static char *write_file(const char *name, const char *text)
 
 char *gwh_policy(void)
 {
-    char text[640];
+    char text[768];
     snprintf(text, sizeof text,
              "[scheduler]\nmode = token_budget\ntoken_budget = 128\nprefill_chunk = 64\n"
              "default_class = chat\ndefault_tenant = shared\n"
              "[class chat]\npriority = 10\n[class batch]\npriority = 0\n"
              "[tenant shared]\nweight = 1\n[tenant alice]\nweight = 1\n[tenant bob]\nweight = 1\n"
-             "[tenant tiny]\nmax_queued_tokens = 4\n[trust]\nuids = %u\n",
+             "[tenant tiny]\nmax_queued_tokens = 4\n[tenant held]\ntoken_rate_per_s = 0.001\n"
+             "[trust]\nuids = %u\n",
              (unsigned)getuid());
     return write_file("test.policy", text);
 }
 
 char *gwh_keys(void)
 {
-    return write_file("keys", "# test keys\nsk-alice-0001 alice\nsk-bob-00001 bob batch\nsk-tiny-00001 tiny\n");
+    return write_file("keys", "# test keys\nsk-alice-0001 alice\nsk-bob-00001 bob batch\nsk-tiny-00001 tiny\n"
+                              "sk-held-00001 held\n");
 }
 
 void gwh_start_daemon(const char *const *extra)

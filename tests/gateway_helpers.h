@@ -26,11 +26,12 @@ void gwh_need_curl(void);
 /* The daemon's directory (created on first use) and socket. */
 const char *gwh_dir(void);
 /* Writes the test policy (tenants shared (default), alice, bob, tiny with a 4-token queue
- * quota; classes chat (default) and batch; this uid trusted to tag tenants) and returns its
- * path (malloc()ed). */
+ * quota, held with a token rate of 0.001/s: once one request has emptied its bucket, its next
+ * waits in the queue for over an hour, until cancelled; classes chat (default) and batch; this
+ * uid trusted to tag tenants) and returns its path (malloc()ed). */
 char *gwh_policy(void);
-/* Writes the keys file (sk-alice-0001 alice, sk-bob-00001 bob batch, sk-tiny-00001 tiny);
- * its path (malloc()ed). */
+/* Writes the keys file (sk-alice-0001 alice, sk-bob-00001 bob batch, sk-tiny-00001 tiny,
+ * sk-held-00001 held); its path (malloc()ed). */
 char *gwh_keys(void);
 /* ringlmd on stories260K with the test policy, metrics on an ephemeral port; extra:
  * NULL-terminated further options (may be NULL). */

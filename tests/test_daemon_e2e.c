@@ -1365,7 +1365,12 @@ Test(daemon_e2e, sigterm_drains_then_exits_zero)
         }
         ringlm_close(late);
     } else {
-        cr_expect(rc == -ESHUTDOWN || rc == -ECONNREFUSED || rc == -ENOENT || rc == -ECONNRESET,
+        /* Refused by the draining daemon (ESHUTDOWN), or it finished its drain and exited while
+         * this connect was under way: before it (ENOENT, ECONNREFUSED), after accepting it and
+         * before the hello was sent (its exit closes the accepted socket: the hello's send gets
+         * EPIPE; seen at load 15, this process having lost the CPU between the two calls) or
+         * before answering (ECONNRESET). */
+        cr_expect(rc == -ESHUTDOWN || rc == -ECONNREFUSED || rc == -ENOENT || rc == -ECONNRESET || rc == -EPIPE,
                   "connect while draining: %d %s (%s)", rc, ringlm_strerror(rc), ringlm_errdetail());
     }
     int ex = dmn_stop(&d, 0, 5000); /* signal 0: just wait for the exit */
@@ -2712,30 +2717,36 @@ static double json_num_of(const char *line, const char *key)
     return p ? strtod(p + strlen(k), NULL) : -1;
 }
 
-/* The tier workload through a daemon with `extra` flags; the tokens to *out (malloc'd).
- * Returns with the daemon stopped (its logs kept in d until dmn_cleanup). */
-static void run_tiers(const char *model, seq_job *g, const char *const *extra, dmn *d, char **out,
-                      long long *verified)
+/* One run of a tier test: a fresh ringlmd (model, a 64-token budget in chunks of 32, extra
+ * flags) serves the client process fn(job) to its end (exit 0 within timeout_ms; *sock and
+ * *job_out, the job's, are pointed at its socket and its output file); then its pools are back
+ * to their baseline, no reloaded block differed from the one demoted and no copy raced a
+ * transfer or a step (its stats). The client's output to *out (malloc'd); *verified (may be
+ * NULL) the blocks it verified. Returns with the daemon stopped, its logs in d until
+ * dmn_cleanup. */
+static void run_tier_client(const char *model, int (*fn)(void *), void *job, const char **sock,
+                            const char **job_out, int timeout_ms, const char *const *extra, dmn *d,
+                            char **out, long long *verified)
 {
-    char path[160];
-    snprintf(path, sizeof path, "/tmp/ringlm-tiers-%d-%p.txt", (int)getpid(), (void *)d);
-    g->out = path;
-    dmn_start(d, model, "[scheduler]\ntoken_budget = 64\nprefill_chunk = 32\n", extra);
-    g->sock = d->sock;
-    int st = reap(spawn(client_sequential, g), 120000);
+    dmn_start_for(d, model, "[scheduler]\ntoken_budget = 64\nprefill_chunk = 32\n", extra, sock, job_out);
+    int st = reap(spawn(fn, job), timeout_ms);
     if (st != 0) dump_file(d->errlog, "ringlmd stderr");
     cr_assert_eq(st, 0, "tier client exit %d", st);
     assert_back_to_baseline(d, 5000);
     json_t *j = dmn_stats(d);
     cr_assert_not_null(j);
     cr_expect_eq(jint(j, "swap_verify_errors"), 0, "a reloaded block differs from the one demoted");
-    cr_expect_eq(jint(j, "transfer_overlap_errors"), 0, "a cache copy raced a transfer");
+    cr_expect_eq(jint(j, "transfer_overlap_errors"), 0, "a copy raced a transfer or a step");
     if (verified) *verified = jint(j, "swap_verified");
     json_decref(j);
-    cr_assert_eq(dmn_stop(d, SIGTERM, 10000), 0);
-    *out = slurp(path);
-    cr_assert_not_null(*out);
-    unlink(path);
+    *out = dmn_stop_output(d);
+}
+
+/* The tier workload (client_sequential) through a daemon with `extra` flags. */
+static void run_tiers(const char *model, seq_job *g, const char *const *extra, dmn *d, char **out,
+                      long long *verified)
+{
+    run_tier_client(model, client_sequential, g, &g->sock, &g->out, 120000, extra, d, out, verified);
 }
 
 /* The model: the stories15M shape (synthetic weights, no shared data needed), big enough
@@ -2948,28 +2959,10 @@ static void rl_prompts(rl_job *g)
  * to submit its next prompt would let the stream run out before the last reload) */
 #define RL_DISK_BW "100000000000"
 
-/* Runs the job through a daemon with `extra` flags; the client's file to *out (malloc'd).
- * Returns with the daemon stopped, its logs in d. */
+/* The reload-beside job through a daemon with `extra` flags. */
 static void run_reload_beside(rl_job *g, const char *const *extra, dmn *d, char **out)
 {
-    char path[160];
-    snprintf(path, sizeof path, "/tmp/ringlm-rlb-%d-%p.txt", (int)getpid(), (void *)d);
-    g->out = path;
-    dmn_start(d, RL_MODEL, "[scheduler]\ntoken_budget = 64\nprefill_chunk = 32\n", extra);
-    g->sock = d->sock;
-    int st = reap(spawn(client_reload_beside, g), 180000);
-    if (st != 0) dump_file(d->errlog, "ringlmd stderr");
-    cr_assert_eq(st, 0, "client exit %d", st);
-    assert_back_to_baseline(d, 5000);
-    json_t *j = dmn_stats(d);
-    cr_assert_not_null(j);
-    cr_expect_eq(jint(j, "swap_verify_errors"), 0, "a reloaded block differs from the one demoted");
-    cr_expect_eq(jint(j, "transfer_overlap_errors"), 0, "a copy raced a transfer or a step");
-    json_decref(j);
-    cr_assert_eq(dmn_stop(d, SIGTERM, 10000), 0);
-    *out = slurp(path);
-    cr_assert_not_null(*out);
-    unlink(path);
+    run_tier_client(RL_MODEL, client_reload_beside, g, &g->sock, &g->out, 180000, extra, d, out, NULL);
 }
 
 /* The iteration-log line of the step at t_us: its decode rows and prefill tokens (-1: none). */

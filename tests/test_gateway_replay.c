@@ -8,6 +8,8 @@
  */
 #include "tests/gateway_helpers.h"
 
+#include "ringlm.h"
+
 #include <criterion/criterion.h>
 
 #include <jansson.h>
@@ -174,21 +176,52 @@ static char *metric_lines(const char *text, const char *metric)
     return out;
 }
 
+/* Empties tenant held's token bucket (gwh_policy: 0.001 tokens/s): one request of one token
+ * through the socket, tagged held (this uid is trusted to tag), served to its end. */
+static void empty_held_bucket(void)
+{
+    ringlm_client *c;
+    int rc = ringlm_connect(gwh_daemon.sock, &c);
+    cr_assert_eq(rc, 0, "connect: %s (%s)", ringlm_strerror(rc), ringlm_errdetail());
+    int32_t prompt[4] = {1, 403, 407, 261};
+    ringlm_request r;
+    ringlm_request_init(&r);
+    r.prompt = prompt;
+    r.n_prompt = 4;
+    r.max_new_tokens = 1;
+    r.tenant_tag = "held";
+    r.class_name = "chat";
+    cr_assert_eq(ringlm_submit(c, &r, NULL), 0, "%s", ringlm_errdetail());
+    ringlm_event ev;
+    do rc = ringlm_next_event(c, &ev, 30000);
+    while (rc > 0 && ev.kind != RINGLM_EV_FINISH);
+    cr_assert(rc > 0, "the bucket-emptying request got no FINISH (%d %s)", rc, ringlm_strerror(rc));
+    cr_assert_eq(ev.finish_reason, RINGLM_FINISH_LENGTH, "the bucket-emptying request ended %d/%d",
+                 ev.finish_reason, ev.reject_reason);
+    ringlm_close(c);
+}
+
 /* A trace cancel: the socket path cancels through libringlm, the HTTP path hangs up (the
- * gateway cancels); both report it as cancelled. */
+ * gateway cancels); both report it as cancelled and ringlmd ended it so; the other request
+ * completes. The cancelled request must still be in flight when its cancel comes, whatever the
+ * load, and a generating one was not always: at load 25 the HTTP replay, due to cancel at 5 ms,
+ * next ran 25 ms after submitting, by when ringlmd had generated the whole story (244 tokens,
+ * 'stop') and the replay read it at once. So it waits in the queue: its tenant, held, has an
+ * empty token bucket (empty_held_bucket) that takes over an hour to refill, and nothing but the
+ * cancel can end it. */
 Test(gateway_replay, a_trace_cancel_is_cancelled_on_both_paths)
 {
     gwh_need();
     char *keys = gwh_keys();
     const char *extra[] = {"--api-keys", keys, NULL};
-    const char *dextra[] = {GWH_DAEMON_BELOW_CLIENTS, NULL};
-    gwh_start_daemon(dextra);
+    gwh_start_daemon(NULL);
     gwh_start_gateway(extra);
     gwh_wait_healthy(10000);
+    empty_held_bucket();
     char *trace = th_path(gwh_dir(), "cancel.jsonl");
     FILE *f = fopen(trace, "w");
     cr_assert_not_null(f);
-    fprintf(f, "{\"req\":0,\"arrival_us\":0,\"tenant\":\"alice\",\"class\":\"chat\",\"prompt_tokens\":4,"
+    fprintf(f, "{\"req\":0,\"arrival_us\":0,\"tenant\":\"held\",\"class\":\"chat\",\"prompt_tokens\":4,"
                "\"output_tokens\":500,\"cancel_us\":5000}\n"
                "{\"req\":1,\"arrival_us\":1000,\"tenant\":\"bob\",\"class\":\"chat\",\"prompt_tokens\":4,"
                "\"output_tokens\":8}\n");
@@ -200,7 +233,7 @@ Test(gateway_replay, a_trace_cancel_is_cancelled_on_both_paths)
     json_t *reports[2] = {replay(shm_args), replay(http_args)};
     for (int i = 0; i < 2; i++) {
         json_t *ts = json_object_get(reports[i], "tenants");
-        json_int_t cancelled = jint(json_object_get(ts, "alice"), "cancelled", NULL);
+        json_int_t cancelled = jint(json_object_get(ts, "held"), "cancelled", NULL);
         json_int_t completed = jint(json_object_get(ts, "bob"), "completed", NULL);
         if (cancelled != 1 || completed != 1) {
             /* Everything that tells where the cancel went: the report (completed? an error?
@@ -209,7 +242,7 @@ Test(gateway_replay, a_trace_cancel_is_cancelled_on_both_paths)
             char *all = gwh_daemon_metrics();
             char *mx = all ? metric_lines(all, "ringlm_requests_finished_total") : NULL;
             char *glog = th_read_file(gwh_gateway.log), *dlog = th_read_file(gwh_daemon.log);
-            cr_assert_fail("%s: alice's request %s cancelled (%lld), bob's %s completed (%lld)\n"
+            cr_assert_fail("%s: held's request %s cancelled (%lld), bob's %s completed (%lld)\n"
                            "report:\n%s\ndaemon metrics:\n%s\ngateway log:\n%s\nringlmd log:\n%s",
                            i ? "http" : "shm", cancelled == 1 ? "was" : "was NOT", (long long)cancelled,
                            completed == 1 ? "was" : "was NOT", (long long)completed, rep ? rep : "?",
@@ -217,6 +250,22 @@ Test(gateway_replay, a_trace_cancel_is_cancelled_on_both_paths)
         }
         json_decref(reports[i]);
     }
+    /* ringlmd cancelled both: the HTTP replay's hang-up reached it as the gateway's cancel (the
+     * replay reports its own hang-up; the gateway's cancel lands a moment later). */
+    const char *series = "ringlm_requests_finished_total{tenant=\"held\",class=\"chat\",reason=\"cancelled\"}";
+    double n = 0;
+    char *mx = NULL;
+    for (uint64_t dl = th_now_ms() + 10000;;) {
+        free(mx);
+        mx = gwh_daemon_metrics();
+        n = mx ? gwh_metric(mx, series) : 0;
+        if (n >= 2 || th_now_ms() > dl) break;
+        th_pause_ms(20);
+    }
+    char *fin = metric_lines(mx ? mx : "", "ringlm_requests_finished_total");
+    cr_expect_eq(n, 2, "ringlmd ended %.0f of held's two requests cancelled:\n%s", n, fin ? fin : "?");
+    free(fin);
+    free(mx);
     free(trace);
     free(keys);
 }
