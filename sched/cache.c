@@ -24,8 +24,7 @@
  * go (finish, cancel, timeout, recompute preemption, the end of a swap-out) its holds are
  * released and the blocks stay cached.  Free-block demand evicts unheld cached blocks,
  * oldest leaf first (sc_dev_grow_to): demoted to the next colder pool when it has room and
- * demote copy + p × reload < p × recompute, p the reuse the index learned of that pool
- * (prefix.h; cache_demote), else dropped (cache_evict).
+ * reload < recompute × expected reuse (cache_demote), else dropped (cache_evict).
  *
  * Copies.  A demotion or a reload is a cache transfer of the plan (sched_transfer.cache).
  * A demotion's books move at once — the source block is free for whatever comes next in
@@ -61,10 +60,7 @@ static void evicted(void *ctx, const sched_prefix_eviction *ev)
         if (!sc_vec_grow((void **)&s->px_mv, &s->px_cap_mv, s->px_n_mv + 1, sizeof *s->px_mv)) { s->oom = true; return; }
         s->px_mv[s->px_n_mv++] = (struct px_move){ev->from_block, ev->to_block, (uint8_t)ev->from, (uint8_t)ev->to};
         s->px_demoted[ev->to]++;
-        if (s->px_mv_reuse[ev->to] <= 0 || ev->expected_reuse < s->px_mv_reuse[ev->to])
-            s->px_mv_reuse[ev->to] = ev->expected_reuse;
-        s->px_mv_copy[ev->to] = ev->demote_cost_us;
-        s->px_mv_rl[ev->to] = ev->reload_cost_us;
+        if (s->px_mv_reuse <= 0 || ev->expected_reuse < s->px_mv_reuse) s->px_mv_reuse = ev->expected_reuse;
         return;
     }
     s->px_evicted++;
@@ -73,7 +69,6 @@ static void evicted(void *ctx, const sched_prefix_eviction *ev)
     if (ev->reason == SCHED_PREFIX_EVICT_DEMAND) {
         s->px_drop_rl[ev->from] = ev->reload_cost_us;
         s->px_drop_rc[ev->from] = ev->recompute_cost_us;
-        s->px_drop_copy[ev->from] = ev->demote_cost_us;
         if (ev->expected_reuse > s->px_drop_reuse[ev->from]) s->px_drop_reuse[ev->from] = ev->expected_reuse;
     }
 }
@@ -88,26 +83,13 @@ static double reload_us(const sched *s, sched_pool p, double bytes)
     return ((double)t->queued_in + bytes) / t->in_bps * 1e6 + t->lat_us;
 }
 
-/* The demotion test's inputs from the cost model as it stands: the measured prefill rate,
- * and per tier one block's copy each way at the measured bandwidth of that direction
- * (sc_observe_transfer learns both from the copies that completed) plus the latency.
- * Without the transfers queued now, unlike reload_us: the demotion's copy only adds its own
- * bytes to what the link (and the step that waits for the plan's copies) does anyway, and
- * the reload it may save comes later, behind whatever is queued then — admission weighs that
- * queue when it chooses.  Charged today's queue, each of a burst of demotions paid for all
- * those before it, and a step's reloads in flight made every block look not worth keeping:
- * ringlm-sim shared-prefix (n=120, seed 1) at 96 device + 1024 host blocks found 36.8% of
- * the prompt tokens cached with both queues charged, 67.5% without (69.6% under the old
- * test, reload < recompute × (1 + hits)). */
+/* The demotion test's inputs from the cost model as it stands (measured prefill rate and
+ * tier bandwidths). */
 static void cache_costs(sched *s)
 {
     sched_prefix_costs c = {.recompute_us_per_block = sc_prefill_us(s, s->conf.block_size), .reuse_prior = 1};
-    for (int p = SCHED_POOL_HOST; p < SCHED_POOL__COUNT; p++) {
-        const tier_est *t = &s->tiers[p];
-        double b = block_bytes(s);
-        c.reload_us_per_block[p] = s->pools[p].total ? b / t->in_bps * 1e6 + t->lat_us : -1;
-        c.demote_us_per_block[p] = s->pools[p].total ? b / t->out_bps * 1e6 + t->lat_us : -1;
-    }
+    for (int p = SCHED_POOL_HOST; p < SCHED_POOL__COUNT; p++)
+        c.reload_us_per_block[p] = s->pools[p].total ? reload_us(s, (sched_pool)p, block_bytes(s)) : -1;
     sched_prefix_set_costs(s->px, &c);
 }
 
@@ -172,17 +154,16 @@ static void flush_moves(sched *s, req *r, uint64_t now)
             e.xfer = id;
             e.bytes = (uint64_t)n * bs * s->conf.kv_bytes_per_token;
             e.mode = SCHED_PREEMPT_SWAP;
-            e.swap_cost_us = s->px_mv_rl[to];   /* the demotion test's sides */
+            e.swap_cost_us = reload_us(s, to, block_bytes(s));
             e.recompute_cost_us = sc_prefill_us(s, bs);
-            e.expected_reuse = s->px_mv_reuse[to];
-            e.demote_cost_us = s->px_mv_copy[to];
+            e.expected_reuse = s->px_mv_reuse;
             e.predicted_us = pred;
             emit(s, &e);
         }
         i = j;
     }
     s->px_n_mv = 0;
-    for (int p = 0; p < SCHED_POOL__COUNT; p++) s->px_mv_reuse[p] = s->px_mv_copy[p] = s->px_mv_rl[p] = 0;
+    s->px_mv_reuse = 0;
     for (int p = 0; p < SCHED_POOL__COUNT; p++) {
         if (s->px_drop[p] && s->sink) {
             sched_event e = ev_of(s, SCHED_EV_CACHE_EVICT, r, now);
@@ -192,11 +173,10 @@ static void flush_moves(sched *s, req *r, uint64_t now)
             e.swap_cost_us = s->px_drop_rl[p];
             e.recompute_cost_us = s->px_drop_rc[p];
             e.expected_reuse = s->px_drop_reuse[p];
-            e.demote_cost_us = s->px_drop_copy[p];
             emit(s, &e);
         }
         s->px_drop[p] = 0;
-        s->px_drop_rl[p] = s->px_drop_rc[p] = s->px_drop_reuse[p] = s->px_drop_copy[p] = 0;
+        s->px_drop_rl[p] = s->px_drop_rc[p] = s->px_drop_reuse[p] = 0;
     }
 }
 

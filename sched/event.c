@@ -272,8 +272,7 @@ size_t sched_event_json(const sched_event *ev, char *buf, size_t len)
             /* why not kept in a colder pool: the demotion test's two sides */
             jd(&b, "reload_cost_us", ev->swap_cost_us);
             jd(&b, "recompute_cost_us", ev->recompute_cost_us);
-            if (ev->swap_cost_us >= 0) jd(&b, "demote_cost_us", ev->demote_cost_us);
-            jfmt(&b, ",\"expected_reuse\":%.2f", ev->expected_reuse);
+            jfmt(&b, ",\"expected_reuse\":%.1f", ev->expected_reuse);
         }
         break;
     case SCHED_EV_CACHE_DEMOTE:
@@ -296,10 +295,7 @@ size_t sched_event_json(const sched_event *ev, char *buf, size_t len)
                 jstr(&b, "choice", ev->mode == SCHED_PREEMPT_SWAP ? "reload" : "recompute");
             jd(&b, "reload_cost_us", ev->swap_cost_us);
             jd(&b, "recompute_cost_us", ev->recompute_cost_us);
-            if (ev->kind == SCHED_EV_CACHE_DEMOTE) {
-                jd(&b, "demote_cost_us", ev->demote_cost_us);
-                jfmt(&b, ",\"expected_reuse\":%.2f", ev->expected_reuse);
-            }
+            if (ev->kind == SCHED_EV_CACHE_DEMOTE) jfmt(&b, ",\"expected_reuse\":%.1f", ev->expected_reuse);
         }
         break;
     case SCHED_EV_RELEASE:

@@ -241,9 +241,7 @@ struct sched {
     uint32_t         px_n_mv, px_cap_mv;
     uint32_t         px_drop[SCHED_POOL__COUNT];
     double           px_drop_rl[SCHED_POOL__COUNT], px_drop_rc[SCHED_POOL__COUNT], px_drop_reuse[SCHED_POOL__COUNT];
-    double           px_drop_copy[SCHED_POOL__COUNT];   /* by the pool dropped from */
-    double           px_mv_reuse[SCHED_POOL__COUNT], px_mv_copy[SCHED_POOL__COUNT],
-                     px_mv_rl[SCHED_POOL__COUNT];   /* by destination */
+    double           px_mv_reuse;
     /* prefix_order = longest_prefix (order.c; NULL/0 unless a class uses it and the cache is
      * on): order heaps [class * n_tenants + tenant], the waiter table, lookup scratch */
     heap            *pwait;

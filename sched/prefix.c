@@ -97,11 +97,6 @@ struct sched_prefix {
     uint32_t     cached[SCHED_POOL__COUNT];
     uint64_t     evicted[SCHED_PREFIX_EVICT__COUNT];
     uint64_t     demoted[SCHED_POOL__COUNT];
-    uint64_t     found[SCHED_POOL__COUNT];
-    /* the demotion test's learned rate per colder pool and class of hits (prefix.h): of
-     * the stays there that ended, the decayed counts of those found and of all */
-    double       reuse_found[SCHED_POOL__COUNT][SCHED_PREFIX_REUSE_CLASSES];
-    double       reuse_ended[SCHED_POOL__COUNT][SCHED_PREFIX_REUSE_CLASSES];
 };
 
 #define N(i) (ix->n[(i)])
@@ -281,8 +276,6 @@ static sched_prefix_eviction ev_of(const sched_prefix *ix, uint32_t i, sched_pre
                                 .from = (sched_pool)N(i).pool, .from_block = N(i).block};
 }
 
-static void reuse_stay_ended(sched_prefix *ix, uint32_t i, bool found);
-
 /* Put node i at (pool, block), keeping the per-pool counts and maps. */
 static void place(sched_prefix *ix, uint32_t i, sched_pool pool, uint32_t block)
 {
@@ -299,11 +292,6 @@ static void place(sched_prefix *ix, uint32_t i, sched_pool pool, uint32_t block)
 /* Remove a childless, unheld node from everything and report it. */
 static void drop_node(sched_prefix *ix, uint32_t i, sched_prefix_eviction *ev)
 {
-    /* a stay in a colder pool ended unused — the demotion test learns from the pool's own
-     * choices only: a block orphaned by its parent's drop says nothing of the pool (counted,
-     * a run of refusals would orphan more and refuse more), nor do a clear or a failed copy */
-    if (ev->reason == SCHED_PREFIX_EVICT_DEMAND || ev->reason == SCHED_PREFIX_EVICT_TENANT_CAP)
-        reuse_stay_ended(ix, i, false);
     pnode *x = &N(i);
     if (!x->refs) unheld_unlink(ix, i);
     uint32_t *pp = &ix->bucket[bucket_of(ix, x->key)];
@@ -359,72 +347,21 @@ static int colder_pool(const sched_prefix *ix, sched_pool pool)
     return -1;
 }
 
-/* The demotion test's learning (prefix.h): the evidence of each colder pool. */
-#define REUSE_PRIOR_BLOCKS 8.0                /* the prior weighs as much as 8 stays */
-#define REUSE_KEEP         (1.0 - 1.0 / 256)  /* per stay that ended */
-#define REUSE_FADE_KEEP    (1.0 - 1.0 / 4096) /* per demotion the test refused */
-
-/* A block's class of hits: 0, 1, 2-3, 4 or more acquisitions by other requesters. */
-static int reuse_class(uint32_t hits)
-{
-    return hits < 2 ? (int)hits : hits < 4 ? 2 : 3;
-}
-
-static double reuse_rate(const sched_prefix *ix, int p, int c)
-{
-    return (ix->reuse_found[p][c] + REUSE_PRIOR_BLOCKS * ix->costs.reuse_prior) /
-           (ix->reuse_ended[p][c] + REUSE_PRIOR_BLOCKS);
-}
-
-static void reuse_fade(sched_prefix *ix, int p, int c)
-{
-    ix->reuse_found[p][c] *= REUSE_FADE_KEEP;
-    ix->reuse_ended[p][c] *= REUSE_FADE_KEEP;
-}
-
-/* Node i's stay in its colder pool ends: found there (acquired, to be reloaded) or not
- * (dropped, or replaced by a copy computed again).  A stay on disk is the end of one on the
- * host too when there is a host: blocks reach the disk through it. */
-static void reuse_stay_ended(sched_prefix *ix, uint32_t i, bool found)
-{
-    int pool = N(i).pool;
-    if (pool == SCHED_POOL_DEVICE) return;
-    int c = reuse_class(N(i).hits);   /* as it was when demoted: a find ends the stay first */
-    if (found) ix->found[pool]++;
-    for (int p = SCHED_POOL_HOST; p <= pool; p++) {
-        if (!ix->pool_blocks[p]) continue;
-        ix->reuse_found[p][c] = ix->reuse_found[p][c] * REUSE_KEEP + (found ? 1.0 : 0.0);
-        ix->reuse_ended[p][c] = ix->reuse_ended[p][c] * REUSE_KEEP + 1.0;
-    }
-}
-
 /* Evict one block of `pool` (demand): demote it when a colder pool exists, has room (a free
- * block, or an unheld block it can evict in turn) and demote_copy + p × reload < p ×
- * recompute (prefix.h); otherwise drop it with what hangs below it.  false when the LRU is
- * empty. */
+ * block, or an unheld block it can evict in turn) and reload beats recompute × expected
+ * reuse; otherwise drop it with what hangs below it.  false when the LRU is empty. */
 static bool evict_one(sched_prefix *ix, sched_pool pool)
 {
     uint32_t v = pick_victim(ix, pool);
     if (v == NONE) return false;
     sched_prefix_eviction ev = ev_of(ix, v, SCHED_PREFIX_EVICT_DEMAND);
-    int cls = reuse_class(N(v).hits);
     ev.recompute_cost_us = ix->costs.recompute_us_per_block;
-    ev.expected_reuse = ix->costs.reuse_prior;
+    ev.expected_reuse = ix->costs.reuse_prior + N(v).hits;
     ev.reload_cost_us = -1;
     int to = colder_pool(ix, pool);
     if (to >= 0) {
-        /* dropped, it would take its children kept in colder pools with it (no lookup
-         * reaches them without it): its demotion carries their reuse as well as its own */
-        uint32_t below = 0;
-        for (int q = (int)pool + 1; q < SCHED_POOL__COUNT; q++) below += N(v).kids[q];
-        double p = reuse_rate(ix, to, cls) * (1.0 + below);
-        ev.expected_reuse = p;
         ev.reload_cost_us = ix->costs.reload_us_per_block[to];
-        ev.demote_cost_us = ix->costs.demote_us_per_block[to];
-        bool pays = ev.reload_cost_us >= 0 &&
-                    ev.demote_cost_us + p * ev.reload_cost_us < p * ev.recompute_cost_us;
-        if (!pays) reuse_fade(ix, to, cls);
-        if (pays) {
+        if (ev.reload_cost_us < ev.recompute_cost_us * ev.expected_reuse) {
             uint32_t gen = N(v).gen, b;
             bool ok = ix->ops.take_block(ix->ops.ctx, (sched_pool)to, &b);
             if (!ok && ix->lru[to].n && evict_one(ix, (sched_pool)to))
@@ -506,10 +443,7 @@ int sched_prefix_acquire(sched_prefix *ix, const uint32_t *nodes, uint32_t n, ui
             sched__set_error("sched_prefix_acquire: node %u (entry %u) is not cached", nodes[k], k);
             return -EINVAL;
         }
-    for (uint32_t k = 0; k < n; k++) {
-        reuse_stay_ended(ix, nodes[k], true);   /* found in a colder pool: its demotion paid */
-        hold(ix, nodes[k], requester);
-    }
+    for (uint32_t k = 0; k < n; k++) hold(ix, nodes[k], requester);
     return 0;
 }
 
@@ -571,7 +505,6 @@ int sched_prefix_insert(sched_prefix *ix, uint32_t parent, uint64_t salt, sched_
         return -EBUSY;
     }
     if (i != NONE) {   /* a colder copy: this one replaces it */
-        reuse_stay_ended(ix, i, false);   /* computed again: the copy served nothing */
         hold(ix, i, requester);
         sched_prefix_eviction ev = ev_of(ix, i, SCHED_PREFIX_EVICT_MOVED);
         place(ix, i, pool, block);
@@ -678,9 +611,6 @@ void sched_prefix_get_stats(const sched_prefix *ix, sched_prefix_stats *out)
         out->cached[p] = ix->cached[p];
         out->unheld[p] = ix->lru[p].n;
         out->demoted[p] = ix->demoted[p];
-        out->found[p] = ix->found[p];
-        for (int c = 0; c < SCHED_PREFIX_REUSE_CLASSES; c++)
-            out->reuse_rate[p][c] = p == SCHED_POOL_DEVICE ? 0 : reuse_rate(ix, p, c);
     }
     memcpy(out->evicted, ix->evicted, sizeof out->evicted);
 }

@@ -21,37 +21,14 @@
  *   release     a holder ended (finished, cancelled, preempted by recompute): refs − 1;
  *               at 0 the block joins its pool's LRU, charged to the tenant that inserted it
  *   evict       free-block demand in a pool takes the LRU's oldest leaf: demoted to the next
- *               colder pool (device → host → disk) when that pool has room and the expected
- *               benefit beats the copy (the demotion test below), else dropped (with
- *               anything cached below it, which no lookup could reach any more)
+ *               colder pool (device → host → disk) when that pool has room and
+ *               reload_cost < recompute_cost × expected_reuse, else dropped (with anything
+ *               cached below it, which no lookup could reach any more)
  *   loading     a holder reloads the block into a hotter pool (its copy reads the block
  *               where it is): nobody may move it meanwhile — an insert of the same block
  *               from another sequence leaves it (-EAGAIN) — and the holder moves it when
  *               the copy completed
  *   move        a reload (or a recompute of a colder copy) put the block in a hotter pool
- *
- * The demotion test.  A block leaving pool P for the colder pool T is demoted when
- *     demote_copy + p × reload < p × recompute
- * (costs per block, sched_prefix_costs: demote_copy the copy into T at T's write bandwidth,
- * reload T → device, recompute its prefill), else dropped — so with reload ≥ recompute
- * nothing is demoted (admission would recompute it anyway), and a copy can cost more than a
- * block's reuse saves.  p, the reuses expected of it, is learned from what T's demoted blocks
- * actually gave:
- *     p = rate(T, c) × (1 + children it has in colder pools)
- *     rate(T, c) = (found(T, c) + 8 × reuse_prior) / (ended(T, c) + 8)
- * over the stays in T that ended, of blocks of the same class c of hits (acquired by other
- * requesters 0, 1, 2-3, 4+ times: a block's own popularity): found counts those that ended
- * in a find (the block acquired there, to be reloaded), ended all of them (found; dropped
- * by T's own eviction or a tenant cap; replaced by a copy computed again).  A stay under way
- * counts in neither, so the wait before a reuse biases nothing, and a block orphaned by its
- * parent's drop is no evidence about T.  A stay on disk is one on the host too when there is
- * a host (blocks reach the disk through it).  Both counts decay by 1/256 per stay ended, so
- * the rate follows the traffic; the prior, 8 stays at reuse_prior, lets a fresh tier start
- * demoting.  A block's children already in colder pools count with it: dropped, it would
- * take them along.  So a tier whose blocks are not found stops receiving them once
- * rate × (recompute − reload) no longer pays the copy; a refused demotion fades the
- * evidence of its (T, c) by 1/4096 toward the prior, so such a tier is tried again now and
- * then.  O(1) per decision and per find.
  *
  * Invariants (sched_prefix_check verifies each):
  *   - a holder holds a whole chain, root first: refs(parent) >= refs(child);
@@ -79,7 +56,6 @@ extern "C" {
 #endif
 
 #define SCHED_PREFIX_NONE UINT32_MAX   /* no node (the parent of a prompt's first block) */
-#define SCHED_PREFIX_REUSE_CLASSES 4   /* blocks hit 0, 1, 2-3, 4+ times (the demotion test) */
 
 /* ---- keys -------------------------------------------------------------------------------- */
 
@@ -104,16 +80,13 @@ uint32_t sched_prefix_keys(uint64_t salt, const int32_t *tokens, uint32_t n_toke
 
 /* Why a block left its pool: sched_prefix_evict_reason (sched.h, with its names). */
 
-/* The demotion test's inputs (see the header comment), in microseconds per block. */
+/* The demotion test's inputs, in microseconds per block.  expected reuse of a block =
+ * reuse_prior + the number of times another sequence acquired it. */
 typedef struct sched_prefix_costs {
     double recompute_us_per_block;                  /* prefill of block_size tokens */
     double reload_us_per_block[SCHED_POOL__COUNT];  /* [HOST], [DISK]: tier → device, incl. its
                                                        share of latency and queued transfers */
-    double demote_us_per_block[SCHED_POOL__COUNT];  /* [HOST], [DISK]: the copy into the tier
-                                                       (device → host, host → disk) at the tier's
-                                                       write bandwidth, latency and queue incl. */
-    double reuse_prior;   /* reuses per stay a tier (and class of hits) with no history is
-                             credited with */
+    double reuse_prior;
 } sched_prefix_costs;
 
 /* One block leaving a pool.  On `demoted` the owner copies from_block (pool from) into
@@ -131,9 +104,8 @@ typedef struct sched_prefix_eviction {
     sched_pool                to;               /* valid when demoted (or reason MOVED) */
     uint32_t                  to_block;
     /* the demotion test for demand evictions (zero otherwise): reload_cost_us -1 when no
-     * colder pool exists (or it had no room), demote_cost_us the copy into it,
-     * expected_reuse the block's p */
-    double                    reload_cost_us, recompute_cost_us, expected_reuse, demote_cost_us;
+     * colder pool exists */
+    double                    reload_cost_us, recompute_cost_us, expected_reuse;
 } sched_prefix_eviction;
 
 typedef struct sched_prefix_ops {
@@ -178,9 +150,7 @@ uint32_t sched_prefix_lookup(const sched_prefix *ix, uint64_t salt, const sched_
 
 /* Take one reference on each of nodes[0..n) (a chain, root first), so none is evicted while
  * the caller uses it.  A node acquired by a requester other than its inserter counts a hit
- * toward its expected reuse; a node acquired in the host or disk pool (to be reloaded)
- * counts as found there, for the demotion test's rate.  -EINVAL for a bad node (nothing
- * acquired). */
+ * toward its expected reuse.  -EINVAL for a bad node (nothing acquired). */
 int sched_prefix_acquire(sched_prefix *ix, const uint32_t *nodes, uint32_t n, uint64_t requester);
 
 /* Drop one reference on each of nodes[0..n) (the chain the caller holds, root first; they
@@ -250,10 +220,6 @@ typedef struct sched_prefix_stats {
     uint32_t unheld[SCHED_POOL__COUNT];    /* of those, in the LRU (evictable) */
     uint64_t evicted[SCHED_PREFIX_EVICT__COUNT];   /* blocks that left a pool, by reason */
     uint64_t demoted[SCHED_POOL__COUNT];   /* demotions into each pool */
-    uint64_t found[SCHED_POOL__COUNT];     /* blocks acquired in each pool (host, disk: reused
-                                              from there) */
-    double   reuse_rate[SCHED_POOL__COUNT][SCHED_PREFIX_REUSE_CLASSES];   /* [HOST], [DISK]: the
-                                              demotion test's rate(T, class of hits) */
 } sched_prefix_stats;
 
 void sched_prefix_get_stats(const sched_prefix *ix, sched_prefix_stats *out);

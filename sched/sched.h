@@ -410,14 +410,12 @@ typedef enum sched_event_kind {
                              the demotion test that dropped them instead of keeping them in a
                              colder pool: swap_cost_us = reload cost per block (-1: no colder
                              pool, or it had no room), recompute_cost_us per block,
-                             demote_cost_us (the copy into the colder pool, per block),
                              expected_reuse (the largest of the dropped blocks') */
     SCHED_EV_CACHE_DEMOTE,/* cached blocks no sequence held moved to a colder pool (device →
-                             host → disk) because demote_cost + expected_reuse × reload_cost
-                             < expected_reuse × recompute_cost (sched/prefix.h): blocks, pool
-                             (from), to_pool, xfer, bytes, swap_cost_us (reload per block),
-                             recompute_cost_us (per block), demote_cost_us (the copy, per
-                             block), expected_reuse (the smallest of the demoted blocks').  Again with
+                             host → disk) because reload_cost < recompute_cost × expected
+                             reuse: blocks, pool (from), to_pool, xfer, bytes, swap_cost_us
+                             (reload per block), recompute_cost_us (per block),
+                             expected_reuse (the smallest of the demoted blocks').  Again with
                              reason "done"|"failed" when the copy completed: predicted_us
                              (the transfer's estimate), realised_us (measured) */
     SCHED_EV_CACHE_RELOAD,/* at admission, a run of the request's cached prefix on host or
@@ -486,8 +484,6 @@ typedef struct sched_event {
     uint32_t         pool_tokens[SCHED_POOL__COUNT];
     sched_pool       to_pool;
     double           expected_reuse;
-    double           demote_cost_us;    /* CACHE_EVICT (demand) / CACHE_DEMOTE: the copy into
-                                           the colder pool, per block */
 } sched_event;
 
 typedef void (*sched_event_fn)(void *ctx, const sched_event *ev);

@@ -520,12 +520,10 @@ static double ttft_us(const sim_rec *x) { return (double)(x->first_token_us - x-
  * seed gives the same run. */
 Test(sim_prefix, tier_reloads_are_charged_to_the_requests_that_wait_for_them)
 {
-    /* a block's copy costs the same each way; a tier is worth demoting into while a copy
-     * down and one back cost less than recomputing it (640 µs) */
     sim_service fast, slow_host, slow_disk;
-    tier_service(&fast, 2e8, 8e7);        /* a block: host 92 µs, disk 285 µs each way */
-    tier_service(&slow_host, 1e8, 8e7);   /* host 174 µs: 2 x 174 still below 640 µs */
-    tier_service(&slow_disk, 2e8, 5e5);   /* disk 33 ms a block: recomputing wins */
+    tier_service(&fast, 1e8, 4e7);        /* a block: host 174 µs, disk 490 µs to reload */
+    tier_service(&slow_host, 5e7, 4e7);   /* host 338 µs: still cheaper than 640 µs */
+    tier_service(&slow_disk, 1e8, 5e5);   /* disk 33 ms a block: recomputing wins */
     sim_trace t;
     tier_trace(&fast, &t);
     sched_policy *p = policy("");
