@@ -608,6 +608,16 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
                 x->first_sched_us = now;
                 sched_req_info ri;   /* its cached prefix, for the request log */
                 if (o->prefix_cache && sched_get_request(e.s, en->req, &ri) == 0) x->cached_tokens = ri.cached_tokens;
+                /* and the cost model it was admitted with, as ringlmd logs it (sched_cost) */
+                if (run->n_costs == run->cap_costs) {
+                    size_t cap = run->cap_costs ? run->cap_costs * 2 : 256;
+                    sched_cost_state *c = realloc(run->costs, cap * sizeof *c);
+                    if (!c) { rc = -ENOMEM; goto out; }
+                    run->costs = c;
+                    run->cap_costs = cap;
+                }
+                sched_get_cost_state(e.s, &run->costs[run->n_costs++]);
+                x->cost_idx = (uint32_t)run->n_costs;
             }
             if (now - x->last_progress_us > x->max_starve_us) x->max_starve_us = now - x->last_progress_us;
             x->last_progress_us = end;
@@ -693,6 +703,7 @@ out:
 
 void sim_run_free(sim_run *r)
 {
+    free(r->costs);
     free(r->recs);
     free(r->final_rec);
     free(r->ts);

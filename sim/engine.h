@@ -86,6 +86,8 @@ typedef struct sim_run {
     char     mode[32];
     sched_counts final_counts;
     char     warnings[1024];
+    sched_cost_state *costs;          /* sim_rec.cost_idx */
+    size_t   n_costs, cap_costs;
 } sim_run;
 
 /* Replay t through a scheduler created from o->policy. out is filled (free with

@@ -858,8 +858,12 @@ static void recorded_tier_trace(sim_trace *t, double host_bps, int64_t cached_3)
     cr_assert_eq(t->n_costs, 3, "the cost records were not read");
 }
 
-/* The replay's request 3: its cached tokens, and how long after its arrival its first token came. */
-static void replay_recorded(const sim_trace *t, const sim_service *svc, bool recorded, int64_t *cached, int64_t *ttft_us)
+/* The replay's request 3: its cached tokens, and how long after its arrival its first token came.
+ * With the recorded costs, the replay's own request log gives each request the cost model it
+ * was admitted with — the recorded one, host_bps its host link — so a replay of the replay
+ * decides the same way. */
+static void replay_recorded(const sim_trace *t, const sim_service *svc, bool recorded, int64_t *cached, int64_t *ttft_us,
+                            double host_bps)
 {
     sched_policy *p = policy("");
     sim_options o;
@@ -876,6 +880,27 @@ static void replay_recorded(const sim_trace *t, const sim_service *svc, bool rec
     *cached = x->cached_tokens;
     *ttft_us = x->first_token_us - t->reqs[2].arrival_us;
     cr_assert_eq(r.final_counts.prefix_hit_tokens, (uint64_t)*cached, "only request 3 can find anything cached");
+    if (recorded) {
+        FILE *f = tmpfile();
+        cr_assert_not_null(f);
+        cr_assert_eq(sim_report_request_log(f, &r), 0, "%s", sim_err());
+        rewind(f);
+        static char line[8192];
+        int n = 0;
+        while (fgets(line, sizeof line, f)) {
+            static fmt_request_text text;
+            fmt_request q;
+            char why[160];
+            cr_assert_eq(fmt_request_parse(line, strlen(line) - 1, &q, &text, why, sizeof why), 0, "%s: %s", why, line);
+            cr_assert_not_null(q.sched_cost, "no sched_cost: %s", line);
+            cr_expect_eq(q.sched_cost->host.in_bytes_per_s, host_bps, "%s", line);
+            cr_expect(q.sched_cost->host.in_measured, "%s", line);
+            cr_expect_eq(q.sched_cost->prefill_token_us, 40, "%s", line);
+            n++;
+        }
+        fclose(f);
+        cr_assert_eq(n, 3);
+    }
     sim_run_free(&r);
     sched_policy_free(p);
 }
@@ -897,21 +922,21 @@ Test(sim_prefix, a_replay_decides_and_copies_with_the_recorded_costs)
     int64_t cached, ttft;
 
     recorded_tier_trace(&t, 1e3, 0);
-    replay_recorded(&t, &fast, true, &cached, &ttft);
+    replay_recorded(&t, &fast, true, &cached, &ttft, 1e3);
     cr_expect_eq(cached, 0, "the recorded run dropped request 1's blocks; the replay found %lld tokens cached",
                  (long long)cached);
-    replay_recorded(&t, &fast, false, &cached, &ttft);
+    replay_recorded(&t, &fast, false, &cached, &ttft, 0);
     cr_expect_eq(cached, 64, "with its own costs the simulator reloads request 1's 4 blocks (found %lld tokens)",
                  (long long)cached);
     sim_trace_free(&t);
 
     recorded_tier_trace(&t, 1e9, 64);
-    replay_recorded(&t, &slow, true, &cached, &ttft);
+    replay_recorded(&t, &slow, true, &cached, &ttft, 1e9);
     cr_expect_eq(cached, 64, "the recorded run reloaded request 1's 4 blocks; the replay found %lld tokens cached",
                  (long long)cached);
     cr_expect_lt(ttft, 100000, "request 3's first token %lld µs after its arrival: its reload took the simulator's "
                  "link time, not the recorded run's", (long long)ttft);
-    replay_recorded(&t, &slow, false, &cached, &ttft);
+    replay_recorded(&t, &slow, false, &cached, &ttft, 0);
     cr_expect_eq(cached, 0, "with its own 1 kB/s link the simulator drops request 1's blocks (found %lld tokens)",
                  (long long)cached);
     sim_trace_free(&t);
