@@ -64,6 +64,15 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
         s->cs[i].headroom = HEADROOM_MAX;
         s->cs[i].swapped.which = POS_Q;
     }
+    /* the longest_prefix order follows waiting requests by key alone (order.c): under a key
+     * that names no block it counts any block inserted as every waiter's next one */
+    for (int i = 0; i < s->n_classes; i++)
+        if (cfg->prefix_cache && cfg->prefix_key != SCHED_PREFIX_KEY_XXH3 &&
+            s->cls[i]->prefix_order == SCHED_PREFIX_ORDER_LONGEST) {
+            sched_destroy(s);
+            return bad_config("prefix_key", "must be xxh3 with a class whose prefix_order is longest_prefix "
+                                            "(that order tracks waiting requests by key alone)");
+        }
     for (int i = 0; i < s->n_tenants; i++) {
         s->ten[i] = sched_policy_tenant(s->policy, i);
         s->ts[i].bucket = s->ten[i]->token_rate_per_s;

@@ -179,8 +179,9 @@ typedef enum sched_prefix_order {
  * insert then meets every cached block in one hash chain, and only the stored token ids,
  * salt and parent tell them apart.  It exists so tests can show, through the whole daemon
  * (ringlmd --prefix-key=constant), that a collision costs a miss and never reuses a wrong
- * block; lookups cost O(cached blocks) under it, and the longest_prefix order (which tracks
- * waiters by key only) misorders freely.  Never a production setting. */
+ * block; lookups cost O(cached blocks) under it, and sched_create refuses it beside a class
+ * whose prefix_order is longest_prefix (that order tracks waiters by key alone).  Never a
+ * production setting. */
 typedef enum sched_prefix_key_fn {
     SCHED_PREFIX_KEY_XXH3 = 0,          /* "xxh3": XXH3-128 of (parent key, salt, tokens) */
     SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS,/* "constant": every block {1, 1} (diagnostic) */

@@ -300,6 +300,34 @@ Test(sched_order_policy, bad_values_are_refused_with_the_line_and_the_reason)
     refused("[scheduler]\nprefix_order = longest_prefix\n", 2, "unknown key \"prefix_order\" in [scheduler]");
 }
 
+/* The constant block key (a diagnostic, sched_prefix_key_fn) names no block: the order, which
+ * follows waiting requests by key alone, would count any block inserted as every waiter's next
+ * one (its invariant check failed in 4 of these tests under it) — the scheduler refuses the
+ * pair at create, and takes the constant key with fcfs classes. */
+Test(sched_order_policy, the_constant_key_is_refused_beside_a_longest_prefix_class)
+{
+    sched_policy *p;
+    sched_policy_error err;
+    cr_assert_eq(sched_policy_parse("[scheduler]\n[class c]\nprefix_order = longest_prefix\n", &p, &err), 0,
+                 "line %d: %s", err.line, err.reason);
+    sched_config c = {.kv_blocks_device = 16, .block_size = 4, .kv_bytes_per_token = 64, .max_context = 512,
+                      .step.prefill_token_us = 1, .prefix_cache = true, .prefix_key = SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS};
+    sched *s = NULL;
+    cr_assert_eq(sched_create(p, &c, NULL, NULL, 1, &s), -EINVAL);
+    cr_assert_null(s);
+    cr_assert(strstr(sched_last_error(), "prefix_key") && strstr(sched_last_error(), "longest_prefix"), "%s",
+              sched_last_error());
+    c.prefix_key = SCHED_PREFIX_KEY_XXH3;
+    cr_assert_eq(sched_create(p, &c, NULL, NULL, 1, &s), 0, "%s", sched_last_error());
+    sched_destroy(s);
+    sched_policy_free(p);
+    cr_assert_eq(sched_policy_parse("[scheduler]\n[class c]\nprefix_order = fcfs\n", &p, &err), 0);
+    c.prefix_key = SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS;
+    cr_assert_eq(sched_create(p, &c, NULL, NULL, 1, &s), 0, "%s", sched_last_error());
+    sched_destroy(s);
+    sched_policy_free(p);
+}
+
 Test(sched_order_policy, defaults_canonical_form_and_round_trip)
 {
     sched_policy *p = parsed("[class a]\nprefix_order = longest_prefix\n[class b]\nmax_queue_wait = 600ms\n"
