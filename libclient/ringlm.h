@@ -143,6 +143,9 @@ typedef struct ringlm_event {
  *   -EPERM                   the daemon refused this uid
  *   -ESHUTDOWN               the daemon is draining
  *   -ETIMEDOUT               no answer to the handshake within 5 s
+ *   -EPIPE / -ECONNRESET     the daemon exited (a drain ending, a kill) during the handshake:
+ *                            it closed the accepted connection before the hello was sent
+ *                            (EPIPE) or before it answered (ECONNRESET)
  *   -ENOMEM, -EMFILE, other  local resources
  */
 int ringlm_connect(const char *socket_path, ringlm_client **out);
