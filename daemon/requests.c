@@ -169,7 +169,12 @@ static void req_log_and_free(svc *s, svc_req *r)
          * prompt's (they continue its chain).  The answer's blocks only as far as their
          * KV was computed — what the cache can have kept: a token's KV is computed when it is
          * fed back to sample the next, so the last token delivered has its KV only when a
-         * stop token (sampled, not delivered) came after it */
+         * stop token (sampled, not delivered) came after it.  Always XXH3, whatever
+         * --prefix-key keyed the cache with: a key here names a block's content (its whole
+         * prefix), and under the constant key the cache still shared exactly the blocks
+         * whose tokens were equal — the sharing XXH3 keys describe.  The constant keys
+         * themselves would tell a replay (which makes tokens from keys) that every block
+         * of every prompt is the same */
         uint64_t ids[REQLOG_HASH_IDS];
         uint32_t bs = (uint32_t)eng_kv_block_size(s->engine), n_seq = r->n_prompt + r->n_gen;
         if (r->n_gen && r->fin_reason != RINGLM_WIRE_R_STOP) n_seq--;
