@@ -836,6 +836,30 @@ void sched_get_counts(const sched *s, sched_counts *out);
 int sched_get_tier_cost(const sched *s, sched_pool pool, sched_tier_cost *out,
                         bool *measured_out, bool *measured_in);
 
+/* Where the cost model stands: the step model it predicts from, the measured correction of
+ * it, and each tier's transfer estimate.  Every cost decision weighs these (demote or drop,
+ * reload or recompute, swap or recompute, the predicted wait).  A replay of a daemon's run
+ * (ringlm-sim --trace of its request log) sets what the daemon recorded at each admission,
+ * so it decides with the costs the daemon measured instead of its own model's. */
+typedef struct sched_cost_state {
+    sched_step_model step;
+    double           correction;                /* measured / modelled step time (EWMA) */
+    sched_tier_cost  tier[SCHED_POOL__COUNT];   /* [HOST], [DISK] (all 0: no such tier);
+                                                   [DEVICE] unused, 0 */
+    bool             out_measured[SCHED_POOL__COUNT], in_measured[SCHED_POOL__COUNT];
+                                                /* a copy in that direction completed: the
+                                                   bandwidth is measured, not the guess */
+} sched_cost_state;
+
+void sched_get_cost_state(const sched *s, sched_cost_state *out);
+
+/* Replaces the cost model's state; what it learns later refines the values set (a bandwidth
+ * set as measured averages a later measurement in, a guess is replaced by it).  A tier given as all
+ * 0, or one this scheduler lacks, is left as it is.  -EINVAL (the field named in
+ * sched_last_error) for a step model sched_create would refuse, a correction not finite and
+ * > 0, or a tier's bandwidths not > 0 or its latency < 0; nothing is changed then. */
+int sched_set_cost_state(sched *s, const sched_cost_state *in);
+
 /* Per tenant and per class accounting (same struct; virtual_tokens only for tenants). */
 typedef struct sched_group_stats {
     uint64_t queued_requests, queued_tokens;      /* now */
