@@ -84,7 +84,12 @@ static void usage(FILE *f)
 		"  --quiet                  fewer start-up lines\n"
 		"  --check-config           validate, print the canonical policy and its hash, exit\n"
 		"  --version                print the version (with --model: model and policy hash) and exit\n"
-		"  --help\n");
+		"  --help\n"
+		"diagnostics (tests; never for serving):\n"
+		"  --prefix-key xxh3|constant  how cached KV blocks are keyed (default xxh3). constant:\n"
+		"                           every block gets one key, so only the stored token compare\n"
+		"                           tells blocks apart (shows a collision never reuses a wrong\n"
+		"                           block; lookups O(cached blocks); logged as a warning)\n");
 }
 
 static int parse_uint(const char *opt, const char *v, unsigned long max, unsigned long *out)
@@ -242,7 +247,7 @@ int main(int argc, char **argv)
 	       O_MODEL, O_TOKENIZER, O_POLICY, O_BACKEND, O_THREADS, O_KVB, O_KVBS, O_HKVB, O_DKV,
 	       O_DKVB, O_MAXBT, O_DECLOG, O_REQLOG, O_ITLOG, O_METRICS, O_STATS, O_BPT, O_BPB, O_DRAIN,
 	       O_VERIFY, O_QUIET, O_CHECK, O_NICE, O_HALF, O_HALFU, O_CRATE, O_CBURST, O_SMODE, O_SGROUP, O_RECT,
-	       O_INVARIANTS, O_NOPREFIX, O_DKVBW };
+	       O_INVARIANTS, O_NOPREFIX, O_DKVBW, O_PREFIXKEY };
 	static const struct option opts[] = {
 		{ "socket", required_argument, 0, O_SOCKET },
 		{ "echo", no_argument, 0, O_ECHO },
@@ -286,6 +291,7 @@ int main(int argc, char **argv)
 		{ "verify-swaps", no_argument, 0, O_VERIFY },
 		{ "check-invariants", no_argument, 0, O_INVARIANTS },
 		{ "no-prefix-cache", no_argument, 0, O_NOPREFIX },
+		{ "prefix-key", required_argument, 0, O_PREFIXKEY },
 		{ "quiet", no_argument, 0, O_QUIET },
 		{ "check-config", no_argument, 0, O_CHECK },
 		{ 0, 0, 0, 0 },
@@ -455,6 +461,17 @@ int main(int argc, char **argv)
 		case O_VERIFY: sc.verify_swaps = true; break;
 		case O_INVARIANTS: sc.check_invariants = true; break;
 		case O_NOPREFIX: sc.no_prefix_cache = true; break;
+		case O_PREFIXKEY: {
+			int k = 0;
+			while (k < SCHED_PREFIX_KEY__COUNT && strcmp(optarg, sched_prefix_key_fn_name((sched_prefix_key_fn)k)))
+				k++;
+			if (k == SCHED_PREFIX_KEY__COUNT) {
+				fprintf(stderr, "ringlmd: --prefix-key '%s': expected xxh3 or constant\n", optarg);
+				return 2;
+			}
+			sc.prefix_key = (sched_prefix_key_fn)k;
+			break;
+		}
 		case O_QUIET: sc.quiet = true; break;
 		case O_CHECK: check_config = 1; break;
 		case O_NICE: {

@@ -160,6 +160,7 @@ static void req_log_and_free(svc *s, svc_req *r)
             .reject_reason = r->fin_reason == RINGLM_WIRE_R_REJECTED
                                  ? ringlm_wire_reason_name(r->fin_cause) : NULL,
             .cached_tokens = r->cached_tokens,
+            .sched_cost = r->has_sched_cost ? &r->sched_cost : NULL,
         };
         /* the block keys of the prompt and then of the answer (the blocks the prefix cache
          * keeps of both, in the request's cache domain): a replay (ringlm-sim --trace)
@@ -169,7 +170,12 @@ static void req_log_and_free(svc *s, svc_req *r)
          * prompt's (they continue its chain).  The answer's blocks only as far as their
          * KV was computed — what the cache can have kept: a token's KV is computed when it is
          * fed back to sample the next, so the last token delivered has its KV only when a
-         * stop token (sampled, not delivered) came after it */
+         * stop token (sampled, not delivered) came after it.  Always XXH3, whatever
+         * --prefix-key keyed the cache with: a key here names a block's content (its whole
+         * prefix), and under the constant key the cache still shared exactly the blocks
+         * whose tokens were equal — the sharing XXH3 keys describe.  The constant keys
+         * themselves would tell a replay (which makes tokens from keys) that every block
+         * of every prompt is the same */
         uint64_t ids[REQLOG_HASH_IDS];
         uint32_t bs = (uint32_t)eng_kv_block_size(s->engine), n_seq = r->n_prompt + r->n_gen;
         if (r->n_gen && r->fin_reason != RINGLM_WIRE_R_STOP) n_seq--;
@@ -442,6 +448,29 @@ void req_session_close(svc *s, dsess *ds)
 
 /* ---- scheduler events → logs, metrics, probes ------------------------------------------ */
 
+/* The cost model the scheduler started r with — the costs its cached prefix was reloaded
+ * or recomputed by, and the blocks evicted for it demoted or dropped by (this step's: the
+ * model changes only at a commit or a completed copy) — for the request log, so a replay
+ * decides as this run did rather than with its own model of the machine. */
+static void record_sched_cost(svc *s, svc_req *r, uint64_t t_us)
+{
+    if (!declog_has_requests(s->logs)) return;
+    sched_cost_state c;
+    sched_get_cost_state(s->sched, &c);
+    const sched_tier_cost *h = &c.tier[SCHED_POOL_HOST], *d = &c.tier[SCHED_POOL_DISK];
+    r->sched_cost = (fmt_sched_cost){
+        .at_us = (int64_t)t_us, .correction = c.correction,
+        .base_us = c.step.base_us, .prefill_token_us = c.step.prefill_token_us,
+        .decode_seq_us = c.step.decode_seq_us, .context_token_us = c.step.context_token_us,
+        .prefill_pair_us = c.step.prefill_pair_us,
+        .host = {h->out_bytes_per_s, h->in_bytes_per_s, h->latency_us, c.out_measured[SCHED_POOL_HOST],
+                 c.in_measured[SCHED_POOL_HOST]},
+        .disk = {d->out_bytes_per_s, d->in_bytes_per_s, d->latency_us, c.out_measured[SCHED_POOL_DISK],
+                 c.in_measured[SCHED_POOL_DISK]},
+    };
+    r->has_sched_cost = true;
+}
+
 /* The events explain decisions; they end nothing.  Requests end from sched_cancel's return
  * (req_cancel), the plan's `ended` (req_plan_ended) and the commit results
  * (req_commit_ended), so the daemon serves the same with or without an event sink. */
@@ -477,6 +506,7 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
     case SCHED_EV_SCHEDULE:
         if (ev->outcome == SCHED_OUTCOME_START)
             metrics_observe(s->mx, series, METRICS_H_QUEUE_WAIT, ev->wait_us);
+        if (r && !r->scheduled) record_sched_cost(s, r, ev->t_us);
         if (r) r->scheduled = true;
         break;
     case SCHED_EV_CACHE_HIT:

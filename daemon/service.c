@@ -366,6 +366,7 @@ int svc_create(const svc_config *cfg, svc **out)
                  .in_bytes_per_s = cfg->disk_kv_bw > 0 ? cfg->disk_kv_bw : 1e9, .latency_us = 100},
         .prefix_cache = !cfg->no_prefix_cache,
         .prefix_cache_generated = true,   /* exec_plan gives each sampled token's id */
+        .prefix_key = cfg->prefix_key,
     };
     sched_step_model_default(&sc.step);
     rc = sched_create(s->policy, &sc, req_on_sched_event, s, 1, &s->sched);
@@ -448,6 +449,12 @@ int svc_run(svc *s, const dloop_config *lc)
             goto out;
         }
     }
+    /* whatever --quiet says: an operator must not mistake this daemon for a serving one */
+    if (s->cfg.prefix_key != SCHED_PREFIX_KEY_XXH3 && !s->cfg.no_prefix_cache)
+        svc_log("warning: --prefix-key=%s: every cached KV block has the same key, so each "
+                "lookup compares the tokens of every cached block (a diagnostic for tests: "
+                "outputs and hits stay the same, lookups get slower)",
+                sched_prefix_key_fn_name(s->cfg.prefix_key));
     if (!s->cfg.quiet) {
         svc_log("model %s (%s), dim %d, %d layers, vocab %d, context %d", s->cfg.model,
                eng_model_hash(s->model), s->mcfg->dim, s->mcfg->n_layers, s->mcfg->vocab_size,

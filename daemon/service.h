@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "daemon/loop.h"
+#include "sched/sched.h"
 
 typedef struct svc_config {
     const char *model;            /* path or synthetic:PRESET:SEED (required) */
@@ -62,6 +63,8 @@ typedef struct svc_config {
     bool quiet;                   /* fewer start-up lines on stderr */
     bool verify_swaps;            /* checksum blocks at swap-out, compare at swap-in (tests) */
     bool no_prefix_cache;         /* --no-prefix-cache: prompts' KV blocks are not kept for reuse */
+    sched_prefix_key_fn prefix_key; /* --prefix-key (a diagnostic for tests): how cached
+                                     blocks are keyed; SCHED_PREFIX_KEY_XXH3 (0) serves */
     bool check_invariants;        /* the stats file runs the scheduler's O(state) invariant
                                      check (tests); otherwise it says "unchecked" */
     bool identity_only;           /* --check-config/--version: policy + model only, no engine,

@@ -75,6 +75,9 @@ typedef struct svc_req {
     uint32_t cached_tokens;   /* prompt tokens its first admission found in the prefix cache */
     uint64_t cache_salt;      /* its prefix cache domain (ut_cache_salt), for the request log */
     bool scheduled;           /* the scheduler has started it (its first cache_hit is counted) */
+    bool has_sched_cost;
+    fmt_sched_cost sched_cost;   /* the scheduler's cost model when it first started it, for
+                                  * the request log: a replay decides with these costs */
 } svc_req;
 
 /* The runner's view of one client session (dsess_user of its dsess). */

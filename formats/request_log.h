@@ -45,6 +45,27 @@
  *                                            or the cache off); integer >= 0 or null
  *                                            (missing = null: not recorded).  The writer
  *                                            leaves the key out for FMT_NULL
+ *   sched_cost                               optional: the writer's scheduler cost model
+ *                                            as it stood when the request was first
+ *                                            scheduled (its admission: where its cached
+ *                                            prefix was found and reloaded or recomputed,
+ *                                            and blocks evicted for it demoted or
+ *                                            dropped): {"at_us": integer >= 0 (the same
+ *                                            clock as arrival_us), "correction": > 0,
+ *                                            "step": {"base_us", "prefill_token_us" (> 0),
+ *                                            "decode_seq_us", "context_token_us",
+ *                                            "prefill_pair_us"}, "host" / "disk" (each
+ *                                            optional: a tier the writer had):
+ *                                            {"out_bytes_per_s", "in_bytes_per_s" (> 0),
+ *                                            "latency_us", "out_measured" / "in_measured"
+ *                                            (booleans, missing = false: that direction's
+ *                                            bandwidth is measured from completed copies,
+ *                                            not the configured guess)}}, numbers >= 0
+ *                                            unless said.
+ *                                            A replay sets it at that time, so it weighs
+ *                                            costs as the recorded run did (its measured
+ *                                            step-time correction and tier bandwidths,
+ *                                            which no model of the machine predicts)
  * Unknown keys are ignored. A real where an integer belongs is rounded to the nearest.
  */
 #ifndef RINGLM_FORMATS_REQUEST_LOG_H
@@ -65,6 +86,20 @@ extern "C" {
 #define FMT_REASON_MAX 32
 /* Most block hashes a line may carry (Mooncake: 512-token blocks, so 1M tokens). */
 #define FMT_HASH_IDS_MAX 2048
+
+/* A scheduler's cost model at one moment (the "sched_cost" field): sched_cost_state's
+ * numbers, the format keeping no dependency on sched/. */
+typedef struct fmt_tier_cost {
+    double out_bytes_per_s, in_bytes_per_s, latency_us;   /* all 0: no such tier */
+    bool out_measured, in_measured;   /* measured from completed copies, not the guess */
+} fmt_tier_cost;
+
+typedef struct fmt_sched_cost {
+    int64_t at_us;
+    double correction;
+    double base_us, prefill_token_us, decode_seq_us, context_token_us, prefill_pair_us;
+    fmt_tier_cost host, disk;
+} fmt_sched_cost;
 
 typedef struct fmt_request {
     uint64_t req;
@@ -87,6 +122,7 @@ typedef struct fmt_request {
                                        * (blocks n_hash_ids.. of prompt + output), or NULL */
     uint32_t n_answer_hash_ids;
     int64_t cached_tokens;     /* prompt tokens found in the prefix cache, or FMT_NULL */
+    const fmt_sched_cost *sched_cost;   /* the cost model at its admission, or NULL */
 } fmt_request;
 
 /* Storage for the strings of a parsed line (fmt_request's pointers point into it). */
@@ -97,6 +133,7 @@ typedef struct fmt_request_text {
     char reject_reason[FMT_REASON_MAX];
     uint64_t hash_ids[FMT_HASH_IDS_MAX];
     uint64_t answer_hash_ids[FMT_HASH_IDS_MAX];
+    fmt_sched_cost sched_cost;
 } fmt_request_text;
 
 /* Formats r as one JSON object (no newline) into buf[cap]; returns the length, or -EMSGSIZE

@@ -214,6 +214,59 @@ int sched_get_tier_cost(const sched *s, sched_pool pool, sched_tier_cost *out,
     return 0;
 }
 
+void sched_get_cost_state(const sched *s, sched_cost_state *out)
+{
+    memset(out, 0, sizeof *out);
+    out->step = s->conf.step;
+    out->correction = s->corr;
+    for (int p = SCHED_POOL_HOST; p < SCHED_POOL__COUNT; p++)
+        if (s->pools[p].total) {
+            out->tier[p] = (sched_tier_cost){.out_bytes_per_s = s->tiers[p].out_bps,
+                                             .in_bytes_per_s = s->tiers[p].in_bps, .latency_us = s->tiers[p].lat_us};
+            out->out_measured[p] = s->tiers[p].out_measured;
+            out->in_measured[p] = s->tiers[p].in_measured;
+        }
+}
+
+static int bad_state(const char *field, const char *why)
+{
+    sched__set_error("sched_set_cost_state: %s %s", field, why);
+    return -EINVAL;
+}
+
+int sched_set_cost_state(sched *s, const sched_cost_state *in)
+{
+    const sched_step_model *m = &in->step;
+    if (!(m->prefill_token_us > 0) || !isfinite(m->prefill_token_us))
+        return bad_state("step.prefill_token_us", "must be a number > 0");
+    double nums[] = {m->base_us, m->decode_seq_us, m->context_token_us, m->prefill_pair_us};
+    for (int i = 0; i < 4; i++)
+        if (!(nums[i] >= 0) || !isfinite(nums[i]))
+            return bad_state("step model coefficient", "must be a finite number >= 0");
+    if (!(in->correction > 0) || !isfinite(in->correction))
+        return bad_state("correction", "must be a finite number > 0");
+    for (int p = SCHED_POOL_HOST; p < SCHED_POOL__COUNT; p++) {
+        const sched_tier_cost *t = &in->tier[p];
+        if (!t->out_bytes_per_s && !t->in_bytes_per_s && !t->latency_us) continue;
+        if (!(t->out_bytes_per_s > 0) || !isfinite(t->out_bytes_per_s) || !(t->in_bytes_per_s > 0) ||
+            !isfinite(t->in_bytes_per_s) || !(t->latency_us >= 0) || !isfinite(t->latency_us))
+            return bad_state(sched_pool_name((sched_pool)p), "tier needs bandwidths > 0 and latency >= 0");
+    }
+    s->conf.step = *m;
+    s->corr = in->correction;
+    for (int p = SCHED_POOL_HOST; p < SCHED_POOL__COUNT; p++) {
+        const sched_tier_cost *t = &in->tier[p];
+        if (!s->pools[p].total || (!t->out_bytes_per_s && !t->in_bytes_per_s && !t->latency_us)) continue;
+        tier_est *te = &s->tiers[p];
+        te->out_bps = t->out_bytes_per_s;
+        te->in_bps = t->in_bytes_per_s;
+        te->lat_us = t->latency_us;
+        te->out_measured = in->out_measured[p];
+        te->in_measured = in->in_measured[p];
+    }
+    return 0;
+}
+
 /* ---- least squares ----------------------------------------------------------------------- */
 
 /* Solve the normal equations of the terms in mask from the weighted Gram matrix g of the rows

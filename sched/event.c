@@ -33,6 +33,7 @@ static const char *const event_names[] = {
     "cache_reload"};
 static const char *const evict_names[] = {"demand", "tenant_cap", "orphan", "moved", "clear", "failed"};
 static const char *const prefix_order_names[] = {"fcfs", "longest_prefix"};
+static const char *const prefix_key_fn_names[] = {"xxh3", "constant"};
 
 _Static_assert(sizeof(reject_names) / sizeof(reject_names[0]) == SCHED_REJECT__COUNT, "names");
 _Static_assert(sizeof(cancel_names) / sizeof(cancel_names[0]) == SCHED_CANCEL__COUNT, "names");
@@ -42,12 +43,14 @@ _Static_assert(sizeof(pool_names) / sizeof(pool_names[0]) == SCHED_POOL__COUNT, 
 _Static_assert(sizeof(event_names) / sizeof(event_names[0]) == SCHED_EV__COUNT, "names");
 _Static_assert(sizeof(evict_names) / sizeof(evict_names[0]) == SCHED_PREFIX_EVICT__COUNT, "names");
 _Static_assert(sizeof(prefix_order_names) / sizeof(prefix_order_names[0]) == SCHED_PREFIX_ORDER__COUNT, "names");
+_Static_assert(sizeof(prefix_key_fn_names) / sizeof(prefix_key_fn_names[0]) == SCHED_PREFIX_KEY__COUNT, "names");
 _Static_assert(sizeof(outcome_names) / sizeof(outcome_names[0]) == SCHED_OUTCOME__COUNT, "names");
 _Static_assert(sizeof(preempt_names) / sizeof(preempt_names[0]) == SCHED_PREEMPT_NONE + 1, "names");
 
 const char *sched_mode_name(sched_mode m) { return NAME_OF(mode_names, m); }
 const char *sched_preempt_mode_name(sched_preempt_mode m) { return NAME_OF(preempt_names, m); }
 const char *sched_prefix_order_name(sched_prefix_order o) { return NAME_OF(prefix_order_names, o); }
+const char *sched_prefix_key_fn_name(sched_prefix_key_fn f) { return NAME_OF(prefix_key_fn_names, f); }
 const char *sched_reject_name(sched_reject_reason r) { return NAME_OF(reject_names, r); }
 const char *sched_cancel_name(sched_cancel_reason r) { return NAME_OF(cancel_names, r); }
 const char *sched_defer_name(sched_defer_reason r) { return NAME_OF(defer_names, r); }

@@ -35,6 +35,21 @@ void sched__set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2))
 sched_prefix_key sched_prefix_block_key(sched_prefix_key parent, uint64_t salt,
                                         const int32_t *tokens, uint32_t n)
 {
+    return sched_prefix_block_key_with(SCHED_PREFIX_KEY_XXH3, parent, salt, tokens, n);
+}
+
+uint32_t sched_prefix_keys(uint64_t salt, const int32_t *tokens, uint32_t n_tokens,
+                           uint32_t block_size, sched_prefix_key *out, uint32_t max_out)
+{
+    return sched_prefix_keys_with(SCHED_PREFIX_KEY_XXH3, salt, tokens, n_tokens, block_size, out, max_out);
+}
+
+sched_prefix_key sched_prefix_block_key_with(sched_prefix_key_fn fn, sched_prefix_key parent,
+                                             uint64_t salt, const int32_t *tokens, uint32_t n)
+{
+    /* every block collides: only the stored tokens, salt and parent can tell them apart
+     * (find below) — {1, 1}, not the root's parent {0, 0} */
+    if (fn == SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS) return (sched_prefix_key){1, 1};
     XXH3_state_t st;
     XXH3_128bits_reset(&st);
     uint64_t head[3] = {parent.lo, parent.hi, salt};
@@ -44,15 +59,16 @@ sched_prefix_key sched_prefix_block_key(sched_prefix_key parent, uint64_t salt,
     return (sched_prefix_key){h.low64, h.high64};
 }
 
-uint32_t sched_prefix_keys(uint64_t salt, const int32_t *tokens, uint32_t n_tokens,
-                           uint32_t block_size, sched_prefix_key *out, uint32_t max_out)
+uint32_t sched_prefix_keys_with(sched_prefix_key_fn fn, uint64_t salt, const int32_t *tokens,
+                                uint32_t n_tokens, uint32_t block_size, sched_prefix_key *out,
+                                uint32_t max_out)
 {
     if (!block_size || !tokens || !out) return 0;
     uint32_t n = n_tokens / block_size;
     if (n > max_out) n = max_out;
     sched_prefix_key k = {0, 0};
     for (uint32_t i = 0; i < n; i++)
-        out[i] = k = sched_prefix_block_key(k, salt, tokens + (size_t)i * block_size, block_size);
+        out[i] = k = sched_prefix_block_key_with(fn, k, salt, tokens + (size_t)i * block_size, block_size);
     return n;
 }
 

@@ -43,6 +43,8 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
         if (tb[i] && (!(tc[i]->out_bytes_per_s > 0) || !(tc[i]->in_bytes_per_s > 0) ||
                       !(tc[i]->latency_us >= 0)))
             return bad_config(i ? "disk" : "host", "tier needs bandwidths > 0 and latency >= 0");
+    if ((unsigned)cfg->prefix_key >= SCHED_PREFIX_KEY__COUNT)
+        return bad_config("prefix_key", "is not a sched_prefix_key_fn");
 
     sched *s = calloc(1, sizeof(*s));
     if (!s) goto oom;

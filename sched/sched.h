@@ -174,9 +174,23 @@ typedef enum sched_prefix_order {
     SCHED_PREFIX_ORDER__COUNT
 } sched_prefix_order;
 
+/* The function that keys cached blocks (sched_config.prefix_key; DESIGN §10).  XXH3 is the
+ * one to serve with.  CONSTANT_FOR_TESTS gives every block the same key: every lookup and
+ * insert then meets every cached block in one hash chain, and only the stored token ids,
+ * salt and parent tell them apart.  It exists so tests can show, through the whole daemon
+ * (ringlmd --prefix-key=constant), that a collision costs a miss and never reuses a wrong
+ * block; lookups cost O(cached blocks) under it, and the longest_prefix order (which tracks
+ * waiters by key only) misorders freely.  Never a production setting. */
+typedef enum sched_prefix_key_fn {
+    SCHED_PREFIX_KEY_XXH3 = 0,          /* "xxh3": XXH3-128 of (parent key, salt, tokens) */
+    SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS,/* "constant": every block {1, 1} (diagnostic) */
+    SCHED_PREFIX_KEY__COUNT
+} sched_prefix_key_fn;
+
 /* Stable names ("token_budget", "queue_full", ...).  Out-of-range values give "?". */
 const char *sched_mode_name(sched_mode m);
 const char *sched_prefix_order_name(sched_prefix_order o);
+const char *sched_prefix_key_fn_name(sched_prefix_key_fn f);
 const char *sched_preempt_mode_name(sched_preempt_mode m);
 const char *sched_reject_name(sched_reject_reason r);
 const char *sched_cancel_name(sched_cancel_reason r);
@@ -593,6 +607,10 @@ typedef struct sched_config {
      * token): the blocks generated tokens fill are cached too.  false: prompt blocks only
      * (the results' token fields are not read). */
     bool     prefix_cache_generated;
+    /* How blocks are keyed: SCHED_PREFIX_KEY_XXH3 (0, the default).  The constant key is a
+     * diagnostic for tests (see sched_prefix_key_fn): what hits stays the same, only lookups
+     * get slower. */
+    sched_prefix_key_fn prefix_key;
 } sched_config;
 
 /* Create a scheduler.  The policy is copied (the caller may free its own).  sink may be NULL
@@ -819,6 +837,30 @@ void sched_get_counts(const sched *s, sched_counts *out);
  * 0, or -EINVAL for the device pool or an unknown pool. */
 int sched_get_tier_cost(const sched *s, sched_pool pool, sched_tier_cost *out,
                         bool *measured_out, bool *measured_in);
+
+/* Where the cost model stands: the step model it predicts from, the measured correction of
+ * it, and each tier's transfer estimate.  Every cost decision weighs these (demote or drop,
+ * reload or recompute, swap or recompute, the predicted wait).  A replay of a daemon's run
+ * (ringlm-sim --trace of its request log) sets what the daemon recorded at each admission,
+ * so it decides with the costs the daemon measured instead of its own model's. */
+typedef struct sched_cost_state {
+    sched_step_model step;
+    double           correction;                /* measured / modelled step time (EWMA) */
+    sched_tier_cost  tier[SCHED_POOL__COUNT];   /* [HOST], [DISK] (all 0: no such tier);
+                                                   [DEVICE] unused, 0 */
+    bool             out_measured[SCHED_POOL__COUNT], in_measured[SCHED_POOL__COUNT];
+                                                /* a copy in that direction completed: the
+                                                   bandwidth is measured, not the guess */
+} sched_cost_state;
+
+void sched_get_cost_state(const sched *s, sched_cost_state *out);
+
+/* Replaces the cost model's state; what it learns later refines the values set (a bandwidth
+ * set as measured averages a later measurement in, a guess is replaced by it).  A tier given as all
+ * 0, or one this scheduler lacks, is left as it is.  -EINVAL (the field named in
+ * sched_last_error) for a step model sched_create would refuse, a correction not finite and
+ * > 0, or a tier's bandwidths not > 0 or its latency < 0; nothing is changed then. */
+int sched_set_cost_state(sched *s, const sched_cost_state *in);
 
 /* Per tenant and per class accounting (same struct; virtual_tokens only for tenants). */
 typedef struct sched_group_stats {

@@ -27,6 +27,7 @@ void sim_options_defaults(sim_options *o)
     o->step_scale = 1;
     o->seed = 1;
     o->prefix_cache = true;
+    o->recorded_costs = true;
 }
 
 /* ---- a small binary min-heap of timed events ------------------------------------------ */
@@ -95,6 +96,9 @@ typedef struct eng {
     int64_t        last_progress_any;
     int32_t       *tok;           /* prompt tokens standing for a request's block hashes */
     size_t         tok_cap;
+    uint32_t      *costs;         /* trace indices with a recorded cost model, by its time */
+    size_t         n_costs, next_cost;
+    const sched_cost_state *cost; /* the record in force (NULL: none) */
     char           line[2048];
 } eng;
 
@@ -361,8 +365,15 @@ static int plan_bookkeeping(eng *e, const sched_plan *p, int64_t now, int64_t *r
          * swapping becomes the second bottleneck */
         int64_t start = loop > e->link_free[tier][dir] ? loop : e->link_free[tier][dir];
         const sim_link *l = sim_service_link(e->o->svc, tier);
-        double bw = dir ? l->in_bytes_per_s : l->out_bytes_per_s;
-        int64_t dur = (int64_t)ceil(l->latency_us + (bw > 0 ? (double)x->bytes / bw * 1e6 : 0));
+        double bw = dir ? l->in_bytes_per_s : l->out_bytes_per_s, lat = l->latency_us;
+        /* the recorded run's bandwidth for this tier and direction, once it had measured one:
+         * its copies' bytes over their realised time (latency included), the link as that
+         * run had it — under its machine's load, which the service model does not see */
+        if (e->cost && !e->o->tier_bw_given[tier] && (dir ? e->cost->in_measured[tier] : e->cost->out_measured[tier])) {
+            bw = dir ? e->cost->tier[tier].in_bytes_per_s : e->cost->tier[tier].out_bytes_per_s;
+            lat = 0;
+        }
+        int64_t dur = (int64_t)ceil(lat + (bw > 0 ? (double)x->bytes / bw * 1e6 : 0));
         if (dur < 1) dur = 1;
         e->link_free[tier][dir] = start + dur;
         if (dir) { r->transfers_in++; r->bytes_in += x->bytes; }
@@ -380,6 +391,44 @@ static int plan_bookkeeping(eng *e, const sched_plan *p, int64_t now, int64_t *r
     }
     r->cache_copy_wait_us += (double)(loop - now);
     *ready = loop;
+    return 0;
+}
+
+static int cmp_cost(const void *a, const void *b, void *ctx)
+{
+    const sim_trace *t = ctx;
+    const sim_req *x = &t->reqs[*(const uint32_t *)a], *y = &t->reqs[*(const uint32_t *)b];
+    if (x->cost_at_us != y->cost_at_us) return x->cost_at_us < y->cost_at_us ? -1 : 1;
+    return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
+}
+
+/* Trace request i has been scheduled (or has ended) in this run. */
+static bool started(const eng *e, uint32_t i)
+{
+    if (i >= e->next_arrival || e->run->final_rec[i] == UINT32_MAX) return false;
+    const sim_rec *x = &e->run->recs[e->run->final_rec[i]];
+    return x->first_sched_us >= 0 || x->end_us >= 0;
+}
+
+/* The recorded run's cost model for this step, so it decides — demote or drop, reload or
+ * recompute — with the costs that run measured (its step-time correction under the machine's
+ * load, the bandwidths its copies had), which no service model predicts.  A request's record
+ * is the state the recorded scheduler admitted it with: while the next request in the
+ * recorded admission order waits here, its record (its admission, and the evictions made for
+ * it, decide with it); else the last admitted one's.  What the simulated steps and copies
+ * teach the scheduler in between is overwritten at the next step. */
+static int apply_recorded_cost(eng *e)
+{
+    if (!e->n_costs) return 0;
+    while (e->next_cost < e->n_costs && started(e, e->costs[e->next_cost])) e->next_cost++;
+    size_t k = e->next_cost < e->n_costs && e->costs[e->next_cost] < e->next_arrival ? e->next_cost
+               : e->next_cost ? e->next_cost - 1 : 0;
+    const sim_req *q = &e->t->reqs[e->costs[k]];
+    e->cost = &e->t->costs[q->cost_idx - 1];
+    int rc = sched_set_cost_state(e->s, e->cost);
+    if (rc < 0)
+        return sim_err_setc(rc, "the recorded cost model of request %llu (line %u): %s", (unsigned long long)q->src_id,
+                            q->src_line, sched_last_error());
     return 0;
 }
 
@@ -486,6 +535,13 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
     if (cfg.kv_blocks_disk && !svc->disk.present && !svc->host.present) cfg.kv_blocks_disk = 0;   /* no link to it */
     rc = sched_create(o->policy, &cfg, o->decision_log ? sink : NULL, &e, o->seed, &e.s);
     if (rc < 0) { rc = sim_err_setc(rc, "sched_create: %s", sched_last_error()); goto out; }
+    if (o->recorded_costs && t->n_costs) {
+        e.costs = malloc(t->n * sizeof *e.costs);
+        if (!e.costs) { rc = -ENOMEM; goto out; }
+        for (size_t i = 0; i < t->n; i++)
+            if (t->reqs[i].cost_idx) e.costs[e.n_costs++] = (uint32_t)i;
+        qsort_r(e.costs, e.n_costs, sizeof *e.costs, cmp_cost, (void *)t);
+    }
     run->slot_capacity = pc->mode == SCHED_MODE_STATIC ? pc->static_batch_size : pc->max_active_seqs;
 
     int64_t now = t->n ? t->reqs[0].arrival_us : 0;
@@ -495,6 +551,7 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
     for (;;) {
         if ((rc = deliver(&e, now)) < 0) goto out;
         if ((rc = sample(&e, now)) < 0) goto out;
+        if ((rc = apply_recorded_cost(&e)) < 0) goto out;
         const sched_plan *p = sched_step(e.s, (uint64_t)now);
         if (!p) { rc = sim_err_setc(-ENOMEM, "sched_step: %s", sched_last_error()); goto out; }
         int64_t ready = now;
@@ -551,6 +608,16 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
                 x->first_sched_us = now;
                 sched_req_info ri;   /* its cached prefix, for the request log */
                 if (o->prefix_cache && sched_get_request(e.s, en->req, &ri) == 0) x->cached_tokens = ri.cached_tokens;
+                /* and the cost model it was admitted with, as ringlmd logs it (sched_cost) */
+                if (run->n_costs == run->cap_costs) {
+                    size_t cap = run->cap_costs ? run->cap_costs * 2 : 256;
+                    sched_cost_state *c = realloc(run->costs, cap * sizeof *c);
+                    if (!c) { rc = -ENOMEM; goto out; }
+                    run->costs = c;
+                    run->cap_costs = cap;
+                }
+                sched_get_cost_state(e.s, &run->costs[run->n_costs++]);
+                x->cost_idx = (uint32_t)run->n_costs;
             }
             if (now - x->last_progress_us > x->max_starve_us) x->max_starve_us = now - x->last_progress_us;
             x->last_progress_us = end;
@@ -626,6 +693,7 @@ out:
     run->wall_s = (double)(w1.tv_sec - w0.tv_sec) + (double)(w1.tv_nsec - w0.tv_nsec) / 1e9;
     if (e.s) sched_destroy(e.s);
     free(e.cancel_order);
+    free(e.costs);
     free(e.retries.v);
     free(e.xfers.v);
     free(e.results);
@@ -635,6 +703,7 @@ out:
 
 void sim_run_free(sim_run *r)
 {
+    free(r->costs);
     free(r->recs);
     free(r->final_rec);
     free(r->ts);

@@ -35,6 +35,17 @@ typedef struct sim_options {
                                             in ringlmd) */
     uint32_t            kv_blocks_device;/* what-if: device KV blocks instead of the service
                                             model's (0: the model's) */
+    bool                recorded_costs;  /* a trace that recorded its scheduler's cost model
+                                            (a daemon's request log: sched_cost) decides with
+                                            it — a waiting request's own record while it is
+                                            the next in the recorded admission order, else
+                                            the last admitted one's — instead of the service
+                                            model's, and its copies
+                                            take the time its measured tier bandwidths say
+                                            (on by default) */
+    bool                tier_bw_given[SCHED_POOL__COUNT];   /* a what-if link speed
+                                            (--host-kv-bw, --disk-kv-bw): used even where a
+                                            recorded bandwidth exists */
     uint64_t            seed;
 } sim_options;
 
@@ -75,6 +86,8 @@ typedef struct sim_run {
     char     mode[32];
     sched_counts final_counts;
     char     warnings[1024];
+    sched_cost_state *costs;          /* sim_rec.cost_idx */
+    size_t   n_costs, cap_costs;
 } sim_run;
 
 /* Replay t through a scheduler created from o->policy. out is filled (free with

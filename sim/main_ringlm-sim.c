@@ -56,10 +56,12 @@ static void usage(FILE *f)
 "  --check-invariants N    check the scheduler's invariants every N steps (stop on a violation)\n"
 "  --prefix-cache on|off   requests with block hashes (Mooncake hash_ids, a native log's, the shared-prefix\n"
 "                          workload) share cached prompt blocks in their policy's cache domains (default on)\n"
+"  --recorded-costs on|off a native log that recorded its scheduler's cost model (ringlmd's sched_cost) decides\n"
+"                          with it (step-time correction, tier bandwidths) as the recorded run did (default on)\n"
 "  --kv-blocks N           what-if: device KV blocks (default: the service model's)\n"
 "  --host-kv-blocks N      what-if: host KV tier blocks (0: no host tier)\n"
 "  --disk-kv-blocks N      what-if: disk KV tier blocks (0: none, the default)\n"
-"  --host-kv-bw B          what-if: the host link's bytes/s, both ways\n"
+"  --host-kv-bw B          what-if: the host link's bytes/s, both ways (over a log's recorded bandwidths)\n"
 "  --disk-kv-bw B          what-if: the disk link's bytes/s, both ways (the names are ringlmd's)\n"
 "output\n"
 "  --json                  one JSON object on stdout (compare mode: {\"runs\": [...]})\n"
@@ -200,7 +202,7 @@ int main(int argc, char **argv)
            O_RETRY, O_RETRY_MAX, O_CALIB, O_MAXCTX, O_CSV, O_PLOT, O_DECLOG, O_SAMPLE, O_BURST,
            O_FIDELITY, O_LIST, O_REQLOG, O_FIT, O_SCALE, O_OVERHEAD, O_CHECK, O_ITLOG,
            O_SPEED, O_SPEEDW, O_COMPARE, O_TUNE, O_TUNE_LOADS, O_TUNE_OUT, O_TUNE_JOBS, O_TUNE_ROUNDS, O_TUNE_NO_PAIRS,
-           O_TUNE_FINAL, O_FAIR_FLOOR, O_SLO_MIN, O_TUNE_SCN, O_PXCACHE, O_PXREPORT, O_SWEEP, O_SWEEP_HOST, O_SWEEP_DISK,
+           O_TUNE_FINAL, O_FAIR_FLOOR, O_SLO_MIN, O_TUNE_SCN, O_PXCACHE, O_RECCOST, O_PXREPORT, O_SWEEP, O_SWEEP_HOST, O_SWEEP_DISK,
            O_KVB, O_HKVB, O_DKVB, O_HBW, O_DBW };
     static const struct option lo[] = {
         {"trace", 1, 0, 't'}, {"workload", 1, 0, 'w'}, {"policy", 1, 0, 'p'}, {"json", 0, 0, 'j'},
@@ -216,7 +218,7 @@ int main(int argc, char **argv)
         {"tune", 1, 0, O_TUNE}, {"tune-loads", 1, 0, O_TUNE_LOADS}, {"tune-out", 1, 0, O_TUNE_OUT},
         {"tune-jobs", 1, 0, O_TUNE_JOBS}, {"tune-rounds", 1, 0, O_TUNE_ROUNDS}, {"tune-no-pairs", 0, 0, O_TUNE_NO_PAIRS}, {"tune-finalists", 1, 0, O_TUNE_FINAL},
         {"fair-floor", 1, 0, O_FAIR_FLOOR}, {"slo-min", 1, 0, O_SLO_MIN}, {"tune-scenarios", 0, 0, O_TUNE_SCN},
-        {"prefix-cache", 1, 0, O_PXCACHE}, {"prefix-report", 0, 0, O_PXREPORT}, {"capacity-sweep", 1, 0, O_SWEEP},
+        {"prefix-cache", 1, 0, O_PXCACHE}, {"recorded-costs", 1, 0, O_RECCOST}, {"prefix-report", 0, 0, O_PXREPORT}, {"capacity-sweep", 1, 0, O_SWEEP},
         {"capacity-sweep-host", 1, 0, O_SWEEP_HOST}, {"capacity-sweep-disk", 1, 0, O_SWEEP_DISK},
         {"kv-blocks", 1, 0, O_KVB}, {"host-kv-blocks", 1, 0, O_HKVB}, {"disk-kv-blocks", 1, 0, O_DKVB},
         {"host-kv-bw", 1, 0, O_HBW}, {"disk-kv-bw", 1, 0, O_DBW},
@@ -328,6 +330,11 @@ int main(int argc, char **argv)
             else if (!strcmp(optarg, "off")) opt.prefix_cache = false;
             else { fprintf(stderr, "ringlm-sim: --prefix-cache %s: expected on or off\n", optarg); return 2; }
             break;
+        case O_RECCOST:
+            if (!strcmp(optarg, "on")) opt.recorded_costs = true;
+            else if (!strcmp(optarg, "off")) opt.recorded_costs = false;
+            else { fprintf(stderr, "ringlm-sim: --recorded-costs %s: expected on or off\n", optarg); return 2; }
+            break;
         case O_PXREPORT: prefix_report = true; break;
         case O_KVB: case O_HKVB: case O_DKVB: {
             unsigned long v = strtoul(optarg, &e, 10);
@@ -341,6 +348,7 @@ int main(int argc, char **argv)
             double v = strtod(optarg, &e);
             if (e == optarg || *e || !(v >= 1) || !(v <= 1e15)) goto bad_num;
             if (c == O_HBW) host_bw = v; else disk_bw = v;
+            opt.tier_bw_given[c == O_HBW ? SCHED_POOL_HOST : SCHED_POOL_DISK] = true;
             break;
         }
         case O_SWEEP: case O_SWEEP_HOST: case O_SWEEP_DISK: {

@@ -68,6 +68,21 @@ int sim_report_request_log(FILE *f, const sim_run *r)
         bool fed = x->outcome == SIM_OUT_FINISHED && q->real_reason == SIM_REAL_STOP && x->generated < q->max_tokens;
         uint64_t full = ((uint64_t)q->prompt_tokens + x->generated - (x->generated && !fed ? 1 : 0)) / hb;
         if (q->n_ahash && full > q->n_hash) n_ans = full - q->n_hash < q->n_ahash ? (uint32_t)(full - q->n_hash) : q->n_ahash;
+        fmt_sched_cost cost;
+        if (x->cost_idx) {
+            const sched_cost_state *c = &r->costs[x->cost_idx - 1];
+            const sched_tier_cost *h = &c->tier[SCHED_POOL_HOST], *d = &c->tier[SCHED_POOL_DISK];
+            cost = (fmt_sched_cost){
+                .at_us = x->first_sched_us, .correction = c->correction,
+                .base_us = c->step.base_us, .prefill_token_us = c->step.prefill_token_us,
+                .decode_seq_us = c->step.decode_seq_us, .context_token_us = c->step.context_token_us,
+                .prefill_pair_us = c->step.prefill_pair_us,
+                .host = {h->out_bytes_per_s, h->in_bytes_per_s, h->latency_us, c->out_measured[SCHED_POOL_HOST],
+                         c->in_measured[SCHED_POOL_HOST]},
+                .disk = {d->out_bytes_per_s, d->in_bytes_per_s, d->latency_us, c->out_measured[SCHED_POOL_DISK],
+                         c->in_measured[SCHED_POOL_DISK]},
+            };
+        }
         fmt_request lr = {
             .req = order[k],
             .arrival_us = x->seen_us > q->arrival_us ? x->seen_us : q->arrival_us,
@@ -89,6 +104,7 @@ int sim_report_request_log(FILE *f, const sim_run *r)
             .n_answer_hash_ids = n_ans,
             .hash_block_tokens = q->hash_block_tokens,
             .cached_tokens = x->cached_tokens,
+            .sched_cost = x->cost_idx ? &cost : NULL,   /* so a replay of this run decides as it did */
         };
         int len = fmt_request_format(&lr, line, LINE_MAX_BYTES);
         if (len < 0) {

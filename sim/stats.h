@@ -32,6 +32,8 @@ typedef struct sim_rec {
     uint32_t tokens_after_cancel;/* output tokens from steps that started after its cancel */
     uint64_t prefill_done;       /* prefill tokens computed (recompute included) */
     uint32_t cached_tokens;      /* prompt tokens its first admission found in the prefix cache */
+    uint32_t cost_idx;           /* the scheduler's cost model at first_sched_us: sim_run.costs
+                                    [cost_idx - 1] (0: none), for the request log */
     uint16_t preempt_swap, preempt_recompute;
     uint8_t  outcome;            /* enum sim_outcome */
     uint8_t  reason;             /* enum of the sched reason for the outcome */

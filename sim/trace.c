@@ -25,6 +25,7 @@ void sim_trace_free(sim_trace *t)
     free(t->reqs);
     free(t->bad);
     free(t->hashes);
+    free(t->costs);
     for (unsigned i = 0; i < t->n_tenants; i++) free(t->tenants[i]);
     for (unsigned i = 0; i < t->n_classes; i++) free(t->classes[i]);
     memset(t, 0, sizeof *t);
@@ -40,6 +41,22 @@ int sim_trace_push(sim_trace *t, const sim_req *r)
         t->cap = cap;
     }
     t->reqs[t->n++] = *r;
+    return 0;
+}
+
+int sim_trace_set_cost(sim_trace *t, const sched_cost_state *c, int64_t at_us)
+{
+    if (!t->n) return sim_err_setc(-EINVAL, "sim_trace_set_cost: no request pushed");
+    if (t->n_costs == t->cap_costs) {
+        size_t cap = t->cap_costs ? t->cap_costs * 2 : 256;
+        sched_cost_state *p = realloc(t->costs, cap * sizeof *p);
+        if (!p) return sim_err_setc(-ENOMEM, "out of memory for %zu cost records", cap);
+        t->costs = p;
+        t->cap_costs = cap;
+    }
+    t->costs[t->n_costs++] = *c;
+    t->reqs[t->n - 1].cost_idx = (uint32_t)t->n_costs;
+    t->reqs[t->n - 1].cost_at_us = at_us;
     return 0;
 }
 
@@ -275,6 +292,23 @@ int sim_trace_parse(sim_trace *t, const char *name, const char *buf, size_t len,
             r.src_line = rd.line;
             if ((rc = sim_trace_push_hashed(t, &r, q.hash_ids, q.n_hash_ids, q.answer_hash_ids,
                                              q.n_answer_hash_ids, q.hash_block_tokens)) < 0) return rc;
+            if (fmt == SIM_FMT_NATIVE && q.sched_cost) {
+                const fmt_sched_cost *c = q.sched_cost;
+                sched_cost_state cs = {
+                    .step = {c->base_us, c->prefill_token_us, c->decode_seq_us, c->context_token_us,
+                             c->prefill_pair_us},
+                    .correction = c->correction,
+                };
+                cs.tier[SCHED_POOL_HOST] = (sched_tier_cost){c->host.out_bytes_per_s, c->host.in_bytes_per_s,
+                                                             c->host.latency_us};
+                cs.tier[SCHED_POOL_DISK] = (sched_tier_cost){c->disk.out_bytes_per_s, c->disk.in_bytes_per_s,
+                                                             c->disk.latency_us};
+                cs.out_measured[SCHED_POOL_HOST] = c->host.out_measured;
+                cs.in_measured[SCHED_POOL_HOST] = c->host.in_measured;
+                cs.out_measured[SCHED_POOL_DISK] = c->disk.out_measured;
+                cs.in_measured[SCHED_POOL_DISK] = c->disk.in_measured;
+                if ((rc = sim_trace_set_cost(t, &cs, c->at_us)) < 0) return rc;
+            }
         } else if (rd.fatal || (rc = bad_line(t, name, rd.line, skip_bad, why)) < 0) {
             return rd.fatal ? sim_err_set("%s:%u: %s", name, rd.line, why) : rc;
         }
@@ -352,6 +386,7 @@ int sim_trace_transform(sim_trace *t, const sim_transform *x)
             if (r.deadline_us != SIM_NO_TIME) r.deadline_us -= lo;
             if (r.real_first_token_us != SIM_NO_TIME) r.real_first_token_us -= lo;
             if (r.real_finish_us != SIM_NO_TIME) r.real_finish_us -= lo;
+            if (r.cost_idx) r.cost_at_us = r.cost_at_us > lo ? r.cost_at_us - lo : 0;
             t->reqs[k++] = r;
         }
         t->n = k;
@@ -364,6 +399,7 @@ int sim_trace_transform(sim_trace *t, const sim_transform *x)
             r->deadline_us = scale_time(r->deadline_us, x->rate);
             r->real_first_token_us = scale_time(r->real_first_token_us, x->rate);
             r->real_finish_us = scale_time(r->real_finish_us, x->rate);
+            if (r->cost_idx) r->cost_at_us = scale_time(r->cost_at_us, x->rate);
         }
     if (x->length_scale != 1)
         for (size_t i = 0; i < t->n; i++) {

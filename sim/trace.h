@@ -42,6 +42,10 @@ typedef struct sim_req {
      * blocks n_hash.. of the sequence, prompt then generated tokens */
     uint32_t hash_off, n_hash, hash_block_tokens, n_ahash;
     int64_t  real_cached_tokens;   /* recorded: prompt tokens the run found cached, or -1 */
+    /* recorded: the scheduler's cost model when the run first scheduled it (a native log's
+     * sched_cost), sim_trace.costs[cost_idx - 1] from cost_at_us on; cost_idx 0: none */
+    uint32_t cost_idx;
+    int64_t  cost_at_us;
 } sim_req;
 
 /* A line the reader refused, kept when the caller asked to skip bad lines. */
@@ -68,6 +72,8 @@ typedef struct sim_trace {
     size_t       n_bad_total;      /* bad lines seen, including those not listed */
     uint64_t    *hashes;           /* block hashes of every request (sim_req.hash_off) */
     size_t       n_hashes, cap_hashes;
+    sched_cost_state *costs;       /* recorded cost models (sim_req.cost_idx) */
+    size_t       n_costs, cap_costs;
 } sim_trace;
 
 /* Initialise an empty trace (named source); free with sim_trace_free. */
@@ -80,6 +86,9 @@ int  sim_trace_push(sim_trace *t, const sim_req *r);
  * NULL, 0 when none). */
 int  sim_trace_push_hashed(sim_trace *t, const sim_req *r, const uint64_t *ids, uint32_t n,
                            const uint64_t *answer, uint32_t n_answer, uint32_t block_tokens);
+/* Give the last request pushed the scheduler cost model the recorded run had at at_us (its
+ * admission).  Returns 0 or -ENOMEM. */
+int  sim_trace_set_cost(sim_trace *t, const sched_cost_state *c, int64_t at_us);
 /* Tokens standing for a request's recorded block hashes, for the prefix cache: the token at
  * position pos of the sequence (the prompt, then generated tokens) in hash block b (prompt
  * hashes, then answer hashes) is a function of (hash b, pos mod block tokens) alone, so

@@ -2314,6 +2314,155 @@ Test(daemon_e2e, request_log_records_the_cached_tokens_of_each_request)
     dmn_cleanup(&d);
 }
 
+/* ---- prefix cache: forced key collisions ---------------------------------------------- */
+
+/* Issue 12: a cached block is used only after its stored token ids compare equal, so a hash
+ * collision can never reuse a wrong block.  ringlmd --prefix-key=constant gives every block
+ * one key, so every block collides with every other, and 1-token blocks put collisions at
+ * every position: three greedy reference sequences (A, B, C) share their first token (BOS)
+ * and no block after it.  Their first CK_PROMPT tokens are the prompts (one length, one cache
+ * domain): A, then B, each its own client process, one after the other; then C and A again
+ * in one batch.  Every output equals its reference; the only hits are blocks whose tokens are
+ * truly equal (B and C: the BOS block, 1 token; A again: its own 15) in the decision log and
+ * the metrics; the pools come back to baseline with the scheduler's invariants (reference
+ * counts) checked; the request log keeps content keys (XXH3), so a replay shares what the
+ * run shared instead of one key for everything. */
+#define CK_PROMPT 16
+#define CK_NEW 24
+
+/* Distinct greedy sequences of the reference file cut into a CK_PROMPT-token prompt and its
+ * CK_NEW-token continuation (a prefix of a greedy sequence continues as that sequence);
+ * returns how many (at most 3) went to out. */
+static int collide_refs(const ref_case *all, int n, ref_case *out)
+{
+    int m = 0;
+    for (int i = 0; i < n && m < 3; i++) {
+        int32_t seq[CK_PROMPT + CK_NEW];
+        uint32_t len = 0;
+        for (uint32_t k = 0; k < all[i].n_prompt && len < CK_PROMPT + CK_NEW; k++) seq[len++] = all[i].prompt[k];
+        for (uint32_t k = 0; k < all[i].n_gen && len < CK_PROMPT + CK_NEW; k++) seq[len++] = all[i].gen[k];
+        if (len < CK_PROMPT + CK_NEW || all[i].n_prompt > CK_PROMPT) continue;
+        bool seen = false;
+        for (int j = 0; j < m; j++) seen |= !memcmp(out[j].prompt, seq, CK_PROMPT * sizeof *seq);
+        if (seen) continue;
+        ref_case *c = &out[m++];
+        memset(c, 0, sizeof *c);
+        memcpy(c->prompt, seq, CK_PROMPT * sizeof *seq);
+        c->n_prompt = CK_PROMPT;
+        memcpy(c->gen, seq + CK_PROMPT, CK_NEW * sizeof *seq);
+        c->n_gen = c->max_new = CK_NEW;
+    }
+    return m;
+}
+
+Test(daemon_e2e, prefix_cache_forced_key_collisions_never_reuse_a_wrong_block)
+{
+    need_daemon_binary();
+    char model[512];
+    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    static ref_case all[12], ck[3];
+    int n = load_refs(all, 12);
+    if (n == 0) cr_skip_test("reference-greedy.json not found");
+    cr_assert_eq(collide_refs(all, n, ck), 3, "the reference file has fewer than 3 distinct greedy sequences");
+    for (int i = 1; i < 3; i++)
+        cr_assert(ck[i].prompt[0] == ck[0].prompt[0] && ck[i].prompt[1] != ck[0].prompt[1] &&
+                  ck[i].prompt[1] != ck[3 - i].prompt[1], "the sequences must share token 0 and no more");
+    static const char *const flags[] = {"--prefix-key", "constant", "--kv-block-size", "1",
+                                        "--metrics", "127.0.0.1:0", NULL};
+    dmn d;
+    dmn_start(&d, model, NULL, flags);
+    cr_expect_eq(count_lines(d.errlog, "warning: --prefix-key=constant"), 1, "no start-up warning for the constant key");
+
+    gen_job a = {.sock = d.sock, .cases = &ck[0], .n_cases = 1};
+    cr_expect_eq(reap(spawn(client_greedy, &a), 60000), 0, "A alone: tokens differ from the reference");
+    gen_job b = {.sock = d.sock, .cases = &ck[1], .n_cases = 1};
+    cr_expect_eq(reap(spawn(client_greedy, &b), 60000), 0,
+                 "B after A: tokens differ from the reference (a block of A's, same key, reused?)");
+    static ref_case both[2];
+    both[0] = ck[2];
+    both[1] = ck[0];
+    gen_job ca = {.sock = d.sock, .cases = both, .n_cases = 2};
+    cr_expect_eq(reap(spawn(client_greedy, &ca), 60000), 0, "C and A in one batch: tokens differ from the reference");
+    assert_back_to_baseline(&d, 5000);
+
+    /* the names fleet routers read: 4 prompts looked up, hits 1 + 1 + 15 tokens */
+    int port = metrics_port(&d);
+    cr_assert_gt(port, 0, "no 'metrics on port' line in the daemon's stderr");
+    double queried = -1, hit = -1;
+    for (uint64_t deadline = now_ms() + 5000;;) {   /* published every few ms */
+        int status = 0;
+        char *body = th_http_get(port, "/metrics", &status, NULL, 0);
+        if (body && status == 200) {
+            queried = prom_value(body, "vllm:prefix_cache_queries_total");
+            hit = prom_value(body, "vllm:prefix_cache_hits_total");
+        }
+        free(body);
+        if ((queried == 4 * CK_PROMPT && hit == CK_PROMPT + 1) || now_ms() > deadline) break;
+        poll_pause();
+    }
+    cr_assert_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    cr_expect_eq(queried, 4 * CK_PROMPT, "vllm:prefix_cache_queries_total %g", queried);
+    cr_expect_eq(hit, CK_PROMPT + 1, "vllm:prefix_cache_hits_total %g: only equal blocks may hit (1 + 1 + %d)", hit,
+                 CK_PROMPT - 1);
+
+    /* cache_hit events in order: B's BOS block, then C's BOS block and A's own prompt in either
+     * order; a block of another prompt found under the shared key would show as more */
+    uint64_t req[8];
+    long long tok[8];
+    int nh = jl_req_values(d.declog, "\"ev\":\"cache_hit\"", "cached_tokens", req, tok, 8);
+    cr_expect_eq(nh, 3, "%d cache_hit events (B, C, A again)", nh);
+    if (nh == 3) {
+        long long lo = tok[1] < tok[2] ? tok[1] : tok[2], hi = tok[1] < tok[2] ? tok[2] : tok[1];
+        cr_expect(tok[0] == 1 && lo == 1 && hi == CK_PROMPT - 1,
+                  "cache_hit tokens %lld, %lld, %lld: expected 1 (B), then 1 (C) and %d (A) in either order", tok[0],
+                  tok[1], tok[2], CK_PROMPT - 1);
+    }
+
+    /* the request log: content keys, equal where the tokens are (block 0), apart where not */
+    FILE *f = fopen(d.reqlog, "r");
+    cr_assert_not_null(f, "no request log %s", d.reqlog);
+    static char line[1 << 14];
+    long long first[4], second[4];
+    int nl = 0;
+    while (nl < 4 && fgets(line, sizeof line, f)) {
+        json_error_t e;
+        json_t *j = json_loads(line, 0, &e);
+        cr_assert_not_null(j, "request log line is not JSON: %s", line);
+        json_t *h = json_object_get(j, "hash_ids");
+        cr_assert_eq(json_array_size(h), CK_PROMPT, "a %d-token prompt in 1-token blocks: %zu hash_ids", CK_PROMPT,
+                     json_array_size(h));
+        first[nl] = (long long)json_integer_value(json_array_get(h, 0));
+        second[nl] = (long long)json_integer_value(json_array_get(h, 1));
+        nl++;
+        json_decref(j);
+    }
+    fclose(f);
+    cr_assert_eq(nl, 4, "request log lines: %d", nl);
+    int distinct = 0;
+    for (int i = 0; i < 4; i++) {
+        cr_expect_eq(first[i], first[0], "the BOS block's key differs between requests");
+        bool again = false;
+        for (int k = 0; k < i; k++) again |= second[k] == second[i];
+        distinct += !again;
+    }
+    cr_expect_eq(distinct, 3, "the request log keys block 1 of A, B, C as %d distinct blocks, not 3", distinct);
+    /* ringlm-sim replaying the log on the run's 1-token blocks finds the hits the daemon found */
+    char cal[256], args[300];
+    snprintf(cal, sizeof cal, "%s/calibration.json", d.dir);
+    f = fopen(cal, "w");
+    cr_assert_not_null(f);
+    fputs("{\"version\": 1, \"kv_block_size\": 1, \"kv_blocks_device\": 1024, \"kv_bytes_per_token\": 1024, \"step_model\": "
+          "{\"base_us\": 1000, \"per_prefill_token_us\": 20, \"per_decode_seq_us\": 50, \"per_context_token_us\": 0}}\n", f);
+    fclose(f);
+    snprintf(args, sizeof args, "--calibration %s", cal);
+    json_t *pc, *sj = sim_replay(d.reqlog, args, &pc);
+    cr_expect_eq((double)json_integer_value(json_object_get(pc, "hit_tokens")), hit, "replayed hits %lld, the daemon's %g",
+                 (long long)json_integer_value(json_object_get(pc, "hit_tokens")), hit);
+    json_decref(sj);
+    unlink(cal);
+    dmn_cleanup(&d);
+}
+
 /* kill -9 mid-prefill of requests that share cached blocks: the killed clients' requests were
  * admitted holding the shared prefix and had not produced a token; after the kills no block
  * is leaked (pools back to baseline, reference counts checked by the scheduler's invariants in
@@ -2867,6 +3016,27 @@ Test(daemon_e2e, prefix_cache_slow_disk_tier_is_not_worth_keeping_blocks_in)
     cr_expect_gt(rl, rc * reuse, "dropped although reload was predicted cheaper: %s", ev);
     /* a block is 16 tokens: at 1 kB/s its reload alone takes its bytes in ms */
     cr_expect_eq(count_lines2(on.declog, "\"ev\":\"cache_reload\"", "\"choice\":\"reload\""), 0);
+    /* the run replayed in ringlm-sim from its request log, with the same pools and no
+     * bandwidth given: each line carries the daemon's cost model at that admission
+     * (sched_cost), so the replay drops what the daemon dropped and finds what it found;
+     * deciding with the simulator's own link instead, it keeps the blocks on disk and finds
+     * the fourth prompt there (the replay the issue's goal is measured by departed so) */
+    cr_expect_eq(count_lines(on.reqlog, "\"sched_cost\":{\"at_us\":"), TX_N, "request log lines without sched_cost");
+    const char *pools = "--kv-blocks 8 --host-kv-blocks 0 --disk-kv-blocks 64";
+    char args[200];
+    json_t *pc, *sj = sim_replay(on.reqlog, pools, &pc);
+    long long daemon_hit = json_integer_value(json_object_get(pc, "recorded_hit_tokens")),
+              replay_hit = json_integer_value(json_object_get(pc, "hit_tokens"));
+    json_decref(sj);
+    snprintf(args, sizeof args, "%s --recorded-costs off", pools);
+    sj = sim_replay(on.reqlog, args, &pc);
+    long long own_hit = json_integer_value(json_object_get(pc, "hit_tokens"));
+    json_decref(sj);
+    cr_log_info("slow disk replayed: the daemon found %lld tokens cached, the replay %lld (with the simulator's own "
+                "costs %lld)", daemon_hit, replay_hit, own_hit);
+    cr_expect_eq(replay_hit, daemon_hit, "the replay found %lld tokens cached, the daemon %lld", replay_hit, daemon_hit);
+    cr_expect_gt(own_hit, daemon_hit, "with its own costs the simulator should keep blocks on disk (found %lld, the "
+                 "daemon %lld): the scenario no longer tells the recorded costs from the simulator's", own_hit, daemon_hit);
     free(a);
     free(b);
     dmn_cleanup(&off);

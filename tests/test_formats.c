@@ -394,3 +394,55 @@ Test(formats_trace, mooncake_and_native)
     assert_request_eq(&w, &got);
     cr_assert_eq(fmt_trace_next(&rd, &got, &t, why, sizeof why), 0);
 }
+
+/* sched_cost: the writer's cost model at a request's admission goes out and comes back field
+ * for field (a replay decides with it), a tier the writer lacked stays absent, a line without
+ * it reads as NULL, and a record a scheduler would refuse is refused with the field named */
+Test(formats_request_log, sched_cost)
+{
+    char line[2048], why[200];
+    fmt_sched_cost c = {.at_us = 123456, .correction = 0.0731, .base_us = 3350, .prefill_token_us = 29,
+                        .decode_seq_us = 30, .context_token_us = 0.027, .prefill_pair_us = 1e-5,
+                        .host = {2.75e8, 1.42e7, 20, true, false}};
+    fmt_request r = {.req = 3, .arrival_us = 100000, .prompt_tokens = 40, .max_tokens = 4, .output_tokens = 4,
+                     .deadline_us = FMT_NULL, .cancel_us = FMT_NULL, .first_token_us = FMT_NULL, .finish_us = 9,
+                     .finish_reason = "length", .cached_tokens = FMT_NULL, .sched_cost = &c};
+    int n = fmt_request_format(&r, line, sizeof line);
+    cr_assert_gt(n, 0);
+    cr_assert_null(strstr(line, "\"disk\""), "a tier the writer lacked: %s", line);
+    fmt_request back;
+    fmt_request_text t;
+    cr_assert_eq(fmt_request_parse(line, (size_t)n, &back, &t, why, sizeof why), 0, "%s: %s", why, line);
+    cr_assert_not_null(back.sched_cost, "%s", line);
+    cr_assert_eq(memcmp(back.sched_cost, &c, sizeof c), 0, "not read back as written: %s", line);
+    c.disk = (fmt_tier_cost){1e6, 1.9e7, 100, false, true};
+    n = fmt_request_format(&r, line, sizeof line);
+    cr_assert_eq(fmt_request_parse(line, (size_t)n, &back, &t, why, sizeof why), 0, "%s: %s", why, line);
+    cr_assert_eq(memcmp(back.sched_cost, &c, sizeof c), 0, "not read back as written: %s", line);
+    r.sched_cost = NULL;
+    n = fmt_request_format(&r, line, sizeof line);
+    cr_assert_null(strstr(line, "sched_cost"), "%s", line);
+    cr_assert_eq(fmt_request_parse(line, (size_t)n, &back, &t, why, sizeof why), 0, "%s", why);
+    cr_assert_null(back.sched_cost);
+#define BASE "{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":2,\"output_tokens\":3,\"sched_cost\":"
+#define STEP "\"step\":{\"base_us\":1,\"prefill_token_us\":2,\"decode_seq_us\":0,\"context_token_us\":0,\"prefill_pair_us\":0}"
+    const char *bad[][2] = {
+        {BASE "7}", "not an object"},
+        {BASE "{\"at_us\":5,\"correction\":1}}", "\"step\""},
+        {BASE "{\"at_us\":5,\"correction\":0," STEP "}}", "\"correction\""},
+        {BASE "{\"correction\":1," STEP "}}", "\"at_us\""},
+        {BASE "{\"at_us\":5,\"correction\":1,\"step\":{\"base_us\":1,\"prefill_token_us\":0,\"decode_seq_us\":0,"
+              "\"context_token_us\":0,\"prefill_pair_us\":0}}}", "\"prefill_token_us\""},
+        {BASE "{\"at_us\":5,\"correction\":1," STEP ",\"host\":{\"out_bytes_per_s\":0,\"in_bytes_per_s\":1,"
+              "\"latency_us\":0}}}", "host"},
+        {BASE "{\"at_us\":5,\"correction\":1," STEP ",\"disk\":{\"out_bytes_per_s\":1,\"in_bytes_per_s\":1,"
+              "\"latency_us\":0,\"in_measured\":1}}}", "in_measured"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(fmt_request_parse(bad[i][0], strlen(bad[i][0]), &back, &t, why, sizeof why), -EINVAL,
+                     "accepted: %s", bad[i][0]);
+        cr_assert(strstr(why, bad[i][1]), "%s: the reason does not name %s: %s", bad[i][0], bad[i][1], why);
+    }
+#undef STEP
+#undef BASE
+}

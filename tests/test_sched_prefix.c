@@ -516,6 +516,28 @@ Test(sched_prefix, forced_collisions_never_reuse_a_wrong_block)
     o_fini();
 }
 
+/* The key function a scheduler is configured with (sched_config.prefix_key): XXH3 is what
+ * sched_prefix_keys computes; the constant one (a diagnostic) keys every block alike, so the
+ * daemon can force every collision (ringlmd --prefix-key=constant, daemon_e2e). */
+Test(sched_prefix, the_constant_key_function_keys_every_block_alike)
+{
+    int32_t a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8] = {9, 9, 9, 9, 8, 8, 8, 8};
+    sched_prefix_key ka[2], kb[2], x[2], xa[2];
+    cr_assert_eq(sched_prefix_keys_with(SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS, 7, a, 8, BS, ka, 2), 2);
+    cr_assert_eq(sched_prefix_keys_with(SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS, 8, b, 8, BS, kb, 2), 2);
+    for (int i = 0; i < 2; i++)
+        cr_assert(sched_prefix_key_eq(ka[i], ka[0]) && sched_prefix_key_eq(kb[i], ka[0]),
+                  "other tokens, salt or parent changed a constant key");
+    cr_assert(sched_prefix_key_eq(sched_prefix_block_key_with(SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS, ka[0], 3, b, BS),
+                                  ka[0]));
+    sched_prefix_keys_with(SCHED_PREFIX_KEY_XXH3, 7, a, 8, BS, x, 2);
+    sched_prefix_keys(7, a, 8, BS, xa, 2);
+    cr_assert(sched_prefix_key_eq(x[0], xa[0]) && sched_prefix_key_eq(x[1], xa[1]), "XXH3 is sched_prefix_keys' function");
+    cr_assert(!sched_prefix_key_eq(x[0], x[1]));
+    cr_assert_str_eq(sched_prefix_key_fn_name(SCHED_PREFIX_KEY_XXH3), "xxh3");
+    cr_assert_str_eq(sched_prefix_key_fn_name(SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS), "constant");
+}
+
 Test(sched_prefix, two_salts_never_hit_each_other)
 {
     o_init(64, 0, 0, 2, NULL, cheap_reload());
@@ -640,6 +662,8 @@ static void d_sink(void *ctx, const sched_event *e)
 
 static void d_check(void) { sd_check(D.s); }
 
+static sched_prefix_key_fn d_key_fn;   /* the next d_init's sched_config.prefix_key (XXH3: 0) */
+
 /* extra: more [scheduler] keys; tenants: the [tenant] sections (NULL: a and b, defaults). */
 static void d_init_tenants(const char *extra, const char *tenants, uint32_t dev, uint32_t host, bool cache)
 {
@@ -652,7 +676,7 @@ static void d_init_tenants(const char *extra, const char *tenants, uint32_t dev,
     sched_config c = {.kv_blocks_device = dev, .kv_blocks_host = host, .block_size = 4, .kv_bytes_per_token = 64,
                       .max_context = 512, .step.base_us = 100, .step.prefill_token_us = 1, .step.decode_seq_us = 1,
                       .host = {.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 1},
-                      .prefix_cache = cache, .prefix_cache_generated = cache};
+                      .prefix_cache = cache, .prefix_cache_generated = cache, .prefix_key = d_key_fn};
     cr_assert_eq(sched_create(D.p, &c, d_sink, NULL, 1, &D.s), 0, "%s", sched_last_error());
 }
 
@@ -777,6 +801,41 @@ Test(sched_prefix_cache, other_domains_and_uncached_requests_never_hit)
     cr_assert_null(d_find(SCHED_EV_CACHE_HIT, 3));
     d_run_until_idle(50);
     d_fini();
+}
+
+/* A scheduler keying every block alike (sched_config.prefix_key constant): a request shares
+ * exactly the blocks whose tokens equal a cached prompt's, as with XXH3 keys; an unknown key
+ * function is refused at create. */
+Test(sched_prefix_cache, the_constant_key_shares_only_equal_blocks)
+{
+    d_key_fn = SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS;
+    d_init(NULL, 64, 0, true);
+    d_key_fn = SCHED_PREFIX_KEY_XXH3;
+    int32_t a[16], b[16];
+    for (int i = 0; i < 16; i++) a[i] = b[i] = 100 + i;
+    b[5] = 7;   /* b = a's block 0, then its own */
+    d_submit(1, 0, a, 16, 1, 1);
+    d_run_until_idle(50);
+    d_submit(2, 0, b, 16, 1, 1);
+    d_run_until_idle(50);
+    d_submit(3, 0, a, 16, 1, 1);
+    d_run_until_idle(50);
+    const sched_event *h2 = d_find(SCHED_EV_CACHE_HIT, 2), *h3 = d_find(SCHED_EV_CACHE_HIT, 3);
+    cr_assert_not_null(h2);
+    cr_assert_eq(h2->cached_tokens, 4, "b shares a's first block only, got %u tokens", h2->cached_tokens);
+    cr_assert_not_null(h3);
+    cr_assert_eq(h3->cached_tokens, 12, "a again: its 3 blocks before the last token, got %u", h3->cached_tokens);
+    d_fini();
+
+    sched_policy *p;
+    sched_policy_error err;
+    cr_assert_eq(sched_policy_parse("[scheduler]\n", &p, &err), 0);
+    sched_config c = {.kv_blocks_device = 8, .block_size = 4, .kv_bytes_per_token = 64, .max_context = 64,
+                      .step.prefill_token_us = 1, .prefix_cache = true, .prefix_key = SCHED_PREFIX_KEY__COUNT};
+    sched *s = NULL;
+    cr_assert_eq(sched_create(p, &c, NULL, NULL, 1, &s), -EINVAL);
+    cr_assert(strstr(sched_last_error(), "prefix_key"), "%s", sched_last_error());
+    sched_policy_free(p);
 }
 
 /* The policy's per-tenant max_cached_blocks: a tenant's finished prompts keep at most that

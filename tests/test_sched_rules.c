@@ -486,6 +486,62 @@ Test(sched_rules, transfer_bandwidth_is_measured_not_assumed)
     h_free(h);
 }
 
+/* The cost model's state can be read and set (a replay sets the state a daemon recorded):
+ * what is set is what the scheduler decides with — on a 1 MB/s link that it would never swap
+ * over (preempt_recompute_when_link_is_slow_or_no_room), a state saying the link was measured
+ * fast makes its first preemption a swap; a state it would refuse changes nothing; a tier it
+ * lacks stays absent. */
+Test(sched_rules, cost_state_set_is_what_it_decides_with)
+{
+    harness *h = preempt_setup(PRE_POLICY, 1e6, 1000);
+    sched_config cfg = h_default_config();
+    sched_cost_state st, back;
+    sched_get_cost_state(h->s, &st);
+    cr_assert_eq(memcmp(&st.step, &cfg.step, sizeof st.step), 0, "the step model is not the configured one");
+    cr_assert_eq(st.correction, 1);
+    cr_assert_eq(st.tier[SCHED_POOL_HOST].in_bytes_per_s, 1e6);
+    cr_assert(!st.in_measured[SCHED_POOL_HOST] && !st.out_measured[SCHED_POOL_HOST]);
+    cr_assert_eq(st.tier[SCHED_POOL_DISK].in_bytes_per_s, 0, "no disk tier, yet a disk bandwidth");
+
+    sched_cost_state bad = st;
+    bad.correction = 0;
+    cr_assert_eq(sched_set_cost_state(h->s, &bad), -EINVAL);
+    cr_assert(strstr(sched_last_error(), "correction"), "%s", sched_last_error());
+    bad = st;
+    bad.tier[SCHED_POOL_HOST].out_bytes_per_s = 0;
+    cr_assert_eq(sched_set_cost_state(h->s, &bad), -EINVAL);
+    bad = st;
+    bad.step.prefill_token_us = 0;
+    cr_assert_eq(sched_set_cost_state(h->s, &bad), -EINVAL);
+    sched_get_cost_state(h->s, &back);
+    cr_assert_eq(memcmp(&back, &st, sizeof st), 0, "a refused state changed something");
+
+    st.tier[SCHED_POOL_HOST].out_bytes_per_s = st.tier[SCHED_POOL_HOST].in_bytes_per_s = 1e12;
+    st.out_measured[SCHED_POOL_HOST] = st.in_measured[SCHED_POOL_HOST] = true;
+    st.correction = 1.5;
+    st.tier[SCHED_POOL_DISK] = (sched_tier_cost){1e9, 1e9, 100};   /* a tier it lacks */
+    cr_assert_eq(sched_set_cost_state(h->s, &st), 0, "%s", sched_last_error());
+    sched_get_cost_state(h->s, &back);
+    cr_assert_eq(back.tier[SCHED_POOL_HOST].in_bytes_per_s, 1e12);
+    cr_assert(back.in_measured[SCHED_POOL_HOST] && back.out_measured[SCHED_POOL_HOST]);
+    cr_assert_eq(back.correction, 1.5);
+    cr_assert_eq(back.tier[SCHED_POOL_DISK].in_bytes_per_s, 0, "a tier the scheduler lacks was set");
+    sched_counts c;
+    sched_get_counts(h->s, &c);
+    cr_assert_eq(c.cost_correction, 1.5);
+
+    bool seen = false;
+    for (int i = 0; i < 200 && !seen; i++) {
+        h_iterate(h);
+        seen = count_ev(h, "\"preempt\"", NULL) > 0;
+    }
+    cr_assert(seen, "no preemption:\n%s", h->log);
+    long first = first_ev(h, "\"preempt\"", NULL);
+    cr_assert_eq(first, first_ev(h, "\"preempt\"", "\"mode\":\"swap\""),
+                 "the link set as measured fast, yet the first preemption did not swap:\n%s", h->log);
+    h_free(h);
+}
+
 Test(sched_rules, preempt_recompute_when_link_is_slow_or_no_room)
 {
     /* 1 MB/s: swapping 300 KB each way costs ~0.6 s, recomputing 300 tokens ~6 ms */

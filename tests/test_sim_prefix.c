@@ -818,3 +818,126 @@ Test(sim_prefix, capacity_sweep_table_and_plot)
     cr_expect_neq(sim_status("--workload shared-prefix --capacity-sweep-host 64 2>/dev/null"), 0,
                   "a sweep without --prefix-report was accepted");
 }
+
+/* ---- a replay decides with the recorded run's costs ------------------------------------- */
+
+/* A recorded run (ringlmd's request log) on a 64-block device pool with a 48-block host tier:
+ * request 1 caches a 64-token prompt (4 blocks), request 2's 63-block prompt and answer need
+ * the whole pool, so request 1's blocks are evicted — demoted to host when the cost model
+ * says a reload beats recomputing them, else dropped — and request 3 starts with request 1's
+ * prompt.  Each line carries the cost model the recorded scheduler had at its admission
+ * (sched_cost) with the host link's measured bandwidth host_bps (16 KiB blocks). */
+static void recorded_tier_trace(sim_trace *t, double host_bps, int64_t cached_3)
+{
+    static char buf[8192];
+    char cost[600];
+    snprintf(cost, sizeof cost,
+             "\"sched_cost\":{\"at_us\":%%lld,\"correction\":1,\"step\":{\"base_us\":1000,\"prefill_token_us\":40,"
+             "\"decode_seq_us\":100,\"context_token_us\":0,\"prefill_pair_us\":0},\"host\":{\"out_bytes_per_s\":%.17g,"
+             "\"in_bytes_per_s\":%.17g,\"latency_us\":10,\"out_measured\":true,\"in_measured\":true}}",
+             host_bps, host_bps);
+    char c1[700], c2[700], c3[700];
+    snprintf(c1, sizeof c1, cost, 0LL);
+    snprintf(c2, sizeof c2, cost, 200000LL);
+    snprintf(c3, sizeof c3, cost, 600000LL);
+    int n = snprintf(buf, sizeof buf,
+                     "{\"req\":1,\"arrival_us\":0,\"prompt_tokens\":64,\"output_tokens\":4,\"finish_reason\":\"length\","
+                     "\"cached_tokens\":0,\"hash_block_tokens\":16,\"hash_ids\":[11,12,13,14],%s}\n", c1);
+    n += snprintf(buf + n, sizeof buf - (size_t)n,
+                  "{\"req\":2,\"arrival_us\":200000,\"prompt_tokens\":1008,\"output_tokens\":4,\"finish_reason\":\"length\","
+                  "\"cached_tokens\":0,\"hash_block_tokens\":16,\"hash_ids\":[");
+    for (int i = 0; i < 63; i++) n += snprintf(buf + n, sizeof buf - (size_t)n, "%s%d", i ? "," : "", 101 + i);
+    n += snprintf(buf + n, sizeof buf - (size_t)n, "],%s}\n", c2);
+    n += snprintf(buf + n, sizeof buf - (size_t)n,
+                  "{\"req\":3,\"arrival_us\":600000,\"prompt_tokens\":80,\"output_tokens\":4,\"finish_reason\":\"length\","
+                  "\"cached_tokens\":%lld,\"hash_block_tokens\":16,\"hash_ids\":[11,12,13,14,15],%s}\n",
+                  (long long)cached_3, c3);
+    cr_assert_lt((size_t)n, sizeof buf);
+    sim_trace_init(t, "recorded");
+    cr_assert_eq(sim_trace_parse(t, "recorded.jsonl", buf, (size_t)n, SIM_FMT_NATIVE, false), 0, "%s", sim_err());
+    cr_assert_eq(t->n_costs, 3, "the cost records were not read");
+}
+
+/* The replay's request 3: its cached tokens, and how long after its arrival its first token came.
+ * With the recorded costs, the replay's own request log gives each request the cost model it
+ * was admitted with — the recorded one, host_bps its host link — so a replay of the replay
+ * decides the same way. */
+static void replay_recorded(const sim_trace *t, const sim_service *svc, bool recorded, int64_t *cached, int64_t *ttft_us,
+                            double host_bps)
+{
+    sched_policy *p = policy("");
+    sim_options o;
+    sim_options_defaults(&o);
+    o.policy = p;
+    o.policy_name = "test";
+    o.svc = svc;
+    o.check_every = 1;
+    o.recorded_costs = recorded;
+    sim_run r;
+    cr_assert_eq(sim_run_trace(t, &o, &r), 0, "sim_run_trace: %s", sim_err());
+    cr_assert_eq(r.still_live, 0);
+    const sim_rec *x = &r.recs[r.final_rec[2]];
+    *cached = x->cached_tokens;
+    *ttft_us = x->first_token_us - t->reqs[2].arrival_us;
+    cr_assert_eq(r.final_counts.prefix_hit_tokens, (uint64_t)*cached, "only request 3 can find anything cached");
+    if (recorded) {
+        FILE *f = tmpfile();
+        cr_assert_not_null(f);
+        cr_assert_eq(sim_report_request_log(f, &r), 0, "%s", sim_err());
+        rewind(f);
+        static char line[8192];
+        int n = 0;
+        while (fgets(line, sizeof line, f)) {
+            static fmt_request_text text;
+            fmt_request q;
+            char why[160];
+            cr_assert_eq(fmt_request_parse(line, strlen(line) - 1, &q, &text, why, sizeof why), 0, "%s: %s", why, line);
+            cr_assert_not_null(q.sched_cost, "no sched_cost: %s", line);
+            cr_expect_eq(q.sched_cost->host.in_bytes_per_s, host_bps, "%s", line);
+            cr_expect(q.sched_cost->host.in_measured, "%s", line);
+            cr_expect_eq(q.sched_cost->prefill_token_us, 40, "%s", line);
+            n++;
+        }
+        fclose(f);
+        cr_assert_eq(n, 3);
+    }
+    sim_run_free(&r);
+    sched_policy_free(p);
+}
+
+/* The recorded run measured its host link at 1 kB/s (a reload of a block: 16 s against a
+ * 640 µs recompute), so it dropped request 1's blocks and request 3 found nothing, while the
+ * simulator's own link (100 MB/s) would demote and reload them: the replay finds what the
+ * recorded run found (0 tokens), and only with the recorded costs.  The other way round — a
+ * recorded 1 GB/s link where the simulator's own is 1 kB/s — the replay demotes and reloads
+ * request 1's 64 tokens as the recorded run did, and the copy takes the recorded link's time,
+ * not the 16 s per block the simulator's link would. */
+Test(sim_prefix, a_replay_decides_and_copies_with_the_recorded_costs)
+{
+    sim_service fast, slow;
+    tier_service(&fast, 1e8, 1e8);
+    tier_service(&slow, 1e3, 1e3);
+    fast.kv_blocks_disk = slow.kv_blocks_disk = 0;
+    sim_trace t;
+    int64_t cached, ttft;
+
+    recorded_tier_trace(&t, 1e3, 0);
+    replay_recorded(&t, &fast, true, &cached, &ttft, 1e3);
+    cr_expect_eq(cached, 0, "the recorded run dropped request 1's blocks; the replay found %lld tokens cached",
+                 (long long)cached);
+    replay_recorded(&t, &fast, false, &cached, &ttft, 0);
+    cr_expect_eq(cached, 64, "with its own costs the simulator reloads request 1's 4 blocks (found %lld tokens)",
+                 (long long)cached);
+    sim_trace_free(&t);
+
+    recorded_tier_trace(&t, 1e9, 64);
+    replay_recorded(&t, &slow, true, &cached, &ttft, 1e9);
+    cr_expect_eq(cached, 64, "the recorded run reloaded request 1's 4 blocks; the replay found %lld tokens cached",
+                 (long long)cached);
+    cr_expect_lt(ttft, 100000, "request 3's first token %lld µs after its arrival: its reload took the simulator's "
+                 "link time, not the recorded run's", (long long)ttft);
+    replay_recorded(&t, &slow, false, &cached, &ttft, 0);
+    cr_expect_eq(cached, 0, "with its own 1 kB/s link the simulator drops request 1's blocks (found %lld tokens)",
+                 (long long)cached);
+    sim_trace_free(&t);
+}
