@@ -48,13 +48,13 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
     svc_sess *ss = dsess_user(ds);
     if (!ss) {
         /* Every request gets its FINISH, even one that slipped past a refused session. */
-        dsess_push_finish(ds, hdr->req_id, RINGLM_WIRE_R_REJECTED, RINGLM_WIRE_R_INTERNAL, 0);
+        dsess_push_finish(ds, hdr->req_id, RINGLM_WIRE_R_REJECTED, RINGLM_WIRE_R_INTERNAL, 0, 0);
         return;
     }
     /* Linked first, so every path below ends through req_end → the same flush. */
     svc_req *r = req_new(s, ss, hdr->req_id);
     if (!r) {
-        dsess_push_finish(ds, hdr->req_id, RINGLM_WIRE_R_REJECTED, RINGLM_WIRE_R_INTERNAL, 0);
+        dsess_push_finish(ds, hdr->req_id, RINGLM_WIRE_R_REJECTED, RINGLM_WIRE_R_INTERNAL, 0, 0);
         return;
     }
     r->n_prompt = n_prompt;

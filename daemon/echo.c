@@ -156,7 +156,7 @@ static int serve(echo_svc *e, struct echo_sess *es, uint64_t now_us, uint64_t *n
 			r->finish_reason = RINGLM_WIRE_R_LENGTH;
 		}
 		if (dsess_push_finish(es->s, r->req_id, r->finish_reason, r->finish_cause,
-				      r->emitted) < 0)
+				      r->emitted, 0) < 0)
 			return progress;
 		progress = 1;
 		e->finished++;

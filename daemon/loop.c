@@ -254,7 +254,7 @@ static int on_record(void *arg, dsess *s, const struct ringlm_wire_parsed *rec)
 	}
 	if (l->draining) {
 		int r = dsess_push_finish(s, rec->req->req_id, RINGLM_WIRE_R_REJECTED,
-					  RINGLM_WIRE_R_DRAINING, 0);
+					  RINGLM_WIRE_R_DRAINING, 0, 0);
 		return r == -EAGAIN ? -EAGAIN : 0;
 	}
 	if (l->ops->on_request)

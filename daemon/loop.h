@@ -150,10 +150,13 @@ const char *dloop_errmsg(void);
 int  dsess_push_event(dsess *s, const struct ringlm_wire_event *ev);
 /* TOKEN event.  Same returns. */
 int  dsess_push_token(dsess *s, uint64_t req_id, int32_t token, uint32_t index);
-/* FINISH + FINISH_EXT (policy hash) pair; both or neither.  reason RINGLM_WIRE_R_*,
- * cause a RINGLM_WIRE_R_* cause or 0.  Same returns (-EAGAIN needs 2 free slots). */
+/* FINISH + FINISH_EXT (policy hash, cached_tokens) pair; both or neither.  reason
+ * RINGLM_WIRE_R_*, cause a RINGLM_WIRE_R_* cause or 0, cached_tokens the prompt tokens the
+ * request's first admission found in the prefix cache (0 when it was never admitted or the
+ * cache is off; saturated at RINGLM_WIRE_INDEX_MAX).  Same returns (-EAGAIN needs 2 free
+ * slots). */
 int  dsess_push_finish(dsess *s, uint64_t req_id, unsigned reason, unsigned cause,
-		       uint32_t n_tokens);
+		       uint32_t n_tokens, uint32_t cached_tokens);
 /* Free event slots right now. */
 unsigned dsess_event_space(dsess *s);
 

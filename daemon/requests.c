@@ -238,7 +238,7 @@ static int req_push(svc_req *r)
         r->n_pushed++;
     }
     if (r->ended && !r->finish_pushed) {
-        rc = dsess_push_finish(ds, r->client_id, r->fin_reason, r->fin_cause, r->n_gen);
+        rc = dsess_push_finish(ds, r->client_id, r->fin_reason, r->fin_cause, r->n_gen, r->cached_tokens);
         if (rc < 0) return rc;
         r->finish_pushed = true;
     }

@@ -316,7 +316,7 @@ int dsess_push_token(dsess *s, uint64_t req_id, int32_t token, uint32_t index)
 }
 
 int dsess_push_finish(dsess *s, uint64_t req_id, unsigned reason, unsigned cause,
-		      uint32_t n_tokens)
+		      uint32_t n_tokens, uint32_t cached_tokens)
 {
 	int r = make_room(s, 2);
 	if (r < 0)
@@ -329,7 +329,9 @@ int dsess_push_finish(dsess *s, uint64_t req_id, unsigned reason, unsigned cause
 	struct ringlm_wire_event x = {
 		.req_id = dloop_policy_hash(s->loop),
 		.value = (int32_t)(uint32_t)req_id,
-		.meta = RINGLM_WIRE_EV_META(RINGLM_WIRE_EV_FINISH_EXT, 0),
+		.meta = RINGLM_WIRE_EV_META(RINGLM_WIRE_EV_FINISH_EXT,
+					    cached_tokens < RINGLM_WIRE_INDEX_MAX ? cached_tokens
+										  : RINGLM_WIRE_INDEX_MAX),
 	};
 	ring_ev_put(&s->ev, &f);
 	ring_ev_put(&s->ev, &x);

@@ -49,6 +49,19 @@ _Static_assert(RINGLM_R_CLIENT_GONE == RINGLM_WIRE_R_CLIENT_GONE, "reason");
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 	       "the client sleeps on the low 32 bits of ev_prod at its own address");
 
+/* ringlm_event is filled by this library and read by programs built against any 0.x header:
+ * its size and every offset are the ABI (0.2's n_cached_tokens took 0.1's padding). */
+_Static_assert(sizeof(ringlm_event) == 48, "ringlm_event is 48 bytes");
+_Static_assert(offsetof(ringlm_event, kind) == 0, "ringlm_event.kind");
+_Static_assert(offsetof(ringlm_event, req_id) == 8, "ringlm_event.req_id");
+_Static_assert(offsetof(ringlm_event, token) == 16, "ringlm_event.token");
+_Static_assert(offsetof(ringlm_event, index) == 20, "ringlm_event.index");
+_Static_assert(offsetof(ringlm_event, finish_reason) == 24, "ringlm_event.finish_reason");
+_Static_assert(offsetof(ringlm_event, reject_reason) == 28, "ringlm_event.reject_reason");
+_Static_assert(offsetof(ringlm_event, n_tokens) == 32, "ringlm_event.n_tokens");
+_Static_assert(offsetof(ringlm_event, n_cached_tokens) == 36, "ringlm_event.n_cached_tokens");
+_Static_assert(offsetof(ringlm_event, policy_hash) == 40, "ringlm_event.policy_hash");
+
 #define CONNECT_TIMEOUT_MS   5000
 #define SLEEP_SLICE_NS       (20 * 1000 * 1000ll) /* liveness check period while asleep */
 #define DEFAULT_SPIN_NS      (50 * 1000ll)
@@ -709,6 +722,7 @@ static int take_event(ringlm_client *c, ringlm_event *out)
 	out->finish_reason = (int)((low >> 8) & 0xff);
 	out->reject_reason = (int)(low & 0xff);
 	out->n_tokens = (uint32_t)e.value;
+	out->n_cached_tokens = RINGLM_WIRE_EV_LOW(x.meta);
 	out->policy_hash = x.req_id;
 	ring_ev_consume(&c->ev, 2);
 	c->consumed_since_check += 2;

@@ -55,7 +55,7 @@ extern "C" {
  * binary compatibility; the shared library's soname is libringlm.so.MAJOR). Compare with
  * ringlm_version() at run time to detect a library older than the header built against. */
 #define RINGLM_VERSION_MAJOR 0
-#define RINGLM_VERSION_MINOR 1
+#define RINGLM_VERSION_MINOR 2   /* 0.2: ringlm_event.n_cached_tokens */
 #define RINGLM_VERSION_PATCH 0
 /* One number that orders versions: MAJOR*10000 + MINOR*100 + PATCH. */
 #define RINGLM_VERSION_NUMBER \
@@ -117,9 +117,13 @@ void ringlm_request_init(ringlm_request *req);
 
 enum ringlm_event_kind {
 	RINGLM_EV_TOKEN  = 1, /* token, index valid */
-	RINGLM_EV_FINISH = 2, /* finish_reason, reject_reason, n_tokens, policy_hash valid */
+	RINGLM_EV_FINISH = 2, /* finish_reason, reject_reason, n_tokens, n_cached_tokens,
+	                         policy_hash valid */
 };
 
+/* 48 bytes on every 64-bit target; n_cached_tokens (0.2) sits in what was padding before
+ * policy_hash, so no field of 0.1 moved and a program built against 0.1 still works (it
+ * never reads the new field).  libclient/client.c checks the layout at build time. */
 typedef struct ringlm_event {
 	int      kind;          /* enum ringlm_event_kind */
 	uint64_t req_id;        /* as returned by ringlm_submit */
@@ -128,6 +132,10 @@ typedef struct ringlm_event {
 	int      finish_reason; /* FINISH: RINGLM_FINISH_* */
 	int      reject_reason; /* FINISH: RINGLM_R_* cause or 0 */
 	uint32_t n_tokens;      /* FINISH: tokens generated for this request */
+	uint32_t n_cached_tokens; /* FINISH: prompt tokens served from the daemon's prefix cache
+	                           (whole KV blocks its first admission found, a multiple of the
+	                           block size; 0 when none, when rejected before admission, with
+	                           ringlmd --no-prefix-cache, or from a daemon older than 0.2) */
 	uint64_t policy_hash;   /* FINISH: identity of the scheduling policy that served it */
 } ringlm_event;
 
@@ -143,6 +151,9 @@ typedef struct ringlm_event {
  *   -EPERM                   the daemon refused this uid
  *   -ESHUTDOWN               the daemon is draining
  *   -ETIMEDOUT               no answer to the handshake within 5 s
+ *   -EPIPE / -ECONNRESET     the daemon exited (a drain ending, a kill) during the handshake:
+ *                            it closed the accepted connection before the hello was sent
+ *                            (EPIPE) or before it answered (ECONNRESET)
  *   -ENOMEM, -EMFILE, other  local resources
  */
 int ringlm_connect(const char *socket_path, ringlm_client **out);

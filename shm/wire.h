@@ -54,8 +54,14 @@ enum ringlm_wire_event_kind {
 	RINGLM_WIRE_EV_TOKEN      = 1, /* value = token id, meta index = position in output */
 	RINGLM_WIRE_EV_FINISH     = 2, /* value = tokens generated; meta = reason<<8 | cause */
 	RINGLM_WIRE_EV_FINISH_EXT = 3, /* always right after a FINISH, same publish:
-	                                  req_id = policy hash, value = low 32 bits of req id */
+	                                  req_id = policy hash, value = low 32 bits of req id,
+	                                  meta index = cached prompt tokens (see below) */
 };
+/* FINISH_EXT's meta index: the prompt tokens the request's first admission found in the
+ * prefix cache (full blocks, so a multiple of the block size; 0 when none, when the
+ * request was rejected before admission, or when the cache is off), saturated at
+ * RINGLM_WIRE_INDEX_MAX.  A daemon of ABI 3 from before this field wrote 0 there and a
+ * library of that time ignores it, so either side may be older: the ABI stays 3. */
 struct ringlm_wire_event {
 	uint64_t req_id;
 	int32_t  value;

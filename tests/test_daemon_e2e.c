@@ -1888,6 +1888,7 @@ typedef struct seq_job {
     int32_t prompt[SEQ_MAX][80];
     uint32_t n_prompt[SEQ_MAX];
     int repeat[SEQ_MAX];        /* times prompt i is sent, one after another (0: once) */
+    uint32_t max_new_of[SEQ_MAX];   /* new tokens prompt i asks for (0: max_new) */
 } seq_job;
 
 static int client_sequential(void *arg)
@@ -1903,7 +1904,7 @@ static int client_sequential(void *arg)
             ringlm_request_init(&r);
             r.prompt = g->prompt[i];
             r.n_prompt = g->n_prompt[i];
-            r.max_new_tokens = g->max_new;
+            r.max_new_tokens = g->max_new_of[i] ? g->max_new_of[i] : g->max_new;
             uint64_t id;
             if (ringlm_submit(c, &r, &id) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
             for (;;) {
@@ -2313,6 +2314,119 @@ Test(daemon_e2e, request_log_records_the_cached_tokens_of_each_request)
     unlink(simlog);
     dmn_cleanup(&d);
 }
+
+/* The cached-token count reaches the client: every FINISH carries n_cached_tokens, the prompt
+ * tokens its request's first admission found in the prefix cache — what the request log and
+ * the decision log's finish event say for that request.  One tenant sends a 44-token prompt
+ * twice (8-token blocks: 5 full blocks, 40 tokens, can be found), then once more with a
+ * max_new_tokens no context holds (rejected at admission), then `ringlm generate --stats`
+ * sends it once more; with --no-prefix-cache every count is 0. */
+#define FC_PROMPT 44
+#define FC_BLOCK 8
+typedef struct fc_job {
+    const char *sock, *out;
+    int32_t prompt[FC_PROMPT];
+} fc_job;
+
+static int client_finish_cached(void *arg)
+{
+    fc_job *g = arg;
+    ringlm_client *c;
+    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    FILE *f = fopen(g->out, "w");
+    if (!f) return 3;
+    static const uint32_t max_new[] = {4, 4, 1u << 20};
+    for (int i = 0; i < 3; i++) {
+        ringlm_request r;
+        ringlm_request_init(&r);
+        r.prompt = g->prompt;
+        r.n_prompt = FC_PROMPT;
+        r.max_new_tokens = max_new[i];
+        uint64_t id;
+        if (ringlm_submit(c, &r, &id) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+        for (;;) {
+            ringlm_event ev;
+            int rc = ringlm_next_event(c, &ev, 60000);
+            if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+            if (ev.kind == RINGLM_EV_FINISH && ev.req_id == id) {
+                fprintf(f, "%s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_cached_tokens);
+                break;
+            }
+        }
+    }
+    fclose(f);
+    ringlm_close(c);
+    return 0;
+}
+
+/* `ringlm generate --stats` of the job's prompt: the cached count its summary line prints. */
+static long long cli_generate_cached(const char *sock, const fc_job *g)
+{
+    char ids[FC_PROMPT * 6] = "";
+    for (int k = 0; k < FC_PROMPT; k++)
+        snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", k ? "," : "", g->prompt[k]);
+    char *ringlm = th_path(th_bin_dir(), "ringlm");
+    char *argv[] = {ringlm, "--socket", (char *)sock, "generate", "--prompt-ids", ids, "--max-tokens", "4",
+                    "--stats", NULL};
+    char *out, *err;
+    cr_assert_eq(th_run(argv, &out, &err, 60), 0, "ringlm generate: %s", err);
+    const char *p = strstr(err, " prompt tokens (");
+    long long cached = -1;
+    cr_assert(p && sscanf(p, " prompt tokens (%lld cached)", &cached) == 1,
+              "no cached count in generate --stats: %s", err);
+    free(out);
+    free(err);
+    free(ringlm);
+    return cached;
+}
+
+static void finish_cached_tokens(bool cache_on)
+{
+    need_daemon_binary();
+    char model[512];
+    model_or_synthetic(model, sizeof model);
+    const char *on[] = {"--kv-block-size", "8", NULL};
+    const char *off[] = {"--kv-block-size", "8", "--no-prefix-cache", NULL};
+    dmn d;
+    static fc_job g;
+    memset(&g, 0, sizeof g);
+    for (int k = 0; k < FC_PROMPT; k++) g.prompt[k] = 3 + (13 * k) % 250;
+    dmn_start_for(&d, model, NULL, cache_on ? on : off, &g.sock, &g.out);
+    dmn_run_client(&d, client_finish_cached, &g, "finish-cached client");
+    long long cli = cli_generate_cached(d.sock, &g);
+    assert_back_to_baseline(&d, 5000);
+    char *got = dmn_stop_output(&d);
+
+    const long long full = FC_PROMPT / FC_BLOCK * FC_BLOCK; /* 40 */
+    char want[128];
+    snprintf(want, sizeof want, "length 0\nlength %lld\nrejected 0\n", cache_on ? full : 0);
+    cr_expect_str_eq(got, want, "FINISH events (reason n_cached_tokens), cache %s:\n%s", cache_on ? "on" : "off", got);
+    cr_expect_eq(cli, cache_on ? full : 0, "ringlm generate --stats: %lld cached", cli);
+
+    /* the same counts, request by request, in the request log and the decision log */
+    uint64_t lreq[8], freq[8];
+    long long logged[8], fin[8];
+    int nl = jl_req_values(d.reqlog, NULL, "cached_tokens", lreq, logged, 8);
+    cr_assert_eq(nl, 4, "request log lines: %d", nl);
+    int nf = jl_req_values(d.declog, "\"ev\":\"finish\"", "cached_tokens", freq, fin, 8);
+    cr_assert_eq(nf, 3, "finish events (the 3 admitted requests): %d", nf);
+    const long long client_saw[4] = {0, cache_on ? full : 0, 0, cli};
+    for (int i = 0; i < 4; i++) {
+        int rank = 0; /* requests were sent one after another: ids ascend in that order */
+        for (int j = 0; j < 4; j++) rank += lreq[j] < lreq[i];
+        cr_expect_eq(logged[i], client_saw[rank], "request %d: the request log says %lld, its FINISH %lld", rank,
+                     logged[i], client_saw[rank]);
+        for (int j = 0; j < nf; j++)
+            if (freq[j] == lreq[i])
+                cr_expect_eq(fin[j] < 0 ? 0 : fin[j], client_saw[rank], "request %d: the decision log says %lld", rank,
+                             fin[j]);
+    }
+    free(got);
+    dmn_cleanup(&d);
+}
+
+Test(daemon_e2e, finish_events_carry_the_cached_tokens) { finish_cached_tokens(true); }
+Test(daemon_e2e, finish_events_carry_no_cached_tokens_with_the_cache_off) { finish_cached_tokens(false); }
 
 /* ---- prefix cache: forced key collisions ---------------------------------------------- */
 
@@ -3655,6 +3769,19 @@ static const char *find_last2(const char *path, const char *a, const char *b)
     return keep;
 }
 
+/* out with its first line repeated: times copies of it, then the rest (free it). */
+static char *repeat_first_line(const char *out, int times)
+{
+    const char *nl = strchr(out, '\n');
+    cr_assert_not_null(nl, "no line in %s", out);
+    size_t first = (size_t)(nl + 1 - out), rest = strlen(nl + 1);
+    char *r = malloc(first * (size_t)times + rest + 1), *w = r;
+    cr_assert_not_null(r);
+    for (int i = 0; i < times; i++, w += first) memcpy(w, out, first);
+    memcpy(w, nl + 1, rest + 1);
+    return r;
+}
+
 /* A prompt used 64 times is worth keeping on a disk tier even when reading a block back costs
  * 8 times computing it (reload < recompute × expected reuse 64), but when it comes back,
  * computing it again is the cheaper way (reload > recompute): the admission finds it on disk,
@@ -3676,6 +3803,7 @@ Test(daemon_e2e, prefix_cache_slow_tier_found_at_admission_is_recomputed)
     for (int i = 0; i < g.n; i++) g.n_prompt[i] = 64;
     for (int k = 0; k < 64; k++) g.prompt[0][k] = 1 + (k * 131 + k * k) % 30000;
     g.repeat[0] = 64;   /* P 64 times: its blocks' expected reuse 64 */
+    g.max_new_of[0] = 1;   /* each of those one step (the uses count, not their answers) */
     for (int i = 1; i < 4; i++)
         for (int k = 0; k < 64; k++) g.prompt[i][k] = 1 + (i * 104729 + k * 17 + k * k * 3) % 30000;   /* Q1..Q3 */
     memcpy(g.prompt[4], g.prompt[0], sizeof g.prompt[0]);   /* and P again */
@@ -3686,7 +3814,16 @@ Test(daemon_e2e, prefix_cache_slow_tier_found_at_admission_is_recomputed)
                                "64", NULL};
     dmn off, cal, slow;
     char *a, *c, *b;
-    run_tiers(model, &g, off_flags, &off, &a, NULL);
+    /* the tokens with the cache off: each prompt once, P's line then stands for its 64 uses
+     * (with nothing cached each use computes the same; the 64 took half this test's time
+     * under SANITIZE=1) */
+    static seq_job once;
+    once = g;
+    once.repeat[0] = 0;
+    char *a1;
+    run_tiers(model, &once, off_flags, &off, &a1, NULL);
+    a = repeat_first_line(a1, g.repeat[0]);
+    free(a1);
     run_tiers(model, &g, cal_flags, &cal, &c, NULL);
     const char *dm = find_line2(cal.declog, "\"ev\":\"cache_demote\"", "\"recompute_cost_us\":");
     cr_assert(dm[0], "the first run demoted nothing to disk");

@@ -211,6 +211,101 @@ Test(gateway_e2e, stream_usage_chunk_comes_before_done)
 	gwh_resp_free(&r);
 }
 
+/* usage.prompt_tokens_details.cached_tokens (OpenAI's field, which vLLM fills): the prompt
+ * tokens ringlmd's prefix cache served, whole and streamed, completions and chat. The same
+ * prompt sent again finds its full 16-token blocks; each count is what the daemon's request
+ * log says for that request. */
+static long long usage_cached(json_t *usage)
+{
+	json_t *d = json_object_get(usage, "prompt_tokens_details");
+	cr_assert(json_is_object(d), "usage without prompt_tokens_details");
+	json_t *c = json_object_get(d, "cached_tokens");
+	cr_assert(json_is_integer(c), "prompt_tokens_details without cached_tokens");
+	return (long long)json_integer_value(c);
+}
+
+Test(gateway_e2e, usage_reports_the_prompt_tokens_the_prefix_cache_served)
+{
+	gwh_need();
+	gwh_need_curl();
+	char *reqlog = th_path(gwh_dir(), "requests.jsonl");
+	const char *dextra[] = {"--request-log", reqlog, NULL};
+	gwh_start_daemon(dextra);
+	gwh_start_gateway(NULL);
+	gwh_wait_healthy(10000);
+
+	char ids[256] = "1";
+	for (int k = 1; k < 40; k++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), ",%d", 3 + (17 * k) % 400);
+	char completion[512], chat[512];
+	snprintf(completion, sizeof completion, "{\"prompt\":[%s],\"max_tokens\":4,\"temperature\":0", ids);
+	snprintf(chat, sizeof chat,
+		 "{\"messages\":[{\"role\":\"system\",\"content\":\"Once upon a time there was a little girl named "
+		 "Lily. She loved to play outside in the sunshine with her big brown dog.\"},"
+		 "{\"role\":\"user\",\"content\":\"Tell me a story\"}],\"max_tokens\":4,\"temperature\":0");
+	static const char *const stream_tail = ",\"stream\":true,\"stream_options\":{\"include_usage\":true}}";
+	struct { const char *path, *body; bool chat, stream; } calls[] = {
+		{"/v1/completions", completion, false, false},       {"/v1/completions", completion, false, false},
+		{"/v1/completions", completion, false, true},        {"/v1/chat/completions", chat, true, false},
+		{"/v1/chat/completions", chat, true, true},
+	};
+	enum { N = sizeof calls / sizeof *calls };
+	long long cached[N], prompt_tokens[N];
+	for (int i = 0; i < N; i++) {
+		char body[1024];
+		snprintf(body, sizeof body, "%s%s", calls[i].body, calls[i].stream ? stream_tail : "}");
+		gwh_resp r = gwh_curl(calls[i].path, NULL, body);
+		cr_assert_eq(r.status, 200, "call %d: %s", i, r.body);
+		json_t *usage;
+		if (calls[i].stream) {
+			sse s;
+			parse_sse(r.body, calls[i].chat, &s);
+			cr_assert(s.usage, "call %d: no usage chunk: %s", i, r.body);
+			usage = s.usage;
+		} else {
+			json_t *j = parse(r.body);
+			usage = json_incref(json_object_get(j, "usage"));
+			json_decref(j);
+		}
+		cached[i] = usage_cached(usage);
+		prompt_tokens[i] = (long long)json_integer_value(json_object_get(usage, "prompt_tokens"));
+		json_decref(usage);
+		gwh_resp_free(&r);
+	}
+	/* the first of each prompt finds nothing; again, its full blocks (16 tokens each) */
+	cr_expect_eq(cached[0], 0, "first completion: %lld cached", cached[0]);
+	cr_expect_eq(cached[3], 0, "first chat: %lld cached", cached[3]);
+	for (int i = 1; i < N; i++) {
+		if (i == 3) continue;
+		cr_expect_eq(cached[i], prompt_tokens[i] / 16 * 16, "call %d: %lld of %lld prompt tokens cached", i,
+			     cached[i], prompt_tokens[i]);
+		cr_expect_gt(cached[i], 0, "call %d", i);
+	}
+
+	/* the daemon's own count, request by request (its log is complete once it exited) */
+	cr_assert_eq(th_proc_stop(&gwh_gateway, SIGTERM, 10000), 0);
+	cr_assert_eq(th_daemon_stop(&gwh_daemon, SIGTERM, 15000), 0);
+	char *log = th_read_file(reqlog);
+	long long req[N], logged[N];
+	int n = 0;
+	for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
+		cr_assert_lt(n, N, "more request log lines than requests:\n%s", line);
+		json_t *j = parse(line);
+		req[n] = (long long)json_integer_value(json_object_get(j, "req"));
+		logged[n] = (long long)json_integer_value(json_object_get(j, "cached_tokens"));
+		json_decref(j);
+		n++;
+	}
+	cr_assert_eq(n, N, "request log lines: %d", n);
+	for (int i = 0; i < N; i++) {
+		int rank = 0; /* sent one after another: the daemon's ids ascend in that order */
+		for (int k = 0; k < N; k++) rank += req[k] < req[i];
+		cr_expect_eq(logged[i], cached[rank], "call %d: the daemon logged %lld cached tokens, the usage said %lld",
+			     rank, logged[i], cached[rank]);
+	}
+	free(log);
+	free(reqlog);
+}
+
 Test(gateway_e2e, chat_streams_role_then_content_and_matches_the_whole_answer)
 {
 	setup(NULL);

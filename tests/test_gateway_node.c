@@ -2,7 +2,8 @@
 /*
  * ringlm-gateway through the official OpenAI SDK for Node (openai, pinned in
  * tests/node/package-lock.json, installed by `make deps`): models, completions and chat
- * whole and streamed (same text, the usage chunk), BadRequestError naming the field,
+ * whole and streamed (same text, the usage chunk, the prompt tokens the prefix cache served in
+ * usage.prompt_tokens_details.cached_tokens), BadRequestError naming the field,
  * AuthenticationError, RateLimitError with Retry-After, a stream failing before its first
  * token. The checks are in tests/node/gateway_sdk.test.mjs (node's test runner); this suite
  * starts the real daemon and gateway and runs it. Skips when node or the SDK is absent.
@@ -43,7 +44,7 @@ Test(gateway_node, openai_sdk_for_node)
 	int rc = th_run(argv, &out, &err, 120);
 	cr_assert_eq(rc, 0, "the OpenAI SDK checks failed (exit %d):\n%s\n%s\ngateway log:\n%s", rc, out, err,
 		     th_read_file(gwh_gateway.log));
-	cr_assert(strstr(out, "# pass 7"), "expected 7 passing SDK checks:\n%s", out);
+	cr_assert(strstr(out, "# pass 8"), "expected 8 passing SDK checks:\n%s", out);
 	free(out);
 	free(err);
 	free(keys);

@@ -85,6 +85,7 @@ struct gw_req {
 	bool suspended, gone, watched, started, out_done, failed;
 	int sock_fd;
 	uint32_t n_gen;
+	uint32_t n_cached;          /* prompt tokens ringlmd's prefix cache served (its FINISH) */
 	int32_t prev;
 	gw_buf raw;                 /* decoded bytes not yet whole UTF-8 */
 	gw_buf pend;                /* text held back: it may begin a stop string */

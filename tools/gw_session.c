@@ -349,6 +349,8 @@ static void on_finish(gw_sess *ss, const ringlm_event *ev)
 	gw_req *r = id_find(ss, ev->req_id);
 	if (!r)
 		return;
+	/* also when a stop string ended it first: the usage is written at the daemon's end */
+	r->n_cached = ev->n_cached_tokens;
 	if (!r->finish && !r->failed && !r->gone) {
 		if (ev->finish_reason == RINGLM_FINISH_STOP || ev->finish_reason == RINGLM_FINISH_LENGTH) {
 			bool hit = gw_emit_text(r, true);

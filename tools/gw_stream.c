@@ -98,10 +98,13 @@ void gw_start_stream(gw_req *r)
 	}
 }
 
+/* OpenAI's usage, with its prompt_tokens_details.cached_tokens (what the openai SDKs type
+ * and vLLM fills): the prompt tokens ringlmd's prefix cache served. */
 static void usage_json(gw_buf *b, const gw_req *r)
 {
-	gw_buf_addf(b, "{\"prompt_tokens\":%u,\"completion_tokens\":%u,\"total_tokens\":%u}",
-		    r->n_prompt, r->n_gen, r->n_prompt + r->n_gen);
+	gw_buf_addf(b, "{\"prompt_tokens\":%u,\"completion_tokens\":%u,\"total_tokens\":%u,"
+		       "\"prompt_tokens_details\":{\"cached_tokens\":%u}}",
+		    r->n_prompt, r->n_gen, r->n_prompt + r->n_gen, r->n_cached);
 }
 
 void gw_sse_end(gw_req *r)
@@ -191,11 +194,12 @@ static enum MHD_Result answer_generation(gw_server *s, gw_req *r, struct MHD_Con
 	else
 		choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "text", text, "logprobs",
 				   "finish_reason", r->finish);
-	json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:{s:i, s:i, s:i}}", "id", r->id, "object",
-			      r->p.kind == GW_CHAT ? "chat.completion" : "text_completion", "created",
-			      (json_int_t)r->created, "model", s->cfg.served_model, "choices", choice,
-			      "usage", "prompt_tokens", (int)r->n_prompt, "completion_tokens",
-			      (int)r->n_gen, "total_tokens", (int)(r->n_prompt + r->n_gen));
+	json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:{s:i, s:i, s:i, s:{s:I}}}", "id", r->id,
+			      "object", r->p.kind == GW_CHAT ? "chat.completion" : "text_completion",
+			      "created", (json_int_t)r->created, "model", s->cfg.served_model, "choices",
+			      choice, "usage", "prompt_tokens", (int)r->n_prompt, "completion_tokens",
+			      (int)r->n_gen, "total_tokens", (int)(r->n_prompt + r->n_gen),
+			      "prompt_tokens_details", "cached_tokens", (json_int_t)r->n_cached);
 	return gw_answer_json(r, c, 200, o);
 }
 

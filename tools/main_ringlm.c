@@ -63,7 +63,8 @@ static void usage_generate(FILE *f)
             "  --tenant TAG       tenant tag (honoured only for uids the daemon trusts)\n"
             "  --deadline-ms N    give up after N ms (the daemon times the request out)\n"
             "  --ignore-stop      the stop token does not end it: exactly --max-tokens tokens\n"
-            "  --stats            print the request's timing to stderr at the end\n"
+            "  --stats            print the request's timing to stderr at the end (with the\n"
+            "                     prompt tokens the daemon's prefix cache served)\n"
             "  --prompt-ids LIST  instead of --prompt/--tokenizer: comma-separated token ids;\n"
             "                     the output is then token ids, one line per token\n"
             "Prints the prompt, then the generated text as it streams, then a newline.\n");
@@ -221,9 +222,9 @@ static int cmd_generate(int argc, char **argv)
             if (stats) {
                 uint64_t t_end = cli_now_us();
                 fprintf(stderr,
-                        "ringlm: %u prompt tokens, %u generated, ttft %.2f ms, %.2f ms/token, "
-                        "total %.2f ms, finish %s, policy %016llx\n",
-                        (unsigned)n, got, t_first ? (double)(t_first - t0) / 1e3 : 0.0,
+                        "ringlm: %u prompt tokens (%u cached), %u generated, ttft %.2f ms, "
+                        "%.2f ms/token, total %.2f ms, finish %s, policy %016llx\n",
+                        (unsigned)n, ev.n_cached_tokens, got, t_first ? (double)(t_first - t0) / 1e3 : 0.0,
                         got > 1 ? (double)(t_end - t_first) / 1e3 / (got - 1) : 0.0,
                         (double)(t_end - t0) / 1e3,
                         stopped_on_bos ? "stop" : ringlm_reason_name(fr),

@@ -40,6 +40,26 @@ test('completion: whole and streamed give the same text and usage', async () => 
   assert.deepEqual(usage, whole.usage);
 });
 
+test('usage.prompt_tokens_details.cached_tokens: a prompt sent again is served from the prefix cache', async () => {
+  const req = {
+    model,
+    prompt: 'Lily and Tom went to the park. They saw a big red ball under a tall tree and ran to get it.',
+    max_tokens: 4,
+    temperature: 0,
+  };
+  const first = await client.completions.create(req);
+  assert.equal(first.usage.prompt_tokens_details?.cached_tokens, 0);
+  const again = await client.completions.create(req);
+  const n = again.usage.prompt_tokens;
+  // ringlmd caches whole 16-token blocks: all of them are found again
+  assert.ok(n >= 16, `a prompt of ${n} tokens has no whole block`);
+  assert.equal(again.usage.prompt_tokens_details?.cached_tokens, Math.floor(n / 16) * 16);
+  const stream = await client.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+  let usage = null;
+  for await (const chunk of stream) if (chunk.usage) usage = chunk.usage;
+  assert.deepEqual(usage, again.usage);
+});
+
 test('chat: whole and streamed give the same message', async () => {
   const req = { model, messages: [{ role: 'user', content: 'Lily and Tom' }], max_tokens: 30, temperature: 0 };
   const whole = await client.chat.completions.create(req);
