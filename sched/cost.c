@@ -65,15 +65,25 @@ double sc_prefill_us(const sched *s, uint64_t n)
 
 /* A step was committed: its measured duration corrects the model (EWMA of measured /
  * predicted), and the prompt tokens it prefilled while work waited feed the measured prefill
- * rate admission predicts waits from (exponentially decayed sums, ~2 s memory). */
+ * rate admission predicts waits from (exponentially decayed sums, ~0.5 s memory).  The rate
+ * is over wall time: a waiting request waits through the caller's work between two steps
+ * (its loop's I/O, token delivery) and any time the host gives the CPU to others, not only
+ * through the steps — counting the steps alone, a loaded ringlmd under ASan measured 1.3-1.7x
+ * the rate its queue drained at, and admitted requests that then waited up to 3.4x the
+ * prediction.  So when the step before was backlogged too and this one followed it directly,
+ * the interval runs from that step's commit. */
 void sc_observe_step(sched *s, uint64_t now, uint64_t prefilled, uint64_t step_us)
 {
     if (s->plan_backlogged && now > s->plan.now_us) {
-        double dt = (double)(now - s->plan.now_us);
+        uint64_t from = s->rate_mark_us && s->rate_mark_us <= s->plan.now_us ? s->rate_mark_us : s->plan.now_us;
+        double dt = (double)(now - from);
         double decay = exp(-dt / 5e5);
         s->rate_tok = s->rate_tok * decay + (double)prefilled;
         s->rate_us = s->rate_us * decay + dt;
         s->plan_backlogged = false;
+        s->rate_mark_us = now;
+    } else {
+        s->rate_mark_us = 0;
     }
     if (step_us && s->last_pred_us > 0) {
         double ratio = (double)step_us / s->last_pred_us * s->corr;

@@ -203,9 +203,12 @@ struct sched {
     double           last_pred_us;
     double           plan_pairs;          /* the plan's prefill attention pairs (add_entry) */
     uint64_t         xfer_measured;
-    /* measured prefill rate under backlog (exponentially decayed sums, ~2 s memory) */
+    /* measured prefill rate under backlog (exponentially decayed sums, ~0.5 s memory) over
+     * wall time: rate_mark_us is the last commit's time when work waited through it and the
+     * next plan ran a batch (0: none), where the next backlogged step's interval starts */
     double           rate_tok, rate_us;
     bool             plan_backlogged;
+    uint64_t         rate_mark_us;
     double           xfer_pred_sum, xfer_real_sum;
 
     /* plan */

@@ -336,8 +336,11 @@ const sched_plan *sched_step(sched *s, uint64_t now)
         ? sc_predict_step_us(s, pl->prefill_tokens + pl->pad_tokens, pl->n_decode, pl->context_tokens,
                              s->plan_pairs) : 0;
     s->last_pred_us = pl->predicted_step_us;
-    /* the rate measured over this step is a capacity figure only if work was left waiting */
+    /* the rate measured over this step is a capacity figure only if work was left waiting;
+     * the time since the last commit joins it only when this plan runs a batch (a plan of
+     * nothing is the loop waiting — for a transfer, a rate limit, a group — not draining) */
     s->plan_backlogged = s->n_waiting > 0;
+    if (!s->plan_backlogged || !pl->n_entries) s->rate_mark_us = 0;
     if (s->oom) { sched__set_error("sched_step: out of memory"); return NULL; }
     return pl;
 }

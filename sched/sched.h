@@ -297,8 +297,10 @@ typedef struct sched_class_cfg {
                                        ends in rejects at admission, not in timeouts later.
                                        The prediction: queued prompt tokens of classes at least
                                        as important / the prefill rate measured while work
-                                       waited (last ~0.5 s; the step model before there is
-                                       history), and at least the age of the oldest waiting */
+                                       waited (over wall time, the caller's time between
+                                       steps included; last ~0.5 s; the step model before
+                                       there is history), and at least the age of the oldest
+                                       waiting */
     bool     latency_sensitive;     /* decodes first, uses the decode reserve */
     /* prefix cache (DESIGN §10): the order within the class — fcfs (default) or
      * longest_prefix, which prefers the waiting request whose prompt has the longest cached

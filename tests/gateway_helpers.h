@@ -36,14 +36,17 @@ char *gwh_keys(void);
 /* ringlmd on stories260K with the test policy, metrics on an ephemeral port; extra:
  * NULL-terminated further options (may be NULL). */
 void gwh_start_daemon(const char *const *extra);
-/* ringlmd options (in gwh_start_daemon's extra) for a test whose client hangs up or cancels
- * while its request generates and asserts the request was cancelled: the daemon runs at the
- * lowest priority. By default it runs at nice -10 (as root, as the tests run), 20 levels above
- * the test and the gateway (under `nice -n 10 make test`), and stories260K ends a story in
- * 12-130 ms: on a loaded machine the daemon finished the whole story before the client, the
- * gateway's watch thread and the cancel got the CPU (the requests ended "stop", not
- * "cancelled": 19 of 21 runs of the two cancel tests failed at load 11). At nice 19 every
- * process the cancel passes through preempts the daemon when it wakes. */
+/* ringlmd options (in gwh_start_daemon's extra): --nice 19, so ringlmd and all its threads
+ * (its BLAS pool too) run at the lowest nice, below the test and the gateway. Without it
+ * ringlmd raises itself to nice -10 where permitted (these tests run as root), 20 levels
+ * above everything `nice -n 10 make test` starts. For a test whose client hangs up while its
+ * request generates and that asserts the request was cancelled (gateway_e2e's
+ * disconnect_mid_stream_cancels_and_frees_blocks): at -10 on a loaded machine ringlmd
+ * finished the whole story (stories260K: 12-130 ms) before the hang-up, the gateway's watch
+ * thread and its ringlm_cancel got the CPU, and the requests ended "stop" (19 of 21 runs
+ * failed at load 11); at 19 each of them preempts ringlmd when it wakes. They all share the
+ * test's session and so its autogroup, within which the nice ranks them (ringlmd gives an
+ * autogroup its nice only when it leads its own session). */
 #define GWH_DAEMON_BELOW_CLIENTS "--nice", "19"
 
 /* ringlm-gateway on 127.0.0.1:0 (the port it prints goes to gwh_port); extra: further

@@ -686,6 +686,46 @@ Test(sched_rules, queue_wait_bound_admits_a_light_tenant_past_a_flood)
     h_free(h);
 }
 
+/* The prefill rate admission predicts waits from is measured over wall time: the caller's
+ * own work between two steps (its loop, token delivery) and the time a loaded host gives the
+ * CPU to others are time a waiting request waits too.  Here each 1.3 ms step is followed by
+ * 10 ms before the next (one 32-token request served per 11.3 ms): a burst is admitted only
+ * as deep as that pace drains within the queue-wait bound, and no admitted request times
+ * out.  Measured over the steps alone the rate was 8.6x too high: all 100 of the burst were
+ * admitted, more than that pace serves within the bound (ringlmd under ASan at load 8-21
+ * spent 23-43% of its time between steps, and its requests waited up to 3.4x the prediction). */
+Test(sched_rules, admission_predicts_waits_at_the_pace_steps_really_come)
+{
+    harness *h = h_new("[scheduler]\ntoken_budget = 64\nprefill_chunk = 32\nmax_active_seqs = 1\n"
+                       "[class c]\nmax_queue_wait = 1s\n", NULL);
+    int c = sched_policy_class_index(h->p, "c");
+    cr_assert(c >= 0);
+    const uint64_t gap_us = 10000, burst_at = 4000000;
+    /* steady arrivals just under the service pace keep a short queue: the rate is measured */
+    for (uint64_t t = 0; t < burst_at; t += 11000) h_add(h, t, 0, c, 32, 1);
+    uint64_t first_burst = h->n + 1;
+    for (int i = 0; i < 100; i++) h_add(h, burst_at, 0, c, 32, 1);
+    while (h->now < 20000000) {
+        bool all = h->next_submit == h->n;
+        for (uint32_t i = 1; all && i <= h->n; i++) all = h->r[i].ended;
+        if (all) break;
+        if (h_iterate(h)->n_entries) h->now += gap_us;
+    }
+    int admitted = 0, infeasible = 0, timeouts = 0;
+    for (uint64_t id = first_burst; id <= h->n; id++) {
+        admitted += h->r[id].submitted == 1;
+        infeasible += h->r[id].submitted < 0 && h->r[id].reject == SCHED_REJECT_DEADLINE;
+    }
+    for (uint64_t id = 1; id <= h->n; id++) timeouts += h->r[id].end_kind == SCHED_EV_TIMEOUT;
+    cr_log_info("burst of 100: %d admitted, %d refused deadline_infeasible, %d timeouts", admitted, infeasible, timeouts);
+    cr_assert_gt(infeasible, 0, "all %d of the burst admitted: the queue they joined drains at one "
+                 "request per 11.3 ms, 88 in the 1 s bound", admitted);
+    cr_assert_geq(admitted, 40, "only %d of the burst admitted", admitted);
+    cr_assert_eq(timeouts, 0, "%d admitted requests timed out in the queue (%d of the burst admitted)",
+                 timeouts, admitted);
+    h_free(h);
+}
+
 Test(sched_rules, backpressure_pauses_then_cancels)
 {
     harness *h = h_new("[scheduler]\nbackpressure_timeout = 100ms\n", NULL);
