@@ -1840,14 +1840,22 @@ Test(daemon_e2e, deadlines_end_with_a_reason)
     char ob[160], od[160];
     snprintf(ob, sizeof ob, "%s/busy.txt", d.dir);
     snprintf(od, sizeof od, "%s/deadline.txt", d.dir);
-    uint64_t start = now_us() + 30000;
+    /* The deadline requests are sent once the busy ones stream: started at a fixed time
+     * instead, a busy client late to start on a loaded machine left them an idle daemon,
+     * where all 8 met the 20 ms deadline ("no deadline was enforced", at load 8) */
+    int rfd[2];
+    cr_assert_eq(pipe(rfd), 0);
     load_job busy = {.sock = d.sock, .n_requests = 24, .concurrency = 24, .prompt_len = 64,
-                     .max_new = 200, .token_base = 1, .vocab = 512, .out_path = ob, .ready_fd = -1,
-                     .start_at_us = start};
+                     .max_new = 200, .token_base = 1, .vocab = 512, .out_path = ob, .ready_fd = rfd[1]};
+    pid_t pb = spawn(client_load, &busy);
+    close(rfd[1]);
+    char b;
+    cr_assert_eq(read(rfd[0], &b, 1), 1, "the busy client never got a token");
+    close(rfd[0]);
     load_job dl = {.sock = d.sock, .n_requests = 8, .concurrency = 8, .prompt_len = 64,
                    .max_new = 200, .token_base = 2, .vocab = 512, .out_path = od, .ready_fd = -1,
-                   .start_at_us = start + 20000, .deadline_us = 20000};
-    pid_t pb = spawn(client_load, &busy), pd = spawn(client_load, &dl);
+                   .deadline_us = 20000};
+    pid_t pd = spawn(client_load, &dl);
     cr_expect_eq(reap(pd, 60000), 0);
     cr_expect_eq(reap(pb, 60000), 0);
     static result_line R[16];
