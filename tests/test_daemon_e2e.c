@@ -1681,7 +1681,11 @@ Test(daemon_e2e, connects_during_a_long_engine_step_are_answered_within_it, .tim
     }
     cr_log_info("%d connects answered before the long step's first token (%s)", opened - first_event_seen,
                 first_event_seen ? "then it came" : "all of them");
-    cr_expect_geq(opened - first_event_seen, 8,
+    /* Without the handshake thread the first connect made while the step runs returns only
+     * after it, so at most the one connect made before the loop took up the submits is
+     * answered first.  The bound is 3, not more: a loaded host slows each connect as much
+     * as the step (5 of them in a full make test at load 15, 24 when quiet). */
+    cr_expect_geq(opened - first_event_seen, 3,
                   "only %d of the connects made during the step were answered before it ended",
                   opened - first_event_seen);
     /* the step's requests all finish; a session opened during it is served */
