@@ -228,6 +228,21 @@ void sched_get_cost_state(const sched *s, sched_cost_state *out)
         }
 }
 
+const char *sc_step_model_fault(const sched_step_model *m, const char **why)
+{
+    if (!(m->prefill_token_us > 0) || !isfinite(m->prefill_token_us)) {
+        *why = "must be a number > 0";
+        return "step.prefill_token_us";
+    }
+    double nums[] = {m->base_us, m->decode_seq_us, m->context_token_us, m->prefill_pair_us};
+    for (int i = 0; i < 4; i++)
+        if (!(nums[i] >= 0) || !isfinite(nums[i])) {
+            *why = "must be a finite number >= 0";
+            return "step model coefficient";
+        }
+    return NULL;
+}
+
 static int bad_state(const char *field, const char *why)
 {
     sched__set_error("sched_set_cost_state: %s %s", field, why);
@@ -237,12 +252,8 @@ static int bad_state(const char *field, const char *why)
 int sched_set_cost_state(sched *s, const sched_cost_state *in)
 {
     const sched_step_model *m = &in->step;
-    if (!(m->prefill_token_us > 0) || !isfinite(m->prefill_token_us))
-        return bad_state("step.prefill_token_us", "must be a number > 0");
-    double nums[] = {m->base_us, m->decode_seq_us, m->context_token_us, m->prefill_pair_us};
-    for (int i = 0; i < 4; i++)
-        if (!(nums[i] >= 0) || !isfinite(nums[i]))
-            return bad_state("step model coefficient", "must be a finite number >= 0");
+    const char *why, *field = sc_step_model_fault(m, &why);
+    if (field) return bad_state(field, why);
     if (!(in->correction > 0) || !isfinite(in->correction))
         return bad_state("correction", "must be a finite number > 0");
     for (int p = SCHED_POOL_HOST; p < SCHED_POOL__COUNT; p++) {

@@ -378,6 +378,9 @@ void sc_timer_update(sched *s, uint32_t slot);
 /* ---- cost.c ---- */
 double sc_predict_step_us(const sched *s, uint64_t prefill, uint64_t decode, uint64_t ctx, double pairs);
 double sc_prefill_us(const sched *s, uint64_t n);
+/* NULL when m is a step model the scheduler can predict with, else the field at fault, with
+ * *why what it must be (sched_create and sched_set_cost_state report both). */
+const char *sc_step_model_fault(const sched_step_model *m, const char **why);
 void sc_observe_step(sched *s, uint64_t now, uint64_t prefilled, uint64_t step_us);
 void sc_observe_transfer(sched *s, const xfer_rec *x, uint64_t bytes, uint64_t dur_us, int status);
 double sc_predict_wait_us(const sched *s, int cls, int tenant, uint32_t prompt, uint64_t now);

@@ -30,13 +30,8 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
     if (!cfg->block_size) return bad_config("block_size", "must be > 0");
     if (!cfg->kv_bytes_per_token) return bad_config("kv_bytes_per_token", "must be > 0");
     if (!cfg->max_context) return bad_config("max_context", "must be > 0");
-    if (!(cfg->step.prefill_token_us > 0) || !isfinite(cfg->step.prefill_token_us))
-        return bad_config("step.prefill_token_us", "must be a number > 0");
-    double nums[] = {cfg->step.base_us, cfg->step.decode_seq_us, cfg->step.context_token_us,
-                     cfg->step.prefill_pair_us};
-    for (int i = 0; i < 4; i++)
-        if (!(nums[i] >= 0) || !isfinite(nums[i]))
-            return bad_config("step model coefficient", "must be a finite number >= 0");
+    const char *why, *field = sc_step_model_fault(&cfg->step, &why);
+    if (field) return bad_config(field, why);
     const sched_tier_cost *tc[2] = {&cfg->host, &cfg->disk};
     uint32_t tb[2] = {cfg->kv_blocks_host, cfg->kv_blocks_disk};
     for (int i = 0; i < 2; i++)
