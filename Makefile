@@ -52,6 +52,7 @@ LIB      := $(B)/lib
 lib_srcs = $(filter-out $(1)/main_%.c,$(wildcard $(1)/*.c))
 SHM_SRCS     := $(call lib_srcs,shm)
 CLIENT_SRCS  := $(call lib_srcs,libclient)
+MODEL_SRCS   := $(call lib_srcs,model)
 NUMA_SRCS    := $(call lib_srcs,numa)
 SCHED_SRCS   := $(call lib_srcs,sched)
 ENGINE_SRCS  := $(call lib_srcs,kernels) $(call lib_srcs,kernels/cpu)
@@ -59,10 +60,12 @@ DAEMON_SRCS  := $(call lib_srcs,daemon)
 SIM_SRCS     := $(call lib_srcs,sim)
 FORMATS_SRCS := $(call lib_srcs,formats)
 TOOLS_SRCS   := $(call lib_srcs,tools)
+GATEWAY_SRCS := $(call lib_srcs,gateway)
 
 objs = $(patsubst %.c,$(OBJ)/%.o,$(1))
 
-# libringlm = the client library (public API, tokenizer) + the shared-memory transport.
+# libringlm = the client library (public API) + the shared-memory transport + model/ (the
+# tokenizers and GGUF reader behind the exported tokenizer and chat-template API).
 LIBRINGLM_A  := $(LIB)/libringlm.a
 LIBRINGLM_SO := $(LIB)/libringlm.so
 SCHED_A      := $(LIB)/libringlm_sched.a
@@ -72,10 +75,11 @@ DAEMON_A     := $(LIB)/libringlm_daemon.a
 SIM_A        := $(LIB)/libringlm_sim.a
 FORMATS_A    := $(LIB)/libringlm_formats.a
 TOOLS_A      := $(LIB)/libringlm_tools.a
+GATEWAY_A    := $(LIB)/libringlm_gateway.a
 # Link order: users before what they use.
-ALL_A := $(TOOLS_A) $(DAEMON_A) $(SIM_A) $(ENGINE_A) $(SCHED_A) $(FORMATS_A) $(LIBRINGLM_A) $(NUMA_A)
+ALL_A := $(GATEWAY_A) $(TOOLS_A) $(DAEMON_A) $(SIM_A) $(ENGINE_A) $(SCHED_A) $(FORMATS_A) $(LIBRINGLM_A) $(NUMA_A)
 
-$(LIBRINGLM_A): $(call objs,$(SHM_SRCS) $(CLIENT_SRCS))
+$(LIBRINGLM_A): $(call objs,$(SHM_SRCS) $(CLIENT_SRCS) $(MODEL_SRCS))
 $(SCHED_A):     $(call objs,$(SCHED_SRCS))
 $(NUMA_A):      $(call objs,$(NUMA_SRCS))
 $(ENGINE_A):    $(call objs,$(ENGINE_SRCS))
@@ -83,6 +87,7 @@ $(DAEMON_A):    $(call objs,$(DAEMON_SRCS))
 $(SIM_A):       $(call objs,$(SIM_SRCS))
 $(FORMATS_A):   $(call objs,$(FORMATS_SRCS))
 $(TOOLS_A):     $(call objs,$(TOOLS_SRCS))
+$(GATEWAY_A):   $(call objs,$(GATEWAY_SRCS))
 
 # Every archive holds empty.o too, so a module with no sources yet still links.
 $(ALL_A): $(OBJ)/empty.o
@@ -92,7 +97,7 @@ $(LIB)/%.a:
 	$(AR) rcs $@ $^
 
 # The version script exports ringlm_* only (libclient/libringlm.map).
-$(LIBRINGLM_SO): $(call objs,$(SHM_SRCS) $(CLIENT_SRCS)) libclient/libringlm.map
+$(LIBRINGLM_SO): $(call objs,$(SHM_SRCS) $(CLIENT_SRCS) $(MODEL_SRCS)) libclient/libringlm.map
 	@mkdir -p $(@D)
 	$(CC) -shared -Wl,-soname,libringlm.so.0 -Wl,--version-script=libclient/libringlm.map $(LDFLAGS) \
 	    -o $@ $(filter %.o,$^) -lpcre2-8 -lrt

@@ -9,7 +9,7 @@
 #include "kernels/cpu/quant.h"
 #include "kernels/engine.h"
 #include "kernels/gguf_write.h"
-#include "libclient/gguf.h"
+#include "model/gguf.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
  */
 #include "kernels/gguf_write.h"
 #include "kernels/engine.h"
-#include "libclient/gguf.h"
+#include "model/gguf.h"
 
 #include <errno.h>
 #include <stdio.h>

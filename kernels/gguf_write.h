@@ -2,7 +2,7 @@
 /*
  * kernels/gguf_write.h — writes GGUF v3 files (ringlm-mkmodel): metadata and tensors are
  * collected in memory, then written in one pass (header, key/values, tensor infos, data at
- * the default 32-byte alignment). The reader is libclient/gguf.h.
+ * the default 32-byte alignment). The reader is model/gguf.h.
  *
  * Errors: gw_write returns 0 or a negative errno with eng_errmsg() set. Adding entries
  * never fails: an allocation failure is remembered and reported by gw_write.

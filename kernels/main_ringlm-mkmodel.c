@@ -15,7 +15,7 @@
  */
 #include "kernels/engine.h"
 #include "kernels/gguf_write.h"
-#include "libclient/tokenizer.h"
+#include "model/tokenizer.h"
 
 #include <getopt.h>
 #include <stdio.h>

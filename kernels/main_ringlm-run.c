@@ -10,7 +10,7 @@
  * and the engine's profiling target.
  */
 #include "kernels/engine.h"
-#include "libclient/tokenizer.h"
+#include "model/tokenizer.h"
 
 #include <errno.h>
 #include <getopt.h>

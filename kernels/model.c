@@ -7,7 +7,7 @@
 #include "kernels/engine.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/sha256.h"
-#include "libclient/gguf.h"
+#include "model/gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>

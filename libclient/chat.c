@@ -7,7 +7,7 @@
  * the oracle in tests/test_gguf_vocab.c).
  */
 #include "ringlm.h"
-#include "gguf.h"
+#include "model/gguf.h"
 #include "client_internal.h"
 
 #include <errno.h>

@@ -9,7 +9,7 @@
 # threads, clocks, files or signals (<pthread.h>, <time.h>, <unistd.h>, <sys/...>, ...).
 set -u
 cd "$(dirname "$0")/.."
-ours="common shm sched numa formats libclient kernels sim daemon tools perf tests fuzz"
+ours="common shm sched numa formats model libclient kernels sim daemon gateway tools perf tests fuzz"
 bad=0
 
 # folder | the folders its files may include besides its own (a file path allows that one file)
@@ -22,17 +22,18 @@ shm       |
 sched     |
 numa      |
 formats   |
-libclient | shm
-kernels   | numa libclient/tokenizer.h libclient/gguf.h shm/futex.h
+model     |
+libclient | shm model
+kernels   | numa model
 sim       | sched formats
-tools     | libclient shm formats
-daemon    | shm sched numa kernels formats libclient
-fuzz      | shm libclient formats sched
+gateway   | libclient formats model
+tools     | libclient shm formats model
+daemon    | shm sched numa kernels formats libclient model
+fuzz      | shm libclient formats sched model
 EOF
 }
-# kernels/ reaches libclient/ only for the two model-file readers it shares with clients: the
-# tokenizer and the GGUF reader (declared by file, so nothing else of libclient/ leaks in);
-# it reaches shm/ only for the futex wrapper (header only: the worker pool's sleeps).
+# model/ (model files and text: GGUF, tokenizers) depends on common/ only; the engine, the
+# client library and the tools read model files through it.
 # perf/ and tests/ may include everything: they exercise every module, the daemon's
 # internals included (tests/ and perf/ are the daemon's tests); nothing else includes daemon/.
 

@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "shm/futex.h"
+#include "common/futex.h"
 #include "shm/wire.h"
 
 /* ---- memory ordering ------------------------------------------------------------------ */
@@ -207,7 +207,7 @@ static inline int ring_handshake_peer_waits(const uint32_t *flag)
 }
 
 /* The doorbells themselves are futexes on the published index words, shared between the
- * two processes: futex_wait / futex_wake (shm/futex.h) with FUTEX_SCOPE_SHARED. */
+ * two processes: futex_wait / futex_wake (common/futex.h) with FUTEX_SCOPE_SHARED. */
 
 /* CLOCK_MONOTONIC in ns / µs. */
 uint64_t ring_now_ns(void);

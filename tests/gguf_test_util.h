@@ -11,7 +11,7 @@
 
 #include "kernels/engine.h"
 #include "kernels/gguf_write.h"
-#include "tokenizer.h"
+#include "model/tokenizer.h"
 
 #include <criterion/criterion.h>
 #include <jansson.h>

@@ -13,7 +13,7 @@
 #include "gguf_test_util.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/devload.h"
-#include "libclient/gguf.h"
+#include "model/gguf.h"
 #include "perf/gpu_parity.h"
 
 #include <errno.h>

@@ -6,7 +6,7 @@
  * byte-identical stdout.
  */
 #include "engine_test_util.h"
-#include "tokenizer.h"
+#include "model/tokenizer.h"
 
 #include <jansson.h>
 #include <fcntl.h>

@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "libclient/ringlm.h"
-#include "tools/gw_keys.h"
-#include "tools/gw_params.h"
-#include "tools/gw_text.h"
+#include "formats/api_keys.h"
+#include "gateway/gw_params.h"
+#include "gateway/gw_text.h"
 
 /* ---- UTF-8 ----------------------------------------------------------------------------- */
 

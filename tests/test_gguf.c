@@ -10,7 +10,7 @@
 #include "engine_test_util.h"
 #include "gguf_test_util.h"
 #include "kernels/cpu/quant.h"
-#include "libclient/gguf.h"
+#include "model/gguf.h"
 
 #include <errno.h>
 #include <jansson.h>

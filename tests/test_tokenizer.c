@@ -3,7 +3,7 @@
  * libclient tokenizer: run.c's encode on the recorded oracle, run.c's decode rules, and
  * malformed tokenizer files (clear errors, never a crash).
  */
-#include "tokenizer.h"
+#include "model/tokenizer.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>

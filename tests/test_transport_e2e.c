@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "ringlm.h"
-#include "shm/futex.h"
+#include "common/futex.h"
 #include "shm/wire.h"
 #include "tests/helpers.h"
 

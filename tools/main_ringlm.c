@@ -38,7 +38,7 @@
 #include <unistd.h>
 
 #include "libclient/ringlm.h"
-#include "libclient/tokenizer.h"
+#include "model/tokenizer.h"
 #include "tools/cli.h"
 #include "tools/replay.h"
 

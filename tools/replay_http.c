@@ -30,7 +30,7 @@
 
 #include "libclient/ringlm.h"
 #include "tools/cli.h"
-#include "tools/gw_keys.h"
+#include "formats/api_keys.h"
 
 /* "http://HOST:PORT[/...]" → host, port; false when it is not that. */
 static bool parse_url(const char *url, char *host, size_t host_cap, char *port, size_t port_cap)

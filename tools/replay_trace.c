@@ -21,7 +21,7 @@
 
 #include "formats/trace.h"
 #include "libclient/ringlm.h"
-#include "libclient/tokenizer.h"
+#include "model/tokenizer.h"
 #include "tools/cli.h"
 
 /* ======================================================================================= */

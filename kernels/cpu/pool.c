@@ -6,7 +6,7 @@
  */
 #include "kernels/cpu/pool.h"
 #include "numa/rnuma.h"
-#include "shm/futex.h"
+#include "common/futex.h"
 
 #include <errno.h>
 #include <sched.h>

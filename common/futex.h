@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * shm/futex.h — the one futex wrapper of the tree: the session doorbells (a word in a segment
+ * common/futex.h — the one futex wrapper of the tree: the session doorbells (a word in a segment
  * two processes map), the decision-log writer's wake word and the CPU engine's worker pool
  * all sleep and wake through it. The handshake that decides when to call it (set a flag,
  * full fence, look again) is ring_handshake_announce / ring_handshake_peer_waits in

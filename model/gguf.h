@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libclient/gguf.h — a reader for GGUF files (versions 2 and 3): the metadata key/value
+ * model/gguf.h — a reader for GGUF files (versions 2 and 3): the metadata key/value
  * table and the tensor table, validated field by field as untrusted input, the file
  * mmap()ed read-only. It lives in libclient/ because clients read the tokenizer and the chat
  * template out of the same file the engine (kernels/model.c) reads the weights from; it

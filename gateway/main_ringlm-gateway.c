@@ -23,10 +23,10 @@
 #include <sys/resource.h>
 
 #include "ringlm.h"
-#include "libclient/gguf.h"
-#include "libclient/tokenizer.h"
-#include "tools/gw_keys.h"
-#include "tools/gw_server.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+#include "formats/api_keys.h"
+#include "gateway/gw_server.h"
 
 static void usage(FILE *f)
 {

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/gw_session.c — the gateway's shared-memory session with ringlmd (see gw_internal.h):
+ * gateway/gw_session.c — the gateway's shared-memory session with ringlmd (see gw_internal.h):
  * the registry of requests (by the session's request id, by HTTP serial), submit and cancel
  * with a retry queue for a full submit ring, the events thread that turns TOKEN/FINISH
  * events into text and wakes connections, reconnects when the daemon goes away; and the
  * watch thread that cancels the request of a client that hangs up.
  */
-#include "tools/gw_internal.h"
+#include "gateway/gw_internal.h"
 
 #include <errno.h>
 #include <stdbool.h>

@@ -6,8 +6,8 @@
 #ifndef RINGLM_LIBCLIENT_TOK_INTERNAL_H
 #define RINGLM_LIBCLIENT_TOK_INTERNAL_H
 
-#include "tokenizer.h"
-#include "gguf.h"
+#include "model/tokenizer.h"
+#include "model/gguf.h"
 
 /* The largest vocabulary we accept: far above any Llama (128256), small enough that a
  * corrupt count cannot make us allocate gigabytes. */

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/gw_text.c — buffers, UTF-8 boundaries, stop strings, JSON string escaping.
+ * gateway/gw_text.c — buffers, UTF-8 boundaries, stop strings, JSON string escaping.
  */
-#include "tools/gw_text.h"
+#include "gateway/gw_text.h"
 
 #include <errno.h>
 #include <stdarg.h>

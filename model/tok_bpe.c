@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libclient/tok_bpe.c — byte-level BPE vocabularies of GGUF files (tokenizer.ggml.model
+ * model/tok_bpe.c — byte-level BPE vocabularies of GGUF files (tokenizer.ggml.model
  * "gpt2": Llama 3, Qwen2/Qwen3 and their kin), encoded as llama.cpp and Hugging Face's
  * tokenizers do:
  *
@@ -18,7 +18,7 @@
  * either), so text that is not already NFC can tokenize differently from Hugging Face.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "tok_internal.h"
+#include "model/tok_internal.h"
 
 #include <errno.h>
 #include <pcre2.h>

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/gw_keys.c — the API keys file (format in gw_keys.h).
+ * formats/api_keys.c — the API keys file (format in gw_keys.h).
  */
-#include "tools/gw_keys.h"
+#include "formats/api_keys.h"
 
 #include <errno.h>
 #include <stdio.h>

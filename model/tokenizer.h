@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libclient/tokenizer.h — the llama2.c tokenizer (tokenizer.bin format), encode and decode
+ * model/tokenizer.h — the llama2.c tokenizer (tokenizer.bin format), encode and decode
  * exactly as llama2.c run.c does (see ../shared/models/README.md "Tokenizer format").
  *
  * File format (little-endian):

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/gw_params.c — request bodies to request parameters; OpenAI-shaped errors.
+ * gateway/gw_params.c — request bodies to request parameters; OpenAI-shaped errors.
  */
-#include "tools/gw_params.h"
+#include "gateway/gw_params.h"
 
 #include "libclient/ringlm.h"
 

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libclient/gguf.c — GGUF reader: every count, length and offset is checked against what
+ * model/gguf.c — GGUF reader: every count, length and offset is checked against what
  * is left of the file before it is used, so a truncated or corrupt file gets an error that
  * names the field, never a read past the mapping.
  */
-#include "gguf.h"
+#include "model/gguf.h"
 #include "common/errdetail.h"
 
 #include <errno.h>

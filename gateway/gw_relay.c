@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/gw_relay.c — --daemon-metrics ADDR:PORT: the daemon's vllm:* families on the
+ * gateway/gw_relay.c — --daemon-metrics ADDR:PORT: the daemon's vllm:* families on the
  * gateway's own /metrics (see gw_internal.h).
  *
  * Fleet routers scrape a model server's metrics where they send its requests (vLLM serves
@@ -12,7 +12,7 @@
  * answering leaves the last copy out (ringlm_gateway_daemon_metrics_up 0), it never stalls
  * the gateway.
  */
-#include "tools/gw_internal.h"
+#include "gateway/gw_internal.h"
 
 #include <errno.h>
 #include <netdb.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/gw_server.h — ringlm-gateway's HTTP server: OpenAI-compatible endpoints served by
+ * gateway/gw_server.h — ringlm-gateway's HTTP server: OpenAI-compatible endpoints served by
  * libmicrohttpd, every request a ringlm request on one of its shared-memory sessions with
  * ringlmd.
  *
@@ -23,8 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "libclient/tokenizer.h"
-#include "tools/gw_keys.h"
+#include "model/tokenizer.h"
+#include "formats/api_keys.h"
 
 typedef struct gw_cfg {
 	const char *listen_addr;     /* IPv4 or IPv6 literal; NULL = 127.0.0.1 */

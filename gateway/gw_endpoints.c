@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/gw_endpoints.c — the gateway's endpoints (see gw_internal.h): an OpenAI completions
+ * gateway/gw_endpoints.c — the gateway's endpoints (see gw_internal.h): an OpenAI completions
  * or chat request → tokens → one ringlm request submitted (its answer: gw_stream.c);
  * /v1/models, /health, /tokenize, /detokenize and the gateway's own /metrics.
  */
-#include "tools/gw_internal.h"
+#include "gateway/gw_internal.h"
 
 #include <errno.h>
 #include <stdbool.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/gw_text.h — the text side of ringlm-gateway: a growable byte buffer, UTF-8 that is
+ * gateway/gw_text.h — the text side of ringlm-gateway: a growable byte buffer, UTF-8 that is
  * emitted only at whole code points, stop strings cut on the text as the OpenAI API cuts
  * them, and JSON string escaping for the hand-formatted stream chunks.
  *

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/gw_params.h — an OpenAI-shaped request body (completions or chat completions) to
+ * gateway/gw_params.h — an OpenAI-shaped request body (completions or chat completions) to
  * the parameters of one ringlm request, and errors in the OpenAI shape.
  *
  * Fields read: model, prompt (string, [string], token ids, [[ids]]), messages (chat: role +
@@ -19,8 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tools/gw_keys.h"
-#include "tools/gw_text.h"
+#include "formats/api_keys.h"
+#include "gateway/gw_text.h"
 
 typedef enum gw_kind { GW_COMPLETION = 0, GW_CHAT = 1 } gw_kind;
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/gw_internal.h — ringlm-gateway's state and the seams between its files. Private to
+ * gateway/gw_internal.h — ringlm-gateway's state and the seams between its files. Private to
  * the gateway (gw_*.c below); main_ringlm-gateway.c sees gw_server.h.
  *
  *   gw_server.c     life (start, drain, stop), HTTP plumbing: routing, methods, API keys,
@@ -42,9 +42,9 @@
 #include <time.h>
 
 #include "ringlm.h"
-#include "tools/gw_params.h"
-#include "tools/gw_server.h"
-#include "tools/gw_text.h"
+#include "gateway/gw_params.h"
+#include "gateway/gw_server.h"
+#include "gateway/gw_text.h"
 
 #define GW_HBUCKETS 4096
 

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/gw_server.c — ringlm-gateway's HTTP side (see gw_internal.h for the files and a
+ * gateway/gw_server.c — ringlm-gateway's HTTP side (see gw_internal.h for the files and a
  * request's life): libmicrohttpd's callbacks — routing, methods, API keys, body limits —
  * the answers, and the server's start, drain and stop.
  */
-#include "tools/gw_internal.h"
+#include "gateway/gw_internal.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

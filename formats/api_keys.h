@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/gw_keys.h — the API keys file of ringlm-gateway: who a request is.
+ * formats/api_keys.h — the API keys file of ringlm-gateway: who a request is.
  *
  * One key per line:   KEY  TENANT  [CLASS]
  * separated by spaces or tabs; '#' starts a comment; blank lines are skipped. TENANT is a
@@ -10,8 +10,8 @@
  * (the wire's limit). A duplicate key, a missing tenant or an over-long name is an error
  * with the line number.
  */
-#ifndef RINGLM_TOOLS_GW_KEYS_H
-#define RINGLM_TOOLS_GW_KEYS_H
+#ifndef RINGLM_FORMATS_API_KEYS_H
+#define RINGLM_FORMATS_API_KEYS_H
 
 #include <stddef.h>
 

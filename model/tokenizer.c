@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libclient/tokenizer.c — llama2.c tokenizer.bin: load (untrusted file), encode, decode.
+ * model/tokenizer.c — llama2.c tokenizer.bin: load (untrusted file), encode, decode.
  * The algorithms follow llama2.c run.c step for step so that ids and printed text are
  * byte-identical to the reference; the file is validated field by field first.
  */
-#include "tokenizer.h"
-#include "gguf.h"
-#include "tok_internal.h"
+#include "model/tokenizer.h"
+#include "model/gguf.h"
+#include "model/tok_internal.h"
 #include "common/errdetail.h"
 
 #include <errno.h>

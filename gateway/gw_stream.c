@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/gw_stream.c — a generation's answer (see gw_internal.h): decoded bytes cut at UTF-8
+ * gateway/gw_stream.c — a generation's answer (see gw_internal.h): decoded bytes cut at UTF-8
  * boundaries and stop strings into SSE chunks (choices[0].text or delta.content, the final
  * chunk with finish_reason, the usage chunk, [DONE]) or one whole JSON answer; a failure
  * from ringlmd as the OpenAI error (and HTTP status) it maps to.
  */
-#include "tools/gw_internal.h"
+#include "gateway/gw_internal.h"
 
 #include <errno.h>
 #include <stdbool.h>
