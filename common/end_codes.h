@@ -13,25 +13,25 @@
 #define RINGLM_COMMON_END_CODES_H
 
 /* X(SUFFIX, value, "name"): RINGLM_WIRE_R_<SUFFIX> and SCHED_END_<SUFFIX>. */
-#define END_CODES(X)                                       \
-    X(NONE, 0, "none")                                     \
-    X(LENGTH, 1, "length")                                 \
-    X(STOP, 2, "stop")                                     \
-    X(CANCELLED, 3, "cancelled")                           \
-    X(TIMEOUT, 4, "timeout")                               \
-    X(REJECTED, 5, "rejected")                             \
-    X(ERROR, 6, "error")                                   \
-    X(QUEUE_FULL, 16, "queue_full")                        \
-    X(TENANT_QUOTA, 17, "tenant_quota")                    \
-    X(TOO_LONG, 18, "too_long")                            \
-    X(DEADLINE_INFEASIBLE, 19, "deadline_infeasible")      \
-    X(BAD_TOKEN, 20, "bad_token")                          \
-    X(BAD_PARAMS, 21, "bad_params")                        \
-    X(DRAINING, 22, "draining")                            \
-    X(OUTPUT_BACKPRESSURE, 23, "output_backpressure")      \
-    X(UNKNOWN_CLASS, 24, "unknown_class")                  \
-    X(DUPLICATE_ID, 25, "duplicate_id")                    \
-    X(INTERNAL, 26, "internal")                            \
+#define END_CODES(X)                                                                               \
+    X(NONE, 0, "none")                                                                             \
+    X(LENGTH, 1, "length")                                                                         \
+    X(STOP, 2, "stop")                                                                             \
+    X(CANCELLED, 3, "cancelled")                                                                   \
+    X(TIMEOUT, 4, "timeout")                                                                       \
+    X(REJECTED, 5, "rejected")                                                                     \
+    X(ERROR, 6, "error")                                                                           \
+    X(QUEUE_FULL, 16, "queue_full")                                                                \
+    X(TENANT_QUOTA, 17, "tenant_quota")                                                            \
+    X(TOO_LONG, 18, "too_long")                                                                    \
+    X(DEADLINE_INFEASIBLE, 19, "deadline_infeasible")                                              \
+    X(BAD_TOKEN, 20, "bad_token")                                                                  \
+    X(BAD_PARAMS, 21, "bad_params")                                                                \
+    X(DRAINING, 22, "draining")                                                                    \
+    X(OUTPUT_BACKPRESSURE, 23, "output_backpressure")                                              \
+    X(UNKNOWN_CLASS, 24, "unknown_class")                                                          \
+    X(DUPLICATE_ID, 25, "duplicate_id")                                                            \
+    X(INTERNAL, 26, "internal")                                                                    \
     X(CLIENT_GONE, 27, "client_gone")
 
 /* One past the largest value. */
@@ -41,7 +41,7 @@
 static inline const char *end_code_name(unsigned code)
 {
     switch (code) {
-#define END_CODE_CASE(suffix, value, name) \
+#define END_CODE_CASE(suffix, value, name)                                                         \
     case value: return name;
         END_CODES(END_CODE_CASE)
 #undef END_CODE_CASE

@@ -41,9 +41,8 @@ static void reject_now(svc *s, svc_req *r, unsigned cause, const char *why)
     req_end(s, r, RINGLM_WIRE_R_REJECTED, cause);
 }
 
-void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
-                    const int32_t *prompt, uint32_t n_prompt, const char *class_name,
-                    const char *tenant_tag)
+void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr, const int32_t *prompt,
+                    uint32_t n_prompt, const char *class_name, const char *tenant_tag)
 {
     svc_sess *ss = dsess_user(ds);
     if (!ss) {
@@ -60,8 +59,10 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
     r->n_prompt = n_prompt;
     r->max_new = hdr->max_new_tokens;
     r->arrival_us = s->now_us;
-    r->samp = (eng_sampling){.temperature = hdr->temperature, .top_k = (int)hdr->top_k,
-                             .top_p = hdr->top_p, .seed = hdr->seed};
+    r->samp = (eng_sampling){.temperature = hdr->temperature,
+                             .top_k = (int)hdr->top_k,
+                             .top_p = hdr->top_p,
+                             .seed = hdr->seed};
     r->rng = eng_rng_init(hdr->seed);
     r->ignore_stop = hdr->flags & RINGLM_WIRE_REQ_F_IGNORE_STOP;
 
@@ -70,15 +71,18 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
     bool bad_tenant = false;
     if (tenant_tag && tenant_tag[0] && ss->trusted) {
         int t = sched_policy_tenant_index(s->policy, tenant_tag);
-        if (t >= 0) tenant = t;
-        else bad_tenant = true;
+        if (t >= 0)
+            tenant = t;
+        else
+            bad_tenant = true;
     }
     r->tenant = tenant;
     snprintf(r->tenant_name, sizeof r->tenant_name, "%s", ut_label(s, tenant));
     int ci = sched_policy_class_index(s->policy, class_name && class_name[0] ? class_name : NULL);
     r->class_idx = ci;
     const sched_class_cfg *cc = ci >= 0 ? sched_policy_class(s->policy, ci) : NULL;
-    snprintf(r->class_name, sizeof r->class_name, "%s", cc ? cc->name : (class_name ? class_name : ""));
+    snprintf(r->class_name, sizeof r->class_name, "%s",
+             cc ? cc->name : (class_name ? class_name : ""));
     /* Only the policy's classes become metric labels: invented class names would squat the
      * label slots and push real classes of other tenants into "other". */
     r->series = metrics_series(s->mx, r->tenant_name, cc ? cc->name : "other");
@@ -93,9 +97,15 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
         reject_now(s, r, RINGLM_WIRE_R_QUEUE_FULL, why);
         return;
     }
-    if (s->draining) { reject_now(s, r, RINGLM_WIRE_R_DRAINING, "daemon is draining"); return; }
+    if (s->draining) {
+        reject_now(s, r, RINGLM_WIRE_R_DRAINING, "daemon is draining");
+        return;
+    }
     int cause = ringlm_wire_check_request(hdr, why, sizeof why);
-    if (cause) { reject_now(s, r, (unsigned)cause, why); return; }
+    if (cause) {
+        reject_now(s, r, (unsigned)cause, why);
+        return;
+    }
     /* now + deadline must not wrap: an absurd deadline is bad_params, not infeasible. */
     if (hdr->deadline_us > SVC_MAX_DEADLINE_US) {
         snprintf(why, sizeof why, "deadline_us %llu is beyond the limit of %llu (one year)",
@@ -109,7 +119,8 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
         return;
     }
     if (!cc) {
-        snprintf(why, sizeof why, "class \"%s\" is not in the policy", class_name ? class_name : "");
+        snprintf(why, sizeof why, "class \"%s\" is not in the policy",
+                 class_name ? class_name : "");
         reject_now(s, r, RINGLM_WIRE_R_UNKNOWN_CLASS, why);
         return;
     }
@@ -120,7 +131,8 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
     }
     /* The sequence's last token never needs a KV slot, so seq_len + 1 tokens fit. */
     uint64_t max_ctx = (uint64_t)s->mcfg->seq_len + 1;
-    if (n_prompt > (uint32_t)s->mcfg->seq_len || (uint64_t)n_prompt + hdr->max_new_tokens > max_ctx) {
+    if (n_prompt > (uint32_t)s->mcfg->seq_len ||
+        (uint64_t)n_prompt + hdr->max_new_tokens > max_ctx) {
         snprintf(why, sizeof why, "prompt %u + max_new_tokens %u exceeds the context of %u tokens",
                  n_prompt, hdr->max_new_tokens, s->mcfg->seq_len);
         reject_now(s, r, RINGLM_WIRE_R_TOO_LONG, why);
@@ -141,7 +153,10 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
         return;
     }
     r->tokens = malloc(sizeof(int32_t) * ((size_t)n_prompt + hdr->max_new_tokens));
-    if (!r->tokens) { reject_now(s, r, RINGLM_WIRE_R_INTERNAL, "out of memory"); return; }
+    if (!r->tokens) {
+        reject_now(s, r, RINGLM_WIRE_R_INTERNAL, "out of memory");
+        return;
+    }
     memcpy(r->tokens, prompt, sizeof(int32_t) * n_prompt);
     if (hdr->deadline_us) r->deadline_us = s->now_us + hdr->deadline_us;
 
@@ -149,9 +164,15 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
      * trusted gateway's tag) — its own unless the policy groups tenants (cache_domain) — or
      * the uid under the built-in policy; never a value the client chose */
     r->cache_salt = ut_cache_salt(s, tenant, ss->uid);
-    sched_request sr = {.id = r->id, .tenant = tenant, .class_idx = ci, .prompt_len = n_prompt,
-                        .max_new_tokens = hdr->max_new_tokens, .deadline_us = r->deadline_us,
-                        .arrival_us = s->now_us, .tokens = r->tokens, .cache_salt = r->cache_salt};
+    sched_request sr = {.id = r->id,
+                        .tenant = tenant,
+                        .class_idx = ci,
+                        .prompt_len = n_prompt,
+                        .max_new_tokens = hdr->max_new_tokens,
+                        .deadline_us = r->deadline_us,
+                        .arrival_us = s->now_us,
+                        .tokens = r->tokens,
+                        .cache_salt = r->cache_salt};
     sched_reject_reason rr = SCHED_REJECT_NONE;
     int rc = sched_submit(s->sched, &sr, s->now_us, &rr);
     if (rc < 0) {

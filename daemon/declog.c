@@ -37,13 +37,16 @@
 
 ERRDETAIL_DEFINE(declog_err);
 
-const char *declog_errmsg(void) { return declog_err.msg; }
+const char *declog_errmsg(void)
+{
+    return declog_err.msg;
+}
 
 #define seterr(err, ...) errdetail_set(&declog_err, (err), __VA_ARGS__)
 
 /* ---- rings -------------------------------------------------------------------------- */
 
-#define CACHELINE 64
+#define CACHELINE    64
 #define DECLOG_NLOGS 3
 
 typedef struct logring {
@@ -94,7 +97,8 @@ static int ring_put(declog *d, logring *r, const char *line, size_t len)
     uint64_t cap = r->mask + 1;
     uint64_t need = len + 1; /* the newline */
     if (len > DECLOG_LINE_MAX || need > cap) {
-        atomic_store_explicit(&r->dropped, atomic_load_explicit(&r->dropped, memory_order_relaxed) + 1,
+        atomic_store_explicit(&r->dropped,
+                              atomic_load_explicit(&r->dropped, memory_order_relaxed) + 1,
                               memory_order_relaxed);
         return -EMSGSIZE;
     }
@@ -179,7 +183,8 @@ static void report_drops(logring *r, bool final)
     if (r->fd < 0) return;
     uint64_t dropped = atomic_load_explicit(&r->dropped, memory_order_relaxed);
     if (dropped == r->dropped_reported) return;
-    fprintf(stderr, "declog: %llu %s log lines dropped%s (%llu in all): the writer fell behind "
+    fprintf(stderr,
+            "declog: %llu %s log lines dropped%s (%llu in all): the writer fell behind "
             "or a line was over %d bytes\n",
             (unsigned long long)(dropped - r->dropped_reported), r->name,
             final ? " before close" : "", (unsigned long long)dropped, DECLOG_LINE_MAX);
@@ -210,8 +215,9 @@ static void *writer_main(void *arg)
         ring_handshake_announce(&d->writer_sleeping);
         bool pending = false;
         for (int i = 0; i < DECLOG_NLOGS; i++)
-            if (d->log[i].fd >= 0 && atomic_load_explicit(&d->log[i].prod, memory_order_seq_cst) !=
-                                         atomic_load_explicit(&d->log[i].cons, memory_order_relaxed))
+            if (d->log[i].fd >= 0 &&
+                atomic_load_explicit(&d->log[i].prod, memory_order_seq_cst) !=
+                    atomic_load_explicit(&d->log[i].cons, memory_order_relaxed))
                 pending = true;
         if (!pending && !atomic_load(&d->stop)) {
             /* 10 ms: lines reach the file quickly enough to tail, and an idle daemon wakes
@@ -312,9 +318,18 @@ void declog_destroy(declog *d)
     free(d);
 }
 
-bool declog_has_decisions(const declog *d) { return d && d->log[0].fd >= 0; }
-bool declog_has_requests(const declog *d) { return d && d->log[1].fd >= 0; }
-bool declog_has_iterations(const declog *d) { return d && d->log[2].fd >= 0; }
+bool declog_has_decisions(const declog *d)
+{
+    return d && d->log[0].fd >= 0;
+}
+bool declog_has_requests(const declog *d)
+{
+    return d && d->log[1].fd >= 0;
+}
+bool declog_has_iterations(const declog *d)
+{
+    return d && d->log[2].fd >= 0;
+}
 
 int declog_iteration_line(declog *d, const char *json, size_t len)
 {
@@ -382,21 +397,26 @@ int declog_request_line(declog *d, const declog_request *r)
 
 void declog_dropped(const declog *d, uint64_t *decision_lines, uint64_t *request_lines)
 {
-    if (decision_lines) *decision_lines = d ? atomic_load_explicit(&d->log[0].dropped, memory_order_relaxed) : 0;
-    if (request_lines) *request_lines = d ? atomic_load_explicit(&d->log[1].dropped, memory_order_relaxed) : 0;
+    if (decision_lines)
+        *decision_lines = d ? atomic_load_explicit(&d->log[0].dropped, memory_order_relaxed) : 0;
+    if (request_lines)
+        *request_lines = d ? atomic_load_explicit(&d->log[1].dropped, memory_order_relaxed) : 0;
 }
 
 void declog_queued(const declog *d, uint64_t *decision_lines, uint64_t *request_lines)
 {
-    if (decision_lines) *decision_lines = d ? atomic_load_explicit(&d->log[0].lines, memory_order_relaxed) : 0;
-    if (request_lines) *request_lines = d ? atomic_load_explicit(&d->log[1].lines, memory_order_relaxed) : 0;
+    if (decision_lines)
+        *decision_lines = d ? atomic_load_explicit(&d->log[0].lines, memory_order_relaxed) : 0;
+    if (request_lines)
+        *request_lines = d ? atomic_load_explicit(&d->log[1].lines, memory_order_relaxed) : 0;
 }
 
 int declog_flush(declog *d, int timeout_ms)
 {
     if (!d || !d->writer_started) return 0;
     uint64_t target[DECLOG_NLOGS];
-    for (int i = 0; i < DECLOG_NLOGS; i++) target[i] = atomic_load_explicit(&d->log[i].prod, memory_order_relaxed);
+    for (int i = 0; i < DECLOG_NLOGS; i++)
+        target[i] = atomic_load_explicit(&d->log[i].prod, memory_order_relaxed);
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
@@ -409,7 +429,8 @@ int declog_flush(declog *d, int timeout_ms)
         wake_writer(d);
         clock_gettime(CLOCK_MONOTONIC, &now);
         long ms = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
-        if (ms >= timeout_ms) return seterr(-ETIMEDOUT, "declog: writer did not drain within %d ms", timeout_ms);
+        if (ms >= timeout_ms)
+            return seterr(-ETIMEDOUT, "declog: writer did not drain within %d ms", timeout_ms);
         struct timespec ts = {0, 200 * 1000};
         nanosleep(&ts, NULL);
     }

@@ -40,11 +40,11 @@ struct sched_event; /* sched/sched.h */
 #define DECLOG_LINE_MAX 4096
 
 typedef struct declog_config {
-    const char *decision_path; /* NULL: no decision log. "-" = stdout. Appended to. */
-    const char *request_path;  /* NULL: no request log. "-" = stdout. Appended to. */
+    const char *decision_path;  /* NULL: no decision log. "-" = stdout. Appended to. */
+    const char *request_path;   /* NULL: no request log. "-" = stdout. Appended to. */
     const char *iteration_path; /* NULL: no iteration log (sim/FORMATS.md). Appended to. */
-    size_t ring_bytes;         /* per log (0: 4 MiB), rounded up to a power of two */
-    bool truncate;             /* true: truncate the files at open instead of appending */
+    size_t ring_bytes;          /* per log (0: 4 MiB), rounded up to a power of two */
+    bool truncate;              /* true: truncate the files at open instead of appending */
 } declog_config;
 
 typedef struct declog declog;

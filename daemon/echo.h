@@ -18,7 +18,7 @@ typedef struct echo_svc echo_svc;
 /* ops to pass to dloop_create with the echo_svc as ctx. */
 extern const dsvc_ops echo_ops;
 
-int  echo_create(echo_svc **out);
+int echo_create(echo_svc **out);
 /* Must be called once the loop exists (timers, policy hash). */
 void echo_attach(echo_svc *e, dloop *l);
 void echo_destroy(echo_svc *e);

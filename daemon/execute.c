@@ -58,9 +58,10 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
             if (r && !r->ended) {
                 /* A plan the service cannot execute would be planned again for ever. */
                 svc_log("plan entry for request %llu is not executable (pos %u + %u, known %u, "
-                        "%u blocks); failing it", (unsigned long long)e->req, e->start_pos,
-                        e->n_tokens, known, e->n_blocks);
-                req_cancel(s, r, SCHED_CANCEL_ENGINE_ERROR, RINGLM_WIRE_R_ERROR, RINGLM_WIRE_R_INTERNAL);
+                        "%u blocks); failing it",
+                        (unsigned long long)e->req, e->start_pos, e->n_tokens, known, e->n_blocks);
+                req_cancel(s, r, SCHED_CANCEL_ENGINE_ERROR, RINGLM_WIRE_R_ERROR,
+                           RINGLM_WIRE_R_INTERNAL);
             }
             continue;
         }
@@ -71,7 +72,8 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
             s->b_req[L] = r;
             L++;
         }
-        s->results[nres++] = (sched_result){.req = e->req, .tokens = 0, .finished = SCHED_FINISH_NONE};
+        s->results[nres++] =
+            (sched_result){.req = e->req, .tokens = 0, .finished = SCHED_FINISH_NONE};
     }
     if (bb->n_seqs == 0) return nres;
     const eng_batch *b = eng_bb_batch(bb);
@@ -87,11 +89,13 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
     s->now_us += *exec_us;
     if (rc < 0) {
         s->n_engine_errors++;
-        svc_log("engine: %s (batch of %d tokens, %d sequences); failing its requests",
-                eng_errmsg(), b->n_tokens, b->n_seqs);
+        svc_log("engine: %s (batch of %d tokens, %d sequences); failing its requests", eng_errmsg(),
+                b->n_tokens, b->n_seqs);
         for (int i = 0; i < nres; i++) {
             svc_req *r = req_find(s, s->results[i].req);
-            if (r) req_cancel(s, r, SCHED_CANCEL_ENGINE_ERROR, RINGLM_WIRE_R_ERROR, RINGLM_WIRE_R_INTERNAL);
+            if (r)
+                req_cancel(s, r, SCHED_CANCEL_ENGINE_ERROR, RINGLM_WIRE_R_ERROR,
+                           RINGLM_WIRE_R_INTERNAL);
         }
         return 0;
     }
@@ -104,11 +108,10 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
         int32_t tok = s->b_out[li];
         li++;
         s->results[i].tokens = 1;
-        s->results[i].has_token = true;   /* the prefix cache keys the answer's blocks */
+        s->results[i].has_token = true; /* the prefix cache keys the answer's blocks */
         s->results[i].token = tok;
         bool stop = false;
-        for (int k = 0; k < s->n_stop_tokens; k++)
-            stop |= tok == s->stop_tokens[k];
+        for (int k = 0; k < s->n_stop_tokens; k++) stop |= tok == s->stop_tokens[k];
         if (stop && !r->ignore_stop) {
             s->results[i].finished = SCHED_FINISH_STOP;
         } else if (r->n_gen >= r->max_new) {
@@ -162,8 +165,7 @@ void exec_warm_up(svc *s)
         if (pass == 0) {
             eng_bb_add(&s->bb, ones, 0, (uint32_t)n, table, (uint32_t)n_table, true);
         } else {
-            for (int q = 0; q < S; q++)
-                eng_bb_add(&s->bb, ones, 0, 1, &table[q], 1, true);
+            for (int q = 0; q < S; q++) eng_bb_add(&s->bb, ones, 0, 1, &table[q], 1, true);
         }
         for (int q = 0; q < S; q++) {
             s->b_samp[q] = (eng_sampling){.temperature = 0};

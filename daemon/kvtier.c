@@ -21,15 +21,18 @@
 
 #include "numa/rnuma.h"
 
-#define KVT_MAX_OPS 4096
-#define KVT_MAX_JOBS 1024
-#define KVT_COPY_QD 64     /* kvtier_copy's ring */
-#define KVT_DIRECT_ALIGN 4096
+#define KVT_MAX_OPS         4096
+#define KVT_MAX_JOBS        1024
+#define KVT_COPY_QD         64 /* kvtier_copy's ring */
+#define KVT_DIRECT_ALIGN    4096
 /* io_uring caps one registered buffer at 1 GiB. */
 #define KVT_FIXED_CHUNK_MAX (1ull << 30)
 
 ERRDETAIL_DEFINE(kvt_err);
-const char *kvtier_errmsg(void) { return kvt_err.msg; }
+const char *kvtier_errmsg(void)
+{
+    return kvt_err.msg;
+}
 #define seterr(err, ...) errdetail_set(&kvt_err, (err), __VA_ARGS__)
 
 enum op_kind { OP_FREE = 0, OP_RW, OP_BOUNCE, OP_EVENTFD };
@@ -38,19 +41,19 @@ typedef struct kvt_op {
     int kind;
     int job;
     int fd;
-    int to_file;           /* 1: write (pool → file), 0: read (file → pool) */
+    int to_file; /* 1: write (pool → file), 0: read (file → pool) */
     char *buf;
     size_t len;
     off_t off;
-    int buf_index;         /* fixed buffer index, -1 when not registered */
-    int pool_block;        /* for bounce ops: the pool block to copy in after a read */
-    char *bounce;          /* owned bounce buffer (device pools) */
+    int buf_index;  /* fixed buffer index, -1 when not registered */
+    int pool_block; /* for bounce ops: the pool block to copy in after a read */
+    char *bounce;   /* owned bounce buffer (device pools) */
     int next_free;
 } kvt_op;
 
 typedef struct kvt_job {
     bool in_use;
-    bool silent;           /* destroy in progress: no callback */
+    bool silent; /* destroy in progress: no callback */
     sched_xfer_dir dir;
     sched_pool tier;
     int pending;
@@ -61,24 +64,24 @@ typedef struct kvt_job {
     kvtier_done_fn done;
     void *ctx;
     int next_free;
-    int next_async;        /* FIFO link for eventfd-completed jobs */
+    int next_async; /* FIFO link for eventfd-completed jobs */
 } kvt_job;
 
 typedef struct kvt_pool {
     int blocks;
     int fd;
-    void *map;             /* host tier only */
+    void *map; /* host tier only */
     size_t map_len;
 } kvt_pool;
 
 struct kvtier {
     kvtier_config cfg;
     kvt_pool tier[SCHED_POOL__COUNT]; /* indexed by sched_pool; [SCHED_POOL_DEVICE] stays empty */
-    bool direct;           /* disk opened with O_DIRECT */
-    bool fixed;            /* pool registered as fixed buffers */
+    bool direct;                      /* disk opened with O_DIRECT */
+    bool fixed;                       /* pool registered as fixed buffers */
     size_t fixed_chunk;
     bool mlocked;
-    int efd;               /* CUDA async completions */
+    int efd; /* CUDA async completions */
     bool efd_armed;
     uint64_t efd_val;
     int async_head, async_tail;
@@ -94,7 +97,7 @@ struct kvtier {
     char describe[256];
     struct io_uring sring; /* kvtier_copy's own ring */
     bool sring_ok;
-    void *bounce;          /* kvtier_copy's block buffer for device pools */
+    void *bounce; /* kvtier_copy's block buffer for device pools */
 };
 
 static uint64_t now_ns(void)
@@ -168,8 +171,10 @@ static int setup_host(kvtier *t)
         t->mlocked = true;
     } else {
         int e = errno;
-        logf_(t, "host tier: mlock of %zu bytes failed (%s); the tier works but may be paged "
-                 "out — raise LimitMEMLOCK", len, strerror(e));
+        logf_(t,
+              "host tier: mlock of %zu bytes failed (%s); the tier works but may be paged "
+              "out — raise LimitMEMLOCK",
+              len, strerror(e));
         /* Fault it in anyway so the first swap does not pay for it. */
         memset(p->map, 0, len);
     }
@@ -199,8 +204,10 @@ static int setup_disk(kvtier *t)
             logf_(t, "disk tier %s: the filesystem refuses O_DIRECT; using buffered I/O", path);
         }
     } else {
-        logf_(t, "disk tier %s: block of %zu bytes (or pool address) not %d-aligned; using "
-                 "buffered I/O", path, t->cfg.block_bytes, KVT_DIRECT_ALIGN);
+        logf_(t,
+              "disk tier %s: block of %zu bytes (or pool address) not %d-aligned; using "
+              "buffered I/O",
+              path, t->cfg.block_bytes, KVT_DIRECT_ALIGN);
     }
     if (fd < 0) {
         fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -231,8 +238,10 @@ static void setup_fixed(kvtier *t)
         t->fixed = true;
         t->fixed_chunk = chunk;
     } else {
-        logf_(t, "registering the KV pool (%zu bytes) as io_uring fixed buffers failed (%s); "
-                 "using plain reads/writes", len, strerror(-rc));
+        logf_(t,
+              "registering the KV pool (%zu bytes) as io_uring fixed buffers failed (%s); "
+              "using plain reads/writes",
+              len, strerror(-rc));
     }
 }
 
@@ -275,12 +284,16 @@ int kvtier_create(const kvtier_config *cfg, kvtier **out)
     t->sring_ok = true;
     if (!cfg->pool_base) {
         t->efd = eventfd(0, EFD_CLOEXEC);
-        if (t->efd < 0) { rc = seterr(-errno, "kvtier: eventfd: %s", strerror(errno)); goto fail; }
+        if (t->efd < 0) {
+            rc = seterr(-errno, "kvtier: eventfd: %s", strerror(errno));
+            goto fail;
+        }
     }
     snprintf(t->describe, sizeof t->describe,
              "kv tiers: host %d blocks (%s), disk %d blocks%s%s, pool %s, %zu bytes/block",
              t->tier[SCHED_POOL_HOST].blocks, t->mlocked ? "mlocked" : "not locked",
-             t->tier[SCHED_POOL_DISK].blocks, cfg->disk_path ? (t->direct ? " O_DIRECT" : " buffered") : "",
+             t->tier[SCHED_POOL_DISK].blocks,
+             cfg->disk_path ? (t->direct ? " O_DIRECT" : " buffered") : "",
              cfg->disk_path ? "" : "",
              cfg->pool_base ? (t->fixed ? "host, fixed buffers" : "host, plain buffers")
                             : "device, async copies",
@@ -353,7 +366,10 @@ static void arm_efd(kvtier *t)
     int oi = op_get(t);
     if (oi < 0) return;
     struct io_uring_sqe *sqe = get_sqe(t);
-    if (!sqe) { op_put(t, oi); return; }
+    if (!sqe) {
+        op_put(t, oi);
+        return;
+    }
     t->ops[oi].kind = OP_EVENTFD;
     t->ops[oi].job = -1;
     io_uring_prep_read(sqe, t->efd, &t->efd_val, sizeof t->efd_val, 0);
@@ -365,7 +381,8 @@ static void job_finish(kvtier *t, int ji)
 {
     kvt_job *j = &t->jobs[ji];
     uint64_t el_us = (now_ns() - j->t_start_ns) / 1000;
-    if (j->res == 0 && j->dir == SCHED_XFER_IN && (t->cfg.fail_reads & (1u << j->tier))) j->res = -EIO;   /* injected */
+    if (j->res == 0 && j->dir == SCHED_XFER_IN && (t->cfg.fail_reads & (1u << j->tier)))
+        j->res = -EIO; /* injected */
     if (j->res == 0) {
         t->bytes_moved[j->dir][j->tier] += j->bytes;
         t->jobs_done[j->dir][j->tier]++;
@@ -402,7 +419,8 @@ static int run_len(const kvtier *t, const int32_t *pb, const int32_t *sl, int i,
     size_t bb = t->cfg.block_bytes;
     size_t max_blocks = (KVT_FIXED_CHUNK_MAX / bb) ? (KVT_FIXED_CHUNK_MAX / bb) : 1;
     int k = 1;
-    while (i + k < n && (size_t)k < max_blocks && pb[i + k] == pb[i] + k && sl[i + k] == sl[i] + k) {
+    while (i + k < n && (size_t)k < max_blocks && pb[i + k] == pb[i] + k &&
+           sl[i + k] == sl[i] + k) {
         if (t->fixed) {
             size_t first = (size_t)pb[i] * bb / t->fixed_chunk;
             size_t last = ((size_t)(pb[i] + k + 1) * bb - 1) / t->fixed_chunk;
@@ -419,7 +437,8 @@ int kvtier_submit(kvtier *t, sched_xfer_dir dir, sched_pool tier, const int32_t 
     if (dir != SCHED_XFER_OUT && dir != SCHED_XFER_IN)
         return seterr(-EINVAL, "transfer direction %d", (int)dir);
     if ((unsigned)tier >= SCHED_POOL__COUNT || t->tier[tier].blocks == 0)
-        return seterr(-EINVAL, "transfer to tier %s, which is not configured", sched_pool_name(tier));
+        return seterr(-EINVAL, "transfer to tier %s, which is not configured",
+                      sched_pool_name(tier));
     if (n <= 0) return seterr(-EINVAL, "transfer of %d blocks", n);
     kvt_pool *p = &t->tier[tier];
     for (int i = 0; i < n; i++) {
@@ -427,11 +446,13 @@ int kvtier_submit(kvtier *t, sched_xfer_dir dir, sched_pool tier, const int32_t 
             return seterr(-EINVAL, "pool block %d out of range [0,%d)", pool_blocks[i],
                           t->cfg.pool_blocks);
         if (slots[i] < 0 || slots[i] >= p->blocks)
-            return seterr(-EINVAL, "%s tier slot %d out of range [0,%d)", sched_pool_name(tier), slots[i], p->blocks);
+            return seterr(-EINVAL, "%s tier slot %d out of range [0,%d)", sched_pool_name(tier),
+                          slots[i], p->blocks);
     }
     bool async = !t->cfg.pool_base && tier == SCHED_POOL_HOST;
     int need_ops = 0;
-    if (async) need_ops = 1;
+    if (async)
+        need_ops = 1;
     else
         for (int i = 0; i < n; i += run_len(t, pool_blocks, slots, i, n)) need_ops++;
     /* Count free ops first so a job is never half-submitted. */
@@ -458,21 +479,32 @@ int kvtier_submit(kvtier *t, sched_xfer_dir dir, sched_pool tier, const int32_t 
 
     if (async) {
         void **host = malloc(sizeof(void *) * (size_t)n);
-        if (!host) { j->res = -ENOMEM; j->pending = 1; job_op_done(t, ji, -ENOMEM); return 0; }
+        if (!host) {
+            j->res = -ENOMEM;
+            j->pending = 1;
+            job_op_done(t, ji, -ENOMEM);
+            return 0;
+        }
         for (int i = 0; i < n; i++) host[i] = (char *)p->map + (size_t)slots[i] * bb;
-        int rc = eng_kv_transfer_async(t->cfg.engine, dir == SCHED_XFER_OUT ? ENG_KV_OUT : ENG_KV_IN,
-                                       pool_blocks, host, n, t->efd);
+        int rc =
+            eng_kv_transfer_async(t->cfg.engine, dir == SCHED_XFER_OUT ? ENG_KV_OUT : ENG_KV_IN,
+                                  pool_blocks, host, n, t->efd);
         free(host);
         if (rc == 0) {
             j->pending = 1;
-            if (t->async_tail >= 0) t->jobs[t->async_tail].next_async = ji;
-            else t->async_head = ji;
+            if (t->async_tail >= 0)
+                t->jobs[t->async_tail].next_async = ji;
+            else
+                t->async_head = ji;
             t->async_tail = ji;
             arm_efd(t);
             return 0;
         }
         if (rc != -ENOTSUP) {
-            j->in_use = false; j->next_free = t->job_free; t->job_free = ji; t->jobs_inflight--;
+            j->in_use = false;
+            j->next_free = t->job_free;
+            t->job_free = ji;
+            t->jobs_inflight--;
             return seterr(rc, "engine async KV transfer: %s", eng_errmsg());
         }
         /* No async path: fall through to bounce buffers and file I/O. */
@@ -508,7 +540,11 @@ int kvtier_submit(kvtier *t, sched_xfer_dir dir, sched_pool tier, const int32_t 
             op->buf = op->bounce;
             if (dir == SCHED_XFER_OUT) {
                 int rc = eng_kv_read_block(t->cfg.engine, pool_blocks[i], op->bounce);
-                if (rc < 0) { op_put(t, oi); job_op_done(t, ji, rc); continue; }
+                if (rc < 0) {
+                    op_put(t, oi);
+                    job_op_done(t, ji, rc);
+                    continue;
+                }
             }
         }
         if (queue_rw(t, oi) < 0) {
@@ -570,11 +606,20 @@ bool kvtier_handle_cqe(kvtier *t, const struct io_uring_cqe *cqe)
     return true;
 }
 
-int kvtier_inflight(const kvtier *t) { return t->jobs_inflight; }
+int kvtier_inflight(const kvtier *t)
+{
+    return t->jobs_inflight;
+}
 
 /* ---- synchronous copies (the prefix cache's demotions and reloads) ------------------ */
 
-typedef struct copy_op { int fd; bool write; char *buf; size_t len; off_t off; } copy_op;
+typedef struct copy_op {
+    int fd;
+    bool write;
+    char *buf;
+    size_t len;
+    off_t off;
+} copy_op;
 
 /* Runs ops[0..n) on the private ring and waits for all; a short read/write is finished with
  * plain pread/pwrite. 0 or the first -errno. */
@@ -586,9 +631,11 @@ static int run_copy_ops(kvtier *t, copy_op *ops, int n)
         for (int i = 0; i < k; i++) {
             copy_op *o = &ops[base + i];
             struct io_uring_sqe *sqe = io_uring_get_sqe(&t->sring);
-            if (!sqe) return -EBUSY;   /* cannot happen: the ring holds KVT_COPY_QD */
-            if (o->write) io_uring_prep_write(sqe, o->fd, o->buf, (unsigned)o->len, (uint64_t)o->off);
-            else io_uring_prep_read(sqe, o->fd, o->buf, (unsigned)o->len, (uint64_t)o->off);
+            if (!sqe) return -EBUSY; /* cannot happen: the ring holds KVT_COPY_QD */
+            if (o->write)
+                io_uring_prep_write(sqe, o->fd, o->buf, (unsigned)o->len, (uint64_t)o->off);
+            else
+                io_uring_prep_read(sqe, o->fd, o->buf, (unsigned)o->len, (uint64_t)o->off);
             io_uring_sqe_set_data64(sqe, (uint64_t)(base + i));
         }
         t->ops_submitted += (uint64_t)k;
@@ -601,13 +648,20 @@ static int run_copy_ops(kvtier *t, copy_op *ops, int n)
             copy_op *o = &ops[io_uring_cqe_get_data64(cqe)];
             int res = cqe->res;
             io_uring_cqe_seen(&t->sring, cqe);
-            if (res < 0) { if (!rc) rc = res; continue; }
+            if (res < 0) {
+                if (!rc) rc = res;
+                continue;
+            }
             /* short: the rest synchronously (buffered files may stop early) */
             size_t done = (size_t)res;
             while (done < o->len) {
-                ssize_t r = o->write ? pwrite(o->fd, o->buf + done, o->len - done, o->off + (off_t)done)
-                                     : pread(o->fd, o->buf + done, o->len - done, o->off + (off_t)done);
-                if (r <= 0) { if (!rc) rc = r < 0 ? -errno : -EIO; break; }
+                ssize_t r = o->write
+                                ? pwrite(o->fd, o->buf + done, o->len - done, o->off + (off_t)done)
+                                : pread(o->fd, o->buf + done, o->len - done, o->off + (off_t)done);
+                if (r <= 0) {
+                    if (!rc) rc = r < 0 ? -errno : -EIO;
+                    break;
+                }
                 done += (size_t)r;
             }
         }
@@ -615,23 +669,25 @@ static int run_copy_ops(kvtier *t, copy_op *ops, int n)
     return rc;
 }
 
-int kvtier_copy(kvtier *t, sched_pool from, sched_pool to, const int32_t *src, const int32_t *dst, int n,
-                uint64_t *elapsed_us)
+int kvtier_copy(kvtier *t, sched_pool from, sched_pool to, const int32_t *src, const int32_t *dst,
+                int n, uint64_t *elapsed_us)
 {
     *elapsed_us = 0;
     bool out = from == SCHED_POOL_DEVICE, in = to == SCHED_POOL_DEVICE;
     bool down = from == SCHED_POOL_HOST && to == SCHED_POOL_DISK;
     if (n <= 0 || (out && in) || (!out && !in && !down) || (unsigned)from >= SCHED_POOL__COUNT ||
         (unsigned)to >= SCHED_POOL__COUNT)
-        return seterr(-EINVAL, "copy of %d blocks from %s to %s", n, sched_pool_name(from), sched_pool_name(to));
+        return seterr(-EINVAL, "copy of %d blocks from %s to %s", n, sched_pool_name(from),
+                      sched_pool_name(to));
     int lim_from = from == SCHED_POOL_DEVICE ? t->cfg.pool_blocks : t->tier[from].blocks;
     int lim_to = to == SCHED_POOL_DEVICE ? t->cfg.pool_blocks : t->tier[to].blocks;
     for (int i = 0; i < n; i++)
         if (src[i] < 0 || src[i] >= lim_from || dst[i] < 0 || dst[i] >= lim_to)
-            return seterr(-EINVAL, "copy of %s block %d to %s block %d: out of range [0,%d) / [0,%d)",
-                          sched_pool_name(from), src[i], sched_pool_name(to), dst[i], lim_from, lim_to);
+            return seterr(
+                -EINVAL, "copy of %s block %d to %s block %d: out of range [0,%d) / [0,%d)",
+                sched_pool_name(from), src[i], sched_pool_name(to), dst[i], lim_from, lim_to);
     size_t bb = t->cfg.block_bytes;
-    bool via_bounce = !t->cfg.pool_base && !down;   /* a device pool: block by block */
+    bool via_bounce = !t->cfg.pool_base && !down; /* a device pool: block by block */
     if (via_bounce && !t->bounce && posix_memalign(&t->bounce, KVT_DIRECT_ALIGN, bb) != 0) {
         t->bounce = NULL;
         return seterr(-ENOMEM, "kvtier: copy buffer");
@@ -646,11 +702,16 @@ int kvtier_copy(kvtier *t, sched_pool from, sched_pool to, const int32_t *src, c
         /* runs consecutive on both sides move as one read/write */
         k = 1;
         if (!via_bounce)
-            while (i + k < n && src[i + k] == src[i] + k && dst[i + k] == dst[i] + k && (size_t)(k + 1) * bb <= KVT_FIXED_CHUNK_MAX) k++;
+            while (i + k < n && src[i + k] == src[i] + k && dst[i + k] == dst[i] + k &&
+                   (size_t)(k + 1) * bb <= KVT_FIXED_CHUNK_MAX)
+                k++;
         int tslot = in ? src[i] : dst[i], pblock = in ? dst[i] : src[i];
-        copy_op o = {.fd = fd, .write = !in, .len = (size_t)k * bb, .off = (off_t)((size_t)tslot * bb)};
-        if (down) o.buf = (char *)t->tier[SCHED_POOL_HOST].map + (size_t)src[i] * bb;
-        else if (!via_bounce) o.buf = (char *)t->cfg.pool_base + (size_t)pblock * bb;
+        copy_op o = {
+            .fd = fd, .write = !in, .len = (size_t)k * bb, .off = (off_t)((size_t)tslot * bb)};
+        if (down)
+            o.buf = (char *)t->tier[SCHED_POOL_HOST].map + (size_t)src[i] * bb;
+        else if (!via_bounce)
+            o.buf = (char *)t->cfg.pool_base + (size_t)pblock * bb;
         else {
             o.buf = t->bounce;
             if (out && (rc = eng_kv_read_block(t->cfg.engine, pblock, t->bounce)) < 0) break;
@@ -661,11 +722,12 @@ int kvtier_copy(kvtier *t, sched_pool from, sched_pool to, const int32_t *src, c
         ops[nops++] = o;
     }
     if (rc == 0 && nops) rc = run_copy_ops(t, ops, nops);
-    if (rc == 0 && in && (t->cfg.fail_reads & (1u << from))) rc = -EIO;   /* injected */
+    if (rc == 0 && in && (t->cfg.fail_reads & (1u << from))) rc = -EIO; /* injected */
     free(ops);
     *elapsed_us = (now_ns() - t0) / 1000;
-    if (rc < 0) return seterr(rc, "copy of %d blocks from %s to %s: %s", n, sched_pool_name(from), sched_pool_name(to),
-                              strerror(-rc));
+    if (rc < 0)
+        return seterr(rc, "copy of %d blocks from %s to %s: %s", n, sched_pool_name(from),
+                      sched_pool_name(to), strerror(-rc));
     t->bytes_moved[in ? SCHED_XFER_IN : SCHED_XFER_OUT][tier] += (uint64_t)n * bb;
     t->jobs_done[in ? SCHED_XFER_IN : SCHED_XFER_OUT][tier]++;
     return 0;
@@ -679,8 +741,14 @@ uint64_t kvtier_jobs_done(const kvtier *t, sched_xfer_dir dir, sched_pool tier)
 {
     return (unsigned)dir < 2 && (unsigned)tier < SCHED_POOL__COUNT ? t->jobs_done[dir][tier] : 0;
 }
-const char *kvtier_describe(const kvtier *t) { return t->describe; }
-uint64_t kvtier_ops_submitted(const kvtier *t) { return t->ops_submitted; }
+const char *kvtier_describe(const kvtier *t)
+{
+    return t->describe;
+}
+uint64_t kvtier_ops_submitted(const kvtier *t)
+{
+    return t->ops_submitted;
+}
 
 int kvtier_read_slot(kvtier *t, sched_pool tier, int slot, void *dst)
 {
@@ -711,7 +779,8 @@ void kvtier_destroy(kvtier *t)
     if (t->ops_inflight > 0) {
         if (t->efd >= 0 && t->efd_armed) {
             uint64_t one = 1;
-            if (write(t->efd, &one, sizeof one) < 0) { /* best effort: unblocks the read */ }
+            if (write(t->efd, &one, sizeof one) < 0) { /* best effort: unblocks the read */
+            }
         }
         io_uring_submit(t->cfg.ring);
         struct __kernel_timespec ts = {.tv_sec = 2};

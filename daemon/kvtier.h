@@ -47,17 +47,17 @@ struct io_uring_cqe;
 #define KVTIER_UD_INDEX_MASK 0xffffffffull
 
 typedef struct kvtier_config {
-    size_t block_bytes;       /* bytes per KV block (eng_kv_block_bytes) */
-    int pool_blocks;          /* blocks in the engine's pool */
-    void *pool_base;          /* host address of block 0 (blocks contiguous); NULL: device pool */
-    eng *engine;              /* needed when pool_base is NULL */
-    int host_blocks;          /* host tier slots (0: no host tier) */
-    const char *disk_path;    /* NULL: no disk tier */
+    size_t block_bytes;    /* bytes per KV block (eng_kv_block_bytes) */
+    int pool_blocks;       /* blocks in the engine's pool */
+    void *pool_base;       /* host address of block 0 (blocks contiguous); NULL: device pool */
+    eng *engine;           /* needed when pool_base is NULL */
+    int host_blocks;       /* host tier slots (0: no host tier) */
+    const char *disk_path; /* NULL: no disk tier */
     int disk_blocks;
-    int numa_node;            /* -1: anywhere */
-    struct io_uring *ring;    /* the loop's ring: SQEs go there, CQEs come back by tag */
-    uint64_t ud_tag;          /* OR'ed into every user_data (must not touch the low 32 bits) */
-    bool register_buffers;    /* try io_uring fixed buffers for the pool */
+    int numa_node;         /* -1: anywhere */
+    struct io_uring *ring; /* the loop's ring: SQEs go there, CQEs come back by tag */
+    uint64_t ud_tag;       /* OR'ed into every user_data (must not touch the low 32 bits) */
+    bool register_buffers; /* try io_uring fixed buffers for the pool */
     void (*log)(void *ctx, const char *msg); /* warnings and choices (NULL: stderr) */
     void *log_ctx;
     /* Fault injection for tests (ringlmd: RINGLMD_FAIL_KV_READS=host|disk): reads from a
@@ -90,8 +90,7 @@ int kvtier_blocks(const kvtier *t, sched_pool tier);
  * in flight), -ENOTSUP.
  */
 int kvtier_submit(kvtier *t, sched_xfer_dir dir, sched_pool tier, const int32_t *pool_blocks,
-                  const int32_t *slots, int n, uint64_t cookie, kvtier_done_fn done,
-                  void *ctx);
+                  const int32_t *slots, int n, uint64_t cookie, kvtier_done_fn done, void *ctx);
 /*
  * Copies n blocks now and returns when they are where they go (the prefix cache's
  * demotions and reloads, which the scheduler's books already show done: nothing may touch
@@ -101,8 +100,8 @@ int kvtier_submit(kvtier *t, sched_xfer_dir dir, sched_pool tier, const int32_t 
  * the loop's ring and its other completions are left alone), consecutive blocks as one.
  * *elapsed_us: how long it took. 0, -EINVAL (range, pools), or the first I/O error.
  */
-int kvtier_copy(kvtier *t, sched_pool from, sched_pool to, const int32_t *src, const int32_t *dst, int n,
-                uint64_t *elapsed_us);
+int kvtier_copy(kvtier *t, sched_pool from, sched_pool to, const int32_t *src, const int32_t *dst,
+                int n, uint64_t *elapsed_us);
 /* Submits queued SQEs to the kernel (the loop also does, at its next wait). */
 int kvtier_flush(kvtier *t);
 /* Handles a CQE carrying the tag; returns true if it belonged to kvtier. */

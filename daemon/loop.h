@@ -38,29 +38,29 @@ typedef struct dloop dloop;
 typedef struct dsess dsess;
 
 typedef struct dloop_config {
-	const char *socket_path;        /* required; an existing socket file is replaced */
-	int numa_node;                  /* -1 = no pinning/placement, else node for segments */
-	int max_sessions;               /* 0 = default 256 */
-	int max_sessions_per_uid;       /* 0 = default 64 */
-	/* Connections whose hello has not arrived: they count toward their uid's sessions
+    const char *socket_path;  /* required; an existing socket file is replaced */
+    int numa_node;            /* -1 = no pinning/placement, else node for segments */
+    int max_sessions;         /* 0 = default 256 */
+    int max_sessions_per_uid; /* 0 = default 64 */
+    /* Connections whose hello has not arrived: they count toward their uid's sessions
 	 * from accept (SO_PEERCRED is known then), and have their own budget per uid and in
 	 * all, so sockets left half-open cannot lock other users out of the session limit. */
-	int max_half_open;              /* 0 = default 64 */
-	int max_half_open_per_uid;      /* 0 = default 8 */
-	/* Sessions a second per uid, a token bucket of connect_burst_per_uid: a session costs
+    int max_half_open;         /* 0 = default 64 */
+    int max_half_open_per_uid; /* 0 = default 8 */
+    /* Sessions a second per uid, a token bucket of connect_burst_per_uid: a session costs
 	 * the loop its setup and teardown (~0.8 ms on the 2-vCPU dev VM, most of it unmapping
 	 * its rings), so one uid connecting and disconnecting in a loop must not take the loop
 	 * from everyone else. Root and the daemon's own uid are not bound. Handshakes over it
 	 * are refused with -EAGAIN and the time to wait. */
-	int connect_rate_per_uid;       /* 0 = default 20; < 0 = no bound */
-	int connect_burst_per_uid;      /* 0 = default 64 (a uid's whole session limit at once) */
-	unsigned submit_ring_bytes;     /* power of two; 0 = default 1 MiB */
-	unsigned event_ring_slots;      /* power of two; 0 = default 65536 (1 MiB) */
-	unsigned idle_spin_us;          /* keep polling this long after the last work before
+    int connect_rate_per_uid;   /* 0 = default 20; < 0 = no bound */
+    int connect_burst_per_uid;  /* 0 = default 64 (a uid's whole session limit at once) */
+    unsigned submit_ring_bytes; /* power of two; 0 = default 1 MiB */
+    unsigned event_ring_slots;  /* power of two; 0 = default 65536 (1 MiB) */
+    unsigned idle_spin_us;      /* keep polling this long after the last work before
 	                                   sleeping; 0 = default 50; use dloop_config_init */
-	unsigned socket_mode;           /* chmod of the socket; 0 = 0666 */
-	int socket_gid;                 /* chown the socket to this group; -1 = leave it */
-	int force_eventfd;              /* 1: use the eventfd doorbell even if futex works */
+    unsigned socket_mode;       /* chmod of the socket; 0 = 0666 */
+    int socket_gid;             /* chown the socket to this group; -1 = leave it */
+    int force_eventfd;          /* 1: use the eventfd doorbell even if futex works */
 } dloop_config;
 
 /* Fills defaults (numa_node -1, everything else 0 = default). */
@@ -71,33 +71,33 @@ void dloop_config_init(dloop_config *cfg);
 #define DLOOP_UD_SVC (1ull << 63)
 
 typedef struct dsvc_ops {
-	/* A client completed the handshake.  Use dsess_uid/pid to decide; return < 0 (e.g.
+    /* A client completed the handshake.  Use dsess_uid/pid to decide; return < 0 (e.g.
 	 * -EPERM) to refuse it (the client gets that errno), 0 to accept. */
-	int  (*on_connect)(void *ctx, dsess *s);
-	/* A structurally valid request (record copied into private memory; the pointers are
+    int (*on_connect)(void *ctx, dsess *s);
+    /* A structurally valid request (record copied into private memory; the pointers are
 	 * valid for the duration of the call only).  Semantic checks (ringlm_wire_check_request,
 	 * vocabulary) are the service's; it answers every request with a FINISH eventually.
 	 * tenant_tag is NULL unless the client set one (honour it for trusted uids only). */
-	void (*on_request)(void *ctx, dsess *s, const struct ringlm_wire_request *req,
-			   const int32_t *prompt, uint32_t n_prompt, const char *class_name,
-			   const char *tenant_tag);
-	void (*on_cancel)(void *ctx, dsess *s, uint64_t req_id);
-	/* The session ends ("client closed", "client process exited", "hostile: ...",
+    void (*on_request)(void *ctx, dsess *s, const struct ringlm_wire_request *req,
+                       const int32_t *prompt, uint32_t n_prompt, const char *class_name,
+                       const char *tenant_tag);
+    void (*on_cancel)(void *ctx, dsess *s, uint64_t req_id);
+    /* The session ends ("client closed", "client process exited", "hostile: ...",
 	 * "shutdown", or the reason given to dsess_end).  Drop everything of s here. */
-	void (*on_close)(void *ctx, dsess *s, const char *reason);
-	/* Once per iteration.  Return > 0 when more work is pending right now (the loop does
+    void (*on_close)(void *ctx, dsess *s, const char *reason);
+    /* Once per iteration.  Return > 0 when more work is pending right now (the loop does
 	 * not sleep), 0 when idle.  May be NULL. */
-	int  (*iterate)(void *ctx, uint64_t now_us);
-	/* CQEs whose user_data has DLOOP_UD_SVC.  May be NULL. */
-	void (*on_cqe)(void *ctx, const struct io_uring_cqe *cqe);
-	/* How many records to take from s's submit ring now: < 0 pauses the session (its
+    int (*iterate)(void *ctx, uint64_t now_us);
+    /* CQEs whose user_data has DLOOP_UD_SVC.  May be NULL. */
+    void (*on_cqe)(void *ctx, const struct io_uring_cqe *cqe);
+    /* How many records to take from s's submit ring now: < 0 pauses the session (its
 	 * records wait in its ring and do not keep the loop awake; its client is told
 	 * nothing), >= 0 at most that many this iteration (records left keep the loop
 	 * awake).  NULL: up to 256 per session and iteration. */
-	int  (*drain_budget)(void *ctx, dsess *s);
-	/* SIGTERM / SIGINT / SIGHUP arrived (through a signalfd).  NULL: SIGTERM/SIGINT stop
+    int (*drain_budget)(void *ctx, dsess *s);
+    /* SIGTERM / SIGINT / SIGHUP arrived (through a signalfd).  NULL: SIGTERM/SIGINT stop
 	 * the loop. */
-	void (*on_signal)(void *ctx, int signo);
+    void (*on_signal)(void *ctx, int signo);
 } dsvc_ops;
 
 /* Creates the loop: binds and listens on cfg->socket_path, sets up io_uring, reads
@@ -106,10 +106,10 @@ typedef struct dsvc_ops {
  * before (ringlmd does it first thing in main, before any thread exists, and forwards
  * them from threads a library created before main; see main_ringlmd.c).  Returns 0 or
  * -errno with dloop_errmsg(): -EINVAL when those signals are not blocked. */
-int  dloop_create(const dloop_config *cfg, const dsvc_ops *ops, void *ctx, dloop **out);
+int dloop_create(const dloop_config *cfg, const dsvc_ops *ops, void *ctx, dloop **out);
 /* Runs until dloop_stop(); ends every session (on_close "shutdown") before returning.
  * Returns 0 or -errno on a fatal io_uring error. */
-int  dloop_run(dloop *l);
+int dloop_run(dloop *l);
 /* Makes dloop_run return after the current iteration (safe from callbacks). */
 void dloop_stop(dloop *l);
 /* Stops accepting new requests: sessions' status shows DRAINING (clients' submit gets
@@ -147,27 +147,27 @@ const char *dloop_errmsg(void);
  * publishes at the end of the iteration).  Returns 0, -EAGAIN when the ring is full (the
  * client is not reading; the loop will be woken when it frees space), -EPIPE when the
  * session is ending. */
-int  dsess_push_event(dsess *s, const struct ringlm_wire_event *ev);
+int dsess_push_event(dsess *s, const struct ringlm_wire_event *ev);
 /* TOKEN event.  Same returns. */
-int  dsess_push_token(dsess *s, uint64_t req_id, int32_t token, uint32_t index);
+int dsess_push_token(dsess *s, uint64_t req_id, int32_t token, uint32_t index);
 /* FINISH + FINISH_EXT (policy hash, cached_tokens) pair; both or neither.  reason
  * RINGLM_WIRE_R_*, cause a RINGLM_WIRE_R_* cause or 0, cached_tokens the prompt tokens the
  * request's first admission found in the prefix cache (0 when it was never admitted or the
  * cache is off; saturated at RINGLM_WIRE_INDEX_MAX).  Same returns (-EAGAIN needs 2 free
  * slots). */
-int  dsess_push_finish(dsess *s, uint64_t req_id, unsigned reason, unsigned cause,
-		       uint32_t n_tokens, uint32_t cached_tokens);
+int dsess_push_finish(dsess *s, uint64_t req_id, unsigned reason, unsigned cause, uint32_t n_tokens,
+                      uint32_t cached_tokens);
 /* Free event slots right now. */
 unsigned dsess_event_space(dsess *s);
 
-uid_t    dsess_uid(dsess *s);
-gid_t    dsess_gid(dsess *s);
-pid_t    dsess_pid(dsess *s);
+uid_t dsess_uid(dsess *s);
+gid_t dsess_gid(dsess *s);
+pid_t dsess_pid(dsess *s);
 uint64_t dsess_id(dsess *s);
-void     dsess_set_user(dsess *s, void *user);
-void    *dsess_user(dsess *s);
-dloop   *dsess_loop(dsess *s);
+void dsess_set_user(dsess *s, void *user);
+void *dsess_user(dsess *s);
+dloop *dsess_loop(dsess *s);
 /* Ends the session (after the current callback; on_close follows in this iteration). */
-void     dsess_end(dsess *s, const char *reason);
+void dsess_end(dsess *s, const char *reason);
 
 #endif

@@ -31,139 +31,143 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: ringlmd [options]\n"
-		"  --socket PATH            listen here (default $" RINGLM_SOCKET_ENV ", else " RINGLM_DEFAULT_SOCKET ")\n"
-		"  --echo                   serve the echo service (transport tests, ipc_bench)\n"
-		"  --numa-node auto|N|off   pin the loop and place session memory (default auto)\n"
-		"  --max-sessions N         sessions in all (default 256)\n"
-		"  --max-sessions-per-uid N sessions per client uid (default 64)\n"
-		"  --max-half-open N        connections without a handshake yet, in all (default 64)\n"
-		"  --max-half-open-per-uid N  the same per client uid (default 8)\n"
-		"  --connect-rate-per-uid N sessions a second per client uid, root and the daemon's\n"
-		"                           own uid excepted (default 20; 0: no bound)\n"
-		"  --connect-burst-per-uid N  sessions at once past that rate (default 64)\n"
-		"  --socket-mode MODE       the socket file's mode, octal (default 0666: every local user)\n"
-		"  --socket-group GROUP     the socket file's group (a name or a gid), e.g. with 0660\n"
-		"  --spin-us N              keep polling N µs after the last work before sleeping (default 50)\n"
-		"  --nice N                 run at nice N (-20..19; below 0 needs CAP_SYS_NICE; default\n"
-		"                           -10 where permitted): at -10 a client woken for its token\n"
-		"                           no longer preempts the loop\n"
-		"  --submit-ring-bytes N    per-session submit ring, power of two (default 1048576)\n"
-		"  --event-ring-slots N     per-session event ring, power of two (default 65536)\n"
-		"  --doorbell futex|eventfd force the client→daemon doorbell kind (default: probe)\n"
-		"model serving (the default service):\n"
-		"  --model M                llama2.c checkpoint path or synthetic:PRESET:SEED (required)\n"
-		"  --tokenizer T            tokenizer file (only named in logs)\n"
-		"  --policy FILE            scheduling policy (default: the built-in policy)\n"
-		"  --backend cpu|cuda       engine backend (default cpu)\n"
-		"  --threads N              engine worker threads (default 1)\n"
-		"  --kv-blocks N            device KV pool blocks (default 1024)\n"
-		"  --kv-block-size N        tokens per KV block (default 16)\n"
-		"  --host-kv-blocks N       pinned host KV tier blocks (default 0: no host tier)\n"
-		"  --disk-kv FILE           disk KV tier file (O_DIRECT where the filesystem allows)\n"
-		"  --disk-kv-blocks N       disk KV tier blocks\n"
-		"  --disk-kv-bw B           the disk tier's bandwidth in bytes/s the cost model starts\n"
-		"                           from, each direction until a transfer measures it (1e9)\n"
-		"  --max-batch-tokens N     engine batch limit (default: the policy's token_budget)\n"
-		"  --decision-log FILE      scheduler decisions, JSON lines\n"
-		"  --request-log FILE       one line per request (the simulator's native trace format)\n"
-		"  --iteration-log FILE     one line per batch: its composition and measured period\n"
-		"                           (ringlm-sim --iteration-log fits its step model from it)\n"
-		"  --metrics ADDR:PORT      Prometheus /metrics (ADDR defaults to 127.0.0.1)\n"
-		"  --stats-file FILE        JSON snapshot of pools, queues and accounting, kept current\n"
-		"  --backpressure-timeout-ms N  cancel a request whose client stopped reading (default 5000)\n"
-		"  --backpressure-buffer-tokens N  tokens kept per blocked request (default 4096)\n"
-		"  --max-records-per-tenant N  submit records taken from one tenant's sessions per\n"
-		"                           iteration (default 16; a trusted gateway session: 256)\n"
-		"  --drain-grace-ms N       on SIGTERM, in-flight work gets this long (default 10000)\n"
-		"  --verify-swaps           checksum KV blocks at swap-out and check them at swap-in\n"
-		"  --no-prefix-cache        do not keep prompts' KV blocks for reuse by later prompts\n"
-		"  --check-invariants       the stats file carries the scheduler's full invariant check\n"
-		"                           (walks every block and request each write: tests, debugging)\n"
-		"  --quiet                  fewer start-up lines\n"
-		"  --check-config           validate, print the canonical policy and its hash, exit\n"
-		"  --version                print the version (with --model: model and policy hash) and exit\n"
-		"  --help\n"
-		"diagnostics (tests; never for serving):\n"
-		"  --prefix-key xxh3|constant  how cached KV blocks are keyed (default xxh3). constant:\n"
-		"                           every block gets one key, so only the stored token compare\n"
-		"                           tells blocks apart (shows a collision never reuses a wrong\n"
-		"                           block; lookups O(cached blocks); logged as a warning)\n");
+    fprintf(
+        f,
+        "usage: ringlmd [options]\n"
+        "  --socket PATH            listen here (default $" RINGLM_SOCKET_ENV
+        ", else " RINGLM_DEFAULT_SOCKET ")\n"
+        "  --echo                   serve the echo service (transport tests, ipc_bench)\n"
+        "  --numa-node auto|N|off   pin the loop and place session memory (default auto)\n"
+        "  --max-sessions N         sessions in all (default 256)\n"
+        "  --max-sessions-per-uid N sessions per client uid (default 64)\n"
+        "  --max-half-open N        connections without a handshake yet, in all (default 64)\n"
+        "  --max-half-open-per-uid N  the same per client uid (default 8)\n"
+        "  --connect-rate-per-uid N sessions a second per client uid, root and the daemon's\n"
+        "                           own uid excepted (default 20; 0: no bound)\n"
+        "  --connect-burst-per-uid N  sessions at once past that rate (default 64)\n"
+        "  --socket-mode MODE       the socket file's mode, octal (default 0666: every local "
+        "user)\n"
+        "  --socket-group GROUP     the socket file's group (a name or a gid), e.g. with 0660\n"
+        "  --spin-us N              keep polling N µs after the last work before sleeping (default "
+        "50)\n"
+        "  --nice N                 run at nice N (-20..19; below 0 needs CAP_SYS_NICE; default\n"
+        "                           -10 where permitted): at -10 a client woken for its token\n"
+        "                           no longer preempts the loop\n"
+        "  --submit-ring-bytes N    per-session submit ring, power of two (default 1048576)\n"
+        "  --event-ring-slots N     per-session event ring, power of two (default 65536)\n"
+        "  --doorbell futex|eventfd force the client→daemon doorbell kind (default: probe)\n"
+        "model serving (the default service):\n"
+        "  --model M                llama2.c checkpoint path or synthetic:PRESET:SEED (required)\n"
+        "  --tokenizer T            tokenizer file (only named in logs)\n"
+        "  --policy FILE            scheduling policy (default: the built-in policy)\n"
+        "  --backend cpu|cuda       engine backend (default cpu)\n"
+        "  --threads N              engine worker threads (default 1)\n"
+        "  --kv-blocks N            device KV pool blocks (default 1024)\n"
+        "  --kv-block-size N        tokens per KV block (default 16)\n"
+        "  --host-kv-blocks N       pinned host KV tier blocks (default 0: no host tier)\n"
+        "  --disk-kv FILE           disk KV tier file (O_DIRECT where the filesystem allows)\n"
+        "  --disk-kv-blocks N       disk KV tier blocks\n"
+        "  --disk-kv-bw B           the disk tier's bandwidth in bytes/s the cost model starts\n"
+        "                           from, each direction until a transfer measures it (1e9)\n"
+        "  --max-batch-tokens N     engine batch limit (default: the policy's token_budget)\n"
+        "  --decision-log FILE      scheduler decisions, JSON lines\n"
+        "  --request-log FILE       one line per request (the simulator's native trace format)\n"
+        "  --iteration-log FILE     one line per batch: its composition and measured period\n"
+        "                           (ringlm-sim --iteration-log fits its step model from it)\n"
+        "  --metrics ADDR:PORT      Prometheus /metrics (ADDR defaults to 127.0.0.1)\n"
+        "  --stats-file FILE        JSON snapshot of pools, queues and accounting, kept current\n"
+        "  --backpressure-timeout-ms N  cancel a request whose client stopped reading (default "
+        "5000)\n"
+        "  --backpressure-buffer-tokens N  tokens kept per blocked request (default 4096)\n"
+        "  --max-records-per-tenant N  submit records taken from one tenant's sessions per\n"
+        "                           iteration (default 16; a trusted gateway session: 256)\n"
+        "  --drain-grace-ms N       on SIGTERM, in-flight work gets this long (default 10000)\n"
+        "  --verify-swaps           checksum KV blocks at swap-out and check them at swap-in\n"
+        "  --no-prefix-cache        do not keep prompts' KV blocks for reuse by later prompts\n"
+        "  --check-invariants       the stats file carries the scheduler's full invariant check\n"
+        "                           (walks every block and request each write: tests, debugging)\n"
+        "  --quiet                  fewer start-up lines\n"
+        "  --check-config           validate, print the canonical policy and its hash, exit\n"
+        "  --version                print the version (with --model: model and policy hash) and "
+        "exit\n"
+        "  --help\n"
+        "diagnostics (tests; never for serving):\n"
+        "  --prefix-key xxh3|constant  how cached KV blocks are keyed (default xxh3). constant:\n"
+        "                           every block gets one key, so only the stored token compare\n"
+        "                           tells blocks apart (shows a collision never reuses a wrong\n"
+        "                           block; lookups O(cached blocks); logged as a warning)\n");
 }
 
 static int parse_uint(const char *opt, const char *v, unsigned long max, unsigned long *out)
 {
-	char *end;
-	errno = 0;
-	unsigned long x = strtoul(v, &end, 0);
-	if (errno || !*v || *end || x > max || v[0] == '-') {
-		fprintf(stderr, "ringlmd: %s '%s': expected an integer in [0, %lu]\n", opt, v, max);
-		return -1;
-	}
-	*out = x;
-	return 0;
+    char *end;
+    errno = 0;
+    unsigned long x = strtoul(v, &end, 0);
+    if (errno || !*v || *end || x > max || v[0] == '-') {
+        fprintf(stderr, "ringlmd: %s '%s': expected an integer in [0, %lu]\n", opt, v, max);
+        return -1;
+    }
+    *out = x;
+    return 0;
 }
 
 /* The default socket lives in a directory that may not exist yet (/run/ringlm). */
 static void make_parent_dir(const char *path)
 {
-	char dir[PATH_MAX];
-	snprintf(dir, sizeof(dir), "%s", path);
-	char *slash = strrchr(dir, '/');
-	if (!slash || slash == dir)
-		return;
-	*slash = 0;
-	mkdir(dir, 0755);
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir) return;
+    *slash = 0;
+    mkdir(dir, 0755);
 }
 
 /* The model service: --check-config and --version build it (model, policy) and exit. */
 static int serve_model(svc_config *sc, dloop_config *cfg, const char *socket_path,
-		       const char *numa_spec, int want_version, int check_config)
+                       const char *numa_spec, int want_version, int check_config)
 {
-	if (!sc->model) {
-		fprintf(stderr, "ringlmd: --model is required (a path or synthetic:PRESET:SEED), or "
-				"pass --echo\n");
-		return 2;
-	}
-	if (sc->disk_kv_path && !sc->disk_kv_blocks) {
-		fprintf(stderr, "ringlmd: --disk-kv needs --disk-kv-blocks N\n");
-		return 2;
-	}
-	sc->numa = numa_spec;
-	/* Checking a config must not allocate the KV pools of the daemon it guards. */
-	sc->identity_only = check_config || want_version;
-	svc *s;
-	int r = svc_create(sc, &s);
-	if (r < 0) {
-		fprintf(stderr, "ringlmd: %s\n", svc_errmsg());
-		return check_config ? 1 : 1;
-	}
-	if (check_config || want_version) {
-		if (want_version)
-			printf("ringlmd %s (wire ABI %u)\nmodel %s %s\npolicy %s %s\n", RINGLM_VERSION,
-			       RINGLM_WIRE_ABI, sc->model, svc_model_hash(s),
-			       sc->policy_path ? sc->policy_path : "built-in", svc_policy_hash_hex(s));
-		else
-			printf("%s# policy hash %s\n", svc_policy_text(s), svc_policy_hash_hex(s));
-		svc_destroy(s);
-		return 0;
-	}
-	if (!socket_path || !*socket_path)
-		socket_path = getenv(RINGLM_SOCKET_ENV);
-	if (!socket_path || !*socket_path) {
-		socket_path = RINGLM_DEFAULT_SOCKET;
-		make_parent_dir(socket_path);
-	}
-	cfg->socket_path = socket_path;
-	cfg->numa_node = -1; /* the service resolves --numa-node and pins the loop thread */
-	r = svc_run(s, cfg);
-	if (r < 0)
-		fprintf(stderr, "ringlmd: %s\n", svc_errmsg());
-	else
-		fprintf(stderr, "ringlmd: stopped\n");
-	svc_destroy(s);
-	return r < 0 ? 1 : 0;
+    if (!sc->model) {
+        fprintf(stderr, "ringlmd: --model is required (a path or synthetic:PRESET:SEED), or "
+                        "pass --echo\n");
+        return 2;
+    }
+    if (sc->disk_kv_path && !sc->disk_kv_blocks) {
+        fprintf(stderr, "ringlmd: --disk-kv needs --disk-kv-blocks N\n");
+        return 2;
+    }
+    sc->numa = numa_spec;
+    /* Checking a config must not allocate the KV pools of the daemon it guards. */
+    sc->identity_only = check_config || want_version;
+    svc *s;
+    int r = svc_create(sc, &s);
+    if (r < 0) {
+        fprintf(stderr, "ringlmd: %s\n", svc_errmsg());
+        return check_config ? 1 : 1;
+    }
+    if (check_config || want_version) {
+        if (want_version)
+            printf("ringlmd %s (wire ABI %u)\nmodel %s %s\npolicy %s %s\n", RINGLM_VERSION,
+                   RINGLM_WIRE_ABI, sc->model, svc_model_hash(s),
+                   sc->policy_path ? sc->policy_path : "built-in", svc_policy_hash_hex(s));
+        else
+            printf("%s# policy hash %s\n", svc_policy_text(s), svc_policy_hash_hex(s));
+        svc_destroy(s);
+        return 0;
+    }
+    if (!socket_path || !*socket_path) socket_path = getenv(RINGLM_SOCKET_ENV);
+    if (!socket_path || !*socket_path) {
+        socket_path = RINGLM_DEFAULT_SOCKET;
+        make_parent_dir(socket_path);
+    }
+    cfg->socket_path = socket_path;
+    cfg->numa_node = -1; /* the service resolves --numa-node and pins the loop thread */
+    r = svc_run(s, cfg);
+    if (r < 0)
+        fprintf(stderr, "ringlmd: %s\n", svc_errmsg());
+    else
+        fprintf(stderr, "ringlmd: stopped\n");
+    svc_destroy(s);
+    return r < 0 ? 1 : 0;
 }
 
 /* Threads started before main (a BLAS library's pool, from its constructor) keep their own
@@ -172,14 +176,13 @@ static int serve_model(svc_config *sc, dloop_config *cfg, const char *socket_pat
 
 static void renice_threads(int n)
 {
-	DIR *d = opendir("/proc/self/task");
-	if (!d)
-		return;
-	struct dirent *e;
-	while ((e = readdir(d)))
-		if (e->d_name[0] >= '0' && e->d_name[0] <= '9')
-			setpriority(PRIO_PROCESS, (id_t)atoi(e->d_name), n);
-	closedir(d);
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9')
+            setpriority(PRIO_PROCESS, (id_t)atoi(e->d_name), n);
+    closedir(d);
 }
 
 /* With autogroup scheduling (/proc/sys/kernel/sched_autogroup_enabled, the default of many
@@ -194,17 +197,15 @@ static void renice_threads(int n)
  * play no part. Best effort: without /proc/self/autogroup nothing changes. */
 static void autogroup_follow_nice(int n)
 {
-	if (getsid(0) != getpid())
-		return;
-	int fd = open("/proc/self/autogroup", O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	char buf[16];
-	int len = snprintf(buf, sizeof buf, "%d", n);
-	if (write(fd, buf, (size_t)len) != len)
-		fprintf(stderr, "ringlmd: autogroup nice %d: %s (its session's group stays as it was)\n", n,
-			strerror(errno));
-	close(fd);
+    if (getsid(0) != getpid()) return;
+    int fd = open("/proc/self/autogroup", O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    char buf[16];
+    int len = snprintf(buf, sizeof buf, "%d", n);
+    if (write(fd, buf, (size_t)len) != len)
+        fprintf(stderr, "ringlmd: autogroup nice %d: %s (its session's group stays as it was)\n", n,
+                strerror(errno));
+    close(fd);
 }
 
 /* Signals, once for the whole process.  SIGTERM/SIGINT/SIGHUP are blocked in this thread
@@ -218,354 +219,400 @@ static pthread_t signal_target;
 
 static void forward_signal(int signo)
 {
-	int saved = errno;
-	pthread_kill(signal_target, signo);
-	errno = saved;
+    int saved = errno;
+    pthread_kill(signal_target, signo);
+    errno = saved;
 }
 
 static void install_signals(void)
 {
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	signal_target = pthread_self();
-	struct sigaction sa = { .sa_handler = forward_signal, .sa_flags = SA_RESTART };
-	sigfillset(&sa.sa_mask);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal_target = pthread_self();
+    struct sigaction sa = {.sa_handler = forward_signal, .sa_flags = SA_RESTART};
+    sigfillset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
 }
 
 int main(int argc, char **argv)
 {
-	enum { O_SOCKET = 256, O_ECHO, O_NUMA, O_MAXS, O_MAXU, O_SPIN, O_SUBMIT, O_EVSLOTS,
-	       O_DOORBELL, O_VERSION, O_HELP,
-	       O_MODEL, O_TOKENIZER, O_POLICY, O_BACKEND, O_THREADS, O_KVB, O_KVBS, O_HKVB, O_DKV,
-	       O_DKVB, O_MAXBT, O_DECLOG, O_REQLOG, O_ITLOG, O_METRICS, O_STATS, O_BPT, O_BPB, O_DRAIN,
-	       O_VERIFY, O_QUIET, O_CHECK, O_NICE, O_HALF, O_HALFU, O_CRATE, O_CBURST, O_SMODE, O_SGROUP, O_RECT,
-	       O_INVARIANTS, O_NOPREFIX, O_DKVBW, O_PREFIXKEY };
-	static const struct option opts[] = {
-		{ "socket", required_argument, 0, O_SOCKET },
-		{ "echo", no_argument, 0, O_ECHO },
-		{ "numa-node", required_argument, 0, O_NUMA },
-		{ "max-sessions", required_argument, 0, O_MAXS },
-		{ "max-sessions-per-uid", required_argument, 0, O_MAXU },
-		{ "max-half-open", required_argument, 0, O_HALF },
-		{ "max-half-open-per-uid", required_argument, 0, O_HALFU },
-		{ "connect-rate-per-uid", required_argument, 0, O_CRATE },
-		{ "connect-burst-per-uid", required_argument, 0, O_CBURST },
-		{ "socket-mode", required_argument, 0, O_SMODE },
-		{ "socket-group", required_argument, 0, O_SGROUP },
-		{ "spin-us", required_argument, 0, O_SPIN },
-		{ "nice", required_argument, 0, O_NICE },
-		{ "submit-ring-bytes", required_argument, 0, O_SUBMIT },
-		{ "event-ring-slots", required_argument, 0, O_EVSLOTS },
-		{ "doorbell", required_argument, 0, O_DOORBELL },
-		{ "version", no_argument, 0, O_VERSION },
-		{ "help", no_argument, 0, O_HELP },
-		{ "model", required_argument, 0, O_MODEL },
-		{ "tokenizer", required_argument, 0, O_TOKENIZER },
-		{ "policy", required_argument, 0, O_POLICY },
-		{ "backend", required_argument, 0, O_BACKEND },
-		{ "threads", required_argument, 0, O_THREADS },
-		{ "kv-blocks", required_argument, 0, O_KVB },
-		{ "kv-block-size", required_argument, 0, O_KVBS },
-		{ "host-kv-blocks", required_argument, 0, O_HKVB },
-		{ "disk-kv", required_argument, 0, O_DKV },
-		{ "disk-kv-blocks", required_argument, 0, O_DKVB },
-		{ "disk-kv-bw", required_argument, 0, O_DKVBW },
-		{ "max-batch-tokens", required_argument, 0, O_MAXBT },
-		{ "decision-log", required_argument, 0, O_DECLOG },
-		{ "request-log", required_argument, 0, O_REQLOG },
-		{ "iteration-log", required_argument, 0, O_ITLOG },
-		{ "metrics", required_argument, 0, O_METRICS },
-		{ "stats-file", required_argument, 0, O_STATS },
-		{ "backpressure-timeout-ms", required_argument, 0, O_BPT },
-		{ "backpressure-buffer-tokens", required_argument, 0, O_BPB },
-		{ "drain-grace-ms", required_argument, 0, O_DRAIN },
-		{ "max-records-per-tenant", required_argument, 0, O_RECT },
-		{ "verify-swaps", no_argument, 0, O_VERIFY },
-		{ "check-invariants", no_argument, 0, O_INVARIANTS },
-		{ "no-prefix-cache", no_argument, 0, O_NOPREFIX },
-		{ "prefix-key", required_argument, 0, O_PREFIXKEY },
-		{ "quiet", no_argument, 0, O_QUIET },
-		{ "check-config", no_argument, 0, O_CHECK },
-		{ 0, 0, 0, 0 },
-	};
-	dloop_config cfg;
-	dloop_config_init(&cfg);
-	const char *socket_path = NULL, *numa_spec = "auto";
-	int echo = 0, want_version = 0, check_config = 0, want_nice = 0, nice_val = 0;
-	svc_config sc;
-	svc_config_init(&sc);
-	unsigned long v;
+    enum {
+        O_SOCKET = 256,
+        O_ECHO,
+        O_NUMA,
+        O_MAXS,
+        O_MAXU,
+        O_SPIN,
+        O_SUBMIT,
+        O_EVSLOTS,
+        O_DOORBELL,
+        O_VERSION,
+        O_HELP,
+        O_MODEL,
+        O_TOKENIZER,
+        O_POLICY,
+        O_BACKEND,
+        O_THREADS,
+        O_KVB,
+        O_KVBS,
+        O_HKVB,
+        O_DKV,
+        O_DKVB,
+        O_MAXBT,
+        O_DECLOG,
+        O_REQLOG,
+        O_ITLOG,
+        O_METRICS,
+        O_STATS,
+        O_BPT,
+        O_BPB,
+        O_DRAIN,
+        O_VERIFY,
+        O_QUIET,
+        O_CHECK,
+        O_NICE,
+        O_HALF,
+        O_HALFU,
+        O_CRATE,
+        O_CBURST,
+        O_SMODE,
+        O_SGROUP,
+        O_RECT,
+        O_INVARIANTS,
+        O_NOPREFIX,
+        O_DKVBW,
+        O_PREFIXKEY
+    };
+    static const struct option opts[] = {
+        {"socket", required_argument, 0, O_SOCKET},
+        {"echo", no_argument, 0, O_ECHO},
+        {"numa-node", required_argument, 0, O_NUMA},
+        {"max-sessions", required_argument, 0, O_MAXS},
+        {"max-sessions-per-uid", required_argument, 0, O_MAXU},
+        {"max-half-open", required_argument, 0, O_HALF},
+        {"max-half-open-per-uid", required_argument, 0, O_HALFU},
+        {"connect-rate-per-uid", required_argument, 0, O_CRATE},
+        {"connect-burst-per-uid", required_argument, 0, O_CBURST},
+        {"socket-mode", required_argument, 0, O_SMODE},
+        {"socket-group", required_argument, 0, O_SGROUP},
+        {"spin-us", required_argument, 0, O_SPIN},
+        {"nice", required_argument, 0, O_NICE},
+        {"submit-ring-bytes", required_argument, 0, O_SUBMIT},
+        {"event-ring-slots", required_argument, 0, O_EVSLOTS},
+        {"doorbell", required_argument, 0, O_DOORBELL},
+        {"version", no_argument, 0, O_VERSION},
+        {"help", no_argument, 0, O_HELP},
+        {"model", required_argument, 0, O_MODEL},
+        {"tokenizer", required_argument, 0, O_TOKENIZER},
+        {"policy", required_argument, 0, O_POLICY},
+        {"backend", required_argument, 0, O_BACKEND},
+        {"threads", required_argument, 0, O_THREADS},
+        {"kv-blocks", required_argument, 0, O_KVB},
+        {"kv-block-size", required_argument, 0, O_KVBS},
+        {"host-kv-blocks", required_argument, 0, O_HKVB},
+        {"disk-kv", required_argument, 0, O_DKV},
+        {"disk-kv-blocks", required_argument, 0, O_DKVB},
+        {"disk-kv-bw", required_argument, 0, O_DKVBW},
+        {"max-batch-tokens", required_argument, 0, O_MAXBT},
+        {"decision-log", required_argument, 0, O_DECLOG},
+        {"request-log", required_argument, 0, O_REQLOG},
+        {"iteration-log", required_argument, 0, O_ITLOG},
+        {"metrics", required_argument, 0, O_METRICS},
+        {"stats-file", required_argument, 0, O_STATS},
+        {"backpressure-timeout-ms", required_argument, 0, O_BPT},
+        {"backpressure-buffer-tokens", required_argument, 0, O_BPB},
+        {"drain-grace-ms", required_argument, 0, O_DRAIN},
+        {"max-records-per-tenant", required_argument, 0, O_RECT},
+        {"verify-swaps", no_argument, 0, O_VERIFY},
+        {"check-invariants", no_argument, 0, O_INVARIANTS},
+        {"no-prefix-cache", no_argument, 0, O_NOPREFIX},
+        {"prefix-key", required_argument, 0, O_PREFIXKEY},
+        {"quiet", no_argument, 0, O_QUIET},
+        {"check-config", no_argument, 0, O_CHECK},
+        {0, 0, 0, 0},
+    };
+    dloop_config cfg;
+    dloop_config_init(&cfg);
+    const char *socket_path = NULL, *numa_spec = "auto";
+    int echo = 0, want_version = 0, check_config = 0, want_nice = 0, nice_val = 0;
+    svc_config sc;
+    svc_config_init(&sc);
+    unsigned long v;
 
-	int c;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (c) {
-		case O_SOCKET: socket_path = optarg; break;
-		case O_ECHO: echo = 1; break;
-		case O_NUMA: numa_spec = optarg; break;
-		case O_MAXS:
-			if (parse_uint("--max-sessions", optarg, 1 << 20, &v)) return 2;
-			cfg.max_sessions = (int)v;
-			break;
-		case O_MAXU:
-			if (parse_uint("--max-sessions-per-uid", optarg, 1 << 20, &v)) return 2;
-			cfg.max_sessions_per_uid = (int)v;
-			break;
-		case O_HALF:
-			if (parse_uint("--max-half-open", optarg, 1 << 20, &v)) return 2;
-			cfg.max_half_open = (int)v;
-			break;
-		case O_HALFU:
-			if (parse_uint("--max-half-open-per-uid", optarg, 1 << 20, &v)) return 2;
-			cfg.max_half_open_per_uid = (int)v;
-			break;
-		case O_CRATE:
-			if (parse_uint("--connect-rate-per-uid", optarg, 1 << 20, &v)) return 2;
-			cfg.connect_rate_per_uid = v ? (int)v : -1; /* 0: no bound */
-			break;
-		case O_CBURST:
-			if (parse_uint("--connect-burst-per-uid", optarg, 1 << 20, &v)) return 2;
-			cfg.connect_burst_per_uid = (int)v;
-			break;
-		case O_SMODE: {
-			char *end;
-			errno = 0;
-			unsigned long m = strtoul(optarg, &end, 8);
-			if (errno || *end || end == optarg || optarg[0] == '-' || m > 0777 || !m) {
-				fprintf(stderr, "ringlmd: --socket-mode '%s': expected an octal mode in "
-						"[1, 0777], e.g. 0660\n", optarg);
-				return 2;
-			}
-			cfg.socket_mode = (unsigned)m;
-			break;
-		}
-		case O_SGROUP: {
-			struct group *g = getgrnam(optarg);
-			if (g) {
-				cfg.socket_gid = (int)g->gr_gid;
-			} else if (parse_uint("--socket-group", optarg, INT_MAX, &v) == 0) {
-				cfg.socket_gid = (int)v;
-			} else {
-				fprintf(stderr, "ringlmd: --socket-group '%s': no such group\n", optarg);
-				return 2;
-			}
-			break;
-		}
-		case O_SPIN:
-			if (parse_uint("--spin-us", optarg, 60u * 1000 * 1000, &v)) return 2;
-			cfg.idle_spin_us = (unsigned)v;
-			break;
-		case O_SUBMIT:
-			if (parse_uint("--submit-ring-bytes", optarg, RINGLM_WIRE_SUBMIT_MAX, &v)) return 2;
-			cfg.submit_ring_bytes = (unsigned)v;
-			break;
-		case O_EVSLOTS:
-			if (parse_uint("--event-ring-slots", optarg, RINGLM_WIRE_EVSLOTS_MAX, &v)) return 2;
-			cfg.event_ring_slots = (unsigned)v;
-			break;
-		case O_DOORBELL:
-			if (!strcmp(optarg, "eventfd")) {
-				cfg.force_eventfd = 1;
-			} else if (strcmp(optarg, "futex")) {
-				fprintf(stderr, "ringlmd: --doorbell '%s': expected futex or eventfd\n", optarg);
-				return 2;
-			}
-			break;
-		case O_VERSION: want_version = 1; break;
-		case O_MODEL: sc.model = optarg; break;
-		case O_TOKENIZER: sc.tokenizer = optarg; break;
-		case O_POLICY: sc.policy_path = optarg; break;
-		case O_BACKEND:
-			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
-				fprintf(stderr, "ringlmd: --backend '%s': expected cpu or cuda\n", optarg);
-				return 2;
-			}
-			sc.backend = optarg;
-			break;
-		case O_THREADS:
-			if (parse_uint("--threads", optarg, 1024, &v)) return 2;
-			sc.threads = (int)v;
-			break;
-		case O_KVB:
-			if (parse_uint("--kv-blocks", optarg, 1u << 24, &v)) return 2;
-			if (!v) {
-				fprintf(stderr, "ringlmd: --kv-blocks must be >= 1\n");
-				return 2;
-			}
-			sc.kv_blocks = (int)v;
-			break;
-		case O_KVBS:
-			if (parse_uint("--kv-block-size", optarg, 4096, &v)) return 2;
-			if (!v) {
-				fprintf(stderr, "ringlmd: --kv-block-size must be in [1, 4096]\n");
-				return 2;
-			}
-			sc.kv_block_size = (int)v;
-			break;
-		case O_HKVB:
-			if (parse_uint("--host-kv-blocks", optarg, 1u << 26, &v)) return 2;
-			sc.host_kv_blocks = (int)v;
-			break;
-		case O_DKV: sc.disk_kv_path = optarg; break;
-		case O_DKVB:
-			if (parse_uint("--disk-kv-blocks", optarg, 1u << 28, &v)) return 2;
-			sc.disk_kv_blocks = (int)v;
-			break;
-		case O_DKVBW: {
-			char *end = NULL;
-			errno = 0;
-			double bw = strtod(optarg, &end);
-			if (errno || end == optarg || *end || !(bw >= 1 && bw <= 1e15)) {
-				fprintf(stderr, "ringlmd: --disk-kv-bw: expected bytes per second in [1, 1e15], got \"%s\"\n", optarg);
-				return 2;
-			}
-			sc.disk_kv_bw = bw;
-			break;
-		}
-		case O_MAXBT:
-			if (parse_uint("--max-batch-tokens", optarg, 1u << 20, &v)) return 2;
-			sc.max_batch_tokens = (int)v;
-			break;
-		case O_DECLOG: sc.decision_log = optarg; break;
-		case O_REQLOG: sc.request_log = optarg; break;
-		case O_ITLOG: sc.iteration_log = optarg; break;
-		case O_METRICS: sc.metrics_listen = optarg; break;
-		case O_STATS: sc.stats_file = optarg; break;
-		case O_BPT:
-			if (parse_uint("--backpressure-timeout-ms", optarg, 86400000ul, &v)) return 2;
-			sc.backpressure_timeout_ms = v;
-			break;
-		case O_BPB:
-			if (parse_uint("--backpressure-buffer-tokens", optarg, 1u << 24, &v)) return 2;
-			sc.backpressure_buffer_tokens = (uint32_t)v;
-			break;
-		case O_RECT:
-			if (parse_uint("--max-records-per-tenant", optarg, 1u << 20, &v)) return 2;
-			if (!v) {
-				fprintf(stderr, "ringlmd: --max-records-per-tenant must be >= 1\n");
-				return 2;
-			}
-			sc.max_records_per_tenant_iter = (uint32_t)v;
-			break;
-		case O_DRAIN:
-			if (parse_uint("--drain-grace-ms", optarg, 86400000ul, &v)) return 2;
-			sc.drain_grace_ms = v;
-			break;
-		case O_VERIFY: sc.verify_swaps = true; break;
-		case O_INVARIANTS: sc.check_invariants = true; break;
-		case O_NOPREFIX: sc.no_prefix_cache = true; break;
-		case O_PREFIXKEY: {
-			int k = 0;
-			while (k < SCHED_PREFIX_KEY__COUNT && strcmp(optarg, sched_prefix_key_fn_name((sched_prefix_key_fn)k)))
-				k++;
-			if (k == SCHED_PREFIX_KEY__COUNT) {
-				fprintf(stderr, "ringlmd: --prefix-key '%s': expected xxh3 or constant\n", optarg);
-				return 2;
-			}
-			sc.prefix_key = (sched_prefix_key_fn)k;
-			break;
-		}
-		case O_QUIET: sc.quiet = true; break;
-		case O_CHECK: check_config = 1; break;
-		case O_NICE: {
-			char *end;
-			errno = 0;
-			long n = strtol(optarg, &end, 10);
-			if (errno || *end || end == optarg || n < -20 || n > 19) {
-				fprintf(stderr, "ringlmd: --nice '%s': expected an integer in -20..19\n", optarg);
-				return 2;
-			}
-			nice_val = (int)n;
-			want_nice = 1;
-			break;
-		}
-		case O_HELP: usage(stdout); return 0;
-		default: usage(stderr); return 2;
-		}
-	}
-	/* Before any thread exists: Linux keeps nice per thread, and every thread made later (the
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case O_SOCKET: socket_path = optarg; break;
+        case O_ECHO: echo = 1; break;
+        case O_NUMA: numa_spec = optarg; break;
+        case O_MAXS:
+            if (parse_uint("--max-sessions", optarg, 1 << 20, &v)) return 2;
+            cfg.max_sessions = (int)v;
+            break;
+        case O_MAXU:
+            if (parse_uint("--max-sessions-per-uid", optarg, 1 << 20, &v)) return 2;
+            cfg.max_sessions_per_uid = (int)v;
+            break;
+        case O_HALF:
+            if (parse_uint("--max-half-open", optarg, 1 << 20, &v)) return 2;
+            cfg.max_half_open = (int)v;
+            break;
+        case O_HALFU:
+            if (parse_uint("--max-half-open-per-uid", optarg, 1 << 20, &v)) return 2;
+            cfg.max_half_open_per_uid = (int)v;
+            break;
+        case O_CRATE:
+            if (parse_uint("--connect-rate-per-uid", optarg, 1 << 20, &v)) return 2;
+            cfg.connect_rate_per_uid = v ? (int)v : -1; /* 0: no bound */
+            break;
+        case O_CBURST:
+            if (parse_uint("--connect-burst-per-uid", optarg, 1 << 20, &v)) return 2;
+            cfg.connect_burst_per_uid = (int)v;
+            break;
+        case O_SMODE: {
+            char *end;
+            errno = 0;
+            unsigned long m = strtoul(optarg, &end, 8);
+            if (errno || *end || end == optarg || optarg[0] == '-' || m > 0777 || !m) {
+                fprintf(stderr,
+                        "ringlmd: --socket-mode '%s': expected an octal mode in "
+                        "[1, 0777], e.g. 0660\n",
+                        optarg);
+                return 2;
+            }
+            cfg.socket_mode = (unsigned)m;
+            break;
+        }
+        case O_SGROUP: {
+            struct group *g = getgrnam(optarg);
+            if (g) {
+                cfg.socket_gid = (int)g->gr_gid;
+            } else if (parse_uint("--socket-group", optarg, INT_MAX, &v) == 0) {
+                cfg.socket_gid = (int)v;
+            } else {
+                fprintf(stderr, "ringlmd: --socket-group '%s': no such group\n", optarg);
+                return 2;
+            }
+            break;
+        }
+        case O_SPIN:
+            if (parse_uint("--spin-us", optarg, 60u * 1000 * 1000, &v)) return 2;
+            cfg.idle_spin_us = (unsigned)v;
+            break;
+        case O_SUBMIT:
+            if (parse_uint("--submit-ring-bytes", optarg, RINGLM_WIRE_SUBMIT_MAX, &v)) return 2;
+            cfg.submit_ring_bytes = (unsigned)v;
+            break;
+        case O_EVSLOTS:
+            if (parse_uint("--event-ring-slots", optarg, RINGLM_WIRE_EVSLOTS_MAX, &v)) return 2;
+            cfg.event_ring_slots = (unsigned)v;
+            break;
+        case O_DOORBELL:
+            if (!strcmp(optarg, "eventfd")) {
+                cfg.force_eventfd = 1;
+            } else if (strcmp(optarg, "futex")) {
+                fprintf(stderr, "ringlmd: --doorbell '%s': expected futex or eventfd\n", optarg);
+                return 2;
+            }
+            break;
+        case O_VERSION: want_version = 1; break;
+        case O_MODEL: sc.model = optarg; break;
+        case O_TOKENIZER: sc.tokenizer = optarg; break;
+        case O_POLICY: sc.policy_path = optarg; break;
+        case O_BACKEND:
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+                fprintf(stderr, "ringlmd: --backend '%s': expected cpu or cuda\n", optarg);
+                return 2;
+            }
+            sc.backend = optarg;
+            break;
+        case O_THREADS:
+            if (parse_uint("--threads", optarg, 1024, &v)) return 2;
+            sc.threads = (int)v;
+            break;
+        case O_KVB:
+            if (parse_uint("--kv-blocks", optarg, 1u << 24, &v)) return 2;
+            if (!v) {
+                fprintf(stderr, "ringlmd: --kv-blocks must be >= 1\n");
+                return 2;
+            }
+            sc.kv_blocks = (int)v;
+            break;
+        case O_KVBS:
+            if (parse_uint("--kv-block-size", optarg, 4096, &v)) return 2;
+            if (!v) {
+                fprintf(stderr, "ringlmd: --kv-block-size must be in [1, 4096]\n");
+                return 2;
+            }
+            sc.kv_block_size = (int)v;
+            break;
+        case O_HKVB:
+            if (parse_uint("--host-kv-blocks", optarg, 1u << 26, &v)) return 2;
+            sc.host_kv_blocks = (int)v;
+            break;
+        case O_DKV: sc.disk_kv_path = optarg; break;
+        case O_DKVB:
+            if (parse_uint("--disk-kv-blocks", optarg, 1u << 28, &v)) return 2;
+            sc.disk_kv_blocks = (int)v;
+            break;
+        case O_DKVBW: {
+            char *end = NULL;
+            errno = 0;
+            double bw = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(bw >= 1 && bw <= 1e15)) {
+                fprintf(
+                    stderr,
+                    "ringlmd: --disk-kv-bw: expected bytes per second in [1, 1e15], got \"%s\"\n",
+                    optarg);
+                return 2;
+            }
+            sc.disk_kv_bw = bw;
+            break;
+        }
+        case O_MAXBT:
+            if (parse_uint("--max-batch-tokens", optarg, 1u << 20, &v)) return 2;
+            sc.max_batch_tokens = (int)v;
+            break;
+        case O_DECLOG: sc.decision_log = optarg; break;
+        case O_REQLOG: sc.request_log = optarg; break;
+        case O_ITLOG: sc.iteration_log = optarg; break;
+        case O_METRICS: sc.metrics_listen = optarg; break;
+        case O_STATS: sc.stats_file = optarg; break;
+        case O_BPT:
+            if (parse_uint("--backpressure-timeout-ms", optarg, 86400000ul, &v)) return 2;
+            sc.backpressure_timeout_ms = v;
+            break;
+        case O_BPB:
+            if (parse_uint("--backpressure-buffer-tokens", optarg, 1u << 24, &v)) return 2;
+            sc.backpressure_buffer_tokens = (uint32_t)v;
+            break;
+        case O_RECT:
+            if (parse_uint("--max-records-per-tenant", optarg, 1u << 20, &v)) return 2;
+            if (!v) {
+                fprintf(stderr, "ringlmd: --max-records-per-tenant must be >= 1\n");
+                return 2;
+            }
+            sc.max_records_per_tenant_iter = (uint32_t)v;
+            break;
+        case O_DRAIN:
+            if (parse_uint("--drain-grace-ms", optarg, 86400000ul, &v)) return 2;
+            sc.drain_grace_ms = v;
+            break;
+        case O_VERIFY: sc.verify_swaps = true; break;
+        case O_INVARIANTS: sc.check_invariants = true; break;
+        case O_NOPREFIX: sc.no_prefix_cache = true; break;
+        case O_PREFIXKEY: {
+            int k = 0;
+            while (k < SCHED_PREFIX_KEY__COUNT &&
+                   strcmp(optarg, sched_prefix_key_fn_name((sched_prefix_key_fn)k)))
+                k++;
+            if (k == SCHED_PREFIX_KEY__COUNT) {
+                fprintf(stderr, "ringlmd: --prefix-key '%s': expected xxh3 or constant\n", optarg);
+                return 2;
+            }
+            sc.prefix_key = (sched_prefix_key_fn)k;
+            break;
+        }
+        case O_QUIET: sc.quiet = true; break;
+        case O_CHECK: check_config = 1; break;
+        case O_NICE: {
+            char *end;
+            errno = 0;
+            long n = strtol(optarg, &end, 10);
+            if (errno || *end || end == optarg || n < -20 || n > 19) {
+                fprintf(stderr, "ringlmd: --nice '%s': expected an integer in -20..19\n", optarg);
+                return 2;
+            }
+            nice_val = (int)n;
+            want_nice = 1;
+            break;
+        }
+        case O_HELP: usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    /* Before any thread exists: Linux keeps nice per thread, and every thread made later (the
 	 * loop is this one; engine workers, log writer, metrics) inherits it. A client woken with
 	 * a futex for its token is often placed on the waker's CPU; at equal priority it preempts
 	 * the loop there (measured: 29-67 µs per woken client), at -10 it waits or goes elsewhere
 	 * (5-6 µs). Not permitted: say so and go on at the inherited priority. */
-	install_signals();
-	if (want_nice && setpriority(PRIO_PROCESS, 0, nice_val) != 0) {
-		fprintf(stderr, "ringlmd: --nice %d: %s (continuing at nice %d)\n", nice_val, strerror(errno),
-			getpriority(PRIO_PROCESS, 0));
-	} else if (want_nice) {
-		renice_threads(nice_val);
-		autogroup_follow_nice(nice_val);
-	} else if (!echo && !want_version && !check_config) {
-		/* The default is the measured one, not a flag an operator must know: -10 where
+    install_signals();
+    if (want_nice && setpriority(PRIO_PROCESS, 0, nice_val) != 0) {
+        fprintf(stderr, "ringlmd: --nice %d: %s (continuing at nice %d)\n", nice_val,
+                strerror(errno), getpriority(PRIO_PROCESS, 0));
+    } else if (want_nice) {
+        renice_threads(nice_val);
+        autogroup_follow_nice(nice_val);
+    } else if (!echo && !want_version && !check_config) {
+        /* The default is the measured one, not a flag an operator must know: -10 where
 		 * permitted (root, CAP_SYS_NICE, RLIMIT_NICE), never raised above what we got. */
-		errno = 0;
-		int cur = getpriority(PRIO_PROCESS, 0);
-		if (errno == 0 && cur > DEFAULT_NICE) {
-			if (setpriority(PRIO_PROCESS, 0, DEFAULT_NICE) == 0) {
-				renice_threads(DEFAULT_NICE);
-				autogroup_follow_nice(DEFAULT_NICE);
-			} else
-				fprintf(stderr, "ringlmd: running at nice %d: nice %d needs CAP_SYS_NICE or "
-					"RLIMIT_NICE (LimitNICE=); woken clients may preempt the loop\n", cur,
-					DEFAULT_NICE);
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "ringlmd: unexpected argument '%s'\n", argv[optind]);
-		usage(stderr);
-		return 2;
-	}
-	if (want_version && !sc.model && !echo) {
-		printf("ringlmd %s (wire ABI %u)\n", RINGLM_VERSION, RINGLM_WIRE_ABI);
-		return 0;
-	}
-	if (!echo)
-		return serve_model(&sc, &cfg, socket_path, numa_spec, want_version, check_config);
-	if (!socket_path || !*socket_path)
-		socket_path = getenv(RINGLM_SOCKET_ENV);
-	if (!socket_path || !*socket_path) {
-		socket_path = RINGLM_DEFAULT_SOCKET;
-		make_parent_dir(socket_path);
-	}
-	cfg.socket_path = socket_path;
+        errno = 0;
+        int cur = getpriority(PRIO_PROCESS, 0);
+        if (errno == 0 && cur > DEFAULT_NICE) {
+            if (setpriority(PRIO_PROCESS, 0, DEFAULT_NICE) == 0) {
+                renice_threads(DEFAULT_NICE);
+                autogroup_follow_nice(DEFAULT_NICE);
+            } else
+                fprintf(stderr,
+                        "ringlmd: running at nice %d: nice %d needs CAP_SYS_NICE or "
+                        "RLIMIT_NICE (LimitNICE=); woken clients may preempt the loop\n",
+                        cur, DEFAULT_NICE);
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ringlmd: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if (want_version && !sc.model && !echo) {
+        printf("ringlmd %s (wire ABI %u)\n", RINGLM_VERSION, RINGLM_WIRE_ABI);
+        return 0;
+    }
+    if (!echo) return serve_model(&sc, &cfg, socket_path, numa_spec, want_version, check_config);
+    if (!socket_path || !*socket_path) socket_path = getenv(RINGLM_SOCKET_ENV);
+    if (!socket_path || !*socket_path) {
+        socket_path = RINGLM_DEFAULT_SOCKET;
+        make_parent_dir(socket_path);
+    }
+    cfg.socket_path = socket_path;
 
-	int node = rnuma_resolve(numa_spec);
-	if (node < -1) {
-		fprintf(stderr, "ringlmd: --numa-node %s: %s\n", numa_spec, rnuma_errmsg());
-		return 2;
-	}
-	if (node >= 0 && rnuma_pin_self(node) < 0)
-		fprintf(stderr, "ringlmd: pinning to node %d failed: %s (continuing unpinned)\n", node,
-			rnuma_errmsg());
-	cfg.numa_node = node;
-	char desc[256];
-	rnuma_describe(node, desc, sizeof(desc));
+    int node = rnuma_resolve(numa_spec);
+    if (node < -1) {
+        fprintf(stderr, "ringlmd: --numa-node %s: %s\n", numa_spec, rnuma_errmsg());
+        return 2;
+    }
+    if (node >= 0 && rnuma_pin_self(node) < 0)
+        fprintf(stderr, "ringlmd: pinning to node %d failed: %s (continuing unpinned)\n", node,
+                rnuma_errmsg());
+    cfg.numa_node = node;
+    char desc[256];
+    rnuma_describe(node, desc, sizeof(desc));
 
-	echo_svc *svc;
-	if (echo_create(&svc) < 0) {
-		fprintf(stderr, "ringlmd: out of memory\n");
-		return 1;
-	}
-	dloop *loop;
-	int r = dloop_create(&cfg, &echo_ops, svc, &loop);
-	if (r < 0) {
-		fprintf(stderr, "ringlmd: %s\n", dloop_errmsg());
-		echo_destroy(svc);
-		return 1;
-	}
-	echo_attach(svc, loop);
-	fprintf(stderr, "ringlmd %s: echo service on %s, doorbell %s, %s\n", RINGLM_VERSION,
-		socket_path, dloop_doorbell_mode(loop), desc);
-	r = dloop_run(loop);
-	dloop_destroy(loop);
-	fprintf(stderr, "ringlmd: stopped (%llu requests answered)\n", echo_finished(svc));
-	echo_destroy(svc);
-	return r < 0 ? 1 : 0;
+    echo_svc *svc;
+    if (echo_create(&svc) < 0) {
+        fprintf(stderr, "ringlmd: out of memory\n");
+        return 1;
+    }
+    dloop *loop;
+    int r = dloop_create(&cfg, &echo_ops, svc, &loop);
+    if (r < 0) {
+        fprintf(stderr, "ringlmd: %s\n", dloop_errmsg());
+        echo_destroy(svc);
+        return 1;
+    }
+    echo_attach(svc, loop);
+    fprintf(stderr, "ringlmd %s: echo service on %s, doorbell %s, %s\n", RINGLM_VERSION,
+            socket_path, dloop_doorbell_mode(loop), desc);
+    r = dloop_run(loop);
+    dloop_destroy(loop);
+    fprintf(stderr, "ringlmd: stopped (%llu requests answered)\n", echo_finished(svc));
+    echo_destroy(svc);
+    return r < 0 ? 1 : 0;
 }

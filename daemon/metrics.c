@@ -18,15 +18,18 @@
 
 _Thread_local errdetail metrics__err;
 
-const char *metrics_errmsg(void) { return metrics__err.msg; }
+const char *metrics_errmsg(void)
+{
+    return metrics__err.msg;
+}
 
 /* ---- buckets ------------------------------------------------------------------------ */
 
 /* Request latencies: 0.5 ms to 2 min. A tiny model's TPOT sits in the low buckets, an 8B
  * model's TTFT under load in the high ones; one set serves both. */
 const uint64_t metrics__lat_bounds_us[N_LAT] = {
-    500,     1000,    2500,    5000,     10000,    25000,    50000,    100000,   250000,
-    500000,  1000000, 2500000, 5000000,  10000000, 20000000, 30000000, 60000000, 120000000,
+    500,    1000,    2500,    5000,    10000,    25000,    50000,    100000,   250000,
+    500000, 1000000, 2500000, 5000000, 10000000, 20000000, 30000000, 60000000, 120000000,
 };
 /* Loop iterations: 10 µs to 1 s. */
 const uint64_t metrics__iter_bounds_us[N_ITER] = {
@@ -39,8 +42,10 @@ static unsigned bucket_of(const uint64_t *bounds, unsigned n, uint64_t v)
     unsigned lo = 0, hi = n;
     while (lo < hi) {
         unsigned mid = (lo + hi) / 2;
-        if (v <= bounds[mid]) hi = mid;
-        else lo = mid + 1;
+        if (v <= bounds[mid])
+            hi = mid;
+        else
+            lo = mid + 1;
     }
     return lo;
 }
@@ -103,7 +108,10 @@ fail:
     return rc == -ENOMEM ? seterr(-ENOMEM, "metrics: out of memory") : rc;
 }
 
-int metrics_port(const metrics *m) { return m ? m->port : 0; }
+int metrics_port(const metrics *m)
+{
+    return m ? m->port : 0;
+}
 
 void metrics_destroy(metrics *m)
 {
@@ -125,8 +133,7 @@ void metrics_set_info(metrics *m, const char *policy_hash, const char *model_has
 
 /* ---- labels ------------------------------------------------------------------------- */
 
-static int intern(char (*names)[METRICS_LABEL_MAX], int *n, int max, const char *name,
-                  int overflow)
+static int intern(char (*names)[METRICS_LABEL_MAX], int *n, int max, const char *name, int overflow)
 {
     if (!name) name = "";
     for (int i = 0; i < *n; i++)
@@ -208,8 +215,14 @@ void metrics_count_preempt(metrics *m, int series, enum metrics_mode mode, const
     ser(m, series)->preempt[mode][reason_id(m, reason)]++;
 }
 
-void metrics_count_cancel(metrics *m, int series) { ser(m, series)->cancels++; }
-void metrics_count_timeout(metrics *m, int series) { ser(m, series)->timeouts++; }
+void metrics_count_cancel(metrics *m, int series)
+{
+    ser(m, series)->cancels++;
+}
+void metrics_count_timeout(metrics *m, int series)
+{
+    ser(m, series)->timeouts++;
+}
 
 void metrics_count_defer(metrics *m, int series, const char *reason)
 {
@@ -252,8 +265,8 @@ void metrics_observe_iteration(metrics *m, uint64_t us, uint32_t batch_tokens)
     m->live.iter_tokens += batch_tokens;
 }
 
-void metrics_observe_transfer(metrics *m, sched_pool tier, sched_xfer_dir dir,
-                              uint64_t bytes, uint64_t us)
+void metrics_observe_transfer(metrics *m, sched_pool tier, sched_xfer_dir dir, uint64_t bytes,
+                              uint64_t us)
 {
     if ((unsigned)tier >= SCHED_POOL__COUNT || (unsigned)dir >= N_DIRS) return;
     snap *s = &m->live;
@@ -262,8 +275,7 @@ void metrics_observe_transfer(metrics *m, sched_pool tier, sched_xfer_dir dir,
     s->xfers[tier][dir]++;
 }
 
-void metrics_set_transfer_bw(metrics *m, sched_pool tier, sched_xfer_dir dir,
-                             double bytes_per_s)
+void metrics_set_transfer_bw(metrics *m, sched_pool tier, sched_xfer_dir dir, double bytes_per_s)
 {
     if ((unsigned)tier >= SCHED_POOL__COUNT || (unsigned)dir >= N_DIRS) return;
     m->live.bw_bytes_per_s[tier][dir] = bytes_per_s;
@@ -279,14 +291,12 @@ void metrics_set_log_dropped(metrics *m, uint64_t decision_lines, uint64_t reque
 
 void metrics_publish(metrics *m, uint64_t now_us, int force)
 {
-    if (!force && m->published_once && now_us - m->last_publish_us < m->publish_interval_us)
-        return;
+    if (!force && m->published_once && now_us - m->last_publish_us < m->publish_interval_us) return;
     m->last_publish_us = now_us;
     m->published_once = true;
     snap *dst = m->buf[m->back];
     m->live.generation++;
-    memcpy(dst, &m->live,
-           SNAP_HEAD_BYTES + (size_t)m->live.n_series * sizeof(series_stats));
+    memcpy(dst, &m->live, SNAP_HEAD_BYTES + (size_t)m->live.n_series * sizeof(series_stats));
     /* Release: the reader that sees FRESH sees the copy. */
     unsigned prev = atomic_exchange_explicit(&m->middle, m->back | FRESH, memory_order_acq_rel);
     m->back = prev & 3u;

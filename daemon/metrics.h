@@ -49,7 +49,7 @@ extern "C" {
 #define METRICS_MAX_TENANTS 32
 #define METRICS_MAX_CLASSES 8
 #define METRICS_MAX_REASONS 24
-#define METRICS_LABEL_MAX 48 /* bytes per label value, longer ones are truncated */
+#define METRICS_LABEL_MAX   48 /* bytes per label value, longer ones are truncated */
 
 /* KV tiers are the scheduler's pools (sched_pool; label tier="device|host|disk", named by
  * sched_pool_name) and transfer directions its sched_xfer_dir (label dir="out|in": out =
@@ -58,8 +58,8 @@ extern "C" {
 enum metrics_hist {
     METRICS_H_QUEUE_WAIT = 0, /* arrival → first scheduled (ringlm_queue_wait_seconds) */
     METRICS_H_TTFT,           /* arrival → first token (ringlm_time_to_first_token_seconds) */
-    METRICS_H_TPOT,           /* per output token after the first (ringlm_time_per_output_token_seconds) */
-    METRICS_H_E2E,            /* arrival → finish (ringlm_e2e_request_latency_seconds) */
+    METRICS_H_TPOT, /* per output token after the first (ringlm_time_per_output_token_seconds) */
+    METRICS_H_E2E,  /* arrival → finish (ringlm_e2e_request_latency_seconds) */
     METRICS_N_HIST
 };
 /* Preemption modes (label mode="swap|recompute"). */
@@ -70,14 +70,14 @@ typedef struct metrics_config {
      * for IPv6). PORT 0 = an ephemeral port, see metrics_port(). NULL = no HTTP server
      * (the counters still work and metrics_render() still renders). */
     const char *listen;
-    const char *version;     /* build version (NULL: RINGLM_VERSION or "unknown") */
-    const char *policy_hash; /* NULL: "" */
-    const char *policy_name; /* NULL: "" (e.g. the policy file's basename) */
-    const char *model_hash;  /* NULL: "" */
-    const char *model_name;  /* NULL: "" */
-    const char *backend;     /* NULL: "" */
-    uint32_t kv_block_size;  /* tokens per KV block (vllm:cache_config_info) */
-    bool prefix_cache;       /* prefix caching on (vllm:cache_config_info) */
+    const char *version;          /* build version (NULL: RINGLM_VERSION or "unknown") */
+    const char *policy_hash;      /* NULL: "" */
+    const char *policy_name;      /* NULL: "" (e.g. the policy file's basename) */
+    const char *model_hash;       /* NULL: "" */
+    const char *model_name;       /* NULL: "" */
+    const char *backend;          /* NULL: "" */
+    uint32_t kv_block_size;       /* tokens per KV block (vllm:cache_config_info) */
+    bool prefix_cache;            /* prefix caching on (vllm:cache_config_info) */
     uint64_t publish_interval_us; /* 0: 100 ms */
 } metrics_config;
 
@@ -147,12 +147,11 @@ void metrics_set_prefix(metrics *m, const metrics_prefix *p);
 /* One loop iteration: its duration and the tokens it executed (0 for an idle wake). */
 void metrics_observe_iteration(metrics *m, uint64_t us, uint32_t batch_tokens);
 /* One finished transfer between the device pool and a tier (exact counters). */
-void metrics_observe_transfer(metrics *m, sched_pool tier, sched_xfer_dir dir,
-                              uint64_t bytes, uint64_t us);
+void metrics_observe_transfer(metrics *m, sched_pool tier, sched_xfer_dir dir, uint64_t bytes,
+                              uint64_t us);
 /* The bandwidth gauge of a tier and direction: the estimate the scheduler plans with
  * (sched_get_tier_cost), set by the daemon once a transfer there was measured. */
-void metrics_set_transfer_bw(metrics *m, sched_pool tier, sched_xfer_dir dir,
-                             double bytes_per_s);
+void metrics_set_transfer_bw(metrics *m, sched_pool tier, sched_xfer_dir dir, double bytes_per_s);
 /* Decision/request log lines dropped because the writer fell behind (from declog). */
 void metrics_set_log_dropped(metrics *m, uint64_t decision_lines, uint64_t request_lines);
 

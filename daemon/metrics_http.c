@@ -37,7 +37,8 @@ static int parse_listen(const char *spec, struct sockaddr_storage *ss, socklen_t
         port_s = rb + 2;
     } else if (colon) {
         size_t hl = (size_t)(colon - spec);
-        if (hl >= sizeof host) return seterr(-EINVAL, "metrics listen '%s': address too long", spec);
+        if (hl >= sizeof host)
+            return seterr(-EINVAL, "metrics listen '%s': address too long", spec);
         if (hl > 0) {
             memcpy(host, spec, hl);
             host[hl] = 0;
@@ -64,8 +65,8 @@ static int parse_listen(const char *spec, struct sockaddr_storage *ss, socklen_t
         a6->sin6_port = htons((uint16_t)port);
         *slen = sizeof *a6;
     } else {
-        return seterr(-EINVAL, "metrics listen '%s': '%s' is not a numeric IPv4/IPv6 address",
-                      spec, host);
+        return seterr(-EINVAL, "metrics listen '%s': '%s' is not a numeric IPv4/IPv6 address", spec,
+                      host);
     }
     return 0;
 }
@@ -83,16 +84,18 @@ static void http_notify(void *cls, struct MHD_Connection *c, void **socket_conte
     metrics *m = cls;
     pthread_mutex_lock(&m->guard_mu);
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        const union MHD_ConnectionInfo *ai = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ai =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         for (int i = 0; ci && i < HTTP_TABLE; i++) {
             struct http_conn *k = &m->conns[i];
             if (k->fd < 0) {
                 *k = (struct http_conn){.fd = ci->connect_fd, .t0_ms = mono_ms()};
                 if (ai && ai->client_addr)
-                    memcpy(&k->peer, ai->client_addr, ai->client_addr->sa_family == AF_INET6
-                                                          ? sizeof(struct sockaddr_in6)
-                                                          : sizeof(struct sockaddr_in));
+                    memcpy(&k->peer, ai->client_addr,
+                           ai->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                                  : sizeof(struct sockaddr_in));
                 *socket_context = (void *)(intptr_t)(i + 1);
                 break;
             }
@@ -109,10 +112,11 @@ static bool same_addr(const struct sockaddr_storage *a, const struct sockaddr *b
 {
     if (a->ss_family != b->sa_family) return false;
     if (b->sa_family == AF_INET)
-        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
     if (b->sa_family == AF_INET6)
-        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr,
-                       sizeof(struct in6_addr));
+        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                       &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
     return false;
 }
 
@@ -134,7 +138,10 @@ static enum MHD_Result http_accept(void *cls, const struct sockaddr *addr, sockl
     int live = 0, from_addr = 0, oldest = -1, oldest_addr = -1, free_slots = 0;
     for (int i = 0; i < HTTP_TABLE; i++) {
         struct http_conn *k = &m->conns[i];
-        if (k->fd < 0) { free_slots++; continue; }
+        if (k->fd < 0) {
+            free_slots++;
+            continue;
+        }
         if (k->cut) continue;
         live++;
         if (oldest < 0 || k->t0_ms < m->conns[oldest].t0_ms) oldest = i;
@@ -162,7 +169,10 @@ static void *http_guard(void *arg)
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_nsec += 200 * 1000000L;
-        if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
         pthread_cond_timedwait(&m->guard_cv, &m->guard_mu, &until);
         uint64_t now = mono_ms();
         for (int i = 0; i < HTTP_TABLE; i++) {
@@ -204,12 +214,13 @@ int metrics__http_start(metrics *m, const char *spec)
     pthread_sigmask(SIG_BLOCK, &all, &old);
     for (int i = 0; i < HTTP_TABLE; i++) m->conns[i].fd = -1;
     /* http_accept keeps the bounds; libmicrohttpd's own limit is the table's size */
-    m->httpd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, http_accept, m,
-                                handle, m, MHD_OPTION_LISTEN_SOCKET, fd,
-                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_S,
-                                MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_TABLE,
-                                MHD_OPTION_NOTIFY_CONNECTION, http_notify, m, MHD_OPTION_END);
-    if (m->httpd && pthread_create(&m->guard_thread, NULL, http_guard, m) == 0) m->guard_started = true;
+    m->httpd =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, http_accept, m, handle,
+                         m, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT,
+                         (unsigned)HTTP_IDLE_S, MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_TABLE,
+                         MHD_OPTION_NOTIFY_CONNECTION, http_notify, m, MHD_OPTION_END);
+    if (m->httpd && pthread_create(&m->guard_thread, NULL, http_guard, m) == 0)
+        m->guard_started = true;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (!m->httpd) {
         rc = seterr(-EIO, "metrics: libmicrohttpd failed to start on %s", spec);
@@ -245,8 +256,8 @@ void metrics__http_stop(metrics *m)
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *text,
                              const char *ctype)
 {
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text,
-                                                             MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     enum MHD_Result ret = MHD_queue_response(c, status, r);
@@ -267,7 +278,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET\n", "text/plain");
     if (*upload_size) return MHD_NO; /* a GET with a body: close */
-    if (!*req_cls) { /* first call: headers only; answer on the second */
+    if (!*req_cls) {                 /* first call: headers only; answer on the second */
         *req_cls = (void *)1;
         return MHD_YES;
     }
@@ -283,7 +294,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         free(body);
         return MHD_NO;
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8");
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     return ret;

@@ -51,8 +51,9 @@ typedef struct hist_iter {
 
 #define MAX_SERIES (METRICS_MAX_TENANTS * METRICS_MAX_CLASSES)
 /* Transfer directions: sched_xfer_dir indexes the per-direction arrays and dir_name. */
-#define N_DIRS 2
-_Static_assert(SCHED_XFER_OUT == 0 && SCHED_XFER_IN == N_DIRS - 1, "sched_xfer_dir indexes [N_DIRS]");
+#define N_DIRS     2
+_Static_assert(SCHED_XFER_OUT == 0 && SCHED_XFER_IN == N_DIRS - 1,
+               "sched_xfer_dir indexes [N_DIRS]");
 
 typedef struct series_stats {
     uint16_t tenant, cls;
@@ -69,7 +70,7 @@ typedef struct series_stats {
 typedef struct info_labels {
     char version[METRICS_LABEL_MAX], policy_hash[80], policy_name[METRICS_LABEL_MAX];
     char model_hash[80], model_name[METRICS_LABEL_MAX], backend[16];
-    uint32_t kv_block_size;   /* vllm:cache_config_info */
+    uint32_t kv_block_size; /* vllm:cache_config_info */
     bool prefix_cache;
 } info_labels;
 
@@ -94,7 +95,7 @@ typedef struct snap {
 } snap;
 
 #define SNAP_HEAD_BYTES offsetof(snap, series)
-#define FRESH 4u
+#define FRESH           4u
 
 /* /metrics connections: at most this many at once, this many from one address, each idle at
  * most HTTP_IDLE_S and alive at most HTTP_LIFETIME_MS (a scrape takes milliseconds; a
@@ -112,17 +113,17 @@ typedef struct snap {
 #define HTTP_TABLE       (2 * HTTP_MAX_CONNS)
 
 struct metrics {
-    snap live;                     /* loop thread only */
+    snap live;                                                   /* loop thread only */
     int16_t series_of[METRICS_MAX_TENANTS][METRICS_MAX_CLASSES]; /* -1: none yet */
     uint64_t publish_interval_us, last_publish_us;
     bool published_once;
 
-    snap *buf[3];                  /* triple buffer */
-    unsigned back;                 /* loop thread's spare */
-    _Atomic unsigned middle;       /* index | FRESH when newer than front */
-    unsigned front;                /* reader side, under read_mu */
-    pthread_mutex_t read_mu;       /* readers only: the loop never takes it */
-    size_t render_cap;             /* exposition size to expect (under read_mu) */
+    snap *buf[3];            /* triple buffer */
+    unsigned back;           /* loop thread's spare */
+    _Atomic unsigned middle; /* index | FRESH when newer than front */
+    unsigned front;          /* reader side, under read_mu */
+    pthread_mutex_t read_mu; /* readers only: the loop never takes it */
+    size_t render_cap;       /* exposition size to expect (under read_mu) */
 
     struct MHD_Daemon *httpd;
     int listen_fd, port;
@@ -138,8 +139,8 @@ struct metrics {
     pthread_t guard_thread;
     bool guard_started, guard_stop;
     struct http_conn {
-        int fd;                    /* -1: free */
-        bool cut;                  /* shut down (lifetime, or made room): closing */
+        int fd;   /* -1: free */
+        bool cut; /* shut down (lifetime, or made room): closing */
         uint64_t t0_ms;
         struct sockaddr_storage peer;
     } conns[HTTP_TABLE];

@@ -25,10 +25,14 @@ static void put_label(FILE *f, const char *name, const char *v, bool comma)
         fputs_unlocked(v, f);
     } else {
         for (const char *p = v; *p; p++) {
-            if (*p == '\\') fputs_unlocked("\\\\", f);
-            else if (*p == '"') fputs_unlocked("\\\"", f);
-            else if (*p == '\n') fputs_unlocked("\\n", f);
-            else putc_unlocked(*p, f);
+            if (*p == '\\')
+                fputs_unlocked("\\\\", f);
+            else if (*p == '"')
+                fputs_unlocked("\\\"", f);
+            else if (*p == '\n')
+                fputs_unlocked("\\n", f);
+            else
+                putc_unlocked(*p, f);
         }
     }
     putc_unlocked('"', f);
@@ -89,7 +93,8 @@ static pthread_once_t lat_le_once = PTHREAD_ONCE_INIT;
 static void lat_le_init(void)
 {
     for (unsigned b = 0; b < N_LAT; b++)
-        snprintf(lat_le[b], sizeof lat_le[b], ",le=\"%g\"} ", (double)metrics__lat_bounds_us[b] / 1e6);
+        snprintf(lat_le[b], sizeof lat_le[b], ",le=\"%g\"} ",
+                 (double)metrics__lat_bounds_us[b] / 1e6);
     snprintf(lat_le[N_LAT], sizeof lat_le[N_LAT], ",le=\"+Inf\"} ");
 }
 
@@ -127,7 +132,8 @@ static void render_tc_counter(FILE *f, const snap *s, const char *name, const ch
         uint64_t v;
         if (off == offsetof(series_stats, waiting) || off == offsetof(series_stats, running))
             v = *(const uint32_t *)((const char *)x + off);
-        else v = *(const uint64_t *)((const char *)x + off);
+        else
+            v = *(const uint64_t *)((const char *)x + off);
         fprintf(f, "%s{", name);
         tc_labels(f, s, x);
         fprintf(f, "} %llu\n", (unsigned long long)v);
@@ -156,7 +162,8 @@ static const char *const mode_name[METRICS_N_MODES] = {"swap", "recompute"};
 
 static void render(FILE *f, const snap *s)
 {
-    head(f, "ringlm_info", "gauge", "Build and service identity (version, policy hash, model hash).");
+    head(f, "ringlm_info", "gauge",
+         "Build and service identity (version, policy hash, model hash).");
     fputs("ringlm_info{", f);
     put_label(f, "version", s->info.version, false);
     put_label(f, "policy", s->info.policy_name, true);
@@ -174,18 +181,21 @@ static void render(FILE *f, const snap *s)
                     "Mean time per generated token after the first, per request.");
     render_lat_hist(f, s, METRICS_H_E2E, "ringlm_e2e_request_latency_seconds",
                     "Time from arrival to the end of the request, per tenant and class.");
-    render_tc_counter(f, s, "ringlm_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
-                      offsetof(series_stats, prompt_tokens));
+    render_tc_counter(f, s, "ringlm_prompt_tokens_total", "counter",
+                      "Prompt tokens of finished requests.", offsetof(series_stats, prompt_tokens));
     render_tc_counter(f, s, "ringlm_generation_tokens_total", "counter", "Generated tokens.",
                       offsetof(series_stats, generated_tokens));
-    render_reason_counter(f, s, "ringlm_requests_finished_total",
-                          "Requests ended, by finish reason (length, stop, cancelled, timeout, rejected, error).",
-                          offsetof(series_stats, finish));
-    render_reason_counter(f, s, "ringlm_rejects_total", "Requests rejected at admission, by reason.",
+    render_reason_counter(
+        f, s, "ringlm_requests_finished_total",
+        "Requests ended, by finish reason (length, stop, cancelled, timeout, rejected, error).",
+        offsetof(series_stats, finish));
+    render_reason_counter(f, s, "ringlm_rejects_total",
+                          "Requests rejected at admission, by reason.",
                           offsetof(series_stats, reject));
     render_reason_counter(f, s, "ringlm_defers_total", "Scheduling deferrals, by reason.",
                           offsetof(series_stats, defer));
-    head(f, "ringlm_preemptions_total", "counter", "Preemptions by mode (swap, recompute) and reason.");
+    head(f, "ringlm_preemptions_total", "counter",
+         "Preemptions by mode (swap, recompute) and reason.");
     for (int i = 0; i < s->n_series; i++) {
         const series_stats *x = &s->series[i];
         for (int md = 0; md < METRICS_N_MODES; md++)
@@ -198,14 +208,16 @@ static void render(FILE *f, const snap *s)
                 fprintf(f, "} %llu\n", (unsigned long long)x->preempt[md][r]);
             }
     }
-    render_tc_counter(f, s, "ringlm_cancels_total", "counter", "Requests cancelled (by the client or its death).",
+    render_tc_counter(f, s, "ringlm_cancels_total", "counter",
+                      "Requests cancelled (by the client or its death).",
                       offsetof(series_stats, cancels));
-    render_tc_counter(f, s, "ringlm_timeouts_total", "counter", "Requests timed out by their class deadline.",
+    render_tc_counter(f, s, "ringlm_timeouts_total", "counter",
+                      "Requests timed out by their class deadline.",
                       offsetof(series_stats, timeouts));
     render_tc_counter(f, s, "ringlm_requests_waiting", "gauge", "Requests queued, not yet running.",
                       offsetof(series_stats, waiting));
-    render_tc_counter(f, s, "ringlm_requests_running", "gauge", "Requests running (holding KV blocks).",
-                      offsetof(series_stats, running));
+    render_tc_counter(f, s, "ringlm_requests_running", "gauge",
+                      "Requests running (holding KV blocks).", offsetof(series_stats, running));
 
     head(f, "ringlm_queue_depth", "gauge", "Requests queued across all tenants.");
     fprintf(f, "ringlm_queue_depth %u\n", s->waiting);
@@ -218,50 +230,61 @@ static void render(FILE *f, const snap *s)
     for (sched_pool t = SCHED_POOL_DEVICE; t < SCHED_POOL__COUNT; t++)
         if (s->kv_total[t])
             fprintf(f, "ringlm_kv_blocks_free{tier=\"%s\"} %llu\n", sched_pool_name(t),
-                    (unsigned long long)(s->kv_total[t] > s->kv_used[t] ? s->kv_total[t] - s->kv_used[t] : 0));
+                    (unsigned long long)(s->kv_total[t] > s->kv_used[t]
+                                             ? s->kv_total[t] - s->kv_used[t]
+                                             : 0));
     head(f, "ringlm_kv_blocks_total", "gauge", "KV cache blocks configured, per tier.");
     for (sched_pool t = SCHED_POOL_DEVICE; t < SCHED_POOL__COUNT; t++)
         if (s->kv_total[t])
             fprintf(f, "ringlm_kv_blocks_total{tier=\"%s\"} %llu\n", sched_pool_name(t),
                     (unsigned long long)s->kv_total[t]);
 
-    head(f, "ringlm_iteration_seconds", "histogram", "Duration of one loop iteration (plan, execute, sample, stream).");
+    head(f, "ringlm_iteration_seconds", "histogram",
+         "Duration of one loop iteration (plan, execute, sample, stream).");
     uint64_t cum = 0;
     for (unsigned b = 0; b <= N_ITER; b++) {
         cum += s->iter.bucket[b];
-        if (b < N_ITER) fprintf(f, "ringlm_iteration_seconds_bucket{le=\"%g\"} %llu\n",
-                                (double)metrics__iter_bounds_us[b] / 1e6, (unsigned long long)cum);
-        else fprintf(f, "ringlm_iteration_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+        if (b < N_ITER)
+            fprintf(f, "ringlm_iteration_seconds_bucket{le=\"%g\"} %llu\n",
+                    (double)metrics__iter_bounds_us[b] / 1e6, (unsigned long long)cum);
+        else
+            fprintf(f, "ringlm_iteration_seconds_bucket{le=\"+Inf\"} %llu\n",
+                    (unsigned long long)cum);
     }
     fputs("ringlm_iteration_seconds_sum ", f);
     put_seconds(f, s->iter.sum_us);
     fprintf(f, "\nringlm_iteration_seconds_count %llu\n", (unsigned long long)s->iter.count);
-    head(f, "ringlm_iteration_tokens_total", "counter", "Tokens executed by the engine (prefill and decode rows).");
+    head(f, "ringlm_iteration_tokens_total", "counter",
+         "Tokens executed by the engine (prefill and decode rows).");
     fprintf(f, "ringlm_iteration_tokens_total %llu\n", (unsigned long long)s->iter_tokens);
 
     head(f, "ringlm_transfer_bandwidth_bytes_per_second", "gauge",
-         "KV transfer bandwidth the scheduler plans with, measured (moving average over transfers), per tier and direction.");
+         "KV transfer bandwidth the scheduler plans with, measured (moving average over "
+         "transfers), per tier and direction.");
     for (sched_pool t = SCHED_POOL_HOST; t < SCHED_POOL__COUNT; t++)
         for (int d = 0; d < N_DIRS; d++)
             if (s->kv_total[t] || s->xfers[t][d])
-                fprintf(f, "ringlm_transfer_bandwidth_bytes_per_second{tier=\"%s\",dir=\"%s\"} %.6g\n",
+                fprintf(f,
+                        "ringlm_transfer_bandwidth_bytes_per_second{tier=\"%s\",dir=\"%s\"} %.6g\n",
                         sched_pool_name(t), dir_name[d], s->bw_bytes_per_s[t][d]);
     head(f, "ringlm_transfer_bytes_total", "counter", "KV bytes moved, per tier and direction.");
     for (sched_pool t = SCHED_POOL_HOST; t < SCHED_POOL__COUNT; t++)
         for (int d = 0; d < N_DIRS; d++)
             if (s->kv_total[t] || s->xfers[t][d])
-                fprintf(f, "ringlm_transfer_bytes_total{tier=\"%s\",dir=\"%s\"} %llu\n", sched_pool_name(t),
-                        dir_name[d], (unsigned long long)s->xfer_bytes[t][d]);
+                fprintf(f, "ringlm_transfer_bytes_total{tier=\"%s\",dir=\"%s\"} %llu\n",
+                        sched_pool_name(t), dir_name[d], (unsigned long long)s->xfer_bytes[t][d]);
     head(f, "ringlm_transfers_total", "counter", "KV transfers completed, per tier and direction.");
     for (sched_pool t = SCHED_POOL_HOST; t < SCHED_POOL__COUNT; t++)
         for (int d = 0; d < N_DIRS; d++)
             if (s->kv_total[t] || s->xfers[t][d])
-                fprintf(f, "ringlm_transfers_total{tier=\"%s\",dir=\"%s\"} %llu\n", sched_pool_name(t),
-                        dir_name[d], (unsigned long long)s->xfers[t][d]);
+                fprintf(f, "ringlm_transfers_total{tier=\"%s\",dir=\"%s\"} %llu\n",
+                        sched_pool_name(t), dir_name[d], (unsigned long long)s->xfers[t][d]);
     head(f, "ringlm_log_dropped_lines_total", "counter",
          "Decision/request log lines dropped because the log writer fell behind.");
-    fprintf(f, "ringlm_log_dropped_lines_total{log=\"decision\"} %llu\n", (unsigned long long)s->log_dropped[0]);
-    fprintf(f, "ringlm_log_dropped_lines_total{log=\"request\"} %llu\n", (unsigned long long)s->log_dropped[1]);
+    fprintf(f, "ringlm_log_dropped_lines_total{log=\"decision\"} %llu\n",
+            (unsigned long long)s->log_dropped[0]);
+    fprintf(f, "ringlm_log_dropped_lines_total{log=\"request\"} %llu\n",
+            (unsigned long long)s->log_dropped[1]);
 
     /* The names Kubernetes inference gateways scrape from vLLM, same meaning. */
     head(f, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.");
@@ -280,37 +303,47 @@ static void render(FILE *f, const snap *s)
     /* vLLM's cache configuration gauge (value 1, the configuration in its labels; Python's
      * True/False as vLLM renders them), with the disk tier ringlm adds */
     head(f, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
-    fprintf(f, "vllm:cache_config_info{block_size=\"%u\",enable_prefix_caching=\"%s\",num_gpu_blocks=\"%llu\","
-               "num_cpu_blocks=\"%llu\",num_disk_blocks=\"%llu\"} 1\n",
+    fprintf(f,
+            "vllm:cache_config_info{block_size=\"%u\",enable_prefix_caching=\"%s\",num_gpu_blocks="
+            "\"%llu\","
+            "num_cpu_blocks=\"%llu\",num_disk_blocks=\"%llu\"} 1\n",
             s->info.kv_block_size, s->info.prefix_cache ? "True" : "False",
-            (unsigned long long)s->kv_total[SCHED_POOL_DEVICE], (unsigned long long)s->kv_total[SCHED_POOL_HOST],
+            (unsigned long long)s->kv_total[SCHED_POOL_DEVICE],
+            (unsigned long long)s->kv_total[SCHED_POOL_HOST],
             (unsigned long long)s->kv_total[SCHED_POOL_DISK]);
-    head(f, "vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.");
+    head(f, "vllm:prefix_cache_queries_total", "counter",
+         "Prefix cache queries, in terms of number of queried tokens.");
     fputs("vllm:prefix_cache_queries_total{", f);
     put_label(f, "model_name", s->info.model_name, false);
     fprintf(f, "} %llu\n", (unsigned long long)s->prefix.query_tokens);
-    head(f, "vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.");
+    head(f, "vllm:prefix_cache_hits_total", "counter",
+         "Prefix cache hits, in terms of number of cached tokens.");
     fputs("vllm:prefix_cache_hits_total{", f);
     put_label(f, "model_name", s->info.model_name, false);
     fprintf(f, "} %llu\n", (unsigned long long)s->prefix.hit_tokens);
-    head(f, "ringlm_prefix_cache_blocks", "gauge", "KV blocks cached that no sequence holds (counted free), per tier.");
+    head(f, "ringlm_prefix_cache_blocks", "gauge",
+         "KV blocks cached that no sequence holds (counted free), per tier.");
     for (int t = 0; t < SCHED_POOL__COUNT; t++)
         fprintf(f, "ringlm_prefix_cache_blocks{tier=\"%s\"} %llu\n", sched_pool_name((sched_pool)t),
                 (unsigned long long)s->prefix.unheld[t]);
     head(f, "ringlm_prefix_cache_hits_total", "counter",
-         "Prompt tokens found cached at admission, per tier they were found in (host and disk ones reloaded) and kind (cross: another request's blocks; self: a resumed sequence's own).");
+         "Prompt tokens found cached at admission, per tier they were found in (host and disk ones "
+         "reloaded) and kind (cross: another request's blocks; self: a resumed sequence's own).");
     for (int t = 0; t < SCHED_POOL__COUNT; t++)
         for (int k = 0; k < 2; k++)
-            fprintf(f, "ringlm_prefix_cache_hits_total{tier=\"%s\",kind=\"%s\"} %llu\n", sched_pool_name((sched_pool)t),
-                    k ? "self" : "cross", (unsigned long long)(k ? s->prefix.hit_self[t] : s->prefix.hit_cross[t]));
-    head(f, "ringlm_prefix_cache_demoted_blocks_total", "counter", "Cached blocks demoted into a tier (device → host → disk).");
+            fprintf(f, "ringlm_prefix_cache_hits_total{tier=\"%s\",kind=\"%s\"} %llu\n",
+                    sched_pool_name((sched_pool)t), k ? "self" : "cross",
+                    (unsigned long long)(k ? s->prefix.hit_self[t] : s->prefix.hit_cross[t]));
+    head(f, "ringlm_prefix_cache_demoted_blocks_total", "counter",
+         "Cached blocks demoted into a tier (device → host → disk).");
     for (int t = SCHED_POOL_HOST; t < SCHED_POOL__COUNT; t++)
-        fprintf(f, "ringlm_prefix_cache_demoted_blocks_total{tier=\"%s\"} %llu\n", sched_pool_name((sched_pool)t),
-                (unsigned long long)s->prefix.demoted[t]);
-    head(f, "ringlm_prefix_cache_reloaded_blocks_total", "counter", "Cached blocks reloaded from a tier to the device.");
+        fprintf(f, "ringlm_prefix_cache_demoted_blocks_total{tier=\"%s\"} %llu\n",
+                sched_pool_name((sched_pool)t), (unsigned long long)s->prefix.demoted[t]);
+    head(f, "ringlm_prefix_cache_reloaded_blocks_total", "counter",
+         "Cached blocks reloaded from a tier to the device.");
     for (int t = SCHED_POOL_HOST; t < SCHED_POOL__COUNT; t++)
-        fprintf(f, "ringlm_prefix_cache_reloaded_blocks_total{tier=\"%s\"} %llu\n", sched_pool_name((sched_pool)t),
-                (unsigned long long)s->prefix.reloaded[t]);
+        fprintf(f, "ringlm_prefix_cache_reloaded_blocks_total{tier=\"%s\"} %llu\n",
+                sched_pool_name((sched_pool)t), (unsigned long long)s->prefix.reloaded[t]);
 }
 
 int metrics_render(metrics *m, char **out, size_t *len)

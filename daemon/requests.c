@@ -41,8 +41,10 @@ static void sess_unlink(svc_req *r)
 {
     svc_sess *ss = r->sess;
     if (!ss) return;
-    if (r->s_prev) r->s_prev->s_next = r->s_next;
-    else ss->reqs = r->s_next;
+    if (r->s_prev)
+        r->s_prev->s_next = r->s_next;
+    else
+        ss->reqs = r->s_next;
     if (r->s_next) r->s_next->s_prev = r->s_prev;
     r->s_prev = r->s_next = NULL;
     ss->n_reqs--;
@@ -105,8 +107,10 @@ static void out_list_add(svc *s, svc_sess *ss)
 static void out_list_del(svc *s, svc_sess *ss)
 {
     if (!ss->in_out_list) return;
-    if (ss->out_prev) ss->out_prev->out_next = ss->out_next;
-    else s->out_sessions = ss->out_next;
+    if (ss->out_prev)
+        ss->out_prev->out_next = ss->out_next;
+    else
+        s->out_sessions = ss->out_next;
     if (ss->out_next) ss->out_next->out_prev = ss->out_prev;
     ss->out_prev = ss->out_next = NULL;
     ss->in_out_list = false;
@@ -124,11 +128,25 @@ static void set_blocked(svc *s, svc_req *r, bool blocked)
 
 /* One vocabulary (sched_end_code): the wire's codes are the scheduler's, number for number. */
 #define SAME_CODE(x) _Static_assert((int)SCHED_END_##x == (int)RINGLM_WIRE_R_##x, "end code " #x)
-SAME_CODE(NONE); SAME_CODE(LENGTH); SAME_CODE(STOP); SAME_CODE(CANCELLED); SAME_CODE(TIMEOUT);
-SAME_CODE(REJECTED); SAME_CODE(ERROR); SAME_CODE(QUEUE_FULL); SAME_CODE(TENANT_QUOTA);
-SAME_CODE(TOO_LONG); SAME_CODE(DEADLINE_INFEASIBLE); SAME_CODE(BAD_TOKEN); SAME_CODE(BAD_PARAMS);
-SAME_CODE(DRAINING); SAME_CODE(OUTPUT_BACKPRESSURE); SAME_CODE(UNKNOWN_CLASS);
-SAME_CODE(DUPLICATE_ID); SAME_CODE(INTERNAL); SAME_CODE(CLIENT_GONE);
+SAME_CODE(NONE);
+SAME_CODE(LENGTH);
+SAME_CODE(STOP);
+SAME_CODE(CANCELLED);
+SAME_CODE(TIMEOUT);
+SAME_CODE(REJECTED);
+SAME_CODE(ERROR);
+SAME_CODE(QUEUE_FULL);
+SAME_CODE(TENANT_QUOTA);
+SAME_CODE(TOO_LONG);
+SAME_CODE(DEADLINE_INFEASIBLE);
+SAME_CODE(BAD_TOKEN);
+SAME_CODE(BAD_PARAMS);
+SAME_CODE(DRAINING);
+SAME_CODE(OUTPUT_BACKPRESSURE);
+SAME_CODE(UNKNOWN_CLASS);
+SAME_CODE(DUPLICATE_ID);
+SAME_CODE(INTERNAL);
+SAME_CODE(CLIENT_GONE);
 _Static_assert((int)SCHED_END__MAX == (int)RINGLM_WIRE_R_MAX, "end codes");
 #undef SAME_CODE
 /* Every class and tenant a policy can name fits the wire's name field, and back. */
@@ -158,7 +176,8 @@ static void req_log_and_free(svc *s, svc_req *r)
             .finish_us = (int64_t)(r->finish_us ? r->finish_us : s->now_us),
             .finish_reason = finish_name(r->fin_reason),
             .reject_reason = r->fin_reason == RINGLM_WIRE_R_REJECTED
-                                 ? ringlm_wire_reason_name(r->fin_cause) : NULL,
+                                 ? ringlm_wire_reason_name(r->fin_cause)
+                                 : NULL,
             .cached_tokens = r->cached_tokens,
             .sched_cost = r->has_sched_cost ? &r->sched_cost : NULL,
         };
@@ -181,7 +200,8 @@ static void req_log_and_free(svc *s, svc_req *r)
         if (r->n_gen && r->fin_reason != RINGLM_WIRE_R_STOP) n_seq--;
         if (r->tokens && bs && n_seq >= bs) {
             sched_prefix_key keys[REQLOG_HASH_IDS];
-            uint32_t n = sched_prefix_keys(r->cache_salt, r->tokens, n_seq, bs, keys, REQLOG_HASH_IDS);
+            uint32_t n =
+                sched_prefix_keys(r->cache_salt, r->tokens, n_seq, bs, keys, REQLOG_HASH_IDS);
             uint32_t np = r->n_prompt / bs < n ? r->n_prompt / bs : n;
             for (uint32_t i = 0; i < n; i++) ids[i] = keys[i].lo & ((1ull << 53) - 1);
             lr.hash_ids = np ? ids : NULL;
@@ -202,8 +222,8 @@ static void req_log_and_free(svc *s, svc_req *r)
         }
         if (r->fin_reason != RINGLM_WIRE_R_REJECTED)
             metrics_observe(s->mx, r->series, METRICS_H_E2E, fin - r->arrival_us);
-        metrics_add_tokens(s->mx, r->series, r->fin_reason == RINGLM_WIRE_R_REJECTED ? 0 : r->n_prompt,
-                           r->n_gen);
+        metrics_add_tokens(s->mx, r->series,
+                           r->fin_reason == RINGLM_WIRE_R_REJECTED ? 0 : r->n_prompt, r->n_gen);
         metrics_count_finish(s->mx, r->series, finish_name(r->fin_reason));
     }
     if (r->fin_reason != RINGLM_WIRE_R_REJECTED) s->n_finished++;
@@ -238,7 +258,8 @@ static int req_push(svc_req *r)
         r->n_pushed++;
     }
     if (r->ended && !r->finish_pushed) {
-        rc = dsess_push_finish(ds, r->client_id, r->fin_reason, r->fin_cause, r->n_gen, r->cached_tokens);
+        rc = dsess_push_finish(ds, r->client_id, r->fin_reason, r->fin_cause, r->n_gen,
+                               r->cached_tokens);
         if (rc < 0) return rc;
         r->finish_pushed = true;
     }
@@ -257,8 +278,10 @@ static void sess_block(svc *s, svc_sess *ss)
     for (svc_req *r = ss->out_head; r; r = r->o_next) set_blocked(s, r, true);
     if (ss->n_reqs >= SVC_MAX_REQS_PER_SESSION) {
         char why[160];
-        snprintf(why, sizeof why, "output backlog: %d requests whose events the client does not "
-                 "read (limit %d per session)", ss->n_reqs, SVC_MAX_REQS_PER_SESSION);
+        snprintf(why, sizeof why,
+                 "output backlog: %d requests whose events the client does not "
+                 "read (limit %d per session)",
+                 ss->n_reqs, SVC_MAX_REQS_PER_SESSION);
         svc_log("session %llu (uid %u): %s", (unsigned long long)dsess_id(ss->ds), ss->uid, why);
         dsess_end(ss->ds, why);
     }
@@ -273,7 +296,10 @@ static void sess_flush(svc *s, svc_sess *ss)
         svc_req *r = ss->out_head;
         int rc = req_push(r);
         if (rc == -EPIPE) return;
-        if (rc == -EAGAIN) { sess_block(s, ss); return; }
+        if (rc == -EAGAIN) {
+            sess_block(s, ss);
+            return;
+        }
         ss->out_head = r->o_next;
         if (!ss->out_head) ss->out_tail = NULL;
         r->in_out = false;
@@ -298,8 +324,10 @@ void req_output_ready(svc *s, svc_req *r)
     if (r->in_out) return;
     r->in_out = true;
     r->o_next = NULL;
-    if (ss->out_tail) ss->out_tail->o_next = r;
-    else ss->out_head = r;
+    if (ss->out_tail)
+        ss->out_tail->o_next = r;
+    else
+        ss->out_head = r;
     ss->out_tail = r;
     out_list_add(s, ss);
     if (ss->blocked) {
@@ -390,7 +418,8 @@ int req_session_open(svc *s, dsess *ds)
     uint32_t uid = (uint32_t)dsess_uid(ds);
     int tenant = s->per_uid ? ut_acquire(s, uid) : sched_policy_tenant_for_uid(s->policy, uid);
     if (tenant < 0) {
-        svc_log("refusing uid %u: not mapped to a tenant and the policy has no default tenant", uid);
+        svc_log("refusing uid %u: not mapped to a tenant and the policy has no default tenant",
+                uid);
         return -EPERM;
     }
     svc_sess *ss = calloc(1, sizeof *ss);
@@ -435,7 +464,8 @@ void req_session_close(svc *s, dsess *ds)
         svc_req *r = ss->reqs;
         if (!r->ended) {
             r->cancel_us = s->now_us;
-            req_cancel(s, r, SCHED_CANCEL_DISCONNECT, RINGLM_WIRE_R_CANCELLED, RINGLM_WIRE_R_CLIENT_GONE);
+            req_cancel(s, r, SCHED_CANCEL_DISCONNECT, RINGLM_WIRE_R_CANCELLED,
+                       RINGLM_WIRE_R_CLIENT_GONE);
         }
         sess_unlink(r);
         if (r->ended) req_log_and_free(s, r);
@@ -459,14 +489,17 @@ static void record_sched_cost(svc *s, svc_req *r, uint64_t t_us)
     sched_get_cost_state(s->sched, &c);
     const sched_tier_cost *h = &c.tier[SCHED_POOL_HOST], *d = &c.tier[SCHED_POOL_DISK];
     r->sched_cost = (fmt_sched_cost){
-        .at_us = (int64_t)t_us, .correction = c.correction,
-        .base_us = c.step.base_us, .prefill_token_us = c.step.prefill_token_us,
-        .decode_seq_us = c.step.decode_seq_us, .context_token_us = c.step.context_token_us,
+        .at_us = (int64_t)t_us,
+        .correction = c.correction,
+        .base_us = c.step.base_us,
+        .prefill_token_us = c.step.prefill_token_us,
+        .decode_seq_us = c.step.decode_seq_us,
+        .context_token_us = c.step.context_token_us,
         .prefill_pair_us = c.step.prefill_pair_us,
-        .host = {h->out_bytes_per_s, h->in_bytes_per_s, h->latency_us, c.out_measured[SCHED_POOL_HOST],
-                 c.in_measured[SCHED_POOL_HOST]},
-        .disk = {d->out_bytes_per_s, d->in_bytes_per_s, d->latency_us, c.out_measured[SCHED_POOL_DISK],
-                 c.in_measured[SCHED_POOL_DISK]},
+        .host = {h->out_bytes_per_s, h->in_bytes_per_s, h->latency_us,
+                 c.out_measured[SCHED_POOL_HOST], c.in_measured[SCHED_POOL_HOST]},
+        .disk = {d->out_bytes_per_s, d->in_bytes_per_s, d->latency_us,
+                 c.out_measured[SCHED_POOL_DISK], c.in_measured[SCHED_POOL_DISK]},
     };
     r->has_sched_cost = true;
 }
@@ -484,25 +517,23 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
         if (s->per_uid && ev->tenant) {
             /* the scheduler knows the slot; the log names the uid that holds it */
             sched_event named = *ev;
-            named.tenant = r ? r->tenant_name
-                             : ut_label(s, sched_policy_tenant_index(s->policy, ev->tenant));
+            named.tenant =
+                r ? r->tenant_name : ut_label(s, sched_policy_tenant_index(s->policy, ev->tenant));
             declog_decision(s->logs, &named);
         } else {
             declog_decision(s->logs, ev);
         }
     }
-    int series = r ? r->series
-                   : metrics_series(s->mx, s->per_uid && ev->tenant
-                                               ? ut_label(s, sched_policy_tenant_index(s->policy, ev->tenant))
-                                               : ev->tenant,
-                                    ev->class_name);
+    int series =
+        r ? r->series
+          : metrics_series(s->mx,
+                           s->per_uid && ev->tenant
+                               ? ut_label(s, sched_policy_tenant_index(s->policy, ev->tenant))
+                               : ev->tenant,
+                           ev->class_name);
     switch (ev->kind) {
-    case SCHED_EV_REJECT:
-        metrics_count_reject(s->mx, series, reason);
-        break;
-    case SCHED_EV_DEFER:
-        metrics_count_defer(s->mx, series, reason);
-        break;
+    case SCHED_EV_REJECT: metrics_count_reject(s->mx, series, reason); break;
+    case SCHED_EV_DEFER: metrics_count_defer(s->mx, series, reason); break;
     case SCHED_EV_SCHEDULE:
         if (ev->outcome == SCHED_OUTCOME_START)
             metrics_observe(s->mx, series, METRICS_H_QUEUE_WAIT, ev->wait_us);
@@ -515,18 +546,13 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
         if (r && !r->scheduled) r->cached_tokens = ev->cached_tokens;
         break;
     case SCHED_EV_PREEMPT:
-        metrics_count_preempt(s->mx, series,
-                              ev->mode == SCHED_PREEMPT_SWAP ? METRICS_MODE_SWAP : METRICS_MODE_RECOMPUTE,
-                              reason);
+        metrics_count_preempt(
+            s->mx, series,
+            ev->mode == SCHED_PREEMPT_SWAP ? METRICS_MODE_SWAP : METRICS_MODE_RECOMPUTE, reason);
         break;
-    case SCHED_EV_CANCEL:
-        metrics_count_cancel(s->mx, series);
-        break;
-    case SCHED_EV_TIMEOUT:
-        metrics_count_timeout(s->mx, series);
-        break;
-    default:
-        break;
+    case SCHED_EV_CANCEL: metrics_count_cancel(s->mx, series); break;
+    case SCHED_EV_TIMEOUT: metrics_count_timeout(s->mx, series); break;
+    default: break;
     }
     s->stats_dirty = true;
 }
@@ -551,7 +577,10 @@ void req_commit_ended(svc *s, const sched_result *res, int n)
     for (int i = 0; i < n; i++) {
         if (res[i].finished == SCHED_FINISH_NONE) continue;
         svc_req *r = req_find(s, res[i].req);
-        if (r) req_end(s, r, res[i].finished == SCHED_FINISH_STOP ? RINGLM_WIRE_R_STOP
-                                                                  : RINGLM_WIRE_R_LENGTH, 0);
+        if (r)
+            req_end(s, r,
+                    res[i].finished == SCHED_FINISH_STOP ? RINGLM_WIRE_R_STOP
+                                                         : RINGLM_WIRE_R_LENGTH,
+                    0);
     }
 }

@@ -25,7 +25,10 @@
 /* ---- errors -------------------------------------------------------------------------- */
 
 ERRDETAIL_DEFINE(svc_err);
-const char *svc_errmsg(void) { return svc_err.msg; }
+const char *svc_errmsg(void)
+{
+    return svc_err.msg;
+}
 #define seterr(err, ...) errdetail_set(&svc_err, (err), __VA_ARGS__)
 
 void svc_log(const char *fmt, ...)
@@ -48,16 +51,15 @@ void svc_log(const char *fmt, ...)
  * past 50,000 waiting prompt tokens of one uid (tenant_quota) or 4096 waiting requests
  * (queue_full) new ones are refused at the door instead of growing memory and latency
  * without end. */
-static const char builtin_scheduler[] =
-    "# ringlmd built-in policy\n"
-    "[scheduler]\n"
-    "mode = token_budget\n"
-    "token_budget = 4096\n"
-    "max_active_seqs = 256\n"
-    "prefill_chunk = 2048\n"
-    "decode_reserve_tokens = 64\n"
-    "preemption = auto\n"
-    "queue_max_requests = 4096\n";
+static const char builtin_scheduler[] = "# ringlmd built-in policy\n"
+                                        "[scheduler]\n"
+                                        "mode = token_budget\n"
+                                        "token_budget = 4096\n"
+                                        "max_active_seqs = 256\n"
+                                        "prefill_chunk = 2048\n"
+                                        "decode_reserve_tokens = 64\n"
+                                        "preemption = auto\n"
+                                        "queue_max_requests = 4096\n";
 
 /* ---- loop callbacks ------------------------------------------------------------------ */
 
@@ -114,14 +116,17 @@ static void on_signal(void *ctx, int signo)
         return;
     }
     if (s->draining) {
-        if (signo == SIGINT) { svc_log("second SIGINT: stopping now"); dloop_stop(s->loop); }
+        if (signo == SIGINT) {
+            svc_log("second SIGINT: stopping now");
+            dloop_stop(s->loop);
+        }
         return;
     }
     s->draining = true;
     s->drain_start_us = dloop_now_us(s->loop);
     dloop_drain(s->loop);
     svc_log("%s: draining (no new requests; in-flight work has %llu ms)", strsignal(signo),
-           (unsigned long long)s->cfg.drain_grace_ms);
+            (unsigned long long)s->cfg.drain_grace_ms);
     s->stats_dirty = true;
 }
 
@@ -160,15 +165,17 @@ static int iterate(void *ctx, uint64_t now_us)
         /* in plan order: a demotion completes before anything after it; swaps and prefix
          * reloads run on the ring beside the steps, their requests waiting (sched_transfer) */
         for (uint32_t i = 0; i < p->n_transfers; i++)
-            if (p->transfers[i].cache && p->transfers[i].dir == SCHED_XFER_OUT) xfer_copy(s, &p->transfers[i]);
-            else xfer_start(s, &p->transfers[i]);
+            if (p->transfers[i].cache && p->transfers[i].dir == SCHED_XFER_OUT)
+                xfer_copy(s, &p->transfers[i]);
+            else
+                xfer_start(s, &p->transfers[i]);
         if (p->n_transfers && s->tiers) kvtier_flush(s->tiers);
         if (p->n_entries) {
             nres = exec_plan(s, p, &exec_us);
             batch_tokens = p->decode_tokens + p->prefill_tokens;
         }
         uint64_t now2 = now_us + exec_us;
-        s->now_us = now2;  /* exec_plan advanced it by exec_us already; same value */
+        s->now_us = now2; /* exec_plan advanced it by exec_us already; same value */
         if (nres > 0 || p->n_entries) {
             sched_commit(s->sched, s->results, (size_t)(nres > 0 ? nres : 0), now2, exec_us);
             req_commit_ended(s, s->results, nres);
@@ -178,7 +185,8 @@ static int iterate(void *ctx, uint64_t now_us)
 
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    uint64_t iter_us = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000ll + (t1.tv_nsec - t0.tv_nsec) / 1000);
+    uint64_t iter_us =
+        (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000ll + (t1.tv_nsec - t0.tv_nsec) / 1000);
     stats_update_gauges(s, p && p->n_entries ? iter_us : 0, batch_tokens);
     if (s->stats_dirty && (s->now_us - s->stats_last_us >= SVC_STATS_INTERVAL_US || s->draining)) {
         stats_write(s);
@@ -199,7 +207,7 @@ static int iterate(void *ctx, uint64_t now_us)
          * second after the cancels, then the sessions end with "shutdown". */
         if (now_us - s->drain_start_us >= s->cfg.drain_grace_ms * 1000 + 1000000) {
             svc_log("drain: %llu requests could not deliver their final event; stopping",
-                   (unsigned long long)s->live_reqs);
+                    (unsigned long long)s->live_reqs);
             dloop_stop(s->loop);
             return 0;
         }
@@ -244,17 +252,33 @@ void svc_config_init(svc_config *c)
 static char *read_file(const char *path, int *err)
 {
     FILE *f = fopen(path, "r");
-    if (!f) { *err = -errno; return NULL; }
+    if (!f) {
+        *err = -errno;
+        return NULL;
+    }
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
     for (;;) {
-        if (!buf) { fclose(f); *err = -ENOMEM; return NULL; }
+        if (!buf) {
+            fclose(f);
+            *err = -ENOMEM;
+            return NULL;
+        }
         n += fread(buf + n, 1, cap - n - 1, f);
         if (n < cap - 1) break;
-        if (cap >= (1u << 22)) { free(buf); fclose(f); *err = -EFBIG; return NULL; }
+        if (cap >= (1u << 22)) {
+            free(buf);
+            fclose(f);
+            *err = -EFBIG;
+            return NULL;
+        }
         cap *= 2;
         char *nb = realloc(buf, cap);
-        if (!nb) { free(buf); buf = NULL; continue; }
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            continue;
+        }
         buf = nb;
     }
     buf[n] = 0;
@@ -266,12 +290,16 @@ int svc_create(const svc_config *cfg, svc **out)
 {
     *out = NULL;
     int rc;
-    if (!cfg->model) return seterr(-EINVAL, "--model is required (a path or synthetic:PRESET:SEED)");
+    if (!cfg->model)
+        return seterr(-EINVAL, "--model is required (a path or synthetic:PRESET:SEED)");
     svc *s = calloc(1, sizeof *s);
     if (!s) return seterr(-ENOMEM, "out of memory");
     s->cfg = *cfg;
     s->trace_xfer = getenv("RINGLMD_TRACE_XFER") != NULL;
-    if (stats_init(s) < 0) { rc = seterr(-ENOMEM, "out of memory"); goto fail; }
+    if (stats_init(s) < 0) {
+        rc = seterr(-ENOMEM, "out of memory");
+        goto fail;
+    }
     if (!s->cfg.backpressure_timeout_ms) s->cfg.backpressure_timeout_ms = 5000;
     if (!s->cfg.backpressure_buffer_tokens) s->cfg.backpressure_buffer_tokens = 4096;
     if (!s->cfg.max_records_per_tenant_iter) s->cfg.max_records_per_tenant_iter = 16;
@@ -286,7 +314,10 @@ int svc_create(const svc_config *cfg, svc **out)
     if (cfg->policy_path) {
         int e = 0;
         text = read_file(cfg->policy_path, &e);
-        if (!text) { rc = seterr(e, "policy %s: %s", cfg->policy_path, strerror(-e)); goto fail; }
+        if (!text) {
+            rc = seterr(e, "policy %s: %s", cfg->policy_path, strerror(-e));
+            goto fail;
+        }
         const char *b = strrchr(cfg->policy_path, '/');
         snprintf(s->policy_name, sizeof s->policy_name, "%s", b ? b + 1 : cfg->policy_path);
     } else {
@@ -302,15 +333,19 @@ int svc_create(const svc_config *cfg, svc **out)
     rc = sched_policy_parse(text ? text : builtin_policy, &s->policy, &perr);
     free(text);
     if (rc < 0) {
-        rc = seterr(rc, "policy %s: line %d: %s", cfg->policy_path ? cfg->policy_path : "(built-in)",
-                    perr.line, perr.reason[0] ? perr.reason : sched_last_error());
+        rc =
+            seterr(rc, "policy %s: line %d: %s", cfg->policy_path ? cfg->policy_path : "(built-in)",
+                   perr.line, perr.reason[0] ? perr.reason : sched_last_error());
         goto fail;
     }
     snprintf(s->policy_hash_hex, sizeof s->policy_hash_hex, "%s", sched_policy_hash_hex(s->policy));
     ut_init(s);
 
     rc = eng_model_load(cfg->model, &s->model);
-    if (rc < 0) { rc = seterr(rc, "model %s: %s", cfg->model, eng_errmsg()); goto fail; }
+    if (rc < 0) {
+        rc = seterr(rc, "model %s: %s", cfg->model, eng_errmsg());
+        goto fail;
+    }
     s->mcfg = eng_model_cfg(s->model);
     s->n_stop_tokens = eng_model_stop_tokens(s->model, s->stop_tokens, SVC_MAX_STOP_TOKENS);
     if (s->n_stop_tokens > SVC_MAX_STOP_TOKENS) s->n_stop_tokens = SVC_MAX_STOP_TOKENS;
@@ -321,33 +356,46 @@ int svc_create(const svc_config *cfg, svc **out)
     }
 
     s->numa_node = rnuma_resolve(cfg->numa ? cfg->numa : "auto");
-    if (s->numa_node < -1) { rc = seterr(s->numa_node, "--numa-node: %s", rnuma_errmsg()); goto fail; }
+    if (s->numa_node < -1) {
+        rc = seterr(s->numa_node, "--numa-node: %s", rnuma_errmsg());
+        goto fail;
+    }
 
     const sched_policy_cfg *pc = sched_policy_get(s->policy);
     s->max_tokens = (int)pc->token_budget;
     if (cfg->max_batch_tokens > s->max_tokens) s->max_tokens = cfg->max_batch_tokens;
     if (cfg->max_batch_tokens && cfg->max_batch_tokens < (int)pc->token_budget)
         svc_log("--max-batch-tokens %d is below the policy's token_budget %u; using %u",
-               cfg->max_batch_tokens, pc->token_budget, pc->token_budget);
+                cfg->max_batch_tokens, pc->token_budget, pc->token_budget);
     if (pc->mode == SCHED_MODE_STATIC) s->max_tokens += (int)pc->static_batch_size * 2;
     /* Continuous mode (the FCFS baseline) cannot slice a prompt: one longer than the budget
      * runs whole, beside the step's decodes, so the engine batch must hold the longest
      * prompt the model takes on top of the budget. */
-    if (pc->mode == SCHED_MODE_CONTINUOUS && s->max_tokens < (int)pc->token_budget + s->mcfg->seq_len)
+    if (pc->mode == SCHED_MODE_CONTINUOUS &&
+        s->max_tokens < (int)pc->token_budget + s->mcfg->seq_len)
         s->max_tokens = (int)pc->token_budget + s->mcfg->seq_len;
     s->max_seqs = cfg->max_seqs ? cfg->max_seqs : (int)pc->max_active_seqs;
     if (s->max_seqs < (int)pc->max_active_seqs) s->max_seqs = (int)pc->max_active_seqs;
     if (s->max_seqs > s->max_tokens) s->max_seqs = s->max_tokens;
 
-    eng_options eo = {.backend = s->cfg.backend, .n_threads = cfg->threads > 0 ? cfg->threads : 1,
-                      .numa_node = s->numa_node, .kv_blocks = s->cfg.kv_blocks,
-                      .kv_block_size = s->cfg.kv_block_size, .max_batch_tokens = s->max_tokens,
+    eng_options eo = {.backend = s->cfg.backend,
+                      .n_threads = cfg->threads > 0 ? cfg->threads : 1,
+                      .numa_node = s->numa_node,
+                      .kv_blocks = s->cfg.kv_blocks,
+                      .kv_block_size = s->cfg.kv_block_size,
+                      .max_batch_tokens = s->max_tokens,
                       .max_seqs = s->max_seqs};
     rc = eng_create(s->model, &eo, &s->engine);
-    if (rc < 0) { rc = seterr(rc, "engine (%s): %s", s->cfg.backend, eng_errmsg()); goto fail; }
+    if (rc < 0) {
+        rc = seterr(rc, "engine (%s): %s", s->cfg.backend, eng_errmsg());
+        goto fail;
+    }
 
     rc = exec_init(s);
-    if (rc < 0) { rc = seterr(rc, "batch buffers: %s", eng_errmsg()); goto fail; }
+    if (rc < 0) {
+        rc = seterr(rc, "batch buffers: %s", eng_errmsg());
+        goto fail;
+    }
 
     exec_warm_up(s);
 
@@ -363,32 +411,49 @@ int svc_create(const svc_config *cfg, svc **out)
          * the first iteration (sched_commit). */
         .host = {.out_bytes_per_s = 4e9, .in_bytes_per_s = 4e9, .latency_us = 20},
         .disk = {.out_bytes_per_s = cfg->disk_kv_bw > 0 ? cfg->disk_kv_bw : 1e9,
-                 .in_bytes_per_s = cfg->disk_kv_bw > 0 ? cfg->disk_kv_bw : 1e9, .latency_us = 100},
+                 .in_bytes_per_s = cfg->disk_kv_bw > 0 ? cfg->disk_kv_bw : 1e9,
+                 .latency_us = 100},
         .prefix_cache = !cfg->no_prefix_cache,
-        .prefix_cache_generated = true,   /* exec_plan gives each sampled token's id */
+        .prefix_cache_generated = true, /* exec_plan gives each sampled token's id */
         .prefix_key = cfg->prefix_key,
     };
     sched_step_model_default(&sc.step);
     rc = sched_create(s->policy, &sc, req_on_sched_event, s, 1, &s->sched);
-    if (rc < 0) { rc = seterr(rc, "scheduler: %s", sched_last_error()); goto fail; }
+    if (rc < 0) {
+        rc = seterr(rc, "scheduler: %s", sched_last_error());
+        goto fail;
+    }
     s->n_tenants = sched_policy_n_tenants(s->policy);
     s->tenant_records = calloc((size_t)s->n_tenants + 1, sizeof(uint32_t));
-    if (!s->tenant_records) { rc = seterr(-ENOMEM, "out of memory"); goto fail; }
+    if (!s->tenant_records) {
+        rc = seterr(-ENOMEM, "out of memory");
+        goto fail;
+    }
 
-    declog_config dc = {.decision_path = cfg->decision_log, .request_path = cfg->request_log,
+    declog_config dc = {.decision_path = cfg->decision_log,
+                        .request_path = cfg->request_log,
                         .iteration_path = cfg->iteration_log};
     rc = declog_create(&dc, &s->logs);
-    if (rc < 0) { rc = seterr(rc, "logs: %s", declog_errmsg()); goto fail; }
+    if (rc < 0) {
+        rc = seterr(rc, "logs: %s", declog_errmsg());
+        goto fail;
+    }
 
-    metrics_config mc = {.listen = cfg->metrics_listen, .version = RINGLM_VERSION,
-                         .policy_hash = s->policy_hash_hex, .policy_name = s->policy_name,
-                         .model_hash = eng_model_hash(s->model), .model_name = cfg->model,
+    metrics_config mc = {.listen = cfg->metrics_listen,
+                         .version = RINGLM_VERSION,
+                         .policy_hash = s->policy_hash_hex,
+                         .policy_name = s->policy_name,
+                         .model_hash = eng_model_hash(s->model),
+                         .model_name = cfg->model,
                          .backend = eng_backend_name(s->engine),
                          .kv_block_size = (uint32_t)eng_kv_block_size(s->engine),
                          .prefix_cache = !cfg->no_prefix_cache};
     rc = metrics_create(&mc, &s->mx);
-    if (rc < 0) { rc = seterr(rc, "metrics %s: %s", cfg->metrics_listen ? cfg->metrics_listen : "",
-                              metrics_errmsg()); goto fail; }
+    if (rc < 0) {
+        rc = seterr(rc, "metrics %s: %s", cfg->metrics_listen ? cfg->metrics_listen : "",
+                    metrics_errmsg());
+        goto fail;
+    }
     *out = s;
     return 0;
 fail:
@@ -396,18 +461,39 @@ fail:
     return rc;
 }
 
-const char *svc_policy_text(const svc *s) { return sched_policy_canonical(s->policy); }
-const char *svc_policy_hash_hex(const svc *s) { return s->policy_hash_hex; }
-uint64_t svc_policy_hash(const svc *s) { return sched_policy_hash(s->policy); }
-const char *svc_model_hash(const svc *s) { return eng_model_hash(s->model); }
+const char *svc_policy_text(const svc *s)
+{
+    return sched_policy_canonical(s->policy);
+}
+const char *svc_policy_hash_hex(const svc *s)
+{
+    return s->policy_hash_hex;
+}
+uint64_t svc_policy_hash(const svc *s)
+{
+    return sched_policy_hash(s->policy);
+}
+const char *svc_model_hash(const svc *s)
+{
+    return eng_model_hash(s->model);
+}
 
-static void tier_log(void *ctx, const char *msg) { (void)ctx; svc_log("kv tiers: %s", msg); }
+static void tier_log(void *ctx, const char *msg)
+{
+    (void)ctx;
+    svc_log("kv tiers: %s", msg);
+}
 
 int svc_run(svc *s, const dloop_config *lc)
 {
     static const dsvc_ops ops = {
-        .on_connect = on_connect, .on_request = on_request, .on_cancel = on_cancel,
-        .on_close = on_close, .iterate = iterate, .on_cqe = on_cqe, .on_signal = on_signal,
+        .on_connect = on_connect,
+        .on_request = on_request,
+        .on_cancel = on_cancel,
+        .on_close = on_close,
+        .iterate = iterate,
+        .on_cqe = on_cqe,
+        .on_signal = on_signal,
         .drain_budget = drain_budget,
     };
     if (!s->engine) return seterr(-EINVAL, "service created with identity_only cannot run");
@@ -428,17 +514,23 @@ int svc_run(svc *s, const dloop_config *lc)
         size_t pool_len = 0;
         void *base = eng_kv_pool_base(s->engine, &pool_len);
         kvtier_config kc = {.block_bytes = eng_kv_block_bytes(s->engine),
-                            .pool_blocks = eng_kv_blocks(s->engine), .pool_base = base,
-                            .engine = s->engine, .host_blocks = s->cfg.host_kv_blocks,
+                            .pool_blocks = eng_kv_blocks(s->engine),
+                            .pool_base = base,
+                            .engine = s->engine,
+                            .host_blocks = s->cfg.host_kv_blocks,
                             .disk_path = s->cfg.disk_kv_path,
                             .disk_blocks = s->cfg.disk_kv_path ? s->cfg.disk_kv_blocks : 0,
-                            .numa_node = s->numa_node, .ring = dloop_ring(s->loop),
-                            .ud_tag = SVC_KVTIER_TAG, .register_buffers = true,
+                            .numa_node = s->numa_node,
+                            .ring = dloop_ring(s->loop),
+                            .ud_tag = SVC_KVTIER_TAG,
+                            .register_buffers = true,
                             .log = tier_log};
-        const char *fr = getenv("RINGLMD_FAIL_KV_READS");   /* tests: kvtier_config.fail_reads */
+        const char *fr = getenv("RINGLMD_FAIL_KV_READS"); /* tests: kvtier_config.fail_reads */
         if (fr && strstr(fr, "host")) kc.fail_reads |= 1u << SCHED_POOL_HOST;
         if (fr && strstr(fr, "disk")) kc.fail_reads |= 1u << SCHED_POOL_DISK;
-        if (kc.fail_reads) svc_log("RINGLMD_FAIL_KV_READS=%s: reads from those KV tiers fail (fault injection)", fr);
+        if (kc.fail_reads)
+            svc_log("RINGLMD_FAIL_KV_READS=%s: reads from those KV tiers fail (fault injection)",
+                    fr);
         rc = kvtier_create(&kc, &s->tiers);
         if (rc < 0) {
             rc = seterr(rc, "KV tiers: %s", kvtier_errmsg());
@@ -457,20 +549,21 @@ int svc_run(svc *s, const dloop_config *lc)
                 sched_prefix_key_fn_name(s->cfg.prefix_key));
     if (!s->cfg.quiet) {
         svc_log("model %s (%s), dim %d, %d layers, vocab %d, context %d", s->cfg.model,
-               eng_model_hash(s->model), s->mcfg->dim, s->mcfg->n_layers, s->mcfg->vocab_size,
-               s->mcfg->seq_len);
+                eng_model_hash(s->model), s->mcfg->dim, s->mcfg->n_layers, s->mcfg->vocab_size,
+                s->mcfg->seq_len);
         char stops[64] = "";
         for (int k = 0; k < s->n_stop_tokens; k++)
             snprintf(stops + strlen(stops), sizeof stops - strlen(stops), "%s%d", k ? " " : "",
                      s->stop_tokens[k]);
-        svc_log("weights %s, stop tokens %s", eng_wtype_name(eng_model_hparams_of(s->model)->weight_type),
-                stops);
+        svc_log("weights %s, stop tokens %s",
+                eng_wtype_name(eng_model_hparams_of(s->model)->weight_type), stops);
         svc_log("engine %s, %d threads, KV %d blocks × %d tokens (%zu bytes/block)",
-               eng_backend_name(s->engine), s->cfg.threads > 0 ? s->cfg.threads : 1,
-               eng_kv_blocks(s->engine), eng_kv_block_size(s->engine), eng_kv_block_bytes(s->engine));
+                eng_backend_name(s->engine), s->cfg.threads > 0 ? s->cfg.threads : 1,
+                eng_kv_blocks(s->engine), eng_kv_block_size(s->engine),
+                eng_kv_block_bytes(s->engine));
         if (s->tiers) svc_log("%s", kvtier_describe(s->tiers));
-        if (s->cfg.tokenizer) svc_log("tokenizer %s (clients tokenize; named here for the logs)",
-                                     s->cfg.tokenizer);
+        if (s->cfg.tokenizer)
+            svc_log("tokenizer %s (clients tokenize; named here for the logs)", s->cfg.tokenizer);
         svc_log("policy %s (%s); %s", s->policy_name, s->policy_hash_hex, nd);
         if (s->cfg.metrics_listen) svc_log("metrics on port %d", metrics_port(s->mx));
         svc_log("listening on %s (doorbell %s)", lc->socket_path, dloop_doorbell_mode(s->loop));
@@ -486,7 +579,10 @@ int svc_run(svc *s, const dloop_config *lc)
     stats_write(s);
     metrics_publish(s->mx, s->now_us, 1);
 out:
-    if (s->tiers) { kvtier_destroy(s->tiers); s->tiers = NULL; }
+    if (s->tiers) {
+        kvtier_destroy(s->tiers);
+        s->tiers = NULL;
+    }
     dloop_destroy(s->loop);
     s->loop = NULL;
     return rc;

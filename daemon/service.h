@@ -35,39 +35,39 @@
 #include "sched/sched.h"
 
 typedef struct svc_config {
-    const char *model;            /* path or synthetic:PRESET:SEED (required) */
-    const char *tokenizer;        /* optional, for logging only */
-    const char *policy_path;      /* NULL: the built-in policy */
-    const char *backend;          /* "cpu" (default) or "cuda" */
-    int threads;                  /* engine worker threads (0: 1) */
-    const char *numa;             /* --numa-node: "auto", "off" or N (NULL: auto) */
-    int kv_blocks;                /* device pool blocks (0: default 1024) */
-    int kv_block_size;            /* tokens per block (0: 16) */
-    int host_kv_blocks;           /* host tier blocks (0: none; default 2 × kv_blocks) */
-    const char *disk_kv_path;     /* disk tier file (NULL: none) */
+    const char *model;        /* path or synthetic:PRESET:SEED (required) */
+    const char *tokenizer;    /* optional, for logging only */
+    const char *policy_path;  /* NULL: the built-in policy */
+    const char *backend;      /* "cpu" (default) or "cuda" */
+    int threads;              /* engine worker threads (0: 1) */
+    const char *numa;         /* --numa-node: "auto", "off" or N (NULL: auto) */
+    int kv_blocks;            /* device pool blocks (0: default 1024) */
+    int kv_block_size;        /* tokens per block (0: 16) */
+    int host_kv_blocks;       /* host tier blocks (0: none; default 2 × kv_blocks) */
+    const char *disk_kv_path; /* disk tier file (NULL: none) */
     int disk_kv_blocks;
-    double disk_kv_bw;            /* disk tier bytes/s the cost model starts from (0: 1e9) */
-    int max_batch_tokens;         /* engine batch limit (0: from the policy, else 512) */
-    int max_seqs;                 /* engine sequence limit (0: 256) */
-    const char *decision_log;     /* NULL: none */
-    const char *request_log;      /* NULL: none */
-    const char *iteration_log;    /* one line per batch (sim/FORMATS.md); NULL: none */
-    const char *metrics_listen;   /* ADDR:PORT; NULL: no HTTP server */
-    const char *stats_file;       /* JSON snapshot of pools/queues, rewritten on change */
-    uint64_t backpressure_timeout_ms; /* 0: 5000 */
+    double disk_kv_bw;                   /* disk tier bytes/s the cost model starts from (0: 1e9) */
+    int max_batch_tokens;                /* engine batch limit (0: from the policy, else 512) */
+    int max_seqs;                        /* engine sequence limit (0: 256) */
+    const char *decision_log;            /* NULL: none */
+    const char *request_log;             /* NULL: none */
+    const char *iteration_log;           /* one line per batch (sim/FORMATS.md); NULL: none */
+    const char *metrics_listen;          /* ADDR:PORT; NULL: no HTTP server */
+    const char *stats_file;              /* JSON snapshot of pools/queues, rewritten on change */
+    uint64_t backpressure_timeout_ms;    /* 0: 5000 */
     uint32_t backpressure_buffer_tokens; /* per sequence (0: 4096) */
     uint32_t max_records_per_tenant_iter; /* records taken from one tenant's sessions per
                                              iteration, so one tenant's flood cannot fill
                                              the loop's iteration (0: 16) */
-    uint64_t drain_grace_ms;      /* 0: 10000 */
-    bool quiet;                   /* fewer start-up lines on stderr */
-    bool verify_swaps;            /* checksum blocks at swap-out, compare at swap-in (tests) */
-    bool no_prefix_cache;         /* --no-prefix-cache: prompts' KV blocks are not kept for reuse */
+    uint64_t drain_grace_ms;              /* 0: 10000 */
+    bool quiet;                           /* fewer start-up lines on stderr */
+    bool verify_swaps;    /* checksum blocks at swap-out, compare at swap-in (tests) */
+    bool no_prefix_cache; /* --no-prefix-cache: prompts' KV blocks are not kept for reuse */
     sched_prefix_key_fn prefix_key; /* --prefix-key (a diagnostic for tests): how cached
                                      blocks are keyed; SCHED_PREFIX_KEY_XXH3 (0) serves */
-    bool check_invariants;        /* the stats file runs the scheduler's O(state) invariant
+    bool check_invariants;          /* the stats file runs the scheduler's O(state) invariant
                                      check (tests); otherwise it says "unchecked" */
-    bool identity_only;           /* --check-config/--version: policy + model only, no engine,
+    bool identity_only;             /* --check-config/--version: policy + model only, no engine,
                                      pools, logs or metrics (svc_run is then refused) */
 } svc_config;
 

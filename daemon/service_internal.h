@@ -33,50 +33,50 @@
 
 /* A sequence ends when it samples one of the model's stop tokens (eng_model_stop_tokens:
  * BOS for llama2.c models, as run.c; EOS/EOT/EOM for GGUF files); it is not streamed. */
-#define SVC_MAX_STOP_TOKENS 4
-#define SVC_KVTIER_TAG (DLOOP_UD_SVC | (1ull << 62))
-#define SVC_HASH_BUCKETS 4096
-#define SVC_MAX_REQS_PER_SESSION 1024
+#define SVC_MAX_STOP_TOKENS          4
+#define SVC_KVTIER_TAG               (DLOOP_UD_SVC | (1ull << 62))
+#define SVC_HASH_BUCKETS             4096
+#define SVC_MAX_REQS_PER_SESSION     1024
 /* A request's relative deadline at most (a year): now + deadline never wraps. */
-#define SVC_MAX_DEADLINE_US (365ull * 24 * 3600 * 1000000)
+#define SVC_MAX_DEADLINE_US          (365ull * 24 * 3600 * 1000000)
 /* Records the loop takes from one session per iteration (the loop's own bound too). */
 #define SVC_RECORDS_PER_SESSION_ITER 256
-#define SVC_STATS_INTERVAL_US 20000
+#define SVC_STATS_INTERVAL_US        20000
 /* (tenant, class) series whose queue depths are recounted for the gauges */
-#define SVC_MAX_SERIES 512
+#define SVC_MAX_SERIES               512
 /* The built-in policy's per-uid tenants (uidtenants.c); one more index is "other-uids". */
-#define SVC_UID_TENANTS (SCHED_MAX_TENANTS - 1)
+#define SVC_UID_TENANTS              (SCHED_MAX_TENANTS - 1)
 
 typedef struct svc_sess svc_sess;
 
 typedef struct svc_req {
-    uint64_t id;              /* scheduler id (daemon-wide, never reused) */
-    uint64_t client_id;       /* the client's id, unique in its session */
-    svc_sess *sess;           /* NULL once the session is gone */
+    uint64_t id;        /* scheduler id (daemon-wide, never reused) */
+    uint64_t client_id; /* the client's id, unique in its session */
+    svc_sess *sess;     /* NULL once the session is gone */
     struct svc_req *s_prev, *s_next;
     struct svc_req *h_next;
     int tenant, class_idx, series;
     char tenant_name[SCHED_NAME_MAX], class_name[SCHED_NAME_MAX];
     uint32_t n_prompt, max_new;
-    uint32_t n_gen;           /* generated tokens, appended after the prompt in tokens[] */
-    uint32_t n_pushed;        /* token events the client's ring accepted */
-    int32_t *tokens;          /* prompt + generated: a recompute re-prefills these */
+    uint32_t n_gen;    /* generated tokens, appended after the prompt in tokens[] */
+    uint32_t n_pushed; /* token events the client's ring accepted */
+    int32_t *tokens;   /* prompt + generated: a recompute re-prefills these */
     eng_sampling samp;
     uint64_t rng;
-    bool ignore_stop;         /* RINGLM_WIRE_REQ_F_IGNORE_STOP: only max_new ends it */
+    bool ignore_stop; /* RINGLM_WIRE_REQ_F_IGNORE_STOP: only max_new ends it */
     uint64_t arrival_us, deadline_us, first_token_us, last_token_us, cancel_us, finish_us;
-    bool ended;               /* the scheduler is done with it (or never took it) */
+    bool ended; /* the scheduler is done with it (or never took it) */
     bool finish_pushed;
-    bool blocked;             /* output blocked, reported to the scheduler */
-    bool in_out;              /* in its session's outbox */
-    struct svc_req *o_next;   /* the outbox, in the order output became ready */
-    unsigned fin_reason, fin_cause;  /* RINGLM_WIRE_R_* */
+    bool blocked;                         /* output blocked, reported to the scheduler */
+    bool in_out;                          /* in its session's outbox */
+    struct svc_req *o_next;               /* the outbox, in the order output became ready */
+    unsigned fin_reason, fin_cause;       /* RINGLM_WIRE_R_* */
     unsigned forced_reason, forced_cause; /* set before a daemon-side cancel */
-    uint32_t cached_tokens;   /* prompt tokens its first admission found in the prefix cache */
-    uint64_t cache_salt;      /* its prefix cache domain (ut_cache_salt), for the request log */
-    bool scheduled;           /* the scheduler has started it (its first cache_hit is counted) */
+    uint32_t cached_tokens; /* prompt tokens its first admission found in the prefix cache */
+    uint64_t cache_salt;    /* its prefix cache domain (ut_cache_salt), for the request log */
+    bool scheduled;         /* the scheduler has started it (its first cache_hit is counted) */
     bool has_sched_cost;
-    fmt_sched_cost sched_cost;   /* the scheduler's cost model when it first started it, for
+    fmt_sched_cost sched_cost; /* the scheduler's cost model when it first started it, for
                                   * the request log: a replay decides with these costs */
 } svc_req;
 
@@ -87,7 +87,7 @@ struct svc_sess {
     int tenant;
     bool trusted;
     svc_req *reqs;
-    int n_reqs;               /* every request not yet freed: live, and ended but undelivered */
+    int n_reqs; /* every request not yet freed: live, and ended but undelivered */
     /* The outbox: requests with tokens or a FINISH to push, oldest first. While the event
      * ring is full (blocked) the session costs O(1) per iteration: one look at the ring's
      * free space; its submit ring is read only while it holds fewer than the session bound
@@ -95,9 +95,9 @@ struct svc_sess {
     svc_req *out_head, *out_tail;
     svc_sess *out_prev, *out_next; /* svc.out_sessions: the sessions whose outbox is not empty */
     bool in_out_list;
-    bool blocked;             /* the last push found the event ring full */
-    bool bp_cancelled;        /* blocked past the backpressure timeout: its requests cancelled */
-    bool closing;             /* on_close is dropping it: nothing is queued for it any more */
+    bool blocked;      /* the last push found the event ring full */
+    bool bp_cancelled; /* blocked past the backpressure timeout: its requests cancelled */
+    bool closing;      /* on_close is dropping it: nothing is queued for it any more */
     uint64_t blocked_since_us;
 };
 
@@ -118,8 +118,8 @@ struct svc {
     int numa_node;
     char policy_hash_hex[SCHED_HASH_HEX_LEN + 1];
     char policy_name[64];
-    uint64_t now_us;          /* this iteration's clock; execute.c advances it past a batch */
-    bool trace_xfer;          /* RINGLMD_TRACE_XFER: one stderr line per transfer */
+    uint64_t now_us; /* this iteration's clock; execute.c advances it past a batch */
+    bool trace_xfer; /* RINGLMD_TRACE_XFER: one stderr line per transfer */
 
     /* service.c: drain */
     bool draining, drain_cancelled;
@@ -129,7 +129,7 @@ struct svc {
     svc_req *hash[SVC_HASH_BUCKETS];
     uint64_t next_id;
     uint64_t live_reqs;
-    svc_sess *out_sessions;   /* sessions with output to push */
+    svc_sess *out_sessions; /* sessions with output to push */
     /* records (requests, cancels) taken from each tenant's sessions in this iteration */
     uint32_t *tenant_records;
     int n_tenants;
@@ -137,16 +137,16 @@ struct svc {
     /* uidtenants.c: the built-in policy's tenant per uid (per_uid: no --policy) */
     bool per_uid;
     struct svc_uid_tenant {
-        int tenant;           /* the scheduler's index of this slot */
+        int tenant; /* the scheduler's index of this slot */
         uint32_t uid;
-        bool bound;           /* belongs to uid (until another uid takes it over) */
-        bool busy;            /* scratch: its old work is not released yet */
+        bool bound; /* belongs to uid (until another uid takes it over) */
+        bool busy;  /* scratch: its old work is not released yet */
         uint32_t sessions;
-        uint64_t last_us;     /* last session opened or closed */
+        uint64_t last_us;           /* last session opened or closed */
         char label[SCHED_NAME_MAX]; /* "uid<N>": its name in the logs and metrics */
     } ut[SVC_UID_TENANTS];
     int8_t ut_slot_of[SCHED_MAX_TENANTS]; /* tenant index → slot, -1 */
-    int ut_overflow;          /* "other-uids" */
+    int ut_overflow;                      /* "other-uids" */
     uint64_t ut_overflow_sessions, ut_overflow_logged_us;
 
     /* execute.c: the batch under construction and the per-sampling-row state */
@@ -155,21 +155,21 @@ struct svc {
     int32_t *b_out;
     eng_sampling *b_samp;
     uint64_t *b_rng;
-    svc_req **b_req;          /* per sampling row */
+    svc_req **b_req; /* per sampling row */
     sched_result *results;
 
     /* transfers.c: --verify-swaps */
-    uint64_t *slot_sum[SCHED_POOL__COUNT]; /* checksum per tier slot, by sched_pool */
+    uint64_t *slot_sum[SCHED_POOL__COUNT];            /* checksum per tier slot, by sched_pool */
     uint8_t *busy_dev, *busy_slot[SCHED_POOL__COUNT]; /* blocks in flight */
-    uint8_t *busy_dev_in;         /* of busy_dev, those a swap-in is writing (a swap-out only
+    uint8_t *busy_dev_in; /* of busy_dev, those a swap-in is writing (a swap-out only
                                      reads its device blocks: a shared cached block may be
                                      read by two swap-outs and computed on meanwhile) */
     uint64_t n_overlap_errors;
 
     /* stats.c (the counters are bumped where the events happen) */
-    bool mx_dirty;            /* metrics changed since the last forced publish */
+    bool mx_dirty; /* metrics changed since the last forced publish */
     bool stats_dirty;
-    bool stats_write_failed;  /* the stats file could not be written (said once) */
+    bool stats_write_failed; /* the stats file could not be written (said once) */
     int max_series_seen;
     uint64_t series_q_last_us;
     uint32_t *series_waiting, *series_running; /* [SVC_MAX_SERIES] recount scratch */
@@ -242,9 +242,8 @@ const char *ut_label(const svc *s, int tenant);
 uint64_t ut_cache_salt(const svc *s, int tenant, uint32_t uid);
 
 /* ---- admission.c ---------------------------------------------------------------------- */
-void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr,
-                    const int32_t *prompt, uint32_t n_prompt, const char *class_name,
-                    const char *tenant_tag);
+void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr, const int32_t *prompt,
+                    uint32_t n_prompt, const char *class_name, const char *tenant_tag);
 
 /* ---- execute.c ------------------------------------------------------------------------ */
 /* Sizes max_tokens/max_seqs-bound buffers (after eng_create). 0 or -ENOMEM. */

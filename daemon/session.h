@@ -39,7 +39,7 @@ struct io_uring_sqe;
 #define DLOOP_FUTEX_BITSET_ANY     0xffffffffu
 
 /* user_data values below this are the loop's own constants; above, a session's. */
-#define DSESS_UD_MIN 4096u
+#define DSESS_UD_MIN    4096u
 /* user_data of cancel SQEs: their completions need nothing. */
 #define DLOOP_UD_IGNORE 3u
 
@@ -47,27 +47,27 @@ struct io_uring_sqe;
 
 /* The sessions of one loop (embedded in it; written by session.c only). */
 typedef struct dsess_list {
-	dsess *all;             /* every session, zombies included */
-	dsess *to_end;          /* marked by dsess_end, torn down by dsess_end_pending */
-	int live;               /* HELLO + ACTIVE */
-	int active;             /* ACTIVE: what the global session limit counts */
-	int half_open;          /* HELLO: accepted, no hello yet (their own, smaller budget) */
-	int deferred;           /* HELLO sessions in their grace (no half-open budget yet) */
-	int rate_waiting;       /* HELLO sessions held for their uid's connect rate */
-	uint64_t next_id;
-	/* stderr lines about ended and refused sessions, rate-limited (a client that
+    dsess *all;       /* every session, zombies included */
+    dsess *to_end;    /* marked by dsess_end, torn down by dsess_end_pending */
+    int live;         /* HELLO + ACTIVE */
+    int active;       /* ACTIVE: what the global session limit counts */
+    int half_open;    /* HELLO: accepted, no hello yet (their own, smaller budget) */
+    int deferred;     /* HELLO sessions in their grace (no half-open budget yet) */
+    int rate_waiting; /* HELLO sessions held for their uid's connect rate */
+    uint64_t next_id;
+    /* stderr lines about ended and refused sessions, rate-limited (a client that
 	 * reconnects in a loop must not turn the daemon's log into its own) */
-	uint64_t log_window_us;
-	unsigned log_lines, log_suppressed;
-	/* per-uid connect rate buckets (dloop_config.connect_rate_per_uid); a full bucket says
+    uint64_t log_window_us;
+    unsigned log_lines, log_suppressed;
+    /* per-uid connect rate buckets (dloop_config.connect_rate_per_uid); a full bucket says
 	 * nothing, so when every entry is taken the fullest is handed to a new uid */
-	struct dsess_rate {
-		uid_t uid;
-		int used;
-		double tokens;
-		uint64_t at_us;
-		unsigned long long refused;
-	} rate[DSESS_RATE_UIDS];
+    struct dsess_rate {
+        uid_t uid;
+        int used;
+        double tokens;
+        uint64_t at_us;
+        unsigned long long refused;
+    } rate[DSESS_RATE_UIDS];
 } dsess_list;
 
 /* ---- what session.c needs of the loop (defined in loop.c) ----------------------------- */
@@ -121,7 +121,7 @@ void dsess_free_all(dloop *l);
 dsess *dsess_first(dloop *l);
 dsess *dsess_next(dsess *s);
 /* ACTIVE and not ending: its rings may be used. */
-int  dsess_active(const dsess *s);
+int dsess_active(const dsess *s);
 
 /* Record handler: return 0 when the record was taken, -EAGAIN to leave it in the ring
  * for a later iteration (draining stops for this session). */
@@ -129,13 +129,13 @@ typedef int (*dsess_rec_fn)(void *arg, dsess *s, const struct ringlm_wire_parsed
 /* Reads up to max_records records from the submit ring (copy once, parse the copy) and
  * hands each to fn.  Returns records taken (>= 0), or -EBADMSG with why: the client wrote
  * something impossible and the session must end. */
-int  dsess_drain_submit(dsess *s, unsigned max_records, dsess_rec_fn fn, void *arg, char *why,
-			size_t why_len);
+int dsess_drain_submit(dsess *s, unsigned max_records, dsess_rec_fn fn, void *arg, char *why,
+                       size_t why_len);
 /* Publishes written events; wakes the client if it sleeps: a FUTEX_WAKE queued on the
  * loop's ring (dloop_queue_futex_wake: the loop submits an iteration's wakes in one system
  * call), or the system call itself where the kernel lacks it.
  * Returns 1 when it published something, 2 when it also woke the client. */
-int  dsess_publish(dsess *s);
+int dsess_publish(dsess *s);
 /* The loop's side of the sleep handshake (shm/ring.h): announce (flag, full fence) before
  * dsess_prepare_sleep looks again; clear once awake. */
 void dsess_announce_sleep(dsess *s);
@@ -143,7 +143,7 @@ void dsess_clear_sleep(dsess *s);
 /* Before the loop sleeps (daemon_sleeping announced): 1 when the session has work after
  * all (records, unless paused, or space it waited for) or its doorbell wait could not be
  * armed; 0 when its doorbell wait is armed and the loop may sleep. */
-int  dsess_prepare_sleep(dsess *s, int paused);
+int dsess_prepare_sleep(dsess *s, int paused);
 
 /* Status words the client reads, on every ACTIVE session. */
 void dsess_write_state_all(dloop *l, uint32_t state);

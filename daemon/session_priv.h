@@ -17,9 +17,9 @@
 #include "shm/wire.h"
 
 enum dsess_phase {
-	DSESS_HELLO = 1,  /* accepted, waiting for the client's hello */
-	DSESS_ACTIVE,     /* segments mapped, service knows it */
-	DSESS_ZOMBIE,     /* ended; waiting for its io_uring operations to complete */
+    DSESS_HELLO = 1, /* accepted, waiting for the client's hello */
+    DSESS_ACTIVE,    /* segments mapped, service knows it */
+    DSESS_ZOMBIE,    /* ended; waiting for its io_uring operations to complete */
 };
 
 /* Operations kept in flight per session (bits of dsess.armed, and the user_data tag:
@@ -28,47 +28,47 @@ enum { DSESS_OP_RECV = 1, DSESS_OP_PIDFD = 2, DSESS_OP_DOORBELL = 3 };
 #define DSESS_UD_TAG_MASK 7ull
 
 struct dsess {
-	dloop *loop;
-	uint64_t id;
-	int phase;
-	int sock, pidfd, efd;             /* efd: eventfd doorbell or -1 */
-	uid_t uid;
-	gid_t gid;
-	pid_t pid;
-	void *user;
-	int svc_knows;                    /* on_connect accepted: on_close is owed */
+    dloop *loop;
+    uint64_t id;
+    int phase;
+    int sock, pidfd, efd; /* efd: eventfd doorbell or -1 */
+    uid_t uid;
+    gid_t gid;
+    pid_t pid;
+    void *user;
+    int svc_knows; /* on_connect accepted: on_close is owed */
 
-	/* segments */
-	int cfd, dfd;
-	struct ringlm_wire_cseg *cseg;    /* client-written: never trusted */
-	size_t cseg_bytes;
-	struct ringlm_wire_dseg *dseg;
-	size_t dseg_bytes;
-	struct ring_rec_cons sub;
-	struct ring_ev_prod ev;
-	uint8_t *recbuf;                  /* private copy of one record (8-byte aligned) */
-	size_t recbuf_len;
-	int want_space;                   /* we set dseg->want_space */
+    /* segments */
+    int cfd, dfd;
+    struct ringlm_wire_cseg *cseg; /* client-written: never trusted */
+    size_t cseg_bytes;
+    struct ringlm_wire_dseg *dseg;
+    size_t dseg_bytes;
+    struct ring_rec_cons sub;
+    struct ring_ev_prod ev;
+    uint8_t *recbuf; /* private copy of one record (8-byte aligned) */
+    size_t recbuf_len;
+    int want_space; /* we set dseg->want_space */
 
-	/* io_uring bookkeeping */
-	unsigned armed;                   /* bit (1 << DSESS_OP_x) while that op is in flight */
-	int inflight;                     /* SQEs with this session's user_data not completed */
-	uint64_t hello_deadline_us;
-	int check_deferred;               /* accepted without its hello: the half-open budget
+    /* io_uring bookkeeping */
+    unsigned armed; /* bit (1 << DSESS_OP_x) while that op is in flight */
+    int inflight;   /* SQEs with this session's user_data not completed */
+    uint64_t hello_deadline_us;
+    int check_deferred; /* accepted without its hello: the half-open budget
 	                                     is charged at check_at_us (dsess_check_deferred) */
-	uint64_t check_at_us;
-	int rate_wait;                    /* hello read, over its uid's connect rate: set up at
+    uint64_t check_at_us;
+    int rate_wait; /* hello read, over its uid's connect rate: set up at
 	                                     rate_at_us (dsess_check_deferred) */
-	uint64_t rate_at_us;
-	uint64_t eventfd_buf;
-	char rxbuf[sizeof(struct ringlm_wire_hello) + 64];
+    uint64_t rate_at_us;
+    uint64_t eventfd_buf;
+    char rxbuf[sizeof(struct ringlm_wire_hello) + 64];
 
-	/* ending */
-	int ending;
-	char end_reason[104];
+    /* ending */
+    int ending;
+    char end_reason[104];
 
-	struct dsess *next, *prev;        /* the loop's list of all sessions (zombies included) */
-	struct dsess *end_next;           /* the loop's list of sessions to end this iteration */
+    struct dsess *next, *prev; /* the loop's list of all sessions (zombies included) */
+    struct dsess *end_next;    /* the loop's list of sessions to end this iteration */
 };
 
 /* ---- session_shm.c, for session.c ------------------------------------------------------ */
@@ -76,13 +76,13 @@ struct dsess {
 /* Creates and maps both segments (sealed memfds) and sets up the rings. node >= 0 binds
  * them to that node (rnuma_bind); pages are faulted in as they are first used.  0 or -errno
  * with why. */
-int  dsess_segments_create(dsess *s, unsigned submit_bytes, unsigned event_slots, int node,
-			   uint64_t policy_hash, char *why, size_t why_len);
+int dsess_segments_create(dsess *s, unsigned submit_bytes, unsigned event_slots, int node,
+                          uint64_t policy_hash, char *why, size_t why_len);
 void dsess_segments_destroy(dsess *s);
 /* Does the submit ring hold unread bytes (or an impossible index, which also needs us)? */
-int  dsess_submit_pending(dsess *s);
+int dsess_submit_pending(dsess *s);
 /* With want_space set: has the client freed space since? */
-int  dsess_space_returned(dsess *s);
+int dsess_space_returned(dsess *s);
 /* Status words the client reads. */
 void dsess_write_state(dsess *s, uint32_t state);
 void dsess_write_policy_hash(dsess *s, uint64_t hash);

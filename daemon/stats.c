@@ -44,16 +44,26 @@ void stats_write(svc *s)
     const char *invariants = "unchecked";
     if (s->cfg.check_invariants)
         invariants = sched_check_invariants(s->sched, why, sizeof why) == 0 ? "ok"
-                     : why[0] ? why : "violated";
+                     : why[0]                                               ? why
+                                                                            : "violated";
     fmt_stats st = {
-        .t_us = s->now_us, .iterations = s->n_iterations,
+        .t_us = s->now_us,
+        .iterations = s->n_iterations,
         .sessions = s->loop ? (uint64_t)dloop_session_count(s->loop) : 0,
-        .live_requests = s->live_reqs, .waiting = c.waiting, .running = c.running,
-        .swapped = c.swapped, .in_transit = c.in_transit, .blocked = c.blocked,
+        .live_requests = s->live_reqs,
+        .waiting = c.waiting,
+        .running = c.running,
+        .swapped = c.swapped,
+        .in_transit = c.in_transit,
+        .blocked = c.blocked,
         .transfers_inflight = s->tiers ? (uint64_t)kvtier_inflight(s->tiers) : 0,
-        .swap_verified = s->n_swap_verified, .swap_verify_errors = s->n_swap_verify_errors,
-        .transfer_overlap_errors = s->n_overlap_errors, .engine_errors = s->n_engine_errors,
-        .finished = s->n_finished, .rejects = s->n_rejects, .draining = s->draining,
+        .swap_verified = s->n_swap_verified,
+        .swap_verify_errors = s->n_swap_verify_errors,
+        .transfer_overlap_errors = s->n_overlap_errors,
+        .engine_errors = s->n_engine_errors,
+        .finished = s->n_finished,
+        .rejects = s->n_rejects,
+        .draining = s->draining,
         .steps = c.steps,
     };
     _Static_assert(FMT_STATS_POOLS == SCHED_POOL__COUNT, "the stats file lists every pool");
@@ -84,8 +94,10 @@ void stats_update_series_queues(svc *s)
             if (r->ended || r->series < 0 || r->series >= SVC_MAX_SERIES) continue;
             sched_req_info ri;
             if (sched_get_request(s->sched, r->id, &ri) < 0) continue;
-            if (ri.state == SCHED_REQ_WAITING) waiting[r->series]++;
-            else running[r->series]++;
+            if (ri.state == SCHED_REQ_WAITING)
+                waiting[r->series]++;
+            else
+                running[r->series]++;
             if (r->series > max_series) max_series = r->series;
         }
     if (max_series > s->max_series_seen) s->max_series_seen = max_series;
@@ -129,11 +141,17 @@ void itlog_emit(svc *s, uint64_t next_start_us)
     if (!it->pending) return;
     it->pending = false;
     fmt_iteration line = {
-        .it = (int64_t)it->it, .t_us = (int64_t)it->t_us, .period_us = FMT_NULL,
-        .iter_us = (int64_t)it->iter_us, .exec_us = (int64_t)it->exec_us,
-        .prefill_tokens = (int64_t)it->w.prefill_tokens, .prefill_seqs = it->w.prefill_seqs,
-        .prefill_pairs = it->w.prefill_pairs, .decode_seqs = it->w.decode_seqs,
-        .decode_context = it->w.decode_context, .context_tokens = (int64_t)it->w.context_tokens,
+        .it = (int64_t)it->it,
+        .t_us = (int64_t)it->t_us,
+        .period_us = FMT_NULL,
+        .iter_us = (int64_t)it->iter_us,
+        .exec_us = (int64_t)it->exec_us,
+        .prefill_tokens = (int64_t)it->w.prefill_tokens,
+        .prefill_seqs = it->w.prefill_seqs,
+        .prefill_pairs = it->w.prefill_pairs,
+        .decode_seqs = it->w.decode_seqs,
+        .decode_context = it->w.decode_context,
+        .context_tokens = (int64_t)it->w.context_tokens,
         .transfers = it->transfers,
         .wakes = s->loop ? (int64_t)(dloop_futex_wakes(s->loop) - it->wakes_before) : 0,
     };
@@ -146,8 +164,12 @@ void itlog_hold(svc *s, const sched_plan *p, uint64_t t_us, uint64_t iter_us, ui
                 uint64_t wakes_before)
 {
     struct svc_iter *it = &s->itl;
-    *it = (struct svc_iter){.pending = true, .it = s->n_iterations, .t_us = t_us,
-                            .iter_us = iter_us, .exec_us = exec_us,
-                            .wakes_before = wakes_before, .transfers = p->n_transfers};
+    *it = (struct svc_iter){.pending = true,
+                            .it = s->n_iterations,
+                            .t_us = t_us,
+                            .iter_us = iter_us,
+                            .exec_us = exec_us,
+                            .wakes_before = wakes_before,
+                            .transfers = p->n_transfers};
     sched_plan_work_of(p, &it->w);
 }

@@ -21,7 +21,10 @@ static uint64_t fnv1a(const void *p, size_t n)
 {
     const unsigned char *b = p;
     uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 1099511628211ull; }
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ull;
+    }
     return h;
 }
 
@@ -39,9 +42,9 @@ static uint64_t block_sum(svc *s, int block)
 
 typedef struct xfer_ctx {
     svc *s;
-    uint64_t reload_req;   /* a prefix-cache reload: the request it is for */
+    uint64_t reload_req; /* a prefix-cache reload: the request it is for */
     int n;
-    int32_t *dev;  /* for swap verification */
+    int32_t *dev; /* for swap verification */
     int32_t *slot;
 } xfer_ctx;
 
@@ -51,7 +54,8 @@ static void reload_failed(svc *s, uint64_t req, uint64_t xfer, int res)
 {
     svc_req *r = req_find(s, req);
     if (!r || r->ended) return;
-    svc_log("request %llu: reloading its cached prefix (transfer %llu) failed: %s; it ends with an error",
+    svc_log("request %llu: reloading its cached prefix (transfer %llu) failed: %s; it ends with an "
+            "error",
             (unsigned long long)req, (unsigned long long)xfer, strerror(-res));
     req_cancel(s, r, SCHED_CANCEL_KV_READ_FAILED, RINGLM_WIRE_R_ERROR, RINGLM_WIRE_R_INTERNAL);
 }
@@ -79,14 +83,14 @@ static void on_xfer_done(void *ctx, uint64_t cookie, int res, sched_xfer_dir dir
             if (h != s->slot_sum[tier][x->slot[i]]) {
                 s->n_swap_verify_errors++;
                 svc_log("swap verify: device block %d from %s slot %d differs (%016llx vs %016llx)",
-                       x->dev[i], sched_pool_name(tier), x->slot[i],
-                       (unsigned long long)h, (unsigned long long)s->slot_sum[tier][x->slot[i]]);
+                        x->dev[i], sched_pool_name(tier), x->slot[i], (unsigned long long)h,
+                        (unsigned long long)s->slot_sum[tier][x->slot[i]]);
             }
         }
     }
     if (res < 0)
         svc_log("KV transfer %llu (%s, %s tier) failed: %s", (unsigned long long)cookie,
-               dir == SCHED_XFER_OUT ? "out" : "in", sched_pool_name(tier), strerror(-res));
+                dir == SCHED_XFER_OUT ? "out" : "in", sched_pool_name(tier), strerror(-res));
     else
         metrics_observe_transfer(s->mx, tier, dir, bytes, elapsed_us);
     DTRACE_PROBE4(ringlmd, transfer_done, cookie, dir, tier, res);
@@ -122,8 +126,14 @@ void xfer_start(svc *s, const sched_transfer *t)
     }
     const uint32_t *devs = t->dir == SCHED_XFER_OUT ? t->src : t->dst;
     const uint32_t *slots = t->dir == SCHED_XFER_OUT ? t->dst : t->src;
-    for (int i = 0; i < n; i++) { dev[i] = (int32_t)devs[i]; slot[i] = (int32_t)slots[i]; }
-    x->s = s; x->n = n; x->dev = dev; x->slot = slot;
+    for (int i = 0; i < n; i++) {
+        dev[i] = (int32_t)devs[i];
+        slot[i] = (int32_t)slots[i];
+    }
+    x->s = s;
+    x->n = n;
+    x->dev = dev;
+    x->slot = slot;
     x->reload_req = t->cache ? t->req : 0;
     if (s->slot_sum[tier]) {
         int nslots = kvtier_blocks(s->tiers, tier), ndev = eng_kv_blocks(s->engine);
@@ -133,10 +143,11 @@ void xfer_start(svc *s, const sched_transfer *t)
              * another, means the plan raced itself; two swap-outs may read one device block
              * (a cached prefix block shared by both sequences). */
             bool in = t->dir == SCHED_XFER_IN;
-            if ((in ? s->busy_dev[dev[i]] : s->busy_dev_in[dev[i]]) || s->busy_slot[tier][slot[i]]) {
+            if ((in ? s->busy_dev[dev[i]] : s->busy_dev_in[dev[i]]) ||
+                s->busy_slot[tier][slot[i]]) {
                 s->n_overlap_errors++;
                 svc_log("verify: transfer %llu uses device block %d / %s slot %d already in flight",
-                       (unsigned long long)t->id, dev[i], sched_pool_name(tier), slot[i]);
+                        (unsigned long long)t->id, dev[i], sched_pool_name(tier), slot[i]);
             }
             s->busy_dev[dev[i]]++;
             if (in) s->busy_dev_in[dev[i]]++;
@@ -146,17 +157,19 @@ void xfer_start(svc *s, const sched_transfer *t)
     }
     DTRACE_PROBE4(ringlmd, transfer_start, t->id, (int)t->dir, tier, n);
     if (s->trace_xfer) {
-        char b[1024]; int k = 0;
-        for (int i = 0; i < n && k < 900; i++) k += snprintf(b + k, sizeof b - (size_t)k, " %d:%d", dev[i], slot[i]);
-        svc_log("xfer %llu req %llu %s start dev:slot%s", (unsigned long long)t->id, (unsigned long long)t->req, t->dir == SCHED_XFER_OUT ? "out" : "in", b);
+        char b[1024];
+        int k = 0;
+        for (int i = 0; i < n && k < 900; i++)
+            k += snprintf(b + k, sizeof b - (size_t)k, " %d:%d", dev[i], slot[i]);
+        svc_log("xfer %llu req %llu %s start dev:slot%s", (unsigned long long)t->id,
+                (unsigned long long)t->req, t->dir == SCHED_XFER_OUT ? "out" : "in", b);
     }
-    rc = kvtier_submit(s->tiers, t->dir, tier, dev, slot, n,
-                       t->id, on_xfer_done, x);
+    rc = kvtier_submit(s->tiers, t->dir, tier, dev, slot, n, t->id, on_xfer_done, x);
     if (rc == 0) return;
     if (rc == -EBUSY && t->cache) {
         /* every job slot in flight: a reload is done now instead (the scheduler takes its
          * completion at any time; its blocks are the request's alone) */
-        if (s->slot_sum[tier])   /* (undo the marks above: xfer_copy checks and marks its own) */
+        if (s->slot_sum[tier]) /* (undo the marks above: xfer_copy checks and marks its own) */
             for (int i = 0; i < n; i++) {
                 if (slot[i] < 0 || slot[i] >= kvtier_blocks(s->tiers, tier) || dev[i] < 0 ||
                     dev[i] >= eng_kv_blocks(s->engine))
@@ -165,13 +178,17 @@ void xfer_start(svc *s, const sched_transfer *t)
                 s->busy_dev_in[dev[i]]--;
                 s->busy_slot[tier][slot[i]]--;
             }
-        free(x); free(dev); free(slot);
+        free(x);
+        free(dev);
+        free(slot);
         xfer_copy(s, t);
         return;
     }
     svc_log("KV transfer %llu not started: %s", (unsigned long long)t->id, kvtier_errmsg());
 fail:
-    free(x); free(dev); free(slot);
+    free(x);
+    free(dev);
+    free(slot);
     sched_transfer_done(s->sched, t->id, s->now_us, 0, 0, rc);
     if (t->cache && t->req) reload_failed(s, t->req, t->id, rc);
 }
@@ -196,24 +213,33 @@ void xfer_copy(svc *s, const sched_transfer *t)
     uint64_t us = 0;
     int rc = -ENOMEM;
     if (src && dst && s->tiers) {
-        for (int i = 0; i < n; i++) { src[i] = (int32_t)t->src[i]; dst[i] = (int32_t)t->dst[i]; }
+        for (int i = 0; i < n; i++) {
+            src[i] = (int32_t)t->src[i];
+            dst[i] = (int32_t)t->dst[i];
+        }
         if (s->busy_dev) {
             /* a block a swap in flight uses must not be one a cache copy touches */
             for (int i = 0; i < n; i++) {
                 int dev = in ? dst[i] : from == SCHED_POOL_DEVICE ? src[i] : -1;
-                bool clash = dev >= 0 && dev < eng_kv_blocks(s->engine) && (in ? s->busy_dev[dev] : s->busy_dev_in[dev]);
-                if (from != SCHED_POOL_DEVICE && s->busy_slot[from] && s->busy_slot[from][src[i]]) clash = true;
-                if (to != SCHED_POOL_DEVICE && s->busy_slot[to] && s->busy_slot[to][dst[i]]) clash = true;
+                bool clash = dev >= 0 && dev < eng_kv_blocks(s->engine) &&
+                             (in ? s->busy_dev[dev] : s->busy_dev_in[dev]);
+                if (from != SCHED_POOL_DEVICE && s->busy_slot[from] && s->busy_slot[from][src[i]])
+                    clash = true;
+                if (to != SCHED_POOL_DEVICE && s->busy_slot[to] && s->busy_slot[to][dst[i]])
+                    clash = true;
                 if (clash) {
                     s->n_overlap_errors++;
-                    svc_log("verify: cache copy %llu uses %s block %d / %s block %d while a swap moves it",
-                            (unsigned long long)t->id, sched_pool_name(from), src[i], sched_pool_name(to), dst[i]);
+                    svc_log("verify: cache copy %llu uses %s block %d / %s block %d while a swap "
+                            "moves it",
+                            (unsigned long long)t->id, sched_pool_name(from), src[i],
+                            sched_pool_name(to), dst[i]);
                 }
             }
         }
         rc = kvtier_copy(s->tiers, from, to, src, dst, n, &us);
-        if (rc < 0) svc_log("KV cache copy %llu (%s → %s, %d blocks) failed: %s", (unsigned long long)t->id,
-                            sched_pool_name(from), sched_pool_name(to), n, kvtier_errmsg());
+        if (rc < 0)
+            svc_log("KV cache copy %llu (%s → %s, %d blocks) failed: %s", (unsigned long long)t->id,
+                    sched_pool_name(from), sched_pool_name(to), n, kvtier_errmsg());
     } else if (!s->tiers) {
         rc = -ENOTSUP;
     }
@@ -222,23 +248,29 @@ void xfer_copy(svc *s, const sched_transfer *t)
          * them, a demotion to disk and a reload compare what they read with that */
         for (int i = 0; i < n; i++) {
             uint64_t want = 0, got;
-            if (from == SCHED_POOL_DEVICE) { s->slot_sum[to][dst[i]] = block_sum(s, src[i]); continue; }
+            if (from == SCHED_POOL_DEVICE) {
+                s->slot_sum[to][dst[i]] = block_sum(s, src[i]);
+                continue;
+            }
             want = s->slot_sum[from][src[i]];
             got = to == SCHED_POOL_DEVICE ? block_sum(s, dst[i]) : slot_hash(s, to, dst[i]);
             if (to != SCHED_POOL_DEVICE) s->slot_sum[to][dst[i]] = got;
             s->n_swap_verified++;
             if (got != want) {
                 s->n_swap_verify_errors++;
-                svc_log("swap verify: cache copy %llu: %s block %d from %s slot %d differs (%016llx vs %016llx)",
-                        (unsigned long long)t->id, sched_pool_name(to), dst[i], sched_pool_name(from), src[i],
-                        (unsigned long long)got, (unsigned long long)want);
+                svc_log("swap verify: cache copy %llu: %s block %d from %s slot %d differs "
+                        "(%016llx vs %016llx)",
+                        (unsigned long long)t->id, sched_pool_name(to), dst[i],
+                        sched_pool_name(from), src[i], (unsigned long long)got,
+                        (unsigned long long)want);
             }
         }
     }
     if (rc == 0) metrics_observe_transfer(s->mx, t->tier, t->dir, (size_t)t->bytes, us);
     DTRACE_PROBE4(ringlmd, transfer_done, t->id, t->dir, t->tier, rc);
-    if (s->trace_xfer) svc_log("cache copy %llu %s → %s, %d blocks: %d", (unsigned long long)t->id,
-                               sched_pool_name(from), sched_pool_name(to), n, rc);
+    if (s->trace_xfer)
+        svc_log("cache copy %llu %s → %s, %d blocks: %d", (unsigned long long)t->id,
+                sched_pool_name(from), sched_pool_name(to), n, rc);
     sched_transfer_done(s->sched, t->id, s->now_us, rc == 0 ? t->bytes : 0, us, rc);
     if (rc < 0 && in && t->req) reload_failed(s, t->req, t->id, rc);
     free(src);
@@ -251,7 +283,8 @@ void xfer_check_compute(svc *s, const sched_entry *e)
     if (!s->busy_dev) return;
     /* the entry writes the blocks of positions [start_pos, start_pos + n_tokens) and only
      * reads the ones before: reading a block a swap-out reads too is fine */
-    uint32_t bs = (uint32_t)eng_kv_block_size(s->engine), first_written = bs ? e->start_pos / bs : 0;
+    uint32_t bs = (uint32_t)eng_kv_block_size(s->engine),
+             first_written = bs ? e->start_pos / bs : 0;
     for (uint32_t j = 0; j < e->n_blocks; j++)
         if (e->blocks[j] < (uint32_t)eng_kv_blocks(s->engine) &&
             (s->busy_dev_in[e->blocks[j]] || (j >= first_written && s->busy_dev[e->blocks[j]]))) {

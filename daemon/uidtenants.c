@@ -55,13 +55,15 @@ void ut_init(svc *s)
 static int ut_take(svc *s)
 {
     for (int i = 0; i < SVC_UID_TENANTS; i++)
-        if (!s->ut[i].bound && s->ut[i].tenant >= 0 && sched_tenant_recycle(s->sched, s->ut[i].tenant) == 0)
+        if (!s->ut[i].bound && s->ut[i].tenant >= 0 &&
+            sched_tenant_recycle(s->sched, s->ut[i].tenant) == 0)
             return i;
     for (;;) {
         int best = -1;
         for (int i = 0; i < SVC_UID_TENANTS; i++) {
             const struct svc_uid_tenant *u = &s->ut[i];
-            if (u->bound && !u->sessions && !u->busy && (best < 0 || u->last_us < s->ut[best].last_us))
+            if (u->bound && !u->sessions && !u->busy &&
+                (best < 0 || u->last_us < s->ut[best].last_us))
                 best = i;
         }
         if (best < 0) return -1;

@@ -18,14 +18,14 @@
 #define GW_NAME_MAX 16 /* tenant and class names, with the NUL (RINGLM_WIRE_NAME_LEN) */
 
 typedef struct gw_key {
-	char *key;
-	char tenant[GW_NAME_MAX];
-	char class_name[GW_NAME_MAX]; /* "" = the daemon's default class */
+    char *key;
+    char tenant[GW_NAME_MAX];
+    char class_name[GW_NAME_MAX]; /* "" = the daemon's default class */
 } gw_key;
 
 typedef struct gw_keys {
-	gw_key *v;
-	size_t n;
+    gw_key *v;
+    size_t n;
 } gw_keys;
 
 /* Parses a keys file. Returns 0, or -errno with why (line and reason) filled. */

@@ -27,8 +27,10 @@ static void opt_int(fmt_json *j, const char *key, int64_t v)
 static void opt_real(fmt_json *j, const char *key, double v)
 {
     if (isnan(v)) return;
-    if (v < 0) fmt_json_null(j, key);
-    else fmt_json_double(j, key, v, 1);
+    if (v < 0)
+        fmt_json_null(j, key);
+    else
+        fmt_json_double(j, key, v, 1);
 }
 
 /* The longest prefix of s within max bytes that does not cut a UTF-8 sequence. */
@@ -73,8 +75,11 @@ int fmt_decision_format(const fmt_decision *d, char *buf, size_t cap)
 static int get_real(json_t *o, const char *key, double *out, char *why, size_t wl)
 {
     json_t *v = json_object_get(o, key);
-    if (!v) return 0;                       /* absent: NaN stays */
-    if (json_is_null(v)) { *out = -1; return 0; }
+    if (!v) return 0; /* absent: NaN stays */
+    if (json_is_null(v)) {
+        *out = -1;
+        return 0;
+    }
     return fmt_get_num(o, key, 0, 0, out, why, wl);
 }
 
@@ -101,7 +106,8 @@ int fmt_decision_parse(const char *line, size_t len, fmt_decision *out, fmt_deci
               fmt_get_str(o, "ev", FMT_REQUIRED, text->ev, sizeof text->ev, why, whylen) ||
               fmt_get_int(o, "req", FMT_REQUIRED, 0, M, &req, why, whylen) ||
               get_s(o, "tenant", text->tenant, sizeof text->tenant, &out->tenant, why, whylen) ||
-              get_s(o, "class", text->class_name, sizeof text->class_name, &out->class_name, why, whylen) ||
+              get_s(o, "class", text->class_name, sizeof text->class_name, &out->class_name, why,
+                    whylen) ||
               get_s(o, "reason", text->reason, sizeof text->reason, &out->reason, why, whylen) ||
               get_s(o, "detail", text->detail, sizeof text->detail, &out->detail, why, whylen) ||
               get_s(o, "mode", text->mode, sizeof text->mode, &out->mode, why, whylen) ||

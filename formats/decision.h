@@ -31,18 +31,18 @@ extern "C" {
 
 typedef struct fmt_decision {
     uint64_t t_us;
-    const char *ev;            /* "admit", "reject", ... (required) */
+    const char *ev; /* "admit", "reject", ... (required) */
     uint64_t req;
     const char *tenant, *class_name, *reason, *detail, *mode, *pool, *policy;
     int64_t prompt_tokens, max_tokens, output_tokens, blocks, tokens, wait_us, ttft_us, xfer,
-        bytes;                 /* FMT_NULL: absent */
+        bytes;                                                         /* FMT_NULL: absent */
     double swap_cost_us, recompute_cost_us, predicted_us, realised_us; /* NaN: absent; <0 null */
 } fmt_decision;
 
 typedef struct fmt_decision_text {
-    char ev[FMT_REASON_MAX], tenant[FMT_NAME_MAX], class_name[FMT_NAME_MAX],
-        reason[FMT_REASON_MAX], detail[3 * FMT_DETAIL_MAX], mode[FMT_REASON_MAX],
-        pool[FMT_REASON_MAX], policy[FMT_NAME_MAX];
+    char ev[FMT_REASON_MAX], tenant[FMT_NAME_MAX], class_name[FMT_NAME_MAX], reason[FMT_REASON_MAX],
+        detail[3 * FMT_DETAIL_MAX], mode[FMT_REASON_MAX], pool[FMT_REASON_MAX],
+        policy[FMT_NAME_MAX];
 } fmt_decision_text;
 
 /* A decision with every optional field absent (the strings NULL, integers FMT_NULL, reals

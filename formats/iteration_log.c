@@ -50,19 +50,20 @@ int fmt_iteration_parse(const char *line, size_t len, fmt_iteration *out, char *
     if (!o) return -EINVAL;
     /* the fields the fit uses first, then the others: checked when present so that a broken
      * writer shows up here rather than as a silently wrong model */
-    int bad = get_count(o, "prefill_tokens", FMT_REQUIRED, &out->prefill_tokens, why, whylen) ||
-              get_count(o, "decode_seqs", FMT_REQUIRED, &out->decode_seqs, why, whylen) ||
-              get_count(o, "context_tokens", FMT_REQUIRED, &out->context_tokens, why, whylen) ||
-              fmt_get_num(o, "prefill_pairs", FMT_REQUIRED, 0, &out->prefill_pairs, why, whylen) ||
-              get_count(o, "it", 0, &out->it, why, whylen) ||
-              fmt_get_num(o, "t_us", FMT_NULLABLE, 0, &out->t_us, why, whylen) ||
-              fmt_get_num(o, "period_us", FMT_NULLABLE, 0, &out->period_us, why, whylen) ||
-              fmt_get_num(o, "iter_us", FMT_NULLABLE, 0, &out->iter_us, why, whylen) ||
-              fmt_get_num(o, "exec_us", FMT_NULLABLE, 0, &out->exec_us, why, whylen) ||
-              get_count(o, "prefill_seqs", 0, &out->prefill_seqs, why, whylen) ||
-              fmt_get_num(o, "decode_context", FMT_NULLABLE, 0, &out->decode_context, why, whylen) ||
-              get_count(o, "transfers", 0, &out->transfers, why, whylen) ||
-              get_count(o, "wakes", 0, &out->wakes, why, whylen);
+    int bad =
+        get_count(o, "prefill_tokens", FMT_REQUIRED, &out->prefill_tokens, why, whylen) ||
+        get_count(o, "decode_seqs", FMT_REQUIRED, &out->decode_seqs, why, whylen) ||
+        get_count(o, "context_tokens", FMT_REQUIRED, &out->context_tokens, why, whylen) ||
+        fmt_get_num(o, "prefill_pairs", FMT_REQUIRED, 0, &out->prefill_pairs, why, whylen) ||
+        get_count(o, "it", 0, &out->it, why, whylen) ||
+        fmt_get_num(o, "t_us", FMT_NULLABLE, 0, &out->t_us, why, whylen) ||
+        fmt_get_num(o, "period_us", FMT_NULLABLE, 0, &out->period_us, why, whylen) ||
+        fmt_get_num(o, "iter_us", FMT_NULLABLE, 0, &out->iter_us, why, whylen) ||
+        fmt_get_num(o, "exec_us", FMT_NULLABLE, 0, &out->exec_us, why, whylen) ||
+        get_count(o, "prefill_seqs", 0, &out->prefill_seqs, why, whylen) ||
+        fmt_get_num(o, "decode_context", FMT_NULLABLE, 0, &out->decode_context, why, whylen) ||
+        get_count(o, "transfers", 0, &out->transfers, why, whylen) ||
+        get_count(o, "wakes", 0, &out->wakes, why, whylen);
     json_decref(o);
     if (bad) return -EINVAL;
     if (out->transfers == FMT_NULL) out->transfers = 0;

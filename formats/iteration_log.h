@@ -22,21 +22,21 @@ extern "C" {
 #endif
 
 typedef struct fmt_iteration {
-    int64_t it;              /* loop counter; FMT_NULL when absent */
+    int64_t it; /* loop counter; FMT_NULL when absent */
     /* Times in µs. Written as whole numbers; read as numbers (a fraction is kept: logs of
      * other tools and the tests carry them). NaN: absent / null. */
-    double t_us;             /* iteration start */
-    double period_us;        /* to the next iteration's start; NaN: went idle, or the last */
+    double t_us;      /* iteration start */
+    double period_us; /* to the next iteration's start; NaN: went idle, or the last */
     double iter_us;
     double exec_us;
     int64_t prefill_tokens;
-    int64_t prefill_seqs;    /* FMT_NULL when absent */
+    int64_t prefill_seqs; /* FMT_NULL when absent */
     double prefill_pairs;
     int64_t decode_seqs;
-    double decode_context;   /* NaN when absent */
+    double decode_context; /* NaN when absent */
     int64_t context_tokens;
-    int64_t transfers;       /* 0 when absent */
-    int64_t wakes;           /* FMT_NULL when absent */
+    int64_t transfers; /* 0 when absent */
+    int64_t wakes;     /* FMT_NULL when absent */
 } fmt_iteration;
 
 /* One JSON object (no newline) into buf[cap]: the length, or -EMSGSIZE. The pairs and the
@@ -44,8 +44,7 @@ typedef struct fmt_iteration {
 int fmt_iteration_format(const fmt_iteration *it, char *buf, size_t cap);
 
 /* Parses one line. 0, or -EINVAL with why naming the field. */
-int fmt_iteration_parse(const char *line, size_t len, fmt_iteration *out, char *why,
-                        size_t whylen);
+int fmt_iteration_parse(const char *line, size_t len, fmt_iteration *out, char *why, size_t whylen);
 
 #ifdef __cplusplus
 }

@@ -40,15 +40,31 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
     if (c < 0x80) return 1;
     size_t len;
     unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c == 0xE0) { len = 3; lo = 0xA0; }
-    else if (c >= 0xE1 && c <= 0xEC) len = 3;
-    else if (c == 0xED) { len = 3; hi = 0x9F; }         /* no UTF-16 surrogates */
-    else if (c >= 0xEE && c <= 0xEF) len = 3;
-    else if (c == 0xF0) { len = 4; lo = 0x90; }         /* no overlong 4-byte forms */
-    else if (c >= 0xF1 && c <= 0xF3) len = 4;
-    else if (c == 0xF4) { len = 4; hi = 0x8F; }         /* nothing above U+10FFFF */
-    else return 0;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2;
+    else if (c == 0xE0) {
+        len = 3;
+        lo = 0xA0;
+    } else if (c >= 0xE1 && c <= 0xEC)
+        len = 3;
+    else if (c == 0xED) {
+        len = 3;
+        hi = 0x9F;
+    } /* no UTF-16 surrogates */
+    else if (c >= 0xEE && c <= 0xEF)
+        len = 3;
+    else if (c == 0xF0) {
+        len = 4;
+        lo = 0x90;
+    } /* no overlong 4-byte forms */
+    else if (c >= 0xF1 && c <= 0xF3)
+        len = 4;
+    else if (c == 0xF4) {
+        len = 4;
+        hi = 0x8F;
+    } /* nothing above U+10FFFF */
+    else
+        return 0;
     if (n < len) return 0;
     if (s[1] < lo || s[1] > hi) return 0;
     for (size_t i = 2; i < len; i++)
@@ -130,8 +146,10 @@ void fmt_json_init(fmt_json *j, char *buf, size_t cap)
 void fmt_json_int(fmt_json *j, const char *key, int64_t v)
 {
     member(j, key);
-    if (v == FMT_NULL) put_n(j, "null", 4);
-    else put_fmt(j, "%lld", (long long)v);
+    if (v == FMT_NULL)
+        put_n(j, "null", 4);
+    else
+        put_fmt(j, "%lld", (long long)v);
 }
 
 void fmt_json_uint(fmt_json *j, const char *key, uint64_t v)
@@ -143,16 +161,21 @@ void fmt_json_uint(fmt_json *j, const char *key, uint64_t v)
 void fmt_json_double(fmt_json *j, const char *key, double v, int decimals)
 {
     member(j, key);
-    if (!isfinite(v)) put_n(j, "null", 4);
-    else if (decimals >= 0) put_fmt(j, "%.*f", decimals > 17 ? 17 : decimals, v);
-    else put_fmt(j, "%.17g", v);
+    if (!isfinite(v))
+        put_n(j, "null", 4);
+    else if (decimals >= 0)
+        put_fmt(j, "%.*f", decimals > 17 ? 17 : decimals, v);
+    else
+        put_fmt(j, "%.17g", v);
 }
 
 void fmt_json_strn(fmt_json *j, const char *key, const char *s, size_t n)
 {
     member(j, key);
-    if (!s) put_n(j, "null", 4);
-    else put_str(j, s, n);
+    if (!s)
+        put_n(j, "null", 4);
+    else
+        put_str(j, s, n);
 }
 
 void fmt_json_str(fmt_json *j, const char *key, const char *s)
@@ -163,8 +186,10 @@ void fmt_json_str(fmt_json *j, const char *key, const char *s)
 void fmt_json_bool(fmt_json *j, const char *key, bool v)
 {
     member(j, key);
-    if (v) put_n(j, "true", 4);
-    else put_n(j, "false", 5);
+    if (v)
+        put_n(j, "true", 4);
+    else
+        put_n(j, "false", 5);
 }
 
 void fmt_json_null(fmt_json *j, const char *key)
@@ -185,8 +210,14 @@ static void open_level(fmt_json *j, const char *key, char c)
     j->first[j->depth++] = true;
 }
 
-void fmt_json_object(fmt_json *j, const char *key) { open_level(j, key, '{'); }
-void fmt_json_array(fmt_json *j, const char *key) { open_level(j, key, '['); }
+void fmt_json_object(fmt_json *j, const char *key)
+{
+    open_level(j, key, '{');
+}
+void fmt_json_array(fmt_json *j, const char *key)
+{
+    open_level(j, key, '[');
+}
 
 void fmt_json_close(fmt_json *j)
 {
@@ -208,7 +239,8 @@ int fmt_json_end(fmt_json *j)
 
 /* ---- readers' field access ------------------------------------------------------------- */
 
-__attribute__((format(printf, 3, 4))) static int why_set(char *why, size_t whylen, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int why_set(char *why, size_t whylen, const char *fmt,
+                                                         ...)
 {
     if (why && whylen) {
         va_list ap;
@@ -227,8 +259,8 @@ static int absent(json_t *v, const char *key, unsigned flags, char *why, size_t 
     return 1;
 }
 
-int fmt_get_int(json_t *o, const char *key, unsigned flags, int64_t lo, int64_t hi,
-                int64_t *out, char *why, size_t whylen)
+int fmt_get_int(json_t *o, const char *key, unsigned flags, int64_t lo, int64_t hi, int64_t *out,
+                char *why, size_t whylen)
 {
     json_t *v = json_object_get(o, key);
     int a = absent(v, key, flags, why, whylen);
@@ -240,8 +272,8 @@ int fmt_get_int(json_t *o, const char *key, unsigned flags, int64_t lo, int64_t 
     if (json_is_integer(v)) {
         x = (int64_t)json_integer_value(v);
         if (x < lo || x > hi)
-            return why_set(why, whylen, "\"%s\" is %lld, must be in [%lld, %lld]", key, (long long)x,
-                           (long long)lo, (long long)hi);
+            return why_set(why, whylen, "\"%s\" is %lld, must be in [%lld, %lld]", key,
+                           (long long)x, (long long)lo, (long long)hi);
     } else if (json_is_real(v)) {
         double d = json_real_value(v);
         if (!(d >= (double)lo - 0.5 && d <= (double)hi + 0.5 && fabs(d) < 9e18))
@@ -287,7 +319,8 @@ int fmt_get_num(json_t *o, const char *key, unsigned flags, double lo, double *o
     }
     if (!json_is_number(v)) return why_set(why, whylen, "\"%s\" is not a number", key);
     double d = json_number_value(v);
-    if (!isfinite(d) || d < lo) return why_set(why, whylen, "\"%s\" is %g, must be >= %g", key, d, lo);
+    if (!isfinite(d) || d < lo)
+        return why_set(why, whylen, "\"%s\" is %g, must be >= %g", key, d, lo);
     *out = d;
     return 0;
 }
@@ -304,7 +337,8 @@ int fmt_get_str(json_t *o, const char *key, unsigned flags, char *out, size_t ca
     if (!json_is_string(v)) return why_set(why, whylen, "\"%s\" is not a string", key);
     size_t n = json_string_length(v);
     if (n >= cap)
-        return why_set(why, whylen, "\"%s\" is a string of %zu bytes, longer than %zu", key, n, cap - 1);
+        return why_set(why, whylen, "\"%s\" is a string of %zu bytes, longer than %zu", key, n,
+                       cap - 1);
     if (memchr(json_string_value(v), 0, n))
         return why_set(why, whylen, "\"%s\" holds a NUL character", key);
     memcpy(out, json_string_value(v), n + 1);
@@ -351,7 +385,11 @@ int fmt_read_file(const char *path, size_t max_bytes, char **out, size_t *out_le
         if (cap - len < 65536) {
             size_t ncap = cap ? cap * 2 : 1 << 20;
             char *nb = realloc(buf, ncap);
-            if (!nb) { why_set(why, whylen, "%s: out of memory", path); rc = -ENOMEM; goto out; }
+            if (!nb) {
+                why_set(why, whylen, "%s: out of memory", path);
+                rc = -ENOMEM;
+                goto out;
+            }
             buf = nb;
             cap = ncap;
         }
@@ -364,7 +402,11 @@ int fmt_read_file(const char *path, size_t max_bytes, char **out, size_t *out_le
         }
         if (got == 0) break;
     }
-    if (ferror(f)) { why_set(why, whylen, "%s: read error", path); rc = -EIO; goto out; }
+    if (ferror(f)) {
+        why_set(why, whylen, "%s: read error", path);
+        rc = -EIO;
+        goto out;
+    }
     buf[len] = 0;
     *out = buf;
     if (out_len) *out_len = len;

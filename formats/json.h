@@ -47,10 +47,10 @@ extern "C" {
 typedef struct fmt_json {
     char *buf;
     size_t cap;
-    size_t len;                    /* bytes the output needs so far (may exceed cap) */
-    int depth;                     /* open objects/arrays; 1 after init */
-    bool first[FMT_JSON_DEPTH];    /* no member written yet at this level */
-    char closer[FMT_JSON_DEPTH];   /* '}' or ']' */
+    size_t len;                  /* bytes the output needs so far (may exceed cap) */
+    int depth;                   /* open objects/arrays; 1 after init */
+    bool first[FMT_JSON_DEPTH];  /* no member written yet at this level */
+    char closer[FMT_JSON_DEPTH]; /* '}' or ']' */
     bool too_deep;
 } fmt_json;
 
@@ -58,12 +58,12 @@ typedef struct fmt_json {
 void fmt_json_init(fmt_json *j, char *buf, size_t cap);
 
 /* Members. key is the member name inside an object; NULL inside an array (an element). */
-void fmt_json_int(fmt_json *j, const char *key, int64_t v);      /* FMT_NULL → null */
+void fmt_json_int(fmt_json *j, const char *key, int64_t v); /* FMT_NULL → null */
 void fmt_json_uint(fmt_json *j, const char *key, uint64_t v);
 /* decimals >= 0: fixed with that many decimals; < 0: shortest exact ("%.17g"). NaN and
  * infinities are not JSON: null. */
 void fmt_json_double(fmt_json *j, const char *key, double v, int decimals);
-void fmt_json_str(fmt_json *j, const char *key, const char *s);  /* NULL → null */
+void fmt_json_str(fmt_json *j, const char *key, const char *s); /* NULL → null */
 /* The first n bytes of s (which need not be NUL-terminated). */
 void fmt_json_strn(fmt_json *j, const char *key, const char *s, size_t n);
 void fmt_json_bool(fmt_json *j, const char *key, bool v);
@@ -88,8 +88,9 @@ void fmt_json_escape(char *dst, size_t cap, size_t *pos, const char *s, size_t n
 /* ---- readers' field access (jansson) ---------------------------------------------------- */
 
 /* Flags of fmt_get_int / fmt_get_num / fmt_get_str. */
-#define FMT_REQUIRED 1u   /* missing or null is an error */
-#define FMT_NULLABLE 2u   /* missing or null sets FMT_NULL (NaN for numbers, NULL for strings);
+#define FMT_REQUIRED 1u /* missing or null is an error */
+#define FMT_NULLABLE                                                                               \
+    2u /* missing or null sets FMT_NULL (NaN for numbers, NULL for strings);
                              without it, missing leaves *out as the caller set it */
 
 /*
@@ -97,8 +98,8 @@ void fmt_json_escape(char *dst, size_t cap, size_t *pos, const char *s, size_t n
  * trace written by another tool may have 12.0); anything else is an error. Returns 0, or -1
  * with why ("\"prompt_tokens\" is -3, must be in [0, 2147483647]").
  */
-int fmt_get_int(json_t *o, const char *key, unsigned flags, int64_t lo, int64_t hi,
-                int64_t *out, char *why, size_t whylen);
+int fmt_get_int(json_t *o, const char *key, unsigned flags, int64_t lo, int64_t hi, int64_t *out,
+                char *why, size_t whylen);
 /* A finite number >= lo. Same returns. */
 int fmt_get_num(json_t *o, const char *key, unsigned flags, double lo, double *out, char *why,
                 size_t whylen);

@@ -33,7 +33,8 @@ int fmt_request_format(const fmt_request *r, char *buf, size_t cap)
     }
     if (answer) {
         fmt_json_array(&j, "answer_hash_ids");
-        for (uint32_t i = 0; i < r->n_answer_hash_ids; i++) fmt_json_uint(&j, NULL, r->answer_hash_ids[i]);
+        for (uint32_t i = 0; i < r->n_answer_hash_ids; i++)
+            fmt_json_uint(&j, NULL, r->answer_hash_ids[i]);
         fmt_json_close(&j);
     }
     if (r->sched_cost) {
@@ -90,7 +91,8 @@ static int get_sched_cost(json_t *o, fmt_sched_cost *c, bool *present, char *why
         fmt_get_num(step, "prefill_pair_us", FMT_REQUIRED, 0, &c->prefill_pair_us, why, whylen))
         return -1;
     if (!(c->correction > 0) || !(c->prefill_token_us > 0)) {
-        snprintf(why, whylen, "\"sched_cost\": \"%s\" must be > 0", c->correction > 0 ? "prefill_token_us" : "correction");
+        snprintf(why, whylen, "\"sched_cost\": \"%s\" must be > 0",
+                 c->correction > 0 ? "prefill_token_us" : "correction");
         return -1;
     }
     const char *name[2] = {"host", "disk"};
@@ -102,14 +104,19 @@ static int get_sched_cost(json_t *o, fmt_sched_cost *c, bool *present, char *why
             snprintf(why, whylen, "\"sched_cost\": \"%s\" is not an object", name[i]);
             return -1;
         }
-        if (fmt_get_num(t, "out_bytes_per_s", FMT_REQUIRED, 0, &tier[i]->out_bytes_per_s, why, whylen) ||
-            fmt_get_num(t, "in_bytes_per_s", FMT_REQUIRED, 0, &tier[i]->in_bytes_per_s, why, whylen) ||
+        if (fmt_get_num(t, "out_bytes_per_s", FMT_REQUIRED, 0, &tier[i]->out_bytes_per_s, why,
+                        whylen) ||
+            fmt_get_num(t, "in_bytes_per_s", FMT_REQUIRED, 0, &tier[i]->in_bytes_per_s, why,
+                        whylen) ||
             fmt_get_num(t, "latency_us", FMT_REQUIRED, 0, &tier[i]->latency_us, why, whylen))
             return -1;
         json_t *mo = json_object_get(t, "out_measured"), *mi = json_object_get(t, "in_measured");
-        if ((mo && !json_is_boolean(mo) && !json_is_null(mo)) || (mi && !json_is_boolean(mi) && !json_is_null(mi))) {
-            snprintf(why, whylen, "\"sched_cost\": the %s tier's \"out_measured\" / \"in_measured\" are not booleans",
-                     name[i]);
+        if ((mo && !json_is_boolean(mo) && !json_is_null(mo)) ||
+            (mi && !json_is_boolean(mi) && !json_is_null(mi))) {
+            snprintf(
+                why, whylen,
+                "\"sched_cost\": the %s tier's \"out_measured\" / \"in_measured\" are not booleans",
+                name[i]);
             return -1;
         }
         tier[i]->out_measured = json_is_true(mo);
@@ -124,7 +131,7 @@ static int get_sched_cost(json_t *o, fmt_sched_cost *c, bool *present, char *why
 }
 
 /* Times are µs; a quarter of INT64_MAX leaves room for sums and scaling downstream. */
-#define TIME_MAX (INT64_MAX / 4)
+#define TIME_MAX   (INT64_MAX / 4)
 #define TOKENS_MAX 0x7fffffff
 
 int fmt_request_parse(const char *line, size_t len, fmt_request *out, fmt_request_text *text,
@@ -135,23 +142,31 @@ int fmt_request_parse(const char *line, size_t len, fmt_request *out, fmt_reques
     json_t *o = fmt_load_object(line, len, why, whylen);
     if (!o) return -EINVAL;
     int64_t req = 0;
-    int bad = fmt_get_int(o, "req", FMT_REQUIRED, 0, INT64_MAX, &req, why, whylen) ||
-              fmt_get_int(o, "arrival_us", FMT_REQUIRED, 0, TIME_MAX, &out->arrival_us, why, whylen) ||
-              fmt_get_int(o, "prompt_tokens", FMT_REQUIRED, 0, TOKENS_MAX, &out->prompt_tokens, why, whylen) ||
-              fmt_get_int(o, "max_tokens", FMT_NULLABLE, 0, TOKENS_MAX, &out->max_tokens, why, whylen) ||
-              fmt_get_int(o, "output_tokens", FMT_NULLABLE, 0, TOKENS_MAX, &out->output_tokens, why, whylen) ||
-              fmt_get_int(o, "deadline_us", FMT_NULLABLE, 0, TIME_MAX, &out->deadline_us, why, whylen) ||
-              fmt_get_int(o, "cancel_us", FMT_NULLABLE, 0, TIME_MAX, &out->cancel_us, why, whylen) ||
-              fmt_get_int(o, "first_token_us", FMT_NULLABLE, 0, TIME_MAX, &out->first_token_us, why, whylen) ||
-              fmt_get_int(o, "finish_us", FMT_NULLABLE, 0, TIME_MAX, &out->finish_us, why, whylen) ||
-              fmt_get_int(o, "cached_tokens", FMT_NULLABLE, 0, TOKENS_MAX, &out->cached_tokens, why, whylen) ||
-              fmt_get_str(o, "tenant", 0, text->tenant, sizeof text->tenant, why, whylen) ||
-              fmt_get_str(o, "class", 0, text->class_name, sizeof text->class_name, why, whylen) ||
-              fmt_get_str(o, "finish_reason", 0, text->finish_reason, sizeof text->finish_reason, why, whylen) ||
-              fmt_get_str(o, "reject_reason", 0, text->reject_reason, sizeof text->reject_reason, why, whylen) ||
-              fmt_get_u64_array(o, "hash_ids", text->hash_ids, FMT_HASH_IDS_MAX, &out->n_hash_ids, why, whylen) ||
-              fmt_get_u64_array(o, "answer_hash_ids", text->answer_hash_ids, FMT_HASH_IDS_MAX,
-                                &out->n_answer_hash_ids, why, whylen);
+    int bad =
+        fmt_get_int(o, "req", FMT_REQUIRED, 0, INT64_MAX, &req, why, whylen) ||
+        fmt_get_int(o, "arrival_us", FMT_REQUIRED, 0, TIME_MAX, &out->arrival_us, why, whylen) ||
+        fmt_get_int(o, "prompt_tokens", FMT_REQUIRED, 0, TOKENS_MAX, &out->prompt_tokens, why,
+                    whylen) ||
+        fmt_get_int(o, "max_tokens", FMT_NULLABLE, 0, TOKENS_MAX, &out->max_tokens, why, whylen) ||
+        fmt_get_int(o, "output_tokens", FMT_NULLABLE, 0, TOKENS_MAX, &out->output_tokens, why,
+                    whylen) ||
+        fmt_get_int(o, "deadline_us", FMT_NULLABLE, 0, TIME_MAX, &out->deadline_us, why, whylen) ||
+        fmt_get_int(o, "cancel_us", FMT_NULLABLE, 0, TIME_MAX, &out->cancel_us, why, whylen) ||
+        fmt_get_int(o, "first_token_us", FMT_NULLABLE, 0, TIME_MAX, &out->first_token_us, why,
+                    whylen) ||
+        fmt_get_int(o, "finish_us", FMT_NULLABLE, 0, TIME_MAX, &out->finish_us, why, whylen) ||
+        fmt_get_int(o, "cached_tokens", FMT_NULLABLE, 0, TOKENS_MAX, &out->cached_tokens, why,
+                    whylen) ||
+        fmt_get_str(o, "tenant", 0, text->tenant, sizeof text->tenant, why, whylen) ||
+        fmt_get_str(o, "class", 0, text->class_name, sizeof text->class_name, why, whylen) ||
+        fmt_get_str(o, "finish_reason", 0, text->finish_reason, sizeof text->finish_reason, why,
+                    whylen) ||
+        fmt_get_str(o, "reject_reason", 0, text->reject_reason, sizeof text->reject_reason, why,
+                    whylen) ||
+        fmt_get_u64_array(o, "hash_ids", text->hash_ids, FMT_HASH_IDS_MAX, &out->n_hash_ids, why,
+                          whylen) ||
+        fmt_get_u64_array(o, "answer_hash_ids", text->answer_hash_ids, FMT_HASH_IDS_MAX,
+                          &out->n_answer_hash_ids, why, whylen);
     bool cost = false;
     if (!bad) bad = get_sched_cost(o, &text->sched_cost, &cost, why, whylen);
     int64_t hbt = 0;

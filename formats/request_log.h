@@ -81,17 +81,17 @@ extern "C" {
 #endif
 
 /* Longest tenant or class name a line may carry, plus the NUL. */
-#define FMT_NAME_MAX 64
+#define FMT_NAME_MAX     64
 /* Longest finish / reject reason name, plus the NUL. */
-#define FMT_REASON_MAX 32
+#define FMT_REASON_MAX   32
 /* Most block hashes a line may carry (Mooncake: 512-token blocks, so 1M tokens). */
 #define FMT_HASH_IDS_MAX 2048
 
 /* A scheduler's cost model at one moment (the "sched_cost" field): sched_cost_state's
  * numbers, the format keeping no dependency on sched/. */
 typedef struct fmt_tier_cost {
-    double out_bytes_per_s, in_bytes_per_s, latency_us;   /* all 0: no such tier */
-    bool out_measured, in_measured;   /* measured from completed copies, not the guess */
+    double out_bytes_per_s, in_bytes_per_s, latency_us; /* all 0: no such tier */
+    bool out_measured, in_measured; /* measured from completed copies, not the guess */
 } fmt_tier_cost;
 
 typedef struct fmt_sched_cost {
@@ -104,8 +104,8 @@ typedef struct fmt_sched_cost {
 typedef struct fmt_request {
     uint64_t req;
     int64_t arrival_us;
-    const char *tenant;        /* NULL → "" */
-    const char *class_name;    /* NULL → "" */
+    const char *tenant;     /* NULL → "" */
+    const char *class_name; /* NULL → "" */
     int64_t prompt_tokens;
     int64_t max_tokens;
     int64_t output_tokens;
@@ -117,12 +117,12 @@ typedef struct fmt_request {
     const char *reject_reason; /* NULL → null */
     const uint64_t *hash_ids;  /* n_hash_ids block hashes of the prompt, or NULL */
     uint32_t n_hash_ids;
-    uint32_t hash_block_tokens;   /* tokens per hash (0 when none) */
-    const uint64_t *answer_hash_ids;  /* n_answer_hash_ids keys of the answer's full blocks
+    uint32_t hash_block_tokens;      /* tokens per hash (0 when none) */
+    const uint64_t *answer_hash_ids; /* n_answer_hash_ids keys of the answer's full blocks
                                        * (blocks n_hash_ids.. of prompt + output), or NULL */
     uint32_t n_answer_hash_ids;
-    int64_t cached_tokens;     /* prompt tokens found in the prefix cache, or FMT_NULL */
-    const fmt_sched_cost *sched_cost;   /* the cost model at its admission, or NULL */
+    int64_t cached_tokens;            /* prompt tokens found in the prefix cache, or FMT_NULL */
+    const fmt_sched_cost *sched_cost; /* the cost model at its admission, or NULL */
 } fmt_request;
 
 /* Storage for the strings of a parsed line (fmt_request's pointers point into it). */

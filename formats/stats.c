@@ -12,9 +12,11 @@
 const char *const fmt_stats_pool_names[FMT_STATS_POOLS] = {"device", "host", "disk"};
 
 /* The counters after the pools, in file order. */
-#define COUNTERS(X)                                                                         \
-    X(transfers_inflight) X(swap_verified) X(swap_verify_errors)                            \
-    X(transfer_overlap_errors) X(engine_errors) X(finished) X(rejects)
+// clang-format off
+#define COUNTERS(X) \
+    X(transfers_inflight) X(swap_verified) X(swap_verify_errors) X(transfer_overlap_errors) \
+    X(engine_errors) X(finished) X(rejects)
+// clang-format on
 
 int fmt_stats_format(const fmt_stats *s, char *buf, size_t cap)
 {
@@ -104,7 +106,8 @@ int fmt_stats_parse(const char *text, size_t len, fmt_stats *out, char *why, siz
               get_u(o, "swapped", &out->swapped, why, whylen) ||
               get_u(o, "in_transit", &out->in_transit, why, whylen) ||
               get_u(o, "blocked", &out->blocked, why, whylen) ||
-              fmt_get_str(o, "invariants", FMT_REQUIRED, out->invariants, sizeof out->invariants, why, whylen) ||
+              fmt_get_str(o, "invariants", FMT_REQUIRED, out->invariants, sizeof out->invariants,
+                          why, whylen) ||
               get_u(o, "steps", &out->steps, why, whylen) ||
               fmt_get_str(o, "policy", FMT_REQUIRED, out->policy, sizeof out->policy, why, whylen);
 #define R(f) bad = bad || get_u(o, #f, &out->f, why, whylen);

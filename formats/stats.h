@@ -37,12 +37,12 @@ typedef struct fmt_stats {
     uint64_t t_us, iterations, sessions, live_requests;
     uint64_t waiting, running, swapped, in_transit, blocked;
     fmt_stats_pool kv[FMT_STATS_POOLS];
-    char invariants[256];          /* "ok" or the scheduler's description */
-    uint64_t transfers_inflight, swap_verified, swap_verify_errors,
-        transfer_overlap_errors, engine_errors, finished, rejects;
+    char invariants[256]; /* "ok" or the scheduler's description */
+    uint64_t transfers_inflight, swap_verified, swap_verify_errors, transfer_overlap_errors,
+        engine_errors, finished, rejects;
     bool draining;
     uint64_t steps;
-    char policy[80];               /* policy hash, hex */
+    char policy[80]; /* policy hash, hex */
 } fmt_stats;
 
 /* One JSON object and a newline into buf[cap]: the length, or -EMSGSIZE. */

@@ -41,8 +41,10 @@ int fmt_trace_open(fmt_trace_reader *rd, const char *buf, size_t len, int format
     rd->end = buf + len;
     if (format == FMT_TRACE_AUTO) format = fmt_trace_guess(buf, len);
     if (format != FMT_TRACE_AZURE && format != FMT_TRACE_MOONCAKE && format != FMT_TRACE_NATIVE) {
-        snprintf(why, whylen, "unknown trace format (expected an Azure CSV header \"%s\", or JSON "
-                 "lines with \"arrival_us\" (native) or \"input_length\" (Mooncake))", FMT_AZURE_HEADER);
+        snprintf(why, whylen,
+                 "unknown trace format (expected an Azure CSV header \"%s\", or JSON "
+                 "lines with \"arrival_us\" (native) or \"input_length\" (Mooncake))",
+                 FMT_AZURE_HEADER);
         return -EINVAL;
     }
     rd->format = format;
@@ -92,13 +94,22 @@ int fmt_azure_timestamp(const char *p, const char *end, int64_t *us, char *why, 
         p++;
         int nd = 0;
         while (p < end && isdigit((unsigned char)*p)) {
-            if (nd < 9) { ns = ns * 10 + (*p - '0'); nd++; }
+            if (nd < 9) {
+                ns = ns * 10 + (*p - '0');
+                nd++;
+            }
             p++;
         }
-        if (nd == 0) { snprintf(why, whylen, "TIMESTAMP has a '.' without digits"); return -1; }
+        if (nd == 0) {
+            snprintf(why, whylen, "TIMESTAMP has a '.' without digits");
+            return -1;
+        }
         for (; nd < 9; nd++) ns *= 10;
     }
-    if (p != end) { snprintf(why, whylen, "TIMESTAMP has trailing characters"); return -1; }
+    if (p != end) {
+        snprintf(why, whylen, "TIMESTAMP has trailing characters");
+        return -1;
+    }
     int64_t secs = days_from_civil(Y, (unsigned)M, (unsigned)D) * 86400 + h * 3600 + m * 60 + s;
     /* 7 fractional digits are 100 ns; round to the nearest µs rather than truncating. */
     *us = secs * 1000000 + (ns + 500) / 1000;
@@ -132,13 +143,17 @@ static int azure_line(const char *p, const char *le, fmt_request *r, char *why, 
     }
     if (fmt_azure_timestamp(p, c1, &r->arrival_us, why, wl) < 0) return -1;
     if ((rc = parse_count(c1 + 1, c2, &r->prompt_tokens)) < 0 || r->prompt_tokens == 0) {
-        snprintf(why, wl, "ContextTokens %s", rc == -2 ? "is too large" :
-                 rc < 0 ? "is not a positive integer" : "is 0, must be positive");
+        snprintf(why, wl, "ContextTokens %s",
+                 rc == -2 ? "is too large"
+                 : rc < 0 ? "is not a positive integer"
+                          : "is 0, must be positive");
         return -1;
     }
     if ((rc = parse_count(c2 + 1, le, &r->output_tokens)) < 0 || r->output_tokens == 0) {
-        snprintf(why, wl, "GeneratedTokens %s", rc == -2 ? "is too large" :
-                 rc < 0 ? "is not a positive integer" : "is 0, must be positive");
+        snprintf(why, wl, "GeneratedTokens %s",
+                 rc == -2 ? "is too large"
+                 : rc < 0 ? "is not a positive integer"
+                          : "is 0, must be positive");
         return -1;
     }
     r->max_tokens = r->output_tokens;
@@ -147,16 +162,20 @@ static int azure_line(const char *p, const char *le, fmt_request *r, char *why, 
 
 /* ---- Mooncake ------------------------------------------------------------------------------ */
 
-static int mooncake_line(const char *p, size_t n, fmt_request *r, fmt_request_text *text, char *why, size_t wl)
+static int mooncake_line(const char *p, size_t n, fmt_request *r, fmt_request_text *text, char *why,
+                         size_t wl)
 {
     json_t *o = fmt_load_object(p, n, why, wl);
     if (!o) return -1;
     double ms = 0;
-    int bad = fmt_get_num(o, "timestamp", FMT_REQUIRED, 0, &ms, why, wl) ||
-              fmt_get_int(o, "input_length", FMT_REQUIRED, 1, 0x7fffffff, &r->prompt_tokens, why, wl) ||
-              fmt_get_int(o, "output_length", FMT_REQUIRED, 1, 0x7fffffff, &r->output_tokens, why, wl);
-    if (!bad) bad = fmt_get_u64_array(o, "hash_ids", text->hash_ids, FMT_HASH_IDS_MAX, &r->n_hash_ids, why, wl);
-    if (r->n_hash_ids) {   /* 512-token blocks (the published traces' block size) */
+    int bad =
+        fmt_get_num(o, "timestamp", FMT_REQUIRED, 0, &ms, why, wl) ||
+        fmt_get_int(o, "input_length", FMT_REQUIRED, 1, 0x7fffffff, &r->prompt_tokens, why, wl) ||
+        fmt_get_int(o, "output_length", FMT_REQUIRED, 1, 0x7fffffff, &r->output_tokens, why, wl);
+    if (!bad)
+        bad = fmt_get_u64_array(o, "hash_ids", text->hash_ids, FMT_HASH_IDS_MAX, &r->n_hash_ids,
+                                why, wl);
+    if (r->n_hash_ids) { /* 512-token blocks (the published traces' block size) */
         r->hash_ids = text->hash_ids;
         r->hash_block_tokens = 512;
     }
@@ -166,7 +185,7 @@ static int mooncake_line(const char *p, size_t n, fmt_request *r, fmt_request_te
     }
     json_decref(o);
     if (bad) return -1;
-    r->arrival_us = (int64_t)llround(ms * 1000.0);   /* milliseconds */
+    r->arrival_us = (int64_t)llround(ms * 1000.0); /* milliseconds */
     r->max_tokens = r->output_tokens;
     return 0;
 }
@@ -179,9 +198,9 @@ int fmt_trace_next(fmt_trace_reader *rd, fmt_request *out, fmt_request_text *tex
     while (rd->p < rd->end) {
         const char *p = rd->p;
         const char *nl = memchr(p, '\n', (size_t)(rd->end - p));
-        const char *le = nl ? nl : rd->end;       /* no newline after the last line */
+        const char *le = nl ? nl : rd->end; /* no newline after the last line */
         rd->p = nl ? nl + 1 : rd->end;
-        if (le > p && le[-1] == '\r') le--;       /* CRLF */
+        if (le > p && le[-1] == '\r') le--; /* CRLF */
         rd->line++;
         if (rd->format == FMT_TRACE_AZURE && rd->line == 1) {
             static const char hdr[] = FMT_AZURE_HEADER;
@@ -196,7 +215,8 @@ int fmt_trace_next(fmt_trace_reader *rd, fmt_request *out, fmt_request_text *tex
         if (fmt_blank(p, (size_t)(le - p))) continue;
         memset(out, 0, sizeof *out);
         memset(text, 0, sizeof *text);
-        out->deadline_us = out->cancel_us = out->first_token_us = out->finish_us = out->cached_tokens = FMT_NULL;
+        out->deadline_us = out->cancel_us = out->first_token_us = out->finish_us =
+            out->cached_tokens = FMT_NULL;
         out->tenant = out->class_name = "";
         int rc;
         if (rd->format == FMT_TRACE_NATIVE)

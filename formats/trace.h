@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 enum fmt_trace_format {
-    FMT_TRACE_AUTO = 0,     /* guess from the content (fmt_trace_guess) */
+    FMT_TRACE_AUTO = 0, /* guess from the content (fmt_trace_guess) */
     FMT_TRACE_AZURE = 1,
     FMT_TRACE_MOONCAKE = 2,
     FMT_TRACE_NATIVE = 3,
@@ -48,10 +48,10 @@ const char *fmt_trace_format_name(int format);
 
 typedef struct fmt_trace_reader {
     const char *p, *end;
-    int format;             /* enum fmt_trace_format, never AUTO after open */
-    uint32_t line;          /* line of the record (or bad line) last returned, from 1 */
-    uint64_t row;           /* records returned so far (Azure/Mooncake req ids) */
-    bool fatal;             /* the last error ends the file (no Azure header) */
+    int format;    /* enum fmt_trace_format, never AUTO after open */
+    uint32_t line; /* line of the record (or bad line) last returned, from 1 */
+    uint64_t row;  /* records returned so far (Azure/Mooncake req ids) */
+    bool fatal;    /* the last error ends the file (no Azure header) */
 } fmt_trace_reader;
 
 /* Starts reading buf[0..len) (not copied: it must outlive the reader). format AUTO

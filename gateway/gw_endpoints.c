@@ -13,305 +13,317 @@
 #include <string.h>
 
 /* ---- endpoints and their counters ------------------------------------------------------ */
-const char *const gw_ep_name[EP_N] = {"completions", "chat_completions", "models", "health",
-					  "tokenize", "detokenize", "metrics", "other"};
+const char *const gw_ep_name[EP_N] = {"completions", "chat_completions", "models",  "health",
+                                      "tokenize",    "detokenize",       "metrics", "other"};
 const int gw_stat_codes[GW_NSTAT] = {200, 400, 401, 404, 405, 413, 429, 500, 503, 504, 0};
 
 int gw_stat_slot(int status)
 {
-	for (int i = 0; i < GW_NSTAT - 1; i++)
-		if (gw_stat_codes[i] == status)
-			return i;
-	return GW_NSTAT - 1;
+    for (int i = 0; i < GW_NSTAT - 1; i++)
+        if (gw_stat_codes[i] == status) return i;
+    return GW_NSTAT - 1;
 }
 
 /* ---- generation requests --------------------------------------------------------------- */
 static int encode_text(const tok_tokenizer *t, const char *text, int32_t **ids, uint32_t *n)
 {
-	size_t cap = tok_encode_bound(text);
-	*ids = malloc(cap * sizeof **ids);
-	if (!*ids)
-		return -ENOMEM;
-	int k = tok_encode(t, text, true, false, *ids, (int)cap);
-	if (k < 0)
-		return k;
-	*n = (uint32_t)k;
-	return 0;
+    size_t cap = tok_encode_bound(text);
+    *ids = malloc(cap * sizeof **ids);
+    if (!*ids) return -ENOMEM;
+    int k = tok_encode(t, text, true, false, *ids, (int)cap);
+    if (k < 0) return k;
+    *n = (uint32_t)k;
+    return 0;
 }
 
 enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
-	gw_err e;
-	uint64_t t0 = gw_now_us();
-	gw_parse_cfg pc = {.served_model = s->cfg.served_model, .tpl = s->cfg.tpl};
-	if (gw_params_parse(r->ep == EP_CHAT ? GW_CHAT : GW_COMPLETION, r->body.p ? r->body.p : "",
-			    r->body.len, &pc, &r->p, &e))
-		return gw_answer_err(r, c, &e);
-	if (r->p.ignore_eos)
-		return gw_answer_errf(r, c, 400, "unsupported",
-				   "'ignore_eos' is not supported: this ringlmd has no fixed-length requests");
-	if (r->p.prompt_text) {
-		if (!s->cfg.tok)
-			return gw_answer_errf(r, c, 400, "unsupported",
-					   "the gateway has no tokenizer: send 'prompt' as token ids");
-		int rc = encode_text(s->cfg.tok, r->p.prompt_text, &r->ids, &r->n_prompt);
-		if (rc < 0) {
-			gw_err_set(&e, 400, "bad_prompt", "prompt", "the prompt cannot be tokenized: %s",
-				   tok_errmsg());
-			return gw_answer_err(r, c, &e);
-		}
-	} else {
-		r->ids = r->p.prompt_ids;
-		r->n_prompt = r->p.n_prompt_ids;
-		r->p.prompt_ids = NULL;
-		int vocab = s->cfg.tok ? tok_vocab_size(s->cfg.tok) : 0;
-		for (uint32_t i = 0; vocab && i < r->n_prompt; i++)
-			if (r->ids[i] >= vocab) {
-				gw_err_set(&e, 400, "bad_token", "prompt",
-					   "prompt token %u is %d; the vocabulary has %d tokens", i, r->ids[i], vocab);
-				return gw_answer_err(r, c, &e);
-			}
-	}
-	long max_new = r->p.max_tokens;
-	if (max_new < 0) {
-		if (r->p.kind == GW_COMPLETION)
-			max_new = 16;
-		else if (s->cfg.max_model_len > r->n_prompt)
-			max_new = (long)(s->cfg.max_model_len + 1 - r->n_prompt);
-		else
-			max_new = 256;
-	}
-	ringlm_request_init(&r->rq);
-	r->rq.prompt = r->ids;
-	r->rq.n_prompt = r->n_prompt;
-	r->rq.max_new_tokens = (uint32_t)max_new;
-	r->rq.temperature = (float)r->p.temperature;
-	r->rq.top_p = (float)r->p.top_p;
-	r->rq.top_k = r->p.top_k;
-	r->rq.deadline_us = r->p.deadline_ms * 1000u;
-	const char *cls = r->p.class_name[0] ? r->p.class_name
-			  : r->key && r->key->class_name[0] ? r->key->class_name : "";
-	r->rq.class_name = cls;
-	r->rq.tenant_tag = r->key ? r->key->tenant : NULL;
-	r->prev = r->n_prompt ? r->ids[r->n_prompt - 1] : 0;
+    gw_err e;
+    uint64_t t0 = gw_now_us();
+    gw_parse_cfg pc = {.served_model = s->cfg.served_model, .tpl = s->cfg.tpl};
+    if (gw_params_parse(r->ep == EP_CHAT ? GW_CHAT : GW_COMPLETION, r->body.p ? r->body.p : "",
+                        r->body.len, &pc, &r->p, &e))
+        return gw_answer_err(r, c, &e);
+    if (r->p.ignore_eos)
+        return gw_answer_errf(
+            r, c, 400, "unsupported",
+            "'ignore_eos' is not supported: this ringlmd has no fixed-length requests");
+    if (r->p.prompt_text) {
+        if (!s->cfg.tok)
+            return gw_answer_errf(r, c, 400, "unsupported",
+                                  "the gateway has no tokenizer: send 'prompt' as token ids");
+        int rc = encode_text(s->cfg.tok, r->p.prompt_text, &r->ids, &r->n_prompt);
+        if (rc < 0) {
+            gw_err_set(&e, 400, "bad_prompt", "prompt", "the prompt cannot be tokenized: %s",
+                       tok_errmsg());
+            return gw_answer_err(r, c, &e);
+        }
+    } else {
+        r->ids = r->p.prompt_ids;
+        r->n_prompt = r->p.n_prompt_ids;
+        r->p.prompt_ids = NULL;
+        int vocab = s->cfg.tok ? tok_vocab_size(s->cfg.tok) : 0;
+        for (uint32_t i = 0; vocab && i < r->n_prompt; i++)
+            if (r->ids[i] >= vocab) {
+                gw_err_set(&e, 400, "bad_token", "prompt",
+                           "prompt token %u is %d; the vocabulary has %d tokens", i, r->ids[i],
+                           vocab);
+                return gw_answer_err(r, c, &e);
+            }
+    }
+    long max_new = r->p.max_tokens;
+    if (max_new < 0) {
+        if (r->p.kind == GW_COMPLETION)
+            max_new = 16;
+        else if (s->cfg.max_model_len > r->n_prompt)
+            max_new = (long)(s->cfg.max_model_len + 1 - r->n_prompt);
+        else
+            max_new = 256;
+    }
+    ringlm_request_init(&r->rq);
+    r->rq.prompt = r->ids;
+    r->rq.n_prompt = r->n_prompt;
+    r->rq.max_new_tokens = (uint32_t)max_new;
+    r->rq.temperature = (float)r->p.temperature;
+    r->rq.top_p = (float)r->p.top_p;
+    r->rq.top_k = r->p.top_k;
+    r->rq.deadline_us = r->p.deadline_ms * 1000u;
+    const char *cls = r->p.class_name[0]                ? r->p.class_name
+                      : r->key && r->key->class_name[0] ? r->key->class_name
+                                                        : "";
+    r->rq.class_name = cls;
+    r->rq.tenant_tag = r->key ? r->key->tenant : NULL;
+    r->prev = r->n_prompt ? r->ids[r->n_prompt - 1] : 0;
 
-	pthread_mutex_lock(&s->mu);
-	r->rq.seed = r->p.has_seed ? r->p.seed : gw_xorshift(&s->rng);
-	snprintf(r->id, sizeof r->id, "%s-%s%llx", r->p.kind == GW_CHAT ? "chatcmpl" : "cmpl", s->id_prefix,
-		 (unsigned long long)r->serial);
-	r->created = (long long)time(NULL);
-	gw_buf_addf(&r->head, "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":%s,\"choices\":[",
-		    r->id, r->p.kind == GW_CHAT ? "chat.completion.chunk" : "text_completion", r->created,
-		    s->model_json);
-	if (s->draining) {
-		pthread_mutex_unlock(&s->mu);
-		return gw_answer_errf(r, c, 503, "draining", "the gateway is shutting down");
-	}
-	if (gw_submit_locked(s, r) < 0) {
-		enum MHD_Result ret = gw_answer_err(r, c, &r->err);
-		pthread_mutex_unlock(&s->mu);
-		return ret;
-	}
-	r->state = RQ_WAIT;
-	s->admit_us_sum += gw_now_us() - t0;
-	s->admit_n++;
-	gw_watch(s, r);
-	gw_suspend(r);
-	pthread_mutex_unlock(&s->mu);
-	return MHD_YES;
+    pthread_mutex_lock(&s->mu);
+    r->rq.seed = r->p.has_seed ? r->p.seed : gw_xorshift(&s->rng);
+    snprintf(r->id, sizeof r->id, "%s-%s%llx", r->p.kind == GW_CHAT ? "chatcmpl" : "cmpl",
+             s->id_prefix, (unsigned long long)r->serial);
+    r->created = (long long)time(NULL);
+    gw_buf_addf(
+        &r->head,
+        "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":%s,\"choices\":[", r->id,
+        r->p.kind == GW_CHAT ? "chat.completion.chunk" : "text_completion", r->created,
+        s->model_json);
+    if (s->draining) {
+        pthread_mutex_unlock(&s->mu);
+        return gw_answer_errf(r, c, 503, "draining", "the gateway is shutting down");
+    }
+    if (gw_submit_locked(s, r) < 0) {
+        enum MHD_Result ret = gw_answer_err(r, c, &r->err);
+        pthread_mutex_unlock(&s->mu);
+        return ret;
+    }
+    r->state = RQ_WAIT;
+    s->admit_us_sum += gw_now_us() - t0;
+    s->admit_n++;
+    gw_watch(s, r);
+    gw_suspend(r);
+    pthread_mutex_unlock(&s->mu);
+    return MHD_YES;
 }
 
 /* ---- small endpoints ------------------------------------------------------------------- */
 enum MHD_Result gw_ep_models(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
-	json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", s->cfg.served_model, "object", "model",
-			      "created", (json_int_t)time(NULL), "owned_by", "ringlm", "root",
-			      s->cfg.served_model);
-	if (m && s->cfg.max_model_len)
-		json_object_set_new(m, "max_model_len", json_integer(s->cfg.max_model_len));
-	return gw_answer_json(r, c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", s->cfg.served_model, "object", "model",
+                          "created", (json_int_t)time(NULL), "owned_by", "ringlm", "root",
+                          s->cfg.served_model);
+    if (m && s->cfg.max_model_len)
+        json_object_set_new(m, "max_model_len", json_integer(s->cfg.max_model_len));
+    return gw_answer_json(r, c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
 }
 
 enum MHD_Result gw_ep_health(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
-	pthread_mutex_lock(&s->mu);
-	const char *conn_err;
-	bool up = gw_sessions_up(s, &conn_err) > 0, daemon_draining = false;
-	for (int i = 0; i < s->n_sess; i++)
-		daemon_draining |= s->sess[i].client && ringlm_draining(s->sess[i].client);
-	const char *why = s->draining ? "the gateway is draining"
-			: !up ? "not connected to ringlmd"
-			: daemon_draining ? "ringlmd is draining" : NULL;
-	char msg[320];
-	snprintf(msg, sizeof msg, "%s%s%s", why ? why : "", why && !up && conn_err[0] ? ": " : "",
-		 why && !up ? conn_err : "");
-	pthread_mutex_unlock(&s->mu);
-	if (why)
-		return gw_answer_errf(r, c, 503, "unavailable", msg);
-	return gw_answer(r, c, 200, "application/json", strdup("{\"status\":\"ok\"}"));
+    pthread_mutex_lock(&s->mu);
+    const char *conn_err;
+    bool up = gw_sessions_up(s, &conn_err) > 0, daemon_draining = false;
+    for (int i = 0; i < s->n_sess; i++)
+        daemon_draining |= s->sess[i].client && ringlm_draining(s->sess[i].client);
+    const char *why = s->draining       ? "the gateway is draining"
+                      : !up             ? "not connected to ringlmd"
+                      : daemon_draining ? "ringlmd is draining"
+                                        : NULL;
+    char msg[320];
+    snprintf(msg, sizeof msg, "%s%s%s", why ? why : "", why && !up && conn_err[0] ? ": " : "",
+             why && !up ? conn_err : "");
+    pthread_mutex_unlock(&s->mu);
+    if (why) return gw_answer_errf(r, c, 503, "unavailable", msg);
+    return gw_answer(r, c, 200, "application/json", strdup("{\"status\":\"ok\"}"));
 }
 
 enum MHD_Result gw_ep_tokenize(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
-	json_error_t je;
-	gw_err e;
-	if (!s->cfg.tok)
-		return gw_answer_errf(r, c, 400, "unsupported", "the gateway has no tokenizer");
-	json_t *o = json_loadb(r->body.p ? r->body.p : "", r->body.len, JSON_REJECT_DUPLICATES, &je);
-	if (!json_is_object(o)) {
-		json_decref(o);
-		return gw_answer_errf(r, c, 400, "invalid_json", "the body must be a JSON object");
-	}
-	json_t *add = json_object_get(o, "add_special_tokens");
-	if (add && !json_is_boolean(add) && !json_is_null(add)) {
-		json_decref(o);
-		gw_err_set(&e, 400, "invalid_value", "add_special_tokens", "'add_special_tokens' must be a boolean");
-		return gw_answer_err(r, c, &e);
-	}
-	bool bos = !add || !json_is_false(add);
-	char *text = NULL;
-	if (json_object_get(o, "messages")) {
-		gw_parse_cfg pc = {.served_model = NULL, .tpl = s->cfg.tpl};
-		gw_params p;
-		char *body = json_dumps(o, JSON_COMPACT);
-		int rc = body ? gw_params_parse(GW_CHAT, body, strlen(body), &pc, &p, &e) : -1;
-		free(body);
-		if (rc) {
-			json_decref(o);
-			return gw_answer_err(r, c, &e);
-		}
-		text = p.prompt_text;
-		p.prompt_text = NULL;
-		gw_params_free(&p);
-	} else {
-		json_t *pr = json_object_get(o, "prompt");
-		if (!json_is_string(pr)) {
-			json_decref(o);
-			gw_err_set(&e, 400, "invalid_value", "prompt", "'prompt' must be a string (or give 'messages')");
-			return gw_answer_err(r, c, &e);
-		}
-		text = strdup(json_string_value(pr));
-	}
-	json_decref(o);
-	if (!text)
-		return MHD_NO;
-	size_t cap = tok_encode_bound(text);
-	int32_t *ids = malloc(cap * sizeof *ids);
-	int n = ids ? tok_encode(s->cfg.tok, text, bos, false, ids, (int)cap) : -ENOMEM;
-	free(text);
-	if (n < 0) {
-		free(ids);
-		return gw_answer_errf(r, c, 400, "bad_prompt", "the prompt cannot be tokenized");
-	}
-	json_t *arr = json_array();
-	for (int i = 0; i < n; i++)
-		json_array_append_new(arr, json_integer(ids[i]));
-	free(ids);
-	json_t *res = json_pack("{s:i, s:o}", "count", n, "tokens", arr);
-	if (res && s->cfg.max_model_len)
-		json_object_set_new(res, "max_model_len", json_integer(s->cfg.max_model_len));
-	return gw_answer_json(r, c, 200, res);
+    json_error_t je;
+    gw_err e;
+    if (!s->cfg.tok)
+        return gw_answer_errf(r, c, 400, "unsupported", "the gateway has no tokenizer");
+    json_t *o = json_loadb(r->body.p ? r->body.p : "", r->body.len, JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return gw_answer_errf(r, c, 400, "invalid_json", "the body must be a JSON object");
+    }
+    json_t *add = json_object_get(o, "add_special_tokens");
+    if (add && !json_is_boolean(add) && !json_is_null(add)) {
+        json_decref(o);
+        gw_err_set(&e, 400, "invalid_value", "add_special_tokens",
+                   "'add_special_tokens' must be a boolean");
+        return gw_answer_err(r, c, &e);
+    }
+    bool bos = !add || !json_is_false(add);
+    char *text = NULL;
+    if (json_object_get(o, "messages")) {
+        gw_parse_cfg pc = {.served_model = NULL, .tpl = s->cfg.tpl};
+        gw_params p;
+        char *body = json_dumps(o, JSON_COMPACT);
+        int rc = body ? gw_params_parse(GW_CHAT, body, strlen(body), &pc, &p, &e) : -1;
+        free(body);
+        if (rc) {
+            json_decref(o);
+            return gw_answer_err(r, c, &e);
+        }
+        text = p.prompt_text;
+        p.prompt_text = NULL;
+        gw_params_free(&p);
+    } else {
+        json_t *pr = json_object_get(o, "prompt");
+        if (!json_is_string(pr)) {
+            json_decref(o);
+            gw_err_set(&e, 400, "invalid_value", "prompt",
+                       "'prompt' must be a string (or give 'messages')");
+            return gw_answer_err(r, c, &e);
+        }
+        text = strdup(json_string_value(pr));
+    }
+    json_decref(o);
+    if (!text) return MHD_NO;
+    size_t cap = tok_encode_bound(text);
+    int32_t *ids = malloc(cap * sizeof *ids);
+    int n = ids ? tok_encode(s->cfg.tok, text, bos, false, ids, (int)cap) : -ENOMEM;
+    free(text);
+    if (n < 0) {
+        free(ids);
+        return gw_answer_errf(r, c, 400, "bad_prompt", "the prompt cannot be tokenized");
+    }
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
+    free(ids);
+    json_t *res = json_pack("{s:i, s:o}", "count", n, "tokens", arr);
+    if (res && s->cfg.max_model_len)
+        json_object_set_new(res, "max_model_len", json_integer(s->cfg.max_model_len));
+    return gw_answer_json(r, c, 200, res);
 }
 
 enum MHD_Result gw_ep_detokenize(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
-	json_error_t je;
-	gw_err e;
-	if (!s->cfg.tok)
-		return gw_answer_errf(r, c, 400, "unsupported", "the gateway has no tokenizer");
-	json_t *o = json_loadb(r->body.p ? r->body.p : "", r->body.len, JSON_REJECT_DUPLICATES, &je);
-	json_t *t = json_object_get(o, "tokens");
-	if (!json_is_object(o) || !json_is_array(t)) {
-		json_decref(o);
-		gw_err_set(&e, 400, "invalid_value", "tokens", "'tokens' must be a list of token ids");
-		return gw_answer_err(r, c, &e);
-	}
-	gw_buf raw = {0}, clean = {0};
-	int32_t prev = -1;
-	int vocab = tok_vocab_size(s->cfg.tok);
-	for (size_t i = 0; i < json_array_size(t); i++) {
-		json_t *v = json_array_get(t, i);
-		json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
-		if (id < 0 || id >= vocab) {
-			json_decref(o);
-			gw_buf_free(&raw);
-			gw_err_set(&e, 400, "bad_token", "tokens", "'tokens' item %zu is not a token id below %d", i,
-				   vocab);
-			return gw_answer_err(r, c, &e);
-		}
-		if (id != TOK_BOS && id != TOK_EOS)
-			gw_buf_adds(&raw, tok_decode(s->cfg.tok, prev, (int32_t)id));
-		prev = (int32_t)id;
-	}
-	json_decref(o);
-	gw_utf8_take(raw.p ? raw.p : "", raw.len, true, &clean);
-	json_t *res = json_pack("{s:s%}", "prompt", clean.p ? clean.p : "", clean.len);
-	gw_buf_free(&raw);
-	gw_buf_free(&clean);
-	return gw_answer_json(r, c, 200, res);
+    json_error_t je;
+    gw_err e;
+    if (!s->cfg.tok)
+        return gw_answer_errf(r, c, 400, "unsupported", "the gateway has no tokenizer");
+    json_t *o = json_loadb(r->body.p ? r->body.p : "", r->body.len, JSON_REJECT_DUPLICATES, &je);
+    json_t *t = json_object_get(o, "tokens");
+    if (!json_is_object(o) || !json_is_array(t)) {
+        json_decref(o);
+        gw_err_set(&e, 400, "invalid_value", "tokens", "'tokens' must be a list of token ids");
+        return gw_answer_err(r, c, &e);
+    }
+    gw_buf raw = {0}, clean = {0};
+    int32_t prev = -1;
+    int vocab = tok_vocab_size(s->cfg.tok);
+    for (size_t i = 0; i < json_array_size(t); i++) {
+        json_t *v = json_array_get(t, i);
+        json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (id < 0 || id >= vocab) {
+            json_decref(o);
+            gw_buf_free(&raw);
+            gw_err_set(&e, 400, "bad_token", "tokens",
+                       "'tokens' item %zu is not a token id below %d", i, vocab);
+            return gw_answer_err(r, c, &e);
+        }
+        if (id != TOK_BOS && id != TOK_EOS)
+            gw_buf_adds(&raw, tok_decode(s->cfg.tok, prev, (int32_t)id));
+        prev = (int32_t)id;
+    }
+    json_decref(o);
+    gw_utf8_take(raw.p ? raw.p : "", raw.len, true, &clean);
+    json_t *res = json_pack("{s:s%}", "prompt", clean.p ? clean.p : "", clean.len);
+    gw_buf_free(&raw);
+    gw_buf_free(&clean);
+    return gw_answer_json(r, c, 200, res);
 }
 
 enum MHD_Result gw_ep_metrics(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
-	gw_buf b = {0};
-	pthread_mutex_lock(&s->mu);
-	int up = gw_sessions_up(s, NULL);
-	uint64_t connects = 0, losses = 0;
-	for (int i = 0; i < s->n_sess; i++) {
-		connects += s->sess[i].connects;
-		losses += s->sess[i].losses;
-	}
-	gw_buf_adds(&b, "# HELP ringlm_gateway_requests_total HTTP requests answered, by endpoint and status.\n"
-			"# TYPE ringlm_gateway_requests_total counter\n");
-	for (int e = 0; e < EP_N; e++)
-		for (int k = 0; k < GW_NSTAT; k++)
-			if (s->req_count[e][k])
-			{
-				char st[16];
-				if (gw_stat_codes[k])
-					snprintf(st, sizeof st, "%d", gw_stat_codes[k]);
-				else
-					snprintf(st, sizeof st, "other");
-				gw_buf_addf(&b, "ringlm_gateway_requests_total{endpoint=\"%s\",status=\"%s\"} %llu\n",
-					    gw_ep_name[e], st, (unsigned long long)s->req_count[e][k]);
-			}
-	gw_buf_addf(&b,
-		    "# HELP ringlm_gateway_requests_in_flight Generation requests submitted to ringlmd and not finished.\n"
-		    "# TYPE ringlm_gateway_requests_in_flight gauge\nringlm_gateway_requests_in_flight %zu\n"
-		    "# HELP ringlm_gateway_streams_open SSE responses open.\n"
-		    "# TYPE ringlm_gateway_streams_open gauge\nringlm_gateway_streams_open %zu\n"
-		    "# HELP ringlm_gateway_daemon_connected 1 while a session with ringlmd is up.\n"
-		    "# TYPE ringlm_gateway_daemon_connected gauge\nringlm_gateway_daemon_connected %d\n"
-		    "# HELP ringlm_gateway_sessions_connected Shared-memory sessions with ringlmd up (of --sessions).\n"
-		    "# TYPE ringlm_gateway_sessions_connected gauge\nringlm_gateway_sessions_connected %d\n"
-		    "# HELP ringlm_gateway_admission_seconds Time in the gateway from a whole body to the submit (parse, tokenize, submit).\n"
-		    "# TYPE ringlm_gateway_admission_seconds summary\n"
-		    "ringlm_gateway_admission_seconds_sum %.6f\nringlm_gateway_admission_seconds_count %llu\n"
-		    "# HELP ringlm_gateway_token_seconds Time in the gateway per generated token (decode, UTF-8, stop strings, chunk).\n"
-		    "# TYPE ringlm_gateway_token_seconds summary\n"
-		    "ringlm_gateway_token_seconds_sum %.9f\nringlm_gateway_token_seconds_count %llu\n"
-		    "# HELP ringlm_gateway_session_connects_total Sessions opened with ringlmd.\n"
-		    "# TYPE ringlm_gateway_session_connects_total counter\nringlm_gateway_session_connects_total %llu\n"
-		    "# HELP ringlm_gateway_session_losses_total Sessions that ended under the gateway (daemon exit).\n"
-		    "# TYPE ringlm_gateway_session_losses_total counter\nringlm_gateway_session_losses_total %llu\n",
-		    s->n_inflight, s->n_streams, up > 0, up, (double)s->admit_us_sum / 1e6,
-		    (unsigned long long)s->admit_n, (double)s->dispatch_ns_sum / 1e9,
-		    (unsigned long long)s->dispatch_n, (unsigned long long)connects,
-		    (unsigned long long)losses);
-	if (s->relay_started)
-		gw_buf_addf(&b, "# HELP ringlm_gateway_daemon_metrics_up 1 when the last scrape of ringlmd's /metrics "
-				"(--daemon-metrics) answered; its vllm:* lines follow then.\n"
-				"# TYPE ringlm_gateway_daemon_metrics_up gauge\nringlm_gateway_daemon_metrics_up %d\n",
-			    s->relay_up);
-	if (s->relay_up && s->relay_text)
-		gw_buf_adds(&b, s->relay_text);
-	gw_buf_adds(&b, "# HELP ringlm_gateway_session_requests_in_flight Requests submitted on a session and not finished.\n"
-			"# TYPE ringlm_gateway_session_requests_in_flight gauge\n");
-	for (int i = 0; i < s->n_sess; i++)
-		gw_buf_addf(&b, "ringlm_gateway_session_requests_in_flight{session=\"%d\"} %zu\n", i,
-			    s->sess[i].n_inflight);
-	pthread_mutex_unlock(&s->mu);
-	if (!b.p)
-		return MHD_NO;
-	return gw_answer(r, c, 200, "text/plain; version=0.0.4", b.p);
+    gw_buf b = {0};
+    pthread_mutex_lock(&s->mu);
+    int up = gw_sessions_up(s, NULL);
+    uint64_t connects = 0, losses = 0;
+    for (int i = 0; i < s->n_sess; i++) {
+        connects += s->sess[i].connects;
+        losses += s->sess[i].losses;
+    }
+    gw_buf_adds(
+        &b, "# HELP ringlm_gateway_requests_total HTTP requests answered, by endpoint and status.\n"
+            "# TYPE ringlm_gateway_requests_total counter\n");
+    for (int e = 0; e < EP_N; e++)
+        for (int k = 0; k < GW_NSTAT; k++)
+            if (s->req_count[e][k]) {
+                char st[16];
+                if (gw_stat_codes[k])
+                    snprintf(st, sizeof st, "%d", gw_stat_codes[k]);
+                else
+                    snprintf(st, sizeof st, "other");
+                gw_buf_addf(&b,
+                            "ringlm_gateway_requests_total{endpoint=\"%s\",status=\"%s\"} %llu\n",
+                            gw_ep_name[e], st, (unsigned long long)s->req_count[e][k]);
+            }
+    gw_buf_addf(
+        &b,
+        "# HELP ringlm_gateway_requests_in_flight Generation requests submitted to ringlmd and not "
+        "finished.\n"
+        "# TYPE ringlm_gateway_requests_in_flight gauge\nringlm_gateway_requests_in_flight %zu\n"
+        "# HELP ringlm_gateway_streams_open SSE responses open.\n"
+        "# TYPE ringlm_gateway_streams_open gauge\nringlm_gateway_streams_open %zu\n"
+        "# HELP ringlm_gateway_daemon_connected 1 while a session with ringlmd is up.\n"
+        "# TYPE ringlm_gateway_daemon_connected gauge\nringlm_gateway_daemon_connected %d\n"
+        "# HELP ringlm_gateway_sessions_connected Shared-memory sessions with ringlmd up (of "
+        "--sessions).\n"
+        "# TYPE ringlm_gateway_sessions_connected gauge\nringlm_gateway_sessions_connected %d\n"
+        "# HELP ringlm_gateway_admission_seconds Time in the gateway from a whole body to the "
+        "submit (parse, tokenize, submit).\n"
+        "# TYPE ringlm_gateway_admission_seconds summary\n"
+        "ringlm_gateway_admission_seconds_sum %.6f\nringlm_gateway_admission_seconds_count %llu\n"
+        "# HELP ringlm_gateway_token_seconds Time in the gateway per generated token (decode, "
+        "UTF-8, stop strings, chunk).\n"
+        "# TYPE ringlm_gateway_token_seconds summary\n"
+        "ringlm_gateway_token_seconds_sum %.9f\nringlm_gateway_token_seconds_count %llu\n"
+        "# HELP ringlm_gateway_session_connects_total Sessions opened with ringlmd.\n"
+        "# TYPE ringlm_gateway_session_connects_total "
+        "counter\nringlm_gateway_session_connects_total %llu\n"
+        "# HELP ringlm_gateway_session_losses_total Sessions that ended under the gateway (daemon "
+        "exit).\n"
+        "# TYPE ringlm_gateway_session_losses_total counter\nringlm_gateway_session_losses_total "
+        "%llu\n",
+        s->n_inflight, s->n_streams, up > 0, up, (double)s->admit_us_sum / 1e6,
+        (unsigned long long)s->admit_n, (double)s->dispatch_ns_sum / 1e9,
+        (unsigned long long)s->dispatch_n, (unsigned long long)connects,
+        (unsigned long long)losses);
+    if (s->relay_started)
+        gw_buf_addf(
+            &b,
+            "# HELP ringlm_gateway_daemon_metrics_up 1 when the last scrape of ringlmd's /metrics "
+            "(--daemon-metrics) answered; its vllm:* lines follow then.\n"
+            "# TYPE ringlm_gateway_daemon_metrics_up gauge\nringlm_gateway_daemon_metrics_up %d\n",
+            s->relay_up);
+    if (s->relay_up && s->relay_text) gw_buf_adds(&b, s->relay_text);
+    gw_buf_adds(&b, "# HELP ringlm_gateway_session_requests_in_flight Requests submitted on a "
+                    "session and not finished.\n"
+                    "# TYPE ringlm_gateway_session_requests_in_flight gauge\n");
+    for (int i = 0; i < s->n_sess; i++)
+        gw_buf_addf(&b, "ringlm_gateway_session_requests_in_flight{session=\"%d\"} %zu\n", i,
+                    s->sess[i].n_inflight);
+    pthread_mutex_unlock(&s->mu);
+    if (!b.p) return MHD_NO;
+    return gw_answer(r, c, 200, "text/plain; version=0.0.4", b.p);
 }

@@ -49,8 +49,17 @@
 #define GW_HBUCKETS 4096
 
 /* ---- endpoints and their counters ------------------------------------------------------ */
-enum ep { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_TOKENIZE, EP_DETOKENIZE, EP_METRICS,
-	  EP_OTHER, EP_N };
+enum ep {
+    EP_COMPLETIONS,
+    EP_CHAT,
+    EP_MODELS,
+    EP_HEALTH,
+    EP_TOKENIZE,
+    EP_DETOKENIZE,
+    EP_METRICS,
+    EP_OTHER,
+    EP_N
+};
 /* HTTP statuses counted by /metrics; the last slot (0) counts every other one. */
 #define GW_NSTAT 11
 extern const int gw_stat_codes[GW_NSTAT];
@@ -62,42 +71,42 @@ enum rq_state { RQ_BODY, RQ_WAIT, RQ_STREAM, RQ_ANSWERED };
 typedef struct gw_req gw_req;
 typedef struct gw_sess gw_sess;
 struct gw_req {
-	gw_server *s;
-	gw_sess *sess;              /* the session it was submitted (or queued) on */
-	struct MHD_Connection *conn;
-	uint64_t serial;
-	enum ep ep;
-	enum rq_state state;
-	int status;                 /* HTTP status answered (metrics) */
-	gw_buf body;
-	bool too_big;
-	const gw_key *key;
+    gw_server *s;
+    gw_sess *sess; /* the session it was submitted (or queued) on */
+    struct MHD_Connection *conn;
+    uint64_t serial;
+    enum ep ep;
+    enum rq_state state;
+    int status; /* HTTP status answered (metrics) */
+    gw_buf body;
+    bool too_big;
+    const gw_key *key;
 
-	/* generation */
-	gw_params p;
-	int32_t *ids;
-	uint32_t n_prompt;
-	ringlm_request rq;
-	uint64_t req_id;
-	bool queued;                /* in the retry queue: submit (or cancel) waits for ring space */
-	bool need_cancel;
-	bool submitted, daemon_done, http_done;
-	bool suspended, gone, watched, started, out_done, failed;
-	int sock_fd;
-	uint32_t n_gen;
-	uint32_t n_cached;          /* prompt tokens ringlmd's prefix cache served (its FINISH) */
-	int32_t prev;
-	gw_buf raw;                 /* decoded bytes not yet whole UTF-8 */
-	gw_buf pend;                /* text held back: it may begin a stop string */
-	gw_buf text;                /* non-stream: the completion so far */
-	gw_buf out;                 /* stream: SSE bytes not yet handed to libmicrohttpd */
-	gw_buf head;                /* "data: {...,\"choices\":[" of this stream's chunks */
-	const char *finish;         /* "stop" / "length" once decided */
-	gw_err err;
-	char id[48];
-	long long created;
-	uint64_t t_body_us;
-	gw_req *id_next, *serial_next, *q_next;
+    /* generation */
+    gw_params p;
+    int32_t *ids;
+    uint32_t n_prompt;
+    ringlm_request rq;
+    uint64_t req_id;
+    bool queued; /* in the retry queue: submit (or cancel) waits for ring space */
+    bool need_cancel;
+    bool submitted, daemon_done, http_done;
+    bool suspended, gone, watched, started, out_done, failed;
+    int sock_fd;
+    uint32_t n_gen;
+    uint32_t n_cached; /* prompt tokens ringlmd's prefix cache served (its FINISH) */
+    int32_t prev;
+    gw_buf raw;         /* decoded bytes not yet whole UTF-8 */
+    gw_buf pend;        /* text held back: it may begin a stop string */
+    gw_buf text;        /* non-stream: the completion so far */
+    gw_buf out;         /* stream: SSE bytes not yet handed to libmicrohttpd */
+    gw_buf head;        /* "data: {...,\"choices\":[" of this stream's chunks */
+    const char *finish; /* "stop" / "length" once decided */
+    gw_err err;
+    char id[48];
+    long long created;
+    uint64_t t_body_us;
+    gw_req *id_next, *serial_next, *q_next;
 };
 
 /* One shared-memory session with ringlmd and its events thread. A request lives on the
@@ -105,68 +114,68 @@ struct gw_req {
  * connected session with the fewest requests in flight, so N sessions carry N times the
  * daemon's per-session limit (1,024 requests in flight). */
 struct gw_sess {
-	gw_server *s;
-	int idx;
-	ringlm_client *client;      /* NULL while (re)connecting */
-	char conn_err[256];         /* why the last connect failed / the session ended */
-	pthread_t thread;
-	bool started;
-	gw_req *by_id[GW_HBUCKETS];
-	gw_req *q_head, *q_tail;    /* waiting for ring space: submits and cancels */
-	size_t n_inflight;          /* submitted, no FINISH yet */
-	size_t n_queued;
-	uint64_t connects, losses;
+    gw_server *s;
+    int idx;
+    ringlm_client *client; /* NULL while (re)connecting */
+    char conn_err[256];    /* why the last connect failed / the session ended */
+    pthread_t thread;
+    bool started;
+    gw_req *by_id[GW_HBUCKETS];
+    gw_req *q_head, *q_tail; /* waiting for ring space: submits and cancels */
+    size_t n_inflight;       /* submitted, no FINISH yet */
+    size_t n_queued;
+    uint64_t connects, losses;
 };
 
 struct gw_server {
-	gw_cfg cfg;
-	struct MHD_Daemon *mhd;
-	uint16_t port;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	gw_sess *sess;
-	int n_sess;
-	bool stopping, draining;
-	pthread_t watch_thread, relay_thread;
-	bool watch_started, relay_started;
-	struct addrinfo *relay_ai;  /* --daemon-metrics */
-	char *relay_text;           /* its last vllm:* lines */
-	bool relay_up;              /* the last scrape answered */
-	int epfd, stop_efd;
-	gw_req *by_serial[GW_HBUCKETS];
-	uint64_t next_serial, rng;
-	size_t n_gen_live;          /* generation requests not yet freed */
-	size_t n_inflight;          /* submitted, no FINISH yet (all sessions) */
-	size_t n_streams;           /* SSE responses open */
-	char id_prefix[12];
-	char *model_json;           /* the served model name as a JSON string literal */
-	/* metrics */
-	uint64_t req_count[EP_N][GW_NSTAT];
-	uint64_t admit_us_sum, admit_n;
-	uint64_t dispatch_ns_sum, dispatch_n;
-	uint64_t tokens_out;
+    gw_cfg cfg;
+    struct MHD_Daemon *mhd;
+    uint16_t port;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    gw_sess *sess;
+    int n_sess;
+    bool stopping, draining;
+    pthread_t watch_thread, relay_thread;
+    bool watch_started, relay_started;
+    struct addrinfo *relay_ai; /* --daemon-metrics */
+    char *relay_text;          /* its last vllm:* lines */
+    bool relay_up;             /* the last scrape answered */
+    int epfd, stop_efd;
+    gw_req *by_serial[GW_HBUCKETS];
+    uint64_t next_serial, rng;
+    size_t n_gen_live; /* generation requests not yet freed */
+    size_t n_inflight; /* submitted, no FINISH yet (all sessions) */
+    size_t n_streams;  /* SSE responses open */
+    char id_prefix[12];
+    char *model_json; /* the served model name as a JSON string literal */
+    /* metrics */
+    uint64_t req_count[EP_N][GW_NSTAT];
+    uint64_t admit_us_sum, admit_n;
+    uint64_t dispatch_ns_sum, dispatch_n;
+    uint64_t tokens_out;
 };
 
 static inline uint64_t gw_now_us(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
 static inline uint64_t gw_now_ns(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static inline uint64_t gw_xorshift(uint64_t *x)
 {
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
 }
 
 /* A log line on stderr ("ringlm-gateway: ..."), unless --quiet. */
@@ -218,11 +227,12 @@ bool gw_emit_text(gw_req *r, bool final);
 enum MHD_Result gw_resumed(gw_server *s, gw_req *r, struct MHD_Connection *c);
 
 /* ---- gw_server.c: answers (r may be NULL; body malloc'ed and taken) -------------------- */
-enum MHD_Result gw_answer(gw_req *r, struct MHD_Connection *c, int status, const char *ctype, char *body);
+enum MHD_Result gw_answer(gw_req *r, struct MHD_Connection *c, int status, const char *ctype,
+                          char *body);
 enum MHD_Result gw_answer_json(gw_req *r, struct MHD_Connection *c, int status, json_t *o);
 enum MHD_Result gw_answer_err(gw_req *r, struct MHD_Connection *c, const gw_err *e);
 enum MHD_Result gw_answer_errf(gw_req *r, struct MHD_Connection *c, int status, const char *code,
-			       const char *msg);
+                               const char *msg);
 
 /* ---- gw_endpoints.c (the whole body is in r->body) ------------------------------------- */
 enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connection *c);

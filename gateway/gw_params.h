@@ -26,45 +26,45 @@ typedef enum gw_kind { GW_COMPLETION = 0, GW_CHAT = 1 } gw_kind;
 
 /* An error answer: HTTP status and the OpenAI error object's fields. */
 typedef struct gw_err {
-	int status;           /* 400, 401, 404, 413, 429, 500, 503, 504 */
-	const char *type;     /* "invalid_request_error", ... (static) */
-	const char *code;     /* "invalid_value", "queue_full", ... (static) or NULL */
-	char param[48];       /* the field at fault, "" when none */
-	char message[320];
+    int status;       /* 400, 401, 404, 413, 429, 500, 503, 504 */
+    const char *type; /* "invalid_request_error", ... (static) */
+    const char *code; /* "invalid_value", "queue_full", ... (static) or NULL */
+    char param[48];   /* the field at fault, "" when none */
+    char message[320];
 } gw_err;
 
-__attribute__((format(printf, 5, 6)))
-void gw_err_set(gw_err *e, int status, const char *code, const char *param, const char *fmt, ...);
+__attribute__((format(printf, 5, 6))) void gw_err_set(gw_err *e, int status, const char *code,
+                                                      const char *param, const char *fmt, ...);
 /* {"error":{"message","type","param","code"}} as text (malloc'ed), or NULL. */
 char *gw_err_json(const gw_err *e);
 
 typedef struct gw_params {
-	gw_kind kind;
-	char *prompt_text;        /* text prompt (completions) or the rendered chat; NULL when ids */
-	int32_t *prompt_ids;      /* token-id prompt (completions), NULL when text */
-	uint32_t n_prompt_ids;
-	long max_tokens;          /* -1: the endpoint's default */
-	double temperature;       /* default 1 (as the OpenAI API) */
-	double top_p;             /* default 1 */
-	uint32_t top_k;           /* 0 = off (-1 is accepted as off, as vLLM does) */
-	uint64_t seed;
-	bool has_seed;
-	gw_stop stop;             /* strings owned by the params */
-	bool stream;
-	bool include_usage;
-	bool ignore_eos;
-	char class_name[GW_NAME_MAX]; /* "" = the key's default class */
-	uint64_t deadline_ms;     /* 0 = none */
+    gw_kind kind;
+    char *prompt_text;   /* text prompt (completions) or the rendered chat; NULL when ids */
+    int32_t *prompt_ids; /* token-id prompt (completions), NULL when text */
+    uint32_t n_prompt_ids;
+    long max_tokens;    /* -1: the endpoint's default */
+    double temperature; /* default 1 (as the OpenAI API) */
+    double top_p;       /* default 1 */
+    uint32_t top_k;     /* 0 = off (-1 is accepted as off, as vLLM does) */
+    uint64_t seed;
+    bool has_seed;
+    gw_stop stop; /* strings owned by the params */
+    bool stream;
+    bool include_usage;
+    bool ignore_eos;
+    char class_name[GW_NAME_MAX]; /* "" = the key's default class */
+    uint64_t deadline_ms;         /* 0 = none */
 } gw_params;
 
 typedef struct gw_parse_cfg {
-	const char *served_model;  /* names the model requests must name (when they name one) */
-	int tpl;                   /* RINGLM_CHAT_* (libclient's chat templates) */
+    const char *served_model; /* names the model requests must name (when they name one) */
+    int tpl;                  /* RINGLM_CHAT_* (libclient's chat templates) */
 } gw_parse_cfg;
 
 /* Parses body[0..len). Returns 0 and *p (free with gw_params_free), or -1 with *e set. */
 int gw_params_parse(gw_kind kind, const char *body, size_t len, const gw_parse_cfg *cfg,
-		    gw_params *p, gw_err *e);
+                    gw_params *p, gw_err *e);
 void gw_params_free(gw_params *p);
 
 #endif

@@ -23,114 +23,110 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#define RELAY_PERIOD_MS 100
+#define RELAY_PERIOD_MS  100
 #define RELAY_TIMEOUT_MS 1000
-#define RELAY_MAX_BYTES (4u << 20)
+#define RELAY_MAX_BYTES  (4u << 20)
 
 int gw_relay_resolve(const char *spec, struct addrinfo **out)
 {
-	char host[256] = "127.0.0.1";
-	const char *port = spec;
-	const char *colon = strrchr(spec, ':');
-	if (colon) {
-		const char *h = spec;
-		size_t n = (size_t)(colon - spec);
-		if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
-			h++;
-			n -= 2;
-		}
-		if (n >= sizeof host)
-			return -EINVAL;
-		if (n) {
-			memcpy(host, h, n);
-			host[n] = 0;
-		}
-		port = colon + 1;
-	}
-	if (!*port || strspn(port, "0123456789") != strlen(port))
-		return -EINVAL;
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
-	return getaddrinfo(host, port, &hints, out) ? -EINVAL : 0;
+    char host[256] = "127.0.0.1";
+    const char *port = spec;
+    const char *colon = strrchr(spec, ':');
+    if (colon) {
+        const char *h = spec;
+        size_t n = (size_t)(colon - spec);
+        if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
+            h++;
+            n -= 2;
+        }
+        if (n >= sizeof host) return -EINVAL;
+        if (n) {
+            memcpy(host, h, n);
+            host[n] = 0;
+        }
+        port = colon + 1;
+    }
+    if (!*port || strspn(port, "0123456789") != strlen(port)) return -EINVAL;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
+    return getaddrinfo(host, port, &hints, out) ? -EINVAL : 0;
 }
 
 /* GET /metrics with every step bounded by RELAY_TIMEOUT_MS; the body, or NULL. */
 static char *fetch(const struct addrinfo *ai)
 {
-	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return NULL;
-	struct timeval tv = {.tv_sec = RELAY_TIMEOUT_MS / 1000, .tv_usec = (RELAY_TIMEOUT_MS % 1000) * 1000};
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv); /* bounds connect() too */
-	gw_buf b = {0};
-	static const char req[] = "GET /metrics HTTP/1.0\r\nHost: ringlmd\r\n\r\n";
-	uint64_t deadline = gw_now_us() + RELAY_TIMEOUT_MS * 1000ull;
-	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 || send(fd, req, sizeof req - 1, MSG_NOSIGNAL) < 0)
-		goto fail;
-	char chunk[16384];
-	for (;;) {
-		ssize_t n = recv(fd, chunk, sizeof chunk, 0);
-		if (n == 0)
-			break;
-		if (n < 0 || b.len + (size_t)n > RELAY_MAX_BYTES || gw_now_us() > deadline || gw_buf_add(&b, chunk, (size_t)n))
-			goto fail;
-	}
-	close(fd);
-	if (b.len < 12 || strncmp(b.p, "HTTP/1.", 7) || strncmp(b.p + 8, " 200", 4))
-		goto fail_closed;
-	char *body = strstr(b.p, "\r\n\r\n");
-	if (!body)
-		goto fail_closed;
-	char *out = strdup(body + 4);
-	gw_buf_free(&b);
-	return out;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return NULL;
+    struct timeval tv = {.tv_sec = RELAY_TIMEOUT_MS / 1000,
+                         .tv_usec = (RELAY_TIMEOUT_MS % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv); /* bounds connect() too */
+    gw_buf b = {0};
+    static const char req[] = "GET /metrics HTTP/1.0\r\nHost: ringlmd\r\n\r\n";
+    uint64_t deadline = gw_now_us() + RELAY_TIMEOUT_MS * 1000ull;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 ||
+        send(fd, req, sizeof req - 1, MSG_NOSIGNAL) < 0)
+        goto fail;
+    char chunk[16384];
+    for (;;) {
+        ssize_t n = recv(fd, chunk, sizeof chunk, 0);
+        if (n == 0) break;
+        if (n < 0 || b.len + (size_t)n > RELAY_MAX_BYTES || gw_now_us() > deadline ||
+            gw_buf_add(&b, chunk, (size_t)n))
+            goto fail;
+    }
+    close(fd);
+    if (b.len < 12 || strncmp(b.p, "HTTP/1.", 7) || strncmp(b.p + 8, " 200", 4)) goto fail_closed;
+    char *body = strstr(b.p, "\r\n\r\n");
+    if (!body) goto fail_closed;
+    char *out = strdup(body + 4);
+    gw_buf_free(&b);
+    return out;
 fail:
-	close(fd);
+    close(fd);
 fail_closed:
-	gw_buf_free(&b);
-	return NULL;
+    gw_buf_free(&b);
+    return NULL;
 }
 
 /* The vllm:* samples and their HELP/TYPE lines. */
 static char *vllm_lines(const char *text)
 {
-	gw_buf o = {0};
-	for (const char *p = text; *p;) {
-		const char *nl = strchr(p, '\n');
-		size_t n = nl ? (size_t)(nl - p) : strlen(p);
-		if ((n > 5 && !strncmp(p, "vllm:", 5)) || (n > 12 && (!strncmp(p, "# HELP vllm:", 12) || !strncmp(p, "# TYPE vllm:", 12)))) {
-			gw_buf_add(&o, p, n);
-			gw_buf_adds(&o, "\n");
-		}
-		p += n + (nl ? 1 : 0);
-	}
-	return o.p ? o.p : strdup("");
+    gw_buf o = {0};
+    for (const char *p = text; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        if ((n > 5 && !strncmp(p, "vllm:", 5)) ||
+            (n > 12 && (!strncmp(p, "# HELP vllm:", 12) || !strncmp(p, "# TYPE vllm:", 12)))) {
+            gw_buf_add(&o, p, n);
+            gw_buf_adds(&o, "\n");
+        }
+        p += n + (nl ? 1 : 0);
+    }
+    return o.p ? o.p : strdup("");
 }
 
 void *gw_relay_main(void *arg)
 {
-	gw_server *s = arg;
-	for (;;) {
-		char *text = fetch(s->relay_ai);
-		char *lines = text ? vllm_lines(text) : NULL;
-		free(text);
-		pthread_mutex_lock(&s->mu);
-		if (lines) {
-			free(s->relay_text);
-			s->relay_text = lines;
-		}
-		s->relay_up = lines != NULL;
-		struct timespec dl;
-		clock_gettime(CLOCK_REALTIME, &dl);
-		dl.tv_nsec += RELAY_PERIOD_MS * 1000000l;
-		dl.tv_sec += dl.tv_nsec / 1000000000l;
-		dl.tv_nsec %= 1000000000l;
-		if (!s->stopping)
-			pthread_cond_timedwait(&s->cv, &s->mu, &dl);
-		bool stop = s->stopping;
-		pthread_mutex_unlock(&s->mu);
-		if (stop)
-			break;
-	}
-	return NULL;
+    gw_server *s = arg;
+    for (;;) {
+        char *text = fetch(s->relay_ai);
+        char *lines = text ? vllm_lines(text) : NULL;
+        free(text);
+        pthread_mutex_lock(&s->mu);
+        if (lines) {
+            free(s->relay_text);
+            s->relay_text = lines;
+        }
+        s->relay_up = lines != NULL;
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += RELAY_PERIOD_MS * 1000000l;
+        dl.tv_sec += dl.tv_nsec / 1000000000l;
+        dl.tv_nsec %= 1000000000l;
+        if (!s->stopping) pthread_cond_timedwait(&s->cv, &s->mu, &dl);
+        bool stop = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        if (stop) break;
+    }
+    return NULL;
 }

@@ -22,385 +22,365 @@
 
 void gw_log(gw_server *s, const char *fmt, ...)
 {
-	if (s->cfg.quiet)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	fputs("ringlm-gateway: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
+    if (s->cfg.quiet) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("ringlm-gateway: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
 }
 
 /* ---- HTTP answers ---------------------------------------------------------------------- */
 /* ---- HTTP answers ---------------------------------------------------------------------- */
 enum MHD_Result gw_answer(gw_req *r, struct MHD_Connection *c, int status, const char *ctype,
-			      char *body /* malloc'ed, taken */)
+                          char *body /* malloc'ed, taken */)
 {
-	if (!body)
-		return MHD_NO;
-	struct MHD_Response *resp =
-		MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-	if (!resp) {
-		free(body);
-		return MHD_NO;
-	}
-	MHD_add_response_header(resp, "Content-Type", ctype);
-	if (status == 429 || status == 503)
-		MHD_add_response_header(resp, "Retry-After", "1");
-	if (r) {
-		r->status = status;
-		r->state = RQ_ANSWERED;
-	}
-	enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
-	MHD_destroy_response(resp);
-	return ret;
+    if (!body) return MHD_NO;
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", ctype);
+    if (status == 429 || status == 503) MHD_add_response_header(resp, "Retry-After", "1");
+    if (r) {
+        r->status = status;
+        r->state = RQ_ANSWERED;
+    }
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return ret;
 }
 
 enum MHD_Result gw_answer_json(gw_req *r, struct MHD_Connection *c, int status, json_t *o)
 {
-	char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
-	json_decref(o);
-	return gw_answer(r, c, status, "application/json", t);
+    char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return gw_answer(r, c, status, "application/json", t);
 }
 
 enum MHD_Result gw_answer_err(gw_req *r, struct MHD_Connection *c, const gw_err *e)
 {
-	return gw_answer(r, c, e->status, "application/json", gw_err_json(e));
+    return gw_answer(r, c, e->status, "application/json", gw_err_json(e));
 }
 
 enum MHD_Result gw_answer_errf(gw_req *r, struct MHD_Connection *c, int status, const char *code,
-				   const char *msg)
+                               const char *msg)
 {
-	gw_err e;
-	gw_err_set(&e, status, code, NULL, "%s", msg);
-	return gw_answer_err(r, c, &e);
+    gw_err e;
+    gw_err_set(&e, status, code, NULL, "%s", msg);
+    return gw_answer_err(r, c, &e);
 }
 
 
 /* ---- routing --------------------------------------------------------------------------- */
 static enum ep route(const char *url)
 {
-	if (!strcmp(url, "/v1/completions")) return EP_COMPLETIONS;
-	if (!strcmp(url, "/v1/chat/completions")) return EP_CHAT;
-	if (!strcmp(url, "/v1/models")) return EP_MODELS;
-	if (!strcmp(url, "/health")) return EP_HEALTH;
-	if (!strcmp(url, "/tokenize")) return EP_TOKENIZE;
-	if (!strcmp(url, "/detokenize")) return EP_DETOKENIZE;
-	if (!strcmp(url, "/metrics")) return EP_METRICS;
-	return EP_OTHER;
+    if (!strcmp(url, "/v1/completions")) return EP_COMPLETIONS;
+    if (!strcmp(url, "/v1/chat/completions")) return EP_CHAT;
+    if (!strcmp(url, "/v1/models")) return EP_MODELS;
+    if (!strcmp(url, "/health")) return EP_HEALTH;
+    if (!strcmp(url, "/tokenize")) return EP_TOKENIZE;
+    if (!strcmp(url, "/detokenize")) return EP_DETOKENIZE;
+    if (!strcmp(url, "/metrics")) return EP_METRICS;
+    return EP_OTHER;
 }
 
 static bool ep_is_post(enum ep e)
 {
-	return e == EP_COMPLETIONS || e == EP_CHAT || e == EP_TOKENIZE || e == EP_DETOKENIZE;
+    return e == EP_COMPLETIONS || e == EP_CHAT || e == EP_TOKENIZE || e == EP_DETOKENIZE;
 }
 
 /* The key of "Authorization: Bearer KEY"; -1 when keys are configured and it is missing or
  * unknown. */
 static int authenticate(gw_server *s, struct MHD_Connection *c, const gw_key **key)
 {
-	*key = NULL;
-	if (!s->cfg.keys)
-		return 0;
-	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-	if (!h || strncasecmp(h, "Bearer ", 7))
-		return -1;
-	h += 7;
-	while (*h == ' ')
-		h++;
-	size_t n = strlen(h);
-	while (n && h[n - 1] == ' ')
-		n--;
-	*key = gw_keys_find(s->cfg.keys, h, n);
-	return *key ? 0 : -1;
+    *key = NULL;
+    if (!s->cfg.keys) return 0;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7)) return -1;
+    h += 7;
+    while (*h == ' ') h++;
+    size_t n = strlen(h);
+    while (n && h[n - 1] == ' ') n--;
+    *key = gw_keys_find(s->cfg.keys, h, n);
+    return *key ? 0 : -1;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-				  const char *method, const char *version, const char *upload,
-				  size_t *upload_size, void **con_cls)
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls)
 {
-	(void)version;
-	gw_server *s = cls;
-	gw_req *r = *con_cls;
-	if (!r) {
-		enum ep ep = route(url);
-		r = gw_req_new(s, ep, c);
-		if (!r)
-			return MHD_NO;
-		*con_cls = r;
-		if (ep == EP_OTHER)
-			return gw_answer_errf(r, c, 404, "not_found", "no such endpoint");
-		bool post = !strcmp(method, "POST");
-		if (ep_is_post(ep) != post || (!post && strcmp(method, "GET") && strcmp(method, "HEAD")))
-			return gw_answer_errf(r, c, 405, "method_not_allowed",
-					   ep_is_post(ep) ? "use POST" : "use GET");
-		if (ep != EP_HEALTH && ep != EP_METRICS && authenticate(s, c, &r->key) < 0) {
-			gw_err e;
-			gw_err_set(&e, 401, "invalid_api_key", NULL,
-				   "missing or unknown API key (send 'Authorization: Bearer KEY')");
-			return gw_answer_err(r, c, &e);
-		}
-		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-		if (post && cl && strtoull(cl, NULL, 10) > s->cfg.max_body_bytes) {
-			char m[128];
-			snprintf(m, sizeof m, "the body is larger than %zu bytes", s->cfg.max_body_bytes);
-			return gw_answer_errf(r, c, 413, "body_too_large", m);
-		}
-		return MHD_YES;
-	}
-	if (r->state == RQ_BODY && *upload_size) {
-		if (!r->too_big && r->body.len + *upload_size > s->cfg.max_body_bytes) {
-			r->too_big = true;
-			gw_buf_free(&r->body);
-		}
-		if (!r->too_big && gw_buf_add(&r->body, upload, *upload_size))
-			return MHD_NO;
-		*upload_size = 0;
-		return MHD_YES;
-	}
-	if (r->state == RQ_BODY) {
-		if (r->too_big) {
-			char m[128];
-			snprintf(m, sizeof m, "the body is larger than %zu bytes", s->cfg.max_body_bytes);
-			return gw_answer_errf(r, c, 413, "body_too_large", m);
-		}
-		switch (r->ep) {
-		case EP_COMPLETIONS:
-		case EP_CHAT: return gw_start_generation(s, r, c);
-		case EP_MODELS: return gw_ep_models(s, r, c);
-		case EP_HEALTH: return gw_ep_health(s, r, c);
-		case EP_TOKENIZE: return gw_ep_tokenize(s, r, c);
-		case EP_DETOKENIZE: return gw_ep_detokenize(s, r, c);
-		case EP_METRICS: return gw_ep_metrics(s, r, c);
-		default: return gw_answer_errf(r, c, 404, "not_found", "no such endpoint");
-		}
-	}
-	if (*upload_size) {
-		*upload_size = 0; /* answered early (401, 413): the rest of the body is dropped */
-		return MHD_YES;
-	}
-	if (r->state == RQ_WAIT) {
-		pthread_mutex_lock(&s->mu);
-		enum MHD_Result ret = gw_resumed(s, r, c);
-		pthread_mutex_unlock(&s->mu);
-		return ret;
-	}
-	return MHD_YES;
+    (void)version;
+    gw_server *s = cls;
+    gw_req *r = *con_cls;
+    if (!r) {
+        enum ep ep = route(url);
+        r = gw_req_new(s, ep, c);
+        if (!r) return MHD_NO;
+        *con_cls = r;
+        if (ep == EP_OTHER) return gw_answer_errf(r, c, 404, "not_found", "no such endpoint");
+        bool post = !strcmp(method, "POST");
+        if (ep_is_post(ep) != post || (!post && strcmp(method, "GET") && strcmp(method, "HEAD")))
+            return gw_answer_errf(r, c, 405, "method_not_allowed",
+                                  ep_is_post(ep) ? "use POST" : "use GET");
+        if (ep != EP_HEALTH && ep != EP_METRICS && authenticate(s, c, &r->key) < 0) {
+            gw_err e;
+            gw_err_set(&e, 401, "invalid_api_key", NULL,
+                       "missing or unknown API key (send 'Authorization: Bearer KEY')");
+            return gw_answer_err(r, c, &e);
+        }
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (post && cl && strtoull(cl, NULL, 10) > s->cfg.max_body_bytes) {
+            char m[128];
+            snprintf(m, sizeof m, "the body is larger than %zu bytes", s->cfg.max_body_bytes);
+            return gw_answer_errf(r, c, 413, "body_too_large", m);
+        }
+        return MHD_YES;
+    }
+    if (r->state == RQ_BODY && *upload_size) {
+        if (!r->too_big && r->body.len + *upload_size > s->cfg.max_body_bytes) {
+            r->too_big = true;
+            gw_buf_free(&r->body);
+        }
+        if (!r->too_big && gw_buf_add(&r->body, upload, *upload_size)) return MHD_NO;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->state == RQ_BODY) {
+        if (r->too_big) {
+            char m[128];
+            snprintf(m, sizeof m, "the body is larger than %zu bytes", s->cfg.max_body_bytes);
+            return gw_answer_errf(r, c, 413, "body_too_large", m);
+        }
+        switch (r->ep) {
+        case EP_COMPLETIONS:
+        case EP_CHAT: return gw_start_generation(s, r, c);
+        case EP_MODELS: return gw_ep_models(s, r, c);
+        case EP_HEALTH: return gw_ep_health(s, r, c);
+        case EP_TOKENIZE: return gw_ep_tokenize(s, r, c);
+        case EP_DETOKENIZE: return gw_ep_detokenize(s, r, c);
+        case EP_METRICS: return gw_ep_metrics(s, r, c);
+        default: return gw_answer_errf(r, c, 404, "not_found", "no such endpoint");
+        }
+    }
+    if (*upload_size) {
+        *upload_size = 0; /* answered early (401, 413): the rest of the body is dropped */
+        return MHD_YES;
+    }
+    if (r->state == RQ_WAIT) {
+        pthread_mutex_lock(&s->mu);
+        enum MHD_Result ret = gw_resumed(s, r, c);
+        pthread_mutex_unlock(&s->mu);
+        return ret;
+    }
+    return MHD_YES;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-			 enum MHD_RequestTerminationCode toe)
+                         enum MHD_RequestTerminationCode toe)
 {
-	(void)c;
-	(void)toe;
-	gw_server *s = cls;
-	gw_req *r = *con_cls;
-	if (!r)
-		return;
-	*con_cls = NULL;
-	pthread_mutex_lock(&s->mu);
-	s->req_count[r->ep][gw_stat_slot(r->status ? r->status : 500)]++;
-	gw_unwatch(s, r);
-	if (r->state == RQ_STREAM)
-		s->n_streams--;
-	r->http_done = true;
-	r->conn = NULL;
-	r->suspended = false;
-	if (!r->daemon_done && (r->submitted || r->queued)) {
-		r->gone = true;
-		if (r->submitted)
-			gw_cancel_locked(s, r);
-		else
-			gw_daemon_end(s, r); /* never reached the daemon: frees r */
-	} else {
-		gw_req_free(s, r);
-	}
-	pthread_mutex_unlock(&s->mu);
+    (void)c;
+    (void)toe;
+    gw_server *s = cls;
+    gw_req *r = *con_cls;
+    if (!r) return;
+    *con_cls = NULL;
+    pthread_mutex_lock(&s->mu);
+    s->req_count[r->ep][gw_stat_slot(r->status ? r->status : 500)]++;
+    gw_unwatch(s, r);
+    if (r->state == RQ_STREAM) s->n_streams--;
+    r->http_done = true;
+    r->conn = NULL;
+    r->suspended = false;
+    if (!r->daemon_done && (r->submitted || r->queued)) {
+        r->gone = true;
+        if (r->submitted)
+            gw_cancel_locked(s, r);
+        else
+            gw_daemon_end(s, r); /* never reached the daemon: frees r */
+    } else {
+        gw_req_free(s, r);
+    }
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* ---- life ------------------------------------------------------------------------------ */
 int gw_server_start(const gw_cfg *cfg, gw_server **out)
 {
-	gw_server *s = calloc(1, sizeof *s);
-	if (!s)
-		return -ENOMEM;
-	s->cfg = *cfg;
-	s->epfd = -1;
-	s->stop_efd = -1;
-	pthread_mutex_init(&s->mu, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_cond_init(&s->cv, &ca);
-	pthread_condattr_destroy(&ca);
-	s->rng = gw_now_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ull;
-	snprintf(s->id_prefix, sizeof s->id_prefix, "%06llx", (unsigned long long)(gw_xorshift(&s->rng) & 0xffffff));
-	json_t *mj = json_string(cfg->served_model);
-	s->model_json = mj ? json_dumps(mj, JSON_ENCODE_ANY) : NULL;
-	json_decref(mj);
-	s->n_sess = cfg->sessions ? (int)cfg->sessions : 1;
-	s->sess = calloc((size_t)s->n_sess, sizeof *s->sess);
-	int rc = -ENOMEM;
-	if (!s->model_json || !s->sess)
-		goto fail;
-	for (int i = 0; i < s->n_sess; i++) {
-		s->sess[i].s = s;
-		s->sess[i].idx = i;
-	}
+    gw_server *s = calloc(1, sizeof *s);
+    if (!s) return -ENOMEM;
+    s->cfg = *cfg;
+    s->epfd = -1;
+    s->stop_efd = -1;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    s->rng = gw_now_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ull;
+    snprintf(s->id_prefix, sizeof s->id_prefix, "%06llx",
+             (unsigned long long)(gw_xorshift(&s->rng) & 0xffffff));
+    json_t *mj = json_string(cfg->served_model);
+    s->model_json = mj ? json_dumps(mj, JSON_ENCODE_ANY) : NULL;
+    json_decref(mj);
+    s->n_sess = cfg->sessions ? (int)cfg->sessions : 1;
+    s->sess = calloc((size_t)s->n_sess, sizeof *s->sess);
+    int rc = -ENOMEM;
+    if (!s->model_json || !s->sess) goto fail;
+    for (int i = 0; i < s->n_sess; i++) {
+        s->sess[i].s = s;
+        s->sess[i].idx = i;
+    }
 
-	s->epfd = epoll_create1(EPOLL_CLOEXEC);
-	s->stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (s->epfd < 0 || s->stop_efd < 0) {
-		rc = -errno;
-		goto fail;
-	}
-	struct epoll_event sev = {.events = EPOLLIN, .data.u64 = 0};
-	epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->stop_efd, &sev);
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    s->stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->epfd < 0 || s->stop_efd < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    struct epoll_event sev = {.events = EPOLLIN, .data.u64 = 0};
+    epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->stop_efd, &sev);
 
-	struct sockaddr_storage ss;
-	memset(&ss, 0, sizeof ss);
-	const char *addr = cfg->listen_addr ? cfg->listen_addr : "127.0.0.1";
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-			 MHD_USE_ERROR_LOG;
-	struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
-	struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
-	if (inet_pton(AF_INET, addr, &a4->sin_addr) == 1) {
-		a4->sin_family = AF_INET;
-		a4->sin_port = htons(cfg->port);
-	} else if (inet_pton(AF_INET6, addr, &a6->sin6_addr) == 1) {
-		a6->sin6_family = AF_INET6;
-		a6->sin6_port = htons(cfg->port);
-		flags |= MHD_USE_IPv6;
-	} else {
-		fprintf(stderr, "ringlm-gateway: --listen address '%s' is not an IPv4 or IPv6 literal\n", addr);
-		rc = -EINVAL;
-		goto fail;
-	}
-	s->mhd = MHD_start_daemon(flags, cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
-				  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
-				  (unsigned)cfg->http_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-				  (unsigned)cfg->max_connections, MHD_OPTION_END);
-	if (!s->mhd) {
-		fprintf(stderr, "ringlm-gateway: cannot listen on %s:%u (in use? no permission?)\n", addr,
-			(unsigned)cfg->port);
-		rc = -EADDRINUSE;
-		goto fail;
-	}
-	const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-	s->port = di ? di->port : cfg->port;
-	if (cfg->daemon_metrics) {
-		if (gw_relay_resolve(cfg->daemon_metrics, &s->relay_ai) < 0) {
-			fprintf(stderr, "ringlm-gateway: --daemon-metrics '%s': expected ADDR:PORT or PORT\n",
-				cfg->daemon_metrics);
-			rc = -EINVAL;
-			goto fail;
-		}
-		if (pthread_create(&s->relay_thread, NULL, gw_relay_main, s)) {
-			rc = -EAGAIN;
-			goto fail;
-		}
-		s->relay_started = true;
-	}
-	for (int i = 0; i < s->n_sess; i++) {
-		if (pthread_create(&s->sess[i].thread, NULL, gw_events_main, &s->sess[i])) {
-			rc = -EAGAIN;
-			goto fail;
-		}
-		s->sess[i].started = true;
-	}
-	if (pthread_create(&s->watch_thread, NULL, gw_watch_main, s)) {
-		rc = -EAGAIN;
-		goto fail;
-	}
-	s->watch_started = true;
-	*out = s;
-	return 0;
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    const char *addr = cfg->listen_addr ? cfg->listen_addr : "127.0.0.1";
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, addr, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons(cfg->port);
+    } else if (inet_pton(AF_INET6, addr, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons(cfg->port);
+        flags |= MHD_USE_IPv6;
+    } else {
+        fprintf(stderr, "ringlm-gateway: --listen address '%s' is not an IPv4 or IPv6 literal\n",
+                addr);
+        rc = -EINVAL;
+        goto fail;
+    }
+    s->mhd = MHD_start_daemon(flags, cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
+                              &ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->http_timeout_s,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+                              MHD_OPTION_END);
+    if (!s->mhd) {
+        fprintf(stderr, "ringlm-gateway: cannot listen on %s:%u (in use? no permission?)\n", addr,
+                (unsigned)cfg->port);
+        rc = -EADDRINUSE;
+        goto fail;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : cfg->port;
+    if (cfg->daemon_metrics) {
+        if (gw_relay_resolve(cfg->daemon_metrics, &s->relay_ai) < 0) {
+            fprintf(stderr, "ringlm-gateway: --daemon-metrics '%s': expected ADDR:PORT or PORT\n",
+                    cfg->daemon_metrics);
+            rc = -EINVAL;
+            goto fail;
+        }
+        if (pthread_create(&s->relay_thread, NULL, gw_relay_main, s)) {
+            rc = -EAGAIN;
+            goto fail;
+        }
+        s->relay_started = true;
+    }
+    for (int i = 0; i < s->n_sess; i++) {
+        if (pthread_create(&s->sess[i].thread, NULL, gw_events_main, &s->sess[i])) {
+            rc = -EAGAIN;
+            goto fail;
+        }
+        s->sess[i].started = true;
+    }
+    if (pthread_create(&s->watch_thread, NULL, gw_watch_main, s)) {
+        rc = -EAGAIN;
+        goto fail;
+    }
+    s->watch_started = true;
+    *out = s;
+    return 0;
 fail:
-	gw_server_stop(s);
-	return rc;
+    gw_server_stop(s);
+    return rc;
 }
 
 uint16_t gw_server_port(const gw_server *s)
 {
-	return s->port;
+    return s->port;
 }
 
 static void deadline_in(struct timespec *dl, unsigned ms)
 {
-	clock_gettime(CLOCK_REALTIME, dl);
-	dl->tv_sec += ms / 1000;
-	dl->tv_nsec += (long)(ms % 1000) * 1000000l;
-	dl->tv_sec += dl->tv_nsec / 1000000000l;
-	dl->tv_nsec %= 1000000000l;
+    clock_gettime(CLOCK_REALTIME, dl);
+    dl->tv_sec += ms / 1000;
+    dl->tv_nsec += (long)(ms % 1000) * 1000000l;
+    dl->tv_sec += dl->tv_nsec / 1000000000l;
+    dl->tv_nsec %= 1000000000l;
 }
 
 void gw_server_drain(gw_server *s, unsigned grace_ms)
 {
-	pthread_mutex_lock(&s->mu);
-	s->draining = true;
-	pthread_mutex_unlock(&s->mu);
-	MHD_socket lfd = MHD_quiesce_daemon(s->mhd);
-	if (lfd != MHD_INVALID_SOCKET)
-		close(lfd);
-	struct timespec dl;
-	deadline_in(&dl, grace_ms);
-	pthread_mutex_lock(&s->mu);
-	gw_log(s, "draining: %zu requests in flight, %u ms to finish", s->n_gen_live, grace_ms);
-	while (s->n_gen_live && pthread_cond_timedwait(&s->cv, &s->mu, &dl) != ETIMEDOUT)
-		;
-	if (s->n_gen_live) {
-		gw_log(s, "drain: cancelling %zu requests after the grace period", s->n_gen_live);
-		gw_cancel_all_locked(s);
-		deadline_in(&dl, 3000);
-		while (s->n_gen_live && pthread_cond_timedwait(&s->cv, &s->mu, &dl) != ETIMEDOUT)
-			;
-	}
-	pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&s->mu);
+    s->draining = true;
+    pthread_mutex_unlock(&s->mu);
+    MHD_socket lfd = MHD_quiesce_daemon(s->mhd);
+    if (lfd != MHD_INVALID_SOCKET) close(lfd);
+    struct timespec dl;
+    deadline_in(&dl, grace_ms);
+    pthread_mutex_lock(&s->mu);
+    gw_log(s, "draining: %zu requests in flight, %u ms to finish", s->n_gen_live, grace_ms);
+    while (s->n_gen_live && pthread_cond_timedwait(&s->cv, &s->mu, &dl) != ETIMEDOUT)
+        ;
+    if (s->n_gen_live) {
+        gw_log(s, "drain: cancelling %zu requests after the grace period", s->n_gen_live);
+        gw_cancel_all_locked(s);
+        deadline_in(&dl, 3000);
+        while (s->n_gen_live && pthread_cond_timedwait(&s->cv, &s->mu, &dl) != ETIMEDOUT)
+            ;
+    }
+    pthread_mutex_unlock(&s->mu);
 }
 
 void gw_server_stop(gw_server *s)
 {
-	if (!s)
-		return;
-	pthread_mutex_lock(&s->mu);
-	s->stopping = true;
-	pthread_cond_broadcast(&s->cv);
-	/* libmicrohttpd must not be stopped with suspended connections. */
-	for (int b = 0; b < GW_HBUCKETS; b++)
-		for (gw_req *r = s->by_serial[b]; r; r = r->serial_next) {
-			r->gone = true;
-			gw_wake(r);
-		}
-	pthread_mutex_unlock(&s->mu);
-	if (s->mhd)
-		MHD_stop_daemon(s->mhd);
-	for (int i = 0; s->sess && i < s->n_sess; i++)
-		if (s->sess[i].started)
-			pthread_join(s->sess[i].thread, NULL);
-	if (s->relay_started)
-		pthread_join(s->relay_thread, NULL);
-	if (s->relay_ai)
-		freeaddrinfo(s->relay_ai);
-	free(s->relay_text);
-	if (s->watch_started) {
-		uint64_t one = 1;
-		ssize_t w = write(s->stop_efd, &one, sizeof one);
-		(void)w;
-		pthread_join(s->watch_thread, NULL);
-	}
-	pthread_mutex_lock(&s->mu);
-	gw_free_all_locked(s);
-	pthread_mutex_unlock(&s->mu);
-	for (int i = 0; s->sess && i < s->n_sess; i++)
-		if (s->sess[i].client)
-			ringlm_close(s->sess[i].client);
-	free(s->sess);
-	if (s->epfd >= 0)
-		close(s->epfd);
-	if (s->stop_efd >= 0)
-		close(s->stop_efd);
-	free(s->model_json);
-	pthread_mutex_destroy(&s->mu);
-	pthread_cond_destroy(&s->cv);
-	free(s);
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_cond_broadcast(&s->cv);
+    /* libmicrohttpd must not be stopped with suspended connections. */
+    for (int b = 0; b < GW_HBUCKETS; b++)
+        for (gw_req *r = s->by_serial[b]; r; r = r->serial_next) {
+            r->gone = true;
+            gw_wake(r);
+        }
+    pthread_mutex_unlock(&s->mu);
+    if (s->mhd) MHD_stop_daemon(s->mhd);
+    for (int i = 0; s->sess && i < s->n_sess; i++)
+        if (s->sess[i].started) pthread_join(s->sess[i].thread, NULL);
+    if (s->relay_started) pthread_join(s->relay_thread, NULL);
+    if (s->relay_ai) freeaddrinfo(s->relay_ai);
+    free(s->relay_text);
+    if (s->watch_started) {
+        uint64_t one = 1;
+        ssize_t w = write(s->stop_efd, &one, sizeof one);
+        (void)w;
+        pthread_join(s->watch_thread, NULL);
+    }
+    pthread_mutex_lock(&s->mu);
+    gw_free_all_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; s->sess && i < s->n_sess; i++)
+        if (s->sess[i].client) ringlm_close(s->sess[i].client);
+    free(s->sess);
+    if (s->epfd >= 0) close(s->epfd);
+    if (s->stop_efd >= 0) close(s->stop_efd);
+    free(s->model_json);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
 }

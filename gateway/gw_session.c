@@ -15,489 +15,461 @@
 #include <string.h>
 #include <sys/epoll.h>
 
-#define EVENT_BATCH    256
-#define EVENT_WAIT_MS  100
-#define RECONNECT_MS   200
+#define EVENT_BATCH   256
+#define EVENT_WAIT_MS 100
+#define RECONNECT_MS  200
 
 /* ---- maps (mu held) -------------------------------------------------------------------- */
 static void id_put(gw_sess *ss, gw_req *r)
 {
-	gw_req **b = &ss->by_id[r->req_id % GW_HBUCKETS];
-	r->id_next = *b;
-	*b = r;
+    gw_req **b = &ss->by_id[r->req_id % GW_HBUCKETS];
+    r->id_next = *b;
+    *b = r;
 }
 
 static gw_req *id_find(gw_sess *ss, uint64_t id)
 {
-	for (gw_req *r = ss->by_id[id % GW_HBUCKETS]; r; r = r->id_next)
-		if (r->req_id == id)
-			return r;
-	return NULL;
+    for (gw_req *r = ss->by_id[id % GW_HBUCKETS]; r; r = r->id_next)
+        if (r->req_id == id) return r;
+    return NULL;
 }
 
 static void id_del(gw_sess *ss, gw_req *r)
 {
-	for (gw_req **p = &ss->by_id[r->req_id % GW_HBUCKETS]; *p; p = &(*p)->id_next)
-		if (*p == r) {
-			*p = r->id_next;
-			return;
-		}
+    for (gw_req **p = &ss->by_id[r->req_id % GW_HBUCKETS]; *p; p = &(*p)->id_next)
+        if (*p == r) {
+            *p = r->id_next;
+            return;
+        }
 }
 
 static void serial_put(gw_server *s, gw_req *r)
 {
-	gw_req **b = &s->by_serial[r->serial % GW_HBUCKETS];
-	r->serial_next = *b;
-	*b = r;
+    gw_req **b = &s->by_serial[r->serial % GW_HBUCKETS];
+    r->serial_next = *b;
+    *b = r;
 }
 
 static gw_req *serial_find(gw_server *s, uint64_t serial)
 {
-	for (gw_req *r = s->by_serial[serial % GW_HBUCKETS]; r; r = r->serial_next)
-		if (r->serial == serial)
-			return r;
-	return NULL;
+    for (gw_req *r = s->by_serial[serial % GW_HBUCKETS]; r; r = r->serial_next)
+        if (r->serial == serial) return r;
+    return NULL;
 }
 
 static void serial_del(gw_server *s, gw_req *r)
 {
-	for (gw_req **p = &s->by_serial[r->serial % GW_HBUCKETS]; *p; p = &(*p)->serial_next)
-		if (*p == r) {
-			*p = r->serial_next;
-			return;
-		}
+    for (gw_req **p = &s->by_serial[r->serial % GW_HBUCKETS]; *p; p = &(*p)->serial_next)
+        if (*p == r) {
+            *p = r->serial_next;
+            return;
+        }
 }
 
 /* The queue of r's session (r->sess is set before a request is queued). */
 static void q_push(gw_req *r)
 {
-	gw_sess *ss = r->sess;
-	if (r->queued)
-		return;
-	r->queued = true;
-	r->q_next = NULL;
-	if (ss->q_tail)
-		ss->q_tail->q_next = r;
-	else
-		ss->q_head = r;
-	ss->q_tail = r;
-	ss->n_queued++;
+    gw_sess *ss = r->sess;
+    if (r->queued) return;
+    r->queued = true;
+    r->q_next = NULL;
+    if (ss->q_tail)
+        ss->q_tail->q_next = r;
+    else
+        ss->q_head = r;
+    ss->q_tail = r;
+    ss->n_queued++;
 }
 
 static void q_del(gw_req *r)
 {
-	if (!r->queued)
-		return;
-	gw_sess *ss = r->sess;
-	gw_req *prev = NULL;
-	for (gw_req *x = ss->q_head; x; prev = x, x = x->q_next)
-		if (x == r) {
-			if (prev)
-				prev->q_next = r->q_next;
-			else
-				ss->q_head = r->q_next;
-			if (ss->q_tail == r)
-				ss->q_tail = prev;
-			break;
-		}
-	r->queued = false;
-	ss->n_queued--;
+    if (!r->queued) return;
+    gw_sess *ss = r->sess;
+    gw_req *prev = NULL;
+    for (gw_req *x = ss->q_head; x; prev = x, x = x->q_next)
+        if (x == r) {
+            if (prev)
+                prev->q_next = r->q_next;
+            else
+                ss->q_head = r->q_next;
+            if (ss->q_tail == r) ss->q_tail = prev;
+            break;
+        }
+    r->queued = false;
+    ss->n_queued--;
 }
 
 /* ---- request objects ------------------------------------------------------------------- */
 gw_req *gw_req_new(gw_server *s, enum ep ep, struct MHD_Connection *c)
 {
-	gw_req *r = calloc(1, sizeof *r);
-	if (!r)
-		return NULL;
-	r->s = s;
-	r->conn = c;
-	r->ep = ep;
-	r->sock_fd = -1;
-	pthread_mutex_lock(&s->mu);
-	r->serial = ++s->next_serial;
-	serial_put(s, r);
-	if (ep == EP_COMPLETIONS || ep == EP_CHAT)
-		s->n_gen_live++;
-	pthread_mutex_unlock(&s->mu);
-	return r;
+    gw_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->s = s;
+    r->conn = c;
+    r->ep = ep;
+    r->sock_fd = -1;
+    pthread_mutex_lock(&s->mu);
+    r->serial = ++s->next_serial;
+    serial_put(s, r);
+    if (ep == EP_COMPLETIONS || ep == EP_CHAT) s->n_gen_live++;
+    pthread_mutex_unlock(&s->mu);
+    return r;
 }
 
 /* mu held */
 void gw_req_free(gw_server *s, gw_req *r)
 {
-	serial_del(s, r);
-	q_del(r);
-	if (r->ep == EP_COMPLETIONS || r->ep == EP_CHAT) {
-		s->n_gen_live--;
-		pthread_cond_broadcast(&s->cv);
-	}
-	gw_params_free(&r->p);
-	free(r->ids);
-	gw_buf_free(&r->body);
-	gw_buf_free(&r->raw);
-	gw_buf_free(&r->pend);
-	gw_buf_free(&r->text);
-	gw_buf_free(&r->out);
-	gw_buf_free(&r->head);
-	free(r);
+    serial_del(s, r);
+    q_del(r);
+    if (r->ep == EP_COMPLETIONS || r->ep == EP_CHAT) {
+        s->n_gen_live--;
+        pthread_cond_broadcast(&s->cv);
+    }
+    gw_params_free(&r->p);
+    free(r->ids);
+    gw_buf_free(&r->body);
+    gw_buf_free(&r->raw);
+    gw_buf_free(&r->pend);
+    gw_buf_free(&r->text);
+    gw_buf_free(&r->out);
+    gw_buf_free(&r->head);
+    free(r);
 }
 
 /* mu held: hand the connection back to libmicrohttpd when it waits for us. */
 void gw_wake(gw_req *r)
 {
-	if (r->suspended && r->conn) {
-		r->suspended = false;
-		MHD_resume_connection(r->conn);
-	}
+    if (r->suspended && r->conn) {
+        r->suspended = false;
+        MHD_resume_connection(r->conn);
+    }
 }
 
 /* mu held */
 void gw_suspend(gw_req *r)
 {
-	r->suspended = true;
-	MHD_suspend_connection(r->conn);
+    r->suspended = true;
+    MHD_suspend_connection(r->conn);
 }
 
 /* mu held: watch the socket for a hang-up while the request lives. */
 void gw_watch(gw_server *s, gw_req *r)
 {
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-	if (!ci)
-		return;
-	struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLONESHOT,
-				 .data.u64 = r->serial};
-	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, ci->connect_fd, &ev) == 0) {
-		r->sock_fd = ci->connect_fd;
-		r->watched = true;
-	}
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return;
+    struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLONESHOT,
+                             .data.u64 = r->serial};
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, ci->connect_fd, &ev) == 0) {
+        r->sock_fd = ci->connect_fd;
+        r->watched = true;
+    }
 }
 
 void gw_unwatch(gw_server *s, gw_req *r)
 {
-	if (r->watched)
-		epoll_ctl(s->epfd, EPOLL_CTL_DEL, r->sock_fd, NULL);
-	r->watched = false;
+    if (r->watched) epoll_ctl(s->epfd, EPOLL_CTL_DEL, r->sock_fd, NULL);
+    r->watched = false;
 }
 
 void gw_daemon_end(gw_server *s, gw_req *r)
 {
-	if (r->submitted && !r->daemon_done) {
-		id_del(r->sess, r);
-		r->sess->n_inflight--;
-		s->n_inflight--;
-	}
-	r->daemon_done = true;
-	q_del(r);
-	if (!r->gone && r->p.stream && r->started && !r->out_done)
-		gw_sse_end(r);
-	gw_wake(r);
-	if (r->http_done)
-		gw_req_free(s, r);
+    if (r->submitted && !r->daemon_done) {
+        id_del(r->sess, r);
+        r->sess->n_inflight--;
+        s->n_inflight--;
+    }
+    r->daemon_done = true;
+    q_del(r);
+    if (!r->gone && r->p.stream && r->started && !r->out_done) gw_sse_end(r);
+    gw_wake(r);
+    if (r->http_done) gw_req_free(s, r);
 }
 
 /* mu held: r failed before or while generating. */
 static void req_fail(gw_server *s, gw_req *r, const gw_err *e)
 {
-	if (!r->failed && !r->finish) {
-		r->failed = true;
-		r->err = *e;
-	}
-	gw_daemon_end(s, r);
+    if (!r->failed && !r->finish) {
+        r->failed = true;
+        r->err = *e;
+    }
+    gw_daemon_end(s, r);
 }
 
 /* ---- the session (events thread; mu held where noted) ---------------------------------- */
 void gw_cancel_locked(gw_server *s, gw_req *r)
 {
-	(void)s;
-	if (!r->submitted || r->daemon_done || !r->sess->client)
-		return;
-	int rc = ringlm_cancel(r->sess->client, r->req_id);
-	if (rc == -EAGAIN) {
-		r->need_cancel = true;
-		q_push(r);
-	}
+    (void)s;
+    if (!r->submitted || r->daemon_done || !r->sess->client) return;
+    int rc = ringlm_cancel(r->sess->client, r->req_id);
+    if (rc == -EAGAIN) {
+        r->need_cancel = true;
+        q_push(r);
+    }
 }
 
 int gw_sessions_up(gw_server *s, const char **why)
 {
-	int up = 0;
-	if (why)
-		*why = "";
-	for (int i = 0; i < s->n_sess; i++) {
-		if (s->sess[i].client)
-			up++;
-		else if (why && !(*why)[0])
-			*why = s->sess[i].conn_err;
-	}
-	return up;
+    int up = 0;
+    if (why) *why = "";
+    for (int i = 0; i < s->n_sess; i++) {
+        if (s->sess[i].client)
+            up++;
+        else if (why && !(*why)[0])
+            *why = s->sess[i].conn_err;
+    }
+    return up;
 }
 
 /* mu held: submits r on ss (its session from now on). 0 submitted or queued; -1 failed
  * (r->err set, not yet answered). */
 static int submit_on(gw_sess *ss, gw_req *r)
 {
-	gw_server *s = ss->s;
-	gw_err e;
-	r->sess = ss;
-	uint64_t id;
-	int rc = ringlm_submit(ss->client, &r->rq, &id);
-	if (rc == 0) {
-		r->req_id = id;
-		r->submitted = true;
-		id_put(ss, r);
-		ss->n_inflight++;
-		s->n_inflight++;
-		return 0;
-	}
-	if (rc == -EAGAIN) {
-		q_push(r);
-		return 0;
-	}
-	if (rc == -ESHUTDOWN)
-		gw_err_set(&e, 503, "draining", NULL, "ringlmd is draining: no new requests");
-	else if (rc == -E2BIG)
-		gw_err_set(&e, 400, "too_long", "prompt", "the prompt is too long for the session's submit ring: %s",
-			   ringlm_errdetail());
-	else if (rc == -EINVAL)
-		gw_err_set(&e, 400, "bad_params", NULL, "%s", ringlm_errdetail());
-	else
-		gw_err_set(&e, 503, "daemon_unavailable", NULL, "ringlmd: %s (%s)", ringlm_strerror(rc),
-			   ringlm_errdetail());
-	r->failed = true;
-	r->err = e;
-	return -1;
+    gw_server *s = ss->s;
+    gw_err e;
+    r->sess = ss;
+    uint64_t id;
+    int rc = ringlm_submit(ss->client, &r->rq, &id);
+    if (rc == 0) {
+        r->req_id = id;
+        r->submitted = true;
+        id_put(ss, r);
+        ss->n_inflight++;
+        s->n_inflight++;
+        return 0;
+    }
+    if (rc == -EAGAIN) {
+        q_push(r);
+        return 0;
+    }
+    if (rc == -ESHUTDOWN)
+        gw_err_set(&e, 503, "draining", NULL, "ringlmd is draining: no new requests");
+    else if (rc == -E2BIG)
+        gw_err_set(&e, 400, "too_long", "prompt",
+                   "the prompt is too long for the session's submit ring: %s", ringlm_errdetail());
+    else if (rc == -EINVAL)
+        gw_err_set(&e, 400, "bad_params", NULL, "%s", ringlm_errdetail());
+    else
+        gw_err_set(&e, 503, "daemon_unavailable", NULL, "ringlmd: %s (%s)", ringlm_strerror(rc),
+                   ringlm_errdetail());
+    r->failed = true;
+    r->err = e;
+    return -1;
 }
 
 int gw_submit_locked(gw_server *s, gw_req *r)
 {
-	gw_sess *best = NULL;
-	for (int i = 0; i < s->n_sess; i++) {
-		gw_sess *ss = &s->sess[i];
-		if (ss->client && (!best || ss->n_inflight + ss->n_queued < best->n_inflight + best->n_queued))
-			best = ss;
-	}
-	if (!best) {
-		const char *why;
-		gw_sessions_up(s, &why);
-		gw_err_set(&r->err, 503, "daemon_unavailable", NULL, "not connected to ringlmd%s%s",
-			   why[0] ? ": " : "", why);
-		r->failed = true;
-		return -1;
-	}
-	return submit_on(best, r);
+    gw_sess *best = NULL;
+    for (int i = 0; i < s->n_sess; i++) {
+        gw_sess *ss = &s->sess[i];
+        if (ss->client &&
+            (!best || ss->n_inflight + ss->n_queued < best->n_inflight + best->n_queued))
+            best = ss;
+    }
+    if (!best) {
+        const char *why;
+        gw_sessions_up(s, &why);
+        gw_err_set(&r->err, 503, "daemon_unavailable", NULL, "not connected to ringlmd%s%s",
+                   why[0] ? ": " : "", why);
+        r->failed = true;
+        return -1;
+    }
+    return submit_on(best, r);
 }
 
 /* mu held: retry what waited for ring space on ss. */
 static void retry_queue(gw_sess *ss)
 {
-	gw_server *s = ss->s;
-	while (ss->q_head) {
-		gw_req *r = ss->q_head;
-		if (r->need_cancel) {
-			if (ss->client && ringlm_cancel(ss->client, r->req_id) == -EAGAIN)
-				return;
-			r->need_cancel = false;
-			q_del(r);
-			continue;
-		}
-		q_del(r);
-		if (r->gone) {
-			gw_daemon_end(s, r);
-			continue;
-		}
-		int rc = submit_on(ss, r);
-		if (rc < 0) {
-			gw_daemon_end(s, r);
-			continue;
-		}
-		if (r->queued)
-			return; /* still full */
-	}
+    gw_server *s = ss->s;
+    while (ss->q_head) {
+        gw_req *r = ss->q_head;
+        if (r->need_cancel) {
+            if (ss->client && ringlm_cancel(ss->client, r->req_id) == -EAGAIN) return;
+            r->need_cancel = false;
+            q_del(r);
+            continue;
+        }
+        q_del(r);
+        if (r->gone) {
+            gw_daemon_end(s, r);
+            continue;
+        }
+        int rc = submit_on(ss, r);
+        if (rc < 0) {
+            gw_daemon_end(s, r);
+            continue;
+        }
+        if (r->queued) return; /* still full */
+    }
 }
 
 static void on_token(gw_sess *ss, const ringlm_event *ev)
 {
-	gw_server *s = ss->s;
-	gw_req *r = id_find(ss, ev->req_id);
-	if (!r || r->finish || r->failed)
-		return; /* cut at a stop string: the rest until FINISH is dropped */
-	uint64_t t0 = gw_now_ns();
-	r->n_gen++;
-	const char *piece = s->cfg.tok ? tok_decode(s->cfg.tok, r->prev, ev->token) : NULL;
-	r->prev = ev->token;
-	if (piece)
-		gw_buf_adds(&r->raw, piece);
-	if (gw_emit_text(r, false)) {
-		r->finish = "stop";
-		gw_cancel_locked(s, r);
-	}
-	if (r->p.stream) {
-		gw_start_stream(r);
-		if (!r->gone)
-			gw_wake(r);
-	}
-	s->tokens_out++;
-	s->dispatch_ns_sum += gw_now_ns() - t0;
-	s->dispatch_n++;
+    gw_server *s = ss->s;
+    gw_req *r = id_find(ss, ev->req_id);
+    if (!r || r->finish || r->failed)
+        return; /* cut at a stop string: the rest until FINISH is dropped */
+    uint64_t t0 = gw_now_ns();
+    r->n_gen++;
+    const char *piece = s->cfg.tok ? tok_decode(s->cfg.tok, r->prev, ev->token) : NULL;
+    r->prev = ev->token;
+    if (piece) gw_buf_adds(&r->raw, piece);
+    if (gw_emit_text(r, false)) {
+        r->finish = "stop";
+        gw_cancel_locked(s, r);
+    }
+    if (r->p.stream) {
+        gw_start_stream(r);
+        if (!r->gone) gw_wake(r);
+    }
+    s->tokens_out++;
+    s->dispatch_ns_sum += gw_now_ns() - t0;
+    s->dispatch_n++;
 }
 
 static void on_finish(gw_sess *ss, const ringlm_event *ev)
 {
-	gw_server *s = ss->s;
-	gw_req *r = id_find(ss, ev->req_id);
-	if (!r)
-		return;
-	/* also when a stop string ended it first: the usage is written at the daemon's end */
-	r->n_cached = ev->n_cached_tokens;
-	if (!r->finish && !r->failed && !r->gone) {
-		if (ev->finish_reason == RINGLM_FINISH_STOP || ev->finish_reason == RINGLM_FINISH_LENGTH) {
-			bool hit = gw_emit_text(r, true);
-			r->finish = hit || ev->finish_reason == RINGLM_FINISH_STOP ? "stop" : "length";
-			if (r->p.stream)
-				gw_start_stream(r);
-		} else {
-			gw_err e;
-			gw_fail_from_finish(&e, ev->finish_reason, ev->reject_reason);
-			r->failed = true;
-			r->err = e;
-		}
-	}
-	gw_daemon_end(s, r);
+    gw_server *s = ss->s;
+    gw_req *r = id_find(ss, ev->req_id);
+    if (!r) return;
+    /* also when a stop string ended it first: the usage is written at the daemon's end */
+    r->n_cached = ev->n_cached_tokens;
+    if (!r->finish && !r->failed && !r->gone) {
+        if (ev->finish_reason == RINGLM_FINISH_STOP || ev->finish_reason == RINGLM_FINISH_LENGTH) {
+            bool hit = gw_emit_text(r, true);
+            r->finish = hit || ev->finish_reason == RINGLM_FINISH_STOP ? "stop" : "length";
+            if (r->p.stream) gw_start_stream(r);
+        } else {
+            gw_err e;
+            gw_fail_from_finish(&e, ev->finish_reason, ev->reject_reason);
+            r->failed = true;
+            r->err = e;
+        }
+    }
+    gw_daemon_end(s, r);
 }
 
 /* mu held: the session ended; every request on it fails with 503. */
 static void session_lost(gw_sess *ss, int rc)
 {
-	gw_server *s = ss->s;
-	snprintf(ss->conn_err, sizeof ss->conn_err, "%s (%s)", ringlm_strerror(rc), ringlm_errdetail());
-	gw_log(s, "session %d with ringlmd ended: %s; reconnecting", ss->idx, ss->conn_err);
-	gw_err e;
-	gw_err_set(&e, 503, "daemon_unavailable", NULL, "ringlmd went away: %s", ss->conn_err);
-	for (int b = 0; b < GW_HBUCKETS; b++)
-		while (ss->by_id[b])
-			req_fail(s, ss->by_id[b], &e);
-	while (ss->q_head)
-		req_fail(s, ss->q_head, &e);
-	ringlm_close(ss->client);
-	ss->client = NULL;
-	ss->losses++;
+    gw_server *s = ss->s;
+    snprintf(ss->conn_err, sizeof ss->conn_err, "%s (%s)", ringlm_strerror(rc), ringlm_errdetail());
+    gw_log(s, "session %d with ringlmd ended: %s; reconnecting", ss->idx, ss->conn_err);
+    gw_err e;
+    gw_err_set(&e, 503, "daemon_unavailable", NULL, "ringlmd went away: %s", ss->conn_err);
+    for (int b = 0; b < GW_HBUCKETS; b++)
+        while (ss->by_id[b]) req_fail(s, ss->by_id[b], &e);
+    while (ss->q_head) req_fail(s, ss->q_head, &e);
+    ringlm_close(ss->client);
+    ss->client = NULL;
+    ss->losses++;
 }
 
 void *gw_events_main(void *arg)
 {
-	gw_sess *ss = arg;
-	gw_server *s = ss->s;
-	ringlm_event evs[EVENT_BATCH];
-	char last_err[256] = "";
-	for (;;) {
-		pthread_mutex_lock(&s->mu);
-		bool stop = s->stopping;
-		ringlm_client *c = ss->client;
-		pthread_mutex_unlock(&s->mu);
-		if (stop)
-			break;
-		if (!c) {
-			int rc = ringlm_connect(s->cfg.socket_path, &c);
-			pthread_mutex_lock(&s->mu);
-			if (rc == 0) {
-				ss->client = c;
-				ss->conn_err[0] = 0;
-				ss->connects++;
-				last_err[0] = 0;
-				gw_log(s, "session %d connected to ringlmd (session id %llu)", ss->idx,
-				       (unsigned long long)ringlm_session_id(c));
-			} else {
-				snprintf(ss->conn_err, sizeof ss->conn_err, "%s (%s)", ringlm_strerror(rc),
-					 ringlm_errdetail());
-				if (strcmp(last_err, ss->conn_err)) {
-					gw_log(s, "session %d cannot connect to ringlmd: %s; retrying every %d ms",
-					       ss->idx, ss->conn_err, RECONNECT_MS);
-					snprintf(last_err, sizeof last_err, "%s", ss->conn_err);
-				}
-				struct timespec dl;
-				clock_gettime(CLOCK_REALTIME, &dl);
-				dl.tv_nsec += RECONNECT_MS * 1000000l;
-				dl.tv_sec += dl.tv_nsec / 1000000000l;
-				dl.tv_nsec %= 1000000000l;
-				if (!s->stopping)
-					pthread_cond_timedwait(&s->cv, &s->mu, &dl);
-			}
-			pthread_mutex_unlock(&s->mu);
-			continue;
-		}
-		int n = 0, rc = ringlm_next_event(c, &evs[0], EVENT_WAIT_MS);
-		if (rc == 1) {
-			n = 1;
-			while (n < EVENT_BATCH && (rc = ringlm_next_event(c, &evs[n], 0)) == 1)
-				n++;
-		}
-		pthread_mutex_lock(&s->mu);
-		for (int i = 0; i < n; i++) {
-			if (evs[i].kind == RINGLM_EV_TOKEN)
-				on_token(ss, &evs[i]);
-			else if (evs[i].kind == RINGLM_EV_FINISH)
-				on_finish(ss, &evs[i]);
-		}
-		if (rc < 0 && rc != -EINTR)
-			session_lost(ss, rc);
-		else
-			retry_queue(ss);
-		pthread_mutex_unlock(&s->mu);
-	}
-	return NULL;
+    gw_sess *ss = arg;
+    gw_server *s = ss->s;
+    ringlm_event evs[EVENT_BATCH];
+    char last_err[256] = "";
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        bool stop = s->stopping;
+        ringlm_client *c = ss->client;
+        pthread_mutex_unlock(&s->mu);
+        if (stop) break;
+        if (!c) {
+            int rc = ringlm_connect(s->cfg.socket_path, &c);
+            pthread_mutex_lock(&s->mu);
+            if (rc == 0) {
+                ss->client = c;
+                ss->conn_err[0] = 0;
+                ss->connects++;
+                last_err[0] = 0;
+                gw_log(s, "session %d connected to ringlmd (session id %llu)", ss->idx,
+                       (unsigned long long)ringlm_session_id(c));
+            } else {
+                snprintf(ss->conn_err, sizeof ss->conn_err, "%s (%s)", ringlm_strerror(rc),
+                         ringlm_errdetail());
+                if (strcmp(last_err, ss->conn_err)) {
+                    gw_log(s, "session %d cannot connect to ringlmd: %s; retrying every %d ms",
+                           ss->idx, ss->conn_err, RECONNECT_MS);
+                    snprintf(last_err, sizeof last_err, "%s", ss->conn_err);
+                }
+                struct timespec dl;
+                clock_gettime(CLOCK_REALTIME, &dl);
+                dl.tv_nsec += RECONNECT_MS * 1000000l;
+                dl.tv_sec += dl.tv_nsec / 1000000000l;
+                dl.tv_nsec %= 1000000000l;
+                if (!s->stopping) pthread_cond_timedwait(&s->cv, &s->mu, &dl);
+            }
+            pthread_mutex_unlock(&s->mu);
+            continue;
+        }
+        int n = 0, rc = ringlm_next_event(c, &evs[0], EVENT_WAIT_MS);
+        if (rc == 1) {
+            n = 1;
+            while (n < EVENT_BATCH && (rc = ringlm_next_event(c, &evs[n], 0)) == 1) n++;
+        }
+        pthread_mutex_lock(&s->mu);
+        for (int i = 0; i < n; i++) {
+            if (evs[i].kind == RINGLM_EV_TOKEN)
+                on_token(ss, &evs[i]);
+            else if (evs[i].kind == RINGLM_EV_FINISH)
+                on_finish(ss, &evs[i]);
+        }
+        if (rc < 0 && rc != -EINTR)
+            session_lost(ss, rc);
+        else
+            retry_queue(ss);
+        pthread_mutex_unlock(&s->mu);
+    }
+    return NULL;
 }
 
 /* ---- watch thread ---------------------------------------------------------------------- */
 void *gw_watch_main(void *arg)
 {
-	gw_server *s = arg;
-	struct epoll_event evs[64];
-	for (;;) {
-		int n = epoll_wait(s->epfd, evs, 64, -1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			break;
-		pthread_mutex_lock(&s->mu);
-		bool stop = s->stopping;
-		for (int i = 0; i < n && !stop; i++) {
-			gw_req *r = serial_find(s, evs[i].data.u64);
-			if (!r || r->http_done)
-				continue;
-			r->gone = true;
-			gw_cancel_locked(s, r);
-			if (!r->submitted && r->queued)
-				gw_daemon_end(s, r); /* never reached the daemon */
-			else
-				gw_wake(r);
-		}
-		pthread_mutex_unlock(&s->mu);
-		if (stop)
-			break;
-	}
-	return NULL;
+    gw_server *s = arg;
+    struct epoll_event evs[64];
+    for (;;) {
+        int n = epoll_wait(s->epfd, evs, 64, -1);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) break;
+        pthread_mutex_lock(&s->mu);
+        bool stop = s->stopping;
+        for (int i = 0; i < n && !stop; i++) {
+            gw_req *r = serial_find(s, evs[i].data.u64);
+            if (!r || r->http_done) continue;
+            r->gone = true;
+            gw_cancel_locked(s, r);
+            if (!r->submitted && r->queued)
+                gw_daemon_end(s, r); /* never reached the daemon */
+            else
+                gw_wake(r);
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (stop) break;
+    }
+    return NULL;
 }
 /* mu held */
 void gw_cancel_all_locked(gw_server *s)
 {
-	for (int i = 0; i < s->n_sess; i++)
-		for (int b = 0; b < GW_HBUCKETS; b++)
-			for (gw_req *r = s->sess[i].by_id[b]; r; r = r->id_next)
-				gw_cancel_locked(s, r);
+    for (int i = 0; i < s->n_sess; i++)
+        for (int b = 0; b < GW_HBUCKETS; b++)
+            for (gw_req *r = s->sess[i].by_id[b]; r; r = r->id_next) gw_cancel_locked(s, r);
 }
 
 /* mu held; the threads are gone */
 void gw_free_all_locked(gw_server *s)
 {
-	for (int b = 0; b < GW_HBUCKETS; b++)
-		while (s->by_serial[b]) {
-			gw_req *r = s->by_serial[b];
-			if (r->submitted && !r->daemon_done) {
-				id_del(r->sess, r);
-				r->daemon_done = true;
-			}
-			gw_req_free(s, r);
-		}
+    for (int b = 0; b < GW_HBUCKETS; b++)
+        while (s->by_serial[b]) {
+            gw_req *r = s->by_serial[b];
+            if (r->submitted && !r->daemon_done) {
+                id_del(r->sess, r);
+                r->daemon_done = true;
+            }
+            gw_req_free(s, r);
+        }
 }

@@ -18,9 +18,9 @@
 #include <stdint.h>
 
 typedef struct gw_buf {
-	char *p;     /* NUL-terminated when len > 0 or after gw_buf_add* */
-	size_t len;
-	size_t cap;
+    char *p; /* NUL-terminated when len > 0 or after gw_buf_add* */
+    size_t len;
+    size_t cap;
 } gw_buf;
 
 /* Appends; returns 0 or -ENOMEM (the buffer is unchanged then). */
@@ -46,9 +46,9 @@ long gw_utf8_take(const char *in, size_t n, bool final, gw_buf *out);
 #define GW_MAX_STOP     16
 #define GW_STOP_MAX_LEN 256
 typedef struct gw_stop {
-	const char *s[GW_MAX_STOP];
-	size_t len[GW_MAX_STOP];
-	int n;
+    const char *s[GW_MAX_STOP];
+    size_t len[GW_MAX_STOP];
+    int n;
 } gw_stop;
 
 /*

@@ -30,36 +30,38 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: ringlm-gateway --listen ADDR:PORT --tokenizer FILE [options]\n"
-		"  --listen ADDR:PORT       HTTP address (IPv4, or [IPv6]:PORT; port 0 = any free one,\n"
-		"                           printed at start; default 127.0.0.1:8000)\n"
-		"  --socket PATH            ringlmd's socket (default $" RINGLM_SOCKET_ENV ", else " RINGLM_DEFAULT_SOCKET ")\n"
-		"  --tokenizer FILE         the model's tokenizer (llama2.c tokenizer.bin); without it\n"
-		"                           prompts must be token ids and replies carry no text\n"
-		"  --api-keys FILE          lines 'KEY TENANT [CLASS]': the tenant (tagged on each\n"
-		"                           request; the daemon's [trust] must list this uid) and\n"
-		"                           default class of a key; other keys get 401. Without it\n"
-		"                           every request is this process's own tenant\n"
-		"  --chat-template NAME     %s; default: the model file's own (a\n"
-		"                           GGUF tokenizer's chat_template, matched by its text; one\n"
-		"                           that matches none is an error), else plain\n"
-		"  --served-model-name NAME the model id of /v1/models and of requests (default ringlm)\n"
-		"  --max-model-len N        context length in tokens, for chat's default max_tokens\n"
-		"                           and /v1/models (default unknown: chat defaults to 256)\n"
-		"  --max-body-bytes N       larger request bodies get 413 (default 1048576)\n"
-		"  --http-timeout-s N       close a connection idle this long mid-request (default 30)\n"
-		"  --max-connections N      open HTTP connections at once (default 4096)\n"
-		"  --daemon-metrics ADDR:PORT  ringlmd's --metrics address: its vllm:* gauges and\n"
-		"                           counters also on this /metrics (routers read them where\n"
-		"                           they send requests), refreshed every 100 ms\n"
-		"  --sessions N             shared-memory sessions with ringlmd, streams spread over\n"
-		"                           them (1..64, default 4: ringlmd holds at most 1,024\n"
-		"                           requests in flight per session)\n"
-		"  --drain-grace-ms N       on SIGTERM, requests in flight get this long (default 30000)\n"
-		"  --quiet                  no log lines but errors\n"
-		"  --version, --help\n",
-		ringlm_chat_template_names());
+    fprintf(
+        f,
+        "usage: ringlm-gateway --listen ADDR:PORT --tokenizer FILE [options]\n"
+        "  --listen ADDR:PORT       HTTP address (IPv4, or [IPv6]:PORT; port 0 = any free one,\n"
+        "                           printed at start; default 127.0.0.1:8000)\n"
+        "  --socket PATH            ringlmd's socket (default $" RINGLM_SOCKET_ENV
+        ", else " RINGLM_DEFAULT_SOCKET ")\n"
+        "  --tokenizer FILE         the model's tokenizer (llama2.c tokenizer.bin); without it\n"
+        "                           prompts must be token ids and replies carry no text\n"
+        "  --api-keys FILE          lines 'KEY TENANT [CLASS]': the tenant (tagged on each\n"
+        "                           request; the daemon's [trust] must list this uid) and\n"
+        "                           default class of a key; other keys get 401. Without it\n"
+        "                           every request is this process's own tenant\n"
+        "  --chat-template NAME     %s; default: the model file's own (a\n"
+        "                           GGUF tokenizer's chat_template, matched by its text; one\n"
+        "                           that matches none is an error), else plain\n"
+        "  --served-model-name NAME the model id of /v1/models and of requests (default ringlm)\n"
+        "  --max-model-len N        context length in tokens, for chat's default max_tokens\n"
+        "                           and /v1/models (default unknown: chat defaults to 256)\n"
+        "  --max-body-bytes N       larger request bodies get 413 (default 1048576)\n"
+        "  --http-timeout-s N       close a connection idle this long mid-request (default 30)\n"
+        "  --max-connections N      open HTTP connections at once (default 4096)\n"
+        "  --daemon-metrics ADDR:PORT  ringlmd's --metrics address: its vllm:* gauges and\n"
+        "                           counters also on this /metrics (routers read them where\n"
+        "                           they send requests), refreshed every 100 ms\n"
+        "  --sessions N             shared-memory sessions with ringlmd, streams spread over\n"
+        "                           them (1..64, default 4: ringlmd holds at most 1,024\n"
+        "                           requests in flight per session)\n"
+        "  --drain-grace-ms N       on SIGTERM, requests in flight get this long (default 30000)\n"
+        "  --quiet                  no log lines but errors\n"
+        "  --version, --help\n",
+        ringlm_chat_template_names());
 }
 
 /* A GGUF tokenizer file's tokenizer.chat_template decides the template when --chat-template
@@ -68,213 +70,221 @@ static void usage(FILE *f)
  * stderr. Returns 0 (also when the file is not GGUF or has no template) or -1. */
 static int model_template(const char *path, const char *explicit_name, int *tpl, const char **from)
 {
-	gguf_file *g;
-	if (gguf_open(path, &g) < 0)
-		return 0; /* not GGUF (a llama2.c tokenizer.bin): tok_load said what it is */
-	const char *text;
-	size_t len;
-	int rc = gguf_get_str(g, "tokenizer.chat_template", &text, &len);
-	if (rc == 0) {
-		char *jinja = strndup(text, len);
-		int t = jinja ? ringlm_chat_template_match(jinja) : -ENOMEM;
-		free(jinja);
-		if (!explicit_name && t < 0) {
-			fprintf(stderr,
-				"ringlm-gateway: %s: its chat template is none of the built-in ones (%s): "
-				"\"%.*s%s\"; choose one with --chat-template NAME\n",
-				path, ringlm_chat_template_names(), len > 120 ? 120 : (int)len, text, len > 120 ? "..." : "");
-			gguf_close(g);
-			return -1;
-		}
-		if (!explicit_name) {
-			*tpl = t;
-			*from = "the model file's chat_template";
-		} else if (t >= 0 && t != *tpl) {
-			fprintf(stderr, "ringlm-gateway: note: --chat-template %s, but %s's chat template is %s\n",
-				explicit_name, path, ringlm_chat_template_name(t));
-		}
-	} else if (rc != -ENOENT) {
-		fprintf(stderr, "ringlm-gateway: %s: %s\n", path, gguf_errmsg());
-		gguf_close(g);
-		return -1;
-	}
-	gguf_close(g);
-	return 0;
+    gguf_file *g;
+    if (gguf_open(path, &g) < 0)
+        return 0; /* not GGUF (a llama2.c tokenizer.bin): tok_load said what it is */
+    const char *text;
+    size_t len;
+    int rc = gguf_get_str(g, "tokenizer.chat_template", &text, &len);
+    if (rc == 0) {
+        char *jinja = strndup(text, len);
+        int t = jinja ? ringlm_chat_template_match(jinja) : -ENOMEM;
+        free(jinja);
+        if (!explicit_name && t < 0) {
+            fprintf(stderr,
+                    "ringlm-gateway: %s: its chat template is none of the built-in ones (%s): "
+                    "\"%.*s%s\"; choose one with --chat-template NAME\n",
+                    path, ringlm_chat_template_names(), len > 120 ? 120 : (int)len, text,
+                    len > 120 ? "..." : "");
+            gguf_close(g);
+            return -1;
+        }
+        if (!explicit_name) {
+            *tpl = t;
+            *from = "the model file's chat_template";
+        } else if (t >= 0 && t != *tpl) {
+            fprintf(stderr,
+                    "ringlm-gateway: note: --chat-template %s, but %s's chat template is %s\n",
+                    explicit_name, path, ringlm_chat_template_name(t));
+        }
+    } else if (rc != -ENOENT) {
+        fprintf(stderr, "ringlm-gateway: %s: %s\n", path, gguf_errmsg());
+        gguf_close(g);
+        return -1;
+    }
+    gguf_close(g);
+    return 0;
 }
 
 static long parse_num(const char *opt, const char *v, long lo, long hi)
 {
-	char *end;
-	errno = 0;
-	long x = strtol(v, &end, 10);
-	if (errno || end == v || *end || x < lo || x > hi) {
-		fprintf(stderr, "ringlm-gateway: %s '%s': expected an integer in [%ld, %ld]\n", opt, v, lo, hi);
-		exit(2);
-	}
-	return x;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "ringlm-gateway: %s '%s': expected an integer in [%ld, %ld]\n", opt, v, lo,
+                hi);
+        exit(2);
+    }
+    return x;
 }
 
 /* "ADDR:PORT", "[V6]:PORT" or ":PORT". */
 static void parse_listen(const char *v, char *addr, size_t addr_len, uint16_t *port)
 {
-	const char *colon;
-	if (v[0] == '[') {
-		const char *rb = strchr(v, ']');
-		if (!rb || rb[1] != ':' || (size_t)(rb - v - 1) >= addr_len)
-			goto bad;
-		memcpy(addr, v + 1, (size_t)(rb - v - 1));
-		addr[rb - v - 1] = 0;
-		colon = rb + 1;
-	} else {
-		colon = strrchr(v, ':');
-		if (!colon || (size_t)(colon - v) >= addr_len)
-			goto bad;
-		memcpy(addr, v, (size_t)(colon - v));
-		addr[colon - v] = 0;
-		if (!addr[0])
-			snprintf(addr, addr_len, "127.0.0.1");
-	}
-	*port = (uint16_t)parse_num("--listen port", colon + 1, 0, 65535);
-	return;
+    const char *colon;
+    if (v[0] == '[') {
+        const char *rb = strchr(v, ']');
+        if (!rb || rb[1] != ':' || (size_t)(rb - v - 1) >= addr_len) goto bad;
+        memcpy(addr, v + 1, (size_t)(rb - v - 1));
+        addr[rb - v - 1] = 0;
+        colon = rb + 1;
+    } else {
+        colon = strrchr(v, ':');
+        if (!colon || (size_t)(colon - v) >= addr_len) goto bad;
+        memcpy(addr, v, (size_t)(colon - v));
+        addr[colon - v] = 0;
+        if (!addr[0]) snprintf(addr, addr_len, "127.0.0.1");
+    }
+    *port = (uint16_t)parse_num("--listen port", colon + 1, 0, 65535);
+    return;
 bad:
-	fprintf(stderr, "ringlm-gateway: --listen '%s': expected ADDR:PORT or [IPV6]:PORT\n", v);
-	exit(2);
+    fprintf(stderr, "ringlm-gateway: --listen '%s': expected ADDR:PORT or [IPV6]:PORT\n", v);
+    exit(2);
 }
 
 int main(int argc, char **argv)
 {
-	const char *tok_path = NULL, *keys_path = NULL, *tpl_name = NULL;
-	char addr[64] = "127.0.0.1";
-	gw_cfg cfg = {
-		.port = 8000,
-		.served_model = "ringlm",
-		.max_body_bytes = 1 << 20,
-		.http_timeout_s = 30,
-		.max_connections = 4096,
-		.sessions = 4,
-	};
-	long grace_ms = 30000;
-	static const struct option opts[] = {
-		{"listen", required_argument, 0, 'l'},
-		{"socket", required_argument, 0, 's'},
-		{"tokenizer", required_argument, 0, 't'},
-		{"api-keys", required_argument, 0, 'k'},
-		{"chat-template", required_argument, 0, 'c'},
-		{"served-model-name", required_argument, 0, 'm'},
-		{"max-model-len", required_argument, 0, 'L'},
-		{"max-body-bytes", required_argument, 0, 'B'},
-		{"http-timeout-s", required_argument, 0, 'T'},
-		{"max-connections", required_argument, 0, 'C'},
-		{"sessions", required_argument, 0, 'S'},
-		{"daemon-metrics", required_argument, 0, 'M'},
-		{"drain-grace-ms", required_argument, 0, 'g'},
-		{"quiet", no_argument, 0, 'q'},
-		{"version", no_argument, 0, 'V'},
-		{"help", no_argument, 0, 'h'},
-		{0, 0, 0, 0},
-	};
-	int o;
-	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (o) {
-		case 'l': parse_listen(optarg, addr, sizeof addr, &cfg.port); break;
-		case 's': cfg.socket_path = optarg; break;
-		case 't': tok_path = optarg; break;
-		case 'k': keys_path = optarg; break;
-		case 'c': tpl_name = optarg; break;
-		case 'm':
-			if (!*optarg) {
-				fprintf(stderr, "ringlm-gateway: --served-model-name is empty\n");
-				return 2;
-			}
-			cfg.served_model = optarg;
-			break;
-		case 'L': cfg.max_model_len = (uint32_t)parse_num("--max-model-len", optarg, 1, 1 << 24); break;
-		case 'B': cfg.max_body_bytes = (size_t)parse_num("--max-body-bytes", optarg, 64, 1l << 30); break;
-		case 'T': cfg.http_timeout_s = (unsigned)parse_num("--http-timeout-s", optarg, 1, 86400); break;
-		case 'C': cfg.max_connections = (unsigned)parse_num("--max-connections", optarg, 1, 1 << 20); break;
-		case 'M': cfg.daemon_metrics = optarg; break;
-		case 'S': cfg.sessions = (unsigned)parse_num("--sessions", optarg, 1, 64); break;
-		case 'g': grace_ms = parse_num("--drain-grace-ms", optarg, 0, 3600000); break;
-		case 'q': cfg.quiet = 1; break;
-		case 'V': printf("ringlm-gateway %s\n", RINGLM_VERSION); return 0;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "ringlm-gateway: unexpected argument '%s'\n", argv[optind]);
-		usage(stderr);
-		return 2;
-	}
-	cfg.listen_addr = addr;
-	int t = tpl_name ? ringlm_chat_template_by_name(tpl_name) : RINGLM_CHAT_PLAIN;
-	if (t < 0) {
-		fprintf(stderr, "ringlm-gateway: unknown --chat-template '%s' (known: %s)\n", tpl_name,
-			ringlm_chat_template_names());
-		return 2;
-	}
-	cfg.tpl = t;
-	const char *tpl_from = tpl_name ? "--chat-template" : "default";
-	if (tok_path && model_template(tok_path, tpl_name, &cfg.tpl, &tpl_from) < 0)
-		return 1;
+    const char *tok_path = NULL, *keys_path = NULL, *tpl_name = NULL;
+    char addr[64] = "127.0.0.1";
+    gw_cfg cfg = {
+        .port = 8000,
+        .served_model = "ringlm",
+        .max_body_bytes = 1 << 20,
+        .http_timeout_s = 30,
+        .max_connections = 4096,
+        .sessions = 4,
+    };
+    long grace_ms = 30000;
+    static const struct option opts[] = {
+        {"listen", required_argument, 0, 'l'},
+        {"socket", required_argument, 0, 's'},
+        {"tokenizer", required_argument, 0, 't'},
+        {"api-keys", required_argument, 0, 'k'},
+        {"chat-template", required_argument, 0, 'c'},
+        {"served-model-name", required_argument, 0, 'm'},
+        {"max-model-len", required_argument, 0, 'L'},
+        {"max-body-bytes", required_argument, 0, 'B'},
+        {"http-timeout-s", required_argument, 0, 'T'},
+        {"max-connections", required_argument, 0, 'C'},
+        {"sessions", required_argument, 0, 'S'},
+        {"daemon-metrics", required_argument, 0, 'M'},
+        {"drain-grace-ms", required_argument, 0, 'g'},
+        {"quiet", no_argument, 0, 'q'},
+        {"version", no_argument, 0, 'V'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    int o;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case 'l': parse_listen(optarg, addr, sizeof addr, &cfg.port); break;
+        case 's': cfg.socket_path = optarg; break;
+        case 't': tok_path = optarg; break;
+        case 'k': keys_path = optarg; break;
+        case 'c': tpl_name = optarg; break;
+        case 'm':
+            if (!*optarg) {
+                fprintf(stderr, "ringlm-gateway: --served-model-name is empty\n");
+                return 2;
+            }
+            cfg.served_model = optarg;
+            break;
+        case 'L':
+            cfg.max_model_len = (uint32_t)parse_num("--max-model-len", optarg, 1, 1 << 24);
+            break;
+        case 'B':
+            cfg.max_body_bytes = (size_t)parse_num("--max-body-bytes", optarg, 64, 1l << 30);
+            break;
+        case 'T':
+            cfg.http_timeout_s = (unsigned)parse_num("--http-timeout-s", optarg, 1, 86400);
+            break;
+        case 'C':
+            cfg.max_connections = (unsigned)parse_num("--max-connections", optarg, 1, 1 << 20);
+            break;
+        case 'M': cfg.daemon_metrics = optarg; break;
+        case 'S': cfg.sessions = (unsigned)parse_num("--sessions", optarg, 1, 64); break;
+        case 'g': grace_ms = parse_num("--drain-grace-ms", optarg, 0, 3600000); break;
+        case 'q': cfg.quiet = 1; break;
+        case 'V': printf("ringlm-gateway %s\n", RINGLM_VERSION); return 0;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ringlm-gateway: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    cfg.listen_addr = addr;
+    int t = tpl_name ? ringlm_chat_template_by_name(tpl_name) : RINGLM_CHAT_PLAIN;
+    if (t < 0) {
+        fprintf(stderr, "ringlm-gateway: unknown --chat-template '%s' (known: %s)\n", tpl_name,
+                ringlm_chat_template_names());
+        return 2;
+    }
+    cfg.tpl = t;
+    const char *tpl_from = tpl_name ? "--chat-template" : "default";
+    if (tok_path && model_template(tok_path, tpl_name, &cfg.tpl, &tpl_from) < 0) return 1;
 
-	tok_tokenizer *tok = NULL;
-	if (tok_path) {
-		int rc = tok_load(tok_path, 0, &tok);
-		if (rc < 0) {
-			fprintf(stderr, "ringlm-gateway: tokenizer %s: %s (%s)\n", tok_path, strerror(-rc), tok_errmsg());
-			return 1;
-		}
-		cfg.tok = tok;
-	}
-	gw_keys keys = {0};
-	if (keys_path) {
-		char why[256];
-		int rc = gw_keys_load(keys_path, &keys, why, sizeof why);
-		if (rc < 0) {
-			fprintf(stderr, "ringlm-gateway: --api-keys %s\n", why);
-			tok_free(tok);
-			return 1;
-		}
-		cfg.keys = &keys;
-	}
+    tok_tokenizer *tok = NULL;
+    if (tok_path) {
+        int rc = tok_load(tok_path, 0, &tok);
+        if (rc < 0) {
+            fprintf(stderr, "ringlm-gateway: tokenizer %s: %s (%s)\n", tok_path, strerror(-rc),
+                    tok_errmsg());
+            return 1;
+        }
+        cfg.tok = tok;
+    }
+    gw_keys keys = {0};
+    if (keys_path) {
+        char why[256];
+        int rc = gw_keys_load(keys_path, &keys, why, sizeof why);
+        if (rc < 0) {
+            fprintf(stderr, "ringlm-gateway: --api-keys %s\n", why);
+            tok_free(tok);
+            return 1;
+        }
+        cfg.keys = &keys;
+    }
 
-	/* Thousands of streams are thousands of sockets. */
-	struct rlimit rl;
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
-	/* Every thread started below inherits this mask: only sigwait below sees them. */
-	sigset_t sigs;
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGTERM);
-	sigaddset(&sigs, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-	signal(SIGPIPE, SIG_IGN);
+    /* Thousands of streams are thousands of sockets. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    /* Every thread started below inherits this mask: only sigwait below sees them. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
 
-	gw_server *s;
-	int rc = gw_server_start(&cfg, &s);
-	if (rc < 0) {
-		gw_keys_free(&keys);
-		tok_free(tok);
-		return 1;
-	}
-	fprintf(stderr, "ringlm-gateway: listening on http://%s%s%s:%u (model '%s', template %s (%s), %s)\n",
-		strchr(addr, ':') ? "[" : "", addr, strchr(addr, ':') ? "]" : "", (unsigned)gw_server_port(s),
-		cfg.served_model, ringlm_chat_template_name(cfg.tpl), tpl_from,
-		keys_path ? "API keys required" : "no API keys: every request is this uid's tenant");
-	fflush(stderr);
+    gw_server *s;
+    int rc = gw_server_start(&cfg, &s);
+    if (rc < 0) {
+        gw_keys_free(&keys);
+        tok_free(tok);
+        return 1;
+    }
+    fprintf(stderr,
+            "ringlm-gateway: listening on http://%s%s%s:%u (model '%s', template %s (%s), %s)\n",
+            strchr(addr, ':') ? "[" : "", addr, strchr(addr, ':') ? "]" : "",
+            (unsigned)gw_server_port(s), cfg.served_model, ringlm_chat_template_name(cfg.tpl),
+            tpl_from,
+            keys_path ? "API keys required" : "no API keys: every request is this uid's tenant");
+    fflush(stderr);
 
-	int sig = 0;
-	sigwait(&sigs, &sig);
-	if (!cfg.quiet)
-		fprintf(stderr, "ringlm-gateway: %s: draining\n", strsignal(sig));
-	gw_server_drain(s, (unsigned)grace_ms);
-	gw_server_stop(s);
-	gw_keys_free(&keys);
-	tok_free(tok);
-	if (!cfg.quiet)
-		fprintf(stderr, "ringlm-gateway: drained; exiting\n");
-	return 0;
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    if (!cfg.quiet) fprintf(stderr, "ringlm-gateway: %s: draining\n", strsignal(sig));
+    gw_server_drain(s, (unsigned)grace_ms);
+    gw_server_stop(s);
+    gw_keys_free(&keys);
+    tok_free(tok);
+    if (!cfg.quiet) fprintf(stderr, "ringlm-gateway: drained; exiting\n");
+    return 0;
 }

@@ -8,13 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-int eng_bb_init(eng_batch_builder *b, int max_tokens, int max_seqs, int bt_stride,
-                int block_size)
+int eng_bb_init(eng_batch_builder *b, int max_tokens, int max_seqs, int bt_stride, int block_size)
 {
     memset(b, 0, sizeof *b);
     if (max_tokens < 1 || max_seqs < 1 || bt_stride < 1 || block_size < 1)
-        return eng_seterr(-EINVAL, "batch builder: %d tokens, %d sequences, %d blocks of %d: "
-                          "each must be >= 1", max_tokens, max_seqs, bt_stride, block_size);
+        return eng_seterr(-EINVAL,
+                          "batch builder: %d tokens, %d sequences, %d blocks of %d: "
+                          "each must be >= 1",
+                          max_tokens, max_seqs, bt_stride, block_size);
     size_t T = (size_t)max_tokens, S = (size_t)max_seqs;
     b->max_tokens = max_tokens;
     b->max_seqs = max_seqs;
@@ -53,14 +54,16 @@ void eng_bb_reset(eng_batch_builder *b)
     b->n_tokens = b->n_seqs = b->n_logits = 0;
 }
 
-int eng_bb_add(eng_batch_builder *b, const int32_t *seq_tokens, uint32_t start_pos,
-               uint32_t n_rows, const int32_t *blocks, uint32_t n_blocks, bool logits)
+int eng_bb_add(eng_batch_builder *b, const int32_t *seq_tokens, uint32_t start_pos, uint32_t n_rows,
+               const int32_t *blocks, uint32_t n_blocks, bool logits)
 {
     const uint32_t bs = (uint32_t)b->block_size;
     if (n_rows == 0 || n_blocks > (uint32_t)b->bt_stride ||
         (uint64_t)n_blocks * bs < (uint64_t)start_pos + n_rows)
-        return eng_seterr(-EINVAL, "batch builder: %u rows from position %u with %u blocks of "
-                          "%u (table of %d)", n_rows, start_pos, n_blocks, bs, b->bt_stride);
+        return eng_seterr(-EINVAL,
+                          "batch builder: %u rows from position %u with %u blocks of "
+                          "%u (table of %d)",
+                          n_rows, start_pos, n_blocks, bs, b->bt_stride);
     if (b->n_seqs >= b->max_seqs || (uint64_t)b->n_tokens + n_rows > (uint64_t)b->max_tokens)
         return eng_seterr(-ENOSPC, "batch builder: %u more rows on %d of %d, sequence %d of %d",
                           n_rows, b->n_tokens, b->max_tokens, b->n_seqs + 1, b->max_seqs);
@@ -78,19 +81,23 @@ int eng_bb_add(eng_batch_builder *b, const int32_t *seq_tokens, uint32_t start_p
     memset(row + n_blocks, 0, sizeof(int32_t) * ((size_t)b->bt_stride - n_blocks));
     b->n_tokens = T;
     b->n_seqs = S + 1;
-    if (logits)
-        b->logits_rows[b->n_logits++] = T - 1;
+    if (logits) b->logits_rows[b->n_logits++] = T - 1;
     return 0;
 }
 
 const eng_batch *eng_bb_batch(eng_batch_builder *b)
 {
     b->query_start[b->n_seqs] = b->n_tokens;
-    b->batch = (eng_batch){.n_tokens = b->n_tokens, .tokens = b->tokens,
-                           .positions = b->positions, .slot_mapping = b->slots,
-                           .n_seqs = b->n_seqs, .query_start = b->query_start,
-                           .seq_len = b->seq_len, .block_table = b->block_table,
-                           .block_table_stride = b->bt_stride, .n_logits = b->n_logits,
+    b->batch = (eng_batch){.n_tokens = b->n_tokens,
+                           .tokens = b->tokens,
+                           .positions = b->positions,
+                           .slot_mapping = b->slots,
+                           .n_seqs = b->n_seqs,
+                           .query_start = b->query_start,
+                           .seq_len = b->seq_len,
+                           .block_table = b->block_table,
+                           .block_table_stride = b->bt_stride,
+                           .n_logits = b->n_logits,
                            .logits_rows = b->logits_rows};
     return &b->batch;
 }

@@ -34,8 +34,7 @@ typedef struct eng_batch_builder {
 
 /* Buffers for max_tokens rows and max_seqs sequences, each with a block table of bt_stride
  * entries of block_size tokens. 0, -EINVAL (a limit < 1), -ENOMEM. */
-int eng_bb_init(eng_batch_builder *b, int max_tokens, int max_seqs, int bt_stride,
-                int block_size);
+int eng_bb_init(eng_batch_builder *b, int max_tokens, int max_seqs, int bt_stride, int block_size);
 void eng_bb_free(eng_batch_builder *b);
 /* Empties the batch (keeps the buffers). */
 void eng_bb_reset(eng_batch_builder *b);
@@ -47,8 +46,8 @@ void eng_bb_reset(eng_batch_builder *b);
  * Returns 0, -ENOSPC (rows or sequences full), -EINVAL (n_rows 0, more blocks than
  * bt_stride, or the blocks do not cover the last position); the batch is unchanged on
  * error. */
-int eng_bb_add(eng_batch_builder *b, const int32_t *seq_tokens, uint32_t start_pos,
-               uint32_t n_rows, const int32_t *blocks, uint32_t n_blocks, bool logits);
+int eng_bb_add(eng_batch_builder *b, const int32_t *seq_tokens, uint32_t start_pos, uint32_t n_rows,
+               const int32_t *blocks, uint32_t n_blocks, bool logits);
 /* The batch built so far (query_start closed). Valid until the next reset or add. */
 const eng_batch *eng_bb_batch(eng_batch_builder *b);
 

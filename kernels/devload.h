@@ -26,7 +26,7 @@ extern "C" {
 
 /* Limits of the CUDA kernels (kernels/cuda/cuda_kernels.cuh checks that they agree). */
 #define ENG_CUDA_MAX_HEAD_SIZE 256 /* attention: 8 fp32 accumulators per lane */
-#define ENG_CUDA_MAX_GROUP 32      /* query heads per KV head in one attention tile */
+#define ENG_CUDA_MAX_GROUP     32  /* query heads per KV head in one attention tile */
 
 typedef struct eng_dev_plan {
     int dtype;             /* ENG_W_BF16, ENG_W_F16 or ENG_W_F32 */

@@ -19,7 +19,7 @@ struct eng {
     void *priv;
     const eng_model *model;
     eng_options opt;
-    void *plugin; /* dlopen handle of the CUDA plugin, NULL for CPU */
+    void *plugin;         /* dlopen handle of the CUDA plugin, NULL for CPU */
     float *sample_logits; /* eng_execute_sample's logits when the caller passes none */
     size_t sample_logits_rows;
     /* the batch check's per-block stamps: which batch (blk_gen) and sequence (blk_seq) last
@@ -40,8 +40,7 @@ static int load_cuda_plugin(void **handle, const eng_backend_ops **ops)
     const char *candidates[3];
     int n = 0;
     const char *env = getenv("RINGLM_CUDA_LIB");
-    if (env && *env)
-        candidates[n++] = env;
+    if (env && *env) candidates[n++] = env;
     char exe[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (len > 0) {
@@ -76,8 +75,10 @@ static int load_cuda_plugin(void **handle, const eng_backend_ops **ops)
         *ops = o;
         return 0;
     }
-    return eng_seterr(-ENODEV, "backend \"cuda\": plugin libringlm_cuda.so not found (set "
-                               "RINGLM_CUDA_LIB; tried: %s)", tried);
+    return eng_seterr(-ENODEV,
+                      "backend \"cuda\": plugin libringlm_cuda.so not found (set "
+                      "RINGLM_CUDA_LIB; tried: %s)",
+                      tried);
 }
 
 /* ---- lifecycle ---------------------------------------------------------------------- */
@@ -85,24 +86,21 @@ static int load_cuda_plugin(void **handle, const eng_backend_ops **ops)
 int eng_create(const eng_model *m, const eng_options *opt, eng **out)
 {
     *out = NULL;
-    if (!m || !opt)
-        return eng_seterr(-EINVAL, "eng_create: model and options are required");
+    if (!m || !opt) return eng_seterr(-EINVAL, "eng_create: model and options are required");
     if (opt->kv_blocks <= 0)
         return eng_seterr(-EINVAL, "kv_blocks=%d: must be >= 1", opt->kv_blocks);
     if (opt->kv_block_size <= 0 || opt->kv_block_size > 4096)
         return eng_seterr(-EINVAL, "kv_block_size=%d: must be 1..4096", opt->kv_block_size);
     if (opt->max_batch_tokens <= 0)
         return eng_seterr(-EINVAL, "max_batch_tokens=%d: must be >= 1", opt->max_batch_tokens);
-    if (opt->max_seqs <= 0)
-        return eng_seterr(-EINVAL, "max_seqs=%d: must be >= 1", opt->max_seqs);
+    if (opt->max_seqs <= 0) return eng_seterr(-EINVAL, "max_seqs=%d: must be >= 1", opt->max_seqs);
     if (opt->n_threads < 0 || opt->n_threads > 1024)
         return eng_seterr(-EINVAL, "n_threads=%d: must be 0..1024", opt->n_threads);
     if ((long long)opt->kv_blocks * opt->kv_block_size > INT32_MAX)
         return eng_seterr(-EINVAL, "kv_blocks*kv_block_size=%lld: more slots than int32 holds",
                           (long long)opt->kv_blocks * opt->kv_block_size);
     eng *e = calloc(1, sizeof *e);
-    if (!e)
-        return eng_seterr(-ENOMEM, "out of memory");
+    if (!e) return eng_seterr(-ENOMEM, "out of memory");
     e->model = m;
     e->opt = *opt;
     e->blk_gen = calloc((size_t)opt->kv_blocks, sizeof *e->blk_gen);
@@ -122,21 +120,17 @@ int eng_create(const eng_model *m, const eng_options *opt, eng **out)
         /* What the device kernels cannot run (a head size, a tensor type, ...) is refused
          * here, before a plugin or a device is looked for (kernels/devload.h). */
         eng_dev_plan plan;
-        if ((err = eng_dev_plan_model(m, false, &plan)))
-            goto fail;
-        if ((err = load_cuda_plugin(&e->plugin, &e->ops)))
-            goto fail;
+        if ((err = eng_dev_plan_model(m, false, &plan))) goto fail;
+        if ((err = load_cuda_plugin(&e->plugin, &e->ops))) goto fail;
     } else {
         err = eng_seterr(-EINVAL, "backend \"%s\": must be \"cpu\" or \"cuda\"", backend);
         goto fail;
     }
-    if ((err = e->ops->create(e, m, &e->opt, &e->priv)))
-        goto fail;
+    if ((err = e->ops->create(e, m, &e->opt, &e->priv))) goto fail;
     *out = e;
     return 0;
 fail:
-    if (e->plugin)
-        dlclose(e->plugin);
+    if (e->plugin) dlclose(e->plugin);
     free(e->blk_gen);
     free(e->blk_seq);
     free(e);
@@ -145,19 +139,19 @@ fail:
 
 void eng_destroy(eng *e)
 {
-    if (!e)
-        return;
-    if (e->ops && e->priv)
-        e->ops->destroy(e->priv);
-    if (e->plugin)
-        dlclose(e->plugin);
+    if (!e) return;
+    if (e->ops && e->priv) e->ops->destroy(e->priv);
+    if (e->plugin) dlclose(e->plugin);
     free(e->sample_logits);
     free(e->blk_gen);
     free(e->blk_seq);
     free(e);
 }
 
-const char *eng_backend_name(const eng *e) { return e->ops->name; }
+const char *eng_backend_name(const eng *e)
+{
+    return e->ops->name;
+}
 
 /* ---- KV geometry and copies --------------------------------------------------------- */
 
@@ -165,23 +159,33 @@ size_t eng_kv_bytes_per_token(const eng *e)
 {
     return e->ops->kv_block_bytes(e->priv) / (size_t)e->opt.kv_block_size;
 }
-size_t eng_kv_block_bytes(const eng *e) { return e->ops->kv_block_bytes(e->priv); }
-int eng_kv_blocks(const eng *e) { return e->opt.kv_blocks; }
-int eng_kv_block_size(const eng *e) { return e->opt.kv_block_size; }
-size_t eng_memory_bytes(const eng *e) { return e->ops->memory_bytes(e->priv); }
+size_t eng_kv_block_bytes(const eng *e)
+{
+    return e->ops->kv_block_bytes(e->priv);
+}
+int eng_kv_blocks(const eng *e)
+{
+    return e->opt.kv_blocks;
+}
+int eng_kv_block_size(const eng *e)
+{
+    return e->opt.kv_block_size;
+}
+size_t eng_memory_bytes(const eng *e)
+{
+    return e->ops->memory_bytes(e->priv);
+}
 
 void *eng_kv_block_ptr(eng *e, int block)
 {
-    if (!e->ops->kv_block_ptr || block < 0 || block >= e->opt.kv_blocks)
-        return NULL;
+    if (!e->ops->kv_block_ptr || block < 0 || block >= e->opt.kv_blocks) return NULL;
     return e->ops->kv_block_ptr(e->priv, block);
 }
 
 void *eng_kv_pool_base(eng *e, size_t *len)
 {
     if (!e->ops->kv_pool_base) {
-        if (len)
-            *len = 0;
+        if (len) *len = 0;
         return NULL;
     }
     return e->ops->kv_pool_base(e->priv, len);
@@ -213,16 +217,13 @@ int eng_kv_copy_blocks(eng *e, const int32_t *src, const int32_t *dst, int n)
         return eng_seterr(-EINVAL, "kv_copy_blocks: n=%d with %s", n, "NULL arrays");
     for (int i = 0; i < n; i++) {
         int err = check_block(e, src[i], "copy source");
-        if (!err)
-            err = check_block(e, dst[i], "copy destination");
-        if (err)
-            return err;
+        if (!err) err = check_block(e, dst[i], "copy destination");
+        if (err) return err;
     }
     return n ? e->ops->kv_copy_blocks(e->priv, src, dst, n) : 0;
 }
 
-int eng_kv_transfer_async(eng *e, int dir, const int32_t *blocks, void *const *host, int n,
-                          int efd)
+int eng_kv_transfer_async(eng *e, int dir, const int32_t *blocks, void *const *host, int n, int efd)
 {
     if (!e->ops->kv_transfer_async)
         return eng_seterr(-ENOTSUP, "backend %s has no async KV transfer (use eng_kv_block_ptr)",
@@ -233,8 +234,7 @@ int eng_kv_transfer_async(eng *e, int dir, const int32_t *blocks, void *const *h
         return eng_seterr(-EINVAL, "transfer n=%d with NULL arrays", n);
     for (int i = 0; i < n; i++) {
         int err = check_block(e, blocks[i], "transfer");
-        if (err)
-            return err;
+        if (err) return err;
     }
     return e->ops->kv_transfer_async(e->priv, dir, blocks, host, n, efd);
 }
@@ -259,8 +259,10 @@ int eng_batch_check(eng *e, const eng_batch *b)
         return eng_seterr(-EINVAL, "batch n_logits=%d: must be 0..n_tokens=%d with logits_rows",
                           b->n_logits, T);
     if (b->query_start[0] != 0 || b->query_start[S] != T)
-        return eng_seterr(-EINVAL, "batch query_start[0]=%d, query_start[%d]=%d: must be 0 and "
-                                   "n_tokens=%d", b->query_start[0], S, b->query_start[S], T);
+        return eng_seterr(-EINVAL,
+                          "batch query_start[0]=%d, query_start[%d]=%d: must be 0 and "
+                          "n_tokens=%d",
+                          b->query_start[0], S, b->query_start[S], T);
     for (int r = 0; r < T; r++)
         if (b->tokens[r] < 0 || b->tokens[r] >= c->vocab_size)
             return eng_seterr(-EINVAL, "batch token %d is %d: vocabulary has %d tokens", r,
@@ -269,37 +271,45 @@ int eng_batch_check(eng *e, const eng_batch *b)
     for (int s = 0; s < S; s++) {
         int q0 = b->query_start[s], q1 = b->query_start[s + 1];
         if (q1 <= q0 || q1 > T)
-            return eng_seterr(-EINVAL, "batch query_start[%d]=%d, [%d]=%d: each sequence needs "
-                                       ">= 1 row within n_tokens=%d", s, q0, s + 1, q1, T);
+            return eng_seterr(-EINVAL,
+                              "batch query_start[%d]=%d, [%d]=%d: each sequence needs "
+                              ">= 1 row within n_tokens=%d",
+                              s, q0, s + 1, q1, T);
         int len = b->seq_len[s];
         if (len < q1 - q0 || len > c->seq_len)
-            return eng_seterr(-EINVAL, "batch seq_len[%d]=%d: must be %d..%d (its rows .. model "
-                                       "seq_len)", s, len, q1 - q0, c->seq_len);
+            return eng_seterr(-EINVAL,
+                              "batch seq_len[%d]=%d: must be %d..%d (its rows .. model "
+                              "seq_len)",
+                              s, len, q1 - q0, c->seq_len);
         int blocks = (len + bs - 1) / bs;
-        if (blocks > need_stride)
-            need_stride = blocks;
+        if (blocks > need_stride) need_stride = blocks;
     }
     if (b->block_table_stride < need_stride)
-        return eng_seterr(-EINVAL, "batch block_table_stride=%d: seq_len needs %d blocks of %d "
-                                   "tokens", b->block_table_stride, need_stride, bs);
+        return eng_seterr(-EINVAL,
+                          "batch block_table_stride=%d: seq_len needs %d blocks of %d "
+                          "tokens",
+                          b->block_table_stride, need_stride, bs);
     for (int s = 0; s < S; s++) {
         int q0 = b->query_start[s], q1 = b->query_start[s + 1], len = b->seq_len[s];
         const int32_t *bt = b->block_table + (size_t)s * (size_t)b->block_table_stride;
         for (int j = 0; j < (len + bs - 1) / bs; j++)
             if (bt[j] < 0 || bt[j] >= e->opt.kv_blocks)
-                return eng_seterr(-EINVAL, "batch block_table[%d][%d]=%d: pool has blocks 0..%d",
-                                  s, j, bt[j], e->opt.kv_blocks - 1);
+                return eng_seterr(-EINVAL, "batch block_table[%d][%d]=%d: pool has blocks 0..%d", s,
+                                  j, bt[j], e->opt.kv_blocks - 1);
         for (int r = q0; r < q1; r++) {
             int want_pos = len - (q1 - r);
             if (b->positions[r] != want_pos)
-                return eng_seterr(-EINVAL, "batch positions[%d]=%d: sequence %d's rows must sit "
-                                           "at consecutive positions ending at seq_len-1=%d, so "
-                                           "%d", r, b->positions[r], s, len - 1, want_pos);
+                return eng_seterr(-EINVAL,
+                                  "batch positions[%d]=%d: sequence %d's rows must sit "
+                                  "at consecutive positions ending at seq_len-1=%d, so "
+                                  "%d",
+                                  r, b->positions[r], s, len - 1, want_pos);
             int64_t want_slot = (int64_t)bt[want_pos / bs] * bs + want_pos % bs;
             if (b->slot_mapping[r] != want_slot)
-                return eng_seterr(-EINVAL, "batch slot_mapping[%d]=%lld: position %d of sequence "
-                                           "%d lives in slot %lld per its block table", r,
-                                  (long long)b->slot_mapping[r], want_pos, s,
+                return eng_seterr(-EINVAL,
+                                  "batch slot_mapping[%d]=%lld: position %d of sequence "
+                                  "%d lives in slot %lld per its block table",
+                                  r, (long long)b->slot_mapping[r], want_pos, s,
                                   (long long)want_slot);
         }
     }
@@ -317,10 +327,11 @@ int eng_batch_check(eng *e, const eng_batch *b)
             if (e->blk_gen[blk] == e->gen && e->blk_seq[blk] != s)
                 for (int q = 0; q < b->query_start[s]; q++)
                     if (b->slot_mapping[q] == b->slot_mapping[r])
-                        return eng_seterr(-EINVAL, "batch slot_mapping[%d] and [%d] are both slot "
-                                                   "%lld: two rows would write one KV slot (block "
-                                                   "tables share block %lld)", q, r,
-                                          (long long)b->slot_mapping[r], (long long)blk);
+                        return eng_seterr(-EINVAL,
+                                          "batch slot_mapping[%d] and [%d] are both slot "
+                                          "%lld: two rows would write one KV slot (block "
+                                          "tables share block %lld)",
+                                          q, r, (long long)b->slot_mapping[r], (long long)blk);
             e->blk_gen[blk] = e->gen;
             e->blk_seq[blk] = s;
         }
@@ -334,8 +345,7 @@ int eng_batch_check(eng *e, const eng_batch *b)
 int eng_execute(eng *e, const eng_batch *b, float *logits)
 {
     int err = eng_batch_check(e, b);
-    if (err)
-        return err;
+    if (err) return err;
     if (b->n_logits && !logits)
         return eng_seterr(-EINVAL, "eng_execute: n_logits=%d but logits is NULL", b->n_logits);
     return e->ops->execute(e->priv, b, logits);
@@ -345,8 +355,7 @@ int eng_execute_sample(eng *e, const eng_batch *b, const eng_sampling *s, uint64
                        int32_t *out_tokens, float *logits)
 {
     int err = eng_batch_check(e, b);
-    if (err)
-        return err;
+    if (err) return err;
     if (b->n_logits && (!s || !rng || !out_tokens))
         return eng_seterr(-EINVAL, "eng_execute_sample: sampling, rng and out_tokens required");
     if (e->ops->execute_sample)

@@ -36,13 +36,13 @@ int eng_seterr(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3
 
 /* A Llama shape, as in the llama2.c checkpoint header. */
 typedef struct eng_model_config {
-    int dim;          /* model width */
-    int hidden_dim;   /* FFN width */
+    int dim;        /* model width */
+    int hidden_dim; /* FFN width */
     int n_layers;
-    int n_heads;      /* query heads; head_size = dim / n_heads */
-    int n_kv_heads;   /* K/V heads (GQA when < n_heads); n_heads % n_kv_heads == 0 */
-    int vocab_size;   /* always positive here; the file's sign is in shared_classifier */
-    int seq_len;      /* maximum context */
+    int n_heads;            /* query heads; head_size = dim / n_heads */
+    int n_kv_heads;         /* K/V heads (GQA when < n_heads); n_heads % n_kv_heads == 0 */
+    int vocab_size;         /* always positive here; the file's sign is in shared_classifier */
+    int seq_len;            /* maximum context */
     bool shared_classifier; /* classifier = token embedding table */
 } eng_model_config;
 
@@ -58,7 +58,11 @@ typedef struct eng_model_hparams {
 
 /* The element type of a weight matrix: ggml's numbering, as GGUF files store it. */
 enum eng_wtype {
-    ENG_W_F32 = 0, ENG_W_F16 = 1, ENG_W_Q8_0 = 8, ENG_W_Q4_K = 12, ENG_W_Q6_K = 14,
+    ENG_W_F32 = 0,
+    ENG_W_F16 = 1,
+    ENG_W_Q8_0 = 8,
+    ENG_W_Q4_K = 12,
+    ENG_W_Q6_K = 14,
     ENG_W_BF16 = 30
 };
 /* Name of a weight type ("Q8_0"). */
@@ -74,18 +78,18 @@ size_t eng_wrow_bytes(int type, int64_t in);
 
 /* One layer's weights. Norms and biases are float32 in every format. */
 typedef struct eng_layer_weights {
-    const float *rms_att, *rms_ffn;          /* [dim] */
-    eng_wmat wq, wk, wv, wo, w1, w2, w3;     /* as eng_weights, this layer's slice */
-    const float *bq, *bk, *bv;               /* [dim], [kv_dim], [kv_dim]; NULL: no bias */
+    const float *rms_att, *rms_ffn;      /* [dim] */
+    eng_wmat wq, wk, wv, wo, w1, w2, w3; /* as eng_weights, this layer's slice */
+    const float *bq, *bk, *bv;           /* [dim], [kv_dim], [kv_dim]; NULL: no bias */
 } eng_layer_weights;
 
 /* Every model's weights as typed per-layer matrices (the CPU backend reads these). */
 typedef struct eng_model_tensors {
-    eng_wmat token_embedding;                /* [vocab][dim] */
-    const eng_layer_weights *layers;         /* [n_layers] */
-    const float *rms_final;                  /* [dim] */
-    eng_wmat wcls;                           /* [vocab][dim] */
-    const float *rope_freq_factors;          /* [rope_dim/2] (Llama 3.1 scaling) or NULL */
+    eng_wmat token_embedding;        /* [vocab][dim] */
+    const eng_layer_weights *layers; /* [n_layers] */
+    const float *rms_final;          /* [dim] */
+    eng_wmat wcls;                   /* [vocab][dim] */
+    const float *rope_freq_factors;  /* [rope_dim/2] (Llama 3.1 scaling) or NULL */
 } eng_model_tensors;
 
 /* Host float32 weights, laid out exactly as in the llama2.c file (row-major
@@ -154,8 +158,18 @@ int eng_preset(const char *name, eng_model_config *out);
  * 1/sqrt(fan_in) (embedding: 1.0).
  */
 enum eng_tensor_id {
-    ENG_T_EMBED = 1, ENG_T_RMS_ATT, ENG_T_WQ, ENG_T_WK, ENG_T_WV, ENG_T_WO, ENG_T_RMS_FFN,
-    ENG_T_W1, ENG_T_W2, ENG_T_W3, ENG_T_RMS_FINAL, ENG_T_WCLS
+    ENG_T_EMBED = 1,
+    ENG_T_RMS_ATT,
+    ENG_T_WQ,
+    ENG_T_WK,
+    ENG_T_WV,
+    ENG_T_WO,
+    ENG_T_RMS_FFN,
+    ENG_T_W1,
+    ENG_T_W2,
+    ENG_T_W3,
+    ENG_T_RMS_FINAL,
+    ENG_T_WCLS
 };
 uint64_t eng_splitmix64(uint64_t x);
 float eng_synth_value(uint64_t seed, int tensor_id, uint64_t index, float scale, bool is_norm);
@@ -169,13 +183,13 @@ int eng_model_write(const eng_model *m, const char *path);
 typedef struct eng eng;
 
 typedef struct eng_options {
-    const char *backend;     /* "cpu" (default when NULL) or "cuda" */
-    int n_threads;           /* CPU worker threads (0 = 1) */
-    int numa_node;           /* node to pin workers to; -1 = none */
-    int kv_blocks;           /* physical KV blocks in the pool (> 0) */
-    int kv_block_size;       /* tokens per block (> 0; 16 is typical) */
-    int max_batch_tokens;    /* largest T eng_execute accepts (> 0) */
-    int max_seqs;            /* largest S eng_execute accepts (> 0) */
+    const char *backend;  /* "cpu" (default when NULL) or "cuda" */
+    int n_threads;        /* CPU worker threads (0 = 1) */
+    int numa_node;        /* node to pin workers to; -1 = none */
+    int kv_blocks;        /* physical KV blocks in the pool (> 0) */
+    int kv_block_size;    /* tokens per block (> 0; 16 is typical) */
+    int max_batch_tokens; /* largest T eng_execute accepts (> 0) */
+    int max_seqs;         /* largest S eng_execute accepts (> 0) */
 } eng_options;
 
 /* Creates an engine over a model (the model must outlive it). Errors: -EINVAL (bad
@@ -229,17 +243,17 @@ int eng_kv_transfer_async(eng *e, int dir, const int32_t *blocks, void *const *h
  * logits_rows lists the rows (indices into tokens) whose logits are wanted, in order.
  */
 typedef struct eng_batch {
-    int n_tokens;                 /* T */
-    const int32_t *tokens;        /* [T] */
-    const int32_t *positions;     /* [T] */
-    const int64_t *slot_mapping;  /* [T] */
-    int n_seqs;                   /* S */
-    const int32_t *query_start;   /* [S+1], query_start[0] = 0, query_start[S] = T */
-    const int32_t *seq_len;       /* [S] context length including this batch's rows */
-    const int32_t *block_table;   /* [S][block_table_stride] */
+    int n_tokens;                /* T */
+    const int32_t *tokens;       /* [T] */
+    const int32_t *positions;    /* [T] */
+    const int64_t *slot_mapping; /* [T] */
+    int n_seqs;                  /* S */
+    const int32_t *query_start;  /* [S+1], query_start[0] = 0, query_start[S] = T */
+    const int32_t *seq_len;      /* [S] context length including this batch's rows */
+    const int32_t *block_table;  /* [S][block_table_stride] */
     int block_table_stride;
     int n_logits;
-    const int32_t *logits_rows;   /* [n_logits] */
+    const int32_t *logits_rows; /* [n_logits] */
 } eng_batch;
 
 /* Validates a batch against the engine (sizes, positions, slots, block tables, token ids,
@@ -281,13 +295,13 @@ typedef struct eng_backend_ops {
                           int32_t *out_tokens, float *logits);
     size_t (*kv_block_bytes)(void *priv);
     size_t (*memory_bytes)(void *priv);
-    void *(*kv_block_ptr)(void *priv, int block);          /* optional */
-    void *(*kv_pool_base)(void *priv, size_t *len);          /* optional */
+    void *(*kv_block_ptr)(void *priv, int block);   /* optional */
+    void *(*kv_pool_base)(void *priv, size_t *len); /* optional */
     int (*kv_read_block)(void *priv, int block, void *dst);
     int (*kv_write_block)(void *priv, int block, const void *src);
     int (*kv_copy_blocks)(void *priv, const int32_t *src, const int32_t *dst, int n);
-    int (*kv_transfer_async)(void *priv, int dir, const int32_t *blocks, void *const *host,
-                             int n, int efd);          /* optional */
+    int (*kv_transfer_async)(void *priv, int dir, const int32_t *blocks, void *const *host, int n,
+                             int efd); /* optional */
 } eng_backend_ops;
 
 /* The CPU backend's table (kernels/cpu/). */
@@ -301,11 +315,11 @@ typedef const eng_backend_ops *(*eng_backend_entry_fn)(void);
 
 /* Time spent per phase of eng_execute, cumulative since eng_create or the last reset. */
 typedef struct eng_phase_stats {
-    uint64_t steps;      /* eng_execute calls */
-    uint64_t rows;       /* token rows processed */
-    uint64_t proj_ns;    /* projections: QKV, output, FFN and classifier matmuls */
-    uint64_t attn_ns;    /* paged attention (incl. RoPE and KV append) */
-    uint64_t other_ns;   /* embedding, RMSNorm, everything else */
+    uint64_t steps;    /* eng_execute calls */
+    uint64_t rows;     /* token rows processed */
+    uint64_t proj_ns;  /* projections: QKV, output, FFN and classifier matmuls */
+    uint64_t attn_ns;  /* paged attention (incl. RoPE and KV append) */
+    uint64_t other_ns; /* embedding, RMSNorm, everything else */
     /* the CPU backend's worker pool (see its spin policy in kernels/cpu/cpu.c) */
     uint64_t regions;         /* parallel regions run on the pool */
     uint64_t wake_calls;      /* futex wake system calls made (none while peers spin) */
@@ -314,7 +328,7 @@ typedef struct eng_phase_stats {
     uint64_t spin_budget_ns;  /* a helper's current spin budget (not reset) */
     uint64_t wake_latency_ns; /* measured region start → sleeping helper running (not reset) */
     uint64_t straggler_waits; /* regions whose caller, its own tasks done, waited for a helper's */
-    uint64_t straggler_ns;    /* ... the time it waited (a helper descheduled mid-task shows here) */
+    uint64_t straggler_ns; /* ... the time it waited (a helper descheduled mid-task shows here) */
 } eng_phase_stats;
 /* Fills *out (and zeroes the counters when reset). -ENOTSUP when the backend keeps none
  * (only the CPU backend does). */

@@ -8,7 +8,10 @@
 
 ERRDETAIL_DEFINE(eng_err);
 
-const char *eng_errmsg(void) { return eng_err.msg; }
+const char *eng_errmsg(void)
+{
+    return eng_err.msg;
+}
 
 int eng_seterr(int err, const char *fmt, ...)
 {

@@ -18,35 +18,37 @@
 
 static int type_by_name(const char *s)
 {
-    static const struct { const char *n; int t; } types[] = {
-        {"F32", Q_F32}, {"F16", Q_F16}, {"BF16", Q_BF16}, {"Q8_0", Q_Q8_0},
+    static const struct {
+        const char *n;
+        int t;
+    } types[] = {
+        {"F32", Q_F32},   {"F16", Q_F16},   {"BF16", Q_BF16},   {"Q8_0", Q_Q8_0},
         {"Q4_K", Q_Q4_K}, {"Q6_K", Q_Q6_K}, {"Q4_K_M", Q_Q4_K},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        if (strcmp(types[i].n, s) == 0)
-            return types[i].t;
+        if (strcmp(types[i].n, s) == 0) return types[i].t;
     return -1;
 }
 
 /* Quantizes rows x k floats into a new buffer (taken over by the writer). */
-static int add_matrix(gguf_writer *w, const char *name, const float *src, int rows, int k,
-                      int type, char *note, size_t note_len)
+static int add_matrix(gguf_writer *w, const char *name, const float *src, int rows, int k, int type,
+                      char *note, size_t note_len)
 {
     int t = type;
     if (k % q_block_elems(t)) {
         t = k % 32 == 0 ? Q_Q8_0 : Q_F16;
         size_t used = strlen(note);
         if (used + 1 < note_len)
-            snprintf(note + used, note_len - used, "%s%s: rows of %d are not whole %s blocks, "
-                                                   "written as %s", used ? "; " : "", name, k,
-                     gguf_type_name((uint32_t)type), gguf_type_name((uint32_t)t));
+            snprintf(note + used, note_len - used,
+                     "%s%s: rows of %d are not whole %s blocks, "
+                     "written as %s",
+                     used ? "; " : "", name, k, gguf_type_name((uint32_t)type),
+                     gguf_type_name((uint32_t)t));
     }
     size_t rb = q_row_bytes(t, k);
     unsigned char *buf = malloc(rb * (size_t)rows);
-    if (!buf)
-        return eng_seterr(-ENOMEM, "%s: out of memory", name);
-    for (int r = 0; r < rows; r++)
-        q_quantize_row(t, src + (size_t)r * k, buf + (size_t)r * rb, k);
+    if (!buf) return eng_seterr(-ENOMEM, "%s: out of memory", name);
+    for (int r = 0; r < rows; r++) q_quantize_row(t, src + (size_t)r * k, buf + (size_t)r * rb, k);
     uint64_t ne[2] = {(uint64_t)k, (uint64_t)rows};
     gw_tensor(w, name, 2, ne, t, buf, rb * (size_t)rows);
     return 0;
@@ -55,8 +57,7 @@ static int add_matrix(gguf_writer *w, const char *name, const float *src, int ro
 static int add_vector(gguf_writer *w, const char *name, const float *src, int n)
 {
     float *buf = malloc((size_t)n * sizeof *buf);
-    if (!buf)
-        return eng_seterr(-ENOMEM, "%s: out of memory", name);
+    if (!buf) return eng_seterr(-ENOMEM, "%s: out of memory", name);
     memcpy(buf, src, (size_t)n * sizeof *buf);
     uint64_t ne[1] = {(uint64_t)n};
     gw_tensor(w, name, 1, ne, Q_F32, buf, (size_t)n * sizeof *buf);
@@ -67,11 +68,9 @@ static int add_vector(gguf_writer *w, const char *name, const float *src, int n)
 static char *sp_piece(const char *p, size_t *len)
 {
     size_t n = 0;
-    for (const char *q = p; *q; q++)
-        n += *q == ' ' ? 3 : 1;
+    for (const char *q = p; *q; q++) n += *q == ' ' ? 3 : 1;
     char *out = malloc(n + 1), *o = out;
-    if (!out)
-        return NULL;
+    if (!out) return NULL;
     for (const char *q = p; *q; q++) {
         if (*q == ' ') {
             memcpy(o, "\xe2\x96\x81", 3);
@@ -111,8 +110,10 @@ static int add_vocab(gguf_writer *w, int vocab, const gw_export_opts *o)
             p = tmp;
             types[i] = TT_BYTE;
             if (o->pieces && strcmp(o->pieces[i], tmp) != 0) {
-                err = eng_seterr(-EINVAL, "vocabulary: token %d is \"%s\", expected the byte "
-                                          "token \"%s\" (llama2.c layout)", i, o->pieces[i], tmp);
+                err = eng_seterr(-EINVAL,
+                                 "vocabulary: token %d is \"%s\", expected the byte "
+                                 "token \"%s\" (llama2.c layout)",
+                                 i, o->pieces[i], tmp);
                 goto out;
             }
         } else {
@@ -136,8 +137,7 @@ static int add_vocab(gguf_writer *w, int vocab, const gw_export_opts *o)
     gw_bool(w, "tokenizer.ggml.add_bos_token", true);
     gw_bool(w, "tokenizer.ggml.add_eos_token", false);
 out:
-    for (int i = 0; pieces && i < vocab; i++)
-        free(pieces[i]);
+    for (int i = 0; pieces && i < vocab; i++) free(pieces[i]);
     free(pieces);
     free(lens);
     free(scores);
@@ -151,32 +151,24 @@ static int add_vocab_given(gguf_writer *w, int vocab, const gw_vocab *v)
     if (v->n != (size_t)vocab)
         return eng_seterr(-EINVAL, "vocabulary: %zu tokens, the model has %d", v->n, vocab);
     gw_str(w, "tokenizer.ggml.model", v->model);
-    if (v->pre)
-        gw_str(w, "tokenizer.ggml.pre", v->pre);
+    if (v->pre) gw_str(w, "tokenizer.ggml.pre", v->pre);
     gw_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)v->tokens, v->lens, v->n);
     gw_f32_arr(w, "tokenizer.ggml.scores", v->scores, v->n);
     gw_i32_arr(w, "tokenizer.ggml.token_type", v->types, v->n);
     if (v->n_merges) {
         size_t *ml = malloc(v->n_merges * sizeof *ml);
-        if (!ml)
-            return eng_seterr(-ENOMEM, "vocabulary: out of memory");
-        for (size_t i = 0; i < v->n_merges; i++)
-            ml[i] = strlen(v->merges[i]);
+        if (!ml) return eng_seterr(-ENOMEM, "vocabulary: out of memory");
+        for (size_t i = 0; i < v->n_merges; i++) ml[i] = strlen(v->merges[i]);
         gw_str_arr(w, "tokenizer.ggml.merges", (const char *const *)v->merges, ml, v->n_merges);
         free(ml);
     }
-    if (v->bos >= 0)
-        gw_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos);
-    if (v->eos >= 0)
-        gw_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
-    if (v->eot >= 0)
-        gw_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)v->eot);
-    if (v->unk >= 0)
-        gw_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)v->unk);
+    if (v->bos >= 0) gw_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos);
+    if (v->eos >= 0) gw_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
+    if (v->eot >= 0) gw_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)v->eot);
+    if (v->unk >= 0) gw_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)v->unk);
     gw_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
     gw_bool(w, "tokenizer.ggml.add_eos_token", false);
-    if (v->chat_template)
-        gw_str(w, "tokenizer.chat_template", v->chat_template);
+    if (v->chat_template) gw_str(w, "tokenizer.chat_template", v->chat_template);
     return 0;
 }
 
@@ -191,8 +183,10 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
     const char *tname = o->type ? o->type : "F32";
     int type = type_by_name(tname);
     if (type < 0)
-        return eng_seterr(-EINVAL, "--type %s: not supported (F32, F16, BF16, Q8_0, Q4_K, Q6_K, "
-                                   "Q4_K_M)", tname);
+        return eng_seterr(-EINVAL,
+                          "--type %s: not supported (F32, F16, BF16, Q8_0, Q4_K, Q6_K, "
+                          "Q4_K_M)",
+                          tname);
     const bool mix = strcmp(tname, "Q4_K_M") == 0;
     const char *arch = o->arch ? o->arch : "llama";
     if (strcmp(arch, "llama") != 0 && strcmp(arch, "qwen2") != 0)
@@ -200,18 +194,17 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
     const bool qwen2 = arch[0] == 'q';
     uint64_t seed = 1;
     eng_model_synthetic_seed(m, &seed);
-    if (!seed)
-        seed = 1;
+    if (!seed) seed = 1;
     gguf_writer *w = gw_new();
-    if (!w)
-        return eng_seterr(-ENOMEM, "out of memory");
+    if (!w) return eng_seterr(-ENOMEM, "out of memory");
     int err = 0;
     const int d = c->dim, h = c->hidden_dim, hs = d / c->n_heads, kv = hs * c->n_kv_heads;
     const int V = c->vocab_size;
     char key[128], name[96];
     gw_str(w, "general.architecture", arch);
     gw_str(w, "general.name", "ringlm-mkmodel");
-#define ARCH_U32(suffix, v) (snprintf(key, sizeof key, "%s." suffix, arch), gw_u32(w, key, (uint32_t)(v)))
+#define ARCH_U32(suffix, v)                                                                        \
+    (snprintf(key, sizeof key, "%s." suffix, arch), gw_u32(w, key, (uint32_t)(v)))
     ARCH_U32("context_length", c->seq_len);
     ARCH_U32("embedding_length", d);
     ARCH_U32("feed_forward_length", h);
@@ -225,16 +218,18 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
     gw_f32(w, key, 1e-5f);
     snprintf(key, sizeof key, "%s.rope.freq_base", arch);
     gw_f32(w, key, 10000.0f);
-    if ((err = o->vocab ? add_vocab_given(w, V, o->vocab) : add_vocab(w, V, o)))
-        goto out;
+    if ((err = o->vocab ? add_vocab_given(w, V, o->vocab) : add_vocab(w, V, o))) goto out;
 
-    if ((err = add_matrix(w, "token_embd.weight", wt->token_embedding, V, d, type, note,
-                          note_len)))
+    if ((err = add_matrix(w, "token_embd.weight", wt->token_embedding, V, d, type, note, note_len)))
         goto out;
     for (int l = 0; l < c->n_layers && !err; l++) {
         const size_t L = (size_t)l;
         const int v_type = mix ? Q_Q6_K : type;
-        struct { const char *n; const float *p; int rows, k, type; } mats[] = {
+        struct {
+            const char *n;
+            const float *p;
+            int rows, k, type;
+        } mats[] = {
             {"attn_q", wt->wq + L * d * d, d, d, type},
             {"attn_k", wt->wk + L * kv * d, kv, d, type},
             {"attn_v", wt->wv + L * kv * d, kv, d, v_type},
@@ -272,13 +267,10 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
             }
         }
     }
-    if (err)
-        goto out;
-    if ((err = add_vector(w, "output_norm.weight", wt->rms_final, d)))
-        goto out;
+    if (err) goto out;
+    if ((err = add_vector(w, "output_norm.weight", wt->rms_final, d))) goto out;
     if (!c->shared_classifier &&
-        (err = add_matrix(w, "output.weight", wt->wcls, V, d, mix ? Q_Q6_K : type, note,
-                          note_len)))
+        (err = add_matrix(w, "output.weight", wt->wcls, V, d, mix ? Q_Q6_K : type, note, note_len)))
         goto out;
     err = gw_write(w, path);
 out:

@@ -27,12 +27,9 @@ enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5
 
 void gw_vocab_free(gw_vocab *v)
 {
-    if (!v)
-        return;
-    for (size_t i = 0; v->tokens && i < v->n; i++)
-        free(v->tokens[i]);
-    for (size_t i = 0; v->merges && i < v->n_merges; i++)
-        free(v->merges[i]);
+    if (!v) return;
+    for (size_t i = 0; v->tokens && i < v->n; i++) free(v->tokens[i]);
+    for (size_t i = 0; v->merges && i < v->n_merges; i++) free(v->merges[i]);
     free(v->tokens);
     free(v->lens);
     free(v->scores);
@@ -46,29 +43,24 @@ void gw_vocab_free(gw_vocab *v)
 static const char *config_token(json_t *cfg, const char *key)
 {
     json_t *t = json_object_get(cfg, key);
-    if (json_is_object(t))
-        t = json_object_get(t, "content");
+    if (json_is_object(t)) t = json_object_get(t, "content");
     return json_string_value(t);
 }
 
 static int32_t find_token(const gw_vocab *v, const char *s)
 {
-    if (!s)
-        return -1;
+    if (!s) return -1;
     for (size_t i = 0; i < v->n; i++)
-        if (v->tokens[i] && strcmp(v->tokens[i], s) == 0)
-            return (int32_t)i;
+        if (v->tokens[i] && strcmp(v->tokens[i], s) == 0) return (int32_t)i;
     return -1;
 }
 
-int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
-                     gw_vocab **out)
+int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size, gw_vocab **out)
 {
     *out = NULL;
     json_error_t je;
     json_t *root = json_load_file(tok_path, 0, &je), *cfg = NULL;
-    if (!root)
-        return eng_seterr(-EINVAL, "%s:%d: %s", tok_path, je.line, je.text);
+    if (!root) return eng_seterr(-EINVAL, "%s:%d: %s", tok_path, je.line, je.text);
     /* configs hold model_max_length = 1e30: integers as reals (only strings and booleans are read) */
     if (cfg_path && !(cfg = json_load_file(cfg_path, JSON_DECODE_INT_AS_REAL, &je))) {
         json_decref(root);
@@ -85,8 +77,10 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
     json_t *merges = json_object_get(model, "merges");
     const char *mtype = json_string_value(json_object_get(model, "type"));
     if (!mtype || strcmp(mtype, "BPE") || !json_is_object(vocab) || !json_is_array(merges)) {
-        err = eng_seterr(-EINVAL, "%s: model.type \"%s\": only BPE models (model.vocab, "
-                                  "model.merges) are supported", tok_path, mtype ? mtype : "?");
+        err = eng_seterr(-EINVAL,
+                         "%s: model.type \"%s\": only BPE models (model.vocab, "
+                         "model.merges) are supported",
+                         tok_path, mtype ? mtype : "?");
         goto out;
     }
     json_t *parts = json_pack("[OO]", json_object_get(root, "pre_tokenizer") ?: json_null(),
@@ -109,13 +103,17 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
     }
     free(dump);
     if (bytelevel && !pre) {
-        err = eng_seterr(-EINVAL, "%s: a byte-level BPE whose pre-tokenizer expression is "
-                                  "neither Llama 3's nor Qwen2's: not supported", tok_path);
+        err = eng_seterr(-EINVAL,
+                         "%s: a byte-level BPE whose pre-tokenizer expression is "
+                         "neither Llama 3's nor Qwen2's: not supported",
+                         tok_path);
         goto out;
     }
     if (!bytelevel && !fallback) {
-        err = eng_seterr(-EINVAL, "%s: BPE that is neither byte-level nor SentencePiece-like "
-                                  "(byte_fallback): not supported", tok_path);
+        err = eng_seterr(-EINVAL,
+                         "%s: BPE that is neither byte-level nor SentencePiece-like "
+                         "(byte_fallback): not supported",
+                         tok_path);
         goto out;
     }
     v->model = bytelevel ? "gpt2" : "llama";
@@ -124,31 +122,32 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
     size_t n = 0;
     const char *k;
     json_t *val;
-    json_object_foreach(vocab, k, val) {
+    json_object_foreach(vocab, k, val)
+    {
         json_int_t id = json_integer_value(val);
         if (!json_is_integer(val) || id < 0 || id >= (1 << 22)) {
             err = eng_seterr(-EINVAL, "%s: model.vocab[\"%s\"]: id must be 0..2^22", tok_path, k);
             goto out;
         }
-        if ((size_t)id + 1 > n)
-            n = (size_t)id + 1;
+        if ((size_t)id + 1 > n) n = (size_t)id + 1;
     }
     json_t *added = json_object_get(root, "added_tokens");
     size_t ai;
-    json_array_foreach(added, ai, val) {
+    json_array_foreach(added, ai, val)
+    {
         json_int_t id = json_integer_value(json_object_get(val, "id"));
         if (id < 0 || id >= (1 << 22) || !json_string_value(json_object_get(val, "content"))) {
             err = eng_seterr(-EINVAL, "%s: added_tokens[%zu]: needs id 0..2^22 and content",
                              tok_path, ai);
             goto out;
         }
-        if ((size_t)id + 1 > n)
-            n = (size_t)id + 1;
+        if ((size_t)id + 1 > n) n = (size_t)id + 1;
     }
     if (n > (size_t)vocab_size) {
-        err = eng_seterr(-EINVAL, "%s: %zu tokens, more than the model's vocabulary of %d "
-                                  "(pick a preset whose vocabulary fits)", tok_path, n,
-                         vocab_size);
+        err = eng_seterr(-EINVAL,
+                         "%s: %zu tokens, more than the model's vocabulary of %d "
+                         "(pick a preset whose vocabulary fits)",
+                         tok_path, n, vocab_size);
         goto out;
     }
     v->n = (size_t)vocab_size;
@@ -161,7 +160,8 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
         err = eng_seterr(-ENOMEM, "out of memory");
         goto out;
     }
-    json_object_foreach(vocab, k, val) {
+    json_object_foreach(vocab, k, val)
+    {
         size_t id = (size_t)json_integer_value(val);
         free(v->tokens[id]);
         v->tokens[id] = strdup(k);
@@ -169,7 +169,8 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
         if (fallback && strlen(k) == 6 && strncmp(k, "<0x", 3) == 0 && k[5] == '>')
             v->types[id] = TT_BYTE;
     }
-    json_array_foreach(added, ai, val) {
+    json_array_foreach(added, ai, val)
+    {
         size_t id = (size_t)json_integer_value(json_object_get(val, "id"));
         free(v->tokens[id]);
         v->tokens[id] = strdup(json_string_value(json_object_get(val, "content")));
@@ -191,7 +192,8 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
         v->scores[i] = fallback ? -1e9f : 0.0f;
     }
     /* merges: "LEFT RIGHT" strings or [LEFT, RIGHT] pairs */
-    json_array_foreach(merges, ai, val) {
+    json_array_foreach(merges, ai, val)
+    {
         const char *l = NULL, *r = NULL, *s = json_string_value(val);
         char *m = NULL;
         if (s) {
@@ -199,12 +201,13 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
         } else if (json_array_size(val) == 2) {
             l = json_string_value(json_array_get(val, 0));
             r = json_string_value(json_array_get(val, 1));
-            if (l && r && asprintf(&m, "%s %s", l, r) < 0)
-                m = NULL;
+            if (l && r && asprintf(&m, "%s %s", l, r) < 0) m = NULL;
         }
         if (!m) {
-            err = eng_seterr(s || (l && r) ? -ENOMEM : -EINVAL, "%s: model.merges[%zu]: expected "
-                             "\"LEFT RIGHT\" or [LEFT, RIGHT]", tok_path, ai);
+            err = eng_seterr(s || (l && r) ? -ENOMEM : -EINVAL,
+                             "%s: model.merges[%zu]: expected "
+                             "\"LEFT RIGHT\" or [LEFT, RIGHT]",
+                             tok_path, ai);
             goto out;
         }
         v->merges[v->n_merges++] = m;
@@ -214,8 +217,7 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
          * result by its rank (first merges highest); bytes and specials keep 0 */
         for (size_t i = v->n_merges; i-- > 0;) {
             char *sp = strchr(v->merges[i] + 1, ' ');
-            if (!sp)
-                continue;
+            if (!sp) continue;
             char *joined = malloc(strlen(v->merges[i]));
             if (!joined) {
                 err = eng_seterr(-ENOMEM, "out of memory");
@@ -225,13 +227,11 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
             memcpy(joined, v->merges[i], ll);
             strcpy(joined + ll, sp + 1);
             json_t *id = json_object_get(vocab, joined);
-            if (json_is_integer(id))
-                v->scores[json_integer_value(id)] = -(float)i;
+            if (json_is_integer(id)) v->scores[json_integer_value(id)] = -(float)i;
             free(joined);
         }
         for (size_t i = 0; i < v->n; i++)
-            if (v->types[i] != TT_NORMAL)
-                v->scores[i] = 0.0f;
+            if (v->types[i] != TT_NORMAL) v->scores[i] = 0.0f;
         v->unk = find_token(v, unk);
     } else {
         v->unk = -1;
@@ -240,14 +240,15 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
     v->bos = find_token(v, bos);
     v->eos = find_token(v, eos);
     if ((bos && v->bos < 0) || (eos && v->eos < 0)) {
-        err = eng_seterr(-EINVAL, "%s: bos_token \"%s\" / eos_token \"%s\": not in the "
-                                  "vocabulary", cfg_path, bos ? bos : "", eos ? eos : "");
+        err = eng_seterr(-EINVAL,
+                         "%s: bos_token \"%s\" / eos_token \"%s\": not in the "
+                         "vocabulary",
+                         cfg_path, bos ? bos : "", eos ? eos : "");
         goto out;
     }
     v->eot = -1;
     static const char *const eots[] = {"<|eot_id|>", "<|im_end|>", "<|end|>"};
-    for (size_t i = 0; i < 3 && v->eot < 0; i++)
-        v->eot = find_token(v, eots[i]);
+    for (size_t i = 0; i < 3 && v->eot < 0; i++) v->eot = find_token(v, eots[i]);
     json_t *ab = json_object_get(cfg, "add_bos_token");
     v->add_bos = json_is_boolean(ab) ? json_is_true(ab) : v->bos >= 0;
     const char *tpl = json_string_value(json_object_get(cfg, "chat_template"));

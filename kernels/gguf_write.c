@@ -31,12 +31,14 @@ struct gguf_writer {
     bool oom;
 };
 
-gguf_writer *gw_new(void) { return calloc(1, sizeof(gguf_writer)); }
+gguf_writer *gw_new(void)
+{
+    return calloc(1, sizeof(gguf_writer));
+}
 
 void gw_free(gguf_writer *w)
 {
-    if (!w)
-        return;
+    if (!w) return;
     for (size_t i = 0; i < w->n_t; i++) {
         free(w->t[i].name);
         free(w->t[i].data);
@@ -48,12 +50,10 @@ void gw_free(gguf_writer *w)
 
 static void put(gguf_writer *w, const void *p, size_t n)
 {
-    if (w->oom)
-        return;
+    if (w->oom) return;
     if (w->kv_len + n > w->kv_cap) {
         size_t cap = w->kv_cap ? w->kv_cap : 4096;
-        while (cap < w->kv_len + n)
-            cap *= 2;
+        while (cap < w->kv_len + n) cap *= 2;
         unsigned char *b = realloc(w->kv, cap);
         if (!b) {
             w->oom = true;
@@ -70,8 +70,7 @@ static void put(gguf_writer *w, const void *p, size_t n)
 static void put_le(gguf_writer *w, uint64_t v, int n)
 {
     unsigned char b[8];
-    for (int i = 0; i < n; i++)
-        b[i] = (unsigned char)(v >> (8 * i));
+    for (int i = 0; i < n; i++) b[i] = (unsigned char)(v >> (8 * i));
     put(w, b, (size_t)n);
 }
 
@@ -130,8 +129,7 @@ void gw_str_arr(gguf_writer *w, const char *k, const char *const *s, const size_
     key(w, k, GGUF_V_ARRAY);
     put_le(w, GGUF_V_STRING, 4);
     put_le(w, n, 8);
-    for (size_t i = 0; i < n; i++)
-        put_str(w, s[i], len[i]);
+    for (size_t i = 0; i < n; i++) put_str(w, s[i], len[i]);
 }
 
 void gw_f32_arr(gguf_writer *w, const char *k, const float *v, size_t n)
@@ -139,8 +137,7 @@ void gw_f32_arr(gguf_writer *w, const char *k, const float *v, size_t n)
     key(w, k, GGUF_V_ARRAY);
     put_le(w, GGUF_V_F32, 4);
     put_le(w, n, 8);
-    for (size_t i = 0; i < n; i++)
-        put_le(w, f32_bits(v[i]), 4);
+    for (size_t i = 0; i < n; i++) put_le(w, f32_bits(v[i]), 4);
 }
 
 void gw_i32_arr(gguf_writer *w, const char *k, const int32_t *v, size_t n)
@@ -148,8 +145,7 @@ void gw_i32_arr(gguf_writer *w, const char *k, const int32_t *v, size_t n)
     key(w, k, GGUF_V_ARRAY);
     put_le(w, GGUF_V_I32, 4);
     put_le(w, n, 8);
-    for (size_t i = 0; i < n; i++)
-        put_le(w, (uint32_t)v[i], 4);
+    for (size_t i = 0; i < n; i++) put_le(w, (uint32_t)v[i], 4);
 }
 
 void gw_tensor(gguf_writer *w, const char *name, int n_dims, const uint64_t *ne, int type,
@@ -167,21 +163,21 @@ void gw_tensor(gguf_writer *w, const char *name, int n_dims, const uint64_t *ne,
         w->cap_t = cap;
     }
     gw_tensor_rec *r = &w->t[w->n_t];
-    *r = (gw_tensor_rec){.name = strdup(name), .n_dims = n_dims, .type = type, .data = data,
-                         .bytes = bytes};
-    for (int d = 0; d < 4; d++)
-        r->ne[d] = d < n_dims ? ne[d] : 1;
+    *r = (gw_tensor_rec){
+        .name = strdup(name), .n_dims = n_dims, .type = type, .data = data, .bytes = bytes};
+    for (int d = 0; d < 4; d++) r->ne[d] = d < n_dims ? ne[d] : 1;
     w->n_t++;
-    if (!r->name || !data)
-        w->oom = true;
+    if (!r->name || !data) w->oom = true;
 }
 
-static size_t pad_to(size_t n) { return (n + GGUF_DEFAULT_ALIGNMENT - 1) / GGUF_DEFAULT_ALIGNMENT * GGUF_DEFAULT_ALIGNMENT; }
+static size_t pad_to(size_t n)
+{
+    return (n + GGUF_DEFAULT_ALIGNMENT - 1) / GGUF_DEFAULT_ALIGNMENT * GGUF_DEFAULT_ALIGNMENT;
+}
 
 int gw_write(gguf_writer *w, const char *path)
 {
-    if (w->oom)
-        return eng_seterr(-ENOMEM, "%s: out of memory while building the GGUF file", path);
+    if (w->oom) return eng_seterr(-ENOMEM, "%s: out of memory while building the GGUF file", path);
     /* The header and tensor infos go into the same buffer after the key/values. */
     size_t kv_end = w->kv_len;
     uint64_t offset = 0;
@@ -189,24 +185,20 @@ int gw_write(gguf_writer *w, const char *path)
         gw_tensor_rec *r = &w->t[i];
         put_str(w, r->name, strlen(r->name));
         put_le(w, (uint64_t)r->n_dims, 4);
-        for (int d = 0; d < r->n_dims; d++)
-            put_le(w, r->ne[d], 8);
+        for (int d = 0; d < r->n_dims; d++) put_le(w, r->ne[d], 8);
         put_le(w, (uint64_t)r->type, 4);
         put_le(w, offset, 8);
         offset = pad_to(offset + r->bytes);
     }
-    if (w->oom)
-        return eng_seterr(-ENOMEM, "%s: out of memory while building the GGUF file", path);
+    if (w->oom) return eng_seterr(-ENOMEM, "%s: out of memory while building the GGUF file", path);
     FILE *f = fopen(path, "wb");
-    if (!f)
-        return eng_seterr(-errno, "%s: %s", path, strerror(errno));
+    if (!f) return eng_seterr(-errno, "%s: %s", path, strerror(errno));
     unsigned char hdr[24];
     const uint64_t fields[4] = {GGUF_MAGIC, 3, w->n_t, w->n_kv};
     const int widths[4] = {4, 4, 8, 8};
     size_t h = 0;
     for (int i = 0; i < 4; i++)
-        for (int b = 0; b < widths[i]; b++)
-            hdr[h++] = (unsigned char)(fields[i] >> (8 * b));
+        for (int b = 0; b < widths[i]; b++) hdr[h++] = (unsigned char)(fields[i] >> (8 * b));
     static const unsigned char zeros[GGUF_DEFAULT_ALIGNMENT];
     bool ok = fwrite(hdr, 1, h, f) == h && fwrite(w->kv, 1, w->kv_len, f) == w->kv_len;
     size_t pos = h + w->kv_len;
@@ -219,11 +211,8 @@ int gw_write(gguf_writer *w, const char *path)
     }
     w->kv_len = kv_end; /* the infos are rebuilt by another gw_write */
     int err = 0;
-    if (!ok)
-        err = eng_seterr(-EIO, "%s: write: %s", path, strerror(errno));
-    if (fclose(f) != 0 && !err)
-        err = eng_seterr(-EIO, "%s: close: %s", path, strerror(errno));
-    if (err)
-        unlink(path);
+    if (!ok) err = eng_seterr(-EIO, "%s: write: %s", path, strerror(errno));
+    if (fclose(f) != 0 && !err) err = eng_seterr(-EIO, "%s: close: %s", path, strerror(errno));
+    if (err) unlink(path);
     return err;
 }

@@ -25,8 +25,7 @@ void gw_i32(gguf_writer *w, const char *key, int32_t value);
 void gw_f32(gguf_writer *w, const char *key, float value);
 void gw_bool(gguf_writer *w, const char *key, bool value);
 /* Arrays: strings given with their lengths (may hold any bytes), f32 and i32 values. */
-void gw_str_arr(gguf_writer *w, const char *key, const char *const *s, const size_t *len,
-                size_t n);
+void gw_str_arr(gguf_writer *w, const char *key, const char *const *s, const size_t *len, size_t n);
 void gw_f32_arr(gguf_writer *w, const char *key, const float *v, size_t n);
 void gw_i32_arr(gguf_writer *w, const char *key, const int32_t *v, size_t n);
 
@@ -44,37 +43,36 @@ int gw_write(gguf_writer *w, const char *path);
 /* A vocabulary as GGUF stores it (tokenizer.ggml.*), e.g. read from a Hugging Face
  * tokenizer.json by gw_vocab_from_hf. */
 typedef struct gw_vocab {
-    const char *model;     /* "llama" (SentencePiece) or "gpt2" (byte-level BPE) */
-    const char *pre;       /* gpt2: tokenizer.ggml.pre ("llama-bpe", "qwen2") */
-    size_t n;              /* = the model's vocab_size */
-    char **tokens;         /* pieces as the file stores them ("▁" for SentencePiece spaces) */
+    const char *model; /* "llama" (SentencePiece) or "gpt2" (byte-level BPE) */
+    const char *pre;   /* gpt2: tokenizer.ggml.pre ("llama-bpe", "qwen2") */
+    size_t n;          /* = the model's vocab_size */
+    char **tokens;     /* pieces as the file stores them ("▁" for SentencePiece spaces) */
     size_t *lens;
     float *scores;
-    int32_t *types;        /* llama.cpp's token types */
-    char **merges;         /* gpt2: "LEFT RIGHT" */
+    int32_t *types; /* llama.cpp's token types */
+    char **merges;  /* gpt2: "LEFT RIGHT" */
     size_t n_merges;
     int32_t bos, eos, eot, unk; /* -1: none */
     bool add_bos;
-    char *chat_template;   /* NULL: none */
+    char *chat_template; /* NULL: none */
 } gw_vocab;
 
 /* Reads tokenizer.json (and tokenizer_config.json when cfg_path is not NULL: BOS, EOS,
  * add_bos, chat template) into a vocabulary of exactly vocab_size tokens (unused ids padded).
  * Returns 0 or -errno with eng_errmsg(). */
-int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
-                     gw_vocab **out);
+int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size, gw_vocab **out);
 void gw_vocab_free(gw_vocab *v);
 
 typedef struct gw_export_opts {
-    const char *type;        /* F32 F16 BF16 Q8_0 Q4_K Q6_K, or Q4_K_M (Q4_K with Q6_K for
+    const char *type; /* F32 F16 BF16 Q8_0 Q4_K Q6_K, or Q4_K_M (Q4_K with Q6_K for
                               * output, attn_v and ffn_down, as llama.cpp's mix) */
-    const char *arch;        /* "llama" (default) or "qwen2" (adds synthetic Q/K/V biases) */
+    const char *arch; /* "llama" (default) or "qwen2" (adds synthetic Q/K/V biases) */
     /* The vocabulary: vocab_size pieces with scores (a llama2.c tokenizer, pieces with real
      * spaces); NULL: a synthetic SentencePiece vocabulary (unk, BOS, EOS, 256 byte tokens,
      * then "tN" pieces). */
     const char *const *pieces;
     const float *scores;
-    const gw_vocab *vocab;   /* when not NULL: this vocabulary (pieces/scores unused) */
+    const gw_vocab *vocab; /* when not NULL: this vocabulary (pieces/scores unused) */
 } gw_export_opts;
 
 /* Writes a (non-lazy, float32) model as GGUF. A matrix whose rows the type's block does not

@@ -28,7 +28,8 @@ static const char usage[] =
     "                      [--tokenizer TOKENIZER.bin | --vocab tokenizer.json\n"
     "                       [--vocab-config tokenizer_config.json]]\n"
     "  SPEC: synthetic:PRESET:SEED (presets: stories15M stories110M llama3-8b gqa-test\n"
-    "        stories260K quant-test vocab-llama3 vocab-qwen3 vocab-llama2) or a llama2.c checkpoint\n"
+    "        stories260K quant-test vocab-llama3 vocab-qwen3 vocab-llama2) or a llama2.c "
+    "checkpoint\n"
     "  --vocab: a Hugging Face tokenizer.json (byte-level BPE of Llama 3 or Qwen2, or\n"
     "        SentencePiece-like BPE of Llama 2); the model's vocabulary must hold it\n";
 
@@ -36,16 +37,12 @@ int main(int argc, char **argv)
 {
     const char *spec = NULL, *out = NULL, *format = "llama2c", *type = NULL, *arch = NULL;
     const char *tok_path = NULL, *vocab_path = NULL, *vocab_cfg = NULL;
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"out", required_argument, 0, 'o'},
-                                         {"format", required_argument, 0, 'f'},
-                                         {"type", required_argument, 0, 't'},
-                                         {"arch", required_argument, 0, 'a'},
-                                         {"tokenizer", required_argument, 0, 'z'},
-                                         {"vocab", required_argument, 0, 'v'},
-                                         {"vocab-config", required_argument, 0, 'c'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},  {"out", required_argument, 0, 'o'},
+        {"format", required_argument, 0, 'f'}, {"type", required_argument, 0, 't'},
+        {"arch", required_argument, 0, 'a'},   {"tokenizer", required_argument, 0, 'z'},
+        {"vocab", required_argument, 0, 'v'},  {"vocab-config", required_argument, 0, 'c'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "m:o:f:t:a:z:v:c:h", opts, NULL)) != -1) {
         switch (ch) {
@@ -57,9 +54,7 @@ int main(int argc, char **argv)
         case 'z': tok_path = optarg; break;
         case 'v': vocab_path = optarg; break;
         case 'c': vocab_cfg = optarg; break;
-        default:
-            fputs(usage, ch == 'h' ? stdout : stderr);
-            return ch == 'h' ? 0 : 2;
+        default: fputs(usage, ch == 'h' ? stdout : stderr); return ch == 'h' ? 0 : 2;
         }
     }
     bool gguf = strcmp(format, "gguf") == 0;
@@ -69,8 +64,7 @@ int main(int argc, char **argv)
         fputs(usage, stderr);
         if (!gguf && gguf_only)
             fputs("  (--type, --arch, --tokenizer and --vocab go with --format gguf)\n", stderr);
-        if (tok_path && vocab_path)
-            fputs("  (--tokenizer and --vocab are alternatives)\n", stderr);
+        if (tok_path && vocab_path) fputs("  (--tokenizer and --vocab are alternatives)\n", stderr);
         return 2;
     }
     eng_model *m;
@@ -102,8 +96,8 @@ int main(int argc, char **argv)
         gw_export_opts o = {.type = type, .arch = arch, .pieces = pieces, .scores = scores};
         if (tok_path && (!pieces || !scores))
             err = eng_seterr(-12, "out of memory");
-        else if (vocab_path && (err = gw_vocab_from_hf(vocab_path, vocab_cfg, c->vocab_size,
-                                                       &vocab)))
+        else if (vocab_path &&
+                 (err = gw_vocab_from_hf(vocab_path, vocab_cfg, c->vocab_size, &vocab)))
             ;
         else {
             o.vocab = vocab;
@@ -119,13 +113,13 @@ int main(int argc, char **argv)
     if (err)
         fprintf(stderr, "ringlm-mkmodel: %s\n", eng_errmsg());
     else {
-        fprintf(stderr, "ringlm-mkmodel: wrote %s (%s%s%s, dim %d, hidden %d, %d layers, %d heads, "
-                        "%d kv heads, vocab %d, seq %d, %s classifier)\n", out, format,
-                gguf ? " " : "", gguf ? (type ? type : "F32") : "", c->dim, c->hidden_dim,
-                c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->seq_len,
+        fprintf(stderr,
+                "ringlm-mkmodel: wrote %s (%s%s%s, dim %d, hidden %d, %d layers, %d heads, "
+                "%d kv heads, vocab %d, seq %d, %s classifier)\n",
+                out, format, gguf ? " " : "", gguf ? (type ? type : "F32") : "", c->dim,
+                c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->seq_len,
                 c->shared_classifier ? "shared" : "unshared");
-        if (note[0])
-            fprintf(stderr, "ringlm-mkmodel: note: %s\n", note);
+        if (note[0]) fprintf(stderr, "ringlm-mkmodel: note: %s\n", note);
     }
     eng_model_free(m);
     return err ? 1 : 0;

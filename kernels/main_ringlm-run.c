@@ -21,25 +21,23 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: ringlm-run --model M [--tokenizer T] [--prompt P] [--steps N]\n"
-            "                  [--temperature F] [--top-k K] [--top-p F] [--seed S]\n"
-            "                  [--threads N] [--backend cpu|cuda] [--block-size N]\n"
-            "  --model M        llama2.c checkpoint, GGUF file, or synthetic:PRESET:SEED\n"
-            "  --tokenizer T    llama2.c tokenizer.bin or GGUF file (default: the model's GGUF\n"
-            "                   file, else tokenizer.bin)\n"
-            "  --prompt P       text to start from (default empty)\n"
-            "  --steps N        positions to run, prompt included; 0 = seq_len (default 256)\n"
-            "  --temperature F  0 = greedy (default 1.0); --top-p default 0.9, --top-k 0 (off)\n"
-            "  --seed S         sampling seed (default: time)\n"
-            "  --threads N      CPU worker threads (default 1)\n");
+    fprintf(f, "usage: ringlm-run --model M [--tokenizer T] [--prompt P] [--steps N]\n"
+               "                  [--temperature F] [--top-k K] [--top-p F] [--seed S]\n"
+               "                  [--threads N] [--backend cpu|cuda] [--block-size N]\n"
+               "  --model M        llama2.c checkpoint, GGUF file, or synthetic:PRESET:SEED\n"
+               "  --tokenizer T    llama2.c tokenizer.bin or GGUF file (default: the model's GGUF\n"
+               "                   file, else tokenizer.bin)\n"
+               "  --prompt P       text to start from (default empty)\n"
+               "  --steps N        positions to run, prompt included; 0 = seq_len (default 256)\n"
+               "  --temperature F  0 = greedy (default 1.0); --top-p default 0.9, --top-k 0 (off)\n"
+               "  --seed S         sampling seed (default: time)\n"
+               "  --threads N      CPU worker threads (default 1)\n");
 }
 
 static bool is_stop(const int32_t *stop, int n, int token)
 {
     for (int i = 0; i < n; i++)
-        if (stop[i] == token)
-            return true;
+        if (stop[i] == token) return true;
     return false;
 }
 
@@ -56,8 +54,7 @@ static int parse_int(const char *name, const char *s, long lo, long hi, long *ou
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "ringlm-run: --%s \"%s\": expected an integer %ld..%ld\n", name, s, lo,
-                hi);
+        fprintf(stderr, "ringlm-run: --%s \"%s\": expected an integer %ld..%ld\n", name, s, lo, hi);
         return -1;
     }
     *out = v;
@@ -90,9 +87,17 @@ static int forward(eng *e, const int32_t *tokens, int n, int pos0, const int32_t
     }
     int32_t query_start[2] = {0, n}, seq_len = pos0 + n, last = n - 1;
     eng_batch b = {
-        .n_tokens = n, .tokens = tokens, .positions = positions, .slot_mapping = slots,
-        .n_seqs = 1, .query_start = query_start, .seq_len = &seq_len, .block_table = table,
-        .block_table_stride = table_len, .n_logits = want_logits ? 1 : 0, .logits_rows = &last,
+        .n_tokens = n,
+        .tokens = tokens,
+        .positions = positions,
+        .slot_mapping = slots,
+        .n_seqs = 1,
+        .query_start = query_start,
+        .seq_len = &seq_len,
+        .block_table = table,
+        .block_table_stride = table_len,
+        .n_logits = want_logits ? 1 : 0,
+        .logits_rows = &last,
     };
     return eng_execute(e, &b, logits);
 }
@@ -104,24 +109,37 @@ int main(int argc, char **argv)
     long steps = 256, threads = 1, block_size = 16, top_k = 0;
     float temperature = 1.0f, top_p = 0.9f;
     unsigned long long seed = (unsigned long long)time(NULL);
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},       {"tokenizer", required_argument, 0, 'z'},
-        {"prompt", required_argument, 0, 'i'},      {"steps", required_argument, 0, 'n'},
-        {"temperature", required_argument, 0, 't'}, {"top-p", required_argument, 0, 'p'},
-        {"top-k", required_argument, 0, 'k'},       {"seed", required_argument, 0, 's'},
-        {"threads", required_argument, 0, 'j'},     {"backend", required_argument, 0, 'b'},
-        {"block-size", required_argument, 0, 'B'},  {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"tokenizer", required_argument, 0, 'z'},
+                                         {"prompt", required_argument, 0, 'i'},
+                                         {"steps", required_argument, 0, 'n'},
+                                         {"temperature", required_argument, 0, 't'},
+                                         {"top-p", required_argument, 0, 'p'},
+                                         {"top-k", required_argument, 0, 'k'},
+                                         {"seed", required_argument, 0, 's'},
+                                         {"threads", required_argument, 0, 'j'},
+                                         {"backend", required_argument, 0, 'b'},
+                                         {"block-size", required_argument, 0, 'B'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "m:z:i:n:t:p:k:s:j:b:B:h", opts, NULL)) != -1) {
         switch (ch) {
         case 'm': model_spec = optarg; break;
         case 'z': tok_path = optarg; break;
         case 'i': prompt = optarg; break;
-        case 'n': if (parse_int("steps", optarg, 0, 1 << 30, &steps)) return 2; break;
-        case 't': if (parse_float("temperature", optarg, &temperature)) return 2; break;
-        case 'p': if (parse_float("top-p", optarg, &top_p)) return 2; break;
-        case 'k': if (parse_int("top-k", optarg, 0, 1 << 30, &top_k)) return 2; break;
+        case 'n':
+            if (parse_int("steps", optarg, 0, 1 << 30, &steps)) return 2;
+            break;
+        case 't':
+            if (parse_float("temperature", optarg, &temperature)) return 2;
+            break;
+        case 'p':
+            if (parse_float("top-p", optarg, &top_p)) return 2;
+            break;
+        case 'k':
+            if (parse_int("top-k", optarg, 0, 1 << 30, &top_k)) return 2;
+            break;
         case 's': {
             char *end;
             errno = 0;
@@ -133,9 +151,13 @@ int main(int argc, char **argv)
             }
             break;
         }
-        case 'j': if (parse_int("threads", optarg, 1, 1024, &threads)) return 2; break;
+        case 'j':
+            if (parse_int("threads", optarg, 1, 1024, &threads)) return 2;
+            break;
         case 'b': backend = optarg; break;
-        case 'B': if (parse_int("block-size", optarg, 1, 4096, &block_size)) return 2; break;
+        case 'B':
+            if (parse_int("block-size", optarg, 1, 4096, &block_size)) return 2;
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -167,15 +189,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "ringlm-run: tokenizer: %s\n", tok_errmsg());
         goto out;
     }
-    if (steps == 0 || steps > cfg->seq_len)
-        steps = cfg->seq_len;
+    if (steps == 0 || steps > cfg->seq_len) steps = cfg->seq_len;
 
     size_t bound = tok_encode_bound(prompt);
     prompt_tokens = malloc(bound * sizeof *prompt_tokens);
-    if (!prompt_tokens)
-        goto oom;
-    int n_prompt = tok_encode(tok, prompt, tok_add_bos(tok) || !*prompt, false, prompt_tokens,
-                              (int)bound);
+    if (!prompt_tokens) goto oom;
+    int n_prompt =
+        tok_encode(tok, prompt, tok_add_bos(tok) || !*prompt, false, prompt_tokens, (int)bound);
     if (n_prompt < 1) {
         fprintf(stderr, "ringlm-run: prompt: %s\n", tok_errmsg());
         goto out;
@@ -183,8 +203,13 @@ int main(int argc, char **argv)
 
     int table_len = (cfg->seq_len + (int)block_size - 1) / (int)block_size;
     eng_options opt = {
-        .backend = backend, .n_threads = (int)threads, .numa_node = -1, .kv_blocks = table_len,
-        .kv_block_size = (int)block_size, .max_batch_tokens = cfg->seq_len, .max_seqs = 1,
+        .backend = backend,
+        .n_threads = (int)threads,
+        .numa_node = -1,
+        .kv_blocks = table_len,
+        .kv_block_size = (int)block_size,
+        .max_batch_tokens = cfg->seq_len,
+        .max_seqs = 1,
     };
     if ((err = eng_create(model, &opt, &e))) {
         fprintf(stderr, "ringlm-run: engine: %s\n", eng_errmsg());
@@ -194,12 +219,10 @@ int main(int argc, char **argv)
     positions = malloc((size_t)cfg->seq_len * sizeof *positions);
     slots = malloc((size_t)cfg->seq_len * sizeof *slots);
     logits = malloc((size_t)cfg->vocab_size * sizeof *logits);
-    if (!table || !positions || !slots || !logits)
-        goto oom;
-    for (int j = 0; j < table_len; j++)
-        table[j] = j;
-    eng_sampling sampling = {.temperature = temperature, .top_k = (int)top_k, .top_p = top_p,
-                             .seed = seed};
+    if (!table || !positions || !slots || !logits) goto oom;
+    for (int j = 0; j < table_len; j++) table[j] = j;
+    eng_sampling sampling = {
+        .temperature = temperature, .top_k = (int)top_k, .top_p = top_p, .seed = seed};
     uint64_t rng = eng_rng_init(seed);
 
     /* Prefill: the prompt tokens whose positions fall inside steps, as one batch; the last
@@ -207,8 +230,8 @@ int main(int argc, char **argv)
     int n_prefill = n_prompt < steps ? n_prompt : (int)steps;
     bool sample_after = n_prompt <= steps;
     double t0 = now_s();
-    if ((err = forward(e, prompt_tokens, n_prefill, 0, table, table_len, (int)block_size,
-                       positions, slots, sample_after, logits))) {
+    if ((err = forward(e, prompt_tokens, n_prefill, 0, table, table_len, (int)block_size, positions,
+                       slots, sample_after, logits))) {
         fprintf(stderr, "ringlm-run: prefill: %s\n", eng_errmsg());
         goto out;
     }
@@ -218,8 +241,7 @@ int main(int argc, char **argv)
     double t_decode0 = now_s();
     for (; pos < n_prefill - (sample_after ? 1 : 0); pos++) { /* forced prompt tokens */
         int next = prompt_tokens[pos + 1];
-        if (is_stop(stop, n_stop, next))
-            goto done;
+        if (is_stop(stop, n_stop, next)) goto done;
         fputs(tok_decode(tok, token, next), stdout);
         token = next;
     }
@@ -228,8 +250,8 @@ int main(int argc, char **argv)
     while (pos < steps) {
         if (pos >= n_prefill) { /* logits of pos come from one more decode step */
             int32_t in = token;
-            if ((err = forward(e, &in, 1, pos, table, table_len, (int)block_size, positions,
-                               slots, true, logits))) {
+            if ((err = forward(e, &in, 1, pos, table, table_len, (int)block_size, positions, slots,
+                               true, logits))) {
                 fprintf(stderr, "ringlm-run: decode at position %d: %s\n", pos, eng_errmsg());
                 goto out;
             }
@@ -237,8 +259,7 @@ int main(int argc, char **argv)
         }
         int next = eng_sample(logits, cfg->vocab_size, &sampling, &rng);
         pos++;
-        if (is_stop(stop, n_stop, next))
-            break;
+        if (is_stop(stop, n_stop, next)) break;
         fputs(tok_decode(tok, token, next), stdout);
         fflush(stdout);
         token = next;
@@ -255,9 +276,9 @@ done:
         fprintf(stderr, "no decode steps\n");
     eng_phase_stats ps;
     if (eng_phase_stats_get(e, &ps, false) == 0 && ps.steps)
-        fprintf(stderr, "engine: %llu steps, projections %.1f ms, attention %.1f ms, other %.1f ms\n",
-                (unsigned long long)ps.steps, ps.proj_ns / 1e6, ps.attn_ns / 1e6,
-                ps.other_ns / 1e6);
+        fprintf(
+            stderr, "engine: %llu steps, projections %.1f ms, attention %.1f ms, other %.1f ms\n",
+            (unsigned long long)ps.steps, ps.proj_ns / 1e6, ps.attn_ns / 1e6, ps.other_ns / 1e6);
     rc = 0;
     goto out;
 oom:

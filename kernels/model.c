@@ -23,12 +23,12 @@
 
 /* Limits far above any real Llama, low enough that sizes computed from a corrupt header
  * cannot overflow 64 bits or ask for absurd memory. */
-#define MAX_DIM (1 << 16)
-#define MAX_HIDDEN (1 << 20)
-#define MAX_LAYERS 1024
-#define MAX_HEADS 1024
-#define MAX_VOCAB (1 << 22)
-#define MAX_SEQ (1 << 20)
+#define MAX_DIM      (1 << 16)
+#define MAX_HIDDEN   (1 << 20)
+#define MAX_LAYERS   1024
+#define MAX_HEADS    1024
+#define MAX_VOCAB    (1 << 22)
+#define MAX_SEQ      (1 << 20)
 #define HEADER_BYTES 28 /* seven int32 */
 
 struct eng_model {
@@ -47,7 +47,7 @@ struct eng_model {
     eng_model_tensors t;
     eng_model_hparams hp;
     gguf_file *gguf; /* GGUF models: the open file (owns the mapping) */
-    int32_t stop[3];  /* tokens that end generation */
+    int32_t stop[3]; /* tokens that end generation */
     int n_stop;
     pthread_mutex_t hash_lock; /* the file hash is computed on first use: it reads every byte */
     char hash[65];
@@ -83,8 +83,10 @@ int eng_preset(const char *name, eng_model_config *out)
             return 0;
         }
     }
-    return eng_seterr(-ENOENT, "unknown preset \"%s\" (stories15M, stories110M, llama3-8b, "
-                               "gqa-test, stories260K, quant-test, vocab-llama3, vocab-qwen3, vocab-llama2)", name);
+    return eng_seterr(-ENOENT,
+                      "unknown preset \"%s\" (stories15M, stories110M, llama3-8b, "
+                      "gqa-test, stories260K, quant-test, vocab-llama3, vocab-qwen3, vocab-llama2)",
+                      name);
 }
 
 /* ---- shape validation and tensor layout --------------------------------------------- */
@@ -109,12 +111,16 @@ static int config_check(const eng_model_config *c)
         (err = check_range("seq_len", c->seq_len, 1, MAX_SEQ)))
         return err;
     if (c->dim % c->n_heads)
-        return eng_seterr(-EINVAL, "header n_heads=%d does not divide dim=%d: head size must be "
-                                   "a whole number", c->n_heads, c->dim);
+        return eng_seterr(-EINVAL,
+                          "header n_heads=%d does not divide dim=%d: head size must be "
+                          "a whole number",
+                          c->n_heads, c->dim);
     int head_size = c->dim / c->n_heads;
     if (head_size % 2)
-        return eng_seterr(-EINVAL, "head size dim/n_heads=%d is odd: RoPE rotates pairs, it must "
-                                   "be even", head_size);
+        return eng_seterr(-EINVAL,
+                          "head size dim/n_heads=%d is odd: RoPE rotates pairs, it must "
+                          "be even",
+                          head_size);
     if (c->n_kv_heads > c->n_heads || c->n_heads % c->n_kv_heads)
         return eng_seterr(-EINVAL, "header n_kv_heads=%d: must divide n_heads=%d", c->n_kv_heads,
                           c->n_heads);
@@ -157,17 +163,28 @@ static void point_weights(const eng_model_config *c, const float *base, eng_weig
 {
     struct layout l = layout_of(c);
     const float *p = base;
-    w->token_embedding = p; p += l.embed;
-    w->rms_att = p;         p += l.rms_att;
-    w->wq = p;              p += l.wq;
-    w->wk = p;              p += l.wk;
-    w->wv = p;              p += l.wv;
-    w->wo = p;              p += l.wo;
-    w->rms_ffn = p;         p += l.rms_ffn;
-    w->w1 = p;              p += l.w1;
-    w->w2 = p;              p += l.w2;
-    w->w3 = p;              p += l.w3;
-    w->rms_final = p;       p += l.rms_final;
+    w->token_embedding = p;
+    p += l.embed;
+    w->rms_att = p;
+    p += l.rms_att;
+    w->wq = p;
+    p += l.wq;
+    w->wk = p;
+    p += l.wk;
+    w->wv = p;
+    p += l.wv;
+    w->wo = p;
+    p += l.wo;
+    w->rms_ffn = p;
+    p += l.rms_ffn;
+    w->w1 = p;
+    p += l.w1;
+    w->w2 = p;
+    p += l.w2;
+    w->w3 = p;
+    p += l.w3;
+    w->rms_final = p;
+    p += l.rms_final;
     p += l.freq_cis; /* unused: RoPE is computed, as run.c does */
     w->wcls = c->shared_classifier ? w->token_embedding : p;
 }
@@ -175,9 +192,11 @@ static void point_weights(const eng_model_config *c, const float *base, eng_weig
 /* llama2.c's values (run.c hard-codes them); GGUF files replace them. */
 static void hparams_llama2c(eng_model *m)
 {
-    m->hp = (eng_model_hparams){.norm_eps = 1e-5f, .rope_theta = 10000.0f,
+    m->hp = (eng_model_hparams){.norm_eps = 1e-5f,
+                                .rope_theta = 10000.0f,
                                 .rope_dim = m->cfg.dim / m->cfg.n_heads,
-                                .rope_neox = false, .weight_type = ENG_W_F32};
+                                .rope_neox = false,
+                                .weight_type = ENG_W_F32};
 }
 
 /* The typed per-layer view of llama2.c-layout float32 weights. */
@@ -188,8 +207,7 @@ static int build_tensors(eng_model *m)
     const size_t d = (size_t)c->dim, h = (size_t)c->hidden_dim;
     const size_t kv = d * (size_t)c->n_kv_heads / (size_t)c->n_heads;
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
-    if (!m->layers)
-        return eng_seterr(-ENOMEM, "out of memory");
+    if (!m->layers) return eng_seterr(-ENOMEM, "out of memory");
     for (size_t l = 0; l < (size_t)c->n_layers; l++) {
         eng_layer_weights *lw = &m->layers[l];
         lw->rms_att = w->rms_att + l * d;
@@ -211,8 +229,14 @@ static int build_tensors(eng_model *m)
     return 0;
 }
 
-const char *eng_wtype_name(int type) { return gguf_type_name((uint32_t)type); }
-size_t eng_wrow_bytes(int type, int64_t in) { return q_row_bytes(type, in); }
+const char *eng_wtype_name(int type)
+{
+    return gguf_type_name((uint32_t)type);
+}
+size_t eng_wrow_bytes(int type, int64_t in)
+{
+    return q_row_bytes(type, in);
+}
 
 /* ---- synthetic weights -------------------------------------------------------------- */
 
@@ -231,7 +255,7 @@ float eng_synth_value(uint64_t seed, int tensor_id, uint64_t index, float scale,
 {
     uint64_t u = eng_splitmix64(seed ^ ((uint64_t)tensor_id << 56) ^ index);
     float unit = (float)(u >> 40) * (1.0f / 16777216.0f); /* [0, 1), 24 bits: exact */
-    volatile float val = (unit * 2.0f - 1.0f) * scale;   /* volatile: no contraction into +1 */
+    volatile float val = (unit * 2.0f - 1.0f) * scale;    /* volatile: no contraction into +1 */
     return is_norm ? 1.0f + val : val;
 }
 
@@ -244,7 +268,9 @@ float eng_synth_scale(const eng_model_config *c, int tensor_id)
 {
     switch (tensor_id) {
     case ENG_T_EMBED: return 1.0f;
-    case ENG_T_RMS_ATT: case ENG_T_RMS_FFN: case ENG_T_RMS_FINAL: return 0.1f;
+    case ENG_T_RMS_ATT:
+    case ENG_T_RMS_FFN:
+    case ENG_T_RMS_FINAL: return 0.1f;
     case ENG_T_W2: return 1.0f / sqrtf((float)c->hidden_dim);
     default: return 1.0f / sqrtf((float)c->dim); /* wq wk wv wo w1 w3 wcls: fan-in dim */
     }
@@ -277,8 +303,7 @@ static void freq_cis_fill(float *dst, const eng_model_config *c, bool imag, uint
 static eng_model *model_new(void)
 {
     eng_model *m = calloc(1, sizeof *m);
-    if (m)
-        pthread_mutex_init(&m->hash_lock, NULL);
+    if (m) pthread_mutex_init(&m->hash_lock, NULL);
     return m;
 }
 
@@ -304,16 +329,16 @@ static int load_synthetic(const char *spec, eng_model **out)
         errno = 0;
         seed = strtoull(colon + 1, &end, 0);
         if (errno || end == colon + 1 || *end)
-            return eng_seterr(-EINVAL, "model spec \"%s\": SEED \"%s\" is not an unsigned "
-                                       "integer", spec, colon + 1);
+            return eng_seterr(-EINVAL,
+                              "model spec \"%s\": SEED \"%s\" is not an unsigned "
+                              "integer",
+                              spec, colon + 1);
     }
     eng_model_config cfg;
     int err = eng_preset(name, &cfg);
-    if (err)
-        return eng_seterr(-EINVAL, "model spec \"%s\": %s", spec, eng_errmsg());
+    if (err) return eng_seterr(-EINVAL, "model spec \"%s\": %s", spec, eng_errmsg());
     eng_model *m = model_new();
-    if (!m)
-        return eng_seterr(-ENOMEM, "out of memory");
+    if (!m) return eng_seterr(-ENOMEM, "out of memory");
     m->cfg = cfg;
     hparams_llama2c(m);
     m->lazy = lazy;
@@ -335,15 +360,15 @@ static int load_synthetic(const char *spec, eng_model **out)
                               name, l.total * 4 >> 20);
         }
         point_weights(&cfg, m->owned, &m->w);
-        static const int ids[] = {ENG_T_EMBED, ENG_T_RMS_ATT, ENG_T_WQ, ENG_T_WK, ENG_T_WV,
-                                  ENG_T_WO, ENG_T_RMS_FFN, ENG_T_W1, ENG_T_W2, ENG_T_W3,
-                                  ENG_T_RMS_FINAL};
-        const float *ptrs[] = {m->w.token_embedding, m->w.rms_att, m->w.wq, m->w.wk, m->w.wv,
-                               m->w.wo, m->w.rms_ffn, m->w.w1, m->w.w2, m->w.w3, m->w.rms_final};
-        const uint64_t counts[] = {l.embed, l.rms_att, l.wq, l.wk, l.wv, l.wo, l.rms_ffn,
-                                   l.w1, l.w2, l.w3, l.rms_final};
-        for (int i = 0; i < 11; i++)
-            synth_fill((float *)ptrs[i], counts[i], seed, &cfg, ids[i], 0);
+        static const int ids[] = {ENG_T_EMBED, ENG_T_RMS_ATT, ENG_T_WQ,       ENG_T_WK,
+                                  ENG_T_WV,    ENG_T_WO,      ENG_T_RMS_FFN,  ENG_T_W1,
+                                  ENG_T_W2,    ENG_T_W3,      ENG_T_RMS_FINAL};
+        const float *ptrs[] = {
+            m->w.token_embedding, m->w.rms_att, m->w.wq, m->w.wk, m->w.wv,       m->w.wo,
+            m->w.rms_ffn,         m->w.w1,      m->w.w2, m->w.w3, m->w.rms_final};
+        const uint64_t counts[] = {l.embed,   l.rms_att, l.wq, l.wk, l.wv,       l.wo,
+                                   l.rms_ffn, l.w1,      l.w2, l.w3, l.rms_final};
+        for (int i = 0; i < 11; i++) synth_fill((float *)ptrs[i], counts[i], seed, &cfg, ids[i], 0);
         float *fc = (float *)m->w.rms_final + l.rms_final;
         freq_cis_fill(fc, &cfg, false, 0, l.freq_cis / 2);
         freq_cis_fill(fc + l.freq_cis / 2, &cfg, true, 0, l.freq_cis / 2);
@@ -370,13 +395,11 @@ static int meta_int(const gguf_file *g, const char *arch, const char *suffix, in
     uint64_t v;
     int err = gguf_get_u64(g, key, &v);
     if (err == -ENOENT) {
-        if (dflt < 0)
-            return eng_seterr(-EINVAL, "metadata %s: required, absent", key);
+        if (dflt < 0) return eng_seterr(-EINVAL, "metadata %s: required, absent", key);
         *out = dflt;
         return 0;
     }
-    if (err)
-        return eng_seterr(err, "metadata %s", gguf_errmsg());
+    if (err) return eng_seterr(err, "metadata %s", gguf_errmsg());
     if (v < (uint64_t)lo || v > (uint64_t)hi)
         return eng_seterr(-EINVAL, "metadata %s=%" PRIu64 ": must be %d..%d", key, v, lo, hi);
     *out = (int)v;
@@ -390,13 +413,11 @@ static int meta_f32(const gguf_file *g, const char *arch, const char *suffix, fl
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     int err = gguf_get_f32(g, key, out);
     if (err == -ENOENT) {
-        if (required)
-            return eng_seterr(-EINVAL, "metadata %s: required, absent", key);
+        if (required) return eng_seterr(-EINVAL, "metadata %s: required, absent", key);
         *out = dflt;
         return 0;
     }
-    if (err)
-        return eng_seterr(err, "metadata %s", gguf_errmsg());
+    if (err) return eng_seterr(err, "metadata %s", gguf_errmsg());
     if (!(*out > 0.0f) || !isfinite(*out))
         return eng_seterr(-EINVAL, "metadata %s=%g: must be a positive finite number", key,
                           (double)*out);
@@ -412,8 +433,7 @@ static int find_tensor(const gguf_file *g, const char *name, uint64_t ne0, uint6
 {
     const gguf_tensor *t = gguf_tensor_find(g, name);
     *out = t;
-    if (!t)
-        return optional ? 0 : eng_seterr(-EINVAL, "tensor %s: required, absent", name);
+    if (!t) return optional ? 0 : eng_seterr(-EINVAL, "tensor %s: required, absent", name);
     uint32_t want_dims = ne1 ? 2 : 1;
     if (t->n_dims != want_dims || t->ne[0] != ne0 || (ne1 && t->ne[1] != ne1)) {
         char found[96] = "";
@@ -421,18 +441,21 @@ static int find_tensor(const gguf_file *g, const char *name, uint64_t ne0, uint6
             snprintf(found + strlen(found), sizeof found - strlen(found), "%s%" PRIu64,
                      d ? ", " : "", t->ne[d]);
         if (ne1)
-            return eng_seterr(-EINVAL, "tensor %s: expected shape [%" PRIu64 ", %" PRIu64 "] "
-                                       "(ne0 = inputs, ne1 = outputs), found [%s]",
+            return eng_seterr(-EINVAL,
+                              "tensor %s: expected shape [%" PRIu64 ", %" PRIu64 "] "
+                              "(ne0 = inputs, ne1 = outputs), found [%s]",
                               name, ne0, ne1, found);
-        return eng_seterr(-EINVAL, "tensor %s: expected shape [%" PRIu64 "], found [%s]", name,
-                          ne0, found);
+        return eng_seterr(-EINVAL, "tensor %s: expected shape [%" PRIu64 "], found [%s]", name, ne0,
+                          found);
     }
     if (ne1 && !q_type_supported((int)t->type))
         return eng_seterr(-EINVAL, "tensor %s: type %s is not supported (%s)", name,
                           gguf_type_name(t->type), supported_types);
     if (!ne1 && t->type != GGUF_T_F32)
-        return eng_seterr(-EINVAL, "tensor %s: type %s: norms, biases and RoPE factors must be "
-                                   "F32", name, gguf_type_name(t->type));
+        return eng_seterr(-EINVAL,
+                          "tensor %s: type %s: norms, biases and RoPE factors must be "
+                          "F32",
+                          name, gguf_type_name(t->type));
     return 0;
 }
 
@@ -443,17 +466,17 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
     int err = gguf_get_str(g, "general.architecture", &arch_s, &arch_len);
     if (err == -ENOENT)
         return eng_seterr(-EINVAL, "metadata general.architecture: required, absent");
-    if (err)
-        return eng_seterr(err, "metadata %s", gguf_errmsg());
+    if (err) return eng_seterr(err, "metadata %s", gguf_errmsg());
     char arch[16];
     if ((arch_len == 5 && memcmp(arch_s, "llama", 5) == 0) ||
         (arch_len == 5 && memcmp(arch_s, "qwen2", 5) == 0)) {
         memcpy(arch, arch_s, 5);
         arch[5] = '\0';
     } else {
-        return eng_seterr(-EINVAL, "metadata general.architecture=\"%.*s\": not supported "
-                                   "(llama, qwen2)", (int)(arch_len > 64 ? 64 : arch_len),
-                          arch_s);
+        return eng_seterr(-EINVAL,
+                          "metadata general.architecture=\"%.*s\": not supported "
+                          "(llama, qwen2)",
+                          (int)(arch_len > 64 ? 64 : arch_len), arch_s);
     }
     const bool qwen2 = arch[0] == 'q';
     eng_model_config c = {0};
@@ -462,20 +485,23 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         (err = meta_int(g, arch, "feed_forward_length", 1, MAX_HIDDEN, -1, &c.hidden_dim)) ||
         (err = meta_int(g, arch, "block_count", 1, MAX_LAYERS, -1, &c.n_layers)) ||
         (err = meta_int(g, arch, "attention.head_count", 1, MAX_HEADS, -1, &c.n_heads)) ||
-        (err = meta_int(g, arch, "attention.head_count_kv", 1, MAX_HEADS, c.n_heads,
-                        &c.n_kv_heads)))
+        (err =
+             meta_int(g, arch, "attention.head_count_kv", 1, MAX_HEADS, c.n_heads, &c.n_kv_heads)))
         return err;
     if (c.dim % c.n_heads)
-        return eng_seterr(-EINVAL, "metadata %s.attention.head_count=%d does not divide %s."
-                                   "embedding_length=%d", arch, c.n_heads, arch, c.dim);
+        return eng_seterr(-EINVAL,
+                          "metadata %s.attention.head_count=%d does not divide %s."
+                          "embedding_length=%d",
+                          arch, c.n_heads, arch, c.dim);
     const int hs = c.dim / c.n_heads;
     int key_len, val_len;
     if ((err = meta_int(g, arch, "attention.key_length", 1, MAX_DIM, hs, &key_len)) ||
         (err = meta_int(g, arch, "attention.value_length", 1, MAX_DIM, hs, &val_len)))
         return err;
     if (key_len != hs || val_len != hs)
-        return eng_seterr(-EINVAL, "metadata %s.attention.key_length=%d value_length=%d: only "
-                                   "heads of embedding_length/head_count=%d are supported",
+        return eng_seterr(-EINVAL,
+                          "metadata %s.attention.key_length=%d value_length=%d: only "
+                          "heads of embedding_length/head_count=%d are supported",
                           arch, key_len, val_len, hs);
     eng_model_hparams hp = {.rope_neox = qwen2};
     if ((err = meta_f32(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, true, &hp.norm_eps)) ||
@@ -490,34 +516,32 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
     size_t st_len;
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     err = gguf_get_str(g, key, &st, &st_len);
-    if (err && err != -ENOENT)
-        return eng_seterr(err, "metadata %s", gguf_errmsg());
+    if (err && err != -ENOENT) return eng_seterr(err, "metadata %s", gguf_errmsg());
     if (!err && !(st_len == 4 && memcmp(st, "none", 4) == 0)) {
         float factor = 1.0f;
         snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
         if (gguf_get_f32(g, key, &factor) == -EINVAL)
             return eng_seterr(-EINVAL, "metadata %s", gguf_errmsg());
         if (!(st_len == 6 && memcmp(st, "linear", 6) == 0 && factor == 1.0f))
-            return eng_seterr(-EINVAL, "metadata %s.rope.scaling.type=\"%.*s\" (factor %g): not "
-                                       "supported (none; Llama 3.1 scaling is read from the "
-                                       "rope_freqs.weight tensor)", arch,
-                              (int)(st_len > 32 ? 32 : st_len), st, (double)factor);
+            return eng_seterr(-EINVAL,
+                              "metadata %s.rope.scaling.type=\"%.*s\" (factor %g): not "
+                              "supported (none; Llama 3.1 scaling is read from the "
+                              "rope_freqs.weight tensor)",
+                              arch, (int)(st_len > 32 ? 32 : st_len), st, (double)factor);
     }
     const gguf_tensor *emb;
     const gguf_tensor *probe = gguf_tensor_find(g, "token_embd.weight");
-    if (!probe)
-        return eng_seterr(-EINVAL, "tensor token_embd.weight: required, absent");
+    if (!probe) return eng_seterr(-EINVAL, "tensor token_embd.weight: required, absent");
     if (probe->n_dims != 2 || probe->ne[1] > MAX_VOCAB)
-        return eng_seterr(-EINVAL, "tensor token_embd.weight: expected [%d, vocab <= %d], found "
-                                   "%" PRIu32 " dimensions, ne1=%" PRIu64, c.dim, MAX_VOCAB,
-                          probe->n_dims, probe->ne[1]);
+        return eng_seterr(-EINVAL,
+                          "tensor token_embd.weight: expected [%d, vocab <= %d], found "
+                          "%" PRIu32 " dimensions, ne1=%" PRIu64,
+                          c.dim, MAX_VOCAB, probe->n_dims, probe->ne[1]);
     c.vocab_size = (int)probe->ne[1];
-    if ((err = config_check(&c)))
-        return err;
+    if ((err = config_check(&c))) return err;
     const uint64_t d = (uint64_t)c.dim, kv = (uint64_t)(hs * c.n_kv_heads);
     const uint64_t h = (uint64_t)c.hidden_dim, vocab = (uint64_t)c.vocab_size;
-    if ((err = find_tensor(g, "token_embd.weight", d, vocab, false, &emb)))
-        return err;
+    if ((err = find_tensor(g, "token_embd.weight", d, vocab, false, &emb))) return err;
     const gguf_tensor *out_norm, *out_w, *rope_f;
     if ((err = find_tensor(g, "output_norm.weight", d, 0, false, &out_norm)) ||
         (err = find_tensor(g, "output.weight", d, vocab, true, &out_w)) ||
@@ -525,8 +549,7 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         return err;
     c.shared_classifier = out_w == NULL;
     m->layers = calloc((size_t)c.n_layers, sizeof *m->layers);
-    if (!m->layers)
-        return eng_seterr(-ENOMEM, "out of memory");
+    if (!m->layers) return eng_seterr(-ENOMEM, "out of memory");
     for (int l = 0; l < c.n_layers; l++) {
         eng_layer_weights *lw = &m->layers[l];
         static const struct {
@@ -574,9 +597,10 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         /* the kernels add the three biases together: some without the others is refused */
         const int n_bias = !!lw->bq + !!lw->bk + !!lw->bv;
         if (n_bias != 0 && n_bias != 3)
-            return eng_seterr(-EINVAL, "blk.%d: attn_q.bias %s, attn_k.bias %s, attn_v.bias %s: "
-                                       "Q/K/V biases are supported all three or none", l,
-                              lw->bq ? "present" : "absent", lw->bk ? "present" : "absent",
+            return eng_seterr(-EINVAL,
+                              "blk.%d: attn_q.bias %s, attn_k.bias %s, attn_v.bias %s: "
+                              "Q/K/V biases are supported all three or none",
+                              l, lw->bq ? "present" : "absent", lw->bk ? "present" : "absent",
                               lw->bv ? "present" : "absent");
     }
     hp.weight_type = m->layers[0].wq.type;
@@ -589,20 +613,19 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         uint64_t id;
         err = gguf_get_u64(g, stop_keys[i], &id);
         if (err == -ENOENT) {
-            if (i > 0)
-                continue;
+            if (i > 0) continue;
             id = 2;
         } else if (err) {
             return eng_seterr(err, "metadata %s", gguf_errmsg());
         }
         if (id >= (uint64_t)c.vocab_size)
-            return eng_seterr(-EINVAL, "metadata %s=%" PRIu64 ": outside the vocabulary of %d "
-                                       "tokens", stop_keys[i], id, c.vocab_size);
+            return eng_seterr(-EINVAL,
+                              "metadata %s=%" PRIu64 ": outside the vocabulary of %d "
+                              "tokens",
+                              stop_keys[i], id, c.vocab_size);
         bool dup = false;
-        for (int k = 0; k < m->n_stop; k++)
-            dup |= m->stop[k] == (int32_t)id;
-        if (!dup)
-            m->stop[m->n_stop++] = (int32_t)id;
+        for (int k = 0; k < m->n_stop; k++) dup |= m->stop[k] == (int32_t)id;
+        if (!dup) m->stop[m->n_stop++] = (int32_t)id;
     }
     m->cfg = c;
     m->hp = hp;
@@ -621,8 +644,7 @@ static int load_gguf(const char *path, eng_model **out)
 {
     gguf_file *g;
     int err = gguf_open(path, &g);
-    if (err)
-        return eng_seterr(err, "%s", gguf_errmsg());
+    if (err) return eng_seterr(err, "%s", gguf_errmsg());
     eng_model *m = model_new();
     if (!m) {
         gguf_close(g);
@@ -646,8 +668,7 @@ static int load_gguf(const char *path, eng_model **out)
 static int load_file(const char *path, eng_model **out)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return eng_seterr(-errno, "%s: %s", path, strerror(errno));
+    if (fd < 0) return eng_seterr(-errno, "%s: %s", path, strerror(errno));
     int err;
     struct stat st;
     if (fstat(fd, &st) < 0) {
@@ -676,18 +697,24 @@ static int load_file(const char *path, eng_model **out)
     }
 
     if ((uint32_t)hdr[0] == 0x616b3432u) { /* "ak42": llama2.c's version 1/2 export */
-        err = eng_seterr(-EINVAL, "%s: llama2.c version-1/2 export (magic ak42); only the legacy "
-                                  "(version 0) format is supported", path);
+        err = eng_seterr(-EINVAL,
+                         "%s: llama2.c version-1/2 export (magic ak42); only the legacy "
+                         "(version 0) format is supported",
+                         path);
         goto fail_fd;
     }
     eng_model_config c = {
-        .dim = hdr[0], .hidden_dim = hdr[1], .n_layers = hdr[2], .n_heads = hdr[3],
-        .n_kv_heads = hdr[4], .vocab_size = hdr[5], .seq_len = hdr[6],
+        .dim = hdr[0],
+        .hidden_dim = hdr[1],
+        .n_layers = hdr[2],
+        .n_heads = hdr[3],
+        .n_kv_heads = hdr[4],
+        .vocab_size = hdr[5],
+        .seq_len = hdr[6],
     };
     /* A negative vocab_size means "unshared classifier follows" (llama2.c export). */
     c.shared_classifier = c.vocab_size > 0;
-    if (c.vocab_size < 0)
-        c.vocab_size = c.vocab_size == INT32_MIN ? 0 : -c.vocab_size;
+    if (c.vocab_size < 0) c.vocab_size = c.vocab_size == INT32_MIN ? 0 : -c.vocab_size;
     if ((err = config_check(&c))) {
         eng_seterr(err, "%s: %s", path, eng_errmsg());
         goto fail_fd;
@@ -735,17 +762,14 @@ fail_fd:
 int eng_model_load(const char *spec, eng_model **out)
 {
     *out = NULL;
-    if (!spec || !*spec)
-        return eng_seterr(-EINVAL, "empty model spec");
-    if (strncmp(spec, "synthetic:", 10) == 0)
-        return load_synthetic(spec, out);
+    if (!spec || !*spec) return eng_seterr(-EINVAL, "empty model spec");
+    if (strncmp(spec, "synthetic:", 10) == 0) return load_synthetic(spec, out);
     return load_file(spec, out);
 }
 
 void eng_model_free(eng_model *m)
 {
-    if (!m)
-        return;
+    if (!m) return;
     if (m->gguf)
         gguf_close(m->gguf); /* it owns the mapping */
     else if (m->map)
@@ -756,32 +780,44 @@ void eng_model_free(eng_model *m)
     free(m);
 }
 
-const eng_model_config *eng_model_cfg(const eng_model *m) { return &m->cfg; }
-const eng_model_hparams *eng_model_hparams_of(const eng_model *m) { return &m->hp; }
-const eng_weights *eng_model_weights(const eng_model *m) { return &m->w; }
-bool eng_model_is_lazy(const eng_model *m) { return m->lazy; }
+const eng_model_config *eng_model_cfg(const eng_model *m)
+{
+    return &m->cfg;
+}
+const eng_model_hparams *eng_model_hparams_of(const eng_model *m)
+{
+    return &m->hp;
+}
+const eng_weights *eng_model_weights(const eng_model *m)
+{
+    return &m->w;
+}
+bool eng_model_is_lazy(const eng_model *m)
+{
+    return m->lazy;
+}
 const eng_model_tensors *eng_model_tensors_of(const eng_model *m)
 {
     return m->layers ? &m->t : NULL;
 }
-const char *eng_model_gguf_path(const eng_model *m) { return m->gguf ? m->path : NULL; }
+const char *eng_model_gguf_path(const eng_model *m)
+{
+    return m->gguf ? m->path : NULL;
+}
 
 int eng_model_stop_tokens(const eng_model *m, int32_t *out, int max)
 {
     if (!m->gguf) { /* run.c stops on BOS */
-        if (max > 0)
-            out[0] = 1;
+        if (max > 0) out[0] = 1;
         return 1;
     }
-    for (int i = 0; i < m->n_stop && i < max; i++)
-        out[i] = m->stop[i];
+    for (int i = 0; i < m->n_stop && i < max; i++) out[i] = m->stop[i];
     return m->n_stop;
 }
 
 bool eng_model_synthetic_seed(const eng_model *m, uint64_t *seed)
 {
-    if (seed)
-        *seed = m->synthetic ? m->seed : 0;
+    if (seed) *seed = m->synthetic ? m->seed : 0;
     return m->synthetic;
 }
 
@@ -789,8 +825,7 @@ const char *eng_model_hash(const eng_model *m)
 {
     eng_model *mm = (eng_model *)m; /* the cache is logically const */
     pthread_mutex_lock(&mm->hash_lock);
-    if (!mm->hash[0] && mm->map)
-        sha256_hex(mm->map, mm->map_len, mm->hash);
+    if (!mm->hash[0] && mm->map) sha256_hex(mm->map, mm->map_len, mm->hash);
     pthread_mutex_unlock(&mm->hash_lock);
     return mm->hash;
 }
@@ -819,8 +854,7 @@ static int write_tensor(FILE *f, const eng_model *m, const float *src, int id, u
                 freq_cis_fill(chunk, &m->cfg, id == -2, off, k);
         }
         int err = write_all(f, p, k * 4, path);
-        if (err)
-            return err;
+        if (err) return err;
     }
     return 0;
 }
@@ -828,14 +862,12 @@ static int write_tensor(FILE *f, const eng_model *m, const float *src, int id, u
 int eng_model_write(const eng_model *m, const char *path)
 {
     const eng_model_config *c = &m->cfg;
-    if (m->lazy && !m->synthetic)
-        return eng_seterr(-EINVAL, "model has no weights to write");
+    if (m->lazy && !m->synthetic) return eng_seterr(-EINVAL, "model has no weights to write");
     if (m->gguf)
         return eng_seterr(-ENOTSUP, "%s: a GGUF model cannot be written as a llama2.c checkpoint",
                           m->path);
     FILE *f = fopen(path, "wb");
-    if (!f)
-        return eng_seterr(-errno, "%s: %s", path, strerror(errno));
+    if (!f) return eng_seterr(-errno, "%s: %s", path, strerror(errno));
     const uint64_t chunk_floats = 1 << 20;
     float *chunk = malloc(chunk_floats * sizeof(float));
     int err = 0;
@@ -843,17 +875,22 @@ int eng_model_write(const eng_model *m, const char *path)
         err = eng_seterr(-ENOMEM, "out of memory");
         goto out;
     }
-    int32_t hdr[7] = {c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads,
-                      c->shared_classifier ? c->vocab_size : -c->vocab_size, c->seq_len};
-    if ((err = write_all(f, hdr, sizeof hdr, path)))
-        goto out;
+    int32_t hdr[7] = {c->dim,        c->hidden_dim,
+                      c->n_layers,   c->n_heads,
+                      c->n_kv_heads, c->shared_classifier ? c->vocab_size : -c->vocab_size,
+                      c->seq_len};
+    if ((err = write_all(f, hdr, sizeof hdr, path))) goto out;
     struct layout l = layout_of(c);
     const eng_weights *w = &m->w;
     bool have = !m->lazy;
     /* The legacy RoPE tables sit right after rms_final, in a mapped file as in owned
      * weights (the same layout); a lazy model regenerates them. */
     const float *fc = have ? w->rms_final + l.rms_final : NULL;
-    struct { const float *p; int id; uint64_t n; } t[] = {
+    struct {
+        const float *p;
+        int id;
+        uint64_t n;
+    } t[] = {
         {have ? w->token_embedding : NULL, ENG_T_EMBED, l.embed},
         {have ? w->rms_att : NULL, ENG_T_RMS_ATT, l.rms_att},
         {have ? w->wq : NULL, ENG_T_WQ, l.wq},
@@ -874,9 +911,7 @@ int eng_model_write(const eng_model *m, const char *path)
             goto out;
 out:
     free(chunk);
-    if (fclose(f) != 0 && !err)
-        err = eng_seterr(-EIO, "%s: close: %s", path, strerror(errno));
-    if (err)
-        unlink(path);
+    if (fclose(f) != 0 && !err) err = eng_seterr(-EIO, "%s: close: %s", path, strerror(errno));
+    if (err) unlink(path);
     return err;
 }

@@ -49,21 +49,19 @@ static int32_t argmax_portable(const float *v, int n)
 {
     int best = 0;
     for (int i = 1; i < n; i++)
-        if (v[i] > v[best])
-            best = i;
+        if (v[i] > v[best]) best = i;
     return best;
 }
 
 #if SAMPLE_HAVE_X86
-#define AVX2 __attribute__((target("avx2")))
+#define AVX2   __attribute__((target("avx2")))
 #define AVX512 __attribute__((target("avx512f,avx2")))
 
 /* The first i in [from, n) with v[i] == m, scalar: the tails of the vector passes. */
 static int32_t first_equal_tail(const float *v, int from, int n, float m)
 {
     for (int i = from; i < n; i++)
-        if (v[i] == m)
-            return i;
+        if (v[i] == m) return i;
     return -1;
 }
 
@@ -77,16 +75,14 @@ AVX2 static int32_t argmax_avx2(const float *v, int n)
         m2 = _mm256_max_ps(_mm256_loadu_ps(v + i + 16), m2);
         m3 = _mm256_max_ps(_mm256_loadu_ps(v + i + 24), m3);
     }
-    for (; i + 8 <= n; i += 8)
-        m0 = _mm256_max_ps(_mm256_loadu_ps(v + i), m0);
+    for (; i + 8 <= n; i += 8) m0 = _mm256_max_ps(_mm256_loadu_ps(v + i), m0);
     m0 = _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3));
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(m0), _mm256_extractf128_ps(m0, 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
     h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
     float m = _mm_cvtss_f32(h);
     for (; i < n; i++)
-        if (v[i] > m)
-            m = v[i];
+        if (v[i] > m) m = v[i];
     const __m256 vm = _mm256_set1_ps(m);
     for (i = 0; i + 32 <= n; i += 32) {
         const __m256 e0 = _mm256_cmp_ps(_mm256_loadu_ps(v + i), vm, _CMP_EQ_OQ);
@@ -95,17 +91,15 @@ AVX2 static int32_t argmax_avx2(const float *v, int n)
         const __m256 e3 = _mm256_cmp_ps(_mm256_loadu_ps(v + i + 24), vm, _CMP_EQ_OQ);
         const __m256 any = _mm256_or_ps(_mm256_or_ps(e0, e1), _mm256_or_ps(e2, e3));
         if (_mm256_movemask_ps(any)) {
-            const uint32_t bits = (uint32_t)_mm256_movemask_ps(e0) |
-                                  (uint32_t)_mm256_movemask_ps(e1) << 8 |
-                                  (uint32_t)_mm256_movemask_ps(e2) << 16 |
-                                  (uint32_t)_mm256_movemask_ps(e3) << 24;
+            const uint32_t bits =
+                (uint32_t)_mm256_movemask_ps(e0) | (uint32_t)_mm256_movemask_ps(e1) << 8 |
+                (uint32_t)_mm256_movemask_ps(e2) << 16 | (uint32_t)_mm256_movemask_ps(e3) << 24;
             return i + __builtin_ctz(bits);
         }
     }
     for (; i + 8 <= n; i += 8) {
         const int bits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(v + i), vm, _CMP_EQ_OQ));
-        if (bits)
-            return i + __builtin_ctz((unsigned)bits);
+        if (bits) return i + __builtin_ctz((unsigned)bits);
     }
     return first_equal_tail(v, i, n, m);
 }
@@ -120,28 +114,24 @@ AVX512 static int32_t argmax_avx512(const float *v, int n)
         m2 = _mm512_max_ps(_mm512_loadu_ps(v + i + 32), m2);
         m3 = _mm512_max_ps(_mm512_loadu_ps(v + i + 48), m3);
     }
-    for (; i + 16 <= n; i += 16)
-        m0 = _mm512_max_ps(_mm512_loadu_ps(v + i), m0);
+    for (; i + 16 <= n; i += 16) m0 = _mm512_max_ps(_mm512_loadu_ps(v + i), m0);
     m0 = _mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3));
     float m = _mm512_reduce_max_ps(m0);
     for (; i < n; i++)
-        if (v[i] > m)
-            m = v[i];
+        if (v[i] > m) m = v[i];
     const __m512 vm = _mm512_set1_ps(m);
     for (i = 0; i + 64 <= n; i += 64) {
         const __mmask16 e0 = _mm512_cmp_ps_mask(_mm512_loadu_ps(v + i), vm, _CMP_EQ_OQ);
         const __mmask16 e1 = _mm512_cmp_ps_mask(_mm512_loadu_ps(v + i + 16), vm, _CMP_EQ_OQ);
         const __mmask16 e2 = _mm512_cmp_ps_mask(_mm512_loadu_ps(v + i + 32), vm, _CMP_EQ_OQ);
         const __mmask16 e3 = _mm512_cmp_ps_mask(_mm512_loadu_ps(v + i + 48), vm, _CMP_EQ_OQ);
-        const uint64_t bits = (uint64_t)e0 | (uint64_t)e1 << 16 | (uint64_t)e2 << 32 |
-                              (uint64_t)e3 << 48;
-        if (bits)
-            return i + __builtin_ctzll(bits);
+        const uint64_t bits =
+            (uint64_t)e0 | (uint64_t)e1 << 16 | (uint64_t)e2 << 32 | (uint64_t)e3 << 48;
+        if (bits) return i + __builtin_ctzll(bits);
     }
     for (; i + 16 <= n; i += 16) {
         const __mmask16 e = _mm512_cmp_ps_mask(_mm512_loadu_ps(v + i), vm, _CMP_EQ_OQ);
-        if (e)
-            return i + __builtin_ctz((unsigned)e);
+        if (e) return i + __builtin_ctz((unsigned)e);
     }
     return first_equal_tail(v, i, n, m);
 }
@@ -151,17 +141,14 @@ bool eng_argmax_supported(eng_argmax_path path)
 {
     switch (path) {
     case ENG_ARGMAX_AUTO:
-    case ENG_ARGMAX_PORTABLE:
-        return true;
+    case ENG_ARGMAX_PORTABLE: return true;
 #if SAMPLE_HAVE_X86
-    case ENG_ARGMAX_AVX2:
-        return __builtin_cpu_supports("avx2");
+    case ENG_ARGMAX_AVX2: return __builtin_cpu_supports("avx2");
     case ENG_ARGMAX_AVX512:
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2");
 #else
     case ENG_ARGMAX_AVX2:
-    case ENG_ARGMAX_AVX512:
-        return false;
+    case ENG_ARGMAX_AVX512: return false;
 #endif
     }
     return false;
@@ -175,7 +162,7 @@ eng_argmax_path eng_argmax_auto_path(void)
     if (p < 0) {
         p = eng_argmax_supported(ENG_ARGMAX_AVX512) ? ENG_ARGMAX_AVX512
             : eng_argmax_supported(ENG_ARGMAX_AVX2) ? ENG_ARGMAX_AVX2
-                                                     : ENG_ARGMAX_PORTABLE;
+                                                    : ENG_ARGMAX_PORTABLE;
         resolved = p;
     }
     return (eng_argmax_path)p;
@@ -185,13 +172,11 @@ int32_t eng_argmax(eng_argmax_path path, const float *v, int n)
 {
     if (n <= 1 || v[0] != v[0]) /* NaN first: the loop never leaves index 0 */
         return 0;
-    if (path == ENG_ARGMAX_AUTO)
-        path = eng_argmax_auto_path();
+    if (path == ENG_ARGMAX_AUTO) path = eng_argmax_auto_path();
 #if SAMPLE_HAVE_X86
     if (path == ENG_ARGMAX_AVX512 && eng_argmax_supported(ENG_ARGMAX_AVX512))
         return argmax_avx512(v, n);
-    if (path == ENG_ARGMAX_AVX2 && eng_argmax_supported(ENG_ARGMAX_AVX2))
-        return argmax_avx2(v, n);
+    if (path == ENG_ARGMAX_AVX2 && eng_argmax_supported(ENG_ARGMAX_AVX2)) return argmax_avx2(v, n);
 #endif
     return argmax_portable(v, n);
 }
@@ -210,8 +195,7 @@ typedef struct cand {
 static int cand_cmp(const void *a, const void *b)
 {
     const cand *x = a, *y = b;
-    if (x->prob != y->prob)
-        return x->prob < y->prob ? 1 : -1;
+    if (x->prob != y->prob) return x->prob < y->prob ? 1 : -1;
     return (x->id > y->id) - (x->id < y->id);
 }
 
@@ -225,12 +209,9 @@ static void heap_sift_down(cand *h, int n, int i)
 {
     for (;;) {
         int l = 2 * i + 1, r = l + 1, m = i;
-        if (l < n && worse(&h[l], &h[m]))
-            m = l;
-        if (r < n && worse(&h[r], &h[m]))
-            m = r;
-        if (m == i)
-            return;
+        if (l < n && worse(&h[l], &h[m])) m = l;
+        if (r < n && worse(&h[r], &h[m])) m = r;
+        if (m == i) return;
         cand t = h[i];
         h[i] = h[m];
         h[m] = t;
@@ -248,34 +229,33 @@ typedef struct cand_buf {
 static pthread_key_t cand_key;
 static pthread_once_t cand_once = PTHREAD_ONCE_INIT;
 
-static void cand_key_init(void) { pthread_key_create(&cand_key, free); }
+static void cand_key_init(void)
+{
+    pthread_key_create(&cand_key, free);
+}
 
 static cand *cand_scratch(int vocab)
 {
     pthread_once(&cand_once, cand_key_init);
     cand_buf *b = pthread_getspecific(cand_key);
-    if (b && b->n >= (size_t)vocab)
-        return b->c;
+    if (b && b->n >= (size_t)vocab) return b->c;
     free(b);
     b = malloc(sizeof *b + (size_t)vocab * sizeof(cand));
-    if (b)
-        b->n = (size_t)vocab;
+    if (b) b->n = (size_t)vocab;
     pthread_setspecific(cand_key, b);
     return b ? b->c : NULL;
 }
 
 int32_t eng_sample(const float *logits, int vocab, const eng_sampling *s, uint64_t *rng)
 {
-    if (vocab <= 0)
-        return 0;
+    if (vocab <= 0) return 0;
     if (!s || s->temperature <= 0.0f || !(s->temperature == s->temperature))
         return argmax(logits, vocab);
     /* Always draw once per sampled token, so a request's stream of draws does not depend on
      * which truncation path was taken. */
     float coin = rng_uniform(rng);
     cand *c = cand_scratch(vocab);
-    if (!c)
-        return argmax(logits, vocab); /* out of memory: the most likely token beats failing */
+    if (!c) return argmax(logits, vocab); /* out of memory: the most likely token beats failing */
     float max = logits[argmax(logits, vocab)];
     double sum = 0;
     for (int i = 0; i < vocab; i++) {
@@ -287,8 +267,7 @@ int32_t eng_sample(const float *logits, int vocab, const eng_sampling *s, uint64
     bool sorted = false;
     if (s->top_k > 0 && s->top_k < vocab) {
         int k = s->top_k;
-        for (int i = k / 2 - 1; i >= 0; i--)
-            heap_sift_down(c, k, i);
+        for (int i = k / 2 - 1; i >= 0; i--) heap_sift_down(c, k, i);
         for (int i = k; i < vocab; i++) {
             if (worse(&c[0], &c[i])) {
                 c[0] = c[i];
@@ -299,8 +278,7 @@ int32_t eng_sample(const float *logits, int vocab, const eng_sampling *s, uint64
         qsort(c, (size_t)n, sizeof *c, cand_cmp);
         sorted = true;
         sum = 0;
-        for (int i = 0; i < n; i++)
-            sum += c[i].prob;
+        for (int i = 0; i < n; i++) sum += c[i].prob;
     }
     if (s->top_p > 0.0f && s->top_p < 1.0f) {
         if (!sorted) {
@@ -309,8 +287,7 @@ int32_t eng_sample(const float *logits, int vocab, const eng_sampling *s, uint64
             double cutoff = (1.0 - s->top_p) / (double)(n - 1 > 0 ? n - 1 : 1) * sum;
             int m = 0;
             for (int i = 0; i < n; i++)
-                if (c[i].prob >= cutoff)
-                    c[m++] = c[i];
+                if (c[i].prob >= cutoff) c[m++] = c[i];
             n = m > 0 ? m : 1;
             qsort(c, (size_t)n, sizeof *c, cand_cmp);
         }
@@ -325,8 +302,7 @@ int32_t eng_sample(const float *logits, int vocab, const eng_sampling *s, uint64
         }
         n = keep;
         sum = 0;
-        for (int i = 0; i < n; i++)
-            sum += c[i].prob;
+        for (int i = 0; i < n; i++) sum += c[i].prob;
     }
     double r = (double)coin * sum, acc = 0;
     int32_t pick = c[n - 1].id;

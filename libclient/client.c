@@ -47,7 +47,7 @@ _Static_assert(RINGLM_R_DUPLICATE_ID == RINGLM_WIRE_R_DUPLICATE_ID, "reason");
 _Static_assert(RINGLM_R_INTERNAL == RINGLM_WIRE_R_INTERNAL, "reason");
 _Static_assert(RINGLM_R_CLIENT_GONE == RINGLM_WIRE_R_CLIENT_GONE, "reason");
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-	       "the client sleeps on the low 32 bits of ev_prod at its own address");
+               "the client sleeps on the low 32 bits of ev_prod at its own address");
 
 /* ringlm_event is filled by this library and read by programs built against any 0.x header:
  * its size and every offset are the ABI (0.2's n_cached_tokens took 0.1's padding). */
@@ -62,34 +62,34 @@ _Static_assert(offsetof(ringlm_event, n_tokens) == 32, "ringlm_event.n_tokens");
 _Static_assert(offsetof(ringlm_event, n_cached_tokens) == 36, "ringlm_event.n_cached_tokens");
 _Static_assert(offsetof(ringlm_event, policy_hash) == 40, "ringlm_event.policy_hash");
 
-#define CONNECT_TIMEOUT_MS   5000
-#define SLEEP_SLICE_NS       (20 * 1000 * 1000ll) /* liveness check period while asleep */
-#define DEFAULT_SPIN_NS      (50 * 1000ll)
+#define CONNECT_TIMEOUT_MS     5000
+#define SLEEP_SLICE_NS         (20 * 1000 * 1000ll) /* liveness check period while asleep */
+#define DEFAULT_SPIN_NS        (50 * 1000ll)
 #define WANT_SPACE_CHECK_EVERY 1024
 
 struct ringlm_client {
-	int sock;
-	int efd;                          /* eventfd doorbell, -1 in futex mode */
-	struct ringlm_wire_cseg *cseg;
-	size_t cseg_bytes;
-	const struct ringlm_wire_dseg *dseg;
-	size_t dseg_bytes;
-	uint64_t session_id;
+    int sock;
+    int efd; /* eventfd doorbell, -1 in futex mode */
+    struct ringlm_wire_cseg *cseg;
+    size_t cseg_bytes;
+    const struct ringlm_wire_dseg *dseg;
+    size_t dseg_bytes;
+    uint64_t session_id;
 
-	/* producer side (submit/cancel) */
-	struct ring_rec_prod sub;
-	uint64_t next_id;
-	uint64_t prod_live_check_ns;      /* last socket check on the submit side */
+    /* producer side (submit/cancel) */
+    struct ring_rec_prod sub;
+    uint64_t next_id;
+    uint64_t prod_live_check_ns; /* last socket check on the submit side */
 
-	/* consumer side (next_event) */
-	struct ring_ev_cons ev;
-	int64_t spin_ns;                  /* the spin before sleeping, now */
-	int64_t spin_max_ns;              /* its ceiling: the option, $RINGLM_SPIN_US or 50 µs */
-	int spin_fixed;                   /* set by the option or the environment: not adapted */
-	uint32_t consumed_since_check;
-	uint64_t last_live_check_ns;
-	int gone;                         /* 0, or the sticky -errno once the session ended */
-	char gone_detail[160];
+    /* consumer side (next_event) */
+    struct ring_ev_cons ev;
+    int64_t spin_ns;     /* the spin before sleeping, now */
+    int64_t spin_max_ns; /* its ceiling: the option, $RINGLM_SPIN_US or 50 µs */
+    int spin_fixed;      /* set by the option or the environment: not adapted */
+    uint32_t consumed_since_check;
+    uint64_t last_live_check_ns;
+    int gone; /* 0, or the sticky -errno once the session ended */
+    char gone_detail[160];
 };
 
 /* ---- errors --------------------------------------------------------------------------- */
@@ -98,336 +98,318 @@ ERRDETAIL_DEFINE(client_err);
 
 int client_seterr(int err, const char *fmt, ...)
 {
-	va_list ap;
-	va_start(ap, fmt);
-	errdetail_vset(&client_err, err, fmt, ap);
-	va_end(ap);
-	return err;
+    va_list ap;
+    va_start(ap, fmt);
+    errdetail_vset(&client_err, err, fmt, ap);
+    va_end(ap);
+    return err;
 }
 
 const char *ringlm_errdetail(void)
 {
-	return client_err.msg;
+    return client_err.msg;
 }
 
 #define STR_(x) #x
-#define STR(x) STR_(x)
+#define STR(x)  STR_(x)
 const char *ringlm_version(int *number)
 {
-	if (number) *number = RINGLM_VERSION_NUMBER;
-	return STR(RINGLM_VERSION_MAJOR) "." STR(RINGLM_VERSION_MINOR) "." STR(RINGLM_VERSION_PATCH);
+    if (number) *number = RINGLM_VERSION_NUMBER;
+    return STR(RINGLM_VERSION_MAJOR) "." STR(RINGLM_VERSION_MINOR) "." STR(RINGLM_VERSION_PATCH);
 }
 
 const char *ringlm_strerror(int err)
 {
-	static __thread char buf[128];
-	int e = err < 0 ? -err : err;
-	const char *name = strerrorname_np(e);
-	char tmp[96];
-	const char *msg = strerror_r(e, tmp, sizeof(tmp));
-	snprintf(buf, sizeof(buf), "%s: %s", name ? name : "E?", msg);
-	return buf;
+    static __thread char buf[128];
+    int e = err < 0 ? -err : err;
+    const char *name = strerrorname_np(e);
+    char tmp[96];
+    const char *msg = strerror_r(e, tmp, sizeof(tmp));
+    snprintf(buf, sizeof(buf), "%s: %s", name ? name : "E?", msg);
+    return buf;
 }
 
 const char *ringlm_reason_name(int code)
 {
-	return code < 0 ? "unknown" : ringlm_wire_reason_name((unsigned)code);
+    return code < 0 ? "unknown" : ringlm_wire_reason_name((unsigned)code);
 }
 
 void ringlm_request_init(ringlm_request *r)
 {
-	memset(r, 0, sizeof(*r));
-	r->max_new_tokens = 16;
-	r->temperature = 0.0f;
-	r->top_p = 1.0f;
-	r->class_name = "default";
+    memset(r, 0, sizeof(*r));
+    r->max_new_tokens = 16;
+    r->temperature = 0.0f;
+    r->top_p = 1.0f;
+    r->class_name = "default";
 }
 
 /* ---- connect -------------------------------------------------------------------------- */
 static int check_seg_header(const struct ringlm_wire_seg_header *h, uint32_t kind, size_t bytes,
-			    uint64_t session_id, size_t fields_bytes, uint64_t unit, const char *what)
+                            uint64_t session_id, size_t fields_bytes, uint64_t unit,
+                            const char *what)
 {
-	if (h->magic != RINGLM_WIRE_MAGIC)
-		return set_err(-EPROTO, "%s segment magic 0x%08x, expected 0x%08x", what, h->magic,
-			       RINGLM_WIRE_MAGIC);
-	if (h->abi != RINGLM_WIRE_ABI)
-		return set_err(-EPROTO, "%s segment has ABI %u, this library ABI %u", what, h->abi,
-			       RINGLM_WIRE_ABI);
-	if (h->kind != kind || h->seg_bytes != bytes || h->session_id != session_id)
-		return set_err(-EPROTO, "%s segment header (kind %u, %llu bytes, session %llu) does not match the handshake",
-			       what, h->kind, (unsigned long long)h->seg_bytes,
-			       (unsigned long long)h->session_id);
-	uint64_t n = h->data_bytes / unit;
-	if (h->data_off < fields_bytes || h->data_off > bytes || h->data_bytes > bytes - h->data_off ||
-	    h->data_bytes % unit || n == 0 || (n & (n - 1)))
-		return set_err(-EPROTO, "%s segment ring at %llu+%llu does not fit %zu bytes or is not a power of two",
-			       what, (unsigned long long)h->data_off, (unsigned long long)h->data_bytes,
-			       bytes);
-	return 0;
+    if (h->magic != RINGLM_WIRE_MAGIC)
+        return set_err(-EPROTO, "%s segment magic 0x%08x, expected 0x%08x", what, h->magic,
+                       RINGLM_WIRE_MAGIC);
+    if (h->abi != RINGLM_WIRE_ABI)
+        return set_err(-EPROTO, "%s segment has ABI %u, this library ABI %u", what, h->abi,
+                       RINGLM_WIRE_ABI);
+    if (h->kind != kind || h->seg_bytes != bytes || h->session_id != session_id)
+        return set_err(
+            -EPROTO,
+            "%s segment header (kind %u, %llu bytes, session %llu) does not match the handshake",
+            what, h->kind, (unsigned long long)h->seg_bytes, (unsigned long long)h->session_id);
+    uint64_t n = h->data_bytes / unit;
+    if (h->data_off < fields_bytes || h->data_off > bytes || h->data_bytes > bytes - h->data_off ||
+        h->data_bytes % unit || n == 0 || (n & (n - 1)))
+        return set_err(
+            -EPROTO, "%s segment ring at %llu+%llu does not fit %zu bytes or is not a power of two",
+            what, (unsigned long long)h->data_off, (unsigned long long)h->data_bytes, bytes);
+    return 0;
 }
 
 static int recv_welcome(int sock, struct ringlm_wire_welcome *w, int fds[3], int *nfds)
 {
-	struct pollfd pfd = { .fd = sock, .events = POLLIN };
-	int r = poll(&pfd, 1, CONNECT_TIMEOUT_MS);
-	if (r == 0)
-		return set_err(-ETIMEDOUT, "no handshake answer from the daemon within %d ms",
-			       CONNECT_TIMEOUT_MS);
-	if (r < 0)
-		return set_err(-errno, "poll on the daemon socket: %s", strerror(errno));
+    struct pollfd pfd = {.fd = sock, .events = POLLIN};
+    int r = poll(&pfd, 1, CONNECT_TIMEOUT_MS);
+    if (r == 0)
+        return set_err(-ETIMEDOUT, "no handshake answer from the daemon within %d ms",
+                       CONNECT_TIMEOUT_MS);
+    if (r < 0) return set_err(-errno, "poll on the daemon socket: %s", strerror(errno));
 
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * 3)];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = { .iov_base = w, .iov_len = sizeof(*w) };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-			      .msg_controllen = sizeof(ctl.buf) };
-	ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-	if (n < 0)
-		return set_err(-errno, "receiving the handshake: %s", strerror(errno));
-	*nfds = 0;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-		for (int i = 0; i < k; i++) {
-			int fd;
-			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			if (*nfds < 3)
-				fds[(*nfds)++] = fd;
-			else
-				close(fd);
-		}
-	}
-	if (n == 0)
-		return set_err(-ECONNRESET, "the daemon closed the connection during the handshake");
-	if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
-		return set_err(-EPROTO, "handshake message truncated (another ABI?)");
-	if ((size_t)n < 12)
-		return set_err(-EPROTO, "handshake message of %zd bytes", n);
-	if (w->magic != RINGLM_WIRE_MAGIC)
-		return set_err(-EPROTO, "handshake magic 0x%08x, expected 0x%08x: not a ringlmd socket?",
-			       w->magic, RINGLM_WIRE_MAGIC);
-	if (w->abi != RINGLM_WIRE_ABI)
-		return set_err(-EPROTO, "daemon speaks ABI %u, this library ABI %u: upgrade the %s",
-			       w->abi, RINGLM_WIRE_ABI,
-			       w->abi > RINGLM_WIRE_ABI ? "client library" : "daemon");
-	if ((size_t)n != sizeof(*w))
-		return set_err(-EPROTO, "handshake message of %zd bytes, expected %zu", n, sizeof(*w));
-	w->detail[sizeof(w->detail) - 1] = 0;
-	if (w->status < 0)
-		return set_err(w->status, "daemon refused the session: %s", w->detail);
-	if (w->status > 0)
-		return set_err(-EPROTO, "handshake status %d", w->status);
-	return 0;
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * 3)];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {.iov_base = w, .iov_len = sizeof(*w)};
+    struct msghdr msg = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = ctl.buf,
+                         .msg_controllen = sizeof(ctl.buf)};
+    ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0) return set_err(-errno, "receiving the handshake: %s", strerror(errno));
+    *nfds = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        for (int i = 0; i < k; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            if (*nfds < 3)
+                fds[(*nfds)++] = fd;
+            else
+                close(fd);
+        }
+    }
+    if (n == 0)
+        return set_err(-ECONNRESET, "the daemon closed the connection during the handshake");
+    if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
+        return set_err(-EPROTO, "handshake message truncated (another ABI?)");
+    if ((size_t)n < 12) return set_err(-EPROTO, "handshake message of %zd bytes", n);
+    if (w->magic != RINGLM_WIRE_MAGIC)
+        return set_err(-EPROTO, "handshake magic 0x%08x, expected 0x%08x: not a ringlmd socket?",
+                       w->magic, RINGLM_WIRE_MAGIC);
+    if (w->abi != RINGLM_WIRE_ABI)
+        return set_err(-EPROTO, "daemon speaks ABI %u, this library ABI %u: upgrade the %s", w->abi,
+                       RINGLM_WIRE_ABI, w->abi > RINGLM_WIRE_ABI ? "client library" : "daemon");
+    if ((size_t)n != sizeof(*w))
+        return set_err(-EPROTO, "handshake message of %zd bytes, expected %zu", n, sizeof(*w));
+    w->detail[sizeof(w->detail) - 1] = 0;
+    if (w->status < 0) return set_err(w->status, "daemon refused the session: %s", w->detail);
+    if (w->status > 0) return set_err(-EPROTO, "handshake status %d", w->status);
+    return 0;
 }
 
 int ringlm_connect(const char *socket_path, ringlm_client **out)
 {
-	struct ringlm_wire_welcome w;
-	int fds[3] = { -1, -1, -1 }, nfds = 0, r;
-	ringlm_client *c;
+    struct ringlm_wire_welcome w;
+    int fds[3] = {-1, -1, -1}, nfds = 0, r;
+    ringlm_client *c;
 
-	*out = NULL;
-	if (!socket_path || !*socket_path)
-		socket_path = getenv(RINGLM_SOCKET_ENV);
-	if (!socket_path || !*socket_path)
-		socket_path = RINGLM_DEFAULT_SOCKET;
+    *out = NULL;
+    if (!socket_path || !*socket_path) socket_path = getenv(RINGLM_SOCKET_ENV);
+    if (!socket_path || !*socket_path) socket_path = RINGLM_DEFAULT_SOCKET;
 
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(socket_path) >= sizeof(sa.sun_path))
-		return set_err(-ENAMETOOLONG, "socket path '%s' is longer than %zu bytes", socket_path,
-			       sizeof(sa.sun_path) - 1);
-	strcpy(sa.sun_path, socket_path);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(socket_path) >= sizeof(sa.sun_path))
+        return set_err(-ENAMETOOLONG, "socket path '%s' is longer than %zu bytes", socket_path,
+                       sizeof(sa.sun_path) - 1);
+    strcpy(sa.sun_path, socket_path);
 
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return set_err(-ENOMEM, "out of memory");
-	c->efd = -1;
-	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (c->sock < 0) {
-		r = set_err(-errno, "socket: %s", strerror(errno));
-		goto fail_free;
-	}
-	if (connect(c->sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		r = set_err(-errno, "connect to '%s': %s (is ringlmd running? set %s or pass a path)",
-			    socket_path, strerror(errno), RINGLM_SOCKET_ENV);
-		goto fail_sock;
-	}
-	struct ringlm_wire_hello hello = { .magic = RINGLM_WIRE_MAGIC, .abi = RINGLM_WIRE_ABI };
-	if (send(c->sock, &hello, sizeof(hello), MSG_NOSIGNAL) != sizeof(hello)) {
-		r = set_err(-errno, "sending the handshake: %s", strerror(errno));
-		goto fail_sock;
-	}
-	memset(&w, 0, sizeof(w));
-	r = recv_welcome(c->sock, &w, fds, &nfds);
-	if (r < 0)
-		goto fail_fds;
-	int want = w.doorbell_mode == RINGLM_WIRE_DB_EVENTFD ? 3 : 2;
-	if ((w.doorbell_mode != RINGLM_WIRE_DB_FUTEX && w.doorbell_mode != RINGLM_WIRE_DB_EVENTFD) ||
-	    nfds != want) {
-		r = set_err(-EPROTO, "handshake: doorbell mode %u with %d fds", w.doorbell_mode, nfds);
-		goto fail_fds;
-	}
-	struct stat st0, st1;
-	if (fstat(fds[0], &st0) || fstat(fds[1], &st1) || (uint64_t)st0.st_size != w.cseg_bytes ||
-	    (uint64_t)st1.st_size != w.dseg_bytes || w.cseg_bytes < RINGLM_WIRE_HEADER_AREA ||
-	    w.dseg_bytes < RINGLM_WIRE_HEADER_AREA) {
-		r = set_err(-EPROTO, "handshake: segment sizes %llu/%llu do not match the fds",
-			    (unsigned long long)w.cseg_bytes, (unsigned long long)w.dseg_bytes);
-		goto fail_fds;
-	}
-	c->cseg_bytes = w.cseg_bytes;
-	c->dseg_bytes = w.dseg_bytes;
-	c->cseg = mmap(NULL, c->cseg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
-	if (c->cseg == MAP_FAILED) {
-		c->cseg = NULL;
-		r = set_err(-errno, "mapping the client segment: %s", strerror(errno));
-		goto fail_fds;
-	}
-	c->dseg = mmap(NULL, c->dseg_bytes, PROT_READ, MAP_SHARED, fds[1], 0);
-	if (c->dseg == MAP_FAILED) {
-		c->dseg = NULL;
-		r = set_err(-errno, "mapping the daemon segment: %s", strerror(errno));
-		goto fail_map;
-	}
-	c->session_id = w.session_id;
-	r = check_seg_header(&c->cseg->hdr, RINGLM_WIRE_SEG_CLIENT, c->cseg_bytes, c->session_id,
-			     sizeof(struct ringlm_wire_cseg), 1, "client");
-	if (r < 0)
-		goto fail_map;
-	r = check_seg_header(&c->dseg->hdr, RINGLM_WIRE_SEG_DAEMON, c->dseg_bytes, c->session_id,
-			     sizeof(struct ringlm_wire_dseg), sizeof(struct ringlm_wire_event), "daemon");
-	if (r < 0)
-		goto fail_map;
-	close(fds[0]);
-	close(fds[1]);
-	if (want == 3)
-		c->efd = fds[2];
+    c = calloc(1, sizeof(*c));
+    if (!c) return set_err(-ENOMEM, "out of memory");
+    c->efd = -1;
+    c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (c->sock < 0) {
+        r = set_err(-errno, "socket: %s", strerror(errno));
+        goto fail_free;
+    }
+    if (connect(c->sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        r = set_err(-errno, "connect to '%s': %s (is ringlmd running? set %s or pass a path)",
+                    socket_path, strerror(errno), RINGLM_SOCKET_ENV);
+        goto fail_sock;
+    }
+    struct ringlm_wire_hello hello = {.magic = RINGLM_WIRE_MAGIC, .abi = RINGLM_WIRE_ABI};
+    if (send(c->sock, &hello, sizeof(hello), MSG_NOSIGNAL) != sizeof(hello)) {
+        r = set_err(-errno, "sending the handshake: %s", strerror(errno));
+        goto fail_sock;
+    }
+    memset(&w, 0, sizeof(w));
+    r = recv_welcome(c->sock, &w, fds, &nfds);
+    if (r < 0) goto fail_fds;
+    int want = w.doorbell_mode == RINGLM_WIRE_DB_EVENTFD ? 3 : 2;
+    if ((w.doorbell_mode != RINGLM_WIRE_DB_FUTEX && w.doorbell_mode != RINGLM_WIRE_DB_EVENTFD) ||
+        nfds != want) {
+        r = set_err(-EPROTO, "handshake: doorbell mode %u with %d fds", w.doorbell_mode, nfds);
+        goto fail_fds;
+    }
+    struct stat st0, st1;
+    if (fstat(fds[0], &st0) || fstat(fds[1], &st1) || (uint64_t)st0.st_size != w.cseg_bytes ||
+        (uint64_t)st1.st_size != w.dseg_bytes || w.cseg_bytes < RINGLM_WIRE_HEADER_AREA ||
+        w.dseg_bytes < RINGLM_WIRE_HEADER_AREA) {
+        r = set_err(-EPROTO, "handshake: segment sizes %llu/%llu do not match the fds",
+                    (unsigned long long)w.cseg_bytes, (unsigned long long)w.dseg_bytes);
+        goto fail_fds;
+    }
+    c->cseg_bytes = w.cseg_bytes;
+    c->dseg_bytes = w.dseg_bytes;
+    c->cseg = mmap(NULL, c->cseg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+    if (c->cseg == MAP_FAILED) {
+        c->cseg = NULL;
+        r = set_err(-errno, "mapping the client segment: %s", strerror(errno));
+        goto fail_fds;
+    }
+    c->dseg = mmap(NULL, c->dseg_bytes, PROT_READ, MAP_SHARED, fds[1], 0);
+    if (c->dseg == MAP_FAILED) {
+        c->dseg = NULL;
+        r = set_err(-errno, "mapping the daemon segment: %s", strerror(errno));
+        goto fail_map;
+    }
+    c->session_id = w.session_id;
+    r = check_seg_header(&c->cseg->hdr, RINGLM_WIRE_SEG_CLIENT, c->cseg_bytes, c->session_id,
+                         sizeof(struct ringlm_wire_cseg), 1, "client");
+    if (r < 0) goto fail_map;
+    r = check_seg_header(&c->dseg->hdr, RINGLM_WIRE_SEG_DAEMON, c->dseg_bytes, c->session_id,
+                         sizeof(struct ringlm_wire_dseg), sizeof(struct ringlm_wire_event),
+                         "daemon");
+    if (r < 0) goto fail_map;
+    close(fds[0]);
+    close(fds[1]);
+    if (want == 3) c->efd = fds[2];
 
-	c->sub = (struct ring_rec_prod){
-		.data = (uint8_t *)c->cseg + c->cseg->hdr.data_off,
-		.cap = c->cseg->hdr.data_bytes,
-		.prod = 0,
-		.cached_cons = 0,
-		.prod_p = &c->cseg->submit_prod,
-		.cons_p = &c->dseg->submit_cons,
-	};
-	c->ev = (struct ring_ev_cons){
-		.slots = (const struct ringlm_wire_event *)((const uint8_t *)c->dseg + c->dseg->hdr.data_off),
-		.mask = c->dseg->hdr.data_bytes / sizeof(struct ringlm_wire_event) - 1,
-		.prod_p = &c->dseg->ev_prod,
-		.cons_p = &c->cseg->ev_cons,
-	};
-	c->next_id = 1;
-	c->spin_ns = c->spin_max_ns = DEFAULT_SPIN_NS;
-	const char *spin = getenv("RINGLM_SPIN_US");
-	if (spin && *spin) {
-		/* Clamped like ringlm_set_option: a huge value must not overflow into a
+    c->sub = (struct ring_rec_prod){
+        .data = (uint8_t *)c->cseg + c->cseg->hdr.data_off,
+        .cap = c->cseg->hdr.data_bytes,
+        .prod = 0,
+        .cached_cons = 0,
+        .prod_p = &c->cseg->submit_prod,
+        .cons_p = &c->dseg->submit_cons,
+    };
+    c->ev = (struct ring_ev_cons){
+        .slots =
+            (const struct ringlm_wire_event *)((const uint8_t *)c->dseg + c->dseg->hdr.data_off),
+        .mask = c->dseg->hdr.data_bytes / sizeof(struct ringlm_wire_event) - 1,
+        .prod_p = &c->dseg->ev_prod,
+        .cons_p = &c->cseg->ev_cons,
+    };
+    c->next_id = 1;
+    c->spin_ns = c->spin_max_ns = DEFAULT_SPIN_NS;
+    const char *spin = getenv("RINGLM_SPIN_US");
+    if (spin && *spin) {
+        /* Clamped like ringlm_set_option: a huge value must not overflow into a
 		 * negative spin time (signed overflow, and no spinning at all). */
-		long long us = strtoll(spin, NULL, 10);
-		c->spin_ns = us <= 0 ? 0 : us > INT64_MAX / 1000 ? INT64_MAX : (int64_t)us * 1000;
-		c->spin_max_ns = c->spin_ns;
-		c->spin_fixed = 1;
-	}
-	*out = c;
-	return 0;
+        long long us = strtoll(spin, NULL, 10);
+        c->spin_ns = us <= 0 ? 0 : us > INT64_MAX / 1000 ? INT64_MAX : (int64_t)us * 1000;
+        c->spin_max_ns = c->spin_ns;
+        c->spin_fixed = 1;
+    }
+    *out = c;
+    return 0;
 
 fail_map:
-	if (c->dseg)
-		munmap((void *)c->dseg, c->dseg_bytes);
-	if (c->cseg)
-		munmap(c->cseg, c->cseg_bytes);
+    if (c->dseg) munmap((void *)c->dseg, c->dseg_bytes);
+    if (c->cseg) munmap(c->cseg, c->cseg_bytes);
 fail_fds:
-	for (int i = 0; i < nfds; i++)
-		close(fds[i]);
+    for (int i = 0; i < nfds; i++) close(fds[i]);
 fail_sock:
-	close(c->sock);
+    close(c->sock);
 fail_free:
-	free(c);
-	return r;
+    free(c);
+    return r;
 }
 
 void ringlm_close(ringlm_client *c)
 {
-	if (!c)
-		return;
-	/* Closing the socket is the goodbye: the daemon sees EOF and ends the session. */
-	close(c->sock);
-	if (c->efd >= 0)
-		close(c->efd);
-	munmap((void *)c->dseg, c->dseg_bytes);
-	munmap(c->cseg, c->cseg_bytes);
-	free(c);
+    if (!c) return;
+    /* Closing the socket is the goodbye: the daemon sees EOF and ends the session. */
+    close(c->sock);
+    if (c->efd >= 0) close(c->efd);
+    munmap((void *)c->dseg, c->dseg_bytes);
+    munmap(c->cseg, c->cseg_bytes);
+    free(c);
 }
 
 uint64_t ringlm_session_id(const ringlm_client *c)
 {
-	return c->session_id;
+    return c->session_id;
 }
 
 uint64_t ringlm_policy_hash(const ringlm_client *c)
 {
-	return __atomic_load_n(&c->dseg->policy_hash, __ATOMIC_RELAXED);
+    return __atomic_load_n(&c->dseg->policy_hash, __ATOMIC_RELAXED);
 }
 
 int ringlm_draining(const ringlm_client *c)
 {
-	return ring_load32(&c->dseg->state) == RINGLM_WIRE_ST_DRAINING;
+    return ring_load32(&c->dseg->state) == RINGLM_WIRE_ST_DRAINING;
 }
 
 int ringlm_set_option(ringlm_client *c, int option, long value)
 {
-	switch (option) {
-	case RINGLM_OPT_SPIN_US:
-		if (value < 0)
-			return set_err(-EINVAL, "spin time %ld µs is negative", value);
-		c->spin_ns = value > INT64_MAX / 1000 ? INT64_MAX : (int64_t)value * 1000;
-		c->spin_max_ns = c->spin_ns;
-		c->spin_fixed = 1;
-		return 0;
-	default:
-		return set_err(-EINVAL, "unknown option %d", option);
-	}
+    switch (option) {
+    case RINGLM_OPT_SPIN_US:
+        if (value < 0) return set_err(-EINVAL, "spin time %ld µs is negative", value);
+        c->spin_ns = value > INT64_MAX / 1000 ? INT64_MAX : (int64_t)value * 1000;
+        c->spin_max_ns = c->spin_ns;
+        c->spin_fixed = 1;
+        return 0;
+    default: return set_err(-EINVAL, "unknown option %d", option);
+    }
 }
 
 /* ---- liveness ------------------------------------------------------------------------- */
 /* The socket carries nothing after the handshake; readable means EOF (daemon gone). */
 static int daemon_gone(ringlm_client *c)
 {
-	struct pollfd pfd = { .fd = c->sock, .events = POLLIN | POLLRDHUP };
-	if (poll(&pfd, 1, 0) <= 0)
-		return 0;
-	if (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR))
-		return 1;
-	char b[64];
-	ssize_t n = recv(c->sock, b, sizeof(b), MSG_DONTWAIT);
-	return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+    struct pollfd pfd = {.fd = c->sock, .events = POLLIN | POLLRDHUP};
+    if (poll(&pfd, 1, 0) <= 0) return 0;
+    if (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR)) return 1;
+    char b[64];
+    ssize_t n = recv(c->sock, b, sizeof(b), MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
 }
 
 /* Sticky end-of-session error, decided from the daemon's status (it says why when it
  * ended the session) or from the socket (the daemon process is gone). */
 static int session_end_error(ringlm_client *c, int check_socket)
 {
-	if (c->gone)
-		return set_err(c->gone, "%s", c->gone_detail);
-	uint32_t st = ring_load32(&c->dseg->state);
-	if (st == RINGLM_WIRE_ST_CLOSED) {
-		char reason[sizeof(c->dseg->end_reason)];
-		memcpy(reason, (const char *)c->dseg->end_reason, sizeof(reason));
-		reason[sizeof(reason) - 1] = 0;
-		snprintf(c->gone_detail, sizeof(c->gone_detail), "the daemon ended the session: %s",
-			 reason);
-		__atomic_store_n(&c->gone, -ECONNRESET, __ATOMIC_RELEASE);
-	} else if (check_socket && daemon_gone(c)) {
-		snprintf(c->gone_detail, sizeof(c->gone_detail),
-			 "the daemon closed the connection (it exited or was killed)");
-		__atomic_store_n(&c->gone, -EPIPE, __ATOMIC_RELEASE);
-	} else {
-		return 0;
-	}
-	return set_err(c->gone, "%s", c->gone_detail);
+    if (c->gone) return set_err(c->gone, "%s", c->gone_detail);
+    uint32_t st = ring_load32(&c->dseg->state);
+    if (st == RINGLM_WIRE_ST_CLOSED) {
+        char reason[sizeof(c->dseg->end_reason)];
+        memcpy(reason, (const char *)c->dseg->end_reason, sizeof(reason));
+        reason[sizeof(reason) - 1] = 0;
+        snprintf(c->gone_detail, sizeof(c->gone_detail), "the daemon ended the session: %s",
+                 reason);
+        __atomic_store_n(&c->gone, -ECONNRESET, __ATOMIC_RELEASE);
+    } else if (check_socket && daemon_gone(c)) {
+        snprintf(c->gone_detail, sizeof(c->gone_detail),
+                 "the daemon closed the connection (it exited or was killed)");
+        __atomic_store_n(&c->gone, -EPIPE, __ATOMIC_RELEASE);
+    } else {
+        return 0;
+    }
+    return set_err(c->gone, "%s", c->gone_detail);
 }
 
 /* The submit side keeps no sticky state of its own (it may run in another thread than
@@ -435,236 +417,216 @@ static int session_end_error(ringlm_client *c, int check_socket)
  * once per SLEEP_SLICE_NS, so a full ring polled in a loop costs few syscalls). */
 static int closed_error(ringlm_client *c)
 {
-	char reason[sizeof(c->dseg->end_reason)];
-	memcpy(reason, (const char *)c->dseg->end_reason, sizeof(reason));
-	reason[sizeof(reason) - 1] = 0;
-	return set_err(-ECONNRESET, "the daemon ended the session: %s", reason);
+    char reason[sizeof(c->dseg->end_reason)];
+    memcpy(reason, (const char *)c->dseg->end_reason, sizeof(reason));
+    reason[sizeof(reason) - 1] = 0;
+    return set_err(-ECONNRESET, "the daemon ended the session: %s", reason);
 }
 
 static int submit_side_gone(ringlm_client *c)
 {
-	if (ring_load32(&c->dseg->state) == RINGLM_WIRE_ST_CLOSED)
-		return closed_error(c);
-	uint64_t now = ring_now_ns();
-	if (c->prod_live_check_ns && now - c->prod_live_check_ns < (uint64_t)SLEEP_SLICE_NS)
-		return 0;
-	c->prod_live_check_ns = now;
-	if (daemon_gone(c))
-		return set_err(-EPIPE, "the daemon closed the connection (it exited or was killed)");
-	return 0;
+    if (ring_load32(&c->dseg->state) == RINGLM_WIRE_ST_CLOSED) return closed_error(c);
+    uint64_t now = ring_now_ns();
+    if (c->prod_live_check_ns && now - c->prod_live_check_ns < (uint64_t)SLEEP_SLICE_NS) return 0;
+    c->prod_live_check_ns = now;
+    if (daemon_gone(c))
+        return set_err(-EPIPE, "the daemon closed the connection (it exited or was killed)");
+    return 0;
 }
 
 static void ring_daemon(ringlm_client *c)
 {
-	if (c->efd >= 0) {
-		uint64_t one = 1;
-		ssize_t n = write(c->efd, &one, sizeof(one));
-		(void)n; /* a full eventfd counter already means "wake up" */
-		return;
-	}
-	__atomic_add_fetch(&c->cseg->doorbell, 1, __ATOMIC_RELEASE);
-	futex_wake(&c->cseg->doorbell, 1, FUTEX_SCOPE_SHARED);
+    if (c->efd >= 0) {
+        uint64_t one = 1;
+        ssize_t n = write(c->efd, &one, sizeof(one));
+        (void)n; /* a full eventfd counter already means "wake up" */
+        return;
+    }
+    __atomic_add_fetch(&c->cseg->doorbell, 1, __ATOMIC_RELEASE);
+    futex_wake(&c->cseg->doorbell, 1, FUTEX_SCOPE_SHARED);
 }
 
 /* ---- submit side ---------------------------------------------------------------------- */
 /* May a record of this type go in now?  0, or the session's error. */
 static int submit_open(ringlm_client *c, uint32_t type)
 {
-	uint32_t st = ring_load32(&c->dseg->state);
-	if (st == RINGLM_WIRE_ST_CLOSED)
-		return closed_error(c);
-	/* What next_event already learned (it may run in another thread: atomic read). */
-	if (__atomic_load_n(&c->gone, __ATOMIC_ACQUIRE) == -EPIPE)
-		return set_err(-EPIPE, "the daemon closed the connection (it exited or was killed)");
-	if (st == RINGLM_WIRE_ST_DRAINING && type == RINGLM_WIRE_REC_REQUEST)
-		return set_err(-ESHUTDOWN, "the daemon is draining: no new requests");
-	return 0;
+    uint32_t st = ring_load32(&c->dseg->state);
+    if (st == RINGLM_WIRE_ST_CLOSED) return closed_error(c);
+    /* What next_event already learned (it may run in another thread: atomic read). */
+    if (__atomic_load_n(&c->gone, __ATOMIC_ACQUIRE) == -EPIPE)
+        return set_err(-EPIPE, "the daemon closed the connection (it exited or was killed)");
+    if (st == RINGLM_WIRE_ST_DRAINING && type == RINGLM_WIRE_REC_REQUEST)
+        return set_err(-ESHUTDOWN, "the daemon is draining: no new requests");
+    return 0;
 }
 
 /* ring_rec_reserve's failure r for len bytes, explained. */
 static int reserve_error(ringlm_client *c, int r, uint32_t len)
 {
-	if (r == -E2BIG)
-		return set_err(-E2BIG, "record of %u bytes is larger than the %llu-byte submit ring",
-			       len, (unsigned long long)c->sub.cap);
-	if (r == -EBADMSG)
-		return set_err(-EPROTO, "the daemon's submit-ring consumer index is impossible");
-	r = submit_side_gone(c);
-	if (r < 0)
-		return r;
-	return set_err(-EAGAIN, "submit ring full (%llu bytes); read events and retry",
-		       (unsigned long long)c->sub.cap);
+    if (r == -E2BIG)
+        return set_err(-E2BIG, "record of %u bytes is larger than the %llu-byte submit ring", len,
+                       (unsigned long long)c->sub.cap);
+    if (r == -EBADMSG)
+        return set_err(-EPROTO, "the daemon's submit-ring consumer index is impossible");
+    r = submit_side_gone(c);
+    if (r < 0) return r;
+    return set_err(-EAGAIN, "submit ring full (%llu bytes); read events and retry",
+                   (unsigned long long)c->sub.cap);
 }
 
 /* Writes one record of len bytes (header, body, prompt, zero padding) at ring index pos. */
-static void write_record(ringlm_client *c, uint64_t pos, uint32_t len, const struct ringlm_wire_rec_hdr *h,
-			 const void *body, size_t body_len, const int32_t *prompt, uint32_t n_prompt)
+static void write_record(ringlm_client *c, uint64_t pos, uint32_t len,
+                         const struct ringlm_wire_rec_hdr *h, const void *body, size_t body_len,
+                         const int32_t *prompt, uint32_t n_prompt)
 {
-	ring_rec_write(&c->sub, pos, 0, h, sizeof(*h));
-	ring_rec_write(&c->sub, pos, sizeof(*h), body, body_len);
-	size_t off = sizeof(*h) + body_len;
-	if (n_prompt) {
-		ring_rec_write(&c->sub, pos, off, prompt, (size_t)n_prompt * 4);
-		off += (size_t)n_prompt * 4;
-	}
-	static const uint8_t zero[8];
-	if (off < len)
-		ring_rec_write(&c->sub, pos, off, zero, len - off);
+    ring_rec_write(&c->sub, pos, 0, h, sizeof(*h));
+    ring_rec_write(&c->sub, pos, sizeof(*h), body, body_len);
+    size_t off = sizeof(*h) + body_len;
+    if (n_prompt) {
+        ring_rec_write(&c->sub, pos, off, prompt, (size_t)n_prompt * 4);
+        off += (size_t)n_prompt * 4;
+    }
+    static const uint8_t zero[8];
+    if (off < len) ring_rec_write(&c->sub, pos, off, zero, len - off);
 }
 
 static int put_record(ringlm_client *c, uint32_t len, const struct ringlm_wire_rec_hdr *h,
-		      const void *body, size_t body_len)
+                      const void *body, size_t body_len)
 {
-	uint64_t pos;
-	int r = submit_open(c, h->type);
-	if (r < 0)
-		return r;
-	r = ring_rec_reserve(&c->sub, len, &pos);
-	if (r < 0)
-		return reserve_error(c, r, len);
-	write_record(c, pos, len, h, body, body_len, NULL, 0);
-	ring_rec_commit(&c->sub, len);
-	/* The handshake with the daemon's sleep: our index is published, now its flag. */
-	if (ring_handshake_peer_waits(&c->dseg->daemon_sleeping))
-		ring_daemon(c);
-	return 0;
+    uint64_t pos;
+    int r = submit_open(c, h->type);
+    if (r < 0) return r;
+    r = ring_rec_reserve(&c->sub, len, &pos);
+    if (r < 0) return reserve_error(c, r, len);
+    write_record(c, pos, len, h, body, body_len, NULL, 0);
+    ring_rec_commit(&c->sub, len);
+    /* The handshake with the daemon's sleep: our index is published, now its flag. */
+    if (ring_handshake_peer_waits(&c->dseg->daemon_sleeping)) ring_daemon(c);
+    return 0;
 }
 
 static int copy_name(char dst[RINGLM_WIRE_NAME_LEN], const char *src, const char *what)
 {
-	memset(dst, 0, RINGLM_WIRE_NAME_LEN);
-	if (!src)
-		return 0;
-	size_t n = strlen(src);
-	if (n >= RINGLM_WIRE_NAME_LEN)
-		return set_err(-EINVAL, "%s '%s' is %zu bytes, at most %d", what, src, n,
-			       RINGLM_WIRE_NAME_LEN - 1);
-	memcpy(dst, src, n);
-	return 0;
+    memset(dst, 0, RINGLM_WIRE_NAME_LEN);
+    if (!src) return 0;
+    size_t n = strlen(src);
+    if (n >= RINGLM_WIRE_NAME_LEN)
+        return set_err(-EINVAL, "%s '%s' is %zu bytes, at most %d", what, src, n,
+                       RINGLM_WIRE_NAME_LEN - 1);
+    memcpy(dst, src, n);
+    return 0;
 }
 
 /* The requests' records, written one after another and published together (one release
  * store of the producer index): the daemon reads all of them or none. */
 static int put_requests(ringlm_client *c, const struct ringlm_wire_request *w,
-			const ringlm_request *reqs, uint32_t n, uint64_t total)
+                        const ringlm_request *reqs, uint32_t n, uint64_t total)
 {
-	uint64_t pos;
-	int r = submit_open(c, RINGLM_WIRE_REC_REQUEST);
-	if (r < 0)
-		return r;
-	r = ring_rec_reserve(&c->sub, (uint32_t)total, &pos);
-	if (r < 0)
-		return reserve_error(c, r, (uint32_t)total);
-	uint64_t off = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		uint64_t len = ringlm_wire_request_bytes(w[i].n_prompt);
-		struct ringlm_wire_rec_hdr h = { .len = (uint32_t)len, .type = RINGLM_WIRE_REC_REQUEST };
-		write_record(c, pos + off, (uint32_t)len, &h, &w[i], sizeof(w[i]), reqs[i].prompt,
-			     reqs[i].n_prompt);
-		off += len;
-	}
-	ring_rec_commit(&c->sub, (uint32_t)total);
-	if (ring_handshake_peer_waits(&c->dseg->daemon_sleeping))
-		ring_daemon(c);
-	return 0;
+    uint64_t pos;
+    int r = submit_open(c, RINGLM_WIRE_REC_REQUEST);
+    if (r < 0) return r;
+    r = ring_rec_reserve(&c->sub, (uint32_t)total, &pos);
+    if (r < 0) return reserve_error(c, r, (uint32_t)total);
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t len = ringlm_wire_request_bytes(w[i].n_prompt);
+        struct ringlm_wire_rec_hdr h = {.len = (uint32_t)len, .type = RINGLM_WIRE_REC_REQUEST};
+        write_record(c, pos + off, (uint32_t)len, &h, &w[i], sizeof(w[i]), reqs[i].prompt,
+                     reqs[i].n_prompt);
+        off += len;
+    }
+    ring_rec_commit(&c->sub, (uint32_t)total);
+    if (ring_handshake_peer_waits(&c->dseg->daemon_sleeping)) ring_daemon(c);
+    return 0;
 }
 
 /* Checks one request and fills its wire record (req_id left 0) and its length. */
 static int wire_request(const ringlm_request *req, struct ringlm_wire_request *w, uint64_t *len)
 {
-	char why[160];
-	int r;
+    char why[160];
+    int r;
 
-	if (!req)
-		return set_err(-EINVAL, "NULL request");
-	if (!req->prompt && req->n_prompt)
-		return set_err(-EINVAL, "prompt is NULL but n_prompt is %u", req->n_prompt);
-	memset(w, 0, sizeof(*w));
-	w->seed = req->seed;
-	w->deadline_us = req->deadline_us;
-	w->submit_mono_us = ring_now_ns() / 1000;
-	w->max_new_tokens = req->max_new_tokens;
-	w->n_prompt = req->n_prompt;
-	w->temperature = req->temperature;
-	w->top_p = req->top_p;
-	w->top_k = req->top_k;
-	if (ringlm_wire_check_request(w, why, sizeof(why)))
-		return set_err(-EINVAL, "%s", why);
-	if ((r = copy_name(w->class_name, req->class_name ? req->class_name : "default",
-			   "class_name")) < 0)
-		return r;
-	if (req->tenant_tag && *req->tenant_tag) {
-		if ((r = copy_name(w->tenant_tag, req->tenant_tag, "tenant_tag")) < 0)
-			return r;
-		w->flags |= RINGLM_WIRE_REQ_F_TENANT;
-	}
-	if (req->ignore_stop)
-		w->flags |= RINGLM_WIRE_REQ_F_IGNORE_STOP;
-	*len = ringlm_wire_request_bytes(req->n_prompt);
-	return 0;
+    if (!req) return set_err(-EINVAL, "NULL request");
+    if (!req->prompt && req->n_prompt)
+        return set_err(-EINVAL, "prompt is NULL but n_prompt is %u", req->n_prompt);
+    memset(w, 0, sizeof(*w));
+    w->seed = req->seed;
+    w->deadline_us = req->deadline_us;
+    w->submit_mono_us = ring_now_ns() / 1000;
+    w->max_new_tokens = req->max_new_tokens;
+    w->n_prompt = req->n_prompt;
+    w->temperature = req->temperature;
+    w->top_p = req->top_p;
+    w->top_k = req->top_k;
+    if (ringlm_wire_check_request(w, why, sizeof(why))) return set_err(-EINVAL, "%s", why);
+    if ((r = copy_name(w->class_name, req->class_name ? req->class_name : "default",
+                       "class_name")) < 0)
+        return r;
+    if (req->tenant_tag && *req->tenant_tag) {
+        if ((r = copy_name(w->tenant_tag, req->tenant_tag, "tenant_tag")) < 0) return r;
+        w->flags |= RINGLM_WIRE_REQ_F_TENANT;
+    }
+    if (req->ignore_stop) w->flags |= RINGLM_WIRE_REQ_F_IGNORE_STOP;
+    *len = ringlm_wire_request_bytes(req->n_prompt);
+    return 0;
 }
 
 int ringlm_submit(ringlm_client *c, const ringlm_request *req, uint64_t *id)
 {
-	if (!c || !req)
-		return set_err(-EINVAL, "NULL client or request");
-	return ringlm_submit_batch(c, req, 1, id);
+    if (!c || !req) return set_err(-EINVAL, "NULL client or request");
+    return ringlm_submit_batch(c, req, 1, id);
 }
 
 int ringlm_submit_batch(ringlm_client *c, const ringlm_request *reqs, uint32_t n, uint64_t *ids)
 {
-	struct ringlm_wire_request one, *w = &one;
-	uint64_t total = 0;
-	int r;
+    struct ringlm_wire_request one, *w = &one;
+    uint64_t total = 0;
+    int r;
 
-	if (!c || !reqs)
-		return set_err(-EINVAL, "NULL client or request");
-	if (n == 0)
-		return set_err(-EINVAL, "a batch of no requests");
-	if (n > 1 && !(w = calloc(n, sizeof(*w))))
-		return set_err(-ENOMEM, "a batch of %u requests", n);
-	for (uint32_t i = 0; i < n; i++) {
-		uint64_t len = 0;
-		if ((r = wire_request(&reqs[i], &w[i], &len)) < 0) {
-			if (n > 1) {
-				char detail[256];
-				snprintf(detail, sizeof(detail), "%s", ringlm_errdetail());
-				set_err(r, "request %u of the batch: %s", i, detail);
-			}
-			goto out;
-		}
-		if (len > c->sub.cap) {
-			r = set_err(-E2BIG, "a prompt of %u tokens needs a %llu-byte record, the submit ring holds %llu",
-				    reqs[i].n_prompt, (unsigned long long)len, (unsigned long long)c->sub.cap);
-			goto out;
-		}
-		w[i].req_id = c->next_id + i;
-		total += len;
-	}
-	if (total > c->sub.cap) {
-		r = set_err(-E2BIG, "the %u requests need %llu bytes together, the submit ring holds %llu",
-			    n, (unsigned long long)total, (unsigned long long)c->sub.cap);
-		goto out;
-	}
-	if ((r = put_requests(c, w, reqs, n, total)) < 0)
-		goto out;
-	for (uint32_t i = 0; i < n; i++)
-		if (ids)
-			ids[i] = w[i].req_id;
-	c->next_id += n;
+    if (!c || !reqs) return set_err(-EINVAL, "NULL client or request");
+    if (n == 0) return set_err(-EINVAL, "a batch of no requests");
+    if (n > 1 && !(w = calloc(n, sizeof(*w)))) return set_err(-ENOMEM, "a batch of %u requests", n);
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t len = 0;
+        if ((r = wire_request(&reqs[i], &w[i], &len)) < 0) {
+            if (n > 1) {
+                char detail[256];
+                snprintf(detail, sizeof(detail), "%s", ringlm_errdetail());
+                set_err(r, "request %u of the batch: %s", i, detail);
+            }
+            goto out;
+        }
+        if (len > c->sub.cap) {
+            r = set_err(
+                -E2BIG,
+                "a prompt of %u tokens needs a %llu-byte record, the submit ring holds %llu",
+                reqs[i].n_prompt, (unsigned long long)len, (unsigned long long)c->sub.cap);
+            goto out;
+        }
+        w[i].req_id = c->next_id + i;
+        total += len;
+    }
+    if (total > c->sub.cap) {
+        r = set_err(-E2BIG, "the %u requests need %llu bytes together, the submit ring holds %llu",
+                    n, (unsigned long long)total, (unsigned long long)c->sub.cap);
+        goto out;
+    }
+    if ((r = put_requests(c, w, reqs, n, total)) < 0) goto out;
+    for (uint32_t i = 0; i < n; i++)
+        if (ids) ids[i] = w[i].req_id;
+    c->next_id += n;
 out:
-	if (w != &one)
-		free(w);
-	return r;
+    if (w != &one) free(w);
+    return r;
 }
 
 int ringlm_cancel(ringlm_client *c, uint64_t req_id)
 {
-	if (!c || req_id == 0)
-		return set_err(-EINVAL, "cancel of request id 0");
-	struct ringlm_wire_cancel body = { .req_id = req_id };
-	struct ringlm_wire_rec_hdr h = { .len = RINGLM_WIRE_CANCEL_BYTES, .type = RINGLM_WIRE_REC_CANCEL };
-	return put_record(c, RINGLM_WIRE_CANCEL_BYTES, &h, &body, sizeof(body));
+    if (!c || req_id == 0) return set_err(-EINVAL, "cancel of request id 0");
+    struct ringlm_wire_cancel body = {.req_id = req_id};
+    struct ringlm_wire_rec_hdr h = {.len = RINGLM_WIRE_CANCEL_BYTES,
+                                    .type = RINGLM_WIRE_REC_CANCEL};
+    return put_record(c, RINGLM_WIRE_CANCEL_BYTES, &h, &body, sizeof(body));
 }
 
 /* ---- event side ----------------------------------------------------------------------- */
@@ -673,60 +635,54 @@ int ringlm_cancel(ringlm_client *c, uint64_t req_id)
  * a fast reader pays one fence per batch. */
 static void maybe_wake_for_space(ringlm_client *c, int force)
 {
-	if (!force && c->consumed_since_check < WANT_SPACE_CHECK_EVERY)
-		return;
-	c->consumed_since_check = 0;
-	/* The handshake with the daemon's wait for space: our consumer index is published. */
-	if (ring_handshake_peer_waits(&c->dseg->want_space) &&
-	    ring_load32(&c->dseg->daemon_sleeping))
-		ring_daemon(c);
+    if (!force && c->consumed_since_check < WANT_SPACE_CHECK_EVERY) return;
+    c->consumed_since_check = 0;
+    /* The handshake with the daemon's wait for space: our consumer index is published. */
+    if (ring_handshake_peer_waits(&c->dseg->want_space) && ring_load32(&c->dseg->daemon_sleeping))
+        ring_daemon(c);
 }
 
 /* 1 with *ev, 0 nothing (complete) available, <0 protocol error. */
 static int take_event(ringlm_client *c, ringlm_event *out)
 {
-	char why[128];
-	int64_t n = ring_ev_avail(&c->ev, 1, why, sizeof(why));
-	if (n < 0)
-		return set_err(-EPROTO, "%s", why);
-	if (n == 0)
-		return 0;
-	struct ringlm_wire_event e = ring_ev_peek(&c->ev, 0);
-	unsigned kind = RINGLM_WIRE_EV_KIND(e.meta);
-	memset(out, 0, sizeof(*out));
-	out->req_id = e.req_id;
-	if (kind == RINGLM_WIRE_EV_TOKEN) {
-		out->kind = RINGLM_EV_TOKEN;
-		out->token = e.value;
-		out->index = RINGLM_WIRE_EV_LOW(e.meta);
-		ring_ev_consume(&c->ev, 1);
-		c->consumed_since_check++;
-		return 1;
-	}
-	if (kind != RINGLM_WIRE_EV_FINISH)
-		return set_err(-EPROTO, "event kind %u at index %llu unknown", kind,
-			       (unsigned long long)c->ev.cons);
-	/* The FINISH_EXT is published together with its FINISH. */
-	n = ring_ev_avail(&c->ev, 2, why, sizeof(why));
-	if (n < 0)
-		return set_err(-EPROTO, "%s", why);
-	if (n < 2)
-		return 0;
-	struct ringlm_wire_event x = ring_ev_peek(&c->ev, 1);
-	if (RINGLM_WIRE_EV_KIND(x.meta) != RINGLM_WIRE_EV_FINISH_EXT ||
-	    (uint32_t)x.value != (uint32_t)e.req_id)
-		return set_err(-EPROTO, "FINISH of request %llu not followed by its FINISH_EXT",
-			       (unsigned long long)e.req_id);
-	uint32_t low = RINGLM_WIRE_EV_LOW(e.meta);
-	out->kind = RINGLM_EV_FINISH;
-	out->finish_reason = (int)((low >> 8) & 0xff);
-	out->reject_reason = (int)(low & 0xff);
-	out->n_tokens = (uint32_t)e.value;
-	out->n_cached_tokens = RINGLM_WIRE_EV_LOW(x.meta);
-	out->policy_hash = x.req_id;
-	ring_ev_consume(&c->ev, 2);
-	c->consumed_since_check += 2;
-	return 1;
+    char why[128];
+    int64_t n = ring_ev_avail(&c->ev, 1, why, sizeof(why));
+    if (n < 0) return set_err(-EPROTO, "%s", why);
+    if (n == 0) return 0;
+    struct ringlm_wire_event e = ring_ev_peek(&c->ev, 0);
+    unsigned kind = RINGLM_WIRE_EV_KIND(e.meta);
+    memset(out, 0, sizeof(*out));
+    out->req_id = e.req_id;
+    if (kind == RINGLM_WIRE_EV_TOKEN) {
+        out->kind = RINGLM_EV_TOKEN;
+        out->token = e.value;
+        out->index = RINGLM_WIRE_EV_LOW(e.meta);
+        ring_ev_consume(&c->ev, 1);
+        c->consumed_since_check++;
+        return 1;
+    }
+    if (kind != RINGLM_WIRE_EV_FINISH)
+        return set_err(-EPROTO, "event kind %u at index %llu unknown", kind,
+                       (unsigned long long)c->ev.cons);
+    /* The FINISH_EXT is published together with its FINISH. */
+    n = ring_ev_avail(&c->ev, 2, why, sizeof(why));
+    if (n < 0) return set_err(-EPROTO, "%s", why);
+    if (n < 2) return 0;
+    struct ringlm_wire_event x = ring_ev_peek(&c->ev, 1);
+    if (RINGLM_WIRE_EV_KIND(x.meta) != RINGLM_WIRE_EV_FINISH_EXT ||
+        (uint32_t)x.value != (uint32_t)e.req_id)
+        return set_err(-EPROTO, "FINISH of request %llu not followed by its FINISH_EXT",
+                       (unsigned long long)e.req_id);
+    uint32_t low = RINGLM_WIRE_EV_LOW(e.meta);
+    out->kind = RINGLM_EV_FINISH;
+    out->finish_reason = (int)((low >> 8) & 0xff);
+    out->reject_reason = (int)(low & 0xff);
+    out->n_tokens = (uint32_t)e.value;
+    out->n_cached_tokens = RINGLM_WIRE_EV_LOW(x.meta);
+    out->policy_hash = x.req_id;
+    ring_ev_consume(&c->ev, 2);
+    c->consumed_since_check += 2;
+    return 1;
 }
 
 /* The default spin adapts to how long this client waits: a wait that the full spin would
@@ -736,87 +692,79 @@ static int take_event(ringlm_client *c, ringlm_event *out)
  * wake then costs what the spin would have, once per batch. */
 static void adapt_spin(ringlm_client *c, uint64_t waited_ns)
 {
-	if (c->spin_fixed)
-		return;
-	if ((int64_t)waited_ns <= c->spin_max_ns)
-		c->spin_ns = c->spin_max_ns;
-	else
-		c->spin_ns /= 2;
+    if (c->spin_fixed) return;
+    if ((int64_t)waited_ns <= c->spin_max_ns)
+        c->spin_ns = c->spin_max_ns;
+    else
+        c->spin_ns /= 2;
 }
 
 int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms)
 {
-	uint64_t start = 0, deadline = UINT64_MAX, last_now = 0;
-	bool slept = false;
-	int r;
+    uint64_t start = 0, deadline = UINT64_MAX, last_now = 0;
+    bool slept = false;
+    int r;
 
-	for (int round = 0;; round++) {
-		r = take_event(c, ev);
-		if (r != 0) {
-			if (r > 0) {
-				maybe_wake_for_space(c, 0);
-				/* A spinning wait takes the spin loop's last clock reading (at most one
+    for (int round = 0;; round++) {
+        r = take_event(c, ev);
+        if (r != 0) {
+            if (r > 0) {
+                maybe_wake_for_space(c, 0);
+                /* A spinning wait takes the spin loop's last clock reading (at most one
 				 * 64-poll batch old): a clock read more per event was 10-15% of a
 				 * spinning round trip (ipc_bench shm_rtt 261-271 -> 301-310 ns). */
-				if (round > 0)
-					adapt_spin(c, (slept ? ring_now_ns() : last_now) - start);
-			}
-			return r;
-		}
-		maybe_wake_for_space(c, 1);
-		r = session_end_error(c, 0);
-		if (r < 0)
-			return r;
-		if (timeout_ms == 0) {
-			/* Pollers learn of a dead daemon too, at a bounded syscall cost. */
-			uint64_t now = ring_now_ns();
-			if (now - c->last_live_check_ns < (uint64_t)SLEEP_SLICE_NS)
-				return 0;
-			c->last_live_check_ns = now;
-			return session_end_error(c, 1);
-		}
-		if (round == 0) {
-			start = ring_now_ns();
-			if (timeout_ms > 0)
-				deadline = start + (uint64_t)timeout_ms * 1000000ull;
-		}
-		uint64_t now = ring_now_ns();
-		last_now = now;
-		if (now >= deadline)
-			return 0;
-		if ((int64_t)(now - start) < c->spin_ns) {
-			/* The slot at cons is where the next event lands: keep its line
+                if (round > 0) adapt_spin(c, (slept ? ring_now_ns() : last_now) - start);
+            }
+            return r;
+        }
+        maybe_wake_for_space(c, 1);
+        r = session_end_error(c, 0);
+        if (r < 0) return r;
+        if (timeout_ms == 0) {
+            /* Pollers learn of a dead daemon too, at a bounded syscall cost. */
+            uint64_t now = ring_now_ns();
+            if (now - c->last_live_check_ns < (uint64_t)SLEEP_SLICE_NS) return 0;
+            c->last_live_check_ns = now;
+            return session_end_error(c, 1);
+        }
+        if (round == 0) {
+            start = ring_now_ns();
+            if (timeout_ms > 0) deadline = start + (uint64_t)timeout_ms * 1000000ull;
+        }
+        uint64_t now = ring_now_ns();
+        last_now = now;
+        if (now >= deadline) return 0;
+        if ((int64_t)(now - start) < c->spin_ns) {
+            /* The slot at cons is where the next event lands: keep its line
 			 * coming while polling the index, so the miss on the slot runs
 			 * alongside the miss on ev_prod rather than after it. */
-			const void *next_slot = &c->ev.slots[c->ev.cons & c->ev.mask];
-			for (int i = 0; i < 64; i++) {
-				__builtin_prefetch(next_slot);
-				if (ring_load_relaxed(c->ev.prod_p) != c->ev.cons)
-					break;
-				ring_cpu_relax();
-			}
-			continue;
-		}
-		/* Sleep: announce, look again, then wait on the low word of ev_prod with the
+            const void *next_slot = &c->ev.slots[c->ev.cons & c->ev.mask];
+            for (int i = 0; i < 64; i++) {
+                __builtin_prefetch(next_slot);
+                if (ring_load_relaxed(c->ev.prod_p) != c->ev.cons) break;
+                ring_cpu_relax();
+            }
+            continue;
+        }
+        /* Sleep: announce, look again, then wait on the low word of ev_prod with the
 		 * value we saw — a publish in between makes the wait return. */
-		ring_handshake_announce(&c->cseg->client_sleeping);
-		uint64_t prod = ring_load_acquire(c->ev.prod_p);
-		if (prod != c->ev.cons || ring_load32(&c->dseg->state) == RINGLM_WIRE_ST_CLOSED) {
-			ring_store32(&c->cseg->client_sleeping, 0);
-			continue;
-		}
-		int64_t slice = SLEEP_SLICE_NS;
-		if (deadline != UINT64_MAX && (int64_t)(deadline - now) < slice)
-			slice = (int64_t)(deadline - now);
-		r = futex_wait((const uint32_t *)c->ev.prod_p, (uint32_t)prod, slice, FUTEX_SCOPE_SHARED);
-		slept = true;
-		ring_store32(&c->cseg->client_sleeping, 0);
-		if (r == -EINTR)
-			return set_err(-EINTR, "interrupted while waiting for events");
-		if (r == -ETIMEDOUT) {
-			/* The end is sticky but reported only once every published event
+        ring_handshake_announce(&c->cseg->client_sleeping);
+        uint64_t prod = ring_load_acquire(c->ev.prod_p);
+        if (prod != c->ev.cons || ring_load32(&c->dseg->state) == RINGLM_WIRE_ST_CLOSED) {
+            ring_store32(&c->cseg->client_sleeping, 0);
+            continue;
+        }
+        int64_t slice = SLEEP_SLICE_NS;
+        if (deadline != UINT64_MAX && (int64_t)(deadline - now) < slice)
+            slice = (int64_t)(deadline - now);
+        r = futex_wait((const uint32_t *)c->ev.prod_p, (uint32_t)prod, slice, FUTEX_SCOPE_SHARED);
+        slept = true;
+        ring_store32(&c->cseg->client_sleeping, 0);
+        if (r == -EINTR) return set_err(-EINTR, "interrupted while waiting for events");
+        if (r == -ETIMEDOUT) {
+            /* The end is sticky but reported only once every published event
 			 * has been taken (take_event runs first in each round). */
-			(void)session_end_error(c, 1);
-		}
-	}
+            (void)session_end_error(c, 1);
+        }
+    }
 }

@@ -55,10 +55,10 @@ extern "C" {
  * binary compatibility; the shared library's soname is libringlm.so.MAJOR). Compare with
  * ringlm_version() at run time to detect a library older than the header built against. */
 #define RINGLM_VERSION_MAJOR 0
-#define RINGLM_VERSION_MINOR 2   /* 0.2: ringlm_event.n_cached_tokens */
+#define RINGLM_VERSION_MINOR 2 /* 0.2: ringlm_event.n_cached_tokens */
 #define RINGLM_VERSION_PATCH 0
 /* One number that orders versions: MAJOR*10000 + MINOR*100 + PATCH. */
-#define RINGLM_VERSION_NUMBER \
+#define RINGLM_VERSION_NUMBER                                                                      \
     (RINGLM_VERSION_MAJOR * 10000 + RINGLM_VERSION_MINOR * 100 + RINGLM_VERSION_PATCH)
 
 /* Socket path when neither the argument nor $RINGLM_SOCKET names one.  ringlmd uses the
@@ -67,19 +67,19 @@ extern "C" {
 #define RINGLM_SOCKET_ENV     "RINGLM_SOCKET"
 
 /* Finish reasons (ringlm_event.finish_reason). */
-#define RINGLM_FINISH_LENGTH         1    /* max_new_tokens generated */
-#define RINGLM_FINISH_STOP           2    /* stop token generated */
-#define RINGLM_FINISH_CANCELLED      3    /* ringlm_cancel or daemon */
-#define RINGLM_FINISH_TIMEOUT        4    /* deadline passed */
-#define RINGLM_FINISH_REJECTED       5    /* refused; see reject_reason */
-#define RINGLM_FINISH_ERROR          6    /* daemon-side failure */
+#define RINGLM_FINISH_LENGTH         1 /* max_new_tokens generated */
+#define RINGLM_FINISH_STOP           2 /* stop token generated */
+#define RINGLM_FINISH_CANCELLED      3 /* ringlm_cancel or daemon */
+#define RINGLM_FINISH_TIMEOUT        4 /* deadline passed */
+#define RINGLM_FINISH_REJECTED       5 /* refused; see reject_reason */
+#define RINGLM_FINISH_ERROR          6 /* daemon-side failure */
 /* Causes (ringlm_event.reject_reason): why a request was rejected, or the daemon-side
  * cause of a cancel/timeout/error when there is one; 0 otherwise. */
 #define RINGLM_R_QUEUE_FULL          16
 #define RINGLM_R_TENANT_QUOTA        17
 #define RINGLM_R_TOO_LONG            18
-#define RINGLM_R_DEADLINE_INFEASIBLE 19   /* "deadline_infeasible" */
-#define RINGLM_R_INFEASIBLE_DEADLINE RINGLM_R_DEADLINE_INFEASIBLE   /* old spelling, kept */
+#define RINGLM_R_DEADLINE_INFEASIBLE 19                           /* "deadline_infeasible" */
+#define RINGLM_R_INFEASIBLE_DEADLINE RINGLM_R_DEADLINE_INFEASIBLE /* old spelling, kept */
 #define RINGLM_R_BAD_TOKEN           20
 #define RINGLM_R_BAD_PARAMS          21
 #define RINGLM_R_DRAINING            22
@@ -95,18 +95,18 @@ const char *ringlm_reason_name(int code);
 typedef struct ringlm_client ringlm_client; /* opaque */
 
 typedef struct ringlm_request {
-	const int32_t *prompt;     /* prompt token ids (required, n_prompt >= 1) */
-	uint32_t n_prompt;
-	uint32_t max_new_tokens;   /* >= 1 */
-	float    temperature;      /* >= 0, 0 = greedy; finite */
-	uint32_t top_k;            /* 0 = off */
-	float    top_p;            /* (0, 1], 1 = off */
-	uint64_t seed;             /* sampling seed */
-	uint64_t deadline_us;      /* relative to the submit call; 0 = none */
-	const char *class_name;    /* request class, < 16 bytes; NULL = "default" */
-	const char *tenant_tag;    /* < 16 bytes; only honoured for uids the daemon trusts
+    const int32_t *prompt; /* prompt token ids (required, n_prompt >= 1) */
+    uint32_t n_prompt;
+    uint32_t max_new_tokens; /* >= 1 */
+    float temperature;       /* >= 0, 0 = greedy; finite */
+    uint32_t top_k;          /* 0 = off */
+    float top_p;             /* (0, 1], 1 = off */
+    uint64_t seed;           /* sampling seed */
+    uint64_t deadline_us;    /* relative to the submit call; 0 = none */
+    const char *class_name;  /* request class, < 16 bytes; NULL = "default" */
+    const char *tenant_tag;  /* < 16 bytes; only honoured for uids the daemon trusts
 	                              (a gateway); NULL = none */
-	bool     ignore_stop;      /* true: the model's stop token does not end the request,
+    bool ignore_stop;        /* true: the model's stop token does not end the request,
 	                              which generates exactly max_new_tokens (unless the context
 	                              is full; for benchmarks, as vLLM's ignore_eos) */
 } ringlm_request;
@@ -116,8 +116,8 @@ typedef struct ringlm_request {
 void ringlm_request_init(ringlm_request *req);
 
 enum ringlm_event_kind {
-	RINGLM_EV_TOKEN  = 1, /* token, index valid */
-	RINGLM_EV_FINISH = 2, /* finish_reason, reject_reason, n_tokens, n_cached_tokens,
+    RINGLM_EV_TOKEN = 1,  /* token, index valid */
+    RINGLM_EV_FINISH = 2, /* finish_reason, reject_reason, n_tokens, n_cached_tokens,
 	                         policy_hash valid */
 };
 
@@ -125,18 +125,18 @@ enum ringlm_event_kind {
  * policy_hash, so no field of 0.1 moved and a program built against 0.1 still works (it
  * never reads the new field).  libclient/client.c checks the layout at build time. */
 typedef struct ringlm_event {
-	int      kind;          /* enum ringlm_event_kind */
-	uint64_t req_id;        /* as returned by ringlm_submit */
-	int32_t  token;         /* TOKEN: token id */
-	uint32_t index;         /* TOKEN: 0-based position in the request's output */
-	int      finish_reason; /* FINISH: RINGLM_FINISH_* */
-	int      reject_reason; /* FINISH: RINGLM_R_* cause or 0 */
-	uint32_t n_tokens;      /* FINISH: tokens generated for this request */
-	uint32_t n_cached_tokens; /* FINISH: prompt tokens served from the daemon's prefix cache
+    int kind;                 /* enum ringlm_event_kind */
+    uint64_t req_id;          /* as returned by ringlm_submit */
+    int32_t token;            /* TOKEN: token id */
+    uint32_t index;           /* TOKEN: 0-based position in the request's output */
+    int finish_reason;        /* FINISH: RINGLM_FINISH_* */
+    int reject_reason;        /* FINISH: RINGLM_R_* cause or 0 */
+    uint32_t n_tokens;        /* FINISH: tokens generated for this request */
+    uint32_t n_cached_tokens; /* FINISH: prompt tokens served from the daemon's prefix cache
 	                           (whole KV blocks its first admission found, a multiple of the
 	                           block size; 0 when none, when rejected before admission, with
 	                           ringlmd --no-prefix-cache, or from a daemon older than 0.2) */
-	uint64_t policy_hash;   /* FINISH: identity of the scheduling policy that served it */
+    uint64_t policy_hash;     /* FINISH: identity of the scheduling policy that served it */
 } ringlm_event;
 
 /*
@@ -213,7 +213,7 @@ int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms);
 
 /* Options for ringlm_set_option. */
 enum ringlm_option {
-	RINGLM_OPT_SPIN_US = 1, /* how long next_event spins before sleeping (µs, >= 0);
+    RINGLM_OPT_SPIN_US = 1, /* how long next_event spins before sleeping (µs, >= 0);
 	                           a huge value = always spin (lowest latency, burns a CPU).
 	                           Set here or by $RINGLM_SPIN_US (read at connect), it is
 	                           fixed; by default up to 50, adapted to the waits seen. */
@@ -258,20 +258,20 @@ const char *ringlm_errdetail(void);
  * writes it as "v1" does, before the first user message); Qwen3's reasoning
  * ("</think>" in an assistant message) and tool messages are not handled. */
 typedef struct ringlm_chat_msg {
-	const char *role;     /* "system", "user", "assistant" (others are written as named) */
-	const char *content;
+    const char *role; /* "system", "user", "assistant" (others are written as named) */
+    const char *content;
 } ringlm_chat_msg;
 
 enum ringlm_chat_template {
-	RINGLM_CHAT_PLAIN = 0,
-	RINGLM_CHAT_CHATML = 1,
-	RINGLM_CHAT_LLAMA2 = 2,
-	RINGLM_CHAT_LLAMA3 = 3,
-	RINGLM_CHAT_MISTRAL = 4,        /* Mistral 7B Instruct v0.1/v0.2's first template */
-	RINGLM_CHAT_MISTRAL_V1 = 5,     /* Mistral's "v1" (" [INST] ", the system message first) */
-	RINGLM_CHAT_MISTRAL_V3 = 6,     /* "v3" (Mistral 7B v0.3, Large 2407: "[INST] x[/INST]") */
-	RINGLM_CHAT_MISTRAL_V3_TEKKEN = 7, /* "v3-tekken" (Mistral Nemo: "[INST]x[/INST]") */
-	RINGLM_CHAT_MISTRAL_V7 = 8,     /* "v7" (Mistral Large 2411: "[SYSTEM_PROMPT] x[/SYSTEM_PROMPT]") */
+    RINGLM_CHAT_PLAIN = 0,
+    RINGLM_CHAT_CHATML = 1,
+    RINGLM_CHAT_LLAMA2 = 2,
+    RINGLM_CHAT_LLAMA3 = 3,
+    RINGLM_CHAT_MISTRAL = 4,           /* Mistral 7B Instruct v0.1/v0.2's first template */
+    RINGLM_CHAT_MISTRAL_V1 = 5,        /* Mistral's "v1" (" [INST] ", the system message first) */
+    RINGLM_CHAT_MISTRAL_V3 = 6,        /* "v3" (Mistral 7B v0.3, Large 2407: "[INST] x[/INST]") */
+    RINGLM_CHAT_MISTRAL_V3_TEKKEN = 7, /* "v3-tekken" (Mistral Nemo: "[INST]x[/INST]") */
+    RINGLM_CHAT_MISTRAL_V7 = 8, /* "v7" (Mistral Large 2411: "[SYSTEM_PROMPT] x[/SYSTEM_PROMPT]") */
 };
 
 /* Template by name ("chatml", "llama2"/"llama-2", "llama3"/"llama-3", "mistral",

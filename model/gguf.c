@@ -20,8 +20,8 @@
 
 /* Far above any real file, low enough that a corrupt count cannot ask for absurd memory. */
 #define GGUF_MAX_TENSORS (1u << 20)
-#define GGUF_MAX_KV (1u << 20)
-#define GGUF_MAX_DIMS 4
+#define GGUF_MAX_KV      (1u << 20)
+#define GGUF_MAX_DIMS    4
 
 struct gguf_file {
     uint32_t version;
@@ -38,7 +38,10 @@ struct gguf_file {
 
 ERRDETAIL_DEFINE(gguf_err);
 
-const char *gguf_errmsg(void) { return gguf_err.msg; }
+const char *gguf_errmsg(void)
+{
+    return gguf_err.msg;
+}
 
 #define seterr(err, ...) errdetail_set(&gguf_err, (err), __VA_ARGS__)
 
@@ -49,23 +52,24 @@ static const struct {
     const char *name;
     uint32_t block_elems, block_bytes;
 } ttypes[] = {
-    {0, "F32", 1, 4},      {1, "F16", 1, 2},       {2, "Q4_0", 32, 18},   {3, "Q4_1", 32, 20},
-    {6, "Q5_0", 32, 22},   {7, "Q5_1", 32, 24},    {8, "Q8_0", 32, 34},   {9, "Q8_1", 32, 36},
-    {10, "Q2_K", 256, 84}, {11, "Q3_K", 256, 110}, {12, "Q4_K", 256, 144},
-    {13, "Q5_K", 256, 176}, {14, "Q6_K", 256, 210}, {15, "Q8_K", 256, 292},
-    {16, "IQ2_XXS", 256, 66}, {17, "IQ2_XS", 256, 74}, {18, "IQ3_XXS", 256, 98},
-    {19, "IQ1_S", 256, 50}, {20, "IQ4_NL", 32, 18}, {21, "IQ3_S", 256, 110},
-    {22, "IQ2_S", 256, 82}, {23, "IQ4_XS", 256, 136}, {24, "I8", 1, 1}, {25, "I16", 1, 2},
-    {26, "I32", 1, 4}, {27, "I64", 1, 8}, {28, "F64", 1, 8}, {29, "IQ1_M", 256, 56},
-    {30, "BF16", 1, 2}, {34, "TQ1_0", 256, 54}, {35, "TQ2_0", 256, 66},
+    {0, "F32", 1, 4},         {1, "F16", 1, 2},         {2, "Q4_0", 32, 18},
+    {3, "Q4_1", 32, 20},      {6, "Q5_0", 32, 22},      {7, "Q5_1", 32, 24},
+    {8, "Q8_0", 32, 34},      {9, "Q8_1", 32, 36},      {10, "Q2_K", 256, 84},
+    {11, "Q3_K", 256, 110},   {12, "Q4_K", 256, 144},   {13, "Q5_K", 256, 176},
+    {14, "Q6_K", 256, 210},   {15, "Q8_K", 256, 292},   {16, "IQ2_XXS", 256, 66},
+    {17, "IQ2_XS", 256, 74},  {18, "IQ3_XXS", 256, 98}, {19, "IQ1_S", 256, 50},
+    {20, "IQ4_NL", 32, 18},   {21, "IQ3_S", 256, 110},  {22, "IQ2_S", 256, 82},
+    {23, "IQ4_XS", 256, 136}, {24, "I8", 1, 1},         {25, "I16", 1, 2},
+    {26, "I32", 1, 4},        {27, "I64", 1, 8},        {28, "F64", 1, 8},
+    {29, "IQ1_M", 256, 56},   {30, "BF16", 1, 2},       {34, "TQ1_0", 256, 54},
+    {35, "TQ2_0", 256, 66},
 };
 
 const char *gguf_type_name(uint32_t type)
 {
     static __thread char buf[24];
     for (size_t i = 0; i < sizeof ttypes / sizeof ttypes[0]; i++)
-        if (ttypes[i].type == type)
-            return ttypes[i].name;
+        if (ttypes[i].type == type) return ttypes[i].name;
     snprintf(buf, sizeof buf, "type %" PRIu32, type);
     return buf;
 }
@@ -81,9 +85,8 @@ bool gguf_type_block(uint32_t type, uint32_t *block_elems, uint32_t *block_bytes
     return false;
 }
 
-static const char *vtype_names[GGUF_V_COUNT] = {"u8",  "i8",     "u16",   "i16", "u32",
-                                                "i32", "f32",    "bool",  "string",
-                                                "array", "u64",  "i64",   "f64"};
+static const char *vtype_names[GGUF_V_COUNT] = {
+    "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64"};
 static const uint8_t vtype_size[GGUF_V_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
 
 const char *gguf_vtype_name(uint32_t vtype)
@@ -100,22 +103,29 @@ typedef struct cursor {
 static uint64_t rd_le(const unsigned char *p, int n)
 {
     uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = v << 8 | p[i];
+    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
     return v;
 }
 
-static size_t cur_off(const cursor *c) { return (size_t)(c->p - c->base); }
-static size_t cur_left(const cursor *c) { return (size_t)(c->end - c->p); }
+static size_t cur_off(const cursor *c)
+{
+    return (size_t)(c->p - c->base);
+}
+static size_t cur_left(const cursor *c)
+{
+    return (size_t)(c->end - c->p);
+}
 
 /* Reads n bytes as a little-endian integer; what names the field for the error. */
 static int rd(cursor *c, int n, uint64_t *v, const char *what, const char *who)
 {
     *v = 0;
     if (cur_left(c) < (size_t)n)
-        return seterr(-EINVAL, "%s%s%s: file ends at byte %zu, %d more needed at offset %zu "
-                               "(truncated file)", who ? who : "", who ? ": " : "", what,
-                      (size_t)(c->end - c->base), n, cur_off(c));
+        return seterr(-EINVAL,
+                      "%s%s%s: file ends at byte %zu, %d more needed at offset %zu "
+                      "(truncated file)",
+                      who ? who : "", who ? ": " : "", what, (size_t)(c->end - c->base), n,
+                      cur_off(c));
     *v = rd_le(c->p, n);
     c->p += n;
     return 0;
@@ -127,12 +137,12 @@ static int rd_str(cursor *c, const unsigned char **s, uint64_t *len, const char 
 {
     *s = NULL;
     int err = rd(c, 8, len, what, who);
-    if (err)
-        return err;
+    if (err) return err;
     if (*len > cur_left(c))
-        return seterr(-EINVAL, "%s%s%s: string length %" PRIu64 " runs past the end of the "
-                               "file (%zu bytes left at offset %zu)", who ? who : "",
-                      who ? ": " : "", what, *len, cur_left(c), cur_off(c));
+        return seterr(-EINVAL,
+                      "%s%s%s: string length %" PRIu64 " runs past the end of the "
+                      "file (%zu bytes left at offset %zu)",
+                      who ? who : "", who ? ": " : "", what, *len, cur_left(c), cur_off(c));
     *s = c->p;
     c->p += *len;
     return 0;
@@ -159,33 +169,29 @@ static int parse_kv(cursor *c, gguf_kv *kv, char **arena, int index)
     char who[32];
     snprintf(who, sizeof who, "metadata entry %d", index);
     int err = rd_str(c, &s, &n, "key", who);
-    if (err)
-        return err;
+    if (err) return err;
     if (n == 0 || memchr(s, 0, n))
         return seterr(-EINVAL, "metadata entry %d: key is empty or holds a NUL byte", index);
     memcpy(*arena, s, n);
     (*arena)[n] = '\0';
     kv->key = *arena;
     *arena += n + 1;
-    if ((err = rd(c, 4, &t, "value type", kv->key)))
-        return err;
+    if ((err = rd(c, 4, &t, "value type", kv->key))) return err;
     if (t >= GGUF_V_COUNT)
-        return seterr(-EINVAL, "%s: value type %" PRIu64 " is not a GGUF type (0..%d)", kv->key,
-                      t, GGUF_V_COUNT - 1);
+        return seterr(-EINVAL, "%s: value type %" PRIu64 " is not a GGUF type (0..%d)", kv->key, t,
+                      GGUF_V_COUNT - 1);
     kv->type = (uint32_t)t;
     kv->count = 1;
     if (t == GGUF_V_STRING) {
         uint64_t len;
-        if ((err = rd_str(c, &kv->value, &len, "string value", kv->key)))
-            return err;
+        if ((err = rd_str(c, &kv->value, &len, "string value", kv->key))) return err;
         kv->count = len;
         return 0;
     }
     if (t != GGUF_V_ARRAY) {
         kv->value = c->p;
         uint64_t v;
-        if ((err = rd(c, vtype_size[t], &v, "value", kv->key)))
-            return err;
+        if ((err = rd(c, vtype_size[t], &v, "value", kv->key))) return err;
         if (t == GGUF_V_BOOL && v > 1)
             return seterr(-EINVAL, "%s: bool value %" PRIu64 ": must be 0 or 1", kv->key, v);
         return 0;
@@ -195,26 +201,29 @@ static int parse_kv(cursor *c, gguf_kv *kv, char **arena, int index)
         (err = rd(c, 8, &count, "array length", kv->key)))
         return err;
     if (et >= GGUF_V_COUNT || et == GGUF_V_ARRAY)
-        return seterr(-EINVAL, "%s: array element type %" PRIu64 " (%s) is not supported "
-                               "(scalars and strings only)", kv->key, et,
-                      gguf_vtype_name((uint32_t)et));
+        return seterr(-EINVAL,
+                      "%s: array element type %" PRIu64 " (%s) is not supported "
+                      "(scalars and strings only)",
+                      kv->key, et, gguf_vtype_name((uint32_t)et));
     kv->elem_type = (uint32_t)et;
     kv->count = count;
     kv->value = c->p;
     if (et != GGUF_V_STRING) {
         if (count > cur_left(c) / vtype_size[et])
-            return seterr(-EINVAL, "%s: array of %" PRIu64 " %s runs past the end of the file "
-                                   "(%zu bytes left at offset %zu)", kv->key, count,
-                          gguf_vtype_name((uint32_t)et), cur_left(c), cur_off(c));
+            return seterr(-EINVAL,
+                          "%s: array of %" PRIu64 " %s runs past the end of the file "
+                          "(%zu bytes left at offset %zu)",
+                          kv->key, count, gguf_vtype_name((uint32_t)et), cur_left(c), cur_off(c));
         c->p += count * vtype_size[et];
         return 0;
     }
     if (count > cur_left(c) / 8)
-        return seterr(-EINVAL, "%s: array of %" PRIu64 " strings cannot fit in the %zu bytes "
-                               "left", kv->key, count, cur_left(c));
+        return seterr(-EINVAL,
+                      "%s: array of %" PRIu64 " strings cannot fit in the %zu bytes "
+                      "left",
+                      kv->key, count, cur_left(c));
     for (uint64_t i = 0; i < count; i++)
-        if ((err = skip_value(c, GGUF_V_STRING, kv->key, i)))
-            return err;
+        if ((err = skip_value(c, GGUF_V_STRING, kv->key, i))) return err;
     return 0;
 }
 
@@ -225,16 +234,14 @@ static int parse_tensor(cursor *c, gguf_tensor *t, char **arena, int index)
     char who[32];
     snprintf(who, sizeof who, "tensor %d", index);
     int err = rd_str(c, &s, &n, "name", who);
-    if (err)
-        return err;
+    if (err) return err;
     if (n == 0 || memchr(s, 0, n))
         return seterr(-EINVAL, "tensor %d: name is empty or holds a NUL byte", index);
     memcpy(*arena, s, n);
     (*arena)[n] = '\0';
     t->name = *arena;
     *arena += n + 1;
-    if ((err = rd(c, 4, &v, "n_dims", t->name)))
-        return err;
+    if ((err = rd(c, 4, &v, "n_dims", t->name))) return err;
     if (v < 1 || v > GGUF_MAX_DIMS)
         return seterr(-EINVAL, "tensor %s: n_dims %" PRIu64 ": must be 1..%d", t->name, v,
                       GGUF_MAX_DIMS);
@@ -242,25 +249,26 @@ static int parse_tensor(cursor *c, gguf_tensor *t, char **arena, int index)
     uint64_t elems = 1;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) {
         t->ne[d] = 1;
-        if ((uint32_t)d >= t->n_dims)
-            continue;
-        if ((err = rd(c, 8, &t->ne[d], "dimension", t->name)))
-            return err;
-        if (t->ne[d] == 0 || t->ne[d] > ((uint64_t)1 << 40) || elems > ((uint64_t)1 << 50) / t->ne[d])
-            return seterr(-EINVAL, "tensor %s: dimension %d is %" PRIu64 ": must be 1..2^40 and "
-                                   "the tensor under 2^50 elements", t->name, d, t->ne[d]);
+        if ((uint32_t)d >= t->n_dims) continue;
+        if ((err = rd(c, 8, &t->ne[d], "dimension", t->name))) return err;
+        if (t->ne[d] == 0 || t->ne[d] > ((uint64_t)1 << 40) ||
+            elems > ((uint64_t)1 << 50) / t->ne[d])
+            return seterr(-EINVAL,
+                          "tensor %s: dimension %d is %" PRIu64 ": must be 1..2^40 and "
+                          "the tensor under 2^50 elements",
+                          t->name, d, t->ne[d]);
         elems *= t->ne[d];
     }
-    if ((err = rd(c, 4, &v, "type", t->name)))
-        return err;
+    if ((err = rd(c, 4, &v, "type", t->name))) return err;
     t->type = (uint32_t)v;
     uint32_t be, bb;
     if (!gguf_type_block(t->type, &be, &bb))
         return seterr(-EINVAL, "tensor %s: tensor type %" PRIu64 " is unknown", t->name, v);
     if (t->ne[0] % be)
-        return seterr(-EINVAL, "tensor %s: type %s stores blocks of %u elements, but its row "
-                               "(ne[0]) has %" PRIu64, t->name, gguf_type_name(t->type), be,
-                      t->ne[0]);
+        return seterr(-EINVAL,
+                      "tensor %s: type %s stores blocks of %u elements, but its row "
+                      "(ne[0]) has %" PRIu64,
+                      t->name, gguf_type_name(t->type), be, t->ne[0]);
     t->bytes = elems / be * bb;
     return rd(c, 8, &t->offset, "offset", t->name);
 }
@@ -272,8 +280,7 @@ static int parse(gguf_file *g)
     int err;
     if (g->len < 4 || (rd(&c, 4, &magic, "magic", NULL), magic != GGUF_MAGIC))
         return seterr(-EINVAL, "not a GGUF file: the magic is not \"GGUF\"");
-    if ((err = rd(&c, 4, &version, "version", "header")))
-        return err;
+    if ((err = rd(&c, 4, &version, "version", "header"))) return err;
     if (version != 2 && version != 3)
         return seterr(-EINVAL, "header: GGUF version %" PRIu64 " is not supported (2 and 3 are)",
                       version);
@@ -282,23 +289,24 @@ static int parse(gguf_file *g)
         (err = rd(&c, 8, &nkv, "metadata count", "header")))
         return err;
     if (nt > GGUF_MAX_TENSORS || nkv > GGUF_MAX_KV)
-        return seterr(-EINVAL, "header: %" PRIu64 " tensors and %" PRIu64 " metadata entries: at "
-                               "most %u of each", nt, nkv, GGUF_MAX_TENSORS);
+        return seterr(-EINVAL,
+                      "header: %" PRIu64 " tensors and %" PRIu64 " metadata entries: at "
+                      "most %u of each",
+                      nt, nkv, GGUF_MAX_TENSORS);
     /* Keys and names are strings inside the file, so the file's size bounds the arena. */
     g->names = malloc(g->len + nt + nkv + 1);
     g->kv = calloc(nkv ? nkv : 1, sizeof *g->kv);
     g->tensors = calloc(nt ? nt : 1, sizeof *g->tensors);
-    if (!g->names || !g->kv || !g->tensors)
-        return seterr(-ENOMEM, "out of memory");
+    if (!g->names || !g->kv || !g->tensors) return seterr(-ENOMEM, "out of memory");
     char *arena = g->names;
     for (uint64_t i = 0; i < nkv; i++) {
-        if ((err = parse_kv(&c, &g->kv[i], &arena, (int)i)))
-            return err;
+        if ((err = parse_kv(&c, &g->kv[i], &arena, (int)i))) return err;
         g->n_kv = (int)i + 1;
         for (uint64_t j = 0; j < i; j++)
             if (strcmp(g->kv[j].key, g->kv[i].key) == 0)
-                return seterr(-EINVAL, "%s: the key appears twice (entries %" PRIu64 " and %"
-                                       PRIu64 ")", g->kv[i].key, j, i);
+                return seterr(-EINVAL,
+                              "%s: the key appears twice (entries %" PRIu64 " and %" PRIu64 ")",
+                              g->kv[i].key, j, i);
     }
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
     const gguf_kv *al = gguf_find(g, "general.alignment");
@@ -308,30 +316,36 @@ static int parse(gguf_file *g)
                           gguf_vtype_name(al->type));
         uint32_t a = (uint32_t)rd_le(al->value, 4);
         if (a == 0 || (a & (a - 1)) || a > 65536)
-            return seterr(-EINVAL, "general.alignment: %" PRIu32 " is not a power of two in "
-                                   "1..65536", a);
+            return seterr(-EINVAL,
+                          "general.alignment: %" PRIu32 " is not a power of two in "
+                          "1..65536",
+                          a);
         g->alignment = a;
     }
     for (uint64_t i = 0; i < nt; i++) {
-        if ((err = parse_tensor(&c, &g->tensors[i], &arena, (int)i)))
-            return err;
+        if ((err = parse_tensor(&c, &g->tensors[i], &arena, (int)i))) return err;
         g->n_tensors = (int)i + 1;
     }
     uint64_t off = cur_off(&c);
     g->data_offset = (off + g->alignment - 1) / g->alignment * g->alignment;
     if (nt && g->data_offset > g->len)
-        return seterr(-EINVAL, "tensor data: would start at byte %" PRIu64 ", past the end of the "
-                               "file (%zu bytes; truncated file)", g->data_offset, g->len);
+        return seterr(-EINVAL,
+                      "tensor data: would start at byte %" PRIu64 ", past the end of the "
+                      "file (%zu bytes; truncated file)",
+                      g->data_offset, g->len);
     uint64_t data_len = g->len - (nt ? g->data_offset : g->len);
     for (int i = 0; i < g->n_tensors; i++) {
         gguf_tensor *t = &g->tensors[i];
         if (t->offset % g->alignment)
-            return seterr(-EINVAL, "tensor %s: offset %" PRIu64 " is not a multiple of the "
-                                   "alignment %" PRIu32, t->name, t->offset, g->alignment);
+            return seterr(-EINVAL,
+                          "tensor %s: offset %" PRIu64 " is not a multiple of the "
+                          "alignment %" PRIu32,
+                          t->name, t->offset, g->alignment);
         if (t->offset > data_len || t->bytes > data_len - t->offset)
-            return seterr(-EINVAL, "tensor %s: bytes [%" PRIu64 ", %" PRIu64 ") of the data "
-                                   "section, which has %" PRIu64 " (truncated file)", t->name,
-                          t->offset, t->offset + t->bytes, data_len);
+            return seterr(-EINVAL,
+                          "tensor %s: bytes [%" PRIu64 ", %" PRIu64 ") of the data "
+                          "section, which has %" PRIu64 " (truncated file)",
+                          t->name, t->offset, t->offset + t->bytes, data_len);
         t->data = g->base + g->data_offset + t->offset;
         for (int j = 0; j < i; j++)
             if (strcmp(g->tensors[j].name, t->name) == 0)
@@ -355,8 +369,7 @@ int gguf_open_mem(const void *buf, size_t len, gguf_file **out)
 {
     *out = NULL;
     gguf_file *g = calloc(1, sizeof *g);
-    if (!g)
-        return seterr(-ENOMEM, "out of memory");
+    if (!g) return seterr(-ENOMEM, "out of memory");
     g->base = buf;
     g->len = len;
     return open_common(g, out);
@@ -366,8 +379,7 @@ int gguf_open(const char *path, gguf_file **out)
 {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return seterr(-errno, "%s: %s", path, strerror(errno));
+    if (fd < 0) return seterr(-errno, "%s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
         int err = errno;
@@ -378,8 +390,7 @@ int gguf_open(const char *path, gguf_file **out)
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     int merr = errno;
     close(fd);
-    if (map == MAP_FAILED)
-        return seterr(-merr, "%s: mmap: %s", path, strerror(merr));
+    if (map == MAP_FAILED) return seterr(-merr, "%s: mmap: %s", path, strerror(merr));
     gguf_file *g = calloc(1, sizeof *g);
     if (!g) {
         munmap(map, (size_t)st.st_size);
@@ -397,17 +408,18 @@ int gguf_open(const char *path, gguf_file **out)
 
 void gguf_close(gguf_file *g)
 {
-    if (!g)
-        return;
-    if (g->mapped)
-        munmap((void *)g->base, g->len);
+    if (!g) return;
+    if (g->mapped) munmap((void *)g->base, g->len);
     free(g->names);
     free(g->kv);
     free(g->tensors);
     free(g);
 }
 
-uint32_t gguf_version(const gguf_file *g) { return g->version; }
+uint32_t gguf_version(const gguf_file *g)
+{
+    return g->version;
+}
 
 const void *gguf_bytes(const gguf_file *g, size_t *len)
 {
@@ -417,48 +429,53 @@ const void *gguf_bytes(const gguf_file *g, size_t *len)
 
 /* ---- metadata ----------------------------------------------------------------------- */
 
-int gguf_n_kv(const gguf_file *g) { return g->n_kv; }
-const gguf_kv *gguf_kv_at(const gguf_file *g, int i) { return &g->kv[i]; }
+int gguf_n_kv(const gguf_file *g)
+{
+    return g->n_kv;
+}
+const gguf_kv *gguf_kv_at(const gguf_file *g, int i)
+{
+    return &g->kv[i];
+}
 
 const gguf_kv *gguf_find(const gguf_file *g, const char *key)
 {
     for (int i = 0; i < g->n_kv; i++)
-        if (strcmp(g->kv[i].key, key) == 0)
-            return &g->kv[i];
+        if (strcmp(g->kv[i].key, key) == 0) return &g->kv[i];
     return NULL;
 }
 
 int gguf_get_u64(const gguf_file *g, const char *key, uint64_t *out)
 {
     const gguf_kv *kv = gguf_find(g, key);
-    if (!kv)
-        return -ENOENT;
+    if (!kv) return -ENOENT;
     uint64_t v;
     int64_t sv;
     switch (kv->type) {
-    case GGUF_V_U8: case GGUF_V_U16: case GGUF_V_U32: case GGUF_V_U64:
-        *out = rd_le(kv->value, vtype_size[kv->type]);
-        return 0;
-    case GGUF_V_I8: case GGUF_V_I16: case GGUF_V_I32: case GGUF_V_I64: {
+    case GGUF_V_U8:
+    case GGUF_V_U16:
+    case GGUF_V_U32:
+    case GGUF_V_U64: *out = rd_le(kv->value, vtype_size[kv->type]); return 0;
+    case GGUF_V_I8:
+    case GGUF_V_I16:
+    case GGUF_V_I32:
+    case GGUF_V_I64: {
         int bits = vtype_size[kv->type] * 8;
         v = rd_le(kv->value, vtype_size[kv->type]);
         sv = bits == 64 ? (int64_t)v : (int64_t)(v << (64 - bits)) >> (64 - bits);
-        if (sv < 0)
-            return seterr(-EINVAL, "%s: %" PRId64 ": must not be negative", key, sv);
+        if (sv < 0) return seterr(-EINVAL, "%s: %" PRId64 ": must not be negative", key, sv);
         *out = (uint64_t)sv;
         return 0;
     }
     default:
-        return seterr(-EINVAL, "%s: expected an integer, found %s", key,
-                      gguf_vtype_name(kv->type));
+        return seterr(-EINVAL, "%s: expected an integer, found %s", key, gguf_vtype_name(kv->type));
     }
 }
 
 int gguf_get_f32(const gguf_file *g, const char *key, float *out)
 {
     const gguf_kv *kv = gguf_find(g, key);
-    if (!kv)
-        return -ENOENT;
+    if (!kv) return -ENOENT;
     if (kv->type == GGUF_V_F32) {
         uint32_t b = (uint32_t)rd_le(kv->value, 4);
         memcpy(out, &b, 4);
@@ -477,8 +494,7 @@ int gguf_get_f32(const gguf_file *g, const char *key, float *out)
 int gguf_get_bool(const gguf_file *g, const char *key, bool *out)
 {
     const gguf_kv *kv = gguf_find(g, key);
-    if (!kv)
-        return -ENOENT;
+    if (!kv) return -ENOENT;
     if (kv->type != GGUF_V_BOOL)
         return seterr(-EINVAL, "%s: expected bool, found %s", key, gguf_vtype_name(kv->type));
     *out = kv->value[0] != 0;
@@ -488,8 +504,7 @@ int gguf_get_bool(const gguf_file *g, const char *key, bool *out)
 int gguf_get_str(const gguf_file *g, const char *key, const char **s, size_t *len)
 {
     const gguf_kv *kv = gguf_find(g, key);
-    if (!kv)
-        return -ENOENT;
+    if (!kv) return -ENOENT;
     if (kv->type != GGUF_V_STRING)
         return seterr(-EINVAL, "%s: expected string, found %s", key, gguf_vtype_name(kv->type));
     *s = (const char *)kv->value;
@@ -501,8 +516,7 @@ int gguf_get_arr(const gguf_file *g, const char *key, uint32_t *elem_type, uint6
                  const void **data)
 {
     const gguf_kv *kv = gguf_find(g, key);
-    if (!kv)
-        return -ENOENT;
+    if (!kv) return -ENOENT;
     if (kv->type != GGUF_V_ARRAY)
         return seterr(-EINVAL, "%s: expected array, found %s", key, gguf_vtype_name(kv->type));
     *elem_type = kv->elem_type;
@@ -521,13 +535,18 @@ void gguf_str_next(const void **p, const char **s, size_t *len)
 
 /* ---- tensors ------------------------------------------------------------------------ */
 
-int gguf_n_tensors(const gguf_file *g) { return g->n_tensors; }
-const gguf_tensor *gguf_tensor_at(const gguf_file *g, int i) { return &g->tensors[i]; }
+int gguf_n_tensors(const gguf_file *g)
+{
+    return g->n_tensors;
+}
+const gguf_tensor *gguf_tensor_at(const gguf_file *g, int i)
+{
+    return &g->tensors[i];
+}
 
 const gguf_tensor *gguf_tensor_find(const gguf_file *g, const char *name)
 {
     for (int i = 0; i < g->n_tensors; i++)
-        if (strcmp(g->tensors[i].name, name) == 0)
-            return &g->tensors[i];
+        if (strcmp(g->tensors[i].name, name) == 0) return &g->tensors[i];
     return NULL;
 }

@@ -30,22 +30,45 @@
 extern "C" {
 #endif
 
-#define GGUF_MAGIC 0x46554747u /* "GGUF" read as a little-endian u32 */
+#define GGUF_MAGIC             0x46554747u /* "GGUF" read as a little-endian u32 */
 #define GGUF_DEFAULT_ALIGNMENT 32
 
 /* Metadata value types. */
 enum gguf_vtype {
-    GGUF_V_U8 = 0, GGUF_V_I8 = 1, GGUF_V_U16 = 2, GGUF_V_I16 = 3, GGUF_V_U32 = 4,
-    GGUF_V_I32 = 5, GGUF_V_F32 = 6, GGUF_V_BOOL = 7, GGUF_V_STRING = 8, GGUF_V_ARRAY = 9,
-    GGUF_V_U64 = 10, GGUF_V_I64 = 11, GGUF_V_F64 = 12, GGUF_V_COUNT
+    GGUF_V_U8 = 0,
+    GGUF_V_I8 = 1,
+    GGUF_V_U16 = 2,
+    GGUF_V_I16 = 3,
+    GGUF_V_U32 = 4,
+    GGUF_V_I32 = 5,
+    GGUF_V_F32 = 6,
+    GGUF_V_BOOL = 7,
+    GGUF_V_STRING = 8,
+    GGUF_V_ARRAY = 9,
+    GGUF_V_U64 = 10,
+    GGUF_V_I64 = 11,
+    GGUF_V_F64 = 12,
+    GGUF_V_COUNT
 };
 
 /* Tensor types (ggml's numbering). The engine computes on the first six; the others are
  * named so a refusal can say what the file holds. */
 enum gguf_ttype {
-    GGUF_T_F32 = 0, GGUF_T_F16 = 1, GGUF_T_Q4_0 = 2, GGUF_T_Q4_1 = 3, GGUF_T_Q5_0 = 6,
-    GGUF_T_Q5_1 = 7, GGUF_T_Q8_0 = 8, GGUF_T_Q8_1 = 9, GGUF_T_Q2_K = 10, GGUF_T_Q3_K = 11,
-    GGUF_T_Q4_K = 12, GGUF_T_Q5_K = 13, GGUF_T_Q6_K = 14, GGUF_T_Q8_K = 15, GGUF_T_BF16 = 30,
+    GGUF_T_F32 = 0,
+    GGUF_T_F16 = 1,
+    GGUF_T_Q4_0 = 2,
+    GGUF_T_Q4_1 = 3,
+    GGUF_T_Q5_0 = 6,
+    GGUF_T_Q5_1 = 7,
+    GGUF_T_Q8_0 = 8,
+    GGUF_T_Q8_1 = 9,
+    GGUF_T_Q2_K = 10,
+    GGUF_T_Q3_K = 11,
+    GGUF_T_Q4_K = 12,
+    GGUF_T_Q5_K = 13,
+    GGUF_T_Q6_K = 14,
+    GGUF_T_Q8_K = 15,
+    GGUF_T_BF16 = 30,
 };
 
 /* Name of a tensor type ("Q4_K", "type 77" when unknown; the buffer is thread-local). */
@@ -55,20 +78,20 @@ bool gguf_type_block(uint32_t type, uint32_t *block_elems, uint32_t *block_bytes
 const char *gguf_vtype_name(uint32_t vtype);
 
 typedef struct gguf_tensor {
-    const char *name;     /* NUL-terminated copy */
-    uint32_t n_dims;      /* 1..4 */
-    uint64_t ne[4];       /* unused dimensions are 1 */
+    const char *name; /* NUL-terminated copy */
+    uint32_t n_dims;  /* 1..4 */
+    uint64_t ne[4];   /* unused dimensions are 1 */
     uint32_t type;
-    uint64_t offset;      /* from the start of the data section */
+    uint64_t offset; /* from the start of the data section */
     uint64_t bytes;
-    const void *data;     /* inside the mapping */
+    const void *data; /* inside the mapping */
 } gguf_tensor;
 
 typedef struct gguf_kv {
-    const char *key;      /* NUL-terminated copy */
-    uint32_t type;        /* enum gguf_vtype */
-    uint32_t elem_type;   /* arrays: the element type */
-    uint64_t count;       /* arrays: elements; strings: bytes; scalars: 1 */
+    const char *key;            /* NUL-terminated copy */
+    uint32_t type;              /* enum gguf_vtype */
+    uint32_t elem_type;         /* arrays: the element type */
+    uint64_t count;             /* arrays: elements; strings: bytes; scalars: 1 */
     const unsigned char *value; /* scalars: the value; strings: the bytes; arrays: element 0 */
 } gguf_kv;
 

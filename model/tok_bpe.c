@@ -32,15 +32,16 @@ enum { PRE_LLAMA3, PRE_QWEN2 };
 static const char re_llama3[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
     " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-static const char re_qwen2[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
-    " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char re_qwen2[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
+                               " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 static const struct {
     const char *name;
     int pre;
 } pre_names[] = {
-    {"llama-bpe", PRE_LLAMA3}, {"llama3", PRE_LLAMA3}, {"llama-v3", PRE_LLAMA3},
+    {"llama-bpe", PRE_LLAMA3},
+    {"llama3", PRE_LLAMA3},
+    {"llama-v3", PRE_LLAMA3},
     {"qwen2", PRE_QWEN2},
 };
 
@@ -65,12 +66,10 @@ struct tok_bpe {
  * 0x7F..0xA0, 0xAD) take U+0100 upwards in byte order. */
 static uint32_t byte_cp(unsigned b)
 {
-    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE))
-        return b;
+    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE)) return b;
     uint32_t n = 0;
     for (unsigned c = 0; c < b; c++)
-        if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE)))
-            n++;
+        if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE))) n++;
     return 0x100 + n;
 }
 
@@ -92,8 +91,7 @@ static size_t utf8_valid(const unsigned char *s, size_t n)
     unsigned c = s[0];
     size_t len;
     uint32_t cp, min;
-    if (c < 0x80)
-        return 1;
+    if (c < 0x80) return 1;
     if (c >= 0xC2 && c <= 0xDF)
         len = 2, cp = c & 0x1F, min = 0x80;
     else if (c >= 0xE0 && c <= 0xEF)
@@ -102,15 +100,12 @@ static size_t utf8_valid(const unsigned char *s, size_t n)
         len = 4, cp = c & 0x07, min = 0x10000;
     else
         return 0;
-    if (n < len)
-        return 0;
+    if (n < len) return 0;
     for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
+        if ((s[i] & 0xC0) != 0x80) return 0;
         cp = cp << 6 | (s[i] & 0x3F);
     }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
     return len;
 }
 
@@ -119,15 +114,13 @@ static size_t utf8_valid(const unsigned char *s, size_t n)
 static int cmp_merge(const void *a, const void *b)
 {
     const merge *x = a, *y = b;
-    if (x->key != y->key)
-        return x->key < y->key ? -1 : 1;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
     return (x->rank > y->rank) - (x->rank < y->rank);
 }
 
 void tok_bpe_free(struct tok_bpe *b)
 {
-    if (!b)
-        return;
+    if (!b) return;
     pcre2_code_free(b->re);
     free(b->merges);
     free(b->shown_arena);
@@ -146,26 +139,28 @@ static int load_pre(const gguf_file *g, struct tok_bpe *b)
         return tok_seterr(-EINVAL, "tokenizer.ggml.pre: absent; a byte-level BPE (gpt2) "
                                    "vocabulary needs its pre-tokenizer named (supported: "
                                    "llama-bpe, llama3, llama-v3 (Llama 3), qwen2)");
-    if (err)
-        return tok_seterr(err, "%s", gguf_errmsg());
+    if (err) return tok_seterr(err, "%s", gguf_errmsg());
     int kind = -1;
     for (size_t i = 0; i < sizeof pre_names / sizeof pre_names[0]; i++)
         if (strlen(pre_names[i].name) == len && memcmp(pre_names[i].name, pre, len) == 0)
             kind = pre_names[i].pre;
     if (kind < 0)
-        return tok_seterr(-EINVAL, "tokenizer.ggml.pre=\"%.*s\": pre-tokenizer not supported "
-                                   "(llama-bpe, llama3, llama-v3 (Llama 3), qwen2)",
+        return tok_seterr(-EINVAL,
+                          "tokenizer.ggml.pre=\"%.*s\": pre-tokenizer not supported "
+                          "(llama-bpe, llama3, llama-v3 (Llama 3), qwen2)",
                           (int)(len > 40 ? 40 : len), pre);
     int ecode;
     PCRE2_SIZE eoff;
     const char *src = kind == PRE_LLAMA3 ? re_llama3 : re_qwen2;
-    b->re = pcre2_compile((PCRE2_SPTR)src, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP |
-                          PCRE2_NO_UTF_CHECK, &ecode, &eoff, NULL);
+    b->re = pcre2_compile((PCRE2_SPTR)src, PCRE2_ZERO_TERMINATED,
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &ecode, &eoff, NULL);
     if (!b->re) {
         PCRE2_UCHAR msg[128];
         pcre2_get_error_message(ecode, msg, sizeof msg);
-        return tok_seterr(-EINVAL, "pre-tokenizer %.*s: PCRE2 cannot compile its expression at "
-                                   "%zu: %s", (int)len, pre, (size_t)eoff, (const char *)msg);
+        return tok_seterr(-EINVAL,
+                          "pre-tokenizer %.*s: PCRE2 cannot compile its expression at "
+                          "%zu: %s",
+                          (int)len, pre, (size_t)eoff, (const char *)msg);
     }
     (void)pcre2_jit_compile(b->re, PCRE2_JIT_COMPLETE); /* faster when there; same result */
     b->ignore_merges = kind == PRE_LLAMA3;
@@ -181,8 +176,7 @@ static int load_merges(const gguf_file *g, tok_tokenizer *t, struct tok_bpe *b)
     if (err == -ENOENT)
         return tok_seterr(-EINVAL, "tokenizer.ggml.merges: absent (a gpt2 vocabulary needs "
                                    "its merges)");
-    if (err)
-        return tok_seterr(err, "%s", gguf_errmsg());
+    if (err) return tok_seterr(err, "%s", gguf_errmsg());
     if (et != GGUF_V_STRING || n > (uint64_t)INT32_MAX)
         return tok_seterr(-EINVAL, "tokenizer.ggml.merges: expected strings, found %llu %s",
                           (unsigned long long)n, gguf_vtype_name(et));
@@ -201,13 +195,13 @@ static int load_merges(const gguf_file *g, tok_tokenizer *t, struct tok_bpe *b)
         size_t ll = sp ? (size_t)(sp - s) : 0, rl = sp ? len - ll - 1 : 0;
         if (!sp || rl == 0) {
             free(buf);
-            return tok_seterr(-EINVAL, "tokenizer.ggml.merges[%llu] \"%.*s\": expected two "
-                                       "tokens separated by a space", (unsigned long long)i,
-                              (int)(len > 40 ? 40 : len), s);
+            return tok_seterr(-EINVAL,
+                              "tokenizer.ggml.merges[%llu] \"%.*s\": expected two "
+                              "tokens separated by a space",
+                              (unsigned long long)i, (int)(len > 40 ? 40 : len), s);
         }
         int32_t id[3] = {-1, -1, -1};
-        if (ll + rl > (size_t)t->max_piece_len * 2)
-            goto not_found; /* longer than any two tokens */
+        if (ll + rl > (size_t)t->max_piece_len * 2) goto not_found; /* longer than any two tokens */
         memcpy(buf, s, ll);
         buf[ll] = '\0';
         id[0] = tok_lookup(t, buf);
@@ -221,11 +215,13 @@ static int load_merges(const gguf_file *g, tok_tokenizer *t, struct tok_bpe *b)
     not_found:
         if (id[0] < 0 || id[1] < 0 || id[2] < 0) {
             free(buf);
-            return tok_seterr(-EINVAL, "tokenizer.ggml.merges[%llu] \"%.*s\": %s is not in the "
-                                       "vocabulary", (unsigned long long)i,
-                              (int)(len > 40 ? 40 : len), s,
-                              id[0] < 0 ? "the left token" : id[1] < 0 ? "the right token"
-                                                                        : "the merged token");
+            return tok_seterr(-EINVAL,
+                              "tokenizer.ggml.merges[%llu] \"%.*s\": %s is not in the "
+                              "vocabulary",
+                              (unsigned long long)i, (int)(len > 40 ? 40 : len), s,
+                              id[0] < 0   ? "the left token"
+                              : id[1] < 0 ? "the right token"
+                                          : "the merged token");
         }
         b->merges[i] = (merge){(uint64_t)id[0] << 32 | (uint32_t)id[1], (int32_t)i, id[2]};
     }
@@ -240,16 +236,12 @@ static int load_merges(const gguf_file *g, tok_tokenizer *t, struct tok_bpe *b)
 static int build_shown(tok_tokenizer *t, struct tok_bpe *b, const int32_t *types)
 {
     size_t bytes = 0;
-    for (int i = 0; i < t->vocab_size; i++)
-        bytes += strlen(t->pieces[i]) + 1;
+    for (int i = 0; i < t->vocab_size; i++) bytes += strlen(t->pieces[i]) + 1;
     char *o = b->shown_arena = malloc(bytes);
-    if (!o)
-        return tok_seterr(-ENOMEM, "out of memory");
+    if (!o) return tok_seterr(-ENOMEM, "out of memory");
     int16_t inv[0x144];
-    for (int c = 0; c < 0x144; c++)
-        inv[c] = -1;
-    for (unsigned by = 0; by < 256; by++)
-        inv[byte_cp(by)] = (int16_t)by;
+    for (int c = 0; c < 0x144; c++) inv[c] = -1;
+    for (unsigned by = 0; by < 256; by++) inv[byte_cp(by)] = (int16_t)by;
     for (int i = 0; i < t->vocab_size; i++) {
         const unsigned char *s = (const unsigned char *)t->pieces[i];
         int32_t type = types ? types[i] : TT_NORMAL;
@@ -266,8 +258,7 @@ static int build_shown(tok_tokenizer *t, struct tok_bpe *b, const int32_t *types
                 cp = s[k];
             else if (l == 2)
                 cp = (uint32_t)(s[k] & 0x1F) << 6 | (s[k + 1] & 0x3F);
-            if (l == 0)
-                l = 1;
+            if (l == 0) l = 1;
             if (type != TT_USER && cp < 0x144 && inv[cp] >= 0) {
                 *o++ = (char)inv[cp];
             } else {
@@ -290,8 +281,7 @@ int tok_bpe_load(const gguf_file *g, uint64_t n, const void *toks, int vocab_siz
     uint64_t nt;
     const void *types_p = NULL;
     int err = gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &nt, &types_p);
-    if (err && err != -ENOENT)
-        return tok_seterr(err, "%s", gguf_errmsg());
+    if (err && err != -ENOENT) return tok_seterr(err, "%s", gguf_errmsg());
     if (!err && (et != GGUF_V_I32 || nt != n))
         return tok_seterr(-EINVAL, "tokenizer.ggml.token_type: expected %llu i32, found %llu %s",
                           (unsigned long long)n, (unsigned long long)nt, gguf_vtype_name(et));
@@ -304,8 +294,7 @@ int tok_bpe_load(const gguf_file *g, uint64_t n, const void *toks, int vocab_siz
         free(types);
         return tok_seterr(-ENOMEM, "out of memory");
     }
-    if (types)
-        memcpy(types, types_p, n * sizeof *types);
+    if (types) memcpy(types, types_p, n * sizeof *types);
     t->kind = TOK_KIND_BPE;
     t->bpe = b;
     t->vocab_size = (int)n;
@@ -344,8 +333,7 @@ int tok_bpe_load(const gguf_file *g, uint64_t n, const void *toks, int vocab_siz
         arena[len] = '\0';
         t->pieces[i] = arena;
         arena += len + 1;
-        if ((int)len > t->max_piece_len)
-            t->max_piece_len = (int)len;
+        if ((int)len > t->max_piece_len) t->max_piece_len = (int)len;
         t->sorted[i] = (int32_t)i;
     }
     tok_sort_pieces(t, n);
@@ -354,8 +342,7 @@ int tok_bpe_load(const gguf_file *g, uint64_t n, const void *toks, int vocab_siz
         c[put_cp(c, byte_cp(by))] = '\0';
         b->byte_tok[by] = tok_lookup(t, c);
     }
-    if ((err = load_pre(g, b)) || (err = load_merges(g, t, b)) ||
-        (err = build_shown(t, b, types)))
+    if ((err = load_pre(g, b)) || (err = load_merges(g, t, b)) || (err = build_shown(t, b, types)))
         goto fail;
     for (int by = 0; by < 256; by++)
         t->byte_id[by] = -1; /* no "<0xNN>" fallback: the alphabet covers every byte */
@@ -375,8 +362,7 @@ static int vec_push(tok_vec *v, int32_t id)
     if (v->n == v->cap) {
         size_t cap = v->cap ? v->cap * 2 : 64;
         int32_t *nv = realloc(v->v, cap * sizeof *nv);
-        if (!nv)
-            return tok_seterr(-ENOMEM, "out of memory");
+        if (!nv) return tok_seterr(-ENOMEM, "out of memory");
         v->v = nv;
         v->cap = cap;
     }
@@ -384,7 +370,10 @@ static int vec_push(tok_vec *v, int32_t id)
     return 0;
 }
 
-int tok_vec_push(tok_vec *v, int32_t id) { return vec_push(v, id); }
+int tok_vec_push(tok_vec *v, int32_t id)
+{
+    return vec_push(v, id);
+}
 
 static const merge *find_merge(const struct tok_bpe *b, int32_t l, int32_t r)
 {
@@ -407,12 +396,10 @@ static int bpe_word(const tok_tokenizer *t, const unsigned char *w, size_t n, to
     const struct tok_bpe *b = t->bpe;
     if (b->ignore_merges) {
         size_t m = 0;
-        for (size_t i = 0; i < n; i++)
-            m += (size_t)put_cp(mapped + m, byte_cp(w[i]));
+        for (size_t i = 0; i < n; i++) m += (size_t)put_cp(mapped + m, byte_cp(w[i]));
         mapped[m] = '\0';
         int32_t id = tok_lookup(t, mapped);
-        if (id >= 0)
-            return vec_push(v, id);
+        if (id >= 0) return vec_push(v, id);
     }
     for (size_t i = 0; i < n; i++) {
         sym[i] = b->byte_tok[w[i]];
@@ -430,14 +417,11 @@ static int bpe_word(const tok_tokenizer *t, const unsigned char *w, size_t n, to
         int32_t best = INT32_MAX;
         size_t at = 0;
         for (size_t i = 0; i + 1 < k; i++)
-            if (rank[i] < best)
-                best = rank[i], at = i;
-        if (best == INT32_MAX)
-            break;
+            if (rank[i] < best) best = rank[i], at = i;
+        if (best == INT32_MAX) break;
         sym[at] = find_merge(b, sym[at], sym[at + 1])->result;
         memmove(sym + at + 1, sym + at + 2, (k - at - 2) * sizeof *sym);
-        if (at + 2 < k)
-            memmove(rank + at + 1, rank + at + 2, (k - at - 2 - 1) * sizeof *rank);
+        if (at + 2 < k) memmove(rank + at + 1, rank + at + 2, (k - at - 2 - 1) * sizeof *rank);
         k--;
         if (at > 0) {
             const merge *m = find_merge(b, sym[at - 1], sym[at]);
@@ -449,8 +433,7 @@ static int bpe_word(const tok_tokenizer *t, const unsigned char *w, size_t n, to
         }
     }
     for (size_t i = 0; i < k; i++)
-        if (vec_push(v, sym[i]))
-            return -ENOMEM;
+        if (vec_push(v, sym[i])) return -ENOMEM;
     return 0;
 }
 
@@ -495,12 +478,10 @@ int tok_bpe_fragment(const tok_tokenizer *t, const char *text, size_t len, tok_v
         }
         if (mb > at && (err = bpe_word(t, s + at, mb - at, v, mapped, sym, rank)))
             goto out; /* text the expression skipped is a word of its own */
-        if (me > mb && (err = bpe_word(t, s + mb, me - mb, v, mapped, sym, rank)))
-            goto out;
+        if (me > mb && (err = bpe_word(t, s + mb, me - mb, v, mapped, sym, rank))) goto out;
         if (me == mb && mb < n) { /* an empty match: step over one character */
             size_t l = utf8_valid(s + mb, n - mb);
-            if ((err = bpe_word(t, s + mb, l, v, mapped, sym, rank)))
-                goto out;
+            if ((err = bpe_word(t, s + mb, l, v, mapped, sym, rank))) goto out;
             me = mb + l;
         }
         at = me;

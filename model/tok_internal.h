@@ -25,16 +25,16 @@ struct tok_tokenizer {
     char byte_str[256][2];        /* the raw byte b as a 1-char string */
     int32_t bos, eos;             /* 1 and 2 in llama2.c; from the file in GGUF */
     bool add_bos;
-    int32_t byte_id[256];         /* "<0xNN>" token of each byte, -1 when absent */
-    int32_t unk;                  /* unknown token (GGUF), -1 when none */
-    int32_t eot;                  /* end of turn (GGUF), -1 when none */
+    int32_t byte_id[256]; /* "<0xNN>" token of each byte, -1 when absent */
+    int32_t unk;          /* unknown token (GGUF), -1 when none */
+    int32_t eot;          /* end of turn (GGUF), -1 when none */
     /* ---- byte-level BPE (tokenizer.ggml.model "gpt2"); kind TOK_KIND_SPM leaves these 0 */
-    int kind;                     /* TOK_KIND_SPM or TOK_KIND_BPE */
+    int kind; /* TOK_KIND_SPM or TOK_KIND_BPE */
     /* Special tokens (GGUF control and user-defined tokens) matched in the text before it is
      * encoded, so a chat template's "<|im_start|>" is one token: longest first. */
     int32_t *special;
     int n_special;
-    uint8_t special_first[32];    /* bitmap of the bytes a special token starts with */
+    uint8_t special_first[32]; /* bitmap of the bytes a special token starts with */
     struct tok_bpe *bpe;
 };
 

@@ -19,7 +19,10 @@
 
 ERRDETAIL_DEFINE(tok_err);
 
-const char *tok_errmsg(void) { return tok_err.msg; }
+const char *tok_errmsg(void)
+{
+    return tok_err.msg;
+}
 
 /* A function, not errdetail_set's macro: tok_bpe.c reports through it too. */
 int tok_seterr(int err, const char *fmt, ...)
@@ -39,8 +42,7 @@ static int cmp_piece_id(const void *a, const void *b, void *ctx)
     const tok_tokenizer *t = ctx;
     int32_t ia = *(const int32_t *)a, ib = *(const int32_t *)b;
     int c = strcmp(t->pieces[ia], t->pieces[ib]);
-    if (c)
-        return c;
+    if (c) return c;
     return (ia > ib) - (ia < ib);
 }
 
@@ -58,8 +60,7 @@ static const char *printable(const char *p)
     if (c != 0 && p[1] == '\0') {
         bool is_print = c >= 0x20 && c <= 0x7e;
         bool is_space = c == ' ' || (c >= '\t' && c <= '\r');
-        if (!is_print && !is_space)
-            return "";
+        if (!is_print && !is_space) return "";
     }
     return p;
 }
@@ -68,8 +69,7 @@ static const char *printable(const char *p)
 static const char *shown_piece(tok_tokenizer *t, const char *piece)
 {
     unsigned char byte_val;
-    if (sscanf(piece, "<0x%02hhX>", &byte_val) == 1)
-        piece = t->byte_str[byte_val];
+    if (sscanf(piece, "<0x%02hhX>", &byte_val) == 1) piece = t->byte_str[byte_val];
     return printable(piece);
 }
 
@@ -83,19 +83,20 @@ int tok_load_mem(const void *buf, size_t len, int vocab_size, tok_tokenizer **ou
     const unsigned char *p = buf, *end = p + len;
     int err = -ENOMEM;
     *out = NULL;
-    if (!buf && len)
-        return tok_seterr(-EINVAL, "tokenizer buffer is NULL");
+    if (!buf && len) return tok_seterr(-EINVAL, "tokenizer buffer is NULL");
     if (vocab_size < 0 || vocab_size > TOK_MAX_VOCAB)
         return tok_seterr(-EINVAL, "vocab_size=%d: must be 0 (read to end) or 1..%d", vocab_size,
                           TOK_MAX_VOCAB);
     if (len < 4)
-        return tok_seterr(-EINVAL, "tokenizer file is %zu bytes: the max_token_length header "
-                                   "needs 4", len);
+        return tok_seterr(-EINVAL,
+                          "tokenizer file is %zu bytes: the max_token_length header "
+                          "needs 4",
+                          len);
     int32_t max_token_length = (int32_t)rd_u32(p);
     p += 4;
     if (max_token_length <= 0 || max_token_length > TOK_MAX_PIECE)
-        return tok_seterr(-EINVAL, "header max_token_length=%d: must be 1..%d",
-                          max_token_length, TOK_MAX_PIECE);
+        return tok_seterr(-EINVAL, "header max_token_length=%d: must be 1..%d", max_token_length,
+                          TOK_MAX_PIECE);
 
     /* First pass: count and validate entries, so allocation sizes come from checked data. */
     int n = 0;
@@ -104,8 +105,9 @@ int tok_load_mem(const void *buf, size_t len, int vocab_size, tok_tokenizer **ou
         if (n >= TOK_MAX_VOCAB)
             return tok_seterr(-EINVAL, "more than %d tokens in the file", TOK_MAX_VOCAB);
         if ((size_t)(end - q) < 8)
-            return tok_seterr(-EINVAL, "token %d: file ends inside its score/length (need 8 "
-                                       "bytes at offset %zu, file is %zu bytes)",
+            return tok_seterr(-EINVAL,
+                              "token %d: file ends inside its score/length (need 8 "
+                              "bytes at offset %zu, file is %zu bytes)",
                               n, (size_t)(q - (const unsigned char *)buf), len);
         int32_t plen = (int32_t)rd_u32(q + 4);
         q += 8;
@@ -113,23 +115,24 @@ int tok_load_mem(const void *buf, size_t len, int vocab_size, tok_tokenizer **ou
             return tok_seterr(-EINVAL, "token %d: piece length %d: must be 0..%d", n, plen,
                               TOK_MAX_PIECE);
         if ((size_t)(end - q) < (size_t)plen)
-            return tok_seterr(-EINVAL, "token %d: piece length %d runs past the end of the file "
-                                       "(%zu bytes left)", n, plen, (size_t)(end - q));
+            return tok_seterr(-EINVAL,
+                              "token %d: piece length %d runs past the end of the file "
+                              "(%zu bytes left)",
+                              n, plen, (size_t)(end - q));
         q += plen;
         piece_bytes += (size_t)plen + 1;
         if (vocab_size && n + 1 == vocab_size && q != end)
-            return tok_seterr(-EINVAL, "%zu bytes after token %d: the model's vocabulary has %d "
-                                       "tokens (wrong tokenizer for this model?)",
+            return tok_seterr(-EINVAL,
+                              "%zu bytes after token %d: the model's vocabulary has %d "
+                              "tokens (wrong tokenizer for this model?)",
                               (size_t)(end - q), n, vocab_size);
     }
-    if (n == 0)
-        return tok_seterr(-EINVAL, "tokenizer has no tokens");
+    if (n == 0) return tok_seterr(-EINVAL, "tokenizer has no tokens");
     if (n <= TOK_EOS)
         return tok_seterr(-EINVAL, "tokenizer has %d tokens: needs at least 3 (unk, BOS, EOS)", n);
 
     tok_tokenizer *t = calloc(1, sizeof *t);
-    if (!t)
-        return tok_seterr(-ENOMEM, "out of memory");
+    if (!t) return tok_seterr(-ENOMEM, "out of memory");
     t->vocab_size = n;
     t->pieces = calloc((size_t)n, sizeof *t->pieces);
     t->scores = calloc((size_t)n, sizeof *t->scores);
@@ -156,8 +159,7 @@ int tok_load_mem(const void *buf, size_t len, int vocab_size, tok_tokenizer **ou
         arena += plen + 1;
         p += plen;
         int slen = (int)strlen(t->pieces[i]);
-        if (slen > t->max_piece_len)
-            t->max_piece_len = slen;
+        if (slen > t->max_piece_len) t->max_piece_len = slen;
         t->sorted[i] = i;
     }
     for (int i = 0; i < n; i++) {
@@ -187,8 +189,7 @@ int tok_load(const char *path, int vocab_size, tok_tokenizer **out)
 {
     *out = NULL;
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return tok_seterr(-errno, "%s: %s", path, strerror(errno));
+    if (!f) return tok_seterr(-errno, "%s: %s", path, strerror(errno));
     unsigned char magic[4];
     if (fread(magic, 1, 4, f) == 4 && memcmp(magic, "GGUF", 4) == 0) {
         fclose(f);
@@ -234,10 +235,8 @@ out:
 
 void tok_free(tok_tokenizer *t)
 {
-    if (!t)
-        return;
-    if (t->pieces)
-        free(t->pieces[0]); /* the arena */
+    if (!t) return;
+    if (t->pieces) free(t->pieces[0]); /* the arena */
     free(t->pieces);
     free(t->scores);
     free(t->sorted);
@@ -248,7 +247,10 @@ void tok_free(tok_tokenizer *t)
     free(t);
 }
 
-int tok_vocab_size(const tok_tokenizer *t) { return t->vocab_size; }
+int tok_vocab_size(const tok_tokenizer *t)
+{
+    return t->vocab_size;
+}
 
 const char *tok_piece(const tok_tokenizer *t, int32_t id)
 {
@@ -273,8 +275,7 @@ int32_t tok_lookup(const tok_tokenizer *t, const char *s)
         else
             hi = mid;
     }
-    if (lo < t->vocab_size && strcmp(t->pieces[t->sorted[lo]], s) == 0)
-        return t->sorted[lo];
+    if (lo < t->vocab_size && strcmp(t->pieces[t->sorted[lo]], s) == 0) return t->sorted[lo];
     return -1;
 }
 
@@ -288,13 +289,15 @@ static int32_t pair_lookup(const tok_tokenizer *t, int32_t a, int32_t b, char *b
     return tok_lookup(t, buf);
 }
 
-size_t tok_encode_bound(const char *text) { return (text ? strlen(text) : 0) * 3 + 3; }
-
-static int spm_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos,
-                      int32_t *out, int max)
+size_t tok_encode_bound(const char *text)
 {
-    if (!text)
-        return tok_seterr(-EINVAL, "cannot encode NULL text");
+    return (text ? strlen(text) : 0) * 3 + 3;
+}
+
+static int spm_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int32_t *out,
+                      int max)
+{
+    if (!text) return tok_seterr(-EINVAL, "cannot encode NULL text");
     size_t bound = strlen(text) + 3;
     int32_t *tokens = malloc(bound * sizeof *tokens), *pair_id = NULL;
     char *buf = malloc((size_t)t->max_piece_len * 2 + 8);
@@ -303,35 +306,31 @@ static int spm_encode(const tok_tokenizer *t, const char *text, bool bos, bool e
         err = tok_seterr(-ENOMEM, "out of memory");
         goto out;
     }
-    if (bos)
-        tokens[n++] = t->bos;
+    if (bos) tokens[n++] = t->bos;
     /* SentencePiece's dummy prefix: the text is encoded as if it started with a space. */
     if (text[0] != '\0') {
         int32_t space = tok_lookup(t, " ");
-        if (space >= 0)
-            tokens[n++] = space;
+        if (space >= 0) tokens[n++] = space;
     }
     /* One token per UTF-8 code point, or its bytes' fallback tokens. Like run.c, a
      * continuation byte run is cut at 4 bytes. */
     size_t len = 0;
     for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
-        if ((*c & 0xC0) != 0x80)
-            len = 0;
+        if ((*c & 0xC0) != 0x80) len = 0;
         buf[len++] = (char)*c;
         buf[len] = '\0';
-        if ((c[1] & 0xC0) == 0x80 && len < 4)
-            continue;
+        if ((c[1] & 0xC0) == 0x80 && len < 4) continue;
         int32_t id = tok_lookup(t, buf);
         if (id >= 0) {
             tokens[n++] = id;
         } else {
             for (size_t i = 0; i < len; i++) {
                 int32_t b = t->byte_id[(unsigned char)buf[i]];
-                if (b < 0)
-                    b = t->unk;
+                if (b < 0) b = t->unk;
                 if (b < 0) {
-                    err = tok_seterr(-EINVAL, "byte 0x%02X has no fallback token (no \"<0x%02X>\" "
-                                              "piece and no unknown token in the vocabulary)",
+                    err = tok_seterr(-EINVAL,
+                                     "byte 0x%02X has no fallback token (no \"<0x%02X>\" "
+                                     "piece and no unknown token in the vocabulary)",
                                      (unsigned char)buf[i], (unsigned char)buf[i]);
                     goto out;
                 }
@@ -349,8 +348,7 @@ static int spm_encode(const tok_tokenizer *t, const char *text, bool bos, bool e
         err = tok_seterr(-ENOMEM, "out of memory");
         goto out;
     }
-    for (int i = 0; i + 1 < n; i++)
-        pair_id[i] = pair_lookup(t, tokens[i], tokens[i + 1], buf);
+    for (int i = 0; i + 1 < n; i++) pair_id[i] = pair_lookup(t, tokens[i], tokens[i + 1], buf);
     for (;;) {
         float best_score = -1e10f;
         int best_idx = -1;
@@ -360,8 +358,7 @@ static int spm_encode(const tok_tokenizer *t, const char *text, bool bos, bool e
                 best_idx = i;
             }
         }
-        if (best_idx < 0)
-            break;
+        if (best_idx < 0) break;
         tokens[best_idx] = pair_id[best_idx];
         memmove(tokens + best_idx + 1, tokens + best_idx + 2,
                 (size_t)(n - best_idx - 2) * sizeof *tokens);
@@ -373,8 +370,7 @@ static int spm_encode(const tok_tokenizer *t, const char *text, bool bos, bool e
         if (best_idx + 1 < n)
             pair_id[best_idx] = pair_lookup(t, tokens[best_idx], tokens[best_idx + 1], buf);
     }
-    if (eos)
-        tokens[n++] = t->eos;
+    if (eos) tokens[n++] = t->eos;
     if (n > max) {
         err = tok_seterr(-ENOSPC, "text encodes to %d tokens, the buffer holds %d", n, max);
         goto out;
@@ -392,8 +388,7 @@ out:
 static int32_t special_at(const tok_tokenizer *t, const char *s, size_t n, size_t *len)
 {
     unsigned char c = (unsigned char)s[0];
-    if (!(t->special_first[c >> 3] & (1u << (c & 7))))
-        return -1;
+    if (!(t->special_first[c >> 3] & (1u << (c & 7)))) return -1;
     for (int i = 0; i < t->n_special; i++) { /* longest first */
         const char *p = t->pieces[t->special[i]];
         size_t l = strlen(p);
@@ -408,15 +403,13 @@ static int32_t special_at(const tok_tokenizer *t, const char *s, size_t n, size_
 /* A fragment of text between special tokens. */
 static int encode_fragment(const tok_tokenizer *t, const char *s, size_t len, tok_vec *v)
 {
-    if (t->kind == TOK_KIND_BPE)
-        return tok_bpe_fragment(t, s, len, v);
+    if (t->kind == TOK_KIND_BPE) return tok_bpe_fragment(t, s, len, v);
     char *copy = strndup(s, len);
     int32_t *ids = malloc((len + 3) * sizeof *ids);
     int n = copy && ids ? spm_encode(t, copy, false, false, ids, (int)len + 3)
                         : tok_seterr(-ENOMEM, "out of memory");
     for (int i = 0; i < n; i++)
-        if (tok_vec_push(v, ids[i]))
-            n = -ENOMEM;
+        if (tok_vec_push(v, ids[i])) n = -ENOMEM;
     free(copy);
     free(ids);
     return n < 0 ? n : 0;
@@ -428,11 +421,9 @@ static int encode_fragment(const tok_tokenizer *t, const char *s, size_t len, to
  * template's markers become their tokens; each piece of text between them is encoded alone
  * (SentencePiece gives each its dummy prefix, as llama.cpp does).
  */
-int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int32_t *out,
-               int max)
+int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int32_t *out, int max)
 {
-    if (!text)
-        return tok_seterr(-EINVAL, "cannot encode NULL text");
+    if (!text) return tok_seterr(-EINVAL, "cannot encode NULL text");
     if (t->kind == TOK_KIND_SPM && t->n_special == 0)
         return spm_encode(t, text, bos, eos, out, max);
     tok_vec v = {0};
@@ -447,23 +438,18 @@ int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int
             i++;
             continue;
         }
-        if (i > frag && (err = encode_fragment(t, text + frag, i - frag, &v)))
-            goto out;
-        if (i == len)
-            break;
-        if ((err = tok_vec_push(&v, sp)))
-            goto out;
+        if (i > frag && (err = encode_fragment(t, text + frag, i - frag, &v))) goto out;
+        if (i == len) break;
+        if ((err = tok_vec_push(&v, sp))) goto out;
         i += sl;
         frag = i;
     }
-    if (eos && (err = tok_vec_push(&v, t->eos)))
-        goto out;
+    if (eos && (err = tok_vec_push(&v, t->eos))) goto out;
     if (v.n > (size_t)max) {
         err = tok_seterr(-ENOSPC, "text encodes to %zu tokens, the buffer holds %d", v.n, max);
         goto out;
     }
-    if (v.n)
-        memcpy(out, v.v, v.n * sizeof *out);
+    if (v.n) memcpy(out, v.v, v.n * sizeof *out);
     err = (int)v.n;
 out:
     free(v.v);
@@ -474,24 +460,37 @@ out:
 
 const char *tok_decode(const tok_tokenizer *t, int32_t prev, int32_t next)
 {
-    if (next < 0 || next >= t->vocab_size)
-        return NULL;
+    if (next < 0 || next >= t->vocab_size) return NULL;
     return prev == t->bos ? t->shown_after_bos[next] : t->shown[next];
 }
 
-int32_t tok_bos(const tok_tokenizer *t) { return t->bos; }
-int32_t tok_eos(const tok_tokenizer *t) { return t->eos; }
-int32_t tok_eot(const tok_tokenizer *t) { return t->eot; }
-bool tok_is_bpe(const tok_tokenizer *t) { return t->kind == TOK_KIND_BPE; }
-bool tok_add_bos(const tok_tokenizer *t) { return t->add_bos; }
+int32_t tok_bos(const tok_tokenizer *t)
+{
+    return t->bos;
+}
+int32_t tok_eos(const tok_tokenizer *t)
+{
+    return t->eos;
+}
+int32_t tok_eot(const tok_tokenizer *t)
+{
+    return t->eot;
+}
+bool tok_is_bpe(const tok_tokenizer *t)
+{
+    return t->kind == TOK_KIND_BPE;
+}
+bool tok_add_bos(const tok_tokenizer *t)
+{
+    return t->add_bos;
+}
 
 /* ---- GGUF vocabularies ------------------------------------------------------------- */
 
 /* llama.cpp's token types */
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
 
-static int gguf_token_id(const gguf_file *g, const char *key, int vocab, int32_t dflt,
-                         int32_t *out)
+static int gguf_token_id(const gguf_file *g, const char *key, int vocab, int32_t dflt, int32_t *out)
 {
     uint64_t v;
     int err = gguf_get_u64(g, key, &v);
@@ -499,8 +498,7 @@ static int gguf_token_id(const gguf_file *g, const char *key, int vocab, int32_t
         *out = dflt;
         return 0;
     }
-    if (err)
-        return tok_seterr(err, "%s", gguf_errmsg());
+    if (err) return tok_seterr(err, "%s", gguf_errmsg());
     if (v >= (uint64_t)vocab)
         return tok_seterr(-EINVAL, "%s=%llu: outside the vocabulary of %d tokens", key,
                           (unsigned long long)v, vocab);
@@ -513,8 +511,7 @@ static int cmp_len_desc(const void *a, const void *b, void *ctx)
     const tok_tokenizer *t = ctx;
     int32_t ia = *(const int32_t *)a, ib = *(const int32_t *)b;
     size_t la = strlen(t->pieces[ia]), lb = strlen(t->pieces[ib]);
-    if (la != lb)
-        return la < lb ? 1 : -1;
+    if (la != lb) return la < lb ? 1 : -1;
     return (ia > ib) - (ia < ib);
 }
 
@@ -555,8 +552,7 @@ static int gguf_vocab_common(const gguf_file *g, tok_tokenizer *t, int n)
         for (int i = 0; i < n; i++) {
             int32_t type;
             memcpy(&type, (const unsigned char *)types + 4 * (size_t)i, 4);
-            if (type == TT_CONTROL || type == TT_UNUSED)
-                t->shown[i] = t->shown_after_bos[i] = "";
+            if (type == TT_CONTROL || type == TT_UNUSED) t->shown[i] = t->shown_after_bos[i] = "";
             if ((type == TT_CONTROL || type == TT_USER || type == TT_UNKNOWN) &&
                 t->pieces[i][0] != '\0') {
                 unsigned char c = (unsigned char)t->pieces[i][0];
@@ -585,12 +581,12 @@ static int load_gguf_vocab(const gguf_file *g, int vocab_size, tok_tokenizer **o
     int err = gguf_get_str(g, "tokenizer.ggml.model", &model, &model_len);
     if (err == -ENOENT)
         return tok_seterr(-EINVAL, "tokenizer.ggml.model: absent (the file holds no tokenizer)");
-    if (err)
-        return tok_seterr(err, "%s", gguf_errmsg());
+    if (err) return tok_seterr(err, "%s", gguf_errmsg());
     const bool bpe = model_len == 4 && memcmp(model, "gpt2", 4) == 0;
     if (!(model_len == 5 && memcmp(model, "llama", 5) == 0) && !bpe)
-        return tok_seterr(-EINVAL, "tokenizer.ggml.model=\"%.*s\": not supported (llama, i.e. "
-                                   "SentencePiece; gpt2, i.e. byte-level BPE)",
+        return tok_seterr(-EINVAL,
+                          "tokenizer.ggml.model=\"%.*s\": not supported (llama, i.e. "
+                          "SentencePiece; gpt2, i.e. byte-level BPE)",
                           (int)(model_len > 32 ? 32 : model_len), model);
     uint32_t et;
     uint64_t n;
@@ -605,22 +601,18 @@ static int load_gguf_vocab(const gguf_file *g, int vocab_size, tok_tokenizer **o
         return tok_seterr(-EINVAL, "tokenizer.ggml.tokens: %llu tokens, the model has %d",
                           (unsigned long long)n, vocab_size);
     if (bpe) {
-        if ((err = tok_bpe_load(g, n, toks, vocab_size, out)))
-            return err;
-        if ((err = gguf_vocab_common(g, *out, (int)n)))
-            *out = NULL;
+        if ((err = tok_bpe_load(g, n, toks, vocab_size, out))) return err;
+        if ((err = gguf_vocab_common(g, *out, (int)n))) *out = NULL;
         return err;
     }
     uint64_t ns;
     err = gguf_get_arr(g, "tokenizer.ggml.scores", &et, &ns, &scores);
-    if (err && err != -ENOENT)
-        return tok_seterr(err, "%s", gguf_errmsg());
+    if (err && err != -ENOENT) return tok_seterr(err, "%s", gguf_errmsg());
     if (!err && (et != GGUF_V_F32 || ns != n))
         return tok_seterr(-EINVAL, "tokenizer.ggml.scores: expected %llu f32, found %llu %s",
                           (unsigned long long)n, (unsigned long long)ns, gguf_vtype_name(et));
     err = gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &ns, &types);
-    if (err && err != -ENOENT)
-        return tok_seterr(err, "%s", gguf_errmsg());
+    if (err && err != -ENOENT) return tok_seterr(err, "%s", gguf_errmsg());
     if (!err && (et != GGUF_V_I32 || ns != n))
         return tok_seterr(-EINVAL, "tokenizer.ggml.token_type: expected %llu i32, found %llu %s",
                           (unsigned long long)n, (unsigned long long)ns, gguf_vtype_name(et));
@@ -637,8 +629,7 @@ static int load_gguf_vocab(const gguf_file *g, int vocab_size, tok_tokenizer **o
         bytes += 8 + len; /* "▁" (3 bytes) becomes " " (1): never longer */
     }
     unsigned char *img = malloc(bytes), *w = img + 4;
-    if (!img)
-        return tok_seterr(-ENOMEM, "out of memory");
+    if (!img) return tok_seterr(-ENOMEM, "out of memory");
     int32_t max_len = 1;
     p = toks;
     for (uint64_t i = 0; i < n; i++) {
@@ -646,8 +637,7 @@ static int load_gguf_vocab(const gguf_file *g, int vocab_size, tok_tokenizer **o
         size_t len;
         gguf_str_next(&p, &sp, &len);
         float score = 0.0f;
-        if (scores)
-            memcpy(&score, (const unsigned char *)scores + 4 * i, 4);
+        if (scores) memcpy(&score, (const unsigned char *)scores + 4 * i, 4);
         memcpy(w, &score, 4);
         unsigned char *lenp = w + 4;
         w += 8;
@@ -663,16 +653,13 @@ static int load_gguf_vocab(const gguf_file *g, int vocab_size, tok_tokenizer **o
         }
         memcpy(lenp, &out_len, 4);
         w += out_len;
-        if (out_len > max_len)
-            max_len = out_len;
+        if (out_len > max_len) max_len = out_len;
     }
     memcpy(img, &max_len, 4);
     err = tok_load_mem(img, (size_t)(w - img), (int)n, out);
     free(img);
-    if (err)
-        return err;
-    if ((err = gguf_vocab_common(g, *out, (int)n)))
-        *out = NULL;
+    if (err) return err;
+    if ((err = gguf_vocab_common(g, *out, (int)n))) *out = NULL;
     return err;
 }
 
@@ -681,8 +668,7 @@ int tok_load_gguf(const char *path, int vocab_size, tok_tokenizer **out)
     *out = NULL;
     gguf_file *g;
     int err = gguf_open(path, &g);
-    if (err)
-        return tok_seterr(err, "%s", gguf_errmsg());
+    if (err) return tok_seterr(err, "%s", gguf_errmsg());
     err = load_gguf_vocab(g, vocab_size, out);
     if (err) {
         tok_seterr(err, "%s: %s", path, tok_err.msg); /* errdetail: may wrap itself */

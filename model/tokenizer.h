@@ -62,8 +62,7 @@ size_t tok_encode_bound(const char *text);
  * Returns the number of tokens, or -ENOSPC (max too small), -EINVAL (text NULL, or a byte
  * fallback id outside the vocabulary).
  */
-int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int32_t *out,
-               int max);
+int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int32_t *out, int max);
 
 /*
  * The text to print for token next after token prev, as run.c's decode() + safe_printf():

@@ -18,9 +18,15 @@
 ERRDETAIL_DEFINE(rnuma_err);
 #define seterr(err, ...) errdetail_set(&rnuma_err, (err), __VA_ARGS__)
 
-const char *rnuma_errmsg(void) { return rnuma_err.msg; }
+const char *rnuma_errmsg(void)
+{
+    return rnuma_err.msg;
+}
 
-static int have_numa(void) { return numa_available() >= 0; }
+static int have_numa(void)
+{
+    return numa_available() >= 0;
+}
 
 int rnuma_nodes(void)
 {
@@ -130,7 +136,10 @@ int rnuma_pin_self_cpu(int node, int nth)
     int count = CPU_COUNT(&set), want = nth % count, k = 0;
     CPU_ZERO(&one);
     for (int c = 0; c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &set) && k++ == want) { CPU_SET(c, &one); break; }
+        if (CPU_ISSET(c, &set) && k++ == want) {
+            CPU_SET(c, &one);
+            break;
+        }
     if (sched_setaffinity(0, sizeof one, &one) != 0)
         return seterr(-errno, "sched_setaffinity(cpu): %s", strerror(errno));
     return 0;
@@ -155,7 +164,8 @@ int rnuma_place(void *p, size_t bytes, int node)
     if (rc) return rc;
     /* Fault every page in now, so the first request does not pay for it. */
     long page = sysconf(_SC_PAGESIZE);
-    for (size_t off = 0; off < bytes; off += (size_t)page) ((volatile char *)p)[off] = ((volatile char *)p)[off];
+    for (size_t off = 0; off < bytes; off += (size_t)page)
+        ((volatile char *)p)[off] = ((volatile char *)p)[off];
     return 0;
 }
 
@@ -186,8 +196,8 @@ void rnuma_describe(int node, char *buf, size_t len)
     }
     cpu_set_t set;
     int ncpu = node_cpus(node, &set) == 0 ? CPU_COUNT(&set) : 0;
-    snprintf(buf, len, "numa: node %d of %d, %d cpu(s), loop and workers pinned there%s",
-             node, rnuma_nodes(), ncpu, have_numa() ? "" : " (no NUMA support: one node)");
+    snprintf(buf, len, "numa: node %d of %d, %d cpu(s), loop and workers pinned there%s", node,
+             rnuma_nodes(), ncpu, have_numa() ? "" : " (no NUMA support: one node)");
 }
 
 int rnuma_autogroup_nice(int pid)

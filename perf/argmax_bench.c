@@ -37,8 +37,7 @@ int main(int argc, char **argv)
         return 2;
     }
     float *v = malloc((size_t)vocab * sizeof(float));
-    if (!v)
-        return 1;
+    if (!v) return 1;
     /* logits-like values: the maximum somewhere in the last third (a scan stops at it) */
     uint64_t s = 0x9e3779b97f4a7c15ull;
     for (int i = 0; i < vocab; i++) {
@@ -47,10 +46,11 @@ int main(int argc, char **argv)
     }
     const int top = vocab - 1 - vocab / 3;
     v[top] = 50.0f;
-    static const eng_argmax_path paths[] = {ENG_ARGMAX_PORTABLE, ENG_ARGMAX_AVX2,
-                                            ENG_ARGMAX_AVX512, ENG_ARGMAX_AUTO};
+    static const eng_argmax_path paths[] = {ENG_ARGMAX_PORTABLE, ENG_ARGMAX_AVX2, ENG_ARGMAX_AVX512,
+                                            ENG_ARGMAX_AUTO};
     static const char *const names[] = {"portable (scalar)", "avx2", "avx512", "auto"};
-    printf("argmax over %d floats in cache, us per call: median [lowest, highest] of %d repeats of %d calls\n",
+    printf("argmax over %d floats in cache, us per call: median [lowest, highest] of %d repeats of "
+           "%d calls\n",
            vocab, repeats, calls);
     double portable_med = 0;
     int rc = 0;
@@ -63,17 +63,16 @@ int main(int argc, char **argv)
         volatile int32_t sink = 0;
         for (int r = 0; r < repeats; r++) {
             const uint64_t t0 = bench_now_ns();
-            for (int c = 0; c < calls; c++)
-                sink = eng_argmax(paths[p], v, vocab);
+            for (int c = 0; c < calls; c++) sink = eng_argmax(paths[p], v, vocab);
             t[r] = (double)(bench_now_ns() - t0) / calls / 1e3;
             if (sink != top) {
-                fprintf(stderr, "argmax_bench: %s gave %d, expected %d\n", names[p], (int)sink, top);
+                fprintf(stderr, "argmax_bench: %s gave %d, expected %d\n", names[p], (int)sink,
+                        top);
                 rc = 1;
             }
         }
         const double med = bench_median(t, repeats); /* sorts t */
-        if (p == 0)
-            portable_med = med;
+        if (p == 0) portable_med = med;
         printf("%-18s %8.2f [%.2f, %.2f]  %5.1fx the scalar loop\n", names[p], med, t[0],
                t[repeats - 1], portable_med / med);
     }

@@ -48,13 +48,11 @@ static inline int bench_cmp_double(const void *a, const void *b)
  * ranks (numpy's default); 0 when n <= 0. */
 static inline double bench_percentile(double *v, int n, double q)
 {
-    if (n <= 0)
-        return 0;
+    if (n <= 0) return 0;
     qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
     double pos = q * (double)(n - 1);
     int lo = (int)pos;
-    if (lo >= n - 1)
-        return v[n - 1];
+    if (lo >= n - 1) return v[n - 1];
     return v[lo] + (pos - (double)lo) * (v[lo + 1] - v[lo]);
 }
 
@@ -74,12 +72,15 @@ static inline uint64_t bench_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static inline uint64_t bench_now_us(void) { return bench_now_ns() / 1000; }
+static inline uint64_t bench_now_us(void)
+{
+    return bench_now_ns() / 1000;
+}
 
 /* ---- dying cleanly ----------------------------------------------------------------------- */
 
 #define BENCH_MAX_CHILDREN 8
-static const char *bench_prog __attribute__((unused)) = "bench";   /* set from main */
+static const char *bench_prog __attribute__((unused)) = "bench"; /* set from main */
 static pid_t bench_children[BENCH_MAX_CHILDREN] __attribute__((unused));
 static char bench_dir[128] __attribute__((unused));
 
@@ -88,20 +89,17 @@ static char bench_dir[128] __attribute__((unused));
 static inline int bench_stop(pid_t *pid)
 {
     int st = -1;
-    if (*pid <= 0)
-        return -1;
+    if (*pid <= 0) return -1;
     kill(*pid, SIGTERM);
     for (int i = 0; i < 1500; i++) {
-        if (waitpid(*pid, &st, WNOHANG) == *pid)
-            goto done;
+        if (waitpid(*pid, &st, WNOHANG) == *pid) goto done;
         usleep(10000);
     }
     kill(*pid, SIGKILL);
     waitpid(*pid, &st, 0);
 done:
     for (int i = 0; i < BENCH_MAX_CHILDREN; i++)
-        if (bench_children[i] == *pid)
-            bench_children[i] = 0;
+        if (bench_children[i] == *pid) bench_children[i] = 0;
     *pid = -1;
     return st;
 }
@@ -109,7 +107,7 @@ done:
 static inline int bench_rm_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
 {
     (void)sb, (void)type, (void)ftw;
-    remove(path);   /* best effort: keep going */
+    remove(path); /* best effort: keep going */
     return 0;
 }
 
@@ -158,13 +156,10 @@ static inline const char *bench_mkdtemp(const char *tag)
 static inline pid_t bench_spawn(char *const argv[], const char *log)
 {
     int slot = 0;
-    while (slot < BENCH_MAX_CHILDREN && bench_children[slot] > 0)
-        slot++;
-    if (slot == BENCH_MAX_CHILDREN)
-        bench_die("more than %d processes at once", BENCH_MAX_CHILDREN);
+    while (slot < BENCH_MAX_CHILDREN && bench_children[slot] > 0) slot++;
+    if (slot == BENCH_MAX_CHILDREN) bench_die("more than %d processes at once", BENCH_MAX_CHILDREN);
     pid_t pid = fork();
-    if (pid < 0)
-        bench_die("fork: %s", strerror(errno));
+    if (pid < 0) bench_die("fork: %s", strerror(errno));
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -186,8 +181,7 @@ static inline int bench_port_from_log(const char *log, const char *marker, pid_t
     for (int i = 0; i < 3000; i++) {
         if (pid > 0 && waitpid(pid, NULL, WNOHANG) == pid) {
             for (int k = 0; k < BENCH_MAX_CHILDREN; k++)
-                if (bench_children[k] == pid)
-                    bench_children[k] = 0;
+                if (bench_children[k] == pid) bench_children[k] = 0;
             bench_die("%s exited at start (see %s)", log, log);
         }
         FILE *f = fopen(log, "r");
@@ -197,8 +191,7 @@ static inline int bench_port_from_log(const char *log, const char *marker, pid_t
             buf[n] = 0;
             fclose(f);
             char *m = strstr(buf, marker);
-            if (m)
-                return atoi(m + strlen(marker));
+            if (m) return atoi(m + strlen(marker));
         }
         usleep(10000);
     }
@@ -210,8 +203,7 @@ static inline void bench_wait_path(const char *path)
 {
     struct stat sb;
     for (int i = 0; stat(path, &sb) != 0; i++) {
-        if (i > 3000)
-            bench_die("%s did not appear in 30 s", path);
+        if (i > 3000) bench_die("%s did not appear in 30 s", path);
         usleep(10000);
     }
 }
@@ -226,7 +218,8 @@ static inline char *bench_http_get(int port, const char *path)
     if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0)
         bench_die("connect 127.0.0.1:%d: %s", port, strerror(errno));
     char req[256];
-    int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n", path);
+    int n =
+        snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n", path);
     if (write(fd, req, (size_t)n) != n)
         bench_die("write to 127.0.0.1:%d: %s", port, strerror(errno));
     size_t cap = 1 << 16, len = 0;
@@ -236,14 +229,12 @@ static inline char *bench_http_get(int port, const char *path)
         len += (size_t)r;
         if (len + 1024 > cap) {
             char *nb = realloc(b, cap *= 2);
-            if (!nb)
-                free(b);
+            if (!nb) free(b);
             b = nb;
         }
     }
     close(fd);
-    if (!b)
-        bench_die("out of memory");
+    if (!b) bench_die("out of memory");
     b[len] = 0;
     return b;
 }
@@ -266,11 +257,9 @@ static inline double bench_metric(const char *text, const char *name)
 /* Print a JSON result on one line of stdout (keys in insertion order) and free it. */
 static inline void bench_json_print(json_t *o)
 {
-    if (!o)
-        bench_die("out of memory building the JSON result");
+    if (!o) bench_die("out of memory building the JSON result");
     char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(8));
-    if (!s)
-        bench_die("out of memory writing the JSON result");
+    if (!s) bench_die("out of memory writing the JSON result");
     puts(s);
     free(s);
     json_decref(o);

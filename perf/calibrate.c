@@ -74,7 +74,8 @@ static int run_point(eng *e, const eng_model_config *mc, int P, int D, int C, in
     int max_ctx = ctx_pf > C ? ctx_pf : C;
     int stride = (max_ctx + bs - 1) / bs;
     /* Every sequence reads the same made-up tokens (timing does not depend on them). */
-    int32_t *toks = calloc((size_t)max_ctx, sizeof *toks), *blocks = calloc((size_t)stride, sizeof *blocks);
+    int32_t *toks = calloc((size_t)max_ctx, sizeof *toks),
+            *blocks = calloc((size_t)stride, sizeof *blocks);
     float *logits = malloc(sizeof(float) * (size_t)S * (size_t)mc->vocab_size);
     double *samples = calloc((size_t)reps, sizeof *samples);
     eng_batch_builder bb;
@@ -90,13 +91,13 @@ static int run_point(eng *e, const eng_model_config *mc, int P, int D, int C, in
         int rows = is_pf ? P : 1;
         int nb = (ctx + bs - 1) / bs;
         if (next_block + nb > eng_kv_blocks(e)) {
-            rc = eng_seterr(-ENOSPC, "grid point P=%d D=%d C=%d needs more than %d KV blocks", P, D, C,
-                            eng_kv_blocks(e));
+            rc = eng_seterr(-ENOSPC, "grid point P=%d D=%d C=%d needs more than %d KV blocks", P, D,
+                            C, eng_kv_blocks(e));
             goto out;
         }
         for (int j = 0; j < nb; j++) blocks[j] = next_block + j;
-        if ((rc = eng_bb_add(&bb, toks, (uint32_t)(ctx - rows), (uint32_t)rows, blocks, (uint32_t)nb,
-                             true)) < 0)
+        if ((rc = eng_bb_add(&bb, toks, (uint32_t)(ctx - rows), (uint32_t)rows, blocks,
+                             (uint32_t)nb, true)) < 0)
             goto out;
         next_block += nb;
     }
@@ -118,7 +119,10 @@ static int run_point(eng *e, const eng_model_config *mc, int P, int D, int C, in
 out:
     eng_bb_free(&bb);
 out_nobb:
-    free(toks); free(blocks); free(logits); free(samples);
+    free(toks);
+    free(blocks);
+    free(logits);
+    free(samples);
     return rc;
 }
 
@@ -148,7 +152,10 @@ typedef struct xfer_ctx {
 static void xfer_done(void *ctx, uint64_t cookie, int res, sched_xfer_dir dir, sched_pool tier,
                       size_t bytes, uint64_t elapsed_us)
 {
-    (void)cookie; (void)dir; (void)tier; (void)bytes;
+    (void)cookie;
+    (void)dir;
+    (void)tier;
+    (void)bytes;
     xfer_ctx *x = ctx;
     x->done = 1;
     x->res = res;
@@ -157,7 +164,7 @@ static void xfer_done(void *ctx, uint64_t cookie, int res, sched_xfer_dir dir, s
 
 typedef struct xfer_fit {
     bool ok;
-    double bw[2];      /* bytes/s per direction */
+    double bw[2]; /* bytes/s per direction */
     double lat_us[2];
     double wall_bw[2]; /* bytes / wall time of the biggest job, for the log */
 } xfer_fit;
@@ -169,7 +176,8 @@ static int measure_tier(kvtier *kt, struct io_uring *ring, sched_pool tier, size
 {
     int sizes[8], ns = 0;
     for (int n = 1; n <= maxn && ns < 8; n *= 4) sizes[ns++] = n;
-    int32_t *blocks = calloc((size_t)maxn, sizeof *blocks), *slots = calloc((size_t)maxn, sizeof *slots);
+    int32_t *blocks = calloc((size_t)maxn, sizeof *blocks),
+            *slots = calloc((size_t)maxn, sizeof *slots);
     double X[64][8], Y[2][64];
     int nrow = 0;
     int rc = 0;
@@ -184,8 +192,8 @@ static int measure_tier(kvtier *kt, struct io_uring *ring, sched_pool tier, size
         for (int r = 0; r < reps + 1; r++) {
             for (int dir = 0; dir < 2; dir++) {
                 xfer_ctx x = {0};
-                rc = kvtier_submit(kt, dir ? SCHED_XFER_IN : SCHED_XFER_OUT, tier, blocks, slots, n, 1,
-                                   xfer_done, &x);
+                rc = kvtier_submit(kt, dir ? SCHED_XFER_IN : SCHED_XFER_OUT, tier, blocks, slots, n,
+                                   1, xfer_done, &x);
                 if (rc < 0) goto out;
                 kvtier_flush(kt);
                 while (!x.done) {
@@ -237,21 +245,32 @@ static int write_probe(const char *path, int max_ctx)
     static const int prompts[] = {16, 64, 128, 192, 256, 320, 384, 448};
     const int out_tokens = 48, reps = 3;
     FILE *f = fopen(path, "w");
-    if (!f) { fprintf(stderr, "calibrate: %s: %s\n", path, strerror(errno)); return -errno; }
+    if (!f) {
+        fprintf(stderr, "calibrate: %s: %s\n", path, strerror(errno));
+        return -errno;
+    }
     int n = 0;
     for (int r = 0; r < reps; r++)
         for (size_t i = 0; i < sizeof prompts / sizeof *prompts; i++) {
             int p = prompts[i];
             if (p + out_tokens > max_ctx) continue;
             n++;
-            fprintf(f, "{\"req\":%d,\"arrival_us\":%d,\"tenant\":\"default\",\"class\":\"standard\","
-                       "\"prompt_tokens\":%d,\"max_tokens\":%d,\"output_tokens\":%d,\"deadline_us\":null,"
-                       "\"cancel_us\":null,\"first_token_us\":null,\"finish_us\":null,"
-                       "\"finish_reason\":null,\"reject_reason\":null}\n",
-                    n, n * 250000, p, out_tokens, out_tokens);
+            fprintf(
+                f,
+                "{\"req\":%d,\"arrival_us\":%d,\"tenant\":\"default\",\"class\":\"standard\","
+                "\"prompt_tokens\":%d,\"max_tokens\":%d,\"output_tokens\":%d,\"deadline_us\":null,"
+                "\"cancel_us\":null,\"first_token_us\":null,\"finish_us\":null,"
+                "\"finish_reason\":null,\"reject_reason\":null}\n",
+                n, n * 250000, p, out_tokens, out_tokens);
         }
-    if (fclose(f) != 0) { fprintf(stderr, "calibrate: %s: %s\n", path, strerror(errno)); return -EIO; }
-    if (!n) { fprintf(stderr, "calibrate: --probe-max-context %d leaves no probe request\n", max_ctx); return -EINVAL; }
+    if (fclose(f) != 0) {
+        fprintf(stderr, "calibrate: %s: %s\n", path, strerror(errno));
+        return -EIO;
+    }
+    if (!n) {
+        fprintf(stderr, "calibrate: --probe-max-context %d leaves no probe request\n", max_ctx);
+        return -EINVAL;
+    }
     printf("wrote %s: %d requests, one at a time, 250 ms apart\n", path, n);
     return 0;
 }
@@ -267,7 +286,10 @@ typedef struct loop_point {
 static int read_daemon_log(const char *path, loop_point **out, int *n_out)
 {
     FILE *f = fopen(path, "r");
-    if (!f) { fprintf(stderr, "calibrate: %s: %s\n", path, strerror(errno)); return -errno; }
+    if (!f) {
+        fprintf(stderr, "calibrate: %s: %s\n", path, strerror(errno));
+        return -errno;
+    }
     loop_point *v = NULL;
     int n = 0, cap = 0, line = 0, skipped = 0, rc = 0;
     char *buf = NULL;
@@ -285,36 +307,56 @@ static int read_daemon_log(const char *path, loop_point **out, int *n_out)
             rc = -EINVAL;
             break;
         }
-        double arr = (double)q.arrival_us, pr = (double)q.prompt_tokens, ot = (double)q.output_tokens;
+        double arr = (double)q.arrival_us, pr = (double)q.prompt_tokens,
+               ot = (double)q.output_tokens;
         double ft = (double)q.first_token_us, fin = (double)q.finish_us;
         bool ok = q.finish_reason && !strcmp(q.finish_reason, "length") && ot >= 8 &&
                   q.first_token_us != FMT_NULL && q.finish_us != FMT_NULL && fin > ft && ft >= arr;
-        if (!ok) { skipped++; continue; }
+        if (!ok) {
+            skipped++;
+            continue;
+        }
         if (n == cap) {
             cap = cap ? 2 * cap : 64;
             loop_point *nv = realloc(v, (size_t)cap * sizeof *v);
-            if (!nv) { rc = -ENOMEM; break; }
+            if (!nv) {
+                rc = -ENOMEM;
+                break;
+            }
             v = nv;
         }
-        v[n++] = (loop_point){.context = pr + ot / 2, .period_us = (fin - ft) / (ot - 1), .arrival = arr,
-                              .finish = fin, .line = line};
+        v[n++] = (loop_point){.context = pr + ot / 2,
+                              .period_us = (fin - ft) / (ot - 1),
+                              .arrival = arr,
+                              .finish = fin,
+                              .line = line};
     }
     free(buf);
     fclose(f);
-    if (rc < 0) { free(v); return rc; }
+    if (rc < 0) {
+        free(v);
+        return rc;
+    }
     /* keep only requests that ran alone */
     int k = 0, shared = 0;
     for (int i = 0; i < n; i++) {
         bool alone = true;
         for (int j = 0; j < n && alone; j++)
             if (j != i && v[j].arrival < v[i].finish && v[i].arrival < v[j].finish) alone = false;
-        if (alone) v[k++] = v[i];
-        else shared++;
+        if (alone)
+            v[k++] = v[i];
+        else
+            shared++;
     }
-    fprintf(stderr, "calibrate: %s: %d decode periods of requests that ran alone (%d overlapped another, %d not usable)\n",
+    fprintf(stderr,
+            "calibrate: %s: %d decode periods of requests that ran alone (%d overlapped another, "
+            "%d not usable)\n",
             path, k, shared, skipped);
     if (!k) {
-        fprintf(stderr, "calibrate: %s: no usable request (replay `calibrate --write-probe` against ringlmd --request-log)\n", path);
+        fprintf(stderr,
+                "calibrate: %s: no usable request (replay `calibrate --write-probe` against "
+                "ringlmd --request-log)\n",
+                path);
         free(v);
         return -EINVAL;
     }
@@ -327,25 +369,28 @@ static int read_daemon_log(const char *path, loop_point **out, int *n_out)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: calibrate --model SPEC [options]\n"
-            "  --model SPEC        llama2.c file or synthetic:PRESET:SEED\n"
-            "  --threads N         engine worker threads (default 1)\n"
-            "  --backend B         cpu (default) or cuda\n"
-            "  -o FILE             write the calibration JSON there (default: stdout only the summary)\n"
-            "  --quick | --full    grid size (default quick: < 30 s on stories260K)\n"
-            "  --reps N            timed runs per grid point, the fastest kept (default 5)\n"
-            "  --block-size N      KV block size (default 16)\n"
-            "  --kv-blocks N       device KV blocks to record (the daemon's --kv-blocks; default 1024)\n"
-            "  --host-kv-blocks N  host tier blocks to record and measure (default 2 x kv-blocks)\n"
-            "  --disk PATH         disk tier file to measure (default /var/tmp/ringlm-calibrate.kv)\n"
-            "  --no-disk           skip the disk tier\n"
-            "  --no-transfer       skip transfer measurements\n"
-            "  --daemon-log LOG    ringlmd --request-log of the probe (see --write-probe): the\n"
-            "                      serving loop's decode periods, written as \"serving_loop\"\n"
-            "  --write-probe FILE  write the probe trace (native JSONL) and exit; replay it with\n"
-            "                      `ringlm replay FILE` against ringlmd --request-log LOG\n"
-            "  --probe-max-context N  longest probe prompt + output (default 512)\n");
+    fprintf(
+        f,
+        "usage: calibrate --model SPEC [options]\n"
+        "  --model SPEC        llama2.c file or synthetic:PRESET:SEED\n"
+        "  --threads N         engine worker threads (default 1)\n"
+        "  --backend B         cpu (default) or cuda\n"
+        "  -o FILE             write the calibration JSON there (default: stdout only the "
+        "summary)\n"
+        "  --quick | --full    grid size (default quick: < 30 s on stories260K)\n"
+        "  --reps N            timed runs per grid point, the fastest kept (default 5)\n"
+        "  --block-size N      KV block size (default 16)\n"
+        "  --kv-blocks N       device KV blocks to record (the daemon's --kv-blocks; default "
+        "1024)\n"
+        "  --host-kv-blocks N  host tier blocks to record and measure (default 2 x kv-blocks)\n"
+        "  --disk PATH         disk tier file to measure (default /var/tmp/ringlm-calibrate.kv)\n"
+        "  --no-disk           skip the disk tier\n"
+        "  --no-transfer       skip transfer measurements\n"
+        "  --daemon-log LOG    ringlmd --request-log of the probe (see --write-probe): the\n"
+        "                      serving loop's decode periods, written as \"serving_loop\"\n"
+        "  --write-probe FILE  write the probe trace (native JSONL) and exit; replay it with\n"
+        "                      `ringlm replay FILE` against ringlmd --request-log LOG\n"
+        "  --probe-max-context N  longest probe prompt + output (default 512)\n");
 }
 
 int main(int argc, char **argv)
@@ -358,31 +403,76 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEEDV() do { if (!v) { fprintf(stderr, "calibrate: %s needs a value\n", a); return 2; } i++; } while (0)
-        if (!strcmp(a, "--model")) { NEEDV(); model_spec = v; }
-        else if (!strcmp(a, "--threads")) { NEEDV(); threads = atoi(v); }
-        else if (!strcmp(a, "--backend")) { NEEDV(); backend = v; }
-        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { NEEDV(); out_path = v; }
-        else if (!strcmp(a, "--quick")) full = false;
-        else if (!strcmp(a, "--full")) full = true;
-        else if (!strcmp(a, "--reps")) { NEEDV(); reps = atoi(v); }
-        else if (!strcmp(a, "--block-size")) { NEEDV(); block_size = atoi(v); }
-        else if (!strcmp(a, "--kv-blocks")) { NEEDV(); kv_blocks_rec = atoi(v); }
-        else if (!strcmp(a, "--host-kv-blocks")) { NEEDV(); host_blocks_rec = atoi(v); }
-        else if (!strcmp(a, "--disk")) { NEEDV(); disk_path = v; }
-        else if (!strcmp(a, "--no-disk")) disk_path = NULL;
-        else if (!strcmp(a, "--no-transfer")) do_xfer = false;
-        else if (!strcmp(a, "--daemon-log")) { NEEDV(); daemon_log = v; }
-        else if (!strcmp(a, "--write-probe")) { NEEDV(); probe_path = v; }
-        else if (!strcmp(a, "--probe-max-context")) { NEEDV(); probe_max_ctx = atoi(v); }
-        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
-        else { fprintf(stderr, "calibrate: unknown option %s\n", a); usage(stderr); return 2; }
+#define NEEDV()                                                                                    \
+    do {                                                                                           \
+        if (!v) {                                                                                  \
+            fprintf(stderr, "calibrate: %s needs a value\n", a);                                   \
+            return 2;                                                                              \
+        }                                                                                          \
+        i++;                                                                                       \
+    } while (0)
+        if (!strcmp(a, "--model")) {
+            NEEDV();
+            model_spec = v;
+        } else if (!strcmp(a, "--threads")) {
+            NEEDV();
+            threads = atoi(v);
+        } else if (!strcmp(a, "--backend")) {
+            NEEDV();
+            backend = v;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            NEEDV();
+            out_path = v;
+        } else if (!strcmp(a, "--quick"))
+            full = false;
+        else if (!strcmp(a, "--full"))
+            full = true;
+        else if (!strcmp(a, "--reps")) {
+            NEEDV();
+            reps = atoi(v);
+        } else if (!strcmp(a, "--block-size")) {
+            NEEDV();
+            block_size = atoi(v);
+        } else if (!strcmp(a, "--kv-blocks")) {
+            NEEDV();
+            kv_blocks_rec = atoi(v);
+        } else if (!strcmp(a, "--host-kv-blocks")) {
+            NEEDV();
+            host_blocks_rec = atoi(v);
+        } else if (!strcmp(a, "--disk")) {
+            NEEDV();
+            disk_path = v;
+        } else if (!strcmp(a, "--no-disk"))
+            disk_path = NULL;
+        else if (!strcmp(a, "--no-transfer"))
+            do_xfer = false;
+        else if (!strcmp(a, "--daemon-log")) {
+            NEEDV();
+            daemon_log = v;
+        } else if (!strcmp(a, "--write-probe")) {
+            NEEDV();
+            probe_path = v;
+        } else if (!strcmp(a, "--probe-max-context")) {
+            NEEDV();
+            probe_max_ctx = atoi(v);
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "calibrate: unknown option %s\n", a);
+            usage(stderr);
+            return 2;
+        }
 #undef NEEDV
     }
     if (probe_path) return write_probe(probe_path, probe_max_ctx) < 0 ? 1 : 0;
-    if (!model_spec) { usage(stderr); return 2; }
+    if (!model_spec) {
+        usage(stderr);
+        return 2;
+    }
     if (threads < 1 || reps < 1 || reps > 15 || block_size < 1 || kv_blocks_rec < 1) {
-        fprintf(stderr, "calibrate: --threads, --block-size, --kv-blocks must be >= 1, --reps in 1..15\n");
+        fprintf(stderr,
+                "calibrate: --threads, --block-size, --kv-blocks must be >= 1, --reps in 1..15\n");
         return 2;
     }
     if (host_blocks_rec < 0) host_blocks_rec = 2 * kv_blocks_rec;
@@ -392,32 +482,50 @@ int main(int argc, char **argv)
 
     eng_model *m;
     int rc = eng_model_load(model_spec, &m);
-    if (rc < 0) { fprintf(stderr, "calibrate: model %s: %s\n", model_spec, eng_errmsg()); free(lps); return 1; }
+    if (rc < 0) {
+        fprintf(stderr, "calibrate: model %s: %s\n", model_spec, eng_errmsg());
+        free(lps);
+        return 1;
+    }
     const eng_model_config *mc = eng_model_cfg(m);
 
     /* The grid. Quick: enough spread in each regressor for the fit; full: denser. */
     static const int pf_q[] = {0, 16, 64, 256}, dc_q[] = {0, 1, 4, 16, 64}, cx_q[] = {32, 128, 448};
-    static const int pf_f[] = {0, 8, 32, 64, 128, 256, 512}, dc_f[] = {0, 1, 2, 4, 8, 16, 32, 64, 128},
+    static const int pf_f[] = {0, 8, 32, 64, 128, 256, 512},
+                     dc_f[] = {0, 1, 2, 4, 8, 16, 32, 64, 128},
                      cx_f[] = {16, 64, 128, 256, 448, 1024, 2048};
     const int *pf = full ? pf_f : pf_q, *dc = full ? dc_f : dc_q, *cx = full ? cx_f : cx_q;
     int npf = full ? 7 : 4, ndc = full ? 9 : 5, ncx = full ? 7 : 3;
     int max_ctx_model = mc->seq_len;
     /* pool: enough for the biggest point */
     int max_P = 0, max_D = 0, max_C = 0;
-    for (int i = 0; i < npf; i++) if (pf[i] <= max_ctx_model && pf[i] > max_P) max_P = pf[i];
-    for (int i = 0; i < ndc; i++) if (dc[i] > max_D) max_D = dc[i];
-    for (int i = 0; i < ncx; i++) if (cx[i] <= max_ctx_model && cx[i] > max_C) max_C = cx[i];
+    for (int i = 0; i < npf; i++)
+        if (pf[i] <= max_ctx_model && pf[i] > max_P) max_P = pf[i];
+    for (int i = 0; i < ndc; i++)
+        if (dc[i] > max_D) max_D = dc[i];
+    for (int i = 0; i < ncx; i++)
+        if (cx[i] <= max_ctx_model && cx[i] > max_C) max_C = cx[i];
     int per_seq = ((max_P > max_C ? max_P : max_C) + block_size - 1) / block_size;
     int pool = per_seq * (max_D + 1) + 4;
     int xfer_max = 64;
     if (pool < xfer_max) pool = xfer_max;
-    eng_options eo = {.backend = backend, .n_threads = threads, .numa_node = -1, .kv_blocks = pool,
-                      .kv_block_size = block_size, .max_batch_tokens = max_P + max_D + 1,
+    eng_options eo = {.backend = backend,
+                      .n_threads = threads,
+                      .numa_node = -1,
+                      .kv_blocks = pool,
+                      .kv_block_size = block_size,
+                      .max_batch_tokens = max_P + max_D + 1,
                       .max_seqs = max_D + 1};
     eng *e;
     rc = eng_create(m, &eo, &e);
-    if (rc < 0) { fprintf(stderr, "calibrate: engine (%s): %s\n", backend, eng_errmsg()); eng_model_free(m); free(lps); return 1; }
-    fprintf(stderr, "calibrate: %s on %s, %d thread(s), KV %zu bytes/token, block %d, pool %d blocks\n",
+    if (rc < 0) {
+        fprintf(stderr, "calibrate: engine (%s): %s\n", backend, eng_errmsg());
+        eng_model_free(m);
+        free(lps);
+        return 1;
+    }
+    fprintf(stderr,
+            "calibrate: %s on %s, %d thread(s), KV %zu bytes/token, block %d, pool %d blocks\n",
             model_spec, eng_backend_name(e), threads, eng_kv_bytes_per_token(e), block_size, pool);
 
     point *pts = calloc((size_t)(npf * ndc * ncx), sizeof *pts);
@@ -443,7 +551,7 @@ int main(int argc, char **argv)
     double grid_s = (double)(now_ns() - t_grid) / 1e9;
 
     /* fit */
-    double (*X)[8] = calloc((size_t)np, sizeof *X);
+    double(*X)[8] = calloc((size_t)np, sizeof *X);
     double *Y = calloc((size_t)np, sizeof *Y);
     for (int i = 0; i < np; i++) {
         X[i][0] = 1;
@@ -472,38 +580,48 @@ int main(int argc, char **argv)
     double r2 = ss_tot > 0 ? 1 - ss_res / ss_tot : 1;
     double med_rel = bench_median(rel, np);
     double max_rel = 0;
-    for (int i = 0; i < np; i++) if (rel[i] > max_rel) max_rel = rel[i];
+    for (int i = 0; i < np; i++)
+        if (rel[i] > max_rel) max_rel = rel[i];
 
     /* transfers */
     xfer_fit fits[SCHED_POOL__COUNT] = {{0}}; /* by sched_pool; [SCHED_POOL_DEVICE] unused */
     if (do_xfer) {
         struct io_uring ring;
         if ((rc = io_uring_queue_init(256, &ring, 0)) < 0) {
-            fprintf(stderr, "calibrate: io_uring_queue_init: %s (transfers not measured)\n", strerror(-rc));
+            fprintf(stderr, "calibrate: io_uring_queue_init: %s (transfers not measured)\n",
+                    strerror(-rc));
         } else {
             size_t plen = 0;
-            kvtier_config kc = {.block_bytes = eng_kv_block_bytes(e), .pool_blocks = eng_kv_blocks(e),
-                                .pool_base = eng_kv_pool_base(e, &plen), .engine = e,
-                                .host_blocks = xfer_max, .disk_path = disk_path,
-                                .disk_blocks = disk_path ? xfer_max : 0, .numa_node = -1, .ring = &ring,
-                                .ud_tag = 1ull << 62, .register_buffers = true};
+            kvtier_config kc = {.block_bytes = eng_kv_block_bytes(e),
+                                .pool_blocks = eng_kv_blocks(e),
+                                .pool_base = eng_kv_pool_base(e, &plen),
+                                .engine = e,
+                                .host_blocks = xfer_max,
+                                .disk_path = disk_path,
+                                .disk_blocks = disk_path ? xfer_max : 0,
+                                .numa_node = -1,
+                                .ring = &ring,
+                                .ud_tag = 1ull << 62,
+                                .register_buffers = true};
             kvtier *kt;
             rc = kvtier_create(&kc, &kt);
             if (rc < 0 && disk_path) {
-                fprintf(stderr, "calibrate: disk tier %s: %s — measuring the host tier only\n", disk_path,
-                        kvtier_errmsg());
+                fprintf(stderr, "calibrate: disk tier %s: %s — measuring the host tier only\n",
+                        disk_path, kvtier_errmsg());
                 kc.disk_path = NULL;
                 kc.disk_blocks = 0;
                 disk_path = NULL;
                 rc = kvtier_create(&kc, &kt);
             }
             if (rc < 0) {
-                fprintf(stderr, "calibrate: kvtier: %s (transfers not measured)\n", kvtier_errmsg());
+                fprintf(stderr, "calibrate: kvtier: %s (transfers not measured)\n",
+                        kvtier_errmsg());
             } else {
                 fprintf(stderr, "calibrate: tiers: %s\n", kvtier_describe(kt));
                 for (sched_pool tier = SCHED_POOL_HOST; tier < SCHED_POOL__COUNT; tier++) {
                     if (!kvtier_blocks(kt, tier)) continue;
-                    rc = measure_tier(kt, &ring, tier, eng_kv_block_bytes(e), xfer_max, 5, &fits[tier]);
+                    rc = measure_tier(kt, &ring, tier, eng_kv_block_bytes(e), xfer_max, 5,
+                                      &fits[tier]);
                     if (rc < 0)
                         fprintf(stderr, "calibrate: %s tier transfers failed: %s %s\n",
                                 sched_pool_name(tier), strerror(-rc), kvtier_errmsg());
@@ -517,23 +635,25 @@ int main(int argc, char **argv)
 
     /* report */
     printf("calibrate: %d grid points in %.1f s\n", np, grid_s);
-    printf("%8s %8s %8s %12s %12s %7s\n", "prefill", "decode", "context", "step_us", "model_us", "err");
+    printf("%8s %8s %8s %12s %12s %7s\n", "prefill", "decode", "context", "step_us", "model_us",
+           "err");
     for (int i = 0; i < np; i++) {
         double pred = beta[0] + beta[1] * X[i][1] + beta[2] * X[i][2] + beta[3] * X[i][3];
         printf("%8d %8d %8d %12.1f %12.1f %6.1f%%\n", pts[i].prefill, pts[i].decode, pts[i].context,
                pts[i].step_us, pred, 100 * (pred - Y[i]) / Y[i]);
     }
-    printf("step model: step_us = %.2f + %.4f*prefill_tokens + %.3f*decode_seqs + %.6f*sum_context\n",
-           beta[0], beta[1], beta[2], beta[3]);
-    printf("fit: r2 %.4f, median relative error %.1f%%, max %.1f%%%s\n", r2, 100 * med_rel, 100 * max_rel,
-           fit_ok ? "" : " (FIT FAILED)");
+    printf(
+        "step model: step_us = %.2f + %.4f*prefill_tokens + %.3f*decode_seqs + %.6f*sum_context\n",
+        beta[0], beta[1], beta[2], beta[3]);
+    printf("fit: r2 %.4f, median relative error %.1f%%, max %.1f%%%s\n", r2, 100 * med_rel,
+           100 * max_rel, fit_ok ? "" : " (FIT FAILED)");
     if (nlp) {
         /* what the daemon took per decode step vs what the engine model says for it */
         double *ratio = calloc((size_t)nlp, sizeof *ratio);
         for (int i = 0; ratio && i < nlp; i++)
             ratio[i] = lps[i].period_us / (beta[0] + beta[2] + beta[3] * lps[i].context);
-        printf("serving loop: %d decode periods from %s, daemon / engine model median %.2f\n", nlp, daemon_log,
-               ratio ? bench_median(ratio, nlp) : NAN);
+        printf("serving loop: %d decode periods from %s, daemon / engine model median %.2f\n", nlp,
+               daemon_log, ratio ? bench_median(ratio, nlp) : NAN);
         free(ratio);
     }
     for (sched_pool tier = SCHED_POOL_HOST; tier < SCHED_POOL__COUNT; tier++)
@@ -553,7 +673,8 @@ int main(int argc, char **argv)
         json_object_set_new(root, "kv_block_size", json_integer(block_size));
         json_object_set_new(root, "kv_blocks_device", json_integer(kv_blocks_rec));
         json_object_set_new(root, "kv_blocks_host", json_integer(host_blocks_rec));
-        json_object_set_new(root, "kv_bytes_per_token", json_integer((json_int_t)eng_kv_bytes_per_token(e)));
+        json_object_set_new(root, "kv_bytes_per_token",
+                            json_integer((json_int_t)eng_kv_bytes_per_token(e)));
         json_object_set_new(root, "max_batch_tokens", json_integer(max_P + max_D));
         json_t *grid = json_array();
         for (int i = 0; i < np; i++) {
@@ -581,7 +702,9 @@ int main(int argc, char **argv)
             json_t *t = json_object();
             json_object_set_new(t, "out_bytes_per_s", json_real(fits[tier].bw[0]));
             json_object_set_new(t, "in_bytes_per_s", json_real(fits[tier].bw[1]));
-            json_object_set_new(t, "latency_us", json_real(round((fits[tier].lat_us[0] + fits[tier].lat_us[1]) / 2 * 10) / 10));
+            json_object_set_new(
+                t, "latency_us",
+                json_real(round((fits[tier].lat_us[0] + fits[tier].lat_us[1]) / 2 * 10) / 10));
             json_object_set_new(tr, sched_pool_name(tier), t);
         }
         json_object_set_new(root, "transfer", tr);
@@ -589,12 +712,14 @@ int main(int argc, char **argv)
             json_t *sl = json_object(), *a = json_array();
             json_object_set_new(sl, "source", json_string(daemon_log));
             for (int i = 0; i < nlp; i++)
-                json_array_append_new(a, json_pack("{s:i,s:f,s:f}", "decode_seqs", 1, "context", lps[i].context,
-                                                   "period_us", round(lps[i].period_us * 10) / 10));
+                json_array_append_new(a, json_pack("{s:i,s:f,s:f}", "decode_seqs", 1, "context",
+                                                   lps[i].context, "period_us",
+                                                   round(lps[i].period_us * 10) / 10));
             json_object_set_new(sl, "points", a);
             json_object_set_new(root, "serving_loop", sl);
         }
-        if (json_dump_file(root, out_path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10)) < 0) {
+        if (json_dump_file(root, out_path,
+                           JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10)) < 0) {
             fprintf(stderr, "calibrate: cannot write %s: %s\n", out_path, strerror(errno));
             json_decref(root);
             rc = -EIO;
@@ -603,7 +728,11 @@ int main(int argc, char **argv)
         json_decref(root);
         printf("wrote %s\n", out_path);
     }
-    free(X); free(Y); free(rel); free(pts); free(lps);
+    free(X);
+    free(Y);
+    free(rel);
+    free(pts);
+    free(lps);
     eng_destroy(e);
     eng_model_free(m);
     return 0;

@@ -43,8 +43,7 @@ static double bench_rss_mib(void)
     long pages = 0, resident = 0;
     FILE *f = fopen("/proc/self/statm", "r");
     if (f) {
-        if (fscanf(f, "%ld %ld", &pages, &resident) != 2)
-            resident = 0;
+        if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
         fclose(f);
     }
     return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
@@ -73,21 +72,28 @@ static int step(bench *b, int n_seqs, int rows, int ctx, int want_logits)
             int pos = ctx + i;
             b->tokens[T] = (int32_t)((s * 7919 + pos * 104729) % b->cfg->vocab_size);
             b->positions[T] = pos;
-            b->slots[T] = (int64_t)b->table[s * b->blocks_per_seq + pos / b->block_size] *
-                              b->block_size + pos % b->block_size;
+            b->slots[T] =
+                (int64_t)b->table[s * b->blocks_per_seq + pos / b->block_size] * b->block_size +
+                pos % b->block_size;
         }
         b->logits_rows[s] = T - 1;
     }
     b->query_start[n_seqs] = T;
     eng_batch batch = {
-        .n_tokens = T, .tokens = b->tokens, .positions = b->positions, .slot_mapping = b->slots,
-        .n_seqs = n_seqs, .query_start = b->query_start, .seq_len = b->seq_len,
-        .block_table = b->table, .block_table_stride = b->blocks_per_seq,
-        .n_logits = want_logits ? n_seqs : 0, .logits_rows = b->logits_rows,
+        .n_tokens = T,
+        .tokens = b->tokens,
+        .positions = b->positions,
+        .slot_mapping = b->slots,
+        .n_seqs = n_seqs,
+        .query_start = b->query_start,
+        .seq_len = b->seq_len,
+        .block_table = b->table,
+        .block_table_stride = b->blocks_per_seq,
+        .n_logits = want_logits ? n_seqs : 0,
+        .logits_rows = b->logits_rows,
     };
     int err = eng_execute(b->e, &batch, b->logits);
-    if (err)
-        fprintf(stderr, "engine_bench: execute: %s\n", eng_errmsg());
+    if (err) fprintf(stderr, "engine_bench: execute: %s\n", eng_errmsg());
     return err;
 }
 
@@ -97,8 +103,7 @@ static void naive_matmul(float *xout, const float *x, const float *w, int n, int
 {
     for (int i = 0; i < d; i++) {
         float val = 0.0f;
-        for (int j = 0; j < n; j++)
-            val += w[(size_t)i * n + j] * x[j];
+        for (int j = 0; j < n; j++) val += w[(size_t)i * n + j] * x[j];
         xout[i] = val;
     }
 }
@@ -106,11 +111,9 @@ static void naive_matmul(float *xout, const float *x, const float *w, int n, int
 static void naive_rmsnorm(float *o, const float *x, const float *weight, int size)
 {
     float ss = 0.0f;
-    for (int j = 0; j < size; j++)
-        ss += x[j] * x[j];
+    for (int j = 0; j < size; j++) ss += x[j] * x[j];
     ss = 1.0f / sqrtf(ss / size + 1e-5f);
-    for (int j = 0; j < size; j++)
-        o[j] = weight[j] * (ss * x[j]);
+    for (int j = 0; j < size; j++) o[j] = weight[j] * (ss * x[j]);
 }
 
 typedef struct naive {
@@ -150,8 +153,7 @@ static void naive_forward(naive *n, int token, int pos)
             for (int t = 0; t <= pos; t++) {
                 const float *kt = n->key_cache + loff + (size_t)t * kv_dim + (h / kv_mul) * hs;
                 float s = 0;
-                for (int i = 0; i < hs; i++)
-                    s += q[i] * kt[i];
+                for (int i = 0; i < hs; i++) s += q[i] * kt[i];
                 att[t] = s / sqrtf((float)hs);
                 max = att[t] > max ? att[t] : max;
             }
@@ -162,23 +164,18 @@ static void naive_forward(naive *n, int token, int pos)
             float *xb = n->xb + h * hs;
             memset(xb, 0, (size_t)hs * sizeof(float));
             for (int t = 0; t <= pos; t++) {
-                const float *vt =
-                    n->value_cache + loff + (size_t)t * kv_dim + (h / kv_mul) * hs;
-                for (int i = 0; i < hs; i++)
-                    xb[i] += att[t] / sum * vt[i];
+                const float *vt = n->value_cache + loff + (size_t)t * kv_dim + (h / kv_mul) * hs;
+                for (int i = 0; i < hs; i++) xb[i] += att[t] / sum * vt[i];
             }
         }
         naive_matmul(n->xb2, n->xb, w->wo + (size_t)l * dim * dim, dim, dim);
-        for (int i = 0; i < dim; i++)
-            n->x[i] += n->xb2[i];
+        for (int i = 0; i < dim; i++) n->x[i] += n->xb2[i];
         naive_rmsnorm(n->xb, n->x, w->rms_ffn + (size_t)l * dim, dim);
         naive_matmul(n->hb, n->xb, w->w1 + (size_t)l * dim * hidden, dim, hidden);
         naive_matmul(n->hb2, n->xb, w->w3 + (size_t)l * dim * hidden, dim, hidden);
-        for (int i = 0; i < hidden; i++)
-            n->hb[i] = n->hb[i] / (1.0f + expf(-n->hb[i])) * n->hb2[i];
+        for (int i = 0; i < hidden; i++) n->hb[i] = n->hb[i] / (1.0f + expf(-n->hb[i])) * n->hb2[i];
         naive_matmul(n->xb, n->hb, w->w2 + (size_t)l * dim * hidden, hidden, dim);
-        for (int i = 0; i < dim; i++)
-            n->x[i] += n->xb[i];
+        for (int i = 0; i < dim; i++) n->x[i] += n->xb[i];
     }
     naive_rmsnorm(n->x, n->x, w->rms_final, dim);
     naive_matmul(n->logits, n->x, w->wcls, dim, p->vocab_size);
@@ -196,8 +193,7 @@ static int parse_seqs(const char *arg, int *sizes)
     for (const char *p = arg; *p;) {
         char *end;
         long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > 1024 || n == MAX_SIZES || (*end && *end != ','))
-            return -1;
+        if (end == p || v < 1 || v > 1024 || n == MAX_SIZES || (*end && *end != ',')) return -1;
         sizes[n++] = (int)v;
         p = *end ? end + 1 : end;
     }
@@ -207,16 +203,14 @@ static int parse_seqs(const char *arg, int *sizes)
 static double min_of(const double *v, int n)
 {
     double m = v[0];
-    for (int i = 1; i < n; i++)
-        m = v[i] < m ? v[i] : m;
+    for (int i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
     return m;
 }
 
 static double max_of(const double *v, int n)
 {
     double m = v[0];
-    for (int i = 1; i < n; i++)
-        m = v[i] > m ? v[i] : m;
+    for (int i = 1; i < n; i++) m = v[i] > m ? v[i] : m;
     return m;
 }
 
@@ -225,13 +219,17 @@ int main(int argc, char **argv)
     const char *spec = "synthetic:stories15M:1";
     int threads = 2, repeats = 5, json = 0, decode_steps = 16, ctx0 = 32, prefill_len = 256;
     int batch_sizes[MAX_SIZES] = {1, 4, 8, 16, 32, 64}, n_sizes = 6, naive_runs = 1;
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},  {"threads", required_argument, 0, 't'},
-        {"repeats", required_argument, 0, 'r'}, {"json", no_argument, 0, 'j'},
-        {"steps", required_argument, 0, 's'},  {"prefill", required_argument, 0, 'p'},
-        {"clock", required_argument, 0, 'c'},  {"context", required_argument, 0, 'x'},
-        {"seqs", required_argument, 0, 'n'},   {"no-naive", no_argument, 0, 'N'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"repeats", required_argument, 0, 'r'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"steps", required_argument, 0, 's'},
+                                         {"prefill", required_argument, 0, 'p'},
+                                         {"clock", required_argument, 0, 'c'},
+                                         {"context", required_argument, 0, 'x'},
+                                         {"seqs", required_argument, 0, 'n'},
+                                         {"no-naive", no_argument, 0, 'N'},
+                                         {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "m:t:r:js:p:c:x:n:N", opts, NULL)) != -1) {
         switch (ch) {
@@ -245,13 +243,16 @@ int main(int argc, char **argv)
         case 'N': naive_runs = 0; break;
         case 'n':
             if ((n_sizes = parse_seqs(optarg, batch_sizes)) < 0) {
-                fprintf(stderr, "engine_bench: --seqs: a comma-separated list of at most %d "
-                                "counts in 1..1024\n", MAX_SIZES);
+                fprintf(stderr,
+                        "engine_bench: --seqs: a comma-separated list of at most %d "
+                        "counts in 1..1024\n",
+                        MAX_SIZES);
                 return 2;
             }
             break;
-        case 'c': bench_clock = strcmp(optarg, "cpu") == 0 ? CLOCK_PROCESS_CPUTIME_ID
-                                                          : CLOCK_MONOTONIC; break;
+        case 'c':
+            bench_clock = strcmp(optarg, "cpu") == 0 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC;
+            break;
         default:
             fprintf(stderr, "usage: engine_bench --model SPEC [--threads N] [--repeats R] "
                             "[--steps N] [--context N] [--seqs 1,4,8,...] [--prefill N] "
@@ -276,23 +277,25 @@ int main(int argc, char **argv)
     /* the naive baseline needs float32 host weights; --no-naive skips it */
     const bool have_naive = naive_runs && eng_model_weights(m)->wq != NULL;
     const eng_model_config *cfg = eng_model_cfg(m);
-    if (prefill_len > cfg->seq_len)
-        prefill_len = cfg->seq_len;
-    if (decode_steps > cfg->seq_len)
-        decode_steps = cfg->seq_len;
-    if (ctx0 + decode_steps > cfg->seq_len)
-        ctx0 = cfg->seq_len - decode_steps;
+    if (prefill_len > cfg->seq_len) prefill_len = cfg->seq_len;
+    if (decode_steps > cfg->seq_len) decode_steps = cfg->seq_len;
+    if (ctx0 + decode_steps > cfg->seq_len) ctx0 = cfg->seq_len - decode_steps;
     int max_seqs = 1;
     for (int bi = 0; bi < n_sizes; bi++)
         max_seqs = batch_sizes[bi] > max_seqs ? batch_sizes[bi] : max_seqs;
     const int block_size = 16;
     int per_seq = ctx0 + decode_steps > prefill_len ? ctx0 + decode_steps : prefill_len;
-    bench b = {.cfg = cfg, .block_size = block_size,
+    bench b = {.cfg = cfg,
+               .block_size = block_size,
                .blocks_per_seq = (per_seq + block_size - 1) / block_size};
     int max_rows = max_seqs * ctx0 > prefill_len ? max_seqs * ctx0 : prefill_len;
-    eng_options opt = {.backend = "cpu", .n_threads = threads, .numa_node = -1,
-                       .kv_blocks = max_seqs * b.blocks_per_seq, .kv_block_size = block_size,
-                       .max_batch_tokens = max_rows, .max_seqs = max_seqs};
+    eng_options opt = {.backend = "cpu",
+                       .n_threads = threads,
+                       .numa_node = -1,
+                       .kv_blocks = max_seqs * b.blocks_per_seq,
+                       .kv_block_size = block_size,
+                       .max_batch_tokens = max_rows,
+                       .max_seqs = max_seqs};
     if (eng_create(m, &opt, &b.e)) {
         fprintf(stderr, "engine_bench: %s\n", eng_errmsg());
         return 1;
@@ -305,8 +308,7 @@ int main(int argc, char **argv)
     b.logits_rows = malloc(sizeof(int32_t) * max_seqs);
     b.table = malloc(sizeof(int32_t) * (size_t)max_seqs * (size_t)b.blocks_per_seq);
     b.logits = malloc(sizeof(float) * (size_t)max_seqs * (size_t)cfg->vocab_size);
-    for (int i = 0; i < max_seqs * b.blocks_per_seq; i++)
-        b.table[i] = i;
+    for (int i = 0; i < max_seqs * b.blocks_per_seq; i++) b.table[i] = i;
 
     /* The baseline: naive single-row forward, same model, same number of decode steps. */
     naive n = {.c = cfg, .w = eng_model_weights(m)};
@@ -326,10 +328,8 @@ int main(int argc, char **argv)
         naive_forward(&n, pos % cfg->vocab_size, pos);
 
     /* Warm-up, and every sequence's ctx0 tokens of context. */
-    if (ctx0 > 0 && step(&b, max_seqs, ctx0, 0, 0))
-        return 1;
-    for (int bi = 0; bi < n_sizes; bi++)
-        step(&b, batch_sizes[bi], 1, ctx0, 1);
+    if (ctx0 > 0 && step(&b, max_seqs, ctx0, 0, 0)) return 1;
+    for (int bi = 0; bi < n_sizes; bi++) step(&b, batch_sizes[bi], 1, ctx0, 1);
     step(&b, 1, prefill_len, 0, 1);
 
     /* Each repeat measures everything once, so load from other users of the machine hits
@@ -338,8 +338,7 @@ int main(int argc, char **argv)
      * in one batch with the last row's logits. The phase split is of the largest batch. */
     double *dec[MAX_SIZES], *pre = calloc((size_t)repeats, sizeof(double));
     double *base = calloc((size_t)repeats, sizeof(double));
-    for (int bi = 0; bi < n_sizes; bi++)
-        dec[bi] = calloc((size_t)repeats, sizeof(double));
+    for (int bi = 0; bi < n_sizes; bi++) dec[bi] = calloc((size_t)repeats, sizeof(double));
     eng_phase_stats phd = {0}, php = {0}, tmp, pool[MAX_SIZES];
     memset(pool, 0, sizeof pool);
     for (int r = 0; r < repeats; r++) {
@@ -348,8 +347,7 @@ int main(int argc, char **argv)
             eng_phase_stats_get(b.e, NULL, true);
             double t0 = now_s();
             for (int k = 0; k < decode_steps; k++)
-                if (step(&b, S, 1, ctx0 + k, 1))
-                    return 1;
+                if (step(&b, S, 1, ctx0 + k, 1)) return 1;
             dec[bi][r] = (double)S * decode_steps / (now_s() - t0);
             eng_phase_stats_get(b.e, &tmp, true);
             pool[bi].steps += tmp.steps;
@@ -366,8 +364,7 @@ int main(int argc, char **argv)
         }
         eng_phase_stats_get(b.e, NULL, true);
         double t0 = now_s();
-        if (step(&b, 1, prefill_len, 0, 1))
-            return 1;
+        if (step(&b, 1, prefill_len, 0, 1)) return 1;
         pre[r] = prefill_len / (now_s() - t0);
         eng_phase_stats_get(b.e, &tmp, true);
         php.steps += tmp.steps;
@@ -396,10 +393,11 @@ int main(int argc, char **argv)
     double totd = (double)(phd.proj_ns + phd.attn_ns + phd.other_ns) + 1e-9;
     double totp = (double)(php.proj_ns + php.attn_ns + php.other_ns) + 1e-9;
     if (json) {
-        printf("{\"model\":\"%s\",\"clock\":\"%s\",\"threads\":%d,\"repeats\":%d,\"decode_steps\":%d,"
-               "\"context\":%d,\"prefill_len\":%d,\"decode_tok_s\":{",
-               spec, bench_clock == CLOCK_MONOTONIC ? "wall" : "cpu", threads, repeats,
-               decode_steps, ctx0, prefill_len);
+        printf(
+            "{\"model\":\"%s\",\"clock\":\"%s\",\"threads\":%d,\"repeats\":%d,\"decode_steps\":%d,"
+            "\"context\":%d,\"prefill_len\":%d,\"decode_tok_s\":{",
+            spec, bench_clock == CLOCK_MONOTONIC ? "wall" : "cpu", threads, repeats, decode_steps,
+            ctx0, prefill_len);
         for (int bi = 0; bi < n_sizes; bi++)
             printf("%s\"%d\":%.1f", bi ? "," : "", batch_sizes[bi], decode_tok_s[bi]);
         printf("},\"decode_tok_s_range\":{");
@@ -416,13 +414,13 @@ int main(int argc, char **argv)
             const eng_phase_stats *ps = &pool[bi];
             const double st = ps->steps ? (double)ps->steps : 1;
             printf("%s\"%d\":{\"regions_per_step\":%.1f,\"wake_calls_per_step\":%.2f,"
-                   "\"helper_sleep_share\":%.3f}", bi ? "," : "", batch_sizes[bi],
-                   ps->regions / st, ps->wake_calls / st,
+                   "\"helper_sleep_share\":%.3f}",
+                   bi ? "," : "", batch_sizes[bi], ps->regions / st, ps->wake_calls / st,
                    ps->helper_waits ? (double)ps->helper_sleeps / ps->helper_waits : 0);
         }
         eng_phase_stats_get(b.e, &tmp, false);
-        printf(",\"spin_budget_us\":%.1f,\"wake_latency_us\":%.1f",
-               tmp.spin_budget_ns * 1e-3, tmp.wake_latency_ns * 1e-3);
+        printf(",\"spin_budget_us\":%.1f,\"wake_latency_us\":%.1f", tmp.spin_budget_ns * 1e-3,
+               tmp.wake_latency_ns * 1e-3);
         printf("},\"prefill_tok_s\":%.1f,"
                "\"phase_ms_per_step\":{\"decode%d\":{\"projections\":%.3f,\"attention\":%.3f,"
                "\"other\":%.3f},\"prefill\":{\"projections\":%.3f,\"attention\":%.3f,"
@@ -434,16 +432,17 @@ int main(int argc, char **argv)
                "\"decode_tok_s\":%.1f},"
                "\"ratios\":{\"decode1_vs_baseline\":%.2f,\"prefill_vs_baseline\":%.2f},"
                "\"load_ms\":%.1f,\"rss_mib\":%.1f,\"weights\":\"%s\"}\n",
-               prefill_tok_s, max_seqs, phd.proj_ns * msd, phd.attn_ns * msd,
-               phd.other_ns * msd, php.proj_ns * msp, php.attn_ns * msp, php.other_ns * msp,
-               max_seqs, phd.proj_ns / totd, phd.attn_ns / totd, phd.other_ns / totd,
-               php.proj_ns / totp, php.attn_ns / totp, php.other_ns / totp, naive_tok_s,
+               prefill_tok_s, max_seqs, phd.proj_ns * msd, phd.attn_ns * msd, phd.other_ns * msd,
+               php.proj_ns * msp, php.attn_ns * msp, php.other_ns * msp, max_seqs,
+               phd.proj_ns / totd, phd.attn_ns / totd, phd.other_ns / totd, php.proj_ns / totp,
+               php.attn_ns / totp, php.other_ns / totp, naive_tok_s,
                have_naive ? decode_tok_s[0] / naive_tok_s : 0,
                have_naive ? prefill_tok_s / naive_tok_s : 0, t_load * 1e3, bench_rss_mib(),
                eng_wtype_name(eng_model_hparams_of(m)->weight_type));
     } else {
         printf("engine_bench %s, %d threads, medians of %d repeats [lowest, highest] (%d decode "
-               "steps after %d tokens of context)\n", spec, threads, repeats, decode_steps, ctx0);
+               "steps after %d tokens of context)\n",
+               spec, threads, repeats, decode_steps, ctx0);
         for (int bi = 0; bi < n_sizes; bi++) {
             const eng_phase_stats *ps = &pool[bi];
             const double st = ps->steps ? (double)ps->steps : 1;
@@ -463,19 +462,34 @@ int main(int argc, char **argv)
                php.proj_ns * msp, php.attn_ns * msp, php.other_ns * msp);
         if (have_naive)
             printf("  baseline (naive 1-row 1-thread forward): %.1f tok/s; engine batch-1 = "
-                   "%.2fx\n", naive_tok_s, decode_tok_s[0] / naive_tok_s);
+                   "%.2fx\n",
+                   naive_tok_s, decode_tok_s[0] / naive_tok_s);
         else if (!naive_runs)
             printf("  baseline: not run (--no-naive)\n");
         else
             printf("  baseline: none (a GGUF model's weights, %s, are per-layer file tensors)\n",
                    eng_wtype_name(eng_model_hparams_of(m)->weight_type));
-        printf("  model load %.1f ms, resident %.1f MiB after the run (weights %s)\n",
-               t_load * 1e3, bench_rss_mib(), eng_wtype_name(eng_model_hparams_of(m)->weight_type));
+        printf("  model load %.1f ms, resident %.1f MiB after the run (weights %s)\n", t_load * 1e3,
+               bench_rss_mib(), eng_wtype_name(eng_model_hparams_of(m)->weight_type));
     }
-    free(n.x); free(n.xb); free(n.xb2); free(n.q); free(n.hb); free(n.hb2); free(n.att);
-    free(n.logits); free(n.key_cache); free(n.value_cache);
-    free(b.tokens); free(b.positions); free(b.slots); free(b.query_start); free(b.seq_len);
-    free(b.logits_rows); free(b.table); free(b.logits);
+    free(n.x);
+    free(n.xb);
+    free(n.xb2);
+    free(n.q);
+    free(n.hb);
+    free(n.hb2);
+    free(n.att);
+    free(n.logits);
+    free(n.key_cache);
+    free(n.value_cache);
+    free(b.tokens);
+    free(b.positions);
+    free(b.slots);
+    free(b.query_start);
+    free(b.seq_len);
+    free(b.logits_rows);
+    free(b.table);
+    free(b.logits);
     eng_destroy(b.e);
     eng_model_free(m);
     return 0;

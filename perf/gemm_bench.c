@@ -46,8 +46,7 @@ static void run_small(int M, const shape *s, const float *x, const float *w, flo
     int chunk = (s->n + CHUNKS - 1) / CHUNKS;
     for (int n0 = 0; n0 < s->n; n0 += chunk) {
         int n = s->n - n0 < chunk ? s->n - n0 : chunk;
-        gemm_small(path, M, n, s->k, x, s->k, w + (size_t)n0 * s->k, s->k, 0.0f,
-                   y + n0, s->n);
+        gemm_small(path, M, n, s->k, x, s->k, w + (size_t)n0 * s->k, s->k, 0.0f, y + n0, s->n);
     }
 }
 
@@ -57,8 +56,8 @@ static void run_blas(int M, const shape *s, const float *x, const float *w, floa
     for (int n0 = 0; n0 < s->n; n0 += chunk) {
         int n = s->n - n0 < chunk ? s->n - n0 : chunk;
         if (M == 1)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, n, s->k, 1.0f, w + (size_t)n0 * s->k,
-                        s->k, x, 1, 0.0f, y + n0, 1);
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, n, s->k, 1.0f, w + (size_t)n0 * s->k, s->k, x,
+                        1, 0.0f, y + n0, 1);
         else
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, n, s->k, 1.0f, x, s->k,
                         w + (size_t)n0 * s->k, s->k, 0.0f, y + n0, s->n);
@@ -72,8 +71,7 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"shape", required_argument, 0, 's'}, {"repeats", required_argument, 0, 'r'},
         {"rows", required_argument, 0, 'm'},  {"json", no_argument, 0, 'j'},
-        {"path", required_argument, 0, 'P'},
-        {0, 0, 0, 0}};
+        {"path", required_argument, 0, 'P'},  {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "s:r:m:jP:", opts, NULL)) != -1) {
         switch (ch) {
@@ -82,8 +80,8 @@ int main(int argc, char **argv)
         case 'm': rows_arg = optarg; break;
         case 'j': json = 1; break;
         case 'P':
-            path = strcmp(optarg, "avx512") == 0   ? GEMM_SMALL_AVX512
-                   : strcmp(optarg, "avx2") == 0   ? GEMM_SMALL_AVX2
+            path = strcmp(optarg, "avx512") == 0     ? GEMM_SMALL_AVX512
+                   : strcmp(optarg, "avx2") == 0     ? GEMM_SMALL_AVX2
                    : strcmp(optarg, "portable") == 0 ? GEMM_SMALL_PORTABLE
                                                      : GEMM_SMALL_AUTO;
             break;
@@ -115,8 +113,7 @@ int main(int argc, char **argv)
         }
         rows[n_rows++] = m;
         max_m = m > max_m ? m : max_m;
-        if (*p == ',')
-            p++;
+        if (*p == ',') p++;
     }
     /* one layer's projections, the classifier apart (a different regime: N = 32000) */
     const shape shapes[] = {
@@ -147,11 +144,13 @@ int main(int argc, char **argv)
 
     if (json)
         printf("{\"shape\":\"%s\",\"threads\":1,\"repeats\":%d,\"chunks\":%d,\"path\":\"%s\","
-               "\"results\":[", shape_name, repeats, CHUNKS,
+               "\"results\":[",
+               shape_name, repeats, CHUNKS,
                path_name(path == GEMM_SMALL_AUTO ? gemm_small_auto_path() : path));
     else
         printf("gemm_bench %s, 1 thread, %d chunks per product, medians of %d (small path: "
-               "%s)\n%-5s %4s %10s %10s %8s\n", shape_name, CHUNKS, repeats,
+               "%s)\n%-5s %4s %10s %10s %8s\n",
+               shape_name, CHUNKS, repeats,
                path_name(path == GEMM_SMALL_AUTO ? gemm_small_auto_path() : path), "proj", "M",
                "small ms", "blas ms", "blas/small");
     int first = 1;
@@ -177,14 +176,14 @@ int main(int argc, char **argv)
             double ms = bench_median(ts, R) * 1e3, mb = bench_median(tb, R) * 1e3;
             if (json)
                 printf("%s{\"proj\":\"%s\",\"n\":%d,\"k\":%d,\"m\":%d,\"small_ms\":%.4f,"
-                       "\"blas_ms\":%.4f}", first ? "" : ",", s->name, s->n, s->k, M, ms, mb);
+                       "\"blas_ms\":%.4f}",
+                       first ? "" : ",", s->name, s->n, s->k, M, ms, mb);
             else
                 printf("%-5s %4d %10.4f %10.4f %8.2f\n", s->name, M, ms, mb, mb / ms);
             first = 0;
         }
     }
-    if (json)
-        printf("]}\n");
+    if (json) printf("]}\n");
     free(w);
     free(x);
     free(y);

@@ -28,16 +28,23 @@ int main(int argc, char **argv)
 {
     const char *trace = NULL, *cal = NULL, *policy = "sim/policies/token-budget.policy";
     double rate = 1, window = 60;
-    static const struct option lo[] = {{"trace", 1, 0, 't'}, {"rate", 1, 0, 'r'}, {"calibration", 1, 0, 'c'},
-                                       {"policy", 1, 0, 'p'}, {"window-s", 1, 0, 'w'}, {0, 0, 0, 0}};
+    static const struct option lo[] = {{"trace", 1, 0, 't'},       {"rate", 1, 0, 'r'},
+                                       {"calibration", 1, 0, 'c'}, {"policy", 1, 0, 'p'},
+                                       {"window-s", 1, 0, 'w'},    {0, 0, 0, 0}};
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         char *end = NULL;
         switch (c) {
         case 't': trace = optarg; break;
         case 'c': cal = optarg; break;
         case 'p': policy = optarg; break;
-        case 'r': rate = strtod(optarg, &end); if (!end || *end || !(rate > 0)) goto usage; break;
-        case 'w': window = strtod(optarg, &end); if (!end || *end || !(window > 0)) goto usage; break;
+        case 'r':
+            rate = strtod(optarg, &end);
+            if (!end || *end || !(rate > 0)) goto usage;
+            break;
+        case 'w':
+            window = strtod(optarg, &end);
+            if (!end || *end || !(window > 0)) goto usage;
+            break;
         default: goto usage;
         }
     }
@@ -69,15 +76,17 @@ int main(int argc, char **argv)
     if (sim_trace_transform(&t, &x) < 0) return die("--rate");
     sim_tune_bound b;
     if (sim_tune_goodput_bound(&t, &svc, p, window, &b) < 0) return die(trace);
-    printf("{\"trace\": \"%s\", \"rate\": %g, \"requests\": %zu, \"span_s\": %.6f, \"offered_rps\": %.6f, "
+    printf("{\"trace\": \"%s\", \"rate\": %g, \"requests\": %zu, \"span_s\": %.6f, "
+           "\"offered_rps\": %.6f, "
            "\"min_misses\": %zu, \"goodput_bound_rps\": %.6f, \"window_s\": %g}\n",
-           trace, rate, b.requests, b.span_s, b.span_s > 0 ? (double)b.requests / b.span_s : 0, b.min_misses,
-           b.goodput_rps, b.window_s);
+           trace, rate, b.requests, b.span_s, b.span_s > 0 ? (double)b.requests / b.span_s : 0,
+           b.min_misses, b.goodput_rps, b.window_s);
     sim_trace_free(&t);
     sim_service_free(&svc);
     sched_policy_free(p);
     return 0;
 usage:
-    fprintf(stderr, "usage: goodput_bound --trace FILE [--rate X] [--calibration FILE] [--policy FILE] [--window-s S]\n");
+    fprintf(stderr, "usage: goodput_bound --trace FILE [--rate X] [--calibration FILE] [--policy "
+                    "FILE] [--window-s S]\n");
     return 2;
 }

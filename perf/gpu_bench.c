@@ -52,8 +52,7 @@ typedef struct probes {
 static void *open_plugin(void)
 {
     const char *env = getenv("RINGLM_CUDA_LIB");
-    if (env && *env)
-        return dlopen(env, RTLD_NOW | RTLD_LOCAL);
+    if (env && *env) return dlopen(env, RTLD_NOW | RTLD_LOCAL);
     char exe[PATH_MAX], path[PATH_MAX + 64];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {
@@ -63,8 +62,7 @@ static void *open_plugin(void)
             *slash = '\0';
             snprintf(path, sizeof path, "%s/../lib/libringlm_cuda.so", exe);
             void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-            if (h)
-                return h;
+            if (h) return h;
         }
     }
     return dlopen("libringlm_cuda.so", RTLD_NOW | RTLD_LOCAL);
@@ -77,13 +75,13 @@ static int load_probes(probes *p)
         fprintf(stderr, "gpu_bench: cannot load libringlm_cuda.so: %s\n", dlerror());
         return -ENODEV;
     }
-#define SYM(field, name)                                                                      \
-    do {                                                                                      \
-        *(void **)&p->field = dlsym(h, name);                                                 \
-        if (!p->field) {                                                                      \
-            fprintf(stderr, "gpu_bench: plugin lacks %s\n", name);                            \
-            return -ENODEV;                                                                   \
-        }                                                                                     \
+#define SYM(field, name)                                                                           \
+    do {                                                                                           \
+        *(void **)&p->field = dlsym(h, name);                                                      \
+        if (!p->field) {                                                                           \
+            fprintf(stderr, "gpu_bench: plugin lacks %s\n", name);                                 \
+            return -ENODEV;                                                                        \
+        }                                                                                          \
     } while (0)
     SYM(device_info, "ringlm_cuda_device_info");
     SYM(d2d, "ringlm_cuda_probe_d2d");
@@ -107,15 +105,17 @@ static int n_results;
 
 static gp_result *next_result(void)
 {
-    if (n_results >= MAX_RESULTS)
-        n_results = MAX_RESULTS - 1;
+    if (n_results >= MAX_RESULTS) n_results = MAX_RESULTS - 1;
     units[n_results][0] = '\0';
     return &results[n_results++];
 }
 
 static void print_result(const gp_result *r)
 {
-    printf("%-4s %-30s %12.4g  %s\n", r->pass > 0 ? "PASS" : r->pass == 0 ? "FAIL" : "SKIP",
+    printf("%-4s %-30s %12.4g  %s\n",
+           r->pass > 0    ? "PASS"
+           : r->pass == 0 ? "FAIL"
+                          : "SKIP",
            r->name, r->value, r->detail);
     fflush(stdout);
 }
@@ -128,8 +128,8 @@ static void add(const gp_result *r, const char *unit)
     print_result(d);
 }
 
-static void addf(const char *name, int pass, double value, const char *unit, const char *fmt,
-                 ...) __attribute__((format(printf, 5, 6)));
+static void addf(const char *name, int pass, double value, const char *unit, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 static void addf(const char *name, int pass, double value, const char *unit, const char *fmt, ...)
 {
     gp_result r;
@@ -161,8 +161,7 @@ static void prefix_name(gp_result *r, const char *label)
 {
     char n2[sizeof r->name];
     int k = snprintf(n2, sizeof n2, "%s.%s", label, r->name);
-    if (k < 0)
-        return;
+    if (k < 0) return;
     memcpy(r->name, n2, sizeof n2);
 }
 
@@ -290,11 +289,10 @@ static int tp_alloc(tp *t, size_t rows, size_t seqs, size_t table_len)
     t->rng = calloc(seqs, 8);
     t->samp = calloc(seqs, sizeof *t->samp);
     t->table = calloc(table_len, 4);
-    if (!t->tokens || !t->positions || !t->slots || !t->qs || !t->lens || !t->lrows ||
-        !t->out || !t->rng || !t->samp || !t->table)
+    if (!t->tokens || !t->positions || !t->slots || !t->qs || !t->lens || !t->lrows || !t->out ||
+        !t->rng || !t->samp || !t->table)
         return -ENOMEM;
-    for (size_t i = 0; i < table_len; i++)
-        t->table[i] = (int32_t)i;
+    for (size_t i = 0; i < table_len; i++) t->table[i] = (int32_t)i;
     return 0;
 }
 
@@ -331,10 +329,17 @@ static int tp_step_l(tp *t, int n_seqs, int rows, int ctx, double *dev_ms, doubl
         t->lrows[s] = T - 1;
     }
     t->qs[n_seqs] = T;
-    eng_batch b = {.n_tokens = T, .tokens = t->tokens, .positions = t->positions,
-                   .slot_mapping = t->slots, .n_seqs = n_seqs, .query_start = t->qs,
-                   .seq_len = t->lens, .block_table = t->table, .block_table_stride = t->bps,
-                   .n_logits = n_seqs, .logits_rows = t->lrows};
+    eng_batch b = {.n_tokens = T,
+                   .tokens = t->tokens,
+                   .positions = t->positions,
+                   .slot_mapping = t->slots,
+                   .n_seqs = n_seqs,
+                   .query_start = t->qs,
+                   .seq_len = t->lens,
+                   .block_table = t->table,
+                   .block_table_stride = t->bps,
+                   .n_logits = n_seqs,
+                   .logits_rows = t->lrows};
     double t0 = now_s();
     int err = eng_execute_sample(t->e, &b, t->samp, t->rng, t->out, logits);
     double t1 = now_s();
@@ -371,19 +376,19 @@ static void gemv_ab(tp *t, int B, int ctx0, int warm, int steps, double bytes_pe
     t->p->set_gemv(0);
     err = tp_step_l(t, B, 1, ctx0, &d, &w, la);
     t->p->set_gemv(1);
-    if (!err)
-        err = tp_step_l(t, B, 1, ctx0, &d, &w, lb);
+    if (!err) err = tp_step_l(t, B, 1, ctx0, &d, &w, lb);
     snprintf(name, sizeof name, "llama3.gemv_b%d_parity", B);
     if (err) {
         addf(name, 0, 0, "", "%s", eng_errmsg());
         goto out;
     }
     double rel = gp_rel_l2(lb, la, B * V);
-    addf(name, rel <= GP_INV_TOL, rel, "relL2", "skinny GEMM vs cuBLAS logits, one decode step "
-         "(tol %.0e)", GP_INV_TOL);
+    addf(name, rel <= GP_INV_TOL, rel, "relL2",
+         "skinny GEMM vs cuBLAS logits, one decode step "
+         "(tol %.0e)",
+         GP_INV_TOL);
     for (int i = 0; i < warm + steps && !err; i++) {
-        if ((err = tp_step(t, B, 1, ctx0 + i, &d, &w)))
-            break;
+        if ((err = tp_step(t, B, 1, ctx0 + i, &d, &w))) break;
         if (i >= warm && n < 64) {
             dev[n] = d;
             wall[n++] = w;
@@ -396,9 +401,10 @@ static void gemv_ab(tp *t, int B, int ctx0, int warm, int steps, double bytes_pe
     }
     double md = bench_median(dev, n), mw = bench_median(wall, n);
     double gbs = bytes_per_step / (md * 1e-3) / 1e9;
-    addf(name, 1, B * 1000.0 / md, "tok/s", "skinny GEMM path: %.3f ms device, %.3f ms wall, "
-         "%.0f GB/s (%.0f%% of D2D); cuBLAS path %.3f ms", md, mw, gbs,
-         d2d > 0 ? 100.0 * gbs / (d2d / 1e9) : 0.0, cublas_ms);
+    addf(name, 1, B * 1000.0 / md, "tok/s",
+         "skinny GEMM path: %.3f ms device, %.3f ms wall, "
+         "%.0f GB/s (%.0f%% of D2D); cuBLAS path %.3f ms",
+         md, mw, gbs, d2d > 0 ? 100.0 * gbs / (d2d / 1e9) : 0.0, cublas_ms);
 out:
     t->p->set_gemv(0);
     free(la);
@@ -418,8 +424,7 @@ static int gguf_dir_make(void)
 
 static void gguf_dir_done(void)
 {
-    if (gguf_dir[0])
-        nftw(gguf_dir, bench_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (gguf_dir[0]) nftw(gguf_dir, bench_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     gguf_dir[0] = '\0';
 }
 
@@ -430,8 +435,7 @@ static int gguf_export(const char *spec, const char *type, const char *arch, con
 {
     eng_model *m = NULL;
     int err = eng_model_load(spec, &m);
-    if (err)
-        return err;
+    if (err) return err;
     snprintf(path, len, "%s/%s", gguf_dir, name);
     gw_export_opts o = {.type = type, .arch = arch};
     char note[1024] = "";
@@ -510,8 +514,7 @@ static void parity_gguf(const char *s260k)
 static void throughput(probes *p, int quick)
 {
     char info[256] = "";
-    if (p->device_info(info, sizeof info) == 0)
-        addf("device", 1, 0, "", "%s", info);
+    if (p->device_info(info, sizeof info) == 0) addf("device", 1, 0, "", "%s", info);
     /* same-run baselines */
     double d2d = 0, gemm = 0, h2d = 0, d2h = 0;
     int err = p->d2d((size_t)2 << 30, quick ? 5 : 20, &d2d);
@@ -543,8 +546,12 @@ static void throughput(probes *p, int quick)
     t.bs = 16;
     t.bps = (ctx0 + 64 + t.bs - 1) / t.bs;
     const int blocks = max_seqs * t.bps;
-    eng_options o = {.backend = "cuda", .numa_node = -1, .kv_blocks = blocks,
-                     .kv_block_size = t.bs, .max_batch_tokens = 4096, .max_seqs = max_seqs};
+    eng_options o = {.backend = "cuda",
+                     .numa_node = -1,
+                     .kv_blocks = blocks,
+                     .kv_block_size = t.bs,
+                     .max_batch_tokens = 4096,
+                     .max_seqs = max_seqs};
     double t0 = now_s();
     err = eng_create(m, &o, &t.e);
     if (err) {
@@ -552,9 +559,10 @@ static void throughput(probes *p, int quick)
         eng_model_free(m);
         return;
     }
-    addf("llama3.create", 1, now_s() - t0, "s", "weights generated on the device; engine "
-         "holds %.1f GiB (%d KV blocks of %zu bytes)", (double)eng_memory_bytes(t.e) / (1 << 30),
-         blocks, eng_kv_block_bytes(t.e));
+    addf("llama3.create", 1, now_s() - t0, "s",
+         "weights generated on the device; engine "
+         "holds %.1f GiB (%d KV blocks of %zu bytes)",
+         (double)eng_memory_bytes(t.e) / (1 << 30), blocks, eng_kv_block_bytes(t.e));
     const size_t T = 4096;
     if (tp_alloc(&t, T, (size_t)max_seqs, (size_t)blocks)) {
         addf("llama3.alloc", 0, 0, "", "out of memory");
@@ -573,8 +581,7 @@ static void throughput(probes *p, int quick)
         const int seqs = 4, rows = 512;
         for (int i = 0; i < warm + (quick ? 4 : 10) && !err; i++) {
             double d, w;
-            if ((err = tp_step(&t, seqs, rows, 0, &d, &w)))
-                break;
+            if ((err = tp_step(&t, seqs, rows, 0, &d, &w))) break;
             if (i >= warm) {
                 dev[n] = d;
                 wall[n++] = w;
@@ -607,21 +614,18 @@ static void throughput(probes *p, int quick)
             err = tp_step(&t, n, ctx0, 0, &d, &w);
             t.table = saved;
         }
-        if (err)
-            break;
+        if (err) break;
         double dev[64], wall[64];
         int n = 0, graphs = 0;
         for (int i = 0; i < warm + steps && !err; i++) {
-            if ((err = tp_step(&t, B, 1, ctx0 + i, &d, &w)))
-                break;
+            if ((err = tp_step(&t, B, 1, ctx0 + i, &d, &w))) break;
             if (i >= warm) {
                 dev[n] = d;
                 wall[n++] = w;
                 graphs += p->last_graph();
             }
         }
-        if (err)
-            break;
+        if (err) break;
         double md = bench_median(dev, n), mw = bench_median(wall, n);
         double ctx_avg = ctx0 + warm + steps / 2.0;
         double bytes = elt * (L * layer_params + V * dim) + B * ctx_avg * kv_per_tok;
@@ -630,19 +634,20 @@ static void throughput(probes *p, int quick)
         snprintf(name, sizeof name, "llama3.decode_b%d_tok_s", B);
         if (B == 1) {
             addf(name, 1000.0 / md >= 240.0, 1000.0 / md, "tok/s",
-                 "%.3f ms device, %.3f ms wall per step; graphs %d/%d (goal >= 240 tok/s)", md,
-                 mw, graphs, n);
+                 "%.3f ms device, %.3f ms wall per step; graphs %d/%d (goal >= 240 tok/s)", md, mw,
+                 graphs, n);
             addf("llama3.decode_b1_bw", d2d > 0 && gbs >= 0.75 * d2d / 1e9, gbs, "GB/s",
                  "%.0f%% of the same-run D2D copy (goal >= 75%%); %.2f GB read per step",
                  d2d > 0 ? 100.0 * gbs / (d2d / 1e9) : 0.0, bytes / 1e9);
             gemv_ab(&t, 1, ctx0, warm, steps, bytes, md, d2d);
         } else {
-            addf(name, 1, B * 1000.0 / md, "tok/s", "%.3f ms device, %.3f ms wall per step, "
-                 "%.0f GB/s; graphs %d/%d", md, mw, gbs, graphs, n);
+            addf(name, 1, B * 1000.0 / md, "tok/s",
+                 "%.3f ms device, %.3f ms wall per step, "
+                 "%.0f GB/s; graphs %d/%d",
+                 md, mw, gbs, graphs, n);
         }
     }
-    if (err)
-        addf("llama3.decode", 0, 0, "", "%s", eng_errmsg());
+    if (err) addf("llama3.decode", 0, 0, "", "%s", eng_errmsg());
 
     /* KV swap: 64 blocks out and in through eng_kv_transfer_async, pinned and memfd hosts */
     {
@@ -658,8 +663,7 @@ static void throughput(probes *p, int quick)
         if (efd >= 0 && p->host_alloc(nb * bb, &pinned) == 0) {
             for (int kind = 0; kind < 2; kind++) {
                 uint8_t *host = kind == 0 ? pinned : (mfd_map != MAP_FAILED ? mfd_map : NULL);
-                if (!host)
-                    continue;
+                if (!host) continue;
                 int32_t blk[64];
                 void *ptrs[64];
                 for (int i = 0; i < nb; i++) {
@@ -674,8 +678,7 @@ static void throughput(probes *p, int quick)
                         if ((err = eng_kv_transfer_async(t.e, dir, blk, ptrs, nb, efd)) ||
                             (err = gp_wait_efd(efd, 1)))
                             break;
-                        if (i >= 2)
-                            v[n++] = now_s() - s0;
+                        if (i >= 2) v[n++] = now_s() - s0;
                     }
                     char name[48];
                     snprintf(name, sizeof name, "swap.%s_%s", dir ? "in" : "out",
@@ -688,8 +691,8 @@ static void throughput(probes *p, int quick)
                     double ref = (dir ? sb_h2d : sb_d2h) / 1e9;
                     addf(name, ref > 0 && bw >= 0.8 * ref, bw, "GB/s",
                          "%d blocks of %zu bytes, submit to eventfd; %.0f%% of one %zu MiB "
-                         "pinned cudaMemcpy (goal >= 80%%)", nb, bb,
-                         ref > 0 ? 100.0 * bw / ref : 0.0, nb * bb >> 20);
+                         "pinned cudaMemcpy (goal >= 80%%)",
+                         nb, bb, ref > 0 ? 100.0 * bw / ref : 0.0, nb * bb >> 20);
                 }
             }
             p->host_free(pinned);
@@ -705,20 +708,17 @@ static void throughput(probes *p, int quick)
                 snprintf(name, sizeof name, "swap.block%d_h2d_d2h", tokens);
                 addf(name, sb_h2d > 0 && a >= 0.8 * sb_h2d && b >= 0.8 * sb_d2h, a / 1e9, "GB/s",
                      "block of %d tokens = %zu bytes: h2d %.1f GB/s, d2h %.1f GB/s per-block "
-                     "copies (%.0f%%, %.0f%% of one big copy)", tokens, chunk, a / 1e9, b / 1e9,
-                     100.0 * a / sb_h2d, 100.0 * b / sb_d2h);
+                     "copies (%.0f%%, %.0f%% of one big copy)",
+                     tokens, chunk, a / 1e9, b / 1e9, 100.0 * a / sb_h2d, 100.0 * b / sb_d2h);
             }
         }
         mfd_len = nb * bb;
-        if (efd >= 0)
-            close(efd);
+        if (efd >= 0) close(efd);
     }
 out:
     eng_destroy(t.e); /* unregisters the memfd mapping: unmap only after */
-    if (mfd_map != MAP_FAILED)
-        munmap(mfd_map, mfd_len);
-    if (memfd >= 0)
-        close(memfd);
+    if (mfd_map != MAP_FAILED) munmap(mfd_map, mfd_len);
+    if (memfd >= 0) close(memfd);
     tp_free(&t);
     eng_model_free(m);
 }
@@ -734,7 +734,8 @@ static int gguf_decode_rate(eng *e, const eng_model_config *c, probes *p, int B,
     t.p = p;
     t.bs = eng_kv_block_size(e);
     t.bps = (ctx0 + steps + 3 + t.bs - 1) / t.bs;
-    const size_t T = (size_t)B * (size_t)ctx0 > 4 * (size_t)ctx0 ? 4 * (size_t)ctx0 : (size_t)B * ctx0;
+    const size_t T =
+        (size_t)B * (size_t)ctx0 > 4 * (size_t)ctx0 ? 4 * (size_t)ctx0 : (size_t)B * ctx0;
     int err = tp_alloc(&t, T + (size_t)B, (size_t)B, (size_t)B * t.bps);
     if (!err) {
         double d, w, dev[64];
@@ -746,8 +747,7 @@ static int gguf_decode_rate(eng *e, const eng_model_config *c, probes *p, int B,
             t.table = saved;
         }
         for (int i = 0; i < 3 + steps && !err; i++)
-            if (!(err = tp_step(&t, B, 1, ctx0 + i, &d, &w)) && i >= 3 && n < 64)
-                dev[n++] = d;
+            if (!(err = tp_step(&t, B, 1, ctx0 + i, &d, &w)) && i >= 3 && n < 64) dev[n++] = d;
         if (!err) {
             *ms = bench_median(dev, n);
             *tok_s = B * 1000.0 / *ms;
@@ -793,8 +793,12 @@ static void gguf_throughput(probes *p, int quick)
             addf(name, 0, 0, "", "%s", eng_errmsg());
             continue;
         }
-        eng_options o = {.backend = "cuda", .numa_node = -1, .kv_blocks = 32 * 12,
-                         .kv_block_size = 16, .max_batch_tokens = 4 * ctx0, .max_seqs = 32};
+        eng_options o = {.backend = "cuda",
+                         .numa_node = -1,
+                         .kv_blocks = 32 * 12,
+                         .kv_block_size = 16,
+                         .max_batch_tokens = 4 * ctx0,
+                         .max_seqs = 32};
         eng *e = NULL;
         double t0 = now_s();
         int err = eng_create(m, &o, &e);
@@ -807,20 +811,20 @@ static void gguf_throughput(probes *p, int quick)
         }
         addf(name, 1, load_s, "s", "eng_create (upload%s), engine holds %.0f MiB",
              type && strcmp(type, "F16") && strcmp(type, "BF16") ? ", dequantized to bf16 on "
-                                                                   "the host" : "",
+                                                                   "the host"
+                                                                 : "",
              (double)eng_memory_bytes(e) / (1 << 20));
         for (int bi = 0; bi < 2; bi++) {
             double tok_s = 0, ms = 0;
             snprintf(name, sizeof name, "%s.decode_b%d_tok_s", label, Bs[bi]);
-            if ((err = gguf_decode_rate(e, eng_model_cfg(m), p, Bs[bi], ctx0, steps, &tok_s,
-                                        &ms))) {
+            if ((err =
+                     gguf_decode_rate(e, eng_model_cfg(m), p, Bs[bi], ctx0, steps, &tok_s, &ms))) {
                 addf(name, 0, 0, "", "%s", eng_errmsg());
                 continue;
             }
             if (!type) {
                 base[bi] = tok_s;
-                addf(name, 1, tok_s, "tok/s", "%.3f ms per step; the float32-loaded baseline",
-                     ms);
+                addf(name, 1, tok_s, "tok/s", "%.3f ms per step; the float32-loaded baseline", ms);
                 continue;
             }
             const bool bf16_dev = strcmp(type, "F16") != 0;
@@ -832,8 +836,7 @@ static void gguf_throughput(probes *p, int quick)
         }
         eng_destroy(e);
         eng_model_free(m);
-        if (type)
-            unlink(path);
+        if (type) unlink(path);
     }
     gguf_dir_done();
 }
@@ -848,11 +851,9 @@ static const char *find_file(const char *data, const char *name, char *buf, size
     snprintf(shared, sizeof shared, "%s/models", sh && *sh ? sh : "../shared");
     dirs[2] = shared;
     for (int i = 0; i < 3; i++) {
-        if (!dirs[i])
-            continue;
+        if (!dirs[i]) continue;
         snprintf(buf, len, "%s/%s", dirs[i], name);
-        if (access(buf, R_OK) == 0)
-            return buf;
+        if (access(buf, R_OK) == 0) return buf;
     }
     return NULL;
 }
@@ -861,17 +862,23 @@ int main(int argc, char **argv)
 {
     const char *data = NULL, *json_path = NULL, *only = NULL;
     int quick = 0, ch;
-    static const struct option opts[] = {
-        {"data", required_argument, 0, 'd'}, {"json", required_argument, 0, 'j'},
-        {"only", required_argument, 0, 'o'}, {"quick", no_argument, 0, 'q'},
-        {"harness-on-cpu", no_argument, 0, 'C'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"data", required_argument, 0, 'd'},
+                                         {"json", required_argument, 0, 'j'},
+                                         {"only", required_argument, 0, 'o'},
+                                         {"quick", no_argument, 0, 'q'},
+                                         {"harness-on-cpu", no_argument, 0, 'C'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     while ((ch = getopt_long(argc, argv, "d:j:o:qh", opts, NULL)) != -1) {
         switch (ch) {
         case 'd': data = optarg; break;
         case 'j': json_path = optarg; break;
         case 'o': only = optarg; break;
         case 'q': quick = 1; break;
-        case 'C': dut_backend = "cpu"; only = "parity"; break;
+        case 'C':
+            dut_backend = "cpu";
+            only = "parity";
+            break;
         default:
             fprintf(stderr, "usage: gpu_bench [--data DIR] [--json FILE] [--only parity|perf|gguf] "
                             "[--quick] [--harness-on-cpu]\n");
@@ -880,8 +887,7 @@ int main(int argc, char **argv)
     }
     probes p;
     char info[256] = "cpu (--harness-on-cpu)";
-    if (strcmp(dut_backend, "cuda") == 0 && load_probes(&p))
-        return 2;
+    if (strcmp(dut_backend, "cuda") == 0 && load_probes(&p)) return 2;
     if (strcmp(dut_backend, "cuda") == 0 && p.device_info(info, sizeof info)) {
         fprintf(stderr, "gpu_bench: %s\n", eng_errmsg());
         return 2;
@@ -894,18 +900,17 @@ int main(int argc, char **argv)
         if (mp)
             parity_model(mp, rp, "stories260K");
         else
-            addf("stories260K", -1, 0, "", "stories260K.bin not found (--data, gpu-data/, "
+            addf("stories260K", -1, 0, "",
+                 "stories260K.bin not found (--data, gpu-data/, "
                  "$RINGLM_SHARED/models)");
         parity_model("synthetic:gqa-test:1", NULL, "gqa-test");
-        if (strcmp(dut_backend, "cuda") == 0)
-            parity_lazy("gqa-test");
+        if (strcmp(dut_backend, "cuda") == 0) parity_lazy("gqa-test");
     }
     if (!only || strcmp(only, "parity") == 0 || strcmp(only, "gguf") == 0) {
         char model[PATH_MAX];
         parity_gguf(find_file(data, "stories260K.bin", model, sizeof model));
     }
-    if (!only || strcmp(only, "perf") == 0)
-        throughput(&p, quick);
+    if (!only || strcmp(only, "perf") == 0) throughput(&p, quick);
     if (strcmp(dut_backend, "cuda") == 0 &&
         (!only || strcmp(only, "perf") == 0 || strcmp(only, "gguf") == 0))
         gguf_throughput(&p, quick);
@@ -918,8 +923,10 @@ int main(int argc, char **argv)
     }
     printf("\n== summary ==\n");
     for (int i = 0; i < n_results; i++)
-        printf("%-4s %-36s %12.4g %s\n", results[i].pass > 0 ? "PASS" : results[i].pass == 0
-                                                                        ? "FAIL" : "SKIP",
+        printf("%-4s %-36s %12.4g %s\n",
+               results[i].pass > 0    ? "PASS"
+               : results[i].pass == 0 ? "FAIL"
+                                      : "SKIP",
                results[i].name, results[i].value, units[i]);
     printf("\n%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     if (json_path) {
@@ -928,9 +935,10 @@ int main(int argc, char **argv)
         for (int i = 0; i < n_results; i++) {
             json_t *o = json_object();
             json_object_set_new(o, "name", json_string(results[i].name));
-            json_object_set_new(o, "status", json_string(results[i].pass > 0    ? "pass"
-                                                         : results[i].pass == 0 ? "fail"
-                                                                                : "skip"));
+            json_object_set_new(o, "status",
+                                json_string(results[i].pass > 0    ? "pass"
+                                            : results[i].pass == 0 ? "fail"
+                                                                   : "skip"));
             json_object_set_new(o, "value", json_real(results[i].value));
             json_object_set_new(o, "unit", json_string(units[i]));
             json_object_set_new(o, "detail", json_string(results[i].detail));

@@ -29,11 +29,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define GP_MAX_TOK 1024
-#define GP_MAX_BLK 128
-#define GP_MAX_SEQS 8
+#define GP_MAX_TOK    1024
+#define GP_MAX_BLK    128
+#define GP_MAX_SEQS   8
 #define GP_PARITY_TOL 1e-2
-#define GP_INV_TOL 5e-3
+#define GP_INV_TOL    5e-3
 
 typedef struct gp_result {
     char name[48];
@@ -42,10 +42,10 @@ typedef struct gp_result {
     char detail[320];
 } gp_result;
 
-static inline void gp_set(gp_result *r, const char *name, int pass, double value,
-                          const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static inline void gp_set(gp_result *r, const char *name, int pass, double value,
-                          const char *fmt, ...)
+static inline void gp_set(gp_result *r, const char *name, int pass, double value, const char *fmt,
+                          ...) __attribute__((format(printf, 5, 6)));
+static inline void gp_set(gp_result *r, const char *name, int pass, double value, const char *fmt,
+                          ...)
 {
     snprintf(r->name, sizeof r->name, "%s", name);
     r->pass = pass;
@@ -68,8 +68,7 @@ static inline void gp_seq_init(gp_seq *s, const int32_t *prompt, int n, int firs
     memset(s, 0, sizeof *s);
     memcpy(s->tokens, prompt, (size_t)n * sizeof *prompt);
     s->n_tokens = n;
-    for (int j = 0; j < GP_MAX_BLK; j++)
-        s->table[j] = first_block + j;
+    for (int j = 0; j < GP_MAX_BLK; j++) s->table[j] = first_block + j;
 }
 
 /* An engine of `backend` over m with `blocks` KV blocks of bs tokens and the harness's batch
@@ -78,8 +77,12 @@ static inline void gp_seq_init(gp_seq *s, const int32_t *prompt, int n, int firs
 static inline int gp_engine_create(const eng_model *m, const char *backend, int blocks, int bs,
                                    eng **e)
 {
-    eng_options o = {.backend = backend, .n_threads = 2, .numa_node = -1, .kv_blocks = blocks,
-                     .kv_block_size = bs, .max_batch_tokens = GP_MAX_TOK,
+    eng_options o = {.backend = backend,
+                     .n_threads = 2,
+                     .numa_node = -1,
+                     .kv_blocks = blocks,
+                     .kv_block_size = bs,
+                     .max_batch_tokens = GP_MAX_TOK,
                      .max_seqs = GP_MAX_SEQS};
     *e = NULL;
     return eng_create(m, &o, e);
@@ -105,8 +108,7 @@ static inline int gp_step_ex(eng *e, gp_seq **seqs, const int *rows, int n_seqs,
 {
     eng_batch_builder bb;
     int err = eng_bb_init(&bb, GP_MAX_TOK, GP_MAX_SEQS, GP_MAX_BLK, eng_kv_block_size(e));
-    if (err)
-        return err;
+    if (err) return err;
     for (int i = 0; i < n_seqs; i++) {
         gp_seq *s = seqs[i];
         if (s->n_cached + rows[i] > s->n_tokens) {
@@ -125,8 +127,7 @@ static inline int gp_step_ex(eng *e, gp_seq **seqs, const int *rows, int n_seqs,
     err = samp ? eng_execute_sample(e, b, samp, rng, toks, logits) : eng_execute(e, b, logits);
     eng_bb_free(&bb);
     if (err == 0)
-        for (int i = 0; i < n_seqs; i++)
-            seqs[i]->n_cached += rows[i];
+        for (int i = 0; i < n_seqs; i++) seqs[i]->n_cached += rows[i];
     return err;
 }
 
@@ -139,8 +140,7 @@ static inline int32_t gp_argmax(const float *v, int n)
 {
     int32_t best = 0;
     for (int i = 1; i < n; i++)
-        if (v[i] > v[best])
-            best = i;
+        if (v[i] > v[best]) best = i;
     return best;
 }
 
@@ -189,8 +189,8 @@ static inline void gp_check_reference(eng *e, const eng_model *m, const char *js
     char first_bad[200] = "";
     for (int ci = 0; ci < n_cases && logits && s; ci++) {
         json_t *c = json_array_get(cases, (size_t)ci);
-        json_t *pt = json_object_get(c, "prompt_tokens"), *gt = json_object_get(c,
-                                                                             "generated_tokens");
+        json_t *pt = json_object_get(c, "prompt_tokens"),
+               *gt = json_object_get(c, "generated_tokens");
         int np = (int)json_array_size(pt), ng = (int)json_array_size(gt);
         int stopped = json_is_true(json_object_get(c, "stopped_on_bos"));
         int32_t prompt[GP_MAX_TOK];
@@ -199,8 +199,7 @@ static inline void gp_check_reference(eng *e, const eng_model *m, const char *js
         gp_seq_init(s, prompt, np, 0);
         int rows = np, good = 1;
         for (int step = 0; step <= ng && good; step++) {
-            if (step == ng && !stopped)
-                break;
+            if (step == ng && !stopped) break;
             eng_sampling sp = {.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0};
             uint64_t rng = eng_rng_init(1);
             int32_t tok = -1;
@@ -212,24 +211,22 @@ static inline void gp_check_reference(eng *e, const eng_model *m, const char *js
                 good = 0;
                 break;
             }
-            if (tok != gp_argmax(logits, vocab))
-                host_dev_mismatch++;
-            int32_t want = step < ng ? (int32_t)json_integer_value(json_array_get(gt,
-                                                                               (size_t)step))
+            if (tok != gp_argmax(logits, vocab)) host_dev_mismatch++;
+            int32_t want = step < ng ? (int32_t)json_integer_value(json_array_get(gt, (size_t)step))
                                      : 1; /* stopped on BOS */
             if (tok != want) {
                 good = 0;
                 if (!first_bad[0]) {
                     float a = logits[want], b = logits[tok];
-                    snprintf(first_bad, sizeof first_bad, "case %d (\"%s\") step %d: got %d want "
-                             "%d (logit gap %.4g)", ci,
-                             json_string_value(json_object_get(c, "prompt")), step, tok, want,
+                    snprintf(first_bad, sizeof first_bad,
+                             "case %d (\"%s\") step %d: got %d want "
+                             "%d (logit gap %.4g)",
+                             ci, json_string_value(json_object_get(c, "prompt")), step, tok, want,
                              (double)(b - a));
                 }
                 break;
             }
-            if (s->n_tokens >= GP_MAX_TOK)
-                break;
+            if (s->n_tokens >= GP_MAX_TOK) break;
             s->tokens[s->n_tokens++] = tok;
             rows = 1;
         }
@@ -288,8 +285,8 @@ static inline void gp_check_cpu_parity_tol(eng *cpu, eng *gpu, const eng_model *
     /* the long prompt is cut to leave the 25 steps room in a short context (quant-test: 256) */
     const int plen[3] = {37, 5, 300 < seq - 25 ? 300 : seq - 25};
     gp_seq *a = calloc(3, sizeof *a), *b = calloc(3, sizeof *b);
-    float *la = malloc(3 * (size_t)vocab * sizeof(float)), *lb = malloc(3 * (size_t)vocab *
-                                                                         sizeof(float));
+    float *la = malloc(3 * (size_t)vocab * sizeof(float)),
+          *lb = malloc(3 * (size_t)vocab * sizeof(float));
     double worst = 0;
     int agree = 0, total = 0, err = 0;
     if (!a || !b || !la || !lb) {
@@ -305,12 +302,10 @@ static inline void gp_check_cpu_parity_tol(eng *cpu, eng *gpu, const eng_model *
     gp_seq *sa[3] = {&a[0], &a[1], &a[2]}, *sb[3] = {&b[0], &b[1], &b[2]};
     int rows[3] = {plen[0], plen[1], plen[2]};
     for (int step = 0; step < 25 && !err; step++) {
-        if ((err = gp_step(cpu, sa, rows, 3, la)) || (err = gp_step(gpu, sb, rows, 3, lb)))
-            break;
+        if ((err = gp_step(cpu, sa, rows, 3, la)) || (err = gp_step(gpu, sb, rows, 3, lb))) break;
         for (int i = 0; i < 3; i++) {
             double d = gp_rel_l2(lb + (size_t)i * vocab, la + (size_t)i * vocab, vocab);
-            if (d > worst)
-                worst = d;
+            if (d > worst) worst = d;
             int32_t ta = gp_argmax(la + (size_t)i * vocab, vocab);
             agree += ta == gp_argmax(lb + (size_t)i * vocab, vocab);
             total++;
@@ -362,8 +357,7 @@ static inline void gp_check_greedy_match(eng *cpu, eng *gpu, const eng_model *m,
     float *la = malloc((size_t)vocab * sizeof(float)), *lb = malloc((size_t)vocab * sizeof(float));
     int err = 0, same = 0, first_diff = -1;
     double margin = 0;
-    if (steps > GP_MAX_TOK - 24)
-        steps = GP_MAX_TOK - 24;
+    if (steps > GP_MAX_TOK - 24) steps = GP_MAX_TOK - 24;
     if (!a || !b || !la || !lb) {
         gp_set(r, "greedy_match", 0, 0, "out of memory");
         goto out;
@@ -394,12 +388,13 @@ static inline void gp_check_greedy_match(eng *cpu, eng *gpu, const eng_model *m,
     if (err)
         gp_set(r, "greedy_match", 0, 0, "execute: %s", eng_errmsg());
     else if (first_diff < 0)
-        gp_set(r, "greedy_match", 1, same, "%d/%d greedy tokens equal to the CPU backend's",
-               same, steps);
+        gp_set(r, "greedy_match", 1, same, "%d/%d greedy tokens equal to the CPU backend's", same,
+               steps);
     else
-        gp_set(r, "greedy_match", 0, same, "tokens equal up to step %d of %d; there the CPU "
-               "picks %d, CUDA %d, CPU logit margin %.4g", first_diff, steps,
-               a->tokens[23 + first_diff], b->tokens[23 + first_diff], margin);
+        gp_set(r, "greedy_match", 0, same,
+               "tokens equal up to step %d of %d; there the CPU "
+               "picks %d, CUDA %d, CPU logit margin %.4g",
+               first_diff, steps, a->tokens[23 + first_diff], b->tokens[23 + first_diff], margin);
 out:
     free(a);
     free(b);
@@ -414,9 +409,8 @@ out:
  * after each decode) in out[(decode + 1) * vocab]. Other sequences, when n_others > 0, ride
  * along in the same batches (decoding after a prefill of their own). first_block: where the
  * sequence's blocks start; perm: optional block permutation applied to its table. */
-static inline int gp_run_seq(eng *e, int vocab, const int32_t *prompt, int n, int chunk,
-                             int decode, int n_others, int first_block, const int32_t *perm,
-                             float *out)
+static inline int gp_run_seq(eng *e, int vocab, const int32_t *prompt, int n, int chunk, int decode,
+                             int n_others, int first_block, const int32_t *perm, float *out)
 {
     gp_seq *s = calloc((size_t)n_others + 1, sizeof *s);
     float *lg = malloc(((size_t)n_others + 1) * (size_t)vocab * sizeof(float));
@@ -427,8 +421,7 @@ static inline int gp_run_seq(eng *e, int vocab, const int32_t *prompt, int n, in
     }
     gp_seq_init(&s[0], prompt, n, first_block);
     if (perm)
-        for (int j = 0; j < GP_MAX_BLK; j++)
-            s[0].table[j] = perm[j];
+        for (int j = 0; j < GP_MAX_BLK; j++) s[0].table[j] = perm[j];
     for (int o = 1; o <= n_others; o++) {
         int32_t p[64];
         gp_rand_tokens(p, 20 + 9 * o, vocab, 500 + (uint64_t)o);
@@ -436,16 +429,14 @@ static inline int gp_run_seq(eng *e, int vocab, const int32_t *prompt, int n, in
     }
     gp_seq *all[GP_MAX_SEQS];
     int rows[GP_MAX_SEQS];
-    for (int i = 0; i <= n_others; i++)
-        all[i] = &s[i];
+    for (int i = 0; i <= n_others; i++) all[i] = &s[i];
     int produced = 0;
     while (produced <= decode) {
         int ns = 0;
         for (int i = 0; i <= n_others; i++) {
             int left = s[i].n_tokens - s[i].n_cached;
             int r = left;
-            if (i == 0 && chunk > 0 && r > chunk)
-                r = chunk;
+            if (i == 0 && chunk > 0 && r > chunk) r = chunk;
             if (i > 0 && r == 0) {
                 /* the others keep decoding their own greedy continuation */
                 continue;
@@ -453,20 +444,17 @@ static inline int gp_run_seq(eng *e, int vocab, const int32_t *prompt, int n, in
             all[ns] = &s[i];
             rows[ns++] = r;
         }
-        if ((err = gp_step(e, all, rows, ns, lg)))
-            goto out;
+        if ((err = gp_step(e, all, rows, ns, lg))) goto out;
         for (int k = 0; k < ns; k++) {
             gp_seq *q = all[k];
-            if (q->n_cached < q->n_tokens)
-                continue; /* mid-prefill: no token yet */
+            if (q->n_cached < q->n_tokens) continue; /* mid-prefill: no token yet */
             int32_t t = gp_argmax(lg + (size_t)k * vocab, vocab);
             if (q == &s[0]) {
                 memcpy(out + (size_t)produced * vocab, lg + (size_t)k * vocab,
                        (size_t)vocab * sizeof(float));
                 produced++;
             }
-            if (q->n_tokens < GP_MAX_TOK)
-                q->tokens[q->n_tokens++] = t;
+            if (q->n_tokens < GP_MAX_TOK) q->tokens[q->n_tokens++] = t;
         }
     }
 out:
@@ -500,8 +488,7 @@ static inline void gp_check_invariance(eng *e, const eng_model *m, gp_result *re
            "alone vs with 3 others: relative L2 %.3g over %d steps (tol %.0e)%s", d, dec + 1,
            GP_INV_TOL, err ? eng_errmsg() : "");
     /* permuted physical blocks (reversed, spread over the pool) */
-    for (int j = 0; j < GP_MAX_BLK; j++)
-        perm[j] = (int32_t)(40 - j > 10 ? 40 - j : 100 + j);
+    for (int j = 0; j < GP_MAX_BLK; j++) perm[j] = (int32_t)(40 - j > 10 ? 40 - j : 100 + j);
     err = gp_run_seq(e, vocab, prompt, n, 0, dec, 0, 0, perm, other);
     d = err ? INFINITY : gp_rel_l2(other, base, (int)sz);
     gp_set(&res[1], "inv_block_permutation", !err && d == 0.0, d,
@@ -532,13 +519,11 @@ static inline int gp_wait_efd(int efd, uint64_t want)
         int rc = poll(&p, 1, 1000);
         if (rc > 0) {
             uint64_t v;
-            if (read(efd, &v, sizeof v) == (ssize_t)sizeof v)
-                got += v;
+            if (read(efd, &v, sizeof v) == (ssize_t)sizeof v) got += v;
         }
         struct timespec t1;
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        if (t1.tv_sec - t0.tv_sec > 10)
-            return -ETIMEDOUT;
+        if (t1.tv_sec - t0.tv_sec > 10) return -ETIMEDOUT;
     }
     return 0;
 }
@@ -592,16 +577,14 @@ static inline void gp_check_swap(eng *e, const eng_model *m, int kind, gp_result
     gp_seq_init(&s[0], prompt, 40, 2);
     int rows = 40;
     gp_seq *one[1] = {&s[0]};
-    if ((err = gp_step(e, one, &rows, 1, l1)))
-        goto fail_exec;
+    if ((err = gp_step(e, one, &rows, 1, l1))) goto fail_exec;
     int32_t blocks[8], moved[8];
     void *ptrs[8];
     for (int j = 0; j < nb; j++) {
         blocks[j] = s[0].table[j];
         moved[j] = 90 + 3 * j; /* not contiguous: one copy per block */
         ptrs[j] = host + (size_t)j * bb;
-        if ((err = eng_kv_read_block(e, blocks[j], orig + (size_t)j * bb)))
-            goto fail_exec;
+        if ((err = eng_kv_read_block(e, blocks[j], orig + (size_t)j * bb))) goto fail_exec;
     }
     if ((err = eng_kv_transfer_async(e, ENG_KV_OUT, blocks, ptrs, nb, efd)) ||
         (err = gp_wait_efd(efd, 1)))
@@ -614,16 +597,14 @@ static inline void gp_check_swap(eng *e, const eng_model *m, int kind, gp_result
         (err = gp_wait_efd(efd, 1)))
         goto fail_exec;
     for (int j = 0; j < nb; j++)
-        if ((err = eng_kv_read_block(e, moved[j], back + (size_t)j * bb)))
-            goto fail_exec;
+        if ((err = eng_kv_read_block(e, moved[j], back + (size_t)j * bb))) goto fail_exec;
     if (memcmp(back, orig, total) != 0) {
         gp_set(r, name, 0, 1, "swap-in bytes differ from the swapped-out block");
         goto out;
     }
     /* decode one step from each copy (same shapes): identical logits */
     s[1] = s[0];
-    for (int j = 0; j < nb; j++)
-        s[1].table[j] = moved[j];
+    for (int j = 0; j < nb; j++) s[1].table[j] = moved[j];
     int32_t next = gp_argmax(l1, vocab);
     s[0].tokens[s[0].n_tokens++] = next;
     s[1].tokens[s[1].n_tokens++] = next;
@@ -634,8 +615,10 @@ static inline void gp_check_swap(eng *e, const eng_model *m, int kind, gp_result
     if ((err = gp_step(e, o0, &rows, 1, l1)) || (err = gp_step(e, o1, &rows, 1, l2)))
         goto fail_exec;
     double d = gp_rel_l2(l2, l1, vocab);
-    gp_set(r, name, d == 0.0, d, "%d blocks of %zu bytes out and in byte-exact; decode from "
-           "moved blocks: relative L2 %.3g (want 0)", nb, bb, d);
+    gp_set(r, name, d == 0.0, d,
+           "%d blocks of %zu bytes out and in byte-exact; decode from "
+           "moved blocks: relative L2 %.3g (want 0)",
+           nb, bb, d);
     goto out;
 fail_exec:
     if (err == -ENOTSUP)
@@ -646,12 +629,9 @@ out:
     /* A memfd mapping stays mapped: the backend registered it with the driver for the
      * engine's lifetime (as the daemon's host tier is), and an address range reused by a
      * later mapping must not look registered. It is small (a few blocks). */
-    if (!kind)
-        free(host);
-    if (memfd >= 0)
-        close(memfd);
-    if (efd >= 0)
-        close(efd);
+    if (!kind) free(host);
+    if (memfd >= 0) close(memfd);
+    if (efd >= 0) close(efd);
     free(orig);
     free(back);
     free(l1);
@@ -677,12 +657,10 @@ static inline void gp_check_recompute(eng *e, const eng_model *m, gp_result *r)
     int rows = 30;
     gp_seq *a[1] = {&s[0]}, *b[1] = {&s[1]};
     for (int i = 0; i < 20; i++) {
-        if ((err = gp_step(e, a, &rows, 1, lg)))
-            goto fail;
+        if ((err = gp_step(e, a, &rows, 1, lg))) goto fail;
         s[0].tokens[s[0].n_tokens++] = gp_argmax(lg, vocab);
         rows = 1;
-        if (i == 9)
-            s[1] = s[0]; /* snapshot of the tokens after 10 generated */
+        if (i == 9) s[1] = s[0]; /* snapshot of the tokens after 10 generated */
     }
     {
         int32_t snap[GP_MAX_TOK]; /* gp_seq_init clears the sequence before copying */
@@ -692,15 +670,16 @@ static inline void gp_check_recompute(eng *e, const eng_model *m, gp_result *r)
     }
     rows = s[1].n_tokens;
     for (int i = 10; i < 20; i++) {
-        if ((err = gp_step(e, b, &rows, 1, lg)))
-            goto fail;
+        if ((err = gp_step(e, b, &rows, 1, lg))) goto fail;
         int32_t t = gp_argmax(lg, vocab);
         same += t == s[0].tokens[30 + i];
         s[1].tokens[s[1].n_tokens++] = s[0].tokens[30 + i]; /* follow the original */
         rows = 1;
     }
-    gp_set(r, "recompute_greedy", same == 10, same, "recomputed sequence agrees on %d/10 greedy "
-           "tokens", same);
+    gp_set(r, "recompute_greedy", same == 10, same,
+           "recomputed sequence agrees on %d/10 greedy "
+           "tokens",
+           same);
     goto out;
 fail:
     gp_set(r, "recompute_greedy", 0, 0, "execute: %s", eng_errmsg());
@@ -714,9 +693,9 @@ out:
 static inline void gp_check_sampling(eng *e, const eng_model *m, gp_result *r)
 {
     const int vocab = eng_model_cfg(m)->vocab_size;
-    static const eng_sampling modes[] = {
-        {0.0f, 0, 1.0f, 1}, {0.8f, 0, 1.0f, 2}, {1.0f, 40, 1.0f, 3}, {0.9f, 0, 0.9f, 4},
-        {0.7f, 20, 0.8f, 5}, {1.3f, 0, 0.5f, 6}};
+    static const eng_sampling modes[] = {{0.0f, 0, 1.0f, 1},  {0.8f, 0, 1.0f, 2},
+                                         {1.0f, 40, 1.0f, 3}, {0.9f, 0, 0.9f, 4},
+                                         {0.7f, 20, 0.8f, 5}, {1.3f, 0, 0.5f, 6}};
     const int n_modes = (int)(sizeof modes / sizeof modes[0]);
     gp_seq *s = calloc(GP_MAX_SEQS, sizeof *s);
     float *lg = malloc((size_t)n_modes * vocab * sizeof(float));
@@ -738,8 +717,7 @@ static inline void gp_check_sampling(eng *e, const eng_model *m, gp_result *r)
     }
     for (int step = 0; step < 16; step++) {
         int32_t toks[GP_MAX_SEQS];
-        if ((err = gp_step_ex(e, all, rows, n_modes, lg, modes, rng, toks)))
-            goto fail;
+        if ((err = gp_step_ex(e, all, rows, n_modes, lg, modes, rng, toks))) goto fail;
         for (int i = 0; i < n_modes; i++) {
             int32_t want = eng_sample(lg + (size_t)i * vocab, vocab, &modes[i], &host_rng[i]);
             agree += want == toks[i];
@@ -769,13 +747,11 @@ static inline void gp_check_identical(eng *x, eng *y, const eng_model *m, const 
     const int vocab = eng_model_cfg(m)->vocab_size;
     int32_t prompt[50];
     gp_rand_tokens(prompt, 50, vocab, 3);
-    float *a = malloc(6 * (size_t)vocab * sizeof(float)), *b = malloc(6 * (size_t)vocab *
-                                                                      sizeof(float));
+    float *a = malloc(6 * (size_t)vocab * sizeof(float)),
+          *b = malloc(6 * (size_t)vocab * sizeof(float));
     int err = (!a || !b) ? -ENOMEM : 0;
-    if (!err)
-        err = gp_run_seq(x, vocab, prompt, 50, 0, 5, 0, 0, NULL, a);
-    if (!err)
-        err = gp_run_seq(y, vocab, prompt, 50, 0, 5, 0, 0, NULL, b);
+    if (!err) err = gp_run_seq(x, vocab, prompt, 50, 0, 5, 0, 0, NULL, a);
+    if (!err) err = gp_run_seq(y, vocab, prompt, 50, 0, 5, 0, 0, NULL, b);
     double d = err ? INFINITY : gp_rel_l2(a, b, 6 * vocab);
     gp_set(r, name, !err && d == 0.0, d, "relative L2 %.3g over 6 steps (want exactly 0)%s%s", d,
            err ? ": " : "", err ? eng_errmsg() : "");

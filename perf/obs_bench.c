@@ -61,10 +61,12 @@ int main(int argc, char **argv)
     const int N = 1000000;
     for (int r = 0; r < 5; r++) {
         double t0 = now_ns();
-        for (int i = 0; i < N; i++) metrics_observe(m, series[i % 24], METRICS_H_TTFT, (uint64_t)(i & 0xffff) * 7);
+        for (int i = 0; i < N; i++)
+            metrics_observe(m, series[i % 24], METRICS_H_TTFT, (uint64_t)(i & 0xffff) * 7);
         obs[r] = (now_ns() - t0) / N;
         t0 = now_ns();
-        for (int i = 0; i < N; i++) metrics_publish(m, 1000 + (uint64_t)i / 1000, 0); /* within the interval */
+        for (int i = 0; i < N; i++)
+            metrics_publish(m, 1000 + (uint64_t)i / 1000, 0); /* within the interval */
         idle[r] = (now_ns() - t0) / N;
         t0 = now_ns();
         for (int i = 0; i < 10000; i++) metrics_publish(m, (uint64_t)i, 1);
@@ -83,7 +85,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "obs_bench: %s\n", declog_errmsg());
         return 1;
     }
-    const char line[] = "{\"t_us\":123456789,\"ev\":\"schedule\",\"req\":4242,\"tenant\":\"alice\",\"class\":\"chat\","
+    const char line[] = "{\"t_us\":123456789,\"ev\":\"schedule\",\"req\":4242,\"tenant\":\"alice\","
+                        "\"class\":\"chat\","
                         "\"reason\":\"start\",\"blocks\":3,\"wait_us\":1234}";
     int devnull = open("/dev/null", O_WRONLY);
     uint64_t dropped = 0;
@@ -105,7 +108,8 @@ int main(int argc, char **argv)
     size_t len;
     metrics_render(m, &txt, &len);
     free(txt);
-    double o = med5(obs), id = med5(idle), p = med5(pub), e = med5(enq), w = med5(wr), rd = med5(rend);
+    double o = med5(obs), id = med5(idle), p = med5(pub), e = med5(enq), w = med5(wr),
+           rd = med5(rend);
     if (json) {
         printf("{\"observe_ns\":%.1f,\"publish_idle_ns\":%.1f,\"publish_forced_ns\":%.0f,"
                "\"declog_enqueue_ns\":%.1f,\"write_devnull_ns\":%.1f,\"enqueue_vs_write\":%.3f,"
@@ -115,7 +119,9 @@ int main(int argc, char **argv)
         printf("metrics_observe            %8.1f ns\n", o);
         printf("metrics_publish (idle)     %8.1f ns   (every iteration)\n", id);
         printf("metrics_publish (forced)   %8.0f ns   (24 series; at most every 100 ms)\n", p);
-        printf("declog enqueue             %8.1f ns   (%.2fx of a write(2) to /dev/null: %.1f ns)\n", e, e / w, w);
+        printf(
+            "declog enqueue             %8.1f ns   (%.2fx of a write(2) to /dev/null: %.1f ns)\n",
+            e, e / w, w);
         printf("metrics_render (scrape)    %8.1f us   (%zu bytes; HTTP thread)\n", rd / 1e3, len);
         printf("decision lines dropped     %8llu      (ring full while the writer caught up)\n",
                (unsigned long long)dropped);

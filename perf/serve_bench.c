@@ -99,12 +99,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_SIZES 16
-#define MAX_RUNS 64
+#define MAX_SIZES       16
+#define MAX_RUNS        64
 #define MAX_DAEMON_ARGS 32
-#define MAX_N 256
-#define MAX_SLICES 8
-#define MAX_REPS 16 /* generations back to back in one slice */
+#define MAX_N           256
+#define MAX_SLICES      8
+#define MAX_REPS        16 /* generations back to back in one slice */
 
 typedef struct opts {
     const char *model, *ringlmd;
@@ -165,20 +165,21 @@ typedef struct attrib {
      * task (a helper descheduled mid-task: pool_stats). */
     double step_med_ms, step_max_ms, slow_excess_ms, straggler_ms;
     long slow_steps, straggler_waits;
-    double probe_gbs, probe_gflops;   /* the machine probe just before (machine_probe) */
-    long faults;                      /* page faults of this process in the engine window */
+    double probe_gbs, probe_gflops; /* the machine probe just before (machine_probe) */
+    long faults;                    /* page faults of this process in the engine window */
 } attrib;
 
 /* All CPUs' ticks from /proc/stat: steal, the total, and the busy ones (neither idle nor
  * iowait). */
-static void cpu_ticks(unsigned long long *steal, unsigned long long *total, unsigned long long *busy)
+static void cpu_ticks(unsigned long long *steal, unsigned long long *total,
+                      unsigned long long *busy)
 {
     *steal = *total = *busy = 0;
     FILE *f = fopen("/proc/stat", "r");
     if (!f) return;
     unsigned long long v[8] = {0};
-    if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
-               &v[4], &v[5], &v[6], &v[7]) == 8) {
+    if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+               &v[5], &v[6], &v[7]) == 8) {
         for (int i = 0; i < 8; i++) *total += v[i];
         *steal = v[7];
         *busy = *total - v[3] - v[4];
@@ -248,8 +249,10 @@ static attrib attrib_since(mark m0, pid_t pid, pid_t daemon)
     mark m1 = mark_now(pid, daemon);
     attrib a = {.preempt = m1.preempt - m0.preempt,
                 .daemon_ms = (double)(m1.daemon_ns - m0.daemon_ns) * 1e-6,
-                .helper_sleeps = -1, .helper_waits = -1,
-                .steal_ticks = m1.steal - m0.steal, .total_ticks = m1.total - m0.total,
+                .helper_sleeps = -1,
+                .helper_waits = -1,
+                .steal_ticks = m1.steal - m0.steal,
+                .total_ticks = m1.total - m0.total,
                 .busy_ticks = m1.busy - m0.busy,
                 .ours_s = m1.ours_s - m0.ours_s + (double)(m1.daemon_ns - m0.daemon_ns) * 1e-9,
                 .window_s = m1.t - m0.t};
@@ -270,8 +273,9 @@ static void attrib_add(attrib *a, const attrib *b)
     /* all CPUs' busy time minus ours, over all CPUs' time (total ticks: every CPU) */
     const double tick_s = 1.0 / (double)sysconf(_SC_CLK_TCK);
     const double others_s = (double)a->busy_ticks * tick_s - a->ours_s;
-    a->others_pct = a->total_ticks ? 100.0 * (others_s > 0 ? others_s : 0) /
-                                     ((double)a->total_ticks * tick_s) : 0;
+    a->others_pct = a->total_ticks
+                        ? 100.0 * (others_s > 0 ? others_s : 0) / ((double)a->total_ticks * tick_s)
+                        : 0;
 }
 
 /* Waits (up to 3 s) until ringlmd has run less than 0.5 ms in 20 ms: the end of the
@@ -301,13 +305,13 @@ static void settle(pid_t daemon)
  * traffic, the vCPUs' placement on cores or on the two threads of one core, the clock —
  * so a run whose probe was fast or slow tells a machine that was, not a change in ringlm.
  * ~60 ms; its threads are joined before any client process is forked. */
-#define PROBE_BYTES (128u << 20)
+#define PROBE_BYTES     (128u << 20)
 #define PROBE_FMA_ITERS 4000000
 
 typedef struct probe_arg {
     const uint64_t *buf;
-    size_t n;           /* uint64 words to read */
-    double sum;         /* kept, so the work is not optimized away */
+    size_t n;   /* uint64 words to read */
+    double sum; /* kept, so the work is not optimized away */
 } probe_arg;
 
 static void *probe_read(void *arg)
@@ -340,7 +344,9 @@ static void *probe_fma(void *arg)
     return NULL;
 }
 
-typedef struct probe { double read_gbs, fma_gflops; } probe;
+typedef struct probe {
+    double read_gbs, fma_gflops;
+} probe;
 
 /* buf: PROBE_BYTES, touched once (so no page faults are timed). */
 static probe machine_probe(const uint64_t *buf, int threads)
@@ -355,14 +361,18 @@ static probe machine_probe(const uint64_t *buf, int threads)
         int started = 0;
         for (int i = 0; i < threads; i++) {
             pa[i] = (probe_arg){buf + (size_t)i * words, words, 0};
-            if (pthread_create(&th[i], NULL, kind ? probe_fma : probe_read, &pa[i]) == 0) started++;
-            else break;
+            if (pthread_create(&th[i], NULL, kind ? probe_fma : probe_read, &pa[i]) == 0)
+                started++;
+            else
+                break;
         }
         for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
         double dt = now_s() - t0;
         if (started != threads || dt <= 0) return (probe){0, 0};
-        if (kind == 0) r.read_gbs = 2.0 * (double)words * sizeof(uint64_t) * threads / dt * 1e-9;
-        else r.fma_gflops = 2.0 * 8.0 * PROBE_FMA_ITERS * threads / dt * 1e-9;
+        if (kind == 0)
+            r.read_gbs = 2.0 * (double)words * sizeof(uint64_t) * threads / dt * 1e-9;
+        else
+            r.fma_gflops = 2.0 * 8.0 * PROBE_FMA_ITERS * threads / dt * 1e-9;
     }
     return r;
 }
@@ -383,7 +393,8 @@ static void autogroup_set_self(int nice)
     FILE *f = fopen("/proc/self/autogroup", "w");
     if (!f) return;
     fprintf(f, "%d", nice);
-    if (fclose(f) != 0) { /* not permitted: the group stays as it is */ }
+    if (fclose(f) != 0) { /* not permitted: the group stays as it is */
+    }
 }
 
 /* ---- the engine alone ---------------------------------------------------------------- */
@@ -402,8 +413,17 @@ typedef struct engb {
 static void engb_free(engb *b)
 {
     if (b->e) eng_destroy(b->e);
-    free(b->tokens); free(b->pos); free(b->qs); free(b->sl); free(b->table); free(b->lrows);
-    free(b->out); free(b->slots); free(b->samp); free(b->rng); free(b->step_s);
+    free(b->tokens);
+    free(b->pos);
+    free(b->qs);
+    free(b->sl);
+    free(b->table);
+    free(b->lrows);
+    free(b->out);
+    free(b->slots);
+    free(b->samp);
+    free(b->rng);
+    free(b->step_s);
     memset(b, 0, sizeof *b);
 }
 
@@ -413,8 +433,12 @@ static int engb_init(engb *b, const eng_model *m, const opts *o, int n)
     b->vocab = eng_model_cfg(m)->vocab_size;
     b->bs = 16;
     b->bps = (o->prompt + o->gen + b->bs - 1) / b->bs;
-    eng_options eo = {.n_threads = o->threads, .numa_node = -1, .kv_blocks = n * b->bps,
-                      .kv_block_size = b->bs, .max_batch_tokens = n * o->prompt, .max_seqs = n};
+    eng_options eo = {.n_threads = o->threads,
+                      .numa_node = -1,
+                      .kv_blocks = n * b->bps,
+                      .kv_block_size = b->bs,
+                      .max_batch_tokens = n * o->prompt,
+                      .max_seqs = n};
     size_t rows = (size_t)n * (size_t)o->prompt;
     b->tokens = calloc(rows, sizeof(int32_t));
     b->pos = calloc(rows, sizeof(int32_t));
@@ -428,8 +452,8 @@ static int engb_init(engb *b, const eng_model *m, const opts *o, int n)
     b->rng = calloc((size_t)n, sizeof(uint64_t));
     b->cap_steps = o->gen * MAX_REPS * o->slices;
     b->step_s = calloc((size_t)b->cap_steps, sizeof(double));
-    if (!b->step_s || !b->tokens || !b->pos || !b->slots || !b->qs || !b->sl || !b->table || !b->lrows ||
-        !b->out || !b->samp || !b->rng)
+    if (!b->step_s || !b->tokens || !b->pos || !b->slots || !b->qs || !b->sl || !b->table ||
+        !b->lrows || !b->out || !b->samp || !b->rng)
         return -ENOMEM;
     for (int i = 0; i < n * b->bps; i++) b->table[i] = i;
     /* (The KV pool is faulted in by eng_create: rnuma_alloc. The scratch of N × P prefill
@@ -463,10 +487,17 @@ static double engb_run(engb *b, int n, const opts *o)
         b->rng[s] = eng_rng_init((uint64_t)s);
     }
     b->qs[n] = T;
-    eng_batch batch = {.n_tokens = T, .tokens = b->tokens, .positions = b->pos,
-                       .slot_mapping = b->slots, .n_seqs = n, .query_start = b->qs,
-                       .seq_len = b->sl, .block_table = b->table,
-                       .block_table_stride = b->bps, .n_logits = n, .logits_rows = b->lrows};
+    eng_batch batch = {.n_tokens = T,
+                       .tokens = b->tokens,
+                       .positions = b->pos,
+                       .slot_mapping = b->slots,
+                       .n_seqs = n,
+                       .query_start = b->qs,
+                       .seq_len = b->sl,
+                       .block_table = b->table,
+                       .block_table_stride = b->bps,
+                       .n_logits = n,
+                       .logits_rows = b->lrows};
     if (eng_execute_sample(b->e, &batch, b->samp, b->rng, b->out, NULL) < 0) goto fail;
     for (int step = 1; step < o->gen; step++) {
         const double ts = now_s();
@@ -536,11 +567,15 @@ static int daemon_start(daemon_proc *d, const opts *o)
     const char *argv[16 + MAX_DAEMON_ARGS];
     int a = 0;
     argv[a++] = o->ringlmd;
-    argv[a++] = "--model"; argv[a++] = o->model;
-    argv[a++] = "--socket"; argv[a++] = d->sock;
-    argv[a++] = "--threads"; argv[a++] = threads;
+    argv[a++] = "--model";
+    argv[a++] = o->model;
+    argv[a++] = "--socket";
+    argv[a++] = d->sock;
+    argv[a++] = "--threads";
+    argv[a++] = threads;
     /* Room for every session these runs open (one uid) and for the burst's handshakes. */
-    argv[a++] = "--max-sessions-per-uid"; argv[a++] = "256";
+    argv[a++] = "--max-sessions-per-uid";
+    argv[a++] = "256";
     for (int i = 0; i < o->n_daemon_args; i++) argv[a++] = o->daemon_args[i];
     argv[a] = NULL;
     fflush(NULL);
@@ -555,7 +590,11 @@ static int daemon_start(daemon_proc *d, const opts *o)
          * autogroup_set_self). */
         if (o->daemon_session && setsid() < 0) _exit(126);
         int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) { dup2(fd, 2); dup2(fd, 1); close(fd); }
+        if (fd >= 0) {
+            dup2(fd, 2);
+            dup2(fd, 1);
+            close(fd);
+        }
         execv(o->ringlmd, (char *const *)argv);
         fprintf(stderr, "exec %s: %s\n", o->ringlmd, strerror(errno));
         _exit(127);
@@ -564,7 +603,10 @@ static int daemon_start(daemon_proc *d, const opts *o)
     ringlm_client *c = NULL;
     for (int tries = 0; tries < 30000; tries++) {
         int r = ringlm_connect(d->sock, &c);
-        if (r == 0) { ringlm_close(c); return 0; }
+        if (r == 0) {
+            ringlm_close(c);
+            return 0;
+        }
         if (waitpid(d->pid, NULL, WNOHANG) == d->pid) break;
         pause_ms(2);
     }
@@ -644,7 +686,10 @@ static double run_sessions(const daemon_proc *d, int n, int vocab, const opts *o
                     took = true;
                     sessions_take(&ev, &got[s], &done[s], &left, &bad, o);
                 }
-                if (r < 0) { fprintf(stderr, "serve_bench: %s\n", ringlm_errdetail()); goto out; }
+                if (r < 0) {
+                    fprintf(stderr, "serve_bench: %s\n", ringlm_errdetail());
+                    goto out;
+                }
                 if (!done[s] && first < 0) first = s;
             }
             /* Nothing new: sleep on one unfinished session; the daemon publishes every
@@ -652,7 +697,10 @@ static double run_sessions(const daemon_proc *d, int n, int vocab, const opts *o
             if (!took && first >= 0) {
                 ringlm_event ev;
                 int r = ringlm_next_event(c[first], &ev, 100);
-                if (r < 0) { fprintf(stderr, "serve_bench: %s\n", ringlm_errdetail()); goto out; }
+                if (r < 0) {
+                    fprintf(stderr, "serve_bench: %s\n", ringlm_errdetail());
+                    goto out;
+                }
                 if (r == 1) sessions_take(&ev, &got[first], &done[first], &left, &bad, o);
             }
         }
@@ -688,12 +736,13 @@ static void proc_client(const daemon_proc *d, int s, int vocab, const opts *o, i
     int32_t prompt[1024];
     if (connect_retry(d->sock, &c) < 0) {
         fprintf(stderr, "serve_bench: client connect: %s\n", ringlm_errdetail());
-        if (write(ready_fd, "x", 1) < 0) { /* parent gone */ }
+        if (write(ready_fd, "x", 1) < 0) { /* parent gone */
+        }
         _exit(1);
     }
     if (write(ready_fd, "r", 1) != 1) _exit(1);
     char b;
-    while (read(gate_fd, &b, 1) > 0) { }
+    while (read(gate_fd, &b, 1) > 0) {}
     double cpu0 = rusage_s(RUSAGE_SELF);
     pr.ok = 1;
     for (int rep = 0; rep < reps && pr.ok; rep++) {
@@ -705,7 +754,10 @@ static void proc_client(const daemon_proc *d, int s, int vocab, const opts *o, i
         for (;;) {
             ringlm_event ev;
             if (ringlm_next_event(c, &ev, -1) != 1) break;
-            if (ev.kind == RINGLM_EV_TOKEN) { got++; continue; }
+            if (ev.kind == RINGLM_EV_TOKEN) {
+                got++;
+                continue;
+            }
             pr.ok = ev.finish_reason == RINGLM_FINISH_LENGTH && got == (uint32_t)o->gen;
             break;
         }
@@ -714,7 +766,7 @@ static void proc_client(const daemon_proc *d, int s, int vocab, const opts *o, i
     pr.cpu_s = rusage_s(RUSAGE_SELF) - cpu0;
     if (write(res_fd, &pr, sizeof pr) != (ssize_t)sizeof pr) _exit(1);
     close(res_fd);
-    while (read(release_fd, &b, 1) > 0) { }
+    while (read(release_fd, &b, 1) > 0) {}
     ringlm_close(c);
     _exit(0);
 }
@@ -734,14 +786,23 @@ static double run_procs(const daemon_proc *d, int n, int vocab, const opts *o, i
         pids[s] = fork();
         if (pids[s] == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
-            close(rp[0]); close(gp[1]); close(sp[0]); close(lp[1]);
+            close(rp[0]);
+            close(gp[1]);
+            close(sp[0]);
+            close(lp[1]);
             proc_client(d, s, vocab, o, reps, rp[1], gp[0], sp[1], lp[0]);
         }
     }
-    close(rp[1]); close(gp[0]); close(sp[1]); close(lp[0]);
+    close(rp[1]);
+    close(gp[0]);
+    close(sp[1]);
+    close(lp[0]);
     int ready = 0, bad = 0;
     char b;
-    while (ready < n && read(rp[0], &b, 1) == 1) { ready++; bad += b != 'r'; }
+    while (ready < n && read(rp[0], &b, 1) == 1) {
+        ready++;
+        bad += b != 'r';
+    }
     double t0 = now_s(), t_end = t0;
     close(gp[1]); /* the gate: every client submits now */
     proc_result pr;
@@ -752,11 +813,13 @@ static double run_procs(const daemon_proc *d, int n, int vocab, const opts *o, i
         *client_cpu_s += pr.cpu_s;
         if (pr.t_end > t_end) t_end = pr.t_end;
     }
-    close(rp[0]); close(sp[0]);
+    close(rp[0]);
+    close(sp[0]);
     close(lp[1]); /* the release: every client has reported */
     for (int s = 0; s < n; s++) waitpid(pids[s], NULL, 0);
     if (bad || results != n || ready != n) {
-        fprintf(stderr, "serve_bench: %d client processes of %d did not generate exactly %d tokens\n",
+        fprintf(stderr,
+                "serve_bench: %d client processes of %d did not generate exactly %d tokens\n",
                 bad + (n - results), n, o->gen);
         return -1;
     }
@@ -768,9 +831,9 @@ static double run_procs(const daemon_proc *d, int n, int vocab, const opts *o, i
 typedef struct burst_result {
     int connected, n;
     double p50_ms, p99_ms, max_ms;
-    double period_ms;        /* the busy streams' token period from the gate to the last connect */
-    double steady_ms;        /* the same before the gate */
-    double p99_tokens_seen;  /* stream 0's tokens that arrived during a connect, p99 */
+    double period_ms;       /* the busy streams' token period from the gate to the last connect */
+    double steady_ms;       /* the same before the gate */
+    double p99_tokens_seen; /* stream 0's tokens that arrived during a connect, p99 */
 } burst_result;
 
 /* The busy process: `busy` streams from one process, resubmitted as they end, until its
@@ -790,7 +853,8 @@ static void busy_streams(const daemon_proc *d, int n, int vocab, int max_new, co
     if (!seen) _exit(1);
     errno = 0;
     const int daemon_nice = getpriority(PRIO_PROCESS, (id_t)d->pid);
-    if (errno == 0 && setpriority(PRIO_PROCESS, 0, daemon_nice) != 0) { /* not permitted: ours */ }
+    if (errno == 0 && setpriority(PRIO_PROCESS, 0, daemon_nice) != 0) { /* not permitted: ours */
+    }
     for (int s = 0; s < n; s++) {
         if (connect_retry(d->sock, &c[s]) < 0) _exit(1);
         ringlm_request r;
@@ -835,7 +899,7 @@ static void busy_streams(const daemon_proc *d, int n, int vocab, int max_new, co
 typedef struct conn_result {
     int rc, pid;
     double t_start, t_connected, t_answered; /* CLOCK_MONOTONIC s: connect, usable, answered */
-    double cpu_ms;                             /* this client's CPU time in its connect */
+    double cpu_ms;                           /* this client's CPU time in its connect */
 } conn_result;
 
 /* One burst client: connect at the gate and say so; once every client has connected (the
@@ -853,7 +917,7 @@ static void connector(const daemon_proc *d, int vocab, const opts *o, int ready_
 {
     if (write(ready_fd, "r", 1) != 1) _exit(1);
     char b;
-    while (read(gate_fd, &b, 1) > 0) { }
+    while (read(gate_fd, &b, 1) > 0) {}
     conn_result cr = {0};
     cr.pid = getpid();
     ringlm_client *c = NULL;
@@ -864,22 +928,24 @@ static void connector(const daemon_proc *d, int vocab, const opts *o, int ready_
     cr.cpu_ms = (rusage_s(RUSAGE_SELF) - cpu0) * 1e3;
     if (write(ready_fd, "c", 1) != 1) _exit(1);
     close(ready_fd); /* one that dies before it connects cannot hold the others' gate */
-    while (read(gate2_fd, &b, 1) > 0) { }
+    while (read(gate2_fd, &b, 1) > 0) {}
     if (cr.rc == 0) {
         /* a working session: one short request answered */
         int32_t prompt[1024];
         ringlm_request r;
         request_for(&r, prompt, 999, vocab, o, 2);
         ringlm_event ev;
-        if (ringlm_submit(c, &r, NULL) < 0) cr.rc = -EIO;
+        if (ringlm_submit(c, &r, NULL) < 0)
+            cr.rc = -EIO;
         else
-            while ((cr.rc = ringlm_next_event(c, &ev, 30000)) == 1 && ev.kind != RINGLM_EV_FINISH) { }
+            while ((cr.rc = ringlm_next_event(c, &ev, 30000)) == 1 && ev.kind != RINGLM_EV_FINISH) {
+            }
         cr.rc = cr.rc == 1 ? 0 : cr.rc == 0 ? -ETIMEDOUT : cr.rc;
         cr.t_answered = now_s();
     }
     if (write(res_fd, &cr, sizeof cr) != (ssize_t)sizeof cr) _exit(1);
     close(res_fd);
-    while (read(release_fd, &b, 1) > 0) { }
+    while (read(release_fd, &b, 1) > 0) {}
     if (c) ringlm_close(c);
     _exit(0);
 }
@@ -892,7 +958,8 @@ static int tokens_between(const double *seen, int n, double a, double b)
     return k;
 }
 
-static int connect_burst(const daemon_proc *d, int vocab, int seq_len, const opts *o, burst_result *br)
+static int connect_burst(const daemon_proc *d, int vocab, int seq_len, const opts *o,
+                         burst_result *br)
 {
     memset(br, 0, sizeof *br);
     br->n = o->burst;
@@ -902,10 +969,14 @@ static int connect_burst(const daemon_proc *d, int vocab, int seq_len, const opt
     pid_t busy = fork();
     if (busy == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        close(bready[0]); close(bstop[1]); close(bres[0]);
+        close(bready[0]);
+        close(bstop[1]);
+        close(bres[0]);
         busy_streams(d, o->busy, vocab, seq_len - o->prompt, o, bready[1], bstop[0], bres[1]);
     }
-    close(bready[1]); close(bstop[0]); close(bres[1]);
+    close(bready[1]);
+    close(bstop[0]);
+    close(bres[1]);
     char b;
     if (read(bready[0], &b, 1) != 1) {
         fprintf(stderr, "serve_bench: the busy streams did not start\n");
@@ -920,11 +991,19 @@ static int connect_burst(const daemon_proc *d, int vocab, int seq_len, const opt
         pids[i] = fork();
         if (pids[i] == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
-            close(rp[0]); close(gp[1]); close(g2[1]); close(sp[0]); close(lp[1]);
+            close(rp[0]);
+            close(gp[1]);
+            close(g2[1]);
+            close(sp[0]);
+            close(lp[1]);
             connector(d, vocab, o, rp[1], gp[0], g2[0], sp[1], lp[0]);
         }
     }
-    close(rp[1]); close(gp[0]); close(g2[0]); close(sp[1]); close(lp[0]);
+    close(rp[1]);
+    close(gp[0]);
+    close(g2[0]);
+    close(sp[1]);
+    close(lp[0]);
     int ready = 0, connected = 0;
     while (ready < o->burst && read(rp[0], &b, 1) == 1) ready++;
     const double t_gate = now_s();
@@ -935,22 +1014,28 @@ static int connect_burst(const daemon_proc *d, int vocab, int seq_len, const opt
     int n_cr = 0;
     conn_result cr;
     while (n_cr < MAX_N && read(sp[0], &cr, sizeof cr) == (ssize_t)sizeof cr) {
-        if (cr.rc == 0) br->connected++;
-        else fprintf(stderr, "serve_bench: a burst client failed: %s\n", ringlm_strerror(cr.rc));
+        if (cr.rc == 0)
+            br->connected++;
+        else
+            fprintf(stderr, "serve_bench: a burst client failed: %s\n", ringlm_strerror(cr.rc));
         crs[n_cr++] = cr;
     }
-    close(rp[0]); close(sp[0]);
+    close(rp[0]);
+    close(sp[0]);
     close(lp[1]); /* the release: every client has its answer */
     for (int i = 0; i < o->burst; i++) waitpid(pids[i], NULL, 0);
     close(bstop[1]);
     int n_seen = 0;
     double *seen = malloc(sizeof(double) * BUSY_MAX_TOKENS);
-    if (!seen || read(bres[0], &n_seen, sizeof n_seen) != (ssize_t)sizeof n_seen ||
-        n_seen < 0 || n_seen > BUSY_MAX_TOKENS)
+    if (!seen || read(bres[0], &n_seen, sizeof n_seen) != (ssize_t)sizeof n_seen || n_seen < 0 ||
+        n_seen > BUSY_MAX_TOKENS)
         n_seen = 0;
     for (size_t off = 0, len = sizeof(double) * (size_t)n_seen; off < len;) {
         ssize_t r = read(bres[0], (char *)seen + off, len - off);
-        if (r <= 0) { n_seen = 0; break; }
+        if (r <= 0) {
+            n_seen = 0;
+            break;
+        }
         off += (size_t)r;
     }
     close(bres[0]);
@@ -959,11 +1044,12 @@ static int connect_burst(const daemon_proc *d, int vocab, int seq_len, const opt
         /* relative to the gate, ms: stream 0's tokens from 0.3 s before, then per client
          * its pid, its connect's start, its session usable, its answer, its connect's CPU */
         for (int i = 0; i < n_seen; i++)
-            if (seen[i] > t_gate - 0.3) fprintf(stderr, "burst token %8.2f\n", (seen[i] - t_gate) * 1e3);
+            if (seen[i] > t_gate - 0.3)
+                fprintf(stderr, "burst token %8.2f\n", (seen[i] - t_gate) * 1e3);
         for (int i = 0; i < n_cr; i++)
-            fprintf(stderr, "burst client %d %8.2f %8.2f %8.2f cpu %.2f ms\n", crs[i].pid, (crs[i].t_start - t_gate) * 1e3,
-                    (crs[i].t_connected - t_gate) * 1e3, (crs[i].t_answered - t_gate) * 1e3,
-                    crs[i].cpu_ms);
+            fprintf(stderr, "burst client %d %8.2f %8.2f %8.2f cpu %.2f ms\n", crs[i].pid,
+                    (crs[i].t_start - t_gate) * 1e3, (crs[i].t_connected - t_gate) * 1e3,
+                    (crs[i].t_answered - t_gate) * 1e3, crs[i].cpu_ms);
     }
     /* The iterations: the busy streams' period between tokens over the burst's window (gate
      * to the last connect), the period the goal is judged in — an iteration then holds the
@@ -1025,7 +1111,7 @@ typedef struct bench_ctx {
     const opts *o;
     daemon_proc *d;
     int vocab, daemon_nice, engine_group;
-    double *steps;   /* decode step seconds of a run's engine slices (step_stats) */
+    double *steps; /* decode step seconds of a run's engine slices (step_stats) */
     int n_steps_cap;
     uint64_t *probe_buf;
 } bench_ctx;
@@ -1042,7 +1128,8 @@ static double engine_slice(const bench_ctx *bc, int n, int reps, attrib *ae, int
     engb b;
     double secs = -1;
     const int own = getpriority(PRIO_PROCESS, 0);
-    if (setpriority(PRIO_PROCESS, 0, bc->daemon_nice) != 0) { /* not permitted: ours */ }
+    if (setpriority(PRIO_PROCESS, 0, bc->daemon_nice) != 0) { /* not permitted: ours */
+    }
     const int own_group = rnuma_autogroup_nice(getpid());
     if (bc->engine_group != INT32_MIN) autogroup_set_self(bc->engine_group);
     if (engb_init(&b, bc->m, o, n) == 0) {
@@ -1075,7 +1162,8 @@ static double engine_slice(const bench_ctx *bc, int n, int reps, attrib *ae, int
     }
     engb_free(&b);
     if (bc->engine_group != INT32_MIN) autogroup_set_self(own_group);
-    if (setpriority(PRIO_PROCESS, 0, own) != 0) { /* raising nice is always allowed */ }
+    if (setpriority(PRIO_PROCESS, 0, own) != 0) { /* raising nice is always allowed */
+    }
     return secs;
 }
 
@@ -1123,7 +1211,9 @@ static int run_size(const bench_ctx *bc, int n, int reps, runfig *rf)
 
 /* ---- reporting ----------------------------------------------------------------------- */
 
-typedef struct stat3 { double med, lo, hi; } stat3;
+typedef struct stat3 {
+    double med, lo, hi;
+} stat3;
 
 static stat3 stats_of(const double *v, int n)
 {
@@ -1143,18 +1233,18 @@ static double spread_of(stat3 s)
 
 /* Everything reported for one size over the runs. */
 typedef struct size_sum {
-    stat3 tok[N_MODES];          /* tok/s per mode over the runs */
+    stat3 tok[N_MODES]; /* tok/s per mode over the runs */
     double spread[N_MODES];
-    stat3 ratio[N_MODES];        /* per run: the mode / the engine in the same run */
+    stat3 ratio[N_MODES]; /* per run: the mode / the engine in the same run */
     double ratio_spread[N_MODES];
     double slice_spread[N_MODES]; /* median over runs of (fastest - slowest slice) / mean */
     stat3 probe_gbs, probe_gflops, others_pct[N_MODES], cpu_us_tok;
     bool ok, abs_spread_ok, procs_vary_more;
 } size_sum;
 
-#define GOAL_SES 0.85
-#define GOAL_PROC 0.75
-#define GOAL_SPREAD 0.15
+#define GOAL_SES       0.85
+#define GOAL_PROC      0.75
+#define GOAL_SPREAD    0.15
 #define GOAL_P99_ITERS 2.0
 
 static size_sum summarize(const runfig *rf, int runs, const opts *o, int n)
@@ -1212,7 +1302,8 @@ static void json_stat(const char *key, stat3 s, bool comma)
            key, s.med, s.lo, s.hi, spread_of(s));
 }
 
-static void json_size(const runfig *rf, const size_sum *z, int n, int reps, const opts *o, bool first)
+static void json_size(const runfig *rf, const size_sum *z, int n, int reps, const opts *o,
+                      bool first)
 {
     const int n_modes = o->engine_only ? 1 : N_MODES;
     printf("%s{\"n\":%d,\"gens_per_slice\":%d,\"slices_per_mode\":%d", first ? "" : ",", n, reps,
@@ -1220,38 +1311,42 @@ static void json_size(const runfig *rf, const size_sum *z, int n, int reps, cons
     for (int md = 0; md < n_modes; md++) json_stat(mode_name[md], z->tok[md], true);
     if (!o->engine_only) {
         printf(",\"sessions_vs_engine\":%.3f,\"procs_vs_engine\":%.3f",
-               z->tok[M_SESSIONS].med / z->tok[M_ENGINE].med, z->tok[M_PROCS].med / z->tok[M_ENGINE].med);
+               z->tok[M_SESSIONS].med / z->tok[M_ENGINE].med,
+               z->tok[M_PROCS].med / z->tok[M_ENGINE].med);
         json_stat("run_ratio_sessions", z->ratio[M_SESSIONS], true);
         json_stat("run_ratio_procs", z->ratio[M_PROCS], true);
         json_stat("procs_client_cpu_us_per_token", z->cpu_us_tok, true);
         double sp = z->spread[M_ENGINE];
         for (int md = 1; md < N_MODES; md++) sp = z->spread[md] > sp ? z->spread[md] : sp;
         printf(",\"max_spread\":%.3f,\"spread_judged\":\"run_ratio\",\"abs_spread_within_goal\":%s,"
-               "\"procs_slices_vary_more_than_engine\":%s,\"goals_met\":%s", sp,
-               z->abs_spread_ok ? "true" : "false", z->procs_vary_more ? "true" : "false",
+               "\"procs_slices_vary_more_than_engine\":%s,\"goals_met\":%s",
+               sp, z->abs_spread_ok ? "true" : "false", z->procs_vary_more ? "true" : "false",
                z->ok ? "true" : "false");
     }
     printf(",\"machine\":{\"engine_spread\":%.3f", z->spread[M_ENGINE]);
     json_stat("probe_read_gbs", z->probe_gbs, true);
     json_stat("probe_gflops", z->probe_gflops, true);
     printf("},\"slice_spread\":{");
-    for (int md = 0; md < n_modes; md++) printf("%s\"%s\":%.3f", md ? "," : "", mode_name[md], z->slice_spread[md]);
+    for (int md = 0; md < n_modes; md++)
+        printf("%s\"%s\":%.3f", md ? "," : "", mode_name[md], z->slice_spread[md]);
     printf("},\"runs\":[");
     for (int r = 0; r < o->runs; r++) {
         const runfig *f = &rf[r];
         const attrib *e = &f->at[M_ENGINE];
         printf("%s{", r ? "," : "");
-        for (int md = 0; md < n_modes; md++) printf("%s\"%s\":%.1f", md ? "," : "", mode_name[md], f->tok[md]);
+        for (int md = 0; md < n_modes; md++)
+            printf("%s\"%s\":%.1f", md ? "," : "", mode_name[md], f->tok[md]);
         printf(",\"slices\":{");
         for (int md = 0; md < n_modes; md++) {
             printf("%s\"%s\":[", md ? "," : "", mode_name[md]);
-            for (int j = 0; j < f->n_slices[md]; j++) printf("%s%.1f", j ? "," : "", f->slice_tok[md][j]);
+            for (int j = 0; j < f->n_slices[md]; j++)
+                printf("%s%.1f", j ? "," : "", f->slice_tok[md][j]);
             printf("]");
         }
         printf("}");
         if (!o->engine_only)
-            printf(",\"ratio_sessions\":%.3f,\"ratio_procs\":%.3f", f->tok[M_SESSIONS] / f->tok[M_ENGINE],
-                   f->tok[M_PROCS] / f->tok[M_ENGINE]);
+            printf(",\"ratio_sessions\":%.3f,\"ratio_procs\":%.3f",
+                   f->tok[M_SESSIONS] / f->tok[M_ENGINE], f->tok[M_PROCS] / f->tok[M_ENGINE]);
         printf(",\"others_cpu_pct\":[");
         for (int md = 0; md < n_modes; md++) printf("%s%.1f", md ? "," : "", f->at[md].others_pct);
         printf("],\"steal_pct\":[");
@@ -1260,14 +1355,15 @@ static void json_size(const runfig *rf, const size_sum *z, int n, int reps, cons
         for (int md = 0; md < n_modes; md++) printf("%s%ld", md ? "," : "", f->at[md].preempt);
         printf("],\"ringlmd_cpu_ms\":[");
         for (int md = 0; md < n_modes; md++) printf("%s%.1f", md ? "," : "", f->at[md].daemon_ms);
-        printf("],\"engine_helper_sleeps\":%ld,\"engine_helper_waits\":%ld,"
-               "\"engine_step_median_ms\":%.3f,\"engine_step_max_ms\":%.3f,\"engine_slow_steps\":%ld,"
-               "\"engine_slow_steps_excess_ms\":%.2f,\"engine_straggler_waits\":%ld,"
-               "\"engine_straggler_ms\":%.2f,\"engine_page_faults\":%ld,\"probe_read_gbs\":%.3f,"
-               "\"probe_gflops\":%.3f}",
-               e->helper_sleeps, e->helper_waits, e->step_med_ms, e->step_max_ms, e->slow_steps,
-               e->slow_excess_ms, e->straggler_waits, e->straggler_ms, e->faults, e->probe_gbs,
-               e->probe_gflops);
+        printf(
+            "],\"engine_helper_sleeps\":%ld,\"engine_helper_waits\":%ld,"
+            "\"engine_step_median_ms\":%.3f,\"engine_step_max_ms\":%.3f,\"engine_slow_steps\":%ld,"
+            "\"engine_slow_steps_excess_ms\":%.2f,\"engine_straggler_waits\":%ld,"
+            "\"engine_straggler_ms\":%.2f,\"engine_page_faults\":%ld,\"probe_read_gbs\":%.3f,"
+            "\"probe_gflops\":%.3f}",
+            e->helper_sleeps, e->helper_waits, e->step_med_ms, e->step_max_ms, e->slow_steps,
+            e->slow_excess_ms, e->straggler_waits, e->straggler_ms, e->faults, e->probe_gbs,
+            e->probe_gflops);
     }
     printf("]}");
 }
@@ -1279,18 +1375,22 @@ static void print_run(const runfig *f, int run, int n, const opts *o)
     fprintf(stderr, "run %d, %2d sequences: engine %.1f", run + 1, n, f->tok[M_ENGINE]);
     if (!o->engine_only)
         fprintf(stderr, ", sessions %.1f (%.3fx), procs %.1f (%.3fx)", f->tok[M_SESSIONS],
-                f->tok[M_SESSIONS] / f->tok[M_ENGINE], f->tok[M_PROCS], f->tok[M_PROCS] / f->tok[M_ENGINE]);
+                f->tok[M_SESSIONS] / f->tok[M_ENGINE], f->tok[M_PROCS],
+                f->tok[M_PROCS] / f->tok[M_ENGINE]);
     fprintf(stderr, " tok/s; slices");
     for (int md = 0; md < (o->engine_only ? 1 : N_MODES); md++) {
         fprintf(stderr, " %s", mode_name[md]);
-        for (int j = 0; j < f->n_slices[md]; j++) fprintf(stderr, "%s%.0f", j ? "/" : " ", f->slice_tok[md][j]);
+        for (int j = 0; j < f->n_slices[md]; j++)
+            fprintf(stderr, "%s%.0f", j ? "/" : " ", f->slice_tok[md][j]);
     }
-    fprintf(stderr, "; others' CPU %.1f/%.1f/%.1f%%; ringlmd preempted %ld/%ld; engine: steps median %.2f "
+    fprintf(stderr,
+            "; others' CPU %.1f/%.1f/%.1f%%; ringlmd preempted %ld/%ld; engine: steps median %.2f "
             "max %.2f ms, %ld over 2x median took %.1f ms more, caller waited on a helper %.1f ms, "
-            "%ld page faults, probe %.2f GB/s %.2f GFLOP/s\n", e->others_pct,
-            f->at[M_SESSIONS].others_pct, f->at[M_PROCS].others_pct, f->at[M_SESSIONS].preempt,
-            f->at[M_PROCS].preempt, e->step_med_ms, e->step_max_ms, e->slow_steps, e->slow_excess_ms,
-            e->straggler_ms, e->faults, e->probe_gbs, e->probe_gflops);
+            "%ld page faults, probe %.2f GB/s %.2f GFLOP/s\n",
+            e->others_pct, f->at[M_SESSIONS].others_pct, f->at[M_PROCS].others_pct,
+            f->at[M_SESSIONS].preempt, f->at[M_PROCS].preempt, e->step_med_ms, e->step_max_ms,
+            e->slow_steps, e->slow_excess_ms, e->straggler_ms, e->faults, e->probe_gbs,
+            e->probe_gflops);
 }
 
 static void loadavg(char *out, size_t n)
@@ -1322,39 +1422,73 @@ static void usage(void)
             "usage: serve_bench --model M [--clients 1,4,8,16,32] [--runs 5] [--threads 2]\n"
             "                   [--slices 2] [--min-slice-ms 1000] [--burst-timeline]\n"
             "                   [--prompt 32] [--gen 128] [--connect-burst 32] [--busy 32]\n"
-            "                   [--ringlmd PATH] [--daemon-arg ARG]... [--no-settle] [--daemon-session]\n"
+            "                   [--ringlmd PATH] [--daemon-arg ARG]... [--no-settle] "
+            "[--daemon-session]\n"
             "                   [--engine-only] [--json]\n");
 }
 
 int main(int argc, char **argv)
 {
-    opts o = {.runs = 5, .threads = 2, .prompt = 32, .gen = 128, .burst = 32, .busy = 32,
-              .slices = 2, .min_slice_ms = 1000, .daemon_session = false};
+    opts o = {.runs = 5,
+              .threads = 2,
+              .prompt = 32,
+              .gen = 128,
+              .burst = 32,
+              .busy = 32,
+              .slices = 2,
+              .min_slice_ms = 1000,
+              .daemon_session = false};
     o.n_sizes = parse_sizes("1,4,8,16,32", o.sizes);
     static char default_ringlmd[PATH_MAX + 32];
-    enum { O_MODEL = 1, O_CLIENTS, O_RUNS, O_THREADS, O_PROMPT, O_GEN, O_BURST, O_BUSY, O_RINGLMD,
-           O_DARG, O_JSON, O_NO_SETTLE, O_DSESSION, O_SAME_SESSION, O_ENGINE_ONLY, O_SLICES,
-           O_MIN_SLICE, O_BURST_TIMELINE };
-    static const struct option lo[] = {
-        {"model", required_argument, 0, O_MODEL}, {"clients", required_argument, 0, O_CLIENTS},
-        {"runs", required_argument, 0, O_RUNS}, {"threads", required_argument, 0, O_THREADS},
-        {"prompt", required_argument, 0, O_PROMPT}, {"gen", required_argument, 0, O_GEN},
-        {"connect-burst", required_argument, 0, O_BURST}, {"busy", required_argument, 0, O_BUSY},
-        {"ringlmd", required_argument, 0, O_RINGLMD}, {"daemon-arg", required_argument, 0, O_DARG},
-        {"json", no_argument, 0, O_JSON}, {"no-settle", no_argument, 0, O_NO_SETTLE},
-        {"daemon-session", no_argument, 0, O_DSESSION},
-        {"engine-only", no_argument, 0, O_ENGINE_ONLY},
-        {"same-session", no_argument, 0, O_SAME_SESSION},
-        {"slices", required_argument, 0, O_SLICES},
-        {"min-slice-ms", required_argument, 0, O_MIN_SLICE},
-        {"burst-timeline", no_argument, 0, O_BURST_TIMELINE},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    enum {
+        O_MODEL = 1,
+        O_CLIENTS,
+        O_RUNS,
+        O_THREADS,
+        O_PROMPT,
+        O_GEN,
+        O_BURST,
+        O_BUSY,
+        O_RINGLMD,
+        O_DARG,
+        O_JSON,
+        O_NO_SETTLE,
+        O_DSESSION,
+        O_SAME_SESSION,
+        O_ENGINE_ONLY,
+        O_SLICES,
+        O_MIN_SLICE,
+        O_BURST_TIMELINE
+    };
+    static const struct option lo[] = {{"model", required_argument, 0, O_MODEL},
+                                       {"clients", required_argument, 0, O_CLIENTS},
+                                       {"runs", required_argument, 0, O_RUNS},
+                                       {"threads", required_argument, 0, O_THREADS},
+                                       {"prompt", required_argument, 0, O_PROMPT},
+                                       {"gen", required_argument, 0, O_GEN},
+                                       {"connect-burst", required_argument, 0, O_BURST},
+                                       {"busy", required_argument, 0, O_BUSY},
+                                       {"ringlmd", required_argument, 0, O_RINGLMD},
+                                       {"daemon-arg", required_argument, 0, O_DARG},
+                                       {"json", no_argument, 0, O_JSON},
+                                       {"no-settle", no_argument, 0, O_NO_SETTLE},
+                                       {"daemon-session", no_argument, 0, O_DSESSION},
+                                       {"engine-only", no_argument, 0, O_ENGINE_ONLY},
+                                       {"same-session", no_argument, 0, O_SAME_SESSION},
+                                       {"slices", required_argument, 0, O_SLICES},
+                                       {"min-slice-ms", required_argument, 0, O_MIN_SLICE},
+                                       {"burst-timeline", no_argument, 0, O_BURST_TIMELINE},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (ch) {
         case O_MODEL: o.model = optarg; break;
         case O_CLIENTS:
-            if ((o.n_sizes = parse_sizes(optarg, o.sizes)) <= 0) { usage(); return 2; }
+            if ((o.n_sizes = parse_sizes(optarg, o.sizes)) <= 0) {
+                usage();
+                return 2;
+            }
             break;
         case O_RUNS: o.runs = atoi(optarg); break;
         case O_THREADS: o.threads = atoi(optarg); break;
@@ -1364,14 +1498,20 @@ int main(int argc, char **argv)
         case O_BUSY: o.busy = atoi(optarg); break;
         case O_RINGLMD: o.ringlmd = optarg; break;
         case O_DARG:
-            if (o.n_daemon_args == MAX_DAEMON_ARGS) { usage(); return 2; }
+            if (o.n_daemon_args == MAX_DAEMON_ARGS) {
+                usage();
+                return 2;
+            }
             o.daemon_args[o.n_daemon_args++] = optarg;
             break;
         case O_JSON: o.json = true; break;
         case O_NO_SETTLE: no_settle = true; break;
         case O_DSESSION: o.daemon_session = true; break;
         case O_SAME_SESSION: o.daemon_session = false; break;
-        case O_ENGINE_ONLY: o.engine_only = true; o.burst = 0; break;
+        case O_ENGINE_ONLY:
+            o.engine_only = true;
+            o.burst = 0;
+            break;
         case O_SLICES: o.slices = atoi(optarg); break;
         case O_MIN_SLICE: o.min_slice_ms = atoi(optarg); break;
         case O_BURST_TIMELINE: o.burst_timeline = true; break;
@@ -1414,7 +1554,10 @@ int main(int argc, char **argv)
     /* --engine-only: the engine at the nice ringlmd would take (-10 where permitted) */
     int daemon_nice = -10;
     if (!o.engine_only) {
-        if (daemon_start(&d, &o) < 0) { daemon_stop(&d); return 1; }
+        if (daemon_start(&d, &o) < 0) {
+            daemon_stop(&d);
+            return 1;
+        }
         errno = 0;
         daemon_nice = getpriority(PRIO_PROCESS, (id_t)d.pid);
         if (errno) daemon_nice = 0;
@@ -1425,19 +1568,30 @@ int main(int argc, char **argv)
     if (o.daemon_session && rnuma_autogroup_nice(getpid()) != INT32_MIN)
         engine_group = o.engine_only ? daemon_nice : rnuma_autogroup_nice(d.pid);
     if (!o.json && engine_group != INT32_MIN)
-        fprintf(stderr, "%s in a session of its own, its scheduling group at nice %d; the engine "
-                "alone runs with ours at that nice\n", o.engine_only ? "(engine only)" : "ringlmd",
-                engine_group);
+        fprintf(stderr,
+                "%s in a session of its own, its scheduling group at nice %d; the engine "
+                "alone runs with ours at that nice\n",
+                o.engine_only ? "(engine only)" : "ringlmd", engine_group);
 
     static runfig rf[MAX_SIZES][MAX_RUNS];
     int reps[MAX_SIZES];
     uint64_t *probe_buf = malloc(PROBE_BYTES);
     double *steps = calloc((size_t)o.gen * MAX_REPS * (size_t)o.slices, sizeof(double));
-    if (!probe_buf || !steps) { daemon_stop(&d); return 1; }
-    for (size_t i = 0; i < PROBE_BYTES / sizeof(uint64_t); i++) probe_buf[i] = i * 0x9e3779b97f4a7c15ull;
-    const bench_ctx bc = {.m = m, .o = &o, .d = &d, .vocab = vocab, .daemon_nice = daemon_nice,
-                          .engine_group = engine_group, .steps = steps,
-                          .n_steps_cap = o.gen * MAX_REPS * o.slices, .probe_buf = probe_buf};
+    if (!probe_buf || !steps) {
+        daemon_stop(&d);
+        return 1;
+    }
+    for (size_t i = 0; i < PROBE_BYTES / sizeof(uint64_t); i++)
+        probe_buf[i] = i * 0x9e3779b97f4a7c15ull;
+    const bench_ctx bc = {.m = m,
+                          .o = &o,
+                          .d = &d,
+                          .vocab = vocab,
+                          .daemon_nice = daemon_nice,
+                          .engine_group = engine_group,
+                          .steps = steps,
+                          .n_steps_cap = o.gen * MAX_REPS * o.slices,
+                          .probe_buf = probe_buf};
     int rc = 0;
     /* Warm-up, not counted: the first engine created in a process pays for cold BLAS state
      * and page faults on the weights (measured: 1 sequence at 91 tok/s cold, 4 at 2100).
@@ -1454,14 +1608,20 @@ int main(int argc, char **argv)
             attrib scratch = {0};
             int n_steps = 0;
             double t = engine_slice(&bc, o.sizes[k], 1, &scratch, &n_steps);
-            if (t <= 0) { rc = 1; break; }
+            if (t <= 0) {
+                rc = 1;
+                break;
+            }
             int r = (int)(o.min_slice_ms * 1e-3 / t + 0.999);
             reps[k] = r < 1 ? 1 : r > MAX_REPS ? MAX_REPS : r;
         }
     }
     for (int run = 0; run < o.runs && !rc; run++)
         for (int k = 0; k < o.n_sizes && !rc; k++) {
-            if (run_size(&bc, o.sizes[k], reps[k], &rf[k][run]) < 0) { rc = 1; break; }
+            if (run_size(&bc, o.sizes[k], reps[k], &rf[k][run]) < 0) {
+                rc = 1;
+                break;
+            }
             if (!o.json) print_run(&rf[k][run], run, o.sizes[k], &o);
         }
     burst_result br = {0};
@@ -1473,12 +1633,14 @@ int main(int argc, char **argv)
     if (rc) return rc;
     loadavg(load1, sizeof load1);
     double burst_iters = br.period_ms > 0 ? br.p99_ms / br.period_ms : 0;
-    bool burst_ok = o.burst == 0 || (br.connected == br.n && br.period_ms > 0 && burst_iters < GOAL_P99_ITERS);
+    bool burst_ok =
+        o.burst == 0 || (br.connected == br.n && br.period_ms > 0 && burst_iters < GOAL_P99_ITERS);
     bool all_ok = burst_ok;
 
     if (o.json) {
         printf("{\"bench\":\"serve_bench\",%s\"model\":\"%s\",\"threads\":%d,\"runs\":%d,"
-               "\"slices_per_mode\":%d,\"min_slice_ms\":%d,\"prompt\":%d,\"gen\":%d,\"daemon_nice\":%d,"
+               "\"slices_per_mode\":%d,\"min_slice_ms\":%d,\"prompt\":%d,\"gen\":%d,\"daemon_"
+               "nice\":%d,"
                "\"loadavg_before\":\"%s\",\"loadavg_after\":\"%s\",\"unit\":\"tok/s\",\"sizes\":[",
                o.engine_only ? "\"engine_only\":true," : "", o.model, o.threads, o.runs, o.slices,
                o.min_slice_ms, o.prompt, o.gen, daemon_nice, load0, load1);
@@ -1502,10 +1664,11 @@ int main(int argc, char **argv)
         printf("}\n");
         return 0;
     }
-    printf("serve_bench %s, %d threads, %d-token prompts, %d generated (ignore_stop), %d runs of %d "
-           "slices per mode (engine, sessions, procs, then mirrored), ringlmd at nice %d; load "
-           "average %s before, %s after\n", o.model, o.threads, o.prompt, o.gen, o.runs, o.slices,
-           daemon_nice, load0, load1);
+    printf(
+        "serve_bench %s, %d threads, %d-token prompts, %d generated (ignore_stop), %d runs of %d "
+        "slices per mode (engine, sessions, procs, then mirrored), ringlmd at nice %d; load "
+        "average %s before, %s after\n",
+        o.model, o.threads, o.prompt, o.gen, o.runs, o.slices, daemon_nice, load0, load1);
     if (o.runs > 0) {
         printf("tok/s median [lowest, highest] of the runs (a run's figure: its slices together), "
                "the spread (the run farthest from the median) beside\n");
@@ -1548,25 +1711,29 @@ int main(int argc, char **argv)
                "over runs)\n");
     for (int k = 0; k < o.n_sizes && o.runs > 0; k++) {
         size_sum z = summarize(rf[k], o.runs, &o, o.sizes[k]);
-        printf("%4d  engine spread %.1f%%; probe read %.2f GB/s [%.2f, %.2f] %.1f%%, %.2f GFLOP/s "
-               "[%.2f, %.2f] %.1f%%; others' CPU %.1f/%.1f/%.1f%%; slices vary %.1f/%.1f/%.1f%%%s\n",
-               o.sizes[k], z.spread[M_ENGINE] * 100, z.probe_gbs.med, z.probe_gbs.lo, z.probe_gbs.hi,
-               spread_of(z.probe_gbs) * 100, z.probe_gflops.med, z.probe_gflops.lo, z.probe_gflops.hi,
-               spread_of(z.probe_gflops) * 100, z.others_pct[0].med, z.others_pct[1].med,
-               z.others_pct[2].med, z.slice_spread[0] * 100, z.slice_spread[1] * 100,
-               z.slice_spread[2] * 100,
-               z.procs_vary_more ? " — procs' slices vary more than the engine's in the same runs" : "");
+        printf(
+            "%4d  engine spread %.1f%%; probe read %.2f GB/s [%.2f, %.2f] %.1f%%, %.2f GFLOP/s "
+            "[%.2f, %.2f] %.1f%%; others' CPU %.1f/%.1f/%.1f%%; slices vary %.1f/%.1f/%.1f%%%s\n",
+            o.sizes[k], z.spread[M_ENGINE] * 100, z.probe_gbs.med, z.probe_gbs.lo, z.probe_gbs.hi,
+            spread_of(z.probe_gbs) * 100, z.probe_gflops.med, z.probe_gflops.lo, z.probe_gflops.hi,
+            spread_of(z.probe_gflops) * 100, z.others_pct[0].med, z.others_pct[1].med,
+            z.others_pct[2].med, z.slice_spread[0] * 100, z.slice_spread[1] * 100,
+            z.slice_spread[2] * 100,
+            z.procs_vary_more ? " — procs' slices vary more than the engine's in the same runs"
+                              : "");
     }
     if (o.burst > 0)
-        printf("%d connects at once to a daemon busy with %d streams: %d connected; connect (ringlm_connect "
-               "to a usable session) p50 %.2f ms = %.2f iterations, p99 %.2f ms = %.2f iterations "
-               "(of %.2f ms, the busy streams' token period from the gate to the last connect; "
-               "%.2f ms before the gate: p99 = %.2f of those), max %.2f ms; p99 of stream 0's tokens "
-               "that arrived during a connect %.0f; goal (all connected, p99 < %.0f iterations) %s\n",
-               br.n, o.busy, br.connected, br.p50_ms, br.period_ms > 0 ? br.p50_ms / br.period_ms : 0,
-               br.p99_ms, burst_iters, br.period_ms, br.steady_ms,
-               br.steady_ms > 0 ? br.p99_ms / br.steady_ms : 0, br.max_ms, br.p99_tokens_seen,
-               GOAL_P99_ITERS, burst_ok ? "met" : "NOT met");
+        printf(
+            "%d connects at once to a daemon busy with %d streams: %d connected; connect "
+            "(ringlm_connect "
+            "to a usable session) p50 %.2f ms = %.2f iterations, p99 %.2f ms = %.2f iterations "
+            "(of %.2f ms, the busy streams' token period from the gate to the last connect; "
+            "%.2f ms before the gate: p99 = %.2f of those), max %.2f ms; p99 of stream 0's tokens "
+            "that arrived during a connect %.0f; goal (all connected, p99 < %.0f iterations) %s\n",
+            br.n, o.busy, br.connected, br.p50_ms, br.period_ms > 0 ? br.p50_ms / br.period_ms : 0,
+            br.p99_ms, burst_iters, br.period_ms, br.steady_ms,
+            br.steady_ms > 0 ? br.p99_ms / br.steady_ms : 0, br.max_ms, br.p99_tokens_seen,
+            GOAL_P99_ITERS, burst_ok ? "met" : "NOT met");
     if (!o.engine_only) printf("issue 18 goals: %s\n", all_ok ? "all met" : "NOT all met");
     return 0;
 }

@@ -31,7 +31,7 @@
 typedef struct round {
     ringlm_client *c;
     uint64_t n;
-    int submit_err;          /* read by the main thread after join */
+    int submit_err; /* read by the main thread after join */
     _Atomic uint64_t submitted;
 } round_t;
 
@@ -71,8 +71,7 @@ static void *submitter(void *arg)
         atomic_store(&r->submitted, i);
         /* Every 16th request is cancelled at once (it may already be done: harmless). */
         if (i % 16 == 0)
-            while ((rc = ringlm_cancel(r->c, id)) == -EAGAIN && now_ms() < deadline)
-                sched_yield();
+            while ((rc = ringlm_cancel(r->c, id)) == -EAGAIN && now_ms() < deadline) sched_yield();
         if (rc < 0 && rc != -EAGAIN) {
             r->submit_err = rc;
             return NULL;
@@ -87,7 +86,8 @@ static int one_round(const char *sock, uint64_t n, long spin_us)
     round_t r = {.n = n};
     int rc = ringlm_connect(sock, &r.c);
     if (rc < 0) {
-        fprintf(stderr, "tsan_client: connect %s: %s %s\n", sock, ringlm_strerror(rc), ringlm_errdetail());
+        fprintf(stderr, "tsan_client: connect %s: %s %s\n", sock, ringlm_strerror(rc),
+                ringlm_errdetail());
         return -1;
     }
     if (spin_us >= 0 && (rc = ringlm_set_option(r.c, RINGLM_OPT_SPIN_US, spin_us)) < 0) {
@@ -111,14 +111,16 @@ static int one_round(const char *sock, uint64_t n, long spin_us)
         ringlm_event ev;
         rc = ringlm_next_event(r.c, &ev, 10000);
         if (rc != 1) {
-            fprintf(stderr, "tsan_client: next_event after %llu finishes (%llu submitted): %d %s %s\n",
+            fprintf(stderr,
+                    "tsan_client: next_event after %llu finishes (%llu submitted): %d %s %s\n",
                     (unsigned long long)fin, (unsigned long long)atomic_load(&r.submitted), rc,
                     ringlm_strerror(rc), ringlm_errdetail());
             bad = 1;
             break;
         }
         if (ev.req_id == 0 || ev.req_id > n || done[ev.req_id]) {
-            fprintf(stderr, "tsan_client: event for request %llu (%s)\n", (unsigned long long)ev.req_id,
+            fprintf(stderr, "tsan_client: event for request %llu (%s)\n",
+                    (unsigned long long)ev.req_id,
                     ev.req_id == 0 || ev.req_id > n ? "no such request" : "already finished");
             bad = 1;
         } else if (ev.kind == RINGLM_EV_TOKEN) {
@@ -130,9 +132,10 @@ static int one_round(const char *sock, uint64_t n, long spin_us)
             ntok[ev.req_id]++;
             tokens++;
         } else if (ev.kind == RINGLM_EV_FINISH) {
-            if (ev.n_tokens != ntok[ev.req_id] ||
-                (ev.finish_reason != RINGLM_FINISH_LENGTH && ev.finish_reason != RINGLM_FINISH_CANCELLED)) {
-                fprintf(stderr, "tsan_client: request %llu: finish %s with n_tokens %u after %u tokens\n",
+            if (ev.n_tokens != ntok[ev.req_id] || (ev.finish_reason != RINGLM_FINISH_LENGTH &&
+                                                   ev.finish_reason != RINGLM_FINISH_CANCELLED)) {
+                fprintf(stderr,
+                        "tsan_client: request %llu: finish %s with n_tokens %u after %u tokens\n",
                         (unsigned long long)ev.req_id, ringlm_reason_name(ev.finish_reason),
                         ev.n_tokens, ntok[ev.req_id]);
                 bad = 1;
@@ -199,8 +202,7 @@ int main(int argc, char **argv)
     int bad = 0;
     uint64_t deadline = now_ms() + 30000;
     for (;;) {
-        if (access(sock, F_OK) == 0)
-            break;
+        if (access(sock, F_OK) == 0) break;
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
             fprintf(stderr, "tsan_client: ringlmd exited at start (status 0x%x)\n", st);
@@ -215,16 +217,15 @@ int main(int argc, char **argv)
         struct timespec ts = {0, 5000000};
         nanosleep(&ts, NULL);
     }
-    if (!bad)
-        bad |= one_round(sock, n, -1) != 0;
-    if (!bad)
-        bad |= one_round(sock, n / 4 ? n / 4 : 1, 0) != 0;
+    if (!bad) bad |= one_round(sock, n, -1) != 0;
+    if (!bad) bad |= one_round(sock, n / 4 ? n / 4 : 1, 0) != 0;
     kill(pid, SIGTERM);
     int st = 0;
     deadline = now_ms() + 30000;
     while (waitpid(pid, &st, WNOHANG) != pid) {
         if (now_ms() > deadline) {
-            fprintf(stderr, "tsan_client: ringlmd did not stop within 30 s of SIGTERM; killing it\n");
+            fprintf(stderr,
+                    "tsan_client: ringlmd did not stop within 30 s of SIGTERM; killing it\n");
             kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
             bad = 1;

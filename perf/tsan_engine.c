@@ -21,11 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N_SEQS 3
-#define MAX_TOK 160
-#define BLOCK 16
+#define N_SEQS     3
+#define MAX_TOK    160
+#define BLOCK      16
 #define MAX_BLOCKS ((MAX_TOK + BLOCK - 1) / BLOCK)
-#define TOL 1e-4
+#define TOL        1e-4
 
 typedef struct seq {
     int32_t tokens[MAX_TOK];
@@ -52,8 +52,7 @@ static int32_t argmax(const float *v, int n)
 {
     int32_t best = 0;
     for (int i = 1; i < n; i++)
-        if (v[i] > v[best])
-            best = i;
+        if (v[i] > v[best]) best = i;
     return best;
 }
 
@@ -70,11 +69,12 @@ static int step(eng *e, int vocab, seq *s, const int *rows, int sample, record *
     int64_t slots[N_SEQS * MAX_TOK];
     int T = 0, S = 0;
     for (int i = 0; i < N_SEQS; i++) {
-        if (!rows[i])
-            continue;
+        if (!rows[i]) continue;
         if (s[i].n_cached + rows[i] > s[i].n_tokens) {
-            fprintf(stderr, "tsan_engine: schedule bug: seq %d has %d uncached tokens, step "
-                    "asks %d\n", i, s[i].n_tokens - s[i].n_cached, rows[i]);
+            fprintf(stderr,
+                    "tsan_engine: schedule bug: seq %d has %d uncached tokens, step "
+                    "asks %d\n",
+                    i, s[i].n_tokens - s[i].n_cached, rows[i]);
             return -1;
         }
         qs[S] = T;
@@ -90,9 +90,17 @@ static int step(eng *e, int vocab, seq *s, const int *rows, int sample, record *
         who[S++] = i;
     }
     qs[S] = T;
-    eng_batch b = {.n_tokens = T, .tokens = tokens, .positions = pos, .slot_mapping = slots,
-                   .n_seqs = S, .query_start = qs, .seq_len = lens, .block_table = table,
-                   .block_table_stride = MAX_BLOCKS, .n_logits = S, .logits_rows = lrows};
+    eng_batch b = {.n_tokens = T,
+                   .tokens = tokens,
+                   .positions = pos,
+                   .slot_mapping = slots,
+                   .n_seqs = S,
+                   .query_start = qs,
+                   .seq_len = lens,
+                   .block_table = table,
+                   .block_table_stride = MAX_BLOCKS,
+                   .n_logits = S,
+                   .logits_rows = lrows};
     float *lg = rec->logits + *rec_used;
     if (*rec_used + (size_t)S * vocab > rec->n_floats) {
         fprintf(stderr, "tsan_engine: record too small\n");
@@ -108,21 +116,17 @@ static int step(eng *e, int vocab, seq *s, const int *rows, int sample, record *
             rng[k] = eng_rng_init(sp[k].seed);
         }
         err = eng_execute_sample(e, &b, sp, rng, next, lg);
-        if (err)
-            return fail("eng_execute_sample", err);
+        if (err) return fail("eng_execute_sample", err);
     } else {
         err = eng_execute(e, &b, lg);
-        if (err)
-            return fail("eng_execute", err);
-        for (int k = 0; k < S; k++)
-            next[k] = argmax(lg + (size_t)k * vocab, vocab);
+        if (err) return fail("eng_execute", err);
+        for (int k = 0; k < S; k++) next[k] = argmax(lg + (size_t)k * vocab, vocab);
     }
     *rec_used += (size_t)S * vocab;
     for (int k = 0; k < S; k++) {
         seq *q = &s[who[k]];
         q->n_cached += rows[who[k]];
-        if (q->n_cached == q->n_tokens && q->n_tokens < MAX_TOK)
-            q->tokens[q->n_tokens++] = next[k];
+        if (q->n_cached == q->n_tokens && q->n_tokens < MAX_TOK) q->tokens[q->n_tokens++] = next[k];
     }
     return 0;
 }
@@ -130,13 +134,16 @@ static int step(eng *e, int vocab, seq *s, const int *rows, int sample, record *
 static int run(const eng_model *m, int threads, int decode_steps, record *rec)
 {
     const eng_model_config *c = eng_model_cfg(m);
-    eng_options o = {.backend = "cpu", .n_threads = threads, .numa_node = -1,
-                     .kv_blocks = N_SEQS * MAX_BLOCKS, .kv_block_size = BLOCK,
-                     .max_batch_tokens = N_SEQS * MAX_TOK, .max_seqs = N_SEQS};
+    eng_options o = {.backend = "cpu",
+                     .n_threads = threads,
+                     .numa_node = -1,
+                     .kv_blocks = N_SEQS * MAX_BLOCKS,
+                     .kv_block_size = BLOCK,
+                     .max_batch_tokens = N_SEQS * MAX_TOK,
+                     .max_seqs = N_SEQS};
     eng *e = NULL;
     int err = eng_create(m, &o, &e);
-    if (err)
-        return fail("eng_create", err);
+    if (err) return fail("eng_create", err);
     /* Prompts: A 20 tokens, B 17 (prefilled in two chunks), C 45 (more than one tile). */
     static const int plen[N_SEQS] = {20, 17, 45};
     seq s[N_SEQS];
@@ -151,12 +158,12 @@ static int run(const eng_model *m, int threads, int decode_steps, record *rec)
     size_t used = 0;
     int r1[N_SEQS] = {20, 5, 0};  /* two prefills */
     int r2[N_SEQS] = {1, 12, 45}; /* decode + rest of B's prefill + C's long prefill */
-    if (step(e, c->vocab_size, s, r1, 0, rec, &used) || step(e, c->vocab_size, s, r2, 0, rec, &used))
+    if (step(e, c->vocab_size, s, r1, 0, rec, &used) ||
+        step(e, c->vocab_size, s, r2, 0, rec, &used))
         goto out_err;
     for (int k = 0; k < decode_steps; k++) { /* decode all three; every other one sampled */
         int r[N_SEQS] = {1, 1, 1};
-        if (step(e, c->vocab_size, s, r, k % 2, rec, &used))
-            goto out_err;
+        if (step(e, c->vocab_size, s, r, k % 2, rec, &used)) goto out_err;
     }
     for (int i = 0; i < N_SEQS; i++) {
         memcpy(rec->tokens[i], s[i].tokens, sizeof s[i].tokens);
@@ -205,8 +212,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "tsan_engine: out of memory\n");
         goto out;
     }
-    if (run(m, 1, steps, &ref) || run(m, threads, steps, &got))
-        goto out;
+    if (run(m, 1, steps, &ref) || run(m, threads, steps, &got)) goto out;
     if (ref.n_floats != got.n_floats) {
         fprintf(stderr, "tsan_engine: %zu logits with 1 worker, %zu with %d\n", ref.n_floats,
                 got.n_floats, threads);
@@ -220,23 +226,25 @@ int main(int argc, char **argv)
             md = d;
             worst = i;
         }
-        if (fabs(ref.logits[i]) > ma)
-            ma = fabs(ref.logits[i]);
+        if (fabs(ref.logits[i]) > ma) ma = fabs(ref.logits[i]);
     }
     if (md / ma > TOL) {
-        fprintf(stderr, "tsan_engine: %d workers: logit %zu is %.6g, 1 worker %.6g (rel %.3g > %g)\n",
+        fprintf(stderr,
+                "tsan_engine: %d workers: logit %zu is %.6g, 1 worker %.6g (rel %.3g > %g)\n",
                 threads, worst, got.logits[worst], ref.logits[worst], md / ma, TOL);
         goto out;
     }
     for (int i = 0; i < N_SEQS; i++)
         if (ref.n_tokens[i] != got.n_tokens[i] ||
             memcmp(ref.tokens[i], got.tokens[i], sizeof(int32_t) * ref.n_tokens[i])) {
-            fprintf(stderr, "tsan_engine: %d workers: sequence %d's tokens differ from 1 worker's\n",
+            fprintf(stderr,
+                    "tsan_engine: %d workers: sequence %d's tokens differ from 1 worker's\n",
                     threads, i);
             goto out;
         }
     printf("tsan_engine: %s, %d workers vs 1: %d mixed batches, %zu logits agree (max rel %.2g), "
-           "tokens identical\n", spec, threads, 2 + steps, ref.n_floats, md / ma);
+           "tokens identical\n",
+           spec, threads, 2 + steps, ref.n_floats, md / ma);
     rc = 0;
 out:
     free(ref.logits);

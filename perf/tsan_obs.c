@@ -43,7 +43,7 @@ static uint64_t now_us(void)
 
 typedef struct scraper {
     metrics *m;
-    int port;            /* > 0: over HTTP; 0: metrics_render() */
+    int port; /* > 0: over HTTP; 0: metrics_render() */
     _Atomic int *stop;
     _Atomic int scrapes; /* read by the main thread while this one runs */
     _Atomic int failed;  /* set after err is written; the main thread reads err after join */
@@ -57,8 +57,7 @@ static int64_t series_value(const char *text, const char *name)
     char key[128];
     snprintf(key, sizeof key, "\n%s{tenant=\"t0\",class=\"chat\"} ", name);
     const char *p = strstr(text, key);
-    if (!p)
-        return -1;
+    if (!p) return -1;
     return strtoll(p + strlen(key), NULL, 10);
 }
 
@@ -70,7 +69,8 @@ static char *http_get(int port, char *err, size_t errcap)
         snprintf(err, errcap, "socket: %s", strerror(errno));
         return NULL;
     }
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
         snprintf(err, errcap, "connect 127.0.0.1:%d: %s", port, strerror(errno));
@@ -92,22 +92,19 @@ static char *http_get(int port, char *err, size_t errcap)
             return NULL;
         }
         ssize_t n = read(fd, buf + len, cap - len);
-        if (n < 0 && errno == EINTR)
-            continue;
+        if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
             snprintf(err, errcap, "read: %s", strerror(errno));
             free(buf);
             close(fd);
             return NULL;
         }
-        if (n == 0)
-            break;
+        if (n == 0) break;
         len += (size_t)n;
         if (len == cap) {
             cap *= 2;
             char *nb = realloc(buf, cap + 1);
-            if (!nb)
-                free(buf);
+            if (!nb) free(buf);
             buf = nb;
         }
     }
@@ -126,16 +123,17 @@ static int check_scrape(scraper *s, const char *text)
 {
     int64_t p = series_value(text, "ringlm_prompt_tokens_total");
     int64_t g = series_value(text, "ringlm_generation_tokens_total");
-    if (p < 0 && g < 0)
-        return 0; /* nothing published for the series yet */
+    if (p < 0 && g < 0) return 0; /* nothing published for the series yet */
     if (p < 0 || g != 2 * p) {
-        snprintf(s->err, sizeof s->err, "torn snapshot: prompt_tokens %" PRId64
-                 ", generation_tokens %" PRId64 " (expected twice)", p, g);
+        snprintf(s->err, sizeof s->err,
+                 "torn snapshot: prompt_tokens %" PRId64 ", generation_tokens %" PRId64
+                 " (expected twice)",
+                 p, g);
         return -1;
     }
     if ((uint64_t)p < s->last_prompt) {
-        snprintf(s->err, sizeof s->err, "snapshot went back: prompt_tokens %" PRId64
-                 " after %" PRIu64, p, s->last_prompt);
+        snprintf(s->err, sizeof s->err,
+                 "snapshot went back: prompt_tokens %" PRId64 " after %" PRIu64, p, s->last_prompt);
         return -1;
     }
     s->last_prompt = (uint64_t)p;
@@ -175,8 +173,12 @@ static void *scrape_main(void *arg)
 
 static int check_metrics(int iters)
 {
-    metrics_config cfg = {.listen = "127.0.0.1:0", .version = "tsan", .policy_hash = "p0",
-                          .model_hash = "m0", .model_name = "tsan-model", .backend = "cpu",
+    metrics_config cfg = {.listen = "127.0.0.1:0",
+                          .version = "tsan",
+                          .policy_hash = "p0",
+                          .model_hash = "m0",
+                          .model_name = "tsan-model",
+                          .backend = "cpu",
                           .publish_interval_us = 200};
     metrics *m = NULL;
     int rc = metrics_create(&cfg, &m);
@@ -209,21 +211,18 @@ static int check_metrics(int iters)
         prompt += k;
         metrics_observe(m, sx, (enum metrics_hist)(i % METRICS_N_HIST), (uint64_t)(i * 37 % 90000));
         metrics_count_finish(m, sx, reasons[i % 4]);
-        if (i % 5 == 0)
-            metrics_count_preempt(m, sx, (enum metrics_mode)(i % 2), "blocks");
-        if (i % 7 == 0)
-            metrics_count_reject(m, sx, "too_long");
-        if (i % 11 == 0)
-            metrics_count_defer(m, sx, "budget");
+        if (i % 5 == 0) metrics_count_preempt(m, sx, (enum metrics_mode)(i % 2), "blocks");
+        if (i % 7 == 0) metrics_count_reject(m, sx, "too_long");
+        if (i % 11 == 0) metrics_count_defer(m, sx, "budget");
         metrics_set_series_queue(m, sx, (uint32_t)(i % 9), (uint32_t)(i % 4));
         metrics_set_queue(m, (uint32_t)(i % 13), (uint32_t)(i % 5));
         metrics_set_kv(m, SCHED_POOL_DEVICE, (uint64_t)(i % 100), 100);
         metrics_set_kv(m, SCHED_POOL_HOST, (uint64_t)(i % 50), 50);
         metrics_observe_iteration(m, (uint64_t)(50 + i % 300), (uint32_t)(i % 64));
-        metrics_observe_transfer(m, SCHED_POOL_HOST, i % 2 ? SCHED_XFER_IN : SCHED_XFER_OUT, 4096, 3);
+        metrics_observe_transfer(m, SCHED_POOL_HOST, i % 2 ? SCHED_XFER_IN : SCHED_XFER_OUT, 4096,
+                                 3);
         metrics_set_log_dropped(m, (uint64_t)i / 100, 0);
-        if (i % 500 == 0)
-            metrics_set_info(m, i % 1000 ? "p1" : "p0", NULL);
+        if (i % 500 == 0) metrics_set_info(m, i % 1000 ? "p1" : "p0", NULL);
         /* Mostly on the interval (the daemon's way), sometimes forced. */
         metrics_publish(m, now_us(), i % 16 == 0);
     }
@@ -231,14 +230,14 @@ static int check_metrics(int iters)
     /* Let each scraper see the final snapshot at least once more, then stop them. */
     int before[2] = {atomic_load(&sc[0].scrapes), atomic_load(&sc[1].scrapes)};
     uint64_t deadline = now_us() + 20u * 1000000u;
-    while ((atomic_load(&sc[0].scrapes) <= before[0] + 1 || atomic_load(&sc[1].scrapes) <= before[1] + 1) &&
+    while ((atomic_load(&sc[0].scrapes) <= before[0] + 1 ||
+            atomic_load(&sc[1].scrapes) <= before[1] + 1) &&
            !atomic_load(&sc[0].failed) && !atomic_load(&sc[1].failed) && now_us() < deadline) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
     atomic_store(&stop, 1);
-    for (int i = 0; i < 2; i++)
-        pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
     int bad = 0;
     for (int i = 0; i < 2; i++) {
         const char *who = i ? "metrics_render thread" : "HTTP scraper";
@@ -246,16 +245,17 @@ static int check_metrics(int iters)
             fprintf(stderr, "tsan_obs: metrics: %s: %s\n", who, sc[i].err);
             bad = 1;
         } else if (sc[i].last_prompt != prompt) {
-            fprintf(stderr, "tsan_obs: metrics: %s: last scrape shows prompt_tokens %" PRIu64
-                    ", expected %" PRIu64 " (%d scrapes)\n", who, sc[i].last_prompt, prompt,
-                    sc[i].scrapes);
+            fprintf(stderr,
+                    "tsan_obs: metrics: %s: last scrape shows prompt_tokens %" PRIu64
+                    ", expected %" PRIu64 " (%d scrapes)\n",
+                    who, sc[i].last_prompt, prompt, sc[i].scrapes);
             bad = 1;
         }
     }
     if (!bad)
         printf("tsan_obs: metrics: %d loop iterations, %d HTTP scrapes and %d direct renders "
-               "concurrently, every snapshot consistent, final totals seen\n", iters,
-               atomic_load(&sc[0].scrapes), atomic_load(&sc[1].scrapes));
+               "concurrently, every snapshot consistent, final totals seen\n",
+               iters, atomic_load(&sc[0].scrapes), atomic_load(&sc[1].scrapes));
     metrics_destroy(m);
     return bad ? -1 : 0;
 }
@@ -308,8 +308,8 @@ static int check_declog(int lines)
     snprintf(dpath, sizeof dpath, "%s/decisions.jsonl", dir);
     snprintf(rpath, sizeof rpath, "%s/requests.jsonl", dir);
     /* Small rings (16 KiB) so that the quarter-full wake and the full-ring drop both run. */
-    declog_config cfg = {.decision_path = dpath, .request_path = rpath, .ring_bytes = 16384,
-                         .truncate = true};
+    declog_config cfg = {
+        .decision_path = dpath, .request_path = rpath, .ring_bytes = 16384, .truncate = true};
     declog *d = NULL;
     int rc = declog_create(&cfg, &d);
     if (rc < 0) {
@@ -319,10 +319,11 @@ static int check_declog(int lines)
     char line[512];
     long ok_dec = 0, ok_req = 0, drop_dec = 0, drop_req = 0;
     for (int i = 0; i < lines; i++) {
-        int n = snprintf(line, sizeof line, "{\"seq\":%d,\"event\":\"tsan\",\"pad\":\"%.*s\"}", i,
-                         i % 200, "................................................................"
-                         "................................................................"
-                         "........................................................................");
+        int n = snprintf(
+            line, sizeof line, "{\"seq\":%d,\"event\":\"tsan\",\"pad\":\"%.*s\"}", i, i % 200,
+            "................................................................"
+            "................................................................"
+            "........................................................................");
         rc = declog_decision_line(d, line, (size_t)n);
         if (rc == 0)
             ok_dec++;
@@ -333,10 +334,18 @@ static int check_declog(int lines)
             declog_destroy(d);
             return -1;
         }
-        declog_request r = {.req = (uint64_t)i, .arrival_us = i, .tenant = "t0", .class_name = "chat",
-                            .prompt_tokens = 10, .max_tokens = 20, .output_tokens = 20,
-                            .deadline_us = DECLOG_NULL, .cancel_us = DECLOG_NULL,
-                            .first_token_us = i + 5, .finish_us = i + 50, .finish_reason = "length"};
+        declog_request r = {.req = (uint64_t)i,
+                            .arrival_us = i,
+                            .tenant = "t0",
+                            .class_name = "chat",
+                            .prompt_tokens = 10,
+                            .max_tokens = 20,
+                            .output_tokens = 20,
+                            .deadline_us = DECLOG_NULL,
+                            .cancel_us = DECLOG_NULL,
+                            .first_token_us = i + 5,
+                            .finish_us = i + 50,
+                            .finish_reason = "length"};
         rc = declog_request_line(d, &r);
         if (rc == 0)
             ok_req++;
@@ -364,9 +373,10 @@ static int check_declog(int lines)
     }
     if (q_dec != (uint64_t)ok_dec || q_req != (uint64_t)ok_req || dr_dec != (uint64_t)drop_dec ||
         dr_req != (uint64_t)drop_req) {
-        fprintf(stderr, "tsan_obs: declog counts: queued %" PRIu64 "/%" PRIu64 " (expected %ld/%ld), "
-                "dropped %" PRIu64 "/%" PRIu64 " (expected %ld/%ld)\n", q_dec, q_req, ok_dec,
-                ok_req, dr_dec, dr_req, drop_dec, drop_req);
+        fprintf(stderr,
+                "tsan_obs: declog counts: queued %" PRIu64 "/%" PRIu64 " (expected %ld/%ld), "
+                "dropped %" PRIu64 "/%" PRIu64 " (expected %ld/%ld)\n",
+                q_dec, q_req, ok_dec, ok_req, dr_dec, dr_req, drop_dec, drop_req);
         bad = 1;
     }
     char err[256] = "";
@@ -376,8 +386,10 @@ static int check_declog(int lines)
         fprintf(stderr, "tsan_obs: declog: %s\n", err);
         bad = 1;
     } else if (n_dec != ok_dec || n_req != ok_req) {
-        fprintf(stderr, "tsan_obs: declog: files hold %ld decision and %ld request lines, "
-                "%ld and %ld were queued\n", n_dec, n_req, ok_dec, ok_req);
+        fprintf(stderr,
+                "tsan_obs: declog: files hold %ld decision and %ld request lines, "
+                "%ld and %ld were queued\n",
+                n_dec, n_req, ok_dec, ok_req);
         bad = 1;
     }
     unlink(dpath);
@@ -385,8 +397,8 @@ static int check_declog(int lines)
     rmdir(dir);
     if (!bad)
         printf("tsan_obs: declog: %d lines per log from the loop thread, writer thread wrote all "
-               "%ld + %ld queued ones whole and in order (%ld + %ld dropped when full)\n", lines,
-               ok_dec, ok_req, drop_dec, drop_req);
+               "%ld + %ld queued ones whole and in order (%ld + %ld dropped when full)\n",
+               lines, ok_dec, ok_req, drop_dec, drop_req);
     return bad ? -1 : 0;
 }
 

@@ -28,7 +28,10 @@ static int reject(sched *s, const sched_request *q, int tenant, int cls, sched_r
 int sched_submit(sched *s, const sched_request *q, uint64_t now, sched_reject_reason *why)
 {
     if (why) *why = SCHED_REJECT_NONE;
-    if (!s) { sched__set_error("sched_submit: scheduler is NULL"); return -EINVAL; }
+    if (!s) {
+        sched__set_error("sched_submit: scheduler is NULL");
+        return -EINVAL;
+    }
     if (!q) return reject(s, NULL, -1, -1, SCHED_REJECT_INVALID, -EINVAL, now, why);
     if (q->prompt_len == 0 || q->max_new_tokens == 0)
         return reject(s, q, -1, -1, SCHED_REJECT_INVALID, -EINVAL, now, why);
@@ -48,7 +51,8 @@ int sched_submit(sched *s, const sched_request *q, uint64_t now, sched_reject_re
     if (blocks > s->conf.kv_blocks_device || (tmax && blocks > tmax))
         return reject(s, q, ten, cls, SCHED_REJECT_NEVER_FITS, -E2BIG, now, why);
     const sched_tenant_cfg *tc = s->ten[ten];
-    if (tc->max_queued_tokens && s->ts[ten].st.queued_tokens + q->prompt_len > tc->max_queued_tokens)
+    if (tc->max_queued_tokens &&
+        s->ts[ten].st.queued_tokens + q->prompt_len > tc->max_queued_tokens)
         return reject(s, q, ten, cls, SCHED_REJECT_TENANT_QUOTA, -EAGAIN, now, why);
     if ((s->cfg.queue_max_requests && s->n_waiting + 1 > s->cfg.queue_max_requests) ||
         (s->cfg.queue_max_tokens && s->queued_tokens + q->prompt_len > s->cfg.queue_max_tokens))
@@ -62,25 +66,34 @@ int sched_submit(sched *s, const sched_request *q, uint64_t now, sched_reject_re
             return reject(s, q, ten, cls, SCHED_REJECT_DEADLINE, -ETIME, now, why);
         if (q->deadline_us) {
             double dec_step = sc_predict_step_us(s, 0, s->run.n + 1, 0, 0);
-            if ((double)now + wait + (double)(q->max_new_tokens - 1) * dec_step > (double)q->deadline_us)
+            if ((double)now + wait + (double)(q->max_new_tokens - 1) * dec_step >
+                (double)q->deadline_us)
                 return reject(s, q, ten, cls, SCHED_REJECT_DEADLINE, -ETIME, now, why);
         }
     }
 
     /* take a slot */
     uint32_t slot;
-    if (s->free_slots.n) slot = s->free_slots.a[--s->free_slots.n];
+    if (s->free_slots.n)
+        slot = s->free_slots.a[--s->free_slots.n];
     else {
         if (!sc_vec_grow((void **)&s->reqs, &s->cap_slots, s->n_slots + 1, sizeof(req))) goto oom;
         slot = s->n_slots++;
         memset(&s->reqs[slot], 0, sizeof(req));
     }
     req *r = &s->reqs[slot];
-    req old = *r;   /* the slot's buffers are reused */
+    req old = *r; /* the slot's buffers are reused */
     memset(r, 0, sizeof(*r));
-    r->dev = old.dev; r->cap_dev = old.cap_dev; r->tierb = old.tierb; r->cap_tier = old.cap_tier;
-    r->ptok = old.ptok; r->cap_ptok = old.cap_ptok; r->pkeys = old.pkeys; r->cap_pkeys = old.cap_pkeys;
-    r->pnodes = old.pnodes; r->cap_pnodes = old.cap_pnodes;
+    r->dev = old.dev;
+    r->cap_dev = old.cap_dev;
+    r->tierb = old.tierb;
+    r->cap_tier = old.cap_tier;
+    r->ptok = old.ptok;
+    r->cap_ptok = old.cap_ptok;
+    r->pkeys = old.pkeys;
+    r->cap_pkeys = old.cap_pkeys;
+    r->pnodes = old.pnodes;
+    r->cap_pnodes = old.cap_pnodes;
     r->id = q->id;
     r->live = 1;
     r->tenant = (uint16_t)ten;
@@ -90,9 +103,17 @@ int sched_submit(sched *s, const sched_request *q, uint64_t now, sched_reject_re
     r->arrival_us = arrival;
     r->deadline_us = q->deadline_us;
     r->q_pos = r->t_pos = r->bp_pos = r->run_pos = r->p_pos = NO_POS;
-    r->state = REQ_NEW;   /* born; waiting_add below is its first transition */
-    if (sc_cache_submit(s, r, q)) { VEC_PUSH(s, s->free_slots, slot); r->live = 0; goto oom; }
-    if (sc_map_put(s, q->id, slot)) { VEC_PUSH(s, s->free_slots, slot); r->live = 0; goto oom; }
+    r->state = REQ_NEW; /* born; waiting_add below is its first transition */
+    if (sc_cache_submit(s, r, q)) {
+        VEC_PUSH(s, s->free_slots, slot);
+        r->live = 0;
+        goto oom;
+    }
+    if (sc_map_put(s, q->id, slot)) {
+        VEC_PUSH(s, s->free_slots, slot);
+        r->live = 0;
+        goto oom;
+    }
 
     tenant_state *t = &s->ts[ten];
     if (t->n_live == 0) sc_fair_rejoin(s, ten);
@@ -129,7 +150,8 @@ int sched_set_output_blocked(sched *s, uint64_t id, bool blocked, uint64_t now)
     if (!s) return -EINVAL;
     uint32_t slot = map_get(s, id);
     if (slot == NO_SLOT || s->reqs[slot].state == SCHED_REQ_ENDED) {
-        sched__set_error("sched_set_output_blocked: request %llu is not live", (unsigned long long)id);
+        sched__set_error("sched_set_output_blocked: request %llu is not live",
+                         (unsigned long long)id);
         return -ENOENT;
     }
     req *r = &s->reqs[slot];

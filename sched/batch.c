@@ -32,7 +32,9 @@ static void add_entry(sched *s, uint32_t slot, uint32_t n, bool prefill)
          * Re-prefill after a recompute preemption is not charged again: the tenant did not
          * choose to lose that work. */
         uint32_t end = r->computed + n;
-        uint32_t fresh = end > r->charged_upto ? end - (r->computed > r->charged_upto ? r->computed : r->charged_upto) : 0;
+        uint32_t fresh = end > r->charged_upto
+                             ? end - (r->computed > r->charged_upto ? r->computed : r->charged_upto)
+                             : 0;
         if (end > r->charged_upto) r->charged_upto = end;
         sc_charge(s, r->tenant, fresh, true);
     } else {
@@ -68,7 +70,8 @@ static uint32_t plan_decodes(sched *s, uint64_t now, uint32_t budget, bool *ls_d
     for (uint32_t k = 0; k < n; k++) {
         uint32_t sl = s->dec.a[k];
         req *r = &s->reqs[sl];
-        if (r->skip_pass == s->pass_no || r->state != SCHED_REQ_RUNNING || !needs_block(s, r)) continue;
+        if (r->skip_pass == s->pass_no || r->state != SCHED_REQ_RUNNING || !needs_block(s, r))
+            continue;
         for (;;) {
             uint32_t tmax = s->ten[r->tenant]->max_kv_blocks;
             bool quota = tmax && s->ts[r->tenant].kv_blocks >= tmax;
@@ -96,7 +99,7 @@ static uint32_t plan_decodes(sched *s, uint64_t now, uint32_t budget, bool *ls_d
             uint32_t held = s->reqs[v].n_dev;
             uint16_t vt = s->reqs[v].tenant;
             uint32_t freed = sc_preempt(s, v, quota, now);
-            if (!freed && held) {   /* swap: the others wait for its blocks */
+            if (!freed && held) { /* swap: the others wait for its blocks */
                 pending += held;
                 s->ts[vt].pend_step += held;
             }
@@ -111,12 +114,16 @@ static uint32_t plan_decodes(sched *s, uint64_t now, uint32_t budget, bool *ls_d
         uint32_t sl = s->dec.a[k];
         req *r = &s->reqs[sl];
         if (r->state != SCHED_REQ_RUNNING || r->skip_pass == s->pass_no) continue;
-        if (k >= n) { sc_emit_defer(s, r, SCHED_DEFER_BUDGET, now); continue; }
+        if (k >= n) {
+            sc_emit_defer(s, r, SCHED_DEFER_BUDGET, now);
+            continue;
+        }
         add_entry(s, sl, 1, false);
         tokens++;
         const sched_class_cfg *c = s->cls[r->cls];
         if (c->latency_sensitive) *ls_decoding = true;
-        if (c->tpot_target_us && (!*tpot_min || c->tpot_target_us < *tpot_min)) *tpot_min = c->tpot_target_us;
+        if (c->tpot_target_us && (!*tpot_min || c->tpot_target_us < *tpot_min))
+            *tpot_min = c->tpot_target_us;
     }
     return tokens;
 }
@@ -127,7 +134,7 @@ static void start_running(sched *s, uint32_t slot, uint32_t blocks, uint64_t now
 {
     req *r = &s->reqs[slot];
     sc_waiting_remove(s, slot);
-    sc_cache_start(s, r, now);   /* a cached prefix: held, and computed starts after it */
+    sc_cache_start(s, r, now); /* a cached prefix: held, and computed starts after it */
     sc_dev_grow_to(s, r, blocks);
     bool resume = r->started;
     if (r->recompute) {
@@ -155,7 +162,7 @@ static void start_running(sched *s, uint32_t slot, uint32_t blocks, uint64_t now
     } else {
         sc_run_add(s, slot);
     }
-    if (!resume) sc_timer_update(s, slot);   /* queue-wait no longer applies, deadline does */
+    if (!resume) sc_timer_update(s, slot); /* queue-wait no longer applies, deadline does */
     sched_event e = ev_of(s, SCHED_EV_SCHEDULE, r, now);
     e.outcome = resume ? SCHED_OUTCOME_RESUME : SCHED_OUTCOME_START;
     e.blocks = r->n_dev;
@@ -166,7 +173,9 @@ static void start_running(sched *s, uint32_t slot, uint32_t blocks, uint64_t now
 static uint32_t watermark(const sched *s)
 {
     /* keep a sliver free so sequences just admitted can grow without preempting at once */
-    return s->cfg.mode == SCHED_MODE_TOKEN_BUDGET && s->run.n ? s->pools[SCHED_POOL_DEVICE].total / 100 : 0;
+    return s->cfg.mode == SCHED_MODE_TOKEN_BUDGET && s->run.n
+               ? s->pools[SCHED_POOL_DEVICE].total / 100
+               : 0;
 }
 
 void sc_step_token_budget(sched *s, uint64_t now)
@@ -227,7 +236,10 @@ void sc_step_token_budget(sched *s, uint64_t now)
     for (uint32_t i = 0; i < s->part.n; i++) {
         uint32_t sl = s->part.a[i];
         req *r = &s->reqs[sl];
-        if (!pbudget) { sc_emit_defer(s, r, SCHED_DEFER_BUDGET, now); continue; }
+        if (!pbudget) {
+            sc_emit_defer(s, r, SCHED_DEFER_BUDGET, now);
+            continue;
+        }
         uint32_t n = known(r) - r->computed;
         if (n > p->prefill_chunk) n = p->prefill_chunk;
         if (n > pbudget) n = pbudget;
@@ -250,12 +262,17 @@ void sc_step_token_budget(sched *s, uint64_t now)
         cand c;
         if (!sc_pick_candidate(s, now, texcl, cexcl, &c)) break;
         req *r = &s->reqs[c.slot];
-        if (active >= p->max_active_seqs) { sc_emit_defer(s, r, SCHED_DEFER_MAX_ACTIVE, now); break; }
-        uint32_t fr = sc_dev_available(s);   /* free, or cached and evictable */
+        if (active >= p->max_active_seqs) {
+            sc_emit_defer(s, r, SCHED_DEFER_MAX_ACTIVE, now);
+            break;
+        }
+        uint32_t fr = sc_dev_available(s); /* free, or cached and evictable */
         uint32_t tmax = s->ten[c.tenant]->max_kv_blocks;
-        if (r->preempt_step == s->step_no) {   /* preempted in this very step: not back at once */
-            if (c.swapped) cexcl |= 1u << c.cls;
-            else texcl |= 1ull << c.tenant;
+        if (r->preempt_step == s->step_no) { /* preempted in this very step: not back at once */
+            if (c.swapped)
+                cexcl |= 1u << c.cls;
+            else
+                texcl |= 1ull << c.tenant;
             continue;
         }
         /* a tenant with a KV quota keeps one block of growth per running sequence, or its
@@ -265,10 +282,13 @@ void sc_step_token_budget(sched *s, uint64_t now)
             uint32_t need = r->n_tier;
             if (tmax && s->ts[c.tenant].kv_blocks + need + grow > tmax) {
                 sc_emit_defer(s, r, SCHED_DEFER_QUOTA, now);
-                cexcl |= 1u << c.cls;   /* its class waits behind it */
+                cexcl |= 1u << c.cls; /* its class waits behind it */
                 continue;
             }
-            if (fr < need) { sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now); break; }
+            if (fr < need) {
+                sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now);
+                break;
+            }
             sc_hremove(s, &s->cs[c.cls].swapped, c.slot);
             s->n_swapped--;
             sc_dev_grow_to(s, r, need);
@@ -279,7 +299,10 @@ void sc_step_token_budget(sched *s, uint64_t now)
             sc_plan_transfer(s, c.slot, SCHED_XFER_IN, now);
             continue;
         }
-        if (!pbudget) { sc_emit_defer(s, r, SCHED_DEFER_BUDGET, now); break; }
+        if (!pbudget) {
+            sc_emit_defer(s, r, SCHED_DEFER_BUDGET, now);
+            break;
+        }
         if (s->ten[c.tenant]->token_rate_per_s > 0 && s->ts[c.tenant].bucket <= 0) {
             sc_emit_defer(s, r, SCHED_DEFER_RATE, now);
             texcl |= 1ull << c.tenant;
@@ -291,10 +314,13 @@ void sc_step_token_budget(sched *s, uint64_t now)
             texcl |= 1ull << c.tenant;
             continue;
         }
-        uint32_t unheld, hit = sc_cache_find(s, c.slot, &unheld);   /* shared, not allocated */
-        if (fr - unheld < need - hit + watermark(s)) { sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now); break; }
+        uint32_t unheld, hit = sc_cache_find(s, c.slot, &unheld); /* shared, not allocated */
+        if (fr - unheld < need - hit + watermark(s)) {
+            sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now);
+            break;
+        }
         start_running(s, c.slot, need, now);
-        if (r->state != SCHED_REQ_RUNNING) {   /* reloading: its prefill starts when they are in */
+        if (r->state != SCHED_REQ_RUNNING) { /* reloading: its prefill starts when they are in */
             if (s->oom) break;
             continue;
         }
@@ -329,7 +355,7 @@ void sc_step_continuous(sched *s, uint64_t now)
         cand c;
         if (!sc_pick_fcfs(s, &c)) break;
         req *r = &s->reqs[c.slot];
-        if (r->preempt_step == s->step_no) break;   /* FCFS head was just preempted: next step */
+        if (r->preempt_step == s->step_no) break; /* FCFS head was just preempted: next step */
         if (s->run.n - s->n_blocked >= p->max_active_seqs) {
             sc_emit_defer(s, r, SCHED_DEFER_MAX_ACTIVE, now);
             break;
@@ -341,7 +367,10 @@ void sc_step_continuous(sched *s, uint64_t now)
             break;
         }
         uint32_t need = div_up(n, s->conf.block_size);
-        if (s->pools[SCHED_POOL_DEVICE].n_free < need) { sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now); break; }
+        if (s->pools[SCHED_POOL_DEVICE].n_free < need) {
+            sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now);
+            break;
+        }
         start_running(s, c.slot, need, now);
         add_entry(s, c.slot, n, true);
         pbudget = pbudget > n ? pbudget - n : 0;
@@ -358,7 +387,10 @@ void sc_step_group(sched *s, uint64_t now)
         /* the group ends when every member has finished (static holds finished members) */
         bool all_done = true;
         for (uint32_t i = 0; i < s->run.n; i++)
-            if (!s->reqs[s->run.a[i]].held) { all_done = false; break; }
+            if (!s->reqs[s->run.a[i]].held) {
+                all_done = false;
+                break;
+            }
         if (all_done) {
             while (s->run.n) {
                 uint32_t sl = s->run.a[s->run.n - 1];
@@ -384,14 +416,18 @@ void sc_step_group(sched *s, uint64_t now)
                 if (!sc_pick_candidate(s, now, texcl, 0, &c)) break;
                 req *r = &s->reqs[c.slot];
                 /* a group reserves prompt + max_new up front: it never preempts */
-                uint32_t need = div_up((uint64_t)known(r) + (r->max_new - r->generated), s->conf.block_size);
+                uint32_t need =
+                    div_up((uint64_t)known(r) + (r->max_new - r->generated), s->conf.block_size);
                 uint32_t tmax = s->ten[c.tenant]->max_kv_blocks;
                 if (tmax && s->ts[c.tenant].kv_blocks + need > tmax) {
                     sc_emit_defer(s, r, SCHED_DEFER_QUOTA, now);
                     texcl |= 1ull << c.tenant;
                     continue;
                 }
-                if (s->pools[SCHED_POOL_DEVICE].n_free < need) { sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now); break; }
+                if (s->pools[SCHED_POOL_DEVICE].n_free < need) {
+                    sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now);
+                    break;
+                }
                 start_running(s, c.slot, need, now);
                 uint32_t n = known(r);
                 add_entry(s, c.slot, n, true);
@@ -406,7 +442,8 @@ void sc_step_group(sched *s, uint64_t now)
         } else {
             /* say once that the head waits for its group */
             cand c;
-            if (sc_pick_candidate(s, now, 0, 0, &c)) sc_emit_defer(s, &s->reqs[c.slot], SCHED_DEFER_BATCH, now);
+            if (sc_pick_candidate(s, now, 0, 0, &c))
+                sc_emit_defer(s, &s->reqs[c.slot], SCHED_DEFER_BATCH, now);
         }
         return;
     }
@@ -414,7 +451,10 @@ void sc_step_group(sched *s, uint64_t now)
     for (uint32_t i = 0; i < s->run.n; i++) {
         uint32_t sl = s->run.a[i];
         req *r = &s->reqs[sl];
-        if (r->held) { if (is_static) s->plan.pad_tokens++; continue; }
+        if (r->held) {
+            if (is_static) s->plan.pad_tokens++;
+            continue;
+        }
         if (r->blocked) continue;
         uint32_t n = known(r) - r->computed;
         if (n == 0) continue;

@@ -55,25 +55,34 @@ static void evicted(void *ctx, const sched_prefix_eviction *ev)
     sched *s = ctx;
     pool_give(&s->pools[ev->from], ev->from_block);
     s->px_left[ev->from]++;
-    if (ev->reason == SCHED_PREFIX_EVICT_MOVED) return;   /* now hotter: still cached */
+    if (ev->reason == SCHED_PREFIX_EVICT_MOVED) return; /* now hotter: still cached */
     if (ev->demoted) {
-        if (!sc_vec_grow((void **)&s->px_mv, &s->px_cap_mv, s->px_n_mv + 1, sizeof *s->px_mv)) { s->oom = true; return; }
-        s->px_mv[s->px_n_mv++] = (struct px_move){ev->from_block, ev->to_block, (uint8_t)ev->from, (uint8_t)ev->to};
+        if (!sc_vec_grow((void **)&s->px_mv, &s->px_cap_mv, s->px_n_mv + 1, sizeof *s->px_mv)) {
+            s->oom = true;
+            return;
+        }
+        s->px_mv[s->px_n_mv++] =
+            (struct px_move){ev->from_block, ev->to_block, (uint8_t)ev->from, (uint8_t)ev->to};
         s->px_demoted[ev->to]++;
-        if (s->px_mv_reuse <= 0 || ev->expected_reuse < s->px_mv_reuse) s->px_mv_reuse = ev->expected_reuse;
+        if (s->px_mv_reuse <= 0 || ev->expected_reuse < s->px_mv_reuse)
+            s->px_mv_reuse = ev->expected_reuse;
         return;
     }
     s->px_evicted++;
-    sc_order_dropped(s, ev->key);   /* (demotions and moves returned above: still cached) */
+    sc_order_dropped(s, ev->key); /* (demotions and moves returned above: still cached) */
     s->px_drop[ev->from]++;
     if (ev->reason == SCHED_PREFIX_EVICT_DEMAND) {
         s->px_drop_rl[ev->from] = ev->reload_cost_us;
         s->px_drop_rc[ev->from] = ev->recompute_cost_us;
-        if (ev->expected_reuse > s->px_drop_reuse[ev->from]) s->px_drop_reuse[ev->from] = ev->expected_reuse;
+        if (ev->expected_reuse > s->px_drop_reuse[ev->from])
+            s->px_drop_reuse[ev->from] = ev->expected_reuse;
     }
 }
 
-static double block_bytes(const sched *s) { return (double)s->conf.block_size * (double)s->conf.kv_bytes_per_token; }
+static double block_bytes(const sched *s)
+{
+    return (double)s->conf.block_size * (double)s->conf.kv_bytes_per_token;
+}
 
 /* Reloading `bytes` from pool p now: what is queued on the link ahead, these bytes, the
  * latency (the tier's measured bandwidth once a transfer completed). */
@@ -87,15 +96,18 @@ static double reload_us(const sched *s, sched_pool p, double bytes)
  * tier bandwidths). */
 static void cache_costs(sched *s)
 {
-    sched_prefix_costs c = {.recompute_us_per_block = sc_prefill_us(s, s->conf.block_size), .reuse_prior = 1};
+    sched_prefix_costs c = {.recompute_us_per_block = sc_prefill_us(s, s->conf.block_size),
+                            .reuse_prior = 1};
     for (int p = SCHED_POOL_HOST; p < SCHED_POOL__COUNT; p++)
-        c.reload_us_per_block[p] = s->pools[p].total ? reload_us(s, (sched_pool)p, block_bytes(s)) : -1;
+        c.reload_us_per_block[p] =
+            s->pools[p].total ? reload_us(s, (sched_pool)p, block_bytes(s)) : -1;
     sched_prefix_set_costs(s->px, &c);
 }
 
 /* Plan one cache transfer: n blocks from (src pool, sb) to (dst pool, db). */
-static uint64_t plan_copy(sched *s, uint8_t kind, sched_pool src, sched_pool dst, const uint32_t *sb,
-                          const uint32_t *db, uint32_t n, uint64_t req_id, uint32_t run_a, double pred, uint64_t now)
+static uint64_t plan_copy(sched *s, uint8_t kind, sched_pool src, sched_pool dst,
+                          const uint32_t *sb, const uint32_t *db, uint32_t n, uint64_t req_id,
+                          uint32_t run_a, double pred, uint64_t now)
 {
     (void)now;
     bool in = dst == SCHED_POOL_DEVICE;
@@ -103,26 +115,44 @@ static uint64_t plan_copy(sched *s, uint8_t kind, sched_pool src, sched_pool dst
     uint64_t bytes = (uint64_t)n * s->conf.block_size * s->conf.kv_bytes_per_token;
     uint32_t *keep = malloc((size_t)n * sizeof *keep);
     uint32_t off = s->xfer_blocks.n;
-    if (!keep || !sc_vec_grow((void **)&s->xfer_blocks.a, &s->xfer_blocks.cap, off + 2 * n, sizeof(uint32_t))) {
+    if (!keep || !sc_vec_grow((void **)&s->xfer_blocks.a, &s->xfer_blocks.cap, off + 2 * n,
+                              sizeof(uint32_t))) {
         free(keep);
         s->oom = true;
         return 0;
     }
     memcpy(keep, db, (size_t)n * sizeof *keep);
-    xfer_rec x = {.id = s->next_xfer++, .slot = NO_SLOT, .dir = (uint8_t)(in ? SCHED_XFER_IN : SCHED_XFER_OUT),
-                  .tier = (uint8_t)tier, .bytes = bytes, .pred_us = pred, .cache = kind, .dst_pool = (uint8_t)dst,
-                  .n = n, .dst = keep, .req = req_id, .src_pool = (uint8_t)src, .run_a = run_a};
+    xfer_rec x = {.id = s->next_xfer++,
+                  .slot = NO_SLOT,
+                  .dir = (uint8_t)(in ? SCHED_XFER_IN : SCHED_XFER_OUT),
+                  .tier = (uint8_t)tier,
+                  .bytes = bytes,
+                  .pred_us = pred,
+                  .cache = kind,
+                  .dst_pool = (uint8_t)dst,
+                  .n = n,
+                  .dst = keep,
+                  .req = req_id,
+                  .src_pool = (uint8_t)src,
+                  .run_a = run_a};
     VEC_PUSH(s, s->xfers, x);
-    if (s->oom) { free(keep); return 0; }
+    if (s->oom) {
+        free(keep);
+        return 0;
+    }
     memcpy(s->xfer_blocks.a + off, sb, n * sizeof(uint32_t));
     memcpy(s->xfer_blocks.a + off + n, db, n * sizeof(uint32_t));
     s->xfer_blocks.n = off + 2 * n;
-    sched_transfer t = {x.id, req_id, in ? SCHED_XFER_IN : SCHED_XFER_OUT, tier, n, NULL, NULL, bytes, pred, true,
-                        in ? tier : src};
-    t.src = (const uint32_t *)(uintptr_t)off;   /* fixed up when the plan is sealed */
+    sched_transfer t = {
+        x.id, req_id,         in ? SCHED_XFER_IN : SCHED_XFER_OUT, tier, n, NULL, NULL, bytes, pred,
+        true, in ? tier : src};
+    t.src = (const uint32_t *)(uintptr_t)off; /* fixed up when the plan is sealed */
     t.dst = (const uint32_t *)(uintptr_t)(off + n);
     VEC_PUSH(s, s->transfers, t);
-    if (in) s->tiers[tier].queued_in += bytes; else s->tiers[tier].queued_out += bytes;
+    if (in)
+        s->tiers[tier].queued_in += bytes;
+    else
+        s->tiers[tier].queued_out += bytes;
     return x.id;
 }
 
@@ -138,8 +168,14 @@ static void flush_moves(sched *s, req *r, uint64_t now)
         while (j < s->px_n_mv && m[j].from == m[i].from && m[j].to == m[i].to) j++;
         uint32_t n = j - i;
         uint32_t *sb = malloc((size_t)n * 2 * sizeof *sb);
-        if (!sb) { s->oom = true; break; }
-        for (uint32_t k = 0; k < n; k++) { sb[k] = m[i + k].from_block; sb[n + k] = m[i + k].to_block; }
+        if (!sb) {
+            s->oom = true;
+            break;
+        }
+        for (uint32_t k = 0; k < n; k++) {
+            sb[k] = m[i + k].from_block;
+            sb[n + k] = m[i + k].to_block;
+        }
         sched_pool from = (sched_pool)m[i].from, to = (sched_pool)m[i].to;
         const tier_est *te = &s->tiers[to];
         double bytes = (double)n * block_bytes(s);
@@ -190,7 +226,8 @@ int sc_cache_create(sched *s)
         .pool_blocks = {s->conf.kv_blocks_device, s->conf.kv_blocks_host, s->conf.kv_blocks_disk},
         .n_tenants = (uint32_t)s->n_tenants,
         .max_cached_blocks = caps,
-        .costs = {.recompute_us_per_block = s->conf.step.prefill_token_us * s->conf.block_size, .reuse_prior = 1},
+        .costs = {.recompute_us_per_block = s->conf.step.prefill_token_us * s->conf.block_size,
+                  .reuse_prior = 1},
         .ops = {.take_block = take_block, .evicted = evicted, .ctx = s},
     };
     return sched_prefix_create(&c, &s->px);
@@ -239,7 +276,8 @@ int sc_cache_submit(sched *s, req *r, const sched_request *q)
         return -ENOMEM;
     memcpy(r->ptok, q->tokens, (size_t)q->prompt_len * sizeof(int32_t));
     r->salt = q->cache_salt;
-    r->n_pkeys = sched_prefix_keys_with(s->conf.prefix_key, r->salt, r->ptok, q->prompt_len, bs, r->pkeys, nb);
+    r->n_pkeys = sched_prefix_keys_with(s->conf.prefix_key, r->salt, r->ptok, q->prompt_len, bs,
+                                        r->pkeys, nb);
     r->pcache = r->pgen = true;
     return 0;
 }
@@ -250,9 +288,15 @@ int sc_cache_submit(sched *s, req *r, const sched_request *q)
 void sc_cache_token(sched *s, req *r, bool has, int32_t token)
 {
     if (!r->pgen) return;
-    if (!has) { r->pgen = false; return; }
-    uint32_t pos = known(r) - 1, bs = s->conf.block_size;   /* generated was just counted */
-    if (!sc_vec_grow((void **)&r->ptok, &r->cap_ptok, pos + 1, sizeof(int32_t))) { r->pgen = false; return; }
+    if (!has) {
+        r->pgen = false;
+        return;
+    }
+    uint32_t pos = known(r) - 1, bs = s->conf.block_size; /* generated was just counted */
+    if (!sc_vec_grow((void **)&r->ptok, &r->cap_ptok, pos + 1, sizeof(int32_t))) {
+        r->pgen = false;
+        return;
+    }
     r->ptok[pos] = token;
     if ((pos + 1) % bs || (pos + 1) / bs != r->n_pkeys + 1) return;
     uint32_t i = r->n_pkeys;
@@ -261,7 +305,8 @@ void sc_cache_token(sched *s, req *r, bool has, int32_t token)
         r->pgen = false;
         return;
     }
-    r->pkeys[i] = sched_prefix_block_key_with(s->conf.prefix_key, i ? r->pkeys[i - 1] : (sched_prefix_key){0, 0},
+    r->pkeys[i] = sched_prefix_block_key_with(s->conf.prefix_key,
+                                              i ? r->pkeys[i - 1] : (sched_prefix_key){0, 0},
                                               r->salt, r->ptok + (size_t)i * bs, bs);
     r->n_pkeys = i + 1;
 }
@@ -288,9 +333,10 @@ uint32_t sc_cache_find(sched *s, uint32_t slot, uint32_t *unheld)
     r->n_found = 0;
     if (!r->pcache || r->n_pnodes) return 0;
     uint32_t bs = s->conf.block_size;
-    uint32_t max = (known(r) - 1) / bs;   /* the last known token is computed: it samples */
+    uint32_t max = (known(r) - 1) / bs; /* the last known token is computed: it samples */
     if (max > r->n_pkeys) max = r->n_pkeys;
-    r->n_found = sched_prefix_lookup(s->px, r->salt, r->pkeys, r->ptok, max, r->id, r->pnodes, NULL);
+    r->n_found =
+        sched_prefix_lookup(s->px, r->salt, r->pkeys, r->ptok, max, r->id, r->pnodes, NULL);
     uint32_t dev = 0;
     bool on_dev = true;
     for (uint32_t i = 0; i < r->n_found; i++) {
@@ -298,8 +344,11 @@ uint32_t sc_cache_find(sched *s, uint32_t slot, uint32_t *unheld)
         sched_prefix_node(s->px, r->pnodes[i], &in);
         /* a block another sequence is reloading is not there yet: the prefix found ends
          * before it (that sequence shares it once it arrived) */
-        if (in.loading) { r->n_found = i; break; }
-        if (in.pool != SCHED_POOL_DEVICE) on_dev = false;   /* a chain is device*, host*, disk* */
+        if (in.loading) {
+            r->n_found = i;
+            break;
+        }
+        if (in.pool != SCHED_POOL_DEVICE) on_dev = false; /* a chain is device*, host*, disk* */
         if (!on_dev) continue;
         if (!in.refs) (*unheld)++;
         dev++;
@@ -328,7 +377,11 @@ void sc_cache_start(sched *s, req *r, uint64_t now)
     while (nd < found && node_pool(s, r->pnodes[nd]) == SCHED_POOL_DEVICE) nd++;
     /* the runs after the device ones: reload or recompute, decided in order */
     uint32_t use = nd;
-    struct px_run { uint32_t a, b; sched_pool p; double rl, rc; } run[SCHED_POOL__COUNT];
+    struct px_run {
+        uint32_t a, b;
+        sched_pool p;
+        double rl, rc;
+    } run[SCHED_POOL__COUNT];
     uint32_t n_run = 0;
     while (use < found && n_run < SCHED_POOL__COUNT) {
         sched_pool p = node_pool(s, r->pnodes[use]);
@@ -349,8 +402,8 @@ void sc_cache_start(sched *s, req *r, uint64_t now)
         e.recompute_cost_us = rc;
         if (!reload) {
             s->px_recomputed[p] += b - use;
-            emit(s, &e);   /* it and everything after it are computed again */
-            r->px_rc_active = true;   /* its realised cost: the steps until computed passes b */
+            emit(s, &e);            /* it and everything after it are computed again */
+            r->px_rc_active = true; /* its realised cost: the steps until computed passes b */
             r->px_rc_unknown = false;
             r->px_rc_us = 0;
             r->px_rc_pool = (uint8_t)p;
@@ -362,7 +415,10 @@ void sc_cache_start(sched *s, req *r, uint64_t now)
         run[n_run++] = (struct px_run){use, b, p, rl, rc};
         use = b;
     }
-    if (!sc_vec_grow((void **)&r->dev, &r->cap_dev, use, sizeof(uint32_t))) { s->oom = true; return; }
+    if (!sc_vec_grow((void **)&r->dev, &r->cap_dev, use, sizeof(uint32_t))) {
+        s->oom = true;
+        return;
+    }
     sched_prefix_acquire(s->px, r->pnodes, use, r->id);
     uint32_t self = 0, per[SCHED_POOL__COUNT] = {0}, self_per[SCHED_POOL__COUNT] = {0};
     for (uint32_t i = 0; i < use; i++) {
@@ -370,7 +426,10 @@ void sc_cache_start(sched *s, req *r, uint64_t now)
         sched_prefix_node(s->px, r->pnodes[i], &in);
         if (i < nd) r->dev[i] = in.block;
         per[in.pool]++;
-        if (in.origin == r->id) { self++; self_per[in.pool]++; }
+        if (in.origin == r->id) {
+            self++;
+            self_per[in.pool]++;
+        }
     }
     r->n_dev = nd;
     s->ts[r->tenant].kv_blocks += nd;
@@ -379,8 +438,12 @@ void sc_cache_start(sched *s, req *r, uint64_t now)
         uint32_t *old = malloc((size_t)(use - nd) * sizeof *old);
         if (!old || !sc_dev_grow_to(s, r, use)) {
             free(old);
-            sched_prefix_release(s->px, r->pnodes + nd, use - nd);   /* a suffix: refs stay ordered */
-            for (int p = SCHED_POOL_HOST; p < SCHED_POOL__COUNT; p++) { per[p] = 0; self -= self_per[p]; self_per[p] = 0; }
+            sched_prefix_release(s->px, r->pnodes + nd, use - nd); /* a suffix: refs stay ordered */
+            for (int p = SCHED_POOL_HOST; p < SCHED_POOL__COUNT; p++) {
+                per[p] = 0;
+                self -= self_per[p];
+                self_per[p] = 0;
+            }
             use = nd;
             n_run = 0;
         } else {
@@ -405,8 +468,8 @@ void sc_cache_start(sched *s, req *r, uint64_t now)
                 e.swap_cost_us = run[k].rl;
                 e.recompute_cost_us = run[k].rc;
                 e.bytes = (uint64_t)(b - a) * bs * s->conf.kv_bytes_per_token;
-                e.xfer = plan_copy(s, XK_RELOAD, run[k].p, SCHED_POOL_DEVICE, old + (a - nd), r->dev + a, b - a, r->id,
-                                   a, run[k].rl, now);
+                e.xfer = plan_copy(s, XK_RELOAD, run[k].p, SCHED_POOL_DEVICE, old + (a - nd),
+                                   r->dev + a, b - a, r->id, a, run[k].rl, now);
                 s->px_reloaded[run[k].p] += b - a;
                 emit(s, &e);
             }
@@ -454,22 +517,27 @@ void sc_cache_commit(sched *s, req *r)
 {
     uint32_t bs = s->conf.block_size;
     if (r->px_rc_active) {
-        if (s->commit_step_us) r->px_rc_us += s->commit_step_us; else r->px_rc_unknown = true;
+        if (s->commit_step_us)
+            r->px_rc_us += s->commit_step_us;
+        else
+            r->px_rc_unknown = true;
         if (r->computed >= r->px_rc_target) rc_run_end(s, r, SCHED_OUTCOME_DONE);
     }
-    while (r->n_pnodes < r->n_pkeys && r->n_pnodes < r->n_dev && (uint64_t)(r->n_pnodes + 1) * bs <= r->computed) {
+    while (r->n_pnodes < r->n_pkeys && r->n_pnodes < r->n_dev &&
+           (uint64_t)(r->n_pnodes + 1) * bs <= r->computed) {
         uint32_t i = r->n_pnodes, node;
-        int rc = sched_prefix_insert(s->px, i ? r->pnodes[i - 1] : SCHED_PREFIX_NONE, r->salt, r->pkeys[i],
-                                     r->ptok + (size_t)i * bs, r->tenant, r->id, SCHED_POOL_DEVICE, r->dev[i], &node);
-        if (rc == -EEXIST) {   /* computed twice: share the cached copy, free ours */
+        int rc = sched_prefix_insert(s->px, i ? r->pnodes[i - 1] : SCHED_PREFIX_NONE, r->salt,
+                                     r->pkeys[i], r->ptok + (size_t)i * bs, r->tenant, r->id,
+                                     SCHED_POOL_DEVICE, r->dev[i], &node);
+        if (rc == -EEXIST) { /* computed twice: share the cached copy, free ours */
             sched_prefix_node_info in;
             sched_prefix_node(s->px, node, &in);
             pool_give(&s->pools[SCHED_POOL_DEVICE], r->dev[i]);
             r->dev[i] = in.block;
         } else if (rc) {
-            break;   /* cannot happen with consistent books; the blocks stay private */
+            break; /* cannot happen with consistent books; the blocks stay private */
         } else {
-            sc_order_inserted(s, r->pkeys[i]);   /* waiting requests' cached prefixes grow */
+            sc_order_inserted(s, r->pkeys[i]); /* waiting requests' cached prefixes grow */
         }
         r->pnodes[r->n_pnodes++] = node;
     }
@@ -479,20 +547,20 @@ void sc_cache_commit(sched *s, req *r)
  * blocks of dev[] now belong to the cache (the caller frees only the rest). */
 uint32_t sc_cache_release(sched *s, req *r)
 {
-    if (r->px_rc_active) rc_run_end(s, r, SCHED_OUTCOME_ABANDONED);   /* ended or preempted first */
+    if (r->px_rc_active) rc_run_end(s, r, SCHED_OUTCOME_ABANDONED); /* ended or preempted first */
     uint32_t k = r->n_pnodes;
     if (!k) return 0;
     uint64_t before = s->px_evicted;
     sched_prefix_release(s->px, r->pnodes, k);
     r->n_pnodes = 0;
-    if (s->px_evicted != before && s->sink) {   /* its tenant went over max_cached_blocks */
+    if (s->px_evicted != before && s->sink) { /* its tenant went over max_cached_blocks */
         sched_event e = ev_of(s, SCHED_EV_CACHE_EVICT, r, s->last_now);
         e.blocks = (uint32_t)(s->px_evicted - before);
         e.pool = SCHED_POOL_DEVICE;
         e.evict = SCHED_PREFIX_EVICT_TENANT_CAP;
         emit(s, &e);
     }
-    for (int p = 0; p < SCHED_POOL__COUNT; p++) s->px_drop[p] = 0;   /* (said here, not as demand) */
+    for (int p = 0; p < SCHED_POOL__COUNT; p++) s->px_drop[p] = 0; /* (said here, not as demand) */
     return k;
 }
 
@@ -515,20 +583,23 @@ uint32_t sc_cache_evict(sched *s, req *r, uint32_t n)
 static void reload_done(sched *s, uint32_t sl, const xfer_rec *x, int status, uint64_t now)
 {
     req *r = &s->reqs[sl];
-    if (!r->px_ld_n) return;   /* not a reload it waits for (cannot happen) */
+    if (!r->px_ld_n) return; /* not a reload it waits for (cannot happen) */
     if (status < 0) {
         for (uint32_t i = x->run_a; i < x->run_a + x->n && i < r->px_ld_b; i++)
-            sched_prefix_invalidate(s->px, r->pnodes[i]);   /* held: dropped when let go */
+            sched_prefix_invalidate(s->px, r->pnodes[i]); /* held: dropped when let go */
         if (x->run_a < r->px_ld_fail) r->px_ld_fail = x->run_a;
     }
     if (--r->px_ld_n) return;
     uint32_t f = r->px_ld_fail, bs = s->conf.block_size;
     for (uint32_t i = r->px_ld_a; i < r->px_ld_b; i++) {
         sched_prefix_set_loading(s->px, r->pnodes[i], false);
-        if (i < f) sched_prefix_move(s->px, r->pnodes[i], SCHED_POOL_DEVICE, r->dev[i]);   /* old copy: free */
+        if (i < f)
+            sched_prefix_move(s->px, r->pnodes[i], SCHED_POOL_DEVICE,
+                              r->dev[i]); /* old copy: free */
     }
     if (f < r->px_ld_b) {
-        sched_prefix_release(s->px, r->pnodes + f, r->n_pnodes - f);   /* a suffix: refs stay ordered */
+        sched_prefix_release(s->px, r->pnodes + f,
+                             r->n_pnodes - f); /* a suffix: refs stay ordered */
         r->n_pnodes = f;
         r->computed = f * bs;
         for (int p = 0; p < SCHED_POOL__COUNT; p++) {
@@ -547,7 +618,7 @@ static void reload_done(sched *s, uint32_t sl, const xfer_rec *x, int status, ui
     s->n_in_transit--;
     s->n_swapping_in--;
     s->ts[r->tenant].moving_in--;
-    if (r->state == SCHED_REQ_ENDED) {   /* cancelled or timed out while its blocks came */
+    if (r->state == SCHED_REQ_ENDED) { /* cancelled or timed out while its blocks came */
         sc_release_now(s, sl, now, false);
         return;
     }
@@ -558,10 +629,14 @@ static void reload_done(sched *s, uint32_t sl, const xfer_rec *x, int status, ui
  * completion record says what it cost next to the prediction, and a failed copy's blocks
  * are invalidated — the daemon completes a copy before anything reuses its blocks, so they
  * still hold the nodes it copied. */
-int sc_cache_xfer_done(sched *s, xfer_rec *x, uint64_t now, uint64_t bytes, uint64_t dur_us, int status)
+int sc_cache_xfer_done(sched *s, xfer_rec *x, uint64_t now, uint64_t bytes, uint64_t dur_us,
+                       int status)
 {
     tier_est *te = &s->tiers[x->tier];
-    if (x->dir == SCHED_XFER_OUT) te->queued_out -= x->bytes; else te->queued_in -= x->bytes;
+    if (x->dir == SCHED_XFER_OUT)
+        te->queued_out -= x->bytes;
+    else
+        te->queued_in -= x->bytes;
     sc_observe_transfer(s, x, bytes, dur_us, status);
     if (status < 0 && s->px)
         for (uint32_t i = 0; i < x->n; i++) {
@@ -598,20 +673,28 @@ int sc_cache_check(const sched *s, const uint32_t *holders, char *why, size_t le
         const req *r = &s->reqs[i];
         if (!r->live && !r->n_pnodes) continue;
         for (uint32_t k = 0; k < r->n_pnodes; k++) {
-            if (r->px_ld_n && k >= r->px_ld_a && k < r->px_ld_b) {   /* reloading: still where it was */
+            if (r->px_ld_n && k >= r->px_ld_a &&
+                k < r->px_ld_b) { /* reloading: still where it was */
                 sched_prefix_node_info in;
-                if (sched_prefix_node(s->px, r->pnodes[k], &in) || !in.loading || in.pool == SCHED_POOL_DEVICE ||
-                    k >= r->n_dev || sched_prefix_node_of(s->px, SCHED_POOL_DEVICE, r->dev[k]) != SCHED_PREFIX_NONE) {
-                    if (why && len) snprintf(why, len, "request %llu: block %u it reloads is not a loading node of a "
-                                             "colder pool with a private device block to arrive in",
-                                             (unsigned long long)r->id, k);
+                if (sched_prefix_node(s->px, r->pnodes[k], &in) || !in.loading ||
+                    in.pool == SCHED_POOL_DEVICE || k >= r->n_dev ||
+                    sched_prefix_node_of(s->px, SCHED_POOL_DEVICE, r->dev[k]) !=
+                        SCHED_PREFIX_NONE) {
+                    if (why && len)
+                        snprintf(why, len,
+                                 "request %llu: block %u it reloads is not a loading node of a "
+                                 "colder pool with a private device block to arrive in",
+                                 (unsigned long long)r->id, k);
                     return -EUCLEAN;
                 }
                 continue;
             }
-            if (k >= r->n_dev || sched_prefix_node_of(s->px, SCHED_POOL_DEVICE, r->dev[k]) != r->pnodes[k]) {
-                if (why && len) snprintf(why, len, "request %llu: block %u of its table is not the cached node it holds",
-                                         (unsigned long long)r->id, k);
+            if (k >= r->n_dev ||
+                sched_prefix_node_of(s->px, SCHED_POOL_DEVICE, r->dev[k]) != r->pnodes[k]) {
+                if (why && len)
+                    snprintf(why, len,
+                             "request %llu: block %u of its table is not the cached node it holds",
+                             (unsigned long long)r->id, k);
                 return -EUCLEAN;
             }
         }
@@ -627,7 +710,8 @@ int sc_cache_check(const sched *s, const uint32_t *holders, char *why, size_t le
         if (holders[b] != want) {
             if (why && len)
                 snprintf(why, len, "pool device: block %u is %s %u times, %s %u", b,
-                         node != SCHED_PREFIX_NONE ? "cached and held/free" : "owned/free", holders[b],
+                         node != SCHED_PREFIX_NONE ? "cached and held/free" : "owned/free",
+                         holders[b],
                          node != SCHED_PREFIX_NONE ? "its reference count says" : "want", want);
             return -EUCLEAN;
         }

@@ -16,8 +16,11 @@ void sched_step_model_default(sched_step_model *m)
      *  context token: KV read per token per step = 32 layers × 8 KV heads × 128 × 2 (K,V)
      *        × 2 bytes = 128 KiB → 0.027 µs at 4.8 TB/s;
      *  prefill attention: inside the context term at this level of detail (0). */
-    *m = (sched_step_model){.base_us = 3350, .prefill_token_us = 29, .decode_seq_us = 30,
-                            .context_token_us = 0.027, .prefill_pair_us = 0};
+    *m = (sched_step_model){.base_us = 3350,
+                            .prefill_token_us = 29,
+                            .decode_seq_us = 30,
+                            .context_token_us = 0.027,
+                            .prefill_pair_us = 0};
 }
 
 void sched_plan_work_terms(const sched_plan_work *w, double x[SCHED_STEP_TERMS])
@@ -32,16 +35,19 @@ void sched_plan_work_terms(const sched_plan_work *w, double x[SCHED_STEP_TERMS])
 double sched_step_model_us(const sched_step_model *m, const sched_plan_work *w)
 {
     return m->base_us + m->prefill_token_us * (double)w->prefill_tokens +
-           m->decode_seq_us * (double)w->decode_seqs + m->context_token_us * (double)w->context_tokens +
-           m->prefill_pair_us * w->prefill_pairs;
+           m->decode_seq_us * (double)w->decode_seqs +
+           m->context_token_us * (double)w->context_tokens + m->prefill_pair_us * w->prefill_pairs;
 }
 
 /* The scheduler's prediction for a batch of that shape (prefill attention as given: 0 where
  * the batch is hypothetical), times the measured correction. */
-double sc_predict_step_us(const sched *s, uint64_t prefill, uint64_t decode, uint64_t ctx, double pairs)
+double sc_predict_step_us(const sched *s, uint64_t prefill, uint64_t decode, uint64_t ctx,
+                          double pairs)
 {
-    sched_plan_work w = {.prefill_tokens = prefill, .decode_seqs = (uint32_t)decode,
-                         .context_tokens = ctx, .prefill_pairs = pairs};
+    sched_plan_work w = {.prefill_tokens = prefill,
+                         .decode_seqs = (uint32_t)decode,
+                         .context_tokens = ctx,
+                         .prefill_pairs = pairs};
     return sched_step_model_us(&s->conf.step, &w) * s->corr;
 }
 
@@ -75,7 +81,8 @@ double sc_prefill_us(const sched *s, uint64_t n)
 void sc_observe_step(sched *s, uint64_t now, uint64_t prefilled, uint64_t step_us)
 {
     if (s->plan_backlogged && now > s->plan.now_us) {
-        uint64_t from = s->rate_mark_us && s->rate_mark_us <= s->plan.now_us ? s->rate_mark_us : s->plan.now_us;
+        uint64_t from =
+            s->rate_mark_us && s->rate_mark_us <= s->plan.now_us ? s->rate_mark_us : s->plan.now_us;
         double dt = (double)(now - from);
         double decay = exp(-dt / 5e5);
         s->rate_tok = s->rate_tok * decay + (double)prefilled;
@@ -131,7 +138,7 @@ double sc_predict_wait_us(const sched *s, int cls, int tenant, uint32_t prompt, 
     for (int c = 0; c < s->n_classes; c++)
         if (s->cls[c]->priority == prio) same += s->cs[c].queued_tokens;
     uint64_t own = s->ts[tenant].st.queued_tokens < same ? s->ts[tenant].st.queued_tokens : same;
-    double mine = ((double)own + prompt) / s->ten[tenant]->weight;   /* in virtual tokens */
+    double mine = ((double)own + prompt) / s->ten[tenant]->weight; /* in virtual tokens */
     double fair = 0;
     for (int u = 0; u < s->n_tenants; u++) {
         double q = (double)s->ts[u].st.queued_tokens;
@@ -152,7 +159,8 @@ double sc_predict_wait_us(const sched *s, int cls, int tenant, uint32_t prompt, 
                 (double)s->ts[t].st.queued_tokens / s->ten[t]->weight > mine)
                 continue;
             const req *h = &s->reqs[row[t].a[0].slot];
-            if (!h->started && now > h->arrival_us && now - h->arrival_us > head_age) head_age = now - h->arrival_us;
+            if (!h->started && now > h->arrival_us && now - h->arrival_us > head_age)
+                head_age = now - h->arrival_us;
         }
     }
     if (s->rate_us >= 200000) {
@@ -198,17 +206,18 @@ void sched_plan_work_of(const sched_plan *p, sched_plan_work *w)
             continue;
         }
         w->prefill_seqs++;
-        w->prefill_pairs += n * e->start_pos + n * (n - 1) / 2; /* each row attends to those before it */
+        w->prefill_pairs +=
+            n * e->start_pos + n * (n - 1) / 2; /* each row attends to those before it */
     }
 }
 
-int sched_get_tier_cost(const sched *s, sched_pool pool, sched_tier_cost *out,
-                        bool *measured_out, bool *measured_in)
+int sched_get_tier_cost(const sched *s, sched_pool pool, sched_tier_cost *out, bool *measured_out,
+                        bool *measured_in)
 {
     if (!s || (pool != SCHED_POOL_HOST && pool != SCHED_POOL_DISK)) return -EINVAL;
     const tier_est *te = &s->tiers[pool];
-    *out = (sched_tier_cost){.out_bytes_per_s = te->out_bps, .in_bytes_per_s = te->in_bps,
-                             .latency_us = te->lat_us};
+    *out = (sched_tier_cost){
+        .out_bytes_per_s = te->out_bps, .in_bytes_per_s = te->in_bps, .latency_us = te->lat_us};
     if (measured_out) *measured_out = te->out_measured;
     if (measured_in) *measured_in = te->in_measured;
     return 0;
@@ -222,7 +231,8 @@ void sched_get_cost_state(const sched *s, sched_cost_state *out)
     for (int p = SCHED_POOL_HOST; p < SCHED_POOL__COUNT; p++)
         if (s->pools[p].total) {
             out->tier[p] = (sched_tier_cost){.out_bytes_per_s = s->tiers[p].out_bps,
-                                             .in_bytes_per_s = s->tiers[p].in_bps, .latency_us = s->tiers[p].lat_us};
+                                             .in_bytes_per_s = s->tiers[p].in_bps,
+                                             .latency_us = s->tiers[p].lat_us};
             out->out_measured[p] = s->tiers[p].out_measured;
             out->in_measured[p] = s->tiers[p].in_measured;
         }
@@ -259,15 +269,18 @@ int sched_set_cost_state(sched *s, const sched_cost_state *in)
     for (int p = SCHED_POOL_HOST; p < SCHED_POOL__COUNT; p++) {
         const sched_tier_cost *t = &in->tier[p];
         if (!t->out_bytes_per_s && !t->in_bytes_per_s && !t->latency_us) continue;
-        if (!(t->out_bytes_per_s > 0) || !isfinite(t->out_bytes_per_s) || !(t->in_bytes_per_s > 0) ||
-            !isfinite(t->in_bytes_per_s) || !(t->latency_us >= 0) || !isfinite(t->latency_us))
-            return bad_state(sched_pool_name((sched_pool)p), "tier needs bandwidths > 0 and latency >= 0");
+        if (!(t->out_bytes_per_s > 0) || !isfinite(t->out_bytes_per_s) ||
+            !(t->in_bytes_per_s > 0) || !isfinite(t->in_bytes_per_s) || !(t->latency_us >= 0) ||
+            !isfinite(t->latency_us))
+            return bad_state(sched_pool_name((sched_pool)p),
+                             "tier needs bandwidths > 0 and latency >= 0");
     }
     s->conf.step = *m;
     s->corr = in->correction;
     for (int p = SCHED_POOL_HOST; p < SCHED_POOL__COUNT; p++) {
         const sched_tier_cost *t = &in->tier[p];
-        if (!s->pools[p].total || (!t->out_bytes_per_s && !t->in_bytes_per_s && !t->latency_us)) continue;
+        if (!s->pools[p].total || (!t->out_bytes_per_s && !t->in_bytes_per_s && !t->latency_us))
+            continue;
         tier_est *te = &s->tiers[p];
         te->out_bps = t->out_bytes_per_s;
         te->in_bps = t->in_bytes_per_s;
@@ -294,7 +307,7 @@ static int lsq_solve(long double g[SCHED_LSQ_MAX_TERMS + 1][SCHED_LSQ_MAX_TERMS 
     for (int j = 0; j < k; j++) {
         beta[j] = 0;
         if (!(mask >> j & 1)) continue;
-        if (!(g[j][j] > 0)) return -1;   /* the column is all zero */
+        if (!(g[j][j] > 0)) return -1; /* the column is all zero */
         idx[m_k++] = j;
     }
     for (int r = 0; r < m_k; r++) d[r] = 1 / sqrtl(g[idx[r]][idx[r]]);
@@ -327,8 +340,8 @@ static int lsq_solve(long double g[SCHED_LSQ_MAX_TERMS + 1][SCHED_LSQ_MAX_TERMS 
     return 0;
 }
 
-int sched_lsq(const double *x, const double *y, const double *w, size_t n, int k,
-              unsigned fit_mask, unsigned nonneg_mask, double *beta, unsigned *used, double *wsse)
+int sched_lsq(const double *x, const double *y, const double *w, size_t n, int k, unsigned fit_mask,
+              unsigned nonneg_mask, double *beta, unsigned *used, double *wsse)
 {
     if (k < 1 || k > SCHED_LSQ_MAX_TERMS || !x || !y || !beta) return -1;
     long double g[SCHED_LSQ_MAX_TERMS + 1][SCHED_LSQ_MAX_TERMS + 1] = {{0}};
@@ -345,7 +358,7 @@ int sched_lsq(const double *x, const double *y, const double *w, size_t n, int k
         for (int c = r + 1; c <= k; c++) g[r][c] = g[c][r];
     fit_mask &= (1u << k) - 1;
     for (int j = 0; j < k; j++)
-        if (!(g[j][j] > 0)) fit_mask &= ~(1u << j);   /* nothing to fit it from */
+        if (!(g[j][j] > 0)) fit_mask &= ~(1u << j); /* nothing to fit it from */
     for (int j = 0; j < k; j++) beta[j] = 0;
     double b[SCHED_LSQ_MAX_TERMS];
     long double sse;

@@ -11,27 +11,28 @@
 
 /* ---- names --------------------------------------------------------------------------- */
 
-#define NAME_OF(table, v) \
+#define NAME_OF(table, v)                                                                          \
     (((unsigned)(v) < sizeof(table) / sizeof((table)[0])) ? (table)[(unsigned)(v)] : "?")
 
 static const char *const mode_names[] = {"static", "dynamic", "continuous", "token_budget"};
 static const char *const preempt_names[] = {"auto", "swap", "recompute", "none"};
 static const char *const reject_names[] = {
-    "none", "invalid", "duplicate_id", "unknown_class", "unknown_tenant", "too_long",
-    "never_fits", "tenant_quota", "queue_full", "deadline_infeasible"};
-static const char *const cancel_names[] = {"client_cancel", "disconnect", "backpressure",
-                                           "shutdown", "kv_read_failed", "engine_error"};
-static const char *const defer_names[] = {"none", "budget", "blocks", "quota", "rate",
-                                          "max_active", "output_backpressure", "batch"};
+    "none",     "invalid",    "duplicate_id", "unknown_class", "unknown_tenant",
+    "too_long", "never_fits", "tenant_quota", "queue_full",    "deadline_infeasible"};
+static const char *const cancel_names[] = {"client_cancel", "disconnect",     "backpressure",
+                                           "shutdown",      "kv_read_failed", "engine_error"};
+static const char *const defer_names[] = {
+    "none", "budget", "blocks", "quota", "rate", "max_active", "output_backpressure", "batch"};
 static const char *const timeout_names[] = {"queue_wait", "deadline", "deadline_infeasible"};
 static const char *const finish_names[] = {"none", "stop", "length"};
 static const char *const pool_names[] = {"device", "host", "disk"};
 static const char *const outcome_names[] = {NULL, "start", "resume", "done", "failed", "abandoned"};
 static const char *const event_names[] = {
-    "admit", "reject", "defer", "schedule", "preempt", "swap_out", "swap_in", "recompute",
-    "cancel", "timeout", "finish", "release", "cache_hit", "cache_evict", "cache_demote",
-    "cache_reload"};
-static const char *const evict_names[] = {"demand", "tenant_cap", "orphan", "moved", "clear", "failed"};
+    "admit",     "reject",      "defer",        "schedule",    "preempt", "swap_out",
+    "swap_in",   "recompute",   "cancel",       "timeout",     "finish",  "release",
+    "cache_hit", "cache_evict", "cache_demote", "cache_reload"};
+static const char *const evict_names[] = {"demand", "tenant_cap", "orphan",
+                                          "moved",  "clear",      "failed"};
 static const char *const prefix_order_names[] = {"fcfs", "longest_prefix"};
 static const char *const prefix_key_fn_names[] = {"xxh3", "constant"};
 
@@ -42,23 +43,63 @@ _Static_assert(sizeof(timeout_names) / sizeof(timeout_names[0]) == SCHED_TIMEOUT
 _Static_assert(sizeof(pool_names) / sizeof(pool_names[0]) == SCHED_POOL__COUNT, "names");
 _Static_assert(sizeof(event_names) / sizeof(event_names[0]) == SCHED_EV__COUNT, "names");
 _Static_assert(sizeof(evict_names) / sizeof(evict_names[0]) == SCHED_PREFIX_EVICT__COUNT, "names");
-_Static_assert(sizeof(prefix_order_names) / sizeof(prefix_order_names[0]) == SCHED_PREFIX_ORDER__COUNT, "names");
-_Static_assert(sizeof(prefix_key_fn_names) / sizeof(prefix_key_fn_names[0]) == SCHED_PREFIX_KEY__COUNT, "names");
+_Static_assert(sizeof(prefix_order_names) / sizeof(prefix_order_names[0]) ==
+                   SCHED_PREFIX_ORDER__COUNT,
+               "names");
+_Static_assert(sizeof(prefix_key_fn_names) / sizeof(prefix_key_fn_names[0]) ==
+                   SCHED_PREFIX_KEY__COUNT,
+               "names");
 _Static_assert(sizeof(outcome_names) / sizeof(outcome_names[0]) == SCHED_OUTCOME__COUNT, "names");
 _Static_assert(sizeof(preempt_names) / sizeof(preempt_names[0]) == SCHED_PREEMPT_NONE + 1, "names");
 
-const char *sched_mode_name(sched_mode m) { return NAME_OF(mode_names, m); }
-const char *sched_preempt_mode_name(sched_preempt_mode m) { return NAME_OF(preempt_names, m); }
-const char *sched_prefix_order_name(sched_prefix_order o) { return NAME_OF(prefix_order_names, o); }
-const char *sched_prefix_key_fn_name(sched_prefix_key_fn f) { return NAME_OF(prefix_key_fn_names, f); }
-const char *sched_reject_name(sched_reject_reason r) { return NAME_OF(reject_names, r); }
-const char *sched_cancel_name(sched_cancel_reason r) { return NAME_OF(cancel_names, r); }
-const char *sched_defer_name(sched_defer_reason r) { return NAME_OF(defer_names, r); }
-const char *sched_timeout_name(sched_timeout_reason r) { return NAME_OF(timeout_names, r); }
-const char *sched_finish_name(sched_finish_reason r) { return NAME_OF(finish_names, r); }
-const char *sched_pool_name(sched_pool p) { return NAME_OF(pool_names, p); }
-const char *sched_event_name(sched_event_kind k) { return NAME_OF(event_names, k); }
-const char *sched_prefix_evict_name(sched_prefix_evict_reason r) { return NAME_OF(evict_names, r); }
+const char *sched_mode_name(sched_mode m)
+{
+    return NAME_OF(mode_names, m);
+}
+const char *sched_preempt_mode_name(sched_preempt_mode m)
+{
+    return NAME_OF(preempt_names, m);
+}
+const char *sched_prefix_order_name(sched_prefix_order o)
+{
+    return NAME_OF(prefix_order_names, o);
+}
+const char *sched_prefix_key_fn_name(sched_prefix_key_fn f)
+{
+    return NAME_OF(prefix_key_fn_names, f);
+}
+const char *sched_reject_name(sched_reject_reason r)
+{
+    return NAME_OF(reject_names, r);
+}
+const char *sched_cancel_name(sched_cancel_reason r)
+{
+    return NAME_OF(cancel_names, r);
+}
+const char *sched_defer_name(sched_defer_reason r)
+{
+    return NAME_OF(defer_names, r);
+}
+const char *sched_timeout_name(sched_timeout_reason r)
+{
+    return NAME_OF(timeout_names, r);
+}
+const char *sched_finish_name(sched_finish_reason r)
+{
+    return NAME_OF(finish_names, r);
+}
+const char *sched_pool_name(sched_pool p)
+{
+    return NAME_OF(pool_names, p);
+}
+const char *sched_event_name(sched_event_kind k)
+{
+    return NAME_OF(event_names, k);
+}
+const char *sched_prefix_evict_name(sched_prefix_evict_reason r)
+{
+    return NAME_OF(evict_names, r);
+}
 const char *sched_outcome_name(sched_outcome o)
 {
     return (unsigned)o < SCHED_OUTCOME__COUNT ? outcome_names[o] : "?";
@@ -87,13 +128,17 @@ const char *sched_event_reason_name(const sched_event *ev)
 /* ---- request ends: the client's and the request logs' vocabulary ------------------------ */
 
 /* The names live in the one table (common/end_codes.h); sched_end_code repeats its numbers. */
-#define SAME_CODE(suffix, value, name) \
-    _Static_assert(SCHED_END_##suffix == (value), "sched end code " #suffix " is the end code " name);
+#define SAME_CODE(suffix, value, name)                                                             \
+    _Static_assert(SCHED_END_##suffix == (value),                                                  \
+                   "sched end code " #suffix " is the end code " name);
 END_CODES(SAME_CODE)
 #undef SAME_CODE
 _Static_assert(SCHED_END__MAX == END_CODES_MAX, "one past the last end code");
 
-const char *sched_end_name(unsigned code) { return end_code_name(code); }
+const char *sched_end_name(unsigned code)
+{
+    return end_code_name(code);
+}
 
 static const uint8_t reject_cause[SCHED_REJECT__COUNT] = {
     [SCHED_REJECT_NONE] = SCHED_END_NONE,
@@ -123,7 +168,8 @@ static const uint8_t timeout_cause[SCHED_TIMEOUT__COUNT] = {
 
 sched_end_code sched_reject_cause(sched_reject_reason r)
 {
-    return (unsigned)r < SCHED_REJECT__COUNT ? (sched_end_code)reject_cause[r] : SCHED_END_BAD_PARAMS;
+    return (unsigned)r < SCHED_REJECT__COUNT ? (sched_end_code)reject_cause[r]
+                                             : SCHED_END_BAD_PARAMS;
 }
 sched_end_code sched_cancel_cause(sched_cancel_reason r)
 {
@@ -140,7 +186,10 @@ sched_end_code sched_timeout_cause(sched_timeout_reason r)
  * only state outside a scheduler or a policy. */
 ERRDETAIL_DEFINE(last_error);
 
-const char *sched_last_error(void) { return last_error.msg; }
+const char *sched_last_error(void)
+{
+    return last_error.msg;
+}
 
 void sched__set_error(const char *fmt, ...)
 {
@@ -152,12 +201,15 @@ void sched__set_error(const char *fmt, ...)
 
 /* ---- JSON writer ------------------------------------------------------------------------- */
 
-typedef struct jbuf { char *p; size_t len, used; } jbuf;
+typedef struct jbuf {
+    char *p;
+    size_t len, used;
+} jbuf;
 
 static void jraw(jbuf *b, const char *s, size_t n)
 {
     if (b->used < b->len) {
-        size_t room = b->len - b->used - 1;   /* keep one byte for the NUL */
+        size_t room = b->len - b->used - 1; /* keep one byte for the NUL */
         memcpy(b->p + b->used, s, n < room ? n : room);
     }
     b->used += n;
@@ -181,24 +233,36 @@ static void jstr(jbuf *b, const char *key, const char *v)
     if (!v) return;
     jfmt(b, ",\"%s\":\"", key);
     for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
-        if (*c == '"' || *c == '\\') { char e[2] = {'\\', (char)*c}; jraw(b, e, 2); }
-        else if (*c < 0x20) jfmt(b, "\\u%04x", *c);
-        else jraw(b, (const char *)c, 1);
+        if (*c == '"' || *c == '\\') {
+            char e[2] = {'\\', (char)*c};
+            jraw(b, e, 2);
+        } else if (*c < 0x20)
+            jfmt(b, "\\u%04x", *c);
+        else
+            jraw(b, (const char *)c, 1);
     }
     jraw(b, "\"", 1);
 }
 
-static void ju(jbuf *b, const char *key, uint64_t v) { jfmt(b, ",\"%s\":%llu", key, (unsigned long long)v); }
+static void ju(jbuf *b, const char *key, uint64_t v)
+{
+    jfmt(b, ",\"%s\":%llu", key, (unsigned long long)v);
+}
 static void jd(jbuf *b, const char *key, double v)
 {
-    if (v < 0) jfmt(b, ",\"%s\":null", key);
-    else jfmt(b, ",\"%s\":%.1f", key, v);
+    if (v < 0)
+        jfmt(b, ",\"%s\":null", key);
+    else
+        jfmt(b, ",\"%s\":%.1f", key, v);
 }
 
 size_t sched_event_json(const sched_event *ev, char *buf, size_t len)
 {
     jbuf b = {buf, len, 0};
-    if (!ev) { if (buf && len) buf[0] = 0; return 0; }
+    if (!ev) {
+        if (buf && len) buf[0] = 0;
+        return 0;
+    }
     if (!buf) b.len = 0;
     jfmt(&b, "{\"t_us\":%llu", (unsigned long long)ev->t_us);
     jstr(&b, "ev", sched_event_name(ev->kind));
@@ -213,8 +277,7 @@ size_t sched_event_json(const sched_event *ev, char *buf, size_t len)
         ju(&b, "prompt_tokens", ev->prompt_tokens);
         ju(&b, "max_tokens", ev->max_tokens);
         break;
-    case SCHED_EV_DEFER:
-        break;
+    case SCHED_EV_DEFER: break;
     case SCHED_EV_SCHEDULE:
         ju(&b, "blocks", ev->blocks);
         ju(&b, "wait_us", ev->wait_us);
@@ -242,11 +305,8 @@ size_t sched_event_json(const sched_event *ev, char *buf, size_t len)
             jd(&b, "realised_us", ev->realised_us);
         }
         break;
-    case SCHED_EV_CANCEL:
-        break;
-    case SCHED_EV_TIMEOUT:
-        ju(&b, "wait_us", ev->wait_us);
-        break;
+    case SCHED_EV_CANCEL: break;
+    case SCHED_EV_TIMEOUT: ju(&b, "wait_us", ev->wait_us); break;
     case SCHED_EV_FINISH:
         ju(&b, "prompt_tokens", ev->prompt_tokens);
         ju(&b, "output_tokens", ev->output_tokens);
@@ -282,15 +342,17 @@ size_t sched_event_json(const sched_event *ev, char *buf, size_t len)
     case SCHED_EV_CACHE_RELOAD:
         ju(&b, "blocks", ev->blocks);
         jstr(&b, "pool", sched_pool_name(ev->pool));
-        if (ev->kind == SCHED_EV_CACHE_DEMOTE) jstr(&b, "to", sched_pool_name(ev->to_pool));
-        else ju(&b, "tokens", ev->tokens);
+        if (ev->kind == SCHED_EV_CACHE_DEMOTE)
+            jstr(&b, "to", sched_pool_name(ev->to_pool));
+        else
+            ju(&b, "tokens", ev->tokens);
         if (ev->kind == SCHED_EV_CACHE_RELOAD && reason)
             jstr(&b, "choice", ev->mode == SCHED_PREEMPT_SWAP ? "reload" : "recompute");
         if (ev->kind == SCHED_EV_CACHE_DEMOTE || ev->mode == SCHED_PREEMPT_SWAP) {
             ju(&b, "xfer", ev->xfer);
             ju(&b, "bytes", ev->bytes);
         }
-        if (reason) {   /* the completion record: realised next to predicted */
+        if (reason) { /* the completion record: realised next to predicted */
             jd(&b, "predicted_us", ev->predicted_us);
             jd(&b, "realised_us", ev->realised_us);
         } else {
@@ -298,15 +360,15 @@ size_t sched_event_json(const sched_event *ev, char *buf, size_t len)
                 jstr(&b, "choice", ev->mode == SCHED_PREEMPT_SWAP ? "reload" : "recompute");
             jd(&b, "reload_cost_us", ev->swap_cost_us);
             jd(&b, "recompute_cost_us", ev->recompute_cost_us);
-            if (ev->kind == SCHED_EV_CACHE_DEMOTE) jfmt(&b, ",\"expected_reuse\":%.1f", ev->expected_reuse);
+            if (ev->kind == SCHED_EV_CACHE_DEMOTE)
+                jfmt(&b, ",\"expected_reuse\":%.1f", ev->expected_reuse);
         }
         break;
     case SCHED_EV_RELEASE:
         ju(&b, "blocks", ev->blocks);
         jstr(&b, "pool", sched_pool_name(ev->pool));
         break;
-    default:
-        break;
+    default: break;
     }
     jraw(&b, "}", 1);
     if (b.len) b.p[b.used < b.len ? b.used : b.len - 1] = 0;

@@ -21,11 +21,15 @@ bool sc_pick_candidate(sched *s, uint64_t now, uint64_t tenant_excl, uint32_t cl
         if (cs->n_waiting) {
             heap *row = &s->wait[(size_t)c * (size_t)s->n_tenants];
             for (int t = 0; t < s->n_tenants; t++)
-                if (row[t].n && !(tenant_excl & (1ull << t)) && row[t].a[0].k1 < oldest) oldest = row[t].a[0].k1;
+                if (row[t].n && !(tenant_excl & (1ull << t)) && row[t].a[0].k1 < oldest)
+                    oldest = row[t].a[0].k1;
         }
         if (oldest == INF_US) continue;
         double p = eff_priority(s, c, oldest, now);
-        if (best < 0 || p > best_prio) { best = c; best_prio = p; }
+        if (best < 0 || p > best_prio) {
+            best = c;
+            best_prio = p;
+        }
     }
     if (best < 0) return false;
     class_state *cs = &s->cs[best];

@@ -41,15 +41,15 @@
 void sched__set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 sched_policy *sched__policy_clone(const sched_policy *p);
 
-#define NO_POS   (-1)
+#define NO_POS       (-1)
 /* Admission headroom on max_queue_wait: starts at 85%, shrinks by 10% for every queue-wait
  * timeout (the estimate was too optimistic), grows back slowly while starts stay well inside
  * the limit — a feedback loop that keeps overload ending in rejects at admission. */
 #define HEADROOM_MAX 0.85
 #define HEADROOM_MIN 0.30
-#define NO_SLOT  UINT32_MAX
-#define INF_US   UINT64_MAX
-#define REQ_NEW  (SCHED_REQ_ENDED + 1)   /* internal: a slot just taken, before admission */
+#define NO_SLOT      UINT32_MAX
+#define INF_US       UINT64_MAX
+#define REQ_NEW      (SCHED_REQ_ENDED + 1) /* internal: a slot just taken, before admission */
 
 /* ---------------------------------------------------------------------------------------- */
 /* Types                                                                                    */
@@ -57,100 +57,112 @@ sched_policy *sched__policy_clone(const sched_policy *p);
 
 typedef struct req {
     uint64_t id;
-    uint8_t  state;             /* sched_req_state; ENDED = release pending */
-    uint8_t  live;              /* slot in use (also while in limbo: 0) */
-    uint8_t  defer;             /* last defer reason emitted */
-    uint8_t  end_kind;          /* sched_event_kind that ended it (CANCEL/TIMEOUT/FINISH) */
-    uint8_t  tier;              /* pool of tier_blocks (HOST/DISK) */
-    bool     blocked;           /* output backpressure */
-    bool     started;           /* ever held device KV */
-    bool     recompute;         /* next admission is a re-prefill after recompute */
-    bool     held;              /* static mode: finished, slot held until the group ends */
-    bool     moving;            /* a transfer of its KV is in flight (even after it ended) */
+    uint8_t state;    /* sched_req_state; ENDED = release pending */
+    uint8_t live;     /* slot in use (also while in limbo: 0) */
+    uint8_t defer;    /* last defer reason emitted */
+    uint8_t end_kind; /* sched_event_kind that ended it (CANCEL/TIMEOUT/FINISH) */
+    uint8_t tier;     /* pool of tier_blocks (HOST/DISK) */
+    bool blocked;     /* output backpressure */
+    bool started;     /* ever held device KV */
+    bool recompute;   /* next admission is a re-prefill after recompute */
+    bool held;        /* static mode: finished, slot held until the group ends */
+    bool moving;      /* a transfer of its KV is in flight (even after it ended) */
     uint16_t tenant, cls;
     uint32_t prompt_len, max_new, generated, computed;
     uint32_t preemptions;
-    uint32_t charged_upto;      /* prompt positions already charged to the tenant */
+    uint32_t charged_upto; /* prompt positions already charged to the tenant */
     uint64_t arrival_us, deadline_us, first_token_us, blocked_since, resumed_at;
-    uint64_t xfer;              /* transfer in flight */
-    int32_t  q_pos, t_pos, bp_pos, run_pos;
-    uint64_t entry_step;        /* step_no of the plan holding its entry */
+    uint64_t xfer; /* transfer in flight */
+    int32_t q_pos, t_pos, bp_pos, run_pos;
+    uint64_t entry_step; /* step_no of the plan holding its entry */
     uint32_t entry_idx;
-    uint64_t skip_pass;         /* deferred in this decode pass (s->pass_no) */
-    uint64_t preempt_step;      /* step_no of its last preemption */
+    uint64_t skip_pass;    /* deferred in this decode pass (s->pass_no) */
+    uint64_t preempt_step; /* step_no of its last preemption */
     /* realised cost of the last preemption, so the cost model can be checked (DESIGN §5):
      * the estimates made then, the length it had, and what the way back actually took */
-    double   pre_sw_us, pre_rc_us;  /* swap_cost_us / recompute_cost_us at preemption */
-    uint32_t pre_len;           /* computed length when preempted: the re-prefill target */
-    bool     rc_active;         /* re-prefilling after a recompute: summing step times */
-    bool     rc_unknown;        /* one of those steps had no measured duration */
-    uint64_t rc_us;             /* summed durations of the steps that re-prefilled it */
-    uint64_t out_us;            /* measured swap-out duration (0 = unknown) */
-    uint32_t *dev;   uint32_t n_dev, cap_dev;
-    uint32_t *tierb; uint32_t n_tier, cap_tier;
+    double pre_sw_us, pre_rc_us; /* swap_cost_us / recompute_cost_us at preemption */
+    uint32_t pre_len;            /* computed length when preempted: the re-prefill target */
+    bool rc_active;              /* re-prefilling after a recompute: summing step times */
+    bool rc_unknown;             /* one of those steps had no measured duration */
+    uint64_t rc_us;              /* summed durations of the steps that re-prefilled it */
+    uint64_t out_us;             /* measured swap-out duration (0 = unknown) */
+    uint32_t *dev;
+    uint32_t n_dev, cap_dev;
+    uint32_t *tierb;
+    uint32_t n_tier, cap_tier;
     /* prefix cache (cache.c): its prompt's tokens and block keys (pcache: it takes part),
      * the index nodes it holds — dev[0..n_pnodes) are those nodes' blocks — and the nodes a
      * lookup found for the admission being considered */
-    bool      pcache;
-    bool      pgen;             /* every generated token's id is known: ptok/pkeys grow with them */
-    uint64_t  salt;
-    int32_t  *ptok;  uint32_t cap_ptok;
-    sched_prefix_key *pkeys; uint32_t n_pkeys, cap_pkeys;
-    uint32_t *pnodes; uint32_t n_pnodes, n_found, cap_pnodes;
-    uint32_t  cached_tokens;    /* prompt tokens its first admission found cached */
+    bool pcache;
+    bool pgen; /* every generated token's id is known: ptok/pkeys grow with them */
+    uint64_t salt;
+    int32_t *ptok;
+    uint32_t cap_ptok;
+    sched_prefix_key *pkeys;
+    uint32_t n_pkeys, cap_pkeys;
+    uint32_t *pnodes;
+    uint32_t n_pnodes, n_found, cap_pnodes;
+    uint32_t cached_tokens; /* prompt tokens its first admission found cached */
     /* a cached run on host or disk it chose to recompute at admission: until computed reaches
      * px_rc_target, the full durations of its steps are summed — the realised cost that
      * cache_reload's completion record sets next to the recompute estimate */
-    bool      px_rc_active, px_rc_unknown;
-    uint8_t   px_rc_pool;
-    uint32_t  px_rc_target, px_rc_blocks;
-    double    px_rc_pred;
-    uint64_t  px_rc_us;
+    bool px_rc_active, px_rc_unknown;
+    uint8_t px_rc_pool;
+    uint32_t px_rc_target, px_rc_blocks;
+    double px_rc_pred;
+    uint64_t px_rc_us;
     /* cached runs reloading from host or disk (cache.c): it waits in SWAPPING_IN, like a
      * swap-in, while px_ld_n copies are in flight; pnodes[px_ld_a..px_ld_b) are those blocks
      * (still in their colder pool, marked loading) and dev[] of the same indexes where they
      * arrive; px_ld_fail is the first of them whose copy failed (px_ld_b: none) */
-    uint32_t  px_ld_a, px_ld_b, px_ld_fail;
-    uint32_t  px_ld_n;
+    uint32_t px_ld_a, px_ld_b, px_ld_fail;
+    uint32_t px_ld_n;
     /* prefix_order = longest_prefix (order.c), while waiting: its cached prefix in blocks,
      * its place in the order heap, its first entry in the waiter table */
-    uint32_t  plen, ow_head;
-    int32_t   p_pos;
+    uint32_t plen, ow_head;
+    int32_t p_pos;
 } req;
 
-typedef struct hent { uint64_t k1, k2; uint32_t slot; } hent;
-typedef struct heap { hent *a; uint32_t n, cap; uint8_t which; } heap;
+typedef struct hent {
+    uint64_t k1, k2;
+    uint32_t slot;
+} hent;
+typedef struct heap {
+    hent *a;
+    uint32_t n, cap;
+    uint8_t which;
+} heap;
 enum { POS_Q = 0, POS_T = 1, POS_BP = 2, POS_P = 3 };
 
 typedef struct pool {
-    uint32_t  total;
-    uint32_t *free_ids;          /* stack */
-    uint32_t  n_free;
+    uint32_t total;
+    uint32_t *free_ids; /* stack */
+    uint32_t n_free;
 } pool;
 
 typedef struct tenant_state {
-    double   vt;                 /* virtual tokens / weight */
-    double   bucket;             /* token-rate bucket */
-    uint32_t n_live;             /* requests not ended */
-    uint32_t kv_blocks;          /* device blocks held */
-    uint32_t pending_out;        /* of those, blocks a swap-out in flight will free */
-    uint32_t pend_step;          /* pending_out not yet waited on in this decode pass */
-    uint32_t moving_in;          /* sequences of the tenant being swapped in */
+    double vt;            /* virtual tokens / weight */
+    double bucket;        /* token-rate bucket */
+    uint32_t n_live;      /* requests not ended */
+    uint32_t kv_blocks;   /* device blocks held */
+    uint32_t pending_out; /* of those, blocks a swap-out in flight will free */
+    uint32_t pend_step;   /* pending_out not yet waited on in this decode pass */
+    uint32_t moving_in;   /* sequences of the tenant being swapped in */
     sched_group_stats st;
 } tenant_state;
 
 typedef struct class_state {
-    double   headroom;           /* admit while predicted wait <= headroom × max_queue_wait */
+    double headroom; /* admit while predicted wait <= headroom × max_queue_wait */
     uint32_t n_waiting;
     uint64_t queued_tokens;
-    heap     swapped;
+    heap swapped;
     sched_group_stats st;
 } class_state;
 
 typedef struct tier_est {
-    double   out_bps, in_bps, lat_us;
+    double out_bps, in_bps, lat_us;
     uint64_t queued_out, queued_in;
-    bool     out_measured, in_measured;
+    bool out_measured, in_measured;
 } tier_est;
 
 /* A transfer in flight.  cache: 0 a swap of request `slot`; XK_DEMOTE / XK_RELOAD a prefix
@@ -158,113 +170,144 @@ typedef struct tier_est {
  * fail, the request a reload is for. */
 enum { XK_SWAP = 0, XK_DEMOTE, XK_RELOAD };
 typedef struct xfer_rec {
-    uint64_t id; uint32_t slot; uint8_t dir, tier; uint64_t bytes; double pred_us;
-    uint8_t cache, src_pool, dst_pool; uint32_t n; uint32_t *dst; uint64_t req;
-    uint32_t run_a;   /* XK_RELOAD: the request's pnodes[run_a..run_a + n) */
+    uint64_t id;
+    uint32_t slot;
+    uint8_t dir, tier;
+    uint64_t bytes;
+    double pred_us;
+    uint8_t cache, src_pool, dst_pool;
+    uint32_t n;
+    uint32_t *dst;
+    uint64_t req;
+    uint32_t run_a; /* XK_RELOAD: the request's pnodes[run_a..run_a + n) */
 } xfer_rec;
 
-#define VEC(T) struct { T *a; uint32_t n, cap; }
-#define VEC_PUSH(s, v, x) do { \
-        if ((v).n < (v).cap || sc_vec_grow((void **)&(v).a, &(v).cap, (v).n + 1, sizeof(*(v).a))) \
-            (v).a[(v).n++] = (x); \
-        else (s)->oom = true; \
+#define VEC(T)                                                                                     \
+    struct {                                                                                       \
+        T *a;                                                                                      \
+        uint32_t n, cap;                                                                           \
+    }
+#define VEC_PUSH(s, v, x)                                                                          \
+    do {                                                                                           \
+        if ((v).n < (v).cap || sc_vec_grow((void **)&(v).a, &(v).cap, (v).n + 1, sizeof(*(v).a)))  \
+            (v).a[(v).n++] = (x);                                                                  \
+        else                                                                                       \
+            (s)->oom = true;                                                                       \
     } while (0)
 
 struct sched {
-    sched_policy    *policy;
+    sched_policy *policy;
     sched_policy_cfg cfg;
-    sched_config     conf;
-    sched_event_fn   sink;
-    void            *sink_ctx;
-    uint64_t         seed;
-    int              n_classes, n_tenants;
-    const sched_class_cfg  *cls[SCHED_MAX_CLASSES];
+    sched_config conf;
+    sched_event_fn sink;
+    void *sink_ctx;
+    uint64_t seed;
+    int n_classes, n_tenants;
+    const sched_class_cfg *cls[SCHED_MAX_CLASSES];
     const sched_tenant_cfg *ten[SCHED_MAX_TENANTS];
-    tenant_state     ts[SCHED_MAX_TENANTS];
-    class_state      cs[SCHED_MAX_CLASSES];
-    heap            *wait;               /* [class * n_tenants + tenant] */
-    heap             timers, bp_timers;
+    tenant_state ts[SCHED_MAX_TENANTS];
+    class_state cs[SCHED_MAX_CLASSES];
+    heap *wait; /* [class * n_tenants + tenant] */
+    heap timers, bp_timers;
 
-    req             *reqs; uint32_t n_slots, cap_slots;
-    VEC(uint32_t)    free_slots, limbo;
-    uint32_t        *map; uint32_t map_cap, map_n;   /* id → slot */
+    req *reqs;
+    uint32_t n_slots, cap_slots;
+    VEC(uint32_t) free_slots, limbo;
+    uint32_t *map;
+    uint32_t map_cap, map_n; /* id → slot */
 
-    pool             pools[SCHED_POOL__COUNT];
-    VEC(uint32_t)    run;                 /* RUNNING slots */
-    VEC(uint32_t)    cancel_pending;      /* ENDED, release at next step */
-    VEC(xfer_rec)    xfers;               /* in flight */
-    uint32_t         n_waiting, n_swapped, n_in_transit, n_swapping_in, n_blocked;
-    uint64_t         queued_tokens;
-    uint64_t         pending_out_blocks;  /* device blocks that swap-outs will free */
+    pool pools[SCHED_POOL__COUNT];
+    VEC(uint32_t) run;            /* RUNNING slots */
+    VEC(uint32_t) cancel_pending; /* ENDED, release at next step */
+    VEC(xfer_rec) xfers;          /* in flight */
+    uint32_t n_waiting, n_swapped, n_in_transit, n_swapping_in, n_blocked;
+    uint64_t queued_tokens;
+    uint64_t pending_out_blocks; /* device blocks that swap-outs will free */
 
     /* cost model */
-    double           corr;
-    tier_est         tiers[SCHED_POOL__COUNT];
-    double           last_pred_us;
-    double           plan_pairs;          /* the plan's prefill attention pairs (add_entry) */
-    uint64_t         xfer_measured;
+    double corr;
+    tier_est tiers[SCHED_POOL__COUNT];
+    double last_pred_us;
+    double plan_pairs; /* the plan's prefill attention pairs (add_entry) */
+    uint64_t xfer_measured;
     /* measured prefill rate under backlog (exponentially decayed sums, ~0.5 s memory) over
      * wall time: rate_mark_us is the last commit's time when work waited through it and the
      * next plan ran a batch (0: none), where the next backlogged step's interval starts */
-    double           rate_tok, rate_us;
-    bool             plan_backlogged;
-    uint64_t         rate_mark_us;
-    double           xfer_pred_sum, xfer_real_sum;
+    double rate_tok, rate_us;
+    bool plan_backlogged;
+    uint64_t rate_mark_us;
+    double xfer_pred_sum, xfer_real_sum;
 
     /* plan */
-    uint64_t         step_no, last_now;
-    bool             oom;
-    sched_plan       plan;
+    uint64_t step_no, last_now;
+    bool oom;
+    sched_plan plan;
     VEC(sched_entry) entries;
     VEC(sched_release) rel_plan, rel_acc;
     VEC(sched_transfer) transfers;
-    VEC(uint32_t)    xfer_blocks;
+    VEC(uint32_t) xfer_blocks;
     VEC(sched_preemption) preempts;
     VEC(sched_ended) ended;
-    VEC(uint32_t)    dec, part, victims;
-    uint32_t         victim_next;
-    bool             victims_built;
-    uint64_t         next_xfer;
-    bool             group_active;        /* static/dynamic: a group holds the slots */
-    uint64_t         pass_no;             /* decode passes (a step may run two) */
-    bool             forced;              /* last-resort pass: caps and residency waived */
+    VEC(uint32_t) dec, part, victims;
+    uint32_t victim_next;
+    bool victims_built;
+    uint64_t next_xfer;
+    bool group_active; /* static/dynamic: a group holds the slots */
+    uint64_t pass_no;  /* decode passes (a step may run two) */
+    bool forced;       /* last-resort pass: caps and residency waived */
     /* illegal state transitions seen (set_state), and the first one */
-    uint64_t         bad_transitions, bad_req;
-    uint8_t          bad_from, bad_to;
+    uint64_t bad_transitions, bad_req;
+    uint8_t bad_from, bad_to;
     /* prefix cache (NULL when off) and its counters */
-    sched_prefix    *px;
-    uint64_t         px_query, px_hit, px_self, px_evicted;
-    uint64_t         commit_step_us;   /* the step sched_commit is committing (0: unknown) */
-    uint64_t         px_hit_pool[SCHED_POOL__COUNT], px_self_pool[SCHED_POOL__COUNT];
-    uint64_t         px_demoted[SCHED_POOL__COUNT], px_reloaded[SCHED_POOL__COUNT];
-    uint64_t         px_recomputed[SCHED_POOL__COUNT];
-    uint32_t         px_left[SCHED_POOL__COUNT];   /* blocks that left each pool (any way) */
+    sched_prefix *px;
+    uint64_t px_query, px_hit, px_self, px_evicted;
+    uint64_t commit_step_us; /* the step sched_commit is committing (0: unknown) */
+    uint64_t px_hit_pool[SCHED_POOL__COUNT], px_self_pool[SCHED_POOL__COUNT];
+    uint64_t px_demoted[SCHED_POOL__COUNT], px_reloaded[SCHED_POOL__COUNT];
+    uint64_t px_recomputed[SCHED_POOL__COUNT];
+    uint32_t px_left[SCHED_POOL__COUNT]; /* blocks that left each pool (any way) */
     /* one eviction call's demotions (copies to plan, in order) and drops (its events) */
-    struct px_move { uint32_t from_block, to_block; uint8_t from, to; } *px_mv;
-    uint32_t         px_n_mv, px_cap_mv;
-    uint32_t         px_drop[SCHED_POOL__COUNT];
-    double           px_drop_rl[SCHED_POOL__COUNT], px_drop_rc[SCHED_POOL__COUNT], px_drop_reuse[SCHED_POOL__COUNT];
-    double           px_mv_reuse;
+    struct px_move {
+        uint32_t from_block, to_block;
+        uint8_t from, to;
+    } * px_mv;
+    uint32_t px_n_mv, px_cap_mv;
+    uint32_t px_drop[SCHED_POOL__COUNT];
+    double px_drop_rl[SCHED_POOL__COUNT], px_drop_rc[SCHED_POOL__COUNT],
+        px_drop_reuse[SCHED_POOL__COUNT];
+    double px_mv_reuse;
     /* prefix_order = longest_prefix (order.c; NULL/0 unless a class uses it and the cache is
      * on): order heaps [class * n_tenants + tenant], the waiter table, lookup scratch */
-    heap            *pwait;
-    struct ow_ent   *ow; uint32_t n_ow, cap_ow, ow_free, n_live_ow;
-    uint32_t        *ow_bucket; uint32_t ow_nbucket;
-    uint32_t        *ow_nodes; uint32_t cap_ow_nodes;
+    heap *pwait;
+    struct ow_ent *ow;
+    uint32_t n_ow, cap_ow, ow_free, n_live_ow;
+    uint32_t *ow_bucket;
+    uint32_t ow_nbucket;
+    uint32_t *ow_nodes;
+    uint32_t cap_ow_nodes;
 };
 
 /* ---- small helpers used everywhere ---------------------------------------------------- */
 
-static inline uint32_t div_up(uint64_t a, uint32_t b) { return (uint32_t)((a + b - 1) / b); }
+static inline uint32_t div_up(uint64_t a, uint32_t b)
+{
+    return (uint32_t)((a + b - 1) / b);
+}
 
-static inline uint32_t known(const req *r) { return r->prompt_len + r->generated; }
+static inline uint32_t known(const req *r)
+{
+    return r->prompt_len + r->generated;
+}
 
 static inline bool hless(const hent *a, const hent *b)
 {
     return a->k1 < b->k1 || (a->k1 == b->k1 && a->k2 < b->k2);
 }
 
-static inline const hent *htop(const heap *h) { return h->n ? &h->a[0] : NULL; }
+static inline const hent *htop(const heap *h)
+{
+    return h->n ? &h->a[0] : NULL;
+}
 
 static inline uint32_t map_hash(const sched *s, uint64_t id)
 {
@@ -299,9 +342,15 @@ static inline void emit(const sched *s, const sched_event *e)
     if (s->sink) s->sink(s->sink_ctx, e);
 }
 
-static inline uint32_t pool_take(pool *p) { return p->free_ids[--p->n_free]; }
+static inline uint32_t pool_take(pool *p)
+{
+    return p->free_ids[--p->n_free];
+}
 
-static inline void pool_give(pool *p, uint32_t id) { p->free_ids[p->n_free++] = id; }
+static inline void pool_give(pool *p, uint32_t id)
+{
+    p->free_ids[p->n_free++] = id;
+}
 
 static inline heap *wait_heap(sched *s, const req *r)
 {
@@ -325,7 +374,11 @@ static inline double eff_priority(const sched *s, int cls, uint64_t arrival, uin
     return (double)c->priority + c->aging_per_s * wait_s;
 }
 
-typedef struct cand { int cls, tenant; uint32_t slot; bool swapped; } cand;
+typedef struct cand {
+    int cls, tenant;
+    uint32_t slot;
+    bool swapped;
+} cand;
 
 bool sc_vec_grow(void **a, uint32_t *cap, uint32_t need, size_t elt);
 
@@ -354,7 +407,10 @@ static inline bool sc_dev_grow_to(sched *s, req *r, uint32_t nblocks)
         sc_cache_evict(s, r, need - s->pools[SCHED_POOL_DEVICE].n_free);
         if (s->pools[SCHED_POOL_DEVICE].n_free < need) return false;
     }
-    if (!sc_vec_grow((void **)&r->dev, &r->cap_dev, nblocks, sizeof(uint32_t))) { s->oom = true; return false; }
+    if (!sc_vec_grow((void **)&r->dev, &r->cap_dev, nblocks, sizeof(uint32_t))) {
+        s->oom = true;
+        return false;
+    }
     while (r->n_dev < nblocks) r->dev[r->n_dev++] = pool_take(&s->pools[SCHED_POOL_DEVICE]);
     s->ts[r->tenant].kv_blocks += need;
     return true;
@@ -376,7 +432,8 @@ void sc_run_remove(sched *s, uint32_t slot);
 void sc_timer_update(sched *s, uint32_t slot);
 
 /* ---- cost.c ---- */
-double sc_predict_step_us(const sched *s, uint64_t prefill, uint64_t decode, uint64_t ctx, double pairs);
+double sc_predict_step_us(const sched *s, uint64_t prefill, uint64_t decode, uint64_t ctx,
+                          double pairs);
 double sc_prefill_us(const sched *s, uint64_t n);
 /* NULL when m is a step model the scheduler can predict with, else the field at fault, with
  * *why what it must be (sched_create and sched_set_cost_state report both). */
@@ -387,7 +444,8 @@ double sc_predict_wait_us(const sched *s, int cls, int tenant, uint32_t prompt, 
 double sc_swap_cost_us(const sched *s, sched_pool tier, uint64_t bytes);
 
 /* ---- fair.c ---- */
-bool sc_pick_candidate(sched *s, uint64_t now, uint64_t tenant_excl, uint32_t class_excl, cand *out);
+bool sc_pick_candidate(sched *s, uint64_t now, uint64_t tenant_excl, uint32_t class_excl,
+                       cand *out);
 bool sc_pick_fcfs(sched *s, cand *out);
 void sc_fair_rejoin(sched *s, int tenant);
 
@@ -416,7 +474,8 @@ int sc_cache_check(const sched *s, const uint32_t *holders, char *why, size_t le
 void sc_cache_free_req(req *r);
 uint32_t sc_tier_available(const sched *s, sched_pool p);
 bool sc_tier_make_room(sched *s, sched_pool p, uint32_t n);
-int sc_cache_xfer_done(sched *s, xfer_rec *x, uint64_t now, uint64_t bytes, uint64_t dur_us, int status);
+int sc_cache_xfer_done(sched *s, xfer_rec *x, uint64_t now, uint64_t bytes, uint64_t dur_us,
+                       int status);
 
 /* ---- order.c ---- */
 int sc_order_create(sched *s);

@@ -28,10 +28,10 @@
 
 struct ow_ent {
     sched_prefix_key key;
-    uint32_t slot;              /* OW_NONE: free (next chains the free list) */
-    uint32_t depth;             /* the block of the request's prompt this key names */
-    uint32_t next, prev;        /* bucket chain */
-    uint32_t rnext;             /* the request's next entry */
+    uint32_t slot;       /* OW_NONE: free (next chains the free list) */
+    uint32_t depth;      /* the block of the request's prompt this key names */
+    uint32_t next, prev; /* bucket chain */
+    uint32_t rnext;      /* the request's next entry */
 };
 
 static bool longest(const sched *s, const req *r)
@@ -43,7 +43,8 @@ int sc_order_create(sched *s)
 {
     if (!s->px) return 0;
     bool any = false;
-    for (int c = 0; c < s->n_classes; c++) any |= s->cls[c]->prefix_order == SCHED_PREFIX_ORDER_LONGEST;
+    for (int c = 0; c < s->n_classes; c++)
+        any |= s->cls[c]->prefix_order == SCHED_PREFIX_ORDER_LONGEST;
     if (!any) return 0;
     size_t nh = (size_t)s->n_classes * (size_t)s->n_tenants;
     s->pwait = calloc(nh, sizeof(heap));
@@ -102,7 +103,8 @@ static uint32_t take_ent(sched *s)
         s->ow_free = s->ow[i].next;
         return i;
     }
-    if (!sc_vec_grow((void **)&s->ow, &s->cap_ow, s->n_ow + 1, sizeof(struct ow_ent))) return OW_NONE;
+    if (!sc_vec_grow((void **)&s->ow, &s->cap_ow, s->n_ow + 1, sizeof(struct ow_ent)))
+        return OW_NONE;
     return s->n_ow++;
 }
 
@@ -131,12 +133,20 @@ void sc_order_add(sched *s, uint32_t slot)
         uint32_t max = (known(r) - 1) / s->conf.block_size;
         if (max > r->n_pkeys) max = r->n_pkeys;
         if (max && sc_vec_grow((void **)&s->ow_nodes, &s->cap_ow_nodes, max, sizeof(uint32_t)))
-            r->plen = sched_prefix_lookup(s->px, r->salt, r->pkeys, r->ptok, max, r->id, s->ow_nodes, NULL);
+            r->plen = sched_prefix_lookup(s->px, r->salt, r->pkeys, r->ptok, max, r->id,
+                                          s->ow_nodes, NULL);
         for (uint32_t d = max; d-- > 0;) {
-            if (s->n_live_ow + 1 > s->ow_nbucket && !grow_buckets(s)) { s->oom = true; break; }
+            if (s->n_live_ow + 1 > s->ow_nbucket && !grow_buckets(s)) {
+                s->oom = true;
+                break;
+            }
             uint32_t i = take_ent(s);
-            if (i == OW_NONE) { s->oom = true; break; }
-            s->ow[i] = (struct ow_ent){.key = r->pkeys[d], .slot = slot, .depth = d, .rnext = r->ow_head};
+            if (i == OW_NONE) {
+                s->oom = true;
+                break;
+            }
+            s->ow[i] =
+                (struct ow_ent){.key = r->pkeys[d], .slot = slot, .depth = d, .rnext = r->ow_head};
             link_ent(s, i);
             r->ow_head = i;
             s->n_live_ow++;
@@ -154,8 +164,10 @@ void sc_order_remove(sched *s, uint32_t slot)
     for (uint32_t i = r->ow_head, nx; i != OW_NONE; i = nx) {
         struct ow_ent *e = &s->ow[i];
         nx = e->rnext;
-        if (e->prev != OW_NONE) s->ow[e->prev].next = e->next;
-        else s->ow_bucket[bucket_of(s, e->key)] = e->next;
+        if (e->prev != OW_NONE)
+            s->ow[e->prev].next = e->next;
+        else
+            s->ow_bucket[bucket_of(s, e->key)] = e->next;
         if (e->next != OW_NONE) s->ow[e->next].prev = e->prev;
         e->slot = OW_NONE;
         e->next = s->ow_free;
@@ -174,7 +186,7 @@ void sc_order_inserted(sched *s, sched_prefix_key key)
         const struct ow_ent *e = &s->ow[i];
         if (!sched_prefix_key_eq(e->key, key)) continue;
         req *r = &s->reqs[e->slot];
-        if (r->plen != e->depth) continue;   /* a block above it is missing, or counted */
+        if (r->plen != e->depth) continue; /* a block above it is missing, or counted */
         r->plen = e->depth + 1;
         repush(s, e->slot);
     }
@@ -199,9 +211,11 @@ uint32_t sc_order_pick(sched *s, int cls, int t, uint64_t now)
 {
     size_t idx = (size_t)cls * (size_t)s->n_tenants + (size_t)t;
     const hent *oldest = &s->wait[idx].a[0];
-    if (!s->pwait || s->cls[cls]->prefix_order != SCHED_PREFIX_ORDER_LONGEST || !s->pwait[idx].n) return oldest->slot;
+    if (!s->pwait || s->cls[cls]->prefix_order != SCHED_PREFIX_ORDER_LONGEST || !s->pwait[idx].n)
+        return oldest->slot;
     /* aging: a request that has waited the class's bound goes first, oldest first */
-    if (now >= oldest->k1 && now - oldest->k1 >= s->cls[cls]->prefix_max_wait_us) return oldest->slot;
+    if (now >= oldest->k1 && now - oldest->k1 >= s->cls[cls]->prefix_max_wait_us)
+        return oldest->slot;
     return s->pwait[idx].a[0].slot;
 }
 
@@ -213,7 +227,8 @@ int sc_order_check(const sched *s, char *why, size_t len)
     uint32_t live = 0;
     for (uint32_t i = 0; i < s->n_ow; i++) live += s->ow[i].slot != OW_NONE;
     if (live != s->n_live_ow) {
-        if (why && len) snprintf(why, len, "prefix order: %u waiter entries, %u counted", live, s->n_live_ow);
+        if (why && len)
+            snprintf(why, len, "prefix order: %u waiter entries, %u counted", live, s->n_live_ow);
         return -EUCLEAN;
     }
     for (uint32_t sl = 0; sl < s->n_slots; sl++) {
@@ -222,8 +237,10 @@ int sc_order_check(const sched *s, char *why, size_t len)
         const heap *h = &s->pwait[(size_t)r->cls * (size_t)s->n_tenants + r->tenant];
         if (r->p_pos < 0 || (uint32_t)r->p_pos >= h->n || h->a[r->p_pos].slot != sl ||
             h->a[r->p_pos].k1 != (uint64_t)(UINT32_MAX - r->plen)) {
-            if (why && len) snprintf(why, len, "prefix order: request %llu is not in its order heap as it should be",
-                                     (unsigned long long)r->id);
+            if (why && len)
+                snprintf(why, len,
+                         "prefix order: request %llu is not in its order heap as it should be",
+                         (unsigned long long)r->id);
             return -EUCLEAN;
         }
         uint32_t want = 0, max = 0;
@@ -231,14 +248,18 @@ int sc_order_check(const sched *s, char *why, size_t len)
             max = (known(r) - 1) / s->conf.block_size;
             if (max > r->n_pkeys) max = r->n_pkeys;
             uint32_t *nodes = max ? malloc((size_t)max * sizeof(uint32_t)) : NULL;
-            if (nodes) want = sched_prefix_lookup(s->px, r->salt, r->pkeys, r->ptok, max, r->id, nodes, NULL);
+            if (nodes)
+                want =
+                    sched_prefix_lookup(s->px, r->salt, r->pkeys, r->ptok, max, r->id, nodes, NULL);
             free(nodes);
         }
         uint32_t n = 0;
         for (uint32_t i = r->ow_head; i != OW_NONE; i = s->ow[i].rnext) n++;
         if (r->plen != want || n != max) {
             if (why && len)
-                snprintf(why, len, "prefix order: request %llu counts %u cached blocks, the index has %u; %u of its %u keys registered",
+                snprintf(why, len,
+                         "prefix order: request %llu counts %u cached blocks, the index has %u; %u "
+                         "of its %u keys registered",
                          (unsigned long long)r->id, r->plen, want, n, max);
             return -EUCLEAN;
         }

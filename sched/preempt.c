@@ -25,7 +25,8 @@ static void rc_start(sched *s, req *r, uint64_t now)
     r->rc_us = 0;
     r->rc_unknown = false;
     r->rc_active = true;
-    if (!r->pre_len) sc_rc_end(s, r, SCHED_OUTCOME_DONE, now);   /* nothing computed, nothing to redo */
+    if (!r->pre_len)
+        sc_rc_end(s, r, SCHED_OUTCOME_DONE, now); /* nothing computed, nothing to redo */
 }
 
 /* Victim order: lowest class first, then least work lost (fewest computed tokens), then the
@@ -80,7 +81,7 @@ uint32_t sc_pick_victim(sched *s, uint32_t needer, int only_tenant, uint64_t now
         if (v == needer) return v;
         if (s->cfg.mode != SCHED_MODE_CONTINUOUS &&
             s->cls[r->cls]->priority > s->cls[n->cls]->priority)
-            break;   /* everything left ranks above the needer */
+            break; /* everything left ranks above the needer */
         return v;
     }
     return victim_eligible(s, n, now) ? needer : NO_SLOT;
@@ -91,9 +92,12 @@ uint32_t sc_pick_victim(sched *s, uint32_t needer, int only_tenant, uint64_t now
 static bool swap_tier(const sched *s, uint32_t blocks, sched_pool *tier)
 {
     /* (cached blocks no sequence holds give way: sc_tier_make_room) */
-    if (s->pools[SCHED_POOL_HOST].total && sc_tier_available(s, SCHED_POOL_HOST) >= blocks) *tier = SCHED_POOL_HOST;
-    else if (s->pools[SCHED_POOL_DISK].total && sc_tier_available(s, SCHED_POOL_DISK) >= blocks) *tier = SCHED_POOL_DISK;
-    else return false;
+    if (s->pools[SCHED_POOL_HOST].total && sc_tier_available(s, SCHED_POOL_HOST) >= blocks)
+        *tier = SCHED_POOL_HOST;
+    else if (s->pools[SCHED_POOL_DISK].total && sc_tier_available(s, SCHED_POOL_DISK) >= blocks)
+        *tier = SCHED_POOL_DISK;
+    else
+        return false;
     return true;
 }
 
@@ -103,15 +107,22 @@ void sc_plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t now)
     uint32_t n = r->n_tier;
     uint64_t bytes = (uint64_t)n * s->conf.block_size * s->conf.kv_bytes_per_token;
     const tier_est *te = &s->tiers[r->tier];
-    double pred = dir == SCHED_XFER_OUT ? ((double)te->queued_out + (double)bytes) / te->out_bps * 1e6
-                                        : ((double)te->queued_in + (double)bytes) / te->in_bps * 1e6;
+    double pred = dir == SCHED_XFER_OUT
+                      ? ((double)te->queued_out + (double)bytes) / te->out_bps * 1e6
+                      : ((double)te->queued_in + (double)bytes) / te->in_bps * 1e6;
     pred += te->lat_us;
-    xfer_rec x = {.id = s->next_xfer++, .slot = slot, .dir = (uint8_t)dir, .tier = r->tier, .bytes = bytes, .pred_us = pred};
+    xfer_rec x = {.id = s->next_xfer++,
+                  .slot = slot,
+                  .dir = (uint8_t)dir,
+                  .tier = r->tier,
+                  .bytes = bytes,
+                  .pred_us = pred};
     r->xfer = x.id;
     r->moving = true;
     VEC_PUSH(s, s->xfers, x);
     uint32_t off = s->xfer_blocks.n;
-    if (!sc_vec_grow((void **)&s->xfer_blocks.a, &s->xfer_blocks.cap, off + 2 * n, sizeof(uint32_t))) {
+    if (!sc_vec_grow((void **)&s->xfer_blocks.a, &s->xfer_blocks.cap, off + 2 * n,
+                     sizeof(uint32_t))) {
         s->oom = true;
         return;
     }
@@ -119,16 +130,24 @@ void sc_plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t now)
     const uint32_t *dst = dir == SCHED_XFER_OUT ? r->tierb : r->dev;
     memcpy(s->xfer_blocks.a + off, src, n * sizeof(uint32_t));
     memcpy(s->xfer_blocks.a + off + n, dst, n * sizeof(uint32_t));
-    s->xfer_blocks.n = off + 2 * n;   /* the next transfer of this plan goes after these */
-    sched_transfer t = {.id = x.id, .req = r->id, .dir = dir, .tier = (sched_pool)r->tier, .n_blocks = n,
-                        .bytes = bytes, .predicted_us = pred,
-                        .src_pool = dir == SCHED_XFER_OUT ? SCHED_POOL_DEVICE : (sched_pool)r->tier};
+    s->xfer_blocks.n = off + 2 * n; /* the next transfer of this plan goes after these */
+    sched_transfer t = {.id = x.id,
+                        .req = r->id,
+                        .dir = dir,
+                        .tier = (sched_pool)r->tier,
+                        .n_blocks = n,
+                        .bytes = bytes,
+                        .predicted_us = pred,
+                        .src_pool =
+                            dir == SCHED_XFER_OUT ? SCHED_POOL_DEVICE : (sched_pool)r->tier};
     /* pointers fixed up when the plan is sealed (xfer_blocks may still move) */
     t.src = (const uint32_t *)(uintptr_t)off;
     t.dst = (const uint32_t *)(uintptr_t)(off + n);
     VEC_PUSH(s, s->transfers, t);
-    if (dir == SCHED_XFER_OUT) s->tiers[r->tier].queued_out += bytes;
-    else s->tiers[r->tier].queued_in += bytes;
+    if (dir == SCHED_XFER_OUT)
+        s->tiers[r->tier].queued_out += bytes;
+    else
+        s->tiers[r->tier].queued_in += bytes;
     s->n_in_transit++;
     sched_event e = ev_of(s, dir == SCHED_XFER_OUT ? SCHED_EV_SWAP_OUT : SCHED_EV_SWAP_IN, r, now);
     e.xfer = x.id;
@@ -157,16 +176,19 @@ uint32_t sc_preempt(sched *s, uint32_t slot, bool quota, uint64_t now)
     uint32_t blocks = r->n_dev;
     uint64_t bytes = (uint64_t)blocks * s->conf.block_size * s->conf.kv_bytes_per_token;
     sched_pool tier = SCHED_POOL_HOST;
-    bool can_swap = s->cfg.mode != SCHED_MODE_CONTINUOUS && s->cfg.preemption != SCHED_PREEMPT_RECOMPUTE &&
-                    swap_tier(s, blocks, &tier);
+    bool can_swap = s->cfg.mode != SCHED_MODE_CONTINUOUS &&
+                    s->cfg.preemption != SCHED_PREEMPT_RECOMPUTE && swap_tier(s, blocks, &tier);
     double sw = can_swap ? sc_swap_cost_us(s, tier, bytes) : -1;
     double rc = sc_prefill_us(s, r->computed);
-    if (s->run.n > 1) rc += sc_prefill_us(s, r->computed);   /* stall: each other sequence waits
+    if (s->run.n > 1)
+        rc += sc_prefill_us(s, r->computed); /* stall: each other sequence waits
                                                              through the re-prefill's steps */
     bool swap = can_swap && (s->cfg.preemption == SCHED_PREEMPT_SWAP || sw < rc);
-    if (swap && !sc_tier_make_room(s, tier, blocks)) swap = false;   /* counted available: cannot fail */
+    if (swap && !sc_tier_make_room(s, tier, blocks))
+        swap = false; /* counted available: cannot fail */
     double best = swap ? sw : rc;
-    if (r->rc_active) sc_rc_end(s, r, SCHED_OUTCOME_ABANDONED, now);   /* before this preemption's events */
+    if (r->rc_active)
+        sc_rc_end(s, r, SCHED_OUTCOME_ABANDONED, now); /* before this preemption's events */
     r->pre_sw_us = sw;
     r->pre_rc_us = rc;
     r->pre_len = r->computed;
@@ -182,8 +204,9 @@ uint32_t sc_preempt(sched *s, uint32_t slot, bool quota, uint64_t now)
     e.blocks = blocks;
     e.swap_cost_us = sw;
     e.recompute_cost_us = rc;
-    VEC_PUSH(s, s->preempts, ((sched_preemption){r->id, swap ? SCHED_PREEMPT_SWAP : SCHED_PREEMPT_RECOMPUTE,
-                                                  blocks, sw, rc}));
+    VEC_PUSH(s, s->preempts,
+             ((sched_preemption){r->id, swap ? SCHED_PREEMPT_SWAP : SCHED_PREEMPT_RECOMPUTE, blocks,
+                                 sw, rc}));
     if (r->deadline_us && (double)now + best > (double)r->deadline_us) {
         /* neither way brings it back in time: say so now instead of wasting the work */
         e.mode = SCHED_PREEMPT_NONE;
@@ -196,8 +219,9 @@ uint32_t sc_preempt(sched *s, uint32_t slot, bool quota, uint64_t now)
         t.timeout = SCHED_TIMEOUT_PREEMPT;
         t.wait_us = now - r->arrival_us;
         emit(s, &t);
-        VEC_PUSH(s, s->ended, ((sched_ended){.req = r->id, .kind = SCHED_EV_TIMEOUT,
-                                             .timeout = SCHED_TIMEOUT_PREEMPT}));
+        VEC_PUSH(s, s->ended,
+                 ((sched_ended){
+                     .req = r->id, .kind = SCHED_EV_TIMEOUT, .timeout = SCHED_TIMEOUT_PREEMPT}));
         sc_set_state(s, r, SCHED_REQ_ENDED);
         sc_release_now(s, slot, now, true);
         return blocks;
@@ -207,7 +231,10 @@ uint32_t sc_preempt(sched *s, uint32_t slot, bool quota, uint64_t now)
         s->ts[r->tenant].st.preemptions_swap++;
         s->cs[r->cls].st.preemptions_swap++;
         r->tier = (uint8_t)tier;
-        if (!sc_vec_grow((void **)&r->tierb, &r->cap_tier, blocks, sizeof(uint32_t))) { s->oom = true; return 0; }
+        if (!sc_vec_grow((void **)&r->tierb, &r->cap_tier, blocks, sizeof(uint32_t))) {
+            s->oom = true;
+            return 0;
+        }
         for (uint32_t i = 0; i < blocks; i++) r->tierb[i] = pool_take(&s->pools[tier]);
         r->n_tier = blocks;
         sc_set_state(s, r, SCHED_REQ_SWAPPING_OUT);
@@ -230,16 +257,21 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
     for (i = 0; i < s->xfers.n; i++)
         if (s->xfers.a[i].id == id) break;
     if (i == s->xfers.n) {
-        sched__set_error("sched_transfer_done: transfer %llu unknown or already done", (unsigned long long)id);
+        sched__set_error("sched_transfer_done: transfer %llu unknown or already done",
+                         (unsigned long long)id);
         return -ENOENT;
     }
     xfer_rec x = s->xfers.a[i];
     memmove(s->xfers.a + i, s->xfers.a + i + 1, (s->xfers.n - i - 1) * sizeof(xfer_rec));
     s->xfers.n--;
-    if (x.cache) return sc_cache_xfer_done(s, &x, now, bytes, dur_us, status);   /* a prefix-cache copy */
+    if (x.cache)
+        return sc_cache_xfer_done(s, &x, now, bytes, dur_us, status); /* a prefix-cache copy */
     s->n_in_transit--;
     tier_est *te = &s->tiers[x.tier];
-    if (x.dir == SCHED_XFER_OUT) te->queued_out -= x.bytes; else te->queued_in -= x.bytes;
+    if (x.dir == SCHED_XFER_OUT)
+        te->queued_out -= x.bytes;
+    else
+        te->queued_in -= x.bytes;
     sc_observe_transfer(s, &x, bytes, dur_us, status);
     req *r = &s->reqs[x.slot];
     r->moving = false;
@@ -258,8 +290,7 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
             r->out_us = status == 0 ? dur_us : 0;
             e.predicted_us = x.pred_us;
             e.realised_us = dur_us ? (double)dur_us : -1;
-        }
-        else {
+        } else {
             e.predicted_us = r->pre_sw_us;
             e.realised_us = r->out_us && dur_us ? (double)(r->out_us + dur_us) : -1;
         }
@@ -268,18 +299,17 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
     if (x.dir == SCHED_XFER_IN) {
         s->n_swapping_in--;
         s->ts[r->tenant].moving_in--;
-    }
-    else {
+    } else {
         s->pending_out_blocks -= r->n_dev;
         s->ts[r->tenant].pending_out -= r->n_dev;
     }
-    if (r->state == SCHED_REQ_ENDED) {   /* cancelled or timed out while moving */
+    if (r->state == SCHED_REQ_ENDED) { /* cancelled or timed out while moving */
         sc_release_now(s, x.slot, now, false);
         return 0;
     }
     if (x.dir == SCHED_XFER_OUT) {
         sc_dev_free_all(s, r);
-        if (status < 0) {   /* the copy failed: the host copy is useless, recompute */
+        if (status < 0) { /* the copy failed: the host copy is useless, recompute */
             sc_tier_free_all(s, r);
             r->computed = 0;
             r->recompute = true;
@@ -293,7 +323,7 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
         return 0;
     }
     sc_tier_free_all(s, r);
-    if (status < 0) {   /* device copy is garbage: re-prefill in place */
+    if (status < 0) { /* device copy is garbage: re-prefill in place */
         r->computed = 0;
         rc_start(s, r, now);
     }

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define XXH_STATIC_LINKING_ONLY   /* XXH3_state_t on the stack */
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
 void sched__set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -41,7 +41,8 @@ sched_prefix_key sched_prefix_block_key(sched_prefix_key parent, uint64_t salt,
 uint32_t sched_prefix_keys(uint64_t salt, const int32_t *tokens, uint32_t n_tokens,
                            uint32_t block_size, sched_prefix_key *out, uint32_t max_out)
 {
-    return sched_prefix_keys_with(SCHED_PREFIX_KEY_XXH3, salt, tokens, n_tokens, block_size, out, max_out);
+    return sched_prefix_keys_with(SCHED_PREFIX_KEY_XXH3, salt, tokens, n_tokens, block_size, out,
+                                  max_out);
 }
 
 sched_prefix_key sched_prefix_block_key_with(sched_prefix_key_fn fn, sched_prefix_key parent,
@@ -68,7 +69,8 @@ uint32_t sched_prefix_keys_with(sched_prefix_key_fn fn, uint64_t salt, const int
     if (n > max_out) n = max_out;
     sched_prefix_key k = {0, 0};
     for (uint32_t i = 0; i < n; i++)
-        out[i] = k = sched_prefix_block_key_with(fn, k, salt, tokens + (size_t)i * block_size, block_size);
+        out[i] = k =
+            sched_prefix_block_key_with(fn, k, salt, tokens + (size_t)i * block_size, block_size);
     return n;
 }
 
@@ -81,38 +83,40 @@ typedef struct pnode {
     sched_prefix_key key;
     uint64_t salt, origin;
     uint32_t parent, first_child, next_sib, prev_sib;
-    uint32_t hnext;                 /* hash chain, or the free list */
-    uint32_t prev, next;            /* pool LRU (prev = newer, next = older) */
-    uint32_t tprev, tnext;          /* tenant LRU */
+    uint32_t hnext;        /* hash chain, or the free list */
+    uint32_t prev, next;   /* pool LRU (prev = newer, next = older) */
+    uint32_t tprev, tnext; /* tenant LRU */
     uint32_t refs, block, hits, gen;
     uint32_t kids[SCHED_POOL__COUNT];
     uint16_t tenant;
-    uint8_t  pool, used;
-    uint8_t  bad;                   /* its bytes are wrong (a failed copy): never found again,
+    uint8_t pool, used;
+    uint8_t bad;     /* its bytes are wrong (a failed copy): never found again,
                                        dropped when its last holder lets go */
-    uint8_t  loading;               /* a holder's reload reads its block (sched_prefix_set_loading) */
+    uint8_t loading; /* a holder's reload reads its block (sched_prefix_set_loading) */
 } pnode;
 
-typedef struct dlist { uint32_t head, tail, n; } dlist;   /* head newest, tail oldest */
+typedef struct dlist {
+    uint32_t head, tail, n;
+} dlist; /* head newest, tail oldest */
 
 struct sched_prefix {
-    uint32_t     bs;                        /* block size */
-    uint32_t     pool_blocks[SCHED_POOL__COUNT];
-    uint32_t     n_tenants;
-    uint32_t    *max_cached;                /* per tenant, 0 = unlimited */
+    uint32_t bs; /* block size */
+    uint32_t pool_blocks[SCHED_POOL__COUNT];
+    uint32_t n_tenants;
+    uint32_t *max_cached; /* per tenant, 0 = unlimited */
     sched_prefix_costs costs;
-    sched_prefix_ops   ops;
-    pnode       *n;
-    uint32_t     cap, free_head;
-    int32_t     *tokens;                    /* cap × bs */
-    uint32_t    *bucket;
-    uint32_t     mask;
-    uint32_t    *blk2node[SCHED_POOL__COUNT];
-    dlist        lru[SCHED_POOL__COUNT];
-    dlist       *ten;                       /* per tenant */
-    uint32_t     cached[SCHED_POOL__COUNT];
-    uint64_t     evicted[SCHED_PREFIX_EVICT__COUNT];
-    uint64_t     demoted[SCHED_POOL__COUNT];
+    sched_prefix_ops ops;
+    pnode *n;
+    uint32_t cap, free_head;
+    int32_t *tokens; /* cap × bs */
+    uint32_t *bucket;
+    uint32_t mask;
+    uint32_t *blk2node[SCHED_POOL__COUNT];
+    dlist lru[SCHED_POOL__COUNT];
+    dlist *ten; /* per tenant */
+    uint32_t cached[SCHED_POOL__COUNT];
+    uint64_t evicted[SCHED_PREFIX_EVICT__COUNT];
+    uint64_t demoted[SCHED_POOL__COUNT];
 };
 
 #define N(i) (ix->n[(i)])
@@ -129,21 +133,30 @@ static inline const int32_t *toks(const sched_prefix *ix, uint32_t i)
 
 /* ---- the two LRU lists (same shape, different link fields) ------------------------------ */
 
-#define DLIST_OPS(name, PREV, NEXT)                                                           \
-    static void name##_push(sched_prefix *ix, dlist *l, uint32_t i)                           \
-    {                                                                                         \
-        N(i).PREV = NONE;                                                                     \
-        N(i).NEXT = l->head;                                                                  \
-        if (l->head != NONE) N(l->head).PREV = i; else l->tail = i;                           \
-        l->head = i;                                                                          \
-        l->n++;                                                                               \
-    }                                                                                         \
-    static void name##_unlink(sched_prefix *ix, dlist *l, uint32_t i)                         \
-    {                                                                                         \
-        if (N(i).PREV != NONE) N(N(i).PREV).NEXT = N(i).NEXT; else l->head = N(i).NEXT;       \
-        if (N(i).NEXT != NONE) N(N(i).NEXT).PREV = N(i).PREV; else l->tail = N(i).PREV;       \
-        N(i).PREV = N(i).NEXT = NONE;                                                         \
-        l->n--;                                                                               \
+#define DLIST_OPS(name, PREV, NEXT)                                                                \
+    static void name##_push(sched_prefix *ix, dlist *l, uint32_t i)                                \
+    {                                                                                              \
+        N(i).PREV = NONE;                                                                          \
+        N(i).NEXT = l->head;                                                                       \
+        if (l->head != NONE)                                                                       \
+            N(l->head).PREV = i;                                                                   \
+        else                                                                                       \
+            l->tail = i;                                                                           \
+        l->head = i;                                                                               \
+        l->n++;                                                                                    \
+    }                                                                                              \
+    static void name##_unlink(sched_prefix *ix, dlist *l, uint32_t i)                              \
+    {                                                                                              \
+        if (N(i).PREV != NONE)                                                                     \
+            N(N(i).PREV).NEXT = N(i).NEXT;                                                         \
+        else                                                                                       \
+            l->head = N(i).NEXT;                                                                   \
+        if (N(i).NEXT != NONE)                                                                     \
+            N(N(i).NEXT).PREV = N(i).PREV;                                                         \
+        else                                                                                       \
+            l->tail = N(i).PREV;                                                                   \
+        N(i).PREV = N(i).NEXT = NONE;                                                              \
+        l->n--;                                                                                    \
     }
 DLIST_OPS(lru, prev, next)
 DLIST_OPS(ten, tprev, tnext)
@@ -167,18 +180,27 @@ static void unheld_unlink(sched_prefix *ix, uint32_t i)
 
 int sched_prefix_create(const sched_prefix_cfg *cfg, sched_prefix **out)
 {
-    if (!cfg || !out) { sched__set_error("sched_prefix_create: NULL argument"); return -EINVAL; }
-    if (!cfg->block_size) { sched__set_error("sched_prefix_create: block_size must be > 0"); return -EINVAL; }
+    if (!cfg || !out) {
+        sched__set_error("sched_prefix_create: NULL argument");
+        return -EINVAL;
+    }
+    if (!cfg->block_size) {
+        sched__set_error("sched_prefix_create: block_size must be > 0");
+        return -EINVAL;
+    }
     if (!cfg->n_tenants || cfg->n_tenants > UINT16_MAX) {
         sched__set_error("sched_prefix_create: n_tenants must be 1..65535, got %u", cfg->n_tenants);
         return -EINVAL;
     }
-    if (!cfg->ops.take_block) { sched__set_error("sched_prefix_create: ops.take_block is NULL"); return -EINVAL; }
+    if (!cfg->ops.take_block) {
+        sched__set_error("sched_prefix_create: ops.take_block is NULL");
+        return -EINVAL;
+    }
     uint64_t cap = 0;
     for (int p = 0; p < SCHED_POOL__COUNT; p++) cap += cfg->pool_blocks[p];
     if (!cap || cap >= NONE / 2) {
-        sched__set_error("sched_prefix_create: pools must hold 1..%u blocks in all, got %llu", NONE / 2 - 1,
-                         (unsigned long long)cap);
+        sched__set_error("sched_prefix_create: pools must hold 1..%u blocks in all, got %llu",
+                         NONE / 2 - 1, (unsigned long long)cap);
         return -EINVAL;
     }
     sched_prefix *ix = calloc(1, sizeof *ix);
@@ -247,8 +269,8 @@ static uint32_t find(const sched_prefix *ix, uint32_t parent, uint64_t salt, sch
                      const int32_t *tokens)
 {
     for (uint32_t i = ix->bucket[bucket_of(ix, key)]; i != NONE; i = N(i).hnext)
-        if (sched_prefix_key_eq(N(i).key, key) && N(i).parent == parent && N(i).salt == salt && !N(i).bad &&
-            !memcmp(toks(ix, i), tokens, (size_t)ix->bs * sizeof *tokens))
+        if (sched_prefix_key_eq(N(i).key, key) && N(i).parent == parent && N(i).salt == salt &&
+            !N(i).bad && !memcmp(toks(ix, i), tokens, (size_t)ix->bs * sizeof *tokens))
             return i;
     return NONE;
 }
@@ -273,7 +295,10 @@ uint32_t sched_prefix_lookup(const sched_prefix *ix, uint64_t salt, const sched_
     return r.n_blocks;
 }
 
-static bool node_ok(const sched_prefix *ix, uint32_t i) { return i < ix->cap && N(i).used; }
+static bool node_ok(const sched_prefix *ix, uint32_t i)
+{
+    return i < ix->cap && N(i).used;
+}
 
 /* ---------------------------------------------------------------------------------------- */
 /* Leaving a pool                                                                           */
@@ -286,17 +311,25 @@ static void report(sched_prefix *ix, sched_prefix_eviction *ev)
     if (ix->ops.evicted) ix->ops.evicted(ix->ops.ctx, ev);
 }
 
-static sched_prefix_eviction ev_of(const sched_prefix *ix, uint32_t i, sched_prefix_evict_reason why)
+static sched_prefix_eviction ev_of(const sched_prefix *ix, uint32_t i,
+                                   sched_prefix_evict_reason why)
 {
-    return (sched_prefix_eviction){.node = i, .key = N(i).key, .tenant = N(i).tenant, .reason = why,
-                                .from = (sched_pool)N(i).pool, .from_block = N(i).block};
+    return (sched_prefix_eviction){.node = i,
+                                   .key = N(i).key,
+                                   .tenant = N(i).tenant,
+                                   .reason = why,
+                                   .from = (sched_pool)N(i).pool,
+                                   .from_block = N(i).block};
 }
 
 /* Put node i at (pool, block), keeping the per-pool counts and maps. */
 static void place(sched_prefix *ix, uint32_t i, sched_pool pool, uint32_t block)
 {
     pnode *x = &N(i);
-    if (x->parent != NONE) { N(x->parent).kids[x->pool]--; N(x->parent).kids[pool]++; }
+    if (x->parent != NONE) {
+        N(x->parent).kids[x->pool]--;
+        N(x->parent).kids[pool]++;
+    }
     ix->blk2node[x->pool][x->block] = NONE;
     ix->cached[x->pool]--;
     x->pool = (uint8_t)pool;
@@ -316,7 +349,10 @@ static void drop_node(sched_prefix *ix, uint32_t i, sched_prefix_eviction *ev)
     if (x->parent != NONE) {
         pnode *p = &N(x->parent);
         p->kids[x->pool]--;
-        if (x->prev_sib != NONE) N(x->prev_sib).next_sib = x->next_sib; else p->first_child = x->next_sib;
+        if (x->prev_sib != NONE)
+            N(x->prev_sib).next_sib = x->next_sib;
+        else
+            p->first_child = x->next_sib;
         if (x->next_sib != NONE) N(x->next_sib).prev_sib = x->prev_sib;
     }
     ix->blk2node[x->pool][x->block] = NONE;
@@ -336,7 +372,11 @@ static void drop_subtree(sched_prefix *ix, uint32_t v, const sched_prefix_evicti
     for (;;) {
         while (N(cur).first_child != NONE) cur = N(cur).first_child;
         uint32_t up = N(cur).parent;
-        if (cur == v) { sched_prefix_eviction ev = *v_ev; drop_node(ix, cur, &ev); return; }
+        if (cur == v) {
+            sched_prefix_eviction ev = *v_ev;
+            drop_node(ix, cur, &ev);
+            return;
+        }
         sched_prefix_eviction ev = ev_of(ix, cur, SCHED_PREFIX_EVICT_ORPHAN);
         drop_node(ix, cur, &ev);
         cur = up;
@@ -385,7 +425,7 @@ static bool evict_one(sched_prefix *ix, sched_pool pool)
             /* making room below can only drop v if v hung under a colder block: then v is
              * gone (reported as an orphan) and its block is free all the same */
             if (!N(v).used || N(v).gen != gen) return true;
-            if (!ok) ev.reload_cost_us = -1;   /* no room below: dropped for that */
+            if (!ok) ev.reload_cost_us = -1; /* no room below: dropped for that */
             if (ok) {
                 lru_unlink(ix, &ix->lru[pool], v);
                 place(ix, v, (sched_pool)to, b);
@@ -453,7 +493,10 @@ static void hold(sched_prefix *ix, uint32_t i, uint64_t requester)
 
 int sched_prefix_acquire(sched_prefix *ix, const uint32_t *nodes, uint32_t n, uint64_t requester)
 {
-    if (!ix || (n && !nodes)) { sched__set_error("sched_prefix_acquire: NULL argument"); return -EINVAL; }
+    if (!ix || (n && !nodes)) {
+        sched__set_error("sched_prefix_acquire: NULL argument");
+        return -EINVAL;
+    }
     for (uint32_t k = 0; k < n; k++)
         if (!node_ok(ix, nodes[k])) {
             sched__set_error("sched_prefix_acquire: node %u (entry %u) is not cached", nodes[k], k);
@@ -465,7 +508,10 @@ int sched_prefix_acquire(sched_prefix *ix, const uint32_t *nodes, uint32_t n, ui
 
 int sched_prefix_release(sched_prefix *ix, const uint32_t *nodes, uint32_t n)
 {
-    if (!ix || (n && !nodes)) { sched__set_error("sched_prefix_release: NULL argument"); return -EINVAL; }
+    if (!ix || (n && !nodes)) {
+        sched__set_error("sched_prefix_release: NULL argument");
+        return -EINVAL;
+    }
     for (uint32_t k = 0; k < n; k++)
         if (!node_ok(ix, nodes[k]) || !N(nodes[k]).refs) {
             sched__set_error("sched_prefix_release: node %u (entry %u) is not held", nodes[k], k);
@@ -474,11 +520,11 @@ int sched_prefix_release(sched_prefix *ix, const uint32_t *nodes, uint32_t n)
     /* leaf first: each block enters the LRUs older than the parent that follows it */
     for (uint32_t k = n; k-- > 0;) {
         uint32_t i = nodes[k];
-        if (!N(i).used || !N(i).refs) continue;   /* listed twice */
+        if (!N(i).used || !N(i).refs) continue; /* listed twice */
         if (--N(i).refs) continue;
-        if (N(i).bad) {   /* nothing below it is held either: refs(parent) >= refs(child) */
+        if (N(i).bad) { /* nothing below it is held either: refs(parent) >= refs(child) */
             sched_prefix_eviction ev = ev_of(ix, i, SCHED_PREFIX_EVICT_FAILED);
-            unheld_push(ix, i);   /* drop_node unlinks an unheld node */
+            unheld_push(ix, i); /* drop_node unlinks an unheld node */
             drop_subtree(ix, i, &ev);
             continue;
         }
@@ -490,12 +536,16 @@ int sched_prefix_release(sched_prefix *ix, const uint32_t *nodes, uint32_t n)
 }
 
 int sched_prefix_insert(sched_prefix *ix, uint32_t parent, uint64_t salt, sched_prefix_key key,
-                        const int32_t *tokens, uint16_t tenant, uint64_t requester,
-                        sched_pool pool, uint32_t block, uint32_t *node_out)
+                        const int32_t *tokens, uint16_t tenant, uint64_t requester, sched_pool pool,
+                        uint32_t block, uint32_t *node_out)
 {
-    if (!ix || !tokens || !node_out) { sched__set_error("sched_prefix_insert: NULL argument"); return -EINVAL; }
+    if (!ix || !tokens || !node_out) {
+        sched__set_error("sched_prefix_insert: NULL argument");
+        return -EINVAL;
+    }
     if ((unsigned)pool >= SCHED_POOL__COUNT || block >= ix->pool_blocks[pool]) {
-        sched__set_error("sched_prefix_insert: block %u is not in pool %s", block, sched_pool_name(pool));
+        sched__set_error("sched_prefix_insert: block %u is not in pool %s", block,
+                         sched_pool_name(pool));
         return -EINVAL;
     }
     if (tenant >= ix->n_tenants) {
@@ -511,16 +561,17 @@ int sched_prefix_insert(sched_prefix *ix, uint32_t parent, uint64_t salt, sched_
         sched__set_error("sched_prefix_insert: a colder copy of the block is being reloaded");
         return -EAGAIN;
     }
-    if (i != NONE && N(i).pool <= pool) {   /* already here or hotter: share that one */
+    if (i != NONE && N(i).pool <= pool) { /* already here or hotter: share that one */
         hold(ix, i, requester);
         *node_out = i;
         return -EEXIST;
     }
     if (ix->blk2node[pool][block] != NONE) {
-        sched__set_error("sched_prefix_insert: %s block %u is already cached", sched_pool_name(pool), block);
+        sched__set_error("sched_prefix_insert: %s block %u is already cached",
+                         sched_pool_name(pool), block);
         return -EBUSY;
     }
-    if (i != NONE) {   /* a colder copy: this one replaces it */
+    if (i != NONE) { /* a colder copy: this one replaces it */
         hold(ix, i, requester);
         sched_prefix_eviction ev = ev_of(ix, i, SCHED_PREFIX_EVICT_MOVED);
         place(ix, i, pool, block);
@@ -530,13 +581,27 @@ int sched_prefix_insert(sched_prefix *ix, uint32_t parent, uint64_t salt, sched_
         *node_out = i;
         return 0;
     }
-    i = ix->free_head;   /* never NONE: each node owns a distinct (pool, block) */
+    i = ix->free_head; /* never NONE: each node owns a distinct (pool, block) */
     ix->free_head = N(i).hnext;
     pnode *x = &N(i);
     uint32_t gen = x->gen;
-    *x = (pnode){.key = key, .salt = salt, .origin = requester, .parent = parent, .first_child = NONE,
-                 .next_sib = NONE, .prev_sib = NONE, .prev = NONE, .next = NONE, .tprev = NONE, .tnext = NONE,
-                 .refs = 1, .block = block, .gen = gen, .tenant = tenant, .pool = (uint8_t)pool, .used = 1};
+    *x = (pnode){.key = key,
+                 .salt = salt,
+                 .origin = requester,
+                 .parent = parent,
+                 .first_child = NONE,
+                 .next_sib = NONE,
+                 .prev_sib = NONE,
+                 .prev = NONE,
+                 .next = NONE,
+                 .tprev = NONE,
+                 .tnext = NONE,
+                 .refs = 1,
+                 .block = block,
+                 .gen = gen,
+                 .tenant = tenant,
+                 .pool = (uint8_t)pool,
+                 .used = 1};
     memcpy(ix->tokens + (size_t)i * ix->bs, tokens, (size_t)ix->bs * sizeof *tokens);
     uint32_t b = bucket_of(ix, key);
     x->hnext = ix->bucket[b];
@@ -560,13 +625,15 @@ int sched_prefix_move(sched_prefix *ix, uint32_t node, sched_pool pool, uint32_t
         sched__set_error("sched_prefix_move: node %u is not held", node);
         return -EINVAL;
     }
-    if ((unsigned)pool >= SCHED_POOL__COUNT || block >= ix->pool_blocks[pool] || pool >= N(node).pool) {
-        sched__set_error("sched_prefix_move: %s block %u is not in a pool hotter than %s", sched_pool_name(pool),
-                         block, sched_pool_name((sched_pool)N(node).pool));
+    if ((unsigned)pool >= SCHED_POOL__COUNT || block >= ix->pool_blocks[pool] ||
+        pool >= N(node).pool) {
+        sched__set_error("sched_prefix_move: %s block %u is not in a pool hotter than %s",
+                         sched_pool_name(pool), block, sched_pool_name((sched_pool)N(node).pool));
         return -EINVAL;
     }
     if (ix->blk2node[pool][block] != NONE) {
-        sched__set_error("sched_prefix_move: %s block %u is already cached", sched_pool_name(pool), block);
+        sched__set_error("sched_prefix_move: %s block %u is already cached", sched_pool_name(pool),
+                         block);
         return -EBUSY;
     }
     sched_prefix_eviction ev = ev_of(ix, node, SCHED_PREFIX_EVICT_MOVED);
@@ -593,7 +660,10 @@ int sched_prefix_invalidate(sched_prefix *ix, uint32_t node)
         sched__set_error("sched_prefix_invalidate: node %u is not cached", node);
         return -EINVAL;
     }
-    if (N(node).refs) { N(node).bad = 1; return 0; }
+    if (N(node).refs) {
+        N(node).bad = 1;
+        return 0;
+    }
     sched_prefix_eviction ev = ev_of(ix, node, SCHED_PREFIX_EVICT_FAILED);
     drop_subtree(ix, node, &ev);
     return 0;
@@ -607,8 +677,8 @@ int sched_prefix_node(const sched_prefix *ix, uint32_t node, sched_prefix_node_i
 {
     if (!ix || !node_ok(ix, node) || !out) return -ENOENT;
     const pnode *x = &N(node);
-    *out = (sched_prefix_node_info){(sched_pool)x->pool, x->block, x->refs, x->parent, x->hits, x->tenant,
-                                    x->origin, x->key, x->loading};
+    *out = (sched_prefix_node_info){(sched_pool)x->pool, x->block,  x->refs, x->parent, x->hits,
+                                    x->tenant,           x->origin, x->key,  x->loading};
     return 0;
 }
 
@@ -648,15 +718,23 @@ uint32_t sched_prefix_lru(const sched_prefix *ix, sched_pool pool, uint32_t *out
 /* Invariants                                                                               */
 /* ---------------------------------------------------------------------------------------- */
 
-#define BAD(...) do { if (why && why_len) snprintf(why, why_len, __VA_ARGS__); rc = -EUCLEAN; goto out; } while (0)
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        if (why && why_len) snprintf(why, why_len, __VA_ARGS__);                                   \
+        rc = -EUCLEAN;                                                                             \
+        goto out;                                                                                  \
+    } while (0)
 
 int sched_prefix_check(const sched_prefix *ix, char *why, size_t why_len)
 {
     if (why && why_len) why[0] = 0;
-    if (!ix) { if (why && why_len) snprintf(why, why_len, "NULL index"); return -EUCLEAN; }
+    if (!ix) {
+        if (why && why_len) snprintf(why, why_len, "NULL index");
+        return -EUCLEAN;
+    }
     int rc = 0;
-    uint64_t *pos = calloc(ix->cap, sizeof *pos);      /* 1 + age rank in its pool's LRU */
-    uint32_t *tpos = calloc(ix->cap, sizeof *tpos);    /* in its tenant's LRU */
+    uint64_t *pos = calloc(ix->cap, sizeof *pos);   /* 1 + age rank in its pool's LRU */
+    uint32_t *tpos = calloc(ix->cap, sizeof *tpos); /* in its tenant's LRU */
     uint32_t *kids = calloc((size_t)ix->cap * SCHED_POOL__COUNT, sizeof *kids);
     if (!pos || !tpos || !kids) BAD("check: out of memory");
 
@@ -664,25 +742,35 @@ int sched_prefix_check(const sched_prefix *ix, char *why, size_t why_len)
     for (int p = 0; p < SCHED_POOL__COUNT; p++) {
         uint32_t k = 0, prev = NONE;
         for (uint32_t i = ix->lru[p].tail; i != NONE; prev = i, i = N(i).prev) {
-            if (i >= ix->cap || !N(i).used || pos[i] || k > ix->cap) BAD("pool %s LRU: bad or repeated node %u", sched_pool_name((sched_pool)p), i);
-            if (N(i).pool != p) BAD("node %u in LRU of %s but lives in %s", i, sched_pool_name((sched_pool)p), sched_pool_name((sched_pool)N(i).pool));
-            if (N(i).next != prev) BAD("pool %s LRU: broken back link at node %u", sched_pool_name((sched_pool)p), i);
+            if (i >= ix->cap || !N(i).used || pos[i] || k > ix->cap)
+                BAD("pool %s LRU: bad or repeated node %u", sched_pool_name((sched_pool)p), i);
+            if (N(i).pool != p)
+                BAD("node %u in LRU of %s but lives in %s", i, sched_pool_name((sched_pool)p),
+                    sched_pool_name((sched_pool)N(i).pool));
+            if (N(i).next != prev)
+                BAD("pool %s LRU: broken back link at node %u", sched_pool_name((sched_pool)p), i);
             pos[i] = ++k;
         }
-        if (k != ix->lru[p].n) BAD("pool %s LRU holds %u nodes, counted %u", sched_pool_name((sched_pool)p), k, ix->lru[p].n);
-        if (ix->lru[p].head != prev) BAD("pool %s LRU: head is not the newest node", sched_pool_name((sched_pool)p));
+        if (k != ix->lru[p].n)
+            BAD("pool %s LRU holds %u nodes, counted %u", sched_pool_name((sched_pool)p), k,
+                ix->lru[p].n);
+        if (ix->lru[p].head != prev)
+            BAD("pool %s LRU: head is not the newest node", sched_pool_name((sched_pool)p));
     }
     for (uint32_t t = 0; t < ix->n_tenants; t++) {
         uint32_t k = 0, prev = NONE;
         for (uint32_t i = ix->ten[t].tail; i != NONE; prev = i, i = N(i).tprev) {
-            if (i >= ix->cap || !N(i).used || tpos[i] || k > ix->cap) BAD("tenant %u LRU: bad or repeated node %u", t, i);
-            if (N(i).tenant != t) BAD("node %u of tenant %u is in tenant %u's LRU", i, N(i).tenant, t);
+            if (i >= ix->cap || !N(i).used || tpos[i] || k > ix->cap)
+                BAD("tenant %u LRU: bad or repeated node %u", t, i);
+            if (N(i).tenant != t)
+                BAD("node %u of tenant %u is in tenant %u's LRU", i, N(i).tenant, t);
             if (N(i).tnext != prev) BAD("tenant %u LRU: broken back link at node %u", t, i);
             tpos[i] = ++k;
         }
         if (k != ix->ten[t].n) BAD("tenant %u LRU holds %u nodes, counted %u", t, k, ix->ten[t].n);
         if (ix->ten[t].head != prev) BAD("tenant %u LRU: head is not the newest node", t);
-        if (ix->max_cached[t] && k > ix->max_cached[t]) BAD("tenant %u: %u unheld blocks over its cap %u", t, k, ix->max_cached[t]);
+        if (ix->max_cached[t] && k > ix->max_cached[t])
+            BAD("tenant %u: %u unheld blocks over its cap %u", t, k, ix->max_cached[t]);
     }
 
     uint32_t cached[SCHED_POOL__COUNT] = {0}, used = 0;
@@ -690,16 +778,23 @@ int sched_prefix_check(const sched_prefix *ix, char *why, size_t why_len)
         const pnode *x = &N(i);
         if (!x->used) continue;
         used++;
-        if (x->pool >= SCHED_POOL__COUNT || x->block >= ix->pool_blocks[x->pool]) BAD("node %u: block %u of pool %u out of range", i, x->block, x->pool);
-        if (ix->blk2node[x->pool][x->block] != i) BAD("node %u: %s block %u maps to node %u", i, sched_pool_name((sched_pool)x->pool), x->block, ix->blk2node[x->pool][x->block]);
+        if (x->pool >= SCHED_POOL__COUNT || x->block >= ix->pool_blocks[x->pool])
+            BAD("node %u: block %u of pool %u out of range", i, x->block, x->pool);
+        if (ix->blk2node[x->pool][x->block] != i)
+            BAD("node %u: %s block %u maps to node %u", i, sched_pool_name((sched_pool)x->pool),
+                x->block, ix->blk2node[x->pool][x->block]);
         cached[x->pool]++;
         if (x->loading && !x->refs) BAD("node %u is being reloaded but no one holds it", i);
-        if (!x->refs != !!pos[i]) BAD("node %u: refs %u but %s the LRU", i, x->refs, pos[i] ? "in" : "not in");
-        if (!x->refs != !!tpos[i]) BAD("node %u: refs %u but %s its tenant's LRU", i, x->refs, tpos[i] ? "in" : "not in");
+        if (!x->refs != !!pos[i])
+            BAD("node %u: refs %u but %s the LRU", i, x->refs, pos[i] ? "in" : "not in");
+        if (!x->refs != !!tpos[i])
+            BAD("node %u: refs %u but %s its tenant's LRU", i, x->refs, tpos[i] ? "in" : "not in");
         if (x->parent != NONE) {
             if (!node_ok(ix, x->parent)) BAD("node %u: parent %u is not cached", i, x->parent);
             const pnode *p = &N(x->parent);
-            if (p->refs < x->refs) BAD("node %u held %u times but its parent %u only %u", i, x->refs, x->parent, p->refs);
+            if (p->refs < x->refs)
+                BAD("node %u held %u times but its parent %u only %u", i, x->refs, x->parent,
+                    p->refs);
             kids[(size_t)x->parent * SCHED_POOL__COUNT + x->pool]++;
             uint32_t c = p->first_child;
             while (c != NONE && c != i) c = N(c).next_sib;
@@ -717,13 +812,17 @@ int sched_prefix_check(const sched_prefix *ix, char *why, size_t why_len)
         if (N(i).used)
             for (int p = 0; p < SCHED_POOL__COUNT; p++)
                 if (N(i).kids[p] != kids[(size_t)i * SCHED_POOL__COUNT + p])
-                    BAD("node %u: counts %u children in %s, has %u", i, N(i).kids[p], sched_pool_name((sched_pool)p),
-                        kids[(size_t)i * SCHED_POOL__COUNT + p]);
+                    BAD("node %u: counts %u children in %s, has %u", i, N(i).kids[p],
+                        sched_pool_name((sched_pool)p), kids[(size_t)i * SCHED_POOL__COUNT + p]);
     for (int p = 0; p < SCHED_POOL__COUNT; p++) {
-        if (cached[p] != ix->cached[p]) BAD("pool %s: %u cached nodes, counted %u", sched_pool_name((sched_pool)p), cached[p], ix->cached[p]);
+        if (cached[p] != ix->cached[p])
+            BAD("pool %s: %u cached nodes, counted %u", sched_pool_name((sched_pool)p), cached[p],
+                ix->cached[p]);
         uint32_t mapped = 0;
         for (uint32_t b = 0; b < ix->pool_blocks[p]; b++) mapped += ix->blk2node[p][b] != NONE;
-        if (mapped != cached[p]) BAD("pool %s: %u blocks map to nodes, %u nodes", sched_pool_name((sched_pool)p), mapped, cached[p]);
+        if (mapped != cached[p])
+            BAD("pool %s: %u blocks map to nodes, %u nodes", sched_pool_name((sched_pool)p), mapped,
+                cached[p]);
     }
     uint32_t free_n = 0;
     for (uint32_t i = ix->free_head; i != NONE && free_n <= ix->cap; i = N(i).hnext) {

@@ -55,11 +55,13 @@
 extern "C" {
 #endif
 
-#define SCHED_PREFIX_NONE UINT32_MAX   /* no node (the parent of a prompt's first block) */
+#define SCHED_PREFIX_NONE UINT32_MAX /* no node (the parent of a prompt's first block) */
 
 /* ---- keys -------------------------------------------------------------------------------- */
 
-typedef struct sched_prefix_key { uint64_t lo, hi; } sched_prefix_key;
+typedef struct sched_prefix_key {
+    uint64_t lo, hi;
+} sched_prefix_key;
 
 static inline bool sched_prefix_key_eq(sched_prefix_key a, sched_prefix_key b)
 {
@@ -91,8 +93,8 @@ uint32_t sched_prefix_keys_with(sched_prefix_key_fn fn, uint64_t salt, const int
 /* The demotion test's inputs, in microseconds per block.  expected reuse of a block =
  * reuse_prior + the number of times another sequence acquired it. */
 typedef struct sched_prefix_costs {
-    double recompute_us_per_block;                  /* prefill of block_size tokens */
-    double reload_us_per_block[SCHED_POOL__COUNT];  /* [HOST], [DISK]: tier → device, incl. its
+    double recompute_us_per_block;                 /* prefill of block_size tokens */
+    double reload_us_per_block[SCHED_POOL__COUNT]; /* [HOST], [DISK]: tier → device, incl. its
                                                        share of latency and queued transfers */
     double reuse_prior;
 } sched_prefix_costs;
@@ -102,18 +104,18 @@ typedef struct sched_prefix_costs {
  * free.  Reports come in the order the copies must be done: making room in a colder pool
  * (its own demotion further down) is reported before the demotion that needed the room. */
 typedef struct sched_prefix_eviction {
-    uint32_t                  node;
-    sched_prefix_key          key;
-    uint16_t                  tenant;
+    uint32_t node;
+    sched_prefix_key key;
+    uint16_t tenant;
     sched_prefix_evict_reason reason;
-    sched_pool                from;
-    uint32_t                  from_block;
-    bool                      demoted;
-    sched_pool                to;               /* valid when demoted (or reason MOVED) */
-    uint32_t                  to_block;
+    sched_pool from;
+    uint32_t from_block;
+    bool demoted;
+    sched_pool to; /* valid when demoted (or reason MOVED) */
+    uint32_t to_block;
     /* the demotion test for demand evictions (zero otherwise): reload_cost_us -1 when no
      * colder pool exists */
-    double                    reload_cost_us, recompute_cost_us, expected_reuse;
+    double reload_cost_us, recompute_cost_us, expected_reuse;
 } sched_prefix_eviction;
 
 typedef struct sched_prefix_ops {
@@ -125,27 +127,27 @@ typedef struct sched_prefix_ops {
 } sched_prefix_ops;
 
 typedef struct sched_prefix_cfg {
-    uint32_t           block_size;                       /* tokens per block, > 0 */
-    uint32_t           pool_blocks[SCHED_POOL__COUNT];   /* block ids of each pool are below this */
-    uint32_t           n_tenants;                        /* tenant indexes are below this, > 0 */
-    const uint32_t    *max_cached_blocks;                /* per tenant, 0 = unlimited; NULL = none */
+    uint32_t block_size;                     /* tokens per block, > 0 */
+    uint32_t pool_blocks[SCHED_POOL__COUNT]; /* block ids of each pool are below this */
+    uint32_t n_tenants;                      /* tenant indexes are below this, > 0 */
+    const uint32_t *max_cached_blocks;       /* per tenant, 0 = unlimited; NULL = none */
     sched_prefix_costs costs;
-    sched_prefix_ops   ops;                              /* evicted may be NULL */
+    sched_prefix_ops ops; /* evicted may be NULL */
 } sched_prefix_cfg;
 
-typedef struct sched_prefix sched_prefix;   /* opaque */
+typedef struct sched_prefix sched_prefix; /* opaque */
 
 /* -EINVAL (a field named in sched_last_error), -ENOMEM. */
-int  sched_prefix_create(const sched_prefix_cfg *cfg, sched_prefix **out);
+int sched_prefix_create(const sched_prefix_cfg *cfg, sched_prefix **out);
 void sched_prefix_destroy(sched_prefix *ix);
 void sched_prefix_set_costs(sched_prefix *ix, const sched_prefix_costs *c);
 
 /* ---- use --------------------------------------------------------------------------------- */
 
 typedef struct sched_prefix_match {
-    uint32_t n_blocks;                     /* blocks matched, a prefix of the request's */
-    uint32_t per_pool[SCHED_POOL__COUNT];  /* of those, where they are */
-    uint32_t self_blocks;                  /* of those, inserted by this same requester (a
+    uint32_t n_blocks;                    /* blocks matched, a prefix of the request's */
+    uint32_t per_pool[SCHED_POOL__COUNT]; /* of those, where they are */
+    uint32_t self_blocks;                 /* of those, inserted by this same requester (a
                                               resumed sequence reusing its own blocks) */
 } sched_prefix_match;
 
@@ -178,8 +180,8 @@ int sched_prefix_release(sched_prefix *ix, const uint32_t *nodes, uint32_t n);
  *            nothing changed, (pool, block) stays the caller's, uncached;
  *   -EBUSY   (pool, block) is already a cached block. */
 int sched_prefix_insert(sched_prefix *ix, uint32_t parent, uint64_t salt, sched_prefix_key key,
-                        const int32_t *tokens, uint16_t tenant, uint64_t requester,
-                        sched_pool pool, uint32_t block, uint32_t *node_out);
+                        const int32_t *tokens, uint16_t tenant, uint64_t requester, sched_pool pool,
+                        uint32_t block, uint32_t *node_out);
 
 /* A held node's contents now live in (pool, block), a hotter pool (a reload finished): the
  * old copy is reported with reason moved.  -EINVAL unless held and hotter; -EBUSY when the
@@ -207,27 +209,28 @@ uint32_t sched_prefix_clear(sched_prefix *ix);
 /* ---- queries ----------------------------------------------------------------------------- */
 
 typedef struct sched_prefix_node_info {
-    sched_pool       pool;
-    uint32_t         block;
-    uint32_t         refs;
-    uint32_t         parent;       /* SCHED_PREFIX_NONE for a first block */
-    uint32_t         hits;         /* acquisitions by other requesters */
-    uint16_t         tenant;
-    uint64_t         origin;       /* the requester that inserted it */
+    sched_pool pool;
+    uint32_t block;
+    uint32_t refs;
+    uint32_t parent; /* SCHED_PREFIX_NONE for a first block */
+    uint32_t hits;   /* acquisitions by other requesters */
+    uint16_t tenant;
+    uint64_t origin; /* the requester that inserted it */
     sched_prefix_key key;
-    bool             loading;      /* sched_prefix_set_loading */
+    bool loading; /* sched_prefix_set_loading */
 } sched_prefix_node_info;
 
-int sched_prefix_node(const sched_prefix *ix, uint32_t node, sched_prefix_node_info *out); /* -ENOENT */
+int sched_prefix_node(const sched_prefix *ix, uint32_t node,
+                      sched_prefix_node_info *out); /* -ENOENT */
 
 /* The node caching (pool, block), or SCHED_PREFIX_NONE. */
 uint32_t sched_prefix_node_of(const sched_prefix *ix, sched_pool pool, uint32_t block);
 
 typedef struct sched_prefix_stats {
-    uint32_t cached[SCHED_POOL__COUNT];    /* blocks in the index */
-    uint32_t unheld[SCHED_POOL__COUNT];    /* of those, in the LRU (evictable) */
-    uint64_t evicted[SCHED_PREFIX_EVICT__COUNT];   /* blocks that left a pool, by reason */
-    uint64_t demoted[SCHED_POOL__COUNT];   /* demotions into each pool */
+    uint32_t cached[SCHED_POOL__COUNT];          /* blocks in the index */
+    uint32_t unheld[SCHED_POOL__COUNT];          /* of those, in the LRU (evictable) */
+    uint64_t evicted[SCHED_PREFIX_EVICT__COUNT]; /* blocks that left a pool, by reason */
+    uint64_t demoted[SCHED_POOL__COUNT];         /* demotions into each pool */
 } sched_prefix_stats;
 
 void sched_prefix_get_stats(const sched_prefix *ix, sched_prefix_stats *out);

@@ -5,7 +5,7 @@
 
 void sc_emit_defer(sched *s, req *r, sched_defer_reason why, uint64_t now)
 {
-    if (r->defer == why) return;   /* on change only: no flood */
+    if (r->defer == why) return; /* on change only: no flood */
     r->defer = (uint8_t)why;
     if (!s->sink) return;
     sched_event e = ev_of(s, SCHED_EV_DEFER, r, now);
@@ -65,8 +65,9 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
         if (cfg->prefix_cache && cfg->prefix_key != SCHED_PREFIX_KEY_XXH3 &&
             s->cls[i]->prefix_order == SCHED_PREFIX_ORDER_LONGEST) {
             sched_destroy(s);
-            return bad_config("prefix_key", "must be xxh3 with a class whose prefix_order is longest_prefix "
-                                            "(that order tracks waiting requests by key alone)");
+            return bad_config("prefix_key",
+                              "must be xxh3 with a class whose prefix_order is longest_prefix "
+                              "(that order tracks waiting requests by key alone)");
         }
     for (int i = 0; i < s->n_tenants; i++) {
         s->ten[i] = sched_policy_tenant(s->policy, i);
@@ -85,10 +86,20 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
         sc_pool_init(&s->pools[SCHED_POOL_DISK], cfg->kv_blocks_disk) || sc_cache_create(s) ||
         sc_order_create(s))
         goto oom;
-    s->tiers[SCHED_POOL_HOST] = (tier_est){cfg->host.out_bytes_per_s, cfg->host.in_bytes_per_s,
-                                           cfg->host.latency_us, 0, 0, false, false};
-    s->tiers[SCHED_POOL_DISK] = (tier_est){cfg->disk.out_bytes_per_s, cfg->disk.in_bytes_per_s,
-                                           cfg->disk.latency_us, 0, 0, false, false};
+    s->tiers[SCHED_POOL_HOST] = (tier_est){cfg->host.out_bytes_per_s,
+                                           cfg->host.in_bytes_per_s,
+                                           cfg->host.latency_us,
+                                           0,
+                                           0,
+                                           false,
+                                           false};
+    s->tiers[SCHED_POOL_DISK] = (tier_est){cfg->disk.out_bytes_per_s,
+                                           cfg->disk.in_bytes_per_s,
+                                           cfg->disk.latency_us,
+                                           0,
+                                           0,
+                                           false,
+                                           false};
     *out = s;
     return 0;
 oom:
@@ -120,7 +131,7 @@ void sched_destroy(sched *s)
     for (int i = 0; i < SCHED_POOL__COUNT; i++) free(s->pools[i].free_ids);
     free(s->run.a);
     free(s->cancel_pending.a);
-    for (uint32_t i = 0; i < s->xfers.n; i++) free(s->xfers.a[i].dst);   /* cache copies in flight */
+    for (uint32_t i = 0; i < s->xfers.n; i++) free(s->xfers.a[i].dst); /* cache copies in flight */
     free(s->xfers.a);
     free(s->px_mv);
     free(s->entries.a);
@@ -137,7 +148,10 @@ void sched_destroy(sched *s)
     free(s);
 }
 
-const sched_policy *sched_get_policy(const sched *s) { return s ? s->policy : NULL; }
+const sched_policy *sched_get_policy(const sched *s)
+{
+    return s ? s->policy : NULL;
+}
 
 void sc_release_now(sched *s, uint32_t slot, uint64_t now, bool into_plan)
 {
@@ -156,8 +170,10 @@ void sc_release_now(sched *s, uint32_t slot, uint64_t now, bool into_plan)
         e.pool = (sched_pool)p;
         emit(s, &e);
     }
-    if (into_plan) VEC_PUSH(s, s->rel_plan, rel);
-    else VEC_PUSH(s, s->rel_acc, rel);
+    if (into_plan)
+        VEC_PUSH(s, s->rel_plan, rel);
+    else
+        VEC_PUSH(s, s->rel_acc, rel);
     sc_hremove(s, &s->timers, slot);
     sc_hremove(s, &s->bp_timers, slot);
     sc_map_del(s, r->id);
@@ -180,9 +196,7 @@ bool sc_detach(sched *s, uint32_t slot)
         s->n_swapped--;
         break;
     case SCHED_REQ_SWAPPING_OUT:
-    case SCHED_REQ_SWAPPING_IN:
-        sc_set_state(s, r, SCHED_REQ_ENDED);
-        return false;
+    case SCHED_REQ_SWAPPING_IN: sc_set_state(s, r, SCHED_REQ_ENDED); return false;
     default: break;
     }
     sc_set_state(s, r, SCHED_REQ_ENDED);
@@ -216,10 +230,14 @@ void sc_do_cancel(sched *s, uint32_t slot, sched_cancel_reason why, uint64_t now
     sched_event e = ev_of(s, SCHED_EV_CANCEL, r, now);
     e.cancel = why;
     emit(s, &e);
-    if (in_step) VEC_PUSH(s, s->ended, ((sched_ended){.req = r->id, .kind = SCHED_EV_CANCEL, .cancel = why}));
-    if (!sc_detach(s, slot)) return;   /* in transit: released when the transfer completes */
-    if (in_step) sc_release_now(s, slot, now, true);
-    else VEC_PUSH(s, s->cancel_pending, slot);
+    if (in_step)
+        VEC_PUSH(s, s->ended,
+                 ((sched_ended){.req = r->id, .kind = SCHED_EV_CANCEL, .cancel = why}));
+    if (!sc_detach(s, slot)) return; /* in transit: released when the transfer completes */
+    if (in_step)
+        sc_release_now(s, slot, now, true);
+    else
+        VEC_PUSH(s, s->cancel_pending, slot);
 }
 
 static void finish(sched *s, uint32_t slot, sched_finish_reason why, uint64_t now)
@@ -233,7 +251,10 @@ static void finish(sched *s, uint32_t slot, sched_finish_reason why, uint64_t no
     c->st.finished++;
     if (cc->tpot_target_us && r->generated > 1) {
         double tpot = (double)(now - r->first_token_us) / (double)(r->generated - 1);
-        if (tpot <= (double)cc->tpot_target_us) c->st.tpot_met++; else c->st.tpot_missed++;
+        if (tpot <= (double)cc->tpot_target_us)
+            c->st.tpot_met++;
+        else
+            c->st.tpot_missed++;
     }
     sched_event e = ev_of(s, SCHED_EV_FINISH, r, now);
     e.finish = why;
@@ -254,7 +275,10 @@ static void finish(sched *s, uint32_t slot, sched_finish_reason why, uint64_t no
 
 const sched_plan *sched_step(sched *s, uint64_t now)
 {
-    if (!s) { sched__set_error("sched_step: scheduler is NULL"); return NULL; }
+    if (!s) {
+        sched__set_error("sched_step: scheduler is NULL");
+        return NULL;
+    }
     if (now < s->last_now) now = s->last_now;
     uint64_t dt = s->step_no ? now - s->last_now : 0;
     s->last_now = now;
@@ -266,8 +290,13 @@ const sched_plan *sched_step(sched *s, uint64_t now)
     for (uint32_t i = 0; i < s->limbo.n; i++) VEC_PUSH(s, s->free_slots, s->limbo.a[i]);
     s->limbo.n = 0;
     /* releases since the last step become this plan's; new ones append */
-    { VEC(sched_release) t; memcpy(&t, &s->rel_plan, sizeof(t));
-      memcpy(&s->rel_plan, &s->rel_acc, sizeof(t)); memcpy(&s->rel_acc, &t, sizeof(t)); s->rel_acc.n = 0; }
+    {
+        VEC(sched_release) t;
+        memcpy(&t, &s->rel_plan, sizeof(t));
+        memcpy(&s->rel_plan, &s->rel_acc, sizeof(t));
+        memcpy(&s->rel_acc, &t, sizeof(t));
+        s->rel_acc.n = 0;
+    }
     s->entries.n = s->transfers.n = s->xfer_blocks.n = s->preempts.n = s->ended.n = 0;
     s->victims_built = false;
     memset(&s->plan, 0, sizeof(s->plan));
@@ -280,7 +309,8 @@ const sched_plan *sched_step(sched *s, uint64_t now)
         double secs = (double)dt / 1e6;
         for (int t = 0; t < s->n_tenants; t++) {
             tenant_state *ts = &s->ts[t];
-            if (ts->kv_blocks) sc_charge(s, t, (double)ts->kv_blocks * secs * s->cfg.kv_charge_per_block_s, false);
+            if (ts->kv_blocks)
+                sc_charge(s, t, (double)ts->kv_blocks * secs * s->cfg.kv_charge_per_block_s, false);
             double rate = s->ten[t]->token_rate_per_s;
             if (rate > 0) {
                 ts->bucket += rate * secs;
@@ -290,7 +320,8 @@ const sched_plan *sched_step(sched *s, uint64_t now)
     }
 
     /* 1. release cancelled sequences */
-    for (uint32_t i = 0; i < s->cancel_pending.n; i++) sc_release_now(s, s->cancel_pending.a[i], now, true);
+    for (uint32_t i = 0; i < s->cancel_pending.n; i++)
+        sc_release_now(s, s->cancel_pending.a[i], now, true);
     s->cancel_pending.n = 0;
     /* 2. timeouts: queue wait, deadlines, backpressure */
     while (s->timers.n && s->timers.a[0].k1 <= now) {
@@ -322,44 +353,58 @@ const sched_plan *sched_step(sched *s, uint64_t now)
         t->dst = s->xfer_blocks.a + (uintptr_t)t->dst;
     }
     sched_plan *pl = &s->plan;
-    pl->releases = s->rel_plan.a;      pl->n_releases = s->rel_plan.n;
-    pl->entries = s->entries.a;        pl->n_entries = s->entries.n;
-    pl->transfers = s->transfers.a;    pl->n_transfers = s->transfers.n;
-    pl->preemptions = s->preempts.a;   pl->n_preemptions = s->preempts.n;
-    pl->ended = s->ended.a;            pl->n_ended = s->ended.n;
-    pl->predicted_step_us = pl->n_entries
-        ? sc_predict_step_us(s, pl->prefill_tokens + pl->pad_tokens, pl->n_decode, pl->context_tokens,
-                             s->plan_pairs) : 0;
+    pl->releases = s->rel_plan.a;
+    pl->n_releases = s->rel_plan.n;
+    pl->entries = s->entries.a;
+    pl->n_entries = s->entries.n;
+    pl->transfers = s->transfers.a;
+    pl->n_transfers = s->transfers.n;
+    pl->preemptions = s->preempts.a;
+    pl->n_preemptions = s->preempts.n;
+    pl->ended = s->ended.a;
+    pl->n_ended = s->ended.n;
+    pl->predicted_step_us =
+        pl->n_entries ? sc_predict_step_us(s, pl->prefill_tokens + pl->pad_tokens, pl->n_decode,
+                                           pl->context_tokens, s->plan_pairs)
+                      : 0;
     s->last_pred_us = pl->predicted_step_us;
     /* the rate measured over this step is a capacity figure only if work was left waiting;
      * the time since the last commit joins it only when this plan runs a batch (a plan of
      * nothing is the loop waiting — for a transfer, a rate limit, a group — not draining) */
     s->plan_backlogged = s->n_waiting > 0;
     if (!s->plan_backlogged || !pl->n_entries) s->rate_mark_us = 0;
-    if (s->oom) { sched__set_error("sched_step: out of memory"); return NULL; }
+    if (s->oom) {
+        sched__set_error("sched_step: out of memory");
+        return NULL;
+    }
     return pl;
 }
 
 int sched_commit(sched *s, sched_result *res, size_t n, uint64_t now, uint64_t step_us)
 {
-    if (!s || (n && !res)) { sched__set_error("sched_commit: NULL argument"); return -EINVAL; }
+    if (!s || (n && !res)) {
+        sched__set_error("sched_commit: NULL argument");
+        return -EINVAL;
+    }
     if (now < s->last_now) now = s->last_now;
-    s->commit_step_us = step_us;   /* (cache.c: a recomputed cached run's realised cost) */
+    s->commit_step_us = step_us; /* (cache.c: a recomputed cached run's realised cost) */
     uint64_t prefilled = 0;
     for (size_t i = 0; i < n; i++) {
         sched_finish_reason given = res[i].finished;
-        res[i].finished = SCHED_FINISH_NONE;   /* written back below when it ends here */
+        res[i].finished = SCHED_FINISH_NONE; /* written back below when it ends here */
         uint32_t sl = map_get(s, res[i].req);
         if (sl == NO_SLOT) continue;
         req *r = &s->reqs[sl];
         if (r->entry_step != s->step_no || r->state != SCHED_REQ_RUNNING || r->held) continue;
         r->entry_step = 0;
         const sched_entry *e = &s->entries.a[r->entry_idx];
-        if (r->rc_active) {   /* the whole step's duration: it waited for all of it */
-            if (step_us) r->rc_us += step_us;
-            else r->rc_unknown = true;
+        if (r->rc_active) { /* the whole step's duration: it waited for all of it */
+            if (step_us)
+                r->rc_us += step_us;
+            else
+                r->rc_unknown = true;
         }
-        if (e->samples && res[i].tokens == 0) continue;   /* no token: no progress, replan */
+        if (e->samples && res[i].tokens == 0) continue; /* no token: no progress, replan */
         tenant_state *t = &s->ts[r->tenant];
         class_state *c = &s->cs[r->cls];
         r->computed += e->n_tokens;
@@ -372,14 +417,20 @@ int sched_commit(sched *s, sched_result *res, size_t n, uint64_t now, uint64_t s
         }
         if (!e->samples) continue;
         r->generated++;
-        if (r->pcache) sc_cache_token(s, r, s->conf.prefix_cache_generated && res[i].has_token, res[i].token);
+        if (r->pcache)
+            sc_cache_token(s, r, s->conf.prefix_cache_generated && res[i].has_token, res[i].token);
         t->st.served_output_tokens++;
         c->st.served_output_tokens++;
         sc_charge(s, r->tenant, 1, true);
         if (!r->first_token_us) {
             r->first_token_us = now;
             uint64_t tt = s->cls[r->cls]->ttft_target_us;
-            if (tt) { if (now - r->arrival_us <= tt) c->st.ttft_met++; else c->st.ttft_missed++; }
+            if (tt) {
+                if (now - r->arrival_us <= tt)
+                    c->st.ttft_met++;
+                else
+                    c->st.ttft_missed++;
+            }
         }
         sched_finish_reason f = given == SCHED_FINISH_STOP ? SCHED_FINISH_STOP : SCHED_FINISH_NONE;
         if (!f && (given == SCHED_FINISH_LENGTH || r->generated >= r->max_new ||
@@ -416,7 +467,7 @@ void sched_get_counts(const sched *s, sched_counts *o)
     if (s->px) {
         sched_prefix_stats st;
         sched_prefix_get_stats(s->px, &st);
-        for (int p = 0; p < SCHED_POOL__COUNT; p++) {   /* unheld cached blocks count as free */
+        for (int p = 0; p < SCHED_POOL__COUNT; p++) { /* unheld cached blocks count as free */
             o->kv_cached[p] = st.unheld[p];
             o->kv_free[p] += st.unheld[p];
             o->kv_used[p] -= st.unheld[p];
@@ -482,49 +533,66 @@ int sched_get_request(const sched *s, uint64_t id, sched_req_info *o)
 
 int sched_check_invariants(const sched *s, char *why, size_t len)
 {
-#define BAD(...) do { if (why && len) snprintf(why, len, __VA_ARGS__); rc = -EUCLEAN; goto out; } while (0)
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        if (why && len) snprintf(why, len, __VA_ARGS__);                                           \
+        rc = -EUCLEAN;                                                                             \
+        goto out;                                                                                  \
+    } while (0)
     int rc = 0;
-    uint32_t *seen[SCHED_POOL__COUNT] = {0};   /* holders (shared cached blocks: many) */
+    uint32_t *seen[SCHED_POOL__COUNT] = {0}; /* holders (shared cached blocks: many) */
     if (!s) return -EINVAL;
     for (int p = 0; p < SCHED_POOL__COUNT; p++) {
         seen[p] = calloc(s->pools[p].total + 1, sizeof(uint32_t));
-        if (!seen[p]) { rc = -ENOMEM; goto out; }
+        if (!seen[p]) {
+            rc = -ENOMEM;
+            goto out;
+        }
         if (s->pools[p].n_free > s->pools[p].total)
-            BAD("pool %s: %u free of %u", sched_pool_name((sched_pool)p), s->pools[p].n_free, s->pools[p].total);
+            BAD("pool %s: %u free of %u", sched_pool_name((sched_pool)p), s->pools[p].n_free,
+                s->pools[p].total);
         for (uint32_t i = 0; i < s->pools[p].n_free; i++) {
             uint32_t b = s->pools[p].free_ids[i];
             if (b >= s->pools[p].total || seen[p][b]++)
-                BAD("pool %s: block %u free twice or out of range", sched_pool_name((sched_pool)p), b);
+                BAD("pool %s: block %u free twice or out of range", sched_pool_name((sched_pool)p),
+                    b);
         }
     }
     if (s->bad_transitions)
         BAD("%llu illegal state transitions, the first of request %llu: %u -> %u",
-            (unsigned long long)s->bad_transitions, (unsigned long long)s->bad_req, s->bad_from, s->bad_to);
+            (unsigned long long)s->bad_transitions, (unsigned long long)s->bad_req, s->bad_from,
+            s->bad_to);
     uint32_t kv[SCHED_MAX_TENANTS] = {0}, live[SCHED_MAX_TENANTS] = {0};
     uint64_t qt[SCHED_MAX_TENANTS] = {0}, qtot = 0;
     uint32_t nwait = 0, nrun = 0, nswap = 0, ntransit = 0;
     for (uint32_t i = 0; i < s->n_slots; i++) {
         const req *r = &s->reqs[i];
         if (!r->live && !(r->state == SCHED_REQ_ENDED && r->n_dev + r->n_tier > 0)) continue;
-        if (!r->live) BAD("request %llu released but still holds %u+%u blocks",
-                          (unsigned long long)r->id, r->n_dev, r->n_tier);
+        if (!r->live)
+            BAD("request %llu released but still holds %u+%u blocks", (unsigned long long)r->id,
+                r->n_dev, r->n_tier);
         live[r->tenant]++;
         for (uint32_t b = 0; b < r->n_dev; b++) {
             uint32_t id = r->dev[b];
-            if (id >= s->pools[0].total || (seen[0][id]++ && !s->px))   /* cache: checked below */
-                BAD("device block %u of request %llu is free or shared", id, (unsigned long long)r->id);
+            if (id >= s->pools[0].total || (seen[0][id]++ && !s->px)) /* cache: checked below */
+                BAD("device block %u of request %llu is free or shared", id,
+                    (unsigned long long)r->id);
         }
         for (uint32_t b = 0; b < r->n_tier; b++) {
             uint32_t id = r->tierb[b];
             if (id >= s->pools[r->tier].total || seen[r->tier][id]++)
-                BAD("%s block %u of request %llu is free or shared", sched_pool_name((sched_pool)r->tier),
-                    id, (unsigned long long)r->id);
+                BAD("%s block %u of request %llu is free or shared",
+                    sched_pool_name((sched_pool)r->tier), id, (unsigned long long)r->id);
         }
         kv[r->tenant] += r->n_dev;
         switch (r->state) {
         case SCHED_REQ_WAITING:
-            nwait++; qt[r->tenant] += known(r); qtot += known(r);
-            if (r->n_dev) BAD("waiting request %llu holds %u device blocks", (unsigned long long)r->id, r->n_dev);
+            nwait++;
+            qt[r->tenant] += known(r);
+            qtot += known(r);
+            if (r->n_dev)
+                BAD("waiting request %llu holds %u device blocks", (unsigned long long)r->id,
+                    r->n_dev);
             break;
         case SCHED_REQ_RUNNING:
             nrun++;
@@ -534,9 +602,11 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
         case SCHED_REQ_SWAPPED: nswap++; break;
         default: break;
         }
-        if (r->moving) ntransit++;
+        if (r->moving)
+            ntransit++;
         else if (r->state == SCHED_REQ_SWAPPING_IN || r->state == SCHED_REQ_SWAPPING_OUT)
-            BAD("request %llu is moving by state but has no transfer in flight", (unsigned long long)r->id);
+            BAD("request %llu is moving by state but has no transfer in flight",
+                (unsigned long long)r->id);
         if (map_get(s, r->id) != i) BAD("request %llu not found by id", (unsigned long long)r->id);
     }
     if (s->px && (rc = sc_cache_check(s, seen[SCHED_POOL_DEVICE], why, len))) goto out;
@@ -544,23 +614,28 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
     for (int p = s->px ? SCHED_POOL_DEVICE + 1 : 0; p < SCHED_POOL__COUNT; p++)
         for (uint32_t b = 0; b < s->pools[p].total; b++) {
             /* a host or disk block may be a cached node's instead */
-            uint32_t n = seen[p][b] + (s->px && sched_prefix_node_of(s->px, (sched_pool)p, b) != SCHED_PREFIX_NONE);
+            uint32_t n = seen[p][b] + (s->px && sched_prefix_node_of(s->px, (sched_pool)p, b) !=
+                                                    SCHED_PREFIX_NONE);
             if (n != 1)
                 BAD("pool %s: block %u is %s", sched_pool_name((sched_pool)p), b,
                     n ? "owned twice" : "neither free nor owned (leaked)");
         }
     for (int t = 0; t < s->n_tenants; t++) {
         if (kv[t] != s->ts[t].kv_blocks)
-            BAD("tenant %s: counter says %u device blocks, sequences hold %u", s->ten[t]->name, s->ts[t].kv_blocks, kv[t]);
+            BAD("tenant %s: counter says %u device blocks, sequences hold %u", s->ten[t]->name,
+                s->ts[t].kv_blocks, kv[t]);
         if (qt[t] != s->ts[t].st.queued_tokens)
             BAD("tenant %s: counter says %llu queued tokens, queue holds %llu", s->ten[t]->name,
                 (unsigned long long)s->ts[t].st.queued_tokens, (unsigned long long)qt[t]);
         if (live[t] != s->ts[t].n_live)
-            BAD("tenant %s: %u live by counter, %u by scan", s->ten[t]->name, s->ts[t].n_live, live[t]);
+            BAD("tenant %s: %u live by counter, %u by scan", s->ten[t]->name, s->ts[t].n_live,
+                live[t]);
     }
-    if (qtot != s->queued_tokens) BAD("queued tokens %llu by counter, %llu by scan",
-                                      (unsigned long long)s->queued_tokens, (unsigned long long)qtot);
-    if (nwait != s->n_waiting || nrun != s->run.n || nswap != s->n_swapped || ntransit != s->n_in_transit)
+    if (qtot != s->queued_tokens)
+        BAD("queued tokens %llu by counter, %llu by scan", (unsigned long long)s->queued_tokens,
+            (unsigned long long)qtot);
+    if (nwait != s->n_waiting || nrun != s->run.n || nswap != s->n_swapped ||
+        ntransit != s->n_in_transit)
         BAD("counts waiting %u/%u running %u/%u swapped %u/%u transit %u/%u (counter/scan)",
             s->n_waiting, nwait, s->run.n, nrun, s->n_swapped, nswap, s->n_in_transit, ntransit);
 out:

@@ -66,34 +66,34 @@ extern "C" {
 /* ---------------------------------------------------------------------------------------- */
 
 typedef enum sched_mode {
-    SCHED_MODE_STATIC = 0,     /* "static": group of N or timeout, pad, hold until slowest ends */
-    SCHED_MODE_DYNAMIC,        /* "dynamic": collect for a time window, run the group to the end */
-    SCHED_MODE_CONTINUOUS,     /* "continuous": rebuild every step, FCFS, whole-prompt prefill,
+    SCHED_MODE_STATIC = 0,   /* "static": group of N or timeout, pad, hold until slowest ends */
+    SCHED_MODE_DYNAMIC,      /* "dynamic": collect for a time window, run the group to the end */
+    SCHED_MODE_CONTINUOUS,   /* "continuous": rebuild every step, FCFS, whole-prompt prefill,
                                   recompute preemption of the newest — today's common baseline */
-    SCHED_MODE_TOKEN_BUDGET,   /* "token_budget": everything in this header */
+    SCHED_MODE_TOKEN_BUDGET, /* "token_budget": everything in this header */
 } sched_mode;
 
 typedef enum sched_preempt_mode {
-    SCHED_PREEMPT_AUTO = 0,    /* "auto": cheaper of swap/recompute by the cost model */
-    SCHED_PREEMPT_SWAP,        /* "swap": swap when a host/disk pool has room, else recompute */
-    SCHED_PREEMPT_RECOMPUTE,   /* "recompute" */
-    SCHED_PREEMPT_NONE,        /* "none": events only — a preemption that could not meet the
+    SCHED_PREEMPT_AUTO = 0,  /* "auto": cheaper of swap/recompute by the cost model */
+    SCHED_PREEMPT_SWAP,      /* "swap": swap when a host/disk pool has room, else recompute */
+    SCHED_PREEMPT_RECOMPUTE, /* "recompute" */
+    SCHED_PREEMPT_NONE,      /* "none": events only — a preemption that could not meet the
                                   deadline either way (a timeout follows); not a policy value */
 } sched_preempt_mode;
 
 /* Why a request was refused at submit.  Every value has a stable name (sched_reject_name). */
 typedef enum sched_reject_reason {
-    SCHED_REJECT_NONE = 0,          /* "none" */
-    SCHED_REJECT_INVALID,           /* "invalid": prompt_len 0, max_new_tokens 0, ... */
-    SCHED_REJECT_DUPLICATE,         /* "duplicate_id": id already live in this scheduler */
-    SCHED_REJECT_UNKNOWN_CLASS,     /* "unknown_class" */
-    SCHED_REJECT_UNKNOWN_TENANT,    /* "unknown_tenant" */
-    SCHED_REJECT_TOO_LONG,          /* "too_long": prompt + max_new_tokens > max_context */
-    SCHED_REJECT_NEVER_FITS,        /* "never_fits": needs more KV blocks than the device pool
+    SCHED_REJECT_NONE = 0,       /* "none" */
+    SCHED_REJECT_INVALID,        /* "invalid": prompt_len 0, max_new_tokens 0, ... */
+    SCHED_REJECT_DUPLICATE,      /* "duplicate_id": id already live in this scheduler */
+    SCHED_REJECT_UNKNOWN_CLASS,  /* "unknown_class" */
+    SCHED_REJECT_UNKNOWN_TENANT, /* "unknown_tenant" */
+    SCHED_REJECT_TOO_LONG,       /* "too_long": prompt + max_new_tokens > max_context */
+    SCHED_REJECT_NEVER_FITS,     /* "never_fits": needs more KV blocks than the device pool
                                        (or the tenant's max_kv_blocks) can ever hold */
-    SCHED_REJECT_TENANT_QUOTA,      /* "tenant_quota": tenant's max_queued_tokens exceeded */
-    SCHED_REJECT_QUEUE_FULL,        /* "queue_full": global queue max requests/tokens */
-    SCHED_REJECT_DEADLINE,          /* "deadline_infeasible": the deadline (or the class's
+    SCHED_REJECT_TENANT_QUOTA,   /* "tenant_quota": tenant's max_queued_tokens exceeded */
+    SCHED_REJECT_QUEUE_FULL,     /* "queue_full": global queue max requests/tokens */
+    SCHED_REJECT_DEADLINE,       /* "deadline_infeasible": the deadline (or the class's
                                        max_queue_wait) cannot be met given the queued work and
                                        the measured prefill rate */
     SCHED_REJECT__COUNT
@@ -101,14 +101,14 @@ typedef enum sched_reject_reason {
 
 /* Why a request was cancelled (argument of sched_cancel). */
 typedef enum sched_cancel_reason {
-    SCHED_CANCEL_CLIENT = 0,        /* "client_cancel" */
-    SCHED_CANCEL_DISCONNECT,        /* "disconnect": client died / session ended */
-    SCHED_CANCEL_BACKPRESSURE,      /* "backpressure": output blocked longer than allowed */
-    SCHED_CANCEL_SHUTDOWN,          /* "shutdown" */
-    SCHED_CANCEL_KV_READ_FAILED,    /* "kv_read_failed": reloading its cached prefix from the
+    SCHED_CANCEL_CLIENT = 0,     /* "client_cancel" */
+    SCHED_CANCEL_DISCONNECT,     /* "disconnect": client died / session ended */
+    SCHED_CANCEL_BACKPRESSURE,   /* "backpressure": output blocked longer than allowed */
+    SCHED_CANCEL_SHUTDOWN,       /* "shutdown" */
+    SCHED_CANCEL_KV_READ_FAILED, /* "kv_read_failed": reloading its cached prefix from the
                                        host or disk tier failed (the client sees error /
                                        internal) */
-    SCHED_CANCEL_ENGINE_ERROR,      /* "engine_error": the engine failed the batch holding it,
+    SCHED_CANCEL_ENGINE_ERROR,   /* "engine_error": the engine failed the batch holding it,
                                        or its plan entry could not be executed (the client
                                        sees error / internal) */
     SCHED_CANCEL__COUNT
@@ -117,48 +117,48 @@ typedef enum sched_cancel_reason {
 /* Why a runnable request did not get work this step (defer events). */
 typedef enum sched_defer_reason {
     SCHED_DEFER_NONE = 0,
-    SCHED_DEFER_BUDGET,             /* "budget": token budget of the step spent */
-    SCHED_DEFER_BLOCKS,             /* "blocks": not enough free device KV blocks */
-    SCHED_DEFER_QUOTA,              /* "quota": tenant's max_kv_blocks reached */
-    SCHED_DEFER_RATE,               /* "rate": tenant's token rate exhausted */
-    SCHED_DEFER_MAX_ACTIVE,         /* "max_active": max active sequences reached */
-    SCHED_DEFER_BACKPRESSURE,       /* "output_backpressure": client not reading its output */
-    SCHED_DEFER_BATCH,              /* "batch": static/dynamic mode waiting for its group */
+    SCHED_DEFER_BUDGET,       /* "budget": token budget of the step spent */
+    SCHED_DEFER_BLOCKS,       /* "blocks": not enough free device KV blocks */
+    SCHED_DEFER_QUOTA,        /* "quota": tenant's max_kv_blocks reached */
+    SCHED_DEFER_RATE,         /* "rate": tenant's token rate exhausted */
+    SCHED_DEFER_MAX_ACTIVE,   /* "max_active": max active sequences reached */
+    SCHED_DEFER_BACKPRESSURE, /* "output_backpressure": client not reading its output */
+    SCHED_DEFER_BATCH,        /* "batch": static/dynamic mode waiting for its group */
     SCHED_DEFER__COUNT
 } sched_defer_reason;
 
 /* Why a request timed out. */
 typedef enum sched_timeout_reason {
-    SCHED_TIMEOUT_QUEUE_WAIT = 0,   /* "queue_wait": waited longer than its class allows */
-    SCHED_TIMEOUT_DEADLINE,         /* "deadline": its absolute deadline passed */
-    SCHED_TIMEOUT_PREEMPT,          /* "deadline_infeasible": preempted and neither swap nor
+    SCHED_TIMEOUT_QUEUE_WAIT = 0, /* "queue_wait": waited longer than its class allows */
+    SCHED_TIMEOUT_DEADLINE,       /* "deadline": its absolute deadline passed */
+    SCHED_TIMEOUT_PREEMPT,        /* "deadline_infeasible": preempted and neither swap nor
                                        recompute could bring it back before its deadline */
     SCHED_TIMEOUT__COUNT
 } sched_timeout_reason;
 
 typedef enum sched_finish_reason {
-    SCHED_FINISH_NONE = 0,          /* not finished */
-    SCHED_FINISH_STOP,              /* "stop": stop token (reported by the caller) */
-    SCHED_FINISH_LENGTH,            /* "length": max_new_tokens or max_context reached */
+    SCHED_FINISH_NONE = 0, /* not finished */
+    SCHED_FINISH_STOP,     /* "stop": stop token (reported by the caller) */
+    SCHED_FINISH_LENGTH,   /* "length": max_new_tokens or max_context reached */
 } sched_finish_reason;
 
 typedef enum sched_pool {
-    SCHED_POOL_DEVICE = 0,          /* "device" */
-    SCHED_POOL_HOST,                /* "host" */
-    SCHED_POOL_DISK,                /* "disk" */
+    SCHED_POOL_DEVICE = 0, /* "device" */
+    SCHED_POOL_HOST,       /* "host" */
+    SCHED_POOL_DISK,       /* "disk" */
     SCHED_POOL__COUNT
 } sched_pool;
 
 /* Why a cached KV block left its pool (prefix cache, DESIGN §10; cache_evict events). */
 typedef enum sched_prefix_evict_reason {
-    SCHED_PREFIX_EVICT_DEMAND = 0,  /* "demand": its pool needed free blocks */
-    SCHED_PREFIX_EVICT_TENANT_CAP,  /* "tenant_cap": its tenant held more than max_cached_blocks */
-    SCHED_PREFIX_EVICT_ORPHAN,      /* "orphan": a block above it was dropped; no lookup can
+    SCHED_PREFIX_EVICT_DEMAND = 0, /* "demand": its pool needed free blocks */
+    SCHED_PREFIX_EVICT_TENANT_CAP, /* "tenant_cap": its tenant held more than max_cached_blocks */
+    SCHED_PREFIX_EVICT_ORPHAN,     /* "orphan": a block above it was dropped; no lookup can
                                        reach it any more */
-    SCHED_PREFIX_EVICT_MOVED,       /* "moved": it now lives in a hotter pool (reload, or a
+    SCHED_PREFIX_EVICT_MOVED,      /* "moved": it now lives in a hotter pool (reload, or a
                                        recomputed copy inserted); the old copy is free */
-    SCHED_PREFIX_EVICT_CLEAR,       /* "clear": the cache was emptied */
-    SCHED_PREFIX_EVICT_FAILED,      /* "failed": the copy that put it there failed (its bytes
+    SCHED_PREFIX_EVICT_CLEAR,      /* "clear": the cache was emptied */
+    SCHED_PREFIX_EVICT_FAILED,     /* "failed": the copy that put it there failed (its bytes
                                        are not the block's) */
     SCHED_PREFIX_EVICT__COUNT
 } sched_prefix_evict_reason;
@@ -166,8 +166,8 @@ typedef enum sched_prefix_evict_reason {
 /* The order a class's waiting requests are taken in, once its class and tenant are chosen
  * (class key prefix_order; DESIGN §10). */
 typedef enum sched_prefix_order {
-    SCHED_PREFIX_ORDER_FCFS = 0,    /* "fcfs": oldest arrival first */
-    SCHED_PREFIX_ORDER_LONGEST,     /* "longest_prefix": the request with the longest cached
+    SCHED_PREFIX_ORDER_FCFS = 0, /* "fcfs": oldest arrival first */
+    SCHED_PREFIX_ORDER_LONGEST,  /* "longest_prefix": the request with the longest cached
                                        prompt prefix first (oldest on a tie), except that a
                                        request waiting prefix_max_wait or longer goes first,
                                        oldest first: aging bounds every wait */
@@ -183,8 +183,8 @@ typedef enum sched_prefix_order {
  * whose prefix_order is longest_prefix (that order tracks waiters by key alone).  Never a
  * production setting. */
 typedef enum sched_prefix_key_fn {
-    SCHED_PREFIX_KEY_XXH3 = 0,          /* "xxh3": XXH3-128 of (parent key, salt, tokens) */
-    SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS,/* "constant": every block {1, 1} (diagnostic) */
+    SCHED_PREFIX_KEY_XXH3 = 0,           /* "xxh3": XXH3-128 of (parent key, salt, tokens) */
+    SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS, /* "constant": every block {1, 1} (diagnostic) */
     SCHED_PREFIX_KEY__COUNT
 } sched_prefix_key_fn;
 
@@ -207,26 +207,26 @@ const char *sched_prefix_evict_name(sched_prefix_evict_reason r);
  * checked by a test), so a code passes between the two unchanged.  Finish reasons < 16,
  * causes (why it was rejected / cancelled / failed) >= 16. */
 typedef enum sched_end_code {
-    SCHED_END_NONE                = 0,   /* "none" */
-    SCHED_END_LENGTH              = 1,   /* "length": max_new_tokens or max_context reached */
-    SCHED_END_STOP                = 2,   /* "stop": a stop token */
-    SCHED_END_CANCELLED           = 3,   /* "cancelled": by the client or the daemon */
-    SCHED_END_TIMEOUT             = 4,   /* "timeout" */
-    SCHED_END_REJECTED            = 5,   /* "rejected": refused at admission, see the cause */
-    SCHED_END_ERROR               = 6,   /* "error": the daemon failed it */
-    SCHED_END_QUEUE_FULL          = 16,  /* "queue_full" */
-    SCHED_END_TENANT_QUOTA        = 17,  /* "tenant_quota" */
-    SCHED_END_TOO_LONG            = 18,  /* "too_long" (also never_fits) */
-    SCHED_END_DEADLINE_INFEASIBLE = 19,  /* "deadline_infeasible" */
-    SCHED_END_BAD_TOKEN           = 20,  /* "bad_token" */
-    SCHED_END_BAD_PARAMS          = 21,  /* "bad_params" (also invalid, unknown_tenant) */
-    SCHED_END_DRAINING            = 22,  /* "draining": shutdown */
-    SCHED_END_OUTPUT_BACKPRESSURE = 23,  /* "output_backpressure" */
-    SCHED_END_UNKNOWN_CLASS       = 24,  /* "unknown_class" */
-    SCHED_END_DUPLICATE_ID        = 25,  /* "duplicate_id" */
-    SCHED_END_INTERNAL            = 26,  /* "internal" */
-    SCHED_END_CLIENT_GONE         = 27,  /* "client_gone": disconnect */
-    SCHED_END__MAX                = 28,
+    SCHED_END_NONE = 0,                 /* "none" */
+    SCHED_END_LENGTH = 1,               /* "length": max_new_tokens or max_context reached */
+    SCHED_END_STOP = 2,                 /* "stop": a stop token */
+    SCHED_END_CANCELLED = 3,            /* "cancelled": by the client or the daemon */
+    SCHED_END_TIMEOUT = 4,              /* "timeout" */
+    SCHED_END_REJECTED = 5,             /* "rejected": refused at admission, see the cause */
+    SCHED_END_ERROR = 6,                /* "error": the daemon failed it */
+    SCHED_END_QUEUE_FULL = 16,          /* "queue_full" */
+    SCHED_END_TENANT_QUOTA = 17,        /* "tenant_quota" */
+    SCHED_END_TOO_LONG = 18,            /* "too_long" (also never_fits) */
+    SCHED_END_DEADLINE_INFEASIBLE = 19, /* "deadline_infeasible" */
+    SCHED_END_BAD_TOKEN = 20,           /* "bad_token" */
+    SCHED_END_BAD_PARAMS = 21,          /* "bad_params" (also invalid, unknown_tenant) */
+    SCHED_END_DRAINING = 22,            /* "draining": shutdown */
+    SCHED_END_OUTPUT_BACKPRESSURE = 23, /* "output_backpressure" */
+    SCHED_END_UNKNOWN_CLASS = 24,       /* "unknown_class" */
+    SCHED_END_DUPLICATE_ID = 25,        /* "duplicate_id" */
+    SCHED_END_INTERNAL = 26,            /* "internal" */
+    SCHED_END_CLIENT_GONE = 27,         /* "client_gone": disconnect */
+    SCHED_END__MAX = 28,
 } sched_end_code;
 
 /* Name of an end code ("length", "queue_full"); "unknown" for a code not listed. */
@@ -239,15 +239,15 @@ sched_end_code sched_timeout_cause(sched_timeout_reason r);
 
 /* What a schedule event or a realised-cost record (swap_out, swap_in, recompute) says. */
 typedef enum sched_outcome {
-    SCHED_OUTCOME_NONE = 0,         /* no reason: a planned transfer or re-prefill */
-    SCHED_OUTCOME_START,            /* "start": schedule, first time on the device */
-    SCHED_OUTCOME_RESUME,           /* "resume": schedule, back after a preemption */
-    SCHED_OUTCOME_DONE,             /* "done": the way back completed */
-    SCHED_OUTCOME_FAILED,           /* "failed": a transfer failed */
-    SCHED_OUTCOME_ABANDONED,        /* "abandoned": ended or preempted again first */
+    SCHED_OUTCOME_NONE = 0,  /* no reason: a planned transfer or re-prefill */
+    SCHED_OUTCOME_START,     /* "start": schedule, first time on the device */
+    SCHED_OUTCOME_RESUME,    /* "resume": schedule, back after a preemption */
+    SCHED_OUTCOME_DONE,      /* "done": the way back completed */
+    SCHED_OUTCOME_FAILED,    /* "failed": a transfer failed */
+    SCHED_OUTCOME_ABANDONED, /* "abandoned": ended or preempted again first */
     SCHED_OUTCOME__COUNT
 } sched_outcome;
-const char *sched_outcome_name(sched_outcome o);   /* NONE → NULL */
+const char *sched_outcome_name(sched_outcome o); /* NONE → NULL */
 
 /* Thread-local description of the last error returned by any sched_* function. */
 const char *sched_last_error(void);
@@ -274,22 +274,22 @@ const char *sched_last_error(void);
  * not) have the same canonical text and therefore the same 64-bit hash (FNV-1a 64 of the
  * canonical text).
  */
-typedef struct sched_policy sched_policy;   /* opaque, immutable after parse */
+typedef struct sched_policy sched_policy; /* opaque, immutable after parse */
 
 typedef struct sched_policy_error {
-    int  line;                      /* 1-based line of the first error, 0 = not line-bound */
-    char reason[200];               /* e.g. "key \"weight\": expected a number > 0, got \"x\"" */
+    int line;         /* 1-based line of the first error, 0 = not line-bound */
+    char reason[200]; /* e.g. "key \"weight\": expected a number > 0, got \"x\"" */
 } sched_policy_error;
 
 typedef struct sched_class_cfg {
-    char     name[SCHED_NAME_MAX];
-    int32_t  priority;              /* higher runs first; default 0 */
-    double   aging_per_s;           /* priority points gained per second of waiting; default 1 */
-    uint64_t ttft_target_us;        /* goal for first token (0 = none); stats count met/missed */
-    uint64_t tpot_target_us;        /* goal per output token (0 = none); while a sequence of
+    char name[SCHED_NAME_MAX];
+    int32_t priority;           /* higher runs first; default 0 */
+    double aging_per_s;         /* priority points gained per second of waiting; default 1 */
+    uint64_t ttft_target_us;    /* goal for first token (0 = none); stats count met/missed */
+    uint64_t tpot_target_us;    /* goal per output token (0 = none); while a sequence of
                                        this class decodes, prefill per step is capped so the
                                        predicted step time stays under it (one chunk minimum) */
-    uint64_t max_queue_wait_us;     /* waiting longer → timeout "queue_wait" (0 = unbounded);
+    uint64_t max_queue_wait_us; /* waiting longer → timeout "queue_wait" (0 = unbounded);
                                        admission rejects ("deadline_infeasible") when the
                                        predicted wait exceeds 85% of it (less after
                                        queue-wait timeouts: sched_group_stats.admit_headroom)
@@ -301,7 +301,7 @@ typedef struct sched_class_cfg {
                                        steps included; last ~0.5 s; the step model before
                                        there is history), and at least the age of the oldest
                                        waiting */
-    bool     latency_sensitive;     /* decodes first, uses the decode reserve */
+    bool latency_sensitive;     /* decodes first, uses the decode reserve */
     /* prefix cache (DESIGN §10): the order within the class — fcfs (default) or
      * longest_prefix, which prefers the waiting request whose prompt has the longest cached
      * prefix (it needs mode token_budget, where the cache runs).  prefix_max_wait bounds
@@ -314,52 +314,52 @@ typedef struct sched_class_cfg {
 } sched_class_cfg;
 
 typedef struct sched_tenant_cfg {
-    char     name[SCHED_NAME_MAX];
-    double   weight;                /* fair-share weight (> 0); default 1 */
-    uint64_t max_queued_tokens;     /* prompt tokens waiting, 0 = unlimited */
-    uint32_t max_kv_blocks;         /* device KV blocks held at once, 0 = unlimited */
-    double   token_rate_per_s;      /* prefill+output tokens per second, 0 = unlimited
+    char name[SCHED_NAME_MAX];
+    double weight;              /* fair-share weight (> 0); default 1 */
+    uint64_t max_queued_tokens; /* prompt tokens waiting, 0 = unlimited */
+    uint32_t max_kv_blocks;     /* device KV blocks held at once, 0 = unlimited */
+    double token_rate_per_s;    /* prefill+output tokens per second, 0 = unlimited
                                        (token bucket with one second of burst) */
     /* prefix cache (DESIGN §10): the cache domain — tenants naming the same domain share
      * cached prompt blocks (e.g. a gateway's users sharing a system prompt); default the
      * tenant's own name, so no two tenants share unless the policy says so */
-    char     cache_domain[SCHED_NAME_MAX];
-    uint32_t max_cached_blocks;     /* cached blocks no sequence holds that this tenant
+    char cache_domain[SCHED_NAME_MAX];
+    uint32_t max_cached_blocks; /* cached blocks no sequence holds that this tenant
                                        inserted, kept at most (oldest dropped); 0 = unlimited */
 } sched_tenant_cfg;
 
 typedef struct sched_policy_cfg {
-    sched_mode         mode;                  /* default token_budget */
-    uint32_t           token_budget;          /* tokens per step (decode + prefill); 512 */
-    uint32_t           max_active_seqs;       /* sequences holding device KV; 256 */
-    uint32_t           prefill_chunk;         /* max prefill tokens per sequence per step; 256 */
-    uint32_t           decode_reserve_tokens; /* budget held back from prefill while
+    sched_mode mode;                  /* default token_budget */
+    uint32_t token_budget;            /* tokens per step (decode + prefill); 512 */
+    uint32_t max_active_seqs;         /* sequences holding device KV; 256 */
+    uint32_t prefill_chunk;           /* max prefill tokens per sequence per step; 256 */
+    uint32_t decode_reserve_tokens;   /* budget held back from prefill while
                                                  latency-sensitive sequences decode; 0 */
-    double             kv_charge_per_block_s; /* virtual tokens charged per block-second; 1 */
-    sched_preempt_mode preemption;            /* default auto */
-    uint64_t           min_residency_us;      /* not preempted again sooner after resume */
-    uint32_t           max_preemptions;       /* per request; 0 = unlimited; default 4 */
-    uint32_t           queue_max_requests;    /* global waiting requests, 0 = unlimited */
-    uint64_t           queue_max_tokens;      /* global waiting prompt tokens, 0 = unlimited */
-    uint32_t           static_batch_size;     /* static mode: group size N; 8 */
-    uint64_t           static_batch_timeout_us; /* static mode: start a short group after */
-    uint64_t           dynamic_window_us;     /* dynamic mode: collection window */
-    uint64_t           backpressure_timeout_us; /* output blocked this long → cancel; 0 = never */
-    int32_t            default_class;         /* index, requests naming no class */
-    int32_t            default_tenant;        /* index, or -1: unmapped uids are refused */
+    double kv_charge_per_block_s;     /* virtual tokens charged per block-second; 1 */
+    sched_preempt_mode preemption;    /* default auto */
+    uint64_t min_residency_us;        /* not preempted again sooner after resume */
+    uint32_t max_preemptions;         /* per request; 0 = unlimited; default 4 */
+    uint32_t queue_max_requests;      /* global waiting requests, 0 = unlimited */
+    uint64_t queue_max_tokens;        /* global waiting prompt tokens, 0 = unlimited */
+    uint32_t static_batch_size;       /* static mode: group size N; 8 */
+    uint64_t static_batch_timeout_us; /* static mode: start a short group after */
+    uint64_t dynamic_window_us;       /* dynamic mode: collection window */
+    uint64_t backpressure_timeout_us; /* output blocked this long → cancel; 0 = never */
+    int32_t default_class;            /* index, requests naming no class */
+    int32_t default_tenant;           /* index, or -1: unmapped uids are refused */
 } sched_policy_cfg;
 
 /* Parse policy text (NUL-terminated).  On success *out is a new policy (free with
  * sched_policy_free).  Errors: -EINVAL (err->line/err->reason say where and why; err may be
  * NULL), -ENOMEM. */
-int  sched_policy_parse(const char *text, sched_policy **out, sched_policy_error *err);
+int sched_policy_parse(const char *text, sched_policy **out, sched_policy_error *err);
 void sched_policy_free(sched_policy *p);
 
 const sched_policy_cfg *sched_policy_get(const sched_policy *p);
-int                     sched_policy_n_classes(const sched_policy *p);
-const sched_class_cfg  *sched_policy_class(const sched_policy *p, int idx);   /* NULL if bad */
-int                     sched_policy_n_tenants(const sched_policy *p);
-const sched_tenant_cfg *sched_policy_tenant(const sched_policy *p, int idx);  /* NULL if bad */
+int sched_policy_n_classes(const sched_policy *p);
+const sched_class_cfg *sched_policy_class(const sched_policy *p, int idx); /* NULL if bad */
+int sched_policy_n_tenants(const sched_policy *p);
+const sched_tenant_cfg *sched_policy_tenant(const sched_policy *p, int idx); /* NULL if bad */
 /* Index by name; -ENOENT when absent (name NULL → the default class / default tenant,
  * -ENOENT if there is no default tenant). */
 int sched_policy_class_index(const sched_policy *p, const char *name);
@@ -367,7 +367,7 @@ int sched_policy_tenant_index(const sched_policy *p, const char *name);
 
 /* The tenant a connecting uid belongs to: its mapped tenant, else the default tenant;
  * -ENOENT when unmapped and the policy has no default tenant (the daemon refuses it). */
-int  sched_policy_tenant_for_uid(const sched_policy *p, uint32_t uid);
+int sched_policy_tenant_for_uid(const sched_policy *p, uint32_t uid);
 /* A trusted uid (a gateway) may name the tenant per request. */
 bool sched_policy_uid_trusted(const sched_policy *p, uint32_t uid);
 /* The prefix-cache salt of a tenant's cache domain (sched_request.cache_salt): a non-zero
@@ -379,7 +379,7 @@ uint64_t sched_policy_cache_salt(const sched_policy *p, int tenant);
 /* Canonical text (owned by the policy, valid while it lives), its hash and the hash as 16
  * lowercase hex digits (owned by the policy). */
 const char *sched_policy_canonical(const sched_policy *p);
-uint64_t    sched_policy_hash(const sched_policy *p);
+uint64_t sched_policy_hash(const sched_policy *p);
 const char *sched_policy_hash_hex(const sched_policy *p);
 
 /* ---------------------------------------------------------------------------------------- */
@@ -387,23 +387,23 @@ const char *sched_policy_hash_hex(const sched_policy *p);
 /* ---------------------------------------------------------------------------------------- */
 
 typedef enum sched_event_kind {
-    SCHED_EV_ADMIT = 0,   /* accepted into the queue: prompt_tokens, max_tokens */
-    SCHED_EV_REJECT,      /* refused at submit: reason, prompt_tokens, max_tokens */
-    SCHED_EV_DEFER,       /* runnable but not served: reason (emitted when the reason changes,
+    SCHED_EV_ADMIT = 0,    /* accepted into the queue: prompt_tokens, max_tokens */
+    SCHED_EV_REJECT,       /* refused at submit: reason, prompt_tokens, max_tokens */
+    SCHED_EV_DEFER,        /* runnable but not served: reason (emitted when the reason changes,
                              not every step) */
-    SCHED_EV_SCHEDULE,    /* got device KV and work: blocks, wait_us; reason "start"|"resume" */
-    SCHED_EV_PREEMPT,     /* mode, blocks, swap_cost_us, recompute_cost_us, reason
+    SCHED_EV_SCHEDULE,     /* got device KV and work: blocks, wait_us; reason "start"|"resume" */
+    SCHED_EV_PREEMPT,      /* mode, blocks, swap_cost_us, recompute_cost_us, reason
                              ("blocks"|"quota"); mode "none" when neither way could meet its
                              deadline and a timeout event follows instead */
-    SCHED_EV_SWAP_OUT,    /* transfer planned: xfer, blocks, bytes, pool (destination).
+    SCHED_EV_SWAP_OUT,     /* transfer planned: xfer, blocks, bytes, pool (destination).
                              Again with reason "done"|"failed" when it completes (realised
                              cost, see below): mode "swap", predicted_us = the transfer's
                              predicted_us, realised_us = its measured duration */
-    SCHED_EV_SWAP_IN,     /* transfer planned: xfer, blocks, bytes, pool (source).
+    SCHED_EV_SWAP_IN,      /* transfer planned: xfer, blocks, bytes, pool (source).
                              Again with reason "done"|"failed" when it completes: mode "swap",
                              predicted_us = swap_cost_us estimated at the preemption (the round
                              trip), realised_us = measured swap-out + swap-in durations */
-    SCHED_EV_RECOMPUTE,   /* re-prefill starts: tokens (context to recompute).
+    SCHED_EV_RECOMPUTE,    /* re-prefill starts: tokens (context to recompute).
                              Again with reason "done" when the re-prefill has computed the
                              length it had when preempted (tokens = that length), or
                              "abandoned" when it ends or is preempted again first: mode
@@ -411,31 +411,31 @@ typedef enum sched_event_kind {
                              preemption, realised_us = summed FULL durations of the steps the
                              re-prefill took part in (sched_commit's step_duration_us; the
                              sequence waited for the whole step, so no share-by-tokens) */
-    SCHED_EV_CANCEL,      /* reason (sched_cancel_name) */
-    SCHED_EV_TIMEOUT,     /* reason (sched_timeout_name), wait_us */
-    SCHED_EV_FINISH,      /* reason ("stop"|"length"), output_tokens, prompt_tokens,
+    SCHED_EV_CANCEL,       /* reason (sched_cancel_name) */
+    SCHED_EV_TIMEOUT,      /* reason (sched_timeout_name), wait_us */
+    SCHED_EV_FINISH,       /* reason ("stop"|"length"), output_tokens, prompt_tokens,
                              wait_us = time to first token (JSON key "ttft_us"), policy
                              (hash hex) */
-    SCHED_EV_RELEASE,     /* blocks, pool; one event per pool that held blocks */
-    SCHED_EV_CACHE_HIT,   /* prefix cache (sched_config.prefix_cache): at admission the
+    SCHED_EV_RELEASE,      /* blocks, pool; one event per pool that held blocks */
+    SCHED_EV_CACHE_HIT,    /* prefix cache (sched_config.prefix_cache): at admission the
                              request's longest cached prefix was shared — blocks, pool (where
                              they were: device), cached_tokens, self_tokens (of those, blocks
                              it had computed itself before a recompute preemption),
                              prompt_tokens (tokens looked up: its known length) */
-    SCHED_EV_CACHE_EVICT, /* cached blocks no sequence held were given up so this request
+    SCHED_EV_CACHE_EVICT,  /* cached blocks no sequence held were given up so this request
                              could grow: blocks, pool, evict (reason); for reason "demand"
                              the demotion test that dropped them instead of keeping them in a
                              colder pool: swap_cost_us = reload cost per block (-1: no colder
                              pool, or it had no room), recompute_cost_us per block,
                              expected_reuse (the largest of the dropped blocks') */
-    SCHED_EV_CACHE_DEMOTE,/* cached blocks no sequence held moved to a colder pool (device →
+    SCHED_EV_CACHE_DEMOTE, /* cached blocks no sequence held moved to a colder pool (device →
                              host → disk) because reload_cost < recompute_cost × expected
                              reuse: blocks, pool (from), to_pool, xfer, bytes, swap_cost_us
                              (reload per block), recompute_cost_us (per block),
                              expected_reuse (the smallest of the demoted blocks').  Again with
                              reason "done"|"failed" when the copy completed: predicted_us
                              (the transfer's estimate), realised_us (measured) */
-    SCHED_EV_CACHE_RELOAD,/* at admission, a run of the request's cached prefix on host or
+    SCHED_EV_CACHE_RELOAD, /* at admission, a run of the request's cached prefix on host or
                              disk: mode "swap" (reloaded over a transfer) or "recompute"
                              (prefilled again), chosen by the cost model: blocks, pool
                              (where they are), tokens, swap_cost_us (reload estimate: queued
@@ -450,57 +450,57 @@ typedef enum sched_event_kind {
     SCHED_EV__COUNT
 } sched_event_kind;
 
-const char *sched_event_name(sched_event_kind k);   /* "admit", "reject", ... */
+const char *sched_event_name(sched_event_kind k); /* "admit", "reject", ... */
 
 /* One decision.  Strings point into the scheduler/policy and are valid during the callback
  * only; copy what you keep.  Fields not listed for a kind above are zero/NULL.  The reason is
  * typed, one field per kind (sched_event_reason_name gives the stable name of the one that
  * applies); names exist only in the writers. */
 typedef struct sched_event {
-    uint64_t         t_us;
+    uint64_t t_us;
     sched_event_kind kind;
-    uint64_t         req;
-    const char      *tenant;
-    const char      *class_name;
-    sched_reject_reason  reject;        /* REJECT */
-    sched_defer_reason   defer;         /* DEFER; PREEMPT: what it made room for (BLOCKS|QUOTA) */
-    sched_cancel_reason  cancel;        /* CANCEL */
-    sched_timeout_reason timeout;       /* TIMEOUT */
-    sched_finish_reason  finish;        /* FINISH: STOP or LENGTH */
-    sched_outcome        outcome;       /* SCHEDULE: START|RESUME; SWAP_OUT/SWAP_IN/RECOMPUTE:
+    uint64_t req;
+    const char *tenant;
+    const char *class_name;
+    sched_reject_reason reject;   /* REJECT */
+    sched_defer_reason defer;     /* DEFER; PREEMPT: what it made room for (BLOCKS|QUOTA) */
+    sched_cancel_reason cancel;   /* CANCEL */
+    sched_timeout_reason timeout; /* TIMEOUT */
+    sched_finish_reason finish;   /* FINISH: STOP or LENGTH */
+    sched_outcome outcome;        /* SCHEDULE: START|RESUME; SWAP_OUT/SWAP_IN/RECOMPUTE:
                                            DONE|FAILED|ABANDONED on the realised-cost record,
                                            NONE when planned */
-    sched_preempt_mode   mode;          /* PREEMPT: SWAP|RECOMPUTE|NONE; realised-cost records:
+    sched_preempt_mode mode;      /* PREEMPT: SWAP|RECOMPUTE|NONE; realised-cost records:
                                            SWAP or RECOMPUTE */
-    sched_pool           pool;          /* RELEASE, SWAP_OUT, SWAP_IN */
-    const char      *policy;            /* finish: policy hash hex */
-    uint32_t         blocks;
-    uint32_t         tokens;            /* recompute: context tokens */
-    uint32_t         prompt_tokens;
-    uint32_t         max_tokens;
-    uint32_t         output_tokens;
-    uint64_t         wait_us;
-    uint64_t         xfer;              /* transfer id */
-    uint64_t         bytes;
-    double           swap_cost_us;      /* preempt: estimates (swap -1 when no pool has room) */
-    double           recompute_cost_us;
+    sched_pool pool;              /* RELEASE, SWAP_OUT, SWAP_IN */
+    const char *policy;           /* finish: policy hash hex */
+    uint32_t blocks;
+    uint32_t tokens; /* recompute: context tokens */
+    uint32_t prompt_tokens;
+    uint32_t max_tokens;
+    uint32_t output_tokens;
+    uint64_t wait_us;
+    uint64_t xfer; /* transfer id */
+    uint64_t bytes;
+    double swap_cost_us; /* preempt: estimates (swap -1 when no pool has room) */
+    double recompute_cost_us;
     /* realised cost (swap_out/swap_in/recompute with a reason): every preemption's decision
      * is logged with both estimates, and these later records say what the way back really
      * cost, so the cost model can be checked.  realised_us -1 (JSON null) when a duration
      * was not measured (0 passed to sched_commit / sched_transfer_done). */
-    double           predicted_us;
-    double           realised_us;
+    double predicted_us;
+    double realised_us;
     /* prefix cache: CACHE_HIT (see above); FINISH: cached_tokens = prompt tokens its first
      * admission found cached (JSON key only when > 0) */
-    sched_prefix_evict_reason evict;    /* CACHE_EVICT */
-    uint32_t         cached_tokens;
-    uint32_t         self_tokens;
+    sched_prefix_evict_reason evict; /* CACHE_EVICT */
+    uint32_t cached_tokens;
+    uint32_t self_tokens;
     /* CACHE_HIT: of cached_tokens, those found in each pool (host and disk ones reloaded);
      * CACHE_DEMOTE: the destination pool; CACHE_EVICT / CACHE_DEMOTE: the demotion test's
      * expected reuse of a block */
-    uint32_t         pool_tokens[SCHED_POOL__COUNT];
-    sched_pool       to_pool;
-    double           expected_reuse;
+    uint32_t pool_tokens[SCHED_POOL__COUNT];
+    sched_pool to_pool;
+    double expected_reuse;
 } sched_event;
 
 typedef void (*sched_event_fn)(void *ctx, const sched_event *ev);
@@ -521,12 +521,12 @@ size_t sched_event_json(const sched_event *ev, char *buf, size_t len);
 /* Scheduler                                                                                */
 /* ---------------------------------------------------------------------------------------- */
 
-typedef struct sched sched;   /* opaque */
+typedef struct sched sched; /* opaque */
 
 typedef struct sched_tier_cost {
-    double out_bytes_per_s;     /* device → tier (initial estimate; refined by completions) */
-    double in_bytes_per_s;      /* tier → device */
-    double latency_us;          /* per transfer */
+    double out_bytes_per_s; /* device → tier (initial estimate; refined by completions) */
+    double in_bytes_per_s;  /* tier → device */
+    double latency_us;      /* per transfer */
 } sched_tier_cost;
 
 /* ---- the step model ---------------------------------------------------------------------- */
@@ -539,7 +539,7 @@ typedef struct sched_tier_cost {
  * The last term is prefill attention (each prompt row attends to every row before it); the
  * linear model of FORMATS.md leaves it out (0).
  */
-#define SCHED_STEP_TERMS 5   /* base, prefill_tokens, decode_seqs, context_tokens, prefill_pairs */
+#define SCHED_STEP_TERMS 5 /* base, prefill_tokens, decode_seqs, context_tokens, prefill_pairs */
 
 typedef struct sched_step_model {
     double base_us;
@@ -570,22 +570,22 @@ void sched_step_model_default(sched_step_model *m);
  * pivot below 1e-11 (a term that is a combination of the others) fails that subset.
  * Returns 0 with beta[0..k), *used (may be NULL) the terms fitted and *wsse (may be NULL) the
  * weighted residual sum of squares; -1 when nothing could be fitted. */
-int sched_lsq(const double *x, const double *y, const double *w, size_t n, int k,
-              unsigned fit_mask, unsigned nonneg_mask, double *beta, unsigned *used, double *wsse);
+int sched_lsq(const double *x, const double *y, const double *w, size_t n, int k, unsigned fit_mask,
+              unsigned nonneg_mask, double *beta, unsigned *used, double *wsse);
 
 typedef struct sched_config {
-    uint32_t kv_blocks_device;  /* > 0 */
-    uint32_t kv_blocks_host;    /* 0 = no host tier */
-    uint32_t kv_blocks_disk;    /* 0 = no disk tier */
-    uint32_t block_size;        /* tokens per block, > 0 */
-    uint64_t kv_bytes_per_token;/* all layers K+V, > 0 */
-    uint32_t max_context;       /* prompt + max_new_tokens limit, > 0 */
+    uint32_t kv_blocks_device;   /* > 0 */
+    uint32_t kv_blocks_host;     /* 0 = no host tier */
+    uint32_t kv_blocks_disk;     /* 0 = no disk tier */
+    uint32_t block_size;         /* tokens per block, > 0 */
+    uint64_t kv_bytes_per_token; /* all layers K+V, > 0 */
+    uint32_t max_context;        /* prompt + max_new_tokens limit, > 0 */
     /* Initial step model (perf/calibrate's step_model, sim/FORMATS.md).  A measured step time
      * (sched_commit) corrects it continuously (EWMA of measured / predicted), so the model
      * tracks reality.  prefill_token_us must be > 0, the other terms finite and >= 0. */
     sched_step_model step;
-    sched_tier_cost host;       /* used when kv_blocks_host > 0 */
-    sched_tier_cost disk;       /* used when kv_blocks_disk > 0 */
+    sched_tier_cost host; /* used when kv_blocks_host > 0 */
+    sched_tier_cost disk; /* used when kv_blocks_disk > 0 */
     /* Prefix cache (DESIGN §10, sched/prefix.h), token_budget mode: a request submitted with
      * its tokens keeps its full blocks cached after it ends (finished, cancelled, timed out,
      * recompute-preempted) — its prompt's, and those its generated tokens filled when
@@ -603,11 +603,11 @@ typedef struct sched_config {
      * steps): a reloading request waits in SWAPPING_IN for its copies, as a swap-in does,
      * and its prefill starts when they are in.  A block being reloaded is shared with no
      * other request before it arrived. */
-    bool     prefix_cache;
+    bool prefix_cache;
     /* The caller gives each sampled token's id in sched_commit (sched_result.has_token and
      * token): the blocks generated tokens fill are cached too.  false: prompt blocks only
      * (the results' token fields are not read). */
-    bool     prefix_cache_generated;
+    bool prefix_cache_generated;
     /* How blocks are keyed: SCHED_PREFIX_KEY_XXH3 (0, the default).  The constant key is a
      * diagnostic for tests (see sched_prefix_key_fn): what hits stays the same, only lookups
      * get slower. */
@@ -618,26 +618,26 @@ typedef struct sched_config {
  * (no events).  seed drives the only randomness (none today beyond id tie-breaks; kept so a
  * future randomized policy stays reproducible).  Errors: -EINVAL (a config field named in
  * sched_last_error), -ENOMEM. */
-int  sched_create(const sched_policy *policy, const sched_config *cfg,
-                  sched_event_fn sink, void *sink_ctx, uint64_t seed, sched **out);
+int sched_create(const sched_policy *policy, const sched_config *cfg, sched_event_fn sink,
+                 void *sink_ctx, uint64_t seed, sched **out);
 void sched_destroy(sched *s);
 
 typedef struct sched_request {
-    uint64_t    id;              /* unique among live requests */
-    int32_t     tenant;          /* tenant index, or -1: look up tenant_name */
-    const char *tenant_name;     /* used when tenant < 0; NULL → default tenant */
-    int32_t     class_idx;       /* class index, or -1: look up class_name */
-    const char *class_name;      /* used when class_idx < 0; NULL → default class */
-    uint32_t    prompt_len;      /* > 0 */
-    uint32_t    max_new_tokens;  /* > 0 */
-    uint64_t    deadline_us;     /* absolute, 0 = none */
-    uint64_t    arrival_us;      /* when it reached the caller (≤ now_us); 0 → now_us */
+    uint64_t id;             /* unique among live requests */
+    int32_t tenant;          /* tenant index, or -1: look up tenant_name */
+    const char *tenant_name; /* used when tenant < 0; NULL → default tenant */
+    int32_t class_idx;       /* class index, or -1: look up class_name */
+    const char *class_name;  /* used when class_idx < 0; NULL → default class */
+    uint32_t prompt_len;     /* > 0 */
+    uint32_t max_new_tokens; /* > 0 */
+    uint64_t deadline_us;    /* absolute, 0 = none */
+    uint64_t arrival_us;     /* when it reached the caller (≤ now_us); 0 → now_us */
     /* prefix cache: the prompt's token ids (prompt_len of them; copied) and its cache domain.
      * NULL tokens: this request neither uses nor fills the cache.  The salt must come from
      * who the caller knows the client to be (the daemon: the tenant from SO_PEERCRED),
      * never from the client: two salts never share a block. */
     const int32_t *tokens;
-    uint64_t    cache_salt;
+    uint64_t cache_salt;
 } sched_request;
 
 /* Submit.  Returns 0 when admitted to the queue (event "admit"), else a negative errno and
@@ -645,8 +645,7 @@ typedef struct sched_request {
  *   -EINVAL invalid / unknown_class / unknown_tenant,  -EEXIST duplicate_id,
  *   -E2BIG too_long / never_fits,  -EAGAIN tenant_quota / queue_full (transient),
  *   -ETIME deadline_infeasible. */
-int sched_submit(sched *s, const sched_request *req, uint64_t now_us,
-                 sched_reject_reason *reason);
+int sched_submit(sched *s, const sched_request *req, uint64_t now_us, sched_reject_reason *reason);
 
 /* Cancel a live request: event "cancel" now; its KV blocks (every pool) are released at the
  * start of the next sched_step (listed in plan->releases, events "release"), or when its
@@ -661,35 +660,35 @@ int sched_set_output_blocked(sched *s, uint64_t id, bool blocked, uint64_t now_u
 /* ---- the plan ---------------------------------------------------------------------------- */
 
 typedef struct sched_entry {
-    uint64_t        req;
-    uint32_t        start_pos;    /* first position processed */
-    uint32_t        n_tokens;     /* 1 for decode, a chunk for prefill / re-prefill */
-    bool            samples;      /* sample a token from the last row of this entry */
-    bool            prefill;      /* n_tokens > 1 or first token of a prompt */
-    uint16_t        tenant;       /* index */
-    uint16_t        class_idx;
-    uint32_t        n_blocks;     /* device block table covering start_pos + n_tokens */
-    const uint32_t *blocks;       /* physical device block ids, valid until the next step */
+    uint64_t req;
+    uint32_t start_pos; /* first position processed */
+    uint32_t n_tokens;  /* 1 for decode, a chunk for prefill / re-prefill */
+    bool samples;       /* sample a token from the last row of this entry */
+    bool prefill;       /* n_tokens > 1 or first token of a prompt */
+    uint16_t tenant;    /* index */
+    uint16_t class_idx;
+    uint32_t n_blocks;      /* device block table covering start_pos + n_tokens */
+    const uint32_t *blocks; /* physical device block ids, valid until the next step */
 } sched_entry;
 
 typedef struct sched_release {
     uint64_t req;
-    uint32_t blocks[SCHED_POOL__COUNT];   /* blocks freed per pool by this release */
-    sched_event_kind why;                 /* SCHED_EV_FINISH, _CANCEL or _TIMEOUT */
+    uint32_t blocks[SCHED_POOL__COUNT]; /* blocks freed per pool by this release */
+    sched_event_kind why;               /* SCHED_EV_FINISH, _CANCEL or _TIMEOUT */
 } sched_release;
 
 typedef enum sched_xfer_dir { SCHED_XFER_OUT = 0, SCHED_XFER_IN = 1 } sched_xfer_dir;
 
 typedef struct sched_transfer {
-    uint64_t        id;           /* report with sched_transfer_done */
-    uint64_t        req;
-    sched_xfer_dir  dir;          /* OUT: device → tier; IN: tier → device */
-    sched_pool      tier;         /* SCHED_POOL_HOST or SCHED_POOL_DISK */
-    uint32_t        n_blocks;
-    const uint32_t *src;          /* OUT: device ids, IN: tier ids   (valid until next step) */
-    const uint32_t *dst;          /* OUT: tier ids,   IN: device ids */
-    uint64_t        bytes;        /* n_blocks * block_size * kv_bytes_per_token */
-    double          predicted_us; /* the cost model's duration, incl. what is queued ahead */
+    uint64_t id; /* report with sched_transfer_done */
+    uint64_t req;
+    sched_xfer_dir dir; /* OUT: device → tier; IN: tier → device */
+    sched_pool tier;    /* SCHED_POOL_HOST or SCHED_POOL_DISK */
+    uint32_t n_blocks;
+    const uint32_t *src; /* OUT: device ids, IN: tier ids   (valid until next step) */
+    const uint32_t *dst; /* OUT: tier ids,   IN: device ids */
+    uint64_t bytes;      /* n_blocks * block_size * kv_bytes_per_token */
+    double predicted_us; /* the cost model's duration, incl. what is queued ahead */
     /* A prefix-cache copy: a demotion to a colder pool (OUT, req 0) or a reload to the
      * device (IN, req = the request it is for).  A demotion: the scheduler's books already
      * show the blocks where the copy puts them and their sources free, so the caller
@@ -699,54 +698,59 @@ typedef struct sched_transfer {
      * completed; the cached blocks it reads stay where they are, held, until then) and the
      * caller may complete it at any time later.  src_pool is where an OUT copy reads: the
      * device, or the host for a host → disk demotion (tier = disk). */
-    bool            cache;
-    sched_pool      src_pool;
+    bool cache;
+    sched_pool src_pool;
 } sched_transfer;
 
 typedef struct sched_preemption {
-    uint64_t           req;
-    sched_preempt_mode mode;      /* SWAP (see transfers) or RECOMPUTE (blocks freed now) */
-    uint32_t           blocks;    /* device blocks it held */
-    double             swap_cost_us;       /* -1 when no tier had room */
-    double             recompute_cost_us;
+    uint64_t req;
+    sched_preempt_mode mode; /* SWAP (see transfers) or RECOMPUTE (blocks freed now) */
+    uint32_t blocks;         /* device blocks it held */
+    double swap_cost_us;     /* -1 when no tier had room */
+    double recompute_cost_us;
 } sched_preemption;
 
 typedef struct sched_ended {
-    uint64_t             req;
-    sched_event_kind     kind;    /* SCHED_EV_TIMEOUT or SCHED_EV_CANCEL (backpressure) */
+    uint64_t req;
+    sched_event_kind kind;        /* SCHED_EV_TIMEOUT or SCHED_EV_CANCEL (backpressure) */
     sched_timeout_reason timeout; /* kind TIMEOUT: why */
-    sched_cancel_reason  cancel;  /* kind CANCEL: why (BACKPRESSURE) */
+    sched_cancel_reason cancel;   /* kind CANCEL: why (BACKPRESSURE) */
 } sched_ended;
 
 typedef struct sched_plan {
     uint64_t now_us;
-    uint64_t step_no;             /* 1, 2, ... */
+    uint64_t step_no; /* 1, 2, ... */
     /* (a) releases since the previous step (finished, cancelled, timed out) */
-    const sched_release    *releases;    uint32_t n_releases;
+    const sched_release *releases;
+    uint32_t n_releases;
     /* (b) the batch: decode entries first, then prefill chunks */
-    const sched_entry      *entries;     uint32_t n_entries;
-    uint32_t n_decode, n_prefill;         /* entries of each kind */
+    const sched_entry *entries;
+    uint32_t n_entries;
+    uint32_t n_decode, n_prefill; /* entries of each kind */
     uint32_t decode_tokens, prefill_tokens;
-    uint32_t pad_tokens;                  /* static mode: padding the group computes anyway */
-    uint64_t context_tokens;              /* sum over entries of start_pos + n_tokens */
-    double   predicted_step_us;           /* the cost model's estimate for this batch */
+    uint32_t pad_tokens;      /* static mode: padding the group computes anyway */
+    uint64_t context_tokens;  /* sum over entries of start_pos + n_tokens */
+    double predicted_step_us; /* the cost model's estimate for this batch */
     /* (c) transfers to start now */
-    const sched_transfer   *transfers;   uint32_t n_transfers;
+    const sched_transfer *transfers;
+    uint32_t n_transfers;
     /* (d) preemptions decided this step */
-    const sched_preemption *preemptions; uint32_t n_preemptions;
+    const sched_preemption *preemptions;
+    uint32_t n_preemptions;
     /* (e) requests ended by the scheduler this step (timeouts, backpressure cancels) */
-    const sched_ended      *ended;       uint32_t n_ended;
+    const sched_ended *ended;
+    uint32_t n_ended;
 } sched_plan;
 
 /* What a batch costs to compute, as the step-time model sees it (sim/FORMATS.md): the same
  * numbers for the daemon's iteration log and the simulator's step, from one definition. */
 typedef struct sched_plan_work {
-    uint64_t prefill_tokens;   /* prefill rows incl. static padding */
-    uint32_t prefill_seqs;     /* prefill chunks */
+    uint64_t prefill_tokens; /* prefill rows incl. static padding */
+    uint32_t prefill_seqs;   /* prefill chunks */
     uint32_t decode_seqs;
-    uint64_t context_tokens;   /* the plan's sum of start_pos + n_tokens */
-    double   prefill_pairs;    /* sum over chunks of n*start_pos + n(n-1)/2: prefill attention */
-    double   decode_context;   /* sum over decode rows of start_pos + n_tokens */
+    uint64_t context_tokens; /* the plan's sum of start_pos + n_tokens */
+    double prefill_pairs;    /* sum over chunks of n*start_pos + n(n-1)/2: prefill attention */
+    double decode_context;   /* sum over decode rows of start_pos + n_tokens */
 } sched_plan_work;
 
 void sched_plan_work_of(const sched_plan *p, sched_plan_work *w);
@@ -765,16 +769,16 @@ const sched_plan *sched_step(sched *s, uint64_t now_us);
 /* ---- results ----------------------------------------------------------------------------- */
 
 typedef struct sched_result {
-    uint64_t            req;      /* an entry of the last plan */
-    uint32_t            tokens;   /* tokens produced (0 or 1) by a sampling entry */
+    uint64_t req;                 /* an entry of the last plan */
+    uint32_t tokens;              /* tokens produced (0 or 1) by a sampling entry */
     sched_finish_reason finished; /* STOP when a stop token came; LENGTH is also inferred */
     /* The produced token's id (has_token).  With the prefix cache the full blocks its
      * generated tokens fill are cached too, keyed like prompt blocks (a multi-turn
      * conversation's next prompt extends the last prompt and its answer): that needs every
      * generated token's id.  A request with one result without it caches only the blocks
      * before its first unknown token. */
-    bool                has_token;
-    int32_t             token;
+    bool has_token;
+    int32_t token;
 } sched_result;
 
 /* Commit the outcome of the last plan: one result per executed entry, any order; an entry
@@ -800,22 +804,22 @@ int sched_transfer_done(sched *s, uint64_t transfer_id, uint64_t now_us, uint64_
 /* ---- queries ----------------------------------------------------------------------------- */
 
 typedef struct sched_counts {
-    uint32_t waiting;             /* queued, not holding device KV (incl. recompute-preempted) */
-    uint32_t running;             /* holding device KV and schedulable */
-    uint32_t swapped;             /* KV parked on host/disk */
-    uint32_t in_transit;          /* KV moving (swap out or in) */
-    uint32_t blocked;             /* running but output-blocked */
-    uint64_t queued_tokens;       /* prompt tokens waiting */
+    uint32_t waiting;       /* queued, not holding device KV (incl. recompute-preempted) */
+    uint32_t running;       /* holding device KV and schedulable */
+    uint32_t swapped;       /* KV parked on host/disk */
+    uint32_t in_transit;    /* KV moving (swap out or in) */
+    uint32_t blocked;       /* running but output-blocked */
+    uint64_t queued_tokens; /* prompt tokens waiting */
     uint32_t kv_total[SCHED_POOL__COUNT];
-    uint32_t kv_used[SCHED_POOL__COUNT];   /* used + free == total, always; used = held by
+    uint32_t kv_used[SCHED_POOL__COUNT]; /* used + free == total, always; used = held by
                                               sequences (or in transit) */
     uint32_t kv_free[SCHED_POOL__COUNT];
     uint64_t steps;
-    double   cost_correction;     /* measured / modelled step time (EWMA), 1 = model exact */
+    double cost_correction; /* measured / modelled step time (EWMA), 1 = model exact */
     /* realised vs predicted, so the cost model can be checked (transfers with a measured
      * duration only) */
     uint64_t transfers_measured;
-    double   transfer_predicted_us_sum, transfer_measured_us_sum;
+    double transfer_predicted_us_sum, transfer_measured_us_sum;
     /* prefix cache: cached blocks no sequence holds (counted in kv_free: evictable at once),
      * and since creation the prompt tokens looked up at admission, found cached (all; of
      * those, a resumed sequence's own) and the cached blocks evicted */
@@ -836,8 +840,8 @@ void sched_get_counts(const sched *s, sched_counts *out);
  * completed, then the measured one (EWMA) — the daemon's only bandwidth estimate (its
  * metrics show this one).  *measured_out / *measured_in (may be NULL): measured yet.
  * 0, or -EINVAL for the device pool or an unknown pool. */
-int sched_get_tier_cost(const sched *s, sched_pool pool, sched_tier_cost *out,
-                        bool *measured_out, bool *measured_in);
+int sched_get_tier_cost(const sched *s, sched_pool pool, sched_tier_cost *out, bool *measured_out,
+                        bool *measured_in);
 
 /* Where the cost model stands: the step model it predicts from, the measured correction of
  * it, and each tier's transfer estimate.  Every cost decision weighs these (demote or drop,
@@ -846,11 +850,11 @@ int sched_get_tier_cost(const sched *s, sched_pool pool, sched_tier_cost *out,
  * so it decides with the costs the daemon measured instead of its own model's. */
 typedef struct sched_cost_state {
     sched_step_model step;
-    double           correction;                /* measured / modelled step time (EWMA) */
-    sched_tier_cost  tier[SCHED_POOL__COUNT];   /* [HOST], [DISK] (all 0: no such tier);
+    double correction;                       /* measured / modelled step time (EWMA) */
+    sched_tier_cost tier[SCHED_POOL__COUNT]; /* [HOST], [DISK] (all 0: no such tier);
                                                    [DEVICE] unused, 0 */
-    bool             out_measured[SCHED_POOL__COUNT], in_measured[SCHED_POOL__COUNT];
-                                                /* a copy in that direction completed: the
+    bool out_measured[SCHED_POOL__COUNT], in_measured[SCHED_POOL__COUNT];
+    /* a copy in that direction completed: the
                                                    bandwidth is measured, not the guess */
 } sched_cost_state;
 
@@ -865,19 +869,19 @@ int sched_set_cost_state(sched *s, const sched_cost_state *in);
 
 /* Per tenant and per class accounting (same struct; virtual_tokens only for tenants). */
 typedef struct sched_group_stats {
-    uint64_t queued_requests, queued_tokens;      /* now */
-    uint32_t running, kv_blocks;                  /* now (kv_blocks: device) */
+    uint64_t queued_requests, queued_tokens; /* now */
+    uint32_t running, kv_blocks;             /* now (kv_blocks: device) */
     uint64_t admitted, finished;
-    uint64_t served_prompt_tokens;                /* prefill tokens computed (incl. recompute) */
+    uint64_t served_prompt_tokens; /* prefill tokens computed (incl. recompute) */
     uint64_t served_output_tokens;
-    double   virtual_tokens;                      /* tenant fair-share counter */
+    double virtual_tokens; /* tenant fair-share counter */
     uint64_t preemptions_swap, preemptions_recompute;
     uint64_t rejects[SCHED_REJECT__COUNT];
     uint64_t timeouts[SCHED_TIMEOUT__COUNT];
     uint64_t cancels[SCHED_CANCEL__COUNT];
-    uint64_t ttft_met, ttft_missed;               /* vs the class target (classes only) */
+    uint64_t ttft_met, ttft_missed; /* vs the class target (classes only) */
     uint64_t tpot_met, tpot_missed;
-    double   admit_headroom;    /* classes: admission admits while the predicted wait is at
+    double admit_headroom; /* classes: admission admits while the predicted wait is at
                                    most this share of max_queue_wait (0.30..0.85; shrinks on
                                    queue-wait timeouts, recovers while starts are quick) */
 } sched_group_stats;
@@ -894,22 +898,26 @@ int sched_tenant_recycle(sched *s, int tenant);
 int sched_get_class_stats(const sched *s, int class_idx, sched_group_stats *out);
 
 typedef enum sched_req_state {
-    SCHED_REQ_WAITING = 0, SCHED_REQ_RUNNING, SCHED_REQ_SWAPPING_OUT, SCHED_REQ_SWAPPED,
-    SCHED_REQ_SWAPPING_IN, SCHED_REQ_ENDED,   /* ended, release pending */
+    SCHED_REQ_WAITING = 0,
+    SCHED_REQ_RUNNING,
+    SCHED_REQ_SWAPPING_OUT,
+    SCHED_REQ_SWAPPED,
+    SCHED_REQ_SWAPPING_IN,
+    SCHED_REQ_ENDED, /* ended, release pending */
 } sched_req_state;
 
 typedef struct sched_req_info {
     sched_req_state state;
-    int32_t  tenant, class_idx;
-    uint32_t prompt_len, generated, computed;    /* known = prompt_len + generated */
+    int32_t tenant, class_idx;
+    uint32_t prompt_len, generated, computed; /* known = prompt_len + generated */
     uint32_t blocks[SCHED_POOL__COUNT];
     uint32_t preemptions;
-    uint64_t arrival_us, first_token_us;         /* 0 = no token yet */
-    bool     output_blocked;
-    uint32_t cached_tokens;                      /* prompt tokens its first admission found cached */
+    uint64_t arrival_us, first_token_us; /* 0 = no token yet */
+    bool output_blocked;
+    uint32_t cached_tokens; /* prompt tokens its first admission found cached */
 } sched_req_info;
 
-int sched_get_request(const sched *s, uint64_t id, sched_req_info *out);   /* -ENOENT */
+int sched_get_request(const sched *s, uint64_t id, sched_req_info *out); /* -ENOENT */
 
 /* The policy the scheduler runs (its own copy). */
 const sched_policy *sched_get_policy(const sched *s);

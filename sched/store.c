@@ -19,7 +19,10 @@ bool sc_vec_grow(void **a, uint32_t *cap, uint32_t need, size_t elt)
 static inline int32_t *hpos(sched *s, uint32_t slot, uint8_t which)
 {
     req *r = &s->reqs[slot];
-    return which == POS_Q ? &r->q_pos : which == POS_T ? &r->t_pos : which == POS_BP ? &r->bp_pos : &r->p_pos;
+    return which == POS_Q    ? &r->q_pos
+           : which == POS_T  ? &r->t_pos
+           : which == POS_BP ? &r->bp_pos
+                             : &r->p_pos;
 }
 
 static void hset(sched *s, heap *h, uint32_t i, hent e)
@@ -56,7 +59,10 @@ static void hdown(sched *s, heap *h, uint32_t i)
 
 int sc_hpush(sched *s, heap *h, uint64_t k1, uint64_t k2, uint32_t slot)
 {
-    if (!sc_vec_grow((void **)&h->a, &h->cap, h->n + 1, sizeof(hent))) { s->oom = true; return -ENOMEM; }
+    if (!sc_vec_grow((void **)&h->a, &h->cap, h->n + 1, sizeof(hent))) {
+        s->oom = true;
+        return -ENOMEM;
+    }
     h->a[h->n] = (hent){k1, k2, slot};
     hup(s, h, h->n++);
     return 0;
@@ -73,8 +79,10 @@ void sc_hremove(sched *s, heap *h, uint32_t slot)
     hent last = h->a[h->n];
     h->a[i] = last;
     *hpos(s, last.slot, h->which) = i;
-    if (i > 0 && hless(&last, &h->a[(i - 1) / 2])) hup(s, h, (uint32_t)i);
-    else hdown(s, h, (uint32_t)i);
+    if (i > 0 && hless(&last, &h->a[(i - 1) / 2]))
+        hup(s, h, (uint32_t)i);
+    else
+        hdown(s, h, (uint32_t)i);
 }
 
 int sc_map_put(sched *s, uint64_t id, uint32_t slot)
@@ -135,7 +143,7 @@ int sc_pool_init(pool *p, uint32_t n)
 uint32_t sc_dev_free_all(sched *s, req *r)
 {
     uint32_t n = r->n_dev;
-    uint32_t cached = s->px ? sc_cache_release(s, r) : 0;   /* those stay, in the cache */
+    uint32_t cached = s->px ? sc_cache_release(s, r) : 0; /* those stay, in the cache */
     for (uint32_t i = n; i-- > cached;) pool_give(&s->pools[SCHED_POOL_DEVICE], r->dev[i]);
     s->ts[r->tenant].kv_blocks -= n;
     r->n_dev = 0;

@@ -13,132 +13,125 @@
 #include <string.h>
 
 /* The names live in the one table (common/end_codes.h); the wire's numbers are its numbers. */
-#define SAME_CODE(suffix, value, name) \
-	_Static_assert(RINGLM_WIRE_R_##suffix == (value), "wire code " #suffix " is the end code " name);
+#define SAME_CODE(suffix, value, name)                                                             \
+    _Static_assert(RINGLM_WIRE_R_##suffix == (value),                                              \
+                   "wire code " #suffix " is the end code " name);
 END_CODES(SAME_CODE)
 #undef SAME_CODE
 _Static_assert(RINGLM_WIRE_R_MAX == END_CODES_MAX, "one past the last end code");
 
 const char *ringlm_wire_reason_name(unsigned code)
 {
-	return end_code_name(code);
+    return end_code_name(code);
 }
 
-__attribute__((format(printf, 3, 4)))
-static int fail(char *why, size_t why_len, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int fail(char *why, size_t why_len, const char *fmt,
+                                                      ...)
 {
-	if (why && why_len) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(why, why_len, fmt, ap);
-		va_end(ap);
-	}
-	return -EBADMSG;
+    if (why && why_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, why_len, fmt, ap);
+        va_end(ap);
+    }
+    return -EBADMSG;
 }
 
 /* A fixed-size name field must hold a NUL; bytes after it must be 0 too, so that two
  * records meaning the same thing are the same bytes (and nothing hides behind the NUL). */
 static int copy_name(char dst[RINGLM_WIRE_NAME_LEN], const char src[RINGLM_WIRE_NAME_LEN])
 {
-	size_t n = strnlen(src, RINGLM_WIRE_NAME_LEN);
-	if (n == RINGLM_WIRE_NAME_LEN)
-		return -1;
-	for (size_t i = n; i < RINGLM_WIRE_NAME_LEN; i++)
-		if (src[i])
-			return -1;
-	memcpy(dst, src, RINGLM_WIRE_NAME_LEN);
-	return 0;
+    size_t n = strnlen(src, RINGLM_WIRE_NAME_LEN);
+    if (n == RINGLM_WIRE_NAME_LEN) return -1;
+    for (size_t i = n; i < RINGLM_WIRE_NAME_LEN; i++)
+        if (src[i]) return -1;
+    memcpy(dst, src, RINGLM_WIRE_NAME_LEN);
+    return 0;
 }
 
-int ringlm_wire_parse(const void *rec, size_t len, struct ringlm_wire_parsed *out,
-		      char *why, size_t why_len)
+int ringlm_wire_parse(const void *rec, size_t len, struct ringlm_wire_parsed *out, char *why,
+                      size_t why_len)
 {
-	struct ringlm_wire_rec_hdr h;
+    struct ringlm_wire_rec_hdr h;
 
-	memset(out, 0, sizeof(*out));
-	if (len < sizeof(h))
-		return fail(why, why_len, "record of %zu bytes is shorter than its header", len);
-	memcpy(&h, rec, sizeof(h));
-	if (h.len != len)
-		return fail(why, why_len, "record header says %u bytes, %zu were copied", h.len, len);
-	if (len % 8)
-		return fail(why, why_len, "record length %zu is not a multiple of 8", len);
-	if (h.flags)
-		return fail(why, why_len, "record flags 0x%x unknown", h.flags);
-	out->type = h.type;
-	const char *body = (const char *)rec + sizeof(h);
-	size_t body_len = len - sizeof(h);
+    memset(out, 0, sizeof(*out));
+    if (len < sizeof(h))
+        return fail(why, why_len, "record of %zu bytes is shorter than its header", len);
+    memcpy(&h, rec, sizeof(h));
+    if (h.len != len)
+        return fail(why, why_len, "record header says %u bytes, %zu were copied", h.len, len);
+    if (len % 8) return fail(why, why_len, "record length %zu is not a multiple of 8", len);
+    if (h.flags) return fail(why, why_len, "record flags 0x%x unknown", h.flags);
+    out->type = h.type;
+    const char *body = (const char *)rec + sizeof(h);
+    size_t body_len = len - sizeof(h);
 
-	switch (h.type) {
-	case RINGLM_WIRE_REC_REQUEST: {
-		if (body_len < sizeof(struct ringlm_wire_request))
-			return fail(why, why_len, "request record of %zu bytes is shorter than %zu",
-				    len, sizeof(h) + sizeof(struct ringlm_wire_request));
-		/* rec is 8-byte aligned (caller's copy), so body is too. */
-		const struct ringlm_wire_request *r = (const struct ringlm_wire_request *)body;
-		uint64_t want = ringlm_wire_request_bytes(r->n_prompt);
-		if (want != len)
-			return fail(why, why_len, "request record is %zu bytes, %u prompt tokens need %llu",
-				    len, r->n_prompt, (unsigned long long)want);
-		if (r->req_id == 0)
-			return fail(why, why_len, "request id 0 is reserved");
-		if (r->flags & ~RINGLM_WIRE_REQ_F_KNOWN)
-			return fail(why, why_len, "request flags 0x%x unknown", r->flags);
-		if (copy_name(out->class_name, r->class_name))
-			return fail(why, why_len, "request %llu: class_name not NUL-terminated/padded",
-				    (unsigned long long)r->req_id);
-		if (copy_name(out->tenant_tag, r->tenant_tag))
-			return fail(why, why_len, "request %llu: tenant_tag not NUL-terminated/padded",
-				    (unsigned long long)r->req_id);
-		if (!(r->flags & RINGLM_WIRE_REQ_F_TENANT) && out->tenant_tag[0])
-			return fail(why, why_len, "request %llu: tenant_tag set without its flag",
-				    (unsigned long long)r->req_id);
-		/* Padding after the prompt must be zero (see copy_name). */
-		size_t used = sizeof(h) + sizeof(*r) + (size_t)r->n_prompt * 4;
-		for (size_t i = used; i < len; i++)
-			if (((const unsigned char *)rec)[i])
-				return fail(why, why_len, "request %llu: nonzero padding byte at %zu",
-					    (unsigned long long)r->req_id, i);
-		out->req = r;
-		out->prompt = (const int32_t *)(body + sizeof(*r));
-		return 0;
-	}
-	case RINGLM_WIRE_REC_CANCEL: {
-		if (len != RINGLM_WIRE_CANCEL_BYTES)
-			return fail(why, why_len, "cancel record is %zu bytes, must be %zu", len,
-				    (size_t)RINGLM_WIRE_CANCEL_BYTES);
-		struct ringlm_wire_cancel c;
-		memcpy(&c, body, sizeof(c));
-		if (c.req_id == 0)
-			return fail(why, why_len, "cancel of request id 0");
-		out->cancel_id = c.req_id;
-		return 0;
-	}
-	default:
-		return fail(why, why_len, "record type %u unknown", h.type);
-	}
+    switch (h.type) {
+    case RINGLM_WIRE_REC_REQUEST: {
+        if (body_len < sizeof(struct ringlm_wire_request))
+            return fail(why, why_len, "request record of %zu bytes is shorter than %zu", len,
+                        sizeof(h) + sizeof(struct ringlm_wire_request));
+        /* rec is 8-byte aligned (caller's copy), so body is too. */
+        const struct ringlm_wire_request *r = (const struct ringlm_wire_request *)body;
+        uint64_t want = ringlm_wire_request_bytes(r->n_prompt);
+        if (want != len)
+            return fail(why, why_len, "request record is %zu bytes, %u prompt tokens need %llu",
+                        len, r->n_prompt, (unsigned long long)want);
+        if (r->req_id == 0) return fail(why, why_len, "request id 0 is reserved");
+        if (r->flags & ~RINGLM_WIRE_REQ_F_KNOWN)
+            return fail(why, why_len, "request flags 0x%x unknown", r->flags);
+        if (copy_name(out->class_name, r->class_name))
+            return fail(why, why_len, "request %llu: class_name not NUL-terminated/padded",
+                        (unsigned long long)r->req_id);
+        if (copy_name(out->tenant_tag, r->tenant_tag))
+            return fail(why, why_len, "request %llu: tenant_tag not NUL-terminated/padded",
+                        (unsigned long long)r->req_id);
+        if (!(r->flags & RINGLM_WIRE_REQ_F_TENANT) && out->tenant_tag[0])
+            return fail(why, why_len, "request %llu: tenant_tag set without its flag",
+                        (unsigned long long)r->req_id);
+        /* Padding after the prompt must be zero (see copy_name). */
+        size_t used = sizeof(h) + sizeof(*r) + (size_t)r->n_prompt * 4;
+        for (size_t i = used; i < len; i++)
+            if (((const unsigned char *)rec)[i])
+                return fail(why, why_len, "request %llu: nonzero padding byte at %zu",
+                            (unsigned long long)r->req_id, i);
+        out->req = r;
+        out->prompt = (const int32_t *)(body + sizeof(*r));
+        return 0;
+    }
+    case RINGLM_WIRE_REC_CANCEL: {
+        if (len != RINGLM_WIRE_CANCEL_BYTES)
+            return fail(why, why_len, "cancel record is %zu bytes, must be %zu", len,
+                        (size_t)RINGLM_WIRE_CANCEL_BYTES);
+        struct ringlm_wire_cancel c;
+        memcpy(&c, body, sizeof(c));
+        if (c.req_id == 0) return fail(why, why_len, "cancel of request id 0");
+        out->cancel_id = c.req_id;
+        return 0;
+    }
+    default: return fail(why, why_len, "record type %u unknown", h.type);
+    }
 }
 
 int ringlm_wire_check_request(const struct ringlm_wire_request *r, char *why, size_t why_len)
 {
-	if (r->n_prompt < 1) {
-		fail(why, why_len, "n_prompt is 0: a request needs at least one prompt token");
-		return RINGLM_WIRE_R_BAD_PARAMS;
-	}
-	if (r->max_new_tokens < 1 || r->max_new_tokens > RINGLM_WIRE_INDEX_MAX) {
-		fail(why, why_len, "max_new_tokens %u outside [1, %u]", r->max_new_tokens,
-		     RINGLM_WIRE_INDEX_MAX);
-		return RINGLM_WIRE_R_BAD_PARAMS;
-	}
-	if (!isfinite(r->temperature) || r->temperature < 0.0f) {
-		fail(why, why_len, "temperature %g must be finite and >= 0", (double)r->temperature);
-		return RINGLM_WIRE_R_BAD_PARAMS;
-	}
-	if (!isfinite(r->top_p) || !(r->top_p > 0.0f) || r->top_p > 1.0f) {
-		fail(why, why_len, "top_p %g outside (0, 1]", (double)r->top_p);
-		return RINGLM_WIRE_R_BAD_PARAMS;
-	}
-	if (why && why_len)
-		why[0] = 0;
-	return 0;
+    if (r->n_prompt < 1) {
+        fail(why, why_len, "n_prompt is 0: a request needs at least one prompt token");
+        return RINGLM_WIRE_R_BAD_PARAMS;
+    }
+    if (r->max_new_tokens < 1 || r->max_new_tokens > RINGLM_WIRE_INDEX_MAX) {
+        fail(why, why_len, "max_new_tokens %u outside [1, %u]", r->max_new_tokens,
+             RINGLM_WIRE_INDEX_MAX);
+        return RINGLM_WIRE_R_BAD_PARAMS;
+    }
+    if (!isfinite(r->temperature) || r->temperature < 0.0f) {
+        fail(why, why_len, "temperature %g must be finite and >= 0", (double)r->temperature);
+        return RINGLM_WIRE_R_BAD_PARAMS;
+    }
+    if (!isfinite(r->top_p) || !(r->top_p > 0.0f) || r->top_p > 1.0f) {
+        fail(why, why_len, "top_p %g outside (0, 1]", (double)r->top_p);
+        return RINGLM_WIRE_R_BAD_PARAMS;
+    }
+    if (why && why_len) why[0] = 0;
+    return 0;
 }

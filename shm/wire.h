@@ -18,42 +18,42 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RINGLM_WIRE_MAGIC      0x524c4d31u /* "RLM1" */
-#define RINGLM_WIRE_ABI        3u
+#define RINGLM_WIRE_MAGIC 0x524c4d31u /* "RLM1" */
+#define RINGLM_WIRE_ABI   3u
 
 /* ---- reason codes (one namespace: finish reasons < 16, causes/rejects >= 16) ---- */
 enum ringlm_wire_reason {
-	RINGLM_WIRE_R_NONE                = 0,
-	/* why a request finished (ringlm_event.finish_reason) */
-	RINGLM_WIRE_R_LENGTH              = 1,  /* max_new_tokens generated */
-	RINGLM_WIRE_R_STOP                = 2,  /* a stop token was generated */
-	RINGLM_WIRE_R_CANCELLED           = 3,  /* cancelled by the client or the daemon */
-	RINGLM_WIRE_R_TIMEOUT             = 4,  /* its deadline passed */
-	RINGLM_WIRE_R_REJECTED            = 5,  /* refused at admission, see the cause */
-	RINGLM_WIRE_R_ERROR               = 6,  /* the daemon failed it (engine error ...) */
-	/* causes: why it was rejected / cancelled / failed (ringlm_event.reject_reason) */
-	RINGLM_WIRE_R_QUEUE_FULL          = 16, /* global queue at its limit */
-	RINGLM_WIRE_R_TENANT_QUOTA        = 17, /* the tenant's queued-token quota is used up */
-	RINGLM_WIRE_R_TOO_LONG            = 18, /* prompt + max_new_tokens can never fit */
-	RINGLM_WIRE_R_DEADLINE_INFEASIBLE = 19, /* the deadline cannot be met */
-	RINGLM_WIRE_R_BAD_TOKEN           = 20, /* a prompt token is outside the vocabulary */
-	RINGLM_WIRE_R_BAD_PARAMS          = 21, /* sampling parameters out of range */
-	RINGLM_WIRE_R_DRAINING            = 22, /* the daemon is shutting down */
-	RINGLM_WIRE_R_OUTPUT_BACKPRESSURE = 23, /* the client stopped reading its events */
-	RINGLM_WIRE_R_UNKNOWN_CLASS       = 24, /* no such request class */
-	RINGLM_WIRE_R_DUPLICATE_ID        = 25, /* request id already in use in this session */
-	RINGLM_WIRE_R_INTERNAL            = 26, /* daemon-internal failure */
-	RINGLM_WIRE_R_CLIENT_GONE         = 27, /* the session ended */
-	RINGLM_WIRE_R_MAX                 = 28,
+    RINGLM_WIRE_R_NONE = 0,
+    /* why a request finished (ringlm_event.finish_reason) */
+    RINGLM_WIRE_R_LENGTH = 1,    /* max_new_tokens generated */
+    RINGLM_WIRE_R_STOP = 2,      /* a stop token was generated */
+    RINGLM_WIRE_R_CANCELLED = 3, /* cancelled by the client or the daemon */
+    RINGLM_WIRE_R_TIMEOUT = 4,   /* its deadline passed */
+    RINGLM_WIRE_R_REJECTED = 5,  /* refused at admission, see the cause */
+    RINGLM_WIRE_R_ERROR = 6,     /* the daemon failed it (engine error ...) */
+    /* causes: why it was rejected / cancelled / failed (ringlm_event.reject_reason) */
+    RINGLM_WIRE_R_QUEUE_FULL = 16,          /* global queue at its limit */
+    RINGLM_WIRE_R_TENANT_QUOTA = 17,        /* the tenant's queued-token quota is used up */
+    RINGLM_WIRE_R_TOO_LONG = 18,            /* prompt + max_new_tokens can never fit */
+    RINGLM_WIRE_R_DEADLINE_INFEASIBLE = 19, /* the deadline cannot be met */
+    RINGLM_WIRE_R_BAD_TOKEN = 20,           /* a prompt token is outside the vocabulary */
+    RINGLM_WIRE_R_BAD_PARAMS = 21,          /* sampling parameters out of range */
+    RINGLM_WIRE_R_DRAINING = 22,            /* the daemon is shutting down */
+    RINGLM_WIRE_R_OUTPUT_BACKPRESSURE = 23, /* the client stopped reading its events */
+    RINGLM_WIRE_R_UNKNOWN_CLASS = 24,       /* no such request class */
+    RINGLM_WIRE_R_DUPLICATE_ID = 25,        /* request id already in use in this session */
+    RINGLM_WIRE_R_INTERNAL = 26,            /* daemon-internal failure */
+    RINGLM_WIRE_R_CLIENT_GONE = 27,         /* the session ended */
+    RINGLM_WIRE_R_MAX = 28,
 };
 /* Stable lower-case name ("queue_full"), "unknown" for codes not listed. */
 const char *ringlm_wire_reason_name(unsigned code);
 
 /* ---- event slots (daemon → client), 16 bytes, written once per iteration ---- */
 enum ringlm_wire_event_kind {
-	RINGLM_WIRE_EV_TOKEN      = 1, /* value = token id, meta index = position in output */
-	RINGLM_WIRE_EV_FINISH     = 2, /* value = tokens generated; meta = reason<<8 | cause */
-	RINGLM_WIRE_EV_FINISH_EXT = 3, /* always right after a FINISH, same publish:
+    RINGLM_WIRE_EV_TOKEN = 1,      /* value = token id, meta index = position in output */
+    RINGLM_WIRE_EV_FINISH = 2,     /* value = tokens generated; meta = reason<<8 | cause */
+    RINGLM_WIRE_EV_FINISH_EXT = 3, /* always right after a FINISH, same publish:
 	                                  req_id = policy hash, value = low 32 bits of req id,
 	                                  meta index = cached prompt tokens (see below) */
 };
@@ -63,64 +63,65 @@ enum ringlm_wire_event_kind {
  * RINGLM_WIRE_INDEX_MAX.  A daemon of ABI 3 from before this field wrote 0 there and a
  * library of that time ignores it, so either side may be older: the ABI stays 3. */
 struct ringlm_wire_event {
-	uint64_t req_id;
-	int32_t  value;
-	uint32_t meta;  /* kind in bits 28..31, index/reason in bits 0..27 */
+    uint64_t req_id;
+    int32_t value;
+    uint32_t meta; /* kind in bits 28..31, index/reason in bits 0..27 */
 };
 _Static_assert(sizeof(struct ringlm_wire_event) == 16, "event slot is 16 bytes");
 
 #define RINGLM_WIRE_EV_KIND(meta)      ((meta) >> 28)
-#define RINGLM_WIRE_EV_LOW(meta)       ((meta) & 0x0fffffffu)
-#define RINGLM_WIRE_EV_META(kind, low) (((uint32_t)(kind) << 28) | ((uint32_t)(low) & 0x0fffffffu))
+#define RINGLM_WIRE_EV_LOW(meta)       ((meta)&0x0fffffffu)
+#define RINGLM_WIRE_EV_META(kind, low) (((uint32_t)(kind) << 28) | ((uint32_t)(low)&0x0fffffffu))
 #define RINGLM_WIRE_INDEX_MAX          0x0fffffffu
 
 /* ---- submit records (client → daemon), length-prefixed, 8-byte aligned ---- */
 enum ringlm_wire_rec_type {
-	RINGLM_WIRE_REC_REQUEST = 1,
-	RINGLM_WIRE_REC_CANCEL  = 2,
+    RINGLM_WIRE_REC_REQUEST = 1,
+    RINGLM_WIRE_REC_CANCEL = 2,
 };
 struct ringlm_wire_rec_hdr {
-	uint32_t len;   /* whole record in bytes, header included, multiple of 8 */
-	uint16_t type;  /* enum ringlm_wire_rec_type */
-	uint16_t flags; /* none defined: must be 0 */
+    uint32_t len;   /* whole record in bytes, header included, multiple of 8 */
+    uint16_t type;  /* enum ringlm_wire_rec_type */
+    uint16_t flags; /* none defined: must be 0 */
 };
 
-#define RINGLM_WIRE_NAME_LEN      16   /* class name / tenant tag, NUL-terminated inside */
-#define RINGLM_WIRE_REQ_F_TENANT  1u   /* tenant_tag is meaningful */
-#define RINGLM_WIRE_REQ_F_IGNORE_STOP 2u /* the stop token does not end the request: exactly
+#define RINGLM_WIRE_NAME_LEN     16 /* class name / tenant tag, NUL-terminated inside */
+#define RINGLM_WIRE_REQ_F_TENANT 1u /* tenant_tag is meaningful */
+#define RINGLM_WIRE_REQ_F_IGNORE_STOP                                                              \
+    2u /* the stop token does not end the request: exactly
                                             max_new_tokens are generated (vLLM's ignore_eos) */
-#define RINGLM_WIRE_REQ_F_KNOWN   (RINGLM_WIRE_REQ_F_TENANT | RINGLM_WIRE_REQ_F_IGNORE_STOP)
+#define RINGLM_WIRE_REQ_F_KNOWN (RINGLM_WIRE_REQ_F_TENANT | RINGLM_WIRE_REQ_F_IGNORE_STOP)
 
 struct ringlm_wire_request {
-	uint64_t req_id;          /* client-chosen, unique per session, != 0 */
-	uint64_t seed;            /* sampling seed */
-	uint64_t deadline_us;     /* relative to submit_mono_us; 0 = none */
-	uint64_t submit_mono_us;  /* client's CLOCK_MONOTONIC at submit (untrusted hint) */
-	uint32_t max_new_tokens;  /* >= 1 */
-	uint32_t n_prompt;        /* prompt token ids that follow the struct */
-	float    temperature;     /* 0 = greedy */
-	float    top_p;           /* (0, 1] */
-	uint32_t top_k;           /* 0 = off */
-	uint32_t flags;           /* RINGLM_WIRE_REQ_F_* */
-	char     class_name[RINGLM_WIRE_NAME_LEN];
-	char     tenant_tag[RINGLM_WIRE_NAME_LEN];
-	/* int32_t prompt[n_prompt]; then zero padding to a multiple of 8 */
+    uint64_t req_id;         /* client-chosen, unique per session, != 0 */
+    uint64_t seed;           /* sampling seed */
+    uint64_t deadline_us;    /* relative to submit_mono_us; 0 = none */
+    uint64_t submit_mono_us; /* client's CLOCK_MONOTONIC at submit (untrusted hint) */
+    uint32_t max_new_tokens; /* >= 1 */
+    uint32_t n_prompt;       /* prompt token ids that follow the struct */
+    float temperature;       /* 0 = greedy */
+    float top_p;             /* (0, 1] */
+    uint32_t top_k;          /* 0 = off */
+    uint32_t flags;          /* RINGLM_WIRE_REQ_F_* */
+    char class_name[RINGLM_WIRE_NAME_LEN];
+    char tenant_tag[RINGLM_WIRE_NAME_LEN];
+    /* int32_t prompt[n_prompt]; then zero padding to a multiple of 8 */
 };
 _Static_assert(sizeof(struct ringlm_wire_request) == 88, "request layout");
 
 struct ringlm_wire_cancel {
-	uint64_t req_id;
+    uint64_t req_id;
 };
 
 /* Bytes of a request record with n prompt tokens (header + struct + prompt, padded). */
 static inline uint64_t ringlm_wire_request_bytes(uint64_t n_prompt)
 {
-	uint64_t b = sizeof(struct ringlm_wire_rec_hdr) + sizeof(struct ringlm_wire_request) +
-		     n_prompt * sizeof(int32_t);
-	return (b + 7) & ~(uint64_t)7;
+    uint64_t b = sizeof(struct ringlm_wire_rec_hdr) + sizeof(struct ringlm_wire_request) +
+                 n_prompt * sizeof(int32_t);
+    return (b + 7) & ~(uint64_t)7;
 }
-#define RINGLM_WIRE_CANCEL_BYTES \
-	(sizeof(struct ringlm_wire_rec_hdr) + sizeof(struct ringlm_wire_cancel))
+#define RINGLM_WIRE_CANCEL_BYTES                                                                   \
+    (sizeof(struct ringlm_wire_rec_hdr) + sizeof(struct ringlm_wire_cancel))
 
 /* ---- segment layout ----------------------------------------------------------------
  * Client segment (written by the client; the daemon maps it RW and trusts nothing in it):
@@ -132,62 +133,63 @@ static inline uint64_t ringlm_wire_request_bytes(uint64_t n_prompt)
  * because both sides compare distances (prod - cons, unsigned), never positions, and a
  * distance above the capacity is an error, never data.
  */
-#define RINGLM_WIRE_LINE 128 /* two cache lines, so the adjacent-line prefetcher does not
+#define RINGLM_WIRE_LINE                                                                           \
+    128 /* two cache lines, so the adjacent-line prefetcher does not
                                 couple a producer field with a consumer field */
 
 enum ringlm_wire_seg_kind { RINGLM_WIRE_SEG_CLIENT = 1, RINGLM_WIRE_SEG_DAEMON = 2 };
 
 struct ringlm_wire_seg_header {
-	uint32_t magic;            /* RINGLM_WIRE_MAGIC */
-	uint32_t abi;              /* RINGLM_WIRE_ABI */
-	uint32_t kind;             /* enum ringlm_wire_seg_kind */
-	uint32_t header_bytes;     /* offset of the first field line */
-	uint64_t seg_bytes;        /* whole segment */
-	uint64_t session_id;
-	uint64_t data_off;         /* offset of the ring data (page aligned) */
-	uint64_t data_bytes;       /* submit ring bytes / event slots * 16 */
+    uint32_t magic;        /* RINGLM_WIRE_MAGIC */
+    uint32_t abi;          /* RINGLM_WIRE_ABI */
+    uint32_t kind;         /* enum ringlm_wire_seg_kind */
+    uint32_t header_bytes; /* offset of the first field line */
+    uint64_t seg_bytes;    /* whole segment */
+    uint64_t session_id;
+    uint64_t data_off;   /* offset of the ring data (page aligned) */
+    uint64_t data_bytes; /* submit ring bytes / event slots * 16 */
 };
 
 /* Client-written fields. */
 struct ringlm_wire_cseg {
-	struct ringlm_wire_seg_header hdr;
-	uint8_t  pad0[RINGLM_WIRE_LINE - sizeof(struct ringlm_wire_seg_header)];
-	uint64_t submit_prod;      /* bytes written into the submit ring (release) */
-	uint8_t  pad1[RINGLM_WIRE_LINE - 8];
-	uint64_t ev_cons;          /* event slots consumed (release); written per event */
-	uint8_t  pad2[RINGLM_WIRE_LINE - 8];
-	/* Own line: the daemon reads it at every publish, and a line the client writes per
+    struct ringlm_wire_seg_header hdr;
+    uint8_t pad0[RINGLM_WIRE_LINE - sizeof(struct ringlm_wire_seg_header)];
+    uint64_t submit_prod; /* bytes written into the submit ring (release) */
+    uint8_t pad1[RINGLM_WIRE_LINE - 8];
+    uint64_t ev_cons; /* event slots consumed (release); written per event */
+    uint8_t pad2[RINGLM_WIRE_LINE - 8];
+    /* Own line: the daemon reads it at every publish, and a line the client writes per
 	 * event would bounce back to the client each time. */
-	uint32_t client_sleeping;  /* 1 while the client may be in futex wait on ev_prod */
-	uint8_t  pad2b[RINGLM_WIRE_LINE - 4];
-	uint32_t doorbell;         /* futex word: client bumps + wakes when daemon_sleeping */
-	uint8_t  pad3[RINGLM_WIRE_LINE - 4];
+    uint32_t client_sleeping; /* 1 while the client may be in futex wait on ev_prod */
+    uint8_t pad2b[RINGLM_WIRE_LINE - 4];
+    uint32_t doorbell; /* futex word: client bumps + wakes when daemon_sleeping */
+    uint8_t pad3[RINGLM_WIRE_LINE - 4];
 };
 
 enum ringlm_wire_state {
-	RINGLM_WIRE_ST_ALIVE    = 1,
-	RINGLM_WIRE_ST_DRAINING = 2, /* no new requests; running ones finish */
-	RINGLM_WIRE_ST_CLOSED   = 3, /* session ended by the daemon; reason in status */
+    RINGLM_WIRE_ST_ALIVE = 1,
+    RINGLM_WIRE_ST_DRAINING = 2, /* no new requests; running ones finish */
+    RINGLM_WIRE_ST_CLOSED = 3,   /* session ended by the daemon; reason in status */
 };
 
 /* Daemon-written fields. */
 struct ringlm_wire_dseg {
-	struct ringlm_wire_seg_header hdr;
-	uint8_t  pad0[RINGLM_WIRE_LINE - sizeof(struct ringlm_wire_seg_header)];
-	uint64_t ev_prod;          /* event slots published (release); low 32 bits are the
+    struct ringlm_wire_seg_header hdr;
+    uint8_t pad0[RINGLM_WIRE_LINE - sizeof(struct ringlm_wire_seg_header)];
+    uint64_t ev_prod; /* event slots published (release); low 32 bits are the
 	                              futex word the client sleeps on */
-	uint8_t  pad1[RINGLM_WIRE_LINE - 8];
-	uint64_t submit_cons;      /* submit-ring bytes consumed (release) */
-	uint8_t  pad2[RINGLM_WIRE_LINE - 8];
-	/* Own line, read by the client after every submit (see ringlm_wire_cseg). */
-	uint32_t daemon_sleeping;  /* 1: client must ring the doorbell after publishing */
-	uint32_t want_space;       /* 1: daemon waits for event-ring space (ring on ev_cons) */
-	uint8_t  pad2b[RINGLM_WIRE_LINE - 8];
-	uint32_t state;            /* enum ringlm_wire_state */
-	int32_t  end_errno;        /* negative errno when CLOSED */
-	uint64_t policy_hash;      /* current policy identity */
-	uint64_t session_id;
-	char     end_reason[104];  /* NUL-terminated text when CLOSED */
+    uint8_t pad1[RINGLM_WIRE_LINE - 8];
+    uint64_t submit_cons; /* submit-ring bytes consumed (release) */
+    uint8_t pad2[RINGLM_WIRE_LINE - 8];
+    /* Own line, read by the client after every submit (see ringlm_wire_cseg). */
+    uint32_t daemon_sleeping; /* 1: client must ring the doorbell after publishing */
+    uint32_t want_space;      /* 1: daemon waits for event-ring space (ring on ev_cons) */
+    uint8_t pad2b[RINGLM_WIRE_LINE - 8];
+    uint32_t state;       /* enum ringlm_wire_state */
+    int32_t end_errno;    /* negative errno when CLOSED */
+    uint64_t policy_hash; /* current policy identity */
+    uint64_t session_id;
+    char end_reason[104]; /* NUL-terminated text when CLOSED */
 };
 
 #define RINGLM_WIRE_HEADER_AREA 4096 /* ring data starts on the next page */
@@ -195,10 +197,10 @@ _Static_assert(sizeof(struct ringlm_wire_cseg) <= RINGLM_WIRE_HEADER_AREA, "cseg
 _Static_assert(sizeof(struct ringlm_wire_dseg) <= RINGLM_WIRE_HEADER_AREA, "dseg");
 
 /* Limits the daemon accepts in the handshake / config. */
-#define RINGLM_WIRE_SUBMIT_MIN   4096u
-#define RINGLM_WIRE_SUBMIT_MAX   (64u << 20)
-#define RINGLM_WIRE_EVSLOTS_MIN  64u
-#define RINGLM_WIRE_EVSLOTS_MAX  (1u << 22)
+#define RINGLM_WIRE_SUBMIT_MIN  4096u
+#define RINGLM_WIRE_SUBMIT_MAX  (64u << 20)
+#define RINGLM_WIRE_EVSLOTS_MIN 64u
+#define RINGLM_WIRE_EVSLOTS_MAX (1u << 22)
 
 /* ---- socket handshake (SOCK_SEQPACKET) -------------------------------------------------
  * client → daemon: hello.  daemon → client: welcome, with SCM_RIGHTS fds
@@ -208,34 +210,34 @@ _Static_assert(sizeof(struct ringlm_wire_dseg) <= RINGLM_WIRE_HEADER_AREA, "dseg
 enum ringlm_wire_doorbell { RINGLM_WIRE_DB_FUTEX = 1, RINGLM_WIRE_DB_EVENTFD = 2 };
 
 struct ringlm_wire_hello {
-	uint32_t magic;
-	uint32_t abi;
-	uint32_t flags;            /* none defined: 0 */
-	uint32_t reserved;
+    uint32_t magic;
+    uint32_t abi;
+    uint32_t flags; /* none defined: 0 */
+    uint32_t reserved;
 };
 
 struct ringlm_wire_welcome {
-	uint32_t magic;
-	uint32_t abi;              /* the daemon's ABI (also sent on failure) */
-	int32_t  status;           /* 0 or -errno (-EPROTO ABI mismatch, -EUSERS limits...) */
-	uint32_t doorbell_mode;    /* enum ringlm_wire_doorbell */
-	uint64_t session_id;
-	uint64_t cseg_bytes;
-	uint64_t dseg_bytes;
-	uint64_t policy_hash;
-	char     detail[160];      /* why, when status != 0 */
+    uint32_t magic;
+    uint32_t abi;           /* the daemon's ABI (also sent on failure) */
+    int32_t status;         /* 0 or -errno (-EPROTO ABI mismatch, -EUSERS limits...) */
+    uint32_t doorbell_mode; /* enum ringlm_wire_doorbell */
+    uint64_t session_id;
+    uint64_t cseg_bytes;
+    uint64_t dseg_bytes;
+    uint64_t policy_hash;
+    char detail[160]; /* why, when status != 0 */
 };
 
 /* ---- copy-once record parsing (shm/wire.c) ------------------------------------------ */
 
 /* A record after parsing: everything refers to the caller's private copy. */
 struct ringlm_wire_parsed {
-	uint16_t type;
-	const struct ringlm_wire_request *req;  /* REQUEST: the struct inside the copy */
-	const int32_t *prompt;                  /* REQUEST: n = req->n_prompt */
-	char class_name[RINGLM_WIRE_NAME_LEN];  /* NUL-terminated copies */
-	char tenant_tag[RINGLM_WIRE_NAME_LEN];  /* "" unless REQ_F_TENANT */
-	uint64_t cancel_id;                     /* CANCEL */
+    uint16_t type;
+    const struct ringlm_wire_request *req; /* REQUEST: the struct inside the copy */
+    const int32_t *prompt;                 /* REQUEST: n = req->n_prompt */
+    char class_name[RINGLM_WIRE_NAME_LEN]; /* NUL-terminated copies */
+    char tenant_tag[RINGLM_WIRE_NAME_LEN]; /* "" unless REQ_F_TENANT */
+    uint64_t cancel_id;                    /* CANCEL */
 };
 
 /*
@@ -244,8 +246,8 @@ struct ringlm_wire_parsed {
  * n_prompt consistent with len, req_id != 0.  Returns 0, or -EBADMSG with a detail
  * ("request record is 96 bytes, 3 prompt tokens need 104") in why.
  */
-int ringlm_wire_parse(const void *rec, size_t len, struct ringlm_wire_parsed *out,
-		      char *why, size_t why_len);
+int ringlm_wire_parse(const void *rec, size_t len, struct ringlm_wire_parsed *out, char *why,
+                      size_t why_len);
 
 /*
  * Semantic checks of a structurally valid request (ranges of the sampling
@@ -253,7 +255,6 @@ int ringlm_wire_parse(const void *rec, size_t len, struct ringlm_wire_parsed *ou
  * (RINGLM_WIRE_R_BAD_PARAMS) with a detail.  Services call it; the client library
  * applies the same checks before submitting.
  */
-int ringlm_wire_check_request(const struct ringlm_wire_request *req, char *why,
-			      size_t why_len);
+int ringlm_wire_check_request(const struct ringlm_wire_request *req, char *why, size_t why_len);
 
 #endif

@@ -32,10 +32,20 @@ void sim_options_defaults(sim_options *o)
 
 /* ---- a small binary min-heap of timed events ------------------------------------------ */
 
-typedef struct tev { int64_t t; uint64_t seq, a, b, c; } tev;
-typedef struct theap { tev *v; size_t n, cap; uint64_t seq; } theap;
+typedef struct tev {
+    int64_t t;
+    uint64_t seq, a, b, c;
+} tev;
+typedef struct theap {
+    tev *v;
+    size_t n, cap;
+    uint64_t seq;
+} theap;
 
-static bool tev_less(const tev *x, const tev *y) { return x->t != y->t ? x->t < y->t : x->seq < y->seq; }
+static bool tev_less(const tev *x, const tev *y)
+{
+    return x->t != y->t ? x->t < y->t : x->seq < y->seq;
+}
 
 static int theap_push(theap *h, int64_t t, uint64_t a, uint64_t b, uint64_t c)
 {
@@ -47,11 +57,13 @@ static int theap_push(theap *h, int64_t t, uint64_t a, uint64_t b, uint64_t c)
         h->cap = cap;
     }
     size_t i = h->n++;
-    h->v[i] = (tev){ t, h->seq++, a, b, c };
+    h->v[i] = (tev){t, h->seq++, a, b, c};
     while (i > 0) {
         size_t p = (i - 1) / 2;
         if (!tev_less(&h->v[i], &h->v[p])) break;
-        tev tmp = h->v[i]; h->v[i] = h->v[p]; h->v[p] = tmp;
+        tev tmp = h->v[i];
+        h->v[i] = h->v[p];
+        h->v[p] = tmp;
         i = p;
     }
     return 0;
@@ -67,39 +79,44 @@ static tev theap_pop(theap *h)
         if (l < h->n && tev_less(&h->v[l], &h->v[m])) m = l;
         if (r < h->n && tev_less(&h->v[r], &h->v[m])) m = r;
         if (m == i) break;
-        tev tmp = h->v[i]; h->v[i] = h->v[m]; h->v[m] = tmp;
+        tev tmp = h->v[i];
+        h->v[i] = h->v[m];
+        h->v[m] = tmp;
         i = m;
     }
     return top;
 }
 
-static int64_t theap_next(const theap *h) { return h->n ? h->v[0].t : INT64_MAX; }
+static int64_t theap_next(const theap *h)
+{
+    return h->n ? h->v[0].t : INT64_MAX;
+}
 
 /* ---- state -------------------------------------------------------------------------------- */
 
 typedef struct eng {
-    sim_run       *run;
+    sim_run *run;
     const sim_trace *t;
     const sim_options *o;
-    sched         *s;
-    size_t         next_arrival;
-    uint32_t      *cancel_order;  /* trace indices with a cancel time, by cancel time */
-    size_t         n_cancels, next_cancel;
-    theap          retries;       /* t, trace index, attempt number */
-    theap          xfers;         /* t, transfer id, bytes, duration */
-    int64_t        link_free[SCHED_POOL__COUNT][2];   /* [sched_pool][sched_xfer_dir] */
-    size_t         live;
-    sched_result  *results;
-    size_t         results_cap;
-    int64_t        next_sample;
-    uint64_t       int_steps, int_tokens;
-    int64_t        last_progress_any;
-    int32_t       *tok;           /* prompt tokens standing for a request's block hashes */
-    size_t         tok_cap;
-    uint32_t      *costs;         /* trace indices with a recorded cost model, by its time */
-    size_t         n_costs, next_cost;
+    sched *s;
+    size_t next_arrival;
+    uint32_t *cancel_order; /* trace indices with a cancel time, by cancel time */
+    size_t n_cancels, next_cancel;
+    theap retries;                           /* t, trace index, attempt number */
+    theap xfers;                             /* t, transfer id, bytes, duration */
+    int64_t link_free[SCHED_POOL__COUNT][2]; /* [sched_pool][sched_xfer_dir] */
+    size_t live;
+    sched_result *results;
+    size_t results_cap;
+    int64_t next_sample;
+    uint64_t int_steps, int_tokens;
+    int64_t last_progress_any;
+    int32_t *tok; /* prompt tokens standing for a request's block hashes */
+    size_t tok_cap;
+    uint32_t *costs; /* trace indices with a recorded cost model, by its time */
+    size_t n_costs, next_cost;
     const sched_cost_state *cost; /* the record in force (NULL: none) */
-    char           line[2048];
+    char line[2048];
 } eng;
 
 static void sink(void *ctx, const sched_event *ev)
@@ -151,7 +168,8 @@ static int maybe_retry(eng *e, sim_rec *x, int64_t now)
     /* "immediate" still costs a client round trip; 1 ms keeps a retry from landing in the
      * very iteration that refused it. Backoff doubles per attempt, without jitter, so runs
      * stay reproducible. */
-    int64_t delay = o->retry == SIM_RETRY_IMMEDIATE ? 1000 : o->retry_backoff_us << (x->attempt - 1);
+    int64_t delay =
+        o->retry == SIM_RETRY_IMMEDIATE ? 1000 : o->retry_backoff_us << (x->attempt - 1);
     return theap_push(&e->retries, now + delay, x->req, x->attempt + 1, 0);
 }
 
@@ -182,13 +200,16 @@ static int submit(eng *e, uint32_t req, uint32_t attempt, int64_t at, int64_t no
         .class_name = e->t->classes[q->klass],
         .prompt_len = q->prompt_tokens,
         .max_new_tokens = q->max_tokens,
-        .deadline_us = q->deadline_us == SIM_NO_TIME ? 0 : (uint64_t)(q->deadline_us > 0 ? q->deadline_us : 1),
+        .deadline_us =
+            q->deadline_us == SIM_NO_TIME ? 0 : (uint64_t)(q->deadline_us > 0 ? q->deadline_us : 1),
         .arrival_us = (uint64_t)at,
     };
     if (e->o->prefix_cache && (q->n_hash || q->n_ahash) && sr.tenant >= 0) {
         if (q->prompt_tokens > e->tok_cap) {
             int32_t *p = realloc(e->tok, (size_t)q->prompt_tokens * sizeof *p);
-            if (!p) return sim_err_setc(-ENOMEM, "out of memory for a %u-token prompt", q->prompt_tokens);
+            if (!p)
+                return sim_err_setc(-ENOMEM, "out of memory for a %u-token prompt",
+                                    q->prompt_tokens);
             e->tok = p;
             e->tok_cap = q->prompt_tokens;
         }
@@ -246,7 +267,8 @@ static int deliver(eng *e, int64_t now)
     while (theap_next(&e->xfers) <= now) {
         tev x = theap_pop(&e->xfers);
         rc = sched_transfer_done(e->s, x.a, (uint64_t)x.t, x.b, x.c, 0);
-        if (rc < 0 && rc != -ENOENT) return sim_err_setc(rc, "sched_transfer_done: %s", sched_last_error());
+        if (rc < 0 && rc != -ENOENT)
+            return sim_err_setc(rc, "sched_transfer_done: %s", sched_last_error());
     }
     while (e->next_cancel < e->n_cancels &&
            e->t->reqs[e->cancel_order[e->next_cancel]].cancel_us <= now)
@@ -264,7 +286,7 @@ static int deliver(eng *e, int64_t now)
             if (q->cancel_us != SIM_NO_TIME && q->cancel_us <= ta) cancel_req(e, req, now);
         } else {
             tev x = theap_pop(&e->retries);
-            if (x.c) continue;   /* dropped by a cancel */
+            if (x.c) continue; /* dropped by a cancel */
             sim_rec *prev = &e->run->recs[e->run->final_rec[x.a]];
             prev->retried = 1;
             if ((rc = submit(e, (uint32_t)x.a, (uint32_t)x.b, x.t, now)) < 0) return rc;
@@ -297,7 +319,8 @@ static int sample(eng *e, int64_t now)
         row[SIM_TS_KV_DISK] = c.kv_used[SCHED_POOL_DISK];
         row[SIM_TS_KV_DEVICE_PCT] = c.kv_total[0] ? 100.0 * c.kv_used[0] / c.kv_total[0] : 0;
         row[SIM_TS_STEPS] = (double)e->int_steps;
-        row[SIM_TS_TOKENS_PER_STEP] = e->int_steps ? (double)e->int_tokens / (double)e->int_steps : 0;
+        row[SIM_TS_TOKENS_PER_STEP] =
+            e->int_steps ? (double)e->int_tokens / (double)e->int_steps : 0;
         for (unsigned i = 0; i < e->t->n_tenants; i++)
             row[SIM_TS_FIXED_COLS + i] = (double)r->served_by_tenant[i];
         e->int_steps = e->int_tokens = 0;
@@ -347,8 +370,10 @@ static int plan_bookkeeping(eng *e, const sched_plan *p, int64_t now, int64_t *r
     for (uint32_t i = 0; i < p->n_preemptions; i++) {
         uint64_t id = p->preemptions[i].req;
         if (id == 0 || id > r->n_recs) continue;
-        if (p->preemptions[i].mode == SCHED_PREEMPT_SWAP) r->recs[id - 1].preempt_swap++;
-        else r->recs[id - 1].preempt_recompute++;
+        if (p->preemptions[i].mode == SCHED_PREEMPT_SWAP)
+            r->recs[id - 1].preempt_swap++;
+        else
+            r->recs[id - 1].preempt_recompute++;
     }
     /* Transfers in plan order; `loop` is where the daemon's loop is in it.  A swap runs in the
      * background: its sequence waits for the completion, others keep stepping.  A cache copy
@@ -369,15 +394,21 @@ static int plan_bookkeeping(eng *e, const sched_plan *p, int64_t now, int64_t *r
         /* the recorded run's bandwidth for this tier and direction, once it had measured one:
          * its copies' bytes over their realised time (latency included), the link as that
          * run had it — under its machine's load, which the service model does not see */
-        if (e->cost && !e->o->tier_bw_given[tier] && (dir ? e->cost->in_measured[tier] : e->cost->out_measured[tier])) {
+        if (e->cost && !e->o->tier_bw_given[tier] &&
+            (dir ? e->cost->in_measured[tier] : e->cost->out_measured[tier])) {
             bw = dir ? e->cost->tier[tier].in_bytes_per_s : e->cost->tier[tier].out_bytes_per_s;
             lat = 0;
         }
         int64_t dur = (int64_t)ceil(lat + (bw > 0 ? (double)x->bytes / bw * 1e6 : 0));
         if (dur < 1) dur = 1;
         e->link_free[tier][dir] = start + dur;
-        if (dir) { r->transfers_in++; r->bytes_in += x->bytes; }
-        else { r->transfers_out++; r->bytes_out += x->bytes; }
+        if (dir) {
+            r->transfers_in++;
+            r->bytes_in += x->bytes;
+        } else {
+            r->transfers_out++;
+            r->bytes_out += x->bytes;
+        }
         if (sync) {
             /* done before anything after it, as the daemon reports it: right after the copy */
             loop = start + dur;
@@ -422,13 +453,14 @@ static int apply_recorded_cost(eng *e)
     if (!e->n_costs) return 0;
     while (e->next_cost < e->n_costs && started(e, e->costs[e->next_cost])) e->next_cost++;
     size_t k = e->next_cost < e->n_costs && e->costs[e->next_cost] < e->next_arrival ? e->next_cost
-               : e->next_cost ? e->next_cost - 1 : 0;
+               : e->next_cost ? e->next_cost - 1
+                              : 0;
     const sim_req *q = &e->t->reqs[e->costs[k]];
     e->cost = &e->t->costs[q->cost_idx - 1];
     int rc = sched_set_cost_state(e->s, e->cost);
     if (rc < 0)
-        return sim_err_setc(rc, "the recorded cost model of request %llu (line %u): %s", (unsigned long long)q->src_id,
-                            q->src_line, sched_last_error());
+        return sim_err_setc(rc, "the recorded cost model of request %llu (line %u): %s",
+                            (unsigned long long)q->src_id, q->src_line, sched_last_error());
     return 0;
 }
 
@@ -447,7 +479,8 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
     clock_gettime(CLOCK_MONOTONIC, &w0);
 
     const sim_service *svc = o->svc;
-    snprintf(run->policy_name, sizeof run->policy_name, "%s", o->policy_name ? o->policy_name : "policy");
+    snprintf(run->policy_name, sizeof run->policy_name, "%s",
+             o->policy_name ? o->policy_name : "policy");
     snprintf(run->policy_hash, sizeof run->policy_hash, "%s", sched_policy_hash_hex(o->policy));
     const sched_policy_cfg *pc = sched_policy_get(o->policy);
     snprintf(run->mode, sizeof run->mode, "%s", sched_mode_name(pc->mode));
@@ -466,7 +499,8 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
             if (used && (strcmp(t->tenants[i], "default") != 0 || k < 0)) {
                 char m[200];
                 snprintf(m, sizeof m, "tenant \"%s\" is not in the policy: %s", t->tenants[i],
-                         k >= 0 ? "its requests go to the default tenant" : "its requests are refused");
+                         k >= 0 ? "its requests go to the default tenant"
+                                : "its requests are refused");
                 warn(run, m);
             }
         }
@@ -476,14 +510,17 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         int k = sched_policy_class_index(o->policy, t->classes[i]);
         /* A recorded (native) trace names classes as clients did: replay them as they were,
          * so a class the policy lacks is refused as the daemon refused it. */
-        if (k < 0 && t->labelled) k = -1;
+        if (k < 0 && t->labelled)
+            k = -1;
         else if (k < 0) {
             k = sched_policy_class_index(o->policy, NULL);
             bool used = false;
             for (size_t j = 0; j < t->n && !used; j++) used = t->reqs[j].klass == i;
             if (used && strcmp(t->classes[i], "default") != 0) {
                 char m[200];
-                snprintf(m, sizeof m, "class \"%s\" is not in the policy: its requests use the default class", t->classes[i]);
+                snprintf(m, sizeof m,
+                         "class \"%s\" is not in the policy: its requests use the default class",
+                         t->classes[i]);
                 warn(run, m);
             }
         }
@@ -518,31 +555,42 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
                  .decode_seq_us = model.decode_seq_us > 0 ? model.decode_seq_us : 0,
                  .context_token_us = model.context_token_us > 0 ? model.context_token_us : 0,
                  .prefill_pair_us = model.prefill_pair_us > 0 ? model.prefill_pair_us : 0},
-        .host = { svc->host.out_bytes_per_s, svc->host.in_bytes_per_s, svc->host.latency_us },
-        .disk = { sim_service_link(svc, SCHED_POOL_DISK)->out_bytes_per_s,
-                  sim_service_link(svc, SCHED_POOL_DISK)->in_bytes_per_s,
-                  sim_service_link(svc, SCHED_POOL_DISK)->latency_us },
+        .host = {svc->host.out_bytes_per_s, svc->host.in_bytes_per_s, svc->host.latency_us},
+        .disk = {sim_service_link(svc, SCHED_POOL_DISK)->out_bytes_per_s,
+                 sim_service_link(svc, SCHED_POOL_DISK)->in_bytes_per_s,
+                 sim_service_link(svc, SCHED_POOL_DISK)->latency_us},
     };
     run->final_rec = malloc((t->n ? t->n : 1) * sizeof *run->final_rec);
     e.cancel_order = malloc((t->n ? t->n : 1) * sizeof *e.cancel_order);
-    if (!run->final_rec || !e.cancel_order) { rc = -ENOMEM; goto out; }
+    if (!run->final_rec || !e.cancel_order) {
+        rc = -ENOMEM;
+        goto out;
+    }
     for (size_t i = 0; i < t->n; i++) {
         run->final_rec[i] = UINT32_MAX;
         if (t->reqs[i].cancel_us != SIM_NO_TIME) e.cancel_order[e.n_cancels++] = (uint32_t)i;
     }
     qsort_r(e.cancel_order, e.n_cancels, sizeof *e.cancel_order, cmp_cancel, (void *)t);
 
-    if (cfg.kv_blocks_disk && !svc->disk.present && !svc->host.present) cfg.kv_blocks_disk = 0;   /* no link to it */
+    if (cfg.kv_blocks_disk && !svc->disk.present && !svc->host.present)
+        cfg.kv_blocks_disk = 0; /* no link to it */
     rc = sched_create(o->policy, &cfg, o->decision_log ? sink : NULL, &e, o->seed, &e.s);
-    if (rc < 0) { rc = sim_err_setc(rc, "sched_create: %s", sched_last_error()); goto out; }
+    if (rc < 0) {
+        rc = sim_err_setc(rc, "sched_create: %s", sched_last_error());
+        goto out;
+    }
     if (o->recorded_costs && t->n_costs) {
         e.costs = malloc(t->n * sizeof *e.costs);
-        if (!e.costs) { rc = -ENOMEM; goto out; }
+        if (!e.costs) {
+            rc = -ENOMEM;
+            goto out;
+        }
         for (size_t i = 0; i < t->n; i++)
             if (t->reqs[i].cost_idx) e.costs[e.n_costs++] = (uint32_t)i;
         qsort_r(e.costs, e.n_costs, sizeof *e.costs, cmp_cost, (void *)t);
     }
-    run->slot_capacity = pc->mode == SCHED_MODE_STATIC ? pc->static_batch_size : pc->max_active_seqs;
+    run->slot_capacity =
+        pc->mode == SCHED_MODE_STATIC ? pc->static_batch_size : pc->max_active_seqs;
 
     int64_t now = t->n ? t->reqs[0].arrival_us : 0;
     if (now < 0) now = 0;
@@ -553,11 +601,14 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         if ((rc = sample(&e, now)) < 0) goto out;
         if ((rc = apply_recorded_cost(&e)) < 0) goto out;
         const sched_plan *p = sched_step(e.s, (uint64_t)now);
-        if (!p) { rc = sim_err_setc(-ENOMEM, "sched_step: %s", sched_last_error()); goto out; }
+        if (!p) {
+            rc = sim_err_setc(-ENOMEM, "sched_step: %s", sched_last_error());
+            goto out;
+        }
         int64_t ready = now;
         if ((rc = plan_bookkeeping(&e, p, now, &ready)) < 0) goto out;
         if (p->n_entries == 0 && ready > now) {
-            now = ready;   /* the loop was busy copying */
+            now = ready; /* the loop was busy copying */
             continue;
         }
         if (p->n_entries == 0) {
@@ -568,7 +619,8 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
                 if (now + o->idle_poll_us < next) next = now + o->idle_poll_us;
                 if (now - e.last_progress_any > o->stall_stop_us && next_event(&e) == INT64_MAX) {
                     char m[200];
-                    snprintf(m, sizeof m, "stopped: %zu requests made no progress for %.0f s of simulated time",
+                    snprintf(m, sizeof m,
+                             "stopped: %zu requests made no progress for %.0f s of simulated time",
                              e.live, (double)o->stall_stop_us / 1e6);
                     warn(run, m);
                     run->still_live = e.live;
@@ -584,17 +636,20 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         sched_plan_work_of(p, &w);
         /* engine + the serving loop's measured share (its context term follows the decode
          * rows it was measured on) + the what-if knobs */
-        double step = (sched_step_model_us(&model, &w) +
-                       svc->loop_step_us + svc->loop_context_us * w.decode_context) * o->step_scale *
-                      sim_service_speed_at(svc, ready) +
+        double step = (sched_step_model_us(&model, &w) + svc->loop_step_us +
+                       svc->loop_context_us * w.decode_context) *
+                          o->step_scale * sim_service_speed_at(svc, ready) +
                       o->step_overhead_us;
         int64_t dur = (int64_t)ceil(step);
         if (dur < 1) dur = 1;
-        int64_t end = ready + dur;   /* after the cache copies the loop did first */
+        int64_t end = ready + dur; /* after the cache copies the loop did first */
         if (p->n_entries > e.results_cap) {
             size_t cap = p->n_entries * 2;
             sched_result *nr = realloc(e.results, cap * sizeof *nr);
-            if (!nr) { rc = -ENOMEM; goto out; }
+            if (!nr) {
+                rc = -ENOMEM;
+                goto out;
+            }
             e.results = nr;
             e.results_cap = cap;
         }
@@ -606,23 +661,31 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
             const sim_req *q = &t->reqs[x->req];
             if (x->first_sched_us < 0) {
                 x->first_sched_us = now;
-                sched_req_info ri;   /* its cached prefix, for the request log */
-                if (o->prefix_cache && sched_get_request(e.s, en->req, &ri) == 0) x->cached_tokens = ri.cached_tokens;
+                sched_req_info ri; /* its cached prefix, for the request log */
+                if (o->prefix_cache && sched_get_request(e.s, en->req, &ri) == 0)
+                    x->cached_tokens = ri.cached_tokens;
                 /* and the cost model it was admitted with, as ringlmd logs it (sched_cost) */
                 if (run->n_costs == run->cap_costs) {
                     size_t cap = run->cap_costs ? run->cap_costs * 2 : 256;
                     sched_cost_state *c = realloc(run->costs, cap * sizeof *c);
-                    if (!c) { rc = -ENOMEM; goto out; }
+                    if (!c) {
+                        rc = -ENOMEM;
+                        goto out;
+                    }
                     run->costs = c;
                     run->cap_costs = cap;
                 }
                 sched_get_cost_state(e.s, &run->costs[run->n_costs++]);
                 x->cost_idx = (uint32_t)run->n_costs;
             }
-            if (now - x->last_progress_us > x->max_starve_us) x->max_starve_us = now - x->last_progress_us;
+            if (now - x->last_progress_us > x->max_starve_us)
+                x->max_starve_us = now - x->last_progress_us;
             x->last_progress_us = end;
             bool cancelled_before = q->cancel_us != SIM_NO_TIME && q->cancel_us <= now;
-            if (en->prefill) { x->prefill_done += en->n_tokens; run->served_by_tenant[q->tenant] += en->n_tokens; }
+            if (en->prefill) {
+                x->prefill_done += en->n_tokens;
+                run->served_by_tenant[q->tenant] += en->n_tokens;
+            }
             sched_result *res = &e.results[nres++];
             res->req = en->req;
             res->tokens = 0;
@@ -631,8 +694,8 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
             /* A recorded request that ended on its stop token delivered output_tokens and
              * then sampled the stop, feeding its last token back (that KV computed, its
              * block cacheable, as ringlmd caches it): the replay samples it too, as no output. */
-            bool stop_sample = en->samples && q->real_reason == SIM_REAL_STOP && x->generated >= q->output_tokens &&
-                               q->output_tokens < q->max_tokens;
+            bool stop_sample = en->samples && q->real_reason == SIM_REAL_STOP &&
+                               x->generated >= q->output_tokens && q->output_tokens < q->max_tokens;
             if (stop_sample) {
                 res->tokens = 1;
                 if (cfg.prefix_cache_generated) {
@@ -644,17 +707,21 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
             } else if (en->samples) {
                 res->tokens = 1;
                 x->generated++;
-                if (cfg.prefix_cache_generated) {   /* the answer's token at its position */
+                if (cfg.prefix_cache_generated) { /* the answer's token at its position */
                     res->has_token = true;
                     res->token = sim_req_token(t, q, x->req, q->prompt_tokens + x->generated - 1);
                 }
                 run->served_by_tenant[q->tenant]++;
                 if (cancelled_before) x->tokens_after_cancel++;
-                if (x->first_token_us < 0) x->first_token_us = end;
-                else if (end - x->last_token_us > x->max_itl_us) x->max_itl_us = end - x->last_token_us;
+                if (x->first_token_us < 0)
+                    x->first_token_us = end;
+                else if (end - x->last_token_us > x->max_itl_us)
+                    x->max_itl_us = end - x->last_token_us;
                 x->last_token_us = end;
-                if (x->generated >= q->output_tokens && (q->real_reason != SIM_REAL_STOP || x->generated >= q->max_tokens)) {
-                    res->finished = x->generated >= q->max_tokens ? SCHED_FINISH_LENGTH : SCHED_FINISH_STOP;
+                if (x->generated >= q->output_tokens &&
+                    (q->real_reason != SIM_REAL_STOP || x->generated >= q->max_tokens)) {
+                    res->finished =
+                        x->generated >= q->max_tokens ? SCHED_FINISH_LENGTH : SCHED_FINISH_STOP;
                     end_rec(&e, x, SIM_OUT_FINISHED, res->finished, end);
                 }
             }
@@ -671,12 +738,16 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         e.int_tokens += (uint64_t)p->prefill_tokens + p->decode_tokens;
         e.last_progress_any = end;
         rc = sched_commit(e.s, e.results, nres, (uint64_t)end, (uint64_t)dur);
-        if (rc < 0) { rc = sim_err_setc(rc, "sched_commit: %s", sched_last_error()); goto out; }
+        if (rc < 0) {
+            rc = sim_err_setc(rc, "sched_commit: %s", sched_last_error());
+            goto out;
+        }
         if (o->check_every && run->steps % o->check_every == 0) {
             /* a long replay is a good fuzzer for the scheduler's own bookkeeping */
             char why[256] = "";
             if (sched_check_invariants(e.s, why, sizeof why) < 0) {
-                rc = sim_err_setc(-EUCLEAN, "scheduler invariant broken after step %llu at t=%lld us: %s",
+                rc = sim_err_setc(-EUCLEAN,
+                                  "scheduler invariant broken after step %llu at t=%lld us: %s",
                                   (unsigned long long)run->steps, (long long)end, why);
                 goto out;
             }

@@ -8,7 +8,10 @@
 
 ERRDETAIL_DEFINE(sim_err_buf);
 
-static void sim_err_vset(const char *fmt, va_list ap) { errdetail_vset(&sim_err_buf, 0, fmt, ap); }
+static void sim_err_vset(const char *fmt, va_list ap)
+{
+    errdetail_vset(&sim_err_buf, 0, fmt, ap);
+}
 
 int sim_err_set(const char *fmt, ...)
 {
@@ -28,4 +31,7 @@ int sim_err_setc(int neg_errno, const char *fmt, ...)
     return neg_errno;
 }
 
-const char *sim_err(void) { return sim_err_buf.msg; }
+const char *sim_err(void)
+{
+    return sim_err_buf.msg;
+}

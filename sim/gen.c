@@ -12,12 +12,16 @@
 
 /* ---- parameters ------------------------------------------------------------------------- */
 
-typedef struct param_def { const char *key, *def, *help; } param_def;
+typedef struct param_def {
+    const char *key, *def, *help;
+} param_def;
 
-#define COMMON_PARAMS \
-    {"prompt", "128-512", "prompt tokens: N, LO-HI (uniform) or exp:MEAN"}, \
-    {"output", "64-256", "output tokens: N, LO-HI or exp:MEAN"}, \
-    {"lengths", "", "draw (prompt, output) pairs from this trace file instead"}
+#define COMMON_PARAMS                                                                              \
+    {"prompt", "128-512", "prompt tokens: N, LO-HI (uniform) or exp:MEAN"},                        \
+        {"output", "64-256", "output tokens: N, LO-HI or exp:MEAN"},                               \
+    {                                                                                              \
+        "lengths", "", "draw (prompt, output) pairs from this trace file instead"                  \
+    }
 
 static const param_def p_open[] = {
     {"rate", "", "arrivals per second (default: load x estimated capacity)"},
@@ -28,8 +32,10 @@ static const param_def p_open[] = {
     {"tenants", "", "tenant rule, as --tenants"},
     {"classes", "", "class rule, as --classes"},
     {"deadline_ms", "", "every request carries a deadline this long after its arrival"},
-    {"arrivals_from", "", "take rate and CV of the gaps from this trace file (gamma; poisson: rate)"},
-    COMMON_PARAMS, {NULL, NULL, NULL}};
+    {"arrivals_from", "",
+     "take rate and CV of the gaps from this trace file (gamma; poisson: rate)"},
+    COMMON_PARAMS,
+    {NULL, NULL, NULL}};
 static const param_def p_long[] = {
     {"load", "0.5", "short chats' load as a multiple of capacity"},
     {"duration", "30", "seconds of arrivals"},
@@ -38,13 +44,15 @@ static const param_def p_long[] = {
     {"long_at", "5", "when the long prompt arrives (s)"},
     {"ttft_limit_ms", "250", "verdict: short chats' TTFT p99 must stay under this"},
     {"stall_limit_ms", "150", "verdict: short chats' longest inter-token gap under this"},
-    COMMON_PARAMS, {NULL, NULL, NULL}};
+    COMMON_PARAMS,
+    {NULL, NULL, NULL}};
 static const param_def p_two[] = {
     {"load", "2", "total offered load as a multiple of capacity"},
     {"ratio", "10", "loud tenant's arrival rate / quiet tenant's"},
     {"duration", "60", "seconds of arrivals"},
     {"share_min", "0.9", "verdict: quiet tenant keeps this fraction of its fair share"},
-    COMMON_PARAMS, {NULL, NULL, NULL}};
+    COMMON_PARAMS,
+    {NULL, NULL, NULL}};
 static const param_def p_disc[] = {
     {"load", "0.6", "offered load as a multiple of capacity"},
     {"duration", "30", "seconds of arrivals"},
@@ -61,12 +69,14 @@ static const param_def p_burst[] = {
     {"burst_s", "10", "burst length (s)"},
     {"duration", "90", "seconds of arrivals"},
     {"recover_limit_s", "30", "verdict: queue wait back at baseline within this after the burst"},
-    COMMON_PARAMS, {NULL, NULL, NULL}};
+    COMMON_PARAMS,
+    {NULL, NULL, NULL}};
 static const param_def p_over[] = {
     {"load", "2", "sustained offered load as a multiple of capacity"},
     {"duration", "60", "seconds of arrivals"},
     {"slo_min", "0.9", "verdict: accepted requests meet their targets this often"},
-    COMMON_PARAMS, {NULL, NULL, NULL}};
+    COMMON_PARAMS,
+    {NULL, NULL, NULL}};
 
 static const param_def p_shared[] = {
     {"rate", "", "requests per second (default: load x estimated capacity)"},
@@ -75,7 +85,8 @@ static const param_def p_shared[] = {
     {"n", "", "number of conversations (instead of duration)"},
     {"system_prompts", "8", "distinct system prompts, shared by every conversation that uses one"},
     {"system_len", "256", "tokens of a system prompt"},
-    {"turns", "1-6", "turns per conversation: N or LO-HI; each prompt extends the last prompt and its answer"},
+    {"turns", "1-6",
+     "turns per conversation: N or LO-HI; each prompt extends the last prompt and its answer"},
     {"user", "16-64", "tokens of a user message (each turn): N, LO-HI or exp:MEAN"},
     {"output", "32-128", "tokens of an answer: N, LO-HI or exp:MEAN"},
     {"think", "1-5", "seconds between a turn's arrival and the next one's: LO-HI"},
@@ -90,13 +101,23 @@ static const struct workload_def {
     const param_def *params;
 } workloads[] = {
     {"poisson", "open-loop Poisson arrivals", SIM_SCN_NONE, p_open},
-    {"gamma", "open-loop gamma arrivals with a given CV (bursty when cv > 1)", SIM_SCN_NONE, p_open},
-    {"long-prompt", "one very long prompt plus short chats: do short requests still get a first token promptly?", SIM_SCN_LONG_PROMPT, p_long},
-    {"two-tenants", "two tenants with unequal rates: does the quiet one get its fair share?", SIM_SCN_TWO_TENANTS, p_two},
-    {"disconnects", "clients disconnect during decode: are compute and cache reclaimed at once?", SIM_SCN_DISCONNECTS, p_disc},
-    {"burst", "arrival rate briefly exceeds service rate: does queue time return to baseline?", SIM_SCN_BURST, p_burst},
-    {"overload", "sustained excess token work: are rejects bounded, intentional and explained?", SIM_SCN_OVERLOAD, p_over},
-    {"shared-prefix", "system prompts shared by many users, multi-turn chats, some one-off prompts: the prefix cache's workload", SIM_SCN_SHARED_PREFIX, p_shared},
+    {"gamma", "open-loop gamma arrivals with a given CV (bursty when cv > 1)", SIM_SCN_NONE,
+     p_open},
+    {"long-prompt",
+     "one very long prompt plus short chats: do short requests still get a first token promptly?",
+     SIM_SCN_LONG_PROMPT, p_long},
+    {"two-tenants", "two tenants with unequal rates: does the quiet one get its fair share?",
+     SIM_SCN_TWO_TENANTS, p_two},
+    {"disconnects", "clients disconnect during decode: are compute and cache reclaimed at once?",
+     SIM_SCN_DISCONNECTS, p_disc},
+    {"burst", "arrival rate briefly exceeds service rate: does queue time return to baseline?",
+     SIM_SCN_BURST, p_burst},
+    {"overload", "sustained excess token work: are rejects bounded, intentional and explained?",
+     SIM_SCN_OVERLOAD, p_over},
+    {"shared-prefix",
+     "system prompts shared by many users, multi-turn chats, some one-off prompts: the prefix "
+     "cache's workload",
+     SIM_SCN_SHARED_PREFIX, p_shared},
 };
 #define N_WORKLOADS (sizeof workloads / sizeof *workloads)
 
@@ -105,7 +126,8 @@ const char *sim_gen_help(void)
     static char buf[8192];
     size_t o = 0;
     for (size_t i = 0; i < N_WORKLOADS && o < sizeof buf; i++) {
-        o += (size_t)snprintf(buf + o, sizeof buf - o, "%s — %s\n", workloads[i].name, workloads[i].what);
+        o += (size_t)snprintf(buf + o, sizeof buf - o, "%s — %s\n", workloads[i].name,
+                              workloads[i].what);
         for (const param_def *p = workloads[i].params; p->key && o < sizeof buf; p++)
             o += (size_t)snprintf(buf + o, sizeof buf - o, "    %-16s %-10s %s\n", p->key,
                                   *p->def ? p->def : "-", p->help);
@@ -132,13 +154,17 @@ static int pnum(const params *p, const char *key, double lo, double hi, double *
     char *e;
     double v = strtod(s, &e);
     if (!*s || *e || !(v >= lo && v <= hi))
-        return sim_err_set("workload %s: %s=%s must be a number in [%g, %g]", p->wl, key, s, lo, hi);
+        return sim_err_set("workload %s: %s=%s must be a number in [%g, %g]", p->wl, key, s, lo,
+                           hi);
     *out = v;
     return 0;
 }
 
 /* A length distribution: fixed, uniform LO-HI, or exponential with a mean. */
-typedef struct lendist { int kind; double a, b; } lendist;
+typedef struct lendist {
+    int kind;
+    double a, b;
+} lendist;
 
 static int plen(const params *p, const char *key, lendist *d)
 {
@@ -150,14 +176,21 @@ static int plen(const params *p, const char *key, lendist *d)
         if (e != s + 4 && !*e && d->a >= 1) return 0;
     } else {
         d->a = strtod(s, &e);
-        if (e != s && !*e && d->a >= 1) { d->kind = 0; return 0; }
+        if (e != s && !*e && d->a >= 1) {
+            d->kind = 0;
+            return 0;
+        }
         if (e != s && *e == '-') {
             char *e2;
             d->b = strtod(e + 1, &e2);
-            if (e2 != e + 1 && !*e2 && d->a >= 1 && d->b >= d->a) { d->kind = 1; return 0; }
+            if (e2 != e + 1 && !*e2 && d->a >= 1 && d->b >= d->a) {
+                d->kind = 1;
+                return 0;
+            }
         }
     }
-    return sim_err_set("workload %s: %s=%s: expected N, LO-HI or exp:MEAN (tokens >= 1)", p->wl, key, s);
+    return sim_err_set("workload %s: %s=%s: expected N, LO-HI or exp:MEAN (tokens >= 1)", p->wl,
+                       key, s);
 }
 
 static double len_mean(const lendist *d)
@@ -180,11 +213,11 @@ static uint32_t len_draw(const lendist *d, sim_rng *r)
 
 typedef struct gen {
     sim_trace *t;
-    sim_rng    rng;
-    lendist    prompt, output;
-    sim_trace  emp;          /* empirical (prompt, output) pairs, when lengths= is given */
-    bool       use_emp;
-    uint64_t   next_id;
+    sim_rng rng;
+    lendist prompt, output;
+    sim_trace emp; /* empirical (prompt, output) pairs, when lengths= is given */
+    bool use_emp;
+    uint64_t next_id;
 } gen;
 
 static int gen_lengths_init(gen *g, const params *p)
@@ -194,7 +227,8 @@ static int gen_lengths_init(gen *g, const params *p)
     if (*file) {
         sim_trace_init(&g->emp, file);
         if ((rc = sim_trace_load(&g->emp, file, SIM_FMT_AUTO, false)) < 0) return rc;
-        if (g->emp.n == 0) return sim_err_set("workload %s: lengths=%s has no requests", p->wl, file);
+        if (g->emp.n == 0)
+            return sim_err_set("workload %s: lengths=%s has no requests", p->wl, file);
         g->use_emp = true;
         return 0;
     }
@@ -247,7 +281,8 @@ static int gen_arrivals(gen *g, double rate, double cv, int64_t from, int64_t to
     double mean_us = 1e6 / rate, k = 1.0 / (cv * cv), t = (double)from;
     size_t n = 0;
     for (;;) {
-        double gap = cv == 1 ? sim_rng_exp(&g->rng, mean_us) : sim_rng_gamma(&g->rng, k) * mean_us / k;
+        double gap =
+            cv == 1 ? sim_rng_exp(&g->rng, mean_us) : sim_rng_gamma(&g->rng, k) * mean_us / k;
         t += gap;
         if ((to > 0 && t >= (double)to) || (max_n && n >= max_n)) break;
         int rc = gen_add(g, (int64_t)llround(t), tenant, klass);
@@ -265,7 +300,8 @@ static int parse_params(const struct workload_def *w, const char *const *kv, siz
     for (int i = 0; w->params[i].key; i++) p->val[i] = w->params[i].def;
     for (size_t j = 0; j < n; j++) {
         const char *eq = strchr(kv[j], '=');
-        if (!eq) return sim_err_set("workload %s: parameter \"%s\" is not key=value", w->name, kv[j]);
+        if (!eq)
+            return sim_err_set("workload %s: parameter \"%s\" is not key=value", w->name, kv[j]);
         size_t kl = (size_t)(eq - kv[j]);
         int i;
         for (i = 0; w->params[i].key; i++)
@@ -276,8 +312,8 @@ static int parse_params(const struct workload_def *w, const char *const *kv, siz
                 strncat(known, " ", sizeof known - strlen(known) - 1);
                 strncat(known, w->params[k].key, sizeof known - strlen(known) - 1);
             }
-            return sim_err_set("workload %s: unknown parameter \"%.*s\" (known:%s)", w->name, (int)kl,
-                               kv[j], known);
+            return sim_err_set("workload %s: unknown parameter \"%.*s\" (known:%s)", w->name,
+                               (int)kl, kv[j], known);
         }
         p->val[i] = eq + 1;
     }
@@ -311,7 +347,7 @@ static uint32_t block_hashes(const int32_t *tok, uint32_t n, uint32_t bs, uint64
             uint64_t x = h ^ (uint64_t)(uint32_t)tok[k];
             h = sim_splitmix64(&x);
         }
-        out[nb++] = h & 0x7fffffffffffffffull;   /* a JSON integer */
+        out[nb++] = h & 0x7fffffffffffffffull; /* a JSON integer */
     }
     return nb;
 }
@@ -329,23 +365,29 @@ static int gen_shared_prefix(gen *g, const params *p, const sim_service *svc, si
     double tlo, thi, klo, khi;
     lendist user, out;
     int rc;
-    if ((rc = pnum(p, "system_prompts", 1, 1e6, &sys_n)) || (rc = pnum(p, "system_len", 0, 1e6, &sys_len)) ||
-        (rc = pnum(p, "one_off", 0, 1, &one_off)) || (rc = pnum(p, "tenants", 1, SIM_MAX_NAMES, &ntn)) ||
-        (rc = plen(p, "user", &user)) || (rc = plen(p, "output", &out)) || (rc = pnum(p, "load", 1e-6, 1e6, &load)))
+    if ((rc = pnum(p, "system_prompts", 1, 1e6, &sys_n)) ||
+        (rc = pnum(p, "system_len", 0, 1e6, &sys_len)) ||
+        (rc = pnum(p, "one_off", 0, 1, &one_off)) ||
+        (rc = pnum(p, "tenants", 1, SIM_MAX_NAMES, &ntn)) || (rc = plen(p, "user", &user)) ||
+        (rc = plen(p, "output", &out)) || (rc = pnum(p, "load", 1e-6, 1e6, &load)))
         return rc;
     if (*pget(p, "block") && (rc = pnum(p, "block", 1, 1 << 20, &bsz))) return rc;
     if (bsz < 1) bsz = 16;
     const char *ts = pget(p, "turns"), *ks = pget(p, "think");
     char *e;
-    tlo = strtod(ts, &e); thi = tlo;
+    tlo = strtod(ts, &e);
+    thi = tlo;
     if (e != ts && *e == '-') thi = strtod(e + 1, &e);
     if (*e || !(tlo >= 1) || thi < tlo || thi > 10000)
         return sim_err_set("workload shared-prefix: turns=%s: expected N or LO-HI (1..10000)", ts);
-    klo = strtod(ks, &e); khi = klo;
+    klo = strtod(ks, &e);
+    khi = klo;
     if (e != ks && *e == '-') khi = strtod(e + 1, &e);
-    if (*e || !(klo >= 0) || khi < klo) return sim_err_set("workload shared-prefix: think=%s: expected LO-HI seconds", ks);
+    if (*e || !(klo >= 0) || khi < klo)
+        return sim_err_set("workload shared-prefix: think=%s: expected LO-HI seconds", ks);
     double mean_turns = (tlo + thi) / 2 * (1 - one_off) + one_off;
-    double mp = sys_len + len_mean(&user) * (mean_turns + 1) / 2 + len_mean(&out) * (mean_turns - 1) / 2;
+    double mp =
+        sys_len + len_mean(&user) * (mean_turns + 1) / 2 + len_mean(&out) * (mean_turns - 1) / 2;
     rate = load * capacity(svc, mp, len_mean(&out));
     if (*pget(p, "rate") && (rc = pnum(p, "rate", 1e-9, 1e9, &rate))) return rc;
     if (*pget(p, "n") && (rc = pnum(p, "n", 1, 1e8, &n_conv))) return rc;
@@ -368,12 +410,14 @@ static int gen_shared_prefix(gen *g, const params *p, const sim_service *svc, si
         t += sim_rng_exp(&g->rng, 1e6 / conv_rate);
         if (dur && t >= (double)dur) break;
         bool single = sim_rng_unif(&g->rng) < one_off;
-        uint32_t turns = single ? 1 : range_draw(&g->rng, tlo, thi), sys = single ? 0 : (uint32_t)sys_len;
+        uint32_t turns = single ? 1 : range_draw(&g->rng, tlo, thi),
+                 sys = single ? 0 : (uint32_t)sys_len;
         uint64_t sys_id = sim_rng_range(&g->rng, 0, (uint64_t)sys_n - 1);
         size_t n = 0;
         double at = t;
         for (uint32_t k = 0; k < turns && !rc; k++) {
-            uint32_t nu = len_draw(&user, &g->rng) + (single ? (uint32_t)sys_len : 0), no = len_draw(&out, &g->rng);
+            uint32_t nu = len_draw(&user, &g->rng) + (single ? (uint32_t)sys_len : 0),
+                     no = len_draw(&out, &g->rng);
             size_t need = (k ? n : sys) + nu + no;
             if (need > cap) {
                 size_t nc = cap ? cap : 1024;
@@ -381,12 +425,16 @@ static int gen_shared_prefix(gen *g, const params *p, const sim_service *svc, si
                 int32_t *nt = realloc(tok, nc * sizeof *nt);
                 uint64_t *ni = nt ? realloc(ids, (nc / bs + 2) * sizeof *ni) : NULL;
                 if (nt) tok = nt;
-                if (!nt || !ni) { rc = -ENOMEM; break; }
+                if (!nt || !ni) {
+                    rc = -ENOMEM;
+                    break;
+                }
                 ids = ni;
                 cap = nc;
             }
-            if (k == 0)   /* the system prompt: the same tokens wherever it is used */
-                for (uint64_t x = 0x243f6a8885a308d3ull ^ (sys_id * 0x9e3779b97f4a7c15ull); n < sys;)
+            if (k == 0) /* the system prompt: the same tokens wherever it is used */
+                for (uint64_t x = 0x243f6a8885a308d3ull ^ (sys_id * 0x9e3779b97f4a7c15ull);
+                     n < sys;)
                     tok[n++] = (int32_t)(sim_splitmix64(&x) >> 33);
             for (uint32_t i = 0; i < nu; i++) tok[n++] = (int32_t)(sim_rng_u64(&g->rng) >> 33);
             sim_req r;
@@ -398,7 +446,8 @@ static int gen_shared_prefix(gen *g, const params *p, const sim_service *svc, si
             r.tenant = (uint16_t)tn[c % (size_t)ntn];
             r.klass = (uint16_t)cls;
             r.src_id = g->next_id++;
-            for (uint32_t i = 0; i < no; i++) tok[n + i] = (int32_t)(sim_rng_u64(&g->rng) >> 33);   /* the answer */
+            for (uint32_t i = 0; i < no; i++)
+                tok[n + i] = (int32_t)(sim_rng_u64(&g->rng) >> 33); /* the answer */
             /* the prompt's full blocks, then the answer's (the chain going on over prompt +
              * answer): replayed, the answer's tokens stand in for these and its blocks are
              * cached when it ends, as ringlmd caches them (prefix_cache_generated) */
@@ -419,8 +468,12 @@ int sim_gen_workload(sim_trace *t, const char *name, const char *const *kv, size
                      const sim_service *svc, uint64_t seed, sim_scenario *scn)
 {
     const struct workload_def *w = NULL;
-    for (size_t i = 0; i < N_WORKLOADS; i++) if (strcmp(workloads[i].name, name) == 0) w = &workloads[i];
-    if (!w) return sim_err_set("unknown workload \"%s\" (known: poisson gamma long-prompt two-tenants disconnects burst overload shared-prefix)", name);
+    for (size_t i = 0; i < N_WORKLOADS; i++)
+        if (strcmp(workloads[i].name, name) == 0) w = &workloads[i];
+    if (!w)
+        return sim_err_set("unknown workload \"%s\" (known: poisson gamma long-prompt two-tenants "
+                           "disconnects burst overload shared-prefix)",
+                           name);
     params p;
     int rc = parse_params(w, kv, n_kv, &p);
     if (rc) return rc;
@@ -433,8 +486,10 @@ int sim_gen_workload(sim_trace *t, const char *name, const char *const *kv, size
     memset(&g, 0, sizeof g);
     g.t = t;
     sim_rng_seed(&g.rng, seed);
-    if (w->kind == SIM_SCN_SHARED_PREFIX) g.prompt = g.output = (lendist){0, 1, 0};   /* its own lengths */
-    else if ((rc = gen_lengths_init(&g, &p))) goto out;
+    if (w->kind == SIM_SCN_SHARED_PREFIX)
+        g.prompt = g.output = (lendist){0, 1, 0}; /* its own lengths */
+    else if ((rc = gen_lengths_init(&g, &p)))
+        goto out;
     double mp, mo, d, load;
     gen_mean_lengths(&g, &mp, &mo);
     double cap = capacity(svc, mp, mo);
@@ -454,30 +509,45 @@ int sim_gen_workload(sim_trace *t, const char *name, const char *const *kv, size
             /* fit the arrival process to a trace: its mean rate and the CV of its gaps */
             sim_trace a;
             sim_trace_init(&a, pget(&p, "arrivals_from"));
-            if ((rc = sim_trace_load(&a, pget(&p, "arrivals_from"), SIM_FMT_AUTO, false)) < 0) goto out;
-            if (a.n < 3) { sim_trace_free(&a); rc = sim_err_set("workload %s: arrivals_from has fewer than 3 requests", name); goto out; }
+            if ((rc = sim_trace_load(&a, pget(&p, "arrivals_from"), SIM_FMT_AUTO, false)) < 0)
+                goto out;
+            if (a.n < 3) {
+                sim_trace_free(&a);
+                rc = sim_err_set("workload %s: arrivals_from has fewer than 3 requests", name);
+                goto out;
+            }
             double m = 0, v = 0, k = (double)(a.n - 1);
-            for (size_t i = 1; i < a.n; i++) m += (double)(a.reqs[i].arrival_us - a.reqs[i - 1].arrival_us);
+            for (size_t i = 1; i < a.n; i++)
+                m += (double)(a.reqs[i].arrival_us - a.reqs[i - 1].arrival_us);
             m /= k;
             for (size_t i = 1; i < a.n; i++) {
                 double dd = (double)(a.reqs[i].arrival_us - a.reqs[i - 1].arrival_us) - m;
                 v += dd * dd;
             }
             sim_trace_free(&a);
-            if (!(m > 0)) { rc = sim_err_set("workload %s: arrivals_from has no time between arrivals", name); goto out; }
+            if (!(m > 0)) {
+                rc = sim_err_set("workload %s: arrivals_from has no time between arrivals", name);
+                goto out;
+            }
             rate = 1e6 / m;
             if (strcmp(name, "gamma") == 0) cv = fmax(0.01, sqrt(v / k) / m);
         }
         if (*pget(&p, "n") && (rc = pnum(&p, "n", 1, 1e8, &n))) goto out;
-        if (n > 0) dur = 0;
-        else if ((rc = pnum(&p, "duration", 0.001, 1e7, &d))) goto out;
+        if (n > 0)
+            dur = 0;
+        else if ((rc = pnum(&p, "duration", 0.001, 1e7, &d)))
+            goto out;
         if ((rc = gen_arrivals(&g, rate, cv, 0, dur, (size_t)n, def_t, def_c))) goto out;
-        if (*pget(&p, "tenants") && (rc = sim_trace_assign(t, 0, pget(&p, "tenants"), seed))) goto out;
-        if (*pget(&p, "classes") && (rc = sim_trace_assign(t, 1, pget(&p, "classes"), seed ^ 0x5bd1e995))) goto out;
+        if (*pget(&p, "tenants") && (rc = sim_trace_assign(t, 0, pget(&p, "tenants"), seed)))
+            goto out;
+        if (*pget(&p, "classes") &&
+            (rc = sim_trace_assign(t, 1, pget(&p, "classes"), seed ^ 0x5bd1e995)))
+            goto out;
         if (*pget(&p, "deadline_ms")) {
             double dl;
             if ((rc = pnum(&p, "deadline_ms", 0.001, 1e9, &dl))) goto out;
-            for (size_t i = 0; i < t->n; i++) t->reqs[i].deadline_us = t->reqs[i].arrival_us + (int64_t)llround(dl * 1000);
+            for (size_t i = 0; i < t->n; i++)
+                t->reqs[i].deadline_us = t->reqs[i].arrival_us + (int64_t)llround(dl * 1000);
         }
         scn->load = rate / cap;
         break;
@@ -526,7 +596,8 @@ int sim_gen_workload(sim_trace *t, const char *name, const char *const *kv, size
     case SIM_SCN_DISCONNECTS: {
         double frac;
         lendist after;
-        if ((rc = pnum(&p, "load", 1e-6, 100, &load)) || (rc = pnum(&p, "cancel_frac", 0, 1, &frac)))
+        if ((rc = pnum(&p, "load", 1e-6, 100, &load)) ||
+            (rc = pnum(&p, "cancel_frac", 0, 1, &frac)))
             goto out;
         const char *ca = pget(&p, "cancel_after");
         char *e;
@@ -549,7 +620,8 @@ int sim_gen_workload(sim_trace *t, const char *name, const char *const *kv, size
     }
     case SIM_SCN_BURST: {
         double bl, at, bs;
-        if ((rc = pnum(&p, "load", 1e-6, 100, &load)) || (rc = pnum(&p, "burst_load", 1e-6, 1000, &bl)) ||
+        if ((rc = pnum(&p, "load", 1e-6, 100, &load)) ||
+            (rc = pnum(&p, "burst_load", 1e-6, 1000, &bl)) ||
             (rc = pnum(&p, "burst_at", 0, d, &at)) || (rc = pnum(&p, "burst_s", 0.001, d, &bs)) ||
             (rc = pnum(&p, "recover_limit_s", 0, 1e7, &scn->recover_limit_s)))
             goto out;
@@ -569,7 +641,8 @@ int sim_gen_workload(sim_trace *t, const char *name, const char *const *kv, size
         if ((rc = gen_shared_prefix(&g, &p, svc, scn))) goto out;
         break;
     case SIM_SCN_OVERLOAD: {
-        if ((rc = pnum(&p, "load", 1e-6, 100, &load)) || (rc = pnum(&p, "slo_min", 0, 1, &scn->slo_min)))
+        if ((rc = pnum(&p, "load", 1e-6, 100, &load)) ||
+            (rc = pnum(&p, "slo_min", 0, 1, &scn->slo_min)))
             goto out;
         int c = sim_trace_class(t, "interactive");
         if ((rc = gen_arrivals(&g, load * cap, 1, 0, dur, 0, def_t, c))) goto out;

@@ -11,28 +11,33 @@
 /* What a scenario is judged on (DESIGN.md §7); filled by sim_gen_workload, read by the
  * verdict in sim/report.c. Thresholds come from the workload's parameters. */
 enum sim_scenario_kind {
-    SIM_SCN_NONE = 0, SIM_SCN_LONG_PROMPT, SIM_SCN_TWO_TENANTS, SIM_SCN_DISCONNECTS,
-    SIM_SCN_BURST, SIM_SCN_OVERLOAD, SIM_SCN_SHARED_PREFIX,
+    SIM_SCN_NONE = 0,
+    SIM_SCN_LONG_PROMPT,
+    SIM_SCN_TWO_TENANTS,
+    SIM_SCN_DISCONNECTS,
+    SIM_SCN_BURST,
+    SIM_SCN_OVERLOAD,
+    SIM_SCN_SHARED_PREFIX,
 };
 
 typedef struct sim_scenario {
-    int     kind;
-    int64_t duration_us;          /* arrivals happen in [0, duration) */
+    int kind;
+    int64_t duration_us; /* arrivals happen in [0, duration) */
     /* long-prompt */
-    int     short_class;          /* class index of the short chats */
+    int short_class; /* class index of the short chats */
     int64_t long_at_us;
-    double  ttft_limit_ms;        /* short chats' TTFT p99 must stay under this */
-    double  stall_limit_ms;       /* and their longest inter-token gap under this */
+    double ttft_limit_ms;  /* short chats' TTFT p99 must stay under this */
+    double stall_limit_ms; /* and their longest inter-token gap under this */
     /* two-tenants */
-    int     quiet_tenant, loud_tenant;
-    double  share_min;            /* quiet tenant keeps >= this fraction of its fair share */
+    int quiet_tenant, loud_tenant;
+    double share_min; /* quiet tenant keeps >= this fraction of its fair share */
     /* burst */
     int64_t burst_start_us, burst_end_us;
-    double  recover_limit_s;
+    double recover_limit_s;
     /* overload */
-    double  load;                 /* offered load as a multiple of the estimated capacity */
-    double  slo_min;              /* accepted work meets its targets at least this often */
-    double  capacity_rps;         /* the estimate the workload was sized with */
+    double load;         /* offered load as a multiple of the estimated capacity */
+    double slo_min;      /* accepted work meets its targets at least this often */
+    double capacity_rps; /* the estimate the workload was sized with */
 } sim_scenario;
 
 /* Generate a named workload into t (initialised here). Names:
@@ -46,8 +51,8 @@ typedef struct sim_scenario {
  *                           `ringlm-sim --list-workloads` for their parameters and defaults.
  * params are "key=value" strings; an unknown key is an error listing the known ones.
  * svc sizes the scenarios relative to the machine's capacity. Returns 0 or -errno. */
-int  sim_gen_workload(sim_trace *t, const char *name, const char *const *params, size_t n_params,
-                      const sim_service *svc, uint64_t seed, sim_scenario *scn);
+int sim_gen_workload(sim_trace *t, const char *name, const char *const *params, size_t n_params,
+                     const sim_service *svc, uint64_t seed, sim_scenario *scn);
 
 /* Printable help: the workloads, their parameters and defaults. */
 const char *sim_gen_help(void);

@@ -24,84 +24,129 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-"usage: ringlm-sim (--trace FILE | --workload NAME [--param K=V ...]) [options]\n"
-"\n"
-"input\n"
-"  --trace FILE            Azure CSV, Mooncake JSONL or native JSONL (detected from the content)\n"
-"  --format F              force azure | mooncake | native\n"
-"  --skip-bad              skip malformed lines (counted and listed) instead of stopping\n"
-"  --workload NAME         generate: poisson gamma long-prompt two-tenants disconnects burst overload\n"
-"                          shared-prefix\n"
-"  --param K=V             workload parameter (repeatable); --list-workloads shows them\n"
-"  --rate X                multiply the arrival rate by X (times divided by X)\n"
-"  --length-scale Y        multiply prompt and output lengths by Y\n"
-"  --window START:END      keep arrivals in [START, END) seconds of the trace (END may be empty)\n"
-"  --tenants RULE          assign tenants: a:3,b:1 | rr:a,b | random:a:3,b:1 | prompt>N:x,y\n"
-"  --classes RULE          assign classes, same rules\n"
-"  --seed N                seed for generators and random rules (default 1)\n"
-"  --retry MODE            none | immediate | backoff:MS  (clients retry refused or timed-out requests)\n"
-"  --retry-max N           attempts per request in all (default 4)\n"
-"model\n"
-"  --policy FILE           scheduler policy (repeatable: compare mode); default: sched defaults\n"
-"  --calibration FILE      service model from perf/calibrate; default: built-in (documented)\n"
-"  --service-fit F         auto | file | linear | attention: the file's step model, or a refit\n"
-"                          from its grid (attention adds prefill-attention cost); auto = best on the grid\n"
-"  --iteration-log FILE    fit the step model to a real ringlmd's iterations (ringlmd --iteration-log;\n"
-"                          repeatable, points pooled): replaces the grid model and the serving-loop\n"
-"                          terms; KV and transfer figures still come from --calibration (or the default)\n"
-"  --max-context N         prompt + max tokens limit (default 32768)\n"
-"  --step-scale X          what-if: every step takes X times the model's time (faster/slower hardware)\n"
-"  --step-overhead-us N    add N µs to every step: the serving loop's own cost per iteration\n"
-"  --check-invariants N    check the scheduler's invariants every N steps (stop on a violation)\n"
-"  --prefix-cache on|off   requests with block hashes (Mooncake hash_ids, a native log's, the shared-prefix\n"
-"                          workload) share cached prompt blocks in their policy's cache domains (default on)\n"
-"  --recorded-costs on|off a native log that recorded its scheduler's cost model (ringlmd's sched_cost) decides\n"
-"                          with it (step-time correction, tier bandwidths) as the recorded run did (default on)\n"
-"  --kv-blocks N           what-if: device KV blocks (default: the service model's)\n"
-"  --host-kv-blocks N      what-if: host KV tier blocks (0: no host tier)\n"
-"  --disk-kv-blocks N      what-if: disk KV tier blocks (0: none, the default)\n"
-"  --host-kv-bw B          what-if: the host link's bytes/s, both ways (over a log's recorded bandwidths)\n"
-"  --disk-kv-bw B          what-if: the disk link's bytes/s, both ways (the names are ringlmd's)\n"
-"output\n"
-"  --json                  one JSON object on stdout (compare mode: {\"runs\": [...]})\n"
-"  --csv DIR               time series and per-request CSV\n"
-"  --plot DIR              gnuplot PNG/SVG: latency CDFs per tenant, queue depth, KV occupancy\n"
-"  --decision-log FILE     scheduler decisions as JSON lines (compare mode: FILE-POLICY)\n"
-"  --request-log FILE      the simulated run as a native request log (compare mode: FILE-POLICY)\n"
-"  --sample-ms N           time-series interval (default 1000)\n"
-"  --burst START:END       report the time until queue wait returns to its pre-burst baseline\n"
-"  --fidelity              native trace of a real run: per-request error of TTFT and E2E\n"
-"  --speed-trace           with --iteration-log of that same run: scale each step by the run's measured\n"
-"                          speed in its window (Σ observed / Σ modelled periods; diagnostic: separates\n"
-"                          the machine's drift from the simulator's decisions)\n"
-"  --speed-window-ms N     speed-trace window (default 2000)\n"
-"  --compare-log FILE      no simulation: per-request error of another real run's request log (FILE)\n"
-"                          against --trace's, in arrival order (the daemon's own repeatability)\n"
-"  --list-workloads        workloads and their parameters\n"
-"  --prefix-report         the (first) policy with the prefix cache off and on: hit rate by tier and kind,\n"
-"                          prefill tokens saved, TTFT with and without the cache\n"
-"  --capacity-sweep N,...  with --prefix-report: hit rate (in all and per tier), prefill and TTFT at these\n"
-"                          device KV block counts (--plot DIR: prefix-sweep.png)\n"
-"  --capacity-sweep-host N,...  and at each of these host tier sizes (0: none; default: --host-kv-blocks)\n"
-"  --capacity-sweep-disk N,...  and at each of these disk tier sizes (0: none; default: --disk-kv-blocks);\n"
-"                          every combination of the three lists is run\n"
-"policy search\n"
-"  --tune SPEC             search the knobs of the (first) --policy for the most goodput at SLO, every\n"
-"                          tenant at its fair-share floor: SPEC is KNOB=VALUES;... with VALUES a list\n"
-"                          (256,1024 or 1500ms,2s) or a doubling range LO..HI; KNOB a [scheduler] key,\n"
-"                          CLASS.key, TENANT.key or *.key (all classes / tenants); \"default\" = the main\n"
-"                          step and admission knobs. Coordinate search on the busiest eighth of the trace,\n"
-"                          halving on its busiest quarter, finalists on all of it; prints the Pareto front\n"
-"  --tune-loads X,Y,...    rate multipliers judged together (default 1)\n"
-"  --tune-out FILE         best policy, canonical form with its hash (default tuned.policy)\n"
-"  --tune-jobs N           threads (default: every CPU)\n"
-"  --tune-rounds N         coordinate-search passes at most (default 3)\n"
-"  --tune-no-pairs         no pairwise moves (two knobs one step together) after a pass moves nothing\n"
-"  --tune-finalists N      candidates run on the whole trace (default 6, besides the base policy)\n"
-"  --fair-floor X          every tenant gets at least X of its fair share of served tokens (default 0.9)\n"
-"  --slo-min X             and accepted requests meet their targets at least X of the time (default off)\n"
-"  --tune-scenarios        and the whole-trace candidates PASS the five DESIGN §7 scenarios and overload at x4\n");
+    fprintf(
+        f,
+        "usage: ringlm-sim (--trace FILE | --workload NAME [--param K=V ...]) [options]\n"
+        "\n"
+        "input\n"
+        "  --trace FILE            Azure CSV, Mooncake JSONL or native JSONL (detected from the "
+        "content)\n"
+        "  --format F              force azure | mooncake | native\n"
+        "  --skip-bad              skip malformed lines (counted and listed) instead of stopping\n"
+        "  --workload NAME         generate: poisson gamma long-prompt two-tenants disconnects "
+        "burst overload\n"
+        "                          shared-prefix\n"
+        "  --param K=V             workload parameter (repeatable); --list-workloads shows them\n"
+        "  --rate X                multiply the arrival rate by X (times divided by X)\n"
+        "  --length-scale Y        multiply prompt and output lengths by Y\n"
+        "  --window START:END      keep arrivals in [START, END) seconds of the trace (END may be "
+        "empty)\n"
+        "  --tenants RULE          assign tenants: a:3,b:1 | rr:a,b | random:a:3,b:1 | "
+        "prompt>N:x,y\n"
+        "  --classes RULE          assign classes, same rules\n"
+        "  --seed N                seed for generators and random rules (default 1)\n"
+        "  --retry MODE            none | immediate | backoff:MS  (clients retry refused or "
+        "timed-out requests)\n"
+        "  --retry-max N           attempts per request in all (default 4)\n"
+        "model\n"
+        "  --policy FILE           scheduler policy (repeatable: compare mode); default: sched "
+        "defaults\n"
+        "  --calibration FILE      service model from perf/calibrate; default: built-in "
+        "(documented)\n"
+        "  --service-fit F         auto | file | linear | attention: the file's step model, or a "
+        "refit\n"
+        "                          from its grid (attention adds prefill-attention cost); auto = "
+        "best on the grid\n"
+        "  --iteration-log FILE    fit the step model to a real ringlmd's iterations (ringlmd "
+        "--iteration-log;\n"
+        "                          repeatable, points pooled): replaces the grid model and the "
+        "serving-loop\n"
+        "                          terms; KV and transfer figures still come from --calibration "
+        "(or the default)\n"
+        "  --max-context N         prompt + max tokens limit (default 32768)\n"
+        "  --step-scale X          what-if: every step takes X times the model's time "
+        "(faster/slower hardware)\n"
+        "  --step-overhead-us N    add N µs to every step: the serving loop's own cost per "
+        "iteration\n"
+        "  --check-invariants N    check the scheduler's invariants every N steps (stop on a "
+        "violation)\n"
+        "  --prefix-cache on|off   requests with block hashes (Mooncake hash_ids, a native log's, "
+        "the shared-prefix\n"
+        "                          workload) share cached prompt blocks in their policy's cache "
+        "domains (default on)\n"
+        "  --recorded-costs on|off a native log that recorded its scheduler's cost model "
+        "(ringlmd's sched_cost) decides\n"
+        "                          with it (step-time correction, tier bandwidths) as the recorded "
+        "run did (default on)\n"
+        "  --kv-blocks N           what-if: device KV blocks (default: the service model's)\n"
+        "  --host-kv-blocks N      what-if: host KV tier blocks (0: no host tier)\n"
+        "  --disk-kv-blocks N      what-if: disk KV tier blocks (0: none, the default)\n"
+        "  --host-kv-bw B          what-if: the host link's bytes/s, both ways (over a log's "
+        "recorded bandwidths)\n"
+        "  --disk-kv-bw B          what-if: the disk link's bytes/s, both ways (the names are "
+        "ringlmd's)\n"
+        "output\n"
+        "  --json                  one JSON object on stdout (compare mode: {\"runs\": [...]})\n"
+        "  --csv DIR               time series and per-request CSV\n"
+        "  --plot DIR              gnuplot PNG/SVG: latency CDFs per tenant, queue depth, KV "
+        "occupancy\n"
+        "  --decision-log FILE     scheduler decisions as JSON lines (compare mode: FILE-POLICY)\n"
+        "  --request-log FILE      the simulated run as a native request log (compare mode: "
+        "FILE-POLICY)\n"
+        "  --sample-ms N           time-series interval (default 1000)\n"
+        "  --burst START:END       report the time until queue wait returns to its pre-burst "
+        "baseline\n"
+        "  --fidelity              native trace of a real run: per-request error of TTFT and E2E\n"
+        "  --speed-trace           with --iteration-log of that same run: scale each step by the "
+        "run's measured\n"
+        "                          speed in its window (Σ observed / Σ modelled periods; "
+        "diagnostic: separates\n"
+        "                          the machine's drift from the simulator's decisions)\n"
+        "  --speed-window-ms N     speed-trace window (default 2000)\n"
+        "  --compare-log FILE      no simulation: per-request error of another real run's request "
+        "log (FILE)\n"
+        "                          against --trace's, in arrival order (the daemon's own "
+        "repeatability)\n"
+        "  --list-workloads        workloads and their parameters\n"
+        "  --prefix-report         the (first) policy with the prefix cache off and on: hit rate "
+        "by tier and kind,\n"
+        "                          prefill tokens saved, TTFT with and without the cache\n"
+        "  --capacity-sweep N,...  with --prefix-report: hit rate (in all and per tier), prefill "
+        "and TTFT at these\n"
+        "                          device KV block counts (--plot DIR: prefix-sweep.png)\n"
+        "  --capacity-sweep-host N,...  and at each of these host tier sizes (0: none; default: "
+        "--host-kv-blocks)\n"
+        "  --capacity-sweep-disk N,...  and at each of these disk tier sizes (0: none; default: "
+        "--disk-kv-blocks);\n"
+        "                          every combination of the three lists is run\n"
+        "policy search\n"
+        "  --tune SPEC             search the knobs of the (first) --policy for the most goodput "
+        "at SLO, every\n"
+        "                          tenant at its fair-share floor: SPEC is KNOB=VALUES;... with "
+        "VALUES a list\n"
+        "                          (256,1024 or 1500ms,2s) or a doubling range LO..HI; KNOB a "
+        "[scheduler] key,\n"
+        "                          CLASS.key, TENANT.key or *.key (all classes / tenants); "
+        "\"default\" = the main\n"
+        "                          step and admission knobs. Coordinate search on the busiest "
+        "eighth of the trace,\n"
+        "                          halving on its busiest quarter, finalists on all of it; prints "
+        "the Pareto front\n"
+        "  --tune-loads X,Y,...    rate multipliers judged together (default 1)\n"
+        "  --tune-out FILE         best policy, canonical form with its hash (default "
+        "tuned.policy)\n"
+        "  --tune-jobs N           threads (default: every CPU)\n"
+        "  --tune-rounds N         coordinate-search passes at most (default 3)\n"
+        "  --tune-no-pairs         no pairwise moves (two knobs one step together) after a pass "
+        "moves nothing\n"
+        "  --tune-finalists N      candidates run on the whole trace (default 6, besides the base "
+        "policy)\n"
+        "  --fair-floor X          every tenant gets at least X of its fair share of served tokens "
+        "(default 0.9)\n"
+        "  --slo-min X             and accepted requests meet their targets at least X of the time "
+        "(default off)\n"
+        "  --tune-scenarios        and the whole-trace candidates PASS the five DESIGN §7 "
+        "scenarios and overload at x4\n");
 }
 
 static const char *base_name(const char *p, char *buf, size_t n)
@@ -119,7 +164,10 @@ static int parse_range(const char *s, double *a, double *b)
     *a = strtod(s, &e);
     if (e == s || *e != ':') return -1;
     const char *t = e + 1;
-    if (!*t) { *b = -1; return 0; }
+    if (!*t) {
+        *b = -1;
+        return 0;
+    }
     *b = strtod(t, &e);
     return *e || !isfinite(*a) || !isfinite(*b) ? -1 : 0;
 }
@@ -131,16 +179,27 @@ static int compare_logs(const sim_trace *a, const char *path_b, bool json)
     sim_trace b;
     sim_trace_init(&b, path_b);
     int rc = sim_trace_load(&b, path_b, SIM_FMT_NATIVE, false);
-    if (rc < 0) { fprintf(stderr, "ringlm-sim: %s\n", sim_err()); return 1; }
+    if (rc < 0) {
+        fprintf(stderr, "ringlm-sim: %s\n", sim_err());
+        return 1;
+    }
     if (!a->has_real || !b.has_real || a->n != b.n) {
-        fprintf(stderr, "ringlm-sim: --compare-log: %s and %s must be request logs of real runs of the same "
-                "requests (%zu vs %zu requests)\n", a->source, path_b, a->n, b.n);
+        fprintf(
+            stderr,
+            "ringlm-sim: --compare-log: %s and %s must be request logs of real runs of the same "
+            "requests (%zu vs %zu requests)\n",
+            a->source, path_b, a->n, b.n);
         sim_trace_free(&b);
         return 1;
     }
     size_t cap = a->n ? a->n : 1, nt = 0, ne = 0;
     double *te = malloc(cap * sizeof *te), *ee = malloc(cap * sizeof *ee);
-    if (!te || !ee) { free(te); free(ee); sim_trace_free(&b); return 1; }
+    if (!te || !ee) {
+        free(te);
+        free(ee);
+        sim_trace_free(&b);
+        return 1;
+    }
     for (size_t i = 0; i < a->n; i++) {
         const sim_req *x = &a->reqs[i], *y = &b.reqs[i];
         bool done_x = x->real_reason == SIM_REAL_LENGTH || x->real_reason == SIM_REAL_STOP;
@@ -148,11 +207,14 @@ static int compare_logs(const sim_trace *a, const char *path_b, bool json)
         if (!done_x || !done_y) continue;
         if (x->real_first_token_us != SIM_NO_TIME && y->real_first_token_us != SIM_NO_TIME &&
             x->real_first_token_us > x->arrival_us) {
-            double ra = (double)(x->real_first_token_us - x->arrival_us), rb = (double)(y->real_first_token_us - y->arrival_us);
+            double ra = (double)(x->real_first_token_us - x->arrival_us),
+                   rb = (double)(y->real_first_token_us - y->arrival_us);
             te[nt++] = fabs(rb - ra) / ra;
         }
-        if (x->real_finish_us != SIM_NO_TIME && y->real_finish_us != SIM_NO_TIME && x->real_finish_us > x->arrival_us) {
-            double ra = (double)(x->real_finish_us - x->arrival_us), rb = (double)(y->real_finish_us - y->arrival_us);
+        if (x->real_finish_us != SIM_NO_TIME && y->real_finish_us != SIM_NO_TIME &&
+            x->real_finish_us > x->arrival_us) {
+            double ra = (double)(x->real_finish_us - x->arrival_us),
+                   rb = (double)(y->real_finish_us - y->arrival_us);
             ee[ne++] = fabs(rb - ra) / ra;
         }
     }
@@ -160,13 +222,16 @@ static int compare_logs(const sim_trace *a, const char *path_b, bool json)
     sim_dist_of(te, nt, &dt);
     sim_dist_of(ee, ne, &de);
     if (json)
-        printf("{\"a\": \"%s\", \"b\": \"%s\", \"ttft_rel_err\": {\"n\": %zu, \"p50\": %.4f, \"p99\": %.4f, \"max\": %.4f}, "
+        printf("{\"a\": \"%s\", \"b\": \"%s\", \"ttft_rel_err\": {\"n\": %zu, \"p50\": %.4f, "
+               "\"p99\": %.4f, \"max\": %.4f}, "
                "\"e2e_rel_err\": {\"n\": %zu, \"p50\": %.4f, \"p99\": %.4f, \"max\": %.4f}}\n",
                a->source, path_b, dt.n, dt.p50, dt.p99, dt.max, de.n, de.p50, de.p99, de.max);
     else
-        printf("real run vs real run (%s against %s, per request in arrival order): TTFT median %.1f%% p99 %.1f%% "
-               "(n %zu); E2E median %.1f%% p99 %.1f%% (n %zu)\n", path_b, a->source, dt.p50 * 100, dt.p99 * 100, dt.n,
-               de.p50 * 100, de.p99 * 100, de.n);
+        printf("real run vs real run (%s against %s, per request in arrival order): TTFT median "
+               "%.1f%% p99 %.1f%% "
+               "(n %zu); E2E median %.1f%% p99 %.1f%% (n %zu)\n",
+               path_b, a->source, dt.p50 * 100, dt.p99 * 100, dt.n, de.p50 * 100, de.p99 * 100,
+               de.n);
     free(te);
     free(ee);
     sim_trace_free(&b);
@@ -175,7 +240,8 @@ static int compare_logs(const sim_trace *a, const char *path_b, bool json)
 
 int main(int argc, char **argv)
 {
-    const char *trace_path = NULL, *workload = NULL, *calib = NULL, *csv_dir = NULL, *plot_dir = NULL;
+    const char *trace_path = NULL, *workload = NULL, *calib = NULL, *csv_dir = NULL,
+               *plot_dir = NULL;
     const char *declog = NULL, *reqlog = NULL;
     const char *policies[MAX_POLICIES];
     const char *params[MAX_PARAMS];
@@ -190,39 +256,122 @@ int main(int argc, char **argv)
     sim_tune_opts_defaults(&topt);
     double burst0 = -1, burst1 = -1;
     bool prefix_report = false;
-    long long kv_host = -1, kv_disk = -1;   /* what-ifs: -1 = the service model's */
+    long long kv_host = -1, kv_disk = -1; /* what-ifs: -1 = the service model's */
     double host_bw = 0, disk_bw = 0;
-    uint32_t sweep[3][64];   /* the capacity sweep's device, host and disk sizes */
+    uint32_t sweep[3][64]; /* the capacity sweep's device, host and disk sizes */
     size_t n_sweep[3] = {0, 0, 0};
     sim_transform xf;
     sim_transform_defaults(&xf);
     sim_options opt;
     sim_options_defaults(&opt);
-    enum { O_FORMAT = 256, O_SKIP, O_PARAM, O_RATE, O_LSCALE, O_WINDOW, O_TENANTS, O_CLASSES, O_SEED,
-           O_RETRY, O_RETRY_MAX, O_CALIB, O_MAXCTX, O_CSV, O_PLOT, O_DECLOG, O_SAMPLE, O_BURST,
-           O_FIDELITY, O_LIST, O_REQLOG, O_FIT, O_SCALE, O_OVERHEAD, O_CHECK, O_ITLOG,
-           O_SPEED, O_SPEEDW, O_COMPARE, O_TUNE, O_TUNE_LOADS, O_TUNE_OUT, O_TUNE_JOBS, O_TUNE_ROUNDS, O_TUNE_NO_PAIRS,
-           O_TUNE_FINAL, O_FAIR_FLOOR, O_SLO_MIN, O_TUNE_SCN, O_PXCACHE, O_RECCOST, O_PXREPORT, O_SWEEP, O_SWEEP_HOST, O_SWEEP_DISK,
-           O_KVB, O_HKVB, O_DKVB, O_HBW, O_DBW };
-    static const struct option lo[] = {
-        {"trace", 1, 0, 't'}, {"workload", 1, 0, 'w'}, {"policy", 1, 0, 'p'}, {"json", 0, 0, 'j'},
-        {"help", 0, 0, 'h'}, {"format", 1, 0, O_FORMAT}, {"skip-bad", 0, 0, O_SKIP},
-        {"param", 1, 0, O_PARAM}, {"rate", 1, 0, O_RATE}, {"length-scale", 1, 0, O_LSCALE},
-        {"window", 1, 0, O_WINDOW}, {"tenants", 1, 0, O_TENANTS}, {"classes", 1, 0, O_CLASSES},
-        {"seed", 1, 0, O_SEED}, {"retry", 1, 0, O_RETRY}, {"retry-max", 1, 0, O_RETRY_MAX},
-        {"calibration", 1, 0, O_CALIB}, {"max-context", 1, 0, O_MAXCTX}, {"csv", 1, 0, O_CSV},
-        {"plot", 1, 0, O_PLOT}, {"decision-log", 1, 0, O_DECLOG}, {"sample-ms", 1, 0, O_SAMPLE},
-        {"burst", 1, 0, O_BURST}, {"fidelity", 0, 0, O_FIDELITY}, {"list-workloads", 0, 0, O_LIST}, {"request-log", 1, 0, O_REQLOG}, {"service-fit", 1, 0, O_FIT}, {"step-scale", 1, 0, O_SCALE}, {"step-overhead-us", 1, 0, O_OVERHEAD}, {"check-invariants", 1, 0, O_CHECK},
-        {"iteration-log", 1, 0, O_ITLOG}, {"speed-trace", 0, 0, O_SPEED}, {"speed-window-ms", 1, 0, O_SPEEDW},
-        {"compare-log", 1, 0, O_COMPARE},
-        {"tune", 1, 0, O_TUNE}, {"tune-loads", 1, 0, O_TUNE_LOADS}, {"tune-out", 1, 0, O_TUNE_OUT},
-        {"tune-jobs", 1, 0, O_TUNE_JOBS}, {"tune-rounds", 1, 0, O_TUNE_ROUNDS}, {"tune-no-pairs", 0, 0, O_TUNE_NO_PAIRS}, {"tune-finalists", 1, 0, O_TUNE_FINAL},
-        {"fair-floor", 1, 0, O_FAIR_FLOOR}, {"slo-min", 1, 0, O_SLO_MIN}, {"tune-scenarios", 0, 0, O_TUNE_SCN},
-        {"prefix-cache", 1, 0, O_PXCACHE}, {"recorded-costs", 1, 0, O_RECCOST}, {"prefix-report", 0, 0, O_PXREPORT}, {"capacity-sweep", 1, 0, O_SWEEP},
-        {"capacity-sweep-host", 1, 0, O_SWEEP_HOST}, {"capacity-sweep-disk", 1, 0, O_SWEEP_DISK},
-        {"kv-blocks", 1, 0, O_KVB}, {"host-kv-blocks", 1, 0, O_HKVB}, {"disk-kv-blocks", 1, 0, O_DKVB},
-        {"host-kv-bw", 1, 0, O_HBW}, {"disk-kv-bw", 1, 0, O_DBW},
-        {0, 0, 0, 0}};
+    enum {
+        O_FORMAT = 256,
+        O_SKIP,
+        O_PARAM,
+        O_RATE,
+        O_LSCALE,
+        O_WINDOW,
+        O_TENANTS,
+        O_CLASSES,
+        O_SEED,
+        O_RETRY,
+        O_RETRY_MAX,
+        O_CALIB,
+        O_MAXCTX,
+        O_CSV,
+        O_PLOT,
+        O_DECLOG,
+        O_SAMPLE,
+        O_BURST,
+        O_FIDELITY,
+        O_LIST,
+        O_REQLOG,
+        O_FIT,
+        O_SCALE,
+        O_OVERHEAD,
+        O_CHECK,
+        O_ITLOG,
+        O_SPEED,
+        O_SPEEDW,
+        O_COMPARE,
+        O_TUNE,
+        O_TUNE_LOADS,
+        O_TUNE_OUT,
+        O_TUNE_JOBS,
+        O_TUNE_ROUNDS,
+        O_TUNE_NO_PAIRS,
+        O_TUNE_FINAL,
+        O_FAIR_FLOOR,
+        O_SLO_MIN,
+        O_TUNE_SCN,
+        O_PXCACHE,
+        O_RECCOST,
+        O_PXREPORT,
+        O_SWEEP,
+        O_SWEEP_HOST,
+        O_SWEEP_DISK,
+        O_KVB,
+        O_HKVB,
+        O_DKVB,
+        O_HBW,
+        O_DBW
+    };
+    static const struct option lo[] = {{"trace", 1, 0, 't'},
+                                       {"workload", 1, 0, 'w'},
+                                       {"policy", 1, 0, 'p'},
+                                       {"json", 0, 0, 'j'},
+                                       {"help", 0, 0, 'h'},
+                                       {"format", 1, 0, O_FORMAT},
+                                       {"skip-bad", 0, 0, O_SKIP},
+                                       {"param", 1, 0, O_PARAM},
+                                       {"rate", 1, 0, O_RATE},
+                                       {"length-scale", 1, 0, O_LSCALE},
+                                       {"window", 1, 0, O_WINDOW},
+                                       {"tenants", 1, 0, O_TENANTS},
+                                       {"classes", 1, 0, O_CLASSES},
+                                       {"seed", 1, 0, O_SEED},
+                                       {"retry", 1, 0, O_RETRY},
+                                       {"retry-max", 1, 0, O_RETRY_MAX},
+                                       {"calibration", 1, 0, O_CALIB},
+                                       {"max-context", 1, 0, O_MAXCTX},
+                                       {"csv", 1, 0, O_CSV},
+                                       {"plot", 1, 0, O_PLOT},
+                                       {"decision-log", 1, 0, O_DECLOG},
+                                       {"sample-ms", 1, 0, O_SAMPLE},
+                                       {"burst", 1, 0, O_BURST},
+                                       {"fidelity", 0, 0, O_FIDELITY},
+                                       {"list-workloads", 0, 0, O_LIST},
+                                       {"request-log", 1, 0, O_REQLOG},
+                                       {"service-fit", 1, 0, O_FIT},
+                                       {"step-scale", 1, 0, O_SCALE},
+                                       {"step-overhead-us", 1, 0, O_OVERHEAD},
+                                       {"check-invariants", 1, 0, O_CHECK},
+                                       {"iteration-log", 1, 0, O_ITLOG},
+                                       {"speed-trace", 0, 0, O_SPEED},
+                                       {"speed-window-ms", 1, 0, O_SPEEDW},
+                                       {"compare-log", 1, 0, O_COMPARE},
+                                       {"tune", 1, 0, O_TUNE},
+                                       {"tune-loads", 1, 0, O_TUNE_LOADS},
+                                       {"tune-out", 1, 0, O_TUNE_OUT},
+                                       {"tune-jobs", 1, 0, O_TUNE_JOBS},
+                                       {"tune-rounds", 1, 0, O_TUNE_ROUNDS},
+                                       {"tune-no-pairs", 0, 0, O_TUNE_NO_PAIRS},
+                                       {"tune-finalists", 1, 0, O_TUNE_FINAL},
+                                       {"fair-floor", 1, 0, O_FAIR_FLOOR},
+                                       {"slo-min", 1, 0, O_SLO_MIN},
+                                       {"tune-scenarios", 0, 0, O_TUNE_SCN},
+                                       {"prefix-cache", 1, 0, O_PXCACHE},
+                                       {"recorded-costs", 1, 0, O_RECCOST},
+                                       {"prefix-report", 0, 0, O_PXREPORT},
+                                       {"capacity-sweep", 1, 0, O_SWEEP},
+                                       {"capacity-sweep-host", 1, 0, O_SWEEP_HOST},
+                                       {"capacity-sweep-disk", 1, 0, O_SWEEP_DISK},
+                                       {"kv-blocks", 1, 0, O_KVB},
+                                       {"host-kv-blocks", 1, 0, O_HKVB},
+                                       {"disk-kv-blocks", 1, 0, O_DKVB},
+                                       {"host-kv-bw", 1, 0, O_HBW},
+                                       {"disk-kv-bw", 1, 0, O_DBW},
+                                       {0, 0, 0, 0}};
     int c, li = -1;
     char *e;
     while ((li = -1, c = getopt_long(argc, argv, "t:w:p:jh", lo, &li)) != -1) {
@@ -230,24 +379,43 @@ int main(int argc, char **argv)
         case 't': trace_path = optarg; break;
         case 'w': workload = optarg; break;
         case 'p':
-            if (n_pol == MAX_POLICIES) { fprintf(stderr, "ringlm-sim: at most %d policies\n", MAX_POLICIES); return 2; }
+            if (n_pol == MAX_POLICIES) {
+                fprintf(stderr, "ringlm-sim: at most %d policies\n", MAX_POLICIES);
+                return 2;
+            }
             policies[n_pol++] = optarg;
             break;
         case 'j': json = true; break;
         case 'h': usage(stdout); return 0;
         case O_FORMAT:
-            if (!strcmp(optarg, "azure")) fmt = SIM_FMT_AZURE;
-            else if (!strcmp(optarg, "mooncake")) fmt = SIM_FMT_MOONCAKE;
-            else if (!strcmp(optarg, "native")) fmt = SIM_FMT_NATIVE;
-            else { fprintf(stderr, "ringlm-sim: --format %s: expected azure, mooncake or native\n", optarg); return 2; }
+            if (!strcmp(optarg, "azure"))
+                fmt = SIM_FMT_AZURE;
+            else if (!strcmp(optarg, "mooncake"))
+                fmt = SIM_FMT_MOONCAKE;
+            else if (!strcmp(optarg, "native"))
+                fmt = SIM_FMT_NATIVE;
+            else {
+                fprintf(stderr, "ringlm-sim: --format %s: expected azure, mooncake or native\n",
+                        optarg);
+                return 2;
+            }
             break;
         case O_SKIP: skip_bad = true; break;
         case O_PARAM:
-            if (n_par == MAX_PARAMS) { fprintf(stderr, "ringlm-sim: too many --param\n"); return 2; }
+            if (n_par == MAX_PARAMS) {
+                fprintf(stderr, "ringlm-sim: too many --param\n");
+                return 2;
+            }
             params[n_par++] = optarg;
             break;
-        case O_RATE: xf.rate = strtod(optarg, &e); if (*e) goto bad_num; break;
-        case O_LSCALE: xf.length_scale = strtod(optarg, &e); if (*e) goto bad_num; break;
+        case O_RATE:
+            xf.rate = strtod(optarg, &e);
+            if (*e) goto bad_num;
+            break;
+        case O_LSCALE:
+            xf.length_scale = strtod(optarg, &e);
+            if (*e) goto bad_num;
+            break;
         case O_WINDOW:
             if (parse_range(optarg, &xf.window_start_s, &xf.window_end_s) < 0) {
                 fprintf(stderr, "ringlm-sim: --window %s: expected START:END seconds\n", optarg);
@@ -256,37 +424,73 @@ int main(int argc, char **argv)
             break;
         case O_TENANTS: xf.tenant_rule = optarg; break;
         case O_CLASSES: xf.class_rule = optarg; break;
-        case O_SEED: xf.seed = opt.seed = strtoull(optarg, &e, 0); if (*e) goto bad_num; break;
+        case O_SEED:
+            xf.seed = opt.seed = strtoull(optarg, &e, 0);
+            if (*e) goto bad_num;
+            break;
         case O_RETRY:
-            if (!strcmp(optarg, "none")) opt.retry = SIM_RETRY_NONE;
-            else if (!strcmp(optarg, "immediate")) opt.retry = SIM_RETRY_IMMEDIATE;
+            if (!strcmp(optarg, "none"))
+                opt.retry = SIM_RETRY_NONE;
+            else if (!strcmp(optarg, "immediate"))
+                opt.retry = SIM_RETRY_IMMEDIATE;
             else if (!strncmp(optarg, "backoff:", 8)) {
                 double msv = strtod(optarg + 8, &e);
                 if (*e || !(msv > 0)) goto bad_num;
                 opt.retry = SIM_RETRY_BACKOFF;
                 opt.retry_backoff_us = (int64_t)llround(msv * 1000);
-            } else { fprintf(stderr, "ringlm-sim: --retry %s: expected none, immediate or backoff:MS\n", optarg); return 2; }
+            } else {
+                fprintf(stderr, "ringlm-sim: --retry %s: expected none, immediate or backoff:MS\n",
+                        optarg);
+                return 2;
+            }
             break;
-        case O_RETRY_MAX: opt.retry_max = (uint32_t)strtoul(optarg, &e, 10); if (*e || !opt.retry_max) goto bad_num; break;
+        case O_RETRY_MAX:
+            opt.retry_max = (uint32_t)strtoul(optarg, &e, 10);
+            if (*e || !opt.retry_max) goto bad_num;
+            break;
         case O_CALIB: calib = optarg; break;
         case O_ITLOG:
-            if (n_itlog == MAX_ITLOGS) { fprintf(stderr, "ringlm-sim: at most %d --iteration-log\n", MAX_ITLOGS); return 2; }
+            if (n_itlog == MAX_ITLOGS) {
+                fprintf(stderr, "ringlm-sim: at most %d --iteration-log\n", MAX_ITLOGS);
+                return 2;
+            }
             itlogs[n_itlog++] = optarg;
             break;
-        case O_MAXCTX: opt.max_context = (uint32_t)strtoul(optarg, &e, 10); if (*e || !opt.max_context) goto bad_num; break;
+        case O_MAXCTX:
+            opt.max_context = (uint32_t)strtoul(optarg, &e, 10);
+            if (*e || !opt.max_context) goto bad_num;
+            break;
         case O_CSV: csv_dir = optarg; break;
         case O_PLOT: plot_dir = optarg; break;
         case O_DECLOG: declog = optarg; break;
         case O_REQLOG: reqlog = optarg; break;
-        case O_OVERHEAD: opt.step_overhead_us = strtod(optarg, &e); if (*e || !(opt.step_overhead_us >= 0) || !isfinite(opt.step_overhead_us)) goto bad_num; break;
-        case O_CHECK: opt.check_every = strtoull(optarg, &e, 10); if (*e) goto bad_num; break;
-        case O_SCALE: opt.step_scale = strtod(optarg, &e); if (*e || !(opt.step_scale > 0) || !isfinite(opt.step_scale)) goto bad_num; break;
+        case O_OVERHEAD:
+            opt.step_overhead_us = strtod(optarg, &e);
+            if (*e || !(opt.step_overhead_us >= 0) || !isfinite(opt.step_overhead_us)) goto bad_num;
+            break;
+        case O_CHECK:
+            opt.check_every = strtoull(optarg, &e, 10);
+            if (*e) goto bad_num;
+            break;
+        case O_SCALE:
+            opt.step_scale = strtod(optarg, &e);
+            if (*e || !(opt.step_scale > 0) || !isfinite(opt.step_scale)) goto bad_num;
+            break;
         case O_FIT:
-            if (!strcmp(optarg, "auto")) fit = SIM_FIT_AUTO;
-            else if (!strcmp(optarg, "file")) fit = SIM_FIT_FILE;
-            else if (!strcmp(optarg, "linear")) fit = SIM_FIT_LINEAR;
-            else if (!strcmp(optarg, "attention")) fit = SIM_FIT_ATTENTION;
-            else { fprintf(stderr, "ringlm-sim: --service-fit %s: expected auto, file, linear or attention\n", optarg); return 2; }
+            if (!strcmp(optarg, "auto"))
+                fit = SIM_FIT_AUTO;
+            else if (!strcmp(optarg, "file"))
+                fit = SIM_FIT_FILE;
+            else if (!strcmp(optarg, "linear"))
+                fit = SIM_FIT_LINEAR;
+            else if (!strcmp(optarg, "attention"))
+                fit = SIM_FIT_ATTENTION;
+            else {
+                fprintf(stderr,
+                        "ringlm-sim: --service-fit %s: expected auto, file, linear or attention\n",
+                        optarg);
+                return 2;
+            }
             break;
         case O_SAMPLE: {
             double v = strtod(optarg, &e);
@@ -302,7 +506,10 @@ int main(int argc, char **argv)
             break;
         case O_FIDELITY: want_fidelity = true; break;
         case O_SPEED: speed_trace = true; break;
-        case O_SPEEDW: speed_ms = strtod(optarg, &e); if (*e || !(speed_ms >= 1) || !(speed_ms <= 3.6e6)) goto bad_num; break;
+        case O_SPEEDW:
+            speed_ms = strtod(optarg, &e);
+            if (*e || !(speed_ms >= 1) || !(speed_ms <= 3.6e6)) goto bad_num;
+            break;
         case O_COMPARE: compare_log = optarg; break;
         case O_TUNE: tune_spec = optarg; break;
         case O_TUNE_LOADS: {
@@ -318,40 +525,76 @@ int main(int argc, char **argv)
         }
         case O_TUNE_OUT: tune_out = optarg; break;
         case O_TUNE_SCN: topt.scenarios = true; break;
-        case O_TUNE_JOBS: topt.jobs = (int)strtol(optarg, &e, 10); if (*e || topt.jobs < 1) goto bad_num; break;
-        case O_TUNE_ROUNDS: topt.max_rounds = (int)strtol(optarg, &e, 10); if (*e || topt.max_rounds < 1) goto bad_num; break;
+        case O_TUNE_JOBS:
+            topt.jobs = (int)strtol(optarg, &e, 10);
+            if (*e || topt.jobs < 1) goto bad_num;
+            break;
+        case O_TUNE_ROUNDS:
+            topt.max_rounds = (int)strtol(optarg, &e, 10);
+            if (*e || topt.max_rounds < 1) goto bad_num;
+            break;
         case O_TUNE_NO_PAIRS: topt.pairs = false; break;
-        case O_TUNE_FINAL: topt.finalists = strtoul(optarg, &e, 10); if (*e || !topt.finalists) goto bad_num; break;
-        case O_FAIR_FLOOR: topt.fair_floor = strtod(optarg, &e); if (*e || !(topt.fair_floor >= 0) || topt.fair_floor > 1) goto bad_num; break;
-        case O_SLO_MIN: topt.slo_min = strtod(optarg, &e); if (*e || !(topt.slo_min >= 0) || topt.slo_min > 1) goto bad_num; break;
+        case O_TUNE_FINAL:
+            topt.finalists = strtoul(optarg, &e, 10);
+            if (*e || !topt.finalists) goto bad_num;
+            break;
+        case O_FAIR_FLOOR:
+            topt.fair_floor = strtod(optarg, &e);
+            if (*e || !(topt.fair_floor >= 0) || topt.fair_floor > 1) goto bad_num;
+            break;
+        case O_SLO_MIN:
+            topt.slo_min = strtod(optarg, &e);
+            if (*e || !(topt.slo_min >= 0) || topt.slo_min > 1) goto bad_num;
+            break;
         case O_LIST: fputs(sim_gen_help(), stdout); return 0;
         case O_PXCACHE:
-            if (!strcmp(optarg, "on")) opt.prefix_cache = true;
-            else if (!strcmp(optarg, "off")) opt.prefix_cache = false;
-            else { fprintf(stderr, "ringlm-sim: --prefix-cache %s: expected on or off\n", optarg); return 2; }
+            if (!strcmp(optarg, "on"))
+                opt.prefix_cache = true;
+            else if (!strcmp(optarg, "off"))
+                opt.prefix_cache = false;
+            else {
+                fprintf(stderr, "ringlm-sim: --prefix-cache %s: expected on or off\n", optarg);
+                return 2;
+            }
             break;
         case O_RECCOST:
-            if (!strcmp(optarg, "on")) opt.recorded_costs = true;
-            else if (!strcmp(optarg, "off")) opt.recorded_costs = false;
-            else { fprintf(stderr, "ringlm-sim: --recorded-costs %s: expected on or off\n", optarg); return 2; }
+            if (!strcmp(optarg, "on"))
+                opt.recorded_costs = true;
+            else if (!strcmp(optarg, "off"))
+                opt.recorded_costs = false;
+            else {
+                fprintf(stderr, "ringlm-sim: --recorded-costs %s: expected on or off\n", optarg);
+                return 2;
+            }
             break;
         case O_PXREPORT: prefix_report = true; break;
-        case O_KVB: case O_HKVB: case O_DKVB: {
+        case O_KVB:
+        case O_HKVB:
+        case O_DKVB: {
             unsigned long v = strtoul(optarg, &e, 10);
             if (e == optarg || *e || v > (1ul << 28) || (c == O_KVB && !v)) goto bad_num;
-            if (c == O_KVB) opt.kv_blocks_device = (uint32_t)v;
-            else if (c == O_HKVB) kv_host = (long long)v;
-            else kv_disk = (long long)v;
+            if (c == O_KVB)
+                opt.kv_blocks_device = (uint32_t)v;
+            else if (c == O_HKVB)
+                kv_host = (long long)v;
+            else
+                kv_disk = (long long)v;
             break;
         }
-        case O_HBW: case O_DBW: {
+        case O_HBW:
+        case O_DBW: {
             double v = strtod(optarg, &e);
             if (e == optarg || *e || !(v >= 1) || !(v <= 1e15)) goto bad_num;
-            if (c == O_HBW) host_bw = v; else disk_bw = v;
+            if (c == O_HBW)
+                host_bw = v;
+            else
+                disk_bw = v;
             opt.tier_bw_given[c == O_HBW ? SCHED_POOL_HOST : SCHED_POOL_DISK] = true;
             break;
         }
-        case O_SWEEP: case O_SWEEP_HOST: case O_SWEEP_DISK: {
+        case O_SWEEP:
+        case O_SWEEP_HOST:
+        case O_SWEEP_DISK: {
             /* device sizes > 0; host and disk sizes >= 0 (0: no such tier), up to 2^28 as the
              * --*kv-blocks what-ifs */
             int w = c == O_SWEEP ? 0 : c == O_SWEEP_HOST ? 1 : 2;
@@ -359,7 +602,9 @@ int main(int argc, char **argv)
             for (const char *p = optarg; *p; p = *e ? e + 1 : e) {
                 if (*p < '0' || *p > '9') goto bad_num;
                 unsigned long v = strtoul(p, &e, 10);
-                if (e == p || (*e && *e != ',') || (!w && !v) || v > (1ul << 28) || n_sweep[w] == 64) goto bad_num;
+                if (e == p || (*e && *e != ',') || (!w && !v) || v > (1ul << 28) ||
+                    n_sweep[w] == 64)
+                    goto bad_num;
                 sweep[w][n_sweep[w]++] = (uint32_t)v;
             }
             if (!n_sweep[w]) goto bad_num;
@@ -369,7 +614,8 @@ int main(int argc, char **argv)
         }
         continue;
     bad_num:
-        fprintf(stderr, "ringlm-sim: --%s %s: not a valid value\n", li >= 0 ? lo[li].name : "?", optarg);
+        fprintf(stderr, "ringlm-sim: --%s %s: not a valid value\n", li >= 0 ? lo[li].name : "?",
+                optarg);
         return 2;
     }
     if (optind < argc || (!trace_path == !workload)) {
@@ -393,7 +639,10 @@ int main(int argc, char **argv)
     memset(sums, 0, sizeof sums);
 
     if (calib) {
-        if ((rc = sim_service_load(&svc, calib, fit)) < 0) { fprintf(stderr, "ringlm-sim: %s\n", sim_err()); return 1; }
+        if ((rc = sim_service_load(&svc, calib, fit)) < 0) {
+            fprintf(stderr, "ringlm-sim: %s\n", sim_err());
+            return 1;
+        }
     } else {
         sim_service_default(&svc);
     }
@@ -417,13 +666,17 @@ int main(int argc, char **argv)
             goto out;
         }
         if (trace.n_bad_total) {
-            fprintf(stderr, "ringlm-sim: skipped %zu bad lines of %s:\n", trace.n_bad_total, trace_path);
+            fprintf(stderr, "ringlm-sim: skipped %zu bad lines of %s:\n", trace.n_bad_total,
+                    trace_path);
             for (size_t i = 0; i < trace.n_bad && i < 20; i++)
-                fprintf(stderr, "  %s:%u: %s\n", trace.source, trace.bad[i].line, trace.bad[i].reason);
-            if (trace.n_bad_total > 20) fprintf(stderr, "  ... (%zu more)\n", trace.n_bad_total - 20);
+                fprintf(stderr, "  %s:%u: %s\n", trace.source, trace.bad[i].line,
+                        trace.bad[i].reason);
+            if (trace.n_bad_total > 20)
+                fprintf(stderr, "  ... (%zu more)\n", trace.n_bad_total - 20);
         }
     } else {
-        if ((rc = sim_gen_workload(&trace, workload, params, (size_t)n_par, &svc, xf.seed, &scn)) < 0) {
+        if ((rc = sim_gen_workload(&trace, workload, params, (size_t)n_par, &svc, xf.seed, &scn)) <
+            0) {
             fprintf(stderr, "ringlm-sim: %s\n", sim_err());
             goto out;
         }
@@ -437,10 +690,14 @@ int main(int argc, char **argv)
         goto out;
     }
     if (want_fidelity && !trace.has_real) {
-        fprintf(stderr, "ringlm-sim: --fidelity needs a native request log of a real run (with first_token_us and finish_us)\n");
+        fprintf(stderr, "ringlm-sim: --fidelity needs a native request log of a real run (with "
+                        "first_token_us and finish_us)\n");
         goto out;
     }
-    if (trace.n == 0) { fprintf(stderr, "ringlm-sim: the trace has no requests (after --window)\n"); goto out; }
+    if (trace.n == 0) {
+        fprintf(stderr, "ringlm-sim: the trace has no requests (after --window)\n");
+        goto out;
+    }
 
     if (n_pol == 0) policies[n_pol++] = NULL;
     for (int i = 0; i < n_pol; i++) {
@@ -453,11 +710,14 @@ int main(int argc, char **argv)
         rc = sched_policy_parse(text ? text : "", &pol[i], &perr);
         free(text);
         if (rc < 0) {
-            fprintf(stderr, "ringlm-sim: %s:%d: %s\n", policies[i] ? policies[i] : "(default policy)", perr.line, perr.reason);
+            fprintf(stderr, "ringlm-sim: %s:%d: %s\n",
+                    policies[i] ? policies[i] : "(default policy)", perr.line, perr.reason);
             goto out;
         }
-        if (policies[i]) base_name(policies[i], pol_names[i], sizeof pol_names[i]);
-        else snprintf(pol_names[i], sizeof pol_names[i], "default");
+        if (policies[i])
+            base_name(policies[i], pol_names[i], sizeof pol_names[i]);
+        else
+            snprintf(pol_names[i], sizeof pol_names[i], "default");
     }
 
     if (prefix_report) {
@@ -473,7 +733,8 @@ int main(int argc, char **argv)
         goto out;
     }
     if (n_sweep[0] || n_sweep[1] || n_sweep[2]) {
-        fprintf(stderr, "ringlm-sim: --capacity-sweep, --capacity-sweep-host and --capacity-sweep-disk need --prefix-report\n");
+        fprintf(stderr, "ringlm-sim: --capacity-sweep, --capacity-sweep-host and "
+                        "--capacity-sweep-disk need --prefix-report\n");
         goto out;
     }
 
@@ -493,16 +754,28 @@ int main(int argc, char **argv)
         FILE *dl = NULL;
         if (declog) {
             char path[1024];
-            if (n_pol > 1) snprintf(path, sizeof path, "%s-%s", declog, pol_names[i]);
-            else snprintf(path, sizeof path, "%s", declog);
-            if (!(dl = fopen(path, "w"))) { fprintf(stderr, "ringlm-sim: %s: %s\n", path, strerror(errno)); goto out; }
+            if (n_pol > 1)
+                snprintf(path, sizeof path, "%s-%s", declog, pol_names[i]);
+            else
+                snprintf(path, sizeof path, "%s", declog);
+            if (!(dl = fopen(path, "w"))) {
+                fprintf(stderr, "ringlm-sim: %s: %s\n", path, strerror(errno));
+                goto out;
+            }
             o.decision_log = dl;
         }
         rc = sim_run_trace(&trace, &o, &runs[i]);
         n_runs = i + 1;
-        if (dl && fclose(dl) != 0) { fprintf(stderr, "ringlm-sim: decision log: write error\n"); goto out; }
-        if (rc < 0) { fprintf(stderr, "ringlm-sim: %s: %s\n", pol_names[i], sim_err()); goto out; }
-        int64_t b0 = burst0 >= 0 ? (int64_t)llround(burst0 * 1e6) : -1, b1 = burst1 >= 0 ? (int64_t)llround(burst1 * 1e6) : -1;
+        if (dl && fclose(dl) != 0) {
+            fprintf(stderr, "ringlm-sim: decision log: write error\n");
+            goto out;
+        }
+        if (rc < 0) {
+            fprintf(stderr, "ringlm-sim: %s: %s\n", pol_names[i], sim_err());
+            goto out;
+        }
+        int64_t b0 = burst0 >= 0 ? (int64_t)llround(burst0 * 1e6) : -1,
+                b1 = burst1 >= 0 ? (int64_t)llround(burst1 * 1e6) : -1;
         if ((rc = sim_summarise(&runs[i], workload ? &scn : NULL, b0, b1, &sums[i])) < 0) {
             fprintf(stderr, "ringlm-sim: out of memory\n");
             goto out;
@@ -510,15 +783,29 @@ int main(int argc, char **argv)
         const char *tag = n_pol > 1 ? pol_names[i] : "";
         if (reqlog) {
             char path[1024];
-            if (n_pol > 1) snprintf(path, sizeof path, "%s-%s", reqlog, pol_names[i]);
-            else snprintf(path, sizeof path, "%s", reqlog);
+            if (n_pol > 1)
+                snprintf(path, sizeof path, "%s-%s", reqlog, pol_names[i]);
+            else
+                snprintf(path, sizeof path, "%s", reqlog);
             FILE *rf = fopen(path, "w");
-            if (!rf) { fprintf(stderr, "ringlm-sim: %s: %s\n", path, strerror(errno)); goto out; }
+            if (!rf) {
+                fprintf(stderr, "ringlm-sim: %s: %s\n", path, strerror(errno));
+                goto out;
+            }
             rc = sim_report_request_log(rf, &runs[i]);
-            if (fclose(rf) != 0 || rc < 0) { fprintf(stderr, "ringlm-sim: %s: write error\n", path); goto out; }
+            if (fclose(rf) != 0 || rc < 0) {
+                fprintf(stderr, "ringlm-sim: %s: write error\n", path);
+                goto out;
+            }
         }
-        if (csv_dir && (rc = sim_report_csv(csv_dir, tag, &runs[i])) < 0) { fprintf(stderr, "ringlm-sim: %s\n", sim_err()); goto out; }
-        if (plot_dir && (rc = sim_report_plot(plot_dir, n_pol > 1 ? pol_names[i] : "run", &runs[i], stderr)) < 0 && rc != -ENOENT) {
+        if (csv_dir && (rc = sim_report_csv(csv_dir, tag, &runs[i])) < 0) {
+            fprintf(stderr, "ringlm-sim: %s\n", sim_err());
+            goto out;
+        }
+        if (plot_dir &&
+            (rc = sim_report_plot(plot_dir, n_pol > 1 ? pol_names[i] : "run", &runs[i], stderr)) <
+                0 &&
+            rc != -ENOENT) {
             fprintf(stderr, "ringlm-sim: %s\n", sim_err());
             goto out;
         }
@@ -527,7 +814,8 @@ int main(int argc, char **argv)
     if (plot_dir && n_runs > 1) {
         const sim_run *rp[MAX_POLICIES];
         for (int i = 0; i < n_runs; i++) rp[i] = &runs[i];
-        if ((rc = sim_report_plot_compare(plot_dir, rp, (size_t)n_runs, NULL)) < 0 && rc != -ENOENT) {
+        if ((rc = sim_report_plot_compare(plot_dir, rp, (size_t)n_runs, NULL)) < 0 &&
+            rc != -ENOENT) {
             fprintf(stderr, "ringlm-sim: %s\n", sim_err());
             goto out;
         }
@@ -549,37 +837,51 @@ int main(int argc, char **argv)
         if (n_runs == 1) {
             root = sim_report_json(&runs[0], &sums[0], &svc);
             if (have_floor)
-                json_object_set_new(root, "noise_floor", json_pack("{s:s,s:I,s:f,s:f,s:f}", "iteration_log", itlogs[0],
-                                                                   "n", (json_int_t)floor.n, "e2e_p50", floor.p50,
-                                                                   "e2e_p99", floor.p99, "e2e_max", floor.max));
-        }
-        else {
+                json_object_set_new(root, "noise_floor",
+                                    json_pack("{s:s,s:I,s:f,s:f,s:f}", "iteration_log", itlogs[0],
+                                              "n", (json_int_t)floor.n, "e2e_p50", floor.p50,
+                                              "e2e_p99", floor.p99, "e2e_max", floor.max));
+        } else {
             json_t *arr = json_array();
-            for (int i = 0; i < n_runs; i++) json_array_append_new(arr, sim_report_json(&runs[i], &sums[i], &svc));
+            for (int i = 0; i < n_runs; i++)
+                json_array_append_new(arr, sim_report_json(&runs[i], &sums[i], &svc));
             root = json_pack("{s:o}", "runs", arr);
         }
         char *s = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
-        if (s) { fputs(s, stdout); fputc('\n', stdout); free(s); }
+        if (s) {
+            fputs(s, stdout);
+            fputc('\n', stdout);
+            free(s);
+        }
         json_decref(root);
     } else if (n_runs == 1) {
         sim_report_table(stdout, &runs[0], &sums[0], &svc);
         if (have_floor)
-            printf("noise floor (if %s is this run's log): the fitted model summed over each request's real "
-                   "iterations misses their measured sum by median %.1f%% p99 %.1f%% max %.1f%% (n %zu): the error left "
-                   "with the real schedule given (per-iteration noise the model cannot know)\n", itlogs[0], floor.p50 * 100, floor.p99 * 100,
-                   floor.max * 100, floor.n);
+            printf("noise floor (if %s is this run's log): the fitted model summed over each "
+                   "request's real "
+                   "iterations misses their measured sum by median %.1f%% p99 %.1f%% max %.1f%% (n "
+                   "%zu): the error left "
+                   "with the real schedule given (per-iteration noise the model cannot know)\n",
+                   itlogs[0], floor.p50 * 100, floor.p99 * 100, floor.max * 100, floor.n);
     } else {
         const sim_run *rp[MAX_POLICIES];
         const sim_summary *sp[MAX_POLICIES];
-        for (int i = 0; i < n_runs; i++) { rp[i] = &runs[i]; sp[i] = &sums[i]; }
-        printf("trace %s: %zu requests over %.1f s; service %s", trace.source, trace.n, sums[0].span_s, svc.source);
+        for (int i = 0; i < n_runs; i++) {
+            rp[i] = &runs[i];
+            sp[i] = &sums[i];
+        }
+        printf("trace %s: %zu requests over %.1f s; service %s", trace.source, trace.n,
+               sums[0].span_s, svc.source);
         if (svc.it_points) printf(", step model fitted to the iterations of %s", svc.it_source);
         printf("\n\n");
         sim_report_compare(stdout, rp, sp, (size_t)n_runs);
     }
     status = 0;
 out:
-    for (int i = 0; i < n_runs; i++) { sim_summary_free(&sums[i]); sim_run_free(&runs[i]); }
+    for (int i = 0; i < n_runs; i++) {
+        sim_summary_free(&sums[i]);
+        sim_run_free(&runs[i]);
+    }
     for (int i = 0; i < n_pol; i++) sched_policy_free(pol[i]);
     sim_trace_free(&trace);
     sim_service_free(&svc);

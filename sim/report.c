@@ -12,12 +12,15 @@
 
 /* ---- metrics ------------------------------------------------------------------------------- */
 
-typedef struct gacc {               /* per group, while collecting */
+typedef struct gacc { /* per group, while collecting */
     double *wait, *ttft, *tpot, *e2e, *itl;
-    size_t  nw, nt, np, ne, ni;
+    size_t nw, nt, np, ne, ni;
 } gacc;
 
-static double ms(int64_t us) { return (double)us / 1000.0; }
+static double ms(int64_t us)
+{
+    return (double)us / 1000.0;
+}
 
 static const sched_class_cfg *class_cfg(const sim_run *r, unsigned trace_class)
 {
@@ -39,8 +42,10 @@ static void group_add(sim_group *g, gacc *a, const sim_run *r, uint32_t req)
     case SIM_OUT_CANCELLED: g->cancels++; break;
     default: g->pending++; break;
     }
-    if (x->first_sched_us >= 0) a->wait[a->nw++] = ms(x->first_sched_us - q->arrival_us);
-    else if (x->outcome == SIM_OUT_TIMEOUT) a->wait[a->nw++] = ms(x->end_us - q->arrival_us);
+    if (x->first_sched_us >= 0)
+        a->wait[a->nw++] = ms(x->first_sched_us - q->arrival_us);
+    else if (x->outcome == SIM_OUT_TIMEOUT)
+        a->wait[a->nw++] = ms(x->end_us - q->arrival_us);
     if (x->first_token_us >= 0) a->ttft[a->nt++] = ms(x->first_token_us - q->arrival_us);
     double tpot = NAN;
     if (x->outcome == SIM_OUT_FINISHED) {
@@ -55,8 +60,12 @@ static void group_add(sim_group *g, gacc *a, const sim_run *r, uint32_t req)
         g->slo_counted++;
         const sched_class_cfg *c = class_cfg(r, q->klass);
         bool met = x->outcome == SIM_OUT_FINISHED;
-        if (met && c && c->ttft_target_us && x->first_token_us - q->arrival_us > (int64_t)c->ttft_target_us) met = false;
-        if (met && c && c->tpot_target_us && !isnan(tpot) && tpot * 1000.0 > (double)c->tpot_target_us) met = false;
+        if (met && c && c->ttft_target_us &&
+            x->first_token_us - q->arrival_us > (int64_t)c->ttft_target_us)
+            met = false;
+        if (met && c && c->tpot_target_us && !isnan(tpot) &&
+            tpot * 1000.0 > (double)c->tpot_target_us)
+            met = false;
         if (met) {
             g->slo_met++;
             g->goodput_tok_s += x->generated;
@@ -68,8 +77,10 @@ static void group_add(sim_group *g, gacc *a, const sim_run *r, uint32_t req)
 static void group_add_rec(sim_group *g, const sim_rec *x)
 {
     g->attempts++;
-    if (x->outcome == SIM_OUT_REJECTED) g->rejects[x->reason < SCHED_REJECT__COUNT ? x->reason : 0]++;
-    if (x->outcome == SIM_OUT_TIMEOUT) g->timeouts_by[x->reason < SCHED_TIMEOUT__COUNT ? x->reason : 0]++;
+    if (x->outcome == SIM_OUT_REJECTED)
+        g->rejects[x->reason < SCHED_REJECT__COUNT ? x->reason : 0]++;
+    if (x->outcome == SIM_OUT_TIMEOUT)
+        g->timeouts_by[x->reason < SCHED_TIMEOUT__COUNT ? x->reason : 0]++;
     g->preempt_swap += x->preempt_swap;
     g->preempt_recompute += x->preempt_recompute;
     g->served_prefill += x->prefill_done;
@@ -100,15 +111,21 @@ static int gacc_alloc(gacc *a, size_t n)
 {
     memset(a, 0, sizeof *a);
     size_t k = n ? n : 1;
-    a->wait = malloc(k * sizeof(double)); a->ttft = malloc(k * sizeof(double));
-    a->tpot = malloc(k * sizeof(double)); a->e2e = malloc(k * sizeof(double));
+    a->wait = malloc(k * sizeof(double));
+    a->ttft = malloc(k * sizeof(double));
+    a->tpot = malloc(k * sizeof(double));
+    a->e2e = malloc(k * sizeof(double));
     a->itl = malloc(k * sizeof(double));
     return a->wait && a->ttft && a->tpot && a->e2e && a->itl ? 0 : -ENOMEM;
 }
 
 static void gacc_free(gacc *a)
 {
-    free(a->wait); free(a->ttft); free(a->tpot); free(a->e2e); free(a->itl);
+    free(a->wait);
+    free(a->ttft);
+    free(a->tpot);
+    free(a->e2e);
+    free(a->itl);
 }
 
 /* Burst recovery: median queue wait of requests by arrival second, against the pre-burst
@@ -129,20 +146,25 @@ static void burst_recovery(const sim_run *r, sim_summary *s, int64_t b0, int64_t
     size_t nbase = 0;
     if (!bk || !bn || !bc || !base) goto out;
     for (size_t i = 0; i < t->n; i++) bc[(size_t)(t->reqs[i].arrival_us / 1000000)]++;
-    for (size_t b = 0; b < nb; b++) if (bc[b] && !(bk[b] = malloc(bc[b] * sizeof **bk))) goto out;
+    for (size_t b = 0; b < nb; b++)
+        if (bc[b] && !(bk[b] = malloc(bc[b] * sizeof **bk))) goto out;
     for (size_t i = 0; i < t->n; i++) {
         const sim_req *q = &t->reqs[i];
         const sim_rec *x = &r->recs[r->final_rec[i]];
         double w;
-        if (x->first_sched_us >= 0) w = ms(x->first_sched_us - q->arrival_us);
-        else if (x->outcome == SIM_OUT_TIMEOUT) w = ms(x->end_us - q->arrival_us);
-        else continue;   /* rejected at once: no queue wait to speak of */
+        if (x->first_sched_us >= 0)
+            w = ms(x->first_sched_us - q->arrival_us);
+        else if (x->outcome == SIM_OUT_TIMEOUT)
+            w = ms(x->end_us - q->arrival_us);
+        else
+            continue; /* rejected at once: no queue wait to speak of */
         size_t b = (size_t)(q->arrival_us / 1000000);
         bk[b][bn[b]++] = w;
         if (q->arrival_us < b0) base[nbase++] = w;
     }
     if (nbase == 0) {
-        snprintf(s->recovery_text, sizeof s->recovery_text, "no requests before the burst: no baseline");
+        snprintf(s->recovery_text, sizeof s->recovery_text,
+                 "no requests before the burst: no baseline");
         goto out;
     }
     sim_dist d;
@@ -163,22 +185,30 @@ static void burst_recovery(const sim_run *r, sim_summary *s, int64_t b0, int64_t
         if (ok && bn[b]) {
             s->recovery_s = fmax(0, (double)b - (double)b1 / 1e6);
             snprintf(s->recovery_text, sizeof s->recovery_text,
-                     "queue wait back at baseline (median %.1f ms, threshold %.1f ms) %.0f s after the burst ended",
+                     "queue wait back at baseline (median %.1f ms, threshold %.1f ms) %.0f s after "
+                     "the burst ended",
                      d.p50, thr, s->recovery_s);
             goto out;
         }
     }
-    snprintf(s->recovery_text, sizeof s->recovery_text,
-             "queue wait never returns to its pre-burst baseline (median %.1f ms, threshold %.1f ms); "
-             "the last arrivals waited %.1f ms (median)", d.p50, thr, lastmed);
+    snprintf(
+        s->recovery_text, sizeof s->recovery_text,
+        "queue wait never returns to its pre-burst baseline (median %.1f ms, threshold %.1f ms); "
+        "the last arrivals waited %.1f ms (median)",
+        d.p50, thr, lastmed);
 out:
-    if (bk) for (size_t b = 0; b < nb; b++) free(bk[b]);
-    free(bk); free(bn); free(bc); free(base);
+    if (bk)
+        for (size_t b = 0; b < nb; b++) free(bk[b]);
+    free(bk);
+    free(bn);
+    free(bc);
+    free(base);
 }
 
 static const sim_group *find_group(const sim_group *g, size_t n, const char *name)
 {
-    for (size_t i = 0; i < n; i++) if (strcmp(g[i].name, name) == 0) return &g[i];
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(g[i].name, name) == 0) return &g[i];
     return NULL;
 }
 
@@ -202,11 +232,19 @@ static void verdict(const sim_run *r, const sim_scenario *scn, sim_summary *s)
     case SIM_SCN_LONG_PROMPT: {
         snprintf(s->verdict_name, sizeof s->verdict_name, "long-prompt");
         const sim_group *g = find_group(s->classes, s->n_classes, t->classes[scn->short_class]);
-        if (!g) { snprintf(v, vl, "no short chats"); s->verdict = 0; break; }
-        bool ok = g->ttft.n && g->ttft.p99 <= scn->ttft_limit_ms && (isnan(g->itl_max.max) || g->itl_max.max <= scn->stall_limit_ms);
+        if (!g) {
+            snprintf(v, vl, "no short chats");
+            s->verdict = 0;
+            break;
+        }
+        bool ok = g->ttft.n && g->ttft.p99 <= scn->ttft_limit_ms &&
+                  (isnan(g->itl_max.max) || g->itl_max.max <= scn->stall_limit_ms);
         s->verdict = ok;
-        snprintf(v, vl, "short chats: TTFT p99 %.1f ms (limit %.0f), longest inter-token gap %.1f ms (limit %.0f); longest step %.1f ms",
-                 g->ttft.p99, scn->ttft_limit_ms, g->itl_max.max, scn->stall_limit_ms, s->max_step_ms);
+        snprintf(v, vl,
+                 "short chats: TTFT p99 %.1f ms (limit %.0f), longest inter-token gap %.1f ms "
+                 "(limit %.0f); longest step %.1f ms",
+                 g->ttft.p99, scn->ttft_limit_ms, g->itl_max.max, scn->stall_limit_ms,
+                 s->max_step_ms);
         break;
     }
     case SIM_SCN_TWO_TENANTS: {
@@ -215,7 +253,11 @@ static void verdict(const sim_run *r, const sim_scenario *scn, sim_summary *s)
         const double *row = ts_row_at(r, end_s);
         const sim_group *gq = find_group(s->tenants, s->n_tenants, t->tenants[scn->quiet_tenant]);
         const sim_group *gl = find_group(s->tenants, s->n_tenants, t->tenants[scn->loud_tenant]);
-        if (!row || !gq || !gl) { s->verdict = 0; snprintf(v, vl, "missing tenants or samples"); break; }
+        if (!row || !gq || !gl) {
+            s->verdict = 0;
+            snprintf(v, vl, "missing tenants or samples");
+            break;
+        }
         double served_q = row[SIM_TS_FIXED_COLS + scn->quiet_tenant];
         double served_l = row[SIM_TS_FIXED_COLS + scn->loud_tenant];
         double dem[2] = {0, 0}, w[2] = {gq->weight, gl->weight}, share[2];
@@ -228,7 +270,9 @@ static void verdict(const sim_run *r, const sim_scenario *scn, sim_summary *s)
         sim_fair_share(served_q + served_l, w, dem, 2, share);
         double frac = share[0] > 0 ? served_q / share[0] : 1;
         s->verdict = frac >= scn->share_min;
-        snprintf(v, vl, "quiet tenant served %.0f tokens in the first %.0f s = %.0f%% of its weighted fair share %.0f (minimum %.0f%%); loud served %.0f",
+        snprintf(v, vl,
+                 "quiet tenant served %.0f tokens in the first %.0f s = %.0f%% of its weighted "
+                 "fair share %.0f (minimum %.0f%%); loud served %.0f",
                  served_q, end_s, 100 * frac, share[0], 100 * scn->share_min, served_l);
         break;
     }
@@ -245,10 +289,12 @@ static void verdict(const sim_run *r, const sim_scenario *scn, sim_summary *s)
         bool ok = s->all.tokens_after_cancel == 0 && unreleased == 0 &&
                   s->all.release_delay_max_ms <= step_ms + 0.001 && r->final_counts.kv_used[0] == 0;
         s->verdict = ok;
-        snprintf(v, vl, "%zu disconnects: tokens computed after a cancel %llu, blocks never released %zu, "
-                 "longest cancel→release %.2f ms (one step is at most %.2f ms), device blocks still used at the end %u",
-                 n, (unsigned long long)s->all.tokens_after_cancel, unreleased, s->all.release_delay_max_ms,
-                 step_ms, r->final_counts.kv_used[0]);
+        snprintf(v, vl,
+                 "%zu disconnects: tokens computed after a cancel %llu, blocks never released %zu, "
+                 "longest cancel→release %.2f ms (one step is at most %.2f ms), device blocks "
+                 "still used at the end %u",
+                 n, (unsigned long long)s->all.tokens_after_cancel, unreleased,
+                 s->all.release_delay_max_ms, step_ms, r->final_counts.kv_used[0]);
         break;
     }
     case SIM_SCN_BURST: {
@@ -265,7 +311,10 @@ static void verdict(const sim_run *r, const sim_scenario *scn, sim_summary *s)
             const double *row = &r->ts[i * r->ts_cols];
             if (row[SIM_TS_T_S] > 2 * half) break;
             double q = row[SIM_TS_WAITING];
-            if (row[SIM_TS_T_S] < half) m1 = fmax(m1, q); else m2 = fmax(m2, q);
+            if (row[SIM_TS_T_S] < half)
+                m1 = fmax(m1, q);
+            else
+                m2 = fmax(m2, q);
         }
         bool bounded = m2 <= 1.25 * m1 + 16;
         size_t refused = s->all.rejected + s->all.timeouts;
@@ -279,16 +328,23 @@ static void verdict(const sim_run *r, const sim_scenario *scn, sim_summary *s)
             const sim_req *q = &t->reqs[i];
             const sched_class_cfg *c = class_cfg(r, q->klass);
             bool ok = true;
-            if (c && c->ttft_target_us && x->first_token_us - q->arrival_us > (int64_t)c->ttft_target_us) ok = false;
+            if (c && c->ttft_target_us &&
+                x->first_token_us - q->arrival_us > (int64_t)c->ttft_target_us)
+                ok = false;
             if (c && c->tpot_target_us && x->generated > 1 &&
-                (double)(x->end_us - x->first_token_us) / (x->generated - 1) > (double)c->tpot_target_us) ok = false;
+                (double)(x->end_us - x->first_token_us) / (x->generated - 1) >
+                    (double)c->tpot_target_us)
+                ok = false;
             met += ok;
         }
         if (fin) fin_met = (double)met / (double)fin;
-        bool ok = bounded && s->all.pending == 0 && (scn->load <= 1 || refused > 0) && fin && fin_met >= scn->slo_min;
+        bool ok = bounded && s->all.pending == 0 && (scn->load <= 1 || refused > 0) && fin &&
+                  fin_met >= scn->slo_min;
         s->verdict = ok;
-        snprintf(v, vl, "queue depth max %.0f in the first half, %.0f in the second (%s); refused %.0f%% "
-                 "(rejected %zu, timed out %zu; excess at load %.1f is %.0f%%); accepted requests meeting "
+        snprintf(v, vl,
+                 "queue depth max %.0f in the first half, %.0f in the second (%s); refused %.0f%% "
+                 "(rejected %zu, timed out %zu; excess at load %.1f is %.0f%%); accepted requests "
+                 "meeting "
                  "their targets %.0f%% (minimum %.0f%%); still waiting at the end %zu",
                  m1, m2, bounded ? "bounded" : "growing", 100 * refused_share, s->all.rejected,
                  s->all.timeouts, scn->load, scn->load > 1 ? 100 * (1 - 1 / scn->load) : 0,
@@ -306,7 +362,13 @@ static void fidelity(const sim_run *r, sim_summary *s)
     double *te = malloc(cap * sizeof *te), *ee = malloc(cap * sizeof *ee);
     double *tr = malloc(cap * sizeof *tr), *er = malloc(cap * sizeof *er);
     size_t nt = 0, ne = 0;
-    if (!te || !ee || !tr || !er) { free(te); free(ee); free(tr); free(er); return; }
+    if (!te || !ee || !tr || !er) {
+        free(te);
+        free(ee);
+        free(tr);
+        free(er);
+        return;
+    }
     for (size_t i = 0; i < t->n; i++) {
         const sim_req *q = &t->reqs[i];
         const sim_rec *x = &r->recs[r->final_rec[i]];
@@ -318,12 +380,14 @@ static void fidelity(const sim_run *r, sim_summary *s)
          * prefill chunk); compare from that moment, as the daemon measures. */
         int64_t seen = x->seen_us > q->arrival_us ? x->seen_us : q->arrival_us;
         if (q->real_first_token_us != SIM_NO_TIME && q->real_first_token_us > q->arrival_us) {
-            double real = (double)(q->real_first_token_us - q->arrival_us), sim = (double)(x->first_token_us - seen);
+            double real = (double)(q->real_first_token_us - q->arrival_us),
+                   sim = (double)(x->first_token_us - seen);
             tr[nt] = sim / real;
             te[nt++] = fabs(sim - real) / real;
         }
         if (q->real_finish_us != SIM_NO_TIME && q->real_finish_us > q->arrival_us) {
-            double real = (double)(q->real_finish_us - q->arrival_us), sim = (double)(x->end_us - seen);
+            double real = (double)(q->real_finish_us - q->arrival_us),
+                   sim = (double)(x->end_us - seen);
             er[ne] = sim / real;
             ee[ne++] = fabs(sim - real) / real;
         }
@@ -347,13 +411,20 @@ int sim_summarise(const sim_run *r, const sim_scenario *scn, int64_t b0, int64_t
     s->classes = calloc(t->n_classes ? t->n_classes : 1, sizeof *s->classes);
     s->n_tenants = t->n_tenants;
     s->n_classes = t->n_classes;
-    gacc *ta = calloc(t->n_tenants + 1, sizeof *ta), *ca = calloc(t->n_classes + 1, sizeof *ca), all;
-    size_t *tcount = calloc(t->n_tenants + 1, sizeof *tcount), *ccount = calloc(t->n_classes + 1, sizeof *ccount);
+    gacc *ta = calloc(t->n_tenants + 1, sizeof *ta), *ca = calloc(t->n_classes + 1, sizeof *ca),
+         all;
+    size_t *tcount = calloc(t->n_tenants + 1, sizeof *tcount),
+           *ccount = calloc(t->n_classes + 1, sizeof *ccount);
     int rc = -ENOMEM;
     if (!s->tenants || !s->classes || !ta || !ca || !tcount || !ccount) goto out;
-    for (size_t i = 0; i < t->n; i++) { tcount[t->reqs[i].tenant]++; ccount[t->reqs[i].klass]++; }
-    for (unsigned i = 0; i < t->n_tenants; i++) if (gacc_alloc(&ta[i], tcount[i])) goto out;
-    for (unsigned i = 0; i < t->n_classes; i++) if (gacc_alloc(&ca[i], ccount[i])) goto out;
+    for (size_t i = 0; i < t->n; i++) {
+        tcount[t->reqs[i].tenant]++;
+        ccount[t->reqs[i].klass]++;
+    }
+    for (unsigned i = 0; i < t->n_tenants; i++)
+        if (gacc_alloc(&ta[i], tcount[i])) goto out;
+    for (unsigned i = 0; i < t->n_classes; i++)
+        if (gacc_alloc(&ca[i], ccount[i])) goto out;
     if (gacc_alloc(&all, t->n)) goto out;
     s->sim_s = (double)r->sim_end_us / 1e6;
     s->wall_s = r->wall_s;
@@ -362,7 +433,8 @@ int sim_summarise(const sim_run *r, const sim_scenario *scn, int64_t b0, int64_t
     snprintf(s->all.name, sizeof s->all.name, "all");
     for (unsigned i = 0; i < t->n_tenants; i++) {
         snprintf(s->tenants[i].name, sizeof s->tenants[i].name, "%s", t->tenants[i]);
-        const sched_tenant_cfg *c = r->tenant_map[i] >= 0 ? sched_policy_tenant(r->opt.policy, r->tenant_map[i]) : NULL;
+        const sched_tenant_cfg *c =
+            r->tenant_map[i] >= 0 ? sched_policy_tenant(r->opt.policy, r->tenant_map[i]) : NULL;
         s->tenants[i].weight = c ? c->weight : 1;
     }
     for (unsigned i = 0; i < t->n_classes; i++)
@@ -394,7 +466,9 @@ int sim_summarise(const sim_run *r, const sim_scenario *scn, int64_t b0, int64_t
         sim_group *g = &s->tenants[i];
         g->token_share = total > 0 ? (double)(g->served_prefill + g->served_output) / total : 0;
         if (!g->requests) continue;
-        w[k] = g->weight; dem[k] = (double)g->offered_tokens; idx[k++] = i;
+        w[k] = g->weight;
+        dem[k] = (double)g->offered_tokens;
+        idx[k++] = i;
     }
     for (unsigned i = 0; i < t->n_classes; i++) {
         sim_group *g = &s->classes[i];
@@ -405,7 +479,8 @@ int sim_summarise(const sim_run *r, const sim_scenario *scn, int64_t b0, int64_t
     for (size_t j = 0; j < k; j++) {
         sim_group *g = &s->tenants[idx[j]];
         g->fair_share_tokens = share[j];
-        g->normalised_service = share[j] > 0 ? (double)(g->served_prefill + g->served_output) / share[j] : 1;
+        g->normalised_service =
+            share[j] > 0 ? (double)(g->served_prefill + g->served_output) / share[j] : 1;
         x[j] = g->normalised_service;
     }
     s->jain = sim_jain(x, k);
@@ -414,20 +489,30 @@ int sim_summarise(const sim_run *r, const sim_scenario *scn, int64_t b0, int64_t
     s->requests_per_s = s->sim_s > 0 ? (double)s->all.finished / s->sim_s : 0;
     double computed = (double)(r->prefill_tokens + r->decode_tokens + r->pad_tokens);
     s->pad_share = computed > 0 ? (double)r->pad_tokens / computed : 0;
-    s->occupancy = r->steps && r->slot_capacity ? (double)r->entries / ((double)r->steps * (double)r->slot_capacity) : 0;
+    s->occupancy = r->steps && r->slot_capacity
+                       ? (double)r->entries / ((double)r->steps * (double)r->slot_capacity)
+                       : 0;
     s->busy_share = r->sim_end_us > 0 ? r->busy_us / (double)r->sim_end_us : 0;
     s->max_step_ms = r->max_step_us / 1000.0;
     s->attempts = r->n_recs;
     s->retry_amplification = t->n ? (double)r->n_recs / (double)t->n : 1;
-    if (scn && scn->kind == SIM_SCN_BURST && b0 < 0) { b0 = scn->burst_start_us; b1 = scn->burst_end_us; }
+    if (scn && scn->kind == SIM_SCN_BURST && b0 < 0) {
+        b0 = scn->burst_start_us;
+        b1 = scn->burst_end_us;
+    }
     if (b0 >= 0 && b1 > b0) burst_recovery(r, s, b0, b1);
     verdict(r, scn, s);
     fidelity(r, s);
     rc = 0;
 out:
-    if (ta) for (unsigned i = 0; i < t->n_tenants; i++) gacc_free(&ta[i]);
-    if (ca) for (unsigned i = 0; i < t->n_classes; i++) gacc_free(&ca[i]);
-    free(ta); free(ca); free(tcount); free(ccount);
+    if (ta)
+        for (unsigned i = 0; i < t->n_tenants; i++) gacc_free(&ta[i]);
+    if (ca)
+        for (unsigned i = 0; i < t->n_classes; i++) gacc_free(&ca[i]);
+    free(ta);
+    free(ca);
+    free(tcount);
+    free(ccount);
     return rc;
 }
 
@@ -440,7 +525,10 @@ void sim_summary_free(sim_summary *s)
 
 /* ---- JSON ------------------------------------------------------------------------------------ */
 
-static json_t *jnum(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+static json_t *jnum(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
 /* Round to a fixed number of decimals so reports are stable and readable. */
 static json_t *jr(double v, int dec)
 {
@@ -452,16 +540,20 @@ static json_t *jr(double v, int dec)
 static json_t *jdist(const sim_dist *d)
 {
     return json_pack("{s:I,s:o,s:o,s:o,s:o,s:o}", "n", (json_int_t)d->n, "mean", jr(d->mean, 3),
-                     "p50", jr(d->p50, 3), "p90", jr(d->p90, 3), "p99", jr(d->p99, 3), "max", jr(d->max, 3));
+                     "p50", jr(d->p50, 3), "p90", jr(d->p90, 3), "p99", jr(d->p99, 3), "max",
+                     jr(d->max, 3));
 }
 
 static json_t *jgroup(const sim_group *g)
 {
     json_t *rej = json_object(), *to = json_object();
     for (int i = 1; i < SCHED_REJECT__COUNT; i++)
-        if (g->rejects[i]) json_object_set_new(rej, sched_reject_name(i), json_integer((json_int_t)g->rejects[i]));
+        if (g->rejects[i])
+            json_object_set_new(rej, sched_reject_name(i), json_integer((json_int_t)g->rejects[i]));
     for (int i = 0; i < SCHED_TIMEOUT__COUNT; i++)
-        if (g->timeouts_by[i]) json_object_set_new(to, sched_timeout_name(i), json_integer((json_int_t)g->timeouts_by[i]));
+        if (g->timeouts_by[i])
+            json_object_set_new(to, sched_timeout_name(i),
+                                json_integer((json_int_t)g->timeouts_by[i]));
     json_t *o = json_object();
     json_object_set_new(o, "requests", json_integer((json_int_t)g->requests));
     json_object_set_new(o, "attempts", json_integer((json_int_t)g->attempts));
@@ -472,8 +564,9 @@ static json_t *jgroup(const sim_group *g)
     json_object_set_new(o, "timeouts_by_reason", to);
     json_object_set_new(o, "cancels", json_integer((json_int_t)g->cancels));
     json_object_set_new(o, "pending", json_integer((json_int_t)g->pending));
-    json_object_set_new(o, "preemptions", json_pack("{s:I,s:I}", "swap", (json_int_t)g->preempt_swap,
-                                                    "recompute", (json_int_t)g->preempt_recompute));
+    json_object_set_new(o, "preemptions",
+                        json_pack("{s:I,s:I}", "swap", (json_int_t)g->preempt_swap, "recompute",
+                                  (json_int_t)g->preempt_recompute));
     json_object_set_new(o, "queue_wait_ms", jdist(&g->wait));
     json_object_set_new(o, "ttft_ms", jdist(&g->ttft));
     json_object_set_new(o, "tpot_ms", jdist(&g->tpot));
@@ -508,7 +601,7 @@ json_t *sim_report_json(const sim_run *r, const sim_summary *s, const sim_servic
     json_object_set_new(o, "trace", tr);
     json_object_set_new(o, "policy", json_string(r->policy_name));
     json_object_set_new(o, "policy_hash", json_string(r->policy_hash));
-    if (r->final_counts.prefix_query_tokens) {   /* the prefix cache took part */
+    if (r->final_counts.prefix_query_tokens) { /* the prefix cache took part */
         sim_prefix_figures pf;
         sim_prefix_figures_of(r, &pf);
         json_object_set_new(o, "prefix_cache", sim_prefix_json(&pf));
@@ -535,7 +628,8 @@ json_t *sim_report_json(const sim_run *r, const sim_summary *s, const sim_servic
         json_object_set_new(lp, "points", json_integer(svc->loop_points));
         json_object_set_new(lp, "step_us", jnum(svc->loop_step_us));
         json_object_set_new(lp, "context_us", jnum(svc->loop_context_us));
-        json_object_set_new(lp, "engine_only_median_rel_err", jr(svc->loop_engine_median_rel_err, 6));
+        json_object_set_new(lp, "engine_only_median_rel_err",
+                            jr(svc->loop_engine_median_rel_err, 6));
         json_object_set_new(lp, "median_rel_err", jr(svc->loop_median_rel_err, 6));
         json_object_set_new(sv, "serving_loop", lp);
     }
@@ -551,11 +645,13 @@ json_t *sim_report_json(const sim_run *r, const sim_summary *s, const sim_servic
         json_object_set_new(it, "ignored_no_period", json_integer((json_int_t)svc->it_idle));
         json_object_set_new(it, "ignored_transfers", json_integer((json_int_t)svc->it_transfers));
         for (int i = 0; i < 5; i++)
-            if (svc->it_terms >> i & 1) json_array_append_new(terms, json_string(sim_service_term_name(i)));
+            if (svc->it_terms >> i & 1)
+                json_array_append_new(terms, json_string(sim_service_term_name(i)));
         json_object_set_new(it, "terms", terms);
         if (svc->speed) {
             json_t *sp = json_array();
-            for (size_t w = 0; w < svc->n_speed; w++) json_array_append_new(sp, jr(svc->speed[w], 4));
+            for (size_t w = 0; w < svc->n_speed; w++)
+                json_array_append_new(sp, jr(svc->speed[w], 4));
             json_object_set_new(it, "speed_window_ms", jnum((double)svc->speed_window_us / 1000));
             json_object_set_new(it, "speed", sp);
         }
@@ -563,58 +659,77 @@ json_t *sim_report_json(const sim_run *r, const sim_summary *s, const sim_servic
         json_object_set_new(it, "median_rel_err", jr(svc->median_rel_err, 6));
         json_object_set_new(it, "p90_rel_err", jr(svc->it_p90_rel_err, 6));
         json_object_set_new(it, "max_rel_err", jr(svc->max_rel_err, 6));
-        json_object_set_new(it, "replaced_model_median_rel_err", jr(svc->it_prior_median_rel_err, 6));
+        json_object_set_new(it, "replaced_model_median_rel_err",
+                            jr(svc->it_prior_median_rel_err, 6));
         json_object_set_new(sv, "iterations", it);
     }
     json_object_set_new(sv, "kv_blocks_device", json_integer(svc->kv_blocks_device));
     json_object_set_new(sv, "kv_blocks_host", json_integer(svc->kv_blocks_host));
-    if (svc->kv_blocks_disk) json_object_set_new(sv, "kv_blocks_disk", json_integer(svc->kv_blocks_disk));
+    if (svc->kv_blocks_disk)
+        json_object_set_new(sv, "kv_blocks_disk", json_integer(svc->kv_blocks_disk));
     json_object_set_new(sv, "kv_block_size", json_integer(svc->kv_block_size));
     json_object_set_new(o, "service", sv);
     json_object_set_new(o, "sim_s", jr(s->sim_s, 6));
     json_object_set_new(o, "wall_s", jr(s->wall_s, 6));
     json_object_set_new(o, "speedup", jr(s->speedup, 1));
     json_object_set_new(o, "steps", json_integer((json_int_t)r->steps));
-    json_object_set_new(o, "throughput", json_pack("{s:o,s:o,s:o}", "tokens_per_s", jr(s->tokens_per_s, 2),
-                                                   "output_tokens_per_s", jr(s->output_tokens_per_s, 2),
-                                                   "requests_per_s", jr(s->requests_per_s, 4)));
+    json_object_set_new(o, "throughput",
+                        json_pack("{s:o,s:o,s:o}", "tokens_per_s", jr(s->tokens_per_s, 2),
+                                  "output_tokens_per_s", jr(s->output_tokens_per_s, 2),
+                                  "requests_per_s", jr(s->requests_per_s, 4)));
     json_object_set_new(o, "jain_index", jr(s->jain, 6));
     json_t *tn = json_object(), *cl = json_object();
     for (size_t i = 0; i < t->n_tenants; i++)
-        if (s->tenants[i].requests) json_object_set_new(tn, s->tenants[i].name, jgroup(&s->tenants[i]));
+        if (s->tenants[i].requests)
+            json_object_set_new(tn, s->tenants[i].name, jgroup(&s->tenants[i]));
     for (size_t i = 0; i < t->n_classes; i++)
-        if (s->classes[i].requests) json_object_set_new(cl, s->classes[i].name, jgroup(&s->classes[i]));
+        if (s->classes[i].requests)
+            json_object_set_new(cl, s->classes[i].name, jgroup(&s->classes[i]));
     json_object_set_new(o, "tenants", tn);
     json_object_set_new(o, "classes", cl);
     json_object_set_new(o, "all", jgroup(&s->all));
-    json_object_set_new(o, "batching", json_pack("{s:I,s:I,s:I,s:o,s:o,s:o,s:o}",
-        "prefill_tokens", (json_int_t)r->prefill_tokens, "decode_tokens", (json_int_t)r->decode_tokens,
-        "pad_tokens", (json_int_t)r->pad_tokens, "pad_share", jr(s->pad_share, 6),
-        "slot_occupancy", jr(s->occupancy, 6), "busy_share", jr(s->busy_share, 6),
-        "max_step_ms", jr(s->max_step_ms, 3)));
-    json_object_set_new(o, "transfers", json_pack("{s:I,s:I,s:I,s:I,s:I,s:f}", "out", (json_int_t)r->transfers_out,
-        "in", (json_int_t)r->transfers_in, "bytes_out", (json_int_t)r->bytes_out, "bytes_in", (json_int_t)r->bytes_in,
-        "cache_copies_waited", (json_int_t)r->cache_copies_waited, "cache_copy_wait_ms", r->cache_copy_wait_us / 1000));
-    json_object_set_new(o, "retries", json_pack("{s:s,s:I,s:o}", "mode",
-        r->opt.retry == SIM_RETRY_NONE ? "none" : r->opt.retry == SIM_RETRY_IMMEDIATE ? "immediate" : "backoff",
-        "attempts", (json_int_t)s->attempts, "amplification", jr(s->retry_amplification, 6)));
+    json_object_set_new(o, "batching",
+                        json_pack("{s:I,s:I,s:I,s:o,s:o,s:o,s:o}", "prefill_tokens",
+                                  (json_int_t)r->prefill_tokens, "decode_tokens",
+                                  (json_int_t)r->decode_tokens, "pad_tokens",
+                                  (json_int_t)r->pad_tokens, "pad_share", jr(s->pad_share, 6),
+                                  "slot_occupancy", jr(s->occupancy, 6), "busy_share",
+                                  jr(s->busy_share, 6), "max_step_ms", jr(s->max_step_ms, 3)));
+    json_object_set_new(o, "transfers",
+                        json_pack("{s:I,s:I,s:I,s:I,s:I,s:f}", "out", (json_int_t)r->transfers_out,
+                                  "in", (json_int_t)r->transfers_in, "bytes_out",
+                                  (json_int_t)r->bytes_out, "bytes_in", (json_int_t)r->bytes_in,
+                                  "cache_copies_waited", (json_int_t)r->cache_copies_waited,
+                                  "cache_copy_wait_ms", r->cache_copy_wait_us / 1000));
+    json_object_set_new(o, "retries",
+                        json_pack("{s:s,s:I,s:o}", "mode",
+                                  r->opt.retry == SIM_RETRY_NONE        ? "none"
+                                  : r->opt.retry == SIM_RETRY_IMMEDIATE ? "immediate"
+                                                                        : "backoff",
+                                  "attempts", (json_int_t)s->attempts, "amplification",
+                                  jr(s->retry_amplification, 6)));
     if (s->has_burst)
-        json_object_set_new(o, "burst", json_pack("{s:o,s:o,s:o,s:o,s:s}", "start_s", jr(s->burst_start_s, 3),
-            "end_s", jr(s->burst_end_s, 3), "baseline_wait_ms", jr(s->baseline_wait_ms, 3),
-            "recovery_s", jr(s->recovery_s, 3), "text", s->recovery_text));
+        json_object_set_new(o, "burst",
+                            json_pack("{s:o,s:o,s:o,s:o,s:s}", "start_s", jr(s->burst_start_s, 3),
+                                      "end_s", jr(s->burst_end_s, 3), "baseline_wait_ms",
+                                      jr(s->baseline_wait_ms, 3), "recovery_s",
+                                      jr(s->recovery_s, 3), "text", s->recovery_text));
     if (s->verdict >= 0)
-        json_object_set_new(o, "verdict", json_pack("{s:s,s:b,s:s}", "scenario", s->verdict_name,
-                                                    "pass", s->verdict, "text", s->verdict_text));
+        json_object_set_new(o, "verdict",
+                            json_pack("{s:s,s:b,s:s}", "scenario", s->verdict_name, "pass",
+                                      s->verdict, "text", s->verdict_text));
     if (s->has_fidelity)
-        json_object_set_new(o, "fidelity", json_pack("{s:o,s:o,s:o,s:o}", "ttft_rel_err", jdist(&s->ttft_rel_err),
-                                                     "e2e_rel_err", jdist(&s->e2e_rel_err),
-                                                     "ttft_sim_over_real", jdist(&s->ttft_ratio),
-                                                     "e2e_sim_over_real", jdist(&s->e2e_ratio)));
+        json_object_set_new(o, "fidelity",
+                            json_pack("{s:o,s:o,s:o,s:o}", "ttft_rel_err", jdist(&s->ttft_rel_err),
+                                      "e2e_rel_err", jdist(&s->e2e_rel_err), "ttft_sim_over_real",
+                                      jdist(&s->ttft_ratio), "e2e_sim_over_real",
+                                      jdist(&s->e2e_ratio)));
     json_t *w = json_array();
     if (r->warnings[0]) {
         char buf[sizeof r->warnings];
         snprintf(buf, sizeof buf, "%s", r->warnings);
-        for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) json_array_append_new(w, json_string(line));
+        for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+            json_array_append_new(w, json_string(line));
     }
     json_object_set_new(o, "warnings", w);
     return o;
@@ -624,119 +739,200 @@ json_t *sim_report_json(const sim_run *r, const sim_summary *s, const sim_servic
 
 static void fmt_ms(char *b, size_t n, double v)
 {
-    if (isnan(v)) snprintf(b, n, "-");
-    else if (v >= 100000) snprintf(b, n, "%.0fs", v / 1000);
-    else if (v >= 10000) snprintf(b, n, "%.1fs", v / 1000);
-    else if (v >= 100) snprintf(b, n, "%.0f", v);
-    else snprintf(b, n, "%.1f", v);
+    if (isnan(v))
+        snprintf(b, n, "-");
+    else if (v >= 100000)
+        snprintf(b, n, "%.0fs", v / 1000);
+    else if (v >= 10000)
+        snprintf(b, n, "%.1fs", v / 1000);
+    else if (v >= 100)
+        snprintf(b, n, "%.0f", v);
+    else
+        snprintf(b, n, "%.1f", v);
 }
 
 static void table_row(FILE *f, const char *kind, const sim_group *g)
 {
     char a[8][16];
-    fmt_ms(a[0], 16, g->wait.p50); fmt_ms(a[1], 16, g->wait.p99);
-    fmt_ms(a[2], 16, g->ttft.p50); fmt_ms(a[3], 16, g->ttft.p99);
-    fmt_ms(a[4], 16, g->tpot.p50); fmt_ms(a[5], 16, g->tpot.p99);
-    fmt_ms(a[6], 16, g->e2e.p50); fmt_ms(a[7], 16, g->e2e.p99);
+    fmt_ms(a[0], 16, g->wait.p50);
+    fmt_ms(a[1], 16, g->wait.p99);
+    fmt_ms(a[2], 16, g->ttft.p50);
+    fmt_ms(a[3], 16, g->ttft.p99);
+    fmt_ms(a[4], 16, g->tpot.p50);
+    fmt_ms(a[5], 16, g->tpot.p99);
+    fmt_ms(a[6], 16, g->e2e.p50);
+    fmt_ms(a[7], 16, g->e2e.p99);
     char st[16];
     fmt_ms(st, sizeof st, g->longest_starvation_ms);
     char slo[16];
-    if (isnan(g->slo_attainment)) snprintf(slo, sizeof slo, "-");
-    else snprintf(slo, sizeof slo, "%.1f%%", 100 * g->slo_attainment);
-    fprintf(f, "%-6s %-14.14s %7zu %7zu %6zu %5zu %5zu %7s %7s %7s %7s %6s %6s %7s %7s %7s %6.1f%% %6s %5llu/%-5llu\n",
-            kind, g->name, g->requests, g->finished, g->rejected, g->timeouts, g->cancels, a[0], a[1],
-            a[2], a[3], a[4], a[5], a[6], a[7], st, 100 * g->token_share, slo,
+    if (isnan(g->slo_attainment))
+        snprintf(slo, sizeof slo, "-");
+    else
+        snprintf(slo, sizeof slo, "%.1f%%", 100 * g->slo_attainment);
+    fprintf(f,
+            "%-6s %-14.14s %7zu %7zu %6zu %5zu %5zu %7s %7s %7s %7s %6s %6s %7s %7s %7s %6.1f%% "
+            "%6s %5llu/%-5llu\n",
+            kind, g->name, g->requests, g->finished, g->rejected, g->timeouts, g->cancels, a[0],
+            a[1], a[2], a[3], a[4], a[5], a[6], a[7], st, 100 * g->token_share, slo,
             (unsigned long long)g->preempt_swap, (unsigned long long)g->preempt_recompute);
 }
 
 void sim_report_table(FILE *f, const sim_run *r, const sim_summary *s, const sim_service *svc)
 {
     const sim_trace *t = r->trace;
-    fprintf(f, "trace    %s (%s): %zu requests over %.1f s", t->source, sim_trace_format_name(t->format), t->n, s->span_s);
+    fprintf(f, "trace    %s (%s): %zu requests over %.1f s", t->source,
+            sim_trace_format_name(t->format), t->n, s->span_s);
     if (t->n_bad_total) fprintf(f, ", %zu bad lines skipped", t->n_bad_total);
     fprintf(f, "\npolicy   %s  mode %s  hash %s\n", r->policy_name, r->mode, r->policy_hash);
     if (svc->it_points)
-        fprintf(f, "service  iterations of %s: step_us = %.2f + %.4f*prefill + %.3f*decode_seqs + %.5f*context",
+        fprintf(f,
+                "service  iterations of %s: step_us = %.2f + %.4f*prefill + %.3f*decode_seqs + "
+                "%.5f*context",
                 svc->it_source, svc->base_us, svc->per_prefill_token_us, svc->per_decode_seq_us,
                 svc->per_context_token_us);
     else
         fprintf(f, "service  %s%s: step_us = %.1f + %.3f*prefill + %.2f*decode_seqs + %.4f*context",
                 svc->source, svc->builtin ? " (spec-derived, not measured)" : "", svc->base_us,
                 svc->per_prefill_token_us, svc->per_decode_seq_us, svc->per_context_token_us);
-    if (svc->per_prefill_pair_us != 0) fprintf(f, " + %.5f*prefill_pairs", svc->per_prefill_pair_us);
+    if (svc->per_prefill_pair_us != 0)
+        fprintf(f, " + %.5f*prefill_pairs", svc->per_prefill_pair_us);
     if (svc->it_points) {
-        fprintf(f, "\n         model iterations-fit from %s: %zu points used of %zu lines, %zu dropped as outliers "
-                "(%zu without a period, %zu with KV transfers ignored); R² %.4f, median rel. error %.1f%%, p90 %.1f%%, max %.1f%%",
-                svc->it_source, svc->it_points, svc->it_lines, svc->it_dropped, svc->it_idle, svc->it_transfers, svc->r2,
-                100 * svc->median_rel_err, 100 * svc->it_p90_rel_err, 100 * svc->max_rel_err);
+        fprintf(f,
+                "\n         model iterations-fit from %s: %zu points used of %zu lines, %zu "
+                "dropped as outliers "
+                "(%zu without a period, %zu with KV transfers ignored); R² %.4f, median rel. error "
+                "%.1f%%, p90 %.1f%%, max %.1f%%",
+                svc->it_source, svc->it_points, svc->it_lines, svc->it_dropped, svc->it_idle,
+                svc->it_transfers, svc->r2, 100 * svc->median_rel_err, 100 * svc->it_p90_rel_err,
+                100 * svc->max_rel_err);
         if (!isnan(svc->it_prior_median_rel_err))
-            fprintf(f, "; the %s model on these points: %.1f%%", svc->builtin ? "built-in" : "calibration's",
+            fprintf(f, "; the %s model on these points: %.1f%%",
+                    svc->builtin ? "built-in" : "calibration's",
                     100 * svc->it_prior_median_rel_err);
         fprintf(f, "\n         terms");
         for (int i = 0; i < 5; i++)
             if (svc->it_terms >> i & 1) fprintf(f, " %s", sim_service_term_name(i));
-        fprintf(f, "; KV and transfers from %s%s", svc->source, svc->builtin ? " (spec-derived, not measured)" : "");
+        fprintf(f, "; KV and transfers from %s%s", svc->source,
+                svc->builtin ? " (spec-derived, not measured)" : "");
         if (svc->speed)
-            fprintf(f, "\n         speed trace (diagnostic: the recorded run's own drift): %zu windows of %.0f ms, "
+            fprintf(f,
+                    "\n         speed trace (diagnostic: the recorded run's own drift): %zu "
+                    "windows of %.0f ms, "
                     "%zu measured, factor %.2f..%.2f",
                     svc->n_speed, (double)svc->speed_window_us / 1000, svc->speed_windows_measured,
-                    svc->speed_windows_measured ? svc->speed_min : 1.0, svc->speed_windows_measured ? svc->speed_max : 1.0);
+                    svc->speed_windows_measured ? svc->speed_min : 1.0,
+                    svc->speed_windows_measured ? svc->speed_max : 1.0);
     } else if (svc->grid_points) {
-        fprintf(f, "\n         model %s; on the %u grid points: R² %.4f, median rel. error %.1f%%, max %.1f%%",
-                svc->fit, svc->grid_points, svc->r2, 100 * svc->median_rel_err, 100 * svc->max_rel_err);
+        fprintf(f,
+                "\n         model %s; on the %u grid points: R² %.4f, median rel. error %.1f%%, "
+                "max %.1f%%",
+                svc->fit, svc->grid_points, svc->r2, 100 * svc->median_rel_err,
+                100 * svc->max_rel_err);
         if (svc->refit && !isnan(svc->file_median_rel_err))
             fprintf(f, " (the file's model: %.1f%%)", 100 * svc->file_median_rel_err);
     }
     if (svc->loop_points)
-        fprintf(f, "\n         serving loop (ringlmd's decode periods, %u points): + %.1f + %.4f*decode_context per step; "
-                "median rel. error %.1f%% (engine model alone %.1f%%)", svc->loop_points, svc->loop_step_us,
-                svc->loop_context_us, 100 * svc->loop_median_rel_err, 100 * svc->loop_engine_median_rel_err);
-    fprintf(f, "\n         KV %u device + %u host + %u disk blocks of %u tokens\n", svc->kv_blocks_device, svc->kv_blocks_host,
-            svc->kv_blocks_disk, svc->kv_block_size);
-    fprintf(f, "run      %.1f s simulated in %.3f s wall (%.0fx real time), %llu steps, busy %.0f%%, longest step %.1f ms\n",
-            s->sim_s, s->wall_s, s->speedup, (unsigned long long)r->steps, 100 * s->busy_share, s->max_step_ms);
-    fprintf(f, "         throughput %.0f tok/s (%.0f output tok/s, %.2f req/s); Jain %.3f; slot occupancy %.0f%%; padding %.1f%%\n",
-            s->tokens_per_s, s->output_tokens_per_s, s->requests_per_s, s->jain, 100 * s->occupancy, 100 * s->pad_share);
+        fprintf(f,
+                "\n         serving loop (ringlmd's decode periods, %u points): + %.1f + "
+                "%.4f*decode_context per step; "
+                "median rel. error %.1f%% (engine model alone %.1f%%)",
+                svc->loop_points, svc->loop_step_us, svc->loop_context_us,
+                100 * svc->loop_median_rel_err, 100 * svc->loop_engine_median_rel_err);
+    fprintf(f, "\n         KV %u device + %u host + %u disk blocks of %u tokens\n",
+            svc->kv_blocks_device, svc->kv_blocks_host, svc->kv_blocks_disk, svc->kv_block_size);
+    fprintf(f,
+            "run      %.1f s simulated in %.3f s wall (%.0fx real time), %llu steps, busy %.0f%%, "
+            "longest step %.1f ms\n",
+            s->sim_s, s->wall_s, s->speedup, (unsigned long long)r->steps, 100 * s->busy_share,
+            s->max_step_ms);
+    fprintf(f,
+            "         throughput %.0f tok/s (%.0f output tok/s, %.2f req/s); Jain %.3f; slot "
+            "occupancy %.0f%%; padding %.1f%%\n",
+            s->tokens_per_s, s->output_tokens_per_s, s->requests_per_s, s->jain, 100 * s->occupancy,
+            100 * s->pad_share);
     if (r->opt.retry != SIM_RETRY_NONE)
-        fprintf(f, "retries  %zu attempts for %zu requests: amplification %.2fx\n", s->attempts, t->n, s->retry_amplification);
-    fprintf(f, "\n%-6s %-14s %7s %7s %6s %5s %5s %7s %7s %7s %7s %6s %6s %7s %7s %7s %7s %6s %11s\n",
-            "", "name", "reqs", "done", "rej", "t/o", "canc", "wait50", "wait99", "ttft50", "ttft99", "tpot50",
-            "tpot99", "e2e50", "e2e99", "starve", "share", "SLO", "preempt s/r");
-    for (size_t i = 0; i < t->n_tenants; i++) if (s->tenants[i].requests) table_row(f, "tenant", &s->tenants[i]);
-    for (size_t i = 0; i < t->n_classes; i++) if (s->classes[i].requests) table_row(f, "class", &s->classes[i]);
+        fprintf(f, "retries  %zu attempts for %zu requests: amplification %.2fx\n", s->attempts,
+                t->n, s->retry_amplification);
+    fprintf(
+        f, "\n%-6s %-14s %7s %7s %6s %5s %5s %7s %7s %7s %7s %6s %6s %7s %7s %7s %7s %6s %11s\n",
+        "", "name", "reqs", "done", "rej", "t/o", "canc", "wait50", "wait99", "ttft50", "ttft99",
+        "tpot50", "tpot99", "e2e50", "e2e99", "starve", "share", "SLO", "preempt s/r");
+    for (size_t i = 0; i < t->n_tenants; i++)
+        if (s->tenants[i].requests) table_row(f, "tenant", &s->tenants[i]);
+    for (size_t i = 0; i < t->n_classes; i++)
+        if (s->classes[i].requests) table_row(f, "class", &s->classes[i]);
     table_row(f, "", &s->all);
     fprintf(f, "(latencies in ms unless marked s; percentiles interpolate between ranks)\n");
     bool any = false;
     for (int i = 1; i < SCHED_REJECT__COUNT; i++)
-        if (s->all.rejects[i]) { fprintf(f, "%s %s %llu", any ? "," : "\nrejects by reason:", sched_reject_name(i), (unsigned long long)s->all.rejects[i]); any = true; }
+        if (s->all.rejects[i]) {
+            fprintf(f, "%s %s %llu", any ? "," : "\nrejects by reason:", sched_reject_name(i),
+                    (unsigned long long)s->all.rejects[i]);
+            any = true;
+        }
     for (int i = 0; i < SCHED_TIMEOUT__COUNT; i++)
-        if (s->all.timeouts_by[i]) { fprintf(f, "%s timeout:%s %llu", any ? "," : "\nrejects by reason:", sched_timeout_name(i), (unsigned long long)s->all.timeouts_by[i]); any = true; }
+        if (s->all.timeouts_by[i]) {
+            fprintf(f, "%s timeout:%s %llu",
+                    any ? "," : "\nrejects by reason:", sched_timeout_name(i),
+                    (unsigned long long)s->all.timeouts_by[i]);
+            any = true;
+        }
     if (any) fprintf(f, "\n");
-    if (s->has_burst) fprintf(f, "\nburst    %.1f–%.1f s: %s\n", s->burst_start_s, s->burst_end_s, s->recovery_text);
+    if (s->has_burst)
+        fprintf(f, "\nburst    %.1f–%.1f s: %s\n", s->burst_start_s, s->burst_end_s,
+                s->recovery_text);
     if (s->has_fidelity)
-        fprintf(f, "\nfidelity relative error vs the recorded run: TTFT median %.1f%% p99 %.1f%% (n %zu); E2E median %.1f%% p99 %.1f%% (n %zu)\n",
+        fprintf(f,
+                "\nfidelity relative error vs the recorded run: TTFT median %.1f%% p99 %.1f%% (n "
+                "%zu); E2E median %.1f%% p99 %.1f%% (n %zu)\n",
                 100 * s->ttft_rel_err.p50, 100 * s->ttft_rel_err.p99, s->ttft_rel_err.n,
                 100 * s->e2e_rel_err.p50, 100 * s->e2e_rel_err.p99, s->e2e_rel_err.n);
     if (s->has_fidelity)
-        fprintf(f, "         simulated / recorded, median: TTFT %.2f, E2E %.2f (below 1: the simulation is faster than the real run)\n",
+        fprintf(f,
+                "         simulated / recorded, median: TTFT %.2f, E2E %.2f (below 1: the "
+                "simulation is faster than the real run)\n",
                 s->ttft_ratio.p50, s->e2e_ratio.p50);
-    if (s->verdict >= 0) fprintf(f, "\nverdict  %s: %s — %s\n", s->verdict_name, s->verdict ? "PASS" : "FAIL", s->verdict_text);
+    if (s->verdict >= 0)
+        fprintf(f, "\nverdict  %s: %s — %s\n", s->verdict_name, s->verdict ? "PASS" : "FAIL",
+                s->verdict_text);
     if (r->warnings[0]) fprintf(f, "\nwarning  %s\n", r->warnings);
 }
 
-void sim_report_compare(FILE *f, const sim_run *const *runs, const sim_summary *const *sums, size_t n)
+void sim_report_compare(FILE *f, const sim_run *const *runs, const sim_summary *const *sums,
+                        size_t n)
 {
     fprintf(f, "%-26s", "policy");
     for (size_t i = 0; i < n; i++) fprintf(f, " %18.18s", runs[i]->policy_name);
     fprintf(f, "\n");
-#define ROW(label, fmt, expr) do { fprintf(f, "%-26s", label); \
-        for (size_t i = 0; i < n; i++) { const sim_run *r = runs[i]; const sim_summary *s = sums[i]; (void)r; (void)s; \
-            fprintf(f, " %18" fmt, expr); } fprintf(f, "\n"); } while (0)
+#define ROW(label, fmt, expr)                                                                      \
+    do {                                                                                           \
+        fprintf(f, "%-26s", label);                                                                \
+        for (size_t i = 0; i < n; i++) {                                                           \
+            const sim_run *r = runs[i];                                                            \
+            const sim_summary *s = sums[i];                                                        \
+            (void)r;                                                                               \
+            (void)s;                                                                               \
+            fprintf(f, " %18" fmt, expr);                                                          \
+        }                                                                                          \
+        fprintf(f, "\n");                                                                          \
+    } while (0)
     ROW("mode", "s", r->mode);
     ROW("hash", "s", r->policy_hash);
-    ROW("ttft p50 / p99 ms", "s", ({ static char b[64]; snprintf(b, sizeof b, "%.1f / %.1f", s->all.ttft.p50, s->all.ttft.p99); b; }));
-    ROW("tpot p50 / p99 ms", "s", ({ static char b[64]; snprintf(b, sizeof b, "%.2f / %.2f", s->all.tpot.p50, s->all.tpot.p99); b; }));
-    ROW("e2e p50 / p99 ms", "s", ({ static char b[64]; snprintf(b, sizeof b, "%.0f / %.0f", s->all.e2e.p50, s->all.e2e.p99); b; }));
+    ROW("ttft p50 / p99 ms", "s", ({
+            static char b[64];
+            snprintf(b, sizeof b, "%.1f / %.1f", s->all.ttft.p50, s->all.ttft.p99);
+            b;
+        }));
+    ROW("tpot p50 / p99 ms", "s", ({
+            static char b[64];
+            snprintf(b, sizeof b, "%.2f / %.2f", s->all.tpot.p50, s->all.tpot.p99);
+            b;
+        }));
+    ROW("e2e p50 / p99 ms", "s", ({
+            static char b[64];
+            snprintf(b, sizeof b, "%.0f / %.0f", s->all.e2e.p50, s->all.e2e.p99);
+            b;
+        }));
     ROW("queue wait p99 ms", ".1f", s->all.wait.p99);
     ROW("longest starvation ms", ".1f", s->all.longest_starvation_ms);
     ROW("longest inter-token ms", ".1f", s->all.itl_max.max);
@@ -744,7 +940,12 @@ void sim_report_compare(FILE *f, const sim_run *const *runs, const sim_summary *
     ROW("rejected", "zu", s->all.rejected);
     ROW("timed out", "zu", s->all.timeouts);
     ROW("cancelled", "zu", s->all.cancels);
-    ROW("preempt swap / recompute", "s", ({ static char b[64]; snprintf(b, sizeof b, "%llu / %llu", (unsigned long long)s->all.preempt_swap, (unsigned long long)s->all.preempt_recompute); b; }));
+    ROW("preempt swap / recompute", "s", ({
+            static char b[64];
+            snprintf(b, sizeof b, "%llu / %llu", (unsigned long long)s->all.preempt_swap,
+                     (unsigned long long)s->all.preempt_recompute);
+            b;
+        }));
     ROW("SLO attainment %", ".1f", 100 * s->all.slo_attainment);
     ROW("goodput req/s", ".2f", s->all.goodput_rps);
     ROW("throughput tok/s", ".0f", s->tokens_per_s);
@@ -752,32 +953,50 @@ void sim_report_compare(FILE *f, const sim_run *const *runs, const sim_summary *
     ROW("slot occupancy %", ".1f", 100 * s->occupancy);
     ROW("padding %", ".2f", 100 * s->pad_share);
     ROW("longest step ms", ".1f", s->max_step_ms);
-    ROW("sim s / wall s", "s", ({ static char b[64]; snprintf(b, sizeof b, "%.0f / %.2f", s->sim_s, s->wall_s); b; }));
+    ROW("sim s / wall s", "s", ({
+            static char b[64];
+            snprintf(b, sizeof b, "%.0f / %.2f", s->sim_s, s->wall_s);
+            b;
+        }));
     ROW("verdict", "s", s->verdict < 0 ? "-" : s->verdict ? "PASS" : "FAIL");
     /* per tenant: the first run's tenants (every run replays the same trace) */
     for (size_t k = 0; k < sums[0]->n_tenants && k < 16; k++) {
         if (!sums[0]->tenants[k].requests) continue;
         char label[64];
         snprintf(label, sizeof label, "%.12s ttft99 ms / share", sums[0]->tenants[k].name);
-        ROW(label, "s", ({ static char b[64]; snprintf(b, sizeof b, "%.0f / %.1f%%", s->tenants[k].ttft.p99, 100 * s->tenants[k].token_share); b; }));
+        ROW(label, "s", ({
+                static char b[64];
+                snprintf(b, sizeof b, "%.0f / %.1f%%", s->tenants[k].ttft.p99,
+                         100 * s->tenants[k].token_share);
+                b;
+            }));
     }
     for (size_t k = 0; k < sums[0]->n_classes && k < 16; k++) {
         if (!sums[0]->classes[k].requests) continue;
         char label[64];
         snprintf(label, sizeof label, "%.12s ttft99 / starve ms", sums[0]->classes[k].name);
-        ROW(label, "s", ({ static char b[64]; snprintf(b, sizeof b, "%.0f / %.0f", s->classes[k].ttft.p99, s->classes[k].longest_starvation_ms); b; }));
+        ROW(label, "s", ({
+                static char b[64];
+                snprintf(b, sizeof b, "%.0f / %.0f", s->classes[k].ttft.p99,
+                         s->classes[k].longest_starvation_ms);
+                b;
+            }));
     }
 #undef ROW
     for (size_t i = 0; i < n; i++)
-        if (sums[i]->verdict >= 0) fprintf(f, "  %s: %s\n", runs[i]->policy_name, sums[i]->verdict_text);
-        else if (sums[i]->has_burst) fprintf(f, "  %s: %s\n", runs[i]->policy_name, sums[i]->recovery_text);
+        if (sums[i]->verdict >= 0)
+            fprintf(f, "  %s: %s\n", runs[i]->policy_name, sums[i]->verdict_text);
+        else if (sums[i]->has_burst)
+            fprintf(f, "  %s: %s\n", runs[i]->policy_name, sums[i]->recovery_text);
 }
 
 /* ---- CSV -------------------------------------------------------------------------------------- */
 
-static int open_in(const char *dir, const char *stem, const char *tag, const char *ext, FILE **f, char *path, size_t pl)
+static int open_in(const char *dir, const char *stem, const char *tag, const char *ext, FILE **f,
+                   char *path, size_t pl)
 {
-    if (mkdir(dir, 0777) < 0 && errno != EEXIST) return sim_err_setc(-errno, "%s: %s", dir, strerror(errno));
+    if (mkdir(dir, 0777) < 0 && errno != EEXIST)
+        return sim_err_setc(-errno, "%s: %s", dir, strerror(errno));
     snprintf(path, pl, "%s/%s%s%s.%s", dir, stem, tag && *tag ? "-" : "", tag ? tag : "", ext);
     *f = fopen(path, "w");
     if (!*f) return sim_err_setc(-errno, "%s: %s", path, strerror(errno));
@@ -791,13 +1010,14 @@ int sim_report_csv(const char *dir, const char *tag, const sim_run *r)
     FILE *f;
     int rc = open_in(dir, "timeseries", tag, "csv", &f, path, sizeof path);
     if (rc) return rc;
-    fprintf(f, "t_s,waiting,running,swapped,in_transit,kv_device_blocks,kv_host_blocks,kv_disk_blocks,kv_device_pct,steps,tokens_per_step");
+    fprintf(f, "t_s,waiting,running,swapped,in_transit,kv_device_blocks,kv_host_blocks,kv_disk_"
+               "blocks,kv_device_pct,steps,tokens_per_step");
     for (unsigned i = 0; i < t->n_tenants; i++) fprintf(f, ",served_tok_per_s_%s", t->tenants[i]);
     fprintf(f, "\n");
     for (size_t i = 0; i < r->ts_rows; i++) {
         const double *row = &r->ts[i * r->ts_cols];
-        fprintf(f, "%.3f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.3f,%.0f,%.2f", row[0], row[1], row[2], row[3],
-                row[4], row[5], row[6], row[7], row[8], row[9], row[10]);
+        fprintf(f, "%.3f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.3f,%.0f,%.2f", row[0], row[1], row[2],
+                row[3], row[4], row[5], row[6], row[7], row[8], row[9], row[10]);
         double dt = i ? row[0] - r->ts[(i - 1) * r->ts_cols] : 0;
         for (unsigned k = 0; k < t->n_tenants; k++) {
             double prev = i ? r->ts[(i - 1) * r->ts_cols + SIM_TS_FIXED_COLS + k] : 0;
@@ -807,7 +1027,10 @@ int sim_report_csv(const char *dir, const char *tag, const sim_run *r)
     }
     if (fclose(f)) return sim_err_setc(-EIO, "%s: write error", path);
     if ((rc = open_in(dir, "requests", tag, "csv", &f, path, sizeof path))) return rc;
-    fprintf(f, "req,src_id,attempts,tenant,class,arrival_s,prompt_tokens,output_tokens,outcome,reason,queue_wait_ms,ttft_ms,e2e_ms,generated,preempt_swap,preempt_recompute,max_starvation_ms%s\n",
+    fprintf(f,
+            "req,src_id,attempts,tenant,class,arrival_s,prompt_tokens,output_tokens,outcome,reason,"
+            "queue_wait_ms,ttft_ms,e2e_ms,generated,preempt_swap,preempt_recompute,max_starvation_"
+            "ms%s\n",
             t->has_real ? ",real_ttft_ms,real_e2e_ms" : "");
     static const char *out_names[] = {"pending", "finished", "rejected", "timeout", "cancelled"};
     for (size_t i = 0; i < t->n; i++) {
@@ -815,24 +1038,32 @@ int sim_report_csv(const char *dir, const char *tag, const sim_run *r)
         const sim_req *q = &t->reqs[i];
         const sim_rec *x = &r->recs[r->final_rec[i]];
         const char *reason = "";
-        if (x->outcome == SIM_OUT_REJECTED) reason = sched_reject_name(x->reason);
-        else if (x->outcome == SIM_OUT_TIMEOUT) reason = sched_timeout_name(x->reason);
-        else if (x->outcome == SIM_OUT_CANCELLED) reason = sched_cancel_name(x->reason);
-        else if (x->outcome == SIM_OUT_FINISHED) reason = sched_finish_name(x->reason);
-        fprintf(f, "%zu,%llu,%u,%s,%s,%.6f,%u,%u,%s,%s,", i, (unsigned long long)q->src_id, x->attempt,
-                t->tenants[q->tenant], t->classes[q->klass], (double)q->arrival_us / 1e6, q->prompt_tokens,
-                q->output_tokens, out_names[x->outcome < 5 ? x->outcome : 0], reason);
+        if (x->outcome == SIM_OUT_REJECTED)
+            reason = sched_reject_name(x->reason);
+        else if (x->outcome == SIM_OUT_TIMEOUT)
+            reason = sched_timeout_name(x->reason);
+        else if (x->outcome == SIM_OUT_CANCELLED)
+            reason = sched_cancel_name(x->reason);
+        else if (x->outcome == SIM_OUT_FINISHED)
+            reason = sched_finish_name(x->reason);
+        fprintf(f, "%zu,%llu,%u,%s,%s,%.6f,%u,%u,%s,%s,", i, (unsigned long long)q->src_id,
+                x->attempt, t->tenants[q->tenant], t->classes[q->klass],
+                (double)q->arrival_us / 1e6, q->prompt_tokens, q->output_tokens,
+                out_names[x->outcome < 5 ? x->outcome : 0], reason);
         if (x->first_sched_us >= 0) fprintf(f, "%.3f", ms(x->first_sched_us - q->arrival_us));
         fprintf(f, ",");
         if (x->first_token_us >= 0) fprintf(f, "%.3f", ms(x->first_token_us - q->arrival_us));
         fprintf(f, ",");
         if (x->outcome == SIM_OUT_FINISHED) fprintf(f, "%.3f", ms(x->end_us - q->arrival_us));
-        fprintf(f, ",%u,%u,%u,%.3f", x->generated, x->preempt_swap, x->preempt_recompute, ms(x->max_starve_us));
-        if (t->has_real) {   /* the recorded run, for per-request fidelity plots */
+        fprintf(f, ",%u,%u,%u,%.3f", x->generated, x->preempt_swap, x->preempt_recompute,
+                ms(x->max_starve_us));
+        if (t->has_real) { /* the recorded run, for per-request fidelity plots */
             fputc(',', f);
-            if (q->real_first_token_us != SIM_NO_TIME) fprintf(f, "%.3f", ms(q->real_first_token_us - q->arrival_us));
+            if (q->real_first_token_us != SIM_NO_TIME)
+                fprintf(f, "%.3f", ms(q->real_first_token_us - q->arrival_us));
             fputc(',', f);
-            if (q->real_finish_us != SIM_NO_TIME && (q->real_reason == SIM_REAL_LENGTH || q->real_reason == SIM_REAL_STOP))
+            if (q->real_finish_us != SIM_NO_TIME &&
+                (q->real_reason == SIM_REAL_LENGTH || q->real_reason == SIM_REAL_STOP))
                 fprintf(f, "%.3f", ms(q->real_finish_us - q->arrival_us));
         }
         fputc('\n', f);

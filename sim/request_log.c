@@ -15,7 +15,8 @@
 static int cmp_finish(const void *a, const void *b, void *ctx)
 {
     const sim_run *r = ctx;
-    const sim_rec *x = &r->recs[r->final_rec[*(const uint32_t *)a]], *y = &r->recs[r->final_rec[*(const uint32_t *)b]];
+    const sim_rec *x = &r->recs[r->final_rec[*(const uint32_t *)a]],
+                  *y = &r->recs[r->final_rec[*(const uint32_t *)b]];
     if (x->end_us != y->end_us) return x->end_us < y->end_us ? -1 : 1;
     return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
 }
@@ -44,43 +45,59 @@ int sim_report_request_log(FILE *f, const sim_run *r)
     uint32_t *order = malloc((t->n ? t->n : 1) * sizeof *order);
     if (!order) return -ENOMEM;
     size_t n = 0;
-    for (size_t i = 0; i < t->n; i++) if (r->final_rec[i] != UINT32_MAX) order[n++] = (uint32_t)i;
+    for (size_t i = 0; i < t->n; i++)
+        if (r->final_rec[i] != UINT32_MAX) order[n++] = (uint32_t)i;
     qsort_r(order, n, sizeof *order, cmp_finish, (void *)r);
     char *line = malloc(LINE_MAX_BYTES);
-    if (!line) { free(order); return -ENOMEM; }
+    if (!line) {
+        free(order);
+        return -ENOMEM;
+    }
     for (size_t k = 0; k < n; k++) {
         const sim_req *q = &t->reqs[order[k]];
         const sim_rec *x = &r->recs[r->final_rec[order[k]]];
         /* the daemon's vocabulary (sched_end_code): what a client of the replayed run saw */
         sched_end_code fc = SCHED_END_ERROR, cause = SCHED_END_NONE;
         switch (x->outcome) {
-        case SIM_OUT_FINISHED: fc = x->reason == SCHED_FINISH_LENGTH ? SCHED_END_LENGTH : SCHED_END_STOP; break;
-        case SIM_OUT_REJECTED: fc = SCHED_END_REJECTED; cause = sched_reject_cause(x->reason); break;
+        case SIM_OUT_FINISHED:
+            fc = x->reason == SCHED_FINISH_LENGTH ? SCHED_END_LENGTH : SCHED_END_STOP;
+            break;
+        case SIM_OUT_REJECTED:
+            fc = SCHED_END_REJECTED;
+            cause = sched_reject_cause(x->reason);
+            break;
         case SIM_OUT_TIMEOUT: fc = SCHED_END_TIMEOUT; break;
         case SIM_OUT_CANCELLED: fc = SCHED_END_CANCELLED; break;
         }
-        const char *fr = sched_end_name(fc), *rr = fc == SCHED_END_REJECTED ? sched_end_name(cause) : NULL;
+        const char *fr = sched_end_name(fc),
+                   *rr = fc == SCHED_END_REJECTED ? sched_end_name(cause) : NULL;
         /* the answer's block hashes as far as this run's answer went: the full blocks of
          * prompt + generated past the prompt's hashes whose KV was computed — the last
          * token generated is fed back only when a recorded stop token was sampled after it
          * (engine.c), as ringlmd writes them */
         uint32_t hb = q->hash_block_tokens ? q->hash_block_tokens : 1, n_ans = 0;
-        bool fed = x->outcome == SIM_OUT_FINISHED && q->real_reason == SIM_REAL_STOP && x->generated < q->max_tokens;
-        uint64_t full = ((uint64_t)q->prompt_tokens + x->generated - (x->generated && !fed ? 1 : 0)) / hb;
-        if (q->n_ahash && full > q->n_hash) n_ans = full - q->n_hash < q->n_ahash ? (uint32_t)(full - q->n_hash) : q->n_ahash;
+        bool fed = x->outcome == SIM_OUT_FINISHED && q->real_reason == SIM_REAL_STOP &&
+                   x->generated < q->max_tokens;
+        uint64_t full =
+            ((uint64_t)q->prompt_tokens + x->generated - (x->generated && !fed ? 1 : 0)) / hb;
+        if (q->n_ahash && full > q->n_hash)
+            n_ans = full - q->n_hash < q->n_ahash ? (uint32_t)(full - q->n_hash) : q->n_ahash;
         fmt_sched_cost cost;
         if (x->cost_idx) {
             const sched_cost_state *c = &r->costs[x->cost_idx - 1];
             const sched_tier_cost *h = &c->tier[SCHED_POOL_HOST], *d = &c->tier[SCHED_POOL_DISK];
             cost = (fmt_sched_cost){
-                .at_us = x->first_sched_us, .correction = c->correction,
-                .base_us = c->step.base_us, .prefill_token_us = c->step.prefill_token_us,
-                .decode_seq_us = c->step.decode_seq_us, .context_token_us = c->step.context_token_us,
+                .at_us = x->first_sched_us,
+                .correction = c->correction,
+                .base_us = c->step.base_us,
+                .prefill_token_us = c->step.prefill_token_us,
+                .decode_seq_us = c->step.decode_seq_us,
+                .context_token_us = c->step.context_token_us,
                 .prefill_pair_us = c->step.prefill_pair_us,
-                .host = {h->out_bytes_per_s, h->in_bytes_per_s, h->latency_us, c->out_measured[SCHED_POOL_HOST],
-                         c->in_measured[SCHED_POOL_HOST]},
-                .disk = {d->out_bytes_per_s, d->in_bytes_per_s, d->latency_us, c->out_measured[SCHED_POOL_DISK],
-                         c->in_measured[SCHED_POOL_DISK]},
+                .host = {h->out_bytes_per_s, h->in_bytes_per_s, h->latency_us,
+                         c->out_measured[SCHED_POOL_HOST], c->in_measured[SCHED_POOL_HOST]},
+                .disk = {d->out_bytes_per_s, d->in_bytes_per_s, d->latency_us,
+                         c->out_measured[SCHED_POOL_DISK], c->in_measured[SCHED_POOL_DISK]},
             };
         }
         fmt_request lr = {
@@ -104,7 +121,8 @@ int sim_report_request_log(FILE *f, const sim_run *r)
             .n_answer_hash_ids = n_ans,
             .hash_block_tokens = q->hash_block_tokens,
             .cached_tokens = x->cached_tokens,
-            .sched_cost = x->cost_idx ? &cost : NULL,   /* so a replay of this run decides as it did */
+            .sched_cost =
+                x->cost_idx ? &cost : NULL, /* so a replay of this run decides as it did */
         };
         int len = fmt_request_format(&lr, line, LINE_MAX_BYTES);
         if (len < 0) {

@@ -7,7 +7,9 @@
 
 /* xoshiro256** seeded through splitmix64: fast, good enough for workloads, and identical on
  * every platform so a seed names one workload everywhere (libc rand() would not). */
-typedef struct sim_rng { uint64_t s[4]; } sim_rng;
+typedef struct sim_rng {
+    uint64_t s[4];
+} sim_rng;
 
 static inline uint64_t sim_splitmix64(uint64_t *x)
 {
@@ -26,7 +28,11 @@ static inline uint64_t sim_rng_u64(sim_rng *r)
 {
     uint64_t *s = r->s;
     uint64_t x = s[1] * 5, result = ((x << 7) | (x >> 57)) * 9, t = s[1] << 17;
-    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
     s[3] = (s[3] << 45) | (s[3] >> 19);
     return result;
 }
@@ -37,7 +43,10 @@ static inline double sim_rng_unif(sim_rng *r)
     return ((double)(sim_rng_u64(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
-static inline double sim_rng_exp(sim_rng *r, double mean) { return -mean * log(sim_rng_unif(r)); }
+static inline double sim_rng_exp(sim_rng *r, double mean)
+{
+    return -mean * log(sim_rng_unif(r));
+}
 
 static inline double sim_rng_normal(sim_rng *r)
 {
@@ -49,7 +58,10 @@ static inline double sim_rng_normal(sim_rng *r)
 static inline double sim_rng_gamma(sim_rng *r, double k)
 {
     double boost = 1.0;
-    if (k < 1.0) { boost = pow(sim_rng_unif(r), 1.0 / k); k += 1.0; }
+    if (k < 1.0) {
+        boost = pow(sim_rng_unif(r), 1.0 / k);
+        k += 1.0;
+    }
     double d = k - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
     for (;;) {
         double x = sim_rng_normal(r), v = 1.0 + c * x;

@@ -21,7 +21,7 @@ void sim_service_default(sim_service *s)
      *        blocks of 16; host tier 256 GB pinned = 2M tokens = 122,000 blocks;
      *  host link: PCIe 5.0 x16, ~50 GB/s each way in practice, 10 µs per transfer. */
     sched_step_model m;
-    sched_step_model_default(&m);   /* the one built-in model, shared with the daemon */
+    sched_step_model_default(&m); /* the one built-in model, shared with the daemon */
     s->base_us = m.base_us;
     s->per_prefill_token_us = m.prefill_token_us;
     s->per_decode_seq_us = m.decode_seq_us;
@@ -36,8 +36,8 @@ void sim_service_default(sim_service *s)
     s->kv_blocks_host = 122000;
     s->kv_bytes_per_token = 131072;
     s->max_batch_tokens = 8192;
-    s->host = (sim_link){ 50e9, 50e9, 10, true };
-    s->disk = (sim_link){ 6e9, 7e9, 80, true };
+    s->host = (sim_link){50e9, 50e9, 10, true};
+    s->disk = (sim_link){6e9, 7e9, 80, true};
     snprintf(s->backend, sizeof s->backend, "builtin");
     snprintf(s->model, sizeof s->model, "llama-3-8b-bf16-h200 (spec-derived)");
     snprintf(s->source, sizeof s->source, "built-in default");
@@ -49,14 +49,23 @@ const sim_link *sim_service_link(const sim_service *s, sched_pool tier)
     return l->present ? l : &s->host;
 }
 
-void sim_service_set_tiers(sim_service *s, long long host_blocks, long long disk_blocks, double host_bw, double disk_bw)
+void sim_service_set_tiers(sim_service *s, long long host_blocks, long long disk_blocks,
+                           double host_bw, double disk_bw)
 {
-    if (host_blocks >= 0) { s->kv_blocks_host = (uint32_t)host_blocks; if (host_blocks) s->host.present = true; }
+    if (host_blocks >= 0) {
+        s->kv_blocks_host = (uint32_t)host_blocks;
+        if (host_blocks) s->host.present = true;
+    }
     if (disk_blocks >= 0) s->kv_blocks_disk = (uint32_t)disk_blocks;
-    if (host_bw > 0) { s->host.in_bytes_per_s = s->host.out_bytes_per_s = host_bw; s->host.present = true; }
+    if (host_bw > 0) {
+        s->host.in_bytes_per_s = s->host.out_bytes_per_s = host_bw;
+        s->host.present = true;
+    }
     if (disk_bw > 0 || (disk_blocks > 0 && !s->disk.present)) {
         /* a disk link of its own: the given speed, or the host's as it stands */
-        if (!s->disk.present) s->disk = (sim_link){s->host.out_bytes_per_s, s->host.in_bytes_per_s, s->host.latency_us, true};
+        if (!s->disk.present)
+            s->disk = (sim_link){s->host.out_bytes_per_s, s->host.in_bytes_per_s,
+                                 s->host.latency_us, true};
         if (disk_bw > 0) s->disk.in_bytes_per_s = s->disk.out_bytes_per_s = disk_bw;
     }
 }
@@ -75,7 +84,8 @@ double sim_service_capacity_rps(const sim_service *s, double prompt, double outp
     /* per request: its prefill, plus its share of decode steps at the given batch size
      * (context averaged over the decode: prompt + output/2) */
     double prefill = s->per_prefill_token_us * prompt;
-    double step = sim_service_step_us(s, 0, (uint64_t)batch, (uint64_t)(batch * (prompt + output / 2)), 0);
+    double step =
+        sim_service_step_us(s, 0, (uint64_t)batch, (uint64_t)(batch * (prompt + output / 2)), 0);
     double decode = output * step / batch;
     return 1e6 / (prefill + decode);
 }
@@ -91,7 +101,8 @@ static int num(json_t *o, const char *key, bool required, double lo, double *out
     }
     if (!json_is_number(v)) return sim_err_set("%s: \"%s\" is not a number", name, key);
     double d = json_number_value(v);
-    if (!isfinite(d) || d < lo) return sim_err_set("%s: \"%s\" is %g, must be >= %g", name, key, d, lo);
+    if (!isfinite(d) || d < lo)
+        return sim_err_set("%s: \"%s\" is %g, must be >= %g", name, key, d, lo);
     *out = d;
     return 0;
 }
@@ -101,7 +112,8 @@ static int u32(json_t *o, const char *key, bool required, uint32_t *out, const c
     double d;
     int rc = num(o, key, required, 0, &d, name);
     if (rc) return rc < 0 ? rc : 0;
-    if (d > 4e9 || d != floor(d)) return sim_err_set("%s: \"%s\" must be an integer (is %g)", name, key, d);
+    if (d > 4e9 || d != floor(d))
+        return sim_err_set("%s: \"%s\" must be an integer (is %g)", name, key, d);
     *out = (uint32_t)d;
     return 0;
 }
@@ -123,12 +135,19 @@ static void regressors(double p, double d, double ctx, double a[5])
     a[1] = p;
     a[2] = d;
     a[3] = ctx * (d > 0 ? d : 1);
-    if (p <= 0) a[4] = 0;
-    else if (d > 0) a[4] = p * (p - 1) / 2;
-    else { double c = ctx > p ? ctx : p; a[4] = p * c - p * (p + 1) / 2; }
+    if (p <= 0)
+        a[4] = 0;
+    else if (d > 0)
+        a[4] = p * (p - 1) / 2;
+    else {
+        double c = ctx > p ? ctx : p;
+        a[4] = p * c - p * (p + 1) / 2;
+    }
 }
 
-typedef struct fitq { double r2, median, max; } fitq;
+typedef struct fitq {
+    double r2, median, max;
+} fitq;
 
 static void quality(const double *pts, size_t n, const double x[5], fitq *q)
 {
@@ -174,11 +193,14 @@ static int refit(const double *pts, size_t n, int k, double x[5])
         }
         rc = sched_lsq(a, y, w, n, 5, (1u << k) - 1, 0, x, NULL, NULL);
     }
-    free(a); free(y); free(w);
+    free(a);
+    free(y);
+    free(w);
     return rc;
 }
 
-static void set_model(sim_service *s, const double x[5], const fitq *q, const char *fit, bool refitted)
+static void set_model(sim_service *s, const double x[5], const fitq *q, const char *fit,
+                      bool refitted)
 {
     s->base_us = x[0];
     s->per_prefill_token_us = x[1];
@@ -204,17 +226,24 @@ static int fit_grid(sim_service *s, json_t *grid, bool have_file, int fit, const
         json_t *row = json_array_get(grid, i);
         char where[300];
         snprintf(where, sizeof where, "%s: grid[%zu]", name, i);
-        if (!json_is_object(row)) { rc = sim_err_set("%s is not an object", where); goto out; }
+        if (!json_is_object(row)) {
+            rc = sim_err_set("%s is not an object", where);
+            goto out;
+        }
         double *q = &pts[i * 4];
         if ((rc = num(row, "prefill_tokens", true, 0, &q[0], where)) ||
             (rc = num(row, "decode_seqs", true, 0, &q[1], where)) ||
             (rc = num(row, "context", true, 0, &q[2], where)) ||
             (rc = num(row, "step_us", true, 0, &q[3], where)))
             goto out;
-        if (q[3] <= 0) { rc = sim_err_set("%s: \"step_us\" must be > 0", where); goto out; }
+        if (q[3] <= 0) {
+            rc = sim_err_set("%s: \"step_us\" must be > 0", where);
+            goto out;
+        }
     }
     s->grid_points = (unsigned)n;
-    double xf[5] = {s->base_us, s->per_prefill_token_us, s->per_decode_seq_us, s->per_context_token_us, s->per_prefill_pair_us};
+    double xf[5] = {s->base_us, s->per_prefill_token_us, s->per_decode_seq_us,
+                    s->per_context_token_us, s->per_prefill_pair_us};
     fitq qf = {NAN, NAN, NAN}, ql = {NAN, INFINITY, NAN}, qa = {NAN, INFINITY, NAN};
     double xl[5], xa[5];
     bool lin = n >= 4 && refit(pts, n, 4, xl) == 0, att = n >= 5 && refit(pts, n, 5, xa) == 0;
@@ -222,16 +251,41 @@ static int fit_grid(sim_service *s, json_t *grid, bool have_file, int fit, const
     if (att) quality(pts, n, xa, &qa);
     if (have_file && n) quality(pts, n, xf, &qf);
     s->file_median_rel_err = qf.median;
-    if (fit == SIM_FIT_LINEAR && !lin) { rc = sim_err_set("%s: cannot refit the linear model: need >= 4 grid rows varying prefill tokens, decode sequences and context independently", name); goto out; }
-    if (fit == SIM_FIT_ATTENTION && !att) { rc = sim_err_set("%s: cannot refit with the attention term: need >= 5 grid rows varying prefill tokens, decode sequences, context and prefill position independently", name); goto out; }
-    if (fit == SIM_FIT_LINEAR) set_model(s, xl, &ql, "linear-refit", true);
-    else if (fit == SIM_FIT_ATTENTION) set_model(s, xa, &qa, "attention-refit", true);
-    else if (have_file && (fit == SIM_FIT_FILE || (!(ql.median < qf.median) && !(qa.median < qf.median))))
+    if (fit == SIM_FIT_LINEAR && !lin) {
+        rc = sim_err_set("%s: cannot refit the linear model: need >= 4 grid rows varying prefill "
+                         "tokens, decode sequences and context independently",
+                         name);
+        goto out;
+    }
+    if (fit == SIM_FIT_ATTENTION && !att) {
+        rc = sim_err_set(
+            "%s: cannot refit with the attention term: need >= 5 grid rows varying prefill tokens, "
+            "decode sequences, context and prefill position independently",
+            name);
+        goto out;
+    }
+    if (fit == SIM_FIT_LINEAR)
+        set_model(s, xl, &ql, "linear-refit", true);
+    else if (fit == SIM_FIT_ATTENTION)
+        set_model(s, xa, &qa, "attention-refit", true);
+    else if (have_file &&
+             (fit == SIM_FIT_FILE || (!(ql.median < qf.median) && !(qa.median < qf.median))))
         set_model(s, xf, &qf, "file", false);
-    else if (fit == SIM_FIT_FILE && !lin) { rc = sim_err_set("%s: no \"step_model\" and the grid cannot be fitted (need >= 4 rows varying each term)", name); goto out; }
-    else if (att && qa.median < ql.median && fit != SIM_FIT_FILE) set_model(s, xa, &qa, "attention-refit", true);
-    else if (lin) set_model(s, xl, &ql, "linear-refit", true);
-    else { rc = sim_err_set("%s: no \"step_model\" and the grid cannot be fitted (need >= 4 rows varying each term)", name); goto out; }
+    else if (fit == SIM_FIT_FILE && !lin) {
+        rc = sim_err_set("%s: no \"step_model\" and the grid cannot be fitted (need >= 4 rows "
+                         "varying each term)",
+                         name);
+        goto out;
+    } else if (att && qa.median < ql.median && fit != SIM_FIT_FILE)
+        set_model(s, xa, &qa, "attention-refit", true);
+    else if (lin)
+        set_model(s, xl, &ql, "linear-refit", true);
+    else {
+        rc = sim_err_set("%s: no \"step_model\" and the grid cannot be fitted (need >= 4 rows "
+                         "varying each term)",
+                         name);
+        goto out;
+    }
 out:
     free(pts);
     return rc;
@@ -259,25 +313,41 @@ static int fit_loop(sim_service *s, json_t *sl, const char *name)
     if (!json_is_array(pts)) return sim_err_set("%s: \"points\" is missing or not an array", where);
     size_t n = json_array_size(pts);
     if (n == 0) return 0;
-    double *v = calloc(n * 4, sizeof *v);   /* per point: Σcontext, period, engine, residual */
+    double *v = calloc(n * 4, sizeof *v); /* per point: Σcontext, period, engine, residual */
     if (!v) return -ENOMEM;
     int rc = 0;
-    double *ax = calloc(n * 2, sizeof *ax), *ar = calloc(n, sizeof *ar), *aw = calloc(n, sizeof *aw);
-    if (!ax || !ar || !aw) { free(ax); free(ar); free(aw); free(v); return -ENOMEM; }
+    double *ax = calloc(n * 2, sizeof *ax), *ar = calloc(n, sizeof *ar),
+           *aw = calloc(n, sizeof *aw);
+    if (!ax || !ar || !aw) {
+        free(ax);
+        free(ar);
+        free(aw);
+        free(v);
+        return -ENOMEM;
+    }
     double cmin = INFINITY, cmax = -INFINITY;
     for (size_t i = 0; i < n; i++) {
         json_t *row = json_array_get(pts, i);
         char w[340];
         snprintf(w, sizeof w, "%s.points[%zu]", where, i);
-        if (!json_is_object(row)) { rc = sim_err_set("%s is not an object", w); goto out; }
+        if (!json_is_object(row)) {
+            rc = sim_err_set("%s is not an object", w);
+            goto out;
+        }
         double d = 1, c, p;
-        if ((rc = num(row, "decode_seqs", false, 1, &d, w)) < 0 || (rc = num(row, "context", true, 0, &c, w)) ||
+        if ((rc = num(row, "decode_seqs", false, 1, &d, w)) < 0 ||
+            (rc = num(row, "context", true, 0, &c, w)) ||
             (rc = num(row, "period_us", true, 0, &p, w)))
             goto out;
         rc = 0;
-        if (p <= 0) { rc = sim_err_set("%s: \"period_us\" must be > 0", w); goto out; }
+        if (p <= 0) {
+            rc = sim_err_set("%s: \"period_us\" must be > 0", w);
+            goto out;
+        }
         double cs = c * d, eng = sim_service_step_us(s, 0, (uint64_t)d, (uint64_t)cs, 0);
-        v[i * 4] = cs; v[i * 4 + 1] = p; v[i * 4 + 2] = eng;
+        v[i * 4] = cs;
+        v[i * 4 + 1] = p;
+        v[i * 4 + 2] = eng;
         ax[i * 2] = 1;
         ax[i * 2 + 1] = cs;
         ar[i] = p - eng;
@@ -290,7 +360,10 @@ static int fit_loop(sim_service *s, json_t *sl, const char *name)
     if (!(cmax > cmin) || sched_lsq(ax, ar, aw, n, 2, 0x3, 0, x, NULL, NULL) < 0) {
         for (size_t i = 0; i < n; i++) v[i * 4 + 3] = v[i * 4 + 1] - v[i * 4 + 2];
         double *r = calloc(n, sizeof *r);
-        if (!r) { rc = -ENOMEM; goto out; }
+        if (!r) {
+            rc = -ENOMEM;
+            goto out;
+        }
         for (size_t i = 0; i < n; i++) r[i] = v[i * 4 + 3];
         x[0] = median_of(r, n);
         x[1] = 0;
@@ -300,7 +373,12 @@ static int fit_loop(sim_service *s, json_t *sl, const char *name)
     s->loop_context_us = x[1];
     s->loop_points = (unsigned)n;
     double *e0 = calloc(n, sizeof *e0), *e1 = calloc(n, sizeof *e1);
-    if (!e0 || !e1) { free(e0); free(e1); rc = -ENOMEM; goto out; }
+    if (!e0 || !e1) {
+        free(e0);
+        free(e1);
+        rc = -ENOMEM;
+        goto out;
+    }
     for (size_t i = 0; i < n; i++) {
         double p = v[i * 4 + 1], eng = v[i * 4 + 2];
         e0[i] = fabs(eng - p) / p;
@@ -320,7 +398,10 @@ out:
 
 static int link_parse(json_t *o, sim_link *l, const char *name)
 {
-    if (!o || json_is_null(o)) { l->present = false; return 0; }
+    if (!o || json_is_null(o)) {
+        l->present = false;
+        return 0;
+    }
     if (!json_is_object(o)) return sim_err_set("%s is not an object", name);
     int rc;
     if ((rc = num(o, "out_bytes_per_s", true, 1, &l->out_bytes_per_s, name)) ||
@@ -342,10 +423,16 @@ int sim_service_parse(sim_service *s, const char *name, const char *text, int fi
     s->builtin = false;
     s->host.present = s->disk.present = false;
     snprintf(s->source, sizeof s->source, "%s", name);
-    if (!json_is_object(root)) { rc = sim_err_set("%s: not a JSON object", name); goto out; }
+    if (!json_is_object(root)) {
+        rc = sim_err_set("%s: not a JSON object", name);
+        goto out;
+    }
     double version = 0;
     if ((rc = num(root, "version", true, 1, &version, name))) goto out;
-    if (version != 1) { rc = sim_err_set("%s: \"version\" is %g, this reader knows 1", name, version); goto out; }
+    if (version != 1) {
+        rc = sim_err_set("%s: \"version\" is %g, this reader knows 1", name, version);
+        goto out;
+    }
     json_t *b = json_object_get(root, "backend"), *m = json_object_get(root, "model");
     if (json_is_string(b)) snprintf(s->backend, sizeof s->backend, "%s", json_string_value(b));
     if (json_is_string(m)) snprintf(s->model, sizeof s->model, "%s", json_string_value(m));
@@ -356,13 +443,22 @@ int sim_service_parse(sim_service *s, const char *name, const char *text, int fi
         (rc = u32(root, "kv_bytes_per_token", true, &s->kv_bytes_per_token, name)) ||
         (rc = u32(root, "max_batch_tokens", false, &s->max_batch_tokens, name)))
         goto out;
-    if (s->kv_block_size == 0) { rc = sim_err_set("%s: \"kv_block_size\" must be > 0", name); goto out; }
+    if (s->kv_block_size == 0) {
+        rc = sim_err_set("%s: \"kv_block_size\" must be > 0", name);
+        goto out;
+    }
     json_t *grid = json_object_get(root, "grid");
-    if (grid && !json_is_array(grid)) { rc = sim_err_set("%s: \"grid\" is not an array", name); goto out; }
+    if (grid && !json_is_array(grid)) {
+        rc = sim_err_set("%s: \"grid\" is not an array", name);
+        goto out;
+    }
     json_t *sm = json_object_get(root, "step_model");
     bool have_file = false;
     if (sm && !json_is_null(sm)) {
-        if (!json_is_object(sm)) { rc = sim_err_set("%s: \"step_model\" is not an object", name); goto out; }
+        if (!json_is_object(sm)) {
+            rc = sim_err_set("%s: \"step_model\" is not an object", name);
+            goto out;
+        }
         char where[300];
         snprintf(where, sizeof where, "%s: step_model", name);
         /* the fitted intercept and slopes may be slightly negative from least squares */
@@ -372,7 +468,8 @@ int sim_service_parse(sim_service *s, const char *name, const char *text, int fi
             (rc = num(sm, "per_context_token_us", true, -1e9, &s->per_context_token_us, where)))
             goto out;
         s->per_prefill_pair_us = 0;
-        if ((rc = num(sm, "per_prefill_pair_us", false, -1e9, &s->per_prefill_pair_us, where)) < 0) goto out;
+        if ((rc = num(sm, "per_prefill_pair_us", false, -1e9, &s->per_prefill_pair_us, where)) < 0)
+            goto out;
         rc = 0;
         have_file = true;
         snprintf(s->fit, sizeof s->fit, "file");
@@ -382,10 +479,16 @@ int sim_service_parse(sim_service *s, const char *name, const char *text, int fi
         goto out;
     }
     if (grid && (rc = fit_grid(s, grid, have_file, fit, name))) goto out;
-    if (!grid && fit != SIM_FIT_AUTO && fit != SIM_FIT_FILE) { rc = sim_err_set("%s: no \"grid\" to refit from", name); goto out; }
+    if (!grid && fit != SIM_FIT_AUTO && fit != SIM_FIT_FILE) {
+        rc = sim_err_set("%s: no \"grid\" to refit from", name);
+        goto out;
+    }
     if ((rc = fit_loop(s, json_object_get(root, "serving_loop"), name))) goto out;
     json_t *tr = json_object_get(root, "transfer");
-    if (tr && !json_is_object(tr)) { rc = sim_err_set("%s: \"transfer\" is not an object", name); goto out; }
+    if (tr && !json_is_object(tr)) {
+        rc = sim_err_set("%s: \"transfer\" is not an object", name);
+        goto out;
+    }
     if (tr) {
         char where[300];
         snprintf(where, sizeof where, "%s: transfer.host", name);
@@ -410,28 +513,33 @@ int sim_service_load(sim_service *s, const char *path, int fit)
 
 /* ---- iteration logs (ringlmd --iteration-log) ----------------------------------------------- */
 
-#define IT_K 5   /* base, prefill_tokens, decode_seqs, context_tokens, prefill_pairs */
-#define IT_GROSS 10.0  /* a period this many times the model's (and 1 ms over) is a gross error */
+#define IT_K     5    /* base, prefill_tokens, decode_seqs, context_tokens, prefill_pairs */
+#define IT_GROSS 10.0 /* a period this many times the model's (and 1 ms over) is a gross error */
 
 typedef struct itpt {
-    double x[IT_K], y;        /* regressors (x[0] = 1) and the observed period */
-    double decode_ctx;        /* NAN when the line did not carry it */
-    double t_us;              /* iteration start (NAN when absent) */
-    unsigned file;            /* which --iteration-log it came from */
+    double x[IT_K], y; /* regressors (x[0] = 1) and the observed period */
+    double decode_ctx; /* NAN when the line did not carry it */
+    double t_us;       /* iteration start (NAN when absent) */
+    unsigned file;     /* which --iteration-log it came from */
 } itpt;
 
 typedef struct itset {
-    itpt  *p;
+    itpt *p;
     size_t n, cap;
 } itset;
 
-static const char *const it_term_names[IT_K] = {"base", "prefill_tokens", "decode_seqs", "context_tokens", "prefill_pairs"};
+static const char *const it_term_names[IT_K] = {"base", "prefill_tokens", "decode_seqs",
+                                                "context_tokens", "prefill_pairs"};
 
-const char *sim_service_term_name(int i) { return i >= 0 && i < IT_K ? it_term_names[i] : "?"; }
+const char *sim_service_term_name(int i)
+{
+    return i >= 0 && i < IT_K ? it_term_names[i] : "?";
+}
 
 /* Parse one non-blank line with the iteration log's reader (formats/iteration_log.h); adds a
  * point to set when it is usable for the fit. */
-static int it_line(sim_service *s, itset *set, const char *buf, size_t len, const char *name, size_t line)
+static int it_line(sim_service *s, itset *set, const char *buf, size_t len, const char *name,
+                   size_t line)
 {
     fmt_iteration it;
     char why[200];
@@ -440,9 +548,15 @@ static int it_line(sim_service *s, itset *set, const char *buf, size_t len, cons
     s->it_lines++;
     /* null period: the loop went idle after this iteration (or it was the last), so its
      * period is not a step's cost; a zero period cannot be weighted by 1/period² */
-    if (isnan(it.period_us) || it.period_us <= 0) { s->it_idle++; return 0; }
+    if (isnan(it.period_us) || it.period_us <= 0) {
+        s->it_idle++;
+        return 0;
+    }
     /* a KV transfer started in the iteration: its cost is the transfer model's, not the step's */
-    if (it.transfers > 0) { s->it_transfers++; return 0; }
+    if (it.transfers > 0) {
+        s->it_transfers++;
+        return 0;
+    }
     if (set->n == set->cap) {
         size_t cap = set->cap ? set->cap * 2 : 1024;
         itpt *np = realloc(set->p, cap * sizeof *np);
@@ -450,10 +564,12 @@ static int it_line(sim_service *s, itset *set, const char *buf, size_t len, cons
         set->p = np;
         set->cap = cap;
     }
-    set->p[set->n++] = (itpt){ .x = {1, (double)it.prefill_tokens, (double)it.decode_seqs,
-                                     (double)it.context_tokens, it.prefill_pairs},
-                               .y = it.period_us, .decode_ctx = it.decode_context, .t_us = it.t_us,
-                               .file = s->it_files };
+    set->p[set->n++] = (itpt){.x = {1, (double)it.prefill_tokens, (double)it.decode_seqs,
+                                    (double)it.context_tokens, it.prefill_pairs},
+                              .y = it.period_us,
+                              .decode_ctx = it.decode_context,
+                              .t_us = it.t_us,
+                              .file = s->it_files};
     return 0;
 }
 
@@ -472,11 +588,12 @@ static int it_read(sim_service *s, itset *set, const char *path)
         while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r')) len--;
         size_t i = 0;
         while (i < len && (buf[i] == ' ' || buf[i] == '\t')) i++;
-        if (i == len) continue;   /* blank line */
+        if (i == len) continue; /* blank line */
         if ((rc = it_line(s, set, buf, len, path, line)) < 0) goto out;
         errno = 0;
     }
-    if (ferror(f)) rc = sim_err_setc(errno ? -errno : -EIO, "%s: read error after line %zu", path, line);
+    if (ferror(f))
+        rc = sim_err_setc(errno ? -errno : -EIO, "%s: read error after line %zu", path, line);
 out:
     free(buf);
     fclose(f);
@@ -498,7 +615,8 @@ out:
  * own. Slopes must not. Returns 0 or -1 when no subset can be fitted (no points). */
 static int it_fit(const itset *set, const bool *keep, double beta[IT_K], unsigned *terms)
 {
-    double *x = malloc((set->n ? set->n : 1) * IT_K * sizeof *x), *y = malloc((set->n ? set->n : 1) * sizeof *y),
+    double *x = malloc((set->n ? set->n : 1) * IT_K * sizeof *x),
+           *y = malloc((set->n ? set->n : 1) * sizeof *y),
            *w = malloc((set->n ? set->n : 1) * sizeof *w);
     int rc = -1;
     if (x && y && w) {
@@ -507,9 +625,12 @@ static int it_fit(const itset *set, const bool *keep, double beta[IT_K], unsigne
             y[i] = set->p[i].y;
             w[i] = keep[i] ? 1 : 0;
         }
-        rc = sched_lsq(x, y, w, set->n, IT_K, (1u << IT_K) - 1, ((1u << IT_K) - 1) & ~1u, beta, terms, NULL);
+        rc = sched_lsq(x, y, w, set->n, IT_K, (1u << IT_K) - 1, ((1u << IT_K) - 1) & ~1u, beta,
+                       terms, NULL);
     }
-    free(x); free(y); free(w);
+    free(x);
+    free(y);
+    free(w);
     return rc;
 }
 
@@ -537,13 +658,17 @@ int sim_service_fit_iterations(sim_service *s, const char *const *paths, size_t 
         s->it_files++;
     }
     if (set.n == 0) {
-        rc = sim_err_set("%s: no usable iterations (%zu lines: %zu without a period, %zu with KV transfers)",
-                         s->it_source, s->it_lines, s->it_idle, s->it_transfers);
+        rc = sim_err_set(
+            "%s: no usable iterations (%zu lines: %zu without a period, %zu with KV transfers)",
+            s->it_source, s->it_lines, s->it_idle, s->it_transfers);
         goto out;
     }
     keep = malloc(set.n * sizeof *keep);
     rel = malloc(set.n * sizeof *rel);
-    if (!keep || !rel) { rc = sim_err_setc(-ENOMEM, "out of memory"); goto out; }
+    if (!keep || !rel) {
+        rc = sim_err_setc(-ENOMEM, "out of memory");
+        goto out;
+    }
     for (size_t i = 0; i < set.n; i++) keep[i] = true;
     double beta[IT_K];
     unsigned terms = 0;
@@ -571,7 +696,8 @@ int sim_service_fit_iterations(sim_service *s, const char *const *paths, size_t 
         }
         if (!changed) break;
         if (it_fit(&set, keep, beta, &terms) < 0) {
-            rc = sim_err_set("%s: the step model cannot be fitted after dropping %zu outliers", s->it_source, dropped);
+            rc = sim_err_set("%s: the step model cannot be fitted after dropping %zu outliers",
+                             s->it_source, dropped);
             goto out;
         }
     }
@@ -580,7 +706,11 @@ int sim_service_fit_iterations(sim_service *s, const char *const *paths, size_t 
     double mean = 0, ss_tot = 0, ss_res = 0, maxe = 0;
     bool prior_ok = true;
     for (size_t i = 0; i < set.n; i++)
-        if (keep[i]) { mean += set.p[i].y; m++; prior_ok &= !isnan(set.p[i].decode_ctx); }
+        if (keep[i]) {
+            mean += set.p[i].y;
+            m++;
+            prior_ok &= !isnan(set.p[i].decode_ctx);
+        }
     mean /= (double)m;
     size_t j = 0;
     for (size_t i = 0; i < set.n; i++) {
@@ -600,7 +730,8 @@ int sim_service_fit_iterations(sim_service *s, const char *const *paths, size_t 
         for (size_t i = 0; i < set.n; i++) {
             if (!keep[i]) continue;
             const itpt *p = &set.p[i];
-            double pr = sim_service_step_us(s, (uint64_t)p->x[1], (uint64_t)p->x[2], (uint64_t)p->x[3], p->x[4]) +
+            double pr = sim_service_step_us(s, (uint64_t)p->x[1], (uint64_t)p->x[2],
+                                            (uint64_t)p->x[3], p->x[4]) +
                         s->loop_step_us + s->loop_context_us * p->decode_ctx;
             rel[j++] = fabs(pr - p->y) / p->y;
         }
@@ -628,7 +759,8 @@ int sim_service_fit_iterations(sim_service *s, const char *const *paths, size_t 
     if (s->speed_window_us > 0) {
         double tmax = -1;
         for (size_t i = 0; i < set.n; i++)
-            if (keep[i] && set.p[i].file == 0 && isfinite(set.p[i].t_us) && set.p[i].t_us > tmax) tmax = set.p[i].t_us;
+            if (keep[i] && set.p[i].file == 0 && isfinite(set.p[i].t_us) && set.p[i].t_us > tmax)
+                tmax = set.p[i].t_us;
         if (tmax < 0) {
             rc = sim_err_set("%s: --speed-trace needs t_us on the iteration lines", s->it_source);
             goto out;
@@ -638,7 +770,11 @@ int sim_service_fit_iterations(sim_service *s, const char *const *paths, size_t 
         unsigned *cnt = calloc(nw, sizeof *cnt);
         s->speed = calloc(nw, sizeof *s->speed);
         if (!sy || !sp || !cnt || !s->speed) {
-            free(sy); free(sp); free(cnt); free(s->speed); s->speed = NULL;
+            free(sy);
+            free(sp);
+            free(cnt);
+            free(s->speed);
+            s->speed = NULL;
             rc = sim_err_setc(-ENOMEM, "out of memory");
             goto out;
         }
@@ -663,7 +799,9 @@ int sim_service_fit_iterations(sim_service *s, const char *const *paths, size_t 
             if (s->speed[w] > s->speed_max) s->speed_max = s->speed[w];
         }
         s->n_speed = nw;
-        free(sy); free(sp); free(cnt);
+        free(sy);
+        free(sp);
+        free(cnt);
     }
     /* the first log's iterations, observed and modelled, for the noise floor (every point,
      * the dropped ones too: their time was spent) */
@@ -711,13 +849,14 @@ void sim_service_free(sim_service *s)
     s->n_it_obs = 0;
 }
 
-int sim_service_noise_floor(const sim_service *s, const sim_req *reqs, size_t n, double *errs, size_t *n_out)
+int sim_service_noise_floor(const sim_service *s, const sim_req *reqs, size_t n, double *errs,
+                            size_t *n_out)
 {
     *n_out = 0;
     if (!s->it_obs || !s->n_it_obs) return -ENOENT;
     /* the log is in iteration order; a request spans the iterations that started in
      * [arrival, finish): the first token and every later one came from those */
-    const double *o = s->it_obs;   /* (t_us, observed, modelled) triples */
+    const double *o = s->it_obs; /* (t_us, observed, modelled) triples */
     size_t m = s->n_it_obs;
     for (size_t i = 1; i < m; i++)
         if (o[3 * i] < o[3 * (i - 1)]) return -EINVAL;
@@ -727,9 +866,18 @@ int sim_service_noise_floor(const sim_service *s, const sim_req *reqs, size_t n,
         if (q->real_reason != SIM_REAL_LENGTH && q->real_reason != SIM_REAL_STOP) continue;
         double a = (double)q->arrival_us, f = (double)q->real_finish_us;
         size_t lo = 0, hi = m;
-        while (lo < hi) { size_t mid = (lo + hi) / 2; if (o[3 * mid] < a) lo = mid + 1; else hi = mid; }
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (o[3 * mid] < a)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
         double obs = 0, mod = 0;
-        for (size_t i = lo; i < m && o[3 * i] < f; i++) { obs += o[3 * i + 1]; mod += o[3 * i + 2]; }
+        for (size_t i = lo; i < m && o[3 * i] < f; i++) {
+            obs += o[3 * i + 1];
+            mod += o[3 * i + 2];
+        }
         if (obs > 0) errs[(*n_out)++] = fabs(mod - obs) / obs;
     }
     qsort(errs, *n_out, sizeof *errs, cmp_double);

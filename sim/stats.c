@@ -24,7 +24,10 @@ void sim_dist_of(double *v, size_t n, sim_dist *d)
 {
     memset(d, 0, sizeof *d);
     d->n = n;
-    if (n == 0) { d->mean = d->p50 = d->p90 = d->p99 = d->max = NAN; return; }
+    if (n == 0) {
+        d->mean = d->p50 = d->p90 = d->p99 = d->max = NAN;
+        return;
+    }
     qsort(v, n, sizeof *v, cmp_double);
     double s = 0;
     for (size_t i = 0; i < n; i++) s += v[i];
@@ -38,12 +41,16 @@ void sim_dist_of(double *v, size_t n, sim_dist *d)
 double sim_jain(const double *x, size_t n)
 {
     double s = 0, s2 = 0;
-    for (size_t i = 0; i < n; i++) { s += x[i]; s2 += x[i] * x[i]; }
+    for (size_t i = 0; i < n; i++) {
+        s += x[i];
+        s2 += x[i] * x[i];
+    }
     if (n == 0 || s2 == 0) return 1;
     return s * s / ((double)n * s2);
 }
 
-void sim_fair_share(double total, const double *weight, const double *demand, size_t n, double *share)
+void sim_fair_share(double total, const double *weight, const double *demand, size_t n,
+                    double *share)
 {
     /* Repeatedly give every unsatisfied party its weighted part of what is left; parties whose
      * demand is below their part are capped and leave the pool. At most n rounds. */
@@ -52,7 +59,8 @@ void sim_fair_share(double total, const double *weight, const double *demand, si
     double left = total;
     for (size_t round = 0; round < n && left > 1e-12; round++) {
         double w = 0;
-        for (size_t i = 0; i < n; i++) if (!done || !done[i]) w += weight[i];
+        for (size_t i = 0; i < n; i++)
+            if (!done || !done[i]) w += weight[i];
         if (w <= 0) break;
         int capped = 0;
         double unit = left / w;
@@ -66,7 +74,8 @@ void sim_fair_share(double total, const double *weight, const double *demand, si
             }
         }
         if (!capped) {
-            for (size_t i = 0; i < n; i++) if (!done || !done[i]) share[i] += unit * weight[i];
+            for (size_t i = 0; i < n; i++)
+                if (!done || !done[i]) share[i] += unit * weight[i];
             left = 0;
         }
     }

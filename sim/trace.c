@@ -69,7 +69,8 @@ int sim_trace_push_hashed(sim_trace *t, const sim_req *r, const uint64_t *ids, u
     if (!answer) n_answer = 0;
     if ((n || n_answer) && block_tokens) {
         size_t all = (size_t)n + n_answer;
-        if (t->n_hashes + all > UINT32_MAX) return sim_err_setc(-E2BIG, "more than 2^32 block hashes in one trace");
+        if (t->n_hashes + all > UINT32_MAX)
+            return sim_err_setc(-E2BIG, "more than 2^32 block hashes in one trace");
         if (t->n_hashes + all > t->cap_hashes) {
             size_t cap = t->cap_hashes ? t->cap_hashes : 4096;
             while (cap < t->n_hashes + all) cap *= 2;
@@ -79,7 +80,8 @@ int sim_trace_push_hashed(sim_trace *t, const sim_req *r, const uint64_t *ids, u
             t->cap_hashes = cap;
         }
         if (n) memcpy(t->hashes + t->n_hashes, ids, (size_t)n * sizeof *ids);
-        if (n_answer) memcpy(t->hashes + t->n_hashes + n, answer, (size_t)n_answer * sizeof *answer);
+        if (n_answer)
+            memcpy(t->hashes + t->n_hashes + n, answer, (size_t)n_answer * sizeof *answer);
         q.hash_off = (uint32_t)t->n_hashes;
         q.n_hash = n;
         q.n_ahash = n_answer;
@@ -92,8 +94,9 @@ int sim_trace_push_hashed(sim_trace *t, const sim_req *r, const uint64_t *ids, u
 int32_t sim_req_token(const sim_trace *t, const sim_req *r, uint64_t uniq, uint32_t pos)
 {
     uint32_t hb = r->hash_block_tokens ? r->hash_block_tokens : 1, b = pos / hb;
-    uint64_t x = b < r->n_hash + r->n_ahash ? t->hashes[r->hash_off + b] * 0x100000001b3ull + (pos % hb)
-                                            : (uniq + 0x51ed270b27a1f0c3ull) * 0x9e3779b97f4a7c15ull + pos;
+    uint64_t x = b < r->n_hash + r->n_ahash
+                     ? t->hashes[r->hash_off + b] * 0x100000001b3ull + (pos % hb)
+                     : (uniq + 0x51ed270b27a1f0c3ull) * 0x9e3779b97f4a7c15ull + pos;
     return (int32_t)(sim_splitmix64(&x) >> 33);
 }
 
@@ -114,8 +117,14 @@ static int intern(char **names, unsigned *n, const char *name, const char *what)
     return (int)(*n)++;
 }
 
-int sim_trace_tenant(sim_trace *t, const char *name) { return intern(t->tenants, &t->n_tenants, name, "tenant"); }
-int sim_trace_class(sim_trace *t, const char *name) { return intern(t->classes, &t->n_classes, name, "class"); }
+int sim_trace_tenant(sim_trace *t, const char *name)
+{
+    return intern(t->tenants, &t->n_tenants, name, "tenant");
+}
+int sim_trace_class(sim_trace *t, const char *name)
+{
+    return intern(t->classes, &t->n_classes, name, "class");
+}
 
 static int cmp_arrival(const void *a, const void *b)
 {
@@ -132,18 +141,23 @@ static int cmp_arrival(const void *a, const void *b)
 void sim_trace_sort(sim_trace *t)
 {
     for (size_t i = 1; i < t->n; i++)
-        if (cmp_arrival(&t->reqs[i], &t->reqs[i - 1]) < 0) {   /* ties count: a log is in finish order */
+        if (cmp_arrival(&t->reqs[i], &t->reqs[i - 1]) <
+            0) { /* ties count: a log is in finish order */
             qsort(t->reqs, t->n, sizeof *t->reqs, cmp_arrival);
             return;
         }
 }
 
-const char *sim_trace_format_name(int fmt) { return fmt_trace_format_name(fmt); }
+const char *sim_trace_format_name(int fmt)
+{
+    return fmt_trace_format_name(fmt);
+}
 
 /* ---- bad lines -------------------------------------------------------------------------- */
 
 /* A refused line: an error unless skipping, then listed. Returns 0 to go on, <0 to stop. */
-static int bad_line(sim_trace *t, const char *name, uint32_t line, bool skip_bad, const char *reason)
+static int bad_line(sim_trace *t, const char *name, uint32_t line, bool skip_bad,
+                    const char *reason)
 {
     if (!skip_bad) return sim_err_set("%s:%u: %s", name, line, reason);
     t->n_bad_total++;
@@ -171,8 +185,10 @@ static void req_defaults(sim_req *r)
 
 /* ---- reading (formats/trace.c) --------------------------------------------------------- */
 
-_Static_assert((int)SIM_FMT_AZURE == (int)FMT_TRACE_AZURE && (int)SIM_FMT_MOONCAKE == (int)FMT_TRACE_MOONCAKE &&
-               (int)SIM_FMT_NATIVE == (int)FMT_TRACE_NATIVE && (int)SIM_FMT_AUTO == (int)FMT_TRACE_AUTO,
+_Static_assert((int)SIM_FMT_AZURE == (int)FMT_TRACE_AZURE &&
+                   (int)SIM_FMT_MOONCAKE == (int)FMT_TRACE_MOONCAKE &&
+                   (int)SIM_FMT_NATIVE == (int)FMT_TRACE_NATIVE &&
+                   (int)SIM_FMT_AUTO == (int)FMT_TRACE_AUTO,
                "sim_trace_format is formats/trace.h's");
 
 /* A native line's recorded request → what the simulator replays. Returns 0, 1 when the line
@@ -208,11 +224,17 @@ static int native_req(sim_trace *t, const fmt_request *q, sim_req *r, char *why,
      * recorded cancel time or the policy cut it short again. */
     if (r->real_reason != SIM_REAL_LENGTH && r->real_reason != SIM_REAL_STOP && r->max_tokens > 0)
         r->output_tokens = r->max_tokens;
-    if (r->output_tokens == 0) { snprintf(why, wl, "\"output_tokens\" and \"max_tokens\" are 0"); return -1; }
+    if (r->output_tokens == 0) {
+        snprintf(why, wl, "\"output_tokens\" and \"max_tokens\" are 0");
+        return -1;
+    }
     if (r->max_tokens < r->output_tokens) r->max_tokens = r->output_tokens;
     int ti = sim_trace_tenant(t, q->tenant && *q->tenant ? q->tenant : "default");
     int ci = sim_trace_class(t, q->class_name && *q->class_name ? q->class_name : "default");
-    if (ti < 0 || ci < 0) { snprintf(why, wl, "%s", sim_err()); return -1; }
+    if (ti < 0 || ci < 0) {
+        snprintf(why, wl, "%s", sim_err());
+        return -1;
+    }
     r->tenant = (uint16_t)ti;
     r->klass = (uint16_t)ci;
     return 0;
@@ -251,7 +273,8 @@ int sim_trace_parse(sim_trace *t, const char *name, const char *buf, size_t len,
 {
     char why[160];
     fmt_trace_reader rd;
-    if (fmt_trace_open(&rd, buf, len, fmt, why, sizeof why) < 0) return sim_err_set("%s: %s", name, why);
+    if (fmt_trace_open(&rd, buf, len, fmt, why, sizeof why) < 0)
+        return sim_err_set("%s: %s", name, why);
     fmt = rd.format;
     t->format = fmt;
     snprintf(t->source, sizeof t->source, "%s", name);
@@ -273,13 +296,16 @@ int sim_trace_parse(sim_trace *t, const char *name, const char *buf, size_t len,
         if (rc > 0) {
             if (fmt == SIM_FMT_NATIVE) {
                 rc = native_req(t, &q, &r, why, sizeof why);
-                if (rc > 0) {   /* not replayed: listed, never an error */
+                if (rc > 0) { /* not replayed: listed, never an error */
                     if ((rc = bad_line(t, name, rd.line, true, why)) < 0) return rc;
                     continue;
                 }
             } else {
                 /* Azure timestamps are relative to the first data row. */
-                if (!have_t0) { t0 = q.arrival_us; have_t0 = true; }
+                if (!have_t0) {
+                    t0 = q.arrival_us;
+                    have_t0 = true;
+                }
                 r.arrival_us = q.arrival_us - (fmt == SIM_FMT_AZURE ? t0 : 0);
                 r.prompt_tokens = (uint32_t)q.prompt_tokens;
                 r.output_tokens = (uint32_t)q.output_tokens;
@@ -291,7 +317,8 @@ int sim_trace_parse(sim_trace *t, const char *name, const char *buf, size_t len,
         if (rc == 0) {
             r.src_line = rd.line;
             if ((rc = sim_trace_push_hashed(t, &r, q.hash_ids, q.n_hash_ids, q.answer_hash_ids,
-                                             q.n_answer_hash_ids, q.hash_block_tokens)) < 0) return rc;
+                                            q.n_answer_hash_ids, q.hash_block_tokens)) < 0)
+                return rc;
             if (fmt == SIM_FMT_NATIVE && q.sched_cost) {
                 const fmt_sched_cost *c = q.sched_cost;
                 sched_cost_state cs = {
@@ -299,10 +326,10 @@ int sim_trace_parse(sim_trace *t, const char *name, const char *buf, size_t len,
                              c->prefill_pair_us},
                     .correction = c->correction,
                 };
-                cs.tier[SCHED_POOL_HOST] = (sched_tier_cost){c->host.out_bytes_per_s, c->host.in_bytes_per_s,
-                                                             c->host.latency_us};
-                cs.tier[SCHED_POOL_DISK] = (sched_tier_cost){c->disk.out_bytes_per_s, c->disk.in_bytes_per_s,
-                                                             c->disk.latency_us};
+                cs.tier[SCHED_POOL_HOST] = (sched_tier_cost){
+                    c->host.out_bytes_per_s, c->host.in_bytes_per_s, c->host.latency_us};
+                cs.tier[SCHED_POOL_DISK] = (sched_tier_cost){
+                    c->disk.out_bytes_per_s, c->disk.in_bytes_per_s, c->disk.latency_us};
                 cs.out_measured[SCHED_POOL_HOST] = c->host.out_measured;
                 cs.in_measured[SCHED_POOL_HOST] = c->host.in_measured;
                 cs.out_measured[SCHED_POOL_DISK] = c->disk.out_measured;
@@ -317,7 +344,8 @@ int sim_trace_parse(sim_trace *t, const char *name, const char *buf, size_t len,
         if (rd.line == 0) return sim_err_set("%s: empty file", name);
         /* Rows are sorted in the published files; a row before the first one would be negative. */
         int64_t min = 0;
-        for (size_t i = 0; i < t->n; i++) if (t->reqs[i].arrival_us < min) min = t->reqs[i].arrival_us;
+        for (size_t i = 0; i < t->n; i++)
+            if (t->reqs[i].arrival_us < min) min = t->reqs[i].arrival_us;
         for (size_t i = 0; min < 0 && i < t->n; i++) t->reqs[i].arrival_us -= min;
     }
     if (fmt == SIM_FMT_NATIVE && (rc = check_unique_ids(t, name)) < 0) return rc;
@@ -368,7 +396,8 @@ static uint32_t scale_len(uint32_t n, double s)
 
 int sim_trace_transform(sim_trace *t, const sim_transform *x)
 {
-    if (!(x->rate > 0) || !isfinite(x->rate)) return sim_err_set("--rate must be > 0 (is %g)", x->rate);
+    if (!(x->rate > 0) || !isfinite(x->rate))
+        return sim_err_set("--rate must be > 0 (is %g)", x->rate);
     if (!(x->length_scale > 0) || !isfinite(x->length_scale))
         return sim_err_set("--length-scale must be > 0 (is %g)", x->length_scale);
     if (x->window_start_s > 0 || x->window_end_s >= 0) {
@@ -407,7 +436,8 @@ int sim_trace_transform(sim_trace *t, const sim_transform *x)
             r->prompt_tokens = scale_len(r->prompt_tokens, x->length_scale);
             r->output_tokens = scale_len(r->output_tokens, x->length_scale);
             r->max_tokens = scale_len(r->max_tokens, x->length_scale);
-            if (r->n_hash || r->n_ahash) r->hash_block_tokens = scale_len(r->hash_block_tokens, x->length_scale);
+            if (r->n_hash || r->n_ahash)
+                r->hash_block_tokens = scale_len(r->hash_block_tokens, x->length_scale);
         }
     int rc;
     if (x->tenant_rule && (rc = sim_trace_assign(t, 0, x->tenant_rule, x->seed)) < 0) return rc;
@@ -429,20 +459,26 @@ int sim_trace_assign(sim_trace *t, int which, const char *rule, uint64_t seed)
     enum { SWRR, RR, RANDOM, BYLEN } kind = SWRR;
     char *s = buf;
     uint64_t threshold = 0;
-    if (strncmp(s, "rr:", 3) == 0) { kind = RR; s += 3; }
-    else if (strncmp(s, "random:", 7) == 0) { kind = RANDOM; s += 7; }
-    else if (strncmp(s, "prompt>", 7) == 0) {
+    if (strncmp(s, "rr:", 3) == 0) {
+        kind = RR;
+        s += 3;
+    } else if (strncmp(s, "random:", 7) == 0) {
+        kind = RANDOM;
+        s += 7;
+    } else if (strncmp(s, "prompt>", 7) == 0) {
         kind = BYLEN;
         char *e;
         threshold = strtoull(s + 7, &e, 10);
-        if (e == s + 7 || *e != ':') return sim_err_set("%s \"%s\": expected prompt>N:long,short", what, rule);
+        if (e == s + 7 || *e != ':')
+            return sim_err_set("%s \"%s\": expected prompt>N:long,short", what, rule);
         s = e + 1;
     }
     char *names[RULE_MAX];
     double weights[RULE_MAX];
     int n = 0;
     for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
-        if (n == RULE_MAX) return sim_err_set("%s \"%s\": more than %d names", what, rule, RULE_MAX);
+        if (n == RULE_MAX)
+            return sim_err_set("%s \"%s\": more than %d names", what, rule, RULE_MAX);
         char *colon = strchr(tok, ':');
         weights[n] = 1;
         if (colon) {
@@ -452,13 +488,16 @@ int sim_trace_assign(sim_trace *t, int which, const char *rule, uint64_t seed)
             char *e;
             weights[n] = strtod(colon + 1, &e);
             if (e == colon + 1 || *e || !(weights[n] > 0) || !isfinite(weights[n]))
-                return sim_err_set("%s \"%s\": weight of \"%s\" must be a positive number", what, rule, tok);
+                return sim_err_set("%s \"%s\": weight of \"%s\" must be a positive number", what,
+                                   rule, tok);
         }
-        if (!*tok || strlen(tok) > 63) return sim_err_set("%s \"%s\": empty or too long name", what, rule);
+        if (!*tok || strlen(tok) > 63)
+            return sim_err_set("%s \"%s\": empty or too long name", what, rule);
         names[n++] = tok;
     }
     if (n == 0) return sim_err_set("%s \"%s\": no names", what, rule);
-    if (kind == BYLEN && n != 2) return sim_err_set("%s \"%s\": prompt>N takes two names", what, rule);
+    if (kind == BYLEN && n != 2)
+        return sim_err_set("%s \"%s\": prompt>N takes two names", what, rule);
     int idx[RULE_MAX];
     for (int i = 0; i < n; i++) {
         idx[i] = which ? sim_trace_class(t, names[i]) : sim_trace_tenant(t, names[i]);
@@ -475,17 +514,23 @@ int sim_trace_assign(sim_trace *t, int which, const char *rule, uint64_t seed)
         case BYLEN: pick = t->reqs[k].prompt_tokens > threshold ? 0 : 1; break;
         case RANDOM: {
             double u = sim_rng_unif(&rng) * total, acc = 0;
-            for (pick = 0; pick < n - 1; pick++) { acc += weights[pick]; if (u < acc) break; }
+            for (pick = 0; pick < n - 1; pick++) {
+                acc += weights[pick];
+                if (u < acc) break;
+            }
             break;
         }
-        case SWRR:   /* nginx's smooth weighted round robin: evenly interleaved */
+        case SWRR: /* nginx's smooth weighted round robin: evenly interleaved */
             for (int i = 0; i < n; i++) current[i] += weights[i];
-            for (int i = 1; i < n; i++) if (current[i] > current[pick]) pick = i;
+            for (int i = 1; i < n; i++)
+                if (current[i] > current[pick]) pick = i;
             current[pick] -= total;
             break;
         }
-        if (which) t->reqs[k].klass = (uint16_t)idx[pick];
-        else t->reqs[k].tenant = (uint16_t)idx[pick];
+        if (which)
+            t->reqs[k].klass = (uint16_t)idx[pick];
+        else
+            t->reqs[k].tenant = (uint16_t)idx[pick];
     }
     return 0;
 }

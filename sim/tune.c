@@ -36,8 +36,8 @@ void sim_tune_opts_defaults(sim_tune_opts *o)
 
 static bool class_key(const char *k)
 {
-    static const char *const keys[] = {"priority", "aging_per_s", "ttft_target", "tpot_target",
-                                       "max_queue_wait", "latency_sensitive"};
+    static const char *const keys[] = {"priority",    "aging_per_s",    "ttft_target",
+                                       "tpot_target", "max_queue_wait", "latency_sensitive"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (!strcmp(k, keys[i])) return true;
     return false;
@@ -45,7 +45,8 @@ static bool class_key(const char *k)
 
 static bool tenant_key(const char *k)
 {
-    static const char *const keys[] = {"weight", "max_queued_tokens", "max_kv_blocks", "token_rate_per_s"};
+    static const char *const keys[] = {"weight", "max_queued_tokens", "max_kv_blocks",
+                                       "token_rate_per_s"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (!strcmp(k, keys[i])) return true;
     return false;
@@ -56,7 +57,10 @@ static double value_number(const char *v, char *unit, size_t ulen)
 {
     char *e;
     double x = strtod(v, &e);
-    if (e == v || !isfinite(x)) { if (unit) snprintf(unit, ulen, "%s", v); return NAN; }
+    if (e == v || !isfinite(x)) {
+        if (unit) snprintf(unit, ulen, "%s", v);
+        return NAN;
+    }
     if (unit) snprintf(unit, ulen, "%s", e);
     if (!*e || !strcmp(e, "us")) return x;
     if (!strcmp(e, "ms")) return x * 1e3;
@@ -67,14 +71,17 @@ static double value_number(const char *v, char *unit, size_t ulen)
 static char *dup_section(const char *kind, const char *name)
 {
     char buf[96];
-    if (name) snprintf(buf, sizeof buf, "[%s %s]", kind, name);
-    else snprintf(buf, sizeof buf, "[%s]", kind);
+    if (name)
+        snprintf(buf, sizeof buf, "[%s %s]", kind, name);
+    else
+        snprintf(buf, sizeof buf, "[%s]", kind);
     return strdup(buf);
 }
 
 static int add_value(sim_tune_knob *k, const char *v)
 {
-    if (k->n_values == MAX_VALUES) return sim_err_set("--tune %s: more than %d values", k->name, MAX_VALUES);
+    if (k->n_values == MAX_VALUES)
+        return sim_err_set("--tune %s: more than %d values", k->name, MAX_VALUES);
     for (size_t i = 0; i < k->n_values; i++)
         if (!strcmp(k->values[i], v)) return 0;
     if (!(k->values[k->n_values] = strdup(v))) return -ENOMEM;
@@ -93,8 +100,10 @@ static int add_range(sim_tune_knob *k, const char *item, const char *dots)
     snprintf(ulo, sizeof ulo, "%s", e);
     double hi = strtod(hi_s, &e);
     snprintf(uhi, sizeof uhi, "%s", e);
-    if (!(lo > 0) || !(hi >= lo) || !isfinite(hi) || strcmp(ulo, uhi) != 0 || isnan(value_number(lo_s, NULL, 0)))
-        return sim_err_set("--tune %s=%s: a range is LO..HI with 0 < LO <= HI in the same unit (list 0 explicitly)",
+    if (!(lo > 0) || !(hi >= lo) || !isfinite(hi) || strcmp(ulo, uhi) != 0 ||
+        isnan(value_number(lo_s, NULL, 0)))
+        return sim_err_set("--tune %s=%s: a range is LO..HI with 0 < LO <= HI in the same unit "
+                           "(list 0 explicitly)",
                            k->name, item);
     for (double x = lo; x <= hi * (1 + 1e-9); x *= 2) {
         char v[64];
@@ -147,8 +156,14 @@ static int parse_spec(const char *spec, const sched_policy *base, sim_tune_resul
         while (*item == ' ') item++;
         if (!*item) continue;
         char *eq = strchr(item, '=');
-        if (!eq || eq == item) { rc = sim_err_set("--tune %s: expected KNOB=VALUES", item); break; }
-        if (r->n_knobs == MAX_KNOBS) { rc = sim_err_set("--tune: at most %d knobs", MAX_KNOBS); break; }
+        if (!eq || eq == item) {
+            rc = sim_err_set("--tune %s: expected KNOB=VALUES", item);
+            break;
+        }
+        if (r->n_knobs == MAX_KNOBS) {
+            rc = sim_err_set("--tune: at most %d knobs", MAX_KNOBS);
+            break;
+        }
         *eq = 0;
         sim_tune_knob *k = &r->knobs[r->n_knobs];
         knob *q = &kn[r->n_knobs];
@@ -157,39 +172,58 @@ static int parse_spec(const char *spec, const sched_policy *base, sim_tune_resul
         r->n_knobs++;
         snprintf(k->name, sizeof k->name, "%s", item);
         for (size_t i = 0; i < r->n_knobs - 1; i++)
-            if (!strcmp(r->knobs[i].name, k->name)) { rc = sim_err_set("--tune: %s named twice", k->name); goto out; }
-        if (!(k->values = calloc(MAX_VALUES, sizeof *k->values))) { rc = -ENOMEM; break; }
+            if (!strcmp(r->knobs[i].name, k->name)) {
+                rc = sim_err_set("--tune: %s named twice", k->name);
+                goto out;
+            }
+        if (!(k->values = calloc(MAX_VALUES, sizeof *k->values))) {
+            rc = -ENOMEM;
+            break;
+        }
         char *dot = strrchr(item, '.');
         const char *key = dot ? dot + 1 : item;
         snprintf(q->key, sizeof q->key, "%s", key);
         if (!dot) {
             if (class_key(key) || tenant_key(key)) {
-                rc = sim_err_set("--tune %s: a class or tenant key needs its section (NAME.%s or *.%s)", item, key, key);
+                rc = sim_err_set(
+                    "--tune %s: a class or tenant key needs its section (NAME.%s or *.%s)", item,
+                    key, key);
                 break;
             }
             q->sections[q->n_sections++] = dup_section("scheduler", NULL);
         } else {
             *dot = 0;
             bool ck = class_key(key), tk = tenant_key(key);
-            if (!ck && !tk) { rc = sim_err_set("--tune %s.%s: %s is not a class or tenant key", item, key, key); break; }
+            if (!ck && !tk) {
+                rc = sim_err_set("--tune %s.%s: %s is not a class or tenant key", item, key, key);
+                break;
+            }
             if (!strcmp(item, "*")) {
                 int n = ck ? sched_policy_n_classes(base) : sched_policy_n_tenants(base);
                 for (int i = 0; i < n; i++)
-                    q->sections[q->n_sections++] = dup_section(ck ? "class" : "tenant",
-                                                               ck ? sched_policy_class(base, i)->name
-                                                                  : sched_policy_tenant(base, i)->name);
-                if (!n) { rc = sim_err_set("--tune *.%s: the base policy has no %s", key, ck ? "class" : "tenant"); break; }
+                    q->sections[q->n_sections++] = dup_section(
+                        ck ? "class" : "tenant", ck ? sched_policy_class(base, i)->name
+                                                    : sched_policy_tenant(base, i)->name);
+                if (!n) {
+                    rc = sim_err_set("--tune *.%s: the base policy has no %s", key,
+                                     ck ? "class" : "tenant");
+                    break;
+                }
             } else if (ck && sched_policy_class_index(base, item) >= 0) {
                 q->sections[q->n_sections++] = dup_section("class", item);
             } else if (tk && sched_policy_tenant_index(base, item) >= 0) {
                 q->sections[q->n_sections++] = dup_section("tenant", item);
             } else {
-                rc = sim_err_set("--tune %s.%s: the base policy has no %s \"%s\"", item, key, ck ? "class" : "tenant", item);
+                rc = sim_err_set("--tune %s.%s: the base policy has no %s \"%s\"", item, key,
+                                 ck ? "class" : "tenant", item);
                 break;
             }
         }
         for (size_t s = 0; s < q->n_sections; s++)
-            if (!q->sections[s]) { rc = -ENOMEM; goto out; }
+            if (!q->sections[s]) {
+                rc = -ENOMEM;
+                goto out;
+            }
         char *vsave = NULL;
         for (char *v = strtok_r(eq + 1, ",", &vsave); v; v = strtok_r(NULL, ",", &vsave)) {
             while (*v == ' ') v++;
@@ -200,18 +234,27 @@ static int parse_spec(const char *spec, const sched_policy *base, sim_tune_resul
             rc = dots ? add_range(k, v, dots) : add_value(k, v);
             if (rc) goto out;
         }
-        if (!k->n_values) { rc = sim_err_set("--tune %s: no values", k->name); break; }
+        if (!k->n_values) {
+            rc = sim_err_set("--tune %s: no values", k->name);
+            break;
+        }
         /* every value must make a valid policy on its own */
         for (size_t i = 0; i < k->n_values; i++) {
             q->num[i] = value_number(k->values[i], NULL, 0);
             char *t = set_keys(sched_policy_canonical(base), q, k->values[i]);
-            if (!t) { rc = -ENOMEM; goto out; }
+            if (!t) {
+                rc = -ENOMEM;
+                goto out;
+            }
             sched_policy *p = NULL;
             sched_policy_error pe = {0};
             int prc = sched_policy_parse(t, &p, &pe);
             free(t);
             sched_policy_free(p);
-            if (prc < 0) { rc = sim_err_set("--tune %s=%s: %s", k->name, k->values[i], pe.reason); goto out; }
+            if (prc < 0) {
+                rc = sim_err_set("--tune %s=%s: %s", k->name, k->values[i], pe.reason);
+                goto out;
+            }
         }
     }
     if (!rc && !r->n_knobs) rc = sim_err_set("--tune: the spec names no knob");
@@ -230,15 +273,18 @@ int sim_tune_default_spec(const sched_policy *base, const sim_trace *t, char *bu
         if (k < 0) k = sched_policy_class_index(base, NULL);
         if (any && k >= 0 && k < SCHED_MAX_CLASSES) used[k] = true;
     }
-    int n = snprintf(buf, len, "token_budget=512..16384;prefill_chunk=256..8192;decode_reserve_tokens=0,64,256;"
-                               "max_active_seqs=64..512");
+    int n =
+        snprintf(buf, len,
+                 "token_budget=512..16384;prefill_chunk=256..8192;decode_reserve_tokens=0,64,256;"
+                 "max_active_seqs=64..512");
     for (int i = 0; i < sched_policy_n_classes(base) && n >= 0 && (size_t)n < len; i++) {
         const sched_class_cfg *c = sched_policy_class(base, i);
         if (!c->ttft_target_us || !used[i]) continue;
         double ms = (double)c->ttft_target_us / 1000.0;
         /* up to a little past the target: admission keeps 15% headroom under the bound */
-        n += snprintf(buf + n, len - (size_t)n, ";%s.max_queue_wait=0,%.0fms,%.0fms,%.0fms,%.0fms,%.0fms", c->name,
-                      ms / 4, ms / 2, 3 * ms / 4, ms, 9 * ms / 8);
+        n += snprintf(buf + n, len - (size_t)n,
+                      ";%s.max_queue_wait=0,%.0fms,%.0fms,%.0fms,%.0fms,%.0fms", c->name, ms / 4,
+                      ms / 2, 3 * ms / 4, ms, 9 * ms / 8);
     }
     if (n >= 0 && (size_t)n < len && sched_policy_n_tenants(base) > 0)
         n += snprintf(buf + n, len - (size_t)n, ";*.max_queued_tokens=0,12500..400000");
@@ -250,7 +296,8 @@ static long candidate(search *S, const int *idx)
 {
     sim_tune_result *r = S->r;
     for (size_t i = 0; i < r->n_cands; i++)
-        if (r->cands[i].idx && !memcmp(r->cands[i].idx, idx, r->n_knobs * sizeof *idx)) return (long)i;
+        if (r->cands[i].idx && !memcmp(r->cands[i].idx, idx, r->n_knobs * sizeof *idx))
+            return (long)i;
     char *text = strdup(S->base_text);
     if (!text) return -ENOMEM;
     size_t vlen = 0;
@@ -261,7 +308,8 @@ static long candidate(search *S, const int *idx)
         char *t = set_keys(text, &S->kn[k], v);
         free(text);
         if (!(text = t)) return -ENOMEM;
-        int w = snprintf(values + vlen, sizeof values - vlen, "%s%s=%s", k ? " " : "", r->knobs[k].name, v);
+        int w = snprintf(values + vlen, sizeof values - vlen, "%s%s=%s", k ? " " : "",
+                         r->knobs[k].name, v);
         if (w > 0 && vlen + (size_t)w < sizeof values) vlen += (size_t)w;
     }
     sim_tune_cand c = {0};
@@ -271,11 +319,21 @@ static long candidate(search *S, const int *idx)
     if (rc < 0) return sim_err_setc(rc, "--tune %s: %s (line %d)", values, pe.reason, pe.line);
     c.idx = malloc(r->n_knobs * sizeof *idx);
     c.values = strdup(values);
-    if (!c.idx || !c.values) { free(c.idx); free(c.values); sched_policy_free(c.policy); return -ENOMEM; }
+    if (!c.idx || !c.values) {
+        free(c.idx);
+        free(c.values);
+        sched_policy_free(c.policy);
+        return -ENOMEM;
+    }
     memcpy(c.idx, idx, r->n_knobs * sizeof *idx);
     snprintf(c.hash, sizeof c.hash, "%s", sched_policy_hash_hex(c.policy));
     sim_tune_cand *nc = realloc(r->cands, (r->n_cands + 1) * sizeof *nc);
-    if (!nc) { free(c.idx); free(c.values); sched_policy_free(c.policy); return -ENOMEM; }
+    if (!nc) {
+        free(c.idx);
+        free(c.values);
+        sched_policy_free(c.policy);
+        return -ENOMEM;
+    }
     r->cands = nc;
     r->cands[r->n_cands] = c;
     return (long)r->n_cands++;
@@ -302,8 +360,12 @@ static void start_point(const search *S, const sched_policy *base, int *idx)
         double x = value_number(val, NULL, 0);
         double best = INFINITY;
         for (size_t v = 0; v < kk->n_values; v++) {
-            double d = isnan(x) || isnan(q->num[v]) ? (strcmp(val, kk->values[v]) ? INFINITY : 0) : fabs(q->num[v] - x);
-            if (d < best) { best = d; idx[k] = (int)v; }
+            double d = isnan(x) || isnan(q->num[v]) ? (strcmp(val, kk->values[v]) ? INFINITY : 0)
+                                                    : fabs(q->num[v] - x);
+            if (d < best) {
+                best = d;
+                idx[k] = (int)v;
+            }
         }
     }
 }
@@ -342,8 +404,9 @@ static void progress(const search *S, const char *phase, int k)
         if (c->rung[k].done && !c->is_base && (!b || tune_rank_cmp(S->r, c, b, k) < 0)) b = c;
     }
     if (!b) return;
-    fprintf(S->o->progress, "tune: %s: %zu candidates run, best %s goodput %.2f req/s%s (%s)\n", phase, S->r->evaluated[k],
-            b->hash, b->rung[k].goodput_rps, b->rung[k].feasible ? "" : " (infeasible)", b->values);
+    fprintf(S->o->progress, "tune: %s: %zu candidates run, best %s goodput %.2f req/s%s (%s)\n",
+            phase, S->r->evaluated[k], b->hash, b->rung[k].goodput_rps,
+            b->rung[k].feasible ? "" : " (infeasible)", b->values);
 }
 
 /* Evaluate the candidates in which[0..n) on rung 0 and move to the best of them when it ranks
@@ -378,13 +441,17 @@ static int pairwise_moves(search *S, int *cur, long *at)
             for (int da = -1; !rc && da <= 1; da += 2)
                 for (int db = -1; !rc && db <= 1; db += 2) {
                     int va = cur[a] + da, vb = cur[b] + db;
-                    if (va < 0 || vb < 0 || va >= (int)r->knobs[a].n_values || vb >= (int)r->knobs[b].n_values) continue;
+                    if (va < 0 || vb < 0 || va >= (int)r->knobs[a].n_values ||
+                        vb >= (int)r->knobs[b].n_values)
+                        continue;
                     memcpy(trial, cur, nk * sizeof *trial);
                     trial[a] = va;
                     trial[b] = vb;
                     long ci = candidate(S, trial);
-                    if (ci < 0) rc = (int)ci;
-                    else which[n++] = (size_t)ci;
+                    if (ci < 0)
+                        rc = (int)ci;
+                    else
+                        which[n++] = (size_t)ci;
                 }
     if (!rc && n) {
         size_t before = r->evaluated[0];
@@ -418,21 +485,27 @@ static int coordinate_search(search *S, int *cur)
             for (size_t v = 0; v < r->knobs[k].n_values && !rc; v++) {
                 trial[k] = (int)v;
                 long ci = candidate(S, trial);
-                if (ci < 0) rc = (int)ci;
-                else which[n++] = (size_t)ci;
+                if (ci < 0)
+                    rc = (int)ci;
+                else
+                    which[n++] = (size_t)ci;
             }
             if (rc) break;
             int m = move_to_best(S, cur, &at, which, n);
-            if (m < 0) rc = m;
-            else if (m) moved = true;
+            if (m < 0)
+                rc = m;
+            else if (m)
+                moved = true;
         }
         r->rounds = round + 1;
         /* a pass that moved nothing is a local optimum of single moves; so is where the last
          * pass leaves off, as far as this search will look */
         if (!rc && (!moved || round + 1 == S->o->max_rounds) && S->o->pairs && r->n_knobs > 1) {
             int m = pairwise_moves(S, cur, &at);
-            if (m < 0) rc = m;
-            else moved = m;
+            if (m < 0)
+                rc = m;
+            else
+                moved = m;
         }
         if (!moved) break;
     }
@@ -462,13 +535,16 @@ static void pareto(sim_tune_result *r, int k)
     }
 }
 
-int sim_tune(const sim_trace *t, const sched_policy *base, const sim_tune_opts *o, sim_tune_result *r)
+int sim_tune(const sim_trace *t, const sched_policy *base, const sim_tune_opts *o,
+             sim_tune_result *r)
 {
     memset(r, 0, sizeof *r);
     double t0 = now_s();
-    if (!o->n_loads || o->n_loads > SIM_TUNE_MAX_LOADS) return sim_err_set("--tune: 1 to %d loads", SIM_TUNE_MAX_LOADS);
+    if (!o->n_loads || o->n_loads > SIM_TUNE_MAX_LOADS)
+        return sim_err_set("--tune: 1 to %d loads", SIM_TUNE_MAX_LOADS);
     for (size_t l = 0; l < o->n_loads; l++)
-        if (!(o->loads[l] > 0) || !isfinite(o->loads[l])) return sim_err_set("--tune: load %g must be > 0", o->loads[l]);
+        if (!(o->loads[l] > 0) || !isfinite(o->loads[l]))
+            return sim_err_set("--tune: load %g must be > 0", o->loads[l]);
     if (!t->n) return sim_err_set("--tune: the trace has no requests");
     search S = {.o = o, .r = r, .base_text = sched_policy_canonical(base)};
     int rc = 0;
@@ -494,7 +570,10 @@ int sim_tune(const sim_trace *t, const sched_policy *base, const sim_tune_opts *
     r->knobs = calloc(MAX_KNOBS, sizeof *r->knobs);
     S.kn = calloc(MAX_KNOBS, sizeof *S.kn);
     int *cur = NULL;
-    if (!r->knobs || !S.kn) { rc = -ENOMEM; goto out; }
+    if (!r->knobs || !S.kn) {
+        rc = -ENOMEM;
+        goto out;
+    }
     if ((rc = parse_spec(spec, base, r, S.kn))) goto out;
 
     /* rungs: the busiest eighth, the busiest quarter, everything (small traces: everything) */
@@ -503,39 +582,61 @@ int sim_tune(const sim_trace *t, const sched_policy *base, const sim_tune_opts *
         S.same_as[k] = k;
         r->window_s[k][0] = 0;
         r->window_s[k][1] = -1;
-        if (frac[k] < 1 && t->n >= WINDOW_MIN_REQUESTS) tune_busiest_window(t, frac[k], &r->window_s[k][0], &r->window_s[k][1]);
-        else if (k > 0 && r->window_s[k - 1][1] < 0) { S.same_as[k] = S.same_as[k - 1]; continue; }
+        if (frac[k] < 1 && t->n >= WINDOW_MIN_REQUESTS)
+            tune_busiest_window(t, frac[k], &r->window_s[k][0], &r->window_s[k][1]);
+        else if (k > 0 && r->window_s[k - 1][1] < 0) {
+            S.same_as[k] = S.same_as[k - 1];
+            continue;
+        }
         for (size_t l = 0; l < o->n_loads; l++)
-            if ((rc = tune_derive_trace(t, r->window_s[k][0], r->window_s[k][1], o->loads[l], o->run.seed, &S.traces[k][l]))) goto out;
+            if ((rc = tune_derive_trace(t, r->window_s[k][0], r->window_s[k][1], o->loads[l],
+                                        o->run.seed, &S.traces[k][l])))
+                goto out;
     }
     /* what no candidate can pass at each load: tells a search that found little from one that
      * had little to find */
     for (size_t l = 0; l < o->n_loads; l++) {
         sim_tune_bound tb;
         r->bound_rps[l] = NAN;
-        if (o->run.svc && sim_tune_goodput_bound(&S.traces[S.same_as[2]][l], o->run.svc, base, 60, &tb) == 0)
+        if (o->run.svc &&
+            sim_tune_goodput_bound(&S.traces[S.same_as[2]][l], o->run.svc, base, 60, &tb) == 0)
             r->bound_rps[l] = tb.goodput_rps;
     }
     for (int k = 0; k < SIM_TUNE_RUNGS; k++)
-        if (S.same_as[k] != k) { r->window_s[k][0] = r->window_s[S.same_as[k]][0]; r->window_s[k][1] = r->window_s[S.same_as[k]][1]; }
+        if (S.same_as[k] != k) {
+            r->window_s[k][0] = r->window_s[S.same_as[k]][0];
+            r->window_s[k][1] = r->window_s[S.same_as[k]][1];
+        }
 
     /* the base policy itself, judged on the whole trace beside the finalists */
     sim_tune_cand bc = {.is_base = true};
     sched_policy_error pe = {0};
-    if (sched_policy_parse(S.base_text, &bc.policy, &pe) < 0 || !(bc.values = strdup("(base policy)"))) {
+    if (sched_policy_parse(S.base_text, &bc.policy, &pe) < 0 ||
+        !(bc.values = strdup("(base policy)"))) {
         sched_policy_free(bc.policy);
         rc = -ENOMEM;
         goto out;
     }
     snprintf(bc.hash, sizeof bc.hash, "%s", sched_policy_hash_hex(bc.policy));
-    if (!(r->cands = malloc(sizeof *r->cands))) { sched_policy_free(bc.policy); free(bc.values); rc = -ENOMEM; goto out; }
+    if (!(r->cands = malloc(sizeof *r->cands))) {
+        sched_policy_free(bc.policy);
+        free(bc.values);
+        rc = -ENOMEM;
+        goto out;
+    }
     r->cands[0] = bc;
     r->n_cands = 1;
     r->base = 0;
 
-    if (!(cur = malloc(r->n_knobs * sizeof *cur))) { rc = -ENOMEM; goto out; }
+    if (!(cur = malloc(r->n_knobs * sizeof *cur))) {
+        rc = -ENOMEM;
+        goto out;
+    }
     start_point(&S, base, cur);
-    if (!(r->start = malloc(r->n_knobs * sizeof *r->start))) { rc = -ENOMEM; goto out; }
+    if (!(r->start = malloc(r->n_knobs * sizeof *r->start))) {
+        rc = -ENOMEM;
+        goto out;
+    }
     memcpy(r->start, cur, r->n_knobs * sizeof *cur);
     if ((rc = coordinate_search(&S, cur))) goto out;
     progress(&S, "coordinate search on the screening window", 0);
@@ -543,7 +644,10 @@ int sim_tune(const sim_trace *t, const sched_policy *base, const sim_tune_opts *
     /* successive halving: the best third (at least 2 × finalists) on the longer window, then
      * the best `finalists` of those on the whole trace */
     size_t *order = malloc((r->n_cands + 1) * sizeof *order);
-    if (!order) { rc = -ENOMEM; goto out; }
+    if (!order) {
+        rc = -ENOMEM;
+        goto out;
+    }
     size_t n = ranked(r, 0, order);
     size_t keep = n / 3 > 2 * o->finalists ? n / 3 : 2 * o->finalists;
     if (keep > n) keep = n;
@@ -558,7 +662,8 @@ int sim_tune(const sim_trace *t, const sched_policy *base, const sim_tune_opts *
         rc = tune_evaluate(&S, &r->base, 1, 2);
         while (!rc && from < n) {
             keep = o->finalists < n - from ? o->finalists : n - from;
-            if (!(rc = tune_evaluate(&S, order + from, keep, 2)) && o->scenarios) rc = tune_judge_scenarios(&S);
+            if (!(rc = tune_evaluate(&S, order + from, keep, 2)) && o->scenarios)
+                rc = tune_judge_scenarios(&S);
             from += keep;
             bool any = false;
             for (size_t i = 0; i < from && !any; i++) any = r->cands[order[i]].rung[2].feasible;
@@ -571,7 +676,8 @@ int sim_tune(const sim_trace *t, const sched_policy *base, const sim_tune_opts *
         /* the base itself when no candidate beats it on the whole trace: the windows that
          * screened the candidates can rank them otherwise than the whole trace does, and a
          * search must never hand back a policy worse than the one it started from */
-        if (!n || tune_rank_cmp(r, &r->cands[r->base], &r->cands[r->best], 2) < 0) r->best = r->base;
+        if (!n || tune_rank_cmp(r, &r->cands[r->base], &r->cands[r->best], 2) < 0)
+            r->best = r->base;
         progress(&S, "finalists on the whole trace", 2);
         pareto(r, 2);
     }
@@ -579,8 +685,7 @@ int sim_tune(const sim_trace *t, const sched_policy *base, const sim_tune_opts *
 out:
     r->wall_s = now_s() - t0;
     for (int k = 0; k < SIM_TUNE_RUNGS; k++)
-        for (size_t l = 0; l < SIM_TUNE_MAX_LOADS; l++)
-            sim_trace_free(&S.traces[k][l]);
+        for (size_t l = 0; l < SIM_TUNE_MAX_LOADS; l++) sim_trace_free(&S.traces[k][l]);
     if (S.kn)
         for (size_t k = 0; k < MAX_KNOBS; k++)
             for (size_t s = 0; s < S.kn[k].n_sections; s++) free(S.kn[k].sections[s]);

@@ -49,23 +49,23 @@
  */
 
 #define SIM_TUNE_MAX_LOADS 8
-#define SIM_TUNE_RUNGS     3      /* screening window, longer window, whole trace */
+#define SIM_TUNE_RUNGS     3 /* screening window, longer window, whole trace */
 
 typedef struct sim_tune_opts {
-    const char   *spec;          /* see above */
-    double        loads[SIM_TUNE_MAX_LOADS];   /* arrival-rate multipliers (1 = as recorded) */
-    size_t        n_loads;
-    double        fair_floor;    /* 0.9: every tenant's served tokens / its fair share */
-    double        slo_min;       /* 0 = off: accepted requests meeting their targets */
-    int           jobs;          /* threads; 0 = every online CPU */
-    int           max_rounds;    /* coordinate-search passes at most (3) */
-    bool          pairs;         /* pairwise moves when a pass moves nothing (true) */
-    size_t        finalists;     /* candidates run on the whole trace (6), besides the base */
-    bool          scenarios;     /* finalists must also PASS the five DESIGN §7 scenarios (and
+    const char *spec;                 /* see above */
+    double loads[SIM_TUNE_MAX_LOADS]; /* arrival-rate multipliers (1 = as recorded) */
+    size_t n_loads;
+    double fair_floor;     /* 0.9: every tenant's served tokens / its fair share */
+    double slo_min;        /* 0 = off: accepted requests meeting their targets */
+    int jobs;              /* threads; 0 = every online CPU */
+    int max_rounds;        /* coordinate-search passes at most (3) */
+    bool pairs;            /* pairwise moves when a pass moves nothing (true) */
+    size_t finalists;      /* candidates run on the whole trace (6), besides the base */
+    bool scenarios;        /* finalists must also PASS the five DESIGN §7 scenarios (and
                                     the overload one at load 4) to be feasible */
-    sim_options   run;           /* service, max_context, retry, seed... (policy is set per run) */
-    const char   *base_name;     /* for reports: the base policy's file name or "default" */
-    FILE         *progress;      /* one line per search phase, or NULL */
+    sim_options run;       /* service, max_context, retry, seed... (policy is set per run) */
+    const char *base_name; /* for reports: the base policy's file name or "default" */
+    FILE *progress;        /* one line per search phase, or NULL */
 } sim_tune_opts;
 
 void sim_tune_opts_defaults(sim_tune_opts *o);
@@ -74,76 +74,79 @@ void sim_tune_opts_defaults(sim_tune_opts *o);
 typedef struct sim_tune_load {
     double offered_rps, goodput_rps, slo_attainment, accepted_slo;
     double ttft_p99_ms, tpot_p99_ms;
-    size_t requests, refused, pending;   /* refused: rejected at the door or timed out waiting */
-    double min_fair;                     /* lowest normalised service over tenants */
-    char   min_fair_tenant[64];
+    size_t requests, refused, pending; /* refused: rejected at the door or timed out waiting */
+    double min_fair;                   /* lowest normalised service over tenants */
+    char min_fair_tenant[64];
 } sim_tune_load;
 
 /* A candidate's result on one rung, over all loads. */
 typedef struct sim_tune_score {
-    bool   done, feasible;
-    double goodput_rps;          /* Σ over loads: the objective */
-    double violation;            /* Σ of constraint shortfalls (0 when feasible) */
-    double ttft_p99_ms, tpot_p99_ms;     /* worst over loads */
+    bool done, feasible;
+    double goodput_rps;              /* Σ over loads: the objective */
+    double violation;                /* Σ of constraint shortfalls (0 when feasible) */
+    double ttft_p99_ms, tpot_p99_ms; /* worst over loads */
     size_t refused, requests;
     double min_fair;
     sim_tune_load load[SIM_TUNE_MAX_LOADS];
 } sim_tune_score;
 
 typedef struct sim_tune_cand {
-    int           *idx;          /* value index per knob; NULL for the base policy */
-    char          *values;       /* "token_budget=2048 prefill_chunk=512 ..." */
-    sched_policy  *policy;
-    char           hash[SCHED_HASH_HEX_LEN + 1];
-    bool           is_base;
-    bool           pareto;       /* on the whole-trace Pareto front */
+    int *idx;     /* value index per knob; NULL for the base policy */
+    char *values; /* "token_budget=2048 prefill_chunk=512 ..." */
+    sched_policy *policy;
+    char hash[SCHED_HASH_HEX_LEN + 1];
+    bool is_base;
+    bool pareto; /* on the whole-trace Pareto front */
     sim_tune_score rung[SIM_TUNE_RUNGS];
-    bool           scenarios_judged;  /* opts.scenarios: run on the scenarios (whole-trace ones) */
-    int            scenarios_passed;  /* of SIM_TUNE_SCENARIOS */
-    char           scenario_failed[720]; /* the first failing scenario and its verdict */
+    bool scenarios_judged;     /* opts.scenarios: run on the scenarios (whole-trace ones) */
+    int scenarios_passed;      /* of SIM_TUNE_SCENARIOS */
+    char scenario_failed[720]; /* the first failing scenario and its verdict */
 } sim_tune_cand;
 
-#define SIM_TUNE_SCENARIOS 6      /* the five of DESIGN §7, and overload at load 4 */
+#define SIM_TUNE_SCENARIOS 6 /* the five of DESIGN §7, and overload at load 4 */
 
 typedef struct sim_tune_knob {
-    char    name[96];
-    char  **values;              /* as written (after range expansion) */
-    size_t  n_values;
+    char name[96];
+    char **values; /* as written (after range expansion) */
+    size_t n_values;
 } sim_tune_knob;
 
 typedef struct sim_tune_result {
-    sim_tune_knob *knobs;  size_t n_knobs;
-    sim_tune_cand *cands;  size_t n_cands;
-    size_t  best;                            /* index into cands */
-    size_t  base;                            /* the base policy's entry */
-    int    *start;                           /* value index per knob where the search began */
-    bool    scenarios;
-    size_t  evaluated[SIM_TUNE_RUNGS];       /* candidates run on each rung */
-    size_t  runs;                            /* simulations in all */
-    int     rounds;                          /* coordinate-search passes done */
-    size_t  pair_evaluated, pair_moves;      /* pairwise candidates screened, moves taken */
-    double  window_s[SIM_TUNE_RUNGS][2];     /* each rung's window on the trace (s), [0,-1]: all */
-    double  loads[SIM_TUNE_MAX_LOADS];
-    size_t  n_loads;
-    double  bound_rps[SIM_TUNE_MAX_LOADS];   /* sim_tune_goodput_bound on the whole trace per load
+    sim_tune_knob *knobs;
+    size_t n_knobs;
+    sim_tune_cand *cands;
+    size_t n_cands;
+    size_t best; /* index into cands */
+    size_t base; /* the base policy's entry */
+    int *start;  /* value index per knob where the search began */
+    bool scenarios;
+    size_t evaluated[SIM_TUNE_RUNGS];   /* candidates run on each rung */
+    size_t runs;                        /* simulations in all */
+    int rounds;                         /* coordinate-search passes done */
+    size_t pair_evaluated, pair_moves;  /* pairwise candidates screened, moves taken */
+    double window_s[SIM_TUNE_RUNGS][2]; /* each rung's window on the trace (s), [0,-1]: all */
+    double loads[SIM_TUNE_MAX_LOADS];
+    size_t n_loads;
+    double bound_rps[SIM_TUNE_MAX_LOADS]; /* sim_tune_goodput_bound on the whole trace per load
                                                 (NAN when the service model gives none) */
-    double  fair_floor, slo_min;
-    int     jobs;
-    double  wall_s;
-    char    spec[1024];
-    char    trace[256], service[256], base_name[128];
+    double fair_floor, slo_min;
+    int jobs;
+    double wall_s;
+    char spec[1024];
+    char trace[256], service[256], base_name[128];
 } sim_tune_result;
 
 /* The spec "default" stands for: the step knobs, plus a queue-wait bound for every class with
  * a TTFT target that t's requests use and a queued-token quota shared by every tenant — the
  * admission knobs that decide what overload costs.  Written into buf. */
-int  sim_tune_default_spec(const sched_policy *base, const sim_trace *t, char *buf, size_t len);
+int sim_tune_default_spec(const sched_policy *base, const sim_trace *t, char *buf, size_t len);
 
 /* Search.  t is the trace as the user shaped it (window, tenants, classes; the loads multiply
  * its rate); base the policy whose other settings every candidate keeps.  Returns 0 with *out
  * filled (free with sim_tune_result_free), or -errno with sim_err(): -EINVAL for a bad spec (it
  * names the knob, the value and the parser's reason), -ENOMEM, or a run's error. */
-int  sim_tune(const sim_trace *t, const sched_policy *base, const sim_tune_opts *o, sim_tune_result *out);
+int sim_tune(const sim_trace *t, const sched_policy *base, const sim_tune_opts *o,
+             sim_tune_result *out);
 void sim_tune_result_free(sim_tune_result *r);
 
 /* An upper bound on goodput at SLO that no policy reaches on t under svc (sim/tune_bound.c):
@@ -159,23 +162,23 @@ typedef struct sim_tune_bound {
     size_t requests, min_misses;
     double span_s, goodput_rps, window_s;
 } sim_tune_bound;
-int sim_tune_goodput_bound(const sim_trace *t, const sim_service *svc, const sched_policy *p, double window_s,
-                           sim_tune_bound *out);
+int sim_tune_goodput_bound(const sim_trace *t, const sim_service *svc, const sched_policy *p,
+                           double window_s, sim_tune_bound *out);
 
 /* Reports: the Pareto front of the whole-trace candidates (goodput, TTFT p99, TPOT p99,
  * refusals) as a table, as JSON, and as a gnuplot scatter (goodput against TTFT p99) into dir
  * (returns -ENOENT without gnuplot: data and script are still written). */
-void    sim_tune_table(FILE *f, const sim_tune_result *r);
+void sim_tune_table(FILE *f, const sim_tune_result *r);
 json_t *sim_tune_json(const sim_tune_result *r);
-int     sim_tune_plot(const char *dir, const sim_tune_result *r, FILE *note);
+int sim_tune_plot(const char *dir, const sim_tune_result *r, FILE *note);
 /* The best policy in canonical form, after comment lines saying what it was tuned on and its
  * hash, into path.  Returns 0 or -errno with sim_err(). */
-int     sim_tune_write_policy(const char *path, const sim_tune_result *r);
+int sim_tune_write_policy(const char *path, const sim_tune_result *r);
 
 /* ringlm-sim --tune: search, print the table (or JSON with json), plot into plot_dir when
  * given, write the best policy to out_path.  Returns the process exit status (0 or 1; errors
  * are printed to stderr). */
-int     sim_tune_cli(const sim_trace *t, const sched_policy *base, const sim_tune_opts *o, bool json,
-                     const char *plot_dir, const char *out_path);
+int sim_tune_cli(const sim_trace *t, const sched_policy *base, const sim_tune_opts *o, bool json,
+                 const char *plot_dir, const char *out_path);
 
 #endif

@@ -25,17 +25,27 @@
  * costs in rank order (count and cost per rank), so a window costs O(log n).
  */
 
-typedef struct fen { size_t n; double *sum; uint32_t *cnt; } fen;
+typedef struct fen {
+    size_t n;
+    double *sum;
+    uint32_t *cnt;
+} fen;
 
 static void fen_add(fen *f, size_t i, double v)
 {
-    for (i++; i <= f->n; i += i & (~i + 1)) { f->sum[i] += v; f->cnt[i]++; }
+    for (i++; i <= f->n; i += i & (~i + 1)) {
+        f->sum[i] += v;
+        f->cnt[i]++;
+    }
 }
 
 /* Empty every node item i touched (exactly: no rounding left behind by subtracting). */
 static void fen_clear(fen *f, size_t i)
 {
-    for (i++; i <= f->n; i += i & (~i + 1)) { f->sum[i] = 0; f->cnt[i] = 0; }
+    for (i++; i <= f->n; i += i & (~i + 1)) {
+        f->sum[i] = 0;
+        f->cnt[i] = 0;
+    }
 }
 
 /* The most items, cheapest first, whose costs add up to at most cap. */
@@ -46,13 +56,20 @@ static size_t fen_fit(const fen *f, double cap)
     while (step * 2 <= f->n) step *= 2;
     for (; step; step /= 2) {
         size_t nx = pos + step;
-        if (nx <= f->n && s + f->sum[nx] <= cap) { pos = nx; s += f->sum[nx]; k += f->cnt[nx]; }
+        if (nx <= f->n && s + f->sum[nx] <= cap) {
+            pos = nx;
+            s += f->sum[nx];
+            k += f->cnt[nx];
+        }
     }
     /* every rank is one request: the first pos ranks fit, rank pos does not */
     return k;
 }
 
-typedef struct item { double cost; size_t idx; } item;
+typedef struct item {
+    double cost;
+    size_t idx;
+} item;
 
 static int item_cmp(const void *a, const void *b)
 {
@@ -61,15 +78,17 @@ static int item_cmp(const void *a, const void *b)
     return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
-int sim_tune_goodput_bound(const sim_trace *t, const sim_service *svc, const sched_policy *p, double window_s,
-                           sim_tune_bound *out)
+int sim_tune_goodput_bound(const sim_trace *t, const sim_service *svc, const sched_policy *p,
+                           double window_s, sim_tune_bound *out)
 {
     memset(out, 0, sizeof *out);
     if (!t->n) return 0;
     double tok = svc->per_prefill_token_us, pair = svc->per_prefill_pair_us;
     if (tok < 0 || pair < 0 || (tok == 0 && pair == 0))
-        return sim_err_set("goodput bound: the service model's prefill terms (%g µs a token, %g µs a pair) "
-                           "are not a lower bound on prefill time", tok, pair);
+        return sim_err_set(
+            "goodput bound: the service model's prefill terms (%g µs a token, %g µs a pair) "
+            "are not a lower bound on prefill time",
+            tok, pair);
     const sched_policy_cfg *pc = sched_policy_get(p);
     uint64_t ttft_of[SIM_MAX_NAMES];
     for (unsigned c = 0; c < t->n_classes && c < SIM_MAX_NAMES; c++) {
@@ -86,7 +105,10 @@ int sim_tune_goodput_bound(const sim_trace *t, const sim_service *svc, const sch
     double *best = calloc(n + 1, sizeof *best), *cand = calloc(n + 1, sizeof *cand);
     fen f = {.n = n, .sum = calloc(n + 1, sizeof(double)), .cnt = calloc(n + 1, sizeof(uint32_t))};
     int rc = 0;
-    if (!it || !rank || !cost || !deadline || !arrival || !best || !cand || !f.sum || !f.cnt) { rc = -ENOMEM; goto out; }
+    if (!it || !rank || !cost || !deadline || !arrival || !best || !cand || !f.sum || !f.cnt) {
+        rc = -ENOMEM;
+        goto out;
+    }
     /* only requests of a class with a TTFT target can miss it */
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
@@ -127,6 +149,14 @@ int sim_tune_goodput_bound(const sim_trace *t, const sim_service *svc, const sch
     out->goodput_rps = out->span_s > 0 ? (double)(n - out->min_misses) / out->span_s : 0;
     out->window_s = window_s;
 out:
-    free(it); free(rank); free(cost); free(deadline); free(arrival); free(best); free(cand); free(f.sum); free(f.cnt);
+    free(it);
+    free(rank);
+    free(cost);
+    free(deadline);
+    free(arrival);
+    free(best);
+    free(cand);
+    free(f.sum);
+    free(f.cnt);
     return rc ? sim_err_setc(rc, "goodput bound: out of memory") : 0;
 }

@@ -14,7 +14,8 @@
 
 /* ---- traces for each rung and load ---------------------------------------------------- */
 
-int tune_derive_trace(const sim_trace *src, double w0, double w1, double rate, uint64_t seed, sim_trace *dst)
+int tune_derive_trace(const sim_trace *src, double w0, double w1, double rate, uint64_t seed,
+                      sim_trace *dst)
 {
     sim_trace_init(dst, src->source);
     for (unsigned i = 0; i < src->n_tenants; i++)
@@ -30,7 +31,8 @@ int tune_derive_trace(const sim_trace *src, double w0, double w1, double rate, u
         const sim_req *q = &src->reqs[i];
         int rc = q->n_hash || q->n_ahash
                      ? sim_trace_push_hashed(dst, q, &src->hashes[q->hash_off], q->n_hash,
-                                             &src->hashes[q->hash_off + q->n_hash], q->n_ahash, q->hash_block_tokens)
+                                             &src->hashes[q->hash_off + q->n_hash], q->n_ahash,
+                                             q->hash_block_tokens)
                      : sim_trace_push(dst, q);
         if (rc < 0) return rc;
     }
@@ -57,7 +59,10 @@ void tune_busiest_window(const sim_trace *t, double frac, double *w0, double *w1
             sum -= (uint64_t)t->reqs[lo].prompt_tokens + t->reqs[lo].output_tokens;
             lo++;
         }
-        if (sum > best) { best = sum; best_lo = lo; }
+        if (sum > best) {
+            best = sum;
+            best_lo = lo;
+        }
     }
     int64_t start = t->reqs[best_lo].arrival_us;
     if (start + w > last) start = last - w;
@@ -68,20 +73,20 @@ void tune_busiest_window(const sim_trace *t, double frac, double *w0, double *w1
 /* ---- evaluation ----------------------------------------------------------------------- */
 
 typedef struct task {
-    sim_tune_cand   *cand;
+    sim_tune_cand *cand;
     const sim_trace *trace;
-    sim_tune_load   *out;
-    const sim_scenario *scn;     /* a scenario run: its verdict, not the load metrics */
-    int              verdict;
-    char             verdict_text[700];
-    int              rc;
-    char             err[256];
+    sim_tune_load *out;
+    const sim_scenario *scn; /* a scenario run: its verdict, not the load metrics */
+    int verdict;
+    char verdict_text[700];
+    int rc;
+    char err[256];
 } task;
 
 typedef struct pool {
-    task            *tasks;
-    size_t           n, next;
-    pthread_mutex_t  mu;
+    task *tasks;
+    size_t n, next;
+    pthread_mutex_t mu;
     const sim_tune_opts *o;
 } pool;
 
@@ -126,7 +131,8 @@ static void run_task(const sim_tune_opts *o, task *t)
         t->rc = sim_summarise(&run, t->scn, -1, -1, &s);
         if (t->rc == 0 && t->scn) {
             t->verdict = s.verdict;
-            snprintf(t->verdict_text, sizeof t->verdict_text, "%s: %s", s.verdict_name, s.verdict_text);
+            snprintf(t->verdict_text, sizeof t->verdict_text, "%s: %s", s.verdict_name,
+                     s.verdict_text);
         } else if (t->rc == 0) {
             measure(&s, t->out);
         } else {
@@ -151,7 +157,10 @@ static void *worker(void *arg)
     }
 }
 
-static double rel_close(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1, fmax(fabs(a), fabs(b))); }
+static double rel_close(double a, double b)
+{
+    return fabs(a - b) <= 1e-9 * fmax(1, fmax(fabs(a), fabs(b)));
+}
 
 static void score(const search *S, sim_tune_score *sc)
 {
@@ -168,9 +177,11 @@ static void score(const search *S, sim_tune_score *sc)
         sc->requests += m->requests;
         sc->min_fair = fmin(sc->min_fair, m->min_fair);
         if (m->min_fair < o->fair_floor) sc->violation += o->fair_floor - m->min_fair;
-        if (o->slo_min > 0 && m->accepted_slo < o->slo_min) sc->violation += o->slo_min - m->accepted_slo;
+        if (o->slo_min > 0 && m->accepted_slo < o->slo_min)
+            sc->violation += o->slo_min - m->accepted_slo;
         /* work still queued when the run stopped never met anything: the run did not settle */
-        if (m->pending) sc->violation += (double)m->pending / (double)(m->requests ? m->requests : 1);
+        if (m->pending)
+            sc->violation += (double)m->pending / (double)(m->requests ? m->requests : 1);
     }
     sc->feasible = sc->violation == 0;
     sc->done = true;
@@ -188,7 +199,8 @@ int tune_rank_cmp(const sim_tune_result *r, const sim_tune_cand *a, const sim_tu
 {
     const sim_tune_score *x = &a->rung[k], *y = &b->rung[k];
     if (x->feasible != y->feasible) return x->feasible ? -1 : 1;
-    if (!x->feasible && !rel_close(x->violation, y->violation)) return x->violation < y->violation ? -1 : 1;
+    if (!x->feasible && !rel_close(x->violation, y->violation))
+        return x->violation < y->violation ? -1 : 1;
     if (!rel_close(x->goodput_rps, y->goodput_rps)) return x->goodput_rps > y->goodput_rps ? -1 : 1;
     if (!rel_close(x->ttft_p99_ms, y->ttft_p99_ms)) return x->ttft_p99_ms < y->ttft_p99_ms ? -1 : 1;
     if (x->refused != y->refused) return x->refused < y->refused ? -1 : 1;
@@ -216,8 +228,8 @@ static void run_pool(search *S, task *tasks, size_t nt)
  * that fails any becomes infeasible — a default must not buy goodput with a scenario. */
 int tune_judge_scenarios(search *S)
 {
-    static const char *const names[SIM_TUNE_SCENARIOS] = {"long-prompt", "two-tenants", "disconnects", "burst",
-                                                          "overload", "overload"};
+    static const char *const names[SIM_TUNE_SCENARIOS] = {
+        "long-prompt", "two-tenants", "disconnects", "burst", "overload", "overload"};
     sim_tune_result *r = S->r;
     sim_trace tr[SIM_TUNE_SCENARIOS];
     sim_scenario scn[SIM_TUNE_SCENARIOS];
@@ -225,8 +237,8 @@ int tune_judge_scenarios(search *S)
     int rc = 0;
     for (int i = 0; i < SIM_TUNE_SCENARIOS && !rc; i++) {
         const char *params[] = {"load=4"};
-        rc = sim_gen_workload(&tr[i], names[i], params, i == SIM_TUNE_SCENARIOS - 1 ? 1 : 0, S->o->run.svc,
-                              S->o->run.seed, &scn[i]);
+        rc = sim_gen_workload(&tr[i], names[i], params, i == SIM_TUNE_SCENARIOS - 1 ? 1 : 0,
+                              S->o->run.svc, S->o->run.seed, &scn[i]);
     }
     task *tasks = rc ? NULL : calloc(r->n_cands * SIM_TUNE_SCENARIOS + 1, sizeof *tasks);
     if (!rc && !tasks) rc = -ENOMEM;
@@ -240,12 +252,18 @@ int tune_judge_scenarios(search *S)
     }
     if (!rc) run_pool(S, tasks, nt);
     for (size_t i = 0; !rc && i < nt; i++)
-        if (tasks[i].rc < 0) rc = sim_err_setc(tasks[i].rc, "candidate %s: scenario: %s", tasks[i].cand->hash, tasks[i].err);
+        if (tasks[i].rc < 0)
+            rc = sim_err_setc(tasks[i].rc, "candidate %s: scenario: %s", tasks[i].cand->hash,
+                              tasks[i].err);
     for (size_t i = 0; !rc && i < nt; i++) {
         sim_tune_cand *c = tasks[i].cand;
-        if (tasks[i].verdict == 1) { c->scenarios_passed++; continue; }
+        if (tasks[i].verdict == 1) {
+            c->scenarios_passed++;
+            continue;
+        }
         if (!c->scenario_failed[0])
-            snprintf(c->scenario_failed, sizeof c->scenario_failed, "%s%s", i % SIM_TUNE_SCENARIOS == SIM_TUNE_SCENARIOS - 1 ? "(load 4) " : "",
+            snprintf(c->scenario_failed, sizeof c->scenario_failed, "%s%s",
+                     i % SIM_TUNE_SCENARIOS == SIM_TUNE_SCENARIOS - 1 ? "(load 4) " : "",
                      tasks[i].verdict_text);
         c->rung[2].violation += 1;
         c->rung[2].feasible = false;
@@ -267,17 +285,19 @@ int tune_evaluate(search *S, const size_t *which, size_t n, int k)
         sim_tune_cand *c = &r->cands[which[i]];
         if (c->rung[k].done) continue;
         r->evaluated[k]++;
-        if (S->same_as[k] != k && c->rung[S->same_as[k]].done) {   /* same traces: same result */
+        if (S->same_as[k] != k && c->rung[S->same_as[k]].done) { /* same traces: same result */
             c->rung[k] = c->rung[S->same_as[k]];
             continue;
         }
         for (size_t l = 0; l < nl; l++)
-            tasks[nt++] = (task){.cand = c, .trace = &S->traces[S->same_as[k]][l], .out = &c->rung[k].load[l]};
+            tasks[nt++] = (task){
+                .cand = c, .trace = &S->traces[S->same_as[k]][l], .out = &c->rung[k].load[l]};
     }
     run_pool(S, tasks, nt);
     int rc = 0;
     for (size_t i = 0; i < nt && !rc; i++)
-        if (tasks[i].rc < 0) rc = sim_err_setc(tasks[i].rc, "candidate %s: %s", tasks[i].cand->hash, tasks[i].err);
+        if (tasks[i].rc < 0)
+            rc = sim_err_setc(tasks[i].rc, "candidate %s: %s", tasks[i].cand->hash, tasks[i].err);
     for (size_t i = 0; i < n && !rc; i++) {
         sim_tune_cand *c = &r->cands[which[i]];
         if (!c->rung[k].done) score(S, &c->rung[k]);

@@ -30,8 +30,8 @@
 typedef struct tseq {
     int32_t tokens[TS_MAX_TOKENS]; /* prompt, then generated */
     int n_tokens;
-    int n_cached;                  /* positions whose K/V are in the pool */
-    int32_t table[TS_MAX_BLOCKS];  /* logical block → physical block */
+    int n_cached;                 /* positions whose K/V are in the pool */
+    int32_t table[TS_MAX_BLOCKS]; /* logical block → physical block */
 } tseq;
 
 /* Path under $RINGLM_SHARED/models, or NULL (and the test skips) when absent. */
@@ -39,17 +39,20 @@ static inline const char *ts_model_file(char *buf, size_t len, const char *name)
 {
     snprintf(buf, len, "%s/models/%s", th_shared_dir(), name);
     FILE *f = fopen(buf, "rb");
-    if (!f)
-        return NULL;
+    if (!f) return NULL;
     fclose(f);
     return buf;
 }
 
 static inline eng *ts_engine(const eng_model *m, int blocks, int block_size, int threads)
 {
-    eng_options o = {.backend = "cpu", .n_threads = threads, .numa_node = -1,
-                     .kv_blocks = blocks, .kv_block_size = block_size,
-                     .max_batch_tokens = 1024, .max_seqs = TS_MAX_SEQS};
+    eng_options o = {.backend = "cpu",
+                     .n_threads = threads,
+                     .numa_node = -1,
+                     .kv_blocks = blocks,
+                     .kv_block_size = block_size,
+                     .max_batch_tokens = 1024,
+                     .max_seqs = TS_MAX_SEQS};
     eng *e = NULL;
     int err = eng_create(m, &o, &e);
     cr_assert_eq(err, 0, "eng_create: %d %s", err, eng_errmsg());
@@ -62,8 +65,7 @@ static inline void ts_seq_init(tseq *s, const int32_t *prompt, int n, int first_
     memset(s, 0, sizeof *s);
     memcpy(s->tokens, prompt, (size_t)n * sizeof *prompt);
     s->n_tokens = n;
-    for (int j = 0; j < TS_MAX_BLOCKS; j++)
-        s->table[j] = first_block + j;
+    for (int j = 0; j < TS_MAX_BLOCKS; j++) s->table[j] = first_block + j;
 }
 
 /*
@@ -74,13 +76,15 @@ static inline int ts_step(eng *e, const eng_model_config *c, tseq **seqs, const 
                           int n_seqs, float *logits)
 {
     eng_batch_builder bb;
-    cr_assert_eq(eng_bb_init(&bb, 1024, TS_MAX_SEQS, TS_MAX_BLOCKS, eng_kv_block_size(e)), 0,
-                 "%s", eng_errmsg());
+    cr_assert_eq(eng_bb_init(&bb, 1024, TS_MAX_SEQS, TS_MAX_BLOCKS, eng_kv_block_size(e)), 0, "%s",
+                 eng_errmsg());
     cr_assert_leq(n_seqs, TS_MAX_SEQS);
     for (int i = 0; i < n_seqs; i++) {
         tseq *s = seqs[i];
-        cr_assert_leq(s->n_cached + rows[i], s->n_tokens, "sequence %d: %d rows but only %d "
-                      "uncached tokens", i, rows[i], s->n_tokens - s->n_cached);
+        cr_assert_leq(s->n_cached + rows[i], s->n_tokens,
+                      "sequence %d: %d rows but only %d "
+                      "uncached tokens",
+                      i, rows[i], s->n_tokens - s->n_cached);
         int err = eng_bb_add(&bb, s->tokens, (uint32_t)s->n_cached, (uint32_t)rows[i], s->table,
                              TS_MAX_BLOCKS, true);
         cr_assert_eq(err, 0, "sequence %d: %s", i, eng_errmsg());
@@ -89,8 +93,7 @@ static inline int ts_step(eng *e, const eng_model_config *c, tseq **seqs, const 
     int err = eng_execute(e, eng_bb_batch(&bb), logits);
     eng_bb_free(&bb);
     if (err == 0)
-        for (int i = 0; i < n_seqs; i++)
-            seqs[i]->n_cached += rows[i];
+        for (int i = 0; i < n_seqs; i++) seqs[i]->n_cached += rows[i];
     return err;
 }
 
@@ -98,8 +101,7 @@ static inline int32_t ts_argmax(const float *v, int n)
 {
     int32_t best = 0;
     for (int i = 1; i < n; i++)
-        if (v[i] > v[best])
-            best = i;
+        if (v[i] > v[best]) best = i;
     return best;
 }
 
@@ -109,10 +111,8 @@ static inline double ts_rel_diff(const float *a, const float *b, int n)
     double md = 0, ma = 1;
     for (int i = 0; i < n; i++) {
         double d = fabs((double)a[i] - b[i]);
-        if (d > md)
-            md = d;
-        if (fabs(a[i]) > ma)
-            ma = fabs(a[i]);
+        if (d > md) md = d;
+        if (fabs(a[i]) > ma) ma = fabs(a[i]);
     }
     return md / ma;
 }
@@ -129,8 +129,7 @@ static inline void ts_generate(eng *e, const eng_model_config *c, tseq *s, int c
     tseq *one[1] = {s};
     while (s->n_cached < s->n_tokens) {
         int rows = s->n_tokens - s->n_cached;
-        if (chunk > 0 && rows > chunk)
-            rows = chunk;
+        if (chunk > 0 && rows > chunk) rows = chunk;
         int err = ts_step(e, c, one, &rows, 1, logits);
         cr_assert_eq(err, 0, "prefill: %s", eng_errmsg());
     }

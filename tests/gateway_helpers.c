@@ -21,7 +21,8 @@ int gwh_port, gwh_metrics_port;
 void gwh_need(void)
 {
     char *a = th_path(th_bin_dir(), "ringlmd"), *b = th_path(th_bin_dir(), "ringlm-gateway");
-    if (!th_exists(a) || !th_exists(b)) cr_skip_test("ringlmd/ringlm-gateway not built in %s", th_bin_dir());
+    if (!th_exists(a) || !th_exists(b))
+        cr_skip_test("ringlmd/ringlm-gateway not built in %s", th_bin_dir());
     free(a);
     free(b);
     free(th_shared_file("models/stories260K.bin"));
@@ -70,8 +71,9 @@ char *gwh_policy(void)
 
 char *gwh_keys(void)
 {
-    return write_file("keys", "# test keys\nsk-alice-0001 alice\nsk-bob-00001 bob batch\nsk-tiny-00001 tiny\n"
-                              "sk-held-00001 held\n");
+    return write_file(
+        "keys", "# test keys\nsk-alice-0001 alice\nsk-bob-00001 bob batch\nsk-tiny-00001 tiny\n"
+                "sk-held-00001 held\n");
 }
 
 void gwh_start_daemon(const char *const *extra)
@@ -79,8 +81,8 @@ void gwh_start_daemon(const char *const *extra)
     gwh_dir();
     char *model = th_shared_file("models/stories260K.bin");
     char *policy = gwh_policy();
-    const char *argv[32] = {"--model", model, "--policy", policy, "--metrics", "127.0.0.1:0",
-                            "--drain-grace-ms", "5000"};
+    const char *argv[32] = {"--model",   model,         "--policy",         policy,
+                            "--metrics", "127.0.0.1:0", "--drain-grace-ms", "5000"};
     int n = 8;
     for (int i = 0; extra && extra[i] && n < 31; i++) argv[n++] = extra[i];
     argv[n] = NULL;
@@ -98,8 +100,17 @@ void gwh_start_gateway(const char *const *extra)
     char *gw = th_path(th_bin_dir(), "ringlm-gateway");
     char *tok = th_shared_file("models/tok512.bin");
     char *log = th_path(gwh_dir(), "gateway.log");
-    const char *argv[40] = {gw, "--listen", "127.0.0.1:0", "--socket", gwh_daemon.sock, "--tokenizer", tok,
-                            "--served-model-name", "stories", "--max-model-len", "512"};
+    const char *argv[40] = {gw,
+                            "--listen",
+                            "127.0.0.1:0",
+                            "--socket",
+                            gwh_daemon.sock,
+                            "--tokenizer",
+                            tok,
+                            "--served-model-name",
+                            "stories",
+                            "--max-model-len",
+                            "512"};
     int n = 11;
     for (int i = 0; extra && extra[i] && n < 39; i++) argv[n++] = extra[i];
     argv[n] = NULL;
@@ -177,15 +188,19 @@ void gwh_resp_free(gwh_resp *r)
     free(r->body);
 }
 
-int gwh_connect(void) { return th_tcp_connect(gwh_port); }
+int gwh_connect(void)
+{
+    return th_tcp_connect(gwh_port);
+}
 
 void gwh_send_post(int fd, const char *path, const char *key, const char *body)
 {
     char head[512];
-    int n = snprintf(head, sizeof head,
-                     "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n%s%s%s"
-                     "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-                     path, key ? "Authorization: Bearer " : "", key ? key : "", key ? "\r\n" : "", strlen(body));
+    int n = snprintf(
+        head, sizeof head,
+        "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n%s%s%s"
+        "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+        path, key ? "Authorization: Bearer " : "", key ? key : "", key ? "\r\n" : "", strlen(body));
     th_send_all(fd, head, (size_t)n);
     th_send_all(fd, body, strlen(body));
 }
@@ -198,8 +213,14 @@ static char *metrics_of(int port, const char *who)
     return b;
 }
 
-char *gwh_daemon_metrics(void) { return metrics_of(gwh_metrics_port, "ringlmd"); }
-char *gwh_gateway_metrics(void) { return metrics_of(gwh_port, "ringlm-gateway"); }
+char *gwh_daemon_metrics(void)
+{
+    return metrics_of(gwh_metrics_port, "ringlmd");
+}
+char *gwh_gateway_metrics(void)
+{
+    return metrics_of(gwh_port, "ringlm-gateway");
+}
 
 double gwh_metric(const char *text, const char *series)
 {

@@ -14,10 +14,10 @@
 
 #include "tests/helpers.h"
 
-extern th_daemon gwh_daemon;   /* its dir holds the policy, the keys and the gateway's log */
+extern th_daemon gwh_daemon; /* its dir holds the policy, the keys and the gateway's log */
 extern th_proc gwh_gateway;
-extern int gwh_port;           /* the gateway's HTTP port */
-extern int gwh_metrics_port;   /* the daemon's /metrics port */
+extern int gwh_port;         /* the gateway's HTTP port */
+extern int gwh_metrics_port; /* the daemon's /metrics port */
 
 /* Skips the test unless ringlmd, ringlm-gateway, stories260K and tok512 are there. */
 void gwh_need(void);

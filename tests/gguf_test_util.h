@@ -72,8 +72,8 @@ static inline json_t *node_oracle(const char *script, const char *name, json_t *
 
 /* Exports model spec to the GGUF file path as type (arch NULL: llama), with the pieces and
  * scores of the tokenizer file tok when it is given. */
-static inline void export_gguf(const char *spec, const char *tok, const char *type, const char *arch,
-                               const char *path)
+static inline void export_gguf(const char *spec, const char *tok, const char *type,
+                               const char *arch, const char *path)
 {
     eng_model *m;
     cr_assert_eq(eng_model_load(spec, &m), 0, "%s", eng_errmsg());

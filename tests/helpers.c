@@ -42,7 +42,10 @@ char *th_path(const char *dir, const char *name)
     return p;
 }
 
-bool th_exists(const char *path) { return access(path, R_OK) == 0; }
+bool th_exists(const char *path)
+{
+    return access(path, R_OK) == 0;
+}
 
 char *th_program(const char *name)
 {
@@ -191,7 +194,8 @@ void th_daemon_cleanup(th_daemon *d)
     if (!d->dir[0] || getenv("RINGLM_KEEP_TEST_DIRS")) return;
     char cmd[160];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->dir);
-    if (system(cmd) != 0) { /* best effort */ }
+    if (system(cmd) != 0) { /* best effort */
+    }
     d->dir[0] = 0;
 }
 
@@ -225,7 +229,8 @@ int th_tcp_connect_from(const char *src, int port, bool nonblock)
     struct sockaddr_in me = {.sin_family = AF_INET};
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (inet_pton(AF_INET, src, &me.sin_addr) != 1 || bind(fd, (struct sockaddr *)&me, sizeof me) < 0 ||
+    if (inet_pton(AF_INET, src, &me.sin_addr) != 1 ||
+        bind(fd, (struct sockaddr *)&me, sizeof me) < 0 ||
         (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0 && errno != EINPROGRESS)) {
         int e = errno ? errno : EINVAL;
         close(fd);
@@ -312,8 +317,10 @@ int th_run(char *const argv[], char **out, char **err, int timeout_s)
     int st;
     waitpid(pid, &st, 0);
     *out = buf[0];
-    if (err) *err = buf[1];
-    else free(buf[1]);
+    if (err)
+        *err = buf[1];
+    else
+        free(buf[1]);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
@@ -351,7 +358,10 @@ void th_proc_start(th_proc *p, const char *const *argv, const char *log)
     p->pid = pid;
 }
 
-static int exit_code(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st); }
+static int exit_code(int st)
+{
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
 
 int th_proc_wait(th_proc *p, int timeout_ms)
 {
@@ -396,9 +406,11 @@ int th_proc_log_int(th_proc *p, const char *marker, int timeout_ms)
         int st;
         if (p->pid && waitpid(p->pid, &st, WNOHANG) == p->pid) {
             p->pid = 0;
-            cr_assert_fail("%s exited (status %d) before writing '%s': %s", p->log, exit_code(st), marker, log);
+            cr_assert_fail("%s exited (status %d) before writing '%s': %s", p->log, exit_code(st),
+                           marker, log);
         }
-        if (th_now_ms() > deadline) cr_assert_fail("no '%s' in %s within %d ms: %s", marker, p->log, timeout_ms, log);
+        if (th_now_ms() > deadline)
+            cr_assert_fail("no '%s' in %s within %d ms: %s", marker, p->log, timeout_ms, log);
         free(log);
         th_pause_ms(5);
     }
@@ -410,7 +422,8 @@ int th_tcp_connect(int port)
     cr_assert_geq(fd, 0, "socket: %s", strerror(errno));
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    cr_assert(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0, "connect to port %d: %s", port, strerror(errno));
+    cr_assert(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0, "connect to port %d: %s", port,
+              strerror(errno));
     return fd;
 }
 

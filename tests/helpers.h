@@ -30,10 +30,10 @@ uint64_t th_now_ms(void);
 
 /* A ringlmd started by a test: a private directory holds its socket and its output. */
 typedef struct th_daemon {
-    pid_t pid;          /* 0 when not running */
-    char dir[64];       /* private, mkdtemp'ed */
-    char sock[100];     /* dir/s.sock (a sun_path holds 108 bytes) */
-    char log[128];      /* dir/ringlmd.log: its stdout and stderr */
+    pid_t pid;      /* 0 when not running */
+    char dir[64];   /* private, mkdtemp'ed */
+    char sock[100]; /* dir/s.sock (a sun_path holds 108 bytes) */
+    char log[128];  /* dir/ringlmd.log: its stdout and stderr */
 } th_daemon;
 
 /* Creates the private directory (files a test wants to pass, such as a policy, go there
@@ -86,7 +86,7 @@ void th_pause_ms(long ms);
 
 /* A program started by a test, its stdout and stderr in a log file; it dies with the test. */
 typedef struct th_proc {
-    pid_t pid;          /* 0 when not running */
+    pid_t pid; /* 0 when not running */
     char log[160];
 } th_proc;
 /* Starts argv[0] (a path) with its output to log. */

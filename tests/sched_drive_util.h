@@ -39,7 +39,8 @@ static inline const sched_plan *sd_iter(sched *s, uint64_t *now, const sd_copies
         const sched_transfer *t = &pl->transfers[i];
         bool m = copies && t->cache;
         cr_assert_eq(sched_transfer_done(s, t->id, *now, m ? t->bytes : 0, m ? copies->dur_us : 0,
-                                         m ? copies->status : 0), 0);
+                                         m ? copies->status : 0),
+                     0);
         sd_check(s);
     }
     static sched_result res[512];

@@ -21,30 +21,33 @@
 typedef struct h_req {
     uint64_t arrival, first_token, finish, cancel_at;
     uint32_t prompt, out_len, generated;
-    int      tenant, cls;
-    int      submitted;   /* 0 not yet, 1 admitted, -1 rejected */
-    int      ended;       /* finished / cancelled / timed out */
-    int      end_kind;    /* sched_event_kind */
+    int tenant, cls;
+    int submitted; /* 0 not yet, 1 admitted, -1 rejected */
+    int ended;     /* finished / cancelled / timed out */
+    int end_kind;  /* sched_event_kind */
     sched_reject_reason reject;
 } h_req;
 
-typedef struct h_xfer { uint64_t id, done_at, bytes, dur; } h_xfer;
+typedef struct h_xfer {
+    uint64_t id, done_at, bytes, dur;
+} h_xfer;
 
 typedef struct harness {
-    sched        *s;
+    sched *s;
     sched_policy *p;
-    uint64_t      now;
-    double        a_us, b_us;        /* service model */
-    double        bw;                /* bytes/s for swaps (both ways) */
-    h_req         r[H_MAX_REQ + 1];  /* by id, 1-based */
-    uint32_t      n;                 /* ids 1..n */
-    uint32_t      next_submit;       /* requests sorted by arrival: next to submit */
-    h_xfer        xf[4096];
-    uint32_t      n_xf;
-    char         *log;   size_t log_len, log_cap;
-    uint64_t      ev_count[SCHED_EV__COUNT];
-    uint64_t      steps, busy_us;
-    int           check;             /* check invariants every step */
+    uint64_t now;
+    double a_us, b_us;      /* service model */
+    double bw;              /* bytes/s for swaps (both ways) */
+    h_req r[H_MAX_REQ + 1]; /* by id, 1-based */
+    uint32_t n;             /* ids 1..n */
+    uint32_t next_submit;   /* requests sorted by arrival: next to submit */
+    h_xfer xf[4096];
+    uint32_t n_xf;
+    char *log;
+    size_t log_len, log_cap;
+    uint64_t ev_count[SCHED_EV__COUNT];
+    uint64_t steps, busy_us;
+    int check; /* check invariants every step */
 } harness;
 
 static __attribute__((unused)) void h_sink(void *ctx, const sched_event *ev)
@@ -65,7 +68,8 @@ static __attribute__((unused)) void h_sink(void *ctx, const sched_event *ev)
     h->ev_count[ev->kind]++;
     if (ev->req && ev->req <= H_MAX_REQ) {
         h_req *q = &h->r[ev->req];
-        if (ev->kind == SCHED_EV_FINISH || ev->kind == SCHED_EV_CANCEL || ev->kind == SCHED_EV_TIMEOUT) {
+        if (ev->kind == SCHED_EV_FINISH || ev->kind == SCHED_EV_CANCEL ||
+            ev->kind == SCHED_EV_TIMEOUT) {
             q->ended = 1;
             q->end_kind = ev->kind;
             q->finish = ev->t_us;
@@ -76,16 +80,23 @@ static __attribute__((unused)) void h_sink(void *ctx, const sched_event *ev)
 static __attribute__((unused)) sched_config h_default_config(void)
 {
     sched_config c = {
-        .kv_blocks_device = 4096, .kv_blocks_host = 8192, .kv_blocks_disk = 0,
-        .block_size = 16, .kv_bytes_per_token = 1024, .max_context = 8192,
-        .step.base_us = 1000, .step.prefill_token_us = 10, .step.decode_seq_us = 10,
+        .kv_blocks_device = 4096,
+        .kv_blocks_host = 8192,
+        .kv_blocks_disk = 0,
+        .block_size = 16,
+        .kv_bytes_per_token = 1024,
+        .max_context = 8192,
+        .step.base_us = 1000,
+        .step.prefill_token_us = 10,
+        .step.decode_seq_us = 10,
         .step.context_token_us = 0,
         .host = {.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 10},
     };
     return c;
 }
 
-static __attribute__((unused)) void h_init(harness *h, const char *policy_text, const sched_config *cfg)
+static __attribute__((unused)) void h_init(harness *h, const char *policy_text,
+                                           const sched_config *cfg)
 {
     memset(h, 0, sizeof(*h));
     sched_policy_error err;
@@ -123,7 +134,8 @@ static __attribute__((unused)) void h_free(harness *h)
 }
 
 /* Add a request (ids in arrival order). */
-static __attribute__((unused)) uint64_t h_add(harness *h, uint64_t arrival, int tenant, int cls, uint32_t prompt, uint32_t out)
+static __attribute__((unused)) uint64_t h_add(harness *h, uint64_t arrival, int tenant, int cls,
+                                              uint32_t prompt, uint32_t out)
 {
     cr_assert(h->n < H_MAX_REQ);
     uint64_t id = ++h->n;
@@ -142,7 +154,8 @@ static __attribute__((unused)) void h_check(harness *h, const char *where)
     if (!h->check) return;
     char why[256];
     int rc = sched_check_invariants(h->s, why, sizeof why);
-    cr_assert_eq(rc, 0, "invariant broken after %s at t=%llu: %s", where, (unsigned long long)h->now, why);
+    cr_assert_eq(rc, 0, "invariant broken after %s at t=%llu: %s", where,
+                 (unsigned long long)h->now, why);
     sched_counts c;
     sched_get_counts(h->s, &c);
     for (int p = 0; p < SCHED_POOL__COUNT; p++)
@@ -155,8 +168,11 @@ static __attribute__((unused)) void h_submit_due(harness *h)
     while (h->next_submit < h->n && h->r[h->next_submit + 1].arrival <= h->now) {
         uint64_t id = ++h->next_submit;
         h_req *q = &h->r[id];
-        sched_request sr = {.id = id, .tenant = q->tenant, .class_idx = q->cls,
-                            .prompt_len = q->prompt, .max_new_tokens = q->out_len + 16,
+        sched_request sr = {.id = id,
+                            .tenant = q->tenant,
+                            .class_idx = q->cls,
+                            .prompt_len = q->prompt,
+                            .max_new_tokens = q->out_len + 16,
                             .arrival_us = q->arrival};
         if (sr.max_new_tokens < q->out_len) sr.max_new_tokens = q->out_len;
         int rc = sched_submit(h->s, &sr, h->now, &q->reject);
@@ -179,11 +195,14 @@ static __attribute__((unused)) const sched_plan *h_iterate(harness *h)
     /* completed transfers */
     for (uint32_t i = 0; i < h->n_xf;) {
         if (h->xf[i].done_at <= h->now) {
-            int rc = sched_transfer_done(h->s, h->xf[i].id, h->now, h->xf[i].bytes, h->xf[i].dur, 0);
-            cr_assert_eq(rc, 0, "transfer_done %llu: %s", (unsigned long long)h->xf[i].id, sched_last_error());
+            int rc =
+                sched_transfer_done(h->s, h->xf[i].id, h->now, h->xf[i].bytes, h->xf[i].dur, 0);
+            cr_assert_eq(rc, 0, "transfer_done %llu: %s", (unsigned long long)h->xf[i].id,
+                         sched_last_error());
             h->xf[i] = h->xf[--h->n_xf];
             h_check(h, "transfer_done");
-        } else i++;
+        } else
+            i++;
     }
     const sched_plan *pl = sched_step(h->s, h->now);
     cr_assert(pl, "sched_step: %s", sched_last_error());
@@ -200,7 +219,8 @@ static __attribute__((unused)) const sched_plan *h_iterate(harness *h)
     if (!pl->n_entries) {
         /* idle: jump to the next arrival or transfer */
         uint64_t next = h->now + 1000;
-        if (h->next_submit < h->n && h->r[h->next_submit + 1].arrival < next && h->r[h->next_submit + 1].arrival > h->now)
+        if (h->next_submit < h->n && h->r[h->next_submit + 1].arrival < next &&
+            h->r[h->next_submit + 1].arrival > h->now)
             next = h->r[h->next_submit + 1].arrival;
         for (uint32_t i = 0; i < h->n_xf; i++)
             if (h->xf[i].done_at < next && h->xf[i].done_at > h->now) next = h->xf[i].done_at;

@@ -31,13 +31,11 @@ static void *open_plugin(char *why, size_t len)
         }
         exe[n] = '\0';
         char *slash = strrchr(exe, '/');
-        if (slash)
-            *slash = '\0';
+        if (slash) *slash = '\0';
         snprintf(path, sizeof path, "%s/../lib/libringlm_cuda.so", exe);
     }
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-        snprintf(why, len, "%s", dlerror());
+    if (!h) snprintf(why, len, "%s", dlerror());
     return h;
 }
 
@@ -61,8 +59,7 @@ static eng *cuda_or_skip(const eng_model *m, int blocks)
     int err = gp_engine_create(m, "cuda", blocks, 16, &e);
     if (err == -ENODEV && strstr(eng_errmsg(), "plugin"))
         cr_skip_test("CUDA plugin not available (CUDA=0 or no nvcc): %s", eng_errmsg());
-    if (err == -ENODEV)
-        cr_skip_test("no CUDA device: %s", strip_prefix(eng_errmsg()));
+    if (err == -ENODEV) cr_skip_test("no CUDA device: %s", strip_prefix(eng_errmsg()));
     cr_assert_eq(err, 0, "eng_create(cuda): %d %s", err, eng_errmsg());
     return e;
 }
@@ -78,8 +75,7 @@ static eng_model *load_or_fail(const char *spec)
 static void expect(const gp_result *r)
 {
     cr_log_info("%s: %s (value %.4g)", r->name, r->detail, r->value);
-    if (r->pass < 0)
-        cr_skip_test("%s: %s", r->name, r->detail);
+    if (r->pass < 0) cr_skip_test("%s: %s", r->name, r->detail);
     cr_expect_eq(r->pass, 1, "%s failed: %s (value %.6g)", r->name, r->detail, r->value);
 }
 
@@ -89,8 +85,7 @@ Test(cuda, create_without_device_is_enodev_with_a_reason)
 {
     char why[512];
     void *h = open_plugin(why, sizeof why);
-    if (!h)
-        cr_skip_test("CUDA plugin not built (CUDA=0 or no nvcc): %s", why);
+    if (!h) cr_skip_test("CUDA plugin not built (CUDA=0 or no nvcc): %s", why);
     dlclose(h);
     eng_model *m = load_or_fail("synthetic:gqa-test:1");
     eng *e;
@@ -102,8 +97,7 @@ Test(cuda, create_without_device_is_enodev_with_a_reason)
         cr_expect_null(eng_kv_block_ptr(e, 0), "device pools have no host address");
         eng_destroy(e);
     } else {
-        cr_expect_eq(err, -ENODEV, "eng_create(cuda) without a device: %d %s", err,
-                     eng_errmsg());
+        cr_expect_eq(err, -ENODEV, "eng_create(cuda) without a device: %d %s", err, eng_errmsg());
         cr_expect(strstr(eng_errmsg(), "CUDA") != NULL || strstr(eng_errmsg(), "cuda") != NULL,
                   "the reason names CUDA: \"%s\"", eng_errmsg());
         cr_log_info("eng_create(cuda): %s", eng_errmsg());
@@ -115,8 +109,7 @@ Test(cuda, device_synth_formula_equals_eng_synth_value)
 {
     char why[512];
     void *h = open_plugin(why, sizeof why);
-    if (!h)
-        cr_skip_test("CUDA plugin not built (CUDA=0 or no nvcc): %s", why);
+    if (!h) cr_skip_test("CUDA plugin not built (CUDA=0 or no nvcc): %s", why);
     float (*dev_formula)(uint64_t, int, uint64_t, float, int);
     *(void **)&dev_formula = dlsym(h, "ringlm_cuda_synth_value_host");
     cr_assert_not_null(dev_formula, "plugin exports ringlm_cuda_synth_value_host");
@@ -143,8 +136,8 @@ Test(cuda, device_synth_formula_equals_eng_synth_value)
     /* every decode row gets 1..32 splits of >= 64 keys each (the partial buffers hold 32) */
     for (int ctx = 1; ctx <= 8192; ctx++) {
         int s = split(ctx);
-        cr_assert(s >= 1 && s <= 32 && (s == 1 || ctx > 64 * (s - 1)), "split_count(%d)=%d",
-                  ctx, s);
+        cr_assert(s >= 1 && s <= 32 && (s == 1 || ctx > 64 * (s - 1)), "split_count(%d)=%d", ctx,
+                  s);
     }
     dlclose(h);
 }
@@ -178,8 +171,7 @@ static void parity_suite(const char *spec)
     gp_check_cpu_parity(cpu, gpu, m, &r);
     expect(&r);
     gp_check_invariance(gpu, m, inv);
-    for (int i = 0; i < 4; i++)
-        expect(&inv[i]);
+    for (int i = 0; i < 4; i++) expect(&inv[i]);
     for (int kind = 0; kind < 2; kind++) {
         gp_check_swap(gpu, m, kind, &r);
         expect(&r);
@@ -202,8 +194,7 @@ Test(cuda, stories260k_parity_and_invariances, .timeout = 300)
 {
     char path[1024];
     const char *mp = ts_model_path(path, sizeof path, "stories260K.bin");
-    if (!mp)
-        cr_skip_test("stories260K.bin not under $RINGLM_SHARED/models");
+    if (!mp) cr_skip_test("stories260K.bin not under $RINGLM_SHARED/models");
     parity_suite(mp);
 }
 

@@ -22,8 +22,8 @@
 #include <unistd.h>
 #include "tests/helpers.h"
 
-static const int all_types[] = {ENG_W_F32, ENG_W_F16, ENG_W_BF16, ENG_W_Q8_0, ENG_W_Q4_K,
-                                ENG_W_Q6_K};
+static const int all_types[] = {ENG_W_F32,  ENG_W_F16,  ENG_W_BF16,
+                                ENG_W_Q8_0, ENG_W_Q4_K, ENG_W_Q6_K};
 
 /* The nearest bf16 to f (ties to the even one), found by comparing the two neighbours in
  * double: written apart from q_f32_to_bf16's bit trick on purpose. */
@@ -36,8 +36,7 @@ static uint16_t ref_bf16(float f)
     memcpy(&flo, &lo, 4);
     memcpy(&fhi, &hi, 4);
     double dl = fabs((double)f - flo), dh = fabs((double)fhi - f);
-    if (dl < dh || (dl == dh && !((lo >> 16) & 1)))
-        return (uint16_t)(lo >> 16);
+    if (dl < dh || (dl == dh && !((lo >> 16) & 1))) return (uint16_t)(lo >> 16);
     return (uint16_t)(hi >> 16);
 }
 
@@ -91,13 +90,15 @@ Test(cuda_gguf, bf16_conversion_equals_cpu_dequantization_rounded)
                 double o = orig[(size_t)(row0 + r) * k + i];
                 double got = q_bf16_to_f32(bf[at]);
                 double e = fabs(got - o) / (0.37 * (row0 + r + 1));
-                if (e > worst)
-                    worst = e;
+                if (e > worst) worst = e;
             }
         }
         cr_expect_eq(bad, 0, "%s: %d elements differ", eng_wtype_name(type), bad);
         /* Q4_K's 4 bits are the coarsest: steps of about 1/15 of a sub-block's range */
-        cr_expect_lt(worst, type == ENG_W_Q4_K ? 0.07 : type == ENG_W_Q6_K ? 0.02 : 0.01,
+        cr_expect_lt(worst,
+                     type == ENG_W_Q4_K   ? 0.07
+                     : type == ENG_W_Q6_K ? 0.02
+                                          : 0.01,
                      "%s: worst error %.4g of the row's scale", eng_wtype_name(type), worst);
         free(data);
     }
@@ -121,10 +122,8 @@ Test(cuda_gguf, threaded_conversion_equals_row_by_row)
         eng_wmat w = {data, types[ti]};
         cr_assert_eq(eng_dev_convert_rows(w, k, 0, rows, ENG_W_BF16, all, tmp), 0);
         for (int r = 0; r < rows; r++)
-            cr_assert_eq(eng_dev_convert_rows(w, k, r, 1, ENG_W_BF16, one + (size_t)r * k, tmp),
-                         0);
-        cr_expect_eq(memcmp(all, one, (size_t)rows * k * 2), 0, "%s",
-                     eng_wtype_name(types[ti]));
+            cr_assert_eq(eng_dev_convert_rows(w, k, r, 1, ENG_W_BF16, one + (size_t)r * k, tmp), 0);
+        cr_expect_eq(memcmp(all, one, (size_t)rows * k * 2), 0, "%s", eng_wtype_name(types[ti]));
         free(data);
     }
     free(orig);
@@ -140,8 +139,8 @@ Test(cuda_gguf, f16_and_bf16_rows_are_uploaded_as_they_are)
     const int types[2] = {ENG_W_F16, ENG_W_BF16};
     for (int ti = 0; ti < 2; ti++) {
         uint16_t *data = make_matrix(types[ti], rows, k, orig);
-        cr_assert_eq(eng_dev_convert_rows((eng_wmat){data, types[ti]}, k, 2, 2, types[ti], out,
-                                          tmp), 0);
+        cr_assert_eq(
+            eng_dev_convert_rows((eng_wmat){data, types[ti]}, k, 2, 2, types[ti], out, tmp), 0);
         cr_expect_eq(memcmp(out, data + 2 * k, sizeof out), 0, "%s rows are copied",
                      eng_wtype_name(types[ti]));
         free(data);
@@ -160,11 +159,13 @@ Test(cuda_gguf, conversion_refuses_what_it_cannot_convert)
     float tmp[256];
     uint16_t out[256];
     uint8_t blob[1024] = {0};
-    cr_expect_eq(eng_dev_convert_rows((eng_wmat){blob, 2 /* Q4_0 */}, 32, 0, 1, ENG_W_BF16, out,
-                                      tmp), -EINVAL);
+    cr_expect_eq(
+        eng_dev_convert_rows((eng_wmat){blob, 2 /* Q4_0 */}, 32, 0, 1, ENG_W_BF16, out, tmp),
+        -EINVAL);
     cr_expect(strstr(eng_errmsg(), "Q4_0") != NULL, "names the type: %s", eng_errmsg());
-    cr_expect_eq(eng_dev_convert_rows((eng_wmat){blob, ENG_W_Q4_K}, 100, 0, 1, ENG_W_BF16, out,
-                                      tmp), -EINVAL, "100 is not a whole number of 256-blocks");
+    cr_expect_eq(
+        eng_dev_convert_rows((eng_wmat){blob, ENG_W_Q4_K}, 100, 0, 1, ENG_W_BF16, out, tmp),
+        -EINVAL, "100 is not a whole number of 256-blocks");
     cr_expect_eq(eng_dev_convert_rows((eng_wmat){blob, ENG_W_F32}, 8, 0, 1, ENG_W_Q8_0, out, tmp),
                  -EINVAL, "the device types are F32, F16 and BF16");
     cr_expect(strstr(eng_errmsg(), "Q8_0") != NULL, "%s", eng_errmsg());
@@ -258,19 +259,29 @@ typedef struct fake {
 static void fake_init(fake *f)
 {
     memset(f, 0, sizeof *f);
-    f->c = (eng_model_config){.dim = 64, .hidden_dim = 64, .n_layers = 2, .n_heads = 4,
-                              .n_kv_heads = 2, .vocab_size = 32, .seq_len = 64,
+    f->c = (eng_model_config){.dim = 64,
+                              .hidden_dim = 64,
+                              .n_layers = 2,
+                              .n_heads = 4,
+                              .n_kv_heads = 2,
+                              .vocab_size = 32,
+                              .seq_len = 64,
                               .shared_classifier = true};
-    f->hp = (eng_model_hparams){.norm_eps = 1e-6f, .rope_theta = 1e6f, .rope_dim = 16,
-                                .rope_neox = true, .weight_type = ENG_W_Q8_0};
+    f->hp = (eng_model_hparams){.norm_eps = 1e-6f,
+                                .rope_theta = 1e6f,
+                                .rope_dim = 16,
+                                .rope_neox = true,
+                                .weight_type = ENG_W_Q8_0};
     for (int l = 0; l < 2; l++) {
         eng_layer_weights *lw = &f->layers[l];
         eng_wmat w = {f->blob, ENG_W_Q8_0};
         lw->wq = lw->wk = lw->wv = lw->wo = lw->w1 = lw->w2 = lw->w3 = w;
         lw->rms_att = lw->rms_ffn = f->norm;
     }
-    f->t = (eng_model_tensors){.token_embedding = {f->blob, ENG_W_Q8_0}, .layers = f->layers,
-                               .rms_final = f->norm, .wcls = {f->blob, ENG_W_Q8_0}};
+    f->t = (eng_model_tensors){.token_embedding = {f->blob, ENG_W_Q8_0},
+                               .layers = f->layers,
+                               .rms_final = f->norm,
+                               .wcls = {f->blob, ENG_W_Q8_0}};
 }
 
 /* fake_init, then an attention shape: the width, query heads and KV heads. */
@@ -287,15 +298,15 @@ static int fake_plan(fake *f, eng_dev_plan *p)
     return eng_dev_plan_make(&f->c, &f->hp, &f->t, false, p);
 }
 
-#define EXPECT_REFUSED(f, want_err, ...)                                                       \
-    do {                                                                                        \
-        eng_dev_plan p_;                                                                        \
-        int e_ = fake_plan(f, &p_);                                                             \
-        cr_expect_eq(e_, want_err, "refused: %d %s", e_, eng_errmsg());                         \
-        const char *needles_[] = {__VA_ARGS__};                                                 \
-        for (size_t i_ = 0; i_ < sizeof needles_ / sizeof needles_[0]; i_++)                    \
-            cr_expect(strstr(eng_errmsg(), needles_[i_]) != NULL, "\"%s\" names \"%s\"",        \
-                      eng_errmsg(), needles_[i_]);                                              \
+#define EXPECT_REFUSED(f, want_err, ...)                                                           \
+    do {                                                                                           \
+        eng_dev_plan p_;                                                                           \
+        int e_ = fake_plan(f, &p_);                                                                \
+        cr_expect_eq(e_, want_err, "refused: %d %s", e_, eng_errmsg());                            \
+        const char *needles_[] = {__VA_ARGS__};                                                    \
+        for (size_t i_ = 0; i_ < sizeof needles_ / sizeof needles_[0]; i_++)                       \
+            cr_expect(strstr(eng_errmsg(), needles_[i_]) != NULL, "\"%s\" names \"%s\"",           \
+                      eng_errmsg(), needles_[i_]);                                                 \
     } while (0)
 
 Test(cuda_gguf, what_the_kernels_cannot_run_is_refused_by_name)
@@ -337,8 +348,7 @@ Test(cuda_gguf, what_the_kernels_cannot_run_is_refused_by_name)
 
     /* biases all three: accepted */
     fake_init(f);
-    for (int l = 0; l < 2; l++)
-        f->layers[l].bq = f->layers[l].bk = f->layers[l].bv = f->bias;
+    for (int l = 0; l < 2; l++) f->layers[l].bq = f->layers[l].bk = f->layers[l].bv = f->bias;
     cr_expect_eq(fake_plan(f, &p), 0, "%s", eng_errmsg());
     cr_expect(p.qkv_bias);
     free(f);
@@ -358,8 +368,7 @@ Test(cuda_gguf, eng_create_refuses_before_looking_for_a_device, .init = mk_tmpdi
     cr_assert_eq(fwrite(hdr, sizeof hdr, 1, fp), 1);
     float *w = calloc(floats, sizeof(float));
     cr_assert_not_null(w);
-    for (size_t i = 0; i < floats; i++)
-        w[i] = 0.01f;
+    for (size_t i = 0; i < floats; i++) w[i] = 0.01f;
     cr_assert_eq(fwrite(w, sizeof(float), floats, fp), floats);
     free(w);
     cr_assert_eq(fclose(fp), 0);
@@ -425,8 +434,7 @@ static eng *cuda_or_skip(const eng_model *m)
 {
     eng *e;
     int err = gp_engine_create(m, "cuda", 160, 16, &e);
-    if (err == -ENODEV)
-        cr_skip_test("no CUDA device or plugin: %s", eng_errmsg());
+    if (err == -ENODEV) cr_skip_test("no CUDA device or plugin: %s", eng_errmsg());
     cr_assert_eq(err, 0, "eng_create(cuda): %d %s", err, eng_errmsg());
     return e;
 }
@@ -450,8 +458,7 @@ static void gguf_parity(const char *path)
     gp_check_cpu_parity_tol(cpu, gpu, m, gp_gguf_tol(eng_model_hparams_of(m)->weight_type), &r);
     expect(&r);
     gp_check_invariance(gpu, m, inv);
-    for (int i = 0; i < 4; i++)
-        expect(&inv[i]);
+    for (int i = 0; i < 4; i++) expect(&inv[i]);
     eng_destroy(cpu);
     eng_destroy(gpu);
     eng_model_free(m);
@@ -519,8 +526,8 @@ Test(cuda_gguf, quant_test_qwen2_q4_k_m, .init = mk_tmpdir, .fini = rm_tmpdir, .
     patch_meta(path, "qwen2.rope.dimension_count", &rope_dim);
     eng_model *m = load(path);
     const eng_model_hparams *hp = eng_model_hparams_of(m);
-    cr_assert(hp->norm_eps == eps && hp->rope_theta == base && hp->rope_dim == 32 &&
-              hp->rope_neox, "the patched file reads back");
+    cr_assert(hp->norm_eps == eps && hp->rope_theta == base && hp->rope_dim == 32 && hp->rope_neox,
+              "the patched file reads back");
     eng_model_free(m);
     gguf_parity(path);
 }
@@ -538,9 +545,18 @@ static void add_rope_freqs(const char *src, const char *dst, const float *ff, in
         uint32_t u;
         float f;
         switch (kv->type) {
-        case GGUF_V_U32: memcpy(&u, kv->value, 4); gw_u32(w, kv->key, u); break;
-        case GGUF_V_I32: memcpy(&u, kv->value, 4); gw_i32(w, kv->key, (int32_t)u); break;
-        case GGUF_V_F32: memcpy(&f, kv->value, 4); gw_f32(w, kv->key, f); break;
+        case GGUF_V_U32:
+            memcpy(&u, kv->value, 4);
+            gw_u32(w, kv->key, u);
+            break;
+        case GGUF_V_I32:
+            memcpy(&u, kv->value, 4);
+            gw_i32(w, kv->key, (int32_t)u);
+            break;
+        case GGUF_V_F32:
+            memcpy(&f, kv->value, 4);
+            gw_f32(w, kv->key, f);
+            break;
         case GGUF_V_BOOL: gw_bool(w, kv->key, kv->value[0] != 0); break;
         case GGUF_V_STRING: {
             char *str = strndup((const char *)kv->value, kv->count);
@@ -554,8 +570,7 @@ static void add_rope_freqs(const char *src, const char *dst, const float *ff, in
                 const char **ss = malloc(cnt * sizeof *ss);
                 size_t *ls = malloc(cnt * sizeof *ls);
                 const void *p = kv->value;
-                for (size_t j = 0; j < cnt; j++)
-                    gguf_str_next(&p, &ss[j], &ls[j]);
+                for (size_t j = 0; j < cnt; j++) gguf_str_next(&p, &ss[j], &ls[j]);
                 gw_str_arr(w, kv->key, ss, ls, cnt);
                 free(ss);
                 free(ls);
@@ -573,8 +588,7 @@ static void add_rope_freqs(const char *src, const char *dst, const float *ff, in
             }
             break;
         }
-        default:
-            cr_assert_fail("%s: %s not copied", kv->key, gguf_vtype_name(kv->type));
+        default: cr_assert_fail("%s: %s not copied", kv->key, gguf_vtype_name(kv->type));
         }
     }
     for (int i = 0; i < gguf_n_tensors(g); i++) {

@@ -36,9 +36,11 @@ static int read_lines(const char *path, char ***lines)
     *lines = NULL;
     ssize_t len;
     while ((len = getline(&l, &cap, f)) >= 0) {
-        cr_assert(len > 0 && l[len - 1] == '\n', "line %d of %s is not whole: '%s'", n + 1, path, l);
+        cr_assert(len > 0 && l[len - 1] == '\n', "line %d of %s is not whole: '%s'", n + 1, path,
+                  l);
         l[len - 1] = 0;
-        if (n == ncap) *lines = realloc(*lines, sizeof(char *) * (size_t)(ncap = ncap ? ncap * 2 : 64));
+        if (n == ncap)
+            *lines = realloc(*lines, sizeof(char *) * (size_t)(ncap = ncap ? ncap * 2 : 64));
         (*lines)[n++] = strdup(l);
     }
     free(l);
@@ -60,16 +62,45 @@ Test(daemon_declog, request_lines_round_trip)
     cr_assert_eq(declog_create(&cfg, &d), 0, "%s", declog_errmsg());
     cr_assert(declog_has_requests(d) && !declog_has_decisions(d));
     declog_request in[3] = {
-        {.req = 1, .arrival_us = 10, .tenant = "alice", .class_name = "chat", .prompt_tokens = 12,
-         .max_tokens = 64, .output_tokens = 64, .deadline_us = DECLOG_NULL, .cancel_us = DECLOG_NULL,
-         .first_token_us = 900, .finish_us = 5000, .finish_reason = "length", .reject_reason = NULL},
-        {.req = 2, .arrival_us = 20, .tenant = "b\"o\\b\n\x01", .class_name = "batch", .prompt_tokens = 4000,
-         .max_tokens = 10, .output_tokens = 0, .deadline_us = 30, .cancel_us = DECLOG_NULL,
-         .first_token_us = DECLOG_NULL, .finish_us = 21, .finish_reason = "rejected",
+        {.req = 1,
+         .arrival_us = 10,
+         .tenant = "alice",
+         .class_name = "chat",
+         .prompt_tokens = 12,
+         .max_tokens = 64,
+         .output_tokens = 64,
+         .deadline_us = DECLOG_NULL,
+         .cancel_us = DECLOG_NULL,
+         .first_token_us = 900,
+         .finish_us = 5000,
+         .finish_reason = "length",
+         .reject_reason = NULL},
+        {.req = 2,
+         .arrival_us = 20,
+         .tenant = "b\"o\\b\n\x01",
+         .class_name = "batch",
+         .prompt_tokens = 4000,
+         .max_tokens = 10,
+         .output_tokens = 0,
+         .deadline_us = 30,
+         .cancel_us = DECLOG_NULL,
+         .first_token_us = DECLOG_NULL,
+         .finish_us = 21,
+         .finish_reason = "rejected",
          .reject_reason = "prompt_too_long"},
-        {.req = 3, .arrival_us = 30, .tenant = "ünï", .class_name = "chat", .prompt_tokens = 5,
-         .max_tokens = 100, .output_tokens = 7, .deadline_us = DECLOG_NULL, .cancel_us = 400,
-         .first_token_us = 100, .finish_us = 401, .finish_reason = "cancelled", .reject_reason = NULL},
+        {.req = 3,
+         .arrival_us = 30,
+         .tenant = "ünï",
+         .class_name = "chat",
+         .prompt_tokens = 5,
+         .max_tokens = 100,
+         .output_tokens = 7,
+         .deadline_us = DECLOG_NULL,
+         .cancel_us = 400,
+         .first_token_us = 100,
+         .finish_us = 401,
+         .finish_reason = "cancelled",
+         .reject_reason = NULL},
     };
     for (int i = 0; i < 3; i++) cr_assert_eq(declog_request_line(d, &in[i]), 0);
     cr_assert_eq(declog_flush(d, 5000), 0, "%s", declog_errmsg());
@@ -81,9 +112,10 @@ Test(daemon_declog, request_lines_round_trip)
         json_t *o = json_loads(lines[i], 0, &e);
         cr_assert(o && json_is_object(o), "line %d not JSON: %s: %s", i, e.text, lines[i]);
         /* every FORMATS.md key is present */
-        const char *keys[] = {"req", "arrival_us", "tenant", "class", "prompt_tokens", "max_tokens",
-                              "output_tokens", "deadline_us", "cancel_us", "first_token_us",
-                              "finish_us", "finish_reason", "reject_reason"};
+        const char *keys[] = {"req",           "arrival_us",     "tenant",        "class",
+                              "prompt_tokens", "max_tokens",     "output_tokens", "deadline_us",
+                              "cancel_us",     "first_token_us", "finish_us",     "finish_reason",
+                              "reject_reason"};
         for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
             cr_assert(json_object_get(o, keys[k]), "line %d lacks %s: %s", i, keys[k], lines[i]);
         json_decref(o);
@@ -104,8 +136,10 @@ Test(daemon_declog, request_lines_round_trip)
         cr_assert_eq(r.first_token_us, in[i].first_token_us);
         cr_assert_eq(r.finish_us, in[i].finish_us);
         cr_assert_str_eq(r.finish_reason, in[i].finish_reason);
-        if (in[i].reject_reason) cr_assert_str_eq(r.reject_reason, in[i].reject_reason);
-        else cr_assert_null(r.reject_reason);
+        if (in[i].reject_reason)
+            cr_assert_str_eq(r.reject_reason, in[i].reject_reason);
+        else
+            cr_assert_null(r.reject_reason);
         /* format(parse(line)) == line */
         char again[1024];
         cr_assert_eq(fmt_request_format(&r, again, sizeof again), (int)strlen(lines[i]));
@@ -129,7 +163,8 @@ Test(daemon_declog, parse_rejects_bad_fields_by_name)
         {"{\"req\":1,\"prompt_tokens\":3,\"output_tokens\":1}", "arrival_us"},
         {"{\"arrival_us\":1,\"prompt_tokens\":3,\"output_tokens\":1}", "req"},
         {"{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":3}", "output_tokens"},
-        {"{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":3,\"output_tokens\":1,\"tenant\":5}", "tenant"},
+        {"{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":3,\"output_tokens\":1,\"tenant\":5}",
+         "tenant"},
         {"[1,2]", "object"},
         {"{\"arrival_us\":1,", "JSON"},
     };
@@ -139,7 +174,8 @@ Test(daemon_declog, parse_rejects_bad_fields_by_name)
         cr_assert(strstr(why, bad[i][1]), "case %zu: detail '%s' lacks '%s'", i, why, bad[i][1]);
     }
     /* unknown keys ignored, optional ones null */
-    const char *ok = "{\"req\":4,\"arrival_us\":5,\"prompt_tokens\":3,\"output_tokens\":2,\"zzz\":[1]}";
+    const char *ok =
+        "{\"req\":4,\"arrival_us\":5,\"prompt_tokens\":3,\"output_tokens\":2,\"zzz\":[1]}";
     cr_assert_eq(fmt_request_parse(ok, strlen(ok), &r, &text, why, sizeof why), 0, "%s", why);
     cr_assert_eq(r.cancel_us, DECLOG_NULL);
     cr_assert_eq(r.max_tokens, 2);
@@ -159,10 +195,12 @@ Test(daemon_declog, decision_lines_whole_and_drops_counted)
     char line[256];
     for (int i = 0; i < N; i++) {
         int n = snprintf(line, sizeof line,
-                         "{\"t_us\":%d,\"ev\":\"admit\",\"req\":%d,\"tenant\":\"t%d\",\"class\":\"chat\",\"reason\":\"\"}",
+                         "{\"t_us\":%d,\"ev\":\"admit\",\"req\":%d,\"tenant\":\"t%d\",\"class\":"
+                         "\"chat\",\"reason\":\"\"}",
                          i, i, i % 3);
         int rc = declog_decision_line(d, line, (size_t)n);
-        if (rc == 0) ok++;
+        if (rc == 0)
+            ok++;
         else {
             cr_assert_eq(rc, -ENOBUFS, "rc %d", rc);
             dropped++;
@@ -224,17 +262,42 @@ Test(daemon_declog, sched_events_are_schema_json)
     declog *d;
     cr_assert_eq(declog_create(&cfg, &d), 0, "%s", declog_errmsg());
     sched_event evs[] = {
-        {.t_us = 1, .kind = SCHED_EV_ADMIT, .req = 7, .tenant = "alice", .class_name = "chat",
-         .prompt_tokens = 12, .max_tokens = 30},
-        {.t_us = 2, .kind = SCHED_EV_PREEMPT, .req = 7, .tenant = "alice", .class_name = "chat",
-         .defer = SCHED_DEFER_BLOCKS, .mode = SCHED_PREEMPT_SWAP, .blocks = 3, .swap_cost_us = 12.5, .recompute_cost_us = 99.0},
-        {.t_us = 3, .kind = SCHED_EV_RELEASE, .req = 7, .tenant = "alice", .class_name = "chat",
-         .pool = SCHED_POOL_HOST, .blocks = 3},
-        {.t_us = 4, .kind = SCHED_EV_FINISH, .req = 7, .tenant = "al\"ice", .class_name = "chat",
-         .finish = SCHED_FINISH_LENGTH, .output_tokens = 30, .policy = "00ff"},
+        {.t_us = 1,
+         .kind = SCHED_EV_ADMIT,
+         .req = 7,
+         .tenant = "alice",
+         .class_name = "chat",
+         .prompt_tokens = 12,
+         .max_tokens = 30},
+        {.t_us = 2,
+         .kind = SCHED_EV_PREEMPT,
+         .req = 7,
+         .tenant = "alice",
+         .class_name = "chat",
+         .defer = SCHED_DEFER_BLOCKS,
+         .mode = SCHED_PREEMPT_SWAP,
+         .blocks = 3,
+         .swap_cost_us = 12.5,
+         .recompute_cost_us = 99.0},
+        {.t_us = 3,
+         .kind = SCHED_EV_RELEASE,
+         .req = 7,
+         .tenant = "alice",
+         .class_name = "chat",
+         .pool = SCHED_POOL_HOST,
+         .blocks = 3},
+        {.t_us = 4,
+         .kind = SCHED_EV_FINISH,
+         .req = 7,
+         .tenant = "al\"ice",
+         .class_name = "chat",
+         .finish = SCHED_FINISH_LENGTH,
+         .output_tokens = 30,
+         .policy = "00ff"},
     };
     const int n_ev = (int)(sizeof evs / sizeof *evs);
-    for (int i = 0; i < n_ev; i++) cr_assert_eq(declog_decision(d, &evs[i]), 0, "%s", declog_errmsg());
+    for (int i = 0; i < n_ev; i++)
+        cr_assert_eq(declog_decision(d, &evs[i]), 0, "%s", declog_errmsg());
     cr_assert_eq(declog_flush(d, 5000), 0);
     declog_destroy(d);
     char **lines;
@@ -245,7 +308,8 @@ Test(daemon_declog, sched_events_are_schema_json)
         json_t *o = json_loads(lines[i], 0, &e);
         cr_assert(o && json_is_object(o), "line %d not JSON (%s): %s", i, e.text, lines[i]);
         cr_assert(json_is_integer(json_object_get(o, "t_us")), "%s", lines[i]);
-        cr_assert_str_eq(json_string_value(json_object_get(o, "ev")), sched_event_name(evs[i].kind));
+        cr_assert_str_eq(json_string_value(json_object_get(o, "ev")),
+                         sched_event_name(evs[i].kind));
         cr_assert_eq(json_integer_value(json_object_get(o, "req")), 7);
         cr_assert_str_eq(json_string_value(json_object_get(o, "tenant")), evs[i].tenant);
         cr_assert(json_is_string(json_object_get(o, "class")));

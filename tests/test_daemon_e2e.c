@@ -31,10 +31,10 @@
 /* ---- harness ------------------------------------------------------------------------- */
 
 typedef struct dmn {
-    th_daemon th;  /* tests/helpers.c starts and stops it */
+    th_daemon th; /* tests/helpers.c starts and stops it */
     char dir[64];
     char sock[128], stats[128], declog[128], reqlog[128], errlog[128], policy[128];
-    char out[160];   /* a client's output (dmn_start_for) */
+    char out[160]; /* a client's output (dmn_start_for) */
     pid_t pid;
 } dmn;
 
@@ -92,7 +92,7 @@ static void dump_file(const char *path, const char *what)
 
 /* Starts ringlmd (tests/helpers.c) with its stats file and logs in its private directory;
  * returns once its socket answers and its stats file exists. */
-#define DMN_START_MS 100000
+#define DMN_START_MS      100000
 /* An extra option for a test whose assertion needs its clients to act while the daemon still
  * works (submit more, be killed mid-prefill, see a first token when it comes): ringlmd then
  * runs at nice 19. By default it takes nice -10 (these tests run as root), 20 levels above
@@ -118,12 +118,19 @@ static void dmn_start(dmn *d, const char *model, const char *policy_text, const 
     }
     const char *argv[64];
     int a = 0;
-    argv[a++] = "--model"; argv[a++] = model;
-    argv[a++] = "--stats-file"; argv[a++] = d->stats;
+    argv[a++] = "--model";
+    argv[a++] = model;
+    argv[a++] = "--stats-file";
+    argv[a++] = d->stats;
     argv[a++] = "--check-invariants";
-    argv[a++] = "--decision-log"; argv[a++] = d->declog;
-    argv[a++] = "--request-log"; argv[a++] = d->reqlog;
-    if (policy_text) { argv[a++] = "--policy"; argv[a++] = d->policy; }
+    argv[a++] = "--decision-log";
+    argv[a++] = d->declog;
+    argv[a++] = "--request-log";
+    argv[a++] = d->reqlog;
+    if (policy_text) {
+        argv[a++] = "--policy";
+        argv[a++] = d->policy;
+    }
     for (int i = 0; extra && extra[i] && a < 56; i++) argv[a++] = extra[i];
     argv[a] = NULL;
     /* The start is waited for as an event (its socket listening, or its exit); the bound
@@ -223,7 +230,8 @@ static void assert_back_to_baseline(dmn *d, int timeout_ms)
                          "pool %s: used + free != total: %s", fmt_stats_pool_names[p], last);
         cr_assert_str_eq(st.invariants, "ok", "scheduler invariants: %s", last);
         cr_assert_eq(st.swap_verify_errors, 0, "swap-in not byte-exact: %s", last);
-        cr_assert_eq(st.transfer_overlap_errors, 0, "a block was in two transfers at once: %s", last);
+        cr_assert_eq(st.transfer_overlap_errors, 0, "a block was in two transfers at once: %s",
+                     last);
         bool idle = st.live_requests == 0 && st.kv[0].used == 0 && st.kv[1].used == 0 &&
                     st.kv[2].used == 0 && st.transfers_inflight == 0;
         if (idle) return;
@@ -288,7 +296,8 @@ static int load_refs(ref_case *out, int max)
         json_t *c = json_array_get(cases, i);
         ref_case *r = &out[n];
         memset(r, 0, sizeof *r);
-        json_t *pt = json_object_get(c, "prompt_tokens"), *gt = json_object_get(c, "generated_tokens");
+        json_t *pt = json_object_get(c, "prompt_tokens"),
+               *gt = json_object_get(c, "generated_tokens");
         if (json_array_size(pt) > 16 || json_array_size(gt) > 600) continue;
         for (size_t k = 0; k < json_array_size(pt); k++)
             r->prompt[r->n_prompt++] = (int32_t)json_integer_value(json_array_get(pt, k));
@@ -319,7 +328,10 @@ static int client_greedy(void *arg)
     gen_job *g = arg;
     ringlm_client *c;
     int rc = ringlm_connect(g->sock, &c);
-    if (rc < 0) { fprintf(stderr, "connect: %s %s\n", ringlm_strerror(rc), ringlm_errdetail()); return 2; }
+    if (rc < 0) {
+        fprintf(stderr, "connect: %s %s\n", ringlm_strerror(rc), ringlm_errdetail());
+        return 2;
+    }
     uint64_t ids[32];
     static int32_t got[32][600];
     uint32_t n_got[32] = {0};
@@ -332,37 +344,55 @@ static int client_greedy(void *arg)
         r.class_name = g->class_name;
         r.tenant_tag = g->tenant;
         rc = ringlm_submit(c, &r, &ids[i]);
-        if (rc < 0) { fprintf(stderr, "submit %d: %s %s\n", i, ringlm_strerror(rc), ringlm_errdetail()); return 3; }
+        if (rc < 0) {
+            fprintf(stderr, "submit %d: %s %s\n", i, ringlm_strerror(rc), ringlm_errdetail());
+            return 3;
+        }
     }
     int left = g->n_cases, bad = 0;
     while (left > 0) {
         ringlm_event ev;
         rc = ringlm_next_event(c, &ev, 60000);
-        if (rc <= 0) { fprintf(stderr, "next_event: %d %s %s\n", rc, ringlm_strerror(rc), ringlm_errdetail()); return 4; }
+        if (rc <= 0) {
+            fprintf(stderr, "next_event: %d %s %s\n", rc, ringlm_strerror(rc), ringlm_errdetail());
+            return 4;
+        }
         int i = 0;
         while (i < g->n_cases && ids[i] != ev.req_id) i++;
-        if (i == g->n_cases) { fprintf(stderr, "event for unknown id %llu\n", (unsigned long long)ev.req_id); return 5; }
+        if (i == g->n_cases) {
+            fprintf(stderr, "event for unknown id %llu\n", (unsigned long long)ev.req_id);
+            return 5;
+        }
         if (ev.kind == RINGLM_EV_TOKEN) {
-            if (ev.index != n_got[i]) { fprintf(stderr, "case %d: token index %u, expected %u\n", i, ev.index, n_got[i]); bad++; }
+            if (ev.index != n_got[i]) {
+                fprintf(stderr, "case %d: token index %u, expected %u\n", i, ev.index, n_got[i]);
+                bad++;
+            }
             if (n_got[i] < 600) got[i][n_got[i]++] = ev.token;
         } else if (ev.kind == RINGLM_EV_FINISH) {
             left--;
             const ref_case *rc_ = &g->cases[i];
             int want_reason = rc_->stops ? RINGLM_FINISH_STOP : RINGLM_FINISH_LENGTH;
-            if (ev.finish_reason != want_reason || ev.n_tokens != rc_->n_gen || n_got[i] != rc_->n_gen) {
-                fprintf(stderr, "case %d: finish %s/%s n_tokens %u got %u, expected %s with %u tokens\n",
-                        i, ringlm_reason_name(ev.finish_reason), ringlm_reason_name(ev.reject_reason),
+            if (ev.finish_reason != want_reason || ev.n_tokens != rc_->n_gen ||
+                n_got[i] != rc_->n_gen) {
+                fprintf(stderr,
+                        "case %d: finish %s/%s n_tokens %u got %u, expected %s with %u tokens\n", i,
+                        ringlm_reason_name(ev.finish_reason), ringlm_reason_name(ev.reject_reason),
                         ev.n_tokens, n_got[i], ringlm_reason_name(want_reason), rc_->n_gen);
                 bad++;
             }
             for (uint32_t k = 0; k < n_got[i] && k < rc_->n_gen; k++) {
                 if (got[i][k] != rc_->gen[k]) {
-                    fprintf(stderr, "case %d: token %u is %d, reference %d\n", i, k, got[i][k], rc_->gen[k]);
+                    fprintf(stderr, "case %d: token %u is %d, reference %d\n", i, k, got[i][k],
+                            rc_->gen[k]);
                     bad++;
                     break;
                 }
             }
-            if (ev.policy_hash == 0) { fprintf(stderr, "case %d: finish without policy hash\n", i); bad++; }
+            if (ev.policy_hash == 0) {
+                fprintf(stderr, "case %d: finish without policy hash\n", i);
+                bad++;
+            }
         }
     }
     ringlm_close(c);
@@ -389,7 +419,8 @@ Test(daemon_e2e, greedy_reference_all_cases_in_one_batch)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    if (!stories_path(model, sizeof model))
+        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
     int n = load_refs(cases, 12);
     if (n == 0) cr_skip_test("reference-greedy.json not found");
@@ -401,7 +432,8 @@ Test(daemon_e2e, greedy_reference_all_cases_in_one_batch)
     assert_back_to_baseline(&d, 5000);
     int ex = dmn_stop(&d, SIGTERM, 10000);
     cr_expect_eq(ex, 0, "ringlmd exit status %d after SIGTERM", ex);
-    cr_expect_geq(count_lines(d.reqlog, "\"finish_reason\":\"length\""), 1, "request log has no finished lines");
+    cr_expect_geq(count_lines(d.reqlog, "\"finish_reason\":\"length\""), 1,
+                  "request log has no finished lines");
     if (st != 0 || ex != 0) dump_file(d.errlog, "ringlmd stderr");
     dmn_cleanup(&d);
 }
@@ -421,7 +453,10 @@ static int client_fixed_length(void *arg)
     fixed_job *g = arg;
     ringlm_client *c;
     int rc = ringlm_connect(g->sock, &c);
-    if (rc < 0) { fprintf(stderr, "connect: %s %s\n", ringlm_strerror(rc), ringlm_errdetail()); return 2; }
+    if (rc < 0) {
+        fprintf(stderr, "connect: %s %s\n", ringlm_strerror(rc), ringlm_errdetail());
+        return 2;
+    }
     uint64_t ids[2];
     for (int i = 0; i < 2; i++) {
         ringlm_request r;
@@ -441,9 +476,15 @@ static int client_fixed_length(void *arg)
     while (left > 0) {
         ringlm_event ev;
         rc = ringlm_next_event(c, &ev, 60000);
-        if (rc <= 0) { fprintf(stderr, "next_event: %d %s %s\n", rc, ringlm_strerror(rc), ringlm_errdetail()); return 4; }
+        if (rc <= 0) {
+            fprintf(stderr, "next_event: %d %s %s\n", rc, ringlm_strerror(rc), ringlm_errdetail());
+            return 4;
+        }
         int i = ev.req_id == ids[0] ? 0 : ev.req_id == ids[1] ? 1 : -1;
-        if (i < 0) { fprintf(stderr, "event for unknown id\n"); return 5; }
+        if (i < 0) {
+            fprintf(stderr, "event for unknown id\n");
+            return 5;
+        }
         if (ev.kind == RINGLM_EV_TOKEN && n_got[i] < 600)
             got[i][n_got[i]++] = ev.token;
         else if (ev.kind == RINGLM_EV_FINISH) {
@@ -460,18 +501,22 @@ static int client_fixed_length(void *arg)
         bad++;
     }
     if (reason[1] != RINGLM_FINISH_LENGTH || n_got[1] != g->max_new || n_fin[1] != g->max_new) {
-        fprintf(stderr, "ignore_stop: finish %s with %u tokens (%u streamed), expected length "
-                "with exactly %u\n", ringlm_reason_name(reason[1]), n_fin[1], n_got[1], g->max_new);
+        fprintf(stderr,
+                "ignore_stop: finish %s with %u tokens (%u streamed), expected length "
+                "with exactly %u\n",
+                ringlm_reason_name(reason[1]), n_fin[1], n_got[1], g->max_new);
         bad++;
     }
     for (uint32_t k = 0; k < rf->n_gen && k < n_got[1]; k++)
         if (got[1][k] != rf->gen[k]) {
-            fprintf(stderr, "ignore_stop: token %u is %d, reference %d\n", k, got[1][k], rf->gen[k]);
+            fprintf(stderr, "ignore_stop: token %u is %d, reference %d\n", k, got[1][k],
+                    rf->gen[k]);
             bad++;
             break;
         }
     if (n_got[1] > rf->n_gen && got[1][rf->n_gen] != 1) {
-        fprintf(stderr, "ignore_stop: token %u is %d, not the stop token the reference stopped on\n",
+        fprintf(stderr,
+                "ignore_stop: token %u is %d, not the stop token the reference stopped on\n",
                 rf->n_gen, got[1][rf->n_gen]);
         bad++;
     }
@@ -482,14 +527,14 @@ Test(daemon_e2e, ignore_stop_generates_exactly_max_new_tokens)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    if (!stories_path(model, sizeof model))
+        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
     int n = load_refs(cases, 12);
     if (n == 0) cr_skip_test("reference-greedy.json not found");
     const ref_case *stopping = NULL;
     for (int i = 0; i < n && !stopping; i++)
-        if (cases[i].stops && cases[i].n_prompt + cases[i].n_gen + 40 < 512)
-            stopping = &cases[i];
+        if (cases[i].stops && cases[i].n_prompt + cases[i].n_gen + 40 < 512) stopping = &cases[i];
     cr_assert(stopping, "no reference case stops on the stop token early enough");
     dmn d;
     dmn_start(&d, model, NULL, NULL);
@@ -506,12 +551,16 @@ Test(daemon_e2e, ignore_stop_generates_exactly_max_new_tokens)
  * reproduce the unpreempted greedy tokens; swap-ins are verified byte-exact by the daemon
  * (--verify-swaps checksums each block at swap-out and compares at swap-in). */
 static void preempt_mode_tier(const char *mode, bool disk);
-static void preempt_mode(const char *mode) { preempt_mode_tier(mode, false); }
+static void preempt_mode(const char *mode)
+{
+    preempt_mode_tier(mode, false);
+}
 static void preempt_mode_tier(const char *mode, bool disk)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    if (!stories_path(model, sizeof model))
+        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case all[12], cases[4];
     int n = load_refs(all, 12);
     if (n < 8) cr_skip_test("reference-greedy.json not found");
@@ -524,10 +573,11 @@ static void preempt_mode_tier(const char *mode, bool disk)
              mode);
     char disk_path[128];
     snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-kvdisk-%d", (int)getpid());
-    const char *extra_host[] = {"--kv-blocks", "24", "--kv-block-size", "16", "--host-kv-blocks", "64",
+    const char *extra_host[] = {"--kv-blocks",      "24", "--kv-block-size", "16",
+                                "--host-kv-blocks", "64", "--verify-swaps",  NULL};
+    const char *extra_disk[] = {"--kv-blocks",    "24",      "--kv-block-size",  "16",
+                                "--disk-kv",      disk_path, "--disk-kv-blocks", "64",
                                 "--verify-swaps", NULL};
-    const char *extra_disk[] = {"--kv-blocks", "24", "--kv-block-size", "16", "--disk-kv", disk_path,
-                                "--disk-kv-blocks", "64", "--verify-swaps", NULL};
     dmn d;
     dmn_start(&d, model, policy, disk ? extra_disk : extra_host);
     gen_job g = {.sock = d.sock, .cases = cases, .n_cases = 4};
@@ -555,32 +605,44 @@ static void preempt_mode_tier(const char *mode, bool disk)
     unlink(disk_path);
 }
 
-Test(daemon_e2e, preempt_swap_same_tokens) { preempt_mode("swap"); }
-Test(daemon_e2e, preempt_swap_disk_tier_same_tokens) { preempt_mode_tier("swap", true); }
-Test(daemon_e2e, preempt_recompute_same_tokens) { preempt_mode("recompute"); }
-Test(daemon_e2e, preempt_auto_same_tokens) { preempt_mode("auto"); }
+Test(daemon_e2e, preempt_swap_same_tokens)
+{
+    preempt_mode("swap");
+}
+Test(daemon_e2e, preempt_swap_disk_tier_same_tokens)
+{
+    preempt_mode_tier("swap", true);
+}
+Test(daemon_e2e, preempt_recompute_same_tokens)
+{
+    preempt_mode("recompute");
+}
+Test(daemon_e2e, preempt_auto_same_tokens)
+{
+    preempt_mode("auto");
+}
 
 /* ---- generic load client ------------------------------------------------------------- */
 
 typedef struct load_job {
     const char *sock;
-    const char *tenant;      /* tenant tag (trusted uid) or NULL */
+    const char *tenant; /* tenant tag (trusted uid) or NULL */
     const char *class_name;
-    int n_requests;          /* total to submit (0 = until duration_ms) */
-    int concurrency;         /* closed loop: requests in flight */
-    uint64_t interval_us;    /* open loop: one submit per interval (0 = closed loop) */
-    uint64_t duration_ms;    /* stop submitting after this long (0 = no limit) */
-    uint64_t start_at_us;    /* CLOCK_MONOTONIC µs to start at (0 = now) */
+    int n_requests;       /* total to submit (0 = until duration_ms) */
+    int concurrency;      /* closed loop: requests in flight */
+    uint64_t interval_us; /* open loop: one submit per interval (0 = closed loop) */
+    uint64_t duration_ms; /* stop submitting after this long (0 = no limit) */
+    uint64_t start_at_us; /* CLOCK_MONOTONIC µs to start at (0 = now) */
     uint32_t prompt_len, max_new;
     int32_t token_base;
     int vocab;
-    const char *out_path;    /* one line per request */
-    int ready_fd;            /* write one byte after the first token (or -1) */
-    uint64_t deadline_us;    /* per request, relative (0 = none) */
+    const char *out_path;        /* one line per request */
+    int ready_fd;                /* write one byte after the first token (or -1) */
+    uint64_t deadline_us;        /* per request, relative (0 = none) */
     const int32_t *fixed_prompt; /* this prompt (prompt_len tokens) for every request */
-    bool never_read;         /* submit, then stop reading (backpressure) */
-    int wait_fd;             /* never_read: read one byte here before reading events */
-    int gate_after, gate_fd; /* after this many submits (0: never), read one byte at gate_fd */
+    bool never_read;             /* submit, then stop reading (backpressure) */
+    int wait_fd;                 /* never_read: read one byte here before reading events */
+    int gate_after, gate_fd;     /* after this many submits (0: never), read one byte at gate_fd */
 } load_job;
 
 typedef struct req_rec {
@@ -595,12 +657,16 @@ static int client_load(void *arg)
     load_job *L = arg;
     ringlm_client *c;
     int rc = ringlm_connect(L->sock, &c);
-    if (rc < 0) { fprintf(stderr, "load connect: %s %s\n", ringlm_strerror(rc), ringlm_errdetail()); return 2; }
+    if (rc < 0) {
+        fprintf(stderr, "load connect: %s %s\n", ringlm_strerror(rc), ringlm_errdetail());
+        return 2;
+    }
     int cap = L->n_requests > 0 ? L->n_requests : 100000;
     req_rec *recs = calloc((size_t)cap, sizeof *recs);
     int32_t *prompt = malloc(sizeof(int32_t) * (L->prompt_len ? L->prompt_len : 1));
     int submitted = 0, finished = 0, inflight = 0;
-    if (L->start_at_us) while (now_us() < L->start_at_us) poll_pause();
+    if (L->start_at_us)
+        while (now_us() < L->start_at_us) poll_pause();
     uint64_t t0 = now_us(), next_submit = t0;
     bool ready_sent = false;
     for (;;) {
@@ -608,8 +674,11 @@ static int client_load(void *arg)
         bool may_submit = submitted < cap && (!L->duration_ms || t - t0 < L->duration_ms * 1000);
         while (may_submit && (L->interval_us ? t >= next_submit : inflight < L->concurrency)) {
             for (uint32_t k = 0; k < L->prompt_len; k++)
-                prompt[k] = L->fixed_prompt ? L->fixed_prompt[k]
-                                            : (int32_t)((L->token_base + 7 * submitted + 3 * (int)k) % (L->vocab - 3) + 3);
+                prompt[k] =
+                    L->fixed_prompt
+                        ? L->fixed_prompt[k]
+                        : (int32_t)((L->token_base + 7 * submitted + 3 * (int)k) % (L->vocab - 3) +
+                                    3);
             ringlm_request r;
             ringlm_request_init(&r);
             r.prompt = prompt;
@@ -622,12 +691,16 @@ static int client_load(void *arg)
             q->submit_us = now_us();
             rc = ringlm_submit(c, &r, &q->id);
             if (rc == -EAGAIN) break;
-            if (rc < 0) { fprintf(stderr, "load submit: %s %s\n", ringlm_strerror(rc), ringlm_errdetail()); goto out; }
+            if (rc < 0) {
+                fprintf(stderr, "load submit: %s %s\n", ringlm_strerror(rc), ringlm_errdetail());
+                goto out;
+            }
             submitted++;
             inflight++;
             if (L->gate_after && submitted == L->gate_after) {
                 char b;
-                if (read(L->gate_fd, &b, 1) != 1) { /* parent gone */ }
+                if (read(L->gate_fd, &b, 1) != 1) { /* parent gone */
+                }
             }
             next_submit += L->interval_us;
             may_submit = submitted < cap && (!L->duration_ms || t - t0 < L->duration_ms * 1000);
@@ -636,7 +709,8 @@ static int client_load(void *arg)
         if (L->never_read) {
             if (!may_submit) {
                 char b;
-                if (read(L->wait_fd, &b, 1) != 1) { /* parent gone */ }
+                if (read(L->wait_fd, &b, 1) != 1) { /* parent gone */
+                }
                 L->never_read = false;
             } else {
                 continue;
@@ -645,7 +719,10 @@ static int client_load(void *arg)
         int to = L->interval_us ? 1 : 200;
         ringlm_event ev;
         rc = ringlm_next_event(c, &ev, to);
-        if (rc < 0) { fprintf(stderr, "load next_event: %s %s\n", ringlm_strerror(rc), ringlm_errdetail()); goto out; }
+        if (rc < 0) {
+            fprintf(stderr, "load next_event: %s %s\n", ringlm_strerror(rc), ringlm_errdetail());
+            goto out;
+        }
         if (rc == 0) continue;
         int i = submitted - 1;
         while (i >= 0 && recs[i].id != ev.req_id) i--;
@@ -657,7 +734,8 @@ static int client_load(void *arg)
             q->next_index = ev.index + 1;
             q->n_tokens++;
             if (!ready_sent && L->ready_fd >= 0) {
-                if (write(L->ready_fd, "r", 1) != 1) { /* parent gone */ }
+                if (write(L->ready_fd, "r", 1) != 1) { /* parent gone */
+                }
                 ready_sent = true;
             }
         } else {
@@ -717,7 +795,8 @@ static long long median_ttft(const result_line *r, int n)
 {
     long long v[4096];
     int k = 0;
-    for (int i = 0; i < n && k < 4096; i++) if (r[i].ttft_us >= 0) v[k++] = r[i].ttft_us;
+    for (int i = 0; i < n && k < 4096; i++)
+        if (r[i].ttft_us >= 0) v[k++] = r[i].ttft_us;
     if (!k) return -1;
     qsort(v, (size_t)k, sizeof v[0], cmp_ll);
     return v[k / 2];
@@ -730,11 +809,11 @@ static long long median_ttft(const result_line *r, int n)
 Test(daemon_e2e, scenario_long_prompt_short_chats)
 {
     need_daemon_binary();
-    const char *policy =
-        "[scheduler]\nmode = token_budget\ntoken_budget = 48\nprefill_chunk = 32\nmax_active_seqs = 16\n"
-        "decode_reserve_tokens = 16\n"
-        "[class chat]\nlatency_sensitive = yes\npriority = 10\n"
-        "[class batch]\npriority = 0\n";
+    const char *policy = "[scheduler]\nmode = token_budget\ntoken_budget = 48\nprefill_chunk = "
+                         "32\nmax_active_seqs = 16\n"
+                         "decode_reserve_tokens = 16\n"
+                         "[class chat]\nlatency_sensitive = yes\npriority = 10\n"
+                         "[class batch]\npriority = 0\n";
     /* TTFTs are the clients' own: at nice -10 the daemon's prefill kept the chat client from
      * reading its first token (the first short chat's 486 ms vs the long prompt's 301 ms, at
      * load 20) */
@@ -745,12 +824,28 @@ Test(daemon_e2e, scenario_long_prompt_short_chats)
     snprintf(out_long, sizeof out_long, "%s/long.txt", d.dir);
     snprintf(out_short, sizeof out_short, "%s/short.txt", d.dir);
     uint64_t start = now_us() + 50000;
-    load_job lj = {.sock = d.sock, .class_name = "batch", .n_requests = 1, .concurrency = 1,
-                   .prompt_len = 250, .max_new = 4, .token_base = 11, .vocab = 32000,
-                   .out_path = out_long, .ready_fd = -1, .start_at_us = start};
-    load_job sj = {.sock = d.sock, .class_name = "chat", .n_requests = 6, .concurrency = 2,
-                   .prompt_len = 8, .max_new = 4, .token_base = 5, .vocab = 32000,
-                   .out_path = out_short, .ready_fd = -1, .start_at_us = start + 5000};
+    load_job lj = {.sock = d.sock,
+                   .class_name = "batch",
+                   .n_requests = 1,
+                   .concurrency = 1,
+                   .prompt_len = 250,
+                   .max_new = 4,
+                   .token_base = 11,
+                   .vocab = 32000,
+                   .out_path = out_long,
+                   .ready_fd = -1,
+                   .start_at_us = start};
+    load_job sj = {.sock = d.sock,
+                   .class_name = "chat",
+                   .n_requests = 6,
+                   .concurrency = 2,
+                   .prompt_len = 8,
+                   .max_new = 4,
+                   .token_base = 5,
+                   .vocab = 32000,
+                   .out_path = out_short,
+                   .ready_fd = -1,
+                   .start_at_us = start + 5000};
     pid_t pl = spawn(client_load, &lj), ps = spawn(client_load, &sj);
     cr_expect_eq(reap(pl, 60000), 0);
     cr_expect_eq(reap(ps, 60000), 0);
@@ -763,10 +858,13 @@ Test(daemon_e2e, scenario_long_prompt_short_chats)
     cr_log_info("long prompt TTFT %lld us; short chats: first TTFT %lld us, median %lld us",
                 L[0].ttft_us, S[0].ttft_us, med);
     cr_expect_eq(L[0].reason, RINGLM_FINISH_LENGTH);
-    for (int i = 0; i < ns; i++) cr_expect_eq(S[i].reason, RINGLM_FINISH_LENGTH, "short %d: %d/%d", i, S[i].reason, S[i].cause);
+    for (int i = 0; i < ns; i++)
+        cr_expect_eq(S[i].reason, RINGLM_FINISH_LENGTH, "short %d: %d/%d", i, S[i].reason,
+                     S[i].cause);
     cr_expect_lt(first_short, L[0].ttft_us,
                  "the first short chat (TTFT %lld us after the long submit) waited for the long "
-                 "prompt's prefill (TTFT %lld us)", first_short, L[0].ttft_us);
+                 "prompt's prefill (TTFT %lld us)",
+                 first_short, L[0].ttft_us);
     cr_expect_lt(med, L[0].ttft_us / 2, "short chats' median TTFT %lld us vs long prompt %lld us",
                  med, L[0].ttft_us);
     assert_back_to_baseline(&d, 5000);
@@ -789,11 +887,25 @@ Test(daemon_e2e, continuous_mode_runs_a_prompt_longer_than_its_budget)
     snprintf(out_long, sizeof out_long, "%s/long.txt", d.dir);
     snprintf(out_short, sizeof out_short, "%s/short.txt", d.dir);
     uint64_t start = now_us() + 50000;
-    load_job sj = {.sock = d.sock, .n_requests = 3, .concurrency = 3, .prompt_len = 8, .max_new = 24,
-                   .token_base = 5, .vocab = 32000, .out_path = out_short, .ready_fd = -1,
+    load_job sj = {.sock = d.sock,
+                   .n_requests = 3,
+                   .concurrency = 3,
+                   .prompt_len = 8,
+                   .max_new = 24,
+                   .token_base = 5,
+                   .vocab = 32000,
+                   .out_path = out_short,
+                   .ready_fd = -1,
                    .start_at_us = start};
-    load_job lj = {.sock = d.sock, .n_requests = 1, .concurrency = 1, .prompt_len = 250, .max_new = 4,
-                   .token_base = 11, .vocab = 32000, .out_path = out_long, .ready_fd = -1,
+    load_job lj = {.sock = d.sock,
+                   .n_requests = 1,
+                   .concurrency = 1,
+                   .prompt_len = 250,
+                   .max_new = 4,
+                   .token_base = 11,
+                   .vocab = 32000,
+                   .out_path = out_long,
+                   .ready_fd = -1,
                    .start_at_us = start + 5000};
     pid_t ps = spawn(client_load, &sj), pl = spawn(client_load, &lj);
     cr_expect_eq(reap(pl, 60000), 0);
@@ -804,7 +916,8 @@ Test(daemon_e2e, continuous_mode_runs_a_prompt_longer_than_its_budget)
     cr_expect_eq(L[0].reason, RINGLM_FINISH_LENGTH, "the 250-token prompt ended %d/%d", L[0].reason,
                  L[0].cause);
     for (int i = 0; i < 3; i++)
-        cr_expect_eq(S[i].reason, RINGLM_FINISH_LENGTH, "short %d: %d/%d", i, S[i].reason, S[i].cause);
+        cr_expect_eq(S[i].reason, RINGLM_FINISH_LENGTH, "short %d: %d/%d", i, S[i].reason,
+                     S[i].cause);
     assert_back_to_baseline(&d, 5000);
     int ex = dmn_stop(&d, SIGTERM, 10000);
     cr_expect_eq(ex, 0);
@@ -825,7 +938,8 @@ Test(daemon_e2e, scenario_fair_share_quiet_vs_loud)
              "[scheduler]\nmode = token_budget\ntoken_budget = 64\nprefill_chunk = 32\n"
              "max_active_seqs = 4\ndefault_tenant = other\n"
              "[tenant quiet]\nweight = 1\n[tenant loud]\nweight = 1\n[tenant other]\nweight = 1\n"
-             "[trust]\nuids = %u\n", (unsigned)getuid());
+             "[trust]\nuids = %u\n",
+             (unsigned)getuid());
     /* The share is only the scheduler's when both tenants stay backlogged: at nice -10 the
      * daemon finished the quiet client's 8 before that client got the CPU to submit more
      * (share 44.6% at load 18). */
@@ -838,9 +952,17 @@ Test(daemon_e2e, scenario_fair_share_quiet_vs_loud)
     uint64_t start = now_us() + 50000;
     /* The quiet client keeps 8 in flight, so it is backlogged too (its share is then half,
      * not its demand); the loud one keeps 80. */
-    load_job q = {.sock = d.sock, .tenant = "quiet", .concurrency = 8, .duration_ms = 2000,
-                  .prompt_len = 16, .max_new = 48, .token_base = 1, .vocab = 512,
-                  .out_path = oq, .ready_fd = -1, .start_at_us = start};
+    load_job q = {.sock = d.sock,
+                  .tenant = "quiet",
+                  .concurrency = 8,
+                  .duration_ms = 2000,
+                  .prompt_len = 16,
+                  .max_new = 48,
+                  .token_base = 1,
+                  .vocab = 512,
+                  .out_path = oq,
+                  .ready_fd = -1,
+                  .start_at_us = start};
     load_job l = q;
     l.tenant = "loud";
     l.concurrency = 80;
@@ -856,18 +978,29 @@ Test(daemon_e2e, scenario_fair_share_quiet_vs_loud)
     /* Only the window where both are backlogged: requests that ended before the clients
      * stopped submitting (afterwards the loud one drains its 80 alone). */
     const long long window_us = 2000000;
-#define IN_WINDOW(x) ((x).done && (x).e2e_us >= 0 && (long long)(x).submit_us + (x).e2e_us <= window_us && \
-                      ((x).reason == RINGLM_FINISH_LENGTH || (x).reason == RINGLM_FINISH_STOP))
-    for (int i = 0; i < nq; i++) if (IN_WINDOW(R[i])) { tq += R[i].n_tokens; rq++; }
+#define IN_WINDOW(x)                                                                               \
+    ((x).done && (x).e2e_us >= 0 && (long long)(x).submit_us + (x).e2e_us <= window_us &&          \
+     ((x).reason == RINGLM_FINISH_LENGTH || (x).reason == RINGLM_FINISH_STOP))
+    for (int i = 0; i < nq; i++)
+        if (IN_WINDOW(R[i])) {
+            tq += R[i].n_tokens;
+            rq++;
+        }
     int nl = read_results(ol, R, 8192);
-    for (int i = 0; i < nl; i++) if (IN_WINDOW(R[i])) { tl += R[i].n_tokens; rl++; }
+    for (int i = 0; i < nl; i++)
+        if (IN_WINDOW(R[i])) {
+            tl += R[i].n_tokens;
+            rl++;
+        }
 #undef IN_WINDOW
     double share = tq + tl ? (double)tq / (double)(tq + tl) : 0;
     cr_log_info("quiet: %d requests %lld tokens; loud: %d requests %lld tokens; quiet share %.3f",
                 rq, tq, rl, tl, share);
     cr_expect_gt(tq + tl, 0);
-    cr_expect_geq(share, 0.45, "quiet tenant got %.1f%% of the tokens, below 90%% of its 50%% share "
-                  "(quiet %lld, loud %lld)", share * 100, tq, tl);
+    cr_expect_geq(share, 0.45,
+                  "quiet tenant got %.1f%% of the tokens, below 90%% of its 50%% share "
+                  "(quiet %lld, loud %lld)",
+                  share * 100, tq, tl);
     assert_back_to_baseline(&d, 5000);
     cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
     dmn_cleanup(&d);
@@ -890,8 +1023,14 @@ Test(daemon_e2e, scenario_kill9_mid_decode_returns_blocks)
     cr_assert_eq(pipe(pfd), 0);
     /* "Once upon a time": greedy stories260K runs 341 tokens before its stop token. */
     static const int32_t once[5] = {1, 403, 407, 261, 378};
-    load_job j = {.sock = d.sock, .n_requests = 4, .concurrency = 4, .prompt_len = 5,
-                  .fixed_prompt = once, .max_new = 300, .vocab = 512, .ready_fd = pfd[1]};
+    load_job j = {.sock = d.sock,
+                  .n_requests = 4,
+                  .concurrency = 4,
+                  .prompt_len = 5,
+                  .fixed_prompt = once,
+                  .max_new = 300,
+                  .vocab = 512,
+                  .ready_fd = pfd[1]};
     for (int i = 0; i < 3; i++) kids[i] = spawn(client_load, &j);
     close(pfd[1]);
     for (int i = 0; i < 3; i++) {
@@ -935,17 +1074,20 @@ Test(daemon_e2e, scenario_kill9_mid_decode_returns_blocks)
              * iteration as the cancel. */
             n_release++;
             if (t != cancel_t[id]) late_release++;
-        }
-        else if (cancelled[id] && (strstr(line, "\"ev\":\"schedule\"") || strstr(line, "\"ev\":\"swap_in\"")))
+        } else if (cancelled[id] &&
+                   (strstr(line, "\"ev\":\"schedule\"") || strstr(line, "\"ev\":\"swap_in\"")))
             after++;
     }
     fclose(f);
-    cr_expect_eq(n_cancel + n_finish, 12, "12 requests: %d disconnect cancels + %d finished before "
-                 "the kill", n_cancel, n_finish);
+    cr_expect_eq(n_cancel + n_finish, 12,
+                 "12 requests: %d disconnect cancels + %d finished before "
+                 "the kill",
+                 n_cancel, n_finish);
     cr_expect_geq(n_cancel, 3, "only %d requests were live at the kill", n_cancel);
     cr_expect_eq(after, 0, "%d decisions gave work to cancelled requests", after);
     cr_expect_geq(n_release, 1, "no release event for %d cancelled requests", n_cancel);
-    cr_expect_eq(late_release, 0, "%d releases came in a later iteration than their cancel", late_release);
+    cr_expect_eq(late_release, 0, "%d releases came in a later iteration than their cancel",
+                 late_release);
     dmn_cleanup(&d);
 }
 
@@ -963,11 +1105,25 @@ Test(daemon_e2e, scenario_burst_queue_wait_returns_to_baseline)
     snprintf(ob, sizeof ob, "%s/before.txt", d.dir);
     snprintf(oburst, sizeof oburst, "%s/burst.txt", d.dir);
     snprintf(oa, sizeof oa, "%s/after.txt", d.dir);
-    load_job probe = {.sock = d.sock, .n_requests = 8, .concurrency = 1, .prompt_len = 8,
-                      .max_new = 8, .token_base = 1, .vocab = 512, .out_path = ob, .ready_fd = -1};
+    load_job probe = {.sock = d.sock,
+                      .n_requests = 8,
+                      .concurrency = 1,
+                      .prompt_len = 8,
+                      .max_new = 8,
+                      .token_base = 1,
+                      .vocab = 512,
+                      .out_path = ob,
+                      .ready_fd = -1};
     cr_expect_eq(reap(spawn(client_load, &probe), 30000), 0);
-    load_job burst = {.sock = d.sock, .n_requests = 40, .concurrency = 40, .prompt_len = 64,
-                      .max_new = 64, .token_base = 2, .vocab = 512, .out_path = oburst, .ready_fd = -1};
+    load_job burst = {.sock = d.sock,
+                      .n_requests = 40,
+                      .concurrency = 40,
+                      .prompt_len = 64,
+                      .max_new = 64,
+                      .token_base = 2,
+                      .vocab = 512,
+                      .out_path = oburst,
+                      .ready_fd = -1};
     pid_t b1 = spawn(client_load, &burst), b2 = spawn(client_load, &burst);
     cr_expect_eq(reap(b1, 60000), 0);
     cr_expect_eq(reap(b2, 60000), 0);
@@ -981,9 +1137,12 @@ Test(daemon_e2e, scenario_burst_queue_wait_returns_to_baseline)
     long long during = median_ttft(R, n);
     n = read_results(oa, R, 128);
     long long after_ = median_ttft(R, n);
-    cr_log_info("TTFT median: before %lld us, burst %lld us, after %lld us", before, during, after_);
-    cr_expect_leq(after_, before * 3 + 20000, "queue wait did not return to baseline: before %lld us, "
-                  "after %lld us", before, after_);
+    cr_log_info("TTFT median: before %lld us, burst %lld us, after %lld us", before, during,
+                after_);
+    cr_expect_leq(after_, before * 3 + 20000,
+                  "queue wait did not return to baseline: before %lld us, "
+                  "after %lld us",
+                  before, after_);
     cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
     dmn_cleanup(&d);
 }
@@ -1016,8 +1175,15 @@ Test(daemon_e2e, scenario_sustained_overload_rejects_at_admission)
     char oc[160], oo[160];
     snprintf(oc, sizeof oc, "%s/cal.txt", d.dir);
     snprintf(oo, sizeof oo, "%s/over.txt", d.dir);
-    load_job cal = {.sock = d.sock, .n_requests = 32, .concurrency = 16, .prompt_len = 32,
-                    .max_new = 32, .token_base = 1, .vocab = 512, .out_path = oc, .ready_fd = -1};
+    load_job cal = {.sock = d.sock,
+                    .n_requests = 32,
+                    .concurrency = 16,
+                    .prompt_len = 32,
+                    .max_new = 32,
+                    .token_base = 1,
+                    .vocab = 512,
+                    .out_path = oc,
+                    .ready_fd = -1};
     uint64_t t0 = now_us();
     cr_assert_eq(reap(spawn(client_load, &cal), 60000), 0);
     double rate = 32.0 / ((double)(now_us() - t0) / 1e6);
@@ -1044,18 +1210,22 @@ Test(daemon_e2e, scenario_sustained_overload_rejects_at_admission)
             timeouts++;
         } else {
             other++;
-            if (other < 5) cr_log_warn("request %d ended %s/%s after %u tokens (done %d)", i,
-                                       ringlm_reason_name(R[i].reason), ringlm_reason_name(R[i].cause),
-                                       R[i].n_tokens, R[i].done);
+            if (other < 5)
+                cr_log_warn("request %d ended %s/%s after %u tokens (done %d)", i,
+                            ringlm_reason_name(R[i].reason), ringlm_reason_name(R[i].cause),
+                            R[i].n_tokens, R[i].done);
         }
     }
     cr_log_info("overload at %.0f req/s (service %.0f req/s): %d requests, %d served, %d rejected, "
-                "%d timeouts, %d late", 2 * rate, rate, n, ok, rej, timeouts, late);
+                "%d timeouts, %d late",
+                2 * rate, rate, n, ok, rej, timeouts, late);
     cr_expect_gt(ok, 0);
-    cr_expect_eq(timeouts, 0, "%d requests timed out instead of being rejected at admission", timeouts);
+    cr_expect_eq(timeouts, 0, "%d requests timed out instead of being rejected at admission",
+                 timeouts);
     cr_expect_eq(no_reason, 0, "%d rejects without a reason", no_reason);
     cr_expect_eq(other, 0, "%d requests ended otherwise", other);
-    cr_expect_leq(late, ok / 20, "%d of %d accepted requests missed the 1 s first-token target", late, ok);
+    cr_expect_leq(late, ok / 20, "%d of %d accepted requests missed the 1 s first-token target",
+                  late, ok);
     assert_back_to_baseline(&d, 5000);
     cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
     dmn_cleanup(&d);
@@ -1063,7 +1233,9 @@ Test(daemon_e2e, scenario_sustained_overload_rejects_at_admission)
 
 /* ---- robustness ---------------------------------------------------------------------- */
 
-typedef struct bad_job { const char *sock; } bad_job;
+typedef struct bad_job {
+    const char *sock;
+} bad_job;
 
 /* Client process: requests that must be refused with a reason, then one good request. */
 static int client_bad_inputs(void *arg)
@@ -1075,7 +1247,14 @@ static int client_bad_inputs(void *arg)
     static int32_t longp[600];
     for (int i = 0; i < 600; i++) longp[i] = 5 + i % 400;
     int32_t badtok[3] = {1, 9999, 7}, negtok[2] = {1, -4}, good[5] = {1, 403, 407, 261, 378};
-    struct { const int32_t *p; uint32_t n; uint32_t max_new; float temp; const char *cls; int want; } cases[] = {
+    struct {
+        const int32_t *p;
+        uint32_t n;
+        uint32_t max_new;
+        float temp;
+        const char *cls;
+        int want;
+    } cases[] = {
         {badtok, 3, 8, 0, NULL, RINGLM_R_BAD_TOKEN},
         {negtok, 2, 8, 0, NULL, RINGLM_R_BAD_TOKEN},
         {longp, 600, 8, 0, NULL, RINGLM_R_TOO_LONG},
@@ -1094,7 +1273,10 @@ static int client_bad_inputs(void *arg)
         r.temperature = cases[i].temp;
         r.class_name = cases[i].cls;
         rc = ringlm_submit(c, &r, &ids[i]);
-        if (rc < 0) { fprintf(stderr, "bad case %d: submit refused locally: %s\n", i, ringlm_errdetail()); ids[i] = 0; }
+        if (rc < 0) {
+            fprintf(stderr, "bad case %d: submit refused locally: %s\n", i, ringlm_errdetail());
+            ids[i] = 0;
+        }
     }
     ringlm_request r;
     ringlm_request_init(&r);
@@ -1105,17 +1287,24 @@ static int client_bad_inputs(void *arg)
     uint64_t good_id;
     if (ringlm_submit(c, &r, &good_id) < 0) return 3;
     int left = n + 1, good_tokens = 0;
-    for (int i = 0; i < n; i++) if (!ids[i]) left--;
+    for (int i = 0; i < n; i++)
+        if (!ids[i]) left--;
     while (left > 0) {
         ringlm_event ev;
         rc = ringlm_next_event(c, &ev, 20000);
-        if (rc <= 0) { fprintf(stderr, "bad inputs: next_event %d %s\n", rc, ringlm_errdetail()); return 4; }
+        if (rc <= 0) {
+            fprintf(stderr, "bad inputs: next_event %d %s\n", rc, ringlm_errdetail());
+            return 4;
+        }
         if (ev.req_id == good_id) {
-            if (ev.kind == RINGLM_EV_TOKEN) good_tokens++;
+            if (ev.kind == RINGLM_EV_TOKEN)
+                good_tokens++;
             else {
                 left--;
-                if (ev.finish_reason != RINGLM_FINISH_LENGTH && ev.finish_reason != RINGLM_FINISH_STOP) {
-                    fprintf(stderr, "good request ended %s/%s\n", ringlm_reason_name(ev.finish_reason),
+                if (ev.finish_reason != RINGLM_FINISH_LENGTH &&
+                    ev.finish_reason != RINGLM_FINISH_STOP) {
+                    fprintf(stderr, "good request ended %s/%s\n",
+                            ringlm_reason_name(ev.finish_reason),
                             ringlm_reason_name(ev.reject_reason));
                     bad++;
                 }
@@ -1126,7 +1315,8 @@ static int client_bad_inputs(void *arg)
             if (ids[i] != ev.req_id) continue;
             if (ev.kind != RINGLM_EV_FINISH || ev.finish_reason != RINGLM_FINISH_REJECTED ||
                 ev.reject_reason != cases[i].want || ev.n_tokens != 0) {
-                fprintf(stderr, "bad case %d: got %s/%s (kind %d, %u tokens), expected rejected/%s\n", i,
+                fprintf(stderr,
+                        "bad case %d: got %s/%s (kind %d, %u tokens), expected rejected/%s\n", i,
                         ringlm_reason_name(ev.finish_reason), ringlm_reason_name(ev.reject_reason),
                         ev.kind, ev.n_tokens, ringlm_reason_name(cases[i].want));
                 bad++;
@@ -1146,8 +1336,10 @@ Test(daemon_e2e, bad_requests_rejected_with_reasons)
     model_or_synthetic(model, sizeof model);
     /* This uid is tenant alice; nobody is trusted, so a tenant tag changes nothing. */
     char policy[256];
-    snprintf(policy, sizeof policy, "[scheduler]\ndefault_tenant = other\n[tenant alice]\nuids = %u\n"
-             "[tenant other]\n[tenant mallory]\n", (unsigned)getuid());
+    snprintf(policy, sizeof policy,
+             "[scheduler]\ndefault_tenant = other\n[tenant alice]\nuids = %u\n"
+             "[tenant other]\n[tenant mallory]\n",
+             (unsigned)getuid());
     dmn d;
     dmn_start(&d, model, policy, NULL);
     bad_job b = {d.sock};
@@ -1155,10 +1347,14 @@ Test(daemon_e2e, bad_requests_rejected_with_reasons)
     assert_back_to_baseline(&d, 5000);
     cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
     /* every bad case reaches the daemon and is rejected there */
-    cr_expect_geq(count_lines(d.declog, "\"ev\":\"reject\""), 6, "rejects missing from the decision log");
-    cr_expect_geq(count_lines(d.reqlog, "\"finish_reason\":\"rejected\""), 6, "rejects missing from the request log");
-    cr_expect_eq(count_lines(d.reqlog, "\"tenant\":\"mallory\""), 0, "an untrusted uid's tenant tag was honoured");
-    cr_expect_eq(count_lines(d.reqlog, "\"tenant\":\"alice\""), 7, "requests not attributed to the uid's tenant");
+    cr_expect_geq(count_lines(d.declog, "\"ev\":\"reject\""), 6,
+                  "rejects missing from the decision log");
+    cr_expect_geq(count_lines(d.reqlog, "\"finish_reason\":\"rejected\""), 6,
+                  "rejects missing from the request log");
+    cr_expect_eq(count_lines(d.reqlog, "\"tenant\":\"mallory\""), 0,
+                 "an untrusted uid's tenant tag was honoured");
+    cr_expect_eq(count_lines(d.reqlog, "\"tenant\":\"alice\""), 7,
+                 "requests not attributed to the uid's tenant");
     dmn_cleanup(&d);
 }
 
@@ -1183,9 +1379,13 @@ static int raw_session(const char *path, struct ringlm_wire_cseg **cseg, size_t 
     struct ringlm_wire_hello h = {.magic = RINGLM_WIRE_MAGIC, .abi = RINGLM_WIRE_ABI};
     if (send(s, &h, sizeof h, MSG_NOSIGNAL) != sizeof h) return -1;
     struct ringlm_wire_welcome w;
-    union { char buf[CMSG_SPACE(sizeof(int) * 3)]; struct cmsghdr a; } ctl;
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * 3)];
+        struct cmsghdr a;
+    } ctl;
     struct iovec iov = {&w, sizeof w};
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
     if (recvmsg(s, &m, 0) != (ssize_t)sizeof w || w.status != 0) return -1;
     struct cmsghdr *c = CMSG_FIRSTHDR(&m);
     if (!c) return -1;
@@ -1209,7 +1409,8 @@ static int client_hostile(void *arg)
         int sock;
         if (raw_session(path, &cs, &len, &sock) < 0) continue;
         unsigned char *data = (unsigned char *)cs + cs->hdr.data_off;
-        size_t dbytes = cs->hdr.data_bytes < len - cs->hdr.data_off ? cs->hdr.data_bytes : len - cs->hdr.data_off;
+        size_t dbytes = cs->hdr.data_bytes < len - cs->hdr.data_off ? cs->hdr.data_bytes
+                                                                    : len - cs->hdr.data_off;
         switch (round % 3) {
         case 0: /* an index far beyond the ring */
             __atomic_store_n(&cs->submit_prod, (uint64_t)rand() << 32 | 77, __ATOMIC_RELEASE);
@@ -1235,7 +1436,10 @@ static int client_hostile(void *arg)
         ssize_t r = recv(sock, &b, 1, 0);
         munmap(cs, len);
         close(sock);
-        if (r != 0) { fprintf(stderr, "hostile round %d: session not ended (recv %zd)\n", round, r); return 1; }
+        if (r != 0) {
+            fprintf(stderr, "hostile round %d: session not ended (recv %zd)\n", round, r);
+            return 1;
+        }
     }
     return 0;
 }
@@ -1244,7 +1448,8 @@ Test(daemon_e2e, hostile_client_does_not_disturb_others)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    if (!stories_path(model, sizeof model))
+        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
     int n = load_refs(cases, 12);
     if (n == 0) cr_skip_test("reference-greedy.json not found");
@@ -1265,7 +1470,11 @@ Test(daemon_e2e, hostile_client_does_not_disturb_others)
 
 /* SIGTERM drains: in-flight requests finish or are cancelled (reason draining) within the
  * grace period, new work is refused, clients see a clear end, the daemon exits 0. */
-typedef struct drain_job { const char *sock; int ready_fd; const char *out; } drain_job;
+typedef struct drain_job {
+    const char *sock;
+    int ready_fd;
+    const char *out;
+} drain_job;
 
 static int client_drain(void *arg)
 {
@@ -1292,10 +1501,17 @@ static int client_drain(void *arg)
     for (;;) {
         ringlm_event ev;
         int rc = ringlm_next_event(c, &ev, 15000);
-        if (rc == 0) { end_rc = -ETIMEDOUT; break; }
-        if (rc < 0) { end_rc = rc; break; }
+        if (rc == 0) {
+            end_rc = -ETIMEDOUT;
+            break;
+        }
+        if (rc < 0) {
+            end_rc = rc;
+            break;
+        }
         if (ev.kind == RINGLM_EV_TOKEN && !ready) {
-            if (write(dj->ready_fd, "r", 1) != 1) { /* parent gone */ }
+            if (write(dj->ready_fd, "r", 1) != 1) { /* parent gone */
+            }
             ready = true;
         }
         if (ev.kind == RINGLM_EV_FINISH) {
@@ -1303,11 +1519,15 @@ static int client_drain(void *arg)
             t_last_finish = now_ms();
             /* Cancelled by the drain, or (read from the ring only after the drain began)
              * refused by it: both say "draining". */
-            if ((ev.finish_reason == RINGLM_FINISH_CANCELLED || ev.finish_reason == RINGLM_FINISH_REJECTED) &&
+            if ((ev.finish_reason == RINGLM_FINISH_CANCELLED ||
+                 ev.finish_reason == RINGLM_FINISH_REJECTED) &&
                 ev.reject_reason == RINGLM_R_DRAINING)
                 cancelled++;
-            else if (ev.finish_reason == RINGLM_FINISH_LENGTH || ev.finish_reason == RINGLM_FINISH_STOP) completed++;
-            else other++;
+            else if (ev.finish_reason == RINGLM_FINISH_LENGTH ||
+                     ev.finish_reason == RINGLM_FINISH_STOP)
+                completed++;
+            else
+                other++;
         }
     }
     uint64_t end_after = now_ms() - t_last_finish;
@@ -1331,7 +1551,8 @@ Test(daemon_e2e, sigterm_drains_then_exits_zero)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    if (!stories_path(model, sizeof model))
+        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     const char *extra[] = {"--drain-grace-ms", "300", NULL};
     dmn d;
     dmn_start(&d, model, NULL, extra);
@@ -1370,11 +1591,13 @@ Test(daemon_e2e, sigterm_drains_then_exits_zero)
         if (s == 0) {
             ringlm_event ev;
             int e = ringlm_next_event(late, &ev, 5000);
-            cr_expect(e < 0 || (ev.kind == RINGLM_EV_FINISH && ev.reject_reason == RINGLM_R_DRAINING),
+            cr_expect(e < 0 ||
+                          (ev.kind == RINGLM_EV_FINISH && ev.reject_reason == RINGLM_R_DRAINING),
                       "a request during the drain was not refused (rc %d, reason %d/%d)", e,
                       ev.finish_reason, ev.reject_reason);
         } else {
-            cr_expect(s == -ESHUTDOWN || s == -EPIPE || s == -ECONNRESET, "submit while draining: %d", s);
+            cr_expect(s == -ESHUTDOWN || s == -EPIPE || s == -ECONNRESET,
+                      "submit while draining: %d", s);
         }
         ringlm_close(late);
     } else {
@@ -1383,8 +1606,10 @@ Test(daemon_e2e, sigterm_drains_then_exits_zero)
          * before the hello was sent (its exit closes the accepted socket: the hello's send gets
          * EPIPE; seen at load 15, this process having lost the CPU between the two calls) or
          * before answering (ECONNRESET). */
-        cr_expect(rc == -ESHUTDOWN || rc == -ECONNREFUSED || rc == -ENOENT || rc == -ECONNRESET || rc == -EPIPE,
-                  "connect while draining: %d %s (%s)", rc, ringlm_strerror(rc), ringlm_errdetail());
+        cr_expect(rc == -ESHUTDOWN || rc == -ECONNREFUSED || rc == -ENOENT || rc == -ECONNRESET ||
+                      rc == -EPIPE,
+                  "connect while draining: %d %s (%s)", rc, ringlm_strerror(rc),
+                  ringlm_errdetail());
     }
     int ex = dmn_stop(&d, 0, 5000); /* signal 0: just wait for the exit */
     uint64_t took = now_ms() - t0;
@@ -1395,11 +1620,13 @@ Test(daemon_e2e, sigterm_drains_then_exits_zero)
     unsigned long long end_after = 0;
     FILE *f = fopen(out, "r");
     cr_assert_not_null(f);
-    cr_assert_eq(fscanf(f, "%d %d %d %d %d %d %llu", &fin, &comp, &canc, &oth, &end_rc, &sub, &end_after), 7);
+    cr_assert_eq(
+        fscanf(f, "%d %d %d %d %d %d %llu", &fin, &comp, &canc, &oth, &end_rc, &sub, &end_after),
+        7);
     fclose(f);
     cr_log_info("drain: %d finished (%d completed, %d cancelled: draining), client saw %s %llu ms "
-                "after its last event; daemon gone %llu ms after SIGTERM", fin, comp, canc,
-                ringlm_strerror(end_rc), end_after, (unsigned long long)took);
+                "after its last event; daemon gone %llu ms after SIGTERM",
+                fin, comp, canc, ringlm_strerror(end_rc), end_after, (unsigned long long)took);
     cr_expect_eq(fin, 32, "every request must get its FINISH before the session ends");
     cr_expect_eq(oth, 0);
     cr_expect(end_rc == -EPIPE || end_rc == -ECONNRESET, "the client saw %s, not a clear end",
@@ -1431,9 +1658,12 @@ static void release_stuck_client_expect_cancelled(dmn *d, pid_t ps, int go_fd, c
     int k = read_results(out, R, 8);
     cr_assert_eq(k, 3);
     for (int i = 0; i < k; i++) {
-        cr_expect_eq(R[i].reason, RINGLM_FINISH_CANCELLED, "stuck request %d ended %d/%d", i, R[i].reason, R[i].cause);
-        cr_expect_eq(R[i].cause, RINGLM_R_OUTPUT_BACKPRESSURE, "stuck request %d cause %d", i, R[i].cause);
-        cr_expect_eq(R[i].index_error, 0, "stuck request %d: tokens lost or out of order (got %u)", i, R[i].n_tokens);
+        cr_expect_eq(R[i].reason, RINGLM_FINISH_CANCELLED, "stuck request %d ended %d/%d", i,
+                     R[i].reason, R[i].cause);
+        cr_expect_eq(R[i].cause, RINGLM_R_OUTPUT_BACKPRESSURE, "stuck request %d cause %d", i,
+                     R[i].cause);
+        cr_expect_eq(R[i].index_error, 0, "stuck request %d: tokens lost or out of order (got %u)",
+                     i, R[i].n_tokens);
         cr_expect_gt(R[i].n_tokens, 0);
     }
     assert_back_to_baseline(d, 5000);
@@ -1447,7 +1677,8 @@ Test(daemon_e2e, backpressure_defers_then_cancels_without_blocking_others)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    if (!stories_path(model, sizeof model))
+        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
     int n = load_refs(cases, 12);
     if (n < 4) cr_skip_test("reference-greedy.json not found");
@@ -1458,9 +1689,17 @@ Test(daemon_e2e, backpressure_defers_then_cancels_without_blocking_others)
     cr_assert_eq(pipe(wfd), 0);
     char out[160];
     snprintf(out, sizeof out, "%s/stuck.txt", d.dir);
-    load_job stuck = {.sock = d.sock, .n_requests = 3, .concurrency = 3, .prompt_len = 8,
-                      .max_new = 400, .token_base = 9, .vocab = 512, .out_path = out,
-                      .ready_fd = -1, .never_read = true, .wait_fd = wfd[0]};
+    load_job stuck = {.sock = d.sock,
+                      .n_requests = 3,
+                      .concurrency = 3,
+                      .prompt_len = 8,
+                      .max_new = 400,
+                      .token_base = 9,
+                      .vocab = 512,
+                      .out_path = out,
+                      .ready_fd = -1,
+                      .never_read = true,
+                      .wait_fd = wfd[0]};
     pid_t ps = spawn(client_load, &stuck);
     close(wfd[0]);
     gen_job g = {.sock = d.sock, .cases = cases, .n_cases = 4};
@@ -1483,7 +1722,8 @@ Test(daemon_e2e, backpressure_answers_requests_submitted_after_the_client_stoppe
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    if (!stories_path(model, sizeof model))
+        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     const char *extra[] = {"--event-ring-slots", "64", "--backpressure-timeout-ms", "300", NULL};
     dmn d;
     dmn_start(&d, model, NULL, extra);
@@ -1492,16 +1732,26 @@ Test(daemon_e2e, backpressure_answers_requests_submitted_after_the_client_stoppe
     cr_assert_eq(pipe(gfd), 0);
     char out[160];
     snprintf(out, sizeof out, "%s/stuck.txt", d.dir);
-    load_job stuck = {.sock = d.sock, .n_requests = 3, .concurrency = 3, .prompt_len = 8,
-                      .max_new = 400, .token_base = 9, .vocab = 512, .out_path = out,
-                      .ready_fd = -1, .never_read = true, .wait_fd = wfd[0],
-                      .gate_after = 1, .gate_fd = gfd[0]};
+    load_job stuck = {.sock = d.sock,
+                      .n_requests = 3,
+                      .concurrency = 3,
+                      .prompt_len = 8,
+                      .max_new = 400,
+                      .token_base = 9,
+                      .vocab = 512,
+                      .out_path = out,
+                      .ready_fd = -1,
+                      .never_read = true,
+                      .wait_fd = wfd[0],
+                      .gate_after = 1,
+                      .gate_fd = gfd[0]};
     pid_t ps = spawn(client_load, &stuck);
     close(wfd[0]);
     close(gfd[0]);
     uint64_t deadline = now_ms() + 10000;
     while (count_lines(d.declog, "output_backpressure") < 1 && now_ms() < deadline) poll_pause();
-    cr_assert_geq(count_lines(d.declog, "output_backpressure"), 1, "the first request was never deferred");
+    cr_assert_geq(count_lines(d.declog, "output_backpressure"), 1,
+                  "the first request was never deferred");
     if (write(gfd[1], "g", 1) != 1) cr_assert_fail("stuck client gone");
     close(gfd[1]);
     await_backpressure_cancels(&d);
@@ -1511,8 +1761,8 @@ Test(daemon_e2e, backpressure_answers_requests_submitted_after_the_client_stoppe
 /* ---- connects to a busy daemon -------------------------------------------------------- */
 
 typedef struct burst_rec {
-    int rc;             /* 0: connected and a request answered; else the failing -errno */
-    int stage;          /* 1 connect, 2 submit, 3 event */
+    int rc;    /* 0: connected and a request answered; else the failing -errno */
+    int stage; /* 1 connect, 2 submit, 3 event */
     double connect_ms;
 } burst_rec;
 
@@ -1528,7 +1778,7 @@ static int client_burst(void *arg)
     burst_job *b = arg;
     if (write(b->ready_fd, "r", 1) != 1) return 1;
     char ch;
-    while (read(b->gate_fd, &ch, 1) > 0) { }
+    while (read(b->gate_fd, &ch, 1) > 0) {}
     burst_rec rec = {0, 1, 0};
     ringlm_client *c = NULL;
     uint64_t t0 = now_us();
@@ -1546,12 +1796,15 @@ static int client_burst(void *arg)
         ringlm_event ev = {0};
         if (rec.rc == 0) {
             rec.stage = 3;
-            while ((rec.rc = ringlm_next_event(c, &ev, 30000)) == 1 && ev.kind != RINGLM_EV_FINISH) { }
+            while ((rec.rc = ringlm_next_event(c, &ev, 30000)) == 1 &&
+                   ev.kind != RINGLM_EV_FINISH) {}
             rec.rc = rec.rc == 1 ? 0 : rec.rc == 0 ? -ETIMEDOUT : rec.rc;
         }
         ringlm_close(c);
     }
-    if (rec.rc) fprintf(stderr, "burst client: stage %d: %s %s\n", rec.stage, ringlm_strerror(rec.rc), ringlm_errdetail());
+    if (rec.rc)
+        fprintf(stderr, "burst client: stage %d: %s %s\n", rec.stage, ringlm_strerror(rec.rc),
+                ringlm_errdetail());
     return write(b->out_fd, &rec, sizeof rec) == (ssize_t)sizeof rec ? 0 : 1;
 }
 
@@ -1569,7 +1822,8 @@ Test(daemon_e2e, connect_burst_of_64_to_a_busy_daemon_all_succeed)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    if (!stories_path(model, sizeof model))
+        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     /* 64 burst sessions and the streams' one, all of this uid; all 64 may be half-open at
      * once (their hellos late on a loaded machine): past the per-uid grace bound (default 8,
      * 0f3c78a) a late hello's connection is refused, by design — 58 of 64 connected at load 18 */
@@ -1578,8 +1832,14 @@ Test(daemon_e2e, connect_burst_of_64_to_a_busy_daemon_all_succeed)
     dmn_start(&d, model, NULL, extra);
     int rfd[2];
     cr_assert_eq(pipe(rfd), 0);
-    load_job busy = {.sock = d.sock, .n_requests = 0, .concurrency = 16, .prompt_len = 8,
-                     .max_new = 400, .token_base = 5, .vocab = 512, .duration_ms = 120000,
+    load_job busy = {.sock = d.sock,
+                     .n_requests = 0,
+                     .concurrency = 16,
+                     .prompt_len = 8,
+                     .max_new = 400,
+                     .token_base = 5,
+                     .vocab = 512,
+                     .duration_ms = 120000,
                      .ready_fd = rfd[1]};
     pid_t pb = spawn(client_load, &busy);
     close(rfd[1]);
@@ -1631,8 +1891,10 @@ Test(daemon_e2e, connect_burst_of_64_to_a_busy_daemon_all_succeed)
     if (n > 0) {
         qsort(lat, (size_t)n, sizeof lat[0], cmp_dbl);
         int k99 = (int)(0.99 * (n - 1) + 0.999);
-        cr_log_info("64 connects to a daemon busy with 16 streams: %d connected; connect p50 %.2f ms, "
-                    "p99 %.2f ms, max %.2f ms", ok, lat[n / 2], lat[k99 < n ? k99 : n - 1], lat[n - 1]);
+        cr_log_info(
+            "64 connects to a daemon busy with 16 streams: %d connected; connect p50 %.2f ms, "
+            "p99 %.2f ms, max %.2f ms",
+            ok, lat[n / 2], lat[k99 < n ? k99 : n - 1], lat[n - 1]);
     }
     assert_back_to_baseline(&d, 10000);
     cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
@@ -1679,8 +1941,8 @@ Test(daemon_e2e, connects_during_a_long_engine_step_are_answered_within_it, .tim
             break;
         }
     }
-    cr_log_info("%d connects answered before the long step's first token (%s)", opened - first_event_seen,
-                first_event_seen ? "then it came" : "all of them");
+    cr_log_info("%d connects answered before the long step's first token (%s)",
+                opened - first_event_seen, first_event_seen ? "then it came" : "all of them");
     /* Without the handshake thread the first connect made while the step runs returns only
      * after it, so at most the one connect made before the loop took up the submits is
      * answered first.  The bound is 3, not more: a loaded host slows each connect as much
@@ -1703,7 +1965,7 @@ Test(daemon_e2e, connects_during_a_long_engine_step_are_answered_within_it, .tim
     r2.max_new_tokens = 2;
     cr_assert_eq(ringlm_submit(b[0], &r2, NULL), 0, "%s", ringlm_errdetail());
     int rc;
-    while ((rc = ringlm_next_event(b[0], &ev, 30000)) == 1 && ev.kind != RINGLM_EV_FINISH) { }
+    while ((rc = ringlm_next_event(b[0], &ev, 30000)) == 1 && ev.kind != RINGLM_EV_FINISH) {}
     cr_expect_eq(rc, 1, "a session opened during the step got no answer: %s", ringlm_errdetail());
     for (int i = 0; i < opened; i++) ringlm_close(b[i]);
     ringlm_close(a);
@@ -1718,7 +1980,8 @@ Test(daemon_e2e, metrics_endpoint_tracks_pools_and_requests)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    if (!stories_path(model, sizeof model))
+        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
     int n = load_refs(cases, 12);
     if (n < 4) cr_skip_test("reference-greedy.json not found");
@@ -1740,9 +2003,10 @@ Test(daemon_e2e, metrics_endpoint_tracks_pools_and_requests)
         cr_assert(body && status == 200, "GET /metrics failed (status %d)", status);
         /* the built-in policy: this uid's own tenant */
         char fin_key[128];
-        snprintf(fin_key, sizeof fin_key,
-                 "ringlm_requests_finished_total{tenant=\"uid%u\",class=\"default\",reason=\"length\"}",
-                 (unsigned)geteuid());
+        snprintf(
+            fin_key, sizeof fin_key,
+            "ringlm_requests_finished_total{tenant=\"uid%u\",class=\"default\",reason=\"length\"}",
+            (unsigned)geteuid());
         fin = prom_value(body, fin_key);
         used = prom_value(body, "ringlm_kv_blocks_used{tier=\"device\"}");
         freeb = prom_value(body, "ringlm_kv_blocks_free{tier=\"device\"}");
@@ -1753,7 +2017,8 @@ Test(daemon_e2e, metrics_endpoint_tracks_pools_and_requests)
         if (now_ms() > deadline) break;
         poll_pause();
     }
-    cr_log_info("metrics: finished(length) %.0f, device used %.0f free %.0f total %.0f, running %.0f, usage %.3f",
+    cr_log_info("metrics: finished(length) %.0f, device used %.0f free %.0f total %.0f, running "
+                "%.0f, usage %.3f",
                 fin, used, freeb, total, running, usage);
     cr_expect_geq(fin, 3, "finished requests not counted");
     cr_expect_eq(used, 0);
@@ -1762,8 +2027,10 @@ Test(daemon_e2e, metrics_endpoint_tracks_pools_and_requests)
     cr_expect_eq(running, 0);
     cr_expect_eq(usage, 0);
     cr_expect_not_null(strstr(body, "ringlm_info{"), "no info gauge");
-    cr_expect_not_null(strstr(body, "ringlm_time_to_first_token_seconds_bucket"), "no TTFT histogram");
-    cr_expect_not_null(strstr(body, "ringlm_kv_blocks_total{tier=\"host\"} 32"), "no host tier series");
+    cr_expect_not_null(strstr(body, "ringlm_time_to_first_token_seconds_bucket"),
+                       "no TTFT histogram");
+    cr_expect_not_null(strstr(body, "ringlm_kv_blocks_total{tier=\"host\"} 32"),
+                       "no host tier series");
     free(body);
     cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
     dmn_cleanup(&d);
@@ -1781,27 +2048,33 @@ Test(daemon_e2e, check_config_version_and_policy_identity)
     snprintf(good, sizeof good, "%s/good.policy", dir);
     snprintf(bad, sizeof bad, "%s/bad.policy", dir);
     FILE *f = fopen(good, "w");
-    fputs("# comment\n[scheduler]\ntoken_budget = 128   # spelt differently below\nprefill_chunk = 64\n", f);
+    fputs("# comment\n[scheduler]\ntoken_budget = 128   # spelt differently below\nprefill_chunk = "
+          "64\n",
+          f);
     fclose(f);
     f = fopen(bad, "w");
     fputs("[scheduler]\ntoken_budget = 128\nno_such_knob = 1\n", f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "%s/ringlmd --model synthetic:stories260K:1 --policy %s --check-config 2>&1",
+    snprintf(cmd, sizeof cmd,
+             "%s/ringlmd --model synthetic:stories260K:1 --policy %s --check-config 2>&1",
              th_bin_dir(), good);
     FILE *p = popen(cmd, "r");
     char hash[64] = "";
     while (fgets(line, sizeof line, p)) sscanf(line, "# policy hash %63s", hash);
     cr_expect_eq(pclose(p), 0, "--check-config of a good policy failed");
     cr_assert_eq(strlen(hash), 16, "no '# policy hash' line (got \"%s\")", hash);
-    snprintf(cmd, sizeof cmd, "%s/ringlmd --model synthetic:stories260K:1 --policy %s --check-config 2>&1",
+    snprintf(cmd, sizeof cmd,
+             "%s/ringlmd --model synthetic:stories260K:1 --policy %s --check-config 2>&1",
              th_bin_dir(), bad);
     p = popen(cmd, "r");
     bool named = false;
-    while (fgets(line, sizeof line, p)) if (strstr(line, "line 3") && strstr(line, "no_such_knob")) named = true;
+    while (fgets(line, sizeof line, p))
+        if (strstr(line, "line 3") && strstr(line, "no_such_knob")) named = true;
     cr_expect_neq(pclose(p), 0, "--check-config accepted an unknown key");
     cr_expect(named, "the error does not name line 3 and the key");
-    snprintf(cmd, sizeof cmd, "%s/ringlmd --model synthetic:stories260K:1 --policy %s --version 2>&1",
-             th_bin_dir(), good);
+    snprintf(cmd, sizeof cmd,
+             "%s/ringlmd --model synthetic:stories260K:1 --policy %s --version 2>&1", th_bin_dir(),
+             good);
     p = popen(cmd, "r");
     bool has_hash = false, has_model = false;
     while (fgets(line, sizeof line, p)) {
@@ -1827,7 +2100,8 @@ Test(daemon_e2e, check_config_version_and_policy_identity)
     cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
     dmn_cleanup(&d);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) { /* best effort */ }
+    if (system(cmd) != 0) { /* best effort */
+    }
 }
 
 /* Deadlines: under load, a request whose deadline cannot be met ends with a reason
@@ -1849,15 +2123,29 @@ Test(daemon_e2e, deadlines_end_with_a_reason)
      * where all 8 met the 20 ms deadline ("no deadline was enforced", at load 8) */
     int rfd[2];
     cr_assert_eq(pipe(rfd), 0);
-    load_job busy = {.sock = d.sock, .n_requests = 24, .concurrency = 24, .prompt_len = 64,
-                     .max_new = 200, .token_base = 1, .vocab = 512, .out_path = ob, .ready_fd = rfd[1]};
+    load_job busy = {.sock = d.sock,
+                     .n_requests = 24,
+                     .concurrency = 24,
+                     .prompt_len = 64,
+                     .max_new = 200,
+                     .token_base = 1,
+                     .vocab = 512,
+                     .out_path = ob,
+                     .ready_fd = rfd[1]};
     pid_t pb = spawn(client_load, &busy);
     close(rfd[1]);
     char b;
     cr_assert_eq(read(rfd[0], &b, 1), 1, "the busy client never got a token");
     close(rfd[0]);
-    load_job dl = {.sock = d.sock, .n_requests = 8, .concurrency = 8, .prompt_len = 64,
-                   .max_new = 200, .token_base = 2, .vocab = 512, .out_path = od, .ready_fd = -1,
+    load_job dl = {.sock = d.sock,
+                   .n_requests = 8,
+                   .concurrency = 8,
+                   .prompt_len = 64,
+                   .max_new = 200,
+                   .token_base = 2,
+                   .vocab = 512,
+                   .out_path = od,
+                   .ready_fd = -1,
                    .deadline_us = 20000};
     pid_t pd = spawn(client_load, &dl);
     cr_expect_eq(reap(pd, 60000), 0);
@@ -1875,8 +2163,10 @@ Test(daemon_e2e, deadlines_end_with_a_reason)
             timed_out++;
         } else {
             met++;
-            cr_expect_leq(R[i].e2e_us, 20000 + 50000, "request %d ran %lld us past a 20 ms deadline "
-                          "(%s)", i, R[i].e2e_us, ringlm_reason_name(R[i].reason));
+            cr_expect_leq(R[i].e2e_us, 20000 + 50000,
+                          "request %d ran %lld us past a 20 ms deadline "
+                          "(%s)",
+                          i, R[i].e2e_us, ringlm_reason_name(R[i].reason));
         }
     }
     cr_log_info("deadline 20 ms under load: %d rejected at admission, %d timed out, %d met",
@@ -1895,19 +2185,22 @@ Test(daemon_e2e, deadlines_end_with_a_reason)
 #define SEQ_MAX 12
 typedef struct seq_job {
     const char *sock, *out;
-    int n;                      /* prompts */
+    int n; /* prompts */
     uint32_t max_new;
     int32_t prompt[SEQ_MAX][80];
     uint32_t n_prompt[SEQ_MAX];
-    int repeat[SEQ_MAX];        /* times prompt i is sent, one after another (0: once) */
-    uint32_t max_new_of[SEQ_MAX];   /* new tokens prompt i asks for (0: max_new) */
+    int repeat[SEQ_MAX];          /* times prompt i is sent, one after another (0: once) */
+    uint32_t max_new_of[SEQ_MAX]; /* new tokens prompt i asks for (0: max_new) */
 } seq_job;
 
 static int client_sequential(void *arg)
 {
     seq_job *g = arg;
     ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    if (ringlm_connect(g->sock, &c) < 0) {
+        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
+        return 2;
+    }
     FILE *f = fopen(g->out, "w");
     if (!f) return 3;
     for (int i = 0; i < g->n; i++)
@@ -1918,11 +2211,17 @@ static int client_sequential(void *arg)
             r.n_prompt = g->n_prompt[i];
             r.max_new_tokens = g->max_new_of[i] ? g->max_new_of[i] : g->max_new;
             uint64_t id;
-            if (ringlm_submit(c, &r, &id) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+            if (ringlm_submit(c, &r, &id) < 0) {
+                fprintf(stderr, "submit: %s\n", ringlm_errdetail());
+                return 4;
+            }
             for (;;) {
                 ringlm_event ev;
                 int rc = ringlm_next_event(c, &ev, 60000);
-                if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+                if (rc <= 0) {
+                    fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
+                    return 5;
+                }
                 if (ev.kind == RINGLM_EV_TOKEN) fprintf(f, "%d ", ev.token);
                 if (ev.kind == RINGLM_EV_FINISH) {
                     fprintf(f, "| %s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_tokens);
@@ -1992,7 +2291,8 @@ static char *dmn_stop_output(dmn *d)
 static json_t *sim_replay(const char *reqlog, const char *args, json_t **pc)
 {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s/ringlm-sim --trace %s --json %s", th_bin_dir(), reqlog, args ? args : "");
+    snprintf(cmd, sizeof cmd, "%s/ringlm-sim --trace %s --json %s", th_bin_dir(), reqlog,
+             args ? args : "");
     FILE *sp = popen(cmd, "r");
     cr_assert_not_null(sp);
     static char simout[1 << 16];
@@ -2014,7 +2314,8 @@ Test(daemon_e2e, prefix_cache_greedy_output_equals_cache_off)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    if (!stories_path(model, sizeof model))
+        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
     int n = load_refs(cases, 12);
     if (n < 2) cr_skip_test("reference-greedy.json not found");
@@ -2032,8 +2333,9 @@ Test(daemon_e2e, prefix_cache_greedy_output_equals_cache_off)
         memcpy(g.prompt[i], pre, sizeof pre);
         g.n_prompt[i] = 56;
         const ref_case *o = &cases[(i + 1) % n];
-        for (uint32_t k = 0; k < o->n_prompt && g.n_prompt[i] < 70; k++) g.prompt[i][g.n_prompt[i]++] = o->prompt[k];
-        g.prompt[i][g.n_prompt[i]++] = (int32_t)(i + 1);   /* no two prompts equal */
+        for (uint32_t k = 0; k < o->n_prompt && g.n_prompt[i] < 70; k++)
+            g.prompt[i][g.n_prompt[i]++] = o->prompt[k];
+        g.prompt[i][g.n_prompt[i]++] = (int32_t)(i + 1); /* no two prompts equal */
     }
     dmn off, on;
     char out_off[160], out_on[160];
@@ -2048,9 +2350,14 @@ Test(daemon_e2e, prefix_cache_greedy_output_equals_cache_off)
     int off_status = 0;
     char *off_body = th_http_get(off_port, "/metrics", &off_status, NULL, 0);
     cr_assert(off_body && off_status == 200);
-    cr_expect(strstr(off_body, "\nvllm:cache_config_info{block_size=\"16\",enable_prefix_caching=\"False\","),
-              "--no-prefix-cache: %s", strstr(off_body, "vllm:cache_config_info{") ? strstr(off_body, "vllm:cache_config_info{") : "no vllm:cache_config_info");
-    cr_expect_eq(prom_value(off_body, "ringlm_prefix_cache_blocks{tier=\"device\"}"), 0, "--no-prefix-cache kept blocks");
+    cr_expect(strstr(off_body,
+                     "\nvllm:cache_config_info{block_size=\"16\",enable_prefix_caching=\"False\","),
+              "--no-prefix-cache: %s",
+              strstr(off_body, "vllm:cache_config_info{")
+                  ? strstr(off_body, "vllm:cache_config_info{")
+                  : "no vllm:cache_config_info");
+    cr_expect_eq(prom_value(off_body, "ringlm_prefix_cache_blocks{tier=\"device\"}"), 0,
+                 "--no-prefix-cache kept blocks");
     free(off_body);
     cr_assert_eq(dmn_stop(&off, SIGTERM, 10000), 0);
     g.out = out_on;
@@ -2060,7 +2367,7 @@ Test(daemon_e2e, prefix_cache_greedy_output_equals_cache_off)
     cr_assert_gt(port, 0, "no 'metrics on port' line in the daemon's stderr");
     double queried = 0, want_q = 0, hit = -1;
     for (int i = 0; i < PX_N; i++) want_q += g.n_prompt[i];
-    for (uint64_t deadline = now_ms() + 5000;;) {   /* published every few ms */
+    for (uint64_t deadline = now_ms() + 5000;;) { /* published every few ms */
         int status = 0;
         char *body = th_http_get(port, "/metrics", &status, NULL, 0);
         if (body && status == 200) {
@@ -2072,7 +2379,8 @@ Test(daemon_e2e, prefix_cache_greedy_output_equals_cache_off)
         if (now_ms() > deadline) break;
         poll_pause();
     }
-    cr_expect_eq(queried, want_q, "vllm:prefix_cache_queries_total %g, prompts held %g tokens", queried, want_q);
+    cr_expect_eq(queried, want_q, "vllm:prefix_cache_queries_total %g, prompts held %g tokens",
+                 queried, want_q);
     cr_expect_eq(hit, 48.0 * (PX_N - 1), "vllm:prefix_cache_hits_total %g", hit);
     /* every request has ended: vllm:kv_cache_usage_perc keeps vLLM's meaning (blocks that
      * sequences hold: none), the blocks kept — the shared 3 and each request's own full
@@ -2081,7 +2389,7 @@ Test(daemon_e2e, prefix_cache_greedy_output_equals_cache_off)
     double cached = 3;
     for (int i = 0; i < PX_N; i++) cached += (g.n_prompt[i] + g.max_new - 1) / 16 - 3;
     char *body = NULL;
-    for (uint64_t deadline = now_ms() + 5000;;) {   /* a snapshot after the last release */
+    for (uint64_t deadline = now_ms() + 5000;;) { /* a snapshot after the last release */
         int status = 0;
         free(body);
         body = th_http_get(port, "/metrics", &status, NULL, 0);
@@ -2092,14 +2400,18 @@ Test(daemon_e2e, prefix_cache_greedy_output_equals_cache_off)
         if (now_ms() > deadline) break;
         poll_pause();
     }
-    cr_expect_eq(prom_value(body, "vllm:kv_cache_usage_perc"), 0, "usage counts cached blocks no sequence holds");
-    cr_expect_eq(prom_value(body, "ringlm_prefix_cache_blocks{tier=\"device\"}"), cached, "cached device blocks (%g expected)",
-                 cached);
+    cr_expect_eq(prom_value(body, "vllm:kv_cache_usage_perc"), 0,
+                 "usage counts cached blocks no sequence holds");
+    cr_expect_eq(prom_value(body, "ringlm_prefix_cache_blocks{tier=\"device\"}"), cached,
+                 "cached device blocks (%g expected)", cached);
     char cfg_line[160];
-    snprintf(cfg_line, sizeof cfg_line, "\nvllm:cache_config_info{block_size=\"16\",enable_prefix_caching=\"True\",num_gpu_blocks=\"%lld\",",
+    snprintf(cfg_line, sizeof cfg_line,
+             "\nvllm:cache_config_info{block_size=\"16\",enable_prefix_caching=\"True\",num_gpu_"
+             "blocks=\"%lld\",",
              (long long)prom_value(body, "ringlm_kv_blocks_total{tier=\"device\"}"));
     cr_expect(strstr(body, cfg_line), "no '%s' in %s", cfg_line + 1,
-              strstr(body, "vllm:cache_config_info{") ? strstr(body, "vllm:cache_config_info{") : "(none)");
+              strstr(body, "vllm:cache_config_info{") ? strstr(body, "vllm:cache_config_info{")
+                                                      : "(none)");
     free(body);
     cr_assert_eq(dmn_stop(&on, SIGTERM, 10000), 0);
     char *a = slurp(out_off), *b = slurp(out_on);
@@ -2107,14 +2419,18 @@ Test(daemon_e2e, prefix_cache_greedy_output_equals_cache_off)
     cr_expect_str_eq(b, a, "tokens with the cache on differ from the cache off");
     cr_expect_eq(count_lines(off.declog, "\"ev\":\"cache_hit\""), 0, "--no-prefix-cache still hit");
     int hits = count_lines(on.declog, "\"ev\":\"cache_hit\"");
-    cr_expect_eq(hits, PX_N - 1, "every prompt after the first found the shared prefix (%d hits)", hits);
-    cr_expect_geq(count_lines(on.declog, "\"cached_tokens\":48"), PX_N - 1, "48 tokens (3 blocks of 16) cached");
+    cr_expect_eq(hits, PX_N - 1, "every prompt after the first found the shared prefix (%d hits)",
+                 hits);
+    cr_expect_geq(count_lines(on.declog, "\"cached_tokens\":48"), PX_N - 1,
+                  "48 tokens (3 blocks of 16) cached");
     /* the request log carries each prompt's block keys: the simulator replaying it shares the
      * same prefixes and finds the hits the daemon's metrics counted */
-    cr_expect_eq(count_lines(on.reqlog, "\"hash_ids\":["), PX_N, "request log lines without block keys");
+    cr_expect_eq(count_lines(on.reqlog, "\"hash_ids\":["), PX_N,
+                 "request log lines without block keys");
     json_t *pc, *sj = sim_replay(on.reqlog, NULL, &pc);
     cr_expect_eq((double)json_integer_value(json_object_get(pc, "hit_tokens")), hit,
-                 "replayed hits %lld, the daemon's %g", (long long)json_integer_value(json_object_get(pc, "hit_tokens")), hit);
+                 "replayed hits %lld, the daemon's %g",
+                 (long long)json_integer_value(json_object_get(pc, "hit_tokens")), hit);
     json_decref(sj);
     free(a);
     free(b);
@@ -2132,25 +2448,31 @@ Test(daemon_e2e, prefix_cache_every_reference_case_equals_run_c_with_its_prompt_
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    if (!stories_path(model, sizeof model))
+        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
     int n = load_refs(cases, 12);
     if (n == 0) cr_skip_test("reference-greedy.json not found");
-    int long_prompts = 0;   /* cases with a full block before the last prompt token */
+    int long_prompts = 0; /* cases with a full block before the last prompt token */
     for (int i = 0; i < n; i++) long_prompts += (cases[i].n_prompt - 1) / 4 > 0;
     cr_assert_gt(long_prompts, 0, "no reference prompt spans a block of 4");
     static const char *const flags[] = {"--kv-block-size", "4", "--kv-blocks", "2048", NULL};
     dmn d;
     dmn_start(&d, model, NULL, flags);
     gen_job g = {.sock = d.sock, .cases = cases, .n_cases = n};
-    cr_assert_eq(reap(spawn(client_greedy, &g), 60000), 0, "first pass: tokens differ from the reference");
+    cr_assert_eq(reap(spawn(client_greedy, &g), 60000), 0,
+                 "first pass: tokens differ from the reference");
     int first = count_lines(d.declog, "\"ev\":\"cache_hit\"");
-    cr_assert_eq(reap(spawn(client_greedy, &g), 60000), 0, "second pass, prompts cached: tokens differ from the reference");
+    cr_assert_eq(reap(spawn(client_greedy, &g), 60000), 0,
+                 "second pass, prompts cached: tokens differ from the reference");
     assert_back_to_baseline(&d, 5000);
     cr_assert_eq(dmn_stop(&d, SIGTERM, 10000), 0);
     int hits = count_lines(d.declog, "\"ev\":\"cache_hit\"") - first;
-    cr_log_info("reference cases: %d with a cached block possible, %d hits on the second pass", long_prompts, hits);
-    cr_expect_eq(hits, long_prompts, "second pass: %d cache hits, %d prompts had a cached block to find", hits, long_prompts);
+    cr_log_info("reference cases: %d with a cached block possible, %d hits on the second pass",
+                long_prompts, hits);
+    cr_expect_eq(hits, long_prompts,
+                 "second pass: %d cache hits, %d prompts had a cached block to find", hits,
+                 long_prompts);
     dmn_cleanup(&d);
 }
 
@@ -2169,7 +2491,10 @@ static int client_domains(void *arg)
 {
     dom_job *g = arg;
     ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    if (ringlm_connect(g->sock, &c) < 0) {
+        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
+        return 2;
+    }
     for (int i = 0; i < g->n; i++) {
         ringlm_request r;
         ringlm_request_init(&r);
@@ -2178,11 +2503,17 @@ static int client_domains(void *arg)
         r.max_new_tokens = 4;
         r.tenant_tag = g->tags[i];
         uint64_t id;
-        if (ringlm_submit(c, &r, &id) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+        if (ringlm_submit(c, &r, &id) < 0) {
+            fprintf(stderr, "submit: %s\n", ringlm_errdetail());
+            return 4;
+        }
         for (;;) {
             ringlm_event ev;
             int rc = ringlm_next_event(c, &ev, 60000);
-            if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+            if (rc <= 0) {
+                fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
+                return 5;
+            }
             if (ev.kind == RINGLM_EV_FINISH) break;
         }
     }
@@ -2218,11 +2549,13 @@ Test(daemon_e2e, prefix_cache_domains_isolate_tenants_unless_the_policy_groups_t
     char model[512];
     model_or_synthetic(model, sizeof model);
     char policy[1024];
-    snprintf(policy, sizeof policy,
-             "[scheduler]\nmode = token_budget\ndefault_tenant = a\n"
-             "[tenant a]\n[tenant b]\n[tenant c]\ncache_domain = gw\n[tenant d]\ncache_domain = gw\n"
-             "[tenant e]\nmax_cached_blocks = 1\n"
-             "[trust]\nuids = %u\n", (unsigned)getuid());
+    snprintf(
+        policy, sizeof policy,
+        "[scheduler]\nmode = token_budget\ndefault_tenant = a\n"
+        "[tenant a]\n[tenant b]\n[tenant c]\ncache_domain = gw\n[tenant d]\ncache_domain = gw\n"
+        "[tenant e]\nmax_cached_blocks = 1\n"
+        "[trust]\nuids = %u\n",
+        (unsigned)getuid());
     dmn d;
     dmn_start(&d, model, policy, NULL);
     static dom_job g;
@@ -2248,7 +2581,8 @@ Test(daemon_e2e, prefix_cache_domains_isolate_tenants_unless_the_policy_groups_t
 
 /* Lines of a JSON-lines file containing needle: their "req" and the integer under key (-1 when
  * the key is absent), in file order.  Returns how many. */
-static int jl_req_values(const char *path, const char *needle, const char *key, uint64_t *req, long long *val, int max)
+static int jl_req_values(const char *path, const char *needle, const char *key, uint64_t *req,
+                         long long *val, int max)
 {
     FILE *f = fopen(path, "r");
     cr_assert_not_null(f, "no file %s", path);
@@ -2284,7 +2618,7 @@ Test(daemon_e2e, request_log_records_the_cached_tokens_of_each_request)
     memset(&g, 0, sizeof g);
     g.sock = d.sock;
     for (int k = 0; k < 52; k++) g.prompt[k] = 5 + (11 * k) % 300;
-    g.n = 2;   /* no tenant tags: both are this uid's tenant */
+    g.n = 2; /* no tenant tags: both are this uid's tenant */
     int st = reap(spawn(client_domains, &g), 60000);
     cr_assert_eq(st, 0, "client exit %d", st);
     assert_back_to_baseline(&d, 5000);
@@ -2299,13 +2633,20 @@ Test(daemon_e2e, request_log_records_the_cached_tokens_of_each_request)
     cr_assert_eq(nf, 2);
     int nl = jl_req_values(d.reqlog, NULL, "cached_tokens", lreq, logged, 4);
     cr_assert_eq(nl, 2, "request log lines: %d", nl);
-    uint64_t first = lreq[0] < lreq[1] ? lreq[0] : lreq[1], second = lreq[0] < lreq[1] ? lreq[1] : lreq[0];
+    uint64_t first = lreq[0] < lreq[1] ? lreq[0] : lreq[1],
+             second = lreq[0] < lreq[1] ? lreq[1] : lreq[0];
     cr_assert_eq(hreq[0], second, "the hit was the second request's");
     for (int i = 0; i < 2; i++) {
-        if (lreq[i] == first) cr_expect_eq(logged[i], 0, "first request logs cached_tokens %lld", logged[i]);
-        else cr_expect_eq(logged[i], hit[0], "second request logs %lld, its cache_hit said %lld", logged[i], hit[0]);
-        if (freq[i] == second) cr_expect_eq(fin[i], hit[0], "finish event of the second: %lld", fin[i]);
-        else cr_expect_eq(fin[i], -1, "finish event of the first carries cached_tokens %lld", fin[i]);
+        if (lreq[i] == first)
+            cr_expect_eq(logged[i], 0, "first request logs cached_tokens %lld", logged[i]);
+        else
+            cr_expect_eq(logged[i], hit[0], "second request logs %lld, its cache_hit said %lld",
+                         logged[i], hit[0]);
+        if (freq[i] == second)
+            cr_expect_eq(fin[i], hit[0], "finish event of the second: %lld", fin[i]);
+        else
+            cr_expect_eq(fin[i], -1, "finish event of the first carries cached_tokens %lld",
+                         fin[i]);
     }
 
     char simlog[256], args[300];
@@ -2315,14 +2656,17 @@ Test(daemon_e2e, request_log_records_the_cached_tokens_of_each_request)
     cr_expect_eq(json_integer_value(json_object_get(pc, "recorded_hit_tokens")), hit[0],
                  "the replay read back %lld recorded cached tokens, the daemon logged %lld",
                  (long long)json_integer_value(json_object_get(pc, "recorded_hit_tokens")), hit[0]);
-    cr_expect_eq(json_integer_value(json_object_get(pc, "hit_tokens")), hit[0], "the replay found %lld",
+    cr_expect_eq(json_integer_value(json_object_get(pc, "hit_tokens")), hit[0],
+                 "the replay found %lld",
                  (long long)json_integer_value(json_object_get(pc, "hit_tokens")));
     json_decref(sj);
     uint64_t sreq[4];
     long long sval[4];
     cr_assert_eq(jl_req_values(simlog, NULL, "cached_tokens", sreq, sval, 4), 2);
-    long long lo = sval[0] < sval[1] ? sval[0] : sval[1], hi = sval[0] < sval[1] ? sval[1] : sval[0];
-    cr_expect(lo == 0 && hi == hit[0], "the simulator's request log: cached_tokens %lld and %lld", sval[0], sval[1]);
+    long long lo = sval[0] < sval[1] ? sval[0] : sval[1],
+              hi = sval[0] < sval[1] ? sval[1] : sval[0];
+    cr_expect(lo == 0 && hi == hit[0], "the simulator's request log: cached_tokens %lld and %lld",
+              sval[0], sval[1]);
     unlink(simlog);
     dmn_cleanup(&d);
 }
@@ -2334,7 +2678,7 @@ Test(daemon_e2e, request_log_records_the_cached_tokens_of_each_request)
  * max_new_tokens no context holds (rejected at admission), then `ringlm generate --stats`
  * sends it once more; with --no-prefix-cache every count is 0. */
 #define FC_PROMPT 44
-#define FC_BLOCK 8
+#define FC_BLOCK  8
 typedef struct fc_job {
     const char *sock, *out;
     int32_t prompt[FC_PROMPT];
@@ -2344,7 +2688,10 @@ static int client_finish_cached(void *arg)
 {
     fc_job *g = arg;
     ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    if (ringlm_connect(g->sock, &c) < 0) {
+        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
+        return 2;
+    }
     FILE *f = fopen(g->out, "w");
     if (!f) return 3;
     static const uint32_t max_new[] = {4, 4, 1u << 20};
@@ -2355,11 +2702,17 @@ static int client_finish_cached(void *arg)
         r.n_prompt = FC_PROMPT;
         r.max_new_tokens = max_new[i];
         uint64_t id;
-        if (ringlm_submit(c, &r, &id) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+        if (ringlm_submit(c, &r, &id) < 0) {
+            fprintf(stderr, "submit: %s\n", ringlm_errdetail());
+            return 4;
+        }
         for (;;) {
             ringlm_event ev;
             int rc = ringlm_next_event(c, &ev, 60000);
-            if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+            if (rc <= 0) {
+                fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
+                return 5;
+            }
             if (ev.kind == RINGLM_EV_FINISH && ev.req_id == id) {
                 fprintf(f, "%s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_cached_tokens);
                 break;
@@ -2378,8 +2731,8 @@ static long long cli_generate_cached(const char *sock, const fc_job *g)
     for (int k = 0; k < FC_PROMPT; k++)
         snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", k ? "," : "", g->prompt[k]);
     char *ringlm = th_path(th_bin_dir(), "ringlm");
-    char *argv[] = {ringlm, "--socket", (char *)sock, "generate", "--prompt-ids", ids, "--max-tokens", "4",
-                    "--stats", NULL};
+    char *argv[] = {ringlm, "--socket",     (char *)sock, "generate", "--prompt-ids",
+                    ids,    "--max-tokens", "4",          "--stats",  NULL};
     char *out, *err;
     cr_assert_eq(th_run(argv, &out, &err, 60), 0, "ringlm generate: %s", err);
     const char *p = strstr(err, " prompt tokens (");
@@ -2412,7 +2765,8 @@ static void finish_cached_tokens(bool cache_on)
     const long long full = FC_PROMPT / FC_BLOCK * FC_BLOCK; /* 40 */
     char want[128];
     snprintf(want, sizeof want, "length 0\nlength %lld\nrejected 0\n", cache_on ? full : 0);
-    cr_expect_str_eq(got, want, "FINISH events (reason n_cached_tokens), cache %s:\n%s", cache_on ? "on" : "off", got);
+    cr_expect_str_eq(got, want, "FINISH events (reason n_cached_tokens), cache %s:\n%s",
+                     cache_on ? "on" : "off", got);
     cr_expect_eq(cli, cache_on ? full : 0, "ringlm generate --stats: %lld cached", cli);
 
     /* the same counts, request by request, in the request log and the decision log */
@@ -2426,19 +2780,26 @@ static void finish_cached_tokens(bool cache_on)
     for (int i = 0; i < 4; i++) {
         int rank = 0; /* requests were sent one after another: ids ascend in that order */
         for (int j = 0; j < 4; j++) rank += lreq[j] < lreq[i];
-        cr_expect_eq(logged[i], client_saw[rank], "request %d: the request log says %lld, its FINISH %lld", rank,
-                     logged[i], client_saw[rank]);
+        cr_expect_eq(logged[i], client_saw[rank],
+                     "request %d: the request log says %lld, its FINISH %lld", rank, logged[i],
+                     client_saw[rank]);
         for (int j = 0; j < nf; j++)
             if (freq[j] == lreq[i])
-                cr_expect_eq(fin[j] < 0 ? 0 : fin[j], client_saw[rank], "request %d: the decision log says %lld", rank,
-                             fin[j]);
+                cr_expect_eq(fin[j] < 0 ? 0 : fin[j], client_saw[rank],
+                             "request %d: the decision log says %lld", rank, fin[j]);
     }
     free(got);
     dmn_cleanup(&d);
 }
 
-Test(daemon_e2e, finish_events_carry_the_cached_tokens) { finish_cached_tokens(true); }
-Test(daemon_e2e, finish_events_carry_no_cached_tokens_with_the_cache_off) { finish_cached_tokens(false); }
+Test(daemon_e2e, finish_events_carry_the_cached_tokens)
+{
+    finish_cached_tokens(true);
+}
+Test(daemon_e2e, finish_events_carry_no_cached_tokens_with_the_cache_off)
+{
+    finish_cached_tokens(false);
+}
 
 /* ---- prefix cache: forced key collisions ---------------------------------------------- */
 
@@ -2454,7 +2815,7 @@ Test(daemon_e2e, finish_events_carry_no_cached_tokens_with_the_cache_off) { fini
  * counts) checked; the request log keeps content keys (XXH3), so a replay shares what the
  * run shared instead of one key for everything. */
 #define CK_PROMPT 16
-#define CK_NEW 24
+#define CK_NEW    24
 
 /* Distinct greedy sequences of the reference file cut into a CK_PROMPT-token prompt and its
  * CK_NEW-token continuation (a prefix of a greedy sequence continues as that sequence);
@@ -2465,8 +2826,10 @@ static int collide_refs(const ref_case *all, int n, ref_case *out)
     for (int i = 0; i < n && m < 3; i++) {
         int32_t seq[CK_PROMPT + CK_NEW];
         uint32_t len = 0;
-        for (uint32_t k = 0; k < all[i].n_prompt && len < CK_PROMPT + CK_NEW; k++) seq[len++] = all[i].prompt[k];
-        for (uint32_t k = 0; k < all[i].n_gen && len < CK_PROMPT + CK_NEW; k++) seq[len++] = all[i].gen[k];
+        for (uint32_t k = 0; k < all[i].n_prompt && len < CK_PROMPT + CK_NEW; k++)
+            seq[len++] = all[i].prompt[k];
+        for (uint32_t k = 0; k < all[i].n_gen && len < CK_PROMPT + CK_NEW; k++)
+            seq[len++] = all[i].gen[k];
         if (len < CK_PROMPT + CK_NEW || all[i].n_prompt > CK_PROMPT) continue;
         bool seen = false;
         for (int j = 0; j < m; j++) seen |= !memcmp(out[j].prompt, seq, CK_PROMPT * sizeof *seq);
@@ -2485,22 +2848,27 @@ Test(daemon_e2e, prefix_cache_forced_key_collisions_never_reuse_a_wrong_block)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    if (!stories_path(model, sizeof model))
+        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case all[12], ck[3];
     int n = load_refs(all, 12);
     if (n == 0) cr_skip_test("reference-greedy.json not found");
-    cr_assert_eq(collide_refs(all, n, ck), 3, "the reference file has fewer than 3 distinct greedy sequences");
+    cr_assert_eq(collide_refs(all, n, ck), 3,
+                 "the reference file has fewer than 3 distinct greedy sequences");
     for (int i = 1; i < 3; i++)
         cr_assert(ck[i].prompt[0] == ck[0].prompt[0] && ck[i].prompt[1] != ck[0].prompt[1] &&
-                  ck[i].prompt[1] != ck[3 - i].prompt[1], "the sequences must share token 0 and no more");
-    static const char *const flags[] = {"--prefix-key", "constant", "--kv-block-size", "1",
-                                        "--metrics", "127.0.0.1:0", NULL};
+                      ck[i].prompt[1] != ck[3 - i].prompt[1],
+                  "the sequences must share token 0 and no more");
+    static const char *const flags[] = {
+        "--prefix-key", "constant", "--kv-block-size", "1", "--metrics", "127.0.0.1:0", NULL};
     dmn d;
     dmn_start(&d, model, NULL, flags);
-    cr_expect_eq(count_lines(d.errlog, "warning: --prefix-key=constant"), 1, "no start-up warning for the constant key");
+    cr_expect_eq(count_lines(d.errlog, "warning: --prefix-key=constant"), 1,
+                 "no start-up warning for the constant key");
 
     gen_job a = {.sock = d.sock, .cases = &ck[0], .n_cases = 1};
-    cr_expect_eq(reap(spawn(client_greedy, &a), 60000), 0, "A alone: tokens differ from the reference");
+    cr_expect_eq(reap(spawn(client_greedy, &a), 60000), 0,
+                 "A alone: tokens differ from the reference");
     gen_job b = {.sock = d.sock, .cases = &ck[1], .n_cases = 1};
     cr_expect_eq(reap(spawn(client_greedy, &b), 60000), 0,
                  "B after A: tokens differ from the reference (a block of A's, same key, reused?)");
@@ -2508,14 +2876,15 @@ Test(daemon_e2e, prefix_cache_forced_key_collisions_never_reuse_a_wrong_block)
     both[0] = ck[2];
     both[1] = ck[0];
     gen_job ca = {.sock = d.sock, .cases = both, .n_cases = 2};
-    cr_expect_eq(reap(spawn(client_greedy, &ca), 60000), 0, "C and A in one batch: tokens differ from the reference");
+    cr_expect_eq(reap(spawn(client_greedy, &ca), 60000), 0,
+                 "C and A in one batch: tokens differ from the reference");
     assert_back_to_baseline(&d, 5000);
 
     /* the names fleet routers read: 4 prompts looked up, hits 1 + 1 + 15 tokens */
     int port = metrics_port(&d);
     cr_assert_gt(port, 0, "no 'metrics on port' line in the daemon's stderr");
     double queried = -1, hit = -1;
-    for (uint64_t deadline = now_ms() + 5000;;) {   /* published every few ms */
+    for (uint64_t deadline = now_ms() + 5000;;) { /* published every few ms */
         int status = 0;
         char *body = th_http_get(port, "/metrics", &status, NULL, 0);
         if (body && status == 200) {
@@ -2528,7 +2897,8 @@ Test(daemon_e2e, prefix_cache_forced_key_collisions_never_reuse_a_wrong_block)
     }
     cr_assert_eq(dmn_stop(&d, SIGTERM, 10000), 0);
     cr_expect_eq(queried, 4 * CK_PROMPT, "vllm:prefix_cache_queries_total %g", queried);
-    cr_expect_eq(hit, CK_PROMPT + 1, "vllm:prefix_cache_hits_total %g: only equal blocks may hit (1 + 1 + %d)", hit,
+    cr_expect_eq(hit, CK_PROMPT + 1,
+                 "vllm:prefix_cache_hits_total %g: only equal blocks may hit (1 + 1 + %d)", hit,
                  CK_PROMPT - 1);
 
     /* cache_hit events in order: B's BOS block, then C's BOS block and A's own prompt in either
@@ -2540,8 +2910,9 @@ Test(daemon_e2e, prefix_cache_forced_key_collisions_never_reuse_a_wrong_block)
     if (nh == 3) {
         long long lo = tok[1] < tok[2] ? tok[1] : tok[2], hi = tok[1] < tok[2] ? tok[2] : tok[1];
         cr_expect(tok[0] == 1 && lo == 1 && hi == CK_PROMPT - 1,
-                  "cache_hit tokens %lld, %lld, %lld: expected 1 (B), then 1 (C) and %d (A) in either order", tok[0],
-                  tok[1], tok[2], CK_PROMPT - 1);
+                  "cache_hit tokens %lld, %lld, %lld: expected 1 (B), then 1 (C) and %d (A) in "
+                  "either order",
+                  tok[0], tok[1], tok[2], CK_PROMPT - 1);
     }
 
     /* the request log: content keys, equal where the tokens are (block 0), apart where not */
@@ -2555,7 +2926,8 @@ Test(daemon_e2e, prefix_cache_forced_key_collisions_never_reuse_a_wrong_block)
         json_t *j = json_loads(line, 0, &e);
         cr_assert_not_null(j, "request log line is not JSON: %s", line);
         json_t *h = json_object_get(j, "hash_ids");
-        cr_assert_eq(json_array_size(h), CK_PROMPT, "a %d-token prompt in 1-token blocks: %zu hash_ids", CK_PROMPT,
+        cr_assert_eq(json_array_size(h), CK_PROMPT,
+                     "a %d-token prompt in 1-token blocks: %zu hash_ids", CK_PROMPT,
                      json_array_size(h));
         first[nl] = (long long)json_integer_value(json_array_get(h, 0));
         second[nl] = (long long)json_integer_value(json_array_get(h, 1));
@@ -2571,18 +2943,23 @@ Test(daemon_e2e, prefix_cache_forced_key_collisions_never_reuse_a_wrong_block)
         for (int k = 0; k < i; k++) again |= second[k] == second[i];
         distinct += !again;
     }
-    cr_expect_eq(distinct, 3, "the request log keys block 1 of A, B, C as %d distinct blocks, not 3", distinct);
+    cr_expect_eq(distinct, 3,
+                 "the request log keys block 1 of A, B, C as %d distinct blocks, not 3", distinct);
     /* ringlm-sim replaying the log on the run's 1-token blocks finds the hits the daemon found */
     char cal[256], args[300];
     snprintf(cal, sizeof cal, "%s/calibration.json", d.dir);
     f = fopen(cal, "w");
     cr_assert_not_null(f);
-    fputs("{\"version\": 1, \"kv_block_size\": 1, \"kv_blocks_device\": 1024, \"kv_bytes_per_token\": 1024, \"step_model\": "
-          "{\"base_us\": 1000, \"per_prefill_token_us\": 20, \"per_decode_seq_us\": 50, \"per_context_token_us\": 0}}\n", f);
+    fputs("{\"version\": 1, \"kv_block_size\": 1, \"kv_blocks_device\": 1024, "
+          "\"kv_bytes_per_token\": 1024, \"step_model\": "
+          "{\"base_us\": 1000, \"per_prefill_token_us\": 20, \"per_decode_seq_us\": 50, "
+          "\"per_context_token_us\": 0}}\n",
+          f);
     fclose(f);
     snprintf(args, sizeof args, "--calibration %s", cal);
     json_t *pc, *sj = sim_replay(d.reqlog, args, &pc);
-    cr_expect_eq((double)json_integer_value(json_object_get(pc, "hit_tokens")), hit, "replayed hits %lld, the daemon's %g",
+    cr_expect_eq((double)json_integer_value(json_object_get(pc, "hit_tokens")), hit,
+                 "replayed hits %lld, the daemon's %g",
                  (long long)json_integer_value(json_object_get(pc, "hit_tokens")), hit);
     json_decref(sj);
     unlink(cal);
@@ -2605,23 +2982,35 @@ static int client_px_kill(void *arg)
 {
     px_kill_job *g = arg;
     ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    if (ringlm_connect(g->sock, &c) < 0) {
+        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
+        return 2;
+    }
     ringlm_request r;
     ringlm_request_init(&r);
     r.prompt = g->prompt;
     r.n_prompt = g->n_prompt;
     r.max_new_tokens = g->max_new;
     uint64_t id;
-    if (ringlm_submit(c, &r, &id) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+    if (ringlm_submit(c, &r, &id) < 0) {
+        fprintf(stderr, "submit: %s\n", ringlm_errdetail());
+        return 4;
+    }
     if (g->ready_fd >= 0 && write(g->ready_fd, "s", 1) != 1) return 6;
     FILE *f = g->out ? fopen(g->out, "w") : NULL;
     for (;;) {
         ringlm_event ev;
         int rc = ringlm_next_event(c, &ev, 60000);
-        if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+        if (rc <= 0) {
+            fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
+            return 5;
+        }
         if (ev.kind == RINGLM_EV_TOKEN && f) fprintf(f, "%d ", ev.token);
         if (ev.kind == RINGLM_EV_FINISH) {
-            if (f) { fprintf(f, "| %s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_tokens); fclose(f); }
+            if (f) {
+                fprintf(f, "| %s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_tokens);
+                fclose(f);
+            }
             break;
         }
     }
@@ -2651,7 +3040,8 @@ Test(daemon_e2e, prefix_cache_kill9_mid_prefill_of_sharing_requests_leaks_nothin
     for (int k = 0; k < 64; k++) base.prompt[k] = 3 + (11 * k) % 500;
     base.n_prompt = 64;
     base.max_new = 2;
-    cr_assert_eq(reap(spawn(client_px_kill, &base), 60000), 0, "base prompt");   /* 64 tokens cached */
+    cr_assert_eq(reap(spawn(client_px_kill, &base), 60000), 0,
+                 "base prompt"); /* 64 tokens cached */
     surv = base;
     for (int k = 64; k < 160; k++) surv.prompt[k] = 3 + (5 * k) % 500;
     surv.n_prompt = 160;
@@ -2668,7 +3058,7 @@ Test(daemon_e2e, prefix_cache_kill9_mid_prefill_of_sharing_requests_leaks_nothin
     for (int i = 0; i < 3; i++) {
         victim[i] = base;
         for (int k = 64; k < 240; k++) victim[i].prompt[k] = 3 + (13 * k + 7 * i) % 500;
-        victim[i].n_prompt = 240;   /* within the shape's 256-token context */
+        victim[i].n_prompt = 240; /* within the shape's 256-token context */
         victim[i].max_new = 8;
         victim[i].ready_fd = pfd[1];
         kids[i] = spawn(client_px_kill, &victim[i]);
@@ -2682,7 +3072,8 @@ Test(daemon_e2e, prefix_cache_kill9_mid_prefill_of_sharing_requests_leaks_nothin
     pid_t sp = spawn(client_px_kill, &surv);
     /* the victims are admitted (each found the shared 64 tokens: cache_hit) — then killed */
     for (uint64_t deadline = now_ms() + 20000;;) {
-        if (count_lines(d.declog, "\"ev\":\"cache_hit\"") >= 2 + 3) break;   /* the survivor twice, 3 victims */
+        if (count_lines(d.declog, "\"ev\":\"cache_hit\"") >= 2 + 3)
+            break; /* the survivor twice, 3 victims */
         cr_assert(now_ms() < deadline, "the victims were never admitted with a cache hit");
         poll_pause();
     }
@@ -2693,16 +3084,20 @@ Test(daemon_e2e, prefix_cache_kill9_mid_prefill_of_sharing_requests_leaks_nothin
     cr_assert_eq(dmn_stop(&d, SIGTERM, 10000), 0);
     char *a = slurp(ref), *b = slurp(again);
     cr_assert(a && b);
-    cr_expect_str_eq(b, a, "the request sharing the blocks produced other tokens while others were killed");
+    cr_expect_str_eq(
+        b, a, "the request sharing the blocks produced other tokens while others were killed");
     free(a);
     free(b);
     /* a victim was cancelled (disconnect) mid-prefill, or had finished before the kill (the
      * decision log is written behind the loop): at least one died holding shared blocks */
     int cancels = count_lines(d.declog, "\"ev\":\"cancel\"");
     int finishes = count_lines(d.declog, "\"ev\":\"finish\"");
-    cr_log_info("kill -9 mid-prefill: %d of 3 victims cancelled, %d finished first", cancels, finishes - 3);
+    cr_log_info("kill -9 mid-prefill: %d of 3 victims cancelled, %d finished first", cancels,
+                finishes - 3);
     cr_expect_geq(cancels, 1, "no victim was still prefilling when killed");
-    cr_expect_eq(cancels + finishes, 6, "base, the survivor twice and 3 victims: %d cancels, %d finishes", cancels, finishes);
+    cr_expect_eq(cancels + finishes, 6,
+                 "base, the survivor twice and 3 victims: %d cancels, %d finishes", cancels,
+                 finishes);
     dmn_cleanup(&d);
 }
 
@@ -2722,22 +3117,34 @@ static int client_px_cancel(void *arg)
 {
     px_cancel_job *g = arg;
     ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    if (ringlm_connect(g->sock, &c) < 0) {
+        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
+        return 2;
+    }
     ringlm_request r;
     ringlm_request_init(&r);
     r.prompt = g->prompt;
     r.n_prompt = 240;
     r.max_new_tokens = 8;
     uint64_t id;
-    if (ringlm_submit(c, &r, &id) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+    if (ringlm_submit(c, &r, &id) < 0) {
+        fprintf(stderr, "submit: %s\n", ringlm_errdetail());
+        return 4;
+    }
     char b;
     if (write(g->ready_fd, "s", 1) != 1 || read(g->go_fd, &b, 1) != 1) return 6;
-    if (ringlm_cancel(c, id) < 0) { fprintf(stderr, "cancel: %s\n", ringlm_errdetail()); return 7; }
+    if (ringlm_cancel(c, id) < 0) {
+        fprintf(stderr, "cancel: %s\n", ringlm_errdetail());
+        return 7;
+    }
     int tokens = 0;
     for (;;) {
         ringlm_event ev;
         int rc = ringlm_next_event(c, &ev, 60000);
-        if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+        if (rc <= 0) {
+            fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
+            return 5;
+        }
         tokens += ev.kind == RINGLM_EV_TOKEN;
         if (ev.kind == RINGLM_EV_FINISH) {
             FILE *f = fopen(g->out, "w");
@@ -2768,7 +3175,8 @@ Test(daemon_e2e, prefix_cache_cancel_mid_prefill_of_a_sharing_request_leaks_noth
     for (int k = 0; k < 64; k++) base.prompt[k] = 3 + (11 * k) % 500;
     base.n_prompt = 64;
     base.max_new = 2;
-    cr_assert_eq(reap(spawn(client_px_kill, &base), 60000), 0, "base prompt");   /* 64 tokens cached */
+    cr_assert_eq(reap(spawn(client_px_kill, &base), 60000), 0,
+                 "base prompt"); /* 64 tokens cached */
     surv = base;
     for (int k = 64; k < 80; k++) surv.prompt[k] = 3 + (5 * k) % 500;
     surv.n_prompt = 80;
@@ -2804,7 +3212,7 @@ Test(daemon_e2e, prefix_cache_cancel_mid_prefill_of_a_sharing_request_leaks_noth
         poll_pause();
     }
     pid_t sp = spawn(client_px_kill, &surv);
-    for (uint64_t deadline = now_ms() + 20000;;) {   /* and the survivor holds them too */
+    for (uint64_t deadline = now_ms() + 20000;;) { /* and the survivor holds them too */
         if (count_lines(d.declog, "\"ev\":\"cache_hit\"") >= 3) break;
         cr_assert(now_ms() < deadline, "the survivor was never admitted with a cache hit");
         poll_pause();
@@ -2817,9 +3225,12 @@ Test(daemon_e2e, prefix_cache_cancel_mid_prefill_of_a_sharing_request_leaks_noth
     cr_assert_eq(dmn_stop(&d, SIGTERM, 10000), 0);
     char *a = slurp(ref), *s2 = slurp(again), *v = slurp(vout);
     cr_assert(a && s2 && v);
-    cr_expect_str_eq(v, "cancelled 0\n", "the victim was not cancelled before its first token: %s", v);
-    cr_expect_str_eq(s2, a, "the request sharing the blocks produced other tokens while one was cancelled");
-    cr_expect_eq(count_lines2(d.declog, "\"ev\":\"cancel\"", "\"reason\":\"client_cancel\""), 1, "the victim's cancel event");
+    cr_expect_str_eq(v, "cancelled 0\n", "the victim was not cancelled before its first token: %s",
+                     v);
+    cr_expect_str_eq(
+        s2, a, "the request sharing the blocks produced other tokens while one was cancelled");
+    cr_expect_eq(count_lines2(d.declog, "\"ev\":\"cancel\"", "\"reason\":\"client_cancel\""), 1,
+                 "the victim's cancel event");
     free(a);
     free(s2);
     free(v);
@@ -2836,8 +3247,8 @@ typedef struct px_conc_job {
     const char *sock, *out;
     int32_t prompt[4][80];
     uint32_t n_prompt[4];
-    int n;              /* requests (0: 4) */
-    uint32_t max_new;   /* new tokens each (0: 200) */
+    int n;            /* requests (0: 4) */
+    uint32_t max_new; /* new tokens each (0: 200) */
 } px_conc_job;
 
 static int client_px_concurrent(void *arg)
@@ -2845,7 +3256,10 @@ static int client_px_concurrent(void *arg)
     px_conc_job *g = arg;
     int n = g->n ? g->n : 4;
     ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    if (ringlm_connect(g->sock, &c) < 0) {
+        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
+        return 2;
+    }
     uint64_t ids[4];
     static char out[4][4096];
     size_t len[4] = {0};
@@ -2859,18 +3273,25 @@ static int client_px_concurrent(void *arg)
     }
     /* one batch: the daemon finds them together, so none runs alone however long this
      * process is descheduled between building the requests */
-    if (ringlm_submit_batch(c, r, (uint32_t)n, ids) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+    if (ringlm_submit_batch(c, r, (uint32_t)n, ids) < 0) {
+        fprintf(stderr, "submit: %s\n", ringlm_errdetail());
+        return 4;
+    }
     for (int done = 0; done < n;) {
         ringlm_event ev;
         int rc = ringlm_next_event(c, &ev, 60000);
-        if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+        if (rc <= 0) {
+            fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
+            return 5;
+        }
         int i = 0;
         while (i < n && ids[i] != ev.req_id) i++;
         if (i == n) continue;
         if (ev.kind == RINGLM_EV_TOKEN && len[i] < sizeof out[i] - 16)
             len[i] += (size_t)snprintf(out[i] + len[i], sizeof out[i] - len[i], "%d ", ev.token);
         if (ev.kind == RINGLM_EV_FINISH) {
-            snprintf(out[i] + len[i], sizeof out[i] - len[i], "| %s %u", ringlm_reason_name(ev.finish_reason), ev.n_tokens);
+            snprintf(out[i] + len[i], sizeof out[i] - len[i], "| %s %u",
+                     ringlm_reason_name(ev.finish_reason), ev.n_tokens);
             done++;
         }
     }
@@ -2902,23 +3323,33 @@ static void px_preempt(const char *mode)
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    if (!stories_path(model, sizeof model))
+        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static px_conc_job g;
     memset(&g, 0, sizeof g);
     for (int i = 0; i < 4; i++) {
-        for (int k = 0; k < 48; k++) g.prompt[i][k] = 3 + (17 * k) % 500;   /* the shared 3 blocks */
+        for (int k = 0; k < 48; k++) g.prompt[i][k] = 3 + (17 * k) % 500; /* the shared 3 blocks */
         for (int k = 48; k < 60; k++) g.prompt[i][k] = 3 + (29 * k + 41 * i) % 500;
         g.n_prompt[i] = 60;
     }
     char policy[512];
     snprintf(policy, sizeof policy,
              "[scheduler]\nmode = token_budget\ntoken_budget = 64\nmax_active_seqs = 8\n"
-             "prefill_chunk = 32\npreemption = %s\nmin_residency = 0us\nmax_preemptions = 0\n", mode);
+             "prefill_chunk = 32\npreemption = %s\nmin_residency = 0us\nmax_preemptions = 0\n",
+             mode);
     /* 4 × (60 + 200) tokens = 68 blocks of 16 at the end (59 with the 3 shared): 32 device
      * blocks cannot hold them */
-    const char *on_args[] = {"--kv-blocks", "32", "--kv-block-size", "16", "--host-kv-blocks", "64", "--verify-swaps", NULL};
-    const char *off_args[] = {"--kv-blocks", "32", "--kv-block-size", "16", "--host-kv-blocks", "64", "--verify-swaps",
-                              "--no-prefix-cache", NULL};
+    const char *on_args[] = {"--kv-blocks",      "32", "--kv-block-size", "16",
+                             "--host-kv-blocks", "64", "--verify-swaps",  NULL};
+    const char *off_args[] = {"--kv-blocks",
+                              "32",
+                              "--kv-block-size",
+                              "16",
+                              "--host-kv-blocks",
+                              "64",
+                              "--verify-swaps",
+                              "--no-prefix-cache",
+                              NULL};
     dmn on, off;
     dmn_start_for(&off, model, policy, off_args, &g.sock, &g.out);
     dmn_run_client(&off, client_px_concurrent, &g, "client (cache off)");
@@ -2938,32 +3369,42 @@ static void px_preempt(const char *mode)
     long long verified = jint(j, "swap_verified");
     json_decref(j);
     char *b = dmn_stop_output(&on);
-    cr_expect_str_eq(b, a, "mode %s: tokens with shared blocks preempted differ from the cache off", mode);
+    cr_expect_str_eq(b, a, "mode %s: tokens with shared blocks preempted differ from the cache off",
+                     mode);
     free(a);
     free(b);
     int hits = count_lines(on.declog, "\"ev\":\"cache_hit\"");
     int preempts = count_lines(on.declog, "\"ev\":\"preempt\"");
     int swaps = count_lines(on.declog, "\"mode\":\"swap\"");
-    cr_log_info("mode %s, cache on: %d cache hits, %d preemptions, %d swap lines, %lld blocks verified", mode, hits,
-                preempts, swaps, verified);
+    cr_log_info(
+        "mode %s, cache on: %d cache hits, %d preemptions, %d swap lines, %lld blocks verified",
+        mode, hits, preempts, swaps, verified);
     cr_expect_geq(hits, 4, "the four prompts did not share the cached prefix (%d hits)", hits);
     /* submitted as one batch, the four run together: all started before the first ended
      * (after the warm-up's start and finish), and their growth overran the pool */
-    cr_expect_eq(starts_before_finish(on.declog, 1), 5, "mode %s: a request ended before the last started", mode);
-    cr_expect_eq(starts_before_finish(off.declog, 0), 4, "mode %s, cache off: a request ended before the last started",
-                 mode);
+    cr_expect_eq(starts_before_finish(on.declog, 1), 5,
+                 "mode %s: a request ended before the last started", mode);
+    cr_expect_eq(starts_before_finish(off.declog, 0), 4,
+                 "mode %s, cache off: a request ended before the last started", mode);
     cr_expect_gt(preempts, 0, "mode %s: the small pool forced no preemption", mode);
     char by[32];
     snprintf(by, sizeof by, "\"mode\":\"%s\"", mode);
-    cr_expect_eq(count_lines2(on.declog, "\"ev\":\"preempt\"", by), preempts, "a preemption not by %s", mode);
+    cr_expect_eq(count_lines2(on.declog, "\"ev\":\"preempt\"", by), preempts,
+                 "a preemption not by %s", mode);
     if (!strcmp(mode, "swap")) cr_expect_gt(verified, 0, "swap mode: no swap-in was verified");
     if (!strcmp(mode, "recompute")) cr_expect_eq(swaps, 0, "recompute mode swapped");
     dmn_cleanup(&on);
     dmn_cleanup(&off);
 }
 
-Test(daemon_e2e, prefix_cache_preempt_swap_of_shared_blocks_same_tokens) { px_preempt("swap"); }
-Test(daemon_e2e, prefix_cache_preempt_recompute_of_shared_blocks_same_tokens) { px_preempt("recompute"); }
+Test(daemon_e2e, prefix_cache_preempt_swap_of_shared_blocks_same_tokens)
+{
+    px_preempt("swap");
+}
+Test(daemon_e2e, prefix_cache_preempt_recompute_of_shared_blocks_same_tokens)
+{
+    px_preempt("recompute");
+}
 
 /* ---- prefix cache across the host and disk tiers ---------------------------------------- */
 
@@ -2992,7 +3433,10 @@ static const char *find_line2(const char *path, const char *a, const char *b)
     FILE *f = fopen(path, "r");
     if (!f) return "";
     while (fgets(line, sizeof line, f))
-        if (strstr(line, a) && strstr(line, b)) { fclose(f); return line; }
+        if (strstr(line, a) && strstr(line, b)) {
+            fclose(f);
+            return line;
+        }
     fclose(f);
     return "";
 }
@@ -3016,7 +3460,8 @@ static void run_tier_client(const char *model, int (*fn)(void *), void *job, con
                             const char **job_out, int timeout_ms, const char *const *extra, dmn *d,
                             char **out, long long *verified)
 {
-    dmn_start_for(d, model, "[scheduler]\ntoken_budget = 64\nprefill_chunk = 32\n", extra, sock, job_out);
+    dmn_start_for(d, model, "[scheduler]\ntoken_budget = 64\nprefill_chunk = 32\n", extra, sock,
+                  job_out);
     int st = reap(spawn(fn, job), timeout_ms);
     if (st != 0) dump_file(d->errlog, "ringlmd stderr");
     cr_assert_eq(st, 0, "tier client exit %d", st);
@@ -3034,7 +3479,8 @@ static void run_tier_client(const char *model, int (*fn)(void *), void *job, con
 static void run_tiers(const char *model, seq_job *g, const char *const *extra, dmn *d, char **out,
                       long long *verified)
 {
-    run_tier_client(model, client_sequential, g, &g->sock, &g->out, 120000, extra, d, out, verified);
+    run_tier_client(model, client_sequential, g, &g->sock, &g->out, 120000, extra, d, out,
+                    verified);
 }
 
 /* The model: the stories15M shape (synthetic weights, no shared data needed), big enough
@@ -3069,24 +3515,29 @@ static void tiers_reload(bool disk)
     tier_prompts(&g);
     char disk_path[128];
     snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxdisk-%d", (int)getpid());
-    static const char *const off_flags[] = {"--kv-blocks", "8", "--kv-block-size", "16", "--no-prefix-cache", NULL};
-    const char *host_flags[] = {"--kv-blocks", "8", "--kv-block-size", "16", "--host-kv-blocks", "64",
+    static const char *const off_flags[] = {"--kv-blocks",       "8", "--kv-block-size", "16",
+                                            "--no-prefix-cache", NULL};
+    const char *host_flags[] = {"--kv-blocks",      "8",  "--kv-block-size", "16",
+                                "--host-kv-blocks", "64", "--verify-swaps",  NULL};
+    const char *disk_flags[] = {"--kv-blocks",    "8",       "--kv-block-size",  "16",
+                                "--disk-kv",      disk_path, "--disk-kv-blocks", "64",
                                 "--verify-swaps", NULL};
-    const char *disk_flags[] = {"--kv-blocks", "8", "--kv-block-size", "16", "--disk-kv", disk_path,
-                                "--disk-kv-blocks", "64", "--verify-swaps", NULL};
     dmn off, on;
     char *a, *b;
     long long verified = 0;
     run_tiers(model, &g, off_flags, &off, &a, NULL);
     run_tiers(model, &g, disk ? disk_flags : host_flags, &on, &b, &verified);
-    cr_expect_str_eq(b, a, "tokens with cached blocks reloaded from %s differ from the cache off", disk ? "disk" : "host");
+    cr_expect_str_eq(b, a, "tokens with cached blocks reloaded from %s differ from the cache off",
+                     disk ? "disk" : "host");
     const char *tier = disk ? "\"to\":\"disk\"" : "\"to\":\"host\"";
     int demotes = count_lines2(on.declog, "\"ev\":\"cache_demote\"", tier);
     /* the decisions (with both estimates), then their completion records */
     int reloads = count_lines2(on.declog, "\"choice\":\"reload\"", "\"reload_cost_us\":");
     int done = count_lines2(on.declog, "\"choice\":\"reload\"", "\"reason\":\"done\"");
-    int hits = count_lines2(on.declog, "\"ev\":\"cache_hit\"", disk ? "\"disk_tokens\":" : "\"host_tokens\":");
-    cr_log_info("%s tier: %d demotion lines, %d reloads (%d completed), %d hits found there, %lld blocks verified",
+    int hits = count_lines2(on.declog, "\"ev\":\"cache_hit\"",
+                            disk ? "\"disk_tokens\":" : "\"host_tokens\":");
+    cr_log_info("%s tier: %d demotion lines, %d reloads (%d completed), %d hits found there, %lld "
+                "blocks verified",
                 disk ? "disk" : "host", demotes, reloads, done, hits, verified);
     cr_expect_gt(verified, 0, "no reloaded block was checked against its demoted bytes");
     if (!demotes || !reloads) dump_file(on.declog, "decision log");
@@ -3094,13 +3545,16 @@ static void tiers_reload(bool disk)
     cr_expect_gt(reloads, 0, "no block was reloaded");
     cr_expect_eq(done, reloads, "every reload has its realised-cost record");
     cr_expect_gt(hits, 0, "no hit counted tokens from the tier");
-    char rl[4096];   /* find_line2's buffer is reused below */
-    snprintf(rl, sizeof rl, "%s", find_line2(on.declog, "\"choice\":\"reload\"", "\"reload_cost_us\":"));
+    char rl[4096]; /* find_line2's buffer is reused below */
+    snprintf(rl, sizeof rl, "%s",
+             find_line2(on.declog, "\"choice\":\"reload\"", "\"reload_cost_us\":"));
     cr_expect_lt(json_num_of(rl, "reload_cost_us"), json_num_of(rl, "recompute_cost_us"), "%s", rl);
     const char *rd = find_line2(on.declog, "\"choice\":\"reload\"", "\"reason\":\"done\"");
-    cr_log_info("%s tier: a reload's estimate %.1f us (recompute %.1f us), its copy took %.1f us", disk ? "disk" : "host",
-                json_num_of(rl, "reload_cost_us"), json_num_of(rl, "recompute_cost_us"), json_num_of(rd, "realised_us"));
-    cr_expect_eq(count_lines(off.declog, "\"ev\":\"cache_"), 0, "--no-prefix-cache logged cache events");
+    cr_log_info("%s tier: a reload's estimate %.1f us (recompute %.1f us), its copy took %.1f us",
+                disk ? "disk" : "host", json_num_of(rl, "reload_cost_us"),
+                json_num_of(rl, "recompute_cost_us"), json_num_of(rd, "realised_us"));
+    cr_expect_eq(count_lines(off.declog, "\"ev\":\"cache_"), 0,
+                 "--no-prefix-cache logged cache events");
     free(a);
     free(b);
     dmn_cleanup(&off);
@@ -3108,8 +3562,14 @@ static void tiers_reload(bool disk)
     unlink(disk_path);
 }
 
-Test(daemon_e2e, prefix_cache_host_tier_demotes_reloads_byte_exact) { tiers_reload(false); }
-Test(daemon_e2e, prefix_cache_disk_tier_demotes_reloads_byte_exact) { tiers_reload(true); }
+Test(daemon_e2e, prefix_cache_host_tier_demotes_reloads_byte_exact)
+{
+    tiers_reload(false);
+}
+Test(daemon_e2e, prefix_cache_disk_tier_demotes_reloads_byte_exact)
+{
+    tiers_reload(true);
+}
 
 /* A disk tier whose bandwidth is low (--disk-kv-bw: 1 kB/s until measured): keeping a block
  * there to reload it later would cost more than computing it again, so the cost model drops
@@ -3123,20 +3583,24 @@ Test(daemon_e2e, prefix_cache_slow_disk_tier_is_not_worth_keeping_blocks_in)
     tier_prompts(&g);
     char disk_path[128];
     snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxslow-%d", (int)getpid());
-    static const char *const off_flags[] = {"--kv-blocks", "8", "--kv-block-size", "16", "--no-prefix-cache", NULL};
-    const char *slow[] = {"--kv-blocks", "8", "--kv-block-size", "16", "--disk-kv", disk_path, "--disk-kv-blocks", "64",
-                          "--disk-kv-bw", "1000", "--verify-swaps", NULL};
+    static const char *const off_flags[] = {"--kv-blocks",       "8", "--kv-block-size", "16",
+                                            "--no-prefix-cache", NULL};
+    const char *slow[] = {"--kv-blocks",  "8",       "--kv-block-size",  "16",
+                          "--disk-kv",    disk_path, "--disk-kv-blocks", "64",
+                          "--disk-kv-bw", "1000",    "--verify-swaps",   NULL};
     dmn off, on;
     char *a, *b;
     run_tiers(model, &g, off_flags, &off, &a, NULL);
     run_tiers(model, &g, slow, &on, &b, NULL);
     cr_expect_str_eq(b, a, "tokens differ from the cache off");
-    cr_expect_eq(count_lines(on.declog, "\"ev\":\"cache_demote\""), 0, "a block was kept on the slow disk");
+    cr_expect_eq(count_lines(on.declog, "\"ev\":\"cache_demote\""), 0,
+                 "a block was kept on the slow disk");
     const char *ev = find_line2(on.declog, "\"ev\":\"cache_evict\"", "\"reason\":\"demand\"");
     cr_assert(ev[0], "the device gave up no cached block");
     double rl = json_num_of(ev, "reload_cost_us"), rc = json_num_of(ev, "recompute_cost_us"),
            reuse = json_num_of(ev, "expected_reuse");
-    cr_log_info("slow disk: reload %.1f us vs recompute %.1f us x reuse %.1f: %s", rl, rc, reuse, ev);
+    cr_log_info("slow disk: reload %.1f us vs recompute %.1f us x reuse %.1f: %s", rl, rc, reuse,
+                ev);
     cr_expect_gt(rc, 0, "%s", ev);
     cr_expect_gt(reuse, 0, "%s", ev);
     cr_expect_gt(rl, rc * reuse, "dropped although reload was predicted cheaper: %s", ev);
@@ -3147,7 +3611,8 @@ Test(daemon_e2e, prefix_cache_slow_disk_tier_is_not_worth_keeping_blocks_in)
      * (sched_cost), so the replay drops what the daemon dropped and finds what it found;
      * deciding with the simulator's own link instead, it keeps the blocks on disk and finds
      * the fourth prompt there (the replay the issue's goal is measured by departed so) */
-    cr_expect_eq(count_lines(on.reqlog, "\"sched_cost\":{\"at_us\":"), TX_N, "request log lines without sched_cost");
+    cr_expect_eq(count_lines(on.reqlog, "\"sched_cost\":{\"at_us\":"), TX_N,
+                 "request log lines without sched_cost");
     const char *pools = "--kv-blocks 8 --host-kv-blocks 0 --disk-kv-blocks 64";
     char args[200];
     json_t *pc, *sj = sim_replay(on.reqlog, pools, &pc);
@@ -3158,11 +3623,17 @@ Test(daemon_e2e, prefix_cache_slow_disk_tier_is_not_worth_keeping_blocks_in)
     sj = sim_replay(on.reqlog, args, &pc);
     long long own_hit = json_integer_value(json_object_get(pc, "hit_tokens"));
     json_decref(sj);
-    cr_log_info("slow disk replayed: the daemon found %lld tokens cached, the replay %lld (with the simulator's own "
-                "costs %lld)", daemon_hit, replay_hit, own_hit);
-    cr_expect_eq(replay_hit, daemon_hit, "the replay found %lld tokens cached, the daemon %lld", replay_hit, daemon_hit);
-    cr_expect_gt(own_hit, daemon_hit, "with its own costs the simulator should keep blocks on disk (found %lld, the "
-                 "daemon %lld): the scenario no longer tells the recorded costs from the simulator's", own_hit, daemon_hit);
+    cr_log_info("slow disk replayed: the daemon found %lld tokens cached, the replay %lld (with "
+                "the simulator's own "
+                "costs %lld)",
+                daemon_hit, replay_hit, own_hit);
+    cr_expect_eq(replay_hit, daemon_hit, "the replay found %lld tokens cached, the daemon %lld",
+                 replay_hit, daemon_hit);
+    cr_expect_gt(
+        own_hit, daemon_hit,
+        "with its own costs the simulator should keep blocks on disk (found %lld, the "
+        "daemon %lld): the scenario no longer tells the recorded costs from the simulator's",
+        own_hit, daemon_hit);
     free(a);
     free(b);
     dmn_cleanup(&off);
@@ -3175,7 +3646,7 @@ Test(daemon_e2e, prefix_cache_slow_disk_tier_is_not_worth_keeping_blocks_in)
 /* One session: a long stream S starts decoding, then the tier workload's six prompts go one
  * after another while S keeps running (its tokens and each prompt's go to separate lines
  * of a file). */
-#define RL_N 6   /* four distinct prompts, then the first two again */
+#define RL_N 6 /* four distinct prompts, then the first two again */
 
 typedef struct rl_job {
     const char *sock, *out;
@@ -3194,7 +3665,10 @@ static int client_reload_beside(void *arg)
 {
     rl_job *g = arg;
     ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    if (ringlm_connect(g->sock, &c) < 0) {
+        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
+        return 2;
+    }
     static char sbuf[8192], rbuf[RL_N][1024];
     size_t slen = 0;
     ringlm_request q;
@@ -3204,30 +3678,40 @@ static int client_reload_beside(void *arg)
     q.max_new_tokens = RL_STREAM_NEW;
     q.ignore_stop = true;
     uint64_t sid, rid = 0;
-    if (ringlm_submit(c, &q, &sid) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+    if (ringlm_submit(c, &q, &sid) < 0) {
+        fprintf(stderr, "submit: %s\n", ringlm_errdetail());
+        return 4;
+    }
     bool s_done = false, s_started = false;
     int next = 0, cur = -1;
     for (;;) {
-        if (s_started && cur < 0 && next < RL_N) {   /* the next prompt, once the previous ended */
+        if (s_started && cur < 0 && next < RL_N) { /* the next prompt, once the previous ended */
             ringlm_request r;
             ringlm_request_init(&r);
             r.prompt = g->prompt[next];
             r.n_prompt = 64;
             r.max_new_tokens = RL_PROMPT_NEW;
-            if (ringlm_submit(c, &r, &rid) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+            if (ringlm_submit(c, &r, &rid) < 0) {
+                fprintf(stderr, "submit: %s\n", ringlm_errdetail());
+                return 4;
+            }
             cur = next++;
         }
         if (s_done && cur < 0 && next == RL_N) break;
         ringlm_event ev;
         int rc = ringlm_next_event(c, &ev, 60000);
-        if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+        if (rc <= 0) {
+            fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
+            return 5;
+        }
         if (ev.req_id == sid) {
             if (ev.kind == RINGLM_EV_TOKEN && slen < sizeof sbuf - 16) {
                 slen += (size_t)snprintf(sbuf + slen, sizeof sbuf - slen, "%d ", ev.token);
                 s_started = true;
             }
             if (ev.kind == RINGLM_EV_FINISH) {
-                snprintf(sbuf + slen, sizeof sbuf - slen, "| %s %u", ringlm_reason_name(ev.finish_reason), ev.n_tokens);
+                snprintf(sbuf + slen, sizeof sbuf - slen, "| %s %u",
+                         ringlm_reason_name(ev.finish_reason), ev.n_tokens);
                 s_done = s_started = true;
             }
         } else if (cur >= 0 && ev.req_id == rid) {
@@ -3235,8 +3719,9 @@ static int client_reload_beside(void *arg)
             if (ev.kind == RINGLM_EV_TOKEN && l < sizeof rbuf[cur] - 16)
                 snprintf(rbuf[cur] + l, sizeof rbuf[cur] - l, "%d ", ev.token);
             if (ev.kind == RINGLM_EV_FINISH) {
-                snprintf(rbuf[cur] + l, sizeof rbuf[cur] - l, "| %s %s %u", ringlm_reason_name(ev.finish_reason),
-                         ringlm_reason_name(ev.reject_reason), ev.n_tokens);
+                snprintf(rbuf[cur] + l, sizeof rbuf[cur] - l, "| %s %s %u",
+                         ringlm_reason_name(ev.finish_reason), ringlm_reason_name(ev.reject_reason),
+                         ev.n_tokens);
                 cur = -1;
             }
         }
@@ -3263,7 +3748,7 @@ static void rl_prompts(rl_job *g)
  * estimate at 100 GB/s (--disk-kv-bw: until a transfer measures it): the cost model keeps
  * and reloads blocks, which is what they are about.  What the cost model chooses on a real
  * disk is the tier tests' (stories110M, TIER_MODEL). */
-#define RL_MODEL "synthetic:stories15M:7"
+#define RL_MODEL   "synthetic:stories15M:7"
 /* (and the daemon below the client, DMN_BELOW_CLIENTS: with steps this short, a client slow
  * to submit its next prompt would let the stream run out before the last reload) */
 #define RL_DISK_BW "100000000000"
@@ -3271,7 +3756,8 @@ static void rl_prompts(rl_job *g)
 /* The reload-beside job through a daemon with `extra` flags. */
 static void run_reload_beside(rl_job *g, const char *const *extra, dmn *d, char **out)
 {
-    run_tier_client(RL_MODEL, client_reload_beside, g, &g->sock, &g->out, 180000, extra, d, out, NULL);
+    run_tier_client(RL_MODEL, client_reload_beside, g, &g->sock, &g->out, 180000, extra, d, out,
+                    NULL);
 }
 
 /* The iteration-log line of the step at t_us: its decode rows and prefill tokens (-1: none). */
@@ -3305,10 +3791,23 @@ Test(daemon_e2e, prefix_cache_reload_runs_beside_a_decoding_stream)
     char disk_path[128], itlog[160];
     snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxrlb-%d", (int)getpid());
     snprintf(itlog, sizeof itlog, "/tmp/ringlmd-pxrlb-it-%d.jsonl", (int)getpid());
-    static const char *const off_flags[] = {"--kv-blocks", "14", "--kv-block-size", "16", "--no-prefix-cache",
-                                           DMN_BELOW_CLIENTS, NULL};
-    const char *on_flags[] = {"--kv-blocks", "14", "--kv-block-size", "16", "--disk-kv", disk_path, "--disk-kv-blocks",
-                              "64", "--disk-kv-bw", RL_DISK_BW, "--verify-swaps", DMN_BELOW_CLIENTS, "--iteration-log", itlog, NULL};
+    static const char *const off_flags[] = {
+        "--kv-blocks", "14", "--kv-block-size", "16", "--no-prefix-cache", DMN_BELOW_CLIENTS, NULL};
+    const char *on_flags[] = {"--kv-blocks",
+                              "14",
+                              "--kv-block-size",
+                              "16",
+                              "--disk-kv",
+                              disk_path,
+                              "--disk-kv-blocks",
+                              "64",
+                              "--disk-kv-bw",
+                              RL_DISK_BW,
+                              "--verify-swaps",
+                              DMN_BELOW_CLIENTS,
+                              "--iteration-log",
+                              itlog,
+                              NULL};
     dmn off, on;
     char *a, *b;
     run_reload_beside(&g, off_flags, &off, &a);
@@ -3321,7 +3820,8 @@ Test(daemon_e2e, prefix_cache_reload_runs_beside_a_decoding_stream)
     char line[4096];
     int reloads = 0, beside = 0;
     while (fgets(line, sizeof line, f)) {
-        if (!strstr(line, "\"ev\":\"cache_reload\"") || !strstr(line, "\"choice\":\"reload\"") || strstr(line, "\"reason\":"))
+        if (!strstr(line, "\"ev\":\"cache_reload\"") || !strstr(line, "\"choice\":\"reload\"") ||
+            strstr(line, "\"reason\":"))
             continue;
         reloads++;
         double t0 = json_num_of(line, "t_us"), xfer = json_num_of(line, "xfer");
@@ -3331,17 +3831,25 @@ Test(daemon_e2e, prefix_cache_reload_runs_beside_a_decoding_stream)
         snprintf(done, sizeof done, "%s", find_line2(on.declog, key, "\"reason\":\"done\""));
         cr_assert(done[0], "reload %.0f has no completion record", xfer);
         long long dec = -1, pre = -1;
-        cr_assert(iteration_at(itlog, t0, &dec, &pre), "no iteration-log line for the step at %.0f", t0);
-        cr_log_info("reload %.0f planned at %.0f us, done at %.0f us (%.1f us); its step: %lld decode rows, %lld "
-                    "prefill tokens", xfer, t0, json_num_of(done, "t_us"), json_num_of(done, "realised_us"), dec, pre);
-        cr_expect_gt(json_num_of(done, "t_us"), t0, "reload %.0f completed within the step that started it", xfer);
-        cr_expect_eq(pre, 0, "the step that started reload %.0f computed prefill: the request did not wait", xfer);
+        cr_assert(iteration_at(itlog, t0, &dec, &pre), "no iteration-log line for the step at %.0f",
+                  t0);
+        cr_log_info("reload %.0f planned at %.0f us, done at %.0f us (%.1f us); its step: %lld "
+                    "decode rows, %lld "
+                    "prefill tokens",
+                    xfer, t0, json_num_of(done, "t_us"), json_num_of(done, "realised_us"), dec,
+                    pre);
+        cr_expect_gt(json_num_of(done, "t_us"), t0,
+                     "reload %.0f completed within the step that started it", xfer);
+        cr_expect_eq(pre, 0,
+                     "the step that started reload %.0f computed prefill: the request did not wait",
+                     xfer);
         beside += dec >= 1;
     }
     fclose(f);
     if (!reloads) dump_file(on.declog, "decision log");
     cr_assert_gt(reloads, 0, "no prefix was reloaded from disk");
-    cr_expect_eq(beside, reloads, "the stream did not decode in every step that started a reload (%d of %d)", beside,
+    cr_expect_eq(beside, reloads,
+                 "the stream did not decode in every step that started a reload (%d of %d)", beside,
                  reloads);
     free(a);
     free(b);
@@ -3362,14 +3870,25 @@ Test(daemon_e2e, prefix_cache_failed_reload_ends_only_its_request)
     rl_prompts(&g);
     char disk_path[128];
     snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxrlf-%d", (int)getpid());
-    static const char *const off_flags[] = {"--kv-blocks", "14", "--kv-block-size", "16", "--no-prefix-cache",
-                                           DMN_BELOW_CLIENTS, NULL};
-    const char *on_flags[] = {"--kv-blocks", "14", "--kv-block-size", "16", "--disk-kv", disk_path, "--disk-kv-blocks",
-                              "64", "--disk-kv-bw", RL_DISK_BW, "--verify-swaps", DMN_BELOW_CLIENTS, NULL};
+    static const char *const off_flags[] = {
+        "--kv-blocks", "14", "--kv-block-size", "16", "--no-prefix-cache", DMN_BELOW_CLIENTS, NULL};
+    const char *on_flags[] = {"--kv-blocks",
+                              "14",
+                              "--kv-block-size",
+                              "16",
+                              "--disk-kv",
+                              disk_path,
+                              "--disk-kv-blocks",
+                              "64",
+                              "--disk-kv-bw",
+                              RL_DISK_BW,
+                              "--verify-swaps",
+                              DMN_BELOW_CLIENTS,
+                              NULL};
     dmn off, on;
     char *a, *b;
     run_reload_beside(&g, off_flags, &off, &a);
-    setenv("RINGLMD_FAIL_KV_READS", "disk", 1);   /* (this test's process and its daemon only) */
+    setenv("RINGLMD_FAIL_KV_READS", "disk", 1); /* (this test's process and its daemon only) */
     run_reload_beside(&g, on_flags, &on, &b);
     unsetenv("RINGLMD_FAIL_KV_READS");
     int failed = count_lines2(on.declog, "\"ev\":\"cache_reload\"", "\"reason\":\"failed\"");
@@ -3381,16 +3900,22 @@ Test(daemon_e2e, prefix_cache_failed_reload_ends_only_its_request)
     int errors = 0;
     for (char *la = strtok_r(a, "\n", &sa), *lb = strtok_r(b, "\n", &sb); la && lb;
          la = strtok_r(NULL, "\n", &sa), lb = strtok_r(NULL, "\n", &sb)) {
-        if (strstr(lb, "| error internal")) { errors++; cr_expect(strncmp(lb, "prompt ", 7) == 0, "%s", lb); continue; }
+        if (strstr(lb, "| error internal")) {
+            errors++;
+            cr_expect(strncmp(lb, "prompt ", 7) == 0, "%s", lb);
+            continue;
+        }
         cr_expect_str_eq(lb, la, "a request its failed reload was not for changed");
     }
-    cr_expect_eq(errors, failed, "%d requests ended with an error, %d reloads failed", errors, failed);
+    cr_expect_eq(errors, failed, "%d requests ended with an error, %d reloads failed", errors,
+                 failed);
     /* the decision log says why each ended: its own reason, not a shutdown */
-    cr_expect_eq(count_lines2(on.declog, "\"ev\":\"cancel\"", "\"reason\":\"kv_read_failed\""), failed,
-                 "cancel events with reason kv_read_failed");
+    cr_expect_eq(count_lines2(on.declog, "\"ev\":\"cancel\"", "\"reason\":\"kv_read_failed\""),
+                 failed, "cancel events with reason kv_read_failed");
     cr_expect_eq(count_lines2(on.declog, "\"ev\":\"cancel\"", "\"reason\":\"shutdown\""), 0,
                  "a failed reload was logged as a shutdown");
-    cr_expect_eq(count_lines(on.errlog, "reloading its cached prefix"), failed, "no daemon log line per failed reload");
+    cr_expect_eq(count_lines(on.errlog, "reloading its cached prefix"), failed,
+                 "no daemon log line per failed reload");
     free(a);
     free(b);
     dmn_cleanup(&off);
@@ -3423,10 +3948,13 @@ Test(daemon_e2e, prefix_cache_recompute_preempted_sequence_resumes_on_its_own_bl
         for (int k = 0; k < 16; k++) g.prompt[i][k] = 3 + (17 * k + 101 * i + 7) % 500;
         g.n_prompt[i] = 16;
     }
-    const char *policy = "[scheduler]\nmode = token_budget\ntoken_budget = 64\nmax_active_seqs = 8\n"
-                         "prefill_chunk = 32\npreemption = recompute\nmin_residency = 0us\nmax_preemptions = 0\n";
-    static const char *const off_args[] = {"--kv-blocks", "14", "--kv-block-size", "16", "--no-prefix-cache", NULL};
-    static const char *const on_args[] = {"--kv-blocks", "14", "--kv-block-size", "16", "--metrics", "127.0.0.1:0", NULL};
+    const char *policy =
+        "[scheduler]\nmode = token_budget\ntoken_budget = 64\nmax_active_seqs = 8\n"
+        "prefill_chunk = 32\npreemption = recompute\nmin_residency = 0us\nmax_preemptions = 0\n";
+    static const char *const off_args[] = {"--kv-blocks",       "14", "--kv-block-size", "16",
+                                           "--no-prefix-cache", NULL};
+    static const char *const on_args[] = {"--kv-blocks", "14", "--kv-block-size", "16", "--metrics",
+                                          "127.0.0.1:0", NULL};
     dmn off, on;
     dmn_start_for(&off, model, policy, off_args, &g.sock, &g.out);
     dmn_run_client(&off, client_px_concurrent, &g, "client (cache off)");
@@ -3439,13 +3967,16 @@ Test(daemon_e2e, prefix_cache_recompute_preempted_sequence_resumes_on_its_own_bl
     char *body = th_http_get(port, "/metrics", &status, NULL, 0);
     cr_assert(body && status == 200, "GET /metrics failed (status %d)", status);
     double self = prom_value(body, "ringlm_prefix_cache_hits_total{tier=\"device\",kind=\"self\"}"),
-           cross = prom_value(body, "ringlm_prefix_cache_hits_total{tier=\"device\",kind=\"cross\"}");
+           cross =
+               prom_value(body, "ringlm_prefix_cache_hits_total{tier=\"device\",kind=\"cross\"}");
     free(body);
     char *b = dmn_stop_output(&on);
-    cr_expect_str_eq(b, a, "tokens of a sequence resumed on its own cached blocks differ from the cache off");
+    cr_expect_str_eq(
+        b, a, "tokens of a sequence resumed on its own cached blocks differ from the cache off");
     free(a);
     free(b);
-    if (!count_lines2(on.declog, "\"ev\":\"preempt\"", "\"mode\":\"recompute\"")) dump_file(on.declog, "decision log");
+    if (!count_lines2(on.declog, "\"ev\":\"preempt\"", "\"mode\":\"recompute\""))
+        dump_file(on.declog, "decision log");
     cr_assert_gt(count_lines2(on.declog, "\"ev\":\"preempt\"", "\"mode\":\"recompute\""), 0,
                  "the small pool forced no recompute preemption");
     /* every hit is a resumed sequence's own blocks; the largest covers answer blocks */
@@ -3459,15 +3990,22 @@ Test(daemon_e2e, prefix_cache_recompute_preempted_sequence_resumes_on_its_own_bl
         hits++;
         double c = json_num_of(line, "cached_tokens"), sf = json_num_of(line, "self_tokens");
         cr_expect_eq(sf, c, "a hit that is not the resumed sequence's own: %s", line);
-        if (c > best) { best = c; best_self = sf; }
+        if (c > best) {
+            best = c;
+            best_self = sf;
+        }
     }
     fclose(f);
-    cr_log_info("cache on: %d hits, the largest %.0f tokens (%.0f self); /metrics self %.0f cross %.0f", hits, best,
-                best_self, self, cross);
+    cr_log_info(
+        "cache on: %d hits, the largest %.0f tokens (%.0f self); /metrics self %.0f cross %.0f",
+        hits, best, best_self, self, cross);
     cr_assert_gt(hits, 0, "the preempted sequence resumed without its cached blocks");
-    cr_expect_geq(best_self, 32, "the resumed sequence reused %.0f tokens of its own: not past its prompt's block", best_self);
+    cr_expect_geq(best_self, 32,
+                  "the resumed sequence reused %.0f tokens of its own: not past its prompt's block",
+                  best_self);
     cr_expect_gt(self, 0, "/metrics counted no self hit");
-    cr_expect_eq(cross, 0, "/metrics counted a resumed sequence's own blocks as cross-request hits");
+    cr_expect_eq(cross, 0,
+                 "/metrics counted a resumed sequence's own blocks as cross-request hits");
     dmn_cleanup(&off);
     dmn_cleanup(&on);
 }
@@ -3485,7 +4023,10 @@ static int client_turns(void *arg)
 {
     turn_job *g = arg;
     ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    if (ringlm_connect(g->sock, &c) < 0) {
+        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
+        return 2;
+    }
     FILE *f = fopen(g->out, "w");
     if (!f) return 3;
     int32_t conv[128];
@@ -3499,12 +4040,18 @@ static int client_turns(void *arg)
         r.max_new_tokens = turn ? 16 : 40;
         r.ignore_stop = true;
         uint64_t id;
-        if (ringlm_submit(c, &r, &id) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+        if (ringlm_submit(c, &r, &id) < 0) {
+            fprintf(stderr, "submit: %s\n", ringlm_errdetail());
+            return 4;
+        }
         uint32_t n0 = n;
         for (;;) {
             ringlm_event ev;
             int rc = ringlm_next_event(c, &ev, 60000);
-            if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+            if (rc <= 0) {
+                fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
+                return 5;
+            }
             if (ev.kind == RINGLM_EV_TOKEN) {
                 fprintf(f, "%d ", ev.token);
                 if (n < 120) conv[n++] = ev.token;
@@ -3515,7 +4062,7 @@ static int client_turns(void *arg)
             }
         }
         if (turn == 0 && n != n0 + 40) return 6;
-        for (int k = 0; k < 8; k++) conv[n++] = 3 + (37 * k + 11) % 400;   /* the user's next words */
+        for (int k = 0; k < 8; k++) conv[n++] = 3 + (37 * k + 11) % 400; /* the user's next words */
     }
     fclose(f);
     ringlm_close(c);
@@ -3547,7 +4094,8 @@ Test(daemon_e2e, prefix_cache_next_turn_hits_the_last_answer)
     const char *hit = find_line2(on.declog, "\"ev\":\"cache_hit\"", "\"prompt_tokens\":88");
     cr_assert(hit[0], "turn 2 (88 prompt tokens) found nothing cached");
     cr_log_info("turn 2: %s", hit);
-    cr_expect_eq(json_num_of(hit, "cached_tokens"), 64.0, "turn 2's hit does not cover the answer's full blocks: %s", hit);
+    cr_expect_eq(json_num_of(hit, "cached_tokens"), 64.0,
+                 "turn 2's hit does not cover the answer's full blocks: %s", hit);
     /* the request log carries the answer's keys: ringlm-sim replaying it caches turn 1's
      * answer when turn 1 ends, as the daemon did, and finds turn 2's hit where it did (the
      * arrivals spread 10,000x: the built-in step model is slower than stories260K here, and
@@ -3556,7 +4104,8 @@ Test(daemon_e2e, prefix_cache_next_turn_hits_the_last_answer)
                  "turn 1's answer keys are not in the request log");
     json_t *pc, *sj = sim_replay(on.reqlog, "--rate 0.0001", &pc);
     cr_expect_eq(json_integer_value(json_object_get(pc, "recorded_hit_tokens")), 64);
-    if (json_integer_value(json_object_get(pc, "hit_tokens")) != 64) dump_file(on.reqlog, "request log");
+    if (json_integer_value(json_object_get(pc, "hit_tokens")) != 64)
+        dump_file(on.reqlog, "request log");
     cr_expect_eq(json_integer_value(json_object_get(pc, "hit_tokens")), 64,
                  "the replay of the recorded log found %lld cached tokens, the daemon 64",
                  (long long)json_integer_value(json_object_get(pc, "hit_tokens")));
@@ -3581,7 +4130,10 @@ static int client_edge_turns(void *arg)
 {
     edge_job *g = arg;
     ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    if (ringlm_connect(g->sock, &c) < 0) {
+        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
+        return 2;
+    }
     FILE *f = fopen(g->out, "w");
     if (!f) return 3;
     static int32_t conv[512];
@@ -3595,22 +4147,31 @@ static int client_edge_turns(void *arg)
         r.max_new_tokens = turn == 0 ? g->max_new1 : turn == 1 ? g->bs - n % g->bs : 8;
         r.ignore_stop = turn > 0;
         uint64_t id;
-        if (ringlm_submit(c, &r, &id) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+        if (ringlm_submit(c, &r, &id) < 0) {
+            fprintf(stderr, "submit: %s\n", ringlm_errdetail());
+            return 4;
+        }
         for (;;) {
             ringlm_event ev;
             int rc = ringlm_next_event(c, &ev, 60000);
-            if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+            if (rc <= 0) {
+                fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
+                return 5;
+            }
             if (ev.kind == RINGLM_EV_TOKEN) {
                 fprintf(f, "%d ", ev.token);
                 if (n < 500) conv[n++] = ev.token;
             }
             if (ev.kind == RINGLM_EV_FINISH) {
                 fprintf(f, "| %s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_tokens);
-                if (turn == 0 && ev.finish_reason != RINGLM_FINISH_STOP) { fprintf(stderr, "turn 1 did not stop\n"); return 6; }
+                if (turn == 0 && ev.finish_reason != RINGLM_FINISH_STOP) {
+                    fprintf(stderr, "turn 1 did not stop\n");
+                    return 6;
+                }
                 break;
             }
         }
-        for (int k = 0; k < 8; k++) conv[n++] = 3 + (37 * k + 11) % 400;   /* the user's next words */
+        for (int k = 0; k < 8; k++) conv[n++] = 3 + (37 * k + 11) % 400; /* the user's next words */
     }
     fclose(f);
     ringlm_close(c);
@@ -3643,7 +4204,10 @@ static int client_probe_stops(void *arg)
 {
     probe_job *g = arg;
     ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) { fprintf(stderr, "connect: %s\n", ringlm_errdetail()); return 2; }
+    if (ringlm_connect(g->sock, &c) < 0) {
+        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
+        return 2;
+    }
     static ringlm_request r[64];
     uint64_t ids[64];
     uint32_t got[64] = {0};
@@ -3654,14 +4218,23 @@ static int client_probe_stops(void *arg)
         r[i].n_prompt = g->n_prompt;
         r[i].max_new_tokens = g->max_new;
     }
-    if (ringlm_submit_batch(c, r, g->n, ids) < 0) { fprintf(stderr, "submit: %s\n", ringlm_errdetail()); return 4; }
+    if (ringlm_submit_batch(c, r, g->n, ids) < 0) {
+        fprintf(stderr, "submit: %s\n", ringlm_errdetail());
+        return 4;
+    }
     for (uint32_t done = 0; done < g->n;) {
         ringlm_event ev;
         int rc = ringlm_next_event(c, &ev, 60000);
-        if (rc <= 0) { fprintf(stderr, "next_event: %s\n", ringlm_errdetail()); return 5; }
+        if (rc <= 0) {
+            fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
+            return 5;
+        }
         if (ev.kind != RINGLM_EV_FINISH) continue;
         for (uint32_t i = 0; i < g->n; i++)
-            if (ids[i] == ev.req_id) { got[i] = ev.n_tokens; reason[i] = ev.finish_reason; }
+            if (ids[i] == ev.req_id) {
+                got[i] = ev.n_tokens;
+                reason[i] = ev.finish_reason;
+            }
         done++;
     }
     int pick = -1;
@@ -3689,7 +4262,8 @@ Test(daemon_e2e, prefix_cache_answers_ending_on_a_block_boundary_cache_what_was_
 {
     need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    if (!stories_path(model, sizeof model))
+        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
     int nc = load_refs(cases, 12);
     const ref_case *rc = NULL;
@@ -3701,7 +4275,7 @@ Test(daemon_e2e, prefix_cache_answers_ending_on_a_block_boundary_cache_what_was_
     pj.n_prompt = rc->n_prompt + 1;
     pj.max_new = 400;
     pj.bs = 16;
-    for (uint32_t k = 0; k < rc->n_gen && pj.n < 64; k++) {   /* + each word of its story, once */
+    for (uint32_t k = 0; k < rc->n_gen && pj.n < 64; k++) { /* + each word of its story, once */
         bool seen = false;
         for (uint32_t i = 0; i < pj.n; i++) seen |= pj.prompt[i][rc->n_prompt] == rc->gen[k];
         if (seen) continue;
@@ -3714,7 +4288,8 @@ Test(daemon_e2e, prefix_cache_answers_ending_on_a_block_boundary_cache_what_was_
     dmn_run_client(&probe, client_probe_stops, &pj, "probe");
     char *po = dmn_stop_output(&probe);
     int pick = atoi(po);
-    cr_assert_geq(pick, 0, "none of %u greedy stories stopped after a whole number of blocks", pj.n);
+    cr_assert_geq(pick, 0, "none of %u greedy stories stopped after a whole number of blocks",
+                  pj.n);
     const char *pl = po;
     for (int i = 0; i <= pick; i++) pl = strchr(pl, '\n') + 1;
     uint32_t len1 = pj.n_prompt + (uint32_t)strtoul(pl, NULL, 10);
@@ -3737,17 +4312,23 @@ Test(daemon_e2e, prefix_cache_answers_ending_on_a_block_boundary_cache_what_was_
     dmn_start_for(&on, model, NULL, on_flags, &g.sock, &g.out);
     dmn_run_client(&on, client_edge_turns, &g, "client (cache on)");
     char *b = dmn_stop_output(&on);
-    cr_expect_str_eq(b, a, "tokens with answers cached on block boundaries differ from the cache off");
+    cr_expect_str_eq(b, a,
+                     "tokens with answers cached on block boundaries differ from the cache off");
     uint32_t p2 = len1 + 8, len2 = p2 + (g.bs - p2 % g.bs), p3 = len2 + 8;
-    cr_log_info("block size %u: turn 1 %u tokens (stop), turn 2 %u (length), turn 3 prompt %u", g.bs, len1, len2, p3);
+    cr_log_info("block size %u: turn 1 %u tokens (stop), turn 2 %u (length), turn 3 prompt %u",
+                g.bs, len1, len2, p3);
     /* turn 1: all its blocks were computed (the stop token came after the last) */
-    json_t *t1 = reqlog_line(on.reqlog, g.n_first), *t2 = reqlog_line(on.reqlog, p2), *t3 = reqlog_line(on.reqlog, p3);
-    cr_expect_eq(json_array_size(json_object_get(t1, "answer_hash_ids")), len1 / g.bs - g.n_first / g.bs,
-                 "turn 1's answer keys");
-    cr_expect_eq(jint(t2, "cached_tokens"), len1, "turn 2 did not find turn 1's answer cached to its last block");
+    json_t *t1 = reqlog_line(on.reqlog, g.n_first), *t2 = reqlog_line(on.reqlog, p2),
+           *t3 = reqlog_line(on.reqlog, p3);
+    cr_expect_eq(json_array_size(json_object_get(t1, "answer_hash_ids")),
+                 len1 / g.bs - g.n_first / g.bs, "turn 1's answer keys");
+    cr_expect_eq(jint(t2, "cached_tokens"), len1,
+                 "turn 2 did not find turn 1's answer cached to its last block");
     /* turn 2: its last block's last token was never fed back: neither cached nor listed */
-    cr_expect_eq(json_array_size(json_object_get(t2, "hash_ids")) + json_array_size(json_object_get(t2, "answer_hash_ids")),
-                 len2 / g.bs - 1, "turn 2's keys name a block whose last token's KV was never computed");
+    cr_expect_eq(json_array_size(json_object_get(t2, "hash_ids")) +
+                     json_array_size(json_object_get(t2, "answer_hash_ids")),
+                 len2 / g.bs - 1,
+                 "turn 2's keys name a block whose last token's KV was never computed");
     cr_expect_eq(jint(t3, "cached_tokens"), len2 - g.bs, "turn 3's hit");
     long long daemon_hits = jint(t2, "cached_tokens") + jint(t3, "cached_tokens");
     json_decref(t1);
@@ -3755,7 +4336,8 @@ Test(daemon_e2e, prefix_cache_answers_ending_on_a_block_boundary_cache_what_was_
     json_decref(t3);
     json_t *pc, *sj = sim_replay(on.reqlog, "--rate 0.0001", &pc);
     cr_expect_eq(json_integer_value(json_object_get(pc, "recorded_hit_tokens")), daemon_hits);
-    if (json_integer_value(json_object_get(pc, "hit_tokens")) != daemon_hits) dump_file(on.reqlog, "request log");
+    if (json_integer_value(json_object_get(pc, "hit_tokens")) != daemon_hits)
+        dump_file(on.reqlog, "request log");
     cr_expect_eq(json_integer_value(json_object_get(pc, "hit_tokens")), daemon_hits,
                  "the replay of the recorded log found %lld cached tokens, the daemon %lld",
                  (long long)json_integer_value(json_object_get(pc, "hit_tokens")), daemon_hits);
@@ -3814,16 +4396,19 @@ Test(daemon_e2e, prefix_cache_slow_tier_found_at_admission_is_recomputed)
     g.max_new = 4;
     for (int i = 0; i < g.n; i++) g.n_prompt[i] = 64;
     for (int k = 0; k < 64; k++) g.prompt[0][k] = 1 + (k * 131 + k * k) % 30000;
-    g.repeat[0] = 64;   /* P 64 times: its blocks' expected reuse 64 */
-    g.max_new_of[0] = 1;   /* each of those one step (the uses count, not their answers) */
+    g.repeat[0] = 64;    /* P 64 times: its blocks' expected reuse 64 */
+    g.max_new_of[0] = 1; /* each of those one step (the uses count, not their answers) */
     for (int i = 1; i < 4; i++)
-        for (int k = 0; k < 64; k++) g.prompt[i][k] = 1 + (i * 104729 + k * 17 + k * k * 3) % 30000;   /* Q1..Q3 */
-    memcpy(g.prompt[4], g.prompt[0], sizeof g.prompt[0]);   /* and P again */
+        for (int k = 0; k < 64; k++)
+            g.prompt[i][k] = 1 + (i * 104729 + k * 17 + k * k * 3) % 30000; /* Q1..Q3 */
+    memcpy(g.prompt[4], g.prompt[0], sizeof g.prompt[0]);                   /* and P again */
     char disk_path[128], bw[64];
     snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxrc-%d", (int)getpid());
-    static const char *const off_flags[] = {"--kv-blocks", "12", "--kv-block-size", "16", "--no-prefix-cache", NULL};
-    const char *cal_flags[] = {"--kv-blocks", "12", "--kv-block-size", "16", "--disk-kv", disk_path, "--disk-kv-blocks",
-                               "64", NULL};
+    static const char *const off_flags[] = {"--kv-blocks",       "12", "--kv-block-size", "16",
+                                            "--no-prefix-cache", NULL};
+    const char *cal_flags[] = {"--kv-blocks", "12",      "--kv-block-size",  "16",
+                               "--disk-kv",   disk_path, "--disk-kv-blocks", "64",
+                               NULL};
     dmn off, cal, slow;
     char *a, *c, *b;
     /* the tokens with the cache off: each prompt once, P's line then stands for its 64 uses
@@ -3839,19 +4424,22 @@ Test(daemon_e2e, prefix_cache_slow_tier_found_at_admission_is_recomputed)
     run_tiers(model, &g, cal_flags, &cal, &c, NULL);
     const char *dm = find_line2(cal.declog, "\"ev\":\"cache_demote\"", "\"recompute_cost_us\":");
     cr_assert(dm[0], "the first run demoted nothing to disk");
-    double bytes = json_num_of(dm, "bytes") / json_num_of(dm, "blocks"), rc = json_num_of(dm, "recompute_cost_us");
+    double bytes = json_num_of(dm, "bytes") / json_num_of(dm, "blocks"),
+           rc = json_num_of(dm, "recompute_cost_us");
     /* the admission's estimate: the last recompute estimate the first run logged */
     const char *last = find_last2(cal.declog, "\"recompute_cost_us\":", "\"blocks\":");
     if (last[0] && json_num_of(last, "recompute_cost_us") > 0)
-        rc = json_num_of(last, "recompute_cost_us") / (strstr(last, "cache_reload") ? json_num_of(last, "blocks") : 1);
+        rc = json_num_of(last, "recompute_cost_us") /
+             (strstr(last, "cache_reload") ? json_num_of(last, "blocks") : 1);
     cr_assert_gt(bytes, 0);
     cr_assert_gt(rc, 0);
-    double reload_target = 8 * rc - 100;   /* the disk's latency is 100 us of it */
+    double reload_target = 8 * rc - 100; /* the disk's latency is 100 us of it */
     if (reload_target < rc) reload_target = rc;
     snprintf(bw, sizeof bw, "%.0f", bytes / (reload_target * 1e-6));
     cr_log_info("a block: %.0f bytes, recompute %.1f us: --disk-kv-bw %s", bytes, rc, bw);
-    const char *slow_flags[] = {"--kv-blocks", "12", "--kv-block-size", "16", "--disk-kv", disk_path, "--disk-kv-blocks",
-                                "64", "--disk-kv-bw", bw, "--verify-swaps", NULL};
+    const char *slow_flags[] = {"--kv-blocks",  "12",      "--kv-block-size",  "16",
+                                "--disk-kv",    disk_path, "--disk-kv-blocks", "64",
+                                "--disk-kv-bw", bw,        "--verify-swaps",   NULL};
     unlink(disk_path);
     run_tiers(model, &g, slow_flags, &slow, &b, NULL);
     cr_expect_str_eq(b, a, "tokens differ from the cache off");

@@ -34,21 +34,27 @@ static char *http_get(int port, const char *path, int *status)
 
 /* ---- a small exposition-format checker -------------------------------------------- */
 
-typedef struct fam { char name[128]; char type[16]; int help; } fam;
+typedef struct fam {
+    char name[128];
+    char type[16];
+    int help;
+} fam;
 
 static bool name_ok(const char *s, size_t n)
 {
     if (n == 0) return false;
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
-        if (!(isalpha((unsigned char)c) || c == '_' || c == ':' || (i > 0 && isdigit((unsigned char)c))))
+        if (!(isalpha((unsigned char)c) || c == '_' || c == ':' ||
+              (i > 0 && isdigit((unsigned char)c))))
             return false;
     }
     return true;
 }
 
 /* Parses `name{l="v",...} value` (labels unescaped into lab, "k=v;" joined); 0 or -1. */
-static int parse_sample(const char *line, char *name, size_t ncap, char *lab, size_t lcap, double *val)
+static int parse_sample(const char *line, char *name, size_t ncap, char *lab, size_t lcap,
+                        double *val)
 {
     const char *p = line;
     size_t n = strcspn(p, "{ ");
@@ -71,23 +77,28 @@ static int parse_sample(const char *line, char *name, size_t ncap, char *lab, si
                 char c = *p++;
                 if (c == '\\') {
                     c = *p++;
-                    if (c == 'n') c = '\n';
-                    else if (c != '\\' && c != '"') return -1;
+                    if (c == 'n')
+                        c = '\n';
+                    else if (c != '\\' && c != '"')
+                        return -1;
                 }
                 if (lp + 2 < lcap) lab[lp++] = c;
             }
             p++;
             if (lp + 2 < lcap) lab[lp++] = ';';
             lab[lp] = 0;
-            if (*p == ',') p++;
-            else if (*p != '}') return -1;
+            if (*p == ',')
+                p++;
+            else if (*p != '}')
+                return -1;
         }
         p++;
     }
     if (*p != ' ') return -1;
     p++;
     char *end;
-    if (strcmp(p, "+Inf") == 0) *val = 1e308;
+    if (strcmp(p, "+Inf") == 0)
+        *val = 1e308;
     else {
         *val = strtod(p, &end);
         if (end == p || *end) return -1;
@@ -109,7 +120,8 @@ static void check_exposition(char *text)
     for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         if (line[0] == '#') {
             char kind[8], fname[128], rest[64];
-            cr_assert(sscanf(line, "# %7s %127s %63s", kind, fname, rest) >= 2, "bad comment: %s", line);
+            cr_assert(sscanf(line, "# %7s %127s %63s", kind, fname, rest) >= 2, "bad comment: %s",
+                      line);
             int f = -1;
             for (int i = 0; i < nf; i++)
                 if (strcmp(fams[i].name, fname) == 0) f = i;
@@ -122,7 +134,8 @@ static void check_exposition(char *text)
             if (strcmp(kind, "TYPE") == 0) {
                 cr_assert(!fams[f].type[0], "second TYPE for %s", fname);
                 cr_assert(strcmp(rest, "counter") == 0 || strcmp(rest, "gauge") == 0 ||
-                              strcmp(rest, "histogram") == 0, "bad type: %s", line);
+                              strcmp(rest, "histogram") == 0,
+                          "bad type: %s", line);
                 strcpy(fams[f].type, rest);
             } else {
                 cr_assert_str_eq(kind, "HELP", "bad comment: %s", line);
@@ -130,15 +143,19 @@ static void check_exposition(char *text)
             }
             continue;
         }
-        cr_assert(parse_sample(line, name, sizeof name, lab, sizeof lab, &v) == 0, "bad sample line: '%s'", line);
+        cr_assert(parse_sample(line, name, sizeof name, lab, sizeof lab, &v) == 0,
+                  "bad sample line: '%s'", line);
         samples++;
         /* which family? a histogram's samples carry _bucket/_sum/_count */
         int f = -1;
         for (int i = 0; i < nf; i++) {
             size_t l = strlen(fams[i].name);
-            if (strcmp(fams[i].name, name) == 0) f = i;
-            else if (strncmp(fams[i].name, name, l) == 0 && strcmp(fams[i].type, "histogram") == 0 &&
-                     (!strcmp(name + l, "_bucket") || !strcmp(name + l, "_sum") || !strcmp(name + l, "_count")))
+            if (strcmp(fams[i].name, name) == 0)
+                f = i;
+            else if (strncmp(fams[i].name, name, l) == 0 &&
+                     strcmp(fams[i].type, "histogram") == 0 &&
+                     (!strcmp(name + l, "_bucket") || !strcmp(name + l, "_sum") ||
+                      !strcmp(name + l, "_count")))
                 f = i;
         }
         cr_assert(f >= 0 && fams[f].type[0] && fams[f].help, "sample without HELP/TYPE: %s", line);
@@ -176,8 +193,11 @@ static const char *find_line(const char *text, const char *prefix)
 
 Test(daemon_metrics, http_scrape_parses_and_has_vllm_gauges)
 {
-    metrics_config cfg = {.listen = "127.0.0.1:0", .policy_hash = "abc123", .model_hash = "m0",
-                          .model_name = "stories260K", .backend = "cpu"};
+    metrics_config cfg = {.listen = "127.0.0.1:0",
+                          .policy_hash = "abc123",
+                          .model_hash = "m0",
+                          .model_name = "stories260K",
+                          .backend = "cpu"};
     metrics *m;
     int rc = metrics_create(&cfg, &m);
     cr_assert_eq(rc, 0, "metrics_create: %d %s", rc, metrics_errmsg());
@@ -210,21 +230,33 @@ Test(daemon_metrics, http_scrape_parses_and_has_vllm_gauges)
     int status;
     char *body = http_get(port, "/metrics", &status);
     cr_assert_eq(status, 200, "status %d body %s", status, body);
-    cr_assert(find_line(body, "vllm:num_requests_waiting{model_name=\"stories260K\"} 7"), "%s", body);
-    cr_assert(find_line(body, "vllm:num_requests_running{model_name=\"stories260K\"} 3"), "%s", body);
-    cr_assert(find_line(body, "vllm:kv_cache_usage_perc{model_name=\"stories260K\"} 0.25"), "%s", body);
+    cr_assert(find_line(body, "vllm:num_requests_waiting{model_name=\"stories260K\"} 7"), "%s",
+              body);
+    cr_assert(find_line(body, "vllm:num_requests_running{model_name=\"stories260K\"} 3"), "%s",
+              body);
+    cr_assert(find_line(body, "vllm:kv_cache_usage_perc{model_name=\"stories260K\"} 0.25"), "%s",
+              body);
     cr_assert(find_line(body, "ringlm_info{version=\""), "%s", body);
     cr_assert(strstr(body, "policy_hash=\"abc123\""));
     cr_assert(find_line(body, "ringlm_kv_blocks_free{tier=\"host\"} 390"), "%s", body);
-    cr_assert(find_line(body, "ringlm_rejects_total{tenant=\"we\\\"ird\\\\ten\\nant\",class=\"batch\",reason=\"queue_full\"} 1"),
+    cr_assert(find_line(body, "ringlm_rejects_total{tenant=\"we\\\"ird\\\\ten\\nant\",class="
+                              "\"batch\",reason=\"queue_full\"} 1"),
               "escaped reject line missing:\n%s", body);
-    cr_assert(find_line(body, "ringlm_preemptions_total{tenant=\"alice\",class=\"chat\",mode=\"swap\",reason=\"blocks\"} 1"));
-    cr_assert(find_line(body, "ringlm_time_to_first_token_seconds_count{tenant=\"alice\",class=\"chat\"} 100"));
-    cr_assert(find_line(body, "ringlm_time_to_first_token_seconds_bucket{tenant=\"alice\",class=\"chat\",le=\"+Inf\"} 100"));
+    cr_assert(find_line(body, "ringlm_preemptions_total{tenant=\"alice\",class=\"chat\",mode="
+                              "\"swap\",reason=\"blocks\"} 1"));
+    cr_assert(find_line(
+        body, "ringlm_time_to_first_token_seconds_count{tenant=\"alice\",class=\"chat\"} 100"));
+    cr_assert(find_line(body, "ringlm_time_to_first_token_seconds_bucket{tenant=\"alice\",class="
+                              "\"chat\",le=\"+Inf\"} 100"));
     /* 0..99 ms: 11 values ≤ 10 ms (0,1,…,10) */
-    cr_assert(find_line(body, "ringlm_time_to_first_token_seconds_bucket{tenant=\"alice\",class=\"chat\",le=\"0.01\"} 11"),
+    cr_assert(find_line(body, "ringlm_time_to_first_token_seconds_bucket{tenant=\"alice\",class="
+                              "\"chat\",le=\"0.01\"} 11"),
               "%s", body);
-    cr_assert(find_line(body, "ringlm_transfer_bandwidth_bytes_per_second{tier=\"host\",dir=\"out\"} 1.04858e+10"), "%s", body);
+    cr_assert(
+        find_line(
+            body,
+            "ringlm_transfer_bandwidth_bytes_per_second{tier=\"host\",dir=\"out\"} 1.04858e+10"),
+        "%s", body);
     check_exposition(body);
     free(body);
 
@@ -237,7 +269,8 @@ Test(daemon_metrics, http_scrape_parses_and_has_vllm_gauges)
     metrics_set_queue(m, 0, 0);
     metrics_publish(m, 2, 1);
     body = http_get(port, "/metrics", &status);
-    cr_assert(find_line(body, "vllm:num_requests_waiting{model_name=\"stories260K\"} 0"), "%s", body);
+    cr_assert(find_line(body, "vllm:num_requests_waiting{model_name=\"stories260K\"} 0"), "%s",
+              body);
     free(body);
     metrics_destroy(m);
 }
@@ -301,13 +334,16 @@ Test(daemon_metrics, full_label_space_renders_whole)
     size_t na, nb;
     cr_assert_eq(metrics_render(m, &a, &na), 0);
     cr_assert_eq(metrics_render(m, &b, &nb), 0);
-    cr_assert(na > 1000000, "only %zu bytes for %d series", na, METRICS_MAX_TENANTS * METRICS_MAX_CLASSES);
+    cr_assert(na > 1000000, "only %zu bytes for %d series", na,
+              METRICS_MAX_TENANTS * METRICS_MAX_CLASSES);
     cr_assert_eq(na, nb);
     cr_assert_eq(strlen(a), na);
     cr_assert(memcmp(a, b, na) == 0);
-    cr_assert(strstr(a, "ringlm_rejects_total{tenant=\"tenant30\",class=\"class6\",reason=\"queue_full\"} 1\n"));
+    cr_assert(strstr(
+        a, "ringlm_rejects_total{tenant=\"tenant30\",class=\"class6\",reason=\"queue_full\"} 1\n"));
     /* the last slot of each label is "other": tenant31 and class7 fold into it */
-    cr_assert(strstr(a, "ringlm_rejects_total{tenant=\"other\",class=\"other\",reason=\"queue_full\"} 1\n"));
+    cr_assert(strstr(
+        a, "ringlm_rejects_total{tenant=\"other\",class=\"other\",reason=\"queue_full\"} 1\n"));
     cr_assert(strstr(a, "vllm:kv_cache_usage_perc{"), "the tail of the exposition is missing");
     check_exposition(a);
     free(a);
@@ -373,21 +409,25 @@ static void stop_it(void)
 
 Test(daemon_metrics, real_daemon_exposition_parses, .fini = stop_it, .timeout = 120)
 {
-    const char *shared = getenv("RINGLM_SHARED") && *getenv("RINGLM_SHARED") ? getenv("RINGLM_SHARED") : "../shared";
-    const char *bin = getenv("RINGLM_BIN") && *getenv("RINGLM_BIN") ? getenv("RINGLM_BIN") : "build/bin";
+    const char *shared =
+        getenv("RINGLM_SHARED") && *getenv("RINGLM_SHARED") ? getenv("RINGLM_SHARED") : "../shared";
+    const char *bin =
+        getenv("RINGLM_BIN") && *getenv("RINGLM_BIN") ? getenv("RINGLM_BIN") : "build/bin";
     char model[512], tok[512], ringlmd[512], ringlm[512], sock[128], listen_s[64];
     snprintf(model, sizeof model, "%s/models/stories260K.bin", shared);
     snprintf(tok, sizeof tok, "%s/models/tok512.bin", shared);
     snprintf(ringlmd, sizeof ringlmd, "%s/ringlmd", bin);
     snprintf(ringlm, sizeof ringlm, "%s/ringlm", bin);
-    if (access(model, R_OK) || access(tok, R_OK)) cr_skip_test("stories260K/tok512 not under %s", shared);
-    if (access(ringlmd, X_OK) || access(ringlm, X_OK)) cr_skip_test("ringlmd/ringlm not built in %s", bin);
+    if (access(model, R_OK) || access(tok, R_OK))
+        cr_skip_test("stories260K/tok512 not under %s", shared);
+    if (access(ringlmd, X_OK) || access(ringlm, X_OK))
+        cr_skip_test("ringlmd/ringlm not built in %s", bin);
     snprintf(sock, sizeof sock, "/tmp/ringlm-tm-%d.sock", getpid());
     int port = 20000 + (getpid() * 7) % 30000;
     snprintf(listen_s, sizeof listen_s, "127.0.0.1:%d", port);
     unlink(sock);
-    char *dargv[] = {ringlmd, "--model", model, "--socket", sock, "--metrics", listen_s, "--numa-node", "off",
-                     "--quiet", NULL};
+    char *dargv[] = {ringlmd,  "--model",     model, "--socket", sock, "--metrics",
+                     listen_s, "--numa-node", "off", "--quiet",  NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
@@ -398,7 +438,8 @@ Test(daemon_metrics, real_daemon_exposition_parses, .fini = stop_it, .timeout = 
         int st;
         if (waitpid(g_daemon, &st, WNOHANG) == g_daemon) {
             g_daemon = -1;
-            cr_skip_test("ringlmd exited at start (status %d): does it serve --model/--metrics yet?", st);
+            cr_skip_test(
+                "ringlmd exited at start (status %d): does it serve --model/--metrics yet?", st);
         }
         cr_assert(ms_now() < dl, "ringlmd did not listen within 20 s");
         struct timespec ts = {0, 5 * 1000 * 1000};
@@ -408,8 +449,9 @@ Test(daemon_metrics, real_daemon_exposition_parses, .fini = stop_it, .timeout = 
     const char *prompts[] = {"Once upon a time", "The little dog", "Lily wanted to"};
     for (int i = 0; i < 3; i++) {
         pid_t c;
-        char *cargv[] = {ringlm, "--socket", sock, "generate", "--prompt", (char *)prompts[i], "--tokenizer", tok,
-                         "--max-tokens", "20", NULL};
+        char *cargv[] = {
+            ringlm,        "--socket", sock,           "generate", "--prompt", (char *)prompts[i],
+            "--tokenizer", tok,        "--max-tokens", "20",       NULL};
         cr_assert_eq(posix_spawn(&c, ringlm, &fa, NULL, cargv, environ), 0);
         int st;
         waitpid(c, &st, 0);

@@ -31,16 +31,14 @@ static int models(eng_model **out)
     out[n++] = load("synthetic:gqa-test:11");
     out[n++] = load("synthetic:stories260K:4");
     char path[1024];
-    if (ts_model_file(path, sizeof path, "stories260K.bin"))
-        out[n++] = load(path);
+    if (ts_model_file(path, sizeof path, "stories260K.bin")) out[n++] = load(path);
     return n;
 }
 
 static void prompt_of(int32_t *p, int n, int vocab, int salt)
 {
     p[0] = 1;
-    for (int i = 1; i < n; i++)
-        p[i] = (int32_t)(3 + (i * 37 + salt * 101) % (vocab - 3));
+    for (int i = 1; i < n; i++) p[i] = (int32_t)(3 + (i * 37 + salt * 101) % (vocab - 3));
 }
 
 /* ---- alone vs mixed batch ---------------------------------------------------------------- */
@@ -97,8 +95,12 @@ Test(engine_inv, alone_equals_inside_a_mixed_batch)
             }
             /* keep the three in different orders across steps */
             if (n == 3 && gen % 2) {
-                tseq *t = batch[0]; batch[0] = batch[2]; batch[2] = t;
-                int r = rows[0]; rows[0] = rows[2]; rows[2] = r;
+                tseq *t = batch[0];
+                batch[0] = batch[2];
+                batch[2] = t;
+                int r = rows[0];
+                rows[0] = rows[2];
+                rows[2] = r;
                 if (a_index == 0) a_index = 2;
             }
             cr_assert_eq(ts_step(e, c, batch, rows, n, lg), 0, "%s", eng_errmsg());
@@ -109,10 +111,14 @@ Test(engine_inv, alone_equals_inside_a_mixed_batch)
                 int32_t next = ts_argmax(lg + (size_t)i * V, V);
                 if (s == &A) {
                     double d = ts_rel_diff(alone + (size_t)gen * V, lg + (size_t)i * V, V);
-                    cr_assert_leq(d, TOL, "model %d step %d: mixed-batch logits differ by %.3g "
-                                  "(relative)", mi, gen, d);
-                    cr_assert_eq(next, a.tokens[plen + gen], "model %d step %d: token %d alone, "
-                                 "%d mixed", mi, gen, a.tokens[plen + gen], next);
+                    cr_assert_leq(d, TOL,
+                                  "model %d step %d: mixed-batch logits differ by %.3g "
+                                  "(relative)",
+                                  mi, gen, d);
+                    cr_assert_eq(next, a.tokens[plen + gen],
+                                 "model %d step %d: token %d alone, "
+                                 "%d mixed",
+                                 mi, gen, a.tokens[plen + gen], next);
                     gen++;
                 }
                 s->tokens[s->n_tokens++] = next;
@@ -135,8 +141,7 @@ static void decode_alone_vs_batch(eng_model *m, int n_seqs, const char *what)
     const eng_model_config *c = eng_model_cfg(m);
     const int V = c->vocab_size;
     int32_t prompt[MAX_SEQS][64];
-    for (int i = 0; i < n_seqs; i++)
-        prompt_of(prompt[i], PLEN + i, V, 20 + i);
+    for (int i = 0; i < n_seqs; i++) prompt_of(prompt[i], PLEN + i, V, 20 + i);
     float *alone = malloc((size_t)STEPS * V * sizeof(float));
     float *lg = malloc((size_t)n_seqs * V * sizeof(float));
     eng *e = ts_engine(m, 128, 4, 2);
@@ -163,12 +168,14 @@ static void decode_alone_vs_batch(eng_model *m, int n_seqs, const char *what)
         cr_assert_eq(ts_step(e, c, batch, rows, n_seqs, lg), 0, "%s", eng_errmsg());
         cr_assert(memcmp(lg, alone + (size_t)k * V, (size_t)V * sizeof(float)) == 0,
                   "%s step %d: logits alone and in a batch of %d decode rows differ "
-                  "(relative %.3g)", what, k, n_seqs, ts_rel_diff(alone + (size_t)k * V, lg, V));
+                  "(relative %.3g)",
+                  what, k, n_seqs, ts_rel_diff(alone + (size_t)k * V, lg, V));
         for (int i = 0; i < n_seqs; i++)
             s[i].tokens[s[i].n_tokens++] = ts_argmax(lg + (size_t)i * V, V);
-        cr_assert_eq(s[0].tokens[s[0].n_tokens - 1], a.tokens[PLEN + k], "%s step %d: greedy "
-                     "token %d alone, %d in the batch", what, k, a.tokens[PLEN + k],
-                     s[0].tokens[s[0].n_tokens - 1]);
+        cr_assert_eq(s[0].tokens[s[0].n_tokens - 1], a.tokens[PLEN + k],
+                     "%s step %d: greedy "
+                     "token %d alone, %d in the batch",
+                     what, k, a.tokens[PLEN + k], s[0].tokens[s[0].n_tokens - 1]);
     }
     free(alone);
     free(lg);
@@ -183,7 +190,8 @@ Test(engine_inv, decode_alone_is_bit_identical_inside_a_small_decode_batch)
 {
     eng_model *ms[3];
     int nm = models(ms);
-    cr_assert_geq(gemm_small_max_rows(GEMM_SMALL_AUTO), 11, "a batch of 11 rows goes "
+    cr_assert_geq(gemm_small_max_rows(GEMM_SMALL_AUTO), 11,
+                  "a batch of 11 rows goes "
                   "through SGEMM on this machine: not a small batch");
     for (int mi = 0; mi < nm; mi++) {
         char what[32];
@@ -379,35 +387,52 @@ Test(engine_inv, recompute_from_tokens_continues_the_same)
 Test(engine_inv, batch_check_rejects_bad_batches)
 {
     eng_model *m = load("synthetic:gqa-test:1");
-    eng_options o = {.n_threads = 1, .numa_node = -1, .kv_blocks = 8, .kv_block_size = 4,
-                     .max_batch_tokens = 16, .max_seqs = 2};
+    eng_options o = {.n_threads = 1,
+                     .numa_node = -1,
+                     .kv_blocks = 8,
+                     .kv_block_size = 4,
+                     .max_batch_tokens = 16,
+                     .max_seqs = 2};
     eng *e;
     cr_assert_eq(eng_create(m, &o, &e), 0, "%s", eng_errmsg());
     int32_t tokens[3] = {1, 5, 9}, pos[3] = {0, 1, 2}, qs[2] = {0, 3}, len = 3, table[2] = {6, 2};
     int32_t lrows[1] = {2};
     int64_t slots[3] = {24, 25, 26};
     float *logits = malloc(512 * 4);
-#define BATCH                                                                                  \
-    (eng_batch){.n_tokens = 3, .tokens = tokens, .positions = pos, .slot_mapping = slots,        \
-                .n_seqs = 1, .query_start = qs, .seq_len = &len, .block_table = table,           \
-                .block_table_stride = 2, .n_logits = 1, .logits_rows = lrows}
+#define BATCH                                                                                      \
+    (eng_batch){.n_tokens = 3,                                                                     \
+                .tokens = tokens,                                                                  \
+                .positions = pos,                                                                  \
+                .slot_mapping = slots,                                                             \
+                .n_seqs = 1,                                                                       \
+                .query_start = qs,                                                                 \
+                .seq_len = &len,                                                                   \
+                .block_table = table,                                                              \
+                .block_table_stride = 2,                                                           \
+                .n_logits = 1,                                                                     \
+                .logits_rows = lrows}
     eng_batch b = BATCH;
     cr_assert_eq(eng_batch_check(e, &b), 0, "the good batch: %s", eng_errmsg());
     cr_assert_eq(eng_execute(e, &b, logits), 0);
-#define REJECT(stmt, needle)                                                                    \
-    do {                                                                                        \
-        eng_batch bb = BATCH;                                                                   \
-        int32_t t2[3] = {1, 5, 9}, p2[3] = {0, 1, 2}, q2[3] = {0, 3, 3}, l2 = 3, tb2[2] = {6, 2}; \
-        int32_t lr2[1] = {2};                                                                   \
-        int64_t s2[3] = {24, 25, 26};                                                           \
-        bb.tokens = t2; bb.positions = p2; bb.query_start = q2; bb.seq_len = &l2;              \
-        bb.block_table = tb2; bb.logits_rows = lr2; bb.slot_mapping = s2;                      \
-        stmt;                                                                                   \
-        int err = eng_batch_check(e, &bb);                                                      \
-        cr_assert_eq(err, -EINVAL, "%s: accepted (%d)", #stmt, err);                            \
-        cr_assert(strstr(eng_errmsg(), needle), "%s: message \"%s\" lacks \"%s\"", #stmt,        \
-                  eng_errmsg(), needle);                                                        \
-        cr_assert_eq(eng_execute(e, &bb, logits), -EINVAL);                                     \
+#define REJECT(stmt, needle)                                                                       \
+    do {                                                                                           \
+        eng_batch bb = BATCH;                                                                      \
+        int32_t t2[3] = {1, 5, 9}, p2[3] = {0, 1, 2}, q2[3] = {0, 3, 3}, l2 = 3, tb2[2] = {6, 2};  \
+        int32_t lr2[1] = {2};                                                                      \
+        int64_t s2[3] = {24, 25, 26};                                                              \
+        bb.tokens = t2;                                                                            \
+        bb.positions = p2;                                                                         \
+        bb.query_start = q2;                                                                       \
+        bb.seq_len = &l2;                                                                          \
+        bb.block_table = tb2;                                                                      \
+        bb.logits_rows = lr2;                                                                      \
+        bb.slot_mapping = s2;                                                                      \
+        stmt;                                                                                      \
+        int err = eng_batch_check(e, &bb);                                                         \
+        cr_assert_eq(err, -EINVAL, "%s: accepted (%d)", #stmt, err);                               \
+        cr_assert(strstr(eng_errmsg(), needle), "%s: message \"%s\" lacks \"%s\"", #stmt,          \
+                  eng_errmsg(), needle);                                                           \
+        cr_assert_eq(eng_execute(e, &bb, logits), -EINVAL);                                        \
     } while (0)
     REJECT(t2[1] = 512, "vocabulary has 512");
     REJECT(t2[0] = -1, "token 0 is -1");
@@ -433,14 +458,23 @@ Test(engine_inv, batch_check_rejects_bad_batches)
         int32_t t3[3] = {1, 5, 9}, p3[3] = {0, 1, 1}, q3[3] = {0, 2, 3}, l3[2] = {2, 2};
         int32_t tb3[4] = {6, 2, 7, 3}, lr3[2] = {1, 2};
         int64_t s3[3] = {24, 25, 29};
-        eng_batch b3 = {.n_tokens = 3, .tokens = t3, .positions = p3, .slot_mapping = s3, .n_seqs = 2,
-                        .query_start = q3, .seq_len = l3, .block_table = tb3, .block_table_stride = 2,
-                        .n_logits = 2, .logits_rows = lr3};
+        eng_batch b3 = {.n_tokens = 3,
+                        .tokens = t3,
+                        .positions = p3,
+                        .slot_mapping = s3,
+                        .n_seqs = 2,
+                        .query_start = q3,
+                        .seq_len = l3,
+                        .block_table = tb3,
+                        .block_table_stride = 2,
+                        .n_logits = 2,
+                        .logits_rows = lr3};
         cr_assert_eq(eng_batch_check(e, &b3), 0, "distinct blocks: %s", eng_errmsg());
         tb3[2] = 6;
         s3[2] = 25;
         cr_assert_eq(eng_batch_check(e, &b3), -EINVAL, "one slot written by two rows was accepted");
-        cr_assert(strstr(eng_errmsg(), "slot_mapping[1] and [2] are both slot 25"), "%s", eng_errmsg());
+        cr_assert(strstr(eng_errmsg(), "slot_mapping[1] and [2] are both slot 25"), "%s",
+                  eng_errmsg());
         cr_assert_eq(eng_execute(e, &b3, logits), -EINVAL);
     }
     free(logits);
@@ -457,8 +491,7 @@ Test(engine_inv, sampling_is_reproducible_and_respects_its_settings)
         logits[i] = (float)((i * 37) % 100) / 10.0f; /* max 9.9 at i where i*37%100 == 99 */
     int best = 0;
     for (int i = 1; i < 100; i++)
-        if (logits[i] > logits[best])
-            best = i;
+        if (logits[i] > logits[best]) best = i;
     eng_sampling greedy = {0};
     uint64_t rng = eng_rng_init(1);
     cr_assert_eq(eng_sample(logits, 100, &greedy, &rng), best);
@@ -490,8 +523,7 @@ Test(engine_inv, sampling_is_reproducible_and_respects_its_settings)
     eng_sampling p_half = {.temperature = 1.0f, .top_p = 0.5f};
     int top3[3] = {best, -1, -1};
     for (int i = 0, n = 1; i < 100; i++) /* the next two largest */
-        if (logits[i] >= 9.7f && i != best)
-            top3[n++] = i;
+        if (logits[i] >= 9.7f && i != best) top3[n++] = i;
     for (int i = 0; i < 300; i++) {
         cr_assert_eq(eng_sample(logits, 100, &k1, &r1), best, "top-k 1 is greedy");
         cr_assert_eq(eng_sample(logits, 100, &p_small, &r1), best, "tiny top-p is greedy");
@@ -507,8 +539,12 @@ Test(engine_inv, sampling_is_reproducible_and_respects_its_settings)
 Test(engine_inv, create_errors_are_clear)
 {
     eng_model *m = load("synthetic:gqa-test:1");
-    eng_options o = {.n_threads = 2, .numa_node = -1, .kv_blocks = 4, .kv_block_size = 16,
-                     .max_batch_tokens = 16, .max_seqs = 2};
+    eng_options o = {.n_threads = 2,
+                     .numa_node = -1,
+                     .kv_blocks = 4,
+                     .kv_block_size = 16,
+                     .max_batch_tokens = 16,
+                     .max_seqs = 2};
     eng *e;
     eng_options bad = o;
     bad.kv_blocks = 0;
@@ -526,8 +562,7 @@ Test(engine_inv, create_errors_are_clear)
         cr_assert_eq(err, 0, "cuda: %d %s", err, eng_errmsg());
     else
         cr_assert(strstr(eng_errmsg(), "cuda"), "%s", eng_errmsg());
-    if (err == 0)
-        eng_destroy(e);
+    if (err == 0) eng_destroy(e);
     cr_assert_eq(eng_create(m, &o, &e), 0, "%s", eng_errmsg());
     cr_assert_str_eq(eng_backend_name(e), "cpu");
     cr_assert_eq(eng_kv_blocks(e), 4);
@@ -550,16 +585,23 @@ Test(engine_inv, execute_sample_matches_execute_then_sample)
     int32_t tokens[6] = {1, 7, 9, 1, 44, 45}, pos[6] = {0, 1, 2, 0, 1, 2};
     int32_t qs[3] = {0, 3, 6}, lens[2] = {3, 3}, table[4] = {0, 1, 2, 3}, rows[2] = {2, 5};
     int64_t slots[6] = {0, 1, 2, 32, 33, 34};
-    eng_batch b = {.n_tokens = 6, .tokens = tokens, .positions = pos, .slot_mapping = slots,
-                   .n_seqs = 2, .query_start = qs, .seq_len = lens, .block_table = table,
-                   .block_table_stride = 2, .n_logits = 2, .logits_rows = rows};
+    eng_batch b = {.n_tokens = 6,
+                   .tokens = tokens,
+                   .positions = pos,
+                   .slot_mapping = slots,
+                   .n_seqs = 2,
+                   .query_start = qs,
+                   .seq_len = lens,
+                   .block_table = table,
+                   .block_table_stride = 2,
+                   .n_logits = 2,
+                   .logits_rows = rows};
     float *lg = malloc((size_t)2 * V * sizeof(float));
     cr_assert_eq(eng_execute(e1, &b, lg), 0, "%s", eng_errmsg());
     eng_sampling samp[2] = {{.temperature = 0}, {.temperature = 0.9f, .top_k = 20, .seed = 5}};
     uint64_t rng_a[2] = {eng_rng_init(1), eng_rng_init(5)}, rng_b[2] = {rng_a[0], rng_a[1]};
     int32_t want[2], got[2];
-    for (int i = 0; i < 2; i++)
-        want[i] = eng_sample(lg + (size_t)i * V, V, &samp[i], &rng_a[i]);
+    for (int i = 0; i < 2; i++) want[i] = eng_sample(lg + (size_t)i * V, V, &samp[i], &rng_a[i]);
     cr_assert_eq(eng_execute_sample(e2, &b, samp, rng_b, got, NULL), 0, "%s", eng_errmsg());
     cr_assert_eq(got[0], want[0], "greedy row: %d vs %d", got[0], want[0]);
     cr_assert_eq(got[1], want[1], "sampled row: %d vs %d", got[1], want[1]);
@@ -615,8 +657,12 @@ Test(engine_inv, pinned_workers_give_the_same_logits)
     ts_seq_init(&s, prompt, 24, 0);
     ts_generate(e, c, &s, 0, 4, a);
     eng_destroy(e);
-    eng_options o = {.n_threads = 2, .numa_node = 0, .kv_blocks = 8, .kv_block_size = 16,
-                     .max_batch_tokens = 64, .max_seqs = 2};
+    eng_options o = {.n_threads = 2,
+                     .numa_node = 0,
+                     .kv_blocks = 8,
+                     .kv_block_size = 16,
+                     .max_batch_tokens = 64,
+                     .max_seqs = 2};
     cr_assert_eq(eng_create(m, &o, &e), 0, "numa_node 0: %s", eng_errmsg());
     ts_seq_init(&s, prompt, 24, 0);
     ts_generate(e, c, &s, 0, 4, b);

@@ -17,8 +17,7 @@
 static json_t *load_reference(void)
 {
     char path[1024];
-    if (!ts_model_file(path, sizeof path, "reference-greedy.json"))
-        return NULL;
+    if (!ts_model_file(path, sizeof path, "reference-greedy.json")) return NULL;
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
     cr_assert_not_null(root, "%s: %s (line %d)", path, jerr.text, jerr.line);
@@ -34,11 +33,11 @@ static int ints_of(json_t *arr, int32_t *out, int max)
     return n;
 }
 
-#define SKIP_WITHOUT_SHARED(root)                                                               \
-    do {                                                                                        \
-        if (!(root))                                                                            \
-            cr_skip_test("no reference data: set RINGLM_SHARED to the folder holding "          \
-                         "models/reference-greedy.json and stories260K.bin");                   \
+#define SKIP_WITHOUT_SHARED(root)                                                                  \
+    do {                                                                                           \
+        if (!(root))                                                                               \
+            cr_skip_test("no reference data: set RINGLM_SHARED to the folder holding "             \
+                         "models/reference-greedy.json and stories260K.bin");                      \
     } while (0)
 
 /* run.c's loop through the engine: the prompt prefilled as one batch, then greedy decode
@@ -80,10 +79,10 @@ Test(engine_ref, greedy_token_ids_of_every_case)
                 stopped = true;
                 break;
             }
-            cr_assert_lt(n_gen, n_expect, "case %zu (%s): generated more than the %d recorded",
-                         ci, json_string_value(json_object_get(cs, "command")), n_expect);
-            cr_assert_eq(next, expect[n_gen], "case %zu (%s): token %d is %d, run.c chose %d",
-                         ci, json_string_value(json_object_get(cs, "command")), n_gen, next,
+            cr_assert_lt(n_gen, n_expect, "case %zu (%s): generated more than the %d recorded", ci,
+                         json_string_value(json_object_get(cs, "command")), n_expect);
+            cr_assert_eq(next, expect[n_gen], "case %zu (%s): token %d is %d, run.c chose %d", ci,
+                         json_string_value(json_object_get(cs, "command")), n_gen, next,
                          expect[n_gen]);
             s.tokens[s.n_tokens++] = next;
             n_gen++;
@@ -121,19 +120,33 @@ Test(engine_ref, logits_oracle_within_1e4)
     int32_t pos_arr[4] = {0, 1, 2, 3}, qs[2] = {0, 4}, len = 4, lrows[4] = {0, 1, 2, 3};
     int32_t table[2] = {5, 2}; /* not the identity, on purpose */
     int64_t slots[4] = {20, 21, 22, 23};
-    eng_batch b = {.n_tokens = 4, .tokens = toks, .positions = pos_arr, .slot_mapping = slots,
-                   .n_seqs = 1, .query_start = qs, .seq_len = &len, .block_table = table,
-                   .block_table_stride = 2, .n_logits = 4, .logits_rows = lrows};
+    eng_batch b = {.n_tokens = 4,
+                   .tokens = toks,
+                   .positions = pos_arr,
+                   .slot_mapping = slots,
+                   .n_seqs = 1,
+                   .query_start = qs,
+                   .seq_len = &len,
+                   .block_table = table,
+                   .block_table_stride = 2,
+                   .n_logits = 4,
+                   .logits_rows = lrows};
     cr_assert_eq(eng_execute(e, &b, got), 0, "%s", eng_errmsg());
     for (int p = 4; p < n_pos; p++) {
         int32_t pp = p, l = p + 1, zero = 0;
         int64_t slot = (int64_t)table[p / 4] * 4 + p % 4;
-        eng_batch d = {.n_tokens = 1, .tokens = &toks[p], .positions = &pp,
-                       .slot_mapping = &slot, .n_seqs = 1, .query_start = (int32_t[]){0, 1},
-                       .seq_len = &l, .block_table = table, .block_table_stride = 2,
-                       .n_logits = 1, .logits_rows = &zero};
-        cr_assert_eq(eng_execute(e, &d, got + (size_t)p * c->vocab_size), 0, "%s",
-                     eng_errmsg());
+        eng_batch d = {.n_tokens = 1,
+                       .tokens = &toks[p],
+                       .positions = &pp,
+                       .slot_mapping = &slot,
+                       .n_seqs = 1,
+                       .query_start = (int32_t[]){0, 1},
+                       .seq_len = &l,
+                       .block_table = table,
+                       .block_table_stride = 2,
+                       .n_logits = 1,
+                       .logits_rows = &zero};
+        cr_assert_eq(eng_execute(e, &d, got + (size_t)p * c->vocab_size), 0, "%s", eng_errmsg());
     }
     double worst = 0;
     int worst_pos = -1, worst_tok = -1;
@@ -170,8 +183,7 @@ static char *run_capture(char *const argv[], size_t *len, int *status)
         close(fds[0]);
         close(fds[1]);
         int devnull = open("/dev/null", O_WRONLY);
-        if (devnull >= 0)
-            dup2(devnull, 2);
+        if (devnull >= 0) dup2(devnull, 2);
         execv(argv[0], argv);
         _exit(127);
     }
@@ -181,8 +193,7 @@ static char *run_capture(char *const argv[], size_t *len, int *status)
     ssize_t got;
     while ((got = read(fds[0], buf + n, cap - n)) > 0) {
         n += (size_t)got;
-        if (n == cap)
-            buf = realloc(buf, cap *= 2);
+        if (n == cap) buf = realloc(buf, cap *= 2);
     }
     close(fds[0]);
     waitpid(pid, status, 0);
@@ -204,9 +215,20 @@ Test(engine_ref, ringlm_run_stdout_is_byte_identical)
         char steps[16];
         snprintf(steps, sizeof steps, "%lld",
                  (long long)json_integer_value(json_object_get(cs, "n_arg")));
-        char *argv[] = {prog, "--model", mpath, "--tokenizer", tpath, "--prompt",
-                        (char *)json_string_value(json_object_get(cs, "prompt")), "--steps",
-                        steps, "--temperature", "0", "--threads", "1", NULL};
+        char *argv[] = {prog,
+                        "--model",
+                        mpath,
+                        "--tokenizer",
+                        tpath,
+                        "--prompt",
+                        (char *)json_string_value(json_object_get(cs, "prompt")),
+                        "--steps",
+                        steps,
+                        "--temperature",
+                        "0",
+                        "--threads",
+                        "1",
+                        NULL};
         size_t len;
         int status;
         char *out = run_capture(argv, &len, &status);
@@ -214,8 +236,7 @@ Test(engine_ref, ringlm_run_stdout_is_byte_identical)
         cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "case %zu: exit status %d", ci,
                   status);
         size_t i = 0;
-        while (i < len && want[i] && out[i] == want[i])
-            i++;
+        while (i < len && want[i] && out[i] == want[i]) i++;
         cr_assert(len == strlen(want) && i == len,
                   "case %zu (%s): stdout differs at byte %zu (got %zu bytes, want %zu)", ci,
                   json_string_value(json_object_get(cs, "command")), i, len, strlen(want));

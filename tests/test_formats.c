@@ -62,7 +62,8 @@ Test(formats_json, too_small_is_emsgsize_and_nul_terminated)
  * UTF-8 becomes U+FFFD, so jansson reads the line back. */
 Test(formats_json, escapes_and_repairs_client_text)
 {
-    const char *evil = "gold\",\"tenant\":\"root\"}\n{\"x\":\"\\\x01\xff\xc0\xaf\xed\xa0\x80ok\xe2\x82";
+    const char *evil =
+        "gold\",\"tenant\":\"root\"}\n{\"x\":\"\\\x01\xff\xc0\xaf\xed\xa0\x80ok\xe2\x82";
     char buf[512];
     fmt_json j;
     fmt_json_init(&j, buf, sizeof buf);
@@ -114,18 +115,45 @@ static void assert_request_eq(const fmt_request *a, const fmt_request *b)
 Test(formats_request_log, round_trip)
 {
     const fmt_request cases[] = {
-        {.req = 7, .arrival_us = 1234, .tenant = "acme", .class_name = "interactive",
-         .prompt_tokens = 12, .max_tokens = 64, .output_tokens = 64, .deadline_us = 99999,
-         .cancel_us = FMT_NULL, .first_token_us = 2000, .finish_us = 9000,
-         .finish_reason = "length", .reject_reason = NULL},
-        {.req = 0, .arrival_us = 0, .tenant = "t\"\\x", .class_name = "c\n1", .prompt_tokens = 0,
-         .max_tokens = 1, .output_tokens = 0, .deadline_us = FMT_NULL, .cancel_us = FMT_NULL,
-         .first_token_us = FMT_NULL, .finish_us = 5, .finish_reason = "rejected",
+        {.req = 7,
+         .arrival_us = 1234,
+         .tenant = "acme",
+         .class_name = "interactive",
+         .prompt_tokens = 12,
+         .max_tokens = 64,
+         .output_tokens = 64,
+         .deadline_us = 99999,
+         .cancel_us = FMT_NULL,
+         .first_token_us = 2000,
+         .finish_us = 9000,
+         .finish_reason = "length",
+         .reject_reason = NULL},
+        {.req = 0,
+         .arrival_us = 0,
+         .tenant = "t\"\\x",
+         .class_name = "c\n1",
+         .prompt_tokens = 0,
+         .max_tokens = 1,
+         .output_tokens = 0,
+         .deadline_us = FMT_NULL,
+         .cancel_us = FMT_NULL,
+         .first_token_us = FMT_NULL,
+         .finish_us = 5,
+         .finish_reason = "rejected",
          .reject_reason = "bad_params"},
-        {.req = UINT64_C(1) << 40, .arrival_us = INT64_C(1) << 50, .tenant = "", .class_name = "",
-         .prompt_tokens = 0x7fffffff, .max_tokens = 3, .output_tokens = 2, .deadline_us = 1,
-         .cancel_us = 17, .first_token_us = FMT_NULL, .finish_us = FMT_NULL,
-         .finish_reason = "cancelled", .reject_reason = NULL},
+        {.req = UINT64_C(1) << 40,
+         .arrival_us = INT64_C(1) << 50,
+         .tenant = "",
+         .class_name = "",
+         .prompt_tokens = 0x7fffffff,
+         .max_tokens = 3,
+         .output_tokens = 2,
+         .deadline_us = 1,
+         .cancel_us = 17,
+         .first_token_us = FMT_NULL,
+         .finish_us = FMT_NULL,
+         .finish_reason = "cancelled",
+         .reject_reason = NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char line[1024], why[200];
@@ -149,21 +177,27 @@ Test(formats_request_log, reader_rules)
     cr_assert_eq(PARSE("{\"arrival_us\":1,\"prompt_tokens\":2,\"output_tokens\":3}"), -EINVAL);
     cr_assert(strstr(why, "\"req\""), "%s", why);
     /* output_tokens alone or max_tokens alone: the other takes its value */
-    cr_assert_eq(PARSE("{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":2,\"max_tokens\":9}"), 0, "%s", why);
+    cr_assert_eq(PARSE("{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":2,\"max_tokens\":9}"), 0,
+                 "%s", why);
     cr_assert_eq(r.output_tokens, 9);
     cr_assert_eq(r.deadline_us, FMT_NULL);
     cr_assert_eq(PARSE("{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":2}"), -EINVAL);
     cr_assert(strstr(why, "output_tokens"), "%s", why);
     /* a real is rounded, a negative count refused with the field named */
-    cr_assert_eq(PARSE("{\"req\":1,\"arrival_us\":10.6,\"prompt_tokens\":2,\"output_tokens\":3}"), 0, "%s", why);
+    cr_assert_eq(PARSE("{\"req\":1,\"arrival_us\":10.6,\"prompt_tokens\":2,\"output_tokens\":3}"),
+                 0, "%s", why);
     cr_assert_eq(r.arrival_us, 11);
-    cr_assert_eq(PARSE("{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":-2,\"output_tokens\":3}"), -EINVAL);
+    cr_assert_eq(PARSE("{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":-2,\"output_tokens\":3}"),
+                 -EINVAL);
     cr_assert(strstr(why, "\"prompt_tokens\" is -2"), "%s", why);
     cr_assert_eq(PARSE("{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":2,\"output_tokens\":3,"
-                       "\"finish_reason\":7}"), -EINVAL);
+                       "\"finish_reason\":7}"),
+                 -EINVAL);
     cr_assert(strstr(why, "finish_reason"), "%s", why);
     cr_assert_eq(PARSE("[1,2]"), -EINVAL);
-    cr_assert_eq(PARSE("{\"req\":1,\"req\":2,\"arrival_us\":1,\"prompt_tokens\":2,\"output_tokens\":3}"), -EINVAL);
+    cr_assert_eq(
+        PARSE("{\"req\":1,\"req\":2,\"arrival_us\":1,\"prompt_tokens\":2,\"output_tokens\":3}"),
+        -EINVAL);
 #undef PARSE
 }
 
@@ -172,9 +206,17 @@ Test(formats_request_log, reader_rules)
 Test(formats_request_log, cached_tokens)
 {
     char line[1024], why[200];
-    fmt_request r = {.req = 2, .arrival_us = 5, .prompt_tokens = 52, .max_tokens = 4, .output_tokens = 4,
-                     .deadline_us = FMT_NULL, .cancel_us = FMT_NULL, .first_token_us = 9, .finish_us = 12,
-                     .finish_reason = "length", .cached_tokens = 48};
+    fmt_request r = {.req = 2,
+                     .arrival_us = 5,
+                     .prompt_tokens = 52,
+                     .max_tokens = 4,
+                     .output_tokens = 4,
+                     .deadline_us = FMT_NULL,
+                     .cancel_us = FMT_NULL,
+                     .first_token_us = 9,
+                     .finish_us = 12,
+                     .finish_reason = "length",
+                     .cached_tokens = 48};
     int n = fmt_request_format(&r, line, sizeof line);
     cr_assert_gt(n, 0);
     cr_assert(strstr(line, "\"cached_tokens\":48"), "%s", line);
@@ -191,10 +233,12 @@ Test(formats_request_log, cached_tokens)
     cr_assert_null(strstr(line, "cached_tokens"), "%s", line);
     cr_assert_eq(fmt_request_parse(line, (size_t)n, &back, &t, why, sizeof why), 0, "%s", why);
     cr_assert_eq(back.cached_tokens, FMT_NULL);
-    const char *nul = "{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":2,\"output_tokens\":3,\"cached_tokens\":null}";
+    const char *nul = "{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":2,\"output_tokens\":3,"
+                      "\"cached_tokens\":null}";
     cr_assert_eq(fmt_request_parse(nul, strlen(nul), &back, &t, why, sizeof why), 0, "%s", why);
     cr_assert_eq(back.cached_tokens, FMT_NULL);
-    const char *neg = "{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":2,\"output_tokens\":3,\"cached_tokens\":-16}";
+    const char *neg = "{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":2,\"output_tokens\":3,"
+                      "\"cached_tokens\":-16}";
     cr_assert_eq(fmt_request_parse(neg, strlen(neg), &back, &t, why, sizeof why), -EINVAL);
     cr_assert(strstr(why, "\"cached_tokens\" is -16"), "%s", why);
 }
@@ -203,10 +247,19 @@ Test(formats_request_log, cached_tokens)
 
 Test(formats_iteration_log, round_trip)
 {
-    fmt_iteration a = {.it = 123, .t_us = 4403822, .period_us = 150, .iter_us = 140, .exec_us = 120,
-                       .prefill_tokens = 256, .prefill_seqs = 1, .prefill_pairs = 32640,
-                       .decode_seqs = 3, .decode_context = 600, .context_tokens = 856,
-                       .transfers = 0, .wakes = 2};
+    fmt_iteration a = {.it = 123,
+                       .t_us = 4403822,
+                       .period_us = 150,
+                       .iter_us = 140,
+                       .exec_us = 120,
+                       .prefill_tokens = 256,
+                       .prefill_seqs = 1,
+                       .prefill_pairs = 32640,
+                       .decode_seqs = 3,
+                       .decode_context = 600,
+                       .context_tokens = 856,
+                       .transfers = 0,
+                       .wakes = 2};
     fmt_iteration idle = a;
     idle.period_us = NAN;
     idle.transfers = 4;
@@ -216,14 +269,16 @@ Test(formats_iteration_log, round_trip)
         int n = fmt_iteration_format(cases[i], line, sizeof line);
         cr_assert_gt(n, 0);
         fmt_iteration b;
-        cr_assert_eq(fmt_iteration_parse(line, (size_t)n, &b, why, sizeof why), 0, "%s: %s", why, line);
+        cr_assert_eq(fmt_iteration_parse(line, (size_t)n, &b, why, sizeof why), 0, "%s: %s", why,
+                     line);
         const fmt_iteration *a = cases[i];
         cr_assert(a->it == b.it && a->t_us == b.t_us && a->iter_us == b.iter_us &&
-                  a->exec_us == b.exec_us && a->prefill_tokens == b.prefill_tokens &&
-                  a->prefill_seqs == b.prefill_seqs && a->prefill_pairs == b.prefill_pairs &&
-                  a->decode_seqs == b.decode_seqs && a->decode_context == b.decode_context &&
-                  a->context_tokens == b.context_tokens && a->transfers == b.transfers &&
-                  a->wakes == b.wakes, "case %d differs after the round trip: %s", i, line);
+                      a->exec_us == b.exec_us && a->prefill_tokens == b.prefill_tokens &&
+                      a->prefill_seqs == b.prefill_seqs && a->prefill_pairs == b.prefill_pairs &&
+                      a->decode_seqs == b.decode_seqs && a->decode_context == b.decode_context &&
+                      a->context_tokens == b.context_tokens && a->transfers == b.transfers &&
+                      a->wakes == b.wakes,
+                  "case %d differs after the round trip: %s", i, line);
         cr_assert(a->period_us == b.period_us || (isnan(a->period_us) && isnan(b.period_us)),
                   "case %d: period %g read back as %g", i, a->period_us, b.period_us);
     }
@@ -234,15 +289,22 @@ Test(formats_iteration_log, reader_rules)
     char why[200];
     fmt_iteration it;
 #define PARSE(s) fmt_iteration_parse(s, strlen(s), &it, why, sizeof why)
-    cr_assert_eq(PARSE("{\"prefill_tokens\":1,\"decode_seqs\":2,\"context_tokens\":3,\"prefill_pairs\":0}"), 0, "%s", why);
+    cr_assert_eq(
+        PARSE("{\"prefill_tokens\":1,\"decode_seqs\":2,\"context_tokens\":3,\"prefill_pairs\":0}"),
+        0, "%s", why);
     cr_assert(isnan(it.period_us));
     cr_assert_eq(it.transfers, 0);
     cr_assert(isnan(it.decode_context));
     cr_assert_eq(PARSE("{\"prefill_tokens\":1,\"decode_seqs\":2,\"context_tokens\":3}"), -EINVAL);
     cr_assert(strstr(why, "prefill_pairs"), "%s", why);
-    cr_assert_eq(PARSE("{\"prefill_tokens\":1,\"decode_seqs\":2.5,\"context_tokens\":3,\"prefill_pairs\":0}"), -EINVAL);
+    cr_assert_eq(
+        PARSE(
+            "{\"prefill_tokens\":1,\"decode_seqs\":2.5,\"context_tokens\":3,\"prefill_pairs\":0}"),
+        -EINVAL);
     cr_assert(strstr(why, "decode_seqs"), "%s", why);
-    cr_assert_eq(PARSE("{\"prefill_tokens\":1,\"decode_seqs\":2,\"context_tokens\":3,\"prefill_pairs\":0,\"wakes\":-1}"), -EINVAL);
+    cr_assert_eq(PARSE("{\"prefill_tokens\":1,\"decode_seqs\":2,\"context_tokens\":3,\"prefill_"
+                       "pairs\":0,\"wakes\":-1}"),
+                 -EINVAL);
     cr_assert(strstr(why, "wakes"), "%s", why);
 #undef PARSE
 }
@@ -269,7 +331,8 @@ Test(formats_decision, round_trip_and_escaping)
     cr_assert_gt(n, 0);
     fmt_decision b;
     fmt_decision_text t;
-    cr_assert_eq(fmt_decision_parse(line, (size_t)n, &b, &t, why, sizeof why), 0, "%s: %s", why, line);
+    cr_assert_eq(fmt_decision_parse(line, (size_t)n, &b, &t, why, sizeof why), 0, "%s: %s", why,
+                 line);
     cr_assert_eq(b.t_us, 55);
     cr_assert_str_eq(b.ev, "reject");
     cr_assert_eq(b.req, 9);
@@ -288,12 +351,25 @@ Test(formats_decision, round_trip_and_escaping)
 
 Test(formats_stats, file_round_trip)
 {
-    fmt_stats a = {.t_us = 1, .iterations = 2, .sessions = 3, .live_requests = 4, .waiting = 5,
-                   .running = 6, .swapped = 7, .in_transit = 8, .blocked = 9,
+    fmt_stats a = {.t_us = 1,
+                   .iterations = 2,
+                   .sessions = 3,
+                   .live_requests = 4,
+                   .waiting = 5,
+                   .running = 6,
+                   .swapped = 7,
+                   .in_transit = 8,
+                   .blocked = 9,
                    .kv = {{10, 11, 21}, {0, 5, 5}, {1, 2, 3}},
-                   .transfers_inflight = 12, .swap_verified = 14,
-                   .swap_verify_errors = 15, .transfer_overlap_errors = 16, .engine_errors = 17,
-                   .finished = 18, .rejects = 19, .draining = true, .steps = 20};
+                   .transfers_inflight = 12,
+                   .swap_verified = 14,
+                   .swap_verify_errors = 15,
+                   .transfer_overlap_errors = 16,
+                   .engine_errors = 17,
+                   .finished = 18,
+                   .rejects = 19,
+                   .draining = true,
+                   .steps = 20};
     snprintf(a.invariants, sizeof a.invariants, "tenant \"x\" counts 3 blocks, holds 2");
     snprintf(a.policy, sizeof a.policy, "0123456789abcdef");
     char path[] = "/tmp/ringlm-test-stats-XXXXXX";
@@ -313,7 +389,8 @@ Test(formats_stats, file_round_trip)
 /* ---- trace readers ------------------------------------------------------------------------ */
 
 /* Reads every record of a buffer; returns the count, bad lines counted in *bad. */
-static int read_all(const char *buf, int format, fmt_request *out, int max, int *bad, char *why, size_t wl)
+static int read_all(const char *buf, int format, fmt_request *out, int max, int *bad, char *why,
+                    size_t wl)
 {
     fmt_trace_reader rd;
     cr_assert_eq(fmt_trace_open(&rd, buf, strlen(buf), format, why, wl), 0, "%s", why);
@@ -337,7 +414,7 @@ Test(formats_trace, azure_rounds_timestamps_and_counts_rows)
 {
     const char *csv = "TIMESTAMP,ContextTokens,GeneratedTokens\r\n"
                       "2023-11-16 18:15:46.6805900,374,44\r\n"
-                      "2023-11-16 18:15:46.6805904,10,0\r\n"      /* refused: 0 generated */
+                      "2023-11-16 18:15:46.6805904,10,0\r\n" /* refused: 0 generated */
                       "\r\n"
                       "2023-11-16 18:15:47.0000005,7,2\r\n";
     fmt_request r[4];
@@ -363,7 +440,8 @@ Test(formats_trace, azure_rounds_timestamps_and_counts_rows)
 
 Test(formats_trace, mooncake_and_native)
 {
-    const char *mc = "{\"timestamp\": 27.4, \"input_length\": 6955, \"output_length\": 52, \"hash_ids\": [1,2]}\n"
+    const char *mc = "{\"timestamp\": 27.4, \"input_length\": 6955, \"output_length\": 52, "
+                     "\"hash_ids\": [1,2]}\n"
                      "{\"timestamp\": 30, \"input_length\": 0, \"output_length\": 52}\n";
     fmt_request r[4];
     int bad;
@@ -377,9 +455,18 @@ Test(formats_trace, mooncake_and_native)
     cr_assert_eq(r[0].output_tokens, 52);
 
     /* a native trace is the request log: what fmt_request_format writes, the reader reads */
-    fmt_request w = {.req = 3, .arrival_us = 500, .tenant = "a", .class_name = "b", .prompt_tokens = 5,
-                     .max_tokens = 8, .output_tokens = 8, .deadline_us = FMT_NULL, .cancel_us = 900,
-                     .first_token_us = 600, .finish_us = 950, .finish_reason = "cancelled"};
+    fmt_request w = {.req = 3,
+                     .arrival_us = 500,
+                     .tenant = "a",
+                     .class_name = "b",
+                     .prompt_tokens = 5,
+                     .max_tokens = 8,
+                     .output_tokens = 8,
+                     .deadline_us = FMT_NULL,
+                     .cancel_us = 900,
+                     .first_token_us = 600,
+                     .finish_us = 950,
+                     .finish_reason = "cancelled"};
     char buf[600];
     int n = fmt_request_format(&w, buf, sizeof buf - 1);
     cr_assert_gt(n, 0);
@@ -401,23 +488,39 @@ Test(formats_trace, mooncake_and_native)
 Test(formats_request_log, sched_cost)
 {
     char line[2048], why[200];
-    fmt_sched_cost c = {.at_us = 123456, .correction = 0.0731, .base_us = 3350, .prefill_token_us = 29,
-                        .decode_seq_us = 30, .context_token_us = 0.027, .prefill_pair_us = 1e-5,
+    fmt_sched_cost c = {.at_us = 123456,
+                        .correction = 0.0731,
+                        .base_us = 3350,
+                        .prefill_token_us = 29,
+                        .decode_seq_us = 30,
+                        .context_token_us = 0.027,
+                        .prefill_pair_us = 1e-5,
                         .host = {2.75e8, 1.42e7, 20, true, false}};
-    fmt_request r = {.req = 3, .arrival_us = 100000, .prompt_tokens = 40, .max_tokens = 4, .output_tokens = 4,
-                     .deadline_us = FMT_NULL, .cancel_us = FMT_NULL, .first_token_us = FMT_NULL, .finish_us = 9,
-                     .finish_reason = "length", .cached_tokens = FMT_NULL, .sched_cost = &c};
+    fmt_request r = {.req = 3,
+                     .arrival_us = 100000,
+                     .prompt_tokens = 40,
+                     .max_tokens = 4,
+                     .output_tokens = 4,
+                     .deadline_us = FMT_NULL,
+                     .cancel_us = FMT_NULL,
+                     .first_token_us = FMT_NULL,
+                     .finish_us = 9,
+                     .finish_reason = "length",
+                     .cached_tokens = FMT_NULL,
+                     .sched_cost = &c};
     int n = fmt_request_format(&r, line, sizeof line);
     cr_assert_gt(n, 0);
     cr_assert_null(strstr(line, "\"disk\""), "a tier the writer lacked: %s", line);
     fmt_request back;
     fmt_request_text t;
-    cr_assert_eq(fmt_request_parse(line, (size_t)n, &back, &t, why, sizeof why), 0, "%s: %s", why, line);
+    cr_assert_eq(fmt_request_parse(line, (size_t)n, &back, &t, why, sizeof why), 0, "%s: %s", why,
+                 line);
     cr_assert_not_null(back.sched_cost, "%s", line);
     cr_assert_eq(memcmp(back.sched_cost, &c, sizeof c), 0, "not read back as written: %s", line);
     c.disk = (fmt_tier_cost){1e6, 1.9e7, 100, false, true};
     n = fmt_request_format(&r, line, sizeof line);
-    cr_assert_eq(fmt_request_parse(line, (size_t)n, &back, &t, why, sizeof why), 0, "%s: %s", why, line);
+    cr_assert_eq(fmt_request_parse(line, (size_t)n, &back, &t, why, sizeof why), 0, "%s: %s", why,
+                 line);
     cr_assert_eq(memcmp(back.sched_cost, &c, sizeof c), 0, "not read back as written: %s", line);
     r.sched_cost = NULL;
     n = fmt_request_format(&r, line, sizeof line);
@@ -425,23 +528,32 @@ Test(formats_request_log, sched_cost)
     cr_assert_eq(fmt_request_parse(line, (size_t)n, &back, &t, why, sizeof why), 0, "%s", why);
     cr_assert_null(back.sched_cost);
 #define BASE "{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":2,\"output_tokens\":3,\"sched_cost\":"
-#define STEP "\"step\":{\"base_us\":1,\"prefill_token_us\":2,\"decode_seq_us\":0,\"context_token_us\":0,\"prefill_pair_us\":0}"
+#define STEP                                                                                       \
+    "\"step\":{\"base_us\":1,\"prefill_token_us\":2,\"decode_seq_us\":0,\"context_token_us\":0,"   \
+    "\"prefill_pair_us\":0}"
     const char *bad[][2] = {
         {BASE "7}", "not an object"},
         {BASE "{\"at_us\":5,\"correction\":1}}", "\"step\""},
         {BASE "{\"at_us\":5,\"correction\":0," STEP "}}", "\"correction\""},
         {BASE "{\"correction\":1," STEP "}}", "\"at_us\""},
-        {BASE "{\"at_us\":5,\"correction\":1,\"step\":{\"base_us\":1,\"prefill_token_us\":0,\"decode_seq_us\":0,"
-              "\"context_token_us\":0,\"prefill_pair_us\":0}}}", "\"prefill_token_us\""},
-        {BASE "{\"at_us\":5,\"correction\":1," STEP ",\"host\":{\"out_bytes_per_s\":0,\"in_bytes_per_s\":1,"
-              "\"latency_us\":0}}}", "host"},
-        {BASE "{\"at_us\":5,\"correction\":1," STEP ",\"disk\":{\"out_bytes_per_s\":1,\"in_bytes_per_s\":1,"
-              "\"latency_us\":0,\"in_measured\":1}}}", "in_measured"},
+        {BASE "{\"at_us\":5,\"correction\":1,\"step\":{\"base_us\":1,\"prefill_token_us\":0,"
+              "\"decode_seq_us\":0,"
+              "\"context_token_us\":0,\"prefill_pair_us\":0}}}",
+         "\"prefill_token_us\""},
+        {BASE "{\"at_us\":5,\"correction\":1," STEP
+              ",\"host\":{\"out_bytes_per_s\":0,\"in_bytes_per_s\":1,"
+              "\"latency_us\":0}}}",
+         "host"},
+        {BASE "{\"at_us\":5,\"correction\":1," STEP
+              ",\"disk\":{\"out_bytes_per_s\":1,\"in_bytes_per_s\":1,"
+              "\"latency_us\":0,\"in_measured\":1}}}",
+         "in_measured"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        cr_assert_eq(fmt_request_parse(bad[i][0], strlen(bad[i][0]), &back, &t, why, sizeof why), -EINVAL,
-                     "accepted: %s", bad[i][0]);
-        cr_assert(strstr(why, bad[i][1]), "%s: the reason does not name %s: %s", bad[i][0], bad[i][1], why);
+        cr_assert_eq(fmt_request_parse(bad[i][0], strlen(bad[i][0]), &back, &t, why, sizeof why),
+                     -EINVAL, "accepted: %s", bad[i][0]);
+        cr_assert(strstr(why, bad[i][1]), "%s: the reason does not name %s: %s", bad[i][0],
+                  bad[i][1], why);
     }
 #undef STEP
 #undef BASE

@@ -32,183 +32,203 @@ TestSuite(gateway_e2e, .fini = gwh_stop_all, .timeout = 180);
 
 static void setup(const char *const *gw_extra)
 {
-	gwh_need();
-	gwh_need_curl();
-	gwh_start_daemon(NULL);
-	gwh_start_gateway(gw_extra);
-	gwh_wait_healthy(10000); /* ready when the gateway's session is up */
+    gwh_need();
+    gwh_need_curl();
+    gwh_start_daemon(NULL);
+    gwh_start_gateway(gw_extra);
+    gwh_wait_healthy(10000); /* ready when the gateway's session is up */
 }
 
 static json_t *parse(const char *body)
 {
-	json_error_t e;
-	json_t *j = json_loads(body, 0, &e);
-	cr_assert(j, "not JSON (%s): %s", e.text, body);
-	return j;
+    json_error_t e;
+    json_t *j = json_loads(body, 0, &e);
+    cr_assert(j, "not JSON (%s): %s", e.text, body);
+    return j;
 }
 
 static const char *jpath_str(json_t *j, const char *a, const char *b)
 {
-	json_t *x = json_object_get(j, a);
-	return json_string_value(b ? json_object_get(x, b) : x);
+    json_t *x = json_object_get(j, a);
+    return json_string_value(b ? json_object_get(x, b) : x);
 }
 
 /* An SSE body: concatenated text, finish reason, usage (or NULL), count of [DONE]. */
 typedef struct sse {
-	char text[65536];
-	char finish[32];
-	json_t *usage;
-	json_t *error;
-	int chunks, done, role_chunks;
-	bool usage_before_done;
+    char text[65536];
+    char finish[32];
+    json_t *usage;
+    json_t *error;
+    int chunks, done, role_chunks;
+    bool usage_before_done;
 } sse;
 
 static void parse_sse(const char *body, bool chat, sse *o)
 {
-	memset(o, 0, sizeof *o);
-	const char *p = body;
-	while (p && *p) {
-		const char *e = strstr(p, "\n\n");
-		cr_assert(e, "an SSE event without its blank line: %s", p);
-		cr_assert(!strncmp(p, "data: ", 6), "an SSE line that is not 'data: ': %.80s", p);
-		char *d = strndup(p + 6, (size_t)(e - p - 6));
-		if (!strcmp(d, "[DONE]")) {
-			o->done++;
-			cr_assert_eq(e[2], 0, "something after [DONE]: %s", e + 2);
-		} else {
-			cr_assert_eq(o->done, 0, "an event after [DONE]");
-			json_t *j = parse(d);
-			if (json_object_get(j, "error")) {
-				o->error = json_incref(json_object_get(j, "error"));
-			} else {
-				o->chunks++;
-				json_t *u = json_object_get(j, "usage");
-				if (u && !json_is_null(u)) {
-					o->usage = json_incref(u);
-					o->usage_before_done = true;
-				}
-				json_t *c = json_array_get(json_object_get(j, "choices"), 0);
-				if (c) {
-					const char *t = chat ? jpath_str(c, "delta", "content") : jpath_str(c, "text", NULL);
-					if (chat && jpath_str(c, "delta", "role")) o->role_chunks++;
-					if (t) strncat(o->text, t, sizeof o->text - strlen(o->text) - 1);
-					const char *f = jpath_str(c, "finish_reason", NULL);
-					if (f) snprintf(o->finish, sizeof o->finish, "%s", f);
-				}
-			}
-			json_decref(j);
-		}
-		free(d);
-		p = e + 2;
-	}
+    memset(o, 0, sizeof *o);
+    const char *p = body;
+    while (p && *p) {
+        const char *e = strstr(p, "\n\n");
+        cr_assert(e, "an SSE event without its blank line: %s", p);
+        cr_assert(!strncmp(p, "data: ", 6), "an SSE line that is not 'data: ': %.80s", p);
+        char *d = strndup(p + 6, (size_t)(e - p - 6));
+        if (!strcmp(d, "[DONE]")) {
+            o->done++;
+            cr_assert_eq(e[2], 0, "something after [DONE]: %s", e + 2);
+        } else {
+            cr_assert_eq(o->done, 0, "an event after [DONE]");
+            json_t *j = parse(d);
+            if (json_object_get(j, "error")) {
+                o->error = json_incref(json_object_get(j, "error"));
+            } else {
+                o->chunks++;
+                json_t *u = json_object_get(j, "usage");
+                if (u && !json_is_null(u)) {
+                    o->usage = json_incref(u);
+                    o->usage_before_done = true;
+                }
+                json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+                if (c) {
+                    const char *t =
+                        chat ? jpath_str(c, "delta", "content") : jpath_str(c, "text", NULL);
+                    if (chat && jpath_str(c, "delta", "role")) o->role_chunks++;
+                    if (t) strncat(o->text, t, sizeof o->text - strlen(o->text) - 1);
+                    const char *f = jpath_str(c, "finish_reason", NULL);
+                    if (f) snprintf(o->finish, sizeof o->finish, "%s", f);
+                }
+            }
+            json_decref(j);
+        }
+        free(d);
+        p = e + 2;
+    }
 }
 
 /* ---- text equals ringlm generate ----------------------------------------------------- */
 
 Test(gateway_e2e, greedy_completion_equals_ringlm_generate)
 {
-	setup(NULL);
-	char *ringlm = th_path(th_bin_dir(), "ringlm");
-	char *tok = th_path(th_shared_dir(), "models/tok512.bin");
-	const char *prompts[] = {"Once upon a time", "Lily wanted to", "The cat", ""};
-	const int max_tokens[] = {60, 200, 400, 30};
-	for (size_t i = 0; i < sizeof prompts / sizeof *prompts; i++) {
-		char mt[16];
-		snprintf(mt, sizeof mt, "%d", max_tokens[i]);
-		char *argv[] = {ringlm, "--socket", gwh_daemon.sock, "generate", "--prompt", (char *)prompts[i], "--tokenizer",
-				tok, "--max-tokens", mt, "--temperature", "0", "--class", "chat", NULL};
-		char *want, *err;
-		cr_assert_eq(th_run(argv, &want, &err, 60), 0, "ringlm generate: %s", err);
+    setup(NULL);
+    char *ringlm = th_path(th_bin_dir(), "ringlm");
+    char *tok = th_path(th_shared_dir(), "models/tok512.bin");
+    const char *prompts[] = {"Once upon a time", "Lily wanted to", "The cat", ""};
+    const int max_tokens[] = {60, 200, 400, 30};
+    for (size_t i = 0; i < sizeof prompts / sizeof *prompts; i++) {
+        char mt[16];
+        snprintf(mt, sizeof mt, "%d", max_tokens[i]);
+        char *argv[] = {ringlm,
+                        "--socket",
+                        gwh_daemon.sock,
+                        "generate",
+                        "--prompt",
+                        (char *)prompts[i],
+                        "--tokenizer",
+                        tok,
+                        "--max-tokens",
+                        mt,
+                        "--temperature",
+                        "0",
+                        "--class",
+                        "chat",
+                        NULL};
+        char *want, *err;
+        cr_assert_eq(th_run(argv, &want, &err, 60), 0, "ringlm generate: %s", err);
 
-		json_t *req = json_pack("{s:s, s:s, s:i, s:i}", "model", "stories", "prompt", prompts[i], "max_tokens",
-					max_tokens[i], "temperature", 0);
-		char *body = json_dumps(req, 0);
-		gwh_resp r = gwh_curl("/v1/completions", NULL, body);
-		cr_assert_eq(r.status, 200, "%s", r.body);
-		json_t *j = parse(r.body);
-		json_t *c = json_array_get(json_object_get(j, "choices"), 0);
-		const char *text = jpath_str(c, "text", NULL);
-		const char *finish = jpath_str(c, "finish_reason", NULL);
-		cr_assert(text && finish);
-		/* generate prints the prompt as decoded, the text, then a newline: the prompt part is
+        json_t *req = json_pack("{s:s, s:s, s:i, s:i}", "model", "stories", "prompt", prompts[i],
+                                "max_tokens", max_tokens[i], "temperature", 0);
+        char *body = json_dumps(req, 0);
+        gwh_resp r = gwh_curl("/v1/completions", NULL, body);
+        cr_assert_eq(r.status, 200, "%s", r.body);
+        json_t *j = parse(r.body);
+        json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+        const char *text = jpath_str(c, "text", NULL);
+        const char *finish = jpath_str(c, "finish_reason", NULL);
+        cr_assert(text && finish);
+        /* generate prints the prompt as decoded, the text, then a newline: the prompt part is
 		 * what /detokenize gives for /tokenize's ids. */
-		json_t *tq = json_pack("{s:s}", "prompt", prompts[i]);
-		char *tb = json_dumps(tq, 0);
-		gwh_resp tr = gwh_curl("/tokenize", NULL, tb);
-		cr_assert_eq(tr.status, 200, "%s", tr.body);
-		json_t *tj = parse(tr.body);
-		json_t *dq = json_pack("{s:O}", "tokens", json_object_get(tj, "tokens"));
-		char *db = json_dumps(dq, 0);
-		gwh_resp dr = gwh_curl("/detokenize", NULL, db);
-		json_t *dj = parse(dr.body);
-		char *expect;
-		cr_assert(asprintf(&expect, "%s%s\n", jpath_str(dj, "prompt", NULL), text) > 0);
-		cr_assert_str_eq(expect, want, "prompt '%s': gateway text + prompt\n  %s\ndiffers from ringlm generate\n  %s",
-				 prompts[i], expect, want);
-		json_t *u = json_object_get(j, "usage");
-		int n_prompt = (int)json_integer_value(json_object_get(tj, "count"));
-		cr_assert_eq(json_integer_value(json_object_get(u, "prompt_tokens")), n_prompt);
-		int gen = (int)json_integer_value(json_object_get(u, "completion_tokens"));
-		if (!strcmp(finish, "length")) cr_assert_eq(gen, max_tokens[i]);
-		else cr_assert(!strcmp(finish, "stop") && gen < max_tokens[i], "finish %s after %d", finish, gen);
+        json_t *tq = json_pack("{s:s}", "prompt", prompts[i]);
+        char *tb = json_dumps(tq, 0);
+        gwh_resp tr = gwh_curl("/tokenize", NULL, tb);
+        cr_assert_eq(tr.status, 200, "%s", tr.body);
+        json_t *tj = parse(tr.body);
+        json_t *dq = json_pack("{s:O}", "tokens", json_object_get(tj, "tokens"));
+        char *db = json_dumps(dq, 0);
+        gwh_resp dr = gwh_curl("/detokenize", NULL, db);
+        json_t *dj = parse(dr.body);
+        char *expect;
+        cr_assert(asprintf(&expect, "%s%s\n", jpath_str(dj, "prompt", NULL), text) > 0);
+        cr_assert_str_eq(
+            expect, want,
+            "prompt '%s': gateway text + prompt\n  %s\ndiffers from ringlm generate\n  %s",
+            prompts[i], expect, want);
+        json_t *u = json_object_get(j, "usage");
+        int n_prompt = (int)json_integer_value(json_object_get(tj, "count"));
+        cr_assert_eq(json_integer_value(json_object_get(u, "prompt_tokens")), n_prompt);
+        int gen = (int)json_integer_value(json_object_get(u, "completion_tokens"));
+        if (!strcmp(finish, "length"))
+            cr_assert_eq(gen, max_tokens[i]);
+        else
+            cr_assert(!strcmp(finish, "stop") && gen < max_tokens[i], "finish %s after %d", finish,
+                      gen);
 
-		/* The same request streamed: the same text, piece by piece. */
-		json_object_set_new(req, "stream", json_true());
-		char *sbody = json_dumps(req, 0);
-		gwh_resp sr = gwh_curl("/v1/completions", NULL, sbody);
-		cr_assert_eq(sr.status, 200, "%s", sr.body);
-		cr_assert(strstr(sr.head, "text/event-stream"), "%s", sr.head);
-		sse s;
-		parse_sse(sr.body, false, &s);
-		cr_assert_str_eq(s.text, text, "streamed text differs from the whole answer");
-		cr_assert_str_eq(s.finish, finish);
-		cr_assert_eq(s.done, 1);
-		cr_assert_null(s.usage, "usage only when stream_options.include_usage");
+        /* The same request streamed: the same text, piece by piece. */
+        json_object_set_new(req, "stream", json_true());
+        char *sbody = json_dumps(req, 0);
+        gwh_resp sr = gwh_curl("/v1/completions", NULL, sbody);
+        cr_assert_eq(sr.status, 200, "%s", sr.body);
+        cr_assert(strstr(sr.head, "text/event-stream"), "%s", sr.head);
+        sse s;
+        parse_sse(sr.body, false, &s);
+        cr_assert_str_eq(s.text, text, "streamed text differs from the whole answer");
+        cr_assert_str_eq(s.finish, finish);
+        cr_assert_eq(s.done, 1);
+        cr_assert_null(s.usage, "usage only when stream_options.include_usage");
 
-		free(expect);
-		json_decref(j);
-		json_decref(tq);
-		json_decref(tj);
-		json_decref(dq);
-		json_decref(dj);
-		json_decref(req);
-		free(body);
-		free(sbody);
-		free(tb);
-		free(db);
-		gwh_resp_free(&r);
-		gwh_resp_free(&sr);
-		gwh_resp_free(&tr);
-		gwh_resp_free(&dr);
-		free(want);
-		free(err);
-	}
-	free(ringlm);
-	free(tok);
+        free(expect);
+        json_decref(j);
+        json_decref(tq);
+        json_decref(tj);
+        json_decref(dq);
+        json_decref(dj);
+        json_decref(req);
+        free(body);
+        free(sbody);
+        free(tb);
+        free(db);
+        gwh_resp_free(&r);
+        gwh_resp_free(&sr);
+        gwh_resp_free(&tr);
+        gwh_resp_free(&dr);
+        free(want);
+        free(err);
+    }
+    free(ringlm);
+    free(tok);
 }
 
 /* ---- streaming shapes ---------------------------------------------------------------- */
 
 Test(gateway_e2e, stream_usage_chunk_comes_before_done)
 {
-	setup(NULL);
-	gwh_resp r = gwh_curl("/v1/completions", NULL,
-			      "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0,\"stream\":true,"
-			      "\"stream_options\":{\"include_usage\":true}}");
-	cr_assert_eq(r.status, 200, "%s", r.body);
-	sse s;
-	parse_sse(r.body, false, &s);
-	cr_assert_eq(s.done, 1);
-	cr_assert_str_eq(s.finish, "length");
-	cr_assert(s.usage_before_done && s.usage, "no usage chunk: %s", r.body);
-	cr_assert_eq(json_integer_value(json_object_get(s.usage, "prompt_tokens")), 5);
-	cr_assert_eq(json_integer_value(json_object_get(s.usage, "completion_tokens")), 12);
-	cr_assert_eq(json_integer_value(json_object_get(s.usage, "total_tokens")), 17);
-	/* The usage chunk has no choices. */
-	const char *last = strstr(r.body, "\"usage\"");
-	cr_assert(last && strstr(r.body, "\"choices\":[],\"usage\""), "%s", r.body);
-	json_decref(s.usage);
-	gwh_resp_free(&r);
+    setup(NULL);
+    gwh_resp r = gwh_curl(
+        "/v1/completions", NULL,
+        "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0,\"stream\":true,"
+        "\"stream_options\":{\"include_usage\":true}}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    sse s;
+    parse_sse(r.body, false, &s);
+    cr_assert_eq(s.done, 1);
+    cr_assert_str_eq(s.finish, "length");
+    cr_assert(s.usage_before_done && s.usage, "no usage chunk: %s", r.body);
+    cr_assert_eq(json_integer_value(json_object_get(s.usage, "prompt_tokens")), 5);
+    cr_assert_eq(json_integer_value(json_object_get(s.usage, "completion_tokens")), 12);
+    cr_assert_eq(json_integer_value(json_object_get(s.usage, "total_tokens")), 17);
+    /* The usage chunk has no choices. */
+    const char *last = strstr(r.body, "\"usage\"");
+    cr_assert(last && strstr(r.body, "\"choices\":[],\"usage\""), "%s", r.body);
+    json_decref(s.usage);
+    gwh_resp_free(&r);
 }
 
 /* usage.prompt_tokens_details.cached_tokens (OpenAI's field, which vLLM fills): the prompt
@@ -217,219 +237,245 @@ Test(gateway_e2e, stream_usage_chunk_comes_before_done)
  * log says for that request. */
 static long long usage_cached(json_t *usage)
 {
-	json_t *d = json_object_get(usage, "prompt_tokens_details");
-	cr_assert(json_is_object(d), "usage without prompt_tokens_details");
-	json_t *c = json_object_get(d, "cached_tokens");
-	cr_assert(json_is_integer(c), "prompt_tokens_details without cached_tokens");
-	return (long long)json_integer_value(c);
+    json_t *d = json_object_get(usage, "prompt_tokens_details");
+    cr_assert(json_is_object(d), "usage without prompt_tokens_details");
+    json_t *c = json_object_get(d, "cached_tokens");
+    cr_assert(json_is_integer(c), "prompt_tokens_details without cached_tokens");
+    return (long long)json_integer_value(c);
 }
 
 Test(gateway_e2e, usage_reports_the_prompt_tokens_the_prefix_cache_served)
 {
-	gwh_need();
-	gwh_need_curl();
-	char *reqlog = th_path(gwh_dir(), "requests.jsonl");
-	const char *dextra[] = {"--request-log", reqlog, NULL};
-	gwh_start_daemon(dextra);
-	gwh_start_gateway(NULL);
-	gwh_wait_healthy(10000);
+    gwh_need();
+    gwh_need_curl();
+    char *reqlog = th_path(gwh_dir(), "requests.jsonl");
+    const char *dextra[] = {"--request-log", reqlog, NULL};
+    gwh_start_daemon(dextra);
+    gwh_start_gateway(NULL);
+    gwh_wait_healthy(10000);
 
-	char ids[256] = "1";
-	for (int k = 1; k < 40; k++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), ",%d", 3 + (17 * k) % 400);
-	char completion[512], chat[512];
-	snprintf(completion, sizeof completion, "{\"prompt\":[%s],\"max_tokens\":4,\"temperature\":0", ids);
-	snprintf(chat, sizeof chat,
-		 "{\"messages\":[{\"role\":\"system\",\"content\":\"Once upon a time there was a little girl named "
-		 "Lily. She loved to play outside in the sunshine with her big brown dog.\"},"
-		 "{\"role\":\"user\",\"content\":\"Tell me a story\"}],\"max_tokens\":4,\"temperature\":0");
-	static const char *const stream_tail = ",\"stream\":true,\"stream_options\":{\"include_usage\":true}}";
-	struct { const char *path, *body; bool chat, stream; } calls[] = {
-		{"/v1/completions", completion, false, false},       {"/v1/completions", completion, false, false},
-		{"/v1/completions", completion, false, true},        {"/v1/chat/completions", chat, true, false},
-		{"/v1/chat/completions", chat, true, true},
-	};
-	enum { N = sizeof calls / sizeof *calls };
-	long long cached[N], prompt_tokens[N];
-	for (int i = 0; i < N; i++) {
-		char body[1024];
-		snprintf(body, sizeof body, "%s%s", calls[i].body, calls[i].stream ? stream_tail : "}");
-		gwh_resp r = gwh_curl(calls[i].path, NULL, body);
-		cr_assert_eq(r.status, 200, "call %d: %s", i, r.body);
-		json_t *usage;
-		if (calls[i].stream) {
-			sse s;
-			parse_sse(r.body, calls[i].chat, &s);
-			cr_assert(s.usage, "call %d: no usage chunk: %s", i, r.body);
-			usage = s.usage;
-		} else {
-			json_t *j = parse(r.body);
-			usage = json_incref(json_object_get(j, "usage"));
-			json_decref(j);
-		}
-		cached[i] = usage_cached(usage);
-		prompt_tokens[i] = (long long)json_integer_value(json_object_get(usage, "prompt_tokens"));
-		json_decref(usage);
-		gwh_resp_free(&r);
-	}
-	/* the first of each prompt finds nothing; again, its full blocks (16 tokens each) */
-	cr_expect_eq(cached[0], 0, "first completion: %lld cached", cached[0]);
-	cr_expect_eq(cached[3], 0, "first chat: %lld cached", cached[3]);
-	for (int i = 1; i < N; i++) {
-		if (i == 3) continue;
-		cr_expect_eq(cached[i], prompt_tokens[i] / 16 * 16, "call %d: %lld of %lld prompt tokens cached", i,
-			     cached[i], prompt_tokens[i]);
-		cr_expect_gt(cached[i], 0, "call %d", i);
-	}
+    char ids[256] = "1";
+    for (int k = 1; k < 40; k++)
+        snprintf(ids + strlen(ids), sizeof ids - strlen(ids), ",%d", 3 + (17 * k) % 400);
+    char completion[512], chat[512];
+    snprintf(completion, sizeof completion, "{\"prompt\":[%s],\"max_tokens\":4,\"temperature\":0",
+             ids);
+    snprintf(
+        chat, sizeof chat,
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"Once upon a time there was a little "
+        "girl named "
+        "Lily. She loved to play outside in the sunshine with her big brown dog.\"},"
+        "{\"role\":\"user\",\"content\":\"Tell me a story\"}],\"max_tokens\":4,\"temperature\":0");
+    static const char *const stream_tail =
+        ",\"stream\":true,\"stream_options\":{\"include_usage\":true}}";
+    struct {
+        const char *path, *body;
+        bool chat, stream;
+    } calls[] = {
+        {"/v1/completions", completion, false, false},
+        {"/v1/completions", completion, false, false},
+        {"/v1/completions", completion, false, true},
+        {"/v1/chat/completions", chat, true, false},
+        {"/v1/chat/completions", chat, true, true},
+    };
+    enum { N = sizeof calls / sizeof *calls };
+    long long cached[N], prompt_tokens[N];
+    for (int i = 0; i < N; i++) {
+        char body[1024];
+        snprintf(body, sizeof body, "%s%s", calls[i].body, calls[i].stream ? stream_tail : "}");
+        gwh_resp r = gwh_curl(calls[i].path, NULL, body);
+        cr_assert_eq(r.status, 200, "call %d: %s", i, r.body);
+        json_t *usage;
+        if (calls[i].stream) {
+            sse s;
+            parse_sse(r.body, calls[i].chat, &s);
+            cr_assert(s.usage, "call %d: no usage chunk: %s", i, r.body);
+            usage = s.usage;
+        } else {
+            json_t *j = parse(r.body);
+            usage = json_incref(json_object_get(j, "usage"));
+            json_decref(j);
+        }
+        cached[i] = usage_cached(usage);
+        prompt_tokens[i] = (long long)json_integer_value(json_object_get(usage, "prompt_tokens"));
+        json_decref(usage);
+        gwh_resp_free(&r);
+    }
+    /* the first of each prompt finds nothing; again, its full blocks (16 tokens each) */
+    cr_expect_eq(cached[0], 0, "first completion: %lld cached", cached[0]);
+    cr_expect_eq(cached[3], 0, "first chat: %lld cached", cached[3]);
+    for (int i = 1; i < N; i++) {
+        if (i == 3) continue;
+        cr_expect_eq(cached[i], prompt_tokens[i] / 16 * 16,
+                     "call %d: %lld of %lld prompt tokens cached", i, cached[i], prompt_tokens[i]);
+        cr_expect_gt(cached[i], 0, "call %d", i);
+    }
 
-	/* the daemon's own count, request by request (its log is complete once it exited) */
-	cr_assert_eq(th_proc_stop(&gwh_gateway, SIGTERM, 10000), 0);
-	cr_assert_eq(th_daemon_stop(&gwh_daemon, SIGTERM, 15000), 0);
-	char *log = th_read_file(reqlog);
-	long long req[N], logged[N];
-	int n = 0;
-	for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
-		cr_assert_lt(n, N, "more request log lines than requests:\n%s", line);
-		json_t *j = parse(line);
-		req[n] = (long long)json_integer_value(json_object_get(j, "req"));
-		logged[n] = (long long)json_integer_value(json_object_get(j, "cached_tokens"));
-		json_decref(j);
-		n++;
-	}
-	cr_assert_eq(n, N, "request log lines: %d", n);
-	for (int i = 0; i < N; i++) {
-		int rank = 0; /* sent one after another: the daemon's ids ascend in that order */
-		for (int k = 0; k < N; k++) rank += req[k] < req[i];
-		cr_expect_eq(logged[i], cached[rank], "call %d: the daemon logged %lld cached tokens, the usage said %lld",
-			     rank, logged[i], cached[rank]);
-	}
-	free(log);
-	free(reqlog);
+    /* the daemon's own count, request by request (its log is complete once it exited) */
+    cr_assert_eq(th_proc_stop(&gwh_gateway, SIGTERM, 10000), 0);
+    cr_assert_eq(th_daemon_stop(&gwh_daemon, SIGTERM, 15000), 0);
+    char *log = th_read_file(reqlog);
+    long long req[N], logged[N];
+    int n = 0;
+    for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
+        cr_assert_lt(n, N, "more request log lines than requests:\n%s", line);
+        json_t *j = parse(line);
+        req[n] = (long long)json_integer_value(json_object_get(j, "req"));
+        logged[n] = (long long)json_integer_value(json_object_get(j, "cached_tokens"));
+        json_decref(j);
+        n++;
+    }
+    cr_assert_eq(n, N, "request log lines: %d", n);
+    for (int i = 0; i < N; i++) {
+        int rank = 0; /* sent one after another: the daemon's ids ascend in that order */
+        for (int k = 0; k < N; k++) rank += req[k] < req[i];
+        cr_expect_eq(logged[i], cached[rank],
+                     "call %d: the daemon logged %lld cached tokens, the usage said %lld", rank,
+                     logged[i], cached[rank]);
+    }
+    free(log);
+    free(reqlog);
 }
 
 Test(gateway_e2e, chat_streams_role_then_content_and_matches_the_whole_answer)
 {
-	setup(NULL);
-	const char *req = "{\"model\":\"stories\",\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],"
-			  "\"max_tokens\":40,\"temperature\":0%s}";
-	char whole_b[512], stream_b[512], compl_b[256];
-	snprintf(whole_b, sizeof whole_b, req, "");
-	snprintf(stream_b, sizeof stream_b, req, ",\"stream\":true");
-	gwh_resp w = gwh_curl("/v1/chat/completions", NULL, whole_b);
-	cr_assert_eq(w.status, 200, "%s", w.body);
-	json_t *j = parse(w.body);
-	cr_assert_str_eq(jpath_str(j, "object", NULL), "chat.completion");
-	json_t *c = json_array_get(json_object_get(j, "choices"), 0);
-	json_t *msg = json_object_get(c, "message");
-	cr_assert_str_eq(jpath_str(msg, "role", NULL), "assistant");
-	const char *content = jpath_str(msg, "content", NULL);
-	cr_assert(content && strlen(content) > 10, "%s", w.body);
+    setup(NULL);
+    const char *req = "{\"model\":\"stories\",\"messages\":[{\"role\":\"user\",\"content\":\"Once "
+                      "upon a time\"}],"
+                      "\"max_tokens\":40,\"temperature\":0%s}";
+    char whole_b[512], stream_b[512], compl_b[256];
+    snprintf(whole_b, sizeof whole_b, req, "");
+    snprintf(stream_b, sizeof stream_b, req, ",\"stream\":true");
+    gwh_resp w = gwh_curl("/v1/chat/completions", NULL, whole_b);
+    cr_assert_eq(w.status, 200, "%s", w.body);
+    json_t *j = parse(w.body);
+    cr_assert_str_eq(jpath_str(j, "object", NULL), "chat.completion");
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *msg = json_object_get(c, "message");
+    cr_assert_str_eq(jpath_str(msg, "role", NULL), "assistant");
+    const char *content = jpath_str(msg, "content", NULL);
+    cr_assert(content && strlen(content) > 10, "%s", w.body);
 
-	gwh_resp s = gwh_curl("/v1/chat/completions", NULL, stream_b);
-	cr_assert_eq(s.status, 200, "%s", s.body);
-	sse e;
-	parse_sse(s.body, true, &e);
-	cr_assert_eq(e.role_chunks, 1, "one role chunk first");
-	cr_assert(strstr(s.body, "chat.completion.chunk"));
-	cr_assert_str_eq(e.text, content);
-	cr_assert_str_eq(e.finish, jpath_str(c, "finish_reason", NULL));
-	cr_assert_eq(e.done, 1);
+    gwh_resp s = gwh_curl("/v1/chat/completions", NULL, stream_b);
+    cr_assert_eq(s.status, 200, "%s", s.body);
+    sse e;
+    parse_sse(s.body, true, &e);
+    cr_assert_eq(e.role_chunks, 1, "one role chunk first");
+    cr_assert(strstr(s.body, "chat.completion.chunk"));
+    cr_assert_str_eq(e.text, content);
+    cr_assert_str_eq(e.finish, jpath_str(c, "finish_reason", NULL));
+    cr_assert_eq(e.done, 1);
 
-	/* With the plain template the chat is the completion of the message's text. */
-	snprintf(compl_b, sizeof compl_b, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}");
-	gwh_resp p = gwh_curl("/v1/completions", NULL, compl_b);
-	json_t *pj = parse(p.body);
-	cr_assert_str_eq(jpath_str(json_array_get(json_object_get(pj, "choices"), 0), "text", NULL), content);
-	json_decref(j);
-	json_decref(pj);
-	gwh_resp_free(&w);
-	gwh_resp_free(&s);
-	gwh_resp_free(&p);
+    /* With the plain template the chat is the completion of the message's text. */
+    snprintf(compl_b, sizeof compl_b,
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}");
+    gwh_resp p = gwh_curl("/v1/completions", NULL, compl_b);
+    json_t *pj = parse(p.body);
+    cr_assert_str_eq(jpath_str(json_array_get(json_object_get(pj, "choices"), 0), "text", NULL),
+                     content);
+    json_decref(j);
+    json_decref(pj);
+    gwh_resp_free(&w);
+    gwh_resp_free(&s);
+    gwh_resp_free(&p);
 }
 
 Test(gateway_e2e, stop_strings_cut_the_text_in_both_modes)
 {
-	setup(NULL);
-	gwh_resp full = gwh_curl("/v1/completions", NULL,
-				 "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0}");
-	json_t *fj = parse(full.body);
-	const char *ft = jpath_str(json_array_get(json_object_get(fj, "choices"), 0), "text", NULL);
-	const char *cut = strstr(ft, "Lily");
-	cr_assert(cut, "the greedy text has no 'Lily' to stop at: %s", ft);
-	size_t keep = (size_t)(cut - ft);
-	for (int stream = 0; stream < 2; stream++) {
-		char b[256];
-		snprintf(b, sizeof b,
-			 "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0,\"stop\":[\"zzz\",\"Lily\"],"
-			 "\"stream\":%s}", stream ? "true" : "false");
-		gwh_resp r = gwh_curl("/v1/completions", NULL, b);
-		cr_assert_eq(r.status, 200, "%s", r.body);
-		const char *text, *finish;
-		sse s;
-		json_t *j = NULL;
-		if (stream) {
-			parse_sse(r.body, false, &s);
-			text = s.text;
-			finish = s.finish;
-		} else {
-			j = parse(r.body);
-			json_t *c = json_array_get(json_object_get(j, "choices"), 0);
-			text = jpath_str(c, "text", NULL);
-			finish = jpath_str(c, "finish_reason", NULL);
-		}
-		cr_assert_eq(strlen(text), keep, "stream=%d: '%s' is not the text before 'Lily'", stream, text);
-		cr_assert(!strncmp(text, ft, keep));
-		cr_assert_str_eq(finish, "stop");
-		json_decref(j);
-		gwh_resp_free(&r);
-	}
-	json_decref(fj);
-	gwh_resp_free(&full);
+    setup(NULL);
+    gwh_resp full =
+        gwh_curl("/v1/completions", NULL,
+                 "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0}");
+    json_t *fj = parse(full.body);
+    const char *ft = jpath_str(json_array_get(json_object_get(fj, "choices"), 0), "text", NULL);
+    const char *cut = strstr(ft, "Lily");
+    cr_assert(cut, "the greedy text has no 'Lily' to stop at: %s", ft);
+    size_t keep = (size_t)(cut - ft);
+    for (int stream = 0; stream < 2; stream++) {
+        char b[256];
+        snprintf(b, sizeof b,
+                 "{\"prompt\":\"Once upon a "
+                 "time\",\"max_tokens\":60,\"temperature\":0,\"stop\":[\"zzz\",\"Lily\"],"
+                 "\"stream\":%s}",
+                 stream ? "true" : "false");
+        gwh_resp r = gwh_curl("/v1/completions", NULL, b);
+        cr_assert_eq(r.status, 200, "%s", r.body);
+        const char *text, *finish;
+        sse s;
+        json_t *j = NULL;
+        if (stream) {
+            parse_sse(r.body, false, &s);
+            text = s.text;
+            finish = s.finish;
+        } else {
+            j = parse(r.body);
+            json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+            text = jpath_str(c, "text", NULL);
+            finish = jpath_str(c, "finish_reason", NULL);
+        }
+        cr_assert_eq(strlen(text), keep, "stream=%d: '%s' is not the text before 'Lily'", stream,
+                     text);
+        cr_assert(!strncmp(text, ft, keep));
+        cr_assert_str_eq(finish, "stop");
+        json_decref(j);
+        gwh_resp_free(&r);
+    }
+    json_decref(fj);
+    gwh_resp_free(&full);
 }
 
 /* ---- errors ------------------------------------------------------------------------- */
 
-static void expect_error(const char *path, const char *key, const char *body, int status, const char *param,
-			 const char *code)
+static void expect_error(const char *path, const char *key, const char *body, int status,
+                         const char *param, const char *code)
 {
-	gwh_resp r = gwh_curl(path, key, body);
-	cr_assert_eq(r.status, status, "%s %s: %d %s", path, body ? body : "(GET)", r.status, r.body);
-	json_t *j = parse(r.body);
-	json_t *e = json_object_get(j, "error");
-	cr_assert(json_is_string(json_object_get(e, "message")) && json_is_string(json_object_get(e, "type")),
-		  "not an OpenAI error: %s", r.body);
-	cr_assert(json_object_get(e, "param") && json_object_get(e, "code"), "%s", r.body);
-	if (param) cr_assert_str_eq(jpath_str(e, "param", NULL), param, "%s", r.body);
-	if (code) cr_assert_str_eq(jpath_str(e, "code", NULL), code, "%s", r.body);
-	if (status == 429) cr_assert(strstr(r.head, "Retry-After: "), "429 without Retry-After: %s", r.head);
-	json_decref(j);
-	gwh_resp_free(&r);
+    gwh_resp r = gwh_curl(path, key, body);
+    cr_assert_eq(r.status, status, "%s %s: %d %s", path, body ? body : "(GET)", r.status, r.body);
+    json_t *j = parse(r.body);
+    json_t *e = json_object_get(j, "error");
+    cr_assert(json_is_string(json_object_get(e, "message")) &&
+                  json_is_string(json_object_get(e, "type")),
+              "not an OpenAI error: %s", r.body);
+    cr_assert(json_object_get(e, "param") && json_object_get(e, "code"), "%s", r.body);
+    if (param) cr_assert_str_eq(jpath_str(e, "param", NULL), param, "%s", r.body);
+    if (code) cr_assert_str_eq(jpath_str(e, "code", NULL), code, "%s", r.body);
+    if (status == 429)
+        cr_assert(strstr(r.head, "Retry-After: "), "429 without Retry-After: %s", r.head);
+    json_decref(j);
+    gwh_resp_free(&r);
 }
 
 Test(gateway_e2e, bad_requests_get_openai_errors)
 {
-	setup(NULL);
-	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"n\":3}", 400, "n", "unsupported");
-	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"top_k\":\"big\"}", 400, "top_k", NULL);
-	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":", 400, NULL, "invalid_json");
-	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"logprobs\":2}", 400, "logprobs", "unsupported");
-	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"ignore_eos\":true}", 400, NULL, "unsupported");
-	expect_error("/v1/completions", NULL, "{\"prompt\":[1,2,4096]}", 400, "prompt", "bad_token");
-	expect_error("/v1/chat/completions", NULL, "{\"messages\":[{\"role\":\"user\"}],\"stream\":\"yes\"}", 400,
-		     "stream", NULL);
-	/* The daemon's own rejects: too long for the context, a class not in its policy. */
-	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":600}", 400, NULL, "too_long");
-	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"ringlm\":{\"class\":\"gold\"}}", 400, NULL,
-		     "unknown_class");
-	/* ... also when streaming was asked: the failure comes before any token. */
-	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":600,\"stream\":true}", 400, NULL,
-		     "too_long");
-	expect_error("/v1/completions", NULL, "{\"model\":\"gpt-4o\",\"prompt\":\"x\"}", 404, "model", "model_not_found");
-	expect_error("/v1/nothing", NULL, NULL, 404, NULL, NULL);
-	expect_error("/v1/completions", NULL, NULL, 405, NULL, NULL);
-	/* And the gateway still serves. */
-	gwh_resp ok = gwh_curl("/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":2}");
-	cr_assert_eq(ok.status, 200, "%s", ok.body);
-	gwh_resp_free(&ok);
+    setup(NULL);
+    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"n\":3}", 400, "n", "unsupported");
+    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"top_k\":\"big\"}", 400, "top_k",
+                 NULL);
+    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":", 400, NULL,
+                 "invalid_json");
+    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"logprobs\":2}", 400, "logprobs",
+                 "unsupported");
+    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"ignore_eos\":true}", 400, NULL,
+                 "unsupported");
+    expect_error("/v1/completions", NULL, "{\"prompt\":[1,2,4096]}", 400, "prompt", "bad_token");
+    expect_error("/v1/chat/completions", NULL,
+                 "{\"messages\":[{\"role\":\"user\"}],\"stream\":\"yes\"}", 400, "stream", NULL);
+    /* The daemon's own rejects: too long for the context, a class not in its policy. */
+    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":600}", 400, NULL,
+                 "too_long");
+    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"ringlm\":{\"class\":\"gold\"}}", 400,
+                 NULL, "unknown_class");
+    /* ... also when streaming was asked: the failure comes before any token. */
+    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":600,\"stream\":true}",
+                 400, NULL, "too_long");
+    expect_error("/v1/completions", NULL, "{\"model\":\"gpt-4o\",\"prompt\":\"x\"}", 404, "model",
+                 "model_not_found");
+    expect_error("/v1/nothing", NULL, NULL, 404, NULL, NULL);
+    expect_error("/v1/completions", NULL, NULL, 405, NULL, NULL);
+    /* And the gateway still serves. */
+    gwh_resp ok = gwh_curl("/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":2}");
+    cr_assert_eq(ok.status, 200, "%s", ok.body);
+    gwh_resp_free(&ok);
 }
 
 /* A 64 KiB body limit: over it 413 (the whole body is refused, nothing kept), under it served. */
@@ -437,269 +483,306 @@ static const char *const small_body[] = {"--max-body-bytes", "65536", NULL};
 
 Test(gateway_e2e, body_limit_is_configurable)
 {
-	setup(small_body);
-	char *b = malloc(70100);
-	int k = snprintf(b, 64, "{\"prompt\":\"");
-	memset(b + k, 'a', 70000);
-	strcpy(b + k + 70000, "\"}");
-	expect_error("/v1/completions", NULL, b, 413, NULL, "body_too_large");
-	b[k + 1000] = 0;
-	strcat(b, "\",\"max_tokens\":1}");
-	gwh_resp r = gwh_curl("/tokenize", NULL, b);
-	cr_assert_eq(r.status, 200, "a 1 KiB body passes the limit: %s", r.body);
-	gwh_resp_free(&r);
-	free(b);
-	/* A chunked body announces no length: it is refused as it grows past the limit. */
-	int fd = gwh_connect();
-	const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-			   "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
-	th_send_all(fd, head, strlen(head));
-	static char chunk[8192 + 16];
-	int n = snprintf(chunk, sizeof chunk, "2000\r\n");
-	memset(chunk + n, 'a', 8192);
-	memcpy(chunk + n + 8192, "\r\n", 2);
-	for (int i = 0; i < 10; i++) th_send_all(fd, chunk, (size_t)n + 8192 + 2); /* 80 KiB */
-	th_send_all(fd, "0\r\n\r\n", 5);
-	bool eof;
-	char *got = th_read_until(fd, "body_too_large", 20000, &eof);
-	cr_assert(!strncmp(got, "HTTP/1.1 413", 12) && strstr(got, "body_too_large"), "a chunked 80 KiB body: %s", got);
-	free(got);
-	close(fd);
+    setup(small_body);
+    char *b = malloc(70100);
+    int k = snprintf(b, 64, "{\"prompt\":\"");
+    memset(b + k, 'a', 70000);
+    strcpy(b + k + 70000, "\"}");
+    expect_error("/v1/completions", NULL, b, 413, NULL, "body_too_large");
+    b[k + 1000] = 0;
+    strcat(b, "\",\"max_tokens\":1}");
+    gwh_resp r = gwh_curl("/tokenize", NULL, b);
+    cr_assert_eq(r.status, 200, "a 1 KiB body passes the limit: %s", r.body);
+    gwh_resp_free(&r);
+    free(b);
+    /* A chunked body announces no length: it is refused as it grows past the limit. */
+    int fd = gwh_connect();
+    const char *head =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+    th_send_all(fd, head, strlen(head));
+    static char chunk[8192 + 16];
+    int n = snprintf(chunk, sizeof chunk, "2000\r\n");
+    memset(chunk + n, 'a', 8192);
+    memcpy(chunk + n + 8192, "\r\n", 2);
+    for (int i = 0; i < 10; i++) th_send_all(fd, chunk, (size_t)n + 8192 + 2); /* 80 KiB */
+    th_send_all(fd, "0\r\n\r\n", 5);
+    bool eof;
+    char *got = th_read_until(fd, "body_too_large", 20000, &eof);
+    cr_assert(!strncmp(got, "HTTP/1.1 413", 12) && strstr(got, "body_too_large"),
+              "a chunked 80 KiB body: %s", got);
+    free(got);
+    close(fd);
 }
 
 /* ---- keys and tenants --------------------------------------------------------------- */
 
 Test(gateway_e2e, api_keys_decide_the_tenant_never_the_body)
 {
-	char *keys = gwh_keys();
-	const char *extra[] = {"--api-keys", keys, NULL};
-	setup(extra);
-	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\"}", 401, NULL, "invalid_api_key");
-	expect_error("/v1/completions", "sk-mallory-01", "{\"prompt\":\"x\"}", 401, NULL, "invalid_api_key");
-	expect_error("/v1/models", "sk-mallory-01", NULL, 401, NULL, NULL);
-	gwh_resp h = gwh_curl("/health", NULL, NULL);
-	cr_assert_eq(h.status, 200, "health needs no key");
-	gwh_resp_free(&h);
-	gwh_resp m = gwh_curl("/v1/models", "sk-alice-0001", NULL);
-	cr_assert_eq(m.status, 200, "%s", m.body);
-	json_t *mj = parse(m.body);
-	cr_assert_str_eq(jpath_str(json_array_get(json_object_get(mj, "data"), 0), "id", NULL), "stories");
-	json_decref(mj);
-	gwh_resp_free(&m);
+    char *keys = gwh_keys();
+    const char *extra[] = {"--api-keys", keys, NULL};
+    setup(extra);
+    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\"}", 401, NULL, "invalid_api_key");
+    expect_error("/v1/completions", "sk-mallory-01", "{\"prompt\":\"x\"}", 401, NULL,
+                 "invalid_api_key");
+    expect_error("/v1/models", "sk-mallory-01", NULL, 401, NULL, NULL);
+    gwh_resp h = gwh_curl("/health", NULL, NULL);
+    cr_assert_eq(h.status, 200, "health needs no key");
+    gwh_resp_free(&h);
+    gwh_resp m = gwh_curl("/v1/models", "sk-alice-0001", NULL);
+    cr_assert_eq(m.status, 200, "%s", m.body);
+    json_t *mj = parse(m.body);
+    cr_assert_str_eq(jpath_str(json_array_get(json_object_get(mj, "data"), 0), "id", NULL),
+                     "stories");
+    json_decref(mj);
+    gwh_resp_free(&m);
 
-	/* tiny's quota (4 queued prompt tokens) refuses a 7-token prompt: 429 + Retry-After. */
-	expect_error("/v1/completions", "sk-tiny-00001", "{\"prompt\":\"Once upon a time there was\"}", 429, NULL,
-		     "tenant_quota");
-	/* alice names tiny in the body, twice: ignored, she is served as alice. */
-	for (int i = 0; i < 3; i++) {
-		gwh_resp r = gwh_curl("/v1/completions", "sk-alice-0001",
-				      "{\"prompt\":\"Once upon a time there was\",\"max_tokens\":3,\"tenant\":\"tiny\","
-				      "\"user\":\"tiny\",\"ringlm\":{\"tenant\":\"tiny\"}}");
-		cr_assert_eq(r.status, 200, "%s", r.body);
-		gwh_resp_free(&r);
-	}
-	/* bob's key carries class batch. */
-	gwh_resp b = gwh_curl("/v1/completions", "sk-bob-00001", "{\"prompt\":\"Once\",\"max_tokens\":2}");
-	cr_assert_eq(b.status, 200, "%s", b.body);
-	gwh_resp_free(&b);
-	char *mx = gwh_daemon_metrics();
-	cr_assert_eq(gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"alice\",class=\"chat\",reason=\"length\"}"),
-		     3, "%s", mx);
-	cr_assert_eq(gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"tiny\",class=\"chat\",reason=\"rejected\"}"),
-		     1, "only the tiny key's own request counts under tiny");
-	cr_assert_eq(gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"tiny\",class=\"chat\",reason=\"length\"}"), 0);
-	cr_assert_eq(gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"length\"}"), 1);
-	free(mx);
-	free(keys);
+    /* tiny's quota (4 queued prompt tokens) refuses a 7-token prompt: 429 + Retry-After. */
+    expect_error("/v1/completions", "sk-tiny-00001", "{\"prompt\":\"Once upon a time there was\"}",
+                 429, NULL, "tenant_quota");
+    /* alice names tiny in the body, twice: ignored, she is served as alice. */
+    for (int i = 0; i < 3; i++) {
+        gwh_resp r = gwh_curl(
+            "/v1/completions", "sk-alice-0001",
+            "{\"prompt\":\"Once upon a time there was\",\"max_tokens\":3,\"tenant\":\"tiny\","
+            "\"user\":\"tiny\",\"ringlm\":{\"tenant\":\"tiny\"}}");
+        cr_assert_eq(r.status, 200, "%s", r.body);
+        gwh_resp_free(&r);
+    }
+    /* bob's key carries class batch. */
+    gwh_resp b =
+        gwh_curl("/v1/completions", "sk-bob-00001", "{\"prompt\":\"Once\",\"max_tokens\":2}");
+    cr_assert_eq(b.status, 200, "%s", b.body);
+    gwh_resp_free(&b);
+    char *mx = gwh_daemon_metrics();
+    cr_assert_eq(
+        gwh_metric(
+            mx,
+            "ringlm_requests_finished_total{tenant=\"alice\",class=\"chat\",reason=\"length\"}"),
+        3, "%s", mx);
+    cr_assert_eq(
+        gwh_metric(
+            mx,
+            "ringlm_requests_finished_total{tenant=\"tiny\",class=\"chat\",reason=\"rejected\"}"),
+        1, "only the tiny key's own request counts under tiny");
+    cr_assert_eq(
+        gwh_metric(
+            mx, "ringlm_requests_finished_total{tenant=\"tiny\",class=\"chat\",reason=\"length\"}"),
+        0);
+    cr_assert_eq(
+        gwh_metric(
+            mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"length\"}"),
+        1);
+    free(mx);
+    free(keys);
 }
 
 /* ---- misbehaving clients ------------------------------------------------------------ */
 
 Test(gateway_e2e, disconnect_mid_stream_cancels_and_frees_blocks)
 {
-	char *keys = gwh_keys();
-	const char *extra[] = {"--api-keys", keys, NULL};
-	char *declog = th_path(gwh_dir(), "decisions.jsonl");
-	const char *dextra[] = {"--decision-log", declog, GWH_DAEMON_BELOW_CLIENTS, NULL};
-	gwh_need();
-	gwh_need_curl();
-	gwh_start_daemon(dextra);
-	gwh_start_gateway(extra);
-	gwh_wait_healthy(10000);
-	for (int round = 0; round < 3; round++) {
-		int fd = gwh_connect();
-		gwh_send_post(fd, "/v1/completions", "sk-bob-00001",
-			      "{\"prompt\":\"Once upon a time\",\"max_tokens\":500,\"temperature\":0.8,\"seed\":1,\"stream\":true}");
-		bool eof;
-		char *got = th_read_until(fd, "data: {", 20000, &eof);
-		cr_assert(strstr(got, "data: {"), "no first chunk: %s", got);
-		free(got);
-		close(fd); /* hang up mid-stream */
-	}
-	/* Each request is cancelled by the daemon (not finished at its length) and its blocks
+    char *keys = gwh_keys();
+    const char *extra[] = {"--api-keys", keys, NULL};
+    char *declog = th_path(gwh_dir(), "decisions.jsonl");
+    const char *dextra[] = {"--decision-log", declog, GWH_DAEMON_BELOW_CLIENTS, NULL};
+    gwh_need();
+    gwh_need_curl();
+    gwh_start_daemon(dextra);
+    gwh_start_gateway(extra);
+    gwh_wait_healthy(10000);
+    for (int round = 0; round < 3; round++) {
+        int fd = gwh_connect();
+        gwh_send_post(fd, "/v1/completions", "sk-bob-00001",
+                      "{\"prompt\":\"Once upon a "
+                      "time\",\"max_tokens\":500,\"temperature\":0.8,\"seed\":1,\"stream\":true}");
+        bool eof;
+        char *got = th_read_until(fd, "data: {", 20000, &eof);
+        cr_assert(strstr(got, "data: {"), "no first chunk: %s", got);
+        free(got);
+        close(fd); /* hang up mid-stream */
+    }
+    /* Each request is cancelled by the daemon (not finished at its length) and its blocks
 	 * return to the pool. */
-	uint64_t dl = th_now_ms() + 20000;
-	char *mx = NULL;
-	for (;;) {
-		free(mx);
-		mx = gwh_daemon_metrics();
-		double fin = gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"cancelled\"}") +
-			     gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"length\"}") +
-			     gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"stop\"}");
-		if (fin >= 3 && gwh_metric(mx, "ringlm_kv_blocks_used{tier=\"device\"}") == 0) break;
-		cr_assert(th_now_ms() < dl, "requests not ended / blocks not freed after 20 s:\n%s", mx);
-		th_pause_ms(10);
-	}
-	cr_assert_eq(gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"cancelled\"}"),
-		     3, "every hung-up stream is cancelled, none runs to its length:\n%s", mx);
-	free(mx);
-	/* Within one iteration: in the decision log (written when the daemon drains at SIGTERM),
+    uint64_t dl = th_now_ms() + 20000;
+    char *mx = NULL;
+    for (;;) {
+        free(mx);
+        mx = gwh_daemon_metrics();
+        double fin =
+            gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason="
+                           "\"cancelled\"}") +
+            gwh_metric(mx, "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason="
+                           "\"length\"}") +
+            gwh_metric(
+                mx,
+                "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"stop\"}");
+        if (fin >= 3 && gwh_metric(mx, "ringlm_kv_blocks_used{tier=\"device\"}") == 0) break;
+        cr_assert(th_now_ms() < dl, "requests not ended / blocks not freed after 20 s:\n%s", mx);
+        th_pause_ms(10);
+    }
+    cr_assert_eq(
+        gwh_metric(
+            mx,
+            "ringlm_requests_finished_total{tenant=\"bob\",class=\"batch\",reason=\"cancelled\"}"),
+        3, "every hung-up stream is cancelled, none runs to its length:\n%s", mx);
+    free(mx);
+    /* Within one iteration: in the decision log (written when the daemon drains at SIGTERM),
 	 * each cancelled request's blocks are released at the cancel's own t_us (the loop reads
 	 * its clock once per iteration), and no decision gives it work afterwards. */
-	cr_assert_eq(th_daemon_stop(&gwh_daemon, SIGTERM, 15000), 0);
-	char *log = th_read_file(declog);
-	static long long cancel_t[4096];
-	int n_cancel = 0, n_release = 0, late = 0, after = 0;
-	for (char *line = log; line && *line;) {
-		char *nl = strchr(line, '\n');
-		if (nl) *nl = 0;
-		const char *rq = strstr(line, "\"req\":"), *tq = strstr(line, "\"t_us\":");
-		long id = rq ? strtol(rq + 6, NULL, 10) : -1;
-		long long ts = tq ? strtoll(tq + 7, NULL, 10) : -1;
-		if (id > 0 && id < 4096) {
-			if (strstr(line, "\"ev\":\"cancel\"")) {
-				cancel_t[id] = ts;
-				n_cancel++;
-			} else if (cancel_t[id] && strstr(line, "\"ev\":\"release\"")) {
-				n_release++;
-				late += ts != cancel_t[id];
-			} else if (cancel_t[id] && strstr(line, "\"ev\":\"schedule\"")) {
-				after++;
-			}
-		}
-		line = nl ? nl + 1 : NULL;
-	}
-	cr_assert_eq(n_cancel, 3, "%d cancels in the decision log:\n%.2000s", n_cancel, log);
-	cr_assert_geq(n_release, 3, "%d releases of the 3 cancelled requests", n_release);
-	cr_assert_eq(late, 0, "%d releases came in a later iteration than their cancel", late);
-	cr_assert_eq(after, 0, "%d decisions gave work to a cancelled request", after);
-	free(log);
-	free(declog);
-	free(keys);
+    cr_assert_eq(th_daemon_stop(&gwh_daemon, SIGTERM, 15000), 0);
+    char *log = th_read_file(declog);
+    static long long cancel_t[4096];
+    int n_cancel = 0, n_release = 0, late = 0, after = 0;
+    for (char *line = log; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        const char *rq = strstr(line, "\"req\":"), *tq = strstr(line, "\"t_us\":");
+        long id = rq ? strtol(rq + 6, NULL, 10) : -1;
+        long long ts = tq ? strtoll(tq + 7, NULL, 10) : -1;
+        if (id > 0 && id < 4096) {
+            if (strstr(line, "\"ev\":\"cancel\"")) {
+                cancel_t[id] = ts;
+                n_cancel++;
+            } else if (cancel_t[id] && strstr(line, "\"ev\":\"release\"")) {
+                n_release++;
+                late += ts != cancel_t[id];
+            } else if (cancel_t[id] && strstr(line, "\"ev\":\"schedule\"")) {
+                after++;
+            }
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    cr_assert_eq(n_cancel, 3, "%d cancels in the decision log:\n%.2000s", n_cancel, log);
+    cr_assert_geq(n_release, 3, "%d releases of the 3 cancelled requests", n_release);
+    cr_assert_eq(late, 0, "%d releases came in a later iteration than their cancel", late);
+    cr_assert_eq(after, 0, "%d decisions gave work to a cancelled request", after);
+    free(log);
+    free(declog);
+    free(keys);
 }
 
 Test(gateway_e2e, a_client_stalling_mid_header_is_cut_off_and_others_are_served)
 {
-	const char *extra[] = {"--http-timeout-s", "1", NULL};
-	setup(extra);
-	int fd = gwh_connect();
-	const char *partial = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le";
-	th_send_all(fd, partial, strlen(partial));
-	uint64_t t0 = th_now_ms();
-	/* Meanwhile a well-behaved client is served. */
-	gwh_resp r = gwh_curl("/v1/completions", NULL, "{\"prompt\":\"Once\",\"max_tokens\":4}");
-	cr_assert_eq(r.status, 200, "%s", r.body);
-	gwh_resp_free(&r);
-	bool eof;
-	char *got = th_read_until(fd, NULL, 10000, &eof);
-	uint64_t dt = th_now_ms() - t0;
-	cr_assert(eof, "the stalled connection is still open after 10 s");
-	cr_assert(dt >= 500, "closed after %llu ms, before the 1 s timeout", (unsigned long long)dt);
-	free(got);
-	close(fd);
+    const char *extra[] = {"--http-timeout-s", "1", NULL};
+    setup(extra);
+    int fd = gwh_connect();
+    const char *partial = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le";
+    th_send_all(fd, partial, strlen(partial));
+    uint64_t t0 = th_now_ms();
+    /* Meanwhile a well-behaved client is served. */
+    gwh_resp r = gwh_curl("/v1/completions", NULL, "{\"prompt\":\"Once\",\"max_tokens\":4}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    gwh_resp_free(&r);
+    bool eof;
+    char *got = th_read_until(fd, NULL, 10000, &eof);
+    uint64_t dt = th_now_ms() - t0;
+    cr_assert(eof, "the stalled connection is still open after 10 s");
+    cr_assert(dt >= 500, "closed after %llu ms, before the 1 s timeout", (unsigned long long)dt);
+    free(got);
+    close(fd);
 
-	/* A body that stops halfway is cut off the same way. */
-	fd = gwh_connect();
-	const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":";
-	th_send_all(fd, head, strlen(head));
-	got = th_read_until(fd, NULL, 10000, &eof);
-	cr_assert(eof, "a half body is still waited for after 10 s");
-	free(got);
-	close(fd);
+    /* A body that stops halfway is cut off the same way. */
+    fd = gwh_connect();
+    const char *head =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":";
+    th_send_all(fd, head, strlen(head));
+    got = th_read_until(fd, NULL, 10000, &eof);
+    cr_assert(eof, "a half body is still waited for after 10 s");
+    free(got);
+    close(fd);
 }
 
 /* ---- health and drain --------------------------------------------------------------- */
 
 Test(gateway_e2e, health_waits_for_the_daemon)
 {
-	gwh_need();
-	gwh_need_curl();
-	gwh_dir();
-	gwh_start_gateway(NULL); /* no daemon yet */
-	gwh_resp h = gwh_curl("/health", NULL, NULL);
-	cr_assert_eq(h.status, 503, "%s", h.body);
-	gwh_resp_free(&h);
-	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\"}", 503, NULL, "daemon_unavailable");
-	gwh_start_daemon(NULL);
-	uint64_t dl = th_now_ms() + 10000;
-	for (;;) {
-		h = gwh_curl("/health", NULL, NULL);
-		int st = h.status;
-		gwh_resp_free(&h);
-		if (st == 200) break;
-		cr_assert(th_now_ms() < dl, "/health not 200 10 s after the daemon started");
-		th_pause_ms(20);
-	}
-	gwh_resp r = gwh_curl("/v1/completions", NULL, "{\"prompt\":\"Once\",\"max_tokens\":3}");
-	cr_assert_eq(r.status, 200, "%s", r.body);
-	gwh_resp_free(&r);
+    gwh_need();
+    gwh_need_curl();
+    gwh_dir();
+    gwh_start_gateway(NULL); /* no daemon yet */
+    gwh_resp h = gwh_curl("/health", NULL, NULL);
+    cr_assert_eq(h.status, 503, "%s", h.body);
+    gwh_resp_free(&h);
+    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\"}", 503, NULL, "daemon_unavailable");
+    gwh_start_daemon(NULL);
+    uint64_t dl = th_now_ms() + 10000;
+    for (;;) {
+        h = gwh_curl("/health", NULL, NULL);
+        int st = h.status;
+        gwh_resp_free(&h);
+        if (st == 200) break;
+        cr_assert(th_now_ms() < dl, "/health not 200 10 s after the daemon started");
+        th_pause_ms(20);
+    }
+    gwh_resp r = gwh_curl("/v1/completions", NULL, "{\"prompt\":\"Once\",\"max_tokens\":3}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    gwh_resp_free(&r);
 }
 
 Test(gateway_e2e, sigterm_drains_the_gateway_and_a_stream_in_flight_completes)
 {
-	setup(NULL);
-	int fd = gwh_connect();
-	gwh_send_post(fd, "/v1/completions", NULL,
-		      "{\"prompt\":\"Once upon a time\",\"max_tokens\":400,\"temperature\":0.8,\"seed\":3,\"stream\":true}");
-	bool eof;
-	char *got = th_read_until(fd, "data: {", 20000, &eof);
-	cr_assert(strstr(got, "data: {"), "%s", got);
-	kill(gwh_gateway.pid, SIGTERM);
-	char *rest = th_read_until(fd, "data: [DONE]", 30000, &eof);
-	cr_assert(strstr(rest, "data: [DONE]") || strstr(got, "data: [DONE]"), "the stream did not complete: %s", rest);
-	cr_assert_null(strstr(rest, "\"error\""), "%s", rest);
-	int rc = th_proc_wait(&gwh_gateway, 15000);
-	cr_assert_eq(rc, 0, "the gateway exited %d after SIGTERM: %s", rc, th_read_file(gwh_gateway.log));
-	char *log = th_read_file(gwh_gateway.log);
-	cr_assert(strstr(log, "drained"), "%s", log);
-	free(log);
-	free(got);
-	free(rest);
-	close(fd);
+    setup(NULL);
+    int fd = gwh_connect();
+    gwh_send_post(fd, "/v1/completions", NULL,
+                  "{\"prompt\":\"Once upon a "
+                  "time\",\"max_tokens\":400,\"temperature\":0.8,\"seed\":3,\"stream\":true}");
+    bool eof;
+    char *got = th_read_until(fd, "data: {", 20000, &eof);
+    cr_assert(strstr(got, "data: {"), "%s", got);
+    kill(gwh_gateway.pid, SIGTERM);
+    char *rest = th_read_until(fd, "data: [DONE]", 30000, &eof);
+    cr_assert(strstr(rest, "data: [DONE]") || strstr(got, "data: [DONE]"),
+              "the stream did not complete: %s", rest);
+    cr_assert_null(strstr(rest, "\"error\""), "%s", rest);
+    int rc = th_proc_wait(&gwh_gateway, 15000);
+    cr_assert_eq(rc, 0, "the gateway exited %d after SIGTERM: %s", rc,
+                 th_read_file(gwh_gateway.log));
+    char *log = th_read_file(gwh_gateway.log);
+    cr_assert(strstr(log, "drained"), "%s", log);
+    free(log);
+    free(got);
+    free(rest);
+    close(fd);
 }
 
 Test(gateway_e2e, daemon_sigterm_turns_health_503_and_both_exit_cleanly)
 {
-	setup(NULL);
-	/* A stream in flight when ringlmd is told to stop: the daemon drains it (its grace is
+    setup(NULL);
+    /* A stream in flight when ringlmd is told to stop: the daemon drains it (its grace is
 	 * 5 s), the gateway delivers it whole. */
-	int fd = gwh_connect();
-	gwh_send_post(fd, "/v1/completions", NULL,
-		      "{\"prompt\":\"Once upon a time\",\"max_tokens\":200,\"temperature\":0.8,\"seed\":5,\"stream\":true}");
-	bool eof;
-	char *got = th_read_until(fd, "data: {", 20000, &eof);
-	cr_assert(strstr(got, "data: {"), "no first chunk: %s", got);
-	cr_assert_eq(kill(gwh_daemon.pid, SIGTERM), 0);
-	char *rest = th_read_until(fd, "data: [DONE]", 30000, &eof);
-	cr_assert(strstr(rest, "data: [DONE]") || strstr(got, "data: [DONE]"), "the stream did not complete: %s", rest);
-	cr_assert_null(strstr(rest, "\"error\""), "the stream in flight failed at the daemon's drain: %s", rest);
-	cr_assert(strstr(rest, "\"finish_reason\":\"length\"") || strstr(rest, "\"finish_reason\":\"stop\""), "%s", rest);
-	free(got);
-	free(rest);
-	close(fd);
-	int rc = th_daemon_stop(&gwh_daemon, SIGTERM, 15000);
-	cr_assert_eq(rc, 0, "ringlmd exited %d after SIGTERM", rc);
-	uint64_t dl = th_now_ms() + 5000;
-	for (;;) {
-		gwh_resp h = gwh_curl("/health", NULL, NULL);
-		int st = h.status;
-		gwh_resp_free(&h);
-		if (st == 503) break;
-		cr_assert(th_now_ms() < dl, "/health still %d 5 s after ringlmd exited", st);
-		th_pause_ms(20);
-	}
-	expect_error("/v1/completions", NULL, "{\"prompt\":\"x\"}", 503, NULL, NULL);
-	cr_assert_eq(th_proc_stop(&gwh_gateway, SIGTERM, 10000), 0, "the gateway did not exit 0 on SIGTERM");
+    int fd = gwh_connect();
+    gwh_send_post(fd, "/v1/completions", NULL,
+                  "{\"prompt\":\"Once upon a "
+                  "time\",\"max_tokens\":200,\"temperature\":0.8,\"seed\":5,\"stream\":true}");
+    bool eof;
+    char *got = th_read_until(fd, "data: {", 20000, &eof);
+    cr_assert(strstr(got, "data: {"), "no first chunk: %s", got);
+    cr_assert_eq(kill(gwh_daemon.pid, SIGTERM), 0);
+    char *rest = th_read_until(fd, "data: [DONE]", 30000, &eof);
+    cr_assert(strstr(rest, "data: [DONE]") || strstr(got, "data: [DONE]"),
+              "the stream did not complete: %s", rest);
+    cr_assert_null(strstr(rest, "\"error\""),
+                   "the stream in flight failed at the daemon's drain: %s", rest);
+    cr_assert(strstr(rest, "\"finish_reason\":\"length\"") ||
+                  strstr(rest, "\"finish_reason\":\"stop\""),
+              "%s", rest);
+    free(got);
+    free(rest);
+    close(fd);
+    int rc = th_daemon_stop(&gwh_daemon, SIGTERM, 15000);
+    cr_assert_eq(rc, 0, "ringlmd exited %d after SIGTERM", rc);
+    uint64_t dl = th_now_ms() + 5000;
+    for (;;) {
+        gwh_resp h = gwh_curl("/health", NULL, NULL);
+        int st = h.status;
+        gwh_resp_free(&h);
+        if (st == 503) break;
+        cr_assert(th_now_ms() < dl, "/health still %d 5 s after ringlmd exited", st);
+        th_pause_ms(20);
+    }
+    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\"}", 503, NULL, NULL);
+    cr_assert_eq(th_proc_stop(&gwh_gateway, SIGTERM, 10000), 0,
+                 "the gateway did not exit 0 on SIGTERM");
 }
 
 /* ---- several sessions ----------------------------------------------------------------- */
@@ -710,89 +793,97 @@ Test(gateway_e2e, daemon_sigterm_turns_health_503_and_both_exit_cleanly)
 
 static void flood(const char *sessions, int *ok, int *rejected_429)
 {
-	struct rlimit rl;
-	getrlimit(RLIMIT_NOFILE, &rl);
-	if (rl.rlim_cur < FLOOD + 256) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
-	if (rl.rlim_cur < FLOOD + 256) cr_skip_test("RLIMIT_NOFILE %llu is too low for %d sockets", (unsigned long long)rl.rlim_cur, FLOOD);
-	const char *extra[] = {"--sessions", sessions, NULL};
-	setup(extra);
-	int n_sess = atoi(sessions);
-	/* /health is 200 once one session is up; the others follow */
-	uint64_t up_dl = th_now_ms() + 10000;
-	for (;;) {
-		char *m = gwh_gateway_metrics();
-		double up = gwh_metric(m, "ringlm_gateway_sessions_connected");
-		free(m);
-		if (up == n_sess) break;
-		cr_assert(th_now_ms() < up_dl, "%g of %d sessions up after 10 s", up, n_sess);
-		th_pause_ms(10);
-	}
-	cr_assert_eq(kill(gwh_daemon.pid, SIGSTOP), 0);
-	static int fds[FLOOD];
-	for (int i = 0; i < FLOOD; i++) {
-		fds[i] = gwh_connect();
-		gwh_send_post(fds[i], "/v1/completions", NULL,
-			      "{\"prompt\":\"Once upon a time\",\"max_tokens\":2,\"stream\":true}");
-	}
-	/* Every request submitted (the daemon is stopped: none can finish), spread over the
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < FLOOD + 256) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur < FLOOD + 256)
+        cr_skip_test("RLIMIT_NOFILE %llu is too low for %d sockets",
+                     (unsigned long long)rl.rlim_cur, FLOOD);
+    const char *extra[] = {"--sessions", sessions, NULL};
+    setup(extra);
+    int n_sess = atoi(sessions);
+    /* /health is 200 once one session is up; the others follow */
+    uint64_t up_dl = th_now_ms() + 10000;
+    for (;;) {
+        char *m = gwh_gateway_metrics();
+        double up = gwh_metric(m, "ringlm_gateway_sessions_connected");
+        free(m);
+        if (up == n_sess) break;
+        cr_assert(th_now_ms() < up_dl, "%g of %d sessions up after 10 s", up, n_sess);
+        th_pause_ms(10);
+    }
+    cr_assert_eq(kill(gwh_daemon.pid, SIGSTOP), 0);
+    static int fds[FLOOD];
+    for (int i = 0; i < FLOOD; i++) {
+        fds[i] = gwh_connect();
+        gwh_send_post(fds[i], "/v1/completions", NULL,
+                      "{\"prompt\":\"Once upon a time\",\"max_tokens\":2,\"stream\":true}");
+    }
+    /* Every request submitted (the daemon is stopped: none can finish), spread over the
 	 * sessions, none above one session's limit. */
-	uint64_t dl = th_now_ms() + 60000;
-	char *mx = NULL;
-	for (;;) {
-		free(mx);
-		mx = gwh_gateway_metrics();
-		if (gwh_metric(mx, "ringlm_gateway_requests_in_flight") == FLOOD) break;
-		if (th_now_ms() > dl) {
-			kill(gwh_daemon.pid, SIGCONT);
-			cr_assert_fail("not all %d requests submitted after 60 s:\n%s", FLOOD, mx);
-		}
-		th_pause_ms(20);
-	}
-	double sum = 0;
-	for (int i = 0; i < n_sess; i++) {
-		char series[96];
-		snprintf(series, sizeof series, "ringlm_gateway_session_requests_in_flight{session=\"%d\"}", i);
-		double v = gwh_metric(mx, series);
-		if (n_sess > 1) cr_assert(v > 0 && v <= 1024, "session %d holds %g requests:\n%s", i, v, mx);
-		sum += v;
-	}
-	cr_assert_eq(sum, FLOOD, "%s", mx);
-	cr_assert_eq(gwh_metric(mx, "ringlm_gateway_sessions_connected"), n_sess, "%s", mx);
-	free(mx);
-	cr_assert_eq(kill(gwh_daemon.pid, SIGCONT), 0);
-	*ok = *rejected_429 = 0;
-	for (int i = 0; i < FLOOD; i++) {
-		bool eof;
-		char *got = th_read_until(fds[i], "data: [DONE]", 60000, &eof);
-		if (!strncmp(got, "HTTP/1.1 200", 12) && strstr(got, "data: [DONE]") && !strstr(got, "\"error\""))
-			(*ok)++;
-		else if (!strncmp(got, "HTTP/1.1 429", 12) && strstr(got, "queue_full"))
-			(*rejected_429)++;
-		else
-			cr_assert_fail("stream %d: neither a whole stream nor a 429 queue_full:\n%s", i, got);
-		free(got);
-		close(fds[i]);
-	}
+    uint64_t dl = th_now_ms() + 60000;
+    char *mx = NULL;
+    for (;;) {
+        free(mx);
+        mx = gwh_gateway_metrics();
+        if (gwh_metric(mx, "ringlm_gateway_requests_in_flight") == FLOOD) break;
+        if (th_now_ms() > dl) {
+            kill(gwh_daemon.pid, SIGCONT);
+            cr_assert_fail("not all %d requests submitted after 60 s:\n%s", FLOOD, mx);
+        }
+        th_pause_ms(20);
+    }
+    double sum = 0;
+    for (int i = 0; i < n_sess; i++) {
+        char series[96];
+        snprintf(series, sizeof series, "ringlm_gateway_session_requests_in_flight{session=\"%d\"}",
+                 i);
+        double v = gwh_metric(mx, series);
+        if (n_sess > 1)
+            cr_assert(v > 0 && v <= 1024, "session %d holds %g requests:\n%s", i, v, mx);
+        sum += v;
+    }
+    cr_assert_eq(sum, FLOOD, "%s", mx);
+    cr_assert_eq(gwh_metric(mx, "ringlm_gateway_sessions_connected"), n_sess, "%s", mx);
+    free(mx);
+    cr_assert_eq(kill(gwh_daemon.pid, SIGCONT), 0);
+    *ok = *rejected_429 = 0;
+    for (int i = 0; i < FLOOD; i++) {
+        bool eof;
+        char *got = th_read_until(fds[i], "data: [DONE]", 60000, &eof);
+        if (!strncmp(got, "HTTP/1.1 200", 12) && strstr(got, "data: [DONE]") &&
+            !strstr(got, "\"error\""))
+            (*ok)++;
+        else if (!strncmp(got, "HTTP/1.1 429", 12) && strstr(got, "queue_full"))
+            (*rejected_429)++;
+        else
+            cr_assert_fail("stream %d: neither a whole stream nor a 429 queue_full:\n%s", i, got);
+        free(got);
+        close(fds[i]);
+    }
 }
 
 Test(gateway_e2e, streams_beyond_one_sessions_request_limit_succeed_over_two_sessions)
 {
-	int ok, rejected;
-	flood("2", &ok, &rejected);
-	cr_assert_eq(ok, FLOOD, "%d of %d streams completed, %d refused queue_full", ok, FLOOD, rejected);
+    int ok, rejected;
+    flood("2", &ok, &rejected);
+    cr_assert_eq(ok, FLOOD, "%d of %d streams completed, %d refused queue_full", ok, FLOOD,
+                 rejected);
 }
 
 /* The control: the same flood over one session meets the daemon's per-session limit. */
 Test(gateway_e2e, one_session_refuses_beyond_its_request_limit)
 {
-	int ok, rejected;
-	flood("1", &ok, &rejected);
-	cr_assert_eq(ok + rejected, FLOOD);
-	cr_assert_gt(rejected, 0, "all %d streams completed on one session: the limit this test relies on is gone", FLOOD);
-	cr_assert_geq(ok, 1024, "only %d streams completed on one session", ok);
+    int ok, rejected;
+    flood("1", &ok, &rejected);
+    cr_assert_eq(ok + rejected, FLOOD);
+    cr_assert_gt(rejected, 0,
+                 "all %d streams completed on one session: the limit this test relies on is gone",
+                 FLOOD);
+    cr_assert_geq(ok, 1024, "only %d streams completed on one session", ok);
 }
 
 /* ---- chat templates from the model file ----------------------------------------------- */
@@ -801,121 +892,123 @@ Test(gateway_e2e, one_session_refuses_beyond_its_request_limit)
  * and, when template is not NULL, tokenizer.chat_template. */
 static char *write_gguf_tokenizer(const char *name, const char *template)
 {
-	char *path = th_path(gwh_dir(), name);
-	enum { NTOK = 3 + 256 + 26 };
-	static char names[NTOK][8];
-	const char *toks[NTOK];
-	size_t lens[NTOK];
-	float scores[NTOK];
-	int32_t types[NTOK];
-	for (int i = 0; i < NTOK; i++) {
-		if (i < 3)
-			snprintf(names[i], sizeof names[i], "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
-		else if (i < 259)
-			snprintf(names[i], sizeof names[i], "<0x%02X>", i - 3);
-		else
-			snprintf(names[i], sizeof names[i], "%c", 'a' + (i - 259));
-		toks[i] = names[i];
-		lens[i] = strlen(names[i]);
-		scores[i] = i < 259 ? 0.0f : -(float)(i - 259);
-		types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
-	}
-	gguf_writer *w = gw_new();
-	gw_str(w, "general.architecture", "llama");
-	gw_str(w, "tokenizer.ggml.model", "llama");
-	gw_str_arr(w, "tokenizer.ggml.tokens", toks, lens, NTOK);
-	gw_f32_arr(w, "tokenizer.ggml.scores", scores, NTOK);
-	gw_i32_arr(w, "tokenizer.ggml.token_type", types, NTOK);
-	gw_u32(w, "tokenizer.ggml.bos_token_id", 1);
-	gw_u32(w, "tokenizer.ggml.eos_token_id", 2);
-	if (template) gw_str(w, "tokenizer.chat_template", template);
-	cr_assert_eq(gw_write(w, path), 0, "writing %s", path);
-	gw_free(w);
-	return path;
+    char *path = th_path(gwh_dir(), name);
+    enum { NTOK = 3 + 256 + 26 };
+    static char names[NTOK][8];
+    const char *toks[NTOK];
+    size_t lens[NTOK];
+    float scores[NTOK];
+    int32_t types[NTOK];
+    for (int i = 0; i < NTOK; i++) {
+        if (i < 3)
+            snprintf(names[i], sizeof names[i], "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+        else if (i < 259)
+            snprintf(names[i], sizeof names[i], "<0x%02X>", i - 3);
+        else
+            snprintf(names[i], sizeof names[i], "%c", 'a' + (i - 259));
+        toks[i] = names[i];
+        lens[i] = strlen(names[i]);
+        scores[i] = i < 259 ? 0.0f : -(float)(i - 259);
+        types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
+    }
+    gguf_writer *w = gw_new();
+    gw_str(w, "general.architecture", "llama");
+    gw_str(w, "tokenizer.ggml.model", "llama");
+    gw_str_arr(w, "tokenizer.ggml.tokens", toks, lens, NTOK);
+    gw_f32_arr(w, "tokenizer.ggml.scores", scores, NTOK);
+    gw_i32_arr(w, "tokenizer.ggml.token_type", types, NTOK);
+    gw_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    gw_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    if (template) gw_str(w, "tokenizer.chat_template", template);
+    cr_assert_eq(gw_write(w, path), 0, "writing %s", path);
+    gw_free(w);
+    return path;
 }
 
 static const char *const chatml_jinja =
-	"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-	"'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] "
+    "+ "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' "
+    "}}{% endif %}";
 static const char *const gemma_jinja =
-	"{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\\n' + "
-	"message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}";
+    "{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\\n' + "
+    "message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}";
 
 /* Starts the gateway on tokenizer tok (no daemon needed); returns its exit status when it
  * exits at start (with its log in *log), or -1 once it listens. */
 static int start_with_tokenizer(const char *tok, const char *const *extra, char **log)
 {
-	char *gw = th_path(th_bin_dir(), "ringlm-gateway");
-	char *sock = th_path(gwh_dir(), "none.sock");
-	const char *argv[16] = {gw, "--listen", "127.0.0.1:0", "--socket", sock, "--tokenizer", tok};
-	int n = 7;
-	for (int i = 0; extra && extra[i]; i++) argv[n++] = extra[i];
-	argv[n] = NULL;
-	static int starts;
-	char name[32];
-	snprintf(name, sizeof name, "gateway-tpl-%d.log", ++starts); /* a fresh log each start */
-	char *logp = th_path(gwh_dir(), name);
-	th_proc_start(&gwh_gateway, argv, logp);
-	int rc = -1;
-	uint64_t dl = th_now_ms() + 10000;
-	for (;;) {
-		*log = th_read_file(logp);
-		if (strstr(*log, "listening on")) break;
-		rc = th_proc_wait(&gwh_gateway, 0);
-		if (rc >= 0) {
-			free(*log);
-			*log = th_read_file(logp);
-			break;
-		}
-		cr_assert(th_now_ms() < dl, "the gateway neither listens nor exits: %s", *log);
-		free(*log);
-		th_pause_ms(10);
-	}
-	free(gw);
-	free(sock);
-	free(logp);
-	return rc;
+    char *gw = th_path(th_bin_dir(), "ringlm-gateway");
+    char *sock = th_path(gwh_dir(), "none.sock");
+    const char *argv[16] = {gw, "--listen", "127.0.0.1:0", "--socket", sock, "--tokenizer", tok};
+    int n = 7;
+    for (int i = 0; extra && extra[i]; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
+    static int starts;
+    char name[32];
+    snprintf(name, sizeof name, "gateway-tpl-%d.log", ++starts); /* a fresh log each start */
+    char *logp = th_path(gwh_dir(), name);
+    th_proc_start(&gwh_gateway, argv, logp);
+    int rc = -1;
+    uint64_t dl = th_now_ms() + 10000;
+    for (;;) {
+        *log = th_read_file(logp);
+        if (strstr(*log, "listening on")) break;
+        rc = th_proc_wait(&gwh_gateway, 0);
+        if (rc >= 0) {
+            free(*log);
+            *log = th_read_file(logp);
+            break;
+        }
+        cr_assert(th_now_ms() < dl, "the gateway neither listens nor exits: %s", *log);
+        free(*log);
+        th_pause_ms(10);
+    }
+    free(gw);
+    free(sock);
+    free(logp);
+    return rc;
 }
 
 Test(gateway_e2e, the_model_files_chat_template_picks_the_built_in_one)
 {
-	gwh_need();
-	char *tok = write_gguf_tokenizer("chatml.gguf", chatml_jinja), *log;
-	cr_assert_eq(start_with_tokenizer(tok, NULL, &log), -1, "%s", log);
-	cr_assert(strstr(log, "template chatml (the model file's chat_template)"), "%s", log);
-	free(log);
-	th_proc_stop(&gwh_gateway, SIGTERM, 10000);
-	/* --chat-template still decides, and a disagreement is said */
-	const char *explicit_plain[] = {"--chat-template", "plain", NULL};
-	cr_assert_eq(start_with_tokenizer(tok, explicit_plain, &log), -1, "%s", log);
-	cr_assert(strstr(log, "template plain (--chat-template)"), "%s", log);
-	cr_assert(strstr(log, "note: --chat-template plain, but"), "%s", log);
-	free(log);
-	th_proc_stop(&gwh_gateway, SIGTERM, 10000);
-	/* no template in the file: plain */
-	char *bare = write_gguf_tokenizer("bare.gguf", NULL);
-	cr_assert_eq(start_with_tokenizer(bare, NULL, &log), -1, "%s", log);
-	cr_assert(strstr(log, "template plain (default)"), "%s", log);
-	free(log);
-	free(tok);
-	free(bare);
+    gwh_need();
+    char *tok = write_gguf_tokenizer("chatml.gguf", chatml_jinja), *log;
+    cr_assert_eq(start_with_tokenizer(tok, NULL, &log), -1, "%s", log);
+    cr_assert(strstr(log, "template chatml (the model file's chat_template)"), "%s", log);
+    free(log);
+    th_proc_stop(&gwh_gateway, SIGTERM, 10000);
+    /* --chat-template still decides, and a disagreement is said */
+    const char *explicit_plain[] = {"--chat-template", "plain", NULL};
+    cr_assert_eq(start_with_tokenizer(tok, explicit_plain, &log), -1, "%s", log);
+    cr_assert(strstr(log, "template plain (--chat-template)"), "%s", log);
+    cr_assert(strstr(log, "note: --chat-template plain, but"), "%s", log);
+    free(log);
+    th_proc_stop(&gwh_gateway, SIGTERM, 10000);
+    /* no template in the file: plain */
+    char *bare = write_gguf_tokenizer("bare.gguf", NULL);
+    cr_assert_eq(start_with_tokenizer(bare, NULL, &log), -1, "%s", log);
+    cr_assert(strstr(log, "template plain (default)"), "%s", log);
+    free(log);
+    free(tok);
+    free(bare);
 }
 
 Test(gateway_e2e, an_unknown_chat_template_in_the_model_file_is_an_error_at_start)
 {
-	gwh_need();
-	char *tok = write_gguf_tokenizer("gemma.gguf", gemma_jinja), *log;
-	int rc = start_with_tokenizer(tok, NULL, &log);
-	cr_assert_eq(rc, 1, "the gateway started on a template it does not know (%d): %s", rc, log);
-	cr_assert(strstr(log, "its chat template is none of the built-in ones"), "%s", log);
-	cr_assert(strstr(log, "<start_of_turn>"), "the message quotes the template: %s", log);
-	cr_assert(strstr(log, "--chat-template NAME"), "%s", log);
-	free(log);
-	/* naming one is the way out */
-	const char *explicit_chatml[] = {"--chat-template", "chatml", NULL};
-	cr_assert_eq(start_with_tokenizer(tok, explicit_chatml, &log), -1, "%s", log);
-	free(log);
-	free(tok);
+    gwh_need();
+    char *tok = write_gguf_tokenizer("gemma.gguf", gemma_jinja), *log;
+    int rc = start_with_tokenizer(tok, NULL, &log);
+    cr_assert_eq(rc, 1, "the gateway started on a template it does not know (%d): %s", rc, log);
+    cr_assert(strstr(log, "its chat template is none of the built-in ones"), "%s", log);
+    cr_assert(strstr(log, "<start_of_turn>"), "the message quotes the template: %s", log);
+    cr_assert(strstr(log, "--chat-template NAME"), "%s", log);
+    free(log);
+    /* naming one is the way out */
+    const char *explicit_chatml[] = {"--chat-template", "chatml", NULL};
+    cr_assert_eq(start_with_tokenizer(tok, explicit_chatml, &log), -1, "%s", log);
+    free(log);
+    free(tok);
 }
 
 /* ---- what fleet routers read ---------------------------------------------------------- */
@@ -925,47 +1018,50 @@ Test(gateway_e2e, an_unknown_chat_template_in_the_model_file_is_an_error_at_star
  * daemon that stops answering leaves them out (and never stalls the gateway's /metrics). */
 Test(gateway_e2e, routers_find_the_vllm_gauges_models_and_health_on_the_gateway)
 {
-	gwh_need();
-	gwh_need_curl();
-	gwh_start_daemon(NULL);
-	char spec[32];
-	snprintf(spec, sizeof spec, "127.0.0.1:%d", gwh_metrics_port);
-	const char *extra[] = {"--daemon-metrics", spec, NULL};
-	gwh_start_gateway(extra);
-	gwh_wait_healthy(10000);
-	static const char *const want[] = {"vllm:num_requests_waiting{", "vllm:num_requests_running{",
-					   "vllm:kv_cache_usage_perc{", "# TYPE vllm:num_requests_waiting gauge"};
-	uint64_t dl = th_now_ms() + 10000;
-	char *mx = NULL;
-	for (;;) {
-		free(mx);
-		mx = gwh_gateway_metrics();
-		bool all = gwh_metric(mx, "ringlm_gateway_daemon_metrics_up") == 1;
-		for (size_t i = 0; i < sizeof want / sizeof *want; i++) all = all && strstr(mx, want[i]);
-		if (all) break;
-		cr_assert(th_now_ms() < dl, "the daemon's vllm:* lines are not on the gateway's /metrics:\n%s", mx);
-		th_pause_ms(20);
-	}
-	cr_assert_eq(gwh_metric(mx, "vllm:num_requests_running"), 0, "%s", mx);
-	free(mx);
-	gwh_resp m = gwh_curl("/v1/models", NULL, NULL);
-	cr_assert_eq(m.status, 200, "%s", m.body);
-	cr_assert(strstr(m.body, "\"id\":\"stories\""), "%s", m.body);
-	gwh_resp_free(&m);
+    gwh_need();
+    gwh_need_curl();
+    gwh_start_daemon(NULL);
+    char spec[32];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", gwh_metrics_port);
+    const char *extra[] = {"--daemon-metrics", spec, NULL};
+    gwh_start_gateway(extra);
+    gwh_wait_healthy(10000);
+    static const char *const want[] = {"vllm:num_requests_waiting{", "vllm:num_requests_running{",
+                                       "vllm:kv_cache_usage_perc{",
+                                       "# TYPE vllm:num_requests_waiting gauge"};
+    uint64_t dl = th_now_ms() + 10000;
+    char *mx = NULL;
+    for (;;) {
+        free(mx);
+        mx = gwh_gateway_metrics();
+        bool all = gwh_metric(mx, "ringlm_gateway_daemon_metrics_up") == 1;
+        for (size_t i = 0; i < sizeof want / sizeof *want; i++) all = all && strstr(mx, want[i]);
+        if (all) break;
+        cr_assert(th_now_ms() < dl,
+                  "the daemon's vllm:* lines are not on the gateway's /metrics:\n%s", mx);
+        th_pause_ms(20);
+    }
+    cr_assert_eq(gwh_metric(mx, "vllm:num_requests_running"), 0, "%s", mx);
+    free(mx);
+    gwh_resp m = gwh_curl("/v1/models", NULL, NULL);
+    cr_assert_eq(m.status, 200, "%s", m.body);
+    cr_assert(strstr(m.body, "\"id\":\"stories\""), "%s", m.body);
+    gwh_resp_free(&m);
 
-	/* The daemon stops answering: the lines go, the gateway's /metrics does not wait. */
-	cr_assert_eq(kill(gwh_daemon.pid, SIGSTOP), 0);
-	dl = th_now_ms() + 10000;
-	for (;;) {
-		mx = gwh_gateway_metrics();
-		bool gone = gwh_metric(mx, "ringlm_gateway_daemon_metrics_up") == 0 && !strstr(mx, "\nvllm:");
-		free(mx);
-		if (gone) break;
-		if (th_now_ms() > dl) {
-			kill(gwh_daemon.pid, SIGCONT);
-			cr_assert_fail("the vllm:* lines of a stopped daemon are still relayed after 10 s");
-		}
-		th_pause_ms(20);
-	}
-	cr_assert_eq(kill(gwh_daemon.pid, SIGCONT), 0);
+    /* The daemon stops answering: the lines go, the gateway's /metrics does not wait. */
+    cr_assert_eq(kill(gwh_daemon.pid, SIGSTOP), 0);
+    dl = th_now_ms() + 10000;
+    for (;;) {
+        mx = gwh_gateway_metrics();
+        bool gone =
+            gwh_metric(mx, "ringlm_gateway_daemon_metrics_up") == 0 && !strstr(mx, "\nvllm:");
+        free(mx);
+        if (gone) break;
+        if (th_now_ms() > dl) {
+            kill(gwh_daemon.pid, SIGCONT);
+            cr_assert_fail("the vllm:* lines of a stopped daemon are still relayed after 10 s");
+        }
+        th_pause_ms(20);
+    }
+    cr_assert_eq(kill(gwh_daemon.pid, SIGCONT), 0);
 }

@@ -22,30 +22,33 @@ TestSuite(gateway_node, .fini = gwh_stop_all, .timeout = 180);
 
 Test(gateway_node, openai_sdk_for_node)
 {
-	gwh_need();
-	char *out, *err;
-	char *ver[] = {"node", "--version", NULL};
-	if (th_run(ver, &out, &err, 20) != 0) cr_skip_test("node is not installed: the OpenAI SDK test skips");
-	free(out);
-	free(err);
-	if (!th_exists("tests/node/node_modules/openai/package.json"))
-		cr_skip_test("tests/node/node_modules/openai is absent (run `make deps`): the OpenAI SDK test skips");
-	char *keys = gwh_keys();
-	const char *extra[] = {"--api-keys", keys, NULL};
-	gwh_start_daemon(NULL);
-	gwh_start_gateway(extra);
-	char url[64];
-	snprintf(url, sizeof url, "http://127.0.0.1:%d", gwh_port);
-	setenv("GATEWAY_URL", url, 1);
-	setenv("GATEWAY_KEY", "sk-alice-0001", 1);
-	setenv("GATEWAY_TINY_KEY", "sk-tiny-00001", 1);
-	gwh_wait_healthy(10000); /* the SDK checks start once the session is up */
-	char *argv[] = {"node", "--test", "--test-reporter=tap", "tests/node/gateway_sdk.test.mjs", NULL};
-	int rc = th_run(argv, &out, &err, 120);
-	cr_assert_eq(rc, 0, "the OpenAI SDK checks failed (exit %d):\n%s\n%s\ngateway log:\n%s", rc, out, err,
-		     th_read_file(gwh_gateway.log));
-	cr_assert(strstr(out, "# pass 8"), "expected 8 passing SDK checks:\n%s", out);
-	free(out);
-	free(err);
-	free(keys);
+    gwh_need();
+    char *out, *err;
+    char *ver[] = {"node", "--version", NULL};
+    if (th_run(ver, &out, &err, 20) != 0)
+        cr_skip_test("node is not installed: the OpenAI SDK test skips");
+    free(out);
+    free(err);
+    if (!th_exists("tests/node/node_modules/openai/package.json"))
+        cr_skip_test("tests/node/node_modules/openai is absent (run `make deps`): the OpenAI SDK "
+                     "test skips");
+    char *keys = gwh_keys();
+    const char *extra[] = {"--api-keys", keys, NULL};
+    gwh_start_daemon(NULL);
+    gwh_start_gateway(extra);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", gwh_port);
+    setenv("GATEWAY_URL", url, 1);
+    setenv("GATEWAY_KEY", "sk-alice-0001", 1);
+    setenv("GATEWAY_TINY_KEY", "sk-tiny-00001", 1);
+    gwh_wait_healthy(10000); /* the SDK checks start once the session is up */
+    char *argv[] = {"node", "--test", "--test-reporter=tap", "tests/node/gateway_sdk.test.mjs",
+                    NULL};
+    int rc = th_run(argv, &out, &err, 120);
+    cr_assert_eq(rc, 0, "the OpenAI SDK checks failed (exit %d):\n%s\n%s\ngateway log:\n%s", rc,
+                 out, err, th_read_file(gwh_gateway.log));
+    cr_assert(strstr(out, "# pass 8"), "expected 8 passing SDK checks:\n%s", out);
+    free(out);
+    free(err);
+    free(keys);
 }

@@ -28,7 +28,8 @@ static char *write_trace(void)
     cr_assert_not_null(f);
     for (int i = 0; i < N_REQ; i++)
         fprintf(f,
-                "{\"req\":%d,\"arrival_us\":%d,\"tenant\":\"%s\",\"class\":\"chat\",\"prompt_tokens\":%d,"
+                "{\"req\":%d,\"arrival_us\":%d,\"tenant\":\"%s\",\"class\":\"chat\",\"prompt_"
+                "tokens\":%d,"
                 "\"output_tokens\":%d}\n",
                 i, i * 20000, i % 2 ? "bob" : "alice", 4 + i % 5, 6 + (i * 3) % 11);
     fclose(f);
@@ -58,11 +59,12 @@ static json_t *replay(const char *const *args)
 /* The same field names (recursively through objects), whatever the values. */
 static void same_fields(json_t *a, json_t *b, const char *where)
 {
-    cr_assert_eq(json_object_size(a), json_object_size(b), "%s: %zu fields vs %zu", where, json_object_size(a),
-                 json_object_size(b));
+    cr_assert_eq(json_object_size(a), json_object_size(b), "%s: %zu fields vs %zu", where,
+                 json_object_size(a), json_object_size(b));
     const char *k;
     json_t *v;
-    json_object_foreach(a, k, v) {
+    json_object_foreach(a, k, v)
+    {
         json_t *w = json_object_get(b, k);
         cr_assert_not_null(w, "%s: '%s' only in the shm report", where, k);
         if (json_is_object(v) && json_is_object(w) && strcmp(k, "rejects_by_reason")) {
@@ -93,10 +95,10 @@ Test(gateway_replay, one_trace_through_the_socket_and_through_the_gateway)
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", gwh_port);
 
-    const char *shm_args[] = {"--socket", gwh_daemon.sock, "replay", trace, "--json", "--clients", "2",
-                              "--vocab", "512", NULL};
-    const char *http_args[] = {"replay", trace, "--json", "--clients", "2", "--vocab", "512", "--http", url,
-                               "--api-keys", keys, NULL};
+    const char *shm_args[] = {"--socket", gwh_daemon.sock, "replay", trace, "--json", "--clients",
+                              "2",        "--vocab",       "512",    NULL};
+    const char *http_args[] = {"replay", trace,    "--json", "--clients",  "2",  "--vocab",
+                               "512",    "--http", url,      "--api-keys", keys, NULL};
     json_t *shm = replay(shm_args);
     json_t *http = replay(http_args);
 
@@ -111,13 +113,16 @@ Test(gateway_replay, one_trace_through_the_socket_and_through_the_gateway)
         json_int_t want = i < 2 ? N_REQ / 2 : N_REQ;
         cr_assert_eq(jint(a, "requests", NULL), want);
         cr_assert_eq(jint(b, "requests", NULL), want);
-        cr_assert_eq(jint(a, "completed", NULL), want, "shm: %s did not complete every request", tenants[i]);
-        cr_assert_eq(jint(b, "completed", NULL), want, "http: %s did not complete every request", tenants[i]);
+        cr_assert_eq(jint(a, "completed", NULL), want, "shm: %s did not complete every request",
+                     tenants[i]);
+        cr_assert_eq(jint(b, "completed", NULL), want, "http: %s did not complete every request",
+                     tenants[i]);
         cr_assert_eq(jint(b, "ttft_ms", "n"), want, "http: a TTFT per completed request");
         /* greedy, the same prompts: the same tokens */
         cr_assert_eq(jint(a, "output_tokens", NULL), jint(b, "output_tokens", NULL),
-                     "%s: %lld output tokens through the socket, %lld through the gateway", tenants[i],
-                     (long long)jint(a, "output_tokens", NULL), (long long)jint(b, "output_tokens", NULL));
+                     "%s: %lld output tokens through the socket, %lld through the gateway",
+                     tenants[i], (long long)jint(a, "output_tokens", NULL),
+                     (long long)jint(b, "output_tokens", NULL));
         cr_assert_gt(jint(b, "output_tokens", NULL), 0);
     }
     /* Both replays' requests ran as their trace tenants: the socket path tags them (this uid
@@ -125,9 +130,11 @@ Test(gateway_replay, one_trace_through_the_socket_and_through_the_gateway)
     char *mx = gwh_daemon_metrics();
     for (int i = 0; i < 2; i++) {
         char s1[160], s2[160];
-        snprintf(s1, sizeof s1, "ringlm_requests_finished_total{tenant=\"%s\",class=\"chat\",reason=\"length\"}",
+        snprintf(s1, sizeof s1,
+                 "ringlm_requests_finished_total{tenant=\"%s\",class=\"chat\",reason=\"length\"}",
                  tenants[i]);
-        snprintf(s2, sizeof s2, "ringlm_requests_finished_total{tenant=\"%s\",class=\"chat\",reason=\"stop\"}",
+        snprintf(s2, sizeof s2,
+                 "ringlm_requests_finished_total{tenant=\"%s\",class=\"chat\",reason=\"stop\"}",
                  tenants[i]);
         cr_assert_eq(gwh_metric(mx, s1) + gwh_metric(mx, s2), N_REQ, "%s:\n%s", tenants[i], mx);
     }
@@ -221,15 +228,19 @@ Test(gateway_replay, a_trace_cancel_is_cancelled_on_both_paths)
     char *trace = th_path(gwh_dir(), "cancel.jsonl");
     FILE *f = fopen(trace, "w");
     cr_assert_not_null(f);
-    fprintf(f, "{\"req\":0,\"arrival_us\":0,\"tenant\":\"held\",\"class\":\"chat\",\"prompt_tokens\":4,"
-               "\"output_tokens\":500,\"cancel_us\":5000}\n"
-               "{\"req\":1,\"arrival_us\":1000,\"tenant\":\"bob\",\"class\":\"chat\",\"prompt_tokens\":4,"
-               "\"output_tokens\":8}\n");
+    fprintf(
+        f,
+        "{\"req\":0,\"arrival_us\":0,\"tenant\":\"held\",\"class\":\"chat\",\"prompt_tokens\":4,"
+        "\"output_tokens\":500,\"cancel_us\":5000}\n"
+        "{\"req\":1,\"arrival_us\":1000,\"tenant\":\"bob\",\"class\":\"chat\",\"prompt_tokens\":4,"
+        "\"output_tokens\":8}\n");
     fclose(f);
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", gwh_port);
-    const char *shm_args[] = {"--socket", gwh_daemon.sock, "replay", trace, "--json", "--vocab", "512", NULL};
-    const char *http_args[] = {"replay", trace, "--json", "--vocab", "512", "--http", url, "--api-keys", keys, NULL};
+    const char *shm_args[] = {"--socket", gwh_daemon.sock, "replay", trace,
+                              "--json",   "--vocab",       "512",    NULL};
+    const char *http_args[] = {"replay", trace, "--json",     "--vocab", "512",
+                               "--http", url,   "--api-keys", keys,      NULL};
     json_t *reports[2] = {replay(shm_args), replay(http_args)};
     for (int i = 0; i < 2; i++) {
         json_t *ts = json_object_get(reports[i], "tenants");
@@ -244,15 +255,17 @@ Test(gateway_replay, a_trace_cancel_is_cancelled_on_both_paths)
             char *glog = th_read_file(gwh_gateway.log), *dlog = th_read_file(gwh_daemon.log);
             cr_assert_fail("%s: held's request %s cancelled (%lld), bob's %s completed (%lld)\n"
                            "report:\n%s\ndaemon metrics:\n%s\ngateway log:\n%s\nringlmd log:\n%s",
-                           i ? "http" : "shm", cancelled == 1 ? "was" : "was NOT", (long long)cancelled,
-                           completed == 1 ? "was" : "was NOT", (long long)completed, rep ? rep : "?",
-                           mx ? mx : "?", glog ? glog : "?", dlog ? dlog : "?");
+                           i ? "http" : "shm", cancelled == 1 ? "was" : "was NOT",
+                           (long long)cancelled, completed == 1 ? "was" : "was NOT",
+                           (long long)completed, rep ? rep : "?", mx ? mx : "?", glog ? glog : "?",
+                           dlog ? dlog : "?");
         }
         json_decref(reports[i]);
     }
     /* ringlmd cancelled both: the HTTP replay's hang-up reached it as the gateway's cancel (the
      * replay reports its own hang-up; the gateway's cancel lands a moment later). */
-    const char *series = "ringlm_requests_finished_total{tenant=\"held\",class=\"chat\",reason=\"cancelled\"}";
+    const char *series =
+        "ringlm_requests_finished_total{tenant=\"held\",class=\"chat\",reason=\"cancelled\"}";
     double n = 0;
     char *mx = NULL;
     for (uint64_t dl = th_now_ms() + 10000;;) {
@@ -263,7 +276,8 @@ Test(gateway_replay, a_trace_cancel_is_cancelled_on_both_paths)
         th_pause_ms(20);
     }
     char *fin = metric_lines(mx ? mx : "", "ringlm_requests_finished_total");
-    cr_expect_eq(n, 2, "ringlmd ended %.0f of held's two requests cancelled:\n%s", n, fin ? fin : "?");
+    cr_expect_eq(n, 2, "ringlmd ended %.0f of held's two requests cancelled:\n%s", n,
+                 fin ? fin : "?");
     free(fin);
     free(mx);
     free(trace);

@@ -20,108 +20,118 @@
 
 Test(gateway_units, utf8_split_sequence_waits_for_its_last_byte)
 {
-	const char *euro = "\xe2\x82\xac"; /* € in three bytes, fed one at a time */
-	gw_buf out = {0};
-	cr_assert_eq(gw_utf8_take(euro, 1, false, &out), 0);
-	cr_assert_eq(gw_utf8_take(euro, 2, false, &out), 0);
-	cr_assert_eq(gw_utf8_take(euro, 3, false, &out), 3);
-	cr_assert_str_eq(out.p, "\xe2\x82\xac");
-	gw_buf_free(&out);
+    const char *euro = "\xe2\x82\xac"; /* € in three bytes, fed one at a time */
+    gw_buf out = {0};
+    cr_assert_eq(gw_utf8_take(euro, 1, false, &out), 0);
+    cr_assert_eq(gw_utf8_take(euro, 2, false, &out), 0);
+    cr_assert_eq(gw_utf8_take(euro, 3, false, &out), 3);
+    cr_assert_str_eq(out.p, "\xe2\x82\xac");
+    gw_buf_free(&out);
 }
 
 Test(gateway_units, utf8_invalid_bytes_become_replacement_chars)
 {
-	gw_buf out = {0};
-	/* a lone continuation byte, an overlong lead (0xc0), a surrogate (ED A0 80), then "ok" */
-	const char in[] = "a\x80" "b\xc0\xaf" "c\xed\xa0\x80" "ok";
-	long k = gw_utf8_take(in, sizeof in - 1, false, &out);
-	cr_assert_eq(k, (long)sizeof in - 1);
-	cr_assert_str_eq(out.p, "a\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd" "c\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "ok");
-	json_t *j = json_string(out.p); /* what jansson accepts is valid UTF-8 */
-	cr_assert(j);
-	json_decref(j);
-	gw_buf_free(&out);
+    gw_buf out = {0};
+    /* a lone continuation byte, an overlong lead (0xc0), a surrogate (ED A0 80), then "ok" */
+    const char in[] = "a\x80"
+                      "b\xc0\xaf"
+                      "c\xed\xa0\x80"
+                      "ok";
+    long k = gw_utf8_take(in, sizeof in - 1, false, &out);
+    cr_assert_eq(k, (long)sizeof in - 1);
+    cr_assert_str_eq(out.p, "a\xef\xbf\xbd"
+                            "b\xef\xbf\xbd\xef\xbf\xbd"
+                            "c\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
+                            "ok");
+    json_t *j = json_string(out.p); /* what jansson accepts is valid UTF-8 */
+    cr_assert(j);
+    json_decref(j);
+    gw_buf_free(&out);
 }
 
 Test(gateway_units, utf8_incomplete_tail_is_flushed_as_replacement_when_final)
 {
-	gw_buf out = {0};
-	cr_assert_eq(gw_utf8_take("x\xf0\x9f", 3, false, &out), 1);
-	cr_assert_str_eq(out.p, "x");
-	cr_assert_eq(gw_utf8_take("\xf0\x9f", 2, true, &out), 2);
-	cr_assert_str_eq(out.p, "x\xef\xbf\xbd\xef\xbf\xbd");
-	gw_buf_free(&out);
+    gw_buf out = {0};
+    cr_assert_eq(gw_utf8_take("x\xf0\x9f", 3, false, &out), 1);
+    cr_assert_str_eq(out.p, "x");
+    cr_assert_eq(gw_utf8_take("\xf0\x9f", 2, true, &out), 2);
+    cr_assert_str_eq(out.p, "x\xef\xbf\xbd\xef\xbf\xbd");
+    gw_buf_free(&out);
 }
 
 /* ---- stop strings ---------------------------------------------------------------------- */
 
 Test(gateway_units, stop_scan_holds_a_possible_prefix_and_cuts_at_the_earliest)
 {
-	gw_stop st = {.s = {"\n\n", "The end"}, .len = {2, 7}, .n = 2};
-	size_t e;
-	cr_assert_not(gw_stop_scan(&st, "Once upon The e", 15, &e));
-	cr_assert_eq(e, 10, "'The e' may begin 'The end': held back, got %zu", e);
-	cr_assert_not(gw_stop_scan(&st, "line\n", 5, &e));
-	cr_assert_eq(e, 4);
-	cr_assert(gw_stop_scan(&st, "a The end\n\nb", 12, &e));
-	cr_assert_eq(e, 2, "the earliest stop string cuts");
-	cr_assert(gw_stop_scan(&st, "x\n\nThe end", 10, &e));
-	cr_assert_eq(e, 1);
-	gw_stop none = {0};
-	cr_assert_not(gw_stop_scan(&none, "abc", 3, &e));
-	cr_assert_eq(e, 3);
+    gw_stop st = {.s = {"\n\n", "The end"}, .len = {2, 7}, .n = 2};
+    size_t e;
+    cr_assert_not(gw_stop_scan(&st, "Once upon The e", 15, &e));
+    cr_assert_eq(e, 10, "'The e' may begin 'The end': held back, got %zu", e);
+    cr_assert_not(gw_stop_scan(&st, "line\n", 5, &e));
+    cr_assert_eq(e, 4);
+    cr_assert(gw_stop_scan(&st, "a The end\n\nb", 12, &e));
+    cr_assert_eq(e, 2, "the earliest stop string cuts");
+    cr_assert(gw_stop_scan(&st, "x\n\nThe end", 10, &e));
+    cr_assert_eq(e, 1);
+    gw_stop none = {0};
+    cr_assert_not(gw_stop_scan(&none, "abc", 3, &e));
+    cr_assert_eq(e, 3);
 }
 
 /* ---- JSON escaping --------------------------------------------------------------------- */
 
 Test(gateway_units, json_escaping_round_trips_through_jansson)
 {
-	const char s[] = "q\"b\\s\n\r\t\x01\x1f\x7f é";
-	gw_buf b = {0};
-	cr_assert_eq(gw_buf_add_json_str(&b, s, sizeof s - 1), 0);
-	json_error_t e;
-	json_t *j = json_loads(b.p, JSON_DECODE_ANY, &e);
-	cr_assert(j, "%s: %s", b.p, e.text);
-	cr_assert_str_eq(json_string_value(j), s);
-	json_decref(j);
-	gw_buf_free(&b);
+    const char s[] = "q\"b\\s\n\r\t\x01\x1f\x7f é";
+    gw_buf b = {0};
+    cr_assert_eq(gw_buf_add_json_str(&b, s, sizeof s - 1), 0);
+    json_error_t e;
+    json_t *j = json_loads(b.p, JSON_DECODE_ANY, &e);
+    cr_assert(j, "%s: %s", b.p, e.text);
+    cr_assert_str_eq(json_string_value(j), s);
+    json_decref(j);
+    gw_buf_free(&b);
 }
 
 /* ---- keys ------------------------------------------------------------------------------ */
 
 Test(gateway_units, keys_file_maps_key_to_tenant_and_class)
 {
-	gw_keys k;
-	char why[200];
-	cr_assert_eq(gw_keys_parse("# comment\n\nsk-aaaaaaaa alice\n  sk-bbbbbbbb\tbob batch # trailing\n", &k,
-				   why, sizeof why), 0, "%s", why);
-	cr_assert_eq(k.n, 2);
-	const gw_key *a = gw_keys_find(&k, "sk-aaaaaaaa", 11);
-	cr_assert(a);
-	cr_assert_str_eq(a->tenant, "alice");
-	cr_assert_str_eq(a->class_name, "");
-	const gw_key *b = gw_keys_find(&k, "sk-bbbbbbbb", 11);
-	cr_assert(b);
-	cr_assert_str_eq(b->tenant, "bob");
-	cr_assert_str_eq(b->class_name, "batch");
-	cr_assert_null(gw_keys_find(&k, "sk-aaaaaaa", 10), "a prefix of a key is not the key");
-	cr_assert_null(gw_keys_find(&k, "sk-aaaaaaaaX", 12));
-	gw_keys_free(&k);
+    gw_keys k;
+    char why[200];
+    cr_assert_eq(
+        gw_keys_parse("# comment\n\nsk-aaaaaaaa alice\n  sk-bbbbbbbb\tbob batch # trailing\n", &k,
+                      why, sizeof why),
+        0, "%s", why);
+    cr_assert_eq(k.n, 2);
+    const gw_key *a = gw_keys_find(&k, "sk-aaaaaaaa", 11);
+    cr_assert(a);
+    cr_assert_str_eq(a->tenant, "alice");
+    cr_assert_str_eq(a->class_name, "");
+    const gw_key *b = gw_keys_find(&k, "sk-bbbbbbbb", 11);
+    cr_assert(b);
+    cr_assert_str_eq(b->tenant, "bob");
+    cr_assert_str_eq(b->class_name, "batch");
+    cr_assert_null(gw_keys_find(&k, "sk-aaaaaaa", 10), "a prefix of a key is not the key");
+    cr_assert_null(gw_keys_find(&k, "sk-aaaaaaaaX", 12));
+    gw_keys_free(&k);
 }
 
 Test(gateway_units, keys_file_errors_name_the_line)
 {
-	gw_keys k;
-	char why[200];
-	cr_assert_eq(gw_keys_parse("sk-aaaaaaaa alice\nsk-aaaaaaaa bob\n", &k, why, sizeof why), -EINVAL);
-	cr_assert(strstr(why, "line 2") && strstr(why, "twice"), "%s", why);
-	cr_assert_eq(gw_keys_parse("short alice\n", &k, why, sizeof why), -EINVAL);
-	cr_assert(strstr(why, "line 1") && strstr(why, "8 bytes"), "%s", why);
-	cr_assert_eq(gw_keys_parse("sk-aaaaaaaa\n", &k, why, sizeof why), -EINVAL);
-	cr_assert(strstr(why, "tenant"), "%s", why);
-	cr_assert_eq(gw_keys_parse("sk-aaaaaaaa a-very-long-tenant-name\n", &k, why, sizeof why), -EINVAL);
-	cr_assert(strstr(why, "15 bytes"), "%s", why);
-	cr_assert_eq(gw_keys_parse("# nothing\n", &k, why, sizeof why), -EINVAL);
+    gw_keys k;
+    char why[200];
+    cr_assert_eq(gw_keys_parse("sk-aaaaaaaa alice\nsk-aaaaaaaa bob\n", &k, why, sizeof why),
+                 -EINVAL);
+    cr_assert(strstr(why, "line 2") && strstr(why, "twice"), "%s", why);
+    cr_assert_eq(gw_keys_parse("short alice\n", &k, why, sizeof why), -EINVAL);
+    cr_assert(strstr(why, "line 1") && strstr(why, "8 bytes"), "%s", why);
+    cr_assert_eq(gw_keys_parse("sk-aaaaaaaa\n", &k, why, sizeof why), -EINVAL);
+    cr_assert(strstr(why, "tenant"), "%s", why);
+    cr_assert_eq(gw_keys_parse("sk-aaaaaaaa a-very-long-tenant-name\n", &k, why, sizeof why),
+                 -EINVAL);
+    cr_assert(strstr(why, "15 bytes"), "%s", why);
+    cr_assert_eq(gw_keys_parse("# nothing\n", &k, why, sizeof why), -EINVAL);
 }
 
 /* ---- request bodies -------------------------------------------------------------------- */
@@ -130,90 +140,98 @@ static gw_parse_cfg pcfg = {.served_model = "m", .tpl = RINGLM_CHAT_PLAIN};
 
 static void expect_400(gw_kind k, const char *body, const char *param)
 {
-	gw_params p;
-	gw_err e;
-	cr_assert_eq(gw_params_parse(k, body, strlen(body), &pcfg, &p, &e), -1, "accepted: %s", body);
-	cr_assert_eq(e.status, 400, "%s: status %d (%s)", body, e.status, e.message);
-	cr_assert_str_eq(e.param, param, "%s: param '%s' (%s)", body, e.param, e.message);
-	char *j = gw_err_json(&e);
-	json_error_t je;
-	json_t *o = json_loads(j, 0, &je);
-	cr_assert(o && json_is_string(json_object_get(json_object_get(o, "error"), "message")), "%s", j);
-	json_decref(o);
-	free(j);
+    gw_params p;
+    gw_err e;
+    cr_assert_eq(gw_params_parse(k, body, strlen(body), &pcfg, &p, &e), -1, "accepted: %s", body);
+    cr_assert_eq(e.status, 400, "%s: status %d (%s)", body, e.status, e.message);
+    cr_assert_str_eq(e.param, param, "%s: param '%s' (%s)", body, e.param, e.message);
+    char *j = gw_err_json(&e);
+    json_error_t je;
+    json_t *o = json_loads(j, 0, &je);
+    cr_assert(o && json_is_string(json_object_get(json_object_get(o, "error"), "message")), "%s",
+              j);
+    json_decref(o);
+    free(j);
 }
 
 Test(gateway_units, wrong_types_are_400s_naming_the_field)
 {
-	expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":\"5\"}", "max_tokens");
-	expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens");
-	expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"temperature\":\"hot\"}", "temperature");
-	expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"top_p\":0}", "top_p");
-	expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"stream\":1}", "stream");
-	expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"stop\":[1]}", "stop");
-	expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"n\":2}", "n");
-	expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":1}", "logprobs");
-	expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":\"y\"}}",
-		   "stream_options.include_usage");
-	expect_400(GW_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "prompt");
-	expect_400(GW_COMPLETION, "{\"prompt\":[1,-2]}", "prompt");
-	expect_400(GW_COMPLETION, "{\"prompt\":{}}", "prompt");
-	expect_400(GW_COMPLETION, "{}", "prompt");
-	expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"ringlm\":{\"class\":7}}", "ringlm.class");
-	expect_400(GW_CHAT, "{\"messages\":\"hi\"}", "messages");
-	expect_400(GW_CHAT, "{\"messages\":[{\"content\":\"hi\"}]}", "messages");
-	expect_400(GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", "messages");
-	expect_400(GW_COMPLETION, "{\"prompt\":\"x\",", "");
-	expect_400(GW_COMPLETION, "[1,2]", "");
+    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":\"5\"}", "max_tokens");
+    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens");
+    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"temperature\":\"hot\"}", "temperature");
+    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"top_p\":0}", "top_p");
+    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"stream\":1}", "stream");
+    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"stop\":[1]}", "stop");
+    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"n\":2}", "n");
+    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":1}", "logprobs");
+    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":\"y\"}}",
+               "stream_options.include_usage");
+    expect_400(GW_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "prompt");
+    expect_400(GW_COMPLETION, "{\"prompt\":[1,-2]}", "prompt");
+    expect_400(GW_COMPLETION, "{\"prompt\":{}}", "prompt");
+    expect_400(GW_COMPLETION, "{}", "prompt");
+    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"ringlm\":{\"class\":7}}", "ringlm.class");
+    expect_400(GW_CHAT, "{\"messages\":\"hi\"}", "messages");
+    expect_400(GW_CHAT, "{\"messages\":[{\"content\":\"hi\"}]}", "messages");
+    expect_400(GW_CHAT,
+               "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
+               "messages");
+    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",", "");
+    expect_400(GW_COMPLETION, "[1,2]", "");
 }
 
 Test(gateway_units, a_good_body_fills_the_parameters_and_ignores_unknown_fields)
 {
-	const char *b = "{\"model\":\"m\",\"prompt\":\"Once\",\"max_tokens\":7,\"temperature\":0,\"top_p\":0.5,"
-			"\"top_k\":-1,\"seed\":42,\"stop\":[\"a\",\"bc\"],\"stream\":true,"
-			"\"stream_options\":{\"include_usage\":true},\"user\":\"u\",\"n\":1,\"frobnicate\":[1],"
-			"\"tenant\":\"evil\",\"ringlm\":{\"class\":\"batch\",\"tenant\":\"evil\",\"deadline_ms\":500}}";
-	gw_params p;
-	gw_err e;
-	cr_assert_eq(gw_params_parse(GW_COMPLETION, b, strlen(b), &pcfg, &p, &e), 0, "%s", e.message);
-	cr_assert_str_eq(p.prompt_text, "Once");
-	cr_assert_eq(p.max_tokens, 7);
-	cr_assert_float_eq(p.temperature, 0.0, 1e-9);
-	cr_assert_float_eq(p.top_p, 0.5, 1e-9);
-	cr_assert_eq(p.top_k, 0);
-	cr_assert(p.has_seed && p.seed == 42);
-	cr_assert_eq(p.stop.n, 2);
-	cr_assert_str_eq(p.stop.s[1], "bc");
-	cr_assert(p.stream && p.include_usage);
-	cr_assert_str_eq(p.class_name, "batch");
-	cr_assert_eq(p.deadline_ms, 500);
-	gw_params_free(&p);
+    const char *b =
+        "{\"model\":\"m\",\"prompt\":\"Once\",\"max_tokens\":7,\"temperature\":0,\"top_p\":0.5,"
+        "\"top_k\":-1,\"seed\":42,\"stop\":[\"a\",\"bc\"],\"stream\":true,"
+        "\"stream_options\":{\"include_usage\":true},\"user\":\"u\",\"n\":1,\"frobnicate\":[1],"
+        "\"tenant\":\"evil\",\"ringlm\":{\"class\":\"batch\",\"tenant\":\"evil\",\"deadline_ms\":"
+        "500}}";
+    gw_params p;
+    gw_err e;
+    cr_assert_eq(gw_params_parse(GW_COMPLETION, b, strlen(b), &pcfg, &p, &e), 0, "%s", e.message);
+    cr_assert_str_eq(p.prompt_text, "Once");
+    cr_assert_eq(p.max_tokens, 7);
+    cr_assert_float_eq(p.temperature, 0.0, 1e-9);
+    cr_assert_float_eq(p.top_p, 0.5, 1e-9);
+    cr_assert_eq(p.top_k, 0);
+    cr_assert(p.has_seed && p.seed == 42);
+    cr_assert_eq(p.stop.n, 2);
+    cr_assert_str_eq(p.stop.s[1], "bc");
+    cr_assert(p.stream && p.include_usage);
+    cr_assert_str_eq(p.class_name, "batch");
+    cr_assert_eq(p.deadline_ms, 500);
+    gw_params_free(&p);
 
-	const char *ids = "{\"prompt\":[[1,403,407]],\"max_tokens\":null}";
-	cr_assert_eq(gw_params_parse(GW_COMPLETION, ids, strlen(ids), &pcfg, &p, &e), 0, "%s", e.message);
-	cr_assert_null(p.prompt_text);
-	cr_assert_eq(p.n_prompt_ids, 3);
-	cr_assert_eq(p.prompt_ids[2], 407);
-	cr_assert_eq(p.max_tokens, -1, "null is absent: the endpoint's default");
-	cr_assert_float_eq(p.temperature, 1.0, 1e-9);
-	gw_params_free(&p);
+    const char *ids = "{\"prompt\":[[1,403,407]],\"max_tokens\":null}";
+    cr_assert_eq(gw_params_parse(GW_COMPLETION, ids, strlen(ids), &pcfg, &p, &e), 0, "%s",
+                 e.message);
+    cr_assert_null(p.prompt_text);
+    cr_assert_eq(p.n_prompt_ids, 3);
+    cr_assert_eq(p.prompt_ids[2], 407);
+    cr_assert_eq(p.max_tokens, -1, "null is absent: the endpoint's default");
+    cr_assert_float_eq(p.temperature, 1.0, 1e-9);
+    gw_params_free(&p);
 }
 
 Test(gateway_units, another_model_name_is_404_and_chat_renders_the_template)
 {
-	gw_params p;
-	gw_err e;
-	const char *b = "{\"model\":\"gpt-4\",\"prompt\":\"x\"}";
-	cr_assert_eq(gw_params_parse(GW_COMPLETION, b, strlen(b), &pcfg, &p, &e), -1);
-	cr_assert_eq(e.status, 404);
-	cr_assert_str_eq(e.code, "model_not_found");
-	gw_parse_cfg chatml = {.served_model = NULL, .tpl = RINGLM_CHAT_CHATML};
-	const char *c = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hi \"},"
-			"{\"type\":\"text\",\"text\":\"there\"}]}],\"max_completion_tokens\":3}";
-	cr_assert_eq(gw_params_parse(GW_CHAT, c, strlen(c), &chatml, &p, &e), 0, "%s", e.message);
-	cr_assert_str_eq(p.prompt_text, "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n");
-	cr_assert_eq(p.max_tokens, 3);
-	gw_params_free(&p);
+    gw_params p;
+    gw_err e;
+    const char *b = "{\"model\":\"gpt-4\",\"prompt\":\"x\"}";
+    cr_assert_eq(gw_params_parse(GW_COMPLETION, b, strlen(b), &pcfg, &p, &e), -1);
+    cr_assert_eq(e.status, 404);
+    cr_assert_str_eq(e.code, "model_not_found");
+    gw_parse_cfg chatml = {.served_model = NULL, .tpl = RINGLM_CHAT_CHATML};
+    const char *c =
+        "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hi \"},"
+        "{\"type\":\"text\",\"text\":\"there\"}]}],\"max_completion_tokens\":3}";
+    cr_assert_eq(gw_params_parse(GW_CHAT, c, strlen(c), &chatml, &p, &e), 0, "%s", e.message);
+    cr_assert_str_eq(p.prompt_text,
+                     "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n");
+    cr_assert_eq(p.max_tokens, 3);
+    gw_params_free(&p);
 }
 
 /* The chat templates are libclient's (ringlm_chat_format, tested against the models' Jinja in
@@ -221,12 +239,13 @@ Test(gateway_units, another_model_name_is_404_and_chat_renders_the_template)
  * are a 400 naming 'messages' and the template. */
 Test(gateway_units, messages_a_template_cannot_place_are_a_400_naming_them)
 {
-	gw_parse_cfg llama2 = {.served_model = NULL, .tpl = RINGLM_CHAT_LLAMA2};
-	const char *b = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"user\",\"content\":\"b\"}]}";
-	gw_params p;
-	gw_err e;
-	cr_assert_eq(gw_params_parse(GW_CHAT, b, strlen(b), &llama2, &p, &e), -1);
-	cr_assert_eq(e.status, 400);
-	cr_assert_str_eq(e.param, "messages");
-	cr_assert(strstr(e.message, "alternate") && strstr(e.message, "llama2"), "%s", e.message);
+    gw_parse_cfg llama2 = {.served_model = NULL, .tpl = RINGLM_CHAT_LLAMA2};
+    const char *b = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"user\","
+                    "\"content\":\"b\"}]}";
+    gw_params p;
+    gw_err e;
+    cr_assert_eq(gw_params_parse(GW_CHAT, b, strlen(b), &llama2, &p, &e), -1);
+    cr_assert_eq(e.status, 400);
+    cr_assert_str_eq(e.param, "messages");
+    cr_assert(strstr(e.message, "alternate") && strstr(e.message, "llama2"), "%s", e.message);
 }

@@ -30,19 +30,18 @@ static const char *export(const char *spec, const char *tok, const char *type, c
 static json_t *load_reference(void)
 {
     char path[1024];
-    if (!ts_model_file(path, sizeof path, "reference-greedy.json"))
-        return NULL;
+    if (!ts_model_file(path, sizeof path, "reference-greedy.json")) return NULL;
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
     cr_assert_not_null(root, "%s: %s (line %d)", path, jerr.text, jerr.line);
     return root;
 }
 
-#define SKIP_WITHOUT_SHARED(root)                                                               \
-    do {                                                                                        \
-        if (!(root))                                                                            \
-            cr_skip_test("no reference data: set RINGLM_SHARED to the folder holding "          \
-                         "models/reference-greedy.json, stories260K.bin and tok512.bin");       \
+#define SKIP_WITHOUT_SHARED(root)                                                                  \
+    do {                                                                                           \
+        if (!(root))                                                                               \
+            cr_skip_test("no reference data: set RINGLM_SHARED to the folder holding "             \
+                         "models/reference-greedy.json, stories260K.bin and tok512.bin");          \
     } while (0)
 
 static int ints_of(json_t *arr, int32_t *out, int max)
@@ -98,11 +97,10 @@ Test(gguf_ref, f32_file_gives_run_c_greedy_tokens_of_every_case, .init = mk_tmpd
             }
             int32_t next = ts_argmax(logits, c->vocab_size);
             pos++;
-            if (next == 1)
-                break;
+            if (next == 1) break;
             cr_assert_lt(n_gen, n_expect, "case %zu: more tokens than recorded", ci);
-            cr_assert_eq(next, expect[n_gen], "case %zu (%s): token %d is %d, run.c chose %d",
-                         ci, json_string_value(json_object_get(cs, "command")), n_gen, next,
+            cr_assert_eq(next, expect[n_gen], "case %zu (%s): token %d is %d, run.c chose %d", ci,
+                         json_string_value(json_object_get(cs, "command")), n_gen, next,
                          expect[n_gen]);
             s.tokens[s.n_tokens++] = next;
             n_gen++;
@@ -122,8 +120,14 @@ Test(gguf_ref, logits_per_type_within_stated_tolerance, .init = mk_tmpdir, .fini
 {
     json_t *root = load_reference();
     SKIP_WITHOUT_SHARED(root);
-    static const struct { const char *type; double tol; } cases[] = {
-        {"F32", 1e-4}, {"F16", 0.03}, {"BF16", 0.15}, {"Q8_0", 0.4},
+    static const struct {
+        const char *type;
+        double tol;
+    } cases[] = {
+        {"F32", 1e-4},
+        {"F16", 0.03},
+        {"BF16", 0.15},
+        {"Q8_0", 0.4},
     };
     json_t *positions = json_object_get(json_object_get(root, "logits_oracle"), "positions");
     cr_assert_eq(json_array_size(positions), 8);
@@ -149,8 +153,7 @@ Test(gguf_ref, logits_per_type_within_stated_tolerance, .init = mk_tmpdir, .fini
             json_t *want = json_object_get(json_array_get(positions, (size_t)p), "logits");
             for (int i = 0; i < c->vocab_size; i++) {
                 double d = fabs(got[i] - json_real_value(json_array_get(want, (size_t)i)));
-                if (d > worst)
-                    worst = d;
+                if (d > worst) worst = d;
             }
         }
         cr_log_info("%s: largest logit difference from run.c %.3g", cases[ci].type, worst);
@@ -175,8 +178,8 @@ static void run_prompt(const eng_model *m, float *out /* [7][vocab] */)
     eng_destroy(e);
 }
 
-Test(gguf_model, synthetic_gqa_f32_file_gives_the_in_memory_logits_bit_for_bit,
-     .init = mk_tmpdir, .fini = rm_tmpdir)
+Test(gguf_model, synthetic_gqa_f32_file_gives_the_in_memory_logits_bit_for_bit, .init = mk_tmpdir,
+     .fini = rm_tmpdir)
 {
     /* gqa-test: grouped-query attention and a classifier of its own (output.weight) */
     const char *path = export("synthetic:gqa-test:5", NULL, "F32", NULL, "gqa.gguf");
@@ -201,11 +204,14 @@ Test(gguf_model, synthetic_gqa_f32_file_gives_the_in_memory_logits_bit_for_bit,
 
 /* Every type on a shape whose rows are whole 256-element blocks: the logits of a prompt
  * stay within the stated distance of the F32 file's (relative to its largest logit). */
-Test(gguf_model, every_type_stays_within_its_tolerance_of_f32, .init = mk_tmpdir,
-     .fini = rm_tmpdir)
+Test(gguf_model, every_type_stays_within_its_tolerance_of_f32, .init = mk_tmpdir, .fini = rm_tmpdir)
 {
-    static const struct { const char *type; int wtype; double tol; } cases[] = {
-        {"F16", ENG_W_F16, 2e-3}, {"BF16", ENG_W_BF16, 2e-2}, {"Q8_0", ENG_W_Q8_0, 2e-2},
+    static const struct {
+        const char *type;
+        int wtype;
+        double tol;
+    } cases[] = {
+        {"F16", ENG_W_F16, 2e-3},   {"BF16", ENG_W_BF16, 2e-2}, {"Q8_0", ENG_W_Q8_0, 2e-2},
         {"Q6_K", ENG_W_Q6_K, 4e-2}, {"Q4_K", ENG_W_Q4_K, 0.15}, {"Q4_K_M", ENG_W_Q4_K, 0.15},
     };
     char f32[512];
@@ -224,8 +230,8 @@ Test(gguf_model, every_type_stays_within_its_tolerance_of_f32, .init = mk_tmpdir
         run_prompt(m, lb);
         double rel = ts_rel_diff(la, lb, (int)n);
         cr_log_info("%s: logits within %.3g of F32 (relative to the largest)", cases[i].type, rel);
-        cr_assert_leq(rel, cases[i].tol, "%s: logits differ from F32 by %.3g > %.3g",
-                      cases[i].type, rel, cases[i].tol);
+        cr_assert_leq(rel, cases[i].tol, "%s: logits differ from F32 by %.3g > %.3g", cases[i].type,
+                      rel, cases[i].tol);
         cr_assert_gt(rel, 0.0, "%s: exactly the F32 logits: the type was not used", cases[i].type);
         eng_model_free(m);
     }
@@ -239,9 +245,9 @@ Test(gguf_model, every_type_stays_within_its_tolerance_of_f32, .init = mk_tmpdir
 /* A minimal llama file (dim 32, hidden 64, 1 layer, 2 heads, vocab 16) with one thing
  * changed: arch, a tensor left out, a tensor's type or shape, an extra key. */
 typedef struct tiny {
-    const char *arch;       /* NULL: no general.architecture */
-    const char *omit;       /* tensor name not written */
-    const char *odd_name;   /* tensor written with odd_type / odd_ne0 */
+    const char *arch;     /* NULL: no general.architecture */
+    const char *omit;     /* tensor name not written */
+    const char *odd_name; /* tensor written with odd_type / odd_ne0 */
     int odd_type;
     uint64_t odd_ne0;
     const char *str_key, *str_val; /* an extra string key */
@@ -254,8 +260,7 @@ static const char *write_tiny(const char *name, const tiny *o)
     static char path[512];
     snprintf(path, sizeof path, "%s/%s", tmpdir, name);
     gguf_writer *w = gw_new();
-    if (o->arch)
-        gw_str(w, "general.architecture", o->arch);
+    if (o->arch) gw_str(w, "general.architecture", o->arch);
     const char *a = o->arch ? o->arch : "llama";
     char k[96];
 #define U(s, v) (snprintf(k, sizeof k, "%s." s, a), gw_u32(w, k, v))
@@ -270,19 +275,20 @@ static const char *write_tiny(const char *name, const tiny *o)
         snprintf(k, sizeof k, "%s.attention.layer_norm_rms_epsilon", a);
         gw_f32(w, k, 1e-5f);
     }
-    if (o->str_key)
-        gw_str(w, o->str_key, o->str_val);
-    static const struct { const char *n; uint64_t ne0, ne1; } t[] = {
-        {"token_embd.weight", 32, 16}, {"output_norm.weight", 32, 0},
+    if (o->str_key) gw_str(w, o->str_key, o->str_val);
+    static const struct {
+        const char *n;
+        uint64_t ne0, ne1;
+    } t[] = {
+        {"token_embd.weight", 32, 16},     {"output_norm.weight", 32, 0},
         {"blk.0.attn_norm.weight", 32, 0}, {"blk.0.ffn_norm.weight", 32, 0},
-        {"blk.0.attn_q.weight", 32, 32}, {"blk.0.attn_k.weight", 32, 32},
-        {"blk.0.attn_v.weight", 32, 32}, {"blk.0.attn_output.weight", 32, 32},
+        {"blk.0.attn_q.weight", 32, 32},   {"blk.0.attn_k.weight", 32, 32},
+        {"blk.0.attn_v.weight", 32, 32},   {"blk.0.attn_output.weight", 32, 32},
         {"blk.0.ffn_gate.weight", 32, 64}, {"blk.0.ffn_down.weight", 64, 32},
         {"blk.0.ffn_up.weight", 32, 64},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-        if (o->omit && strcmp(o->omit, t[i].n) == 0)
-            continue;
+        if (o->omit && strcmp(o->omit, t[i].n) == 0) continue;
         bool odd = o->odd_name && strcmp(o->odd_name, t[i].n) == 0;
         int type = odd ? o->odd_type : 0;
         uint64_t ne[2] = {odd && o->odd_ne0 ? o->odd_ne0 : t[i].ne0, t[i].ne1};
@@ -291,8 +297,7 @@ static const char *write_tiny(const char *name, const tiny *o)
         size_t bytes = (size_t)(ne[0] / be * bb) * (t[i].ne1 ? t[i].ne1 : 1);
         void *data = calloc(1, bytes);
         if (type == GGUF_T_F32)
-            for (size_t j = 0; j < bytes / 4; j++)
-                ((float *)data)[j] = 0.01f * (float)(j % 7);
+            for (size_t j = 0; j < bytes / 4; j++) ((float *)data)[j] = 0.01f * (float)(j % 7);
         gw_tensor(w, t[i].n, t[i].ne1 ? 2 : 1, ne, type, data, bytes);
     }
     if (o->extra) /* the writer owns and frees the data, as above */
@@ -313,8 +318,8 @@ static void refused(const char *path, const char *frag1, const char *frag2)
     cr_assert_not_null(strstr(eng_errmsg(), frag1), "message \"%s\" lacks \"%s\"", eng_errmsg(),
                        frag1);
     if (frag2)
-        cr_assert_not_null(strstr(eng_errmsg(), frag2), "message \"%s\" lacks \"%s\"",
-                           eng_errmsg(), frag2);
+        cr_assert_not_null(strstr(eng_errmsg(), frag2), "message \"%s\" lacks \"%s\"", eng_errmsg(),
+                           frag2);
 }
 
 Test(gguf_reader, the_tiny_file_loads, .init = mk_tmpdir, .fini = rm_tmpdir)
@@ -334,27 +339,31 @@ Test(gguf_reader, unsupported_or_missing_metadata_is_named, .init = mk_tmpdir, .
             "llama, qwen2");
     refused(write_tiny("c.gguf", &(tiny){.arch = "llama", .no_eps = true}),
             "llama.attention.layer_norm_rms_epsilon", "absent");
-    refused(write_tiny("d.gguf", &(tiny){.arch = "llama", .str_key = "llama.rope.scaling.type",
-                                         .str_val = "yarn"}),
+    refused(write_tiny(
+                "d.gguf",
+                &(tiny){.arch = "llama", .str_key = "llama.rope.scaling.type", .str_val = "yarn"}),
             "llama.rope.scaling.type=\"yarn\"", "not supported");
-    refused(write_tiny("e.gguf", &(tiny){.arch = "llama", .str_key = "llama.block_count",
-                                         .str_val = "x"}),
+    refused(write_tiny("e.gguf",
+                       &(tiny){.arch = "llama", .str_key = "llama.block_count", .str_val = "x"}),
             "llama.block_count", "appears twice");
 }
 
-Test(gguf_reader, unsupported_or_misshapen_tensors_are_named, .init = mk_tmpdir,
-     .fini = rm_tmpdir)
+Test(gguf_reader, unsupported_or_misshapen_tensors_are_named, .init = mk_tmpdir, .fini = rm_tmpdir)
 {
     refused(write_tiny("a.gguf", &(tiny){.arch = "llama", .omit = "blk.0.ffn_up.weight"}),
             "blk.0.ffn_up.weight", "absent");
-    refused(write_tiny("b.gguf", &(tiny){.arch = "llama", .odd_name = "blk.0.attn_k.weight",
-                                         .odd_type = GGUF_T_Q5_K, .odd_ne0 = 256}),
+    refused(write_tiny("b.gguf", &(tiny){.arch = "llama",
+                                         .odd_name = "blk.0.attn_k.weight",
+                                         .odd_type = GGUF_T_Q5_K,
+                                         .odd_ne0 = 256}),
             "blk.0.attn_k.weight", "[32, 32]");
-    refused(write_tiny("c.gguf", &(tiny){.arch = "llama", .odd_name = "blk.0.attn_k.weight",
+    refused(write_tiny("c.gguf", &(tiny){.arch = "llama",
+                                         .odd_name = "blk.0.attn_k.weight",
                                          .odd_type = GGUF_T_Q4_0}),
             "blk.0.attn_k.weight: type Q4_0 is not supported", "Q8_0");
-    refused(write_tiny("d.gguf", &(tiny){.arch = "llama", .odd_name = "output_norm.weight",
-                                         .odd_type = GGUF_T_F16}),
+    refused(write_tiny(
+                "d.gguf",
+                &(tiny){.arch = "llama", .odd_name = "output_norm.weight", .odd_type = GGUF_T_F16}),
             "output_norm.weight: type F16", "must be F32");
     refused(write_tiny("e.gguf", &(tiny){.arch = "qwen2"}), "blk.0.attn_q.bias", "absent");
     /* a llama file may carry Q/K/V biases, but all three: the kernels add them together */
@@ -469,8 +478,8 @@ Test(gguf_tokenizer, a_file_without_a_supported_tokenizer_is_refused_by_name, .i
     const char *path = write_tiny("t.gguf", &(tiny){.arch = "llama"});
     cr_assert_eq(tok_load(path, 0, &t), -EINVAL);
     cr_assert_not_null(strstr(tok_errmsg(), "tokenizer.ggml.model: absent"), "%s", tok_errmsg());
-    path = write_tiny("u.gguf", &(tiny){.arch = "llama", .str_key = "tokenizer.ggml.model",
-                                        .str_val = "bert"});
+    path = write_tiny(
+        "u.gguf", &(tiny){.arch = "llama", .str_key = "tokenizer.ggml.model", .str_val = "bert"});
     cr_assert_eq(tok_load(path, 0, &t), -EINVAL);
     cr_assert_not_null(strstr(tok_errmsg(), "tokenizer.ggml.model=\"bert\": not supported"), "%s",
                        tok_errmsg());

@@ -41,8 +41,8 @@ typedef struct job {
     const char *label;
 } job;
 
-static void export_to(job *j, const char *spec, const char *tok, const char *type,
-                      const char *arch, const char *name)
+static void export_to(job *j, const char *spec, const char *tok, const char *type, const char *arch,
+                      const char *name)
 {
     snprintf(j->model, sizeof j->model, "%s/%s", tmpdir, name);
     export_gguf(spec, tok, type, arch, j->model);
@@ -58,8 +58,7 @@ static json_t *run_llama_cpp(const job *jobs, int n)
             json_array_append_new(p, json_integer(jobs[i].prompt[k]));
         json_t *o = json_pack("{s:s, s:o, s:i, s:i}", "model", jobs[i].model, "prompt", p, "n",
                               STEPS, "ctx", 256);
-        if (jobs[i].stop >= 0)
-            json_object_set_new(o, "stop", json_integer(jobs[i].stop));
+        if (jobs[i].stop >= 0) json_object_set_new(o, "stop", json_integer(jobs[i].stop));
         json_array_append_new(arr, o);
     }
     json_t *out = node_oracle("greedy.mjs", "jobs", arr, "the llama.cpp oracle");
@@ -85,19 +84,18 @@ static void compare(const job *j, json_t *theirs)
         int32_t best = ts_argmax(logits, c->vocab_size);
         float top = logits[best], second = -INFINITY, scale = 1.0f;
         for (int i = 0; i < c->vocab_size; i++) {
-            if (i != best && logits[i] > second)
-                second = logits[i];
-            if (fabsf(logits[i]) > scale)
-                scale = fabsf(logits[i]);
+            if (i != best && logits[i] > second) second = logits[i];
+            if (fabsf(logits[i]) > scale) scale = fabsf(logits[i]);
         }
         cr_assert_lt(k, n_theirs, "%s: llama.cpp stopped after %d tokens, ringlm goes on with %d",
                      j->label, n_theirs, best);
         int32_t want = (int32_t)json_integer_value(json_array_get(theirs, (size_t)k));
         if (best != want) {
             double gap = (top - second) / scale;
-            cr_assert_leq(gap, j->near_tie, "%s: step %d: ringlm %d, llama.cpp %d, and ringlm's "
-                          "top-2 gap %.3g (relative) is no near tie (<= %.3g)", j->label, k,
-                          best, want, gap, j->near_tie);
+            cr_assert_leq(gap, j->near_tie,
+                          "%s: step %d: ringlm %d, llama.cpp %d, and ringlm's "
+                          "top-2 gap %.3g (relative) is no near tie (<= %.3g)",
+                          j->label, k, best, want, gap, j->near_tie);
             cr_log_info("%s: near tie at step %d (gap %.2g): compared %d steps", j->label, k, gap,
                         k);
             break;
@@ -119,8 +117,7 @@ static void compare(const job *j, json_t *theirs)
 static void run_jobs(job *jobs, int n)
 {
     json_t *out = run_llama_cpp(jobs, n);
-    for (int i = 0; i < n; i++)
-        compare(&jobs[i], json_array_get(out, (size_t)i));
+    for (int i = 0; i < n; i++) compare(&jobs[i], json_array_get(out, (size_t)i));
     json_decref(out);
 }
 
@@ -153,7 +150,9 @@ Test(gguf_oracle, synthetic_shapes_in_every_type_equal_llama_cpp, .init = mk_tmp
      .fini = rm_tmpdir, .timeout = 600)
 {
     skip_without_node();
-    static const struct { const char *spec, *type, *arch, *label; } cases[] = {
+    static const struct {
+        const char *spec, *type, *arch, *label;
+    } cases[] = {
         {"synthetic:quant-test:3", "F32", "llama", "quant-test F32"},
         {"synthetic:quant-test:3", "F16", "llama", "quant-test F16"},
         {"synthetic:quant-test:3", "BF16", "llama", "quant-test BF16"},

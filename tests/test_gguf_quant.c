@@ -32,14 +32,13 @@ Test(gguf_quant, f16_round_trips_every_half_and_rounds_to_nearest_even)
 {
     for (uint32_t h = 0; h < 65536; h++) {
         float f = q_f16_to_f32((uint16_t)h);
-        if (isnan(f))
-            continue;
+        if (isnan(f)) continue;
         cr_assert_eq(q_f32_to_f16(f), h, "half 0x%04x -> %g -> 0x%04x", h, (double)f,
                      q_f32_to_f16(f));
     }
     cr_assert_eq(q_f16_to_f32(0x3c00), 1.0f);
-    cr_assert_eq(q_f16_to_f32(0x0001), ldexpf(1, -24)); /* smallest subnormal */
-    cr_assert_eq(q_f32_to_f16(65520.0f), 0x7c00);        /* rounds up to inf */
+    cr_assert_eq(q_f16_to_f32(0x0001), ldexpf(1, -24));        /* smallest subnormal */
+    cr_assert_eq(q_f32_to_f16(65520.0f), 0x7c00);              /* rounds up to inf */
     cr_assert_eq(q_f32_to_f16(1.0f + ldexpf(1, -11)), 0x3c00); /* tie to even */
     cr_assert_eq(q_f32_to_f16(1.0f + 3 * ldexpf(1, -11)), 0x3c02);
     cr_assert_eq(q_bf16_to_f32(q_f32_to_bf16(3.0f)), 3.0f);
@@ -52,8 +51,7 @@ Test(gguf_quant, quantizers_reconstruct_within_their_type)
     float *x = malloc(k * sizeof *x), *y = malloc(k * sizeof *y);
     unsigned char *q = malloc(q_row_bytes(Q_F32, k));
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        for (int i = 0; i < k; i++)
-            x[i] = frand() * (i % 97 == 0 ? 4.0f : 1.0f);
+        for (int i = 0; i < k; i++) x[i] = frand() * (i % 97 == 0 ? 4.0f : 1.0f);
         cr_assert_eq(q_quantize_row(types[t], x, q, k), q_row_bytes(types[t], k));
         q_dequant_row(types[t], q, y, k);
         double e2 = 0, x2 = 0;
@@ -64,8 +62,7 @@ Test(gguf_quant, quantizers_reconstruct_within_their_type)
         double rel = sqrt(e2 / x2);
         cr_assert_leq(rel, max_rel_rms[t], "%s: relative RMS error %g > %g", names[t], rel,
                       max_rel_rms[t]);
-        if (types[t] == Q_F32)
-            cr_assert_eq(memcmp(x, y, k * sizeof *x), 0);
+        if (types[t] == Q_F32) cr_assert_eq(memcmp(x, y, k * sizeof *x), 0);
     }
     /* an all-zero block quantizes to zeros (no division by a zero scale) */
     memset(x, 0, k * sizeof *x);
@@ -85,8 +82,7 @@ Test(gguf_quant, fused_dot_simd_and_portable_agree_with_dequantized_dot)
     const int k = 2048;
     float *w = malloc(k * sizeof *w), *x = malloc(k * sizeof *x), *dq = malloc(k * sizeof *dq);
     unsigned char *q = malloc(q_row_bytes(Q_F32, k));
-    if (!q_simd_active())
-        cr_log_warn("no AVX2/FMA/F16C here: only the portable path is checked");
+    if (!q_simd_active()) cr_log_warn("no AVX2/FMA/F16C here: only the portable path is checked");
     for (int trial = 0; trial < 20; trial++) {
         for (int i = 0; i < k; i++) {
             w[i] = frand();
@@ -105,8 +101,10 @@ Test(gguf_quant, fused_dot_simd_and_portable_agree_with_dequantized_dot)
             q_force_portable(false);
             double simd = q_dot(types[t], q, x, k);
             q_force_portable(was);
-            cr_assert_leq(fabs(portable - ref), 1e-5 * mag, "%s portable: %.9g vs %.9g (sum|wx| "
-                          "%g)", names[t], portable, ref, mag);
+            cr_assert_leq(fabs(portable - ref), 1e-5 * mag,
+                          "%s portable: %.9g vs %.9g (sum|wx| "
+                          "%g)",
+                          names[t], portable, ref, mag);
             cr_assert_leq(fabs(simd - ref), 1e-5 * mag, "%s simd: %.9g vs %.9g (sum|wx| %g)",
                           names[t], simd, ref, mag);
         }
@@ -139,14 +137,11 @@ Test(gguf_quant, tiled_sgemm_and_fused_matmul_give_the_same_products)
     float *w = malloc((size_t)n * k * sizeof *w), *x = malloc((size_t)max_rows * k * sizeof *x);
     float *y = malloc((size_t)max_rows * n * sizeof *y), *dq = malloc(k * sizeof *dq);
     unsigned char *q = malloc(q_row_bytes(Q_F32, k) * n);
-    for (size_t i = 0; i < (size_t)n * k; i++)
-        w[i] = frand();
-    for (size_t i = 0; i < (size_t)max_rows * k; i++)
-        x[i] = frand();
+    for (size_t i = 0; i < (size_t)n * k; i++) w[i] = frand();
+    for (size_t i = 0; i < (size_t)max_rows * k; i++) x[i] = frand();
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         size_t rb = q_row_bytes(types[t], k);
-        for (int i = 0; i < n; i++)
-            q_quantize_row(types[t], w + (size_t)i * k, q + i * rb, k);
+        for (int i = 0; i < n; i++) q_quantize_row(types[t], w + (size_t)i * k, q + i * rb, k);
         const int rows_cases[] = {1, 3, 4, 5, 8, 32, 40};
         for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++) {
             int rows = rows_cases[rc];
@@ -166,8 +161,8 @@ Test(gguf_quant, tiled_sgemm_and_fused_matmul_give_the_same_products)
                     else
                         mag *= 1e-5;
                     cr_assert_leq(fabs(y[(size_t)r * n + i] - ref), mag,
-                                  "%s rows=%d: y[%d][%d] = %.9g, expected %.9g", names[t], rows,
-                                  r, i, (double)y[(size_t)r * n + i], ref);
+                                  "%s rows=%d: y[%d][%d] = %.9g, expected %.9g", names[t], rows, r,
+                                  i, (double)y[(size_t)r * n + i], ref);
                 }
             }
         }
@@ -193,29 +188,24 @@ Test(gguf_quant, integer_paths_agree_on_every_instruction_set)
     float *want = malloc((size_t)R * n * sizeof *want);
     float *got = malloc((size_t)R * n * sizeof *got), *dq = malloc(k * sizeof *dq);
     unsigned char *q = malloc(q_row_bytes(Q_F32, k) * n);
-    for (size_t i = 0; i < (size_t)n * k; i++)
-        w[i] = frand();
-    for (size_t i = 0; i < (size_t)R * k; i++)
-        x[i] = frand() * (float)(1 << (i / 32 % 12)) * 1e-2f;
-    for (int j = 64; j < 96; j++)
-        x[j] = 0.0f;
+    for (size_t i = 0; i < (size_t)n * k; i++) w[i] = frand();
+    for (size_t i = 0; i < (size_t)R * k; i++) x[i] = frand() * (float)(1 << (i / 32 % 12)) * 1e-2f;
+    for (int j = 64; j < 96; j++) x[j] = 0.0f;
     int best = q_isa(), was = q_isa_cap(Q_ISA_PORTABLE), checked = 0;
     static const int rows_cases[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 31, Q_INT_MAX_ROWS, 33, 64};
     for (size_t t = 0; t < sizeof itypes / sizeof itypes[0]; t++) {
         const size_t rb = q_row_bytes(itypes[t], k);
-        for (int i = 0; i < n; i++)
-            q_quantize_row(itypes[t], w + (size_t)i * k, q + i * rb, k);
+        for (int i = 0; i < n; i++) q_quantize_row(itypes[t], w + (size_t)i * k, q + i * rb, k);
         for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++)
             for (int beta = 0, rows = rows_cases[rc]; beta <= 1; beta++) {
                 q_isa_cap(Q_ISA_PORTABLE);
-                for (int i = 0; i < rows * n; i++)
-                    want[i] = 0.5f;
+                for (int i = 0; i < rows * n; i++) want[i] = 0.5f;
                 /* the portable integer path takes up to Q_INT_MAX_ROWS rows at a time (each
                  * row's products do not depend on the others) */
                 for (int r0 = 0; r0 < rows; r0 += Q_INT_MAX_ROWS)
                     q_matmul(itypes[t], q, n, k, x + (size_t)r0 * k,
-                             rows - r0 < Q_INT_MAX_ROWS ? rows - r0 : Q_INT_MAX_ROWS,
-                             (float)beta, want + (size_t)r0 * n, n);
+                             rows - r0 < Q_INT_MAX_ROWS ? rows - r0 : Q_INT_MAX_ROWS, (float)beta,
+                             want + (size_t)r0 * n, n);
                 for (int i = 0; i < n && rc == 0 && beta == 0; i++) { /* the stated bound */
                     q_dequant_row(itypes[t], q + i * rb, dq, k);
                     double ref = 0, mag = 0;
@@ -232,8 +222,7 @@ Test(gguf_quant, integer_paths_agree_on_every_instruction_set)
                     cr_assert_eq(q_isa(), isa);
                     if (!q_int_path(itypes[t], rows))
                         continue; /* AVX2 above Q_INT_MAX_ROWS: float tiles, tested above */
-                    for (int i = 0; i < rows * n; i++)
-                        got[i] = 0.5f;
+                    for (int i = 0; i < rows * n; i++) got[i] = 0.5f;
                     q_matmul(itypes[t], q, n, k, x, rows, (float)beta, got, n);
                     for (int i = 0; i < n; i++) {
                         q_dequant_row(itypes[t], q + i * rb, dq, k);
@@ -243,7 +232,8 @@ Test(gguf_quant, integer_paths_agree_on_every_instruction_set)
                                 mag += fabs((double)dq[j] * x[(size_t)r * k + j]);
                             cr_assert_leq(fabs(got[r * n + i] - want[r * n + i]), 1e-5 * mag,
                                           "%s %s rows=%d beta=%d: y[%d][%d] = %.9g, portable "
-                                          "%.9g", inames[t], q_isa_name(isa), rows, beta, r, i,
+                                          "%.9g",
+                                          inames[t], q_isa_name(isa), rows, beta, r, i,
                                           (double)got[r * n + i], (double)want[r * n + i]);
                         }
                     }
@@ -254,8 +244,7 @@ Test(gguf_quant, integer_paths_agree_on_every_instruction_set)
     q_isa_cap(was);
     cr_log_info("integer path: %s; %d SIMD comparisons with the portable one", q_isa_name(best),
                 checked);
-    if (best == Q_ISA_PORTABLE)
-        cr_log_warn("no AVX2 here: only the portable path ran");
+    if (best == Q_ISA_PORTABLE) cr_log_warn("no AVX2 here: only the portable path ran");
     free(w);
     free(x);
     free(want);
@@ -282,12 +271,9 @@ Test(gguf_quant, a_row_alone_equals_the_same_row_in_a_batch_to_the_bit)
         float *w = malloc((size_t)n * k * sizeof *w), *x = malloc((size_t)R * k * sizeof *x);
         float *batch = malloc((size_t)R * n * sizeof *batch), *alone = malloc(n * sizeof *alone);
         unsigned char *q = malloc(rb * n);
-        for (size_t i = 0; i < (size_t)n * k; i++)
-            w[i] = frand();
-        for (size_t i = 0; i < (size_t)R * k; i++)
-            x[i] = frand() * (float)(1 << (i / 32 % 7));
-        for (int i = 0; i < n; i++)
-            q_quantize_row(itypes[t], w + (size_t)i * k, q + i * rb, k);
+        for (size_t i = 0; i < (size_t)n * k; i++) w[i] = frand();
+        for (size_t i = 0; i < (size_t)R * k; i++) x[i] = frand() * (float)(1 << (i / 32 % 7));
+        for (int i = 0; i < n; i++) q_quantize_row(itypes[t], w + (size_t)i * k, q + i * rb, k);
         static const int rows_cases[] = {2, 3, 8, 9, 17, 32, 40};
         for (int isa = Q_ISA_PORTABLE; isa <= best; isa++) {
             q_isa_cap(isa);
@@ -295,17 +281,17 @@ Test(gguf_quant, a_row_alone_equals_the_same_row_in_a_batch_to_the_bit)
                 for (int beta = 0, rows = rows_cases[rc]; beta <= 1; beta++) {
                     if (!q_int_path(itypes[t], rows))
                         continue; /* float tiles above Q_INT_MAX_ROWS without AVX-512 */
-                    for (int i = 0; i < rows * n; i++)
-                        batch[i] = 0.25f * (float)(i % 5);
+                    for (int i = 0; i < rows * n; i++) batch[i] = 0.25f * (float)(i % 5);
                     q_matmul(itypes[t], q, n, k, x, rows, (float)beta, batch, n);
                     for (int r = 0; r < rows; r++) {
-                        for (int i = 0; i < n; i++)
-                            alone[i] = 0.25f * (float)((r * n + i) % 5);
+                        for (int i = 0; i < n; i++) alone[i] = 0.25f * (float)((r * n + i) % 5);
                         q_matmul(itypes[t], q, n, k, x + (size_t)r * k, 1, (float)beta, alone, n);
                         for (int i = 0; i < n; i++)
-                            cr_assert(memcmp(&alone[i], &batch[(size_t)r * n + i], sizeof(float)) == 0,
+                            cr_assert(memcmp(&alone[i], &batch[(size_t)r * n + i], sizeof(float)) ==
+                                          0,
                                       "%s %s rows=%d beta=%d: y[%d][%d] alone %.9g, in the batch "
-                                      "%.9g", inames[t], q_isa_name(isa), rows, beta, r, i,
+                                      "%.9g",
+                                      inames[t], q_isa_name(isa), rows, beta, r, i,
                                       (double)alone[i], (double)batch[(size_t)r * n + i]);
                     }
                     checked++;
@@ -333,15 +319,12 @@ Test(gguf_quant, activations_quantized_once_give_the_same_products)
     float *w = malloc((size_t)n * k * sizeof *w), *x = malloc((size_t)R * k * sizeof *x);
     float *want = malloc((size_t)R * n * sizeof *want), *got = malloc((size_t)R * n * sizeof *got);
     unsigned char *q = malloc(q_row_bytes(Q_F32, k) * n);
-    for (size_t i = 0; i < (size_t)n * k; i++)
-        w[i] = frand();
-    for (size_t i = 0; i < (size_t)R * k; i++)
-        x[i] = frand() * (float)(1 << (i / 32 % 9));
+    for (size_t i = 0; i < (size_t)n * k; i++) w[i] = frand();
+    for (size_t i = 0; i < (size_t)R * k; i++) x[i] = frand() * (float)(1 << (i / 32 % 9));
     int best = q_isa(), was = q_isa_cap(Q_ISA_PORTABLE), checked = 0;
     for (size_t t = 0; t < sizeof itypes / sizeof itypes[0]; t++) {
         const size_t rb = q_row_bytes(itypes[t], k);
-        for (int i = 0; i < n; i++)
-            q_quantize_row(itypes[t], w + (size_t)i * k, q + i * rb, k);
+        for (int i = 0; i < n; i++) q_quantize_row(itypes[t], w + (size_t)i * k, q + i * rb, k);
         static const int rows_cases[] = {1, 2, 9, 33};
         for (int isa = Q_ISA_PORTABLE; isa <= best; isa++) {
             q_isa_cap(isa);

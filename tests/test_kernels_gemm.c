@@ -28,19 +28,20 @@ static uint32_t rnd(void)
     rng_state ^= rng_state << 17;
     return (uint32_t)(rng_state >> 32);
 }
-static float rnd_float(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
+static float rnd_float(void)
+{
+    return (float)rnd() / 4294967296.0f * 2.0f - 1.0f;
+}
 
 static float *rnd_matrix(int rows, int ld)
 {
     float *a = malloc((size_t)rows * ld * sizeof(float) + 1);
     cr_assert(a);
-    for (size_t i = 0; i < (size_t)rows * ld; i++)
-        a[i] = rnd_float();
+    for (size_t i = 0; i < (size_t)rows * ld; i++) a[i] = rnd_float();
     return a;
 }
 
-static const gemm_small_path paths[] = {GEMM_SMALL_PORTABLE, GEMM_SMALL_AVX2,
-                                        GEMM_SMALL_AVX512};
+static const gemm_small_path paths[] = {GEMM_SMALL_PORTABLE, GEMM_SMALL_AVX2, GEMM_SMALL_AVX512};
 static const char *path_name(gemm_small_path p)
 {
     return p == GEMM_SMALL_AVX512 ? "avx512" : p == GEMM_SMALL_AVX2 ? "avx2" : "portable";
@@ -48,8 +49,7 @@ static const char *path_name(gemm_small_path p)
 
 static bool have(gemm_small_path p)
 {
-    if (gemm_small_supported(p))
-        return true;
+    if (gemm_small_supported(p)) return true;
     cr_log_warn("the %s path is not supported on this CPU: not tested here", path_name(p));
     return false;
 }
@@ -58,8 +58,7 @@ Test(kernels_gemm, equals_sgemm_within_the_dot_product_error_bound)
 {
     for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
         gemm_small_path path = paths[pi];
-        if (!have(path))
-            continue;
+        if (!have(path)) continue;
         for (int trial = 0; trial < 140; trial++) {
             /* 120 small batches, then 20 of 21-140 rows (the engine's AVX-512 switch to
              * SGEMM is at 128) whose rows of up to 6,000 floats take several passes over
@@ -89,8 +88,8 @@ Test(kernels_gemm, equals_sgemm_within_the_dot_product_error_bound)
                     const double bound = 2.0 * (K + 1) * ldexp(1.0, -24) * mag + 1e-30;
                     cr_assert_leq(fabs(got - want), bound,
                                   "%s M=%d N=%d K=%d beta=%g: y[%d][%d] = %.9g, SGEMM %.9g "
-                                  "(bound %.3g)", path_name(path), M, N, K, beta, m, n, got,
-                                  want, bound);
+                                  "(bound %.3g)",
+                                  path_name(path), M, N, K, beta, m, n, got, want, bound);
                 }
             /* Padding between rows of y is never written. */
             for (int m = 0; m < M; m++)
@@ -110,16 +109,15 @@ Test(kernels_gemm, a_row_does_not_depend_on_the_batch_or_the_split)
     const int Ks[] = {1, 7, 8, 64, 172, 288, 301, 3000, 5001};
     for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
         gemm_small_path path = paths[pi];
-        if (!have(path))
-            continue;
+        if (!have(path)) continue;
         for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
             const int K = Ks[ki], N = 37, Mmax = K >= 3000 ? 45 : 20;
             float *x = rnd_matrix(Mmax, K), *w = rnd_matrix(N, K);
             float *alone = malloc((size_t)Mmax * N * sizeof(float));
             float *batch = malloc((size_t)Mmax * N * sizeof(float));
             for (int m = 0; m < Mmax; m++)
-                gemm_small(path, 1, N, K, x + (size_t)m * K, K, w, K, 0.0f,
-                           alone + (size_t)m * N, N);
+                gemm_small(path, 1, N, K, x + (size_t)m * K, K, w, K, 0.0f, alone + (size_t)m * N,
+                           N);
             for (int M = 1; M <= Mmax; M++) {
                 /* rows [M0, M0 + M) of x in one batch; the weight rows in uneven pieces */
                 const int M0 = Mmax - M;
@@ -135,12 +133,11 @@ Test(kernels_gemm, a_row_does_not_depend_on_the_batch_or_the_split)
             }
             /* beta 1 adds the same bits onto y */
             for (int m = 0; m < Mmax; m++)
-                for (int n = 0; n < N; n++)
-                    batch[(size_t)m * N + n] = 0.5f;
+                for (int n = 0; n < N; n++) batch[(size_t)m * N + n] = 0.5f;
             gemm_small(path, Mmax, N, K, x, K, w, K, 1.0f, batch, N);
             for (int i = 0; i < Mmax * N; i++)
-                cr_assert_eq(batch[i], 0.5f + alone[i], "%s K=%d: beta 1 at %d", path_name(path),
-                             K, i);
+                cr_assert_eq(batch[i], 0.5f + alone[i], "%s K=%d: beta 1 at %d", path_name(path), K,
+                             i);
             free(x);
             free(w);
             free(alone);
@@ -156,20 +153,17 @@ Test(kernels_gemm, the_paths_agree_and_auto_picks_the_widest_supported)
     cr_assert(gemm_small_supported(a));
     gemm_small_path widest = gemm_small_supported(GEMM_SMALL_AVX512) ? GEMM_SMALL_AVX512
                              : gemm_small_supported(GEMM_SMALL_AVX2) ? GEMM_SMALL_AVX2
-                                                                      : GEMM_SMALL_PORTABLE;
-    cr_assert_eq(a, widest, "AUTO resolves to %s, the CPU has %s", path_name(a),
-                 path_name(widest));
+                                                                     : GEMM_SMALL_PORTABLE;
+    cr_assert_eq(a, widest, "AUTO resolves to %s, the CPU has %s", path_name(a), path_name(widest));
     const int M = 9, N = 50, K = 333;
     float *x = rnd_matrix(M, K), *w = rnd_matrix(N, K);
     static float y[3][9 * 50], ya[9 * 50];
     gemm_small(GEMM_SMALL_AUTO, M, N, K, x, K, w, K, 0.0f, ya, N);
     for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
-        if (!have(paths[pi]))
-            continue;
+        if (!have(paths[pi])) continue;
         gemm_small(paths[pi], M, N, K, x, K, w, K, 0.0f, y[pi], N);
         if (paths[pi] == a)
-            cr_assert(memcmp(y[pi], ya, sizeof ya) == 0, "AUTO is the %s path here",
-                      path_name(a));
+            cr_assert(memcmp(y[pi], ya, sizeof ya) == 0, "AUTO is the %s path here", path_name(a));
         for (int i = 0; i < M * N; i++)
             cr_assert_leq(fabsf(y[pi][i] - y[0][i]), 1e-4f * (1.0f + fabsf(y[0][i])),
                           "element %d: portable %.9g, %s %.9g", i, y[0][i], path_name(paths[pi]),

@@ -18,8 +18,8 @@
 
 typedef struct region_check {
     int n_workers;
-    _Atomic int runs[MAX_TASKS];     /* how often each task ran in the current region */
-    _Atomic int bad_worker;          /* a worker index outside [0, n_workers) */
+    _Atomic int runs[MAX_TASKS]; /* how often each task ran in the current region */
+    _Atomic int bad_worker;      /* a worker index outside [0, n_workers) */
 } region_check;
 
 static void count_task(void *ctx, int task, int worker)
@@ -55,8 +55,7 @@ static void run_regions(int n_workers, int n_regions)
     pool_stats st;
     pool_stats_get(&p, &st, false);
     pool_stop(&p);
-    if (n_workers > 1)
-        cr_assert_gt(st.regions, 0, "parallel regions are counted");
+    if (n_workers > 1) cr_assert_gt(st.regions, 0, "parallel regions are counted");
 }
 
 /* A lost caller shows as this timeout (a run takes seconds). */
@@ -93,8 +92,8 @@ static int bucket_of(uint64_t ns)
 Test(kernels_pool, spin_budget_spins_through_a_decode_steps_serial_gap)
 {
     uint32_t gaps[POOL_GAP_BUCKETS] = {0};
-    gaps[bucket_of(1500)] = 30 * 16;   /* between a step's regions */
-    gaps[bucket_of(200000)] = 16;      /* once a step */
+    gaps[bucket_of(1500)] = 30 * 16; /* between a step's regions */
+    gaps[bucket_of(200000)] = 16;    /* once a step */
     const uint64_t b = pool_spin_budget(gaps, 40000);
     cr_assert_geq(b, 262144, "budget %lu ns sleeps through the 200 us gap of every step",
                   (unsigned long)b);
@@ -104,7 +103,7 @@ Test(kernels_pool, spin_budget_spins_through_a_decode_steps_serial_gap)
 Test(kernels_pool, spin_budget_sleeps_soon_when_the_engine_is_idle)
 {
     uint32_t gaps[POOL_GAP_BUCKETS] = {0};
-    gaps[bucket_of(20000000)] = 32;    /* 20 ms between steps: an idle engine */
+    gaps[bucket_of(20000000)] = 32; /* 20 ms between steps: an idle engine */
     const uint64_t b = pool_spin_budget(gaps, 40000);
     cr_assert_leq(b, 4096, "budget %lu ns: an idle engine's helper spins on", (unsigned long)b);
     /* the same with the steps' short gaps mixed in: the long gaps still end in a sleep */

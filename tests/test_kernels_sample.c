@@ -30,8 +30,7 @@ static int32_t reference(const float *v, int n)
 {
     int32_t best = 0;
     for (int i = 1; i < n; i++)
-        if (v[i] > v[best])
-            best = i;
+        if (v[i] > v[best]) best = i;
     return best;
 }
 
@@ -47,8 +46,7 @@ static uint32_t rnd(void)
 static void skip_note(void)
 {
     static bool told;
-    if (told)
-        return;
+    if (told) return;
     told = true;
     for (int p = 0; p < N_PATHS; p++)
         if (!eng_argmax_supported(paths[p]))
@@ -60,8 +58,7 @@ static void expect_all(const float *v, int n, int32_t want, const char *what)
 {
     skip_note();
     for (int p = 0; p < N_PATHS; p++) {
-        if (!eng_argmax_supported(paths[p]))
-            continue;
+        if (!eng_argmax_supported(paths[p])) continue;
         const int32_t got = eng_argmax(paths[p], v, n);
         cr_assert_eq(got, want, "%s, n=%d: path %s gave %d, expected %d", what, n, path_names[p],
                      got, want);
@@ -72,8 +69,7 @@ Test(kernels_sample, known_rows)
 {
     enum { N = 1000 };
     static float v[N];
-    for (int i = 0; i < N; i++)
-        v[i] = -1.0f - (float)(i % 7);
+    for (int i = 0; i < N; i++) v[i] = -1.0f - (float)(i % 7);
     expect_all(v, 0, 0, "empty row");
     expect_all(v, 1, 0, "one element");
     /* ties: the lowest index, whether the copies share a vector block or not */
@@ -84,8 +80,7 @@ Test(kernels_sample, known_rows)
     v[9] = 5.0f;
     expect_all(v, N, 9, "ties in different blocks");
     /* the maximum only in the scalar tail (n not a multiple of any vector width) */
-    for (int i = 0; i < N; i++)
-        v[i] = 0.5f;
+    for (int i = 0; i < N; i++) v[i] = 0.5f;
     v[996] = 2.0f;
     v[998] = 2.0f;
     expect_all(v, 999, 996, "maximum in the tail");
@@ -99,15 +94,13 @@ Test(kernels_sample, known_rows)
     v[997] = NAN;
     expect_all(v, N, 996, "NaNs past index 0");
     /* a NaN after the unique maximum in the same vector lane must not displace it */
-    for (int i = 0; i < N; i++)
-        v[i] = 0.5f;
+    for (int i = 0; i < N; i++) v[i] = 0.5f;
     v[64] = 3.0f;
     v[128] = NAN;
     v[192] = 1.0f;
     expect_all(v, N, 64, "NaN after the maximum in its lane");
     /* -0 and +0 compare equal: the first of them */
-    for (int i = 0; i < N; i++)
-        v[i] = -1.0f;
+    for (int i = 0; i < N; i++) v[i] = -1.0f;
     v[40] = -0.0f;
     v[41] = 0.0f;
     expect_all(v, N, 40, "-0 before +0");
@@ -115,8 +108,7 @@ Test(kernels_sample, known_rows)
     v[41] = -0.0f;
     expect_all(v, N, 40, "+0 before -0");
     /* infinities */
-    for (int i = 0; i < N; i++)
-        v[i] = -INFINITY;
+    for (int i = 0; i < N; i++) v[i] = -INFINITY;
     expect_all(v, N, 0, "all -inf");
     v[333] = INFINITY;
     v[334] = INFINITY;
@@ -140,17 +132,14 @@ Test(kernels_sample, random_rows_equal_the_scalar_loop)
                 v[i] = (float)((int)(rnd() % (uint32_t)levels) - levels / 2) * 0.25f;
             const int mode = (int)(rnd() % 5);
             if (mode == 1 && len > 0) /* a NaN or a few, sometimes at 0 */
-                for (int k = 0; k < 3; k++)
-                    v[rnd() % (uint32_t)len] = NAN;
+                for (int k = 0; k < 3; k++) v[rnd() % (uint32_t)len] = NAN;
             if (mode == 2 && len > 0) /* one new maximum and a copy of it */
                 v[rnd() % (uint32_t)len] = v[rnd() % (uint32_t)len] = 1000.0f;
             if (mode == 3 && len > 0) /* signed zeros at the top */
-                for (int i = 0; i < len; i++)
-                    v[i] = v[i] > 0 ? (rnd() & 1 ? 0.0f : -0.0f) : v[i];
+                for (int i = 0; i < len; i++) v[i] = v[i] > 0 ? (rnd() & 1 ? 0.0f : -0.0f) : v[i];
             if (mode == 4 && len > 0) { /* a unique maximum among many NaNs */
                 for (int i = 0; i < len; i++)
-                    if (rnd() % 8 == 0)
-                        v[i] = NAN;
+                    if (rnd() % 8 == 0) v[i] = NAN;
                 v[rnd() % (uint32_t)len] = 2000.0f;
             }
             char what[64];
@@ -168,8 +157,7 @@ Test(kernels_sample, greedy_eng_sample_is_the_argmax)
     enum { V = 32000 };
     static float v[V];
     for (int trial = 0; trial < 20; trial++) {
-        for (int i = 0; i < V; i++)
-            v[i] = (float)(rnd() % 1000) * 0.01f;
+        for (int i = 0; i < V; i++) v[i] = (float)(rnd() % 1000) * 0.01f;
         v[rnd() % V] = 10.0f;
         v[rnd() % V] = 10.0f;
         eng_sampling greedy = {0};

@@ -58,7 +58,10 @@ Test(libclient_exports, only_the_ringlm_api)
     char line[512];
     int n = 0, api = 0;
     while (fgets(line, sizeof line, f)) {
-        if (strstr(line, "command not found")) { pclose(f); cr_skip_test("nm (binutils) is not installed"); }
+        if (strstr(line, "command not found")) {
+            pclose(f);
+            cr_skip_test("nm (binutils) is not installed");
+        }
         char addr[64], type[8], name[400];
         if (sscanf(line, "%63s %7s %399s", addr, type, name) != 3) continue;
         n++;
@@ -70,8 +73,10 @@ Test(libclient_exports, only_the_ringlm_api)
         if (!strcmp(name, "ringlm_submit") || !strcmp(name, "ringlm_version")) api++;
     }
     for (int i = 0; i < n_declared; i++)
-        cr_expect(seen[i], "ringlm.h declares %s but libringlm.so does not export it "
-                  "(add it to libclient/libringlm.map)", declared[i]);
+        cr_expect(seen[i],
+                  "ringlm.h declares %s but libringlm.so does not export it "
+                  "(add it to libclient/libringlm.map)",
+                  declared[i]);
     cr_assert_eq(pclose(f), 0, "%s failed", cmd);
     cr_assert_gt(n, 10, "nm listed %d symbols", n);
     cr_assert_eq(api, 2, "ringlm_submit or ringlm_version is missing");
@@ -84,7 +89,8 @@ Test(libclient_exports, version_matches_the_header)
     const char *(*version)(int *) = (const char *(*)(int *))dlsym(h, "ringlm_version");
     cr_assert_not_null(version, "%s", dlerror());
     char want[32];
-    snprintf(want, sizeof want, "%d.%d.%d", RINGLM_VERSION_MAJOR, RINGLM_VERSION_MINOR, RINGLM_VERSION_PATCH);
+    snprintf(want, sizeof want, "%d.%d.%d", RINGLM_VERSION_MAJOR, RINGLM_VERSION_MINOR,
+             RINGLM_VERSION_PATCH);
     int num = -1;
     cr_assert_str_eq(version(&num), want);
     cr_assert_eq(num, RINGLM_VERSION_NUMBER);

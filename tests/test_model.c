@@ -40,13 +40,10 @@ static const char *write_model(const char *name, const int32_t hdr[7], size_t fl
     snprintf(path, sizeof path, "%s/%s", tmpdir, name);
     FILE *f = fopen(path, "wb");
     cr_assert_not_null(f);
-    if (hdr)
-        cr_assert_eq(fwrite(hdr, 4, 7, f), 7);
+    if (hdr) cr_assert_eq(fwrite(hdr, 4, 7, f), 7);
     float one = 1.0f;
-    for (size_t i = 0; i < floats; i++)
-        fwrite(&one, 4, 1, f);
-    for (size_t i = 0; i < extra_bytes; i++)
-        fputc(0, f);
+    for (size_t i = 0; i < floats; i++) fwrite(&one, 4, 1, f);
+    for (size_t i = 0; i < extra_bytes; i++) fputc(0, f);
     fclose(f);
     return path;
 }
@@ -59,8 +56,7 @@ static size_t floats_for(const int32_t h[7])
     size_t hs = dim / nh, seq = (size_t)h[6];
     size_t n = vocab * dim + L * dim * 2 + L * dim * dim * 2 + L * kv * dim * 2 +
                L * hid * dim * 3 + dim + seq * hs;
-    if (h[5] < 0)
-        n += vocab * dim;
+    if (h[5] < 0) n += vocab * dim;
     return n;
 }
 
@@ -70,8 +66,8 @@ static void expect_einval(const char *path, const char *what, const char *needle
     int err = eng_model_load(path, &m);
     cr_assert_eq(err, -EINVAL, "%s: got %d (%s)", what, err, eng_errmsg());
     cr_assert_null(m, "%s: no model on error", what);
-    cr_assert(strstr(eng_errmsg(), needle), "%s: message \"%s\" lacks \"%s\"", what,
-              eng_errmsg(), needle);
+    cr_assert(strstr(eng_errmsg(), needle), "%s: message \"%s\" lacks \"%s\"", what, eng_errmsg(),
+              needle);
 }
 
 Test(model, malformed_checkpoints_name_the_field, .init = mk_tmpdir, .fini = rm_tmpdir)
@@ -79,14 +75,13 @@ Test(model, malformed_checkpoints_name_the_field, .init = mk_tmpdir, .fini = rm_
     const int32_t good[7] = {16, 40, 2, 4, 2, 32, 8};
     size_t n = floats_for(good);
     eng_model *m;
-    cr_assert_eq(eng_model_load(write_model("good.bin", good, n, 0), &m), 0, "%s",
-                 eng_errmsg());
+    cr_assert_eq(eng_model_load(write_model("good.bin", good, n, 0), &m), 0, "%s", eng_errmsg());
     cr_assert_eq(eng_model_cfg(m)->n_kv_heads, 2);
     cr_assert(eng_model_cfg(m)->shared_classifier);
     eng_model_free(m);
     int32_t uns[7] = {16, 40, 2, 4, 2, -32, 8};
-    cr_assert_eq(eng_model_load(write_model("unshared.bin", uns, floats_for(uns), 0), &m), 0,
-                 "%s", eng_errmsg());
+    cr_assert_eq(eng_model_load(write_model("unshared.bin", uns, floats_for(uns), 0), &m), 0, "%s",
+                 eng_errmsg());
     cr_assert_not(eng_model_cfg(m)->shared_classifier);
     cr_assert_eq(eng_model_cfg(m)->vocab_size, 32);
     cr_assert_neq(eng_model_weights(m)->wcls, eng_model_weights(m)->token_embedding);
@@ -99,15 +94,30 @@ Test(model, malformed_checkpoints_name_the_field, .init = mk_tmpdir, .fini = rm_
     expect_einval(write_model("unsh_short.bin", uns, floats_for(good), 0),
                   "unshared classifier missing", "truncated");
 
-    struct { int field; int32_t value; const char *needle; } bad[] = {
-        {0, 0, "dim=0"}, {0, -16, "dim=-16"}, {0, 1 << 30, "dim=1073741824"},
-        {1, 0, "hidden_dim=0"}, {1, -1, "hidden_dim=-1"},
-        {2, 0, "n_layers=0"}, {2, 100000, "n_layers=100000"},
-        {3, 0, "n_heads=0"}, {3, -4, "n_heads=-4"}, {3, 3, "n_heads=3 does not divide dim=16"},
+    struct {
+        int field;
+        int32_t value;
+        const char *needle;
+    } bad[] = {
+        {0, 0, "dim=0"},
+        {0, -16, "dim=-16"},
+        {0, 1 << 30, "dim=1073741824"},
+        {1, 0, "hidden_dim=0"},
+        {1, -1, "hidden_dim=-1"},
+        {2, 0, "n_layers=0"},
+        {2, 100000, "n_layers=100000"},
+        {3, 0, "n_heads=0"},
+        {3, -4, "n_heads=-4"},
+        {3, 3, "n_heads=3 does not divide dim=16"},
         {3, 16, "odd"}, /* head size 1 */
-        {4, 0, "n_kv_heads=0"}, {4, 3, "n_kv_heads=3: must divide n_heads=4"},
-        {4, 8, "n_kv_heads=8"}, {5, 0, "vocab_size=0"}, {5, 1 << 30, "vocab_size="},
-        {5, INT32_MIN, "vocab_size="}, {6, 0, "seq_len=0"}, {6, -5, "seq_len=-5"},
+        {4, 0, "n_kv_heads=0"},
+        {4, 3, "n_kv_heads=3: must divide n_heads=4"},
+        {4, 8, "n_kv_heads=8"},
+        {5, 0, "vocab_size=0"},
+        {5, 1 << 30, "vocab_size="},
+        {5, INT32_MIN, "vocab_size="},
+        {6, 0, "seq_len=0"},
+        {6, -5, "seq_len=-5"},
         {0, 0x616b3432, "ak42"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -144,7 +154,10 @@ Test(model, real_file_identity)
 
 Test(model, presets_and_synthetic_formula)
 {
-    struct { const char *name; eng_model_config c; } want[] = {
+    struct {
+        const char *name;
+        eng_model_config c;
+    } want[] = {
         {"stories15M", {288, 768, 6, 6, 6, 32000, 256, true}},
         {"stories110M", {768, 2048, 12, 12, 12, 32000, 1024, true}},
         {"llama3-8b", {4096, 14336, 32, 32, 8, 128256, 8192, false}},
@@ -177,14 +190,14 @@ Test(model, presets_and_synthetic_formula)
     const eng_weights *w = eng_model_weights(m);
     const eng_model_config *c = eng_model_cfg(m);
     int kv_dim = c->dim / c->n_heads * c->n_kv_heads;
-    cr_assert_eq(w->wq[idx], eng_synth_value(42, ENG_T_WQ, idx, eng_synth_scale(c, ENG_T_WQ),
-                                             false));
+    cr_assert_eq(w->wq[idx],
+                 eng_synth_value(42, ENG_T_WQ, idx, eng_synth_scale(c, ENG_T_WQ), false));
     cr_assert_eq(w->wk[(size_t)kv_dim * c->dim - 1],
                  eng_synth_value(42, ENG_T_WK, (uint64_t)kv_dim * c->dim - 1,
                                  eng_synth_scale(c, ENG_T_WK), false));
     cr_assert_eq(w->rms_ffn[7], 1.0f + eng_synth_value(42, ENG_T_RMS_FFN, 7, 0.1f, false));
-    cr_assert_eq(w->wcls[3], eng_synth_value(42, ENG_T_WCLS, 3, eng_synth_scale(c, ENG_T_WCLS),
-                                             false));
+    cr_assert_eq(w->wcls[3],
+                 eng_synth_value(42, ENG_T_WCLS, 3, eng_synth_scale(c, ENG_T_WCLS), false));
     uint64_t s;
     cr_assert(eng_model_synthetic_seed(m, &s) && s == 42);
     cr_assert_eq(strlen(eng_model_hash(m)), 64);
@@ -194,8 +207,12 @@ Test(model, presets_and_synthetic_formula)
     cr_assert(eng_model_is_lazy(m));
     cr_assert_null(eng_model_weights(m)->wq);
     cr_assert_eq(eng_model_cfg(m)->vocab_size, 128256);
-    eng_options o = {.n_threads = 1, .numa_node = -1, .kv_blocks = 4, .kv_block_size = 16,
-                     .max_batch_tokens = 16, .max_seqs = 1};
+    eng_options o = {.n_threads = 1,
+                     .numa_node = -1,
+                     .kv_blocks = 4,
+                     .kv_block_size = 16,
+                     .max_batch_tokens = 16,
+                     .max_seqs = 1};
     eng *e;
     cr_assert_eq(eng_create(m, &o, &e), -ENOTSUP, "the CPU backend refuses a lazy model");
     eng_model_free(m);
@@ -213,8 +230,7 @@ Test(model, written_synthetic_model_is_the_same_model, .init = mk_tmpdir, .fini 
         cr_assert_eq(eng_model_write(mem, path), 0, "%s", eng_errmsg());
         cr_assert_eq(eng_model_load(path, &file), 0, "%s", eng_errmsg());
         const eng_model_config *a = eng_model_cfg(mem), *b = eng_model_cfg(file);
-        cr_assert(cfg_eq(a, b), "%s: config differs after the round trip",
-                  specs[i]);
+        cr_assert(cfg_eq(a, b), "%s: config differs after the round trip", specs[i]);
         size_t nq = (size_t)a->n_layers * a->dim * a->dim;
         cr_assert(memcmp(eng_model_weights(mem)->wq, eng_model_weights(file)->wq, nq * 4) == 0);
         cr_assert(memcmp(eng_model_weights(mem)->wcls, eng_model_weights(file)->wcls,

@@ -30,7 +30,8 @@ Test(perf_calibrate, writes_the_formats_md_calibration_file, .timeout = 180)
     snprintf(calib, sizeof calib, "%s/../perf/calibrate", bin);
     if (access(calib, X_OK) != 0) cr_skip_test("%s not built", calib);
     snprintf(out, sizeof out, "/tmp/ringlm-tt-calib-%d.json", getpid());
-    snprintf(cmd, sizeof cmd, "%s --model %s --reps 2 --no-disk -o %s > %s.log 2>&1", calib, model, out, out);
+    snprintf(cmd, sizeof cmd, "%s --model %s --reps 2 --no-disk -o %s > %s.log 2>&1", calib, model,
+             out, out);
     int rc = run(cmd);
     char log[700];
     snprintf(log, sizeof log, "%s.log", out);
@@ -46,7 +47,8 @@ Test(perf_calibrate, writes_the_formats_md_calibration_file, .timeout = 180)
                      "b0a507e7ad0f626624f17112325e66691f9076d622e1d3274d103d00299f2696");
     /* 5 layers × (K+V) × kv_dim 32 × 4 bytes */
     cr_assert_eq(json_integer_value(json_object_get(j, "kv_bytes_per_token")), 1280);
-    const char *ints[] = {"threads", "kv_block_size", "kv_blocks_device", "kv_blocks_host", "max_batch_tokens"};
+    const char *ints[] = {"threads", "kv_block_size", "kv_blocks_device", "kv_blocks_host",
+                          "max_batch_tokens"};
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
         cr_assert(json_integer_value(json_object_get(j, ints[i])) > 0, "%s", ints[i]);
     json_t *grid = json_object_get(j, "grid");
@@ -65,8 +67,9 @@ Test(perf_calibrate, writes_the_formats_md_calibration_file, .timeout = 180)
     }
     cr_assert(varied[0] && varied[1] && varied[2], "the grid must vary every regressor");
     json_t *sm = json_object_get(j, "step_model");
-    const char *sk[] = {"base_us", "per_prefill_token_us", "per_decode_seq_us", "per_context_token_us", "r2",
-                        "median_rel_err"};
+    const char *sk[] = {
+        "base_us", "per_prefill_token_us", "per_decode_seq_us", "per_context_token_us",
+        "r2",      "median_rel_err"};
     for (size_t i = 0; i < sizeof sk / sizeof *sk; i++)
         cr_assert(json_is_number(json_object_get(sm, sk[i])), "step_model.%s", sk[i]);
     cr_assert(json_number_value(json_object_get(sm, "per_prefill_token_us")) > 0);
@@ -81,7 +84,8 @@ Test(perf_calibrate, writes_the_formats_md_calibration_file, .timeout = 180)
     char sim[600];
     snprintf(sim, sizeof sim, "%s/ringlm-sim", bin);
     if (access(sim, X_OK) == 0) {
-        snprintf(cmd, sizeof cmd, "%s --workload poisson --calibration %s --json > %s.sim 2>&1", sim, out, out);
+        snprintf(cmd, sizeof cmd, "%s --workload poisson --calibration %s --json > %s.sim 2>&1",
+                 sim, out, out);
         rc = run(cmd);
         cr_assert_eq(rc, 0, "ringlm-sim rejected the calibration (see %s.sim)", out);
         snprintf(cmd, sizeof cmd, "%s.sim", out);
@@ -120,7 +124,8 @@ Test(perf_calibrate, daemon_log_becomes_serving_loop_points, .timeout = 180)
         double at = json_number_value(json_object_get(o, "arrival_us"));
         cr_assert_geq(at - last, 200000, "probe requests must be far apart (line %d)", n + 1);
         cr_assert_leq(json_integer_value(json_object_get(o, "prompt_tokens")) +
-                      json_integer_value(json_object_get(o, "output_tokens")), 512);
+                          json_integer_value(json_object_get(o, "output_tokens")),
+                      512);
         last = at;
         json_decref(o);
         n++;
@@ -133,14 +138,19 @@ Test(perf_calibrate, daemon_log_becomes_serving_loop_points, .timeout = 180)
     snprintf(path, sizeof path, "%s.log", base);
     f = fopen(path, "w");
     cr_assert(f);
-    fputs("{\"req\":1,\"arrival_us\":0,\"prompt_tokens\":100,\"output_tokens\":48,\"first_token_us\":3000,\"finish_us\":7700,\"finish_reason\":\"length\"}\n"
-          "{\"req\":2,\"arrival_us\":100000,\"prompt_tokens\":64,\"output_tokens\":48,\"first_token_us\":101000,\"finish_us\":110000,\"finish_reason\":\"length\"}\n"
-          "{\"req\":3,\"arrival_us\":105000,\"prompt_tokens\":64,\"output_tokens\":48,\"first_token_us\":111000,\"finish_us\":120000,\"finish_reason\":\"length\"}\n"
-          "{\"req\":4,\"arrival_us\":300000,\"prompt_tokens\":64,\"output_tokens\":0,\"first_token_us\":null,\"finish_us\":null,\"finish_reason\":null,\"reject_reason\":\"queue_full\"}\n",
+    fputs("{\"req\":1,\"arrival_us\":0,\"prompt_tokens\":100,\"output_tokens\":48,\"first_token_"
+          "us\":3000,\"finish_us\":7700,\"finish_reason\":\"length\"}\n"
+          "{\"req\":2,\"arrival_us\":100000,\"prompt_tokens\":64,\"output_tokens\":48,\"first_"
+          "token_us\":101000,\"finish_us\":110000,\"finish_reason\":\"length\"}\n"
+          "{\"req\":3,\"arrival_us\":105000,\"prompt_tokens\":64,\"output_tokens\":48,\"first_"
+          "token_us\":111000,\"finish_us\":120000,\"finish_reason\":\"length\"}\n"
+          "{\"req\":4,\"arrival_us\":300000,\"prompt_tokens\":64,\"output_tokens\":0,\"first_token_"
+          "us\":null,\"finish_us\":null,\"finish_reason\":null,\"reject_reason\":\"queue_full\"}\n",
           f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "%s --model %s --reps 1 --no-transfer --daemon-log %s -o %s.json > %s.out 2>&1",
-             calib, model, path, base, base);
+    snprintf(cmd, sizeof cmd,
+             "%s --model %s --reps 1 --no-transfer --daemon-log %s -o %s.json > %s.out 2>&1", calib,
+             model, path, base, base);
     cr_assert_eq(run(cmd), 0, "calibrate --daemon-log failed (see %s.out)", base);
     char out[128];
     snprintf(out, sizeof out, "%s.json", base);
@@ -148,7 +158,8 @@ Test(perf_calibrate, daemon_log_becomes_serving_loop_points, .timeout = 180)
     json_t *j = json_load_file(out, 0, &e);
     cr_assert(j, "%s: %s", out, e.text);
     json_t *pts = json_object_get(json_object_get(j, "serving_loop"), "points");
-    cr_assert_eq(json_array_size(pts), 1, "only the request that ran alone: %zu points", json_array_size(pts));
+    cr_assert_eq(json_array_size(pts), 1, "only the request that ran alone: %zu points",
+                 json_array_size(pts));
     json_t *p0 = json_array_get(pts, 0);
     cr_expect_float_eq(json_number_value(json_object_get(p0, "context")), 124, 1e-9);
     cr_expect_float_eq(json_number_value(json_object_get(p0, "period_us")), 100, 1e-9);
@@ -160,7 +171,8 @@ Test(perf_calibrate, daemon_log_becomes_serving_loop_points, .timeout = 180)
     cr_assert(f);
     fputs("{\"req\":5,\"arrival_us\":\"soon\"}\n", f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "%s --model %s --reps 1 --no-transfer --daemon-log %s > %s.out 2>&1", calib, model, path, base);
+    snprintf(cmd, sizeof cmd, "%s --model %s --reps 1 --no-transfer --daemon-log %s > %s.out 2>&1",
+             calib, model, path, base);
     cr_expect_neq(run(cmd), 0, "a malformed request log must fail");
     snprintf(cmd, sizeof cmd, "grep -q '%s:5: \"arrival_us\"' %s.out", path, base);
     cr_expect_eq(run(cmd), 0, "the error names file:line and the field (see %s.out)", base);

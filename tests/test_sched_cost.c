@@ -14,7 +14,10 @@
 
 #include "sched/sched.h"
 
-static double rel(double a, double b) { return fabs(a - b) / (fabs(b) > 1e-12 ? fabs(b) : 1); }
+static double rel(double a, double b)
+{
+    return fabs(a - b) / (fabs(b) > 1e-12 ? fabs(b) : 1);
+}
 
 /* rows of the step model's regressors over a small grid of batches */
 static size_t grid(double *x, size_t cap)
@@ -24,7 +27,8 @@ static size_t grid(double *x, size_t cap)
         for (int d = 0; d <= 64; d += 16)
             for (int c = 1; c <= 4; c++) {
                 if (n == cap) return n;
-                sched_plan_work w = {.prefill_tokens = (uint64_t)p, .decode_seqs = (uint32_t)d,
+                sched_plan_work w = {.prefill_tokens = (uint64_t)p,
+                                     .decode_seqs = (uint32_t)d,
                                      .context_tokens = (uint64_t)(c * 300 * (d + 1) + p),
                                      .prefill_pairs = p * (p - 1) / 2.0 + 37.0 * p * c};
                 sched_plan_work_terms(&w, &x[n * SCHED_STEP_TERMS]);
@@ -37,12 +41,17 @@ Test(sched_cost, lsq_recovers_the_model)
 {
     static double x[200 * SCHED_STEP_TERMS], y[200];
     size_t n = grid(x, 200);
-    sched_step_model m = {.base_us = 812.5, .prefill_token_us = 21.25, .decode_seq_us = 33,
-                          .context_token_us = 0.031, .prefill_pair_us = 0.0042};
+    sched_step_model m = {.base_us = 812.5,
+                          .prefill_token_us = 21.25,
+                          .decode_seq_us = 33,
+                          .context_token_us = 0.031,
+                          .prefill_pair_us = 0.0042};
     for (size_t i = 0; i < n; i++) {
         const double *r = &x[i * SCHED_STEP_TERMS];
-        sched_plan_work w = {.prefill_tokens = (uint64_t)r[1], .decode_seqs = (uint32_t)r[2],
-                             .context_tokens = (uint64_t)r[3], .prefill_pairs = r[4]};
+        sched_plan_work w = {.prefill_tokens = (uint64_t)r[1],
+                             .decode_seqs = (uint32_t)r[2],
+                             .context_tokens = (uint64_t)r[3],
+                             .prefill_pairs = r[4]};
         y[i] = sched_step_model_us(&m, &w);
         double dot = m.base_us * r[0] + m.prefill_token_us * r[1] + m.decode_seq_us * r[2] +
                      m.context_token_us * r[3] + m.prefill_pair_us * r[4];
@@ -52,8 +61,10 @@ Test(sched_cost, lsq_recovers_the_model)
     unsigned used = 0;
     cr_assert_eq(sched_lsq(x, y, NULL, n, SCHED_STEP_TERMS, 0x1f, 0x1f, b, &used, NULL), 0);
     cr_expect_eq(used, 0x1fu);
-    double want[] = {m.base_us, m.prefill_token_us, m.decode_seq_us, m.context_token_us, m.prefill_pair_us};
-    for (int j = 0; j < SCHED_STEP_TERMS; j++) cr_expect_lt(rel(b[j], want[j]), 1e-7, "term %d: %g vs %g", j, b[j], want[j]);
+    double want[] = {m.base_us, m.prefill_token_us, m.decode_seq_us, m.context_token_us,
+                     m.prefill_pair_us};
+    for (int j = 0; j < SCHED_STEP_TERMS; j++)
+        cr_expect_lt(rel(b[j], want[j]), 1e-7, "term %d: %g vs %g", j, b[j], want[j]);
     /* four terms only: the pairs term is 0 */
     cr_assert_eq(sched_lsq(x, y, NULL, n, SCHED_STEP_TERMS, 0x0f, 0, b, &used, NULL), 0);
     cr_expect_eq(b[4], 0);
@@ -68,7 +79,9 @@ Test(sched_cost, lsq_non_negative_and_degenerate_columns)
     double x[N * 3], y[N], w[N];
     for (int i = 0; i < N; i++) {
         double a = i, bb = (i % 7) * 3.0;
-        x[i * 3] = 1; x[i * 3 + 1] = a; x[i * 3 + 2] = bb;
+        x[i * 3] = 1;
+        x[i * 3 + 1] = a;
+        x[i * 3 + 2] = bb;
         y[i] = 10 + 2 * a - 0.5 * bb;
         w[i] = 1;
     }
@@ -106,15 +119,24 @@ Test(sched_cost, plan_prediction_is_the_step_model)
 {
     sched_policy *p;
     sched_policy_error err;
-    cr_assert_eq(sched_policy_parse("[scheduler]\ntoken_budget = 96\nprefill_chunk = 40\n", &p, &err), 0);
-    sched_config cfg = {.kv_blocks_device = 256, .block_size = 16, .kv_bytes_per_token = 64,
+    cr_assert_eq(
+        sched_policy_parse("[scheduler]\ntoken_budget = 96\nprefill_chunk = 40\n", &p, &err), 0);
+    sched_config cfg = {.kv_blocks_device = 256,
+                        .block_size = 16,
+                        .kv_bytes_per_token = 64,
                         .max_context = 4096,
-                        .step = {.base_us = 500, .prefill_token_us = 3, .decode_seq_us = 7,
-                                 .context_token_us = 0.25, .prefill_pair_us = 0.01}};
+                        .step = {.base_us = 500,
+                                 .prefill_token_us = 3,
+                                 .decode_seq_us = 7,
+                                 .context_token_us = 0.25,
+                                 .prefill_pair_us = 0.01}};
     sched *s;
     cr_assert_eq(sched_create(p, &cfg, NULL, NULL, 1, &s), 0, "%s", sched_last_error());
     for (uint64_t id = 1; id <= 3; id++) {
-        sched_request q = {.id = id, .tenant = -1, .class_idx = -1, .prompt_len = 30 + 20 * (uint32_t)id,
+        sched_request q = {.id = id,
+                           .tenant = -1,
+                           .class_idx = -1,
+                           .prompt_len = 30 + 20 * (uint32_t)id,
                            .max_new_tokens = 8};
         cr_assert_eq(sched_submit(s, &q, 0, NULL), 0);
     }
@@ -127,7 +149,8 @@ Test(sched_cost, plan_prediction_is_the_step_model)
         if (step == 0) {
             cr_expect_gt(w.prefill_pairs, 0);
             cr_expect_lt(rel(pl->predicted_step_us, sched_step_model_us(&cfg.step, &w)), 1e-12,
-                         "predicted %g, model %g", pl->predicted_step_us, sched_step_model_us(&cfg.step, &w));
+                         "predicted %g, model %g", pl->predicted_step_us,
+                         sched_step_model_us(&cfg.step, &w));
         }
         sched_result res[8];
         for (uint32_t i = 0; i < pl->n_entries; i++)

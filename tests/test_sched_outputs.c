@@ -29,13 +29,16 @@ Test(sched_outputs, scheduler_reasons_spelt_like_their_causes)
 {
     /* finer than any cause a client sees: documented in sched.h next to the cause */
     static const sched_reject_reason finer[] = {SCHED_REJECT_NONE, SCHED_REJECT_INVALID,
-                                                SCHED_REJECT_UNKNOWN_TENANT, SCHED_REJECT_NEVER_FITS};
+                                                SCHED_REJECT_UNKNOWN_TENANT,
+                                                SCHED_REJECT_NEVER_FITS};
     for (int r = 0; r < SCHED_REJECT__COUNT; r++) {
         bool is_finer = false;
-        for (size_t k = 0; k < sizeof finer / sizeof *finer; k++) is_finer |= finer[k] == (sched_reject_reason)r;
+        for (size_t k = 0; k < sizeof finer / sizeof *finer; k++)
+            is_finer |= finer[k] == (sched_reject_reason)r;
         sched_end_code c = sched_reject_cause((sched_reject_reason)r);
         if (is_finer) continue;
-        cr_assert_geq(c, 16, "reject %s maps to no cause", sched_reject_name((sched_reject_reason)r));
+        cr_assert_geq(c, 16, "reject %s maps to no cause",
+                      sched_reject_name((sched_reject_reason)r));
         cr_assert_str_eq(sched_reject_name((sched_reject_reason)r), sched_end_name(c));
     }
     cr_assert_eq(sched_reject_cause(SCHED_REJECT_NEVER_FITS), SCHED_END_TOO_LONG);
@@ -62,7 +65,7 @@ Test(sched_outputs, event_reason_is_typed)
     cr_assert_str_eq(sched_event_reason_name(&e), "deadline_infeasible");
     e = (sched_event){.kind = SCHED_EV_SCHEDULE, .outcome = SCHED_OUTCOME_RESUME};
     cr_assert_str_eq(sched_event_reason_name(&e), "resume");
-    e = (sched_event){.kind = SCHED_EV_SWAP_OUT};   /* planned: no reason, no realised cost */
+    e = (sched_event){.kind = SCHED_EV_SWAP_OUT}; /* planned: no reason, no realised cost */
     cr_assert_null(sched_event_reason_name(&e));
     char buf[256];
     sched_event_json(&e, buf, sizeof buf);
@@ -77,7 +80,7 @@ Test(sched_outputs, event_reason_is_typed)
 #define N_REQ 40
 
 typedef struct end_rec {
-    int  kind;          /* sched_event_kind of the end, 0 = none yet (ADMIT is never an end) */
+    int kind; /* sched_event_kind of the end, 0 = none yet (ADMIT is never an end) */
     char reason[32];
     uint64_t t_us;
 } end_rec;
@@ -100,22 +103,22 @@ static void sink(void *ctx, const sched_event *ev)
 {
     twin *w = ctx;
     w->n_events++;
-    if (ev->kind == SCHED_EV_FINISH || ev->kind == SCHED_EV_CANCEL || ev->kind == SCHED_EV_TIMEOUT) {
+    if (ev->kind == SCHED_EV_FINISH || ev->kind == SCHED_EV_CANCEL ||
+        ev->kind == SCHED_EV_TIMEOUT) {
         cr_assert(ev->req >= 1 && ev->req <= N_REQ);
         record(&w->by_event[ev->req], ev->kind, sched_event_reason_name(ev), ev->t_us);
     }
 }
 
-static const char *policy =
-    "[scheduler]\n"
-    "token_budget = 64\n"
-    "max_active_seqs = 6\n"
-    "prefill_chunk = 32\n"
-    "backpressure_timeout = 5ms\n"
-    "preemption = recompute\n"
-    "[class chat]\n"
-    "priority = 1\n"
-    "[class batch]\n";
+static const char *policy = "[scheduler]\n"
+                            "token_budget = 64\n"
+                            "max_active_seqs = 6\n"
+                            "prefill_chunk = 32\n"
+                            "backpressure_timeout = 5ms\n"
+                            "preemption = recompute\n"
+                            "[class chat]\n"
+                            "priority = 1\n"
+                            "[class batch]\n";
 
 /* Request i: prompt, max_new, when the driver reports STOP (0 = never: LENGTH is inferred),
  * deadline after arrival (0 = none), blocked output from (0 = never), client cancel at. */
@@ -138,11 +141,16 @@ static void run(twin *w, bool with_sink)
     sched_policy *p;
     sched_policy_error err;
     cr_assert_eq(sched_policy_parse(policy, &p, &err), 0, "%d %s", err.line, err.reason);
-    sched_config cfg = {.kv_blocks_device = 48, .block_size = 16, .kv_bytes_per_token = 64,
-                        .max_context = 1024, .step.base_us = 1000, .step.prefill_token_us = 10,
+    sched_config cfg = {.kv_blocks_device = 48,
+                        .block_size = 16,
+                        .kv_bytes_per_token = 64,
+                        .max_context = 1024,
+                        .step.base_us = 1000,
+                        .step.prefill_token_us = 10,
                         .step.decode_seq_us = 10};
     sched *s;
-    cr_assert_eq(sched_create(p, &cfg, with_sink ? sink : NULL, w, 1, &s), 0, "%s", sched_last_error());
+    cr_assert_eq(sched_create(p, &cfg, with_sink ? sink : NULL, w, 1, &s), 0, "%s",
+                 sched_last_error());
     uint32_t stop_at[N_REQ + 1], generated[N_REQ + 1] = {0};
     uint64_t block_at[N_REQ + 1], cancel_at[N_REQ + 1], arrival[N_REQ + 1];
     bool live[N_REQ + 1] = {false};
@@ -155,8 +163,11 @@ static void run(twin *w, bool with_sink)
             uint64_t dl;
             script(i, &prompt, &max_new, &stop_at[i], &dl, &block_at[i], &cancel_at[i]);
             arrival[i] = now;
-            sched_request q = {.id = i, .tenant = -1, .class_idx = (int32_t)(i % 2),
-                               .prompt_len = prompt, .max_new_tokens = max_new,
+            sched_request q = {.id = i,
+                               .tenant = -1,
+                               .class_idx = (int32_t)(i % 2),
+                               .prompt_len = prompt,
+                               .max_new_tokens = max_new,
                                .deadline_us = dl ? now + dl : 0};
             sched_reject_reason why;
             int rc = sched_submit(s, &q, now, &why);
@@ -172,7 +183,8 @@ static void run(twin *w, bool with_sink)
             if (cancel_at[i] && now >= arrival[i] + cancel_at[i]) {
                 cancel_at[i] = 0;
                 if (sched_cancel(s, i, now, SCHED_CANCEL_CLIENT) == 0) {
-                    record(&w->by_output[i], SCHED_EV_CANCEL, sched_cancel_name(SCHED_CANCEL_CLIENT), now);
+                    record(&w->by_output[i], SCHED_EV_CANCEL,
+                           sched_cancel_name(SCHED_CANCEL_CLIENT), now);
                     live[i] = false;
                 }
             }
@@ -183,7 +195,8 @@ static void run(twin *w, bool with_sink)
             const sched_ended *e = &pl->ended[k];
             cr_assert(e->kind == SCHED_EV_TIMEOUT || e->kind == SCHED_EV_CANCEL);
             record(&w->by_output[e->req], e->kind,
-                   e->kind == SCHED_EV_TIMEOUT ? sched_timeout_name(e->timeout) : sched_cancel_name(e->cancel),
+                   e->kind == SCHED_EV_TIMEOUT ? sched_timeout_name(e->timeout)
+                                               : sched_cancel_name(e->cancel),
                    pl->now_us);
             live[e->req] = false;
         }
@@ -191,7 +204,8 @@ static void run(twin *w, bool with_sink)
         for (uint32_t k = 0; k < pl->n_entries; k++) {
             const sched_entry *e = &pl->entries[k];
             res[n] = (sched_result){.req = e->req, .tokens = e->samples ? 1 : 0};
-            if (e->samples && ++generated[e->req] == stop_at[e->req]) res[n].finished = SCHED_FINISH_STOP;
+            if (e->samples && ++generated[e->req] == stop_at[e->req])
+                res[n].finished = SCHED_FINISH_STOP;
             n++;
         }
         now += 3 * (1000 + 10 * (uint64_t)(pl->prefill_tokens + pl->decode_tokens));
@@ -199,7 +213,8 @@ static void run(twin *w, bool with_sink)
             cr_assert_eq(sched_commit(s, res, n, now, 0), 0);
             for (uint32_t k = 0; k < n; k++) {
                 if (res[k].finished == SCHED_FINISH_NONE) continue;
-                record(&w->by_output[res[k].req], SCHED_EV_FINISH, sched_finish_name(res[k].finished), now);
+                record(&w->by_output[res[k].req], SCHED_EV_FINISH,
+                       sched_finish_name(res[k].finished), now);
                 live[res[k].req] = false;
             }
         }
@@ -231,7 +246,7 @@ Test(sched_outputs, every_end_known_without_a_sink)
         cr_assert_eq(y->kind, x->kind, "request %u: %d vs %d", i, y->kind, x->kind);
         cr_assert_str_eq(y->reason, x->reason, "request %u", i);
         cr_assert_eq(y->t_us, x->t_us, "request %u", i);
-        cr_assert_eq(z->kind, x->kind, "request %u", i);   /* and so does the run with a sink */
+        cr_assert_eq(z->kind, x->kind, "request %u", i); /* and so does the run with a sink */
         seen[x->kind]++;
         stops += !strcmp(x->reason, "stop");
         lengths += !strcmp(x->reason, "length");

@@ -25,7 +25,8 @@ static void parse_bad(const char *text, int line, const char *needle)
     int rc = sched_policy_parse(text, &p, &err);
     cr_assert_eq(rc, -EINVAL, "expected -EINVAL for:\n%s", text);
     cr_assert_null(p);
-    cr_assert_eq(err.line, line, "line %d, expected %d (%s) for:\n%s", err.line, line, err.reason, text);
+    cr_assert_eq(err.line, line, "line %d, expected %d (%s) for:\n%s", err.line, line, err.reason,
+                 text);
     cr_assert(strstr(err.reason, needle), "reason \"%s\" lacks \"%s\"", err.reason, needle);
     cr_assert(strstr(sched_last_error(), needle), "last_error \"%s\"", sched_last_error());
 }
@@ -51,7 +52,8 @@ Test(sched_policy, errors_name_line_and_reason)
     parse_bad("[scheduler]\njust words\n", 2, "expected key = value");
     parse_bad("[scheduler]\ndefault_class = nope\n[class a]\n", 2, "no class named \"nope\"");
     parse_bad("[scheduler]\ndefault_tenant = ghost\n", 2, "no tenant named \"ghost\"");
-    parse_bad("[scheduler]\ntoken_budget = 64\ndecode_reserve_tokens = 64\n", 0, "decode_reserve_tokens");
+    parse_bad("[scheduler]\ntoken_budget = 64\ndecode_reserve_tokens = 64\n", 0,
+              "decode_reserve_tokens");
     parse_bad("[scheduler]\nmode = static\x01\n", 2, "control character");
     parse_bad("[tenant a]\ncache_domain = two words\n", 2, "domain name");
     parse_bad("[tenant a]\ncache_domain =\n", 2, "domain name");
@@ -71,9 +73,11 @@ Test(sched_policy, cache_domains_group_tenants_and_name_their_salt)
     cr_assert_str_eq(sched_policy_tenant(p, c)->cache_domain, "carol", "default: its own name");
     cr_assert_eq(sched_policy_tenant(p, a)->max_cached_blocks, 100);
     cr_assert_eq(sched_policy_tenant(p, b)->max_cached_blocks, 0, "default: unlimited");
-    cr_assert_eq(sched_policy_cache_salt(p, a), sched_policy_cache_salt(p, b), "one domain, one salt");
+    cr_assert_eq(sched_policy_cache_salt(p, a), sched_policy_cache_salt(p, b),
+                 "one domain, one salt");
     cr_assert_neq(sched_policy_cache_salt(p, a), sched_policy_cache_salt(p, c));
-    cr_assert_eq(sched_policy_cache_salt(p, d), sched_policy_cache_salt(p, c), "dave joined carol's domain");
+    cr_assert_eq(sched_policy_cache_salt(p, d), sched_policy_cache_salt(p, c),
+                 "dave joined carol's domain");
     cr_assert_neq(sched_policy_cache_salt(p, a), 0);
     cr_assert_eq(sched_policy_cache_salt(p, 99), 0);
     cr_assert(strstr(sched_policy_canonical(p), "cache_domain = gw\nmax_cached_blocks = 100\n"));
@@ -81,9 +85,10 @@ Test(sched_policy, cache_domains_group_tenants_and_name_their_salt)
     sched_policy *q = parse_ok("[tenant zed]\ncache_domain = gw\n");
     cr_assert_eq(sched_policy_cache_salt(q, 0), sched_policy_cache_salt(p, a));
     /* naming a tenant's own domain is the default spelt out: the same policy */
-    sched_policy *r = parse_ok("[tenant alice]\ncache_domain = gw\nmax_cached_blocks = 100\n"
-                               "[tenant bob]\ncache_domain = gw\n[tenant carol]\ncache_domain = carol\n"
-                               "[tenant dave]\ncache_domain = carol\nmax_cached_blocks = 0\n");
+    sched_policy *r =
+        parse_ok("[tenant alice]\ncache_domain = gw\nmax_cached_blocks = 100\n"
+                 "[tenant bob]\ncache_domain = gw\n[tenant carol]\ncache_domain = carol\n"
+                 "[tenant dave]\ncache_domain = carol\nmax_cached_blocks = 0\n");
     cr_assert_str_eq(sched_policy_canonical(r), sched_policy_canonical(p));
     sched_policy *rt = parse_ok(sched_policy_canonical(p));
     cr_assert_str_eq(sched_policy_canonical(rt), sched_policy_canonical(p));
@@ -100,14 +105,13 @@ Test(sched_policy, equivalent_files_hash_the_same)
         "[class chat]\npriority = 10\nlatency_sensitive = yes\nttft_target = 0.5s\n"
         "[class batch]\n"
         "[tenant b]\nweight = 2\nuids = 1002, 1001\n[tenant a]\nuids = 1000\n[trust]\nuids = 0\n";
-    const char *b =
-        "; same policy, other order, units, spacing, comments, defaults spelt out\n"
-        "[trust]\nuids=0\n"
-        "[tenant a]\n  uids = 1000   # alice\n weight = 1.0\n"
-        "[tenant b]\nuids = 1001 1002\nweight=2.00\n"
-        "[class batch]\npriority = 0\naging_per_s = 1\n"
-        "[class chat]\nlatency_sensitive = true\npriority=10\nttft_target = 500000us\n"
-        "[scheduler]\nmin_residency = 20000\ntoken_budget = 512\n";
+    const char *b = "; same policy, other order, units, spacing, comments, defaults spelt out\n"
+                    "[trust]\nuids=0\n"
+                    "[tenant a]\n  uids = 1000   # alice\n weight = 1.0\n"
+                    "[tenant b]\nuids = 1001 1002\nweight=2.00\n"
+                    "[class batch]\npriority = 0\naging_per_s = 1\n"
+                    "[class chat]\nlatency_sensitive = true\npriority=10\nttft_target = 500000us\n"
+                    "[scheduler]\nmin_residency = 20000\ntoken_budget = 512\n";
     sched_policy *pa = parse_ok(a), *pb = parse_ok(b);
     cr_assert_str_eq(sched_policy_canonical(pa), sched_policy_canonical(pb));
     cr_assert_eq(sched_policy_hash(pa), sched_policy_hash(pb));
@@ -119,10 +123,11 @@ Test(sched_policy, equivalent_files_hash_the_same)
     cr_assert_str_eq(sched_policy_canonical(pc), sched_policy_canonical(pa));
 
     /* a real change changes the hash */
-    sched_policy *pd = parse_ok("[scheduler]\nmin_residency = 21ms\n[class chat]\npriority = 10\n"
-                                "latency_sensitive = yes\nttft_target = 0.5s\n[class batch]\n"
-                                "[tenant b]\nweight = 2\nuids = 1002, 1001\n[tenant a]\nuids = 1000\n"
-                                "[trust]\nuids = 0\n");
+    sched_policy *pd =
+        parse_ok("[scheduler]\nmin_residency = 21ms\n[class chat]\npriority = 10\n"
+                 "latency_sensitive = yes\nttft_target = 0.5s\n[class batch]\n"
+                 "[tenant b]\nweight = 2\nuids = 1002, 1001\n[tenant a]\nuids = 1000\n"
+                 "[trust]\nuids = 0\n");
     cr_assert_neq(sched_policy_hash(pd), sched_policy_hash(pa));
     sched_policy_free(pa);
     sched_policy_free(pb);
@@ -144,7 +149,8 @@ Test(sched_policy, defaults_uids_and_trust)
     int x = sched_policy_tenant_index(p, "x"), y = sched_policy_tenant_index(p, "y");
     cr_assert_eq(sched_policy_tenant_for_uid(p, 11), x);
     cr_assert_eq(sched_policy_tenant_for_uid(p, 20), y);
-    cr_assert_eq(sched_policy_tenant_for_uid(p, 30), -ENOENT, "no default tenant: unmapped uid refused");
+    cr_assert_eq(sched_policy_tenant_for_uid(p, 30), -ENOENT,
+                 "no default tenant: unmapped uid refused");
     cr_assert(sched_policy_uid_trusted(p, 99));
     cr_assert(!sched_policy_uid_trusted(p, 10));
     cr_assert_eq(sched_policy_tenant_index(p, "nope"), -ENOENT);
@@ -171,7 +177,8 @@ Test(sched_policy, example_policy_parses)
     cr_assert_eq(sched_policy_tenant_for_uid(p, 4242), sched_policy_tenant_index(p, "shared"));
     cr_assert(sched_policy_uid_trusted(p, 0));
     cr_assert_eq(sched_policy_get(p)->min_residency_us, 50000);
-    cr_assert_eq(sched_policy_class(p, sched_policy_class_index(p, "chat"))->ttft_target_us, 500000);
+    cr_assert_eq(sched_policy_class(p, sched_policy_class_index(p, "chat"))->ttft_target_us,
+                 500000);
     sched_policy_free(p);
 }
 
@@ -192,20 +199,34 @@ Test(sched_policy, names_are_stable)
 
 Test(sched_policy, event_json_schema)
 {
-    sched_event e = {.t_us = 1500, .kind = SCHED_EV_PREEMPT, .req = 7, .tenant = "a",
-                     .class_name = "chat", .defer = SCHED_DEFER_BLOCKS, .mode = SCHED_PREEMPT_SWAP, .blocks = 12,
-                     .swap_cost_us = 812.25, .recompute_cost_us = 1400};
+    sched_event e = {.t_us = 1500,
+                     .kind = SCHED_EV_PREEMPT,
+                     .req = 7,
+                     .tenant = "a",
+                     .class_name = "chat",
+                     .defer = SCHED_DEFER_BLOCKS,
+                     .mode = SCHED_PREEMPT_SWAP,
+                     .blocks = 12,
+                     .swap_cost_us = 812.25,
+                     .recompute_cost_us = 1400};
     char buf[512];
     size_t n = sched_event_json(&e, buf, sizeof buf);
     cr_assert_eq(n, strlen(buf));
-    cr_assert_str_eq(buf, "{\"t_us\":1500,\"ev\":\"preempt\",\"req\":7,\"tenant\":\"a\",\"class\":\"chat\","
-                          "\"reason\":\"blocks\",\"mode\":\"swap\",\"blocks\":12,\"swap_cost_us\":812.2,"
-                          "\"recompute_cost_us\":1400.0}");
-    sched_event r = {.t_us = 2, .kind = SCHED_EV_RELEASE, .req = 3, .tenant = "t\"x", .class_name = "c",
-                     .blocks = 4, .pool = SCHED_POOL_HOST};
+    cr_assert_str_eq(
+        buf, "{\"t_us\":1500,\"ev\":\"preempt\",\"req\":7,\"tenant\":\"a\",\"class\":\"chat\","
+             "\"reason\":\"blocks\",\"mode\":\"swap\",\"blocks\":12,\"swap_cost_us\":812.2,"
+             "\"recompute_cost_us\":1400.0}");
+    sched_event r = {.t_us = 2,
+                     .kind = SCHED_EV_RELEASE,
+                     .req = 3,
+                     .tenant = "t\"x",
+                     .class_name = "c",
+                     .blocks = 4,
+                     .pool = SCHED_POOL_HOST};
     sched_event_json(&r, buf, sizeof buf);
-    cr_assert_str_eq(buf, "{\"t_us\":2,\"ev\":\"release\",\"req\":3,\"tenant\":\"t\\\"x\",\"class\":\"c\","
-                          "\"blocks\":4,\"pool\":\"host\"}");
+    cr_assert_str_eq(
+        buf, "{\"t_us\":2,\"ev\":\"release\",\"req\":3,\"tenant\":\"t\\\"x\",\"class\":\"c\","
+             "\"blocks\":4,\"pool\":\"host\"}");
     /* truncation: NUL-terminated, returns the length it needed */
     char small[16];
     size_t need = sched_event_json(&r, small, sizeof small);
@@ -215,12 +236,14 @@ Test(sched_policy, event_json_schema)
 
 Test(sched_policy, crlf_bom_and_long_uid_lists)
 {
-    sched_policy *a = parse_ok("\xEF\xBB\xBF[scheduler]\r\ntoken_budget = 300\r\n[tenant t]\r\nuids = 5\r\n");
+    sched_policy *a =
+        parse_ok("\xEF\xBB\xBF[scheduler]\r\ntoken_budget = 300\r\n[tenant t]\r\nuids = 5\r\n");
     sched_policy *b = parse_ok("[scheduler]\ntoken_budget = 300\n[tenant t]\nuids = 5\n");
     cr_assert_eq(sched_policy_hash(a), sched_policy_hash(b));
     static char text[16000];
     size_t n = (size_t)snprintf(text, sizeof text, "[tenant big]\nuids =");
-    for (int u = 0; u < 1000; u++) n += (size_t)snprintf(text + n, sizeof text - n, " %d", 100000 + u);
+    for (int u = 0; u < 1000; u++)
+        n += (size_t)snprintf(text + n, sizeof text - n, " %d", 100000 + u);
     snprintf(text + n, sizeof text - n, "\n");
     sched_policy *c = parse_ok(text);
     cr_assert_eq(sched_policy_tenant_for_uid(c, 100999), 0);
@@ -236,7 +259,7 @@ Test(sched_policy, crlf_bom_and_long_uid_lists)
 Test(sched_policy, names_fit_what_a_client_can_request)
 {
     cr_assert_eq(SCHED_NAME_MAX, 16);
-    sched_policy *p = parse_ok("[class abcdefghijklmno]\n[tenant ABCDEFGHIJKLMNO]\n");   /* 15 */
+    sched_policy *p = parse_ok("[class abcdefghijklmno]\n[tenant ABCDEFGHIJKLMNO]\n"); /* 15 */
     cr_assert_eq(sched_policy_class_index(p, "abcdefghijklmno"), 0);
     sched_policy_free(p);
     parse_bad("[class abcdefghijklmnop]\n", 1, "must be 1-15 characters");

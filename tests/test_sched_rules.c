@@ -43,8 +43,13 @@ static long first_ev(const harness *h, const char *a, const char *b)
 static int submit(harness *h, uint64_t id, int tenant, int cls, uint32_t prompt, uint32_t max_new,
                   uint64_t deadline, sched_reject_reason *why)
 {
-    sched_request r = {.id = id, .tenant = tenant, .class_idx = cls, .prompt_len = prompt,
-                       .max_new_tokens = max_new, .deadline_us = deadline, .arrival_us = h->now};
+    sched_request r = {.id = id,
+                       .tenant = tenant,
+                       .class_idx = cls,
+                       .prompt_len = prompt,
+                       .max_new_tokens = max_new,
+                       .deadline_us = deadline,
+                       .arrival_us = h->now};
     return sched_submit(h->s, &r, h->now, why);
 }
 static const sched_entry *entry_of(const sched_plan *pl, uint64_t id)
@@ -61,7 +66,8 @@ Test(sched_rules, rejects_at_admission_with_reasons)
     sched_config c = h_default_config();
     c.kv_blocks_device = 256;
     harness *h = h_new("[scheduler]\nqueue_max_requests = 4\n"
-                    "[tenant a]\nmax_queued_tokens = 1000\nmax_kv_blocks = 100\n[tenant b]\n", &c);
+                       "[tenant a]\nmax_queued_tokens = 1000\nmax_kv_blocks = 100\n[tenant b]\n",
+                       &c);
     int a = sched_policy_tenant_index(h->p, "a"), b = sched_policy_tenant_index(h->p, "b");
     sched_reject_reason why;
     cr_assert_eq(submit(h, 1, a, 0, 0, 10, 0, &why), -EINVAL);
@@ -69,8 +75,13 @@ Test(sched_rules, rejects_at_admission_with_reasons)
     cr_assert_eq(submit(h, 2, a, 0, 900, 10, 0, &why), 0, "%s", sched_reject_name(why));
     cr_assert_eq(submit(h, 2, a, 0, 10, 10, 0, &why), -EEXIST);
     cr_assert_eq(why, SCHED_REJECT_DUPLICATE);
-    sched_request r = {.id = 3, .tenant = -1, .tenant_name = "a", .class_idx = -1, .class_name = "nope",
-                       .prompt_len = 10, .max_new_tokens = 10};
+    sched_request r = {.id = 3,
+                       .tenant = -1,
+                       .tenant_name = "a",
+                       .class_idx = -1,
+                       .class_name = "nope",
+                       .prompt_len = 10,
+                       .max_new_tokens = 10};
     cr_assert_eq(sched_submit(h->s, &r, 0, &why), -EINVAL);
     cr_assert_eq(why, SCHED_REJECT_UNKNOWN_CLASS);
     r.class_name = NULL;
@@ -120,7 +131,8 @@ Test(sched_rules, cancel_releases_every_block_in_the_next_step)
     sched_counts before, after;
     sched_get_counts(h->s, &before);
     cr_assert_eq(sched_cancel(h->s, 2, h->now, SCHED_CANCEL_DISCONNECT), 0);
-    cr_assert_eq(sched_cancel(h->s, 2, h->now, SCHED_CANCEL_DISCONNECT), -ENOENT, "cancelled twice");
+    cr_assert_eq(sched_cancel(h->s, 2, h->now, SCHED_CANCEL_DISCONNECT), -ENOENT,
+                 "cancelled twice");
     const sched_plan *pl = sched_step(h->s, h->now);
     sched_get_counts(h->s, &after);
     cr_assert_eq(pl->n_releases, 1);
@@ -143,9 +155,12 @@ Test(sched_rules, cancel_releases_every_block_in_the_next_step)
 
 Test(sched_rules, decode_first_with_reserve_for_latency_sensitive)
 {
-    harness *h = h_new("[scheduler]\ntoken_budget = 256\nprefill_chunk = 256\ndecode_reserve_tokens = 96\n"
-                    "[class chat]\npriority = 10\nlatency_sensitive = yes\n[class bulk]\n", NULL);
-    int chat = sched_policy_class_index(h->p, "chat"), bulk = sched_policy_class_index(h->p, "bulk");
+    harness *h =
+        h_new("[scheduler]\ntoken_budget = 256\nprefill_chunk = 256\ndecode_reserve_tokens = 96\n"
+              "[class chat]\npriority = 10\nlatency_sensitive = yes\n[class bulk]\n",
+              NULL);
+    int chat = sched_policy_class_index(h->p, "chat"),
+        bulk = sched_policy_class_index(h->p, "bulk");
     for (int i = 0; i < 4; i++) h_add(h, 0, 0, chat, 20, 200);
     for (int i = 0; i < 40; i++) h_add(h, 5000, 0, bulk, 3000, 5);
     int steps_checked = 0;
@@ -157,8 +172,8 @@ Test(sched_rules, decode_first_with_reserve_for_latency_sensitive)
             if (sched_get_request(h->s, id, &in) == 0 && in.generated > 0) {
                 chats_running++;
                 cr_assert(entry_of(pl, id) || in.generated == 0,
-                          "step %llu: decoding chat %llu has no entry", (unsigned long long)pl->step_no,
-                          (unsigned long long)id);
+                          "step %llu: decoding chat %llu has no entry",
+                          (unsigned long long)pl->step_no, (unsigned long long)id);
             }
         }
         if (chats_running && pl->n_entries) {
@@ -203,10 +218,11 @@ Test(sched_rules, long_prompt_is_chunked)
 static uint64_t low_first_token(double aging)
 {
     char pol[256];
-    snprintf(pol, sizeof pol,
-             "[scheduler]\ntoken_budget = 256\nprefill_chunk = 256\n"
-             "[class hi]\npriority = 10\naging_per_s = 0\n[class lo]\npriority = 0\naging_per_s = %g\n",
-             aging);
+    snprintf(
+        pol, sizeof pol,
+        "[scheduler]\ntoken_budget = 256\nprefill_chunk = 256\n"
+        "[class hi]\npriority = 10\naging_per_s = 0\n[class lo]\npriority = 0\naging_per_s = %g\n",
+        aging);
     harness *h = h_new(pol, NULL);
     int hi = sched_policy_class_index(h->p, "hi"), lo = sched_policy_class_index(h->p, "lo");
     for (int i = 0; i < 2000; i++) h_add(h, 0, 0, hi, 250, 1);
@@ -215,7 +231,8 @@ static uint64_t low_first_token(double aging)
     uint64_t t = h->r[id].first_token ? h->r[id].first_token : UINT64_MAX;
     /* the high class must still have been backlogged then, or the test says nothing */
     uint32_t hi_left = 0;
-    for (uint64_t i = 1; i < id; i++) hi_left += h->r[i].first_token == 0 || h->r[i].first_token > t;
+    for (uint64_t i = 1; i < id; i++)
+        hi_left += h->r[i].first_token == 0 || h->r[i].first_token > t;
     cr_assert(t == UINT64_MAX || hi_left > 100, "hi backlog was only %u when lo ran", hi_left);
     h_free(h);
     return t;
@@ -223,10 +240,11 @@ static uint64_t low_first_token(double aging)
 
 Test(sched_rules, aging_lets_low_class_progress)
 {
-    uint64_t with = low_first_token(5.0);     /* 10 priority points after 2 s */
+    uint64_t with = low_first_token(5.0); /* 10 priority points after 2 s */
     uint64_t without = low_first_token(0.0);
     cr_assert_lt(with, 2600000, "lo waited %llu us with aging", (unsigned long long)with);
-    cr_assert_geq(with, 1900000, "lo jumped the queue too early: %llu us", (unsigned long long)with);
+    cr_assert_geq(with, 1900000, "lo jumped the queue too early: %llu us",
+                  (unsigned long long)with);
     cr_assert_eq(without, UINT64_MAX, "control: without aging lo starves while hi is backlogged");
 }
 
@@ -242,8 +260,12 @@ static void served(harness *h, int t, uint64_t *out)
 Test(sched_rules, weighted_fair_share_between_backlogged_tenants)
 {
     harness *h = h_new("[scheduler]\ntoken_budget = 256\nprefill_chunk = 128\n"
-                    "[tenant a]\nweight = 1\n[tenant b]\nweight = 3\n", NULL);
-    for (int i = 0; i < 3000; i++) { h_add(h, 0, 0, 0, 100, 10); h_add(h, 0, 1, 0, 100, 10); }
+                       "[tenant a]\nweight = 1\n[tenant b]\nweight = 3\n",
+                       NULL);
+    for (int i = 0; i < 3000; i++) {
+        h_add(h, 0, 0, 0, 100, 10);
+        h_add(h, 0, 1, 0, 100, 10);
+    }
     h_run(h, 2000000);
     uint64_t a, b;
     served(h, 0, &a);
@@ -256,7 +278,8 @@ Test(sched_rules, weighted_fair_share_between_backlogged_tenants)
 
 Test(sched_rules, returning_tenant_lifted_to_min_active_counter)
 {
-    harness *h = h_new("[scheduler]\ntoken_budget = 256\nprefill_chunk = 128\n[tenant a]\n[tenant b]\n", NULL);
+    harness *h = h_new(
+        "[scheduler]\ntoken_budget = 256\nprefill_chunk = 128\n[tenant a]\n[tenant b]\n", NULL);
     for (int i = 0; i < 3000; i++) h_add(h, 0, 0, 0, 100, 10);
     for (int i = 0; i < 3000; i++) h_add(h, 1000000, 1, 0, 100, 10);
     h_run(h, 1000000);
@@ -264,7 +287,7 @@ Test(sched_rules, returning_tenant_lifted_to_min_active_counter)
     uint64_t a0, b0, a1, b1;
     served(h, 0, &a0);
     served(h, 1, &b0);
-    while (h->next_submit <= 3000) h_iterate(h);   /* b's first request arrives */
+    while (h->next_submit <= 3000) h_iterate(h); /* b's first request arrives */
     sched_get_tenant_stats(h->s, 0, &sa);
     sched_get_tenant_stats(h->s, 1, &sb);
     cr_assert_geq(sb.virtual_tokens, sa.virtual_tokens * 0.95,
@@ -274,7 +297,8 @@ Test(sched_rules, returning_tenant_lifted_to_min_active_counter)
     served(h, 0, &a1);
     served(h, 1, &b1);
     double ratio = (double)(b1 - b0) / (double)(a1 - a0);
-    cr_assert(ratio > 0.7 && ratio < 1.4, "after b returns, b/a = %.2f: idle time earned credit", ratio);
+    cr_assert(ratio > 0.7 && ratio < 1.4, "after b returns, b/a = %.2f: idle time earned credit",
+              ratio);
     h_free(h);
 }
 
@@ -284,11 +308,15 @@ Test(sched_rules, returning_tenant_lifted_to_min_active_counter)
 Test(sched_rules, recycled_tenant_restarts_level_with_the_others)
 {
     harness *h = h_new("[scheduler]\ntoken_budget = 256\nprefill_chunk = 128\n"
-                       "[tenant a]\n[tenant b]\n[tenant c]\n", NULL);
+                       "[tenant a]\n[tenant b]\n[tenant c]\n",
+                       NULL);
     /* a's old owner runs 3000 requests alone; then b and c 300 each: a's counter is ~5× theirs */
     for (int i = 0; i < 3000; i++) h_add(h, 0, 0, 0, 100, 10);
     h_run(h, 100000000);
-    for (int i = 0; i < 300; i++) { h_add(h, h->now, 1, 0, 100, 10); h_add(h, h->now, 2, 0, 100, 10); }
+    for (int i = 0; i < 300; i++) {
+        h_add(h, h->now, 1, 0, 100, 10);
+        h_add(h, h->now, 2, 0, 100, 10);
+    }
     h_run(h, 100000000);
     cr_assert_eq(h->next_submit, h->n, "not every request was submitted");
     sched_group_stats sa, sb, sc;
@@ -296,8 +324,8 @@ Test(sched_rules, recycled_tenant_restarts_level_with_the_others)
     sched_get_tenant_stats(h->s, 1, &sb);
     sched_get_tenant_stats(h->s, 2, &sc);
     double low = sb.virtual_tokens < sc.virtual_tokens ? sb.virtual_tokens : sc.virtual_tokens;
-    cr_assert_gt(sa.virtual_tokens, 3 * low, "the old owner's counter %.0f is not a debt against %.0f",
-                 sa.virtual_tokens, low);
+    cr_assert_gt(sa.virtual_tokens, 3 * low,
+                 "the old owner's counter %.0f is not a debt against %.0f", sa.virtual_tokens, low);
 
     /* Not while the old owner's work is there. */
     uint64_t busy = h_add(h, h->now, 0, 0, 100, 10);
@@ -312,25 +340,31 @@ Test(sched_rules, recycled_tenant_restarts_level_with_the_others)
     sched_get_tenant_stats(h->s, 1, &sb);
     sched_get_tenant_stats(h->s, 2, &sc);
     low = sb.virtual_tokens < sc.virtual_tokens ? sb.virtual_tokens : sc.virtual_tokens;
-    cr_assert_float_eq(sa.virtual_tokens, low, 1e-6, "recycled counter %.0f, the others' lowest %.0f",
-                       sa.virtual_tokens, low);
+    cr_assert_float_eq(sa.virtual_tokens, low, 1e-6,
+                       "recycled counter %.0f, the others' lowest %.0f", sa.virtual_tokens, low);
     cr_assert(sa.admitted == 0 && sa.finished == 0 && sa.served_prompt_tokens == 0 &&
-              sa.served_output_tokens == 0, "the old owner's stats stayed (%llu admitted)",
-              (unsigned long long)sa.admitted);
+                  sa.served_output_tokens == 0,
+              "the old owner's stats stayed (%llu admitted)", (unsigned long long)sa.admitted);
 
     /* The new owner and b, both backlogged: served alike from the start (with the old debt
      * the new owner got nothing until b had caught up ~9000 requests' worth). */
     uint64_t a0, b0, a1, b1;
     served(h, 0, &a0);
     served(h, 1, &b0);
-    for (int i = 0; i < 2000; i++) { h_add(h, h->now, 0, 0, 100, 10); h_add(h, h->now, 1, 0, 100, 10); }
+    for (int i = 0; i < 2000; i++) {
+        h_add(h, h->now, 0, 0, 100, 10);
+        h_add(h, h->now, 1, 0, 100, 10);
+    }
     h_run(h, h->now + 300000);
     served(h, 0, &a1);
     served(h, 1, &b1);
-    cr_assert_gt(b1 - b0, 2000, "too little served to compare (%llu)", (unsigned long long)(b1 - b0));
+    cr_assert_gt(b1 - b0, 2000, "too little served to compare (%llu)",
+                 (unsigned long long)(b1 - b0));
     double ratio = (double)(a1 - a0) / (double)(b1 - b0);
-    cr_assert(ratio > 0.7 && ratio < 1.4, "new owner / b served %.2f (%llu vs %llu): the old owner's debt "
-              "was inherited", ratio, (unsigned long long)(a1 - a0), (unsigned long long)(b1 - b0));
+    cr_assert(ratio > 0.7 && ratio < 1.4,
+              "new owner / b served %.2f (%llu vs %llu): the old owner's debt "
+              "was inherited",
+              ratio, (unsigned long long)(a1 - a0), (unsigned long long)(b1 - b0));
 
     /* Credit: c's counter is now the lowest; recycled, it is lifted to the lowest of the
      * others' (a's and b's), not left below them. */
@@ -342,8 +376,9 @@ Test(sched_rules, recycled_tenant_restarts_level_with_the_others)
     sched_group_stats sc2;
     sched_get_tenant_stats(h->s, 2, &sc2);
     low = sa.virtual_tokens < sb.virtual_tokens ? sa.virtual_tokens : sb.virtual_tokens;
-    cr_assert_float_eq(sc2.virtual_tokens, low, 1e-6, "recycled c at %.0f (was %.0f), others' lowest %.0f",
-                       sc2.virtual_tokens, sc.virtual_tokens, low);
+    cr_assert_float_eq(sc2.virtual_tokens, low, 1e-6,
+                       "recycled c at %.0f (was %.0f), others' lowest %.0f", sc2.virtual_tokens,
+                       sc.virtual_tokens, low);
     h_free(h);
 }
 
@@ -371,7 +406,8 @@ Test(sched_rules, admission_only_where_blocks_allow_and_defer_once)
 Test(sched_rules, tenant_kv_quota_and_token_rate)
 {
     harness *h = h_new("[scheduler]\ntoken_budget = 4096\nprefill_chunk = 4096\n"
-                    "[tenant a]\nmax_kv_blocks = 30\n[tenant r]\ntoken_rate_per_s = 2000\n", NULL);
+                       "[tenant a]\nmax_kv_blocks = 30\n[tenant r]\ntoken_rate_per_s = 2000\n",
+                       NULL);
     int a = sched_policy_tenant_index(h->p, "a"), r = sched_policy_tenant_index(h->p, "r");
     for (int i = 0; i < 6; i++) h_add(h, 0, a, 0, 200, 40);
     for (int i = 0; i < 50; i++) h_add(h, 0, r, 0, 500, 1);
@@ -386,7 +422,8 @@ Test(sched_rules, tenant_kv_quota_and_token_rate)
     uint64_t rs;
     served(h, r, &rs);
     /* 2 s at 2000/s plus one second of burst, plus the one prefill that overdraws */
-    cr_assert_leq(rs, 2000 * 3 + 501, "rate-limited tenant served %llu tokens", (unsigned long long)rs);
+    cr_assert_leq(rs, 2000 * 3 + 501, "rate-limited tenant served %llu tokens",
+                  (unsigned long long)rs);
     cr_assert_geq(rs, 2000 * 2 - 501);
     h_free(h);
 }
@@ -403,12 +440,13 @@ static harness *preempt_setup(const char *policy, double bw, uint32_t host_block
     harness *h = h_new(policy, &c);
     h->bw = bw;
     int hi = sched_policy_class_index(h->p, "hi"), lo = sched_policy_class_index(h->p, "lo");
-    h_add(h, 0, 0, lo, 300, 200);   /* id 1: low class, admitted first */
-    h_add(h, 0, 0, hi, 300, 200);   /* id 2 */
+    h_add(h, 0, 0, lo, 300, 200); /* id 1: low class, admitted first */
+    h_add(h, 0, 0, hi, 300, 200); /* id 2 */
     return h;
 }
-#define PRE_POLICY "[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\n" \
-                   "[class hi]\npriority = 10\n[class lo]\npriority = 0\n"
+#define PRE_POLICY                                                                                 \
+    "[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\n"                                     \
+    "[class hi]\npriority = 10\n[class lo]\npriority = 0\n"
 
 Test(sched_rules, preempt_lowest_class_swap_when_cheaper)
 {
@@ -461,8 +499,10 @@ Test(sched_rules, transfer_bandwidth_is_measured_not_assumed)
     sched_config cfg = h_default_config();
     cfg.kv_blocks_device = 100;
     cfg.kv_blocks_host = 1000;
-    harness *h = h_new("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\nmax_preemptions = 0\n"
-                    "[class hi]\npriority = 10\n[class lo]\npriority = 0\n", &cfg);
+    harness *h =
+        h_new("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\nmax_preemptions = 0\n"
+              "[class hi]\npriority = 10\n[class lo]\npriority = 0\n",
+              &cfg);
     h->bw = 1e8;
     int hi = sched_policy_class_index(h->p, "hi"), lo = sched_policy_class_index(h->p, "lo");
     for (int i = 0; i < 6; i++) h_add(h, (uint64_t)i * 30000, 0, i % 3 ? lo : hi, 300, 300);
@@ -471,7 +511,8 @@ Test(sched_rules, transfer_bandwidth_is_measured_not_assumed)
     sched_get_counts(h->s, &c);
     cr_assert_geq(c.transfers_measured, 2, "%s", h->log);
     long first = first_ev(h, "\"preempt\"", NULL);
-    cr_assert_eq(first, first_ev(h, "\"preempt\"", "\"mode\":\"swap\""), "first preemption should swap:\n%s", h->log);
+    cr_assert_eq(first, first_ev(h, "\"preempt\"", "\"mode\":\"swap\""),
+                 "first preemption should swap:\n%s", h->log);
     cr_assert_geq(count_ev(h, "\"preempt\"", "\"mode\":\"recompute\""), 1,
                   "after measuring the slow link the model should recompute:\n%s", h->log);
     /* the measured side of the ledger: every measured transfer took ~10x its first guess */
@@ -481,7 +522,8 @@ Test(sched_rules, transfer_bandwidth_is_measured_not_assumed)
     bool m_out = false, m_in = false;
     cr_assert_eq(sched_get_tier_cost(h->s, SCHED_POOL_HOST, &tc, &m_out, &m_in), 0);
     cr_assert(m_out, "swap-outs were measured");
-    cr_assert_lt(tc.out_bytes_per_s, 0.5e9, "host out %g B/s: still the 1 GB/s guess", tc.out_bytes_per_s);
+    cr_assert_lt(tc.out_bytes_per_s, 0.5e9, "host out %g B/s: still the 1 GB/s guess",
+                 tc.out_bytes_per_s);
     cr_assert_eq(sched_get_tier_cost(h->s, SCHED_POOL_DEVICE, &tc, NULL, NULL), -EINVAL);
     h_free(h);
 }
@@ -497,7 +539,8 @@ Test(sched_rules, cost_state_set_is_what_it_decides_with)
     sched_config cfg = h_default_config();
     sched_cost_state st, back;
     sched_get_cost_state(h->s, &st);
-    cr_assert_eq(memcmp(&st.step, &cfg.step, sizeof st.step), 0, "the step model is not the configured one");
+    cr_assert_eq(memcmp(&st.step, &cfg.step, sizeof st.step), 0,
+                 "the step model is not the configured one");
     cr_assert_eq(st.correction, 1);
     cr_assert_eq(st.tier[SCHED_POOL_HOST].in_bytes_per_s, 1e6);
     cr_assert(!st.in_measured[SCHED_POOL_HOST] && !st.out_measured[SCHED_POOL_HOST]);
@@ -519,13 +562,14 @@ Test(sched_rules, cost_state_set_is_what_it_decides_with)
     st.tier[SCHED_POOL_HOST].out_bytes_per_s = st.tier[SCHED_POOL_HOST].in_bytes_per_s = 1e12;
     st.out_measured[SCHED_POOL_HOST] = st.in_measured[SCHED_POOL_HOST] = true;
     st.correction = 1.5;
-    st.tier[SCHED_POOL_DISK] = (sched_tier_cost){1e9, 1e9, 100};   /* a tier it lacks */
+    st.tier[SCHED_POOL_DISK] = (sched_tier_cost){1e9, 1e9, 100}; /* a tier it lacks */
     cr_assert_eq(sched_set_cost_state(h->s, &st), 0, "%s", sched_last_error());
     sched_get_cost_state(h->s, &back);
     cr_assert_eq(back.tier[SCHED_POOL_HOST].in_bytes_per_s, 1e12);
     cr_assert(back.in_measured[SCHED_POOL_HOST] && back.out_measured[SCHED_POOL_HOST]);
     cr_assert_eq(back.correction, 1.5);
-    cr_assert_eq(back.tier[SCHED_POOL_DISK].in_bytes_per_s, 0, "a tier the scheduler lacks was set");
+    cr_assert_eq(back.tier[SCHED_POOL_DISK].in_bytes_per_s, 0,
+                 "a tier the scheduler lacks was set");
     sched_counts c;
     sched_get_counts(h->s, &c);
     cr_assert_eq(c.cost_correction, 1.5);
@@ -538,7 +582,8 @@ Test(sched_rules, cost_state_set_is_what_it_decides_with)
     cr_assert(seen, "no preemption:\n%s", h->log);
     long first = first_ev(h, "\"preempt\"", NULL);
     cr_assert_eq(first, first_ev(h, "\"preempt\"", "\"mode\":\"swap\""),
-                 "the link set as measured fast, yet the first preemption did not swap:\n%s", h->log);
+                 "the link set as measured fast, yet the first preemption did not swap:\n%s",
+                 h->log);
     h_free(h);
 }
 
@@ -560,8 +605,10 @@ Test(sched_rules, preempt_recompute_when_link_is_slow_or_no_room)
     cr_assert_geq(count_ev(h, "\"preempt\"", "\"mode\":\"recompute\""), 1);
     h_free(h);
     /* policy forces recompute */
-    h = preempt_setup("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\npreemption = recompute\n"
-                      "[class hi]\npriority = 10\n[class lo]\npriority = 0\n", 1e9, 1000);
+    h = preempt_setup(
+        "[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\npreemption = recompute\n"
+        "[class hi]\npriority = 10\n[class lo]\npriority = 0\n",
+        1e9, 1000);
     h_run(h, 60000000);
     cr_assert_eq(count_ev(h, "\"preempt\"", "\"mode\":\"swap\""), 0);
     cr_assert_geq(count_ev(h, "\"preempt\"", "\"mode\":\"recompute\""), 1);
@@ -579,7 +626,8 @@ Test(sched_rules, swapped_sequence_returns_before_new_admissions_of_its_class)
     long start3 = first_ev(h, "\"schedule\"", "\"req\":3,");
     cr_assert_geq(first_ev(h, "\"swap_out\"", "\"req\":1,"), 0, "%s", h->log);
     cr_assert(swap_in >= 0 && start3 >= 0, "%s", h->log);
-    cr_assert_lt(swap_in, start3, "new request of the class went ahead of the swapped one:\n%s", h->log);
+    cr_assert_lt(swap_in, start3, "new request of the class went ahead of the swapped one:\n%s",
+                 h->log);
     h_free(h);
 }
 
@@ -590,9 +638,9 @@ Test(sched_rules, recompute_preempted_keeps_its_place)
     c.kv_blocks_host = 0;
     harness *h = h_new(PRE_POLICY, &c);
     int hi = sched_policy_class_index(h->p, "hi"), lo = sched_policy_class_index(h->p, "lo");
-    h_add(h, 0, 0, lo, 300, 200);     /* 1: will be preempted */
-    h_add(h, 0, 0, hi, 300, 200);     /* 2 */
-    h_add(h, 1000, 0, lo, 300, 10);   /* 3: same class, arrived later */
+    h_add(h, 0, 0, lo, 300, 200);   /* 1: will be preempted */
+    h_add(h, 0, 0, hi, 300, 200);   /* 2 */
+    h_add(h, 1000, 0, lo, 300, 10); /* 3: same class, arrived later */
     h_run(h, 60000000);
     long pre = first_ev(h, "\"preempt\"", "\"req\":1,");
     cr_assert_geq(pre, 0, "%s", h->log);
@@ -609,8 +657,10 @@ Test(sched_rules, preemption_cap_and_min_residency)
     sched_config c = h_default_config();
     c.kv_blocks_device = 48;
     c.kv_blocks_host = 0;
-    harness *h = h_new("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\nmax_preemptions = 2\n"
-                    "min_residency = 30ms\n", &c);
+    harness *h =
+        h_new("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\nmax_preemptions = 2\n"
+              "min_residency = 30ms\n",
+              &c);
     for (int i = 0; i < 6; i++) h_add(h, 0, 0, 0, 100, 150);
     uint64_t resumed[7] = {0};
     while (h->now < 30000000) {
@@ -619,25 +669,28 @@ Test(sched_rules, preemption_cap_and_min_residency)
             uint64_t id = pl->preemptions[i].req;
             sched_req_info in;
             cr_assert_eq(sched_get_request(h->s, id, &in), 0);
-            cr_assert_leq(in.preemptions, 2, "request %llu preempted %u times", (unsigned long long)id,
-                          in.preemptions);
+            cr_assert_leq(in.preemptions, 2, "request %llu preempted %u times",
+                          (unsigned long long)id, in.preemptions);
             if (resumed[id])
-                cr_assert_geq(pl->now_us - resumed[id], 30000, "request %llu preempted %llu us after resume",
-                              (unsigned long long)id, (unsigned long long)(pl->now_us - resumed[id]));
+                cr_assert_geq(pl->now_us - resumed[id], 30000,
+                              "request %llu preempted %llu us after resume", (unsigned long long)id,
+                              (unsigned long long)(pl->now_us - resumed[id]));
         }
         for (uint64_t id = 1; id <= 6; id++) {
             sched_req_info in;
-            if (sched_get_request(h->s, id, &in) == 0 && in.state == SCHED_REQ_RUNNING && in.preemptions &&
-                !resumed[id])
+            if (sched_get_request(h->s, id, &in) == 0 && in.state == SCHED_REQ_RUNNING &&
+                in.preemptions && !resumed[id])
                 resumed[id] = pl->now_us;
-            if (sched_get_request(h->s, id, &in) == 0 && in.state == SCHED_REQ_WAITING) resumed[id] = 0;
+            if (sched_get_request(h->s, id, &in) == 0 && in.state == SCHED_REQ_WAITING)
+                resumed[id] = 0;
         }
         int all = 1;
         for (uint64_t id = 1; id <= 6; id++) all &= h->r[id].ended;
         if (all) break;
     }
     for (uint64_t id = 1; id <= 6; id++)
-        cr_assert_eq(h->r[id].end_kind, SCHED_EV_FINISH, "request %llu did not finish", (unsigned long long)id);
+        cr_assert_eq(h->r[id].end_kind, SCHED_EV_FINISH, "request %llu did not finish",
+                     (unsigned long long)id);
     cr_assert_geq(count_ev(h, "\"preempt\"", NULL), 1, "the scenario must preempt");
     h_free(h);
 }
@@ -649,7 +702,7 @@ Test(sched_rules, queue_wait_timeout)
     sched_config c = h_default_config();
     c.kv_blocks_device = 24;
     harness *h = h_new("[class c]\nmax_queue_wait = 50ms\n", &c);
-    h_add(h, 0, 0, 0, 250, 60);   /* holds 16+ of 20 blocks for a while */
+    h_add(h, 0, 0, 0, 250, 60);    /* holds 16+ of 20 blocks for a while */
     h_add(h, 1000, 0, 0, 200, 10); /* cannot fit: times out */
     h_run(h, 200000);
     cr_assert_eq(h->r[2].end_kind, SCHED_EV_TIMEOUT, "%s", h->log);
@@ -657,7 +710,8 @@ Test(sched_rules, queue_wait_timeout)
     long t = first_ev(h, "\"timeout\"", "\"req\":2,");
     cr_assert_geq(t, 0);
     cr_assert_geq(h->r[2].finish, 51000);
-    cr_assert_leq(h->r[2].finish, 51000 + 5000, "timed out late: %llu", (unsigned long long)h->r[2].finish);
+    cr_assert_leq(h->r[2].finish, 51000 + 5000, "timed out late: %llu",
+                  (unsigned long long)h->r[2].finish);
     h_free(h);
 }
 
@@ -668,20 +722,23 @@ Test(sched_rules, queue_wait_timeout)
 Test(sched_rules, queue_wait_bound_admits_a_light_tenant_past_a_flood)
 {
     harness *h = h_new("[scheduler]\ntoken_budget = 512\nprefill_chunk = 512\n"
-                       "[class c]\nmax_queue_wait = 300ms\n[tenant a]\n[tenant b]\n", NULL);
+                       "[class c]\nmax_queue_wait = 300ms\n[tenant a]\n[tenant b]\n",
+                       NULL);
     int a = sched_policy_tenant_index(h->p, "a"), b = sched_policy_tenant_index(h->p, "b");
     int c = sched_policy_class_index(h->p, "c");
     cr_assert(a >= 0 && b >= 0 && c >= 0);
     /* tenant a: 100 prompts of 500 tokens at once, ~0.6 s of prefill at ~84 tokens/ms */
     for (int i = 0; i < 100; i++) h_add(h, 0, a, c, 500, 4);
-    uint64_t light = h_add(h, 0, b, c, 500, 4);   /* tenant b: one request behind the flood */
+    uint64_t light = h_add(h, 0, b, c, 500, 4); /* tenant b: one request behind the flood */
     h_run(h, 5000000);
     int refused_a = 0;
     for (uint64_t id = 1; id < light; id++) refused_a += h->r[id].submitted < 0;
     cr_assert_gt(refused_a, 20, "the flooding tenant is bounded: %d refused", refused_a);
-    cr_assert_eq(h->r[light].submitted, 1, "the light tenant was refused: %s", sched_reject_name(h->r[light].reject));
+    cr_assert_eq(h->r[light].submitted, 1, "the light tenant was refused: %s",
+                 sched_reject_name(h->r[light].reject));
     cr_assert_eq(h->r[light].end_kind, SCHED_EV_FINISH, "%s", h->log);
-    cr_assert_leq(h->r[light].first_token, 50000, "the light tenant waited %llu us behind the flood",
+    cr_assert_leq(h->r[light].first_token, 50000,
+                  "the light tenant waited %llu us behind the flood",
                   (unsigned long long)h->r[light].first_token);
     h_free(h);
 }
@@ -697,7 +754,8 @@ Test(sched_rules, queue_wait_bound_admits_a_light_tenant_past_a_flood)
 Test(sched_rules, admission_predicts_waits_at_the_pace_steps_really_come)
 {
     harness *h = h_new("[scheduler]\ntoken_budget = 64\nprefill_chunk = 32\nmax_active_seqs = 1\n"
-                       "[class c]\nmax_queue_wait = 1s\n", NULL);
+                       "[class c]\nmax_queue_wait = 1s\n",
+                       NULL);
     int c = sched_policy_class_index(h->p, "c");
     cr_assert(c >= 0);
     const uint64_t gap_us = 10000, burst_at = 4000000;
@@ -717,12 +775,16 @@ Test(sched_rules, admission_predicts_waits_at_the_pace_steps_really_come)
         infeasible += h->r[id].submitted < 0 && h->r[id].reject == SCHED_REJECT_DEADLINE;
     }
     for (uint64_t id = 1; id <= h->n; id++) timeouts += h->r[id].end_kind == SCHED_EV_TIMEOUT;
-    cr_log_info("burst of 100: %d admitted, %d refused deadline_infeasible, %d timeouts", admitted, infeasible, timeouts);
-    cr_assert_gt(infeasible, 0, "all %d of the burst admitted: the queue they joined drains at one "
-                 "request per 11.3 ms, 88 in the 1 s bound", admitted);
+    cr_log_info("burst of 100: %d admitted, %d refused deadline_infeasible, %d timeouts", admitted,
+                infeasible, timeouts);
+    cr_assert_gt(infeasible, 0,
+                 "all %d of the burst admitted: the queue they joined drains at one "
+                 "request per 11.3 ms, 88 in the 1 s bound",
+                 admitted);
     cr_assert_geq(admitted, 40, "only %d of the burst admitted", admitted);
-    cr_assert_eq(timeouts, 0, "%d admitted requests timed out in the queue (%d of the burst admitted)",
-                 timeouts, admitted);
+    cr_assert_eq(timeouts, 0,
+                 "%d admitted requests timed out in the queue (%d of the burst admitted)", timeouts,
+                 admitted);
     h_free(h);
 }
 
@@ -756,13 +818,14 @@ Test(sched_rules, backpressure_pauses_then_cancels)
 Test(sched_rules, cost_model_tracks_measured_step_time)
 {
     harness *h = h_new("", NULL);
-    h->a_us *= 2;   /* the real machine is twice as slow as the configured model */
+    h->a_us *= 2; /* the real machine is twice as slow as the configured model */
     h->b_us *= 2;
     for (int i = 0; i < 20; i++) h_add(h, 0, 0, 0, 100, 50);
     for (int i = 0; i < 60; i++) h_iterate(h);
     sched_counts c;
     sched_get_counts(h->s, &c);
-    cr_assert(c.cost_correction > 1.8 && c.cost_correction < 2.2, "correction %.3f, want ~2", c.cost_correction);
+    cr_assert(c.cost_correction > 1.8 && c.cost_correction < 2.2, "correction %.3f, want ~2",
+              c.cost_correction);
     h_free(h);
 }
 
@@ -773,14 +836,17 @@ static harness *mixed_run(void)
     sched_config c = h_default_config();
     c.kv_blocks_device = 200;
     c.kv_blocks_host = 120;
-    harness *h = h_new("[scheduler]\ntoken_budget = 384\nprefill_chunk = 96\ndecode_reserve_tokens = 32\n"
-                    "[class chat]\npriority = 5\nlatency_sensitive = yes\nmax_queue_wait = 2s\n"
-                    "[class batch]\n[tenant a]\nweight = 2\n[tenant b]\n", &c);
+    harness *h =
+        h_new("[scheduler]\ntoken_budget = 384\nprefill_chunk = 96\ndecode_reserve_tokens = 32\n"
+              "[class chat]\npriority = 5\nlatency_sensitive = yes\nmax_queue_wait = 2s\n"
+              "[class batch]\n[tenant a]\nweight = 2\n[tenant b]\n",
+              &c);
     uint64_t x = 12345;
     for (int i = 0; i < 400; i++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         uint32_t p = 20 + (uint32_t)((x >> 33) % 600), o = 5 + (uint32_t)((x >> 20) % 200);
-        uint64_t id = h_add(h, (uint64_t)i * 4000, (int)((x >> 40) & 1), (int)((x >> 41) & 1), p, o);
+        uint64_t id =
+            h_add(h, (uint64_t)i * 4000, (int)((x >> 40) & 1), (int)((x >> 41) & 1), p, o);
         if (i % 17 == 3) h->r[id].cancel_at = (uint64_t)i * 4000 + 30000;
     }
     h_run(h, 120000000);
@@ -803,11 +869,12 @@ Test(sched_rules, same_inputs_same_event_stream)
 
 Test(sched_rules, static_mode_pads_and_holds_slots)
 {
-    harness *h = h_new("[scheduler]\nmode = static\nstatic_batch_size = 3\nstatic_batch_timeout = 1s\n", NULL);
+    harness *h = h_new(
+        "[scheduler]\nmode = static\nstatic_batch_size = 3\nstatic_batch_timeout = 1s\n", NULL);
     h_add(h, 0, 0, 0, 10, 2);
     h_add(h, 0, 0, 0, 50, 20);
     h_add(h, 0, 0, 0, 100, 5);
-    h_add(h, 100, 0, 0, 10, 2);   /* arrives while the group runs */
+    h_add(h, 100, 0, 0, 10, 2); /* arrives while the group runs */
     const sched_plan *pl = h_iterate(h);
     cr_assert_eq(pl->n_prefill, 3);
     cr_assert_eq(pl->pad_tokens, 3 * 100 - 160);
@@ -819,7 +886,8 @@ Test(sched_rules, static_mode_pads_and_holds_slots)
     }
     cr_assert_gt(pad_steps, 10, "finished members must hold (pad) their slots");
     sched_req_info in;
-    cr_assert_eq(sched_get_request(h->s, 1, &in), 0, "finished member released before the group ended");
+    cr_assert_eq(sched_get_request(h->s, 1, &in), 0,
+                 "finished member released before the group ended");
     h_run(h, 10000000);
     cr_assert_eq(h->r[4].end_kind, SCHED_EV_FINISH);
     h_free(h);
@@ -833,7 +901,8 @@ Test(sched_rules, dynamic_mode_collects_for_its_window)
     h_add(h, 15000, 0, 0, 10, 3);
     while (h->now < 20000) {
         const sched_plan *pl = h_iterate(h);
-        cr_assert_eq(pl->n_entries, 0, "ran before the window closed at t=%llu", (unsigned long long)h->now);
+        cr_assert_eq(pl->n_entries, 0, "ran before the window closed at t=%llu",
+                     (unsigned long long)h->now);
     }
     const sched_plan *pl = h_iterate(h);
     cr_assert_eq(pl->n_prefill, 3);
@@ -846,7 +915,8 @@ Test(sched_rules, dynamic_mode_collects_for_its_window)
 Test(sched_rules, continuous_mode_is_fcfs_whole_prompt)
 {
     harness *h = h_new("[scheduler]\nmode = continuous\ntoken_budget = 512\n"
-                    "[class hi]\npriority = 10\n[class lo]\n", NULL);
+                       "[class hi]\npriority = 10\n[class lo]\n",
+                       NULL);
     int hi = sched_policy_class_index(h->p, "hi"), lo = sched_policy_class_index(h->p, "lo");
     h_add(h, 0, 0, lo, 2000, 3);
     h_add(h, 0, 0, hi, 10, 3);
@@ -864,8 +934,10 @@ Test(sched_rules, protected_victims_never_deadlock_the_service)
     sched_config c = h_default_config();
     c.kv_blocks_device = 48;
     c.kv_blocks_host = 0;
-    harness *h = h_new("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\nmax_preemptions = 1\n"
-                    "min_residency = 100s\n", &c);
+    harness *h =
+        h_new("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\nmax_preemptions = 1\n"
+              "min_residency = 100s\n",
+              &c);
     for (int i = 0; i < 6; i++) h_add(h, 0, 0, 0, 200, 400);
     h_run(h, 20000000);
     for (uint64_t id = 1; id <= 6; id++)
@@ -908,7 +980,7 @@ Test(sched_rules, failed_swap_out_falls_back_to_recompute)
         if (pl->n_transfers) break;
     }
     cr_assert(pl && pl->n_transfers == 1, "no swap happened");
-    h->n_xf = 0;   /* the harness will not complete it: we fail it */
+    h->n_xf = 0; /* the harness will not complete it: we fail it */
     cr_assert_eq(sched_transfer_done(h->s, pl->transfers[0].id, h->now, 0, 0, -EIO), 0);
     sched_req_info in;
     cr_assert_eq(sched_get_request(h->s, 1, &in), 0);
@@ -935,7 +1007,8 @@ Test(sched_rules, cancel_during_transfer_releases_on_completion)
     h->n_xf = 0;
     cr_assert_eq(sched_cancel(h->s, 1, h->now, SCHED_CANCEL_CLIENT), 0);
     pl = sched_step(h->s, h->now);
-    for (uint32_t i = 0; i < pl->n_releases; i++) cr_assert_neq(pl->releases[i].req, 1, "released while in flight");
+    for (uint32_t i = 0; i < pl->n_releases; i++)
+        cr_assert_neq(pl->releases[i].req, 1, "released while in flight");
     sched_req_info in;
     cr_assert_eq(sched_get_request(h->s, 1, &in), 0, "still owns blocks in transit");
     cr_assert_eq(in.blocks[SCHED_POOL_DEVICE], nb);
@@ -956,9 +1029,12 @@ Test(sched_rules, cancel_during_transfer_releases_on_completion)
 
 Test(sched_rules, tpot_target_caps_prefill_while_class_decodes)
 {
-    harness *h = h_new("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 256\n"
-                    "[class chat]\npriority = 10\nlatency_sensitive = yes\ntpot_target = 4ms\n[class bulk]\n", NULL);
-    int chat = sched_policy_class_index(h->p, "chat"), bulk = sched_policy_class_index(h->p, "bulk");
+    harness *h = h_new(
+        "[scheduler]\ntoken_budget = 1024\nprefill_chunk = 256\n"
+        "[class chat]\npriority = 10\nlatency_sensitive = yes\ntpot_target = 4ms\n[class bulk]\n",
+        NULL);
+    int chat = sched_policy_class_index(h->p, "chat"),
+        bulk = sched_policy_class_index(h->p, "bulk");
     for (int i = 0; i < 4; i++) h_add(h, 0, 0, chat, 20, 300);
     for (int i = 0; i < 80; i++) h_add(h, 3000, 0, bulk, 2000, 5);
     int capped = 0;
@@ -970,7 +1046,8 @@ Test(sched_rules, tpot_target_caps_prefill_while_class_decodes)
             if (pl->entries[i].class_idx == chat && !pl->entries[i].prefill) chat_dec = true;
         if (chat_dec && pl->prefill_tokens) {
             /* (4000 - 1000 - 10 × decodes) / 10 µs per token ≈ 296 */
-            cr_assert_leq(pl->prefill_tokens, 300, "prefill %u while chat decodes", pl->prefill_tokens);
+            cr_assert_leq(pl->prefill_tokens, 300, "prefill %u while chat decodes",
+                          pl->prefill_tokens);
             cr_assert_leq(pl->predicted_step_us, 4000.5);
             capped++;
         }
@@ -988,8 +1065,10 @@ Test(sched_rules, kv_residency_is_charged_to_the_tenant)
     double share[2];
     for (int k = 0; k < 2; k++) {
         char pol[256];
-        snprintf(pol, sizeof pol, "[scheduler]\ntoken_budget = 256\nprefill_chunk = 128\n"
-                 "kv_charge_per_block_s = %s\n[tenant l]\n[tenant s]\n", k ? "200" : "0");
+        snprintf(pol, sizeof pol,
+                 "[scheduler]\ntoken_budget = 256\nprefill_chunk = 128\n"
+                 "kv_charge_per_block_s = %s\n[tenant l]\n[tenant s]\n",
+                 k ? "200" : "0");
         harness *h = h_new(pol, NULL);
         int l = sched_policy_tenant_index(h->p, "l"), sh = sched_policy_tenant_index(h->p, "s");
         for (int i = 0; i < 400; i++) {
@@ -1003,8 +1082,9 @@ Test(sched_rules, kv_residency_is_charged_to_the_tenant)
         share[k] = (double)b / (double)(a + b);
         h_free(h);
     }
-    cr_assert_gt(share[1], share[0] + 0.05, "short-context tenant share %.2f with residency charge vs %.2f without",
-                 share[1], share[0]);
+    cr_assert_gt(share[1], share[0] + 0.05,
+                 "short-context tenant share %.2f with residency charge vs %.2f without", share[1],
+                 share[0]);
 }
 
 Test(sched_rules, max_active_sequences_is_respected)
@@ -1028,20 +1108,21 @@ Test(sched_rules, victim_is_least_work_lost_within_a_class)
     c.kv_blocks_device = 40;
     c.kv_blocks_host = 0;
     harness *h = h_new("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 1024\n", &c);
-    h_add(h, 0, 0, 0, 40, 200);     /* 1: older, little work done */
-    h_add(h, 10, 0, 0, 400, 200);   /* 2: newer, much more work done */
+    h_add(h, 0, 0, 0, 40, 200);   /* 1: older, little work done */
+    h_add(h, 10, 0, 0, 400, 200); /* 2: newer, much more work done */
     h_run(h, 60000000);
     long pre = first_ev(h, "\"preempt\"", NULL);
     cr_assert_geq(pre, 0, "%s", h->log);
-    cr_assert_eq(pre, first_ev(h, "\"preempt\"", "\"req\":1,"), "the victim must be the one with least work lost:\n%s",
-                 h->log);
+    cr_assert_eq(pre, first_ev(h, "\"preempt\"", "\"req\":1,"),
+                 "the victim must be the one with least work lost:\n%s", h->log);
     cr_assert_eq(h->r[1].end_kind, SCHED_EV_FINISH);
     cr_assert_eq(h->r[2].end_kind, SCHED_EV_FINISH);
     h_free(h);
 }
 
 /* preemptions per request and the shortest resume→preempt gap, from the event log */
-static void thrash_stats(const harness *h, uint32_t *max_per_req, uint64_t *total, uint64_t *min_gap)
+static void thrash_stats(const harness *h, uint32_t *max_per_req, uint64_t *total,
+                         uint64_t *min_gap)
 {
     static uint32_t count[H_MAX_REQ + 1];
     static uint64_t resumed[H_MAX_REQ + 1];
@@ -1054,9 +1135,10 @@ static void thrash_stats(const harness *h, uint32_t *max_per_req, uint64_t *tota
         const char *e = strchr(p, '\n');
         unsigned long long t = 0, id = 0;
         const char *r = strstr(p, "\"req\":");
-        if (sscanf(p, "{\"t_us\":%llu", &t) == 1 && r && (!e || r < e) && sscanf(r, "\"req\":%llu", &id) == 1 &&
-            id <= H_MAX_REQ) {
-            const char *pre = strstr(p, "\"ev\":\"preempt\""), *res = strstr(p, "\"reason\":\"resume\"");
+        if (sscanf(p, "{\"t_us\":%llu", &t) == 1 && r && (!e || r < e) &&
+            sscanf(r, "\"req\":%llu", &id) == 1 && id <= H_MAX_REQ) {
+            const char *pre = strstr(p, "\"ev\":\"preempt\""),
+                       *res = strstr(p, "\"reason\":\"resume\"");
             if (pre && (!e || pre < e)) {
                 (*total)++;
                 if (++count[id] > *max_per_req) *max_per_req = count[id];
@@ -1079,7 +1161,8 @@ static harness *thrash_run(const char *limits)
     harness *h = h_new(pol, &c);
     for (int i = 0; i < 10; i++) h_add(h, (uint64_t)i * 100, 0, 0, 100, 300);
     h_run(h, 120000000);
-    for (int i = 1; i <= 10; i++) cr_assert_eq(h->r[i].end_kind, SCHED_EV_FINISH, "[%s] request %d", limits, i);
+    for (int i = 1; i <= 10; i++)
+        cr_assert_eq(h->r[i].end_kind, SCHED_EV_FINISH, "[%s] request %d", limits, i);
     return h;
 }
 
@@ -1098,7 +1181,8 @@ Test(sched_rules, limits_stop_thrashing)
     h_free(h);
     h = thrash_run("max_preemptions = 0\nmin_residency = 40ms\n");
     thrash_stats(h, &mx, &total1, &gap);
-    cr_assert_geq(gap, 40000, "preempted %llu us after a resume (min residency 40 ms)", (unsigned long long)gap);
+    cr_assert_geq(gap, 40000, "preempted %llu us after a resume (min residency 40 ms)",
+                  (unsigned long long)gap);
     h_free(h);
 }
 
@@ -1106,9 +1190,12 @@ Test(sched_rules, fair_share_counts_prompt_tokens_not_requests)
 {
     /* equal weights, one tenant sends 4x longer prompts: fair share is in tokens, so both get
      * about the same prefill work — not the same number of requests */
-    harness *h = h_new("[scheduler]\ntoken_budget = 256\nprefill_chunk = 128\nkv_charge_per_block_s = 0\n"
-                    "[tenant big]\n[tenant small]\n", NULL);
-    int big = sched_policy_tenant_index(h->p, "big"), small = sched_policy_tenant_index(h->p, "small");
+    harness *h =
+        h_new("[scheduler]\ntoken_budget = 256\nprefill_chunk = 128\nkv_charge_per_block_s = 0\n"
+              "[tenant big]\n[tenant small]\n",
+              NULL);
+    int big = sched_policy_tenant_index(h->p, "big"),
+        small = sched_policy_tenant_index(h->p, "small");
     for (int i = 0; i < 2000; i++) {
         h_add(h, 0, big, 0, 400, 1);
         for (int j = 0; j < 4; j++) h_add(h, 0, small, 0, 100, 1);
@@ -1119,7 +1206,8 @@ Test(sched_rules, fair_share_counts_prompt_tokens_not_requests)
     sched_get_tenant_stats(h->s, small, &b);
     double ratio = (double)a.served_prompt_tokens / (double)b.served_prompt_tokens;
     cr_assert(ratio > 0.8 && ratio < 1.25, "prompt tokens big/small = %.2f (%llu / %llu)", ratio,
-              (unsigned long long)a.served_prompt_tokens, (unsigned long long)b.served_prompt_tokens);
+              (unsigned long long)a.served_prompt_tokens,
+              (unsigned long long)b.served_prompt_tokens);
     h_free(h);
 }
 
@@ -1136,7 +1224,8 @@ Test(sched_rules, preemption_times_out_only_when_no_mode_meets_the_deadline)
         harness *h = h_new(PRE_POLICY, &c);
         int hi = sched_policy_class_index(h->p, "hi"), lo = sched_policy_class_index(h->p, "lo");
         sched_reject_reason why;
-        cr_assert_eq(submit(h, 1, 0, lo, 318, 4, with_deadline ? 15000 : 0, &why), 0, "%s", sched_reject_name(why));
+        cr_assert_eq(submit(h, 1, 0, lo, 318, 4, with_deadline ? 15000 : 0, &why), 0, "%s",
+                     sched_reject_name(why));
         cr_assert_eq(submit(h, 2, 0, hi, 318, 40, 0, &why), 0);
         bool decided = false;
         for (int i = 0; i < 20 && !decided; i++) {
@@ -1145,7 +1234,9 @@ Test(sched_rules, preemption_times_out_only_when_no_mode_meets_the_deadline)
             sched_result res[8];
             uint32_t tok = 0;
             for (uint32_t k = 0; k < pl->n_entries; k++) {
-                res[k] = (sched_result){.req = pl->entries[k].req, .tokens = pl->entries[k].samples, .finished = SCHED_FINISH_NONE};
+                res[k] = (sched_result){.req = pl->entries[k].req,
+                                        .tokens = pl->entries[k].samples,
+                                        .finished = SCHED_FINISH_NONE};
                 tok += pl->entries[k].n_tokens;
             }
             if (with_deadline && pl->n_ended) {
@@ -1212,13 +1303,14 @@ Test(sched_rules, swap_preemption_logs_realised_cost_of_both_transfers)
               "no swap_out completion record:\n%s", h->log);
     cr_assert(line_of(h, "\"ev\":\"swap_in\",\"req\":1,", "\"reason\":\"done\"", in, sizeof in),
               "no swap_in completion record:\n%s", h->log);
-    cr_assert(strstr(out, "\"tenant\":") && strstr(out, "\"class\":\"lo\"") && strstr(out, "\"mode\":\"swap\""),
+    cr_assert(strstr(out, "\"tenant\":") && strstr(out, "\"class\":\"lo\"") &&
+                  strstr(out, "\"mode\":\"swap\""),
               "%s", out);
     cr_assert(strstr(in, "\"class\":\"lo\"") && strstr(in, "\"mode\":\"swap\""), "%s", in);
     /* the planned record carries no realised cost: it is not known yet */
     cr_assert_null(strstr(plan_out, "realised_us"), "%s", plan_out);
     double bytes = num_of(out, "bytes");
-    double dur = (double)(uint64_t)(bytes / 1e9 * 1e6) + 10;   /* what the harness reported */
+    double dur = (double)(uint64_t)(bytes / 1e9 * 1e6) + 10; /* what the harness reported */
     double sw = num_of(pre, "swap_cost_us");
     cr_assert_gt(bytes, 0, "%s", out);
     /* swap_out: this transfer, predicted vs measured */
@@ -1253,15 +1345,16 @@ Test(sched_rules, recompute_preemption_logs_realised_cost_of_the_re_prefill)
                 cr_assert(had);
                 len_at_preempt = ri.computed;
             }
-        if (preempted && entry_of(pl, 1))
-            steps_us += (double)(h->now - before);
+        if (preempted && entry_of(pl, 1)) steps_us += (double)(h->now - before);
         done = count_ev(h, "\"ev\":\"recompute\"", "\"reason\":\"done\"") > 0;
     }
     cr_assert(preempted, "no preemption:\n%s", h->log);
     cr_assert(done, "no recompute completion record:\n%s", h->log);
     char line[600];
-    cr_assert(line_of(h, "\"ev\":\"recompute\",\"req\":1,", "\"reason\":\"done\"", line, sizeof line));
-    cr_assert(strstr(line, "\"class\":\"lo\"") && strstr(line, "\"mode\":\"recompute\""), "%s", line);
+    cr_assert(
+        line_of(h, "\"ev\":\"recompute\",\"req\":1,", "\"reason\":\"done\"", line, sizeof line));
+    cr_assert(strstr(line, "\"class\":\"lo\"") && strstr(line, "\"mode\":\"recompute\""), "%s",
+              line);
     cr_assert_eq((uint32_t)num_of(line, "tokens"), len_at_preempt, "%s", line);
     cr_assert_gt(len_at_preempt, 0);
     cr_assert_float_eq(num_of(line, "predicted_us"), pred, 0.05, "%s", line);
@@ -1270,7 +1363,8 @@ Test(sched_rules, recompute_preemption_logs_realised_cost_of_the_re_prefill)
     cr_assert_geq(num_of(line, "realised_us"), 1000 + 10.0 * len_at_preempt, "%s", line);
     h_run(h, 60000000);
     cr_assert_eq(h->r[1].generated, 200);
-    cr_assert_eq(count_ev(h, "\"reason\":\"done\"", "\"ev\":\"recompute\",\"req\":1,"), 1, "%s", h->log);
+    cr_assert_eq(count_ev(h, "\"reason\":\"done\"", "\"ev\":\"recompute\",\"req\":1,"), 1, "%s",
+                 h->log);
     h_free(h);
 }
 
@@ -1287,9 +1381,11 @@ Test(sched_rules, failed_swap_logs_failure_then_recompute_cost)
     cr_assert_eq(sched_transfer_done(h->s, pl->transfers[0].id, h->now, 0, 0, -EIO), 0);
     h_run(h, 60000000);
     char f[600], rc[600];
-    cr_assert(line_of(h, "\"ev\":\"swap_out\"", "\"reason\":\"failed\"", f, sizeof f), "%s", h->log);
+    cr_assert(line_of(h, "\"ev\":\"swap_out\"", "\"reason\":\"failed\"", f, sizeof f), "%s",
+              h->log);
     cr_assert_eq(num_of(f, "realised_us"), -1, "no duration was measured: null\n%s", f);
-    cr_assert(line_of(h, "\"ev\":\"recompute\",\"req\":1,", "\"reason\":\"done\"", rc, sizeof rc), "%s", h->log);
+    cr_assert(line_of(h, "\"ev\":\"recompute\",\"req\":1,", "\"reason\":\"done\"", rc, sizeof rc),
+              "%s", h->log);
     cr_assert_gt(num_of(rc, "predicted_us"), 0, "%s", rc);
     cr_assert_gt(num_of(rc, "realised_us"), 0, "%s", rc);
     h_free(h);

@@ -72,7 +72,8 @@ static void add(sim_trace *t, int64_t at, uint32_t prompt, uint32_t out, int64_t
     cr_assert_eq(sim_trace_push(t, &r), 0);
 }
 
-static void run(const sim_trace *t, sched_policy *p, const sim_service *svc, FILE *declog, sim_run *out)
+static void run(const sim_trace *t, sched_policy *p, const sim_service *svc, FILE *declog,
+                sim_run *out)
 {
     sim_options o;
     sim_options_defaults(&o);
@@ -94,9 +95,10 @@ Test(sim_engine, tiny_trace_equals_hand_computation)
     sim_trace_init(&t, "tiny");
     cr_assert_geq(sim_trace_tenant(&t, "default"), 0);
     cr_assert_geq(sim_trace_class(&t, "default"), 0);
-    add(&t, 0, 100, 3, SIM_NO_TIME);     /* A */
-    add(&t, 500, 50, 2, SIM_NO_TIME);    /* B arrives while A's prefill step runs */
-    sched_policy *p = policy_text("[scheduler]\nmode = token_budget\ntoken_budget = 512\nprefill_chunk = 256\n");
+    add(&t, 0, 100, 3, SIM_NO_TIME);  /* A */
+    add(&t, 500, 50, 2, SIM_NO_TIME); /* B arrives while A's prefill step runs */
+    sched_policy *p =
+        policy_text("[scheduler]\nmode = token_budget\ntoken_budget = 512\nprefill_chunk = 256\n");
     sim_run r;
     run(&t, p, &svc, NULL, &r);
     /* step 1 @0:     A prefill 100           1000 + 10*100        = 2000 → A token 1 @2000
@@ -146,7 +148,8 @@ Test(sim_engine, serving_loop_terms_are_charged_per_step)
     cr_assert_geq(sim_trace_tenant(&t, "default"), 0);
     cr_assert_geq(sim_trace_class(&t, "default"), 0);
     add(&t, 0, 100, 3, SIM_NO_TIME);
-    sched_policy *p = policy_text("[scheduler]\nmode = token_budget\ntoken_budget = 512\nprefill_chunk = 256\n");
+    sched_policy *p =
+        policy_text("[scheduler]\nmode = token_budget\ntoken_budget = 512\nprefill_chunk = 256\n");
     sim_run r;
     run(&t, p, &svc, NULL, &r);
     /* step 1 @0:    prefill 100       1000 + 10*100 + 50             = 2050 → token 1 @2050
@@ -185,14 +188,19 @@ Test(sim_engine, cancel_releases_blocks_at_its_time)
     /* the cancel reaches the scheduler at the first iteration boundary at or after 50 ms, and
      * the blocks are released in that same iteration */
     cr_expect_geq(x->cancel_us, 50000);
-    cr_expect_eq(x->release_us, x->cancel_us, "released at %lld, cancel at %lld", (long long)x->release_us, (long long)x->cancel_us);
-    cr_expect_lt(x->cancel_us - 50000, 2000, "cancel delivered %lld µs late (more than one step)", (long long)(x->cancel_us - 50000));
+    cr_expect_eq(x->release_us, x->cancel_us, "released at %lld, cancel at %lld",
+                 (long long)x->release_us, (long long)x->cancel_us);
+    cr_expect_lt(x->cancel_us - 50000, 2000, "cancel delivered %lld µs late (more than one step)",
+                 (long long)(x->cancel_us - 50000));
     cr_expect_eq(x->tokens_after_cancel, 0);
-    cr_expect_eq(r.final_counts.kv_used[SCHED_POOL_DEVICE], 0, "device blocks still used %u", r.final_counts.kv_used[0]);
+    cr_expect_eq(r.final_counts.kv_used[SCHED_POOL_DEVICE], 0, "device blocks still used %u",
+                 r.final_counts.kv_used[0]);
     /* the decision log says the same, at the same time */
     char want_cancel[128], want_release[128];
-    snprintf(want_cancel, sizeof want_cancel, "{\"t_us\":%lld,\"ev\":\"cancel\",\"req\":1", (long long)x->cancel_us);
-    snprintf(want_release, sizeof want_release, "{\"t_us\":%lld,\"ev\":\"release\",\"req\":1", (long long)x->cancel_us);
+    snprintf(want_cancel, sizeof want_cancel, "{\"t_us\":%lld,\"ev\":\"cancel\",\"req\":1",
+             (long long)x->cancel_us);
+    snprintf(want_release, sizeof want_release, "{\"t_us\":%lld,\"ev\":\"release\",\"req\":1",
+             (long long)x->cancel_us);
     cr_expect(strstr(logbuf, want_cancel) != NULL, "no %s in the decision log", want_cancel);
     cr_expect(strstr(logbuf, want_release) != NULL, "no %s in the decision log", want_release);
     /* and no step after the cancel scheduled it */
@@ -220,7 +228,7 @@ static char *run_to_strings(const char *workload, const char *pol, char **declog
     sim_summary s;
     cr_assert_eq(sim_summarise(&r, &scn, -1, -1, &s), 0);
     json_t *j = sim_report_json(&r, &s, &svc);
-    json_object_del(j, "wall_s");      /* the only fields that depend on the machine */
+    json_object_del(j, "wall_s"); /* the only fields that depend on the machine */
     json_object_del(j, "speedup");
     char *out = json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     json_decref(j);
@@ -239,15 +247,27 @@ Test(sim_engine, same_inputs_byte_identical_outputs)
     cr_expect_gt(strlen(log1), 1000, "decision log too small: %zu bytes", strlen(log1));
     cr_expect_str_eq(log1, log2, "decision logs differ");
     cr_expect_str_eq(j1, j2, "JSON reports differ");
-    cr_expect(strstr(j1, "\"policy_hash\"") && strstr(j1, "\"tenants\"") && strstr(j1, "\"sim_s\""));
-    free(log1); free(log2); free(j1); free(j2);
+    cr_expect(strstr(j1, "\"policy_hash\"") && strstr(j1, "\"tenants\"") &&
+              strstr(j1, "\"sim_s\""));
+    free(log1);
+    free(log2);
+    free(j1);
+    free(j2);
 }
 
 /* ---- the five scenarios ------------------------------------------------------------------------ */
 
-typedef struct scen_out { int verdict; char text[600]; sim_summary s; sim_run r; sim_trace t; sched_policy *p; } scen_out;
+typedef struct scen_out {
+    int verdict;
+    char text[600];
+    sim_summary s;
+    sim_run r;
+    sim_trace t;
+    sched_policy *p;
+} scen_out;
 
-static void scenario(const char *workload, const char *pol, const char *const *params, size_t np, scen_out *o)
+static void scenario(const char *workload, const char *pol, const char *const *params, size_t np,
+                     scen_out *o)
 {
     sim_service svc;
     sim_service_default(&svc);
@@ -287,17 +307,22 @@ Test(sim_scenarios, fcfs_huge_prefill_blocks_every_decoder)
     cr_expect_eq(o.verdict, 0, "fcfs should fail long-prompt: %s", o.text);
     /* the 16k-token prefill runs as one step: every running decoder waits for all of it */
     cr_expect_gt(o.s.max_step_ms, 400, "longest fcfs step %.1f ms", o.s.max_step_ms);
-    cr_expect_gt(o.s.all.itl_max.max, 400, "longest inter-token gap under fcfs %.1f ms", o.s.all.itl_max.max);
+    cr_expect_gt(o.s.all.itl_max.max, 400, "longest inter-token gap under fcfs %.1f ms",
+                 o.s.all.itl_max.max);
     /* token-budget slices it: no gap is longer than one step of token_budget tokens (the
      * model's time for a full budget of its costlier token kind, plus context reads) */
     sim_service svc;
     sim_service_default(&svc);
     double budget = sched_policy_get(tb.p)->token_budget;
-    double full_step_ms = (svc.base_us + budget * fmax(svc.per_prefill_token_us, svc.per_decode_seq_us)) / 1000 * 1.05;
-    cr_expect_lt(tb.s.all.itl_max.max, full_step_ms, "token-budget longest inter-token gap %.1f ms, one full step %.1f ms",
+    double full_step_ms =
+        (svc.base_us + budget * fmax(svc.per_prefill_token_us, svc.per_decode_seq_us)) / 1000 *
+        1.05;
+    cr_expect_lt(tb.s.all.itl_max.max, full_step_ms,
+                 "token-budget longest inter-token gap %.1f ms, one full step %.1f ms",
                  tb.s.all.itl_max.max, full_step_ms);
-    cr_expect_lt(tb.s.all.itl_max.max, o.s.all.itl_max.max / 4, "token-budget gap %.1f ms vs fcfs %.1f ms",
-                 tb.s.all.itl_max.max, o.s.all.itl_max.max);
+    cr_expect_lt(tb.s.all.itl_max.max, o.s.all.itl_max.max / 4,
+                 "token-budget gap %.1f ms vs fcfs %.1f ms", tb.s.all.itl_max.max,
+                 o.s.all.itl_max.max);
     scen_free(&o);
     scen_free(&tb);
 }
@@ -318,14 +343,19 @@ Test(sim_scenarios, strict_priority_without_aging_starves_low_class)
     scenario("poisson", "strict-priority", params, 3, &sp);
     scenario("poisson", "token-budget", params, 3, &tb);
     const sim_group *b_sp = NULL, *b_tb = NULL;
-    for (size_t i = 0; i < sp.s.n_classes; i++) if (!strcmp(sp.s.classes[i].name, "batch")) b_sp = &sp.s.classes[i];
-    for (size_t i = 0; i < tb.s.n_classes; i++) if (!strcmp(tb.s.classes[i].name, "batch")) b_tb = &tb.s.classes[i];
+    for (size_t i = 0; i < sp.s.n_classes; i++)
+        if (!strcmp(sp.s.classes[i].name, "batch")) b_sp = &sp.s.classes[i];
+    for (size_t i = 0; i < tb.s.n_classes; i++)
+        if (!strcmp(tb.s.classes[i].name, "batch")) b_tb = &tb.s.classes[i];
     cr_assert(b_sp && b_tb);
     /* without aging the batch class waits for the interactive backlog to clear */
-    cr_expect_gt(b_sp->longest_starvation_ms, 20000, "strict priority: batch starved only %.0f ms", b_sp->longest_starvation_ms);
-    cr_expect_lt(b_tb->longest_starvation_ms, 10000, "token-budget (aging): batch starved %.0f ms", b_tb->longest_starvation_ms);
-    cr_expect_gt(b_sp->wait.p50, 3 * b_tb->wait.p50, "batch median wait: strict %.0f ms vs aging %.0f ms",
-                 b_sp->wait.p50, b_tb->wait.p50);
+    cr_expect_gt(b_sp->longest_starvation_ms, 20000, "strict priority: batch starved only %.0f ms",
+                 b_sp->longest_starvation_ms);
+    cr_expect_lt(b_tb->longest_starvation_ms, 10000, "token-budget (aging): batch starved %.0f ms",
+                 b_tb->longest_starvation_ms);
+    cr_expect_gt(b_sp->wait.p50, 3 * b_tb->wait.p50,
+                 "batch median wait: strict %.0f ms vs aging %.0f ms", b_sp->wait.p50,
+                 b_tb->wait.p50);
     scen_free(&sp);
     scen_free(&tb);
 }
@@ -342,8 +372,9 @@ Test(sim_scenarios, static_batching_wastes_slots_on_padding_and_tails)
     /* tails: the group holds its slots until the slowest member ends, so fewer sequences
      * produce tokens per step than the group holds */
     cr_expect_lt(st.s.occupancy, 0.9, "static slot occupancy %.2f", st.s.occupancy);
-    cr_expect_gt(st.s.all.e2e.p50, 3 * tb.s.all.e2e.p50, "E2E p50 static %.0f ms vs token-budget %.0f ms",
-                 st.s.all.e2e.p50, tb.s.all.e2e.p50);
+    cr_expect_gt(st.s.all.e2e.p50, 3 * tb.s.all.e2e.p50,
+                 "E2E p50 static %.0f ms vs token-budget %.0f ms", st.s.all.e2e.p50,
+                 tb.s.all.e2e.p50);
     scen_free(&st);
     scen_free(&tb);
 }
@@ -385,11 +416,14 @@ Test(sim_scenarios, retries_amplify_load_after_a_burst)
     sim_summary sa, sb;
     sim_summarise(&a, &scn, -1, -1, &sa);
     sim_summarise(&b, &scn, -1, -1, &sb);
-    cr_expect_gt(sa.all.rejected + sa.all.timeouts, 0, "the burst must overflow: %s", sa.verdict_text);
+    cr_expect_gt(sa.all.rejected + sa.all.timeouts, 0, "the burst must overflow: %s",
+                 sa.verdict_text);
     cr_expect_gt(sb.retry_amplification, 1.05, "amplification %.3f", sb.retry_amplification);
     cr_expect_gt(sb.all.attempts, sa.all.attempts);
-    sim_summary_free(&sa); sim_summary_free(&sb);
-    sim_run_free(&a); sim_run_free(&b);
+    sim_summary_free(&sa);
+    sim_summary_free(&sb);
+    sim_run_free(&a);
+    sim_run_free(&b);
     sched_policy_free(p);
     sim_trace_free(&t);
 }
@@ -400,7 +434,8 @@ Test(sim_engine, small_kv_pool_preempts_by_mode_and_completes_transfers)
 {
     const char *cal =
         "{\"version\":1,\"kv_block_size\":16,\"kv_blocks_device\":600,\"kv_blocks_host\":4000,"
-        "\"kv_bytes_per_token\":131072,\"step_model\":{\"base_us\":3350,\"per_prefill_token_us\":29,"
+        "\"kv_bytes_per_token\":131072,\"step_model\":{\"base_us\":3350,\"per_prefill_token_us\":"
+        "29,"
         "\"per_decode_seq_us\":30,\"per_context_token_us\":0.027},\"transfer\":{\"host\":"
         "{\"out_bytes_per_s\":5e10,\"in_bytes_per_s\":5e10,\"latency_us\":10}}}";
     sim_service svc;
@@ -417,18 +452,22 @@ Test(sim_engine, small_kv_pool_preempts_by_mode_and_completes_transfers)
         sim_options_defaults(&o);
         o.policy = p;
         o.svc = &svc;
-        o.check_every = 1;   /* the scheduler's own invariants after every step */
+        o.check_every = 1; /* the scheduler's own invariants after every step */
         cr_assert_eq(sim_run_trace(&t, &o, &r), 0, "%s: %s", pols[i], sim_err());
         cr_expect_eq(r.invariant_checks, r.steps);
         sim_summary s;
         sim_summarise(&r, NULL, -1, -1, &s);
-        cr_expect_gt(s.all.preempt_swap + s.all.preempt_recompute, 0, "%s: no preemption with 600 blocks", pols[i]);
+        cr_expect_gt(s.all.preempt_swap + s.all.preempt_recompute, 0,
+                     "%s: no preemption with 600 blocks", pols[i]);
         cr_expect_eq(r.transfers_out, r.transfers_in, "%s: %llu swap-outs, %llu swap-ins", pols[i],
                      (unsigned long long)r.transfers_out, (unsigned long long)r.transfers_in);
-        cr_expect_eq(s.all.preempt_swap, r.transfers_out, "%s: one swap-out per swap preemption", pols[i]);
+        cr_expect_eq(s.all.preempt_swap, r.transfers_out, "%s: one swap-out per swap preemption",
+                     pols[i]);
         cr_expect_eq(s.all.finished, t.n, "%s: %zu of %zu finished", pols[i], s.all.finished, t.n);
-        cr_expect_eq(r.final_counts.kv_used[SCHED_POOL_DEVICE] + r.final_counts.kv_used[SCHED_POOL_HOST], 0);
-        if (i == 1) cr_expect_eq(s.all.preempt_swap, 0, "continuous (fcfs) preempts by recompute only");
+        cr_expect_eq(
+            r.final_counts.kv_used[SCHED_POOL_DEVICE] + r.final_counts.kv_used[SCHED_POOL_HOST], 0);
+        if (i == 1)
+            cr_expect_eq(s.all.preempt_swap, 0, "continuous (fcfs) preempts by recompute only");
         sim_summary_free(&s);
         sim_run_free(&r);
         sched_policy_free(p);
@@ -456,7 +495,8 @@ Test(sim_engine, fidelity_of_own_request_log_is_exact)
     fclose(f);
     sim_trace nt;
     sim_trace_init(&nt, "log");
-    cr_assert_eq(sim_trace_parse(&nt, "log.jsonl", buf, len, SIM_FMT_AUTO, false), 0, "%s", sim_err());
+    cr_assert_eq(sim_trace_parse(&nt, "log.jsonl", buf, len, SIM_FMT_AUTO, false), 0, "%s",
+                 sim_err());
     cr_expect_eq(nt.format, SIM_FMT_NATIVE);
     cr_expect_eq(nt.n, t.n);
     sim_run r2;
@@ -487,7 +527,10 @@ static int sh(const char *cmd, char **out)
     size_t got;
     while ((got = fread(b + len, 1, cap - len - 1, p)) > 0) {
         len += got;
-        if (cap - len < 1024) { cap *= 2; b = realloc(b, cap); }
+        if (cap - len < 1024) {
+            cap *= 2;
+            b = realloc(b, cap);
+        }
     }
     b[len] = 0;
     *out = b;
@@ -503,16 +546,21 @@ Test(sim_cli, json_csv_plot_and_compare)
     char dir[] = "/tmp/ringlm-sim-test-XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
     char cmd[2048], *out;
-    snprintf(cmd, sizeof cmd, "%s --workload two-tenants --param duration=10 --policy sim/policies/token-budget.policy "
-             "--json --csv %s/csv --plot %s/plot --decision-log %s/dec.jsonl 2>%s/stderr", prog, dir, dir, dir, dir);
+    snprintf(
+        cmd, sizeof cmd,
+        "%s --workload two-tenants --param duration=10 --policy sim/policies/token-budget.policy "
+        "--json --csv %s/csv --plot %s/plot --decision-log %s/dec.jsonl 2>%s/stderr",
+        prog, dir, dir, dir, dir);
     int rc = sh(cmd, &out);
     cr_assert_eq(rc, 0, "%s\n%s", cmd, out);
     json_error_t je;
     json_t *j = json_loads(out, 0, &je);
     cr_assert_not_null(j, "not JSON (%s): %.500s", je.text, out);
-    cr_expect(json_is_object(json_object_get(json_object_get(j, "tenants"), "quiet")), "tenants.quiet");
+    cr_expect(json_is_object(json_object_get(json_object_get(j, "tenants"), "quiet")),
+              "tenants.quiet");
     cr_expect(json_is_string(json_object_get(j, "policy_hash")));
-    cr_expect(json_is_number(json_object_get(j, "sim_s")) && json_is_number(json_object_get(j, "wall_s")));
+    cr_expect(json_is_number(json_object_get(j, "sim_s")) &&
+              json_is_number(json_object_get(j, "wall_s")));
     json_decref(j);
     free(out);
     char path[1024];
@@ -530,14 +578,19 @@ Test(sim_cli, json_csv_plot_and_compare)
             cr_expect(stat(path, &st) == 0 && st.st_size > 0, "%s missing or empty", path);
         }
     }
-    snprintf(cmd, sizeof cmd, "%s --workload long-prompt --param duration=10 --policy sim/policies/token-budget.policy "
-             "--policy sim/policies/fcfs.policy --plot %s/cmp 2>&1", prog, dir);
+    snprintf(
+        cmd, sizeof cmd,
+        "%s --workload long-prompt --param duration=10 --policy sim/policies/token-budget.policy "
+        "--policy sim/policies/fcfs.policy --plot %s/cmp 2>&1",
+        prog, dir);
     rc = sh(cmd, &out);
     cr_expect_eq(rc, 0, "%s", out);
-    cr_expect(strstr(out, "token-budget") && strstr(out, "fcfs") && strstr(out, "verdict"), "%s", out);
+    cr_expect(strstr(out, "token-budget") && strstr(out, "fcfs") && strstr(out, "verdict"), "%s",
+              out);
     free(out);
     if (access("/usr/bin/gnuplot", X_OK) == 0) {
-        const char *imgs[] = {"compare-ttft-cdf.png", "compare-e2e-cdf.svg", "compare-queue.png", "ttft-cdf-fcfs.png"};
+        const char *imgs[] = {"compare-ttft-cdf.png", "compare-e2e-cdf.svg", "compare-queue.png",
+                              "ttft-cdf-fcfs.png"};
         for (int i = 0; i < 4; i++) {
             snprintf(path, sizeof path, "%s/cmp/%s", dir, imgs[i]);
             cr_expect(stat(path, &st) == 0 && st.st_size > 0, "%s missing or empty", path);

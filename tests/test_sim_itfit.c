@@ -62,7 +62,9 @@ static uint32_t rnd(uint32_t n)
     return (uint32_t)(rng_state % n);
 }
 
-typedef struct model { double base, a, b, c, d; } model;
+typedef struct model {
+    double base, a, b, c, d;
+} model;
 
 static double model_us(const model *m, double pt, double ds, double ct, double pp)
 {
@@ -76,10 +78,15 @@ static void put_line(FILE *f, unsigned it, double period, uint32_t pt, uint32_t 
     double pp = pt ? (double)pt * start + (double)pt * (pt - 1) / 2 : 0;
     double ct = dctx + (pt ? start + pt : 0);
     fprintf(f, "{\"it\":%u,\"t_us\":%u,", it, it * 1000);
-    if (period == -1) fprintf(f, "\"period_us\":null,");
-    else if (period >= 0) fprintf(f, "\"period_us\":%.17g,", period);
-    fprintf(f, "\"iter_us\":100,\"exec_us\":90,\"prefill_tokens\":%u,\"prefill_seqs\":%u,\"prefill_pairs\":%.17g,"
-            "\"decode_seqs\":%u,\"decode_context\":%.17g,\"context_tokens\":%.0f,\"transfers\":%u,\"wakes\":%u,"
+    if (period == -1)
+        fprintf(f, "\"period_us\":null,");
+    else if (period >= 0)
+        fprintf(f, "\"period_us\":%.17g,", period);
+    fprintf(f,
+            "\"iter_us\":100,\"exec_us\":90,\"prefill_tokens\":%u,\"prefill_seqs\":%u,\"prefill_"
+            "pairs\":%.17g,"
+            "\"decode_seqs\":%u,\"decode_context\":%.17g,\"context_tokens\":%.0f,\"transfers\":%u,"
+            "\"wakes\":%u,"
             "\"future_key\":[1,2]}\n",
             pt, pt ? 1 : 0, pp, ds, dctx, ct, transfers, ds);
 }
@@ -87,14 +94,15 @@ static void put_line(FILE *f, unsigned it, double period, uint32_t pt, uint32_t 
 static void expect_rel(double got, double want, double tol, const char *what)
 {
     double e = want != 0 ? fabs(got - want) / fabs(want) : fabs(got);
-    cr_expect(e <= tol, "%s: fitted %.12g, true %.12g (rel. error %.3g > %.3g)", what, got, want, e, tol);
+    cr_expect(e <= tol, "%s: fitted %.12g, true %.12g (rel. error %.3g > %.3g)", what, got, want, e,
+              tol);
 }
 
 /* Writes a log of a mixed workload under model m: `n` usable lines, `outliers` of them with a
  * period 5× the model's, plus idle (null / missing period) and transfer lines with nonsense
  * periods. Returns the usable line count. */
-static size_t write_mixed_log(const char *path, const model *m, size_t n, size_t outliers, size_t *idle,
-                              size_t *transfers)
+static size_t write_mixed_log(const char *path, const model *m, size_t n, size_t outliers,
+                              size_t *idle, size_t *transfers)
 {
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
@@ -110,12 +118,21 @@ static size_t write_mixed_log(const char *path, const model *m, size_t n, size_t
         double pp = pt ? (double)pt * start + (double)pt * (pt - 1) / 2 : 0;
         double ct = dctx + (pt ? start + pt : 0);
         double y = model_us(m, pt, ds, ct, pp);
-        if (i < outliers) y = y * 50 + 2000;   /* the process was stopped mid-iteration */
+        if (i < outliers) y = y * 50 + 2000; /* the process was stopped mid-iteration */
         put_line(f, it++, y, pt, start, ds, dctx, 0);
-        if (i % 17 == 3) { put_line(f, it++, -1, pt, start, ds, dctx, 0); ++*idle; }
-        if (i % 29 == 5) { put_line(f, it++, -2, pt, start, ds, dctx, 0); ++*idle; }
-        if (i % 23 == 7) { put_line(f, it++, 20 * y, 0, 0, ds, dctx, 2); ++*transfers; }
-        if (i % 31 == 1) fputs("\n", f);   /* blank lines are fine */
+        if (i % 17 == 3) {
+            put_line(f, it++, -1, pt, start, ds, dctx, 0);
+            ++*idle;
+        }
+        if (i % 29 == 5) {
+            put_line(f, it++, -2, pt, start, ds, dctx, 0);
+            ++*idle;
+        }
+        if (i % 23 == 7) {
+            put_line(f, it++, 20 * y, 0, 0, ds, dctx, 2);
+            ++*transfers;
+        }
+        if (i % 31 == 1) fputs("\n", f); /* blank lines are fine */
     }
     cr_assert_eq(fclose(f), 0);
     return n;
@@ -128,10 +145,11 @@ Test(sim_itfit, exact_recovery_drops_outliers_ignores_nulls_and_transfers)
     model m = {40, 2.5, 12, 0.03, 0.002};
     char path[128];
     size_t idle, transfers;
-    size_t n = write_mixed_log(tmp_path("it.jsonl", path, sizeof path), &m, 400, 5, &idle, &transfers);
+    size_t n =
+        write_mixed_log(tmp_path("it.jsonl", path, sizeof path), &m, 400, 5, &idle, &transfers);
     sim_service s;
     sim_service_default(&s);
-    s.loop_step_us = 50;      /* a calibration's serving-loop terms: replaced */
+    s.loop_step_us = 50; /* a calibration's serving-loop terms: replaced */
     s.loop_context_us = 0.1;
     s.loop_points = 7;
     const char *paths[] = {path};
@@ -145,11 +163,13 @@ Test(sim_itfit, exact_recovery_drops_outliers_ignores_nulls_and_transfers)
     cr_expect_str_eq(s.fit, "iterations-fit");
     cr_expect_eq(s.it_terms, 0x1f, "terms 0x%x", s.it_terms);
     cr_expect_eq(s.it_idle, idle, "lines without a period: %zu, written %zu", s.it_idle, idle);
-    cr_expect_eq(s.it_transfers, transfers, "transfer lines: %zu, written %zu", s.it_transfers, transfers);
+    cr_expect_eq(s.it_transfers, transfers, "transfer lines: %zu, written %zu", s.it_transfers,
+                 transfers);
     cr_expect_eq(s.it_lines, n + idle + transfers, "lines %zu", s.it_lines);
     /* the five gross errors and only them */
     cr_expect_eq(s.it_dropped, 5, "dropped %zu", s.it_dropped);
-    cr_expect_eq(s.it_points + s.it_dropped, n, "points %zu + dropped %zu != %zu", s.it_points, s.it_dropped, n);
+    cr_expect_eq(s.it_points + s.it_dropped, n, "points %zu + dropped %zu != %zu", s.it_points,
+                 s.it_dropped, n);
     cr_expect(s.median_rel_err < 1e-9 && s.it_p90_rel_err < 1e-9 && s.max_rel_err < 1e-8,
               "median %g p90 %g max %g", s.median_rel_err, s.it_p90_rel_err, s.max_rel_err);
     cr_expect(s.r2 > 1 - 1e-12, "R² %.15f", s.r2);
@@ -198,7 +218,8 @@ Test(sim_itfit, symmetric_noise_does_not_pull_the_model_low)
         uint32_t pt = chunks[i % 4], ds = pt ? i % 5 : 1 + i % 7, start = pt ? (i * 11) % 200 : 0;
         double dctx = 0;
         for (uint32_t k = 0; k < ds; k++) dctx += 20 + (i * 31 + k * 7) % 400;
-        double pp = pt ? (double)pt * start + (double)pt * (pt - 1) / 2 : 0, ct = dctx + (pt ? start + pt : 0);
+        double pp = pt ? (double)pt * start + (double)pt * (pt - 1) / 2 : 0,
+               ct = dctx + (pt ? start + pt : 0);
         double y = model_us(&m, pt, ds, ct, pp);
         put_line(f, 2 * i, 0.8 * y, pt, start, ds, dctx, 0);
         put_line(f, 2 * i + 1, 1.2 * y, pt, start, ds, dctx, 0);
@@ -237,9 +258,16 @@ Test(sim_itfit, decode_only_log_gives_a_finite_model)
     sim_service_default(&s);
     const char *paths[] = {path};
     cr_assert_eq(sim_service_fit_iterations(&s, paths, 1), 0, "%s", sim_err());
-    double v[] = {s.base_us, s.per_prefill_token_us, s.per_decode_seq_us, s.per_context_token_us, s.per_prefill_pair_us,
-                  s.r2, s.median_rel_err, s.it_p90_rel_err};
-    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) cr_expect(isfinite(v[i]), "value %zu is %g", i, v[i]);
+    double v[] = {s.base_us,
+                  s.per_prefill_token_us,
+                  s.per_decode_seq_us,
+                  s.per_context_token_us,
+                  s.per_prefill_pair_us,
+                  s.r2,
+                  s.median_rel_err,
+                  s.it_p90_rel_err};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        cr_expect(isfinite(v[i]), "value %zu is %g", i, v[i]);
     cr_expect_eq(s.per_prefill_token_us, 0);
     cr_expect_eq(s.per_prefill_pair_us, 0);
     cr_expect_eq(s.it_terms, 0x1 | 0x4 | 0x8, "terms 0x%x", s.it_terms);
@@ -249,19 +277,24 @@ Test(sim_itfit, decode_only_log_gives_a_finite_model)
 
     /* one sequence throughout: decode_seqs is the constant column again → base + context */
     f = fopen(path, "w");
-    for (unsigned i = 0; i < 30; i++) put_line(f, i, model_us(&m, 0, 1, 50 + i, 0), 0, 0, 1, 50 + i, 0);
+    for (unsigned i = 0; i < 30; i++)
+        put_line(f, i, model_us(&m, 0, 1, 50 + i, 0), 0, 0, 1, 50 + i, 0);
     fclose(f);
     cr_assert_eq(sim_service_fit_iterations(&s, paths, 1), 0, "%s", sim_err());
-    cr_expect(isfinite(s.base_us) && isfinite(s.per_decode_seq_us) && isfinite(s.per_context_token_us));
+    cr_expect(isfinite(s.base_us) && isfinite(s.per_decode_seq_us) &&
+              isfinite(s.per_context_token_us));
     /* base and decode are one column here: whichever carries it, one step of one sequence
      * costs the same */
-    expect_rel(sim_service_step_us(&s, 0, 1, 60, 0), model_us(&m, 0, 1, 60, 0), 1e-8, "one-sequence step");
+    expect_rel(sim_service_step_us(&s, 0, 1, 60, 0), model_us(&m, 0, 1, 60, 0), 1e-8,
+               "one-sequence step");
     expect_rel(s.per_context_token_us, 0.05, 1e-8, "per_context_token_us");
 
     /* a single point: a constant */
-    write_file(path, "{\"period_us\":77,\"prefill_tokens\":0,\"prefill_pairs\":0,\"decode_seqs\":1,\"context_tokens\":9,\"transfers\":0}\n");
+    write_file(path, "{\"period_us\":77,\"prefill_tokens\":0,\"prefill_pairs\":0,\"decode_seqs\":1,"
+                     "\"context_tokens\":9,\"transfers\":0}\n");
     cr_assert_eq(sim_service_fit_iterations(&s, paths, 1), 0, "%s", sim_err());
-    cr_expect_float_eq(sim_service_step_us(&s, 0, 1, 9, 0), 77, 1e-9, "%g", sim_service_step_us(&s, 0, 1, 9, 0));
+    cr_expect_float_eq(sim_service_step_us(&s, 0, 1, 9, 0), 77, 1e-9, "%g",
+                       sim_service_step_us(&s, 0, 1, 9, 0));
     cr_expect_eq(__builtin_popcount(s.it_terms), 1, "terms 0x%x", s.it_terms);
 }
 
@@ -285,9 +318,9 @@ Test(sim_itfit, negative_terms_are_left_out)
     const char *paths[] = {path};
     cr_assert_eq(sim_service_fit_iterations(&s, paths, 1), 0, "%s", sim_err());
     cr_expect(s.base_us >= 0 && s.per_prefill_token_us >= 0 && s.per_decode_seq_us >= 0 &&
-              s.per_context_token_us >= 0 && s.per_prefill_pair_us >= 0,
-              "%g %g %g %g %g", s.base_us, s.per_prefill_token_us, s.per_decode_seq_us, s.per_context_token_us,
-              s.per_prefill_pair_us);
+                  s.per_context_token_us >= 0 && s.per_prefill_pair_us >= 0,
+              "%g %g %g %g %g", s.base_us, s.per_prefill_token_us, s.per_decode_seq_us,
+              s.per_context_token_us, s.per_prefill_pair_us);
     cr_expect_eq(s.per_context_token_us, 0);
     cr_expect(!(s.it_terms & 0x8), "context term kept: 0x%x", s.it_terms);
     cr_expect(s.median_rel_err < 0.05, "median %g", s.median_rel_err);
@@ -307,41 +340,64 @@ static void expect_error(const char *name, const char *text, const char *want1, 
     cr_expect_eq(rc, -EINVAL, "%s: rc %d (%s)", name, rc, sim_err());
     char where[160];
     snprintf(where, sizeof where, "%s:%s", path, want1);
-    cr_expect(strstr(sim_err(), where) != NULL, "%s: error \"%s\" does not name %s", name, sim_err(), where);
-    if (want2) cr_expect(strstr(sim_err(), want2) != NULL, "%s: error \"%s\" does not name %s", name, sim_err(), want2);
+    cr_expect(strstr(sim_err(), where) != NULL, "%s: error \"%s\" does not name %s", name,
+              sim_err(), where);
+    if (want2)
+        cr_expect(strstr(sim_err(), want2) != NULL, "%s: error \"%s\" does not name %s", name,
+                  sim_err(), want2);
 }
 
-#define GOOD "{\"period_us\":100,\"prefill_tokens\":0,\"prefill_pairs\":0,\"decode_seqs\":1,\"context_tokens\":9,\"transfers\":0}\n"
+#define GOOD                                                                                       \
+    "{\"period_us\":100,\"prefill_tokens\":0,\"prefill_pairs\":0,\"decode_seqs\":1,\"context_"     \
+    "tokens\":9,\"transfers\":0}\n"
 
 Test(sim_itfit, malformed_lines_name_file_line_and_field)
 {
-    expect_error("str.jsonl", GOOD GOOD "{\"period_us\":100,\"prefill_tokens\":0,\"prefill_pairs\":0,\"decode_seqs\":\"2\",\"context_tokens\":9}\n",
+    expect_error("str.jsonl",
+                 GOOD GOOD "{\"period_us\":100,\"prefill_tokens\":0,\"prefill_pairs\":0,\"decode_"
+                           "seqs\":\"2\",\"context_tokens\":9}\n",
                  "3:", "\"decode_seqs\" is not a number");
-    expect_error("trunc.jsonl", GOOD "{\"period_us\":100,\"prefill_tokens\":0,\"prefi", "2:", "not JSON");
-    expect_error("missing.jsonl", GOOD "{\"period_us\":100,\"prefill_tokens\":0,\"decode_seqs\":1,\"context_tokens\":9}\n",
-                 "2:", "\"prefill_pairs\"");
-    expect_error("frac.jsonl", "{\"period_us\":100,\"prefill_tokens\":2.5,\"prefill_pairs\":0,\"decode_seqs\":1,\"context_tokens\":9}\n",
+    expect_error("trunc.jsonl", GOOD "{\"period_us\":100,\"prefill_tokens\":0,\"prefi",
+                 "2:", "not JSON");
+    expect_error(
+        "missing.jsonl",
+        GOOD "{\"period_us\":100,\"prefill_tokens\":0,\"decode_seqs\":1,\"context_tokens\":9}\n",
+        "2:", "\"prefill_pairs\"");
+    expect_error("frac.jsonl",
+                 "{\"period_us\":100,\"prefill_tokens\":2.5,\"prefill_pairs\":0,\"decode_seqs\":1,"
+                 "\"context_tokens\":9}\n",
                  "1:", "\"prefill_tokens\"");
-    expect_error("negative.jsonl", GOOD GOOD GOOD "{\"period_us\":-4,\"prefill_tokens\":0,\"prefill_pairs\":0,\"decode_seqs\":1,\"context_tokens\":9}\n",
+    expect_error("negative.jsonl",
+                 GOOD GOOD GOOD "{\"period_us\":-4,\"prefill_tokens\":0,\"prefill_pairs\":0,"
+                                "\"decode_seqs\":1,\"context_tokens\":9}\n",
                  "4:", "\"period_us\"");
     expect_error("array.jsonl", GOOD "[1,2,3]\n", "2:", "not a JSON object");
-    expect_error("bool.jsonl", "{\"period_us\":true,\"prefill_tokens\":0,\"prefill_pairs\":0,\"decode_seqs\":1,\"context_tokens\":9}\n",
+    expect_error("bool.jsonl",
+                 "{\"period_us\":true,\"prefill_tokens\":0,\"prefill_pairs\":0,\"decode_seqs\":1,"
+                 "\"context_tokens\":9}\n",
                  "1:", "\"period_us\" is not a number");
-    expect_error("transfers.jsonl", GOOD "{\"period_us\":1,\"prefill_tokens\":0,\"prefill_pairs\":0,\"decode_seqs\":1,\"context_tokens\":9,\"transfers\":\"x\"}\n",
+    expect_error("transfers.jsonl",
+                 GOOD "{\"period_us\":1,\"prefill_tokens\":0,\"prefill_pairs\":0,\"decode_seqs\":1,"
+                      "\"context_tokens\":9,\"transfers\":\"x\"}\n",
                  "2:", "\"transfers\"");
-    expect_error("huge.jsonl", "{\"period_us\":1e999,\"prefill_tokens\":0,\"prefill_pairs\":0,\"decode_seqs\":1,\"context_tokens\":9}\n",
+    expect_error("huge.jsonl",
+                 "{\"period_us\":1e999,\"prefill_tokens\":0,\"prefill_pairs\":0,\"decode_seqs\":1,"
+                 "\"context_tokens\":9}\n",
                  "1:", NULL);
 
     /* only nulls and transfers: nothing to fit, said so */
     char path[128];
     tmp_path("none.jsonl", path, sizeof path);
-    write_file(path, "{\"period_us\":null,\"prefill_tokens\":0,\"prefill_pairs\":0,\"decode_seqs\":1,\"context_tokens\":9,\"transfers\":0}\n"
-                     "{\"period_us\":40,\"prefill_tokens\":0,\"prefill_pairs\":0,\"decode_seqs\":1,\"context_tokens\":9,\"transfers\":1}\n");
+    write_file(path, "{\"period_us\":null,\"prefill_tokens\":0,\"prefill_pairs\":0,\"decode_seqs\":"
+                     "1,\"context_tokens\":9,\"transfers\":0}\n"
+                     "{\"period_us\":40,\"prefill_tokens\":0,\"prefill_pairs\":0,\"decode_seqs\":1,"
+                     "\"context_tokens\":9,\"transfers\":1}\n");
     sim_service s;
     sim_service_default(&s);
     const char *paths[] = {path};
     cr_expect_eq(sim_service_fit_iterations(&s, paths, 1), -EINVAL);
-    cr_expect(strstr(sim_err(), "no usable iterations") && strstr(sim_err(), "none.jsonl"), "%s", sim_err());
+    cr_expect(strstr(sim_err(), "no usable iterations") && strstr(sim_err(), "none.jsonl"), "%s",
+              sim_err());
 
     /* a missing file */
     const char *missing[] = {"/nonexistent/it.jsonl"};
@@ -378,7 +434,8 @@ Test(sim_itfit, garbage_never_crashes)
         sim_service_default(&s);
         const char *paths[] = {path};
         int rc = sim_service_fit_iterations(&s, paths, 1);
-        cr_expect(rc == 0 || (rc == -EINVAL && strstr(sim_err(), path)), "round %d: rc %d %s", round, rc, sim_err());
+        cr_expect(rc == 0 || (rc == -EINVAL && strstr(sim_err(), path)), "round %d: rc %d %s",
+                  round, rc, sim_err());
     }
 }
 
@@ -393,10 +450,12 @@ static void write_sim_model_log(const char *path)
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
     for (unsigned i = 0; i < 120; i++) {
-        uint32_t pt = (i % 3) ? 0 : 8 + (i * 13) % 200, ds = (i % 3) ? 1 + i % 6 : i % 4, start = pt ? (i * 7) % 100 : 0;
+        uint32_t pt = (i % 3) ? 0 : 8 + (i * 13) % 200, ds = (i % 3) ? 1 + i % 6 : i % 4,
+                 start = pt ? (i * 7) % 100 : 0;
         double dctx = 0;
         for (uint32_t k = 0; k < ds; k++) dctx += 30 + (i * 17 + k * 29) % 300;
-        double pp = pt ? (double)pt * start + (double)pt * (pt - 1) / 2 : 0, ct = dctx + (pt ? start + pt : 0);
+        double pp = pt ? (double)pt * start + (double)pt * (pt - 1) / 2 : 0,
+               ct = dctx + (pt ? start + pt : 0);
         put_line(f, i, model_us(&sim_m, pt, ds, ct, pp), pt, start, ds, dctx, 0);
     }
     fclose(f);
@@ -425,8 +484,10 @@ static sched_policy *run_token_budget(const sim_trace *t, sim_service *s, sim_ru
 {
     sched_policy *p = NULL;
     sched_policy_error pe = {0};
-    cr_assert_eq(sched_policy_parse("[scheduler]\nmode = token_budget\ntoken_budget = 512\nprefill_chunk = 256\n", &p, &pe), 0,
-                 "%s", pe.reason);
+    cr_assert_eq(
+        sched_policy_parse(
+            "[scheduler]\nmode = token_budget\ntoken_budget = 512\nprefill_chunk = 256\n", &p, &pe),
+        0, "%s", pe.reason);
     sim_options o;
     sim_options_defaults(&o);
     o.policy = p;
@@ -442,7 +503,7 @@ Test(sim_itfit, simulation_charges_the_fitted_model)
     write_sim_model_log(tmp_path("sim.jsonl", path, sizeof path));
     sim_service s;
     sim_service_default(&s);
-    s.loop_step_us = 1000;   /* would show if the loop terms survived */
+    s.loop_step_us = 1000; /* would show if the loop terms survived */
     const char *paths[] = {path};
     cr_assert_eq(sim_service_fit_iterations(&s, paths, 1), 0, "%s", sim_err());
     cr_assert_eq(s.it_terms, 0x1f, "terms 0x%x", s.it_terms);
@@ -493,11 +554,14 @@ Test(sim_itfit, program_fits_reports_and_replays_with_the_log)
     if (access(prog, X_OK) != 0) cr_skip_test("%s not built (set RINGLM_BIN)", prog);
     char itlog[128], trace[128], reqlog[128], cmd[2048], *out;
     write_sim_model_log(tmp_path("sim.jsonl", itlog, sizeof itlog));
-    write_file(tmp_path("trace.jsonl", trace, sizeof trace),
-               "{\"req\":1,\"arrival_us\":0,\"tenant\":\"default\",\"class\":\"default\",\"prompt_tokens\":100,"
-               "\"max_tokens\":3,\"output_tokens\":3,\"finish_us\":0,\"finish_reason\":\"length\"}\n");
+    write_file(
+        tmp_path("trace.jsonl", trace, sizeof trace),
+        "{\"req\":1,\"arrival_us\":0,\"tenant\":\"default\",\"class\":\"default\",\"prompt_"
+        "tokens\":100,"
+        "\"max_tokens\":3,\"output_tokens\":3,\"finish_us\":0,\"finish_reason\":\"length\"}\n");
     tmp_path("out.jsonl", reqlog, sizeof reqlog);
-    snprintf(cmd, sizeof cmd, "%s --trace %s --iteration-log %s --json --request-log %s 2>&1", prog, trace, itlog, reqlog);
+    snprintf(cmd, sizeof cmd, "%s --trace %s --iteration-log %s --json --request-log %s 2>&1", prog,
+             trace, itlog, reqlog);
     int rc = sh(cmd, &out);
     cr_assert_eq(rc, 0, "%s\n%s", cmd, out);
     json_error_t je;
@@ -511,7 +575,8 @@ Test(sim_itfit, program_fits_reports_and_replays_with_the_log)
     cr_expect_eq(json_integer_value(json_object_get(it, "points")), 120);
     cr_expect_eq(json_integer_value(json_object_get(it, "dropped")), 0);
     cr_expect(json_number_value(json_object_get(it, "r2")) > 0.999999);
-    cr_expect(json_is_number(json_object_get(it, "median_rel_err")) && json_is_number(json_object_get(it, "p90_rel_err")));
+    cr_expect(json_is_number(json_object_get(it, "median_rel_err")) &&
+              json_is_number(json_object_get(it, "p90_rel_err")));
     cr_expect(fabs(json_number_value(json_object_get(sv, "per_prefill_pair_us")) - 0.01) < 1e-9);
     json_decref(j);
     free(out);
@@ -527,10 +592,13 @@ Test(sim_itfit, program_fits_reports_and_replays_with_the_log)
     cr_expect_eq(json_integer_value(json_object_get(rq, "finish_us")), HAND_END, "%s", line);
     json_decref(rq);
     /* the table says what was fitted */
-    snprintf(cmd, sizeof cmd, "%s --trace %s --iteration-log %s --iteration-log %s 2>&1", prog, trace, itlog, itlog);
+    snprintf(cmd, sizeof cmd, "%s --trace %s --iteration-log %s --iteration-log %s 2>&1", prog,
+             trace, itlog, itlog);
     rc = sh(cmd, &out);
     cr_expect_eq(rc, 0, "%s", out);
-    cr_expect(strstr(out, "model iterations-fit from") && strstr(out, "240 points used") && strstr(out, "p90"), "%s", out);
+    cr_expect(strstr(out, "model iterations-fit from") && strstr(out, "240 points used") &&
+                  strstr(out, "p90"),
+              "%s", out);
     free(out);
     /* a malformed log stops the program with file:line */
     char bad[128];
@@ -555,7 +623,10 @@ Test(sim_itfit, sums_of_each_batch_kind_are_unbiased_under_skewed_noise)
     cr_assert_not_null(f);
     const model m = {20, 9, 35, 0.15, 0.1};
     double sum_obs[2] = {0, 0};
-    struct { uint32_t pt, start, ds; double dctx; } b[600];
+    struct {
+        uint32_t pt, start, ds;
+        double dctx;
+    } b[600];
     double obs[600];
     for (unsigned i = 0; i < 600; i++) {
         bool prefill = i % 10 == 0;
@@ -563,10 +634,11 @@ Test(sim_itfit, sums_of_each_batch_kind_are_unbiased_under_skewed_noise)
         b[i].start = prefill ? rnd(200) : 0;
         b[i].ds = prefill ? rnd(2) : 1 + (i % 7 == 0);
         b[i].dctx = b[i].ds ? (double)(b[i].ds * (50 + rnd(400))) : 0;
-        double pp = b[i].pt ? (double)b[i].pt * b[i].start + (double)b[i].pt * (b[i].pt - 1) / 2 : 0;
+        double pp =
+            b[i].pt ? (double)b[i].pt * b[i].start + (double)b[i].pt * (b[i].pt - 1) / 2 : 0;
         double ct = b[i].dctx + (b[i].pt ? b[i].start + b[i].pt : 0);
         double y = model_us(&m, b[i].pt, b[i].ds, ct, pp);
-        if (i % 5 == 1) y *= 1.6;   /* the wake */
+        if (i % 5 == 1) y *= 1.6; /* the wake */
         obs[i] = y;
         sum_obs[prefill] += y;
         put_line(f, i, y, b[i].pt, b[i].start, b[i].ds, b[i].dctx, 0);
@@ -578,16 +650,18 @@ Test(sim_itfit, sums_of_each_batch_kind_are_unbiased_under_skewed_noise)
     cr_assert_eq(sim_service_fit_iterations(&s, paths, 1), 0, "%s", sim_err());
     double sum_pred[2] = {0, 0};
     for (unsigned i = 0; i < 600; i++) {
-        double pp = b[i].pt ? (double)b[i].pt * b[i].start + (double)b[i].pt * (b[i].pt - 1) / 2 : 0;
+        double pp =
+            b[i].pt ? (double)b[i].pt * b[i].start + (double)b[i].pt * (b[i].pt - 1) / 2 : 0;
         double ct = b[i].dctx + (b[i].pt ? b[i].start + b[i].pt : 0);
         sum_pred[i % 10 == 0] += sim_service_step_us(&s, b[i].pt, b[i].ds, (uint64_t)ct, pp);
     }
     (void)obs;
     /* ordinary noise is kept: within 2% */
-    cr_expect(fabs(sum_pred[0] / sum_obs[0] - 1) < 0.02, "decode steps: Σ model %.0f vs Σ observed %.0f (dropped %zu)",
-              sum_pred[0], sum_obs[0], s.it_dropped);
-    cr_expect(fabs(sum_pred[1] / sum_obs[1] - 1) < 0.02, "prefill steps: Σ model %.0f vs Σ observed %.0f",
-              sum_pred[1], sum_obs[1]);
+    cr_expect(fabs(sum_pred[0] / sum_obs[0] - 1) < 0.02,
+              "decode steps: Σ model %.0f vs Σ observed %.0f (dropped %zu)", sum_pred[0],
+              sum_obs[0], s.it_dropped);
+    cr_expect(fabs(sum_pred[1] / sum_obs[1] - 1) < 0.02,
+              "prefill steps: Σ model %.0f vs Σ observed %.0f", sum_pred[1], sum_obs[1]);
 }
 
 /* --speed-trace: a run whose second half went 1.5× slower is replayed with that factor in
@@ -607,7 +681,7 @@ Test(sim_itfit, speed_trace_measures_the_drift_per_window)
         double y = model_us(&m, pt, ds, ct, pp) * (i >= 400 ? 1.5 : 1.0);
         put_line(f, i, y, pt, 0, ds, dctx, 0);
     }
-    put_line(f, 1000, 77, 0, 0, 1, 100, 0);   /* a lone iteration in a window of its own */
+    put_line(f, 1000, 77, 0, 0, 1, 100, 0); /* a lone iteration in a window of its own */
     fclose(f);
     sim_service s;
     sim_service_default(&s);
@@ -618,9 +692,11 @@ Test(sim_itfit, speed_trace_measures_the_drift_per_window)
     cr_expect_eq(s.speed_windows_measured, 4);
     /* the model sits between the two speeds; the factors keep their ratio */
     double slow = s.speed[2], fast = s.speed[0];
-    cr_expect(fabs(slow / fast - 1.5) < 0.03, "factors %g %g %g %g", s.speed[0], s.speed[1], s.speed[2], s.speed[3]);
+    cr_expect(fabs(slow / fast - 1.5) < 0.03, "factors %g %g %g %g", s.speed[0], s.speed[1],
+              s.speed[2], s.speed[3]);
     cr_expect(fabs(s.speed[1] / fast - 1) < 0.03 && fabs(s.speed[3] / slow - 1) < 0.03);
-    cr_expect_eq(s.speed[5], 1.0, "a window with one iteration is not a measurement: %g", s.speed[5]);
+    cr_expect_eq(s.speed[5], 1.0, "a window with one iteration is not a measurement: %g",
+                 s.speed[5]);
     cr_expect_eq(sim_service_speed_at(&s, 450000), s.speed[2]);
     cr_expect_eq(sim_service_speed_at(&s, 99000000), 1.0);
     sim_service_free(&s);
@@ -640,18 +716,26 @@ Test(sim_itfit, compare_log_measures_one_real_run_against_another)
     for (int i = 0; i < 20; i++) {
         long arr = 1000 + 5000L * i, ttft = 2000, e2e = 10000;
         /* B's clients submitted a little later (its own clock); ids differ */
-        long arr_b = arr + 37, ttft_b = ttft * 11 / 10, e2e_b = i == 7 ? e2e * 3 / 2 : e2e * 12 / 10;
-        fprintf(fa, "{\"req\":%d,\"arrival_us\":%ld,\"tenant\":\"t\",\"class\":\"c\",\"prompt_tokens\":10,\"max_tokens\":5,"
-                "\"output_tokens\":5,\"first_token_us\":%ld,\"finish_us\":%ld,\"finish_reason\":\"length\"}\n",
+        long arr_b = arr + 37, ttft_b = ttft * 11 / 10,
+             e2e_b = i == 7 ? e2e * 3 / 2 : e2e * 12 / 10;
+        fprintf(fa,
+                "{\"req\":%d,\"arrival_us\":%ld,\"tenant\":\"t\",\"class\":\"c\",\"prompt_tokens\":"
+                "10,\"max_tokens\":5,"
+                "\"output_tokens\":5,\"first_token_us\":%ld,\"finish_us\":%ld,\"finish_reason\":"
+                "\"length\"}\n",
                 i + 1, arr, arr + ttft, arr + e2e);
-        fprintf(fb, "{\"req\":%d,\"arrival_us\":%ld,\"tenant\":\"t\",\"class\":\"c\",\"prompt_tokens\":10,\"max_tokens\":5,"
-                "\"output_tokens\":5,\"first_token_us\":%ld,\"finish_us\":%ld,\"finish_reason\":\"length\"}\n",
+        fprintf(fb,
+                "{\"req\":%d,\"arrival_us\":%ld,\"tenant\":\"t\",\"class\":\"c\",\"prompt_tokens\":"
+                "10,\"max_tokens\":5,"
+                "\"output_tokens\":5,\"first_token_us\":%ld,\"finish_us\":%ld,\"finish_reason\":"
+                "\"length\"}\n",
                 100 - i, arr_b, arr_b + ttft_b, arr_b + e2e_b);
     }
     fclose(fa);
     fclose(fb);
     char *out = NULL;
-    snprintf(cmd, sizeof cmd, "%s/ringlm-sim --trace %s --compare-log %s --json 2>&1", th_bin_dir(), a, b);
+    snprintf(cmd, sizeof cmd, "%s/ringlm-sim --trace %s --compare-log %s --json 2>&1", th_bin_dir(),
+             a, b);
     int st = sh(cmd, &out);
     cr_assert_eq(st, 0, "%s", out);
     json_error_t e;
@@ -666,7 +750,8 @@ Test(sim_itfit, compare_log_measures_one_real_run_against_another)
     free(out);
     /* different request counts: an error, not a comparison of unrelated requests */
     fb = fopen(b, "a");
-    fprintf(fb, "{\"req\":1000,\"arrival_us\":999999,\"prompt_tokens\":10,\"output_tokens\":5,\"first_token_us\":1000999,"
+    fprintf(fb, "{\"req\":1000,\"arrival_us\":999999,\"prompt_tokens\":10,\"output_tokens\":5,"
+                "\"first_token_us\":1000999,"
                 "\"finish_us\":1001999,\"finish_reason\":\"length\"}\n");
     fclose(fb);
     st = sh(cmd, &out);
@@ -746,8 +831,12 @@ Test(sim_itfit, noise_floor_sums_each_requests_own_iterations)
         uint32_t pt = i % 10 == 0 ? 64 : 0, ds = 1 + i % 2;
         double dctx = ds * (double)(50 + i % 37);
         double pp = pt ? (double)pt * (pt - 1) / 2 : 0, ct = dctx + pt;
-        obs[i] = model_us(&m, pt, ds, ct, pp) * (i == 120 || i == 140 || i == 160 || i == 180 ? 2 : 1);
-        ft[i][0] = pt; ft[i][1] = ds; ft[i][2] = ct; ft[i][3] = pp;
+        obs[i] =
+            model_us(&m, pt, ds, ct, pp) * (i == 120 || i == 140 || i == 160 || i == 180 ? 2 : 1);
+        ft[i][0] = pt;
+        ft[i][1] = ds;
+        ft[i][2] = ct;
+        ft[i][3] = pp;
         put_line(f, i, obs[i], pt, 0, ds, dctx, 0);
     }
     fclose(f);
@@ -755,27 +844,36 @@ Test(sim_itfit, noise_floor_sums_each_requests_own_iterations)
     sim_service_default(&s);
     const char *paths[] = {path};
     cr_assert_eq(sim_service_fit_iterations(&s, paths, 1), 0, "%s", sim_err());
-    cr_assert_eq(s.it_dropped, 0, "a 2× iteration is noise, not a gross error: %zu dropped", s.it_dropped);
+    cr_assert_eq(s.it_dropped, 0, "a 2× iteration is noise, not a gross error: %zu dropped",
+                 s.it_dropped);
     double want[2];
     for (int k = 0; k < 2; k++) {
         double so = 0, sm = 0;
         for (unsigned i = 100u * (unsigned)k; i < 100u * (unsigned)(k + 1); i++) {
             so += obs[i];
-            sm += sim_service_step_us(&s, (uint64_t)ft[i][0], (uint64_t)ft[i][1], (uint64_t)ft[i][2], ft[i][3]);
+            sm += sim_service_step_us(&s, (uint64_t)ft[i][0], (uint64_t)ft[i][1],
+                                      (uint64_t)ft[i][2], ft[i][3]);
         }
         want[k] = fabs(sm - so) / so;
     }
     cr_assert(want[0] > 1e-6 && want[1] > 1e-6, "the noise must show: %g %g", want[0], want[1]);
-    if (want[0] > want[1]) { double x = want[0]; want[0] = want[1]; want[1] = x; }
+    if (want[0] > want[1]) {
+        double x = want[0];
+        want[0] = want[1];
+        want[1] = x;
+    }
     sim_req r[3];
     memset(r, 0, sizeof r);
     for (int k = 0; k < 3; k++) {
         r[k].real_reason = SIM_REAL_LENGTH;
         r[k].real_first_token_us = SIM_NO_TIME;
     }
-    r[0].arrival_us = 0;      r[0].real_finish_us = 100000;
-    r[1].arrival_us = 100000; r[1].real_finish_us = 200000;
-    r[2].arrival_us = 50;     r[2].real_finish_us = SIM_NO_TIME;   /* no outcome: not counted */
+    r[0].arrival_us = 0;
+    r[0].real_finish_us = 100000;
+    r[1].arrival_us = 100000;
+    r[1].real_finish_us = 200000;
+    r[2].arrival_us = 50;
+    r[2].real_finish_us = SIM_NO_TIME; /* no outcome: not counted */
     double errs[3];
     size_t n = 0;
     cr_assert_eq(sim_service_noise_floor(&s, r, 3, errs, &n), 0);

@@ -21,7 +21,7 @@
 #include "sim/service.h"
 #include "sim/trace.h"
 #include "sim/tune.h"
-#include "sim/tune_internal.h"   /* tune_derive_trace: the search's copies of a trace */
+#include "sim/tune_internal.h" /* tune_derive_trace: the search's copies of a trace */
 
 static sched_policy *policy(const char *text)
 {
@@ -31,7 +31,8 @@ static sched_policy *policy(const char *text)
     return p;
 }
 
-static void workload(sim_trace *t, const sim_service *svc, const char *const *params, size_t n, const char *tenants)
+static void workload(sim_trace *t, const sim_service *svc, const char *const *params, size_t n,
+                     const char *tenants)
 {
     sim_scenario scn;
     cr_assert_eq(sim_gen_workload(t, "poisson", params, n, svc, 1, &scn), 0, "%s", sim_err());
@@ -54,14 +55,15 @@ static const char *value_of(const sim_tune_result *r, const sim_tune_cand *c, co
  * rule) under the built-in service model, a base policy, and the search's defaults on 2
  * threads over spec; a test changes c->o before tune_case_search when it needs to. */
 typedef struct tune_case {
-    sim_service      svc;
-    sim_trace        t;
-    sched_policy    *base;
-    sim_tune_opts    o;
-    sim_tune_result  r;
+    sim_service svc;
+    sim_trace t;
+    sched_policy *base;
+    sim_tune_opts o;
+    sim_tune_result r;
 } tune_case;
 
-static void tune_case_init(tune_case *c, const char *base_text, const char *spec)   /* c->t left to the caller */
+static void tune_case_init(tune_case *c, const char *base_text,
+                           const char *spec) /* c->t left to the caller */
 {
     memset(c, 0, sizeof *c);
     sim_service_default(&c->svc);
@@ -72,8 +74,8 @@ static void tune_case_init(tune_case *c, const char *base_text, const char *spec
     c->o.jobs = 2;
 }
 
-static void tune_case_open(tune_case *c, const char *const *params, size_t n, const char *tenants, const char *base_text,
-                           const char *spec)
+static void tune_case_open(tune_case *c, const char *const *params, size_t n, const char *tenants,
+                           const char *base_text, const char *spec)
 {
     tune_case_init(c, base_text, spec);
     workload(&c->t, &c->svc, params, n, tenants);
@@ -100,16 +102,18 @@ static void tune_case_close(tune_case *c)
  * step outgrows the class's 14 ms TPOT target and every request misses it.  The queue-wait
  * bound refuses the excess at the door, so what is accepted meets its TTFT.  The best budget
  * is therefore the largest one whose full step stays under the target. */
-static const char budget_policy[] =
-    "[scheduler]\nmode = token_budget\ntoken_budget = 64\nmax_active_seqs = 2048\nprefill_chunk = 256\n"
-    "default_class = standard\n[class standard]\nttft_target = 2s\ntpot_target = 14ms\nmax_queue_wait = 1s\n";
+static const char budget_policy[] = "[scheduler]\nmode = token_budget\ntoken_budget = "
+                                    "64\nmax_active_seqs = 2048\nprefill_chunk = 256\n"
+                                    "default_class = standard\n[class standard]\nttft_target = "
+                                    "2s\ntpot_target = 14ms\nmax_queue_wait = 1s\n";
 
 Test(sim_tune, finds_the_budget_the_service_model_says_is_best)
 {
     const char *params[] = {"load=2", "prompt=16", "output=200", "duration=30"};
     tune_case c;
     tune_case_open(&c, params, 4, NULL, budget_policy,
-                   "token_budget=32..1024;prefill_chunk=128,256;decode_reserve_tokens=0,16,32;max_active_seqs=1024,2048");
+                   "token_budget=32..1024;prefill_chunk=128,256;decode_reserve_tokens=0,16,32;max_"
+                   "active_seqs=1024,2048");
     tune_case_search(&c);
     const sim_service *svc = &c.svc;
     const sim_tune_result *r = &c.r;
@@ -121,8 +125,9 @@ Test(sim_tune, finds_the_budget_the_service_model_says_is_best)
             snprintf(buf, sizeof buf, "%u", b);
             expect = buf;
         }
-    cr_assert_str_eq(expect, "256", "the workload is built so that 256 is best (model %.0f + %.0f µs/seq)", svc->base_us,
-                     svc->per_decode_seq_us);
+    cr_assert_str_eq(expect, "256",
+                     "the workload is built so that 256 is best (model %.0f + %.0f µs/seq)",
+                     svc->base_us, svc->per_decode_seq_us);
     const sim_tune_cand *best = &r->cands[r->best];
     cr_assert_str_eq(value_of(r, best, "token_budget"), expect, "chose %s", best->values);
     cr_assert(best->rung[2].done && best->rung[2].feasible);
@@ -132,8 +137,8 @@ Test(sim_tune, finds_the_budget_the_service_model_says_is_best)
         if (i == r->best || !k->rung[2].done) continue;
         const char *b = value_of(r, k, "token_budget");
         if (b && !strcmp(b, expect)) continue;
-        cr_expect_gt(best->rung[2].goodput_rps, k->rung[2].goodput_rps, "%s (%.2f) vs best (%.2f)", k->values,
-                     k->rung[2].goodput_rps, best->rung[2].goodput_rps);
+        cr_expect_gt(best->rung[2].goodput_rps, k->rung[2].goodput_rps, "%s (%.2f) vs best (%.2f)",
+                     k->values, k->rung[2].goodput_rps, best->rung[2].goodput_rps);
     }
     cr_assert_gt(best->rung[2].goodput_rps, 1.5 * r->cands[r->base].rung[2].goodput_rps);
     /* the search reports what no candidate could pass, and nothing it ran passed it */
@@ -141,11 +146,13 @@ Test(sim_tune, finds_the_budget_the_service_model_says_is_best)
         cr_assert(isfinite(r->bound_rps[l]));
         for (size_t i = 0; i < r->n_cands; i++)
             if (r->cands[i].rung[2].done)
-                cr_expect_leq(r->cands[i].rung[2].load[l].goodput_rps, r->bound_rps[l] + 1e-9, "%s: %.3f above the bound %.3f",
-                              r->cands[i].values, r->cands[i].rung[2].load[l].goodput_rps, r->bound_rps[l]);
+                cr_expect_leq(r->cands[i].rung[2].load[l].goodput_rps, r->bound_rps[l] + 1e-9,
+                              "%s: %.3f above the bound %.3f", r->cands[i].values,
+                              r->cands[i].rung[2].load[l].goodput_rps, r->bound_rps[l]);
     }
     /* not a grid: coordinate search stops when a pass moves nothing */
-    cr_expect_lt(r->evaluated[0], 6 * 2 * 3 * 2 / 2, "%zu candidates screened of a grid of 72", r->evaluated[0]);
+    cr_expect_lt(r->evaluated[0], 6 * 2 * 3 * 2 / 2, "%zu candidates screened of a grid of 72",
+                 r->evaluated[0]);
     tune_case_close(&c);
 }
 
@@ -157,21 +164,23 @@ Test(sim_tune, keeps_the_base_when_no_candidate_beats_it)
     char text[sizeof budget_policy + 8];
     const char *at = strstr(budget_policy, "token_budget = 64\n");
     cr_assert_not_null(at);
-    snprintf(text, sizeof text, "%.*stoken_budget = 256\n%s", (int)(at - budget_policy), budget_policy,
-             at + strlen("token_budget = 64\n"));
+    snprintf(text, sizeof text, "%.*stoken_budget = 256\n%s", (int)(at - budget_policy),
+             budget_policy, at + strlen("token_budget = 64\n"));
     tune_case c;
     tune_case_open(&c, params, 4, NULL, text, "token_budget=32,64,1024");
     tune_case_search(&c);
     const sim_tune_result *r = &c.r;
-    cr_assert_eq(r->best, r->base, "chose %s (%.2f req/s) over the base (%.2f req/s)", r->cands[r->best].values,
-                 r->cands[r->best].rung[2].goodput_rps, r->cands[r->base].rung[2].goodput_rps);
+    cr_assert_eq(r->best, r->base, "chose %s (%.2f req/s) over the base (%.2f req/s)",
+                 r->cands[r->best].values, r->cands[r->best].rung[2].goodput_rps,
+                 r->cands[r->base].rung[2].goodput_rps);
     cr_assert_str_eq(r->cands[r->best].hash, sched_policy_hash_hex(c.base));
     /* and it did run the others on the whole trace: they lost there, not by default */
     size_t others = 0;
     for (size_t i = 0; i < r->n_cands; i++)
         if (i != r->base && r->cands[i].rung[2].done) {
             others++;
-            cr_expect_lt(r->cands[i].rung[2].goodput_rps, r->cands[r->base].rung[2].goodput_rps, "%s", r->cands[i].values);
+            cr_expect_lt(r->cands[i].rung[2].goodput_rps, r->cands[r->base].rung[2].goodput_rps,
+                         "%s", r->cands[i].values);
         }
     cr_expect_gt(others, 0);
     tune_case_close(&c);
@@ -185,13 +194,15 @@ Test(sim_tune, keeps_the_base_when_no_candidate_beats_it)
  * misses), and only both together prefill in one step (~63 ms: most meet it).  Coordinate
  * search stops at the base; the pairwise moves find the optimum. */
 static const char ridge_policy[] =
-    "[scheduler]\nmode = token_budget\ntoken_budget = 256\nprefill_chunk = 256\nmax_active_seqs = 1\n"
+    "[scheduler]\nmode = token_budget\ntoken_budget = 256\nprefill_chunk = 256\nmax_active_seqs = "
+    "1\n"
     "default_class = standard\n[class standard]\nttft_target = 75ms\ntpot_target = 0us\n";
 
 static void ridge_search(bool pairs, tune_case *c)
 {
     const char *params[] = {"rate=1", "prompt=2048", "output=4", "duration=60"};
-    tune_case_open(c, params, 4, NULL, ridge_policy, "token_budget=256,2048;prefill_chunk=256,2048");
+    tune_case_open(c, params, 4, NULL, ridge_policy,
+                   "token_budget=256,2048;prefill_chunk=256,2048");
     c->o.pairs = pairs;
     tune_case_search(c);
 }
@@ -202,7 +213,8 @@ Test(sim_tune, pairwise_moves_climb_a_ridge_single_moves_cannot)
     ridge_search(false, &c);
     const sim_tune_result *r = &c.r;
     cr_assert_str_eq(r->cands[r->best].hash, r->cands[r->base].hash,
-                     "without pairwise moves the search cannot leave the base, chose %s", r->cands[r->best].values);
+                     "without pairwise moves the search cannot leave the base, chose %s",
+                     r->cands[r->best].values);
     cr_assert_eq(r->cands[r->base].rung[2].goodput_rps, 0, "the base misses every TTFT target");
     cr_assert_eq(r->pair_evaluated, 0);
     tune_case_close(&c);
@@ -222,15 +234,17 @@ Test(sim_tune, pairwise_moves_climb_a_ridge_single_moves_cannot)
 /* Tenant b sends the long prompts (> 2048 tokens), a the short ones, at 1.5× capacity.  A quota
  * of one queued token refuses every request of b: a then gets the whole machine and more
  * requests meet their targets per second — and b gets nothing. */
-static const char fair_policy[] =
-    "[scheduler]\nmode = token_budget\ntoken_budget = 2048\nmax_active_seqs = 512\nprefill_chunk = 1024\n"
-    "default_class = standard\ndefault_tenant = a\n[class standard]\nttft_target = 2s\ntpot_target = 150ms\n"
-    "[tenant a]\n[tenant b]\n";
+static const char fair_policy[] = "[scheduler]\nmode = token_budget\ntoken_budget = "
+                                  "2048\nmax_active_seqs = 512\nprefill_chunk = 1024\n"
+                                  "default_class = standard\ndefault_tenant = a\n[class "
+                                  "standard]\nttft_target = 2s\ntpot_target = 150ms\n"
+                                  "[tenant a]\n[tenant b]\n";
 
 static void fair_search(double floor, tune_case *c)
 {
     const char *params[] = {"load=1.5", "prompt=64-4096", "output=32-128", "duration=30"};
-    tune_case_open(c, params, 4, "prompt>2048:b,a", fair_policy, "b.max_queued_tokens=0,1;a.max_queued_tokens=0,20000,50000");
+    tune_case_open(c, params, 4, "prompt>2048:b,a", fair_policy,
+                   "b.max_queued_tokens=0,1;a.max_queued_tokens=0,20000,50000");
     c->o.fair_floor = floor;
     tune_case_search(c);
 }
@@ -253,14 +267,16 @@ Test(sim_tune, never_chooses_a_candidate_that_starves_a_tenant)
         seen = true;
         cr_expect_gt(k->rung[0].goodput_rps, best->rung[0].goodput_rps, "%s", k->values);
         cr_expect(!k->rung[0].feasible);
-        cr_expect_lt(k->rung[0].min_fair, 0.1, "tenant b starved: %.3f of its fair share", k->rung[0].min_fair);
+        cr_expect_lt(k->rung[0].min_fair, 0.1, "tenant b starved: %.3f of its fair share",
+                     k->rung[0].min_fair);
     }
     cr_assert(seen, "the search never tried the starving quota");
     tune_case_close(&c);
 
     /* control: without the floor the same search takes the starving candidate */
     fair_search(0, &c);
-    cr_expect_str_eq(value_of(r, &r->cands[r->best], "b.max_queued_tokens"), "1", "chose %s", r->cands[r->best].values);
+    cr_expect_str_eq(value_of(r, &r->cands[r->best], "b.max_queued_tokens"), "1", "chose %s",
+                     r->cands[r->best].values);
     tune_case_close(&c);
 }
 
@@ -274,12 +290,14 @@ Test(sim_tune, never_chooses_a_candidate_that_starves_a_tenant)
 static void slo_search(double slo_min, tune_case *c)
 {
     const char *params[] = {"load=1.0", "prompt=64-4096", "output=32-128", "duration=30"};
-    tune_case_open(c, params, 4, NULL,
-                   "[scheduler]\nmode = token_budget\ntoken_budget = 2048\nmax_active_seqs = 512\nprefill_chunk = 1024\n"
-                   "default_class = standard\n[class standard]\nttft_target = 2s\ntpot_target = 150ms\n",
-                   "standard.max_queue_wait=0,100ms,250ms");
+    tune_case_open(
+        c, params, 4, NULL,
+        "[scheduler]\nmode = token_budget\ntoken_budget = 2048\nmax_active_seqs = "
+        "512\nprefill_chunk = 1024\n"
+        "default_class = standard\n[class standard]\nttft_target = 2s\ntpot_target = 150ms\n",
+        "standard.max_queue_wait=0,100ms,250ms");
     c->o.slo_min = slo_min;
-    c->o.finalists = 4;   /* every value reaches the whole trace */
+    c->o.finalists = 4; /* every value reaches the whole trace */
     tune_case_search(c);
 }
 
@@ -300,7 +318,8 @@ Test(sim_tune, never_chooses_a_candidate_under_the_accepted_slo_floor)
     const sim_tune_cand *free_best = &r->cands[r->best];
     const sim_tune_load *m = &free_best->rung[2].load[0];
     cr_assert_eq(m->refused, 0, "without a floor the best refuses nothing: %s", free_best->values);
-    cr_assert_lt(m->accepted_slo, 0.99, "and some accepted requests miss (%.4f meet)", m->accepted_slo);
+    cr_assert_lt(m->accepted_slo, 0.99, "and some accepted requests miss (%.4f meet)",
+                 m->accepted_slo);
     double free_goodput = free_best->rung[2].goodput_rps;
     tune_case_close(&c);
 
@@ -308,13 +327,14 @@ Test(sim_tune, never_chooses_a_candidate_under_the_accepted_slo_floor)
     const sim_tune_cand *best = &r->cands[r->best];
     cr_assert(best->rung[2].feasible, "chose %s", best->values);
     cr_assert_geq(best->rung[2].load[0].accepted_slo, 0.99, "chose %s", best->values);
-    cr_assert_gt(best->rung[2].load[0].refused, 0, "the floor is met by refusing at the door: %s", best->values);
+    cr_assert_gt(best->rung[2].load[0].refused, 0, "the floor is met by refusing at the door: %s",
+                 best->values);
     /* the unbounded queue was run on the whole trace, had more goodput, and lost on the floor */
     const sim_tune_cand *u = unbounded(r);
     cr_assert_not_null(u, "the unbounded queue never reached the whole trace");
     cr_expect_float_eq(u->rung[2].goodput_rps, free_goodput, 1e-9);
-    cr_expect_gt(u->rung[2].goodput_rps, best->rung[2].goodput_rps, "%.3f vs %.3f", u->rung[2].goodput_rps,
-                 best->rung[2].goodput_rps);
+    cr_expect_gt(u->rung[2].goodput_rps, best->rung[2].goodput_rps, "%.3f vs %.3f",
+                 u->rung[2].goodput_rps, best->rung[2].goodput_rps);
     cr_expect(!u->rung[2].feasible);
     tune_case_close(&c);
 }
@@ -324,9 +344,10 @@ Test(sim_tune, never_chooses_a_candidate_under_the_accepted_slo_floor)
 static char *tune_json(int jobs)
 {
     const char *params[] = {"load=1.5", "prompt=64-2048", "output=32-256", "n=2500"};
-    tune_case c;   /* 2500 requests: the windows are used */
+    tune_case c; /* 2500 requests: the windows are used */
     tune_case_open(&c, params, 4, "random:a:3,b:1", fair_policy,
-                   "token_budget=512..4096;prefill_chunk=256,1024;standard.max_queue_wait=0,1s;*.max_queued_tokens=0,30000");
+                   "token_budget=512..4096;prefill_chunk=256,1024;standard.max_queue_wait=0,1s;*."
+                   "max_queued_tokens=0,30000");
     c.o.loads[1] = 2;
     c.o.n_loads = 2;
     c.o.finalists = 3;
@@ -335,7 +356,8 @@ static char *tune_json(int jobs)
     tune_case_search(&c);
     cr_assert(c.r.window_s[0][1] > 0, "the screening rung runs a window of the trace");
     cr_assert_gt(c.r.evaluated[0], c.r.evaluated[2]);
-    cr_assert(c.o.pairs && c.r.pair_evaluated > 0, "the pairwise moves are part of what must be deterministic");
+    cr_assert(c.o.pairs && c.r.pair_evaluated > 0,
+              "the pairwise moves are part of what must be deterministic");
     json_t *j = sim_tune_json(&c.r);
     char *s = json_dumps(j, JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
     json_decref(j);
@@ -370,8 +392,11 @@ Test(sim_tune, cli_writes_the_best_policy_in_canonical_form_and_refuses_a_bad_sp
     cr_assert_not_null(mkdtemp(dir));
     char cmd[2048], path[1024];
     snprintf(path, sizeof path, "%s/best.policy", dir);
-    snprintf(cmd, sizeof cmd, "%s --workload poisson --param load=2 --param prompt=16 --param output=200 --param duration=10 "
-             "--tune 'token_budget=64..512' --tune-out %s --plot %s/plot > %s/out.txt 2>&1", prog, path, dir, dir);
+    snprintf(cmd, sizeof cmd,
+             "%s --workload poisson --param load=2 --param prompt=16 --param output=200 --param "
+             "duration=10 "
+             "--tune 'token_budget=64..512' --tune-out %s --plot %s/plot > %s/out.txt 2>&1",
+             prog, path, dir, dir);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     FILE *f = fopen(path, "r");
     cr_assert_not_null(f, "%s not written", path);
@@ -387,8 +412,11 @@ Test(sim_tune, cli_writes_the_best_policy_in_canonical_form_and_refuses_a_bad_sp
     sched_policy_free(p);
     snprintf(path, sizeof path, "%s/plot/tune.dat", dir);
     cr_expect_eq(access(path, R_OK), 0, "%s", path);
-    snprintf(cmd, sizeof cmd, "%s --workload poisson --param duration=5 --tune 'token_budget=abc' --tune-out %s/x.policy "
-             "> %s/err.txt 2>&1", prog, dir, dir);
+    snprintf(
+        cmd, sizeof cmd,
+        "%s --workload poisson --param duration=5 --tune 'token_budget=abc' --tune-out %s/x.policy "
+        "> %s/err.txt 2>&1",
+        prog, dir, dir);
     cr_expect_neq(system(cmd), 0, "a bad value is refused");
     snprintf(path, sizeof path, "%s/err.txt", dir);
     f = fopen(path, "r");
@@ -396,7 +424,8 @@ Test(sim_tune, cli_writes_the_best_policy_in_canonical_form_and_refuses_a_bad_sp
     n = fread(text, 1, sizeof text - 1, f);
     fclose(f);
     text[n] = 0;
-    cr_expect(strstr(text, "token_budget=abc") != NULL, "the error names the knob and the value: %s", text);
+    cr_expect(strstr(text, "token_budget=abc") != NULL,
+              "the error names the knob and the value: %s", text);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     (void)!system(cmd);
 }
@@ -428,29 +457,33 @@ Test(sim_tune, goodput_bound_counts_the_misses_no_policy_avoids)
     sim_service_default(&svc);
     svc.per_prefill_token_us = 1000;
     svc.per_prefill_pair_us = 0;
-    sched_policy *p = policy("[scheduler]\nmode = token_budget\ndefault_class = standard\n"
-                             "[class standard]\nttft_target = 2s\n[class batch]\nttft_target = 0us\n");
+    sched_policy *p =
+        policy("[scheduler]\nmode = token_budget\ndefault_class = standard\n"
+               "[class standard]\nttft_target = 2s\n[class batch]\nttft_target = 0us\n");
     sim_trace t;
     sim_trace_init(&t, "bound");
     int std = sim_trace_class(&t, "standard"), batch = sim_trace_class(&t, "batch");
     for (int i = 0; i < 3; i++) push_req(&t, std, 0, 1000, 4);
     push_req(&t, std, 10, 3000, 4);
     push_req(&t, std, 20, 1500, 4);
-    for (int i = 0; i < 5; i++) push_req(&t, batch, 20, 1000, 4);   /* no target: cannot miss it */
+    for (int i = 0; i < 5; i++) push_req(&t, batch, 20, 1000, 4); /* no target: cannot miss it */
     sim_tune_bound b;
     cr_assert_eq(sim_tune_goodput_bound(&t, &svc, p, 60, &b), 0, "%s", sim_err());
     cr_assert_eq(b.requests, 10);
-    cr_assert_eq(b.min_misses, 2, "one of the three together and the 3,000-token prompt: %zu", b.min_misses);
+    cr_assert_eq(b.min_misses, 2, "one of the three together and the 3,000-token prompt: %zu",
+                 b.min_misses);
     cr_assert_float_eq(b.span_s, 20, 1e-9);
     cr_assert_float_eq(b.goodput_rps, 8.0 / 20, 1e-9);
     /* windows shorter than the burst still see it; a longer target lets all three meet it */
     cr_assert_eq(sim_tune_goodput_bound(&t, &svc, p, 0.5, &b), 0);
     cr_assert_eq(b.min_misses, 2);
     sched_policy_free(p);
-    p = policy("[scheduler]\nmode = token_budget\ndefault_class = standard\n[class standard]\nttft_target = 3s\n"
+    p = policy("[scheduler]\nmode = token_budget\ndefault_class = standard\n[class "
+               "standard]\nttft_target = 3s\n"
                "[class batch]\nttft_target = 0us\n");
     cr_assert_eq(sim_tune_goodput_bound(&t, &svc, p, 60, &b), 0);
-    cr_assert_eq(b.min_misses, 0, "with 3 s all three fit and so does the 3,000-token prompt: %zu", b.min_misses);
+    cr_assert_eq(b.min_misses, 0, "with 3 s all three fit and so does the 3,000-token prompt: %zu",
+                 b.min_misses);
     /* a model whose prefill costs nothing bounds nothing: refused, not a bound of every request */
     svc.per_prefill_token_us = 0;
     cr_assert_eq(sim_tune_goodput_bound(&t, &svc, p, 60, &b), -EINVAL);
@@ -469,11 +502,14 @@ Test(sim_tune, goodput_bound_is_above_what_policies_reach)
     sim_trace t;
     workload(&t, &svc, params, 4, NULL);
     static const char *const texts[] = {
-        "[scheduler]\nmode = token_budget\ntoken_budget = 4096\nprefill_chunk = 2048\ndefault_class = standard\n"
+        "[scheduler]\nmode = token_budget\ntoken_budget = 4096\nprefill_chunk = "
+        "2048\ndefault_class = standard\n"
         "[class standard]\nttft_target = 2s\ntpot_target = 150ms\nmax_queue_wait = 2s\n",
-        "[scheduler]\nmode = token_budget\ntoken_budget = 512\nprefill_chunk = 512\ndefault_class = standard\n"
+        "[scheduler]\nmode = token_budget\ntoken_budget = 512\nprefill_chunk = 512\ndefault_class "
+        "= standard\n"
         "[class standard]\nttft_target = 2s\ntpot_target = 150ms\n",
-        "[scheduler]\nmode = continuous\ndefault_class = standard\n[class standard]\nttft_target = 2s\ntpot_target = 150ms\n",
+        "[scheduler]\nmode = continuous\ndefault_class = standard\n[class standard]\nttft_target = "
+        "2s\ntpot_target = 150ms\n",
     };
     sim_tune_bound b;
     sched_policy *p0 = policy(texts[0]);
@@ -496,8 +532,9 @@ Test(sim_tune, goodput_bound_is_above_what_policies_reach)
         cr_expect_gt(s.all.goodput_rps, 0, "policy %zu serves something", i);
         /* the simulator divides by its whole run (to the last finish), the bound by the arrivals' span */
         double met = s.all.goodput_rps * s.sim_s;
-        cr_expect_leq(met, (double)(b.requests - b.min_misses) + 1e-6, "policy %zu met %.0f of %zu, bound %zu", i, met,
-                      b.requests, b.requests - b.min_misses);
+        cr_expect_leq(met, (double)(b.requests - b.min_misses) + 1e-6,
+                      "policy %zu met %.0f of %zu, bound %zu", i, met, b.requests,
+                      b.requests - b.min_misses);
         sim_summary_free(&s);
         sim_run_free(&run);
         sched_policy_free(p);
@@ -517,8 +554,10 @@ Test(sim_tune, searches_a_trace_with_block_hashes)
     tune_case_init(&c, budget_policy, "token_budget=64,256");
     sim_scenario scn;
     const sim_trace *t = &c.t;
-    const char *par[] = {"n=60", "rate=4", "system_prompts=2", "system_len=128", "turns=3", "one_off=0"};
-    cr_assert_eq(sim_gen_workload(&c.t, "shared-prefix", par, 6, &c.svc, 7, &scn), 0, "%s", sim_err());
+    const char *par[] = {"n=60",           "rate=4",  "system_prompts=2",
+                         "system_len=128", "turns=3", "one_off=0"};
+    cr_assert_eq(sim_gen_workload(&c.t, "shared-prefix", par, 6, &c.svc, 7, &scn), 0, "%s",
+                 sim_err());
     cr_assert_gt(t->n_hashes, 0);
     sim_trace copy;
     cr_assert_eq(tune_derive_trace(t, 0, -1, 2, 1, &copy), 0, "%s", sim_err());
@@ -526,7 +565,8 @@ Test(sim_tune, searches_a_trace_with_block_hashes)
     for (size_t i = 0; i < copy.n; i++) {
         cr_assert_eq(copy.reqs[i].n_hash, t->reqs[i].n_hash);
         for (uint32_t b = 0; b < copy.reqs[i].n_hash; b++)
-            cr_assert_eq(copy.hashes[copy.reqs[i].hash_off + b], t->hashes[t->reqs[i].hash_off + b], "request %zu block %u", i, b);
+            cr_assert_eq(copy.hashes[copy.reqs[i].hash_off + b], t->hashes[t->reqs[i].hash_off + b],
+                         "request %zu block %u", i, b);
     }
     sim_trace_free(&copy);
     c.o.loads[0] = 1;

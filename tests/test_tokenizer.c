@@ -17,8 +17,7 @@ static const char *shared_path(char *buf, size_t len, const char *name)
 {
     snprintf(buf, len, "%s/models/%s", th_shared_dir(), name);
     FILE *f = fopen(buf, "rb");
-    if (!f)
-        return NULL;
+    if (!f) return NULL;
     fclose(f);
     return buf;
 }
@@ -50,8 +49,8 @@ Test(tokenizer, encode_oracle_cases)
         json_t *want = json_object_get(c, "tokens");
         int32_t got[256];
         int n = tok_encode(t, text, true, false, got, 256);
-        cr_assert_eq(n, (int)json_array_size(want), "\"%s\": %d tokens, oracle %zu (%s)", text,
-                     n, json_array_size(want), tok_errmsg());
+        cr_assert_eq(n, (int)json_array_size(want), "\"%s\": %d tokens, oracle %zu (%s)", text, n,
+                     json_array_size(want), tok_errmsg());
         for (int k = 0; k < n; k++)
             cr_assert_eq(got[k], json_integer_value(json_array_get(want, (size_t)k)),
                          "\"%s\": token %d is %d, oracle %lld", text, k, got[k],
@@ -131,7 +130,14 @@ Test(tokenizer, malformed_files_get_clear_errors)
     cr_assert_eq(tok_vocab_size(t), 4);
     tok_free(t);
 
-    struct { const char *what; size_t len; int vocab; int patch_off; int32_t patch; const char *needle; } cases[] = {
+    struct {
+        const char *what;
+        size_t len;
+        int vocab;
+        int patch_off;
+        int32_t patch;
+        const char *needle;
+    } cases[] = {
         {"empty file", 0, 4, -1, 0, "max_token_length"},
         {"header only, vocab 4", 4, 4, -1, 0, "token 0"},
         {"truncated inside a piece", len - 1, 4, -1, 0, "runs past the end"},
@@ -145,8 +151,7 @@ Test(tokenizer, malformed_files_get_clear_errors)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         unsigned char b2[256];
         memcpy(b2, buf, len);
-        if (cases[i].patch_off >= 0)
-            memcpy(b2 + cases[i].patch_off, &cases[i].patch, 4);
+        if (cases[i].patch_off >= 0) memcpy(b2 + cases[i].patch_off, &cases[i].patch, 4);
         t = (tok_tokenizer *)0x1;
         int err = tok_load_mem(b2, cases[i].len, cases[i].vocab, &t);
         cr_assert_eq(err, -EINVAL, "%s: got %d (%s)", cases[i].what, err, tok_errmsg());
@@ -177,8 +182,7 @@ Test(tokenizer, byte_fallback_outside_vocab_is_an_error)
 static int32_t naive_lookup(const tok_tokenizer *t, const char *s)
 {
     for (int i = 0; i < tok_vocab_size(t); i++)
-        if (strcmp(tok_piece(t, i), s) == 0)
-            return i;
+        if (strcmp(tok_piece(t, i), s) == 0) return i;
     return -1;
 }
 
@@ -187,22 +191,18 @@ static int naive_encode(const tok_tokenizer *t, const char *text, int32_t *tk)
     int n = 0;
     char buf[64];
     tk[n++] = TOK_BOS;
-    if (text[0])
-        tk[n++] = naive_lookup(t, " ");
+    if (text[0]) tk[n++] = naive_lookup(t, " ");
     size_t len = 0;
     for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
-        if ((*c & 0xC0) != 0x80)
-            len = 0;
+        if ((*c & 0xC0) != 0x80) len = 0;
         buf[len++] = (char)*c;
         buf[len] = 0;
-        if ((c[1] & 0xC0) == 0x80 && len < 4)
-            continue;
+        if ((c[1] & 0xC0) == 0x80 && len < 4) continue;
         int32_t id = naive_lookup(t, buf);
         if (id >= 0)
             tk[n++] = id;
         else
-            for (size_t i = 0; i < len; i++)
-                tk[n++] = (unsigned char)buf[i] + 3;
+            for (size_t i = 0; i < len; i++) tk[n++] = (unsigned char)buf[i] + 3;
         len = 0;
     }
     for (;;) {
@@ -217,11 +217,9 @@ static int naive_encode(const tok_tokenizer *t, const char *text, int32_t *tk)
                 bid = id;
             }
         }
-        if (bi < 0)
-            break;
+        if (bi < 0) break;
         tk[bi] = bid;
-        for (int i = bi + 1; i < n - 1; i++)
-            tk[i] = tk[i + 1];
+        for (int i = bi + 1; i < n - 1; i++) tk[i] = tk[i + 1];
         n--;
     }
     return n;
@@ -230,8 +228,8 @@ static int naive_encode(const tok_tokenizer *t, const char *text, int32_t *tk)
 Test(tokenizer, optimised_merge_equals_run_c_on_random_texts)
 {
     tok_tokenizer *t = load_tok512();
-    const char *alphabet[] = {"a", "e", "t", " ", "o", "n", "h", "Lily", " the", ".", ",",
-                              "\n", "é", "💩", "1", "x", "'", "!", "  ", "ing"};
+    const char *alphabet[] = {"a", "e",  "t", " ", "o", "n", "h", "Lily", " the", ".",
+                              ",", "\n", "é", "💩", "1", "x", "'", "!",    "  ",   "ing"};
     unsigned seed = 12345;
     for (int iter = 0; iter < 300; iter++) {
         char text[400] = "";

@@ -38,7 +38,10 @@
 /* One daemon per test (tests/helpers.c starts it); stopped by the suite's fini. */
 static th_daemon g_d;
 
-static const char *daemon_log(void) { return th_daemon_output(&g_d); }
+static const char *daemon_log(void)
+{
+    return th_daemon_output(&g_d);
+}
 
 /* Starts ringlmd with args (NULL-terminated, after the program and --socket); waits for
  * the socket. */
@@ -55,7 +58,10 @@ static void stop_daemon(void)
     th_daemon_stop(&g_d, SIGTERM, 15000);
 }
 
-static void cleanup_daemon(void) { th_daemon_cleanup(&g_d); }
+static void cleanup_daemon(void)
+{
+    th_daemon_cleanup(&g_d);
+}
 
 /* Starts ringlmd with args (NULL-terminated, after the program and --socket); waits for
  * the socket. */
@@ -80,7 +86,8 @@ static bool daemon_supports(const char *opt)
 static void need_programs(void)
 {
     char *a = th_path(th_bin_dir(), "ringlmd"), *b = th_path(th_bin_dir(), "ringlm");
-    if (!th_exists(a) || !th_exists(b)) cr_skip_test("ringlmd/ringlm not built in %s (set RINGLM_BIN)", th_bin_dir());
+    if (!th_exists(a) || !th_exists(b))
+        cr_skip_test("ringlmd/ringlm not built in %s (set RINGLM_BIN)", th_bin_dir());
     free(a);
     free(b);
 }
@@ -96,8 +103,11 @@ Test(tools_cli, generate_reproduces_reference_greedy)
     char *tok = th_path(th_shared_dir(), "models/tok512.bin");
     char *ref = th_path(th_shared_dir(), "models/reference-greedy.json");
     if (!th_exists(model) || !th_exists(tok) || !th_exists(ref))
-        cr_skip_test("stories260K / tok512 / reference-greedy.json not found under %s (set RINGLM_SHARED)", th_shared_dir());
-    if (!daemon_supports("--model")) cr_skip_test("this ringlmd does not serve models yet (no --model in --help)");
+        cr_skip_test(
+            "stories260K / tok512 / reference-greedy.json not found under %s (set RINGLM_SHARED)",
+            th_shared_dir());
+    if (!daemon_supports("--model"))
+        cr_skip_test("this ringlmd does not serve models yet (no --model in --help)");
     const char *args[] = {"--model", model, NULL};
     start_daemon(args);
     json_error_t e;
@@ -116,17 +126,20 @@ Test(tools_cli, generate_reproduces_reference_greedy)
         const char *want = json_string_value(json_object_get(c, "stdout"));
         char steps_s[16];
         snprintf(steps_s, sizeof steps_s, "%d", steps);
-        char *argv[] = {ringlm, "--socket", g_d.sock, "generate", "--prompt", (char *)prompt,
-                        "--tokenizer", tok, "--steps", steps_s, "--temperature", "0", NULL};
+        char *argv[] = {ringlm,          "--socket",    g_d.sock, "generate", "--prompt",
+                        (char *)prompt,  "--tokenizer", tok,      "--steps",  steps_s,
+                        "--temperature", "0",           NULL};
         char *out, *err;
         int rc = th_run(argv, &out, &err, 60);
-        cr_assert_eq(rc, 0, "case %zu (prompt '%s', steps %d): exit %d, stderr: %s\ndaemon: %s", i, prompt,
-                     steps, rc, err, daemon_log());
+        cr_assert_eq(rc, 0, "case %zu (prompt '%s', steps %d): exit %d, stderr: %s\ndaemon: %s", i,
+                     prompt, steps, rc, err, daemon_log());
         if (strcmp(out, want) != 0) {
             size_t k = 0;
             while (out[k] && out[k] == want[k]) k++;
-            cr_assert_fail("case %zu (prompt '%s', steps %d): stdout differs at byte %zu:\n got: ...%.60s\nwant: ...%.60s",
-                           i, prompt, steps, k, out + (k > 20 ? k - 20 : 0), want + (k > 20 ? k - 20 : 0));
+            cr_assert_fail("case %zu (prompt '%s', steps %d): stdout differs at byte %zu:\n got: "
+                           "...%.60s\nwant: ...%.60s",
+                           i, prompt, steps, k, out + (k > 20 ? k - 20 : 0),
+                           want + (k > 20 ? k - 20 : 0));
         }
         free(out);
         free(err);
@@ -148,27 +161,59 @@ Test(tools_cli, generate_sampled_matches_ringlm_run)
     char *model = th_path(th_shared_dir(), "models/stories260K.bin");
     char *tok = th_path(th_shared_dir(), "models/tok512.bin");
     char *run = th_path(th_bin_dir(), "ringlm-run");
-    if (!th_exists(model) || !th_exists(tok)) cr_skip_test("stories260K / tok512 not under %s", th_shared_dir());
+    if (!th_exists(model) || !th_exists(tok))
+        cr_skip_test("stories260K / tok512 not under %s", th_shared_dir());
     if (!th_exists(run)) cr_skip_test("ringlm-run not built in %s", th_bin_dir());
     if (!daemon_supports("--model")) cr_skip_test("this ringlmd does not serve models yet");
     const char *args[] = {"--model", model, NULL};
     start_daemon(args);
     char *ringlm = th_path(th_bin_dir(), "ringlm");
-    const char *cases[][4] = {{"Lily wanted to", "0.8", "0.9", "42"}, {"Once upon a time", "1.0", "0.5", "7"},
+    const char *cases[][4] = {{"Lily wanted to", "0.8", "0.9", "42"},
+                              {"Once upon a time", "1.0", "0.5", "7"},
                               {"", "0.6", "1", "123"}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char *a[] = {run, "--model", model, "--tokenizer", tok, "--prompt", (char *)cases[i][0], "--steps", "120",
-                     "--temperature", (char *)cases[i][1], "--top-p", (char *)cases[i][2], "--seed",
-                     (char *)cases[i][3], NULL};
-        char *b[] = {ringlm, "--socket", g_d.sock, "generate", "--tokenizer", tok, "--prompt", (char *)cases[i][0],
-                     "--steps", "120", "--temperature", (char *)cases[i][1], "--top-p", (char *)cases[i][2],
-                     "--seed", (char *)cases[i][3], NULL};
+        char *a[] = {run,
+                     "--model",
+                     model,
+                     "--tokenizer",
+                     tok,
+                     "--prompt",
+                     (char *)cases[i][0],
+                     "--steps",
+                     "120",
+                     "--temperature",
+                     (char *)cases[i][1],
+                     "--top-p",
+                     (char *)cases[i][2],
+                     "--seed",
+                     (char *)cases[i][3],
+                     NULL};
+        char *b[] = {ringlm,
+                     "--socket",
+                     g_d.sock,
+                     "generate",
+                     "--tokenizer",
+                     tok,
+                     "--prompt",
+                     (char *)cases[i][0],
+                     "--steps",
+                     "120",
+                     "--temperature",
+                     (char *)cases[i][1],
+                     "--top-p",
+                     (char *)cases[i][2],
+                     "--seed",
+                     (char *)cases[i][3],
+                     NULL};
         char *oa, *ob, *ea, *eb;
         cr_assert_eq(th_run(a, &oa, &ea, 60), 0, "ringlm-run: %s", ea);
         cr_assert_eq(th_run(b, &ob, &eb, 60), 0, "ringlm generate: %s", eb);
-        cr_assert_str_eq(ob, oa, "case %zu (prompt '%s', T %s, top-p %s, seed %s) differs", i, cases[i][0],
-                         cases[i][1], cases[i][2], cases[i][3]);
-        free(oa); free(ob); free(ea); free(eb);
+        cr_assert_str_eq(ob, oa, "case %zu (prompt '%s', T %s, top-p %s, seed %s) differs", i,
+                         cases[i][0], cases[i][1], cases[i][2], cases[i][3]);
+        free(oa);
+        free(ob);
+        free(ea);
+        free(eb);
     }
     free(ringlm);
     free(run);
@@ -214,14 +259,16 @@ static void check_sane(json_t *j, int requests, const char *tenant)
     long errs = (long)json_integer_value(json_object_get(t, "errors"));
     cr_assert_eq(unf + errs, 0, "unfinished %ld errors %ld", unf, errs);
     cr_assert(done + rej + json_integer_value(json_object_get(t, "cancelled")) +
-                  json_integer_value(json_object_get(t, "timeouts")) ==
+                      json_integer_value(json_object_get(t, "timeouts")) ==
                   json_integer_value(json_object_get(t, "requests")),
               "outcomes do not add up: %s", json_dumps(t, 0));
     cr_assert(done > 0, "nothing completed: %s", json_dumps(t, 0));
     json_t *ttft = json_object_get(t, "ttft_ms"), *e2e = json_object_get(t, "e2e_ms");
-    double t50 = json_number_value(json_object_get(ttft, "p50")), t99 = json_number_value(json_object_get(ttft, "p99"));
+    double t50 = json_number_value(json_object_get(ttft, "p50")),
+           t99 = json_number_value(json_object_get(ttft, "p99"));
     double e50 = json_number_value(json_object_get(e2e, "p50"));
-    cr_assert(t50 > 0 && t50 <= t99 && t50 <= e50 + 1e-9 && e50 < 60000, "ttft p50 %g p99 %g e2e p50 %g", t50, t99, e50);
+    cr_assert(t50 > 0 && t50 <= t99 && t50 <= e50 + 1e-9 && e50 < 60000,
+              "ttft p50 %g p99 %g e2e p50 %g", t50, t99, e50);
     cr_assert(json_integer_value(json_object_get(t, "output_tokens")) >= done);
 }
 
@@ -233,8 +280,9 @@ Test(tools_cli, replay_azure_slice_against_echo)
     if (!daemon_supports("--echo")) cr_skip_test("ringlmd has no --echo service");
     const char *args[] = {"--echo", NULL};
     start_daemon(args);
-    const char *extra[] = {"--limit", "120", "--rate", "20", "--length-scale", "0.02", "--clients", "3",
-                           "--tenants", "alpha,beta", NULL};
+    const char *extra[] = {"--limit",        "120",        "--rate",    "20",
+                           "--length-scale", "0.02",       "--clients", "3",
+                           "--tenants",      "alpha,beta", NULL};
     json_t *j = replay_json(trace, extra);
     check_sane(j, 120, "alpha");
     check_sane(j, 120, "beta");
@@ -255,11 +303,18 @@ Test(tools_cli, replay_native_trace_with_cancels)
     cr_assert(fd >= 0);
     FILE *f = fdopen(fd, "w");
     for (int i = 0; i < 30; i++) {
-        fmt_request r = {.req = (uint64_t)i, .arrival_us = i * 2000, .tenant = i % 3 ? "chat" : "batch",
-                            .class_name = "default", .prompt_tokens = 8 + i, .max_tokens = 20,
-                            .output_tokens = i == 6 ? 200000000 : 20, .deadline_us = FMT_NULL,
-                            .cancel_us = i == 6 ? i * 2000 + 30000 : FMT_NULL,
-                            .first_token_us = FMT_NULL, .finish_us = 0, .finish_reason = "length"};
+        fmt_request r = {.req = (uint64_t)i,
+                         .arrival_us = i * 2000,
+                         .tenant = i % 3 ? "chat" : "batch",
+                         .class_name = "default",
+                         .prompt_tokens = 8 + i,
+                         .max_tokens = 20,
+                         .output_tokens = i == 6 ? 200000000 : 20,
+                         .deadline_us = FMT_NULL,
+                         .cancel_us = i == 6 ? i * 2000 + 30000 : FMT_NULL,
+                         .first_token_us = FMT_NULL,
+                         .finish_us = 0,
+                         .finish_reason = "length"};
         char line[1024];
         cr_assert(fmt_request_format(&r, line, sizeof line) > 0);
         fprintf(f, "%s\n", line);
@@ -287,7 +342,9 @@ Test(tools_cli, replay_mooncake_jsonl_against_echo)
     cr_assert(fd >= 0);
     FILE *f = fdopen(fd, "w");
     for (int i = 0; i < 16; i++)
-        fprintf(f, "{\"timestamp\": %d, \"input_length\": %d, \"output_length\": %d, \"hash_ids\": [%d, %d]}\n",
+        fprintf(f,
+                "{\"timestamp\": %d, \"input_length\": %d, \"output_length\": %d, \"hash_ids\": "
+                "[%d, %d]}\n",
                 i * 7, 50 + 10 * i, 5 + i, i, i + 1);
     fclose(f);
     const char *args[] = {"--echo", NULL};
@@ -298,7 +355,8 @@ Test(tools_cli, replay_mooncake_jsonl_against_echo)
     check_sane(j, 8, "m");
     json_t *m = json_object_get(json_object_get(j, "tenants"), "m");
     /* output lengths 5..12 → the echo daemon sends exactly that many tokens */
-    cr_assert_eq(json_integer_value(json_object_get(m, "output_tokens")), 5 + 6 + 7 + 8 + 9 + 10 + 11 + 12);
+    cr_assert_eq(json_integer_value(json_object_get(m, "output_tokens")),
+                 5 + 6 + 7 + 8 + 9 + 10 + 11 + 12);
     json_decref(j);
     unlink(path);
 }
@@ -309,25 +367,39 @@ Test(tools_cli, replay_reports_rejects_by_reason)
     need_programs();
     char *model = th_path(th_shared_dir(), "models/stories260K.bin");
     char *trace = th_path(th_shared_dir(), "traces/AzureLLMInferenceTrace_code.csv");
-    if (!th_exists(model) || !th_exists(trace)) cr_skip_test("stories260K or the Azure code trace not under %s", th_shared_dir());
+    if (!th_exists(model) || !th_exists(trace))
+        cr_skip_test("stories260K or the Azure code trace not under %s", th_shared_dir());
     if (!daemon_supports("--policy")) cr_skip_test("this ringlmd has no --policy");
     char pol[] = "/tmp/ringlm-tt-pol-XXXXXX";
     int fd = mkstemp(pol);
     cr_assert(fd >= 0);
-    const char text[] = "[scheduler]\ntoken_budget = 64\nmax_active_seqs = 2\nqueue_max_requests = 2\n";
+    const char text[] =
+        "[scheduler]\ntoken_budget = 64\nmax_active_seqs = 2\nqueue_max_requests = 2\n";
     cr_assert(write(fd, text, sizeof text - 1) == (ssize_t)sizeof text - 1);
     close(fd);
     const char *args[] = {"--model", model, "--policy", pol, NULL};
     start_daemon(args);
-    const char *extra[] = {"--limit", "60", "--rate", "1000", "--max-context", "256", "--length-scale", "0.1",
-                           "--vocab", "512", "--clients", "3", NULL};
+    const char *extra[] = {"--limit",
+                           "60",
+                           "--rate",
+                           "1000",
+                           "--max-context",
+                           "256",
+                           "--length-scale",
+                           "0.1",
+                           "--vocab",
+                           "512",
+                           "--clients",
+                           "3",
+                           NULL};
     json_t *j = replay_json(trace, extra);
     json_t *all = json_object_get(json_object_get(j, "tenants"), "all");
     long req = (long)json_integer_value(json_object_get(all, "requests"));
     long done = (long)json_integer_value(json_object_get(all, "completed"));
     long rej = (long)json_integer_value(json_object_get(all, "rejected"));
     cr_assert_eq(req, 60);
-    cr_assert(rej > 0 && done > 0, "60 requests at once into a queue of 2: %ld done, %ld rejected", done, rej);
+    cr_assert(rej > 0 && done > 0, "60 requests at once into a queue of 2: %ld done, %ld rejected",
+              done, rej);
     cr_assert_eq(done + rej + json_integer_value(json_object_get(all, "cancelled")) +
                      json_integer_value(json_object_get(all, "timeouts")),
                  req, "%s", json_dumps(all, 0));
@@ -382,7 +454,8 @@ static int for_each_request(const char *path, request_fn fn, void *ctx)
         fmt_request_text text;
         char why[200];
         line[len - 1] = 0;
-        cr_assert_eq(fmt_request_parse(line, (size_t)len - 1, &r, &text, why, sizeof why), 0, "%s: %s", why, line);
+        cr_assert_eq(fmt_request_parse(line, (size_t)len - 1, &r, &text, why, sizeof why), 0,
+                     "%s: %s", why, line);
         fn(&r, line, ctx);
         n++;
     }
@@ -391,17 +464,26 @@ static int for_each_request(const char *path, request_fn fn, void *ctx)
     return n;
 }
 
-struct ttfts { double v[64]; int n; };
+struct ttfts {
+    double v[64];
+    int n;
+};
 static void collect_ttft(const fmt_request *r, const char *line, void *ctx)
 {
     struct ttfts *t = ctx;
     cr_assert(r->finish_us >= r->arrival_us, "%s", line);
-    if (r->first_token_us != FMT_NULL && t->n < 64) t->v[t->n++] = (double)(r->first_token_us - r->arrival_us) / 1e3;
+    if (r->first_token_us != FMT_NULL && t->n < 64)
+        t->v[t->n++] = (double)(r->first_token_us - r->arrival_us) / 1e3;
 }
 
 /* Every line of a request log, parsed by the one reader, in arrival order (ties by req), or
  * by req alone (the simulator numbers the requests of a trace in that arrival order). */
-typedef struct reqlog { fmt_request r[64]; fmt_request_text t[64]; char keys[64][512]; int n; } reqlog;
+typedef struct reqlog {
+    fmt_request r[64];
+    fmt_request_text t[64];
+    char keys[64][512];
+    int n;
+} reqlog;
 static void load_reqlog(const char *path, reqlog *L, bool by_req)
 {
     FILE *f = fopen(path, "r");
@@ -413,8 +495,9 @@ static void load_reqlog(const char *path, reqlog *L, bool by_req)
     while ((len = getline(&line, &cap, f)) > 0 && L->n < 64) {
         char why[200];
         line[len - 1] = 0;
-        cr_assert_eq(fmt_request_parse(line, (size_t)len - 1, &L->r[L->n], &L->t[L->n], why, sizeof why), 0,
-                     "%s: %s: %s", path, why, line);
+        cr_assert_eq(
+            fmt_request_parse(line, (size_t)len - 1, &L->r[L->n], &L->t[L->n], why, sizeof why), 0,
+            "%s: %s: %s", path, why, line);
         /* the key set, in order: both writers must write the same fields.  Not
          * answer_hash_ids: a line has it only when that run's answer filled a block, and a
          * simulated run may end a request sooner or later than the real one did */
@@ -422,21 +505,29 @@ static void load_reqlog(const char *path, reqlog *L, bool by_req)
         const char *k;
         json_t *v;
         size_t kp = 0;
-        json_object_foreach(o, k, v)
-            if (strcmp(k, "answer_hash_ids") != 0)
-                kp += (size_t)snprintf(L->keys[L->n] + kp, sizeof L->keys[0] - kp, "%s,", k);
+        json_object_foreach(o, k, v) if (strcmp(k, "answer_hash_ids") != 0) kp +=
+            (size_t)snprintf(L->keys[L->n] + kp, sizeof L->keys[0] - kp, "%s,", k);
         json_decref(o);
         L->n++;
     }
     free(line);
     fclose(f);
-    for (int a = 1; a < L->n; a++) /* insertion sort by (arrival_us, req); strings follow their text */
+    for (int a = 1; a < L->n;
+         a++) /* insertion sort by (arrival_us, req); strings follow their text */
         for (int b = a; b > 0 && (by_req ? L->r[b - 1].req > L->r[b].req
                                          : L->r[b - 1].arrival_us > L->r[b].arrival_us ||
-                                           (L->r[b - 1].arrival_us == L->r[b].arrival_us && L->r[b - 1].req > L->r[b].req)); b--) {
-            fmt_request x = L->r[b]; L->r[b] = L->r[b - 1]; L->r[b - 1] = x;
-            fmt_request_text y = L->t[b]; L->t[b] = L->t[b - 1]; L->t[b - 1] = y;
-            char z[512]; memcpy(z, L->keys[b], sizeof z); memcpy(L->keys[b], L->keys[b - 1], sizeof z);
+                                               (L->r[b - 1].arrival_us == L->r[b].arrival_us &&
+                                                L->r[b - 1].req > L->r[b].req));
+             b--) {
+            fmt_request x = L->r[b];
+            L->r[b] = L->r[b - 1];
+            L->r[b - 1] = x;
+            fmt_request_text y = L->t[b];
+            L->t[b] = L->t[b - 1];
+            L->t[b - 1] = y;
+            char z[512];
+            memcpy(z, L->keys[b], sizeof z);
+            memcpy(L->keys[b], L->keys[b - 1], sizeof z);
             memcpy(L->keys[b - 1], z, sizeof z);
         }
     for (int i = 0; i < L->n; i++) { /* re-point the strings at the moved text */
@@ -453,7 +544,10 @@ static void load_reqlog(const char *path, reqlog *L, bool by_req)
 static void assert_sim_request_log_matches(const char *daemon_log)
 {
     char *sim = th_path(th_bin_dir(), "ringlm-sim");
-    if (!th_exists(sim)) { free(sim); return; }
+    if (!th_exists(sim)) {
+        free(sim);
+        return;
+    }
     char out_path[64];
     snprintf(out_path, sizeof out_path, "/tmp/ringlm-tt-%d-simreq.jsonl", getpid());
     char *argv[] = {sim, "--trace", (char *)daemon_log, "--request-log", out_path, NULL};
@@ -464,10 +558,12 @@ static void assert_sim_request_log_matches(const char *daemon_log)
     static reqlog real, simulated;
     load_reqlog(daemon_log, &real, false);
     load_reqlog(out_path, &simulated, true);
-    cr_assert_eq(simulated.n, real.n, "the simulator logged %d requests, the daemon %d", simulated.n, real.n);
+    cr_assert_eq(simulated.n, real.n, "the simulator logged %d requests, the daemon %d",
+                 simulated.n, real.n);
     for (int i = 0; i < real.n; i++) {
         const fmt_request *a = &real.r[i], *b = &simulated.r[i];
-        cr_assert_str_eq(real.keys[i], simulated.keys[i], "request %d: the two writers wrote different keys", i);
+        cr_assert_str_eq(real.keys[i], simulated.keys[i],
+                         "request %d: the two writers wrote different keys", i);
         /* the daemon's built-in policy names each uid's tenant "uid<N>"; the simulator has
          * no uids and files them under its policy's default tenant */
         char uid_tenant[32];
@@ -488,7 +584,8 @@ static void assert_sim_request_log_matches(const char *daemon_log)
             known_a |= !strcmp(a->finish_reason, sched_end_name(c));
             known_b |= !strcmp(b->finish_reason, sched_end_name(c));
         }
-        cr_assert(known_a && known_b, "request %d: finish reasons %s / %s", i, a->finish_reason, b->finish_reason);
+        cr_assert(known_a && known_b, "request %d: finish reasons %s / %s", i, a->finish_reason,
+                  b->finish_reason);
     }
     unlink(out_path);
     free(sim);
@@ -499,8 +596,10 @@ Test(tools_cli, model_daemon_metrics_and_logs)
     need_programs();
     char *model = th_path(th_shared_dir(), "models/stories260K.bin");
     char *trace = th_path(th_shared_dir(), "traces/AzureLLMInferenceTrace_conv.csv");
-    if (!th_exists(model) || !th_exists(trace)) cr_skip_test("stories260K or the Azure trace not found under %s", th_shared_dir());
-    if (!daemon_supports("--model") || !daemon_supports("--metrics") || !daemon_supports("--request-log"))
+    if (!th_exists(model) || !th_exists(trace))
+        cr_skip_test("stories260K or the Azure trace not found under %s", th_shared_dir());
+    if (!daemon_supports("--model") || !daemon_supports("--metrics") ||
+        !daemon_supports("--request-log"))
         cr_skip_test("this ringlmd lacks --model/--metrics/--request-log");
     char dec[64], req[64], port_s[32];
     snprintf(dec, sizeof dec, "/tmp/ringlm-tt-%d-dec.jsonl", getpid());
@@ -509,14 +608,16 @@ Test(tools_cli, model_daemon_metrics_and_logs)
     unlink(req);
     int port = 20000 + getpid() % 30000;
     snprintf(port_s, sizeof port_s, "127.0.0.1:%d", port);
-    const char *args[] = {"--model", model, "--metrics", port_s, "--decision-log", dec, "--request-log", req, NULL};
+    const char *args[] = {"--model", model,           "--metrics", port_s, "--decision-log",
+                          dec,       "--request-log", req,         NULL};
     start_daemon(args);
-    const char *extra[] = {"--limit", "24", "--rate", "10", "--max-context", "128", "--length-scale", "0.05",
-                           "--clients", "2", "--metrics", port_s, "--vocab", "512", NULL};
+    const char *extra[] = {"--limit",        "24",   "--rate",    "10", "--max-context", "128",
+                           "--length-scale", "0.05", "--clients", "2",  "--metrics",     port_s,
+                           "--vocab",        "512",  NULL};
     json_t *j = replay_json(trace, extra);
     check_sane(j, 24, "all");
-    double client_ttft_p50 =
-        json_number_value(json_object_get(json_object_get(json_object_get(json_object_get(j, "tenants"), "all"), "ttft_ms"), "p50"));
+    double client_ttft_p50 = json_number_value(json_object_get(
+        json_object_get(json_object_get(json_object_get(j, "tenants"), "all"), "ttft_ms"), "p50"));
     json_decref(j);
     /* metrics: parse, vLLM gauges present, idle after the replay */
     int status = 0;
@@ -544,20 +645,25 @@ Test(tools_cli, model_daemon_metrics_and_logs)
      * reads it: its TTFT can not exceed the client's (a stale arrival stamp would). */
     for (int a = 1; a < nt; a++)
         for (int b = a; b > 0 && ttft[b - 1] > ttft[b]; b--) {
-            double x = ttft[b]; ttft[b] = ttft[b - 1]; ttft[b - 1] = x;
+            double x = ttft[b];
+            ttft[b] = ttft[b - 1];
+            ttft[b - 1] = x;
         }
     cr_assert(nt > 0);
     double daemon_p50 = ttft[nt / 2];
     cr_assert(daemon_p50 <= client_ttft_p50 + 2.0,
-              "request log TTFT p50 %.2f ms exceeds the client-measured p50 %.2f ms: arrival_us is stamped "
-              "too early (stale loop clock?)", daemon_p50, client_ttft_p50);
+              "request log TTFT p50 %.2f ms exceeds the client-measured p50 %.2f ms: arrival_us is "
+              "stamped "
+              "too early (stale loop clock?)",
+              daemon_p50, client_ttft_p50);
     /* decision log: JSON objects with t_us and ev */
     json_t *decs = read_json_lines(dec);
     n = (int)json_array_size(decs);
     for (int i = 0; i < n; i++) {
         json_t *o = json_array_get(decs, (size_t)i);
-        cr_assert(json_is_integer(json_object_get(o, "t_us")) && json_is_string(json_object_get(o, "ev")), "%s",
-                  json_dumps(o, 0));
+        cr_assert(json_is_integer(json_object_get(o, "t_us")) &&
+                      json_is_string(json_object_get(o, "ev")),
+                  "%s", json_dumps(o, 0));
     }
     json_decref(decs);
     cr_assert(n >= 24, "decision log has only %d lines", n);
@@ -569,14 +675,16 @@ Test(tools_cli, model_daemon_metrics_and_logs)
         start_daemon(eargs);
         const char *rextra[] = {"--clients", "2", "--rate", "4", NULL};
         json_t *rj = replay_json(req, rextra);
-        cr_assert_eq(json_integer_value(json_object_get(rj, "requests")), 24, "%s", json_dumps(rj, 0));
+        cr_assert_eq(json_integer_value(json_object_get(rj, "requests")), 24, "%s",
+                     json_dumps(rj, 0));
         json_t *all = json_object_get(json_object_get(rj, "tenants"), "all");
         if (!all) { /* one tenant only: its row is the total */
             const char *k;
             json_t *v;
             json_object_foreach(json_object_get(rj, "tenants"), k, v) all = v;
         }
-        cr_assert_eq(json_integer_value(json_object_get(all, "completed")), 24, "%s", json_dumps(rj, 0));
+        cr_assert_eq(json_integer_value(json_object_get(all, "completed")), 24, "%s",
+                     json_dumps(rj, 0));
         json_decref(rj);
     }
     unlink(dec);
@@ -592,7 +700,9 @@ static double jnum(json_t *o, const char *k)
     return json_number_value(v);
 }
 
-struct needs { long prompt, out; };
+struct needs {
+    long prompt, out;
+};
 static void add_needs(const fmt_request *r, const char *line, void *ctx)
 {
     struct needs *nd = ctx;
@@ -608,7 +718,8 @@ Test(tools_cli, iteration_log_accounts_for_every_token)
     need_programs();
     char *model = th_path(th_shared_dir(), "models/stories260K.bin");
     char *trace = th_path(th_shared_dir(), "traces/AzureLLMInferenceTrace_conv.csv");
-    if (!th_exists(model) || !th_exists(trace)) cr_skip_test("stories260K or the Azure trace not found under %s", th_shared_dir());
+    if (!th_exists(model) || !th_exists(trace))
+        cr_skip_test("stories260K or the Azure trace not found under %s", th_shared_dir());
     char it[64], req[64];
     snprintf(it, sizeof it, "/tmp/ringlm-tt-%d-it.jsonl", getpid());
     snprintf(req, sizeof req, "/tmp/ringlm-tt-%d-req2.jsonl", getpid());
@@ -616,8 +727,9 @@ Test(tools_cli, iteration_log_accounts_for_every_token)
     unlink(req);
     const char *args[] = {"--model", model, "--iteration-log", it, "--request-log", req, NULL};
     start_daemon(args);
-    const char *extra[] = {"--limit", "16", "--rate", "20", "--max-context", "200", "--length-scale", "0.1",
-                           "--clients", "2", "--vocab", "512", NULL};
+    const char *extra[] = {
+        "--limit", "16",        "--rate", "20",      "--max-context", "200", "--length-scale",
+        "0.1",     "--clients", "2",      "--vocab", "512",           NULL};
     json_t *j = replay_json(trace, extra);
     check_sane(j, 16, "all");
     json_decref(j);
@@ -637,17 +749,21 @@ Test(tools_cli, iteration_log_accounts_for_every_token)
     for (size_t i = 0; i < m; i++) {
         json_t *o = json_array_get(arr, i);
         double t = jnum(o, "t_us"), iter = jnum(o, "iter_us"), exec = jnum(o, "exec_us");
-        double pt = jnum(o, "prefill_tokens"), ds = jnum(o, "decode_seqs"), ps = jnum(o, "prefill_seqs");
+        double pt = jnum(o, "prefill_tokens"), ds = jnum(o, "decode_seqs"),
+               ps = jnum(o, "prefill_seqs");
         cr_assert(pt + ds > 0, "line %zu ran nothing: %s", i + 1, json_dumps(o, 0));
         cr_assert(exec <= iter, "line %zu: exec_us %.0f > iter_us %.0f", i + 1, exec, iter);
         cr_assert(jnum(o, "context_tokens") >= jnum(o, "decode_context"), "line %zu", i + 1);
-        cr_assert(jnum(o, "prefill_pairs") >= 0 && jnum(o, "wakes") >= 0 && jnum(o, "transfers") == 0);
-        cr_assert(t >= prev_end, "line %zu starts at %.0f, inside the previous period (ends %.0f)", i + 1, t, prev_end);
+        cr_assert(jnum(o, "prefill_pairs") >= 0 && jnum(o, "wakes") >= 0 &&
+                  jnum(o, "transfers") == 0);
+        cr_assert(t >= prev_end, "line %zu starts at %.0f, inside the previous period (ends %.0f)",
+                  i + 1, t, prev_end);
         json_t *pv = json_object_get(o, "period_us");
         cr_assert(pv, "line %zu has no period_us key", i + 1);
         if (json_is_number(pv)) {
             double per = json_number_value(pv);
-            cr_assert(per >= iter, "line %zu: period %.0f shorter than the iteration %.0f", i + 1, per, iter);
+            cr_assert(per >= iter, "line %zu: period %.0f shorter than the iteration %.0f", i + 1,
+                      per, iter);
             prev_end = t + per;
             with_period++;
         } else {
@@ -662,7 +778,8 @@ Test(tools_cli, iteration_log_accounts_for_every_token)
      * row; the first token of each request comes from its last prefill chunk */
     cr_assert_eq((long)prefill, prompt, "prefill rows %.0f != prompt tokens %ld", prefill, prompt);
     cr_assert(decode >= (double)(out - n) && decode <= (double)out,
-              "decode rows %.0f not in [%ld, %ld] for %ld tokens of %ld requests", decode, out - n, out, out, n);
+              "decode rows %.0f not in [%ld, %ld] for %ld tokens of %ld requests", decode, out - n,
+              out, out, n);
     cr_assert(prefill_seqs >= (double)n, "%.0f prefill chunks for %ld prompts", prefill_seqs, n);
     cr_assert(with_period >= m / 2, "only %zu of %zu lines have a period", with_period, m);
     json_decref(arr);
@@ -682,11 +799,14 @@ static int thread_nice(pid_t pid, const char *tid)
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = 0;
-    char *p = strrchr(buf, ')');   /* the command may hold spaces */
+    char *p = strrchr(buf, ')'); /* the command may hold spaces */
     if (!p) return INT32_MIN;
     int field = 2, nice = INT32_MIN;
     for (char *t = strtok(p + 1, " "); t; t = strtok(NULL, " "))
-        if (++field == 19) { nice = atoi(t); break; }
+        if (++field == 19) {
+            nice = atoi(t);
+            break;
+        }
     return nice;
 }
 
@@ -743,7 +863,8 @@ Test(tools_cli, a_session_leading_daemon_gives_its_autogroup_its_nice)
     const int ours = rnuma_autogroup_nice(getpid());
     const char *args[] = {"--echo", "--nice", "-5", NULL};
     start_daemon(args);
-    cr_expect_eq(rnuma_autogroup_nice(getpid()), ours, "the daemon changed its parent session's group");
+    cr_expect_eq(rnuma_autogroup_nice(getpid()), ours,
+                 "the daemon changed its parent session's group");
     stop_daemon();
 
     /* its own session: its group takes its nice */
@@ -757,14 +878,21 @@ Test(tools_cli, a_session_leading_daemon_gives_its_autogroup_its_nice)
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (setsid() < 0) _exit(126);
         int fd = open(d.log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
         execl(ringlmd, ringlmd, "--echo", "--socket", d.sock, "--nice", "-5", (char *)NULL);
         _exit(127);
     }
     /* the nice is set before the loop starts; wait for the group to show it (or the exit) */
     int got = INT32_MIN;
     for (int i = 0; i < 2000 && got != -5; i++) {
-        if (waitpid(pid, NULL, WNOHANG) == pid) { pid = 0; break; }
+        if (waitpid(pid, NULL, WNOHANG) == pid) {
+            pid = 0;
+            break;
+        }
         got = rnuma_autogroup_nice(pid);
         struct timespec ts = {0, 5000000};
         nanosleep(&ts, NULL);

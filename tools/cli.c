@@ -78,7 +78,7 @@ ringlm_client *cli_connect(void)
         const char *path = cli_socket ? cli_socket : getenv(RINGLM_SOCKET_ENV);
         if (!path || !*path) path = RINGLM_DEFAULT_SOCKET;
         cli_die("cannot connect to ringlmd at %s: %s%s%s", path, ringlm_strerror(rc),
-            *ringlm_errdetail() ? " — " : "", ringlm_errdetail());
+                *ringlm_errdetail() ? " — " : "", ringlm_errdetail());
     }
     return c;
 }

@@ -77,16 +77,23 @@ static int cmd_generate(int argc, char **argv)
     double temperature = 0.0, top_p = 1.0;
     unsigned long long seed = 0;
     bool stats = false, ignore_stop = false;
-    static const struct option opts[] = {
-        {"prompt", required_argument, 0, 'p'},      {"tokenizer", required_argument, 0, 'z'},
-        {"max-tokens", required_argument, 0, 'n'},  {"steps", required_argument, 0, 'S'},
-        {"temperature", required_argument, 0, 't'}, {"top-k", required_argument, 0, 'k'},
-        {"top-p", required_argument, 0, 'P'},       {"seed", required_argument, 0, 's'},
-        {"class", required_argument, 0, 'c'},       {"tenant", required_argument, 0, 'T'},
-        {"deadline-ms", required_argument, 0, 'd'}, {"socket", required_argument, 0, 'X'},
-        {"stats", no_argument, 0, 'A'},             {"help", no_argument, 0, 'h'},
-        {"prompt-ids", required_argument, 0, 'I'},  {"ignore-stop", no_argument, 0, 'G'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"prompt", required_argument, 0, 'p'},
+                                         {"tokenizer", required_argument, 0, 'z'},
+                                         {"max-tokens", required_argument, 0, 'n'},
+                                         {"steps", required_argument, 0, 'S'},
+                                         {"temperature", required_argument, 0, 't'},
+                                         {"top-k", required_argument, 0, 'k'},
+                                         {"top-p", required_argument, 0, 'P'},
+                                         {"seed", required_argument, 0, 's'},
+                                         {"class", required_argument, 0, 'c'},
+                                         {"tenant", required_argument, 0, 'T'},
+                                         {"deadline-ms", required_argument, 0, 'd'},
+                                         {"socket", required_argument, 0, 'X'},
+                                         {"stats", no_argument, 0, 'A'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {"prompt-ids", required_argument, 0, 'I'},
+                                         {"ignore-stop", no_argument, 0, 'G'},
+                                         {0, 0, 0, 0}};
     int o;
     optind = 1;
     while ((o = getopt_long(argc, argv, "p:z:n:t:k:s:c:h", opts, NULL)) != -1) {
@@ -164,7 +171,9 @@ static int cmd_generate(int argc, char **argv)
     uint64_t id;
     uint64_t t0 = cli_now_us(), t_first = 0;
     rc = ringlm_submit(c, &r, &id);
-    if (rc < 0) cli_die("submit: %s%s%s", ringlm_strerror(rc), *ringlm_errdetail() ? " — " : "", ringlm_errdetail());
+    if (rc < 0)
+        cli_die("submit: %s%s%s", ringlm_strerror(rc), *ringlm_errdetail() ? " — " : "",
+                ringlm_errdetail());
 
     /* The prompt as run.c prints it: each forced token decoded after its predecessor. */
     if (tok)
@@ -182,7 +191,7 @@ static int cmd_generate(int argc, char **argv)
             fputc('\n', stdout);
             fflush(stdout);
             cli_die("the daemon went away mid-request: %s%s%s", ringlm_strerror(rc),
-                *ringlm_errdetail() ? " — " : "", ringlm_errdetail());
+                    *ringlm_errdetail() ? " — " : "", ringlm_errdetail());
         }
         if (ev.req_id != id) continue;
         if (ev.kind == RINGLM_EV_TOKEN) {
@@ -203,7 +212,7 @@ static int cmd_generate(int argc, char **argv)
             if (!piece) {
                 fputc('\n', stdout);
                 cli_die("the daemon sent token id %d, outside the tokenizer's %d pieces", ev.token,
-                    tok_vocab_size(tok));
+                        tok_vocab_size(tok));
             }
             fputs(piece, stdout);
             fflush(stdout);
@@ -215,8 +224,8 @@ static int cmd_generate(int argc, char **argv)
             if (fr == RINGLM_FINISH_REJECTED || fr == RINGLM_FINISH_ERROR ||
                 fr == RINGLM_FINISH_TIMEOUT || (fr == RINGLM_FINISH_CANCELLED && !stopped_on_bos)) {
                 fprintf(stderr, "ringlm: request %s%s%s after %u tokens\n", ringlm_reason_name(fr),
-                        ev.reject_reason ? ": " : "", ev.reject_reason ? ringlm_reason_name(ev.reject_reason) : "",
-                        ev.n_tokens);
+                        ev.reject_reason ? ": " : "",
+                        ev.reject_reason ? ringlm_reason_name(ev.reject_reason) : "", ev.n_tokens);
                 exit_code = 1;
             }
             if (stats) {
@@ -224,7 +233,8 @@ static int cmd_generate(int argc, char **argv)
                 fprintf(stderr,
                         "ringlm: %u prompt tokens (%u cached), %u generated, ttft %.2f ms, "
                         "%.2f ms/token, total %.2f ms, finish %s, policy %016llx\n",
-                        (unsigned)n, ev.n_cached_tokens, got, t_first ? (double)(t_first - t0) / 1e3 : 0.0,
+                        (unsigned)n, ev.n_cached_tokens, got,
+                        t_first ? (double)(t_first - t0) / 1e3 : 0.0,
                         got > 1 ? (double)(t_end - t_first) / 1e3 / (got - 1) : 0.0,
                         (double)(t_end - t0) / 1e3,
                         stopped_on_bos ? "stop" : ringlm_reason_name(fr),

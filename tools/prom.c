@@ -23,7 +23,8 @@ char *prom_http_get(const char *spec, const char *path, int *status, char *conte
 {
     char host[128] = "127.0.0.1", port[16];
     const char *colon = strrchr(spec, ':');
-    if (!colon) snprintf(port, sizeof port, "%s", spec);
+    if (!colon)
+        snprintf(port, sizeof port, "%s", spec);
     else {
         if (colon != spec) snprintf(host, sizeof host, "%.*s", (int)(colon - spec), spec);
         snprintf(port, sizeof port, "%s", colon + 1);
@@ -105,7 +106,8 @@ double prom_value(const char *text, const char *series)
     const char *p = text;
     size_t n = strlen(series);
     while ((p = strstr(p, series))) {
-        if ((p == text || p[-1] == '\n') && (p[n] == ' ' || (p[n] == '{' && !strchr(series, '{')))) {
+        if ((p == text || p[-1] == '\n') &&
+            (p[n] == ' ' || (p[n] == '{' && !strchr(series, '{')))) {
             /* the value is the last space-separated field before the newline (a timestamp
              * is not written by ringlmd) */
             const char *eol = strchr(p, '\n');
@@ -150,8 +152,10 @@ void prom_parse_queue_wait(const char *text, prom_hist_set *s)
             q += k;
             if (strncmp(q, "=\"", 2) != 0) break;
             q = prom_label_value(q + 2, val, sizeof val);
-            if (!strcmp(key, "tenant")) snprintf(tenant, sizeof tenant, "%s", val);
-            else if (!strcmp(key, "le")) snprintf(le, sizeof le, "%s", val);
+            if (!strcmp(key, "tenant"))
+                snprintf(tenant, sizeof tenant, "%s", val);
+            else if (!strcmp(key, "le"))
+                snprintf(le, sizeof le, "%s", val);
             if (*q == ',') q++;
         }
         if (*q != '}') continue;
@@ -193,8 +197,12 @@ double prom_hist_percentile(const prom_hist *a, const prom_hist *b, double q)
     /* sort by le (they come sorted, but do not rely on it) */
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && le[j - 1] > le[j]; j--) {
-            double t = le[j]; le[j] = le[j - 1]; le[j - 1] = t;
-            t = cum[j]; cum[j] = cum[j - 1]; cum[j - 1] = t;
+            double t = le[j];
+            le[j] = le[j - 1];
+            le[j - 1] = t;
+            t = cum[j];
+            cum[j] = cum[j - 1];
+            cum[j - 1] = t;
         }
     if (n == 0 || cum[n - 1] <= 0) return NAN;
     double target = q * cum[n - 1];

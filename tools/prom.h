@@ -32,7 +32,7 @@ const char *prom_label_value(const char *p, char *out, size_t cap);
 /* A histogram's cumulative buckets (le → count), summed over the label sets of one group. */
 #define PROM_HIST_MAX_LE 64
 typedef struct prom_hist {
-    char tenant[64];             /* the group: the value of the tenant label */
+    char tenant[64]; /* the group: the value of the tenant label */
     int n;
     double le[PROM_HIST_MAX_LE];
     double cum[PROM_HIST_MAX_LE];

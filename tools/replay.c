@@ -34,7 +34,8 @@ typedef struct dstat {
 
 static void dpush(dstat *d, double x)
 {
-    if (d->n == d->cap) d->v = cli_realloc(d->v, (d->cap = d->cap ? d->cap * 2 : 256) * sizeof(double));
+    if (d->n == d->cap)
+        d->v = cli_realloc(d->v, (d->cap = d->cap ? d->cap * 2 : 256) * sizeof(double));
     d->v[d->n++] = x;
 }
 
@@ -65,7 +66,10 @@ typedef struct tstat {
     double qw[3]; /* p50 p90 p99 ms, NAN = unknown */
 } tstat;
 
-static json_t *jnum(double v) { return isnan(v) ? json_null() : json_real(round(v * 1000) / 1000); }
+static json_t *jnum(double v)
+{
+    return isnan(v) ? json_null() : json_real(round(v * 1000) / 1000);
+}
 
 static json_t *jpcts(dstat *d)
 {
@@ -80,17 +84,22 @@ static json_t *jpcts(dstat *d)
 
 static void fmt_ms(char *buf, size_t cap, double v)
 {
-    if (isnan(v)) snprintf(buf, cap, "-");
-    else if (v < 10) snprintf(buf, cap, "%.2f", v);
-    else if (v < 1000) snprintf(buf, cap, "%.1f", v);
-    else snprintf(buf, cap, "%.0f", v);
+    if (isnan(v))
+        snprintf(buf, cap, "-");
+    else if (v < 10)
+        snprintf(buf, cap, "%.2f", v);
+    else if (v < 1000)
+        snprintf(buf, cap, "%.1f", v);
+    else
+        snprintf(buf, cap, "%.0f", v);
 }
 
 static void print_row(tstat *s)
 {
     char a[5][16];
     printf("%-12s %6ld %6ld %5ld %5ld %4ld %4ld %8llu", s->name, s->requests, s->completed,
-           s->rejected, s->cancelled, s->timeouts, s->errors + s->lost, (unsigned long long)s->tokens);
+           s->rejected, s->cancelled, s->timeouts, s->errors + s->lost,
+           (unsigned long long)s->tokens);
     double v[][3] = {{pct(&s->ttft, .5), pct(&s->ttft, .9), pct(&s->ttft, .99)},
                      {pct(&s->tpot, .5), pct(&s->tpot, .9), pct(&s->tpot, .99)},
                      {pct(&s->e2e, .5), pct(&s->e2e, .9), pct(&s->e2e, .99)},
@@ -166,17 +175,26 @@ int replay_main(int argc, char **argv)
     names force = {0};
     const char *metrics_addr = NULL;
     bool as_json = false;
-    static const struct option opts[] = {
-        {"clients", required_argument, 0, 'c'},      {"rate", required_argument, 0, 'r'},
-        {"length-scale", required_argument, 0, 'L'}, {"max-context", required_argument, 0, 'C'},
-        {"window", required_argument, 0, 'w'},       {"limit", required_argument, 0, 'n'},
-        {"tenants", required_argument, 0, 'T'},      {"class", required_argument, 0, 'K'},
-        {"vocab", required_argument, 0, 'V'},        {"temperature", required_argument, 0, 't'},
-        {"seed", required_argument, 0, 's'},         {"drain-timeout", required_argument, 0, 'D'},
-        {"metrics", required_argument, 0, 'M'},      {"json", no_argument, 0, 'j'},
-        {"format", required_argument, 0, 'f'},       {"socket", required_argument, 0, 'X'},
-        {"http", required_argument, 0, 'H'},         {"api-keys", required_argument, 0, 'A'},
-        {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
+    static const struct option opts[] = {{"clients", required_argument, 0, 'c'},
+                                         {"rate", required_argument, 0, 'r'},
+                                         {"length-scale", required_argument, 0, 'L'},
+                                         {"max-context", required_argument, 0, 'C'},
+                                         {"window", required_argument, 0, 'w'},
+                                         {"limit", required_argument, 0, 'n'},
+                                         {"tenants", required_argument, 0, 'T'},
+                                         {"class", required_argument, 0, 'K'},
+                                         {"vocab", required_argument, 0, 'V'},
+                                         {"temperature", required_argument, 0, 't'},
+                                         {"seed", required_argument, 0, 's'},
+                                         {"drain-timeout", required_argument, 0, 'D'},
+                                         {"metrics", required_argument, 0, 'M'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"format", required_argument, 0, 'f'},
+                                         {"socket", required_argument, 0, 'X'},
+                                         {"http", required_argument, 0, 'H'},
+                                         {"api-keys", required_argument, 0, 'A'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     int o;
     optind = 1;
     while ((o = getopt_long(argc, argv, "c:r:n:jh", opts, NULL)) != -1) {
@@ -207,10 +225,14 @@ int replay_main(int argc, char **argv)
         case 'M': metrics_addr = optarg; break;
         case 'j': as_json = true; break;
         case 'f':
-            if (!strcmp(optarg, "native")) lo.fmt = FMT_TRACE_NATIVE;
-            else if (!strcmp(optarg, "azure")) lo.fmt = FMT_TRACE_AZURE;
-            else if (!strcmp(optarg, "mooncake")) lo.fmt = FMT_TRACE_MOONCAKE;
-            else cli_die("--format: '%s' is not native, azure or mooncake", optarg);
+            if (!strcmp(optarg, "native"))
+                lo.fmt = FMT_TRACE_NATIVE;
+            else if (!strcmp(optarg, "azure"))
+                lo.fmt = FMT_TRACE_AZURE;
+            else if (!strcmp(optarg, "mooncake"))
+                lo.fmt = FMT_TRACE_MOONCAKE;
+            else
+                cli_die("--format: '%s' is not native, azure or mooncake", optarg);
             break;
         case 'X': cli_socket = optarg; break;
         case 'H': ro.http_url = optarg; break;
@@ -329,7 +351,7 @@ int replay_main(int argc, char **argv)
     }
 
     /* ---- aggregate per tenant ---- */
-    int nt = t.tenants.n + 1; /* last: requests without a tag */
+    int nt = t.tenants.n + 1;                           /* last: requests without a tag */
     tstat *ts = cli_calloc((size_t)nt + 1, sizeof *ts); /* + "all" */
     for (int i = 0; i < t.tenants.n; i++) ts[i].name = t.tenants.v[i];
     ts[nt - 1].name = "(by uid)";
@@ -370,7 +392,9 @@ int replay_main(int argc, char **argv)
                 break;
             case RINGLM_FINISH_REJECTED:
                 s->rejected++;
-                s->rejects_by[r->reject_reason >= 0 && r->reject_reason < N_REASON ? r->reject_reason : 0]++;
+                s->rejects_by[r->reject_reason >= 0 && r->reject_reason < N_REASON
+                                  ? r->reject_reason
+                                  : 0]++;
                 break;
             case RINGLM_FINISH_CANCELLED: s->cancelled++; break;
             case RINGLM_FINISH_TIMEOUT: s->timeouts++; break;
@@ -389,7 +413,11 @@ int replay_main(int argc, char **argv)
             for (int j = 0; j < qw_after.h[a].n; j++) {
                 int x;
                 for (x = 0; x < sum.n && sum.le[x] != qw_after.h[a].le[j]; x++) {}
-                if (x == sum.n && sum.n < PROM_HIST_MAX_LE) { sum.le[x] = qw_after.h[a].le[j]; sum.cum[x] = 0; sum.n++; }
+                if (x == sum.n && sum.n < PROM_HIST_MAX_LE) {
+                    sum.le[x] = qw_after.h[a].le[j];
+                    sum.cum[x] = 0;
+                    sum.n++;
+                }
                 if (x < PROM_HIST_MAX_LE) sum.cum[x] += qw_after.h[a].cum[j];
             }
         }
@@ -398,7 +426,11 @@ int replay_main(int argc, char **argv)
             for (int j = 0; j < qw_before.h[a].n; j++) {
                 int x;
                 for (x = 0; x < base.n && base.le[x] != qw_before.h[a].le[j]; x++) {}
-                if (x == base.n && base.n < PROM_HIST_MAX_LE) { base.le[x] = qw_before.h[a].le[j]; base.cum[x] = 0; base.n++; }
+                if (x == base.n && base.n < PROM_HIST_MAX_LE) {
+                    base.le[x] = qw_before.h[a].le[j];
+                    base.cum[x] = 0;
+                    base.n++;
+                }
                 if (x < PROM_HIST_MAX_LE) base.cum[x] += qw_before.h[a].cum[j];
             }
         }
@@ -406,7 +438,8 @@ int replay_main(int argc, char **argv)
         ts[i].qw[1] = prom_hist_percentile(&sum, &base, 0.90);
         ts[i].qw[2] = prom_hist_percentile(&sum, &base, 0.99);
     }
-    double dur_s = last_fin > first_sub ? (double)(last_fin - first_sub) / 1e6 : (double)(t_end - t0) / 1e6;
+    double dur_s =
+        last_fin > first_sub ? (double)(last_fin - first_sub) / 1e6 : (double)(t_end - t0) / 1e6;
 
     if (as_json) {
         json_t *root = json_object();
@@ -417,7 +450,8 @@ int replay_main(int argc, char **argv)
         json_object_set_new(root, "rate", json_real(lo.rate));
         json_object_set_new(root, "length_scale", json_real(lo.length_scale));
         json_object_set_new(root, "duration_s", jnum(dur_s));
-        json_object_set_new(root, "output_tokens_per_s", jnum(dur_s > 0 ? (double)ts[nt].tokens / dur_s : NAN));
+        json_object_set_new(root, "output_tokens_per_s",
+                            jnum(dur_s > 0 ? (double)ts[nt].tokens / dur_s : NAN));
         json_t *tj = json_object();
         for (int i = 0; i <= nt; i++) {
             tstat *s = &ts[i];
@@ -428,7 +462,8 @@ int replay_main(int argc, char **argv)
             json_object_set_new(o, "rejected", json_integer(s->rejected));
             json_t *rb = json_object();
             for (int r = 0; r < N_REASON; r++)
-                if (s->rejects_by[r]) json_object_set_new(rb, ringlm_reason_name(r), json_integer(s->rejects_by[r]));
+                if (s->rejects_by[r])
+                    json_object_set_new(rb, ringlm_reason_name(r), json_integer(s->rejects_by[r]));
             json_object_set_new(o, "rejects_by_reason", rb);
             json_object_set_new(o, "cancelled", json_integer(s->cancelled));
             json_object_set_new(o, "timeouts", json_integer(s->timeouts));
@@ -450,18 +485,20 @@ int replay_main(int argc, char **argv)
             json_object_set_new(tj, s->name, o);
         }
         json_object_set_new(root, "tenants", tj);
-        char *out = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+        char *out =
+            json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
         puts(out);
         free(out);
         json_decref(root);
     } else {
-        printf("replayed %zu requests from %s with %d clients%s%s in %.2f s (rate x%g, lengths x%g): "
-               "%.1f output tokens/s\n",
-               t.n, argv[optind], ro.clients, ro.http_url ? " through " : "", ro.http_url ? ro.http_url : "",
-               dur_s, lo.rate, lo.length_scale,
-               dur_s > 0 ? (double)ts[nt].tokens / dur_s : 0.0);
-        printf("%-12s %6s %6s %5s %5s %4s %4s %8s %20s %20s %20s %20s\n", "tenant", "reqs", "done", "rej",
-               "canc", "tmo", "err", "tokens", "TTFT ms p50/90/99", "TPOT ms p50/90/99",
+        printf(
+            "replayed %zu requests from %s with %d clients%s%s in %.2f s (rate x%g, lengths x%g): "
+            "%.1f output tokens/s\n",
+            t.n, argv[optind], ro.clients, ro.http_url ? " through " : "",
+            ro.http_url ? ro.http_url : "", dur_s, lo.rate, lo.length_scale,
+            dur_s > 0 ? (double)ts[nt].tokens / dur_s : 0.0);
+        printf("%-12s %6s %6s %5s %5s %4s %4s %8s %20s %20s %20s %20s\n", "tenant", "reqs", "done",
+               "rej", "canc", "tmo", "err", "tokens", "TTFT ms p50/90/99", "TPOT ms p50/90/99",
                "E2E ms p50/90/99", "QWAIT ms p50/90/99");
         for (int i = 0; i <= nt; i++)
             if (ts[i].requests && (i != nt || nt > 2)) print_row(&ts[i]);
@@ -476,9 +513,12 @@ int replay_main(int argc, char **argv)
             if (any) putchar('\n');
         }
         if (!metrics_addr) printf("(queue wait: pass --metrics ADDR:PORT of the daemon)\n");
-        if (ts[nt].lost) printf("%ld requests did not finish (session ended or --drain-timeout)\n", ts[nt].lost);
+        if (ts[nt].lost)
+            printf("%ld requests did not finish (session ended or --drain-timeout)\n", ts[nt].lost);
     }
-    if (connect_failures) fprintf(stderr, "ringlm replay: %d of %d clients could not connect\n", connect_failures, ro.clients);
+    if (connect_failures)
+        fprintf(stderr, "ringlm replay: %d of %d clients could not connect\n", connect_failures,
+                ro.clients);
     (void)child_fail;
     int rc = ts[nt].lost || ts[nt].errors ? 1 : 0;
     for (int i = 0; i <= nt; i++) {

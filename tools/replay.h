@@ -32,27 +32,27 @@ typedef struct trace {
 } trace;
 
 typedef struct load_opts {
-    int fmt;              /* enum fmt_trace_format */
-    double rate;          /* arrival-rate multiplier */
-    double length_scale;  /* multiplier on prompt and output lengths */
+    int fmt;                             /* enum fmt_trace_format */
+    double rate;                         /* arrival-rate multiplier */
+    double length_scale;                 /* multiplier on prompt and output lengths */
     double window_start_s, window_len_s; /* trace-time window; len <= 0: to the end */
-    long limit;           /* max requests (0 = all) */
-    long max_context;     /* clip prompt + output to this (0 = no clipping) */
-    names *force_tenants; /* round-robin tenants (overrides the trace's) */
+    long limit;                          /* max requests (0 = all) */
+    long max_context;                    /* clip prompt + output to this (0 = no clipping) */
+    names *force_tenants;                /* round-robin tenants (overrides the trace's) */
     const char *force_class;
 } load_opts;
 
 typedef struct rrec {
-    uint32_t idx;            /* trace index; UINT32_MAX = the child could not connect */
-    int32_t status;          /* 0, or the -errno of submit / the session */
+    uint32_t idx;   /* trace index; UINT32_MAX = the child could not connect */
+    int32_t status; /* 0, or the -errno of submit / the session */
     int64_t submit_us, first_us, finish_us; /* since the common start; -1 = never */
     uint32_t n_tokens;
     int32_t finish_reason, reject_reason;
 } rrec;
 
 typedef struct replay_opts {
-    const char *http_url;   /* --http: drive ringlm-gateway at this URL instead of the socket */
-    const char *api_keys;   /* --api-keys (with --http): KEY TENANT [CLASS] lines, the key of
+    const char *http_url; /* --http: drive ringlm-gateway at this URL instead of the socket */
+    const char *api_keys; /* --api-keys (with --http): KEY TENANT [CLASS] lines, the key of
                              * each request's tenant is sent as its Bearer token */
     int clients;
     int vocab;              /* synthetic prompt ids are drawn from [3, vocab) */

@@ -88,8 +88,11 @@ void replay_http_check(const replay_opts *ro, const trace *t)
     if (gw_keys_load(ro->api_keys, &keys, why, sizeof why) < 0) cli_die("--api-keys %s", why);
     for (int i = 0; i < t->tenants.n; i++) {
         bool found = false;
-        for (size_t k = 0; k < keys.n && !found; k++) found = !strcmp(keys.v[k].tenant, t->tenants.v[i]);
-        if (!found) cli_die("--api-keys %s has no key for the trace's tenant '%s'", ro->api_keys, t->tenants.v[i]);
+        for (size_t k = 0; k < keys.n && !found; k++)
+            found = !strcmp(keys.v[k].tenant, t->tenants.v[i]);
+        if (!found)
+            cli_die("--api-keys %s has no key for the trace's tenant '%s'", ro->api_keys,
+                    t->tenants.v[i]);
     }
     gw_keys_free(&keys);
 }
@@ -100,8 +103,8 @@ typedef struct hreq {
     uint32_t idx;
     int64_t submit_us, first_us, cancel_at_us;
     char *buf;
-    size_t len, cap, scan;     /* scan: the next SSE event starts here (after the header) */
-    int status;                /* HTTP status, 0 until the header is whole */
+    size_t len, cap, scan; /* scan: the next SSE event starts here (after the header) */
+    int status;            /* HTTP status, 0 until the header is whole */
     size_t body_at;
     bool sse, cancelled;
     uint32_t chunks, usage_tokens;
@@ -153,7 +156,8 @@ static void take_event(hreq *h, const char *d, size_t n, int64_t now)
             if (h->first_us < 0) h->first_us = now;
             h->chunks++;
             const char *f = json_string_value(json_object_get(c, "finish_reason"));
-            if (f) h->finish_reason = !strcmp(f, "stop") ? RINGLM_FINISH_STOP : RINGLM_FINISH_LENGTH;
+            if (f)
+                h->finish_reason = !strcmp(f, "stop") ? RINGLM_FINISH_STOP : RINGLM_FINISH_LENGTH;
         }
         json_t *u = json_object_get(o, "usage");
         if (json_is_object(u)) {
@@ -181,26 +185,29 @@ static void parse(hreq *h, int64_t now)
         char *start = h->buf + h->scan;
         char *end = memmem(start, h->len - h->scan, "\n\n", 2);
         if (!end) return;
-        if (end - start >= 6 && !memcmp(start, "data: ", 6)) take_event(h, start + 6, (size_t)(end - start - 6), now);
+        if (end - start >= 6 && !memcmp(start, "data: ", 6))
+            take_event(h, start + 6, (size_t)(end - start - 6), now);
         h->scan = (size_t)(end - h->buf) + 2;
     }
 }
 
-static void send_request(hreq *h, const treq *q, const trace *t, const replay_opts *ro, const int32_t *ids,
-                         uint64_t seed, const gw_keys *keys)
+static void send_request(hreq *h, const treq *q, const trace *t, const replay_opts *ro,
+                         const int32_t *ids, uint64_t seed, const gw_keys *keys)
 {
     json_t *prompt = json_array();
-    for (uint32_t j = 0; j < q->prompt_tokens; j++) json_array_append_new(prompt, json_integer(ids[j]));
+    for (uint32_t j = 0; j < q->prompt_tokens; j++)
+        json_array_append_new(prompt, json_integer(ids[j]));
     json_t *body = json_pack("{s:o, s:i, s:f, s:I, s:b, s:{s:b}}", "prompt", prompt, "max_tokens",
                              (int)q->max_tokens, "temperature", (double)ro->temperature, "seed",
-                             (json_int_t)(seed & 0x7fffffffffffffffull), "stream", 1, "stream_options",
-                             "include_usage", 1);
+                             (json_int_t)(seed & 0x7fffffffffffffffull), "stream", 1,
+                             "stream_options", "include_usage", 1);
     if (!body) cli_die("out of memory");
     if (q->cls >= 0 || q->deadline_us > 0) {
         json_t *ext = json_object();
         if (q->cls >= 0) json_object_set_new(ext, "class", json_string(t->classes.v[q->cls]));
         if (q->deadline_us > 0)
-            json_object_set_new(ext, "deadline_ms", json_integer((json_int_t)((q->deadline_us + 999) / 1000)));
+            json_object_set_new(ext, "deadline_ms",
+                                json_integer((json_int_t)((q->deadline_us + 999) / 1000)));
         json_object_set_new(body, "ringlm", ext);
     }
     char *b = json_dumps(body, JSON_COMPACT);
@@ -210,10 +217,11 @@ static void send_request(hreq *h, const treq *q, const trace *t, const replay_op
     for (size_t k = 0; keys && q->tenant >= 0 && k < keys->n && !key; k++)
         if (!strcmp(keys->v[k].tenant, t->tenants.v[q->tenant])) key = keys->v[k].key;
     char *req;
-    int n = asprintf(&req,
-                     "POST /v1/completions HTTP/1.0\r\nHost: ringlm\r\nContent-Type: application/json\r\n"
-                     "%s%s%sContent-Length: %zu\r\n\r\n%s",
-                     key ? "Authorization: Bearer " : "", key ? key : "", key ? "\r\n" : "", strlen(b), b);
+    int n = asprintf(
+        &req,
+        "POST /v1/completions HTTP/1.0\r\nHost: ringlm\r\nContent-Type: application/json\r\n"
+        "%s%s%sContent-Length: %zu\r\n\r\n%s",
+        key ? "Authorization: Bearer " : "", key ? key : "", key ? "\r\n" : "", strlen(b), b);
     free(b);
     if (n < 0) cli_die("out of memory");
     /* Small next to the socket buffer: a blocking send completes at once. */
@@ -231,7 +239,10 @@ static void send_request(hreq *h, const treq *q, const trace *t, const replay_op
 /* The request's answer is complete (EOF) or given up: its result. */
 static rrec finish(hreq *h, int64_t now, int fail_status)
 {
-    rrec e = {.idx = h->idx, .submit_us = h->submit_us, .first_us = h->first_us, .finish_us = now,
+    rrec e = {.idx = h->idx,
+              .submit_us = h->submit_us,
+              .first_us = h->first_us,
+              .finish_us = now,
               .n_tokens = h->have_usage ? h->usage_tokens : h->chunks};
     if (h->cancelled) {
         e.finish_reason = RINGLM_FINISH_CANCELLED;
@@ -262,7 +273,8 @@ void replay_http_child_main(int k, const trace *t, const replay_opts *ro, uint64
     struct addrinfo *ai = resolve(ro->http_url);
     gw_keys keys = {0};
     char why[256];
-    if (ro->api_keys && gw_keys_load(ro->api_keys, &keys, why, sizeof why) < 0) cli_die("--api-keys %s", why);
+    if (ro->api_keys && gw_keys_load(ro->api_keys, &keys, why, sizeof why) < 0)
+        cli_die("--api-keys %s", why);
     uint32_t max_prompt = 1;
     for (size_t i = (size_t)k; i < t->n; i += (size_t)ro->clients)
         if (t->r[i].prompt_tokens > max_prompt) max_prompt = t->r[i].prompt_tokens;
@@ -282,7 +294,11 @@ void replay_http_child_main(int k, const trace *t, const replay_opts *ro, uint64
             int64_t sub = (int64_t)(cli_now_us() - t0);
             int c = open_conn(ai);
             if (c < 0) {
-                rrec e = {.idx = (uint32_t)next, .status = c, .submit_us = sub, .first_us = -1, .finish_us = sub};
+                rrec e = {.idx = (uint32_t)next,
+                          .status = c,
+                          .submit_us = sub,
+                          .first_us = -1,
+                          .finish_us = sub};
                 replay_put_rec(fd, &e);
             } else {
                 if (fl_n == fl_cap) {
@@ -290,8 +306,12 @@ void replay_http_child_main(int k, const trace *t, const replay_opts *ro, uint64
                     pf = cli_realloc(pf, fl_cap * sizeof *pf);
                 }
                 hreq *h = &fl[fl_n++];
-                *h = (hreq){.fd = c, .idx = (uint32_t)next, .submit_us = sub, .first_us = -1,
-                            .cancel_at_us = q->cancel_after_us >= 0 ? sub + q->cancel_after_us : -1};
+                *h =
+                    (hreq){.fd = c,
+                           .idx = (uint32_t)next,
+                           .submit_us = sub,
+                           .first_us = -1,
+                           .cancel_at_us = q->cancel_after_us >= 0 ? sub + q->cancel_after_us : -1};
                 send_request(h, q, t, ro, ids, seed, &keys);
             }
             next += (size_t)ro->clients;
@@ -322,7 +342,8 @@ void replay_http_child_main(int k, const trace *t, const replay_opts *ro, uint64
             hreq *h = &fl[i];
             bool eof = false;
             for (;;) {
-                if (h->cap - h->len < 4096) h->buf = cli_realloc(h->buf, h->cap = h->cap ? h->cap * 2 : 8192);
+                if (h->cap - h->len < 4096)
+                    h->buf = cli_realloc(h->buf, h->cap = h->cap ? h->cap * 2 : 8192);
                 ssize_t r = recv(h->fd, h->buf + h->len, h->cap - h->len - 1, 0);
                 if (r > 0) {
                     h->len += (size_t)r;

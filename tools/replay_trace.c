@@ -70,9 +70,14 @@ void replay_load_trace(const char *path, const load_opts *lo, trace *t)
     size_t len;
     if (fmt_read_file(path, SIZE_MAX, &buf, &len, why, sizeof why) < 0) cli_die("trace %s", why);
     fmt_trace_reader rd;
-    if (fmt_trace_open(&rd, buf, len, lo->fmt, why, sizeof why) < 0) cli_die("trace %s: %s", path, why);
+    if (fmt_trace_open(&rd, buf, len, lo->fmt, why, sizeof why) < 0)
+        cli_die("trace %s: %s", path, why);
     /* raw records first (trace time), then window/scale below */
-    typedef struct raw { int64_t t_us, cancel_us, deadline_us; int64_t prompt, out; int tenant, cls; } raw;
+    typedef struct raw {
+        int64_t t_us, cancel_us, deadline_us;
+        int64_t prompt, out;
+        int tenant, cls;
+    } raw;
     raw *rs = NULL;
     size_t nr = 0, rcap = 0;
     fmt_request q;
@@ -80,8 +85,13 @@ void replay_load_trace(const char *path, const load_opts *lo, trace *t)
     int rc;
     while ((rc = fmt_trace_next(&rd, &q, &text, why, sizeof why)) != 0) {
         if (rc < 0) cli_die("%s:%u: %s", path, rd.line, why);
-        raw r = {.t_us = q.arrival_us, .prompt = q.prompt_tokens, .out = q.output_tokens,
-                 .cancel_us = -1, .deadline_us = -1, .tenant = -1, .cls = -1};
+        raw r = {.t_us = q.arrival_us,
+                 .prompt = q.prompt_tokens,
+                 .out = q.output_tokens,
+                 .cancel_us = -1,
+                 .deadline_us = -1,
+                 .tenant = -1,
+                 .cls = -1};
         if (q.cancel_us != FMT_NULL) r.cancel_us = q.cancel_us - q.arrival_us;
         if (q.deadline_us != FMT_NULL) r.deadline_us = q.deadline_us - q.arrival_us;
         if (q.tenant && *q.tenant) r.tenant = replay_name_index(&t->tenants, q.tenant);
@@ -122,14 +132,17 @@ void replay_load_trace(const char *path, const load_opts *lo, trace *t)
             double f = (double)lo->max_context / ((double)q.prompt_tokens + (double)q.max_tokens);
             q.prompt_tokens = (uint32_t)fmax(1, floor(q.prompt_tokens * f));
             q.max_tokens = (uint32_t)fmax(1, (double)lo->max_context - q.prompt_tokens);
-            if ((long)q.prompt_tokens + (long)q.max_tokens > lo->max_context) q.prompt_tokens = (uint32_t)(lo->max_context - q.max_tokens);
+            if ((long)q.prompt_tokens + (long)q.max_tokens > lo->max_context)
+                q.prompt_tokens = (uint32_t)(lo->max_context - q.max_tokens);
         }
-        q.cancel_after_us = rs[i].cancel_us >= 0 ? (int64_t)((double)rs[i].cancel_us / lo->rate) : -1;
+        q.cancel_after_us =
+            rs[i].cancel_us >= 0 ? (int64_t)((double)rs[i].cancel_us / lo->rate) : -1;
         q.deadline_us = rs[i].deadline_us > 0 ? rs[i].deadline_us : 0;
         q.tenant = rs[i].tenant;
         q.cls = cls_forced >= 0 ? cls_forced : rs[i].cls;
         if (lo->force_tenants && lo->force_tenants->n)
-            q.tenant = replay_name_index(&t->tenants, lo->force_tenants->v[k % (size_t)lo->force_tenants->n]);
+            q.tenant = replay_name_index(&t->tenants,
+                                         lo->force_tenants->v[k % (size_t)lo->force_tenants->n]);
         k++;
         trace_push(t, &q);
     }
@@ -188,7 +201,8 @@ void replay_child_main(int k, const trace *t, const replay_opts *ro, uint64_t t0
     if (rc < 0) {
         rrec e = {.idx = UINT32_MAX, .status = rc};
         replay_put_rec(fd, &e);
-        fprintf(stderr, "ringlm replay: client %d: connect: %s %s\n", k, ringlm_strerror(rc), ringlm_errdetail());
+        fprintf(stderr, "ringlm replay: client %d: connect: %s %s\n", k, ringlm_strerror(rc),
+                ringlm_errdetail());
         _exit(2);
     }
     uint32_t max_prompt = 1;
@@ -222,14 +236,21 @@ void replay_child_main(int k, const trace *t, const replay_opts *ro, uint64_t t0
             rc = ringlm_submit(c, &r, &id);
             if (rc == -EAGAIN) break; /* ring full: read events, come back */
             if (rc < 0) {
-                rrec e = {.idx = (uint32_t)next, .status = rc, .submit_us = sub, .first_us = -1,
+                rrec e = {.idx = (uint32_t)next,
+                          .status = rc,
+                          .submit_us = sub,
+                          .first_us = -1,
                           .finish_us = sub};
                 replay_put_rec(fd, &e);
                 if (rc == -EPIPE || rc == -ECONNRESET) session_err = rc;
             } else {
                 if (fl_n == fl_cap) fl = cli_realloc(fl, (fl_cap *= 2) * sizeof *fl);
-                fl[fl_n++] = (inflight){.id = id, .idx = (uint32_t)next, .submit_us = sub, .first_us = -1,
-                                        .cancel_at_us = q->cancel_after_us >= 0 ? sub + q->cancel_after_us : -1};
+                fl[fl_n++] = (inflight){
+                    .id = id,
+                    .idx = (uint32_t)next,
+                    .submit_us = sub,
+                    .first_us = -1,
+                    .cancel_at_us = q->cancel_after_us >= 0 ? sub + q->cancel_after_us : -1};
             }
             next += (size_t)ro->clients;
         }
@@ -264,22 +285,31 @@ void replay_child_main(int k, const trace *t, const replay_opts *ro, uint64_t t0
             if (fl[i].first_us < 0) fl[i].first_us = tev;
             fl[i].n_tokens++;
         } else if (ev.kind == RINGLM_EV_FINISH) {
-            rrec e = {.idx = fl[i].idx, .submit_us = fl[i].submit_us, .first_us = fl[i].first_us,
-                      .finish_us = tev, .n_tokens = ev.n_tokens ? ev.n_tokens : fl[i].n_tokens,
-                      .finish_reason = ev.finish_reason, .reject_reason = ev.reject_reason};
+            rrec e = {.idx = fl[i].idx,
+                      .submit_us = fl[i].submit_us,
+                      .first_us = fl[i].first_us,
+                      .finish_us = tev,
+                      .n_tokens = ev.n_tokens ? ev.n_tokens : fl[i].n_tokens,
+                      .finish_reason = ev.finish_reason,
+                      .reject_reason = ev.reject_reason};
             replay_put_rec(fd, &e);
             fl[i] = fl[--fl_n];
         }
     }
     /* whatever is left never finished: the session died or the drain timed out */
     for (size_t i = 0; i < fl_n; i++) {
-        rrec e = {.idx = fl[i].idx, .status = session_err ? session_err : -ETIMEDOUT,
-                  .submit_us = fl[i].submit_us, .first_us = fl[i].first_us,
-                  .finish_us = (int64_t)(cli_now_us() - t0), .n_tokens = fl[i].n_tokens};
+        rrec e = {.idx = fl[i].idx,
+                  .status = session_err ? session_err : -ETIMEDOUT,
+                  .submit_us = fl[i].submit_us,
+                  .first_us = fl[i].first_us,
+                  .finish_us = (int64_t)(cli_now_us() - t0),
+                  .n_tokens = fl[i].n_tokens};
         replay_put_rec(fd, &e);
     }
     for (; next < t->n; next += (size_t)ro->clients) {
-        rrec e = {.idx = (uint32_t)next, .status = session_err ? session_err : -ETIMEDOUT, .first_us = -1};
+        rrec e = {.idx = (uint32_t)next,
+                  .status = session_err ? session_err : -ETIMEDOUT,
+                  .first_us = -1};
         replay_put_rec(fd, &e);
     }
     ringlm_close(c);

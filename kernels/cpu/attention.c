@@ -23,15 +23,15 @@
 /* HADD: [a0+a1, a2+a3, b0+b1, b2+b3, a4+a5, a6+a7, b4+b5, b6+b7] (as _mm256_hadd_ps).
  * HADD_TREE8: lane m = the sum of all lanes of am. Macros, not functions: a vector passed
  * to or returned from a function outside the AVX clones would change the ABI. */
-#define HADD(a, b)                                                                             \
-    (__builtin_shuffle((a), (b), (v8i){0, 2, 8, 10, 4, 6, 12, 14}) +                           \
+#define HADD(a, b)                                                                                 \
+    (__builtin_shuffle((a), (b), (v8i){0, 2, 8, 10, 4, 6, 12, 14}) +                               \
      __builtin_shuffle((a), (b), (v8i){1, 3, 9, 11, 5, 7, 13, 15}))
-#define HADD_TREE8(out, a0, a1, a2, a3, a4, a5, a6, a7)                                        \
-    do {                                                                                       \
-        v8f lo_ = HADD(HADD(a0, a1), HADD(a2, a3)); /* [0,1,2,3 | 0,1,2,3] halves */           \
-        v8f hi_ = HADD(HADD(a4, a5), HADD(a6, a7));                                            \
-        out = __builtin_shuffle(lo_, hi_, (v8i){0, 1, 2, 3, 8, 9, 10, 11}) +                   \
-              __builtin_shuffle(lo_, hi_, (v8i){4, 5, 6, 7, 12, 13, 14, 15});                  \
+#define HADD_TREE8(out, a0, a1, a2, a3, a4, a5, a6, a7)                                            \
+    do {                                                                                           \
+        v8f lo_ = HADD(HADD(a0, a1), HADD(a2, a3)); /* [0,1,2,3 | 0,1,2,3] halves */               \
+        v8f hi_ = HADD(HADD(a4, a5), HADD(a6, a7));                                                \
+        out = __builtin_shuffle(lo_, hi_, (v8i){0, 1, 2, 3, 8, 9, 10, 11}) +                       \
+              __builtin_shuffle(lo_, hi_, (v8i){4, 5, 6, 7, 12, 13, 14, 15});                      \
     } while (0)
 
 /* s[t] = exp(s[t] - max) for t < n; returns Σ s[t] (max >= every s[t]). */
@@ -44,8 +44,8 @@ static inline __attribute__((always_inline)) float exp_shifted_sum(float *s, int
         exp8(s + t);
         vsum += *(const v8f *)(s + t);
     }
-    float sum = ((vsum[0] + vsum[1]) + (vsum[2] + vsum[3])) +
-                ((vsum[4] + vsum[5]) + (vsum[6] + vsum[7]));
+    float sum =
+        ((vsum[0] + vsum[1]) + (vsum[2] + vsum[3])) + ((vsum[4] + vsum[5]) + (vsum[6] + vsum[7]));
     for (; t < n; t++) {
         s[t] = expf(s[t] - max);
         sum += s[t];
@@ -58,9 +58,8 @@ static inline __attribute__((always_inline)) float exp_shifted_sum(float *s, int
  * registers across positions; two positions at a time into separate accumulators, so the
  * FMAs are not one long dependency chain. Inlined into each attention clone.
  */
-static inline __attribute__((always_inline)) void weighted_sum(float *out, const float *v,
-                                                               size_t stride, const float *p,
-                                                               float mul, int n, int hs)
+static inline __attribute__((always_inline)) void
+weighted_sum(float *out, const float *v, size_t stride, const float *p, float mul, int n, int hs)
 {
     int j = 0;
     for (; j + 16 <= hs; j += 16) {
@@ -89,13 +88,11 @@ static inline __attribute__((always_inline)) void weighted_sum(float *out, const
             a0 += (p[i] * mul) * *(const v8f *)(v + (size_t)i * stride + j);
             b0 += (p[i + 1] * mul) * *(const v8f *)(v + (size_t)(i + 1) * stride + j);
         }
-        if (i < n)
-            a0 += (p[i] * mul) * *(const v8f *)(v + (size_t)i * stride + j);
+        if (i < n) a0 += (p[i] * mul) * *(const v8f *)(v + (size_t)i * stride + j);
         *(v8f *)(out + j) = a0 + b0;
     }
     for (; j < hs; j++)
-        for (int i = 0; i < n; i++)
-            out[j] += (p[i] * mul) * v[(size_t)i * stride + j];
+        for (int i = 0; i < n; i++) out[j] += (p[i] * mul) * v[(size_t)i * stride + j];
 }
 
 CPU_CLONES
@@ -131,24 +128,20 @@ static void attend_head(const cpu *c, const float *q, const int32_t *table, int 
                 sc /= scale;
                 for (int m = 0; m < 8; m++) {
                     scores[t0 + i + m] = sc[m];
-                    if (sc[m] > max)
-                        max = sc[m];
+                    if (sc[m] > max) max = sc[m];
                 }
             }
         }
         for (; i < n; i++, k += kv_dim) {
             v8f acc = {0};
             int j = 0;
-            for (; j < hs8; j += 8)
-                acc += *(const v8f *)(q + j) * *(const v8f *)(k + j);
-            float score = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
-                          ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-            for (; j < hs; j++)
-                score += q[j] * k[j];
+            for (; j < hs8; j += 8) acc += *(const v8f *)(q + j) * *(const v8f *)(k + j);
+            float score =
+                ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+            for (; j < hs; j++) score += q[j] * k[j];
             score /= scale;
             scores[t0 + i] = score;
-            if (score > max)
-                max = score;
+            if (score > max) max = score;
         }
     }
     const float inv = 1.0f / exp_shifted_sum(scores, n_pos, max);
@@ -181,16 +174,15 @@ static void attend_tile(const cpu *c, const eng_batch *b, const struct tile *tl,
         const float *k = kv_at(c, table[t0 / bs], c->layer, 0, 0) + (size_t)kvh * hs;
         const int n = n_pos - t0 < bs ? n_pos - t0 : bs;
         for (int i = 0; i < n; i++)
-            for (int j = 0; j < hs; j++)
-                k_t[(size_t)j * bp + i] = k[(size_t)i * kv_dim + j];
+            for (int j = 0; j < hs; j++) k_t[(size_t)j * bp + i] = k[(size_t)i * kv_dim + j];
         for (int j = 0; j < hs; j++)
-            for (int i = n; i < bp; i++)
-                k_t[(size_t)j * bp + i] = 0.0f;
+            for (int i = n; i < bp; i++) k_t[(size_t)j * bp + i] = 0.0f;
         for (int ri = 0; ri < n_rows; ri++) {
             if (t0 > pos0 + ri) /* causal: the block starts after this row */
                 continue;
             for (int g = 0; g < group; g++) {
-                const float *q = c->q + (size_t)(tl->row0 + ri) * dim + (size_t)(kvh * group + g) * hs;
+                const float *q =
+                    c->q + (size_t)(tl->row0 + ri) * dim + (size_t)(kvh * group + g) * hs;
                 float *srow = scores + ((size_t)ri * group + g) * seq_len + t0;
                 for (int i0 = 0; i0 < bp; i0 += 8) {
                     /* four accumulators: four independent FMA chains over j */
@@ -203,12 +195,10 @@ static void attend_tile(const cpu *c, const eng_batch *b, const struct tile *tl,
                         a2 += q[j + 2] * *(const v8f *)(kt + 2 * (size_t)bp);
                         a3 += q[j + 3] * *(const v8f *)(kt + 3 * (size_t)bp);
                     }
-                    for (; j < hs; j++, kt += bp)
-                        a0 += q[j] * *(const v8f *)kt;
+                    for (; j < hs; j++, kt += bp) a0 += q[j] * *(const v8f *)kt;
                     v8f acc = ((a0 + a1) + (a2 + a3)) / scale;
                     int m = n - i0 < 8 ? n - i0 : 8;
-                    for (int i = 0; i < m; i++)
-                        srow[i0 + i] = acc[i];
+                    for (int i = 0; i < m; i++) srow[i0 + i] = acc[i];
                 }
             }
         }
@@ -219,11 +209,9 @@ static void attend_tile(const cpu *c, const eng_batch *b, const struct tile *tl,
             float *srow = scores + ((size_t)ri * group + g) * seq_len;
             float max = -INFINITY;
             for (int t = 0; t < np; t++)
-                if (srow[t] > max)
-                    max = srow[t];
+                if (srow[t] > max) max = srow[t];
             const float inv = 1.0f / exp_shifted_sum(srow, np, max);
-            for (int t = 0; t < np; t++)
-                srow[t] *= inv;
+            for (int t = 0; t < np; t++) srow[t] *= inv;
             memset(c->att + (size_t)(tl->row0 + ri) * dim + (size_t)(kvh * group + g) * hs, 0,
                    (size_t)hs * sizeof(float));
         }
@@ -235,9 +223,9 @@ static void attend_tile(const cpu *c, const eng_batch *b, const struct tile *tl,
             const int m = pos0 + ri + 1 - t0 < n ? pos0 + ri + 1 - t0 : n;
             for (int g = 0; g < group; g++) {
                 const float *p = scores + ((size_t)ri * group + g) * seq_len + t0;
-                float *out = c->att + (size_t)(tl->row0 + ri) * dim + (size_t)(kvh * group + g) * hs;
-                if (m > 0)
-                    weighted_sum(out, v, (size_t)kv_dim, p, 1.0f, m, hs);
+                float *out =
+                    c->att + (size_t)(tl->row0 + ri) * dim + (size_t)(kvh * group + g) * hs;
+                if (m > 0) weighted_sum(out, v, (size_t)kv_dim, p, 1.0f, m, hs);
             }
         }
     }
@@ -259,8 +247,8 @@ static void attention_item(cpu *c, int item, int worker)
     const int row = tl->row0, pos = b->positions[row];
     const int32_t *table = b->block_table + (size_t)tl->seq * (size_t)b->block_table_stride;
     for (int h = kvh * c->group; h < (kvh + 1) * c->group; h++)
-        attend_head(c, c->q + (size_t)row * c->c.dim + (size_t)h * hs, table, kvh, pos + 1,
-                    scores, c->att + (size_t)row * c->c.dim + (size_t)h * hs);
+        attend_head(c, c->q + (size_t)row * c->c.dim + (size_t)h * hs, table, kvh, pos + 1, scores,
+                    c->att + (size_t)row * c->c.dim + (size_t)h * hs);
 }
 
 
@@ -275,8 +263,7 @@ static void attention_task(void *ctx, int task, int worker)
     cpu *c = ctx;
     const int i0 = (int)((int64_t)task * c->att_items / c->att_tasks);
     const int i1 = (int)((int64_t)(task + 1) * c->att_items / c->att_tasks);
-    for (int i = i0; i < i1; i++)
-        attention_item(c, i, worker);
+    for (int i = i0; i < i1; i++) attention_item(c, i, worker);
 }
 
 void cpu_attention(cpu *c)

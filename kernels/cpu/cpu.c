@@ -92,12 +92,12 @@ typedef struct mm_region {
 
 /* Rows n0.. of a weight matrix in any type: float32 through gemm_small or BLAS, the others
  * through the fused/tiled kernels of quant.c. */
-static void matmul_rows(int rows, const float *x, const q_xq *xq, eng_wmat wm, int n0, int n,
-                        int k, float beta, float *y, int ld_y)
+static void matmul_rows(int rows, const float *x, const q_xq *xq, eng_wmat wm, int n0, int n, int k,
+                        float beta, float *y, int ld_y)
 {
     if (wm.type != ENG_W_F32) {
-        q_matmul_xq(wm.type, (const char *)wm.data + (size_t)n0 * eng_wrow_bytes(wm.type, k), n,
-                    k, xq, x, rows, beta, y, ld_y);
+        q_matmul_xq(wm.type, (const char *)wm.data + (size_t)n0 * eng_wrow_bytes(wm.type, k), n, k,
+                    xq, x, rows, beta, y, ld_y);
         return;
     }
     const float *w = (const float *)wm.data + (size_t)n0 * k;
@@ -107,8 +107,8 @@ static void matmul_rows(int rows, const float *x, const q_xq *xq, eng_wmat wm, i
     if (rows <= gemm_small_max_rows(GEMM_SMALL_AUTO))
         gemm_small(GEMM_SMALL_AUTO, rows, n, k, x, k, w, k, beta, y, ld_y);
     else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, k, 1.0f, x, k, w, k, beta,
-                    y, ld_y);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, k, 1.0f, x, k, w, k, beta, y,
+                    ld_y);
 }
 
 static void mm_task(void *ctx, int task, int worker)
@@ -140,8 +140,7 @@ static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows)
         int want = nw == 1 ? 1 : nw * 2;
         int chunk = (jobs[i].n + want - 1) / want;
         chunk = (chunk + 7) & ~7; /* multiples of 8 keep equal shares (288 = 4 x 72) */
-        if (chunk < 32)
-            chunk = 32;
+        if (chunk < 32) chunk = 32;
         jobs[i].chunk_rows = chunk;
         jobs[i].n_chunks = (jobs[i].n + chunk - 1) / chunk;
         total += jobs[i].n_chunks;
@@ -152,18 +151,14 @@ static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows)
     for (int i = 0; i < n_jobs; i++) {
         mm_job *j = &jobs[i];
         j->xq = NULL;
-        if (!q_int_path(j->w.type, rows) && !(j->up.data && q_int_path(j->up.type, rows)))
-            continue;
+        if (!q_int_path(j->w.type, rows) && !(j->up.data && q_int_path(j->up.type, rows))) continue;
         for (int p = 0; p < i && !j->xq; p++)
-            if (jobs[p].x == j->x && jobs[p].k == j->k)
-                j->xq = jobs[p].xq;
-        if (j->xq || slot == CPU_XQ_SLOTS)
-            continue;
+            if (jobs[p].x == j->x && jobs[p].k == j->k) j->xq = jobs[p].xq;
+        if (j->xq || slot == CPU_XQ_SLOTS) continue;
         const size_t need = q_xq_bytes(rows, j->k);
         if (c->xq_cap[slot] < need) {
             void *p = realloc(c->xq_mem[slot], need);
-            if (!p)
-                continue; /* each chunk quantizes for itself */
+            if (!p) continue; /* each chunk quantizes for itself */
             c->xq_mem[slot] = p;
             c->xq_cap[slot] = need;
         }
@@ -179,13 +174,11 @@ static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows)
 static void rmsnorm(float *o, const float *x, const float *weight, int size, float eps)
 {
     float ss = 0.0f;
-    for (int j = 0; j < size; j++)
-        ss += x[j] * x[j];
+    for (int j = 0; j < size; j++) ss += x[j] * x[j];
     ss /= size;
     ss += eps;
     ss = 1.0f / sqrtf(ss);
-    for (int j = 0; j < size; j++)
-        o[j] = weight[j] * (ss * x[j]);
+    for (int j = 0; j < size; j++) o[j] = weight[j] * (ss * x[j]);
 }
 
 /* Rotates adjacent pairs (2j, 2j+1) of each head of vec by pos * 10000^(-h/head_size).
@@ -256,8 +249,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
         matmul_jobs(c, qkv, 3, T);
         if (lw->bq) /* qwen2's Q/K/V biases */
             for (int r = 0; r < T; r++) {
-                for (int i = 0; i < dim; i++)
-                    c->q[(size_t)r * dim + i] += lw->bq[i];
+                for (int i = 0; i < dim; i++) c->q[(size_t)r * dim + i] += lw->bq[i];
                 for (int i = 0; i < kv_dim; i++) {
                     c->k[(size_t)r * kv_dim + i] += lw->bk[i];
                     c->v[(size_t)r * kv_dim + i] += lw->bv[i];
@@ -281,7 +273,12 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
         attn += pool_now_ns() - t0;
 
         t0 = pool_now_ns();
-        mm_job o = {.w = lw->wo, .n = dim, .k = dim, .x = c->att, .y = c->x, .ld_y = dim,
+        mm_job o = {.w = lw->wo,
+                    .n = dim,
+                    .k = dim,
+                    .x = c->att,
+                    .y = c->x,
+                    .ld_y = dim,
                     .beta = 1.0f}; /* x += att · Wo^T */
         matmul_jobs(c, &o, 1, T);
         proj += pool_now_ns() - t0;
@@ -291,10 +288,21 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
                     c->hp.norm_eps);
 
         t0 = pool_now_ns();
-        mm_job up = {.w = lw->w1, .n = hidden, .k = dim, .x = c->xb, .y = c->h1, .ld_y = hidden,
-                     .up = lw->w3, .y_up = c->h3};
+        mm_job up = {.w = lw->w1,
+                     .n = hidden,
+                     .k = dim,
+                     .x = c->xb,
+                     .y = c->h1,
+                     .ld_y = hidden,
+                     .up = lw->w3,
+                     .y_up = c->h3};
         matmul_jobs(c, &up, 1, T);
-        mm_job down = {.w = lw->w2, .n = dim, .k = hidden, .x = c->h1, .y = c->x, .ld_y = dim,
+        mm_job down = {.w = lw->w2,
+                       .n = dim,
+                       .k = hidden,
+                       .x = c->h1,
+                       .y = c->x,
+                       .ld_y = dim,
                        .beta = 1.0f}; /* x += ffn */
         matmul_jobs(c, &down, 1, T);
         proj += pool_now_ns() - t0;
@@ -302,10 +310,14 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
 
     if (b->n_logits) {
         for (int i = 0; i < b->n_logits; i++)
-            rmsnorm(c->xf + (size_t)i * dim, c->x + (size_t)b->logits_rows[i] * dim,
-                    w->rms_final, dim, c->hp.norm_eps);
+            rmsnorm(c->xf + (size_t)i * dim, c->x + (size_t)b->logits_rows[i] * dim, w->rms_final,
+                    dim, c->hp.norm_eps);
         t0 = pool_now_ns();
-        mm_job cls = {.w = w->wcls, .n = cfg->vocab_size, .k = dim, .x = c->xf, .y = logits,
+        mm_job cls = {.w = w->wcls,
+                      .n = cfg->vocab_size,
+                      .k = dim,
+                      .x = c->xf,
+                      .y = logits,
                       .ld_y = cfg->vocab_size};
         matmul_jobs(c, &cls, 1, b->n_logits);
         proj += pool_now_ns() - t0;
@@ -325,18 +337,14 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
 static void cpu_destroy(void *priv)
 {
     cpu *c = priv;
-    if (!c)
-        return;
+    if (!c) return;
     pool_stop(&c->workers);
-    if (c->kv_pool)
-        rnuma_free(c->kv_pool, c->kv_pool_bytes);
-    float *bufs[] = {c->rope_cos, c->rope_sin, c->x, c->xb, c->q, c->k, c->v,
-                     c->att, c->h1, c->h3, c->xf, c->scores, c->k_t};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        free(bufs[i]);
+    if (c->kv_pool) rnuma_free(c->kv_pool, c->kv_pool_bytes);
+    float *bufs[] = {c->rope_cos, c->rope_sin, c->x,  c->xb, c->q,      c->k,  c->v,
+                     c->att,      c->h1,       c->h3, c->xf, c->scores, c->k_t};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->tiles);
-    for (int i = 0; i < CPU_XQ_SLOTS; i++)
-        free(c->xq_mem[i]);
+    for (int i = 0; i < CPU_XQ_SLOTS; i++) free(c->xq_mem[i]);
     free(c);
 }
 
@@ -354,8 +362,7 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
         return eng_seterr(-ENOTSUP, "the CPU backend needs host weights: a synthetic:lazy: "
                                     "model has none (drop \"lazy:\")");
     cpu *c = calloc(1, sizeof *c);
-    if (!c)
-        return eng_seterr(-ENOMEM, "out of memory");
+    if (!c) return eng_seterr(-ENOMEM, "out of memory");
     c->c = *eng_model_cfg(m);
     c->t = eng_model_tensors_of(m);
     const eng_model_config *cfg = &c->c;
@@ -407,8 +414,7 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
     for (int pos = 0; pos < cfg->seq_len; pos++) {
         for (int i = 0; i < c->hp.rope_dim; i += 2) {
             float freq = 1.0f / powf(theta, i / (float)c->hp.rope_dim);
-            if (ff)
-                freq /= ff[i / 2];
+            if (ff) freq /= ff[i / 2];
             float val = pos * freq;
             c->rope_cos[(size_t)pos * half + (size_t)i / 2] = cosf(val);
             c->rope_sin[(size_t)pos * half + (size_t)i / 2] = sinf(val);
@@ -429,7 +435,10 @@ fail:
 
 /* ---- KV blocks ---------------------------------------------------------------------- */
 
-static size_t cpu_kv_block_bytes(void *priv) { return ((cpu *)priv)->block_floats * sizeof(float); }
+static size_t cpu_kv_block_bytes(void *priv)
+{
+    return ((cpu *)priv)->block_floats * sizeof(float);
+}
 
 static size_t cpu_memory_bytes(void *priv)
 {
@@ -446,8 +455,7 @@ static void *cpu_kv_block_ptr(void *priv, int block)
 static void *cpu_kv_pool_base(void *priv, size_t *len)
 {
     cpu *c = priv;
-    if (len)
-        *len = c->kv_pool_bytes;
+    if (len) *len = c->kv_pool_bytes;
     return c->kv_pool;
 }
 
@@ -470,8 +478,7 @@ static int cpu_kv_copy_blocks(void *priv, const int32_t *src, const int32_t *dst
     cpu *c = priv;
     for (int i = 0; i < n; i++)
         if (src[i] != dst[i])
-            memcpy(cpu_kv_block_ptr(c, dst[i]), cpu_kv_block_ptr(c, src[i]),
-                   cpu_kv_block_bytes(c));
+            memcpy(cpu_kv_block_ptr(c, dst[i]), cpu_kv_block_ptr(c, src[i]), cpu_kv_block_bytes(c));
     return 0;
 }
 
@@ -491,8 +498,7 @@ int eng_cpu_phase_stats(void *priv, eng_phase_stats *out, bool reset)
         out->straggler_waits = ps.straggler_waits;
         out->straggler_ns = ps.straggler_ns;
     }
-    if (reset)
-        memset(&c->stats, 0, sizeof c->stats);
+    if (reset) memset(&c->stats, 0, sizeof c->stats);
     return 0;
 }
 
@@ -510,4 +516,7 @@ static const eng_backend_ops cpu_ops = {
     .kv_copy_blocks = cpu_kv_copy_blocks,
 };
 
-const eng_backend_ops *eng_cpu_backend(void) { return &cpu_ops; }
+const eng_backend_ops *eng_cpu_backend(void)
+{
+    return &cpu_ops;
+}

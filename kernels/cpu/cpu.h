@@ -22,23 +22,25 @@
 
 typedef struct cpu {
     eng_model_config c;
-    const eng_model_tensors *t; /* typed per-layer weights (F32 or a GGUF file's types) */
-    eng_model_hparams hp;       /* RMSNorm epsilon, RoPE base/dimension/pairing */
+    const eng_model_tensors *t;   /* typed per-layer weights (F32 or a GGUF file's types) */
+    eng_model_hparams hp;         /* RMSNorm epsilon, RoPE base/dimension/pairing */
     int head_size, kv_dim, group; /* group = query heads per KV head */
     int block_size, n_blocks, max_rows;
-    size_t block_floats;          /* one block: L * 2 * block_size * kv_dim */
+    size_t block_floats; /* one block: L * 2 * block_size * kv_dim */
     float *kv_pool;
     size_t kv_pool_bytes;
     int numa_node;
     float *rope_cos, *rope_sin; /* [seq_len][head_size/2], computed exactly as run.c */
     /* activations for up to max_rows rows */
     float *x, *xb, *q, *k, *v, *att, *h1, *h3, *xf;
-    struct tile { int seq, row0, row1; } *tiles; /* attention work: runs of one sequence's rows */
+    struct tile {
+        int seq, row0, row1;
+    } * tiles; /* attention work: runs of one sequence's rows */
     int n_tiles;
     int att_items, att_tasks; /* (tile, KV head) items of the attention region, its tasks */
-    float *scores;      /* [n_workers][TILE_ROWS * group * seq_len] attention scratch */
+    float *scores;            /* [n_workers][TILE_ROWS * group * seq_len] attention scratch */
     size_t scores_per_worker;
-    float *k_t;         /* [n_workers][head_size][block_size rounded up to 8]: K transposed */
+    float *k_t; /* [n_workers][head_size][block_size rounded up to 8]: K transposed */
     int block_pad;
     size_t scratch_bytes;
     /* the rows a region's matmuls read, quantized once for quantized weights (matmul_jobs):
@@ -82,7 +84,7 @@ static inline __attribute__((always_inline)) void exp8(float *xp)
     const v8f hi = {88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f};
     const v8f one = {1, 1, 1, 1, 1, 1, 1, 1};
     v8f x = *(const v8f *)xp;
-    v8i below = x < lo, above = x > hi;
+    v8i below = x<lo, above = x> hi;
     x = (v8f)(((v8i)x & ~below) | ((v8i)lo & below));
     x = (v8f)(((v8i)x & ~above) | ((v8i)hi & above));
     v8f fx = x * 1.44269504088896341f + 0.5f;

@@ -55,40 +55,37 @@ static inline __attribute__((always_inline)) void tile_portable(int nr, int mr, 
                                                                 float beta, float *y, int ld_y)
 {
     v8f acc[NR][MR];
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int n = 0; n < nr; n++)
-        #pragma GCC unroll 4
-        for (int m = 0; m < mr; m++)
-            acc[n][m] = (v8f){0};
+#pragma GCC unroll 4
+        for (int m = 0; m < mr; m++) acc[n][m] = (v8f){0};
     const int K8 = K & ~7;
     for (int k = 0; k < K8; k += 8) {
         v8f wv[NR];
-        #pragma GCC unroll 4
-        for (int n = 0; n < nr; n++)
-            wv[n] = *(const v8f *)(w + (size_t)n * ld_w + k);
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
+        for (int n = 0; n < nr; n++) wv[n] = *(const v8f *)(w + (size_t)n * ld_w + k);
+#pragma GCC unroll 4
         for (int m = 0; m < mr; m++) {
             const v8f xv = *(const v8f *)(x + (size_t)m * ld_x + k);
-            #pragma GCC unroll 4
-            for (int n = 0; n < nr; n++)
-                acc[n][m] += xv * wv[n];
+#pragma GCC unroll 4
+            for (int n = 0; n < nr; n++) acc[n][m] += xv * wv[n];
         }
     }
     if (K8 < K) {
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int m = 0; m < mr; m++) {
             v8f xv, wv;
             tail8(&xv, x + (size_t)m * ld_x + K8, K - K8);
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int n = 0; n < nr; n++) {
                 tail8(&wv, w + (size_t)n * ld_w + K8, K - K8);
                 acc[n][m] += xv * wv;
             }
         }
     }
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int m = 0; m < mr; m++)
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int n = 0; n < nr; n++) {
             float s = reduce8(&acc[n][m]);
             float *out = y + (size_t)m * ld_y + n;
@@ -96,8 +93,8 @@ static inline __attribute__((always_inline)) void tile_portable(int nr, int mr, 
         }
 }
 
-static void gemm_portable(int M, int N, int K, const float *x, int ld_x, const float *w,
-                          int ld_w, float beta, float *y, int ld_y)
+static void gemm_portable(int M, int N, int K, const float *x, int ld_x, const float *w, int ld_w,
+                          float beta, float *y, int ld_y)
 {
     int n0 = 0;
     for (; n0 + NR <= N; n0 += NR) {
@@ -133,8 +130,8 @@ static const int32_t tail_mask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0
 
 /* [R(a0), R(a1), R(a2), R(a3)] with R(a) = ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7)): the
  * horizontal adds pair exactly those lanes, so this is reduce8's order, four at a time. */
-static inline __attribute__((always_inline)) AVX2 __m128 reduce4(__m256 a0, __m256 a1,
-                                                                  __m256 a2, __m256 a3)
+static inline __attribute__((always_inline)) AVX2 __m128 reduce4(__m256 a0, __m256 a1, __m256 a2,
+                                                                 __m256 a3)
 {
     __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
@@ -145,51 +142,47 @@ tile_avx2(int nr, int mr, int K, const float *x, int ld_x, const float *w, int l
           float *y, int ld_y, const float *pf)
 {
     __m256 acc[NR][MR];
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int n = 0; n < nr; n++)
-        #pragma GCC unroll 4
-        for (int m = 0; m < mr; m++)
-            acc[n][m] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+        for (int m = 0; m < mr; m++) acc[n][m] = _mm256_setzero_ps();
     const int K8 = K & ~7;
     for (int k = 0; k < K8; k += 8) {
         __m256 wv[NR];
         if (pf && !(k & 15)) {
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int n = 0; n < NR; n++)
                 _mm_prefetch((const char *)(pf + (size_t)n * ld_w + k), _MM_HINT_T0);
         }
-        #pragma GCC unroll 4
-        for (int n = 0; n < nr; n++)
-            wv[n] = _mm256_loadu_ps(w + (size_t)n * ld_w + k);
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
+        for (int n = 0; n < nr; n++) wv[n] = _mm256_loadu_ps(w + (size_t)n * ld_w + k);
+#pragma GCC unroll 4
         for (int m = 0; m < mr; m++) {
             const __m256 xv = _mm256_loadu_ps(x + (size_t)m * ld_x + k);
-            #pragma GCC unroll 4
-            for (int n = 0; n < nr; n++)
-                acc[n][m] = _mm256_fmadd_ps(xv, wv[n], acc[n][m]);
+#pragma GCC unroll 4
+            for (int n = 0; n < nr; n++) acc[n][m] = _mm256_fmadd_ps(xv, wv[n], acc[n][m]);
         }
     }
     if (K8 < K) {
         const __m256i mask = _mm256_loadu_si256((const __m256i *)(tail_mask + 8 - (K - K8)));
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int m = 0; m < mr; m++) {
             const __m256 xv = _mm256_maskload_ps(x + (size_t)m * ld_x + K8, mask);
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int n = 0; n < nr; n++)
-                acc[n][m] = _mm256_fmadd_ps(xv, _mm256_maskload_ps(w + (size_t)n * ld_w + K8,
-                                                                   mask), acc[n][m]);
+                acc[n][m] = _mm256_fmadd_ps(xv, _mm256_maskload_ps(w + (size_t)n * ld_w + K8, mask),
+                                            acc[n][m]);
         }
     }
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int m = 0; m < mr; m++) {
         float *out = y + (size_t)m * ld_y;
         if (nr == NR) {
             __m128 s = reduce4(acc[0][m], acc[1][m], acc[2][m], acc[3][m]);
-            if (beta != 0.0f)
-                s = _mm_add_ps(_mm_loadu_ps(out), s);
+            if (beta != 0.0f) s = _mm_add_ps(_mm_loadu_ps(out), s);
             _mm_storeu_ps(out, s);
         } else {
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int n = 0; n < nr; n++) {
                 float s = _mm_cvtss_f32(reduce4(acc[n][m], acc[n][m], acc[n][m], acc[n][m]));
                 out[n] = beta == 0.0f ? s : out[n] + s;
@@ -198,8 +191,8 @@ tile_avx2(int nr, int mr, int K, const float *x, int ld_x, const float *w, int l
     }
 }
 
-AVX2 static void gemm_avx2(int M, int N, int K, const float *x, int ld_x, const float *w,
-                           int ld_w, float beta, float *y, int ld_y)
+AVX2 static void gemm_avx2(int M, int N, int K, const float *x, int ld_x, const float *w, int ld_w,
+                           float beta, float *y, int ld_y)
 {
     int n0 = 0;
     for (; n0 + NR <= N; n0 += NR) {
@@ -234,7 +227,7 @@ AVX2 static void gemm_avx2(int M, int N, int K, const float *x, int ld_x, const 
  * an output is R(lanes 0..7 + lanes 8..15) with the AVX2 path's R: another fixed order,
  * the same for every output on a machine that runs this path. */
 #define AVX512 __attribute__((target("avx512f,avx2,fma")))
-#define MR16 4
+#define MR16   4
 
 static inline __attribute__((always_inline)) AVX512 __m256 fold16(__m512 a)
 {
@@ -243,56 +236,52 @@ static inline __attribute__((always_inline)) AVX512 __m256 fold16(__m512 a)
 }
 
 static inline __attribute__((always_inline)) AVX512 void
-tile_avx512(int nr, int mr, int K, const float *x, int ld_x, const float *w, int ld_w,
-            float beta, float *y, int ld_y, const float *pf)
+tile_avx512(int nr, int mr, int K, const float *x, int ld_x, const float *w, int ld_w, float beta,
+            float *y, int ld_y, const float *pf)
 {
     __m512 acc[NR][MR16];
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int n = 0; n < nr; n++)
-        #pragma GCC unroll 4
-        for (int m = 0; m < mr; m++)
-            acc[n][m] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int m = 0; m < mr; m++) acc[n][m] = _mm512_setzero_ps();
     const int K16 = K & ~15;
     for (int k = 0; k < K16; k += 16) {
         __m512 wv[NR];
         if (pf) {
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int n = 0; n < NR; n++)
                 _mm_prefetch((const char *)(pf + (size_t)n * ld_w + k), _MM_HINT_T0);
         }
-        #pragma GCC unroll 4
-        for (int n = 0; n < nr; n++)
-            wv[n] = _mm512_loadu_ps(w + (size_t)n * ld_w + k);
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
+        for (int n = 0; n < nr; n++) wv[n] = _mm512_loadu_ps(w + (size_t)n * ld_w + k);
+#pragma GCC unroll 4
         for (int m = 0; m < mr; m++) {
             const __m512 xv = _mm512_loadu_ps(x + (size_t)m * ld_x + k);
-            #pragma GCC unroll 4
-            for (int n = 0; n < nr; n++)
-                acc[n][m] = _mm512_fmadd_ps(xv, wv[n], acc[n][m]);
+#pragma GCC unroll 4
+            for (int n = 0; n < nr; n++) acc[n][m] = _mm512_fmadd_ps(xv, wv[n], acc[n][m]);
         }
     }
     if (K16 < K) {
         const __mmask16 mask = (__mmask16)((1u << (K - K16)) - 1);
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int m = 0; m < mr; m++) {
             const __m512 xv = _mm512_maskz_loadu_ps(mask, x + (size_t)m * ld_x + K16);
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int n = 0; n < nr; n++)
                 acc[n][m] = _mm512_fmadd_ps(
                     xv, _mm512_maskz_loadu_ps(mask, w + (size_t)n * ld_w + K16), acc[n][m]);
         }
     }
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int m = 0; m < mr; m++) {
         float *out = y + (size_t)m * ld_y;
         if (nr == NR) {
-            __m128 s = reduce4(fold16(acc[0][m]), fold16(acc[1][m]), fold16(acc[2][m]),
-                               fold16(acc[3][m]));
-            if (beta != 0.0f)
-                s = _mm_add_ps(_mm_loadu_ps(out), s);
+            __m128 s =
+                reduce4(fold16(acc[0][m]), fold16(acc[1][m]), fold16(acc[2][m]), fold16(acc[3][m]));
+            if (beta != 0.0f) s = _mm_add_ps(_mm_loadu_ps(out), s);
             _mm_storeu_ps(out, s);
         } else {
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int n = 0; n < nr; n++) {
                 const __m256 f = fold16(acc[n][m]);
                 float s = _mm_cvtss_f32(reduce4(f, f, f, f));
@@ -303,16 +292,16 @@ tile_avx512(int nr, int mr, int K, const float *x, int ld_x, const float *w, int
 }
 
 /* The batch rows [m0, M) left after the 4-row tiles, for weight rows of width nr. */
-#define TAIL_ROWS_512(nr, pf_)                                                                 \
-    do {                                                                                       \
-        const float *xm = x + (size_t)m0 * ld_x;                                               \
-        float *ym = y + (size_t)m0 * ld_y + n0;                                                \
-        switch (M - m0) {                                                                      \
-        case 3: tile_avx512(nr, 3, K, xm, ld_x, wn, ld_w, beta, ym, ld_y, pf_); break;         \
-        case 2: tile_avx512(nr, 2, K, xm, ld_x, wn, ld_w, beta, ym, ld_y, pf_); break;         \
-        case 1: tile_avx512(nr, 1, K, xm, ld_x, wn, ld_w, beta, ym, ld_y, pf_); break;         \
-        default: break;                                                                        \
-        }                                                                                      \
+#define TAIL_ROWS_512(nr, pf_)                                                                     \
+    do {                                                                                           \
+        const float *xm = x + (size_t)m0 * ld_x;                                                   \
+        float *ym = y + (size_t)m0 * ld_y + n0;                                                    \
+        switch (M - m0) {                                                                          \
+        case 3: tile_avx512(nr, 3, K, xm, ld_x, wn, ld_w, beta, ym, ld_y, pf_); break;             \
+        case 2: tile_avx512(nr, 2, K, xm, ld_x, wn, ld_w, beta, ym, ld_y, pf_); break;             \
+        case 1: tile_avx512(nr, 1, K, xm, ld_x, wn, ld_w, beta, ym, ld_y, pf_); break;             \
+        default: break;                                                                            \
+        }                                                                                          \
     } while (0)
 
 AVX512 static void gemm_avx512(int M, int N, int K, const float *x, int ld_x, const float *w,
@@ -345,8 +334,7 @@ bool gemm_small_supported(gemm_small_path path)
 {
     switch (path) {
     case GEMM_SMALL_AUTO:
-    case GEMM_SMALL_PORTABLE:
-        return true;
+    case GEMM_SMALL_PORTABLE: return true;
     case GEMM_SMALL_AVX2:
 #if GEMM_HAVE_AVX2
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -372,7 +360,7 @@ gemm_small_path gemm_small_auto_path(void)
     if (p < 0) {
         p = gemm_small_supported(GEMM_SMALL_AVX512) ? GEMM_SMALL_AVX512
             : gemm_small_supported(GEMM_SMALL_AVX2) ? GEMM_SMALL_AVX2
-                                                     : GEMM_SMALL_PORTABLE;
+                                                    : GEMM_SMALL_PORTABLE;
         resolved = p;
     }
     return (gemm_small_path)p;
@@ -380,8 +368,7 @@ gemm_small_path gemm_small_auto_path(void)
 
 int gemm_small_max_rows(gemm_small_path path)
 {
-    if (path == GEMM_SMALL_AUTO)
-        path = gemm_small_auto_path();
+    if (path == GEMM_SMALL_AUTO) path = gemm_small_auto_path();
     return path == GEMM_SMALL_AVX512 ? 128 : 12;
 }
 
@@ -401,11 +388,10 @@ static int rows_per_pass(int K)
     return mc < 4 ? 4 : mc;
 }
 
-void gemm_small(gemm_small_path path, int M, int N, int K, const float *x, int ld_x,
-                const float *w, int ld_w, float beta, float *y, int ld_y)
+void gemm_small(gemm_small_path path, int M, int N, int K, const float *x, int ld_x, const float *w,
+                int ld_w, float beta, float *y, int ld_y)
 {
-    if (path == GEMM_SMALL_AUTO)
-        path = gemm_small_auto_path();
+    if (path == GEMM_SMALL_AUTO) path = gemm_small_auto_path();
     const int mc = rows_per_pass(K);
     for (int m0 = 0; m0 < M; m0 += mc) {
         const int m = M - m0 < mc ? M - m0 : mc;

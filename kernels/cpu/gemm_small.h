@@ -55,7 +55,7 @@ int gemm_small_max_rows(gemm_small_path path);
  * or 1 (y += x · w^T); M, N >= 0, K >= 1. A path this machine does not support
  * (gemm_small_supported false) runs the portable one. Single-threaded; callers split N.
  */
-void gemm_small(gemm_small_path path, int M, int N, int K, const float *x, int ld_x,
-                const float *w, int ld_w, float beta, float *y, int ld_y);
+void gemm_small(gemm_small_path path, int M, int N, int K, const float *x, int ld_x, const float *w,
+                int ld_w, float beta, float *y, int ld_y);
 
 #endif

@@ -56,24 +56,24 @@ uint64_t pool_now_ns(void)
  * forced to spin 2 ms. Weighted, the budget becomes 131-262 µs, the sleeps 28-49 a run. eng_phase_stats reports regions, waits, sleeps,
  * wake calls, the budget and the latency, so the policy's effect is measured in engine_bench.
  */
-#define GAP_BUCKETS POOL_GAP_BUCKETS /* bucket i: gaps in [2^i, 2^(i+1)) ns; the last, all longer */
-#define GAP_EPOCH 32       /* waits between re-choices of the budget */
-#define SPIN_MIN_LOG2 10   /* 1.0 µs */
-#define SPIN_MAX_LOG2 21   /* 2.1 ms */
-#define WAKE_NS_PRIOR 30000 /* wake latency assumed until one is measured */
+#define GAP_BUCKETS        POOL_GAP_BUCKETS /* bucket i: gaps in [2^i, 2^(i+1)) ns; the last, all longer */
+#define GAP_EPOCH          32               /* waits between re-choices of the budget */
+#define SPIN_MIN_LOG2      10               /* 1.0 µs */
+#define SPIN_MAX_LOG2      21               /* 2.1 ms */
+#define WAKE_NS_PRIOR      30000            /* wake latency assumed until one is measured */
 /* Spinning past SPIN_POLITE_NS (see below), which yields the CPU at every read of the
  * clock, counts at this fraction of its length in the policy's cost. */
 #define SPIN_POLITE_WEIGHT 0.125
-#define SPIN_POLITE_NS 4000
+#define SPIN_POLITE_NS     4000
 /* Wake latencies count up to this: a longer one is a run queue's wait on an oversubscribed
  * machine, which a spinning helper would not have avoided (it waits for a CPU too). */
-#define WAKE_NS_CAP 500000
+#define WAKE_NS_CAP        500000
 
 typedef struct spin_policy {
     uint32_t gaps[GAP_BUCKETS];
-    int waits;          /* since the last re-choice */
+    int waits; /* since the last re-choice */
     uint64_t budget_ns;
-    uint64_t wake_ns;   /* moving average of measured wake latencies */
+    uint64_t wake_ns; /* moving average of measured wake latencies */
 } spin_policy;
 
 static int log2_bucket(uint64_t ns)
@@ -117,8 +117,7 @@ uint64_t pool_spin_budget(const uint32_t gaps[POOL_GAP_BUCKETS], uint64_t wake_n
 static void spin_policy_choose(spin_policy *sp)
 {
     sp->budget_ns = pool_spin_budget(sp->gaps, sp->wake_ns);
-    for (int i = 0; i < GAP_BUCKETS; i++)
-        sp->gaps[i] /= 2;
+    for (int i = 0; i < GAP_BUCKETS; i++) sp->gaps[i] /= 2;
     sp->waits = 0;
 }
 
@@ -127,10 +126,9 @@ static void spin_policy_record(spin_policy *sp, uint64_t gap_ns, bool slept, uin
 {
     sp->gaps[log2_bucket(gap_ns)]++;
     if (slept)
-        sp->wake_ns += ((int64_t)(wake_ns < WAKE_NS_CAP ? wake_ns : WAKE_NS_CAP) -
-                        (int64_t)sp->wake_ns) / 8;
-    if (++sp->waits == GAP_EPOCH)
-        spin_policy_choose(sp);
+        sp->wake_ns +=
+            ((int64_t)(wake_ns < WAKE_NS_CAP ? wake_ns : WAKE_NS_CAP) - (int64_t)sp->wake_ns) / 8;
+    if (++sp->waits == GAP_EPOCH) spin_policy_choose(sp);
 }
 
 
@@ -198,8 +196,7 @@ static bool sleep_unless_changed(_Atomic uint32_t *word, uint32_t seen, _Atomic 
 /* The waker's half, after its seq_cst change of *word: true when it made the wake call. */
 static bool wake_if_asleep(_Atomic uint32_t *word, _Atomic uint32_t *asleep)
 {
-    if (atomic_load_explicit(asleep, memory_order_seq_cst) == 0)
-        return false;
+    if (atomic_load_explicit(asleep, memory_order_seq_cst) == 0) return false;
     futex_wake((const uint32_t *)word, INT32_MAX, FUTEX_SCOPE_PROCESS);
     return true;
 }
@@ -227,8 +224,7 @@ static void run_tasks(pool *p, uint32_t gen, int worker)
     uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
     for (;;) {
         const uint32_t left = (uint32_t)c;
-        if ((uint32_t)(c >> 32) != gen || left == 0)
-            return;
+        if ((uint32_t)(c >> 32) != gen || left == 0) return;
         if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c - 1, memory_order_acquire,
                                                    memory_order_acquire))
             continue; /* c now holds the word's current value */
@@ -247,8 +243,7 @@ static void *worker_main(void *arg)
     pool *p = wa->p;
     int index = wa->index;
     free(wa);
-    if (p->numa_node >= 0)
-        rnuma_pin_self_cpu(p->numa_node, index);
+    if (p->numa_node >= 0) rnuma_pin_self_cpu(p->numa_node, index);
     spin_policy sp;
     spin_policy_init(&sp);
     uint32_t seen = 0;
@@ -269,16 +264,14 @@ static void *worker_main(void *arg)
                 sched_yield();
         }
         seen = g;
-        if (atomic_load_explicit(&p->stop, memory_order_acquire))
-            return NULL;
+        if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
         /* region_ns was stored before the generation's release: this region's or later */
         const uint64_t start = atomic_load_explicit(&p->region_ns, memory_order_relaxed);
         const uint64_t now = pool_now_ns();
         spin_policy_record(&sp, start > idle_since ? start - idle_since : 0, slept,
                            slept && now > start ? now - start : 0);
         atomic_fetch_add_explicit(&p->waits, 1, memory_order_relaxed);
-        if (slept)
-            atomic_fetch_add_explicit(&p->sleeps, 1, memory_order_relaxed);
+        if (slept) atomic_fetch_add_explicit(&p->sleeps, 1, memory_order_relaxed);
         atomic_store_explicit(&p->budget_ns, sp.budget_ns, memory_order_relaxed);
         atomic_store_explicit(&p->wake_ns, sp.wake_ns, memory_order_relaxed);
         run_tasks(p, g, index);
@@ -288,8 +281,7 @@ static void *worker_main(void *arg)
 void pool_run(pool *p, int n_tasks, pool_task_fn fn, void *ctx)
 {
     if (p->n_workers == 1 || n_tasks <= 1) {
-        for (int t = 0; t < n_tasks; t++)
-            fn(ctx, t, 0);
+        for (int t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
     }
     const uint32_t gen = atomic_load_explicit(&p->generation, memory_order_relaxed) + 1;
@@ -299,8 +291,7 @@ void pool_run(pool *p, int n_tasks, pool_task_fn fn, void *ctx)
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     atomic_store_explicit(&p->region_ns, pool_now_ns(), memory_order_relaxed);
     /* publishes the fields above to whoever claims (release) */
-    atomic_store_explicit(&p->claim, (uint64_t)gen << 32 | (uint32_t)n_tasks,
-                          memory_order_release);
+    atomic_store_explicit(&p->claim, (uint64_t)gen << 32 | (uint32_t)n_tasks, memory_order_release);
     atomic_store_explicit(&p->generation, gen, memory_order_seq_cst);
     atomic_fetch_add_explicit(&p->regions, 1, memory_order_relaxed);
     if (wake_if_asleep(&p->generation, &p->helpers_asleep))
@@ -309,8 +300,7 @@ void pool_run(pool *p, int n_tasks, pool_task_fn fn, void *ctx)
     /* Every task is claimed; the ones helpers run end within microseconds unless a helper
      * was descheduled mid-task: spin for twice what waking a sleeper measured (the
      * ski-rental bound), then sleep. */
-    if (atomic_load_explicit(&p->done, memory_order_acquire) == (uint32_t)n_tasks)
-        return;
+    if (atomic_load_explicit(&p->done, memory_order_acquire) == (uint32_t)n_tasks) return;
     const uint64_t budget = 2 * atomic_load_explicit(&p->wake_ns, memory_order_relaxed);
     const uint64_t t0 = pool_now_ns();
     uint32_t d;
@@ -332,19 +322,16 @@ int pool_start(pool *p, int n_workers, int numa_node)
     p->numa_node = numa_node;
     p->budget_ns = 50000;
     p->wake_ns = WAKE_NS_PRIOR;
-    if (n_workers == 1)
-        return 0;
+    if (n_workers == 1) return 0;
     p->threads = calloc((size_t)n_workers, sizeof *p->threads);
-    if (!p->threads)
-        return -ENOMEM;
+    if (!p->threads) return -ENOMEM;
     for (int i = 1; i < n_workers; i++) {
         worker_arg *wa = malloc(sizeof *wa);
         int err = wa ? 0 : ENOMEM;
         if (wa) {
             *wa = (worker_arg){p, i};
             err = pthread_create(&p->threads[i], NULL, worker_main, wa);
-            if (err)
-                free(wa);
+            if (err) free(wa);
         }
         if (err) {
             p->n_workers = i; /* stop the ones already running */
@@ -357,13 +344,11 @@ int pool_start(pool *p, int n_workers, int numa_node)
 
 void pool_stop(pool *p)
 {
-    if (!p->threads)
-        return;
+    if (!p->threads) return;
     atomic_store_explicit(&p->stop, true, memory_order_release);
     atomic_fetch_add_explicit(&p->generation, 1, memory_order_seq_cst);
     futex_wake((const uint32_t *)&p->generation, INT32_MAX, FUTEX_SCOPE_PROCESS);
-    for (int i = 1; i < p->n_workers; i++)
-        pthread_join(p->threads[i], NULL);
+    for (int i = 1; i < p->n_workers; i++) pthread_join(p->threads[i], NULL);
     free(p->threads);
     p->threads = NULL;
 }

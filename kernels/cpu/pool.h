@@ -32,14 +32,14 @@ typedef struct pool {
     _Alignas(64) _Atomic uint32_t generation; /* futex: bumped to start a parallel region */
     _Atomic uint64_t region_ns;               /* when the caller started the latest region */
     _Atomic bool stop;
-    _Alignas(64) _Atomic uint64_t claim;      /* (generation << 32) | tasks not yet claimed */
-    _Alignas(64) _Atomic uint32_t done;       /* futex: tasks of the region finished */
-    _Atomic uint32_t helpers_asleep;          /* helpers announced asleep on generation */
-    _Atomic uint32_t caller_asleep;           /* the caller announced asleep on done */
+    _Alignas(64) _Atomic uint64_t claim; /* (generation << 32) | tasks not yet claimed */
+    _Alignas(64) _Atomic uint32_t done;  /* futex: tasks of the region finished */
+    _Atomic uint32_t helpers_asleep;     /* helpers announced asleep on generation */
+    _Atomic uint32_t caller_asleep;      /* the caller announced asleep on done */
     /* measurements (relaxed: statistics) */
     _Alignas(64) _Atomic uint64_t regions, wake_calls, waits, sleeps;
-    _Atomic uint64_t budget_ns, wake_ns;      /* the helpers' latest choice and measure */
-    uint64_t straggler_waits, straggler_ns;   /* the caller's only (see pool_stats) */
+    _Atomic uint64_t budget_ns, wake_ns;    /* the helpers' latest choice and measure */
+    uint64_t straggler_waits, straggler_ns; /* the caller's only (see pool_stats) */
 } pool;
 
 /* The pool's counters (see eng_phase_stats for their meaning). */

@@ -17,9 +17,21 @@
 
 #define QK_K 256
 
-typedef struct { uint16_t d; int8_t qs[32]; } blk_q8_0;
-typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } blk_q4_k;
-typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } blk_q6_k;
+typedef struct {
+    uint16_t d;
+    int8_t qs[32];
+} blk_q8_0;
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qs[128];
+} blk_q4_k;
+typedef struct {
+    uint8_t ql[128];
+    uint8_t qh[64];
+    int8_t scales[16];
+    uint16_t d;
+} blk_q6_k;
 
 _Static_assert(sizeof(blk_q8_0) == 34, "Q8_0 block is 34 bytes");
 _Static_assert(sizeof(blk_q4_k) == 144, "Q4_K block is 144 bytes");
@@ -29,15 +41,16 @@ _Static_assert(sizeof(blk_q6_k) == 210, "Q6_K block is 210 bytes");
 
 bool q_type_supported(int type)
 {
-    return type == Q_F32 || type == Q_F16 || type == Q_BF16 || type == Q_Q8_0 ||
-           type == Q_Q4_K || type == Q_Q6_K;
+    return type == Q_F32 || type == Q_F16 || type == Q_BF16 || type == Q_Q8_0 || type == Q_Q4_K ||
+           type == Q_Q6_K;
 }
 
 int q_block_elems(int type)
 {
     switch (type) {
     case Q_Q8_0: return 32;
-    case Q_Q4_K: case Q_Q6_K: return QK_K;
+    case Q_Q4_K:
+    case Q_Q6_K: return QK_K;
     default: return 1;
     }
 }
@@ -46,7 +59,8 @@ size_t q_row_bytes(int type, int64_t k)
 {
     switch (type) {
     case Q_F32: return (size_t)k * 4;
-    case Q_F16: case Q_BF16: return (size_t)k * 2;
+    case Q_F16:
+    case Q_BF16: return (size_t)k * 2;
     case Q_Q8_0: return (size_t)k / 32 * sizeof(blk_q8_0);
     case Q_Q4_K: return (size_t)k / QK_K * sizeof(blk_q4_k);
     case Q_Q6_K: return (size_t)k / QK_K * sizeof(blk_q6_k);
@@ -86,20 +100,17 @@ uint16_t q_f32_to_f16(float f)
     if (ax >= 0x477ff000u) /* rounds to >= 65520: inf */
         return (uint16_t)(sign | 0x7c00);
     if (ax < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
-        if (ax < 0x33000000u)
-            return (uint16_t)sign;
+        if (ax < 0x33000000u) return (uint16_t)sign;
         int e = (int)(ax >> 23), shift = 126 - e; /* value = man * 2^(e-150) */
         uint32_t man = (ax & 0x7fffff) | 0x800000;
         /* half subnormal unit is 2^-24: q = man * 2^(e-150+24) = man >> (126 - e) */
         uint32_t q = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (q & 1)))
-            q++;
+        if (rem > half || (rem == half && (q & 1))) q++;
         return (uint16_t)(sign | q);
     }
     uint32_t r = ax - 0x38000000u; /* rebias 127 -> 15, in place */
     uint32_t q = r >> 13, rem = r & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (q & 1)))
-        q++;
+    if (rem > 0x1000 || (rem == 0x1000 && (q & 1))) q++;
     return (uint16_t)(sign | q);
 }
 
@@ -115,8 +126,7 @@ uint16_t q_f32_to_bf16(float f)
 {
     uint32_t x;
     memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x40); /* quiet nan */
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet nan */
     return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
 }
 
@@ -143,10 +153,8 @@ static void dequant_q4_k_block(const blk_q4_k *b, float *y)
         const float d1 = d * sc, m1 = min * m;
         scale_min_k4(is + 1, b->scales, &sc, &m);
         const float d2 = d * sc, m2 = min * m;
-        for (int l = 0; l < 32; l++)
-            *y++ = d1 * (q[l] & 0xF) - m1;
-        for (int l = 0; l < 32; l++)
-            *y++ = d2 * (q[l] >> 4) - m2;
+        for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] & 0xF) - m1;
+        for (int l = 0; l < 32; l++) *y++ = d2 * (q[l] >> 4) - m2;
     }
 }
 
@@ -173,27 +181,22 @@ static void dequant_q6_k_block(const blk_q6_k *b, float *y)
 void q_dequant_row(int type, const void *row, float *out, int64_t k)
 {
     switch (type) {
-    case Q_F32:
-        memcpy(out, row, (size_t)k * 4);
-        break;
+    case Q_F32: memcpy(out, row, (size_t)k * 4); break;
     case Q_F16: {
         const uint16_t *h = row;
-        for (int64_t i = 0; i < k; i++)
-            out[i] = q_f16_to_f32(h[i]);
+        for (int64_t i = 0; i < k; i++) out[i] = q_f16_to_f32(h[i]);
         break;
     }
     case Q_BF16: {
         const uint16_t *h = row;
-        for (int64_t i = 0; i < k; i++)
-            out[i] = q_bf16_to_f32(h[i]);
+        for (int64_t i = 0; i < k; i++) out[i] = q_bf16_to_f32(h[i]);
         break;
     }
     case Q_Q8_0: {
         const blk_q8_0 *b = row;
         for (int64_t i = 0; i < k / 32; i++) {
             const float d = q_f16_to_f32(b[i].d);
-            for (int j = 0; j < 32; j++)
-                out[i * 32 + j] = d * b[i].qs[j];
+            for (int j = 0; j < 32; j++) out[i * 32 + j] = d * b[i].qs[j];
         }
         break;
     }
@@ -216,28 +219,24 @@ static float dot_portable(int type, const void *row, const float *x, int64_t k)
     switch (type) {
     case Q_F32: {
         const float *w = row;
-        for (int64_t i = 0; i < k; i++)
-            sum += w[i] * x[i];
+        for (int64_t i = 0; i < k; i++) sum += w[i] * x[i];
         break;
     }
     case Q_F16: {
         const uint16_t *w = row;
-        for (int64_t i = 0; i < k; i++)
-            sum += q_f16_to_f32(w[i]) * x[i];
+        for (int64_t i = 0; i < k; i++) sum += q_f16_to_f32(w[i]) * x[i];
         break;
     }
     case Q_BF16: {
         const uint16_t *w = row;
-        for (int64_t i = 0; i < k; i++)
-            sum += q_bf16_to_f32(w[i]) * x[i];
+        for (int64_t i = 0; i < k; i++) sum += q_bf16_to_f32(w[i]) * x[i];
         break;
     }
     case Q_Q8_0: {
         const blk_q8_0 *b = row;
         for (int64_t i = 0; i < k / 32; i++, x += 32) {
             float s = 0.0f;
-            for (int j = 0; j < 32; j++)
-                s += (float)b[i].qs[j] * x[j];
+            for (int j = 0; j < 32; j++) s += (float)b[i].qs[j] * x[j];
             sum += q_f16_to_f32(b[i].d) * s;
         }
         break;
@@ -268,8 +267,7 @@ static float dot_portable(int type, const void *row, const float *x, int64_t k)
         float y[QK_K];
         for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) {
             dequant_q6_k_block(&b[i], y);
-            for (int j = 0; j < QK_K; j++)
-                sum += y[j] * x[j];
+            for (int j = 0; j < QK_K; j++) sum += y[j] * x[j];
         }
         break;
     }
@@ -303,8 +301,7 @@ SIMD static void dequant_f16_simd(const uint16_t *h, float *out, int64_t k)
     int64_t i = 0;
     for (; i + 8 <= k; i += 8)
         _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
-    for (; i < k; i++)
-        out[i] = q_f16_to_f32(h[i]);
+    for (; i < k; i++) out[i] = q_f16_to_f32(h[i]);
 }
 
 SIMD static float dot_simd(int type, const void *row, const float *x, int64_t k)
@@ -319,8 +316,7 @@ SIMD static float dot_simd(int type, const void *row, const float *x, int64_t k)
             acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), acc2);
         }
         float tail = 0.0f;
-        for (; i < k; i++)
-            tail += w[i] * x[i];
+        for (; i < k; i++) tail += w[i] * x[i];
         return hsum8(_mm256_add_ps(acc, acc2)) + tail;
     }
     case Q_F16: {
@@ -330,8 +326,7 @@ SIMD static float dot_simd(int type, const void *row, const float *x, int64_t k)
             acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i))),
                                   _mm256_loadu_ps(x + i), acc);
         float tail = 0.0f;
-        for (; i < k; i++)
-            tail += q_f16_to_f32(w[i]) * x[i];
+        for (; i < k; i++) tail += q_f16_to_f32(w[i]) * x[i];
         return hsum8(acc) + tail;
     }
     case Q_BF16: {
@@ -343,8 +338,7 @@ SIMD static float dot_simd(int type, const void *row, const float *x, int64_t k)
                                   _mm256_loadu_ps(x + i), acc);
         }
         float tail = 0.0f;
-        for (; i < k; i++)
-            tail += q_bf16_to_f32(w[i]) * x[i];
+        for (; i < k; i++) tail += q_bf16_to_f32(w[i]) * x[i];
         return hsum8(acc) + tail;
     }
     case Q_Q8_0: {
@@ -407,9 +401,8 @@ SIMD static float dot_simd(int type, const void *row, const float *x, int64_t k)
                     __m256i q3 = _mm256_or_si256(
                         _mm256_srli_epi32(a, 4),
                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 4), m2), 4));
-                    __m256i q4 = _mm256_or_si256(
-                        _mm256_srli_epi32(c, 4),
-                        _mm256_slli_epi32(_mm256_srli_epi32(h, 6), 4));
+                    __m256i q4 = _mm256_or_si256(_mm256_srli_epi32(c, 4),
+                                                 _mm256_slli_epi32(_mm256_srli_epi32(h, 6), 4));
                     __m256 f1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(q1, off));
                     __m256 f2 = _mm256_cvtepi32_ps(_mm256_sub_epi32(q2, off));
                     __m256 f3 = _mm256_cvtepi32_ps(_mm256_sub_epi32(q3, off));
@@ -434,7 +427,7 @@ SIMD static float dot_simd(int type, const void *row, const float *x, int64_t k)
 /* ---- dispatch ----------------------------------------------------------------------- */
 
 static pthread_once_t simd_once = PTHREAD_ONCE_INIT;
-static int isa_best;             /* Q_ISA_* of this CPU */
+static int isa_best; /* Q_ISA_* of this CPU */
 static _Atomic int isa_cap = Q_ISA_AVX512;
 
 static void simd_probe(void)
@@ -447,11 +440,9 @@ static void simd_probe(void)
                        ? Q_ISA_AVX512
                        : Q_ISA_AVX2;
     const char *env = getenv("RINGLM_QUANT_PORTABLE");
-    if (env && *env && strcmp(env, "0") != 0)
-        isa_cap = Q_ISA_PORTABLE;
+    if (env && *env && strcmp(env, "0") != 0) isa_cap = Q_ISA_PORTABLE;
     env = getenv("RINGLM_QUANT_NO_AVX512");
-    if (env && *env && strcmp(env, "0") != 0 && isa_cap > Q_ISA_AVX2)
-        isa_cap = Q_ISA_AVX2;
+    if (env && *env && strcmp(env, "0") != 0 && isa_cap > Q_ISA_AVX2) isa_cap = Q_ISA_AVX2;
 }
 
 int q_isa(void)
@@ -476,7 +467,10 @@ bool q_force_portable(bool on)
     return q_isa_cap(on ? Q_ISA_PORTABLE : Q_ISA_AVX512) == Q_ISA_PORTABLE;
 }
 
-bool q_simd_active(void) { return q_isa() > Q_ISA_PORTABLE; }
+bool q_simd_active(void)
+{
+    return q_isa() > Q_ISA_PORTABLE;
+}
 
 float q_dot(int type, const void *row, const float *x, int64_t k)
 {
@@ -487,8 +481,8 @@ float q_dot(int type, const void *row, const float *x, int64_t k)
 /* Q8_0's integer path runs up to Q_INT_MAX_ROWS rows: groups of up to Q8_GROUP_ROWS rows
  * (the accumulators in registers) over tiles of Q8_TILE weight rows (kept in L1/L2 while
  * every group passes over them). */
-#define Q8_GROUP_ROWS 8
-#define Q8_TILE 16
+#define Q8_GROUP_ROWS  8
+#define Q8_TILE        16
 
 /* ---- Q8_0 decode: activations quantized to 8 bits, integer dots ----------------------- */
 
@@ -498,9 +492,9 @@ float q_dot(int type, const void *row, const float *x, int64_t k)
  * sum q_w q_x: the integer sum is exact, so the three paths (portable, AVX2, AVX-512 VNNI)
  * differ only in the order they add the per-block floats. */
 typedef struct xq8 {
-    int8_t *q;  /* rows x k */
-    float *d;   /* rows x k/32 */
-    float *s;   /* rows x k/32: d * sum q, the block's sum as quantized (Q4_K's minimums) */
+    int8_t *q; /* rows x k */
+    float *d;  /* rows x k/32 */
+    float *s;  /* rows x k/32: d * sum q, the block's sum as quantized (Q4_K's minimums) */
 } xq8;
 
 static float xq8_scale(float amax, float *id)
@@ -513,8 +507,7 @@ static void xq8_row_portable(const float *x, int8_t *q, float *d, float *s, int6
 {
     for (int64_t b = 0; b < k / 32; b++, x += 32, q += 32) {
         float amax = 0.0f, id;
-        for (int j = 0; j < 32; j++)
-            amax = fmaxf(amax, fabsf(x[j]));
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
         d[b] = xq8_scale(amax, &id);
         int sum = 0;
         for (int j = 0; j < 32; j++) {
@@ -533,8 +526,9 @@ SIMD static void xq8_row_avx2(const float *x, int8_t *q, float *d, float *s, int
     for (int64_t b = 0; b < k / 32; b++, x += 32, q += 32) {
         __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
         __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
-        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
-                                 _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+        __m256 m =
+            _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                          _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
         __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         h = _mm_max_ps(h, _mm_movehl_ps(h, h));
         h = _mm_max_ss(h, _mm_movehdup_ps(h));
@@ -568,8 +562,7 @@ static float q8_dot_portable(const void *wv, int64_t k, const int8_t *xq, const 
     float sum = 0.0f;
     for (int64_t b = 0; b < k / 32; b++) {
         int s = 0;
-        for (int j = 0; j < 32; j++)
-            s += w[b].qs[j] * xq[b * 32 + j];
+        for (int j = 0; j < 32; j++) s += w[b].qs[j] * xq[b * 32 + j];
         sum += q_f16_to_f32(w[b].d) * xd[b] * (float)s;
     }
     return sum;
@@ -591,8 +584,7 @@ static float q4k_dot_portable(const void *wv, int64_t k, const int8_t *xq, const
             const uint8_t *q = w[b].qs + 32 * (j / 2);
             const int8_t *xj = xq + b * QK_K + 32 * j;
             int s = 0;
-            for (int l = 0; l < 32; l++)
-                s += (j % 2 ? q[l] >> 4 : q[l] & 0xF) * xj[l];
+            for (int l = 0; l < 32; l++) s += (j % 2 ? q[l] >> 4 : q[l] & 0xF) * xj[l];
             sum += d * sc * xd[b * 8 + j] * (float)s;
             m += mn * xs[b * 8 + j];
         }
@@ -633,7 +625,9 @@ static void rows_portable(int type, const void *wv, int n, int64_t k, const xq8 
                           float beta, float *y, int ld_y)
 {
     float (*dot)(const void *, int64_t, const int8_t *, const float *, const float *) =
-        type == Q_Q8_0 ? q8_dot_portable : type == Q_Q4_K ? q4k_dot_portable : q6k_dot_portable;
+        type == Q_Q8_0   ? q8_dot_portable
+        : type == Q_Q4_K ? q4k_dot_portable
+                         : q6k_dot_portable;
     const size_t rb = q_row_bytes(type, k), nx = (size_t)k / 32;
     for (int i = 0; i < n; i++)
         for (int r = 0; r < rows; r++) {
@@ -647,34 +641,33 @@ static void rows_portable(int type, const void *wv, int n, int64_t k, const xq8 
 /* The rows' products with each weight row: acc[r] += d_w d_x[r] * (w . x[r]) per block; DOT
  * gives the 8 int32 partial sums of |w| (unsigned) times x[r] with w's sign. R is a constant
  * in each expansion (1..Q8_GROUP_ROWS), so the accumulators stay in registers. */
-#define Q8_ROWS_KERNEL(name, attr, DOT)                                                      \
-    attr static inline __attribute__((always_inline)) void name##_r(                          \
-        const blk_q8_0 *w, int n, int64_t k, const xq8 *x, float beta, float *y, int ld_y,    \
-        const int R)                                                                          \
-    {                                                                                         \
-        const int64_t nb = k / 32;                                                            \
-        for (int i = 0; i < n; i++, w += nb) {                                                \
-            __m256 acc[Q8_GROUP_ROWS];                                                        \
-            for (int r = 0; r < R; r++)                                                       \
-                acc[r] = _mm256_setzero_ps();                                                 \
-            for (int64_t b = 0; b < nb; b++) {                                                \
-                const __m256i wq = _mm256_loadu_si256((const __m256i *)w[b].qs);              \
-                const __m256i aw = _mm256_sign_epi8(wq, wq);                                  \
-                const float dw = _cvtsh_ss(w[b].d);                                           \
-                for (int r = 0; r < R; r++) {                                                 \
-                    const __m256i xq = _mm256_loadu_si256(                                    \
-                        (const __m256i *)(x->q + (size_t)r * k + b * 32));                     \
-                    const __m256i p = DOT(aw, _mm256_sign_epi8(xq, wq));                      \
-                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),                           \
-                                             _mm256_set1_ps(dw * x->d[(size_t)r * nb + b]),   \
-                                             acc[r]);                                         \
-                }                                                                             \
-            }                                                                                 \
-            for (int r = 0; r < R; r++) {                                                     \
-                float *yr = y + (size_t)r * ld_y + i, sum = hsum8(acc[r]);                    \
-                *yr = beta == 0.0f ? sum : beta * *yr + sum;                                  \
-            }                                                                                 \
-        }                                                                                     \
+#define Q8_ROWS_KERNEL(name, attr, DOT)                                                            \
+    attr static inline __attribute__((always_inline)) void name##_r(                               \
+        const blk_q8_0 *w, int n, int64_t k, const xq8 *x, float beta, float *y, int ld_y,         \
+        const int R)                                                                               \
+    {                                                                                              \
+        const int64_t nb = k / 32;                                                                 \
+        for (int i = 0; i < n; i++, w += nb) {                                                     \
+            __m256 acc[Q8_GROUP_ROWS];                                                             \
+            for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();                              \
+            for (int64_t b = 0; b < nb; b++) {                                                     \
+                const __m256i wq = _mm256_loadu_si256((const __m256i *)w[b].qs);                   \
+                const __m256i aw = _mm256_sign_epi8(wq, wq);                                       \
+                const float dw = _cvtsh_ss(w[b].d);                                                \
+                for (int r = 0; r < R; r++) {                                                      \
+                    const __m256i xq =                                                             \
+                        _mm256_loadu_si256((const __m256i *)(x->q + (size_t)r * k + b * 32));      \
+                    const __m256i p = DOT(aw, _mm256_sign_epi8(xq, wq));                           \
+                    acc[r] =                                                                       \
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),                                     \
+                                        _mm256_set1_ps(dw * x->d[(size_t)r * nb + b]), acc[r]);    \
+                }                                                                                  \
+            }                                                                                      \
+            for (int r = 0; r < R; r++) {                                                          \
+                float *yr = y + (size_t)r * ld_y + i, sum = hsum8(acc[r]);                         \
+                *yr = beta == 0.0f ? sum : beta * *yr + sum;                                       \
+            }                                                                                      \
+        }                                                                                          \
     }
 
 SIMD static inline __m256i dot_u8s8_avx2(__m256i a, __m256i b)
@@ -685,132 +678,131 @@ SIMD static inline __m256i dot_u8s8_avx2(__m256i a, __m256i b)
 
 /* Q4_K: 32 bytes of q hold two sub-blocks (low nibbles, then high); the minimums are summed
  * apart, in scalars, from the quantized block sums. */
-#define Q4K_ROWS_KERNEL(name, attr, DOT)                                                     \
-    attr static inline __attribute__((always_inline)) void name##_r(                          \
-        const blk_q4_k *w, int n, int64_t k, const xq8 *x, float beta, float *y, int ld_y,    \
-        const int R)                                                                          \
-    {                                                                                         \
-        const int64_t nb = k / QK_K, nx = k / 32;                                             \
-        const __m256i m4 = _mm256_set1_epi8(0x0F);                                            \
-        for (int i = 0; i < n; i++, w += nb) {                                                \
-            __m256 acc[Q8_GROUP_ROWS];                                                        \
-            float mins[Q8_GROUP_ROWS];                                                        \
-            for (int r = 0; r < R; r++) {                                                     \
-                acc[r] = _mm256_setzero_ps();                                                 \
-                mins[r] = 0.0f;                                                               \
-            }                                                                                 \
-            for (int64_t b = 0; b < nb; b++) {                                                \
-                const float d = _cvtsh_ss(w[b].d), dmin = _cvtsh_ss(w[b].dmin);               \
-                uint8_t sc[8], mn[8];                                                         \
-                for (int j = 0; j < 8; j++)                                                   \
-                    scale_min_k4(j, w[b].scales, &sc[j], &mn[j]);                             \
-                for (int jj = 0; jj < 4; jj++) {                                              \
-                    const __m256i qv = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * jj)); \
-                    const __m256i lo = _mm256_and_si256(qv, m4);                              \
-                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);        \
-                    const float s_lo = d * sc[2 * jj], s_hi = d * sc[2 * jj + 1];             \
-                    for (int r = 0; r < R; r++) {                                             \
-                        const int8_t *xr = x->q + (size_t)r * k + b * QK_K + 64 * jj;         \
-                        const float *dx = x->d + (size_t)r * nx + b * 8 + 2 * jj;             \
-                        const __m256i pl = DOT(lo, _mm256_loadu_si256((const __m256i *)xr));  \
-                        const __m256i ph = DOT(hi, _mm256_loadu_si256((const __m256i *)(xr + 32))); \
-                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pl),                      \
-                                                 _mm256_set1_ps(s_lo * dx[0]), acc[r]);       \
-                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ph),                      \
-                                                 _mm256_set1_ps(s_hi * dx[1]), acc[r]);       \
-                    }                                                                         \
-                }                                                                             \
-                for (int r = 0; r < R; r++) {                                                 \
-                    const float *xs = x->s + (size_t)r * nx + b * 8;                          \
-                    float m = 0.0f;                                                           \
-                    for (int j = 0; j < 8; j++)                                               \
-                        m += mn[j] * xs[j];                                                   \
-                    mins[r] += dmin * m;                                                      \
-                }                                                                             \
-            }                                                                                 \
-            for (int r = 0; r < R; r++) {                                                     \
-                float *yr = y + (size_t)r * ld_y + i, sum = hsum8(acc[r]) - mins[r];          \
-                *yr = beta == 0.0f ? sum : beta * *yr + sum;                                  \
-            }                                                                                 \
-        }                                                                                     \
+#define Q4K_ROWS_KERNEL(name, attr, DOT)                                                           \
+    attr static inline __attribute__((always_inline)) void name##_r(                               \
+        const blk_q4_k *w, int n, int64_t k, const xq8 *x, float beta, float *y, int ld_y,         \
+        const int R)                                                                               \
+    {                                                                                              \
+        const int64_t nb = k / QK_K, nx = k / 32;                                                  \
+        const __m256i m4 = _mm256_set1_epi8(0x0F);                                                 \
+        for (int i = 0; i < n; i++, w += nb) {                                                     \
+            __m256 acc[Q8_GROUP_ROWS];                                                             \
+            float mins[Q8_GROUP_ROWS];                                                             \
+            for (int r = 0; r < R; r++) {                                                          \
+                acc[r] = _mm256_setzero_ps();                                                      \
+                mins[r] = 0.0f;                                                                    \
+            }                                                                                      \
+            for (int64_t b = 0; b < nb; b++) {                                                     \
+                const float d = _cvtsh_ss(w[b].d), dmin = _cvtsh_ss(w[b].dmin);                    \
+                uint8_t sc[8], mn[8];                                                              \
+                for (int j = 0; j < 8; j++) scale_min_k4(j, w[b].scales, &sc[j], &mn[j]);          \
+                for (int jj = 0; jj < 4; jj++) {                                                   \
+                    const __m256i qv = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * jj));   \
+                    const __m256i lo = _mm256_and_si256(qv, m4);                                   \
+                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);             \
+                    const float s_lo = d * sc[2 * jj], s_hi = d * sc[2 * jj + 1];                  \
+                    for (int r = 0; r < R; r++) {                                                  \
+                        const int8_t *xr = x->q + (size_t)r * k + b * QK_K + 64 * jj;              \
+                        const float *dx = x->d + (size_t)r * nx + b * 8 + 2 * jj;                  \
+                        const __m256i pl = DOT(lo, _mm256_loadu_si256((const __m256i *)xr));       \
+                        const __m256i ph =                                                         \
+                            DOT(hi, _mm256_loadu_si256((const __m256i *)(xr + 32)));               \
+                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pl),                           \
+                                                 _mm256_set1_ps(s_lo * dx[0]), acc[r]);            \
+                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ph),                           \
+                                                 _mm256_set1_ps(s_hi * dx[1]), acc[r]);            \
+                    }                                                                              \
+                }                                                                                  \
+                for (int r = 0; r < R; r++) {                                                      \
+                    const float *xs = x->s + (size_t)r * nx + b * 8;                               \
+                    float m = 0.0f;                                                                \
+                    for (int j = 0; j < 8; j++) m += mn[j] * xs[j];                                \
+                    mins[r] += dmin * m;                                                           \
+                }                                                                                  \
+            }                                                                                      \
+            for (int r = 0; r < R; r++) {                                                          \
+                float *yr = y + (size_t)r * ld_y + i, sum = hsum8(acc[r]) - mins[r];               \
+                *yr = beta == 0.0f ? sum : beta * *yr + sum;                                       \
+            }                                                                                      \
+        }                                                                                          \
     }
 
 /* Q6_K: each half of a block is 4 chunks of 32 elements (ql low nibbles, ql+32 low, ql high,
  * ql+32 high, each with its 2 bits of qh); chunk c's lanes 0-3 take scales[2c], 4-7
  * scales[2c+1]; q - 32 is signed, so dotted like Q8_0 (|w| times x with w's sign). */
-#define Q6K_ROWS_KERNEL(name, attr, DOT)                                                     \
-    attr static inline __attribute__((always_inline)) void name##_r(                          \
-        const blk_q6_k *w, int n, int64_t k, const xq8 *x, float beta, float *y, int ld_y,    \
-        const int R)                                                                          \
-    {                                                                                         \
-        const int64_t nb = k / QK_K, nx = k / 32;                                             \
-        const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);                  \
-        const __m256i off = _mm256_set1_epi8(32);                                             \
-        for (int i = 0; i < n; i++, w += nb) {                                                \
-            __m256 acc[Q8_GROUP_ROWS];                                                        \
-            for (int r = 0; r < R; r++)                                                       \
-                acc[r] = _mm256_setzero_ps();                                                 \
-            for (int64_t b = 0; b < nb; b++) {                                                \
-                const float d = _cvtsh_ss(w[b].d);                                            \
-                for (int h = 0; h < 2; h++) {                                                 \
-                    const uint8_t *ql = w[b].ql + 64 * h, *qh = w[b].qh + 32 * h;             \
-                    const int8_t *sc = w[b].scales + 8 * h;                                   \
-                    const __m256i A = _mm256_loadu_si256((const __m256i *)ql);                \
-                    const __m256i B = _mm256_loadu_si256((const __m256i *)(ql + 32));         \
-                    const __m256i H = _mm256_loadu_si256((const __m256i *)qh);                \
-                    __m256i q[4];                                                             \
-                    q[0] = _mm256_or_si256(_mm256_and_si256(A, m4),                           \
-                                           _mm256_slli_epi16(_mm256_and_si256(H, m2), 4));    \
-                    q[1] = _mm256_or_si256(_mm256_and_si256(B, m4),                           \
-                                           _mm256_slli_epi16(_mm256_and_si256(                \
-                                               _mm256_srli_epi16(H, 2), m2), 4));             \
-                    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4),     \
-                                           _mm256_slli_epi16(_mm256_and_si256(                \
-                                               _mm256_srli_epi16(H, 4), m2), 4));             \
-                    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),     \
-                                           _mm256_slli_epi16(_mm256_and_si256(                \
-                                               _mm256_srli_epi16(H, 6), m2), 4));             \
-                    for (int c = 0; c < 4; c++) {                                             \
-                        const __m256i sq = _mm256_sub_epi8(q[c], off);                        \
-                        const __m256i aw = _mm256_sign_epi8(sq, sq);                          \
-                        const __m256 S = _mm256_insertf128_ps(                                \
-                            _mm256_castps128_ps256(_mm_set1_ps(d * sc[2 * c])),               \
-                            _mm_set1_ps(d * sc[2 * c + 1]), 1);                               \
-                        for (int r = 0; r < R; r++) {                                         \
-                            const __m256i xv = _mm256_loadu_si256((const __m256i *)(          \
-                                x->q + (size_t)r * k + b * QK_K + 128 * h + 32 * c));         \
-                            const __m256i p = DOT(aw, _mm256_sign_epi8(xv, sq));              \
-                            const float dx = x->d[(size_t)r * nx + b * 8 + 4 * h + c];        \
-                            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),                   \
-                                                     _mm256_mul_ps(S, _mm256_set1_ps(dx)),    \
-                                                     acc[r]);                                 \
-                        }                                                                     \
-                    }                                                                         \
-                }                                                                             \
-            }                                                                                 \
-            for (int r = 0; r < R; r++) {                                                     \
-                float *yr = y + (size_t)r * ld_y + i, sum = hsum8(acc[r]);                    \
-                *yr = beta == 0.0f ? sum : beta * *yr + sum;                                  \
-            }                                                                                 \
-        }                                                                                     \
+#define Q6K_ROWS_KERNEL(name, attr, DOT)                                                           \
+    attr static inline __attribute__((always_inline)) void name##_r(                               \
+        const blk_q6_k *w, int n, int64_t k, const xq8 *x, float beta, float *y, int ld_y,         \
+        const int R)                                                                               \
+    {                                                                                              \
+        const int64_t nb = k / QK_K, nx = k / 32;                                                  \
+        const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);                       \
+        const __m256i off = _mm256_set1_epi8(32);                                                  \
+        for (int i = 0; i < n; i++, w += nb) {                                                     \
+            __m256 acc[Q8_GROUP_ROWS];                                                             \
+            for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();                              \
+            for (int64_t b = 0; b < nb; b++) {                                                     \
+                const float d = _cvtsh_ss(w[b].d);                                                 \
+                for (int h = 0; h < 2; h++) {                                                      \
+                    const uint8_t *ql = w[b].ql + 64 * h, *qh = w[b].qh + 32 * h;                  \
+                    const int8_t *sc = w[b].scales + 8 * h;                                        \
+                    const __m256i A = _mm256_loadu_si256((const __m256i *)ql);                     \
+                    const __m256i B = _mm256_loadu_si256((const __m256i *)(ql + 32));              \
+                    const __m256i H = _mm256_loadu_si256((const __m256i *)qh);                     \
+                    __m256i q[4];                                                                  \
+                    q[0] = _mm256_or_si256(_mm256_and_si256(A, m4),                                \
+                                           _mm256_slli_epi16(_mm256_and_si256(H, m2), 4));         \
+                    q[1] = _mm256_or_si256(                                                        \
+                        _mm256_and_si256(B, m4),                                                   \
+                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 2), m2), 4));      \
+                    q[2] = _mm256_or_si256(                                                        \
+                        _mm256_and_si256(_mm256_srli_epi16(A, 4), m4),                             \
+                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 4), m2), 4));      \
+                    q[3] = _mm256_or_si256(                                                        \
+                        _mm256_and_si256(_mm256_srli_epi16(B, 4), m4),                             \
+                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 6), m2), 4));      \
+                    for (int c = 0; c < 4; c++) {                                                  \
+                        const __m256i sq = _mm256_sub_epi8(q[c], off);                             \
+                        const __m256i aw = _mm256_sign_epi8(sq, sq);                               \
+                        const __m256 S = _mm256_insertf128_ps(                                     \
+                            _mm256_castps128_ps256(_mm_set1_ps(d * sc[2 * c])),                    \
+                            _mm_set1_ps(d * sc[2 * c + 1]), 1);                                    \
+                        for (int r = 0; r < R; r++) {                                              \
+                            const __m256i xv = _mm256_loadu_si256(                                 \
+                                (const __m256i *)(x->q + (size_t)r * k + b * QK_K + 128 * h +      \
+                                                  32 * c));                                        \
+                            const __m256i p = DOT(aw, _mm256_sign_epi8(xv, sq));                   \
+                            const float dx = x->d[(size_t)r * nx + b * 8 + 4 * h + c];             \
+                            acc[r] =                                                               \
+                                _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),                             \
+                                                _mm256_mul_ps(S, _mm256_set1_ps(dx)), acc[r]);     \
+                        }                                                                          \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+            for (int r = 0; r < R; r++) {                                                          \
+                float *yr = y + (size_t)r * ld_y + i, sum = hsum8(acc[r]);                         \
+                *yr = beta == 0.0f ? sum : beta * *yr + sum;                                       \
+            }                                                                                      \
+        }                                                                                          \
     }
 
 /* The dispatch on the row count (each R a constant), for a block type T. */
-#define ROWS_DISPATCH(name, attr, T)                                                         \
-    attr static void name(const void *wv, int n, int64_t k, const xq8 *x, int rows,           \
-                          float beta, float *y, int ld_y)                                     \
-    {                                                                                         \
-        const T *w = wv;                                                                      \
-        switch (rows) {                                                                       \
-        case 1: name##_r(w, n, k, x, beta, y, ld_y, 1); break;                                \
-        case 2: name##_r(w, n, k, x, beta, y, ld_y, 2); break;                                \
-        case 3: name##_r(w, n, k, x, beta, y, ld_y, 3); break;                                \
-        case 4: name##_r(w, n, k, x, beta, y, ld_y, 4); break;                                \
-        case 5: name##_r(w, n, k, x, beta, y, ld_y, 5); break;                                \
-        case 6: name##_r(w, n, k, x, beta, y, ld_y, 6); break;                                \
-        case 7: name##_r(w, n, k, x, beta, y, ld_y, 7); break;                                \
-        default: name##_r(w, n, k, x, beta, y, ld_y, 8); break;                               \
-        }                                                                                     \
+#define ROWS_DISPATCH(name, attr, T)                                                               \
+    attr static void name(const void *wv, int n, int64_t k, const xq8 *x, int rows, float beta,    \
+                          float *y, int ld_y)                                                      \
+    {                                                                                              \
+        const T *w = wv;                                                                           \
+        switch (rows) {                                                                            \
+        case 1: name##_r(w, n, k, x, beta, y, ld_y, 1); break;                                     \
+        case 2: name##_r(w, n, k, x, beta, y, ld_y, 2); break;                                     \
+        case 3: name##_r(w, n, k, x, beta, y, ld_y, 3); break;                                     \
+        case 4: name##_r(w, n, k, x, beta, y, ld_y, 4); break;                                     \
+        case 5: name##_r(w, n, k, x, beta, y, ld_y, 5); break;                                     \
+        case 6: name##_r(w, n, k, x, beta, y, ld_y, 6); break;                                     \
+        case 7: name##_r(w, n, k, x, beta, y, ld_y, 7); break;                                     \
+        default: name##_r(w, n, k, x, beta, y, ld_y, 8); break;                                    \
+        }                                                                                          \
     }
 
 Q8_ROWS_KERNEL(q8_rows_avx2, SIMD, dot_u8s8_avx2)
@@ -836,21 +828,22 @@ ROWS_DISPATCH(q6k_rows_avx2, SIMD, blk_q6_k)
 /* Every row count with AVX-512 VNNI: from 2 rows the repacked tiles win (1 thread, Q8_0
  * 768x768: 42 against 20 GMAC/s for the 8-row kernels above at 2 rows, 190 against 41 at 32);
  * 1 row (decode alone) dots the weights as they lie (vt1_*, below) with the same arithmetic. */
-#define VNNI512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
+#define VNNI512                                                                                    \
+    __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
 
-typedef struct vt_w {  /* one repacked tile of VT_COLS weight rows, nb blocks of 32 */
-    uint8_t *q;        /* [nb][8][16][4] unsigned weights */
-    float *a;          /* [nb][16] block scales */
-    float *m;          /* [nb][16] Q4_K: dmin * m_j */
-    int32_t *sc;       /* [nb][2][16] Q6_K: the two 16-element scales */
+typedef struct vt_w { /* one repacked tile of VT_COLS weight rows, nb blocks of 32 */
+    uint8_t *q;       /* [nb][8][16][4] unsigned weights */
+    float *a;         /* [nb][16] block scales */
+    float *m;         /* [nb][16] Q4_K: dmin * m_j */
+    int32_t *sc;      /* [nb][2][16] Q6_K: the two 16-element scales */
 } vt_w;
 
-typedef struct vt_x {  /* the activation rows, block-major */
-    int8_t *q;         /* [nb][rows][32] */
-    float *d;          /* [nb][rows] scales */
-    float *s;          /* [nb][rows] d x sum q (Q4_K's minimums) */
-    int32_t *c32;      /* [nb][rows] -128 x sum q (Q8_0) */
-    int32_t *c16;      /* [2 nb][rows] -32 x sum q per 16 elements (Q6_K) */
+typedef struct vt_x { /* the activation rows, block-major */
+    int8_t *q;        /* [nb][rows][32] */
+    float *d;         /* [nb][rows] scales */
+    float *s;         /* [nb][rows] d x sum q (Q4_K's minimums) */
+    int32_t *c32;     /* [nb][rows] -128 x sum q (Q8_0) */
+    int32_t *c16;     /* [2 nb][rows] -32 x sum q per 16 elements (Q6_K) */
     int rows;
 } vt_x;
 
@@ -895,8 +888,9 @@ VNNI512 static inline __attribute__((always_inline)) void vt_transpose(const cha
 /* Byte offsets of 16 rows rb bytes apart (the gathers' index). */
 VNNI512 static inline __m512i vt_row_offsets(size_t rb)
 {
-    return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                              _mm512_set1_epi32((int)rb));
+    return _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((int)rb));
 }
 
 /* Q8_0 scales of the m (<= 16) rows of w at rb bytes apart, all nb blocks: t->a. */
@@ -929,7 +923,8 @@ VNNI512 static void vt_scales_q4_k(const char *w, size_t rb, int m, int64_t nb, 
 {
     const __mmask16 mask = (__mmask16)((1u << m) - 1);
     const __m512i idx = vt_row_offsets(rb), z = _mm512_setzero_si512();
-    const __m512i m6 = _mm512_set1_epi32(63), m2 = _mm512_set1_epi32(3), m4s = _mm512_set1_epi32(15);
+    const __m512i m6 = _mm512_set1_epi32(63), m2 = _mm512_set1_epi32(3),
+                  m4s = _mm512_set1_epi32(15);
     for (int64_t sb = 0; sb < nb / 8; sb++) {
         const char *base = w + sb * (int64_t)sizeof(blk_q4_k);
         const __m512i dd = _mm512_mask_i32gather_epi32(z, mask, idx, base, 1);
@@ -942,10 +937,12 @@ VNNI512 static void vt_scales_q4_k(const char *w, size_t rb, int m, int64_t nb, 
             const __m512i b0 = _mm512_srli_epi32(D0, 8 * j), b1 = _mm512_srli_epi32(D1, 8 * j);
             const __m512i b2 = _mm512_srli_epi32(D2, 8 * j);
             const __m512i sc = _mm512_and_si512(b0, m6), mn = _mm512_and_si512(b1, m6);
-            const __m512i sc4 = _mm512_or_si512(_mm512_and_si512(b2, m4s),
-                                                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b0, 6), m2), 4));
-            const __m512i mn4 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(b2, 4), m4s),
-                                                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b1, 6), m2), 4));
+            const __m512i sc4 = _mm512_or_si512(
+                _mm512_and_si512(b2, m4s),
+                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b0, 6), m2), 4));
+            const __m512i mn4 = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi32(b2, 4), m4s),
+                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b1, 6), m2), 4));
             _mm512_storeu_ps(a + j * 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
             _mm512_storeu_ps(mm + j * 16, _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)));
             _mm512_storeu_ps(a + (j + 4) * 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc4)));
@@ -965,7 +962,8 @@ VNNI512 static void vt_pack_q4_k(const char *w, size_t rb, int m, int64_t nb, co
             __m512i v[8];
             vt_transpose(base + 16 + 32 * jj, rb, m, v);
             for (int g = 0; g < 8; g++) {
-                _mm512_storeu_si512(t->q + ((sb * 8 + 2 * jj) * 8 + g) * 64, _mm512_and_si512(v[g], m4));
+                _mm512_storeu_si512(t->q + ((sb * 8 + 2 * jj) * 8 + g) * 64,
+                                    _mm512_and_si512(v[g], m4));
                 _mm512_storeu_si512(t->q + ((sb * 8 + 2 * jj + 1) * 8 + g) * 64,
                                     _mm512_and_si512(_mm512_srli_epi32(v[g], 4), m4));
             }
@@ -984,7 +982,8 @@ VNNI512 static void vt_scales_q6_k(const char *w, size_t rb, int m, int64_t nb, 
     const __m512i idx = vt_row_offsets(rb), z = _mm512_setzero_si512();
     for (int64_t sb = 0; sb < nb / 8; sb++) {
         const char *base = w + sb * (int64_t)sizeof(blk_q6_k);
-        const __m512 d = vt_f16x16(_mm512_srli_epi32(_mm512_mask_i32gather_epi32(z, mask, idx, base + 206, 1), 16));
+        const __m512 d = vt_f16x16(
+            _mm512_srli_epi32(_mm512_mask_i32gather_epi32(z, mask, idx, base + 206, 1), 16));
         __m512i S[4];
         for (int i = 0; i < 4 && sc; i++)
             S[i] = _mm512_mask_i32gather_epi32(z, mask, idx, base + 192 + 4 * i, 1);
@@ -993,8 +992,9 @@ VNNI512 static void vt_scales_q6_k(const char *w, size_t rb, int m, int64_t nb, 
             _mm512_storeu_ps(t->a + b * 16, d);
             for (int hh = 0; hh < 2 && sc; hh++) {
                 const int G = 2 * c32 + hh; /* scales[G], a signed byte */
-                _mm512_storeu_si512(t->sc + (b * 2 + hh) * 16,
-                                    _mm512_srai_epi32(_mm512_slli_epi32(S[G / 4], 24 - 8 * (G % 4)), 24));
+                _mm512_storeu_si512(
+                    t->sc + (b * 2 + hh) * 16,
+                    _mm512_srai_epi32(_mm512_slli_epi32(S[G / 4], 24 - 8 * (G % 4)), 24));
             }
         }
     }
@@ -1015,13 +1015,17 @@ VNNI512 static void vt_pack_q6_k(const char *w, size_t rb, int m, int64_t nb, co
             for (int g = 0; g < 8; g++) {
                 const __m512i L0 = vl0[g], L1 = vl1[g], H = vh[g];
                 const __m512i q[4] = {
-                    _mm512_or_si512(_mm512_and_si512(L0, m4), _mm512_slli_epi32(_mm512_and_si512(H, m2), 4)),
-                    _mm512_or_si512(_mm512_and_si512(L1, m4),
-                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(H, 2), m2), 4)),
-                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(L0, 4), m4),
-                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(H, 4), m2), 4)),
-                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(L1, 4), m4),
-                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(H, 6), m2), 4)),
+                    _mm512_or_si512(_mm512_and_si512(L0, m4),
+                                    _mm512_slli_epi32(_mm512_and_si512(H, m2), 4)),
+                    _mm512_or_si512(
+                        _mm512_and_si512(L1, m4),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(H, 2), m2), 4)),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi32(L0, 4), m4),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(H, 4), m2), 4)),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi32(L1, 4), m4),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(H, 6), m2), 4)),
                 };
                 for (int c = 0; c < 4; c++)
                     _mm512_storeu_si512(t->q + ((sb * 8 + 4 * h + c) * 8 + g) * 64, q[c]);
@@ -1057,14 +1061,13 @@ VNNI512 static inline __attribute__((always_inline)) void vt_store(float *yr, __
 /* The R (a constant, 1..VT_ROWS) activation rows from r0 times the tile, into y's 16 columns
  * (mask: those that exist). TYPE is a constant too. */
 VNNI512 static inline __attribute__((always_inline)) void
-vt_kernel(const int TYPE, const int R, const vt_w *w, int64_t nb, const vt_x *x, int r0,
-          float beta, float *y, int ld_y, __mmask16 mask)
+vt_kernel(const int TYPE, const int R, const vt_w *w, int64_t nb, const vt_x *x, int r0, float beta,
+          float *y, int ld_y, __mmask16 mask)
 {
     __m512 acc[VT_ROWS];
     const int rows = x->rows;
 #pragma GCC unroll 8
-    for (int r = 0; r < R; r++)
-        acc[r] = _mm512_setzero_ps();
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *wq = w->q + b * 512;
         const int8_t *xq = x->q + ((size_t)b * rows + r0) * 32;
@@ -1098,32 +1101,31 @@ vt_kernel(const int TYPE, const int R, const vt_w *w, int64_t nb, const vt_x *x,
             const __m512i s1 = _mm512_loadu_si512(w->sc + b * 32 + 16);
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++)
-                p[r] = _mm512_add_epi32(_mm512_mullo_epi32(p[r], s0), _mm512_mullo_epi32(p2[r], s1));
+                p[r] =
+                    _mm512_add_epi32(_mm512_mullo_epi32(p[r], s0), _mm512_mullo_epi32(p2[r], s1));
         }
         const float *dx = x->d + (size_t)b * rows + r0, *sx = x->s + (size_t)b * rows + r0;
 #pragma GCC unroll 8
-        for (int r = 0; r < R; r++)
-            acc[r] = vt_acc(TYPE, acc[r], p[r], w, b, dx[r], sx[r]);
+        for (int r = 0; r < R; r++) acc[r] = vt_acc(TYPE, acc[r], p[r], w, b, dx[r], sx[r]);
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < R; r++)
-        vt_store(y + (size_t)(r0 + r) * ld_y, acc[r], beta, mask);
+    for (int r = 0; r < R; r++) vt_store(y + (size_t)(r0 + r) * ld_y, acc[r], beta, mask);
 }
 
-#define VT_DISPATCH(name, TYPE)                                                               \
-    VNNI512 static void name(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R,         \
-                             float beta, float *y, int ld_y, __mmask16 mask)                  \
-    {                                                                                         \
-        switch (R) {                                                                          \
-        case 1: vt_kernel(TYPE, 1, w, nb, x, r0, beta, y, ld_y, mask); break;                 \
-        case 2: vt_kernel(TYPE, 2, w, nb, x, r0, beta, y, ld_y, mask); break;                 \
-        case 3: vt_kernel(TYPE, 3, w, nb, x, r0, beta, y, ld_y, mask); break;                 \
-        case 4: vt_kernel(TYPE, 4, w, nb, x, r0, beta, y, ld_y, mask); break;                 \
-        case 5: vt_kernel(TYPE, 5, w, nb, x, r0, beta, y, ld_y, mask); break;                 \
-        case 6: vt_kernel(TYPE, 6, w, nb, x, r0, beta, y, ld_y, mask); break;                 \
-        case 7: vt_kernel(TYPE, 7, w, nb, x, r0, beta, y, ld_y, mask); break;                 \
-        default: vt_kernel(TYPE, 8, w, nb, x, r0, beta, y, ld_y, mask); break;                \
-        }                                                                                     \
+#define VT_DISPATCH(name, TYPE)                                                                    \
+    VNNI512 static void name(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,  \
+                             float *y, int ld_y, __mmask16 mask)                                   \
+    {                                                                                              \
+        switch (R) {                                                                               \
+        case 1: vt_kernel(TYPE, 1, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        case 2: vt_kernel(TYPE, 2, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        case 3: vt_kernel(TYPE, 3, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        case 4: vt_kernel(TYPE, 4, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        case 5: vt_kernel(TYPE, 5, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        case 6: vt_kernel(TYPE, 6, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        case 7: vt_kernel(TYPE, 7, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        default: vt_kernel(TYPE, 8, w, nb, x, r0, beta, y, ld_y, mask); break;                     \
+        }                                                                                          \
     }
 VT_DISPATCH(vt_rows_q8_0, Q_Q8_0)
 VT_DISPATCH(vt_rows_q4_k, Q_Q4_K)
@@ -1166,8 +1168,7 @@ VNNI512 static inline __attribute__((always_inline)) void vt1_reduce(const __m51
  * the next tile lies, which the kernels fetch while they dot this one. */
 static inline size_t vt1_rows(const char *w, size_t rb, int m, const char *row[16])
 {
-    for (int i = 0; i < 16; i++)
-        row[i] = w + (size_t)(i < m ? i : m - 1) * rb;
+    for (int i = 0; i < 16; i++) row[i] = w + (size_t)(i < m ? i : m - 1) * rb;
     return VT_COLS * rb;
 }
 
@@ -1181,8 +1182,9 @@ VNNI512 static void vt1_sums_q8_0(const char *w, size_t rb, int m, int64_t nb, c
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     for (int64_t b = 0; b < nb; b += 2) {
         const bool two = b + 1 < nb;
-        const __m512i xv = two ? _mm512_loadu_si512(x->q + b * 32)
-                               : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(x->q + b * 32)));
+        const __m512i xv =
+            two ? _mm512_loadu_si512(x->q + b * 32)
+                : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(x->q + b * 32)));
         __m512i v[16];
 #pragma GCC unroll 16
         for (int i = 0; i < 16; i++) {
@@ -1193,14 +1195,16 @@ VNNI512 static void vt1_sums_q8_0(const char *w, size_t rb, int m, int64_t nb, c
             const __m256i hi = two ? _mm256_loadu_si256((const __m256i *)(p + sizeof(blk_q8_0)))
                                    : _mm256_setzero_si256();
             /* w + 128 unsigned; the block's -128 x sum of x is added below (vt's c32) */
-            const __m512i q = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
+            const __m512i q =
+                _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
             v[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xv);
         }
         __m512i A, B;
         vt1_reduce(v, &A, &B);
         _mm512_storeu_si512(P + b * 16, _mm512_add_epi32(A, _mm512_set1_epi32(x->c32[b])));
         if (two)
-            _mm512_storeu_si512(P + (b + 1) * 16, _mm512_add_epi32(B, _mm512_set1_epi32(x->c32[b + 1])));
+            _mm512_storeu_si512(P + (b + 1) * 16,
+                                _mm512_add_epi32(B, _mm512_set1_epi32(x->c32[b + 1])));
     }
 }
 
@@ -1247,14 +1251,16 @@ VNNI512 static void vt1_sums_q6_k(const char *w, size_t rb, int m, int64_t nb, c
     const __m512i lane8 = _mm512_srli_epi16(
         _mm512_setr_epi32(0x00010000, 0x00030002, 0x00050004, 0x00070006, 0x00090008, 0x000b000a,
                           0x000d000c, 0x000f000e, 0x00110010, 0x00130012, 0x00150014, 0x00170016,
-                          0x00190018, 0x001b001a, 0x001d001c, 0x001f001e), 3); /* l / 8 */
+                          0x00190018, 0x001b001a, 0x001d001c, 0x001f001e),
+        3); /* l / 8 */
     for (int64_t sb = 0; sb < nb / 8; sb++)
         for (int h = 0; h < 2; h++)
             for (int part = 0; part < 2; part++) {
                 const int64_t e = sb * QK_K + 128 * h + 64 * part; /* the 64 elements */
                 const __m512i xv = _mm512_loadu_si512(x->q + e);
                 const __m512i z = _mm512_loadu_si512(x32 + e / 2);
-                const __m512i idx = _mm512_add_epi16(lane8, _mm512_set1_epi16((short)(8 * h + 4 * part)));
+                const __m512i idx =
+                    _mm512_add_epi16(lane8, _mm512_set1_epi16((short)(8 * h + 4 * part)));
                 __m512i v[16];
 #pragma GCC unroll 16
                 for (int i = 0; i < 16; i++) {
@@ -1264,12 +1270,13 @@ VNNI512 static void vt1_sums_q6_k(const char *w, size_t rb, int m, int64_t nb, c
                     const __m512i qh = _mm512_broadcast_i64x4(
                         _mm256_loadu_si256((const __m256i *)(base + 128 + 32 * h)));
                     const __m512i sc = _mm512_permutexvar_epi16(
-                        idx, _mm512_zextsi256_si512(
-                                 _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(base + 192)))));
+                        idx, _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(
+                                 _mm_loadu_si128((const __m128i *)(base + 192)))));
                     const __m512i hb = part ? _mm512_and_si512(_mm512_srlv_epi16(qh, sh23), m30)
                                             : _mm512_and_si512(_mm512_sllv_epi16(qh, sh01), m30);
                     const __m512i lo = part ? _mm512_srli_epi16(ql, 4) : ql;
-                    const __m512i q = _mm512_ternarylogic_epi32(lo, m4, hb, 0xEA); /* lo & m4 | hb */
+                    const __m512i q =
+                        _mm512_ternarylogic_epi32(lo, m4, hb, 0xEA); /* lo & m4 | hb */
                     v[i] = _mm512_madd_epi16(_mm512_sub_epi16(_mm512_maddubs_epi16(q, xv), z), sc);
                 }
                 __m512i A, B;
@@ -1289,9 +1296,10 @@ VNNI512 static void vt1_x32(const int8_t *xq, int64_t k, int16_t *x32)
 }
 
 /* The float steps over P (vt_kernel's, R = 1), into y's 16 columns (mask). */
-VNNI512 static inline __attribute__((always_inline)) void
-vt1_finish(const int TYPE, const vt_w *w, int64_t nb, const int32_t *P, const vt_x *x, float beta,
-           float *y, __mmask16 mask)
+VNNI512 static inline __attribute__((always_inline)) void vt1_finish(const int TYPE, const vt_w *w,
+                                                                     int64_t nb, const int32_t *P,
+                                                                     const vt_x *x, float beta,
+                                                                     float *y, __mmask16 mask)
 {
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++)
@@ -1361,7 +1369,10 @@ static void tile_free(void *p)
     free(t);
 }
 
-static void tile_key_init(void) { pthread_key_create(&tile_key, tile_free); }
+static void tile_key_init(void)
+{
+    pthread_key_create(&tile_key, tile_free);
+}
 
 /* This thread's buffer `which` of at least n floats (kept for the thread's life). */
 static float *thread_buf(int which, size_t n)
@@ -1377,15 +1388,17 @@ static float *thread_buf(int which, size_t n)
     }
     if (t->floats[which] < n) {
         float *p = realloc(t->p[which], n * sizeof(float));
-        if (!p)
-            return NULL;
+        if (!p) return NULL;
         t->p[which] = p;
         t->floats[which] = n;
     }
     return t->p[which];
 }
 
-static float *tile_get(size_t n) { return thread_buf(TILE_BUF, n); }
+static float *tile_get(size_t n)
+{
+    return thread_buf(TILE_BUF, n);
+}
 
 static void matmul_fused(int type, const void *w, int n, int k, const float *x, int rows,
                          float beta, float *y, int ld_y)
@@ -1406,8 +1419,8 @@ static void matmul_fused(int type, const void *w, int n, int k, const float *x, 
 /* Q8_0, Q4_K and Q6_K weights, up to Q_INT_MAX_ROWS rows: the activations quantized (xq8)
  * into this thread's tile buffer, then integer dots, in tiles of Q8_TILE weight rows and
  * groups of Q8_GROUP_ROWS rows. Returns false when there is no memory for them. */
-typedef void rows_fn(const void *w, int n, int64_t k, const xq8 *x, int rows, float beta,
-                     float *y, int ld_y);
+typedef void rows_fn(const void *w, int n, int64_t k, const xq8 *x, int rows, float beta, float *y,
+                     int ld_y);
 
 /* Bytes at *off in a buffer, 64-aligned; returns the offset of the carved region. */
 static size_t carve(size_t *off, size_t bytes)
@@ -1456,20 +1469,24 @@ const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int 
 {
     const int isa = q_isa();
     size_t o[9];
-    if (rows < 1 || k % 32 || bytes < xq_plan(rows, k, isa, o))
-        return NULL;
+    if (rows < 1 || k % 32 || bytes < xq_plan(rows, k, isa, o)) return NULL;
     char *buf = (char *)mem + (64 - (uintptr_t)mem % 64) % 64;
     struct q_xq *a = (struct q_xq *)buf;
     const size_t nb = (size_t)k / 32;
     *a = (struct q_xq){.rows = rows, .k = k, .isa = isa};
-    a->xq = (xq8){.d = (float *)(buf + o[0]), .s = (float *)(buf + o[1]), .q = (int8_t *)(buf + o[2])};
+    a->xq =
+        (xq8){.d = (float *)(buf + o[0]), .s = (float *)(buf + o[1]), .q = (int8_t *)(buf + o[2])};
     for (int r = 0; r < rows; r++)
         (isa ? xq8_row_avx2 : xq8_row_portable)(x + (size_t)r * k, a->xq.q + (size_t)r * k,
-                                                  a->xq.d + (size_t)r * nb, a->xq.s + (size_t)r * nb, k);
+                                                a->xq.d + (size_t)r * nb, a->xq.s + (size_t)r * nb,
+                                                k);
     if (isa >= Q_ISA_AVX512) {
-        a->xt = (vt_x){.q = (int8_t *)(buf + o[3]), .d = (float *)(buf + o[4]),
-                       .s = (float *)(buf + o[5]), .c32 = (int32_t *)(buf + o[6]),
-                       .c16 = (int32_t *)(buf + o[7]), .rows = rows};
+        a->xt = (vt_x){.q = (int8_t *)(buf + o[3]),
+                       .d = (float *)(buf + o[4]),
+                       .s = (float *)(buf + o[5]),
+                       .c32 = (int32_t *)(buf + o[6]),
+                       .c16 = (int32_t *)(buf + o[7]),
+                       .rows = rows};
         vt_layout(&a->xq, rows, k, &a->xt);
         if (rows == 1) {
             a->x32 = (int16_t *)(buf + o[8]);
@@ -1497,16 +1514,17 @@ static bool matmul_int(int type, const void *w, int n, int k, const struct q_xq 
         o_ws = carve(&off, nb * 128);
         o_wr = carve(&off, VT_COLS * q_row_bytes(type, k));
         buf = (char *)tile_get(off / 4 + 16 + 1);
-        if (!buf)
-            return false;
+        if (!buf) return false;
         buf += (64 - (uintptr_t)buf % 64) % 64;
     }
     const xq8 xq = a->xq;
     const size_t rb = q_row_bytes(type, k);
     if (vt) {
         const vt_x xt = a->xt;
-        const vt_w wt = {.q = (uint8_t *)(buf + o_wq), .a = (float *)(buf + o_wa),
-                         .m = (float *)(buf + o_wm), .sc = (int32_t *)(buf + o_ws)};
+        const vt_w wt = {.q = (uint8_t *)(buf + o_wq),
+                         .a = (float *)(buf + o_wa),
+                         .m = (float *)(buf + o_wm),
+                         .sc = (int32_t *)(buf + o_ws)};
         if (rows == 1) { /* one row: the weights dotted as they lie (vt1_*) */
             const int16_t *x32 = a->x32;
             int32_t *P = (int32_t *)wt.q; /* nb x 16 sums, where a batch packs its tile */
@@ -1540,23 +1558,29 @@ static bool matmul_int(int type, const void *w, int n, int k, const struct q_xq 
              * few streams, not 16 rows a block at a time) */
             char *wi = buf + o_wr;
             memcpy(wi, (const char *)w + (size_t)i0 * rb, (size_t)m * rb);
-            (type == Q_Q8_0 ? vt_pack_q8_0 : type == Q_Q4_K ? vt_pack_q4_k : vt_pack_q6_k)(
-                wi, rb, m, (int64_t)nb, &wt);
+            (type == Q_Q8_0   ? vt_pack_q8_0
+             : type == Q_Q4_K ? vt_pack_q4_k
+                              : vt_pack_q6_k)(wi, rb, m, (int64_t)nb, &wt);
             const __mmask16 mask = (__mmask16)((1u << m) - 1);
             for (int r0 = 0; r0 < rows; r0 += VT_ROWS) {
                 const int g = rows - r0 < VT_ROWS ? rows - r0 : VT_ROWS;
-                (type == Q_Q8_0 ? vt_rows_q8_0 : type == Q_Q4_K ? vt_rows_q4_k : vt_rows_q6_k)(
-                    &wt, (int64_t)nb, &xt, r0, g, beta, y + i0, ld_y, mask);
+                (type == Q_Q8_0 ? vt_rows_q8_0
+                 : type == Q_Q4_K
+                     ? vt_rows_q4_k
+                     : vt_rows_q6_k)(&wt, (int64_t)nb, &xt, r0, g, beta, y + i0, ld_y, mask);
             }
         }
         return true;
     }
-    rows_fn *const kern = type == Q_Q8_0 ? q8_rows_avx2 : type == Q_Q4_K ? q4k_rows_avx2 : q6k_rows_avx2;
+    rows_fn *const kern = type == Q_Q8_0   ? q8_rows_avx2
+                          : type == Q_Q4_K ? q4k_rows_avx2
+                                           : q6k_rows_avx2;
     for (int i0 = 0; i0 < n; i0 += Q8_TILE) {
         const int m = n - i0 < Q8_TILE ? n - i0 : Q8_TILE;
         for (int r0 = 0; r0 < rows; r0 += Q8_GROUP_ROWS) {
             const int g = rows - r0 < Q8_GROUP_ROWS ? rows - r0 : Q8_GROUP_ROWS;
-            xq8 part = {.q = xq.q + (size_t)r0 * k, .d = xq.d + (size_t)r0 * nb,
+            xq8 part = {.q = xq.q + (size_t)r0 * k,
+                        .d = xq.d + (size_t)r0 * nb,
                         .s = xq.s + (size_t)r0 * nb};
             if (isa > Q_ISA_PORTABLE)
                 kern((const char *)w + (size_t)i0 * rb, m, k, &part, g, beta,
@@ -1586,8 +1610,8 @@ void q_matmul_xq(int type, const void *w, int n, int k, const q_xq *a, const flo
     q_matmul(type, w, n, k, x, rows, beta, y, ld_y);
 }
 
-void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, float beta,
-              float *y, int ld_y)
+void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, float beta, float *y,
+              int ld_y)
 {
     if (q_int_path(type, rows)) {
         /* in chunks of rows, so the quantized activations stay within a few MiB */
@@ -1597,11 +1621,9 @@ void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, f
             const size_t bytes = q_xq_bytes(g, k);
             void *mem = thread_buf(XQ_BUF, bytes / sizeof(float) + 1);
             const q_xq *a = mem ? q_xq_prepare(mem, bytes, x + (size_t)r0 * k, g, k) : NULL;
-            if (!a || !matmul_int(type, w, n, k, a, beta, y + (size_t)r0 * ld_y, ld_y))
-                break;
+            if (!a || !matmul_int(type, w, n, k, a, beta, y + (size_t)r0 * ld_y, ld_y)) break;
         }
-        if (r0 >= rows)
-            return;
+        if (r0 >= rows) return;
         x += (size_t)r0 * k; /* no memory for the rest: the float paths need less */
         y += (size_t)r0 * ld_y;
         rows -= r0;
@@ -1636,25 +1658,26 @@ void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, f
         if (small)
             gemm_small(GEMM_SMALL_AUTO, rows, m, k, x, k, buf, k, beta, y + i0, ld_y);
         else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, m, k, 1.0f, x, k, buf,
-                        k, beta, y + i0, ld_y);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, m, k, 1.0f, x, k, buf, k,
+                        beta, y + i0, ld_y);
     }
 }
 
 /* ---- quantizers (ringlm-mkmodel) ---------------------------------------------------- */
 
-static int nearest(float v) { return (int)lrintf(v); }
+static int nearest(float v)
+{
+    return (int)lrintf(v);
+}
 
 static void quantize_q8_0(const float *x, blk_q8_0 *b, int64_t k)
 {
     for (int64_t i = 0; i < k / 32; i++, x += 32) {
         float amax = 0.0f;
-        for (int j = 0; j < 32; j++)
-            amax = fmaxf(amax, fabsf(x[j]));
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
         const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
         b[i].d = q_f32_to_f16(d);
-        for (int j = 0; j < 32; j++)
-            b[i].qs[j] = (int8_t)nearest(x[j] * id);
+        for (int j = 0; j < 32; j++) b[i].qs[j] = (int8_t)nearest(x[j] * id);
     }
 }
 
@@ -1670,8 +1693,7 @@ static void quantize_q4_k(const float *x, blk_q4_k *b, int64_t k)
                 lo = fminf(lo, x[32 * j + l]);
                 hi = fmaxf(hi, x[32 * j + l]);
             }
-            if (lo > 0.0f)
-                lo = 0.0f;
+            if (lo > 0.0f) lo = 0.0f;
             scale[j] = (hi - lo) / 15.0f;
             mins[j] = -lo;
             max_scale = fmaxf(max_scale, scale[j]);
@@ -1705,8 +1727,7 @@ static void quantize_q4_k(const float *x, blk_q4_k *b, int64_t k)
         }
         uint8_t *q = b[i].qs;
         for (int j = 0; j < QK_K; j += 64, q += 32)
-            for (int l = 0; l < 32; l++)
-                q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
+            for (int l = 0; l < 32; l++) q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
     }
 }
 
@@ -1718,8 +1739,7 @@ static void quantize_q6_k(const float *x, blk_q6_k *b, int64_t k)
         float scale[16], max_scale = 0.0f;
         for (int j = 0; j < 16; j++) {
             float amax = 0.0f;
-            for (int l = 0; l < 16; l++)
-                amax = fmaxf(amax, fabsf(x[16 * j + l]));
+            for (int l = 0; l < 16; l++) amax = fmaxf(amax, fabsf(x[16 * j + l]));
             scale[j] = amax / 31.0f;
             max_scale = fmaxf(max_scale, scale[j]);
         }
@@ -1751,16 +1771,12 @@ static void quantize_q6_k(const float *x, blk_q6_k *b, int64_t k)
 size_t q_quantize_row(int type, const float *x, void *out, int64_t k)
 {
     switch (type) {
-    case Q_F32:
-        memcpy(out, x, (size_t)k * 4);
-        break;
+    case Q_F32: memcpy(out, x, (size_t)k * 4); break;
     case Q_F16:
-        for (int64_t i = 0; i < k; i++)
-            ((uint16_t *)out)[i] = q_f32_to_f16(x[i]);
+        for (int64_t i = 0; i < k; i++) ((uint16_t *)out)[i] = q_f32_to_f16(x[i]);
         break;
     case Q_BF16:
-        for (int64_t i = 0; i < k; i++)
-            ((uint16_t *)out)[i] = q_f32_to_bf16(x[i]);
+        for (int64_t i = 0; i < k; i++) ((uint16_t *)out)[i] = q_f32_to_bf16(x[i]);
         break;
     case Q_Q8_0: quantize_q8_0(x, out, k); break;
     case Q_Q4_K: quantize_q4_k(x, out, k); break;

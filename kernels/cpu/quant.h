@@ -47,9 +47,9 @@ int q_block_elems(int type);
 size_t q_row_bytes(int type, int64_t k);
 
 float q_f16_to_f32(uint16_t h);
-uint16_t q_f32_to_f16(float f);   /* round to nearest even */
+uint16_t q_f32_to_f16(float f); /* round to nearest even */
 float q_bf16_to_f32(uint16_t h);
-uint16_t q_f32_to_bf16(float f);  /* round to nearest even */
+uint16_t q_f32_to_bf16(float f); /* round to nearest even */
 
 /* Dequantizes one row of k elements. */
 void q_dequant_row(int type, const void *row, float *out, int64_t k);
@@ -66,7 +66,7 @@ float q_dot(int type, const void *row, const float *x, int64_t k);
  * dots 4 bytes of one activation row with 16 weight rows, up to 8 activation rows held in
  * registers: 4-5x the kernels of 8 rows at 32 rows (Q8_0 190 against 41 GMAC/s) and 5x SGEMM
  * on dequantized tiles, so there every row count runs in integers (prefill too). */
-#define Q_INT_MAX_ROWS 32
+#define Q_INT_MAX_ROWS   32
 /* Whether q_matmul runs `rows` rows of weights of `type` in integers (the bound above). */
 bool q_int_path(int type, int rows);
 
@@ -75,8 +75,8 @@ bool q_int_path(int type, int rows);
  * of a weight matrix of type `type` starting at w (k elements per row). x rows are k floats
  * apart, y rows ld_y. Single-threaded (the backend splits n across its workers).
  */
-void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, float beta,
-              float *y, int ld_y);
+void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, float beta, float *y,
+              int ld_y);
 
 /* Activation rows quantized once for the integer path (Q8_0, Q4_K, Q6_K weights: one 8-bit
  * format for all three), so that the chunks of weight rows a backend splits a matmul into,
