@@ -171,7 +171,7 @@ $(B)/ringlm.pc: Makefile
 # Suites run one after another; each suite's own tests run in Criterion's worker processes.
 T ?=
 RUN_TESTS = $(filter $(B)/tests/test_$(T)%,$(TESTS))
-test: all $(TESTS) check-layering
+test: all $(TESTS) check-layering check-format
 	@B=$(B) scripts/run-tests.sh $(RUN_TESTS)
 
 demo: all
@@ -183,6 +183,14 @@ deps:
 
 check-layering:
 	@scripts/check-layering.sh
+
+# The one C style (.clang-format): check-format runs in make test, format applies it.
+.PHONY: check-format format
+check-format:
+	@scripts/check-format.sh
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
 
 # make tsan : ThreadSanitizer build in build-tsan, then scripts/tsan-check.sh runs every place
 # ringlm runs threads as plain programs (Criterion cannot start under TSAN: Snaipe/Criterion#274).

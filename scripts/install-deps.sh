@@ -15,6 +15,7 @@ pkgs=(
   libpcre2-dev            # byte-level BPE pre-tokenizers (Unicode-property regexes)
   systemtap-sdt-dev       # USDT probes (sys/sdt.h)
   clang libclang-rt-14-dev  # libFuzzer target (make fuzz)
+  clang-format            # the one C style (.clang-format), checked by make test
   gnuplot-nox             # simulator plots
   curl                    # gateway tests and `make demo`: the real HTTP client
 )
