@@ -1211,7 +1211,7 @@ Test(daemon_e2e, scenario_sustained_overload_rejects_at_admission)
         } else {
             other++;
             if (other < 5)
-                cr_log_warn("request %d ended %s/%s after %u tokens (done %d)", i,
+                cr_log_info("request %d ended %s/%s after %u tokens (done %d)", i,
                             ringlm_reason_name(R[i].reason), ringlm_reason_name(R[i].cause),
                             R[i].n_tokens, R[i].done);
         }

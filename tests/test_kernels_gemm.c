@@ -50,7 +50,7 @@ static const char *path_name(gemm_small_path p)
 static bool have(gemm_small_path p)
 {
     if (gemm_small_supported(p)) return true;
-    cr_log_warn("the %s path is not supported on this CPU: not tested here", path_name(p));
+    cr_log_info("the %s path is not supported on this CPU: not tested here", path_name(p));
     return false;
 }
 

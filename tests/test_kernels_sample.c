@@ -50,7 +50,7 @@ static void skip_note(void)
     told = true;
     for (int p = 0; p < N_PATHS; p++)
         if (!eng_argmax_supported(paths[p]))
-            cr_log_warn("argmax path %s: not supported on this CPU, skipped", path_names[p]);
+            cr_log_info("argmax path %s: not supported on this CPU, skipped", path_names[p]);
 }
 
 /* Every supported path on v[0..n-1] gives want. */
