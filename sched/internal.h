@@ -451,6 +451,13 @@ void sc_fair_rejoin(sched *s, int tenant);
 
 /* ---- preempt.c ---- */
 void sc_rc_end(sched *s, req *r, sched_outcome how, uint64_t now);
+/* A completed transfer's outcome from its status: done, damaged (-EBADMSG, -ENODATA: a block
+ * read back was not the one written) or failed. */
+static inline sched_outcome sc_xfer_outcome(int status)
+{
+    if (status >= 0) return SCHED_OUTCOME_DONE;
+    return status == -EBADMSG || status == -ENODATA ? SCHED_OUTCOME_DAMAGED : SCHED_OUTCOME_FAILED;
+}
 uint32_t sc_pick_victim(sched *s, uint32_t needer, int only_tenant, uint64_t now);
 void sc_plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t now);
 uint32_t sc_preempt(sched *s, uint32_t slot, bool quota, uint64_t now);

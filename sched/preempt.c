@@ -280,7 +280,7 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
          * trip, swap_cost_us at preemption vs measured out + in (null when either unknown) */
         bool out = x.dir == SCHED_XFER_OUT;
         sched_event e = ev_of(s, out ? SCHED_EV_SWAP_OUT : SCHED_EV_SWAP_IN, r, now);
-        e.outcome = status < 0 ? SCHED_OUTCOME_FAILED : SCHED_OUTCOME_DONE;
+        e.outcome = sc_xfer_outcome(status);
         e.mode = SCHED_PREEMPT_SWAP;
         e.xfer = x.id;
         e.blocks = r->n_tier;
