@@ -143,3 +143,41 @@ Test(files, unprivileged_daemon_never_replaces_a_socket_it_cannot_probe)
     free(prog);
     th_daemon_cleanup(&d);
 }
+
+Test(files, disk_tier_on_someone_elses_file_is_refused)
+{
+    th_daemon d = {0};
+    th_daemon_init(&d);
+    char *prog = th_program("ringlmd");
+    char *path = th_path(d.dir, "precious.db"), *log = th_path(d.dir, "tier.log");
+    write_file(path, "rows the operator keeps\n");
+    const char *argv[] = {prog,       "--model", MODEL,       "--numa-node", "off",
+                          "--socket", d.sock,    "--disk-kv", path,          "--disk-kv-blocks",
+                          "8",        "--quiet", NULL};
+    int rc = run_as(0, argv, log, 30000);
+    char *out = th_read_file(log);
+    cr_expect(rc > 0, "ringlmd with --disk-kv on someone's file: exit %d (%s)", rc, out);
+    cr_expect(strstr(out, "not a ringlmd disk tier file"), "no reason given: %s", out);
+    char *left = th_read_file(path);
+    cr_expect_str_eq(left, "rows the operator keeps\n", "the file at --disk-kv was overwritten");
+    free(left);
+    free(out);
+
+    /* Its own tier file, left by an earlier run, it takes back. */
+    char *tier = th_path(d.dir, "tier.kv");
+    for (int run = 0; run < 2; run++) {
+        th_daemon r = {0};
+        th_daemon_init(&r);
+        const char *args[] = {"--model",          MODEL, "--disk-kv", tier,
+                              "--disk-kv-blocks", "8",   "--quiet",   NULL};
+        th_daemon_start(&r, args, 30000);
+        cr_expect_eq(th_daemon_stop(&r, SIGTERM, 10000), 0, "run %d: %s", run,
+                     th_daemon_output(&r));
+        th_daemon_cleanup(&r);
+    }
+    free(tier);
+    free(path);
+    free(log);
+    free(prog);
+    th_daemon_cleanup(&d);
+}
