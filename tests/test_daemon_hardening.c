@@ -181,3 +181,24 @@ Test(files, disk_tier_on_someone_elses_file_is_refused)
     free(prog);
     th_daemon_cleanup(&d);
 }
+
+Test(files, stats_file_never_truncates_a_neighbour)
+{
+    th_daemon d = {0};
+    th_daemon_init(&d);
+    char *stats = th_path(d.dir, "stats.json"), *tmp = th_path(d.dir, "stats.json.tmp");
+    write_file(tmp, "a file that happens to be named so\n");
+    const char *args[] = {"--model", MODEL, "--stats-file", stats, "--quiet", NULL};
+    th_daemon_start(&d, args, 30000);
+    uint64_t deadline = th_now_ms() + 10000;
+    while (!th_exists(stats) && th_now_ms() < deadline) th_pause_ms(10);
+    cr_expect(th_exists(stats), "no stats file within 10 s: %s", th_daemon_output(&d));
+    cr_expect_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+    char *left = th_read_file(tmp);
+    cr_expect_str_eq(left, "a file that happens to be named so\n",
+                     "the stats writer emptied or replaced %s", tmp);
+    free(left);
+    free(stats);
+    free(tmp);
+    th_daemon_cleanup(&d);
+}
