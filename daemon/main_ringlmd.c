@@ -20,7 +20,9 @@
 #include <unistd.h>
 
 #include "daemon/echo.h"
+#include "daemon/kvtier.h"
 #include "daemon/loop.h"
+#include "daemon/metrics.h"
 #include "daemon/service.h"
 #include "numa/rnuma.h"
 #include "ringlm.h"
@@ -122,6 +124,75 @@ static void make_parent_dir(const char *path)
     mkdir(dir, 0755);
 }
 
+/* A file the daemon will open for writing later (a log): it can be opened, or created in
+ * its directory. Nothing is left behind that was not there. */
+static int check_output_file(const char *what, const char *path)
+{
+    if (!path || !strcmp(path, "-")) return 0;
+    int fd = open(path, O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd >= 0) unlink(path); /* the empty file just created */
+    }
+    if (fd < 0) {
+        fprintf(stderr, "ringlmd: %s '%s': %s\n", what, path, strerror(errno));
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
+/* A file replaced by rename (the stats file): its directory must take new files. */
+static int check_output_dir(const char *what, const char *path)
+{
+    if (!path) return 0;
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = 0;
+    else
+        *slash = 0;
+    struct stat st;
+    if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK) < 0) {
+        fprintf(stderr, "ringlmd: %s '%s': directory '%s': %s\n", what, path, dir,
+                errno ? strerror(errno) : "not a directory");
+        return -1;
+    }
+    return 0;
+}
+
+/* Everything that can be checked without the model, checked before it loads: a real model
+ * takes seconds to minutes to load and warm up, and an operator must not wait that long to
+ * learn that the socket is taken or a directory is missing. */
+static int preflight(const svc_config *sc, const char *socket_path, const char *numa_spec)
+{
+    if (dloop_check_socket(socket_path) < 0) {
+        fprintf(stderr, "ringlmd: %s\n", dloop_errmsg());
+        return -1;
+    }
+    if (sc->metrics_listen && metrics_check_listen(sc->metrics_listen) < 0) {
+        fprintf(stderr, "ringlmd: --metrics %s\n", metrics_errmsg());
+        return -1;
+    }
+    if (sc->disk_kv_path && kvtier_check_disk_path(sc->disk_kv_path) < 0) {
+        fprintf(stderr, "ringlmd: %s\n", kvtier_errmsg());
+        return -1;
+    }
+    if (check_output_file("--decision-log", sc->decision_log) < 0 ||
+        check_output_file("--request-log", sc->request_log) < 0 ||
+        check_output_file("--iteration-log", sc->iteration_log) < 0 ||
+        check_output_dir("--stats-file", sc->stats_file) < 0)
+        return -1;
+    if (rnuma_resolve(numa_spec ? numa_spec : "auto") < -1) {
+        fprintf(stderr, "ringlmd: --numa-node %s: %s\n", numa_spec, rnuma_errmsg());
+        return -1;
+    }
+    return 0;
+}
+
 /* The model service: --check-config and --version build it (model, policy) and exit. */
 static int serve_model(svc_config *sc, dloop_config *cfg, const char *socket_path,
                        const char *numa_spec, int want_version, int check_config)
@@ -138,11 +209,19 @@ static int serve_model(svc_config *sc, dloop_config *cfg, const char *socket_pat
     sc->numa = numa_spec;
     /* Checking a config must not allocate the KV pools of the daemon it guards. */
     sc->identity_only = check_config || want_version;
+    if (!sc->identity_only) {
+        if (!socket_path || !*socket_path) socket_path = getenv(RINGLM_SOCKET_ENV);
+        if (!socket_path || !*socket_path) {
+            socket_path = RINGLM_DEFAULT_SOCKET;
+            make_parent_dir(socket_path);
+        }
+        if (preflight(sc, socket_path, numa_spec) < 0) return 1;
+    }
     svc *s;
     int r = svc_create(sc, &s);
     if (r < 0) {
         fprintf(stderr, "ringlmd: %s\n", svc_errmsg());
-        return check_config ? 1 : 1;
+        return 1;
     }
     if (check_config || want_version) {
         if (want_version)
@@ -153,11 +232,6 @@ static int serve_model(svc_config *sc, dloop_config *cfg, const char *socket_pat
             printf("%s# policy hash %s\n", svc_policy_text(s), svc_policy_hash_hex(s));
         svc_destroy(s);
         return 0;
-    }
-    if (!socket_path || !*socket_path) socket_path = getenv(RINGLM_SOCKET_ENV);
-    if (!socket_path || !*socket_path) {
-        socket_path = RINGLM_DEFAULT_SOCKET;
-        make_parent_dir(socket_path);
     }
     cfg->socket_path = socket_path;
     cfg->numa_node = -1; /* the service resolves --numa-node and pins the loop thread */

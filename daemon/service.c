@@ -249,6 +249,13 @@ void svc_config_init(svc_config *c)
     c->numa = "auto";
 }
 
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 static char *read_file(const char *path, int *err)
 {
     FILE *f = fopen(path, "r");
@@ -341,11 +348,16 @@ int svc_create(const svc_config *cfg, svc **out)
     snprintf(s->policy_hash_hex, sizeof s->policy_hash_hex, "%s", sched_policy_hash_hex(s->policy));
     ut_init(s);
 
+    /* A real model takes seconds to minutes to load and warm up: say what is going on. */
+    bool progress = !cfg->quiet && !cfg->identity_only;
+    uint64_t t_load = mono_ms();
+    if (progress) svc_log("loading model %s ...", cfg->model);
     rc = eng_model_load(cfg->model, &s->model);
     if (rc < 0) {
         rc = seterr(rc, "model %s: %s", cfg->model, eng_errmsg());
         goto fail;
     }
+    if (progress) svc_log("model loaded in %llu ms", (unsigned long long)(mono_ms() - t_load));
     s->mcfg = eng_model_cfg(s->model);
     s->n_stop_tokens = eng_model_stop_tokens(s->model, s->stop_tokens, SVC_MAX_STOP_TOKENS);
     if (s->n_stop_tokens > SVC_MAX_STOP_TOKENS) s->n_stop_tokens = SVC_MAX_STOP_TOKENS;
@@ -397,6 +409,7 @@ int svc_create(const svc_config *cfg, svc **out)
         goto fail;
     }
 
+    if (progress) svc_log("warming up the engine ..."); /* exec_warm_up says when done */
     exec_warm_up(s);
 
     if (s->cfg.host_kv_blocks < 0) s->cfg.host_kv_blocks = 0;
