@@ -297,7 +297,7 @@ int svc_create(const svc_config *cfg, svc **out)
 {
     *out = NULL;
     int rc;
-    if (!cfg->model)
+    if (!cfg->model && !cfg->identity_only)
         return seterr(-EINVAL, "--model is required (a path or synthetic:PRESET:SEED)");
     svc *s = calloc(1, sizeof *s);
     if (!s) return seterr(-ENOMEM, "out of memory");
@@ -348,6 +348,10 @@ int svc_create(const svc_config *cfg, svc **out)
     snprintf(s->policy_hash_hex, sizeof s->policy_hash_hex, "%s", sched_policy_hash_hex(s->policy));
     ut_init(s);
 
+    if (!cfg->model) { /* identity_only: a policy checked on its own */
+        *out = s;
+        return 0;
+    }
     /* A real model takes seconds to minutes to load and warm up: say what is going on. */
     bool progress = !cfg->quiet && !cfg->identity_only;
     uint64_t t_load = mono_ms();
@@ -488,7 +492,11 @@ uint64_t svc_policy_hash(const svc *s)
 }
 const char *svc_model_hash(const svc *s)
 {
-    return eng_model_hash(s->model);
+    return s->model ? eng_model_hash(s->model) : "none";
+}
+const sched_policy *svc_policy(const svc *s)
+{
+    return s->policy;
 }
 
 static void tier_log(void *ctx, const char *msg)

@@ -313,3 +313,53 @@ Test(startup, loading_and_warming_up_are_announced_before_listening)
               "no progress before listening: %s", out);
     th_daemon_cleanup(&d);
 }
+
+/* ---- --check-config of a policy alone, and who may name tenants ---------------------- */
+
+static int check_config(th_daemon *d, const char *policy, const char *gateway_user, char **out,
+                        char **err)
+{
+    char *prog = th_program("ringlmd");
+    char *path = th_path(d->dir, "p.policy");
+    write_file(path, policy);
+    char *argv[] = {prog, "--check-config", "--policy", path, NULL, NULL, NULL};
+    if (gateway_user) {
+        argv[4] = "--gateway-user";
+        argv[5] = (char *)gateway_user;
+    }
+    int rc = th_run(argv, out, err, 30);
+    free(path);
+    free(prog);
+    return rc;
+}
+
+Test(check_config, works_without_a_model_and_reports_an_empty_trust_list)
+{
+    th_daemon d = {0};
+    th_daemon_init(&d);
+    char *out, *err;
+    int rc = check_config(&d, "[tenant a]\nuids = 1000\n", NULL, &out, &err);
+    cr_expect_eq(rc, 0, "exit %d: %s", rc, err);
+    cr_expect(strstr(out, "# policy hash "), "no policy printed: %s", out);
+    cr_expect(strstr(err, "[trust] lists no uid"), "an empty [trust] not reported: %s", err);
+    free(out);
+    free(err);
+    th_daemon_cleanup(&d);
+}
+
+Test(check_config, fails_when_the_gateway_user_is_not_trusted)
+{
+    th_daemon d = {0};
+    th_daemon_init(&d);
+    char *out, *err;
+    int rc = check_config(&d, "[trust]\nuids = 998\n", "65534", &out, &err);
+    cr_expect_eq(rc, 1, "an untrusted gateway user: exit %d: %s", rc, err);
+    cr_expect(strstr(err, "65534") && strstr(err, "not in [trust]"), "not reported: %s", err);
+    free(out);
+    free(err);
+    rc = check_config(&d, "[trust]\nuids = 998 65534\n", "65534", &out, &err);
+    cr_expect_eq(rc, 0, "a trusted gateway user: exit %d: %s", rc, err);
+    free(out);
+    free(err);
+    th_daemon_cleanup(&d);
+}
