@@ -552,7 +552,7 @@ Test(daemon_prefix, finish_events_carry_no_cached_tokens_with_the_cache_off)
 
 /* ---- prefix cache: forced key collisions ---------------------------------------------- */
 
-/* Issue 12: a cached block is used only after its stored token ids compare equal, so a hash
+/* A cached block is used only after its stored token ids compare equal, so a hash
  * collision can never reuse a wrong block.  ringlmd --prefix-key=constant gives every block
  * one key, so every block collides with every other, and 1-token blocks put collisions at
  * every position: three greedy reference sequences (A, B, C) share their first token (BOS)

@@ -210,7 +210,7 @@ Test(daemon_prefix_tiers, prefix_cache_slow_disk_tier_is_not_worth_keeping_block
      * bandwidth given: each line carries the daemon's cost model at that admission
      * (sched_cost), so the replay drops what the daemon dropped and finds what it found;
      * deciding with the simulator's own link instead, it keeps the blocks on disk and finds
-     * the fourth prompt there (the replay the issue's goal is measured by departed so) */
+     * the fourth prompt there (the replay prefix_bench judges the simulator by departed so) */
     cr_expect_eq(count_lines(on.reqlog, "\"sched_cost\":{\"at_us\":"), TX_N,
                  "request log lines without sched_cost");
     const char *pools = "--kv-blocks 8 --host-kv-blocks 0 --disk-kv-blocks 64";

@@ -1,14 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * One local user must not lock out, stall or starve the others (issue: hostile local
- * users). Each test starts a real ringlmd on a private socket, runs a misbehaving client
- * as a real process under another uid (65534, "nobody") speaking the wire protocol
- * directly where libringlm would refuse, and measures a well-behaved client of another
- * tenant (this process, uid 0) before and during the attack: it must connect, its first
- * token must come within 50 ms and its per-token latency stay within 3× of its unloaded
- * median (victim_judge and victim_interleaved say how that is measured on a shared
- * machine). Every
- * process started is stopped.
+ * One local user must not lock out, stall or starve the others. Each test starts a real
+ * ringlmd on a private socket, runs a misbehaving client as a real process under another uid
+ * (65534, "nobody") speaking the wire protocol directly where libringlm would refuse, and
+ * measures a well-behaved client of another tenant (this process, uid 0) before and during
+ * the attack: it must connect, its first token must come within 50 ms and its per-token
+ * latency stay within 3× of its unloaded median (victim_judge and victim_interleaved say how
+ * that is measured on a shared machine). Every process started is stopped.
  *
  * The tests need root (to run the attacker as another uid) and skip otherwise.
  * Env: RINGLM_BIN (programs, default build/bin).
