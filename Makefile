@@ -171,7 +171,7 @@ $(B)/ringlm.pc: Makefile
 # Suites run one after another; each suite's own tests run in Criterion's worker processes.
 T ?=
 RUN_TESTS = $(filter $(B)/tests/test_$(T)%,$(TESTS))
-test: all $(TESTS) check-layering check-format
+test: all $(TESTS) check-layering check-format check-end-codes
 	@B=$(B) scripts/run-tests.sh $(RUN_TESTS)
 
 demo: all
@@ -183,6 +183,14 @@ deps:
 
 check-layering:
 	@scripts/check-layering.sh
+
+# ringlm.h's end codes are generated from the one table, common/end_codes.h (see there).
+.PHONY: check-end-codes gen-end-codes
+check-end-codes:
+	@scripts/gen-end-codes.sh --check
+
+gen-end-codes:
+	scripts/gen-end-codes.sh
 
 # The one C style (.clang-format): check-format runs in make test, format applies it.
 .PHONY: check-format format

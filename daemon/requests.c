@@ -126,29 +126,6 @@ static void set_blocked(svc *s, svc_req *r, bool blocked)
     if (blocked) DTRACE_PROBE2(ringlmd, output_blocked, r->id, r->n_gen - r->n_pushed);
 }
 
-/* One vocabulary (sched_end_code): the wire's codes are the scheduler's, number for number. */
-#define SAME_CODE(x) _Static_assert((int)SCHED_END_##x == (int)RINGLM_WIRE_R_##x, "end code " #x)
-SAME_CODE(NONE);
-SAME_CODE(LENGTH);
-SAME_CODE(STOP);
-SAME_CODE(CANCELLED);
-SAME_CODE(TIMEOUT);
-SAME_CODE(REJECTED);
-SAME_CODE(ERROR);
-SAME_CODE(QUEUE_FULL);
-SAME_CODE(TENANT_QUOTA);
-SAME_CODE(TOO_LONG);
-SAME_CODE(DEADLINE_INFEASIBLE);
-SAME_CODE(BAD_TOKEN);
-SAME_CODE(BAD_PARAMS);
-SAME_CODE(DRAINING);
-SAME_CODE(OUTPUT_BACKPRESSURE);
-SAME_CODE(UNKNOWN_CLASS);
-SAME_CODE(DUPLICATE_ID);
-SAME_CODE(INTERNAL);
-SAME_CODE(CLIENT_GONE);
-_Static_assert((int)SCHED_END__MAX == (int)RINGLM_WIRE_R_MAX, "end codes");
-#undef SAME_CODE
 /* Every class and tenant a policy can name fits the wire's name field, and back. */
 _Static_assert(SCHED_NAME_MAX == RINGLM_WIRE_NAME_LEN, "policy names and wire names agree");
 

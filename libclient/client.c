@@ -27,25 +27,6 @@
 #include "shm/ring.h"
 #include "shm/wire.h"
 
-/* ringlm.h is installed alone, so it repeats the wire codes; keep them equal. */
-_Static_assert(RINGLM_FINISH_LENGTH == RINGLM_WIRE_R_LENGTH, "reason");
-_Static_assert(RINGLM_FINISH_STOP == RINGLM_WIRE_R_STOP, "reason");
-_Static_assert(RINGLM_FINISH_CANCELLED == RINGLM_WIRE_R_CANCELLED, "reason");
-_Static_assert(RINGLM_FINISH_TIMEOUT == RINGLM_WIRE_R_TIMEOUT, "reason");
-_Static_assert(RINGLM_FINISH_REJECTED == RINGLM_WIRE_R_REJECTED, "reason");
-_Static_assert(RINGLM_FINISH_ERROR == RINGLM_WIRE_R_ERROR, "reason");
-_Static_assert(RINGLM_R_QUEUE_FULL == RINGLM_WIRE_R_QUEUE_FULL, "reason");
-_Static_assert(RINGLM_R_TENANT_QUOTA == RINGLM_WIRE_R_TENANT_QUOTA, "reason");
-_Static_assert(RINGLM_R_TOO_LONG == RINGLM_WIRE_R_TOO_LONG, "reason");
-_Static_assert(RINGLM_R_DEADLINE_INFEASIBLE == RINGLM_WIRE_R_DEADLINE_INFEASIBLE, "reason");
-_Static_assert(RINGLM_R_BAD_TOKEN == RINGLM_WIRE_R_BAD_TOKEN, "reason");
-_Static_assert(RINGLM_R_BAD_PARAMS == RINGLM_WIRE_R_BAD_PARAMS, "reason");
-_Static_assert(RINGLM_R_DRAINING == RINGLM_WIRE_R_DRAINING, "reason");
-_Static_assert(RINGLM_R_OUTPUT_BACKPRESSURE == RINGLM_WIRE_R_OUTPUT_BACKPRESSURE, "reason");
-_Static_assert(RINGLM_R_UNKNOWN_CLASS == RINGLM_WIRE_R_UNKNOWN_CLASS, "reason");
-_Static_assert(RINGLM_R_DUPLICATE_ID == RINGLM_WIRE_R_DUPLICATE_ID, "reason");
-_Static_assert(RINGLM_R_INTERNAL == RINGLM_WIRE_R_INTERNAL, "reason");
-_Static_assert(RINGLM_R_CLIENT_GONE == RINGLM_WIRE_R_CLIENT_GONE, "reason");
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "the client sleeps on the low 32 bits of ev_prod at its own address");
 

@@ -66,28 +66,50 @@ extern "C" {
 #define RINGLM_DEFAULT_SOCKET "/run/ringlm/ringlmd.sock"
 #define RINGLM_SOCKET_ENV     "RINGLM_SOCKET"
 
+/* ---- end codes: generated from common/end_codes.h by scripts/gen-end-codes.sh ---- */
 /* Finish reasons (ringlm_event.finish_reason). */
-#define RINGLM_FINISH_LENGTH         1 /* max_new_tokens generated */
-#define RINGLM_FINISH_STOP           2 /* stop token generated */
-#define RINGLM_FINISH_CANCELLED      3 /* ringlm_cancel or daemon */
-#define RINGLM_FINISH_TIMEOUT        4 /* deadline passed */
-#define RINGLM_FINISH_REJECTED       5 /* refused; see reject_reason */
-#define RINGLM_FINISH_ERROR          6 /* daemon-side failure */
+/* "length": max_new_tokens generated, or the context is full */
+#define RINGLM_FINISH_LENGTH         1
+/* "stop": a stop token was generated */
+#define RINGLM_FINISH_STOP           2
+/* "cancelled": cancelled by ringlm_cancel or by the daemon */
+#define RINGLM_FINISH_CANCELLED      3
+/* "timeout": its deadline or its class's queue wait passed */
+#define RINGLM_FINISH_TIMEOUT        4
+/* "rejected": refused at admission; the cause says why */
+#define RINGLM_FINISH_REJECTED       5
+/* "error": the daemon failed it (engine error ...) */
+#define RINGLM_FINISH_ERROR          6
 /* Causes (ringlm_event.reject_reason): why a request was rejected, or the daemon-side
  * cause of a cancel/timeout/error when there is one; 0 otherwise. */
+/* "queue_full": the global queue is at its limit; retry later */
 #define RINGLM_R_QUEUE_FULL          16
+/* "tenant_quota": the tenant's queued-token quota is used up */
 #define RINGLM_R_TENANT_QUOTA        17
+/* "too_long": prompt + max_new_tokens exceed the model's context */
 #define RINGLM_R_TOO_LONG            18
-#define RINGLM_R_DEADLINE_INFEASIBLE 19                           /* "deadline_infeasible" */
-#define RINGLM_R_INFEASIBLE_DEADLINE RINGLM_R_DEADLINE_INFEASIBLE /* old spelling, kept */
+/* "deadline_infeasible": its deadline cannot be met */
+#define RINGLM_R_DEADLINE_INFEASIBLE 19
+/* "bad_token": a prompt token is outside the vocabulary */
 #define RINGLM_R_BAD_TOKEN           20
+/* "bad_params": parameters out of range, or a tenant not in the policy */
 #define RINGLM_R_BAD_PARAMS          21
+/* "draining": the daemon is shutting down */
 #define RINGLM_R_DRAINING            22
+/* "output_backpressure": the client stopped reading its events */
 #define RINGLM_R_OUTPUT_BACKPRESSURE 23
+/* "unknown_class": no such request class in the policy */
 #define RINGLM_R_UNKNOWN_CLASS       24
+/* "duplicate_id": the request id is already in use in this session */
 #define RINGLM_R_DUPLICATE_ID        25
+/* "internal": a daemon-internal failure */
 #define RINGLM_R_INTERNAL            26
+/* "client_gone": the session ended */
 #define RINGLM_R_CLIENT_GONE         27
+/* "never_fits": needs more KV blocks than the pool (or tenant) can ever hold */
+#define RINGLM_R_NEVER_FITS          28
+/* ---- end of the generated end codes ---- */
+#define RINGLM_R_INFEASIBLE_DEADLINE RINGLM_R_DEADLINE_INFEASIBLE /* old spelling, kept */
 
 /* Lower-case name of a finish reason or cause ("length", "queue_full"); "unknown" else. */
 const char *ringlm_reason_name(int code);

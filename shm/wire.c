@@ -4,21 +4,12 @@
  * reads the caller's private copy of a record; it never sees shared memory.
  */
 #include "shm/wire.h"
-#include "common/end_codes.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-/* The names live in the one table (common/end_codes.h); the wire's numbers are its numbers. */
-#define SAME_CODE(suffix, value, name)                                                             \
-    _Static_assert(RINGLM_WIRE_R_##suffix == (value),                                              \
-                   "wire code " #suffix " is the end code " name);
-END_CODES(SAME_CODE)
-#undef SAME_CODE
-_Static_assert(RINGLM_WIRE_R_MAX == END_CODES_MAX, "one past the last end code");
 
 const char *ringlm_wire_reason_name(unsigned code)
 {
