@@ -201,7 +201,7 @@ static void req_log_and_free(svc *s, svc_req *r)
             metrics_observe(s->mx, r->series, METRICS_H_E2E, fin - r->arrival_us);
         metrics_add_tokens(s->mx, r->series,
                            r->fin_reason == RINGLM_WIRE_R_REJECTED ? 0 : r->n_prompt, r->n_gen);
-        metrics_count_finish(s->mx, r->series, finish_name(r->fin_reason));
+        metrics_count_finish(s->mx, r->series, (sched_end_code)r->fin_reason);
     }
     if (r->fin_reason != RINGLM_WIRE_R_REJECTED) s->n_finished++;
     sess_unlink(r);
@@ -509,8 +509,8 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
                                : ev->tenant,
                            ev->class_name);
     switch (ev->kind) {
-    case SCHED_EV_REJECT: metrics_count_reject(s->mx, series, reason); break;
-    case SCHED_EV_DEFER: metrics_count_defer(s->mx, series, reason); break;
+    case SCHED_EV_REJECT: metrics_count_reject(s->mx, series, ev->reject); break;
+    case SCHED_EV_DEFER: metrics_count_defer(s->mx, series, ev->defer); break;
     case SCHED_EV_SCHEDULE:
         if (ev->outcome == SCHED_OUTCOME_START)
             metrics_observe(s->mx, series, METRICS_H_QUEUE_WAIT, ev->wait_us);
@@ -525,7 +525,7 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
     case SCHED_EV_PREEMPT:
         metrics_count_preempt(
             s->mx, series,
-            ev->mode == SCHED_PREEMPT_SWAP ? METRICS_MODE_SWAP : METRICS_MODE_RECOMPUTE, reason);
+            ev->mode == SCHED_PREEMPT_SWAP ? METRICS_MODE_SWAP : METRICS_MODE_RECOMPUTE, ev->defer);
         break;
     case SCHED_EV_CANCEL: metrics_count_cancel(s->mx, series); break;
     case SCHED_EV_TIMEOUT: metrics_count_timeout(s->mx, series); break;

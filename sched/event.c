@@ -16,8 +16,9 @@
 static const char *const mode_names[] = {"static", "dynamic", "continuous", "token_budget"};
 static const char *const preempt_names[] = {"auto", "swap", "recompute", "none"};
 static const char *const reject_names[] = {
-    "none",     "invalid",    "duplicate_id", "unknown_class", "unknown_tenant",
-    "too_long", "never_fits", "tenant_quota", "queue_full",    "deadline_infeasible"};
+    "none",      "invalid",    "duplicate_id", "unknown_class", "unknown_tenant",
+    "too_long",  "never_fits", "tenant_quota", "queue_full",    "deadline_infeasible",
+    "bad_token", "bad_params", "draining",     "internal"};
 static const char *const cancel_names[] = {"client_cancel", "disconnect",     "backpressure",
                                            "shutdown",      "kv_read_failed", "engine_error"};
 static const char *const defer_names[] = {
@@ -142,6 +143,10 @@ static const uint8_t reject_cause[SCHED_REJECT__COUNT] = {
     [SCHED_REJECT_TENANT_QUOTA] = SCHED_END_TENANT_QUOTA,
     [SCHED_REJECT_QUEUE_FULL] = SCHED_END_QUEUE_FULL,
     [SCHED_REJECT_DEADLINE] = SCHED_END_DEADLINE_INFEASIBLE,
+    [SCHED_REJECT_BAD_TOKEN] = SCHED_END_BAD_TOKEN,
+    [SCHED_REJECT_BAD_PARAMS] = SCHED_END_BAD_PARAMS,
+    [SCHED_REJECT_DRAINING] = SCHED_END_DRAINING,
+    [SCHED_REJECT_INTERNAL] = SCHED_END_INTERNAL,
 };
 static const uint8_t cancel_cause[SCHED_CANCEL__COUNT] = {
     [SCHED_CANCEL_CLIENT] = SCHED_END_NONE,

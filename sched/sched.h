@@ -98,6 +98,11 @@ typedef enum sched_reject_reason {
     SCHED_REJECT_DEADLINE,       /* "deadline_infeasible": the deadline (or the class's
                                        max_queue_wait) cannot be met given the queued work and
                                        the measured prefill rate */
+    /* Refused by the daemon before the scheduler saw the request: */
+    SCHED_REJECT_BAD_TOKEN,  /* "bad_token": a prompt token is outside the vocabulary */
+    SCHED_REJECT_BAD_PARAMS, /* "bad_params": a parameter out of range */
+    SCHED_REJECT_DRAINING,   /* "draining": the daemon is shutting down */
+    SCHED_REJECT_INTERNAL,   /* "internal": the daemon could not take it (out of memory) */
     SCHED_REJECT__COUNT
 } sched_reject_reason;
 
