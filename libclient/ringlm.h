@@ -119,12 +119,12 @@ typedef struct ringlm_client ringlm_client; /* opaque */
 typedef struct ringlm_request {
     const int32_t *prompt; /* prompt token ids (required, n_prompt >= 1) */
     uint32_t n_prompt;
-    uint32_t max_new_tokens; /* >= 1 */
-    float temperature;       /* >= 0, 0 = greedy; finite */
+    uint32_t max_new_tokens; /* [1, 2^28 - 1] */
+    float temperature;       /* [0, 100], 0 = greedy */
     uint32_t top_k;          /* 0 = off */
     float top_p;             /* (0, 1], 1 = off */
     uint64_t seed;           /* sampling seed */
-    uint64_t deadline_us;    /* relative to the submit call; 0 = none */
+    uint64_t deadline_us;    /* relative to the submit call, at most a year; 0 = none */
     const char *class_name;  /* request class, < 16 bytes; NULL = "default" */
     const char *tenant_tag;  /* < 16 bytes; only honoured for uids the daemon trusts
 	                              (a gateway); NULL = none */
@@ -181,11 +181,24 @@ typedef struct ringlm_event {
 int ringlm_connect(const char *socket_path, ringlm_client **out);
 
 /*
+ * The one check of a request's parameters, as ringlm_submit runs it and the daemon runs it
+ * again on every record it reads: NULL prompt with n_prompt > 0, n_prompt 0, a range of
+ * ringlm_request above broken (max_new_tokens [1, 2^28 - 1], temperature [0, 100] and
+ * finite, top_p (0, 1] and finite, deadline_us at most a year), a class or tenant name of 16
+ * bytes or more.  Needs no connection: a front end (the gateway) answers its 400s from it.
+ * Returns 0, or -EINVAL with a detail (ringlm_errdetail: "temperature 200 outside [0, 100]");
+ * when field is not NULL, *field is the name of the ringlm_request member at fault
+ * ("prompt", "n_prompt", "max_new_tokens", "temperature", "top_p", "deadline_us",
+ * "class_name", "tenant_tag"), NULL when there is none.
+ */
+int ringlm_request_check(const ringlm_request *req, const char **field);
+
+/*
  * Queues a request.  Never blocks.  *id receives the request id (unique in the session,
  * assigned by the library, >= 1; may be NULL).
  * Returns 0, or:
- *   -EINVAL     bad request: NULL prompt, n_prompt 0, max_new_tokens 0, temperature < 0
- *               or not finite, top_p outside (0,1], name too long (detail names it)
+ *   -EINVAL     bad request, as ringlm_request_check says (the detail names the field and
+ *               its range): the daemon never sees it, so no bad request is refused later
  *   -E2BIG      the record cannot fit the submit ring even when empty (prompt too long)
  *   -EAGAIN     the submit ring is full now; read events (the daemon consumes the ring
  *               continuously) and retry

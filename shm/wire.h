@@ -234,11 +234,26 @@ int ringlm_wire_parse(const void *rec, size_t len, struct ringlm_wire_parsed *ou
                       size_t why_len);
 
 /*
- * Semantic checks of a structurally valid request (ranges of the sampling
- * parameters, max_new_tokens >= 1, n_prompt >= 1): returns 0 or a reject cause
- * (RINGLM_WIRE_R_BAD_PARAMS) with a detail.  Services call it; the client library
- * applies the same checks before submitting.
+ * The one check of a request's parameters, the only place their ranges live: the client
+ * library runs it at submit (ringlm_submit and ringlm_request_check answer -EINVAL with its
+ * detail, so a bad request is refused before it is sent), the daemon runs it again on every
+ * record it reads (a client that writes the ring itself is rejected with bad_params), and the
+ * gateway answers its 400s from it (through ringlm_request_check).  The ranges:
+ *   n_prompt        >= 1
+ *   max_new_tokens  [1, RINGLM_WIRE_INDEX_MAX]
+ *   temperature     [0, RINGLM_WIRE_TEMPERATURE_MAX], finite (0 = greedy)
+ *   top_p           (0, 1], finite (1 = off)
+ *   deadline_us     [0, RINGLM_WIRE_DEADLINE_MAX_US] (0 = none; so now + deadline never
+ *                   wraps)
+ * Returns 0, or a reject cause (RINGLM_WIRE_R_BAD_PARAMS) with a detail that starts with the
+ * field's name ("temperature 200 outside [0, 100]"); *field (when field is not NULL) is that
+ * name, the member of both struct ringlm_wire_request and ringlm_request, else NULL.
  */
+#define RINGLM_WIRE_TEMPERATURE_MAX 100.0f
+#define RINGLM_WIRE_DEADLINE_MAX_US (365ull * 24 * 3600 * 1000000) /* one year */
+int ringlm_wire_check_request_field(const struct ringlm_wire_request *req, const char **field,
+                                    char *why, size_t why_len);
+/* The same check when the field's name is not needed. */
 int ringlm_wire_check_request(const struct ringlm_wire_request *req, char *why, size_t why_len);
 
 #endif

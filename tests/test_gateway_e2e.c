@@ -478,6 +478,39 @@ Test(gateway_e2e, bad_requests_get_openai_errors)
     gwh_resp_free(&ok);
 }
 
+/* ---- the one parameter check, and ignore_eos ----------------------------------------- */
+
+/* Every range is the one check's (ringlm_request_check, which the library and ringlmd apply
+ * too): just outside each bound is a 400 invalid_value naming the body's field. */
+Test(gateway_e2e, each_parameter_bound_is_a_400_naming_its_field)
+{
+    setup(NULL);
+    static const struct {
+        const char *body, *param;
+    } cases[] = {
+        {"{\"prompt\":\"x\",\"temperature\":-0.5}", "temperature"},
+        {"{\"prompt\":\"x\",\"temperature\":100.5}", "temperature"},
+        {"{\"prompt\":\"x\",\"top_p\":0}", "top_p"},
+        {"{\"prompt\":\"x\",\"top_p\":1.01}", "top_p"},
+        {"{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens"},
+        {"{\"prompt\":\"x\",\"max_tokens\":268435456}", "max_tokens"},
+        {"{\"prompt\":\"x\",\"ringlm\":{\"deadline_ms\":31536000001}}", "ringlm.deadline_ms"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"temperature\":101}",
+         "temperature"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *path =
+            strstr(cases[i].body, "messages") ? "/v1/chat/completions" : "/v1/completions";
+        expect_error(path, NULL, cases[i].body, 400, cases[i].param, "invalid_value");
+    }
+    /* The edges are inside the ranges: served. */
+    gwh_resp ok = gwh_curl("/v1/completions", NULL,
+                           "{\"prompt\":\"x\",\"max_tokens\":2,\"temperature\":100,\"top_p\":1,"
+                           "\"ringlm\":{\"deadline_ms\":31536000000}}");
+    cr_assert_eq(ok.status, 200, "%s", ok.body);
+    gwh_resp_free(&ok);
+}
+
 /* A 64 KiB body limit: over it 413 (the whole body is refused, nothing kept), under it served. */
 static const char *const small_body[] = {"--max-body-bytes", "65536", NULL};
 
