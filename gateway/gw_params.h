@@ -6,7 +6,7 @@
  * Fields read: model, prompt (string, [string], token ids, [[ids]]), messages (chat: role +
  * content as a string or as text parts), max_tokens / max_completion_tokens, temperature,
  * top_p, top_k, seed, stop (string or array of strings), stream, stream_options
- * .include_usage, user, n (1 only), logprobs / top_logprobs (unsupported: 400), ignore_eos,
+ * .include_usage, user, n (1 only), logprobs / top_logprobs (unsupported: 400), ignore_eos (vLLM's),
  * echo / best_of / suffix (unsupported when set), and the ringlm extension object
  * "ringlm": {"class": NAME, "deadline_ms": N}. Unknown fields are ignored as the peers do;
  * null is the same as absent; a wrong type is a 400 naming the field. A tenant named in the
