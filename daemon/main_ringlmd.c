@@ -98,7 +98,7 @@ static void usage(FILE *f)
         "                           its API-key tenants are honoured\n"
         "  --version                print the version (with --model: model and policy hash) and "
         "exit\n"
-        "  --help\n"
+        "  -h, --help\n"
         "diagnostics (tests; never for serving):\n"
         "  --prefix-key xxh3|constant  how cached KV blocks are keyed (default xxh3). constant:\n"
         "                           every block gets one key, so only the stored token compare\n"
@@ -467,7 +467,7 @@ int main(int argc, char **argv)
     unsigned long v;
 
     int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case O_SOCKET: socket_path = optarg; break;
         case O_ECHO: echo = 1; break;
@@ -667,6 +667,7 @@ int main(int argc, char **argv)
             want_nice = 1;
             break;
         }
+        case 'h':
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

@@ -11,6 +11,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,11 +19,13 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ringlm.h"
 #include "tests/helpers.h"
 
 #define NOBODY_UID 65534u
@@ -362,4 +365,18 @@ Test(check_config, fails_when_the_gateway_user_is_not_trusted)
     free(out);
     free(err);
     th_daemon_cleanup(&d);
+}
+
+/* ---- the programs' messages and flags ------------------------------------------------- */
+
+Test(programs, ringlmd_takes_h_for_help)
+{
+    char *prog = th_program("ringlmd");
+    char *argv[] = {prog, "-h", NULL}, *out, *err;
+    int rc = th_run(argv, &out, &err, 30);
+    cr_expect_eq(rc, 0, "ringlmd -h: exit %d: %s", rc, err);
+    cr_expect(strstr(out, "usage: ringlmd"), "no usage on stdout: %s", out);
+    free(out);
+    free(err);
+    free(prog);
 }
