@@ -27,6 +27,7 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: ringlm-sim (--trace FILE | --workload NAME [--param K=V ...]) [options]\n"
+        "       ringlm-sim --version | --help\n"
         "\n"
         "input\n"
         "  --trace FILE            Azure CSV, Mooncake JSONL or native JSONL (detected from the "
@@ -321,6 +322,7 @@ int main(int argc, char **argv)
                                        {"policy", 1, 0, 'p'},
                                        {"json", 0, 0, 'j'},
                                        {"help", 0, 0, 'h'},
+                                       {"version", 0, 0, 'V'},
                                        {"format", 1, 0, O_FORMAT},
                                        {"skip-bad", 0, 0, O_SKIP},
                                        {"param", 1, 0, O_PARAM},
@@ -387,6 +389,7 @@ int main(int argc, char **argv)
             break;
         case 'j': json = true; break;
         case 'h': usage(stdout); return 0;
+        case 'V': printf("ringlm-sim %s\n", RINGLM_VERSION); return 0;
         case O_FORMAT:
             if (!strcmp(optarg, "azure"))
                 fmt = SIM_FMT_AZURE;

@@ -380,3 +380,21 @@ Test(programs, ringlmd_takes_h_for_help)
     free(err);
     free(prog);
 }
+
+Test(programs, every_program_prints_its_version)
+{
+    const char *names[] = {"ringlm-run", "ringlm-mkmodel", "ringlm-sim", "ringlmd"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char *prog = th_program(names[i]);
+        char *argv[] = {prog, "--version", NULL}, *out, *err;
+        int rc = th_run(argv, &out, &err, 30);
+        char want[64];
+        snprintf(want, sizeof want, "%s %s", names[i], ringlm_version(NULL));
+        cr_expect_eq(rc, 0, "%s --version: exit %d: %s", names[i], rc, err);
+        cr_expect(!strncmp(out, want, strlen(want)), "%s --version said \"%s\", want \"%s\"",
+                  names[i], out, want);
+        free(out);
+        free(err);
+        free(prog);
+    }
+}
