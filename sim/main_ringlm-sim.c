@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "sched/sched.h"
 #include "sim/engine.h"
@@ -626,6 +628,20 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    /* The plot directory before the run, which can take minutes: a typo there must not cost
+     * them, nor end in an exit 0 with nothing written. */
+    if (plot_dir) {
+        struct stat st;
+        if (mkdir(plot_dir, 0777) < 0 && errno != EEXIST) {
+            fprintf(stderr, "ringlm-sim: --plot '%s': %s\n", plot_dir, strerror(errno));
+            return 2;
+        }
+        if (stat(plot_dir, &st) < 0 || !S_ISDIR(st.st_mode) || access(plot_dir, W_OK | X_OK) < 0) {
+            fprintf(stderr, "ringlm-sim: --plot '%s': %s\n", plot_dir,
+                    errno ? strerror(errno) : "not a directory");
+            return 2;
+        }
+    }
 
     int rc = 0, status = 1;
     sim_service svc;
@@ -805,10 +821,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "ringlm-sim: %s\n", sim_err());
             goto out;
         }
-        if (plot_dir &&
-            (rc = sim_report_plot(plot_dir, n_pol > 1 ? pol_names[i] : "run", &runs[i], stderr)) <
-                0 &&
-            rc != -ENOENT) {
+        if (plot_dir && (rc = sim_report_plot(plot_dir, n_pol > 1 ? pol_names[i] : "run", &runs[i],
+                                              stderr)) < 0) {
             fprintf(stderr, "ringlm-sim: %s\n", sim_err());
             goto out;
         }
@@ -817,8 +831,7 @@ int main(int argc, char **argv)
     if (plot_dir && n_runs > 1) {
         const sim_run *rp[MAX_POLICIES];
         for (int i = 0; i < n_runs; i++) rp[i] = &runs[i];
-        if ((rc = sim_report_plot_compare(plot_dir, rp, (size_t)n_runs, NULL)) < 0 &&
-            rc != -ENOENT) {
+        if ((rc = sim_report_plot_compare(plot_dir, rp, (size_t)n_runs, NULL)) < 0) {
             fprintf(stderr, "ringlm-sim: %s\n", sim_err());
             goto out;
         }

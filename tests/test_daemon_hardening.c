@@ -398,3 +398,22 @@ Test(programs, every_program_prints_its_version)
         free(prog);
     }
 }
+
+Test(programs, sim_plot_into_a_missing_directory_fails_naming_it)
+{
+    th_daemon d = {0};
+    th_daemon_init(&d);
+    char *prog = th_program("ringlm-sim");
+    char *dir = th_path(d.dir, "missing/plots");
+    char *argv[] = {prog, "--workload", "poisson", "--plot", dir, NULL}, *out, *err;
+    int rc = th_run(argv, &out, &err, 120);
+    cr_expect_neq(rc, 0, "ringlm-sim --plot into a missing directory: exit 0 (%s)", err);
+    cr_expect(strstr(err, dir), "the path is not named: %s", err);
+    free(out);
+    free(err);
+    free(dir);
+    free(prog);
+    th_daemon_cleanup(&d);
+}
+
+/* A user the socket's mode keeps out is told so, not sent looking for a daemon that runs. */
