@@ -417,3 +417,37 @@ Test(programs, sim_plot_into_a_missing_directory_fails_naming_it)
 }
 
 /* A user the socket's mode keeps out is told so, not sent looking for a daemon that runs. */
+Test(programs, a_refused_connect_says_permission_denied)
+{
+    need_root();
+    th_daemon d = {0};
+    th_daemon_init(&d);
+    chmod(d.dir, 0755);
+    const char *args[] = {"--echo", "--socket-mode", "0600", NULL};
+    th_daemon_start(&d, args, 10000);
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        close(p[0]);
+        if (setgid(NOBODY_UID) != 0 || setuid(NOBODY_UID) != 0) _exit(126);
+        ringlm_client *c = NULL;
+        int r = ringlm_connect(d.sock, &c);
+        const char *msg = r == 0 ? "connected" : ringlm_errdetail();
+        if (write(p[1], msg, strlen(msg)) < 0) _exit(3);
+        _exit(r == 0 ? 1 : 0);
+    }
+    close(p[1]);
+    char msg[512] = "";
+    th_readable(p[0], 10000);
+    ssize_t n = read(p[0], msg, sizeof msg - 1);
+    msg[n > 0 ? n : 0] = 0;
+    close(p[0]);
+    th_reap(pid, 5000);
+    cr_expect(strstr(msg, "permission denied") && strstr(msg, d.sock),
+              "uid %u refused by the socket's mode was told: %s", NOBODY_UID, msg);
+    cr_expect(!strstr(msg, "is ringlmd running"), "sent looking for the daemon: %s", msg);
+    cr_expect_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+    th_daemon_cleanup(&d);
+}
