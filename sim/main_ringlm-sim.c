@@ -684,6 +684,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "ringlm-sim: %s\n", sim_err());
             goto out;
         }
+        if (trace.n_torn)
+            fprintf(stderr,
+                    "ringlm-sim: skipped %zu torn line(s) of %s (the start of a line cut short: "
+                    "its writer died mid-write)\n",
+                    trace.n_torn, trace_path);
         if (trace.n_bad_total) {
             fprintf(stderr, "ringlm-sim: skipped %zu bad lines of %s:\n", trace.n_bad_total,
                     trace_path);

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "ringlm.h"
+#include "formats/logfile.h"
 #include "tests/helpers.h"
 
 #define NOBODY_UID 65534u
@@ -450,4 +451,116 @@ Test(programs, a_refused_connect_says_permission_denied)
     cr_expect(!strstr(msg, "is ringlmd running"), "sent looking for the daemon: %s", msg);
     cr_expect_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
     th_daemon_cleanup(&d);
+}
+
+/* ---- logs torn by a crash ------------------------------------------------------------- */
+
+/* One request through the daemon at sock, to its FINISH. */
+static void one_request(const char *sock)
+{
+    ringlm_client *c = NULL;
+    int r = ringlm_connect(sock, &c);
+    cr_assert_eq(r, 0, "connect: %s", ringlm_errdetail());
+    int32_t prompt[] = {1, 2, 3, 4};
+    ringlm_request rq;
+    ringlm_request_init(&rq);
+    rq.prompt = prompt;
+    rq.n_prompt = 4;
+    rq.max_new_tokens = 4;
+    uint64_t id = 0;
+    cr_assert_eq(ringlm_submit(c, &rq, &id), 0, "submit: %s", ringlm_errdetail());
+    ringlm_event ev;
+    uint64_t deadline = th_now_ms() + 20000;
+    for (;;) {
+        r = ringlm_next_event(c, &ev, 1000);
+        cr_assert_geq(r, 0, "next_event: %s", ringlm_errdetail());
+        if (r == 1 && ev.kind == RINGLM_EV_FINISH && ev.req_id == id) break;
+        cr_assert_lt(th_now_ms(), deadline, "no FINISH within 20 s");
+    }
+    ringlm_close(c);
+}
+
+/* A daemon run that serves one request with its request log at path. */
+static void run_logging_daemon(const char *path)
+{
+    th_daemon d = {0};
+    const char *args[] = {"--model", MODEL, "--request-log", path, "--quiet", NULL};
+    th_daemon_start(&d, args, 30000);
+    one_request(d.sock);
+    cr_expect_eq(th_daemon_stop(&d, SIGTERM, 10000), 0, "%s", th_daemon_output(&d));
+    th_daemon_cleanup(&d);
+}
+
+#define FRAGMENT "{\"req\":7,\"arrival_us\":1200,\"prompt_tok"
+
+Test(logs, a_torn_tail_stays_a_line_of_its_own)
+{
+    th_daemon d = {0};
+    th_daemon_init(&d);
+    char *path = th_path(d.dir, "requests.jsonl");
+    write_file(path, FRAGMENT); /* what a crash mid-write leaves: no newline */
+    run_logging_daemon(path);
+    char *text = th_read_file(path);
+    char *nl = strchr(text, '\n');
+    cr_assert_not_null(nl, "no line at all: %s", text);
+    *nl = 0;
+    cr_expect_str_eq(text, FRAGMENT, "the fragment was glued to the next line");
+    char *second = nl + 1, *end = strchr(second, '\n');
+    cr_assert_not_null(end, "the next run's line is missing or unterminated: %s", second);
+    json_error_t e;
+    json_t *v = json_loadb(second, (size_t)(end - second), 0, &e);
+    cr_expect_not_null(v, "the next run's first line is not JSON (%s): %.*s", e.text,
+                       (int)(end - second), second);
+    json_decref(v);
+    free(text);
+    free(path);
+    th_daemon_cleanup(&d);
+}
+
+Test(logs, readers_skip_a_torn_line_and_say_so)
+{
+    th_daemon d = {0};
+    th_daemon_init(&d);
+    char *log = th_path(d.dir, "run.jsonl"), *path = th_path(d.dir, "requests.jsonl");
+    th_daemon r = {0};
+    const char *args[] = {"--model", MODEL, "--request-log", log, "--quiet", NULL};
+    th_daemon_start(&r, args, 30000);
+    one_request(r.sock);
+    one_request(r.sock);
+    cr_expect_eq(th_daemon_stop(&r, SIGTERM, 10000), 0, "%s", th_daemon_output(&r));
+    th_daemon_cleanup(&r);
+    /* The log as a crash between its two lines and fmt_log_open at the restart leave it. */
+    char *text = th_read_file(log), *nl = strchr(text, '\n');
+    cr_assert(nl && nl[1], "two lines expected: %s", text);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "%.*s%s\n%s", (int)(nl + 1 - text), text, FRAGMENT, nl + 1);
+    fclose(f);
+    free(text);
+    free(log);
+    char *prog = th_program("ringlm-sim");
+    char *argv[] = {prog, "--trace", path, "--json", NULL}, *out, *err;
+    int rc = th_run(argv, &out, &err, 120);
+    cr_expect_eq(rc, 0, "ringlm-sim on a log with a torn line: exit %d: %s", rc, err);
+    cr_expect(strstr(err, "skipped 1 torn line"), "the torn line is not reported: %s", err);
+    json_t *j = json_loads(out, 0, NULL);
+    json_t *tr = j ? json_object_get(json_array_size(j) ? json_array_get(j, 0) : j, "trace") : NULL;
+    cr_expect_eq(json_integer_value(json_object_get(tr, "requests")), 2,
+                 "both runs' requests are read: %s", out);
+    json_decref(j);
+    free(out);
+    free(err);
+    free(prog);
+    free(path);
+    th_daemon_cleanup(&d);
+}
+
+Test(logs, a_torn_line_is_told_from_a_bad_one)
+{
+    cr_expect(fmt_json_line_torn(FRAGMENT, strlen(FRAGMENT)));
+    cr_expect(fmt_json_line_torn("{", 1));
+    const char *glued = FRAGMENT "{\"req\":8}";
+    cr_expect(!fmt_json_line_torn(glued, strlen(glued)), "a glued line is bad, not torn");
+    cr_expect(!fmt_json_line_torn("{\"req\":8}", 9), "a whole object is not torn");
+    cr_expect(!fmt_json_line_torn("TIMESTAMP,", 10));
 }
