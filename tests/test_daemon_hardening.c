@@ -564,3 +564,103 @@ Test(logs, a_torn_line_is_told_from_a_bad_one)
     cr_expect(!fmt_json_line_torn("{\"req\":8}", 9), "a whole object is not torn");
     cr_expect(!fmt_json_line_torn("TIMESTAMP,", 10));
 }
+
+/* ---- descriptors ------------------------------------------------------------------------ */
+
+/* An echo ringlmd whose open files limit (soft and hard) is nofile, as a host configured
+ * with a low LimitNOFILE= runs it; listening when this returns. */
+static void start_limited(th_daemon *d, unsigned nofile)
+{
+    th_daemon_init(d);
+    char *prog = th_program("ringlmd");
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        close_range(3, ~0u, 0);
+        struct rlimit rl = {.rlim_cur = nofile, .rlim_max = nofile};
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(126);
+        execl(prog, prog, "--echo", "--numa-node", "off", "--socket", d->sock, (char *)NULL);
+        _exit(127);
+    }
+    d->pid = pid;
+    free(prog);
+    uint64_t deadline = th_now_ms() + 10000;
+    for (;;) {
+        int fd = th_unix_connect(d->sock, false);
+        if (fd >= 0) {
+            close(fd);
+            return;
+        }
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            d->pid = 0;
+            cr_assert_fail("ringlmd exited at start: %s", th_daemon_output(d));
+        }
+        cr_assert_lt(th_now_ms(), deadline, "ringlmd not listening: %s", th_daemon_output(d));
+        th_pause_ms(5);
+    }
+}
+
+static int count_of(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, what)); p += strlen(what)) n++;
+    return n;
+}
+
+Test(fds, a_newcomer_past_the_descriptor_limit_is_refused_at_once)
+{
+    th_daemon d = {0};
+    start_limited(&d, 128);
+    enum { MAX_TRY = 200 };
+    ringlm_client *cs[MAX_TRY];
+    int n = 0, rc = 0;
+    uint64_t took = 0;
+    for (int i = 0; i < MAX_TRY; i++) {
+        uint64_t t0 = th_now_ms();
+        rc = ringlm_connect(d.sock, &cs[n]);
+        took = th_now_ms() - t0;
+        if (rc < 0) break;
+        n++;
+    }
+    char detail[256];
+    snprintf(detail, sizeof detail, "%s", ringlm_errdetail());
+    cr_expect_lt(rc, 0, "%d sessions on a daemon of 128 descriptors", n);
+    cr_expect_lt(took, 1000, "the refusal after %d sessions took %llu ms: %s", n,
+                 (unsigned long long)took, detail);
+    cr_expect(strstr(detail, "limit"), "the refusal does not say why: %s", detail);
+    /* Newcomers at the limit keep being answered at once. */
+    for (int i = 0; i < 20; i++) {
+        ringlm_client *c = NULL;
+        uint64_t t0 = th_now_ms();
+        int r = ringlm_connect(d.sock, &c);
+        took = th_now_ms() - t0;
+        if (r == 0) ringlm_close(c);
+        cr_expect(r < 0 && took < 1000, "newcomer %d at the limit: rc %d after %llu ms", i, r,
+                  (unsigned long long)took);
+    }
+    /* A session that ends makes room for the next. */
+    ringlm_close(cs[--n]);
+    int r = -1;
+    uint64_t deadline = th_now_ms() + 5000;
+    while (r < 0 && th_now_ms() < deadline) {
+        ringlm_client *c = NULL;
+        if ((r = ringlm_connect(d.sock, &c)) == 0)
+            cs[n++] = c;
+        else
+            th_pause_ms(20);
+    }
+    cr_expect_eq(r, 0, "no room after a session ended: %s", ringlm_errdetail());
+    for (int i = 0; i < n; i++) ringlm_close(cs[i]);
+    cr_expect_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+    const char *out = th_daemon_output(&d);
+    cr_expect(strstr(out, "open files limit 128"), "the limits are not said at start: %s", out);
+    cr_expect_leq(count_of(out, "Too many open files"), 2, "the log is not rate-limited: %s", out);
+    th_daemon_cleanup(&d);
+}
