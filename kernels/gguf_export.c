@@ -8,7 +8,7 @@
  */
 #include "kernels/cpu/quant.h"
 #include "kernels/engine.h"
-#include "kernels/gguf_write.h"
+#include "kernels/gguf_export.h"
 #include "model/gguf.h"
 
 #include <errno.h>
@@ -272,7 +272,7 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
     if (!c->shared_classifier &&
         (err = add_matrix(w, "output.weight", wt->wcls, V, d, mix ? Q_Q6_K : type, note, note_len)))
         goto out;
-    err = gw_write(w, path);
+    if ((err = gw_write(w, path))) eng_seterr(err, "%s", gw_errmsg());
 out:
     gw_free(w);
     return err;

@@ -14,7 +14,7 @@
  * tokenizer.bin) or a synthetic SentencePiece one.
  */
 #include "kernels/engine.h"
-#include "kernels/gguf_write.h"
+#include "kernels/gguf_export.h"
 #include "model/tokenizer.h"
 
 #include <getopt.h>
@@ -98,7 +98,7 @@ int main(int argc, char **argv)
             err = eng_seterr(-12, "out of memory");
         else if (vocab_path &&
                  (err = gw_vocab_from_hf(vocab_path, vocab_cfg, c->vocab_size, &vocab)))
-            ;
+            eng_seterr(err, "%s", gw_errmsg());
         else {
             o.vocab = vocab;
             err = gw_export_model(m, out, &o, note, sizeof note);

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libclient/tok_internal.h — the tokenizer's state, shared by the SentencePiece code
+ * model/tok_internal.h — the tokenizer's state, shared by the SentencePiece code
  * (tokenizer.c) and the byte-level BPE code (tok_bpe.c). Not a public header.
  */
-#ifndef RINGLM_LIBCLIENT_TOK_INTERNAL_H
-#define RINGLM_LIBCLIENT_TOK_INTERNAL_H
+#ifndef RINGLM_MODEL_TOK_INTERNAL_H
+#define RINGLM_MODEL_TOK_INTERNAL_H
 
 #include "model/tokenizer.h"
 #include "model/gguf.h"

@@ -15,8 +15,8 @@
  * Errors: functions return 0 / a count, or a negative errno; tok_errmsg() gives a
  * thread-local detail string ("token 37: piece length 900 runs past the end of the file").
  */
-#ifndef RINGLM_LIBCLIENT_TOKENIZER_H
-#define RINGLM_LIBCLIENT_TOKENIZER_H
+#ifndef RINGLM_MODEL_TOKENIZER_H
+#define RINGLM_MODEL_TOKENIZER_H
 
 #include <stdbool.h>
 #include <stddef.h>

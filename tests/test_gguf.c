@@ -303,7 +303,7 @@ static const char *write_tiny(const char *name, const tiny *o)
     if (o->extra) /* the writer owns and frees the data, as above */
         gw_tensor(w, o->extra, 1, (uint64_t[2]){32, 0}, GGUF_T_F32, calloc(32, sizeof(float)),
                   32 * sizeof(float));
-    cr_assert_eq(gw_write(w, path), 0, "%s", eng_errmsg());
+    cr_assert_eq(gw_write(w, path), 0, "%s", gw_errmsg());
     gw_free(w);
     return path;
 }

@@ -108,7 +108,7 @@ static char *write_vocab(const char *name, const small_vocab *sv)
         gw_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)(256 + sv->n_extra));
         gw_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)(n - 1));
     }
-    cr_assert_eq(gw_write(w, path), 0, "%s", eng_errmsg());
+    cr_assert_eq(gw_write(w, path), 0, "%s", gw_errmsg());
     gw_free(w);
     for (int i = 0; i < n; i++) free(tok[i]);
     free(tok);
@@ -350,7 +350,7 @@ static void build_real(real_vocab *r)
     snprintf(spec, sizeof spec, "synthetic:%s:1", r->preset);
     cr_assert_eq(eng_model_load(spec, &m), 0, "%s", eng_errmsg());
     gw_vocab *v;
-    cr_assert_eq(gw_vocab_from_hf(tj, tc, eng_model_cfg(m)->vocab_size, &v), 0, "%s", eng_errmsg());
+    cr_assert_eq(gw_vocab_from_hf(tj, tc, eng_model_cfg(m)->vocab_size, &v), 0, "%s", gw_errmsg());
     gw_export_opts o = {.type = "Q8_0", .vocab = v};
     char note[1024];
     cr_assert_eq(gw_export_model(m, r->gguf, &o, note, sizeof note), 0, "%s", eng_errmsg());
