@@ -235,3 +235,29 @@ int gw_write(gguf_writer *w, const char *path)
     if (err) unlink(path);
     return err;
 }
+
+void gw_vocab_add(gguf_writer *w, const gw_vocab *v)
+{
+    gw_str(w, "tokenizer.ggml.model", v->model);
+    if (v->pre) gw_str(w, "tokenizer.ggml.pre", v->pre);
+    gw_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)v->tokens, v->lens, v->n);
+    gw_f32_arr(w, "tokenizer.ggml.scores", v->scores, v->n);
+    gw_i32_arr(w, "tokenizer.ggml.token_type", v->types, v->n);
+    if (v->n_merges) {
+        size_t *ml = malloc(v->n_merges * sizeof *ml);
+        if (!ml) {
+            w->oom = true;
+            return;
+        }
+        for (size_t i = 0; i < v->n_merges; i++) ml[i] = strlen(v->merges[i]);
+        gw_str_arr(w, "tokenizer.ggml.merges", (const char *const *)v->merges, ml, v->n_merges);
+        free(ml);
+    }
+    if (v->bos >= 0) gw_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos);
+    if (v->eos >= 0) gw_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
+    if (v->eot >= 0) gw_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)v->eot);
+    if (v->unk >= 0) gw_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)v->unk);
+    gw_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
+    gw_bool(w, "tokenizer.ggml.add_eos_token", false);
+    if (v->chat_template) gw_str(w, "tokenizer.chat_template", v->chat_template);
+}

@@ -60,6 +60,9 @@ typedef struct gw_vocab {
  * Returns 0 or -errno with gw_errmsg(). */
 int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size, gw_vocab **out);
 void gw_vocab_free(gw_vocab *v);
+/* Adds a vocabulary's tokenizer.* keys (a GGUF holding only these is a tokenizer file that
+ * tok_load reads). Never fails, as the other adders. */
+void gw_vocab_add(gguf_writer *w, const gw_vocab *v);
 
 
 /* The detail of the writer's (and gw_vocab_from_hf's) last error on this thread. */
