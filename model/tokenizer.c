@@ -561,6 +561,18 @@ const char *tok_decode(const tok_tokenizer *t, int32_t prev, int32_t next)
     return prev == t->bos ? t->shown_after_bos[next] : t->shown[next];
 }
 
+const char *tok_decode_bytes(const tok_tokenizer *t, int32_t prev, int32_t next)
+{
+    const char *s = tok_decode(t, prev, next);
+    if (!s || s[0] != '\0' || t->kind != TOK_KIND_SPM) return s;
+    /* "" is a control token, or a byte that printable() hid: give the byte back */
+    const char *p = t->pieces[next];
+    if (prev == t->bos && p[0] == ' ') p++;
+    unsigned char byte_val;
+    if (sscanf(p, "<0x%02hhX>", &byte_val) == 1) return t->byte_str[byte_val];
+    return p[0] && !p[1] ? p : s;
+}
+
 int32_t tok_bos(const tok_tokenizer *t)
 {
     return t->bos;
