@@ -26,8 +26,8 @@ model     |
 libclient | shm model
 kernels   | numa model
 sim       | sched formats
-gateway   | libclient formats model
-tools     | libclient shm formats model
+gateway   | libclient formats
+tools     | libclient shm formats
 daemon    | shm sched numa kernels formats libclient model
 fuzz      | shm libclient formats sched model
 EOF
