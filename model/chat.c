@@ -89,13 +89,13 @@ int chat_template_match(const char *jinja)
     if (chatml + llama3 + inst == 1)
         t = chatml ? CHAT_CHATML : llama3 ? CHAT_LLAMA3 : inst_family(jinja);
     if (t >= 0) return t;
-    char head[64];
+    char head[128]; /* the start of its first line: enough to recognise a family by */
     size_t n = strcspn(jinja, "\n");
-    snprintf(head, sizeof head, "%.*s", (int)(n < 48 ? n : 48), jinja);
+    snprintf(head, sizeof head, "%.*s", (int)(n < 120 ? n : 120), jinja);
     return chat_seterr(-ENOTSUP,
                        "chat template \"%s%s\": %s the built-in templates (%s); "
                        "pass one by name",
-                       head, n > 48 || jinja[n] ? "..." : "",
+                       head, n > 120 || jinja[n] ? "..." : "",
                        chatml + llama3 + inst > 1 ? "spells the markers of more than one of"
                        : inst                     ? "an [INST] template unlike"
                                                   : "not one of",
