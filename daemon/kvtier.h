@@ -80,6 +80,10 @@ int kvtier_create(const kvtier_config *cfg, kvtier **out);
 /* Frees everything. Jobs still in flight are waited for on the ring (their callbacks do not
  * run); the ring must still exist. */
 void kvtier_destroy(kvtier *t);
+/* Whether kvtier_create could use path as its disk tier file, without changing it: absent
+ * (and creatable), empty, or a tier file an earlier ringlmd made. 0, or -EEXIST (someone
+ * else's file) or the error of opening or creating it, with kvtier_errmsg(). */
+int kvtier_check_disk_path(const char *path);
 
 /* Slots per tier (0 when the tier is absent, and for SCHED_POOL_DEVICE). */
 int kvtier_blocks(const kvtier *t, sched_pool tier);
