@@ -40,7 +40,7 @@ static struct {
 #define SYM(field, name)                                                                           \
     do {                                                                                           \
         *(void **)&so.field = dlsym(so.h, name);                                                   \
-        cr_assert_not_null(so.field, "libringlm.so does not export %s", name);                    \
+        cr_assert_not_null(so.field, "libringlm.so does not export %s", name);                     \
     } while (0)
 
 static void open_so(void)
@@ -236,8 +236,7 @@ Test(libclient_tokenize, bad_input_gives_an_errno_and_a_detail)
     cr_assert_eq(write(fd, buf, got / 2), (ssize_t)(got / 2));
     close(fd);
     cr_assert_eq(so.load(cut, 512, &lt), -EINVAL, "a truncated file is refused");
-    cr_assert(strstr(so.errdetail(), cut) && strstr(so.errdetail(), "token"), "%s",
-              so.errdetail());
+    cr_assert(strstr(so.errdetail(), cut) && strstr(so.errdetail(), "token"), "%s", so.errdetail());
     cr_assert_eq(so.load(path, 511, &lt), -EINVAL, "a file of another vocabulary size");
     unlink(cut);
 
