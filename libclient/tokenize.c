@@ -28,8 +28,9 @@ int ringlm_tokenizer_load(const char *path, int vocab_size, ringlm_tokenizer **o
     if (out) *out = NULL;
     if (!path || !out) return client_seterr(-EINVAL, "ringlm_tokenizer_load: path or out is NULL");
     if (vocab_size < 0)
-        return client_seterr(-EINVAL, "ringlm_tokenizer_load: vocab_size %d (0: what the file "
-                                      "holds, or the model's vocabulary size)",
+        return client_seterr(-EINVAL,
+                             "ringlm_tokenizer_load: vocab_size %d (0: what the file "
+                             "holds, or the model's vocabulary size)",
                              vocab_size);
     ringlm_tokenizer *tok = malloc(sizeof *tok);
     if (!tok) return client_seterr(-ENOMEM, "out of memory");
@@ -120,21 +121,24 @@ int ringlm_detokenize(const ringlm_tokenizer *tok, const int32_t *ids, size_t n,
     for (size_t i = 0; i < n; i++) {
         const char *s = tok_decode_bytes(t, prev, ids[i]);
         if (!s)
-            return client_seterr(-EINVAL, "ids[%zu] is %d: the vocabulary has %d tokens", i,
-                                 ids[i], tok_vocab_size(t));
+            return client_seterr(-EINVAL, "ids[%zu] is %d: the vocabulary has %d tokens", i, ids[i],
+                                 tok_vocab_size(t));
         prev = ids[i];
         if (ids[i] == bos || ids[i] == eos) continue;
         size_t l = strlen(s);
         if (l > (size_t)INT_MAX - len)
             return client_seterr(-E2BIG, "ringlm_detokenize: the text exceeds %d bytes", INT_MAX);
-        if (len + l < size) memcpy(buf + len, s, l);
-        else if (len < size) memcpy(buf + len, s, size - 1 - len);
+        if (len + l < size)
+            memcpy(buf + len, s, l);
+        else if (len < size)
+            memcpy(buf + len, s, size - 1 - len);
         len += l;
     }
     if (size) buf[len < size ? len : size - 1] = '\0';
     if (size && len >= size)
-        return client_seterr(-ENOSPC, "ringlm_detokenize: the text is %zu bytes, the buffer "
-                                      "holds %zu with its NUL (needs %zu)",
+        return client_seterr(-ENOSPC,
+                             "ringlm_detokenize: the text is %zu bytes, the buffer "
+                             "holds %zu with its NUL (needs %zu)",
                              len, size, len + 1);
     return (int)len;
 }

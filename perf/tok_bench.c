@@ -28,10 +28,10 @@
 static char *prose(size_t len, unsigned seed)
 {
     static const char *const words[] = {
-        "the",  "a",    "once", "upon", "time",  "there", "was",   "little", "girl",  "named",
-        "Lily", "she",  "liked", "to",  "play",  "in",    "park",  "with",   "her",   "dog",
-        "sun",  "was",  "shining", "and", "birds", "sang", "happy", "because", "friend", "tree",
-        "big",  "red",  "ball", "jumped", "over", "river", "mom",   "said",   "let's", "go"};
+        "the",  "a",   "once",    "upon",   "time",  "there", "was",   "little",  "girl",   "named",
+        "Lily", "she", "liked",   "to",     "play",  "in",    "park",  "with",    "her",    "dog",
+        "sun",  "was", "shining", "and",    "birds", "sang",  "happy", "because", "friend", "tree",
+        "big",  "red", "ball",    "jumped", "over",  "river", "mom",   "said",    "let's",  "go"};
     const size_t nw = sizeof words / sizeof words[0];
     char *s = malloc(len + 64);
     size_t n = 0;
@@ -176,10 +176,10 @@ int main(int argc, char **argv)
                 printf("%-22s %-6s %8zu %9d %12.2f %12s %8s\n", vocabs[v].name,
                        kind ? "spaces" : "prose", sizes_kb[s], n_new, ms_new, old_s, ratio_s);
                 fflush(stdout);
-                json_t *c = json_pack("{s:s, s:s, s:s, s:I, s:i, s:f}", "vocabulary",
-                                      vocabs[v].name, "tokenizer", vocabs[v].kind, "text",
-                                      kind ? "spaces" : "prose", "kb", (json_int_t)sizes_kb[s],
-                                      "tokens", n_new, "heap_ms", ms_new);
+                json_t *c =
+                    json_pack("{s:s, s:s, s:s, s:I, s:i, s:f}", "vocabulary", vocabs[v].name,
+                              "tokenizer", vocabs[v].kind, "text", kind ? "spaces" : "prose", "kb",
+                              (json_int_t)sizes_kb[s], "tokens", n_new, "heap_ms", ms_new);
                 if (ms_old >= 0) {
                     json_object_set_new(c, "old_ms", json_real(ms_old));
                     json_object_set_new(c, "ratio", json_real(ms_old / ms_new));
