@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * daemon/kvtier.h — the KV host tier (and optional disk tier) and the block transfers
- * between the engine's KV pool and those tiers (DESIGN.md §2, §5; issue 5 "KV tiers").
+ * between the engine's KV pool and those tiers (DESIGN.md §2, §5).
  *
  * Host tier: a memfd-backed file, mapped, placed on the daemon's NUMA node and mlock()ed
  * (EPERM/ENOMEM from mlock are tolerated with a logged warning: the tier still works, it can
