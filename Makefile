@@ -100,7 +100,7 @@ $(LIB)/%.a:
 $(LIBRINGLM_SO): $(call objs,$(SHM_SRCS) $(CLIENT_SRCS) $(MODEL_SRCS)) libclient/libringlm.map
 	@mkdir -p $(@D)
 	$(CC) -shared -Wl,-soname,libringlm.so.0 -Wl,--version-script=libclient/libringlm.map $(LDFLAGS) \
-	    -o $@ $(filter %.o,$^) -lpcre2-8 -lrt
+	    -o $@ $(filter %.o,$^) -ljansson -lpcre2-8 -lrt
 	ln -sf libringlm.so $(@D)/libringlm.so.0   # the soname, so build-tree links run
 
 $(OBJ)/empty.o:
@@ -162,7 +162,7 @@ benches: $(BENCHES)
 tests: $(TESTS)
 
 # The .pc file names the prefix it is installed under, so install writes it afresh.
-PC_TEXT = prefix=$(1)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ringlm\nDescription: ringlm client library (shared-memory LLM inference transport)\nVersion: $(VERSION)\nLibs: -L$${libdir} -lringlm\nLibs.private: -lpcre2-8 -lrt\nCflags: -I$${includedir}\n
+PC_TEXT = prefix=$(1)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ringlm\nDescription: ringlm client library (shared-memory LLM inference transport)\nVersion: $(VERSION)\nLibs: -L$${libdir} -lringlm\nLibs.private: -ljansson -lpcre2-8 -lrt\nCflags: -I$${includedir}\n
 $(B)/ringlm.pc: Makefile
 	@mkdir -p $(@D)
 	printf '$(call PC_TEXT,$(PREFIX))' > $@

@@ -25,12 +25,12 @@ int gw_stat_slot(int status)
 }
 
 /* ---- generation requests --------------------------------------------------------------- */
-static int encode_text(const tok_tokenizer *t, const char *text, int32_t **ids, uint32_t *n)
+static int encode_text(const ringlm_tokenizer *t, const char *text, int32_t **ids, uint32_t *n)
 {
-    size_t cap = tok_encode_bound(text);
+    size_t cap = ringlm_tokenize_bound(text);
     *ids = malloc(cap * sizeof **ids);
     if (!*ids) return -ENOMEM;
-    int k = tok_encode(t, text, true, false, *ids, (int)cap);
+    int k = ringlm_tokenize(t, text, RINGLM_TOKENIZE_BOS, *ids, cap);
     if (k < 0) return k;
     *n = (uint32_t)k;
     return 0;
@@ -51,14 +51,14 @@ enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connecti
         int rc = encode_text(s->cfg.tok, r->p.prompt_text, &r->ids, &r->n_prompt);
         if (rc < 0) {
             gw_err_set(&e, 400, "bad_prompt", "prompt", "the prompt cannot be tokenized: %s",
-                       tok_errmsg());
+                       ringlm_errdetail());
             return gw_answer_err(r, c, &e);
         }
     } else {
         r->ids = r->p.prompt_ids;
         r->n_prompt = r->p.n_prompt_ids;
         r->p.prompt_ids = NULL;
-        int vocab = s->cfg.tok ? tok_vocab_size(s->cfg.tok) : 0;
+        int vocab = s->cfg.tok ? ringlm_tokenizer_vocab_size(s->cfg.tok) : 0;
         for (uint32_t i = 0; vocab && i < r->n_prompt; i++)
             if (r->ids[i] >= vocab) {
                 gw_err_set(&e, 400, "bad_token", "prompt",
@@ -198,9 +198,10 @@ enum MHD_Result gw_ep_tokenize(gw_server *s, gw_req *r, struct MHD_Connection *c
     }
     json_decref(o);
     if (!text) return MHD_NO;
-    size_t cap = tok_encode_bound(text);
+    size_t cap = ringlm_tokenize_bound(text);
     int32_t *ids = malloc(cap * sizeof *ids);
-    int n = ids ? tok_encode(s->cfg.tok, text, bos, false, ids, (int)cap) : -ENOMEM;
+    int n =
+        ids ? ringlm_tokenize(s->cfg.tok, text, bos ? RINGLM_TOKENIZE_BOS : 0, ids, cap) : -ENOMEM;
     free(text);
     if (n < 0) {
         free(ids);
@@ -230,7 +231,8 @@ enum MHD_Result gw_ep_detokenize(gw_server *s, gw_req *r, struct MHD_Connection 
     }
     gw_buf raw = {0}, clean = {0};
     int32_t prev = -1;
-    int vocab = tok_vocab_size(s->cfg.tok);
+    int vocab = ringlm_tokenizer_vocab_size(s->cfg.tok);
+    const int32_t bos = ringlm_tokenizer_bos(s->cfg.tok), eos = ringlm_tokenizer_eos(s->cfg.tok);
     for (size_t i = 0; i < json_array_size(t); i++) {
         json_t *v = json_array_get(t, i);
         json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
@@ -241,8 +243,9 @@ enum MHD_Result gw_ep_detokenize(gw_server *s, gw_req *r, struct MHD_Connection 
                        "'tokens' item %zu is not a token id below %d", i, vocab);
             return gw_answer_err(r, c, &e);
         }
-        if (id != TOK_BOS && id != TOK_EOS)
-            gw_buf_adds(&raw, tok_decode(s->cfg.tok, prev, (int32_t)id));
+        const char *piece;
+        if (id != bos && id != eos && ringlm_token_text(s->cfg.tok, prev, (int32_t)id, &piece) == 0)
+            gw_buf_adds(&raw, piece);
         prev = (int32_t)id;
     }
     json_decref(o);

@@ -23,14 +23,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/tokenizer.h"
+#include "ringlm.h"
 #include "formats/api_keys.h"
 
 typedef struct gw_cfg {
     const char *listen_addr; /* IPv4 or IPv6 literal; NULL = 127.0.0.1 */
     uint16_t port;           /* 0 = any (gw_server_port tells which) */
     const char *socket_path; /* ringlmd's socket (NULL: $RINGLM_SOCKET, default) */
-    const tok_tokenizer *tok;
+    const ringlm_tokenizer *tok;
     const gw_keys *keys;      /* NULL: no keys, every request is the gateway's tenant */
     int tpl;                  /* RINGLM_CHAT_*: the chat template of /v1/chat/completions */
     const char *served_model; /* /v1/models id, and the name requests must use */

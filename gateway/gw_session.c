@@ -311,7 +311,8 @@ static void on_token(gw_sess *ss, const ringlm_event *ev)
         return; /* cut at a stop string: the rest until FINISH is dropped */
     uint64_t t0 = gw_now_ns();
     r->n_gen++;
-    const char *piece = s->cfg.tok ? tok_decode(s->cfg.tok, r->prev, ev->token) : NULL;
+    const char *piece = NULL;
+    if (s->cfg.tok && ringlm_token_text(s->cfg.tok, r->prev, ev->token, &piece) < 0) piece = NULL;
     r->prev = ev->token;
     if (piece) gw_buf_adds(&r->raw, piece);
     if (gw_emit_text(r, false)) {

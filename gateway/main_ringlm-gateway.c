@@ -23,8 +23,6 @@
 #include <sys/resource.h>
 
 #include "ringlm.h"
-#include "model/gguf.h"
-#include "model/tokenizer.h"
 #include "formats/api_keys.h"
 #include "gateway/gw_server.h"
 
@@ -70,39 +68,31 @@ static void usage(FILE *f)
  * stderr. Returns 0 (also when the file is not GGUF or has no template) or -1. */
 static int model_template(const char *path, const char *explicit_name, int *tpl, const char **from)
 {
-    gguf_file *g;
-    if (gguf_open(path, &g) < 0)
-        return 0; /* not GGUF (a llama2.c tokenizer.bin): tok_load said what it is */
-    const char *text;
-    size_t len;
-    int rc = gguf_get_str(g, "tokenizer.chat_template", &text, &len);
-    if (rc == 0) {
-        char *jinja = strndup(text, len);
-        int t = jinja ? ringlm_chat_template_match(jinja) : -ENOMEM;
-        free(jinja);
-        if (!explicit_name && t < 0) {
+    /* only a GGUF file carries one (ringlm_tokenizer_load says what else a file is) */
+    char magic[4] = "";
+    FILE *f = fopen(path, "rb");
+    bool gguf = f && fread(magic, 1, 4, f) == 4 && memcmp(magic, "GGUF", 4) == 0;
+    if (f) fclose(f);
+    if (!gguf) return 0;
+    int t = ringlm_chat_template_of_model(path);
+    if (t == -ENOENT) return 0; /* the file has no tokenizer.chat_template */
+    if (t < 0 && (t != -ENOTSUP || !explicit_name)) {
+        if (t == -ENOTSUP)
             fprintf(stderr,
-                    "ringlm-gateway: %s: its chat template is none of the built-in ones (%s): "
-                    "\"%.*s%s\"; choose one with --chat-template NAME\n",
-                    path, ringlm_chat_template_names(), len > 120 ? 120 : (int)len, text,
-                    len > 120 ? "..." : "");
-            gguf_close(g);
-            return -1;
-        }
-        if (!explicit_name) {
-            *tpl = t;
-            *from = "the model file's chat_template";
-        } else if (t >= 0 && t != *tpl) {
-            fprintf(stderr,
-                    "ringlm-gateway: note: --chat-template %s, but %s's chat template is %s\n",
-                    explicit_name, path, ringlm_chat_template_name(t));
-        }
-    } else if (rc != -ENOENT) {
-        fprintf(stderr, "ringlm-gateway: %s: %s\n", path, gguf_errmsg());
-        gguf_close(g);
+                    "ringlm-gateway: %s: its chat template is none of the built-in ones: %s; "
+                    "choose one with --chat-template NAME\n",
+                    path, ringlm_errdetail());
+        else
+            fprintf(stderr, "ringlm-gateway: %s\n", ringlm_errdetail());
         return -1;
     }
-    gguf_close(g);
+    if (!explicit_name) {
+        *tpl = t;
+        *from = "the model file's chat_template";
+    } else if (t >= 0 && t != *tpl) {
+        fprintf(stderr, "ringlm-gateway: note: --chat-template %s, but %s's chat template is %s\n",
+                explicit_name, path, ringlm_chat_template_name(t));
+    }
     return 0;
 }
 
@@ -227,12 +217,12 @@ int main(int argc, char **argv)
     const char *tpl_from = tpl_name ? "--chat-template" : "default";
     if (tok_path && model_template(tok_path, tpl_name, &cfg.tpl, &tpl_from) < 0) return 1;
 
-    tok_tokenizer *tok = NULL;
+    ringlm_tokenizer *tok = NULL;
     if (tok_path) {
-        int rc = tok_load(tok_path, 0, &tok);
+        int rc = ringlm_tokenizer_load(tok_path, 0, &tok);
         if (rc < 0) {
             fprintf(stderr, "ringlm-gateway: tokenizer %s: %s (%s)\n", tok_path, strerror(-rc),
-                    tok_errmsg());
+                    ringlm_errdetail());
             return 1;
         }
         cfg.tok = tok;
@@ -243,7 +233,7 @@ int main(int argc, char **argv)
         int rc = gw_keys_load(keys_path, &keys, why, sizeof why);
         if (rc < 0) {
             fprintf(stderr, "ringlm-gateway: --api-keys %s\n", why);
-            tok_free(tok);
+            ringlm_tokenizer_free(tok);
             return 1;
         }
         cfg.keys = &keys;
@@ -267,7 +257,7 @@ int main(int argc, char **argv)
     int rc = gw_server_start(&cfg, &s);
     if (rc < 0) {
         gw_keys_free(&keys);
-        tok_free(tok);
+        ringlm_tokenizer_free(tok);
         return 1;
     }
     fprintf(stderr,
@@ -284,7 +274,7 @@ int main(int argc, char **argv)
     gw_server_drain(s, (unsigned)grace_ms);
     gw_server_stop(s);
     gw_keys_free(&keys);
-    tok_free(tok);
+    ringlm_tokenizer_free(tok);
     if (!cfg.quiet) fprintf(stderr, "ringlm-gateway: drained; exiting\n");
     return 0;
 }

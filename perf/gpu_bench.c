@@ -26,7 +26,7 @@
  * $RINGLM_SHARED/models). Exit status: 0 all checks passed, 1 a check failed, 2 no device.
  */
 #include "kernels/engine.h"
-#include "kernels/gguf_write.h"
+#include "kernels/gguf_export.h"
 #include "perf/bench_util.h"
 #include "perf/gpu_parity.h"
 
