@@ -44,6 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/decision_record.h"
 #include "common/end_codes.h"
 
 #ifdef __cplusplus
@@ -455,6 +456,7 @@ typedef struct sched_event {
     const char *tenant;
     const char *class_name;
     sched_reject_reason reject;   /* REJECT */
+    const char *detail;           /* REJECT: the caller's words (sched_note_reject), else NULL */
     sched_defer_reason defer;     /* DEFER; PREEMPT: what it made room for (BLOCKS|QUOTA) */
     sched_cancel_reason cancel;   /* CANCEL */
     sched_timeout_reason timeout; /* TIMEOUT */
@@ -502,12 +504,11 @@ typedef void (*sched_event_fn)(void *ctx, const sched_event *ev);
  * transfer or re-prefill). */
 const char *sched_event_reason_name(const sched_event *ev);
 
-/* Write the JSON line of DESIGN.md §5 for ev into buf (NUL-terminated, no trailing newline):
- *   {"t_us":…,"ev":"…","req":…,"tenant":"…","class":"…","reason":"…",…kind fields…}
- * Keys with NULL strings are omitted; numbers are integers except the cost estimates
- * (one decimal).  Realised-cost records (swap_out/swap_in/recompute with a reason) add
- * "mode", "predicted_us" and "realised_us" (one decimal; null when unmeasured).  Pure; returns the length it needed (like snprintf; ≥ len means truncated).*/
-size_t sched_event_json(const sched_event *ev, char *buf, size_t len);
+/* The decision-log line of ev as plain data (DESIGN.md §5): the keys its kind carries, its
+ * names from the tables above.  The scheduler writes no JSON; formats/decision.c
+ * (fmt_decision_format) is the one writer of the log, for the daemon and the simulator.
+ * Pure; the record's strings are ev's or static. */
+void sched_event_record(const sched_event *ev, decision_record *out);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Scheduler                                                                                */
@@ -638,6 +639,19 @@ typedef struct sched_request {
  *   -E2BIG too_long / never_fits,  -EAGAIN tenant_quota / queue_full (transient),
  *   -ETIME deadline_infeasible. */
 int sched_submit(sched *s, const sched_request *req, uint64_t now_us, sched_reject_reason *reason);
+
+/*
+ * A request the caller refused before submitting it (the daemon's own checks: a bad token,
+ * a parameter out of range, draining, out of memory, a tenant or class not in the policy):
+ * the scheduler takes nothing, but counts the reject in its tenant's and class's stats and
+ * emits it as a REJECT event with `why` and `detail` (the caller's words, may be NULL), so
+ * every reject reaches the one event stream (decision log, metrics, the simulator's report).
+ * q names the request as for sched_submit (tenant and class by index or by name; names not
+ * in the policy are reported as given).  0, or -EINVAL (no scheduler or request, why NONE
+ * or out of range).
+ */
+int sched_note_reject(sched *s, const sched_request *q, sched_reject_reason why, const char *detail,
+                      uint64_t now);
 
 /* Cancel a live request: event "cancel" now; its KV blocks (every pool) are released at the
  * start of the next sched_step (listed in plan->releases, events "release"), or when its

@@ -714,6 +714,7 @@ Test(sched_prefix, random_traffic_keeps_every_invariant_and_every_block_intact)
  * runs, the scheduler's invariants (reference counts included) checked after every call.
  * ============================================================================================== */
 
+#include "tests/event_json.h"
 #include "sched/sched.h"
 #include "tests/sched_drive_util.h"
 
@@ -738,7 +739,7 @@ static void d_sink(void *ctx, const sched_event *e)
     }
     if (e->kind == SCHED_EV_FINISH) D.finished++;
     char line[512];
-    cr_assert_lt(sched_event_json(e, line, sizeof line), sizeof line);
+    cr_assert_geq(event_json(e, line, sizeof line), 0);
 }
 
 static void d_check(void)
@@ -1085,7 +1086,7 @@ Test(sched_prefix_cache, free_block_demand_evicts_cached_blocks_instead_of_waiti
             evicts++;
             cr_assert_eq(D.ev[i].evict, SCHED_PREFIX_EVICT_DEMAND);
             char line[256];
-            sched_event_json(&D.ev[i], line, sizeof line);
+            event_json(&D.ev[i], line, sizeof line);
             cr_assert(strstr(line, "\"ev\":\"cache_evict\"") &&
                           strstr(line, "\"reason\":\"demand\""),
                       "%s", line);
@@ -1264,7 +1265,7 @@ Test(sched_prefix_tiers, evicted_blocks_are_demoted_to_host_and_reloaded_at_admi
     cr_assert_gt(dm->recompute_cost_us * dm->expected_reuse, dm->swap_cost_us,
                  "demoted because reload < recompute × reuse");
     char line[512];
-    sched_event_json(dm, line, sizeof line);
+    event_json(dm, line, sizeof line);
     cr_assert(strstr(line, "\"ev\":\"cache_demote\"") && strstr(line, "\"to\":\"host\"") &&
                   strstr(line, "\"reload_cost_us\":") && strstr(line, "\"recompute_cost_us\":") &&
                   strstr(line, "\"expected_reuse\":"),
@@ -1295,13 +1296,13 @@ Test(sched_prefix_tiers, evicted_blocks_are_demoted_to_host_and_reloaded_at_admi
     cr_assert_not_null(r);
     cr_assert_eq(r->mode, SCHED_PREEMPT_SWAP);
     cr_assert_lt(r->swap_cost_us, r->recompute_cost_us);
-    sched_event_json(r, line, sizeof line);
+    event_json(r, line, sizeof line);
     cr_assert(strstr(line, "\"choice\":\"reload\"") && strstr(line, "\"pool\":\"host\""), "%s",
               line);
     const sched_event *h = d_find(SCHED_EV_CACHE_HIT, 10);
     cr_assert_eq(h->pool_tokens[SCHED_POOL_HOST], 12);
     cr_assert_eq(h->cached_tokens, 12);
-    sched_event_json(h, line, sizeof line);
+    event_json(h, line, sizeof line);
     cr_assert(strstr(line, "\"host_tokens\":12"), "%s", line);
     double pred = r->swap_cost_us;
     D.now += 1000;
@@ -1365,7 +1366,7 @@ Test(sched_prefix_tiers, a_slow_tier_makes_admission_recompute_and_logs_both_est
     cr_assert_gt(r->swap_cost_us, r->recompute_cost_us);
     cr_assert_eq(r->pool, SCHED_POOL_HOST);
     char line[512];
-    sched_event_json(r, line, sizeof line);
+    event_json(r, line, sizeof line);
     cr_assert(strstr(line, "\"choice\":\"recompute\"") && strstr(line, "\"reload_cost_us\":") &&
                   strstr(line, "\"recompute_cost_us\":"),
               "%s", line);
@@ -1384,7 +1385,7 @@ Test(sched_prefix_tiers, a_slow_tier_makes_admission_recompute_and_logs_both_est
     cr_assert_eq(done->mode, SCHED_PREEMPT_RECOMPUTE);
     cr_assert_eq(done->predicted_us, pred);
     cr_assert_eq(done->realised_us, -1.0, "the driver's steps carry no duration: unmeasured");
-    sched_event_json(done, line, sizeof line);
+    event_json(done, line, sizeof line);
     cr_assert(strstr(line, "\"reason\":\"done\"") && strstr(line, "\"choice\":\"recompute\"") &&
                   strstr(line, "\"realised_us\":null"),
               "%s", line);
