@@ -91,7 +91,9 @@ static void on_xfer_done(void *ctx, uint64_t cookie, int res, sched_xfer_dir dir
     if (res < 0)
         svc_log("KV transfer %llu (%s, %s tier) failed: %s", (unsigned long long)cookie,
                 dir == SCHED_XFER_OUT ? "out" : "in", sched_pool_name(tier), strerror(-res));
-    else
+    if (res < 0 && dir == SCHED_XFER_IN)
+        metrics_observe_tier_read_failure(s->mx, tier, kvtier_read_failure_of(res));
+    else if (res == 0)
         metrics_observe_transfer(s->mx, tier, dir, bytes, elapsed_us);
     DTRACE_PROBE4(ringlmd, transfer_done, cookie, dir, tier, res);
     if (s->trace_xfer) svc_log("xfer %llu done res %d", (unsigned long long)cookie, res);
@@ -267,6 +269,7 @@ void xfer_copy(svc *s, const sched_transfer *t)
         }
     }
     if (rc == 0) metrics_observe_transfer(s->mx, t->tier, t->dir, (size_t)t->bytes, us);
+    if (rc < 0 && in) metrics_observe_tier_read_failure(s->mx, from, kvtier_read_failure_of(rc));
     DTRACE_PROBE4(ringlmd, transfer_done, t->id, t->dir, t->tier, rc);
     if (s->trace_xfer)
         svc_log("cache copy %llu %s → %s, %d blocks: %d", (unsigned long long)t->id,

@@ -647,7 +647,7 @@ int sc_cache_xfer_done(sched *s, xfer_rec *x, uint64_t now, uint64_t bytes, uint
     sched_event e = ev_of(s, x->cache == XK_RELOAD ? SCHED_EV_CACHE_RELOAD : SCHED_EV_CACHE_DEMOTE,
                           sl != NO_SLOT ? &s->reqs[sl] : NULL, now);
     e.req = x->req;
-    e.outcome = status < 0 ? SCHED_OUTCOME_FAILED : SCHED_OUTCOME_DONE;
+    e.outcome = sc_xfer_outcome(status);
     e.mode = SCHED_PREEMPT_SWAP;
     e.xfer = x->id;
     e.blocks = x->n;

@@ -26,7 +26,8 @@ static const char *const defer_names[] = {
 static const char *const timeout_names[] = {"queue_wait", "deadline", "deadline_infeasible"};
 static const char *const finish_names[] = {"none", "stop", "length"};
 static const char *const pool_names[] = {"device", "host", "disk"};
-static const char *const outcome_names[] = {NULL, "start", "resume", "done", "failed", "abandoned"};
+static const char *const outcome_names[] = {NULL,     "start",     "resume", "done",
+                                            "failed", "abandoned", "damaged"};
 static const char *const event_names[] = {
     "admit",     "reject",      "defer",        "schedule",    "preempt", "swap_out",
     "swap_in",   "recompute",   "cancel",       "timeout",     "finish",  "release",

@@ -189,7 +189,9 @@ bool sc_detach(sched *s, uint32_t slot)
 {
     req *r = &s->reqs[slot];
     switch (r->state) {
-    case SCHED_REQ_WAITING: sc_waiting_remove(s, slot); break;
+    case SCHED_REQ_WAITING:
+        if (!r->parked) sc_waiting_remove(s, slot);
+        break;
     case SCHED_REQ_RUNNING: sc_run_remove(s, slot); break;
     case SCHED_REQ_SWAPPED:
         sc_hremove(s, &s->cs[r->cls].swapped, slot);
@@ -198,6 +200,10 @@ bool sc_detach(sched *s, uint32_t slot)
     case SCHED_REQ_SWAPPING_OUT:
     case SCHED_REQ_SWAPPING_IN: sc_set_state(s, r, SCHED_REQ_ENDED); return false;
     default: break;
+    }
+    if (r->parked) {
+        r->parked = false;
+        s->n_parked--;
     }
     sc_set_state(s, r, SCHED_REQ_ENDED);
     return true;
@@ -564,7 +570,7 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
             s->bad_to);
     uint32_t kv[SCHED_MAX_TENANTS] = {0}, live[SCHED_MAX_TENANTS] = {0};
     uint64_t qt[SCHED_MAX_TENANTS] = {0}, qtot = 0;
-    uint32_t nwait = 0, nrun = 0, nswap = 0, ntransit = 0;
+    uint32_t nwait = 0, nrun = 0, nswap = 0, ntransit = 0, nparked = 0;
     for (uint32_t i = 0; i < s->n_slots; i++) {
         const req *r = &s->reqs[i];
         if (!r->live && !(r->state == SCHED_REQ_ENDED && r->n_dev + r->n_tier > 0)) continue;
@@ -585,8 +591,20 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
                     sched_pool_name((sched_pool)r->tier), id, (unsigned long long)r->id);
         }
         kv[r->tenant] += r->n_dev;
+        if (r->parked) {
+            nparked++;
+            if (!r->blocked || (r->state != SCHED_REQ_WAITING && r->state != SCHED_REQ_SWAPPED))
+                BAD("parked request %llu is %s", (unsigned long long)r->id,
+                    r->blocked ? "neither waiting nor swapped" : "not blocked");
+        }
         switch (r->state) {
         case SCHED_REQ_WAITING:
+            if (r->parked) {
+                if (r->n_dev)
+                    BAD("parked request %llu holds %u device blocks", (unsigned long long)r->id,
+                        r->n_dev);
+                break;
+            }
             nwait++;
             qt[r->tenant] += known(r);
             qtot += known(r);
@@ -634,6 +652,8 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
     if (qtot != s->queued_tokens)
         BAD("queued tokens %llu by counter, %llu by scan", (unsigned long long)s->queued_tokens,
             (unsigned long long)qtot);
+    if (nparked != s->n_parked)
+        BAD("parked requests %u by counter, %u by scan", s->n_parked, nparked);
     if (nwait != s->n_waiting || nrun != s->run.n || nswap != s->n_swapped ||
         ntransit != s->n_in_transit)
         BAD("counts waiting %u/%u running %u/%u swapped %u/%u transit %u/%u (counter/scan)",

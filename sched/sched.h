@@ -235,6 +235,9 @@ typedef enum sched_outcome {
     SCHED_OUTCOME_DONE,      /* "done": the way back completed */
     SCHED_OUTCOME_FAILED,    /* "failed": a transfer failed */
     SCHED_OUTCOME_ABANDONED, /* "abandoned": ended or preempted again first */
+    SCHED_OUTCOME_DAMAGED,   /* "damaged": a transfer failed because a block read back from a
+                                tier was not the one written there, or the tier file ended
+                                before it (status -EBADMSG, -ENODATA): not used, recomputed */
     SCHED_OUTCOME__COUNT
 } sched_outcome;
 const char *sched_outcome_name(sched_outcome o); /* NONE → NULL */
@@ -801,7 +804,8 @@ int sched_commit(sched *s, sched_result *results, size_t n, uint64_t now_us,
                  uint64_t step_duration_us);
 
 /* A transfer from some plan completed.  status 0 = done; < 0 = failed: a failed swap-out
- * turns into a recompute preemption, a failed swap-in into a recompute of the context.
+ * turns into a recompute preemption, a failed swap-in into a recompute of the context
+ * (-EBADMSG / -ENODATA: its blocks came back damaged; logged with outcome "damaged").
  * bytes/duration_us (0 = unknown) refine that tier's bandwidth estimate for that direction.
  * -ENOENT when the transfer id is unknown or already completed. */
 int sched_transfer_done(sched *s, uint64_t transfer_id, uint64_t now_us, uint64_t bytes,
