@@ -178,5 +178,7 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr, co
     if (rc < 0) {
         s->n_rejects++;
         req_end(s, r, RINGLM_WIRE_R_REJECTED, (unsigned)sched_reject_cause(rr));
+        return;
     }
+    req_set_state(s, r, REQ_QUEUED);
 }

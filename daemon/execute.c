@@ -52,10 +52,11 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
         svc_req *r = req_find(s, e->req);
         uint32_t known = r ? r->n_prompt + r->n_gen : 0;
         /* The scheduler's block ids are the engine's (int32 in the engine's table). */
-        if (!r || r->ended || e->n_tokens == 0 || e->start_pos + e->n_tokens > known ||
+        if (!r || req_state_ended(r->state) || e->n_tokens == 0 ||
+            e->start_pos + e->n_tokens > known ||
             eng_bb_add(bb, r->tokens, e->start_pos, e->n_tokens, (const int32_t *)e->blocks,
                        e->n_blocks, e->samples) < 0) {
-            if (r && !r->ended) {
+            if (r && !req_state_ended(r->state)) {
                 /* A plan the service cannot execute would be planned again for ever. */
                 svc_log("plan entry for request %llu is not executable (pos %u + %u, known %u, "
                         "%u blocks); failing it",

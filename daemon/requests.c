@@ -23,6 +23,11 @@
 
 /* ---- registry ------------------------------------------------------------------------ */
 
+void req_set_state(svc *s, svc_req *r, req_state to)
+{
+    req_state_move(&s->req_audit, r->id, &r->state, to);
+}
+
 svc_req *req_find(svc *s, uint64_t id)
 {
     for (svc_req *r = s->hash[id % SVC_HASH_BUCKETS]; r; r = r->h_next)
@@ -117,13 +122,27 @@ static void out_list_del(svc *s, svc_sess *ss)
 }
 
 /* The scheduler stops scheduling a sequence whose output cannot go out (defer
- * output_backpressure) and takes it up again when it can. */
-static void set_blocked(svc *s, svc_req *r, bool blocked)
+ * output_backpressure) and takes it up again when it can (sess_flush). An ended request is
+ * the scheduler's no more: it is not reported. */
+static void out_block(svc *s, svc_req *r)
 {
-    if (r->blocked == blocked) return;
-    r->blocked = blocked;
-    if (!r->ended) sched_set_output_blocked(s->sched, r->id, blocked, s->now_us);
-    if (blocked) DTRACE_PROBE2(ringlmd, output_blocked, r->id, r->n_gen - r->n_pushed);
+    DTRACE_PROBE2(ringlmd, output_blocked, r->id, r->n_gen - r->n_pushed);
+    if (r->state != REQ_RUNNING_OUT) return;
+    req_set_state(s, r, REQ_RUNNING_BLOCKED);
+    sched_set_output_blocked(s->sched, r->id, true, s->now_us);
+}
+
+/* Appends r (already moved to an outbox state) to its session's outbox. */
+static void out_link(svc *s, svc_sess *ss, svc_req *r)
+{
+    r->o_next = NULL;
+    if (ss->out_tail)
+        ss->out_tail->o_next = r;
+    else
+        ss->out_head = r;
+    ss->out_tail = r;
+    out_list_add(s, ss);
+    if (ss->blocked) out_block(s, r);
 }
 
 /* One vocabulary (sched_end_code): the wire's codes are the scheduler's, number for number. */
@@ -237,18 +256,24 @@ static void req_log_and_free(svc *s, svc_req *r)
 
 void req_end(svc *s, svc_req *r, unsigned reason, unsigned cause)
 {
-    if (r->ended) return;
-    r->ended = true;
+    if (req_state_ended(r->state)) return;
     r->fin_reason = r->forced_reason ? r->forced_reason : reason;
     r->fin_cause = r->forced_reason ? r->forced_cause : cause;
     r->finish_us = s->now_us;
-    req_output_ready(s, r);
+    svc_sess *ss = r->sess;
+    if (!ss || ss->closing) { /* its session is being closed: freed there */
+        req_set_state(s, r, REQ_ENDED);
+        return;
+    }
+    bool linked = req_state_in_outbox(r->state);
+    req_set_state(s, r, REQ_ENDED_OUT); /* its FINISH goes out after its tokens */
+    if (!linked) out_link(s, ss, r);
 }
 
 /* Pushes r's unpublished tokens, then its FINISH once ended: 0 when everything of r is
  * out, -EAGAIN when the event ring is full (r's tokens wait here, in tokens[], until the
  * client reads), -EPIPE when the session is ending (on_close frees everything of it). */
-static int req_push(svc_req *r)
+static int req_push(svc *s, svc_req *r)
 {
     dsess *ds = r->sess->ds;
     int rc = 0;
@@ -257,11 +282,11 @@ static int req_push(svc_req *r)
         if (rc < 0) return rc;
         r->n_pushed++;
     }
-    if (r->ended && !r->finish_pushed) {
+    if (r->state == REQ_ENDED_OUT) {
         rc = dsess_push_finish(ds, r->client_id, r->fin_reason, r->fin_cause, r->n_gen,
                                r->cached_tokens);
         if (rc < 0) return rc;
-        r->finish_pushed = true;
+        req_set_state(s, r, REQ_FINISHED);
     }
     return 0;
 }
@@ -275,7 +300,7 @@ static void sess_block(svc *s, svc_sess *ss)
     if (ss->blocked) return;
     ss->blocked = true;
     ss->blocked_since_us = s->now_us;
-    for (svc_req *r = ss->out_head; r; r = r->o_next) set_blocked(s, r, true);
+    for (svc_req *r = ss->out_head; r; r = r->o_next) out_block(s, r);
     if (ss->n_reqs >= SVC_MAX_REQS_PER_SESSION) {
         char why[160];
         snprintf(why, sizeof why,
@@ -294,7 +319,7 @@ static void sess_flush(svc *s, svc_sess *ss)
     if (ss->blocked && dsess_event_space(ss->ds) < 2) return;
     while (ss->out_head) {
         svc_req *r = ss->out_head;
-        int rc = req_push(r);
+        int rc = req_push(s, r);
         if (rc == -EPIPE) return;
         if (rc == -EAGAIN) {
             sess_block(s, ss);
@@ -302,10 +327,14 @@ static void sess_flush(svc *s, svc_sess *ss)
         }
         ss->out_head = r->o_next;
         if (!ss->out_head) ss->out_tail = NULL;
-        r->in_out = false;
         r->o_next = NULL;
-        set_blocked(s, r, false);
-        if (r->ended && r->finish_pushed) req_log_and_free(s, r);
+        if (r->state == REQ_FINISHED) {
+            req_log_and_free(s, r);
+            continue;
+        }
+        if (r->state == REQ_RUNNING_BLOCKED)
+            sched_set_output_blocked(s->sched, r->id, false, s->now_us);
+        req_set_state(s, r, REQ_RUNNING);
     }
     ss->blocked = ss->bp_cancelled = false;
     out_list_del(s, ss);
@@ -314,29 +343,21 @@ static void sess_flush(svc *s, svc_sess *ss)
 void req_output_ready(svc *s, svc_req *r)
 {
     svc_sess *ss = r->sess;
-    if (!ss || ss->closing) return; /* its session is being closed: freed there */
+    if (!ss || ss->closing) return;        /* its session is being closed: freed there */
+    if (req_state_ended(r->state)) return; /* req_end queued its FINISH */
     /* The bounded buffer: past its size the tokens would have nowhere to go. */
-    if (!r->ended && r->n_gen - r->n_pushed > s->cfg.backpressure_buffer_tokens) {
+    if (r->n_gen - r->n_pushed > s->cfg.backpressure_buffer_tokens) {
         req_cancel(s, r, SCHED_CANCEL_BACKPRESSURE, RINGLM_WIRE_R_CANCELLED,
                    RINGLM_WIRE_R_OUTPUT_BACKPRESSURE);
         return; /* req_end queued it */
     }
-    if (r->in_out) return;
-    r->in_out = true;
-    r->o_next = NULL;
-    if (ss->out_tail)
-        ss->out_tail->o_next = r;
-    else
-        ss->out_head = r;
-    ss->out_tail = r;
-    out_list_add(s, ss);
-    if (ss->blocked) {
-        set_blocked(s, r, true);
-        /* its client has not read for longer than the timeout already */
-        if (ss->bp_cancelled && !r->ended)
-            req_cancel(s, r, SCHED_CANCEL_BACKPRESSURE, RINGLM_WIRE_R_CANCELLED,
-                       RINGLM_WIRE_R_OUTPUT_BACKPRESSURE);
-    }
+    if (req_state_in_outbox(r->state)) return;
+    req_set_state(s, r, REQ_RUNNING_OUT);
+    out_link(s, ss, r);
+    /* its client has not read for longer than the timeout already */
+    if (ss->blocked && ss->bp_cancelled)
+        req_cancel(s, r, SCHED_CANCEL_BACKPRESSURE, RINGLM_WIRE_R_CANCELLED,
+                   RINGLM_WIRE_R_OUTPUT_BACKPRESSURE);
 }
 
 void req_flush_pending(svc *s)
@@ -350,7 +371,7 @@ void req_flush_pending(svc *s)
 
 void req_cancel(svc *s, svc_req *r, sched_cancel_reason why, unsigned reason, unsigned cause)
 {
-    if (r->ended) return;
+    if (req_state_ended(r->state)) return;
     r->forced_reason = reason;
     r->forced_cause = cause;
     if (!r->cancel_us) r->cancel_us = s->now_us;
@@ -362,7 +383,7 @@ void req_cancel_all(svc *s, sched_cancel_reason why, unsigned reason, unsigned c
 {
     for (size_t b = 0; b < SVC_HASH_BUCKETS; b++)
         for (svc_req *r = s->hash[b]; r; r = r->h_next)
-            if (!r->ended) req_cancel(s, r, why, reason, cause);
+            if (!req_state_ended(r->state)) req_cancel(s, r, why, reason, cause);
 }
 
 /* A session blocked longer than the timeout has its requests with output cancelled
@@ -378,7 +399,7 @@ uint64_t req_check_backpressure(svc *s, uint64_t now_us)
         if (now_us >= dl) {
             ss->bp_cancelled = true;
             for (svc_req *r = ss->out_head; r; r = r->o_next)
-                if (!r->ended)
+                if (!req_state_ended(r->state))
                     req_cancel(s, r, SCHED_CANCEL_BACKPRESSURE, RINGLM_WIRE_R_CANCELLED,
                                RINGLM_WIRE_R_OUTPUT_BACKPRESSURE);
         } else if (!next_wake || dl - now_us < next_wake) {
@@ -441,7 +462,7 @@ void req_session_cancel(svc *s, dsess *ds, uint64_t client_id)
     svc_sess *ss = dsess_user(ds);
     if (!ss) return;
     for (svc_req *r = ss->reqs; r; r = r->s_next) {
-        if (r->client_id == client_id && !r->ended) {
+        if (r->client_id == client_id && !req_state_ended(r->state)) {
             r->cancel_us = s->now_us;
             req_cancel(s, r, SCHED_CANCEL_CLIENT, RINGLM_WIRE_R_CANCELLED, 0);
             return;
@@ -462,13 +483,15 @@ void req_session_close(svc *s, dsess *ds)
      * blocks in every tier and no further compute is spent on these sequences. */
     while (ss->reqs) {
         svc_req *r = ss->reqs;
-        if (!r->ended) {
+        if (!req_state_ended(r->state)) {
             r->cancel_us = s->now_us;
             req_cancel(s, r, SCHED_CANCEL_DISCONNECT, RINGLM_WIRE_R_CANCELLED,
                        RINGLM_WIRE_R_CLIENT_GONE);
         }
+        /* its FINISH, if it waited in the outbox, will never go out */
+        if (r->state == REQ_ENDED_OUT) req_set_state(s, r, REQ_ENDED);
         sess_unlink(r);
-        if (r->ended) req_log_and_free(s, r);
+        if (req_state_ended(r->state)) req_log_and_free(s, r);
     }
     dsess_set_user(ds, NULL);
     ut_release(s, ss->tenant);
@@ -537,13 +560,16 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
     case SCHED_EV_SCHEDULE:
         if (ev->outcome == SCHED_OUTCOME_START)
             metrics_observe(s->mx, series, METRICS_H_QUEUE_WAIT, ev->wait_us);
-        if (r && !r->scheduled) record_sched_cost(s, r, ev->t_us);
-        if (r) r->scheduled = true;
+        /* its first start: QUEUED → RUNNING (a resume finds it started) */
+        if (r && r->state == REQ_QUEUED) {
+            record_sched_cost(s, r, ev->t_us);
+            req_set_state(s, r, REQ_RUNNING);
+        }
         break;
     case SCHED_EV_CACHE_HIT:
         /* the first admission's hit, for the request log (a resumed sequence's own blocks
          * found again after a recompute are not the request's cached prompt) */
-        if (r && !r->scheduled) r->cached_tokens = ev->cached_tokens;
+        if (r && r->state <= REQ_QUEUED) r->cached_tokens = ev->cached_tokens;
         break;
     case SCHED_EV_PREEMPT:
         metrics_count_preempt(

@@ -25,6 +25,7 @@
 #include "daemon/kvtier.h"
 #include "daemon/loop.h"
 #include "daemon/metrics.h"
+#include "daemon/reqstate.h"
 #include "daemon/service.h"
 #include "kernels/batch.h"
 #include "kernels/engine.h"
@@ -65,16 +66,14 @@ typedef struct svc_req {
     uint64_t rng;
     bool ignore_stop; /* RINGLM_WIRE_REQ_F_IGNORE_STOP: only max_new ends it */
     uint64_t arrival_us, deadline_us, first_token_us, last_token_us, cancel_us, finish_us;
-    bool ended; /* the scheduler is done with it (or never took it) */
-    bool finish_pushed;
-    bool blocked;                         /* output blocked, reported to the scheduler */
-    bool in_out;                          /* in its session's outbox */
+    uint8_t state;                        /* req_state (reqstate.h): moved by req_set_state only */
     struct svc_req *o_next;               /* the outbox, in the order output became ready */
     unsigned fin_reason, fin_cause;       /* RINGLM_WIRE_R_* */
     unsigned forced_reason, forced_cause; /* set before a daemon-side cancel */
     uint32_t cached_tokens; /* prompt tokens its first admission found in the prefix cache */
     uint64_t cache_salt;    /* its prefix cache domain (ut_cache_salt), for the request log */
-    bool scheduled;         /* the scheduler has started it (its first cache_hit is counted) */
+    /* Data, not a state: sched_cost holds a value (recorded at its first start, only when a
+     * request log is written); the request log line writes null otherwise. */
     bool has_sched_cost;
     fmt_sched_cost sched_cost; /* the scheduler's cost model when it first started it, for
                                   * the request log: a replay decides with these costs */
@@ -129,7 +128,8 @@ struct svc {
     svc_req *hash[SVC_HASH_BUCKETS];
     uint64_t next_id;
     uint64_t live_reqs;
-    svc_sess *out_sessions; /* sessions with output to push */
+    svc_sess *out_sessions;    /* sessions with output to push */
+    req_state_audit req_audit; /* illegal request state moves (req_set_state) */
     /* records (requests, cancels) taken from each tenant's sessions in this iteration */
     uint32_t *tenant_records;
     int n_tenants;
@@ -192,6 +192,8 @@ void svc_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- requests.c ----------------------------------------------------------------------- */
 svc_req *req_find(svc *s, uint64_t id);
+/* The one place a request's state changes: checked against reqstate.c's table. */
+void req_set_state(svc *s, svc_req *r, req_state to);
 /* A new request of session ss, linked into the registry and the session's list (so every
  * path ends it through req_end and the same flush). NULL when out of memory. */
 svc_req *req_new(svc *s, svc_sess *ss, uint64_t client_id);

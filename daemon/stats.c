@@ -91,7 +91,7 @@ void stats_update_series_queues(svc *s)
      * every idle iteration. */
     for (size_t b = 0; b < SVC_HASH_BUCKETS && s->live_reqs; b++)
         for (svc_req *r = s->hash[b]; r; r = r->h_next) {
-            if (r->ended || r->series < 0 || r->series >= SVC_MAX_SERIES) continue;
+            if (req_state_ended(r->state) || r->series < 0 || r->series >= SVC_MAX_SERIES) continue;
             sched_req_info ri;
             if (sched_get_request(s->sched, r->id, &ri) < 0) continue;
             if (ri.state == SCHED_REQ_WAITING)

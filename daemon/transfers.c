@@ -53,7 +53,7 @@ typedef struct xfer_ctx {
 static void reload_failed(svc *s, uint64_t req, uint64_t xfer, int res)
 {
     svc_req *r = req_find(s, req);
-    if (!r || r->ended) return;
+    if (!r || req_state_ended(r->state)) return;
     svc_log("request %llu: reloading its cached prefix (transfer %llu) failed: %s; it ends with an "
             "error",
             (unsigned long long)req, (unsigned long long)xfer, strerror(-res));
