@@ -3,6 +3,10 @@
  * ringlmd — the ringlm daemon.  It serves a model (--model, the runner in daemon/service.c)
  * or, with --echo, the echo service for transport tests and benchmarks; both plug into the
  * same loop.
+ *
+ * Built a second time with RINGLM_TEST_KNOBS it is ringlmd-test (make tests; never
+ * installed): the same daemon with the test knobs below, which ringlmd neither lists nor
+ * accepts (svc_config.test).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -91,11 +95,16 @@ static void usage(FILE *f)
         "  --version                print the version (with --model: model and policy hash) and "
         "exit\n"
         "  --help\n"
-        "diagnostics (tests; never for serving):\n"
+#ifdef RINGLM_TEST_KNOBS
+        "test knobs (ringlmd-test only):\n"
         "  --prefix-key xxh3|constant  how cached KV blocks are keyed (default xxh3). constant:\n"
         "                           every block gets one key, so only the stored token compare\n"
         "                           tells blocks apart (shows a collision never reuses a wrong\n"
-        "                           block; lookups O(cached blocks); logged as a warning)\n");
+        "                           block; lookups O(cached blocks); logged as a warning)\n"
+        "  --fail-kv-reads host|disk|host,disk  every read from those KV tiers completes with\n"
+        "                           EIO (fault injection; logged)\n"
+#endif
+    );
 }
 
 static int parse_uint(const char *opt, const char *v, unsigned long max, unsigned long *out)
@@ -288,7 +297,8 @@ int main(int argc, char **argv)
         O_INVARIANTS,
         O_NOPREFIX,
         O_DKVBW,
-        O_PREFIXKEY
+        O_PREFIXKEY,
+        O_FAILREADS
     };
     static const struct option opts[] = {
         {"socket", required_argument, 0, O_SOCKET},
@@ -333,7 +343,10 @@ int main(int argc, char **argv)
         {"verify-swaps", no_argument, 0, O_VERIFY},
         {"check-invariants", no_argument, 0, O_INVARIANTS},
         {"no-prefix-cache", no_argument, 0, O_NOPREFIX},
+#ifdef RINGLM_TEST_KNOBS
         {"prefix-key", required_argument, 0, O_PREFIXKEY},
+        {"fail-kv-reads", required_argument, 0, O_FAILREADS},
+#endif
         {"quiet", no_argument, 0, O_QUIET},
         {"check-config", no_argument, 0, O_CHECK},
         {0, 0, 0, 0},
@@ -508,18 +521,34 @@ int main(int argc, char **argv)
         case O_VERIFY: sc.verify_swaps = true; break;
         case O_INVARIANTS: sc.check_invariants = true; break;
         case O_NOPREFIX: sc.no_prefix_cache = true; break;
-        case O_PREFIXKEY: {
-            int k = 0;
-            while (k < SCHED_PREFIX_KEY__COUNT &&
-                   strcmp(optarg, sched_prefix_key_fn_name((sched_prefix_key_fn)k)))
-                k++;
-            if (k == SCHED_PREFIX_KEY__COUNT) {
+#ifdef RINGLM_TEST_KNOBS
+        case O_PREFIXKEY:
+            if (strcmp(optarg, "xxh3") && strcmp(optarg, "constant")) {
                 fprintf(stderr, "ringlmd: --prefix-key '%s': expected xxh3 or constant\n", optarg);
                 return 2;
             }
-            sc.prefix_key = (sched_prefix_key_fn)k;
+            sc.test.constant_prefix_key = !strcmp(optarg, "constant");
+            break;
+        case O_FAILREADS: {
+            char spec[32];
+            snprintf(spec, sizeof spec, "%s", optarg);
+            sc.test.fail_kv_reads = 0;
+            for (char *save = NULL, *t = strtok_r(spec, ",", &save); t;
+                 t = strtok_r(NULL, ",", &save)) {
+                if (!strcmp(t, "host"))
+                    sc.test.fail_kv_reads |= 1u << SCHED_POOL_HOST;
+                else if (!strcmp(t, "disk"))
+                    sc.test.fail_kv_reads |= 1u << SCHED_POOL_DISK;
+                else {
+                    fprintf(stderr,
+                            "ringlmd: --fail-kv-reads '%s': expected host, disk or host,disk\n",
+                            optarg);
+                    return 2;
+                }
+            }
             break;
         }
+#endif
         case O_QUIET: sc.quiet = true; break;
         case O_CHECK: check_config = 1; break;
         case O_NICE: {

@@ -21,6 +21,7 @@
 
 #include "daemon/service_internal.h"
 #include "numa/rnuma.h"
+#include "sched/sched_testing.h"
 
 /* ---- errors -------------------------------------------------------------------------- */
 
@@ -415,11 +416,16 @@ int svc_create(const svc_config *cfg, svc **out)
                  .latency_us = 100},
         .prefix_cache = !cfg->no_prefix_cache,
         .prefix_cache_generated = true, /* exec_plan gives each sampled token's id */
-        .prefix_key = cfg->prefix_key,
     };
     sched_step_model_default(&sc.step);
     rc = sched_create(s->policy, &sc, req_on_sched_event, s, 1, &s->sched);
     if (rc < 0) {
+        rc = seterr(rc, "scheduler: %s", sched_last_error());
+        goto fail;
+    }
+    /* a test knob (ringlmd-test --prefix-key constant; cfg->test is zero in ringlmd) */
+    if (cfg->test.constant_prefix_key &&
+        (rc = sched_testing_set_prefix_key(s->sched, SCHED_PREFIX_KEY_CONSTANT)) < 0) {
         rc = seterr(rc, "scheduler: %s", sched_last_error());
         goto fail;
     }
@@ -525,12 +531,12 @@ int svc_run(svc *s, const dloop_config *lc)
                             .ud_tag = SVC_KVTIER_TAG,
                             .register_buffers = true,
                             .log = tier_log};
-        const char *fr = getenv("RINGLMD_FAIL_KV_READS"); /* tests: kvtier_config.fail_reads */
-        if (fr && strstr(fr, "host")) kc.fail_reads |= 1u << SCHED_POOL_HOST;
-        if (fr && strstr(fr, "disk")) kc.fail_reads |= 1u << SCHED_POOL_DISK;
+        /* a test knob (ringlmd-test --fail-kv-reads; zero in ringlmd) */
+        kc.fail_reads = s->cfg.test.fail_kv_reads;
         if (kc.fail_reads)
-            svc_log("RINGLMD_FAIL_KV_READS=%s: reads from those KV tiers fail (fault injection)",
-                    fr);
+            svc_log("--fail-kv-reads:%s%s: reads from those KV tiers fail (fault injection)",
+                    kc.fail_reads & (1u << SCHED_POOL_HOST) ? " host" : "",
+                    kc.fail_reads & (1u << SCHED_POOL_DISK) ? " disk" : "");
         rc = kvtier_create(&kc, &s->tiers);
         if (rc < 0) {
             rc = seterr(rc, "KV tiers: %s", kvtier_errmsg());
@@ -542,11 +548,11 @@ int svc_run(svc *s, const dloop_config *lc)
         }
     }
     /* whatever --quiet says: an operator must not mistake this daemon for a serving one */
-    if (s->cfg.prefix_key != SCHED_PREFIX_KEY_XXH3 && !s->cfg.no_prefix_cache)
+    if (s->cfg.test.constant_prefix_key && !s->cfg.no_prefix_cache)
         svc_log("warning: --prefix-key=%s: every cached KV block has the same key, so each "
                 "lookup compares the tokens of every cached block (a diagnostic for tests: "
                 "outputs and hits stay the same, lookups get slower)",
-                sched_prefix_key_fn_name(s->cfg.prefix_key));
+                sched_prefix_key_fn_name(SCHED_PREFIX_KEY_CONSTANT));
     if (!s->cfg.quiet) {
         svc_log("model %s (%s), dim %d, %d layers, vocab %d, context %d", s->cfg.model,
                 eng_model_hash(s->model), s->mcfg->dim, s->mcfg->n_layers, s->mcfg->vocab_size,

@@ -114,7 +114,9 @@ static bool listening(const char *sock)
 void th_daemon_start(th_daemon *d, const char *const *args, int timeout_ms)
 {
     if (!d->dir[0]) th_daemon_init(d);
-    char *prog = th_program("ringlmd");
+    bool test_build = args && args[0] && !strcmp(args[0], TH_TEST_BUILD);
+    if (test_build) args++;
+    char *prog = th_program(test_build ? "ringlmd-test" : "ringlmd");
     const char *argv[64];
     int a = 0;
     argv[a++] = prog;

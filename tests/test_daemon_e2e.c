@@ -118,6 +118,7 @@ static void dmn_start(dmn *d, const char *model, const char *policy_text, const 
     }
     const char *argv[64];
     int a = 0;
+    if (extra && extra[0] && !strcmp(extra[0], TH_TEST_BUILD)) argv[a++] = *extra++; /* first */
     argv[a++] = "--model";
     argv[a++] = model;
     argv[a++] = "--stats-file";
@@ -2804,7 +2805,7 @@ Test(daemon_e2e, finish_events_carry_no_cached_tokens_with_the_cache_off)
 /* ---- prefix cache: forced key collisions ---------------------------------------------- */
 
 /* Issue 12: a cached block is used only after its stored token ids compare equal, so a hash
- * collision can never reuse a wrong block.  ringlmd --prefix-key=constant gives every block
+ * collision can never reuse a wrong block.  ringlmd-test --prefix-key=constant gives every block
  * one key, so every block collides with every other, and 1-token blocks put collisions at
  * every position: three greedy reference sequences (A, B, C) share their first token (BOS)
  * and no block after it.  Their first CK_PROMPT tokens are the prompts (one length, one cache
@@ -2860,7 +2861,8 @@ Test(daemon_e2e, prefix_cache_forced_key_collisions_never_reuse_a_wrong_block)
                       ck[i].prompt[1] != ck[3 - i].prompt[1],
                   "the sequences must share token 0 and no more");
     static const char *const flags[] = {
-        "--prefix-key", "constant", "--kv-block-size", "1", "--metrics", "127.0.0.1:0", NULL};
+        TH_TEST_BUILD, "--prefix-key", "constant",    "--kv-block-size",
+        "1",           "--metrics",    "127.0.0.1:0", NULL};
     dmn d;
     dmn_start(&d, model, NULL, flags);
     cr_expect_eq(count_lines(d.errlog, "warning: --prefix-key=constant"), 1,
@@ -3860,7 +3862,7 @@ Test(daemon_e2e, prefix_cache_reload_runs_beside_a_decoding_stream)
 }
 
 /* A reload whose copy fails (every read from the disk tier completes with EIO: the daemon's
- * fault injection RINGLMD_FAIL_KV_READS) ends its request alone, with an error (finish
+ * fault injection, ringlmd-test --fail-kv-reads) ends its request alone, with an error (finish
  * "error", cause "internal") and a daemon log line naming it; the stream beside it and the
  * other prompts produce the same tokens as with the cache off, and no block is leaked. */
 Test(daemon_e2e, prefix_cache_failed_reload_ends_only_its_request)
@@ -3872,7 +3874,10 @@ Test(daemon_e2e, prefix_cache_failed_reload_ends_only_its_request)
     snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxrlf-%d", (int)getpid());
     static const char *const off_flags[] = {
         "--kv-blocks", "14", "--kv-block-size", "16", "--no-prefix-cache", DMN_BELOW_CLIENTS, NULL};
-    const char *on_flags[] = {"--kv-blocks",
+    const char *on_flags[] = {TH_TEST_BUILD,
+                              "--fail-kv-reads",
+                              "disk",
+                              "--kv-blocks",
                               "14",
                               "--kv-block-size",
                               "16",
@@ -3888,9 +3893,7 @@ Test(daemon_e2e, prefix_cache_failed_reload_ends_only_its_request)
     dmn off, on;
     char *a, *b;
     run_reload_beside(&g, off_flags, &off, &a);
-    setenv("RINGLMD_FAIL_KV_READS", "disk", 1); /* (this test's process and its daemon only) */
     run_reload_beside(&g, on_flags, &on, &b);
-    unsetenv("RINGLMD_FAIL_KV_READS");
     int failed = count_lines2(on.declog, "\"ev\":\"cache_reload\"", "\"reason\":\"failed\"");
     cr_log_info("%d reloads failed", failed);
     cr_assert_gt(failed, 0, "no reload failed after the disk tier file was cut");
