@@ -80,6 +80,7 @@ struct gw_req {
     int status; /* HTTP status answered (metrics) */
     gw_buf body;
     bool too_big;
+    bool close_after; /* the answer closes the connection (ambiguous framing) */
     const gw_key *key;
 
     /* generation */

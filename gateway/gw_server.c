@@ -45,6 +45,7 @@ enum MHD_Result gw_answer(gw_req *r, struct MHD_Connection *c, int status, const
     }
     MHD_add_response_header(resp, "Content-Type", ctype);
     if (status == 429 || status == 503) MHD_add_response_header(resp, "Retry-After", "1");
+    if (r && r->close_after) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     if (r) {
         r->status = status;
         r->state = RQ_ANSWERED;
@@ -109,11 +110,45 @@ static int authenticate(gw_server *s, struct MHD_Connection *c, const gw_key **k
     return *key ? 0 : -1;
 }
 
+/* RFC 9112 framing: a request whose body length is ambiguous (Content-Length beside
+ * Transfer-Encoding, or two Content-Lengths) may be read differently by a proxy in front of
+ * us, so the bytes after what we take for its end could be a second request smuggled past
+ * the proxy: it gets 400 and the connection is closed after the answer (§6.3), nothing more
+ * is read from it. An HTTP/1.1 request without exactly one Host gets 400 (§3.2). */
+struct framing {
+    unsigned host, content_length, transfer_encoding;
+};
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    (void)kind;
+    (void)value;
+    struct framing *f = cls;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_HOST)) f->host++;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) f->content_length++;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) f->transfer_encoding++;
+    return MHD_YES;
+}
+
+/* NULL when the head frames the request unambiguously; else why not (400, close). */
+static const char *bad_framing(struct MHD_Connection *c, const char *version)
+{
+    struct framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    if (f.transfer_encoding && f.content_length)
+        return "a request must not carry both Content-Length and Transfer-Encoding";
+    if (f.content_length > 1) return "a request must carry at most one Content-Length";
+    if (f.host > 1) return "a request must carry one Host header, not several";
+    if (!f.host && version && strcmp(version, MHD_HTTP_VERSION_1_0))
+        return "an HTTP/1.1 request must carry a Host header";
+    return NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls)
 {
-    (void)version;
     gw_server *s = cls;
     gw_req *r = *con_cls;
     if (!r) {
@@ -121,6 +156,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r = gw_req_new(s, ep, c);
         if (!r) return MHD_NO;
         *con_cls = r;
+        const char *framing = bad_framing(c, version);
+        if (framing) {
+            r->close_after = true;
+            return gw_answer_errf(r, c, 400, "bad_request", framing);
+        }
         if (ep == EP_OTHER) return gw_answer_errf(r, c, 404, "not_found", "no such endpoint");
         bool post = !strcmp(method, "POST");
         if (ep_is_post(ep) != post || (!post && strcmp(method, "GET") && strcmp(method, "HEAD")))
