@@ -18,7 +18,7 @@
 /* Answers a request the scheduler never saw: rejected with a wire cause. */
 static void reject_now(svc *s, svc_req *r, unsigned cause, const char *why)
 {
-    s->n_rejects++;
+    s->adm.n_rejects++;
     if (r->series >= 0) metrics_count_reject(s->mx, r->series, ringlm_wire_reason_name(cause));
     if (s->logs && declog_has_decisions(s->logs)) {
         /* The class name (and the detail that quotes it) are the client's: the one JSON
@@ -176,7 +176,7 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr, co
     sched_reject_reason rr = SCHED_REJECT_NONE;
     int rc = sched_submit(s->sched, &sr, s->now_us, &rr);
     if (rc < 0) {
-        s->n_rejects++;
+        s->adm.n_rejects++;
         req_end(s, r, RINGLM_WIRE_R_REJECTED, (unsigned)sched_reject_cause(rr));
         return;
     }

@@ -25,19 +25,19 @@
 
 void req_set_state(svc *s, svc_req *r, req_state to)
 {
-    req_state_move(&s->req_audit, r->id, &r->state, to);
+    req_state_move(&s->rq.audit, r->id, &r->state, to);
 }
 
 svc_req *req_find(svc *s, uint64_t id)
 {
-    for (svc_req *r = s->hash[id % SVC_HASH_BUCKETS]; r; r = r->h_next)
+    for (svc_req *r = s->rq.hash[id % SVC_HASH_BUCKETS]; r; r = r->h_next)
         if (r->id == id) return r;
     return NULL;
 }
 
 static void req_hash_del(svc *s, svc_req *r)
 {
-    svc_req **pp = &s->hash[r->id % SVC_HASH_BUCKETS];
+    svc_req **pp = &s->rq.hash[r->id % SVC_HASH_BUCKETS];
     while (*pp && *pp != r) pp = &(*pp)->h_next;
     if (*pp) *pp = r->h_next;
 }
@@ -60,7 +60,7 @@ svc_req *req_new(svc *s, svc_sess *ss, uint64_t client_id)
 {
     svc_req *r = calloc(1, sizeof *r);
     if (!r) return NULL;
-    r->id = ++s->next_id;
+    r->id = ++s->rq.next_id;
     r->client_id = client_id;
     r->series = -1;
     r->sess = ss;
@@ -68,10 +68,10 @@ svc_req *req_new(svc *s, svc_sess *ss, uint64_t client_id)
     if (ss->reqs) ss->reqs->s_prev = r;
     ss->reqs = r;
     ss->n_reqs++;
-    r->h_next = s->hash[r->id % SVC_HASH_BUCKETS];
-    s->hash[r->id % SVC_HASH_BUCKETS] = r;
-    s->live_reqs++;
-    s->stats_dirty = true;
+    r->h_next = s->rq.hash[r->id % SVC_HASH_BUCKETS];
+    s->rq.hash[r->id % SVC_HASH_BUCKETS] = r;
+    s->rq.live++;
+    svc_stats_changed(s);
     return r;
 }
 
@@ -85,16 +85,16 @@ svc_req *req_find_client(svc_sess *ss, uint64_t client_id, const svc_req *except
 void req_free_all(svc *s)
 {
     for (size_t b = 0; b < SVC_HASH_BUCKETS; b++) {
-        svc_req *r = s->hash[b];
+        svc_req *r = s->rq.hash[b];
         while (r) {
             svc_req *n = r->h_next;
             free(r->tokens);
             free(r);
             r = n;
         }
-        s->hash[b] = NULL;
+        s->rq.hash[b] = NULL;
     }
-    s->out_sessions = NULL;
+    s->rq.out_sessions = NULL;
 }
 
 /* ---- the outbox ---------------------------------------------------------------------- */
@@ -103,9 +103,9 @@ static void out_list_add(svc *s, svc_sess *ss)
 {
     if (ss->in_out_list) return;
     ss->out_prev = NULL;
-    ss->out_next = s->out_sessions;
-    if (s->out_sessions) s->out_sessions->out_prev = ss;
-    s->out_sessions = ss;
+    ss->out_next = s->rq.out_sessions;
+    if (s->rq.out_sessions) s->rq.out_sessions->out_prev = ss;
+    s->rq.out_sessions = ss;
     ss->in_out_list = true;
 }
 
@@ -115,7 +115,7 @@ static void out_list_del(svc *s, svc_sess *ss)
     if (ss->out_prev)
         ss->out_prev->out_next = ss->out_next;
     else
-        s->out_sessions = ss->out_next;
+        s->rq.out_sessions = ss->out_next;
     if (ss->out_next) ss->out_next->out_prev = ss->out_prev;
     ss->out_prev = ss->out_next = NULL;
     ss->in_out_list = false;
@@ -245,13 +245,13 @@ static void req_log_and_free(svc *s, svc_req *r)
                            r->fin_reason == RINGLM_WIRE_R_REJECTED ? 0 : r->n_prompt, r->n_gen);
         metrics_count_finish(s->mx, r->series, finish_name(r->fin_reason));
     }
-    if (r->fin_reason != RINGLM_WIRE_R_REJECTED) s->n_finished++;
+    if (r->fin_reason != RINGLM_WIRE_R_REJECTED) s->rq.n_finished++;
     sess_unlink(r);
     req_hash_del(s, r);
-    s->live_reqs--;
+    s->rq.live--;
     free(r->tokens);
     free(r);
-    s->stats_dirty = true;
+    svc_stats_changed(s);
 }
 
 void req_end(svc *s, svc_req *r, unsigned reason, unsigned cause)
@@ -363,7 +363,7 @@ void req_output_ready(svc *s, svc_req *r)
 void req_flush_pending(svc *s)
 {
     svc_sess *next;
-    for (svc_sess *ss = s->out_sessions; ss; ss = next) {
+    for (svc_sess *ss = s->rq.out_sessions; ss; ss = next) {
         next = ss->out_next;
         sess_flush(s, ss);
     }
@@ -382,7 +382,7 @@ void req_cancel(svc *s, svc_req *r, sched_cancel_reason why, unsigned reason, un
 void req_cancel_all(svc *s, sched_cancel_reason why, unsigned reason, unsigned cause)
 {
     for (size_t b = 0; b < SVC_HASH_BUCKETS; b++)
-        for (svc_req *r = s->hash[b]; r; r = r->h_next)
+        for (svc_req *r = s->rq.hash[b]; r; r = r->h_next)
             if (!req_state_ended(r->state)) req_cancel(s, r, why, reason, cause);
 }
 
@@ -393,7 +393,7 @@ uint64_t req_check_backpressure(svc *s, uint64_t now_us)
 {
     uint64_t bp_us = s->cfg.backpressure_timeout_ms * 1000;
     uint64_t next_wake = 0;
-    for (svc_sess *ss = s->out_sessions; ss; ss = ss->out_next) {
+    for (svc_sess *ss = s->rq.out_sessions; ss; ss = ss->out_next) {
         if (!ss->blocked || ss->bp_cancelled) continue;
         uint64_t dl = ss->blocked_since_us + bp_us;
         if (now_us >= dl) {
@@ -453,7 +453,7 @@ int req_session_open(svc *s, dsess *ds)
     ss->tenant = tenant;
     ss->trusted = sched_policy_uid_trusted(s->policy, uid);
     dsess_set_user(ds, ss);
-    s->stats_dirty = true;
+    svc_stats_changed(s);
     return 0;
 }
 
@@ -496,7 +496,7 @@ void req_session_close(svc *s, dsess *ds)
     dsess_set_user(ds, NULL);
     ut_release(s, ss->tenant);
     free(ss);
-    s->stats_dirty = true;
+    svc_stats_changed(s);
 }
 
 /* ---- scheduler events → logs, metrics, probes ------------------------------------------ */
@@ -580,7 +580,7 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
     case SCHED_EV_TIMEOUT: metrics_count_timeout(s->mx, series); break;
     default: break;
     }
-    s->stats_dirty = true;
+    svc_stats_changed(s);
 }
 
 void req_plan_ended(svc *s, const sched_plan *p)

@@ -32,16 +32,6 @@ const char *svc_errmsg(void)
 }
 #define seterr(err, ...) errdetail_set(&svc_err, (err), __VA_ARGS__)
 
-void svc_log(const char *fmt, ...)
-{
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "ringlmd: %s\n", buf);
-}
-
 /* ---- the built-in policy ------------------------------------------------------------- */
 
 /* Used when no --policy is given: one class, one tenant per uid (uidtenants.c appends the
@@ -178,8 +168,8 @@ static int iterate(void *ctx, uint64_t now_us)
         uint64_t now2 = now_us + exec_us;
         s->now_us = now2; /* exec_plan advanced it by exec_us already; same value */
         if (nres > 0 || p->n_entries) {
-            sched_commit(s->sched, s->results, (size_t)(nres > 0 ? nres : 0), now2, exec_us);
-            req_commit_ended(s, s->results, nres);
+            sched_commit(s->sched, s->ex.results, (size_t)(nres > 0 ? nres : 0), now2, exec_us);
+            req_commit_ended(s, s->ex.results, nres);
         }
     }
     req_flush_pending(s);
@@ -198,7 +188,7 @@ static int iterate(void *ctx, uint64_t now_us)
     if (itlog && p && p->n_entries) itlog_hold(s, p, now_us, iter_us, exec_us, wakes_before);
 
     if (s->draining) {
-        if (s->live_reqs == 0) {
+        if (s->rq.live == 0) {
             svc_log("drained: every request answered; stopping");
             stats_write(s);
             dloop_stop(s->loop);
@@ -208,7 +198,7 @@ static int iterate(void *ctx, uint64_t now_us)
          * second after the cancels, then the sessions end with "shutdown". */
         if (now_us - s->drain_start_us >= s->cfg.drain_grace_ms * 1000 + 1000000) {
             svc_log("drain: %llu requests could not deliver their final event; stopping",
-                    (unsigned long long)s->live_reqs);
+                    (unsigned long long)s->rq.live);
             dloop_stop(s->loop);
             return 0;
         }
@@ -237,7 +227,7 @@ static int iterate(void *ctx, uint64_t now_us)
      * transfers); a short timer keeps it moving without spinning a core. */
     if (!busy && (c.waiting || c.running || c.swapped || c.in_transit))
         dloop_wake_after_us(s->loop, 2000);
-    s->itl.busy = busy;
+    itlog_busy(s, busy);
     return busy ? 1 : 0;
 }
 
