@@ -26,6 +26,7 @@
 #include "daemon/echo.h"
 #include "daemon/loop.h"
 #include "daemon/service.h"
+#include "kernels/engine.h"
 #include "numa/rnuma.h"
 #include "ringlm.h"
 
@@ -65,6 +66,10 @@ static void usage(FILE *f)
         "  --tokenizer T            tokenizer file (only named in logs)\n"
         "  --policy FILE            scheduling policy (default: the built-in policy)\n"
         "  --backend cpu|cuda       engine backend (default cpu)\n"
+        "  --cuda-device N          CUDA device ordinal (default 0)\n"
+        "  --cuda-dtype bf16|fp32   CUDA compute type (default bf16; f16 for an all-F16 GGUF\n"
+        "                           file). fp32: every matrix in float32 (a diagnostic)\n"
+        "  --no-cuda-graphs         CUDA decode steps run eagerly, not as CUDA graphs\n"
         "  --threads N              engine worker threads (default 1)\n"
         "  --kv-blocks N            device KV pool blocks (default 1024)\n"
         "  --kv-block-size N        tokens per KV block (default 16)\n"
@@ -298,7 +303,10 @@ int main(int argc, char **argv)
         O_NOPREFIX,
         O_DKVBW,
         O_PREFIXKEY,
-        O_FAILREADS
+        O_FAILREADS,
+        O_CUDADEV,
+        O_CUDADTYPE,
+        O_NOGRAPHS
     };
     static const struct option opts[] = {
         {"socket", required_argument, 0, O_SOCKET},
@@ -324,6 +332,9 @@ int main(int argc, char **argv)
         {"policy", required_argument, 0, O_POLICY},
         {"backend", required_argument, 0, O_BACKEND},
         {"threads", required_argument, 0, O_THREADS},
+        {"cuda-device", required_argument, 0, O_CUDADEV},
+        {"cuda-dtype", required_argument, 0, O_CUDADTYPE},
+        {"no-cuda-graphs", no_argument, 0, O_NOGRAPHS},
         {"kv-blocks", required_argument, 0, O_KVB},
         {"kv-block-size", required_argument, 0, O_KVBS},
         {"host-kv-blocks", required_argument, 0, O_HKVB},
@@ -450,6 +461,17 @@ int main(int argc, char **argv)
             if (parse_uint("--threads", optarg, 1024, &v)) return 2;
             sc.threads = (int)v;
             break;
+        case O_CUDADEV:
+            if (parse_uint("--cuda-device", optarg, 1024, &v)) return 2;
+            sc.cuda_device = (int)v;
+            break;
+        case O_CUDADTYPE:
+            if ((sc.cuda_dtype = eng_cuda_dtype_parse(optarg)) < 0) {
+                fprintf(stderr, "ringlmd: --cuda-dtype '%s': expected bf16 or fp32\n", optarg);
+                return 2;
+            }
+            break;
+        case O_NOGRAPHS: sc.cuda_no_graphs = true; break;
         case O_KVB:
             if (parse_uint("--kv-blocks", optarg, 1u << 24, &v)) return 2;
             if (!v) {

@@ -375,7 +375,10 @@ int svc_create(const svc_config *cfg, svc **out)
                       .kv_blocks = s->cfg.kv_blocks,
                       .kv_block_size = s->cfg.kv_block_size,
                       .max_batch_tokens = s->max_tokens,
-                      .max_seqs = s->max_seqs};
+                      .max_seqs = s->max_seqs,
+                      .cuda_device = s->cfg.cuda_device,
+                      .cuda_dtype = (eng_cuda_dtype)s->cfg.cuda_dtype,
+                      .cuda_no_graphs = s->cfg.cuda_no_graphs};
     rc = eng_create(s->model, &eo, &s->engine);
     if (rc < 0) {
         rc = seterr(rc, "engine (%s): %s", s->cfg.backend, eng_errmsg());

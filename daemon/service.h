@@ -39,6 +39,9 @@ typedef struct svc_config {
     const char *tokenizer;    /* optional, for logging only */
     const char *policy_path;  /* NULL: the built-in policy */
     const char *backend;      /* "cpu" (default) or "cuda" */
+    int cuda_device;          /* --cuda-device (eng_options.cuda_device) */
+    int cuda_dtype;           /* --cuda-dtype: eng_cuda_dtype (0: bf16) */
+    bool cuda_no_graphs;      /* --no-cuda-graphs */
     int threads;              /* engine worker threads (0: 1) */
     const char *numa;         /* --numa-node: "auto", "off" or N (NULL: auto) */
     int kv_blocks;            /* device pool blocks (0: default 1024) */
