@@ -577,7 +577,7 @@ Test(sched_prefix, forced_collisions_never_reuse_a_wrong_block)
 
 /* The key function a test may set (sched_testing.h): XXH3 is what sched_prefix_keys
  * computes; the constant one keys every block alike, so the daemon's test build can force
- * every collision (ringlmd-test --prefix-key=constant, daemon_e2e). */
+ * every collision (ringlmd-test --prefix-key=constant, daemon_prefix). */
 Test(sched_prefix, the_constant_key_function_keys_every_block_alike)
 {
     int32_t a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8] = {9, 9, 9, 9, 8, 8, 8, 8};
