@@ -182,24 +182,9 @@ typedef enum sched_prefix_order {
     SCHED_PREFIX_ORDER__COUNT
 } sched_prefix_order;
 
-/* The function that keys cached blocks (sched_config.prefix_key; DESIGN §10).  XXH3 is the
- * one to serve with.  CONSTANT_FOR_TESTS gives every block the same key: every lookup and
- * insert then meets every cached block in one hash chain, and only the stored token ids,
- * salt and parent tell them apart.  It exists so tests can show, through the whole daemon
- * (ringlmd --prefix-key=constant), that a collision costs a miss and never reuses a wrong
- * block; lookups cost O(cached blocks) under it, and sched_create refuses it beside a class
- * whose prefix_order is longest_prefix (that order tracks waiters by key alone).  Never a
- * production setting. */
-typedef enum sched_prefix_key_fn {
-    SCHED_PREFIX_KEY_XXH3 = 0,           /* "xxh3": XXH3-128 of (parent key, salt, tokens) */
-    SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS, /* "constant": every block {1, 1} (diagnostic) */
-    SCHED_PREFIX_KEY__COUNT
-} sched_prefix_key_fn;
-
 /* Stable names ("token_budget", "queue_full", ...).  Out-of-range values give "?". */
 const char *sched_mode_name(sched_mode m);
 const char *sched_prefix_order_name(sched_prefix_order o);
-const char *sched_prefix_key_fn_name(sched_prefix_key_fn f);
 const char *sched_preempt_mode_name(sched_preempt_mode m);
 const char *sched_reject_name(sched_reject_reason r);
 const char *sched_cancel_name(sched_cancel_reason r);
@@ -604,10 +589,6 @@ typedef struct sched_config {
      * token): the blocks generated tokens fill are cached too.  false: prompt blocks only
      * (the results' token fields are not read). */
     bool prefix_cache_generated;
-    /* How blocks are keyed: SCHED_PREFIX_KEY_XXH3 (0, the default).  The constant key is a
-     * diagnostic for tests (see sched_prefix_key_fn): what hits stays the same, only lookups
-     * get slower. */
-    sched_prefix_key_fn prefix_key;
 } sched_config;
 
 /* Create a scheduler.  The policy is copied (the caller may free its own).  sink may be NULL
