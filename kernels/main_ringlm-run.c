@@ -36,7 +36,8 @@ static void usage(FILE *f)
                "  --cuda-device N  CUDA device ordinal (default 0)\n"
                "  --cuda-dtype D   CUDA compute type: bf16 (default; f16 for an all-F16 GGUF\n"
                "                   file) or fp32 (every matrix in float32, a diagnostic)\n"
-               "  --no-cuda-graphs CUDA decode steps run eagerly, not as CUDA graphs\n");
+               "  --no-cuda-graphs CUDA decode steps run eagerly, not as CUDA graphs\n"
+               "  --version, --help\n");
 }
 
 static bool is_stop(const int32_t *stop, int n, int token)
@@ -131,6 +132,7 @@ int main(int argc, char **argv)
                                          {"cuda-dtype", required_argument, 0, 'T'},
                                          {"no-cuda-graphs", no_argument, 0, 'G'},
                                          {"help", no_argument, 0, 'h'},
+                                         {"version", no_argument, 0, 'V'},
                                          {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "m:z:i:n:t:p:k:s:j:b:B:h", opts, NULL)) != -1) {
@@ -179,6 +181,7 @@ int main(int argc, char **argv)
             break;
         case 'G': cuda_no_graphs = true; break;
         case 'h': usage(stdout); return 0;
+        case 'V': printf("ringlm-run %s\n", RINGLM_VERSION); return 0;
         default: usage(stderr); return 2;
         }
     }
