@@ -256,6 +256,26 @@ enum MHD_Result gw_ep_detokenize(gw_server *s, gw_req *r, struct MHD_Connection 
 enum MHD_Result gw_ep_metrics(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
     gw_buf b = {0};
+    pthread_mutex_lock(&s->conn_mu);
+    gw_buf_addf(&b,
+                "# HELP ringlm_gateway_connections_open HTTP connections open.\n"
+                "# TYPE ringlm_gateway_connections_open gauge\n"
+                "ringlm_gateway_connections_open %u\n"
+                "# HELP ringlm_gateway_connections_cut_total Connections closed by the gateway: "
+                "no whole head or body in time (--http-head-timeout-s, --http-body-timeout-s), "
+                "or evicted at --max-connections while sending their head.\n"
+                "# TYPE ringlm_gateway_connections_cut_total counter\n"
+                "ringlm_gateway_connections_cut_total{reason=\"head_timeout\"} %llu\n"
+                "ringlm_gateway_connections_cut_total{reason=\"body_timeout\"} %llu\n"
+                "ringlm_gateway_connections_cut_total{reason=\"evicted\"} %llu\n"
+                "# HELP ringlm_gateway_connections_refused_total Connections refused at "
+                "--max-connections (none sending its head to evict).\n"
+                "# TYPE ringlm_gateway_connections_refused_total counter\n"
+                "ringlm_gateway_connections_refused_total %llu\n",
+                s->n_conns - s->n_conns_cut, (unsigned long long)s->conns_timed_out[GW_CONN_HEAD],
+                (unsigned long long)s->conns_timed_out[GW_CONN_BODY],
+                (unsigned long long)s->conns_evicted, (unsigned long long)s->conns_refused);
+    pthread_mutex_unlock(&s->conn_mu);
     pthread_mutex_lock(&s->mu);
     int up = gw_sessions_up(s, NULL);
     uint64_t connects = 0, losses = 0;

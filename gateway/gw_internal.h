@@ -12,6 +12,8 @@
  *   gw_session.c    the shared-memory sessions with ringlmd: request registry, submit,
  *                   cancel, the retry queue, the events threads; the watch thread (hang-ups)
  *   gw_relay.c      --daemon-metrics: the daemon's vllm:* families copied to /metrics
+ *   gw_guard.c      bounds on connections: per address, head and body deadlines, eviction
+ *                   of slow heads at the connection limit (slowloris)
  *
  * A generation request's life (all fields under s->mu):
  *
@@ -70,6 +72,10 @@ enum rq_state { RQ_BODY, RQ_WAIT, RQ_STREAM, RQ_ANSWERED };
 
 typedef struct gw_req gw_req;
 typedef struct gw_sess gw_sess;
+typedef struct gw_conn gw_conn; /* gw_guard.c: one open HTTP connection */
+
+/* What a connection is waiting for (gw_guard.c gives the first two a deadline). */
+enum gw_conn_phase { GW_CONN_HEAD, GW_CONN_BODY, GW_CONN_SERVED };
 struct gw_req {
     gw_server *s;
     gw_sess *sess; /* the session it was submitted (or queued) on */
@@ -150,6 +156,15 @@ struct gw_server {
     size_t n_streams;  /* SSE responses open */
     char id_prefix[12];
     char *model_json; /* the served model name as a JSON string literal */
+    /* connections (gw_guard.c; under conn_mu, never taken with mu held) */
+    pthread_mutex_t conn_mu;
+    pthread_cond_t guard_cv;
+    gw_conn *conns;
+    unsigned n_conns, n_conns_cut; /* open; of them cut and not yet closed */
+    uint64_t conns_timed_out[2];   /* by phase: head, body */
+    uint64_t conns_evicted, conns_refused;
+    pthread_t guard_thread;
+    bool guard_started, guard_stop;
     /* metrics */
     uint64_t req_count[EP_N][GW_NSTAT];
     uint64_t admit_us_sum, admit_n;
@@ -208,6 +223,17 @@ void *gw_events_main(void *arg); /* arg: its gw_sess */
 /* Sessions connected now; the first connect error when none is (msg may be NULL). */
 int gw_sessions_up(gw_server *s, const char **why);
 void *gw_watch_main(void *arg);
+
+/* ---- gw_guard.c (takes conn_mu) ---------------------------------------------------------- */
+/* libmicrohttpd's accept policy, connection notifications; the watchdog thread. */
+enum MHD_Result gw_guard_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen);
+void gw_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                     enum MHD_ConnectionNotificationCode toe);
+/* c's request moved on: its head arrived (BODY), its body arrived (SERVED), its answer
+ * ended and a kept-alive connection waits for the next head (HEAD). */
+void gw_guard_phase(gw_server *s, struct MHD_Connection *c, enum gw_conn_phase phase);
+int gw_guard_start(gw_server *s);
+void gw_guard_stop(gw_server *s);
 
 /* ---- gw_relay.c -------------------------------------------------------------------------- */
 /* "ADDR:PORT" or "PORT" (127.0.0.1) → an address (freeaddrinfo); -EINVAL when it is not. */

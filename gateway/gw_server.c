@@ -31,7 +31,28 @@ void gw_log(gw_server *s, const char *fmt, ...)
     va_end(ap);
 }
 
-/* ---- HTTP answers ---------------------------------------------------------------------- */
+/* libmicrohttpd's own messages ("Server reached connection limit...") come once per refused
+ * connection: under a flood, at most one line a second, with the count of those left out. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    gw_server *s = cls;
+    static uint64_t last_us, dropped;
+    uint64_t now = gw_now_us();
+    if (last_us && now - last_us < 1000000u) { /* libmicrohttpd's thread only */
+        dropped++;
+        return;
+    }
+    last_us = now;
+    if (s->cfg.quiet) return;
+    fputs("ringlm-gateway: libmicrohttpd: ", stderr);
+    if (dropped)
+        fprintf(stderr, "(%llu messages in the last second left out) ",
+                (unsigned long long)dropped);
+    dropped = 0;
+    vfprintf(stderr, fmt, ap);
+    if (!strchr(fmt, '\n')) fputc('\n', stderr);
+}
+
 /* ---- HTTP answers ---------------------------------------------------------------------- */
 enum MHD_Result gw_answer(gw_req *r, struct MHD_Connection *c, int status, const char *ctype,
                           char *body /* malloc'ed, taken */)
@@ -156,6 +177,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r = gw_req_new(s, ep, c);
         if (!r) return MHD_NO;
         *con_cls = r;
+        gw_guard_phase(s, c, GW_CONN_BODY);
         const char *framing = bad_framing(c, version);
         if (framing) {
             r->close_after = true;
@@ -190,6 +212,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (r->state == RQ_BODY) {
+        gw_guard_phase(s, c, GW_CONN_SERVED);
         if (r->too_big) {
             char m[128];
             snprintf(m, sizeof m, "the body is larger than %zu bytes", s->cfg.max_body_bytes);
@@ -222,10 +245,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)c;
     (void)toe;
     gw_server *s = cls;
     gw_req *r = *con_cls;
+    gw_guard_phase(s, c, GW_CONN_HEAD); /* kept alive: the next head has its deadline */
     if (!r) return;
     *con_cls = NULL;
     pthread_mutex_lock(&s->mu);
@@ -256,6 +279,8 @@ int gw_server_start(const gw_cfg *cfg, gw_server **out)
     s->epfd = -1;
     s->stop_efd = -1;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->conn_mu, NULL);
+    pthread_cond_init(&s->guard_cv, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_cond_init(&s->cv, &ca);
@@ -304,17 +329,22 @@ int gw_server_start(const gw_cfg *cfg, gw_server **out)
         rc = -EINVAL;
         goto fail;
     }
-    s->mhd = MHD_start_daemon(flags, cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-                              &ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->http_timeout_s,
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-                              MHD_OPTION_END);
+    /* gw_guard_accept keeps --max-connections; libmicrohttpd's own limit leaves room for
+     * the connections it cut and libmicrohttpd has not closed yet. */
+    s->mhd = MHD_start_daemon(
+        flags, cfg->port, gw_guard_accept, s, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, gw_guard_notify,
+        s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->http_timeout_s,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections + GW_CUT_SLACK,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_addr,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
     if (!s->mhd) {
         fprintf(stderr, "ringlm-gateway: cannot listen on %s:%u (in use? no permission?)\n", addr,
                 (unsigned)cfg->port);
         rc = -EADDRINUSE;
         goto fail;
     }
+    if ((rc = gw_guard_start(s)) < 0) goto fail;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : cfg->port;
     if (cfg->daemon_metrics) {
@@ -399,6 +429,7 @@ void gw_server_stop(gw_server *s)
             gw_wake(r);
         }
     pthread_mutex_unlock(&s->mu);
+    gw_guard_stop(s);
     if (s->mhd) MHD_stop_daemon(s->mhd);
     for (int i = 0; s->sess && i < s->n_sess; i++)
         if (s->sess[i].started) pthread_join(s->sess[i].thread, NULL);
@@ -422,5 +453,7 @@ void gw_server_stop(gw_server *s)
     free(s->model_json);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->conn_mu);
+    pthread_cond_destroy(&s->guard_cv);
     free(s);
 }

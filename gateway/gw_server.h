@@ -26,19 +26,26 @@
 #include "model/tokenizer.h"
 #include "formats/api_keys.h"
 
+/* Connections libmicrohttpd may hold beyond max_connections: those cut for a deadline or
+ * evicted that its thread has not closed yet (file descriptors to reserve). */
+#define GW_CUT_SLACK 64
+
 typedef struct gw_cfg {
     const char *listen_addr; /* IPv4 or IPv6 literal; NULL = 127.0.0.1 */
     uint16_t port;           /* 0 = any (gw_server_port tells which) */
     const char *socket_path; /* ringlmd's socket (NULL: $RINGLM_SOCKET, default) */
     const tok_tokenizer *tok;
-    const gw_keys *keys;      /* NULL: no keys, every request is the gateway's tenant */
-    int tpl;                  /* RINGLM_CHAT_*: the chat template of /v1/chat/completions */
-    const char *served_model; /* /v1/models id, and the name requests must use */
-    uint32_t max_model_len;   /* context in tokens (0 = unknown) */
-    size_t max_body_bytes;    /* larger bodies: 413 */
-    unsigned http_timeout_s;  /* idle connection (slow header/body) timeout */
-    unsigned max_connections;
-    unsigned sessions;          /* shm sessions with ringlmd, 1..64 (0 = 1) */
+    const gw_keys *keys;          /* NULL: no keys, every request is the gateway's tenant */
+    int tpl;                      /* RINGLM_CHAT_*: the chat template of /v1/chat/completions */
+    const char *served_model;     /* /v1/models id, and the name requests must use */
+    uint32_t max_model_len;       /* context in tokens (0 = unknown) */
+    size_t max_body_bytes;        /* larger bodies: 413 */
+    unsigned http_timeout_s;      /* idle connection (slow header/body) timeout */
+    unsigned http_head_timeout_s; /* a whole request head within this (0: none) */
+    unsigned http_body_timeout_s; /* the whole body within this of the head (0: none) */
+    unsigned max_connections;     /* at the limit a newcomer evicts the oldest slow head */
+    unsigned max_connections_per_addr; /* 0: no bound */
+    unsigned sessions;                 /* shm sessions with ringlmd, 1..64 (0 = 1) */
     const char *daemon_metrics; /* ringlmd's --metrics ADDR:PORT: its vllm:* on our /metrics */
     int quiet;
 } gw_cfg;

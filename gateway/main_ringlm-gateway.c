@@ -51,7 +51,16 @@ static void usage(FILE *f)
         "                           and /v1/models (default unknown: chat defaults to 256)\n"
         "  --max-body-bytes N       larger request bodies get 413 (default 1048576)\n"
         "  --http-timeout-s N       close a connection idle this long mid-request (default 30)\n"
-        "  --max-connections N      open HTTP connections at once (default 4096)\n"
+        "  --http-head-timeout-s N  a connection must send a whole request head within N s of\n"
+        "                           opening or of its previous answer, else it is closed\n"
+        "                           (default 10; 0: no deadline)\n"
+        "  --http-body-timeout-s N  and the whole body within N s of the head (default 60;\n"
+        "                           0: no deadline)\n"
+        "  --max-connections N      open HTTP connections at once (default 4096); at the\n"
+        "                           limit a newcomer takes the place of the oldest connection\n"
+        "                           still sending its head\n"
+        "  --max-connections-per-addr N  open connections from one client address (default\n"
+        "                           2048; 0: no bound; behind a proxy all share its address)\n"
         "  --daemon-metrics ADDR:PORT  ringlmd's --metrics address: its vllm:* gauges and\n"
         "                           counters also on this /metrics (routers read them where\n"
         "                           they send requests), refreshed every 100 ms\n"
@@ -152,7 +161,10 @@ int main(int argc, char **argv)
         .served_model = "ringlm",
         .max_body_bytes = 1 << 20,
         .http_timeout_s = 30,
+        .http_head_timeout_s = 10,
+        .http_body_timeout_s = 60,
         .max_connections = 4096,
+        .max_connections_per_addr = 2048,
         .sessions = 4,
     };
     long grace_ms = 30000;
@@ -167,6 +179,9 @@ int main(int argc, char **argv)
         {"max-body-bytes", required_argument, 0, 'B'},
         {"http-timeout-s", required_argument, 0, 'T'},
         {"max-connections", required_argument, 0, 'C'},
+        {"max-connections-per-addr", required_argument, 0, 'A'},
+        {"http-head-timeout-s", required_argument, 0, 'H'},
+        {"http-body-timeout-s", required_argument, 0, 'Y'},
         {"sessions", required_argument, 0, 'S'},
         {"daemon-metrics", required_argument, 0, 'M'},
         {"drain-grace-ms", required_argument, 0, 'g'},
@@ -201,6 +216,18 @@ int main(int argc, char **argv)
             break;
         case 'C':
             cfg.max_connections = (unsigned)parse_num("--max-connections", optarg, 1, 1 << 20);
+            break;
+        case 'A':
+            cfg.max_connections_per_addr =
+                (unsigned)parse_num("--max-connections-per-addr", optarg, 0, 1 << 20);
+            break;
+        case 'H':
+            cfg.http_head_timeout_s =
+                (unsigned)parse_num("--http-head-timeout-s", optarg, 0, 86400);
+            break;
+        case 'Y':
+            cfg.http_body_timeout_s =
+                (unsigned)parse_num("--http-body-timeout-s", optarg, 0, 86400);
             break;
         case 'M': cfg.daemon_metrics = optarg; break;
         case 'S': cfg.sessions = (unsigned)parse_num("--sessions", optarg, 1, 64); break;
@@ -249,11 +276,26 @@ int main(int argc, char **argv)
         cfg.keys = &keys;
     }
 
-    /* Thousands of streams are thousands of sockets. */
+    /* Thousands of streams are thousands of sockets: the soft limit goes up to the hard
+     * one, and the connection limit down to what that allows. */
     struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        if (rl.rlim_cur < rl.rlim_max) {
+            rl.rlim_cur = rl.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &rl);
+            getrlimit(RLIMIT_NOFILE, &rl);
+        }
+        /* besides connections: sessions (4 fds each), epoll, eventfds, files, stdio */
+        rlim_t reserve = 64 + 4 * (rlim_t)cfg.sessions;
+        rlim_t fit =
+            rl.rlim_cur > reserve + GW_CUT_SLACK ? rl.rlim_cur - reserve - GW_CUT_SLACK : 1;
+        if (rl.rlim_cur != RLIM_INFINITY && cfg.max_connections > fit) {
+            fprintf(stderr,
+                    "ringlm-gateway: --max-connections %u lowered to %llu: the open-file limit is "
+                    "%llu (raise it with ulimit -n or LimitNOFILE=)\n",
+                    cfg.max_connections, (unsigned long long)fit, (unsigned long long)rl.rlim_cur);
+            cfg.max_connections = (unsigned)fit;
+        }
     }
     /* Every thread started below inherits this mask: only sigwait below sees them. */
     sigset_t sigs;

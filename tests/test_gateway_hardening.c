@@ -4,15 +4,22 @@
  * clients raw sockets of this test process (a process of its own).
  *   - a request whose body length is ambiguous (Content-Length and Transfer-Encoding) gets
  *     400 and its connection is closed: the bytes after it never run as a second request;
- *     HTTP/1.1 without Host gets 400.
+ *     HTTP/1.1 without Host gets 400;
+ *   - slowloris: a head or a body trickled byte by byte is cut at its deadline although the
+ *     connection is never idle; at the connection limit, clients slow to send their heads
+ *     make room for newcomers, so /health is answered; one address holds at most
+ *     --max-connections-per-addr connections.
  */
 #include "tests/gateway_helpers.h"
 
 #include <criterion/criterion.h>
 
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 TestSuite(gateway_hardening, .fini = gwh_stop_all, .timeout = 180);
@@ -86,4 +93,143 @@ Test(gateway_hardening, http_1_1_without_host_is_refused)
     got = exchange("GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", &eof);
     cr_assert(strstr(got, " 200 ") && strstr(got, "\"object\":\"list\""), "answered: %s", got);
     free(got);
+}
+
+/* ---- slow clients ------------------------------------------------------------------- */
+
+/* GET /health from 127.0.0.1 on a fresh connection, all of it within timeout_ms: its status,
+ * or 0 when no answer came in time. */
+static int health_within(int timeout_ms)
+{
+    uint64_t end = th_now_ms() + (uint64_t)timeout_ms;
+    int fd = th_tcp_connect_from("127.0.0.1", gwh_port, true);
+    cr_assert_geq(fd, 0, "connect: %s", strerror(-fd));
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    int st = 0;
+    if (poll(&p, 1, timeout_ms) == 1) {
+        static const char req[] = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        if (send(fd, req, sizeof req - 1, MSG_NOSIGNAL) == (ssize_t)sizeof req - 1) {
+            uint64_t now = th_now_ms();
+            bool eof;
+            char *got = th_read_until(fd, "\r\n", now < end ? (int)(end - now) : 1, &eof);
+            sscanf(got, "HTTP/1.%*d %d", &st);
+            free(got);
+        }
+    }
+    close(fd);
+    return st;
+}
+
+/* A connection from src that sends the first bytes of a head and then nothing. */
+static int slow_head_from(const char *src)
+{
+    int fd = th_tcp_connect_from(src, gwh_port, true);
+    cr_assert_geq(fd, 0, "connect from %s: %s", src, strerror(-fd));
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    cr_assert_eq(poll(&p, 1, 5000), 1, "connect from %s did not complete", src);
+    static const char part[] = "GET /health HTTP/1.1\r\nHo";
+    cr_assert_eq(send(fd, part, sizeof part - 1, MSG_NOSIGNAL), (ssize_t)sizeof part - 1);
+    return fd;
+}
+
+/* true when the gateway closed fd within timeout_ms. */
+static bool closed_within(int fd, int timeout_ms)
+{
+    bool eof;
+    free(th_read_until(fd, NULL, timeout_ms, &eof));
+    return eof;
+}
+
+/* Sends text one byte every period_ms until the gateway closes the connection or limit_ms
+ * passes; how long the connection lived (ms), or -1 when it outlived limit_ms. */
+static long trickle(int fd, const char *text, int period_ms, int limit_ms)
+{
+    uint64_t t0 = th_now_ms();
+    for (size_t i = 0; th_now_ms() - t0 < (uint64_t)limit_ms; i++) {
+        char ch = text[i % strlen(text)];
+        if (send(fd, &ch, 1, MSG_NOSIGNAL) != 1) return (long)(th_now_ms() - t0);
+        /* the pause between two bytes is the slow client itself; it also looks for the end */
+        if (closed_within(fd, period_ms)) return (long)(th_now_ms() - t0);
+    }
+    return -1;
+}
+
+Test(gateway_hardening, a_head_trickled_byte_by_byte_is_cut_at_the_default_head_deadline)
+{
+    /* The idle timeout is 30 s; one byte every 500 ms never leaves the connection idle. */
+    const char *extra[] = {"--http-timeout-s", "30", NULL};
+    setup(extra);
+    int fd = gwh_connect();
+    long lived = trickle(fd, "GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: ", 500, 25000);
+    close(fd);
+    cr_assert_neq(lived, -1, "a head trickled for 25 s is still being read");
+    cr_assert(lived >= 9000 && lived < 15000, "cut after %ld ms; the head deadline is 10 s", lived);
+    char *m = gwh_gateway_metrics();
+    cr_assert_eq(gwh_metric(m, "ringlm_gateway_connections_cut_total{reason=\"head_timeout\"}"), 1,
+                 "%s", m);
+    free(m);
+}
+
+Test(gateway_hardening, a_body_trickled_byte_by_byte_is_cut_at_the_body_deadline)
+{
+    const char *extra[] = {"--http-body-timeout-s", "2", NULL};
+    setup(extra);
+    int fd = gwh_connect();
+    static const char head[] =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n";
+    th_send_all(fd, head, sizeof head - 1);
+    long lived = trickle(fd, "{\"prompt\": \"Once upon a time\"    ", 200, 20000);
+    close(fd);
+    cr_assert_neq(lived, -1, "a body trickled for 20 s is still being read");
+    cr_assert(lived >= 1500 && lived < 6000, "cut after %ld ms; the body deadline is 2 s", lived);
+    /* the connection that sends its request at once is served */
+    gwh_resp r = gwh_curl("/v1/completions", NULL, "{\"prompt\":\"Once\",\"max_tokens\":2}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    gwh_resp_free(&r);
+}
+
+Test(gateway_hardening, slow_heads_make_room_at_the_connection_limit_and_health_is_answered)
+{
+    gwh_need_curl();
+    const char *extra[] = {"--max-connections", "32", NULL};
+    setup(extra);
+    /* Twice the limit, from 8 addresses (8 each, under any per-address bound). */
+    enum { N_SLOW = 64 };
+    int slow[N_SLOW];
+    for (int i = 0; i < N_SLOW; i++) {
+        char src[32];
+        snprintf(src, sizeof src, "127.0.0.%d", 2 + i / 8);
+        slow[i] = slow_head_from(src);
+    }
+    for (int k = 0; k < 10; k++) {
+        int st = health_within(3000);
+        cr_assert_eq(st, 200, "/health %d of 10: %s with 64 slow heads at a 32-connection limit",
+                     k + 1, st ? "not 200" : "no answer within 3 s");
+    }
+    /* the oldest slow heads were closed to make that room */
+    int closed = 0;
+    for (int i = 0; i < N_SLOW; i++) closed += closed_within(slow[i], 1);
+    for (int i = 0; i < N_SLOW; i++) close(slow[i]);
+    cr_assert_geq(closed, N_SLOW - 32, "%d of %d slow heads were closed", closed, N_SLOW);
+    char *m = gwh_gateway_metrics();
+    cr_assert_geq(gwh_metric(m, "ringlm_gateway_connections_cut_total{reason=\"evicted\"}"),
+                  N_SLOW - 32, "%s", m);
+    free(m);
+}
+
+Test(gateway_hardening, one_address_holds_at_most_its_connection_bound)
+{
+    const char *extra[] = {"--max-connections-per-addr", "4", NULL};
+    setup(extra);
+    int fd[8];
+    for (int i = 0; i < 8; i++) fd[i] = slow_head_from("127.0.0.2");
+    int open_n = 0;
+    for (int i = 0; i < 8; i++) open_n += !closed_within(fd[i], i < 4 ? 300 : 2000);
+    cr_assert_eq(open_n, 4, "%d connections from one address are open; the bound is 4", open_n);
+    /* other addresses are not affected */
+    int other = slow_head_from("127.0.0.3");
+    cr_assert(!closed_within(other, 300), "a connection from a second address was closed");
+    cr_assert_eq(health_within(3000), 200);
+    close(other);
+    for (int i = 0; i < 8; i++) close(fd[i]);
 }
