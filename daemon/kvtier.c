@@ -188,35 +188,76 @@ static bool aligned_for_direct(const kvtier *t)
     return true;
 }
 
+/* The disk tier file is ringlmd's: it is created here, or it is an empty file, or it ends
+ * in this trailer (written past the last block) that says an earlier ringlmd made it. Any
+ * other file at the path is someone else's and is left as it is: a typo in --disk-kv must
+ * not truncate and overwrite a file the operator cares about. */
+#define KVT_TRAILER_BYTES KVT_DIRECT_ALIGN
+static const char kvt_trailer_magic[] = "ringlmd disk KV tier file: scratch space, no data to "
+                                        "keep; ringlmd rewrites it at every start\n";
+
+static int open_disk_file(const char *path, int *out)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        *out = fd;
+        return 0;
+    }
+    if (errno != EEXIST) return seterr(-errno, "disk KV tier %s: %s", path, strerror(errno));
+    fd = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return seterr(-errno, "disk KV tier %s: exists and cannot be opened (%s)", path,
+                      strerror(errno));
+    struct stat st;
+    char tail[sizeof kvt_trailer_magic];
+    bool ours = false;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        ours = st.st_size == 0;
+        if (!ours && st.st_size >= KVT_TRAILER_BYTES &&
+            pread(fd, tail, sizeof tail - 1, st.st_size - KVT_TRAILER_BYTES) ==
+                (ssize_t)(sizeof tail - 1))
+            ours = memcmp(tail, kvt_trailer_magic, sizeof tail - 1) == 0;
+    }
+    if (!ours) {
+        close(fd);
+        return seterr(-EEXIST,
+                      "disk KV tier %s: exists and is not a ringlmd disk tier file (not "
+                      "empty, no ringlmd trailer): left as it is; remove it or choose "
+                      "another path",
+                      path);
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    *out = fd;
+    return 0;
+}
+
 static int setup_disk(kvtier *t)
 {
     kvt_pool *p = &t->tier[SCHED_POOL_DISK];
     size_t len = (size_t)p->blocks * t->cfg.block_bytes;
     const char *path = t->cfg.disk_path;
     int fd = -1;
-    if (aligned_for_direct(t)) {
-        fd = open(path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
-        if (fd >= 0) {
-            t->direct = true;
-        } else if (errno != EINVAL) {
-            return seterr(-errno, "disk KV tier %s: %s", path, strerror(errno));
-        } else {
-            logf_(t, "disk tier %s: the filesystem refuses O_DIRECT; using buffered I/O", path);
-        }
-    } else {
+    int rc = open_disk_file(path, &fd);
+    if (rc < 0) return rc;
+    p->fd = fd;
+    if (ftruncate(fd, (off_t)(len + KVT_TRAILER_BYTES)) < 0)
+        return seterr(-errno, "disk KV tier %s: ftruncate to %zu bytes: %s", path,
+                      len + KVT_TRAILER_BYTES, strerror(errno));
+    if (pwrite(fd, kvt_trailer_magic, sizeof kvt_trailer_magic - 1, (off_t)len) !=
+        (ssize_t)(sizeof kvt_trailer_magic - 1))
+        return seterr(errno ? -errno : -EIO, "disk KV tier %s: writing its trailer: %s", path,
+                      strerror(errno ? errno : EIO));
+    if (!aligned_for_direct(t)) {
         logf_(t,
               "disk tier %s: block of %zu bytes (or pool address) not %d-aligned; using "
               "buffered I/O",
               path, t->cfg.block_bytes, KVT_DIRECT_ALIGN);
+    } else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_DIRECT) == 0) {
+        t->direct = true;
+    } else {
+        logf_(t, "disk tier %s: the filesystem refuses O_DIRECT (%s); using buffered I/O", path,
+              strerror(errno));
     }
-    if (fd < 0) {
-        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-        if (fd < 0) return seterr(-errno, "disk KV tier %s: %s", path, strerror(errno));
-    }
-    p->fd = fd;
-    if (ftruncate(fd, (off_t)len) < 0)
-        return seterr(-errno, "disk KV tier %s: ftruncate to %zu bytes: %s", path, len,
-                      strerror(errno));
     return 0;
 }
 

@@ -52,7 +52,8 @@ typedef struct kvtier_config {
     void *pool_base;       /* host address of block 0 (blocks contiguous); NULL: device pool */
     eng *engine;           /* needed when pool_base is NULL */
     int host_blocks;       /* host tier slots (0: no host tier) */
-    const char *disk_path; /* NULL: no disk tier */
+    const char *disk_path; /* NULL: no disk tier; created, or an empty file, or one an
+                              earlier ringlmd made (its trailer): any other is refused */
     int disk_blocks;
     int numa_node;         /* -1: anywhere */
     struct io_uring *ring; /* the loop's ring: SQEs go there, CQEs come back by tag */

@@ -71,6 +71,11 @@ struct dloop {
     struct io_uring ring;
     int ring_ok;
     int listen_fd;
+    /* The socket file this process bound (socket_path set only then): dloop_destroy
+     * unlinks the path only while it is still that file, never one found there before nor
+     * one another process put there since. */
+    dev_t socket_dev;
+    ino_t socket_ino;
     int sig_fd;
     struct signalfd_siginfo siginfo;
     int use_futex;
@@ -562,22 +567,39 @@ static int make_listener(dloop *l)
         return set_err(-ENAMETOOLONG, "socket path '%s' longer than %zu bytes", l->cfg.socket_path,
                        sizeof(sa.sun_path) - 1);
     strcpy(sa.sun_path, l->cfg.socket_path);
-    snprintf(l->socket_path, sizeof(l->socket_path), "%s", l->cfg.socket_path);
     l->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (l->listen_fd < 0) return set_err(-errno, "socket: %s", strerror(errno));
-    /* Replace a stale socket file, but never another kind of file. */
+    /* Replace a stale socket file, but never another kind of file, and never a socket that
+     * might be live: only a refused connection says that nobody listens there (a socket we
+     * may not connect to, or whose backlog is full, belongs to someone). */
     struct stat st;
     if (lstat(sa.sun_path, &st) == 0) {
         if (!S_ISSOCK(st.st_mode))
-            return set_err(-EEXIST, "'%s' exists and is not a socket", sa.sun_path);
-        int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        int live = probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-        if (probe >= 0) close(probe);
-        if (live) return set_err(-EADDRINUSE, "another daemon listens on '%s'", sa.sun_path);
-        unlink(sa.sun_path);
+            return set_err(-EEXIST, "'%s' exists and is not a socket (left as it is)", sa.sun_path);
+        int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (probe < 0) return set_err(-errno, "socket: %s", strerror(errno));
+        int c = connect(probe, (struct sockaddr *)&sa, sizeof(sa));
+        int e = c == 0 ? 0 : errno;
+        close(probe);
+        if (c == 0 || e == EAGAIN || e == EINPROGRESS)
+            return set_err(-EADDRINUSE, "another daemon listens on '%s' (left as it is)",
+                           sa.sun_path);
+        if (e != ECONNREFUSED)
+            return set_err(-EEXIST,
+                           "'%s' exists and cannot be probed (connect: %s): not replacing "
+                           "it",
+                           sa.sun_path, strerror(e));
+        if (unlink(sa.sun_path) < 0 && errno != ENOENT)
+            return set_err(-errno, "stale socket '%s': unlink: %s", sa.sun_path, strerror(errno));
     }
     if (bind(l->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
         return set_err(-errno, "bind '%s': %s", sa.sun_path, strerror(errno));
+    /* Ours from here: the error paths below and dloop_destroy may remove it. */
+    if (lstat(sa.sun_path, &st) == 0) {
+        l->socket_dev = st.st_dev;
+        l->socket_ino = st.st_ino;
+        snprintf(l->socket_path, sizeof(l->socket_path), "%s", sa.sun_path);
+    }
     /* Who may connect is the socket file's owner, group and mode (and the directory's):
 	 * set before listen, so no connection is ever accepted under looser permissions. */
     if (l->cfg.socket_gid >= 0 && chown(sa.sun_path, (uid_t)-1, (gid_t)l->cfg.socket_gid) < 0)
@@ -684,7 +706,10 @@ void dloop_destroy(dloop *l)
     dsess_free_all(l);
     if (l->listen_fd >= 0) {
         close(l->listen_fd);
-        if (l->socket_path[0]) unlink(l->socket_path);
+        struct stat st;
+        if (l->socket_path[0] && lstat(l->socket_path, &st) == 0 && S_ISSOCK(st.st_mode) &&
+            st.st_dev == l->socket_dev && st.st_ino == l->socket_ino)
+            unlink(l->socket_path);
     }
     if (l->sig_fd >= 0) close(l->sig_fd);
     pthread_mutex_destroy(&l->mu);

@@ -38,7 +38,8 @@ typedef struct dloop dloop;
 typedef struct dsess dsess;
 
 typedef struct dloop_config {
-    const char *socket_path;  /* required; an existing socket file is replaced */
+    const char *socket_path;  /* required; a stale socket file (one that refuses connections)
+                               is replaced; any other file there is refused, left as it is */
     int numa_node;            /* -1 = no pinning/placement, else node for segments */
     int max_sessions;         /* 0 = default 256 */
     int max_sessions_per_uid; /* 0 = default 64 */
@@ -115,7 +116,8 @@ void dloop_stop(dloop *l);
 /* Stops accepting new requests: sessions' status shows DRAINING (clients' submit gets
  * -ESHUTDOWN) and new connections are refused with -ESHUTDOWN. */
 void dloop_drain(dloop *l);
-/* Closes the socket (unlinks it) and frees everything. NULL is a no-op. */
+/* Closes the socket (unlinks its file if this loop bound it and it is still there, never a
+ * file found at the path or put there since) and frees everything. NULL is a no-op. */
 void dloop_destroy(dloop *l);
 
 struct io_uring *dloop_ring(dloop *l);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 const char *const fmt_stats_pool_names[FMT_STATS_POOLS] = {"device", "host", "disk"};
@@ -62,16 +63,19 @@ int fmt_stats_write(const char *path, const fmt_stats *s, char *why, size_t whyl
         snprintf(why, whylen, "stats line longer than %zu bytes", sizeof line);
         return n;
     }
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
+    /* A name of our own beside the file (so the rename is atomic): never a fixed name, which
+     * could be a file of someone else's that O_TRUNC would empty. */
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= sizeof tmp) {
         snprintf(why, whylen, "stats file path too long");
         return -ENAMETOOLONG;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
         snprintf(why, whylen, "%s: %s", tmp, strerror(e));
         return -e;
     }
+    fchmod(fd, 0644);
     ssize_t w = write(fd, line, (size_t)n);
     int e = w < 0 ? errno : (w != n ? EIO : 0);
     if (close(fd) != 0 && !e) e = errno;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * formats/stats.h — the daemon's stats file (ringlmd --stats-file): one JSON object,
- * rewritten atomically (written to FILE.tmp, renamed) a few times a second. Written by
+ * rewritten atomically (written to FILE.XXXXXX, renamed) a few times a second. Written by
  * ringlmd, read by the tests and by operators' scripts; this is its writer and its reader.
  *
  *   {"t_us":…,"iterations":…,"sessions":…,"live_requests":…,"waiting":…,"running":…,
@@ -48,7 +48,7 @@ typedef struct fmt_stats {
 /* One JSON object and a newline into buf[cap]: the length, or -EMSGSIZE. */
 int fmt_stats_format(const fmt_stats *s, char *buf, size_t cap);
 
-/* Writes the file atomically: path.tmp, then rename. 0 or -errno (with why). */
+/* Writes the file atomically: a new path.XXXXXX of its own, then rename. 0 or -errno (with why). */
 int fmt_stats_write(const char *path, const fmt_stats *s, char *why, size_t whylen);
 
 /* Parses the text of a stats file (every key required). 0, or -EINVAL with why. */

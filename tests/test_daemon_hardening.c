@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ringlmd in the hands of a careless operator or a hostile local user: files it must never
+ * delete or overwrite, logs torn by a crash, descriptor limits, doorbell floods, the order
+ * of its start-up checks, and the messages of the programs around it. Each test starts
+ * real processes (ringlmd, clients; an unprivileged uid, 65534, where the point is what a
+ * user other than root can do) and stops every one it starts.
+ *
+ * Env: RINGLM_BIN (programs, default build/bin).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/helpers.h"
+
+#define NOBODY_UID 65534u
+#define MODEL      "synthetic:stories260K:7"
+
+/* ---- harness ------------------------------------------------------------------------- */
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Runs argv (argv[0] a path) as uid (0: as this process), its output to log, and waits up
+ * to timeout_ms for it to exit. Its exit status, or -1 when it was still running (it is
+ * killed then: a daemon that should have refused to start started). */
+static int run_as(unsigned uid, const char *const *argv, const char *log, int timeout_ms)
+{
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        close_range(3, ~0u, 0);
+        if (uid && (setgid(uid) != 0 || setuid(uid) != 0)) _exit(126);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    th_proc p = {.pid = pid};
+    int rc = th_proc_wait(&p, timeout_ms);
+    if (rc < 0) th_proc_stop(&p, SIGKILL, 5000);
+    return rc;
+}
+
+static void need_root(void)
+{
+    if (geteuid() != 0) cr_skip_test("needs root (to run a process under another uid)");
+}
+
+/* ---- files ringlmd does not own ------------------------------------------------------ */
+
+Test(files, socket_path_on_a_regular_file_is_left_as_it_is)
+{
+    th_daemon d = {0};
+    th_daemon_init(&d);
+    char *prog = th_program("ringlmd");
+    char *path = th_path(d.dir, "precious.txt"), *log = th_path(d.dir, "second.log");
+    write_file(path, "the operator's notes\n");
+    const char *argv[] = {prog, "--echo", "--numa-node", "off", "--socket", path, NULL};
+    int rc = run_as(0, argv, log, 10000);
+    char *out = th_read_file(log);
+    cr_expect_eq(rc, 1, "ringlmd on a regular file: exit %d (%s)", rc, out);
+    cr_expect(strstr(out, "is not a socket"), "no reason given: %s", out);
+    char *left = th_read_file(path);
+    cr_expect_str_eq(left, "the operator's notes\n", "the file at --socket was changed or removed");
+    free(left);
+    free(out);
+    free(path);
+    free(log);
+    free(prog);
+    th_daemon_cleanup(&d);
+}
+
+Test(files, second_daemon_leaves_the_live_socket_alone)
+{
+    th_daemon d = {0};
+    const char *args[] = {"--echo", NULL};
+    th_daemon_start(&d, args, 10000);
+    char *prog = th_program("ringlmd");
+    char *log = th_path(d.dir, "second.log");
+    const char *argv[] = {prog, "--echo", "--numa-node", "off", "--socket", d.sock, NULL};
+    int rc = run_as(0, argv, log, 10000);
+    char *out = th_read_file(log);
+    cr_expect_eq(rc, 1, "a second ringlmd on a live socket: exit %d (%s)", rc, out);
+    cr_expect(strstr(out, "another daemon listens"), "no reason given: %s", out);
+    struct stat st;
+    cr_expect(lstat(d.sock, &st) == 0 && S_ISSOCK(st.st_mode),
+              "the live daemon's socket file is gone");
+    int fd = th_unix_connect(d.sock, false);
+    cr_expect_geq(fd, 0, "the first daemon is unreachable: %s", strerror(-fd));
+    if (fd >= 0) close(fd);
+    cr_expect_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+    free(out);
+    free(log);
+    free(prog);
+    th_daemon_cleanup(&d);
+}
+
+/* A user who may not connect to root's socket (mode 0600) must not be able to take its
+ * place either, even where the directory lets them remove files: a socket that cannot be
+ * probed is not stale. */
+Test(files, unprivileged_daemon_never_replaces_a_socket_it_cannot_probe)
+{
+    need_root();
+    th_daemon d = {0};
+    th_daemon_init(&d);
+    chmod(d.dir, 0777);
+    const char *args[] = {"--echo", "--socket-mode", "0600", NULL};
+    th_daemon_start(&d, args, 10000);
+    char *prog = th_program("ringlmd");
+    char *log = th_path(d.dir, "nobody.log");
+    const char *argv[] = {prog, "--echo", "--numa-node", "off", "--socket", d.sock, NULL};
+    int rc = run_as(NOBODY_UID, argv, log, 10000);
+    char *out = th_read_file(log);
+    cr_expect_eq(rc, 1, "ringlmd as uid %u on root's socket: exit %d (%s)", NOBODY_UID, rc, out);
+    struct stat st;
+    cr_expect(lstat(d.sock, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_uid == 0,
+              "root's socket was removed or replaced by uid %u", NOBODY_UID);
+    int fd = th_unix_connect(d.sock, false);
+    cr_expect_geq(fd, 0, "the first daemon is unreachable: %s", strerror(-fd));
+    if (fd >= 0) close(fd);
+    cr_expect_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+    free(out);
+    free(log);
+    free(prog);
+    th_daemon_cleanup(&d);
+}
+
+Test(files, disk_tier_on_someone_elses_file_is_refused)
+{
+    th_daemon d = {0};
+    th_daemon_init(&d);
+    char *prog = th_program("ringlmd");
+    char *path = th_path(d.dir, "precious.db"), *log = th_path(d.dir, "tier.log");
+    write_file(path, "rows the operator keeps\n");
+    const char *argv[] = {prog,       "--model", MODEL,       "--numa-node", "off",
+                          "--socket", d.sock,    "--disk-kv", path,          "--disk-kv-blocks",
+                          "8",        "--quiet", NULL};
+    int rc = run_as(0, argv, log, 30000);
+    char *out = th_read_file(log);
+    cr_expect(rc > 0, "ringlmd with --disk-kv on someone's file: exit %d (%s)", rc, out);
+    cr_expect(strstr(out, "not a ringlmd disk tier file"), "no reason given: %s", out);
+    char *left = th_read_file(path);
+    cr_expect_str_eq(left, "rows the operator keeps\n", "the file at --disk-kv was overwritten");
+    free(left);
+    free(out);
+
+    /* Its own tier file, left by an earlier run, it takes back. */
+    char *tier = th_path(d.dir, "tier.kv");
+    for (int run = 0; run < 2; run++) {
+        th_daemon r = {0};
+        th_daemon_init(&r);
+        const char *args[] = {"--model",          MODEL, "--disk-kv", tier,
+                              "--disk-kv-blocks", "8",   "--quiet",   NULL};
+        th_daemon_start(&r, args, 30000);
+        cr_expect_eq(th_daemon_stop(&r, SIGTERM, 10000), 0, "run %d: %s", run,
+                     th_daemon_output(&r));
+        th_daemon_cleanup(&r);
+    }
+    free(tier);
+    free(path);
+    free(log);
+    free(prog);
+    th_daemon_cleanup(&d);
+}
+
+Test(files, stats_file_never_truncates_a_neighbour)
+{
+    th_daemon d = {0};
+    th_daemon_init(&d);
+    char *stats = th_path(d.dir, "stats.json"), *tmp = th_path(d.dir, "stats.json.tmp");
+    write_file(tmp, "a file that happens to be named so\n");
+    const char *args[] = {"--model", MODEL, "--stats-file", stats, "--quiet", NULL};
+    th_daemon_start(&d, args, 30000);
+    uint64_t deadline = th_now_ms() + 10000;
+    while (!th_exists(stats) && th_now_ms() < deadline) th_pause_ms(10);
+    cr_expect(th_exists(stats), "no stats file within 10 s: %s", th_daemon_output(&d));
+    cr_expect_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+    char *left = th_read_file(tmp);
+    cr_expect_str_eq(left, "a file that happens to be named so\n",
+                     "the stats writer emptied or replaced %s", tmp);
+    free(left);
+    free(stats);
+    free(tmp);
+    th_daemon_cleanup(&d);
+}
