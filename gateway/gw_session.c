@@ -133,6 +133,8 @@ void gw_req_free(gw_server *s, gw_req *r)
     gw_buf_free(&r->text);
     gw_buf_free(&r->out);
     gw_buf_free(&r->head);
+    if (r->prep_resp) MHD_destroy_response(r->prep_resp);
+    if (r->ready) MHD_destroy_response(r->ready);
     free(r);
 }
 
@@ -155,6 +157,7 @@ void gw_suspend(gw_req *r)
 /* mu held: watch the socket for a hang-up while the request lives. */
 void gw_watch(gw_server *s, gw_req *r)
 {
+    if (r->watched) return;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return;
@@ -183,7 +186,7 @@ void gw_daemon_end(gw_server *s, gw_req *r)
     q_del(r);
     if (!r->gone && r->p.stream && r->started && !r->out_done) gw_sse_end(r);
     gw_wake(r);
-    if (r->http_done) gw_req_free(s, r);
+    if (r->http_done && !r->in_prep) gw_req_free(s, r);
 }
 
 /* mu held: r failed before or while generating. */

@@ -67,6 +67,12 @@ static void usage(FILE *f)
         "  --sessions N             shared-memory sessions with ringlmd, streams spread over\n"
         "                           them (1..64, default 4: ringlmd holds at most 1,024\n"
         "                           requests in flight per session)\n"
+        "  --tokenize-threads N     threads that parse request bodies, apply the chat template\n"
+        "                           and tokenize, off the HTTP thread (default 2)\n"
+        "  --tokenize-queue N       requests waiting for one of them; more get 503 with\n"
+        "                           Retry-After (default 4096, as --max-connections: a\n"
+        "                           burst of small requests waits; lower it to shed load\n"
+        "                           sooner)\n"
         "  --drain-grace-ms N       on SIGTERM, requests in flight get this long (default 30000)\n"
         "  --quiet                  no log lines but errors\n"
         "  --version, --help\n",
@@ -166,6 +172,8 @@ int main(int argc, char **argv)
         .max_connections = 4096,
         .max_connections_per_addr = 2048,
         .sessions = 4,
+        .prep_threads = 2,
+        .prep_queue = 4096,
     };
     long grace_ms = 30000;
     static const struct option opts[] = {
@@ -183,6 +191,8 @@ int main(int argc, char **argv)
         {"http-head-timeout-s", required_argument, 0, 'H'},
         {"http-body-timeout-s", required_argument, 0, 'Y'},
         {"sessions", required_argument, 0, 'S'},
+        {"tokenize-threads", required_argument, 0, 'P'},
+        {"tokenize-queue", required_argument, 0, 'Q'},
         {"daemon-metrics", required_argument, 0, 'M'},
         {"drain-grace-ms", required_argument, 0, 'g'},
         {"quiet", no_argument, 0, 'q'},
@@ -230,6 +240,12 @@ int main(int argc, char **argv)
                 (unsigned)parse_num("--http-body-timeout-s", optarg, 0, 86400);
             break;
         case 'M': cfg.daemon_metrics = optarg; break;
+        case 'P':
+            cfg.prep_threads = (unsigned)parse_num("--tokenize-threads", optarg, 1, 256);
+            break;
+        case 'Q':
+            cfg.prep_queue = (unsigned)parse_num("--tokenize-queue", optarg, 0, 1 << 20);
+            break;
         case 'S': cfg.sessions = (unsigned)parse_num("--sessions", optarg, 1, 64); break;
         case 'g': grace_ms = parse_num("--drain-grace-ms", optarg, 0, 3600000); break;
         case 'q': cfg.quiet = 1; break;
@@ -324,7 +340,7 @@ int main(int argc, char **argv)
     sigwait(&sigs, &sig);
     if (!cfg.quiet) fprintf(stderr, "ringlm-gateway: %s: draining\n", strsignal(sig));
     gw_server_drain(s, (unsigned)grace_ms);
-    gw_server_stop(s);
+    if (gw_server_stop(s) < 0) return 0; /* a thread still uses tok and keys: only exit */
     gw_keys_free(&keys);
     tok_free(tok);
     if (!cfg.quiet) fprintf(stderr, "ringlm-gateway: drained; exiting\n");

@@ -8,7 +8,10 @@
  *   - slowloris: a head or a body trickled byte by byte is cut at its deadline although the
  *     connection is never idle; at the connection limit, clients slow to send their heads
  *     make room for newcomers, so /health is answered; one address holds at most
- *     --max-connections-per-addr connections.
+ *     --max-connections-per-addr connections;
+ *   - a big prompt is tokenized off the HTTP thread: /health answers meanwhile; a full
+ *     tokenizer queue answers 503 with Retry-After; a request whose client left before a
+ *     tokenizer thread took it is never prepared.
  */
 #include "tests/gateway_helpers.h"
 
@@ -232,4 +235,140 @@ Test(gateway_hardening, one_address_holds_at_most_its_connection_bound)
     cr_assert_eq(health_within(3000), 200);
     close(other);
     for (int i = 0; i < 8; i++) close(fd[i]);
+}
+
+/* ---- preparation off the HTTP thread -------------------------------------------------- */
+
+/* A completions body whose prompt is about kb KB of text (malloc()ed). */
+static char *big_prompt_body(int kb)
+{
+    static const char line[] = "Once upon a time there was a little girl who liked to play. ";
+    size_t n = (size_t)kb * 1024 / (sizeof line - 1) + 1;
+    char *b = malloc(n * (sizeof line - 1) + 64);
+    char *p = b + sprintf(b, "{\"prompt\":\"");
+    for (size_t i = 0; i < n; i++) p += sprintf(p, "%s", line);
+    sprintf(p, "\",\"max_tokens\":4}");
+    return b;
+}
+
+/* The status of the answer on fd, waiting up to timeout_ms (0: none came). */
+static int answer_status(int fd, int timeout_ms, char **text)
+{
+    bool eof;
+    char *got = th_read_until(fd, "\r\n\r\n", timeout_ms, &eof);
+    int st = 0;
+    sscanf(got, "HTTP/1.%*d %d", &st);
+    if (text)
+        *text = got;
+    else
+        free(got);
+    return st;
+}
+
+Test(gateway_hardening, health_answers_while_a_big_prompt_is_tokenized)
+{
+    setup(NULL);
+    char *body = big_prompt_body(48);
+    int fd = gwh_connect();
+    gwh_send_post(fd, "/v1/completions", NULL, body);
+    uint64_t t0 = th_now_ms();
+    int probes = 0, during = 0;
+    /* until the big request is answered (a prompt beyond the context: 400), /health is
+     * answered within 500 ms each time */
+    while (!th_readable(fd, 0) && th_now_ms() - t0 < 120000) {
+        uint64_t p0 = th_now_ms();
+        int st = health_within(500);
+        cr_assert_eq(st, 200, "/health probe %d, %llu ms after the big prompt: %s", probes + 1,
+                     (unsigned long long)(p0 - t0), st ? "not 200" : "no answer within 500 ms");
+        probes++;
+        during += !th_readable(fd, 0);
+        th_pause_ms(20); /* a client that asks every 20 ms, not a flood */
+    }
+    int st = answer_status(fd, 1000, NULL);
+    cr_assert(st == 400 || st == 200, "the big prompt was answered %d", st);
+    cr_log_info("%d /health probes answered, %d of them while the prompt was tokenized", probes,
+                during);
+    close(fd);
+    free(body);
+}
+
+Test(gateway_hardening, a_full_tokenizer_queue_answers_503_with_retry_after)
+{
+    const char *extra[] = {"--tokenize-threads", "1", "--tokenize-queue", "1", NULL};
+    setup(extra);
+    char *body = big_prompt_body(32);
+    enum { N = 16 };
+    int fd[N];
+    for (int i = 0; i < N; i++) {
+        fd[i] = gwh_connect();
+        gwh_send_post(fd[i], "/v1/completions", NULL, body);
+    }
+    /* One is tokenized, one waits, the rest are refused at once; the refusals come first. */
+    int busy = 0;
+    for (int i = 0; i < N; i++) {
+        char *got;
+        int st = answer_status(fd[i], 300, &got);
+        if (st == 503) {
+            cr_assert(strstr(got, "Retry-After:"), "a 503 without Retry-After: %s", got);
+            if (!strstr(got, "}}")) {
+                bool eof;
+                char *rest = th_read_until(fd[i], "}}", 2000, &eof);
+                got = realloc(got, strlen(got) + strlen(rest) + 1);
+                strcat(got, rest);
+                free(rest);
+            }
+            cr_assert(strstr(got, "\"busy\""), "503 for another reason: %s", got);
+            busy++;
+        } else {
+            cr_assert(st == 0 || st == 400 || st == 200, "answered %d: %s", st, got);
+        }
+        free(got);
+    }
+    cr_assert_geq(busy, 1,
+                  "none of %d bodies sent at once to 1 thread and a queue of 1 was "
+                  "refused",
+                  N);
+    char *m = gwh_gateway_metrics();
+    cr_assert_eq(gwh_metric(m, "ringlm_gateway_prep_refused_total"), busy, "%s", m);
+    free(m);
+    for (int i = 0; i < N; i++) close(fd[i]);
+    free(body);
+}
+
+Test(gateway_hardening, a_request_whose_client_left_is_never_prepared)
+{
+    const char *extra[] = {"--tokenize-threads", "1", NULL};
+    setup(extra);
+    /* A occupies the one tokenizer thread; B, C and D wait behind it and hang up. */
+    char *body = big_prompt_body(32);
+    int a = gwh_connect();
+    gwh_send_post(a, "/v1/completions", NULL, body);
+    for (int i = 0; i < 3; i++) {
+        int fd = gwh_connect();
+        gwh_send_post(fd, "/v1/completions", NULL,
+                      "{\"prompt\":\"Once upon a time\",\"max_tokens\":200}");
+        close(fd);
+    }
+    uint64_t left = th_now_ms();
+    char *m = NULL;
+    /* their hang-ups are seen while A is still tokenized (the HTTP thread is free) ... */
+    int st = answer_status(a, 120000, NULL);
+    cr_assert(st == 400 || st == 200, "A was answered %d", st);
+    bool a_outlasted = th_now_ms() - left > 300;
+    m = gwh_gateway_metrics();
+    double dropped = gwh_metric(m, "ringlm_gateway_prep_dropped_total");
+    /* ... and when A outlasted them, not one of them was prepared, let alone submitted */
+    if (a_outlasted)
+        cr_assert_eq(dropped, 3, "%g of 3 requests whose clients left were dropped:\n%s", dropped,
+                     m);
+    else
+        cr_log_warn("A was tokenized in under 300 ms: the drop was not exercised");
+    free(m);
+    m = gwh_daemon_metrics();
+    cr_assert_eq(gwh_metric(m, "ringlm_requests_finished_total{tenant=\"shared\",class=\"chat\","
+                               "reason=\"length\"}"),
+                 0, "a request whose client left generated to its length:\n%s", m);
+    free(m);
+    close(a);
+    free(body);
 }
