@@ -18,6 +18,7 @@ pkgs=(
   clang-format            # the one C style (.clang-format), checked by make test
   gnuplot-nox             # simulator plots
   curl                    # gateway tests and `make demo`: the real HTTP client
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross  # make check-portable: the CPU backend for arm64
 )
 missing=()
 for p in "${pkgs[@]}"; do

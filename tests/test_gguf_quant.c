@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Weight types (kernels/cpu/quant.c): f16/bf16 conversions are exact where they must be;
+ * Weight types (kernels/cpu/quant*.c): f16/bf16 conversions are exact where they must be;
  * each quantizer reconstructs within its type's error; the fused dot of the AVX2 path and
  * of the portable path agree with the dot of the dequantized row within the stated
  * tolerance (1e-5 x sum |w x|); the batched (dequantized tile + SGEMM) and fused matmuls
  * give the same products (Q8_0's, Q4_K's and Q6_K's integer ones with 8-bit activations within
- * their stated bound); the integer paths (portable, AVX2, AVX-512 VNNI) agree.
+ * their stated bound); the integer paths (portable, AVX2, AVX-512 VNNI) agree; on random
+ * blocks of every type, every kernel of the portable path agrees with the SIMD ones.
  */
 #include "kernels/cpu/quant.h"
 
@@ -335,14 +336,25 @@ Test(gguf_quant, activations_quantized_once_give_the_same_products)
                 cr_assert_null(q_xq_prepare(mem, bytes - 65, x, rows, k), "too few bytes");
                 const q_xq *a = q_xq_prepare(mem, bytes, x, rows, k);
                 cr_assert_not_null(a);
-                q_matmul(itypes[t], q, n, k, x, rows, 0.0f, want, n);
-                /* in chunks of 16 weight rows, as the backend's workers take them */
-                for (int i0 = 0; i0 < n; i0 += 16)
-                    q_matmul_xq(itypes[t], q + i0 * rb, n - i0 < 16 ? n - i0 : 16, k, a, x, rows,
-                                0.0f, got + i0, n);
+                /* in chunks of 16 weight rows, as the backend's workers take them, against
+                 * q_matmul on the same chunks: above the integer path's rows (33 on a CPU
+                 * without AVX-512) q_matmul runs OpenBLAS SGEMM, whose edge kernels sum an
+                 * element in another order than its full tiles, so there a product depends
+                 * on how the weight rows are split (the same split gives the same bits) */
+                for (int i0 = 0; i0 < n; i0 += 16) {
+                    const int m = n - i0 < 16 ? n - i0 : 16;
+                    q_matmul(itypes[t], q + i0 * rb, m, k, x, rows, 0.0f, want + i0, n);
+                    q_matmul_xq(itypes[t], q + i0 * rb, m, k, a, x, rows, 0.0f, got + i0, n);
+                }
                 cr_assert(memcmp(want, got, (size_t)rows * n * sizeof *got) == 0,
                           "type %d %s rows=%d: prepared activations differ", itypes[t],
                           q_isa_name(isa), rows);
+                if (q_int_path(itypes[t], rows)) { /* integer products ignore the split */
+                    q_matmul(itypes[t], q, n, k, x, rows, 0.0f, want, n);
+                    cr_assert(memcmp(want, got, (size_t)rows * n * sizeof *got) == 0,
+                              "type %d %s rows=%d: the split changed an integer product", itypes[t],
+                              q_isa_name(isa), rows);
+                }
                 if (rows > 1) { /* prepared for other rows: q_matmul on x */
                     q_matmul_xq(itypes[t], q, n, k, a, x + k, rows - 1, 0.0f, got, n);
                     q_matmul(itypes[t], q, n, k, x + k, rows - 1, 0.0f, want, n);
@@ -360,5 +372,131 @@ Test(gguf_quant, activations_quantized_once_give_the_same_products)
     free(x);
     free(want);
     free(got);
+    free(q);
+}
+
+/* Random bytes as weights: every bit pattern a block may hold (codes the quantizers never
+ * write, such as Q8_0's -128, Q6_K's negative scales, Q4_K's largest 6-bit scales and mins),
+ * with finite f16 scales; F16 and BF16 weights from a wide range, subnormal halves included. */
+static void random_blocks(int type, unsigned char *q, int n, int k)
+{
+    const size_t rb = q_row_bytes(type, k);
+    for (size_t i = 0; i < rb * n; i++) q[i] = (unsigned char)(frand() * 128 + 128);
+    uint16_t *h = (uint16_t *)q;
+    for (size_t i = 0; i < (size_t)n * k && (type == Q_F16 || type == Q_BF16); i++) {
+        const float v = frand() * (i % 7 == 0 ? 1e-5f : i % 7 == 1 ? 100.0f : 1.0f);
+        h[i] = type == Q_F16 ? q_f32_to_f16(v) : q_f32_to_bf16(v);
+    }
+    const size_t bb = q_row_bytes(type, q_block_elems(type)); /* bytes per block */
+    for (size_t b = 0; b < rb * n / bb && type != Q_F32 && type != Q_F16 && type != Q_BF16; b++) {
+        unsigned char *blk = q + b * bb;
+        const uint16_t d = q_f32_to_f16(fabsf(frand()) * 0.02f);
+        const uint16_t dmin = q_f32_to_f16(fabsf(frand()) * 0.02f);
+        memcpy(blk + (type == Q_Q6_K ? 208 : 0), &d, 2); /* Q6_K's d ends its block */
+        if (type == Q_Q4_K) memcpy(blk + 2, &dmin, 2);
+    }
+    if (type == Q_F32) {
+        float *f = (float *)q;
+        for (size_t i = 0; i < (size_t)n * k; i++) f[i] = frand();
+    }
+}
+
+/* Every kernel of the portable path beside the SIMD ones, on random blocks of every type:
+ * q_dot (the fused dots) and q_matmul at row counts that take each of its paths (fused dots up
+ * to Q_FUSED_MAX_ROWS, the integer kernels up to Q_INT_MAX_ROWS, dequantized tiles above)
+ * on each instruction set this CPU has, against the portable products and the exact ones. The
+ * tiles dequantize exactly on every path (F16C's conversion as the scalar one), so there the
+ * products are the same to the bit; elsewhere within quant.h's bounds: 1e-5 x sum |w x| between
+ * paths, plus the 8-bit activations' bound against the exact product on the integer path. */
+Test(gguf_quant, every_kernel_on_random_blocks_portable_beside_simd)
+{
+    const int n = 24, k = 512, R = 40;
+    float *x = malloc((size_t)R * k * sizeof *x), *dq = malloc((size_t)n * k * sizeof *dq);
+    float *want = malloc((size_t)R * n * sizeof *want), *got = malloc((size_t)R * n * sizeof *got);
+    double *exact = malloc((size_t)R * n * sizeof *exact),
+           *mag = malloc((size_t)R * n * sizeof *mag);
+    unsigned char *q = malloc(q_row_bytes(Q_F32, k) * n);
+    for (size_t i = 0; i < (size_t)R * k; i++) x[i] = frand() * (float)(1 << (i / 32 % 9));
+    static const int rows_cases[] = {1, 2, 4, 5, 8, 12, 13, 31, 32, 33, 40};
+    int best = q_isa(), was = q_isa_cap(Q_ISA_PORTABLE), checked = 0;
+    if (best == Q_ISA_PORTABLE) cr_log_info("no AVX2/FMA/F16C here: only the portable path ran");
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const int type = types[t];
+        const size_t rb = q_row_bytes(type, k);
+        random_blocks(type, q, n, k);
+        for (int i = 0; i < n; i++) q_dequant_row(type, q + i * rb, dq + (size_t)i * k, k);
+        for (int r = 0; r < R; r++)
+            for (int i = 0; i < n; i++) {
+                double e = 0, m = 0;
+                for (int j = 0; j < k; j++) {
+                    const double p = (double)dq[(size_t)i * k + j] * x[(size_t)r * k + j];
+                    e += p;
+                    m += fabs(p);
+                }
+                cr_assert(isfinite(e), "%s: random blocks must stay finite", names[t]);
+                exact[(size_t)r * n + i] = e;
+                mag[(size_t)r * n + i] = m;
+            }
+        for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++) {
+            const int rows = rows_cases[rc];
+            q_isa_cap(Q_ISA_PORTABLE);
+            const bool tiles_portable = rows > Q_FUSED_MAX_ROWS && !q_int_path(type, rows);
+            q_matmul(type, q, n, k, x, rows, 0.0f, want, n);
+            for (int r = 0; r < rows; r++)
+                for (int i = 0; i < n; i++) {
+                    const size_t at = (size_t)r * n + i;
+                    double bound = 1e-5 * mag[at];
+                    if (q_int_path(type, rows))
+                        bound += q8_act_bound(dq + (size_t)i * k, x + (size_t)r * k, k);
+                    cr_assert_leq(fabs(want[at] - exact[at]), bound,
+                                  "%s portable rows=%d: y[%d][%d] = %.9g, exact %.9g", names[t],
+                                  rows, r, i, (double)want[at], exact[at]);
+                    if (rows == 1) { /* the fused dot itself */
+                        const double d = q_dot(type, q + i * rb, x, k);
+                        cr_assert_leq(fabs(d - exact[at]), 1e-5 * mag[at],
+                                      "%s portable q_dot: row %d = %.9g, exact %.9g", names[t], i,
+                                      d, exact[at]);
+                    }
+                }
+            for (int isa = Q_ISA_AVX2; isa <= best; isa++) {
+                q_isa_cap(isa);
+                q_matmul(type, q, n, k, x, rows, 0.0f, got, n);
+                if (tiles_portable && !q_int_path(type, rows)) {
+                    cr_assert(memcmp(want, got, (size_t)rows * n * sizeof *got) == 0,
+                              "%s %s rows=%d: dequantized tiles differ from the portable ones",
+                              names[t], q_isa_name(isa), rows);
+                } else {
+                    for (int r = 0; r < rows; r++)
+                        for (int i = 0; i < n; i++) {
+                            const size_t at = (size_t)r * n + i;
+                            cr_assert_leq(fabs((double)got[at] - want[at]), 1e-5 * mag[at],
+                                          "%s %s rows=%d: y[%d][%d] = %.9g, portable %.9g",
+                                          names[t], q_isa_name(isa), rows, r, i, (double)got[at],
+                                          (double)want[at]);
+                        }
+                }
+                for (int i = 0; i < n && rows == 1; i++) {
+                    const double d = q_dot(type, q + i * rb, x, k);
+                    q_isa_cap(Q_ISA_PORTABLE);
+                    const double p = q_dot(type, q + i * rb, x, k);
+                    q_isa_cap(isa);
+                    cr_assert_leq(fabs(d - p), 1e-5 * mag[i],
+                                  "%s %s q_dot: row %d = %.9g, "
+                                  "portable %.9g",
+                                  names[t], q_isa_name(isa), i, d, p);
+                }
+                checked++;
+            }
+        }
+    }
+    q_isa_cap(was);
+    cr_log_info("random blocks: %d comparisons with the portable path (best %s)", checked,
+                q_isa_name(best));
+    free(x);
+    free(dq);
+    free(want);
+    free(got);
+    free(exact);
+    free(mag);
     free(q);
 }

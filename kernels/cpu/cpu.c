@@ -27,18 +27,18 @@
  *
  * Files: this one (the forward pass, matmul jobs, lifecycle, KV blocks), cpu.h (state and
  * helpers the files share), pool.c (worker threads), attention.c (paged attention),
- * gemm_small.c (small-batch F32 matmul), quant.c (quantized weight types).
+ * gemm_small.c (small-batch F32 matmul), quant*.c (weight types, by family).
  *
  * KV pool, block-major: block b holds, for every layer l, K then V of block_size tokens:
  *   pool[b][l][0=K|1=V][offset][kv_dim]   (float32)
  * so one block is one contiguous copy for swapping.
  */
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm_small.h"
 #include "kernels/cpu/quant.h"
 #include "numa/rnuma.h"
 
-#include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>

@@ -67,8 +67,8 @@ typedef int v8i __attribute__((vector_size(32)));
 /* ThreadSanitizer builds get the baseline copy only: GCC instruments the ifunc resolver
  * target_clones generates, and it runs while the loader relocates, before the TSAN runtime
  * is up, so every program linking this file died before main (GCC 12). */
-#ifdef __SANITIZE_THREAD__
-#define CPU_CLONES
+#if defined(__SANITIZE_THREAD__) || !(defined(__x86_64__) || defined(__i386__))
+#define CPU_CLONES /* and off x86, where these arch names do not exist */
 #else
 #define CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif

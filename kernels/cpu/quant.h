@@ -12,7 +12,8 @@
  *         f16 d; each 16-element sub-block j: x = d*scales[j]*(q - 32), q in 0..63
  *
  * Decode (few rows): fused dequantize-and-dot, the weight read once, in its own type; AVX2 +
- * FMA (+F16C) when the CPU has them, chosen once at run time, else portable C. The two
+ * FMA (+F16C) when the CPU has them, chosen once at run time, else portable C (the only path
+ * off x86, where the intrinsics are not compiled: make check-portable builds it for arm64). The two
  * paths sum in a different order: they agree within 1e-5 x sum_j |w_j x_j| per dot
  * (tests/test_gguf_quant.c holds them to it).
  * Q8_0, Q4_K and Q6_K weights in q_matmul, up to Q_INT_MAX_ROWS rows (decode of a whole

@@ -1,0 +1,398 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/cpu/quant_internal.h — what the files of the weight-type kernels share (private to
+ * kernels/cpu/quant*.c): the block layouts, the f16 conversions inline, the activation rows
+ * quantized to 8 bits, and the prototypes of each type family's kernels.
+ *
+ * The files, by type family:
+ *   quant.c          the type table, the instruction-set dispatch, q_dot, q_matmul
+ *   quant_float.c    F32, F16, BF16: conversions, fused dots
+ *   quant_q8_0.c     Q8_0: dequantize, fused dot, integer dots, quantizer
+ *   quant_kquants.c  Q4_K, Q6_K: the same
+ *   quant_xq.c       the activation quantizer (q_xq) of the integer path
+ *   quant_vnni.c     the AVX-512 VNNI tile kernels all three integer types share
+ *
+ * Every kernel has a portable C form; the x86 ones (AVX2 + FMA + F16C, AVX-512 VNNI) are
+ * compiled only where QK_X86 is 1, with target attributes (the rest of the build stays
+ * baseline), and run only when the CPU has them (q_isa, checked once at run time). A
+ * function's arithmetic does not depend on the file it lives in: each keeps its own order of
+ * floating-point steps, which the tests hold to the bit where quant.h promises bits.
+ */
+#ifndef RINGLM_KERNELS_CPU_QUANT_INTERNAL_H
+#define RINGLM_KERNELS_CPU_QUANT_INTERNAL_H
+
+#include "kernels/cpu/quant.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define QK_X86 1
+#include <immintrin.h>
+#else
+#define QK_X86 0
+#endif
+
+#define QK_K 256
+
+typedef struct {
+    uint16_t d;
+    int8_t qs[32];
+} blk_q8_0;
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qs[128];
+} blk_q4_k;
+typedef struct {
+    uint8_t ql[128];
+    uint8_t qh[64];
+    int8_t scales[16];
+    uint16_t d;
+} blk_q6_k;
+
+_Static_assert(sizeof(blk_q8_0) == 34, "Q8_0 block is 34 bytes");
+_Static_assert(sizeof(blk_q4_k) == 144, "Q4_K block is 144 bytes");
+_Static_assert(sizeof(blk_q6_k) == 210, "Q6_K block is 210 bytes");
+
+/* ---- conversions (exact; the public q_* functions are these) --------------------------- */
+
+static inline float qk_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp) {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (man) { /* subnormal: normalise */
+        int e = -1;
+        do {
+            e++;
+            man <<= 1;
+        } while (!(man & 0x400));
+        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
+    } else {
+        bits = sign;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t qk_f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf, nan */
+        return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x477ff000u) /* rounds to >= 65520: inf */
+        return (uint16_t)(sign | 0x7c00);
+    if (ax < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
+        if (ax < 0x33000000u) return (uint16_t)sign;
+        int e = (int)(ax >> 23), shift = 126 - e; /* value = man * 2^(e-150) */
+        uint32_t man = (ax & 0x7fffff) | 0x800000;
+        /* half subnormal unit is 2^-24: q = man * 2^(e-150+24) = man >> (126 - e) */
+        uint32_t q = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1))) q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t r = ax - 0x38000000u; /* rebias 127 -> 15, in place */
+    uint32_t q = r >> 13, rem = r & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (q & 1))) q++;
+    return (uint16_t)(sign | q);
+}
+
+static inline float qk_bf16_to_f32(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t qk_f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet nan */
+    return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
+{
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+
+/* Round to nearest (the quantizers). */
+static inline int qk_nearest(float v)
+{
+    return (int)lrintf(v);
+}
+
+#define FUSED_MAX_ROWS Q_FUSED_MAX_ROWS
+/* Q8_0's integer path runs up to Q_INT_MAX_ROWS rows: groups of up to Q8_GROUP_ROWS rows
+ * (the accumulators in registers) over tiles of Q8_TILE weight rows (kept in L1/L2 while
+ * every group passes over them). */
+#define Q8_GROUP_ROWS  8
+#define Q8_TILE        16
+
+/* For Q8_0 weights the fused path quantizes each activation row the way llama.cpp does for
+ * this type: per 32 elements, scale d = max|x| / 127 (kept as f16, as a Q8_0 block keeps it)
+ * and q = x * 127 / max|x| rounded to nearest even. A block's product is then d_w * d_x *
+ * sum q_w q_x: the integer sum is exact, so the three paths (portable, AVX2, AVX-512 VNNI)
+ * differ only in the order they add the per-block floats. */
+typedef struct xq8 {
+    int8_t *q; /* rows x k */
+    float *d;  /* rows x k/32 */
+    float *s;  /* rows x k/32: d * sum q, the block's sum as quantized (Q4_K's minimums) */
+} xq8;
+
+/* The AVX-512 VNNI tiles (quant_vnni.c; see there): VT_COLS weight rows repacked, up to
+ * VT_ROWS activation rows in registers. */
+#define VT_COLS 16
+#define VT_ROWS 8
+
+typedef struct vt_w { /* one repacked tile of VT_COLS weight rows, nb blocks of 32 */
+    uint8_t *q;       /* [nb][8][16][4] unsigned weights */
+    float *a;         /* [nb][16] block scales */
+    float *m;         /* [nb][16] Q4_K: dmin * m_j */
+    int32_t *sc;      /* [nb][2][16] Q6_K: the two 16-element scales */
+} vt_w;
+
+typedef struct vt_x { /* the activation rows, block-major */
+    int8_t *q;        /* [nb][rows][32] */
+    float *d;         /* [nb][rows] scales */
+    float *s;         /* [nb][rows] d x sum q (Q4_K's minimums) */
+    int32_t *c32;     /* [nb][rows] -128 x sum q (Q8_0) */
+    int32_t *c16;     /* [2 nb][rows] -32 x sum q per 16 elements (Q6_K) */
+    int rows;
+} vt_x;
+
+/* Activation rows quantized for the integer path, in the layouts its kernels read. */
+struct q_xq {
+    int rows, k, isa;
+    xq8 xq;       /* row-major (the AVX2 and portable kernels) */
+    vt_x xt;      /* AVX-512 VNNI: block-major, with the integer sums */
+    int16_t *x32; /* AVX-512 VNNI, 1 row: Q6_K's pair sums (vt1_x32) */
+};
+
+/* Bytes at *off in a buffer, 64-aligned; returns the offset of the carved region. */
+static inline size_t qk_carve(size_t *off, size_t bytes)
+{
+    size_t at = (*off + 63) & ~(size_t)63;
+    *off = at + bytes;
+    return at;
+}
+
+/* ---- the kernels of each family (the portable ones always; x86 ones where QK_X86) ------- */
+
+/* One row . x (k elements) in the row's own type, fused. */
+float qk_dot_float_portable(int type, const void *row, const float *x, int64_t k);
+float qk_dot_q8_0_portable(const void *row, const float *x, int64_t k);
+float qk_dot_q4_k_portable(const void *row, const float *x, int64_t k);
+float qk_dot_q6_k_portable(const void *row, const float *x, int64_t k);
+
+/* Dequantizes a row of k elements. */
+void qk_dequant_q8_0(const void *row, float *out, int64_t k);
+void qk_dequant_q4_k(const void *row, float *out, int64_t k);
+void qk_dequant_q6_k(const void *row, float *out, int64_t k);
+
+/* The integer dot of one weight row (k elements) with one quantized activation row (xq: k
+ * bytes, xd: its k/32 scales, xs: d x sum q per 32), portable. */
+typedef float qk_xdot_fn(const void *w, int64_t k, const int8_t *xq, const float *xd,
+                         const float *xs);
+qk_xdot_fn qk_xdot_q8_0_portable, qk_xdot_q4_k_portable, qk_xdot_q6_k_portable;
+
+/* One activation row quantized for the integer path (k a multiple of 32). */
+void qk_xq8_row_portable(const float *x, int8_t *q, float *d, float *s, int64_t k);
+
+/* Quantizes one row of k floats into blocks of the type. */
+void qk_quantize_q8_0(const float *x, void *out, int64_t k);
+void qk_quantize_q4_k(const float *x, void *out, int64_t k);
+void qk_quantize_q6_k(const float *x, void *out, int64_t k);
+
+#if QK_X86
+
+#define SIMD __attribute__((target("avx2,fma,f16c")))
+
+SIMD static inline float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 8 unsigned bytes at p as 8 int32 lanes. */
+SIMD static inline __m256i u8x8(const uint8_t *p)
+{
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+
+SIMD static inline __m256i dot_u8s8_avx2(__m256i a, __m256i b)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+}
+
+/* The dispatch on the row count (each R a constant), for a block type T. */
+#define ROWS_DISPATCH(name, attr, T)                                                               \
+    attr void name(const void *wv, int n, int64_t k, const xq8 *x, int rows, float beta, float *y, \
+                   int ld_y)                                                                       \
+    {                                                                                              \
+        const T *w = wv;                                                                           \
+        switch (rows) {                                                                            \
+        case 1: name##_r(w, n, k, x, beta, y, ld_y, 1); break;                                     \
+        case 2: name##_r(w, n, k, x, beta, y, ld_y, 2); break;                                     \
+        case 3: name##_r(w, n, k, x, beta, y, ld_y, 3); break;                                     \
+        case 4: name##_r(w, n, k, x, beta, y, ld_y, 4); break;                                     \
+        case 5: name##_r(w, n, k, x, beta, y, ld_y, 5); break;                                     \
+        case 6: name##_r(w, n, k, x, beta, y, ld_y, 6); break;                                     \
+        case 7: name##_r(w, n, k, x, beta, y, ld_y, 7); break;                                     \
+        default: name##_r(w, n, k, x, beta, y, ld_y, 8); break;                                    \
+        }                                                                                          \
+    }
+
+/* Every row count with AVX-512 VNNI: from 2 rows the repacked tiles win (1 thread, Q8_0
+ * 768x768: 42 against 20 GMAC/s for the 8-row kernels above at 2 rows, 190 against 41 at 32);
+ * 1 row (decode alone) dots the weights as they lie (vt1_*, below) with the same arithmetic. */
+#define VNNI512                                                                                    \
+    __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
+
+VNNI512 static inline __m512 vt_f16x16(__m512i v) /* the low halves of 16 dwords, as f16 */
+{
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+}
+
+/* out[g], lane c: the g-th 4 bytes of the 32 at p + c * rb, for the m (<= 16) columns c < m
+ * (the others 0, never read): two 8x8 transposes of dwords, one in each half of the zmm. */
+VNNI512 static inline __attribute__((always_inline)) void vt_transpose(const char *p, size_t rb,
+                                                                       int m, __m512i out[8])
+{
+    __m512i z[8], t[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        const __m256i lo = _mm256_maskz_loadu_epi32(i < m ? 0xFF : 0, p + (size_t)i * rb);
+        const __m256i hi = _mm256_maskz_loadu_epi32(i + 8 < m ? 0xFF : 0, p + (size_t)(i + 8) * rb);
+        z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(z[i], z[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(z[i], z[i + 1]);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i += 4) {
+        z[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        z[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        z[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        z[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    const __m512i lo128 = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i hi128 = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+#pragma GCC unroll 8
+    for (int i = 0; i < 4; i++) {
+        out[i] = _mm512_permutex2var_epi64(z[i], lo128, z[i + 4]);
+        out[i + 4] = _mm512_permutex2var_epi64(z[i], hi128, z[i + 4]);
+    }
+}
+
+/* Byte offsets of 16 rows rb bytes apart (the gathers' index). */
+VNNI512 static inline __m512i vt_row_offsets(size_t rb)
+{
+    return _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((int)rb));
+}
+
+/* v[i]: for weight row i, lanes 0-7 partial sums of block A, lanes 8-15 of block B. Out: the
+ * 16 rows' whole sums of A and of B, lane i = row i. */
+VNNI512 static inline __attribute__((always_inline)) void vt1_reduce(const __m512i v[16],
+                                                                     __m512i *a, __m512i *b)
+{
+    __m512i t[8], u[4];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) /* per 128 bits: rows 2i, 2i+1, 2i, 2i+1 */
+        t[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
+                                _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) /* per 128 bits: rows 4i..4i+3; A, A, B, B */
+        u[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
+                                _mm512_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
+    /* per 128 bits: A rows 0-3, B 0-3, A 4-7, B 4-7 (and 8-15 in w1) */
+    const __m512i w0 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                        _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i w1 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                        _mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    *a = _mm512_shuffle_i32x4(w0, w1, _MM_SHUFFLE(2, 0, 2, 0));
+    *b = _mm512_shuffle_i32x4(w0, w1, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+/* The 16 rows of a tile (rows m.. repeat row m-1: computed, never stored); returns how far
+ * the next tile lies, which the kernels fetch while they dot this one. */
+static inline size_t vt1_rows(const char *w, size_t rb, int m, const char *row[16])
+{
+    for (int i = 0; i < 16; i++) row[i] = w + (size_t)(i < m ? i : m - 1) * rb;
+    return VT_COLS * rb;
+}
+
+SIMD float qk_dot_float_avx2(int type, const void *row, const float *x, int64_t k);
+SIMD float qk_dot_q8_0_avx2(const void *row, const float *x, int64_t k);
+SIMD float qk_dot_q4_k_avx2(const void *row, const float *x, int64_t k);
+SIMD float qk_dot_q6_k_avx2(const void *row, const float *x, int64_t k);
+SIMD void qk_dequant_f16_avx2(const uint16_t *h, float *out, int64_t k);
+SIMD void qk_xq8_row_avx2(const float *x, int8_t *q, float *d, float *s, int64_t k);
+
+/* y[r][i] = beta y[r][i] + w_i . x_r for the n weight rows at w and the rows of x, in
+ * integers, groups of up to Q8_GROUP_ROWS rows in registers. */
+typedef void qk_rows_fn(const void *w, int n, int64_t k, const xq8 *x, int rows, float beta,
+                        float *y, int ld_y);
+SIMD qk_rows_fn qk_rows_q8_0_avx2, qk_rows_q4_k_avx2, qk_rows_q6_k_avx2;
+
+/* AVX-512 VNNI. The m (<= 16) weight rows at w, rb bytes apart, all nb blocks of 32: their
+ * scales (vt_scales_*), and their scales and repacked weights (vt_pack_*). */
+VNNI512 void qk_vt_scales_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_w *t);
+VNNI512 void qk_vt_scales_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t);
+VNNI512 void qk_vt_scales_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t, bool sc);
+VNNI512 void qk_vt_pack_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_w *t);
+VNNI512 void qk_vt_pack_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t);
+VNNI512 void qk_vt_pack_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t);
+/* One activation row: P[b][i], the exact integer sums of block b of weight row i with it. */
+VNNI512 void qk_vt1_sums_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
+                              const int16_t *x32, int32_t *P);
+VNNI512 void qk_vt1_sums_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
+                              const int16_t *x32, int32_t *P);
+VNNI512 void qk_vt1_sums_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
+                              const int16_t *x32, int32_t *P);
+/* The float steps over P into y's 16 columns (mask), and the R rows from r0 of a batch times
+ * a packed tile (quant_vnni.c). */
+VNNI512 void qk_vt1_finish_q8_0(const vt_w *w, int64_t nb, const int32_t *P, const vt_x *x,
+                                float beta, float *y, __mmask16 mask);
+VNNI512 void qk_vt1_finish_q4_k(const vt_w *w, int64_t nb, const int32_t *P, const vt_x *x,
+                                float beta, float *y, __mmask16 mask);
+VNNI512 void qk_vt1_finish_q6_k(const vt_w *w, int64_t nb, const int32_t *P, const vt_x *x,
+                                float beta, float *y, __mmask16 mask);
+VNNI512 void qk_vt_rows_q8_0(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,
+                             float *y, int ld_y, __mmask16 mask);
+VNNI512 void qk_vt_rows_q4_k(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,
+                             float *y, int ld_y, __mmask16 mask);
+VNNI512 void qk_vt_rows_q6_k(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,
+                             float *y, int ld_y, __mmask16 mask);
+/* The activation rows block-major with their integer sums (vt_x), and 32 x each pair sum of
+ * a single row's bytes (Q6_K's offset). */
+VNNI512 void qk_vt_layout(const xq8 *xq, int rows, int64_t k, const vt_x *t);
+VNNI512 void qk_vt1_x32(const int8_t *xq, int64_t k, int16_t *x32);
+
+#endif /* QK_X86 */
+
+#endif

@@ -1,0 +1,181 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/cpu/quant_q8_0.c — Q8_0 weights (32 elements: f16 d, int8 q[32]): dequantize, the
+ * fused dot with float activations (portable; AVX2), the integer dots with 8-bit activations
+ * (portable; AVX2 maddubs; AVX-512 VNNI scales, packing and one-row sums, whose tile kernels
+ * are in quant_vnni.c), and the quantizer ringlm-mkmodel writes it with.
+ */
+#include "kernels/cpu/quant_internal.h"
+
+void qk_dequant_q8_0(const void *row, float *out, int64_t k)
+{
+    const blk_q8_0 *b = row;
+    for (int64_t i = 0; i < k / 32; i++) {
+        const float d = qk_f16_to_f32(b[i].d);
+        for (int j = 0; j < 32; j++) out[i * 32 + j] = d * b[i].qs[j];
+    }
+}
+
+/* ---- fused dot ---------------------------------------------------------------------- */
+
+float qk_dot_q8_0_portable(const void *row, const float *x, int64_t k)
+{
+    float sum = 0.0f;
+    const blk_q8_0 *b = row;
+    for (int64_t i = 0; i < k / 32; i++, x += 32) {
+        float s = 0.0f;
+        for (int j = 0; j < 32; j++) s += (float)b[i].qs[j] * x[j];
+        sum += qk_f16_to_f32(b[i].d) * s;
+    }
+    return sum;
+}
+
+#if QK_X86
+SIMD float qk_dot_q8_0_avx2(const void *row, const float *x, int64_t k)
+{
+    __m256 acc = _mm256_setzero_ps();
+    const blk_q8_0 *b = row;
+    for (int64_t i = 0; i < k / 32; i++, x += 32) {
+        __m256 s = _mm256_setzero_ps();
+        for (int j = 0; j < 32; j += 8) {
+            __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b[i].qs + j)));
+            s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), _mm256_loadu_ps(x + j), s);
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(qk_f16_to_f32(b[i].d)), s, acc);
+    }
+    return hsum8(acc);
+}
+#endif
+
+/* ---- integer dots, 8-bit activations ------------------------------------------------ */
+
+/* The portable integer dots of one weight row w (nb blocks of its type) with one quantized
+ * activation row (xq: k bytes, xd: its k/32 scales, xs: d x sum q per 32). */
+float qk_xdot_q8_0_portable(const void *wv, int64_t k, const int8_t *xq, const float *xd,
+                            const float *xs)
+{
+    (void)xs;
+    const blk_q8_0 *w = wv;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < k / 32; b++) {
+        int s = 0;
+        for (int j = 0; j < 32; j++) s += w[b].qs[j] * xq[b * 32 + j];
+        sum += qk_f16_to_f32(w[b].d) * xd[b] * (float)s;
+    }
+    return sum;
+}
+
+#if QK_X86
+
+/* The rows' products with each weight row: acc[r] += d_w d_x[r] * (w . x[r]) per block; DOT
+ * gives the 8 int32 partial sums of |w| (unsigned) times x[r] with w's sign. R is a constant
+ * in each expansion (1..Q8_GROUP_ROWS), so the accumulators stay in registers. */
+#define Q8_ROWS_KERNEL(name, attr, DOT)                                                            \
+    attr static inline __attribute__((always_inline)) void name##_r(                               \
+        const blk_q8_0 *w, int n, int64_t k, const xq8 *x, float beta, float *y, int ld_y,         \
+        const int R)                                                                               \
+    {                                                                                              \
+        const int64_t nb = k / 32;                                                                 \
+        for (int i = 0; i < n; i++, w += nb) {                                                     \
+            __m256 acc[Q8_GROUP_ROWS];                                                             \
+            for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();                              \
+            for (int64_t b = 0; b < nb; b++) {                                                     \
+                const __m256i wq = _mm256_loadu_si256((const __m256i *)w[b].qs);                   \
+                const __m256i aw = _mm256_sign_epi8(wq, wq);                                       \
+                const float dw = _cvtsh_ss(w[b].d);                                                \
+                for (int r = 0; r < R; r++) {                                                      \
+                    const __m256i xq =                                                             \
+                        _mm256_loadu_si256((const __m256i *)(x->q + (size_t)r * k + b * 32));      \
+                    const __m256i p = DOT(aw, _mm256_sign_epi8(xq, wq));                           \
+                    acc[r] =                                                                       \
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),                                     \
+                                        _mm256_set1_ps(dw * x->d[(size_t)r * nb + b]), acc[r]);    \
+                }                                                                                  \
+            }                                                                                      \
+            for (int r = 0; r < R; r++) {                                                          \
+                float *yr = y + (size_t)r * ld_y + i, sum = hsum8(acc[r]);                         \
+                *yr = beta == 0.0f ? sum : beta * *yr + sum;                                       \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+Q8_ROWS_KERNEL(qk_rows_q8_0_avx2, SIMD, dot_u8s8_avx2)
+ROWS_DISPATCH(qk_rows_q8_0_avx2, SIMD, blk_q8_0)
+
+/* ---- AVX-512 VNNI ------------------------------------------------------------------- */
+
+/* Q8_0 scales of the m (<= 16) rows of w at rb bytes apart, all nb blocks: t->a. */
+VNNI512 void qk_vt_scales_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_w *t)
+{
+    const __mmask16 mask = (__mmask16)((1u << m) - 1);
+    const __m512i idx = vt_row_offsets(rb), z = _mm512_setzero_si512();
+    for (int64_t b = 0; b < nb; b++)
+        _mm512_storeu_ps(t->a + b * 16, vt_f16x16(_mm512_mask_i32gather_epi32(
+                                            z, mask, idx, w + b * (int64_t)sizeof(blk_q8_0), 1)));
+}
+
+/* Q8_0: the m (<= 16) rows of w at rb bytes apart, all nb blocks. */
+VNNI512 void qk_vt_pack_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_w *t)
+{
+    const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
+    qk_vt_scales_q8_0(w, rb, m, nb, t);
+    for (int64_t b = 0; b < nb; b++) {
+        const char *base = w + b * (int64_t)sizeof(blk_q8_0);
+        __m512i v[8];
+        vt_transpose(base + 2, rb, m, v);
+        for (int g = 0; g < 8; g++)
+            _mm512_storeu_si512(t->q + (b * 8 + g) * 64, _mm512_xor_si512(v[g], flip));
+    }
+}
+
+/* P[b][i]: block b of row i . the activation row, exactly (as vt_kernel's p for Q8_0). */
+VNNI512 void qk_vt1_sums_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
+                              const int16_t *x32, int32_t *P)
+{
+    (void)x32;
+    const char *row[16];
+    const size_t pf = vt1_rows(w, rb, m, row);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nb; b += 2) {
+        const bool two = b + 1 < nb;
+        const __m512i xv =
+            two ? _mm512_loadu_si512(x->q + b * 32)
+                : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(x->q + b * 32)));
+        __m512i v[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            const char *p = row[i] + b * (int64_t)sizeof(blk_q8_0) + 2;
+            _mm_prefetch(p + pf, _MM_HINT_T0);
+            _mm_prefetch(p + pf + 2 * sizeof(blk_q8_0) - 3, _MM_HINT_T0);
+            const __m256i lo = _mm256_loadu_si256((const __m256i *)p);
+            const __m256i hi = two ? _mm256_loadu_si256((const __m256i *)(p + sizeof(blk_q8_0)))
+                                   : _mm256_setzero_si256();
+            /* w + 128 unsigned; the block's -128 x sum of x is added below (vt's c32) */
+            const __m512i q =
+                _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
+            v[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xv);
+        }
+        __m512i A, B;
+        vt1_reduce(v, &A, &B);
+        _mm512_storeu_si512(P + b * 16, _mm512_add_epi32(A, _mm512_set1_epi32(x->c32[b])));
+        if (two)
+            _mm512_storeu_si512(P + (b + 1) * 16,
+                                _mm512_add_epi32(B, _mm512_set1_epi32(x->c32[b + 1])));
+    }
+}
+
+#endif /* QK_X86 */
+
+/* ---- quantizer (ringlm-mkmodel) ----------------------------------------------------- */
+
+void qk_quantize_q8_0(const float *x, void *out, int64_t k)
+{
+    blk_q8_0 *b = out;
+    for (int64_t i = 0; i < k / 32; i++, x += 32) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        b[i].d = qk_f32_to_f16(d);
+        for (int j = 0; j < 32; j++) b[i].qs[j] = (int8_t)qk_nearest(x[j] * id);
+    }
+}

@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/cpu/quant_vnni.c — the AVX-512 VNNI tile kernels of the integer path, shared by
+ * Q8_0, Q4_K and Q6_K (each family's file packs its weights into the tiles, vt_pack_*, or
+ * sums one activation row against them as they lie, vt1_sums_*). x86 only; compiled
+ * empty elsewhere, where q_isa never reaches Q_ISA_AVX512.
+ */
+#include "kernels/cpu/quant_internal.h"
+
+#if QK_X86
+
+/* ---- AVX-512 VNNI tiles: 16 weight rows x up to 8 activation rows in registers --------- */
+
+/* Above a few rows the products are compute-bound, and the AVX2 kernels (Q8_ROWS_KERNEL and
+ * the K-quants' in their families' files) spend more
+ * instructions per block on its float scale and horizontal sums than on the integer dot. Here
+ * a tile of VT_COLS weight rows is first repacked (gathers) so that one zmm holds 4 bytes of
+ * the same block of 16 weight rows, one lane each, as unsigned bytes; one vpdpbusd then dots
+ * them with 4 bytes of one activation row broadcast (64 MACs), and the block's scale is one
+ * multiply-add per activation row for all 16 outputs. The activations, quantized as for the
+ * AVX2 kernels (the same integers), are laid out block-major so the rows of a pass sit
+ * together. The integer sums are exact: Q8_0's weights are stored as w + 128 and Q6_K's as
+ * q in 0..63, and each block's sum starts at -128 (-32) x its activations' integer sum. */
+
+/* The float step of one block b of 32 for one activation row, with p the exact integer sums
+ * of the block against the tile's 16 weight rows (Q6_K: already times the 16-element
+ * scales): acc += p * (scale * dx), and for Q4_K acc -= dmin m_j * sx. vt_kernel and
+ * vt1_kernel (one row) both add through this, so a row alone and the same row in a batch
+ * get the same outputs to the bit. */
+VNNI512 static inline __attribute__((always_inline)) __m512
+vt_acc(const int TYPE, __m512 acc, __m512i p, const vt_w *w, int64_t b, float dx, float sx)
+{
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
+                          _mm512_mul_ps(_mm512_loadu_ps(w->a + b * 16), _mm512_set1_ps(dx)), acc);
+    if (TYPE == Q_Q4_K)
+        acc = _mm512_fnmadd_ps(_mm512_loadu_ps(w->m + b * 16), _mm512_set1_ps(sx), acc);
+    return acc;
+}
+
+/* y[0..15] (mask: the columns that exist) = acc, or beta y + acc. */
+VNNI512 static inline __attribute__((always_inline)) void vt_store(float *yr, __m512 v, float beta,
+                                                                   __mmask16 mask)
+{
+    if (beta != 0.0f)
+        v = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(mask, yr)), v);
+    _mm512_mask_storeu_ps(yr, mask, v);
+}
+
+/* The R (a constant, 1..VT_ROWS) activation rows from r0 times the tile, into y's 16 columns
+ * (mask: those that exist). TYPE is a constant too. */
+VNNI512 static inline __attribute__((always_inline)) void
+vt_kernel(const int TYPE, const int R, const vt_w *w, int64_t nb, const vt_x *x, int r0, float beta,
+          float *y, int ld_y, __mmask16 mask)
+{
+    __m512 acc[VT_ROWS];
+    const int rows = x->rows;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *wq = w->q + b * 512;
+        const int8_t *xq = x->q + ((size_t)b * rows + r0) * 32;
+        __m512i p[VT_ROWS], p2[VT_ROWS];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            if (TYPE == Q_Q8_0) {
+                p[r] = _mm512_set1_epi32(x->c32[(size_t)b * rows + r0 + r]);
+            } else if (TYPE == Q_Q6_K) {
+                p[r] = _mm512_set1_epi32(x->c16[(size_t)2 * b * rows + r0 + r]);
+                p2[r] = _mm512_set1_epi32(x->c16[(size_t)(2 * b + 1) * rows + r0 + r]);
+            } else {
+                p[r] = _mm512_setzero_si512();
+            }
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            const __m512i wv = _mm512_loadu_si512(wq + 64 * g);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                int32_t xv;
+                memcpy(&xv, xq + 32 * r + 4 * g, 4);
+                if (TYPE == Q_Q6_K && g >= 4)
+                    p2[r] = _mm512_dpbusd_epi32(p2[r], wv, _mm512_set1_epi32(xv));
+                else
+                    p[r] = _mm512_dpbusd_epi32(p[r], wv, _mm512_set1_epi32(xv));
+            }
+        }
+        if (TYPE == Q_Q6_K) {
+            const __m512i s0 = _mm512_loadu_si512(w->sc + b * 32);
+            const __m512i s1 = _mm512_loadu_si512(w->sc + b * 32 + 16);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                p[r] =
+                    _mm512_add_epi32(_mm512_mullo_epi32(p[r], s0), _mm512_mullo_epi32(p2[r], s1));
+        }
+        const float *dx = x->d + (size_t)b * rows + r0, *sx = x->s + (size_t)b * rows + r0;
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) acc[r] = vt_acc(TYPE, acc[r], p[r], w, b, dx[r], sx[r]);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) vt_store(y + (size_t)(r0 + r) * ld_y, acc[r], beta, mask);
+}
+
+#define VT_DISPATCH(name, TYPE)                                                                    \
+    VNNI512 void name(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,         \
+                      float *y, int ld_y, __mmask16 mask)                                          \
+    {                                                                                              \
+        switch (R) {                                                                               \
+        case 1: vt_kernel(TYPE, 1, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        case 2: vt_kernel(TYPE, 2, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        case 3: vt_kernel(TYPE, 3, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        case 4: vt_kernel(TYPE, 4, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        case 5: vt_kernel(TYPE, 5, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        case 6: vt_kernel(TYPE, 6, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        case 7: vt_kernel(TYPE, 7, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        default: vt_kernel(TYPE, 8, w, nb, x, r0, beta, y, ld_y, mask); break;                     \
+        }                                                                                          \
+    }
+VT_DISPATCH(qk_vt_rows_q8_0, Q_Q8_0)
+VT_DISPATCH(qk_vt_rows_q4_k, Q_Q4_K)
+VT_DISPATCH(qk_vt_rows_q6_k, Q_Q6_K)
+
+/* The float steps over P (vt_kernel's, R = 1), into y's 16 columns (mask). */
+VNNI512 static inline __attribute__((always_inline)) void vt1_finish(const int TYPE, const vt_w *w,
+                                                                     int64_t nb, const int32_t *P,
+                                                                     const vt_x *x, float beta,
+                                                                     float *y, __mmask16 mask)
+{
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++)
+        acc = vt_acc(TYPE, acc, _mm512_loadu_si512(P + b * 16), w, b, x->d[b], x->s[b]);
+    vt_store(y, acc, beta, mask);
+}
+
+VNNI512 void qk_vt1_finish_q8_0(const vt_w *w, int64_t nb, const int32_t *P, const vt_x *x,
+                                float beta, float *y, __mmask16 mask)
+{
+    vt1_finish(Q_Q8_0, w, nb, P, x, beta, y, mask);
+}
+VNNI512 void qk_vt1_finish_q4_k(const vt_w *w, int64_t nb, const int32_t *P, const vt_x *x,
+                                float beta, float *y, __mmask16 mask)
+{
+    vt1_finish(Q_Q4_K, w, nb, P, x, beta, y, mask);
+}
+VNNI512 void qk_vt1_finish_q6_k(const vt_w *w, int64_t nb, const int32_t *P, const vt_x *x,
+                                float beta, float *y, __mmask16 mask)
+{
+    vt1_finish(Q_Q6_K, w, nb, P, x, beta, y, mask);
+}
+
+#endif /* QK_X86 */

@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/cpu/quant_xq.c — the activation quantizer of the integer path: each row of x to
+ * 8 bits per 32 elements (portable; AVX2), laid out for the kernels of the instruction set
+ * in use (q_xq_prepare), once for all the weight matrices that read it.
+ */
+#include "kernels/cpu/quant_internal.h"
+
+static float xq8_scale(float amax, float *id)
+{
+    *id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    return qk_f16_to_f32(qk_f32_to_f16(amax / 127.0f));
+}
+
+void qk_xq8_row_portable(const float *x, int8_t *q, float *d, float *s, int64_t k)
+{
+    for (int64_t b = 0; b < k / 32; b++, x += 32, q += 32) {
+        float amax = 0.0f, id;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        d[b] = xq8_scale(amax, &id);
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            q[j] = (int8_t)nearbyintf(x[j] * id);
+            sum += q[j];
+        }
+        s[b] = d[b] * (float)sum;
+    }
+}
+
+#if QK_X86
+
+SIMD void qk_xq8_row_avx2(const float *x, int8_t *q, float *d, float *s, int64_t k)
+{
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < k / 32; b++, x += 32, q += 32) {
+        __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+        __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+        __m256 m =
+            _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                          _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        float id;
+        d[b] = xq8_scale(_mm_cvtss_f32(h), &id);
+        const __m256 vid = _mm256_set1_ps(id);
+        const int rnd = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+        __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, vid), rnd));
+        __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, vid), rnd));
+        __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, vid), rnd));
+        __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, vid), rnd));
+        /* packs work within 128-bit lanes: the permute puts the 32 bytes back in order */
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+        p = _mm256_permutevar8x32_epi32(p, perm);
+        _mm256_storeu_si256((__m256i *)q, p);
+        __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, p), ones16);
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+        s[b] = d[b] * (float)_mm_cvtsi128_si32(s4);
+    }
+}
+
+/* ---- AVX-512 VNNI layouts ----------------------------------------------------------- */
+
+/* 32 x the sums of each pair of bytes of the activation row (Q6_K's offset), k/2 of them. */
+VNNI512 void qk_vt1_x32(const int8_t *xq, int64_t k, int16_t *x32)
+{
+    const __m512i c32 = _mm512_set1_epi8(32);
+    for (int64_t e = 0; e < k; e += 64)
+        _mm512_storeu_si512(x32 + e / 2, _mm512_maddubs_epi16(c32, _mm512_loadu_si512(xq + e)));
+}
+
+/* The rows of xq (row-major, as the kernels above take them) block-major, with the integer
+ * sums Q8_0 and Q6_K start from. */
+VNNI512 void qk_vt_layout(const xq8 *xq, int rows, int64_t k, const vt_x *t)
+{
+    const int64_t nb = k / 32;
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int r = 0; r < rows; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(xq->q + (size_t)r * k + b * 32));
+            _mm256_storeu_si256((__m256i *)(t->q + ((size_t)b * rows + r) * 32), v);
+            t->d[(size_t)b * rows + r] = xq->d[(size_t)r * nb + b];
+            t->s[(size_t)b * rows + r] = xq->s[(size_t)r * nb + b];
+            /* byte sums of v ^ 0x80 per 8 bytes are the signed sums + 8 x 128 */
+            const __m256i s8 = _mm256_sad_epu8(_mm256_xor_si256(v, flip), _mm256_setzero_si256());
+            const int s0 = _mm256_extract_epi32(s8, 0) + _mm256_extract_epi32(s8, 2) - 2048;
+            const int s1 = _mm256_extract_epi32(s8, 4) + _mm256_extract_epi32(s8, 6) - 2048;
+            t->c32[(size_t)b * rows + r] = -128 * (s0 + s1);
+            t->c16[(size_t)2 * b * rows + r] = -32 * s0;
+            t->c16[(size_t)(2 * b + 1) * rows + r] = -32 * s1;
+        }
+}
+
+#endif /* QK_X86 */
+
+/* ---- q_xq --------------------------------------------------------------------------- */
+
+/* The regions of a q_xq for rows x k on isa, as offsets o[] from its 64-aligned start; returns
+ * the bytes it needs (with the slack to align an unaligned buffer). */
+static size_t xq_plan(int rows, int k, int isa, size_t o[9])
+{
+    const size_t nb = (size_t)k / 32, R = (size_t)rows;
+    size_t off = sizeof(struct q_xq);
+    memset(o, 0, 9 * sizeof *o);
+    o[0] = qk_carve(&off, R * nb * 4);
+    o[1] = qk_carve(&off, R * nb * 4);
+    o[2] = qk_carve(&off, R * (size_t)k);
+    if (isa >= Q_ISA_AVX512) {
+        o[3] = qk_carve(&off, R * (size_t)k);
+        o[4] = qk_carve(&off, R * nb * 4);
+        o[5] = qk_carve(&off, R * nb * 4);
+        o[6] = qk_carve(&off, R * nb * 4);
+        o[7] = qk_carve(&off, 2 * R * nb * 4);
+        o[8] = qk_carve(&off, rows == 1 ? (size_t)k : 0);
+    }
+    return off + 64;
+}
+
+size_t q_xq_bytes(int rows, int k)
+{
+    size_t o[9];
+    return xq_plan(rows, k, q_isa(), o);
+}
+
+const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int k)
+{
+    const int isa = q_isa();
+    size_t o[9];
+    if (rows < 1 || k % 32 || bytes < xq_plan(rows, k, isa, o)) return NULL;
+    char *buf = (char *)mem + (64 - (uintptr_t)mem % 64) % 64;
+    struct q_xq *a = (struct q_xq *)buf;
+    const size_t nb = (size_t)k / 32;
+    *a = (struct q_xq){.rows = rows, .k = k, .isa = isa};
+    a->xq =
+        (xq8){.d = (float *)(buf + o[0]), .s = (float *)(buf + o[1]), .q = (int8_t *)(buf + o[2])};
+    void (*row_fn)(const float *, int8_t *, float *, float *, int64_t) = qk_xq8_row_portable;
+#if QK_X86
+    if (isa > Q_ISA_PORTABLE) row_fn = qk_xq8_row_avx2;
+#endif
+    for (int r = 0; r < rows; r++)
+        row_fn(x + (size_t)r * k, a->xq.q + (size_t)r * k, a->xq.d + (size_t)r * nb,
+               a->xq.s + (size_t)r * nb, k);
+#if QK_X86
+    if (isa >= Q_ISA_AVX512) {
+        a->xt = (vt_x){.q = (int8_t *)(buf + o[3]),
+                       .d = (float *)(buf + o[4]),
+                       .s = (float *)(buf + o[5]),
+                       .c32 = (int32_t *)(buf + o[6]),
+                       .c16 = (int32_t *)(buf + o[7]),
+                       .rows = rows};
+        qk_vt_layout(&a->xq, rows, k, &a->xt);
+        if (rows == 1) {
+            a->x32 = (int16_t *)(buf + o[8]);
+            qk_vt1_x32(a->xt.q, k, a->x32);
+        }
+    }
+#endif
+    return a;
+}
