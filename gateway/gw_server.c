@@ -348,12 +348,13 @@ int gw_server_start(const gw_cfg *cfg, gw_server **out)
     /* gw_guard_accept keeps --max-connections; libmicrohttpd's own limit leaves room for
      * the connections it cut and libmicrohttpd has not closed yet. */
     s->mhd = MHD_start_daemon(
-        flags, cfg->port, gw_guard_accept, s, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, gw_guard_notify,
-        s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->http_timeout_s,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections + GW_CUT_SLACK,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_addr,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
+        flags, cfg->port, gw_guard_accept, s, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+        s, /* first: libmicrohttpd logs the options after it with its own logger */
+        MHD_OPTION_SOCK_ADDR, &ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, gw_guard_notify, s, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)cfg->http_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)cfg->max_connections + GW_CUT_SLACK, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)cfg->max_connections_per_addr, MHD_OPTION_END);
     if (!s->mhd) {
         fprintf(stderr, "ringlm-gateway: cannot listen on %s:%u (in use? no permission?)\n", addr,
                 (unsigned)cfg->port);
