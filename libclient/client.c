@@ -33,6 +33,7 @@ _Static_assert(RINGLM_FINISH_STOP == RINGLM_WIRE_R_STOP, "reason");
 _Static_assert(RINGLM_FINISH_CANCELLED == RINGLM_WIRE_R_CANCELLED, "reason");
 _Static_assert(RINGLM_FINISH_TIMEOUT == RINGLM_WIRE_R_TIMEOUT, "reason");
 _Static_assert(RINGLM_FINISH_REJECTED == RINGLM_WIRE_R_REJECTED, "reason");
+_Static_assert(RINGLM_MAX_CLASSES == RINGLM_WIRE_CLASSES_MAX, "classes");
 _Static_assert(RINGLM_FINISH_ERROR == RINGLM_WIRE_R_ERROR, "reason");
 _Static_assert(RINGLM_R_QUEUE_FULL == RINGLM_WIRE_R_QUEUE_FULL, "reason");
 _Static_assert(RINGLM_R_TENANT_QUOTA == RINGLM_WIRE_R_TENANT_QUOTA, "reason");
@@ -90,6 +91,11 @@ struct ringlm_client {
     uint64_t last_live_check_ns;
     int gone; /* 0, or the sticky -errno once the session ended */
     char gone_detail[160];
+
+    /* the handshake's facts, copied once at connect */
+    uint32_t caps;
+    int n_classes;
+    char classes[RINGLM_WIRE_CLASSES_MAX][RINGLM_WIRE_NAME_LEN];
 };
 
 /* ---- errors --------------------------------------------------------------------------- */
@@ -296,6 +302,17 @@ int ringlm_connect(const char *socket_path, ringlm_client **out)
     close(fds[0]);
     close(fds[1]);
     if (want == 3) c->efd = fds[2];
+    /* The facts, copied once: each name bounded and NUL-terminated here whatever the
+     * segment holds. */
+    c->caps = __atomic_load_n(&c->dseg->caps, __ATOMIC_ACQUIRE);
+    if (c->caps & RINGLM_WIRE_CAP_FACTS) {
+        uint32_t n = __atomic_load_n(&c->dseg->n_classes, __ATOMIC_RELAXED);
+        c->n_classes = (int)(n < RINGLM_WIRE_CLASSES_MAX ? n : RINGLM_WIRE_CLASSES_MAX);
+        for (int i = 0; i < c->n_classes; i++) {
+            memcpy(c->classes[i], c->dseg->classes[i], RINGLM_WIRE_NAME_LEN);
+            c->classes[i][RINGLM_WIRE_NAME_LEN - 1] = 0;
+        }
+    }
 
     c->sub = (struct ring_rec_prod){
         .data = (uint8_t *)c->cseg + c->cseg->hdr.data_off,
@@ -357,6 +374,19 @@ uint64_t ringlm_session_id(const ringlm_client *c)
 uint64_t ringlm_policy_hash(const ringlm_client *c)
 {
     return __atomic_load_n(&c->dseg->policy_hash, __ATOMIC_RELAXED);
+}
+
+int ringlm_tenant_tags_honoured(const ringlm_client *c)
+{
+    if (!(c->caps & RINGLM_WIRE_CAP_FACTS)) return -ENOTSUP;
+    return (c->caps & RINGLM_WIRE_CAP_TENANT_TAGS) ? 1 : 0;
+}
+
+int ringlm_policy_classes(const ringlm_client *c, const char **names, int max)
+{
+    if (!(c->caps & RINGLM_WIRE_CAP_FACTS)) return -ENOTSUP;
+    for (int i = 0; names && i < c->n_classes && i < max; i++) names[i] = c->classes[i];
+    return c->n_classes;
 }
 
 int ringlm_draining(const ringlm_client *c)
