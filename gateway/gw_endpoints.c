@@ -146,7 +146,7 @@ enum MHD_Result gw_ep_health(gw_server *s, gw_req *r, struct MHD_Connection *c)
                       : !up             ? "not connected to ringlmd"
                       : daemon_draining ? "ringlmd is draining"
                                         : NULL;
-    char msg[320];
+    char msg[1024];
     snprintf(msg, sizeof msg, "%s%s%s", why ? why : "", why && !up && conn_err[0] ? ": " : "",
              why && !up ? conn_err : "");
     pthread_mutex_unlock(&s->mu);

@@ -137,7 +137,7 @@ struct gw_sess {
     gw_server *s;
     int idx;
     ringlm_client *client; /* NULL while (re)connecting */
-    char conn_err[256];    /* why the last connect failed / the session ended */
+    char conn_err[768];    /* why the last connect failed / the session ended */
     pthread_t thread;
     bool started;
     gw_req *by_id[GW_HBUCKETS];
@@ -240,6 +240,9 @@ void gw_daemon_end(gw_server *s, gw_req *r);
 /* Frees every request left (stop, after the threads are gone). */
 void gw_free_all_locked(gw_server *s);
 void *gw_events_main(void *arg); /* arg: its gw_sess */
+/* The daemon's handshake facts against cfg (API keys need tenant tags honoured and their
+ * classes in the policy): 0, or -1 with why (what to change, for the operator). */
+int gw_check_daemon(const gw_cfg *cfg, const ringlm_client *c, char *why, size_t n);
 /* Sessions connected now; the first connect error when none is (msg may be NULL). */
 int gw_sessions_up(gw_server *s, const char **why);
 void *gw_watch_main(void *arg);

@@ -316,6 +316,20 @@ int gw_server_start(const gw_cfg *cfg, gw_server **out)
         s->sess[i].idx = i;
     }
 
+    /* API keys that the daemon's policy would not honour refuse the start (a daemon that is
+     * not up yet is checked at each session's connect instead). */
+    ringlm_client *probe;
+    if (cfg->keys && ringlm_connect(cfg->socket_path, &probe) == 0) {
+        char why[768];
+        int bad = gw_check_daemon(cfg, probe, why, sizeof why);
+        ringlm_close(probe);
+        if (bad) {
+            fprintf(stderr, "ringlm-gateway: %s\n", why);
+            rc = -EPERM;
+            goto fail;
+        }
+    }
+
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
     s->stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (s->epfd < 0 || s->stop_efd < 0) {

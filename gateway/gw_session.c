@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <unistd.h>
 
 #define EVENT_BATCH   256
 #define EVENT_WAIT_MS 100
@@ -199,6 +200,40 @@ static void req_fail(gw_server *s, gw_req *r, const gw_err *e)
     gw_daemon_end(s, r);
 }
 
+/* ---- what the daemon says at the handshake ---------------------------------------------- */
+int gw_check_daemon(const gw_cfg *cfg, const ringlm_client *c, char *why, size_t n)
+{
+    if (!cfg->keys) return 0;
+    unsigned uid = (unsigned)getuid();
+    if (ringlm_tenant_tags_honoured(c) == 0) {
+        snprintf(why, n,
+                 "ringlmd ignores this gateway's tenant tags: its policy does not trust uid %u "
+                 "(the built-in policy trusts none), so the requests of every API key would be "
+                 "one tenant, with one prefix cache and one fair share. Add this uid to the "
+                 "policy ('[trust]' section, 'uids = %u') and restart ringlmd, or run the "
+                 "gateway without --api-keys",
+                 uid, uid);
+        return -1;
+    }
+    const char *names[RINGLM_MAX_CLASSES];
+    int nc = ringlm_policy_classes(c, names, RINGLM_MAX_CLASSES);
+    if (nc < 0) return 0; /* a daemon that does not say: nothing to check against */
+    for (size_t k = 0; k < cfg->keys->n; k++) {
+        const char *cls = cfg->keys->v[k].class_name;
+        bool known = !cls[0];
+        for (int i = 0; i < nc && !known; i++) known = !strcmp(names[i], cls);
+        if (known) continue;
+        int w = snprintf(why, n,
+                         "--api-keys: the key of tenant '%s' names class '%s', which ringlmd's "
+                         "policy lacks (every request of that key would fail); its classes:",
+                         cfg->keys->v[k].tenant, cls);
+        for (int i = 0; i < nc && w > 0 && (size_t)w < n; i++)
+            w += snprintf(why + w, n - (size_t)w, " %s", names[i]);
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- the session (events thread; mu held where noted) ---------------------------------- */
 void gw_cancel_locked(gw_server *s, gw_req *r)
 {
@@ -373,7 +408,7 @@ void *gw_events_main(void *arg)
     gw_sess *ss = arg;
     gw_server *s = ss->s;
     ringlm_event evs[EVENT_BATCH];
-    char last_err[256] = "";
+    char last_err[768] = "";
     for (;;) {
         pthread_mutex_lock(&s->mu);
         bool stop = s->stopping;
@@ -381,9 +416,26 @@ void *gw_events_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         if (stop) break;
         if (!c) {
+            char bad[768];
             int rc = ringlm_connect(s->cfg.socket_path, &c);
+            if (rc == 0 && gw_check_daemon(&s->cfg, c, bad, sizeof bad) < 0) {
+                /* a daemon whose policy does not fit the keys: no session, said loudly */
+                ringlm_close(c);
+                c = NULL;
+                rc = -EPERM;
+            }
             pthread_mutex_lock(&s->mu);
-            if (rc == 0) {
+            if (rc == -EPERM && !c) {
+                snprintf(ss->conn_err, sizeof ss->conn_err, "%s", bad);
+                if (strcmp(last_err, ss->conn_err)) {
+                    fprintf(stderr, "ringlm-gateway: session %d refused: %s\n", ss->idx, bad);
+                    snprintf(last_err, sizeof last_err, "%s", ss->conn_err);
+                }
+                struct timespec dl;
+                clock_gettime(CLOCK_REALTIME, &dl);
+                dl.tv_sec += 1;
+                if (!s->stopping) pthread_cond_timedwait(&s->cv, &s->mu, &dl);
+            } else if (rc == 0) {
                 ss->client = c;
                 ss->conn_err[0] = 0;
                 ss->connects++;

@@ -11,7 +11,10 @@
  *     --max-connections-per-addr connections;
  *   - a big prompt is tokenized off the HTTP thread: /health answers meanwhile; a full
  *     tokenizer queue answers 503 with Retry-After; a request whose client left before a
- *     tokenizer thread took it is never prepared.
+ *     tokenizer thread took it is never prepared;
+ *   - trust: API keys in front of a daemon that would ignore the gateway's tenant tags (the
+ *     built-in policy), or a key whose class the policy lacks, refuse the start, saying what
+ *     to change; a daemon that comes later with such a policy keeps /health 503 with why.
  */
 #include "tests/gateway_helpers.h"
 
@@ -23,7 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "ringlm.h"
 
 TestSuite(gateway_hardening, .fini = gwh_stop_all, .timeout = 180);
 
@@ -371,4 +377,134 @@ Test(gateway_hardening, a_request_whose_client_left_is_never_prepared)
     free(m);
     close(a);
     free(body);
+}
+
+/* ---- trust: what the daemon says at the handshake --------------------------------------- */
+
+/* ringlmd on stories260K with policy text (NULL: the built-in policy), in gwh_dir(). */
+static void start_daemon_with(const char *policy_text)
+{
+    gwh_dir();
+    char *model = th_shared_file("models/stories260K.bin");
+    char *policy = th_path(gwh_dir(), "trust.policy");
+    if (policy_text) {
+        FILE *f = fopen(policy, "w");
+        cr_assert_not_null(f);
+        fputs(policy_text, f);
+        fclose(f);
+    }
+    const char *argv[] = {"--model", model, "--policy", policy, NULL};
+    if (!policy_text) argv[2] = NULL;
+    th_daemon_start(&gwh_daemon, argv, 20000);
+    free(model);
+    free(policy);
+}
+
+/* Starts the gateway with extra options and waits for it to exit (it must, within 10 s):
+ * its exit status and its log (malloc()ed). */
+static int gateway_start_fails(const char *const *extra, char **log)
+{
+    char *gw = th_path(th_bin_dir(), "ringlm-gateway");
+    char *tok = th_shared_file("models/tok512.bin");
+    char *logp = th_path(gwh_dir(), "gateway.log");
+    const char *argv[16] = {
+        gw, "--listen", "127.0.0.1:0", "--socket", gwh_daemon.sock, "--tokenizer", tok};
+    int n = 7;
+    for (int i = 0; extra[i] && n < 15; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
+    th_proc_start(&gwh_gateway, argv, logp);
+    int st = th_proc_wait(&gwh_gateway, 10000);
+    *log = th_read_file(logp);
+    free(gw);
+    free(tok);
+    free(logp);
+    return st;
+}
+
+Test(gateway_hardening, api_keys_are_refused_at_start_when_the_daemon_ignores_tenant_tags)
+{
+    gwh_need();
+    start_daemon_with(NULL); /* the built-in policy trusts no uid */
+    /* the daemon says so at the handshake */
+    ringlm_client *c;
+    cr_assert_eq(ringlm_connect(gwh_daemon.sock, &c), 0, "%s", ringlm_errdetail());
+    cr_assert_eq(ringlm_tenant_tags_honoured(c), 0);
+    const char *names[RINGLM_MAX_CLASSES];
+    cr_assert_gt(ringlm_policy_classes(c, names, RINGLM_MAX_CLASSES), 0);
+    ringlm_close(c);
+    char *keys = gwh_keys(), *log;
+    const char *extra[] = {"--api-keys", keys, NULL};
+    int st = gateway_start_fails(extra, &log);
+    cr_assert_eq(st, 1,
+                 "the gateway with API keys in front of a daemon that ignores its tenant "
+                 "tags did not refuse to start (status %d): %s",
+                 st, log);
+    char want[64];
+    snprintf(want, sizeof want, "'uids = %u'", (unsigned)getuid());
+    cr_assert(strstr(log, "[trust]") && strstr(log, want),
+              "the refusal does not say what to "
+              "put in the policy's [trust]: %s",
+              log);
+    free(log);
+    /* without keys every request is the gateway's own tenant: that is served */
+    const char *none[] = {NULL};
+    gwh_start_gateway(none);
+    gwh_wait_healthy(10000);
+    free(keys);
+}
+
+Test(gateway_hardening, a_key_naming_a_class_the_policy_lacks_is_refused_at_start)
+{
+    gwh_need();
+    char text[256];
+    snprintf(text, sizeof text,
+             "[scheduler]\ndefault_class = chat\ndefault_tenant = shared\n[class chat]\n"
+             "priority = 1\n[class batch]\npriority = 0\n[tenant shared]\n[tenant carol]\n"
+             "[trust]\nuids = %u\n",
+             (unsigned)getuid());
+    start_daemon_with(text);
+    ringlm_client *c;
+    cr_assert_eq(ringlm_connect(gwh_daemon.sock, &c), 0, "%s", ringlm_errdetail());
+    cr_assert_eq(ringlm_tenant_tags_honoured(c), 1);
+    const char *names[RINGLM_MAX_CLASSES];
+    int n = ringlm_policy_classes(c, names, RINGLM_MAX_CLASSES);
+    cr_assert(n == 2 && ((!strcmp(names[0], "chat") && !strcmp(names[1], "batch")) ||
+                         (!strcmp(names[0], "batch") && !strcmp(names[1], "chat"))),
+              "%d classes: %s %s", n, n > 0 ? names[0] : "", n > 1 ? names[1] : "");
+    ringlm_close(c);
+    char *keys = th_path(gwh_dir(), "keys.bad");
+    FILE *f = fopen(keys, "w");
+    fputs("sk-carol-00001 carol interactive\n", f);
+    fclose(f);
+    char *log;
+    const char *extra[] = {"--api-keys", keys, NULL};
+    int st = gateway_start_fails(extra, &log);
+    cr_assert_eq(st, 1, "a key of class 'interactive' was accepted (status %d): %s", st, log);
+    cr_assert(strstr(log, "'interactive'") && strstr(log, " chat") && strstr(log, " batch"),
+              "the refusal does not name the class and the policy's classes: %s", log);
+    free(log);
+    free(keys);
+}
+
+Test(gateway_hardening, a_daemon_that_comes_later_and_ignores_tags_keeps_health_503)
+{
+    gwh_need();
+    gwh_dir();
+    char *keys = gwh_keys();
+    const char *extra[] = {"--api-keys", keys, NULL};
+    gwh_start_gateway(extra); /* no daemon yet: it starts and waits */
+    start_daemon_with(NULL);
+    uint64_t dl = th_now_ms() + 10000;
+    char *body = NULL;
+    int st = 0;
+    while (th_now_ms() < dl) {
+        free(body);
+        body = th_http_get(gwh_port, "/health", &st, NULL, 0);
+        if (body && strstr(body, "[trust]")) break;
+        th_pause_ms(50);
+    }
+    cr_assert(st == 503 && body && strstr(body, "[trust]"),
+              "/health %d, not 503 saying what to put in [trust]: %s", st, body ? body : "");
+    free(body);
+    free(keys);
 }
