@@ -14,7 +14,8 @@
  *     tokenizer thread took it is never prepared;
  *   - trust: API keys in front of a daemon that would ignore the gateway's tenant tags (the
  *     built-in policy), or a key whose class the policy lacks, refuse the start, saying what
- *     to change; a daemon that comes later with such a policy keeps /health 503 with why.
+ *     to change; a daemon that comes later with such a policy keeps /health 503 with why;
+ *     uids sharing a tenant share its cached prefixes unless the tenant has cache_per_uid.
  */
 #include "tests/gateway_helpers.h"
 
@@ -507,4 +508,83 @@ Test(gateway_hardening, a_daemon_that_comes_later_and_ignores_tags_keeps_health_
               "/health %d, not 503 saying what to put in [trust]: %s", st, body ? body : "");
     free(body);
     free(keys);
+}
+
+/* ---- per-uid cache salting within a shared tenant ------------------------------------- */
+
+/* A client of uid runs a 64-token prompt (the same every time) to its end; the prompt
+ * tokens the daemon's prefix cache served it, or -1. */
+static int cached_for_uid(uint32_t uid)
+{
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        if (setgid(uid) != 0 || setuid(uid) != 0) _exit(3);
+        ringlm_client *c;
+        int cached = -1;
+        if (ringlm_connect(gwh_daemon.sock, &c) == 0) {
+            int32_t prompt[64];
+            for (int i = 0; i < 64; i++) prompt[i] = 5 + (i * 7) % 400;
+            ringlm_request q;
+            ringlm_request_init(&q);
+            q.prompt = prompt;
+            q.n_prompt = 64;
+            q.max_new_tokens = 2;
+            q.class_name = "";
+            uint64_t id;
+            ringlm_event ev;
+            if (ringlm_submit(c, &q, &id) == 0)
+                while (ringlm_next_event(c, &ev, 20000) == 1)
+                    if (ev.kind == RINGLM_EV_FINISH && ev.req_id == id) {
+                        cached = (int)ev.n_cached_tokens;
+                        break;
+                    }
+            ringlm_close(c);
+        }
+        if (write(p[1], &cached, sizeof cached) != sizeof cached) _exit(4);
+        _exit(0);
+    }
+    close(p[1]);
+    int cached = -2;
+    cr_assert(th_readable(p[0], 30000) && read(p[0], &cached, sizeof cached) == sizeof cached,
+              "the client of uid %u did not answer", uid);
+    close(p[0]);
+    th_reap(pid, 10000);
+    return cached;
+}
+
+static void two_uids_one_tenant(bool per_uid, int *first, int *other, int *again)
+{
+    gwh_need();
+    if (geteuid() != 0) cr_skip_test("needs root to run clients as other uids");
+    char text[256];
+    snprintf(text, sizeof text,
+             "[scheduler]\ndefault_class = chat\ndefault_tenant = shared\n[class chat]\n"
+             "[tenant shared]\n%s",
+             per_uid ? "cache_per_uid = yes\n" : "");
+    start_daemon_with(text);
+    cr_assert_eq(chmod(gwh_dir(), 0755), 0); /* other uids reach the socket */
+    *first = cached_for_uid(30101);
+    *other = cached_for_uid(30102);
+    *again = cached_for_uid(30101);
+}
+
+Test(gateway_hardening, uids_sharing_a_default_tenant_share_its_cached_prefixes)
+{
+    int first, other, again;
+    two_uids_one_tenant(false, &first, &other, &again);
+    cr_assert_eq(first, 0);
+    cr_assert_geq(other, 48, "a second uid of the shared tenant got %d cached tokens", other);
+}
+
+Test(gateway_hardening, cache_per_uid_gives_each_uid_of_a_tenant_its_own_cached_prefixes)
+{
+    int first, other, again;
+    two_uids_one_tenant(true, &first, &other, &again);
+    cr_assert_eq(first, 0);
+    cr_assert_eq(other, 0, "uid 30102 was served %d tokens cached by uid 30101", other);
+    cr_assert_geq(again, 48, "uid 30101's own prompt again: %d cached tokens", again);
 }
