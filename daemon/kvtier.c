@@ -196,6 +196,28 @@ static bool aligned_for_direct(const kvtier *t)
 static const char kvt_trailer_magic[] = "ringlmd disk KV tier file: scratch space, no data to "
                                         "keep; ringlmd rewrites it at every start\n";
 
+/* Whether an existing file is the disk tier's own: an empty regular file, or one that ends
+ * in the trailer. */
+static bool disk_file_is_ours(int fd)
+{
+    struct stat st;
+    char tail[sizeof kvt_trailer_magic];
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    if (st.st_size == 0) return true;
+    return st.st_size >= KVT_TRAILER_BYTES &&
+           pread(fd, tail, sizeof tail - 1, st.st_size - KVT_TRAILER_BYTES) ==
+               (ssize_t)(sizeof tail - 1) &&
+           memcmp(tail, kvt_trailer_magic, sizeof tail - 1) == 0;
+}
+
+static int not_ours(const char *path)
+{
+    return seterr(-EEXIST,
+                  "disk KV tier %s: exists and is not a ringlmd disk tier file (not empty, no "
+                  "ringlmd trailer): left as it is; remove it or choose another path",
+                  path);
+}
+
 static int open_disk_file(const char *path, int *out)
 {
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -208,26 +230,31 @@ static int open_disk_file(const char *path, int *out)
     if (fd < 0)
         return seterr(-errno, "disk KV tier %s: exists and cannot be opened (%s)", path,
                       strerror(errno));
-    struct stat st;
-    char tail[sizeof kvt_trailer_magic];
-    bool ours = false;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-        ours = st.st_size == 0;
-        if (!ours && st.st_size >= KVT_TRAILER_BYTES &&
-            pread(fd, tail, sizeof tail - 1, st.st_size - KVT_TRAILER_BYTES) ==
-                (ssize_t)(sizeof tail - 1))
-            ours = memcmp(tail, kvt_trailer_magic, sizeof tail - 1) == 0;
-    }
-    if (!ours) {
+    if (!disk_file_is_ours(fd)) {
         close(fd);
-        return seterr(-EEXIST,
-                      "disk KV tier %s: exists and is not a ringlmd disk tier file (not "
-                      "empty, no ringlmd trailer): left as it is; remove it or choose "
-                      "another path",
-                      path);
+        return not_ours(path);
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     *out = fd;
+    return 0;
+}
+
+int kvtier_check_disk_path(const char *path)
+{
+    int fd = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0) {
+        bool ours = disk_file_is_ours(fd);
+        close(fd);
+        return ours ? 0 : not_ours(path);
+    }
+    if (errno != ENOENT)
+        return seterr(-errno, "disk KV tier %s: exists and cannot be opened (%s)", path,
+                      strerror(errno));
+    /* Absent: its directory must let us create it. */
+    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return seterr(-errno, "disk KV tier %s: %s", path, strerror(errno));
+    close(fd);
+    unlink(path); /* the empty file this call created, and nothing else */
     return 0;
 }
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * daemon/kvtier.h — the KV host tier (and optional disk tier) and the block transfers
- * between the engine's KV pool and those tiers (DESIGN.md §2, §5; issue 5 "KV tiers").
+ * between the engine's KV pool and those tiers (DESIGN.md §2, §5).
  *
  * Host tier: a memfd-backed file, mapped, placed on the daemon's NUMA node and mlock()ed
  * (EPERM/ENOMEM from mlock are tolerated with a logged warning: the tier still works, it can
@@ -80,6 +80,10 @@ int kvtier_create(const kvtier_config *cfg, kvtier **out);
 /* Frees everything. Jobs still in flight are waited for on the ring (their callbacks do not
  * run); the ring must still exist. */
 void kvtier_destroy(kvtier *t);
+/* Whether kvtier_create could use path as its disk tier file, without changing it: absent
+ * (and creatable), empty, or a tier file an earlier ringlmd made. 0, or -EEXIST (someone
+ * else's file) or the error of opening or creating it, with kvtier_errmsg(). */
+int kvtier_check_disk_path(const char *path);
 
 /* Slots per tier (0 when the tier is absent, and for SCHED_POOL_DEVICE). */
 int kvtier_blocks(const kvtier *t, sched_pool tier);

@@ -27,6 +27,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -560,6 +561,63 @@ static int probe_futex(dloop *l)
     return ok;
 }
 
+/* Whether a listener may be bound at sa's path: nothing there, or a stale socket (replaced
+ * when remove is set). Never another kind of file, and never a socket that might be live:
+ * only a refused connection says that nobody listens there (a socket we may not connect
+ * to, or whose backlog is full, belongs to someone). The directory must exist and let us
+ * create the socket. 0 or -errno with the detail. */
+static int claim_socket_path(const struct sockaddr_un *sa, bool remove)
+{
+    const char *path = sa->sun_path;
+    char dir[sizeof sa->sun_path];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = 0;
+    else
+        *slash = 0;
+    struct stat st;
+    if (stat(dir, &st) < 0)
+        return set_err(-errno, "socket directory '%s': %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return set_err(-ENOTDIR, "socket directory '%s' is not a directory", dir);
+    if (access(dir, W_OK | X_OK) < 0)
+        return set_err(-errno, "socket directory '%s': cannot create the socket there (%s)", dir,
+                       strerror(errno));
+    if (lstat(path, &st) < 0) {
+        if (errno == ENOENT) return 0;
+        return set_err(-errno, "socket '%s': %s", path, strerror(errno));
+    }
+    if (!S_ISSOCK(st.st_mode))
+        return set_err(-EEXIST, "'%s' exists and is not a socket (left as it is)", path);
+    int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (probe < 0) return set_err(-errno, "socket: %s", strerror(errno));
+    int c = connect(probe, (const struct sockaddr *)sa, sizeof(*sa));
+    int e = c == 0 ? 0 : errno;
+    close(probe);
+    if (c == 0 || e == EAGAIN || e == EINPROGRESS)
+        return set_err(-EADDRINUSE, "another daemon listens on '%s' (left as it is)", path);
+    if (e != ECONNREFUSED)
+        return set_err(-EEXIST, "'%s' exists and cannot be probed (connect: %s): not replacing it",
+                       path, strerror(e));
+    if (remove && unlink(path) < 0 && errno != ENOENT)
+        return set_err(-errno, "stale socket '%s': unlink: %s", path, strerror(errno));
+    return 0;
+}
+
+int dloop_check_socket(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (!path || !*path) return set_err(-EINVAL, "no socket path");
+    if (strlen(path) >= sizeof(sa.sun_path))
+        return set_err(-ENAMETOOLONG, "socket path '%s' longer than %zu bytes", path,
+                       sizeof(sa.sun_path) - 1);
+    strcpy(sa.sun_path, path);
+    return claim_socket_path(&sa, false);
+}
+
 static int make_listener(dloop *l)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -569,29 +627,9 @@ static int make_listener(dloop *l)
     strcpy(sa.sun_path, l->cfg.socket_path);
     l->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (l->listen_fd < 0) return set_err(-errno, "socket: %s", strerror(errno));
-    /* Replace a stale socket file, but never another kind of file, and never a socket that
-     * might be live: only a refused connection says that nobody listens there (a socket we
-     * may not connect to, or whose backlog is full, belongs to someone). */
+    int r = claim_socket_path(&sa, true);
+    if (r < 0) return r;
     struct stat st;
-    if (lstat(sa.sun_path, &st) == 0) {
-        if (!S_ISSOCK(st.st_mode))
-            return set_err(-EEXIST, "'%s' exists and is not a socket (left as it is)", sa.sun_path);
-        int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (probe < 0) return set_err(-errno, "socket: %s", strerror(errno));
-        int c = connect(probe, (struct sockaddr *)&sa, sizeof(sa));
-        int e = c == 0 ? 0 : errno;
-        close(probe);
-        if (c == 0 || e == EAGAIN || e == EINPROGRESS)
-            return set_err(-EADDRINUSE, "another daemon listens on '%s' (left as it is)",
-                           sa.sun_path);
-        if (e != ECONNREFUSED)
-            return set_err(-EEXIST,
-                           "'%s' exists and cannot be probed (connect: %s): not replacing "
-                           "it",
-                           sa.sun_path, strerror(e));
-        if (unlink(sa.sun_path) < 0 && errno != ENOENT)
-            return set_err(-errno, "stale socket '%s': unlink: %s", sa.sun_path, strerror(errno));
-    }
     if (bind(l->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
         return set_err(-errno, "bind '%s': %s", sa.sun_path, strerror(errno));
     /* Ours from here: the error paths below and dloop_destroy may remove it. */

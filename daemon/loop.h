@@ -109,6 +109,12 @@ typedef struct dsvc_ops {
  * them from threads a library created before main; see main_ringlmd.c).  Returns 0 or
  * -errno with dloop_errmsg(): -EINVAL when those signals are not blocked. */
 int dloop_create(const dloop_config *cfg, const dsvc_ops *ops, void *ctx, dloop **out);
+/* Whether dloop_create could listen on path, without binding it (ringlmd asks before it
+ * loads a model, so that a socket in use or a bad directory is reported at once): the
+ * directory exists and is writable, and the path is free or a stale socket. 0, or -EEXIST
+ * (another kind of file, or a socket that cannot be probed), -EADDRINUSE (a daemon listens
+ * there), -ENAMETOOLONG, -ENOENT / -ENOTDIR / -EACCES (the directory), with dloop_errmsg(). */
+int dloop_check_socket(const char *path);
 /* Runs until dloop_stop(); ends every session (on_close "shutdown") before returning.
  * Returns 0 or -errno on a fatal io_uring error. */
 int dloop_run(dloop *l);

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
+#include <pwd.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -20,7 +21,9 @@
 #include <unistd.h>
 
 #include "daemon/echo.h"
+#include "daemon/kvtier.h"
 #include "daemon/loop.h"
+#include "daemon/metrics.h"
 #include "daemon/service.h"
 #include "numa/rnuma.h"
 #include "ringlm.h"
@@ -87,7 +90,12 @@ static void usage(FILE *f)
         "  --check-invariants       the stats file carries the scheduler's full invariant check\n"
         "                           (walks every block and request each write: tests, debugging)\n"
         "  --quiet                  fewer start-up lines\n"
-        "  --check-config           validate, print the canonical policy and its hash, exit\n"
+        "  --check-config           validate, print the canonical policy and its hash, say\n"
+        "                           which uids may name a tenant per request ([trust]), exit;\n"
+        "                           --model is optional (with it, the model is checked too)\n"
+        "  --gateway-user USER      with --check-config: fail (exit 1) unless the policy\n"
+        "                           trusts USER (a name or a uid), the gateway's user, so\n"
+        "                           its API-key tenants are honoured\n"
         "  --version                print the version (with --model: model and policy hash) and "
         "exit\n"
         "  --help\n"
@@ -122,11 +130,113 @@ static void make_parent_dir(const char *path)
     mkdir(dir, 0755);
 }
 
-/* The model service: --check-config and --version build it (model, policy) and exit. */
-static int serve_model(svc_config *sc, dloop_config *cfg, const char *socket_path,
-                       const char *numa_spec, int want_version, int check_config)
+/* A file the daemon will open for writing later (a log): it can be opened, or created in
+ * its directory. Nothing is left behind that was not there. */
+static int check_output_file(const char *what, const char *path)
 {
-    if (!sc->model) {
+    if (!path || !strcmp(path, "-")) return 0;
+    int fd = open(path, O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd >= 0) unlink(path); /* the empty file just created */
+    }
+    if (fd < 0) {
+        fprintf(stderr, "ringlmd: %s '%s': %s\n", what, path, strerror(errno));
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
+/* A file replaced by rename (the stats file): its directory must take new files. */
+static int check_output_dir(const char *what, const char *path)
+{
+    if (!path) return 0;
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = 0;
+    else
+        *slash = 0;
+    struct stat st;
+    if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK) < 0) {
+        fprintf(stderr, "ringlmd: %s '%s': directory '%s': %s\n", what, path, dir,
+                errno ? strerror(errno) : "not a directory");
+        return -1;
+    }
+    return 0;
+}
+
+/* Everything that can be checked without the model, checked before it loads: a real model
+ * takes seconds to minutes to load and warm up, and an operator must not wait that long to
+ * learn that the socket is taken or a directory is missing. */
+static int preflight(const svc_config *sc, const char *socket_path, const char *numa_spec)
+{
+    if (dloop_check_socket(socket_path) < 0) {
+        fprintf(stderr, "ringlmd: %s\n", dloop_errmsg());
+        return -1;
+    }
+    if (sc->metrics_listen && metrics_check_listen(sc->metrics_listen) < 0) {
+        fprintf(stderr, "ringlmd: --metrics %s\n", metrics_errmsg());
+        return -1;
+    }
+    if (sc->disk_kv_path && kvtier_check_disk_path(sc->disk_kv_path) < 0) {
+        fprintf(stderr, "ringlmd: %s\n", kvtier_errmsg());
+        return -1;
+    }
+    if (check_output_file("--decision-log", sc->decision_log) < 0 ||
+        check_output_file("--request-log", sc->request_log) < 0 ||
+        check_output_file("--iteration-log", sc->iteration_log) < 0 ||
+        check_output_dir("--stats-file", sc->stats_file) < 0)
+        return -1;
+    if (rnuma_resolve(numa_spec ? numa_spec : "auto") < -1) {
+        fprintf(stderr, "ringlmd: --numa-node %s: %s\n", numa_spec, rnuma_errmsg());
+        return -1;
+    }
+    return 0;
+}
+
+/* --check-config: who may name a tenant per request. A gateway with API keys sends each
+ * request's tenant as a tag, honoured only from a uid the policy lists in [trust]; from any
+ * other uid the tags are ignored and every key's requests share the gateway uid's tenant,
+ * its fair share and its prefix cache. Returns 1 when gateway_uid (>= 0) is not trusted. */
+static int report_trust(const sched_policy *p, long gateway_uid, const char *gateway_user)
+{
+    const uint32_t *uids;
+    uint32_t n = sched_policy_trusted_uids(p, &uids);
+    if (!n) {
+        fprintf(stderr, "ringlmd: note: [trust] lists no uid: no client may name a tenant per "
+                        "request, so a gateway's API-key tenants would all collapse into the "
+                        "gateway uid's tenant (tags ignored)\n");
+    } else {
+        fprintf(stderr, "ringlmd: [trust] uids");
+        for (uint32_t i = 0; i < n; i++) fprintf(stderr, " %u", uids[i]);
+        fprintf(stderr, " may name a tenant per request (a gateway's API-key tenants)\n");
+    }
+    if (gateway_uid < 0) return 0;
+    if (sched_policy_uid_trusted(p, (uint32_t)gateway_uid)) {
+        fprintf(stderr, "ringlmd: the gateway user %s (uid %ld) is trusted\n", gateway_user,
+                gateway_uid);
+        return 0;
+    }
+    fprintf(stderr,
+            "ringlmd: the gateway user %s (uid %ld) is not in [trust]: its requests' tenant "
+            "tags would be ignored and every API key would share one tenant; add uid %ld "
+            "to the policy's [trust] uids\n",
+            gateway_user, gateway_uid, gateway_uid);
+    return 1;
+}
+
+/* The model service: --check-config and --version build it (model, policy) and exit.
+ * --check-config needs no model: the policy is checked on its own. */
+static int serve_model(svc_config *sc, dloop_config *cfg, const char *socket_path,
+                       const char *numa_spec, int want_version, int check_config, long gateway_uid,
+                       const char *gateway_user)
+{
+    if (!sc->model && !check_config) {
         fprintf(stderr, "ringlmd: --model is required (a path or synthetic:PRESET:SEED), or "
                         "pass --echo\n");
         return 2;
@@ -138,26 +248,32 @@ static int serve_model(svc_config *sc, dloop_config *cfg, const char *socket_pat
     sc->numa = numa_spec;
     /* Checking a config must not allocate the KV pools of the daemon it guards. */
     sc->identity_only = check_config || want_version;
+    if (!sc->identity_only) {
+        if (!socket_path || !*socket_path) socket_path = getenv(RINGLM_SOCKET_ENV);
+        if (!socket_path || !*socket_path) {
+            socket_path = RINGLM_DEFAULT_SOCKET;
+            make_parent_dir(socket_path);
+        }
+        if (preflight(sc, socket_path, numa_spec) < 0) return 1;
+    }
     svc *s;
     int r = svc_create(sc, &s);
     if (r < 0) {
         fprintf(stderr, "ringlmd: %s\n", svc_errmsg());
-        return check_config ? 1 : 1;
+        return 1;
     }
     if (check_config || want_version) {
+        int rc = 0;
         if (want_version)
             printf("ringlmd %s (wire ABI %u)\nmodel %s %s\npolicy %s %s\n", RINGLM_VERSION,
                    RINGLM_WIRE_ABI, sc->model, svc_model_hash(s),
                    sc->policy_path ? sc->policy_path : "built-in", svc_policy_hash_hex(s));
-        else
+        else {
             printf("%s# policy hash %s\n", svc_policy_text(s), svc_policy_hash_hex(s));
+            rc = report_trust(svc_policy(s), gateway_uid, gateway_user);
+        }
         svc_destroy(s);
-        return 0;
-    }
-    if (!socket_path || !*socket_path) socket_path = getenv(RINGLM_SOCKET_ENV);
-    if (!socket_path || !*socket_path) {
-        socket_path = RINGLM_DEFAULT_SOCKET;
-        make_parent_dir(socket_path);
+        return rc;
     }
     cfg->socket_path = socket_path;
     cfg->numa_node = -1; /* the service resolves --numa-node and pins the loop thread */
@@ -288,7 +404,8 @@ int main(int argc, char **argv)
         O_INVARIANTS,
         O_NOPREFIX,
         O_DKVBW,
-        O_PREFIXKEY
+        O_PREFIXKEY,
+        O_GWUSER
     };
     static const struct option opts[] = {
         {"socket", required_argument, 0, O_SOCKET},
@@ -336,12 +453,15 @@ int main(int argc, char **argv)
         {"prefix-key", required_argument, 0, O_PREFIXKEY},
         {"quiet", no_argument, 0, O_QUIET},
         {"check-config", no_argument, 0, O_CHECK},
+        {"gateway-user", required_argument, 0, O_GWUSER},
         {0, 0, 0, 0},
     };
     dloop_config cfg;
     dloop_config_init(&cfg);
     const char *socket_path = NULL, *numa_spec = "auto";
     int echo = 0, want_version = 0, check_config = 0, want_nice = 0, nice_val = 0;
+    long gateway_uid = -1;
+    const char *gateway_user = NULL;
     svc_config sc;
     svc_config_init(&sc);
     unsigned long v;
@@ -522,6 +642,19 @@ int main(int argc, char **argv)
         }
         case O_QUIET: sc.quiet = true; break;
         case O_CHECK: check_config = 1; break;
+        case O_GWUSER: {
+            struct passwd *pw = getpwnam(optarg);
+            if (pw) {
+                gateway_uid = (long)pw->pw_uid;
+            } else if (parse_uint("--gateway-user", optarg, UINT32_MAX - 1, &v) == 0) {
+                gateway_uid = (long)v;
+            } else {
+                fprintf(stderr, "ringlmd: --gateway-user '%s': no such user\n", optarg);
+                return 2;
+            }
+            gateway_user = optarg;
+            break;
+        }
         case O_NICE: {
             char *end;
             errno = 0;
@@ -575,7 +708,9 @@ int main(int argc, char **argv)
         printf("ringlmd %s (wire ABI %u)\n", RINGLM_VERSION, RINGLM_WIRE_ABI);
         return 0;
     }
-    if (!echo) return serve_model(&sc, &cfg, socket_path, numa_spec, want_version, check_config);
+    if (!echo)
+        return serve_model(&sc, &cfg, socket_path, numa_spec, want_version, check_config,
+                           gateway_uid, gateway_user);
     if (!socket_path || !*socket_path) socket_path = getenv(RINGLM_SOCKET_ENV);
     if (!socket_path || !*socket_path) {
         socket_path = RINGLM_DEFAULT_SOCKET;

@@ -91,6 +91,10 @@ typedef struct metrics metrics;
  * -ENOMEM.
  */
 int metrics_create(const metrics_config *cfg, metrics **out);
+/* Whether metrics_create could listen on spec ([ADDR:]PORT), without keeping it: ringlmd
+ * asks before it loads a model, so a port in use is reported at once. 0, or the errors of
+ * metrics_create's bind (-EINVAL, -EADDRINUSE, -EACCES) with metrics_errmsg(). */
+int metrics_check_listen(const char *spec);
 /* The TCP port the server is bound to (the real one when 0 was asked), or 0 without one. */
 int metrics_port(const metrics *m);
 /* Stops the server thread (waits for a scrape in progress) and frees everything. NULL ok. */

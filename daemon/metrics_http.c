@@ -184,6 +184,23 @@ static void *http_guard(void *arg)
     return NULL;
 }
 
+int metrics_check_listen(const char *spec)
+{
+    struct sockaddr_storage ss;
+    socklen_t slen = 0;
+    int rc = parse_listen(spec, &ss, &slen);
+    if (rc < 0) return rc;
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return seterr(-errno, "metrics: socket: %s", strerror(errno));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    rc = 0;
+    if (bind(fd, (struct sockaddr *)&ss, slen) < 0 || listen(fd, 1) < 0)
+        rc = seterr(-errno, "metrics: %s: %s", spec, strerror(errno));
+    close(fd);
+    return rc;
+}
+
 int metrics__http_start(metrics *m, const char *spec)
 {
     struct sockaddr_storage ss;

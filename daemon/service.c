@@ -249,6 +249,13 @@ void svc_config_init(svc_config *c)
     c->numa = "auto";
 }
 
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 static char *read_file(const char *path, int *err)
 {
     FILE *f = fopen(path, "r");
@@ -290,7 +297,7 @@ int svc_create(const svc_config *cfg, svc **out)
 {
     *out = NULL;
     int rc;
-    if (!cfg->model)
+    if (!cfg->model && !cfg->identity_only)
         return seterr(-EINVAL, "--model is required (a path or synthetic:PRESET:SEED)");
     svc *s = calloc(1, sizeof *s);
     if (!s) return seterr(-ENOMEM, "out of memory");
@@ -341,11 +348,20 @@ int svc_create(const svc_config *cfg, svc **out)
     snprintf(s->policy_hash_hex, sizeof s->policy_hash_hex, "%s", sched_policy_hash_hex(s->policy));
     ut_init(s);
 
+    if (!cfg->model) { /* identity_only: a policy checked on its own */
+        *out = s;
+        return 0;
+    }
+    /* A real model takes seconds to minutes to load and warm up: say what is going on. */
+    bool progress = !cfg->quiet && !cfg->identity_only;
+    uint64_t t_load = mono_ms();
+    if (progress) svc_log("loading model %s ...", cfg->model);
     rc = eng_model_load(cfg->model, &s->model);
     if (rc < 0) {
         rc = seterr(rc, "model %s: %s", cfg->model, eng_errmsg());
         goto fail;
     }
+    if (progress) svc_log("model loaded in %llu ms", (unsigned long long)(mono_ms() - t_load));
     s->mcfg = eng_model_cfg(s->model);
     s->n_stop_tokens = eng_model_stop_tokens(s->model, s->stop_tokens, SVC_MAX_STOP_TOKENS);
     if (s->n_stop_tokens > SVC_MAX_STOP_TOKENS) s->n_stop_tokens = SVC_MAX_STOP_TOKENS;
@@ -397,6 +413,7 @@ int svc_create(const svc_config *cfg, svc **out)
         goto fail;
     }
 
+    if (progress) svc_log("warming up the engine ..."); /* exec_warm_up says when done */
     exec_warm_up(s);
 
     if (s->cfg.host_kv_blocks < 0) s->cfg.host_kv_blocks = 0;
@@ -475,7 +492,11 @@ uint64_t svc_policy_hash(const svc *s)
 }
 const char *svc_model_hash(const svc *s)
 {
-    return eng_model_hash(s->model);
+    return s->model ? eng_model_hash(s->model) : "none";
+}
+const sched_policy *svc_policy(const svc *s)
+{
+    return s->policy;
 }
 
 static void tier_log(void *ctx, const char *msg)

@@ -68,7 +68,8 @@ typedef struct svc_config {
     bool check_invariants;          /* the stats file runs the scheduler's O(state) invariant
                                      check (tests); otherwise it says "unchecked" */
     bool identity_only;             /* --check-config/--version: policy + model only, no engine,
-                                     pools, logs or metrics (svc_run is then refused) */
+                                     pools, logs or metrics (svc_run is then refused); the
+                                     model may be NULL then (--check-config of a policy) */
 } svc_config;
 
 typedef struct svc svc;
@@ -83,7 +84,8 @@ int svc_create(const svc_config *c, svc **out);
 const char *svc_policy_text(const svc *s);
 const char *svc_policy_hash_hex(const svc *s);
 uint64_t svc_policy_hash(const svc *s);
-const char *svc_model_hash(const svc *s);
+const char *svc_model_hash(const svc *s); /* "none" without a model */
+const sched_policy *svc_policy(const svc *s);
 /* Runs the service on a loop configured by lc (socket path, limits). Returns when the loop
  * stopped (SIGTERM drain completed, SIGINT, or a fatal error): 0 or -errno. */
 int svc_run(svc *s, const dloop_config *lc);

@@ -10,7 +10,7 @@
  *   engine_bench --model synthetic:stories15M:1 [--threads N] [--repeats R] [--steps N]
  *                [--context N] [--seqs 1,4,8,16,32,64] [--no-naive] [--json]
  *
- * The decode figures of issue 18 (llama.cpp's llama-batched-bench: 32-token prompts, 128
+ * The decode figures compared with llama.cpp (its llama-batched-bench: 32-token prompts, 128
  * generated tokens) correspond to --context 32 --steps 128.
  */
 #include "kernels/engine.h"

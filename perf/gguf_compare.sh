@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gguf_compare.sh — ringlm on GGUF files, each next to llama.cpp on the very same file (issue 14):
+# gguf_compare.sh — ringlm on GGUF files, each next to llama.cpp on the very same file:
 # decode tok/s at 1, 8 and 32 sequences (32-token prompts, 128 generated tokens, as llama.cpp's
 # llama-batched-bench counts them), prefill tok/s, ringlm's load time and resident memory.
 # The files are written by ringlm-mkmodel from the synthetic shapes (weights from a seed) in
@@ -12,7 +12,7 @@
 #
 # llama.cpp: its native tools, not the node binding (which runs about half as fast per token).
 # --llama-bin (default $LLAMA_CPP_BIN, else /work/llama.cpp/build/bin) must hold
-# llama-batched-bench; build it from the source node-llama-cpp ships (issue 14: git clone
+# llama-batched-bench; build it from the source node-llama-cpp ships (git clone
 # tests/node/node_modules/node-llama-cpp/llama/gitRelease.bundle, cmake -DGGML_NATIVE=ON, CPU
 # only). Without it the script says so and measures ringlm alone. Q8_0 runs with --no-repack
 # (the VM's AMX path dies on ldtilecfg). Rows that are not whole 256-element blocks (the
@@ -20,7 +20,7 @@
 # Q4_K_M is mostly Q8_0 (ringlm-mkmodel prints which).
 # --keep DIR keeps the files and the per-run results there; a later run with the same DIR reuses
 # the files and adds its runs to the medians. Needs jq. Exit 77 when jq is missing.
-# After the medians: the spread (min-max over the runs) of each figure, and issue 14's goals
+# After the medians: the spread (min-max over the runs) of each figure, and the goals
 # per shape with their ratios — Q8_0 batch-1 decode >= 1.6x ringlm's own F32 (needs F32 and
 # Q8_0 in --types); for each quantized type (Q8_0, Q4_K_M), at 32 sequences >= 1.2x llama.cpp's
 # aggregate decode on the same file and at batch 1 >= 0.9x llama.cpp's — each "met" or "MISSED".
@@ -134,7 +134,7 @@ printf '\nspread over the runs (min-max decode tok/s)\n%-22s | %-13s %-13s %-13s
   "file" "ringlm @1" "ringlm @8" "ringlm @32" "llama.cpp @1" "llama.cpp @8" "llama.cpp @32"
 printf '%s\n' "${spreads[@]}"
 
-printf '\ngoals (issue 14), on the medians\n'
+printf '\ngoals, on the medians\n'
 goal() { # label value want
   local v=$2
   if [ "$v" = - ]; then

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * perf/gpu_parity.h — the CUDA backend's parity and invariance checks (DESIGN.md §8), shared
- * by perf/gpu_bench (the H200 check) and tests/test_cuda_parity.c. Header only, plain C, no
- * test framework: each check fills a gp_result (pass, the measured figure, a detail line).
+ * by perf/gpu_bench (the H200 check), tests/test_cuda_backend.c and tests/test_cuda_gguf.c.
+ * Header only, plain C, no test framework: each check fills a gp_result (pass, the measured
+ * figure, a detail line).
  *
  * Sequences are driven through eng_execute / eng_execute_sample with the same metadata on
  * the CPU and CUDA engines. Tolerances: logits relative L2 (||a - b|| / ||b||) <= 1e-2 for

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # llama_compare.sh — ringlm's engine against llama.cpp, side by side on the same GGUF file:
 # decode tok/s at 1/4/8/16/32 sequences, 32-token prompts, 128 generated tokens, logits for
-# every sequence at every step, the same thread count (the figures of issue 18).
+# every sequence at every step, the same thread count (llama-batched-bench's figures).
 #
 # For each model shape a GGUF file is written with ringlm-mkmodel (synthetic weights from
 # the preset, type --type); then, --runs times, perf/engine_bench and llama.cpp's native
@@ -13,7 +13,7 @@
 #                                 [--runs 3] [--threads 2] [--type F32] [--json]
 #
 # llama.cpp: LLAMA_CPP_DIR (default /work/llama.cpp/build/bin) must hold llama-batched-bench,
-# built natively from the source node-llama-cpp ships (README, "GGUF model files"; issue 14:
+# built natively from the source node-llama-cpp ships (docs/models.md:
 # cmake -DGGML_NATIVE=ON -DLLAMA_CURL=OFF, CPU only). Without it the script says so and
 # measures ringlm alone. Needs jq (exit 77 without it) and this tree built (make).
 set -eu
@@ -47,7 +47,7 @@ if [ -x "$LLAMA" ]; then
   have_llama=1
 else
   have_llama=0
-  echo "llama_compare.sh: $LLAMA not found (set LLAMA_CPP_DIR; build it as issue 14 says):" \
+  echo "llama_compare.sh: $LLAMA not found (set LLAMA_CPP_DIR; build it as this script's header says):" \
        "measuring ringlm alone" >&2
 fi
 max_seqs=$(echo "$SEQS" | tr ',' '\n' | sort -n | tail -1)

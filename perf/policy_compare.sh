@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# policy_compare.sh — the shipped default policy against FCFS on the Azure traces (issue 15).
+# policy_compare.sh — the shipped default policy against FCFS on the Azure traces.
 #
 # For the conversation and code traces at ×1..×4 of their recorded rate, ringlm-sim replays
 # each trace through the shipped default (sim/policies/token-budget.policy, the tuned output
@@ -8,7 +8,7 @@
 # goodput ratio and the goal; then the two-tenant split of each trace
 # (--tenants random:a:3,b:1): every tenant's served tokens against its max-min fair share.
 # The simulator is deterministic for a seed, so one run per cell is its median.
-# Goal (issue 15): where FCFS is below 100% SLO attainment, the default's goodput >=
+# Goal: where FCFS is below 100% SLO attainment, the default's goodput >=
 # min(1.3 × FCFS, 0.95 × offered rate); where FCFS meets every SLO, >= 0.98 × FCFS; no tenant
 # below 0.9 of its fair share.  Next to each goal, the most goodput any policy could reach
 # there (build/perf/goodput_bound, sim_tune_goodput_bound: every prompt's prefill must fit

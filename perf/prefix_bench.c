@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * prefix_bench — what the prefix cache buys on a real ringlmd, cache on against cache off in
- * one run (DESIGN §10, issue "prefix caching").
+ * one run (DESIGN §10).
  *
  * Workload "shared-prefix", closed loop: --concurrency conversations at a time, --conversations
  * in all.  A conversation is a system prompt (one of --system-prompts, --system-len tokens,
@@ -862,7 +862,7 @@ int main(int argc, char **argv)
     double ttft_ratio = mon.ttft_p50_ms > 0 ? moff.ttft_p50_ms / mon.ttft_p50_ms : 0;
     double saved = moff.prefill_tokens > 0 ? 1 - mon.prefill_tokens / moff.prefill_tokens : 0;
     /* the replay's hit rate against the daemon's, per round (the same run), median of those;
-	 * judged for the issue's run (the shared-prefix workload on the default pool) and for the
+	 * judged for the headline run (the shared-prefix workload on the default pool) and for the
 	 * tier scenarios, whose decisions — demote or drop, reload or recompute — follow the
 	 * daemon's measured costs, which the request log carries to the replay (sched_cost) */
     double d[4][MAX_ROUNDS], worst = 0;

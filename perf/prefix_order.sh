@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# prefix_order.sh — prefix_order = longest_prefix against FCFS order in the simulator (issue 12,
-# DESIGN §10), on the shared-prefix workload.
+# prefix_order.sh — prefix_order = longest_prefix against FCFS order in the simulator (DESIGN
+# §10), on the shared-prefix workload.
 #
 # For each offered load and device KV pool size, ringlm-sim --prefix-report runs the same
 # generated trace (shared system prompts, multi-turn conversations, one-off prompts) with the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# replay_check.sh — the simulator's policy comparison checked once on the real daemon (issue 15).
+# replay_check.sh — the simulator's policy comparison checked once on the real daemon.
 #
 # The tuned policy and FCFS on a real ringlmd (stories260K, CPU), with `ringlm replay` of one
 # minute of serving, interleaved so that neither meets a quieter machine than the other:

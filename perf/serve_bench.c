@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * serve_bench — what ringlmd delivers against its own engine on the same batch shapes
- * (issue 18): N sequences, each a P-token prompt (default 32) and exactly G generated
- * tokens (default 128, ignore_stop), greedy, measured three ways side by side in each run:
+ * (the shapes llama.cpp's llama-batched-bench measures): N sequences, each a P-token prompt
+ * (default 32) and exactly G generated tokens (default 128, ignore_stop), greedy, measured
+ * three ways side by side in each run:
  *
  *   engine    the engine alone in this process: one prefill batch of N×P rows, then G-1
  *             decode steps of N rows, logits and a sampled token for every sequence every
@@ -43,7 +44,7 @@
  * answered, both segments mapped and checked): each client process is started and waits
  * at a gate before its clock starts, so process start is not counted.
  *
- * The goals of issue 18 are checked and printed: the daemon at >= 0.85x the engine with N
+ * The goals are checked and printed: the daemon at >= 0.85x the engine with N
  * sessions and >= 0.75x with N processes (medians of the per-run ratios) at every N, the
  * spread of each per-run ratio (farthest run from the median) within 15% of its median —
  * the spread judged is the daemon's relative to the engine on the same machine at the same
@@ -1734,6 +1735,6 @@ int main(int argc, char **argv)
             br.p99_ms, burst_iters, br.period_ms, br.steady_ms,
             br.steady_ms > 0 ? br.p99_ms / br.steady_ms : 0, br.max_ms, br.p99_tokens_seen,
             GOAL_P99_ITERS, burst_ok ? "met" : "NOT met");
-    if (!o.engine_only) printf("issue 18 goals: %s\n", all_ok ? "all met" : "NOT all met");
+    if (!o.engine_only) printf("goals: %s\n", all_ok ? "all met" : "NOT all met");
     return 0;
 }

@@ -1,5 +1,5 @@
 /* sim_bench — how fast ringlm-sim replays the full Azure conversation trace (19,366 requests,
- * ~58 min) through the token-budget policy on one core. Goal (issue 6): >= 1000x real time,
+ * ~58 min) through the token-budget policy on one core. Goal: >= 1000x real time,
  * i.e. under 3.5 s of wall time. Baseline measured in the same run: the same trace through
  * the FCFS continuous policy (the scheduler does less work there), so the ratio shows what
  * the policy itself costs. Prints medians over --runs; --json for scripts.

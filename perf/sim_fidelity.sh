@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sim_fidelity.sh — how close ringlm-sim comes to the real daemon on this machine (issue 6).
+# sim_fidelity.sh — how close ringlm-sim comes to the real daemon on this machine.
 #
 #   1. calibration run: ringlmd serves one window of the Azure conversation trace (by default
 #      trace seconds 60..60+W) and writes its iteration log (one line per batch: composition
@@ -17,7 +17,7 @@
 #                    workload, then predict a run the fit never saw
 #        speed       same-run, plus A's measured speed per 500 ms window (--speed-trace):
 #                    the simulator's decisions and queueing with the machine's drift removed
-# Goal (issue 6): E2E median <= 5%, p99 <= 10%; TTFT p99 <= 15%.
+# Goal: E2E median <= 5%, p99 <= 10%; TTFT p99 <= 15%.
 # Placement: the daemon runs on CPU $DAEMON_CPUS (default 0..threads-1), the replay clients on
 # $CLIENT_CPUS (default: the other CPUs). Unpinned and at equal priority, a client woken for its
 # token is often placed on the daemon's CPU and preempts the loop (measured: 29-67 µs per woken

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # tune_bench.sh — how long `ringlm-sim --tune` takes on the full Azure conversation trace at three
-# load levels (issue 15: "finishes the full Azure conversation trace at three load levels in
-# under two minutes on this machine").
+# load levels (the goal: under two minutes on this machine).
 #
 # Each run: `ringlm-sim --trace AzureLLMInferenceTrace_conv.csv --policy
 # sim/policies/token-budget.policy --tune default --tune-loads 1,2,3` on every CPU (the default

@@ -828,6 +828,12 @@ bool sched_policy_uid_trusted(const sched_policy *p, uint32_t uid)
     return bsearch(&uid, p->trusted, p->n_trusted, sizeof(uint32_t), cmp_u32) != NULL;
 }
 
+uint32_t sched_policy_trusted_uids(const sched_policy *p, const uint32_t **uids)
+{
+    *uids = p ? p->trusted : NULL;
+    return p ? p->n_trusted : 0;
+}
+
 uint64_t sched_policy_cache_salt(const sched_policy *p, int tenant)
 {
     if (!p || tenant < 0 || tenant >= p->n_tenants) return 0;

@@ -374,6 +374,9 @@ int sched_policy_tenant_index(const sched_policy *p, const char *name);
 int sched_policy_tenant_for_uid(const sched_policy *p, uint32_t uid);
 /* A trusted uid (a gateway) may name the tenant per request. */
 bool sched_policy_uid_trusted(const sched_policy *p, uint32_t uid);
+/* The trusted uids ([trust] uids), sorted: their number, *uids pointing at them (owned by
+ * the policy). */
+uint32_t sched_policy_trusted_uids(const sched_policy *p, const uint32_t **uids);
 /* The prefix-cache salt of a tenant's cache domain (sched_request.cache_salt): a non-zero
  * hash of the domain name, so tenants in one domain get one salt, the salt of a domain does
  * not change when other tenants are added, and a replay of a logged run finds the same keys.

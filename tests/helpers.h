@@ -25,8 +25,9 @@ char *th_program(const char *name);
  * it is absent. */
 char *th_shared_file(const char *relative);
 bool th_exists(const char *path);
-/* CLOCK_MONOTONIC in ms. */
+/* CLOCK_MONOTONIC in ms, and in µs: the one clock of the tests. */
 uint64_t th_now_ms(void);
+uint64_t th_now_us(void);
 
 /* A ringlmd started by a test: a private directory holds its socket and its output. */
 typedef struct th_daemon {

@@ -15,7 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -200,5 +203,163 @@ Test(files, stats_file_never_truncates_a_neighbour)
     free(left);
     free(stats);
     free(tmp);
+    th_daemon_cleanup(&d);
+}
+
+/* ---- start-up: every path, port and permission before the model ---------------------- */
+
+/* ringlmd with a model that does not exist: whatever it reports is what it checked before
+ * it tried to load the model (which, for a real one, takes seconds to minutes). */
+static char *start_with_missing_model(th_daemon *d, const char *const *extra, int *rc)
+{
+    char *prog = th_program("ringlmd");
+    char *model = th_path(d->dir, "no-such-model.bin"), *log = th_path(d->dir, "start.log");
+    const char *argv[32] = {prog, "--model", model, "--numa-node", "off"};
+    int n = 5;
+    for (int i = 0; extra[i]; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
+    *rc = run_as(0, argv, log, 30000);
+    char *out = th_read_file(log);
+    free(prog);
+    free(model);
+    free(log);
+    return out;
+}
+
+Test(startup, a_socket_in_use_is_reported_before_the_model_loads)
+{
+    th_daemon d = {0};
+    const char *args[] = {"--echo", NULL};
+    th_daemon_start(&d, args, 10000);
+    const char *extra[] = {"--socket", d.sock, NULL};
+    int rc;
+    char *out = start_with_missing_model(&d, extra, &rc);
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "another daemon listens"), "not reported first: %s", out);
+    cr_expect(!strstr(out, "no-such-model"), "the model was tried first: %s", out);
+    cr_expect_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+    free(out);
+    th_daemon_cleanup(&d);
+}
+
+Test(startup, a_bad_socket_directory_is_reported_before_the_model_loads)
+{
+    th_daemon d = {0};
+    th_daemon_init(&d);
+    char *sock = th_path(d.dir, "missing/s.sock");
+    const char *extra[] = {"--socket", sock, NULL};
+    int rc;
+    char *out = start_with_missing_model(&d, extra, &rc);
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "socket directory") && strstr(out, "missing"), "not reported first: %s",
+              out);
+    cr_expect(!strstr(out, "no-such-model"), "the model was tried first: %s", out);
+    free(out);
+    free(sock);
+    th_daemon_cleanup(&d);
+}
+
+Test(startup, a_metrics_port_in_use_is_reported_before_the_model_loads)
+{
+    th_daemon d = {0};
+    th_daemon_init(&d);
+    /* A port someone else listens on. */
+    int busy = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert(bind(busy, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(busy, 1) == 0);
+    socklen_t sl = sizeof sa;
+    getsockname(busy, (struct sockaddr *)&sa, &sl);
+    char spec[64];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", ntohs(sa.sin_port));
+    const char *extra[] = {"--socket", d.sock, "--metrics", spec, NULL};
+    int rc;
+    char *out = start_with_missing_model(&d, extra, &rc);
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "--metrics") && strstr(out, "in use"), "not reported first: %s", out);
+    cr_expect(!strstr(out, "no-such-model"), "the model was tried first: %s", out);
+    cr_expect(!th_exists(d.sock), "a socket was left behind");
+    close(busy);
+    free(out);
+    th_daemon_cleanup(&d);
+}
+
+Test(startup, an_unwritable_log_is_reported_before_the_model_loads)
+{
+    th_daemon d = {0};
+    th_daemon_init(&d);
+    char *declog = th_path(d.dir, "missing/decisions.jsonl");
+    const char *extra[] = {"--socket", d.sock, "--decision-log", declog, NULL};
+    int rc;
+    char *out = start_with_missing_model(&d, extra, &rc);
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "--decision-log") && strstr(out, "missing/decisions.jsonl"),
+              "not reported first: %s", out);
+    cr_expect(!strstr(out, "no-such-model"), "the model was tried first: %s", out);
+    free(out);
+    free(declog);
+    th_daemon_cleanup(&d);
+}
+
+Test(startup, loading_and_warming_up_are_announced_before_listening)
+{
+    th_daemon d = {0};
+    const char *args[] = {"--model", MODEL, NULL};
+    th_daemon_start(&d, args, 30000);
+    cr_expect_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+    const char *out = th_daemon_output(&d);
+    const char *load = strstr(out, "loading model"), *warm = strstr(out, "warming up");
+    const char *listen = strstr(out, "listening on");
+    cr_expect(load && warm && listen && load < warm && warm < listen,
+              "no progress before listening: %s", out);
+    th_daemon_cleanup(&d);
+}
+
+/* ---- --check-config of a policy alone, and who may name tenants ---------------------- */
+
+static int check_config(th_daemon *d, const char *policy, const char *gateway_user, char **out,
+                        char **err)
+{
+    char *prog = th_program("ringlmd");
+    char *path = th_path(d->dir, "p.policy");
+    write_file(path, policy);
+    char *argv[] = {prog, "--check-config", "--policy", path, NULL, NULL, NULL};
+    if (gateway_user) {
+        argv[4] = "--gateway-user";
+        argv[5] = (char *)gateway_user;
+    }
+    int rc = th_run(argv, out, err, 30);
+    free(path);
+    free(prog);
+    return rc;
+}
+
+Test(check_config, works_without_a_model_and_reports_an_empty_trust_list)
+{
+    th_daemon d = {0};
+    th_daemon_init(&d);
+    char *out, *err;
+    int rc = check_config(&d, "[tenant a]\nuids = 1000\n", NULL, &out, &err);
+    cr_expect_eq(rc, 0, "exit %d: %s", rc, err);
+    cr_expect(strstr(out, "# policy hash "), "no policy printed: %s", out);
+    cr_expect(strstr(err, "[trust] lists no uid"), "an empty [trust] not reported: %s", err);
+    free(out);
+    free(err);
+    th_daemon_cleanup(&d);
+}
+
+Test(check_config, fails_when_the_gateway_user_is_not_trusted)
+{
+    th_daemon d = {0};
+    th_daemon_init(&d);
+    char *out, *err;
+    int rc = check_config(&d, "[trust]\nuids = 998\n", "65534", &out, &err);
+    cr_expect_eq(rc, 1, "an untrusted gateway user: exit %d: %s", rc, err);
+    cr_expect(strstr(err, "65534") && strstr(err, "not in [trust]"), "not reported: %s", err);
+    free(out);
+    free(err);
+    rc = check_config(&d, "[trust]\nuids = 998 65534\n", "65534", &out, &err);
+    cr_expect_eq(rc, 0, "a trusted gateway user: exit %d: %s", rc, err);
+    free(out);
+    free(err);
     th_daemon_cleanup(&d);
 }

@@ -382,21 +382,14 @@ Test(daemon_metrics, bad_listen_addresses_are_explained)
 
 extern char **environ;
 
-static uint64_t ms_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static pid_t g_daemon = -1;
 static void stop_it(void)
 {
     if (g_daemon <= 0) return;
     kill(g_daemon, SIGTERM);
     int st;
-    uint64_t dl = ms_now() + 15000;
-    while (waitpid(g_daemon, &st, WNOHANG) == 0 && ms_now() < dl) {
+    uint64_t dl = th_now_ms() + 15000;
+    while (waitpid(g_daemon, &st, WNOHANG) == 0 && th_now_ms() < dl) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -433,7 +426,7 @@ Test(daemon_metrics, real_daemon_exposition_parses, .fini = stop_it, .timeout = 
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
     cr_assert_eq(posix_spawn(&g_daemon, ringlmd, &fa, NULL, dargv, environ), 0);
     struct stat sb;
-    uint64_t dl = ms_now() + 20000;
+    uint64_t dl = th_now_ms() + 20000;
     while (stat(sock, &sb) != 0) {
         int st;
         if (waitpid(g_daemon, &st, WNOHANG) == g_daemon) {
@@ -441,7 +434,7 @@ Test(daemon_metrics, real_daemon_exposition_parses, .fini = stop_it, .timeout = 
             cr_skip_test(
                 "ringlmd exited at start (status %d): does it serve --model/--metrics yet?", st);
         }
-        cr_assert(ms_now() < dl, "ringlmd did not listen within 20 s");
+        cr_assert(th_now_ms() < dl, "ringlmd did not listen within 20 s");
         struct timespec ts = {0, 5 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -461,14 +454,14 @@ Test(daemon_metrics, real_daemon_exposition_parses, .fini = stop_it, .timeout = 
     /* the loop publishes at most every 100 ms: poll until the three requests show */
     char *body = NULL;
     int status = 0;
-    dl = ms_now() + 5000;
+    dl = th_now_ms() + 5000;
     for (;;) {
         body = http_get(port, "/metrics", &status);
         cr_assert_eq(status, 200);
         const char *l = find_line(body, "ringlm_e2e_request_latency_seconds_count{");
         const char *v = l ? strstr(l, "} ") : NULL;
         if (v && atoi(v + 2) == 3) break;
-        cr_assert(ms_now() < dl, "the 3 requests never showed in /metrics:\n%s", body);
+        cr_assert(th_now_ms() < dl, "the 3 requests never showed in /metrics:\n%s", body);
         free(body);
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);

@@ -1,14 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * One local user must not lock out, stall or starve the others (issue: hostile local
- * users). Each test starts a real ringlmd on a private socket, runs a misbehaving client
- * as a real process under another uid (65534, "nobody") speaking the wire protocol
- * directly where libringlm would refuse, and measures a well-behaved client of another
- * tenant (this process, uid 0) before and during the attack: it must connect, its first
- * token must come within 50 ms and its per-token latency stay within 3× of its unloaded
- * median (victim_judge and victim_interleaved say how that is measured on a shared
- * machine). Every
- * process started is stopped.
+ * One local user must not lock out, stall or starve the others. Each test starts a real
+ * ringlmd on a private socket, runs a misbehaving client as a real process under another uid
+ * (65534, "nobody") speaking the wire protocol directly where libringlm would refuse, and
+ * measures a well-behaved client of another tenant (this process, uid 0) before and during
+ * the attack: it must connect, its first token must come within 50 ms and its per-token
+ * latency stay within 3× of its unloaded median (victim_judge and victim_interleaved say how
+ * that is measured on a shared machine). Every process started is stopped.
  *
  * The tests need root (to run the attacker as another uid) and skip otherwise.
  * Env: RINGLM_BIN (programs, default build/bin).
@@ -44,24 +42,12 @@
 
 /* ---- harness ------------------------------------------------------------------------- */
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 typedef struct dmn {
-    char dir[64], sock[128], policy[128], errlog[128], declog[128], reqlog[128];
+    th_daemon th; /* tests/helpers.c starts and stops it; its dir holds the files below */
+    char sock[128], policy[128], errlog[128], declog[128], reqlog[128];
     pid_t pid;
     int lock_fd;
 } dmn;
-
-static const char *bin_dir(void)
-{
-    const char *b = getenv("RINGLM_BIN");
-    return b && *b ? b : "build/bin";
-}
 
 /* Two tenants by uid: this process (root) is "good", the attacker's uid is "evil". */
 #define TWO_TENANTS_POLICY                                                                         \
@@ -79,35 +65,30 @@ static const char two_tenants[] = TWO_TENANTS_POLICY;
 
 static void dmn_start(dmn *d, const char *policy, const char *const *extra)
 {
-    char prog[512];
-    snprintf(prog, sizeof prog, "%s/ringlmd", bin_dir());
-    if (access(prog, X_OK) != 0) cr_skip_test("%s not built (set RINGLM_BIN)", prog);
+    free(th_program("ringlmd")); /* skips the test when it is not built */
     if (geteuid() != 0) cr_skip_test("needs root to run the misbehaving client under another uid");
     /* The good client (this process) runs at nice -10 too, so what it measures is what the
-	 * attacker does to it, not the other programs of a shared machine delaying its reads
-	 * (read late, tokens arrive in bursts and the unloaded run looks impossibly fast). The
-	 * attacker runs at 0, as any user does (attacker_start). */
+     * attacker does to it, not the other programs of a shared machine delaying its reads
+     * (read late, tokens arrive in bursts and the unloaded run looks impossibly fast). The
+     * attacker runs at 0, as any user does (attacker_start). */
     setpriority(PRIO_PROCESS, 0, -20);
     /* These tests measure latency: they take turns (Criterion runs tests in parallel). */
     d->lock_fd = open("/tmp/ringlm-security-tests.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     cr_assert(d->lock_fd >= 0);
     cr_assert_eq(flock(d->lock_fd, LOCK_EX), 0);
-    snprintf(d->dir, sizeof d->dir, "/tmp/ringlm-sec.XXXXXX");
-    cr_assert_not_null(mkdtemp(d->dir));
-    chmod(d->dir, 0755); /* the attacker's uid connects through it */
-    snprintf(d->sock, sizeof d->sock, "%s/s", d->dir);
-    snprintf(d->policy, sizeof d->policy, "%s/p.policy", d->dir);
-    snprintf(d->errlog, sizeof d->errlog, "%s/err.log", d->dir);
-    snprintf(d->declog, sizeof d->declog, "%s/dec.jsonl", d->dir);
-    snprintf(d->reqlog, sizeof d->reqlog, "%s/req.jsonl", d->dir);
+    th_daemon_init(&d->th);
+    chmod(d->th.dir, 0755); /* the attacker's uid connects through it */
+    snprintf(d->sock, sizeof d->sock, "%s", d->th.sock);
+    snprintf(d->errlog, sizeof d->errlog, "%s", d->th.log);
+    snprintf(d->policy, sizeof d->policy, "%s/p.policy", d->th.dir);
+    snprintf(d->declog, sizeof d->declog, "%s/dec.jsonl", d->th.dir);
+    snprintf(d->reqlog, sizeof d->reqlog, "%s/req.jsonl", d->th.dir);
     /* At nice -10, as deploy/ringlmd.service runs it: the latency bounds are about what
-	 * the attacker does to the daemon, not about other programs on this shared machine
-	 * taking its CPU while it is busy. */
-    const char *argv[48] = {prog,      "--model",       MODEL,     "--socket",
-                            d->sock,   "--numa-node",   "off",     "--decision-log",
-                            d->declog, "--request-log", d->reqlog, "--nice",
-                            "-20"};
-    int n = 13;
+     * the attacker does to the daemon, not about other programs on this shared machine
+     * taking its CPU while it is busy. */
+    const char *argv[48] = {"--model",       MODEL,     "--decision-log", d->declog,
+                            "--request-log", d->reqlog, "--nice",         "-20"};
+    int n = 8;
     if (policy) { /* NULL: the built-in policy */
         FILE *f = fopen(d->policy, "w");
         cr_assert_not_null(f);
@@ -118,40 +99,17 @@ static void dmn_start(dmn *d, const char *policy, const char *const *extra)
     }
     for (int i = 0; extra && extra[i] && n < 46; i++) argv[n++] = extra[i];
     argv[n] = NULL;
-    d->pid = fork();
-    if (d->pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(d->errlog, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 2);
-            dup2(fd, 1);
-        }
-        close_range(3, ~0u, 0);
-        execv(prog, (char *const *)argv);
-        _exit(127);
-    }
-    cr_assert(d->pid > 0);
-    double deadline = now_ms() + 20000;
-    for (;;) {
-        ringlm_client *c = NULL;
-        if (ringlm_connect(d->sock, &c) == 0) {
-            ringlm_close(c);
-            break;
-        }
-        int st;
-        cr_assert_eq(waitpid(d->pid, &st, WNOHANG), 0, "ringlmd exited at start (status 0x%x)", st);
-        cr_assert(now_ms() < deadline, "ringlmd did not serve %s within 20 s", d->sock);
-        usleep(5000);
-    }
+    th_daemon_start(&d->th, argv, 20000);
+    d->pid = d->th.pid;
 }
 
 static void dmn_stop(dmn *d)
 {
     if (d->pid > 0) {
-        kill(d->pid, SIGTERM);
-        int st = th_reap(d->pid, 10000);
-        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                  "ringlmd did not stop cleanly (status 0x%x); its stderr is in %s", st, d->errlog);
+        d->th.pid = d->pid;
+        int rc = th_daemon_stop(&d->th, SIGTERM, 10000);
+        cr_expect_eq(rc, 0, "ringlmd did not stop cleanly (status %d); its stderr is in %s", rc,
+                     d->errlog);
         d->pid = -1;
     }
 }
@@ -161,9 +119,7 @@ static void dmn_stop(dmn *d)
  * before this: its directory stays for a look (the lock goes with the process). */
 static void dmn_finish(dmn *d)
 {
-    const char *files[] = {d->sock, d->policy, d->errlog, d->declog, d->reqlog};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) unlink(files[i]);
-    rmdir(d->dir);
+    th_daemon_cleanup(&d->th);
     if (d->lock_fd >= 0) {
         close(d->lock_fd); /* releases the turn */
         d->lock_fd = -1;
@@ -344,10 +300,10 @@ static void victim_run(const char *sock, int rounds, victim *v)
 {
     memset(v, 0, sizeof *v);
     v->gaps = calloc((size_t)rounds + 1, sizeof(double));
-    double t0 = now_ms();
+    double t0 = th_now_us() / 1e3;
     ringlm_client *c = NULL;
     v->connect_rc = ringlm_connect(sock, &c);
-    v->connect_ms = now_ms() - t0;
+    v->connect_ms = th_now_us() / 1e3 - t0;
     if (v->connect_rc < 0) {
         snprintf(v->detail, sizeof v->detail, "%s", ringlm_errdetail());
         return;
@@ -362,7 +318,7 @@ static void victim_run(const char *sock, int rounds, victim *v)
         q.max_new_tokens = 48;
         q.class_name = victim_class;
         uint64_t id;
-        double ts = now_ms(), last = 0;
+        double ts = th_now_us() / 1e3, last = 0;
         int rc = ringlm_submit(c, &q, &id);
         if (rc < 0) {
             snprintf(v->detail, sizeof v->detail, "submit: %s", ringlm_errdetail());
@@ -373,8 +329,9 @@ static void victim_run(const char *sock, int rounds, victim *v)
         /* A request not done in VICTIM_REQUEST_MS failed, whatever its tokens' pace: one of
 		 * 48 tokens takes well under a millisecond unloaded (the pre-fix daemon, its loop
 		 * walking an attacker's growing backlog, took ever longer, and a run never ended). */
-        while (!done && now_ms() - ts < VICTIM_REQUEST_MS && ringlm_next_event(c, &ev, 1000) >= 0) {
-            double t = now_ms();
+        while (!done && th_now_us() / 1e3 - ts < VICTIM_REQUEST_MS &&
+               ringlm_next_event(c, &ev, 1000) >= 0) {
+            double t = th_now_us() / 1e3;
             if (ev.kind == RINGLM_EV_TOKEN && ev.req_id == id) {
                 if (first)
                     v->ttft_ms[v->n_ttft++] = t - ts;
@@ -390,7 +347,7 @@ static void victim_run(const char *sock, int rounds, victim *v)
         }
         if (!done) {
             snprintf(v->detail, sizeof v->detail, "request %d: %d tokens and no FINISH in %.0f ms",
-                     r, n_after + !first, now_ms() - ts);
+                     r, n_after + !first, th_now_us() / 1e3 - ts);
             break;
         }
         /* Per-token latency of the request: from its submit to its last token, per token.
@@ -497,11 +454,11 @@ static double loop_cpu_ns(pid_t pid)
  * attacker is stopped; what it had submitted before is answered first. */
 static void wait_loop_idle(pid_t daemon)
 {
-    for (double until = now_ms() + 3000; now_ms() < until;) {
-        double c0 = loop_cpu_ns(daemon), t0 = now_ms();
+    for (double until = th_now_us() / 1e3 + 3000; th_now_us() / 1e3 < until;) {
+        double c0 = loop_cpu_ns(daemon), t0 = th_now_us() / 1e3;
         th_pause_ms(20);
         double used_ms = (loop_cpu_ns(daemon) - c0) / 1e6;
-        if (used_ms < 0.1 * (now_ms() - t0)) return;
+        if (used_ms < 0.1 * (th_now_us() / 1e3 - t0)) return;
     }
 }
 
@@ -509,10 +466,10 @@ static void wait_loop_idle(pid_t daemon)
 static void victim_sample_timed(const char *sock, pid_t daemon, vpool *p, const char *attack,
                                 const char *when)
 {
-    double c0 = loop_cpu_ns(daemon), t0 = now_ms();
+    double c0 = loop_cpu_ns(daemon), t0 = th_now_us() / 1e3;
     victim_sample(sock, p, attack, when);
     p->loop_ms += (loop_cpu_ns(daemon) - c0) / 1e6;
-    p->wall_ms += now_ms() - t0;
+    p->wall_ms += th_now_us() / 1e3 - t0;
 }
 
 /* Pausing an attack. A stream of work pauses with SIGSTOP to the attacker's process group
@@ -574,7 +531,7 @@ static int count_lines_with(const char *path, const char *needle)
 static void wait_log_lines(const char *path, const char *needle, int before, const char *what)
 {
     int n = before;
-    for (double until = now_ms() + 20000; now_ms() < until; th_pause_ms(5))
+    for (double until = th_now_us() / 1e3 + 20000; th_now_us() / 1e3 < until; th_pause_ms(5))
         if ((n = count_lines_with(path, needle)) > before) return;
     cr_assert_fail("%s: the daemon logged no new \"%s\" in 20 s (%d lines)", what, needle, n);
 }
@@ -651,8 +608,8 @@ static void half_open_flood(const char *sock, int ready_fd, int stop_fd, void *a
     int want = *(int *)arg, told = 0, resumed = 0;
     conn_pool cp;
     pool_init(&cp, want);
-    double until = now_ms() + ATTACK_MAX_MS;
-    while (now_ms() < until) {
+    double until = th_now_us() / 1e3 + ATTACK_MAX_MS;
+    while (th_now_us() / 1e3 < until) {
         /* every socket connected (accepted or refused, then reopened) once: in place */
         if (pool_refill(&cp, open_silent, sock) == want) {
             if (!told && !(told = say(ready_fd, 'r'))) break;
@@ -679,7 +636,7 @@ Test(daemon_security, half_open_connections_do_not_lock_out_other_users)
 {
     dmn d;
     dmn_start(&d, two_tenants, NULL);
-    double t0 = now_ms();
+    double t0 = th_now_us() / 1e3;
     attacker a;
     int want = 300; /* more than the daemon's 256 sessions */
     attacker_start(&a, half_open_flood, d.sock, &want);
@@ -692,7 +649,7 @@ Test(daemon_security, half_open_connections_do_not_lock_out_other_users)
 
     cr_assert_eq(att2.connect_rc, 0, "second connect during the attack: %s", att2.detail);
     /* Refusals are logged, but rate-limited: the attacker cannot flood the daemon's log. */
-    double secs = (now_ms() - t0) / 1000;
+    double secs = (th_now_us() / 1e3 - t0) / 1000;
     int refused = count_lines_with(d.errlog, "ended: refused");
     dmn_stop(&d);
     fprintf(stderr, "300 half-open connections: %d refusal lines in the daemon's log in %.1f s\n",
@@ -782,20 +739,20 @@ static void reject_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
     int told = 0, stop = 0;
     unsigned long since_resume = 0;
     bool placed = false;
-    for (double until = now_ms() + ATTACK_MAX_MS; !stop && now_ms() < until;) {
+    for (double until = th_now_us() / 1e3 + ATTACK_MAX_MS; !stop && th_now_us() / 1e3 < until;) {
         ringlm_client *c = NULL;
         if (ringlm_connect(sock, &c) < 0) {
             if (stop_asked(stop_fd, 10)) break;
             continue;
         }
         unsigned long sent = 0;
-        double last_taken = now_ms();
+        double last_taken = th_now_us() / 1e3;
         while (!pause_asked) {
             uint64_t id;
             int rc = ringlm_submit(c, &q, &id);
-            if (rc == 0) last_taken = now_ms();
+            if (rc == 0) last_taken = th_now_us() / 1e3;
             if (rc == -EAGAIN && sent >= 1000 && !placed &&
-                now_ms() - last_taken > BOUND_STALL_MS) {
+                th_now_us() / 1e3 - last_taken > BOUND_STALL_MS) {
                 placed = true;
                 progress(ready_fd);
             }
@@ -831,7 +788,7 @@ static void reject_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
 static bool daemon_has_option(const char *opt)
 {
     char cmd[600], line[512];
-    snprintf(cmd, sizeof cmd, "'%s/ringlmd' --help 2>&1", bin_dir());
+    snprintf(cmd, sizeof cmd, "'%s/ringlmd' --help 2>&1", th_bin_dir());
     FILE *p = popen(cmd, "r");
     bool has = false;
     while (p && fgets(line, sizeof line, p)) has |= strstr(line, opt) != NULL;
@@ -866,9 +823,9 @@ Test(daemon_security, undeliverable_rejects_are_bounded_and_cost_nothing_per_ite
     /* The flood is stopped with its session open, its backlog undelivered: the daemon must
 	 * be idle again, no per-iteration work over the backlog (before the fix: 100% CPU). */
     cr_assert_eq(kill(-a.pid, SIGSTOP), 0);
-    double cpu0 = daemon_cpu_ms(d.pid), t0 = now_ms();
+    double cpu0 = daemon_cpu_ms(d.pid), t0 = th_now_us() / 1e3;
     th_pause_ms(1000); /* a measurement window, not a synchronisation */
-    double cpu_pct = (daemon_cpu_ms(d.pid) - cpu0) * 100.0 / (now_ms() - t0);
+    double cpu_pct = (daemon_cpu_ms(d.pid) - cpu0) * 100.0 / (th_now_us() / 1e3 - t0);
     long rss1 = daemon_rss_kb(d.pid);
     kill(-a.pid, SIGCONT);
     attacker_stop(&a);
@@ -914,7 +871,8 @@ static void reconnect_loop(const char *sock, struct reconnect_flood_arg *w, int 
     q.n_prompt = 4;
     q.max_new_tokens = 4;
     int told = !first;
-    for (double until = now_ms() + ATTACK_MAX_MS; now_ms() < until && !stop_asked(stop_fd, 0);) {
+    for (double until = th_now_us() / 1e3 + ATTACK_MAX_MS;
+         th_now_us() / 1e3 < until && !stop_asked(stop_fd, 0);) {
         ringlm_client *c = NULL;
         int rc = ringlm_connect(sock, &c);
         if (rc < 0) {
@@ -968,7 +926,7 @@ Test(daemon_security, a_reconnecting_reject_flood_does_not_stall_another_user)
         mmap(NULL, sizeof *w, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     cr_assert_neq(w, MAP_FAILED);
     w->per_session = 1024;
-    double t0 = now_ms(), cpu0 = loop_cpu_ns(d.pid);
+    double t0 = th_now_us() / 1e3, cpu0 = loop_cpu_ns(d.pid);
     attacker_start(&a, reconnect_reject_flood, d.sock, w);
     cr_assert(a.verdict == 'r' || a.verdict == 'p', "the flooder could not open 10 sessions");
     /* Each of its sessions cost the daemon its shared memory faulted in and torn down again
@@ -984,8 +942,8 @@ Test(daemon_security, a_reconnecting_reject_flood_does_not_stall_another_user)
 	 * ASan, against a marginal 40-80). */
     uint32_t s0 = __atomic_load_n(&w->sessions, __ATOMIC_RELAXED), s1 = s0;
     long flt0 = daemon_minflt(d.pid);
-    for (double until = now_ms() + 20000; now_ms() < until && s1 - s0 < RECONNECT_FAULT_SESSIONS;
-         th_pause_ms(10))
+    for (double until = th_now_us() / 1e3 + 20000;
+         th_now_us() / 1e3 < until && s1 - s0 < RECONNECT_FAULT_SESSIONS; th_pause_ms(10))
         s1 = __atomic_load_n(&w->sessions, __ATOMIC_RELAXED);
     long faults = daemon_minflt(d.pid) - flt0;
     s1 = __atomic_load_n(&w->sessions, __ATOMIC_RELAXED);
@@ -997,7 +955,7 @@ Test(daemon_security, a_reconnecting_reject_flood_does_not_stall_another_user)
             "reconnecting reject flood: %u sessions in %.1f s, %u connects refused; the daemon "
             "took %.0f page faults a session (%u sessions of the attacker alone) and its loop "
             "%.2f ms of CPU a session\n",
-            w->sessions, (now_ms() - t0) / 1000, w->refused, per, s1 - s0,
+            w->sessions, (th_now_us() / 1e3 - t0) / 1000, w->refused, per, s1 - s0,
             (loop_cpu_ns(d.pid) - cpu0) / 1e6 / sessions);
 #ifdef __SANITIZE_ADDRESS__
     /* ASan's allocator keeps freed memory in quarantine (256 MiB) before it reuses it: until
@@ -1045,7 +1003,8 @@ static void stop_reading(const char *sock, int ready_fd, int stop_fd, void *arg)
         if (!told && !say(ready_fd, 'r')) _exit(6);
         if (told) progress(ready_fd);
         bool stop = false;
-        for (double until = now_ms() + ATTACK_MAX_MS; !pause_asked && !stop && now_ms() < until;)
+        for (double until = th_now_us() / 1e3 + ATTACK_MAX_MS;
+             !pause_asked && !stop && th_now_us() / 1e3 < until;)
             stop = stop_asked(stop_fd, 50);
         ringlm_close(c);
         if (stop || !pause_asked || attacker_paused(ready_fd, stop_fd)) return;
@@ -1296,13 +1255,13 @@ static void tenant_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
     unsigned long done = 0;
     int told = 0;
     bool stop = false;
-    for (double until = now_ms() + ATTACK_MAX_MS; !stop && now_ms() < until;) {
+    for (double until = th_now_us() / 1e3 + ATTACK_MAX_MS; !stop && th_now_us() / 1e3 < until;) {
         ringlm_client *c[4];
         for (int i = 0; i < 4; i++)
             if (ringlm_connect(sock, &c[i]) < 0) _exit(4);
         unsigned long sent[4] = {0}, answered[4] = {0};
         for (bool full = false;
-             !pause_asked && !(stop = stop_asked(stop_fd, 2)) && now_ms() < until;) {
+             !pause_asked && !(stop = stop_asked(stop_fd, 2)) && th_now_us() / 1e3 < until;) {
             for (int i = 0; i < 4; i++) {
                 /* A ring is filled again once the daemon took three quarters of it:
 				 * between refills this process sleeps, as a client does (the attack is
@@ -1369,8 +1328,8 @@ static void work_flood(const char *sock, int ready_fd, int stop_fd, void *arg)
     q.ignore_stop = 1;
     int inflight = 0, told = 0;
     unsigned long finished = 0;
-    double until = now_ms() + ATTACK_MAX_MS;
-    while (now_ms() < until && !stop_asked(stop_fd, 0)) {
+    double until = th_now_us() / 1e3 + ATTACK_MAX_MS;
+    while (th_now_us() / 1e3 < until && !stop_asked(stop_fd, 0)) {
         uint64_t id;
         while (inflight < w->inflight && ringlm_submit(c, &q, &id) == 0) inflight++;
         if (told) progress(ready_fd); /* its queue is full again */
@@ -1506,8 +1465,8 @@ static void slow_scrapers(const char *sock, int ready_fd, int stop_fd, void *arg
     conn_pool cp;
     pool_init(&cp, 300);
     int told = 0;
-    double until = now_ms() + ATTACK_MAX_MS;
-    while (now_ms() < until && !stop_asked(stop_fd, 400)) {
+    double until = th_now_us() / 1e3 + ATTACK_MAX_MS;
+    while (th_now_us() / 1e3 < until && !stop_asked(stop_fd, 400)) {
         pool_drop_closed(&cp);
         pool_refill(&cp, open_slow, arg);
         for (int i = 0; i < cp.n; i++) {
@@ -1522,10 +1481,10 @@ static void slow_scrapers(const char *sock, int ready_fd, int stop_fd, void *arg
 
 static double scrape_ms(int port, const char *src, int *ok)
 {
-    double t0 = now_ms();
+    double t0 = th_now_us() / 1e3;
     *ok = 0;
     int fd = th_tcp_connect_from(src, port, false);
-    if (fd < 0) return now_ms() - t0;
+    if (fd < 0) return th_now_us() / 1e3 - t0;
     struct timeval tv = {.tv_sec = 10};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
@@ -1538,7 +1497,7 @@ static double scrape_ms(int port, const char *src, int *ok)
     buf[n] = 0;
     close(fd);
     *ok = !strncmp(buf, "HTTP/1.", 7) && strstr(buf, " 200 ") && strstr(buf, "ringlm_info");
-    return now_ms() - t0;
+    return th_now_us() / 1e3 - t0;
 }
 
 Test(daemon_security, metrics_endpoint_cannot_be_held_shut_or_fed_without_limit)
@@ -1575,8 +1534,8 @@ Test(daemon_security, metrics_endpoint_cannot_be_held_shut_or_fed_without_limit)
     size_t pushed = 0;
     struct timeval tv = {.tv_sec = 2};
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    double t0 = now_ms();
-    while (pushed < (size_t)256 << 20 && now_ms() - t0 < 5000) {
+    double t0 = th_now_us() / 1e3;
+    while (pushed < (size_t)256 << 20 && th_now_us() / 1e3 - t0 < 5000) {
         ssize_t k = send(fd, junk, sizeof junk, MSG_NOSIGNAL);
         if (k <= 0) break;
         pushed += (size_t)k;
@@ -1664,7 +1623,7 @@ static void uid_client_stop(uid_client *u)
 static void wait_sessions(const char *stats, int want)
 {
     long have = -1;
-    for (double until = now_ms() + 20000; now_ms() < until; th_pause_ms(5)) {
+    for (double until = th_now_us() / 1e3 + 20000; th_now_us() / 1e3 < until; th_pause_ms(5)) {
         char *js = th_read_file(stats);
         json_t *o = json_loads(js, 0, NULL);
         free(js);
@@ -1777,7 +1736,7 @@ Test(daemon_security, one_uids_connect_loop_is_rate_bounded_and_another_user_kee
         mmap(NULL, sizeof *w, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     cr_assert_neq(w, MAP_FAILED);
     w->per_session = 0;
-    double t_start = now_ms();
+    double t_start = th_now_us() / 1e3;
     attacker_start(&a, reconnect_reject_flood, d.sock, w);
     cr_assert(a.verdict == 'r' || a.verdict == 'p', "the connect loop could not open 10 sessions");
     victim_interleaved(d.sock, d.pid, &a, "one uid's connect/disconnect loop");
@@ -1793,11 +1752,12 @@ Test(daemon_security, one_uids_connect_loop_is_rate_bounded_and_another_user_kee
 	 * (the bucket refilled while it was paused) once. */
     uint32_t s0 = __atomic_load_n(&w->sessions, __ATOMIC_RELAXED);
     uint32_t r0 = __atomic_load_n(&w->refused, __ATOMIC_RELAXED);
-    double t0 = now_ms(), cpu0 = loop_cpu_ns(d.pid);
+    double t0 = th_now_us() / 1e3, cpu0 = loop_cpu_ns(d.pid);
     th_pause_ms(2000); /* a measurement window, not a synchronisation */
     uint32_t s1 = __atomic_load_n(&w->sessions, __ATOMIC_RELAXED);
     uint32_t r1 = __atomic_load_n(&w->refused, __ATOMIC_RELAXED);
-    double secs = (now_ms() - t0) / 1000, loop_pct = (loop_cpu_ns(d.pid) - cpu0) / 1e7 / secs;
+    double secs = (th_now_us() / 1e3 - t0) / 1000,
+           loop_pct = (loop_cpu_ns(d.pid) - cpu0) / 1e7 / secs;
     attacker_stop(&a);
     double limit = CONNECT_RATE * secs + CONNECT_BURST + 2;
     fprintf(stderr,
@@ -1805,7 +1765,7 @@ Test(daemon_security, one_uids_connect_loop_is_rate_bounded_and_another_user_kee
             "allowed), the daemon's loop at %.0f%% of a CPU; over the whole test %u sessions, %u "
             "refused in %.1f s\n",
             s1 - s0, r1 - r0, secs, limit, loop_pct, w->sessions, w->refused,
-            (now_ms() - t_start) / 1000);
+            (th_now_us() / 1e3 - t_start) / 1000);
     cr_expect_leq(s1 - s0, limit, "the attacker's uid ran %u sessions in %.1f s at %d a second",
                   s1 - s0, secs, CONNECT_RATE);
     cr_expect_gt(r1 - r0, 0u, "no connect was refused: the loop was not bounded");
@@ -1816,7 +1776,7 @@ Test(daemon_security, one_uids_connect_loop_is_rate_bounded_and_another_user_kee
     dmn_stop(&d);
     /* Every refusal is a line the attacker makes the daemon write: at most 10 in each second
 	 * the log's window opened (a partial one at each end). */
-    double test_s = (now_ms() - t_start) / 1000;
+    double test_s = (th_now_us() / 1e3 - t_start) / 1000;
     int lines = count_lines_with(d.errlog, "connect rate");
     fprintf(stderr, "connect loop: %d refusal lines in the daemon's log in %.1f s\n", lines,
             test_s);

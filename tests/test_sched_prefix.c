@@ -576,7 +576,7 @@ Test(sched_prefix, forced_collisions_never_reuse_a_wrong_block)
 
 /* The key function a scheduler is configured with (sched_config.prefix_key): XXH3 is what
  * sched_prefix_keys computes; the constant one (a diagnostic) keys every block alike, so the
- * daemon can force every collision (ringlmd --prefix-key=constant, daemon_e2e). */
+ * daemon can force every collision (ringlmd --prefix-key=constant, daemon_prefix). */
 Test(sched_prefix, the_constant_key_function_keys_every_block_alike)
 {
     int32_t a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8] = {9, 9, 9, 9, 8, 8, 8, 8};

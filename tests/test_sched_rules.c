@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* One test per scheduling rule of issue 4; each fails when its rule is broken.  The block
+/* One test per scheduling rule the scheduler promises; each fails when its rule is broken.  The block
  * accounting invariant is checked after every step and commit (sched_harness.h). */
 #include <errno.h>
 
@@ -1263,7 +1263,7 @@ Test(sched_rules, preemption_times_out_only_when_no_mode_meets_the_deadline)
     }
 }
 
-/* ---- realised cost of preemptions (issue 5, DESIGN §5) ------------------------------------ */
+/* ---- realised cost of preemptions (DESIGN §5) --------------------------------------------- */
 
 /* Copy the first log line containing a and b into out; false when none. */
 static bool line_of(const harness *h, const char *a, const char *b, char *out, size_t n)

@@ -43,13 +43,6 @@ const char *__lsan_default_suppressions(void)
 #endif
 
 /* ---- helpers ---------------------------------------------------------------------------- */
-static uint64_t t_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* The daemon of a test: tests/helpers.c starts and stops it. */
 struct daemon {
     th_daemon th;
@@ -90,10 +83,10 @@ static void daemon_start(struct daemon *d, const char *const *extra)
     snprintf(d->sock, sizeof(d->sock), "%s", d->th.sock);
     /* The probe connection of the start is torn down by the daemon asynchronously; tests
 	 * take fd baselines, so wait until the listener is its only socket again. */
-    uint64_t deadline = t_now_ms() + 5000;
+    uint64_t deadline = th_now_ms() + 5000;
     int sockets;
     while ((sockets = daemon_socket_fds(d)) != 1) {
-        cr_assert(t_now_ms() < deadline, "ringlmd still holds %d sockets after the start probe",
+        cr_assert(th_now_ms() < deadline, "ringlmd still holds %d sockets after the start probe",
                   sockets);
         usleep(2000);
     }
@@ -202,9 +195,9 @@ static int daemon_memfd_maps(struct daemon *d)
 /* Polls until f(d) == want or 3 s pass; returns the last value. */
 static int wait_value(struct daemon *d, int (*f)(struct daemon *), int want)
 {
-    uint64_t deadline = t_now_ms() + 3000;
+    uint64_t deadline = th_now_ms() + 3000;
     int v;
-    while ((v = f(d)) != want && t_now_ms() < deadline) usleep(2000);
+    while ((v = f(d)) != want && th_now_ms() < deadline) usleep(2000);
     return v;
 }
 
@@ -507,9 +500,9 @@ Test(transport, both_rings_full_then_everything_arrives)
     /* Without reading: submit until the 4 KiB submit ring says -EAGAIN (36 records of
 	 * 112 bytes); their 1800 token events overflow the 64-slot event ring, so the
 	 * daemon holds tokens back (backpressure) while it keeps serving others. */
-    uint64_t deadline = t_now_ms() + 3000;
+    uint64_t deadline = th_now_ms() + 3000;
     int saw_eagain = 0;
-    while (n < 100000 && t_now_ms() < deadline) {
+    while (n < 100000 && th_now_ms() < deadline) {
         r = ringlm_submit(c, &q, &id);
         if (r == -EAGAIN) {
             saw_eagain = 1;
@@ -771,9 +764,9 @@ Test(transport, daemon_killed_client_gets_error_not_hang)
     waitpid(d.pid, NULL, 0);
     d.pid = -1;
     ringlm_event ev;
-    uint64_t t0 = t_now_ms();
+    uint64_t t0 = th_now_ms();
     int r = ringlm_next_event(c, &ev, -1);
-    uint64_t ms = t_now_ms() - t0;
+    uint64_t ms = th_now_ms() - t0;
     cr_assert_eq(r, -EPIPE, "next_event after kill -9 of the daemon: %d (%s)", r,
                  ringlm_errdetail());
     cr_assert_lt(ms, 1000, "took %llu ms to notice", (unsigned long long)ms);
@@ -819,8 +812,8 @@ Test(transport, session_limits)
     cr_assert(strstr(ringlm_errdetail(), "limit"), "detail: %s", ringlm_errdetail());
     ringlm_close(a);
     /* The freed slot becomes available once the daemon noticed the close. */
-    uint64_t deadline = t_now_ms() + 3000;
-    while ((r = ringlm_connect(d.sock, &c)) == -EUSERS && t_now_ms() < deadline) usleep(2000);
+    uint64_t deadline = th_now_ms() + 3000;
+    while ((r = ringlm_connect(d.sock, &c)) == -EUSERS && th_now_ms() < deadline) usleep(2000);
     cr_assert_eq(r, 0, "%s", ringlm_errdetail());
     cr_assert_neq(ringlm_session_id(c), ringlm_session_id(b));
     ringlm_close(b);
@@ -878,9 +871,9 @@ static void raw_close(struct raw *r)
 /* Waits for the daemon to mark the raw session CLOSED and hang up. */
 static int raw_wait_closed(struct raw *r, char *reason, size_t len)
 {
-    uint64_t deadline = t_now_ms() + 3000;
+    uint64_t deadline = th_now_ms() + 3000;
     while (__atomic_load_n(&r->dseg->state, __ATOMIC_ACQUIRE) != RINGLM_WIRE_ST_CLOSED) {
-        if (t_now_ms() > deadline) return 0;
+        if (th_now_ms() > deadline) return 0;
         usleep(1000);
     }
     snprintf(reason, len, "%s", r->dseg->end_reason);
