@@ -382,22 +382,12 @@ Test(daemon_metrics, bad_listen_addresses_are_explained)
 
 extern char **environ;
 
-static pid_t g_daemon = -1;
+/* The daemon of the real-daemon test (tests/helpers.c starts and stops it). */
+static th_daemon g_daemon;
 static void stop_it(void)
 {
-    if (g_daemon <= 0) return;
-    kill(g_daemon, SIGTERM);
-    int st;
-    uint64_t dl = th_now_ms() + 15000;
-    while (waitpid(g_daemon, &st, WNOHANG) == 0 && th_now_ms() < dl) {
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    if (waitpid(g_daemon, &st, WNOHANG) == 0) {
-        kill(g_daemon, SIGKILL);
-        waitpid(g_daemon, &st, 0);
-    }
-    g_daemon = -1;
+    th_daemon_stop(&g_daemon, SIGTERM, 15000);
+    th_daemon_cleanup(&g_daemon);
 }
 
 Test(daemon_metrics, real_daemon_exposition_parses, .fini = stop_it, .timeout = 120)
@@ -406,44 +396,33 @@ Test(daemon_metrics, real_daemon_exposition_parses, .fini = stop_it, .timeout = 
         getenv("RINGLM_SHARED") && *getenv("RINGLM_SHARED") ? getenv("RINGLM_SHARED") : "../shared";
     const char *bin =
         getenv("RINGLM_BIN") && *getenv("RINGLM_BIN") ? getenv("RINGLM_BIN") : "build/bin";
-    char model[512], tok[512], ringlmd[512], ringlm[512], sock[128], listen_s[64];
+    char model[512], tok[512], ringlm[512];
     snprintf(model, sizeof model, "%s/models/stories260K.bin", shared);
     snprintf(tok, sizeof tok, "%s/models/tok512.bin", shared);
-    snprintf(ringlmd, sizeof ringlmd, "%s/ringlmd", bin);
     snprintf(ringlm, sizeof ringlm, "%s/ringlm", bin);
     if (access(model, R_OK) || access(tok, R_OK))
         cr_skip_test("stories260K/tok512 not under %s", shared);
-    if (access(ringlmd, X_OK) || access(ringlm, X_OK))
-        cr_skip_test("ringlmd/ringlm not built in %s", bin);
-    snprintf(sock, sizeof sock, "/tmp/ringlm-tm-%d.sock", getpid());
-    int port = 20000 + (getpid() * 7) % 30000;
-    snprintf(listen_s, sizeof listen_s, "127.0.0.1:%d", port);
-    unlink(sock);
-    char *dargv[] = {ringlmd,  "--model",     model, "--socket", sock, "--metrics",
-                     listen_s, "--numa-node", "off", "--quiet",  NULL};
+    if (access(ringlm, X_OK)) cr_skip_test("ringlm not built in %s", bin);
+    /* An ephemeral port, read back from the daemon's "metrics on port N" line: a port chosen
+     * here could be taken by another test. */
+    const char *dargs[] = {"--model", model, "--metrics", "127.0.0.1:0", NULL};
+    th_daemon_start(&g_daemon, dargs, 20000);
+    const char *sock = g_daemon.sock;
+    int port = 0;
+    for (uint64_t dl = th_now_ms() + 5000; !port; th_pause_ms(5)) {
+        const char *out = th_daemon_output(&g_daemon), *at = strstr(out, "metrics on port ");
+        if (at) port = atoi(at + strlen("metrics on port "));
+        cr_assert(port > 0 || th_now_ms() < dl, "ringlmd named no metrics port:\n%s", out);
+    }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    cr_assert_eq(posix_spawn(&g_daemon, ringlmd, &fa, NULL, dargv, environ), 0);
-    struct stat sb;
-    uint64_t dl = th_now_ms() + 20000;
-    while (stat(sock, &sb) != 0) {
-        int st;
-        if (waitpid(g_daemon, &st, WNOHANG) == g_daemon) {
-            g_daemon = -1;
-            cr_skip_test(
-                "ringlmd exited at start (status %d): does it serve --model/--metrics yet?", st);
-        }
-        cr_assert(th_now_ms() < dl, "ringlmd did not listen within 20 s");
-        struct timespec ts = {0, 5 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
     /* a few requests, so that histograms and counters have series */
     const char *prompts[] = {"Once upon a time", "The little dog", "Lily wanted to"};
     for (int i = 0; i < 3; i++) {
         pid_t c;
         char *cargv[] = {
-            ringlm,        "--socket", sock,           "generate", "--prompt", (char *)prompts[i],
+            ringlm,        "--socket", (char *)sock,   "generate", "--prompt", (char *)prompts[i],
             "--tokenizer", tok,        "--max-tokens", "20",       NULL};
         cr_assert_eq(posix_spawn(&c, ringlm, &fa, NULL, cargv, environ), 0);
         int st;
@@ -454,7 +433,7 @@ Test(daemon_metrics, real_daemon_exposition_parses, .fini = stop_it, .timeout = 
     /* the loop publishes at most every 100 ms: poll until the three requests show */
     char *body = NULL;
     int status = 0;
-    dl = th_now_ms() + 5000;
+    uint64_t dl = th_now_ms() + 5000;
     for (;;) {
         body = http_get(port, "/metrics", &status);
         cr_assert_eq(status, 200);
