@@ -213,12 +213,12 @@ Test(daemon_metrics, http_scrape_parses_and_has_vllm_gauges)
         metrics_observe(m, b, METRICS_H_E2E, (uint64_t)i * 100000);
     }
     metrics_add_tokens(m, a, 500, 1200);
-    metrics_count_reject(m, b, "queue_full");
-    metrics_count_preempt(m, a, METRICS_MODE_SWAP, "blocks");
-    metrics_count_preempt(m, a, METRICS_MODE_RECOMPUTE, "blocks");
+    metrics_count_reject(m, b, SCHED_REJECT_QUEUE_FULL);
+    metrics_count_preempt(m, a, METRICS_MODE_SWAP, SCHED_DEFER_BLOCKS);
+    metrics_count_preempt(m, a, METRICS_MODE_RECOMPUTE, SCHED_DEFER_BLOCKS);
     metrics_count_cancel(m, a);
     metrics_count_timeout(m, b);
-    metrics_count_finish(m, a, "length");
+    metrics_count_finish(m, a, SCHED_END_LENGTH);
     metrics_set_queue(m, 7, 3);
     metrics_set_kv(m, SCHED_POOL_DEVICE, 25, 100);
     metrics_set_kv(m, SCHED_POOL_HOST, 10, 400);
@@ -299,16 +299,11 @@ Test(daemon_metrics, publish_is_rate_limited_and_labels_bounded)
     for (int i = 0; i < 100; i++) {
         snprintf(name, sizeof name, "t%d", i);
         int s = metrics_series(m, name, "c");
-        metrics_count_reject(m, s, i % 2 ? "quota" : "queue_full");
-    }
-    for (int i = 0; i < 50; i++) {
-        snprintf(name, sizeof name, "reason%d", i);
-        metrics_count_reject(m, 0, name);
+        metrics_count_reject(m, s, i % 2 ? SCHED_REJECT_TENANT_QUOTA : SCHED_REJECT_QUEUE_FULL);
     }
     metrics_publish(m, 20000, 1);
     cr_assert_eq(metrics_render(m, &t, &n), 0);
     cr_assert(strstr(t, "tenant=\"other\""));
-    cr_assert(strstr(t, "reason=\"other\""));
     check_exposition(t);
     free(t);
     metrics_destroy(m);
@@ -327,7 +322,7 @@ Test(daemon_metrics, full_label_space_renders_whole)
             snprintf(c, sizeof c, "class%d", j);
             int s = metrics_series(m, t, c);
             metrics_observe(m, s, METRICS_H_E2E, (uint64_t)(i * 1000 + j));
-            metrics_count_reject(m, s, "queue_full");
+            metrics_count_reject(m, s, SCHED_REJECT_QUEUE_FULL);
         }
     metrics_publish(m, 1, 1);
     char *a, *b;
@@ -452,4 +447,69 @@ Test(daemon_metrics, real_daemon_exposition_parses, .fini = stop_it, .timeout = 
     cr_assert(find_line(body, "ringlm_info{"), "%s", body);
     check_exposition(body);
     free(body);
+}
+
+/* Every reason is counted under its own label: rejects, finishes, defers and preemptions are
+ * indexed by the scheduler's enums, and a value outside an enum (a caller's bug) lands under
+ * reason="invalid", never under a real reason (the labels used to be interned strings, and
+ * past the table's end a count went to slot 0, a real reason). */
+Test(daemon_metrics, each_reason_is_counted_under_its_own_label)
+{
+    metrics *m;
+    cr_assert_eq(metrics_create(NULL, &m), 0);
+    int s = metrics_series(m, "alice", "chat");
+    /* reason r counted r + 1 times, so a count names the reason it belongs to */
+    for (int r = 1; r < SCHED_REJECT__COUNT; r++)
+        for (int k = 0; k <= r; k++) metrics_count_reject(m, s, (sched_reject_reason)r);
+    for (int r = SCHED_END_LENGTH; r <= SCHED_END_ERROR; r++)
+        for (int k = 0; k <= r; k++) metrics_count_finish(m, s, (sched_end_code)r);
+    for (int r = 1; r < SCHED_DEFER__COUNT; r++)
+        for (int k = 0; k <= r; k++) {
+            metrics_count_defer(m, s, (sched_defer_reason)r);
+            metrics_count_preempt(m, s, METRICS_MODE_SWAP, (sched_defer_reason)r);
+        }
+    /* values outside the enums */
+    metrics_count_reject(m, s, (sched_reject_reason)(SCHED_REJECT__COUNT + 5));
+    metrics_count_finish(m, s, SCHED_END_QUEUE_FULL); /* a cause, not a finish reason */
+    metrics_count_defer(m, s, (sched_defer_reason)-1);
+    metrics_publish(m, 1, 1);
+    char *t;
+    size_t n;
+    cr_assert_eq(metrics_render(m, &t, &n), 0);
+    char line[256];
+    for (int r = 1; r < SCHED_REJECT__COUNT; r++) {
+        snprintf(line, sizeof line,
+                 "ringlm_rejects_total{tenant=\"alice\",class=\"chat\",reason=\"%s\"} %d",
+                 sched_reject_name((sched_reject_reason)r), r + 1);
+        cr_expect(find_line(t, line), "missing: %s\n%s", line, t);
+    }
+    for (int r = SCHED_END_LENGTH; r <= SCHED_END_ERROR; r++) {
+        snprintf(line, sizeof line,
+                 "ringlm_requests_finished_total{tenant=\"alice\",class=\"chat\",reason=\"%s\"} %d",
+                 sched_end_name((unsigned)r), r + 1);
+        cr_expect(find_line(t, line), "missing: %s\n%s", line, t);
+    }
+    for (int r = 1; r < SCHED_DEFER__COUNT; r++) {
+        snprintf(line, sizeof line,
+                 "ringlm_defers_total{tenant=\"alice\",class=\"chat\",reason=\"%s\"} %d",
+                 sched_defer_name((sched_defer_reason)r), r + 1);
+        cr_expect(find_line(t, line), "missing: %s\n%s", line, t);
+        snprintf(line, sizeof line,
+                 "ringlm_preemptions_total{tenant=\"alice\",class=\"chat\",mode=\"swap\","
+                 "reason=\"%s\"} %d",
+                 sched_defer_name((sched_defer_reason)r), r + 1);
+        cr_expect(find_line(t, line), "missing: %s\n%s", line, t);
+    }
+    cr_expect(
+        find_line(t, "ringlm_rejects_total{tenant=\"alice\",class=\"chat\",reason=\"invalid\"} 1"),
+        "%s", t);
+    cr_expect(find_line(t, "ringlm_requests_finished_total{tenant=\"alice\",class=\"chat\","
+                           "reason=\"invalid\"} 1"),
+              "%s", t);
+    cr_expect(
+        find_line(t, "ringlm_defers_total{tenant=\"alice\",class=\"chat\",reason=\"invalid\"} 1"),
+        "%s", t);
+    check_exposition(t);
+    free(t);
+    metrics_destroy(m);
 }
