@@ -26,6 +26,7 @@
 #ifndef RINGLM_DAEMON_LOOP_H
 #define RINGLM_DAEMON_LOOP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -190,6 +191,10 @@ pid_t dsess_pid(dsess *s);
 uint64_t dsess_id(dsess *s);
 void dsess_set_user(dsess *s, void *user);
 void *dsess_user(dsess *s);
+/* The handshake's facts (on_connect, before the welcome): whether the session's tenant tags
+ * are honoured, and the policy's request class names (names longer than a wire name are
+ * left out: no request can name them). Written once into the daemon segment. */
+void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes);
 dloop *dsess_loop(dsess *s);
 /* Ends the session (after the current callback; on_close follows in this iteration). */
 void dsess_end(dsess *s, const char *reason);

@@ -430,6 +430,11 @@ int req_session_open(svc *s, dsess *ds)
     ss->tenant = tenant;
     ss->trusted = sched_policy_uid_trusted(s->policy, uid);
     dsess_set_user(ds, ss);
+    const char *classes[SCHED_MAX_CLASSES];
+    int n_classes = sched_policy_n_classes(s->policy);
+    if (n_classes > SCHED_MAX_CLASSES) n_classes = SCHED_MAX_CLASSES;
+    for (int i = 0; i < n_classes; i++) classes[i] = sched_policy_class(s->policy, i)->name;
+    dsess_set_facts(ds, ss->trusted, classes, n_classes);
     svc_stats_changed(s);
     return 0;
 }

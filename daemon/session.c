@@ -255,6 +255,18 @@ static int send_welcome(dsess *s, int status, const char *detail, int with_fds)
     return n == (ssize_t)sizeof(w) ? 0 : -errno;
 }
 
+void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes)
+{
+    struct ringlm_wire_dseg *d = s->dseg;
+    uint32_t n = 0;
+    for (int i = 0; i < n_classes && n < RINGLM_WIRE_CLASSES_MAX; i++)
+        if (classes[i] && strlen(classes[i]) < RINGLM_WIRE_NAME_LEN)
+            snprintf(d->classes[n++], RINGLM_WIRE_NAME_LEN, "%s", classes[i]);
+    d->n_classes = n;
+    /* the client maps the segment only after the welcome: no ordering to publish */
+    d->caps = RINGLM_WIRE_CAP_FACTS | (tenant_tags ? RINGLM_WIRE_CAP_TENANT_TAGS : 0);
+}
+
 static void refuse(dsess *s, int err, const char *detail)
 {
     send_welcome(s, err, detail, 0);

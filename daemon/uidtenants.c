@@ -125,5 +125,5 @@ const char *ut_label(const svc *s, int tenant)
 
 uint64_t ut_cache_salt(const svc *s, int tenant, uint32_t uid)
 {
-    return s->per_uid ? (1ull << 32) | uid : sched_policy_cache_salt(s->policy, tenant);
+    return s->per_uid ? (1ull << 32) | uid : sched_policy_cache_salt_uid(s->policy, tenant, uid);
 }

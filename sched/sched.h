@@ -302,6 +302,10 @@ typedef struct sched_tenant_cfg {
      * cached prompt blocks (e.g. a gateway's users sharing a system prompt); default the
      * tenant's own name, so no two tenants share unless the policy says so */
     char cache_domain[SCHED_NAME_MAX];
+    /* each client uid of the tenant a cache domain of its own within it (default no): uids
+     * that share a tenant (default_tenant's unmapped uids, or [tenant] uids = ...) share its
+     * cached prompts otherwise, so one can tell from a fast first token what another sent */
+    bool cache_per_uid;
     uint32_t max_cached_blocks; /* cached blocks no sequence holds that this tenant
                                        inserted, kept at most (oldest dropped); 0 = unlimited */
 } sched_tenant_cfg;
@@ -356,6 +360,9 @@ uint32_t sched_policy_trusted_uids(const sched_policy *p, const uint32_t **uids)
  * not change when other tenants are added, and a replay of a logged run finds the same keys.
  * 0 for a bad index. */
 uint64_t sched_policy_cache_salt(const sched_policy *p, int tenant);
+/* The salt of a request of client uid in tenant: the domain's, or, when the tenant has
+ * cache_per_uid, one of that uid's own within the domain. 0 for a bad index. */
+uint64_t sched_policy_cache_salt_uid(const sched_policy *p, int tenant, uint32_t uid);
 
 /* Canonical text (owned by the policy, valid while it lives), its hash and the hash as 16
  * lowercase hex digits (owned by the policy). */
