@@ -369,7 +369,7 @@ Test(gateway_hardening, a_request_whose_client_left_is_never_prepared)
         cr_assert_eq(dropped, 3, "%g of 3 requests whose clients left were dropped:\n%s", dropped,
                      m);
     else
-        cr_log_warn("A was tokenized in under 300 ms: the drop was not exercised");
+        cr_log_info("A was tokenized in under 300 ms: the drop was not exercised");
     free(m);
     m = gwh_daemon_metrics();
     cr_assert_eq(gwh_metric(m, "ringlm_requests_finished_total{tenant=\"shared\",class=\"chat\","
