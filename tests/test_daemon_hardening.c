@@ -18,7 +18,10 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -27,6 +30,7 @@
 
 #include "ringlm.h"
 #include "formats/logfile.h"
+#include "shm/wire.h"
 #include "tests/helpers.h"
 
 #define NOBODY_UID 65534u
@@ -662,5 +666,126 @@ Test(fds, a_newcomer_past_the_descriptor_limit_is_refused_at_once)
     const char *out = th_daemon_output(&d);
     cr_expect(strstr(out, "open files limit 128"), "the limits are not said at start: %s", out);
     cr_expect_leq(count_of(out, "Too many open files"), 2, "the log is not rate-limited: %s", out);
+    th_daemon_cleanup(&d);
+}
+
+/* ---- doorbells -------------------------------------------------------------------------- */
+
+/* The daemon's CPU time (user + system) so far, in ms, from /proc. */
+static double cpu_ms(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    char *st = th_read_file(path), *p = strrchr(st, ')');
+    unsigned long long ut = 0, stime = 0;
+    /* fields after the command: state ppid pgrp session tty tpgid flags minflt cminflt
+     * majflt cmajflt utime stime */
+    if (p) sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &stime);
+    free(st);
+    return (double)(ut + stime) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* How often the daemon's loop thread (its main thread) went to sleep and was woken. */
+static long loop_wakes(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/status", (int)pid, (int)pid);
+    char *st = th_read_file(path), *p = strstr(st, "voluntary_ctxt_switches:");
+    long n = p ? atol(p + strlen("voluntary_ctxt_switches:")) : -1;
+    free(st);
+    return n;
+}
+
+/* A client of uid 65534 that completes the handshake, then rings its doorbell in a loop
+ * without ever writing a record (it says so on ready), until stop is readable. Speaks the wire protocol itself:
+ * libringlm rings only with work. */
+static pid_t doorbell_ringer(const char *sock, const int stop[2], int ready)
+{
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid) return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close(stop[1]); /* the parent's end: its close tells this one to stop */
+    if (setgid(NOBODY_UID) != 0 || setuid(NOBODY_UID) != 0) _exit(126);
+    int fd = th_unix_connect(sock, false);
+    if (fd < 0) _exit(2);
+    struct ringlm_wire_hello h = {.magic = RINGLM_WIRE_MAGIC, .abi = RINGLM_WIRE_ABI};
+    if (send(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) _exit(3);
+    struct ringlm_wire_welcome w;
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * 3)];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {.iov_base = &w, .iov_len = sizeof w};
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl};
+    if (recvmsg(fd, &msg, 0) != (ssize_t)sizeof w || w.status != 0) _exit(4);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    if (!c) _exit(5);
+    int fds[3];
+    memcpy(fds, CMSG_DATA(c), sizeof(int) * ((c->cmsg_len - CMSG_LEN(0)) / sizeof(int)));
+    struct ringlm_wire_cseg *cs =
+        mmap(NULL, w.cseg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+    if (cs == MAP_FAILED) _exit(6);
+    int efd = w.doorbell_mode == RINGLM_WIRE_DB_EVENTFD ? fds[2] : -1;
+    if (write(ready, "r", 1) != 1) _exit(8);
+    while (!th_readable(stop[0], 0)) {
+        for (int i = 0; i < 64; i++) {
+            if (efd >= 0) {
+                uint64_t one = 1;
+                if (write(efd, &one, sizeof one) < 0) _exit(7);
+            } else {
+                __atomic_add_fetch(&cs->doorbell, 1, __ATOMIC_RELEASE);
+                syscall(SYS_futex, &cs->doorbell, FUTEX_WAKE, 1, NULL, NULL, 0);
+            }
+        }
+    }
+    _exit(0);
+}
+
+Test(doorbell, an_idle_session_ringing_in_a_loop_does_not_take_the_loop)
+{
+    need_root();
+    th_daemon d = {0};
+    th_daemon_init(&d);
+    chmod(d.dir, 0755);
+    const char *args[] = {"--echo", NULL};
+    th_daemon_start(&d, args, 10000);
+    int stop[2], ready[2];
+    cr_assert_eq(pipe(stop), 0);
+    cr_assert_eq(pipe(ready), 0);
+    pid_t ringer = doorbell_ringer(d.sock, stop, ready[1]);
+    cr_assert(th_readable(ready[0], 10000), "the ringer did not get its session");
+    /* Measured over 2 s of ringing: the loop's CPU time, and how often it was woken (the
+     * CPU share depends on how much of a loaded machine the ringer gets; the wakes are
+     * what it costs the loop). */
+    double c0 = cpu_ms(d.pid);
+    long w0 = loop_wakes(d.pid);
+    uint64_t t0 = th_now_ms();
+    th_pause_ms(2000);
+    double secs = (double)(th_now_ms() - t0) / 1e3;
+    double busy = (cpu_ms(d.pid) - c0) / (secs * 1e3);
+    double wakes = (double)(loop_wakes(d.pid) - w0) / secs;
+    cr_log_info("idle doorbell ringing: %.0f loop wakes/s, %.1f%% of a core", wakes, 100 * busy);
+    close(stop[1]);
+    int st = th_reap(ringer, 5000);
+    close(stop[0]);
+    close(ready[0]);
+    close(ready[1]);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the ringer failed (status 0x%x)", st);
+    cr_expect_lt(wakes, 600,
+                 "an idle session's doorbell woke the loop %.0f times a second (%.0f%% "
+                 "of a core)",
+                 wakes, 100 * busy);
+    cr_expect_lt(busy, 0.2, "the loop spent %.0f%% of a core on an idle session's doorbell",
+                 100 * busy);
+    /* The echo service still answers. */
+    int fd = th_unix_connect(d.sock, false);
+    cr_expect_geq(fd, 0);
+    if (fd >= 0) close(fd);
+    cr_expect_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+    const char *out = th_daemon_output(&d);
+    cr_expect(strstr(out, "rings its doorbell without work") && strstr(out, "uid 65534"),
+              "the session is not charged for it: %s", out);
     th_daemon_cleanup(&d);
 }
