@@ -22,7 +22,7 @@
  * forge a field or a line of the log. */
 static void reject_now(svc *s, svc_req *r, sched_reject_reason why_code, const char *why)
 {
-    s->n_rejects++;
+    s->adm.n_rejects++;
     sched_request sr = {.id = r->id,
                         .tenant = r->tenant,
                         .class_idx = r->class_idx,
@@ -158,7 +158,9 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr, co
     sched_reject_reason rr = SCHED_REJECT_NONE;
     int rc = sched_submit(s->sched, &sr, s->now_us, &rr);
     if (rc < 0) {
-        s->n_rejects++;
+        s->adm.n_rejects++;
         req_end(s, r, RINGLM_WIRE_R_REJECTED, (unsigned)sched_reject_cause(rr));
+        return;
     }
+    req_set_state(s, r, REQ_QUEUED);
 }

@@ -188,9 +188,11 @@ int sched_set_output_blocked(sched *s, uint64_t id, bool blocked, uint64_t now)
         if (s->cfg.backpressure_timeout_us)
             sc_hpush(s, &s->bp_timers, now + s->cfg.backpressure_timeout_us, id, slot);
         sc_emit_defer(s, r, SCHED_DEFER_BACKPRESSURE, now);
+        sc_park(s, slot); /* queued after a preemption: not taken up before its client reads */
     } else {
         sc_hremove(s, &s->bp_timers, slot);
         r->defer = SCHED_DEFER_NONE;
+        sc_unpark(s, slot);
     }
     return 0;
 }

@@ -26,7 +26,8 @@ static const char *const defer_names[] = {
 static const char *const timeout_names[] = {"queue_wait", "deadline", "deadline_infeasible"};
 static const char *const finish_names[] = {"none", "stop", "length"};
 static const char *const pool_names[] = {"device", "host", "disk"};
-static const char *const outcome_names[] = {NULL, "start", "resume", "done", "failed", "abandoned"};
+static const char *const outcome_names[] = {NULL,     "start",     "resume", "done",
+                                            "failed", "abandoned", "damaged"};
 static const char *const event_names[] = {
     "admit",     "reject",      "defer",        "schedule",    "preempt", "swap_out",
     "swap_in",   "recompute",   "cancel",       "timeout",     "finish",  "release",
@@ -34,7 +35,6 @@ static const char *const event_names[] = {
 static const char *const evict_names[] = {"demand", "tenant_cap", "orphan",
                                           "moved",  "clear",      "failed"};
 static const char *const prefix_order_names[] = {"fcfs", "longest_prefix"};
-static const char *const prefix_key_fn_names[] = {"xxh3", "constant"};
 
 _Static_assert(sizeof(reject_names) / sizeof(reject_names[0]) == SCHED_REJECT__COUNT, "names");
 _Static_assert(sizeof(cancel_names) / sizeof(cancel_names[0]) == SCHED_CANCEL__COUNT, "names");
@@ -45,9 +45,6 @@ _Static_assert(sizeof(event_names) / sizeof(event_names[0]) == SCHED_EV__COUNT, 
 _Static_assert(sizeof(evict_names) / sizeof(evict_names[0]) == SCHED_PREFIX_EVICT__COUNT, "names");
 _Static_assert(sizeof(prefix_order_names) / sizeof(prefix_order_names[0]) ==
                    SCHED_PREFIX_ORDER__COUNT,
-               "names");
-_Static_assert(sizeof(prefix_key_fn_names) / sizeof(prefix_key_fn_names[0]) ==
-                   SCHED_PREFIX_KEY__COUNT,
                "names");
 _Static_assert(sizeof(outcome_names) / sizeof(outcome_names[0]) == SCHED_OUTCOME__COUNT, "names");
 _Static_assert(sizeof(preempt_names) / sizeof(preempt_names[0]) == SCHED_PREEMPT_NONE + 1, "names");
@@ -63,10 +60,6 @@ const char *sched_preempt_mode_name(sched_preempt_mode m)
 const char *sched_prefix_order_name(sched_prefix_order o)
 {
     return NAME_OF(prefix_order_names, o);
-}
-const char *sched_prefix_key_fn_name(sched_prefix_key_fn f)
-{
-    return NAME_OF(prefix_key_fn_names, f);
 }
 const char *sched_reject_name(sched_reject_reason r)
 {

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "sched/prefix.h"
+#include "sched/sched_testing.h"
 
 #define BS    4    /* tokens per block */
 #define MAXB  2048 /* blocks per pool at most */
@@ -574,29 +575,27 @@ Test(sched_prefix, forced_collisions_never_reuse_a_wrong_block)
     o_fini();
 }
 
-/* The key function a scheduler is configured with (sched_config.prefix_key): XXH3 is what
- * sched_prefix_keys computes; the constant one (a diagnostic) keys every block alike, so the
- * daemon can force every collision (ringlmd --prefix-key=constant, daemon_prefix). */
+/* The key function a test may set (sched_testing.h): XXH3 is what sched_prefix_keys
+ * computes; the constant one keys every block alike, so the daemon's test build can force
+ * every collision (ringlmd-test --prefix-key=constant, daemon_prefix). */
 Test(sched_prefix, the_constant_key_function_keys_every_block_alike)
 {
     int32_t a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8] = {9, 9, 9, 9, 8, 8, 8, 8};
     sched_prefix_key ka[2], kb[2], x[2], xa[2];
-    cr_assert_eq(sched_prefix_keys_with(SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS, 7, a, 8, BS, ka, 2),
-                 2);
-    cr_assert_eq(sched_prefix_keys_with(SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS, 8, b, 8, BS, kb, 2),
-                 2);
+    cr_assert_eq(sched_prefix_keys_with(SCHED_PREFIX_KEY_CONSTANT, 7, a, 8, BS, ka, 2), 2);
+    cr_assert_eq(sched_prefix_keys_with(SCHED_PREFIX_KEY_CONSTANT, 8, b, 8, BS, kb, 2), 2);
     for (int i = 0; i < 2; i++)
         cr_assert(sched_prefix_key_eq(ka[i], ka[0]) && sched_prefix_key_eq(kb[i], ka[0]),
                   "other tokens, salt or parent changed a constant key");
     cr_assert(sched_prefix_key_eq(
-        sched_prefix_block_key_with(SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS, ka[0], 3, b, BS), ka[0]));
+        sched_prefix_block_key_with(SCHED_PREFIX_KEY_CONSTANT, ka[0], 3, b, BS), ka[0]));
     sched_prefix_keys_with(SCHED_PREFIX_KEY_XXH3, 7, a, 8, BS, x, 2);
     sched_prefix_keys(7, a, 8, BS, xa, 2);
     cr_assert(sched_prefix_key_eq(x[0], xa[0]) && sched_prefix_key_eq(x[1], xa[1]),
               "XXH3 is sched_prefix_keys' function");
     cr_assert(!sched_prefix_key_eq(x[0], x[1]));
     cr_assert_str_eq(sched_prefix_key_fn_name(SCHED_PREFIX_KEY_XXH3), "xxh3");
-    cr_assert_str_eq(sched_prefix_key_fn_name(SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS), "constant");
+    cr_assert_str_eq(sched_prefix_key_fn_name(SCHED_PREFIX_KEY_CONSTANT), "constant");
 }
 
 Test(sched_prefix, two_salts_never_hit_each_other)
@@ -747,7 +746,7 @@ static void d_check(void)
     sd_check(D.s);
 }
 
-static sched_prefix_key_fn d_key_fn; /* the next d_init's sched_config.prefix_key (XXH3: 0) */
+static sched_prefix_key_fn d_key_fn; /* the next d_init's key function (XXH3: 0) */
 
 /* extra: more [scheduler] keys; tenants: the [tenant] sections (NULL: a and b, defaults). */
 static void d_init_tenants(const char *extra, const char *tenants, uint32_t dev, uint32_t host,
@@ -772,9 +771,9 @@ static void d_init_tenants(const char *extra, const char *tenants, uint32_t dev,
                       .step.decode_seq_us = 1,
                       .host = {.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 1},
                       .prefix_cache = cache,
-                      .prefix_cache_generated = cache,
-                      .prefix_key = d_key_fn};
+                      .prefix_cache_generated = cache};
     cr_assert_eq(sched_create(D.p, &c, d_sink, NULL, 1, &D.s), 0, "%s", sched_last_error());
+    cr_assert_eq(sched_testing_set_prefix_key(D.s, d_key_fn), 0, "%s", sched_last_error());
 }
 
 static void d_init(const char *extra, uint32_t dev, uint32_t host, bool cache)
@@ -916,12 +915,12 @@ Test(sched_prefix_cache, other_domains_and_uncached_requests_never_hit)
     d_fini();
 }
 
-/* A scheduler keying every block alike (sched_config.prefix_key constant): a request shares
+/* A scheduler keying every block alike (sched_testing_set_prefix_key constant): a request shares
  * exactly the blocks whose tokens equal a cached prompt's, as with XXH3 keys; an unknown key
- * function is refused at create. */
+ * function is refused. */
 Test(sched_prefix_cache, the_constant_key_shares_only_equal_blocks)
 {
-    d_key_fn = SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS;
+    d_key_fn = SCHED_PREFIX_KEY_CONSTANT;
     d_init(NULL, 64, 0, true);
     d_key_fn = SCHED_PREFIX_KEY_XXH3;
     int32_t a[16], b[16];
@@ -950,11 +949,12 @@ Test(sched_prefix_cache, the_constant_key_shares_only_equal_blocks)
                       .kv_bytes_per_token = 64,
                       .max_context = 64,
                       .step.prefill_token_us = 1,
-                      .prefix_cache = true,
-                      .prefix_key = SCHED_PREFIX_KEY__COUNT};
+                      .prefix_cache = true};
     sched *s = NULL;
-    cr_assert_eq(sched_create(p, &c, NULL, NULL, 1, &s), -EINVAL);
+    cr_assert_eq(sched_create(p, &c, NULL, NULL, 1, &s), 0, "%s", sched_last_error());
+    cr_assert_eq(sched_testing_set_prefix_key(s, SCHED_PREFIX_KEY__COUNT), -EINVAL);
     cr_assert(strstr(sched_last_error(), "prefix_key"), "%s", sched_last_error());
+    sched_destroy(s);
     sched_policy_free(p);
 }
 
