@@ -69,7 +69,7 @@ typedef struct kvtier_config {
     bool register_buffers; /* try io_uring fixed buffers for the pool */
     void (*log)(void *ctx, const char *msg); /* warnings and choices (NULL: stderr) */
     void *log_ctx;
-    /* Fault injection for tests (ringlmd: RINGLMD_FAIL_KV_READS=host|disk): reads from a
+    /* Fault injection for tests (ringlmd-test --fail-kv-reads host|disk): reads from a
      * tier whose bit (1u << sched_pool) is set into the pool complete with -EIO (the bytes
      * are moved, the transfer reports the failure) — the error paths of swap-ins and prefix
      * reloads, run through the real daemon. 0 in production. */

@@ -8,7 +8,7 @@
  */
 #include "kernels/cpu/quant.h"
 #include "kernels/engine.h"
-#include "kernels/gguf_write.h"
+#include "kernels/gguf_export.h"
 #include "model/gguf.h"
 
 #include <errno.h>
@@ -145,33 +145,6 @@ out:
     return err;
 }
 
-/* A vocabulary given whole (ringlm-mkmodel --vocab tokenizer.json). */
-static int add_vocab_given(gguf_writer *w, int vocab, const gw_vocab *v)
-{
-    if (v->n != (size_t)vocab)
-        return eng_seterr(-EINVAL, "vocabulary: %zu tokens, the model has %d", v->n, vocab);
-    gw_str(w, "tokenizer.ggml.model", v->model);
-    if (v->pre) gw_str(w, "tokenizer.ggml.pre", v->pre);
-    gw_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)v->tokens, v->lens, v->n);
-    gw_f32_arr(w, "tokenizer.ggml.scores", v->scores, v->n);
-    gw_i32_arr(w, "tokenizer.ggml.token_type", v->types, v->n);
-    if (v->n_merges) {
-        size_t *ml = malloc(v->n_merges * sizeof *ml);
-        if (!ml) return eng_seterr(-ENOMEM, "vocabulary: out of memory");
-        for (size_t i = 0; i < v->n_merges; i++) ml[i] = strlen(v->merges[i]);
-        gw_str_arr(w, "tokenizer.ggml.merges", (const char *const *)v->merges, ml, v->n_merges);
-        free(ml);
-    }
-    if (v->bos >= 0) gw_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos);
-    if (v->eos >= 0) gw_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
-    if (v->eot >= 0) gw_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)v->eot);
-    if (v->unk >= 0) gw_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)v->unk);
-    gw_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
-    gw_bool(w, "tokenizer.ggml.add_eos_token", false);
-    if (v->chat_template) gw_str(w, "tokenizer.chat_template", v->chat_template);
-    return 0;
-}
-
 int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *o, char *note,
                     size_t note_len)
 {
@@ -218,7 +191,14 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
     gw_f32(w, key, 1e-5f);
     snprintf(key, sizeof key, "%s.rope.freq_base", arch);
     gw_f32(w, key, 10000.0f);
-    if ((err = o->vocab ? add_vocab_given(w, V, o->vocab) : add_vocab(w, V, o))) goto out;
+    if (o->vocab && o->vocab->n != (size_t)V) {
+        err = eng_seterr(-EINVAL, "vocabulary: %zu tokens, the model has %d", o->vocab->n, V);
+        goto out;
+    }
+    if (o->vocab)
+        gw_vocab_add(w, o->vocab); /* a failure to allocate is reported by gw_write */
+    else if ((err = add_vocab(w, V, o)))
+        goto out;
 
     if ((err = add_matrix(w, "token_embd.weight", wt->token_embedding, V, d, type, note, note_len)))
         goto out;
@@ -272,7 +252,7 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
     if (!c->shared_classifier &&
         (err = add_matrix(w, "output.weight", wt->wcls, V, d, mix ? Q_Q6_K : type, note, note_len)))
         goto out;
-    err = gw_write(w, path);
+    if ((err = gw_write(w, path))) eng_seterr(err, "%s", gw_errmsg());
 out:
     gw_free(w);
     return err;

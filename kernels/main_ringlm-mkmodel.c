@@ -11,10 +11,13 @@
  * in-memory synthetic model; a lazy spec (synthetic:lazy:...) is generated tensor by tensor
  * while writing. gguf: llama.cpp's layout with weights in --type (F32 F16 BF16 Q8_0 Q4_K
  * Q6_K Q4_K_M), --arch llama or qwen2, and the vocabulary of --tokenizer (a llama2.c
- * tokenizer.bin) or a synthetic SentencePiece one.
+ * tokenizer.bin) or --vocab (a Hugging Face tokenizer.json); --placeholder-vocab writes a
+ * synthetic SentencePiece one ("t5", "t6", ...: the file loads, but no text means anything),
+ * and only when asked: a model file whose vocabulary is made up must not be written by
+ * leaving an option out.
  */
 #include "kernels/engine.h"
-#include "kernels/gguf_write.h"
+#include "kernels/gguf_export.h"
 #include "model/tokenizer.h"
 
 #include <getopt.h>
@@ -25,30 +28,30 @@
 static const char usage[] =
     "usage: ringlm-mkmodel --model SPEC --out FILE [--format llama2c|gguf]\n"
     "                      [--type F32|F16|BF16|Q8_0|Q4_K|Q6_K|Q4_K_M] [--arch llama|qwen2]\n"
-    "                      [--tokenizer TOKENIZER.bin | --vocab tokenizer.json\n"
-    "                       [--vocab-config tokenizer_config.json]]\n"
+    "                      (--tokenizer TOKENIZER.bin | --vocab tokenizer.json\n"
+    "                       [--vocab-config tokenizer_config.json] | --placeholder-vocab)\n"
     "       ringlm-mkmodel --version | --help\n"
     "  SPEC: synthetic:PRESET:SEED (presets: stories15M stories110M llama3-8b gqa-test\n"
     "        stories260K quant-test vocab-llama3 vocab-qwen3 vocab-llama2) or a llama2.c "
     "checkpoint\n"
     "  --vocab: a Hugging Face tokenizer.json (byte-level BPE of Llama 3 or Qwen2, or\n"
-    "        SentencePiece-like BPE of Llama 2); the model's vocabulary must hold it\n";
+    "        SentencePiece-like BPE of Llama 2); the model's vocabulary must hold it\n"
+    "  --placeholder-vocab: a synthetic vocabulary (byte tokens, then \"tN\" pieces), for\n"
+    "        weights-only work (benchmarks, engine comparisons) where no text is encoded\n"
+    "  --format gguf needs one of --tokenizer, --vocab and --placeholder-vocab\n";
 
 int main(int argc, char **argv)
 {
     const char *spec = NULL, *out = NULL, *format = "llama2c", *type = NULL, *arch = NULL;
     const char *tok_path = NULL, *vocab_path = NULL, *vocab_cfg = NULL;
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"out", required_argument, 0, 'o'},
-                                         {"format", required_argument, 0, 'f'},
-                                         {"type", required_argument, 0, 't'},
-                                         {"arch", required_argument, 0, 'a'},
-                                         {"tokenizer", required_argument, 0, 'z'},
-                                         {"vocab", required_argument, 0, 'v'},
-                                         {"vocab-config", required_argument, 0, 'c'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {"version", no_argument, 0, 'V'},
-                                         {0, 0, 0, 0}};
+    int placeholder = 0;
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},       {"out", required_argument, 0, 'o'},
+        {"format", required_argument, 0, 'f'},      {"type", required_argument, 0, 't'},
+        {"arch", required_argument, 0, 'a'},        {"tokenizer", required_argument, 0, 'z'},
+        {"vocab", required_argument, 0, 'v'},       {"vocab-config", required_argument, 0, 'c'},
+        {"placeholder-vocab", no_argument, 0, 'P'}, {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "m:o:f:t:a:z:v:c:h", opts, NULL)) != -1) {
         switch (ch) {
@@ -60,18 +63,30 @@ int main(int argc, char **argv)
         case 'z': tok_path = optarg; break;
         case 'v': vocab_path = optarg; break;
         case 'c': vocab_cfg = optarg; break;
+        case 'P': placeholder = 1; break;
         case 'V': printf("ringlm-mkmodel %s\n", RINGLM_VERSION); return 0;
         default: fputs(usage, ch == 'h' ? stdout : stderr); return ch == 'h' ? 0 : 2;
         }
     }
     bool gguf = strcmp(format, "gguf") == 0;
-    bool gguf_only = type || arch || tok_path || vocab_path || vocab_cfg;
+    bool gguf_only = type || arch || tok_path || vocab_path || vocab_cfg || placeholder;
+    int vocabs = !!tok_path + !!vocab_path + placeholder;
     if (!spec || !out || optind != argc || (!gguf && strcmp(format, "llama2c") != 0) ||
-        (!gguf && gguf_only) || (tok_path && vocab_path) || (vocab_cfg && !vocab_path)) {
+        (!gguf && gguf_only) || vocabs > 1 || (vocab_cfg && !vocab_path)) {
         fputs(usage, stderr);
         if (!gguf && gguf_only)
-            fputs("  (--type, --arch, --tokenizer and --vocab go with --format gguf)\n", stderr);
-        if (tok_path && vocab_path) fputs("  (--tokenizer and --vocab are alternatives)\n", stderr);
+            fputs("  (--type, --arch, --tokenizer, --vocab and --placeholder-vocab go with "
+                  "--format gguf)\n",
+                  stderr);
+        if (vocabs > 1)
+            fputs("  (--tokenizer, --vocab and --placeholder-vocab are alternatives)\n", stderr);
+        return 2;
+    }
+    if (gguf && vocabs == 0) {
+        fprintf(stderr,
+                "ringlm-mkmodel: --format gguf: no vocabulary given; name the model's with "
+                "--tokenizer TOKENIZER.bin or --vocab tokenizer.json, or ask for a synthetic "
+                "one with --placeholder-vocab (no text encodes meaningfully with it)\n");
         return 2;
     }
     eng_model *m;
@@ -105,7 +120,7 @@ int main(int argc, char **argv)
             err = eng_seterr(-12, "out of memory");
         else if (vocab_path &&
                  (err = gw_vocab_from_hf(vocab_path, vocab_cfg, c->vocab_size, &vocab)))
-            ;
+            eng_seterr(err, "%s", gw_errmsg());
         else {
             o.vocab = vocab;
             err = gw_export_model(m, out, &o, note, sizeof note);

@@ -1,344 +1,58 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libclient/chat.c — the built-in chat templates (no Jinja engine) and the matching of a
- * model file's Jinja template (tokenizer.chat_template) to one of them. See ringlm.h for
- * the shapes. Where the real templates trim the content (Llama 3's `| trim`, Llama 2's
- * `.strip()`), so do these, with JavaScript's String.trim whitespace (@huggingface/jinja's,
- * the oracle in tests/test_gguf_vocab.c).
+ * libclient/chat.c — the exported chat-template API (ringlm_chat_*, ringlm.h): thin
+ * wrappers over model/chat.h, which holds the templates. The public header is installed
+ * alone, so it spells its own enum and message struct; they are model/'s, checked here.
  */
 #include "ringlm.h"
-#include "model/gguf.h"
+#include "model/chat.h"
 #include "client_internal.h"
 
-#include <errno.h>
-#include <stdbool.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include <stddef.h>
 
-static const struct {
-    const char *name;
-    int t;
-} names[] = {
-    {"plain", RINGLM_CHAT_PLAIN},           {"chatml", RINGLM_CHAT_CHATML},
-    {"llama2", RINGLM_CHAT_LLAMA2},         {"llama-2", RINGLM_CHAT_LLAMA2},
-    {"llama3", RINGLM_CHAT_LLAMA3},         {"llama-3", RINGLM_CHAT_LLAMA3},
-    {"mistral", RINGLM_CHAT_MISTRAL},       {"mistral-v1", RINGLM_CHAT_MISTRAL_V1},
-    {"mistral-v3", RINGLM_CHAT_MISTRAL_V3}, {"mistral-v3-tekken", RINGLM_CHAT_MISTRAL_V3_TEKKEN},
-    {"mistral-v7", RINGLM_CHAT_MISTRAL_V7},
-};
+#define SAME(x) ((int)RINGLM_CHAT_##x == (int)CHAT_##x)
+_Static_assert(SAME(PLAIN) && SAME(CHATML) && SAME(LLAMA2) && SAME(LLAMA3) && SAME(MISTRAL) &&
+                   SAME(MISTRAL_V1) && SAME(MISTRAL_V3) && SAME(MISTRAL_V3_TEKKEN) &&
+                   SAME(MISTRAL_V7),
+               "ringlm.h's chat templates are model/chat.h's");
+#undef SAME
+_Static_assert(sizeof(ringlm_chat_msg) == sizeof(chat_msg) &&
+                   offsetof(ringlm_chat_msg, role) == offsetof(chat_msg, role) &&
+                   offsetof(ringlm_chat_msg, content) == offsetof(chat_msg, content),
+               "ringlm_chat_msg is laid out as chat_msg");
+
+/* A model/ failure becomes this library's: the same errno, its detail in ringlm_errdetail(). */
+static int fail(int err)
+{
+    return err < 0 ? client_seterr(err, "%s", chat_errmsg()) : err;
+}
 
 int ringlm_chat_template_by_name(const char *name)
 {
-    for (size_t i = 0; name && i < sizeof names / sizeof *names; i++)
-        if (!strcmp(names[i].name, name)) return names[i].t;
-    return client_seterr(-EINVAL, "chat template '%s': unknown (%s)", name ? name : "(null)",
-                         ringlm_chat_template_names());
+    return fail(chat_template_by_name(name));
 }
 
-const char *ringlm_chat_template_name(int t)
+const char *ringlm_chat_template_name(int tpl)
 {
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-        if (names[i].t == t) return names[i].name;
-    return "?";
+    return chat_template_name(tpl);
 }
 
 const char *ringlm_chat_template_names(void)
 {
-    return "chatml, llama2, llama3, mistral, mistral-v1, mistral-v3, mistral-v3-tekken, "
-           "mistral-v7, plain";
-}
-
-/* ---- matching a Jinja template ---------------------------------------------------------- */
-
-/* The markers each family's template spells (llama.cpp tells templates apart the same way):
- * <|im_start|> and <|im_end|> → chatml, <|start_header_id|> and <|eot_id|> → llama3, [INST]
- * and [/INST] → one of the [INST] family (inst_family); a template that spells none of these,
- * or the markers of more than one family, is unknown (never a guess). The rendering is
- * checked against the real templates in tests/test_gguf_vocab.c. */
-static int inst_family(const char *jinja)
-{
-    if (strstr(jinja, "[SYSTEM_PROMPT]")) /* v7; its tekken form (no spaces) is not built in */
-        return strstr(jinja, "'[INST] '") ? RINGLM_CHAT_MISTRAL_V7 : -ENOTSUP;
-    if (strstr(jinja, "<<SYS>>")) return RINGLM_CHAT_LLAMA2;
-    /* Mistral's later templates spell how the system message joins a user message */
-    if (strstr(jinja, "' [INST] ' + system_message")) return RINGLM_CHAT_MISTRAL_V1;
-    if (strstr(jinja, "\"[INST] \" + system_message")) return RINGLM_CHAT_MISTRAL_V3;
-    if (strstr(jinja, "\"[INST]\" + system_message")) return RINGLM_CHAT_MISTRAL_V3_TEKKEN;
-    if (strstr(jinja, "system_message") || strstr(jinja, "[AVAILABLE_TOOLS]"))
-        return -ENOTSUP; /* a system message placed some other way */
-    return RINGLM_CHAT_MISTRAL;
+    return chat_template_names();
 }
 
 int ringlm_chat_template_match(const char *jinja)
 {
-    if (!jinja) return client_seterr(-EINVAL, "chat template: NULL");
-    bool chatml = strstr(jinja, "<|im_start|>") && strstr(jinja, "<|im_end|>");
-    bool llama3 = strstr(jinja, "<|start_header_id|>") && strstr(jinja, "<|eot_id|>");
-    bool inst = strstr(jinja, "[INST]") && strstr(jinja, "[/INST]");
-    int t = -ENOTSUP;
-    if (chatml + llama3 + inst == 1)
-        t = chatml ? RINGLM_CHAT_CHATML : llama3 ? RINGLM_CHAT_LLAMA3 : inst_family(jinja);
-    if (t >= 0) return t;
-    char head[64];
-    size_t n = strcspn(jinja, "\n");
-    snprintf(head, sizeof head, "%.*s", (int)(n < 48 ? n : 48), jinja);
-    return client_seterr(-ENOTSUP,
-                         "chat template \"%s%s\": %s the built-in templates (%s); "
-                         "pass one by name",
-                         head, n > 48 || jinja[n] ? "..." : "",
-                         chatml + llama3 + inst > 1 ? "spells the markers of more than one of"
-                         : inst                     ? "an [INST] template unlike"
-                                                    : "not one of",
-                         ringlm_chat_template_names());
+    return fail(chat_template_match(jinja));
 }
 
-int ringlm_chat_template_of_model(const char *path)
+int ringlm_chat_template_of_model(const char *gguf_path)
 {
-    gguf_file *g;
-    int err = gguf_open(path, &g);
-    if (err) return client_seterr(err, "%s", gguf_errmsg());
-    const char *s;
-    size_t len;
-    err = gguf_get_str(g, "tokenizer.chat_template", &s, &len);
-    if (err) {
-        if (err == -ENOENT)
-            client_seterr(err, "%s: no tokenizer.chat_template", path);
-        else
-            client_seterr(err, "%s: %s", path, gguf_errmsg());
-        gguf_close(g);
-        return err;
-    }
-    char *copy = strndup(s, len);
-    gguf_close(g);
-    if (!copy) return client_seterr(-ENOMEM, "out of memory");
-    err = ringlm_chat_template_match(copy);
-    free(copy);
-    if (err < 0) client_seterr(err, "%s: tokenizer.chat_template: %s", path, ringlm_errdetail());
-    return err;
+    return fail(chat_template_of_model(gguf_path));
 }
 
-/* ---- rendering ------------------------------------------------------------------------ */
-
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} sbuf;
-
-static void addn(sbuf *b, const char *s, size_t n)
+int ringlm_chat_format(int tpl, const ringlm_chat_msg *msgs, int n, char **text)
 {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-
-static void add(sbuf *b, const char *s)
-{
-    addn(b, s, strlen(s));
-}
-
-/* Length of the whitespace character at s (JavaScript's String.trim set), 0 if none. */
-static size_t ws_len(const unsigned char *s, size_t n)
-{
-    if (n >= 1 && (s[0] == ' ' || (s[0] >= '\t' && s[0] <= '\r'))) return 1;
-    if (n >= 2 && s[0] == 0xC2 && s[1] == 0xA0) /* U+00A0 */
-        return 2;
-    if (n >= 3) {
-        unsigned cp = (unsigned)(s[0] & 0x0F) << 12 | (unsigned)(s[1] & 0x3F) << 6 | (s[2] & 0x3F);
-        if ((s[0] & 0xF0) == 0xE0 && (s[1] & 0xC0) == 0x80 && (s[2] & 0xC0) == 0x80 &&
-            (cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
-             cp == 0x202F || cp == 0x205F || cp == 0x3000 || cp == 0xFEFF))
-            return 3;
-    }
-    return 0;
-}
-
-/* Adds s with leading (lead) and trailing whitespace removed. */
-static void add_trimmed(sbuf *b, const char *str, bool lead)
-{
-    const unsigned char *s = (const unsigned char *)str;
-    size_t n = strlen(str), l;
-    while (lead && n && (l = ws_len(s, n))) {
-        s += l;
-        n -= l;
-    }
-    for (bool again = true; again && n;) { /* trailing: try each width ending at n */
-        again = false;
-        for (size_t w = 1; w <= 3 && w <= n; w++)
-            if (ws_len(s + n - w, w) == w) {
-                n -= w;
-                again = true;
-                break;
-            }
-    }
-    addn(b, (const char *)s, n);
-}
-
-/* Appends s[0] s[1] ... s[n-1] stripped of leading and trailing whitespace as a whole. */
-static void add_stripped(sbuf *b, const char *const *s, int n)
-{
-    sbuf t = {0};
-    for (int i = 0; i < n; i++) add(&t, s[i]);
-    if (t.oom)
-        b->oom = true;
-    else if (t.p)
-        add_trimmed(b, t.p, true);
-    free(t.p);
-}
-
-/* Mistral's v7: system, user and assistant messages in any order. */
-static int mistral_v7(const ringlm_chat_msg *m, int n, sbuf *o)
-{
-    for (int i = 0; i < n; i++) {
-        const char *r = m[i].role, *c = m[i].content;
-        if (!strcmp(r, "system")) {
-            add(o, "[SYSTEM_PROMPT] ");
-            add(o, c);
-            add(o, "[/SYSTEM_PROMPT]");
-        } else if (!strcmp(r, "user")) {
-            add(o, "[INST] ");
-            add(o, c);
-            add(o, "[/INST]");
-        } else if (!strcmp(r, "assistant")) {
-            add(o, " ");
-            add(o, c);
-            add(o, "</s>");
-        } else {
-            return client_seterr(-EINVAL,
-                                 "message %d: the mistral-v7 template places system, "
-                                 "user and assistant messages only, not '%s'",
-                                 i, r);
-        }
-    }
-    return 0;
-}
-
-/* The other [INST] templates: an optional system message, then user and assistant
- * alternating, ending on the user's. Where the system message goes: Llama 2 <<SYS>> and
- * Mistral's first template and v1 in the first user message, v3 in the last one. */
-static int inst_like(int t, const ringlm_chat_msg *m, int n, sbuf *o)
-{
-    const char *sys = NULL;
-    int i = 0;
-    if (strcmp(m[n - 1].role, "user"))
-        return client_seterr(-EINVAL, "the last message must be the user's");
-    if (t == RINGLM_CHAT_MISTRAL_V7) return mistral_v7(m, n, o);
-    if (n > 0 && !strcmp(m[0].role, "system")) {
-        sys = m[0].content;
-        i = 1;
-    }
-    if (i >= n) return client_seterr(-EINVAL, "messages need at least one user message");
-    for (int j = i, k = 0; j < n; j++, k++)
-        if (strcmp(m[j].role, k % 2 == 0 ? "user" : "assistant"))
-            return client_seterr(-EINVAL,
-                                 "the %s template needs user and assistant messages to "
-                                 "alternate (after one optional system message)",
-                                 ringlm_chat_template_name(t));
-    const bool v3 = t == RINGLM_CHAT_MISTRAL_V3 || t == RINGLM_CHAT_MISTRAL_V3_TEKKEN;
-    for (int k = 0; i < n; i++, k++) {
-        const char *c = m[i].content;
-        const bool with_sys = sys && (v3 ? i == n - 1 : k == 0);
-        if (k % 2 == 0) {
-            switch (t) {
-            case RINGLM_CHAT_LLAMA2: /* strips the turn's whole text, <<SYS>> block included */
-                add(o, k == 0 ? "[INST] " : "<s>[INST] ");
-                add_stripped(o,
-                             (const char *[]){with_sys ? "<<SYS>>\n" : "", with_sys ? sys : "",
-                                              with_sys ? "\n<</SYS>>\n\n" : "", c},
-                             4);
-                add(o, " [/INST]");
-                continue;
-            case RINGLM_CHAT_MISTRAL_V1: add(o, " [INST] "); break;
-            case RINGLM_CHAT_MISTRAL_V3_TEKKEN: add(o, "[INST]"); break;
-            default: add(o, "[INST] ");
-            }
-            if (with_sys) {
-                add(o, sys);
-                add(o, "\n\n");
-            }
-            add(o, c);
-            add(o, v3 ? "[/INST]" : " [/INST]");
-        } else {
-            if (t == RINGLM_CHAT_LLAMA2) {
-                add(o, " ");
-                add_trimmed(o, c, true);
-                add(o, " </s>");
-                continue;
-            }
-            if (t == RINGLM_CHAT_MISTRAL_V1 || t == RINGLM_CHAT_MISTRAL_V3) add(o, " ");
-            if (t == RINGLM_CHAT_MISTRAL_V3)
-                add_trimmed(o, c, true);
-            else
-                add(o, c);
-            add(o, "</s>");
-        }
-    }
-    return 0;
-}
-
-int ringlm_chat_format(int t, const ringlm_chat_msg *m, int n, char **text)
-{
-    sbuf o = {0};
-    int err = 0;
-    *text = NULL;
-    if (n < 1 || !m) return client_seterr(-EINVAL, "messages is empty");
-    for (int i = 0; i < n; i++)
-        if (!m[i].role || !m[i].content)
-            return client_seterr(-EINVAL, "message %d: role and content are required", i);
-    add(&o, "");
-    switch (t) {
-    case RINGLM_CHAT_PLAIN:
-        for (int i = 0; i < n; i++) {
-            if (i) add(&o, "\n");
-            add(&o, m[i].content);
-        }
-        break;
-    case RINGLM_CHAT_CHATML:
-        for (int i = 0; i < n; i++) {
-            add(&o, "<|im_start|>");
-            add(&o, m[i].role);
-            add(&o, "\n");
-            add(&o, m[i].content);
-            add(&o, "<|im_end|>\n");
-        }
-        add(&o, "<|im_start|>assistant\n");
-        break;
-    case RINGLM_CHAT_LLAMA3:
-        for (int i = 0; i < n; i++) {
-            add(&o, "<|start_header_id|>");
-            add(&o, m[i].role);
-            add(&o, "<|end_header_id|>\n\n");
-            add_trimmed(&o, m[i].content, true);
-            add(&o, "<|eot_id|>");
-        }
-        add(&o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-        break;
-    case RINGLM_CHAT_LLAMA2:
-    case RINGLM_CHAT_MISTRAL:
-    case RINGLM_CHAT_MISTRAL_V1:
-    case RINGLM_CHAT_MISTRAL_V3:
-    case RINGLM_CHAT_MISTRAL_V3_TEKKEN:
-    case RINGLM_CHAT_MISTRAL_V7: err = inst_like(t, m, n, &o); break;
-    default: err = client_seterr(-EINVAL, "chat template %d: unknown", t);
-    }
-    if (!err && o.oom) err = client_seterr(-ENOMEM, "out of memory");
-    if (err) {
-        free(o.p);
-        return err;
-    }
-    *text = o.p;
-    return 0;
+    return fail(chat_format(tpl, (const chat_msg *)msgs, n, text));
 }

@@ -55,7 +55,7 @@ extern "C" {
  * binary compatibility; the shared library's soname is libringlm.so.MAJOR). Compare with
  * ringlm_version() at run time to detect a library older than the header built against. */
 #define RINGLM_VERSION_MAJOR 0
-#define RINGLM_VERSION_MINOR 2 /* 0.2: ringlm_event.n_cached_tokens */
+#define RINGLM_VERSION_MINOR 3 /* 0.2: ringlm_event.n_cached_tokens; 0.3: the tokenizer */
 #define RINGLM_VERSION_PATCH 0
 /* One number that orders versions: MAJOR*10000 + MINOR*100 + PATCH. */
 #define RINGLM_VERSION_NUMBER                                                                      \
@@ -259,6 +259,24 @@ int ringlm_set_option(ringlm_client *c, int option, long value);
 /* Session facts: the daemon's session id, the policy hash it currently serves. */
 uint64_t ringlm_session_id(const ringlm_client *c);
 uint64_t ringlm_policy_hash(const ringlm_client *c);
+/* What the daemon said at the handshake about this session's place in its policy (fixed
+ * for the session's life: a policy reloaded later is not reflected).
+ *
+ * ringlm_tenant_tags_honoured: 1 when the daemon honours ringlm_request.tenant_tag on this
+ * session (this uid is in the policy's [trust]); 0 when it ignores them — every request is
+ * then this uid's own tenant, whatever tag it carries (the built-in policy trusts no uid);
+ * -ENOTSUP when the daemon does not say (one older than this library). A gateway that tags
+ * requests per API key checks it at connect: ignored tags merge all its keys into one tenant
+ * (one prefix-cache domain, one fair share).
+ *
+ * ringlm_policy_classes: the number of request classes the policy defines (at most
+ * RINGLM_MAX_CLASSES), with names[i] set for i < max (names may be NULL to count); each
+ * name is NUL-terminated and valid until ringlm_close. -ENOTSUP as above. A request naming
+ * another class is rejected (RINGLM_R_UNKNOWN_CLASS). */
+#define RINGLM_MAX_CLASSES 16
+int ringlm_tenant_tags_honoured(const ringlm_client *c);
+int ringlm_policy_classes(const ringlm_client *c, const char **names, int max);
+
 /* 1 while the daemon drains (it takes no new requests; those in flight finish), else 0.
  * A gateway reads it for its health check, before any submit would fail with -ESHUTDOWN. */
 int ringlm_draining(const ringlm_client *c);
@@ -271,6 +289,111 @@ void ringlm_close(ringlm_client *c);
 const char *ringlm_strerror(int err);
 /* Detail of the last failure in this thread ("" when none). */
 const char *ringlm_errdetail(void);
+
+/* ---- tokenizer -------------------------------------------------------------------------
+ * Text to the token ids ringlmd expects, and ids back to text, exactly as ringlm's own tools
+ * and gateway do it (one implementation, the daemon's). A tokenizer comes from the model's
+ * files: a GGUF model file (its tokenizer.ggml.* vocabulary: SentencePiece, "llama", or
+ * byte-level BPE, "gpt2", of Llama 3 or Qwen2/Qwen3) or a llama2.c tokenizer.bin.
+ *
+ *   ringlm_tokenizer *tok;
+ *   ringlm_tokenizer_load("model.gguf", 0, &tok);
+ *   int32_t *ids = malloc(ringlm_tokenize_bound(text) * sizeof *ids);
+ *   int n = ringlm_tokenize(tok, text, RINGLM_TOKENIZE_BOS, ids, ringlm_tokenize_bound(text));
+ *   ... r.prompt = ids; r.n_prompt = n; ringlm_submit ...
+ *   for each RINGLM_EV_TOKEN: ringlm_token_text(tok, prev, ev.token, &s); fputs(s); prev = ...
+ *   ringlm_tokenizer_free(tok);
+ *
+ * Encoding: SentencePiece adds its dummy prefix (the text is encoded as if it began with a
+ * space) and falls back to byte tokens; BPE splits the text with the vocabulary's
+ * pre-tokenizer and encodes each invalid UTF-8 byte as U+FFFD. In a GGUF vocabulary the
+ * special tokens (control, user-defined) are cut out of the text first, so a chat template's
+ * markers ("<|im_start|>", "</s>") become their tokens. Time is O(n log n) in the text.
+ *
+ * THREAD-SAFETY: a loaded tokenizer is immutable; any number of threads may use it at once.
+ * It is independent of any ringlm_client (no daemon is needed to tokenize).
+ */
+typedef struct ringlm_tokenizer ringlm_tokenizer; /* opaque */
+
+/*
+ * Loads a tokenizer. path: a GGUF file (recognised by its magic) or a llama2.c tokenizer
+ * file. vocab_size: 0 = as many tokens as the file holds (a llama2.c file is read to its
+ * end); > 0 = the model's vocabulary size, which the file must hold exactly (a llama2.c file
+ * of another model is refused rather than misread).
+ * Returns 0 and *out, or:
+ *   -EINVAL      path or out NULL, vocab_size < 0, or the file is malformed or unsupported
+ *                (detail names the token, key or field: "token 37: piece length 900 runs past
+ *                the end of the file", "tokenizer.ggml.pre=\"x\": pre-tokenizer not supported")
+ *   -ENOENT, -EACCES  the file cannot be opened (detail names it)
+ *   -EIO         a read error
+ *   -ENOMEM
+ */
+int ringlm_tokenizer_load(const char *path, int vocab_size, ringlm_tokenizer **out);
+
+/* Frees a tokenizer (NULL is a no-op). Texts returned by ringlm_token_text die with it. */
+void ringlm_tokenizer_free(ringlm_tokenizer *tok);
+
+/* Number of tokens in the vocabulary (ids are 0 .. size-1), or -EINVAL when tok is NULL. */
+int ringlm_tokenizer_vocab_size(const ringlm_tokenizer *tok);
+/* Beginning-of-sequence, end-of-sequence and end-of-turn ids: -1 when the vocabulary names
+ * none (llama2.c files: BOS 1, EOS 2, no EOT), -EINVAL when tok is NULL. A model that
+ * samples its EOS (or, in chat, its EOT) has finished; llama2.c's run.c stops on BOS. */
+int32_t ringlm_tokenizer_bos(const ringlm_tokenizer *tok);
+int32_t ringlm_tokenizer_eos(const ringlm_tokenizer *tok);
+int32_t ringlm_tokenizer_eot(const ringlm_tokenizer *tok);
+
+/* Flags of ringlm_tokenize. */
+#define RINGLM_TOKENIZE_BOS 1u /* start with the BOS id (when the vocabulary has one) */
+#define RINGLM_TOKENIZE_EOS 2u /* end with the EOS id (when the vocabulary has one) */
+
+/* Enough room for the ids of any encoding of text: 3 * strlen(text) + 3 (BOS, the dummy
+ * prefix and EOS; an invalid byte can become the 3 bytes of U+FFFD in BPE). NULL gives 3. */
+size_t ringlm_tokenize_bound(const char *text);
+
+/*
+ * Encodes the NUL-terminated UTF-8 text (any bytes are accepted) into ids[0 .. max_ids).
+ * flags: RINGLM_TOKENIZE_BOS and/or RINGLM_TOKENIZE_EOS, or 0.
+ * Returns the number of ids written (0 for "" without flags), or:
+ *   -EINVAL   tok or text NULL, ids NULL while max_ids > 0, unknown flags, or a byte that
+ *             has no token (a SentencePiece vocabulary without byte fallback or unknown
+ *             token: detail names the byte)
+ *   -ENOSPC   the ids do not fit in max_ids (detail says how many they are); nothing useful
+ *             is in ids. ringlm_tokenize_bound(text) is always enough.
+ *   -E2BIG    the text is longer than 700 MB (the count would not fit an int)
+ *   -ENOMEM
+ */
+int ringlm_tokenize(const ringlm_tokenizer *tok, const char *text, unsigned flags, int32_t *ids,
+                    size_t max_ids);
+
+/*
+ * The text of token id when it follows token prev (prev < 0: none), as llama2.c's run.c
+ * decodes a generation: after BOS the leading space of SentencePiece's dummy prefix is
+ * dropped; a byte token ("<0x0A>") is its raw byte, whatever it is; control tokens of a GGUF
+ * vocabulary give "". Byte-level BPE gives raw bytes too. So a character split over several
+ * tokens is whole only once its last byte is out, and a printer that wants run.c's output
+ * exactly drops a lone byte that is neither printable ASCII nor whitespace (the ringlm CLI
+ * does).
+ * *text: NUL-terminated, owned by the tokenizer (valid until ringlm_tokenizer_free).
+ * Returns 0, or -EINVAL (tok or text NULL, id outside the vocabulary: detail names it).
+ */
+int ringlm_token_text(const ringlm_tokenizer *tok, int32_t prev, int32_t id, const char **text);
+
+/*
+ * The text of a whole sequence into buf (size bytes, NUL-terminated): each id's
+ * ringlm_token_text after the id before it, the first as if it followed BOS (so
+ * ringlm_tokenize's dummy prefix is dropped, with or without BOS in ids); BOS and EOS ids
+ * themselves give nothing. For text that holds no special-token markers and, for
+ * SentencePiece, does not start with a space (nor holds a NUL), the text ringlm_tokenize
+ * encoded comes back byte for byte. size 0 only measures (buf may be NULL).
+ * Returns the length of the text (without the NUL), or:
+ *   -EINVAL   tok NULL, ids NULL while n > 0, buf NULL while size > 0, or an id outside the
+ *             vocabulary (detail names its index and value)
+ *   -ENOSPC   0 < size <= the length (detail says the size needed); buf holds the text cut
+ *             to size - 1 bytes
+ *   -E2BIG    the text would be longer than INT_MAX bytes
+ */
+int ringlm_detokenize(const ringlm_tokenizer *tok, const int32_t *ids, size_t n, char *buf,
+                      size_t size);
 
 /* ---- chat templates --------------------------------------------------------------------
  * A conversation to the prompt text a model of that family was trained on, ending where the

@@ -2,9 +2,10 @@
 /*
  * model/gguf.h — a reader for GGUF files (versions 2 and 3): the metadata key/value
  * table and the tensor table, validated field by field as untrusted input, the file
- * mmap()ed read-only. It lives in libclient/ because clients read the tokenizer and the chat
- * template out of the same file the engine (kernels/model.c) reads the weights from; it
- * depends on libc only. Internal to ringlm (not part of the public ringlm.h API).
+ * mmap()ed read-only. It lives in model/ with the writer (gguf_write.h), because clients read
+ * the tokenizer and the chat template out of the same file the engine (kernels/model.c)
+ * reads the weights from; it depends on libc only. Internal to ringlm (not part of the
+ * public ringlm.h API).
  *
  * File layout (little-endian):
  *   u32 magic "GGUF", u32 version, u64 n_tensors, u64 n_kv
@@ -19,8 +20,8 @@
  * Errors: functions return 0 or a negative errno; gguf_errmsg() gives a thread-local detail
  * naming the key or the tensor, what was expected and what was found.
  */
-#ifndef RINGLM_LIBCLIENT_GGUF_H
-#define RINGLM_LIBCLIENT_GGUF_H
+#ifndef RINGLM_MODEL_GGUF_H
+#define RINGLM_MODEL_GGUF_H
 
 #include <stdbool.h>
 #include <stddef.h>

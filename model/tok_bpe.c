@@ -45,21 +45,6 @@ static const struct {
     {"qwen2", PRE_QWEN2},
 };
 
-typedef struct merge {
-    uint64_t key;   /* left id << 32 | right id */
-    int32_t rank;   /* position in tokenizer.ggml.merges: lower merges first */
-    int32_t result; /* the id of left + right */
-} merge;
-
-struct tok_bpe {
-    pcre2_code *re;
-    bool ignore_merges;
-    merge *merges;
-    size_t n_merges;
-    int32_t byte_tok[256]; /* the token of each byte's alphabet character */
-    char *shown_arena;
-};
-
 /* ---- GPT-2's byte alphabet ---------------------------------------------------------- */
 
 /* Bytes that print as themselves keep their code point; the others (controls, space,
@@ -113,7 +98,7 @@ static size_t utf8_valid(const unsigned char *s, size_t n)
 
 static int cmp_merge(const void *a, const void *b)
 {
-    const merge *x = a, *y = b;
+    const tok_bpe_merge *x = a, *y = b;
     if (x->key != y->key) return x->key < y->key ? -1 : 1;
     return (x->rank > y->rank) - (x->rank < y->rank);
 }
@@ -223,7 +208,7 @@ static int load_merges(const gguf_file *g, tok_tokenizer *t, struct tok_bpe *b)
                               : id[1] < 0 ? "the right token"
                                           : "the merged token");
         }
-        b->merges[i] = (merge){(uint64_t)id[0] << 32 | (uint32_t)id[1], (int32_t)i, id[2]};
+        b->merges[i] = (tok_bpe_merge){(uint64_t)id[0] << 32 | (uint32_t)id[1], (int32_t)i, id[2]};
     }
     free(buf);
     b->n_merges = (size_t)n;
@@ -375,7 +360,7 @@ int tok_vec_push(tok_vec *v, int32_t id)
     return vec_push(v, id);
 }
 
-static const merge *find_merge(const struct tok_bpe *b, int32_t l, int32_t r)
+static const tok_bpe_merge *find_merge(const struct tok_bpe *b, int32_t l, int32_t r)
 {
     uint64_t key = (uint64_t)l << 32 | (uint32_t)r;
     size_t lo = 0, hi = b->n_merges;
@@ -389,9 +374,18 @@ static const merge *find_merge(const struct tok_bpe *b, int32_t l, int32_t r)
     return lo < b->n_merges && b->merges[lo].key == key ? &b->merges[lo] : NULL;
 }
 
+static bool bpe_pair(void *ctx, int32_t l, int32_t r, double *key, int32_t *id)
+{
+    const tok_bpe_merge *m = find_merge(ctx, l, r);
+    if (!m) return false;
+    *key = -(double)m->rank;
+    *id = m->result;
+    return true;
+}
+
 /* One pre-tokenized word (raw bytes) to tokens. */
 static int bpe_word(const tok_tokenizer *t, const unsigned char *w, size_t n, tok_vec *v,
-                    char *mapped, int32_t *sym, int32_t *rank)
+                    char *mapped, int32_t *sym)
 {
     const struct tok_bpe *b = t->bpe;
     if (b->ignore_merges) {
@@ -406,32 +400,11 @@ static int bpe_word(const tok_tokenizer *t, const unsigned char *w, size_t n, to
         if (sym[i] < 0)
             return tok_seterr(-EINVAL, "byte 0x%02X has no token in this vocabulary", w[i]);
     }
-    /* rank[i]: the merge of sym[i] and sym[i + 1], INT32_MAX when none (cached; only the
-     * merged symbol's two neighbours change after a merge) */
+    /* the pair of the lowest rank first, leftmost on ties (tok_merge: O(n log n); a long
+     * run of spaces or punctuation is one word) */
     size_t k = n;
-    for (size_t i = 0; i + 1 < k; i++) {
-        const merge *m = find_merge(b, sym[i], sym[i + 1]);
-        rank[i] = m ? m->rank : INT32_MAX;
-    }
-    for (;;) {
-        int32_t best = INT32_MAX;
-        size_t at = 0;
-        for (size_t i = 0; i + 1 < k; i++)
-            if (rank[i] < best) best = rank[i], at = i;
-        if (best == INT32_MAX) break;
-        sym[at] = find_merge(b, sym[at], sym[at + 1])->result;
-        memmove(sym + at + 1, sym + at + 2, (k - at - 2) * sizeof *sym);
-        if (at + 2 < k) memmove(rank + at + 1, rank + at + 2, (k - at - 2 - 1) * sizeof *rank);
-        k--;
-        if (at > 0) {
-            const merge *m = find_merge(b, sym[at - 1], sym[at]);
-            rank[at - 1] = m ? m->rank : INT32_MAX;
-        }
-        if (at + 1 < k) {
-            const merge *m = find_merge(b, sym[at], sym[at + 1]);
-            rank[at] = m ? m->rank : INT32_MAX;
-        }
-    }
+    int err = tok_merge(sym, &k, bpe_pair, (void *)b);
+    if (err) return err;
     for (size_t i = 0; i < k; i++)
         if (vec_push(v, sym[i])) return -ENOMEM;
     return 0;
@@ -443,10 +416,10 @@ int tok_bpe_fragment(const tok_tokenizer *t, const char *text, size_t len, tok_v
     size_t cap = len * 3 + 1;
     unsigned char *s = malloc(cap);
     char *mapped = malloc(cap * 2 + 1);
-    int32_t *sym = malloc(cap * sizeof *sym), *rank = malloc(cap * sizeof *rank);
+    int32_t *sym = malloc(cap * sizeof *sym);
     pcre2_match_data *md = pcre2_match_data_create(1, NULL);
     int err = 0;
-    if (!s || !mapped || !sym || !rank || !md) {
+    if (!s || !mapped || !sym || !md) {
         err = tok_seterr(-ENOMEM, "out of memory");
         goto out;
     }
@@ -476,12 +449,12 @@ int tok_bpe_fragment(const tok_tokenizer *t, const char *text, size_t len, tok_v
             err = tok_seterr(-EINVAL, "pre-tokenizer: PCRE2 match error %d", rc);
             goto out;
         }
-        if (mb > at && (err = bpe_word(t, s + at, mb - at, v, mapped, sym, rank)))
+        if (mb > at && (err = bpe_word(t, s + at, mb - at, v, mapped, sym)))
             goto out; /* text the expression skipped is a word of its own */
-        if (me > mb && (err = bpe_word(t, s + mb, me - mb, v, mapped, sym, rank))) goto out;
+        if (me > mb && (err = bpe_word(t, s + mb, me - mb, v, mapped, sym))) goto out;
         if (me == mb && mb < n) { /* an empty match: step over one character */
             size_t l = utf8_valid(s + mb, n - mb);
-            if ((err = bpe_word(t, s + mb, l, v, mapped, sym, rank))) goto out;
+            if ((err = bpe_word(t, s + mb, l, v, mapped, sym))) goto out;
             me = mb + l;
         }
         at = me;
@@ -491,6 +464,5 @@ out:
     free(s);
     free(mapped);
     free(sym);
-    free(rank);
     return err;
 }

@@ -1,13 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libclient/tok_internal.h — the tokenizer's state, shared by the SentencePiece code
+ * model/tok_internal.h — the tokenizer's state, shared by the SentencePiece code
  * (tokenizer.c) and the byte-level BPE code (tok_bpe.c). Not a public header.
  */
-#ifndef RINGLM_LIBCLIENT_TOK_INTERNAL_H
-#define RINGLM_LIBCLIENT_TOK_INTERNAL_H
+#ifndef RINGLM_MODEL_TOK_INTERNAL_H
+#define RINGLM_MODEL_TOK_INTERNAL_H
 
 #include "model/tokenizer.h"
 #include "model/gguf.h"
+
+#ifndef PCRE2_CODE_UNIT_WIDTH
+#define PCRE2_CODE_UNIT_WIDTH 8
+#endif
+#include <pcre2.h>
 
 /* The largest vocabulary we accept: far above any Llama (128256), small enough that a
  * corrupt count cannot make us allocate gigabytes. */
@@ -40,12 +45,37 @@ struct tok_tokenizer {
 
 enum { TOK_KIND_SPM = 0, TOK_KIND_BPE = 1 };
 
+/* ---- byte-level BPE's state (tok_bpe.c; tests/tok_reference.h reads it too) */
+typedef struct tok_bpe_merge {
+    uint64_t key;   /* left id << 32 | right id */
+    int32_t rank;   /* position in tokenizer.ggml.merges: lower merges first */
+    int32_t result; /* the id of left + right */
+} tok_bpe_merge;
+
+struct tok_bpe {
+    pcre2_code *re;
+    bool ignore_merges;
+    tok_bpe_merge *merges;
+    size_t n_merges;
+    int32_t byte_tok[256]; /* the token of each byte's alphabet character */
+    char *shown_arena;
+};
+
+
 /* The id of a piece (lowest id when a piece appears twice), or -1. */
 int32_t tok_lookup(const tok_tokenizer *t, const char *s);
 /* Orders t->sorted[0..n) by piece text (ties by id), the order tok_lookup searches. */
 void tok_sort_pieces(tok_tokenizer *t, size_t n);
 /* Sets the thread's error detail; returns err. */
 int tok_seterr(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Whether tokens l and r merge: then *key orders the merges (higher first; ties go to the
+ * leftmost pair) and *id is the token they become. */
+typedef bool tok_pair_fn(void *ctx, int32_t l, int32_t r, double *key, int32_t *id);
+/* Merges adjacent pairs of ids[0..*n) best first until none merges, in O(n log n) (a heap
+ * of candidate merges over a linked list, tokenizer.c); *n becomes the count left.
+ * Returns 0, -ENOMEM or -E2BIG. */
+int tok_merge(int32_t *ids, size_t *n, tok_pair_fn *pair, void *ctx);
 
 /* A growing list of token ids. */
 typedef struct tok_vec {

@@ -15,8 +15,8 @@
  * Errors: functions return 0 / a count, or a negative errno; tok_errmsg() gives a
  * thread-local detail string ("token 37: piece length 900 runs past the end of the file").
  */
-#ifndef RINGLM_LIBCLIENT_TOKENIZER_H
-#define RINGLM_LIBCLIENT_TOKENIZER_H
+#ifndef RINGLM_MODEL_TOKENIZER_H
+#define RINGLM_MODEL_TOKENIZER_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -72,6 +72,10 @@ int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int
  * the generation loop: it stops on BOS.)
  */
 const char *tok_decode(const tok_tokenizer *t, int32_t prev, int32_t next);
+/* The same without run.c's printing filter: a byte token, or a single-byte piece, gives its
+ * byte whatever it is (U+00FC's two byte tokens give its two bytes back), so decoding a
+ * sequence gives back the bytes that were encoded. What libringlm exports. */
+const char *tok_decode_bytes(const tok_tokenizer *t, int32_t prev, int32_t next);
 
 /*
  * The vocabulary of a GGUF model file: tokenizer.ggml.model "llama" (SentencePiece with

@@ -70,7 +70,8 @@ for shape in ${SHAPES//,/ }; do
   for type in ${TYPES//,/ }; do
     f="$dir/$shape-$type.gguf"
     if [ ! -s "$f" ]; then
-      "$B/bin/ringlm-mkmodel" --model "synthetic:$shape:1" --format gguf --type "$type" --out "$f" \
+      "$B/bin/ringlm-mkmodel" --model "synthetic:$shape:1" --format gguf --type "$type" \
+        --placeholder-vocab --out "$f" \
         2> "$f.log" || { cat "$f.log" >&2; exit 1; }
       grep -q "note:" "$f.log" && echo "$shape $type: $(grep -o 'note:.*' "$f.log" | cut -c1-160)..."
     fi

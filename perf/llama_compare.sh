@@ -59,7 +59,7 @@ cp "$B/perf/engine_bench" "$tmp/engine_bench" # a rebuild meanwhile does not dis
 for preset in $(echo "$MODELS" | tr ',' ' '); do
   gguf=$tmp/$preset-$TYPE.gguf
   "$B/bin/ringlm-mkmodel" --model "synthetic:$preset:1" --format gguf --type "$TYPE" \
-    --out "$gguf" >"$tmp/mkmodel.log" 2>&1 ||
+    --placeholder-vocab --out "$gguf" >"$tmp/mkmodel.log" 2>&1 ||
     { cat "$tmp/mkmodel.log" >&2; echo "llama_compare.sh: cannot write $gguf" >&2; exit 1; }
   : >"$tmp/ringlm.jsonl"
   : >"$tmp/llama.jsonl"

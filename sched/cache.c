@@ -276,8 +276,8 @@ int sc_cache_submit(sched *s, req *r, const sched_request *q)
         return -ENOMEM;
     memcpy(r->ptok, q->tokens, (size_t)q->prompt_len * sizeof(int32_t));
     r->salt = q->cache_salt;
-    r->n_pkeys = sched_prefix_keys_with(s->conf.prefix_key, r->salt, r->ptok, q->prompt_len, bs,
-                                        r->pkeys, nb);
+    r->n_pkeys =
+        sched_prefix_keys_with(s->prefix_key, r->salt, r->ptok, q->prompt_len, bs, r->pkeys, nb);
     r->pcache = r->pgen = true;
     return 0;
 }
@@ -305,9 +305,9 @@ void sc_cache_token(sched *s, req *r, bool has, int32_t token)
         r->pgen = false;
         return;
     }
-    r->pkeys[i] = sched_prefix_block_key_with(s->conf.prefix_key,
-                                              i ? r->pkeys[i - 1] : (sched_prefix_key){0, 0},
-                                              r->salt, r->ptok + (size_t)i * bs, bs);
+    r->pkeys[i] =
+        sched_prefix_block_key_with(s->prefix_key, i ? r->pkeys[i - 1] : (sched_prefix_key){0, 0},
+                                    r->salt, r->ptok + (size_t)i * bs, bs);
     r->n_pkeys = i + 1;
 }
 

@@ -30,6 +30,7 @@
 
 #include "sched/prefix.h"
 #include "sched/sched.h"
+#include "sched/sched_testing.h"
 
 #include <errno.h>
 #include <math.h>
@@ -261,6 +262,8 @@ struct sched {
     /* illegal state transitions seen (set_state), and the first one */
     uint64_t bad_transitions, bad_req;
     uint8_t bad_from, bad_to;
+    /* how cached blocks are keyed: XXH3 unless a test set otherwise (sched_testing.h) */
+    sched_prefix_key_fn prefix_key;
     /* prefix cache (NULL when off) and its counters */
     sched_prefix *px;
     uint64_t px_query, px_hit, px_self, px_evicted;

@@ -38,8 +38,6 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
         if (tb[i] && (!(tc[i]->out_bytes_per_s > 0) || !(tc[i]->in_bytes_per_s > 0) ||
                       !(tc[i]->latency_us >= 0)))
             return bad_config(i ? "disk" : "host", "tier needs bandwidths > 0 and latency >= 0");
-    if ((unsigned)cfg->prefix_key >= SCHED_PREFIX_KEY__COUNT)
-        return bad_config("prefix_key", "is not a sched_prefix_key_fn");
 
     sched *s = calloc(1, sizeof(*s));
     if (!s) goto oom;
@@ -59,16 +57,6 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
         s->cs[i].headroom = HEADROOM_MAX;
         s->cs[i].swapped.which = POS_Q;
     }
-    /* the longest_prefix order follows waiting requests by key alone (order.c): under a key
-     * that names no block it counts any block inserted as every waiter's next one */
-    for (int i = 0; i < s->n_classes; i++)
-        if (cfg->prefix_cache && cfg->prefix_key != SCHED_PREFIX_KEY_XXH3 &&
-            s->cls[i]->prefix_order == SCHED_PREFIX_ORDER_LONGEST) {
-            sched_destroy(s);
-            return bad_config("prefix_key",
-                              "must be xxh3 with a class whose prefix_order is longest_prefix "
-                              "(that order tracks waiting requests by key alone)");
-        }
     for (int i = 0; i < s->n_tenants; i++) {
         s->ten[i] = sched_policy_tenant(s->policy, i);
         s->ts[i].bucket = s->ten[i]->token_rate_per_s;
@@ -106,6 +94,28 @@ oom:
     sched_destroy(s);
     sched__set_error("sched_create: out of memory");
     return -ENOMEM;
+}
+
+/* A test-only entry point (sched_testing.h): the key function is not part of sched_config. */
+int sched_testing_set_prefix_key(sched *s, sched_prefix_key_fn fn)
+{
+    if ((unsigned)fn >= SCHED_PREFIX_KEY__COUNT)
+        return bad_config("prefix_key", "is not a sched_prefix_key_fn");
+    if (s->n_slots) {
+        sched__set_error("sched_testing_set_prefix_key: prefix_key must be set before the "
+                         "first request");
+        return -EBUSY;
+    }
+    /* the longest_prefix order follows waiting requests by key alone (order.c): under a key
+     * that names no block it counts any block inserted as every waiter's next one */
+    for (int i = 0; i < s->n_classes; i++)
+        if (s->conf.prefix_cache && fn != SCHED_PREFIX_KEY_XXH3 &&
+            s->cls[i]->prefix_order == SCHED_PREFIX_ORDER_LONGEST)
+            return bad_config("prefix_key",
+                              "must be xxh3 with a class whose prefix_order is longest_prefix "
+                              "(that order tracks waiting requests by key alone)");
+    s->prefix_key = fn;
+    return 0;
 }
 
 void sched_destroy(sched *s)

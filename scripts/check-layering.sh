@@ -26,14 +26,14 @@ model     |
 libclient | shm model
 kernels   | numa model
 sim       | sched formats
-gateway   | libclient formats model
-tools     | libclient shm formats model
+gateway   | libclient formats
+tools     | libclient shm formats
 daemon    | shm sched numa kernels formats libclient model
 fuzz      | shm libclient formats sched model
 EOF
 }
-# model/ (model files and text: GGUF, tokenizers) depends on common/ only; the engine, the
-# client library and the tools read model files through it.
+# model/ (model files and text: GGUF read and write, tokenizers, chat templates) depends on
+# common/ only; the engine and the client library read and write model files through it.
 # perf/ and tests/ may include everything: they exercise every module, the daemon's
 # internals included (tests/ and perf/ are the daemon's tests); nothing else includes daemon/.
 

@@ -10,7 +10,7 @@
 #define RINGLM_TESTS_GGUF_TEST_UTIL_H
 
 #include "kernels/engine.h"
-#include "kernels/gguf_write.h"
+#include "kernels/gguf_export.h"
 #include "model/tokenizer.h"
 
 #include <criterion/criterion.h>

@@ -602,7 +602,7 @@ static void add_rope_freqs(const char *src, const char *dst, const float *ff, in
     memcpy(fc, ff, (size_t)n * sizeof *fc);
     gw_tensor(w, "rope_freqs.weight", 1, (const uint64_t[]){(uint64_t)n}, 0 /* F32 */, fc,
               (size_t)n * sizeof *fc);
-    cr_assert_eq(gw_write(w, dst), 0, "%s", eng_errmsg());
+    cr_assert_eq(gw_write(w, dst), 0, "%s", gw_errmsg());
     gw_free(w);
     gguf_close(g);
 }

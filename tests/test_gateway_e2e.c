@@ -26,7 +26,7 @@
 
 #include <jansson.h>
 
-#include "kernels/gguf_write.h"
+#include "model/gguf_write.h"
 
 TestSuite(gateway_e2e, .fini = gwh_stop_all, .timeout = 180);
 

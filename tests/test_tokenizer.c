@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libclient tokenizer: run.c's encode on the recorded oracle, run.c's decode rules, and
- * malformed tokenizer files (clear errors, never a crash).
+ * model/ tokenizer: run.c's encode on the recorded oracle, run.c's decode rules, malformed
+ * tokenizer files (clear errors, never a crash), and the heap merge against the quadratic
+ * merge it replaced (tests/tok_reference.h) on random, long and degenerate texts.
  */
 #include "model/tokenizer.h"
+#include "tests/tok_reference.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -244,5 +246,92 @@ Test(tokenizer, optimised_merge_equals_run_c_on_random_texts)
         cr_assert_eq(na, nb, "\"%s\": %d tokens vs run.c's %d", text, na, nb);
         cr_assert(memcmp(a, b, (size_t)na * 4) == 0, "\"%s\": ids differ from run.c's", text);
     }
+    tok_free(t);
+}
+
+/* Random text from an alphabet of pieces, words and bytes that have no token (byte fallback). */
+static char *random_text(unsigned *seed, size_t len)
+{
+    static const char *const alphabet[] = {
+        "a",    "e",    "t",    " ",    "o",  "n",   "h",
+        "Lily", " the", ".",    ",",    "\n", "é",   "💩",
+        "1",    "x",    "'",    "!",    "  ", "ing", "Once upon a time",
+        " and", "\t",   "\x01", "\xff", "Ω"};
+    const size_t na = sizeof alphabet / sizeof alphabet[0];
+    char *s = malloc(len + 32);
+    size_t n = 0;
+    while (n < len) {
+        *seed = *seed * 1103515245u + 12345u;
+        const char *p = alphabet[(*seed >> 16) % na];
+        memcpy(s + n, p, strlen(p));
+        n += strlen(p);
+    }
+    s[n] = '\0';
+    return s;
+}
+
+static void assert_same_as_reference(const tok_tokenizer *t, const char *what, const char *text)
+{
+    int cap = (int)tok_encode_bound(text);
+    int32_t *a = malloc((size_t)cap * sizeof *a), *b = malloc((size_t)cap * sizeof *b);
+    int na = tok_encode(t, text, true, true, a, cap);
+    int nb = ref_encode(t, text, true, true, b, cap);
+    cr_assert_gt(na, 0, "%s: %s", what, tok_errmsg());
+    cr_assert_eq(na, nb, "%s (%zu bytes): %d tokens, the quadratic merge %d", what, strlen(text),
+                 na, nb);
+    for (int i = 0; i < na; i++)
+        cr_assert_eq(a[i], b[i], "%s (%zu bytes): token %d is %d, the quadratic merge's %d", what,
+                     strlen(text), i, a[i], b[i]);
+    free(a);
+    free(b);
+}
+
+/* The heap merges in the very order of the rescanning merge it replaced: on many random
+ * texts, on long ones (where an off-by-one in the list or a stale heap entry would show),
+ * and on degenerate ones (one repeated character: every pair ties, leftmost must win). */
+Test(tokenizer, heap_merge_equals_the_quadratic_merge, .timeout = 120)
+{
+    tok_tokenizer *t = load_tok512();
+    unsigned seed = 7;
+    for (int iter = 0; iter < 400; iter++) {
+        char *text = random_text(&seed, 1 + (size_t)(seed >> 8) % 300);
+        assert_same_as_reference(t, "random text", text);
+        free(text);
+    }
+    for (size_t len = 4096; len <= 32768; len *= 2) {
+        char *text = random_text(&seed, len);
+        assert_same_as_reference(t, "long random text", text);
+        free(text);
+    }
+    static const char *const runs[] = {"a", " ", "e", "é", "ab", "aab", "\xff"};
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        size_t l = strlen(runs[r]), count = 5000 / l + r;
+        char *text = malloc(count * l + 1);
+        for (size_t i = 0; i < count; i++) memcpy(text + i * l, runs[r], l);
+        text[count * l] = '\0';
+        assert_same_as_reference(t, runs[r], text);
+        free(text);
+    }
+    tok_free(t);
+}
+
+/* The merge is O(n log n): 1 MiB of text (the gateway's body limit) encodes in well under a
+ * second where the quadratic merge took minutes (perf/tok_bench.c has the figures). The bound
+ * is loose for a loaded machine: a quadratic merge misses it by two orders of magnitude. */
+Test(tokenizer, a_megabyte_prompt_encodes_in_seconds, .timeout = 120)
+{
+    tok_tokenizer *t = load_tok512();
+    unsigned seed = 11;
+    char *text = random_text(&seed, 1 << 20);
+    int cap = (int)tok_encode_bound(text);
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    uint64_t t0 = th_now_ms();
+    int n = tok_encode(t, text, true, false, ids, cap);
+    double ms = (double)(th_now_ms() - t0);
+    cr_assert_gt(n, 0, "%s", tok_errmsg());
+    cr_log_info("1 MiB: %d tokens in %.0f ms", n, ms);
+    cr_assert_lt(ms, 10000.0, "1 MiB encoded in %.0f ms", ms);
+    free(ids);
+    free(text);
     tok_free(t);
 }

@@ -38,7 +38,6 @@
 #include <unistd.h>
 
 #include "libclient/ringlm.h"
-#include "model/tokenizer.h"
 #include "tools/cli.h"
 #include "tools/replay.h"
 
@@ -68,6 +67,16 @@ static void usage_generate(FILE *f)
             "  --prompt-ids LIST  instead of --prompt/--tokenizer: comma-separated token ids;\n"
             "                     the output is then token ids, one line per token\n"
             "Prints the prompt, then the generated text as it streams, then a newline.\n");
+}
+
+/* run.c's safe_printf: a piece that is a single byte, neither printable ASCII nor whitespace,
+ * prints nothing (explicit ranges, so the locale cannot change the output). */
+static const char *run_c_printable(const char *piece)
+{
+    unsigned char c = (unsigned char)piece[0];
+    if (c && !piece[1] && !(c >= 0x20 && c <= 0x7e) && !(c == ' ' || (c >= '\t' && c <= '\r')))
+        return "";
+    return piece;
 }
 
 static int cmd_generate(int argc, char **argv)
@@ -119,7 +128,7 @@ static int cmd_generate(int argc, char **argv)
     }
     if (optind < argc) cli_die("generate: unexpected argument '%s'", argv[optind]);
     if (!prompt) prompt = "";
-    tok_tokenizer *tok = NULL;
+    ringlm_tokenizer *tok = NULL;
     int32_t *ids;
     int n, rc;
     if (prompt_ids) {
@@ -139,13 +148,13 @@ static int cmd_generate(int argc, char **argv)
             usage_generate(stderr);
             cli_die("generate: --tokenizer FILE is required (e.g. ../shared/models/tok512.bin)");
         }
-        rc = tok_load(tok_path, 0, &tok);
-        if (rc < 0) cli_die("tokenizer %s: %s (%s)", tok_path, strerror(-rc), tok_errmsg());
-        size_t cap = tok_encode_bound(prompt);
+        rc = ringlm_tokenizer_load(tok_path, 0, &tok);
+        if (rc < 0) cli_die("tokenizer %s: %s (%s)", tok_path, strerror(-rc), ringlm_errdetail());
+        size_t cap = ringlm_tokenize_bound(prompt);
         ids = malloc(cap * sizeof *ids);
         if (!ids) cli_die("out of memory");
-        n = tok_encode(tok, prompt, true, false, ids, (int)cap);
-        if (n < 0) cli_die("encoding the prompt: %s", tok_errmsg());
+        n = ringlm_tokenize(tok, prompt, RINGLM_TOKENIZE_BOS, ids, cap);
+        if (n < 0) cli_die("encoding the prompt: %s", ringlm_errdetail());
     }
     if (steps > 0) {
         /* run.c: positions 0..steps-1, the prompt forced for the first n-1 of them. */
@@ -176,8 +185,11 @@ static int cmd_generate(int argc, char **argv)
                 ringlm_errdetail());
 
     /* The prompt as run.c prints it: each forced token decoded after its predecessor. */
+    const char *piece;
     if (tok)
-        for (int i = 1; i < n; i++) fputs(tok_decode(tok, ids[i - 1], ids[i]), stdout);
+        for (int i = 1; i < n; i++)
+            if (ringlm_token_text(tok, ids[i - 1], ids[i], &piece) == 0)
+                fputs(run_c_printable(piece), stdout);
     fflush(stdout);
     int32_t prev = ids[n - 1];
     uint32_t got = 0;
@@ -198,7 +210,7 @@ static int cmd_generate(int argc, char **argv)
             if (stopped_on_bos) continue;
             if (!got++) t_first = cli_now_us();
             /* run.c stops when it samples BOS and prints nothing for it. */
-            if (ev.token == TOK_BOS && tok) {
+            if (tok && ev.token == ringlm_tokenizer_bos(tok)) {
                 stopped_on_bos = true;
                 ringlm_cancel(c, id);
                 continue;
@@ -208,13 +220,12 @@ static int cmd_generate(int argc, char **argv)
                 fflush(stdout);
                 continue;
             }
-            const char *piece = tok_decode(tok, prev, ev.token);
-            if (!piece) {
+            if (ringlm_token_text(tok, prev, ev.token, &piece) < 0) {
                 fputc('\n', stdout);
                 cli_die("the daemon sent token id %d, outside the tokenizer's %d pieces", ev.token,
-                        tok_vocab_size(tok));
+                        ringlm_tokenizer_vocab_size(tok));
             }
-            fputs(piece, stdout);
+            fputs(run_c_printable(piece), stdout);
             fflush(stdout);
             prev = ev.token;
         } else if (ev.kind == RINGLM_EV_FINISH) {
@@ -245,7 +256,7 @@ static int cmd_generate(int argc, char **argv)
     }
     ringlm_close(c);
     free(ids);
-    if (tok) tok_free(tok);
+    ringlm_tokenizer_free(tok);
     return exit_code;
 }
 

@@ -21,7 +21,6 @@
 
 #include "formats/trace.h"
 #include "libclient/ringlm.h"
-#include "model/tokenizer.h"
 #include "tools/cli.h"
 
 /* ======================================================================================= */
@@ -177,10 +176,14 @@ static uint64_t splitmix(uint64_t *s)
     return z ^ (z >> 31);
 }
 
+/* Synthetic prompts start as a llama2.c model's do: BOS (id 1), then ids from 3 up, past
+ * BOS and EOS. */
+#define REPLAY_BOS 1
+
 uint64_t replay_prompt(const replay_opts *ro, size_t idx, uint32_t n, int32_t *ids)
 {
     uint64_t s = ro->seed ^ ((uint64_t)idx * 0x100000001b3ull);
-    ids[0] = TOK_BOS;
+    ids[0] = REPLAY_BOS;
     int span = ro->vocab > 4 ? ro->vocab - 3 : 1;
     for (uint32_t j = 1; j < n; j++) ids[j] = 3 + (int32_t)(splitmix(&s) % (uint64_t)span);
     return s;

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kernels/gguf_write.h — writes GGUF v3 files (ringlm-mkmodel): metadata and tensors are
+ * model/gguf_write.h — writes GGUF v3 files (ringlm-mkmodel): metadata and tensors are
  * collected in memory, then written in one pass (header, key/values, tensor infos, data at
- * the default 32-byte alignment). The reader is model/gguf.h.
+ * the default 32-byte alignment). The reader is model/gguf.h. Also the vocabulary of a
+ * Hugging Face tokenizer.json as GGUF stores it (gw_vocab_from_hf, model/gguf_vocab.c).
+ * The engine's model export (kernels/gguf_export.h) writes through this writer.
  *
- * Errors: gw_write returns 0 or a negative errno with eng_errmsg() set. Adding entries
- * never fails: an allocation failure is remembered and reported by gw_write.
+ * Errors: gw_write and gw_vocab_from_hf return 0 or a negative errno with gw_errmsg() set.
+ * Adding entries never fails: an allocation failure is remembered and reported by gw_write.
  */
-#ifndef RINGLM_KERNELS_GGUF_WRITE_H
-#define RINGLM_KERNELS_GGUF_WRITE_H
+#ifndef RINGLM_MODEL_GGUF_WRITE_H
+#define RINGLM_MODEL_GGUF_WRITE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -36,10 +38,6 @@ void gw_tensor(gguf_writer *w, const char *name, int n_dims, const uint64_t *ne,
 
 int gw_write(gguf_writer *w, const char *path);
 
-#endif
-
-/* ---- exporting a model (ringlm-mkmodel --format gguf) ---- */
-
 /* A vocabulary as GGUF stores it (tokenizer.ggml.*), e.g. read from a Hugging Face
  * tokenizer.json by gw_vocab_from_hf. */
 typedef struct gw_vocab {
@@ -59,25 +57,17 @@ typedef struct gw_vocab {
 
 /* Reads tokenizer.json (and tokenizer_config.json when cfg_path is not NULL: BOS, EOS,
  * add_bos, chat template) into a vocabulary of exactly vocab_size tokens (unused ids padded).
- * Returns 0 or -errno with eng_errmsg(). */
+ * Returns 0 or -errno with gw_errmsg(). */
 int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size, gw_vocab **out);
 void gw_vocab_free(gw_vocab *v);
+/* Adds a vocabulary's tokenizer.* keys (a GGUF holding only these is a tokenizer file that
+ * tok_load reads). Never fails, as the other adders. */
+void gw_vocab_add(gguf_writer *w, const gw_vocab *v);
 
-typedef struct gw_export_opts {
-    const char *type; /* F32 F16 BF16 Q8_0 Q4_K Q6_K, or Q4_K_M (Q4_K with Q6_K for
-                              * output, attn_v and ffn_down, as llama.cpp's mix) */
-    const char *arch; /* "llama" (default) or "qwen2" (adds synthetic Q/K/V biases) */
-    /* The vocabulary: vocab_size pieces with scores (a llama2.c tokenizer, pieces with real
-     * spaces); NULL: a synthetic SentencePiece vocabulary (unk, BOS, EOS, 256 byte tokens,
-     * then "tN" pieces). */
-    const char *const *pieces;
-    const float *scores;
-    const gw_vocab *vocab; /* when not NULL: this vocabulary (pieces/scores unused) */
-} gw_export_opts;
 
-/* Writes a (non-lazy, float32) model as GGUF. A matrix whose rows the type's block does not
- * divide falls back to Q8_0, else F16 (named in *note, which the caller prints). Returns 0
- * or -errno with eng_errmsg(). */
-struct eng_model;
-int gw_export_model(const struct eng_model *m, const char *path, const gw_export_opts *o,
-                    char *note, size_t note_len);
+/* The detail of the writer's (and gw_vocab_from_hf's) last error on this thread. */
+const char *gw_errmsg(void);
+/* Sets that detail (printf style; an argument may be the detail itself); returns err. */
+int gw_seterr(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,17 +1,36 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kernels/gguf_write.c — the GGUF writer (see gguf_write.h). The metadata is serialised as
+ * model/gguf_write.c — the GGUF writer (see gguf_write.h). The metadata is serialised as
  * it is added into one growing buffer; tensors keep their data until gw_write.
  */
-#include "kernels/gguf_write.h"
-#include "kernels/engine.h"
+#include "model/gguf_write.h"
 #include "model/gguf.h"
+#include "common/errdetail.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* ---- errors ------------------------------------------------------------------------ */
+
+ERRDETAIL_DEFINE(gw_err);
+
+const char *gw_errmsg(void)
+{
+    return gw_err.msg;
+}
+
+/* A function: gguf_vocab.c reports through it too. */
+int gw_seterr(int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    errdetail_vset(&gw_err, err, fmt, ap);
+    va_end(ap);
+    return err;
+}
 
 typedef struct gw_tensor_rec {
     char *name;
@@ -177,7 +196,7 @@ static size_t pad_to(size_t n)
 
 int gw_write(gguf_writer *w, const char *path)
 {
-    if (w->oom) return eng_seterr(-ENOMEM, "%s: out of memory while building the GGUF file", path);
+    if (w->oom) return gw_seterr(-ENOMEM, "%s: out of memory while building the GGUF file", path);
     /* The header and tensor infos go into the same buffer after the key/values. */
     size_t kv_end = w->kv_len;
     uint64_t offset = 0;
@@ -190,9 +209,9 @@ int gw_write(gguf_writer *w, const char *path)
         put_le(w, offset, 8);
         offset = pad_to(offset + r->bytes);
     }
-    if (w->oom) return eng_seterr(-ENOMEM, "%s: out of memory while building the GGUF file", path);
+    if (w->oom) return gw_seterr(-ENOMEM, "%s: out of memory while building the GGUF file", path);
     FILE *f = fopen(path, "wb");
-    if (!f) return eng_seterr(-errno, "%s: %s", path, strerror(errno));
+    if (!f) return gw_seterr(-errno, "%s: %s", path, strerror(errno));
     unsigned char hdr[24];
     const uint64_t fields[4] = {GGUF_MAGIC, 3, w->n_t, w->n_kv};
     const int widths[4] = {4, 4, 8, 8};
@@ -211,8 +230,34 @@ int gw_write(gguf_writer *w, const char *path)
     }
     w->kv_len = kv_end; /* the infos are rebuilt by another gw_write */
     int err = 0;
-    if (!ok) err = eng_seterr(-EIO, "%s: write: %s", path, strerror(errno));
-    if (fclose(f) != 0 && !err) err = eng_seterr(-EIO, "%s: close: %s", path, strerror(errno));
+    if (!ok) err = gw_seterr(-EIO, "%s: write: %s", path, strerror(errno));
+    if (fclose(f) != 0 && !err) err = gw_seterr(-EIO, "%s: close: %s", path, strerror(errno));
     if (err) unlink(path);
     return err;
+}
+
+void gw_vocab_add(gguf_writer *w, const gw_vocab *v)
+{
+    gw_str(w, "tokenizer.ggml.model", v->model);
+    if (v->pre) gw_str(w, "tokenizer.ggml.pre", v->pre);
+    gw_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)v->tokens, v->lens, v->n);
+    gw_f32_arr(w, "tokenizer.ggml.scores", v->scores, v->n);
+    gw_i32_arr(w, "tokenizer.ggml.token_type", v->types, v->n);
+    if (v->n_merges) {
+        size_t *ml = malloc(v->n_merges * sizeof *ml);
+        if (!ml) {
+            w->oom = true;
+            return;
+        }
+        for (size_t i = 0; i < v->n_merges; i++) ml[i] = strlen(v->merges[i]);
+        gw_str_arr(w, "tokenizer.ggml.merges", (const char *const *)v->merges, ml, v->n_merges);
+        free(ml);
+    }
+    if (v->bos >= 0) gw_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos);
+    if (v->eos >= 0) gw_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
+    if (v->eot >= 0) gw_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)v->eot);
+    if (v->unk >= 0) gw_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)v->unk);
+    gw_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
+    gw_bool(w, "tokenizer.ggml.add_eos_token", false);
+    if (v->chat_template) gw_str(w, "tokenizer.chat_template", v->chat_template);
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kernels/gguf_vocab.c — a Hugging Face tokenizer.json (+ tokenizer_config.json) as the
+ * model/gguf_vocab.c — a Hugging Face tokenizer.json (+ tokenizer_config.json) as the
  * GGUF vocabulary llama.cpp's converter would write (ringlm-mkmodel --vocab):
  *
  *   - byte-level BPE (a ByteLevel pre-tokenizer or decoder): tokenizer.ggml.model "gpt2",
@@ -14,8 +14,7 @@
  *     EOT from the first of <|eot_id|>, <|im_end|>, <|end|> present, and the config's
  *     chat_template.
  */
-#include "kernels/engine.h"
-#include "kernels/gguf_write.h"
+#include "model/gguf_write.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -60,16 +59,16 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
     *out = NULL;
     json_error_t je;
     json_t *root = json_load_file(tok_path, 0, &je), *cfg = NULL;
-    if (!root) return eng_seterr(-EINVAL, "%s:%d: %s", tok_path, je.line, je.text);
+    if (!root) return gw_seterr(-EINVAL, "%s:%d: %s", tok_path, je.line, je.text);
     /* configs hold model_max_length = 1e30: integers as reals (only strings and booleans are read) */
     if (cfg_path && !(cfg = json_load_file(cfg_path, JSON_DECODE_INT_AS_REAL, &je))) {
         json_decref(root);
-        return eng_seterr(-EINVAL, "%s:%d: %s", cfg_path, je.line, je.text);
+        return gw_seterr(-EINVAL, "%s:%d: %s", cfg_path, je.line, je.text);
     }
     int err = 0;
     gw_vocab *v = calloc(1, sizeof *v);
     if (!v) {
-        err = eng_seterr(-ENOMEM, "out of memory");
+        err = gw_seterr(-ENOMEM, "out of memory");
         goto out;
     }
     json_t *model = json_object_get(root, "model");
@@ -77,10 +76,10 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
     json_t *merges = json_object_get(model, "merges");
     const char *mtype = json_string_value(json_object_get(model, "type"));
     if (!mtype || strcmp(mtype, "BPE") || !json_is_object(vocab) || !json_is_array(merges)) {
-        err = eng_seterr(-EINVAL,
-                         "%s: model.type \"%s\": only BPE models (model.vocab, "
-                         "model.merges) are supported",
-                         tok_path, mtype ? mtype : "?");
+        err = gw_seterr(-EINVAL,
+                        "%s: model.type \"%s\": only BPE models (model.vocab, "
+                        "model.merges) are supported",
+                        tok_path, mtype ? mtype : "?");
         goto out;
     }
     json_t *parts = json_pack("[OO]", json_object_get(root, "pre_tokenizer") ?: json_null(),
@@ -88,7 +87,7 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
     char *dump = parts ? json_dumps(parts, JSON_COMPACT) : NULL;
     json_decref(parts);
     if (!dump) {
-        err = eng_seterr(-ENOMEM, "out of memory");
+        err = gw_seterr(-ENOMEM, "out of memory");
         goto out;
     }
     bool bytelevel = strstr(dump, "\"ByteLevel\"") != NULL;
@@ -103,17 +102,17 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
     }
     free(dump);
     if (bytelevel && !pre) {
-        err = eng_seterr(-EINVAL,
-                         "%s: a byte-level BPE whose pre-tokenizer expression is "
-                         "neither Llama 3's nor Qwen2's: not supported",
-                         tok_path);
+        err = gw_seterr(-EINVAL,
+                        "%s: a byte-level BPE whose pre-tokenizer expression is "
+                        "neither Llama 3's nor Qwen2's: not supported",
+                        tok_path);
         goto out;
     }
     if (!bytelevel && !fallback) {
-        err = eng_seterr(-EINVAL,
-                         "%s: BPE that is neither byte-level nor SentencePiece-like "
-                         "(byte_fallback): not supported",
-                         tok_path);
+        err = gw_seterr(-EINVAL,
+                        "%s: BPE that is neither byte-level nor SentencePiece-like "
+                        "(byte_fallback): not supported",
+                        tok_path);
         goto out;
     }
     v->model = bytelevel ? "gpt2" : "llama";
@@ -126,7 +125,7 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
     {
         json_int_t id = json_integer_value(val);
         if (!json_is_integer(val) || id < 0 || id >= (1 << 22)) {
-            err = eng_seterr(-EINVAL, "%s: model.vocab[\"%s\"]: id must be 0..2^22", tok_path, k);
+            err = gw_seterr(-EINVAL, "%s: model.vocab[\"%s\"]: id must be 0..2^22", tok_path, k);
             goto out;
         }
         if ((size_t)id + 1 > n) n = (size_t)id + 1;
@@ -137,17 +136,17 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
     {
         json_int_t id = json_integer_value(json_object_get(val, "id"));
         if (id < 0 || id >= (1 << 22) || !json_string_value(json_object_get(val, "content"))) {
-            err = eng_seterr(-EINVAL, "%s: added_tokens[%zu]: needs id 0..2^22 and content",
-                             tok_path, ai);
+            err = gw_seterr(-EINVAL, "%s: added_tokens[%zu]: needs id 0..2^22 and content",
+                            tok_path, ai);
             goto out;
         }
         if ((size_t)id + 1 > n) n = (size_t)id + 1;
     }
     if (n > (size_t)vocab_size) {
-        err = eng_seterr(-EINVAL,
-                         "%s: %zu tokens, more than the model's vocabulary of %d "
-                         "(pick a preset whose vocabulary fits)",
-                         tok_path, n, vocab_size);
+        err = gw_seterr(-EINVAL,
+                        "%s: %zu tokens, more than the model's vocabulary of %d "
+                        "(pick a preset whose vocabulary fits)",
+                        tok_path, n, vocab_size);
         goto out;
     }
     v->n = (size_t)vocab_size;
@@ -157,7 +156,7 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
     v->scores = calloc(v->n, sizeof *v->scores);
     v->merges = calloc(json_array_size(merges) + 1, sizeof *v->merges);
     if (!v->tokens || !v->lens || !v->types || !v->scores || !v->merges) {
-        err = eng_seterr(-ENOMEM, "out of memory");
+        err = gw_seterr(-ENOMEM, "out of memory");
         goto out;
     }
     json_object_foreach(vocab, k, val)
@@ -185,7 +184,7 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
             v->types[i] = TT_UNUSED;
         }
         if (!v->tokens[i]) {
-            err = eng_seterr(-ENOMEM, "out of memory");
+            err = gw_seterr(-ENOMEM, "out of memory");
             goto out;
         }
         v->lens[i] = strlen(v->tokens[i]);
@@ -204,10 +203,10 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
             if (l && r && asprintf(&m, "%s %s", l, r) < 0) m = NULL;
         }
         if (!m) {
-            err = eng_seterr(s || (l && r) ? -ENOMEM : -EINVAL,
-                             "%s: model.merges[%zu]: expected "
-                             "\"LEFT RIGHT\" or [LEFT, RIGHT]",
-                             tok_path, ai);
+            err = gw_seterr(s || (l && r) ? -ENOMEM : -EINVAL,
+                            "%s: model.merges[%zu]: expected "
+                            "\"LEFT RIGHT\" or [LEFT, RIGHT]",
+                            tok_path, ai);
             goto out;
         }
         v->merges[v->n_merges++] = m;
@@ -220,7 +219,7 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
             if (!sp) continue;
             char *joined = malloc(strlen(v->merges[i]));
             if (!joined) {
-                err = eng_seterr(-ENOMEM, "out of memory");
+                err = gw_seterr(-ENOMEM, "out of memory");
                 goto out;
             }
             size_t ll = (size_t)(sp - v->merges[i]);
@@ -240,10 +239,10 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
     v->bos = find_token(v, bos);
     v->eos = find_token(v, eos);
     if ((bos && v->bos < 0) || (eos && v->eos < 0)) {
-        err = eng_seterr(-EINVAL,
-                         "%s: bos_token \"%s\" / eos_token \"%s\": not in the "
-                         "vocabulary",
-                         cfg_path, bos ? bos : "", eos ? eos : "");
+        err = gw_seterr(-EINVAL,
+                        "%s: bos_token \"%s\" / eos_token \"%s\": not in the "
+                        "vocabulary",
+                        cfg_path, bos ? bos : "", eos ? eos : "");
         goto out;
     }
     v->eot = -1;
@@ -253,7 +252,7 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
     v->add_bos = json_is_boolean(ab) ? json_is_true(ab) : v->bos >= 0;
     const char *tpl = json_string_value(json_object_get(cfg, "chat_template"));
     if (tpl && !(v->chat_template = strdup(tpl))) {
-        err = eng_seterr(-ENOMEM, "out of memory");
+        err = gw_seterr(-ENOMEM, "out of memory");
         goto out;
     }
 out:

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/gguf_export.h — an engine model (float32: synthetic or llama2.c) written as a GGUF
+ * file with the quantization kernels (ringlm-mkmodel --format gguf), through model/'s writer.
+ *
+ * Errors: gw_export_model returns 0 or a negative errno with eng_errmsg() set (a failure of
+ * the writer is wrapped into it).
+ */
+#ifndef RINGLM_KERNELS_GGUF_EXPORT_H
+#define RINGLM_KERNELS_GGUF_EXPORT_H
+
+#include "model/gguf_write.h"
+
+#include <stddef.h>
+
+typedef struct gw_export_opts {
+    const char *type; /* F32 F16 BF16 Q8_0 Q4_K Q6_K, or Q4_K_M (Q4_K with Q6_K for
+                              * output, attn_v and ffn_down, as llama.cpp's mix) */
+    const char *arch; /* "llama" (default) or "qwen2" (adds synthetic Q/K/V biases) */
+    /* The vocabulary: vocab_size pieces with scores (a llama2.c tokenizer, pieces with real
+     * spaces); NULL: a synthetic SentencePiece vocabulary (unk, BOS, EOS, 256 byte tokens,
+     * then "tN" pieces). */
+    const char *const *pieces;
+    const float *scores;
+    const gw_vocab *vocab; /* when not NULL: this vocabulary (pieces/scores unused) */
+} gw_export_opts;
+
+/* Writes a (non-lazy, float32) model as GGUF. A matrix whose rows the type's block does not
+ * divide falls back to Q8_0, else F16 (named in *note, which the caller prints). Returns 0
+ * or -errno with eng_errmsg(). */
+struct eng_model;
+int gw_export_model(const struct eng_model *m, const char *path, const gw_export_opts *o,
+                    char *note, size_t note_len);
+
+#endif
