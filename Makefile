@@ -171,7 +171,7 @@ $(B)/ringlm.pc: Makefile
 # Suites run one after another; each suite's own tests run in Criterion's worker processes.
 T ?=
 RUN_TESTS = $(filter $(B)/tests/test_$(T)%,$(TESTS))
-test: all $(TESTS) check-layering check-format check-portable
+test: all $(TESTS) check-layering check-format check-end-codes check-portable
 	@B=$(B) scripts/run-tests.sh $(RUN_TESTS)
 
 demo: all
@@ -183,6 +183,14 @@ deps:
 
 check-layering:
 	@scripts/check-layering.sh
+
+# ringlm.h's end codes are generated from the one table, common/end_codes.h (see there).
+.PHONY: check-end-codes gen-end-codes
+check-end-codes:
+	@scripts/gen-end-codes.sh --check
+
+gen-end-codes:
+	scripts/gen-end-codes.sh
 
 # make check-portable : the reference CPU backend and the modules under it (kernels/ without
 # cuda/, model/, sched/, shm/, and common/'s headers) compiled for arm64 with Debian's cross

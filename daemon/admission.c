@@ -1,13 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * daemon/admission.c — a new request's checks, in the order a client's mistake is most
- * likely: draining, the wire checks, the tenant tag, the class, sampling parameters, the
- * context, every prompt token against the vocabulary, the id against the session's
- * requests in flight, the per-session limit. A request that fails one is answered at once
+ * daemon/admission.c — a new request's checks: the per-session limit, draining, the one
+ * parameter check (ringlm_wire_check_request: ranges of every parameter), the tenant tag,
+ * the class, the context, every prompt token against the vocabulary, the id against the
+ * session's requests in flight. A request that fails one is answered at once
  * (rejected, with the wire cause and a detail in the decision log); the rest go to the
  * scheduler, which may still reject them (quota, queue, deadline).
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,11 +14,13 @@
 
 #include "daemon/service_internal.h"
 
-/* Answers a request the scheduler never saw: rejected with a wire cause. */
-static void reject_now(svc *s, svc_req *r, unsigned cause, const char *why)
+/* Answers a request the scheduler never saw: rejected for `why_code`, whose cause the client
+ * sees (sched_reject_cause). */
+static void reject_now(svc *s, svc_req *r, sched_reject_reason why_code, const char *why)
 {
+    unsigned cause = (unsigned)sched_reject_cause(why_code);
     s->n_rejects++;
-    if (r->series >= 0) metrics_count_reject(s->mx, r->series, ringlm_wire_reason_name(cause));
+    if (r->series >= 0) metrics_count_reject(s->mx, r->series, why_code);
     if (s->logs && declog_has_decisions(s->logs)) {
         /* The class name (and the detail that quotes it) are the client's: the one JSON
          * writer escapes them and repairs invalid UTF-8, so no client can forge a field or
@@ -31,13 +32,13 @@ static void reject_now(svc *s, svc_req *r, unsigned cause, const char *why)
         d.req = r->id;
         d.tenant = r->tenant_name;
         d.class_name = r->class_name;
-        d.reason = ringlm_wire_reason_name(cause);
+        d.reason = sched_reject_name(why_code);
         d.detail = why;
         d.prompt_tokens = r->n_prompt;
         d.max_tokens = r->max_new;
         declog_decision_record(s->logs, &d);
     }
-    DTRACE_PROBE3(ringlmd, decision, (int)SCHED_EV_REJECT, r->id, ringlm_wire_reason_name(cause));
+    DTRACE_PROBE3(ringlmd, decision, (int)SCHED_EV_REJECT, r->id, sched_reject_name(why_code));
     req_end(s, r, RINGLM_WIRE_R_REJECTED, cause);
 }
 
@@ -94,39 +95,28 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr, co
     if (ss->n_reqs > SVC_MAX_REQS_PER_SESSION) {
         snprintf(why, sizeof why, "%d requests of this session in flight or undelivered (limit %d)",
                  ss->n_reqs - 1, SVC_MAX_REQS_PER_SESSION);
-        reject_now(s, r, RINGLM_WIRE_R_QUEUE_FULL, why);
+        reject_now(s, r, SCHED_REJECT_QUEUE_FULL, why);
         return;
     }
     if (s->draining) {
-        reject_now(s, r, RINGLM_WIRE_R_DRAINING, "daemon is draining");
+        reject_now(s, r, SCHED_REJECT_DRAINING, "daemon is draining");
         return;
     }
-    int cause = ringlm_wire_check_request(hdr, why, sizeof why);
-    if (cause) {
-        reject_now(s, r, (unsigned)cause, why);
-        return;
-    }
-    /* now + deadline must not wrap: an absurd deadline is bad_params, not infeasible. */
-    if (hdr->deadline_us > SVC_MAX_DEADLINE_US) {
-        snprintf(why, sizeof why, "deadline_us %llu is beyond the limit of %llu (one year)",
-                 (unsigned long long)hdr->deadline_us, (unsigned long long)SVC_MAX_DEADLINE_US);
-        reject_now(s, r, RINGLM_WIRE_R_BAD_PARAMS, why);
+    /* The one parameter check (the client library ran it too; this record may not come from
+     * the library). It keeps now + deadline from wrapping. */
+    if (ringlm_wire_check_request(hdr, why, sizeof why)) {
+        reject_now(s, r, SCHED_REJECT_BAD_PARAMS, why);
         return;
     }
     if (bad_tenant) {
         snprintf(why, sizeof why, "tenant tag \"%s\" is not in the policy", tenant_tag);
-        reject_now(s, r, RINGLM_WIRE_R_BAD_PARAMS, why);
+        reject_now(s, r, SCHED_REJECT_UNKNOWN_TENANT, why);
         return;
     }
     if (!cc) {
         snprintf(why, sizeof why, "class \"%s\" is not in the policy",
                  class_name ? class_name : "");
-        reject_now(s, r, RINGLM_WIRE_R_UNKNOWN_CLASS, why);
-        return;
-    }
-    if (!isfinite(hdr->temperature) || hdr->temperature > 100.0f) {
-        snprintf(why, sizeof why, "temperature %g out of range [0, 100]", (double)hdr->temperature);
-        reject_now(s, r, RINGLM_WIRE_R_BAD_PARAMS, why);
+        reject_now(s, r, SCHED_REJECT_UNKNOWN_CLASS, why);
         return;
     }
     /* The sequence's last token never needs a KV slot, so seq_len + 1 tokens fit. */
@@ -135,26 +125,26 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr, co
         (uint64_t)n_prompt + hdr->max_new_tokens > max_ctx) {
         snprintf(why, sizeof why, "prompt %u + max_new_tokens %u exceeds the context of %u tokens",
                  n_prompt, hdr->max_new_tokens, s->mcfg->seq_len);
-        reject_now(s, r, RINGLM_WIRE_R_TOO_LONG, why);
+        reject_now(s, r, SCHED_REJECT_TOO_LONG, why);
         return;
     }
     for (uint32_t i = 0; i < n_prompt; i++) {
         if (prompt[i] < 0 || prompt[i] >= vocab) {
             snprintf(why, sizeof why, "prompt token %u is %d, vocabulary has %d tokens", i,
                      prompt[i], vocab);
-            reject_now(s, r, RINGLM_WIRE_R_BAD_TOKEN, why);
+            reject_now(s, r, SCHED_REJECT_BAD_TOKEN, why);
             return;
         }
     }
     if (req_find_client(ss, hdr->req_id, r)) {
         snprintf(why, sizeof why, "request id %llu is already in flight in this session",
                  (unsigned long long)hdr->req_id);
-        reject_now(s, r, RINGLM_WIRE_R_DUPLICATE_ID, why);
+        reject_now(s, r, SCHED_REJECT_DUPLICATE, why);
         return;
     }
     r->tokens = malloc(sizeof(int32_t) * ((size_t)n_prompt + hdr->max_new_tokens));
     if (!r->tokens) {
-        reject_now(s, r, RINGLM_WIRE_R_INTERNAL, "out of memory");
+        reject_now(s, r, SCHED_REJECT_INTERNAL, "out of memory");
         return;
     }
     memcpy(r->tokens, prompt, sizeof(int32_t) * n_prompt);

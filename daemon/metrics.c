@@ -84,9 +84,6 @@ int metrics_create(const metrics_config *cfg, metrics **out)
     copy_label(in->backend, sizeof in->backend, cfg->backend);
     in->kv_block_size = cfg->kv_block_size;
     in->prefix_cache = cfg->prefix_cache;
-    /* Reason 0 is the overflow bucket, so an id is always valid. */
-    strcpy(m->live.reasons[0], "other");
-    m->live.n_reasons = 1;
     pthread_mutex_init(&m->read_mu, NULL);
     pthread_mutex_init(&m->guard_mu, NULL);
     pthread_cond_init(&m->guard_cv, NULL);
@@ -169,11 +166,6 @@ int metrics_series(metrics *m, const char *tenant, const char *class_name)
     return id;
 }
 
-static int reason_id(metrics *m, const char *reason)
-{
-    return intern(m->live.reasons, &m->live.n_reasons, METRICS_MAX_REASONS, reason, 0);
-}
-
 static series_stats *ser(metrics *m, int series)
 {
     /* A bad id is the caller's bug; count it under a real series rather than scribble. */
@@ -199,20 +191,23 @@ void metrics_add_tokens(metrics *m, int series, uint64_t prompt_tokens, uint64_t
     s->generated_tokens += generated_tokens;
 }
 
-void metrics_count_finish(metrics *m, int series, const char *finish_reason)
+void metrics_count_finish(metrics *m, int series, sched_end_code finish)
 {
-    ser(m, series)->finish[reason_id(m, finish_reason)]++;
+    /* NONE is no finish reason: it lands in the invalid slot with everything past ERROR. */
+    unsigned f = finish == SCHED_END_NONE ? N_FINISH : (unsigned)finish;
+    ser(m, series)->finish[reason_slot(f, N_FINISH)]++;
 }
 
-void metrics_count_reject(metrics *m, int series, const char *reason)
+void metrics_count_reject(metrics *m, int series, sched_reject_reason reason)
 {
-    ser(m, series)->reject[reason_id(m, reason)]++;
+    ser(m, series)->reject[reason_slot((unsigned)reason, N_REJECT)]++;
 }
 
-void metrics_count_preempt(metrics *m, int series, enum metrics_mode mode, const char *reason)
+void metrics_count_preempt(metrics *m, int series, enum metrics_mode mode,
+                           sched_defer_reason reason)
 {
     if ((unsigned)mode >= METRICS_N_MODES) return;
-    ser(m, series)->preempt[mode][reason_id(m, reason)]++;
+    ser(m, series)->preempt[mode][reason_slot((unsigned)reason, N_DEFER)]++;
 }
 
 void metrics_count_cancel(metrics *m, int series)
@@ -224,9 +219,9 @@ void metrics_count_timeout(metrics *m, int series)
     ser(m, series)->timeouts++;
 }
 
-void metrics_count_defer(metrics *m, int series, const char *reason)
+void metrics_count_defer(metrics *m, int series, sched_defer_reason reason)
 {
-    ser(m, series)->defer[reason_id(m, reason)]++;
+    ser(m, series)->defer[reason_slot((unsigned)reason, N_DEFER)]++;
 }
 
 void metrics_set_series_queue(metrics *m, int series, uint32_t waiting, uint32_t running)

@@ -43,12 +43,15 @@
 extern "C" {
 #endif
 
-/* Limits: a label keeps its first MAX-1 distinct values; later ones are folded into the
- * value "other" (counted, never dropped), so a misbehaving label source can not make the
- * exposition grow without bound. */
+/* Limits: a tenant or class label keeps its first MAX-1 distinct values; later ones are
+ * folded into the value "other" (counted, never dropped), so a misbehaving label source can
+ * not make the exposition grow without bound.  Reasons are not strings here: each counter
+ * by reason is an array indexed by the scheduler's enum (sched_end_code, sched_reject_reason,
+ * sched_defer_reason), and the names of the label reason="…" exist only where the exposition
+ * is written (metrics_render.c).  A value outside its enum (a caller's bug) is counted under
+ * reason="invalid", never under a real reason. */
 #define METRICS_MAX_TENANTS 32
 #define METRICS_MAX_CLASSES 8
-#define METRICS_MAX_REASONS 24
 #define METRICS_LABEL_MAX   48 /* bytes per label value, longer ones are truncated */
 
 /* KV tiers are the scheduler's pools (sched_pool; label tier="device|host|disk", named by
@@ -117,16 +120,19 @@ int metrics_series(metrics *m, const char *tenant, const char *class_name);
 
 void metrics_observe(metrics *m, int series, enum metrics_hist h, uint64_t us);
 void metrics_add_tokens(metrics *m, int series, uint64_t prompt_tokens, uint64_t generated_tokens);
-/* A request ended; reason as in FORMATS.md finish_reason (length, stop, cancelled,
- * timeout, rejected, error) → ringlm_requests_finished_total{reason}. The cancel, timeout
+/* A request ended with finish reason `finish` (SCHED_END_LENGTH … SCHED_END_ERROR, as in
+ * FORMATS.md finish_reason) → ringlm_requests_finished_total{reason}. The cancel, timeout
  * and reject counters are separate calls (the daemon feeds them from decision events). */
-void metrics_count_finish(metrics *m, int series, const char *finish_reason);
-void metrics_count_reject(metrics *m, int series, const char *reason);
-void metrics_count_preempt(metrics *m, int series, enum metrics_mode mode, const char *reason);
+void metrics_count_finish(metrics *m, int series, sched_end_code finish);
+/* A reject (the scheduler's, or the daemon's own before the scheduler saw the request). */
+void metrics_count_reject(metrics *m, int series, sched_reject_reason reason);
+/* A preemption in `mode`, made for `reason` (the event's defer: blocks or quota). */
+void metrics_count_preempt(metrics *m, int series, enum metrics_mode mode,
+                           sched_defer_reason reason);
 void metrics_count_cancel(metrics *m, int series);
 void metrics_count_timeout(metrics *m, int series);
 /* Deferrals (sched "defer" events) by reason: budget, blocks, quota, output_backpressure… */
-void metrics_count_defer(metrics *m, int series, const char *reason);
+void metrics_count_defer(metrics *m, int series, sched_defer_reason reason);
 /* Queue depth of one series (waiting = queued, not yet running; running = has KV). */
 void metrics_set_series_queue(metrics *m, int series, uint32_t waiting, uint32_t running);
 

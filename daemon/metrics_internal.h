@@ -55,14 +55,25 @@ typedef struct hist_iter {
 _Static_assert(SCHED_XFER_OUT == 0 && SCHED_XFER_IN == N_DIRS - 1,
                "sched_xfer_dir indexes [N_DIRS]");
 
+/* Counters by reason are indexed by the enum itself; the one slot past its last value
+ * (N_x, "invalid" in the exposition) takes a value outside it, so no real reason is ever
+ * charged for a caller's bug. Finish reasons are the end codes below the causes. */
+#define N_FINISH (SCHED_END_ERROR + 1)
+#define N_REJECT SCHED_REJECT__COUNT
+#define N_DEFER  SCHED_DEFER__COUNT
+static inline unsigned reason_slot(unsigned value, unsigned n)
+{
+    return value < n ? value : n;
+}
+
 typedef struct series_stats {
     uint16_t tenant, cls;
     hist_lat h[METRICS_N_HIST];
     uint64_t prompt_tokens, generated_tokens;
-    uint64_t finish[METRICS_MAX_REASONS];
-    uint64_t reject[METRICS_MAX_REASONS];
-    uint64_t defer[METRICS_MAX_REASONS];
-    uint64_t preempt[METRICS_N_MODES][METRICS_MAX_REASONS];
+    uint64_t finish[N_FINISH + 1];
+    uint64_t reject[N_REJECT + 1];
+    uint64_t defer[N_DEFER + 1];
+    uint64_t preempt[METRICS_N_MODES][N_DEFER + 1];
     uint64_t cancels, timeouts;
     uint32_t waiting, running;
 } series_stats;
@@ -79,10 +90,9 @@ typedef struct info_labels {
 typedef struct snap {
     uint64_t generation;
     info_labels info;
-    int n_tenants, n_classes, n_reasons, n_series;
+    int n_tenants, n_classes, n_series;
     char tenants[METRICS_MAX_TENANTS][METRICS_LABEL_MAX];
     char classes[METRICS_MAX_CLASSES][METRICS_LABEL_MAX];
-    char reasons[METRICS_MAX_REASONS][METRICS_LABEL_MAX];
     uint32_t waiting, running;
     uint64_t kv_used[SCHED_POOL__COUNT], kv_total[SCHED_POOL__COUNT];
     metrics_prefix prefix;

@@ -140,20 +140,43 @@ static void render_tc_counter(FILE *f, const snap *s, const char *name, const ch
     }
 }
 
+/* The label reason="…" of slot r of a counter indexed by an enum: the enum's own name, and
+ * "invalid" for the slot past its last value (metrics_internal.h). These are the only names
+ * of reasons in the metrics module. */
+typedef const char *(*reason_name_fn)(unsigned r, unsigned n);
+static const char *finish_label(unsigned r, unsigned n)
+{
+    return r < n && r != SCHED_END_NONE ? sched_end_name(r) : "invalid";
+}
+static const char *reject_label(unsigned r, unsigned n)
+{
+    return r < n ? sched_reject_name((sched_reject_reason)r) : "invalid";
+}
+static const char *defer_label(unsigned r, unsigned n)
+{
+    return r < n ? sched_defer_name((sched_defer_reason)r) : "invalid";
+}
+
+static void reason_line(FILE *f, const snap *s, const series_stats *x, const char *name,
+                        const char *mode, const char *reason, uint64_t v)
+{
+    fprintf(f, "%s{", name);
+    tc_labels(f, s, x);
+    if (mode) put_label(f, "mode", mode, true);
+    put_label(f, "reason", reason, true);
+    fprintf(f, "} %llu\n", (unsigned long long)v);
+}
+
+/* arr has n + 1 slots (the last one "invalid"); counters appear when they first count. */
 static void render_reason_counter(FILE *f, const snap *s, const char *name, const char *help,
-                                  size_t off)
+                                  size_t off, unsigned n, reason_name_fn label)
 {
     head(f, name, "counter", help);
     for (int i = 0; i < s->n_series; i++) {
         const series_stats *x = &s->series[i];
         const uint64_t *arr = (const uint64_t *)((const char *)x + off);
-        for (int r = 0; r < s->n_reasons; r++) {
-            if (!arr[r]) continue; /* counters appear when they first count */
-            fprintf(f, "%s{", name);
-            tc_labels(f, s, x);
-            put_label(f, "reason", s->reasons[r], true);
-            fprintf(f, "} %llu\n", (unsigned long long)arr[r]);
-        }
+        for (unsigned r = 0; r <= n; r++)
+            if (arr[r]) reason_line(f, s, x, name, NULL, label(r, n), arr[r]);
     }
 }
 
@@ -188,25 +211,21 @@ static void render(FILE *f, const snap *s)
     render_reason_counter(
         f, s, "ringlm_requests_finished_total",
         "Requests ended, by finish reason (length, stop, cancelled, timeout, rejected, error).",
-        offsetof(series_stats, finish));
+        offsetof(series_stats, finish), N_FINISH, finish_label);
     render_reason_counter(f, s, "ringlm_rejects_total",
                           "Requests rejected at admission, by reason.",
-                          offsetof(series_stats, reject));
+                          offsetof(series_stats, reject), N_REJECT, reject_label);
     render_reason_counter(f, s, "ringlm_defers_total", "Scheduling deferrals, by reason.",
-                          offsetof(series_stats, defer));
+                          offsetof(series_stats, defer), N_DEFER, defer_label);
     head(f, "ringlm_preemptions_total", "counter",
          "Preemptions by mode (swap, recompute) and reason.");
     for (int i = 0; i < s->n_series; i++) {
         const series_stats *x = &s->series[i];
         for (int md = 0; md < METRICS_N_MODES; md++)
-            for (int r = 0; r < s->n_reasons; r++) {
-                if (!x->preempt[md][r]) continue;
-                fputs("ringlm_preemptions_total{", f);
-                tc_labels(f, s, x);
-                put_label(f, "mode", mode_name[md], true);
-                put_label(f, "reason", s->reasons[r], true);
-                fprintf(f, "} %llu\n", (unsigned long long)x->preempt[md][r]);
-            }
+            for (unsigned r = 0; r <= N_DEFER; r++)
+                if (x->preempt[md][r])
+                    reason_line(f, s, x, "ringlm_preemptions_total", mode_name[md],
+                                defer_label(r, N_DEFER), x->preempt[md][r]);
     }
     render_tc_counter(f, s, "ringlm_cancels_total", "counter",
                       "Requests cancelled (by the client or its death).",

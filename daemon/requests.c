@@ -126,29 +126,6 @@ static void set_blocked(svc *s, svc_req *r, bool blocked)
     if (blocked) DTRACE_PROBE2(ringlmd, output_blocked, r->id, r->n_gen - r->n_pushed);
 }
 
-/* One vocabulary (sched_end_code): the wire's codes are the scheduler's, number for number. */
-#define SAME_CODE(x) _Static_assert((int)SCHED_END_##x == (int)RINGLM_WIRE_R_##x, "end code " #x)
-SAME_CODE(NONE);
-SAME_CODE(LENGTH);
-SAME_CODE(STOP);
-SAME_CODE(CANCELLED);
-SAME_CODE(TIMEOUT);
-SAME_CODE(REJECTED);
-SAME_CODE(ERROR);
-SAME_CODE(QUEUE_FULL);
-SAME_CODE(TENANT_QUOTA);
-SAME_CODE(TOO_LONG);
-SAME_CODE(DEADLINE_INFEASIBLE);
-SAME_CODE(BAD_TOKEN);
-SAME_CODE(BAD_PARAMS);
-SAME_CODE(DRAINING);
-SAME_CODE(OUTPUT_BACKPRESSURE);
-SAME_CODE(UNKNOWN_CLASS);
-SAME_CODE(DUPLICATE_ID);
-SAME_CODE(INTERNAL);
-SAME_CODE(CLIENT_GONE);
-_Static_assert((int)SCHED_END__MAX == (int)RINGLM_WIRE_R_MAX, "end codes");
-#undef SAME_CODE
 /* Every class and tenant a policy can name fits the wire's name field, and back. */
 _Static_assert(SCHED_NAME_MAX == RINGLM_WIRE_NAME_LEN, "policy names and wire names agree");
 
@@ -224,7 +201,7 @@ static void req_log_and_free(svc *s, svc_req *r)
             metrics_observe(s->mx, r->series, METRICS_H_E2E, fin - r->arrival_us);
         metrics_add_tokens(s->mx, r->series,
                            r->fin_reason == RINGLM_WIRE_R_REJECTED ? 0 : r->n_prompt, r->n_gen);
-        metrics_count_finish(s->mx, r->series, finish_name(r->fin_reason));
+        metrics_count_finish(s->mx, r->series, (sched_end_code)r->fin_reason);
     }
     if (r->fin_reason != RINGLM_WIRE_R_REJECTED) s->n_finished++;
     sess_unlink(r);
@@ -532,8 +509,8 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
                                : ev->tenant,
                            ev->class_name);
     switch (ev->kind) {
-    case SCHED_EV_REJECT: metrics_count_reject(s->mx, series, reason); break;
-    case SCHED_EV_DEFER: metrics_count_defer(s->mx, series, reason); break;
+    case SCHED_EV_REJECT: metrics_count_reject(s->mx, series, ev->reject); break;
+    case SCHED_EV_DEFER: metrics_count_defer(s->mx, series, ev->defer); break;
     case SCHED_EV_SCHEDULE:
         if (ev->outcome == SCHED_OUTCOME_START)
             metrics_observe(s->mx, series, METRICS_H_QUEUE_WAIT, ev->wait_us);
@@ -548,7 +525,7 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
     case SCHED_EV_PREEMPT:
         metrics_count_preempt(
             s->mx, series,
-            ev->mode == SCHED_PREEMPT_SWAP ? METRICS_MODE_SWAP : METRICS_MODE_RECOMPUTE, reason);
+            ev->mode == SCHED_PREEMPT_SWAP ? METRICS_MODE_SWAP : METRICS_MODE_RECOMPUTE, ev->defer);
         break;
     case SCHED_EV_CANCEL: metrics_count_cancel(s->mx, series); break;
     case SCHED_EV_TIMEOUT: metrics_count_timeout(s->mx, series); break;

@@ -37,8 +37,6 @@
 #define SVC_KVTIER_TAG               (DLOOP_UD_SVC | (1ull << 62))
 #define SVC_HASH_BUCKETS             4096
 #define SVC_MAX_REQS_PER_SESSION     1024
-/* A request's relative deadline at most (a year): now + deadline never wraps. */
-#define SVC_MAX_DEADLINE_US          (365ull * 24 * 3600 * 1000000)
 /* Records the loop takes from one session per iteration (the loop's own bound too). */
 #define SVC_RECORDS_PER_SESSION_ITER 256
 #define SVC_STATS_INTERVAL_US        20000

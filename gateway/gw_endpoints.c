@@ -44,10 +44,6 @@ enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connecti
     if (gw_params_parse(r->ep == EP_CHAT ? GW_CHAT : GW_COMPLETION, r->body.p ? r->body.p : "",
                         r->body.len, &pc, &r->p, &e))
         return gw_answer_err(r, c, &e);
-    if (r->p.ignore_eos)
-        return gw_answer_errf(
-            r, c, 400, "unsupported",
-            "'ignore_eos' is not supported: this ringlmd has no fixed-length requests");
     if (r->p.prompt_text) {
         if (!s->cfg.tok)
             return gw_answer_errf(r, c, 400, "unsupported",
@@ -88,12 +84,16 @@ enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connecti
     r->rq.top_p = (float)r->p.top_p;
     r->rq.top_k = r->p.top_k;
     r->rq.deadline_us = r->p.deadline_ms * 1000u;
+    /* vLLM's ignore_eos: the stop token does not end it; it runs to max_tokens (stop
+     * strings still cut it). */
+    r->rq.ignore_stop = r->p.ignore_eos;
     const char *cls = r->p.class_name[0]                ? r->p.class_name
                       : r->key && r->key->class_name[0] ? r->key->class_name
                                                         : "";
     r->rq.class_name = cls;
     r->rq.tenant_tag = r->key ? r->key->tenant : NULL;
     r->prev = r->n_prompt ? r->ids[r->n_prompt - 1] : 0;
+    if (gw_params_check(&r->p, &r->rq, &e)) return gw_answer_err(r, c, &e);
 
     pthread_mutex_lock(&s->mu);
     r->rq.seed = r->p.has_seed ? r->p.seed : gw_xorshift(&s->rng);

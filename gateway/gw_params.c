@@ -75,17 +75,13 @@ static int rd_bool(json_t *o, const char *k, bool *out, gw_err *e)
     return 0;
 }
 
-static int rd_num(json_t *o, const char *k, double lo, double hi, double *out, gw_err *e)
+/* A number; its range is the one parameter check's (gw_params_check), not the parser's. */
+static int rd_num(json_t *o, const char *k, double *out, gw_err *e)
 {
     json_t *v = field(o, k);
     if (!v) return 0;
     if (!json_is_number(v)) return bad(e, k, "'%s' must be %s", "a number");
-    double d = json_number_value(v);
-    if (!isfinite(d) || d < lo || d > hi) {
-        gw_err_set(e, 400, "invalid_value", k, "'%s' is %g, outside [%g, %g]", k, d, lo, hi);
-        return -1;
-    }
-    *out = d;
+    *out = json_number_value(v);
     return 0;
 }
 
@@ -305,13 +301,10 @@ static int parse_obj(gw_kind kind, json_t *o, const gw_parse_cfg *cfg, gw_params
     }
     const char *mt = kind == GW_CHAT && field(o, "max_completion_tokens") ? "max_completion_tokens"
                                                                           : "max_tokens";
-    if (rd_int(o, mt, 1, (1ll << 24) - 1, &x, &set, e)) return -1;
+    /* What fits the request's field; the range is the one check's (gw_params_check). */
+    if (rd_int(o, mt, 0, UINT32_MAX, &x, &set, e)) return -1;
     if (set) p->max_tokens = (long)x;
-    if (rd_num(o, "temperature", 0, 100, &p->temperature, e) ||
-        rd_num(o, "top_p", 0, 1, &p->top_p, e))
-        return -1;
-    if (field(o, "top_p") && !(p->top_p > 0))
-        return bad(e, "top_p", "'%s' must be %s", "in (0, 1]");
+    if (rd_num(o, "temperature", &p->temperature, e) || rd_num(o, "top_p", &p->top_p, e)) return -1;
     set = false;
     if (rd_int(o, "top_k", -1, 1 << 20, &x, &set, e)) return -1;
     if (set) p->top_k = x < 0 ? 0 : (uint32_t)x;
@@ -364,7 +357,7 @@ static int parse_obj(gw_kind kind, json_t *o, const gw_parse_cfg *cfg, gw_params
             snprintf(p->class_name, sizeof p->class_name, "%s", json_string_value(c));
         }
         set = false;
-        if (rd_int(v, "deadline_ms", 1, 86400000ll, &x, &set, e)) {
+        if (rd_int(v, "deadline_ms", 1, (long long)(UINT64_MAX / 1000 / 2), &x, &set, e)) {
             snprintf(e->param, sizeof e->param, "ringlm.deadline_ms");
             return -1;
         }
@@ -408,4 +401,29 @@ void gw_params_free(gw_params *p)
     free(p->prompt_ids);
     for (int i = 0; i < p->stop.n; i++) free((char *)p->stop.s[i]);
     memset(p, 0, sizeof *p);
+}
+
+/* The OpenAI name of a ringlm_request member that ringlm_request_check named. */
+static const char *openai_param(const char *field, gw_kind kind)
+{
+    if (!field) return NULL;
+    if (!strcmp(field, "max_new_tokens")) return "max_tokens";
+    if (!strcmp(field, "deadline_us")) return "ringlm.deadline_ms";
+    if (!strcmp(field, "class_name")) return "ringlm.class";
+    if (!strcmp(field, "prompt") || !strcmp(field, "n_prompt"))
+        return kind == GW_CHAT ? "messages" : "prompt";
+    if (!strcmp(field, "tenant_tag")) return NULL; /* the key's, not the body's */
+    return field;                                  /* temperature, top_p */
+}
+
+int gw_params_check(const gw_params *p, const ringlm_request *rq, gw_err *e)
+{
+    const char *field;
+    if (ringlm_request_check(rq, &field) == 0) return 0;
+    const char *param = openai_param(field, p->kind);
+    if (param)
+        gw_err_set(e, 400, "invalid_value", param, "'%s': %s", param, ringlm_errdetail());
+    else
+        gw_err_set(e, 400, "invalid_value", NULL, "%s", ringlm_errdetail());
+    return -1;
 }

@@ -6,7 +6,7 @@
  * Fields read: model, prompt (string, [string], token ids, [[ids]]), messages (chat: role +
  * content as a string or as text parts), max_tokens / max_completion_tokens, temperature,
  * top_p, top_k, seed, stop (string or array of strings), stream, stream_options
- * .include_usage, user, n (1 only), logprobs / top_logprobs (unsupported: 400), ignore_eos,
+ * .include_usage, user, n (1 only), logprobs / top_logprobs (unsupported: 400), ignore_eos (vLLM's),
  * echo / best_of / suffix (unsupported when set), and the ringlm extension object
  * "ringlm": {"class": NAME, "deadline_ms": N}. Unknown fields are ignored as the peers do;
  * null is the same as absent; a wrong type is a 400 naming the field. A tenant named in the
@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "formats/api_keys.h"
+#include "libclient/ringlm.h"
 #include "gateway/gw_text.h"
 
 typedef enum gw_kind { GW_COMPLETION = 0, GW_CHAT = 1 } gw_kind;
@@ -66,5 +67,12 @@ typedef struct gw_parse_cfg {
 int gw_params_parse(gw_kind kind, const char *body, size_t len, const gw_parse_cfg *cfg,
                     gw_params *p, gw_err *e);
 void gw_params_free(gw_params *p);
+
+/* The one parameter check (ringlm_request_check, which ringlm_submit and ringlmd apply too)
+ * on the request built from p: 0, or -1 with a 400 invalid_value naming the body's field
+ * ("temperature", "top_p", "max_tokens", "ringlm.deadline_ms", "prompt"). The parser reads
+ * types only; every range is this check's, so the gateway, the library and the daemon refuse
+ * the same requests with the same words. */
+int gw_params_check(const gw_params *p, const ringlm_request *rq, gw_err *e);
 
 #endif

@@ -34,9 +34,13 @@ void gw_fail_from_finish(gw_err *e, int fr, int cause)
                        "the predicted queue wait exceeds the class's limit; retry later");
             return;
         case RINGLM_R_TOO_LONG:
-            gw_err_set(
-                e, 400, "too_long", "max_tokens",
-                "the prompt and max_tokens exceed the model's context (or a tenant's KV limit)");
+            gw_err_set(e, 400, "too_long", "max_tokens",
+                       "the prompt and max_tokens exceed the model's context");
+            return;
+        case RINGLM_R_NEVER_FITS:
+            gw_err_set(e, 400, "never_fits", "max_tokens",
+                       "the prompt and max_tokens fit the model's context but need more KV cache "
+                       "than ringlmd's pool (or this tenant's share of it) can ever hold");
             return;
         case RINGLM_R_BAD_TOKEN:
             gw_err_set(e, 400, "bad_token", "prompt",

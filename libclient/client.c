@@ -27,25 +27,6 @@
 #include "shm/ring.h"
 #include "shm/wire.h"
 
-/* ringlm.h is installed alone, so it repeats the wire codes; keep them equal. */
-_Static_assert(RINGLM_FINISH_LENGTH == RINGLM_WIRE_R_LENGTH, "reason");
-_Static_assert(RINGLM_FINISH_STOP == RINGLM_WIRE_R_STOP, "reason");
-_Static_assert(RINGLM_FINISH_CANCELLED == RINGLM_WIRE_R_CANCELLED, "reason");
-_Static_assert(RINGLM_FINISH_TIMEOUT == RINGLM_WIRE_R_TIMEOUT, "reason");
-_Static_assert(RINGLM_FINISH_REJECTED == RINGLM_WIRE_R_REJECTED, "reason");
-_Static_assert(RINGLM_FINISH_ERROR == RINGLM_WIRE_R_ERROR, "reason");
-_Static_assert(RINGLM_R_QUEUE_FULL == RINGLM_WIRE_R_QUEUE_FULL, "reason");
-_Static_assert(RINGLM_R_TENANT_QUOTA == RINGLM_WIRE_R_TENANT_QUOTA, "reason");
-_Static_assert(RINGLM_R_TOO_LONG == RINGLM_WIRE_R_TOO_LONG, "reason");
-_Static_assert(RINGLM_R_DEADLINE_INFEASIBLE == RINGLM_WIRE_R_DEADLINE_INFEASIBLE, "reason");
-_Static_assert(RINGLM_R_BAD_TOKEN == RINGLM_WIRE_R_BAD_TOKEN, "reason");
-_Static_assert(RINGLM_R_BAD_PARAMS == RINGLM_WIRE_R_BAD_PARAMS, "reason");
-_Static_assert(RINGLM_R_DRAINING == RINGLM_WIRE_R_DRAINING, "reason");
-_Static_assert(RINGLM_R_OUTPUT_BACKPRESSURE == RINGLM_WIRE_R_OUTPUT_BACKPRESSURE, "reason");
-_Static_assert(RINGLM_R_UNKNOWN_CLASS == RINGLM_WIRE_R_UNKNOWN_CLASS, "reason");
-_Static_assert(RINGLM_R_DUPLICATE_ID == RINGLM_WIRE_R_DUPLICATE_ID, "reason");
-_Static_assert(RINGLM_R_INTERNAL == RINGLM_WIRE_R_INTERNAL, "reason");
-_Static_assert(RINGLM_R_CLIENT_GONE == RINGLM_WIRE_R_CLIENT_GONE, "reason");
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "the client sleeps on the low 32 bits of ev_prod at its own address");
 
@@ -505,18 +486,6 @@ static int put_record(ringlm_client *c, uint32_t len, const struct ringlm_wire_r
     return 0;
 }
 
-static int copy_name(char dst[RINGLM_WIRE_NAME_LEN], const char *src, const char *what)
-{
-    memset(dst, 0, RINGLM_WIRE_NAME_LEN);
-    if (!src) return 0;
-    size_t n = strlen(src);
-    if (n >= RINGLM_WIRE_NAME_LEN)
-        return set_err(-EINVAL, "%s '%s' is %zu bytes, at most %d", what, src, n,
-                       RINGLM_WIRE_NAME_LEN - 1);
-    memcpy(dst, src, n);
-    return 0;
-}
-
 /* The requests' records, written one after another and published together (one release
  * store of the producer index): the daemon reads all of them or none. */
 static int put_requests(ringlm_client *c, const struct ringlm_wire_request *w,
@@ -540,15 +509,32 @@ static int put_requests(ringlm_client *c, const struct ringlm_wire_request *w,
     return 0;
 }
 
-/* Checks one request and fills its wire record (req_id left 0) and its length. */
-static int wire_request(const ringlm_request *req, struct ringlm_wire_request *w, uint64_t *len)
+static int copy_name(char dst[RINGLM_WIRE_NAME_LEN], const char *src, const char *what)
+{
+    memset(dst, 0, RINGLM_WIRE_NAME_LEN);
+    if (!src) return 0;
+    size_t n = strlen(src);
+    if (n >= RINGLM_WIRE_NAME_LEN)
+        return set_err(-EINVAL, "%s '%s' is %zu bytes, at most %d", what, src, n,
+                       RINGLM_WIRE_NAME_LEN - 1);
+    memcpy(dst, src, n);
+    return 0;
+}
+
+/* Checks one request with the one parameter check (ringlm_wire_check_request) and fills its
+ * wire record (req_id left 0) and its length; *field names the member at fault. */
+static int wire_request(const ringlm_request *req, struct ringlm_wire_request *w, uint64_t *len,
+                        const char **field)
 {
     char why[160];
     int r;
 
+    *field = NULL;
     if (!req) return set_err(-EINVAL, "NULL request");
-    if (!req->prompt && req->n_prompt)
+    if (!req->prompt && req->n_prompt) {
+        *field = "prompt";
         return set_err(-EINVAL, "prompt is NULL but n_prompt is %u", req->n_prompt);
+    }
     memset(w, 0, sizeof(*w));
     w->seed = req->seed;
     w->deadline_us = req->deadline_us;
@@ -558,17 +544,31 @@ static int wire_request(const ringlm_request *req, struct ringlm_wire_request *w
     w->temperature = req->temperature;
     w->top_p = req->top_p;
     w->top_k = req->top_k;
-    if (ringlm_wire_check_request(w, why, sizeof(why))) return set_err(-EINVAL, "%s", why);
+    if (ringlm_wire_check_request_field(w, field, why, sizeof(why)))
+        return set_err(-EINVAL, "%s", why);
+    *field = "class_name";
     if ((r = copy_name(w->class_name, req->class_name ? req->class_name : "default",
                        "class_name")) < 0)
         return r;
     if (req->tenant_tag && *req->tenant_tag) {
+        *field = "tenant_tag";
         if ((r = copy_name(w->tenant_tag, req->tenant_tag, "tenant_tag")) < 0) return r;
         w->flags |= RINGLM_WIRE_REQ_F_TENANT;
     }
+    *field = NULL;
     if (req->ignore_stop) w->flags |= RINGLM_WIRE_REQ_F_IGNORE_STOP;
     *len = ringlm_wire_request_bytes(req->n_prompt);
     return 0;
+}
+
+int ringlm_request_check(const ringlm_request *req, const char **field)
+{
+    struct ringlm_wire_request w;
+    uint64_t len;
+    const char *f;
+    int rc = wire_request(req, &w, &len, &f);
+    if (field) *field = f;
+    return rc;
 }
 
 int ringlm_submit(ringlm_client *c, const ringlm_request *req, uint64_t *id)
@@ -588,7 +588,8 @@ int ringlm_submit_batch(ringlm_client *c, const ringlm_request *reqs, uint32_t n
     if (n > 1 && !(w = calloc(n, sizeof(*w)))) return set_err(-ENOMEM, "a batch of %u requests", n);
     for (uint32_t i = 0; i < n; i++) {
         uint64_t len = 0;
-        if ((r = wire_request(&reqs[i], &w[i], &len)) < 0) {
+        const char *field;
+        if ((r = wire_request(&reqs[i], &w[i], &len, &field)) < 0) {
             if (n > 1) {
                 char detail[256];
                 snprintf(detail, sizeof(detail), "%s", ringlm_errdetail());

@@ -66,28 +66,50 @@ extern "C" {
 #define RINGLM_DEFAULT_SOCKET "/run/ringlm/ringlmd.sock"
 #define RINGLM_SOCKET_ENV     "RINGLM_SOCKET"
 
+/* ---- end codes: generated from common/end_codes.h by scripts/gen-end-codes.sh ---- */
 /* Finish reasons (ringlm_event.finish_reason). */
-#define RINGLM_FINISH_LENGTH         1 /* max_new_tokens generated */
-#define RINGLM_FINISH_STOP           2 /* stop token generated */
-#define RINGLM_FINISH_CANCELLED      3 /* ringlm_cancel or daemon */
-#define RINGLM_FINISH_TIMEOUT        4 /* deadline passed */
-#define RINGLM_FINISH_REJECTED       5 /* refused; see reject_reason */
-#define RINGLM_FINISH_ERROR          6 /* daemon-side failure */
+/* "length": max_new_tokens generated, or the context is full */
+#define RINGLM_FINISH_LENGTH         1
+/* "stop": a stop token was generated */
+#define RINGLM_FINISH_STOP           2
+/* "cancelled": cancelled by ringlm_cancel or by the daemon */
+#define RINGLM_FINISH_CANCELLED      3
+/* "timeout": its deadline or its class's queue wait passed */
+#define RINGLM_FINISH_TIMEOUT        4
+/* "rejected": refused at admission; the cause says why */
+#define RINGLM_FINISH_REJECTED       5
+/* "error": the daemon failed it (engine error ...) */
+#define RINGLM_FINISH_ERROR          6
 /* Causes (ringlm_event.reject_reason): why a request was rejected, or the daemon-side
  * cause of a cancel/timeout/error when there is one; 0 otherwise. */
+/* "queue_full": the global queue is at its limit; retry later */
 #define RINGLM_R_QUEUE_FULL          16
+/* "tenant_quota": the tenant's queued-token quota is used up */
 #define RINGLM_R_TENANT_QUOTA        17
+/* "too_long": prompt + max_new_tokens exceed the model's context */
 #define RINGLM_R_TOO_LONG            18
-#define RINGLM_R_DEADLINE_INFEASIBLE 19                           /* "deadline_infeasible" */
-#define RINGLM_R_INFEASIBLE_DEADLINE RINGLM_R_DEADLINE_INFEASIBLE /* old spelling, kept */
+/* "deadline_infeasible": its deadline cannot be met */
+#define RINGLM_R_DEADLINE_INFEASIBLE 19
+/* "bad_token": a prompt token is outside the vocabulary */
 #define RINGLM_R_BAD_TOKEN           20
+/* "bad_params": parameters out of range, or a tenant not in the policy */
 #define RINGLM_R_BAD_PARAMS          21
+/* "draining": the daemon is shutting down */
 #define RINGLM_R_DRAINING            22
+/* "output_backpressure": the client stopped reading its events */
 #define RINGLM_R_OUTPUT_BACKPRESSURE 23
+/* "unknown_class": no such request class in the policy */
 #define RINGLM_R_UNKNOWN_CLASS       24
+/* "duplicate_id": the request id is already in use in this session */
 #define RINGLM_R_DUPLICATE_ID        25
+/* "internal": a daemon-internal failure */
 #define RINGLM_R_INTERNAL            26
+/* "client_gone": the session ended */
 #define RINGLM_R_CLIENT_GONE         27
+/* "never_fits": needs more KV blocks than the pool (or tenant) can ever hold */
+#define RINGLM_R_NEVER_FITS          28
+/* ---- end of the generated end codes ---- */
+#define RINGLM_R_INFEASIBLE_DEADLINE RINGLM_R_DEADLINE_INFEASIBLE /* old spelling, kept */
 
 /* Lower-case name of a finish reason or cause ("length", "queue_full"); "unknown" else. */
 const char *ringlm_reason_name(int code);
@@ -97,12 +119,12 @@ typedef struct ringlm_client ringlm_client; /* opaque */
 typedef struct ringlm_request {
     const int32_t *prompt; /* prompt token ids (required, n_prompt >= 1) */
     uint32_t n_prompt;
-    uint32_t max_new_tokens; /* >= 1 */
-    float temperature;       /* >= 0, 0 = greedy; finite */
+    uint32_t max_new_tokens; /* [1, 2^28 - 1] */
+    float temperature;       /* [0, 100], 0 = greedy */
     uint32_t top_k;          /* 0 = off */
     float top_p;             /* (0, 1], 1 = off */
     uint64_t seed;           /* sampling seed */
-    uint64_t deadline_us;    /* relative to the submit call; 0 = none */
+    uint64_t deadline_us;    /* relative to the submit call, at most a year; 0 = none */
     const char *class_name;  /* request class, < 16 bytes; NULL = "default" */
     const char *tenant_tag;  /* < 16 bytes; only honoured for uids the daemon trusts
 	                              (a gateway); NULL = none */
@@ -159,11 +181,24 @@ typedef struct ringlm_event {
 int ringlm_connect(const char *socket_path, ringlm_client **out);
 
 /*
+ * The one check of a request's parameters, as ringlm_submit runs it and the daemon runs it
+ * again on every record it reads: NULL prompt with n_prompt > 0, n_prompt 0, a range of
+ * ringlm_request above broken (max_new_tokens [1, 2^28 - 1], temperature [0, 100] and
+ * finite, top_p (0, 1] and finite, deadline_us at most a year), a class or tenant name of 16
+ * bytes or more.  Needs no connection: a front end (the gateway) answers its 400s from it.
+ * Returns 0, or -EINVAL with a detail (ringlm_errdetail: "temperature 200 outside [0, 100]");
+ * when field is not NULL, *field is the name of the ringlm_request member at fault
+ * ("prompt", "n_prompt", "max_new_tokens", "temperature", "top_p", "deadline_us",
+ * "class_name", "tenant_tag"), NULL when there is none.
+ */
+int ringlm_request_check(const ringlm_request *req, const char **field);
+
+/*
  * Queues a request.  Never blocks.  *id receives the request id (unique in the session,
  * assigned by the library, >= 1; may be NULL).
  * Returns 0, or:
- *   -EINVAL     bad request: NULL prompt, n_prompt 0, max_new_tokens 0, temperature < 0
- *               or not finite, top_p outside (0,1], name too long (detail names it)
+ *   -EINVAL     bad request, as ringlm_request_check says (the detail names the field and
+ *               its range): the daemon never sees it, so no bad request is refused later
  *   -E2BIG      the record cannot fit the submit ring even when empty (prompt too long)
  *   -EAGAIN     the submit ring is full now; read events (the daemon consumes the ring
  *               continuously) and retry

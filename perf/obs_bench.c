@@ -54,8 +54,8 @@ int main(int argc, char **argv)
     const char *classes[] = {"chat", "batch", "bulk"};
     for (int i = 0; i < 24; i++) series[i] = metrics_series(m, tenants[i % 8], classes[i / 8]);
     for (int i = 0; i < 24; i++) {
-        metrics_count_reject(m, series[i], "queue_full");
-        metrics_count_preempt(m, series[i], METRICS_MODE_SWAP, "blocks");
+        metrics_count_reject(m, series[i], SCHED_REJECT_QUEUE_FULL);
+        metrics_count_preempt(m, series[i], METRICS_MODE_SWAP, SCHED_DEFER_BLOCKS);
     }
     double obs[5], idle[5], pub[5], enq[5], wr[5], rend[5];
     const int N = 1000000;

@@ -201,7 +201,8 @@ static int check_metrics(int iters)
             return -1;
         }
     static const char *tenants[] = {"t0", "t1", "t\"2\\", "t3"};
-    static const char *reasons[] = {"length", "stop", "cancelled", "timeout"};
+    static const sched_end_code reasons[] = {SCHED_END_LENGTH, SCHED_END_STOP, SCHED_END_CANCELLED,
+                                             SCHED_END_TIMEOUT};
     uint64_t prompt = 0;
     for (int i = 0; i < iters; i++) {
         int s0 = metrics_series(m, "t0", "chat");
@@ -211,9 +212,10 @@ static int check_metrics(int iters)
         prompt += k;
         metrics_observe(m, sx, (enum metrics_hist)(i % METRICS_N_HIST), (uint64_t)(i * 37 % 90000));
         metrics_count_finish(m, sx, reasons[i % 4]);
-        if (i % 5 == 0) metrics_count_preempt(m, sx, (enum metrics_mode)(i % 2), "blocks");
-        if (i % 7 == 0) metrics_count_reject(m, sx, "too_long");
-        if (i % 11 == 0) metrics_count_defer(m, sx, "budget");
+        if (i % 5 == 0)
+            metrics_count_preempt(m, sx, (enum metrics_mode)(i % 2), SCHED_DEFER_BLOCKS);
+        if (i % 7 == 0) metrics_count_reject(m, sx, SCHED_REJECT_TOO_LONG);
+        if (i % 11 == 0) metrics_count_defer(m, sx, SCHED_DEFER_BUDGET);
         metrics_set_series_queue(m, sx, (uint32_t)(i % 9), (uint32_t)(i % 4));
         metrics_set_queue(m, (uint32_t)(i % 13), (uint32_t)(i % 5));
         metrics_set_kv(m, SCHED_POOL_DEVICE, (uint64_t)(i % 100), 100);

@@ -2,7 +2,6 @@
 /* event.c — stable names of every scheduler enum, the error detail string, and the JSON-line
  * writer of DESIGN.md §5 shared by the daemon's decision log and the simulator. */
 #include "sched/sched.h"
-#include "common/end_codes.h"
 #include "common/errdetail.h"
 
 #include <stdarg.h>
@@ -17,8 +16,9 @@
 static const char *const mode_names[] = {"static", "dynamic", "continuous", "token_budget"};
 static const char *const preempt_names[] = {"auto", "swap", "recompute", "none"};
 static const char *const reject_names[] = {
-    "none",     "invalid",    "duplicate_id", "unknown_class", "unknown_tenant",
-    "too_long", "never_fits", "tenant_quota", "queue_full",    "deadline_infeasible"};
+    "none",      "invalid",    "duplicate_id", "unknown_class", "unknown_tenant",
+    "too_long",  "never_fits", "tenant_quota", "queue_full",    "deadline_infeasible",
+    "bad_token", "bad_params", "draining",     "internal"};
 static const char *const cancel_names[] = {"client_cancel", "disconnect",     "backpressure",
                                            "shutdown",      "kv_read_failed", "engine_error"};
 static const char *const defer_names[] = {
@@ -127,14 +127,6 @@ const char *sched_event_reason_name(const sched_event *ev)
 
 /* ---- request ends: the client's and the request logs' vocabulary ------------------------ */
 
-/* The names live in the one table (common/end_codes.h); sched_end_code repeats its numbers. */
-#define SAME_CODE(suffix, value, name)                                                             \
-    _Static_assert(SCHED_END_##suffix == (value),                                                  \
-                   "sched end code " #suffix " is the end code " name);
-END_CODES(SAME_CODE)
-#undef SAME_CODE
-_Static_assert(SCHED_END__MAX == END_CODES_MAX, "one past the last end code");
-
 const char *sched_end_name(unsigned code)
 {
     return end_code_name(code);
@@ -147,10 +139,14 @@ static const uint8_t reject_cause[SCHED_REJECT__COUNT] = {
     [SCHED_REJECT_UNKNOWN_CLASS] = SCHED_END_UNKNOWN_CLASS,
     [SCHED_REJECT_UNKNOWN_TENANT] = SCHED_END_BAD_PARAMS,
     [SCHED_REJECT_TOO_LONG] = SCHED_END_TOO_LONG,
-    [SCHED_REJECT_NEVER_FITS] = SCHED_END_TOO_LONG,
+    [SCHED_REJECT_NEVER_FITS] = SCHED_END_NEVER_FITS,
     [SCHED_REJECT_TENANT_QUOTA] = SCHED_END_TENANT_QUOTA,
     [SCHED_REJECT_QUEUE_FULL] = SCHED_END_QUEUE_FULL,
     [SCHED_REJECT_DEADLINE] = SCHED_END_DEADLINE_INFEASIBLE,
+    [SCHED_REJECT_BAD_TOKEN] = SCHED_END_BAD_TOKEN,
+    [SCHED_REJECT_BAD_PARAMS] = SCHED_END_BAD_PARAMS,
+    [SCHED_REJECT_DRAINING] = SCHED_END_DRAINING,
+    [SCHED_REJECT_INTERNAL] = SCHED_END_INTERNAL,
 };
 static const uint8_t cancel_cause[SCHED_CANCEL__COUNT] = {
     [SCHED_CANCEL_CLIENT] = SCHED_END_NONE,

@@ -44,6 +44,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/end_codes.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -96,6 +98,11 @@ typedef enum sched_reject_reason {
     SCHED_REJECT_DEADLINE,       /* "deadline_infeasible": the deadline (or the class's
                                        max_queue_wait) cannot be met given the queued work and
                                        the measured prefill rate */
+    /* Refused by the daemon before the scheduler saw the request: */
+    SCHED_REJECT_BAD_TOKEN,  /* "bad_token": a prompt token is outside the vocabulary */
+    SCHED_REJECT_BAD_PARAMS, /* "bad_params": a parameter out of range */
+    SCHED_REJECT_DRAINING,   /* "draining": the daemon is shutting down */
+    SCHED_REJECT_INTERNAL,   /* "internal": the daemon could not take it (out of memory) */
     SCHED_REJECT__COUNT
 } sched_reject_reason;
 
@@ -202,32 +209,14 @@ const char *sched_pool_name(sched_pool p);
 const char *sched_prefix_evict_name(sched_prefix_evict_reason r);
 
 /* How a request ended, as its client and the request logs (daemon and simulator alike) say
- * it: the one vocabulary of finish reasons and causes.  The numbers are the wire's reason
- * codes (shm/wire.h defines the same numbers — asserted in the daemon — and the same names —
- * checked by a test), so a code passes between the two unchanged.  Finish reasons < 16,
- * causes (why it was rejected / cancelled / failed) >= 16. */
+ * it: the one vocabulary of finish reasons (< 16) and causes (>= 16: why it was rejected,
+ * cancelled or failed).  Values, names and meanings come from the one table,
+ * common/end_codes.h, as the wire's codes do, so a code passes between the two unchanged. */
+#define SCHED_END_ENUM(suffix, value, name, doc) SCHED_END_##suffix = (value),
 typedef enum sched_end_code {
-    SCHED_END_NONE = 0,                 /* "none" */
-    SCHED_END_LENGTH = 1,               /* "length": max_new_tokens or max_context reached */
-    SCHED_END_STOP = 2,                 /* "stop": a stop token */
-    SCHED_END_CANCELLED = 3,            /* "cancelled": by the client or the daemon */
-    SCHED_END_TIMEOUT = 4,              /* "timeout" */
-    SCHED_END_REJECTED = 5,             /* "rejected": refused at admission, see the cause */
-    SCHED_END_ERROR = 6,                /* "error": the daemon failed it */
-    SCHED_END_QUEUE_FULL = 16,          /* "queue_full" */
-    SCHED_END_TENANT_QUOTA = 17,        /* "tenant_quota" */
-    SCHED_END_TOO_LONG = 18,            /* "too_long" (also never_fits) */
-    SCHED_END_DEADLINE_INFEASIBLE = 19, /* "deadline_infeasible" */
-    SCHED_END_BAD_TOKEN = 20,           /* "bad_token" */
-    SCHED_END_BAD_PARAMS = 21,          /* "bad_params" (also invalid, unknown_tenant) */
-    SCHED_END_DRAINING = 22,            /* "draining": shutdown */
-    SCHED_END_OUTPUT_BACKPRESSURE = 23, /* "output_backpressure" */
-    SCHED_END_UNKNOWN_CLASS = 24,       /* "unknown_class" */
-    SCHED_END_DUPLICATE_ID = 25,        /* "duplicate_id" */
-    SCHED_END_INTERNAL = 26,            /* "internal" */
-    SCHED_END_CLIENT_GONE = 27,         /* "client_gone": disconnect */
-    SCHED_END__MAX = 28,
+    END_CODES(SCHED_END_ENUM) SCHED_END__MAX = END_CODES_MAX,
 } sched_end_code;
+#undef SCHED_END_ENUM
 
 /* Name of an end code ("length", "queue_full"); "unknown" for a code not listed. */
 const char *sched_end_name(unsigned code);

@@ -4,21 +4,12 @@
  * reads the caller's private copy of a record; it never sees shared memory.
  */
 #include "shm/wire.h"
-#include "common/end_codes.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-/* The names live in the one table (common/end_codes.h); the wire's numbers are its numbers. */
-#define SAME_CODE(suffix, value, name)                                                             \
-    _Static_assert(RINGLM_WIRE_R_##suffix == (value),                                              \
-                   "wire code " #suffix " is the end code " name);
-END_CODES(SAME_CODE)
-#undef SAME_CODE
-_Static_assert(RINGLM_WIRE_R_MAX == END_CODES_MAX, "one past the last end code");
 
 const char *ringlm_wire_reason_name(unsigned code)
 {
@@ -113,25 +104,37 @@ int ringlm_wire_parse(const void *rec, size_t len, struct ringlm_wire_parsed *ou
     }
 }
 
-int ringlm_wire_check_request(const struct ringlm_wire_request *r, char *why, size_t why_len)
+/* A parameter out of its range: the detail, the field's name, the cause. */
+#define BAD_PARAM(name, ...)                                                                       \
+    do {                                                                                           \
+        if (field) *field = name;                                                                  \
+        fail(why, why_len, name " " __VA_ARGS__);                                                  \
+        return RINGLM_WIRE_R_BAD_PARAMS;                                                           \
+    } while (0)
+
+int ringlm_wire_check_request_field(const struct ringlm_wire_request *r, const char **field,
+                                    char *why, size_t why_len)
 {
-    if (r->n_prompt < 1) {
-        fail(why, why_len, "n_prompt is 0: a request needs at least one prompt token");
-        return RINGLM_WIRE_R_BAD_PARAMS;
-    }
-    if (r->max_new_tokens < 1 || r->max_new_tokens > RINGLM_WIRE_INDEX_MAX) {
-        fail(why, why_len, "max_new_tokens %u outside [1, %u]", r->max_new_tokens,
-             RINGLM_WIRE_INDEX_MAX);
-        return RINGLM_WIRE_R_BAD_PARAMS;
-    }
-    if (!isfinite(r->temperature) || r->temperature < 0.0f) {
-        fail(why, why_len, "temperature %g must be finite and >= 0", (double)r->temperature);
-        return RINGLM_WIRE_R_BAD_PARAMS;
-    }
-    if (!isfinite(r->top_p) || !(r->top_p > 0.0f) || r->top_p > 1.0f) {
-        fail(why, why_len, "top_p %g outside (0, 1]", (double)r->top_p);
-        return RINGLM_WIRE_R_BAD_PARAMS;
-    }
+    if (field) *field = NULL;
+    if (r->n_prompt < 1) BAD_PARAM("n_prompt", "is 0: a request needs at least one prompt token");
+    if (r->max_new_tokens < 1 || r->max_new_tokens > RINGLM_WIRE_INDEX_MAX)
+        BAD_PARAM("max_new_tokens", "%u outside [1, %u]", r->max_new_tokens, RINGLM_WIRE_INDEX_MAX);
+    if (!isfinite(r->temperature) || r->temperature < 0.0f ||
+        r->temperature > RINGLM_WIRE_TEMPERATURE_MAX)
+        BAD_PARAM("temperature", "%g outside [0, %g]", (double)r->temperature,
+                  (double)RINGLM_WIRE_TEMPERATURE_MAX);
+    if (!isfinite(r->top_p) || !(r->top_p > 0.0f) || r->top_p > 1.0f)
+        BAD_PARAM("top_p", "%g outside (0, 1]", (double)r->top_p);
+    if (r->deadline_us > RINGLM_WIRE_DEADLINE_MAX_US)
+        BAD_PARAM("deadline_us", "%llu outside [0, %llu] (one year)",
+                  (unsigned long long)r->deadline_us,
+                  (unsigned long long)RINGLM_WIRE_DEADLINE_MAX_US);
     if (why && why_len) why[0] = 0;
     return 0;
+}
+#undef BAD_PARAM
+
+int ringlm_wire_check_request(const struct ringlm_wire_request *r, char *why, size_t why_len)
+{
+    return ringlm_wire_check_request_field(r, NULL, why, why_len);
 }

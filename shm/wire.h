@@ -18,34 +18,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/end_codes.h"
+
 #define RINGLM_WIRE_MAGIC 0x524c4d31u /* "RLM1" */
 #define RINGLM_WIRE_ABI   3u
 
-/* ---- reason codes (one namespace: finish reasons < 16, causes/rejects >= 16) ---- */
+/* ---- reason codes: one namespace, finish reasons < 16, causes >= 16 ----
+ * The values, names and meanings are the one table's (common/end_codes.h). */
+#define RINGLM_WIRE_R_ENUM(suffix, value, name, doc) RINGLM_WIRE_R_##suffix = (value),
 enum ringlm_wire_reason {
-    RINGLM_WIRE_R_NONE = 0,
-    /* why a request finished (ringlm_event.finish_reason) */
-    RINGLM_WIRE_R_LENGTH = 1,    /* max_new_tokens generated */
-    RINGLM_WIRE_R_STOP = 2,      /* a stop token was generated */
-    RINGLM_WIRE_R_CANCELLED = 3, /* cancelled by the client or the daemon */
-    RINGLM_WIRE_R_TIMEOUT = 4,   /* its deadline passed */
-    RINGLM_WIRE_R_REJECTED = 5,  /* refused at admission, see the cause */
-    RINGLM_WIRE_R_ERROR = 6,     /* the daemon failed it (engine error ...) */
-    /* causes: why it was rejected / cancelled / failed (ringlm_event.reject_reason) */
-    RINGLM_WIRE_R_QUEUE_FULL = 16,          /* global queue at its limit */
-    RINGLM_WIRE_R_TENANT_QUOTA = 17,        /* the tenant's queued-token quota is used up */
-    RINGLM_WIRE_R_TOO_LONG = 18,            /* prompt + max_new_tokens can never fit */
-    RINGLM_WIRE_R_DEADLINE_INFEASIBLE = 19, /* the deadline cannot be met */
-    RINGLM_WIRE_R_BAD_TOKEN = 20,           /* a prompt token is outside the vocabulary */
-    RINGLM_WIRE_R_BAD_PARAMS = 21,          /* sampling parameters out of range */
-    RINGLM_WIRE_R_DRAINING = 22,            /* the daemon is shutting down */
-    RINGLM_WIRE_R_OUTPUT_BACKPRESSURE = 23, /* the client stopped reading its events */
-    RINGLM_WIRE_R_UNKNOWN_CLASS = 24,       /* no such request class */
-    RINGLM_WIRE_R_DUPLICATE_ID = 25,        /* request id already in use in this session */
-    RINGLM_WIRE_R_INTERNAL = 26,            /* daemon-internal failure */
-    RINGLM_WIRE_R_CLIENT_GONE = 27,         /* the session ended */
-    RINGLM_WIRE_R_MAX = 28,
+    END_CODES(RINGLM_WIRE_R_ENUM) RINGLM_WIRE_R_MAX = END_CODES_MAX,
 };
+#undef RINGLM_WIRE_R_ENUM
 /* Stable lower-case name ("queue_full"), "unknown" for codes not listed. */
 const char *ringlm_wire_reason_name(unsigned code);
 
@@ -250,11 +234,26 @@ int ringlm_wire_parse(const void *rec, size_t len, struct ringlm_wire_parsed *ou
                       size_t why_len);
 
 /*
- * Semantic checks of a structurally valid request (ranges of the sampling
- * parameters, max_new_tokens >= 1, n_prompt >= 1): returns 0 or a reject cause
- * (RINGLM_WIRE_R_BAD_PARAMS) with a detail.  Services call it; the client library
- * applies the same checks before submitting.
+ * The one check of a request's parameters, the only place their ranges live: the client
+ * library runs it at submit (ringlm_submit and ringlm_request_check answer -EINVAL with its
+ * detail, so a bad request is refused before it is sent), the daemon runs it again on every
+ * record it reads (a client that writes the ring itself is rejected with bad_params), and the
+ * gateway answers its 400s from it (through ringlm_request_check).  The ranges:
+ *   n_prompt        >= 1
+ *   max_new_tokens  [1, RINGLM_WIRE_INDEX_MAX]
+ *   temperature     [0, RINGLM_WIRE_TEMPERATURE_MAX], finite (0 = greedy)
+ *   top_p           (0, 1], finite (1 = off)
+ *   deadline_us     [0, RINGLM_WIRE_DEADLINE_MAX_US] (0 = none; so now + deadline never
+ *                   wraps)
+ * Returns 0, or a reject cause (RINGLM_WIRE_R_BAD_PARAMS) with a detail that starts with the
+ * field's name ("temperature 200 outside [0, 100]"); *field (when field is not NULL) is that
+ * name, the member of both struct ringlm_wire_request and ringlm_request, else NULL.
  */
+#define RINGLM_WIRE_TEMPERATURE_MAX 100.0f
+#define RINGLM_WIRE_DEADLINE_MAX_US (365ull * 24 * 3600 * 1000000) /* one year */
+int ringlm_wire_check_request_field(const struct ringlm_wire_request *req, const char **field,
+                                    char *why, size_t why_len);
+/* The same check when the field's name is not needed. */
 int ringlm_wire_check_request(const struct ringlm_wire_request *req, char *why, size_t why_len);
 
 #endif

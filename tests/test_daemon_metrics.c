@@ -213,12 +213,12 @@ Test(daemon_metrics, http_scrape_parses_and_has_vllm_gauges)
         metrics_observe(m, b, METRICS_H_E2E, (uint64_t)i * 100000);
     }
     metrics_add_tokens(m, a, 500, 1200);
-    metrics_count_reject(m, b, "queue_full");
-    metrics_count_preempt(m, a, METRICS_MODE_SWAP, "blocks");
-    metrics_count_preempt(m, a, METRICS_MODE_RECOMPUTE, "blocks");
+    metrics_count_reject(m, b, SCHED_REJECT_QUEUE_FULL);
+    metrics_count_preempt(m, a, METRICS_MODE_SWAP, SCHED_DEFER_BLOCKS);
+    metrics_count_preempt(m, a, METRICS_MODE_RECOMPUTE, SCHED_DEFER_BLOCKS);
     metrics_count_cancel(m, a);
     metrics_count_timeout(m, b);
-    metrics_count_finish(m, a, "length");
+    metrics_count_finish(m, a, SCHED_END_LENGTH);
     metrics_set_queue(m, 7, 3);
     metrics_set_kv(m, SCHED_POOL_DEVICE, 25, 100);
     metrics_set_kv(m, SCHED_POOL_HOST, 10, 400);
@@ -299,16 +299,11 @@ Test(daemon_metrics, publish_is_rate_limited_and_labels_bounded)
     for (int i = 0; i < 100; i++) {
         snprintf(name, sizeof name, "t%d", i);
         int s = metrics_series(m, name, "c");
-        metrics_count_reject(m, s, i % 2 ? "quota" : "queue_full");
-    }
-    for (int i = 0; i < 50; i++) {
-        snprintf(name, sizeof name, "reason%d", i);
-        metrics_count_reject(m, 0, name);
+        metrics_count_reject(m, s, i % 2 ? SCHED_REJECT_TENANT_QUOTA : SCHED_REJECT_QUEUE_FULL);
     }
     metrics_publish(m, 20000, 1);
     cr_assert_eq(metrics_render(m, &t, &n), 0);
     cr_assert(strstr(t, "tenant=\"other\""));
-    cr_assert(strstr(t, "reason=\"other\""));
     check_exposition(t);
     free(t);
     metrics_destroy(m);
@@ -327,7 +322,7 @@ Test(daemon_metrics, full_label_space_renders_whole)
             snprintf(c, sizeof c, "class%d", j);
             int s = metrics_series(m, t, c);
             metrics_observe(m, s, METRICS_H_E2E, (uint64_t)(i * 1000 + j));
-            metrics_count_reject(m, s, "queue_full");
+            metrics_count_reject(m, s, SCHED_REJECT_QUEUE_FULL);
         }
     metrics_publish(m, 1, 1);
     char *a, *b;
@@ -382,22 +377,12 @@ Test(daemon_metrics, bad_listen_addresses_are_explained)
 
 extern char **environ;
 
-static pid_t g_daemon = -1;
+/* The daemon of the real-daemon test (tests/helpers.c starts and stops it). */
+static th_daemon g_daemon;
 static void stop_it(void)
 {
-    if (g_daemon <= 0) return;
-    kill(g_daemon, SIGTERM);
-    int st;
-    uint64_t dl = th_now_ms() + 15000;
-    while (waitpid(g_daemon, &st, WNOHANG) == 0 && th_now_ms() < dl) {
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    if (waitpid(g_daemon, &st, WNOHANG) == 0) {
-        kill(g_daemon, SIGKILL);
-        waitpid(g_daemon, &st, 0);
-    }
-    g_daemon = -1;
+    th_daemon_stop(&g_daemon, SIGTERM, 15000);
+    th_daemon_cleanup(&g_daemon);
 }
 
 Test(daemon_metrics, real_daemon_exposition_parses, .fini = stop_it, .timeout = 120)
@@ -406,44 +391,33 @@ Test(daemon_metrics, real_daemon_exposition_parses, .fini = stop_it, .timeout = 
         getenv("RINGLM_SHARED") && *getenv("RINGLM_SHARED") ? getenv("RINGLM_SHARED") : "../shared";
     const char *bin =
         getenv("RINGLM_BIN") && *getenv("RINGLM_BIN") ? getenv("RINGLM_BIN") : "build/bin";
-    char model[512], tok[512], ringlmd[512], ringlm[512], sock[128], listen_s[64];
+    char model[512], tok[512], ringlm[512];
     snprintf(model, sizeof model, "%s/models/stories260K.bin", shared);
     snprintf(tok, sizeof tok, "%s/models/tok512.bin", shared);
-    snprintf(ringlmd, sizeof ringlmd, "%s/ringlmd", bin);
     snprintf(ringlm, sizeof ringlm, "%s/ringlm", bin);
     if (access(model, R_OK) || access(tok, R_OK))
         cr_skip_test("stories260K/tok512 not under %s", shared);
-    if (access(ringlmd, X_OK) || access(ringlm, X_OK))
-        cr_skip_test("ringlmd/ringlm not built in %s", bin);
-    snprintf(sock, sizeof sock, "/tmp/ringlm-tm-%d.sock", getpid());
-    int port = 20000 + (getpid() * 7) % 30000;
-    snprintf(listen_s, sizeof listen_s, "127.0.0.1:%d", port);
-    unlink(sock);
-    char *dargv[] = {ringlmd,  "--model",     model, "--socket", sock, "--metrics",
-                     listen_s, "--numa-node", "off", "--quiet",  NULL};
+    if (access(ringlm, X_OK)) cr_skip_test("ringlm not built in %s", bin);
+    /* An ephemeral port, read back from the daemon's "metrics on port N" line: a port chosen
+     * here could be taken by another test. */
+    const char *dargs[] = {"--model", model, "--metrics", "127.0.0.1:0", NULL};
+    th_daemon_start(&g_daemon, dargs, 20000);
+    const char *sock = g_daemon.sock;
+    int port = 0;
+    for (uint64_t dl = th_now_ms() + 5000; !port; th_pause_ms(5)) {
+        const char *out = th_daemon_output(&g_daemon), *at = strstr(out, "metrics on port ");
+        if (at) port = atoi(at + strlen("metrics on port "));
+        cr_assert(port > 0 || th_now_ms() < dl, "ringlmd named no metrics port:\n%s", out);
+    }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    cr_assert_eq(posix_spawn(&g_daemon, ringlmd, &fa, NULL, dargv, environ), 0);
-    struct stat sb;
-    uint64_t dl = th_now_ms() + 20000;
-    while (stat(sock, &sb) != 0) {
-        int st;
-        if (waitpid(g_daemon, &st, WNOHANG) == g_daemon) {
-            g_daemon = -1;
-            cr_skip_test(
-                "ringlmd exited at start (status %d): does it serve --model/--metrics yet?", st);
-        }
-        cr_assert(th_now_ms() < dl, "ringlmd did not listen within 20 s");
-        struct timespec ts = {0, 5 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
     /* a few requests, so that histograms and counters have series */
     const char *prompts[] = {"Once upon a time", "The little dog", "Lily wanted to"};
     for (int i = 0; i < 3; i++) {
         pid_t c;
         char *cargv[] = {
-            ringlm,        "--socket", sock,           "generate", "--prompt", (char *)prompts[i],
+            ringlm,        "--socket", (char *)sock,   "generate", "--prompt", (char *)prompts[i],
             "--tokenizer", tok,        "--max-tokens", "20",       NULL};
         cr_assert_eq(posix_spawn(&c, ringlm, &fa, NULL, cargv, environ), 0);
         int st;
@@ -454,7 +428,7 @@ Test(daemon_metrics, real_daemon_exposition_parses, .fini = stop_it, .timeout = 
     /* the loop publishes at most every 100 ms: poll until the three requests show */
     char *body = NULL;
     int status = 0;
-    dl = th_now_ms() + 5000;
+    uint64_t dl = th_now_ms() + 5000;
     for (;;) {
         body = http_get(port, "/metrics", &status);
         cr_assert_eq(status, 200);
@@ -473,4 +447,69 @@ Test(daemon_metrics, real_daemon_exposition_parses, .fini = stop_it, .timeout = 
     cr_assert(find_line(body, "ringlm_info{"), "%s", body);
     check_exposition(body);
     free(body);
+}
+
+/* Every reason is counted under its own label: rejects, finishes, defers and preemptions are
+ * indexed by the scheduler's enums, and a value outside an enum (a caller's bug) lands under
+ * reason="invalid", never under a real reason (the labels used to be interned strings, and
+ * past the table's end a count went to slot 0, a real reason). */
+Test(daemon_metrics, each_reason_is_counted_under_its_own_label)
+{
+    metrics *m;
+    cr_assert_eq(metrics_create(NULL, &m), 0);
+    int s = metrics_series(m, "alice", "chat");
+    /* reason r counted r + 1 times, so a count names the reason it belongs to */
+    for (int r = 1; r < SCHED_REJECT__COUNT; r++)
+        for (int k = 0; k <= r; k++) metrics_count_reject(m, s, (sched_reject_reason)r);
+    for (int r = SCHED_END_LENGTH; r <= SCHED_END_ERROR; r++)
+        for (int k = 0; k <= r; k++) metrics_count_finish(m, s, (sched_end_code)r);
+    for (int r = 1; r < SCHED_DEFER__COUNT; r++)
+        for (int k = 0; k <= r; k++) {
+            metrics_count_defer(m, s, (sched_defer_reason)r);
+            metrics_count_preempt(m, s, METRICS_MODE_SWAP, (sched_defer_reason)r);
+        }
+    /* values outside the enums */
+    metrics_count_reject(m, s, (sched_reject_reason)(SCHED_REJECT__COUNT + 5));
+    metrics_count_finish(m, s, SCHED_END_QUEUE_FULL); /* a cause, not a finish reason */
+    metrics_count_defer(m, s, (sched_defer_reason)-1);
+    metrics_publish(m, 1, 1);
+    char *t;
+    size_t n;
+    cr_assert_eq(metrics_render(m, &t, &n), 0);
+    char line[256];
+    for (int r = 1; r < SCHED_REJECT__COUNT; r++) {
+        snprintf(line, sizeof line,
+                 "ringlm_rejects_total{tenant=\"alice\",class=\"chat\",reason=\"%s\"} %d",
+                 sched_reject_name((sched_reject_reason)r), r + 1);
+        cr_expect(find_line(t, line), "missing: %s\n%s", line, t);
+    }
+    for (int r = SCHED_END_LENGTH; r <= SCHED_END_ERROR; r++) {
+        snprintf(line, sizeof line,
+                 "ringlm_requests_finished_total{tenant=\"alice\",class=\"chat\",reason=\"%s\"} %d",
+                 sched_end_name((unsigned)r), r + 1);
+        cr_expect(find_line(t, line), "missing: %s\n%s", line, t);
+    }
+    for (int r = 1; r < SCHED_DEFER__COUNT; r++) {
+        snprintf(line, sizeof line,
+                 "ringlm_defers_total{tenant=\"alice\",class=\"chat\",reason=\"%s\"} %d",
+                 sched_defer_name((sched_defer_reason)r), r + 1);
+        cr_expect(find_line(t, line), "missing: %s\n%s", line, t);
+        snprintf(line, sizeof line,
+                 "ringlm_preemptions_total{tenant=\"alice\",class=\"chat\",mode=\"swap\","
+                 "reason=\"%s\"} %d",
+                 sched_defer_name((sched_defer_reason)r), r + 1);
+        cr_expect(find_line(t, line), "missing: %s\n%s", line, t);
+    }
+    cr_expect(
+        find_line(t, "ringlm_rejects_total{tenant=\"alice\",class=\"chat\",reason=\"invalid\"} 1"),
+        "%s", t);
+    cr_expect(find_line(t, "ringlm_requests_finished_total{tenant=\"alice\",class=\"chat\","
+                           "reason=\"invalid\"} 1"),
+              "%s", t);
+    cr_expect(
+        find_line(t, "ringlm_defers_total{tenant=\"alice\",class=\"chat\",reason=\"invalid\"} 1"),
+        "%s", t);
+    check_exposition(t);
+    free(t);
+    metrics_destroy(m);
 }

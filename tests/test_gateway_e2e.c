@@ -455,8 +455,6 @@ Test(gateway_e2e, bad_requests_get_openai_errors)
                  "invalid_json");
     expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"logprobs\":2}", 400, "logprobs",
                  "unsupported");
-    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"ignore_eos\":true}", 400, NULL,
-                 "unsupported");
     expect_error("/v1/completions", NULL, "{\"prompt\":[1,2,4096]}", 400, "prompt", "bad_token");
     expect_error("/v1/chat/completions", NULL,
                  "{\"messages\":[{\"role\":\"user\"}],\"stream\":\"yes\"}", 400, "stream", NULL);
@@ -476,6 +474,85 @@ Test(gateway_e2e, bad_requests_get_openai_errors)
     gwh_resp ok = gwh_curl("/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":2}");
     cr_assert_eq(ok.status, 200, "%s", ok.body);
     gwh_resp_free(&ok);
+}
+
+/* ---- the one parameter check, and ignore_eos ----------------------------------------- */
+
+/* Every range is the one check's (ringlm_request_check, which the library and ringlmd apply
+ * too): just outside each bound is a 400 invalid_value naming the body's field. */
+Test(gateway_e2e, each_parameter_bound_is_a_400_naming_its_field)
+{
+    setup(NULL);
+    static const struct {
+        const char *body, *param;
+    } cases[] = {
+        {"{\"prompt\":\"x\",\"temperature\":-0.5}", "temperature"},
+        {"{\"prompt\":\"x\",\"temperature\":100.5}", "temperature"},
+        {"{\"prompt\":\"x\",\"top_p\":0}", "top_p"},
+        {"{\"prompt\":\"x\",\"top_p\":1.01}", "top_p"},
+        {"{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens"},
+        {"{\"prompt\":\"x\",\"max_tokens\":268435456}", "max_tokens"},
+        {"{\"prompt\":\"x\",\"ringlm\":{\"deadline_ms\":31536000001}}", "ringlm.deadline_ms"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"temperature\":101}",
+         "temperature"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *path =
+            strstr(cases[i].body, "messages") ? "/v1/chat/completions" : "/v1/completions";
+        expect_error(path, NULL, cases[i].body, 400, cases[i].param, "invalid_value");
+    }
+    /* The edges are inside the ranges: served. */
+    gwh_resp ok = gwh_curl("/v1/completions", NULL,
+                           "{\"prompt\":\"x\",\"max_tokens\":2,\"temperature\":100,\"top_p\":1,"
+                           "\"ringlm\":{\"deadline_ms\":31536000000}}");
+    cr_assert_eq(ok.status, 200, "%s", ok.body);
+    gwh_resp_free(&ok);
+}
+
+/* ignore_eos (vLLM's): a greedy completion that stops on the stop token before max_tokens
+ * runs to exactly max_tokens with it, finish_reason "length", its text starting with the
+ * stopped one. */
+Test(gateway_e2e, ignore_eos_runs_to_max_tokens_past_the_stop_token)
+{
+    setup(NULL);
+    const char *prompts[] = {"The cat", "Once upon a time", "Lily wanted to", "Tom had a"};
+    char body[256];
+    for (size_t i = 0; i < sizeof prompts / sizeof *prompts; i++) {
+        snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":300,\"temperature\":0}",
+                 prompts[i]);
+        gwh_resp plain = gwh_curl("/v1/completions", NULL, body);
+        cr_assert_eq(plain.status, 200, "%s", plain.body);
+        json_t *pj = parse(plain.body);
+        json_t *pc = json_array_get(json_object_get(pj, "choices"), 0);
+        long long plain_tokens =
+            json_integer_value(json_object_get(json_object_get(pj, "usage"), "completion_tokens"));
+        if (strcmp(jpath_str(pc, "finish_reason", NULL), "stop") || plain_tokens >= 300) {
+            json_decref(pj);
+            gwh_resp_free(&plain);
+            continue; /* this prompt does not stop early: try the next */
+        }
+        snprintf(body, sizeof body,
+                 "{\"prompt\":\"%s\",\"max_tokens\":300,\"temperature\":0,\"ignore_eos\":true}",
+                 prompts[i]);
+        gwh_resp fixed = gwh_curl("/v1/completions", NULL, body);
+        cr_assert_eq(fixed.status, 200, "ignore_eos: %s", fixed.body);
+        json_t *fj = parse(fixed.body);
+        json_t *fc = json_array_get(json_object_get(fj, "choices"), 0);
+        cr_expect_str_eq(jpath_str(fc, "finish_reason", NULL), "length", "%s", fixed.body);
+        cr_expect_eq(
+            json_integer_value(json_object_get(json_object_get(fj, "usage"), "completion_tokens")),
+            300, "%s", fixed.body);
+        const char *pt = jpath_str(pc, "text", NULL), *ft = jpath_str(fc, "text", NULL);
+        cr_expect(!strncmp(ft, pt, strlen(pt)), "'%s' does not start with the stopped '%s'", ft,
+                  pt);
+        cr_expect_gt(strlen(ft), strlen(pt));
+        json_decref(fj);
+        json_decref(pj);
+        gwh_resp_free(&fixed);
+        gwh_resp_free(&plain);
+        return;
+    }
+    cr_assert_fail("no prompt's greedy completion stops before 300 tokens");
 }
 
 /* A 64 KiB body limit: over it 413 (the whole body is refused, nothing kept), under it served. */

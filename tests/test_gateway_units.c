@@ -154,12 +154,44 @@ static void expect_400(gw_kind k, const char *body, const char *param)
     free(j);
 }
 
+/* A body of the right types whose range the one check (gw_params_check, ringlm_request_check)
+ * refuses: 400 naming the body's field. */
+static void expect_range_400(const char *body, const char *param)
+{
+    gw_params p;
+    gw_err e;
+    cr_assert_eq(gw_params_parse(GW_COMPLETION, body, strlen(body), &pcfg, &p, &e), 0,
+                 "the parser checks types only: %s (%s)", body, e.message);
+    int32_t tok = 1;
+    ringlm_request rq;
+    ringlm_request_init(&rq);
+    rq.prompt = &tok;
+    rq.n_prompt = 1;
+    rq.max_new_tokens = p.max_tokens < 0 ? 16 : (uint32_t)p.max_tokens;
+    rq.temperature = (float)p.temperature;
+    rq.top_p = (float)p.top_p;
+    rq.deadline_us = p.deadline_ms * 1000u;
+    cr_assert_eq(gw_params_check(&p, &rq, &e), -1, "accepted: %s", body);
+    cr_assert_eq(e.status, 400, "%s: status %d (%s)", body, e.status, e.message);
+    cr_assert_str_eq(e.param, param, "%s: param '%s' (%s)", body, e.param, e.message);
+    gw_params_free(&p);
+}
+
+Test(gateway_units, out_of_range_values_are_400s_naming_the_field)
+{
+    expect_range_400("{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens");
+    expect_range_400("{\"prompt\":\"x\",\"top_p\":0}", "top_p");
+    expect_range_400("{\"prompt\":\"x\",\"top_p\":1.5}", "top_p");
+    expect_range_400("{\"prompt\":\"x\",\"temperature\":-1}", "temperature");
+    expect_range_400("{\"prompt\":\"x\",\"temperature\":100.5}", "temperature");
+    expect_range_400("{\"prompt\":\"x\",\"ringlm\":{\"deadline_ms\":31536000001}}",
+                     "ringlm.deadline_ms");
+}
+
 Test(gateway_units, wrong_types_are_400s_naming_the_field)
 {
     expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":\"5\"}", "max_tokens");
-    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens");
     expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"temperature\":\"hot\"}", "temperature");
-    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"top_p\":0}", "top_p");
     expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"stream\":1}", "stream");
     expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"stop\":[1]}", "stop");
     expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"n\":2}", "n");
