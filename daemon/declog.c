@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #if __has_include("sched/sched.h")
+#include "formats/logfile.h"
 #include "sched/sched.h"
 #define DECLOG_HAVE_SCHED 1
 #endif
@@ -241,9 +242,17 @@ static int open_log(logring *r, const char *name, const char *path, size_t ring_
         r->fd = STDOUT_FILENO;
         r->own_fd = false;
     } else {
-        r->fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (trunc ? O_TRUNC : O_APPEND), 0644);
-        if (r->fd < 0) return seterr(-errno, "%s log '%s': %s", name, path, strerror(errno));
+        /* A fragment a crash left at the end gets its newline first (formats/logfile.h). */
+        size_t torn = 0;
+        r->fd = fmt_log_open(path, trunc, &torn);
+        if (r->fd < 0) return seterr(r->fd, "%s log '%s': %s", name, path, strerror(-r->fd));
         r->own_fd = true;
+        if (torn)
+            fprintf(stderr,
+                    "ringlmd: %s log '%s' ended in a torn line of %zu bytes (a crash "
+                    "mid-write): ended with a newline, so it stays a line of its own that "
+                    "readers skip\n",
+                    name, path, torn);
     }
     size_t cap = 4096;
     while (cap < ring_bytes) cap <<= 1;

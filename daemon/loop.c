@@ -32,7 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <dirent.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -63,6 +65,10 @@ enum {
 #define DEFAULT_CONNECT_BURST     64
 #define HOUSEKEEPING_US           (200 * 1000)
 #define RECORDS_PER_SESSION_ITER  256
+#define EMFILE_LOG_EVERY_US       (10 * 1000 * 1000)
+/* Descriptors kept beside the sessions' (logs, the metrics server and its clients, io_uring,
+ * the engine, the KV tiers): at most this many, and at most a quarter of the limit. */
+#define FD_RESERVE_MAX            192
 
 struct dloop {
     dloop_config cfg;
@@ -72,6 +78,12 @@ struct dloop {
     struct io_uring ring;
     int ring_ok;
     int listen_fd;
+    /* Kept open to be given up when accept finds the process out of descriptors: the one
+     * it frees takes the connection, which is refused with a reason instead of waiting in
+     * the backlog for its hello timeout. */
+    int spare_fd;
+    uint64_t emfile_logged_us; /* the last "out of descriptors" line (one per 10 s) */
+    unsigned emfile_unlogged;  /* refusals since */
     /* The socket file this process bound (socket_path set only then): dloop_destroy
      * unlinks the path only while it is still that file, never one found there before nor
      * one another process put there since. */
@@ -154,6 +166,57 @@ static int arm_accept(dloop *l)
     return 0;
 }
 
+/* The client's hello is normally queued already (it sends it right after connect), and a
+ * closed peer still delivers this answer before EOF. */
+static void refuse_raw(int fd, int err, const char *detail)
+{
+    struct ringlm_wire_welcome w;
+    memset(&w, 0, sizeof(w));
+    w.magic = RINGLM_WIRE_MAGIC;
+    w.abi = RINGLM_WIRE_ABI;
+    w.status = err;
+    snprintf(w.detail, sizeof(w.detail), "%s", detail);
+    if (send(fd, &w, sizeof(w), MSG_DONTWAIT | MSG_NOSIGNAL) < 0) { /* it left: nothing to tell */
+    }
+}
+
+/* Out of descriptors (EMFILE/ENFILE): the spare one takes the connection to refuse it,
+ * and the log says so once per 10 s, with the count since, not once per try. 1 when a
+ * connection was refused (look for more), 0 when none could be taken. */
+static int refuse_out_of_fds(dloop *l, int err)
+{
+    int refused = 0;
+    if (l->spare_fd >= 0) {
+        close(l->spare_fd);
+        l->spare_fd = -1;
+        int fd = accept4(l->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0) {
+            struct rlimit rl = {0};
+            getrlimit(RLIMIT_NOFILE, &rl);
+            char d[160];
+            snprintf(d, sizeof d,
+                     "the daemon is out of file descriptors (open files limit %llu); try "
+                     "again later",
+                     (unsigned long long)rl.rlim_cur);
+            refuse_raw(fd, -err, d);
+            close(fd);
+            refused = 1;
+        }
+        l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    uint64_t now = dloop_clock_us(l);
+    l->emfile_unlogged++;
+    if (!l->emfile_logged_us || now - l->emfile_logged_us >= EMFILE_LOG_EVERY_US) {
+        fprintf(stderr,
+                "ringlmd: accept: %s: %u connection(s) refused since the last report (raise "
+                "LimitNOFILE= / ulimit -n, or lower --max-sessions)\n",
+                strerror(err), l->emfile_unlogged);
+        l->emfile_logged_us = now ? now : 1;
+        l->emfile_unlogged = 0;
+    }
+    return refused;
+}
+
 /* Accepts one pending connection: 1, or 0 when none is pending (or accept failed: the next
  * poll completion or the housekeeping tick tries again). */
 static int accept_one(dloop *l)
@@ -165,6 +228,7 @@ static int accept_one(dloop *l)
             return 1;
         }
         if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EMFILE || errno == ENFILE) return refuse_out_of_fds(l, errno);
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             fprintf(stderr, "ringlmd: accept: %s\n", strerror(errno));
         return 0;
@@ -649,6 +713,68 @@ static int make_listener(dloop *l)
     return 0;
 }
 
+/* ---- descriptors --------------------------------------------------------------------- */
+static unsigned long long fd_limit_at_start; /* soft limit before dloop_raise_fd_limit */
+
+unsigned long long dloop_raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+    if (!fd_limit_at_start) fd_limit_at_start = rl.rlim_cur;
+    if (rl.rlim_cur < rl.rlim_max) {
+        struct rlimit up = {.rlim_cur = rl.rlim_max, .rlim_max = rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0) rl.rlim_cur = rl.rlim_max;
+    }
+    return rl.rlim_cur;
+}
+
+static long fds_open_now(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return 16;
+    long n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
+/* The session limits the open files limit can hold: each session holds its socket, pidfd
+ * and two segments (and an eventfd doorbell where futexes are not used), and while a
+ * session is set up another connection can be in its hello grace (one descriptor); the
+ * half-open connections one each. Limits over that are lowered, and the start-up line says
+ * what the daemon can hold. */
+static void fit_fd_limit(dloop *l)
+{
+    unsigned long long limit = dloop_raise_fd_limit();
+    if (!limit) return;
+    if (limit == RLIM_INFINITY || limit > (1ull << 30)) limit = 1ull << 30;
+    long long room = (long long)limit - fds_open_now() - 1; /* - 1: the spare descriptor */
+    long long reserve = room / 4 < FD_RESERVE_MAX ? room / 4 : FD_RESERVE_MAX;
+    long long avail = room - reserve;
+    int per = (dloop_uses_futex(l) ? 4 : 5) + 1;
+    int sessions = l->cfg.max_sessions, half = l->cfg.max_half_open;
+    int fit = (long long)sessions * per + half <= avail;
+    if (!fit) {
+        if (half > avail / 8) half = avail / 8 > 1 ? (int)(avail / 8) : 1;
+        long long s = (avail - half) / per;
+        sessions = s > 1 ? (int)s : 1;
+        l->cfg.max_sessions = sessions;
+        l->cfg.max_half_open = half;
+        if (l->cfg.max_sessions_per_uid > sessions) l->cfg.max_sessions_per_uid = sessions;
+        if (l->cfg.max_half_open_per_uid > half) l->cfg.max_half_open_per_uid = half;
+    }
+    char was[64] = "";
+    if (fd_limit_at_start && fd_limit_at_start != limit)
+        snprintf(was, sizeof was, " (raised from %llu)", fd_limit_at_start);
+    fprintf(stderr,
+            "ringlmd: open files limit %llu%s: room for %d sessions (%d descriptors each) and "
+            "%d half-open connections%s\n",
+            limit, was, sessions, per, half,
+            fit ? "" : ", lowered to fit: raise LimitNOFILE= / ulimit -n for more");
+}
+
 int dloop_create(const dloop_config *cfg, const dsvc_ops *ops, void *ctx, dloop **out)
 {
     int r;
@@ -660,7 +786,7 @@ int dloop_create(const dloop_config *cfg, const dsvc_ops *ops, void *ctx, dloop 
     l->cfg = *cfg;
     l->ops = ops;
     l->ctx = ctx;
-    l->listen_fd = l->sig_fd = -1;
+    l->listen_fd = l->sig_fd = l->spare_fd = -1;
     l->hs_epfd = l->hs_stop_fd = l->hs_wake_fd = -1;
     pthread_mutex_init(&l->mu, NULL);
     if (!l->cfg.max_sessions) l->cfg.max_sessions = DEFAULT_MAX_SESSIONS;
@@ -702,6 +828,8 @@ int dloop_create(const dloop_config *cfg, const dsvc_ops *ops, void *ctx, dloop 
     l->use_futex = probe_futex(l);
     /* FUTEX_WAKE came with FUTEX_WAIT (6.7); CQE_SKIP_SUCCESS long before (5.17). */
     l->ring_wake_ok = l->use_futex && (p.features & IORING_FEAT_CQE_SKIP);
+    fit_fd_limit(l);
+    l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 
     /* The signals reach the loop through a signalfd only while blocked in this thread:
 	 * the program blocks them once, before it starts any thread (main_ringlmd.c). */
@@ -750,6 +878,7 @@ void dloop_destroy(dloop *l)
             unlink(l->socket_path);
     }
     if (l->sig_fd >= 0) close(l->sig_fd);
+    if (l->spare_fd >= 0) close(l->spare_fd);
     pthread_mutex_destroy(&l->mu);
     free(l);
 }

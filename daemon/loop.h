@@ -108,6 +108,10 @@ typedef struct dsvc_ops {
  * them from threads a library created before main; see main_ringlmd.c).  Returns 0 or
  * -errno with dloop_errmsg(): -EINVAL when those signals are not blocked. */
 int dloop_create(const dloop_config *cfg, const dsvc_ops *ops, void *ctx, dloop **out);
+/* Raises the soft limit of open files to the hard limit (ringlmd does it first thing);
+ * dloop_create calls it too, and then lowers the session limits that the descriptors left
+ * could not hold, saying so on stderr. The soft limit now, or 0 when it cannot be read. */
+unsigned long long dloop_raise_fd_limit(void);
 /* Whether dloop_create could listen on path, without binding it (ringlmd asks before it
  * loads a model, so that a socket in use or a bad directory is reported at once): the
  * directory exists and is writable, and the path is free or a stale socket. 0, or -EEXIST

@@ -41,7 +41,9 @@ static void usage(FILE *f)
         ", else " RINGLM_DEFAULT_SOCKET ")\n"
         "  --echo                   serve the echo service (transport tests, ipc_bench)\n"
         "  --numa-node auto|N|off   pin the loop and place session memory (default auto)\n"
-        "  --max-sessions N         sessions in all (default 256)\n"
+        "  --max-sessions N         sessions in all (default 256; this and the half-open\n"
+        "                           limits are lowered to what the open files limit holds,\n"
+        "                           raised to its hard limit at start: said at start)\n"
         "  --max-sessions-per-uid N sessions per client uid (default 64)\n"
         "  --max-half-open N        connections without a handshake yet, in all (default 64)\n"
         "  --max-half-open-per-uid N  the same per client uid (default 8)\n"
@@ -98,7 +100,7 @@ static void usage(FILE *f)
         "                           its API-key tenants are honoured\n"
         "  --version                print the version (with --model: model and policy hash) and "
         "exit\n"
-        "  --help\n"
+        "  -h, --help\n"
         "diagnostics (tests; never for serving):\n"
         "  --prefix-key xxh3|constant  how cached KV blocks are keyed (default xxh3). constant:\n"
         "                           every block gets one key, so only the stored token compare\n"
@@ -467,7 +469,7 @@ int main(int argc, char **argv)
     unsigned long v;
 
     int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case O_SOCKET: socket_path = optarg; break;
         case O_ECHO: echo = 1; break;
@@ -667,6 +669,7 @@ int main(int argc, char **argv)
             want_nice = 1;
             break;
         }
+        case 'h':
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -677,6 +680,9 @@ int main(int argc, char **argv)
 	 * the loop there (measured: 29-67 µs per woken client), at -10 it waits or goes elsewhere
 	 * (5-6 µs). Not permitted: say so and go on at the inherited priority. */
     install_signals();
+    /* 256 sessions of 4 descriptors and their handshakes need more than the usual soft
+     * limit of 1024: take what the hard limit allows (the loop fits its limits to it). */
+    dloop_raise_fd_limit();
     if (want_nice && setpriority(PRIO_PROCESS, 0, nice_val) != 0) {
         fprintf(stderr, "ringlmd: --nice %d: %s (continuing at nice %d)\n", nice_val,
                 strerror(errno), getpriority(PRIO_PROCESS, 0));

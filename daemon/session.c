@@ -669,7 +669,12 @@ void dsess_on_cqe(uint64_t user_data, int res)
     case DSESS_OP_PIDFD: dsess_end(s, "client process exited"); break;
     case DSESS_OP_DOORBELL:
         /* Woken, value changed (-EAGAIN) or eventfd read: the rings are drained this
-		 * iteration; the wait is re-armed before the loop sleeps again. */
+		 * iteration; the wait is re-armed before the loop sleeps again, when the session
+		 * has not rung for nothing too often (doorbell_charge). */
+        if (res != -ECANCELED) {
+            s->db_woken = 1;
+            s->db_cons = s->sub.cons;
+        }
         if (res < 0 && res != -EAGAIN && res != -EINTR && res != -ECANCELED && s->efd < 0 &&
             res != -ETIME) {
             /* The futex wait itself failed (e.g. -EFAULT): fall back to polling
@@ -722,6 +727,54 @@ int dsess_active(const dsess *s)
     return s->phase == DSESS_ACTIVE && !s->ending;
 }
 
+/* A doorbell wake that found nothing to do costs the loop a wake-up, a drain and a spin
+ * (~60 µs): a client ringing in a loop without writing anything kept the loop thread at
+ * ~100% of a core. Each such wake takes a token of the session's bucket (DSESS_DB_IDLE_RATE
+ * a second, as many at once); with none left, the doorbell wait is not re-armed until one
+ * is back, and the loop sleeps on (a timer wakes it then). A wake that brought records or
+ * returned ring space is work, never charged; records a held session writes meanwhile
+ * are taken at the loop's next wake, at most 1/DSESS_DB_IDLE_RATE s later. Returns the µs
+ * the doorbell must wait, 0 when it may be armed. */
+static uint64_t doorbell_charge(dsess *s, int paused)
+{
+    dsess_list *ls = dloop_sessions(s->loop);
+    uint64_t now = dloop_now_us(s->loop);
+    if (!s->db_tokens_us) {
+        s->db_tokens = DSESS_DB_IDLE_RATE;
+        s->db_tokens_us = now;
+    }
+    s->db_tokens += (double)(now - s->db_tokens_us) * DSESS_DB_IDLE_RATE / 1e6;
+    if (s->db_tokens > DSESS_DB_IDLE_RATE) s->db_tokens = DSESS_DB_IDLE_RATE;
+    s->db_tokens_us = now;
+    if (s->db_woken) {
+        s->db_woken = 0;
+        int worked =
+            s->sub.cons != s->db_cons || s->want_space || (paused && dsess_submit_pending(s));
+        if (!worked) {
+            s->db_tokens -= 1;
+            s->db_idle_wakes++;
+            ls->doorbell_idle_wakes++;
+        }
+    }
+    if (s->db_hold_us > now) return s->db_hold_us - now;
+    s->db_hold_us = 0;
+    if (s->db_tokens >= 1) return 0;
+    uint64_t wait = (uint64_t)((1 - s->db_tokens) * 1e6 / DSESS_DB_IDLE_RATE) + 1;
+    s->db_hold_us = now + wait;
+    if (s->db_holds++ == 0 && log_allowed(ls, now))
+        fprintf(stderr,
+                "ringlmd: session %llu (uid %u pid %d) rings its doorbell without work more "
+                "than %d times a second: its wakes are held to that rate (charged to it)\n",
+                (unsigned long long)s->id, (unsigned)s->uid, (int)s->pid, DSESS_DB_IDLE_RATE);
+    ls->doorbell_holds++;
+    return wait;
+}
+
+uint64_t dsess_doorbell_idle_wakes(const dsess *s)
+{
+    return s->db_idle_wakes;
+}
+
 int dsess_prepare_sleep(dsess *s, int paused)
 {
     /* Doorbell value first, rings second: a client that rings after this read makes the
@@ -730,6 +783,11 @@ int dsess_prepare_sleep(dsess *s, int paused)
     uint32_t seen = __atomic_load_n(&s->cseg->doorbell, __ATOMIC_ACQUIRE);
     if ((!paused && dsess_submit_pending(s)) || (s->want_space && dsess_space_returned(s)))
         return 1;
+    uint64_t hold = doorbell_charge(s, paused);
+    if (hold) {
+        dloop_wake_after_us(s->loop, hold);
+        return 0;
+    }
     return arm_op_db(s, DSESS_OP_DOORBELL, seen) < 0;
 }
 

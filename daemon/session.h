@@ -59,6 +59,8 @@ typedef struct dsess_list {
 	 * reconnects in a loop must not turn the daemon's log into its own) */
     uint64_t log_window_us;
     unsigned log_lines, log_suppressed;
+    uint64_t doorbell_idle_wakes; /* doorbell wakes without work, every session, ever */
+    uint64_t doorbell_holds;      /* times a session's doorbell was held back for them */
     /* per-uid connect rate buckets (dloop_config.connect_rate_per_uid); a full bucket says
 	 * nothing, so when every entry is taken the fullest is handed to a new uid */
     struct dsess_rate {
@@ -144,6 +146,11 @@ void dsess_clear_sleep(dsess *s);
  * all (records, unless paused, or space it waited for) or its doorbell wait could not be
  * armed; 0 when its doorbell wait is armed and the loop may sleep. */
 int dsess_prepare_sleep(dsess *s, int paused);
+/* Doorbell wakes the session caused without work (charged to it by the rate limit). */
+uint64_t dsess_doorbell_idle_wakes(const dsess *s);
+/* A session's doorbell wakes without work are held to this many a second (a burst of as
+ * many): a legitimate client rings only with records or when it frees event-ring space. */
+#define DSESS_DB_IDLE_RATE 200
 
 /* Status words the client reads, on every ACTIVE session. */
 void dsess_write_state_all(dloop *l, uint32_t state);

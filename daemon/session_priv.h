@@ -61,6 +61,17 @@ struct dsess {
 	                                     rate_at_us (dsess_check_deferred) */
     uint64_t rate_at_us;
     uint64_t eventfd_buf;
+    /* Doorbell wakes that brought no work (no record, no space the loop waited for), a
+     * token bucket per session (session.c, doorbell_charge): past it the session's
+     * doorbell wait is re-armed only when the bucket has refilled, so a client ringing in a
+     * loop costs the loop at most DSESS_DB_IDLE_RATE wakes a second. */
+    int db_woken;           /* the doorbell wait completed; judged at the next sleep */
+    uint64_t db_cons;       /* submit consumer index when it completed */
+    double db_tokens;       /* idle wakes left */
+    uint64_t db_tokens_us;  /* when db_tokens was last refilled */
+    uint64_t db_hold_us;    /* doorbell not re-armed before this (0: no hold) */
+    uint64_t db_idle_wakes; /* charged to the session, ever */
+    uint64_t db_holds;      /* times it was held back */
     char rxbuf[sizeof(struct ringlm_wire_hello) + 64];
 
     /* ending */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* formats/trace.c — Azure CSV, Mooncake and native trace readers (see trace.h). */
 #include "formats/trace.h"
+#include "formats/logfile.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -225,6 +226,10 @@ int fmt_trace_next(fmt_trace_reader *rd, fmt_request *out, fmt_request_text *tex
             rc = azure_line(p, le, out, why, whylen);
         else
             rc = mooncake_line(p, (size_t)(le - p), out, text, why, whylen);
+        if (rc < 0 && rd->format != FMT_TRACE_AZURE && fmt_json_line_torn(p, (size_t)(le - p))) {
+            rd->torn++;
+            continue;
+        }
         if (rc < 0) return -EINVAL;
         if (rd->format != FMT_TRACE_NATIVE) out->req = rd->row;
         rd->row++;

@@ -52,6 +52,8 @@ typedef struct fmt_trace_reader {
     uint32_t line; /* line of the record (or bad line) last returned, from 1 */
     uint64_t row;  /* records returned so far (Azure/Mooncake req ids) */
     bool fatal;    /* the last error ends the file (no Azure header) */
+    uint32_t torn; /* JSON lines skipped as torn (fmt_json_line_torn: a writer that died
+                      mid-line); not errors: callers say how many */
 } fmt_trace_reader;
 
 /* Starts reading buf[0..len) (not copied: it must outlive the reader). format AUTO
@@ -63,6 +65,7 @@ int fmt_trace_open(fmt_trace_reader *rd, const char *buf, size_t len, int format
  * The next request. Returns 1 with *out set (its strings in *text); 0 at the end;
  * -EINVAL when line rd->line is malformed, with why (without the line number). The reader
  * has moved past the bad line: a caller that skips bad lines calls again, unless rd->fatal.
+ * A torn JSON line (the start of an object cut short) is skipped and counted in rd->torn.
  */
 int fmt_trace_next(fmt_trace_reader *rd, fmt_request *out, fmt_request_text *text, char *why,
                    size_t whylen);

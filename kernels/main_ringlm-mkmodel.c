@@ -30,6 +30,7 @@ static const char usage[] =
     "                      [--type F32|F16|BF16|Q8_0|Q4_K|Q6_K|Q4_K_M] [--arch llama|qwen2]\n"
     "                      (--tokenizer TOKENIZER.bin | --vocab tokenizer.json\n"
     "                       [--vocab-config tokenizer_config.json] | --placeholder-vocab)\n"
+    "       ringlm-mkmodel --version | --help\n"
     "  SPEC: synthetic:PRESET:SEED (presets: stories15M stories110M llama3-8b gqa-test\n"
     "        stories260K quant-test vocab-llama3 vocab-qwen3 vocab-llama2) or a llama2.c "
     "checkpoint\n"
@@ -44,17 +45,13 @@ int main(int argc, char **argv)
     const char *spec = NULL, *out = NULL, *format = "llama2c", *type = NULL, *arch = NULL;
     const char *tok_path = NULL, *vocab_path = NULL, *vocab_cfg = NULL;
     int placeholder = 0;
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"out", required_argument, 0, 'o'},
-                                         {"format", required_argument, 0, 'f'},
-                                         {"type", required_argument, 0, 't'},
-                                         {"arch", required_argument, 0, 'a'},
-                                         {"tokenizer", required_argument, 0, 'z'},
-                                         {"vocab", required_argument, 0, 'v'},
-                                         {"vocab-config", required_argument, 0, 'c'},
-                                         {"placeholder-vocab", no_argument, 0, 'P'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},       {"out", required_argument, 0, 'o'},
+        {"format", required_argument, 0, 'f'},      {"type", required_argument, 0, 't'},
+        {"arch", required_argument, 0, 'a'},        {"tokenizer", required_argument, 0, 'z'},
+        {"vocab", required_argument, 0, 'v'},       {"vocab-config", required_argument, 0, 'c'},
+        {"placeholder-vocab", no_argument, 0, 'P'}, {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "m:o:f:t:a:z:v:c:h", opts, NULL)) != -1) {
         switch (ch) {
@@ -67,6 +64,7 @@ int main(int argc, char **argv)
         case 'v': vocab_path = optarg; break;
         case 'c': vocab_cfg = optarg; break;
         case 'P': placeholder = 1; break;
+        case 'V': printf("ringlm-mkmodel %s\n", RINGLM_VERSION); return 0;
         default: fputs(usage, ch == 'h' ? stdout : stderr); return ch == 'h' ? 0 : 2;
         }
     }

@@ -31,7 +31,8 @@ static void usage(FILE *f)
                "  --steps N        positions to run, prompt included; 0 = seq_len (default 256)\n"
                "  --temperature F  0 = greedy (default 1.0); --top-p default 0.9, --top-k 0 (off)\n"
                "  --seed S         sampling seed (default: time)\n"
-               "  --threads N      CPU worker threads (default 1)\n");
+               "  --threads N      CPU worker threads (default 1)\n"
+               "  --version, --help\n");
 }
 
 static bool is_stop(const int32_t *stop, int n, int token)
@@ -109,19 +110,14 @@ int main(int argc, char **argv)
     long steps = 256, threads = 1, block_size = 16, top_k = 0;
     float temperature = 1.0f, top_p = 0.9f;
     unsigned long long seed = (unsigned long long)time(NULL);
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"tokenizer", required_argument, 0, 'z'},
-                                         {"prompt", required_argument, 0, 'i'},
-                                         {"steps", required_argument, 0, 'n'},
-                                         {"temperature", required_argument, 0, 't'},
-                                         {"top-p", required_argument, 0, 'p'},
-                                         {"top-k", required_argument, 0, 'k'},
-                                         {"seed", required_argument, 0, 's'},
-                                         {"threads", required_argument, 0, 'j'},
-                                         {"backend", required_argument, 0, 'b'},
-                                         {"block-size", required_argument, 0, 'B'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},       {"tokenizer", required_argument, 0, 'z'},
+        {"prompt", required_argument, 0, 'i'},      {"steps", required_argument, 0, 'n'},
+        {"temperature", required_argument, 0, 't'}, {"top-p", required_argument, 0, 'p'},
+        {"top-k", required_argument, 0, 'k'},       {"seed", required_argument, 0, 's'},
+        {"threads", required_argument, 0, 'j'},     {"backend", required_argument, 0, 'b'},
+        {"block-size", required_argument, 0, 'B'},  {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "m:z:i:n:t:p:k:s:j:b:B:h", opts, NULL)) != -1) {
         switch (ch) {
@@ -159,6 +155,7 @@ int main(int argc, char **argv)
             if (parse_int("block-size", optarg, 1, 4096, &block_size)) return 2;
             break;
         case 'h': usage(stdout); return 0;
+        case 'V': printf("ringlm-run %s\n", RINGLM_VERSION); return 0;
         default: usage(stderr); return 2;
         }
     }

@@ -226,8 +226,17 @@ int ringlm_connect(const char *socket_path, ringlm_client **out)
         goto fail_free;
     }
     if (connect(c->sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-        r = set_err(-errno, "connect to '%s': %s (is ringlmd running? set %s or pass a path)",
-                    socket_path, strerror(errno), RINGLM_SOCKET_ENV);
+        int e = errno;
+        if (e == EACCES || e == EPERM)
+            /* ringlmd is there; this user may not reach it (the socket's mode and group,
+             * ringlmd --socket-mode/--socket-group, or a directory on the way). */
+            r = set_err(-e,
+                        "connect to '%s': permission denied for uid %u (the socket's or its "
+                        "directory's owner, group and mode decide who may connect)",
+                        socket_path, (unsigned)geteuid());
+        else
+            r = set_err(-e, "connect to '%s': %s (is ringlmd running? set %s or pass a path)",
+                        socket_path, strerror(e), RINGLM_SOCKET_ENV);
         goto fail_sock;
     }
     struct ringlm_wire_hello hello = {.magic = RINGLM_WIRE_MAGIC, .abi = RINGLM_WIRE_ABI};

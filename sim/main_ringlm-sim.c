@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "sched/sched.h"
 #include "sim/engine.h"
@@ -27,6 +29,7 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: ringlm-sim (--trace FILE | --workload NAME [--param K=V ...]) [options]\n"
+        "       ringlm-sim --version | --help\n"
         "\n"
         "input\n"
         "  --trace FILE            Azure CSV, Mooncake JSONL or native JSONL (detected from the "
@@ -321,6 +324,7 @@ int main(int argc, char **argv)
                                        {"policy", 1, 0, 'p'},
                                        {"json", 0, 0, 'j'},
                                        {"help", 0, 0, 'h'},
+                                       {"version", 0, 0, 'V'},
                                        {"format", 1, 0, O_FORMAT},
                                        {"skip-bad", 0, 0, O_SKIP},
                                        {"param", 1, 0, O_PARAM},
@@ -387,6 +391,7 @@ int main(int argc, char **argv)
             break;
         case 'j': json = true; break;
         case 'h': usage(stdout); return 0;
+        case 'V': printf("ringlm-sim %s\n", RINGLM_VERSION); return 0;
         case O_FORMAT:
             if (!strcmp(optarg, "azure"))
                 fmt = SIM_FMT_AZURE;
@@ -623,6 +628,20 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    /* The plot directory before the run, which can take minutes: a typo there must not cost
+     * them, nor end in an exit 0 with nothing written. */
+    if (plot_dir) {
+        struct stat st;
+        if (mkdir(plot_dir, 0777) < 0 && errno != EEXIST) {
+            fprintf(stderr, "ringlm-sim: --plot '%s': %s\n", plot_dir, strerror(errno));
+            return 2;
+        }
+        if (stat(plot_dir, &st) < 0 || !S_ISDIR(st.st_mode) || access(plot_dir, W_OK | X_OK) < 0) {
+            fprintf(stderr, "ringlm-sim: --plot '%s': %s\n", plot_dir,
+                    errno ? strerror(errno) : "not a directory");
+            return 2;
+        }
+    }
 
     int rc = 0, status = 1;
     sim_service svc;
@@ -665,6 +684,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "ringlm-sim: %s\n", sim_err());
             goto out;
         }
+        if (trace.n_torn)
+            fprintf(stderr,
+                    "ringlm-sim: skipped %zu torn line(s) of %s (the start of a line cut short: "
+                    "its writer died mid-write)\n",
+                    trace.n_torn, trace_path);
         if (trace.n_bad_total) {
             fprintf(stderr, "ringlm-sim: skipped %zu bad lines of %s:\n", trace.n_bad_total,
                     trace_path);
@@ -802,10 +826,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "ringlm-sim: %s\n", sim_err());
             goto out;
         }
-        if (plot_dir &&
-            (rc = sim_report_plot(plot_dir, n_pol > 1 ? pol_names[i] : "run", &runs[i], stderr)) <
-                0 &&
-            rc != -ENOENT) {
+        if (plot_dir && (rc = sim_report_plot(plot_dir, n_pol > 1 ? pol_names[i] : "run", &runs[i],
+                                              stderr)) < 0) {
             fprintf(stderr, "ringlm-sim: %s\n", sim_err());
             goto out;
         }
@@ -814,8 +836,7 @@ int main(int argc, char **argv)
     if (plot_dir && n_runs > 1) {
         const sim_run *rp[MAX_POLICIES];
         for (int i = 0; i < n_runs; i++) rp[i] = &runs[i];
-        if ((rc = sim_report_plot_compare(plot_dir, rp, (size_t)n_runs, NULL)) < 0 &&
-            rc != -ENOENT) {
+        if ((rc = sim_report_plot_compare(plot_dir, rp, (size_t)n_runs, NULL)) < 0) {
             fprintf(stderr, "ringlm-sim: %s\n", sim_err());
             goto out;
         }

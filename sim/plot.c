@@ -241,7 +241,7 @@ static int run_gnuplot(const char *dir, const char *gp, const char *sfx, FILE *n
             fprintf(note,
                     "note: gnuplot not found; plot data and the script %s are written, no images\n",
                     gp);
-        return -ENOENT;
+        return SIM_PLOT_NO_GNUPLOT;
     }
     pid_t pid = fork();
     if (pid < 0) return sim_err_setc(-errno, "fork: %s", strerror(errno));

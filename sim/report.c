@@ -598,6 +598,7 @@ json_t *sim_report_json(const sim_run *r, const sim_summary *s, const sim_servic
     json_object_set_new(tr, "requests", json_integer((json_int_t)t->n));
     json_object_set_new(tr, "span_s", jr(s->span_s, 6));
     json_object_set_new(tr, "bad_lines", json_integer((json_int_t)t->n_bad_total));
+    json_object_set_new(tr, "torn_lines", json_integer((json_int_t)t->n_torn));
     json_object_set_new(o, "trace", tr);
     json_object_set_new(o, "policy", json_string(r->policy_name));
     json_object_set_new(o, "policy_hash", json_string(r->policy_hash));
@@ -643,6 +644,7 @@ json_t *sim_report_json(const sim_run *r, const sim_summary *s, const sim_servic
         json_object_set_new(it, "points", json_integer((json_int_t)svc->it_points));
         json_object_set_new(it, "dropped", json_integer((json_int_t)svc->it_dropped));
         json_object_set_new(it, "ignored_no_period", json_integer((json_int_t)svc->it_idle));
+        json_object_set_new(it, "torn_lines", json_integer((json_int_t)svc->it_torn));
         json_object_set_new(it, "ignored_transfers", json_integer((json_int_t)svc->it_transfers));
         for (int i = 0; i < 5; i++)
             if (svc->it_terms >> i & 1)
@@ -783,6 +785,7 @@ void sim_report_table(FILE *f, const sim_run *r, const sim_summary *s, const sim
     fprintf(f, "trace    %s (%s): %zu requests over %.1f s", t->source,
             sim_trace_format_name(t->format), t->n, s->span_s);
     if (t->n_bad_total) fprintf(f, ", %zu bad lines skipped", t->n_bad_total);
+    if (t->n_torn) fprintf(f, ", %zu torn lines skipped", t->n_torn);
     fprintf(f, "\npolicy   %s  mode %s  hash %s\n", r->policy_name, r->mode, r->policy_hash);
     if (svc->it_points)
         fprintf(f,
@@ -805,6 +808,8 @@ void sim_report_table(FILE *f, const sim_run *r, const sim_summary *s, const sim
                 svc->it_source, svc->it_points, svc->it_lines, svc->it_dropped, svc->it_idle,
                 svc->it_transfers, svc->r2, 100 * svc->median_rel_err, 100 * svc->it_p90_rel_err,
                 100 * svc->max_rel_err);
+        if (svc->it_torn)
+            fprintf(f, "; %zu torn lines skipped (the log's writer died mid-line)", svc->it_torn);
         if (!isnan(svc->it_prior_median_rel_err))
             fprintf(f, "; the %s model on these points: %.1f%%",
                     svc->builtin ? "built-in" : "calibration's",

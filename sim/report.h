@@ -76,7 +76,10 @@ int sim_report_csv(const char *dir, const char *tag, const sim_run *r);
  * so a simulated run can be replayed (and compared with --fidelity) like a real one. */
 int sim_report_request_log(FILE *f, const sim_run *r);
 /* Plots (gnuplot): latency CDFs per tenant, queue depth and KV occupancy over time, PNG and
- * SVG into dir. Returns 0, -ENOENT when gnuplot is missing (a note is printed), -errno. */
+ * SVG into dir (created if absent; its parent must exist). Returns 0, SIM_PLOT_NO_GNUPLOT
+ * when gnuplot is missing (data and script written, a note printed), -errno (the detail
+ * names the path) when dir or a file in it cannot be written. */
+#define SIM_PLOT_NO_GNUPLOT 1
 int sim_report_plot(const char *dir, const char *tag, const sim_run *r, FILE *note);
 /* Compare mode: TTFT and E2E CDFs of all requests and queue depth over time, one curve per
  * policy (compare-*.png/svg). Same returns as sim_report_plot. */

@@ -1,6 +1,7 @@
 /* ringlm — simulator service model. SPDX-License-Identifier: MIT */
 #include "sim/service.h"
 #include "formats/iteration_log.h"
+#include "formats/logfile.h"
 #include "sim/err.h"
 #include "sim/stats.h"
 #include "sim/trace.h"
@@ -543,8 +544,11 @@ static int it_line(sim_service *s, itset *set, const char *buf, size_t len, cons
 {
     fmt_iteration it;
     char why[200];
-    if (fmt_iteration_parse(buf, len, &it, why, sizeof why) < 0)
-        return sim_err_set("%s:%zu: %s", name, line, why);
+    if (fmt_iteration_parse(buf, len, &it, why, sizeof why) < 0) {
+        if (!fmt_json_line_torn(buf, len)) return sim_err_set("%s:%zu: %s", name, line, why);
+        s->it_torn++; /* its writer died mid-line: not an error of the file */
+        return 0;
+    }
     s->it_lines++;
     /* null period: the loop went idle after this iteration (or it was the last), so its
      * period is not a step's cost; a zero period cannot be weighted by 1/period² */
@@ -648,7 +652,7 @@ int sim_service_fit_iterations(sim_service *s, const char *const *paths, size_t 
     double *rel = NULL;
     int rc = 0;
     if (!n) return sim_err_set("no iteration log given");
-    s->it_lines = s->it_points = s->it_dropped = s->it_idle = s->it_transfers = 0;
+    s->it_lines = s->it_points = s->it_dropped = s->it_idle = s->it_transfers = s->it_torn = 0;
     s->it_source[0] = 0;
     s->it_files = 0;
     for (size_t f = 0; f < n; f++) {

@@ -60,6 +60,7 @@ typedef struct sim_service {
     size_t it_dropped;   /* left out by the robust pass (relative residual > 4× median) */
     size_t it_idle;      /* period_us null (the loop went idle, or the last line) */
     size_t it_transfers; /* transfers > 0 (a KV copy shared the iteration) */
+    size_t it_torn;      /* torn lines skipped (the log's writer died mid-line) */
     unsigned it_terms;   /* terms fitted: bit 0 base, 1 prefill, 2 decode, 3 context, 4 pairs */
     double it_p90_rel_err;
     double

@@ -348,6 +348,7 @@ int sim_trace_parse(sim_trace *t, const char *name, const char *buf, size_t len,
             if (t->reqs[i].arrival_us < min) min = t->reqs[i].arrival_us;
         for (size_t i = 0; min < 0 && i < t->n; i++) t->reqs[i].arrival_us -= min;
     }
+    t->n_torn = rd.torn;
     if (fmt == SIM_FMT_NATIVE && (rc = check_unique_ids(t, name)) < 0) return rc;
     sim_trace_sort(t);
     return 0;

@@ -73,6 +73,7 @@ typedef struct sim_trace {
     sim_bad_line *bad; /* skipped lines (only with skip_bad) */
     size_t n_bad, cap_bad;
     size_t n_bad_total; /* bad lines seen, including those not listed */
+    size_t n_torn;      /* torn lines skipped: a log whose writer died mid-line */
     uint64_t *hashes;   /* block hashes of every request (sim_req.hash_off) */
     size_t n_hashes, cap_hashes;
     sched_cost_state *costs; /* recorded cost models (sim_req.cost_idx) */

@@ -167,7 +167,7 @@ int sim_tune_goodput_bound(const sim_trace *t, const sim_service *svc, const sch
 
 /* Reports: the Pareto front of the whole-trace candidates (goodput, TTFT p99, TPOT p99,
  * refusals) as a table, as JSON, and as a gnuplot scatter (goodput against TTFT p99) into dir
- * (returns -ENOENT without gnuplot: data and script are still written). */
+ * (returns SIM_PLOT_NO_GNUPLOT without gnuplot: data and script are still written). */
 void sim_tune_table(FILE *f, const sim_tune_result *r);
 json_t *sim_tune_json(const sim_tune_result *r);
 int sim_tune_plot(const char *dir, const sim_tune_result *r, FILE *note);

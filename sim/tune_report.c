@@ -265,7 +265,7 @@ int sim_tune_cli(const sim_trace *t, const sched_policy *base, const sim_tune_op
     } else {
         sim_tune_table(stdout, &r);
     }
-    if (plot_dir && (rc = sim_tune_plot(plot_dir, &r, stderr)) < 0 && rc != -ENOENT) {
+    if (plot_dir && (rc = sim_tune_plot(plot_dir, &r, stderr)) < 0) {
         fprintf(stderr, "ringlm-sim: %s\n", sim_err());
         status = 1;
     }

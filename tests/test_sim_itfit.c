@@ -357,7 +357,9 @@ Test(sim_itfit, malformed_lines_name_file_line_and_field)
                  GOOD GOOD "{\"period_us\":100,\"prefill_tokens\":0,\"prefill_pairs\":0,\"decode_"
                            "seqs\":\"2\",\"context_tokens\":9}\n",
                  "3:", "\"decode_seqs\" is not a number");
-    expect_error("trunc.jsonl", GOOD "{\"period_us\":100,\"prefill_tokens\":0,\"prefi",
+    /* A line cut short (torn: its writer died mid-line) is skipped; one that is not JSON in
+     * another way is an error. */
+    expect_error("garbled.jsonl", GOOD "{\"period_us\":100,\"prefill_tokens\":0,}\n",
                  "2:", "not JSON");
     expect_error(
         "missing.jsonl",

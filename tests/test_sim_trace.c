@@ -164,9 +164,16 @@ Test(sim_trace, mooncake_jsonl)
     cr_expect(strstr(sim_err(), ":2:") && strstr(sim_err(), "output_length"), "%s", sim_err());
     sim_trace_free(&t);
     const char *notjson =
-        "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1}\n{\"timestamp\": 1,\n";
+        "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1}\n{\"timestamp\": 1,]\n";
     cr_expect_lt(parse(&t, notjson, SIM_FMT_MOONCAKE, false), 0);
     cr_expect(strstr(sim_err(), ":2: not JSON") != NULL, "%s", sim_err());
+    sim_trace_free(&t);
+    /* A line cut short (its writer died mid-line) is skipped and counted, not an error. */
+    const char *torn =
+        "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1}\n{\"timestamp\": 1,\n";
+    cr_expect_eq(parse(&t, torn, SIM_FMT_MOONCAKE, false), 0, "%s", sim_err());
+    cr_expect_eq(t.n, 1);
+    cr_expect_eq(t.n_torn, 1);
     sim_trace_free(&t);
 }
 

@@ -104,6 +104,11 @@ void replay_load_trace(const char *path, const load_opts *lo, trace *t)
         rs[nr++] = r;
     }
     free(buf);
+    if (rd.torn)
+        fprintf(stderr,
+                "ringlm: skipped %u torn line(s) of %s (the start of a line cut short: its "
+                "writer died mid-write)\n",
+                rd.torn, path);
     if (nr == 0) cli_die("trace %s has no requests", path);
     /* Native traces are in finish order; every format is replayed in arrival order. */
     for (size_t i = 1; i < nr; i++) { /* insertion sort: traces are nearly sorted */
