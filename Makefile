@@ -121,6 +121,17 @@ $(BIN)/$(patsubst main_%.c,%,$(notdir $(1))): $(call objs,$(1)) $(ALL_A) $(OBJ)/
 endef
 $(foreach m,$(PROG_MAINS),$(eval $(call prog_rule,$(m))))
 
+# ringlmd-test: ringlmd with its test knobs (RINGLM_TEST_KNOBS: --prefix-key, --fail-kv-reads),
+# for the tests only: built by `make tests`, never by `make all` or installed. Only its main is
+# compiled again; the daemon it runs is the shipped one's archive.
+TEST_PROGS := $(BIN)/ringlmd-test
+$(OBJ)/daemon/main_ringlmd.test.o: daemon/main_ringlmd.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -DRINGLM_TEST_KNOBS -MMD -MP -c -o $@ $<
+$(BIN)/ringlmd-test: $(OBJ)/daemon/main_ringlmd.test.o $(ALL_A) $(OBJ)/empty.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(ALL_A) $(SYSLIBS)
+
 PERF_SRCS := $(wildcard perf/*.c)
 BENCHES   := $(patsubst perf/%.c,$(B)/perf/%,$(PERF_SRCS))
 $(B)/perf/%: $(OBJ)/perf/%.o $(ALL_A) $(OBJ)/empty.o
@@ -159,7 +170,7 @@ all: $(LIBRINGLM_A) $(LIBRINGLM_SO) $(B)/ringlm.pc $(PROGRAMS) $(BENCHES) $(CUDA
 lib: $(ALL_A) $(LIBRINGLM_SO)
 programs: $(PROGRAMS)
 benches: $(BENCHES)
-tests: $(TESTS)
+tests: $(TESTS) $(TEST_PROGS)
 
 # The .pc file names the prefix it is installed under, so install writes it afresh.
 PC_TEXT = prefix=$(1)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ringlm\nDescription: ringlm client library (shared-memory LLM inference transport)\nVersion: $(VERSION)\nLibs: -L$${libdir} -lringlm\nLibs.private: -ljansson -lpcre2-8 -lrt\nCflags: -I$${includedir}\n
@@ -171,7 +182,7 @@ $(B)/ringlm.pc: Makefile
 # Suites run one after another; each suite's own tests run in Criterion's worker processes.
 T ?=
 RUN_TESTS = $(filter $(B)/tests/test_$(T)%,$(TESTS))
-test: all $(TESTS) check-layering check-format check-end-codes check-portable
+test: all $(TESTS) $(TEST_PROGS) check-layering check-format check-end-codes check-portable
 	@B=$(B) scripts/run-tests.sh $(RUN_TESTS)
 
 demo: all

@@ -15,31 +15,23 @@
 #include "daemon/service_internal.h"
 
 /* Answers a request the scheduler never saw: rejected for `why_code`, whose cause the client
- * sees (sched_reject_cause). */
+ * sees (sched_reject_cause). The reject is the scheduler's event like any other
+ * (sched_note_reject): the event sink logs it with the one writer and counts it, and the
+ * scheduler's stats count it. The class name (and the detail that quotes it) are the
+ * client's: the one JSON writer escapes them and repairs invalid UTF-8, so no client can
+ * forge a field or a line of the log. */
 static void reject_now(svc *s, svc_req *r, sched_reject_reason why_code, const char *why)
 {
-    unsigned cause = (unsigned)sched_reject_cause(why_code);
-    s->n_rejects++;
-    if (r->series >= 0) metrics_count_reject(s->mx, r->series, why_code);
-    if (s->logs && declog_has_decisions(s->logs)) {
-        /* The class name (and the detail that quotes it) are the client's: the one JSON
-         * writer escapes them and repairs invalid UTF-8, so no client can forge a field or
-         * a line of the log. */
-        fmt_decision d;
-        fmt_decision_init(&d);
-        d.t_us = s->now_us;
-        d.ev = "reject";
-        d.req = r->id;
-        d.tenant = r->tenant_name;
-        d.class_name = r->class_name;
-        d.reason = sched_reject_name(why_code);
-        d.detail = why;
-        d.prompt_tokens = r->n_prompt;
-        d.max_tokens = r->max_new;
-        declog_decision_record(s->logs, &d);
-    }
-    DTRACE_PROBE3(ringlmd, decision, (int)SCHED_EV_REJECT, r->id, sched_reject_name(why_code));
-    req_end(s, r, RINGLM_WIRE_R_REJECTED, cause);
+    s->adm.n_rejects++;
+    sched_request sr = {.id = r->id,
+                        .tenant = r->tenant,
+                        .class_idx = r->class_idx,
+                        .class_name = r->class_name,
+                        .prompt_len = r->n_prompt,
+                        .max_new_tokens = r->max_new,
+                        .arrival_us = s->now_us};
+    sched_note_reject(s->sched, &sr, why_code, why, s->now_us);
+    req_end(s, r, RINGLM_WIRE_R_REJECTED, (unsigned)sched_reject_cause(why_code));
 }
 
 void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr, const int32_t *prompt,
@@ -166,7 +158,9 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr, co
     sched_reject_reason rr = SCHED_REJECT_NONE;
     int rc = sched_submit(s->sched, &sr, s->now_us, &rr);
     if (rc < 0) {
-        s->n_rejects++;
+        s->adm.n_rejects++;
         req_end(s, r, RINGLM_WIRE_R_REJECTED, (unsigned)sched_reject_cause(rr));
+        return;
     }
+    req_set_state(s, r, REQ_QUEUED);
 }

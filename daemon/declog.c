@@ -367,15 +367,9 @@ int declog_decision(declog *d, const struct sched_event *ev)
 {
     if (!d || d->log[0].fd < 0) return 0;
 #ifdef DECLOG_HAVE_SCHED
-    char line[DECLOG_LINE_MAX + 1];
-    size_t n = sched_event_json(ev, line, sizeof line);
-    if (n >= sizeof line) { /* truncated: a half line would not be JSON */
-        atomic_store_explicit(&d->log[0].dropped,
-                              atomic_load_explicit(&d->log[0].dropped, memory_order_relaxed) + 1,
-                              memory_order_relaxed);
-        return -EMSGSIZE;
-    }
-    return ring_put(d, &d->log[0], line, n);
+    fmt_decision rec;
+    sched_event_record(ev, &rec);
+    return declog_decision_record(d, &rec);
 #else
     (void)ev;
     return seterr(-ENOTSUP, "declog: built without sched/sched.h");

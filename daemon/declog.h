@@ -4,7 +4,7 @@
  * the request log (sim/FORMATS.md native JSONL) and the iteration log (sim/FORMATS.md), all
  * written off the hot path.
  *
- * The loop thread formats a line (the scheduler's sched_event_json() for decisions, this
+ * The loop thread formats a line (fmt_decision_format of a scheduler event's record for decisions, this
  * formats/ writers for requests and iterations) and copies it into a bounded byte ring —
  * one per log, single producer (the loop), single consumer (the writer thread). The writer
  * thread drains the rings with write(2) in large chunks and wakes on its own (every few
@@ -74,13 +74,15 @@ int declog_iteration(declog *d, const fmt_iteration *it);
 
 /* ---- decision log ------------------------------------------------------------------- */
 
-/* Formats a scheduler event with sched_event_json() and queues the line.
- * 0, -ENOBUFS (ring full: dropped and counted), -EMSGSIZE (too long: dropped, counted). */
+/* Writes a scheduler event (the daemon's own rejects are scheduler events too:
+ * sched_note_reject) with the one writer, sched_event_record → fmt_decision_format, and
+ * queues the line. 0, -ENOBUFS (ring full: dropped and counted), -EMSGSIZE (too long:
+ * dropped, counted). */
 int declog_decision(declog *d, const struct sched_event *ev);
 /* Queues one preformatted JSON object (without newline; one is added). Same returns. */
 int declog_decision_line(declog *d, const char *json, size_t len);
-/* A line the daemon writes itself (a request refused before the scheduler saw it):
- * formatted with fmt_decision_format (every string escaped) and queued. Same returns. */
+/* Formats one record with fmt_decision_format (every string escaped) and queues it. Same
+ * returns. */
 int declog_decision_record(declog *d, const fmt_decision *rec);
 
 /* ---- request log (sim/FORMATS.md "Native request trace") ---------------------------- */

@@ -14,48 +14,50 @@
 int exec_init(svc *s)
 {
     int bs = eng_kv_block_size(s->engine);
-    s->bt_stride = (s->mcfg->seq_len + 1 + bs - 1) / bs;
+    s->ex.bt_stride = (s->mcfg->seq_len + 1 + bs - 1) / bs;
     size_t S = (size_t)s->max_seqs;
-    int rc = eng_bb_init(&s->bb, s->max_tokens, s->max_seqs, s->bt_stride, bs);
+    int rc = eng_bb_init(&s->ex.bb, s->max_tokens, s->max_seqs, s->ex.bt_stride, bs);
     if (rc < 0) return rc;
-    s->b_out = calloc(S, sizeof(int32_t));
-    s->b_samp = calloc(S, sizeof(eng_sampling));
-    s->b_rng = calloc(S, sizeof(uint64_t));
-    s->b_req = calloc(S, sizeof(svc_req *));
-    s->results = calloc(S, sizeof(sched_result));
-    if (!s->b_out || !s->b_samp || !s->b_rng || !s->b_req || !s->results) return -ENOMEM;
+    s->ex.b_out = calloc(S, sizeof(int32_t));
+    s->ex.b_samp = calloc(S, sizeof(eng_sampling));
+    s->ex.b_rng = calloc(S, sizeof(uint64_t));
+    s->ex.b_req = calloc(S, sizeof(svc_req *));
+    s->ex.results = calloc(S, sizeof(sched_result));
+    if (!s->ex.b_out || !s->ex.b_samp || !s->ex.b_rng || !s->ex.b_req || !s->ex.results)
+        return -ENOMEM;
     return 0;
 }
 
 void exec_free(svc *s)
 {
-    eng_bb_free(&s->bb);
-    free(s->b_out);
-    free(s->b_samp);
-    free(s->b_rng);
-    free(s->b_req);
-    free(s->results);
-    s->b_out = NULL;
-    s->b_samp = NULL;
-    s->b_rng = NULL;
-    s->b_req = NULL;
-    s->results = NULL;
+    eng_bb_free(&s->ex.bb);
+    free(s->ex.b_out);
+    free(s->ex.b_samp);
+    free(s->ex.b_rng);
+    free(s->ex.b_req);
+    free(s->ex.results);
+    s->ex.b_out = NULL;
+    s->ex.b_samp = NULL;
+    s->ex.b_rng = NULL;
+    s->ex.b_req = NULL;
+    s->ex.results = NULL;
 }
 
 int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
 {
     int L = 0, nres = 0;
-    eng_batch_builder *bb = &s->bb;
+    eng_batch_builder *bb = &s->ex.bb;
     eng_bb_reset(bb);
     for (uint32_t i = 0; i < p->n_entries; i++) {
         const sched_entry *e = &p->entries[i];
         svc_req *r = req_find(s, e->req);
         uint32_t known = r ? r->n_prompt + r->n_gen : 0;
         /* The scheduler's block ids are the engine's (int32 in the engine's table). */
-        if (!r || r->ended || e->n_tokens == 0 || e->start_pos + e->n_tokens > known ||
+        if (!r || req_state_ended(r->state) || e->n_tokens == 0 ||
+            e->start_pos + e->n_tokens > known ||
             eng_bb_add(bb, r->tokens, e->start_pos, e->n_tokens, (const int32_t *)e->blocks,
                        e->n_blocks, e->samples) < 0) {
-            if (r && !r->ended) {
+            if (r && !req_state_ended(r->state)) {
                 /* A plan the service cannot execute would be planned again for ever. */
                 svc_log("plan entry for request %llu is not executable (pos %u + %u, known %u, "
                         "%u blocks); failing it",
@@ -67,12 +69,12 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
         }
         xfer_check_compute(s, e);
         if (e->samples) {
-            s->b_samp[L] = r->samp;
-            s->b_rng[L] = r->rng;
-            s->b_req[L] = r;
+            s->ex.b_samp[L] = r->samp;
+            s->ex.b_rng[L] = r->rng;
+            s->ex.b_req[L] = r;
             L++;
         }
-        s->results[nres++] =
+        s->ex.results[nres++] =
             (sched_result){.req = e->req, .tokens = 0, .finished = SCHED_FINISH_NONE};
     }
     if (bb->n_seqs == 0) return nres;
@@ -81,18 +83,18 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     /* Clients connecting meanwhile are answered by the loop's handshake thread. */
     dloop_engine_begin(s->loop);
-    int rc = eng_execute_sample(s->engine, b, s->b_samp, s->b_rng, s->b_out, NULL);
+    int rc = eng_execute_sample(s->engine, b, s->ex.b_samp, s->ex.b_rng, s->ex.b_out, NULL);
     dloop_engine_end(s->loop);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     *exec_us = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000ll + (t1.tv_nsec - t0.tv_nsec) / 1000);
     /* Tokens exist once the batch ran: stamp them after it, not at the iteration start. */
-    s->now_us += *exec_us;
+    svc_clock_advance(s, *exec_us);
     if (rc < 0) {
-        s->n_engine_errors++;
+        s->ex.n_engine_errors++;
         svc_log("engine: %s (batch of %d tokens, %d sequences); failing its requests", eng_errmsg(),
                 b->n_tokens, b->n_seqs);
         for (int i = 0; i < nres; i++) {
-            svc_req *r = req_find(s, s->results[i].req);
+            svc_req *r = req_find(s, s->ex.results[i].req);
             if (r)
                 req_cancel(s, r, SCHED_CANCEL_ENGINE_ERROR, RINGLM_WIRE_R_ERROR,
                            RINGLM_WIRE_R_INTERNAL);
@@ -102,29 +104,29 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
     /* Sampled tokens, in the order of the sampling rows. */
     int li = 0;
     for (int i = 0; i < nres && li < L; i++) {
-        svc_req *r = s->b_req[li];
-        if (r->id != s->results[i].req) continue;
-        r->rng = s->b_rng[li];
-        int32_t tok = s->b_out[li];
+        svc_req *r = s->ex.b_req[li];
+        if (r->id != s->ex.results[i].req) continue;
+        r->rng = s->ex.b_rng[li];
+        int32_t tok = s->ex.b_out[li];
         li++;
-        s->results[i].tokens = 1;
-        s->results[i].has_token = true; /* the prefix cache keys the answer's blocks */
-        s->results[i].token = tok;
+        s->ex.results[i].tokens = 1;
+        s->ex.results[i].has_token = true; /* the prefix cache keys the answer's blocks */
+        s->ex.results[i].token = tok;
         bool stop = false;
         for (int k = 0; k < s->n_stop_tokens; k++) stop |= tok == s->stop_tokens[k];
         if (stop && !r->ignore_stop) {
-            s->results[i].finished = SCHED_FINISH_STOP;
+            s->ex.results[i].finished = SCHED_FINISH_STOP;
         } else if (r->n_gen >= r->max_new) {
             /* Never past the buffer, whatever the plan said: the request is complete. */
-            s->results[i].tokens = 0;
-            s->results[i].has_token = false;
-            s->results[i].finished = SCHED_FINISH_LENGTH;
+            s->ex.results[i].tokens = 0;
+            s->ex.results[i].has_token = false;
+            s->ex.results[i].finished = SCHED_FINISH_LENGTH;
         } else {
             r->tokens[r->n_prompt + r->n_gen++] = tok;
             if (!r->first_token_us) r->first_token_us = s->now_us;
             r->last_token_us = s->now_us;
             if (r->n_gen >= r->max_new || r->n_prompt + r->n_gen >= (uint32_t)s->mcfg->seq_len + 1)
-                s->results[i].finished = SCHED_FINISH_LENGTH;
+                s->ex.results[i].finished = SCHED_FINISH_LENGTH;
             req_output_ready(s, r);
         }
     }
@@ -146,7 +148,7 @@ void exec_warm_up(svc *s)
     /* Token 1 everywhere; the prefill's table is blocks 0, 1, ... (its slots are 0..n-1),
      * each decode row q sits alone at position 0 of block q. */
     int n_decode = s->max_seqs < nblocks ? s->max_seqs : nblocks;
-    int n_ids = s->bt_stride > n_decode ? s->bt_stride : n_decode;
+    int n_ids = s->ex.bt_stride > n_decode ? s->ex.bt_stride : n_decode;
     int32_t *ones = malloc(sizeof(int32_t) * (size_t)n);
     int32_t *table = malloc(sizeof(int32_t) * (size_t)n_ids);
     if (!ones || !table) {
@@ -155,24 +157,24 @@ void exec_warm_up(svc *s)
         return;
     }
     for (int t = 0; t < n; t++) ones[t] = 1;
-    int n_table = s->bt_stride < nblocks ? s->bt_stride : nblocks;
+    int n_table = s->ex.bt_stride < nblocks ? s->ex.bt_stride : nblocks;
     for (int j = 0; j < n_ids; j++) table[j] = j;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int pass = 0; pass < 2; pass++) {
-        eng_bb_reset(&s->bb);
+        eng_bb_reset(&s->ex.bb);
         int S = pass == 0 ? 1 : n_decode;
         if (pass == 0) {
-            eng_bb_add(&s->bb, ones, 0, (uint32_t)n, table, (uint32_t)n_table, true);
+            eng_bb_add(&s->ex.bb, ones, 0, (uint32_t)n, table, (uint32_t)n_table, true);
         } else {
-            for (int q = 0; q < S; q++) eng_bb_add(&s->bb, ones, 0, 1, &table[q], 1, true);
+            for (int q = 0; q < S; q++) eng_bb_add(&s->ex.bb, ones, 0, 1, &table[q], 1, true);
         }
         for (int q = 0; q < S; q++) {
-            s->b_samp[q] = (eng_sampling){.temperature = 0};
-            s->b_rng[q] = 1;
+            s->ex.b_samp[q] = (eng_sampling){.temperature = 0};
+            s->ex.b_rng[q] = 1;
         }
-        const eng_batch *b = eng_bb_batch(&s->bb);
-        if (eng_execute_sample(s->engine, b, s->b_samp, s->b_rng, s->b_out, NULL) < 0) {
+        const eng_batch *b = eng_bb_batch(&s->ex.bb);
+        if (eng_execute_sample(s->engine, b, s->ex.b_samp, s->ex.b_rng, s->ex.b_out, NULL) < 0) {
             svc_log("warm-up batch (%d tokens, %d sequences): %s", b->n_tokens, b->n_seqs,
                     eng_errmsg());
             free(ones);

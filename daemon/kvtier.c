@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "numa/rnuma.h"
 
@@ -46,8 +47,10 @@ typedef struct kvt_op {
     size_t len;
     off_t off;
     int buf_index;  /* fixed buffer index, -1 when not registered */
-    int pool_block; /* for bounce ops: the pool block to copy in after a read */
-    char *bounce;   /* owned bounce buffer (device pools) */
+    int pool_block; /* the first pool block (bounce ops: the one to copy in after a read) */
+    int slot;       /* the first tier slot, and how many blocks: their checksums */
+    int n_blocks;
+    char *bounce; /* owned bounce buffer (device pools) */
     int next_free;
 } kvt_op;
 
@@ -64,14 +67,23 @@ typedef struct kvt_job {
     kvtier_done_fn done;
     void *ctx;
     int next_free;
-    int next_async; /* FIFO link for eventfd-completed jobs */
+    int next_async;       /* FIFO link for eventfd-completed jobs */
+    int32_t *async_slots; /* an async swap-out's slots: checksummed when the copy completed */
+    int n_async;
 } kvt_job;
 
+/* Every block written to a tier has its XXH3-64 recorded here (sum[slot]) when it is written,
+ * and a block read back is used only when its bytes hash to the same: a tier file that was
+ * truncated (holes read as zeros, or the read stops at its end) or overwritten, or host memory
+ * that changed, fails the read (-EBADMSG, -ENODATA) instead of handing a sequence a KV block
+ * it never computed. The sums live in the daemon's private memory, not beside the blocks in
+ * the file that might be damaged with them. */
 typedef struct kvt_pool {
     int blocks;
     int fd;
     void *map; /* host tier only */
     size_t map_len;
+    uint64_t *sum; /* [blocks]: the checksum of what was last written to each slot */
 } kvt_pool;
 
 struct kvtier {
@@ -94,6 +106,7 @@ struct kvtier {
     uint64_t bytes_moved[2][SCHED_POOL__COUNT]; /* [sched_xfer_dir][sched_pool] */
     uint64_t jobs_done[2][SCHED_POOL__COUNT];
     uint64_t ops_submitted;
+    uint64_t read_failures[SCHED_POOL__COUNT][KVTIER_READ__COUNT];
     char describe[256];
     struct io_uring sring; /* kvtier_copy's own ring */
     bool sring_ok;
@@ -125,18 +138,70 @@ static void logf_(kvtier *t, const char *fmt, ...)
 
 /* Which slot holds what is the scheduler's (its host and disk pools): a tier here is only
  * the file the blocks are moved to and from. */
-static void pool_init(kvt_pool *p, int blocks)
+static int pool_init(kvt_pool *p, int blocks)
 {
     p->blocks = blocks;
     p->fd = -1;
+    if (blocks > 0 && !(p->sum = calloc((size_t)blocks, sizeof *p->sum)))
+        return seterr(-ENOMEM, "kvtier: checksums of %d slots: out of memory", blocks);
+    return 0;
 }
 
 static void pool_fini(kvt_pool *p)
 {
     if (p->map) munmap(p->map, p->map_len);
     if (p->fd >= 0) close(p->fd);
+    free(p->sum);
     memset(p, 0, sizeof *p);
     p->fd = -1;
+}
+
+/* ---- checksums ----------------------------------------------------------------------- */
+
+/* The checksums of n consecutive blocks at src, now in slots slot.. of tier. */
+static void sums_record(kvtier *t, sched_pool tier, int slot, const char *src, int n)
+{
+    size_t bb = t->cfg.block_bytes;
+    for (int i = 0; i < n; i++) t->tier[tier].sum[slot + i] = XXH3_64bits(src + (size_t)i * bb, bb);
+}
+
+/* 0 when the n consecutive blocks at src, read from slots slot.. of tier, are the bytes that
+ * were written there; -EBADMSG (logged) when one is not. */
+static int sums_check(kvtier *t, sched_pool tier, int slot, const char *src, int n)
+{
+    size_t bb = t->cfg.block_bytes;
+    for (int i = 0; i < n; i++) {
+        uint64_t h = XXH3_64bits(src + (size_t)i * bb, bb), want = t->tier[tier].sum[slot + i];
+        if (h != want) {
+            logf_(t,
+                  "%s tier slot %d: the block read back fails its checksum (%016llx, written "
+                  "%016llx); it is not used",
+                  sched_pool_name(tier), slot + i, (unsigned long long)h, (unsigned long long)want);
+            return -EBADMSG;
+        }
+    }
+    return 0;
+}
+
+kvtier_read_failure kvtier_read_failure_of(int res)
+{
+    return res == -EBADMSG   ? KVTIER_READ_CHECKSUM
+           : res == -ENODATA ? KVTIER_READ_SHORT
+                             : KVTIER_READ_IO;
+}
+
+const char *kvtier_read_failure_name(kvtier_read_failure f)
+{
+    static const char *const names[] = {"checksum", "short_read", "io_error"};
+    _Static_assert(sizeof names / sizeof names[0] == KVTIER_READ__COUNT, "names");
+    return (unsigned)f < KVTIER_READ__COUNT ? names[f] : "?";
+}
+
+uint64_t kvtier_read_failures(const kvtier *t, sched_pool tier, kvtier_read_failure f)
+{
+    return (unsigned)tier < SCHED_POOL__COUNT && (unsigned)f < KVTIER_READ__COUNT
+               ? t->read_failures[tier][f]
+               : 0;
 }
 
 int kvtier_blocks(const kvtier *t, sched_pool tier)
@@ -152,10 +217,15 @@ static int setup_host(kvtier *t)
 {
     kvt_pool *p = &t->tier[SCHED_POOL_HOST];
     size_t len = (size_t)p->blocks * t->cfg.block_bytes;
-    p->fd = memfd_create("ringlmd-kv-host", MFD_CLOEXEC);
+    p->fd = memfd_create("ringlmd-kv-host", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (p->fd < 0) return seterr(-errno, "memfd_create for the host KV tier: %s", strerror(errno));
     if (ftruncate(p->fd, (off_t)len) < 0)
         return seterr(-errno, "host KV tier: ftruncate to %zu bytes: %s", len, strerror(errno));
+    /* Its size is sealed: a process that reaches the memfd (through /proc, as root) and cut it
+     * would make the daemon's next access to the mapping a SIGBUS. What it writes is caught
+     * by the checksums. */
+    if (fcntl(p->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+        logf_(t, "host tier: sealing its size failed: %s", strerror(errno));
     p->map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, p->fd, 0);
     if (p->map == MAP_FAILED) {
         p->map = NULL;
@@ -339,8 +409,9 @@ int kvtier_create(const kvtier_config *cfg, kvtier **out)
     t->job_free = 0;
     int rc;
     for (int k = 0; k < SCHED_POOL__COUNT; k++) t->tier[k].fd = -1;
-    pool_init(&t->tier[SCHED_POOL_HOST], cfg->host_blocks);
-    pool_init(&t->tier[SCHED_POOL_DISK], cfg->disk_path ? cfg->disk_blocks : 0);
+    if ((rc = pool_init(&t->tier[SCHED_POOL_HOST], cfg->host_blocks)) < 0 ||
+        (rc = pool_init(&t->tier[SCHED_POOL_DISK], cfg->disk_path ? cfg->disk_blocks : 0)) < 0)
+        goto fail;
     if (cfg->host_blocks > 0 && (rc = setup_host(t)) < 0) goto fail;
     if (cfg->disk_path && (rc = setup_disk(t)) < 0) goto fail;
     if (cfg->pool_base && cfg->register_buffers) setup_fixed(t);
@@ -451,6 +522,18 @@ static void job_finish(kvtier *t, int ji)
     uint64_t el_us = (now_ns() - j->t_start_ns) / 1000;
     if (j->res == 0 && j->dir == SCHED_XFER_IN && (t->cfg.fail_reads & (1u << j->tier)))
         j->res = -EIO; /* injected */
+    if (j->async_slots) {
+        if (j->res == 0) /* an async swap-out: the bytes that arrived in the host tier */
+            for (int i = 0; i < j->n_async; i++)
+                sums_record(t, j->tier, j->async_slots[i],
+                            (char *)t->tier[j->tier].map +
+                                (size_t)j->async_slots[i] * t->cfg.block_bytes,
+                            1);
+        free(j->async_slots);
+        j->async_slots = NULL;
+    }
+    if (j->res < 0 && j->dir == SCHED_XFER_IN)
+        t->read_failures[j->tier][kvtier_read_failure_of(j->res)]++;
     if (j->res == 0) {
         t->bytes_moved[j->dir][j->tier] += j->bytes;
         t->jobs_done[j->dir][j->tier]++;
@@ -554,9 +637,23 @@ int kvtier_submit(kvtier *t, sched_xfer_dir dir, sched_pool tier, const int32_t 
             return 0;
         }
         for (int i = 0; i < n; i++) host[i] = (char *)p->map + (size_t)slots[i] * bb;
-        int rc =
-            eng_kv_transfer_async(t->cfg.engine, dir == SCHED_XFER_OUT ? ENG_KV_OUT : ENG_KV_IN,
-                                  pool_blocks, host, n, t->efd);
+        int rc = 0;
+        if (dir == SCHED_XFER_IN) /* the host copy is checked before it goes to the device */
+            for (int i = 0; i < n && rc == 0; i++) rc = sums_check(t, tier, slots[i], host[i], 1);
+        else if (!(j->async_slots = malloc(sizeof(int32_t) * (size_t)n)))
+            rc = -ENOMEM;
+        if (rc < 0) {
+            free(host);
+            j->pending = 1;
+            job_op_done(t, ji, rc);
+            return 0;
+        }
+        if (j->async_slots) {
+            memcpy(j->async_slots, slots, sizeof(int32_t) * (size_t)n);
+            j->n_async = n;
+        }
+        rc = eng_kv_transfer_async(t->cfg.engine, dir == SCHED_XFER_OUT ? ENG_KV_OUT : ENG_KV_IN,
+                                   pool_blocks, host, n, t->efd);
         free(host);
         if (rc == 0) {
             j->pending = 1;
@@ -568,6 +665,8 @@ int kvtier_submit(kvtier *t, sched_xfer_dir dir, sched_pool tier, const int32_t 
             arm_efd(t);
             return 0;
         }
+        free(j->async_slots);
+        j->async_slots = NULL;
         if (rc != -ENOTSUP) {
             j->in_use = false;
             j->next_free = t->job_free;
@@ -592,8 +691,11 @@ int kvtier_submit(kvtier *t, sched_xfer_dir dir, sched_pool tier, const int32_t 
         op->len = (size_t)k * bb;
         op->buf_index = -1;
         op->pool_block = pool_blocks[i];
+        op->slot = slots[i];
+        op->n_blocks = k;
         if (t->cfg.pool_base) {
             op->buf = (char *)t->cfg.pool_base + (size_t)pool_blocks[i] * bb;
+            if (dir == SCHED_XFER_OUT) sums_record(t, tier, slots[i], op->buf, k);
             if (t->fixed) {
                 size_t o = (size_t)pool_blocks[i] * bb;
                 op->buf_index = (int)(o / t->fixed_chunk);
@@ -613,6 +715,7 @@ int kvtier_submit(kvtier *t, sched_xfer_dir dir, sched_pool tier, const int32_t 
                     job_op_done(t, ji, rc);
                     continue;
                 }
+                sums_record(t, tier, slots[i], op->bounce, 1);
             }
         }
         if (queue_rw(t, oi) < 0) {
@@ -662,12 +765,21 @@ bool kvtier_handle_cqe(kvtier *t, const struct io_uring_cqe *cqe)
         if (queue_rw(t, oi) == 0) return true;
         res = -EIO;
     } else if (res == 0) {
-        res = -EIO; /* end of file before the block was read: the tier file shrank */
+        /* end of file before the block was read: the tier file shrank */
+        res = op->to_file ? -EIO : -ENODATA;
     }
     int ji = op->job;
-    if (res >= 0 && op->kind == OP_BOUNCE && !op->to_file) {
-        int rc = eng_kv_write_block(t->cfg.engine, op->pool_block, op->bounce);
-        if (rc < 0) res = rc;
+    if (res >= 0 && !op->to_file) {
+        /* the op's own buffer pointer moved on with any short read: from its first block */
+        sched_pool tier = t->jobs[ji].tier;
+        size_t bb = t->cfg.block_bytes;
+        if (op->kind == OP_BOUNCE) {
+            res = sums_check(t, tier, op->slot, op->bounce, 1);
+            if (res == 0) res = eng_kv_write_block(t->cfg.engine, op->pool_block, op->bounce);
+        } else {
+            res = sums_check(t, tier, op->slot,
+                             (char *)t->cfg.pool_base + (size_t)op->pool_block * bb, op->n_blocks);
+        }
     }
     op_put(t, oi);
     job_op_done(t, ji, res < 0 ? res : 0);
@@ -727,7 +839,7 @@ static int run_copy_ops(kvtier *t, copy_op *ops, int n)
                                 ? pwrite(o->fd, o->buf + done, o->len - done, o->off + (off_t)done)
                                 : pread(o->fd, o->buf + done, o->len - done, o->off + (off_t)done);
                 if (r <= 0) {
-                    if (!rc) rc = r < 0 ? -errno : -EIO;
+                    if (!rc) rc = r < 0 ? -errno : o->write ? -EIO : -ENODATA;
                     break;
                 }
                 done += (size_t)r;
@@ -783,14 +895,27 @@ int kvtier_copy(kvtier *t, sched_pool from, sched_pool to, const int32_t *src, c
         else {
             o.buf = t->bounce;
             if (out && (rc = eng_kv_read_block(t->cfg.engine, pblock, t->bounce)) < 0) break;
+            if (out) sums_record(t, to, tslot, t->bounce, 1);
             rc = run_copy_ops(t, &o, 1);
+            if (rc == 0 && in) rc = sums_check(t, from, tslot, t->bounce, 1);
             if (rc == 0 && in) rc = eng_kv_write_block(t->cfg.engine, pblock, t->bounce);
             continue;
         }
         ops[nops++] = o;
     }
     if (rc == 0 && nops) rc = run_copy_ops(t, ops, nops);
+    /* checksums: a demotion to disk carries the host block's (checked when it is read back);
+     * a block from the pool gets its own; a block read into the pool must match */
+    for (int i = 0; i < n && rc == 0 && !via_bounce; i++) {
+        if (down)
+            t->tier[to].sum[dst[i]] = t->tier[from].sum[src[i]];
+        else if (out)
+            sums_record(t, to, dst[i], (char *)t->cfg.pool_base + (size_t)src[i] * bb, 1);
+        else
+            rc = sums_check(t, from, src[i], (char *)t->cfg.pool_base + (size_t)dst[i] * bb, 1);
+    }
     if (rc == 0 && in && (t->cfg.fail_reads & (1u << from))) rc = -EIO; /* injected */
+    if (rc < 0 && in) t->read_failures[from][kvtier_read_failure_of(rc)]++;
     free(ops);
     *elapsed_us = (now_ns() - t0) / 1000;
     if (rc < 0)
@@ -859,6 +984,7 @@ void kvtier_destroy(kvtier *t)
             io_uring_cqe_seen(t->cfg.ring, cqe);
         }
     }
+    for (int i = 0; i < KVT_MAX_JOBS; i++) free(t->jobs[i].async_slots);
     if (t->fixed) io_uring_unregister_buffers(t->cfg.ring);
     if (t->sring_ok) io_uring_queue_exit(&t->sring);
     free(t->bounce);

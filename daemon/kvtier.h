@@ -24,6 +24,14 @@
  * kvtier only moves blocks: which slot of a tier holds which sequence's block is the
  * scheduler's (its host and disk pools hand out the slots a transfer names).
  *
+ * Damaged tiers: every block written to a tier (swap-out, demotion) has its XXH3-64 kept in
+ * the daemon's memory, and a block read back into the pool (swap-in, reload) is checked
+ * against it before the transfer reports success. A block whose bytes changed (the disk
+ * file overwritten, or truncated so that a hole reads as zeros; host memory written by
+ * someone else) fails its transfer with -EBADMSG, a read that meets the end of the file
+ * (truncated under the daemon) with -ENODATA: the caller never computes on a block it did
+ * not write. kvtier_read_failures counts them per tier and kind.
+ *
  * Threading: one thread (the loop thread) at a time. Errors: 0 or -errno; kvtier_errmsg().
  */
 #ifndef RINGLM_DAEMON_KVTIER_H
@@ -61,7 +69,7 @@ typedef struct kvtier_config {
     bool register_buffers; /* try io_uring fixed buffers for the pool */
     void (*log)(void *ctx, const char *msg); /* warnings and choices (NULL: stderr) */
     void *log_ctx;
-    /* Fault injection for tests (ringlmd: RINGLMD_FAIL_KV_READS=host|disk): reads from a
+    /* Fault injection for tests (ringlmd-test --fail-kv-reads host|disk): reads from a
      * tier whose bit (1u << sched_pool) is set into the pool complete with -EIO (the bytes
      * are moved, the transfer reports the failure) — the error paths of swap-ins and prefix
      * reloads, run through the real daemon. 0 in production. */
@@ -70,7 +78,7 @@ typedef struct kvtier_config {
 
 typedef struct kvtier kvtier;
 
-/* Called once per job. res: 0 or -errno (first failure). elapsed_us: submit → last CQE. */
+/* Called once per job. res: 0 or -errno (first failure; -EBADMSG, -ENODATA: see above). elapsed_us: submit → last CQE. */
 typedef void (*kvtier_done_fn)(void *ctx, uint64_t cookie, int res, sched_xfer_dir dir,
                                sched_pool tier, size_t bytes, uint64_t elapsed_us);
 
@@ -119,6 +127,21 @@ uint64_t kvtier_bytes_moved(const kvtier *t, sched_xfer_dir dir, sched_pool tier
 uint64_t kvtier_jobs_done(const kvtier *t, sched_xfer_dir dir, sched_pool tier);
 /* Reads/writes submitted so far (consecutive blocks share one). */
 uint64_t kvtier_ops_submitted(const kvtier *t);
+
+/* Why a read back from a tier was not used, from the transfer's res (kvtier_read_failure_of):
+ * KVTIER_READ_CHECKSUM (-EBADMSG) the bytes differ from those written, KVTIER_READ_SHORT
+ * (-ENODATA) the file ended before the block, KVTIER_READ_IO any other error. Names
+ * ("checksum", "short_read", "io_error") for metrics and logs. */
+typedef enum kvtier_read_failure {
+    KVTIER_READ_CHECKSUM,
+    KVTIER_READ_SHORT,
+    KVTIER_READ_IO,
+    KVTIER_READ__COUNT
+} kvtier_read_failure;
+kvtier_read_failure kvtier_read_failure_of(int res);
+const char *kvtier_read_failure_name(kvtier_read_failure f);
+/* Reads from tier that failed (transfers and copies into the pool), by kind. */
+uint64_t kvtier_read_failures(const kvtier *t, sched_pool tier, kvtier_read_failure f);
 
 /* Synchronous read of a slot's bytes (checks, tests): 0 or -errno. */
 int kvtier_read_slot(kvtier *t, sched_pool tier, int slot, void *dst);

@@ -26,6 +26,7 @@
 #ifndef RINGLM_DAEMON_LOOP_H
 #define RINGLM_DAEMON_LOOP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -70,6 +71,18 @@ void dloop_config_init(dloop_config *cfg);
 /* user_data of SQEs a service submits on dloop_ring(): set bit 63; the loop hands the
  * CQE to ops->on_cqe untouched.  Bits 0..62 are the service's. */
 #define DLOOP_UD_SVC (1ull << 63)
+
+/* liburing 2.3 and its uapi copy predate IORING_OP_FUTEX_WAIT (kernel 6.7): the values
+ * below are the kernel's (include/uapi/linux/io_uring.h, futex.h). */
+#define DLOOP_IORING_OP_FUTEX_WAIT 51
+#define DLOOP_IORING_OP_FUTEX_WAKE 52
+#define DLOOP_FUTEX2_SIZE_U32      0x02
+#define DLOOP_FUTEX_BITSET_ANY     0xffffffffu
+
+/* user_data values below this are the loop's own constants; above, a session's. */
+#define DSESS_UD_MIN    4096u
+/* user_data of cancel SQEs: their completions need nothing. */
+#define DLOOP_UD_IGNORE 3u
 
 typedef struct dsvc_ops {
     /* A client completed the handshake.  Use dsess_uid/pid to decide; return < 0 (e.g.
@@ -178,8 +191,34 @@ pid_t dsess_pid(dsess *s);
 uint64_t dsess_id(dsess *s);
 void dsess_set_user(dsess *s, void *user);
 void *dsess_user(dsess *s);
+/* The handshake's facts (on_connect, before the welcome): whether the session's tenant tags
+ * are honoured, and the policy's request class names (names longer than a wire name are
+ * left out: no request can name them). Written once into the daemon segment. */
+void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes);
 dloop *dsess_loop(dsess *s);
 /* Ends the session (after the current callback; on_close follows in this iteration). */
 void dsess_end(dsess *s, const char *reason);
+
+/* ---- what the session module (session.c) needs of the loop --------------------------- */
+/* Not for services: a session's bookkeeping (dsess_list, daemon/session.h) and the ring. */
+struct io_uring_sqe;
+typedef struct dsess_list dsess_list;
+dsess_list *dloop_sessions(dloop *l);
+/* An SQE of the loop's ring (submits to make room); NULL only if the kernel takes none. */
+struct io_uring_sqe *dloop_sqe(dloop *l);
+const dloop_config *dloop_cfg(dloop *l);
+int dloop_is_draining(dloop *l);
+/* 1: doorbells are futex waits on the ring; 0: an eventfd per session. */
+int dloop_uses_futex(dloop *l);
+/* Queues a FUTEX_WAKE of one waiter on word (a shared futex), submitted with the rest of
+ * the iteration's wakes; -ENOTSUP / -EBUSY: wake it with the system call instead. */
+int dloop_queue_futex_wake(dloop *l, const uint32_t *word);
+const dsvc_ops *dloop_service(dloop *l, void **ctx);
+/* Lets the handshake thread read the hello of a HELLO session on socket fd when it
+ * arrives during an engine step (no-op without the thread). */
+void dloop_watch_hello(dloop *l, int fd);
+/* CLOCK_MONOTONIC µs on dloop_now_us's scale, read now (the handshake thread runs in
+ * the middle of an iteration). */
+uint64_t dloop_clock_us(dloop *l);
 
 #endif

@@ -3,6 +3,10 @@
  * ringlmd — the ringlm daemon.  It serves a model (--model, the runner in daemon/service.c)
  * or, with --echo, the echo service for transport tests and benchmarks; both plug into the
  * same loop.
+ *
+ * Built a second time with RINGLM_TEST_KNOBS it is ringlmd-test (make tests; never
+ * installed): the same daemon with the test knobs below, which ringlmd neither lists nor
+ * accepts (svc_config.test).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -25,6 +29,7 @@
 #include "daemon/loop.h"
 #include "daemon/metrics.h"
 #include "daemon/service.h"
+#include "kernels/engine.h"
 #include "numa/rnuma.h"
 #include "ringlm.h"
 
@@ -66,6 +71,10 @@ static void usage(FILE *f)
         "  --tokenizer T            tokenizer file (only named in logs)\n"
         "  --policy FILE            scheduling policy (default: the built-in policy)\n"
         "  --backend cpu|cuda       engine backend (default cpu)\n"
+        "  --cuda-device N          CUDA device ordinal (default 0)\n"
+        "  --cuda-dtype bf16|fp32   CUDA compute type (default bf16; f16 for an all-F16 GGUF\n"
+        "                           file). fp32: every matrix in float32 (a diagnostic)\n"
+        "  --no-cuda-graphs         CUDA decode steps run eagerly, not as CUDA graphs\n"
         "  --threads N              engine worker threads (default 1)\n"
         "  --kv-blocks N            device KV pool blocks (default 1024)\n"
         "  --kv-block-size N        tokens per KV block (default 16)\n"
@@ -101,11 +110,16 @@ static void usage(FILE *f)
         "  --version                print the version (with --model: model and policy hash) and "
         "exit\n"
         "  -h, --help\n"
-        "diagnostics (tests; never for serving):\n"
+#ifdef RINGLM_TEST_KNOBS
+        "test knobs (ringlmd-test only):\n"
         "  --prefix-key xxh3|constant  how cached KV blocks are keyed (default xxh3). constant:\n"
         "                           every block gets one key, so only the stored token compare\n"
         "                           tells blocks apart (shows a collision never reuses a wrong\n"
-        "                           block; lookups O(cached blocks); logged as a warning)\n");
+        "                           block; lookups O(cached blocks); logged as a warning)\n"
+        "  --fail-kv-reads host|disk|host,disk  every read from those KV tiers completes with\n"
+        "                           EIO (fault injection; logged)\n"
+#endif
+    );
 }
 
 static int parse_uint(const char *opt, const char *v, unsigned long max, unsigned long *out)
@@ -407,6 +421,10 @@ int main(int argc, char **argv)
         O_NOPREFIX,
         O_DKVBW,
         O_PREFIXKEY,
+        O_FAILREADS,
+        O_CUDADEV,
+        O_CUDADTYPE,
+        O_NOGRAPHS,
         O_GWUSER
     };
     static const struct option opts[] = {
@@ -433,6 +451,9 @@ int main(int argc, char **argv)
         {"policy", required_argument, 0, O_POLICY},
         {"backend", required_argument, 0, O_BACKEND},
         {"threads", required_argument, 0, O_THREADS},
+        {"cuda-device", required_argument, 0, O_CUDADEV},
+        {"cuda-dtype", required_argument, 0, O_CUDADTYPE},
+        {"no-cuda-graphs", no_argument, 0, O_NOGRAPHS},
         {"kv-blocks", required_argument, 0, O_KVB},
         {"kv-block-size", required_argument, 0, O_KVBS},
         {"host-kv-blocks", required_argument, 0, O_HKVB},
@@ -452,7 +473,10 @@ int main(int argc, char **argv)
         {"verify-swaps", no_argument, 0, O_VERIFY},
         {"check-invariants", no_argument, 0, O_INVARIANTS},
         {"no-prefix-cache", no_argument, 0, O_NOPREFIX},
+#ifdef RINGLM_TEST_KNOBS
         {"prefix-key", required_argument, 0, O_PREFIXKEY},
+        {"fail-kv-reads", required_argument, 0, O_FAILREADS},
+#endif
         {"quiet", no_argument, 0, O_QUIET},
         {"check-config", no_argument, 0, O_CHECK},
         {"gateway-user", required_argument, 0, O_GWUSER},
@@ -559,6 +583,17 @@ int main(int argc, char **argv)
             if (parse_uint("--threads", optarg, 1024, &v)) return 2;
             sc.threads = (int)v;
             break;
+        case O_CUDADEV:
+            if (parse_uint("--cuda-device", optarg, 1024, &v)) return 2;
+            sc.cuda_device = (int)v;
+            break;
+        case O_CUDADTYPE:
+            if ((sc.cuda_dtype = eng_cuda_dtype_parse(optarg)) < 0) {
+                fprintf(stderr, "ringlmd: --cuda-dtype '%s': expected bf16 or fp32\n", optarg);
+                return 2;
+            }
+            break;
+        case O_NOGRAPHS: sc.cuda_no_graphs = true; break;
         case O_KVB:
             if (parse_uint("--kv-blocks", optarg, 1u << 24, &v)) return 2;
             if (!v) {
@@ -630,18 +665,34 @@ int main(int argc, char **argv)
         case O_VERIFY: sc.verify_swaps = true; break;
         case O_INVARIANTS: sc.check_invariants = true; break;
         case O_NOPREFIX: sc.no_prefix_cache = true; break;
-        case O_PREFIXKEY: {
-            int k = 0;
-            while (k < SCHED_PREFIX_KEY__COUNT &&
-                   strcmp(optarg, sched_prefix_key_fn_name((sched_prefix_key_fn)k)))
-                k++;
-            if (k == SCHED_PREFIX_KEY__COUNT) {
+#ifdef RINGLM_TEST_KNOBS
+        case O_PREFIXKEY:
+            if (strcmp(optarg, "xxh3") && strcmp(optarg, "constant")) {
                 fprintf(stderr, "ringlmd: --prefix-key '%s': expected xxh3 or constant\n", optarg);
                 return 2;
             }
-            sc.prefix_key = (sched_prefix_key_fn)k;
+            sc.test.constant_prefix_key = !strcmp(optarg, "constant");
+            break;
+        case O_FAILREADS: {
+            char spec[32];
+            snprintf(spec, sizeof spec, "%s", optarg);
+            sc.test.fail_kv_reads = 0;
+            for (char *save = NULL, *t = strtok_r(spec, ",", &save); t;
+                 t = strtok_r(NULL, ",", &save)) {
+                if (!strcmp(t, "host"))
+                    sc.test.fail_kv_reads |= 1u << SCHED_POOL_HOST;
+                else if (!strcmp(t, "disk"))
+                    sc.test.fail_kv_reads |= 1u << SCHED_POOL_DISK;
+                else {
+                    fprintf(stderr,
+                            "ringlmd: --fail-kv-reads '%s': expected host, disk or host,disk\n",
+                            optarg);
+                    return 2;
+                }
+            }
             break;
         }
+#endif
         case O_QUIET: sc.quiet = true; break;
         case O_CHECK: check_config = 1; break;
         case O_GWUSER: {

@@ -270,6 +270,12 @@ void metrics_observe_transfer(metrics *m, sched_pool tier, sched_xfer_dir dir, u
     s->xfers[tier][dir]++;
 }
 
+void metrics_observe_tier_read_failure(metrics *m, sched_pool tier, kvtier_read_failure why)
+{
+    if ((unsigned)tier >= SCHED_POOL__COUNT || (unsigned)why >= KVTIER_READ__COUNT) return;
+    m->live.tier_read_failures[tier][why]++;
+}
+
 void metrics_set_transfer_bw(metrics *m, sched_pool tier, sched_xfer_dir dir, double bytes_per_s)
 {
     if ((unsigned)tier >= SCHED_POOL__COUNT || (unsigned)dir >= N_DIRS) return;

@@ -37,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemon/kvtier.h"
 #include "sched/sched.h"
 
 #ifdef __cplusplus
@@ -159,6 +160,9 @@ void metrics_observe_iteration(metrics *m, uint64_t us, uint32_t batch_tokens);
 /* One finished transfer between the device pool and a tier (exact counters). */
 void metrics_observe_transfer(metrics *m, sched_pool tier, sched_xfer_dir dir, uint64_t bytes,
                               uint64_t us);
+/* A read back from a tier whose blocks were not used (kvtier: checksum, short read, I/O
+ * error): the sequence recomputes them, or its request ends with an error. */
+void metrics_observe_tier_read_failure(metrics *m, sched_pool tier, kvtier_read_failure why);
 /* The bandwidth gauge of a tier and direction: the estimate the scheduler plans with
  * (sched_get_tier_cost), set by the daemon once a transfer there was measured. */
 void metrics_set_transfer_bw(metrics *m, sched_pool tier, sched_xfer_dir dir, double bytes_per_s);

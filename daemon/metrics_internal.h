@@ -100,6 +100,7 @@ typedef struct snap {
     uint64_t iter_tokens;
     double bw_bytes_per_s[SCHED_POOL__COUNT][N_DIRS];
     uint64_t xfer_bytes[SCHED_POOL__COUNT][N_DIRS], xfers[SCHED_POOL__COUNT][N_DIRS];
+    uint64_t tier_read_failures[SCHED_POOL__COUNT][KVTIER_READ__COUNT];
     uint64_t log_dropped[2];
     series_stats series[MAX_SERIES];
 } snap;

@@ -298,6 +298,16 @@ static void render(FILE *f, const snap *s)
             if (s->kv_total[t] || s->xfers[t][d])
                 fprintf(f, "ringlm_transfers_total{tier=\"%s\",dir=\"%s\"} %llu\n",
                         sched_pool_name(t), dir_name[d], (unsigned long long)s->xfers[t][d]);
+    head(f, "ringlm_kv_tier_read_failures_total", "counter",
+         "Reads back from a KV tier whose blocks were not used, per tier and reason (checksum: the "
+         "bytes changed; short_read: the tier file ended early; io_error): the sequence "
+         "recomputed them, or its request alone ended with an error.");
+    for (sched_pool t = SCHED_POOL_HOST; t < SCHED_POOL__COUNT; t++)
+        for (int r = 0; r < KVTIER_READ__COUNT; r++)
+            if (s->kv_total[t] || s->tier_read_failures[t][r])
+                fprintf(f, "ringlm_kv_tier_read_failures_total{tier=\"%s\",reason=\"%s\"} %llu\n",
+                        sched_pool_name(t), kvtier_read_failure_name((kvtier_read_failure)r),
+                        (unsigned long long)s->tier_read_failures[t][r]);
     head(f, "ringlm_log_dropped_lines_total", "counter",
          "Decision/request log lines dropped because the log writer fell behind.");
     fprintf(f, "ringlm_log_dropped_lines_total{log=\"decision\"} %llu\n",

@@ -23,16 +23,21 @@
 
 /* ---- registry ------------------------------------------------------------------------ */
 
+void req_set_state(svc *s, svc_req *r, req_state to)
+{
+    req_state_move(&s->rq.audit, r->id, &r->state, to);
+}
+
 svc_req *req_find(svc *s, uint64_t id)
 {
-    for (svc_req *r = s->hash[id % SVC_HASH_BUCKETS]; r; r = r->h_next)
+    for (svc_req *r = s->rq.hash[id % SVC_HASH_BUCKETS]; r; r = r->h_next)
         if (r->id == id) return r;
     return NULL;
 }
 
 static void req_hash_del(svc *s, svc_req *r)
 {
-    svc_req **pp = &s->hash[r->id % SVC_HASH_BUCKETS];
+    svc_req **pp = &s->rq.hash[r->id % SVC_HASH_BUCKETS];
     while (*pp && *pp != r) pp = &(*pp)->h_next;
     if (*pp) *pp = r->h_next;
 }
@@ -55,7 +60,7 @@ svc_req *req_new(svc *s, svc_sess *ss, uint64_t client_id)
 {
     svc_req *r = calloc(1, sizeof *r);
     if (!r) return NULL;
-    r->id = ++s->next_id;
+    r->id = ++s->rq.next_id;
     r->client_id = client_id;
     r->series = -1;
     r->sess = ss;
@@ -63,10 +68,10 @@ svc_req *req_new(svc *s, svc_sess *ss, uint64_t client_id)
     if (ss->reqs) ss->reqs->s_prev = r;
     ss->reqs = r;
     ss->n_reqs++;
-    r->h_next = s->hash[r->id % SVC_HASH_BUCKETS];
-    s->hash[r->id % SVC_HASH_BUCKETS] = r;
-    s->live_reqs++;
-    s->stats_dirty = true;
+    r->h_next = s->rq.hash[r->id % SVC_HASH_BUCKETS];
+    s->rq.hash[r->id % SVC_HASH_BUCKETS] = r;
+    s->rq.live++;
+    svc_stats_changed(s);
     return r;
 }
 
@@ -80,16 +85,16 @@ svc_req *req_find_client(svc_sess *ss, uint64_t client_id, const svc_req *except
 void req_free_all(svc *s)
 {
     for (size_t b = 0; b < SVC_HASH_BUCKETS; b++) {
-        svc_req *r = s->hash[b];
+        svc_req *r = s->rq.hash[b];
         while (r) {
             svc_req *n = r->h_next;
             free(r->tokens);
             free(r);
             r = n;
         }
-        s->hash[b] = NULL;
+        s->rq.hash[b] = NULL;
     }
-    s->out_sessions = NULL;
+    s->rq.out_sessions = NULL;
 }
 
 /* ---- the outbox ---------------------------------------------------------------------- */
@@ -98,9 +103,9 @@ static void out_list_add(svc *s, svc_sess *ss)
 {
     if (ss->in_out_list) return;
     ss->out_prev = NULL;
-    ss->out_next = s->out_sessions;
-    if (s->out_sessions) s->out_sessions->out_prev = ss;
-    s->out_sessions = ss;
+    ss->out_next = s->rq.out_sessions;
+    if (s->rq.out_sessions) s->rq.out_sessions->out_prev = ss;
+    s->rq.out_sessions = ss;
     ss->in_out_list = true;
 }
 
@@ -110,20 +115,34 @@ static void out_list_del(svc *s, svc_sess *ss)
     if (ss->out_prev)
         ss->out_prev->out_next = ss->out_next;
     else
-        s->out_sessions = ss->out_next;
+        s->rq.out_sessions = ss->out_next;
     if (ss->out_next) ss->out_next->out_prev = ss->out_prev;
     ss->out_prev = ss->out_next = NULL;
     ss->in_out_list = false;
 }
 
 /* The scheduler stops scheduling a sequence whose output cannot go out (defer
- * output_backpressure) and takes it up again when it can. */
-static void set_blocked(svc *s, svc_req *r, bool blocked)
+ * output_backpressure) and takes it up again when it can (sess_flush). An ended request is
+ * the scheduler's no more: it is not reported. */
+static void out_block(svc *s, svc_req *r)
 {
-    if (r->blocked == blocked) return;
-    r->blocked = blocked;
-    if (!r->ended) sched_set_output_blocked(s->sched, r->id, blocked, s->now_us);
-    if (blocked) DTRACE_PROBE2(ringlmd, output_blocked, r->id, r->n_gen - r->n_pushed);
+    DTRACE_PROBE2(ringlmd, output_blocked, r->id, r->n_gen - r->n_pushed);
+    if (r->state != REQ_RUNNING_OUT) return;
+    req_set_state(s, r, REQ_RUNNING_BLOCKED);
+    sched_set_output_blocked(s->sched, r->id, true, s->now_us);
+}
+
+/* Appends r (already moved to an outbox state) to its session's outbox. */
+static void out_link(svc *s, svc_sess *ss, svc_req *r)
+{
+    r->o_next = NULL;
+    if (ss->out_tail)
+        ss->out_tail->o_next = r;
+    else
+        ss->out_head = r;
+    ss->out_tail = r;
+    out_list_add(s, ss);
+    if (ss->blocked) out_block(s, r);
 }
 
 /* Every class and tenant a policy can name fits the wire's name field, and back. */
@@ -203,29 +222,35 @@ static void req_log_and_free(svc *s, svc_req *r)
                            r->fin_reason == RINGLM_WIRE_R_REJECTED ? 0 : r->n_prompt, r->n_gen);
         metrics_count_finish(s->mx, r->series, (sched_end_code)r->fin_reason);
     }
-    if (r->fin_reason != RINGLM_WIRE_R_REJECTED) s->n_finished++;
+    if (r->fin_reason != RINGLM_WIRE_R_REJECTED) s->rq.n_finished++;
     sess_unlink(r);
     req_hash_del(s, r);
-    s->live_reqs--;
+    s->rq.live--;
     free(r->tokens);
     free(r);
-    s->stats_dirty = true;
+    svc_stats_changed(s);
 }
 
 void req_end(svc *s, svc_req *r, unsigned reason, unsigned cause)
 {
-    if (r->ended) return;
-    r->ended = true;
+    if (req_state_ended(r->state)) return;
     r->fin_reason = r->forced_reason ? r->forced_reason : reason;
     r->fin_cause = r->forced_reason ? r->forced_cause : cause;
     r->finish_us = s->now_us;
-    req_output_ready(s, r);
+    svc_sess *ss = r->sess;
+    if (!ss || ss->closing) { /* its session is being closed: freed there */
+        req_set_state(s, r, REQ_ENDED);
+        return;
+    }
+    bool linked = req_state_in_outbox(r->state);
+    req_set_state(s, r, REQ_ENDED_OUT); /* its FINISH goes out after its tokens */
+    if (!linked) out_link(s, ss, r);
 }
 
 /* Pushes r's unpublished tokens, then its FINISH once ended: 0 when everything of r is
  * out, -EAGAIN when the event ring is full (r's tokens wait here, in tokens[], until the
  * client reads), -EPIPE when the session is ending (on_close frees everything of it). */
-static int req_push(svc_req *r)
+static int req_push(svc *s, svc_req *r)
 {
     dsess *ds = r->sess->ds;
     int rc = 0;
@@ -234,11 +259,11 @@ static int req_push(svc_req *r)
         if (rc < 0) return rc;
         r->n_pushed++;
     }
-    if (r->ended && !r->finish_pushed) {
+    if (r->state == REQ_ENDED_OUT) {
         rc = dsess_push_finish(ds, r->client_id, r->fin_reason, r->fin_cause, r->n_gen,
                                r->cached_tokens);
         if (rc < 0) return rc;
-        r->finish_pushed = true;
+        req_set_state(s, r, REQ_FINISHED);
     }
     return 0;
 }
@@ -252,7 +277,7 @@ static void sess_block(svc *s, svc_sess *ss)
     if (ss->blocked) return;
     ss->blocked = true;
     ss->blocked_since_us = s->now_us;
-    for (svc_req *r = ss->out_head; r; r = r->o_next) set_blocked(s, r, true);
+    for (svc_req *r = ss->out_head; r; r = r->o_next) out_block(s, r);
     if (ss->n_reqs >= SVC_MAX_REQS_PER_SESSION) {
         char why[160];
         snprintf(why, sizeof why,
@@ -271,7 +296,7 @@ static void sess_flush(svc *s, svc_sess *ss)
     if (ss->blocked && dsess_event_space(ss->ds) < 2) return;
     while (ss->out_head) {
         svc_req *r = ss->out_head;
-        int rc = req_push(r);
+        int rc = req_push(s, r);
         if (rc == -EPIPE) return;
         if (rc == -EAGAIN) {
             sess_block(s, ss);
@@ -279,10 +304,14 @@ static void sess_flush(svc *s, svc_sess *ss)
         }
         ss->out_head = r->o_next;
         if (!ss->out_head) ss->out_tail = NULL;
-        r->in_out = false;
         r->o_next = NULL;
-        set_blocked(s, r, false);
-        if (r->ended && r->finish_pushed) req_log_and_free(s, r);
+        if (r->state == REQ_FINISHED) {
+            req_log_and_free(s, r);
+            continue;
+        }
+        if (r->state == REQ_RUNNING_BLOCKED)
+            sched_set_output_blocked(s->sched, r->id, false, s->now_us);
+        req_set_state(s, r, REQ_RUNNING);
     }
     ss->blocked = ss->bp_cancelled = false;
     out_list_del(s, ss);
@@ -291,35 +320,27 @@ static void sess_flush(svc *s, svc_sess *ss)
 void req_output_ready(svc *s, svc_req *r)
 {
     svc_sess *ss = r->sess;
-    if (!ss || ss->closing) return; /* its session is being closed: freed there */
+    if (!ss || ss->closing) return;        /* its session is being closed: freed there */
+    if (req_state_ended(r->state)) return; /* req_end queued its FINISH */
     /* The bounded buffer: past its size the tokens would have nowhere to go. */
-    if (!r->ended && r->n_gen - r->n_pushed > s->cfg.backpressure_buffer_tokens) {
+    if (r->n_gen - r->n_pushed > s->cfg.backpressure_buffer_tokens) {
         req_cancel(s, r, SCHED_CANCEL_BACKPRESSURE, RINGLM_WIRE_R_CANCELLED,
                    RINGLM_WIRE_R_OUTPUT_BACKPRESSURE);
         return; /* req_end queued it */
     }
-    if (r->in_out) return;
-    r->in_out = true;
-    r->o_next = NULL;
-    if (ss->out_tail)
-        ss->out_tail->o_next = r;
-    else
-        ss->out_head = r;
-    ss->out_tail = r;
-    out_list_add(s, ss);
-    if (ss->blocked) {
-        set_blocked(s, r, true);
-        /* its client has not read for longer than the timeout already */
-        if (ss->bp_cancelled && !r->ended)
-            req_cancel(s, r, SCHED_CANCEL_BACKPRESSURE, RINGLM_WIRE_R_CANCELLED,
-                       RINGLM_WIRE_R_OUTPUT_BACKPRESSURE);
-    }
+    if (req_state_in_outbox(r->state)) return;
+    req_set_state(s, r, REQ_RUNNING_OUT);
+    out_link(s, ss, r);
+    /* its client has not read for longer than the timeout already */
+    if (ss->blocked && ss->bp_cancelled)
+        req_cancel(s, r, SCHED_CANCEL_BACKPRESSURE, RINGLM_WIRE_R_CANCELLED,
+                   RINGLM_WIRE_R_OUTPUT_BACKPRESSURE);
 }
 
 void req_flush_pending(svc *s)
 {
     svc_sess *next;
-    for (svc_sess *ss = s->out_sessions; ss; ss = next) {
+    for (svc_sess *ss = s->rq.out_sessions; ss; ss = next) {
         next = ss->out_next;
         sess_flush(s, ss);
     }
@@ -327,7 +348,7 @@ void req_flush_pending(svc *s)
 
 void req_cancel(svc *s, svc_req *r, sched_cancel_reason why, unsigned reason, unsigned cause)
 {
-    if (r->ended) return;
+    if (req_state_ended(r->state)) return;
     r->forced_reason = reason;
     r->forced_cause = cause;
     if (!r->cancel_us) r->cancel_us = s->now_us;
@@ -338,8 +359,8 @@ void req_cancel(svc *s, svc_req *r, sched_cancel_reason why, unsigned reason, un
 void req_cancel_all(svc *s, sched_cancel_reason why, unsigned reason, unsigned cause)
 {
     for (size_t b = 0; b < SVC_HASH_BUCKETS; b++)
-        for (svc_req *r = s->hash[b]; r; r = r->h_next)
-            if (!r->ended) req_cancel(s, r, why, reason, cause);
+        for (svc_req *r = s->rq.hash[b]; r; r = r->h_next)
+            if (!req_state_ended(r->state)) req_cancel(s, r, why, reason, cause);
 }
 
 /* A session blocked longer than the timeout has its requests with output cancelled
@@ -349,13 +370,13 @@ uint64_t req_check_backpressure(svc *s, uint64_t now_us)
 {
     uint64_t bp_us = s->cfg.backpressure_timeout_ms * 1000;
     uint64_t next_wake = 0;
-    for (svc_sess *ss = s->out_sessions; ss; ss = ss->out_next) {
+    for (svc_sess *ss = s->rq.out_sessions; ss; ss = ss->out_next) {
         if (!ss->blocked || ss->bp_cancelled) continue;
         uint64_t dl = ss->blocked_since_us + bp_us;
         if (now_us >= dl) {
             ss->bp_cancelled = true;
             for (svc_req *r = ss->out_head; r; r = r->o_next)
-                if (!r->ended)
+                if (!req_state_ended(r->state))
                     req_cancel(s, r, SCHED_CANCEL_BACKPRESSURE, RINGLM_WIRE_R_CANCELLED,
                                RINGLM_WIRE_R_OUTPUT_BACKPRESSURE);
         } else if (!next_wake || dl - now_us < next_wake) {
@@ -409,7 +430,12 @@ int req_session_open(svc *s, dsess *ds)
     ss->tenant = tenant;
     ss->trusted = sched_policy_uid_trusted(s->policy, uid);
     dsess_set_user(ds, ss);
-    s->stats_dirty = true;
+    const char *classes[SCHED_MAX_CLASSES];
+    int n_classes = sched_policy_n_classes(s->policy);
+    if (n_classes > SCHED_MAX_CLASSES) n_classes = SCHED_MAX_CLASSES;
+    for (int i = 0; i < n_classes; i++) classes[i] = sched_policy_class(s->policy, i)->name;
+    dsess_set_facts(ds, ss->trusted, classes, n_classes);
+    svc_stats_changed(s);
     return 0;
 }
 
@@ -418,7 +444,7 @@ void req_session_cancel(svc *s, dsess *ds, uint64_t client_id)
     svc_sess *ss = dsess_user(ds);
     if (!ss) return;
     for (svc_req *r = ss->reqs; r; r = r->s_next) {
-        if (r->client_id == client_id && !r->ended) {
+        if (r->client_id == client_id && !req_state_ended(r->state)) {
             r->cancel_us = s->now_us;
             req_cancel(s, r, SCHED_CANCEL_CLIENT, RINGLM_WIRE_R_CANCELLED, 0);
             return;
@@ -439,18 +465,20 @@ void req_session_close(svc *s, dsess *ds)
      * blocks in every tier and no further compute is spent on these sequences. */
     while (ss->reqs) {
         svc_req *r = ss->reqs;
-        if (!r->ended) {
+        if (!req_state_ended(r->state)) {
             r->cancel_us = s->now_us;
             req_cancel(s, r, SCHED_CANCEL_DISCONNECT, RINGLM_WIRE_R_CANCELLED,
                        RINGLM_WIRE_R_CLIENT_GONE);
         }
+        /* its FINISH, if it waited in the outbox, will never go out */
+        if (r->state == REQ_ENDED_OUT) req_set_state(s, r, REQ_ENDED);
         sess_unlink(r);
-        if (r->ended) req_log_and_free(s, r);
+        if (req_state_ended(r->state)) req_log_and_free(s, r);
     }
     dsess_set_user(ds, NULL);
     ut_release(s, ss->tenant);
     free(ss);
-    s->stats_dirty = true;
+    svc_stats_changed(s);
 }
 
 /* ---- scheduler events → logs, metrics, probes ------------------------------------------ */
@@ -514,13 +542,16 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
     case SCHED_EV_SCHEDULE:
         if (ev->outcome == SCHED_OUTCOME_START)
             metrics_observe(s->mx, series, METRICS_H_QUEUE_WAIT, ev->wait_us);
-        if (r && !r->scheduled) record_sched_cost(s, r, ev->t_us);
-        if (r) r->scheduled = true;
+        /* its first start: QUEUED → RUNNING (a resume finds it started) */
+        if (r && r->state == REQ_QUEUED) {
+            record_sched_cost(s, r, ev->t_us);
+            req_set_state(s, r, REQ_RUNNING);
+        }
         break;
     case SCHED_EV_CACHE_HIT:
         /* the first admission's hit, for the request log (a resumed sequence's own blocks
          * found again after a recompute are not the request's cached prompt) */
-        if (r && !r->scheduled) r->cached_tokens = ev->cached_tokens;
+        if (r && r->state <= REQ_QUEUED) r->cached_tokens = ev->cached_tokens;
         break;
     case SCHED_EV_PREEMPT:
         metrics_count_preempt(
@@ -531,7 +562,7 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
     case SCHED_EV_TIMEOUT: metrics_count_timeout(s->mx, series); break;
     default: break;
     }
-    s->stats_dirty = true;
+    svc_stats_changed(s);
 }
 
 void req_plan_ended(svc *s, const sched_plan *p)

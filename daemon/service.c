@@ -21,6 +21,7 @@
 
 #include "daemon/service_internal.h"
 #include "numa/rnuma.h"
+#include "sched/sched_testing.h"
 
 /* ---- errors -------------------------------------------------------------------------- */
 
@@ -30,16 +31,6 @@ const char *svc_errmsg(void)
     return svc_err.msg;
 }
 #define seterr(err, ...) errdetail_set(&svc_err, (err), __VA_ARGS__)
-
-void svc_log(const char *fmt, ...)
-{
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "ringlmd: %s\n", buf);
-}
 
 /* ---- the built-in policy ------------------------------------------------------------- */
 
@@ -177,8 +168,8 @@ static int iterate(void *ctx, uint64_t now_us)
         uint64_t now2 = now_us + exec_us;
         s->now_us = now2; /* exec_plan advanced it by exec_us already; same value */
         if (nres > 0 || p->n_entries) {
-            sched_commit(s->sched, s->results, (size_t)(nres > 0 ? nres : 0), now2, exec_us);
-            req_commit_ended(s, s->results, nres);
+            sched_commit(s->sched, s->ex.results, (size_t)(nres > 0 ? nres : 0), now2, exec_us);
+            req_commit_ended(s, s->ex.results, nres);
         }
     }
     req_flush_pending(s);
@@ -197,7 +188,7 @@ static int iterate(void *ctx, uint64_t now_us)
     if (itlog && p && p->n_entries) itlog_hold(s, p, now_us, iter_us, exec_us, wakes_before);
 
     if (s->draining) {
-        if (s->live_reqs == 0) {
+        if (s->rq.live == 0) {
             svc_log("drained: every request answered; stopping");
             stats_write(s);
             dloop_stop(s->loop);
@@ -207,7 +198,7 @@ static int iterate(void *ctx, uint64_t now_us)
          * second after the cancels, then the sessions end with "shutdown". */
         if (now_us - s->drain_start_us >= s->cfg.drain_grace_ms * 1000 + 1000000) {
             svc_log("drain: %llu requests could not deliver their final event; stopping",
-                    (unsigned long long)s->live_reqs);
+                    (unsigned long long)s->rq.live);
             dloop_stop(s->loop);
             return 0;
         }
@@ -236,7 +227,7 @@ static int iterate(void *ctx, uint64_t now_us)
      * transfers); a short timer keeps it moving without spinning a core. */
     if (!busy && (c.waiting || c.running || c.swapped || c.in_transit))
         dloop_wake_after_us(s->loop, 2000);
-    s->itl.busy = busy;
+    itlog_busy(s, busy);
     return busy ? 1 : 0;
 }
 
@@ -400,7 +391,10 @@ int svc_create(const svc_config *cfg, svc **out)
                       .kv_blocks = s->cfg.kv_blocks,
                       .kv_block_size = s->cfg.kv_block_size,
                       .max_batch_tokens = s->max_tokens,
-                      .max_seqs = s->max_seqs};
+                      .max_seqs = s->max_seqs,
+                      .cuda_device = s->cfg.cuda_device,
+                      .cuda_dtype = (eng_cuda_dtype)s->cfg.cuda_dtype,
+                      .cuda_no_graphs = s->cfg.cuda_no_graphs};
     rc = eng_create(s->model, &eo, &s->engine);
     if (rc < 0) {
         rc = seterr(rc, "engine (%s): %s", s->cfg.backend, eng_errmsg());
@@ -432,11 +426,16 @@ int svc_create(const svc_config *cfg, svc **out)
                  .latency_us = 100},
         .prefix_cache = !cfg->no_prefix_cache,
         .prefix_cache_generated = true, /* exec_plan gives each sampled token's id */
-        .prefix_key = cfg->prefix_key,
     };
     sched_step_model_default(&sc.step);
     rc = sched_create(s->policy, &sc, req_on_sched_event, s, 1, &s->sched);
     if (rc < 0) {
+        rc = seterr(rc, "scheduler: %s", sched_last_error());
+        goto fail;
+    }
+    /* a test knob (ringlmd-test --prefix-key constant; cfg->test is zero in ringlmd) */
+    if (cfg->test.constant_prefix_key &&
+        (rc = sched_testing_set_prefix_key(s->sched, SCHED_PREFIX_KEY_CONSTANT)) < 0) {
         rc = seterr(rc, "scheduler: %s", sched_last_error());
         goto fail;
     }
@@ -546,12 +545,12 @@ int svc_run(svc *s, const dloop_config *lc)
                             .ud_tag = SVC_KVTIER_TAG,
                             .register_buffers = true,
                             .log = tier_log};
-        const char *fr = getenv("RINGLMD_FAIL_KV_READS"); /* tests: kvtier_config.fail_reads */
-        if (fr && strstr(fr, "host")) kc.fail_reads |= 1u << SCHED_POOL_HOST;
-        if (fr && strstr(fr, "disk")) kc.fail_reads |= 1u << SCHED_POOL_DISK;
+        /* a test knob (ringlmd-test --fail-kv-reads; zero in ringlmd) */
+        kc.fail_reads = s->cfg.test.fail_kv_reads;
         if (kc.fail_reads)
-            svc_log("RINGLMD_FAIL_KV_READS=%s: reads from those KV tiers fail (fault injection)",
-                    fr);
+            svc_log("--fail-kv-reads:%s%s: reads from those KV tiers fail (fault injection)",
+                    kc.fail_reads & (1u << SCHED_POOL_HOST) ? " host" : "",
+                    kc.fail_reads & (1u << SCHED_POOL_DISK) ? " disk" : "");
         rc = kvtier_create(&kc, &s->tiers);
         if (rc < 0) {
             rc = seterr(rc, "KV tiers: %s", kvtier_errmsg());
@@ -563,11 +562,11 @@ int svc_run(svc *s, const dloop_config *lc)
         }
     }
     /* whatever --quiet says: an operator must not mistake this daemon for a serving one */
-    if (s->cfg.prefix_key != SCHED_PREFIX_KEY_XXH3 && !s->cfg.no_prefix_cache)
+    if (s->cfg.test.constant_prefix_key && !s->cfg.no_prefix_cache)
         svc_log("warning: --prefix-key=%s: every cached KV block has the same key, so each "
                 "lookup compares the tokens of every cached block (a diagnostic for tests: "
                 "outputs and hits stay the same, lookups get slower)",
-                sched_prefix_key_fn_name(s->cfg.prefix_key));
+                sched_prefix_key_fn_name(SCHED_PREFIX_KEY_CONSTANT));
     if (!s->cfg.quiet) {
         svc_log("model %s (%s), dim %d, %d layers, vocab %d, context %d", s->cfg.model,
                 eng_model_hash(s->model), s->mcfg->dim, s->mcfg->n_layers, s->mcfg->vocab_size,

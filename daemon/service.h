@@ -39,6 +39,9 @@ typedef struct svc_config {
     const char *tokenizer;    /* optional, for logging only */
     const char *policy_path;  /* NULL: the built-in policy */
     const char *backend;      /* "cpu" (default) or "cuda" */
+    int cuda_device;          /* --cuda-device (eng_options.cuda_device) */
+    int cuda_dtype;           /* --cuda-dtype: eng_cuda_dtype (0: bf16) */
+    bool cuda_no_graphs;      /* --no-cuda-graphs */
     int threads;              /* engine worker threads (0: 1) */
     const char *numa;         /* --numa-node: "auto", "off" or N (NULL: auto) */
     int kv_blocks;            /* device pool blocks (0: default 1024) */
@@ -61,15 +64,21 @@ typedef struct svc_config {
                                              the loop's iteration (0: 16) */
     uint64_t drain_grace_ms;              /* 0: 10000 */
     bool quiet;                           /* fewer start-up lines on stderr */
-    bool verify_swaps;    /* checksum blocks at swap-out, compare at swap-in (tests) */
-    bool no_prefix_cache; /* --no-prefix-cache: prompts' KV blocks are not kept for reuse */
-    sched_prefix_key_fn prefix_key; /* --prefix-key (a diagnostic for tests): how cached
-                                     blocks are keyed; SCHED_PREFIX_KEY_XXH3 (0) serves */
-    bool check_invariants;          /* the stats file runs the scheduler's O(state) invariant
+    bool verify_swaps;     /* checksum blocks at swap-out, compare at swap-in (tests) */
+    bool no_prefix_cache;  /* --no-prefix-cache: prompts' KV blocks are not kept for reuse */
+    bool check_invariants; /* the stats file runs the scheduler's O(state) invariant
                                      check (tests); otherwise it says "unchecked" */
-    bool identity_only;             /* --check-config/--version: policy + model only, no engine,
+    bool identity_only;    /* --check-config/--version: policy + model only, no engine,
                                      pools, logs or metrics (svc_run is then refused); the
                                      model may be NULL then (--check-config of a policy) */
+    /* Test knobs: set only by ringlmd-test (main_ringlmd.c built with RINGLM_TEST_KNOBS);
+     * zero in ringlmd, which has no flag or variable that reaches them. */
+    struct svc_test_knobs {
+        bool constant_prefix_key; /* --prefix-key constant: every cached block one key
+                                     (sched_testing.h) */
+        unsigned fail_kv_reads;   /* --fail-kv-reads: 1 << sched_pool per tier whose reads
+                                     fail (kvtier_config.fail_reads) */
+    } test;
 } svc_config;
 
 typedef struct svc svc;

@@ -17,14 +17,17 @@
 #ifndef RINGLM_DAEMON_SERVICE_INTERNAL_H
 #define RINGLM_DAEMON_SERVICE_INTERNAL_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "daemon/declog.h"
 #include "daemon/kvtier.h"
 #include "daemon/loop.h"
 #include "daemon/metrics.h"
+#include "daemon/reqstate.h"
 #include "daemon/service.h"
 #include "kernels/batch.h"
 #include "kernels/engine.h"
@@ -63,16 +66,14 @@ typedef struct svc_req {
     uint64_t rng;
     bool ignore_stop; /* RINGLM_WIRE_REQ_F_IGNORE_STOP: only max_new ends it */
     uint64_t arrival_us, deadline_us, first_token_us, last_token_us, cancel_us, finish_us;
-    bool ended; /* the scheduler is done with it (or never took it) */
-    bool finish_pushed;
-    bool blocked;                         /* output blocked, reported to the scheduler */
-    bool in_out;                          /* in its session's outbox */
+    uint8_t state;                        /* req_state (reqstate.h): moved by req_set_state only */
     struct svc_req *o_next;               /* the outbox, in the order output became ready */
     unsigned fin_reason, fin_cause;       /* RINGLM_WIRE_R_* */
     unsigned forced_reason, forced_cause; /* set before a daemon-side cancel */
     uint32_t cached_tokens; /* prompt tokens its first admission found in the prefix cache */
     uint64_t cache_salt;    /* its prefix cache domain (ut_cache_salt), for the request log */
-    bool scheduled;         /* the scheduler has started it (its first cache_hit is counted) */
+    /* Data, not a state: sched_cost holds a value (recorded at its first start, only when a
+     * request log is written); the request log line writes null otherwise. */
     bool has_sched_cost;
     fmt_sched_cost sched_cost; /* the scheduler's cost model when it first started it, for
                                   * the request log: a replay decides with these costs */
@@ -99,6 +100,14 @@ struct svc_sess {
     uint64_t blocked_since_us;
 };
 
+/*
+ * Ownership. struct svc is the runner's state, one sub-struct per runner file that writes
+ * it; the others read it (stats.c reads everything, for the stats file and the gauges).
+ * Two exceptions, each written through one inline function below: now_us (service.c sets
+ * it at the iteration's start; execute.c advances it past the batch it ran, because tokens
+ * exist only then: svc_clock_advance) and the "stats changed" flag that any file raises
+ * (svc_stats_changed) and service.c's iteration clears when it writes the stats file.
+ */
 struct svc {
     /* service.c: set up once */
     svc_config cfg;
@@ -116,80 +125,117 @@ struct svc {
     int numa_node;
     char policy_hash_hex[SCHED_HASH_HEX_LEN + 1];
     char policy_name[64];
-    uint64_t now_us; /* this iteration's clock; execute.c advances it past a batch */
-    bool trace_xfer; /* RINGLMD_TRACE_XFER: one stderr line per transfer */
+    bool trace_xfer;          /* RINGLMD_TRACE_XFER: one stderr line per transfer */
+    bool per_uid;             /* the built-in policy: a tenant per uid (uidtenants.c) */
+    int max_tokens, max_seqs; /* the engine's batch bounds */
+    int n_tenants;
 
-    /* service.c: drain */
-    bool draining, drain_cancelled;
+    /* service.c: each iteration */
+    uint64_t now_us; /* this iteration's clock (svc_clock_advance: execute.c) */
+    uint64_t n_iterations;
+    /* records (requests, cancels) taken from each tenant's sessions in this iteration */
+    uint32_t *tenant_records;
+    bool mx_dirty;    /* metrics changed since the last forced publish */
+    bool stats_dirty; /* the stats file is out of date (svc_stats_changed) */
+    uint64_t stats_last_us;
+    bool draining, drain_cancelled; /* drain */
     uint64_t drain_start_us;
 
     /* requests.c */
-    svc_req *hash[SVC_HASH_BUCKETS];
-    uint64_t next_id;
-    uint64_t live_reqs;
-    svc_sess *out_sessions; /* sessions with output to push */
-    /* records (requests, cancels) taken from each tenant's sessions in this iteration */
-    uint32_t *tenant_records;
-    int n_tenants;
+    struct svc_requests {
+        svc_req *hash[SVC_HASH_BUCKETS];
+        uint64_t next_id;
+        uint64_t live;          /* requests not freed */
+        svc_sess *out_sessions; /* sessions with output to push */
+        req_state_audit audit;  /* illegal request state moves (req_set_state) */
+        uint64_t n_finished;    /* ended other than rejected */
+    } rq;
 
     /* uidtenants.c: the built-in policy's tenant per uid (per_uid: no --policy) */
-    bool per_uid;
-    struct svc_uid_tenant {
-        int tenant; /* the scheduler's index of this slot */
-        uint32_t uid;
-        bool bound; /* belongs to uid (until another uid takes it over) */
-        bool busy;  /* scratch: its old work is not released yet */
-        uint32_t sessions;
-        uint64_t last_us;           /* last session opened or closed */
-        char label[SCHED_NAME_MAX]; /* "uid<N>": its name in the logs and metrics */
-    } ut[SVC_UID_TENANTS];
-    int8_t ut_slot_of[SCHED_MAX_TENANTS]; /* tenant index → slot, -1 */
-    int ut_overflow;                      /* "other-uids" */
-    uint64_t ut_overflow_sessions, ut_overflow_logged_us;
+    struct svc_uid_tenants {
+        struct svc_uid_tenant {
+            int tenant; /* the scheduler's index of this slot */
+            uint32_t uid;
+            bool bound; /* belongs to uid (until another uid takes it over) */
+            bool busy;  /* scratch: its old work is not released yet */
+            uint32_t sessions;
+            uint64_t last_us;           /* last session opened or closed */
+            char label[SCHED_NAME_MAX]; /* "uid<N>": its name in the logs and metrics */
+        } slot[SVC_UID_TENANTS];
+        int8_t slot_of[SCHED_MAX_TENANTS]; /* tenant index → slot, -1 */
+        int overflow;                      /* "other-uids" */
+        uint64_t overflow_sessions, overflow_logged_us;
+    } ut;
+
+    /* admission.c */
+    struct svc_admission {
+        uint64_t n_rejects; /* answered rejected (by its checks or the scheduler) */
+    } adm;
 
     /* execute.c: the batch under construction and the per-sampling-row state */
-    int max_tokens, max_seqs, bt_stride;
-    eng_batch_builder bb;
-    int32_t *b_out;
-    eng_sampling *b_samp;
-    uint64_t *b_rng;
-    svc_req **b_req; /* per sampling row */
-    sched_result *results;
+    struct svc_execute {
+        int bt_stride;
+        eng_batch_builder bb;
+        int32_t *b_out;
+        eng_sampling *b_samp;
+        uint64_t *b_rng;
+        svc_req **b_req; /* per sampling row */
+        sched_result *results;
+        uint64_t n_engine_errors;
+    } ex;
 
     /* transfers.c: --verify-swaps */
-    uint64_t *slot_sum[SCHED_POOL__COUNT];            /* checksum per tier slot, by sched_pool */
-    uint8_t *busy_dev, *busy_slot[SCHED_POOL__COUNT]; /* blocks in flight */
-    uint8_t *busy_dev_in; /* of busy_dev, those a swap-in is writing (a swap-out only
-                                     reads its device blocks: a shared cached block may be
-                                     read by two swap-outs and computed on meanwhile) */
-    uint64_t n_overlap_errors;
+    struct svc_transfers {
+        uint64_t *slot_sum[SCHED_POOL__COUNT]; /* checksum per tier slot, by sched_pool */
+        uint8_t *busy_dev, *busy_slot[SCHED_POOL__COUNT]; /* blocks in flight */
+        uint8_t *busy_dev_in; /* of busy_dev, those a swap-in is writing (a swap-out only
+                                 reads its device blocks: a shared cached block may be read
+                                 by two swap-outs and computed on meanwhile) */
+        uint64_t n_overlap_errors, n_swap_verify_errors, n_swap_verified;
+    } xf;
 
-    /* stats.c (the counters are bumped where the events happen) */
-    bool mx_dirty; /* metrics changed since the last forced publish */
-    bool stats_dirty;
-    bool stats_write_failed; /* the stats file could not be written (said once) */
-    int max_series_seen;
-    uint64_t series_q_last_us;
-    uint32_t *series_waiting, *series_running; /* [SVC_MAX_SERIES] recount scratch */
-    uint64_t stats_last_us;
-    uint64_t n_iterations, n_rejects, n_finished, n_swap_verify_errors, n_swap_verified;
-    uint64_t n_engine_errors;
-
-    /* iteration log: a batch's line waits for the next iteration's start, which gives its
-     * period (what one simulator step must cost) and the wakes its publish issued */
-    struct svc_iter {
-        bool pending, busy;
-        uint64_t it, t_us, iter_us, exec_us, wakes_before;
-        uint32_t transfers;
-        sched_plan_work w;
-    } itl;
+    /* stats.c: the stats file's and gauges' own state and the iteration log */
+    struct svc_stats {
+        bool write_failed; /* the stats file could not be written (said once) */
+        int max_series_seen;
+        uint64_t series_q_last_us;
+        uint32_t *series_waiting, *series_running; /* [SVC_MAX_SERIES] recount scratch */
+        /* iteration log: a batch's line waits for the next iteration's start, which gives
+         * its period (what one simulator step must cost) and the wakes its publish issued */
+        struct svc_iter {
+            bool pending, busy;
+            uint64_t it, t_us, iter_us, exec_us, wakes_before;
+            uint32_t transfers;
+            sched_plan_work w;
+        } itl;
+    } st;
 };
 
-/* ---- service.c ------------------------------------------------------------------------ */
-void svc_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* ---- the two shared writes (see Ownership above) --------------------------------------- */
+static inline void svc_clock_advance(svc *s, uint64_t us)
+{
+    s->now_us += us;
+}
+static inline void svc_stats_changed(svc *s)
+{
+    s->stats_dirty = true;
+}
+
+/* ---- logging (every runner file) ------------------------------------------------------- */
+__attribute__((format(printf, 1, 2))) static inline void svc_log(const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "ringlmd: %s\n", buf);
+}
 
 /* ---- requests.c ----------------------------------------------------------------------- */
 svc_req *req_find(svc *s, uint64_t id);
+/* The one place a request's state changes: checked against reqstate.c's table. */
+void req_set_state(svc *s, svc_req *r, req_state to);
 /* A new request of session ss, linked into the registry and the session's list (so every
  * path ends it through req_end and the same flush). NULL when out of memory. */
 svc_req *req_new(svc *s, svc_sess *ss, uint64_t client_id);
@@ -272,6 +318,8 @@ void stats_update_gauges(svc *s, uint64_t iter_us, uint32_t batch_tokens);
  * (0: none, e.g. at shutdown); its period is known only if the loop went straight on. */
 void itlog_emit(svc *s, uint64_t next_start_us);
 /* Keeps this iteration's batch line until the next iteration's start gives its period. */
+/* Whether this iteration did work (the pending line's "busy" for its period). */
+void itlog_busy(svc *s, bool busy);
 void itlog_hold(svc *s, const sched_plan *p, uint64_t t_us, uint64_t iter_us, uint64_t exec_us,
                 uint64_t wakes_before);
 

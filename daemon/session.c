@@ -89,27 +89,34 @@ static void sess_link(dsess_list *ls, dsess *s)
 }
 
 /* Every phase change goes through here, so the counts the limits read stay exact. */
-static void set_phase(dsess *s, int phase)
+/* The five counters of dsess_list are sums over the sessions of what count() says of each,
+ * kept by one function: every change of a session's phase, check_deferred or rate_wait goes
+ * through set_state, which takes the session out of the sums and puts it back. */
+static void count(dsess_list *ls, const dsess *s, int sign)
+{
+    int hello = s->phase == DSESS_HELLO, active = s->phase == DSESS_ACTIVE;
+    ls->live += sign * (hello || active);
+    ls->active += sign * active;
+    ls->half_open += sign * hello;
+    ls->deferred += sign * (s->check_deferred != 0);
+    ls->rate_waiting += sign * (s->rate_wait != 0);
+}
+
+static void set_state(dsess *s, int phase, int check_deferred, int rate_wait)
 {
     dsess_list *ls = dloop_sessions(s->loop);
-    if (s->phase == DSESS_HELLO) ls->half_open--;
-    if (phase != DSESS_HELLO && s->rate_wait) {
-        s->rate_wait = 0;
-        ls->rate_waiting--;
-    }
-    if (phase != DSESS_HELLO && s->check_deferred) {
-        s->check_deferred = 0;
-        ls->deferred--;
-    } else if (s->phase == DSESS_ACTIVE)
-        ls->active--;
-    if (s->phase && s->phase != DSESS_ZOMBIE && phase == DSESS_ZOMBIE) ls->live--;
-    if (phase == DSESS_HELLO) {
-        ls->half_open++;
-        ls->live++;
-    } else if (phase == DSESS_ACTIVE) {
-        ls->active++;
-    }
+    count(ls, s, -1);
     s->phase = phase;
+    s->check_deferred = check_deferred;
+    s->rate_wait = rate_wait;
+    count(ls, s, +1);
+}
+
+/* A session waits for its grace or its connect rate only while in HELLO. */
+static void set_phase(dsess *s, int phase)
+{
+    int hello = phase == DSESS_HELLO;
+    set_state(s, phase, hello && s->check_deferred, hello && s->rate_wait);
 }
 
 /* At most LOG_BURST lines a second about ended or refused sessions; the rest are counted
@@ -248,6 +255,18 @@ static int send_welcome(dsess *s, int status, const char *detail, int with_fds)
     return n == (ssize_t)sizeof(w) ? 0 : -errno;
 }
 
+void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes)
+{
+    struct ringlm_wire_dseg *d = s->dseg;
+    uint32_t n = 0;
+    for (int i = 0; i < n_classes && n < RINGLM_WIRE_CLASSES_MAX; i++)
+        if (classes[i] && strlen(classes[i]) < RINGLM_WIRE_NAME_LEN)
+            snprintf(d->classes[n++], RINGLM_WIRE_NAME_LEN, "%s", classes[i]);
+    d->n_classes = n;
+    /* the client maps the segment only after the welcome: no ordering to publish */
+    d->caps = RINGLM_WIRE_CAP_FACTS | (tenant_tags ? RINGLM_WIRE_CAP_TENANT_TAGS : 0);
+}
+
 static void refuse(dsess *s, int err, const char *detail)
 {
     send_welcome(s, err, detail, 0);
@@ -342,9 +361,8 @@ void dsess_accept(dloop *l, int fd)
 	 * charged at once. */
     if (ls->deferred < dloop_cfg(l)->max_sessions &&
         count_in_grace(l, s->uid) < dloop_cfg(l)->max_sessions_per_uid) {
-        s->check_deferred = 1;
         s->check_at_us = dloop_clock_us(l) + HALF_OPEN_GRACE_US;
-        ls->deferred++;
+        set_state(s, s->phase, 1, s->rate_wait);
     } else if (half_open_refused(s)) {
         return;
     }
@@ -404,10 +422,7 @@ static int try_hello(dsess *s)
 
 static void clear_deferred(dsess *s)
 {
-    if (s->check_deferred) {
-        s->check_deferred = 0;
-        dloop_sessions(s->loop)->deferred--;
-    }
+    if (s->check_deferred) set_state(s, s->phase, 0, s->rate_wait);
 }
 
 int dsess_hellos_ready(dloop *l, int (*yield)(dloop *))
@@ -432,8 +447,7 @@ void dsess_check_deferred(dloop *l)
             if (s->rate_at_us > now) {
                 if (!next || s->rate_at_us < next) next = s->rate_at_us;
             } else {
-                s->rate_wait = 0;
-                dloop_sessions(l)->rate_waiting--;
+                set_state(s, s->phase, s->check_deferred, 0);
                 hello_setup(s);
             }
             continue;
@@ -576,9 +590,8 @@ static void on_hello(dsess *s, const char *buf, int len)
     }
     if (wait > 0) {
         /* held in HELLO (charged to the half-open budget, the hello timeout still runs) */
-        s->rate_wait = 1;
         s->rate_at_us = dloop_clock_us(l) + (uint64_t)wait;
-        dloop_sessions(l)->rate_waiting++;
+        set_state(s, s->phase, s->check_deferred, 1);
         dloop_wake_after_us(l, (uint64_t)wait);
         return;
     }

@@ -29,20 +29,6 @@
 #include "daemon/loop.h"
 #include "shm/wire.h"
 
-struct io_uring_sqe;
-
-/* liburing 2.3 and its uapi copy predate IORING_OP_FUTEX_WAIT (kernel 6.7): the values
- * below are the kernel's (include/uapi/linux/io_uring.h, futex.h). */
-#define DLOOP_IORING_OP_FUTEX_WAIT 51
-#define DLOOP_IORING_OP_FUTEX_WAKE 52
-#define DLOOP_FUTEX2_SIZE_U32      0x02
-#define DLOOP_FUTEX_BITSET_ANY     0xffffffffu
-
-/* user_data values below this are the loop's own constants; above, a session's. */
-#define DSESS_UD_MIN    4096u
-/* user_data of cancel SQEs: their completions need nothing. */
-#define DLOOP_UD_IGNORE 3u
-
 #define DSESS_RATE_UIDS 256
 
 /* The sessions of one loop (embedded in it; written by session.c only). */
@@ -71,25 +57,6 @@ typedef struct dsess_list {
         unsigned long long refused;
     } rate[DSESS_RATE_UIDS];
 } dsess_list;
-
-/* ---- what session.c needs of the loop (defined in loop.c) ----------------------------- */
-dsess_list *dloop_sessions(dloop *l);
-/* An SQE of the loop's ring (submits to make room); NULL only if the kernel takes none. */
-struct io_uring_sqe *dloop_sqe(dloop *l);
-const dloop_config *dloop_cfg(dloop *l);
-int dloop_is_draining(dloop *l);
-/* 1: doorbells are futex waits on the ring; 0: an eventfd per session. */
-int dloop_uses_futex(dloop *l);
-/* Queues a FUTEX_WAKE of one waiter on word (a shared futex), submitted with the rest of
- * the iteration's wakes; -ENOTSUP / -EBUSY: wake it with the system call instead. */
-int dloop_queue_futex_wake(dloop *l, const uint32_t *word);
-const dsvc_ops *dloop_service(dloop *l, void **ctx);
-/* Lets the handshake thread read the hello of a HELLO session on socket fd when it
- * arrives during an engine step (no-op without the thread). */
-void dloop_watch_hello(dloop *l, int fd);
-/* CLOCK_MONOTONIC µs on dloop_now_us's scale, read now (the handshake thread runs in
- * the middle of an iteration). */
-uint64_t dloop_clock_us(dloop *l);
 
 /* ---- lifecycle (the loop's side) ------------------------------------------------------ */
 

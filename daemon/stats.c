@@ -17,17 +17,17 @@
 
 int stats_init(svc *s)
 {
-    s->max_series_seen = -1;
-    s->series_waiting = calloc(SVC_MAX_SERIES, sizeof(uint32_t));
-    s->series_running = calloc(SVC_MAX_SERIES, sizeof(uint32_t));
-    return s->series_waiting && s->series_running ? 0 : -ENOMEM;
+    s->st.max_series_seen = -1;
+    s->st.series_waiting = calloc(SVC_MAX_SERIES, sizeof(uint32_t));
+    s->st.series_running = calloc(SVC_MAX_SERIES, sizeof(uint32_t));
+    return s->st.series_waiting && s->st.series_running ? 0 : -ENOMEM;
 }
 
 void stats_free(svc *s)
 {
-    free(s->series_waiting);
-    free(s->series_running);
-    s->series_waiting = s->series_running = NULL;
+    free(s->st.series_waiting);
+    free(s->st.series_running);
+    s->st.series_waiting = s->st.series_running = NULL;
 }
 
 void stats_write(svc *s)
@@ -50,19 +50,19 @@ void stats_write(svc *s)
         .t_us = s->now_us,
         .iterations = s->n_iterations,
         .sessions = s->loop ? (uint64_t)dloop_session_count(s->loop) : 0,
-        .live_requests = s->live_reqs,
+        .live_requests = s->rq.live,
         .waiting = c.waiting,
         .running = c.running,
         .swapped = c.swapped,
         .in_transit = c.in_transit,
         .blocked = c.blocked,
         .transfers_inflight = s->tiers ? (uint64_t)kvtier_inflight(s->tiers) : 0,
-        .swap_verified = s->n_swap_verified,
-        .swap_verify_errors = s->n_swap_verify_errors,
-        .transfer_overlap_errors = s->n_overlap_errors,
-        .engine_errors = s->n_engine_errors,
-        .finished = s->n_finished,
-        .rejects = s->n_rejects,
+        .swap_verified = s->xf.n_swap_verified,
+        .swap_verify_errors = s->xf.n_swap_verify_errors,
+        .transfer_overlap_errors = s->xf.n_overlap_errors,
+        .engine_errors = s->ex.n_engine_errors,
+        .finished = s->rq.n_finished,
+        .rejects = s->adm.n_rejects,
         .draining = s->draining,
         .steps = c.steps,
     };
@@ -72,8 +72,8 @@ void stats_write(svc *s)
     snprintf(st.invariants, sizeof st.invariants, "%s", invariants);
     snprintf(st.policy, sizeof st.policy, "%s", s->policy_hash_hex);
     char err[256];
-    if (fmt_stats_write(s->cfg.stats_file, &st, err, sizeof err) < 0 && !s->stats_write_failed) {
-        s->stats_write_failed = true; /* said once: it would repeat every 20 ms */
+    if (fmt_stats_write(s->cfg.stats_file, &st, err, sizeof err) < 0 && !s->st.write_failed) {
+        s->st.write_failed = true; /* said once: it would repeat every 20 ms */
         svc_log("stats file: %s", err);
     }
 }
@@ -82,16 +82,16 @@ void stats_write(svc *s)
  * (a walk over the live set; not worth keeping incrementally). */
 void stats_update_series_queues(svc *s)
 {
-    uint32_t *waiting = s->series_waiting, *running = s->series_running;
+    uint32_t *waiting = s->st.series_waiting, *running = s->st.series_running;
     int max_series = -1;
     memset(waiting, 0, SVC_MAX_SERIES * sizeof *waiting);
     memset(running, 0, SVC_MAX_SERIES * sizeof *running);
     /* No request lives (a flood of rejected requests leaves none): nothing to walk. The
      * walk over the 4,096 buckets was most of the loop's time in such a flood, paid by
      * every idle iteration. */
-    for (size_t b = 0; b < SVC_HASH_BUCKETS && s->live_reqs; b++)
-        for (svc_req *r = s->hash[b]; r; r = r->h_next) {
-            if (r->ended || r->series < 0 || r->series >= SVC_MAX_SERIES) continue;
+    for (size_t b = 0; b < SVC_HASH_BUCKETS && s->rq.live; b++)
+        for (svc_req *r = s->rq.hash[b]; r; r = r->h_next) {
+            if (req_state_ended(r->state) || r->series < 0 || r->series >= SVC_MAX_SERIES) continue;
             sched_req_info ri;
             if (sched_get_request(s->sched, r->id, &ri) < 0) continue;
             if (ri.state == SCHED_REQ_WAITING)
@@ -100,16 +100,16 @@ void stats_update_series_queues(svc *s)
                 running[r->series]++;
             if (r->series > max_series) max_series = r->series;
         }
-    if (max_series > s->max_series_seen) s->max_series_seen = max_series;
-    for (int i = 0; i <= s->max_series_seen && i < SVC_MAX_SERIES; i++)
+    if (max_series > s->st.max_series_seen) s->st.max_series_seen = max_series;
+    for (int i = 0; i <= s->st.max_series_seen && i < SVC_MAX_SERIES; i++)
         metrics_set_series_queue(s->mx, i, waiting[i], running[i]);
 }
 
 void stats_update_gauges(svc *s, uint64_t iter_us, uint32_t batch_tokens)
 {
-    if (s->now_us - s->series_q_last_us >= 100000 || s->now_us < s->series_q_last_us) {
+    if (s->now_us - s->st.series_q_last_us >= 100000 || s->now_us < s->st.series_q_last_us) {
         stats_update_series_queues(s);
-        s->series_q_last_us = s->now_us;
+        s->st.series_q_last_us = s->now_us;
     }
     sched_counts c;
     memset(&c, 0, sizeof c);
@@ -137,7 +137,7 @@ void stats_update_gauges(svc *s, uint64_t iter_us, uint32_t batch_tokens)
 
 void itlog_emit(svc *s, uint64_t next_start_us)
 {
-    struct svc_iter *it = &s->itl;
+    struct svc_iter *it = &s->st.itl;
     if (!it->pending) return;
     it->pending = false;
     fmt_iteration line = {
@@ -160,10 +160,15 @@ void itlog_emit(svc *s, uint64_t next_start_us)
     declog_iteration(s->logs, &line);
 }
 
+void itlog_busy(svc *s, bool busy)
+{
+    s->st.itl.busy = busy;
+}
+
 void itlog_hold(svc *s, const sched_plan *p, uint64_t t_us, uint64_t iter_us, uint64_t exec_us,
                 uint64_t wakes_before)
 {
-    struct svc_iter *it = &s->itl;
+    struct svc_iter *it = &s->st.itl;
     *it = (struct svc_iter){.pending = true,
                             .it = s->n_iterations,
                             .t_us = t_us,

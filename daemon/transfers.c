@@ -53,7 +53,7 @@ typedef struct xfer_ctx {
 static void reload_failed(svc *s, uint64_t req, uint64_t xfer, int res)
 {
     svc_req *r = req_find(s, req);
-    if (!r || r->ended) return;
+    if (!r || req_state_ended(r->state)) return;
     svc_log("request %llu: reloading its cached prefix (transfer %llu) failed: %s; it ends with an "
             "error",
             (unsigned long long)req, (unsigned long long)xfer, strerror(-res));
@@ -65,33 +65,37 @@ static void on_xfer_done(void *ctx, uint64_t cookie, int res, sched_xfer_dir dir
 {
     xfer_ctx *x = ctx;
     svc *s = x->s;
-    if (s->busy_dev)
+    if (s->xf.busy_dev)
         for (int i = 0; i < x->n; i++) {
-            if (x->dev[i] >= 0 && x->dev[i] < eng_kv_blocks(s->engine) && s->busy_dev[x->dev[i]]) {
-                s->busy_dev[x->dev[i]]--;
-                if (dir == SCHED_XFER_IN && s->busy_dev_in[x->dev[i]]) s->busy_dev_in[x->dev[i]]--;
+            if (x->dev[i] >= 0 && x->dev[i] < eng_kv_blocks(s->engine) &&
+                s->xf.busy_dev[x->dev[i]]) {
+                s->xf.busy_dev[x->dev[i]]--;
+                if (dir == SCHED_XFER_IN && s->xf.busy_dev_in[x->dev[i]])
+                    s->xf.busy_dev_in[x->dev[i]]--;
             }
             if (x->slot[i] >= 0 && x->slot[i] < kvtier_blocks(s->tiers, tier) &&
-                s->busy_slot[tier][x->slot[i]])
-                s->busy_slot[tier][x->slot[i]]--;
+                s->xf.busy_slot[tier][x->slot[i]])
+                s->xf.busy_slot[tier][x->slot[i]]--;
         }
-    if (res == 0 && s->slot_sum[tier] && dir == SCHED_XFER_IN) {
+    if (res == 0 && s->xf.slot_sum[tier] && dir == SCHED_XFER_IN) {
         /* Swap-in must bring back exactly the bytes that went out. */
         for (int i = 0; i < x->n; i++) {
             uint64_t h = block_sum(s, x->dev[i]);
-            s->n_swap_verified++;
-            if (h != s->slot_sum[tier][x->slot[i]]) {
-                s->n_swap_verify_errors++;
+            s->xf.n_swap_verified++;
+            if (h != s->xf.slot_sum[tier][x->slot[i]]) {
+                s->xf.n_swap_verify_errors++;
                 svc_log("swap verify: device block %d from %s slot %d differs (%016llx vs %016llx)",
                         x->dev[i], sched_pool_name(tier), x->slot[i], (unsigned long long)h,
-                        (unsigned long long)s->slot_sum[tier][x->slot[i]]);
+                        (unsigned long long)s->xf.slot_sum[tier][x->slot[i]]);
             }
         }
     }
     if (res < 0)
         svc_log("KV transfer %llu (%s, %s tier) failed: %s", (unsigned long long)cookie,
                 dir == SCHED_XFER_OUT ? "out" : "in", sched_pool_name(tier), strerror(-res));
-    else
+    if (res < 0 && dir == SCHED_XFER_IN)
+        metrics_observe_tier_read_failure(s->mx, tier, kvtier_read_failure_of(res));
+    else if (res == 0)
         metrics_observe_transfer(s->mx, tier, dir, bytes, elapsed_us);
     DTRACE_PROBE4(ringlmd, transfer_done, cookie, dir, tier, res);
     if (s->trace_xfer) svc_log("xfer %llu done res %d", (unsigned long long)cookie, res);
@@ -109,7 +113,7 @@ static void on_xfer_done(void *ctx, uint64_t cookie, int res, sched_xfer_dir dir
     free(x->dev);
     free(x->slot);
     free(x);
-    s->stats_dirty = true;
+    svc_stats_changed(s);
 }
 
 void xfer_start(svc *s, const sched_transfer *t)
@@ -135,7 +139,7 @@ void xfer_start(svc *s, const sched_transfer *t)
     x->dev = dev;
     x->slot = slot;
     x->reload_req = t->cache ? t->req : 0;
-    if (s->slot_sum[tier]) {
+    if (s->xf.slot_sum[tier]) {
         int nslots = kvtier_blocks(s->tiers, tier), ndev = eng_kv_blocks(s->engine);
         for (int i = 0; i < n; i++) {
             if (slot[i] < 0 || slot[i] >= nslots || dev[i] < 0 || dev[i] >= ndev) continue;
@@ -143,16 +147,16 @@ void xfer_start(svc *s, const sched_transfer *t)
              * another, means the plan raced itself; two swap-outs may read one device block
              * (a cached prefix block shared by both sequences). */
             bool in = t->dir == SCHED_XFER_IN;
-            if ((in ? s->busy_dev[dev[i]] : s->busy_dev_in[dev[i]]) ||
-                s->busy_slot[tier][slot[i]]) {
-                s->n_overlap_errors++;
+            if ((in ? s->xf.busy_dev[dev[i]] : s->xf.busy_dev_in[dev[i]]) ||
+                s->xf.busy_slot[tier][slot[i]]) {
+                s->xf.n_overlap_errors++;
                 svc_log("verify: transfer %llu uses device block %d / %s slot %d already in flight",
                         (unsigned long long)t->id, dev[i], sched_pool_name(tier), slot[i]);
             }
-            s->busy_dev[dev[i]]++;
-            if (in) s->busy_dev_in[dev[i]]++;
-            s->busy_slot[tier][slot[i]]++;
-            if (t->dir == SCHED_XFER_OUT) s->slot_sum[tier][slot[i]] = block_sum(s, dev[i]);
+            s->xf.busy_dev[dev[i]]++;
+            if (in) s->xf.busy_dev_in[dev[i]]++;
+            s->xf.busy_slot[tier][slot[i]]++;
+            if (t->dir == SCHED_XFER_OUT) s->xf.slot_sum[tier][slot[i]] = block_sum(s, dev[i]);
         }
     }
     DTRACE_PROBE4(ringlmd, transfer_start, t->id, (int)t->dir, tier, n);
@@ -169,14 +173,14 @@ void xfer_start(svc *s, const sched_transfer *t)
     if (rc == -EBUSY && t->cache) {
         /* every job slot in flight: a reload is done now instead (the scheduler takes its
          * completion at any time; its blocks are the request's alone) */
-        if (s->slot_sum[tier]) /* (undo the marks above: xfer_copy checks and marks its own) */
+        if (s->xf.slot_sum[tier]) /* (undo the marks above: xfer_copy checks and marks its own) */
             for (int i = 0; i < n; i++) {
                 if (slot[i] < 0 || slot[i] >= kvtier_blocks(s->tiers, tier) || dev[i] < 0 ||
                     dev[i] >= eng_kv_blocks(s->engine))
                     continue;
-                s->busy_dev[dev[i]]--;
-                s->busy_dev_in[dev[i]]--;
-                s->busy_slot[tier][slot[i]]--;
+                s->xf.busy_dev[dev[i]]--;
+                s->xf.busy_dev_in[dev[i]]--;
+                s->xf.busy_slot[tier][slot[i]]--;
             }
         free(x);
         free(dev);
@@ -217,18 +221,19 @@ void xfer_copy(svc *s, const sched_transfer *t)
             src[i] = (int32_t)t->src[i];
             dst[i] = (int32_t)t->dst[i];
         }
-        if (s->busy_dev) {
+        if (s->xf.busy_dev) {
             /* a block a swap in flight uses must not be one a cache copy touches */
             for (int i = 0; i < n; i++) {
                 int dev = in ? dst[i] : from == SCHED_POOL_DEVICE ? src[i] : -1;
                 bool clash = dev >= 0 && dev < eng_kv_blocks(s->engine) &&
-                             (in ? s->busy_dev[dev] : s->busy_dev_in[dev]);
-                if (from != SCHED_POOL_DEVICE && s->busy_slot[from] && s->busy_slot[from][src[i]])
+                             (in ? s->xf.busy_dev[dev] : s->xf.busy_dev_in[dev]);
+                if (from != SCHED_POOL_DEVICE && s->xf.busy_slot[from] &&
+                    s->xf.busy_slot[from][src[i]])
                     clash = true;
-                if (to != SCHED_POOL_DEVICE && s->busy_slot[to] && s->busy_slot[to][dst[i]])
+                if (to != SCHED_POOL_DEVICE && s->xf.busy_slot[to] && s->xf.busy_slot[to][dst[i]])
                     clash = true;
                 if (clash) {
-                    s->n_overlap_errors++;
+                    s->xf.n_overlap_errors++;
                     svc_log("verify: cache copy %llu uses %s block %d / %s block %d while a swap "
                             "moves it",
                             (unsigned long long)t->id, sched_pool_name(from), src[i],
@@ -243,21 +248,21 @@ void xfer_copy(svc *s, const sched_transfer *t)
     } else if (!s->tiers) {
         rc = -ENOTSUP;
     }
-    if (rc == 0 && s->slot_sum[to == SCHED_POOL_DEVICE ? from : to]) {
+    if (rc == 0 && s->xf.slot_sum[to == SCHED_POOL_DEVICE ? from : to]) {
         /* the bytes that arrive are the bytes that left: a demotion from the device records
          * them, a demotion to disk and a reload compare what they read with that */
         for (int i = 0; i < n; i++) {
             uint64_t want = 0, got;
             if (from == SCHED_POOL_DEVICE) {
-                s->slot_sum[to][dst[i]] = block_sum(s, src[i]);
+                s->xf.slot_sum[to][dst[i]] = block_sum(s, src[i]);
                 continue;
             }
-            want = s->slot_sum[from][src[i]];
+            want = s->xf.slot_sum[from][src[i]];
             got = to == SCHED_POOL_DEVICE ? block_sum(s, dst[i]) : slot_hash(s, to, dst[i]);
-            if (to != SCHED_POOL_DEVICE) s->slot_sum[to][dst[i]] = got;
-            s->n_swap_verified++;
+            if (to != SCHED_POOL_DEVICE) s->xf.slot_sum[to][dst[i]] = got;
+            s->xf.n_swap_verified++;
             if (got != want) {
-                s->n_swap_verify_errors++;
+                s->xf.n_swap_verify_errors++;
                 svc_log("swap verify: cache copy %llu: %s block %d from %s slot %d differs "
                         "(%016llx vs %016llx)",
                         (unsigned long long)t->id, sched_pool_name(to), dst[i],
@@ -267,6 +272,7 @@ void xfer_copy(svc *s, const sched_transfer *t)
         }
     }
     if (rc == 0) metrics_observe_transfer(s->mx, t->tier, t->dir, (size_t)t->bytes, us);
+    if (rc < 0 && in) metrics_observe_tier_read_failure(s->mx, from, kvtier_read_failure_of(rc));
     DTRACE_PROBE4(ringlmd, transfer_done, t->id, t->dir, t->tier, rc);
     if (s->trace_xfer)
         svc_log("cache copy %llu %s → %s, %d blocks: %d", (unsigned long long)t->id,
@@ -275,20 +281,21 @@ void xfer_copy(svc *s, const sched_transfer *t)
     if (rc < 0 && in && t->req) reload_failed(s, t->req, t->id, rc);
     free(src);
     free(dst);
-    s->stats_dirty = true;
+    svc_stats_changed(s);
 }
 
 void xfer_check_compute(svc *s, const sched_entry *e)
 {
-    if (!s->busy_dev) return;
+    if (!s->xf.busy_dev) return;
     /* the entry writes the blocks of positions [start_pos, start_pos + n_tokens) and only
      * reads the ones before: reading a block a swap-out reads too is fine */
     uint32_t bs = (uint32_t)eng_kv_block_size(s->engine),
              first_written = bs ? e->start_pos / bs : 0;
     for (uint32_t j = 0; j < e->n_blocks; j++)
         if (e->blocks[j] < (uint32_t)eng_kv_blocks(s->engine) &&
-            (s->busy_dev_in[e->blocks[j]] || (j >= first_written && s->busy_dev[e->blocks[j]]))) {
-            s->n_overlap_errors++;
+            (s->xf.busy_dev_in[e->blocks[j]] ||
+             (j >= first_written && s->xf.busy_dev[e->blocks[j]]))) {
+            s->xf.n_overlap_errors++;
             svc_log("verify: request %llu computes on device block %u while it is in flight",
                     (unsigned long long)e->req, e->blocks[j]);
         }
@@ -296,14 +303,14 @@ void xfer_check_compute(svc *s, const sched_entry *e)
 
 int xfer_verify_init(svc *s)
 {
-    s->busy_dev = calloc((size_t)eng_kv_blocks(s->engine), 1);
-    s->busy_dev_in = calloc((size_t)eng_kv_blocks(s->engine), 1);
-    if (!s->busy_dev || !s->busy_dev_in) return -ENOMEM;
+    s->xf.busy_dev = calloc((size_t)eng_kv_blocks(s->engine), 1);
+    s->xf.busy_dev_in = calloc((size_t)eng_kv_blocks(s->engine), 1);
+    if (!s->xf.busy_dev || !s->xf.busy_dev_in) return -ENOMEM;
     for (sched_pool t = SCHED_POOL_HOST; t < SCHED_POOL__COUNT; t++)
         if (kvtier_blocks(s->tiers, t) > 0) {
-            s->slot_sum[t] = calloc((size_t)kvtier_blocks(s->tiers, t), sizeof(uint64_t));
-            s->busy_slot[t] = calloc((size_t)kvtier_blocks(s->tiers, t), 1);
-            if (!s->slot_sum[t] || !s->busy_slot[t]) return -ENOMEM;
+            s->xf.slot_sum[t] = calloc((size_t)kvtier_blocks(s->tiers, t), sizeof(uint64_t));
+            s->xf.busy_slot[t] = calloc((size_t)kvtier_blocks(s->tiers, t), 1);
+            if (!s->xf.slot_sum[t] || !s->xf.busy_slot[t]) return -ENOMEM;
         }
     return 0;
 }
@@ -311,13 +318,13 @@ int xfer_verify_init(svc *s)
 void xfer_free(svc *s)
 {
     for (int t = 0; t < SCHED_POOL__COUNT; t++) {
-        free(s->slot_sum[t]);
-        free(s->busy_slot[t]);
-        s->slot_sum[t] = NULL;
-        s->busy_slot[t] = NULL;
+        free(s->xf.slot_sum[t]);
+        free(s->xf.busy_slot[t]);
+        s->xf.slot_sum[t] = NULL;
+        s->xf.busy_slot[t] = NULL;
     }
-    free(s->busy_dev);
-    s->busy_dev = NULL;
-    free(s->busy_dev_in);
-    s->busy_dev_in = NULL;
+    free(s->xf.busy_dev);
+    s->xf.busy_dev = NULL;
+    free(s->xf.busy_dev_in);
+    s->xf.busy_dev_in = NULL;
 }

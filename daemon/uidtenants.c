@@ -37,17 +37,17 @@ bool ut_builtin_text(char *buf, size_t cap, const char *scheduler_section)
 
 void ut_init(svc *s)
 {
-    for (int t = 0; t < SCHED_MAX_TENANTS; t++) s->ut_slot_of[t] = -1;
-    s->ut_overflow = -1;
+    for (int t = 0; t < SCHED_MAX_TENANTS; t++) s->ut.slot_of[t] = -1;
+    s->ut.overflow = -1;
     if (!s->per_uid) return;
     for (int i = 0; i < SVC_UID_TENANTS; i++) {
         char name[SCHED_NAME_MAX];
         snprintf(name, sizeof name, "uid-slot-%02d", i);
         int t = sched_policy_tenant_index(s->policy, name);
-        s->ut[i] = (struct svc_uid_tenant){.tenant = t};
-        if (t >= 0 && t < SCHED_MAX_TENANTS) s->ut_slot_of[t] = (int8_t)i;
+        s->ut.slot[i] = (struct svc_uid_tenant){.tenant = t};
+        if (t >= 0 && t < SCHED_MAX_TENANTS) s->ut.slot_of[t] = (int8_t)i;
     }
-    s->ut_overflow = sched_policy_tenant_index(s->policy, "other-uids");
+    s->ut.overflow = sched_policy_tenant_index(s->policy, "other-uids");
 }
 
 /* The slot a new uid may take: an unbound one, else the least recently used slot whose uid
@@ -55,27 +55,27 @@ void ut_init(svc *s)
 static int ut_take(svc *s)
 {
     for (int i = 0; i < SVC_UID_TENANTS; i++)
-        if (!s->ut[i].bound && s->ut[i].tenant >= 0 &&
-            sched_tenant_recycle(s->sched, s->ut[i].tenant) == 0)
+        if (!s->ut.slot[i].bound && s->ut.slot[i].tenant >= 0 &&
+            sched_tenant_recycle(s->sched, s->ut.slot[i].tenant) == 0)
             return i;
     for (;;) {
         int best = -1;
         for (int i = 0; i < SVC_UID_TENANTS; i++) {
-            const struct svc_uid_tenant *u = &s->ut[i];
+            const struct svc_uid_tenant *u = &s->ut.slot[i];
             if (u->bound && !u->sessions && !u->busy &&
-                (best < 0 || u->last_us < s->ut[best].last_us))
+                (best < 0 || u->last_us < s->ut.slot[best].last_us))
                 best = i;
         }
         if (best < 0) return -1;
-        if (sched_tenant_recycle(s->sched, s->ut[best].tenant) == 0) return best;
-        s->ut[best].busy = true; /* its old work is still in the scheduler: not this time */
+        if (sched_tenant_recycle(s->sched, s->ut.slot[best].tenant) == 0) return best;
+        s->ut.slot[best].busy = true; /* its old work is still in the scheduler: not this time */
     }
 }
 
 int ut_acquire(svc *s, uint32_t uid)
 {
     for (int i = 0; i < SVC_UID_TENANTS; i++) {
-        struct svc_uid_tenant *u = &s->ut[i];
+        struct svc_uid_tenant *u = &s->ut.slot[i];
         if (u->bound && u->uid == uid) {
             u->sessions++;
             u->last_us = s->now_us;
@@ -83,18 +83,18 @@ int ut_acquire(svc *s, uint32_t uid)
         }
     }
     int i = ut_take(s);
-    for (int k = 0; k < SVC_UID_TENANTS; k++) s->ut[k].busy = false;
+    for (int k = 0; k < SVC_UID_TENANTS; k++) s->ut.slot[k].busy = false;
     if (i < 0) {
-        s->ut_overflow_sessions++;
-        if (s->now_us - s->ut_overflow_logged_us >= 1000000 || !s->ut_overflow_logged_us) {
-            s->ut_overflow_logged_us = s->now_us ? s->now_us : 1;
+        s->ut.overflow_sessions++;
+        if (s->now_us - s->ut.overflow_logged_us >= 1000000 || !s->ut.overflow_logged_us) {
+            s->ut.overflow_logged_us = s->now_us ? s->now_us : 1;
             svc_log("uid %u shares tenant other-uids: all %d per-uid tenants belong to uids with "
                     "sessions or unfinished work (%llu such sessions so far)",
-                    uid, SVC_UID_TENANTS, (unsigned long long)s->ut_overflow_sessions);
+                    uid, SVC_UID_TENANTS, (unsigned long long)s->ut.overflow_sessions);
         }
-        return s->ut_overflow;
+        return s->ut.overflow;
     }
-    struct svc_uid_tenant *u = &s->ut[i];
+    struct svc_uid_tenant *u = &s->ut.slot[i];
     u->bound = true;
     u->uid = uid;
     u->sessions = 1;
@@ -106,17 +106,17 @@ int ut_acquire(svc *s, uint32_t uid)
 void ut_release(svc *s, int tenant)
 {
     if (!s->per_uid || tenant < 0 || tenant >= SCHED_MAX_TENANTS) return;
-    int i = s->ut_slot_of[tenant];
+    int i = s->ut.slot_of[tenant];
     if (i < 0) return;
-    struct svc_uid_tenant *u = &s->ut[i];
+    struct svc_uid_tenant *u = &s->ut.slot[i];
     if (u->sessions) u->sessions--;
     u->last_us = s->now_us;
 }
 
 const char *ut_label(const svc *s, int tenant)
 {
-    if (s->per_uid && tenant >= 0 && tenant < SCHED_MAX_TENANTS && s->ut_slot_of[tenant] >= 0) {
-        const struct svc_uid_tenant *u = &s->ut[s->ut_slot_of[tenant]];
+    if (s->per_uid && tenant >= 0 && tenant < SCHED_MAX_TENANTS && s->ut.slot_of[tenant] >= 0) {
+        const struct svc_uid_tenant *u = &s->ut.slot[s->ut.slot_of[tenant]];
         if (u->bound) return u->label;
     }
     const sched_tenant_cfg *tc = sched_policy_tenant(s->policy, tenant);
@@ -125,5 +125,5 @@ const char *ut_label(const svc *s, int tenant)
 
 uint64_t ut_cache_salt(const svc *s, int tenant, uint32_t uid)
 {
-    return s->per_uid ? (1ull << 32) | uid : sched_policy_cache_salt(s->policy, tenant);
+    return s->per_uid ? (1ull << 32) | uid : sched_policy_cache_salt_uid(s->policy, tenant, uid);
 }

@@ -8,10 +8,7 @@
 
 void fmt_decision_init(fmt_decision *d)
 {
-    memset(d, 0, sizeof *d);
-    d->prompt_tokens = d->max_tokens = d->output_tokens = d->blocks = d->tokens = d->wait_us =
-        d->ttft_us = d->xfer = d->bytes = FMT_NULL;
-    d->swap_cost_us = d->recompute_cost_us = d->predicted_us = d->realised_us = NAN;
+    decision_record_init(d);
 }
 
 static void opt_str(fmt_json *j, const char *key, const char *s)
@@ -64,8 +61,17 @@ int fmt_decision_format(const fmt_decision *d, char *buf, size_t cap)
     opt_int(&j, "ttft_us", d->ttft_us);
     opt_int(&j, "xfer", d->xfer);
     opt_int(&j, "bytes", d->bytes);
+    opt_int(&j, "cached_tokens", d->cached_tokens);
+    opt_int(&j, "self_tokens", d->self_tokens);
+    opt_int(&j, "device_tokens", d->device_tokens);
+    opt_int(&j, "host_tokens", d->host_tokens);
+    opt_int(&j, "disk_tokens", d->disk_tokens);
+    opt_str(&j, "to", d->to);
+    opt_str(&j, "choice", d->choice);
     opt_real(&j, "swap_cost_us", d->swap_cost_us);
+    opt_real(&j, "reload_cost_us", d->reload_cost_us);
     opt_real(&j, "recompute_cost_us", d->recompute_cost_us);
+    opt_real(&j, "expected_reuse", d->expected_reuse);
     opt_real(&j, "predicted_us", d->predicted_us);
     opt_real(&j, "realised_us", d->realised_us);
     opt_str(&j, "policy", d->policy);
@@ -113,6 +119,15 @@ int fmt_decision_parse(const char *line, size_t len, fmt_decision *out, fmt_deci
               get_s(o, "mode", text->mode, sizeof text->mode, &out->mode, why, whylen) ||
               get_s(o, "pool", text->pool, sizeof text->pool, &out->pool, why, whylen) ||
               get_s(o, "policy", text->policy, sizeof text->policy, &out->policy, why, whylen) ||
+              get_s(o, "to", text->to, sizeof text->to, &out->to, why, whylen) ||
+              get_s(o, "choice", text->choice, sizeof text->choice, &out->choice, why, whylen) ||
+              fmt_get_int(o, "cached_tokens", 0, 0, M, &out->cached_tokens, why, whylen) ||
+              fmt_get_int(o, "self_tokens", 0, 0, M, &out->self_tokens, why, whylen) ||
+              fmt_get_int(o, "device_tokens", 0, 0, M, &out->device_tokens, why, whylen) ||
+              fmt_get_int(o, "host_tokens", 0, 0, M, &out->host_tokens, why, whylen) ||
+              fmt_get_int(o, "disk_tokens", 0, 0, M, &out->disk_tokens, why, whylen) ||
+              get_real(o, "reload_cost_us", &out->reload_cost_us, why, whylen) ||
+              get_real(o, "expected_reuse", &out->expected_reuse, why, whylen) ||
               fmt_get_int(o, "prompt_tokens", 0, 0, M, &out->prompt_tokens, why, whylen) ||
               fmt_get_int(o, "max_tokens", 0, 0, M, &out->max_tokens, why, whylen) ||
               fmt_get_int(o, "output_tokens", 0, 0, M, &out->output_tokens, why, whylen) ||

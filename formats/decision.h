@@ -3,14 +3,15 @@
  * formats/decision.h — decision-log lines (DESIGN.md §5): one JSON object per scheduler
  * decision, {"t_us":…,"ev":"…","req":…,"tenant":"…","class":"…","reason":"…",…}.
  *
- * The scheduler writes its own events (sched_event_json, which keeps sched/ free of any
- * dependency); lines the daemon writes itself (a request refused before the scheduler saw
- * it) are written here, with the same keys. Every reader of a decision log uses
- * fmt_decision_parse.
+ * The one writer and the one reader of the decision log. A line is a decision_record
+ * (common/decision_record.h): the scheduler fills one from each of its typed events
+ * (sched_event_record) — the daemon's own rejects included, which it reports to the
+ * scheduler as events (sched_note_reject) — and the daemon and the simulator write it here.
+ * Every reader of a decision log uses fmt_decision_parse.
  *
  * Writer: a NULL string is omitted; an integer FMT_NULL is omitted; a real NaN is omitted,
  * a negative real is null (an estimate or a duration that was not measured), others have
- * one decimal.
+ * one decimal. Strings are escaped and invalid UTF-8 repaired (formats/json.h).
  */
 #ifndef RINGLM_FORMATS_DECISION_H
 #define RINGLM_FORMATS_DECISION_H
@@ -18,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/decision_record.h"
 #include "formats/json.h"
 #include "formats/request_log.h"
 
@@ -29,20 +31,14 @@ extern "C" {
  * when written). */
 #define FMT_DETAIL_MAX 200
 
-typedef struct fmt_decision {
-    uint64_t t_us;
-    const char *ev; /* "admit", "reject", ... (required) */
-    uint64_t req;
-    const char *tenant, *class_name, *reason, *detail, *mode, *pool, *policy;
-    int64_t prompt_tokens, max_tokens, output_tokens, blocks, tokens, wait_us, ttft_us, xfer,
-        bytes;                                                         /* FMT_NULL: absent */
-    double swap_cost_us, recompute_cost_us, predicted_us, realised_us; /* NaN: absent; <0 null */
-} fmt_decision;
+/* FMT_NULL is DECISION_ABSENT: an absent integer, in the record and in every format. */
+_Static_assert(FMT_NULL == DECISION_ABSENT, "one absent integer");
+typedef decision_record fmt_decision;
 
 typedef struct fmt_decision_text {
     char ev[FMT_REASON_MAX], tenant[FMT_NAME_MAX], class_name[FMT_NAME_MAX], reason[FMT_REASON_MAX],
         detail[3 * FMT_DETAIL_MAX], mode[FMT_REASON_MAX], pool[FMT_REASON_MAX],
-        policy[FMT_NAME_MAX];
+        policy[FMT_NAME_MAX], to[FMT_REASON_MAX], choice[FMT_REASON_MAX];
 } fmt_decision_text;
 
 /* A decision with every optional field absent (the strings NULL, integers FMT_NULL, reals

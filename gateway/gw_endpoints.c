@@ -39,7 +39,6 @@ static int encode_text(const ringlm_tokenizer *t, const char *text, int32_t **id
 enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
     gw_err e;
-    uint64_t t0 = gw_now_us();
     gw_parse_cfg pc = {.served_model = s->cfg.served_model, .tpl = s->cfg.tpl};
     if (gw_params_parse(r->ep == EP_CHAT ? GW_CHAT : GW_COMPLETION, r->body.p ? r->body.p : "",
                         r->body.len, &pc, &r->p, &e))
@@ -105,6 +104,10 @@ enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connecti
         "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":%s,\"choices\":[", r->id,
         r->p.kind == GW_CHAT ? "chat.completion.chunk" : "text_completion", r->created,
         s->model_json);
+    if (r->gone || s->stopping) { /* its client left while it was prepared */
+        pthread_mutex_unlock(&s->mu);
+        return MHD_NO;
+    }
     if (s->draining) {
         pthread_mutex_unlock(&s->mu);
         return gw_answer_errf(r, c, 503, "draining", "the gateway is shutting down");
@@ -114,11 +117,9 @@ enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connecti
         pthread_mutex_unlock(&s->mu);
         return ret;
     }
-    r->state = RQ_WAIT;
-    s->admit_us_sum += gw_now_us() - t0;
+    r->state = RQ_WAIT; /* its connection is parked since it was queued (gw_prep.c) */
+    s->admit_us_sum += gw_now_us() - r->t_body_us;
     s->admit_n++;
-    gw_watch(s, r);
-    gw_suspend(r);
     pthread_mutex_unlock(&s->mu);
     return MHD_YES;
 }
@@ -145,7 +146,7 @@ enum MHD_Result gw_ep_health(gw_server *s, gw_req *r, struct MHD_Connection *c)
                       : !up             ? "not connected to ringlmd"
                       : daemon_draining ? "ringlmd is draining"
                                         : NULL;
-    char msg[320];
+    char msg[1024];
     snprintf(msg, sizeof msg, "%s%s%s", why ? why : "", why && !up && conn_err[0] ? ": " : "",
              why && !up ? conn_err : "");
     pthread_mutex_unlock(&s->mu);
@@ -259,6 +260,26 @@ enum MHD_Result gw_ep_detokenize(gw_server *s, gw_req *r, struct MHD_Connection 
 enum MHD_Result gw_ep_metrics(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
     gw_buf b = {0};
+    pthread_mutex_lock(&s->conn_mu);
+    gw_buf_addf(&b,
+                "# HELP ringlm_gateway_connections_open HTTP connections open.\n"
+                "# TYPE ringlm_gateway_connections_open gauge\n"
+                "ringlm_gateway_connections_open %u\n"
+                "# HELP ringlm_gateway_connections_cut_total Connections closed by the gateway: "
+                "no whole head or body in time (--http-head-timeout-s, --http-body-timeout-s), "
+                "or evicted at --max-connections while sending their head.\n"
+                "# TYPE ringlm_gateway_connections_cut_total counter\n"
+                "ringlm_gateway_connections_cut_total{reason=\"head_timeout\"} %llu\n"
+                "ringlm_gateway_connections_cut_total{reason=\"body_timeout\"} %llu\n"
+                "ringlm_gateway_connections_cut_total{reason=\"evicted\"} %llu\n"
+                "# HELP ringlm_gateway_connections_refused_total Connections refused at "
+                "--max-connections (none sending its head to evict).\n"
+                "# TYPE ringlm_gateway_connections_refused_total counter\n"
+                "ringlm_gateway_connections_refused_total %llu\n",
+                s->n_conns - s->n_conns_cut, (unsigned long long)s->conns_timed_out[GW_CONN_HEAD],
+                (unsigned long long)s->conns_timed_out[GW_CONN_BODY],
+                (unsigned long long)s->conns_evicted, (unsigned long long)s->conns_refused);
+    pthread_mutex_unlock(&s->conn_mu);
     pthread_mutex_lock(&s->mu);
     int up = gw_sessions_up(s, NULL);
     uint64_t connects = 0, losses = 0;
@@ -301,6 +322,18 @@ enum MHD_Result gw_ep_metrics(gw_server *s, gw_req *r, struct MHD_Connection *c)
         "UTF-8, stop strings, chunk).\n"
         "# TYPE ringlm_gateway_token_seconds summary\n"
         "ringlm_gateway_token_seconds_sum %.9f\nringlm_gateway_token_seconds_count %llu\n"
+        "# HELP ringlm_gateway_prep_queued Requests waiting for a tokenizer thread.\n"
+        "# TYPE ringlm_gateway_prep_queued gauge\nringlm_gateway_prep_queued %u\n"
+        "# HELP ringlm_gateway_prep_running Requests being parsed and tokenized.\n"
+        "# TYPE ringlm_gateway_prep_running gauge\nringlm_gateway_prep_running %u\n"
+        "# HELP ringlm_gateway_prep_dropped_total Requests whose client left before a tokenizer "
+        "thread took them (never prepared).\n"
+        "# TYPE ringlm_gateway_prep_dropped_total counter\nringlm_gateway_prep_dropped_total "
+        "%llu\n"
+        "# HELP ringlm_gateway_prep_refused_total Requests answered 503 busy: --tokenize-queue "
+        "was full.\n"
+        "# TYPE ringlm_gateway_prep_refused_total counter\nringlm_gateway_prep_refused_total "
+        "%llu\n"
         "# HELP ringlm_gateway_session_connects_total Sessions opened with ringlmd.\n"
         "# TYPE ringlm_gateway_session_connects_total "
         "counter\nringlm_gateway_session_connects_total %llu\n"
@@ -310,8 +343,9 @@ enum MHD_Result gw_ep_metrics(gw_server *s, gw_req *r, struct MHD_Connection *c)
         "%llu\n",
         s->n_inflight, s->n_streams, up > 0, up, (double)s->admit_us_sum / 1e6,
         (unsigned long long)s->admit_n, (double)s->dispatch_ns_sum / 1e9,
-        (unsigned long long)s->dispatch_n, (unsigned long long)connects,
-        (unsigned long long)losses);
+        (unsigned long long)s->dispatch_n, s->n_prep_queued, s->n_prep_running,
+        (unsigned long long)s->prep_dropped, (unsigned long long)s->prep_refused,
+        (unsigned long long)connects, (unsigned long long)losses);
     if (s->relay_started)
         gw_buf_addf(
             &b,

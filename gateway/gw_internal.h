@@ -12,10 +12,17 @@
  *   gw_session.c    the shared-memory sessions with ringlmd: request registry, submit,
  *                   cancel, the retry queue, the events threads; the watch thread (hang-ups)
  *   gw_relay.c      --daemon-metrics: the daemon's vllm:* families copied to /metrics
+ *   gw_prep.c       the preparation threads: parse, chat template, tokenize, submit — never
+ *                   on the HTTP thread; a bounded queue in front of them
+ *   gw_guard.c      bounds on connections: per address, head and body deadlines, eviction
+ *                   of slow heads at the connection limit (slowloris)
  *
  * A generation request's life (all fields under s->mu):
  *
  *   BODY     the http thread collects the body (over max_body_bytes: 413, nothing kept)
+ *   PREP     queued for (or taken by) a preparation thread, the connection suspended; an
+ *            answer it leaves (an error, /tokenize's result) makes it READY, and the HTTP
+ *            thread queues that answer when the connection is resumed
  *   WAIT     parsed, tokenized, submitted (or queued when the submit ring was full: the
  *            events thread retries); the connection is suspended until the first event.
  *            Its first token (stream) or its FINISH decides the answer: a stream that has
@@ -66,10 +73,14 @@ extern const int gw_stat_codes[GW_NSTAT];
 extern const char *const gw_ep_name[EP_N];
 int gw_stat_slot(int status);
 
-enum rq_state { RQ_BODY, RQ_WAIT, RQ_STREAM, RQ_ANSWERED };
+enum rq_state { RQ_BODY, RQ_PREP, RQ_READY, RQ_WAIT, RQ_STREAM, RQ_ANSWERED };
 
 typedef struct gw_req gw_req;
 typedef struct gw_sess gw_sess;
+typedef struct gw_conn gw_conn; /* gw_guard.c: one open HTTP connection */
+
+/* What a connection is waiting for (gw_guard.c gives the first two a deadline). */
+enum gw_conn_phase { GW_CONN_HEAD, GW_CONN_BODY, GW_CONN_SERVED };
 struct gw_req {
     gw_server *s;
     gw_sess *sess; /* the session it was submitted (or queued) on */
@@ -81,6 +92,14 @@ struct gw_req {
     gw_buf body;
     bool too_big;
     bool close_after; /* the answer closes the connection (ambiguous framing) */
+    bool body_done;   /* the HTTP thread has the whole body (its own flag) */
+
+    /* preparation (gw_prep.c) */
+    bool in_prep;                   /* queued or being prepared: a prep thread frees it */
+    gw_req *prep_next;              /* the preparation queue */
+    struct MHD_Response *prep_resp; /* the answer it left (the prep thread's alone) */
+    int prep_status;
+    struct MHD_Response *ready; /* READY: the answer to queue on resume */
     const gw_key *key;
 
     /* generation */
@@ -118,7 +137,7 @@ struct gw_sess {
     gw_server *s;
     int idx;
     ringlm_client *client; /* NULL while (re)connecting */
-    char conn_err[256];    /* why the last connect failed / the session ended */
+    char conn_err[768];    /* why the last connect failed / the session ended */
     pthread_t thread;
     bool started;
     gw_req *by_id[GW_HBUCKETS];
@@ -150,6 +169,22 @@ struct gw_server {
     size_t n_streams;  /* SSE responses open */
     char id_prefix[12];
     char *model_json; /* the served model name as a JSON string literal */
+    /* preparation (gw_prep.c; under mu) */
+    pthread_cond_t prep_cv;
+    gw_req *prep_head, *prep_tail;
+    unsigned n_prep_queued, n_prep_running;
+    pthread_t *prep_threads;
+    unsigned n_prep_threads;
+    uint64_t prep_dropped, prep_refused;
+    /* connections (gw_guard.c; under conn_mu, never taken with mu held) */
+    pthread_mutex_t conn_mu;
+    pthread_cond_t guard_cv;
+    gw_conn *conns;
+    unsigned n_conns, n_conns_cut; /* open; of them cut and not yet closed */
+    uint64_t conns_timed_out[2];   /* by phase: head, body */
+    uint64_t conns_evicted, conns_refused;
+    pthread_t guard_thread;
+    bool guard_started, guard_stop;
     /* metrics */
     uint64_t req_count[EP_N][GW_NSTAT];
     uint64_t admit_us_sum, admit_n;
@@ -205,9 +240,34 @@ void gw_daemon_end(gw_server *s, gw_req *r);
 /* Frees every request left (stop, after the threads are gone). */
 void gw_free_all_locked(gw_server *s);
 void *gw_events_main(void *arg); /* arg: its gw_sess */
+/* The daemon's handshake facts against cfg (API keys need tenant tags honoured and their
+ * classes in the policy): 0, or -1 with why (what to change, for the operator). */
+int gw_check_daemon(const gw_cfg *cfg, const ringlm_client *c, char *why, size_t n);
 /* Sessions connected now; the first connect error when none is (msg may be NULL). */
 int gw_sessions_up(gw_server *s, const char **why);
 void *gw_watch_main(void *arg);
+
+/* ---- gw_prep.c ----------------------------------------------------------------------------- */
+/* The whole body is in: queue r for a preparation thread and park its connection (takes
+ * mu), or 503 when the queue is full. */
+enum MHD_Result gw_prep_queue(gw_server *s, gw_req *r, struct MHD_Connection *c);
+/* mu held: r's connection was resumed while PREP or READY. */
+enum MHD_Result gw_prep_resumed(gw_server *s, gw_req *r, struct MHD_Connection *c);
+int gw_prep_start(gw_server *s);
+/* Sets stopping and joins the threads; false when one was still tokenizing after a while:
+ * the server must then be left as it is (the process is about to exit). */
+bool gw_prep_stop(gw_server *s);
+
+/* ---- gw_guard.c (takes conn_mu) ---------------------------------------------------------- */
+/* libmicrohttpd's accept policy, connection notifications; the watchdog thread. */
+enum MHD_Result gw_guard_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen);
+void gw_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                     enum MHD_ConnectionNotificationCode toe);
+/* c's request moved on: its head arrived (BODY), its body arrived (SERVED), its answer
+ * ended and a kept-alive connection waits for the next head (HEAD). */
+void gw_guard_phase(gw_server *s, struct MHD_Connection *c, enum gw_conn_phase phase);
+int gw_guard_start(gw_server *s);
+void gw_guard_stop(gw_server *s);
 
 /* ---- gw_relay.c -------------------------------------------------------------------------- */
 /* "ADDR:PORT" or "PORT" (127.0.0.1) → an address (freeaddrinfo); -EINVAL when it is not. */
@@ -228,6 +288,7 @@ bool gw_emit_text(gw_req *r, bool final);
 enum MHD_Result gw_resumed(gw_server *s, gw_req *r, struct MHD_Connection *c);
 
 /* ---- gw_server.c: answers (r may be NULL; body malloc'ed and taken) -------------------- */
+/* c NULL (a preparation thread): the answer is left in r for the HTTP thread to queue. */
 enum MHD_Result gw_answer(gw_req *r, struct MHD_Connection *c, int status, const char *ctype,
                           char *body);
 enum MHD_Result gw_answer_json(gw_req *r, struct MHD_Connection *c, int status, json_t *o);
@@ -236,6 +297,8 @@ enum MHD_Result gw_answer_errf(gw_req *r, struct MHD_Connection *c, int status, 
                                const char *msg);
 
 /* ---- gw_endpoints.c (the whole body is in r->body) ------------------------------------- */
+/* Generation, /tokenize and /detokenize run on a preparation thread: c is NULL there and
+ * their answer is left in r (gw_answer with c NULL). */
 enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connection *c);
 enum MHD_Result gw_ep_models(gw_server *s, gw_req *r, struct MHD_Connection *c);
 enum MHD_Result gw_ep_health(gw_server *s, gw_req *r, struct MHD_Connection *c);

@@ -31,7 +31,7 @@ typedef struct gw_err {
     const char *type; /* "invalid_request_error", ... (static) */
     const char *code; /* "invalid_value", "queue_full", ... (static) or NULL */
     char param[48];   /* the field at fault, "" when none */
-    char message[320];
+    char message[800];
 } gw_err;
 
 __attribute__((format(printf, 5, 6))) void gw_err_set(gw_err *e, int status, const char *code,

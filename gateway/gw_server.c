@@ -31,7 +31,28 @@ void gw_log(gw_server *s, const char *fmt, ...)
     va_end(ap);
 }
 
-/* ---- HTTP answers ---------------------------------------------------------------------- */
+/* libmicrohttpd's own messages ("Server reached connection limit...") come once per refused
+ * connection: under a flood, at most one line a second, with the count of those left out. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    gw_server *s = cls;
+    static uint64_t last_us, dropped;
+    uint64_t now = gw_now_us();
+    if (last_us && now - last_us < 1000000u) { /* libmicrohttpd's thread only */
+        dropped++;
+        return;
+    }
+    last_us = now;
+    if (s->cfg.quiet) return;
+    fputs("ringlm-gateway: libmicrohttpd: ", stderr);
+    if (dropped)
+        fprintf(stderr, "(%llu messages in the last second left out) ",
+                (unsigned long long)dropped);
+    dropped = 0;
+    vfprintf(stderr, fmt, ap);
+    if (!strchr(fmt, '\n')) fputc('\n', stderr);
+}
+
 /* ---- HTTP answers ---------------------------------------------------------------------- */
 enum MHD_Result gw_answer(gw_req *r, struct MHD_Connection *c, int status, const char *ctype,
                           char *body /* malloc'ed, taken */)
@@ -46,6 +67,16 @@ enum MHD_Result gw_answer(gw_req *r, struct MHD_Connection *c, int status, const
     MHD_add_response_header(resp, "Content-Type", ctype);
     if (status == 429 || status == 503) MHD_add_response_header(resp, "Retry-After", "1");
     if (r && r->close_after) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (!c) { /* a preparation thread: the HTTP thread queues it (gw_prep.c) */
+        if (!r) {
+            MHD_destroy_response(resp);
+            return MHD_NO;
+        }
+        if (r->prep_resp) MHD_destroy_response(r->prep_resp);
+        r->prep_resp = resp;
+        r->prep_status = status;
+        return MHD_YES;
+    }
     if (r) {
         r->status = status;
         r->state = RQ_ANSWERED;
@@ -156,6 +187,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r = gw_req_new(s, ep, c);
         if (!r) return MHD_NO;
         *con_cls = r;
+        gw_guard_phase(s, c, GW_CONN_BODY);
         const char *framing = bad_framing(c, version);
         if (framing) {
             r->close_after = true;
@@ -180,7 +212,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         return MHD_YES;
     }
-    if (r->state == RQ_BODY && *upload_size) {
+    if (!r->body_done && *upload_size) {
         if (!r->too_big && r->body.len + *upload_size > s->cfg.max_body_bytes) {
             r->too_big = true;
             gw_buf_free(&r->body);
@@ -189,7 +221,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
-    if (r->state == RQ_BODY) {
+    if (!r->body_done) {
+        r->body_done = true;
+        gw_guard_phase(s, c, GW_CONN_SERVED);
         if (r->too_big) {
             char m[128];
             snprintf(m, sizeof m, "the body is larger than %zu bytes", s->cfg.max_body_bytes);
@@ -197,11 +231,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         switch (r->ep) {
         case EP_COMPLETIONS:
-        case EP_CHAT: return gw_start_generation(s, r, c);
+        case EP_CHAT:
+        case EP_TOKENIZE:
+        case EP_DETOKENIZE: return gw_prep_queue(s, r, c);
         case EP_MODELS: return gw_ep_models(s, r, c);
         case EP_HEALTH: return gw_ep_health(s, r, c);
-        case EP_TOKENIZE: return gw_ep_tokenize(s, r, c);
-        case EP_DETOKENIZE: return gw_ep_detokenize(s, r, c);
         case EP_METRICS: return gw_ep_metrics(s, r, c);
         default: return gw_answer_errf(r, c, 404, "not_found", "no such endpoint");
         }
@@ -210,22 +244,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0; /* answered early (401, 413): the rest of the body is dropped */
         return MHD_YES;
     }
-    if (r->state == RQ_WAIT) {
-        pthread_mutex_lock(&s->mu);
-        enum MHD_Result ret = gw_resumed(s, r, c);
-        pthread_mutex_unlock(&s->mu);
-        return ret;
-    }
-    return MHD_YES;
+    /* resumed: its first event, or its preparation ended */
+    enum MHD_Result ret = MHD_YES;
+    pthread_mutex_lock(&s->mu);
+    if (r->state == RQ_WAIT)
+        ret = gw_resumed(s, r, c);
+    else if (r->state == RQ_PREP || r->state == RQ_READY)
+        ret = gw_prep_resumed(s, r, c);
+    pthread_mutex_unlock(&s->mu);
+    return ret;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)c;
     (void)toe;
     gw_server *s = cls;
     gw_req *r = *con_cls;
+    gw_guard_phase(s, c, GW_CONN_HEAD); /* kept alive: the next head has its deadline */
     if (!r) return;
     *con_cls = NULL;
     pthread_mutex_lock(&s->mu);
@@ -235,7 +271,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     r->http_done = true;
     r->conn = NULL;
     r->suspended = false;
-    if (!r->daemon_done && (r->submitted || r->queued)) {
+    if (r->in_prep) {
+        r->gone = true; /* its preparation thread frees it (gw_prep.c) */
+    } else if (!r->daemon_done && (r->submitted || r->queued)) {
         r->gone = true;
         if (r->submitted)
             gw_cancel_locked(s, r);
@@ -256,6 +294,9 @@ int gw_server_start(const gw_cfg *cfg, gw_server **out)
     s->epfd = -1;
     s->stop_efd = -1;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->conn_mu, NULL);
+    pthread_cond_init(&s->guard_cv, NULL);
+    pthread_cond_init(&s->prep_cv, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_cond_init(&s->cv, &ca);
@@ -273,6 +314,20 @@ int gw_server_start(const gw_cfg *cfg, gw_server **out)
     for (int i = 0; i < s->n_sess; i++) {
         s->sess[i].s = s;
         s->sess[i].idx = i;
+    }
+
+    /* API keys that the daemon's policy would not honour refuse the start (a daemon that is
+     * not up yet is checked at each session's connect instead). */
+    ringlm_client *probe;
+    if (cfg->keys && ringlm_connect(cfg->socket_path, &probe) == 0) {
+        char why[768];
+        int bad = gw_check_daemon(cfg, probe, why, sizeof why);
+        ringlm_close(probe);
+        if (bad) {
+            fprintf(stderr, "ringlm-gateway: %s\n", why);
+            rc = -EPERM;
+            goto fail;
+        }
     }
 
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -304,17 +359,23 @@ int gw_server_start(const gw_cfg *cfg, gw_server **out)
         rc = -EINVAL;
         goto fail;
     }
-    s->mhd = MHD_start_daemon(flags, cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-                              &ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->http_timeout_s,
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-                              MHD_OPTION_END);
+    /* gw_guard_accept keeps --max-connections; libmicrohttpd's own limit leaves room for
+     * the connections it cut and libmicrohttpd has not closed yet. */
+    s->mhd = MHD_start_daemon(
+        flags, cfg->port, gw_guard_accept, s, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+        s, /* first: libmicrohttpd logs the options after it with its own logger */
+        MHD_OPTION_SOCK_ADDR, &ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, gw_guard_notify, s, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)cfg->http_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)cfg->max_connections + GW_CUT_SLACK, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)cfg->max_connections_per_addr, MHD_OPTION_END);
     if (!s->mhd) {
         fprintf(stderr, "ringlm-gateway: cannot listen on %s:%u (in use? no permission?)\n", addr,
                 (unsigned)cfg->port);
         rc = -EADDRINUSE;
         goto fail;
     }
+    if ((rc = gw_guard_start(s)) < 0 || (rc = gw_prep_start(s)) < 0) goto fail;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : cfg->port;
     if (cfg->daemon_metrics) {
@@ -386,9 +447,9 @@ void gw_server_drain(gw_server *s, unsigned grace_ms)
     pthread_mutex_unlock(&s->mu);
 }
 
-void gw_server_stop(gw_server *s)
+int gw_server_stop(gw_server *s)
 {
-    if (!s) return;
+    if (!s) return 0;
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
     pthread_cond_broadcast(&s->cv);
@@ -399,9 +460,14 @@ void gw_server_stop(gw_server *s)
             gw_wake(r);
         }
     pthread_mutex_unlock(&s->mu);
+    gw_guard_stop(s);
     if (s->mhd) MHD_stop_daemon(s->mhd);
     for (int i = 0; s->sess && i < s->n_sess; i++)
         if (s->sess[i].started) pthread_join(s->sess[i].thread, NULL);
+    if (!gw_prep_stop(s)) {
+        gw_log(s, "stop: a tokenizer thread is still busy; exiting without freeing what it uses");
+        return -EBUSY;
+    }
     if (s->relay_started) pthread_join(s->relay_thread, NULL);
     if (s->relay_ai) freeaddrinfo(s->relay_ai);
     free(s->relay_text);
@@ -422,5 +488,9 @@ void gw_server_stop(gw_server *s)
     free(s->model_json);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->prep_cv);
+    pthread_mutex_destroy(&s->conn_mu);
+    pthread_cond_destroy(&s->guard_cv);
     free(s);
+    return 0;
 }

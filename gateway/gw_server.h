@@ -5,9 +5,12 @@
  * ringlmd.
  *
  * THREADS
- *   http    libmicrohttpd's internal polling thread (epoll): parses HTTP and JSON,
- *           tokenizes, submits; streams sit suspended (no thread per stream) until the
+ *   http    libmicrohttpd's internal polling thread (epoll): HTTP heads and bodies, the
+ *           small endpoints; streams sit suspended (no thread per stream) until the
  *           event thread has bytes for them.
+ *   prep    --tokenize-threads of them: parse the JSON body, apply the chat template,
+ *           tokenize, submit (one big prompt never stalls the http thread).
+ *   guard   head and body deadlines of the connections.
  *   events  one per session, owns it: ringlm_next_event, turns tokens into text and SSE
  *           chunks, resumes the streams that have something to send; reconnects when the
  *           daemon goes away.
@@ -26,19 +29,28 @@
 #include "ringlm.h"
 #include "formats/api_keys.h"
 
+/* Connections libmicrohttpd may hold beyond max_connections: those cut for a deadline or
+ * evicted that its thread has not closed yet (file descriptors to reserve). */
+#define GW_CUT_SLACK 64
+
 typedef struct gw_cfg {
     const char *listen_addr; /* IPv4 or IPv6 literal; NULL = 127.0.0.1 */
     uint16_t port;           /* 0 = any (gw_server_port tells which) */
     const char *socket_path; /* ringlmd's socket (NULL: $RINGLM_SOCKET, default) */
     const ringlm_tokenizer *tok;
-    const gw_keys *keys;      /* NULL: no keys, every request is the gateway's tenant */
-    int tpl;                  /* RINGLM_CHAT_*: the chat template of /v1/chat/completions */
-    const char *served_model; /* /v1/models id, and the name requests must use */
-    uint32_t max_model_len;   /* context in tokens (0 = unknown) */
-    size_t max_body_bytes;    /* larger bodies: 413 */
-    unsigned http_timeout_s;  /* idle connection (slow header/body) timeout */
-    unsigned max_connections;
-    unsigned sessions;          /* shm sessions with ringlmd, 1..64 (0 = 1) */
+    const gw_keys *keys;          /* NULL: no keys, every request is the gateway's tenant */
+    int tpl;                      /* RINGLM_CHAT_*: the chat template of /v1/chat/completions */
+    const char *served_model;     /* /v1/models id, and the name requests must use */
+    uint32_t max_model_len;       /* context in tokens (0 = unknown) */
+    size_t max_body_bytes;        /* larger bodies: 413 */
+    unsigned http_timeout_s;      /* idle connection (slow header/body) timeout */
+    unsigned http_head_timeout_s; /* a whole request head within this (0: none) */
+    unsigned http_body_timeout_s; /* the whole body within this of the head (0: none) */
+    unsigned max_connections;     /* at the limit a newcomer evicts the oldest slow head */
+    unsigned max_connections_per_addr; /* 0: no bound */
+    unsigned sessions;                 /* shm sessions with ringlmd, 1..64 (0 = 1) */
+    unsigned prep_threads;             /* threads that parse and tokenize (0 = 1) */
+    unsigned prep_queue;               /* requests waiting for one; more: 503 */
     const char *daemon_metrics; /* ringlmd's --metrics ADDR:PORT: its vllm:* on our /metrics */
     int quiet;
 } gw_cfg;
@@ -52,7 +64,9 @@ uint16_t gw_server_port(const gw_server *s);
 /* Drain: no new requests (503, /health 503), the listening socket closed; requests in
  * flight finish, or are cancelled after grace_ms. Returns when none is left. */
 void gw_server_drain(gw_server *s, unsigned grace_ms);
-/* Stops the threads and frees everything. */
-void gw_server_stop(gw_server *s);
+/* Stops the threads and frees everything. Returns 0, or -EBUSY when a tokenizer thread was
+ * still busy after 2 s (a tokenization cannot be interrupted): then nothing is freed, and
+ * neither must the caller free the tokenizer or the keys — only exit. */
+int gw_server_stop(gw_server *s);
 
 #endif

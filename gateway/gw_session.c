@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <unistd.h>
 
 #define EVENT_BATCH   256
 #define EVENT_WAIT_MS 100
@@ -133,6 +134,8 @@ void gw_req_free(gw_server *s, gw_req *r)
     gw_buf_free(&r->text);
     gw_buf_free(&r->out);
     gw_buf_free(&r->head);
+    if (r->prep_resp) MHD_destroy_response(r->prep_resp);
+    if (r->ready) MHD_destroy_response(r->ready);
     free(r);
 }
 
@@ -155,6 +158,7 @@ void gw_suspend(gw_req *r)
 /* mu held: watch the socket for a hang-up while the request lives. */
 void gw_watch(gw_server *s, gw_req *r)
 {
+    if (r->watched) return;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return;
@@ -183,7 +187,7 @@ void gw_daemon_end(gw_server *s, gw_req *r)
     q_del(r);
     if (!r->gone && r->p.stream && r->started && !r->out_done) gw_sse_end(r);
     gw_wake(r);
-    if (r->http_done) gw_req_free(s, r);
+    if (r->http_done && !r->in_prep) gw_req_free(s, r);
 }
 
 /* mu held: r failed before or while generating. */
@@ -194,6 +198,40 @@ static void req_fail(gw_server *s, gw_req *r, const gw_err *e)
         r->err = *e;
     }
     gw_daemon_end(s, r);
+}
+
+/* ---- what the daemon says at the handshake ---------------------------------------------- */
+int gw_check_daemon(const gw_cfg *cfg, const ringlm_client *c, char *why, size_t n)
+{
+    if (!cfg->keys) return 0;
+    unsigned uid = (unsigned)getuid();
+    if (ringlm_tenant_tags_honoured(c) == 0) {
+        snprintf(why, n,
+                 "ringlmd ignores this gateway's tenant tags: its policy does not trust uid %u "
+                 "(the built-in policy trusts none), so the requests of every API key would be "
+                 "one tenant, with one prefix cache and one fair share. Add this uid to the "
+                 "policy ('[trust]' section, 'uids = %u') and restart ringlmd, or run the "
+                 "gateway without --api-keys",
+                 uid, uid);
+        return -1;
+    }
+    const char *names[RINGLM_MAX_CLASSES];
+    int nc = ringlm_policy_classes(c, names, RINGLM_MAX_CLASSES);
+    if (nc < 0) return 0; /* a daemon that does not say: nothing to check against */
+    for (size_t k = 0; k < cfg->keys->n; k++) {
+        const char *cls = cfg->keys->v[k].class_name;
+        bool known = !cls[0];
+        for (int i = 0; i < nc && !known; i++) known = !strcmp(names[i], cls);
+        if (known) continue;
+        int w = snprintf(why, n,
+                         "--api-keys: the key of tenant '%s' names class '%s', which ringlmd's "
+                         "policy lacks (every request of that key would fail); its classes:",
+                         cfg->keys->v[k].tenant, cls);
+        for (int i = 0; i < nc && w > 0 && (size_t)w < n; i++)
+            w += snprintf(why + w, n - (size_t)w, " %s", names[i]);
+        return -1;
+    }
+    return 0;
 }
 
 /* ---- the session (events thread; mu held where noted) ---------------------------------- */
@@ -371,7 +409,7 @@ void *gw_events_main(void *arg)
     gw_sess *ss = arg;
     gw_server *s = ss->s;
     ringlm_event evs[EVENT_BATCH];
-    char last_err[256] = "";
+    char last_err[768] = "";
     for (;;) {
         pthread_mutex_lock(&s->mu);
         bool stop = s->stopping;
@@ -379,9 +417,26 @@ void *gw_events_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         if (stop) break;
         if (!c) {
+            char bad[768];
             int rc = ringlm_connect(s->cfg.socket_path, &c);
+            if (rc == 0 && gw_check_daemon(&s->cfg, c, bad, sizeof bad) < 0) {
+                /* a daemon whose policy does not fit the keys: no session, said loudly */
+                ringlm_close(c);
+                c = NULL;
+                rc = -EPERM;
+            }
             pthread_mutex_lock(&s->mu);
-            if (rc == 0) {
+            if (rc == -EPERM && !c) {
+                snprintf(ss->conn_err, sizeof ss->conn_err, "%s", bad);
+                if (strcmp(last_err, ss->conn_err)) {
+                    fprintf(stderr, "ringlm-gateway: session %d refused: %s\n", ss->idx, bad);
+                    snprintf(last_err, sizeof last_err, "%s", ss->conn_err);
+                }
+                struct timespec dl;
+                clock_gettime(CLOCK_REALTIME, &dl);
+                dl.tv_sec += 1;
+                if (!s->stopping) pthread_cond_timedwait(&s->cv, &s->mu, &dl);
+            } else if (rc == 0) {
                 ss->client = c;
                 ss->conn_err[0] = 0;
                 ss->connects++;

@@ -49,13 +49,28 @@ static void usage(FILE *f)
         "                           and /v1/models (default unknown: chat defaults to 256)\n"
         "  --max-body-bytes N       larger request bodies get 413 (default 1048576)\n"
         "  --http-timeout-s N       close a connection idle this long mid-request (default 30)\n"
-        "  --max-connections N      open HTTP connections at once (default 4096)\n"
+        "  --http-head-timeout-s N  a connection must send a whole request head within N s of\n"
+        "                           opening or of its previous answer, else it is closed\n"
+        "                           (default 10; 0: no deadline)\n"
+        "  --http-body-timeout-s N  and the whole body within N s of the head (default 60;\n"
+        "                           0: no deadline)\n"
+        "  --max-connections N      open HTTP connections at once (default 4096); at the\n"
+        "                           limit a newcomer takes the place of the oldest connection\n"
+        "                           still sending its head\n"
+        "  --max-connections-per-addr N  open connections from one client address (default\n"
+        "                           2048; 0: no bound; behind a proxy all share its address)\n"
         "  --daemon-metrics ADDR:PORT  ringlmd's --metrics address: its vllm:* gauges and\n"
         "                           counters also on this /metrics (routers read them where\n"
         "                           they send requests), refreshed every 100 ms\n"
         "  --sessions N             shared-memory sessions with ringlmd, streams spread over\n"
         "                           them (1..64, default 4: ringlmd holds at most 1,024\n"
         "                           requests in flight per session)\n"
+        "  --tokenize-threads N     threads that parse request bodies, apply the chat template\n"
+        "                           and tokenize, off the HTTP thread (default 2)\n"
+        "  --tokenize-queue N       requests waiting for one of them; more get 503 with\n"
+        "                           Retry-After (default 4096, as --max-connections: a\n"
+        "                           burst of small requests waits; lower it to shed load\n"
+        "                           sooner)\n"
         "  --drain-grace-ms N       on SIGTERM, requests in flight get this long (default 30000)\n"
         "  --quiet                  no log lines but errors\n"
         "  --version, --help\n",
@@ -142,8 +157,13 @@ int main(int argc, char **argv)
         .served_model = "ringlm",
         .max_body_bytes = 1 << 20,
         .http_timeout_s = 30,
+        .http_head_timeout_s = 10,
+        .http_body_timeout_s = 60,
         .max_connections = 4096,
+        .max_connections_per_addr = 2048,
         .sessions = 4,
+        .prep_threads = 2,
+        .prep_queue = 4096,
     };
     long grace_ms = 30000;
     static const struct option opts[] = {
@@ -157,7 +177,12 @@ int main(int argc, char **argv)
         {"max-body-bytes", required_argument, 0, 'B'},
         {"http-timeout-s", required_argument, 0, 'T'},
         {"max-connections", required_argument, 0, 'C'},
+        {"max-connections-per-addr", required_argument, 0, 'A'},
+        {"http-head-timeout-s", required_argument, 0, 'H'},
+        {"http-body-timeout-s", required_argument, 0, 'Y'},
         {"sessions", required_argument, 0, 'S'},
+        {"tokenize-threads", required_argument, 0, 'P'},
+        {"tokenize-queue", required_argument, 0, 'Q'},
         {"daemon-metrics", required_argument, 0, 'M'},
         {"drain-grace-ms", required_argument, 0, 'g'},
         {"quiet", no_argument, 0, 'q'},
@@ -192,7 +217,25 @@ int main(int argc, char **argv)
         case 'C':
             cfg.max_connections = (unsigned)parse_num("--max-connections", optarg, 1, 1 << 20);
             break;
+        case 'A':
+            cfg.max_connections_per_addr =
+                (unsigned)parse_num("--max-connections-per-addr", optarg, 0, 1 << 20);
+            break;
+        case 'H':
+            cfg.http_head_timeout_s =
+                (unsigned)parse_num("--http-head-timeout-s", optarg, 0, 86400);
+            break;
+        case 'Y':
+            cfg.http_body_timeout_s =
+                (unsigned)parse_num("--http-body-timeout-s", optarg, 0, 86400);
+            break;
         case 'M': cfg.daemon_metrics = optarg; break;
+        case 'P':
+            cfg.prep_threads = (unsigned)parse_num("--tokenize-threads", optarg, 1, 256);
+            break;
+        case 'Q':
+            cfg.prep_queue = (unsigned)parse_num("--tokenize-queue", optarg, 0, 1 << 20);
+            break;
         case 'S': cfg.sessions = (unsigned)parse_num("--sessions", optarg, 1, 64); break;
         case 'g': grace_ms = parse_num("--drain-grace-ms", optarg, 0, 3600000); break;
         case 'q': cfg.quiet = 1; break;
@@ -239,11 +282,26 @@ int main(int argc, char **argv)
         cfg.keys = &keys;
     }
 
-    /* Thousands of streams are thousands of sockets. */
+    /* Thousands of streams are thousands of sockets: the soft limit goes up to the hard
+     * one, and the connection limit down to what that allows. */
     struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        if (rl.rlim_cur < rl.rlim_max) {
+            rl.rlim_cur = rl.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &rl);
+            getrlimit(RLIMIT_NOFILE, &rl);
+        }
+        /* besides connections: sessions (4 fds each), epoll, eventfds, files, stdio */
+        rlim_t reserve = 64 + 4 * (rlim_t)cfg.sessions;
+        rlim_t fit =
+            rl.rlim_cur > reserve + GW_CUT_SLACK ? rl.rlim_cur - reserve - GW_CUT_SLACK : 1;
+        if (rl.rlim_cur != RLIM_INFINITY && cfg.max_connections > fit) {
+            fprintf(stderr,
+                    "ringlm-gateway: --max-connections %u lowered to %llu: the open-file limit is "
+                    "%llu (raise it with ulimit -n or LimitNOFILE=)\n",
+                    cfg.max_connections, (unsigned long long)fit, (unsigned long long)rl.rlim_cur);
+            cfg.max_connections = (unsigned)fit;
+        }
     }
     /* Every thread started below inherits this mask: only sigwait below sees them. */
     sigset_t sigs;
@@ -272,7 +330,7 @@ int main(int argc, char **argv)
     sigwait(&sigs, &sig);
     if (!cfg.quiet) fprintf(stderr, "ringlm-gateway: %s: draining\n", strsignal(sig));
     gw_server_drain(s, (unsigned)grace_ms);
-    gw_server_stop(s);
+    if (gw_server_stop(s) < 0) return 0; /* a thread still uses tok and keys: only exit */
     gw_keys_free(&keys);
     ringlm_tokenizer_free(tok);
     if (!cfg.quiet) fprintf(stderr, "ringlm-gateway: drained; exiting\n");

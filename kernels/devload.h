@@ -12,7 +12,7 @@
  *   BF16  otherwise: BF16 matrices uploaded as they are; F32, F16 (in a file that mixes
  *         types), Q8_0, Q4_K and Q6_K dequantized on the host with the CPU backend's own
  *         routine (q_dequant_row) and rounded to the nearest bf16 (ties to even);
- *   F32   the diagnostic mode (RINGLM_CUDA_DTYPE=fp32): every matrix dequantized to float32.
+ *   F32   the diagnostic mode (eng_options.cuda_dtype fp32): every matrix dequantized to float32.
  * Norm weights, Q/K/V biases and the RoPE factors stay float32.
  */
 #ifndef RINGLM_KERNELS_DEVLOAD_H

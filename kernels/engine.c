@@ -83,6 +83,18 @@ static int load_cuda_plugin(void **handle, const eng_backend_ops **ops)
 
 /* ---- lifecycle ---------------------------------------------------------------------- */
 
+const char *eng_cuda_dtype_name(eng_cuda_dtype d)
+{
+    return d == ENG_CUDA_DTYPE_BF16 ? "bf16" : d == ENG_CUDA_DTYPE_FP32 ? "fp32" : NULL;
+}
+
+int eng_cuda_dtype_parse(const char *s)
+{
+    for (int d = 0; s && d < ENG_CUDA_DTYPE__COUNT; d++)
+        if (!strcmp(s, eng_cuda_dtype_name((eng_cuda_dtype)d))) return d;
+    return -1;
+}
+
 int eng_create(const eng_model *m, const eng_options *opt, eng **out)
 {
     *out = NULL;
@@ -96,6 +108,10 @@ int eng_create(const eng_model *m, const eng_options *opt, eng **out)
     if (opt->max_seqs <= 0) return eng_seterr(-EINVAL, "max_seqs=%d: must be >= 1", opt->max_seqs);
     if (opt->n_threads < 0 || opt->n_threads > 1024)
         return eng_seterr(-EINVAL, "n_threads=%d: must be 0..1024", opt->n_threads);
+    if (opt->cuda_device < 0)
+        return eng_seterr(-EINVAL, "cuda_device=%d: must be >= 0", opt->cuda_device);
+    if ((unsigned)opt->cuda_dtype >= ENG_CUDA_DTYPE__COUNT)
+        return eng_seterr(-EINVAL, "cuda_dtype=%d: not an eng_cuda_dtype", (int)opt->cuda_dtype);
     if ((long long)opt->kv_blocks * opt->kv_block_size > INT32_MAX)
         return eng_seterr(-EINVAL, "kv_blocks*kv_block_size=%lld: more slots than int32 holds",
                           (long long)opt->kv_blocks * opt->kv_block_size);

@@ -182,6 +182,20 @@ int eng_model_write(const eng_model *m, const char *path);
 
 typedef struct eng eng;
 
+/* The CUDA backend's compute type (eng_options.cuda_dtype). */
+typedef enum eng_cuda_dtype {
+    ENG_CUDA_DTYPE_BF16 = 0, /* "bf16": bf16 weights, activations and KV (f16 for a GGUF file
+                                whose matrices are all F16) — the serving default */
+    ENG_CUDA_DTYPE_FP32,     /* "fp32": every matrix dequantized to float32, fp32 activations
+                                and KV: a diagnostic that tells bf16 rounding apart from a bug */
+    ENG_CUDA_DTYPE__COUNT
+} eng_cuda_dtype;
+
+/* "bf16", "fp32"; NULL out of range. */
+const char *eng_cuda_dtype_name(eng_cuda_dtype d);
+/* The dtype named s ("bf16" or "fp32"), or -1. */
+int eng_cuda_dtype_parse(const char *s);
+
 typedef struct eng_options {
     const char *backend;  /* "cpu" (default when NULL) or "cuda" */
     int n_threads;        /* CPU worker threads (0 = 1) */
@@ -190,10 +204,17 @@ typedef struct eng_options {
     int kv_block_size;    /* tokens per block (> 0; 16 is typical) */
     int max_batch_tokens; /* largest T eng_execute accepts (> 0) */
     int max_seqs;         /* largest S eng_execute accepts (> 0) */
+    /* The CUDA backend's (the cpu backend ignores them); zero is the default of each. */
+    int cuda_device;           /* device ordinal (>= 0; default 0) */
+    eng_cuda_dtype cuda_dtype; /* default ENG_CUDA_DTYPE_BF16 */
+    bool cuda_no_graphs;       /* decode steps run eagerly, never captured into CUDA graphs
+                                  (for compute-sanitizer, debugging); graphs on by default */
 } eng_options;
 
 /* Creates an engine over a model (the model must outlive it). Errors: -EINVAL (bad
- * options), -ENOMEM, -ENODEV (backend "cuda" with no usable device or no plugin), -ENOTSUP. */
+ * options: a negative cuda_device, an unknown cuda_dtype), -ENOMEM, -ENODEV (backend "cuda"
+ * with no usable device — cuda_device beyond the devices present included — or no plugin),
+ * -ENOTSUP. */
 int eng_create(const eng_model *m, const eng_options *opt, eng **out);
 void eng_destroy(eng *e);
 const char *eng_backend_name(const eng *e);

@@ -24,6 +24,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: ringlm-run --model M [--tokenizer T] [--prompt P] [--steps N]\n"
                "                  [--temperature F] [--top-k K] [--top-p F] [--seed S]\n"
                "                  [--threads N] [--backend cpu|cuda] [--block-size N]\n"
+               "                  [--cuda-device N] [--cuda-dtype bf16|fp32] [--no-cuda-graphs]\n"
                "  --model M        llama2.c checkpoint, GGUF file, or synthetic:PRESET:SEED\n"
                "  --tokenizer T    llama2.c tokenizer.bin or GGUF file (default: the model's GGUF\n"
                "                   file, else tokenizer.bin)\n"
@@ -32,6 +33,10 @@ static void usage(FILE *f)
                "  --temperature F  0 = greedy (default 1.0); --top-p default 0.9, --top-k 0 (off)\n"
                "  --seed S         sampling seed (default: time)\n"
                "  --threads N      CPU worker threads (default 1)\n"
+               "  --cuda-device N  CUDA device ordinal (default 0)\n"
+               "  --cuda-dtype D   CUDA compute type: bf16 (default; f16 for an all-F16 GGUF\n"
+               "                   file) or fp32 (every matrix in float32, a diagnostic)\n"
+               "  --no-cuda-graphs CUDA decode steps run eagerly, not as CUDA graphs\n"
                "  --version, --help\n");
 }
 
@@ -107,17 +112,28 @@ int main(int argc, char **argv)
 {
     const char *model_spec = NULL, *tok_path = NULL, *prompt = "";
     const char *backend = "cpu";
-    long steps = 256, threads = 1, block_size = 16, top_k = 0;
+    long steps = 256, threads = 1, block_size = 16, top_k = 0, cuda_device = 0;
+    int cuda_dtype = ENG_CUDA_DTYPE_BF16;
+    bool cuda_no_graphs = false;
     float temperature = 1.0f, top_p = 0.9f;
     unsigned long long seed = (unsigned long long)time(NULL);
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},       {"tokenizer", required_argument, 0, 'z'},
-        {"prompt", required_argument, 0, 'i'},      {"steps", required_argument, 0, 'n'},
-        {"temperature", required_argument, 0, 't'}, {"top-p", required_argument, 0, 'p'},
-        {"top-k", required_argument, 0, 'k'},       {"seed", required_argument, 0, 's'},
-        {"threads", required_argument, 0, 'j'},     {"backend", required_argument, 0, 'b'},
-        {"block-size", required_argument, 0, 'B'},  {"help", no_argument, 0, 'h'},
-        {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"tokenizer", required_argument, 0, 'z'},
+                                         {"prompt", required_argument, 0, 'i'},
+                                         {"steps", required_argument, 0, 'n'},
+                                         {"temperature", required_argument, 0, 't'},
+                                         {"top-p", required_argument, 0, 'p'},
+                                         {"top-k", required_argument, 0, 'k'},
+                                         {"seed", required_argument, 0, 's'},
+                                         {"threads", required_argument, 0, 'j'},
+                                         {"backend", required_argument, 0, 'b'},
+                                         {"block-size", required_argument, 0, 'B'},
+                                         {"cuda-device", required_argument, 0, 'D'},
+                                         {"cuda-dtype", required_argument, 0, 'T'},
+                                         {"no-cuda-graphs", no_argument, 0, 'G'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {"version", no_argument, 0, 'V'},
+                                         {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "m:z:i:n:t:p:k:s:j:b:B:h", opts, NULL)) != -1) {
         switch (ch) {
@@ -154,6 +170,16 @@ int main(int argc, char **argv)
         case 'B':
             if (parse_int("block-size", optarg, 1, 4096, &block_size)) return 2;
             break;
+        case 'D':
+            if (parse_int("cuda-device", optarg, 0, 1024, &cuda_device)) return 2;
+            break;
+        case 'T':
+            if ((cuda_dtype = eng_cuda_dtype_parse(optarg)) < 0) {
+                fprintf(stderr, "ringlm-run: --cuda-dtype \"%s\": expected bf16 or fp32\n", optarg);
+                return 2;
+            }
+            break;
+        case 'G': cuda_no_graphs = true; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("ringlm-run %s\n", RINGLM_VERSION); return 0;
         default: usage(stderr); return 2;
@@ -207,6 +233,9 @@ int main(int argc, char **argv)
         .kv_block_size = (int)block_size,
         .max_batch_tokens = cfg->seq_len,
         .max_seqs = 1,
+        .cuda_device = (int)cuda_device,
+        .cuda_dtype = (eng_cuda_dtype)cuda_dtype,
+        .cuda_no_graphs = cuda_no_graphs,
     };
     if ((err = eng_create(model, &opt, &e))) {
         fprintf(stderr, "ringlm-run: engine: %s\n", eng_errmsg());

@@ -27,6 +27,8 @@
 #include "shm/ring.h"
 #include "shm/wire.h"
 
+/* ringlm.h is installed alone, so it repeats the wire's class-list bound; keep them equal. */
+_Static_assert(RINGLM_MAX_CLASSES == RINGLM_WIRE_CLASSES_MAX, "classes");
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "the client sleeps on the low 32 bits of ev_prod at its own address");
 
@@ -71,6 +73,11 @@ struct ringlm_client {
     uint64_t last_live_check_ns;
     int gone; /* 0, or the sticky -errno once the session ended */
     char gone_detail[160];
+
+    /* the handshake's facts, copied once at connect */
+    uint32_t caps;
+    int n_classes;
+    char classes[RINGLM_WIRE_CLASSES_MAX][RINGLM_WIRE_NAME_LEN];
 };
 
 /* ---- errors --------------------------------------------------------------------------- */
@@ -286,6 +293,17 @@ int ringlm_connect(const char *socket_path, ringlm_client **out)
     close(fds[0]);
     close(fds[1]);
     if (want == 3) c->efd = fds[2];
+    /* The facts, copied once: each name bounded and NUL-terminated here whatever the
+     * segment holds. */
+    c->caps = __atomic_load_n(&c->dseg->caps, __ATOMIC_ACQUIRE);
+    if (c->caps & RINGLM_WIRE_CAP_FACTS) {
+        uint32_t n = __atomic_load_n(&c->dseg->n_classes, __ATOMIC_RELAXED);
+        c->n_classes = (int)(n < RINGLM_WIRE_CLASSES_MAX ? n : RINGLM_WIRE_CLASSES_MAX);
+        for (int i = 0; i < c->n_classes; i++) {
+            memcpy(c->classes[i], c->dseg->classes[i], RINGLM_WIRE_NAME_LEN);
+            c->classes[i][RINGLM_WIRE_NAME_LEN - 1] = 0;
+        }
+    }
 
     c->sub = (struct ring_rec_prod){
         .data = (uint8_t *)c->cseg + c->cseg->hdr.data_off,
@@ -347,6 +365,19 @@ uint64_t ringlm_session_id(const ringlm_client *c)
 uint64_t ringlm_policy_hash(const ringlm_client *c)
 {
     return __atomic_load_n(&c->dseg->policy_hash, __ATOMIC_RELAXED);
+}
+
+int ringlm_tenant_tags_honoured(const ringlm_client *c)
+{
+    if (!(c->caps & RINGLM_WIRE_CAP_FACTS)) return -ENOTSUP;
+    return (c->caps & RINGLM_WIRE_CAP_TENANT_TAGS) ? 1 : 0;
+}
+
+int ringlm_policy_classes(const ringlm_client *c, const char **names, int max)
+{
+    if (!(c->caps & RINGLM_WIRE_CAP_FACTS)) return -ENOTSUP;
+    for (int i = 0; names && i < c->n_classes && i < max; i++) names[i] = c->classes[i];
+    return c->n_classes;
 }
 
 int ringlm_draining(const ringlm_client *c)

@@ -259,6 +259,24 @@ int ringlm_set_option(ringlm_client *c, int option, long value);
 /* Session facts: the daemon's session id, the policy hash it currently serves. */
 uint64_t ringlm_session_id(const ringlm_client *c);
 uint64_t ringlm_policy_hash(const ringlm_client *c);
+/* What the daemon said at the handshake about this session's place in its policy (fixed
+ * for the session's life: a policy reloaded later is not reflected).
+ *
+ * ringlm_tenant_tags_honoured: 1 when the daemon honours ringlm_request.tenant_tag on this
+ * session (this uid is in the policy's [trust]); 0 when it ignores them — every request is
+ * then this uid's own tenant, whatever tag it carries (the built-in policy trusts no uid);
+ * -ENOTSUP when the daemon does not say (one older than this library). A gateway that tags
+ * requests per API key checks it at connect: ignored tags merge all its keys into one tenant
+ * (one prefix-cache domain, one fair share).
+ *
+ * ringlm_policy_classes: the number of request classes the policy defines (at most
+ * RINGLM_MAX_CLASSES), with names[i] set for i < max (names may be NULL to count); each
+ * name is NUL-terminated and valid until ringlm_close. -ENOTSUP as above. A request naming
+ * another class is rejected (RINGLM_R_UNKNOWN_CLASS). */
+#define RINGLM_MAX_CLASSES 16
+int ringlm_tenant_tags_honoured(const ringlm_client *c);
+int ringlm_policy_classes(const ringlm_client *c, const char **names, int max);
+
 /* 1 while the daemon drains (it takes no new requests; those in flight finish), else 0.
  * A gateway reads it for its health check, before any submit would fail with -ESHUTDOWN. */
 int ringlm_draining(const ringlm_client *c);

@@ -241,8 +241,9 @@ if budget parity 240 30; then
   if [ "$HARNESS" = 0 ] && [ "${MEMCHECK:-0}" = 1 ] && command -v compute-sanitizer >/dev/null \
      && budget parity 600 120; then
     say "compute-sanitizer memcheck (parity only, graphs off)"
-    RINGLM_CUDA_GRAPHS=0 timeout "$T" compute-sanitizer --tool memcheck --error-exitcode 99 \
-      "$B/perf/gpu_bench" --data "$DATA" --only parity --quick >"$LOG/memcheck.log" 2>&1
+    timeout "$T" compute-sanitizer --tool memcheck --error-exitcode 99 \
+      "$B/perf/gpu_bench" --data "$DATA" --only parity --quick --no-cuda-graphs \
+      >"$LOG/memcheck.log" 2>&1
     rc=$?
     tail -5 "$LOG/memcheck.log"
     note "$([ $rc -eq 0 ] || [ $rc -eq 1 ] && echo ok || echo FAIL)" memcheck \

@@ -20,7 +20,7 @@
  * Every figure is a median over CUDA-event timed runs after a warm-up (the engine's own
  * events, ringlm_cuda_last_execute_ms); wall-clock medians are printed beside them.
  *
- *   gpu_bench [--data DIR] [--json FILE] [--only parity|perf] [--quick]
+ *   gpu_bench [--data DIR] [--json FILE] [--only parity|perf] [--quick] [--no-cuda-graphs]
  *
  * DIR holds stories260K.bin and reference-greedy.json (default gpu-data, then
  * $RINGLM_SHARED/models). Exit status: 0 all checks passed, 1 a check failed, 2 no device.
@@ -191,9 +191,10 @@ static void parity_model(const char *spec, const char *ref_json, const char *lab
         add(&r, "cases");
         add(&lo, "relL2");
         /* The same in fp32 mode: tells bf16 rounding apart from a bug when greedy diverges. */
-        setenv("RINGLM_CUDA_DTYPE", "fp32", 1);
+        eng_cuda_dtype dt = gp_cuda.dtype;
+        gp_cuda.dtype = ENG_CUDA_DTYPE_FP32;
         eng *g32 = gp_engine(m, dut_backend, 160, 16);
-        unsetenv("RINGLM_CUDA_DTYPE");
+        gp_cuda.dtype = dt;
         if (g32) {
             gp_check_reference(g32, m, ref_json, &r, &lo);
             snprintf(r.name, sizeof r.name, "%s.fp32.greedy_reference", label);
@@ -551,7 +552,9 @@ static void throughput(probes *p, int quick)
                      .kv_blocks = blocks,
                      .kv_block_size = t.bs,
                      .max_batch_tokens = 4096,
-                     .max_seqs = max_seqs};
+                     .max_seqs = max_seqs,
+                     .cuda_dtype = gp_cuda.dtype,
+                     .cuda_no_graphs = gp_cuda.no_graphs};
     double t0 = now_s();
     err = eng_create(m, &o, &t.e);
     if (err) {
@@ -798,7 +801,9 @@ static void gguf_throughput(probes *p, int quick)
                          .kv_blocks = 32 * 12,
                          .kv_block_size = 16,
                          .max_batch_tokens = 4 * ctx0,
-                         .max_seqs = 32};
+                         .max_seqs = 32,
+                         .cuda_dtype = gp_cuda.dtype,
+                         .cuda_no_graphs = gp_cuda.no_graphs};
         eng *e = NULL;
         double t0 = now_s();
         int err = eng_create(m, &o, &e);
@@ -862,13 +867,11 @@ int main(int argc, char **argv)
 {
     const char *data = NULL, *json_path = NULL, *only = NULL;
     int quick = 0, ch;
-    static const struct option opts[] = {{"data", required_argument, 0, 'd'},
-                                         {"json", required_argument, 0, 'j'},
-                                         {"only", required_argument, 0, 'o'},
-                                         {"quick", no_argument, 0, 'q'},
-                                         {"harness-on-cpu", no_argument, 0, 'C'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"data", required_argument, 0, 'd'},     {"json", required_argument, 0, 'j'},
+        {"only", required_argument, 0, 'o'},     {"quick", no_argument, 0, 'q'},
+        {"harness-on-cpu", no_argument, 0, 'C'}, {"no-cuda-graphs", no_argument, 0, 'G'},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     while ((ch = getopt_long(argc, argv, "d:j:o:qh", opts, NULL)) != -1) {
         switch (ch) {
         case 'd': data = optarg; break;
@@ -879,9 +882,10 @@ int main(int argc, char **argv)
             dut_backend = "cpu";
             only = "parity";
             break;
+        case 'G': gp_cuda.no_graphs = true; break;
         default:
             fprintf(stderr, "usage: gpu_bench [--data DIR] [--json FILE] [--only parity|perf|gguf] "
-                            "[--quick] [--harness-on-cpu]\n");
+                            "[--quick] [--harness-on-cpu] [--no-cuda-graphs]\n");
             return ch == 'h' ? 0 : 2;
         }
     }

@@ -75,6 +75,13 @@ static inline void gp_seq_init(gp_seq *s, const int32_t *prompt, int n, int firs
 /* An engine of `backend` over m with `blocks` KV blocks of bs tokens and the harness's batch
  * limits (GP_MAX_TOK rows, GP_MAX_SEQS sequences): eng_create's result, *e set on success
  * (NULL otherwise). */
+/* The CUDA options every engine this harness creates gets (gpu_bench --cuda-dtype,
+ * --no-cuda-graphs; the defaults otherwise). */
+static struct {
+    eng_cuda_dtype dtype;
+    bool no_graphs;
+} gp_cuda;
+
 static inline int gp_engine_create(const eng_model *m, const char *backend, int blocks, int bs,
                                    eng **e)
 {
@@ -84,7 +91,9 @@ static inline int gp_engine_create(const eng_model *m, const char *backend, int 
                      .kv_blocks = blocks,
                      .kv_block_size = bs,
                      .max_batch_tokens = GP_MAX_TOK,
-                     .max_seqs = GP_MAX_SEQS};
+                     .max_seqs = GP_MAX_SEQS,
+                     .cuda_dtype = gp_cuda.dtype,
+                     .cuda_no_graphs = gp_cuda.no_graphs};
     *e = NULL;
     return eng_create(m, &o, e);
 }

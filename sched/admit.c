@@ -3,8 +3,9 @@
  * and rejects, sched_cancel, output backpressure. */
 #include "sched/internal.h"
 
-static int reject(sched *s, const sched_request *q, int tenant, int cls, sched_reject_reason why,
-                  int rc, uint64_t now, sched_reject_reason *out)
+static int reject_said(sched *s, const sched_request *q, int tenant, int cls,
+                       sched_reject_reason why, const char *detail, int rc, uint64_t now,
+                       sched_reject_reason *out)
 {
     if (out) *out = why;
     if (tenant >= 0) s->ts[tenant].st.rejects[why]++;
@@ -17,12 +18,36 @@ static int reject(sched *s, const sched_request *q, int tenant, int cls, sched_r
     e.tenant = tenant >= 0 ? s->ten[tenant]->name : (q ? q->tenant_name : NULL);
     e.class_name = cls >= 0 ? s->cls[cls]->name : (q ? q->class_name : NULL);
     e.reject = why;
+    e.detail = detail;
     e.prompt_tokens = q ? q->prompt_len : 0;
     e.max_tokens = q ? q->max_new_tokens : 0;
     emit(s, &e);
     sched__set_error("request %llu rejected: %s", (unsigned long long)(q ? q->id : 0),
                      sched_reject_name(why));
     return rc;
+}
+
+static int reject(sched *s, const sched_request *q, int tenant, int cls, sched_reject_reason why,
+                  int rc, uint64_t now, sched_reject_reason *out)
+{
+    return reject_said(s, q, tenant, cls, why, NULL, rc, now, out);
+}
+
+int sched_note_reject(sched *s, const sched_request *q, sched_reject_reason why, const char *detail,
+                      uint64_t now)
+{
+    if (!s || !q || why <= SCHED_REJECT_NONE || why >= SCHED_REJECT__COUNT) {
+        sched__set_error("sched_note_reject: %s", !s   ? "scheduler is NULL"
+                                                  : !q ? "request is NULL"
+                                                       : "not a reject reason");
+        return -EINVAL;
+    }
+    int cls = q->class_idx >= 0 ? (q->class_idx < s->n_classes ? q->class_idx : -1)
+                                : sched_policy_class_index(s->policy, q->class_name);
+    int ten = q->tenant >= 0 ? (q->tenant < s->n_tenants ? q->tenant : -1)
+                             : sched_policy_tenant_index(s->policy, q->tenant_name);
+    reject_said(s, q, ten < 0 ? -1 : ten, cls < 0 ? -1 : cls, why, detail, 0, now, NULL);
+    return 0;
 }
 
 int sched_submit(sched *s, const sched_request *q, uint64_t now, sched_reject_reason *why)
@@ -163,9 +188,11 @@ int sched_set_output_blocked(sched *s, uint64_t id, bool blocked, uint64_t now)
         if (s->cfg.backpressure_timeout_us)
             sc_hpush(s, &s->bp_timers, now + s->cfg.backpressure_timeout_us, id, slot);
         sc_emit_defer(s, r, SCHED_DEFER_BACKPRESSURE, now);
+        sc_park(s, slot); /* queued after a preemption: not taken up before its client reads */
     } else {
         sc_hremove(s, &s->bp_timers, slot);
         r->defer = SCHED_DEFER_NONE;
+        sc_unpark(s, slot);
     }
     return 0;
 }

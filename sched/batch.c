@@ -243,7 +243,9 @@ void sc_step_token_budget(sched *s, uint64_t now)
         uint32_t n = known(r) - r->computed;
         if (n > p->prefill_chunk) n = p->prefill_chunk;
         if (n > pbudget) n = pbudget;
-        if (!sc_dev_grow_to(s, r, div_up((uint64_t)r->computed + n, s->conf.block_size))) {
+        uint32_t nb = div_up((uint64_t)r->computed + n, s->conf.block_size);
+        if (!sc_dev_grow_to(s, r, nb) &&
+            !(sc_reclaim_blocked(s, nb - r->n_dev, now) && sc_dev_grow_to(s, r, nb))) {
             sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now);
             continue;
         }
@@ -285,6 +287,7 @@ void sc_step_token_budget(sched *s, uint64_t now)
                 cexcl |= 1u << c.cls; /* its class waits behind it */
                 continue;
             }
+            if (fr < need && sc_reclaim_blocked(s, need, now)) fr = sc_dev_available(s);
             if (fr < need) {
                 sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now);
                 break;
@@ -315,6 +318,9 @@ void sc_step_token_budget(sched *s, uint64_t now)
             continue;
         }
         uint32_t unheld, hit = sc_cache_find(s, c.slot, &unheld); /* shared, not allocated */
+        if (fr - unheld < need - hit + watermark(s) &&
+            sc_reclaim_blocked(s, need - hit + watermark(s) + unheld, now))
+            fr = sc_dev_available(s);
         if (fr - unheld < need - hit + watermark(s)) {
             sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now);
             break;
@@ -367,6 +373,7 @@ void sc_step_continuous(sched *s, uint64_t now)
             break;
         }
         uint32_t need = div_up(n, s->conf.block_size);
+        if (s->pools[SCHED_POOL_DEVICE].n_free < need) sc_reclaim_blocked(s, need, now);
         if (s->pools[SCHED_POOL_DEVICE].n_free < need) {
             sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now);
             break;

@@ -276,8 +276,8 @@ int sc_cache_submit(sched *s, req *r, const sched_request *q)
         return -ENOMEM;
     memcpy(r->ptok, q->tokens, (size_t)q->prompt_len * sizeof(int32_t));
     r->salt = q->cache_salt;
-    r->n_pkeys = sched_prefix_keys_with(s->conf.prefix_key, r->salt, r->ptok, q->prompt_len, bs,
-                                        r->pkeys, nb);
+    r->n_pkeys =
+        sched_prefix_keys_with(s->prefix_key, r->salt, r->ptok, q->prompt_len, bs, r->pkeys, nb);
     r->pcache = r->pgen = true;
     return 0;
 }
@@ -305,9 +305,9 @@ void sc_cache_token(sched *s, req *r, bool has, int32_t token)
         r->pgen = false;
         return;
     }
-    r->pkeys[i] = sched_prefix_block_key_with(s->conf.prefix_key,
-                                              i ? r->pkeys[i - 1] : (sched_prefix_key){0, 0},
-                                              r->salt, r->ptok + (size_t)i * bs, bs);
+    r->pkeys[i] =
+        sched_prefix_block_key_with(s->prefix_key, i ? r->pkeys[i - 1] : (sched_prefix_key){0, 0},
+                                    r->salt, r->ptok + (size_t)i * bs, bs);
     r->n_pkeys = i + 1;
 }
 
@@ -647,7 +647,7 @@ int sc_cache_xfer_done(sched *s, xfer_rec *x, uint64_t now, uint64_t bytes, uint
     sched_event e = ev_of(s, x->cache == XK_RELOAD ? SCHED_EV_CACHE_RELOAD : SCHED_EV_CACHE_DEMOTE,
                           sl != NO_SLOT ? &s->reqs[sl] : NULL, now);
     e.req = x->req;
-    e.outcome = status < 0 ? SCHED_OUTCOME_FAILED : SCHED_OUTCOME_DONE;
+    e.outcome = sc_xfer_outcome(status);
     e.mode = SCHED_PREEMPT_SWAP;
     e.xfer = x->id;
     e.blocks = x->n;

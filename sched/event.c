@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* event.c — stable names of every scheduler enum, the error detail string, and the JSON-line
- * writer of DESIGN.md §5 shared by the daemon's decision log and the simulator. */
+ * record of DESIGN.md §5 that the one writer (formats/decision.c) turns into a line. */
 #include "sched/sched.h"
 #include "common/errdetail.h"
 
@@ -26,7 +26,8 @@ static const char *const defer_names[] = {
 static const char *const timeout_names[] = {"queue_wait", "deadline", "deadline_infeasible"};
 static const char *const finish_names[] = {"none", "stop", "length"};
 static const char *const pool_names[] = {"device", "host", "disk"};
-static const char *const outcome_names[] = {NULL, "start", "resume", "done", "failed", "abandoned"};
+static const char *const outcome_names[] = {NULL,     "start",     "resume", "done",
+                                            "failed", "abandoned", "damaged"};
 static const char *const event_names[] = {
     "admit",     "reject",      "defer",        "schedule",    "preempt", "swap_out",
     "swap_in",   "recompute",   "cancel",       "timeout",     "finish",  "release",
@@ -34,7 +35,6 @@ static const char *const event_names[] = {
 static const char *const evict_names[] = {"demand", "tenant_cap", "orphan",
                                           "moved",  "clear",      "failed"};
 static const char *const prefix_order_names[] = {"fcfs", "longest_prefix"};
-static const char *const prefix_key_fn_names[] = {"xxh3", "constant"};
 
 _Static_assert(sizeof(reject_names) / sizeof(reject_names[0]) == SCHED_REJECT__COUNT, "names");
 _Static_assert(sizeof(cancel_names) / sizeof(cancel_names[0]) == SCHED_CANCEL__COUNT, "names");
@@ -45,9 +45,6 @@ _Static_assert(sizeof(event_names) / sizeof(event_names[0]) == SCHED_EV__COUNT, 
 _Static_assert(sizeof(evict_names) / sizeof(evict_names[0]) == SCHED_PREFIX_EVICT__COUNT, "names");
 _Static_assert(sizeof(prefix_order_names) / sizeof(prefix_order_names[0]) ==
                    SCHED_PREFIX_ORDER__COUNT,
-               "names");
-_Static_assert(sizeof(prefix_key_fn_names) / sizeof(prefix_key_fn_names[0]) ==
-                   SCHED_PREFIX_KEY__COUNT,
                "names");
 _Static_assert(sizeof(outcome_names) / sizeof(outcome_names[0]) == SCHED_OUTCOME__COUNT, "names");
 _Static_assert(sizeof(preempt_names) / sizeof(preempt_names[0]) == SCHED_PREEMPT_NONE + 1, "names");
@@ -63,10 +60,6 @@ const char *sched_preempt_mode_name(sched_preempt_mode m)
 const char *sched_prefix_order_name(sched_prefix_order o)
 {
     return NAME_OF(prefix_order_names, o);
-}
-const char *sched_prefix_key_fn_name(sched_prefix_key_fn f)
-{
-    return NAME_OF(prefix_key_fn_names, f);
 }
 const char *sched_reject_name(sched_reject_reason r)
 {
@@ -195,178 +188,114 @@ void sched__set_error(const char *fmt, ...)
     va_end(ap);
 }
 
-/* ---- JSON writer ------------------------------------------------------------------------- */
+/* ---- decision-log records ----------------------------------------------------------------- */
 
-typedef struct jbuf {
-    char *p;
-    size_t len, used;
-} jbuf;
-
-static void jraw(jbuf *b, const char *s, size_t n)
+/* Fills the keys DESIGN.md §5 gives an event of this kind; the one JSON writer
+ * (formats/decision.c) writes the line. */
+void sched_event_record(const sched_event *ev, decision_record *d)
 {
-    if (b->used < b->len) {
-        size_t room = b->len - b->used - 1; /* keep one byte for the NUL */
-        memcpy(b->p + b->used, s, n < room ? n : room);
-    }
-    b->used += n;
-}
-
-static void jfmt(jbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void jfmt(jbuf *b, const char *fmt, ...)
-{
-    char tmp[64];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-    va_end(ap);
-    if (n > 0) jraw(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
-}
-
-/* Names are validated at policy parse ([A-Za-z0-9_.-]) but the writer escapes anyway, so a
- * future caller-supplied string can never break a log line. */
-static void jstr(jbuf *b, const char *key, const char *v)
-{
-    if (!v) return;
-    jfmt(b, ",\"%s\":\"", key);
-    for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
-        if (*c == '"' || *c == '\\') {
-            char e[2] = {'\\', (char)*c};
-            jraw(b, e, 2);
-        } else if (*c < 0x20)
-            jfmt(b, "\\u%04x", *c);
-        else
-            jraw(b, (const char *)c, 1);
-    }
-    jraw(b, "\"", 1);
-}
-
-static void ju(jbuf *b, const char *key, uint64_t v)
-{
-    jfmt(b, ",\"%s\":%llu", key, (unsigned long long)v);
-}
-static void jd(jbuf *b, const char *key, double v)
-{
-    if (v < 0)
-        jfmt(b, ",\"%s\":null", key);
-    else
-        jfmt(b, ",\"%s\":%.1f", key, v);
-}
-
-size_t sched_event_json(const sched_event *ev, char *buf, size_t len)
-{
-    jbuf b = {buf, len, 0};
-    if (!ev) {
-        if (buf && len) buf[0] = 0;
-        return 0;
-    }
-    if (!buf) b.len = 0;
-    jfmt(&b, "{\"t_us\":%llu", (unsigned long long)ev->t_us);
-    jstr(&b, "ev", sched_event_name(ev->kind));
-    ju(&b, "req", ev->req);
-    jstr(&b, "tenant", ev->tenant);
-    jstr(&b, "class", ev->class_name);
+    decision_record_init(d);
+    if (!ev) return;
+    d->t_us = ev->t_us;
+    d->ev = sched_event_name(ev->kind);
+    d->req = ev->req;
+    d->tenant = ev->tenant;
+    d->class_name = ev->class_name;
     const char *reason = sched_event_reason_name(ev);
-    jstr(&b, "reason", reason);
+    d->reason = reason;
     switch (ev->kind) {
+    case SCHED_EV_REJECT: d->detail = ev->detail; /* fall through */
     case SCHED_EV_ADMIT:
-    case SCHED_EV_REJECT:
-        ju(&b, "prompt_tokens", ev->prompt_tokens);
-        ju(&b, "max_tokens", ev->max_tokens);
+        d->prompt_tokens = ev->prompt_tokens;
+        d->max_tokens = ev->max_tokens;
         break;
     case SCHED_EV_DEFER: break;
     case SCHED_EV_SCHEDULE:
-        ju(&b, "blocks", ev->blocks);
-        ju(&b, "wait_us", ev->wait_us);
+        d->blocks = ev->blocks;
+        d->wait_us = (int64_t)ev->wait_us;
         break;
     case SCHED_EV_PREEMPT:
-        jstr(&b, "mode", sched_preempt_mode_name(ev->mode));
-        ju(&b, "blocks", ev->blocks);
-        jd(&b, "swap_cost_us", ev->swap_cost_us);
-        jd(&b, "recompute_cost_us", ev->recompute_cost_us);
+        d->mode = sched_preempt_mode_name(ev->mode);
+        d->blocks = ev->blocks;
+        d->swap_cost_us = ev->swap_cost_us;
+        d->recompute_cost_us = ev->recompute_cost_us;
         break;
     case SCHED_EV_SWAP_OUT:
     case SCHED_EV_SWAP_IN:
-        ju(&b, "xfer", ev->xfer);
-        ju(&b, "blocks", ev->blocks);
-        ju(&b, "bytes", ev->bytes);
-        jstr(&b, "pool", sched_pool_name(ev->pool));
+        d->xfer = (int64_t)ev->xfer;
+        d->blocks = ev->blocks;
+        d->bytes = (int64_t)ev->bytes;
+        d->pool = sched_pool_name(ev->pool);
         goto realised;
     case SCHED_EV_RECOMPUTE:
-        ju(&b, "tokens", ev->tokens);
+        d->tokens = ev->tokens;
     realised:
         /* a reason marks the completion record: the realised cost next to the estimate */
         if (reason) {
-            jstr(&b, "mode", sched_preempt_mode_name(ev->mode));
-            jd(&b, "predicted_us", ev->predicted_us);
-            jd(&b, "realised_us", ev->realised_us);
+            d->mode = sched_preempt_mode_name(ev->mode);
+            d->predicted_us = ev->predicted_us;
+            d->realised_us = ev->realised_us;
         }
         break;
     case SCHED_EV_CANCEL: break;
-    case SCHED_EV_TIMEOUT: ju(&b, "wait_us", ev->wait_us); break;
+    case SCHED_EV_TIMEOUT: d->wait_us = (int64_t)ev->wait_us; break;
     case SCHED_EV_FINISH:
-        ju(&b, "prompt_tokens", ev->prompt_tokens);
-        ju(&b, "output_tokens", ev->output_tokens);
-        ju(&b, "ttft_us", ev->wait_us);
-        jstr(&b, "policy", ev->policy);
-        if (ev->cached_tokens) ju(&b, "cached_tokens", ev->cached_tokens);
+        d->prompt_tokens = ev->prompt_tokens;
+        d->output_tokens = ev->output_tokens;
+        d->ttft_us = (int64_t)ev->wait_us;
+        d->policy = ev->policy;
+        if (ev->cached_tokens) d->cached_tokens = ev->cached_tokens;
         break;
     case SCHED_EV_CACHE_HIT:
-        ju(&b, "blocks", ev->blocks);
-        jstr(&b, "pool", sched_pool_name(ev->pool));
-        ju(&b, "cached_tokens", ev->cached_tokens);
-        ju(&b, "self_tokens", ev->self_tokens);
-        ju(&b, "prompt_tokens", ev->prompt_tokens);
+        d->blocks = ev->blocks;
+        d->pool = sched_pool_name(ev->pool);
+        d->cached_tokens = ev->cached_tokens;
+        d->self_tokens = ev->self_tokens;
+        d->prompt_tokens = ev->prompt_tokens;
         /* tokens per tier, when any came from a colder one */
-        if (ev->pool_tokens[SCHED_POOL_HOST] || ev->pool_tokens[SCHED_POOL_DISK])
-            for (int p = 0; p < SCHED_POOL__COUNT; p++) {
-                char k[24];
-                snprintf(k, sizeof k, "%s_tokens", sched_pool_name((sched_pool)p));
-                ju(&b, k, ev->pool_tokens[p]);
-            }
+        if (ev->pool_tokens[SCHED_POOL_HOST] || ev->pool_tokens[SCHED_POOL_DISK]) {
+            d->device_tokens = ev->pool_tokens[SCHED_POOL_DEVICE];
+            d->host_tokens = ev->pool_tokens[SCHED_POOL_HOST];
+            d->disk_tokens = ev->pool_tokens[SCHED_POOL_DISK];
+        }
         break;
     case SCHED_EV_CACHE_EVICT:
-        ju(&b, "blocks", ev->blocks);
-        jstr(&b, "pool", sched_pool_name(ev->pool));
+        d->blocks = ev->blocks;
+        d->pool = sched_pool_name(ev->pool);
         if (ev->evict == SCHED_PREFIX_EVICT_DEMAND && ev->recompute_cost_us > 0) {
             /* why not kept in a colder pool: the demotion test's two sides */
-            jd(&b, "reload_cost_us", ev->swap_cost_us);
-            jd(&b, "recompute_cost_us", ev->recompute_cost_us);
-            jfmt(&b, ",\"expected_reuse\":%.1f", ev->expected_reuse);
+            d->reload_cost_us = ev->swap_cost_us;
+            d->recompute_cost_us = ev->recompute_cost_us;
+            d->expected_reuse = ev->expected_reuse;
         }
         break;
     case SCHED_EV_CACHE_DEMOTE:
     case SCHED_EV_CACHE_RELOAD:
-        ju(&b, "blocks", ev->blocks);
-        jstr(&b, "pool", sched_pool_name(ev->pool));
+        d->blocks = ev->blocks;
+        d->pool = sched_pool_name(ev->pool);
         if (ev->kind == SCHED_EV_CACHE_DEMOTE)
-            jstr(&b, "to", sched_pool_name(ev->to_pool));
+            d->to = sched_pool_name(ev->to_pool);
         else
-            ju(&b, "tokens", ev->tokens);
-        if (ev->kind == SCHED_EV_CACHE_RELOAD && reason)
-            jstr(&b, "choice", ev->mode == SCHED_PREEMPT_SWAP ? "reload" : "recompute");
+            d->tokens = ev->tokens;
+        if (ev->kind == SCHED_EV_CACHE_RELOAD)
+            d->choice = ev->mode == SCHED_PREEMPT_SWAP ? "reload" : "recompute";
         if (ev->kind == SCHED_EV_CACHE_DEMOTE || ev->mode == SCHED_PREEMPT_SWAP) {
-            ju(&b, "xfer", ev->xfer);
-            ju(&b, "bytes", ev->bytes);
+            d->xfer = (int64_t)ev->xfer;
+            d->bytes = (int64_t)ev->bytes;
         }
         if (reason) { /* the completion record: realised next to predicted */
-            jd(&b, "predicted_us", ev->predicted_us);
-            jd(&b, "realised_us", ev->realised_us);
+            d->predicted_us = ev->predicted_us;
+            d->realised_us = ev->realised_us;
         } else {
-            if (ev->kind == SCHED_EV_CACHE_RELOAD)
-                jstr(&b, "choice", ev->mode == SCHED_PREEMPT_SWAP ? "reload" : "recompute");
-            jd(&b, "reload_cost_us", ev->swap_cost_us);
-            jd(&b, "recompute_cost_us", ev->recompute_cost_us);
-            if (ev->kind == SCHED_EV_CACHE_DEMOTE)
-                jfmt(&b, ",\"expected_reuse\":%.1f", ev->expected_reuse);
+            d->reload_cost_us = ev->swap_cost_us;
+            d->recompute_cost_us = ev->recompute_cost_us;
+            if (ev->kind == SCHED_EV_CACHE_DEMOTE) d->expected_reuse = ev->expected_reuse;
         }
         break;
     case SCHED_EV_RELEASE:
-        ju(&b, "blocks", ev->blocks);
-        jstr(&b, "pool", sched_pool_name(ev->pool));
+        d->blocks = ev->blocks;
+        d->pool = sched_pool_name(ev->pool);
         break;
     default: break;
     }
-    jraw(&b, "}", 1);
-    if (b.len) b.p[b.used < b.len ? b.used : b.len - 1] = 0;
-    return b.used;
 }

@@ -30,6 +30,7 @@
 
 #include "sched/prefix.h"
 #include "sched/sched.h"
+#include "sched/sched_testing.h"
 
 #include <errno.h>
 #include <math.h>
@@ -67,6 +68,9 @@ typedef struct req {
     bool recompute;   /* next admission is a re-prefill after recompute */
     bool held;        /* static mode: finished, slot held until the group ends */
     bool moving;      /* a transfer of its KV is in flight (even after it ended) */
+    bool parked;      /* preempted while output-blocked: WAITING or SWAPPED but in no queue (not
+                         counted waiting), so it is not taken up again before its client reads;
+                         sched_set_output_blocked(false) queues it */
     uint16_t tenant, cls;
     uint32_t prompt_len, max_new, generated, computed;
     uint32_t preemptions;
@@ -220,7 +224,7 @@ struct sched {
     VEC(uint32_t) run;            /* RUNNING slots */
     VEC(uint32_t) cancel_pending; /* ENDED, release at next step */
     VEC(xfer_rec) xfers;          /* in flight */
-    uint32_t n_waiting, n_swapped, n_in_transit, n_swapping_in, n_blocked;
+    uint32_t n_waiting, n_swapped, n_in_transit, n_swapping_in, n_blocked, n_parked;
     uint64_t queued_tokens;
     uint64_t pending_out_blocks; /* device blocks that swap-outs will free */
 
@@ -258,6 +262,8 @@ struct sched {
     /* illegal state transitions seen (set_state), and the first one */
     uint64_t bad_transitions, bad_req;
     uint8_t bad_from, bad_to;
+    /* how cached blocks are keyed: XXH3 unless a test set otherwise (sched_testing.h) */
+    sched_prefix_key_fn prefix_key;
     /* prefix cache (NULL when off) and its counters */
     sched_prefix *px;
     uint64_t px_query, px_hit, px_self, px_evicted;
@@ -426,6 +432,7 @@ uint32_t sc_dev_free_all(sched *s, req *r);
 uint32_t sc_tier_free_all(sched *s, req *r);
 void sc_set_state(sched *s, req *r, sched_req_state to);
 void sc_waiting_add(sched *s, uint32_t slot);
+void sc_waiting_enqueue(sched *s, uint32_t slot); /* sc_waiting_add without the state change */
 void sc_waiting_remove(sched *s, uint32_t slot);
 void sc_run_add(sched *s, uint32_t slot);
 void sc_run_remove(sched *s, uint32_t slot);
@@ -451,9 +458,24 @@ void sc_fair_rejoin(sched *s, int tenant);
 
 /* ---- preempt.c ---- */
 void sc_rc_end(sched *s, req *r, sched_outcome how, uint64_t now);
+/* A completed transfer's outcome from its status: done, damaged (-EBADMSG, -ENODATA: a block
+ * read back was not the one written) or failed. */
+static inline sched_outcome sc_xfer_outcome(int status)
+{
+    if (status >= 0) return SCHED_OUTCOME_DONE;
+    return status == -EBADMSG || status == -ENODATA ? SCHED_OUTCOME_DAMAGED : SCHED_OUTCOME_FAILED;
+}
 uint32_t sc_pick_victim(sched *s, uint32_t needer, int only_tenant, uint64_t now);
 void sc_plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t now);
 uint32_t sc_preempt(sched *s, uint32_t slot, bool quota, uint64_t now);
+/* A WAITING or SWAPPED request whose output is blocked leaves its queue (parked) until it is
+ * unblocked (sc_unpark); no-ops otherwise. */
+void sc_park(sched *s, uint32_t slot);
+void sc_unpark(sched *s, uint32_t slot);
+/* Output-blocked sequences give up their device blocks to work that needs `want` blocks
+ * (preempted, longest blocked first) until the blocks available plus those swap-outs in flight
+ * will free cover it. Returns how many it preempted. */
+uint32_t sc_reclaim_blocked(sched *s, uint32_t want, uint64_t now);
 
 /* ---- batch.c ---- */
 void sc_step_token_budget(sched *s, uint64_t now);

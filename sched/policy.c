@@ -383,6 +383,7 @@ static int set_key(parser *ps, const char *key, const char *v)
             return rd_double(ps, key, v, 0, false, &t->token_rate_per_s);
         if (!strcmp(key, "uids")) return rd_uids(ps, key, v, false);
         if (!strcmp(key, "max_cached_blocks")) return rd_u32(ps, key, v, 0, &t->max_cached_blocks);
+        if (!strcmp(key, "cache_per_uid")) return rd_bool(ps, key, v, &t->cache_per_uid);
         if (!strcmp(key, "cache_domain")) {
             if (!valid_name(v))
                 return fail(
@@ -562,6 +563,8 @@ static int build_canonical(sched_policy *p)
         sput(&b, "max_kv_blocks = %u\n", t->max_kv_blocks);
         put_double(&b, "token_rate_per_s", t->token_rate_per_s);
         sput(&b, "cache_domain = %s\n", t->cache_domain);
+        /* only when set: the policies written before the key keep their hashes */
+        if (t->cache_per_uid) sput(&b, "cache_per_uid = yes\n");
         sput(&b, "max_cached_blocks = %u\n", t->max_cached_blocks);
         sput(&b, "uids =");
         for (uint32_t u = 0; u < p->n_uids; u++)
@@ -842,6 +845,22 @@ uint64_t sched_policy_cache_salt(const sched_policy *p, int tenant)
     }
     for (const char *c = p->tenants[tenant].cache_domain; *c; c++) {
         h ^= (unsigned char)*c;
+        h *= 0x100000001b3ull;
+    }
+    return h ? h : 1;
+}
+
+uint64_t sched_policy_cache_salt_uid(const sched_policy *p, int tenant, uint32_t uid)
+{
+    uint64_t h = sched_policy_cache_salt(p, tenant);
+    if (!h || !p->tenants[tenant].cache_per_uid) return h;
+    static const char tag[] = "uid:"; /* FNV-1a 64 continued over "uid:" and the uid's bytes */
+    for (const char *c = tag; *c; c++) {
+        h ^= (unsigned char)*c;
+        h *= 0x100000001b3ull;
+    }
+    for (int i = 0; i < 4; i++) {
+        h ^= (uid >> (8 * i)) & 0xffu;
         h *= 0x100000001b3ull;
     }
     return h ? h : 1;

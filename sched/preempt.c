@@ -35,6 +35,7 @@ static int victim_cmp(const void *a, const void *b, void *ctx)
 {
     const sched *s = ctx;
     const req *x = &s->reqs[*(const uint32_t *)a], *y = &s->reqs[*(const uint32_t *)b];
+    if (x->blocked != y->blocked) return x->blocked ? -1 : 1; /* a client that does not read */
     if (s->cfg.mode != SCHED_MODE_CONTINUOUS) {
         int32_t px = s->cls[x->cls]->priority, py = s->cls[y->cls]->priority;
         if (px != py) return px < py ? -1 : 1;
@@ -47,6 +48,9 @@ static int victim_cmp(const void *a, const void *b, void *ctx)
 static bool victim_eligible(const sched *s, const req *r, uint64_t now)
 {
     if (r->state != SCHED_REQ_RUNNING || r->held) return false;
+    /* output-blocked: it cannot use its blocks until its client reads, however little it
+     * has run or often it was preempted */
+    if (r->blocked) return true;
     if (s->cfg.mode == SCHED_MODE_CONTINUOUS || s->forced) return true;
     if (s->cfg.max_preemptions && r->preemptions >= s->cfg.max_preemptions) return false;
     if (r->resumed_at && now - r->resumed_at < s->cfg.min_residency_us) return false;
@@ -79,7 +83,7 @@ uint32_t sc_pick_victim(sched *s, uint32_t needer, int only_tenant, uint64_t now
         }
         if (only_tenant >= 0 && r->tenant != only_tenant) continue;
         if (v == needer) return v;
-        if (s->cfg.mode != SCHED_MODE_CONTINUOUS &&
+        if (s->cfg.mode != SCHED_MODE_CONTINUOUS && !r->blocked &&
             s->cls[r->cls]->priority > s->cls[n->cls]->priority)
             break; /* everything left ranks above the needer */
         return v;
@@ -166,6 +170,66 @@ static void to_recompute(sched *s, uint32_t slot, uint64_t now)
     r->recompute = true;
     sc_waiting_add(s, slot);
     rc_start(s, r, now);
+    sc_park(s, slot);
+}
+
+/* ---- output-blocked sequences ---------------------------------------------------------
+ *
+ * A client that stops reading its events blocks its sequences (sched_set_output_blocked):
+ * they are not scheduled, but before they held their device blocks until the backpressure
+ * timeout — hundreds of them held nearly the whole pool while everyone else waited. Now
+ * blocked sequences are the first victims whenever blocks run short (for a decode, a prefill
+ * chunk or an admission), whatever their class, residency or preemption count: swapped out
+ * or dropped for recompute by the same cost model, their tenant charged for the way back.
+ * While still blocked they wait parked, out of every queue, so they are not taken up again
+ * just to block once more; the client's first read queues them (sc_unpark), and the swap-in
+ * or re-prefill brings them back — the tokens they generated are the daemon's, and none is
+ * lost. */
+
+void sc_park(sched *s, uint32_t slot)
+{
+    req *r = &s->reqs[slot];
+    if (!r->blocked || r->parked) return;
+    if (r->state == SCHED_REQ_WAITING)
+        sc_waiting_remove(s, slot);
+    else if (r->state == SCHED_REQ_SWAPPED)
+        sc_hremove(s, &s->cs[r->cls].swapped, slot);
+    else
+        return;
+    r->parked = true;
+    s->n_parked++;
+}
+
+void sc_unpark(sched *s, uint32_t slot)
+{
+    req *r = &s->reqs[slot];
+    if (!r->parked) return;
+    r->parked = false;
+    s->n_parked--;
+    if (r->state == SCHED_REQ_WAITING)
+        sc_waiting_enqueue(s, slot);
+    else if (r->state == SCHED_REQ_SWAPPED)
+        sc_hpush(s, &s->cs[r->cls].swapped, r->arrival_us, r->id, slot);
+}
+
+uint32_t sc_reclaim_blocked(sched *s, uint32_t want, uint64_t now)
+{
+    uint32_t n = 0;
+    while (s->n_blocked && !s->oom && sc_dev_available(s) + s->pending_out_blocks < want) {
+        uint32_t v = NO_SLOT;
+        for (uint32_t i = 0; i < s->run.n; i++) {
+            uint32_t sl = s->run.a[i];
+            const req *r = &s->reqs[sl], *b = v != NO_SLOT ? &s->reqs[v] : NULL;
+            if (!r->blocked || r->held || !r->n_dev || r->entry_step == s->step_no) continue;
+            if (!b || r->blocked_since < b->blocked_since ||
+                (r->blocked_since == b->blocked_since && r->n_dev > b->n_dev))
+                v = sl;
+        }
+        if (v == NO_SLOT) break;
+        sc_preempt(s, v, false, now);
+        n++;
+    }
+    return n;
 }
 
 /* Preempt `slot` (a RUNNING sequence).  Returns the blocks freed immediately (recompute) or 0
@@ -199,7 +263,9 @@ uint32_t sc_preempt(sched *s, uint32_t slot, bool quota, uint64_t now)
     r->preemptions++;
     r->defer = SCHED_DEFER_NONE;
     sched_event e = ev_of(s, SCHED_EV_PREEMPT, r, now);
-    e.defer = quota ? SCHED_DEFER_QUOTA : SCHED_DEFER_BLOCKS;
+    e.defer = r->blocked ? SCHED_DEFER_BACKPRESSURE
+              : quota    ? SCHED_DEFER_QUOTA
+                         : SCHED_DEFER_BLOCKS;
     e.mode = swap ? SCHED_PREEMPT_SWAP : SCHED_PREEMPT_RECOMPUTE;
     e.blocks = blocks;
     e.swap_cost_us = sw;
@@ -227,6 +293,12 @@ uint32_t sc_preempt(sched *s, uint32_t slot, bool quota, uint64_t now)
         return blocks;
     }
     emit(s, &e);
+    if (r->blocked) {
+        /* its client's not reading costs the way back: a re-prefill (otherwise not charged,
+         * sequences do not choose to lose their work) or the swap, in re-prefill tokens */
+        double frac = rc > 0 && best < rc ? best / rc : 1;
+        sc_charge(s, r->tenant, (double)r->computed * frac, false);
+    }
     if (swap) {
         s->ts[r->tenant].st.preemptions_swap++;
         s->cs[r->cls].st.preemptions_swap++;
@@ -280,7 +352,7 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
          * trip, swap_cost_us at preemption vs measured out + in (null when either unknown) */
         bool out = x.dir == SCHED_XFER_OUT;
         sched_event e = ev_of(s, out ? SCHED_EV_SWAP_OUT : SCHED_EV_SWAP_IN, r, now);
-        e.outcome = status < 0 ? SCHED_OUTCOME_FAILED : SCHED_OUTCOME_DONE;
+        e.outcome = sc_xfer_outcome(status);
         e.mode = SCHED_PREEMPT_SWAP;
         e.xfer = x.id;
         e.blocks = r->n_tier;
@@ -315,11 +387,13 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
             r->recompute = true;
             sc_waiting_add(s, x.slot);
             rc_start(s, r, now);
+            sc_park(s, x.slot);
             return 0;
         }
         sc_set_state(s, r, SCHED_REQ_SWAPPED);
         s->n_swapped++;
         sc_hpush(s, &s->cs[r->cls].swapped, r->arrival_us, r->id, x.slot);
+        sc_park(s, x.slot); /* still not read: it waits out of the queue */
         return 0;
     }
     sc_tier_free_all(s, r);

@@ -15,6 +15,7 @@
  * Nothing allocates after create except sched_prefix_check (tests).
  */
 #include "sched/prefix.h"
+#include "sched/sched_testing.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -45,12 +46,17 @@ uint32_t sched_prefix_keys(uint64_t salt, const int32_t *tokens, uint32_t n_toke
                                   max_out);
 }
 
+const char *sched_prefix_key_fn_name(sched_prefix_key_fn f)
+{
+    return f == SCHED_PREFIX_KEY_XXH3 ? "xxh3" : f == SCHED_PREFIX_KEY_CONSTANT ? "constant" : "?";
+}
+
 sched_prefix_key sched_prefix_block_key_with(sched_prefix_key_fn fn, sched_prefix_key parent,
                                              uint64_t salt, const int32_t *tokens, uint32_t n)
 {
     /* every block collides: only the stored tokens, salt and parent can tell them apart
      * (find below) — {1, 1}, not the root's parent {0, 0} */
-    if (fn == SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS) return (sched_prefix_key){1, 1};
+    if (fn == SCHED_PREFIX_KEY_CONSTANT) return (sched_prefix_key){1, 1};
     XXH3_state_t st;
     XXH3_128bits_reset(&st);
     uint64_t head[3] = {parent.lo, parent.hi, salt};

@@ -78,14 +78,6 @@ sched_prefix_key sched_prefix_block_key(sched_prefix_key parent, uint64_t salt,
 uint32_t sched_prefix_keys(uint64_t salt, const int32_t *tokens, uint32_t n_tokens,
                            uint32_t block_size, sched_prefix_key *out, uint32_t max_out);
 
-/* The same two with the key function chosen (sched_prefix_key_fn, sched.h): the two above are
- * these with SCHED_PREFIX_KEY_XXH3.  An unknown fn keys like XXH3. */
-sched_prefix_key sched_prefix_block_key_with(sched_prefix_key_fn fn, sched_prefix_key parent,
-                                             uint64_t salt, const int32_t *tokens, uint32_t n);
-uint32_t sched_prefix_keys_with(sched_prefix_key_fn fn, uint64_t salt, const int32_t *tokens,
-                                uint32_t n_tokens, uint32_t block_size, sched_prefix_key *out,
-                                uint32_t max_out);
-
 /* ---- configuration ----------------------------------------------------------------------- */
 
 /* Why a block left its pool: sched_prefix_evict_reason (sched.h, with its names). */

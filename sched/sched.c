@@ -38,8 +38,6 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
         if (tb[i] && (!(tc[i]->out_bytes_per_s > 0) || !(tc[i]->in_bytes_per_s > 0) ||
                       !(tc[i]->latency_us >= 0)))
             return bad_config(i ? "disk" : "host", "tier needs bandwidths > 0 and latency >= 0");
-    if ((unsigned)cfg->prefix_key >= SCHED_PREFIX_KEY__COUNT)
-        return bad_config("prefix_key", "is not a sched_prefix_key_fn");
 
     sched *s = calloc(1, sizeof(*s));
     if (!s) goto oom;
@@ -59,16 +57,6 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
         s->cs[i].headroom = HEADROOM_MAX;
         s->cs[i].swapped.which = POS_Q;
     }
-    /* the longest_prefix order follows waiting requests by key alone (order.c): under a key
-     * that names no block it counts any block inserted as every waiter's next one */
-    for (int i = 0; i < s->n_classes; i++)
-        if (cfg->prefix_cache && cfg->prefix_key != SCHED_PREFIX_KEY_XXH3 &&
-            s->cls[i]->prefix_order == SCHED_PREFIX_ORDER_LONGEST) {
-            sched_destroy(s);
-            return bad_config("prefix_key",
-                              "must be xxh3 with a class whose prefix_order is longest_prefix "
-                              "(that order tracks waiting requests by key alone)");
-        }
     for (int i = 0; i < s->n_tenants; i++) {
         s->ten[i] = sched_policy_tenant(s->policy, i);
         s->ts[i].bucket = s->ten[i]->token_rate_per_s;
@@ -106,6 +94,28 @@ oom:
     sched_destroy(s);
     sched__set_error("sched_create: out of memory");
     return -ENOMEM;
+}
+
+/* A test-only entry point (sched_testing.h): the key function is not part of sched_config. */
+int sched_testing_set_prefix_key(sched *s, sched_prefix_key_fn fn)
+{
+    if ((unsigned)fn >= SCHED_PREFIX_KEY__COUNT)
+        return bad_config("prefix_key", "is not a sched_prefix_key_fn");
+    if (s->n_slots) {
+        sched__set_error("sched_testing_set_prefix_key: prefix_key must be set before the "
+                         "first request");
+        return -EBUSY;
+    }
+    /* the longest_prefix order follows waiting requests by key alone (order.c): under a key
+     * that names no block it counts any block inserted as every waiter's next one */
+    for (int i = 0; i < s->n_classes; i++)
+        if (s->conf.prefix_cache && fn != SCHED_PREFIX_KEY_XXH3 &&
+            s->cls[i]->prefix_order == SCHED_PREFIX_ORDER_LONGEST)
+            return bad_config("prefix_key",
+                              "must be xxh3 with a class whose prefix_order is longest_prefix "
+                              "(that order tracks waiting requests by key alone)");
+    s->prefix_key = fn;
+    return 0;
 }
 
 void sched_destroy(sched *s)
@@ -189,7 +199,9 @@ bool sc_detach(sched *s, uint32_t slot)
 {
     req *r = &s->reqs[slot];
     switch (r->state) {
-    case SCHED_REQ_WAITING: sc_waiting_remove(s, slot); break;
+    case SCHED_REQ_WAITING:
+        if (!r->parked) sc_waiting_remove(s, slot);
+        break;
     case SCHED_REQ_RUNNING: sc_run_remove(s, slot); break;
     case SCHED_REQ_SWAPPED:
         sc_hremove(s, &s->cs[r->cls].swapped, slot);
@@ -198,6 +210,10 @@ bool sc_detach(sched *s, uint32_t slot)
     case SCHED_REQ_SWAPPING_OUT:
     case SCHED_REQ_SWAPPING_IN: sc_set_state(s, r, SCHED_REQ_ENDED); return false;
     default: break;
+    }
+    if (r->parked) {
+        r->parked = false;
+        s->n_parked--;
     }
     sc_set_state(s, r, SCHED_REQ_ENDED);
     return true;
@@ -564,7 +580,7 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
             s->bad_to);
     uint32_t kv[SCHED_MAX_TENANTS] = {0}, live[SCHED_MAX_TENANTS] = {0};
     uint64_t qt[SCHED_MAX_TENANTS] = {0}, qtot = 0;
-    uint32_t nwait = 0, nrun = 0, nswap = 0, ntransit = 0;
+    uint32_t nwait = 0, nrun = 0, nswap = 0, ntransit = 0, nparked = 0;
     for (uint32_t i = 0; i < s->n_slots; i++) {
         const req *r = &s->reqs[i];
         if (!r->live && !(r->state == SCHED_REQ_ENDED && r->n_dev + r->n_tier > 0)) continue;
@@ -585,8 +601,20 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
                     sched_pool_name((sched_pool)r->tier), id, (unsigned long long)r->id);
         }
         kv[r->tenant] += r->n_dev;
+        if (r->parked) {
+            nparked++;
+            if (!r->blocked || (r->state != SCHED_REQ_WAITING && r->state != SCHED_REQ_SWAPPED))
+                BAD("parked request %llu is %s", (unsigned long long)r->id,
+                    r->blocked ? "neither waiting nor swapped" : "not blocked");
+        }
         switch (r->state) {
         case SCHED_REQ_WAITING:
+            if (r->parked) {
+                if (r->n_dev)
+                    BAD("parked request %llu holds %u device blocks", (unsigned long long)r->id,
+                        r->n_dev);
+                break;
+            }
             nwait++;
             qt[r->tenant] += known(r);
             qtot += known(r);
@@ -634,6 +662,8 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
     if (qtot != s->queued_tokens)
         BAD("queued tokens %llu by counter, %llu by scan", (unsigned long long)s->queued_tokens,
             (unsigned long long)qtot);
+    if (nparked != s->n_parked)
+        BAD("parked requests %u by counter, %u by scan", s->n_parked, nparked);
     if (nwait != s->n_waiting || nrun != s->run.n || nswap != s->n_swapped ||
         ntransit != s->n_in_transit)
         BAD("counts waiting %u/%u running %u/%u swapped %u/%u transit %u/%u (counter/scan)",

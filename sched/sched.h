@@ -44,6 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/decision_record.h"
 #include "common/end_codes.h"
 
 #ifdef __cplusplus
@@ -181,24 +182,9 @@ typedef enum sched_prefix_order {
     SCHED_PREFIX_ORDER__COUNT
 } sched_prefix_order;
 
-/* The function that keys cached blocks (sched_config.prefix_key; DESIGN §10).  XXH3 is the
- * one to serve with.  CONSTANT_FOR_TESTS gives every block the same key: every lookup and
- * insert then meets every cached block in one hash chain, and only the stored token ids,
- * salt and parent tell them apart.  It exists so tests can show, through the whole daemon
- * (ringlmd --prefix-key=constant), that a collision costs a miss and never reuses a wrong
- * block; lookups cost O(cached blocks) under it, and sched_create refuses it beside a class
- * whose prefix_order is longest_prefix (that order tracks waiters by key alone).  Never a
- * production setting. */
-typedef enum sched_prefix_key_fn {
-    SCHED_PREFIX_KEY_XXH3 = 0,           /* "xxh3": XXH3-128 of (parent key, salt, tokens) */
-    SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS, /* "constant": every block {1, 1} (diagnostic) */
-    SCHED_PREFIX_KEY__COUNT
-} sched_prefix_key_fn;
-
 /* Stable names ("token_budget", "queue_full", ...).  Out-of-range values give "?". */
 const char *sched_mode_name(sched_mode m);
 const char *sched_prefix_order_name(sched_prefix_order o);
-const char *sched_prefix_key_fn_name(sched_prefix_key_fn f);
 const char *sched_preempt_mode_name(sched_preempt_mode m);
 const char *sched_reject_name(sched_reject_reason r);
 const char *sched_cancel_name(sched_cancel_reason r);
@@ -234,6 +220,9 @@ typedef enum sched_outcome {
     SCHED_OUTCOME_DONE,      /* "done": the way back completed */
     SCHED_OUTCOME_FAILED,    /* "failed": a transfer failed */
     SCHED_OUTCOME_ABANDONED, /* "abandoned": ended or preempted again first */
+    SCHED_OUTCOME_DAMAGED,   /* "damaged": a transfer failed because a block read back from a
+                                tier was not the one written there, or the tier file ended
+                                before it (status -EBADMSG, -ENODATA): not used, recomputed */
     SCHED_OUTCOME__COUNT
 } sched_outcome;
 const char *sched_outcome_name(sched_outcome o); /* NONE → NULL */
@@ -313,6 +302,10 @@ typedef struct sched_tenant_cfg {
      * cached prompt blocks (e.g. a gateway's users sharing a system prompt); default the
      * tenant's own name, so no two tenants share unless the policy says so */
     char cache_domain[SCHED_NAME_MAX];
+    /* each client uid of the tenant a cache domain of its own within it (default no): uids
+     * that share a tenant (default_tenant's unmapped uids, or [tenant] uids = ...) share its
+     * cached prompts otherwise, so one can tell from a fast first token what another sent */
+    bool cache_per_uid;
     uint32_t max_cached_blocks; /* cached blocks no sequence holds that this tenant
                                        inserted, kept at most (oldest dropped); 0 = unlimited */
 } sched_tenant_cfg;
@@ -367,6 +360,9 @@ uint32_t sched_policy_trusted_uids(const sched_policy *p, const uint32_t **uids)
  * not change when other tenants are added, and a replay of a logged run finds the same keys.
  * 0 for a bad index. */
 uint64_t sched_policy_cache_salt(const sched_policy *p, int tenant);
+/* The salt of a request of client uid in tenant: the domain's, or, when the tenant has
+ * cache_per_uid, one of that uid's own within the domain. 0 for a bad index. */
+uint64_t sched_policy_cache_salt_uid(const sched_policy *p, int tenant, uint32_t uid);
 
 /* Canonical text (owned by the policy, valid while it lives), its hash and the hash as 16
  * lowercase hex digits (owned by the policy). */
@@ -455,6 +451,7 @@ typedef struct sched_event {
     const char *tenant;
     const char *class_name;
     sched_reject_reason reject;   /* REJECT */
+    const char *detail;           /* REJECT: the caller's words (sched_note_reject), else NULL */
     sched_defer_reason defer;     /* DEFER; PREEMPT: what it made room for (BLOCKS|QUOTA) */
     sched_cancel_reason cancel;   /* CANCEL */
     sched_timeout_reason timeout; /* TIMEOUT */
@@ -502,12 +499,11 @@ typedef void (*sched_event_fn)(void *ctx, const sched_event *ev);
  * transfer or re-prefill). */
 const char *sched_event_reason_name(const sched_event *ev);
 
-/* Write the JSON line of DESIGN.md §5 for ev into buf (NUL-terminated, no trailing newline):
- *   {"t_us":…,"ev":"…","req":…,"tenant":"…","class":"…","reason":"…",…kind fields…}
- * Keys with NULL strings are omitted; numbers are integers except the cost estimates
- * (one decimal).  Realised-cost records (swap_out/swap_in/recompute with a reason) add
- * "mode", "predicted_us" and "realised_us" (one decimal; null when unmeasured).  Pure; returns the length it needed (like snprintf; ≥ len means truncated).*/
-size_t sched_event_json(const sched_event *ev, char *buf, size_t len);
+/* The decision-log line of ev as plain data (DESIGN.md §5): the keys its kind carries, its
+ * names from the tables above.  The scheduler writes no JSON; formats/decision.c
+ * (fmt_decision_format) is the one writer of the log, for the daemon and the simulator.
+ * Pure; the record's strings are ev's or static. */
+void sched_event_record(const sched_event *ev, decision_record *out);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Scheduler                                                                                */
@@ -600,10 +596,6 @@ typedef struct sched_config {
      * token): the blocks generated tokens fill are cached too.  false: prompt blocks only
      * (the results' token fields are not read). */
     bool prefix_cache_generated;
-    /* How blocks are keyed: SCHED_PREFIX_KEY_XXH3 (0, the default).  The constant key is a
-     * diagnostic for tests (see sched_prefix_key_fn): what hits stays the same, only lookups
-     * get slower. */
-    sched_prefix_key_fn prefix_key;
 } sched_config;
 
 /* Create a scheduler.  The policy is copied (the caller may free its own).  sink may be NULL
@@ -638,6 +630,19 @@ typedef struct sched_request {
  *   -E2BIG too_long / never_fits,  -EAGAIN tenant_quota / queue_full (transient),
  *   -ETIME deadline_infeasible. */
 int sched_submit(sched *s, const sched_request *req, uint64_t now_us, sched_reject_reason *reason);
+
+/*
+ * A request the caller refused before submitting it (the daemon's own checks: a bad token,
+ * a parameter out of range, draining, out of memory, a tenant or class not in the policy):
+ * the scheduler takes nothing, but counts the reject in its tenant's and class's stats and
+ * emits it as a REJECT event with `why` and `detail` (the caller's words, may be NULL), so
+ * every reject reaches the one event stream (decision log, metrics, the simulator's report).
+ * q names the request as for sched_submit (tenant and class by index or by name; names not
+ * in the policy are reported as given).  0, or -EINVAL (no scheduler or request, why NONE
+ * or out of range).
+ */
+int sched_note_reject(sched *s, const sched_request *q, sched_reject_reason why, const char *detail,
+                      uint64_t now);
 
 /* Cancel a live request: event "cancel" now; its KV blocks (every pool) are released at the
  * start of the next sched_step (listed in plan->releases, events "release"), or when its
@@ -787,7 +792,8 @@ int sched_commit(sched *s, sched_result *results, size_t n, uint64_t now_us,
                  uint64_t step_duration_us);
 
 /* A transfer from some plan completed.  status 0 = done; < 0 = failed: a failed swap-out
- * turns into a recompute preemption, a failed swap-in into a recompute of the context.
+ * turns into a recompute preemption, a failed swap-in into a recompute of the context
+ * (-EBADMSG / -ENODATA: its blocks came back damaged; logged with outcome "damaged").
  * bytes/duration_us (0 = unknown) refine that tier's bandwidth estimate for that direction.
  * -ENOENT when the transfer id is unknown or already completed. */
 int sched_transfer_done(sched *s, uint64_t transfer_id, uint64_t now_us, uint64_t bytes,

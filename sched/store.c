@@ -201,9 +201,14 @@ void sc_set_state(sched *s, req *r, sched_req_state to)
 
 void sc_waiting_add(sched *s, uint32_t slot)
 {
+    sc_set_state(s, &s->reqs[slot], SCHED_REQ_WAITING);
+    sc_waiting_enqueue(s, slot);
+}
+
+void sc_waiting_enqueue(sched *s, uint32_t slot)
+{
     req *r = &s->reqs[slot];
     uint32_t k = known(r);
-    sc_set_state(s, r, SCHED_REQ_WAITING);
     sc_hpush(s, wait_heap(s, r), r->arrival_us, r->id, slot);
     sc_order_add(s, slot);
     s->n_waiting++;

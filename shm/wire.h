@@ -150,6 +150,13 @@ struct ringlm_wire_cseg {
     uint8_t pad3[RINGLM_WIRE_LINE - 4];
 };
 
+/* dseg.caps */
+#define RINGLM_WIRE_CAP_FACTS 1u /* caps, n_classes and classes are filled in */
+#define RINGLM_WIRE_CAP_TENANT_TAGS                                                                \
+    2u /* this session's tenant tags are honoured (its uid is
+                                          in the policy's [trust]); else they are ignored */
+#define RINGLM_WIRE_CLASSES_MAX 16u
+
 enum ringlm_wire_state {
     RINGLM_WIRE_ST_ALIVE = 1,
     RINGLM_WIRE_ST_DRAINING = 2, /* no new requests; running ones finish */
@@ -174,6 +181,14 @@ struct ringlm_wire_dseg {
     uint64_t policy_hash; /* current policy identity */
     uint64_t session_id;
     char end_reason[104]; /* NUL-terminated text when CLOSED */
+    /* What the daemon says of this session's place in its policy, written before the
+     * welcome is sent and not changed after: whether its tenant tags are honoured, which
+     * request classes exist. A daemon of ABI 3 from before these fields left them 0 (the
+     * header area is zeroed) and a library of that time ignores them, so either side may
+     * be older: the ABI stays 3, and caps without RINGLM_WIRE_CAP_FACTS means "not said". */
+    uint32_t caps;      /* RINGLM_WIRE_CAP_* */
+    uint32_t n_classes; /* names in classes[], at most RINGLM_WIRE_CLASSES_MAX */
+    char classes[RINGLM_WIRE_CLASSES_MAX][RINGLM_WIRE_NAME_LEN]; /* NUL-terminated */
 };
 
 #define RINGLM_WIRE_HEADER_AREA 4096 /* ring data starts on the next page */

@@ -5,6 +5,7 @@
  * and retries) → sched_step(now) → charge the planned batch's step time → sched_commit at
  * now + step. When nothing runs, time jumps straight to the next event, so idle gaps cost
  * nothing. The scheduler is the real sched/ library; nothing here decides policy. */
+#include "formats/decision.h"
 #include "sim/engine.h"
 #include "sim/err.h"
 
@@ -119,13 +120,16 @@ typedef struct eng {
     char line[2048];
 } eng;
 
+/* The decision log: the scheduler's event as a record, written by the one writer. */
 static void sink(void *ctx, const sched_event *ev)
 {
     eng *e = ctx;
-    size_t n = sched_event_json(ev, e->line, sizeof e->line - 1);
-    if (n >= sizeof e->line - 1) n = strlen(e->line);
+    fmt_decision rec;
+    sched_event_record(ev, &rec);
+    int n = fmt_decision_format(&rec, e->line, sizeof e->line - 1);
+    if (n < 0) return; /* longer than any line the scheduler makes */
     e->line[n] = '\n';
-    fwrite(e->line, 1, n + 1, e->o->decision_log);
+    fwrite(e->line, 1, (size_t)n + 1, e->o->decision_log);
 }
 
 static void warn(sim_run *r, const char *msg)
@@ -222,6 +226,13 @@ static int submit(eng *e, uint32_t req, uint32_t attempt, int64_t at, int64_t no
     x->seen_us = now;
     x->live = 1;
     e->live++;
+    if (q->daemon_reject) {
+        /* refused by the daemon before its scheduler: the same reject, in the same stream */
+        why = (sched_reject_reason)q->daemon_reject;
+        sched_note_reject(e->s, &sr, why, "recorded by ringlmd", (uint64_t)now);
+        end_rec(e, x, SIM_OUT_REJECTED, why, now);
+        return 0;
+    }
     rc = sched_submit(e->s, &sr, (uint64_t)now, &why);
     if (rc == 0) return 0;
     end_rec(e, x, SIM_OUT_REJECTED, why, now);

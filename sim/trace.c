@@ -195,9 +195,17 @@ _Static_assert((int)SIM_FMT_AZURE == (int)FMT_TRACE_AZURE &&
  * is not replayed (said in why), or -1 with why. */
 static int native_req(sim_trace *t, const fmt_request *q, sim_req *r, char *why, size_t wl)
 {
-    /* A request the daemon refused before scheduling it (bad parameters) can have an empty
-     * prompt; there is nothing to replay. */
-    if (q->prompt_tokens == 0) {
+    /* A reject only the daemon could decide (a bad token or parameter, draining, out of
+     * memory): the simulator cannot decide it, so it replays it as recorded (the same reject
+     * event, the same count in the report), whatever the lengths. */
+    if (q->finish_reason && q->reject_reason &&
+        strcmp(q->finish_reason, sched_end_name(SCHED_END_REJECTED)) == 0)
+        for (unsigned w = SCHED_REJECT_BAD_TOKEN; w <= SCHED_REJECT_INTERNAL; w++)
+            if (strcmp(q->reject_reason, sched_reject_name((sched_reject_reason)w)) == 0)
+                r->daemon_reject = (uint8_t)w;
+    /* Any other request the daemon refused before scheduling it can have an empty prompt;
+     * there is nothing to replay. */
+    if (q->prompt_tokens == 0 && !r->daemon_reject) {
         snprintf(why, wl, "\"prompt_tokens\" is 0 (refused before scheduling): not replayed");
         return 1;
     }
@@ -224,6 +232,7 @@ static int native_req(sim_trace *t, const fmt_request *q, sim_req *r, char *why,
      * recorded cancel time or the policy cut it short again. */
     if (r->real_reason != SIM_REAL_LENGTH && r->real_reason != SIM_REAL_STOP && r->max_tokens > 0)
         r->output_tokens = r->max_tokens;
+    if (r->daemon_reject && r->output_tokens == 0) r->output_tokens = r->max_tokens = 1;
     if (r->output_tokens == 0) {
         snprintf(why, wl, "\"output_tokens\" and \"max_tokens\" are 0");
         return -1;

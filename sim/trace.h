@@ -30,13 +30,18 @@ typedef struct sim_req {
     int64_t deadline_us; /* absolute, SIM_NO_TIME when none */
     int64_t cancel_us;   /* absolute time the client cancels/dies, or SIM_NO_TIME */
     uint32_t prompt_tokens;
-    uint32_t output_tokens;      /* tokens the request generates before it stops */
-    uint32_t max_tokens;         /* asked for; >= output_tokens */
-    uint16_t tenant;             /* index into sim_trace.tenants */
-    uint16_t klass;              /* index into sim_trace.classes */
-    uint64_t src_id;             /* `req` of a native trace, else the data row number */
-    uint32_t src_line;           /* line in the source file (0 for generated requests) */
-    uint8_t real_reason;         /* enum sim_real_reason */
+    uint32_t output_tokens; /* tokens the request generates before it stops */
+    uint32_t max_tokens;    /* asked for; >= output_tokens */
+    uint16_t tenant;        /* index into sim_trace.tenants */
+    uint16_t klass;         /* index into sim_trace.classes */
+    uint64_t src_id;        /* `req` of a native trace, else the data row number */
+    uint32_t src_line;      /* line in the source file (0 for generated requests) */
+    uint8_t real_reason;    /* enum sim_real_reason */
+    /* A reject the daemon decided before its scheduler saw the request (bad_token,
+     * bad_params, draining, internal: what a trace cannot show the simulator), recorded in
+     * a native trace's reject_reason: the simulator replays it as that reject
+     * (sched_note_reject). SCHED_REJECT_NONE: none. */
+    uint8_t daemon_reject;       /* sched_reject_reason */
     int64_t real_first_token_us; /* recorded outcome, SIM_NO_TIME when absent */
     int64_t real_finish_us;
     /* the prompt's block hashes (prefix cache, DESIGN §10): sim_trace.hashes[hash_off ..

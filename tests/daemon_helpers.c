@@ -78,6 +78,7 @@ void dmn_start(dmn *d, const char *model, const char *policy_text, const char *c
     }
     const char *argv[64];
     int a = 0;
+    if (extra && extra[0] && !strcmp(extra[0], TH_TEST_BUILD)) argv[a++] = *extra++; /* first */
     argv[a++] = "--model";
     argv[a++] = model;
     argv[a++] = "--stats-file";

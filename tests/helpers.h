@@ -47,6 +47,10 @@ void th_daemon_init(th_daemon *d);
  * output, when it exits or does not listen within timeout_ms.
  */
 void th_daemon_start(th_daemon *d, const char *const *args, int timeout_ms);
+/* As the first of th_daemon_start's args: start ringlmd-test (ringlmd built with its test
+ * knobs, RINGLM_TEST_KNOBS: --prefix-key, --fail-kv-reads) instead of ringlmd. The marker is
+ * not passed on. */
+#define TH_TEST_BUILD "(ringlmd-test)"
 /* Sends sig and waits up to timeout_ms for the exit, SIGKILL after. Returns the exit status,
  * 128+signal, 999 when it had to be killed, -1 when it was not running. */
 int th_daemon_stop(th_daemon *d, int sig, int timeout_ms);

@@ -287,6 +287,13 @@ Test(daemon_declog, sched_events_are_schema_json)
          .pool = SCHED_POOL_HOST,
          .blocks = 3},
         {.t_us = 4,
+         .kind = SCHED_EV_REJECT,
+         .req = 7,
+         .tenant = "bad\xff\xfeutf8",
+         .class_name = "chat",
+         .reject = SCHED_REJECT_BAD_TOKEN,
+         .detail = "prompt token 1 is \"9999\"\n"},
+        {.t_us = 4,
          .kind = SCHED_EV_FINISH,
          .req = 7,
          .tenant = "al\"ice",
@@ -311,7 +318,13 @@ Test(daemon_declog, sched_events_are_schema_json)
         cr_assert_str_eq(json_string_value(json_object_get(o, "ev")),
                          sched_event_name(evs[i].kind));
         cr_assert_eq(json_integer_value(json_object_get(o, "req")), 7);
-        cr_assert_str_eq(json_string_value(json_object_get(o, "tenant")), evs[i].tenant);
+        if (evs[i].kind == SCHED_EV_REJECT) { /* repaired: U+FFFD for each bad byte */
+            cr_assert_str_eq(json_string_value(json_object_get(o, "tenant")),
+                             "bad\xef\xbf\xbd\xef\xbf\xbdutf8", "%s", lines[i]);
+            cr_assert_str_eq(json_string_value(json_object_get(o, "reason")), "bad_token");
+            cr_assert_str_eq(json_string_value(json_object_get(o, "detail")), evs[i].detail);
+        } else
+            cr_assert_str_eq(json_string_value(json_object_get(o, "tenant")), evs[i].tenant);
         cr_assert(json_is_string(json_object_get(o, "class")));
         if (evs[i].kind == SCHED_EV_PREEMPT) {
             cr_assert_str_eq(json_string_value(json_object_get(o, "mode")), "swap", "%s", lines[i]);

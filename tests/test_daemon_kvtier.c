@@ -2,14 +2,22 @@
 /* KV tiers: swap out / clobber / swap in is byte-exact through io_uring, for the host (memfd)
  * and disk (O_DIRECT file) tiers; slot accounting; bad input is refused, never crashes. */
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
 #include <liburing.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "daemon/kvtier.h"
+#include "ringlm.h"
+#include "tests/helpers.h"
 
 #define BLOCK_BYTES 20480 /* stories260K: 16 tokens × 1280 bytes */
 #define POOL_BLOCKS 32
@@ -364,4 +372,345 @@ Test(daemon_kvtier, contiguous_runs_coalesce)
     unlink(path);
     free(orig);
     munmap(pool, len);
+}
+
+/* A disk tier file damaged between the write and the read: a block overwritten fails its
+ * checksum (-EBADMSG), a block past the end of a cut file comes back short (-ENODATA), a hole
+ * below a later write (zeros) fails its checksum — through transfers (swap-ins) and copies
+ * (the prefix cache's reloads) alike; the failures are counted per kind, an intact block
+ * still comes back exact. */
+Test(daemon_kvtier, damaged_disk_blocks_are_refused)
+{
+    struct io_uring ring;
+    cr_assert_eq(io_uring_queue_init(64, &ring, 0), 0);
+    size_t len = (size_t)POOL_BLOCKS * BLOCK_BYTES;
+    unsigned char *pool =
+        mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(pool, MAP_FAILED);
+    fill(pool, len, 5);
+    unsigned char *orig = malloc(len);
+    memcpy(orig, pool, len);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/ringlm-kvtier-dmg-%d", (int)getpid());
+    kvtier_config c = {.block_bytes = BLOCK_BYTES,
+                       .pool_blocks = POOL_BLOCKS,
+                       .pool_base = pool,
+                       .disk_path = path,
+                       .disk_blocks = 8,
+                       .numa_node = -1,
+                       .ring = &ring,
+                       .ud_tag = TAG};
+    kvtier *t;
+    cr_assert_eq(kvtier_create(&c, &t), 0, "%s", kvtier_errmsg());
+    int32_t blocks[4] = {1, 2, 3, 4}, slots[4] = {0, 1, 2, 3};
+    done_rec d = {0};
+    cr_assert_eq(
+        kvtier_submit(t, SCHED_XFER_OUT, SCHED_POOL_DISK, blocks, slots, 4, 1, on_done, &d), 0);
+    wait_done(&ring, t, &d, 1);
+    cr_assert_eq(d.res, 0);
+    uint64_t us;
+    int32_t cblocks[2] = {5, 6}, cslots[2] = {6, 7};
+    cr_assert_eq(kvtier_copy(t, SCHED_POOL_DEVICE, SCHED_POOL_DISK, cblocks, cslots, 2, &us), 0);
+
+    int fd = open(path, O_RDWR);
+    cr_assert_geq(fd, 0);
+    char junk[64];
+    memset(junk, 0x5a, sizeof junk);
+    cr_assert_eq(pwrite(fd, junk, sizeof junk, (off_t)BLOCK_BYTES + 100), (ssize_t)sizeof junk);
+    int32_t dst[1] = {20}, one[1] = {1};
+    cr_assert_eq(kvtier_submit(t, SCHED_XFER_IN, SCHED_POOL_DISK, dst, one, 1, 2, on_done, &d), 0);
+    wait_done(&ring, t, &d, 2);
+    cr_assert_eq(d.res, -EBADMSG, "an overwritten block: res %d", d.res);
+    /* slot 0 intact: exact */
+    int32_t zero[1] = {0};
+    cr_assert_eq(kvtier_submit(t, SCHED_XFER_IN, SCHED_POOL_DISK, dst, zero, 1, 3, on_done, &d), 0);
+    wait_done(&ring, t, &d, 3);
+    cr_assert_eq(d.res, 0);
+    cr_assert(memcmp(pool + 20 * BLOCK_BYTES, orig + 1 * BLOCK_BYTES, BLOCK_BYTES) == 0);
+    /* cut to 3 blocks: slot 3 is past the end; then slot 7 rewritten leaves slots 3.. as holes */
+    cr_assert_eq(ftruncate(fd, 3 * BLOCK_BYTES), 0);
+    int32_t three[1] = {3};
+    cr_assert_eq(kvtier_submit(t, SCHED_XFER_IN, SCHED_POOL_DISK, dst, three, 1, 4, on_done, &d),
+                 0);
+    wait_done(&ring, t, &d, 4);
+    cr_assert_eq(d.res, -ENODATA, "a block past the end: res %d", d.res);
+    int32_t six[1] = {6};
+    cr_assert_eq(kvtier_copy(t, SCHED_POOL_DISK, SCHED_POOL_DEVICE, six, dst, 1, &us), -ENODATA);
+    int32_t b7[1] = {7}, s7[1] = {7};
+    cr_assert_eq(kvtier_copy(t, SCHED_POOL_DEVICE, SCHED_POOL_DISK, b7, s7, 1, &us), 0);
+    cr_assert_eq(kvtier_copy(t, SCHED_POOL_DISK, SCHED_POOL_DEVICE, six, dst, 1, &us), -EBADMSG,
+                 "a hole read as zeros");
+    cr_assert_eq(kvtier_read_failures(t, SCHED_POOL_DISK, KVTIER_READ_CHECKSUM), 2u);
+    cr_assert_eq(kvtier_read_failures(t, SCHED_POOL_DISK, KVTIER_READ_SHORT), 2u);
+    cr_assert_eq(kvtier_read_failures(t, SCHED_POOL_DISK, KVTIER_READ_IO), 0u);
+    close(fd);
+    kvtier_destroy(t);
+    io_uring_queue_exit(&ring);
+    unlink(path);
+    free(orig);
+    munmap(pool, len);
+}
+
+/* ---- a damaged tier under a running ringlmd ------------------------------------------------ */
+
+#define REF_CASES 4
+
+typedef struct ref_case {
+    int32_t prompt[16], gen[600];
+    uint32_t n_prompt, n_gen, max_new;
+    bool stops;
+} ref_case;
+
+/* The four 256-step greedy cases of the shared reference (~17 blocks of 16 tokens each at the
+ * end): false when the reference is absent. */
+static bool load_refs(ref_case *out)
+{
+    char *p = th_shared_file("models/reference-greedy.json");
+    json_error_t e;
+    json_t *j = json_load_file(p, 0, &e);
+    free(p);
+    if (!j) return false;
+    json_t *cases = json_object_get(j, "cases");
+    int n = 0, kept = 0;
+    for (size_t i = 0; i < json_array_size(cases) && kept < REF_CASES; i++) {
+        json_t *c = json_array_get(cases, i), *pt = json_object_get(c, "prompt_tokens"),
+               *gt = json_object_get(c, "generated_tokens");
+        if (json_array_size(pt) > 16 || json_array_size(gt) > 600) continue;
+        if (n++ < 4) continue; /* (the first four are short) */
+        ref_case *r = &out[kept++];
+        memset(r, 0, sizeof *r);
+        for (size_t k = 0; k < json_array_size(pt); k++)
+            r->prompt[r->n_prompt++] = (int32_t)json_integer_value(json_array_get(pt, k));
+        for (size_t k = 0; k < json_array_size(gt); k++)
+            r->gen[r->n_gen++] = (int32_t)json_integer_value(json_array_get(gt, k));
+        r->stops = json_is_true(json_object_get(c, "stopped_on_bos"));
+        int steps = (int)json_integer_value(json_object_get(c, "effective_steps"));
+        r->max_new = (uint32_t)(steps - (int)r->n_prompt + 1);
+    }
+    json_decref(j);
+    return kept == REF_CASES;
+}
+
+/* A client process: rounds of the four cases at once until stop_fd is readable (or
+ * max_rounds), one line per answer to out: "ok", "error" (the request ended with an error)
+ * or "wrong ..." (any other difference from the greedy reference). */
+static int greedy_rounds(const char *sock, const ref_case *cases, const char *out, int stop_fd,
+                         int max_rounds)
+{
+    FILE *f = fopen(out, "w");
+    ringlm_client *c;
+    if (!f || ringlm_connect(sock, &c) < 0) return 2;
+    static int32_t got[REF_CASES][600];
+    for (int round = 0; round < max_rounds && !th_readable(stop_fd, 0); round++) {
+        uint64_t ids[REF_CASES];
+        uint32_t n_got[REF_CASES] = {0};
+        for (int i = 0; i < REF_CASES; i++) {
+            ringlm_request r;
+            ringlm_request_init(&r);
+            r.prompt = cases[i].prompt;
+            r.n_prompt = cases[i].n_prompt;
+            r.max_new_tokens = cases[i].max_new;
+            if (ringlm_submit(c, &r, &ids[i]) < 0) return 3;
+        }
+        for (int left = REF_CASES; left > 0;) {
+            ringlm_event ev;
+            if (ringlm_next_event(c, &ev, 60000) <= 0) return 4;
+            int i = 0;
+            while (i < REF_CASES && ids[i] != ev.req_id) i++;
+            if (i == REF_CASES) return 5;
+            if (ev.kind == RINGLM_EV_TOKEN && n_got[i] < 600) got[i][n_got[i]++] = ev.token;
+            if (ev.kind != RINGLM_EV_FINISH) continue;
+            left--;
+            const ref_case *rc = &cases[i];
+            int want = rc->stops ? RINGLM_FINISH_STOP : RINGLM_FINISH_LENGTH;
+            uint32_t k = 0;
+            while (k < n_got[i] && k < rc->n_gen && got[i][k] == rc->gen[k]) k++;
+            if (ev.finish_reason == RINGLM_FINISH_ERROR)
+                fprintf(f, "error\n");
+            else if (ev.finish_reason == want && n_got[i] == rc->n_gen && k == rc->n_gen)
+                fprintf(f, "ok\n");
+            else
+                fprintf(f, "wrong: round %d case %d finish %s, %u tokens, first difference at %u\n",
+                        round, i, ringlm_reason_name(ev.finish_reason), n_got[i], k);
+            fflush(f);
+        }
+    }
+    ringlm_close(c);
+    fclose(f);
+    return 0;
+}
+
+/* ringlm_kv_tier_read_failures_total of tier, summed over reasons (-1: no /metrics). */
+static long long read_failures(int port, const char *tier, long long *checksum,
+                               long long *short_read)
+{
+    int status = 0;
+    char *body = th_http_get(port, "/metrics", &status, NULL, 0);
+    if (!body) return -1;
+    long long sum = 0;
+    char key[96];
+    snprintf(key, sizeof key, "ringlm_kv_tier_read_failures_total{tier=\"%s\",reason=\"", tier);
+    for (char *p = strstr(body, key); p; p = strstr(p + 1, key)) {
+        char reason[32];
+        long long v;
+        if (sscanf(p + strlen(key), "%31[a-z_]\"} %lld", reason, &v) != 2) continue;
+        sum += v;
+        if (!strcmp(reason, "checksum")) *checksum = v;
+        if (!strcmp(reason, "short_read")) *short_read = v;
+    }
+    free(body);
+    return sum;
+}
+
+static int count_lines(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* The host tier's memfd, opened through /proc for writing (as root may): -1 when not found. */
+static int open_host_tier(pid_t pid)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(dir);
+    int fd = -1;
+    for (struct dirent *e; d && fd < 0 && (e = readdir(d));) {
+        char p[384], target[256];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        ssize_t n = readlink(p, target, sizeof target - 1);
+        if (n <= 0) continue;
+        target[n] = 0;
+        if (strstr(target, "memfd:ringlmd-kv-host")) fd = open(p, O_RDWR | O_CLOEXEC);
+    }
+    if (d) closedir(d);
+    return fd;
+}
+
+/*
+ * Swaps through a KV pool too small for the four reference sequences at once, while this
+ * process damages the tier under the daemon — the disk tier file cut to nothing (a read of a
+ * slot past its end comes back short; a hole left below a later write reads as zeros) and
+ * overwritten with garbage; the host tier's memory overwritten through its memfd. Every answer
+ * must still be the greedy reference tokens (a block that fails its checksum is not used: the
+ * sequence recomputes) or end with an error — and the damage is counted on /metrics and in
+ * the decision log ("damaged" swap-ins).
+ */
+static void damaged_tier(sched_pool tier)
+{
+    static ref_case cases[REF_CASES];
+    if (!load_refs(cases)) cr_skip_test("reference-greedy.json has not the 256-step cases");
+    char *model = th_shared_file("models/stories260K.bin");
+    th_daemon d;
+    th_daemon_init(&d);
+    char policy[160], declog[160], disk[160], out[160];
+    snprintf(policy, sizeof policy, "%s/policy.conf", d.dir);
+    snprintf(declog, sizeof declog, "%s/decisions.jsonl", d.dir);
+    snprintf(disk, sizeof disk, "%s/kv.disk", d.dir);
+    snprintf(out, sizeof out, "%s/answers.txt", d.dir);
+    FILE *pf = fopen(policy, "w");
+    cr_assert_not_null(pf);
+    fputs("[scheduler]\nmode = token_budget\ntoken_budget = 64\nmax_active_seqs = 8\n"
+          "prefill_chunk = 32\npreemption = swap\nmin_residency = 0us\nmax_preemptions = 0\n",
+          pf);
+    fclose(pf);
+    const char *args[] = {"--model",
+                          model,
+                          "--policy",
+                          policy,
+                          "--kv-blocks",
+                          "24",
+                          "--kv-block-size",
+                          "16",
+                          "--decision-log",
+                          declog,
+                          "--no-prefix-cache",
+                          "--metrics",
+                          "127.0.0.1:0",
+                          tier == SCHED_POOL_DISK ? "--disk-kv" : "--host-kv-blocks",
+                          tier == SCHED_POOL_DISK ? disk : "64",
+                          tier == SCHED_POOL_DISK ? "--disk-kv-blocks" : NULL,
+                          "64",
+                          NULL};
+    th_daemon_start(&d, args, 100000);
+    int port = 0;
+    for (uint64_t until = th_now_ms() + 10000; !port && th_now_ms() < until; th_pause_ms(5)) {
+        const char *o = th_daemon_output(&d), *m = strstr(o, "metrics on port ");
+        if (m) port = atoi(m + strlen("metrics on port "));
+    }
+    cr_assert_gt(port, 0, "no metrics port: %s", th_daemon_output(&d));
+    int fd = tier == SCHED_POOL_DISK ? open(disk, O_RDWR | O_CLOEXEC) : open_host_tier(d.pid);
+    if (fd < 0 && tier == SCHED_POOL_HOST)
+        cr_skip_test("cannot open the host tier's memfd through /proc (needs root): %s",
+                     strerror(errno));
+    cr_assert_geq(fd, 0, "%s: %s", disk, strerror(errno));
+    if (tier == SCHED_POOL_HOST) /* cutting the host tier would SIGBUS the daemon: sealed */
+        cr_assert(ftruncate(fd, 0) < 0 && errno == EPERM, "the host tier's size is not sealed");
+
+    int stop[2];
+    cr_assert_eq(pipe(stop), 0);
+    pid_t client = fork();
+    cr_assert_geq(client, 0);
+    if (client == 0) {
+        close(stop[1]);
+        _exit(greedy_rounds(d.sock, cases, out, stop[0], 40));
+    }
+    close(stop[0]);
+    /* damage until the daemon counted some, the client ran its rounds, or 60 s */
+    size_t len = (size_t)64 * 20480;
+    char *garbage = malloc(len);
+    for (size_t i = 0; i < len; i++) garbage[i] = (char)(i * 2654435761u >> 13);
+    long long failures = 0, checksum = 0, short_read = 0;
+    int st = -1, round = 0;
+    for (uint64_t until = th_now_ms() + 60000; th_now_ms() < until; round++) {
+        if (tier == SCHED_POOL_DISK && round % 2 == 0)
+            cr_assert_eq(ftruncate(fd, 0), 0, "%s", strerror(errno));
+        else
+            cr_assert_eq(pwrite(fd, garbage, len, 0), (ssize_t)len, "%s", strerror(errno));
+        th_pause_ms(2); /* (pacing: the daemon swaps meanwhile) */
+        if (round % 20 == 0)
+            failures = read_failures(port, sched_pool_name(tier), &checksum, &short_read);
+        if (failures >= 5 && (tier != SCHED_POOL_DISK || short_read > 0)) break;
+        if (waitpid(client, &st, WNOHANG) == client) break;
+    }
+    close(stop[1]);
+    if (st < 0) st = th_reap(client, 120000);
+    close(fd);
+    free(garbage);
+    failures = read_failures(port, sched_pool_name(tier), &checksum, &short_read);
+    cr_assert_eq(th_daemon_stop(&d, SIGTERM, 10000), 0, "%s", th_daemon_output(&d));
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "client status 0x%x: %s", st,
+              th_daemon_output(&d));
+    int ok = count_lines(out, "ok"), errors = count_lines(out, "error"),
+        wrong = count_lines(out, "wrong");
+    int damaged = count_lines(declog, "\"reason\":\"damaged\"");
+    cr_log_info("%s tier: %d answers right, %d errors, %d wrong; %lld reads not used (%lld "
+                "checksum, %lld short), %d damaged swap-ins logged",
+                sched_pool_name(tier), ok, errors, wrong, failures, checksum, short_read, damaged);
+    if (wrong) {
+        char *o = th_read_file(out);
+        cr_log_error("%s", o);
+        free(o);
+    }
+    cr_expect_eq(wrong, 0, "%d answers differ from the greedy reference", wrong);
+    cr_expect_gt(ok, 0, "no answer came back right");
+    cr_expect_gt(failures, 0, "the damage was never detected");
+    cr_expect_gt(damaged, 0, "the decision log has no damaged swap-in");
+    th_daemon_cleanup(&d);
+    free(model);
+}
+
+Test(daemon_kvtier, disk_tier_cut_and_overwritten_under_the_daemon, .timeout = 240)
+{
+    damaged_tier(SCHED_POOL_DISK);
+}
+
+Test(daemon_kvtier, host_tier_overwritten_under_the_daemon, .timeout = 240)
+{
+    damaged_tier(SCHED_POOL_HOST);
 }

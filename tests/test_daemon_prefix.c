@@ -553,7 +553,7 @@ Test(daemon_prefix, finish_events_carry_no_cached_tokens_with_the_cache_off)
 /* ---- prefix cache: forced key collisions ---------------------------------------------- */
 
 /* A cached block is used only after its stored token ids compare equal, so a hash
- * collision can never reuse a wrong block.  ringlmd --prefix-key=constant gives every block
+ * collision can never reuse a wrong block.  ringlmd-test --prefix-key=constant gives every block
  * one key, so every block collides with every other, and 1-token blocks put collisions at
  * every position: three greedy reference sequences (A, B, C) share their first token (BOS)
  * and no block after it.  Their first CK_PROMPT tokens are the prompts (one length, one cache
@@ -609,7 +609,8 @@ Test(daemon_prefix, prefix_cache_forced_key_collisions_never_reuse_a_wrong_block
                       ck[i].prompt[1] != ck[3 - i].prompt[1],
                   "the sequences must share token 0 and no more");
     static const char *const flags[] = {
-        "--prefix-key", "constant", "--kv-block-size", "1", "--metrics", "127.0.0.1:0", NULL};
+        TH_TEST_BUILD, "--prefix-key", "constant",    "--kv-block-size",
+        "1",           "--metrics",    "127.0.0.1:0", NULL};
     dmn d;
     dmn_start(&d, model, NULL, flags);
     cr_expect_eq(count_lines(d.errlog, "warning: --prefix-key=constant"), 1,

@@ -460,7 +460,7 @@ Test(daemon_prefix_tiers, prefix_cache_reload_runs_beside_a_decoding_stream)
 }
 
 /* A reload whose copy fails (every read from the disk tier completes with EIO: the daemon's
- * fault injection RINGLMD_FAIL_KV_READS) ends its request alone, with an error (finish
+ * fault injection, ringlmd-test --fail-kv-reads) ends its request alone, with an error (finish
  * "error", cause "internal") and a daemon log line naming it; the stream beside it and the
  * other prompts produce the same tokens as with the cache off, and no block is leaked. */
 Test(daemon_prefix_tiers, prefix_cache_failed_reload_ends_only_its_request)
@@ -472,7 +472,10 @@ Test(daemon_prefix_tiers, prefix_cache_failed_reload_ends_only_its_request)
     snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxrlf-%d", (int)getpid());
     static const char *const off_flags[] = {
         "--kv-blocks", "14", "--kv-block-size", "16", "--no-prefix-cache", DMN_BELOW_CLIENTS, NULL};
-    const char *on_flags[] = {"--kv-blocks",
+    const char *on_flags[] = {TH_TEST_BUILD,
+                              "--fail-kv-reads",
+                              "disk",
+                              "--kv-blocks",
                               "14",
                               "--kv-block-size",
                               "16",
@@ -488,9 +491,7 @@ Test(daemon_prefix_tiers, prefix_cache_failed_reload_ends_only_its_request)
     dmn off, on;
     char *a, *b;
     run_reload_beside(&g, off_flags, &off, &a);
-    setenv("RINGLMD_FAIL_KV_READS", "disk", 1); /* (this test's process and its daemon only) */
     run_reload_beside(&g, on_flags, &on, &b);
-    unsetenv("RINGLMD_FAIL_KV_READS");
     int failed = count_lines2(on.declog, "\"ev\":\"cache_reload\"", "\"reason\":\"failed\"");
     cr_log_info("%d reloads failed", failed);
     cr_assert_gt(failed, 0, "no reload failed after the disk tier file was cut");

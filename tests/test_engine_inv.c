@@ -554,6 +554,18 @@ Test(engine_inv, create_errors_are_clear)
     bad.backend = "tpu";
     cr_assert_eq(eng_create(m, &bad, &e), -EINVAL);
     cr_assert(strstr(eng_errmsg(), "tpu"));
+    /* the CUDA options are checked whatever the backend: a typo is not silently ignored */
+    bad = o;
+    bad.cuda_device = -1;
+    cr_assert_eq(eng_create(m, &bad, &e), -EINVAL);
+    cr_assert(strstr(eng_errmsg(), "cuda_device"), "%s", eng_errmsg());
+    bad = o;
+    bad.cuda_dtype = ENG_CUDA_DTYPE__COUNT;
+    cr_assert_eq(eng_create(m, &bad, &e), -EINVAL);
+    cr_assert(strstr(eng_errmsg(), "cuda_dtype"), "%s", eng_errmsg());
+    cr_assert_eq(eng_cuda_dtype_parse("fp32"), ENG_CUDA_DTYPE_FP32);
+    cr_assert_eq(eng_cuda_dtype_parse("bf16"), ENG_CUDA_DTYPE_BF16);
+    cr_assert_eq(eng_cuda_dtype_parse("fp16"), -1);
     bad = o;
     bad.backend = "cuda";
     setenv("RINGLM_CUDA_LIB", "/nonexistent/libringlm_cuda.so", 1);

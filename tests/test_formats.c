@@ -345,6 +345,33 @@ Test(formats_decision, round_trip_and_escaping)
     cr_assert_eq(b.realised_us, -1);
     cr_assert(isnan(b.predicted_us));
     cr_assert_null(b.mode);
+
+    /* the keys only scheduler events carry (cache hits, demotions, reloads) read back too */
+    fmt_decision_init(&d);
+    d.t_us = 56;
+    d.ev = "cache_demote";
+    d.req = 3;
+    d.pool = "device";
+    d.to = "host";
+    d.choice = "reload";
+    d.cached_tokens = 32;
+    d.self_tokens = 16;
+    d.device_tokens = 1;
+    d.host_tokens = 2;
+    d.disk_tokens = 3;
+    d.reload_cost_us = 7.5;
+    d.expected_reuse = 2.5;
+    n = fmt_decision_format(&d, line, sizeof line);
+    cr_assert_gt(n, 0);
+    cr_assert_eq(fmt_decision_parse(line, (size_t)n, &b, &t, why, sizeof why), 0, "%s: %s", why,
+                 line);
+    cr_assert_str_eq(b.to, "host");
+    cr_assert_str_eq(b.choice, "reload");
+    cr_assert_eq(b.cached_tokens, 32);
+    cr_assert_eq(b.self_tokens, 16);
+    cr_assert_eq(b.device_tokens + b.host_tokens + b.disk_tokens, 6);
+    cr_assert_eq(b.reload_cost_us, 7.5);
+    cr_assert_eq(b.expected_reuse, 2.5);
 }
 
 /* ---- stats file ------------------------------------------------------------------------ */

@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/event_json.h"
 #include "sched/sched.h"
+#include "sched/sched_testing.h"
 #include "tests/sched_drive_util.h"
 
 #define MAXE 40000
@@ -36,8 +38,9 @@ static void sink(void *ctx, const sched_event *e)
         if (e->req < MAXE) D.wait_us[e->req] = e->wait_us;
     }
     char line[512];
-    size_t n = sched_event_json(e, line, sizeof line);
-    cr_assert_lt(n, sizeof line);
+    int w = event_json(e, line, sizeof line);
+    cr_assert_geq(w, 0);
+    size_t n = (size_t)w;
     if (D.log_len + n + 2 > D.log_cap) {
         D.log_cap = (D.log_cap + n + 2) * 2;
         D.log = realloc(D.log, D.log_cap);
@@ -345,10 +348,11 @@ Test(sched_order_policy, bad_values_are_refused_with_the_line_and_the_reason)
             "unknown key \"prefix_order\" in [scheduler]");
 }
 
-/* The constant block key (a diagnostic, sched_prefix_key_fn) names no block: the order, which
- * follows waiting requests by key alone, would count any block inserted as every waiter's next
- * one (its invariant check failed in 4 of these tests under it) — the scheduler refuses the
- * pair at create, and takes the constant key with fcfs classes. */
+/* The constant block key (a test-only key function, sched_testing.h) names no block: the order,
+ * which follows waiting requests by key alone, would count any block inserted as every
+ * waiter's next one (its invariant check failed in 4 of these tests under it) — the scheduler
+ * refuses the pair, takes the constant key with fcfs classes, and takes it only before the
+ * first request. */
 Test(sched_order_policy, the_constant_key_is_refused_beside_a_longest_prefix_class)
 {
     sched_policy *p;
@@ -361,21 +365,29 @@ Test(sched_order_policy, the_constant_key_is_refused_beside_a_longest_prefix_cla
                       .kv_bytes_per_token = 64,
                       .max_context = 512,
                       .step.prefill_token_us = 1,
-                      .prefix_cache = true,
-                      .prefix_key = SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS};
+                      .prefix_cache = true};
     sched *s = NULL;
-    cr_assert_eq(sched_create(p, &c, NULL, NULL, 1, &s), -EINVAL);
-    cr_assert_null(s);
+    cr_assert_eq(sched_create(p, &c, NULL, NULL, 1, &s), 0, "%s", sched_last_error());
+    cr_assert_eq(sched_testing_set_prefix_key(s, SCHED_PREFIX_KEY_CONSTANT), -EINVAL);
     cr_assert(strstr(sched_last_error(), "prefix_key") &&
                   strstr(sched_last_error(), "longest_prefix"),
               "%s", sched_last_error());
-    c.prefix_key = SCHED_PREFIX_KEY_XXH3;
-    cr_assert_eq(sched_create(p, &c, NULL, NULL, 1, &s), 0, "%s", sched_last_error());
+    cr_assert_eq(sched_testing_set_prefix_key(s, SCHED_PREFIX_KEY_XXH3), 0, "%s",
+                 sched_last_error());
+    cr_assert_eq(sched_testing_set_prefix_key(s, SCHED_PREFIX_KEY__COUNT), -EINVAL);
     sched_destroy(s);
     sched_policy_free(p);
     cr_assert_eq(sched_policy_parse("[scheduler]\n[class c]\nprefix_order = fcfs\n", &p, &err), 0);
-    c.prefix_key = SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS;
     cr_assert_eq(sched_create(p, &c, NULL, NULL, 1, &s), 0, "%s", sched_last_error());
+    cr_assert_eq(sched_testing_set_prefix_key(s, SCHED_PREFIX_KEY_CONSTANT), 0, "%s",
+                 sched_last_error());
+    sched_request q = {.id = 1, .prompt_len = 4, .max_new_tokens = 4};
+    int32_t toks[4] = {1, 2, 3, 4};
+    q.tokens = toks;
+    sched_reject_reason why;
+    cr_assert_eq(sched_submit(s, &q, 0, &why), 0, "%s", sched_last_error());
+    cr_assert_eq(sched_testing_set_prefix_key(s, SCHED_PREFIX_KEY_XXH3), -EBUSY,
+                 "the key function changed under a cached request");
     sched_destroy(s);
     sched_policy_free(p);
 }

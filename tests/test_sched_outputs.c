@@ -10,9 +10,11 @@
  *     spelt like the cause it maps to unless it is a documented finer reason.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "tests/event_json.h"
 #include "sched/sched.h"
 #include "shm/wire.h"
 
@@ -67,7 +69,7 @@ Test(sched_outputs, event_reason_is_typed)
     e = (sched_event){.kind = SCHED_EV_SWAP_OUT}; /* planned: no reason, no realised cost */
     cr_assert_null(sched_event_reason_name(&e));
     char buf[256];
-    sched_event_json(&e, buf, sizeof buf);
+    cr_assert_geq(event_json(&e, buf, sizeof buf), 0);
     cr_assert_null(strstr(buf, "reason"), "%s", buf);
     cr_assert_null(strstr(buf, "realised_us"), "%s", buf);
     e = (sched_event){.kind = SCHED_EV_ADMIT};
@@ -257,4 +259,60 @@ Test(sched_outputs, every_end_known_without_a_sink)
     cr_assert_gt(seen[SCHED_EV_TIMEOUT], 0);
     cr_assert_gt(bp, 0);
     cr_assert_gt(seen[SCHED_EV_CANCEL], bp);
+}
+
+/* ---- the caller's own rejects are events of the one stream ------------------------------ */
+
+static sched_event noted;
+static int n_noted;
+static char noted_detail[64];
+static void note_sink(void *ctx, const sched_event *e)
+{
+    (void)ctx;
+    noted = *e;
+    snprintf(noted_detail, sizeof noted_detail, "%s", e->detail ? e->detail : "(null)");
+    n_noted++;
+}
+
+/* A request the daemon refused before submitting it (sched_note_reject) is a REJECT event
+ * with its reason and detail, counted in its tenant's stats; the scheduler takes nothing. */
+Test(sched_outputs, a_callers_reject_is_an_event_and_counted)
+{
+    sched_policy *p;
+    sched_policy_error err;
+    cr_assert_eq(sched_policy_parse(policy, &p, &err), 0, "%d %s", err.line, err.reason);
+    sched_config cfg = {.kv_blocks_device = 48,
+                        .block_size = 16,
+                        .kv_bytes_per_token = 64,
+                        .max_context = 1024,
+                        .step.base_us = 1000,
+                        .step.prefill_token_us = 10,
+                        .step.decode_seq_us = 10};
+    sched *s;
+    cr_assert_eq(sched_create(p, &cfg, note_sink, NULL, 1, &s), 0, "%s", sched_last_error());
+    sched_request q = {.id = 9,
+                       .tenant = -1,
+                       .tenant_name = NULL,
+                       .class_idx = -1,
+                       .class_name = "no-such-class",
+                       .prompt_len = 4,
+                       .max_new_tokens = 8};
+    n_noted = 0;
+    cr_assert_eq(sched_note_reject(s, &q, SCHED_REJECT_BAD_TOKEN, "prompt token 2 is 9999", 5), 0,
+                 "%s", sched_last_error());
+    cr_assert_eq(n_noted, 1);
+    cr_expect_eq(noted.kind, SCHED_EV_REJECT);
+    cr_expect_eq(noted.req, 9);
+    cr_expect_eq(noted.t_us, 5);
+    cr_expect_eq(noted.reject, SCHED_REJECT_BAD_TOKEN);
+    cr_expect_str_eq(noted_detail, "prompt token 2 is 9999");
+    cr_expect_eq(sched_reject_cause(noted.reject), SCHED_END_BAD_TOKEN);
+    sched_counts c;
+    sched_get_counts(s, &c);
+    cr_expect_eq(c.waiting + c.running, 0, "the scheduler took the refused request");
+    cr_expect_eq(sched_note_reject(s, &q, SCHED_REJECT_NONE, NULL, 6), -EINVAL);
+    cr_expect_eq(sched_note_reject(s, &q, SCHED_REJECT__COUNT, NULL, 6), -EINVAL);
+    cr_expect_eq(n_noted, 1);
+    sched_destroy(s);
+    sched_policy_free(p);
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "sched/prefix.h"
+#include "sched/sched_testing.h"
 
 #define BS    4    /* tokens per block */
 #define MAXB  2048 /* blocks per pool at most */
@@ -574,29 +575,27 @@ Test(sched_prefix, forced_collisions_never_reuse_a_wrong_block)
     o_fini();
 }
 
-/* The key function a scheduler is configured with (sched_config.prefix_key): XXH3 is what
- * sched_prefix_keys computes; the constant one (a diagnostic) keys every block alike, so the
- * daemon can force every collision (ringlmd --prefix-key=constant, daemon_prefix). */
+/* The key function a test may set (sched_testing.h): XXH3 is what sched_prefix_keys
+ * computes; the constant one keys every block alike, so the daemon's test build can force
+ * every collision (ringlmd-test --prefix-key=constant, daemon_prefix). */
 Test(sched_prefix, the_constant_key_function_keys_every_block_alike)
 {
     int32_t a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8] = {9, 9, 9, 9, 8, 8, 8, 8};
     sched_prefix_key ka[2], kb[2], x[2], xa[2];
-    cr_assert_eq(sched_prefix_keys_with(SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS, 7, a, 8, BS, ka, 2),
-                 2);
-    cr_assert_eq(sched_prefix_keys_with(SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS, 8, b, 8, BS, kb, 2),
-                 2);
+    cr_assert_eq(sched_prefix_keys_with(SCHED_PREFIX_KEY_CONSTANT, 7, a, 8, BS, ka, 2), 2);
+    cr_assert_eq(sched_prefix_keys_with(SCHED_PREFIX_KEY_CONSTANT, 8, b, 8, BS, kb, 2), 2);
     for (int i = 0; i < 2; i++)
         cr_assert(sched_prefix_key_eq(ka[i], ka[0]) && sched_prefix_key_eq(kb[i], ka[0]),
                   "other tokens, salt or parent changed a constant key");
     cr_assert(sched_prefix_key_eq(
-        sched_prefix_block_key_with(SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS, ka[0], 3, b, BS), ka[0]));
+        sched_prefix_block_key_with(SCHED_PREFIX_KEY_CONSTANT, ka[0], 3, b, BS), ka[0]));
     sched_prefix_keys_with(SCHED_PREFIX_KEY_XXH3, 7, a, 8, BS, x, 2);
     sched_prefix_keys(7, a, 8, BS, xa, 2);
     cr_assert(sched_prefix_key_eq(x[0], xa[0]) && sched_prefix_key_eq(x[1], xa[1]),
               "XXH3 is sched_prefix_keys' function");
     cr_assert(!sched_prefix_key_eq(x[0], x[1]));
     cr_assert_str_eq(sched_prefix_key_fn_name(SCHED_PREFIX_KEY_XXH3), "xxh3");
-    cr_assert_str_eq(sched_prefix_key_fn_name(SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS), "constant");
+    cr_assert_str_eq(sched_prefix_key_fn_name(SCHED_PREFIX_KEY_CONSTANT), "constant");
 }
 
 Test(sched_prefix, two_salts_never_hit_each_other)
@@ -714,6 +713,7 @@ Test(sched_prefix, random_traffic_keeps_every_invariant_and_every_block_intact)
  * runs, the scheduler's invariants (reference counts included) checked after every call.
  * ============================================================================================== */
 
+#include "tests/event_json.h"
 #include "sched/sched.h"
 #include "tests/sched_drive_util.h"
 
@@ -738,7 +738,7 @@ static void d_sink(void *ctx, const sched_event *e)
     }
     if (e->kind == SCHED_EV_FINISH) D.finished++;
     char line[512];
-    cr_assert_lt(sched_event_json(e, line, sizeof line), sizeof line);
+    cr_assert_geq(event_json(e, line, sizeof line), 0);
 }
 
 static void d_check(void)
@@ -746,7 +746,7 @@ static void d_check(void)
     sd_check(D.s);
 }
 
-static sched_prefix_key_fn d_key_fn; /* the next d_init's sched_config.prefix_key (XXH3: 0) */
+static sched_prefix_key_fn d_key_fn; /* the next d_init's key function (XXH3: 0) */
 
 /* extra: more [scheduler] keys; tenants: the [tenant] sections (NULL: a and b, defaults). */
 static void d_init_tenants(const char *extra, const char *tenants, uint32_t dev, uint32_t host,
@@ -771,9 +771,9 @@ static void d_init_tenants(const char *extra, const char *tenants, uint32_t dev,
                       .step.decode_seq_us = 1,
                       .host = {.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 1},
                       .prefix_cache = cache,
-                      .prefix_cache_generated = cache,
-                      .prefix_key = d_key_fn};
+                      .prefix_cache_generated = cache};
     cr_assert_eq(sched_create(D.p, &c, d_sink, NULL, 1, &D.s), 0, "%s", sched_last_error());
+    cr_assert_eq(sched_testing_set_prefix_key(D.s, d_key_fn), 0, "%s", sched_last_error());
 }
 
 static void d_init(const char *extra, uint32_t dev, uint32_t host, bool cache)
@@ -915,12 +915,12 @@ Test(sched_prefix_cache, other_domains_and_uncached_requests_never_hit)
     d_fini();
 }
 
-/* A scheduler keying every block alike (sched_config.prefix_key constant): a request shares
+/* A scheduler keying every block alike (sched_testing_set_prefix_key constant): a request shares
  * exactly the blocks whose tokens equal a cached prompt's, as with XXH3 keys; an unknown key
- * function is refused at create. */
+ * function is refused. */
 Test(sched_prefix_cache, the_constant_key_shares_only_equal_blocks)
 {
-    d_key_fn = SCHED_PREFIX_KEY_CONSTANT_FOR_TESTS;
+    d_key_fn = SCHED_PREFIX_KEY_CONSTANT;
     d_init(NULL, 64, 0, true);
     d_key_fn = SCHED_PREFIX_KEY_XXH3;
     int32_t a[16], b[16];
@@ -949,11 +949,12 @@ Test(sched_prefix_cache, the_constant_key_shares_only_equal_blocks)
                       .kv_bytes_per_token = 64,
                       .max_context = 64,
                       .step.prefill_token_us = 1,
-                      .prefix_cache = true,
-                      .prefix_key = SCHED_PREFIX_KEY__COUNT};
+                      .prefix_cache = true};
     sched *s = NULL;
-    cr_assert_eq(sched_create(p, &c, NULL, NULL, 1, &s), -EINVAL);
+    cr_assert_eq(sched_create(p, &c, NULL, NULL, 1, &s), 0, "%s", sched_last_error());
+    cr_assert_eq(sched_testing_set_prefix_key(s, SCHED_PREFIX_KEY__COUNT), -EINVAL);
     cr_assert(strstr(sched_last_error(), "prefix_key"), "%s", sched_last_error());
+    sched_destroy(s);
     sched_policy_free(p);
 }
 
@@ -1085,7 +1086,7 @@ Test(sched_prefix_cache, free_block_demand_evicts_cached_blocks_instead_of_waiti
             evicts++;
             cr_assert_eq(D.ev[i].evict, SCHED_PREFIX_EVICT_DEMAND);
             char line[256];
-            sched_event_json(&D.ev[i], line, sizeof line);
+            event_json(&D.ev[i], line, sizeof line);
             cr_assert(strstr(line, "\"ev\":\"cache_evict\"") &&
                           strstr(line, "\"reason\":\"demand\""),
                       "%s", line);
@@ -1264,7 +1265,7 @@ Test(sched_prefix_tiers, evicted_blocks_are_demoted_to_host_and_reloaded_at_admi
     cr_assert_gt(dm->recompute_cost_us * dm->expected_reuse, dm->swap_cost_us,
                  "demoted because reload < recompute × reuse");
     char line[512];
-    sched_event_json(dm, line, sizeof line);
+    event_json(dm, line, sizeof line);
     cr_assert(strstr(line, "\"ev\":\"cache_demote\"") && strstr(line, "\"to\":\"host\"") &&
                   strstr(line, "\"reload_cost_us\":") && strstr(line, "\"recompute_cost_us\":") &&
                   strstr(line, "\"expected_reuse\":"),
@@ -1295,13 +1296,13 @@ Test(sched_prefix_tiers, evicted_blocks_are_demoted_to_host_and_reloaded_at_admi
     cr_assert_not_null(r);
     cr_assert_eq(r->mode, SCHED_PREEMPT_SWAP);
     cr_assert_lt(r->swap_cost_us, r->recompute_cost_us);
-    sched_event_json(r, line, sizeof line);
+    event_json(r, line, sizeof line);
     cr_assert(strstr(line, "\"choice\":\"reload\"") && strstr(line, "\"pool\":\"host\""), "%s",
               line);
     const sched_event *h = d_find(SCHED_EV_CACHE_HIT, 10);
     cr_assert_eq(h->pool_tokens[SCHED_POOL_HOST], 12);
     cr_assert_eq(h->cached_tokens, 12);
-    sched_event_json(h, line, sizeof line);
+    event_json(h, line, sizeof line);
     cr_assert(strstr(line, "\"host_tokens\":12"), "%s", line);
     double pred = r->swap_cost_us;
     D.now += 1000;
@@ -1365,7 +1366,7 @@ Test(sched_prefix_tiers, a_slow_tier_makes_admission_recompute_and_logs_both_est
     cr_assert_gt(r->swap_cost_us, r->recompute_cost_us);
     cr_assert_eq(r->pool, SCHED_POOL_HOST);
     char line[512];
-    sched_event_json(r, line, sizeof line);
+    event_json(r, line, sizeof line);
     cr_assert(strstr(line, "\"choice\":\"recompute\"") && strstr(line, "\"reload_cost_us\":") &&
                   strstr(line, "\"recompute_cost_us\":"),
               "%s", line);
@@ -1384,7 +1385,7 @@ Test(sched_prefix_tiers, a_slow_tier_makes_admission_recompute_and_logs_both_est
     cr_assert_eq(done->mode, SCHED_PREEMPT_RECOMPUTE);
     cr_assert_eq(done->predicted_us, pred);
     cr_assert_eq(done->realised_us, -1.0, "the driver's steps carry no duration: unmeasured");
-    sched_event_json(done, line, sizeof line);
+    event_json(done, line, sizeof line);
     cr_assert(strstr(line, "\"reason\":\"done\"") && strstr(line, "\"choice\":\"recompute\"") &&
                   strstr(line, "\"realised_us\":null"),
               "%s", line);

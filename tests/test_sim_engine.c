@@ -516,6 +516,52 @@ Test(sim_engine, fidelity_of_own_request_log_is_exact)
     free(buf);
 }
 
+/* A reject only the daemon could decide (a bad token, a bad parameter — even one with no
+ * prompt at all) is in its request log; the simulator cannot decide it, so it replays it as
+ * recorded: the same reject event in its decision log and the same count in its report. */
+Test(sim_engine, daemon_rejects_in_a_native_trace_are_replayed_and_reported)
+{
+    static const char log[] =
+        "{\"req\":1,\"arrival_us\":0,\"tenant\":\"default\",\"class\":\"default\","
+        "\"prompt_tokens\":8,\"max_tokens\":4,\"output_tokens\":4,\"finish_us\":9000,"
+        "\"finish_reason\":\"length\",\"reject_reason\":null}\n"
+        "{\"req\":2,\"arrival_us\":10,\"tenant\":\"default\",\"class\":\"default\","
+        "\"prompt_tokens\":8,\"max_tokens\":4,\"output_tokens\":0,\"finish_us\":10,"
+        "\"finish_reason\":\"rejected\",\"reject_reason\":\"bad_token\"}\n"
+        "{\"req\":3,\"arrival_us\":20,\"tenant\":\"default\",\"class\":\"default\","
+        "\"prompt_tokens\":0,\"max_tokens\":4,\"output_tokens\":0,\"finish_us\":20,"
+        "\"finish_reason\":\"rejected\",\"reject_reason\":\"bad_params\"}\n";
+    sim_trace t;
+    sim_trace_init(&t, "daemon");
+    cr_assert_eq(sim_trace_parse(&t, "daemon.jsonl", log, sizeof log - 1, SIM_FMT_NATIVE, false), 0,
+                 "%s", sim_err());
+    cr_assert_eq(t.n, 3, "%zu requests replayed (%zu lines skipped)", t.n, t.n_bad_total);
+    sim_service svc;
+    toy_service(&svc);
+    sched_policy *p = policy_text("[scheduler]\nmode = token_budget\ntoken_budget = 512\n");
+    char *dl = NULL;
+    size_t dl_len = 0;
+    FILE *f = open_memstream(&dl, &dl_len);
+    sim_run r;
+    run(&t, p, &svc, f, &r);
+    fclose(f);
+    sim_summary s;
+    cr_assert_eq(sim_summarise(&r, NULL, -1, -1, &s), 0);
+    cr_expect_eq(s.all.finished, 1);
+    cr_expect_eq(s.all.rejected, 2);
+    cr_expect_eq(s.all.rejects[SCHED_REJECT_BAD_TOKEN], 1);
+    cr_expect_eq(s.all.rejects[SCHED_REJECT_BAD_PARAMS], 1);
+    cr_expect(strstr(dl, "\"ev\":\"reject\",\"req\":2,\"tenant\":\"default\",\"class\":"
+                         "\"default\",\"reason\":\"bad_token\""),
+              "%s", dl);
+    cr_expect(strstr(dl, "\"reason\":\"bad_params\""), "%s", dl);
+    sim_summary_free(&s);
+    sim_run_free(&r);
+    sched_policy_free(p);
+    sim_trace_free(&t);
+    free(dl);
+}
+
 /* ---- the program ----------------------------------------------------------------------------- */
 
 static int sh(const char *cmd, char **out)

@@ -4,7 +4,7 @@
  * build/lib/libringlm_cuda.so and found by eng_create through ringlm_cuda_backend().
  *
  * Weights live on the device in bf16 (f16 for a GGUF file whose matrices are all F16; fp32
- * with RINGLM_CUDA_DTYPE=fp32, a diagnostic mode): converted on the host from the model's
+ * with eng_options.cuda_dtype fp32, a diagnostic mode): converted on the host from the model's
  * tensors in their file type (llama2.c float32, GGUF F32/F16/BF16/Q8_0/Q4_K/Q6_K; the plan
  * and the conversion are kernels/devload.c's) or, for lazy synthetic models, generated on
  * the device from the seed with the very formula of eng_synth_value. The projections are
@@ -21,9 +21,10 @@
  * Every CUDA and cuBLAS call is checked; a failure returns -EIO (or -ENOMEM, -ENODEV) with
  * eng_seterr naming the call and the runtime's status string. Nothing here aborts.
  *
- * Environment: RINGLM_CUDA_DEVICE (ordinal, default 0), RINGLM_CUDA_DTYPE (bf16 | fp32),
- * RINGLM_CUDA_GRAPHS (0 disables graph replay), RINGLM_CUDA_GEMV (1: decode batches of <= 8
- * rows use the skinny-GEMM kernel instead of cuBLAS).
+ * Options (eng_options; ringlmd and ringlm-run --cuda-device, --cuda-dtype, --no-cuda-graphs):
+ * cuda_device (ordinal, default 0), cuda_dtype (bf16 | fp32), cuda_no_graphs (no graph
+ * replay). Environment: RINGLM_CUDA_GEMV (1: decode batches of <= 8 rows use the
+ * skinny-GEMM kernel instead of cuBLAS; an A/B switch of gpu_bench, off by default).
  */
 #include "kernels/engine.h"
 #include "kernels/devload.h"
@@ -1257,8 +1258,7 @@ static int cu_create(eng *e, const eng_model *m, const eng_options *opt, void **
     eng_dev_plan plan;
     {
         /* what the kernels cannot run is refused before a device is looked for */
-        const char *dt = getenv("RINGLM_CUDA_DTYPE");
-        if ((rc = eng_dev_plan_model(m, dt && strcmp(dt, "fp32") == 0, &plan)))
+        if ((rc = eng_dev_plan_model(m, opt->cuda_dtype == ENG_CUDA_DTYPE_FP32, &plan)))
             return rc;
     }
     cudaError_t ce = cudaGetDeviceCount(&ndev);
@@ -1279,14 +1279,13 @@ static int cu_create(eng *e, const eng_model *m, const eng_options *opt, void **
     c->act_type = plan.dtype == ENG_W_F32 ? CK_F32 : plan.dtype == ENG_W_F16 ? CK_F16 : CK_BF16;
     c->kv_bf16 = plan.dtype != ENG_W_F32;
     {
-        const char *d = getenv("RINGLM_CUDA_DEVICE");
-        c->device = d && *d ? atoi(d) : 0;
+        c->device = opt->cuda_device;
         if (c->device < 0 || c->device >= ndev) {
-            rc = eng_seterr(-ENODEV, "cuda: RINGLM_CUDA_DEVICE=%d: %d device(s)", c->device, ndev);
+            rc = eng_seterr(-ENODEV, "cuda: device %d (cuda_device): %d device(s)", c->device,
+                            ndev);
             goto fail;
         }
-        const char *gr = getenv("RINGLM_CUDA_GRAPHS");
-        c->graphs_on = !(gr && strcmp(gr, "0") == 0);
+        c->graphs_on = !opt->cuda_no_graphs;
         if (g_gemv < 0) {
             const char *gv = getenv("RINGLM_CUDA_GEMV");
             g_gemv = gv && strcmp(gv, "1") == 0;
