@@ -55,7 +55,7 @@ extern "C" {
  * binary compatibility; the shared library's soname is libringlm.so.MAJOR). Compare with
  * ringlm_version() at run time to detect a library older than the header built against. */
 #define RINGLM_VERSION_MAJOR 0
-#define RINGLM_VERSION_MINOR 3 /* 0.2: ringlm_event.n_cached_tokens; 0.3: the tokenizer */
+#define RINGLM_VERSION_MINOR 3 /* 0.2: n_cached_tokens; 0.3: request check, tokenizer */
 #define RINGLM_VERSION_PATCH 0
 /* One number that orders versions: MAJOR*10000 + MINOR*100 + PATCH. */
 #define RINGLM_VERSION_NUMBER                                                                      \
