@@ -46,9 +46,13 @@ static void prep_end(gw_server *s, gw_req *r)
         r->prep_resp = NULL;
     }
     if (r->http_done) {
-        /* Submitted before its client left: the watch thread cancelled it and the daemon's
-         * end frees it. Waiting for ring space: the retry queue drops it (r->gone). */
-        if (!(r->submitted && !r->daemon_done) && !r->queued) gw_req_free(s, r);
+        /* Its client left while this thread held r, so on_completed only marked it gone.
+         * Submitted: nobody has cancelled it yet — cancel it now, and the daemon's end
+         * frees it. Waiting for ring space: the retry queue drops it (r->gone). */
+        if (r->submitted && !r->daemon_done)
+            gw_cancel_locked(s, r);
+        else if (!r->queued)
+            gw_req_free(s, r);
         return;
     }
     if (r->state == RQ_READY || r->gone) gw_wake(r);
