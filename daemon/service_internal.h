@@ -161,7 +161,9 @@ struct svc {
             uint32_t sessions;
             uint64_t last_us;           /* last session opened or closed */
             char label[SCHED_NAME_MAX]; /* "uid<N>": its name in the logs and metrics */
+            int16_t mlabel;             /* label's metrics id, -1 until first used */
         } slot[SVC_UID_TENANTS];
+        int16_t mlabel[SCHED_MAX_TENANTS]; /* a policy tenant's metrics label id, -1: not yet */
         int8_t slot_of[SCHED_MAX_TENANTS]; /* tenant index → slot, -1 */
         int overflow;                      /* "other-uids" */
         uint64_t overflow_sessions, overflow_logged_us;
@@ -170,6 +172,9 @@ struct svc {
     /* admission.c */
     struct svc_admission {
         uint64_t n_rejects; /* answered rejected (by its checks or the scheduler) */
+        /* metrics label ids of the policy's classes ([SCHED_MAX_CLASSES]: a request of no
+         * class, "other"), -1 until first used: names are interned once, not per request */
+        int16_t class_mlabel[SCHED_MAX_CLASSES + 1];
     } adm;
 
     /* execute.c: the batch under construction and the per-sampling-row state */
@@ -282,10 +287,16 @@ int ut_acquire(svc *s, uint32_t uid);
 void ut_release(svc *s, int tenant);
 /* A tenant's name in the logs and metrics ("uid1000" for a bound slot). */
 const char *ut_label(const svc *s, int tenant);
+/* That name's metrics label id, interned on the tenant's (or the slot's uid's) first use. */
+int ut_metrics_label(svc *s, int tenant);
 /* The prefix cache's domain: the uid under the built-in policy, else the tenant. */
 uint64_t ut_cache_salt(const svc *s, int tenant, uint32_t uid);
 
 /* ---- admission.c ---------------------------------------------------------------------- */
+void adm_init(svc *s);
+/* The metrics series of (tenant, class) policy indices (-1: none → "other"), without
+ * comparing a string once both labels have been seen. */
+int adm_series(svc *s, int tenant, int class_idx);
 void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr, const int32_t *prompt,
                     uint32_t n_prompt, const char *class_name, const char *tenant_tag);
 
