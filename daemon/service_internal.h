@@ -50,6 +50,20 @@
 
 typedef struct svc_sess svc_sess;
 
+/*
+ * One request of the runner. Each field has one writer after the request is made:
+ *   requests.c  the table and the session's list (id, client_id, sess, s_prev, s_next,
+ *               h_next), delivery (n_pushed, o_next), the end (state through
+ *               req_set_state, cancel_us, finish_us, fin_*, forced_*), what the scheduler
+ *               reported (cached_tokens, has_sched_cost, sched_cost); it makes the request
+ *               (series = -1) and frees it;
+ *   admission.c what the request asked for, set once before the scheduler sees it (tenant,
+ *               class_idx, series, the names, n_prompt, max_new, samp, ignore_stop,
+ *               arrival_us, deadline_us, cache_salt, the prompt in tokens[], the seed in rng);
+ *   execute.c   the generation: n_gen, tokens[] past the prompt, rng's stream,
+ *               first_token_us, last_token_us.
+ * Every other file reads.
+ */
 typedef struct svc_req {
     uint64_t id;        /* scheduler id (daemon-wide, never reused) */
     uint64_t client_id; /* the client's id, unique in its session */
