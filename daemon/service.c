@@ -284,6 +284,23 @@ static char *read_file(const char *path, int *err)
     return buf;
 }
 
+/* The name clients and fleet routers know the model by (vLLM's served_model_name, the
+ * metrics' label model_name): --served-model-name, else the GGUF's general.name, else the
+ * model file's base name without its extension ("stories15M" for models/stories15M.bin). */
+static void served_model_name(svc *s, const svc_config *cfg)
+{
+    const char *name = cfg->served_model_name ? cfg->served_model_name : eng_model_name(s->model);
+    if (name) {
+        snprintf(s->served_model_name, sizeof s->served_model_name, "%s", name);
+        return;
+    }
+    const char *base = strrchr(cfg->model, '/');
+    base = base ? base + 1 : cfg->model;
+    const char *dot = strrchr(base, '.');
+    int n = dot && dot > base ? (int)(dot - base) : (int)strlen(base);
+    snprintf(s->served_model_name, sizeof s->served_model_name, "%.*s", n, base);
+}
+
 int svc_create(const svc_config *cfg, svc **out)
 {
     *out = NULL;
@@ -456,12 +473,15 @@ int svc_create(const svc_config *cfg, svc **out)
         goto fail;
     }
 
+    served_model_name(s, cfg);
     metrics_config mc = {.listen = cfg->metrics_listen,
                          .version = RINGLM_VERSION,
                          .policy_hash = s->policy_hash_hex,
                          .policy_name = s->policy_name,
                          .model_hash = eng_model_hash(s->model),
-                         .model_name = cfg->model,
+                         .model_name = s->served_model_name,
+                         .model_path = cfg->model,
+                         .max_model_len = (uint32_t)s->mcfg->seq_len,
                          .backend = eng_backend_name(s->engine),
                          .kv_block_size = (uint32_t)eng_kv_block_size(s->engine),
                          .prefix_cache = !cfg->no_prefix_cache};

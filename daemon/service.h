@@ -56,6 +56,8 @@ typedef struct svc_config {
     const char *request_log;             /* NULL: none */
     const char *iteration_log;           /* one line per batch (sim/FORMATS.md); NULL: none */
     const char *metrics_listen;          /* ADDR:PORT; NULL: no HTTP server */
+    const char *served_model_name;       /* the metrics' model_name (NULL: the GGUF's general.name,
+                                    * else the model file's base name, extension dropped) */
     const char *stats_file;              /* JSON snapshot of pools/queues, rewritten on change */
     uint64_t backpressure_timeout_ms;    /* 0: 5000 */
     uint32_t backpressure_buffer_tokens; /* per sequence (0: 4096) */
