@@ -407,6 +407,13 @@ void metrics_set_transfer_bw(metrics *m, sched_pool tier, sched_xfer_dir dir, do
     m->live.bw_bytes_per_s[tier][dir] = bytes_per_s;
 }
 
+void metrics_set_kv_events(metrics *m, uint64_t dropped, uint64_t resyncs)
+{
+    m->live.kv_events_on = true;
+    m->live.kv_events_dropped = dropped;
+    m->live.kv_events_resyncs = resyncs;
+}
+
 void metrics_set_log_dropped(metrics *m, uint64_t decision_lines, uint64_t request_lines)
 {
     m->live.log_dropped[0] = decision_lines;

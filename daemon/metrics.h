@@ -207,6 +207,9 @@ void metrics_observe_tier_read_failure(metrics *m, sched_pool tier, kvtier_read_
 /* The bandwidth gauge of a tier and direction: the estimate the scheduler plans with
  * (sched_get_tier_cost), set by the daemon once a transfer there was measured. */
 void metrics_set_transfer_bw(metrics *m, sched_pool tier, sched_xfer_dir dir, double bytes_per_s);
+/* KV-cache events (kvevents.h) dropped because the publisher's ring was full, and the
+ * resynchronisations (AllBlocksCleared and the whole index) sent after such drops. */
+void metrics_set_kv_events(metrics *m, uint64_t dropped, uint64_t resyncs);
 /* Decision/request log lines dropped because the writer fell behind (from declog). */
 void metrics_set_log_dropped(metrics *m, uint64_t decision_lines, uint64_t request_lines);
 

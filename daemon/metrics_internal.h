@@ -139,6 +139,8 @@ typedef struct snap {
     uint64_t xfer_bytes[SCHED_POOL__COUNT][N_DIRS], xfers[SCHED_POOL__COUNT][N_DIRS];
     uint64_t tier_read_failures[SCHED_POOL__COUNT][KVTIER_READ__COUNT];
     uint64_t log_dropped[2];
+    bool kv_events_on;
+    uint64_t kv_events_dropped, kv_events_resyncs;
     vllm_stats vllm;
     double published_wall_s; /* wall clock of the publish: vllm:lora_requests_info's value */
     series_stats series[MAX_SERIES];

@@ -310,6 +310,18 @@ static void render(FILE *f, const metrics *m, const snap *s)
                 fprintf(f, "ringlm_kv_tier_read_failures_total{tier=\"%s\",reason=\"%s\"} %llu\n",
                         sched_pool_name(t), kvtier_read_failure_name((kvtier_read_failure)r),
                         (unsigned long long)s->tier_read_failures[t][r]);
+    if (s->kv_events_on) {
+        head(f, "ringlm_kv_events_dropped_total", "counter",
+             "KV-cache events dropped because the publisher fell behind (the loop never waits "
+             "for it); subscribers are resynchronised after each run of drops.");
+        fprintf(f, "ringlm_kv_events_dropped_total %llu\n",
+                (unsigned long long)s->kv_events_dropped);
+        head(f, "ringlm_kv_events_resyncs_total", "counter",
+             "Resynchronisations of the KV-cache event subscribers: AllBlocksCleared, then every "
+             "cached block.");
+        fprintf(f, "ringlm_kv_events_resyncs_total %llu\n",
+                (unsigned long long)s->kv_events_resyncs);
+    }
     head(f, "ringlm_log_dropped_lines_total", "counter",
          "Decision/request log lines dropped because the log writer fell behind.");
     fprintf(f, "ringlm_log_dropped_lines_total{log=\"decision\"} %llu\n",

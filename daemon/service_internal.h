@@ -24,6 +24,7 @@
 #include <stdio.h>
 
 #include "daemon/declog.h"
+#include "daemon/kvevents.h"
 #include "daemon/kvtier.h"
 #include "daemon/loop.h"
 #include "daemon/metrics.h"
@@ -135,6 +136,7 @@ struct svc {
     sched *sched;
     declog *logs;
     metrics *mx;
+    kvev *kv_events; /* --kv-events: the publisher (NULL: none) */
     kvtier *tiers;
     dloop *loop;
     int numa_node;
