@@ -239,7 +239,7 @@ format:
 
 # make tsan : ThreadSanitizer build in build-tsan, then scripts/tsan-check.sh runs every place
 # ringlm runs threads as plain programs (Criterion cannot start under TSAN: Snaipe/Criterion#274).
-TSAN_PROGS := bin/ringlmd bin/ringlm perf/ipc_bench perf/tsan_engine perf/tsan_obs perf/tsan_client
+TSAN_PROGS := bin/ringlmd bin/ringlm bin/ringlm-gateway perf/ipc_bench perf/tsan_engine perf/tsan_obs perf/tsan_client
 .PHONY: tsan
 tsan:
 	$(MAKE) TSAN=1 SANITIZE=0 B=build-tsan $(addprefix build-tsan/,$(TSAN_PROGS))
