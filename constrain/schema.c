@@ -1362,8 +1362,30 @@ static uint32_t sc_array(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
 
 /* ---- one schema ------------------------------------------------------------------------ */
 
-static const char *const unsupported[] = {"not",      "if",      "$dynamicRef", "$recursiveRef",
-                                          "disallow", "extends", "divisibleBy", NULL};
+static const char *const unsupported[] = {
+    "if", "$dynamicRef", "$recursiveRef", "disallow", "extends", "divisibleBy", NULL};
+
+/*
+ * `not` in the forms that only remove whole JSON types: not {} / not true (nothing
+ * validates), not false (no constraint), not {"type": ...}. Narrows *types; returns -1
+ * when nothing may validate, 0 otherwise (errors recorded).
+ */
+static int sc_not(sc_ctx *c, json_t *s, const char *ptr, int *types)
+{
+    json_t *nt = json_object_get(s, "not");
+    if (!nt || json_is_false(nt)) return 0;
+    if (bool_schema_true(nt)) return -1;
+    if (!json_is_object(nt) || has_assertions_besides(nt, (const char *const[]){"type", NULL}))
+        return sc_err(c, ptr, "not", "supported only as not {}, not true/false or not {type}"), 0;
+    int tn = sc_types(nt);
+    if (tn < 0) return sc_err(c, ptr, "not", "not a type name or a list of them"), 0;
+    if (tn & T_NUM) tn |= T_INT;
+    /* not integer, where numbers are allowed: the numbers with a fraction; not supported */
+    if ((tn & T_INT) && !(tn & T_NUM) && (*types & T_NUM))
+        return sc_err(c, ptr, "not", "not {type: integer} beside numbers is not supported"), 0;
+    *types &= ~tn;
+    return *types ? 0 : -1;
+}
 
 static int kinds_of(json_t *s)
 {
@@ -1538,9 +1560,10 @@ static uint32_t sc_value(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
         sc_err(c, ptr, "type", "not a type name or a list of them");
         goto out;
     }
+    if (sc_not(c, s, ptr, &types) < 0 || p->failed) goto out; /* nothing validates */
     json_t *cv = json_object_get(s, "const"), *ev = json_object_get(s, "enum");
     if (cv || ev) {
-        static const char *const ok[] = {"const", "enum", "type", NULL};
+        static const char *const ok[] = {"const", "enum", "type", "not", NULL};
         if (has_assertions_besides(s, ok)) {
             const char *k;
             json_t *v;

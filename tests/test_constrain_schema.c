@@ -183,8 +183,8 @@ static void expect_error(const char *s, int want, const char *const *needles)
 
 Test(constrain_schema, what_cannot_be_enforced_is_an_error_naming_keyword_and_pointer)
 {
-    expect_error("{\"type\":\"object\",\"properties\":{\"x\":{\"not\":{\"type\":\"string\"}}}}",
-                 -EINVAL, YES("'not'", "/properties/x"));
+    expect_error("{\"type\":\"object\",\"properties\":{\"x\":{\"if\":{\"type\":\"string\"}}}}",
+                 -EINVAL, YES("'if'", "/properties/x"));
     expect_error("{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"uniqueItems\":true}",
                  -EINVAL, YES("'uniqueItems'"));
     expect_error("{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", -EINVAL,
@@ -219,4 +219,14 @@ Test(constrain_schema, bad_input_is_a_clear_error)
     big[n] = 0;
     expect_error(big, -E2BIG, YES("too large"));
     free(big);
+}
+
+Test(constrain_schema, not_in_the_forms_that_remove_types)
+{
+    check("{\"not\":{\"type\":[\"string\",\"null\"]}}", YES("12", "true", "[1]"),
+          NO("\"x\"", "null"));
+    check("{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{}},\"b\":{\"not\":false}}}",
+          YES("{}", "{\"b\": 1}"), NO("{\"a\": 1}"));
+    expect_error("{\"not\":{\"enum\":[1]}}", -EINVAL, YES("'not'"));
+    expect_error("{\"not\":{}}", -EINVAL, YES("no instance"));
 }
