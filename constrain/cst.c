@@ -336,6 +336,50 @@ out:
     return rc;
 }
 
+/*
+ * Dead ends out: an instruction from which no path reaches the end (MATCH, or its
+ * subroutine's RET) becomes FAIL, and a split keeps only its live side. A matcher's threads
+ * then always have a way to finish, so a sequence can never reach a state where no token
+ * (not even the end) is allowed — e.g. after the key of a property whose schema is `false`.
+ */
+static int prune_dead(cst_prog *p)
+{
+    uint32_t n = p->n;
+    uint8_t *live = calloc(n, 1);
+    if (!live) return -ENOMEM;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (uint32_t i = 0; i < n; i++) {
+            if (live[i]) continue;
+            cst_inst in = p->insts[i];
+            bool l = false;
+            switch (in.op) {
+            case OP_MATCH:
+            case OP_RET: l = true; break;
+            case OP_SET: l = live[in.b]; break;
+            case OP_JMP: l = live[in.a]; break;
+            case OP_SPLIT: l = live[in.a] || live[in.b]; break;
+            case OP_CALL: l = live[in.a] && live[in.b]; break;
+            default: break;
+            }
+            if (l) live[i] = 1, changed = true;
+        }
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        cst_inst *in = &p->insts[i];
+        if (!live[i]) {
+            *in = (cst_inst){OP_FAIL, 0, 0};
+            continue;
+        }
+        if (in->op == OP_SPLIT && !live[in->a])
+            *in = (cst_inst){OP_JMP, in->b, 0};
+        else if (in->op == OP_SPLIT && !live[in->b])
+            *in = (cst_inst){OP_JMP, in->a, 0};
+    }
+    free(live);
+    return 0;
+}
+
 int cst_grammar_finish(cst_prog *p, cst_grammar **out, char *err, size_t errlen)
 {
     char dummy[8];
@@ -352,7 +396,8 @@ int cst_grammar_finish(cst_prog *p, cst_grammar **out, char *err, size_t errlen)
         prog_release(p);
         return -EINVAL;
     }
-    if ((rc = check_left_recursion(p, err, errlen))) {
+    if ((rc = check_left_recursion(p, err, errlen)) || (rc = prune_dead(p))) {
+        if (rc == -ENOMEM) snprintf(err, errlen, "out of memory");
         prog_release(p);
         return rc;
     }

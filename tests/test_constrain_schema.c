@@ -230,3 +230,22 @@ Test(constrain_schema, not_in_the_forms_that_remove_types)
     expect_error("{\"not\":{\"enum\":[1]}}", -EINVAL, YES("'not'"));
     expect_error("{\"not\":{}}", -EINVAL, YES("no instance"));
 }
+
+/* A property that can never validate is never started: no state where nothing is allowed. */
+Test(constrain_schema, no_dead_ends_after_a_key_that_cannot_validate)
+{
+    cst_grammar *g =
+        schema("{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{}},\"b\":{\"type\":"
+               "\"integer\"}},\"additionalProperties\":false}");
+    cst_vocab *v = byte_vocab();
+    cst_matcher *m;
+    cr_assert_eq(cst_matcher_create(g, v, &m), 0);
+    cr_assert_eq(cst_matcher_feed(m, "{\"", 2), 0);
+    uint32_t mask[8];
+    cr_assert_eq(cst_matcher_mask(m, mask), 0);
+    cr_expect(!(mask['a' >> 5] >> ('a' & 31) & 1), "key \"a\" leads nowhere: not allowed");
+    cr_expect(mask['b' >> 5] >> ('b' & 31) & 1, "key \"b\" allowed");
+    cst_matcher_free(m);
+    cst_vocab_free(v);
+    cst_grammar_free(g);
+}
