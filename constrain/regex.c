@@ -144,6 +144,7 @@ static int parse_escape(re_parser *r, uint32_t *cp, cst_cps *cls, bool *usens)
     case 'D':
     case 'W':
     case 'S':
+        if (!cls) return perr(r, "a class shorthand as a range end"), -1;
         if (add_class(cls, c, usens)) return prog_fail(r->p, -ENOMEM, "out of memory"), -1;
         return 2;
     case 't': *cp = '\t'; return 1;
