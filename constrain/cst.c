@@ -26,7 +26,17 @@ typedef struct trie_node {
     uint32_t end;       /* one past the last node of this subtree (preorder) */
     uint32_t tok_start; /* into sorted ids: tokens whose bytes end here */
     uint32_t tok_count;
+    uint32_t tok_first;  /* into sorted ids: the first token of this node or a later one */
+    uint32_t impure_cum; /* "impure" nodes (below) before this one in preorder */
+    uint8_t pend_before; /* UTF-8 continuation bytes still due before this node's byte */
 } trie_node;
+
+/* Plain bytes: printable ASCII but the quote and the backslash, the bytes a JSON string's
+ * body (and most other loops: "any character") takes without changing state. */
+static bool byte_plain(uint8_t b)
+{
+    return b >= 0x20 && b < 0x7f && b != '"' && b != '\\';
+}
 
 struct cst_vocab {
     int n_tokens;
@@ -62,7 +72,7 @@ static int build_trie(cst_vocab *v)
     sort_vocab = v;
     qsort(v->sorted, (size_t)m, sizeof *v->sorted, cmp_tok);
     /* nodes: at most total bytes + 1 */
-    size_t cap = (size_t)(v->off[n]) + 1;
+    size_t cap = (size_t)(v->off[n]) + 2; /* + root + sentinel */
     v->nodes = calloc(cap, sizeof *v->nodes);
     uint32_t *path = calloc((size_t)(v->off[n]) + 2, sizeof *path); /* node index per depth */
     if (!v->nodes || !path) {
@@ -70,7 +80,7 @@ static int build_trie(cst_vocab *v)
         return -ENOMEM;
     }
     uint32_t nn = 1, depth = 0;
-    v->nodes[0] = (trie_node){0, 0, 0, 0, 0};
+    v->nodes[0] = (trie_node){.end = 0};
     path[0] = 0;
     const uint8_t *prev = NULL;
     uint64_t prevlen = 0;
@@ -87,7 +97,7 @@ static int build_trie(cst_vocab *v)
         }
         for (uint64_t d = common; d < len; d++) {
             trie_node *t = &v->nodes[nn];
-            *t = (trie_node){b[d], (uint16_t)(d + 1 > 65535 ? 65535 : d + 1), 0, 0, 0};
+            *t = (trie_node){.byte = b[d], .depth = (uint16_t)(d + 1 > 65535 ? 65535 : d + 1)};
             path[++depth] = nn++;
         }
         trie_node *leaf = &v->nodes[path[depth]];
@@ -103,6 +113,47 @@ static int build_trie(cst_vocab *v)
     }
     v->nodes[0].end = nn;
     v->n_nodes = nn;
+    /* per node: the first token at or after it (a subtree's tokens are sorted[first(i) ..
+     * first(end))); node nn is the sentinel */
+    v->nodes[nn].tok_first = (uint32_t)m;
+    for (uint32_t i = nn; i-- > 0;)
+        v->nodes[i].tok_first =
+            v->nodes[i].tok_count ? v->nodes[i].tok_start : v->nodes[i + 1].tok_first;
+    /* UTF-8 along each path from the root: a node is impure when its path so far is not
+     * valid UTF-8 (or a prefix of it) of characters other than the controls, the quote and
+     * the backslash, or when an ancestor is impure */
+    typedef struct utf8_at {
+        uint8_t pend, lo, hi, bad;
+    } utf8_at;
+    utf8_at at[258] = {{0, 0x80, 0xBF, 0}};
+    uint32_t cum = 0;
+    for (uint32_t i = 1; i < nn; i++) {
+        v->nodes[i].impure_cum = cum;
+        trie_node *t = &v->nodes[i];
+        uint32_t d = t->depth < 257 ? t->depth : 257;
+        uint8_t b = t->byte;
+        utf8_at p = at[d - 1], q = {0, 0x80, 0xBF, p.bad};
+        t->pend_before = p.pend;
+        if (p.pend) {
+            if (b < p.lo || b > p.hi)
+                q.bad = 1;
+            else
+                q.pend = (uint8_t)(p.pend - 1);
+        } else if (byte_plain(b)) {
+            /* one character */
+        } else if (b >= 0xC2 && b <= 0xDF) {
+            q.pend = 1;
+        } else if (b >= 0xE0 && b <= 0xEF) {
+            q.pend = 2, q.lo = b == 0xE0 ? 0xA0 : 0x80, q.hi = b == 0xED ? 0x9F : 0xBF;
+        } else if (b >= 0xF0 && b <= 0xF4) {
+            q.pend = 3, q.lo = b == 0xF0 ? 0x90 : 0x80, q.hi = b == 0xF4 ? 0x8F : 0xBF;
+        } else
+            q.bad = 1;
+        if (d > 256) q.bad = 1;
+        at[d] = q;
+        if (q.bad) cum++;
+    }
+    v->nodes[nn].impure_cum = cum;
     free(path);
     return 0;
 }
@@ -380,6 +431,26 @@ static int prune_dead(cst_prog *p)
     return 0;
 }
 
+/* Classes of bytes no byte set of the program tells apart (partition refinement). */
+static void byte_classes(const cst_prog *p, uint8_t cls[256])
+{
+    uint16_t c[256] = {0}, n = 1;
+    for (uint32_t k = 0; k < p->nsets && n < 256; k++) {
+        uint16_t map[256][2];
+        memset(map, 0xff, sizeof map);
+        uint16_t nn = 0;
+        for (int b = 0; b < 256; b++) {
+            int in = p->sets[k].w[b >> 6] >> (b & 63) & 1;
+            if (map[c[b]][in] == 0xffff) map[c[b]][in] = nn++;
+            c[b] = map[c[b]][in];
+        }
+        n = nn;
+    }
+    if (n >= 256) /* every byte its own class: fine, just more checks */
+        for (int b = 0; b < 256; b++) c[b] = (uint16_t)b;
+    for (int b = 0; b < 256; b++) cls[b] = (uint8_t)c[b];
+}
+
 int cst_grammar_finish(cst_prog *p, cst_grammar **out, char *err, size_t errlen)
 {
     char dummy[8];
@@ -402,6 +473,7 @@ int cst_grammar_finish(cst_prog *p, cst_grammar **out, char *err, size_t errlen)
         return rc;
     }
     cst_grammar *g = calloc(1, sizeof *g);
+    if (g) byte_classes(p, g->byte_class);
     if (!g) {
         prog_release(p);
         snprintf(err, errlen, "out of memory");
@@ -450,6 +522,7 @@ struct cst_matcher {
     uint64_t *st_off; /* [state] start in threads; count = next start - start */
     uint32_t *st_len;
     uint8_t *st_accept; /* MATCH with an empty stack is among the threads */
+    uint8_t *st_plain;  /* 0 unknown, 1: a string's inside (char_loop), 2: not */
     int32_t *trans;     /* [state * 256 + byte] */
     uint32_t **st_mask;
     size_t mask_bytes;
@@ -648,7 +721,9 @@ static int32_t intern_state(cst_matcher *m)
         if (d) m->trans = d;
         void *e = realloc(m->st_mask, cap * sizeof *m->st_mask);
         if (e) m->st_mask = e;
-        if (!a || !b || !c || !d || !e) return -1;
+        void *f = realloc(m->st_plain, cap);
+        if (f) m->st_plain = f;
+        if (!a || !b || !c || !d || !e || !f) return -1;
         m->stcap = cap;
     }
     if (grow((void **)&m->threads, &m->thcap, m->nthreads + n, sizeof *m->threads)) return -1;
@@ -661,6 +736,7 @@ static int32_t intern_state(cst_matcher *m)
     for (size_t i = 0; i < n; i++)
         if (m->p->insts[m->work[i] >> 32].op == OP_MATCH) acc = true;
     m->st_accept[s] = acc;
+    m->st_plain[s] = 0;
     memset(m->trans + (size_t)s * 256, 0xff, 256 * sizeof *m->trans);
     m->st_mask[s] = NULL;
     m->st_hash[j] = s;
@@ -728,6 +804,7 @@ static int init_states(cst_matcher *m)
     m->st_off[0] = 0;
     m->st_len[0] = 0;
     m->st_accept[0] = 0;
+    m->st_plain[0] = 2;
     m->st_mask[0] = NULL;
     for (int b = 0; b < 256; b++) m->trans[b] = 0;
     m->nstates = 1;
@@ -754,6 +831,7 @@ int cst_matcher_create(const cst_grammar *g, const cst_vocab *v, cst_matcher **o
     m->st_off = calloc(m->stcap, sizeof *m->st_off);
     m->st_len = calloc(m->stcap, sizeof *m->st_len);
     m->st_accept = calloc(m->stcap, 1);
+    m->st_plain = calloc(m->stcap, 1);
     m->trans = malloc((size_t)m->stcap * 256 * sizeof *m->trans);
     m->st_mask = calloc(m->stcap, sizeof *m->st_mask);
     m->st_hash_cap = 256;
@@ -761,8 +839,8 @@ int cst_matcher_create(const cst_grammar *g, const cst_vocab *v, cst_matcher **o
     m->todocap = 64;
     m->todo = malloc(m->todocap * sizeof *m->todo);
     m->walk = malloc(((size_t)v->max_depth + 2) * sizeof *m->walk);
-    if (!m->stk || !m->st_off || !m->st_len || !m->st_accept || !m->trans || !m->st_mask ||
-        !m->st_hash || !m->todo || !m->walk || init_states(m)) {
+    if (!m->stk || !m->st_off || !m->st_len || !m->st_accept || !m->st_plain || !m->trans ||
+        !m->st_mask || !m->st_hash || !m->todo || !m->walk || init_states(m)) {
         cst_matcher_free(m);
         return -ENOMEM;
     }
@@ -782,6 +860,7 @@ void cst_matcher_free(cst_matcher *m)
     free(m->st_off);
     free(m->st_len);
     free(m->st_accept);
+    free(m->st_plain);
     free(m->trans);
     free(m->st_mask);
     free(m->st_hash);
@@ -836,6 +915,69 @@ static void set_end_bits(const cst_vocab *v, uint32_t *mask)
     for (int e = 0; e < v->n_end; e++) mask[v->end_tokens[e] >> 5] |= 1u << (v->end_tokens[e] & 31);
 }
 
+/*
+ * Whether state s takes any character but the controls, the quote and the backslash and
+ * comes back to itself (the inside of a JSON string): every plain byte loops, and every
+ * valid multi-byte UTF-8 character leads back to s, checked on one byte per class of bytes
+ * the program does not tell apart (cst_grammar.byte_class). Cached per state.
+ */
+static bool char_loop(cst_matcher *m, uint32_t s)
+{
+    if (m->st_plain[s]) return m->st_plain[s] == 1;
+    const uint8_t *cls = m->g->byte_class;
+    bool ok = true;
+    for (unsigned b = 0x20; b < 0x7f && ok; b++)
+        if (byte_plain((uint8_t)b) && (uint32_t)step(m, s, (uint8_t)b) != s) ok = false;
+    /* continuation classes: one representative byte each, in 80..BF */
+    uint8_t rep[64];
+    int nrep = 0;
+    for (unsigned b = 0x80; b <= 0xBF; b++) {
+        bool seen = false;
+        for (int k = 0; k < nrep && !seen; k++) seen = cls[rep[k]] == cls[b];
+        if (!seen) rep[nrep++] = (uint8_t)b;
+    }
+    if (nrep > 6) ok = false; /* too many to check cheaply: say no (the walk is exact anyway) */
+    uint16_t done[64];        /* (lead class, lead kind) pairs checked */
+    int ndone = 0;
+    for (unsigned lead = 0xC2; lead <= 0xF4 && ok; lead++) {
+        int len = lead <= 0xDF ? 2 : lead <= 0xEF ? 3 : 4;
+        unsigned lo = lead == 0xE0 ? 0xA0 : lead == 0xF0 ? 0x90 : 0x80;
+        unsigned hi = lead == 0xED ? 0x9F : lead == 0xF4 ? 0x8F : 0xBF;
+        uint16_t key = (uint16_t)(cls[lead] << 4 | (lead == 0xE0) | (lead == 0xED) << 1 |
+                                  (lead == 0xF0) << 2 | (lead == 0xF4) << 3);
+        bool seen = false;
+        for (int k = 0; k < ndone && !seen; k++) seen = done[k] == key;
+        if (seen) continue;
+        if (ndone < 64) done[ndone++] = key;
+        uint32_t s1 = (uint32_t)step(m, s, (uint8_t)lead);
+        if (!s1) {
+            ok = false;
+            break;
+        }
+        /* second byte: every class met in [lo, hi] */
+        for (unsigned b2 = lo; b2 <= hi && ok; b2++) {
+            bool first = true;
+            for (unsigned x = lo; x < b2 && first; x++) first = cls[x] != cls[b2];
+            if (!first) continue;
+            uint32_t s2 = (uint32_t)step(m, s1, (uint8_t)b2);
+            if (len == 2) {
+                ok = s2 == s;
+                continue;
+            }
+            for (int k3 = 0; k3 < nrep && ok; k3++) {
+                uint32_t s3 = (uint32_t)step(m, s2, rep[k3]);
+                if (len == 3) {
+                    ok = s3 == s;
+                    continue;
+                }
+                for (int k4 = 0; k4 < nrep && ok; k4++) ok = (uint32_t)step(m, s3, rep[k4]) == s;
+            }
+        }
+    }
+    m->st_plain[s] = ok ? 1 : 2;
+    return ok;
+}
+
 int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
 {
     const cst_vocab *v = m->v;
@@ -855,7 +997,19 @@ int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
     if (s0 != 0) {
         for (uint32_t i = 1; i < v->n_nodes;) {
             const trie_node *t = &nodes[i];
-            int32_t s = step(m, (uint32_t)walk[t->depth - 1], t->byte);
+            uint32_t ps = (uint32_t)walk[t->depth - 1];
+            /* a state every plain byte leads back to, over a subtree of plain bytes: every
+             * token in it is allowed, without a step (the inside of a string) */
+            if (t->pend_before == 0 && nodes[t->end].impure_cum == t->impure_cum &&
+                char_loop(m, ps)) {
+                for (uint32_t k = t->tok_first; k < nodes[t->end].tok_first; k++) {
+                    int32_t id = v->sorted[k];
+                    mask[id >> 5] |= 1u << (id & 31);
+                }
+                i = t->end;
+                continue;
+            }
+            int32_t s = step(m, ps, t->byte);
             if (s == 0) {
                 i = t->end;
                 continue;

