@@ -367,6 +367,23 @@ int eng_execute(eng *e, const eng_batch *b, float *logits)
     return e->ops->execute(e->priv, b, logits);
 }
 
+/* The engine's own logits buffer for n rows, kept across calls: a step's logits are
+ * megabytes, too big to map afresh each time. NULL with the error set when out of memory. */
+static float *sample_buf(eng *e, int n, int vocab)
+{
+    if (e->sample_logits_rows < (size_t)n) {
+        free(e->sample_logits);
+        e->sample_logits_rows = 0;
+        e->sample_logits = malloc((size_t)n * (size_t)vocab * sizeof(float));
+        if (!e->sample_logits) {
+            eng_seterr(-ENOMEM, "out of memory for %d logits rows", n);
+            return NULL;
+        }
+        e->sample_logits_rows = (size_t)n;
+    }
+    return e->sample_logits;
+}
+
 int eng_execute_sample(eng *e, const eng_batch *b, const eng_sampling *s, uint64_t *rng,
                        int32_t *out_tokens, float *logits)
 {
@@ -378,21 +395,53 @@ int eng_execute_sample(eng *e, const eng_batch *b, const eng_sampling *s, uint64
         return e->ops->execute_sample(e->priv, b, s, rng, out_tokens, logits);
     const int vocab = eng_model_cfg(e->model)->vocab_size;
     float *buf = logits;
-    if (!buf && b->n_logits) {
-        /* kept across calls: a step's logits are megabytes, too big to map afresh each time */
-        if (e->sample_logits_rows < (size_t)b->n_logits) {
-            free(e->sample_logits);
-            e->sample_logits_rows = 0;
-            e->sample_logits = malloc((size_t)b->n_logits * (size_t)vocab * sizeof(float));
-            if (!e->sample_logits)
-                return eng_seterr(-ENOMEM, "out of memory for %d logits rows", b->n_logits);
-            e->sample_logits_rows = (size_t)b->n_logits;
-        }
-        buf = e->sample_logits;
-    }
+    if (!buf && b->n_logits && !(buf = sample_buf(e, b->n_logits, vocab))) return -ENOMEM;
     err = e->ops->execute(e->priv, b, buf);
     for (int i = 0; !err && i < b->n_logits; i++)
         out_tokens[i] = eng_sample(buf + (size_t)i * (size_t)vocab, vocab, &s[i], &rng[i]);
+    return err;
+}
+
+int eng_execute_sample_lp(eng *e, const eng_batch *b, const eng_sampling *s, uint64_t *rng,
+                          int32_t *out_tokens, const eng_logprob_want *want, eng_logprobs *out)
+{
+    bool any = false;
+    for (int i = 0; want && i < b->n_logits && !any; i++)
+        any = want[i].top_n >= 0 || want[i].no_sample;
+    if (!any) return eng_execute_sample(e, b, s, rng, out_tokens, NULL);
+    int err = eng_batch_check(e, b);
+    if (err) return err;
+    if (!s || !rng || !out_tokens || !out)
+        return eng_seterr(-EINVAL, "eng_execute_sample_lp: sampling, rng, out_tokens and out "
+                                   "required");
+    const int vocab = eng_model_cfg(e->model)->vocab_size;
+    for (int i = 0; i < b->n_logits; i++)
+        if (want[i].top_n > ENG_TOP_LOGPROBS_MAX || want[i].target >= vocab)
+            return eng_seterr(-EINVAL, "logits row %d: top_n %d (at most %d), target %d (vocab %d)",
+                              i, want[i].top_n, ENG_TOP_LOGPROBS_MAX, want[i].target, vocab);
+    float *buf = sample_buf(e, b->n_logits, vocab);
+    if (!buf) return -ENOMEM;
+    float *proc = NULL; /* one row of processed logits, after the batch's rows */
+    err = e->ops->execute(e->priv, b, buf);
+    for (int i = 0; !err && i < b->n_logits; i++) {
+        const float *row = buf + (size_t)i * (size_t)vocab;
+        int32_t target = want[i].target;
+        if (want[i].no_sample) {
+            out_tokens[i] = -1;
+        } else {
+            out_tokens[i] = eng_sample(row, vocab, &s[i], &rng[i]);
+            target = out_tokens[i];
+        }
+        if (want[i].top_n < 0) continue;
+        if (want[i].processed) {
+            if (!proc && !(proc = malloc((size_t)vocab * sizeof(float))))
+                return eng_seterr(-ENOMEM, "out of memory for a row of processed logits");
+            eng_logits_processed(row, vocab, &s[i], proc);
+            row = proc;
+        }
+        err = eng_logprobs_row(row, vocab, target, want[i].top_n, &out[i]);
+    }
+    free(proc);
     return err;
 }
 
