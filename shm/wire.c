@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -137,4 +138,86 @@ int ringlm_wire_check_request_field(const struct ringlm_wire_request *r, const c
 int ringlm_wire_check_request(const struct ringlm_wire_request *r, char *why, size_t why_len)
 {
     return ringlm_wire_check_request_field(r, NULL, why, why_len);
+}
+
+/* ---- log-probability slots ----------------------------------------------------------- */
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+unsigned ringlm_wire_lp_encode(const struct ringlm_wire_logprobs *lp, struct ringlm_wire_event *out)
+{
+    unsigned n =
+        lp->n_top < RINGLM_WIRE_TOP_LOGPROBS_MAX ? lp->n_top : RINGLM_WIRE_TOP_LOGPROBS_MAX;
+    out[0] = (struct ringlm_wire_event){
+        .req_id = (uint64_t)f32_bits(lp->logprob) | (uint64_t)lp->rank << 32,
+        .value = (int32_t)n,
+        .meta = RINGLM_WIRE_EV_META(RINGLM_WIRE_EV_LOGPROB, lp->flags),
+    };
+    unsigned k = 1;
+    for (unsigned j = 0; j < n; j += 2, k++) {
+        bool two = j + 1 < n;
+        out[k] = (struct ringlm_wire_event){
+            .req_id = (uint64_t)f32_bits(lp->top_logprob[j]) |
+                      (two ? (uint64_t)f32_bits(lp->top_logprob[j + 1]) << 32 : 0),
+            .value = lp->top_token[j],
+            .meta =
+                RINGLM_WIRE_EV_META(RINGLM_WIRE_EV_LOGPROB_TOP,
+                                    two ? (uint32_t)lp->top_token[j + 1] : RINGLM_WIRE_INDEX_MAX),
+        };
+    }
+    return k;
+}
+
+int ringlm_wire_lp_decode(const struct ringlm_wire_event *head, const struct ringlm_wire_event *top,
+                          unsigned avail, struct ringlm_wire_logprobs *out, char *why,
+                          size_t why_len)
+{
+    if (RINGLM_WIRE_EV_KIND(head->meta) != RINGLM_WIRE_EV_LOGPROB) {
+        snprintf(why, why_len, "event kind %u where a LOGPROB belongs",
+                 RINGLM_WIRE_EV_KIND(head->meta));
+        return -EBADMSG;
+    }
+    if (head->value < 0 || head->value > RINGLM_WIRE_TOP_LOGPROBS_MAX) {
+        snprintf(why, why_len, "LOGPROB with %d alternatives (at most %d)", head->value,
+                 RINGLM_WIRE_TOP_LOGPROBS_MAX);
+        return -EBADMSG;
+    }
+    unsigned n = (unsigned)head->value, slots = (n + 1) / 2;
+    if (slots > avail) {
+        snprintf(why, why_len, "LOGPROB with %u alternatives followed by %u slots", n, avail);
+        return -EBADMSG;
+    }
+    out->logprob = bits_f32((uint32_t)head->req_id);
+    out->rank = (uint32_t)(head->req_id >> 32);
+    out->flags = RINGLM_WIRE_EV_LOW(head->meta);
+    out->n_top = n;
+    for (unsigned k = 0; k < slots; k++) {
+        const struct ringlm_wire_event *t = &top[k];
+        unsigned j = 2 * k;
+        uint32_t second = RINGLM_WIRE_EV_LOW(t->meta);
+        if (RINGLM_WIRE_EV_KIND(t->meta) != RINGLM_WIRE_EV_LOGPROB_TOP || t->value < 0 ||
+            (j + 1 < n && second == RINGLM_WIRE_INDEX_MAX)) {
+            snprintf(why, why_len, "LOGPROB_TOP slot %u of %u is malformed", k, slots);
+            return -EBADMSG;
+        }
+        out->top_token[j] = t->value;
+        out->top_logprob[j] = bits_f32((uint32_t)t->req_id);
+        if (j + 1 < n) {
+            out->top_token[j + 1] = (int32_t)second;
+            out->top_logprob[j + 1] = bits_f32((uint32_t)(t->req_id >> 32));
+        }
+    }
+    return (int)slots;
 }
