@@ -17,6 +17,7 @@
 #ifndef RINGLM_DAEMON_SERVICE_INTERNAL_H
 #define RINGLM_DAEMON_SERVICE_INTERNAL_H
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -50,6 +51,20 @@
 
 typedef struct svc_sess svc_sess;
 
+/* A token's log-probabilities waiting for its event (logprobs.c): a request that asked
+ * keeps them, in order, from the batch that computed them until its events are pushed. */
+typedef struct svc_lp_item {
+    bool prompt; /* a prompt token (EV_PROMPT), else a generated one (with its TOKEN) */
+    int32_t token;
+    uint32_t index; /* prompt position, or output index */
+    struct ringlm_wire_logprobs lp;
+} svc_lp_item;
+
+typedef struct svc_lpq {
+    svc_lp_item *items; /* a ring of cap items: n of them from head */
+    uint32_t head, n, cap;
+} svc_lpq;
+
 typedef struct svc_req {
     uint64_t id;        /* scheduler id (daemon-wide, never reused) */
     uint64_t client_id; /* the client's id, unique in its session */
@@ -65,6 +80,13 @@ typedef struct svc_req {
     eng_sampling samp;
     uint64_t rng;
     bool ignore_stop; /* RINGLM_WIRE_REQ_F_IGNORE_STOP: only max_new ends it */
+    /* log-probabilities it asked for: top n of each generated token (< 0: none), from the
+     * processed distribution or the raw one; top n of each prompt token from the second
+     * (< 0: none), plp_next the next prompt position whose log-probability is due */
+    int8_t lp_top, plp_top;
+    bool lp_processed;
+    uint32_t plp_next;
+    svc_lpq lpq; /* computed, not yet pushed */
     uint64_t arrival_us, deadline_us, first_token_us, last_token_us, cancel_us, finish_us;
     uint8_t state;                        /* req_state (reqstate.h): moved by req_set_state only */
     struct svc_req *o_next;               /* the outbox, in the order output became ready */
@@ -179,7 +201,13 @@ struct svc {
         int32_t *b_out;
         eng_sampling *b_samp;
         uint64_t *b_rng;
-        svc_req **b_req; /* per sampling row */
+        svc_req **b_req; /* per logits row */
+        /* per logits row: a prompt row's position (-1: the sampled row), what it wants,
+         * what came back, and its result (index into results) */
+        int32_t *b_prompt_pos;
+        int32_t *b_res;
+        eng_logprob_want *b_want;
+        eng_logprobs *b_lp;
         sched_result *results;
         uint64_t n_engine_errors;
     } ex;
@@ -291,6 +319,13 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr, co
 
 /* ---- execute.c ------------------------------------------------------------------------ */
 /* Sizes max_tokens/max_seqs-bound buffers (after eng_create). 0 or -ENOMEM. */
+/* logprobs.c: the queue of log-probabilities a request waits to push */
+int lpq_push(svc_lpq *q, bool prompt, int32_t token, uint32_t index, const eng_logprobs *lp,
+             bool processed);
+const svc_lp_item *lpq_peek(const svc_lpq *q);
+void lpq_pop(svc_lpq *q);
+void lpq_free(svc_lpq *q);
+
 int exec_init(svc *s);
 void exec_free(svc *s);
 void exec_warm_up(svc *s);
