@@ -374,6 +374,10 @@ typedef struct eng_backend_ops {
     int (*kv_copy_blocks)(void *priv, const int32_t *src, const int32_t *dst, int n);
     int (*kv_transfer_async)(void *priv, int dir, const int32_t *blocks, void *const *host, int n,
                              int efd); /* optional */
+    /* optional (NULL: on the calling thread): runs fn(ctx, task) for every task in
+     * [0, n_tasks) on the backend's host threads and returns when all have returned; the
+     * per-row log-probabilities of a batch use it */
+    void (*run_tasks)(void *priv, int n_tasks, void (*fn)(void *ctx, int task), void *ctx);
 } eng_backend_ops;
 
 /* The CPU backend's table (kernels/cpu/). */

@@ -119,7 +119,7 @@ static void pass_portable(const float *v, int n, float max, float tv, top_heap *
 /* exp(x) for x <= 0 (x - max): Cephes' range reduction and degree-5 polynomial, as in
  * the well-known avx_mathfun. Inputs below -87.3 give 0 (the float would be denormal or
  * zero anyway), -inf gives 0, NaN gives NaN. */
-AVX2 static __m256 exp256(__m256 x)
+AVX2 static inline __attribute__((always_inline)) __m256 exp256(__m256 x)
 {
     const __m256 lo = _mm256_set1_ps(-87.3f);
     __m256 below = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
