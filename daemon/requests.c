@@ -91,6 +91,8 @@ void req_free_all(svc *s)
             svc_req *n = r->h_next;
             free(r->tokens);
             lpq_free(&r->lpq);
+            eng_lp_free(r->lp);
+            free(r->stop_ids);
             free(r);
             r = n;
         }
@@ -230,6 +232,8 @@ static void req_log_and_free(svc *s, svc_req *r)
     s->rq.live--;
     free(r->tokens);
     lpq_free(&r->lpq);
+    eng_lp_free(r->lp);
+    free(r->stop_ids);
     free(r);
     svc_stats_changed(s);
 }
@@ -450,7 +454,7 @@ int req_session_open(svc *s, dsess *ds)
     int n_classes = sched_policy_n_classes(s->policy);
     if (n_classes > SCHED_MAX_CLASSES) n_classes = SCHED_MAX_CLASSES;
     for (int i = 0; i < n_classes; i++) classes[i] = sched_policy_class(s->policy, i)->name;
-    dsess_set_facts(ds, ss->trusted, classes, n_classes);
+    dsess_set_facts(ds, ss->trusted, classes, n_classes, (uint32_t)s->mcfg->vocab_size);
     svc_stats_changed(s);
     return 0;
 }
@@ -538,20 +542,13 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
         if (s->per_uid && ev->tenant) {
             /* the scheduler knows the slot; the log names the uid that holds it */
             sched_event named = *ev;
-            named.tenant =
-                r ? r->tenant_name : ut_label(s, sched_policy_tenant_index(s->policy, ev->tenant));
+            named.tenant = r ? r->tenant_name : ut_label(s, ev->tenant_idx);
             declog_decision(s->logs, &named);
         } else {
             declog_decision(s->logs, ev);
         }
     }
-    int series =
-        r ? r->series
-          : metrics_series(s->mx,
-                           s->per_uid && ev->tenant
-                               ? ut_label(s, sched_policy_tenant_index(s->policy, ev->tenant))
-                               : ev->tenant,
-                           ev->class_name);
+    int series = r ? r->series : adm_series(s, ev->tenant_idx, ev->class_idx);
     switch (ev->kind) {
     case SCHED_EV_REJECT: metrics_count_reject(s->mx, series, ev->reject); break;
     case SCHED_EV_DEFER: metrics_count_defer(s->mx, series, ev->defer); break;

@@ -32,6 +32,7 @@
 #include "daemon/service.h"
 #include "kernels/batch.h"
 #include "kernels/engine.h"
+#include "kernels/logits.h"
 #include "sched/sched.h"
 #include "shm/wire.h"
 
@@ -65,6 +66,24 @@ typedef struct svc_lpq {
     uint32_t head, n, cap;
 } svc_lpq;
 
+/*
+ * One request of the runner. Each field has one writer after the request is made:
+ *   requests.c  the table and the session's list (id, client_id, sess, s_prev, s_next,
+ *               h_next), delivery (n_pushed, o_next), the end (state through
+ *               req_set_state, cancel_us, finish_us, fin_*, forced_*), what the scheduler
+ *               reported (cached_tokens, has_sched_cost, sched_cost); it makes the request
+ *               (series = -1) and frees it;
+ *   admission.c what the request asked for, set once before the scheduler sees it (tenant,
+ *               class_idx, series, the names, n_prompt, max_new, samp, lp (made, with
+ *               the prompt noted), stop_ids, n_stop_ids, ignore_stop, arrival_us,
+ *               deadline_us, cache_salt, the prompt in tokens[], the seed in rng, the
+ *               log-probabilities asked: lp_top, plp_top, lp_processed, plp_next's start);
+ *   execute.c   the generation: n_gen, tokens[] past the prompt, rng's stream, lp's counts
+ *               of the generated tokens, first_token_us, last_token_us; the
+ *               log-probabilities computed (plp_next, pushed into lpq, which requests.c
+ *               pops as their events go out).
+ * Every other file reads.
+ */
 typedef struct svc_req {
     uint64_t id;        /* scheduler id (daemon-wide, never reused) */
     uint64_t client_id; /* the client's id, unique in its session */
@@ -74,10 +93,13 @@ typedef struct svc_req {
     int tenant, class_idx, series;
     char tenant_name[SCHED_NAME_MAX], class_name[SCHED_NAME_MAX];
     uint32_t n_prompt, max_new;
-    uint32_t n_gen;    /* generated tokens, appended after the prompt in tokens[] */
-    uint32_t n_pushed; /* token events the client's ring accepted */
-    int32_t *tokens;   /* prompt + generated: a recompute re-prefills these */
-    eng_sampling samp;
+    uint32_t n_gen;      /* generated tokens, appended after the prompt in tokens[] */
+    uint32_t n_pushed;   /* token events the client's ring accepted */
+    int32_t *tokens;     /* prompt + generated: a recompute re-prefills these */
+    eng_sampling samp;   /* samp.proc == lp */
+    eng_logits_proc *lp; /* bias and penalties (kernels/logits.h); NULL when neutral */
+    int32_t *stop_ids;   /* the request's own stop tokens (not subject to ignore_stop) */
+    uint32_t n_stop_ids;
     uint64_t rng;
     bool ignore_stop; /* RINGLM_WIRE_REQ_F_IGNORE_STOP: only max_new ends it */
     /* log-probabilities it asked for: top n of each generated token (< 0: none), from the
@@ -183,7 +205,9 @@ struct svc {
             uint32_t sessions;
             uint64_t last_us;           /* last session opened or closed */
             char label[SCHED_NAME_MAX]; /* "uid<N>": its name in the logs and metrics */
+            int16_t mlabel;             /* label's metrics id, -1 until first used */
         } slot[SVC_UID_TENANTS];
+        int16_t mlabel[SCHED_MAX_TENANTS]; /* a policy tenant's metrics label id, -1: not yet */
         int8_t slot_of[SCHED_MAX_TENANTS]; /* tenant index → slot, -1 */
         int overflow;                      /* "other-uids" */
         uint64_t overflow_sessions, overflow_logged_us;
@@ -192,6 +216,9 @@ struct svc {
     /* admission.c */
     struct svc_admission {
         uint64_t n_rejects; /* answered rejected (by its checks or the scheduler) */
+        /* metrics label ids of the policy's classes ([SCHED_MAX_CLASSES]: a request of no
+         * class, "other"), -1 until first used: names are interned once, not per request */
+        int16_t class_mlabel[SCHED_MAX_CLASSES + 1];
     } adm;
 
     /* execute.c: the batch under construction and the per-sampling-row state */
@@ -310,12 +337,18 @@ int ut_acquire(svc *s, uint32_t uid);
 void ut_release(svc *s, int tenant);
 /* A tenant's name in the logs and metrics ("uid1000" for a bound slot). */
 const char *ut_label(const svc *s, int tenant);
+/* That name's metrics label id, interned on the tenant's (or the slot's uid's) first use. */
+int ut_metrics_label(svc *s, int tenant);
 /* The prefix cache's domain: the uid under the built-in policy, else the tenant. */
 uint64_t ut_cache_salt(const svc *s, int tenant, uint32_t uid);
 
 /* ---- admission.c ---------------------------------------------------------------------- */
-void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr, const int32_t *prompt,
-                    uint32_t n_prompt, const char *class_name, const char *tenant_tag);
+void adm_init(svc *s);
+/* The metrics series of (tenant, class) policy indices (-1: none → "other"), without
+ * comparing a string once both labels have been seen. */
+int adm_series(svc *s, int tenant, int class_idx);
+void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec,
+                    const char *tenant_tag);
 
 /* ---- execute.c ------------------------------------------------------------------------ */
 /* Sizes max_tokens/max_seqs-bound buffers (after eng_create). 0 or -ENOMEM. */
