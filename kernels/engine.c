@@ -471,6 +471,10 @@ int eng_execute_sample_lp(eng *e, const eng_batch *b, const eng_sampling *s, uin
             out_tokens[i] = -1;
         } else {
             out_tokens[i] = eng_sample(buf + (size_t)i * (size_t)vocab, vocab, &s[i], &rng[i]);
+            if (out_tokens[i] < 0) {
+                err = eng_seterr(-EIO, "the constraint stage of row %d failed", i);
+                break;
+            }
             targets[i] = out_tokens[i];
         }
         if (want[i].top_n >= 0) rows[n_rows++] = i;

@@ -320,8 +320,8 @@ int eng_execute_sample(eng *e, const eng_batch *b, const eng_sampling *s, uint64
  * for one token (the sampled one, or a prompt's next token) and the top n of the whole
  * vocabulary (n <= ENG_TOP_LOGPROBS_MAX, OpenAI's limit). From the model's raw logits by
  * default (as vLLM); "processed" takes the distribution the sampler drew from instead:
- * the logits divided by the temperature (none when greedy), with the tokens top-k and top-p
- * leave out at -inf. Rows that ask for nothing cost nothing: no pass over their logits. */
+ * the logits after the sequence's processors (bias, penalties, constraint), divided by the
+ * temperature (none when greedy), with the tokens min-p, top-k and top-p leave out at -inf. Rows that ask for nothing cost nothing: no pass over their logits. */
 #define ENG_TOP_LOGPROBS_MAX 20
 
 /* What one logits row of a batch wants. */

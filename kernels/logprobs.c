@@ -13,6 +13,7 @@
  * eight float lanes, added in double at the end, on AVX2.
  */
 #include "kernels/engine.h"
+#include "kernels/logits.h"
 #include "kernels/sample.h"
 
 #include <errno.h>
@@ -248,12 +249,24 @@ static int lp_cand_cmp(const void *a, const void *b)
 
 void eng_logits_processed(const float *logits, int vocab, const eng_sampling *s, float *out)
 {
+    memcpy(out, logits, (size_t)vocab * sizeof *out);
+    /* the request's processors (bias, penalties, constraint) on the copy: eng_sample has
+     * restored the row itself; the copy is never restored, its stash is scratch */
+    if (s && s->proc && eng_lp_apply(s->proc, out, vocab) < 0) return;
     const bool greedy = !s || !(s->temperature > 0.0f);
     const float inv_t = greedy ? 1.0f : 1.0f / s->temperature;
-    for (int i = 0; i < vocab; i++) out[i] = logits[i] * inv_t;
+    if (!greedy)
+        for (int i = 0; i < vocab; i++) out[i] *= inv_t;
     if (greedy) return; /* greedy draws from nothing: the logits as they are (vLLM) */
+    const float min_p = s->proc ? eng_lp_min_p(s->proc) : 0.0f;
     const bool top_k = s->top_k > 0 && s->top_k < vocab;
     const bool top_p = s->top_p > 0.0f && s->top_p < 1.0f;
+    if (min_p > 0.0f) {
+        /* p < min_p * p_max, as eng_sample: exp(l - max) < min_p */
+        float max = out[eng_argmax(ENG_ARGMAX_AUTO, out, vocab)];
+        for (int i = 0; i < vocab; i++)
+            if (expf(out[i] - max) < min_p) out[i] = -INFINITY;
+    }
     if (!top_k && !top_p) return;
     lp_cand *c = malloc((size_t)vocab * sizeof *c);
     if (!c) return; /* out of memory: the untruncated distribution rather than none */
