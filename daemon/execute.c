@@ -174,9 +174,15 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
         for (int k = 0; k < s->n_stop_tokens; k++) stop |= tok == s->stop_tokens[k];
         stop &= !r->ignore_stop; /* the model's stop tokens only; the request's own always */
         for (uint32_t k = 0; k < r->n_stop_ids; k++) stop |= tok == r->stop_ids[k];
-        if (r->n_gen >= r->max_new) {
-            /* Never past the buffer, whatever the plan said: the request is complete (and a
-             * request of max_new 0, its prompt's log-probabilities out, ends here). */
+        if (r->max_new == 0) {
+            /* Its prompt's log-probabilities were all it wanted (lm-eval's echo scoring): the
+             * step that would sample its first token ends it, the token kept by no one. The
+             * scheduler, which took it as max_new 1, counts the step as its one token
+             * (tokens 0 would be "no progress" and plan it again). */
+            res->has_token = false;
+            res->finished = SCHED_FINISH_LENGTH;
+        } else if (r->n_gen >= r->max_new) {
+            /* Never past the buffer, whatever the plan said: the request is complete. */
             res->tokens = 0;
             res->has_token = false;
             res->finished = SCHED_FINISH_LENGTH;

@@ -688,7 +688,10 @@ static int wire_request(const ringlm_request *req, const ringlm_sampling *smp, u
     w->top_p = req->top_p;
     w->top_k = req->top_k;
     q->prompt = req->prompt;
-    if (ringlm_wire_check_request_field(w, field, why, sizeof(why)))
+    /* max_new_tokens 0 is in range for a prompt's log-probabilities (the extension's flags) */
+    uint32_t smp_flags =
+        smp && smp->size >= offsetof(ringlm_sampling, flags) + sizeof smp->flags ? smp->flags : 0;
+    if (ringlm_wire_check_request_smp(w, smp_flags, field, why, sizeof(why)))
         return set_err(-EINVAL, "%s", why);
     *field = "class_name";
     if ((r = copy_name(w->class_name, req->class_name ? req->class_name : "default",
@@ -816,6 +819,13 @@ int ringlm_submit_batch_ext(ringlm_client *c, const ringlm_request *reqs,
             r = set_err(-ENOTSUP,
                         "%sthe daemon does not take sampling extensions (it is older "
                         "than library 0.4)",
+                        n > 1 ? "a request of the batch: " : "");
+            goto out;
+        }
+        if (q[i].ext &&
+            (q[i].sm.flags & (RINGLM_WIRE_SMP_F_LOGPROBS | RINGLM_WIRE_SMP_F_PROMPT_LOGPROBS)) &&
+            !(c->caps & RINGLM_WIRE_CAP_LOGPROBS)) {
+            r = set_err(-ENOTSUP, "%sthe daemon does not send log-probabilities",
                         n > 1 ? "a request of the batch: " : "");
             goto out;
         }

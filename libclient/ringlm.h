@@ -177,17 +177,22 @@ typedef struct ringlm_logit_bias {
 #define RINGLM_MAX_LOGPROBS         20 /* top_logprobs, prompt_logprobs (OpenAI's limit) */
 #define RINGLM_MAX_CONSTRAINT_BYTES (256u << 10)
 
-/* ringlm_sampling.flags (reserved: refused with -ENOTSUP until implemented) */
+/* ringlm_sampling.flags: log-probabilities (see "log-probabilities" below) */
 #define RINGLM_SAMPLING_LOGPROBS                                                                   \
     1u /* per generated token: its log-probability and
                                                  the top_logprobs most likely alternatives */
 #define RINGLM_SAMPLING_LOGPROBS_PROCESSED                                                         \
     2u /* ... of the processed distribution (after the
-                                                 pipeline up to temperature); default: the
+                                                 pipeline, temperature, top-k and top-p); with
+                                                 RINGLM_SAMPLING_LOGPROBS only; default: the
                                                  model's raw log-softmax, as vLLM */
 #define RINGLM_SAMPLING_PROMPT_LOGPROBS                                                            \
-    4u /* per prompt token: its log-probability and
-                                                 prompt_logprobs alternatives */
+    4u /* per prompt token from the second: its
+                                                 log-probability and prompt_logprobs
+                                                 alternatives (RINGLM_EV_PROMPT_TOKEN events);
+                                                 max_new_tokens may then be 0 (the prompt is
+                                                 scored, nothing generated); such a request
+                                                 does not use the prefix cache */
 
 /* ringlm_sampling.constraint_kind (reserved: any kind but NONE is refused with -ENOTSUP) */
 enum ringlm_constraint_kind {
@@ -335,7 +340,8 @@ int ringlm_request_check_ext(const ringlm_request *req, const ringlm_sampling *s
  * ringlm_request_check_ext with the daemon's vocabulary. A neutral smp (as
  * ringlm_sampling_init leaves it) is sent as a plain request, so it works with any daemon;
  * any other needs a daemon of 0.4 or later: -ENOTSUP ("the daemon does not take sampling
- * extensions") otherwise. Errors as ringlm_submit, plus -ENOTSUP.
+ * extensions", or "the daemon does not send log-probabilities" for a request asking for
+ * them) otherwise. Errors as ringlm_submit, plus -ENOTSUP.
  */
 int ringlm_submit_ext(ringlm_client *c, const ringlm_request *req, const ringlm_sampling *smp,
                       uint64_t *id);
@@ -380,9 +386,6 @@ int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms);
  * with RINGLM_SAMPLING_LOGPROBS_PROCESSED of the distribution the token was drawn from (after
  * the logits processors, temperature, top-k and top-p; excluded tokens are -inf and never
  * listed). Requests that do not ask cost nothing and carry none. */
-#ifndef RINGLM_MAX_LOGPROBS
-#define RINGLM_MAX_LOGPROBS 20 /* OpenAI's limit for top_logprobs */
-#endif
 typedef struct ringlm_logprobs {
     int32_t token;  /* the event's token */
     float logprob;  /* its log-probability (-inf when the processed distribution excludes it) */

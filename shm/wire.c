@@ -174,6 +174,17 @@ int ringlm_wire_check_request(const struct ringlm_wire_request *r, char *why, si
     return ringlm_wire_check_request_field(r, NULL, why, why_len);
 }
 
+int ringlm_wire_check_request_smp(const struct ringlm_wire_request *r, uint32_t smp_flags,
+                                  const char **field, char *why, size_t why_len)
+{
+    if (r->max_new_tokens == 0 && (smp_flags & RINGLM_WIRE_SMP_F_PROMPT_LOGPROBS)) {
+        struct ringlm_wire_request c = *r;
+        c.max_new_tokens = 1; /* its prompt is all it computes: the other ranges as ever */
+        return ringlm_wire_check_request_field(&c, field, why, why_len);
+    }
+    return ringlm_wire_check_request_field(r, field, why, why_len);
+}
+
 /* A sampling parameter out of its range (or not implemented: *unsupported). */
 #define BAD_SMP(name, unsup, ...)                                                                  \
     do {                                                                                           \
@@ -269,14 +280,12 @@ int ringlm_wire_check_sampling(const struct ringlm_wire_parsed *rec, uint32_t vo
                 RINGLM_WIRE_MAX_CONSTRAINT_BYTES);
     if (sm->constraint_kind == 0 && sm->constraint_bytes)
         BAD_SMP("constraint", false, "constraint of %u bytes without a kind", sm->constraint_bytes);
+    if ((sm->flags & RINGLM_WIRE_SMP_F_LOGPROBS_PROCESSED) &&
+        !(sm->flags & RINGLM_WIRE_SMP_F_LOGPROBS))
+        BAD_SMP("flags", false, "flags 0x%x: processed log-probabilities without the logprobs flag",
+                sm->flags);
     /* Not implemented yet: refused, never accepted silently. Whoever implements one removes
      * its refusal here. */
-    if (sm->flags & (RINGLM_WIRE_SMP_F_LOGPROBS | RINGLM_WIRE_SMP_F_LOGPROBS_PROCESSED))
-        BAD_SMP("top_logprobs", true,
-                "top_logprobs: log-probabilities are not implemented by this version");
-    if (sm->flags & RINGLM_WIRE_SMP_F_PROMPT_LOGPROBS)
-        BAD_SMP("prompt_logprobs", true,
-                "prompt_logprobs: prompt log-probabilities are not implemented by this version");
     if (sm->n > 1)
         BAD_SMP("n", true,
                 "n %u: more than one sample per request is not implemented by this "

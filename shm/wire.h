@@ -363,6 +363,12 @@ int ringlm_wire_check_request_field(const struct ringlm_wire_request *req, const
                                     char *why, size_t why_len);
 /* The same check when the field's name is not needed. */
 int ringlm_wire_check_request(const struct ringlm_wire_request *req, char *why, size_t why_len);
+/* The same check for a request with a sampling extension whose flags are smp_flags (0 for a
+ * plain request): max_new_tokens 0 is in range when it asks for its prompt's
+ * log-probabilities (RINGLM_WIRE_SMP_F_PROMPT_LOGPROBS: lm-eval's echo scoring computes the
+ * prompt and ends). The library and the daemon call this one. */
+int ringlm_wire_check_request_smp(const struct ringlm_wire_request *req, uint32_t smp_flags,
+                                  const char **field, char *why, size_t why_len);
 
 /*
  * The one check of the sampling extensions (struct ringlm_wire_sampling and its lists), run
