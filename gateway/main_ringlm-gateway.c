@@ -42,8 +42,8 @@ static void usage(FILE *f)
         "                           default class of a key; other keys get 401. Without it\n"
         "                           every request is this process's own tenant\n"
         "  --chat-template NAME     %s; default: the model file's own (a\n"
-        "                           GGUF tokenizer's chat_template, matched by its text; one\n"
-        "                           that matches none is an error), else plain\n"
+        "                           GGUF tokenizer's chat_template, rendered as Jinja; one\n"
+        "                           that does not parse is an error), else plain\n"
         "  --served-model-name NAME the model id of /v1/models and of requests (default ringlm)\n"
         "  --max-model-len N        context length in tokens, for chat's default max_tokens\n"
         "                           and /v1/models (default unknown: chat defaults to 256)\n"
@@ -77,18 +77,22 @@ static void usage(FILE *f)
         ringlm_chat_template_names());
 }
 
-/* A GGUF tokenizer file's tokenizer.chat_template decides the template when --chat-template
- * does not: the built-in one of its family, or a clear error (never silently a wrong
- * format). With --chat-template, a file whose template is of another family is said on
- * stderr. Returns 0 (also when the file is not GGUF or has no template) or -1. */
-static int model_template(const char *path, const char *explicit_name, int *tpl, const char **from)
+/* Only a GGUF file carries a chat template (ringlm_tokenizer_load says what else a file is). */
+static bool is_gguf(const char *path)
 {
-    /* only a GGUF file carries one (ringlm_tokenizer_load says what else a file is) */
     char magic[4] = "";
     FILE *f = fopen(path, "rb");
     bool gguf = f && fread(magic, 1, 4, f) == 4 && memcmp(magic, "GGUF", 4) == 0;
     if (f) fclose(f);
-    if (!gguf) return 0;
+    return gguf;
+}
+
+/* With --chat-template, a GGUF tokenizer file whose template is of another built-in family is
+ * said on stderr (the file's own template is rendered as Jinja when --chat-template is not
+ * given). Returns 0 or -1 (the file cannot be read). */
+static int model_template(const char *path, const char *explicit_name, int *tpl, const char **from)
+{
+    if (!is_gguf(path)) return 0;
     int t = ringlm_chat_template_of_model(path);
     if (t == -ENOENT) return 0; /* the file has no tokenizer.chat_template */
     if (t < 0 && (t != -ENOTSUP || !explicit_name)) {
@@ -258,7 +262,18 @@ int main(int argc, char **argv)
     }
     cfg.tpl = t;
     const char *tpl_from = tpl_name ? "--chat-template" : "default";
-    if (tok_path && model_template(tok_path, tpl_name, &cfg.tpl, &tpl_from) < 0) return 1;
+    ringlm_chat_jinja *jinja = NULL;
+    if (tok_path && !tpl_name && is_gguf(tok_path)) {
+        int jr = ringlm_chat_jinja_load(tok_path, &jinja);
+        if (jr < 0 && jr != -ENOENT) {
+            fprintf(stderr, "ringlm-gateway: %s\n", ringlm_errdetail());
+            return 1;
+        }
+        cfg.jinja = jinja;
+        if (jinja) tpl_from = "the model file's chat_template";
+    }
+    if (tok_path && tpl_name && model_template(tok_path, tpl_name, &cfg.tpl, &tpl_from) < 0)
+        return 1;
 
     ringlm_tokenizer *tok = NULL;
     if (tok_path) {
@@ -321,8 +336,8 @@ int main(int argc, char **argv)
     fprintf(stderr,
             "ringlm-gateway: listening on http://%s%s%s:%u (model '%s', template %s (%s), %s)\n",
             strchr(addr, ':') ? "[" : "", addr, strchr(addr, ':') ? "]" : "",
-            (unsigned)gw_server_port(s), cfg.served_model, ringlm_chat_template_name(cfg.tpl),
-            tpl_from,
+            (unsigned)gw_server_port(s), cfg.served_model,
+            jinja ? "jinja" : ringlm_chat_template_name(cfg.tpl), tpl_from,
             keys_path ? "API keys required" : "no API keys: every request is this uid's tenant");
     fflush(stderr);
 
@@ -333,6 +348,7 @@ int main(int argc, char **argv)
     if (gw_server_stop(s) < 0) return 0; /* a thread still uses tok and keys: only exit */
     gw_keys_free(&keys);
     ringlm_tokenizer_free(tok);
+    ringlm_chat_jinja_free(jinja);
     if (!cfg.quiet) fprintf(stderr, "ringlm-gateway: drained; exiting\n");
     return 0;
 }

@@ -1007,9 +1007,6 @@ static const char *const chatml_jinja =
     "+ "
     "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' "
     "}}{% endif %}";
-static const char *const gemma_jinja =
-    "{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\\n' + "
-    "message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}";
 
 /* Starts the gateway on tokenizer tok (no daemon needed); returns its exit status when it
  * exits at start (with its log in *log), or -1 once it listens. */
@@ -1047,12 +1044,12 @@ static int start_with_tokenizer(const char *tok, const char *const *extra, char 
     return rc;
 }
 
-Test(gateway_e2e, the_model_files_chat_template_picks_the_built_in_one)
+Test(gateway_e2e, the_model_files_chat_template_is_used_unless_one_is_named)
 {
     gwh_need();
     char *tok = write_gguf_tokenizer("chatml.gguf", chatml_jinja), *log;
     cr_assert_eq(start_with_tokenizer(tok, NULL, &log), -1, "%s", log);
-    cr_assert(strstr(log, "template chatml (the model file's chat_template)"), "%s", log);
+    cr_assert(strstr(log, "template jinja (the model file's chat_template)"), "%s", log);
     free(log);
     th_proc_stop(&gwh_gateway, SIGTERM, 10000);
     /* --chat-template still decides, and a disagreement is said */
@@ -1071,17 +1068,106 @@ Test(gateway_e2e, the_model_files_chat_template_picks_the_built_in_one)
     free(bare);
 }
 
-Test(gateway_e2e, an_unknown_chat_template_in_the_model_file_is_an_error_at_start)
+/* The model file's own template renders chat requests (Jinja): the text of a request's messages
+ * is the template's output, with everything the request carries (tools, tool_calls,
+ * add_generation_prompt, chat_template_kwargs) and its BOS left to the tokenizer; a template
+ * that raises answers 400 with its message (the newline after a block tag is trimmed, as
+ * Hugging Face renders templates, hence {{ '\n' }}). Seen through /tokenize, which renders messages
+ * as /v1/chat/completions does (the same parser): the ids of the messages equal the ids of
+ * the text the template gives. */
+static const char *const custom_jinja =
+    "{{ bos_token }}{% if messages[0].role == 'tool' %}"
+    "{{ raise_exception('a tool message cannot come first') }}{% endif %}"
+    "{% for m in messages %}<{{ m.role }}>{{ m.content|trim if m.content is string else '' }}"
+    "{% for c in m.tool_calls or [] %}[call {{ c.function.name }}]{% endfor %}{{ '\\n' }}"
+    "{% endfor %}"
+    "{% if tools %}tools {{ tools|map(attribute='function')|map(attribute='name')|join(',') }}\n"
+    "{% endif %}{% if add_generation_prompt %}<assistant>{% if think %}think{% endif %}{% endif %}";
+
+static void use_started_gateway(const char *log)
+{
+    const char *at = strstr(log, "127.0.0.1:");
+    cr_assert_not_null(at, "%s", log);
+    gwh_port = atoi(at + strlen("127.0.0.1:"));
+}
+
+/* /tokenize's ids for body, as a JSON text */
+static char *tokenize_ids(const char *body, int want_status, char **err_body)
+{
+    gwh_resp r = gwh_curl("/tokenize", NULL, body);
+    cr_assert_eq(r.status, want_status, "/tokenize %s: %d %s", body, r.status, r.body);
+    char *ids = NULL;
+    if (r.status == 200) {
+        json_t *j = json_loads(r.body, 0, NULL);
+        cr_assert_not_null(j, "%s", r.body);
+        ids = json_dumps(json_object_get(j, "tokens"), JSON_COMPACT);
+        json_decref(j);
+    } else if (err_body) {
+        *err_body = strdup(r.body);
+    }
+    gwh_resp_free(&r);
+    return ids;
+}
+
+Test(gateway_e2e, the_model_files_own_template_renders_chat_requests)
 {
     gwh_need();
-    char *tok = write_gguf_tokenizer("gemma.gguf", gemma_jinja), *log;
-    int rc = start_with_tokenizer(tok, NULL, &log);
-    cr_assert_eq(rc, 1, "the gateway started on a template it does not know (%d): %s", rc, log);
-    cr_assert(strstr(log, "its chat template is none of the built-in ones"), "%s", log);
-    cr_assert(strstr(log, "<start_of_turn>"), "the message quotes the template: %s", log);
-    cr_assert(strstr(log, "--chat-template NAME"), "%s", log);
+    gwh_need_curl();
+    char *tok = write_gguf_tokenizer("custom.gguf", custom_jinja), *log;
+    cr_assert_eq(start_with_tokenizer(tok, NULL, &log), -1, "%s", log);
+    cr_assert(strstr(log, "template jinja (the model file's chat_template)"), "%s", log);
+    use_started_gateway(log);
     free(log);
-    /* naming one is the way out */
+    const char *msgs =
+        "[{\"role\": \"system\", \"content\": \" Be brief. \"}, {\"role\": \"user\", \"content\": "
+        "\"hi\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c1\", "
+        "\"type\": \"function\", \"function\": {\"name\": \"get_time\", \"arguments\": \"{}\"}}]}, "
+        "{\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"noon\"}, {\"role\": "
+        "\"user\", \"content\": [{\"type\": \"text\", \"text\": \"thanks\"}]}]";
+    const char *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"get_time\", "
+                        "\"parameters\": {\"type\": \"object\", \"properties\": {}}}}]";
+    static const struct {
+        const char *extra, *text;
+    } cases[] = {
+        {", \"chat_template_kwargs\": {\"think\": true}",
+         "<system>Be brief.\\n<user>hi\\n<assistant>[call get_time]\\n<tool>noon\\n<user>\\n"
+         "tools get_time\\n<assistant>think"},
+        {", \"add_generation_prompt\": false",
+         "<system>Be brief.\\n<user>hi\\n<assistant>[call get_time]\\n<tool>noon\\n<user>\\n"
+         "tools get_time\\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char body[4096];
+        snprintf(body, sizeof body, "{\"messages\": %s, \"tools\": %s%s}", msgs, tools,
+                 cases[i].extra);
+        char *got = tokenize_ids(body, 200, NULL);
+        snprintf(body, sizeof body, "{\"prompt\": \"%s\"}", cases[i].text);
+        char *want = tokenize_ids(body, 200, NULL);
+        cr_assert_str_eq(got, want, "case %zu: the messages' ids are not the template's text's", i);
+        cr_assert_gt(strlen(want), 40, "case %zu: %s", i, want);
+        free(got);
+        free(want);
+    }
+    /* the template's own refusal */
+    char *err = NULL;
+    cr_assert_null(
+        tokenize_ids("{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", 400, &err));
+    cr_assert(strstr(err, "a tool message cannot come first"), "%s", err);
+    free(err);
+    free(tok);
+}
+
+Test(gateway_e2e, a_chat_template_that_does_not_parse_is_an_error_at_start)
+{
+    gwh_need();
+    char *tok = write_gguf_tokenizer("unparsable.gguf", "{% for m in messages %}{{ m.content }"),
+         *log;
+    int rc = start_with_tokenizer(tok, NULL, &log);
+    cr_assert_eq(rc, 1, "the gateway started on a template that does not parse (%d): %s", rc, log);
+    cr_assert(strstr(log, "unparsable.gguf: tokenizer.chat_template does not parse: line 1"),
+              "the message names the file and the line: %s", log);
+    free(log);
+    /* naming a built-in one is the way out */
     const char *explicit_chatml[] = {"--chat-template", "chatml", NULL};
     cr_assert_eq(start_with_tokenizer(tok, explicit_chatml, &log), -1, "%s", log);
     free(log);
