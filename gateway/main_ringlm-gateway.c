@@ -46,7 +46,8 @@ static void usage(FILE *f)
         "                           that does not parse is an error), else plain\n"
         "  --served-model-name NAME the model id of /v1/models and of requests (default ringlm)\n"
         "  --max-model-len N        context length in tokens, for chat's default max_tokens\n"
-        "                           and /v1/models (default unknown: chat defaults to 256)\n"
+        "                           and /v1/models (default: the GGUF model file's\n"
+        "                           context_length, else unknown: chat defaults to 256)\n"
         "  --max-body-bytes N       larger request bodies get 413 (default 1048576)\n"
         "  --http-timeout-s N       close a connection idle this long mid-request (default 30)\n"
         "  --http-head-timeout-s N  a connection must send a whole request head within N s of\n"
@@ -284,6 +285,9 @@ int main(int argc, char **argv)
             return 1;
         }
         cfg.tok = tok;
+        /* the model file's context, unless --max-model-len says */
+        int ctx = ringlm_tokenizer_context_length(tok);
+        if (!cfg.max_model_len && ctx > 0) cfg.max_model_len = (uint32_t)ctx;
     }
     gw_keys keys = {0};
     if (keys_path) {

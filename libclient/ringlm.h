@@ -341,6 +341,11 @@ int ringlm_tokenizer_vocab_size(const ringlm_tokenizer *tok);
 int32_t ringlm_tokenizer_bos(const ringlm_tokenizer *tok);
 int32_t ringlm_tokenizer_eos(const ringlm_tokenizer *tok);
 int32_t ringlm_tokenizer_eot(const ringlm_tokenizer *tok);
+/* The model's context length in tokens as the tokenizer's GGUF model file states it
+ * (<general.architecture>.context_length): prompt plus generated tokens fit in it plus one.
+ * 0 when the file states none (a llama2.c tokenizer.bin, a tokenizer-only GGUF); -EINVAL
+ * when tok is NULL. */
+int ringlm_tokenizer_context_length(const ringlm_tokenizer *tok);
 
 /* Flags of ringlm_tokenize. */
 #define RINGLM_TOKENIZE_BOS 1u /* start with the BOS id (when the vocabulary has one) */

@@ -967,7 +967,14 @@ Test(gateway_e2e, one_session_refuses_beyond_its_request_limit)
 
 /* A GGUF file holding a SentencePiece vocabulary (unk, BOS, EOS, the 256 byte tokens, a-z)
  * and, when template is not NULL, tokenizer.chat_template. */
+static char *write_gguf_tokenizer_ctx(const char *name, const char *template, uint32_t ctx);
 static char *write_gguf_tokenizer(const char *name, const char *template)
+{
+    return write_gguf_tokenizer_ctx(name, template, 0);
+}
+
+/* The same, stating a context of ctx tokens (llama.context_length) when ctx > 0. */
+static char *write_gguf_tokenizer_ctx(const char *name, const char *template, uint32_t ctx)
 {
     char *path = th_path(gwh_dir(), name);
     enum { NTOK = 3 + 256 + 26 };
@@ -997,6 +1004,7 @@ static char *write_gguf_tokenizer(const char *name, const char *template)
     gw_u32(w, "tokenizer.ggml.bos_token_id", 1);
     gw_u32(w, "tokenizer.ggml.eos_token_id", 2);
     if (template) gw_str(w, "tokenizer.chat_template", template);
+    if (ctx) gw_u32(w, "llama.context_length", ctx);
     cr_assert_eq(gw_write(w, path), 0, "writing %s", path);
     gw_free(w);
     return path;
@@ -1171,6 +1179,36 @@ Test(gateway_e2e, a_chat_template_that_does_not_parse_is_an_error_at_start)
     const char *explicit_chatml[] = {"--chat-template", "chatml", NULL};
     cr_assert_eq(start_with_tokenizer(tok, explicit_chatml, &log), -1, "%s", log);
     free(log);
+    free(tok);
+}
+
+/* The context length comes from the model file when --max-model-len does not say: the
+ * tokenizer file is the model's GGUF, whose llama.context_length (96 here) /v1/models and
+ * /tokenize report, and which bounds chat's default max_tokens (it used to be unknown, and
+ * chat asked for 256 tokens, more than such a model can hold). */
+Test(gateway_e2e, the_context_length_comes_from_the_model_file)
+{
+    gwh_need();
+    gwh_need_curl();
+    char *tok = write_gguf_tokenizer_ctx("ctx96.gguf", NULL, 96), *log;
+    cr_assert_eq(start_with_tokenizer(tok, NULL, &log), -1, "%s", log);
+    use_started_gateway(log);
+    free(log);
+    gwh_resp r = gwh_curl("/v1/models", NULL, NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_assert(strstr(r.body, "\"max_model_len\":96") || strstr(r.body, "\"max_model_len\": 96"),
+              "%s", r.body);
+    gwh_resp_free(&r);
+    th_proc_stop(&gwh_gateway, SIGTERM, 10000);
+    /* --max-model-len still decides */
+    const char *explicit_len[] = {"--max-model-len", "64", NULL};
+    cr_assert_eq(start_with_tokenizer(tok, explicit_len, &log), -1, "%s", log);
+    use_started_gateway(log);
+    free(log);
+    r = gwh_curl("/v1/models", NULL, NULL);
+    cr_assert(strstr(r.body, "\"max_model_len\":64") || strstr(r.body, "\"max_model_len\": 64"),
+              "%s", r.body);
+    gwh_resp_free(&r);
     free(tok);
 }
 
