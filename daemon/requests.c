@@ -89,6 +89,8 @@ void req_free_all(svc *s)
         while (r) {
             svc_req *n = r->h_next;
             free(r->tokens);
+            eng_lp_free(r->lp);
+            free(r->stop_ids);
             free(r);
             r = n;
         }
@@ -227,6 +229,8 @@ static void req_log_and_free(svc *s, svc_req *r)
     req_hash_del(s, r);
     s->rq.live--;
     free(r->tokens);
+    eng_lp_free(r->lp);
+    free(r->stop_ids);
     free(r);
     svc_stats_changed(s);
 }
@@ -434,7 +438,7 @@ int req_session_open(svc *s, dsess *ds)
     int n_classes = sched_policy_n_classes(s->policy);
     if (n_classes > SCHED_MAX_CLASSES) n_classes = SCHED_MAX_CLASSES;
     for (int i = 0; i < n_classes; i++) classes[i] = sched_policy_class(s->policy, i)->name;
-    dsess_set_facts(ds, ss->trusted, classes, n_classes);
+    dsess_set_facts(ds, ss->trusted, classes, n_classes, (uint32_t)s->mcfg->vocab_size);
     svc_stats_changed(s);
     return 0;
 }

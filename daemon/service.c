@@ -59,15 +59,14 @@ static int on_connect(void *ctx, dsess *ds)
     return req_session_open(ctx, ds);
 }
 
-static void on_request(void *ctx, dsess *ds, const struct ringlm_wire_request *hdr,
-                       const int32_t *prompt, uint32_t n_prompt, const char *class_name,
+static void on_request(void *ctx, dsess *ds, const struct ringlm_wire_parsed *rec,
                        const char *tenant_tag)
 {
     svc *s = ctx;
     s->now_us = dloop_now_us(s->loop);
     svc_sess *ss = dsess_user(ds);
     if (ss && ss->tenant >= 0 && ss->tenant < s->n_tenants) s->tenant_records[ss->tenant]++;
-    adm_on_request(s, ds, hdr, prompt, n_prompt, class_name, tenant_tag);
+    adm_on_request(s, ds, rec, tenant_tag);
 }
 
 static void on_cancel(void *ctx, dsess *ds, uint64_t req_id)

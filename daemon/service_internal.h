@@ -31,6 +31,7 @@
 #include "daemon/service.h"
 #include "kernels/batch.h"
 #include "kernels/engine.h"
+#include "kernels/logits.h"
 #include "sched/sched.h"
 #include "shm/wire.h"
 
@@ -58,10 +59,11 @@ typedef struct svc_sess svc_sess;
  *               reported (cached_tokens, has_sched_cost, sched_cost); it makes the request
  *               (series = -1) and frees it;
  *   admission.c what the request asked for, set once before the scheduler sees it (tenant,
- *               class_idx, series, the names, n_prompt, max_new, samp, ignore_stop,
- *               arrival_us, deadline_us, cache_salt, the prompt in tokens[], the seed in rng);
- *   execute.c   the generation: n_gen, tokens[] past the prompt, rng's stream,
- *               first_token_us, last_token_us.
+ *               class_idx, series, the names, n_prompt, max_new, samp, lp (made, with
+ *               the prompt noted), stop_ids, n_stop_ids, ignore_stop, arrival_us,
+ *               deadline_us, cache_salt, the prompt in tokens[], the seed in rng);
+ *   execute.c   the generation: n_gen, tokens[] past the prompt, rng's stream, lp's counts
+ *               of the generated tokens, first_token_us, last_token_us.
  * Every other file reads.
  */
 typedef struct svc_req {
@@ -73,10 +75,13 @@ typedef struct svc_req {
     int tenant, class_idx, series;
     char tenant_name[SCHED_NAME_MAX], class_name[SCHED_NAME_MAX];
     uint32_t n_prompt, max_new;
-    uint32_t n_gen;    /* generated tokens, appended after the prompt in tokens[] */
-    uint32_t n_pushed; /* token events the client's ring accepted */
-    int32_t *tokens;   /* prompt + generated: a recompute re-prefills these */
-    eng_sampling samp;
+    uint32_t n_gen;      /* generated tokens, appended after the prompt in tokens[] */
+    uint32_t n_pushed;   /* token events the client's ring accepted */
+    int32_t *tokens;     /* prompt + generated: a recompute re-prefills these */
+    eng_sampling samp;   /* samp.proc == lp */
+    eng_logits_proc *lp; /* bias and penalties (kernels/logits.h); NULL when neutral */
+    int32_t *stop_ids;   /* the request's own stop tokens (not subject to ignore_stop) */
+    uint32_t n_stop_ids;
     uint64_t rng;
     bool ignore_stop; /* RINGLM_WIRE_REQ_F_IGNORE_STOP: only max_new ends it */
     uint64_t arrival_us, deadline_us, first_token_us, last_token_us, cancel_us, finish_us;
@@ -311,8 +316,8 @@ void adm_init(svc *s);
 /* The metrics series of (tenant, class) policy indices (-1: none → "other"), without
  * comparing a string once both labels have been seen. */
 int adm_series(svc *s, int tenant, int class_idx);
-void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr, const int32_t *prompt,
-                    uint32_t n_prompt, const char *class_name, const char *tenant_tag);
+void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec,
+                    const char *tenant_tag);
 
 /* ---- execute.c ------------------------------------------------------------------------ */
 /* Sizes max_tokens/max_seqs-bound buffers (after eng_create). 0 or -ENOMEM. */
