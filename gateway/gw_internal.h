@@ -40,6 +40,7 @@
 #ifndef RINGLM_TOOLS_GW_INTERNAL_H
 #define RINGLM_TOOLS_GW_INTERNAL_H
 
+#include "gateway/gw_reason.h"
 #include <jansson.h>
 #include <microhttpd.h>
 #include <pthread.h>
@@ -116,12 +117,13 @@ struct gw_req {
     uint32_t n_gen;
     uint32_t n_cached; /* prompt tokens ringlmd's prefix cache served (its FINISH) */
     int32_t prev;
-    gw_buf raw;         /* decoded bytes not yet whole UTF-8 */
-    gw_buf pend;        /* text held back: it may begin a stop string */
-    gw_buf text;        /* non-stream: the completion so far */
-    gw_buf out;         /* stream: SSE bytes not yet handed to libmicrohttpd */
-    gw_buf head;        /* "data: {...,\"choices\":[" of this stream's chunks */
-    const char *finish; /* "stop" / "length" once decided */
+    gw_buf raw;            /* decoded bytes not yet whole UTF-8 */
+    gw_buf pend;           /* text held back: it may begin a stop string */
+    gw_buf text;           /* non-stream: the completion so far */
+    gw_reason_state think; /* stream, --reasoning-parser: reasoning or content so far */
+    gw_buf out;            /* stream: SSE bytes not yet handed to libmicrohttpd */
+    gw_buf head;           /* "data: {...,\"choices\":[" of this stream's chunks */
+    const char *finish;    /* "stop" / "length" once decided */
     gw_err err;
     char id[48];
     long long created;

@@ -42,16 +42,17 @@ typedef struct gw_cfg {
     int tpl;             /* RINGLM_CHAT_*: the chat template of /v1/chat/completions */
     const struct ringlm_chat_jinja *jinja; /* the model file's own template (NULL: tpl) */
     const char *served_model;              /* /v1/models id, and the name requests must use */
-    uint32_t max_model_len;                /* context in tokens (0 = unknown) */
-    size_t max_body_bytes;                 /* larger bodies: 413 */
-    unsigned http_timeout_s;               /* idle connection (slow header/body) timeout */
-    unsigned http_head_timeout_s;          /* a whole request head within this (0: none) */
-    unsigned http_body_timeout_s;          /* the whole body within this of the head (0: none) */
-    unsigned max_connections;              /* at the limit a newcomer evicts the oldest slow head */
-    unsigned max_connections_per_addr;     /* 0: no bound */
-    unsigned sessions;                     /* shm sessions with ringlmd, 1..64 (0 = 1) */
-    unsigned prep_threads;                 /* threads that parse and tokenize (0 = 1) */
-    unsigned prep_queue;                   /* requests waiting for one; more: 503 */
+    int reasoning;                     /* GW_REASON_*: reasoning_content split off chat answers */
+    uint32_t max_model_len;            /* context in tokens (0 = unknown) */
+    size_t max_body_bytes;             /* larger bodies: 413 */
+    unsigned http_timeout_s;           /* idle connection (slow header/body) timeout */
+    unsigned http_head_timeout_s;      /* a whole request head within this (0: none) */
+    unsigned http_body_timeout_s;      /* the whole body within this of the head (0: none) */
+    unsigned max_connections;          /* at the limit a newcomer evicts the oldest slow head */
+    unsigned max_connections_per_addr; /* 0: no bound */
+    unsigned sessions;                 /* shm sessions with ringlmd, 1..64 (0 = 1) */
+    unsigned prep_threads;             /* threads that parse and tokenize (0 = 1) */
+    unsigned prep_queue;               /* requests waiting for one; more: 503 */
     const char *daemon_metrics; /* ringlmd's --metrics ADDR:PORT: its vllm:* on our /metrics */
     int quiet;
 } gw_cfg;

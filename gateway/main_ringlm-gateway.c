@@ -24,6 +24,7 @@
 
 #include "ringlm.h"
 #include "formats/api_keys.h"
+#include "gateway/gw_reason.h"
 #include "gateway/gw_server.h"
 
 static void usage(FILE *f)
@@ -44,6 +45,9 @@ static void usage(FILE *f)
         "  --chat-template NAME     %s; default: the model file's own (a\n"
         "                           GGUF tokenizer's chat_template, rendered as Jinja; one\n"
         "                           that does not parse is an error), else plain\n"
+        "  --reasoning-parser NAME  deepseek_r1 or qwen3: a chat answer's <think>...</think>\n"
+        "                           comes back as reasoning_content, the rest as content\n"
+        "                           (vLLM's option and fields; default: all of it is content)\n"
         "  --served-model-name NAME the model id of /v1/models and of requests (default ringlm)\n"
         "  --max-model-len N        context length in tokens, for chat's default max_tokens\n"
         "                           and /v1/models (default: the GGUF model file's\n"
@@ -177,6 +181,7 @@ int main(int argc, char **argv)
         {"tokenizer", required_argument, 0, 't'},
         {"api-keys", required_argument, 0, 'k'},
         {"chat-template", required_argument, 0, 'c'},
+        {"reasoning-parser", required_argument, 0, 'R'},
         {"served-model-name", required_argument, 0, 'm'},
         {"max-model-len", required_argument, 0, 'L'},
         {"max-body-bytes", required_argument, 0, 'B'},
@@ -203,6 +208,16 @@ int main(int argc, char **argv)
         case 't': tok_path = optarg; break;
         case 'k': keys_path = optarg; break;
         case 'c': tpl_name = optarg; break;
+        case 'R':
+            cfg.reasoning = gw_reason_by_name(optarg);
+            if (cfg.reasoning < 0) {
+                fprintf(stderr,
+                        "ringlm-gateway: unknown --reasoning-parser '%s' (known: deepseek_r1, "
+                        "qwen3)\n",
+                        optarg);
+                return 2;
+            }
+            break;
         case 'm':
             if (!*optarg) {
                 fprintf(stderr, "ringlm-gateway: --served-model-name is empty\n");

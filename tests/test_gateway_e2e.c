@@ -380,6 +380,51 @@ Test(gateway_e2e, chat_streams_role_then_content_and_matches_the_whole_answer)
     gwh_resp_free(&p);
 }
 
+/* --reasoning-parser deepseek_r1: a chat answer comes back as reasoning_content up to
+ * </think> (a story model never writes one, so all of it is reasoning and content is null),
+ * and streamed as delta.reasoning_content; the text is the answer the plain chat gives. */
+Test(gateway_e2e, reasoning_parser_returns_reasoning_content)
+{
+    const char *extra[] = {"--reasoning-parser", "deepseek_r1", NULL};
+    setup(extra);
+    const char *req = "{\"model\":\"stories\",\"messages\":[{\"role\":\"user\",\"content\":\"Once "
+                      "upon a time\"}],\"max_tokens\":24,\"temperature\":0%s}";
+    char whole_b[512], stream_b[512];
+    snprintf(whole_b, sizeof whole_b, req, "");
+    snprintf(stream_b, sizeof stream_b, req, ",\"stream\":true");
+    gwh_resp w = gwh_curl("/v1/chat/completions", NULL, whole_b);
+    cr_assert_eq(w.status, 200, "%s", w.body);
+    json_t *j = parse(w.body);
+    json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+    const char *reasoning = jpath_str(msg, "reasoning_content", NULL);
+    cr_assert(reasoning && strlen(reasoning) > 10, "%s", w.body);
+    cr_assert(json_is_null(json_object_get(msg, "content")), "%s", w.body);
+    gwh_resp s = gwh_curl("/v1/chat/completions", NULL, stream_b);
+    cr_assert_eq(s.status, 200, "%s", s.body);
+    /* every piece of the streamed text is a delta.reasoning_content; joined, the answer */
+    json_t *joined = json_string("");
+    for (const char *p = strstr(s.body, "data: {"); p; p = strstr(p + 1, "data: {")) {
+        json_t *chunk = json_loads(p + 6, JSON_DISABLE_EOF_CHECK, NULL);
+        cr_assert_not_null(chunk, "%s", p);
+        json_t *d = json_object_get(json_array_get(json_object_get(chunk, "choices"), 0), "delta");
+        const char *c = json_string_value(json_object_get(d, "content"));
+        cr_assert(!c || !*c, "content in a reasoning stream: %s", p);
+        const char *r = json_string_value(json_object_get(d, "reasoning_content"));
+        if (r) {
+            char *cat = NULL;
+            cr_assert(asprintf(&cat, "%s%s", json_string_value(joined), r) > 0);
+            json_string_set(joined, cat);
+            free(cat);
+        }
+        json_decref(chunk);
+    }
+    cr_assert_str_eq(json_string_value(joined), reasoning);
+    json_decref(joined);
+    json_decref(j);
+    gwh_resp_free(&w);
+    gwh_resp_free(&s);
+}
+
 Test(gateway_e2e, stop_strings_cut_the_text_in_both_modes)
 {
     setup(NULL);
