@@ -24,6 +24,7 @@
 #include <stdio.h>
 
 #include "daemon/declog.h"
+#include "daemon/kvevents.h"
 #include "daemon/kvtier.h"
 #include "daemon/loop.h"
 #include "daemon/metrics.h"
@@ -85,8 +86,9 @@ typedef struct svc_req {
     uint64_t rng;
     bool ignore_stop; /* RINGLM_WIRE_REQ_F_IGNORE_STOP: only max_new ends it */
     uint64_t arrival_us, deadline_us, first_token_us, last_token_us, cancel_us, finish_us;
-    uint8_t state;                        /* req_state (reqstate.h): moved by req_set_state only */
-    struct svc_req *o_next;               /* the outbox, in the order output became ready */
+    uint64_t scheduled_us;  /* its first start (vllm:request_queue_time_seconds), 0: never */
+    uint8_t state;          /* req_state (reqstate.h): moved by req_set_state only */
+    struct svc_req *o_next; /* the outbox, in the order output became ready */
     unsigned fin_reason, fin_cause;       /* RINGLM_WIRE_R_* */
     unsigned forced_reason, forced_cause; /* set before a daemon-side cancel */
     uint32_t cached_tokens; /* prompt tokens its first admission found in the prefix cache */
@@ -139,14 +141,16 @@ struct svc {
     sched *sched;
     declog *logs;
     metrics *mx;
+    kvev *kv_events; /* --kv-events: the publisher (NULL: none) */
     kvtier *tiers;
     dloop *loop;
     int numa_node;
     char policy_hash_hex[SCHED_HASH_HEX_LEN + 1];
     char policy_name[64];
-    bool trace_xfer;          /* RINGLMD_TRACE_XFER: one stderr line per transfer */
-    bool per_uid;             /* the built-in policy: a tenant per uid (uidtenants.c) */
-    int max_tokens, max_seqs; /* the engine's batch bounds */
+    char served_model_name[128]; /* vLLM's model_name (service.c: served_model_name) */
+    bool trace_xfer;             /* RINGLMD_TRACE_XFER: one stderr line per transfer */
+    bool per_uid;                /* the built-in policy: a tenant per uid (uidtenants.c) */
+    int max_tokens, max_seqs;    /* the engine's batch bounds */
     int n_tenants;
 
     /* service.c: each iteration */
@@ -168,6 +172,9 @@ struct svc {
         svc_sess *out_sessions; /* sessions with output to push */
         req_state_audit audit;  /* illegal request state moves (req_set_state) */
         uint64_t n_finished;    /* ended other than rejected */
+        /* metrics label ids of the policy's classes ([SCHED_MAX_CLASSES]: a request of no
+         * class, "other"), -1 until first used: names are interned once, not per request */
+        int16_t class_mlabel[SCHED_MAX_CLASSES + 1];
     } rq;
 
     /* uidtenants.c: the built-in policy's tenant per uid (per_uid: no --policy) */
@@ -191,9 +198,6 @@ struct svc {
     /* admission.c */
     struct svc_admission {
         uint64_t n_rejects; /* answered rejected (by its checks or the scheduler) */
-        /* metrics label ids of the policy's classes ([SCHED_MAX_CLASSES]: a request of no
-         * class, "other"), -1 until first used: names are interned once, not per request */
-        int16_t class_mlabel[SCHED_MAX_CLASSES + 1];
     } adm;
 
     /* execute.c: the batch under construction and the per-sampling-row state */
@@ -257,6 +261,10 @@ __attribute__((format(printf, 1, 2))) static inline void svc_log(const char *fmt
 }
 
 /* ---- requests.c ----------------------------------------------------------------------- */
+void req_init(svc *s);
+/* The metrics series of (tenant, class) policy indices (-1: none → "other"), without
+ * comparing a string once both labels have been seen. */
+int req_series(svc *s, int tenant, int class_idx);
 svc_req *req_find(svc *s, uint64_t id);
 /* The one place a request's state changes: checked against reqstate.c's table. */
 void req_set_state(svc *s, svc_req *r, req_state to);
@@ -312,10 +320,6 @@ int ut_metrics_label(svc *s, int tenant);
 uint64_t ut_cache_salt(const svc *s, int tenant, uint32_t uid);
 
 /* ---- admission.c ---------------------------------------------------------------------- */
-void adm_init(svc *s);
-/* The metrics series of (tenant, class) policy indices (-1: none → "other"), without
- * comparing a string once both labels have been seen. */
-int adm_series(svc *s, int tenant, int class_idx);
 void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec,
                     const char *tenant_tag);
 
