@@ -357,6 +357,20 @@ enum MHD_Result gw_ep_metrics(gw_server *s, gw_req *r, struct MHD_Connection *c)
             "# TYPE ringlm_gateway_daemon_metrics_up gauge\nringlm_gateway_daemon_metrics_up %d\n",
             s->relay_up);
     if (s->relay_up && s->relay_text) gw_buf_adds(&b, s->relay_text);
+    if (s->route) {
+        gw_buf_adds(&b, "# HELP ringlm_gateway_daemon_requests_total Requests sent to each daemon "
+                        "(--socket, in order).\n"
+                        "# TYPE ringlm_gateway_daemon_requests_total counter\n");
+        for (int d = 0; d < s->n_daemons; d++)
+            gw_buf_addf(&b, "ringlm_gateway_daemon_requests_total{daemon=\"%d\"} %llu\n", d,
+                        (unsigned long long)s->daemon_picks[d]);
+        gw_buf_addf(&b,
+                    "# HELP ringlm_gateway_affinity_requests_total Requests sent to a daemon that "
+                    "was given their prefix before.\n"
+                    "# TYPE ringlm_gateway_affinity_requests_total counter\n"
+                    "ringlm_gateway_affinity_requests_total %llu\n",
+                    (unsigned long long)s->affinity_picks);
+    }
     gw_buf_adds(&b, "# HELP ringlm_gateway_session_requests_in_flight Requests submitted on a "
                     "session and not finished.\n"
                     "# TYPE ringlm_gateway_session_requests_in_flight gauge\n");

@@ -51,6 +51,7 @@
 
 #include "ringlm.h"
 #include "gateway/gw_params.h"
+#include "gateway/gw_route.h"
 #include "gateway/gw_server.h"
 #include "gateway/gw_text.h"
 
@@ -173,8 +174,10 @@ struct gw_req {
 struct gw_sess {
     gw_server *s;
     int idx;
-    ringlm_client *client; /* NULL while (re)connecting */
-    char conn_err[768];    /* why the last connect failed / the session ended */
+    int daemon;              /* which of the daemons (cfg.sockets; 0 with one) */
+    const char *socket_path; /* its socket */
+    ringlm_client *client;   /* NULL while (re)connecting */
+    char conn_err[768];      /* why the last connect failed / the session ended */
     pthread_t thread;
     bool started;
     gw_req *by_id[GW_HBUCKETS];
@@ -192,6 +195,9 @@ struct gw_server {
     pthread_cond_t cv;
     gw_sess *sess;
     int n_sess;
+    int n_daemons;   /* sessions [d * sessions, (d + 1) * sessions) are daemon d's */
+    gw_route *route; /* NULL with one daemon */
+    uint64_t daemon_picks[GW_MAX_DAEMONS], affinity_picks;
     bool stopping, draining;
     pthread_t watch_thread, relay_thread;
     bool watch_started, relay_started;

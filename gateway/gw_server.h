@@ -37,6 +37,12 @@ typedef struct gw_cfg {
     const char *listen_addr; /* IPv4 or IPv6 literal; NULL = 127.0.0.1 */
     uint16_t port;           /* 0 = any (gw_server_port tells which) */
     const char *socket_path; /* ringlmd's socket (NULL: $RINGLM_SOCKET, default) */
+    /* Several daemons (--socket given more than once, one ringlmd per NUMA node): their
+     * sockets; each gets `sessions` sessions, and gw_route.h picks one per request. n 0:
+     * socket_path alone. */
+    const char *const *sockets;
+    unsigned n_sockets;
+    uint32_t affinity_block_tokens; /* gw_route.h (0: 16) */
     const ringlm_tokenizer *tok;
     const gw_keys *keys; /* NULL: no keys, every request is the gateway's tenant */
     int tpl;             /* RINGLM_CHAT_*: the chat template of /v1/chat/completions */

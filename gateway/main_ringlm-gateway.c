@@ -25,6 +25,7 @@
 #include "ringlm.h"
 #include "formats/api_keys.h"
 #include "gateway/gw_reason.h"
+#include "gateway/gw_route.h"
 #include "gateway/gw_server.h"
 
 static void usage(FILE *f)
@@ -35,7 +36,12 @@ static void usage(FILE *f)
         "  --listen ADDR:PORT       HTTP address (IPv4, or [IPv6]:PORT; port 0 = any free one,\n"
         "                           printed at start; default 127.0.0.1:8000)\n"
         "  --socket PATH            ringlmd's socket (default $" RINGLM_SOCKET_ENV
-        ", else " RINGLM_DEFAULT_SOCKET ")\n"
+        ", else " RINGLM_DEFAULT_SOCKET ");\n"
+        "                           more than once: one ringlmd each (one per NUMA node), a\n"
+        "                           daemon picked per request by prefix affinity and load\n"
+        "                           (docs/fleet.md)\n"
+        "  --affinity-block-tokens N  with several --socket: tokens per prompt block hashed\n"
+        "                           for prefix affinity (default 16, ringlmd's block size)\n"
         "  --tokenizer FILE         the model's tokenizer (llama2.c tokenizer.bin); without it\n"
         "                           prompts must be token ids and replies carry no text\n"
         "  --api-keys FILE          lines 'KEY TENANT [CLASS]': the tenant (tagged on each\n"
@@ -175,9 +181,12 @@ int main(int argc, char **argv)
         .prep_queue = 4096,
     };
     long grace_ms = 30000;
+    const char *sockets[GW_MAX_DAEMONS];
+    unsigned n_sockets = 0;
     static const struct option opts[] = {
         {"listen", required_argument, 0, 'l'},
         {"socket", required_argument, 0, 's'},
+        {"affinity-block-tokens", required_argument, 0, 'F'},
         {"tokenizer", required_argument, 0, 't'},
         {"api-keys", required_argument, 0, 'k'},
         {"chat-template", required_argument, 0, 'c'},
@@ -204,7 +213,17 @@ int main(int argc, char **argv)
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
         case 'l': parse_listen(optarg, addr, sizeof addr, &cfg.port); break;
-        case 's': cfg.socket_path = optarg; break;
+        case 's':
+            if (n_sockets == GW_MAX_DAEMONS) {
+                fprintf(stderr, "ringlm-gateway: at most %d --socket\n", GW_MAX_DAEMONS);
+                return 2;
+            }
+            sockets[n_sockets++] = optarg;
+            break;
+        case 'F':
+            cfg.affinity_block_tokens =
+                (uint32_t)parse_num("--affinity-block-tokens", optarg, 1, 65536);
+            break;
         case 't': tok_path = optarg; break;
         case 'k': keys_path = optarg; break;
         case 'c': tpl_name = optarg; break;
@@ -345,6 +364,11 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    if (n_sockets == 1) cfg.socket_path = sockets[0];
+    if (n_sockets > 1) {
+        cfg.sockets = sockets;
+        cfg.n_sockets = n_sockets;
+    }
     gw_server *s;
     int rc = gw_server_start(&cfg, &s);
     if (rc < 0) {
