@@ -48,13 +48,31 @@ typedef struct eng_model_config {
 
 /* What a GGUF file's metadata adds to the shape; llama2.c models and presets have
  * llama2.c's values (1e-5, 10000, head_size, adjacent pairs, F32). */
+/* The architecture a GGUF file names (general.architecture); llama2.c models are llama. */
+typedef enum eng_arch {
+    ENG_ARCH_LLAMA = 0, /* "llama" (Llama 1-3, Mistral) */
+    ENG_ARCH_QWEN2,     /* "qwen2": Q/K/V biases, NEOX RoPE */
+    ENG_ARCH_QWEN3,     /* "qwen3": per-head RMSNorm of Q and K before RoPE, NEOX RoPE */
+    ENG_ARCH__COUNT
+} eng_arch;
+/* "llama", "qwen2", ...; "?" out of range. */
+const char *eng_arch_name(int arch);
+
 typedef struct eng_model_hparams {
+    int arch;         /* enum eng_arch */
+    int head_dim;     /* elements per Q/K/V head; 0 means dim / n_heads (llama2.c) */
     float norm_eps;   /* RMSNorm epsilon */
     float rope_theta; /* RoPE base */
     int rope_dim;     /* leading dimensions of each head that RoPE rotates */
     bool rope_neox;   /* rotate pairs (j, j + rope_dim/2) (qwen2) instead of (2j, 2j+1) */
     int weight_type;  /* eng_wtype of the projection weights (blk.0.attn_q), for reports */
 } eng_model_hparams;
+
+/* Elements per Q/K/V head: hp->head_dim, or dim / n_heads where it is 0. */
+static inline int eng_head_dim(const eng_model_config *c, const eng_model_hparams *hp)
+{
+    return hp->head_dim > 0 ? hp->head_dim : c->dim / c->n_heads;
+}
 
 /* The element type of a weight matrix: ggml's numbering, as GGUF files store it. */
 enum eng_wtype {
@@ -76,11 +94,14 @@ typedef struct eng_wmat {
 } eng_wmat;
 size_t eng_wrow_bytes(int type, int64_t in);
 
-/* One layer's weights. Norms and biases are float32 in every format. */
+/* One layer's weights. Norms and biases are float32 in every format. With a head_dim
+ * (eng_model_hparams) other than dim / n_heads, wq is [q_dim][dim] and wo [dim][q_dim],
+ * q_dim = n_heads * head_dim; wk and wv are [kv_dim][dim], kv_dim = n_kv_heads * head_dim. */
 typedef struct eng_layer_weights {
     const float *rms_att, *rms_ffn;      /* [dim] */
     eng_wmat wq, wk, wv, wo, w1, w2, w3; /* as eng_weights, this layer's slice */
-    const float *bq, *bk, *bv;           /* [dim], [kv_dim], [kv_dim]; NULL: no bias */
+    const float *bq, *bk, *bv;           /* [q_dim], [kv_dim], [kv_dim]; NULL: no bias */
+    const float *q_norm, *k_norm;        /* [head_dim]: RMSNorm of each Q and K head (qwen3) */
 } eng_layer_weights;
 
 /* Every model's weights as typed per-layer matrices (the CPU backend reads these). */

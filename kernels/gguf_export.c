@@ -54,6 +54,17 @@ static int add_matrix(gguf_writer *w, const char *name, const float *src, int ro
     return 0;
 }
 
+/* n values of the synthetic formula for a tensor the llama2.c layout lacks (or holds in
+ * another shape): tensor id, from element first on. Returns a new buffer or NULL. */
+static float *synth_values(uint64_t seed, int id, uint64_t first, size_t n, float scale,
+                           bool is_norm)
+{
+    float *b = malloc((n ? n : 1) * sizeof *b);
+    if (!b) return NULL;
+    for (size_t j = 0; j < n; j++) b[j] = eng_synth_value(seed, id, first + j, scale, is_norm);
+    return b;
+}
+
 static int add_vector(gguf_writer *w, const char *name, const float *src, int n)
 {
     float *buf = malloc((size_t)n * sizeof *buf);
@@ -162,16 +173,28 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
                           tname);
     const bool mix = strcmp(tname, "Q4_K_M") == 0;
     const char *arch = o->arch ? o->arch : "llama";
-    if (strcmp(arch, "llama") != 0 && strcmp(arch, "qwen2") != 0)
-        return eng_seterr(-EINVAL, "--arch %s: not supported (llama, qwen2)", arch);
-    const bool qwen2 = arch[0] == 'q';
+    const bool qwen2 = strcmp(arch, "qwen2") == 0, qwen3 = strcmp(arch, "qwen3") == 0;
+    if (strcmp(arch, "llama") != 0 && !qwen2 && !qwen3)
+        return eng_seterr(-EINVAL, "--arch %s: not supported (llama, qwen2, qwen3)", arch);
     uint64_t seed = 1;
-    eng_model_synthetic_seed(m, &seed);
+    const bool synthetic = eng_model_synthetic_seed(m, &seed);
     if (!seed) seed = 1;
+    /* heads of another size than dim / n_heads (Qwen3, Gemma): the attention matrices are
+     * generated in that shape from the synthetic formula, so only a synthetic model can */
+    const int head_dim = o->head_dim > 0 ? o->head_dim : c->dim / c->n_heads;
+    const bool reshape = head_dim != c->dim / c->n_heads;
+    if (reshape && !synthetic)
+        return eng_seterr(-EINVAL,
+                          "--head-dim %d: only a synthetic model's attention can be generated "
+                          "in another head size (this one has %d)",
+                          head_dim, c->dim / c->n_heads);
+    if (head_dim % 2 || head_dim < 2)
+        return eng_seterr(-EINVAL, "--head-dim %d: must be even and positive", head_dim);
     gguf_writer *w = gw_new();
     if (!w) return eng_seterr(-ENOMEM, "out of memory");
     int err = 0;
-    const int d = c->dim, h = c->hidden_dim, hs = d / c->n_heads, kv = hs * c->n_kv_heads;
+    const int d = c->dim, h = c->hidden_dim, hs = head_dim, kv = hs * c->n_kv_heads;
+    const int qd = hs * c->n_heads, kv0 = d / c->n_heads * c->n_kv_heads; /* kv0: the model's */
     const int V = c->vocab_size;
     char key[128], name[96];
     gw_str(w, "general.architecture", arch);
@@ -186,6 +209,10 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
     ARCH_U32("attention.head_count_kv", c->n_kv_heads);
     ARCH_U32("rope.dimension_count", hs);
     ARCH_U32("vocab_size", V);
+    if (reshape || qwen3) { /* as llama.cpp's converter, from config.json's head_dim */
+        ARCH_U32("attention.key_length", hs);
+        ARCH_U32("attention.value_length", hs);
+    }
 #undef ARCH_U32
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     gw_f32(w, key, 1e-5f);
@@ -208,22 +235,46 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
         struct {
             const char *n;
             const float *p;
-            int rows, k, type;
+            int rows, k, type, id;
         } mats[] = {
-            {"attn_q", wt->wq + L * d * d, d, d, type},
-            {"attn_k", wt->wk + L * kv * d, kv, d, type},
-            {"attn_v", wt->wv + L * kv * d, kv, d, v_type},
-            {"attn_output", wt->wo + L * d * d, d, d, type},
-            {"ffn_gate", wt->w1 + L * h * d, h, d, type},
-            {"ffn_down", wt->w2 + L * d * h, d, h, v_type},
-            {"ffn_up", wt->w3 + L * h * d, h, d, type},
+            {"attn_q", wt->wq + L * d * d, qd, d, type, ENG_T_WQ},
+            {"attn_k", wt->wk + L * kv0 * d, kv, d, type, ENG_T_WK},
+            {"attn_v", wt->wv + L * kv0 * d, kv, d, v_type, ENG_T_WV},
+            {"attn_output", wt->wo + L * d * d, d, qd, type, ENG_T_WO},
+            {"ffn_gate", wt->w1 + L * h * d, h, d, type, ENG_T_W1},
+            {"ffn_down", wt->w2 + L * d * h, d, h, v_type, ENG_T_W2},
+            {"ffn_up", wt->w3 + L * h * d, h, d, type, ENG_T_W3},
         };
         snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
         err = add_vector(w, name, wt->rms_att + L * d, d);
         for (size_t i = 0; i < sizeof mats / sizeof mats[0] && !err; i++) {
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, mats[i].n);
-            err = add_matrix(w, name, mats[i].p, mats[i].rows, mats[i].k, mats[i].type, note,
-                             note_len);
+            float *gen = NULL; /* the attention in another head size: generated */
+            if (reshape && i < 4) {
+                size_t n = (size_t)mats[i].rows * (size_t)mats[i].k;
+                gen =
+                    synth_values(seed, mats[i].id, L * n, n, eng_synth_scale(c, mats[i].id), false);
+                if (!gen) {
+                    err = eng_seterr(-ENOMEM, "out of memory");
+                    break;
+                }
+            }
+            err = add_matrix(w, name, gen ? gen : mats[i].p, mats[i].rows, mats[i].k, mats[i].type,
+                             note, note_len);
+            free(gen);
+        }
+        if (qwen3 && !err) { /* per-head Q/K norms: norm-like values, tensor ids 16 and 17 */
+            static const char *const nn[2] = {"attn_q_norm", "attn_k_norm"};
+            for (int i = 0; i < 2 && !err; i++) {
+                float *b = synth_values(seed, 16 + i, L * (size_t)hs, (size_t)hs, 0.1f, true);
+                if (!b) {
+                    err = eng_seterr(-ENOMEM, "out of memory");
+                    break;
+                }
+                snprintf(name, sizeof name, "blk.%d.%s.weight", l, nn[i]);
+                err = add_vector(w, name, b, hs);
+                free(b);
+            }
         }
         if (!err) {
             snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
@@ -232,15 +283,12 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
         if (qwen2 && !err) { /* biases from the synthetic formula, tensor ids past the preset's */
             static const char *const bn[3] = {"attn_q", "attn_k", "attn_v"};
             for (int i = 0; i < 3 && !err; i++) {
-                int n = i == 0 ? d : kv;
-                float *b = malloc((size_t)n * sizeof *b);
+                int n = i == 0 ? qd : kv;
+                float *b = synth_values(seed, 13 + i, L * (size_t)n, (size_t)n, 0.1f, false);
                 if (!b) {
                     err = eng_seterr(-ENOMEM, "out of memory");
                     break;
                 }
-                for (int j = 0; j < n; j++)
-                    b[j] = eng_synth_value(seed, 13 + i, (uint64_t)(L * (size_t)n + (size_t)j),
-                                           0.1f, false);
                 snprintf(name, sizeof name, "blk.%d.%s.bias", l, bn[i]);
                 err = add_vector(w, name, b, n);
                 free(b);

@@ -99,7 +99,7 @@ static int check_range(const char *field, int v, int lo, int hi)
 }
 
 /* Every rule a shape must satisfy for the forward pass to be well defined. */
-static int config_check(const eng_model_config *c)
+static int config_check(const eng_model_config *c, int head_dim)
 {
     int err;
     if ((err = check_range("dim", c->dim, 1, MAX_DIM)) ||
@@ -110,12 +110,12 @@ static int config_check(const eng_model_config *c)
         (err = check_range("vocab_size", c->vocab_size, 1, MAX_VOCAB)) ||
         (err = check_range("seq_len", c->seq_len, 1, MAX_SEQ)))
         return err;
-    if (c->dim % c->n_heads)
+    if (!head_dim && c->dim % c->n_heads)
         return eng_seterr(-EINVAL,
                           "header n_heads=%d does not divide dim=%d: head size must be "
                           "a whole number",
                           c->n_heads, c->dim);
-    int head_size = c->dim / c->n_heads;
+    int head_size = head_dim ? head_dim : c->dim / c->n_heads;
     if (head_size % 2)
         return eng_seterr(-EINVAL,
                           "head size dim/n_heads=%d is odd: RoPE rotates pairs, it must "
@@ -192,7 +192,9 @@ static void point_weights(const eng_model_config *c, const float *base, eng_weig
 /* llama2.c's values (run.c hard-codes them); GGUF files replace them. */
 static void hparams_llama2c(eng_model *m)
 {
-    m->hp = (eng_model_hparams){.norm_eps = 1e-5f,
+    m->hp = (eng_model_hparams){.arch = ENG_ARCH_LLAMA,
+                                .head_dim = m->cfg.dim / m->cfg.n_heads,
+                                .norm_eps = 1e-5f,
                                 .rope_theta = 10000.0f,
                                 .rope_dim = m->cfg.dim / m->cfg.n_heads,
                                 .rope_neox = false,
@@ -425,6 +427,17 @@ static int meta_f32(const gguf_file *g, const char *arch, const char *suffix, fl
 }
 
 static const char *supported_types = "F32, F16, BF16, Q8_0, Q4_K, Q6_K";
+static const char *supported_archs = "llama, qwen2, qwen3";
+
+const char *eng_arch_name(int arch)
+{
+    static const char *const names[ENG_ARCH__COUNT] = {
+        [ENG_ARCH_LLAMA] = "llama",
+        [ENG_ARCH_QWEN2] = "qwen2",
+        [ENG_ARCH_QWEN3] = "qwen3",
+    };
+    return arch >= 0 && arch < ENG_ARCH__COUNT && names[arch] ? names[arch] : "?";
+}
 
 /* Finds a tensor and checks its shape: ne = {ne0, ne1} (ne1 == 0: a vector). A matrix
  * must have a supported type; a vector (norm, bias, RoPE factors) must be F32. */
@@ -468,17 +481,17 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         return eng_seterr(-EINVAL, "metadata general.architecture: required, absent");
     if (err) return eng_seterr(err, "metadata %s", gguf_errmsg());
     char arch[16];
-    if ((arch_len == 5 && memcmp(arch_s, "llama", 5) == 0) ||
-        (arch_len == 5 && memcmp(arch_s, "qwen2", 5) == 0)) {
-        memcpy(arch, arch_s, 5);
-        arch[5] = '\0';
-    } else {
+    int arch_id = -1;
+    for (int a = 0; a < ENG_ARCH__COUNT; a++) {
+        const char *n = eng_arch_name(a);
+        if (strlen(n) == arch_len && memcmp(n, arch_s, arch_len) == 0) arch_id = a;
+    }
+    if (arch_id < 0)
         return eng_seterr(-EINVAL,
                           "metadata general.architecture=\"%.*s\": not supported "
-                          "(llama, qwen2)",
-                          (int)(arch_len > 64 ? 64 : arch_len), arch_s);
-    }
-    const bool qwen2 = arch[0] == 'q';
+                          "(%s)",
+                          (int)(arch_len > 64 ? 64 : arch_len), arch_s, supported_archs);
+    snprintf(arch, sizeof arch, "%s", eng_arch_name(arch_id));
     eng_model_config c = {0};
     if ((err = meta_int(g, arch, "context_length", 1, MAX_SEQ, -1, &c.seq_len)) ||
         (err = meta_int(g, arch, "embedding_length", 1, MAX_DIM, -1, &c.dim)) ||
@@ -488,22 +501,33 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         (err =
              meta_int(g, arch, "attention.head_count_kv", 1, MAX_HEADS, c.n_heads, &c.n_kv_heads)))
         return err;
-    if (c.dim % c.n_heads)
+    /* The head size is key_length where the file states it (Qwen3, Gemma, Mistral Nemo:
+     * n_heads * head_dim need not be embedding_length), else embedding_length / head_count. */
+    int key_len, val_len;
+    if ((err = meta_int(g, arch, "attention.key_length", 1, MAX_DIM, 0, &key_len)) ||
+        (err = meta_int(g, arch, "attention.value_length", 1, MAX_DIM, key_len, &val_len)))
+        return err;
+    if (key_len == 0 && c.dim % c.n_heads)
         return eng_seterr(-EINVAL,
                           "metadata %s.attention.head_count=%d does not divide %s."
-                          "embedding_length=%d",
-                          arch, c.n_heads, arch, c.dim);
-    const int hs = c.dim / c.n_heads;
-    int key_len, val_len;
-    if ((err = meta_int(g, arch, "attention.key_length", 1, MAX_DIM, hs, &key_len)) ||
-        (err = meta_int(g, arch, "attention.value_length", 1, MAX_DIM, hs, &val_len)))
-        return err;
-    if (key_len != hs || val_len != hs)
+                          "embedding_length=%d (and %s.attention.key_length is absent)",
+                          arch, c.n_heads, arch, c.dim, arch);
+    const int hs = key_len ? key_len : c.dim / c.n_heads;
+    if ((val_len ? val_len : hs) != hs)
         return eng_seterr(-EINVAL,
                           "metadata %s.attention.key_length=%d value_length=%d: only "
-                          "heads of embedding_length/head_count=%d are supported",
-                          arch, key_len, val_len, hs);
-    eng_model_hparams hp = {.rope_neox = qwen2};
+                          "equal key and value head sizes are supported",
+                          arch, hs, val_len);
+    if (hs % 2 || (uint64_t)hs * (uint64_t)c.n_heads > MAX_DIM)
+        return eng_seterr(-EINVAL,
+                          "metadata %s.attention.key_length=%d: must be even, and times "
+                          "head_count=%d at most %d",
+                          arch, hs, c.n_heads, MAX_DIM);
+    eng_model_hparams hp = {
+        .arch = arch_id,
+        .head_dim = hs,
+        .rope_neox = arch_id == ENG_ARCH_QWEN2 || arch_id == ENG_ARCH_QWEN3,
+    };
     if ((err = meta_f32(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, true, &hp.norm_eps)) ||
         (err = meta_f32(g, arch, "rope.freq_base", 10000.0f, false, &hp.rope_theta)) ||
         (err = meta_int(g, arch, "rope.dimension_count", 2, hs, hs, &hp.rope_dim)))
@@ -538,8 +562,9 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
                           "%" PRIu32 " dimensions, ne1=%" PRIu64,
                           c.dim, MAX_VOCAB, probe->n_dims, probe->ne[1]);
     c.vocab_size = (int)probe->ne[1];
-    if ((err = config_check(&c))) return err;
+    if ((err = config_check(&c, hs))) return err;
     const uint64_t d = (uint64_t)c.dim, kv = (uint64_t)(hs * c.n_kv_heads);
+    const uint64_t qd = (uint64_t)hs * (uint64_t)c.n_heads;
     const uint64_t h = (uint64_t)c.hidden_dim, vocab = (uint64_t)c.vocab_size;
     if ((err = find_tensor(g, "token_embd.weight", d, vocab, false, &emb))) return err;
     const gguf_tensor *out_norm, *out_w, *rope_f;
@@ -554,19 +579,19 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         eng_layer_weights *lw = &m->layers[l];
         static const struct {
             const char *name;
-            int rows; /* 0: dim, 1: kv_dim, 2: hidden */
+            int rows; /* 0: dim, 1: kv_dim, 2: hidden, 3: q_dim */
             int cols;
             size_t off; /* into eng_layer_weights */
         } mats[] = {
-            {"attn_q", 0, 0, offsetof(eng_layer_weights, wq)},
+            {"attn_q", 3, 0, offsetof(eng_layer_weights, wq)},
             {"attn_k", 1, 0, offsetof(eng_layer_weights, wk)},
             {"attn_v", 1, 0, offsetof(eng_layer_weights, wv)},
-            {"attn_output", 0, 0, offsetof(eng_layer_weights, wo)},
+            {"attn_output", 0, 3, offsetof(eng_layer_weights, wo)},
             {"ffn_gate", 2, 0, offsetof(eng_layer_weights, w1)},
             {"ffn_down", 0, 2, offsetof(eng_layer_weights, w2)},
             {"ffn_up", 2, 0, offsetof(eng_layer_weights, w3)},
         };
-        const uint64_t sizes[3] = {d, kv, h};
+        const uint64_t sizes[5] = {d, kv, h, qd, (uint64_t)hs};
         char name[96];
         const gguf_tensor *t;
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
@@ -577,21 +602,28 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         }
         static const struct {
             const char *name;
-            int len; /* 0: dim, 1: kv_dim */
-            bool bias;
+            int len; /* as rows above; 4: head_dim */
+            /* which architectures need it, read it if present, or ignore it (as llama.cpp) */
+            unsigned need, read;
             size_t off;
         } vecs[] = {
-            {"attn_norm.weight", 0, false, offsetof(eng_layer_weights, rms_att)},
-            {"ffn_norm.weight", 0, false, offsetof(eng_layer_weights, rms_ffn)},
-            {"attn_q.bias", 0, true, offsetof(eng_layer_weights, bq)},
-            {"attn_k.bias", 1, true, offsetof(eng_layer_weights, bk)},
-            {"attn_v.bias", 1, true, offsetof(eng_layer_weights, bv)},
+            {"attn_norm.weight", 0, ~0u, ~0u, offsetof(eng_layer_weights, rms_att)},
+            {"ffn_norm.weight", 0, ~0u, ~0u, offsetof(eng_layer_weights, rms_ffn)},
+            /* qwen2 has Q/K/V biases; llama files may carry them too */
+            {"attn_q.bias", 3, 1u << ENG_ARCH_QWEN2, 1u << ENG_ARCH_LLAMA,
+             offsetof(eng_layer_weights, bq)},
+            {"attn_k.bias", 1, 1u << ENG_ARCH_QWEN2, 1u << ENG_ARCH_LLAMA,
+             offsetof(eng_layer_weights, bk)},
+            {"attn_v.bias", 1, 1u << ENG_ARCH_QWEN2, 1u << ENG_ARCH_LLAMA,
+             offsetof(eng_layer_weights, bv)},
+            {"attn_q_norm.weight", 4, 1u << ENG_ARCH_QWEN3, 0, offsetof(eng_layer_weights, q_norm)},
+            {"attn_k_norm.weight", 4, 1u << ENG_ARCH_QWEN3, 0, offsetof(eng_layer_weights, k_norm)},
         };
         for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) {
+            const bool need = vecs[i].need >> arch_id & 1, read = vecs[i].read >> arch_id & 1;
+            if (!need && !read) continue;
             snprintf(name, sizeof name, "blk.%d.%s", l, vecs[i].name);
-            /* qwen2 has Q/K/V biases; llama files may carry them too */
-            if ((err = find_tensor(g, name, sizes[vecs[i].len], 0, vecs[i].bias && !qwen2, &t)))
-                return err;
+            if ((err = find_tensor(g, name, sizes[vecs[i].len], 0, !need, &t))) return err;
             *(const float **)((char *)lw + vecs[i].off) = t ? t->data : NULL;
         }
         /* the kernels add the three biases together: some without the others is refused */
@@ -715,7 +747,7 @@ static int load_file(const char *path, eng_model **out)
     /* A negative vocab_size means "unshared classifier follows" (llama2.c export). */
     c.shared_classifier = c.vocab_size > 0;
     if (c.vocab_size < 0) c.vocab_size = c.vocab_size == INT32_MIN ? 0 : -c.vocab_size;
-    if ((err = config_check(&c))) {
+    if ((err = config_check(&c, 0))) {
         eng_seterr(err, "%s: %s", path, eng_errmsg());
         goto fail_fd;
     }

@@ -345,6 +345,12 @@ Test(cuda_gguf, what_the_kernels_cannot_run_is_refused_by_name)
     fake_init(f);
     f->hp.norm_eps = 0.0f;
     EXPECT_REFUSED(f, -EINVAL, "norm_eps");
+    fake_init(f);
+    f->hp.arch = ENG_ARCH_QWEN3; /* the CPU backend runs it; the CUDA kernels do not */
+    EXPECT_REFUSED(f, -ENOTSUP, "architecture qwen3", "backend cpu");
+    fake_init(f);
+    f->hp.head_dim = 2 * f->c.dim / f->c.n_heads;
+    EXPECT_REFUSED(f, -ENOTSUP, "attention.key_length", "backend cpu");
 
     /* biases all three: accepted */
     fake_init(f);

@@ -182,3 +182,33 @@ Test(gguf_oracle, synthetic_shapes_in_every_type_equal_llama_cpp, .init = mk_tmp
     }
     run_jobs(jobs, N);
 }
+
+/* Qwen3: per-head RMSNorm of Q and K before NEOX RoPE, heads of attention.key_length (128
+ * over a width of 256 and 4 heads: Qwen3-0.6B's 16 x 128 over 1024 in small), no biases. */
+Test(gguf_oracle, qwen3_equals_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 300)
+{
+    skip_without_node();
+    static const struct {
+        const char *spec, *type;
+        int head_dim;
+        const char *label;
+    } cases[] = {
+        {"synthetic:quant-test:7", "F32", 128, "qwen3 F32 head_dim 128"},
+        {"synthetic:quant-test:7", "Q8_0", 128, "qwen3 Q8_0 head_dim 128"},
+        {"synthetic:gqa-test:8", "F32", 0, "qwen3 F32 gqa-test"},
+    };
+    enum { N = sizeof cases / sizeof cases[0] };
+    job jobs[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(jobs[i].model, sizeof jobs[i].model, "%s/q3-%d.gguf", tmpdir, i);
+        export_gguf_heads(cases[i].spec, NULL, cases[i].type, "qwen3", cases[i].head_dim,
+                          jobs[i].model);
+        int32_t p[] = {1, 300, 301, 17, 260};
+        memcpy(jobs[i].prompt, p, sizeof p);
+        jobs[i].n_prompt = 5;
+        jobs[i].stop = -1;
+        jobs[i].near_tie = strstr(cases[i].type, "F32") ? 1e-4 : 5e-3;
+        jobs[i].label = cases[i].label;
+    }
+    run_jobs(jobs, N);
+}

@@ -165,7 +165,7 @@ static void attend_tile(const cpu *c, const eng_batch *b, const struct tile *tl,
                         float *scores, float *k_t)
 {
     const int hs = c->head_size, bs = c->block_size, bp = c->block_pad, kv_dim = c->kv_dim;
-    const int group = c->group, seq_len = c->c.seq_len, dim = c->c.dim;
+    const int group = c->group, seq_len = c->c.seq_len, dim = c->q_dim;
     const int n_rows = tl->row1 - tl->row0, pos0 = b->positions[tl->row0];
     const int n_pos = b->positions[tl->row1 - 1] + 1;
     const int32_t *table = b->block_table + (size_t)tl->seq * (size_t)b->block_table_stride;
@@ -247,8 +247,8 @@ static void attention_item(cpu *c, int item, int worker)
     const int row = tl->row0, pos = b->positions[row];
     const int32_t *table = b->block_table + (size_t)tl->seq * (size_t)b->block_table_stride;
     for (int h = kvh * c->group; h < (kvh + 1) * c->group; h++)
-        attend_head(c, c->q + (size_t)row * c->c.dim + (size_t)h * hs, table, kvh, pos + 1, scores,
-                    c->att + (size_t)row * c->c.dim + (size_t)h * hs);
+        attend_head(c, c->q + (size_t)row * c->q_dim + (size_t)h * hs, table, kvh, pos + 1, scores,
+                    c->att + (size_t)row * c->q_dim + (size_t)h * hs);
 }
 
 

@@ -217,6 +217,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
     const eng_model_config *cfg = &c->c;
     const eng_model_tensors *w = c->t;
     const int T = b->n_tokens, dim = cfg->dim, kv_dim = c->kv_dim, hidden = cfg->hidden_dim;
+    const int q_dim = c->q_dim, hs = c->head_size;
     const int bs = c->block_size;
     uint64_t t_start = pool_now_ns(), t0, proj = 0, attn = 0;
     c->b = b;
@@ -242,18 +243,27 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
 
         t0 = pool_now_ns();
         mm_job qkv[3] = {
-            {.w = lw->wq, .n = dim, .k = dim, .x = c->xb, .y = c->q, .ld_y = dim},
+            {.w = lw->wq, .n = q_dim, .k = dim, .x = c->xb, .y = c->q, .ld_y = q_dim},
             {.w = lw->wk, .n = kv_dim, .k = dim, .x = c->xb, .y = c->k, .ld_y = kv_dim},
             {.w = lw->wv, .n = kv_dim, .k = dim, .x = c->xb, .y = c->v, .ld_y = kv_dim},
         };
         matmul_jobs(c, qkv, 3, T);
         if (lw->bq) /* qwen2's Q/K/V biases */
             for (int r = 0; r < T; r++) {
-                for (int i = 0; i < dim; i++) c->q[(size_t)r * dim + i] += lw->bq[i];
+                for (int i = 0; i < q_dim; i++) c->q[(size_t)r * q_dim + i] += lw->bq[i];
                 for (int i = 0; i < kv_dim; i++) {
                     c->k[(size_t)r * kv_dim + i] += lw->bk[i];
                     c->v[(size_t)r * kv_dim + i] += lw->bv[i];
                 }
+            }
+        if (lw->q_norm) /* qwen3: each Q and K head RMS-normalised before RoPE */
+            for (int r = 0; r < T; r++) {
+                for (int i = 0; i < q_dim; i += hs)
+                    rmsnorm(c->q + (size_t)r * q_dim + i, c->q + (size_t)r * q_dim + i, lw->q_norm,
+                            hs, c->hp.norm_eps);
+                for (int i = 0; i < kv_dim; i += hs)
+                    rmsnorm(c->k + (size_t)r * kv_dim + i, c->k + (size_t)r * kv_dim + i,
+                            lw->k_norm, hs, c->hp.norm_eps);
             }
         proj += pool_now_ns() - t0;
 
@@ -261,7 +271,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
         for (int r = 0; r < T; r++) {
             int pos = b->positions[r];
             float *k = c->k + (size_t)r * kv_dim;
-            rope(c, c->q + (size_t)r * dim, dim, pos);
+            rope(c, c->q + (size_t)r * q_dim, q_dim, pos);
             rope(c, k, kv_dim, pos);
             int64_t slot = b->slot_mapping[r];
             int block = (int)(slot / bs), off = (int)(slot % bs);
@@ -275,7 +285,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
         t0 = pool_now_ns();
         mm_job o = {.w = lw->wo,
                     .n = dim,
-                    .k = dim,
+                    .k = q_dim,
                     .x = c->att,
                     .y = c->x,
                     .ld_y = dim,
@@ -366,9 +376,10 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
     c->c = *eng_model_cfg(m);
     c->t = eng_model_tensors_of(m);
     const eng_model_config *cfg = &c->c;
-    c->head_size = cfg->dim / cfg->n_heads;
     c->hp = *eng_model_hparams_of(m);
-    c->kv_dim = cfg->dim / cfg->n_heads * cfg->n_kv_heads;
+    c->head_size = eng_head_dim(cfg, &c->hp);
+    c->q_dim = c->head_size * cfg->n_heads;
+    c->kv_dim = c->head_size * cfg->n_kv_heads;
     c->group = cfg->n_heads / cfg->n_kv_heads;
     c->block_size = opt->kv_block_size;
     c->n_blocks = opt->kv_blocks;
@@ -390,10 +401,10 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
     c->rope_sin = falloc(c, (size_t)cfg->seq_len * half);
     c->x = falloc(c, T * cfg->dim);
     c->xb = falloc(c, T * cfg->dim);
-    c->q = falloc(c, T * cfg->dim);
+    c->q = falloc(c, T * c->q_dim);
     c->k = falloc(c, T * c->kv_dim);
     c->v = falloc(c, T * c->kv_dim);
-    c->att = falloc(c, T * cfg->dim);
+    c->att = falloc(c, T * c->q_dim);
     c->h1 = falloc(c, T * cfg->hidden_dim);
     c->h3 = falloc(c, T * cfg->hidden_dim);
     c->xf = falloc(c, T * cfg->dim);

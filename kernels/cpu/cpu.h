@@ -25,6 +25,7 @@ typedef struct cpu {
     const eng_model_tensors *t;   /* typed per-layer weights (F32 or a GGUF file's types) */
     eng_model_hparams hp;         /* RMSNorm epsilon, RoPE base/dimension/pairing */
     int head_size, kv_dim, group; /* group = query heads per KV head */
+    int q_dim;                    /* n_heads * head_size (dim unless the file says) */
     int block_size, n_blocks, max_rows;
     size_t block_floats; /* one block: L * 2 * block_size * kv_dim */
     float *kv_pool;
