@@ -53,6 +53,10 @@ typedef enum eng_arch {
     ENG_ARCH_LLAMA = 0, /* "llama" (Llama 1-3, Mistral) */
     ENG_ARCH_QWEN2,     /* "qwen2": Q/K/V biases, NEOX RoPE */
     ENG_ARCH_QWEN3,     /* "qwen3": per-head RMSNorm of Q and K before RoPE, NEOX RoPE */
+    ENG_ARCH_GEMMA2,    /* "gemma2": scaled embedding, GeGLU, norms after attention and FFN,
+                           attention and final logit soft-capping, every other layer windowed */
+    ENG_ARCH_GEMMA3,    /* "gemma3": gemma2 with per-head Q/K norms instead of soft-capping,
+                           five windowed layers of six with their own RoPE base */
     ENG_ARCH__COUNT
 } eng_arch;
 /* "llama", "qwen2", ...; "?" out of range. */
@@ -66,7 +70,31 @@ typedef struct eng_model_hparams {
     int rope_dim;     /* leading dimensions of each head that RoPE rotates */
     bool rope_neox;   /* rotate pairs (j, j + rope_dim/2) (qwen2) instead of (2j, 2j+1) */
     int weight_type;  /* eng_wtype of the projection weights (blk.0.attn_q), for reports */
+    /* What architectures past llama add; zero is llama's behaviour for each. */
+    float embed_scale;    /* the embedding row is multiplied by it (gemma: sqrt(dim)); 0: none */
+    float attn_scale;     /* q·k multiplier; 0: 1 / sqrt(head_dim) */
+    float attn_softcap;   /* a score s becomes cap * tanh(s / cap) (gemma2); 0: off */
+    float final_softcap;  /* the same on the logits (gemma2); 0: off */
+    int ffn_act;          /* enum eng_ffn_act: the gate's activation */
+    int swa_window;       /* a windowed layer's row at position p sees positions > p - window;
+                             0: no layer is windowed */
+    int swa_period;       /* layer l is windowed iff l % period < period - 1; 0: every layer */
+    float rope_theta_swa; /* RoPE base of windowed layers (gemma3's local 10000); 0: rope_theta */
+    float rope_scale;     /* linear RoPE scaling: positions are multiplied by it; 0: 1 */
+    float rope_scale_swa; /* the same for windowed layers; 0: rope_scale */
 } eng_model_hparams;
+
+/* The FFN's gate activation. */
+enum eng_ffn_act {
+    ENG_ACT_SILU = 0, /* SwiGLU: silu(gate) * up */
+    ENG_ACT_GELU,     /* GeGLU: gelu(gate) * up, GELU in its tanh form (gemma) */
+};
+
+/* Whether layer l attends through a sliding window (eng_model_hparams.swa_window). */
+static inline bool eng_layer_windowed(const eng_model_hparams *hp, int l)
+{
+    return hp->swa_window > 0 && (hp->swa_period <= 0 || l % hp->swa_period < hp->swa_period - 1);
+}
 
 /* Elements per Q/K/V head: hp->head_dim, or dim / n_heads where it is 0. */
 static inline int eng_head_dim(const eng_model_config *c, const eng_model_hparams *hp)
@@ -102,6 +130,8 @@ typedef struct eng_layer_weights {
     eng_wmat wq, wk, wv, wo, w1, w2, w3; /* as eng_weights, this layer's slice */
     const float *bq, *bk, *bv;           /* [q_dim], [kv_dim], [kv_dim]; NULL: no bias */
     const float *q_norm, *k_norm;        /* [head_dim]: RMSNorm of each Q and K head (qwen3) */
+    const float *post_att, *post_ffn;    /* [dim]: RMSNorm of the attention's and the FFN's
+                                            output before the residual add (gemma); NULL: none */
 } eng_layer_weights;
 
 /* Every model's weights as typed per-layer matrices (the CPU backend reads these). */

@@ -174,8 +174,13 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
     const bool mix = strcmp(tname, "Q4_K_M") == 0;
     const char *arch = o->arch ? o->arch : "llama";
     const bool qwen2 = strcmp(arch, "qwen2") == 0, qwen3 = strcmp(arch, "qwen3") == 0;
-    if (strcmp(arch, "llama") != 0 && !qwen2 && !qwen3)
-        return eng_seterr(-EINVAL, "--arch %s: not supported (llama, qwen2, qwen3)", arch);
+    const bool gemma2 = strcmp(arch, "gemma2") == 0, gemma3 = strcmp(arch, "gemma3") == 0;
+    const bool gemma = gemma2 || gemma3;
+    if (strcmp(arch, "llama") != 0 && !qwen2 && !qwen3 && !gemma)
+        return eng_seterr(-EINVAL, "--arch %s: not supported (llama, qwen2, qwen3, gemma2, gemma3)",
+                          arch);
+    if (o->sliding_window < 0)
+        return eng_seterr(-EINVAL, "--sliding-window %d: must be positive", o->sliding_window);
     uint64_t seed = 1;
     const bool synthetic = eng_model_synthetic_seed(m, &seed);
     if (!seed) seed = 1;
@@ -209,15 +214,34 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
     ARCH_U32("attention.head_count_kv", c->n_kv_heads);
     ARCH_U32("rope.dimension_count", hs);
     ARCH_U32("vocab_size", V);
-    if (reshape || qwen3) { /* as llama.cpp's converter, from config.json's head_dim */
+    if (reshape || qwen3 || gemma) { /* as llama.cpp's converter, from config.json's head_dim */
         ARCH_U32("attention.key_length", hs);
         ARCH_U32("attention.value_length", hs);
     }
+    /* gemma: the window its local layers see (Gemma 2's 4096, Gemma 3's 512 or 1024 unless
+     * asked), on every other layer (gemma2) or five of six (gemma3); llama (Mistral): every
+     * layer, and only when asked */
+    if (o->sliding_window || gemma)
+        ARCH_U32("attention.sliding_window", o->sliding_window ? o->sliding_window
+                                             : gemma2          ? 4096
+                                                               : 1024);
 #undef ARCH_U32
-    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
-    gw_f32(w, key, 1e-5f);
-    snprintf(key, sizeof key, "%s.rope.freq_base", arch);
-    gw_f32(w, key, 10000.0f);
+#define ARCH_F32(suffix, v) (snprintf(key, sizeof key, "%s." suffix, arch), gw_f32(w, key, (v)))
+    ARCH_F32("attention.layer_norm_rms_epsilon", gemma ? 1e-6f : 1e-5f);
+    /* Gemma 3 4B and larger: global layers at base 1e6 with linear scaling by 8, local
+     * layers at 10000 unscaled */
+    ARCH_F32("rope.freq_base", gemma3 ? 1e6f : 10000.0f);
+    if (gemma2) {
+        ARCH_F32("attn_logit_softcapping", 50.0f);
+        ARCH_F32("final_logit_softcapping", 30.0f);
+    }
+    if (gemma3) {
+        ARCH_F32("rope.freq_base_swa", 10000.0f);
+        snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+        gw_str(w, key, "linear");
+        ARCH_F32("rope.scaling.factor", 8.0f);
+    }
+#undef ARCH_F32
     if (o->vocab && o->vocab->n != (size_t)V) {
         err = eng_seterr(-EINVAL, "vocabulary: %zu tokens, the model has %d", o->vocab->n, V);
         goto out;
@@ -227,8 +251,25 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
     else if ((err = add_vocab(w, V, o)))
         goto out;
 
-    if ((err = add_matrix(w, "token_embd.weight", wt->token_embedding, V, d, type, note, note_len)))
-        goto out;
+    if (gemma) {
+        /* gemma multiplies the embedding by sqrt(dim) and ties the classifier to it: a
+         * synthetic embedding of unit scale would swamp every layer's output and the model
+         * would only repeat its input (the classifier finds the input token in the residual),
+         * so it is written divided by dim: the first layer's norm restores its scale */
+        const size_t n = (size_t)V * (size_t)d;
+        float *e = malloc(n * sizeof *e);
+        if (!e) {
+            err = eng_seterr(-ENOMEM, "out of memory");
+            goto out;
+        }
+        const float k = 1.0f / (float)d;
+        for (size_t i = 0; i < n; i++) e[i] = wt->token_embedding[i] * k;
+        err = add_matrix(w, "token_embd.weight", e, V, d, type, note, note_len);
+        free(e);
+    } else {
+        err = add_matrix(w, "token_embd.weight", wt->token_embedding, V, d, type, note, note_len);
+    }
+    if (err) goto out;
     for (int l = 0; l < c->n_layers && !err; l++) {
         const size_t L = (size_t)l;
         const int v_type = mix ? Q_Q6_K : type;
@@ -263,7 +304,20 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
                              note, note_len);
             free(gen);
         }
-        if (qwen3 && !err) { /* per-head Q/K norms: norm-like values, tensor ids 16 and 17 */
+        if (gemma && !err) { /* norms after attention and FFN: tensor ids 18 and 19 */
+            static const char *const pn[2] = {"post_attention_norm", "post_ffw_norm"};
+            for (int i = 0; i < 2 && !err; i++) {
+                float *b = synth_values(seed, 18 + i, L * (size_t)d, (size_t)d, 0.1f, true);
+                if (!b) {
+                    err = eng_seterr(-ENOMEM, "out of memory");
+                    break;
+                }
+                snprintf(name, sizeof name, "blk.%d.%s.weight", l, pn[i]);
+                err = add_vector(w, name, b, d);
+                free(b);
+            }
+        }
+        if ((qwen3 || gemma3) && !err) { /* per-head Q/K norms: norm-like, tensor ids 16, 17 */
             static const char *const nn[2] = {"attn_q_norm", "attn_k_norm"};
             for (int i = 0; i < 2 && !err; i++) {
                 float *b = synth_values(seed, 16 + i, L * (size_t)hs, (size_t)hs, 0.1f, true);
@@ -297,7 +351,7 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
     }
     if (err) goto out;
     if ((err = add_vector(w, "output_norm.weight", wt->rms_final, d))) goto out;
-    if (!c->shared_classifier &&
+    if (!c->shared_classifier && !gemma && /* gemma ties its classifier to the embedding */
         (err = add_matrix(w, "output.weight", wt->wcls, V, d, mix ? Q_Q6_K : type, note, note_len)))
         goto out;
     if ((err = gw_write(w, path))) eng_seterr(err, "%s", gw_errmsg());

@@ -427,14 +427,13 @@ static int meta_f32(const gguf_file *g, const char *arch, const char *suffix, fl
 }
 
 static const char *supported_types = "F32, F16, BF16, Q8_0, Q4_K, Q6_K";
-static const char *supported_archs = "llama, qwen2, qwen3";
+static const char *supported_archs = "llama, qwen2, qwen3, gemma2, gemma3";
 
 const char *eng_arch_name(int arch)
 {
     static const char *const names[ENG_ARCH__COUNT] = {
-        [ENG_ARCH_LLAMA] = "llama",
-        [ENG_ARCH_QWEN2] = "qwen2",
-        [ENG_ARCH_QWEN3] = "qwen3",
+        [ENG_ARCH_LLAMA] = "llama",   [ENG_ARCH_QWEN2] = "qwen2",   [ENG_ARCH_QWEN3] = "qwen3",
+        [ENG_ARCH_GEMMA2] = "gemma2", [ENG_ARCH_GEMMA3] = "gemma3",
     };
     return arch >= 0 && arch < ENG_ARCH__COUNT && names[arch] ? names[arch] : "?";
 }
@@ -469,6 +468,45 @@ static int find_tensor(const gguf_file *g, const char *name, uint64_t ne0, uint6
                           "tensor %s: type %s: norms, biases and RoPE factors must be "
                           "F32",
                           name, gguf_type_name(t->type));
+    return 0;
+}
+
+/* The hyperparameters past llama's, under the architecture's keys with llama.cpp's defaults:
+ * sliding windows (Mistral's where a llama file states one, gemma's alternating layers),
+ * gemma's embedding scale, GeGLU, attention scale and soft-capping, gemma3's local RoPE. */
+static int arch_hparams(const gguf_file *g, const char *arch, int arch_id,
+                        const eng_model_config *c, eng_model_hparams *hp)
+{
+    const bool gemma2 = arch_id == ENG_ARCH_GEMMA2, gemma3 = arch_id == ENG_ARCH_GEMMA3;
+    int err, window = 0, period = 0;
+    if ((err = meta_int(g, arch, "attention.sliding_window", 0, MAX_SEQ, gemma2 ? 4096 : 0,
+                        &window)) ||
+        (err = meta_int(g, arch, "attention.sliding_window_pattern", 0, MAX_LAYERS,
+                        gemma2   ? 2
+                        : gemma3 ? 6
+                                 : 0,
+                        &period)))
+        return err;
+    hp->swa_window = window;
+    hp->swa_period = window ? period : 0;
+    if (!gemma2 && !gemma3) return 0;
+    hp->rope_neox = true;
+    hp->embed_scale = sqrtf((float)c->dim);
+    hp->ffn_act = ENG_ACT_GELU;
+    /* gemma's 27B scales q·k by 1/sqrt(dim / n_heads) (query_pre_attn_scalar), the others by
+     * 1/sqrt(head_dim); llama.cpp tells the 27B by its layer count, and so does this */
+    if (c->n_layers == (gemma2 ? 46 : 62))
+        hp->attn_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
+    if (gemma2) {
+        if ((err = meta_f32(g, arch, "attn_logit_softcapping", 50.0f, false, &hp->attn_softcap)) ||
+            (err = meta_f32(g, arch, "final_logit_softcapping", 30.0f, false, &hp->final_softcap)))
+            return err;
+        return 0;
+    }
+    if ((err = meta_f32(g, arch, "final_logit_softcapping", 0.0f, false, &hp->final_softcap)) ||
+        (err = meta_f32(g, arch, "rope.freq_base_swa", 10000.0f, false, &hp->rope_theta_swa)))
+        return err;
+    hp->rope_scale_swa = 1.0f; /* the local layers are not scaled (llama.cpp's freq_scale_swa) */
     return 0;
 }
 
@@ -546,13 +584,15 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
         if (gguf_get_f32(g, key, &factor) == -EINVAL)
             return eng_seterr(-EINVAL, "metadata %s", gguf_errmsg());
-        if (!(st_len == 6 && memcmp(st, "linear", 6) == 0 && factor == 1.0f))
+        if (!(st_len == 6 && memcmp(st, "linear", 6) == 0) || !(factor > 0.0f) || !isfinite(factor))
             return eng_seterr(-EINVAL,
                               "metadata %s.rope.scaling.type=\"%.*s\" (factor %g): not "
-                              "supported (none; Llama 3.1 scaling is read from the "
+                              "supported (none, linear; Llama 3.1 scaling is read from the "
                               "rope_freqs.weight tensor)",
                               arch, (int)(st_len > 32 ? 32 : st_len), st, (double)factor);
+        if (factor != 1.0f) hp.rope_scale = 1.0f / factor; /* positions divided, as llama.cpp */
     }
+    if ((err = arch_hparams(g, arch, arch_id, &c, &hp))) return err;
     const gguf_tensor *emb;
     const gguf_tensor *probe = gguf_tensor_find(g, "token_embd.weight");
     if (!probe) return eng_seterr(-EINVAL, "tensor token_embd.weight: required, absent");
@@ -572,6 +612,7 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         (err = find_tensor(g, "output.weight", d, vocab, true, &out_w)) ||
         (err = find_tensor(g, "rope_freqs.weight", (uint64_t)hp.rope_dim / 2, 0, true, &rope_f)))
         return err;
+    if (arch_id == ENG_ARCH_GEMMA2) out_w = NULL; /* gemma2's classifier is the embedding */
     c.shared_classifier = out_w == NULL;
     m->layers = calloc((size_t)c.n_layers, sizeof *m->layers);
     if (!m->layers) return eng_seterr(-ENOMEM, "out of memory");
@@ -616,8 +657,14 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
              offsetof(eng_layer_weights, bk)},
             {"attn_v.bias", 1, 1u << ENG_ARCH_QWEN2, 1u << ENG_ARCH_LLAMA,
              offsetof(eng_layer_weights, bv)},
-            {"attn_q_norm.weight", 4, 1u << ENG_ARCH_QWEN3, 0, offsetof(eng_layer_weights, q_norm)},
-            {"attn_k_norm.weight", 4, 1u << ENG_ARCH_QWEN3, 0, offsetof(eng_layer_weights, k_norm)},
+            {"attn_q_norm.weight", 4, 1u << ENG_ARCH_QWEN3 | 1u << ENG_ARCH_GEMMA3, 0,
+             offsetof(eng_layer_weights, q_norm)},
+            {"attn_k_norm.weight", 4, 1u << ENG_ARCH_QWEN3 | 1u << ENG_ARCH_GEMMA3, 0,
+             offsetof(eng_layer_weights, k_norm)},
+            {"post_attention_norm.weight", 0, 1u << ENG_ARCH_GEMMA2 | 1u << ENG_ARCH_GEMMA3, 0,
+             offsetof(eng_layer_weights, post_att)},
+            {"post_ffw_norm.weight", 0, 1u << ENG_ARCH_GEMMA2 | 1u << ENG_ARCH_GEMMA3, 0,
+             offsetof(eng_layer_weights, post_ffn)},
         };
         for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) {
             const bool need = vecs[i].need >> arch_id & 1, read = vecs[i].read >> arch_id & 1;

@@ -377,6 +377,16 @@ Test(gguf_reader, unsupported_or_misshapen_tensors_are_named, .init = mk_tmpdir,
     refused(write_tiny("g.gguf", &(tiny){.arch = "qwen3"}), "blk.0.attn_q_norm.weight", "absent");
     refused(write_tiny("h.gguf", &(tiny){.arch = "qwen3", .extra = "blk.0.attn_q_norm.weight"}),
             "blk.0.attn_q_norm.weight", "expected shape [16]");
+    /* gemma needs its norms after attention and FFN; gemma3 its Q/K norms too */
+    refused(write_tiny("i.gguf", &(tiny){.arch = "gemma2"}), "blk.0.post_attention_norm.weight",
+            "absent");
+    refused(write_tiny("j.gguf",
+                       &(tiny){.arch = "gemma3", .extra = "blk.0.post_attention_norm.weight"}),
+            "blk.0.attn_q_norm.weight", "absent");
+    refused(write_tiny("k.gguf", &(tiny){.arch = "gemma2",
+                                         .str_key = "gemma2.attention.sliding_window",
+                                         .str_val = "4096"}),
+            "gemma2.attention.sliding_window", NULL);
 }
 
 /* A qwen3 file loads with its norms and NEOX RoPE; the CUDA backend refuses it by name

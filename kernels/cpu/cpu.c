@@ -63,6 +63,16 @@ static void swiglu(float *g, const float *u, int n)
     }
 }
 
+/* g[i] = gelu(g[i]) * u[i] (GeGLU), GELU in its tanh form as gemma and llama.cpp use it:
+ * 0.5 a (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3))). */
+static void geglu(float *g, const float *u, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const float a = g[i];
+        g[i] = 0.5f * a * (1.0f + tanhf(0.7978845608f * (a + 0.044715f * a * a * a))) * u[i];
+    }
+}
+
 /* ---- matmul jobs -------------------------------------------------------------------- */
 
 /*
@@ -79,6 +89,7 @@ typedef struct mm_job {
     float beta;
     eng_wmat up;
     float *y_up;
+    int act; /* enum eng_ffn_act of the gated product */
     int chunk_rows;
     int n_chunks;
     const q_xq *xq; /* x quantized once for quantized weights (matmul_jobs), or NULL */
@@ -126,7 +137,8 @@ static void mm_task(void *ctx, int task, int worker)
     if (j->up.data) {
         matmul_rows(r->rows, j->x, j->xq, j->up, n0, n, j->k, 0.0f, j->y_up + n0, j->ld_y);
         for (int t = 0; t < r->rows; t++)
-            swiglu(j->y + (size_t)t * j->ld_y + n0, j->y_up + (size_t)t * j->ld_y + n0, n);
+            (j->act == ENG_ACT_GELU ? geglu : swiglu)(j->y + (size_t)t * j->ld_y + n0,
+                                                      j->y_up + (size_t)t * j->ld_y + n0, n);
     }
 }
 
@@ -187,7 +199,9 @@ static void rmsnorm(float *o, const float *x, const float *weight, int size, flo
 static void rope(const cpu *c, float *vec, int len, int pos)
 {
     const int half = c->head_size / 2;
-    const float *cs = c->rope_cos + (size_t)pos * half, *sn = c->rope_sin + (size_t)pos * half;
+    const float *cos_t = c->window ? c->rope_cos_swa : c->rope_cos;
+    const float *sin_t = c->window ? c->rope_sin_swa : c->rope_sin;
+    const float *cs = cos_t + (size_t)pos * half, *sn = sin_t + (size_t)pos * half;
     if (c->hp.rope_neox || c->hp.rope_dim != c->head_size) {
         const int rh = c->hp.rope_dim / 2;
         for (int h0 = 0; h0 < len; h0 += c->head_size) {
@@ -206,6 +220,18 @@ static void rope(const cpu *c, float *vec, int len, int pos)
         float v0 = vec[i], v1 = vec[i + 1];
         vec[i] = v0 * cs[j] - v1 * sn[j];
         vec[i + 1] = v0 * sn[j] + v1 * cs[j];
+    }
+}
+
+/* x[r] += rmsnorm(xb[r]) * weight for each row: gemma's norm of a block's output before
+ * the residual add. */
+static void post_norm_add(cpu *c, const float *weight, int T)
+{
+    const int dim = c->c.dim;
+    for (int r = 0; r < T; r++) {
+        float *o = c->xb + (size_t)r * dim, *x = c->x + (size_t)r * dim;
+        rmsnorm(o, o, weight, dim, c->hp.norm_eps);
+        for (int i = 0; i < dim; i++) x[i] += o[i];
     }
 }
 
@@ -233,9 +259,12 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
         q_dequant_row(w->token_embedding.type,
                       (const char *)w->token_embedding.data + (size_t)b->tokens[r] * emb_row,
                       c->x + (size_t)r * dim, dim);
+    if (c->hp.embed_scale > 0.0f) /* gemma: the embedding times sqrt(dim) */
+        for (size_t i = 0; i < (size_t)T * (size_t)dim; i++) c->x[i] *= c->hp.embed_scale;
 
     for (int l = 0; l < cfg->n_layers; l++) {
         c->layer = l;
+        c->window = eng_layer_windowed(&c->hp, l) ? c->hp.swa_window : 0;
         const eng_layer_weights *lw = &w->layers[l];
         for (int r = 0; r < T; r++)
             rmsnorm(c->xb + (size_t)r * dim, c->x + (size_t)r * dim, lw->rms_att, dim,
@@ -283,15 +312,18 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
         attn += pool_now_ns() - t0;
 
         t0 = pool_now_ns();
+        /* x += att · Wo^T, or with gemma's norm after attention x += rmsnorm(att · Wo^T) (xb
+         * is free: Q, K and V are made) */
         mm_job o = {.w = lw->wo,
                     .n = dim,
                     .k = q_dim,
                     .x = c->att,
-                    .y = c->x,
+                    .y = lw->post_att ? c->xb : c->x,
                     .ld_y = dim,
-                    .beta = 1.0f}; /* x += att · Wo^T */
+                    .beta = lw->post_att ? 0.0f : 1.0f};
         matmul_jobs(c, &o, 1, T);
         proj += pool_now_ns() - t0;
+        if (lw->post_att) post_norm_add(c, lw->post_att, T);
 
         for (int r = 0; r < T; r++)
             rmsnorm(c->xb + (size_t)r * dim, c->x + (size_t)r * dim, lw->rms_ffn, dim,
@@ -305,17 +337,19 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
                      .y = c->h1,
                      .ld_y = hidden,
                      .up = lw->w3,
-                     .y_up = c->h3};
+                     .y_up = c->h3,
+                     .act = c->hp.ffn_act};
         matmul_jobs(c, &up, 1, T);
         mm_job down = {.w = lw->w2,
                        .n = dim,
                        .k = hidden,
                        .x = c->h1,
-                       .y = c->x,
+                       .y = lw->post_ffn ? c->xb : c->x,
                        .ld_y = dim,
-                       .beta = 1.0f}; /* x += ffn */
+                       .beta = lw->post_ffn ? 0.0f : 1.0f}; /* x += ffn */
         matmul_jobs(c, &down, 1, T);
         proj += pool_now_ns() - t0;
+        if (lw->post_ffn) post_norm_add(c, lw->post_ffn, T);
     }
 
     if (b->n_logits) {
@@ -331,6 +365,10 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
                       .ld_y = cfg->vocab_size};
         matmul_jobs(c, &cls, 1, b->n_logits);
         proj += pool_now_ns() - t0;
+        const float cap = c->hp.final_softcap;
+        if (cap > 0.0f) /* gemma2: logits soft-capped */
+            for (size_t i = 0; i < (size_t)b->n_logits * (size_t)cfg->vocab_size; i++)
+                logits[i] = cap * tanhf(logits[i] / cap);
     }
     c->b = NULL;
     uint64_t total = pool_now_ns() - t_start;
@@ -350,12 +388,32 @@ static void cpu_destroy(void *priv)
     if (!c) return;
     pool_stop(&c->workers);
     if (c->kv_pool) rnuma_free(c->kv_pool, c->kv_pool_bytes);
+    if (c->rope_cos_swa != c->rope_cos) free(c->rope_cos_swa);
+    if (c->rope_sin_swa != c->rope_sin) free(c->rope_sin_swa);
     float *bufs[] = {c->rope_cos, c->rope_sin, c->x,  c->xb, c->q,      c->k,  c->v,
                      c->att,      c->h1,       c->h3, c->xf, c->scores, c->k_t};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->tiles);
     for (int i = 0; i < CPU_XQ_SLOTS; i++) free(c->xq_mem[i]);
     free(c);
+}
+
+/* The very expressions of run.c, so the rotation angles are bit-identical (for GGUF the
+ * base and dimension from the file, Llama 3.1's per-frequency divisors, and a linear
+ * scaling's position multiplier where the file has one). */
+static void rope_table(cpu *c, float theta, float scale, float *cos_t, float *sin_t)
+{
+    const size_t half = (size_t)c->head_size / 2;
+    const float *ff = c->t->rope_freq_factors;
+    for (int pos = 0; pos < c->c.seq_len; pos++) {
+        for (int i = 0; i < c->hp.rope_dim; i += 2) {
+            float freq = 1.0f / powf(theta, i / (float)c->hp.rope_dim);
+            if (ff) freq /= ff[i / 2];
+            float val = scale > 0.0f ? (pos * scale) * freq : pos * freq;
+            cos_t[(size_t)pos * half + (size_t)i / 2] = cosf(val);
+            sin_t[(size_t)pos * half + (size_t)i / 2] = sinf(val);
+        }
+    }
 }
 
 static float *falloc(cpu *c, size_t n)
@@ -418,19 +476,22 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
         err = eng_seterr(-ENOMEM, "CPU scratch for %d rows: out of memory", c->max_rows);
         goto fail;
     }
-    /* The very expressions of run.c, so the rotation angles are bit-identical (for GGUF the
-     * base and dimension from the file, and Llama 3.1's per-frequency divisors). */
-    const float theta = c->hp.rope_theta;
-    const float *ff = c->t->rope_freq_factors;
-    for (int pos = 0; pos < cfg->seq_len; pos++) {
-        for (int i = 0; i < c->hp.rope_dim; i += 2) {
-            float freq = 1.0f / powf(theta, i / (float)c->hp.rope_dim);
-            if (ff) freq /= ff[i / 2];
-            float val = pos * freq;
-            c->rope_cos[(size_t)pos * half + (size_t)i / 2] = cosf(val);
-            c->rope_sin[(size_t)pos * half + (size_t)i / 2] = sinf(val);
+    rope_table(c, c->hp.rope_theta, c->hp.rope_scale, c->rope_cos, c->rope_sin);
+    /* windowed layers with a RoPE base or scaling of their own (gemma3) get their table */
+    const float theta_swa = c->hp.rope_theta_swa > 0.0f ? c->hp.rope_theta_swa : c->hp.rope_theta;
+    const float scale_swa = c->hp.rope_scale_swa > 0.0f ? c->hp.rope_scale_swa : c->hp.rope_scale;
+    c->rope_cos_swa = c->rope_cos;
+    c->rope_sin_swa = c->rope_sin;
+    if (c->hp.swa_window && (theta_swa != c->hp.rope_theta || scale_swa != c->hp.rope_scale)) {
+        c->rope_cos_swa = falloc(c, (size_t)cfg->seq_len * half);
+        c->rope_sin_swa = falloc(c, (size_t)cfg->seq_len * half);
+        if (!c->rope_cos_swa || !c->rope_sin_swa) {
+            err = eng_seterr(-ENOMEM, "CPU RoPE tables: out of memory");
+            goto fail;
         }
+        rope_table(c, theta_swa, scale_swa, c->rope_cos_swa, c->rope_sin_swa);
     }
+    c->att_div = c->hp.attn_scale > 0.0f ? 1.0f / c->hp.attn_scale : sqrtf((float)c->head_size);
     /* Our workers split every matmul; OpenBLAS must not add threads of its own. */
     openblas_set_num_threads(1);
     if ((err = pool_start(&c->workers, n_workers, opt->numa_node))) {

@@ -32,6 +32,11 @@ typedef struct cpu {
     size_t kv_pool_bytes;
     int numa_node;
     float *rope_cos, *rope_sin; /* [seq_len][head_size/2], computed exactly as run.c */
+    /* windowed layers' own table where their RoPE base or scaling differs (gemma3), else
+     * the same pointers as above */
+    float *rope_cos_swa, *rope_sin_swa;
+    float att_div; /* q·k is divided by it: sqrt(head_size), or 1 / the file's scale */
+    int window;    /* the current layer's sliding window (0: none), set per layer */
     /* activations for up to max_rows rows */
     float *x, *xb, *q, *k, *v, *att, *h1, *h3, *xf;
     struct tile {
