@@ -597,7 +597,7 @@ int dloop_run(dloop *l)
     /* The handshake thread only ever trylocks: it ends while we hold the lock. */
     hs_stop(l);
     /* Shutdown: every session learns why; their CQEs are reaped by dloop_destroy. */
-    dsess_end_all(l, "shutdown");
+    dsess_end_all(l, DSESS_END_SHUTDOWN);
     dsess_end_pending(l);
     io_uring_submit(&l->ring);
     pthread_mutex_unlock(&l->mu);

@@ -196,8 +196,19 @@ void *dsess_user(dsess *s);
  * left out: no request can name them). Written once into the daemon segment. */
 void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes);
 dloop *dsess_loop(dsess *s);
-/* Ends the session (after the current callback; on_close follows in this iteration). */
+/* Why a session ends. Only a fault is logged (rate-limited) with its words; the others
+ * are a session's ordinary end. A client reads -ESHUTDOWN for SHUTDOWN, else -ECONNRESET. */
+typedef enum dsess_end_cause {
+    DSESS_END_FAULT,         /* something went wrong: the reason says what */
+    DSESS_END_CLIENT_CLOSED, /* "client closed the connection" */
+    DSESS_END_CLIENT_EXITED, /* "client process exited" */
+    DSESS_END_SHUTDOWN,      /* "shutdown": the daemon is stopping */
+} dsess_end_cause;
+/* Ends the session (after the current callback; on_close follows in this iteration) for a
+ * fault, said in reason (written to the session's segment for the client to read). */
 void dsess_end(dsess *s, const char *reason);
+/* Ends it for an ordinary cause (not DSESS_END_FAULT), in that cause's own words. */
+void dsess_end_for(dsess *s, dsess_end_cause cause);
 
 /* ---- what the session module (session.c) needs of the loop --------------------------- */
 /* Not for services: a session's bookkeeping (dsess_list, daemon/session.h) and the ring. */

@@ -151,11 +151,23 @@ static int intern_overflow(char (*names)[METRICS_LABEL_MAX], int *n, int max, co
     return (*n)++;
 }
 
-int metrics_series(metrics *m, const char *tenant, const char *class_name)
+int metrics_tenant_label(metrics *m, const char *tenant)
 {
     snap *s = &m->live;
-    int t = intern_overflow(s->tenants, &s->n_tenants, METRICS_MAX_TENANTS, tenant);
-    int c = intern_overflow(s->classes, &s->n_classes, METRICS_MAX_CLASSES, class_name);
+    return intern_overflow(s->tenants, &s->n_tenants, METRICS_MAX_TENANTS, tenant);
+}
+
+int metrics_class_label(metrics *m, const char *class_name)
+{
+    snap *s = &m->live;
+    return intern_overflow(s->classes, &s->n_classes, METRICS_MAX_CLASSES, class_name);
+}
+
+int metrics_series(metrics *m, int t, int c)
+{
+    snap *s = &m->live;
+    if (t < 0 || t >= s->n_tenants) t = metrics_tenant_label(m, "other");
+    if (c < 0 || c >= s->n_classes) c = metrics_class_label(m, "other");
     int id = m->series_of[t][c];
     if (id >= 0) return id;
     id = s->n_series++;
@@ -169,7 +181,7 @@ int metrics_series(metrics *m, const char *tenant, const char *class_name)
 static series_stats *ser(metrics *m, int series)
 {
     /* A bad id is the caller's bug; count it under a real series rather than scribble. */
-    if (series < 0 || series >= m->live.n_series) series = metrics_series(m, "other", "other");
+    if (series < 0 || series >= m->live.n_series) series = metrics_series(m, -1, -1);
     return &m->live.series[series];
 }
 

@@ -111,11 +111,17 @@ void metrics_set_info(metrics *m, const char *policy_hash, const char *model_has
 /* ---- labels ------------------------------------------------------------------------- */
 
 /*
- * Returns the series id (>= 0) for (tenant, class), creating it on first use. Cache it per
- * request: it is a short linear search, cheap but not free. NULL or "" names become "".
- * Never fails: past METRICS_MAX_TENANTS / _CLASSES the name "other" is used.
+ * Label values are interned once, when a tenant or class is first seen (the runner keeps
+ * the id per tenant slot and per class), never per request: these compare strings.
+ * Returns the label id (>= 0); NULL or "" becomes "". Never fails: past
+ * METRICS_MAX_TENANTS / _CLASSES the value "other" is used.
  */
-int metrics_series(metrics *m, const char *tenant, const char *class_name);
+int metrics_tenant_label(metrics *m, const char *tenant);
+int metrics_class_label(metrics *m, const char *class_name);
+
+/* The series id (>= 0) of (tenant label, class label), created on first use: a table
+ * lookup, no strings. An id out of range counts under ("other", "other"). */
+int metrics_series(metrics *m, int tenant_label, int class_label);
 
 /* ---- per-request events (series = metrics_series()) --------------------------------- */
 

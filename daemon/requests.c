@@ -522,20 +522,13 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
         if (s->per_uid && ev->tenant) {
             /* the scheduler knows the slot; the log names the uid that holds it */
             sched_event named = *ev;
-            named.tenant =
-                r ? r->tenant_name : ut_label(s, sched_policy_tenant_index(s->policy, ev->tenant));
+            named.tenant = r ? r->tenant_name : ut_label(s, ev->tenant_idx);
             declog_decision(s->logs, &named);
         } else {
             declog_decision(s->logs, ev);
         }
     }
-    int series =
-        r ? r->series
-          : metrics_series(s->mx,
-                           s->per_uid && ev->tenant
-                               ? ut_label(s, sched_policy_tenant_index(s->policy, ev->tenant))
-                               : ev->tenant,
-                           ev->class_name);
+    int series = r ? r->series : adm_series(s, ev->tenant_idx, ev->class_idx);
     switch (ev->kind) {
     case SCHED_EV_REJECT: metrics_count_reject(s->mx, series, ev->reject); break;
     case SCHED_EV_DEFER: metrics_count_defer(s->mx, series, ev->defer); break;

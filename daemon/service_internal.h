@@ -50,6 +50,20 @@
 
 typedef struct svc_sess svc_sess;
 
+/*
+ * One request of the runner. Each field has one writer after the request is made:
+ *   requests.c  the table and the session's list (id, client_id, sess, s_prev, s_next,
+ *               h_next), delivery (n_pushed, o_next), the end (state through
+ *               req_set_state, cancel_us, finish_us, fin_*, forced_*), what the scheduler
+ *               reported (cached_tokens, has_sched_cost, sched_cost); it makes the request
+ *               (series = -1) and frees it;
+ *   admission.c what the request asked for, set once before the scheduler sees it (tenant,
+ *               class_idx, series, the names, n_prompt, max_new, samp, ignore_stop,
+ *               arrival_us, deadline_us, cache_salt, the prompt in tokens[], the seed in rng);
+ *   execute.c   the generation: n_gen, tokens[] past the prompt, rng's stream,
+ *               first_token_us, last_token_us.
+ * Every other file reads.
+ */
 typedef struct svc_req {
     uint64_t id;        /* scheduler id (daemon-wide, never reused) */
     uint64_t client_id; /* the client's id, unique in its session */
@@ -161,7 +175,9 @@ struct svc {
             uint32_t sessions;
             uint64_t last_us;           /* last session opened or closed */
             char label[SCHED_NAME_MAX]; /* "uid<N>": its name in the logs and metrics */
+            int16_t mlabel;             /* label's metrics id, -1 until first used */
         } slot[SVC_UID_TENANTS];
+        int16_t mlabel[SCHED_MAX_TENANTS]; /* a policy tenant's metrics label id, -1: not yet */
         int8_t slot_of[SCHED_MAX_TENANTS]; /* tenant index → slot, -1 */
         int overflow;                      /* "other-uids" */
         uint64_t overflow_sessions, overflow_logged_us;
@@ -170,6 +186,9 @@ struct svc {
     /* admission.c */
     struct svc_admission {
         uint64_t n_rejects; /* answered rejected (by its checks or the scheduler) */
+        /* metrics label ids of the policy's classes ([SCHED_MAX_CLASSES]: a request of no
+         * class, "other"), -1 until first used: names are interned once, not per request */
+        int16_t class_mlabel[SCHED_MAX_CLASSES + 1];
     } adm;
 
     /* execute.c: the batch under construction and the per-sampling-row state */
@@ -282,10 +301,16 @@ int ut_acquire(svc *s, uint32_t uid);
 void ut_release(svc *s, int tenant);
 /* A tenant's name in the logs and metrics ("uid1000" for a bound slot). */
 const char *ut_label(const svc *s, int tenant);
+/* That name's metrics label id, interned on the tenant's (or the slot's uid's) first use. */
+int ut_metrics_label(svc *s, int tenant);
 /* The prefix cache's domain: the uid under the built-in policy, else the tenant. */
 uint64_t ut_cache_salt(const svc *s, int tenant, uint32_t uid);
 
 /* ---- admission.c ---------------------------------------------------------------------- */
+void adm_init(svc *s);
+/* The metrics series of (tenant, class) policy indices (-1: none → "other"), without
+ * comparing a string once both labels have been seen. */
+int adm_series(svc *s, int tenant, int class_idx);
 void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr, const int32_t *prompt,
                     uint32_t n_prompt, const char *class_name, const char *tenant_tag);
 

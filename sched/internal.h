@@ -335,8 +335,11 @@ static inline sched_event ev_of(const sched *s, sched_event_kind k, const req *r
     memset(&e, 0, sizeof(e));
     e.t_us = now;
     e.kind = k;
+    e.tenant_idx = e.class_idx = -1;
     if (r) {
         e.req = r->id;
+        e.tenant_idx = r->tenant;
+        e.class_idx = r->cls;
         e.tenant = s->ten[r->tenant]->name;
         e.class_name = s->cls[r->cls]->name;
     }

@@ -450,6 +450,8 @@ typedef struct sched_event {
     uint64_t req;
     const char *tenant;
     const char *class_name;
+    int tenant_idx, class_idx;    /* the policy's indices of tenant and class_name; -1 when
+                                     the event names none (a reject before either resolved) */
     sched_reject_reason reject;   /* REJECT */
     const char *detail;           /* REJECT: the caller's words (sched_note_reject), else NULL */
     sched_defer_reason defer;     /* DEFER; PREEMPT: what it made room for (BLOCKS|QUOTA) */
