@@ -57,6 +57,7 @@ typedef enum eng_arch {
                            attention and final logit soft-capping, every other layer windowed */
     ENG_ARCH_GEMMA3,    /* "gemma3": gemma2 with per-head Q/K norms instead of soft-capping,
                            five windowed layers of six with their own RoPE base */
+    ENG_ARCH_PHI3,      /* "phi3": fused QKV and gate/up, NEOX RoPE with long-RoPE factors */
     ENG_ARCH__COUNT
 } eng_arch;
 /* "llama", "qwen2", ...; "?" out of range. */
@@ -71,17 +72,19 @@ typedef struct eng_model_hparams {
     bool rope_neox;   /* rotate pairs (j, j + rope_dim/2) (qwen2) instead of (2j, 2j+1) */
     int weight_type;  /* eng_wtype of the projection weights (blk.0.attn_q), for reports */
     /* What architectures past llama add; zero is llama's behaviour for each. */
-    float embed_scale;    /* the embedding row is multiplied by it (gemma: sqrt(dim)); 0: none */
-    float attn_scale;     /* q·k multiplier; 0: 1 / sqrt(head_dim) */
-    float attn_softcap;   /* a score s becomes cap * tanh(s / cap) (gemma2); 0: off */
-    float final_softcap;  /* the same on the logits (gemma2); 0: off */
-    int ffn_act;          /* enum eng_ffn_act: the gate's activation */
-    int swa_window;       /* a windowed layer's row at position p sees positions > p - window;
+    float embed_scale;      /* the embedding row is multiplied by it (gemma: sqrt(dim)); 0: none */
+    float attn_scale;       /* q·k multiplier; 0: 1 / sqrt(head_dim) */
+    float attn_softcap;     /* a score s becomes cap * tanh(s / cap) (gemma2); 0: off */
+    float final_softcap;    /* the same on the logits (gemma2); 0: off */
+    int ffn_act;            /* enum eng_ffn_act: the gate's activation */
+    int swa_window;         /* a windowed layer's row at position p sees positions > p - window;
                              0: no layer is windowed */
-    int swa_period;       /* layer l is windowed iff l % period < period - 1; 0: every layer */
-    float rope_theta_swa; /* RoPE base of windowed layers (gemma3's local 10000); 0: rope_theta */
-    float rope_scale;     /* linear RoPE scaling: positions are multiplied by it; 0: 1 */
-    float rope_scale_swa; /* the same for windowed layers; 0: rope_scale */
+    int swa_period;         /* layer l is windowed iff l % period < period - 1; 0: every layer */
+    float rope_theta_swa;   /* RoPE base of windowed layers (gemma3's local 10000); 0: rope_theta */
+    float rope_scale;       /* linear RoPE scaling: positions are multiplied by it; 0: 1 */
+    float rope_scale_swa;   /* the same for windowed layers; 0: rope_scale */
+    float rope_attn_factor; /* RoPE's cos and sin are multiplied by it (Phi-3's long-RoPE
+                               rope.scaling.attn_factor); 0 or 1: none */
 } eng_model_hparams;
 
 /* The FFN's gate activation. */

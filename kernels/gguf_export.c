@@ -12,6 +12,7 @@
 #include "model/gguf.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,10 +176,10 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
     const char *arch = o->arch ? o->arch : "llama";
     const bool qwen2 = strcmp(arch, "qwen2") == 0, qwen3 = strcmp(arch, "qwen3") == 0;
     const bool gemma2 = strcmp(arch, "gemma2") == 0, gemma3 = strcmp(arch, "gemma3") == 0;
-    const bool gemma = gemma2 || gemma3;
-    if (strcmp(arch, "llama") != 0 && !qwen2 && !qwen3 && !gemma)
-        return eng_seterr(-EINVAL, "--arch %s: not supported (llama, qwen2, qwen3, gemma2, gemma3)",
-                          arch);
+    const bool gemma = gemma2 || gemma3, phi3 = strcmp(arch, "phi3") == 0;
+    if (strcmp(arch, "llama") != 0 && !qwen2 && !qwen3 && !gemma && !phi3)
+        return eng_seterr(
+            -EINVAL, "--arch %s: not supported (llama, qwen2, qwen3, gemma2, gemma3, phi3)", arch);
     if (o->sliding_window < 0)
         return eng_seterr(-EINVAL, "--sliding-window %d: must be positive", o->sliding_window);
     uint64_t seed = 1;
@@ -235,6 +236,14 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
         ARCH_F32("attn_logit_softcapping", 50.0f);
         ARCH_F32("final_logit_softcapping", 30.0f);
     }
+    if (phi3) { /* long-RoPE as Phi-3-128k: trained at half the context without scaling */
+        const int orig = c->seq_len / 2 > 0 ? c->seq_len / 2 : 1;
+        snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", arch);
+        gw_u32(w, key, (uint32_t)orig);
+        ARCH_F32("rope.scaling.attn_factor",
+                 orig > 1 ? sqrtf(1.0f + logf((float)c->seq_len / (float)orig) / logf((float)orig))
+                          : 1.0f);
+    }
     if (gemma3) {
         ARCH_F32("rope.freq_base_swa", 10000.0f);
         snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
@@ -270,6 +279,12 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
         err = add_matrix(w, "token_embd.weight", wt->token_embedding, V, d, type, note, note_len);
     }
     if (err) goto out;
+    float *fused_qkv = NULL, *fused_ffn = NULL; /* phi3's fused matrices, one layer's */
+    if (phi3) {
+        fused_qkv = malloc((size_t)(qd + 2 * kv) * (size_t)d * sizeof(float));
+        fused_ffn = malloc(2 * (size_t)h * (size_t)d * sizeof(float));
+        if (!fused_qkv || !fused_ffn) err = eng_seterr(-ENOMEM, "out of memory");
+    }
     for (int l = 0; l < c->n_layers && !err; l++) {
         const size_t L = (size_t)l;
         const int v_type = mix ? Q_Q6_K : type;
@@ -300,8 +315,26 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
                     break;
                 }
             }
-            err = add_matrix(w, name, gen ? gen : mats[i].p, mats[i].rows, mats[i].k, mats[i].type,
-                             note, note_len);
+            const float *src = gen ? gen : mats[i].p;
+            const size_t n = (size_t)mats[i].rows * (size_t)mats[i].k;
+            if (phi3 && (i <= 2 || i == 4 || i == 6)) {
+                /* phi3: Q, K, V rows in one attn_qkv; gate then up rows in one ffn_up */
+                float *f = i <= 2 ? fused_qkv : fused_ffn;
+                memcpy(f + (i == 1   ? (size_t)qd * d
+                            : i == 2 ? (size_t)(qd + kv) * d
+                            : i == 6 ? (size_t)h * d
+                                     : 0),
+                       src, n * sizeof(float));
+                if (i == 2) {
+                    snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", l);
+                    err = add_matrix(w, name, fused_qkv, qd + 2 * kv, d, type, note, note_len);
+                } else if (i == 6) {
+                    err = add_matrix(w, name, fused_ffn, 2 * h, d, type, note, note_len);
+                }
+            } else {
+                err =
+                    add_matrix(w, name, src, mats[i].rows, mats[i].k, mats[i].type, note, note_len);
+            }
             free(gen);
         }
         if (gemma && !err) { /* norms after attention and FFN: tensor ids 18 and 19 */
@@ -349,7 +382,25 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
             }
         }
     }
+    free(fused_qkv);
+    free(fused_ffn);
     if (err) goto out;
+    if (phi3) { /* long-RoPE factors: short ones near 1, long ones rising to about 8 */
+        const int half = hs / 2;
+        for (int i = 0; i < 2 && !err; i++) {
+            float *f = synth_values(seed, 20 + i, 0, (size_t)half, 0.1f, true);
+            if (!f) {
+                err = eng_seterr(-ENOMEM, "out of memory");
+                break;
+            }
+            for (int j = 0; i == 1 && j < half; j++)
+                f[j] += 7.0f * (float)j / (float)(half > 1 ? half - 1 : 1);
+            err = add_vector(w, i ? "rope_factors_long.weight" : "rope_factors_short.weight", f,
+                             half);
+            free(f);
+        }
+        if (err) goto out;
+    }
     if ((err = add_vector(w, "output_norm.weight", wt->rms_final, d))) goto out;
     if (!c->shared_classifier && !gemma && /* gemma ties its classifier to the embedding */
         (err = add_matrix(w, "output.weight", wt->wcls, V, d, mix ? Q_Q6_K : type, note, note_len)))

@@ -427,13 +427,13 @@ static int meta_f32(const gguf_file *g, const char *arch, const char *suffix, fl
 }
 
 static const char *supported_types = "F32, F16, BF16, Q8_0, Q4_K, Q6_K";
-static const char *supported_archs = "llama, qwen2, qwen3, gemma2, gemma3";
+static const char *supported_archs = "llama, qwen2, qwen3, gemma2, gemma3, phi3";
 
 const char *eng_arch_name(int arch)
 {
     static const char *const names[ENG_ARCH__COUNT] = {
         [ENG_ARCH_LLAMA] = "llama",   [ENG_ARCH_QWEN2] = "qwen2",   [ENG_ARCH_QWEN3] = "qwen3",
-        [ENG_ARCH_GEMMA2] = "gemma2", [ENG_ARCH_GEMMA3] = "gemma3",
+        [ENG_ARCH_GEMMA2] = "gemma2", [ENG_ARCH_GEMMA3] = "gemma3", [ENG_ARCH_PHI3] = "phi3",
     };
     return arch >= 0 && arch < ENG_ARCH__COUNT && names[arch] ? names[arch] : "?";
 }
@@ -479,6 +479,12 @@ static int arch_hparams(const gguf_file *g, const char *arch, int arch_id,
 {
     const bool gemma2 = arch_id == ENG_ARCH_GEMMA2, gemma3 = arch_id == ENG_ARCH_GEMMA3;
     int err, window = 0, period = 0;
+    /* Q and K scaled by it in RoPE (Phi-3's long-RoPE attention factor) */
+    if ((err = meta_f32(g, arch, "rope.scaling.attn_factor", 1.0f, false, &hp->rope_attn_factor)))
+        return err;
+    /* Phi-3 files state a window that llama.cpp switches off (its converters got it wrong):
+     * ignored here too */
+    if (arch_id == ENG_ARCH_PHI3) return 0;
     if ((err = meta_int(g, arch, "attention.sliding_window", 0, MAX_SEQ, gemma2 ? 4096 : 0,
                         &window)) ||
         (err = meta_int(g, arch, "attention.sliding_window_pattern", 0, MAX_LAYERS,
@@ -564,7 +570,8 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
     eng_model_hparams hp = {
         .arch = arch_id,
         .head_dim = hs,
-        .rope_neox = arch_id == ENG_ARCH_QWEN2 || arch_id == ENG_ARCH_QWEN3,
+        .rope_neox =
+            arch_id == ENG_ARCH_QWEN2 || arch_id == ENG_ARCH_QWEN3 || arch_id == ENG_ARCH_PHI3,
     };
     if ((err = meta_f32(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, true, &hp.norm_eps)) ||
         (err = meta_f32(g, arch, "rope.freq_base", 10000.0f, false, &hp.rope_theta)) ||
@@ -605,6 +612,7 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
     if ((err = config_check(&c, hs))) return err;
     const uint64_t d = (uint64_t)c.dim, kv = (uint64_t)(hs * c.n_kv_heads);
     const uint64_t qd = (uint64_t)hs * (uint64_t)c.n_heads;
+    const bool phi3 = arch_id == ENG_ARCH_PHI3;
     const uint64_t h = (uint64_t)c.hidden_dim, vocab = (uint64_t)c.vocab_size;
     if ((err = find_tensor(g, "token_embd.weight", d, vocab, false, &emb))) return err;
     const gguf_tensor *out_norm, *out_w, *rope_f;
@@ -612,6 +620,26 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         (err = find_tensor(g, "output.weight", d, vocab, true, &out_w)) ||
         (err = find_tensor(g, "rope_freqs.weight", (uint64_t)hp.rope_dim / 2, 0, true, &rope_f)))
         return err;
+    if (phi3 && !rope_f) {
+        /* Phi-3's long-RoPE: the long factors when the context served is longer than the one
+         * trained without scaling (rope.scaling.original_context_length), else the short
+         * ones, as llama.cpp picks them for its context */
+        const gguf_tensor *f_long, *f_short;
+        int orig_ctx;
+        if ((err = find_tensor(g, "rope_factors_long.weight", (uint64_t)hp.rope_dim / 2, 0, true,
+                               &f_long)) ||
+            (err = find_tensor(g, "rope_factors_short.weight", (uint64_t)hp.rope_dim / 2, 0, true,
+                               &f_short)) ||
+            (err = meta_int(g, arch, "rope.scaling.original_context_length", 1, MAX_SEQ, c.seq_len,
+                            &orig_ctx)))
+            return err;
+        if (!f_long != !f_short)
+            return eng_seterr(-EINVAL,
+                              "tensor rope_factors_long.weight %s, rope_factors_short.weight "
+                              "%s: long-RoPE needs both",
+                              f_long ? "present" : "absent", f_short ? "present" : "absent");
+        rope_f = c.seq_len > orig_ctx ? f_long : f_short;
+    }
     if (arch_id == ENG_ARCH_GEMMA2) out_w = NULL; /* gemma2's classifier is the embedding */
     c.shared_classifier = out_w == NULL;
     m->layers = calloc((size_t)c.n_layers, sizeof *m->layers);
@@ -636,6 +664,30 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         char name[96];
         const gguf_tensor *t;
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+            /* phi3 fuses Q, K and V into attn_qkv, and gate and up into ffn_up (gate first):
+             * the parts are runs of its rows, so each is a view of the fused matrix */
+            if (phi3 && i <= 2) {
+                if (i == 0) {
+                    snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", l);
+                    if ((err = find_tensor(g, name, d, qd + 2 * kv, false, &t))) return err;
+                    const size_t rb = q_row_bytes((int)t->type, (int64_t)d);
+                    const char *base = t->data;
+                    lw->wq = (eng_wmat){base, (int)t->type};
+                    lw->wk = (eng_wmat){base + qd * rb, (int)t->type};
+                    lw->wv = (eng_wmat){base + (qd + kv) * rb, (int)t->type};
+                }
+                continue;
+            }
+            if (phi3 && (mats[i].off == offsetof(eng_layer_weights, w1) ||
+                         mats[i].off == offsetof(eng_layer_weights, w3))) {
+                if (mats[i].off == offsetof(eng_layer_weights, w1)) continue;
+                snprintf(name, sizeof name, "blk.%d.ffn_up.weight", l);
+                if ((err = find_tensor(g, name, d, 2 * h, false, &t))) return err;
+                const size_t rb = q_row_bytes((int)t->type, (int64_t)d);
+                lw->w1 = (eng_wmat){t->data, (int)t->type};
+                lw->w3 = (eng_wmat){(const char *)t->data + h * rb, (int)t->type};
+                continue;
+            }
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, mats[i].name);
             if ((err = find_tensor(g, name, sizes[mats[i].cols], sizes[mats[i].rows], false, &t)))
                 return err;

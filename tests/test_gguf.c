@@ -377,6 +377,8 @@ Test(gguf_reader, unsupported_or_misshapen_tensors_are_named, .init = mk_tmpdir,
     refused(write_tiny("g.gguf", &(tiny){.arch = "qwen3"}), "blk.0.attn_q_norm.weight", "absent");
     refused(write_tiny("h.gguf", &(tiny){.arch = "qwen3", .extra = "blk.0.attn_q_norm.weight"}),
             "blk.0.attn_q_norm.weight", "expected shape [16]");
+    /* phi3 reads its fused Q/K/V */
+    refused(write_tiny("l.gguf", &(tiny){.arch = "phi3"}), "blk.0.attn_qkv.weight", "absent");
     /* gemma needs its norms after attention and FFN; gemma3 its Q/K norms too */
     refused(write_tiny("i.gguf", &(tiny){.arch = "gemma2"}), "blk.0.post_attention_norm.weight",
             "absent");

@@ -39,6 +39,7 @@ typedef struct job {
     int stop; /* token that ends generation (stories260K: BOS), -1: none */
     double near_tie;
     int min_equal; /* steps that must agree before a near tie may end the comparison */
+    int ctx;       /* llama.cpp's context size; 0: 256 */
     const char *label;
 } job;
 
@@ -58,7 +59,7 @@ static json_t *run_llama_cpp(const job *jobs, int n)
         for (int k = 0; k < jobs[i].n_prompt; k++)
             json_array_append_new(p, json_integer(jobs[i].prompt[k]));
         json_t *o = json_pack("{s:s, s:o, s:i, s:i}", "model", jobs[i].model, "prompt", p, "n",
-                              STEPS, "ctx", 256);
+                              STEPS, "ctx", jobs[i].ctx ? jobs[i].ctx : 256);
         if (jobs[i].stop >= 0) json_object_set_new(o, "stop", json_integer(jobs[i].stop));
         json_array_append_new(arr, o);
     }
@@ -88,6 +89,8 @@ static void compare(const job *j, json_t *theirs)
             if (i != best && logits[i] > second) second = logits[i];
             if (fabsf(logits[i]) > scale) scale = fabsf(logits[i]);
         }
+        if (k == n_theirs && best == j->stop) /* llama.cpp ends at an end-of-generation token */
+            break;                            /* without returning it */
         cr_assert_lt(k, n_theirs, "%s: llama.cpp stopped after %d tokens, ringlm goes on with %d",
                      j->label, n_theirs, best);
         int32_t want = (int32_t)json_integer_value(json_array_get(theirs, (size_t)k));
@@ -259,6 +262,39 @@ Test(gguf_oracle, gemma2_and_gemma3_equal_llama_cpp, .init = mk_tmpdir, .fini = 
         jobs[i].stop = -1;
         jobs[i].near_tie = 5e-3;
         jobs[i].min_equal = cases[i].min_equal;
+        jobs[i].label = cases[i].label;
+    }
+    run_jobs(jobs, N);
+}
+
+/* Phi-3: Q, K and V fused in attn_qkv, gate and up in ffn_up, NEOX RoPE with long-RoPE
+ * factors (the long ones: the file's context is twice its original_context_length, and
+ * llama.cpp runs with the file's context, as ringlm serves it) and the attention factor on Q
+ * and K. */
+Test(gguf_oracle, phi3_equals_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 300)
+{
+    skip_without_node();
+    static const struct {
+        const char *spec, *type;
+        int min_equal, ctx; /* ctx: the preset's */
+        const char *label;
+    } cases[] = {
+        {"synthetic:quant-test:13", "F32", STEPS, 256, "phi3 F32"},
+        {"synthetic:quant-test:13", "Q8_0", 40, 256, "phi3 Q8_0"},
+        {"synthetic:gqa-test:14", "F32", STEPS, 512, "phi3 F32 gqa-test"},
+    };
+    enum { N = sizeof cases / sizeof cases[0] };
+    job jobs[N] = {0};
+    for (int i = 0; i < N; i++) {
+        snprintf(jobs[i].model, sizeof jobs[i].model, "%s/phi3-%d.gguf", tmpdir, i);
+        export_gguf(cases[i].spec, NULL, cases[i].type, "phi3", jobs[i].model);
+        int32_t p[] = {1, 300, 301, 17, 260};
+        memcpy(jobs[i].prompt, p, sizeof p);
+        jobs[i].n_prompt = 5;
+        jobs[i].stop = 2; /* EOS: llama.cpp ends there */
+        jobs[i].near_tie = strstr(cases[i].type, "F32") ? 1e-4 : 5e-3;
+        jobs[i].min_equal = cases[i].min_equal;
+        jobs[i].ctx = cases[i].ctx;
         jobs[i].label = cases[i].label;
     }
     run_jobs(jobs, N);

@@ -399,12 +399,12 @@ static void cpu_destroy(void *priv)
 }
 
 /* The very expressions of run.c, so the rotation angles are bit-identical (for GGUF the
- * base and dimension from the file, Llama 3.1's per-frequency divisors, and a linear
- * scaling's position multiplier where the file has one). */
+ * base and dimension from the file, Llama 3.1's or Phi-3's per-frequency divisors, a linear
+ * scaling's position multiplier, and Phi-3's attention factor where the file has them). */
 static void rope_table(cpu *c, float theta, float scale, float *cos_t, float *sin_t)
 {
     const size_t half = (size_t)c->head_size / 2;
-    const float *ff = c->t->rope_freq_factors;
+    const float *ff = c->t->rope_freq_factors, mscale = c->hp.rope_attn_factor;
     for (int pos = 0; pos < c->c.seq_len; pos++) {
         for (int i = 0; i < c->hp.rope_dim; i += 2) {
             float freq = 1.0f / powf(theta, i / (float)c->hp.rope_dim);
@@ -412,6 +412,10 @@ static void rope_table(cpu *c, float theta, float scale, float *cos_t, float *si
             float val = scale > 0.0f ? (pos * scale) * freq : pos * freq;
             cos_t[(size_t)pos * half + (size_t)i / 2] = cosf(val);
             sin_t[(size_t)pos * half + (size_t)i / 2] = sinf(val);
+            if (mscale > 0.0f && mscale != 1.0f) {
+                cos_t[(size_t)pos * half + (size_t)i / 2] *= mscale;
+                sin_t[(size_t)pos * half + (size_t)i / 2] *= mscale;
+            }
         }
     }
 }
