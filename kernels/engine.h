@@ -58,6 +58,7 @@ typedef enum eng_arch {
     ENG_ARCH_GEMMA3,    /* "gemma3": gemma2 with per-head Q/K norms instead of soft-capping,
                            five windowed layers of six with their own RoPE base */
     ENG_ARCH_PHI3,      /* "phi3": fused QKV and gate/up, NEOX RoPE with long-RoPE factors */
+    ENG_ARCH_QWEN3MOE,  /* "qwen3moe": qwen3 attention, a mixture of experts for the FFN */
     ENG_ARCH__COUNT
 } eng_arch;
 /* "llama", "qwen2", ...; "?" out of range. */
@@ -72,17 +73,20 @@ typedef struct eng_model_hparams {
     bool rope_neox;   /* rotate pairs (j, j + rope_dim/2) (qwen2) instead of (2j, 2j+1) */
     int weight_type;  /* eng_wtype of the projection weights (blk.0.attn_q), for reports */
     /* What architectures past llama add; zero is llama's behaviour for each. */
-    float embed_scale;      /* the embedding row is multiplied by it (gemma: sqrt(dim)); 0: none */
-    float attn_scale;       /* q·k multiplier; 0: 1 / sqrt(head_dim) */
-    float attn_softcap;     /* a score s becomes cap * tanh(s / cap) (gemma2); 0: off */
-    float final_softcap;    /* the same on the logits (gemma2); 0: off */
-    int ffn_act;            /* enum eng_ffn_act: the gate's activation */
-    int swa_window;         /* a windowed layer's row at position p sees positions > p - window;
+    float embed_scale;    /* the embedding row is multiplied by it (gemma: sqrt(dim)); 0: none */
+    float attn_scale;     /* q·k multiplier; 0: 1 / sqrt(head_dim) */
+    float attn_softcap;   /* a score s becomes cap * tanh(s / cap) (gemma2); 0: off */
+    float final_softcap;  /* the same on the logits (gemma2); 0: off */
+    int ffn_act;          /* enum eng_ffn_act: the gate's activation */
+    int swa_window;       /* a windowed layer's row at position p sees positions > p - window;
                              0: no layer is windowed */
-    int swa_period;         /* layer l is windowed iff l % period < period - 1; 0: every layer */
-    float rope_theta_swa;   /* RoPE base of windowed layers (gemma3's local 10000); 0: rope_theta */
-    float rope_scale;       /* linear RoPE scaling: positions are multiplied by it; 0: 1 */
-    float rope_scale_swa;   /* the same for windowed layers; 0: rope_scale */
+    int swa_period;       /* layer l is windowed iff l % period < period - 1; 0: every layer */
+    float rope_theta_swa; /* RoPE base of windowed layers (gemma3's local 10000); 0: rope_theta */
+    float rope_scale;     /* linear RoPE scaling: positions are multiplied by it; 0: 1 */
+    float rope_scale_swa; /* the same for windowed layers; 0: rope_scale */
+    /* A mixture of experts (qwen3moe) in place of the FFN: a router picks n_expert_used of
+     * n_expert SwiGLU experts of expert_ff per row; 0: a dense FFN */
+    int n_expert, n_expert_used, expert_ff;
     float rope_attn_factor; /* RoPE's cos and sin are multiplied by it (Phi-3's long-RoPE
                                rope.scaling.attn_factor); 0 or 1: none */
 } eng_model_hparams;
@@ -133,7 +137,11 @@ typedef struct eng_layer_weights {
     eng_wmat wq, wk, wv, wo, w1, w2, w3; /* as eng_weights, this layer's slice */
     const float *bq, *bk, *bv;           /* [q_dim], [kv_dim], [kv_dim]; NULL: no bias */
     const float *q_norm, *k_norm;        /* [head_dim]: RMSNorm of each Q and K head (qwen3) */
-    const float *post_att, *post_ffn;    /* [dim]: RMSNorm of the attention's and the FFN's
+    /* a mixture of experts (eng_model_hparams.n_expert): the router [n_expert][dim], and
+     * each expert's gate, up [expert_ff][dim] and down [dim][expert_ff] matrices, expert e's
+     * starting e * rows * eng_wrow_bytes(type, in) bytes after data; w1, w2, w3 unused */
+    eng_wmat router, gate_exps, up_exps, down_exps;
+    const float *post_att, *post_ffn; /* [dim]: RMSNorm of the attention's and the FFN's
                                             output before the residual add (gemma); NULL: none */
 } eng_layer_weights;
 

@@ -31,9 +31,11 @@ static int type_by_name(const char *s)
     return -1;
 }
 
-/* Quantizes rows x k floats into a new buffer (taken over by the writer). */
-static int add_matrix(gguf_writer *w, const char *name, const float *src, int rows, int k, int type,
-                      char *note, size_t note_len)
+/* Quantizes rows x k floats into a new buffer (taken over by the writer); experts > 0:
+ * a stack of that many matrices of rows / experts rows each (ne = {k, rows / experts,
+ * experts}). */
+static int add_stack(gguf_writer *w, const char *name, const float *src, int rows, int k, int type,
+                     int experts, char *note, size_t note_len)
 {
     int t = type;
     if (k % q_block_elems(t)) {
@@ -50,9 +52,19 @@ static int add_matrix(gguf_writer *w, const char *name, const float *src, int ro
     unsigned char *buf = malloc(rb * (size_t)rows);
     if (!buf) return eng_seterr(-ENOMEM, "%s: out of memory", name);
     for (int r = 0; r < rows; r++) q_quantize_row(t, src + (size_t)r * k, buf + (size_t)r * rb, k);
-    uint64_t ne[2] = {(uint64_t)k, (uint64_t)rows};
-    gw_tensor(w, name, 2, ne, t, buf, rb * (size_t)rows);
+    uint64_t ne[3] = {(uint64_t)k, (uint64_t)rows, 1};
+    if (experts > 0) {
+        ne[1] = (uint64_t)(rows / experts);
+        ne[2] = (uint64_t)experts;
+    }
+    gw_tensor(w, name, experts > 0 ? 3 : 2, ne, t, buf, rb * (size_t)rows);
     return 0;
+}
+
+static int add_matrix(gguf_writer *w, const char *name, const float *src, int rows, int k, int type,
+                      char *note, size_t note_len)
+{
+    return add_stack(w, name, src, rows, k, type, 0, note, note_len);
 }
 
 /* n values of the synthetic formula for a tensor the llama2.c layout lacks (or holds in
@@ -64,6 +76,19 @@ static float *synth_values(uint64_t seed, int id, uint64_t first, size_t n, floa
     if (!b) return NULL;
     for (size_t j = 0; j < n; j++) b[j] = eng_synth_value(seed, id, first + j, scale, is_norm);
     return b;
+}
+
+/* A small matrix kept in F32 whatever the type (the router, as llama.cpp's quantizer keeps
+ * ffn_gate_inp). */
+static int add_vector_matrix(gguf_writer *w, const char *name, const float *src, int rows, int k)
+{
+    const size_t n = (size_t)rows * (size_t)k;
+    float *buf = malloc(n * sizeof *buf);
+    if (!buf) return eng_seterr(-ENOMEM, "%s: out of memory", name);
+    memcpy(buf, src, n * sizeof *buf);
+    uint64_t ne[2] = {(uint64_t)k, (uint64_t)rows};
+    gw_tensor(w, name, 2, ne, Q_F32, buf, n * sizeof *buf);
+    return 0;
 }
 
 static int add_vector(gguf_writer *w, const char *name, const float *src, int n)
@@ -157,6 +182,34 @@ out:
     return err;
 }
 
+/* qwen3moe's router (tensor id 22, its logits spread by 4 so that no two experts tie) and
+ * experts (gate 23, up 24, down 25) of layer l, from the synthetic formula. */
+static int add_experts(gguf_writer *w, int l, uint64_t seed, const eng_model_config *c, int n_exp,
+                       int exp_ff, int type, char *note, size_t note_len)
+{
+    const int d = c->dim;
+    const size_t L = (size_t)l, big = (size_t)n_exp * (size_t)exp_ff * (size_t)d;
+    char name[96];
+    float *v = synth_values(seed, 22, L * (size_t)n_exp * d, (size_t)n_exp * d,
+                            4.0f / sqrtf((float)d), false);
+    if (!v) return eng_seterr(-ENOMEM, "out of memory");
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
+    int err = add_vector_matrix(w, name, v, n_exp, d);
+    free(v);
+    static const char *const en[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    for (int i = 0; i < 3 && !err; i++) {
+        const bool down = i == 2;
+        v = synth_values(seed, 23 + i, L * big, big, 1.0f / sqrtf((float)(down ? exp_ff : d)),
+                         false);
+        if (!v) return eng_seterr(-ENOMEM, "out of memory");
+        snprintf(name, sizeof name, "blk.%d.%s.weight", l, en[i]);
+        err = add_stack(w, name, v, n_exp * (down ? d : exp_ff), down ? exp_ff : d, type, n_exp,
+                        note, note_len);
+        free(v);
+    }
+    return err;
+}
+
 int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *o, char *note,
                     size_t note_len)
 {
@@ -177,9 +230,14 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
     const bool qwen2 = strcmp(arch, "qwen2") == 0, qwen3 = strcmp(arch, "qwen3") == 0;
     const bool gemma2 = strcmp(arch, "gemma2") == 0, gemma3 = strcmp(arch, "gemma3") == 0;
     const bool gemma = gemma2 || gemma3, phi3 = strcmp(arch, "phi3") == 0;
-    if (strcmp(arch, "llama") != 0 && !qwen2 && !qwen3 && !gemma && !phi3)
-        return eng_seterr(
-            -EINVAL, "--arch %s: not supported (llama, qwen2, qwen3, gemma2, gemma3, phi3)", arch);
+    const bool moe = strcmp(arch, "qwen3moe") == 0;
+    if (strcmp(arch, "llama") != 0 && !qwen2 && !qwen3 && !gemma && !phi3 && !moe)
+        return eng_seterr(-EINVAL,
+                          "--arch %s: not supported (llama, qwen2, qwen3, gemma2, gemma3, phi3, "
+                          "qwen3moe)",
+                          arch);
+    /* qwen3moe: 8 experts of half the FFN width, 2 per token (Qwen3-30B-A3B: 128 of 768, 8) */
+    const int n_exp = 8, n_used = 2, exp_ff = c->hidden_dim / 2;
     if (o->sliding_window < 0)
         return eng_seterr(-EINVAL, "--sliding-window %d: must be positive", o->sliding_window);
     uint64_t seed = 1;
@@ -215,7 +273,13 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
     ARCH_U32("attention.head_count_kv", c->n_kv_heads);
     ARCH_U32("rope.dimension_count", hs);
     ARCH_U32("vocab_size", V);
-    if (reshape || qwen3 || gemma) { /* as llama.cpp's converter, from config.json's head_dim */
+    if (moe) {
+        ARCH_U32("expert_count", n_exp);
+        ARCH_U32("expert_used_count", n_used);
+        ARCH_U32("expert_feed_forward_length", exp_ff);
+    }
+    if (reshape || qwen3 || moe ||
+        gemma) { /* as llama.cpp's converter, from config.json's head_dim */
         ARCH_U32("attention.key_length", hs);
         ARCH_U32("attention.value_length", hs);
     }
@@ -331,6 +395,8 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
                 } else if (i == 6) {
                     err = add_matrix(w, name, fused_ffn, 2 * h, d, type, note, note_len);
                 }
+            } else if (moe && i >= 4) {
+                if (i == 4) err = add_experts(w, l, seed, c, n_exp, exp_ff, type, note, note_len);
             } else {
                 err =
                     add_matrix(w, name, src, mats[i].rows, mats[i].k, mats[i].type, note, note_len);
@@ -350,7 +416,8 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
                 free(b);
             }
         }
-        if ((qwen3 || gemma3) && !err) { /* per-head Q/K norms: norm-like, tensor ids 16, 17 */
+        if ((qwen3 || moe || gemma3) &&
+            !err) { /* per-head Q/K norms: norm-like, tensor ids 16, 17 */
             static const char *const nn[2] = {"attn_q_norm", "attn_k_norm"};
             for (int i = 0; i < 2 && !err; i++) {
                 float *b = synth_values(seed, 16 + i, L * (size_t)hs, (size_t)hs, 0.1f, true);

@@ -10,7 +10,8 @@
  * llama2c (default): the legacy checkpoint; loading it gives the same logits as the
  * in-memory synthetic model; a lazy spec (synthetic:lazy:...) is generated tensor by tensor
  * while writing. gguf: llama.cpp's layout with weights in --type (F32 F16 BF16 Q8_0 Q4_K
- * Q6_K Q4_K_M), --arch llama, qwen2, qwen3, gemma2, gemma3 or phi3 (--head-dim N: a synthetic
+ * Q6_K Q4_K_M), --arch llama, qwen2, qwen3, gemma2, gemma3, phi3 or qwen3moe (8 synthetic
+ * experts of half the FFN width, 2 per token) (--head-dim N: a synthetic
  * model's attention in heads of N, as Qwen3's 128 over a narrower width; --sliding-window N:
  * the attention window of the layers that have one), and the vocabulary of --tokenizer (a llama2.c
  * tokenizer.bin) or --vocab (a Hugging Face tokenizer.json); --placeholder-vocab writes a
@@ -29,8 +30,8 @@
 
 static const char usage[] =
     "usage: ringlm-mkmodel --model SPEC --out FILE [--format llama2c|gguf]\n"
-    "                      [--type F32|F16|BF16|Q8_0|Q4_K|Q6_K|Q4_K_M] [--arch "
-    "llama|qwen2|qwen3|gemma2|gemma3]\n"
+    "                      [--type F32|F16|BF16|Q8_0|Q4_K|Q6_K|Q4_K_M]\n"
+    "                      [--arch llama|qwen2|qwen3|gemma2|gemma3|phi3|qwen3moe]\n"
     "                      [--head-dim N] [--sliding-window N]\n"
     "                      (--tokenizer TOKENIZER.bin | --vocab tokenizer.json\n"
     "                       [--vocab-config tokenizer_config.json] | --placeholder-vocab)\n"

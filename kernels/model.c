@@ -427,13 +427,14 @@ static int meta_f32(const gguf_file *g, const char *arch, const char *suffix, fl
 }
 
 static const char *supported_types = "F32, F16, BF16, Q8_0, Q4_K, Q6_K";
-static const char *supported_archs = "llama, qwen2, qwen3, gemma2, gemma3, phi3";
+static const char *supported_archs = "llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe";
 
 const char *eng_arch_name(int arch)
 {
     static const char *const names[ENG_ARCH__COUNT] = {
-        [ENG_ARCH_LLAMA] = "llama",   [ENG_ARCH_QWEN2] = "qwen2",   [ENG_ARCH_QWEN3] = "qwen3",
-        [ENG_ARCH_GEMMA2] = "gemma2", [ENG_ARCH_GEMMA3] = "gemma3", [ENG_ARCH_PHI3] = "phi3",
+        [ENG_ARCH_LLAMA] = "llama",       [ENG_ARCH_QWEN2] = "qwen2",   [ENG_ARCH_QWEN3] = "qwen3",
+        [ENG_ARCH_GEMMA2] = "gemma2",     [ENG_ARCH_GEMMA3] = "gemma3", [ENG_ARCH_PHI3] = "phi3",
+        [ENG_ARCH_QWEN3MOE] = "qwen3moe",
     };
     return arch >= 0 && arch < ENG_ARCH__COUNT && names[arch] ? names[arch] : "?";
 }
@@ -485,6 +486,15 @@ static int arch_hparams(const gguf_file *g, const char *arch, int arch_id,
     /* Phi-3 files state a window that llama.cpp switches off (its converters got it wrong):
      * ignored here too */
     if (arch_id == ENG_ARCH_PHI3) return 0;
+    if (arch_id == ENG_ARCH_QWEN3MOE) {
+        if ((err = meta_int(g, arch, "expert_count", 1, 4096, -1, &hp->n_expert)) ||
+            (err =
+                 meta_int(g, arch, "expert_used_count", 1, hp->n_expert, -1, &hp->n_expert_used)) ||
+            (err = meta_int(g, arch, "expert_feed_forward_length", 1, MAX_HIDDEN,
+                            c->hidden_dim / hp->n_expert_used, &hp->expert_ff)))
+            return err;
+        return 0;
+    }
     if ((err = meta_int(g, arch, "attention.sliding_window", 0, MAX_SEQ, gemma2 ? 4096 : 0,
                         &window)) ||
         (err = meta_int(g, arch, "attention.sliding_window_pattern", 0, MAX_LAYERS,
@@ -513,6 +523,25 @@ static int arch_hparams(const gguf_file *g, const char *arch, int arch_id,
         (err = meta_f32(g, arch, "rope.freq_base_swa", 10000.0f, false, &hp->rope_theta_swa)))
         return err;
     hp->rope_scale_swa = 1.0f; /* the local layers are not scaled (llama.cpp's freq_scale_swa) */
+    return 0;
+}
+
+/* An expert tensor: ne = {ne0, ne1, n_expert}, a supported type. */
+static int find_experts(const gguf_file *g, const char *name, uint64_t ne0, uint64_t ne1,
+                        uint64_t ne2, const gguf_tensor **out)
+{
+    const gguf_tensor *t = gguf_tensor_find(g, name);
+    *out = t;
+    if (!t) return eng_seterr(-EINVAL, "tensor %s: required, absent", name);
+    if (t->n_dims != 3 || t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != ne2)
+        return eng_seterr(-EINVAL,
+                          "tensor %s: expected shape [%" PRIu64 ", %" PRIu64 ", %" PRIu64
+                          "] (inputs, outputs, experts), found %" PRIu32 " dimensions [%" PRIu64
+                          ", %" PRIu64 ", %" PRIu64 "]",
+                          name, ne0, ne1, ne2, t->n_dims, t->ne[0], t->ne[1], t->ne[2]);
+    if (!q_type_supported((int)t->type))
+        return eng_seterr(-EINVAL, "tensor %s: type %s is not supported (%s)", name,
+                          gguf_type_name(t->type), supported_types);
     return 0;
 }
 
@@ -570,8 +599,8 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
     eng_model_hparams hp = {
         .arch = arch_id,
         .head_dim = hs,
-        .rope_neox =
-            arch_id == ENG_ARCH_QWEN2 || arch_id == ENG_ARCH_QWEN3 || arch_id == ENG_ARCH_PHI3,
+        .rope_neox = arch_id == ENG_ARCH_QWEN2 || arch_id == ENG_ARCH_QWEN3 ||
+                     arch_id == ENG_ARCH_PHI3 || arch_id == ENG_ARCH_QWEN3MOE,
     };
     if ((err = meta_f32(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, true, &hp.norm_eps)) ||
         (err = meta_f32(g, arch, "rope.freq_base", 10000.0f, false, &hp.rope_theta)) ||
@@ -612,7 +641,7 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
     if ((err = config_check(&c, hs))) return err;
     const uint64_t d = (uint64_t)c.dim, kv = (uint64_t)(hs * c.n_kv_heads);
     const uint64_t qd = (uint64_t)hs * (uint64_t)c.n_heads;
-    const bool phi3 = arch_id == ENG_ARCH_PHI3;
+    const bool phi3 = arch_id == ENG_ARCH_PHI3, moe = arch_id == ENG_ARCH_QWEN3MOE;
     const uint64_t h = (uint64_t)c.hidden_dim, vocab = (uint64_t)c.vocab_size;
     if ((err = find_tensor(g, "token_embd.weight", d, vocab, false, &emb))) return err;
     const gguf_tensor *out_norm, *out_w, *rope_f;
@@ -678,6 +707,31 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
                 }
                 continue;
             }
+            if (moe && (mats[i].off == offsetof(eng_layer_weights, w1) ||
+                        mats[i].off == offsetof(eng_layer_weights, w2) ||
+                        mats[i].off == offsetof(eng_layer_weights, w3))) {
+                if (mats[i].off != offsetof(eng_layer_weights, w1)) continue;
+                /* the router and the experts, in place of the dense FFN */
+                const uint64_t ne = (uint64_t)hp.n_expert, ef = (uint64_t)hp.expert_ff;
+                snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
+                if ((err = find_tensor(g, name, d, ne, false, &t))) return err;
+                lw->router = (eng_wmat){t->data, (int)t->type};
+                static const struct {
+                    const char *n;
+                    int down;
+                    size_t off;
+                } ex[] = {{"ffn_gate_exps", 0, offsetof(eng_layer_weights, gate_exps)},
+                          {"ffn_up_exps", 0, offsetof(eng_layer_weights, up_exps)},
+                          {"ffn_down_exps", 1, offsetof(eng_layer_weights, down_exps)}};
+                for (size_t x = 0; x < 3; x++) {
+                    snprintf(name, sizeof name, "blk.%d.%s.weight", l, ex[x].n);
+                    if ((err = find_experts(g, name, ex[x].down ? ef : d, ex[x].down ? d : ef, ne,
+                                            &t)))
+                        return err;
+                    *(eng_wmat *)((char *)lw + ex[x].off) = (eng_wmat){t->data, (int)t->type};
+                }
+                continue;
+            }
             if (phi3 && (mats[i].off == offsetof(eng_layer_weights, w1) ||
                          mats[i].off == offsetof(eng_layer_weights, w3))) {
                 if (mats[i].off == offsetof(eng_layer_weights, w1)) continue;
@@ -709,9 +763,11 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
              offsetof(eng_layer_weights, bk)},
             {"attn_v.bias", 1, 1u << ENG_ARCH_QWEN2, 1u << ENG_ARCH_LLAMA,
              offsetof(eng_layer_weights, bv)},
-            {"attn_q_norm.weight", 4, 1u << ENG_ARCH_QWEN3 | 1u << ENG_ARCH_GEMMA3, 0,
+            {"attn_q_norm.weight", 4,
+             1u << ENG_ARCH_QWEN3 | 1u << ENG_ARCH_GEMMA3 | 1u << ENG_ARCH_QWEN3MOE, 0,
              offsetof(eng_layer_weights, q_norm)},
-            {"attn_k_norm.weight", 4, 1u << ENG_ARCH_QWEN3 | 1u << ENG_ARCH_GEMMA3, 0,
+            {"attn_k_norm.weight", 4,
+             1u << ENG_ARCH_QWEN3 | 1u << ENG_ARCH_GEMMA3 | 1u << ENG_ARCH_QWEN3MOE, 0,
              offsetof(eng_layer_weights, k_norm)},
             {"post_attention_norm.weight", 0, 1u << ENG_ARCH_GEMMA2 | 1u << ENG_ARCH_GEMMA3, 0,
              offsetof(eng_layer_weights, post_att)},

@@ -291,15 +291,16 @@ Test(engine_inv, chunked_prefill_equals_one_shot_equals_token_by_token)
 }
 
 /* Sliding windows (gemma2, gemma3, a Mistral-style llama file) of 8 positions over blocks of
- * 16: a tile of prefill rows, a chunk and a decode row each see the same window, so chunked
- * prefill, one-shot prefill and token-by-token decode agree here too. */
-Test(engine_inv, windowed_layers_agree_chunked_one_shot_and_token_by_token, .init = mk_tmpdir,
+ * 16: a tile of prefill rows, a chunk and a decode row each see the same window; and a
+ * mixture of experts (qwen3moe) groups a batch's rows by expert: so chunked prefill, one-shot
+ * prefill and token-by-token decode agree here too. */
+Test(engine_inv, windows_and_experts_agree_chunked_one_shot_and_token_by_token, .init = mk_tmpdir,
      .fini = rm_tmpdir, .timeout = 300)
 {
     static const struct {
         const char *arch;
         int head_dim;
-    } files[] = {{"gemma2", 64}, {"gemma3", 32}, {"llama", 0}};
+    } files[] = {{"gemma2", 64}, {"gemma3", 32}, {"llama", 0}, {"qwen3moe", 32}};
     const int chunks[] = {0, 1, 7, 33};
     for (size_t fi = 0; fi < sizeof files / sizeof files[0]; fi++) {
         char path[512];
@@ -307,7 +308,9 @@ Test(engine_inv, windowed_layers_agree_chunked_one_shot_and_token_by_token, .ini
         export_gguf_window("synthetic:gqa-test:12", NULL, "F32", files[fi].arch, files[fi].head_dim,
                            8, path);
         eng_model *m = load(path);
-        cr_assert_eq(eng_model_hparams_of(m)->swa_window, 8, "%s", files[fi].arch);
+        const eng_model_hparams *hp = eng_model_hparams_of(m);
+        cr_assert_eq(hp->n_expert ? hp->n_expert_used : hp->swa_window, hp->n_expert ? 2 : 8, "%s",
+                     files[fi].arch);
         const eng_model_config *c = eng_model_cfg(m);
         const int V = c->vocab_size, steps = 8, plen = 45;
         int32_t prompt[64];

@@ -377,6 +377,14 @@ Test(gguf_reader, unsupported_or_misshapen_tensors_are_named, .init = mk_tmpdir,
     refused(write_tiny("g.gguf", &(tiny){.arch = "qwen3"}), "blk.0.attn_q_norm.weight", "absent");
     refused(write_tiny("h.gguf", &(tiny){.arch = "qwen3", .extra = "blk.0.attn_q_norm.weight"}),
             "blk.0.attn_q_norm.weight", "expected shape [16]");
+    /* qwen3moe needs its expert keys, then its router and experts */
+    refused(write_tiny("m.gguf", &(tiny){.arch = "qwen3moe", .head_norms = true}),
+            "qwen3moe.expert_count", "absent");
+    refused(write_tiny("n.gguf", &(tiny){.arch = "qwen3moe",
+                                         .head_norms = true,
+                                         .str_key = "qwen3moe.expert_count",
+                                         .str_val = "8"}),
+            "qwen3moe.expert_count", NULL);
     /* phi3 reads its fused Q/K/V */
     refused(write_tiny("l.gguf", &(tiny){.arch = "phi3"}), "blk.0.attn_qkv.weight", "absent");
     /* gemma needs its norms after attention and FFN; gemma3 its Q/K norms too */

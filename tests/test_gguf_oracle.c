@@ -299,3 +299,34 @@ Test(gguf_oracle, phi3_equals_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir, .
     }
     run_jobs(jobs, N);
 }
+
+/* qwen3moe: qwen3's attention, and a mixture of 8 SwiGLU experts of half the FFN width in
+ * place of the FFN, 2 per token: softmax of the router's logits, the top 2, renormalised. */
+Test(gguf_oracle, qwen3moe_equals_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 300)
+{
+    skip_without_node();
+    static const struct {
+        const char *spec, *type;
+        int head_dim, min_equal;
+        const char *label;
+    } cases[] = {
+        {"synthetic:quant-test:15", "F32", 128, STEPS, "qwen3moe F32 head_dim 128"},
+        {"synthetic:quant-test:15", "Q8_0", 128, 15, "qwen3moe Q8_0 head_dim 128"},
+        {"synthetic:gqa-test:16", "F32", 0, STEPS, "qwen3moe F32 gqa-test"},
+    };
+    enum { N = sizeof cases / sizeof cases[0] };
+    job jobs[N] = {0};
+    for (int i = 0; i < N; i++) {
+        snprintf(jobs[i].model, sizeof jobs[i].model, "%s/moe-%d.gguf", tmpdir, i);
+        export_gguf_heads(cases[i].spec, NULL, cases[i].type, "qwen3moe", cases[i].head_dim,
+                          jobs[i].model);
+        int32_t p[] = {1, 300, 301, 17, 260};
+        memcpy(jobs[i].prompt, p, sizeof p);
+        jobs[i].n_prompt = 5;
+        jobs[i].stop = 2;
+        jobs[i].near_tie = strstr(cases[i].type, "F32") ? 1e-4 : 5e-3;
+        jobs[i].min_equal = cases[i].min_equal;
+        jobs[i].label = cases[i].label;
+    }
+    run_jobs(jobs, N);
+}

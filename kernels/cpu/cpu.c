@@ -235,6 +235,84 @@ static void post_norm_add(cpu *c, const float *weight, int T)
     }
 }
 
+/* ---- mixture of experts -------------------------------------------------------------- */
+
+/*
+ * x += Σ_k w_k · down_k(silu(gate_k(xb)) ⊙ up_k(xb)) for each row, over the n_expert_used
+ * experts its router picks, as llama.cpp's qwen3moe: softmax of the router logits, the
+ * top-k probabilities (ties to the lower expert), renormalised to sum 1. Rows are grouped by
+ * expert, so only the chosen experts' weights are read, each once for all its rows.
+ */
+static void moe_ffn(cpu *c, const eng_layer_weights *lw, int T)
+{
+    const int dim = c->c.dim, ne = c->hp.n_expert, nk = c->hp.n_expert_used;
+    const int ff = c->hp.expert_ff;
+    mm_job route = {.w = lw->router, .n = ne, .k = dim, .x = c->xb, .y = c->moe_logits, .ld_y = ne};
+    matmul_jobs(c, &route, 1, T);
+    for (int r = 0; r < T; r++) {
+        float *p = c->moe_logits + (size_t)r * ne, max = -INFINITY, sum = 0.0f;
+        for (int e = 0; e < ne; e++)
+            if (p[e] > max) max = p[e];
+        for (int e = 0; e < ne; e++) sum += p[e] = expf(p[e] - max);
+        for (int e = 0; e < ne; e++) p[e] /= sum;
+        int *chosen = c->moe_e + (size_t)r * nk;
+        float *wk = c->moe_w + (size_t)r * nk, wsum = 0.0f;
+        for (int k = 0; k < nk; k++) {
+            int best = -1;
+            for (int e = 0; e < ne; e++) {
+                bool taken = false;
+                for (int j = 0; j < k; j++) taken |= chosen[j] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            chosen[k] = best;
+            wk[k] = p[best];
+            wsum += p[best];
+        }
+        for (int k = 0; k < nk; k++) wk[k] /= wsum;
+    }
+    const size_t gate_rb = eng_wrow_bytes(lw->gate_exps.type, dim);
+    const size_t up_rb = eng_wrow_bytes(lw->up_exps.type, dim);
+    const size_t down_rb = eng_wrow_bytes(lw->down_exps.type, ff);
+    for (int e = 0; e < ne; e++) {
+        int n = 0;
+        for (int r = 0; r < T; r++)
+            for (int k = 0; k < nk; k++)
+                if (c->moe_e[(size_t)r * nk + k] == e) {
+                    c->moe_rows[n] = r * nk + k; /* row and slot */
+                    memcpy(c->moe_x + (size_t)n * dim, c->xb + (size_t)r * dim,
+                           (size_t)dim * sizeof(float));
+                    n++;
+                }
+        if (!n) continue;
+        mm_job up = {
+            .w = {(const char *)lw->gate_exps.data + (size_t)e * ff * gate_rb, lw->gate_exps.type},
+            .n = ff,
+            .k = dim,
+            .x = c->moe_x,
+            .y = c->moe_h1,
+            .ld_y = ff,
+            .up = {(const char *)lw->up_exps.data + (size_t)e * ff * up_rb, lw->up_exps.type},
+            .y_up = c->moe_h3,
+            .act = ENG_ACT_SILU};
+        matmul_jobs(c, &up, 1, n);
+        mm_job down = {
+            .w = {(const char *)lw->down_exps.data + (size_t)e * dim * down_rb, lw->down_exps.type},
+            .n = dim,
+            .k = ff,
+            .x = c->moe_h1,
+            .y = c->moe_out,
+            .ld_y = dim};
+        matmul_jobs(c, &down, 1, n);
+        for (int i = 0; i < n; i++) {
+            const int r = c->moe_rows[i] / nk;
+            const float wgt = c->moe_w[c->moe_rows[i]];
+            float *x = c->x + (size_t)r * dim;
+            const float *o = c->moe_out + (size_t)i * dim;
+            for (int j = 0; j < dim; j++) x[j] += wgt * o[j];
+        }
+    }
+}
+
 /* ---- forward ------------------------------------------------------------------------ */
 
 static int cpu_execute(void *priv, const eng_batch *b, float *logits)
@@ -330,6 +408,11 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
                     c->hp.norm_eps);
 
         t0 = pool_now_ns();
+        if (lw->router.data) { /* a mixture of experts in place of the FFN */
+            moe_ffn(c, lw, T);
+            proj += pool_now_ns() - t0;
+            continue;
+        }
         mm_job up = {.w = lw->w1,
                      .n = hidden,
                      .k = dim,
@@ -394,6 +477,10 @@ static void cpu_destroy(void *priv)
                      c->att,      c->h1,       c->h3, c->xf, c->scores, c->k_t};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->tiles);
+    float *moe[] = {c->moe_logits, c->moe_x, c->moe_h1, c->moe_h3, c->moe_out, c->moe_w};
+    for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) free(moe[i]);
+    free(c->moe_e);
+    free(c->moe_rows);
     for (int i = 0; i < CPU_XQ_SLOTS; i++) free(c->xq_mem[i]);
     free(c);
 }
@@ -475,6 +562,23 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
     c->block_pad = (c->block_size + 7) & ~7;
     c->k_t = falloc(c, (size_t)n_workers * c->head_size * c->block_pad);
     c->tiles = malloc(T * sizeof *c->tiles);
+    if (c->hp.n_expert) {
+        const size_t ne = (size_t)c->hp.n_expert, nk = (size_t)c->hp.n_expert_used;
+        const size_t ff = (size_t)c->hp.expert_ff;
+        c->moe_logits = falloc(c, T * ne);
+        c->moe_x = falloc(c, T * nk * cfg->dim);
+        c->moe_h1 = falloc(c, T * nk * ff);
+        c->moe_h3 = falloc(c, T * nk * ff);
+        c->moe_out = falloc(c, T * nk * cfg->dim);
+        c->moe_w = falloc(c, T * nk);
+        c->moe_e = malloc(T * nk * sizeof *c->moe_e);
+        c->moe_rows = malloc(T * nk * sizeof *c->moe_rows);
+        if (!c->moe_logits || !c->moe_x || !c->moe_h1 || !c->moe_h3 || !c->moe_out || !c->moe_w ||
+            !c->moe_e || !c->moe_rows) {
+            err = eng_seterr(-ENOMEM, "CPU expert scratch for %d rows: out of memory", c->max_rows);
+            goto fail;
+        }
+    }
     if (!c->rope_cos || !c->rope_sin || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att ||
         !c->h1 || !c->h3 || !c->xf || !c->scores || !c->k_t || !c->tiles) {
         err = eng_seterr(-ENOMEM, "CPU scratch for %d rows: out of memory", c->max_rows);

@@ -36,7 +36,12 @@ typedef struct cpu {
      * the same pointers as above */
     float *rope_cos_swa, *rope_sin_swa;
     float att_div; /* q·k is divided by it: sqrt(head_size), or 1 / the file's scale */
-    int window;    /* the current layer's sliding window (0: none), set per layer */
+    /* a mixture of experts: router logits [rows][n_expert]; the rows routed to one expert
+     * gathered [rows][dim], its SwiGLU [rows][expert_ff] twice, its output [rows][dim]; each
+     * row's chosen experts and weights [rows][n_expert_used]; the rows of one expert */
+    float *moe_logits, *moe_x, *moe_h1, *moe_h3, *moe_out, *moe_w;
+    int *moe_e, *moe_rows;
+    int window; /* the current layer's sliding window (0: none), set per layer */
     /* activations for up to max_rows rows */
     float *x, *xb, *q, *k, *v, *att, *h1, *h3, *xf;
     struct tile {
