@@ -18,7 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char convertible[] = "F32, F16, BF16, Q8_0, Q4_K, Q6_K";
+static const char convertible[] = "F32, F16, BF16, Q8_0, Q4_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, "
+                                  "IQ4_NL";
 
 static size_t dtype_bytes(int dtype)
 {

@@ -113,9 +113,14 @@ static inline int eng_head_dim(const eng_model_config *c, const eng_model_hparam
 enum eng_wtype {
     ENG_W_F32 = 0,
     ENG_W_F16 = 1,
+    ENG_W_Q4_0 = 2,
+    ENG_W_Q4_1 = 3,
+    ENG_W_Q5_0 = 6,
+    ENG_W_Q5_1 = 7,
     ENG_W_Q8_0 = 8,
     ENG_W_Q4_K = 12,
     ENG_W_Q6_K = 14,
+    ENG_W_IQ4_NL = 20,
     ENG_W_BF16 = 30
 };
 /* Name of a weight type ("Q8_0"). */

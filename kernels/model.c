@@ -426,7 +426,8 @@ static int meta_f32(const gguf_file *g, const char *arch, const char *suffix, fl
     return 0;
 }
 
-static const char *supported_types = "F32, F16, BF16, Q8_0, Q4_K, Q6_K";
+static const char *supported_types = "F32, F16, BF16, Q8_0, Q4_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, "
+                                     "IQ4_NL";
 static const char *supported_archs = "llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe";
 
 const char *eng_arch_name(int arch)

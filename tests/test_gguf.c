@@ -363,8 +363,8 @@ Test(gguf_reader, unsupported_or_misshapen_tensors_are_named, .init = mk_tmpdir,
             "blk.0.attn_k.weight", "[32, 32]");
     refused(write_tiny("c.gguf", &(tiny){.arch = "llama",
                                          .odd_name = "blk.0.attn_k.weight",
-                                         .odd_type = GGUF_T_Q4_0}),
-            "blk.0.attn_k.weight: type Q4_0 is not supported", "Q8_0");
+                                         .odd_type = GGUF_T_Q8_1}),
+            "blk.0.attn_k.weight: type Q8_1 is not supported", "Q8_0");
     refused(write_tiny(
                 "d.gguf",
                 &(tiny){.arch = "llama", .odd_name = "output_norm.weight", .odd_type = GGUF_T_F16}),

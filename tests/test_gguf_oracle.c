@@ -330,3 +330,38 @@ Test(gguf_oracle, qwen3moe_equals_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdi
     }
     run_jobs(jobs, N);
 }
+
+/* Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL weights (ggml's layouts, written by ringlm-mkmodel's
+ * reference quantizers) loaded by both engines. ringlm keeps the activations in float32 for
+ * these types; llama.cpp rounds them to 8 bits (Q8_0 or Q8_1 blocks) inside its products, so
+ * where ringlm's top two logits are within 5e-3 (relative) the runs may part: each case
+ * states the steps that must agree first (seen: Q4_0 172 and 200, Q4_1 7, Q5_0 109, Q5_1 195
+ * up to the EOS llama.cpp ends on, IQ4_NL 30; on stories15M Q4_0, Q4_1 and IQ4_NL all 200). */
+Test(gguf_oracle, legacy_types_equal_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir,
+     .timeout = 600)
+{
+    skip_without_node();
+    static const struct {
+        const char *spec, *type;
+        int min_equal;
+    } cases[] = {
+        {"synthetic:quant-test:17", "Q4_0", 150},   {"synthetic:quant-test:17", "Q4_1", 5},
+        {"synthetic:quant-test:17", "Q5_0", 100},   {"synthetic:quant-test:17", "Q5_1", 150},
+        {"synthetic:quant-test:17", "IQ4_NL", 25},  {"synthetic:stories15M:18", "Q4_0", STEPS},
+        {"synthetic:stories15M:18", "Q4_1", STEPS}, {"synthetic:stories15M:18", "IQ4_NL", STEPS},
+    };
+    enum { N = sizeof cases / sizeof cases[0] };
+    job jobs[N] = {0};
+    for (int i = 0; i < N; i++) {
+        snprintf(jobs[i].model, sizeof jobs[i].model, "%s/legacy-%d.gguf", tmpdir, i);
+        export_gguf(cases[i].spec, NULL, cases[i].type, "llama", jobs[i].model);
+        int32_t p[] = {1, 300, 301, 17, 260};
+        memcpy(jobs[i].prompt, p, sizeof p);
+        jobs[i].n_prompt = 5;
+        jobs[i].stop = 2;
+        jobs[i].near_tie = 5e-3;
+        jobs[i].min_equal = cases[i].min_equal;
+        jobs[i].label = cases[i].type;
+    }
+    run_jobs(jobs, N);
+}
