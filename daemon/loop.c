@@ -322,7 +322,7 @@ static int on_record(void *arg, dsess *s, const struct ringlm_wire_parsed *rec)
         return r == -EAGAIN ? -EAGAIN : 0;
     }
     if (l->ops->on_request)
-        l->ops->on_request(l->ctx, s, rec->req, rec->prompt, rec->req->n_prompt, rec->class_name,
+        l->ops->on_request(l->ctx, s, rec,
                            (rec->req->flags & RINGLM_WIRE_REQ_F_TENANT) ? rec->tenant_tag : NULL);
     return 0;
 }

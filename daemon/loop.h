@@ -91,9 +91,10 @@ typedef struct dsvc_ops {
     /* A structurally valid request (record copied into private memory; the pointers are
 	 * valid for the duration of the call only).  Semantic checks (ringlm_wire_check_request,
 	 * vocabulary) are the service's; it answers every request with a FINISH eventually.
+	 * rec->smp is NULL for a plain REQUEST, else the sampling extensions of a REQUEST_EXT
+	 * (ringlm_wire_check_sampling is the service's too).
 	 * tenant_tag is NULL unless the client set one (honour it for trusted uids only). */
-    void (*on_request)(void *ctx, dsess *s, const struct ringlm_wire_request *req,
-                       const int32_t *prompt, uint32_t n_prompt, const char *class_name,
+    void (*on_request)(void *ctx, dsess *s, const struct ringlm_wire_parsed *rec,
                        const char *tenant_tag);
     void (*on_cancel)(void *ctx, dsess *s, uint64_t req_id);
     /* The session ends ("client closed", "client process exited", "hostile: ...",
@@ -194,7 +195,10 @@ void *dsess_user(dsess *s);
 /* The handshake's facts (on_connect, before the welcome): whether the session's tenant tags
  * are honoured, and the policy's request class names (names longer than a wire name are
  * left out: no request can name them). Written once into the daemon segment. */
-void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes);
+/* vocab > 0: the session takes REQUEST_EXT records (RINGLM_WIRE_CAP_SAMPLING) of a model of
+ * that vocabulary; 0: it does not. */
+void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes,
+                     uint32_t vocab);
 dloop *dsess_loop(dsess *s);
 /* Why a session ends. Only a fault is logged (rate-limited) with its words; the others
  * are a session's ordinary end. A client reads -ESHUTDOWN for SHUTDOWN, else -ECONNRESET. */

@@ -267,7 +267,8 @@ static int send_welcome(dsess *s, int status, const char *detail, int with_fds)
     return n == (ssize_t)sizeof(w) ? 0 : -errno;
 }
 
-void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes)
+void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes,
+                     uint32_t vocab)
 {
     struct ringlm_wire_dseg *d = s->dseg;
     uint32_t n = 0;
@@ -276,7 +277,9 @@ void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int
             snprintf(d->classes[n++], RINGLM_WIRE_NAME_LEN, "%s", classes[i]);
     d->n_classes = n;
     /* the client maps the segment only after the welcome: no ordering to publish */
-    d->caps = RINGLM_WIRE_CAP_FACTS | (tenant_tags ? RINGLM_WIRE_CAP_TENANT_TAGS : 0);
+    d->vocab_size = vocab;
+    d->caps = RINGLM_WIRE_CAP_FACTS | (tenant_tags ? RINGLM_WIRE_CAP_TENANT_TAGS : 0) |
+              (vocab ? RINGLM_WIRE_CAP_SAMPLING : 0);
 }
 
 static void refuse(dsess *s, int err, const char *detail)
