@@ -267,7 +267,7 @@ static int submit_on(gw_sess *ss, gw_req *r)
     gw_err e;
     r->sess = ss;
     uint64_t id;
-    int rc = ringlm_submit(ss->client, &r->rq, &id);
+    int rc = ringlm_submit_ext(ss->client, &r->rq, &r->p.smp, &id);
     if (rc == 0) {
         r->req_id = id;
         r->submitted = true;
@@ -287,6 +287,8 @@ static int submit_on(gw_sess *ss, gw_req *r)
                    "the prompt is too long for the session's submit ring: %s", ringlm_errdetail());
     else if (rc == -EINVAL)
         gw_err_set(&e, 400, "bad_params", NULL, "%s", ringlm_errdetail());
+    else if (rc == -ENOTSUP) /* an older ringlmd: no sampling extensions */
+        gw_err_set(&e, 400, "unsupported", NULL, "%s", ringlm_errdetail());
     else
         gw_err_set(&e, 503, "daemon_unavailable", NULL, "ringlmd: %s (%s)", ringlm_strerror(rc),
                    ringlm_errdetail());
