@@ -111,6 +111,16 @@ $(OBJ)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
 
+# The files that print -DRINGLM_VERSION are rebuilt when it changes: $(B)/version holds the
+# version they were built with, rewritten only when it differs.
+VERSION_USERS := $(shell grep -l 'RINGLM_VERSION\b' $(wildcard */*.c) 2>/dev/null)
+$(call objs,$(VERSION_USERS)): $(B)/version
+$(B)/version: FORCE
+	@mkdir -p $(@D)
+	@[ "$$(cat $@ 2>/dev/null)" = "$(VERSION)" ] || echo "$(VERSION)" > $@
+.PHONY: FORCE
+FORCE:
+
 # --- programs ----------------------------------------------------------------------------
 PROG_MAINS := $(wildcard */main_*.c kernels/*/main_*.c)
 PROGRAMS   := $(foreach m,$(PROG_MAINS),$(BIN)/$(patsubst main_%.c,%,$(notdir $(m))))
@@ -239,7 +249,7 @@ format:
 
 # make tsan : ThreadSanitizer build in build-tsan, then scripts/tsan-check.sh runs every place
 # ringlm runs threads as plain programs (Criterion cannot start under TSAN: Snaipe/Criterion#274).
-TSAN_PROGS := bin/ringlmd bin/ringlm perf/ipc_bench perf/tsan_engine perf/tsan_obs perf/tsan_client
+TSAN_PROGS := bin/ringlmd bin/ringlm bin/ringlm-gateway perf/ipc_bench perf/tsan_engine perf/tsan_obs perf/tsan_client
 .PHONY: tsan
 tsan:
 	$(MAKE) TSAN=1 SANITIZE=0 B=build-tsan $(addprefix build-tsan/,$(TSAN_PROGS))

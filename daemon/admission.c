@@ -21,20 +21,6 @@
  * scheduler's stats count it. The class name (and the detail that quotes it) are the
  * client's: the one JSON writer escapes them and repairs invalid UTF-8, so no client can
  * forge a field or a line of the log. */
-void adm_init(svc *s)
-{
-    for (int c = 0; c <= SCHED_MAX_CLASSES; c++) s->adm.class_mlabel[c] = -1;
-}
-
-int adm_series(svc *s, int tenant, int class_idx)
-{
-    const sched_class_cfg *cc = class_idx >= 0 ? sched_policy_class(s->policy, class_idx) : NULL;
-    int c = cc && class_idx < SCHED_MAX_CLASSES ? class_idx : SCHED_MAX_CLASSES;
-    if (s->adm.class_mlabel[c] < 0)
-        s->adm.class_mlabel[c] = (int16_t)metrics_class_label(s->mx, cc ? cc->name : "other");
-    return metrics_series(s->mx, ut_metrics_label(s, tenant), s->adm.class_mlabel[c]);
-}
-
 static void reject_now(svc *s, svc_req *r, sched_reject_reason why_code, const char *why)
 {
     s->adm.n_rejects++;
@@ -126,7 +112,7 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec, con
              cc ? cc->name : (class_name ? class_name : ""));
     /* Only the policy's classes become metric labels: invented class names would squat the
      * label slots and push real classes of other tenants into "other". */
-    r->series = adm_series(s, tenant, cc ? ci : -1);
+    r->series = req_series(s, tenant, cc ? ci : -1);
 
     char why[200];
     int vocab = s->mcfg->vocab_size;

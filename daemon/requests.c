@@ -516,6 +516,20 @@ static void record_sched_cost(svc *s, svc_req *r, uint64_t t_us)
 /* The events explain decisions; they end nothing.  Requests end from sched_cancel's return
  * (req_cancel), the plan's `ended` (req_plan_ended) and the commit results
  * (req_commit_ended), so the daemon serves the same with or without an event sink. */
+void req_init(svc *s)
+{
+    for (int c = 0; c <= SCHED_MAX_CLASSES; c++) s->rq.class_mlabel[c] = -1;
+}
+
+int req_series(svc *s, int tenant, int class_idx)
+{
+    const sched_class_cfg *cc = class_idx >= 0 ? sched_policy_class(s->policy, class_idx) : NULL;
+    int c = cc && class_idx < SCHED_MAX_CLASSES ? class_idx : SCHED_MAX_CLASSES;
+    if (s->rq.class_mlabel[c] < 0)
+        s->rq.class_mlabel[c] = (int16_t)metrics_class_label(s->mx, cc ? cc->name : "other");
+    return metrics_series(s->mx, ut_metrics_label(s, tenant), s->rq.class_mlabel[c]);
+}
+
 void req_on_sched_event(void *ctx, const sched_event *ev)
 {
     svc *s = ctx;
@@ -532,7 +546,7 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
             declog_decision(s->logs, ev);
         }
     }
-    int series = r ? r->series : adm_series(s, ev->tenant_idx, ev->class_idx);
+    int series = r ? r->series : req_series(s, ev->tenant_idx, ev->class_idx);
     switch (ev->kind) {
     case SCHED_EV_REJECT: metrics_count_reject(s->mx, series, ev->reject); break;
     case SCHED_EV_DEFER: metrics_count_defer(s->mx, series, ev->defer); break;

@@ -337,7 +337,7 @@ int svc_create(const svc_config *cfg, svc **out)
     }
     snprintf(s->policy_hash_hex, sizeof s->policy_hash_hex, "%s", sched_policy_hash_hex(s->policy));
     ut_init(s);
-    adm_init(s);
+    req_init(s);
 
     if (!cfg->model) { /* identity_only: a policy checked on its own */
         *out = s;

@@ -168,6 +168,9 @@ struct svc {
         svc_sess *out_sessions; /* sessions with output to push */
         req_state_audit audit;  /* illegal request state moves (req_set_state) */
         uint64_t n_finished;    /* ended other than rejected */
+        /* metrics label ids of the policy's classes ([SCHED_MAX_CLASSES]: a request of no
+         * class, "other"), -1 until first used: names are interned once, not per request */
+        int16_t class_mlabel[SCHED_MAX_CLASSES + 1];
     } rq;
 
     /* uidtenants.c: the built-in policy's tenant per uid (per_uid: no --policy) */
@@ -191,9 +194,6 @@ struct svc {
     /* admission.c */
     struct svc_admission {
         uint64_t n_rejects; /* answered rejected (by its checks or the scheduler) */
-        /* metrics label ids of the policy's classes ([SCHED_MAX_CLASSES]: a request of no
-         * class, "other"), -1 until first used: names are interned once, not per request */
-        int16_t class_mlabel[SCHED_MAX_CLASSES + 1];
     } adm;
 
     /* execute.c: the batch under construction and the per-sampling-row state */
@@ -257,6 +257,10 @@ __attribute__((format(printf, 1, 2))) static inline void svc_log(const char *fmt
 }
 
 /* ---- requests.c ----------------------------------------------------------------------- */
+void req_init(svc *s);
+/* The metrics series of (tenant, class) policy indices (-1: none → "other"), without
+ * comparing a string once both labels have been seen. */
+int req_series(svc *s, int tenant, int class_idx);
 svc_req *req_find(svc *s, uint64_t id);
 /* The one place a request's state changes: checked against reqstate.c's table. */
 void req_set_state(svc *s, svc_req *r, req_state to);
@@ -312,10 +316,6 @@ int ut_metrics_label(svc *s, int tenant);
 uint64_t ut_cache_salt(const svc *s, int tenant, uint32_t uid);
 
 /* ---- admission.c ---------------------------------------------------------------------- */
-void adm_init(svc *s);
-/* The metrics series of (tenant, class) policy indices (-1: none → "other"), without
- * comparing a string once both labels have been seen. */
-int adm_series(svc *s, int tenant, int class_idx);
 void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec,
                     const char *tenant_tag);
 
