@@ -42,7 +42,7 @@ CFLAGS   ?= $(OPT) -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -Werror -fno-omit-frame-pointer -fPIC -pthread \
             -D_GNU_SOURCE -I. -Ilibclient -DRINGLM_VERSION=\"$(VERSION)\" $(SANFLAGS)
 LDFLAGS  += -pthread -rdynamic $(SANFLAGS)
-SYSLIBS  := -luring -lnuma -lopenblas -lmicrohttpd -linih -ljansson -lxxhash -lpcre2-8 -lrt -ldl -lm
+SYSLIBS  := -luring -lnuma -lopenblas -lmicrohttpd -linih -ljansson -lxxhash -lpcre2-8 -lzmq -lmsgpackc -lrt -ldl -lm
 
 OBJ      := $(B)/obj
 BIN      := $(B)/bin

@@ -127,7 +127,12 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
             r->tokens[r->n_prompt + r->n_gen++] = tok;
             /* Never allocates: admission reserved room for every token it can see. */
             (void)eng_lp_note_output(r->lp, tok);
-            if (!r->first_token_us) r->first_token_us = s->now_us;
+            if (!r->first_token_us) {
+                r->first_token_us = s->now_us;
+                metrics_observe_first_token(s->mx, r->n_prompt, s->now_us - r->arrival_us);
+            } else {
+                metrics_observe_next_token(s->mx, s->now_us - r->last_token_us);
+            }
             r->last_token_us = s->now_us;
             if (r->n_gen >= r->max_new || r->n_prompt + r->n_gen >= (uint32_t)s->mcfg->seq_len + 1)
                 s->ex.results[i].finished = SCHED_FINISH_LENGTH;

@@ -224,6 +224,18 @@ static void req_log_and_free(svc *s, svc_req *r)
                            r->fin_reason == RINGLM_WIRE_R_REJECTED ? 0 : r->n_prompt, r->n_gen);
         metrics_count_finish(s->mx, r->series, (sched_end_code)r->fin_reason);
     }
+    if (r->fin_reason != RINGLM_WIRE_R_REJECTED) {
+        metrics_request_end e = {.finish = (sched_end_code)r->fin_reason,
+                                 .prompt_tokens = r->n_prompt,
+                                 .generation_tokens = r->n_gen,
+                                 .max_tokens = r->max_new,
+                                 .arrival_us = r->arrival_us,
+                                 .scheduled_us = r->scheduled_us,
+                                 .first_token_us = r->first_token_us,
+                                 .last_token_us = r->last_token_us,
+                                 .finish_us = fin};
+        metrics_observe_request_end(s->mx, &e);
+    }
     if (r->fin_reason != RINGLM_WIRE_R_REJECTED) s->rq.n_finished++;
     sess_unlink(r);
     req_hash_del(s, r);
@@ -555,6 +567,7 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
             metrics_observe(s->mx, series, METRICS_H_QUEUE_WAIT, ev->wait_us);
         /* its first start: QUEUED → RUNNING (a resume finds it started) */
         if (r && r->state == REQ_QUEUED) {
+            r->scheduled_us = ev->t_us;
             record_sched_cost(s, r, ev->t_us);
             req_set_state(s, r, REQ_RUNNING);
         }

@@ -24,6 +24,7 @@
 #include <stdio.h>
 
 #include "daemon/declog.h"
+#include "daemon/kvevents.h"
 #include "daemon/kvtier.h"
 #include "daemon/loop.h"
 #include "daemon/metrics.h"
@@ -85,8 +86,9 @@ typedef struct svc_req {
     uint64_t rng;
     bool ignore_stop; /* RINGLM_WIRE_REQ_F_IGNORE_STOP: only max_new ends it */
     uint64_t arrival_us, deadline_us, first_token_us, last_token_us, cancel_us, finish_us;
-    uint8_t state;                        /* req_state (reqstate.h): moved by req_set_state only */
-    struct svc_req *o_next;               /* the outbox, in the order output became ready */
+    uint64_t scheduled_us;  /* its first start (vllm:request_queue_time_seconds), 0: never */
+    uint8_t state;          /* req_state (reqstate.h): moved by req_set_state only */
+    struct svc_req *o_next; /* the outbox, in the order output became ready */
     unsigned fin_reason, fin_cause;       /* RINGLM_WIRE_R_* */
     unsigned forced_reason, forced_cause; /* set before a daemon-side cancel */
     uint32_t cached_tokens; /* prompt tokens its first admission found in the prefix cache */
@@ -139,14 +141,16 @@ struct svc {
     sched *sched;
     declog *logs;
     metrics *mx;
+    kvev *kv_events; /* --kv-events: the publisher (NULL: none) */
     kvtier *tiers;
     dloop *loop;
     int numa_node;
     char policy_hash_hex[SCHED_HASH_HEX_LEN + 1];
     char policy_name[64];
-    bool trace_xfer;          /* RINGLMD_TRACE_XFER: one stderr line per transfer */
-    bool per_uid;             /* the built-in policy: a tenant per uid (uidtenants.c) */
-    int max_tokens, max_seqs; /* the engine's batch bounds */
+    char served_model_name[128]; /* vLLM's model_name (service.c: served_model_name) */
+    bool trace_xfer;             /* RINGLMD_TRACE_XFER: one stderr line per transfer */
+    bool per_uid;                /* the built-in policy: a tenant per uid (uidtenants.c) */
+    int max_tokens, max_seqs;    /* the engine's batch bounds */
     int n_tenants;
 
     /* service.c: each iteration */

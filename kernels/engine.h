@@ -139,6 +139,9 @@ const eng_model_tensors *eng_model_tensors_of(const eng_model *m);
 int eng_model_stop_tokens(const eng_model *m, int32_t *out, int max);
 /* The GGUF file's path when the model came from one (the tokenizer lives in it), else NULL. */
 const char *eng_model_gguf_path(const eng_model *m);
+/* A GGUF model's general.name (the name its author gave it), NUL-terminated; NULL when the
+ * model is not a GGUF file, or its general.name is absent, empty or not a string. */
+const char *eng_model_name(const eng_model *m);
 bool eng_model_is_lazy(const eng_model *m);
 /* For synthetic models: the preset's seed (0 and false for files). */
 bool eng_model_synthetic_seed(const eng_model *m, uint64_t *seed);

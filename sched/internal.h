@@ -204,6 +204,8 @@ struct sched {
     sched_policy_cfg cfg;
     sched_config conf;
     sched_event_fn sink;
+    sched_kv_event_fn kv_sink; /* sched_set_kv_sink: the prefix cache's KV-cache events */
+    void *kv_ctx;
     void *sink_ctx;
     uint64_t seed;
     int n_classes, n_tenants;

@@ -232,12 +232,15 @@ Test(daemon_metrics, http_scrape_parses_and_has_vllm_gauges)
     int status;
     char *body = http_get(port, "/metrics", &status);
     cr_assert_eq(status, 200, "status %d body %s", status, body);
-    cr_assert(find_line(body, "vllm:num_requests_waiting{model_name=\"stories260K\"} 7"), "%s",
-              body);
-    cr_assert(find_line(body, "vllm:num_requests_running{model_name=\"stories260K\"} 3"), "%s",
-              body);
-    cr_assert(find_line(body, "vllm:kv_cache_usage_perc{model_name=\"stories260K\"} 0.25"), "%s",
-              body);
+    cr_assert(
+        find_line(body, "vllm:num_requests_waiting{model_name=\"stories260K\",engine=\"0\"} 7"),
+        "%s", body);
+    cr_assert(
+        find_line(body, "vllm:num_requests_running{model_name=\"stories260K\",engine=\"0\"} 3"),
+        "%s", body);
+    cr_assert(
+        find_line(body, "vllm:kv_cache_usage_perc{model_name=\"stories260K\",engine=\"0\"} 0.25"),
+        "%s", body);
     cr_assert(find_line(body, "ringlm_info{version=\""), "%s", body);
     cr_assert(strstr(body, "policy_hash=\"abc123\""));
     cr_assert(find_line(body, "ringlm_kv_blocks_free{tier=\"host\"} 390"), "%s", body);
@@ -271,8 +274,9 @@ Test(daemon_metrics, http_scrape_parses_and_has_vllm_gauges)
     metrics_set_queue(m, 0, 0);
     metrics_publish(m, 2, 1);
     body = http_get(port, "/metrics", &status);
-    cr_assert(find_line(body, "vllm:num_requests_waiting{model_name=\"stories260K\"} 0"), "%s",
-              body);
+    cr_assert(
+        find_line(body, "vllm:num_requests_waiting{model_name=\"stories260K\",engine=\"0\"} 0"),
+        "%s", body);
     free(body);
     metrics_destroy(m);
 }
