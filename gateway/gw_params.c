@@ -325,6 +325,219 @@ static int rd_stop(json_t *o, gw_params *p, gw_err *e)
     return 0;
 }
 
+/* ---- the fields ------------------------------------------------------------------------ */
+#define BOTH GW_EP_COMPLETIONS | GW_EP_CHAT
+#define CMPL GW_EP_COMPLETIONS
+#define CHAT GW_EP_CHAT
+#define IMPL GW_FIELD_IMPLEMENTED
+#define IGN  GW_FIELD_IGNORED
+#define REF  GW_FIELD_REFUSED
+/* The one table of fields; docs/gateway.md's "Fields" table says the same (a test compares
+ * them and sends each field). */
+static const gw_field fields[] = {
+    {"model", BOTH, IMPL, NULL, NULL},
+    {"prompt", CMPL, IMPL, NULL, NULL},
+    {"messages", CHAT, IMPL, NULL, NULL},
+    {"max_tokens", BOTH, IMPL, NULL, NULL},
+    {"max_completion_tokens", BOTH, IMPL, NULL, NULL},
+    {"temperature", BOTH, IMPL, NULL, NULL},
+    {"top_p", BOTH, IMPL, NULL, NULL},
+    {"top_k", BOTH, IMPL, NULL, NULL},
+    {"min_p", BOTH, IMPL, NULL, NULL},
+    {"seed", BOTH, IMPL, NULL, NULL},
+    {"stop", BOTH, IMPL, NULL, NULL},
+    {"stop_token_ids", BOTH, IMPL, NULL, NULL},
+    {"ignore_eos", BOTH, IMPL, NULL, NULL},
+    {"logit_bias", BOTH, IMPL, NULL, NULL},
+    {"presence_penalty", BOTH, IMPL, NULL, NULL},
+    {"frequency_penalty", BOTH, IMPL, NULL, NULL},
+    {"repetition_penalty", BOTH, IMPL, NULL, NULL},
+    {"stream", BOTH, IMPL, NULL, NULL},
+    {"stream_options", BOTH, IMPL, NULL, NULL},
+    {"ringlm", BOTH, IMPL, NULL, NULL},
+    {"user", BOTH, IGN, NULL, NULL},
+    {"n", BOTH, REF, "1", "ringlm returns one choice per request (n = 1)"},
+    {"best_of", CMPL, REF, "1", "one choice per request"},
+    {"logprobs", BOTH, IMPL, NULL, NULL},
+    {"top_logprobs", CHAT, IMPL, NULL, NULL},
+    {"prompt_logprobs", BOTH, IMPL, NULL, NULL},
+    {"echo", CMPL, IMPL, NULL, NULL},
+    {"suffix", CMPL, REF, "\"\"", "no insertion mode"},
+    {"response_format", BOTH, REF, NULL, "structured output is not implemented yet"},
+    {"guided_json", BOTH, REF, NULL, "structured output is not implemented yet"},
+    {"guided_regex", BOTH, REF, NULL, "structured output is not implemented yet"},
+    {"guided_choice", BOTH, REF, NULL, "structured output is not implemented yet"},
+    {"guided_grammar", BOTH, REF, NULL, "structured output is not implemented yet"},
+    {"tools", CHAT, IMPL, NULL, NULL},
+    {"tool_choice", CHAT, REF, NULL, "no tool calling"},
+    {"parallel_tool_calls", CHAT, REF, NULL, "no tool calling"},
+    {"functions", CHAT, REF, NULL, "no tool calling"},
+    {"function_call", CHAT, REF, NULL, "no tool calling"},
+    {"min_tokens", BOTH, REF, "0", "no minimum length"},
+    {"bad_words", BOTH, REF, NULL, "not implemented; logit_bias -100 forbids a token"},
+    {"allowed_token_ids", BOTH, REF, NULL, "not implemented; logit_bias restricts tokens"},
+    {"use_beam_search", BOTH, REF, "false", "no beam search"},
+    {"length_penalty", BOTH, REF, "1", "no beam search"},
+    {"include_stop_str_in_output", BOTH, REF, "false", "stop strings are never emitted"},
+    {"skip_special_tokens", BOTH, REF, "true", "special tokens are never emitted as text"},
+    {"spaces_between_special_tokens", BOTH, REF, "true", "special tokens are never emitted"},
+    {"truncate_prompt_tokens", BOTH, REF, NULL, "prompts are never truncated"},
+    {"add_special_tokens", BOTH, REF, NULL, "the tokenizer's own rule adds BOS"},
+    {"add_generation_prompt", CHAT, IMPL, NULL, NULL},
+    {"continue_final_message", CHAT, REF, "false", "the assistant's turn is always new"},
+    {"chat_template", CHAT, REF, NULL, "the gateway's --chat-template decides"},
+    {"chat_template_kwargs", CHAT, IMPL, NULL, NULL},
+    {"reasoning_effort", CHAT, REF, NULL, "no reasoning controls"},
+    {"modalities", CHAT, REF, NULL, "text only"},
+    {"audio", CHAT, REF, NULL, "text only"},
+    {"prediction", CHAT, REF, NULL, "no predicted outputs"},
+    {"store", BOTH, REF, "false", "nothing is stored"},
+    {"metadata", BOTH, REF, NULL, "nothing is stored"},
+    {"service_tier", BOTH, REF, NULL, "the API key's class decides (or ringlm.class)"},
+    {"priority", BOTH, REF, NULL, "the API key's class decides (or ringlm.class)"},
+    {"tenant", BOTH, REF, NULL, "the API key decides the tenant"},
+};
+#undef BOTH
+#undef CMPL
+#undef CHAT
+#undef IMPL
+#undef IGN
+#undef REF
+
+const gw_field *gw_fields(size_t *n)
+{
+    *n = sizeof fields / sizeof fields[0];
+    return fields;
+}
+
+const char *gw_field_status_name(gw_field_status s)
+{
+    switch (s) {
+    case GW_FIELD_IMPLEMENTED: return "implemented";
+    case GW_FIELD_IGNORED: return "ignored";
+    case GW_FIELD_REFUSED: return "refused";
+    }
+    return "?";
+}
+
+/* Every field of the body is in the table, for this endpoint, and not refused (unless null
+ * or at its neutral value). 0, or -1 with a 400 naming it. */
+static int check_fields(gw_kind kind, json_t *o, gw_err *e)
+{
+    unsigned ep = kind == GW_CHAT ? GW_EP_CHAT : GW_EP_COMPLETIONS;
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v)
+    {
+        const gw_field *f = NULL;
+        for (size_t i = 0; i < sizeof fields / sizeof fields[0] && !f; i++)
+            if (!strcmp(fields[i].name, k)) f = &fields[i];
+        if (!f || !(f->endpoints & ep)) {
+            gw_err_set(e, 400, "unsupported", k,
+                       "'%s' is not a field ringlm's %s endpoint knows; docs/gateway.md lists "
+                       "every field it implements, ignores or refuses",
+                       k, kind == GW_CHAT ? "chat completions" : "completions");
+            return -1;
+        }
+        if (f->status != GW_FIELD_REFUSED || json_is_null(v)) continue;
+        if (f->neutral) {
+            json_t *n = json_loads(f->neutral, JSON_DECODE_ANY, NULL);
+            bool same = n && json_equal(n, v);
+            json_decref(n);
+            if (same) continue;
+        }
+        return unsupported(e, k, f->why);
+    }
+    return 0;
+}
+
+/* ---- sampling extensions --------------------------------------------------------------- */
+static int rd_float(json_t *o, const char *k, float *out, gw_err *e)
+{
+    double d = *out;
+    if (rd_num(o, k, &d, e)) return -1;
+    *out = (float)d;
+    return 0;
+}
+
+/* OpenAI's {"token id": bias}. */
+static int rd_logit_bias(json_t *o, gw_params *p, gw_err *e)
+{
+    json_t *v = field(o, "logit_bias");
+    if (!v) return 0;
+    if (!json_is_object(v))
+        return bad(e, "logit_bias", "'%s' must be %s", "an object of token id: bias");
+    size_t n = json_object_size(v);
+    if (n == 0) return 0;
+    p->bias = calloc(n, sizeof *p->bias);
+    if (!p->bias) {
+        gw_err_set(e, 500, "internal", NULL, "out of memory");
+        return -1;
+    }
+    const char *k;
+    json_t *b;
+    uint32_t i = 0;
+    json_object_foreach(v, k, b)
+    {
+        char *end;
+        errno = 0;
+        long long id = strtoll(k, &end, 10);
+        if (!*k || *end || errno || id < 0 || id > INT32_MAX) {
+            gw_err_set(e, 400, "invalid_value", "logit_bias",
+                       "'logit_bias' key \"%s\" is not a token id", k);
+            return -1;
+        }
+        if (!json_is_number(b)) {
+            gw_err_set(e, 400, "invalid_value", "logit_bias",
+                       "'logit_bias' value of token %lld must be a number", id);
+            return -1;
+        }
+        p->bias[i].token = (int32_t)id;
+        p->bias[i].bias = (float)json_number_value(b);
+        i++;
+    }
+    p->smp.logit_bias = p->bias;
+    p->smp.n_logit_bias = i;
+    return 0;
+}
+
+static int rd_stop_ids(json_t *o, gw_params *p, gw_err *e)
+{
+    json_t *v = field(o, "stop_token_ids");
+    if (!v) return 0;
+    if (!json_is_array(v))
+        return bad(e, "stop_token_ids", "'%s' must be %s", "a list of token ids");
+    size_t n = json_array_size(v);
+    if (n == 0) return 0;
+    p->stop_ids = calloc(n, sizeof *p->stop_ids);
+    if (!p->stop_ids) {
+        gw_err_set(e, 500, "internal", NULL, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(v, i);
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX) {
+            gw_err_set(e, 400, "invalid_value", "stop_token_ids",
+                       "'stop_token_ids' item %zu must be a token id (an integer >= 0)", i);
+            return -1;
+        }
+        p->stop_ids[i] = (int32_t)json_integer_value(t);
+    }
+    p->smp.stop_token_ids = p->stop_ids;
+    p->smp.n_stop_token_ids = (uint32_t)n;
+    return 0;
+}
+
+static int rd_sampling(json_t *o, gw_params *p, gw_err *e)
+{
+    if (rd_float(o, "presence_penalty", &p->smp.presence_penalty, e) ||
+        rd_float(o, "frequency_penalty", &p->smp.frequency_penalty, e) ||
+        rd_float(o, "repetition_penalty", &p->smp.repetition_penalty, e) ||
+        rd_float(o, "min_p", &p->smp.min_p, e))
+        return -1;
+    return rd_logit_bias(o, p, e) || rd_stop_ids(o, p, e) ? -1 : 0;
+}
+
 /* ---- the body -------------------------------------------------------------------------- */
 static int parse_obj(gw_kind kind, json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err *e)
 {
@@ -332,6 +545,7 @@ static int parse_obj(gw_kind kind, json_t *o, const gw_parse_cfg *cfg, gw_params
     long long x;
     bool set = false;
 
+    if (check_fields(kind, o, e)) return -1;
     if ((v = field(o, "model"))) {
         if (!json_is_string(v)) return bad(e, "model", "'%s' must be %s", "a string");
         if (cfg->served_model && strcmp(json_string_value(v), cfg->served_model)) {
@@ -345,11 +559,22 @@ static int parse_obj(gw_kind kind, json_t *o, const gw_parse_cfg *cfg, gw_params
         if (!e->status) gw_err_set(e, 500, "internal", NULL, "out of memory");
         return -1;
     }
-    const char *mt = kind == GW_CHAT && field(o, "max_completion_tokens") ? "max_completion_tokens"
-                                                                          : "max_tokens";
-    /* What fits the request's field; the range is the one check's (gw_params_check). */
-    if (rd_int(o, mt, 0, UINT32_MAX, &x, &set, e)) return -1;
-    if (set) p->max_tokens = (long)x;
+    /* max_completion_tokens wherever max_tokens is (OpenAI's newer name); both must agree.
+     * What fits the request's field; the range is the one check's (gw_params_check). */
+    long long x2 = 0;
+    bool set2 = false;
+    if (rd_int(o, "max_tokens", 0, UINT32_MAX, &x, &set, e) ||
+        rd_int(o, "max_completion_tokens", 0, UINT32_MAX, &x2, &set2, e))
+        return -1;
+    if (set && set2 && x != x2) {
+        gw_err_set(e, 400, "invalid_value", "max_completion_tokens",
+                   "'max_completion_tokens' is %lld and 'max_tokens' %lld: give one of them", x2,
+                   x);
+        return -1;
+    }
+    if (set2) x = x2;
+    if (set || set2) p->max_tokens = (long)x;
+    set = false;
     if (rd_num(o, "temperature", &p->temperature, e) || rd_num(o, "top_p", &p->top_p, e)) return -1;
     set = false;
     if (rd_int(o, "top_k", -1, 1 << 20, &x, &set, e)) return -1;
@@ -410,11 +635,24 @@ static int parse_obj(gw_kind kind, json_t *o, const gw_parse_cfg *cfg, gw_params
                    "not available with \"stream\": true (as vLLM's)");
     if ((v = field(o, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
         return unsupported(e, "suffix", "no insertion mode");
+    if (rd_sampling(o, p, e)) return -1;
 
     /* The ringlm extension: the request class and a deadline. A "tenant" here, or
-	 * anywhere in the body, is not read: the API key decides the tenant. */
+	 * anywhere in the body, is refused: the API key decides the tenant. */
     if ((v = field(o, "ringlm"))) {
         if (!json_is_object(v)) return bad(e, "ringlm", "'%s' must be %s", "an object");
+        const char *k;
+        json_t *u;
+        json_object_foreach(v, k, u)
+        {
+            if (strcmp(k, "class") && strcmp(k, "deadline_ms")) {
+                gw_err_set(e, 400, "unsupported", "ringlm",
+                           "'ringlm.%s' is not a field of the ringlm extension (class, "
+                           "deadline_ms)%s",
+                           k, strcmp(k, "tenant") ? "" : ": the API key decides the tenant");
+                return -1;
+            }
+        }
         json_t *c = field(v, "class");
         if (c) {
             if (!json_is_string(c) || json_string_length(c) == 0 ||
@@ -440,6 +678,7 @@ int gw_params_parse(gw_kind kind, const char *body, size_t len, const gw_parse_c
     p->kind = kind;
     p->max_tokens = -1;
     p->logprobs = p->prompt_logprobs = GW_LP_NONE;
+    ringlm_sampling_init(&p->smp);
     p->temperature = 1.0;
     p->top_p = 1.0;
     json_error_t je;
@@ -467,6 +706,8 @@ void gw_params_free(gw_params *p)
     free(p->prompt_text);
     free(p->prompt_ids);
     for (int i = 0; i < p->stop.n; i++) free((char *)p->stop.s[i]);
+    free(p->bias);
+    free(p->stop_ids);
     memset(p, 0, sizeof *p);
 }
 
@@ -480,12 +721,13 @@ static const char *openai_param(const char *field, gw_kind kind)
     if (!strcmp(field, "prompt") || !strcmp(field, "n_prompt"))
         return kind == GW_CHAT ? "messages" : "prompt";
     if (!strcmp(field, "tenant_tag")) return NULL; /* the key's, not the body's */
-    return field;                                  /* temperature, top_p */
+    if (!strcmp(field, "size") || !strcmp(field, "flags")) return NULL; /* the gateway's own */
+    return field;                                                       /* temperature, top_p */
 }
 
 bool gw_params_sampling(const gw_params *p, ringlm_sampling *smp)
 {
-    ringlm_sampling_init(smp);
+    *smp = p->smp; /* logit_bias, the penalties, min_p, stop ids (lists owned by p) */
     if (p->logprobs != GW_LP_NONE) {
         smp->flags |= RINGLM_SAMPLING_LOGPROBS;
         smp->top_logprobs = (uint32_t)p->logprobs; /* a negative one is refused by the check */
@@ -501,14 +743,19 @@ bool gw_params_sampling(const gw_params *p, ringlm_sampling *smp)
         smp->flags |= RINGLM_SAMPLING_PROMPT_LOGPROBS;
         smp->prompt_logprobs = (uint32_t)plp;
     }
-    return smp->flags != 0;
+    ringlm_sampling plain;
+    ringlm_sampling_init(&plain);
+    return smp->flags != 0 || smp->n_logit_bias || smp->n_stop_token_ids ||
+           smp->repetition_penalty != plain.repetition_penalty ||
+           smp->presence_penalty != plain.presence_penalty ||
+           smp->frequency_penalty != plain.frequency_penalty || smp->min_p != plain.min_p;
 }
 
 int gw_params_check(const gw_params *p, const ringlm_request *rq, const ringlm_sampling *smp,
-                    gw_err *e)
+                    int vocab, gw_err *e)
 {
     const char *field;
-    int rc = ringlm_request_check_ext(rq, smp, 0, &field);
+    int rc = ringlm_request_check_ext(rq, smp, vocab, &field);
     if (rc == 0) return 0;
     const char *param = openai_param(field, p->kind);
     /* the sampling members under the body's names */

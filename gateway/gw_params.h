@@ -3,15 +3,12 @@
  * gateway/gw_params.h — an OpenAI-shaped request body (completions or chat completions) to
  * the parameters of one ringlm request, and errors in the OpenAI shape.
  *
- * Fields read: model, prompt (string, [string], token ids, [[ids]]), messages (chat: role +
- * content as a string or as text parts), max_tokens / max_completion_tokens, temperature,
- * top_p, top_k, seed, stop (string or array of strings), stream, stream_options
- * .include_usage, user, n (1 only), logprobs / top_logprobs / echo / prompt_logprobs
- * (vLLM's), ignore_eos (vLLM's), best_of / suffix (unsupported when set), and the ringlm
- * extension object
- * "ringlm": {"class": NAME, "deadline_ms": N}. Unknown fields are ignored as the peers do;
- * null is the same as absent; a wrong type is a 400 naming the field. A tenant named in the
- * body (anywhere) is never read: the tenant comes from the API key.
+ * The fields: one table (gw_fields, the same as docs/gateway.md's "Fields" table, which a
+ * test walks), each implemented, ignored (documented: `user`) or refused with a 400 naming it
+ * (a refused field at its neutral value, such as "n": 1, is accepted). A field not in the
+ * table is refused too: no field is ever silently ignored. null is the same as absent; a
+ * wrong type is a 400 naming the field. A tenant named in the body is refused: the tenant
+ * comes from the API key.
  */
 #ifndef RINGLM_TOOLS_GW_PARAMS_H
 #define RINGLM_TOOLS_GW_PARAMS_H
@@ -64,7 +61,31 @@ typedef struct gw_params {
     int prompt_logprobs; /* per prompt token (vLLM's), GW_LP_NONE: not asked */
     char class_name[GW_NAME_MAX]; /* "" = the key's default class */
     uint64_t deadline_ms;         /* 0 = none */
+    /* logit_bias, the penalties, min_p, stop_token_ids (ringlm_sampling_init's values when
+     * absent); its lists are bias and stop_ids below, owned by the params */
+    ringlm_sampling smp;
+    ringlm_logit_bias *bias;
+    int32_t *stop_ids;
 } gw_params;
+
+/* The fields of a request body, as docs/gateway.md's table lists them. */
+typedef enum gw_field_status {
+    GW_FIELD_IMPLEMENTED = 0,
+    GW_FIELD_IGNORED = 1, /* accepted and not used (documented) */
+    GW_FIELD_REFUSED = 2, /* a 400 naming it, unless it is at its neutral value */
+} gw_field_status;
+#define GW_EP_COMPLETIONS 1u
+#define GW_EP_CHAT        2u
+typedef struct gw_field {
+    const char *name;
+    unsigned endpoints; /* GW_EP_* where the field exists */
+    gw_field_status status;
+    const char *neutral; /* JSON of the value accepted even when refused (NULL: none) */
+    const char *why;     /* refused: the 400's reason */
+} gw_field;
+/* The table and its length. */
+const gw_field *gw_fields(size_t *n);
+const char *gw_field_status_name(gw_field_status s); /* "implemented", "ignored", "refused" */
 
 typedef struct gw_parse_cfg {
     const char *served_model; /* names the model requests must name (when they name one) */
@@ -77,16 +98,18 @@ int gw_params_parse(gw_kind kind, const char *body, size_t len, const gw_parse_c
                     gw_params *p, gw_err *e);
 void gw_params_free(gw_params *p);
 
-/* The one parameter check (ringlm_request_check, which ringlm_submit and ringlmd apply too)
- * on the request built from p: 0, or -1 with a 400 invalid_value naming the body's field
+/* The one parameter check (ringlm_request_check_ext, which ringlm_submit_ext and ringlmd
+ * apply too; vocab: the tokenizer's vocabulary, 0 when the gateway has none) on the request
+ * built from p and p->smp: 0, or -1 with a 400 invalid_value naming the body's field
  * ("temperature", "top_p", "max_tokens", "ringlm.deadline_ms", "prompt"). The parser reads
  * types only; every range is this check's, so the gateway, the library and the daemon refuse
  * the same requests with the same words. */
 int gw_params_check(const gw_params *p, const ringlm_request *rq, const ringlm_sampling *smp,
-                    gw_err *e);
+                    int vocab, gw_err *e);
 
-/* The sampling extensions p asks for into *smp (log-probabilities; echo + logprobs asks for
- * the prompt's): true when there are any, false when the request is a plain one. */
+/* The sampling extensions p asks for into *smp (logit_bias, penalties, min_p, stop ids, and
+ * log-probabilities; echo + logprobs asks for the prompt's): true when any differs from a
+ * plain request, false when the request is a plain one. */
 bool gw_params_sampling(const gw_params *p, ringlm_sampling *smp);
 
 #endif

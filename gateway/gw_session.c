@@ -289,6 +289,8 @@ static int submit_on(gw_sess *ss, gw_req *r)
                    "the prompt is too long for the session's submit ring: %s", ringlm_errdetail());
     else if (rc == -EINVAL)
         gw_err_set(&e, 400, "bad_params", NULL, "%s", ringlm_errdetail());
+    else if (rc == -ENOTSUP) /* an older ringlmd: no sampling extensions */
+        gw_err_set(&e, 400, "unsupported", NULL, "%s", ringlm_errdetail());
     else
         gw_err_set(&e, 503, "daemon_unavailable", NULL, "ringlmd: %s (%s)", ringlm_strerror(rc),
                    ringlm_errdetail());

@@ -668,12 +668,19 @@ Test(gateway_e2e, api_keys_decide_the_tenant_never_the_body)
     /* tiny's quota (4 queued prompt tokens) refuses a 7-token prompt: 429 + Retry-After. */
     expect_error("/v1/completions", "sk-tiny-00001", "{\"prompt\":\"Once upon a time there was\"}",
                  429, NULL, "tenant_quota");
-    /* alice names tiny in the body, twice: ignored, she is served as alice. */
+    /* alice names tiny in the body: refused, naming the field; as "user" (which is not
+     * read): she is served as alice. */
+    expect_error("/v1/completions", "sk-alice-0001",
+                 "{\"prompt\":\"Once upon a time there was\",\"max_tokens\":3,\"tenant\":\"tiny\"}",
+                 400, "tenant", "unsupported");
+    expect_error("/v1/completions", "sk-alice-0001",
+                 "{\"prompt\":\"Once upon a time there was\",\"max_tokens\":3,"
+                 "\"ringlm\":{\"tenant\":\"tiny\"}}",
+                 400, "ringlm", "unsupported");
     for (int i = 0; i < 3; i++) {
-        gwh_resp r = gwh_curl(
-            "/v1/completions", "sk-alice-0001",
-            "{\"prompt\":\"Once upon a time there was\",\"max_tokens\":3,\"tenant\":\"tiny\","
-            "\"user\":\"tiny\",\"ringlm\":{\"tenant\":\"tiny\"}}");
+        gwh_resp r = gwh_curl("/v1/completions", "sk-alice-0001",
+                              "{\"prompt\":\"Once upon a time there was\",\"max_tokens\":3,"
+                              "\"user\":\"tiny\"}");
         cr_assert_eq(r.status, 200, "%s", r.body);
         gwh_resp_free(&r);
     }

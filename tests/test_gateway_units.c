@@ -172,7 +172,10 @@ static void expect_range_400(const char *body, const char *param)
     rq.temperature = (float)p.temperature;
     rq.top_p = (float)p.top_p;
     rq.deadline_us = p.deadline_ms * 1000u;
-    cr_assert_eq(gw_params_check(&p, &rq, NULL, &e), -1, "accepted: %s", body);
+    ringlm_sampling smp;
+    bool has_smp = gw_params_sampling(&p, &smp);
+    cr_assert_eq(gw_params_check(&p, &rq, has_smp ? &smp : NULL, 512, &e), -1, "accepted: %s",
+                 body);
     cr_assert_eq(e.status, 400, "%s: status %d (%s)", body, e.status, e.message);
     cr_assert_str_eq(e.param, param, "%s: param '%s' (%s)", body, e.param, e.message);
     gw_params_free(&p);
@@ -187,6 +190,13 @@ Test(gateway_units, out_of_range_values_are_400s_naming_the_field)
     expect_range_400("{\"prompt\":\"x\",\"temperature\":100.5}", "temperature");
     expect_range_400("{\"prompt\":\"x\",\"ringlm\":{\"deadline_ms\":31536000001}}",
                      "ringlm.deadline_ms");
+    expect_range_400("{\"prompt\":\"x\",\"logit_bias\":{\"512\":1}}", "logit_bias");
+    expect_range_400("{\"prompt\":\"x\",\"logit_bias\":{\"5\":-101}}", "logit_bias");
+    expect_range_400("{\"prompt\":\"x\",\"presence_penalty\":2.01}", "presence_penalty");
+    expect_range_400("{\"prompt\":\"x\",\"frequency_penalty\":-2.5}", "frequency_penalty");
+    expect_range_400("{\"prompt\":\"x\",\"repetition_penalty\":-1}", "repetition_penalty");
+    expect_range_400("{\"prompt\":\"x\",\"min_p\":2}", "min_p");
+    expect_range_400("{\"prompt\":\"x\",\"stop_token_ids\":[512]}", "stop_token_ids");
 }
 
 Test(gateway_units, wrong_types_are_400s_naming_the_field)
@@ -219,14 +229,27 @@ Test(gateway_units, wrong_types_are_400s_naming_the_field)
     expect_400(GW_COMPLETION, "[1,2]", "");
 }
 
-Test(gateway_units, a_good_body_fills_the_parameters_and_ignores_unknown_fields)
+/* No field is silently ignored: one in no table, a tenant in the body (the key decides), and
+ * an unknown member of the ringlm extension are 400s naming them. */
+Test(gateway_units, unknown_fields_are_refused_by_name)
+{
+    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"frobnicate\":[1]}", "frobnicate");
+    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"tenant\":\"evil\"}", "tenant");
+    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"ringlm\":{\"tenant\":\"evil\"}}", "ringlm");
+    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"messages\":[]}", "messages");
+    expect_400(GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}",
+               "echo");
+}
+
+Test(gateway_units, a_good_body_fills_the_parameters)
 {
     const char *b =
         "{\"model\":\"m\",\"prompt\":\"Once\",\"max_tokens\":7,\"temperature\":0,\"top_p\":0.5,"
         "\"top_k\":-1,\"seed\":42,\"stop\":[\"a\",\"bc\"],\"stream\":true,"
-        "\"stream_options\":{\"include_usage\":true},\"user\":\"u\",\"n\":1,\"frobnicate\":[1],"
-        "\"tenant\":\"evil\",\"ringlm\":{\"class\":\"batch\",\"tenant\":\"evil\",\"deadline_ms\":"
-        "500}}";
+        "\"stream_options\":{\"include_usage\":true},\"user\":\"u\",\"n\":1,"
+        "\"logit_bias\":{\"7\":-100,\"9\":2.5},\"presence_penalty\":0.5,"
+        "\"frequency_penalty\":0.25,\"repetition_penalty\":1.5,\"min_p\":0.1,"
+        "\"stop_token_ids\":[2,3],\"ringlm\":{\"class\":\"batch\",\"deadline_ms\":500}}";
     gw_params p;
     gw_err e;
     cr_assert_eq(gw_params_parse(GW_COMPLETION, b, strlen(b), &pcfg, &p, &e), 0, "%s", e.message);
@@ -241,6 +264,14 @@ Test(gateway_units, a_good_body_fills_the_parameters_and_ignores_unknown_fields)
     cr_assert(p.stream && p.include_usage);
     cr_assert_str_eq(p.class_name, "batch");
     cr_assert_eq(p.deadline_ms, 500);
+    cr_assert_eq(p.smp.n_logit_bias, 2);
+    cr_assert(p.smp.logit_bias[0].token + p.smp.logit_bias[1].token == 16);
+    cr_assert_float_eq(p.smp.presence_penalty, 0.5f, 1e-6);
+    cr_assert_float_eq(p.smp.frequency_penalty, 0.25f, 1e-6);
+    cr_assert_float_eq(p.smp.repetition_penalty, 1.5f, 1e-6);
+    cr_assert_float_eq(p.smp.min_p, 0.1f, 1e-6);
+    cr_assert_eq(p.smp.n_stop_token_ids, 2);
+    cr_assert_eq(p.smp.stop_token_ids[1], 3);
     gw_params_free(&p);
 
     const char *ids = "{\"prompt\":[[1,403,407]],\"max_tokens\":null}";
