@@ -230,7 +230,16 @@ static int cmd_generate(int argc, char **argv)
         if (steps < n) cli_die("--steps %ld is shorter than the prompt (%d tokens)", steps, n);
         max_tokens = steps - n + 1;
     }
-    if (max_tokens < 0) max_tokens = 256;
+    if (max_tokens < 0) {
+        /* 256, within the model's context where its file states one (the daemon refuses a
+         * request whose prompt and max_tokens do not fit) */
+        max_tokens = 256;
+        int ctx = tok ? ringlm_tokenizer_context_length(tok) : 0;
+        if (ctx > 0 && n > ctx)
+            cli_die("the prompt is %d tokens, more than the model's context of %d (%s)", n, ctx,
+                    tok_path);
+        if (ctx > 0 && max_tokens > ctx + 1 - n) max_tokens = ctx + 1 - n;
+    }
 
     ringlm_client *c = cli_connect();
     ringlm_request r;
