@@ -11,6 +11,7 @@
  * eng_sample with temperature 0 returns the AUTO path's answer.
  */
 #include "kernels/engine.h"
+#include "kernels/logits.h"
 #include "kernels/sample.h"
 
 #include <criterion/criterion.h>
@@ -164,4 +165,103 @@ Test(kernels_sample, greedy_eng_sample_is_the_argmax)
         uint64_t rng = eng_rng_init(1);
         cr_assert_eq(eng_sample(v, V, &greedy, &rng), reference(v, V));
     }
+}
+
+/* ---- the logits pipeline (kernels/logits.h) --------------------------------------------- */
+
+/* Bias, repetition, presence and frequency as ringlm.h defines them, over a whole row. */
+static void pipeline_reference(float *l, int vocab, const eng_logit_bias *b, int nb, float rep,
+                               float pres, float freq, const int32_t *prompt, int np,
+                               const int32_t *out, int no)
+{
+    for (int i = 0; i < nb; i++) l[b[i].token] += b[i].bias;
+    uint32_t *count = calloc((size_t)vocab, sizeof *count);
+    uint8_t *seen = calloc((size_t)vocab, 1);
+    for (int i = 0; i < np; i++) seen[prompt[i]] = 1;
+    for (int i = 0; i < no; i++) {
+        seen[out[i]] = 1;
+        count[out[i]]++;
+    }
+    for (int t = 0; t < vocab; t++) {
+        if (!seen[t]) continue;
+        if (rep != 1.0f) l[t] = l[t] > 0.0f ? l[t] / rep : l[t] * rep;
+        if (count[t]) {
+            l[t] -= (float)count[t] * freq;
+            l[t] -= pres;
+        }
+    }
+    free(count);
+    free(seen);
+}
+
+static void capture_mask(void *ctx, float *logits, int vocab, int32_t picked)
+{
+    (void)vocab;
+    (void)picked;
+    memcpy(ctx, logits, sizeof(float) * 2048);
+}
+
+static int no_mask(void *ctx, float *logits, int vocab)
+{
+    (void)ctx;
+    (void)logits;
+    (void)vocab;
+    return 0;
+}
+
+/* The processed row equals the reference computation bit for bit (seen by the constraint
+ * stage, which runs right after the penalties), with a token table grown well past its first
+ * size; the row is restored exactly after sampling; greedy picks the processed argmax. */
+Test(kernels_sample, the_pipeline_processes_exactly_and_restores_the_row)
+{
+    enum { V = 2048 };
+    static float row[V], raw[V], want[V], seen_by_mask[V];
+    for (int i = 0; i < V; i++) row[i] = raw[i] = (float)((int)(rnd() % 2001) - 1000) / 97.0f;
+    eng_logit_bias bias[5] = {{3, -100.0f}, {77, 2.5f}, {1500, 7.0f}, {2047, -0.5f}, {9, 100.0f}};
+    int32_t prompt[300], out[400];
+    for (int i = 0; i < 300; i++) prompt[i] = (int32_t)(rnd() % V);
+    for (int i = 0; i < 400; i++) out[i] = (int32_t)(rnd() % 700); /* repeats: counts > 1 */
+    eng_logits_params p = {.bias = bias,
+                           .n_bias = 5,
+                           .repetition_penalty = 1.3f,
+                           .presence_penalty = 0.4f,
+                           .frequency_penalty = 0.25f};
+    eng_logits_proc *lp = eng_lp_create(&p);
+    cr_assert_not_null(lp);
+    cr_assert_eq(eng_lp_note_prompt(lp, prompt, 300), 0);
+    for (int i = 0; i < 400; i++) cr_assert_eq(eng_lp_note_output(lp, out[i]), 0);
+    cr_assert_gt(eng_lp_distinct(lp), 64, "the table grew: %u", eng_lp_distinct(lp));
+    memcpy(want, raw, sizeof want);
+    pipeline_reference(want, V, bias, 5, 1.3f, 0.4f, 0.25f, prompt, 300, out, 400);
+    const eng_constraint_ops ops = {.mask = no_mask, .undo = capture_mask};
+    eng_lp_set_constraint(lp, &ops, seen_by_mask);
+    eng_sampling s = {.temperature = 0, .top_p = 1, .proc = lp};
+    uint64_t rng = eng_rng_init(1);
+    int32_t pick = eng_sample(row, V, &s, &rng);
+    cr_assert_eq(memcmp(seen_by_mask, want, sizeof want), 0, "the processed row differs");
+    cr_assert_eq(memcmp(row, raw, sizeof raw), 0, "the row was not restored");
+    cr_assert_eq(pick, reference(want, V));
+    cr_assert_eq(pick, 9, "+100 wins");
+    eng_lp_free(lp);
+}
+
+/* min_p 1 keeps only the most likely token, whatever the temperature and the draw. */
+Test(kernels_sample, min_p_one_keeps_only_the_most_likely_token)
+{
+    enum { V = 1000 };
+    static float row[V];
+    for (int i = 0; i < V; i++) row[i] = (float)(rnd() % 1000) / 300.0f;
+    row[421] = 10.0f;
+    eng_logits_params p = {.repetition_penalty = 1.0f, .min_p = 1.0f};
+    eng_logits_proc *lp = eng_lp_create(&p);
+    eng_sampling s = {.temperature = 2.0f, .top_p = 1, .proc = lp};
+    eng_sampling plain = {.temperature = 2.0f, .top_p = 1};
+    uint64_t r1 = eng_rng_init(5), r2 = eng_rng_init(5);
+    int other = 0;
+    for (int i = 0; i < 200; i++) {
+        cr_assert_eq(eng_sample(row, V, &s, &r1), 421);
+        other += eng_sample(row, V, &plain, &r2) != 421;
+    }
+    cr_assert_gt(other, 0, "without min_p the draw does leave the top token");
+    eng_lp_free(lp);
 }
