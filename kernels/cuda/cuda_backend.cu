@@ -1439,6 +1439,7 @@ static const eng_backend_ops cuda_ops = {
     cu_kv_write_block,
     cu_kv_copy_blocks,
     cu_kv_transfer_async,
+    NULL, /* describe */
 };
 
 extern "C" __attribute__((visibility("default"))) const eng_backend_ops *ringlm_cuda_backend(void)
