@@ -42,7 +42,7 @@ CFLAGS   ?= $(OPT) -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -Werror -fno-omit-frame-pointer -fPIC -pthread \
             -D_GNU_SOURCE -I. -Ilibclient -DRINGLM_VERSION=\"$(VERSION)\" $(SANFLAGS)
 LDFLAGS  += -pthread -rdynamic $(SANFLAGS)
-SYSLIBS  := -luring -lnuma -lopenblas -lmicrohttpd -linih -ljansson -lxxhash -lpcre2-8 -lrt -ldl -lm
+SYSLIBS  := -luring -lnuma -lopenblas -lmicrohttpd -linih -ljansson -lxxhash -lpcre2-8 -lzmq -lmsgpackc -lrt -ldl -lm
 
 OBJ      := $(B)/obj
 BIN      := $(B)/bin
@@ -110,6 +110,16 @@ $(OBJ)/empty.o:
 $(OBJ)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+# The files that print -DRINGLM_VERSION are rebuilt when it changes: $(B)/version holds the
+# version they were built with, rewritten only when it differs.
+VERSION_USERS := $(shell grep -l 'RINGLM_VERSION\b' $(wildcard */*.c) 2>/dev/null)
+$(call objs,$(VERSION_USERS)): $(B)/version
+$(B)/version: FORCE
+	@mkdir -p $(@D)
+	@[ "$$(cat $@ 2>/dev/null)" = "$(VERSION)" ] || echo "$(VERSION)" > $@
+.PHONY: FORCE
+FORCE:
 
 # --- programs ----------------------------------------------------------------------------
 PROG_MAINS := $(wildcard */main_*.c kernels/*/main_*.c)
@@ -239,7 +249,7 @@ format:
 
 # make tsan : ThreadSanitizer build in build-tsan, then scripts/tsan-check.sh runs every place
 # ringlm runs threads as plain programs (Criterion cannot start under TSAN: Snaipe/Criterion#274).
-TSAN_PROGS := bin/ringlmd bin/ringlm perf/ipc_bench perf/tsan_engine perf/tsan_obs perf/tsan_client
+TSAN_PROGS := bin/ringlmd bin/ringlm bin/ringlm-gateway perf/ipc_bench perf/tsan_engine perf/tsan_obs perf/tsan_client
 .PHONY: tsan
 tsan:
 	$(MAKE) TSAN=1 SANITIZE=0 B=build-tsan $(addprefix build-tsan/,$(TSAN_PROGS))

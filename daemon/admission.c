@@ -7,6 +7,7 @@
  * (rejected, with the wire cause and a detail in the decision log); the rest go to the
  * scheduler, which may still reject them (quota, queue, deadline).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,9 +35,42 @@ static void reject_now(svc *s, svc_req *r, sched_reject_reason why_code, const c
     req_end(s, r, RINGLM_WIRE_R_REJECTED, (unsigned)sched_reject_cause(why_code));
 }
 
-void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr, const int32_t *prompt,
-                    uint32_t n_prompt, const char *class_name, const char *tenant_tag)
+/* The request's own processors and stop ids from its sampling extensions. 0, or -ENOMEM. */
+static int adm_sampling(svc_req *r, const struct ringlm_wire_parsed *rec, uint32_t vocab)
 {
+    const struct ringlm_wire_sampling *sm = rec->smp;
+    if (!sm) return 0;
+    eng_logits_params lp = {.bias = (const eng_logit_bias *)rec->bias,
+                            .n_bias = (int)sm->n_logit_bias,
+                            .repetition_penalty = sm->repetition_penalty,
+                            .presence_penalty = sm->presence_penalty,
+                            .frequency_penalty = sm->frequency_penalty,
+                            .min_p = sm->min_p};
+    if (!eng_lp_params_neutral(&lp)) {
+        if (!(r->lp = eng_lp_create(&lp))) return -ENOMEM;
+        /* Room for every distinct token it can see, so counting never fails mid-decode. */
+        uint64_t most = (uint64_t)rec->req->n_prompt + rec->req->max_new_tokens;
+        if (most > vocab) most = vocab;
+        if (eng_lp_reserve(r->lp, (uint32_t)most) < 0 ||
+            eng_lp_note_prompt(r->lp, rec->prompt, rec->req->n_prompt) < 0)
+            return -ENOMEM;
+        r->samp.proc = r->lp;
+    }
+    if (sm->n_stop_ids) {
+        r->stop_ids = malloc(sizeof(int32_t) * sm->n_stop_ids);
+        if (!r->stop_ids) return -ENOMEM;
+        memcpy(r->stop_ids, rec->stop_ids, sizeof(int32_t) * sm->n_stop_ids);
+        r->n_stop_ids = sm->n_stop_ids;
+    }
+    return 0;
+}
+
+void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec, const char *tenant_tag)
+{
+    const struct ringlm_wire_request *hdr = rec->req;
+    const int32_t *prompt = rec->prompt;
+    const uint32_t n_prompt = hdr->n_prompt;
+    const char *class_name = rec->class_name;
     svc_sess *ss = dsess_user(ds);
     if (!ss) {
         /* Every request gets its FINISH, even one that slipped past a refused session. */
@@ -78,7 +112,7 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr, co
              cc ? cc->name : (class_name ? class_name : ""));
     /* Only the policy's classes become metric labels: invented class names would squat the
      * label slots and push real classes of other tenants into "other". */
-    r->series = metrics_series(s->mx, r->tenant_name, cc ? cc->name : "other");
+    r->series = req_series(s, tenant, cc ? ci : -1);
 
     char why[200];
     int vocab = s->mcfg->vocab_size;
@@ -96,7 +130,8 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr, co
     }
     /* The one parameter check (the client library ran it too; this record may not come from
      * the library). It keeps now + deadline from wrapping. */
-    if (ringlm_wire_check_request(hdr, why, sizeof why)) {
+    if (ringlm_wire_check_request(hdr, why, sizeof why) ||
+        ringlm_wire_check_sampling(rec, (uint32_t)vocab, NULL, NULL, why, sizeof why)) {
         reject_now(s, r, SCHED_REJECT_BAD_PARAMS, why);
         return;
     }
@@ -140,6 +175,10 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr, co
         return;
     }
     memcpy(r->tokens, prompt, sizeof(int32_t) * n_prompt);
+    if (adm_sampling(r, rec, (uint32_t)vocab) < 0) {
+        reject_now(s, r, SCHED_REJECT_INTERNAL, "out of memory");
+        return;
+    }
     if (hdr->deadline_us) r->deadline_us = s->now_us + hdr->deadline_us;
 
     /* prefix cache: the cache domain of the tenant this daemon decided (SO_PEERCRED, or a

@@ -74,14 +74,15 @@ static void enqueue(echo_svc *e, struct echo_sess *es, struct echo_req *r)
     busy_add(e, es);
 }
 
-static void echo_on_request(void *ctx, dsess *s, const struct ringlm_wire_request *req,
-                            const int32_t *prompt, uint32_t n_prompt, const char *class_name,
+static void echo_on_request(void *ctx, dsess *s, const struct ringlm_wire_parsed *rec,
                             const char *tenant_tag)
 {
     echo_svc *e = ctx;
     struct echo_sess *es = dsess_user(s);
-    char why[160];
-    (void)class_name;
+    const struct ringlm_wire_request *req = rec->req;
+    const int32_t *prompt = rec->prompt;
+    const uint32_t n_prompt = req->n_prompt;
+    char why[200];
     (void)tenant_tag;
 
     struct echo_req *r = malloc(sizeof(*r) + (size_t)n_prompt * sizeof(int32_t));
@@ -95,7 +96,9 @@ static void echo_on_request(void *ctx, dsess *s, const struct ringlm_wire_reques
     r->n_prompt = n_prompt;
     memcpy(r->prompt, prompt, (size_t)n_prompt * sizeof(int32_t));
     if (req->deadline_us) r->deadline_us = dloop_now_us(e->loop) + req->deadline_us;
+    /* No model: the sampling extensions are refused (the session never advertised them). */
     int cause = ringlm_wire_check_request(req, why, sizeof(why));
+    if (!cause && rec->smp) cause = RINGLM_WIRE_R_BAD_PARAMS;
     if (cause) {
         r->finish_reason = RINGLM_WIRE_R_REJECTED;
         r->finish_cause = (unsigned)cause;

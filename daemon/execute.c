@@ -114,7 +114,9 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
         s->ex.results[i].token = tok;
         bool stop = false;
         for (int k = 0; k < s->n_stop_tokens; k++) stop |= tok == s->stop_tokens[k];
-        if (stop && !r->ignore_stop) {
+        stop &= !r->ignore_stop; /* the model's stop tokens only; the request's own always */
+        for (uint32_t k = 0; k < r->n_stop_ids; k++) stop |= tok == r->stop_ids[k];
+        if (stop) {
             s->ex.results[i].finished = SCHED_FINISH_STOP;
         } else if (r->n_gen >= r->max_new) {
             /* Never past the buffer, whatever the plan said: the request is complete. */
@@ -123,7 +125,14 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
             s->ex.results[i].finished = SCHED_FINISH_LENGTH;
         } else {
             r->tokens[r->n_prompt + r->n_gen++] = tok;
-            if (!r->first_token_us) r->first_token_us = s->now_us;
+            /* Never allocates: admission reserved room for every token it can see. */
+            (void)eng_lp_note_output(r->lp, tok);
+            if (!r->first_token_us) {
+                r->first_token_us = s->now_us;
+                metrics_observe_first_token(s->mx, r->n_prompt, s->now_us - r->arrival_us);
+            } else {
+                metrics_observe_next_token(s->mx, s->now_us - r->last_token_us);
+            }
             r->last_token_us = s->now_us;
             if (r->n_gen >= r->max_new || r->n_prompt + r->n_gen >= (uint32_t)s->mcfg->seq_len + 1)
                 s->ex.results[i].finished = SCHED_FINISH_LENGTH;

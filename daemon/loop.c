@@ -322,7 +322,7 @@ static int on_record(void *arg, dsess *s, const struct ringlm_wire_parsed *rec)
         return r == -EAGAIN ? -EAGAIN : 0;
     }
     if (l->ops->on_request)
-        l->ops->on_request(l->ctx, s, rec->req, rec->prompt, rec->req->n_prompt, rec->class_name,
+        l->ops->on_request(l->ctx, s, rec,
                            (rec->req->flags & RINGLM_WIRE_REQ_F_TENANT) ? rec->tenant_tag : NULL);
     return 0;
 }
@@ -597,7 +597,7 @@ int dloop_run(dloop *l)
     /* The handshake thread only ever trylocks: it ends while we hold the lock. */
     hs_stop(l);
     /* Shutdown: every session learns why; their CQEs are reaped by dloop_destroy. */
-    dsess_end_all(l, "shutdown");
+    dsess_end_all(l, DSESS_END_SHUTDOWN);
     dsess_end_pending(l);
     io_uring_submit(&l->ring);
     pthread_mutex_unlock(&l->mu);

@@ -91,9 +91,10 @@ typedef struct dsvc_ops {
     /* A structurally valid request (record copied into private memory; the pointers are
 	 * valid for the duration of the call only).  Semantic checks (ringlm_wire_check_request,
 	 * vocabulary) are the service's; it answers every request with a FINISH eventually.
+	 * rec->smp is NULL for a plain REQUEST, else the sampling extensions of a REQUEST_EXT
+	 * (ringlm_wire_check_sampling is the service's too).
 	 * tenant_tag is NULL unless the client set one (honour it for trusted uids only). */
-    void (*on_request)(void *ctx, dsess *s, const struct ringlm_wire_request *req,
-                       const int32_t *prompt, uint32_t n_prompt, const char *class_name,
+    void (*on_request)(void *ctx, dsess *s, const struct ringlm_wire_parsed *rec,
                        const char *tenant_tag);
     void (*on_cancel)(void *ctx, dsess *s, uint64_t req_id);
     /* The session ends ("client closed", "client process exited", "hostile: ...",
@@ -194,10 +195,24 @@ void *dsess_user(dsess *s);
 /* The handshake's facts (on_connect, before the welcome): whether the session's tenant tags
  * are honoured, and the policy's request class names (names longer than a wire name are
  * left out: no request can name them). Written once into the daemon segment. */
-void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes);
+/* vocab > 0: the session takes REQUEST_EXT records (RINGLM_WIRE_CAP_SAMPLING) of a model of
+ * that vocabulary; 0: it does not. */
+void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes,
+                     uint32_t vocab);
 dloop *dsess_loop(dsess *s);
-/* Ends the session (after the current callback; on_close follows in this iteration). */
+/* Why a session ends. Only a fault is logged (rate-limited) with its words; the others
+ * are a session's ordinary end. A client reads -ESHUTDOWN for SHUTDOWN, else -ECONNRESET. */
+typedef enum dsess_end_cause {
+    DSESS_END_FAULT,         /* something went wrong: the reason says what */
+    DSESS_END_CLIENT_CLOSED, /* "client closed the connection" */
+    DSESS_END_CLIENT_EXITED, /* "client process exited" */
+    DSESS_END_SHUTDOWN,      /* "shutdown": the daemon is stopping */
+} dsess_end_cause;
+/* Ends the session (after the current callback; on_close follows in this iteration) for a
+ * fault, said in reason (written to the session's segment for the client to read). */
 void dsess_end(dsess *s, const char *reason);
+/* Ends it for an ordinary cause (not DSESS_END_FAULT), in that cause's own words. */
+void dsess_end_for(dsess *s, dsess_end_cause cause);
 
 /* ---- what the session module (session.c) needs of the loop --------------------------- */
 /* Not for services: a session's bookkeeping (dsess_list, daemon/session.h) and the ring. */

@@ -90,6 +90,13 @@ static void usage(FILE *f)
         "  --iteration-log FILE     one line per batch: its composition and measured period\n"
         "                           (ringlm-sim --iteration-log fits its step model from it)\n"
         "  --metrics ADDR:PORT      Prometheus /metrics (ADDR defaults to 127.0.0.1)\n"
+        "  --kv-events ENDPOINT     publish KV-cache events in vLLM's format (ZMQ PUB, msgpack),\n"
+        "                           e.g. tcp://*:5557 (bound; tcp://HOST:PORT connects)\n"
+        "  --kv-events-replay ENDPOINT  ZMQ ROUTER that replays recent batches (tcp://*:5558)\n"
+        "  --kv-events-queue N      events the loop may queue for the publisher (65536); past\n"
+        "                           it events are dropped and subscribers resynchronised\n"
+        "  --served-model-name NAME the model name of the vllm:* metrics (label model_name;\n"
+        "                           default: the GGUF's general.name, else the file's base name)\n"
         "  --stats-file FILE        JSON snapshot of pools, queues and accounting, kept current\n"
         "  --backpressure-timeout-ms N  cancel a request whose client stopped reading (default "
         "5000)\n"
@@ -406,6 +413,10 @@ int main(int argc, char **argv)
         O_REQLOG,
         O_ITLOG,
         O_METRICS,
+        O_SERVED,
+        O_KVEV,
+        O_KVEVR,
+        O_KVEVQ,
         O_STATS,
         O_BPT,
         O_BPB,
@@ -469,6 +480,10 @@ int main(int argc, char **argv)
         {"request-log", required_argument, 0, O_REQLOG},
         {"iteration-log", required_argument, 0, O_ITLOG},
         {"metrics", required_argument, 0, O_METRICS},
+        {"served-model-name", required_argument, 0, O_SERVED},
+        {"kv-events", required_argument, 0, O_KVEV},
+        {"kv-events-replay", required_argument, 0, O_KVEVR},
+        {"kv-events-queue", required_argument, 0, O_KVEVQ},
         {"stats-file", required_argument, 0, O_STATS},
         {"backpressure-timeout-ms", required_argument, 0, O_BPT},
         {"backpressure-buffer-tokens", required_argument, 0, O_BPB},
@@ -645,6 +660,19 @@ int main(int argc, char **argv)
         case O_REQLOG: sc.request_log = optarg; break;
         case O_ITLOG: sc.iteration_log = optarg; break;
         case O_METRICS: sc.metrics_listen = optarg; break;
+        case O_SERVED:
+            if (!*optarg) {
+                fprintf(stderr, "ringlmd: --served-model-name is empty\n");
+                return 2;
+            }
+            sc.served_model_name = optarg;
+            break;
+        case O_KVEV: sc.kv_events = optarg; break;
+        case O_KVEVR: sc.kv_events_replay = optarg; break;
+        case O_KVEVQ:
+            if (parse_uint("--kv-events-queue", optarg, 1u << 24, &v)) return 2;
+            sc.kv_events_queue = (uint32_t)v;
+            break;
         case O_STATS: sc.stats_file = optarg; break;
         case O_BPT:
             if (parse_uint("--backpressure-timeout-ms", optarg, 86400000ul, &v)) return 2;

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifndef RINGLM_VERSION
 #define RINGLM_VERSION "unknown"
@@ -36,6 +37,59 @@ const uint64_t metrics__iter_bounds_us[N_ITER] = {
     10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000,
 };
 
+/* vLLM's bounds (vLLM 0.11, vllm/v1/metrics/loggers.py, PrometheusStatLogger), in µs. */
+static const uint64_t vllm_ttft_us[] = {
+    1000,     5000,     10000,    20000,     40000,     60000,      80000,   100000,
+    250000,   500000,   750000,   1000000,   2500000,   5000000,    7500000, 10000000,
+    20000000, 40000000, 80000000, 160000000, 640000000, 2560000000,
+};
+static const uint64_t vllm_itl_us[] = {
+    10000,  25000,   50000,   75000,   100000,  150000,   200000,   300000,   400000,   500000,
+    750000, 1000000, 2500000, 5000000, 7500000, 10000000, 20000000, 40000000, 80000000,
+};
+static const uint64_t vllm_request_us[] = {
+    300000,   500000,    800000,    1000000,   1500000,   2000000,    2500000,
+    5000000,  10000000,  15000000,  20000000,  30000000,  40000000,   50000000,
+    60000000, 120000000, 240000000, 480000000, 960000000, 1920000000, 7680000000,
+};
+static const uint64_t vllm_iteration_tokens[] = {1,   8,    16,   32,   64,   128,  256,
+                                                 512, 1024, 2048, 4096, 8192, 16384};
+static const uint64_t vllm_params_n[] = {1, 2, 5, 10, 20};
+
+static void bounds_set(vllm_bounds *b, bool seconds, const uint64_t *v, unsigned n)
+{
+    b->seconds = seconds;
+    b->n = n;
+    memcpy(b->v, v, n * sizeof *v);
+}
+
+/* vLLM's build_1_2_5_buckets(max_model_len): 1, 2, 5, 10, 20, 50, ... while <= max. */
+static void bounds_1_2_5(vllm_bounds *b, uint64_t max_value)
+{
+    static const uint64_t mantissa[3] = {1, 2, 5};
+    b->seconds = false;
+    b->n = 0;
+    for (uint64_t p = 1; b->n < VH_MAX_BOUNDS; p *= 10)
+        for (int i = 0; i < 3; i++) {
+            if (mantissa[i] * p > max_value || b->n >= VH_MAX_BOUNDS) return;
+            b->v[b->n++] = mantissa[i] * p;
+        }
+}
+
+static void vllm_bounds_init(vllm_bounds *vb, uint32_t max_model_len)
+{
+#define N_OF(a) (unsigned)(sizeof(a) / sizeof(a)[0])
+    bounds_set(&vb[VH_TTFT], true, vllm_ttft_us, N_OF(vllm_ttft_us));
+    bounds_set(&vb[VH_ITL], true, vllm_itl_us, N_OF(vllm_itl_us));
+    for (int h = VH_E2E; h <= VH_DECODE; h++)
+        bounds_set(&vb[h], true, vllm_request_us, N_OF(vllm_request_us));
+    for (int h = VH_PROMPT_TOKENS; h <= VH_MAX_GEN_TOKENS; h++) bounds_1_2_5(&vb[h], max_model_len);
+    bounds_1_2_5(&vb[VH_PARAMS_MAX_TOK], max_model_len);
+    bounds_set(&vb[VH_PARAMS_N], false, vllm_params_n, N_OF(vllm_params_n));
+    bounds_set(&vb[VH_ITER_TOKENS], false, vllm_iteration_tokens, N_OF(vllm_iteration_tokens));
+#undef N_OF
+}
+
 static unsigned bucket_of(const uint64_t *bounds, unsigned n, uint64_t v)
 {
     /* Prometheus buckets are "less or equal": v lands in the first bound >= v. */
@@ -49,6 +103,16 @@ static unsigned bucket_of(const uint64_t *bounds, unsigned n, uint64_t v)
     }
     return lo;
 }
+
+static void vobserve(metrics *m, enum vllm_hist h, uint64_t v)
+{
+    const vllm_bounds *b = &m->vbounds[h];
+    hist_v *x = &m->live.vllm.h[h];
+    x->bucket[bucket_of(b->v, b->n, v)]++;
+    x->count++;
+    x->sum += v;
+}
+
 /* ---- lifecycle ---------------------------------------------------------------------- */
 
 static void copy_label(char *dst, size_t cap, const char *src)
@@ -81,6 +145,8 @@ int metrics_create(const metrics_config *cfg, metrics **out)
     copy_label(in->policy_name, sizeof in->policy_name, cfg->policy_name);
     copy_label(in->model_hash, sizeof in->model_hash, cfg->model_hash);
     copy_label(in->model_name, sizeof in->model_name, cfg->model_name);
+    copy_label(in->model_path, sizeof in->model_path, cfg->model_path);
+    vllm_bounds_init(m->vbounds, cfg->max_model_len);
     copy_label(in->backend, sizeof in->backend, cfg->backend);
     in->kv_block_size = cfg->kv_block_size;
     in->prefix_cache = cfg->prefix_cache;
@@ -151,11 +217,23 @@ static int intern_overflow(char (*names)[METRICS_LABEL_MAX], int *n, int max, co
     return (*n)++;
 }
 
-int metrics_series(metrics *m, const char *tenant, const char *class_name)
+int metrics_tenant_label(metrics *m, const char *tenant)
 {
     snap *s = &m->live;
-    int t = intern_overflow(s->tenants, &s->n_tenants, METRICS_MAX_TENANTS, tenant);
-    int c = intern_overflow(s->classes, &s->n_classes, METRICS_MAX_CLASSES, class_name);
+    return intern_overflow(s->tenants, &s->n_tenants, METRICS_MAX_TENANTS, tenant);
+}
+
+int metrics_class_label(metrics *m, const char *class_name)
+{
+    snap *s = &m->live;
+    return intern_overflow(s->classes, &s->n_classes, METRICS_MAX_CLASSES, class_name);
+}
+
+int metrics_series(metrics *m, int t, int c)
+{
+    snap *s = &m->live;
+    if (t < 0 || t >= s->n_tenants) t = metrics_tenant_label(m, "other");
+    if (c < 0 || c >= s->n_classes) c = metrics_class_label(m, "other");
     int id = m->series_of[t][c];
     if (id >= 0) return id;
     id = s->n_series++;
@@ -169,7 +247,7 @@ int metrics_series(metrics *m, const char *tenant, const char *class_name)
 static series_stats *ser(metrics *m, int series)
 {
     /* A bad id is the caller's bug; count it under a real series rather than scribble. */
-    if (series < 0 || series >= m->live.n_series) series = metrics_series(m, "other", "other");
+    if (series < 0 || series >= m->live.n_series) series = metrics_series(m, -1, -1);
     return &m->live.series[series];
 }
 
@@ -208,6 +286,7 @@ void metrics_count_preempt(metrics *m, int series, enum metrics_mode mode,
 {
     if ((unsigned)mode >= METRICS_N_MODES) return;
     ser(m, series)->preempt[mode][reason_slot((unsigned)reason, N_DEFER)]++;
+    m->live.vllm.preemptions++;
 }
 
 void metrics_count_cancel(metrics *m, int series)
@@ -229,6 +308,51 @@ void metrics_set_series_queue(metrics *m, int series, uint32_t waiting, uint32_t
     series_stats *s = ser(m, series);
     s->waiting = waiting;
     s->running = running;
+}
+
+/* ---- vLLM's request series ---------------------------------------------------------- */
+
+void metrics_observe_first_token(metrics *m, uint32_t prompt_tokens, uint64_t ttft_us)
+{
+    vobserve(m, VH_TTFT, ttft_us);
+    m->live.vllm.prompt_tokens += prompt_tokens;
+    m->live.vllm.generation_tokens++;
+}
+
+void metrics_observe_next_token(metrics *m, uint64_t itl_us)
+{
+    vobserve(m, VH_ITL, itl_us);
+    m->live.vllm.generation_tokens++;
+}
+
+void metrics_observe_request_end(metrics *m, const metrics_request_end *e)
+{
+    vllm_stats *v = &m->live.vllm;
+    v->success[e->finish == SCHED_END_LENGTH ? VF_LENGTH
+               : e->finish == SCHED_END_STOP ? VF_STOP
+                                             : VF_ABORT]++;
+    vobserve(m, VH_E2E, e->finish_us > e->arrival_us ? e->finish_us - e->arrival_us : 0);
+    vobserve(m, VH_PROMPT_TOKENS, e->prompt_tokens);
+    vobserve(m, VH_GEN_TOKENS, e->generation_tokens);
+    /* one sequence per wire request (the gateway fans n out): n = 1, and the most tokens
+     * any of its sequences may generate is its own max_tokens */
+    vobserve(m, VH_MAX_GEN_TOKENS, e->max_tokens);
+    vobserve(m, VH_PARAMS_N, 1);
+    if (e->max_tokens) vobserve(m, VH_PARAMS_MAX_TOK, e->max_tokens);
+    if (e->scheduled_us) {
+        vobserve(m, VH_QUEUE,
+                 e->scheduled_us > e->arrival_us ? e->scheduled_us - e->arrival_us : 0);
+        if (e->first_token_us) {
+            uint64_t last = e->last_token_us ? e->last_token_us : e->first_token_us;
+            vobserve(m, VH_PREFILL,
+                     e->first_token_us > e->scheduled_us ? e->first_token_us - e->scheduled_us : 0);
+            vobserve(m, VH_INFERENCE, last > e->scheduled_us ? last - e->scheduled_us : 0);
+        }
+    }
+    if (e->first_token_us) {
+        uint64_t last = e->last_token_us ? e->last_token_us : e->first_token_us;
+        vobserve(m, VH_DECODE, last - e->first_token_us);
+    }
 }
 
 /* ---- engine / pool state ------------------------------------------------------------ */
@@ -258,6 +382,7 @@ void metrics_observe_iteration(metrics *m, uint64_t us, uint32_t batch_tokens)
     x->count++;
     x->sum_us += us;
     m->live.iter_tokens += batch_tokens;
+    if (batch_tokens) vobserve(m, VH_ITER_TOKENS, batch_tokens);
 }
 
 void metrics_observe_transfer(metrics *m, sched_pool tier, sched_xfer_dir dir, uint64_t bytes,
@@ -282,6 +407,13 @@ void metrics_set_transfer_bw(metrics *m, sched_pool tier, sched_xfer_dir dir, do
     m->live.bw_bytes_per_s[tier][dir] = bytes_per_s;
 }
 
+void metrics_set_kv_events(metrics *m, uint64_t dropped, uint64_t resyncs)
+{
+    m->live.kv_events_on = true;
+    m->live.kv_events_dropped = dropped;
+    m->live.kv_events_resyncs = resyncs;
+}
+
 void metrics_set_log_dropped(metrics *m, uint64_t decision_lines, uint64_t request_lines)
 {
     m->live.log_dropped[0] = decision_lines;
@@ -297,6 +429,10 @@ void metrics_publish(metrics *m, uint64_t now_us, int force)
     m->published_once = true;
     snap *dst = m->buf[m->back];
     m->live.generation++;
+    /* vLLM sets its LoRA gauge to the time of each stats record; a snapshot is ours */
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    m->live.published_wall_s = (double)wall.tv_sec + (double)wall.tv_nsec / 1e9;
     memcpy(dst, &m->live, SNAP_HEAD_BYTES + (size_t)m->live.n_series * sizeof(series_stats));
     /* Release: the reader that sees FRESH sees the copy. */
     unsigned prev = atomic_exchange_explicit(&m->middle, m->back | FRESH, memory_order_acq_rel);

@@ -19,10 +19,19 @@
  * rejects by reason, cancels, timeouts, queue depth (waiting/running); per KV tier
  * (device, host, disk) — blocks used/free; per tier and direction — transfer bandwidth and
  * bytes; loop iteration time histogram; an info gauge (version, policy hash, model hash);
- * and the vLLM-compatible gauges fleet routers scrape: vllm:num_requests_waiting,
- * vllm:num_requests_running, vllm:kv_cache_usage_perc (device tier, 0..1: blocks sequences
- * hold; cached blocks none holds count free, as in vLLM), the prefix cache's counters and
- * vllm:cache_config_info (block size, prefix caching on, blocks per tier).
+ * and vLLM's own metric set, so that what fleet routers, dashboards and autoscaling rules
+ * built for vLLM read means the same here: the names, types, labels (model_name = the served
+ * model name, engine = "0") and bucket bounds of vLLM 0.11's PrometheusStatLogger
+ * (vllm/v1/metrics/loggers.py) — the request gauges (vllm:num_requests_waiting/_running),
+ * vllm:kv_cache_usage_perc (device tier, 0..1: blocks sequences hold; cached blocks none
+ * holds count free, as in vLLM), the prefix cache's counters, the token and preemption
+ * counters, vllm:request_success_total{finished_reason}, the latency histograms (TTFT,
+ * inter-token latency and its older name time_per_output_token, e2e, queue, prefill, decode,
+ * inference), the per-request token histograms, vllm:iteration_tokens_total,
+ * vllm:cache_config_info and vllm:lora_requests_info (no adapters: its empty form). Those
+ * are engine-wide, as vLLM's are; the ringlm_* series keep what vLLM has no name for
+ * (tenants, classes, tiers, rejects by cause). The vLLM calls below take numbers and enums
+ * only: the loop never compares a string to record one.
  *
  * Thread-safety: every function except metrics_port(), metrics_render() and
  * metrics_destroy() must be called from one thread (the loop thread). metrics_render()
@@ -78,7 +87,9 @@ typedef struct metrics_config {
     const char *policy_hash;      /* NULL: "" */
     const char *policy_name;      /* NULL: "" (e.g. the policy file's basename) */
     const char *model_hash;       /* NULL: "" */
-    const char *model_name;       /* NULL: "" */
+    const char *model_name;       /* the served model name: vLLM's label model_name (NULL: "") */
+    const char *model_path;       /* the model file, ringlm_info's label model (NULL: "") */
+    uint32_t max_model_len;       /* context length: the bounds of vLLM's token histograms */
     const char *backend;          /* NULL: "" */
     uint32_t kv_block_size;       /* tokens per KV block (vllm:cache_config_info) */
     bool prefix_cache;            /* prefix caching on (vllm:cache_config_info) */
@@ -111,11 +122,17 @@ void metrics_set_info(metrics *m, const char *policy_hash, const char *model_has
 /* ---- labels ------------------------------------------------------------------------- */
 
 /*
- * Returns the series id (>= 0) for (tenant, class), creating it on first use. Cache it per
- * request: it is a short linear search, cheap but not free. NULL or "" names become "".
- * Never fails: past METRICS_MAX_TENANTS / _CLASSES the name "other" is used.
+ * Label values are interned once, when a tenant or class is first seen (the runner keeps
+ * the id per tenant slot and per class), never per request: these compare strings.
+ * Returns the label id (>= 0); NULL or "" becomes "". Never fails: past
+ * METRICS_MAX_TENANTS / _CLASSES the value "other" is used.
  */
-int metrics_series(metrics *m, const char *tenant, const char *class_name);
+int metrics_tenant_label(metrics *m, const char *tenant);
+int metrics_class_label(metrics *m, const char *class_name);
+
+/* The series id (>= 0) of (tenant label, class label), created on first use: a table
+ * lookup, no strings. An id out of range counts under ("other", "other"). */
+int metrics_series(metrics *m, int tenant_label, int class_label);
 
 /* ---- per-request events (series = metrics_series()) --------------------------------- */
 
@@ -127,7 +144,8 @@ void metrics_add_tokens(metrics *m, int series, uint64_t prompt_tokens, uint64_t
 void metrics_count_finish(metrics *m, int series, sched_end_code finish);
 /* A reject (the scheduler's, or the daemon's own before the scheduler saw the request). */
 void metrics_count_reject(metrics *m, int series, sched_reject_reason reason);
-/* A preemption in `mode`, made for `reason` (the event's defer: blocks or quota). */
+/* A preemption in `mode`, made for `reason` (the event's defer: blocks or quota); it counts
+ * in vllm:num_preemptions_total too. */
 void metrics_count_preempt(metrics *m, int series, enum metrics_mode mode,
                            sched_defer_reason reason);
 void metrics_count_cancel(metrics *m, int series);
@@ -136,6 +154,28 @@ void metrics_count_timeout(metrics *m, int series);
 void metrics_count_defer(metrics *m, int series, sched_defer_reason reason);
 /* Queue depth of one series (waiting = queued, not yet running; running = has KV). */
 void metrics_set_series_queue(metrics *m, int series, uint32_t waiting, uint32_t running);
+
+/* ---- vLLM's request series (engine-wide: numbers only, no label is looked up) ------- */
+
+/* A request's first token: vllm:time_to_first_token_seconds and, as vLLM counts a prompt
+ * when its prefill completes, vllm:prompt_tokens_total. */
+void metrics_observe_first_token(metrics *m, uint32_t prompt_tokens, uint64_t ttft_us);
+/* Each later token, with the time since the one before it:
+ * vllm:inter_token_latency_seconds (and time_per_output_token_seconds, its older name);
+ * every token, the first included, counts in vllm:generation_tokens_total. */
+void metrics_observe_next_token(metrics *m, uint64_t itl_us);
+/* A request that was admitted has ended (a rejected one is not a vLLM request: it is never
+ * given to this call). Times are the daemon's clock in µs, 0 = never reached: queue time
+ * needs scheduled_us, prefill and inference time need first_token_us too, decode time
+ * needs first_token_us; e2e, the token histograms and request_success always count.
+ * finish maps to vLLM's finished_reason: length → "length", stop → "stop", anything else
+ * (cancelled, timeout, error) → "abort". */
+typedef struct metrics_request_end {
+    sched_end_code finish;
+    uint32_t prompt_tokens, generation_tokens, max_tokens;
+    uint64_t arrival_us, scheduled_us, first_token_us, last_token_us, finish_us;
+} metrics_request_end;
+void metrics_observe_request_end(metrics *m, const metrics_request_end *e);
 
 /* ---- engine / pool state ------------------------------------------------------------ */
 
@@ -155,7 +195,8 @@ typedef struct metrics_prefix {
     uint64_t demoted[SCHED_POOL__COUNT], reloaded[SCHED_POOL__COUNT];
 } metrics_prefix;
 void metrics_set_prefix(metrics *m, const metrics_prefix *p);
-/* One loop iteration: its duration and the tokens it executed (0 for an idle wake). */
+/* One loop iteration: its duration and the tokens it executed (0 for an idle wake; a
+ * non-zero count is one observation of vllm:iteration_tokens_total). */
 void metrics_observe_iteration(metrics *m, uint64_t us, uint32_t batch_tokens);
 /* One finished transfer between the device pool and a tier (exact counters). */
 void metrics_observe_transfer(metrics *m, sched_pool tier, sched_xfer_dir dir, uint64_t bytes,
@@ -166,6 +207,9 @@ void metrics_observe_tier_read_failure(metrics *m, sched_pool tier, kvtier_read_
 /* The bandwidth gauge of a tier and direction: the estimate the scheduler plans with
  * (sched_get_tier_cost), set by the daemon once a transfer there was measured. */
 void metrics_set_transfer_bw(metrics *m, sched_pool tier, sched_xfer_dir dir, double bytes_per_s);
+/* KV-cache events (kvevents.h) dropped because the publisher's ring was full, and the
+ * resynchronisations (AllBlocksCleared and the whole index) sent after such drops. */
+void metrics_set_kv_events(metrics *m, uint64_t dropped, uint64_t resyncs);
 /* Decision/request log lines dropped because the writer fell behind (from declog). */
 void metrics_set_log_dropped(metrics *m, uint64_t decision_lines, uint64_t request_lines);
 

@@ -47,6 +47,43 @@ typedef struct hist_iter {
     uint64_t count, sum_us;
 } hist_iter;
 
+/* vLLM's histograms (metrics.c has their bounds, taken from vLLM 0.11's loggers.py; the
+ * token-count ones are 1-2-5 up to the context length, as vLLM's build_1_2_5_buckets). Time
+ * bounds and sums are µs, count bounds and sums are tokens. */
+enum vllm_hist {
+    VH_TTFT = 0,       /* vllm:time_to_first_token_seconds */
+    VH_ITL,            /* vllm:inter_token_latency_seconds and time_per_output_token_seconds */
+    VH_E2E,            /* vllm:e2e_request_latency_seconds */
+    VH_QUEUE,          /* vllm:request_queue_time_seconds */
+    VH_INFERENCE,      /* vllm:request_inference_time_seconds */
+    VH_PREFILL,        /* vllm:request_prefill_time_seconds */
+    VH_DECODE,         /* vllm:request_decode_time_seconds */
+    VH_PROMPT_TOKENS,  /* vllm:request_prompt_tokens */
+    VH_GEN_TOKENS,     /* vllm:request_generation_tokens */
+    VH_MAX_GEN_TOKENS, /* vllm:request_max_num_generation_tokens */
+    VH_PARAMS_N,       /* vllm:request_params_n */
+    VH_PARAMS_MAX_TOK, /* vllm:request_params_max_tokens */
+    VH_ITER_TOKENS,    /* vllm:iteration_tokens_total */
+    VH__COUNT
+};
+#define VH_MAX_BOUNDS 40
+typedef struct vllm_bounds {
+    unsigned n;
+    bool seconds; /* µs rendered as seconds; else a count */
+    uint64_t v[VH_MAX_BOUNDS];
+} vllm_bounds;
+typedef struct hist_v {
+    uint64_t bucket[VH_MAX_BOUNDS + 1]; /* non-cumulative; [n] is +Inf */
+    uint64_t count, sum;
+} hist_v;
+/* vLLM's finished_reason values (FinishReason of vLLM 0.11: stop, length, abort). */
+enum vllm_finish { VF_STOP = 0, VF_LENGTH, VF_ABORT, VF__COUNT };
+typedef struct vllm_stats {
+    hist_v h[VH__COUNT];
+    uint64_t success[VF__COUNT];
+    uint64_t prompt_tokens, generation_tokens, preemptions;
+} vllm_stats;
+
 /* ---- the counters (one copy live, three snapshots) ---------------------------------- */
 
 #define MAX_SERIES (METRICS_MAX_TENANTS * METRICS_MAX_CLASSES)
@@ -80,7 +117,7 @@ typedef struct series_stats {
 
 typedef struct info_labels {
     char version[METRICS_LABEL_MAX], policy_hash[80], policy_name[METRICS_LABEL_MAX];
-    char model_hash[80], model_name[METRICS_LABEL_MAX], backend[16];
+    char model_hash[80], model_name[128], model_path[METRICS_LABEL_MAX], backend[16];
     uint32_t kv_block_size; /* vllm:cache_config_info */
     bool prefix_cache;
 } info_labels;
@@ -102,6 +139,10 @@ typedef struct snap {
     uint64_t xfer_bytes[SCHED_POOL__COUNT][N_DIRS], xfers[SCHED_POOL__COUNT][N_DIRS];
     uint64_t tier_read_failures[SCHED_POOL__COUNT][KVTIER_READ__COUNT];
     uint64_t log_dropped[2];
+    bool kv_events_on;
+    uint64_t kv_events_dropped, kv_events_resyncs;
+    vllm_stats vllm;
+    double published_wall_s; /* wall clock of the publish: vllm:lora_requests_info's value */
     series_stats series[MAX_SERIES];
 } snap;
 
@@ -124,7 +165,8 @@ typedef struct snap {
 #define HTTP_TABLE       (2 * HTTP_MAX_CONNS)
 
 struct metrics {
-    snap live;                                                   /* loop thread only */
+    snap live;                      /* loop thread only */
+    vllm_bounds vbounds[VH__COUNT]; /* set at create, read-only after */
     int16_t series_of[METRICS_MAX_TENANTS][METRICS_MAX_CLASSES]; /* -1: none yet */
     uint64_t publish_interval_us, last_publish_us;
     bool published_once;

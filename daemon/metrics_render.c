@@ -183,7 +183,9 @@ static void render_reason_counter(FILE *f, const snap *s, const char *name, cons
 static const char *const dir_name[N_DIRS] = {"out", "in"};
 static const char *const mode_name[METRICS_N_MODES] = {"swap", "recompute"};
 
-static void render(FILE *f, const snap *s)
+static void render_vllm(FILE *f, const metrics *m, const snap *s);
+
+static void render(FILE *f, const metrics *m, const snap *s)
 {
     head(f, "ringlm_info", "gauge",
          "Build and service identity (version, policy hash, model hash).");
@@ -191,7 +193,7 @@ static void render(FILE *f, const snap *s)
     put_label(f, "version", s->info.version, false);
     put_label(f, "policy", s->info.policy_name, true);
     put_label(f, "policy_hash", s->info.policy_hash, true);
-    put_label(f, "model", s->info.model_name, true);
+    put_label(f, "model", s->info.model_path, true);
     put_label(f, "model_hash", s->info.model_hash, true);
     put_label(f, "backend", s->info.backend, true);
     fputs("} 1\n", f);
@@ -308,6 +310,18 @@ static void render(FILE *f, const snap *s)
                 fprintf(f, "ringlm_kv_tier_read_failures_total{tier=\"%s\",reason=\"%s\"} %llu\n",
                         sched_pool_name(t), kvtier_read_failure_name((kvtier_read_failure)r),
                         (unsigned long long)s->tier_read_failures[t][r]);
+    if (s->kv_events_on) {
+        head(f, "ringlm_kv_events_dropped_total", "counter",
+             "KV-cache events dropped because the publisher fell behind (the loop never waits "
+             "for it); subscribers are resynchronised after each run of drops.");
+        fprintf(f, "ringlm_kv_events_dropped_total %llu\n",
+                (unsigned long long)s->kv_events_dropped);
+        head(f, "ringlm_kv_events_resyncs_total", "counter",
+             "Resynchronisations of the KV-cache event subscribers: AllBlocksCleared, then every "
+             "cached block.");
+        fprintf(f, "ringlm_kv_events_resyncs_total %llu\n",
+                (unsigned long long)s->kv_events_resyncs);
+    }
     head(f, "ringlm_log_dropped_lines_total", "counter",
          "Decision/request log lines dropped because the log writer fell behind.");
     fprintf(f, "ringlm_log_dropped_lines_total{log=\"decision\"} %llu\n",
@@ -315,41 +329,7 @@ static void render(FILE *f, const snap *s)
     fprintf(f, "ringlm_log_dropped_lines_total{log=\"request\"} %llu\n",
             (unsigned long long)s->log_dropped[1]);
 
-    /* The names Kubernetes inference gateways scrape from vLLM, same meaning. */
-    head(f, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.");
-    fputs("vllm:num_requests_waiting{", f);
-    put_label(f, "model_name", s->info.model_name, false);
-    fprintf(f, "} %u\n", s->waiting);
-    head(f, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.");
-    fputs("vllm:num_requests_running{", f);
-    put_label(f, "model_name", s->info.model_name, false);
-    fprintf(f, "} %u\n", s->running);
-    head(f, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.");
-    fputs("vllm:kv_cache_usage_perc{", f);
-    put_label(f, "model_name", s->info.model_name, false);
-    double usage = s->kv_total[0] ? (double)s->kv_used[0] / (double)s->kv_total[0] : 0.0;
-    fprintf(f, "} %.6g\n", usage);
-    /* vLLM's cache configuration gauge (value 1, the configuration in its labels; Python's
-     * True/False as vLLM renders them), with the disk tier ringlm adds */
-    head(f, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
-    fprintf(f,
-            "vllm:cache_config_info{block_size=\"%u\",enable_prefix_caching=\"%s\",num_gpu_blocks="
-            "\"%llu\","
-            "num_cpu_blocks=\"%llu\",num_disk_blocks=\"%llu\"} 1\n",
-            s->info.kv_block_size, s->info.prefix_cache ? "True" : "False",
-            (unsigned long long)s->kv_total[SCHED_POOL_DEVICE],
-            (unsigned long long)s->kv_total[SCHED_POOL_HOST],
-            (unsigned long long)s->kv_total[SCHED_POOL_DISK]);
-    head(f, "vllm:prefix_cache_queries_total", "counter",
-         "Prefix cache queries, in terms of number of queried tokens.");
-    fputs("vllm:prefix_cache_queries_total{", f);
-    put_label(f, "model_name", s->info.model_name, false);
-    fprintf(f, "} %llu\n", (unsigned long long)s->prefix.query_tokens);
-    head(f, "vllm:prefix_cache_hits_total", "counter",
-         "Prefix cache hits, in terms of number of cached tokens.");
-    fputs("vllm:prefix_cache_hits_total{", f);
-    put_label(f, "model_name", s->info.model_name, false);
-    fprintf(f, "} %llu\n", (unsigned long long)s->prefix.hit_tokens);
+    render_vllm(f, m, s);
     head(f, "ringlm_prefix_cache_blocks", "gauge",
          "KV blocks cached that no sequence holds (counted free), per tier.");
     for (int t = 0; t < SCHED_POOL__COUNT; t++)
@@ -373,6 +353,166 @@ static void render(FILE *f, const snap *s)
     for (int t = SCHED_POOL_HOST; t < SCHED_POOL__COUNT; t++)
         fprintf(f, "ringlm_prefix_cache_reloaded_blocks_total{tier=\"%s\"} %llu\n",
                 sched_pool_name((sched_pool)t), (unsigned long long)s->prefix.reloaded[t]);
+}
+
+/* ---- vLLM's metric set -------------------------------------------------------------- */
+
+/* Every vllm:* family below is vLLM 0.11's PrometheusStatLogger (vllm/v1/metrics/loggers.py):
+ * its name, type, HELP text, labels in its order (model_name, engine; then finished_reason or
+ * le) and bounds. prometheus_client writes a counter's HELP and TYPE under the name with
+ * _total, as here. ringlm runs one engine per daemon: engine="0". */
+
+/* A bound as prometheus_client writes `le` (floatToGoString): Python's repr of the float,
+ * "1.0" for one, "0.025", and past six integer digits Go's exponent form ("1e+06"). */
+static void le_text(char *out, size_t cap, const vllm_bounds *b, unsigned i)
+{
+    uint64_t v = b->v[i];
+    if (b->seconds && v % 1000000) {
+        snprintf(out, cap, "%g", (double)v / 1e6);
+        return;
+    }
+    uint64_t whole = b->seconds ? v / 1000000 : v;
+    char d[24];
+    int n = snprintf(d, sizeof d, "%llu", (unsigned long long)whole);
+    if (n <= 6) {
+        snprintf(out, cap, "%s.0", d);
+        return;
+    }
+    int last = n - 1; /* the mantissa's digits after the first, trailing zeros dropped */
+    while (last > 0 && d[last] == '0') last--;
+    if (last == 0)
+        snprintf(out, cap, "%ce+0%d", d[0], n - 1);
+    else
+        snprintf(out, cap, "%c.%.*se+0%d", d[0], last, d + 1, n - 1);
+}
+
+static void vlabels(FILE *f, const snap *s)
+{
+    put_label(f, "model_name", s->info.model_name, false);
+    fputs_unlocked(",engine=\"0\"", f);
+}
+
+static void vgauge(FILE *f, const snap *s, const char *name, const char *help, double v)
+{
+    head(f, name, "gauge", help);
+    fputs_unlocked(name, f);
+    putc_unlocked('{', f);
+    vlabels(f, s);
+    fprintf(f, "} %.17g\n", v);
+}
+
+static void vcounter(FILE *f, const snap *s, const char *name, const char *help, uint64_t v)
+{
+    head(f, name, "counter", help);
+    fputs_unlocked(name, f);
+    putc_unlocked('{', f);
+    vlabels(f, s);
+    fprintf(f, "} %llu\n", (unsigned long long)v);
+}
+
+static void vhist(FILE *f, const metrics *m, const snap *s, enum vllm_hist h, const char *name,
+                  const char *help)
+{
+    const vllm_bounds *b = &m->vbounds[h];
+    const hist_v *x = &s->vllm.h[h];
+    head(f, name, "histogram", help);
+    uint64_t cum = 0;
+    for (unsigned i = 0; i <= b->n; i++) {
+        char le[32];
+        if (i < b->n)
+            le_text(le, sizeof le, b, i);
+        else
+            snprintf(le, sizeof le, "+Inf");
+        cum += x->bucket[i];
+        fprintf(f, "%s_bucket{", name);
+        vlabels(f, s);
+        fprintf(f, ",le=\"%s\"} %llu\n", le, (unsigned long long)cum);
+    }
+    fprintf(f, "%s_sum{", name);
+    vlabels(f, s);
+    if (b->seconds)
+        fprintf(f, "} %.6f\n", (double)x->sum / 1e6);
+    else
+        fprintf(f, "} %llu\n", (unsigned long long)x->sum);
+    fprintf(f, "%s_count{", name);
+    vlabels(f, s);
+    fprintf(f, "} %llu\n", (unsigned long long)x->count);
+}
+
+static const char *const vllm_finish_name[VF__COUNT] = {"stop", "length", "abort"};
+
+static void render_vllm(FILE *f, const metrics *m, const snap *s)
+{
+    const vllm_stats *v = &s->vllm;
+    vgauge(f, s, "vllm:num_requests_running", "Number of requests in model execution batches.",
+           s->running);
+    vgauge(f, s, "vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+           s->waiting);
+    vgauge(f, s, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+           s->kv_total[0] ? (double)s->kv_used[0] / (double)s->kv_total[0] : 0.0);
+    vcounter(f, s, "vllm:prefix_cache_queries_total",
+             "Prefix cache queries, in terms of number of queried tokens.", s->prefix.query_tokens);
+    vcounter(f, s, "vllm:prefix_cache_hits_total",
+             "Prefix cache hits, in terms of number of cached tokens.", s->prefix.hit_tokens);
+    vcounter(f, s, "vllm:num_preemptions_total", "Cumulative number of preemption from the engine.",
+             v->preemptions);
+    vcounter(f, s, "vllm:prompt_tokens_total", "Number of prefill tokens processed.",
+             v->prompt_tokens);
+    vcounter(f, s, "vllm:generation_tokens_total", "Number of generation tokens processed.",
+             v->generation_tokens);
+    head(f, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
+    for (int r = 0; r < VF__COUNT; r++) {
+        fputs_unlocked("vllm:request_success_total{", f);
+        vlabels(f, s);
+        fprintf(f, ",finished_reason=\"%s\"} %llu\n", vllm_finish_name[r],
+                (unsigned long long)v->success[r]);
+    }
+    vhist(f, m, s, VH_PROMPT_TOKENS, "vllm:request_prompt_tokens",
+          "Number of prefill tokens processed.");
+    vhist(f, m, s, VH_GEN_TOKENS, "vllm:request_generation_tokens",
+          "Number of generation tokens processed.");
+    vhist(f, m, s, VH_ITER_TOKENS, "vllm:iteration_tokens_total",
+          "Histogram of number of tokens per engine_step.");
+    vhist(f, m, s, VH_MAX_GEN_TOKENS, "vllm:request_max_num_generation_tokens",
+          "Histogram of maximum number of requested generation tokens.");
+    vhist(f, m, s, VH_PARAMS_N, "vllm:request_params_n", "Histogram of the n request parameter.");
+    vhist(f, m, s, VH_PARAMS_MAX_TOK, "vllm:request_params_max_tokens",
+          "Histogram of the max_tokens request parameter.");
+    vhist(f, m, s, VH_TTFT, "vllm:time_to_first_token_seconds",
+          "Histogram of time to first token in seconds.");
+    vhist(f, m, s, VH_ITL, "vllm:time_per_output_token_seconds",
+          "Histogram of time per output token in seconds.DEPRECATED: Use "
+          "vllm:inter_token_latency_seconds instead.");
+    vhist(f, m, s, VH_ITL, "vllm:inter_token_latency_seconds",
+          "Histogram of inter-token latency in seconds.");
+    vhist(f, m, s, VH_E2E, "vllm:e2e_request_latency_seconds",
+          "Histogram of e2e request latency in seconds.");
+    vhist(f, m, s, VH_QUEUE, "vllm:request_queue_time_seconds",
+          "Histogram of time spent in WAITING phase for request.");
+    vhist(f, m, s, VH_INFERENCE, "vllm:request_inference_time_seconds",
+          "Histogram of time spent in RUNNING phase for request.");
+    vhist(f, m, s, VH_PREFILL, "vllm:request_prefill_time_seconds",
+          "Histogram of time spent in PREFILL phase for request.");
+    vhist(f, m, s, VH_DECODE, "vllm:request_decode_time_seconds",
+          "Histogram of time spent in DECODE phase for request.");
+    /* vLLM's LoRA gauge, which the Inference Extension's endpoint picker reads to route by
+     * adapter: no adapters here, so max_lora 0 and both adapter lists empty; its value is,
+     * as vLLM's (set_to_current_time at each stats record), the wall time of the snapshot. */
+    head(f, "vllm:lora_requests_info", "gauge", "Running stats on lora requests.");
+    fprintf(f,
+            "vllm:lora_requests_info{max_lora=\"0\",waiting_lora_adapters=\"\","
+            "running_lora_adapters=\"\"} %.6f\n",
+            s->published_wall_s);
+    /* vLLM's cache configuration gauge (value 1, the configuration in its labels; Python's
+     * True/False as vLLM renders them), with the disk tier ringlm adds */
+    head(f, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
+    fprintf(f,
+            "vllm:cache_config_info{block_size=\"%u\",enable_prefix_caching=\"%s\",num_gpu_blocks="
+            "\"%llu\",num_cpu_blocks=\"%llu\",num_disk_blocks=\"%llu\",engine=\"0\"} 1\n",
+            s->info.kv_block_size, s->info.prefix_cache ? "True" : "False",
+            (unsigned long long)s->kv_total[SCHED_POOL_DEVICE],
+            (unsigned long long)s->kv_total[SCHED_POOL_HOST],
+            (unsigned long long)s->kv_total[SCHED_POOL_DISK]);
 }
 
 int metrics_render(metrics *m, char **out, size_t *len)
@@ -402,7 +542,7 @@ int metrics_render(metrics *m, char **out, size_t *len)
         }
         cur_tc = &cache;
         flockfile(f);
-        render(f, s);
+        render(f, m, s);
         funlockfile(f);
         cur_tc = NULL;
         fflush(f);

@@ -89,6 +89,8 @@ void req_free_all(svc *s)
         while (r) {
             svc_req *n = r->h_next;
             free(r->tokens);
+            eng_lp_free(r->lp);
+            free(r->stop_ids);
             free(r);
             r = n;
         }
@@ -222,11 +224,25 @@ static void req_log_and_free(svc *s, svc_req *r)
                            r->fin_reason == RINGLM_WIRE_R_REJECTED ? 0 : r->n_prompt, r->n_gen);
         metrics_count_finish(s->mx, r->series, (sched_end_code)r->fin_reason);
     }
+    if (r->fin_reason != RINGLM_WIRE_R_REJECTED) {
+        metrics_request_end e = {.finish = (sched_end_code)r->fin_reason,
+                                 .prompt_tokens = r->n_prompt,
+                                 .generation_tokens = r->n_gen,
+                                 .max_tokens = r->max_new,
+                                 .arrival_us = r->arrival_us,
+                                 .scheduled_us = r->scheduled_us,
+                                 .first_token_us = r->first_token_us,
+                                 .last_token_us = r->last_token_us,
+                                 .finish_us = fin};
+        metrics_observe_request_end(s->mx, &e);
+    }
     if (r->fin_reason != RINGLM_WIRE_R_REJECTED) s->rq.n_finished++;
     sess_unlink(r);
     req_hash_del(s, r);
     s->rq.live--;
     free(r->tokens);
+    eng_lp_free(r->lp);
+    free(r->stop_ids);
     free(r);
     svc_stats_changed(s);
 }
@@ -434,7 +450,7 @@ int req_session_open(svc *s, dsess *ds)
     int n_classes = sched_policy_n_classes(s->policy);
     if (n_classes > SCHED_MAX_CLASSES) n_classes = SCHED_MAX_CLASSES;
     for (int i = 0; i < n_classes; i++) classes[i] = sched_policy_class(s->policy, i)->name;
-    dsess_set_facts(ds, ss->trusted, classes, n_classes);
+    dsess_set_facts(ds, ss->trusted, classes, n_classes, (uint32_t)s->mcfg->vocab_size);
     svc_stats_changed(s);
     return 0;
 }
@@ -512,6 +528,20 @@ static void record_sched_cost(svc *s, svc_req *r, uint64_t t_us)
 /* The events explain decisions; they end nothing.  Requests end from sched_cancel's return
  * (req_cancel), the plan's `ended` (req_plan_ended) and the commit results
  * (req_commit_ended), so the daemon serves the same with or without an event sink. */
+void req_init(svc *s)
+{
+    for (int c = 0; c <= SCHED_MAX_CLASSES; c++) s->rq.class_mlabel[c] = -1;
+}
+
+int req_series(svc *s, int tenant, int class_idx)
+{
+    const sched_class_cfg *cc = class_idx >= 0 ? sched_policy_class(s->policy, class_idx) : NULL;
+    int c = cc && class_idx < SCHED_MAX_CLASSES ? class_idx : SCHED_MAX_CLASSES;
+    if (s->rq.class_mlabel[c] < 0)
+        s->rq.class_mlabel[c] = (int16_t)metrics_class_label(s->mx, cc ? cc->name : "other");
+    return metrics_series(s->mx, ut_metrics_label(s, tenant), s->rq.class_mlabel[c]);
+}
+
 void req_on_sched_event(void *ctx, const sched_event *ev)
 {
     svc *s = ctx;
@@ -522,20 +552,13 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
         if (s->per_uid && ev->tenant) {
             /* the scheduler knows the slot; the log names the uid that holds it */
             sched_event named = *ev;
-            named.tenant =
-                r ? r->tenant_name : ut_label(s, sched_policy_tenant_index(s->policy, ev->tenant));
+            named.tenant = r ? r->tenant_name : ut_label(s, ev->tenant_idx);
             declog_decision(s->logs, &named);
         } else {
             declog_decision(s->logs, ev);
         }
     }
-    int series =
-        r ? r->series
-          : metrics_series(s->mx,
-                           s->per_uid && ev->tenant
-                               ? ut_label(s, sched_policy_tenant_index(s->policy, ev->tenant))
-                               : ev->tenant,
-                           ev->class_name);
+    int series = r ? r->series : req_series(s, ev->tenant_idx, ev->class_idx);
     switch (ev->kind) {
     case SCHED_EV_REJECT: metrics_count_reject(s->mx, series, ev->reject); break;
     case SCHED_EV_DEFER: metrics_count_defer(s->mx, series, ev->defer); break;
@@ -544,6 +567,7 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
             metrics_observe(s->mx, series, METRICS_H_QUEUE_WAIT, ev->wait_us);
         /* its first start: QUEUED → RUNNING (a resume finds it started) */
         if (r && r->state == REQ_QUEUED) {
+            r->scheduled_us = ev->t_us;
             record_sched_cost(s, r, ev->t_us);
             req_set_state(s, r, REQ_RUNNING);
         }

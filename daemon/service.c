@@ -59,15 +59,14 @@ static int on_connect(void *ctx, dsess *ds)
     return req_session_open(ctx, ds);
 }
 
-static void on_request(void *ctx, dsess *ds, const struct ringlm_wire_request *hdr,
-                       const int32_t *prompt, uint32_t n_prompt, const char *class_name,
+static void on_request(void *ctx, dsess *ds, const struct ringlm_wire_parsed *rec,
                        const char *tenant_tag)
 {
     svc *s = ctx;
     s->now_us = dloop_now_us(s->loop);
     svc_sess *ss = dsess_user(ds);
     if (ss && ss->tenant >= 0 && ss->tenant < s->n_tenants) s->tenant_records[ss->tenant]++;
-    adm_on_request(s, ds, hdr, prompt, n_prompt, class_name, tenant_tag);
+    adm_on_request(s, ds, rec, tenant_tag);
 }
 
 static void on_cancel(void *ctx, dsess *ds, uint64_t req_id)
@@ -178,6 +177,9 @@ static int iterate(void *ctx, uint64_t now_us)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     uint64_t iter_us =
         (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000ll + (t1.tv_nsec - t0.tv_nsec) / 1000);
+    /* this iteration's KV-cache events (and those of the sessions' submits and cancels
+     * before it) make one batch */
+    kvev_end_iteration(s->kv_events, s->sched);
     stats_update_gauges(s, p && p->n_entries ? iter_us : 0, batch_tokens);
     if (s->stats_dirty && (s->now_us - s->stats_last_us >= SVC_STATS_INTERVAL_US || s->draining)) {
         stats_write(s);
@@ -223,6 +225,8 @@ static int iterate(void *ctx, uint64_t now_us)
     }
     if (next_wake) dloop_wake_after_us(s->loop, next_wake);
     if (s->stats_dirty) dloop_wake_after_us(s->loop, SVC_STATS_INTERVAL_US);
+    /* KV events were dropped: the resync goes out once the publisher made room */
+    if (kvev_resync_pending(s->kv_events)) dloop_wake_after_us(s->loop, 2000);
     /* Queued or parked work that got no entry this step waits on time (aging, timeouts,
      * transfers); a short timer keeps it moving without spinning a core. */
     if (!busy && (c.waiting || c.running || c.swapped || c.in_transit))
@@ -284,6 +288,23 @@ static char *read_file(const char *path, int *err)
     return buf;
 }
 
+/* The name clients and fleet routers know the model by (vLLM's served_model_name, the
+ * metrics' label model_name): --served-model-name, else the GGUF's general.name, else the
+ * model file's base name without its extension ("stories15M" for models/stories15M.bin). */
+static void served_model_name(svc *s, const svc_config *cfg)
+{
+    const char *name = cfg->served_model_name ? cfg->served_model_name : eng_model_name(s->model);
+    if (name) {
+        snprintf(s->served_model_name, sizeof s->served_model_name, "%s", name);
+        return;
+    }
+    const char *base = strrchr(cfg->model, '/');
+    base = base ? base + 1 : cfg->model;
+    const char *dot = strrchr(base, '.');
+    int n = dot && dot > base ? (int)(dot - base) : (int)strlen(base);
+    snprintf(s->served_model_name, sizeof s->served_model_name, "%.*s", n, base);
+}
+
 int svc_create(const svc_config *cfg, svc **out)
 {
     *out = NULL;
@@ -338,6 +359,7 @@ int svc_create(const svc_config *cfg, svc **out)
     }
     snprintf(s->policy_hash_hex, sizeof s->policy_hash_hex, "%s", sched_policy_hash_hex(s->policy));
     ut_init(s);
+    req_init(s);
 
     if (!cfg->model) { /* identity_only: a policy checked on its own */
         *out = s;
@@ -439,6 +461,18 @@ int svc_create(const svc_config *cfg, svc **out)
         rc = seterr(rc, "scheduler: %s", sched_last_error());
         goto fail;
     }
+    if (cfg->kv_events) {
+        kvev_config kc = {.endpoint = cfg->kv_events,
+                          .replay_endpoint = cfg->kv_events_replay,
+                          .block_size = (uint32_t)eng_kv_block_size(s->engine),
+                          .queue_events = cfg->kv_events_queue};
+        rc = kvev_create(&kc, &s->kv_events);
+        if (rc < 0) {
+            rc = seterr(rc, "%s", kvev_errmsg());
+            goto fail;
+        }
+        sched_set_kv_sink(s->sched, kvev_sink, s->kv_events);
+    }
     s->n_tenants = sched_policy_n_tenants(s->policy);
     s->tenant_records = calloc((size_t)s->n_tenants + 1, sizeof(uint32_t));
     if (!s->tenant_records) {
@@ -455,12 +489,15 @@ int svc_create(const svc_config *cfg, svc **out)
         goto fail;
     }
 
+    served_model_name(s, cfg);
     metrics_config mc = {.listen = cfg->metrics_listen,
                          .version = RINGLM_VERSION,
                          .policy_hash = s->policy_hash_hex,
                          .policy_name = s->policy_name,
                          .model_hash = eng_model_hash(s->model),
-                         .model_name = cfg->model,
+                         .model_name = s->served_model_name,
+                         .model_path = cfg->model,
+                         .max_model_len = (uint32_t)s->mcfg->seq_len,
                          .backend = eng_backend_name(s->engine),
                          .kv_block_size = (uint32_t)eng_kv_block_size(s->engine),
                          .prefix_cache = !cfg->no_prefix_cache};
@@ -589,6 +626,10 @@ int svc_run(svc *s, const dloop_config *lc)
             svc_log("tokenizer %s (clients tokenize; named here for the logs)", s->cfg.tokenizer);
         svc_log("policy %s (%s); %s", s->policy_name, s->policy_hash_hex, nd);
         if (s->cfg.metrics_listen) svc_log("metrics on port %d", metrics_port(s->mx));
+        if (s->kv_events)
+            svc_log("kv events on %s%s%s", kvev_endpoint(s->kv_events),
+                    kvev_replay_endpoint(s->kv_events) ? ", replay on " : "",
+                    kvev_replay_endpoint(s->kv_events) ? kvev_replay_endpoint(s->kv_events) : "");
         svc_log("listening on %s (doorbell %s)", lc->socket_path, dloop_doorbell_mode(s->loop));
     }
     s->stats_dirty = true;
@@ -617,6 +658,8 @@ void svc_destroy(svc *s)
     req_free_all(s);
     if (s->logs) declog_destroy(s->logs);
     if (s->mx) metrics_destroy(s->mx);
+    if (s->sched) sched_set_kv_sink(s->sched, NULL, NULL);
+    kvev_destroy(s->kv_events);
     if (s->sched) sched_destroy(s->sched);
     if (s->engine) eng_destroy(s->engine);
     if (s->model) eng_model_free(s->model);

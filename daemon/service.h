@@ -49,16 +49,22 @@ typedef struct svc_config {
     int host_kv_blocks;       /* host tier blocks (0: none; default 2 × kv_blocks) */
     const char *disk_kv_path; /* disk tier file (NULL: none) */
     int disk_kv_blocks;
-    double disk_kv_bw;                   /* disk tier bytes/s the cost model starts from (0: 1e9) */
-    int max_batch_tokens;                /* engine batch limit (0: from the policy, else 512) */
-    int max_seqs;                        /* engine sequence limit (0: 256) */
-    const char *decision_log;            /* NULL: none */
-    const char *request_log;             /* NULL: none */
-    const char *iteration_log;           /* one line per batch (sim/FORMATS.md); NULL: none */
-    const char *metrics_listen;          /* ADDR:PORT; NULL: no HTTP server */
-    const char *stats_file;              /* JSON snapshot of pools/queues, rewritten on change */
-    uint64_t backpressure_timeout_ms;    /* 0: 5000 */
-    uint32_t backpressure_buffer_tokens; /* per sequence (0: 4096) */
+    double disk_kv_bw;          /* disk tier bytes/s the cost model starts from (0: 1e9) */
+    int max_batch_tokens;       /* engine batch limit (0: from the policy, else 512) */
+    int max_seqs;               /* engine sequence limit (0: 256) */
+    const char *decision_log;   /* NULL: none */
+    const char *request_log;    /* NULL: none */
+    const char *iteration_log;  /* one line per batch (sim/FORMATS.md); NULL: none */
+    const char *metrics_listen; /* ADDR:PORT; NULL: no HTTP server */
+    /* the metrics' model_name (NULL: the GGUF's general.name, else the model file's base
+     * name, extension dropped) */
+    const char *served_model_name;
+    const char *kv_events;            /* ZMQ PUB endpoint of the KV-cache events (NULL: none) */
+    const char *kv_events_replay;     /* ZMQ ROUTER endpoint of their replay (NULL: none) */
+    uint32_t kv_events_queue;         /* events the loop may queue for the publisher (0: 65536) */
+    const char *stats_file;           /* JSON snapshot of pools/queues, rewritten on change */
+    uint64_t backpressure_timeout_ms; /* 0: 5000 */
+    uint32_t backpressure_buffer_tokens;  /* per sequence (0: 4096) */
     uint32_t max_records_per_tenant_iter; /* records taken from one tenant's sessions per
                                              iteration, so one tenant's flood cannot fill
                                              the loop's iteration (0: 16) */

@@ -24,6 +24,7 @@
 #include <stdio.h>
 
 #include "daemon/declog.h"
+#include "daemon/kvevents.h"
 #include "daemon/kvtier.h"
 #include "daemon/loop.h"
 #include "daemon/metrics.h"
@@ -31,6 +32,7 @@
 #include "daemon/service.h"
 #include "kernels/batch.h"
 #include "kernels/engine.h"
+#include "kernels/logits.h"
 #include "sched/sched.h"
 #include "shm/wire.h"
 
@@ -50,6 +52,21 @@
 
 typedef struct svc_sess svc_sess;
 
+/*
+ * One request of the runner. Each field has one writer after the request is made:
+ *   requests.c  the table and the session's list (id, client_id, sess, s_prev, s_next,
+ *               h_next), delivery (n_pushed, o_next), the end (state through
+ *               req_set_state, cancel_us, finish_us, fin_*, forced_*), what the scheduler
+ *               reported (cached_tokens, has_sched_cost, sched_cost); it makes the request
+ *               (series = -1) and frees it;
+ *   admission.c what the request asked for, set once before the scheduler sees it (tenant,
+ *               class_idx, series, the names, n_prompt, max_new, samp, lp (made, with
+ *               the prompt noted), stop_ids, n_stop_ids, ignore_stop, arrival_us,
+ *               deadline_us, cache_salt, the prompt in tokens[], the seed in rng);
+ *   execute.c   the generation: n_gen, tokens[] past the prompt, rng's stream, lp's counts
+ *               of the generated tokens, first_token_us, last_token_us.
+ * Every other file reads.
+ */
 typedef struct svc_req {
     uint64_t id;        /* scheduler id (daemon-wide, never reused) */
     uint64_t client_id; /* the client's id, unique in its session */
@@ -59,15 +76,19 @@ typedef struct svc_req {
     int tenant, class_idx, series;
     char tenant_name[SCHED_NAME_MAX], class_name[SCHED_NAME_MAX];
     uint32_t n_prompt, max_new;
-    uint32_t n_gen;    /* generated tokens, appended after the prompt in tokens[] */
-    uint32_t n_pushed; /* token events the client's ring accepted */
-    int32_t *tokens;   /* prompt + generated: a recompute re-prefills these */
-    eng_sampling samp;
+    uint32_t n_gen;      /* generated tokens, appended after the prompt in tokens[] */
+    uint32_t n_pushed;   /* token events the client's ring accepted */
+    int32_t *tokens;     /* prompt + generated: a recompute re-prefills these */
+    eng_sampling samp;   /* samp.proc == lp */
+    eng_logits_proc *lp; /* bias and penalties (kernels/logits.h); NULL when neutral */
+    int32_t *stop_ids;   /* the request's own stop tokens (not subject to ignore_stop) */
+    uint32_t n_stop_ids;
     uint64_t rng;
     bool ignore_stop; /* RINGLM_WIRE_REQ_F_IGNORE_STOP: only max_new ends it */
     uint64_t arrival_us, deadline_us, first_token_us, last_token_us, cancel_us, finish_us;
-    uint8_t state;                        /* req_state (reqstate.h): moved by req_set_state only */
-    struct svc_req *o_next;               /* the outbox, in the order output became ready */
+    uint64_t scheduled_us;  /* its first start (vllm:request_queue_time_seconds), 0: never */
+    uint8_t state;          /* req_state (reqstate.h): moved by req_set_state only */
+    struct svc_req *o_next; /* the outbox, in the order output became ready */
     unsigned fin_reason, fin_cause;       /* RINGLM_WIRE_R_* */
     unsigned forced_reason, forced_cause; /* set before a daemon-side cancel */
     uint32_t cached_tokens; /* prompt tokens its first admission found in the prefix cache */
@@ -120,14 +141,16 @@ struct svc {
     sched *sched;
     declog *logs;
     metrics *mx;
+    kvev *kv_events; /* --kv-events: the publisher (NULL: none) */
     kvtier *tiers;
     dloop *loop;
     int numa_node;
     char policy_hash_hex[SCHED_HASH_HEX_LEN + 1];
     char policy_name[64];
-    bool trace_xfer;          /* RINGLMD_TRACE_XFER: one stderr line per transfer */
-    bool per_uid;             /* the built-in policy: a tenant per uid (uidtenants.c) */
-    int max_tokens, max_seqs; /* the engine's batch bounds */
+    char served_model_name[128]; /* vLLM's model_name (service.c: served_model_name) */
+    bool trace_xfer;             /* RINGLMD_TRACE_XFER: one stderr line per transfer */
+    bool per_uid;                /* the built-in policy: a tenant per uid (uidtenants.c) */
+    int max_tokens, max_seqs;    /* the engine's batch bounds */
     int n_tenants;
 
     /* service.c: each iteration */
@@ -149,6 +172,9 @@ struct svc {
         svc_sess *out_sessions; /* sessions with output to push */
         req_state_audit audit;  /* illegal request state moves (req_set_state) */
         uint64_t n_finished;    /* ended other than rejected */
+        /* metrics label ids of the policy's classes ([SCHED_MAX_CLASSES]: a request of no
+         * class, "other"), -1 until first used: names are interned once, not per request */
+        int16_t class_mlabel[SCHED_MAX_CLASSES + 1];
     } rq;
 
     /* uidtenants.c: the built-in policy's tenant per uid (per_uid: no --policy) */
@@ -161,7 +187,9 @@ struct svc {
             uint32_t sessions;
             uint64_t last_us;           /* last session opened or closed */
             char label[SCHED_NAME_MAX]; /* "uid<N>": its name in the logs and metrics */
+            int16_t mlabel;             /* label's metrics id, -1 until first used */
         } slot[SVC_UID_TENANTS];
+        int16_t mlabel[SCHED_MAX_TENANTS]; /* a policy tenant's metrics label id, -1: not yet */
         int8_t slot_of[SCHED_MAX_TENANTS]; /* tenant index → slot, -1 */
         int overflow;                      /* "other-uids" */
         uint64_t overflow_sessions, overflow_logged_us;
@@ -233,6 +261,10 @@ __attribute__((format(printf, 1, 2))) static inline void svc_log(const char *fmt
 }
 
 /* ---- requests.c ----------------------------------------------------------------------- */
+void req_init(svc *s);
+/* The metrics series of (tenant, class) policy indices (-1: none → "other"), without
+ * comparing a string once both labels have been seen. */
+int req_series(svc *s, int tenant, int class_idx);
 svc_req *req_find(svc *s, uint64_t id);
 /* The one place a request's state changes: checked against reqstate.c's table. */
 void req_set_state(svc *s, svc_req *r, req_state to);
@@ -282,12 +314,14 @@ int ut_acquire(svc *s, uint32_t uid);
 void ut_release(svc *s, int tenant);
 /* A tenant's name in the logs and metrics ("uid1000" for a bound slot). */
 const char *ut_label(const svc *s, int tenant);
+/* That name's metrics label id, interned on the tenant's (or the slot's uid's) first use. */
+int ut_metrics_label(svc *s, int tenant);
 /* The prefix cache's domain: the uid under the built-in policy, else the tenant. */
 uint64_t ut_cache_salt(const svc *s, int tenant, uint32_t uid);
 
 /* ---- admission.c ---------------------------------------------------------------------- */
-void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_request *hdr, const int32_t *prompt,
-                    uint32_t n_prompt, const char *class_name, const char *tenant_tag);
+void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec,
+                    const char *tenant_tag);
 
 /* ---- execute.c ------------------------------------------------------------------------ */
 /* Sizes max_tokens/max_seqs-bound buffers (after eng_create). 0 or -ENOMEM. */

@@ -156,20 +156,32 @@ static void sess_free(dsess *s)
     free(s);
 }
 
-void dsess_end(dsess *s, const char *reason)
+static void end_as(dsess *s, dsess_end_cause cause, const char *reason)
 {
     if (s->ending) return;
     s->ending = 1;
+    s->end_cause = cause;
     snprintf(s->end_reason, sizeof(s->end_reason), "%s", reason);
     dsess_list *ls = dloop_sessions(s->loop);
     s->end_next = ls->to_end;
     ls->to_end = s;
 }
 
-static int quiet_reason(const char *r)
+void dsess_end(dsess *s, const char *reason)
 {
-    return !strcmp(r, "client closed the connection") || !strcmp(r, "client process exited") ||
-           !strcmp(r, "shutdown");
+    end_as(s, DSESS_END_FAULT, reason);
+}
+
+void dsess_end_for(dsess *s, dsess_end_cause cause)
+{
+    static const char *const words[] = {
+        [DSESS_END_FAULT] = "session fault",
+        [DSESS_END_CLIENT_CLOSED] = "client closed the connection",
+        [DSESS_END_CLIENT_EXITED] = "client process exited",
+        [DSESS_END_SHUTDOWN] = "shutdown",
+    };
+    if ((unsigned)cause >= sizeof words / sizeof words[0]) cause = DSESS_END_FAULT;
+    end_as(s, cause, words[cause]);
 }
 
 /* Runs outside callbacks: on_close, status CLOSED, cancel in-flight ops, release the
@@ -183,12 +195,12 @@ void dsess_end_pending(dloop *l)
         dsess *s = ls->to_end;
         ls->to_end = s->end_next;
         if (s->phase == DSESS_ZOMBIE) continue;
-        if (!quiet_reason(s->end_reason) && log_allowed(ls, dloop_now_us(l)))
+        if (s->end_cause == DSESS_END_FAULT && log_allowed(ls, dloop_now_us(l)))
             fprintf(stderr, "ringlmd: session %llu (uid %u pid %d) ended: %s\n",
                     (unsigned long long)s->id, (unsigned)s->uid, (int)s->pid, s->end_reason);
         if (s->svc_knows && ops->on_close) ops->on_close(ctx, s, s->end_reason);
         s->svc_knows = 0;
-        int err = strcmp(s->end_reason, "shutdown") ? -ECONNRESET : -ESHUTDOWN;
+        int err = s->end_cause == DSESS_END_SHUTDOWN ? -ESHUTDOWN : -ECONNRESET;
         dsess_write_closed(s, err, s->end_reason);
         set_phase(s, DSESS_ZOMBIE);
         cancel_op(s, DSESS_OP_RECV);
@@ -255,7 +267,8 @@ static int send_welcome(dsess *s, int status, const char *detail, int with_fds)
     return n == (ssize_t)sizeof(w) ? 0 : -errno;
 }
 
-void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes)
+void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes,
+                     uint32_t vocab)
 {
     struct ringlm_wire_dseg *d = s->dseg;
     uint32_t n = 0;
@@ -264,7 +277,9 @@ void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int
             snprintf(d->classes[n++], RINGLM_WIRE_NAME_LEN, "%s", classes[i]);
     d->n_classes = n;
     /* the client maps the segment only after the welcome: no ordering to publish */
-    d->caps = RINGLM_WIRE_CAP_FACTS | (tenant_tags ? RINGLM_WIRE_CAP_TENANT_TAGS : 0);
+    d->vocab_size = vocab;
+    d->caps = RINGLM_WIRE_CAP_FACTS | (tenant_tags ? RINGLM_WIRE_CAP_TENANT_TAGS : 0) |
+              (vocab ? RINGLM_WIRE_CAP_SAMPLING : 0);
 }
 
 static void refuse(dsess *s, int err, const char *detail)
@@ -342,7 +357,7 @@ void dsess_accept(dloop *l, int fd)
         return;
     }
     if (n == 0) {
-        dsess_end(s, "client closed the connection");
+        dsess_end_for(s, DSESS_END_CLIENT_CLOSED);
         return;
     }
     if (errno != EAGAIN && errno != EWOULDBLOCK) {
@@ -410,7 +425,7 @@ static int try_hello(dsess *s)
         return 1;
     }
     if (n == 0) {
-        dsess_end(s, "client closed the connection");
+        dsess_end_for(s, DSESS_END_CLIENT_CLOSED);
         return 1;
     }
     if (errno != EAGAIN && errno != EWOULDBLOCK) {
@@ -666,11 +681,12 @@ void dsess_on_cqe(uint64_t user_data, int res)
         if (s->phase == DSESS_HELLO) {
             if (res > 0)
                 on_hello(s, s->rxbuf, res);
+            else if (res == 0)
+                dsess_end_for(s, DSESS_END_CLIENT_CLOSED);
             else
-                dsess_end(s,
-                          res == 0 ? "client closed the connection" : "recv failed in handshake");
+                dsess_end(s, "recv failed in handshake");
         } else if (res == 0) {
-            dsess_end(s, "client closed the connection");
+            dsess_end_for(s, DSESS_END_CLIENT_CLOSED);
         } else if (res > 0) {
             dsess_end(s, "hostile: unexpected message on the session socket");
         } else if (res != -EINTR && res != -EAGAIN) {
@@ -679,7 +695,7 @@ void dsess_on_cqe(uint64_t user_data, int res)
             arm_op(s, DSESS_OP_RECV);
         }
         break;
-    case DSESS_OP_PIDFD: dsess_end(s, "client process exited"); break;
+    case DSESS_OP_PIDFD: dsess_end_for(s, DSESS_END_CLIENT_EXITED); break;
     case DSESS_OP_DOORBELL:
         /* Woken, value changed (-EAGAIN) or eventfd read: the rings are drained this
 		 * iteration; the wait is re-armed before the loop sleeps again, when the session
@@ -706,10 +722,10 @@ void dsess_expire_hellos(dloop *l, uint64_t now_us)
             dsess_end(s, "handshake timeout");
 }
 
-void dsess_end_all(dloop *l, const char *reason)
+void dsess_end_all(dloop *l, dsess_end_cause cause)
 {
     for (dsess *s = dloop_sessions(l)->all; s; s = s->next)
-        if (s->phase != DSESS_ZOMBIE) dsess_end(s, reason);
+        if (s->phase != DSESS_ZOMBIE) dsess_end_for(s, cause);
 }
 
 void dsess_free_all(dloop *l)

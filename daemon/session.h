@@ -79,8 +79,8 @@ void dsess_on_cqe(uint64_t user_data, int res);
 void dsess_end_pending(dloop *l);
 /* Ends sessions whose hello did not come in time. */
 void dsess_expire_hellos(dloop *l, uint64_t now_us);
-/* Marks every live session ending with reason (shutdown). */
-void dsess_end_all(dloop *l, const char *reason);
+/* Marks every live session ending for cause (shutdown). */
+void dsess_end_all(dloop *l, dsess_end_cause cause);
 /* After the ring is gone: on_close for sessions the service knows, then free everything. */
 void dsess_free_all(dloop *l);
 

@@ -76,6 +76,7 @@ struct dsess {
 
     /* ending */
     int ending;
+    dsess_end_cause end_cause;
     char end_reason[104];
 
     struct dsess *next, *prev; /* the loop's list of all sessions (zombies included) */

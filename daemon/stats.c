@@ -130,6 +130,8 @@ void stats_update_gauges(svc *s, uint64_t iter_us, uint32_t batch_tokens)
     uint64_t dd = 0, dr = 0;
     declog_dropped(s->logs, &dd, &dr);
     metrics_set_log_dropped(s->mx, dd, dr);
+    if (s->kv_events)
+        metrics_set_kv_events(s->mx, kvev_dropped(s->kv_events), kvev_resyncs(s->kv_events));
     metrics_publish(s->mx, s->now_us, 0);
 }
 

@@ -37,14 +37,17 @@ bool ut_builtin_text(char *buf, size_t cap, const char *scheduler_section)
 
 void ut_init(svc *s)
 {
-    for (int t = 0; t < SCHED_MAX_TENANTS; t++) s->ut.slot_of[t] = -1;
+    for (int t = 0; t < SCHED_MAX_TENANTS; t++) {
+        s->ut.slot_of[t] = -1;
+        s->ut.mlabel[t] = -1;
+    }
     s->ut.overflow = -1;
     if (!s->per_uid) return;
     for (int i = 0; i < SVC_UID_TENANTS; i++) {
         char name[SCHED_NAME_MAX];
         snprintf(name, sizeof name, "uid-slot-%02d", i);
         int t = sched_policy_tenant_index(s->policy, name);
-        s->ut.slot[i] = (struct svc_uid_tenant){.tenant = t};
+        s->ut.slot[i] = (struct svc_uid_tenant){.tenant = t, .mlabel = -1};
         if (t >= 0 && t < SCHED_MAX_TENANTS) s->ut.slot_of[t] = (int8_t)i;
     }
     s->ut.overflow = sched_policy_tenant_index(s->policy, "other-uids");
@@ -100,6 +103,7 @@ int ut_acquire(svc *s, uint32_t uid)
     u->sessions = 1;
     u->last_us = s->now_us;
     snprintf(u->label, sizeof u->label, "uid%u", uid);
+    u->mlabel = -1; /* a new name: interned when first used */
     return u->tenant;
 }
 
@@ -121,6 +125,21 @@ const char *ut_label(const svc *s, int tenant)
     }
     const sched_tenant_cfg *tc = sched_policy_tenant(s->policy, tenant);
     return tc ? tc->name : "?";
+}
+
+int ut_metrics_label(svc *s, int tenant)
+{
+    if (tenant < 0 || tenant >= SCHED_MAX_TENANTS) return metrics_tenant_label(s->mx, "other");
+    if (s->per_uid && s->ut.slot_of[tenant] >= 0) {
+        struct svc_uid_tenant *u = &s->ut.slot[s->ut.slot_of[tenant]];
+        if (u->bound) {
+            if (u->mlabel < 0) u->mlabel = (int16_t)metrics_tenant_label(s->mx, u->label);
+            return u->mlabel;
+        }
+    }
+    if (s->ut.mlabel[tenant] < 0)
+        s->ut.mlabel[tenant] = (int16_t)metrics_tenant_label(s->mx, ut_label(s, tenant));
+    return s->ut.mlabel[tenant];
 }
 
 uint64_t ut_cache_salt(const svc *s, int tenant, uint32_t uid)

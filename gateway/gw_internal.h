@@ -100,6 +100,12 @@ struct gw_req {
     struct MHD_Response *prep_resp; /* the answer it left (the prep thread's alone) */
     int prep_status;
     struct MHD_Response *ready; /* READY: the answer to queue on resume */
+    /* An answer made while mu is held (a resumed request) is queued after mu is released:
+     * libmicrohttpd holds a response's own lock while it calls sse_read, which takes mu,
+     * so queueing (which takes that lock) under mu would order the two locks both ways. */
+    bool defer_queue;
+    struct MHD_Response *q_resp;
+    unsigned q_status;
     const gw_key *key;
 
     /* generation */
@@ -289,6 +295,10 @@ enum MHD_Result gw_resumed(gw_server *s, gw_req *r, struct MHD_Connection *c);
 
 /* ---- gw_server.c: answers (r may be NULL; body malloc'ed and taken) -------------------- */
 /* c NULL (a preparation thread): the answer is left in r for the HTTP thread to queue. */
+/* Queues resp (the caller's reference is taken) on c, or keeps it for the caller that set
+ * r->defer_queue (gw_server.c queues it once mu is released). */
+enum MHD_Result gw_queue(gw_req *r, struct MHD_Connection *c, unsigned status,
+                         struct MHD_Response *resp);
 enum MHD_Result gw_answer(gw_req *r, struct MHD_Connection *c, int status, const char *ctype,
                           char *body);
 enum MHD_Result gw_answer_json(gw_req *r, struct MHD_Connection *c, int status, json_t *o);

@@ -137,9 +137,7 @@ enum MHD_Result gw_prep_resumed(gw_server *s, gw_req *r, struct MHD_Connection *
         struct MHD_Response *resp = r->ready;
         r->ready = NULL;
         r->state = RQ_ANSWERED;
-        enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
-        MHD_destroy_response(resp);
-        return ret;
+        return gw_queue(r, c, (unsigned)r->status, resp);
     }
     gw_suspend(r); /* woken before its preparation ended: wait on */
     return MHD_YES;

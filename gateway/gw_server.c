@@ -54,6 +54,20 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 }
 
 /* ---- HTTP answers ---------------------------------------------------------------------- */
+enum MHD_Result gw_queue(gw_req *r, struct MHD_Connection *c, unsigned status,
+                         struct MHD_Response *resp)
+{
+    if (r && r->defer_queue) {
+        if (r->q_resp) MHD_destroy_response(r->q_resp); /* never two: the last one wins */
+        r->q_resp = resp;
+        r->q_status = status;
+        return MHD_YES;
+    }
+    enum MHD_Result ret = MHD_queue_response(c, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 enum MHD_Result gw_answer(gw_req *r, struct MHD_Connection *c, int status, const char *ctype,
                           char *body /* malloc'ed, taken */)
 {
@@ -81,9 +95,7 @@ enum MHD_Result gw_answer(gw_req *r, struct MHD_Connection *c, int status, const
         r->status = status;
         r->state = RQ_ANSWERED;
     }
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
-    MHD_destroy_response(resp);
-    return ret;
+    return gw_queue(r, c, (unsigned)status, resp);
 }
 
 enum MHD_Result gw_answer_json(gw_req *r, struct MHD_Connection *c, int status, json_t *o)
@@ -247,11 +259,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     /* resumed: its first event, or its preparation ended */
     enum MHD_Result ret = MHD_YES;
     pthread_mutex_lock(&s->mu);
+    r->defer_queue = true;
     if (r->state == RQ_WAIT)
         ret = gw_resumed(s, r, c);
     else if (r->state == RQ_PREP || r->state == RQ_READY)
         ret = gw_prep_resumed(s, r, c);
+    r->defer_queue = false;
+    struct MHD_Response *resp = r->q_resp;
+    unsigned status = r->q_status;
+    r->q_resp = NULL;
     pthread_mutex_unlock(&s->mu);
+    /* r is not touched past here: only this thread frees it (on_completed), but another
+     * thread may change it under mu. */
+    if (resp) {
+        enum MHD_Result q = MHD_queue_response(c, status, resp);
+        MHD_destroy_response(resp);
+        if (ret == MHD_YES) ret = q;
+    }
     return ret;
 }
 

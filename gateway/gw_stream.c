@@ -229,9 +229,7 @@ enum MHD_Result gw_resumed(gw_server *s, gw_req *r, struct MHD_Connection *c)
         r->state = RQ_STREAM;
         r->status = 200;
         s->n_streams++;
-        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
-        MHD_destroy_response(resp);
-        return ret;
+        return gw_queue(r, c, 200, resp);
     }
     if (r->failed) return gw_answer_err(r, c, &r->err);
     if (r->daemon_done) return answer_generation(s, r, c);

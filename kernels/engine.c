@@ -380,7 +380,9 @@ int eng_execute_sample(eng *e, const eng_batch *b, const eng_sampling *s, uint64
     if (err) return err;
     if (b->n_logits && (!s || !rng || !out_tokens))
         return eng_seterr(-EINVAL, "eng_execute_sample: sampling, rng and out_tokens required");
-    if (e->ops->execute_sample)
+    bool host = false; /* a row with processors is sampled here (kernels/logits.h) */
+    for (int i = 0; i < b->n_logits && !host; i++) host = s[i].proc != NULL;
+    if (e->ops->execute_sample && !host)
         return e->ops->execute_sample(e->priv, b, s, rng, out_tokens, logits);
     const int vocab = eng_model_cfg(e->model)->vocab_size;
     float *buf = logits;
@@ -397,8 +399,10 @@ int eng_execute_sample(eng *e, const eng_batch *b, const eng_sampling *s, uint64
         buf = e->sample_logits;
     }
     err = e->ops->execute(e->priv, b, buf);
-    for (int i = 0; !err && i < b->n_logits; i++)
+    for (int i = 0; !err && i < b->n_logits; i++) {
         out_tokens[i] = eng_sample(buf + (size_t)i * (size_t)vocab, vocab, &s[i], &rng[i]);
+        if (out_tokens[i] < 0) err = eng_seterr(-EIO, "the constraint stage of row %d failed", i);
+    }
     return err;
 }
 

@@ -139,6 +139,9 @@ const eng_model_tensors *eng_model_tensors_of(const eng_model *m);
 int eng_model_stop_tokens(const eng_model *m, int32_t *out, int max);
 /* The GGUF file's path when the model came from one (the tokenizer lives in it), else NULL. */
 const char *eng_model_gguf_path(const eng_model *m);
+/* A GGUF model's general.name (the name its author gave it), NUL-terminated; NULL when the
+ * model is not a GGUF file, or its general.name is absent, empty or not a string. */
+const char *eng_model_name(const eng_model *m);
 bool eng_model_is_lazy(const eng_model *m);
 /* For synthetic models: the preset's seed (0 and false for files). */
 bool eng_model_synthetic_seed(const eng_model *m, uint64_t *seed);
@@ -292,19 +295,29 @@ int eng_execute(eng *e, const eng_batch *b, float *logits);
 
 /* ---- sampling ----------------------------------------------------------------------- */
 
+typedef struct eng_logits_proc eng_logits_proc; /* kernels/logits.h */
+
 typedef struct eng_sampling {
     float temperature; /* 0 = greedy (argmax, first index wins ties) */
     int top_k;         /* 0 = off */
     float top_p;       /* 1 (or 0) = off */
     uint64_t seed;     /* per request; the rng state starts at eng_rng_init(seed) */
+    /* The sequence's logits processors (bias, penalties, min-p, the constraint stage:
+     * kernels/logits.h), or NULL: none, exactly the path without them. */
+    eng_logits_proc *proc;
 } eng_sampling;
 
 uint64_t eng_rng_init(uint64_t seed);
-/* Samples one token id from logits[vocab]; advances *rng. Deterministic for equal inputs. */
-int32_t eng_sample(const float *logits, int vocab, const eng_sampling *s, uint64_t *rng);
+/* Samples one token id from logits[vocab] through the pipeline of kernels/logits.h (bias →
+ * repetition → presence/frequency → constraint → temperature → top-k → top-p → min-p);
+ * advances *rng. Deterministic for equal inputs. The row is changed while the processors run
+ * and restored exactly before the call returns (it is not modified when s->proc is NULL).
+ * Returns -1 only when the constraint stage fails. */
+int32_t eng_sample(float *logits, int vocab, const eng_sampling *s, uint64_t *rng);
 
 /* Execute + sample per logits row (s[i], rng[i] for logits row i); out_tokens[n_logits].
- * logits may be NULL. Backends may sample on the device and copy back only the ids. */
+ * logits may be NULL. Backends may sample on the device and copy back only the ids; a batch
+ * where a row has processors (s[i].proc) is sampled on the host. */
 int eng_execute_sample(eng *e, const eng_batch *b, const eng_sampling *s, uint64_t *rng,
                        int32_t *out_tokens, float *logits);
 

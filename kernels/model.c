@@ -39,7 +39,8 @@ struct eng_model {
     uint64_t seed;
     char preset[32];
     char path[256];
-    void *map; /* file mapping (files) */
+    char name[128]; /* GGUF general.name, "" when none */
+    void *map;      /* file mapping (files) */
     size_t map_len;
     float *owned; /* generated weights (synthetic) */
     size_t owned_floats;
@@ -652,6 +653,12 @@ static int load_gguf(const char *path, eng_model **out)
     }
     m->gguf = g;
     snprintf(m->path, sizeof m->path, "%s", path);
+    const char *gname;
+    size_t gname_len;
+    if (gguf_get_str(g, "general.name", &gname, &gname_len) == 0 && gname_len &&
+        !memchr(gname, 0, gname_len))
+        snprintf(m->name, sizeof m->name, "%.*s",
+                 (int)(gname_len < sizeof m->name ? gname_len : sizeof m->name - 1), gname);
     size_t len;
     m->map = (void *)gguf_bytes(g, &len);
     m->map_len = len;
@@ -803,6 +810,11 @@ const eng_model_tensors *eng_model_tensors_of(const eng_model *m)
 const char *eng_model_gguf_path(const eng_model *m)
 {
     return m->gguf ? m->path : NULL;
+}
+
+const char *eng_model_name(const eng_model *m)
+{
+    return m->name[0] ? m->name : NULL;
 }
 
 int eng_model_stop_tokens(const eng_model *m, int32_t *out, int max)

@@ -6,6 +6,7 @@
  */
 #include "kernels/sample.h"
 #include "kernels/engine.h"
+#include "kernels/logits.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -246,9 +247,23 @@ static cand *cand_scratch(int vocab)
     return b ? b->c : NULL;
 }
 
-int32_t eng_sample(const float *logits, int vocab, const eng_sampling *s, uint64_t *rng)
+static int32_t sample_row(const float *logits, int vocab, const eng_sampling *s, uint64_t *rng,
+                          float min_p);
+
+int32_t eng_sample(float *logits, int vocab, const eng_sampling *s, uint64_t *rng)
 {
     if (vocab <= 0) return 0;
+    if (!s || !s->proc) return sample_row(logits, vocab, s, rng, 0.0f);
+    if (eng_lp_apply(s->proc, logits, vocab) < 0) return -1;
+    int32_t pick = sample_row(logits, vocab, s, rng, eng_lp_min_p(s->proc));
+    eng_lp_restore(s->proc, logits, vocab, pick);
+    return pick;
+}
+
+/* Temperature → top-k → top-p → min-p → the draw, on the processed row. */
+static int32_t sample_row(const float *logits, int vocab, const eng_sampling *s, uint64_t *rng,
+                          float min_p)
+{
     if (!s || s->temperature <= 0.0f || !(s->temperature == s->temperature))
         return argmax(logits, vocab);
     /* Always draw once per sampled token, so a request's stream of draws does not depend on
@@ -303,6 +318,18 @@ int32_t eng_sample(const float *logits, int vocab, const eng_sampling *s, uint64
         n = keep;
         sum = 0;
         for (int i = 0; i < n; i++) sum += c[i].prob;
+    }
+    if (min_p > 0.0f) {
+        /* The most likely token's weight is exp(0) = 1 and it survives top-k and top-p, so
+         * "p < min_p * p_max" is "weight < min_p"; the order of c is kept. */
+        int m = 0;
+        sum = 0;
+        for (int i = 0; i < n; i++)
+            if (c[i].prob >= min_p) {
+                c[m++] = c[i];
+                sum += c[i].prob;
+            }
+        n = m > 0 ? m : 1;
     }
     double r = (double)coin * sum, acc = 0;
     int32_t pick = c[n - 1].id;

@@ -76,6 +76,7 @@ struct ringlm_client {
 
     /* the handshake's facts, copied once at connect */
     uint32_t caps;
+    uint32_t vocab_size; /* with RINGLM_WIRE_CAP_SAMPLING, else 0 */
     int n_classes;
     char classes[RINGLM_WIRE_CLASSES_MAX][RINGLM_WIRE_NAME_LEN];
 };
@@ -129,6 +130,14 @@ void ringlm_request_init(ringlm_request *r)
     r->temperature = 0.0f;
     r->top_p = 1.0f;
     r->class_name = "default";
+}
+
+void ringlm_sampling_init(ringlm_sampling *smp)
+{
+    memset(smp, 0, sizeof(*smp));
+    smp->size = sizeof(*smp);
+    smp->repetition_penalty = 1.0f;
+    smp->n = 1;
 }
 
 /* ---- connect -------------------------------------------------------------------------- */
@@ -296,6 +305,8 @@ int ringlm_connect(const char *socket_path, ringlm_client **out)
     /* The facts, copied once: each name bounded and NUL-terminated here whatever the
      * segment holds. */
     c->caps = __atomic_load_n(&c->dseg->caps, __ATOMIC_ACQUIRE);
+    if (c->caps & RINGLM_WIRE_CAP_SAMPLING)
+        c->vocab_size = __atomic_load_n(&c->dseg->vocab_size, __ATOMIC_RELAXED);
     if (c->caps & RINGLM_WIRE_CAP_FACTS) {
         uint32_t n = __atomic_load_n(&c->dseg->n_classes, __ATOMIC_RELAXED);
         c->n_classes = (int)(n < RINGLM_WIRE_CLASSES_MAX ? n : RINGLM_WIRE_CLASSES_MAX);
@@ -371,6 +382,14 @@ int ringlm_tenant_tags_honoured(const ringlm_client *c)
 {
     if (!(c->caps & RINGLM_WIRE_CAP_FACTS)) return -ENOTSUP;
     return (c->caps & RINGLM_WIRE_CAP_TENANT_TAGS) ? 1 : 0;
+}
+
+int ringlm_vocab_size(const ringlm_client *c)
+{
+    if (!c) return -EINVAL;
+    if (!(c->caps & RINGLM_WIRE_CAP_SAMPLING) || !c->vocab_size || c->vocab_size > INT32_MAX)
+        return -ENOTSUP;
+    return (int)c->vocab_size;
 }
 
 int ringlm_policy_classes(const ringlm_client *c, const char **names, int max)
@@ -526,10 +545,62 @@ static int put_record(ringlm_client *c, uint32_t len, const struct ringlm_wire_r
     return 0;
 }
 
+/* One request's record as the library builds it: the wire structs and where its lists are
+ * (the caller's memory, copied into the ring once). */
+typedef struct wire_req {
+    struct ringlm_wire_request w;
+    struct ringlm_wire_sampling sm;
+    bool ext; /* a REQUEST_EXT record (sm and the lists follow w) */
+    const int32_t *prompt;
+    const ringlm_logit_bias *bias;
+    const int32_t *stop_ids;
+    const void *constraint;
+    uint64_t len;
+} wire_req;
+
+/* ringlm_logit_bias is what the wire carries, so a program's list is copied as it is. */
+_Static_assert(sizeof(ringlm_logit_bias) == sizeof(struct ringlm_wire_bias), "bias pair");
+_Static_assert(offsetof(ringlm_logit_bias, bias) == offsetof(struct ringlm_wire_bias, bias),
+               "bias pair");
+_Static_assert(RINGLM_MAX_LOGIT_BIAS == RINGLM_WIRE_MAX_LOGIT_BIAS, "bias bound");
+_Static_assert(RINGLM_MAX_STOP_TOKEN_IDS == RINGLM_WIRE_MAX_STOP_IDS, "stop bound");
+_Static_assert(RINGLM_MAX_LOGPROBS == RINGLM_WIRE_MAX_LOGPROBS, "logprobs bound");
+_Static_assert(RINGLM_MAX_CONSTRAINT_BYTES == RINGLM_WIRE_MAX_CONSTRAINT_BYTES, "constraint");
+_Static_assert(RINGLM_SAMPLING_LOGPROBS == RINGLM_WIRE_SMP_F_LOGPROBS &&
+                   RINGLM_SAMPLING_LOGPROBS_PROCESSED == RINGLM_WIRE_SMP_F_LOGPROBS_PROCESSED &&
+                   RINGLM_SAMPLING_PROMPT_LOGPROBS == RINGLM_WIRE_SMP_F_PROMPT_LOGPROBS,
+               "flags");
+
+/* Writes one request record at ring index pos: header, structs, the lists, zero padding. */
+static void write_request(ringlm_client *c, uint64_t pos, const wire_req *q)
+{
+    struct ringlm_wire_rec_hdr h = {.len = (uint32_t)q->len,
+                                    .type = q->ext ? RINGLM_WIRE_REC_REQUEST_EXT
+                                                   : RINGLM_WIRE_REC_REQUEST};
+    size_t off = 0;
+#define PUT(p, n)                                                                                  \
+    do {                                                                                           \
+        size_t n_ = (n);                                                                           \
+        if (n_ > 0) ring_rec_write(&c->sub, pos, off, (p), n_);                                    \
+        off += n_;                                                                                 \
+    } while (0)
+    PUT(&h, sizeof(h));
+    PUT(&q->w, sizeof(q->w));
+    if (q->ext) PUT(&q->sm, sizeof(q->sm));
+    PUT(q->prompt, (size_t)q->w.n_prompt * 4);
+    if (q->ext) {
+        PUT(q->bias, (size_t)q->sm.n_logit_bias * sizeof(ringlm_logit_bias));
+        PUT(q->stop_ids, (size_t)q->sm.n_stop_ids * 4);
+        PUT(q->constraint, (size_t)q->sm.constraint_bytes);
+    }
+#undef PUT
+    static const uint8_t zero[8];
+    if (off < q->len) ring_rec_write(&c->sub, pos, off, zero, q->len - off);
+}
+
 /* The requests' records, written one after another and published together (one release
  * store of the producer index): the daemon reads all of them or none. */
-static int put_requests(ringlm_client *c, const struct ringlm_wire_request *w,
-                        const ringlm_request *reqs, uint32_t n, uint64_t total)
+static int put_requests(ringlm_client *c, const wire_req *q, uint32_t n, uint64_t total)
 {
     uint64_t pos;
     int r = submit_open(c, RINGLM_WIRE_REC_REQUEST);
@@ -538,11 +609,8 @@ static int put_requests(ringlm_client *c, const struct ringlm_wire_request *w,
     if (r < 0) return reserve_error(c, r, (uint32_t)total);
     uint64_t off = 0;
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t len = ringlm_wire_request_bytes(w[i].n_prompt);
-        struct ringlm_wire_rec_hdr h = {.len = (uint32_t)len, .type = RINGLM_WIRE_REC_REQUEST};
-        write_record(c, pos + off, (uint32_t)len, &h, &w[i], sizeof(w[i]), reqs[i].prompt,
-                     reqs[i].n_prompt);
-        off += len;
+        write_request(c, pos + off, &q[i]);
+        off += q[i].len;
     }
     ring_rec_commit(&c->sub, (uint32_t)total);
     if (ring_handshake_peer_waits(&c->dseg->daemon_sleeping)) ring_daemon(c);
@@ -561,21 +629,52 @@ static int copy_name(char dst[RINGLM_WIRE_NAME_LEN], const char *src, const char
     return 0;
 }
 
-/* Checks one request with the one parameter check (ringlm_wire_check_request) and fills its
- * wire record (req_id left 0) and its length; *field names the member at fault. */
-static int wire_request(const ringlm_request *req, struct ringlm_wire_request *w, uint64_t *len,
-                        const char **field)
+/* The program's ringlm_sampling as this library knows it (its size checked), into *out. */
+static int read_sampling(const ringlm_sampling *smp, ringlm_sampling *out, const char **field)
 {
-    char why[160];
+    *field = "size";
+    if (smp->size < sizeof(*out))
+        return set_err(-EINVAL,
+                       "size %u is smaller than ringlm_sampling of library %d.%d (%zu "
+                       "bytes): call ringlm_sampling_init",
+                       smp->size, RINGLM_VERSION_MAJOR, RINGLM_VERSION_MINOR, sizeof(*out));
+    const unsigned char *b = (const unsigned char *)smp;
+    for (size_t i = sizeof(*out); i < smp->size; i++)
+        if (b[i])
+            return set_err(-ENOTSUP,
+                           "size %u: the field at byte %zu is set, unknown to library "
+                           "%d.%d (%zu bytes)",
+                           smp->size, i, RINGLM_VERSION_MAJOR, RINGLM_VERSION_MINOR, sizeof(*out));
+    memcpy(out, smp, sizeof(*out));
+    *field = NULL;
+    return 0;
+}
+
+static bool sampling_neutral(const struct ringlm_wire_sampling *sm)
+{
+    return sm->flags == 0 && sm->repetition_penalty == 1.0f && sm->presence_penalty == 0.0f &&
+           sm->frequency_penalty == 0.0f && sm->min_p == 0.0f && sm->n_logit_bias == 0 &&
+           sm->n_stop_ids == 0 && sm->top_logprobs == 0 && sm->prompt_logprobs == 0 && sm->n <= 1 &&
+           sm->constraint_kind == 0 && sm->constraint_bytes == 0;
+}
+
+/* Checks one request with the one parameter check (ringlm_wire_check_request_field and
+ * ringlm_wire_check_sampling) and fills its wire record (req_id left 0) and its length;
+ * *field names the member at fault. vocab: 0 = unknown. */
+static int wire_request(const ringlm_request *req, const ringlm_sampling *smp, uint32_t vocab,
+                        wire_req *q, const char **field)
+{
+    char why[200];
     int r;
 
     *field = NULL;
+    memset(q, 0, sizeof(*q));
     if (!req) return set_err(-EINVAL, "NULL request");
     if (!req->prompt && req->n_prompt) {
         *field = "prompt";
         return set_err(-EINVAL, "prompt is NULL but n_prompt is %u", req->n_prompt);
     }
-    memset(w, 0, sizeof(*w));
+    struct ringlm_wire_request *w = &q->w;
     w->seed = req->seed;
     w->deadline_us = req->deadline_us;
     w->submit_mono_us = ring_now_ns() / 1000;
@@ -584,6 +683,7 @@ static int wire_request(const ringlm_request *req, struct ringlm_wire_request *w
     w->temperature = req->temperature;
     w->top_p = req->top_p;
     w->top_k = req->top_k;
+    q->prompt = req->prompt;
     if (ringlm_wire_check_request_field(w, field, why, sizeof(why)))
         return set_err(-EINVAL, "%s", why);
     *field = "class_name";
@@ -597,16 +697,74 @@ static int wire_request(const ringlm_request *req, struct ringlm_wire_request *w
     }
     *field = NULL;
     if (req->ignore_stop) w->flags |= RINGLM_WIRE_REQ_F_IGNORE_STOP;
-    *len = ringlm_wire_request_bytes(req->n_prompt);
+    q->len = ringlm_wire_request_bytes(req->n_prompt);
+    if (!smp) return 0;
+
+    ringlm_sampling x;
+    if ((r = read_sampling(smp, &x, field)) < 0) return r;
+    struct ringlm_wire_sampling *sm = &q->sm;
+    sm->flags = x.flags;
+    sm->repetition_penalty = x.repetition_penalty;
+    sm->presence_penalty = x.presence_penalty;
+    sm->frequency_penalty = x.frequency_penalty;
+    sm->min_p = x.min_p;
+    sm->top_logprobs = x.top_logprobs;
+    sm->prompt_logprobs = x.prompt_logprobs;
+    sm->n = x.n;
+    sm->constraint_kind = x.constraint_kind;
+    /* Counts past the bounds are refused before a list is read. */
+    sm->n_logit_bias =
+        x.n_logit_bias > RINGLM_MAX_LOGIT_BIAS ? RINGLM_MAX_LOGIT_BIAS + 1u : x.n_logit_bias;
+    sm->n_stop_ids = x.n_stop_token_ids > RINGLM_MAX_STOP_TOKEN_IDS ? RINGLM_MAX_STOP_TOKEN_IDS + 1u
+                                                                    : x.n_stop_token_ids;
+    sm->constraint_bytes = x.constraint_bytes > RINGLM_MAX_CONSTRAINT_BYTES
+                               ? RINGLM_MAX_CONSTRAINT_BYTES + 1u
+                               : (uint32_t)x.constraint_bytes;
+    if (x.n_logit_bias && !x.logit_bias) {
+        *field = "logit_bias";
+        return set_err(-EINVAL, "logit_bias is NULL but n_logit_bias is %u", x.n_logit_bias);
+    }
+    if (x.n_stop_token_ids && !x.stop_token_ids) {
+        *field = "stop_token_ids";
+        return set_err(-EINVAL, "stop_token_ids is NULL but n_stop_token_ids is %u",
+                       x.n_stop_token_ids);
+    }
+    if (x.constraint_bytes && !x.constraint) {
+        *field = "constraint";
+        return set_err(-EINVAL, "constraint is NULL but constraint_bytes is %zu",
+                       x.constraint_bytes);
+    }
+    struct ringlm_wire_parsed view = {.type = RINGLM_WIRE_REC_REQUEST_EXT,
+                                      .req = w,
+                                      .prompt = req->prompt,
+                                      .smp = sm,
+                                      .bias = (const struct ringlm_wire_bias *)x.logit_bias,
+                                      .stop_ids = x.stop_token_ids,
+                                      .constraint = x.constraint};
+    bool unsup = false;
+    if (ringlm_wire_check_sampling(&view, vocab, field, &unsup, why, sizeof(why)))
+        return set_err(unsup ? -ENOTSUP : -EINVAL, "%s", why);
+    if (sampling_neutral(sm)) return 0; /* a plain request: any daemon takes it */
+    q->ext = true;
+    q->bias = x.logit_bias;
+    q->stop_ids = x.stop_token_ids;
+    q->constraint = x.constraint;
+    q->len = ringlm_wire_request_ext_bytes(req->n_prompt, sm->n_logit_bias, sm->n_stop_ids,
+                                           sm->constraint_bytes);
     return 0;
 }
 
 int ringlm_request_check(const ringlm_request *req, const char **field)
 {
-    struct ringlm_wire_request w;
-    uint64_t len;
+    return ringlm_request_check_ext(req, NULL, 0, field);
+}
+
+int ringlm_request_check_ext(const ringlm_request *req, const ringlm_sampling *smp, int vocab_size,
+                             const char **field)
+{
+    wire_req q;
     const char *f;
-    int rc = wire_request(req, &w, &len, &f);
+    int rc = wire_request(req, smp, vocab_size > 0 ? (uint32_t)vocab_size : 0, &q, &f);
     if (field) *field = f;
     return rc;
 }
@@ -614,22 +772,35 @@ int ringlm_request_check(const ringlm_request *req, const char **field)
 int ringlm_submit(ringlm_client *c, const ringlm_request *req, uint64_t *id)
 {
     if (!c || !req) return set_err(-EINVAL, "NULL client or request");
-    return ringlm_submit_batch(c, req, 1, id);
+    return ringlm_submit_batch_ext(c, req, NULL, 1, id);
+}
+
+int ringlm_submit_ext(ringlm_client *c, const ringlm_request *req, const ringlm_sampling *smp,
+                      uint64_t *id)
+{
+    if (!c || !req) return set_err(-EINVAL, "NULL client or request");
+    return ringlm_submit_batch_ext(c, req, smp, 1, id);
 }
 
 int ringlm_submit_batch(ringlm_client *c, const ringlm_request *reqs, uint32_t n, uint64_t *ids)
 {
-    struct ringlm_wire_request one, *w = &one;
+    return ringlm_submit_batch_ext(c, reqs, NULL, n, ids);
+}
+
+int ringlm_submit_batch_ext(ringlm_client *c, const ringlm_request *reqs,
+                            const ringlm_sampling *smps, uint32_t n, uint64_t *ids)
+{
+    wire_req one, *q = &one;
     uint64_t total = 0;
     int r;
 
     if (!c || !reqs) return set_err(-EINVAL, "NULL client or request");
     if (n == 0) return set_err(-EINVAL, "a batch of no requests");
-    if (n > 1 && !(w = calloc(n, sizeof(*w)))) return set_err(-ENOMEM, "a batch of %u requests", n);
+    if (n > 1 && !(q = calloc(n, sizeof(*q)))) return set_err(-ENOMEM, "a batch of %u requests", n);
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t len = 0;
         const char *field;
-        if ((r = wire_request(&reqs[i], &w[i], &len, &field)) < 0) {
+        if ((r = wire_request(&reqs[i], smps ? &smps[i] : NULL, c->vocab_size, &q[i], &field)) <
+            0) {
             if (n > 1) {
                 char detail[256];
                 snprintf(detail, sizeof(detail), "%s", ringlm_errdetail());
@@ -637,14 +808,22 @@ int ringlm_submit_batch(ringlm_client *c, const ringlm_request *reqs, uint32_t n
             }
             goto out;
         }
-        if (len > c->sub.cap) {
-            r = set_err(
-                -E2BIG,
-                "a prompt of %u tokens needs a %llu-byte record, the submit ring holds %llu",
-                reqs[i].n_prompt, (unsigned long long)len, (unsigned long long)c->sub.cap);
+        if (q[i].ext && !(c->caps & RINGLM_WIRE_CAP_SAMPLING)) {
+            r = set_err(-ENOTSUP,
+                        "%sthe daemon does not take sampling extensions (it is older "
+                        "than library 0.4)",
+                        n > 1 ? "a request of the batch: " : "");
             goto out;
         }
-        w[i].req_id = c->next_id + i;
+        uint64_t len = q[i].len;
+        if (len > c->sub.cap) {
+            r = set_err(-E2BIG,
+                        "a prompt of %u tokens (with its lists) needs a %llu-byte record, the "
+                        "submit ring holds %llu",
+                        reqs[i].n_prompt, (unsigned long long)len, (unsigned long long)c->sub.cap);
+            goto out;
+        }
+        q[i].w.req_id = c->next_id + i;
         total += len;
     }
     if (total > c->sub.cap) {
@@ -652,12 +831,12 @@ int ringlm_submit_batch(ringlm_client *c, const ringlm_request *reqs, uint32_t n
                     n, (unsigned long long)total, (unsigned long long)c->sub.cap);
         goto out;
     }
-    if ((r = put_requests(c, w, reqs, n, total)) < 0) goto out;
+    if ((r = put_requests(c, q, n, total)) < 0) goto out;
     for (uint32_t i = 0; i < n; i++)
-        if (ids) ids[i] = w[i].req_id;
+        if (ids) ids[i] = q[i].w.req_id;
     c->next_id += n;
 out:
-    if (w != &one) free(w);
+    if (q != &one) free(q);
     return r;
 }
 

@@ -55,7 +55,8 @@ extern "C" {
  * binary compatibility; the shared library's soname is libringlm.so.MAJOR). Compare with
  * ringlm_version() at run time to detect a library older than the header built against. */
 #define RINGLM_VERSION_MAJOR 0
-#define RINGLM_VERSION_MINOR 3 /* 0.2: n_cached_tokens; 0.3: request check, tokenizer */
+/* 0.2: n_cached_tokens; 0.3: request check, tokenizer; 0.4: sampling extensions */
+#define RINGLM_VERSION_MINOR 4
 #define RINGLM_VERSION_PATCH 0
 /* One number that orders versions: MAJOR*10000 + MINOR*100 + PATCH. */
 #define RINGLM_VERSION_NUMBER                                                                      \
@@ -136,6 +137,92 @@ typedef struct ringlm_request {
 /* Fills defaults: max_new_tokens 16, temperature 0 (greedy), top_k 0, top_p 1, seed 0,
  * no deadline, class "default", no tenant tag, no prompt, the stop token ends it. */
 void ringlm_request_init(ringlm_request *req);
+
+/* ---- sampling extensions (0.4) ---------------------------------------------------------
+ * ringlm_request cannot grow (it has no size field and programs allocate it), so what 0.4
+ * adds travels in a second struct that starts with its own size, passed beside the request
+ * to ringlm_submit_ext. Every sampled token goes through one pipeline, in this order (as
+ * vLLM's):
+ *
+ *   logit_bias → repetition_penalty → presence/frequency_penalty → (constraint: reserved)
+ *   → temperature → top_k → top_p → min_p → sample
+ *
+ *   logit_bias          added to the model's logit of each named token (-100 forbids a token
+ *                       in practice, +100 forces it);
+ *   repetition_penalty  r (CTRL, vLLM): for every token that appears in the prompt or the
+ *                       output so far, a logit l > 0 becomes l / r, l <= 0 becomes l * r;
+ *   presence_penalty    p, frequency_penalty f (OpenAI): for every token generated c > 0
+ *                       times so far, l -= p + c * f (output tokens only, not the prompt);
+ *   min_p               after top-k/top-p: tokens whose probability is below min_p times the
+ *                       most likely one's are dropped.
+ *
+ * Their cost per step is proportional to the distinct tokens seen, never the vocabulary.
+ * With every field at its neutral value the answer is exactly ringlm_submit's. Greedy
+ * requests (temperature 0) see bias and penalties too; min_p, top_k and top_p never change a
+ * greedy pick.
+ *
+ * stop_token_ids end the request like the model's stop token: the token is not emitted and
+ * the request finishes with RINGLM_FINISH_STOP. ringlm_request.ignore_stop ignores only the
+ * model's stop tokens, never these (as vLLM's ignore_eos and stop_token_ids).
+ *
+ * Not implemented yet, refused with -ENOTSUP and a detail (never accepted silently): the
+ * logprobs flags, top_logprobs, prompt_logprobs, n > 1, and any constraint. */
+typedef struct ringlm_logit_bias {
+    int32_t token; /* [0, vocabulary size) */
+    float bias;    /* [-100, 100], finite */
+} ringlm_logit_bias;
+
+#define RINGLM_MAX_LOGIT_BIAS       1024 /* entries per request; each token at most once */
+#define RINGLM_MAX_STOP_TOKEN_IDS   64
+#define RINGLM_MAX_LOGPROBS         20 /* top_logprobs, prompt_logprobs (OpenAI's limit) */
+#define RINGLM_MAX_CONSTRAINT_BYTES (256u << 10)
+
+/* ringlm_sampling.flags (reserved: refused with -ENOTSUP until implemented) */
+#define RINGLM_SAMPLING_LOGPROBS                                                                   \
+    1u /* per generated token: its log-probability and
+                                                 the top_logprobs most likely alternatives */
+#define RINGLM_SAMPLING_LOGPROBS_PROCESSED                                                         \
+    2u /* ... of the processed distribution (after the
+                                                 pipeline up to temperature); default: the
+                                                 model's raw log-softmax, as vLLM */
+#define RINGLM_SAMPLING_PROMPT_LOGPROBS                                                            \
+    4u /* per prompt token: its log-probability and
+                                                 prompt_logprobs alternatives */
+
+/* ringlm_sampling.constraint_kind (reserved: any kind but NONE is refused with -ENOTSUP) */
+enum ringlm_constraint_kind {
+    RINGLM_CONSTRAINT_NONE = 0,
+    RINGLM_CONSTRAINT_JSON_SCHEMA = 1, /* constraint: a JSON schema's text */
+    RINGLM_CONSTRAINT_JSON_OBJECT = 2, /* any JSON object; no constraint bytes */
+    RINGLM_CONSTRAINT_REGEX = 3,       /* constraint: the pattern */
+    RINGLM_CONSTRAINT_GRAMMAR = 4,     /* constraint: a GBNF grammar */
+    RINGLM_CONSTRAINT_CHOICE = 5,      /* constraint: NUL-separated alternatives */
+};
+
+typedef struct ringlm_sampling {
+    uint32_t size;            /* sizeof(ringlm_sampling) as the program was compiled: set by
+                                 ringlm_sampling_init. A library reads only what it knows; a
+                                 larger size (a newer header) is accepted when the bytes it
+                                 does not know are 0, else -ENOTSUP */
+    uint32_t flags;           /* RINGLM_SAMPLING_* */
+    float repetition_penalty; /* (0, 100], finite; 1 = off */
+    float presence_penalty;   /* [-2, 2], finite; 0 = off */
+    float frequency_penalty;  /* [-2, 2], finite; 0 = off */
+    float min_p;              /* [0, 1], finite; 0 = off */
+    const ringlm_logit_bias *logit_bias; /* n_logit_bias entries (NULL when 0) */
+    uint32_t n_logit_bias;               /* <= RINGLM_MAX_LOGIT_BIAS */
+    uint32_t n_stop_token_ids;           /* <= RINGLM_MAX_STOP_TOKEN_IDS */
+    const int32_t *stop_token_ids;       /* token ids that end the request */
+    uint32_t top_logprobs;               /* [0, 20]; only with RINGLM_SAMPLING_LOGPROBS */
+    uint32_t prompt_logprobs;            /* [0, 20]; only with RINGLM_SAMPLING_PROMPT_LOGPROBS */
+    uint32_t n;                          /* samples of the prompt; 0 and 1 mean one */
+    uint32_t constraint_kind;            /* enum ringlm_constraint_kind */
+    const void *constraint;              /* constraint_bytes bytes */
+    size_t constraint_bytes;             /* <= RINGLM_MAX_CONSTRAINT_BYTES */
+} ringlm_sampling;
+
+/* Fills the neutral values: size, repetition_penalty 1, n 1, everything else 0. */
+void ringlm_sampling_init(ringlm_sampling *smp);
 
 enum ringlm_event_kind {
     RINGLM_EV_TOKEN = 1,  /* token, index valid */
@@ -221,6 +308,40 @@ int ringlm_submit(ringlm_client *c, const ringlm_request *req, uint64_t *id);
  *   -ESHUTDOWN, -EPIPE, -ECONNRESET  as ringlm_submit
  */
 int ringlm_submit_batch(ringlm_client *c, const ringlm_request *reqs, uint32_t n, uint64_t *ids);
+
+/*
+ * The one check of a request with its sampling extensions (smp may be NULL: the request
+ * alone, as ringlm_request_check). vocab_size: the model's vocabulary (ringlm_vocab_size of
+ * a client, the tokenizer's), or 0 to leave token ids unchecked against it (the daemon
+ * checks them). The ranges are those of ringlm_sampling's comments; also refused: size
+ * smaller than 0.4's struct (-EINVAL), bytes unknown to this library set (-ENOTSUP), a count
+ * with a NULL list.
+ * Returns 0, -EINVAL (out of range: the detail starts with the member, "logit_bias[2] token
+ * 40000 outside the vocabulary of 32000") or -ENOTSUP (not implemented: "n 4: more than one
+ * sample per request is not implemented by this version"); *field (when not NULL) names the
+ * member at fault, of ringlm_request (as ringlm_request_check) or of ringlm_sampling
+ * ("logit_bias", "repetition_penalty", "presence_penalty", "frequency_penalty", "min_p",
+ * "stop_token_ids", "top_logprobs", "prompt_logprobs", "n", "constraint", "flags", "size").
+ */
+int ringlm_request_check_ext(const ringlm_request *req, const ringlm_sampling *smp, int vocab_size,
+                             const char **field);
+
+/*
+ * ringlm_submit with sampling extensions (smp NULL: exactly ringlm_submit). Checked as
+ * ringlm_request_check_ext with the daemon's vocabulary. A neutral smp (as
+ * ringlm_sampling_init leaves it) is sent as a plain request, so it works with any daemon;
+ * any other needs a daemon of 0.4 or later: -ENOTSUP ("the daemon does not take sampling
+ * extensions") otherwise. Errors as ringlm_submit, plus -ENOTSUP.
+ */
+int ringlm_submit_ext(ringlm_client *c, const ringlm_request *req, const ringlm_sampling *smp,
+                      uint64_t *id);
+/* ringlm_submit_batch with smps[i] for reqs[i] (smps NULL: every request plain). */
+int ringlm_submit_batch_ext(ringlm_client *c, const ringlm_request *reqs,
+                            const ringlm_sampling *smps, uint32_t n, uint64_t *ids);
+
+/* The model's vocabulary size as the daemon said at the handshake (token ids are
+ * 0 .. size-1), or -ENOTSUP from a daemon older than 0.4. */
+int ringlm_vocab_size(const ringlm_client *c);
 
 /*
  * Asks the daemon to cancel a request; its FINISH (CANCELLED, or whatever came first)

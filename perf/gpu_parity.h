@@ -703,9 +703,9 @@ out:
 static inline void gp_check_sampling(eng *e, const eng_model *m, gp_result *r)
 {
     const int vocab = eng_model_cfg(m)->vocab_size;
-    static const eng_sampling modes[] = {{0.0f, 0, 1.0f, 1},  {0.8f, 0, 1.0f, 2},
-                                         {1.0f, 40, 1.0f, 3}, {0.9f, 0, 0.9f, 4},
-                                         {0.7f, 20, 0.8f, 5}, {1.3f, 0, 0.5f, 6}};
+    static const eng_sampling modes[] = {{0.0f, 0, 1.0f, 1, NULL},  {0.8f, 0, 1.0f, 2, NULL},
+                                         {1.0f, 40, 1.0f, 3, NULL}, {0.9f, 0, 0.9f, 4, NULL},
+                                         {0.7f, 20, 0.8f, 5, NULL}, {1.3f, 0, 0.5f, 6, NULL}};
     const int n_modes = (int)(sizeof modes / sizeof modes[0]);
     gp_seq *s = calloc(GP_MAX_SEQS, sizeof *s);
     float *lg = malloc((size_t)n_modes * vocab * sizeof(float));

@@ -52,7 +52,9 @@ int main(int argc, char **argv)
     int series[24];
     const char *tenants[] = {"t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"};
     const char *classes[] = {"chat", "batch", "bulk"};
-    for (int i = 0; i < 24; i++) series[i] = metrics_series(m, tenants[i % 8], classes[i / 8]);
+    for (int i = 0; i < 24; i++)
+        series[i] = metrics_series(m, metrics_tenant_label(m, tenants[i % 8]),
+                                   metrics_class_label(m, classes[i / 8]));
     for (int i = 0; i < 24; i++) {
         metrics_count_reject(m, series[i], SCHED_REJECT_QUEUE_FULL);
         metrics_count_preempt(m, series[i], METRICS_MODE_SWAP, SCHED_DEFER_BLOCKS);

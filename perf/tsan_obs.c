@@ -205,8 +205,9 @@ static int check_metrics(int iters)
                                              SCHED_END_TIMEOUT};
     uint64_t prompt = 0;
     for (int i = 0; i < iters; i++) {
-        int s0 = metrics_series(m, "t0", "chat");
-        int sx = metrics_series(m, tenants[i % 4], i % 3 ? "chat" : "batch");
+        int s0 = metrics_series(m, metrics_tenant_label(m, "t0"), metrics_class_label(m, "chat"));
+        int sx = metrics_series(m, metrics_tenant_label(m, tenants[i % 4]),
+                                metrics_class_label(m, i % 3 ? "chat" : "batch"));
         uint64_t k = 1 + (uint64_t)(i % 7);
         metrics_add_tokens(m, s0, k, 2 * k);
         prompt += k;

@@ -17,6 +17,8 @@ static int reject_said(sched *s, const sched_request *q, int tenant, int cls,
     e.req = q ? q->id : 0;
     e.tenant = tenant >= 0 ? s->ten[tenant]->name : (q ? q->tenant_name : NULL);
     e.class_name = cls >= 0 ? s->cls[cls]->name : (q ? q->class_name : NULL);
+    e.tenant_idx = tenant >= 0 ? tenant : -1;
+    e.class_idx = cls >= 0 ? cls : -1;
     e.reject = why;
     e.detail = detail;
     e.prompt_tokens = q ? q->prompt_len : 0;

@@ -216,6 +216,28 @@ static void flush_moves(sched *s, req *r, uint64_t now)
     }
 }
 
+static void kv_forward(void *ctx, const sched_kv_event *e)
+{
+    sched *s = ctx;
+    if (s->kv_sink) s->kv_sink(s->kv_ctx, e);
+}
+
+void sched_set_kv_sink(sched *s, sched_kv_event_fn fn, void *ctx)
+{
+    s->kv_sink = fn;
+    s->kv_ctx = ctx;
+}
+
+uint32_t sched_kv_announce(sched *s)
+{
+    return s->px && s->kv_sink ? sched_prefix_announce(s->px) : 0;
+}
+
+uint32_t sched_kv_cached_blocks(const sched *s)
+{
+    return s->px ? sched_prefix_findable(s->px) : 0;
+}
+
 int sc_cache_create(sched *s)
 {
     if (!s->conf.prefix_cache || s->cfg.mode != SCHED_MODE_TOKEN_BUDGET) return 0;
@@ -228,7 +250,7 @@ int sc_cache_create(sched *s)
         .max_cached_blocks = caps,
         .costs = {.recompute_us_per_block = s->conf.step.prefill_token_us * s->conf.block_size,
                   .reuse_prior = 1},
-        .ops = {.take_block = take_block, .evicted = evicted, .ctx = s},
+        .ops = {.take_block = take_block, .evicted = evicted, .kv = kv_forward, .ctx = s},
     };
     return sched_prefix_create(&c, &s->px);
 }

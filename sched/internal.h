@@ -204,6 +204,8 @@ struct sched {
     sched_policy_cfg cfg;
     sched_config conf;
     sched_event_fn sink;
+    sched_kv_event_fn kv_sink; /* sched_set_kv_sink: the prefix cache's KV-cache events */
+    void *kv_ctx;
     void *sink_ctx;
     uint64_t seed;
     int n_classes, n_tenants;
@@ -335,8 +337,11 @@ static inline sched_event ev_of(const sched *s, sched_event_kind k, const req *r
     memset(&e, 0, sizeof(e));
     e.t_us = now;
     e.kind = k;
+    e.tenant_idx = e.class_idx = -1;
     if (r) {
         e.req = r->id;
+        e.tenant_idx = r->tenant;
+        e.class_idx = r->cls;
         e.tenant = s->ten[r->tenant]->name;
         e.class_name = s->cls[r->cls]->name;
     }

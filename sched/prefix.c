@@ -310,10 +310,49 @@ static bool node_ok(const sched_prefix *ix, uint32_t i)
 /* Leaving a pool                                                                           */
 /* ---------------------------------------------------------------------------------------- */
 
+/* ---- KV-cache events: what a lookup can find (sched.h) ---- */
+
+/* Node i is now findable in its pool. */
+static void kv_stored(const sched_prefix *ix, uint32_t i)
+{
+    const pnode *x = &N(i);
+    if (!ix->ops.kv || x->bad) return;
+    sched_kv_event e = {.kind = SCHED_KV_STORED,
+                        .pool = (sched_pool)x->pool,
+                        .key_lo = x->key.lo,
+                        .key_hi = x->key.hi,
+                        .tokens = toks(ix, i),
+                        .n_tokens = ix->bs,
+                        .tenant = x->tenant};
+    if (x->parent != NONE) {
+        e.has_parent = true;
+        e.parent_lo = N(x->parent).key.lo;
+        e.parent_hi = N(x->parent).key.hi;
+    }
+    ix->ops.kv(ix->ops.ctx, &e);
+}
+
+static void kv_removed(const sched_prefix *ix, sched_prefix_key key, sched_pool pool,
+                       uint16_t tenant)
+{
+    if (!ix->ops.kv) return;
+    sched_kv_event e = {.kind = SCHED_KV_REMOVED,
+                        .pool = pool,
+                        .key_lo = key.lo,
+                        .key_hi = key.hi,
+                        .tenant = tenant};
+    ix->ops.kv(ix->ops.ctx, &e);
+}
+
 static void report(sched_prefix *ix, sched_prefix_eviction *ev)
 {
     ix->evicted[ev->reason]++;
     if (ev->demoted) ix->demoted[ev->to]++;
+    /* an invalidated node was told removed when its copy failed */
+    if (!N(ev->node).bad) {
+        kv_removed(ix, ev->key, ev->from, ev->tenant);
+        if (ev->demoted || ev->reason == SCHED_PREFIX_EVICT_MOVED) kv_stored(ix, ev->node);
+    }
     if (ix->ops.evicted) ix->ops.evicted(ix->ops.ctx, ev);
 }
 
@@ -472,6 +511,49 @@ static void enforce_cap(sched_prefix *ix, uint16_t t)
     }
 }
 
+uint32_t sched_prefix_findable(const sched_prefix *ix)
+{
+    if (!ix) return 0;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < ix->cap; i++) n += N(i).used && !N(i).bad;
+    return n;
+}
+
+uint32_t sched_prefix_announce(const sched_prefix *ix)
+{
+    if (!ix || !ix->ops.kv) return 0;
+    sched_kv_event clr = {.kind = SCHED_KV_CLEARED};
+    ix->ops.kv(ix->ops.ctx, &clr);
+    /* each tree depth first from its root, without recursion (prompts run to thousands of
+     * blocks): down to the first child, else on to the next sibling of the nearest ancestor
+     * that has one.  A bad node's subtree is unreachable by lookups: skipped whole. */
+    uint32_t n = 0;
+    for (uint32_t root = 0; root < ix->cap; root++) {
+        if (!N(root).used || N(root).parent != NONE || N(root).bad) continue;
+        uint32_t cur = root;
+        kv_stored(ix, cur);
+        n++;
+        for (;;) {
+            uint32_t next = N(cur).first_child;
+            while (next != NONE && N(next).bad) next = N(next).next_sib;
+            if (next == NONE) {
+                for (;;) {
+                    if (cur == root) break;
+                    next = N(cur).next_sib;
+                    while (next != NONE && N(next).bad) next = N(next).next_sib;
+                    if (next != NONE) break;
+                    cur = N(cur).parent;
+                }
+                if (next == NONE) break;
+            }
+            cur = next;
+            kv_stored(ix, cur);
+            n++;
+        }
+    }
+    return n;
+}
+
 uint32_t sched_prefix_clear(sched_prefix *ix)
 {
     if (!ix) return 0;
@@ -621,6 +703,7 @@ int sched_prefix_insert(sched_prefix *ix, uint32_t parent, uint64_t salt, sched_
     }
     ix->blk2node[pool][block] = i;
     ix->cached[pool]++;
+    kv_stored(ix, i);
     *node_out = i;
     return 0;
 }
@@ -667,6 +750,7 @@ int sched_prefix_invalidate(sched_prefix *ix, uint32_t node)
         return -EINVAL;
     }
     if (N(node).refs) {
+        if (!N(node).bad) kv_removed(ix, N(node).key, (sched_pool)N(node).pool, N(node).tenant);
         N(node).bad = 1;
         return 0;
     }

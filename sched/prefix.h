@@ -115,6 +115,8 @@ typedef struct sched_prefix_ops {
     bool (*take_block)(void *ctx, sched_pool p, uint32_t *block);
     /* A block left the cache or moved (see sched_prefix_eviction). */
     void (*evicted)(void *ctx, const sched_prefix_eviction *ev);
+    /* The KV-cache events (sched.h): what a lookup can find, changed; may be NULL. */
+    void (*kv)(void *ctx, const sched_kv_event *e);
     void *ctx;
 } sched_prefix_ops;
 
@@ -194,6 +196,12 @@ int sched_prefix_invalidate(sched_prefix *ix, uint32_t node);
  * (see the header comment).  Returns the blocks of `pool` freed, each reported through
  * ops.evicted. */
 uint32_t sched_prefix_evict(sched_prefix *ix, sched_pool pool, uint32_t n);
+
+/* Emits, through ops.kv, a CLEARED then a STORED for every block a lookup can find, each
+ * parent before its children.  Returns the STORED count. */
+uint32_t sched_prefix_announce(const sched_prefix *ix);
+/* Blocks a lookup can find (cached and not invalidated), all pools. */
+uint32_t sched_prefix_findable(const sched_prefix *ix);
 
 /* Drop every unheld block (reason clear).  Returns how many. */
 uint32_t sched_prefix_clear(sched_prefix *ix);

@@ -450,6 +450,8 @@ typedef struct sched_event {
     uint64_t req;
     const char *tenant;
     const char *class_name;
+    int tenant_idx, class_idx;    /* the policy's indices of tenant and class_name; -1 when
+                                     the event names none (a reject before either resolved) */
     sched_reject_reason reject;   /* REJECT */
     const char *detail;           /* REJECT: the caller's words (sched_note_reject), else NULL */
     sched_defer_reason defer;     /* DEFER; PREEMPT: what it made room for (BLOCKS|QUOTA) */
@@ -598,6 +600,34 @@ typedef struct sched_config {
     bool prefix_cache_generated;
 } sched_config;
 
+/* ---- KV-cache events: the prefix cache's contents, as data --------------------------------
+ *
+ * Every change to which blocks the prefix cache holds where, told to a sink the caller sets
+ * (sched_set_kv_sink) the moment the index changes, from inside the sched_* call that made
+ * it: a block stored in a pool (a sequence filled it, or it was demoted or reloaded there),
+ * a block removed from a pool (dropped, demoted or reloaded away, or its copy failed).  A
+ * subscriber that applies them in order holds the index's set of (pool, key) — the blocks
+ * a lookup can find.  The sink is called on the scheduler's thread and must not call back
+ * into the scheduler; the tokens pointer is valid during the call only. */
+typedef enum sched_kv_event_kind {
+    SCHED_KV_STORED = 0, /* key now cached in pool: tokens[0..n_tokens), under parent */
+    SCHED_KV_REMOVED,    /* key left pool */
+    SCHED_KV_CLEARED,    /* forget every block (sched_kv_announce starts with it) */
+} sched_kv_event_kind;
+
+typedef struct sched_kv_event {
+    sched_kv_event_kind kind;
+    sched_pool pool;
+    uint64_t key_lo, key_hi;       /* the block's key (sched_prefix_key: domain-salted) */
+    bool has_parent;               /* STORED: false for a prompt's first block */
+    uint64_t parent_lo, parent_hi; /* STORED: the parent block's key */
+    const int32_t *tokens;         /* STORED: the block's token ids */
+    uint32_t n_tokens;             /* STORED: block_size */
+    uint16_t tenant;               /* the tenant index that inserted it */
+} sched_kv_event;
+
+typedef void (*sched_kv_event_fn)(void *ctx, const sched_kv_event *e);
+
 /* Create a scheduler.  The policy is copied (the caller may free its own).  sink may be NULL
  * (no events).  seed drives the only randomness (none today beyond id tie-breaks; kept so a
  * future randomized policy stays reproducible).  Errors: -EINVAL (a config field named in
@@ -605,6 +635,15 @@ typedef struct sched_config {
 int sched_create(const sched_policy *policy, const sched_config *cfg, sched_event_fn sink,
                  void *sink_ctx, uint64_t seed, sched **out);
 void sched_destroy(sched *s);
+
+/* The KV-cache event sink (NULL: none); no effect without the prefix cache. */
+void sched_set_kv_sink(sched *s, sched_kv_event_fn fn, void *ctx);
+/* Tells the sink the whole index afresh: one CLEARED, then one STORED per block a lookup can
+ * find, every parent before its children (a subscriber that lost events resynchronises on
+ * it).  O(index).  Returns the STORED count. */
+uint32_t sched_kv_announce(sched *s);
+/* Blocks a lookup can find, all pools (how many STORED sched_kv_announce would tell). */
+uint32_t sched_kv_cached_blocks(const sched *s);
 
 typedef struct sched_request {
     uint64_t id;             /* unique among live requests */

@@ -2,7 +2,8 @@
 # Builds and runs every libFuzzer target for a bounded time (make fuzz).
 #   B            build dir (targets go to $B/fuzz/)
 #   FUZZ_SRCS    targets, fuzz/fuzz_<name>.c; a line "fuzz-sources: a.c b.c" in a target
-#                names the project sources it needs (default: shm/*.c)
+#                names the project sources it needs (default: shm/*.c), and a line
+#                "fuzz-libs: -lx" the system libraries
 #   FUZZ_SECONDS time per target (default 30)
 # Seeds: fuzz/corpus/<name>/ (read only here); new inputs go to a temporary corpus, and
 # crashes to $B/fuzz/<name>-crashes/.  Exit status 1 when any target found a crash.
@@ -21,11 +22,12 @@ for src in ${FUZZ_SRCS:-fuzz/fuzz_*.c}; do
   name=$(basename "$src" .c); name=${name#fuzz_}
   deps=$(sed -n 's/.*fuzz-sources:[[:space:]]*//p' "$src" | head -1)
   [ -n "$deps" ] || deps=$(ls shm/*.c)
+  libs=$(sed -n 's/.*fuzz-libs:[[:space:]]*//p' "$src" | head -1)
   bin="$B/fuzz/$name"
   echo "fuzz: building $name ($deps)"
   if ! "$CLANG" -g -O1 -std=gnu11 -D_GNU_SOURCE -I. -Ilibclient \
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-       -o "$bin" "$src" $deps -lm; then
+       -o "$bin" "$src" $deps $libs -lm; then
     echo "fuzz: $name does not build"; rc=1; continue
   fi
   work=$(mktemp -d)

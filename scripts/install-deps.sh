@@ -13,6 +13,9 @@ pkgs=(
   libjansson-dev          # JSON: reference oracles, traces, calibration
   libxxhash-dev           # XXH3-128 prefix-cache block keys
   libpcre2-dev            # byte-level BPE pre-tokenizers (Unicode-property regexes)
+  libzmq3-dev             # KV-cache events: vLLM's ZMQ PUB and replay ROUTER sockets
+  libmsgpack-dev          # KV-cache events: msgpack-c, vLLM's event encoding
+  python3-zmq python3-msgpack  # tests: a KV-event subscriber decoding as vLLM's does
   systemtap-sdt-dev       # USDT probes (sys/sdt.h)
   clang libclang-rt-14-dev  # libFuzzer target (make fuzz)
   clang-format            # the one C style (.clang-format), checked by make test

@@ -12,6 +12,10 @@
 #   daemon   the whole ringlmd (model, 2 engine workers, metrics thread, log writer) serving
 #            concurrent `ringlm generate` clients and a `ringlm replay`, a /metrics scrape,
 #            then SIGTERM
+#   gateway  ringlm-gateway (HTTP threads, tokenize workers, session readers, the metrics
+#            relay) in front of a ringlmd: concurrent completions and chat, streamed and not,
+#            a client that leaves mid-stream, /v1/models, /health and /metrics, then SIGTERM
+#            to both
 # A check fails when its program exits non-zero or any "WARNING: ThreadSanitizer" appears
 # in what it (or a daemon or client it started) printed. Prints "N passed, N failed" last.
 #
@@ -31,7 +35,8 @@ supp=
 [ -s scripts/tsan.supp ] && supp="suppressions=$PWD/scripts/tsan.supp"
 export TSAN_OPTIONS="second_deadlock_stack=1${supp:+ $supp}${TSAN_OPTIONS:+ $TSAN_OPTIONS}"
 
-for p in perf/ipc_bench perf/tsan_engine perf/tsan_obs perf/tsan_client bin/ringlmd bin/ringlm; do
+for p in perf/ipc_bench perf/tsan_engine perf/tsan_obs perf/tsan_client bin/ringlmd bin/ringlm \
+  bin/ringlm-gateway; do
   if [ ! -x "$B/$p" ]; then
     echo "tsan-check: $B/$p is missing: build it with make tsan (or make TSAN=1 B=$B ...)" >&2
     exit 2
@@ -44,11 +49,15 @@ fi
 
 work=$(mktemp -d /tmp/ringlm-tsan.XXXXXX)
 daemon_pid=
+gateway_pid=
 cleanup() {
-  if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
-    kill -KILL "$daemon_pid" 2>/dev/null
-    wait "$daemon_pid" 2>/dev/null
-  fi
+  local p
+  for p in "$gateway_pid" "$daemon_pid"; do
+    if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then
+      kill -KILL "$p" 2>/dev/null
+      wait "$p" 2>/dev/null
+    fi
+  done
   [ "${KEEP:-0}" = 1 ] || [ $fail -gt 0 ] || rm -rf "$work"
 }
 trap cleanup EXIT
@@ -204,6 +213,99 @@ t0=$SECONDS
 daemon_check
 rc=$?
 result daemon $((SECONDS - t0)) $rc "$work"/ringlmd.log "$work"/gen*.err "$work"/replay.err "$work"/replay.out
+
+# ---- 6: the gateway in front of a daemon -------------------------------------------------
+# wait_log FILE PID REGEX: the first capture of REGEX's sed group in FILE, waiting up to 60 s
+# while PID lives; empty when it never came.
+wait_log() {
+  local f=$1 pid=$2 re=$3 v= i
+  for i in $(seq 600); do
+    v=$(sed -n "s/$re/\1/p" "$f" | head -1)
+    [ -n "$v" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "$v"
+}
+gateway_check() {
+  local sock=$work/gw-ringlmd.sock dlog=$work/gw-ringlmd.log glog=$work/gateway.log
+  if [ -z "$tok" ]; then
+    echo "       gateway: skipped (no tokenizer in $SHARED/models)"
+    return 0
+  fi
+  "${run[@]}" "$B/bin/ringlmd" --model "$model" --tokenizer "$tok" --socket "$sock" \
+    --threads 2 --metrics 127.0.0.1:0 --drain-grace-ms 20000 >"$dlog" 2>&1 &
+  daemon_pid=$!
+  local mport
+  mport=$(wait_log "$dlog" "$daemon_pid" '.*metrics on port \([0-9][0-9]*\).*')
+  local i
+  for i in $(seq 600); do
+    [ -S "$sock" ] && break
+    kill -0 "$daemon_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! [ -S "$sock" ] || [ -z "$mport" ]; then
+    echo "tsan-check: ringlmd did not listen within 60 s" >>"$dlog"
+    return 1
+  fi
+  "${run[@]}" "$B/bin/ringlm-gateway" --listen 127.0.0.1:0 --socket "$sock" --tokenizer "$tok" \
+    --sessions 2 --tokenize-threads 2 --daemon-metrics "127.0.0.1:$mport" \
+    --drain-grace-ms 20000 >"$glog" 2>&1 &
+  gateway_pid=$!
+  local port
+  port=$(wait_log "$glog" "$gateway_pid" '.*listening on http:\/\/127\.0\.0\.1:\([0-9][0-9]*\).*')
+  if [ -z "$port" ]; then
+    echo "tsan-check: ringlm-gateway did not listen within 60 s" >>"$glog"
+    return 1
+  fi
+  local url=http://127.0.0.1:$port pids=() k bad=0
+  for k in 0 1 2 3; do
+    curl -s -m 90 "$url/v1/completions" -H 'content-type: application/json' \
+      -d "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"stream\":$([ $((k % 2)) = 0 ] && echo true || echo false)}" \
+      >"$work/gw$k.out" 2>"$work/gw$k.err" &
+    pids+=($!)
+  done
+  for k in 4 5; do
+    curl -s -m 90 "$url/v1/chat/completions" -H 'content-type: application/json' \
+      -d "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell a story $k\"}],\"max_tokens\":40,\"stream\":$([ $k = 4 ] && echo true || echo false)}" \
+      >"$work/gw$k.out" 2>"$work/gw$k.err" &
+    pids+=($!)
+  done
+  # A client that leaves mid-stream: curl stops after 0.3 s of a long stream.
+  curl -s -m 0.3 "$url/v1/completions" -H 'content-type: application/json' \
+    -d '{"prompt":"Once","max_tokens":400,"stream":true,"ignore_eos":true}' >/dev/null 2>&1 &
+  local leaver=$!
+  curl -s -m 20 "$url/v1/models" >"$work/gw-models.out" || bad=1
+  curl -s -m 20 "$url/health" >/dev/null || bad=1
+  curl -s -m 20 "$url/metrics" >"$work/gw-metrics.txt" || bad=1
+  for k in "${pids[@]}"; do
+    wait "$k" || bad=1
+  done
+  wait "$leaver"
+  for k in 0 1 2 3 4 5; do
+    if ! grep -q '"finish_reason"' "$work/gw$k.out"; then
+      echo "tsan-check: gateway request $k has no finish_reason (gw$k.out)" >>"$glog"
+      bad=1
+    fi
+  done
+  grep -q '"data"' "$work/gw-models.out" || { echo "tsan-check: /v1/models answered no list" >>"$glog"; bad=1; }
+  local rc=0
+  kill -TERM "$gateway_pid"
+  wait "$gateway_pid" || rc=$?
+  gateway_pid=
+  [ $rc = 0 ] || { echo "tsan-check: ringlm-gateway exited $rc after SIGTERM" >>"$glog"; bad=1; }
+  rc=0
+  kill -TERM "$daemon_pid"
+  wait "$daemon_pid" || rc=$?
+  daemon_pid=
+  [ $rc = 0 ] || { echo "tsan-check: ringlmd exited $rc after SIGTERM" >>"$dlog"; bad=1; }
+  echo "       gateway: 7 HTTP requests (1 left mid-stream), /v1/models, /health, /metrics ($(wc -l <"$work/gw-metrics.txt") lines), exits after SIGTERM"
+  return $bad
+}
+t0=$SECONDS
+gateway_check
+rc=$?
+result gateway $((SECONDS - t0)) $rc "$work"/gateway.log "$work"/gw-ringlmd.log "$work"/gw*.err
 
 echo
 [ $fail -gt 0 ] && echo "failed: ${failed[*]} (logs in $work)"

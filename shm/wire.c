@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *ringlm_wire_reason_name(unsigned code)
@@ -58,13 +59,36 @@ int ringlm_wire_parse(const void *rec, size_t len, struct ringlm_wire_parsed *ou
     size_t body_len = len - sizeof(h);
 
     switch (h.type) {
-    case RINGLM_WIRE_REC_REQUEST: {
-        if (body_len < sizeof(struct ringlm_wire_request))
+    case RINGLM_WIRE_REC_REQUEST:
+    case RINGLM_WIRE_REC_REQUEST_EXT: {
+        const bool ext = h.type == RINGLM_WIRE_REC_REQUEST_EXT;
+        const size_t fixed =
+            sizeof(struct ringlm_wire_request) + (ext ? sizeof(struct ringlm_wire_sampling) : 0);
+        if (body_len < fixed)
             return fail(why, why_len, "request record of %zu bytes is shorter than %zu", len,
-                        sizeof(h) + sizeof(struct ringlm_wire_request));
+                        sizeof(h) + fixed);
         /* rec is 8-byte aligned (caller's copy), so body is too. */
         const struct ringlm_wire_request *r = (const struct ringlm_wire_request *)body;
+        const struct ringlm_wire_sampling *sm =
+            ext ? (const struct ringlm_wire_sampling *)(body + sizeof(*r)) : NULL;
         uint64_t want = ringlm_wire_request_bytes(r->n_prompt);
+        if (sm) {
+            if (sm->n_logit_bias > RINGLM_WIRE_MAX_LOGIT_BIAS)
+                return fail(why, why_len, "request record: %u logit biases, at most %u",
+                            sm->n_logit_bias, RINGLM_WIRE_MAX_LOGIT_BIAS);
+            if (sm->n_stop_ids > RINGLM_WIRE_MAX_STOP_IDS)
+                return fail(why, why_len, "request record: %u stop token ids, at most %u",
+                            sm->n_stop_ids, RINGLM_WIRE_MAX_STOP_IDS);
+            if (sm->constraint_bytes > RINGLM_WIRE_MAX_CONSTRAINT_BYTES)
+                return fail(why, why_len, "request record: a constraint of %u bytes, at most %u",
+                            sm->constraint_bytes, RINGLM_WIRE_MAX_CONSTRAINT_BYTES);
+            for (int i = 0; i < 4; i++)
+                if (sm->reserved[i])
+                    return fail(why, why_len, "request record: reserved sampling word %d is not 0",
+                                i);
+            want = ringlm_wire_request_ext_bytes(r->n_prompt, sm->n_logit_bias, sm->n_stop_ids,
+                                                 sm->constraint_bytes);
+        }
         if (want != len)
             return fail(why, why_len, "request record is %zu bytes, %u prompt tokens need %llu",
                         len, r->n_prompt, (unsigned long long)want);
@@ -80,14 +104,24 @@ int ringlm_wire_parse(const void *rec, size_t len, struct ringlm_wire_parsed *ou
         if (!(r->flags & RINGLM_WIRE_REQ_F_TENANT) && out->tenant_tag[0])
             return fail(why, why_len, "request %llu: tenant_tag set without its flag",
                         (unsigned long long)r->req_id);
-        /* Padding after the prompt must be zero (see copy_name). */
-        size_t used = sizeof(h) + sizeof(*r) + (size_t)r->n_prompt * 4;
+        const char *lists = body + fixed;
+        size_t used = sizeof(h) + fixed + (size_t)r->n_prompt * 4;
+        if (sm) {
+            out->smp = sm;
+            /* The bias pairs follow the prompt: 4-byte aligned, as their members need. */
+            out->bias = (const struct ringlm_wire_bias *)(lists + (size_t)r->n_prompt * 4);
+            out->stop_ids = (const int32_t *)(out->bias + sm->n_logit_bias);
+            out->constraint = (const uint8_t *)(out->stop_ids + sm->n_stop_ids);
+            used += (size_t)sm->n_logit_bias * sizeof(struct ringlm_wire_bias) +
+                    (size_t)sm->n_stop_ids * 4 + sm->constraint_bytes;
+        }
+        /* Padding after the lists must be zero (see copy_name). */
         for (size_t i = used; i < len; i++)
             if (((const unsigned char *)rec)[i])
                 return fail(why, why_len, "request %llu: nonzero padding byte at %zu",
                             (unsigned long long)r->req_id, i);
         out->req = r;
-        out->prompt = (const int32_t *)(body + sizeof(*r));
+        out->prompt = (const int32_t *)lists;
         return 0;
     }
     case RINGLM_WIRE_REC_CANCEL: {
@@ -138,3 +172,118 @@ int ringlm_wire_check_request(const struct ringlm_wire_request *r, char *why, si
 {
     return ringlm_wire_check_request_field(r, NULL, why, why_len);
 }
+
+/* A sampling parameter out of its range (or not implemented: *unsupported). */
+#define BAD_SMP(name, unsup, ...)                                                                  \
+    do {                                                                                           \
+        if (field) *field = name;                                                                  \
+        if (unsupported) *unsupported = (unsup);                                                   \
+        fail(why, why_len, __VA_ARGS__);                                                           \
+        return RINGLM_WIRE_R_BAD_PARAMS;                                                           \
+    } while (0)
+
+static bool in_range(float v, float lo, float hi)
+{
+    return isfinite(v) && v >= lo && v <= hi;
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+int ringlm_wire_check_sampling(const struct ringlm_wire_parsed *rec, uint32_t vocab,
+                               const char **field, bool *unsupported, char *why, size_t why_len)
+{
+    if (field) *field = NULL;
+    if (unsupported) *unsupported = false;
+    if (why && why_len) why[0] = 0;
+    const struct ringlm_wire_sampling *sm = rec->smp;
+    if (!sm) return 0;
+    if (sm->flags & ~RINGLM_WIRE_SMP_F_KNOWN)
+        BAD_SMP("flags", false, "flags 0x%x: unknown bits 0x%x", sm->flags,
+                sm->flags & ~RINGLM_WIRE_SMP_F_KNOWN);
+    for (int i = 0; i < 4; i++)
+        if (sm->reserved[i])
+            BAD_SMP("flags", false, "reserved word %d is %u, must be 0", i, sm->reserved[i]);
+    if (sm->n_logit_bias > RINGLM_WIRE_MAX_LOGIT_BIAS)
+        BAD_SMP("logit_bias", false, "logit_bias holds %u entries, at most %u", sm->n_logit_bias,
+                RINGLM_WIRE_MAX_LOGIT_BIAS);
+    int32_t ids[RINGLM_WIRE_MAX_LOGIT_BIAS];
+    for (uint32_t i = 0; i < sm->n_logit_bias; i++) {
+        struct ringlm_wire_bias b = rec->bias[i];
+        if (b.token < 0 || (vocab && (uint32_t)b.token >= vocab))
+            BAD_SMP("logit_bias", false, "logit_bias[%u] token %d outside the vocabulary of %u", i,
+                    b.token, vocab);
+        if (!in_range(b.bias, -RINGLM_WIRE_BIAS_MAX, RINGLM_WIRE_BIAS_MAX))
+            BAD_SMP("logit_bias", false, "logit_bias[%u] (token %d) value %g outside [-%g, %g]", i,
+                    b.token, (double)b.bias, (double)RINGLM_WIRE_BIAS_MAX,
+                    (double)RINGLM_WIRE_BIAS_MAX);
+        ids[i] = b.token;
+    }
+    if (sm->n_logit_bias > 1) {
+        qsort(ids, sm->n_logit_bias, sizeof ids[0], cmp_i32);
+        for (uint32_t i = 1; i < sm->n_logit_bias; i++)
+            if (ids[i] == ids[i - 1])
+                BAD_SMP("logit_bias", false, "logit_bias names token %d twice", ids[i]);
+    }
+    if (!(sm->repetition_penalty > 0.0f) ||
+        !in_range(sm->repetition_penalty, 0.0f, RINGLM_WIRE_REP_PENALTY_MAX))
+        BAD_SMP("repetition_penalty", false, "repetition_penalty %g outside (0, %g]",
+                (double)sm->repetition_penalty, (double)RINGLM_WIRE_REP_PENALTY_MAX);
+    if (!in_range(sm->presence_penalty, -RINGLM_WIRE_PENALTY_MAX, RINGLM_WIRE_PENALTY_MAX))
+        BAD_SMP("presence_penalty", false, "presence_penalty %g outside [-%g, %g]",
+                (double)sm->presence_penalty, (double)RINGLM_WIRE_PENALTY_MAX,
+                (double)RINGLM_WIRE_PENALTY_MAX);
+    if (!in_range(sm->frequency_penalty, -RINGLM_WIRE_PENALTY_MAX, RINGLM_WIRE_PENALTY_MAX))
+        BAD_SMP("frequency_penalty", false, "frequency_penalty %g outside [-%g, %g]",
+                (double)sm->frequency_penalty, (double)RINGLM_WIRE_PENALTY_MAX,
+                (double)RINGLM_WIRE_PENALTY_MAX);
+    if (!in_range(sm->min_p, 0.0f, 1.0f))
+        BAD_SMP("min_p", false, "min_p %g outside [0, 1]", (double)sm->min_p);
+    if (sm->n_stop_ids > RINGLM_WIRE_MAX_STOP_IDS)
+        BAD_SMP("stop_token_ids", false, "stop_token_ids holds %u ids, at most %u", sm->n_stop_ids,
+                RINGLM_WIRE_MAX_STOP_IDS);
+    for (uint32_t i = 0; i < sm->n_stop_ids; i++) {
+        int32_t t = rec->stop_ids[i];
+        if (t < 0 || (vocab && (uint32_t)t >= vocab))
+            BAD_SMP("stop_token_ids", false,
+                    "stop_token_ids[%u] token %d outside the vocabulary of %u", i, t, vocab);
+    }
+    if (sm->top_logprobs > RINGLM_WIRE_MAX_LOGPROBS)
+        BAD_SMP("top_logprobs", false, "top_logprobs %u outside [0, %u]", sm->top_logprobs,
+                RINGLM_WIRE_MAX_LOGPROBS);
+    if (sm->top_logprobs && !(sm->flags & RINGLM_WIRE_SMP_F_LOGPROBS))
+        BAD_SMP("top_logprobs", false, "top_logprobs %u without the logprobs flag",
+                sm->top_logprobs);
+    if (sm->prompt_logprobs > RINGLM_WIRE_MAX_LOGPROBS)
+        BAD_SMP("prompt_logprobs", false, "prompt_logprobs %u outside [0, %u]", sm->prompt_logprobs,
+                RINGLM_WIRE_MAX_LOGPROBS);
+    if (sm->prompt_logprobs && !(sm->flags & RINGLM_WIRE_SMP_F_PROMPT_LOGPROBS))
+        BAD_SMP("prompt_logprobs", false, "prompt_logprobs %u without the prompt-logprobs flag",
+                sm->prompt_logprobs);
+    if (sm->constraint_bytes > RINGLM_WIRE_MAX_CONSTRAINT_BYTES)
+        BAD_SMP("constraint", false, "constraint of %u bytes, at most %u", sm->constraint_bytes,
+                RINGLM_WIRE_MAX_CONSTRAINT_BYTES);
+    if (sm->constraint_kind == 0 && sm->constraint_bytes)
+        BAD_SMP("constraint", false, "constraint of %u bytes without a kind", sm->constraint_bytes);
+    /* Not implemented yet: refused, never accepted silently. Whoever implements one removes
+     * its refusal here. */
+    if (sm->flags & (RINGLM_WIRE_SMP_F_LOGPROBS | RINGLM_WIRE_SMP_F_LOGPROBS_PROCESSED))
+        BAD_SMP("top_logprobs", true,
+                "top_logprobs: log-probabilities are not implemented by this version");
+    if (sm->flags & RINGLM_WIRE_SMP_F_PROMPT_LOGPROBS)
+        BAD_SMP("prompt_logprobs", true,
+                "prompt_logprobs: prompt log-probabilities are not implemented by this version");
+    if (sm->n > 1)
+        BAD_SMP("n", true,
+                "n %u: more than one sample per request is not implemented by this "
+                "version",
+                sm->n);
+    if (sm->constraint_kind)
+        BAD_SMP("constraint", true, "constraint kind %u is not implemented by this version",
+                sm->constraint_kind);
+    return 0;
+}
+#undef BAD_SMP

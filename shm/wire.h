@@ -15,6 +15,7 @@
 #ifndef RINGLM_SHM_WIRE_H
 #define RINGLM_SHM_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -62,6 +63,8 @@ _Static_assert(sizeof(struct ringlm_wire_event) == 16, "event slot is 16 bytes")
 enum ringlm_wire_rec_type {
     RINGLM_WIRE_REC_REQUEST = 1,
     RINGLM_WIRE_REC_CANCEL = 2,
+    RINGLM_WIRE_REC_REQUEST_EXT = 3, /* a request with its sampling extensions: only to a
+	                                    daemon whose dseg.caps has RINGLM_WIRE_CAP_SAMPLING */
 };
 struct ringlm_wire_rec_hdr {
     uint32_t len;   /* whole record in bytes, header included, multiple of 8 */
@@ -93,6 +96,48 @@ struct ringlm_wire_request {
 };
 _Static_assert(sizeof(struct ringlm_wire_request) == 88, "request layout");
 
+/* A REQUEST_EXT record: header | struct ringlm_wire_request | struct ringlm_wire_sampling |
+ * int32_t prompt[n_prompt] | struct ringlm_wire_bias bias[n_logit_bias] |
+ * int32_t stop_ids[n_stop_ids] | uint8_t constraint[constraint_bytes] | zero padding to a
+ * multiple of 8.  Every list travels inside the record: the largest (the maxima below) is
+ * far smaller than the default 1 MiB submit ring, and a record larger than a session's ring
+ * is refused at submit (-E2BIG), as a long prompt is. */
+#define RINGLM_WIRE_SMP_F_LOGPROBS           1u /* logprob + top_logprobs per output token */
+#define RINGLM_WIRE_SMP_F_LOGPROBS_PROCESSED 2u /* ... of the processed distribution */
+#define RINGLM_WIRE_SMP_F_PROMPT_LOGPROBS    4u /* logprob + alternatives per prompt token */
+#define RINGLM_WIRE_SMP_F_KNOWN                                                                    \
+    (RINGLM_WIRE_SMP_F_LOGPROBS | RINGLM_WIRE_SMP_F_LOGPROBS_PROCESSED |                           \
+     RINGLM_WIRE_SMP_F_PROMPT_LOGPROBS)
+#define RINGLM_WIRE_MAX_LOGIT_BIAS       1024u /* entries; a token at most once */
+#define RINGLM_WIRE_MAX_STOP_IDS         64u
+#define RINGLM_WIRE_MAX_LOGPROBS         20u /* OpenAI's top_logprobs limit */
+#define RINGLM_WIRE_MAX_CONSTRAINT_BYTES (256u << 10)
+#define RINGLM_WIRE_BIAS_MAX             100.0f /* |bias| */
+#define RINGLM_WIRE_REP_PENALTY_MAX      100.0f /* repetition_penalty (0, 100] */
+#define RINGLM_WIRE_PENALTY_MAX          2.0f   /* |presence|, |frequency| (OpenAI's range) */
+
+struct ringlm_wire_sampling {
+    uint32_t flags;           /* RINGLM_WIRE_SMP_F_* */
+    float repetition_penalty; /* (0, 100], 1 = off */
+    float presence_penalty;   /* [-2, 2], 0 = off */
+    float frequency_penalty;  /* [-2, 2], 0 = off */
+    float min_p;              /* [0, 1], 0 = off */
+    uint32_t n_logit_bias;    /* <= RINGLM_WIRE_MAX_LOGIT_BIAS */
+    uint32_t n_stop_ids;      /* <= RINGLM_WIRE_MAX_STOP_IDS */
+    uint32_t top_logprobs;    /* [0, 20], only with F_LOGPROBS */
+    uint32_t prompt_logprobs; /* [0, 20], only with F_PROMPT_LOGPROBS */
+    uint32_t n;               /* samples of the prompt; 0 and 1 = one */
+    uint32_t constraint_kind; /* 0 = none (the kinds: ringlm.h enum ringlm_constraint_kind) */
+    uint32_t constraint_bytes;
+    uint32_t reserved[4]; /* 0 */
+};
+_Static_assert(sizeof(struct ringlm_wire_sampling) == 64, "sampling layout");
+
+struct ringlm_wire_bias {
+    int32_t token;
+    float bias;
+};
+
 struct ringlm_wire_cancel {
     uint64_t req_id;
 };
@@ -102,6 +147,16 @@ static inline uint64_t ringlm_wire_request_bytes(uint64_t n_prompt)
 {
     uint64_t b = sizeof(struct ringlm_wire_rec_hdr) + sizeof(struct ringlm_wire_request) +
                  n_prompt * sizeof(int32_t);
+    return (b + 7) & ~(uint64_t)7;
+}
+/* Bytes of a REQUEST_EXT record (see struct ringlm_wire_sampling). */
+static inline uint64_t ringlm_wire_request_ext_bytes(uint64_t n_prompt, uint64_t n_bias,
+                                                     uint64_t n_stop, uint64_t constraint_bytes)
+{
+    uint64_t b = sizeof(struct ringlm_wire_rec_hdr) + sizeof(struct ringlm_wire_request) +
+                 sizeof(struct ringlm_wire_sampling) + n_prompt * sizeof(int32_t) +
+                 n_bias * sizeof(struct ringlm_wire_bias) + n_stop * sizeof(int32_t) +
+                 constraint_bytes;
     return (b + 7) & ~(uint64_t)7;
 }
 #define RINGLM_WIRE_CANCEL_BYTES                                                                   \
@@ -155,6 +210,9 @@ struct ringlm_wire_cseg {
 #define RINGLM_WIRE_CAP_TENANT_TAGS                                                                \
     2u /* this session's tenant tags are honoured (its uid is
                                           in the policy's [trust]); else they are ignored */
+#define RINGLM_WIRE_CAP_SAMPLING                                                                   \
+    4u /* the daemon reads REQUEST_EXT records; vocab_size
+                                          is filled in */
 #define RINGLM_WIRE_CLASSES_MAX 16u
 
 enum ringlm_wire_state {
@@ -189,6 +247,9 @@ struct ringlm_wire_dseg {
     uint32_t caps;      /* RINGLM_WIRE_CAP_* */
     uint32_t n_classes; /* names in classes[], at most RINGLM_WIRE_CLASSES_MAX */
     char classes[RINGLM_WIRE_CLASSES_MAX][RINGLM_WIRE_NAME_LEN]; /* NUL-terminated */
+    /* With RINGLM_WIRE_CAP_SAMPLING (added the same way: an older daemon leaves it 0): the
+     * model's vocabulary size, so the library checks token ids at submit. */
+    uint32_t vocab_size;
 };
 
 #define RINGLM_WIRE_HEADER_AREA 4096 /* ring data starts on the next page */
@@ -237,6 +298,12 @@ struct ringlm_wire_parsed {
     char class_name[RINGLM_WIRE_NAME_LEN]; /* NUL-terminated copies */
     char tenant_tag[RINGLM_WIRE_NAME_LEN]; /* "" unless REQ_F_TENANT */
     uint64_t cancel_id;                    /* CANCEL */
+    /* REQUEST_EXT only (NULL for a plain REQUEST): the sampling extensions and their lists,
+     * inside the copy (n_logit_bias, n_stop_ids, constraint_bytes in *smp). */
+    const struct ringlm_wire_sampling *smp;
+    const struct ringlm_wire_bias *bias;
+    const int32_t *stop_ids;
+    const uint8_t *constraint;
 };
 
 /*
@@ -270,5 +337,28 @@ int ringlm_wire_check_request_field(const struct ringlm_wire_request *req, const
                                     char *why, size_t why_len);
 /* The same check when the field's name is not needed. */
 int ringlm_wire_check_request(const struct ringlm_wire_request *req, char *why, size_t why_len);
+
+/*
+ * The one check of the sampling extensions (struct ringlm_wire_sampling and its lists), run
+ * by the same three parties beside ringlm_wire_check_request_field.  vocab: the model's
+ * vocabulary size, 0 when unknown (then ids are only checked >= 0; the daemon always knows).
+ *   logit_bias          at most RINGLM_WIRE_MAX_LOGIT_BIAS, token in [0, vocab), each token
+ *                       once, bias in [-100, 100] and finite
+ *   repetition_penalty  (0, 100], finite (1 = off)
+ *   presence_penalty, frequency_penalty  [-2, 2], finite (0 = off)
+ *   min_p               [0, 1], finite (0 = off)
+ *   stop_token_ids      at most RINGLM_WIRE_MAX_STOP_IDS, each in [0, vocab)
+ *   top_logprobs, prompt_logprobs  [0, 20], and 0 unless their flag is set
+ *   flags, reserved     known bits only; 0
+ * and what is not implemented yet is refused here, never accepted silently: the logprobs
+ * flags, n > 1 and any constraint (*unsupported = true, so the library answers -ENOTSUP).
+ * Returns 0, or RINGLM_WIRE_R_BAD_PARAMS with a detail that starts with the member's name
+ * ("logit_bias[3] token 40000 outside the vocabulary of 32000"); *field (when not NULL) is
+ * that member of ringlm_sampling ("logit_bias", "repetition_penalty", "presence_penalty",
+ * "frequency_penalty", "min_p", "stop_token_ids", "top_logprobs", "prompt_logprobs", "n",
+ * "constraint", "flags").
+ */
+int ringlm_wire_check_sampling(const struct ringlm_wire_parsed *rec, uint32_t vocab,
+                               const char **field, bool *unsupported, char *why, size_t why_len);
 
 #endif

@@ -204,9 +204,11 @@ Test(daemon_metrics, http_scrape_parses_and_has_vllm_gauges)
     int port = metrics_port(m);
     cr_assert(port > 0 && port < 65536, "port %d", port);
 
-    int a = metrics_series(m, "alice", "chat");
-    int b = metrics_series(m, "we\"ird\\ten\nant", "batch");
-    cr_assert_eq(metrics_series(m, "alice", "chat"), a);
+    int a = metrics_series(m, metrics_tenant_label(m, "alice"), metrics_class_label(m, "chat"));
+    int b = metrics_series(m, metrics_tenant_label(m, "we\"ird\\ten\nant"),
+                           metrics_class_label(m, "batch"));
+    cr_assert_eq(
+        metrics_series(m, metrics_tenant_label(m, "alice"), metrics_class_label(m, "chat")), a);
     cr_assert_neq(a, b);
     for (int i = 0; i < 100; i++) {
         metrics_observe(m, a, METRICS_H_TTFT, (uint64_t)i * 1000);
@@ -230,12 +232,15 @@ Test(daemon_metrics, http_scrape_parses_and_has_vllm_gauges)
     int status;
     char *body = http_get(port, "/metrics", &status);
     cr_assert_eq(status, 200, "status %d body %s", status, body);
-    cr_assert(find_line(body, "vllm:num_requests_waiting{model_name=\"stories260K\"} 7"), "%s",
-              body);
-    cr_assert(find_line(body, "vllm:num_requests_running{model_name=\"stories260K\"} 3"), "%s",
-              body);
-    cr_assert(find_line(body, "vllm:kv_cache_usage_perc{model_name=\"stories260K\"} 0.25"), "%s",
-              body);
+    cr_assert(
+        find_line(body, "vllm:num_requests_waiting{model_name=\"stories260K\",engine=\"0\"} 7"),
+        "%s", body);
+    cr_assert(
+        find_line(body, "vllm:num_requests_running{model_name=\"stories260K\",engine=\"0\"} 3"),
+        "%s", body);
+    cr_assert(
+        find_line(body, "vllm:kv_cache_usage_perc{model_name=\"stories260K\",engine=\"0\"} 0.25"),
+        "%s", body);
     cr_assert(find_line(body, "ringlm_info{version=\""), "%s", body);
     cr_assert(strstr(body, "policy_hash=\"abc123\""));
     cr_assert(find_line(body, "ringlm_kv_blocks_free{tier=\"host\"} 390"), "%s", body);
@@ -269,8 +274,9 @@ Test(daemon_metrics, http_scrape_parses_and_has_vllm_gauges)
     metrics_set_queue(m, 0, 0);
     metrics_publish(m, 2, 1);
     body = http_get(port, "/metrics", &status);
-    cr_assert(find_line(body, "vllm:num_requests_waiting{model_name=\"stories260K\"} 0"), "%s",
-              body);
+    cr_assert(
+        find_line(body, "vllm:num_requests_waiting{model_name=\"stories260K\",engine=\"0\"} 0"),
+        "%s", body);
     free(body);
     metrics_destroy(m);
 }
@@ -298,7 +304,7 @@ Test(daemon_metrics, publish_is_rate_limited_and_labels_bounded)
     char name[32];
     for (int i = 0; i < 100; i++) {
         snprintf(name, sizeof name, "t%d", i);
-        int s = metrics_series(m, name, "c");
+        int s = metrics_series(m, metrics_tenant_label(m, name), metrics_class_label(m, "c"));
         metrics_count_reject(m, s, i % 2 ? SCHED_REJECT_TENANT_QUOTA : SCHED_REJECT_QUEUE_FULL);
     }
     metrics_publish(m, 20000, 1);
@@ -320,7 +326,7 @@ Test(daemon_metrics, full_label_space_renders_whole)
         for (int j = 0; j < METRICS_MAX_CLASSES; j++) {
             snprintf(t, sizeof t, "tenant%02d", i);
             snprintf(c, sizeof c, "class%d", j);
-            int s = metrics_series(m, t, c);
+            int s = metrics_series(m, metrics_tenant_label(m, t), metrics_class_label(m, c));
             metrics_observe(m, s, METRICS_H_E2E, (uint64_t)(i * 1000 + j));
             metrics_count_reject(m, s, SCHED_REJECT_QUEUE_FULL);
         }
@@ -457,7 +463,7 @@ Test(daemon_metrics, each_reason_is_counted_under_its_own_label)
 {
     metrics *m;
     cr_assert_eq(metrics_create(NULL, &m), 0);
-    int s = metrics_series(m, "alice", "chat");
+    int s = metrics_series(m, metrics_tenant_label(m, "alice"), metrics_class_label(m, "chat"));
     /* reason r counted r + 1 times, so a count names the reason it belongs to */
     for (int r = 1; r < SCHED_REJECT__COUNT; r++)
         for (int k = 0; k <= r; k++) metrics_count_reject(m, s, (sched_reject_reason)r);

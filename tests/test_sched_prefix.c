@@ -28,6 +28,10 @@ typedef struct owner {
     sched_prefix_eviction ev[MAXEV];
     uint32_t n_ev;
     uint64_t hit_blocks, wrong;
+    /* what a KV-event subscriber believes each pool holds: the STORED/REMOVED it was told */
+    sched_prefix_key told[SCHED_POOL__COUNT][MAXB];
+    uint32_t n_told[SCHED_POOL__COUNT];
+    uint32_t told_orphans; /* STORED whose parent the subscriber did not know */
 } owner;
 
 static owner O; /* large: static, one per test process (Criterion forks per test) */
@@ -56,6 +60,58 @@ static void evicted(void *ctx, const sched_prefix_eviction *ev)
     give_block(o, ev->from, ev->from_block);
 }
 
+static int told_find(const owner *o, sched_pool p, sched_prefix_key k)
+{
+    for (uint32_t i = 0; i < o->n_told[p]; i++)
+        if (sched_prefix_key_eq(o->told[p][i], k)) return (int)i;
+    return -1;
+}
+
+static bool told_anywhere(const owner *o, sched_prefix_key k)
+{
+    for (int p = 0; p < SCHED_POOL__COUNT; p++)
+        if (told_find(o, (sched_pool)p, k) >= 0) return true;
+    return false;
+}
+
+/* The subscriber's side: apply each event to its per-pool sets. */
+static void kv_event(void *ctx, const sched_kv_event *e)
+{
+    owner *o = ctx;
+    sched_prefix_key k = {e->key_lo, e->key_hi};
+    if (e->kind == SCHED_KV_CLEARED) {
+        memset(o->n_told, 0, sizeof o->n_told);
+        return;
+    }
+    int at = told_find(o, e->pool, k);
+    if (e->kind == SCHED_KV_STORED) { /* a multiset: forced collisions give equal keys */
+        cr_assert_eq(e->n_tokens, BS);
+        if (e->has_parent && !told_anywhere(o, (sched_prefix_key){e->parent_lo, e->parent_hi}))
+            o->told_orphans++;
+        o->told[e->pool][o->n_told[e->pool]++] = k;
+    } else {
+        cr_assert_geq(at, 0, "REMOVED from %s a block it was never told", sched_pool_name(e->pool));
+        o->told[e->pool][at] = o->told[e->pool][--o->n_told[e->pool]];
+    }
+}
+
+/* The subscriber's sets equal the index's (pool, key) of every node. */
+static void told_check(const owner *o)
+{
+    uint32_t n[SCHED_POOL__COUNT] = {0};
+    for (uint32_t node = 0; node < 3 * MAXB; node++) {
+        sched_prefix_node_info in;
+        if (sched_prefix_node(o->ix, node, &in) < 0) continue;
+        n[in.pool]++;
+        cr_assert_geq(told_find(o, in.pool, in.key), 0,
+                      "the index holds a block in %s that no event announced",
+                      sched_pool_name(in.pool));
+    }
+    for (int p = 0; p < SCHED_POOL__COUNT; p++)
+        cr_assert_eq(o->n_told[p], n[p], "%s: the events tell %u blocks, the index holds %u",
+                     sched_pool_name((sched_pool)p), o->n_told[p], n[p]);
+}
+
 static sched_prefix_costs cheap_reload(void)
 {
     return (sched_prefix_costs){
@@ -72,12 +128,13 @@ static void o_init(uint32_t dev, uint32_t host, uint32_t disk, uint32_t n_tenant
         o->total[p] = tot[p];
         for (uint32_t b = tot[p]; b-- > 0;) give_block(o, (sched_pool)p, b);
     }
-    sched_prefix_cfg c = {.block_size = BS,
-                          .pool_blocks = {dev, host, disk},
-                          .n_tenants = n_tenants,
-                          .max_cached_blocks = caps,
-                          .costs = costs,
-                          .ops = {.take_block = take_block, .evicted = evicted, .ctx = o}};
+    sched_prefix_cfg c = {
+        .block_size = BS,
+        .pool_blocks = {dev, host, disk},
+        .n_tenants = n_tenants,
+        .max_cached_blocks = caps,
+        .costs = costs,
+        .ops = {.take_block = take_block, .evicted = evicted, .kv = kv_event, .ctx = o}};
     cr_assert_eq(sched_prefix_create(&c, &o->ix), 0, "%s", sched_last_error());
 }
 
@@ -98,6 +155,7 @@ static void o_check(void)
         cr_assert_eq(O.n_free[p] + st.cached[p], O.total[p], "pool %s: %u free + %u cached != %u",
                      sched_pool_name((sched_pool)p), O.n_free[p], st.cached[p], O.total[p]);
     cr_assert_eq(O.wrong, 0, "a lookup handed back a block holding other tokens");
+    told_check(&O);
 }
 
 /* A device block, evicting one from the cache when none is free. */
@@ -699,6 +757,15 @@ Test(sched_prefix, random_traffic_keeps_every_invariant_and_every_block_intact)
     cr_assert_gt(st.demoted[SCHED_POOL_HOST], 0);
     cr_assert_gt(st.demoted[SCHED_POOL_DISK], 0);
     cr_assert_gt(st.evicted[SCHED_PREFIX_EVICT_TENANT_CAP], 0);
+    /* a subscriber that starts from nothing learns the whole index from an announce, each
+     * parent before its children */
+    memset(O.n_told, 0xff, sizeof O.n_told); /* garbage: CLEARED must come first */
+    O.told_orphans = 0;
+    uint32_t told = sched_prefix_announce(O.ix);
+    cr_assert_eq(told, sched_prefix_findable(O.ix));
+    cr_assert_gt(told, 0);
+    cr_assert_eq(O.told_orphans, 0, "an announce told a child before its parent");
+    o_check();
     uint32_t dropped = sched_prefix_clear(O.ix);
     sched_prefix_get_stats(O.ix, &st);
     cr_assert_eq(st.cached[0] + st.cached[1] + st.cached[2], 0,
