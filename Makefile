@@ -53,6 +53,7 @@ lib_srcs = $(filter-out $(1)/main_%.c,$(wildcard $(1)/*.c))
 SHM_SRCS     := $(call lib_srcs,shm)
 CLIENT_SRCS  := $(call lib_srcs,libclient)
 MODEL_SRCS   := $(call lib_srcs,model)
+CONSTRAIN_SRCS := $(call lib_srcs,constrain)
 NUMA_SRCS    := $(call lib_srcs,numa)
 SCHED_SRCS   := $(call lib_srcs,sched)
 ENGINE_SRCS  := $(call lib_srcs,kernels) $(call lib_srcs,kernels/cpu)
@@ -71,18 +72,20 @@ LIBRINGLM_SO := $(LIB)/libringlm.so
 SCHED_A      := $(LIB)/libringlm_sched.a
 NUMA_A       := $(LIB)/libringlm_numa.a
 ENGINE_A     := $(LIB)/libringlm_engine.a
+CONSTRAIN_A  := $(LIB)/libringlm_constrain.a
 DAEMON_A     := $(LIB)/libringlm_daemon.a
 SIM_A        := $(LIB)/libringlm_sim.a
 FORMATS_A    := $(LIB)/libringlm_formats.a
 TOOLS_A      := $(LIB)/libringlm_tools.a
 GATEWAY_A    := $(LIB)/libringlm_gateway.a
 # Link order: users before what they use.
-ALL_A := $(GATEWAY_A) $(TOOLS_A) $(DAEMON_A) $(SIM_A) $(ENGINE_A) $(SCHED_A) $(FORMATS_A) $(LIBRINGLM_A) $(NUMA_A)
+ALL_A := $(GATEWAY_A) $(TOOLS_A) $(DAEMON_A) $(SIM_A) $(ENGINE_A) $(CONSTRAIN_A) $(SCHED_A) $(FORMATS_A) $(LIBRINGLM_A) $(NUMA_A)
 
 $(LIBRINGLM_A): $(call objs,$(SHM_SRCS) $(CLIENT_SRCS) $(MODEL_SRCS))
 $(SCHED_A):     $(call objs,$(SCHED_SRCS))
 $(NUMA_A):      $(call objs,$(NUMA_SRCS))
 $(ENGINE_A):    $(call objs,$(ENGINE_SRCS))
+$(CONSTRAIN_A): $(call objs,$(CONSTRAIN_SRCS))
 $(DAEMON_A):    $(call objs,$(DAEMON_SRCS))
 $(SIM_A):       $(call objs,$(SIM_SRCS))
 $(FORMATS_A):   $(call objs,$(FORMATS_SRCS))

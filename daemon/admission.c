@@ -56,6 +56,15 @@ static int adm_sampling(svc_req *r, const struct ringlm_wire_parsed *rec, uint32
             return -ENOMEM;
         r->samp.proc = r->lp;
     }
+    /* log-probabilities: computed with the batch, pushed with their events (execute.c) */
+    if (sm->flags & RINGLM_WIRE_SMP_F_LOGPROBS) {
+        r->lp_top = (int8_t)sm->top_logprobs;
+        r->lp_processed = sm->flags & RINGLM_WIRE_SMP_F_LOGPROBS_PROCESSED;
+    }
+    if (sm->flags & RINGLM_WIRE_SMP_F_PROMPT_LOGPROBS) {
+        r->plp_top = (int8_t)sm->prompt_logprobs;
+        r->plp_next = 1; /* nothing predicts the first prompt token */
+    }
     if (sm->n_stop_ids) {
         r->stop_ids = malloc(sizeof(int32_t) * sm->n_stop_ids);
         if (!r->stop_ids) return -ENOMEM;
@@ -130,7 +139,7 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec, con
     }
     /* The one parameter check (the client library ran it too; this record may not come from
      * the library). It keeps now + deadline from wrapping. */
-    if (ringlm_wire_check_request(hdr, why, sizeof why) ||
+    if (ringlm_wire_check_request_smp(hdr, rec->smp ? rec->smp->flags : 0, NULL, why, sizeof why) ||
         ringlm_wire_check_sampling(rec, (uint32_t)vocab, NULL, NULL, why, sizeof why)) {
         reject_now(s, r, SCHED_REJECT_BAD_PARAMS, why);
         return;
@@ -189,10 +198,14 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec, con
                         .tenant = tenant,
                         .class_idx = ci,
                         .prompt_len = n_prompt,
-                        .max_new_tokens = hdr->max_new_tokens,
+                        /* max_new 0 (prompt log-probabilities only) still runs the step
+                         * that ends it; the sampled token is never kept */
+                        .max_new_tokens = hdr->max_new_tokens ? hdr->max_new_tokens : 1,
                         .deadline_us = r->deadline_us,
                         .arrival_us = s->now_us,
-                        .tokens = r->tokens,
+                        /* prompt log-probabilities need every prompt row computed: such a
+                         * request neither uses nor fills the prefix cache */
+                        .tokens = r->plp_top >= 0 ? NULL : r->tokens,
                         .cache_salt = r->cache_salt};
     sched_reject_reason rr = SCHED_REJECT_NONE;
     int rc = sched_submit(s->sched, &sr, s->now_us, &rr);

@@ -15,15 +15,21 @@ int exec_init(svc *s)
 {
     int bs = eng_kv_block_size(s->engine);
     s->ex.bt_stride = (s->mcfg->seq_len + 1 + bs - 1) / bs;
-    size_t S = (size_t)s->max_seqs;
+    /* a logits row per token row at most (a prompt whose log-probabilities are wanted) */
+    size_t S = (size_t)s->max_seqs, T = (size_t)s->max_tokens;
     int rc = eng_bb_init(&s->ex.bb, s->max_tokens, s->max_seqs, s->ex.bt_stride, bs);
     if (rc < 0) return rc;
-    s->ex.b_out = calloc(S, sizeof(int32_t));
-    s->ex.b_samp = calloc(S, sizeof(eng_sampling));
-    s->ex.b_rng = calloc(S, sizeof(uint64_t));
-    s->ex.b_req = calloc(S, sizeof(svc_req *));
+    s->ex.b_out = calloc(T, sizeof(int32_t));
+    s->ex.b_samp = calloc(T, sizeof(eng_sampling));
+    s->ex.b_rng = calloc(T, sizeof(uint64_t));
+    s->ex.b_req = calloc(T, sizeof(svc_req *));
+    s->ex.b_prompt_pos = calloc(T, sizeof(int32_t));
+    s->ex.b_res = calloc(T, sizeof(int32_t));
+    s->ex.b_want = calloc(T, sizeof(eng_logprob_want));
+    s->ex.b_lp = calloc(T, sizeof(eng_logprobs));
     s->ex.results = calloc(S, sizeof(sched_result));
-    if (!s->ex.b_out || !s->ex.b_samp || !s->ex.b_rng || !s->ex.b_req || !s->ex.results)
+    if (!s->ex.b_out || !s->ex.b_samp || !s->ex.b_rng || !s->ex.b_req || !s->ex.b_prompt_pos ||
+        !s->ex.b_res || !s->ex.b_want || !s->ex.b_lp || !s->ex.results)
         return -ENOMEM;
     return 0;
 }
@@ -36,6 +42,13 @@ void exec_free(svc *s)
     free(s->ex.b_rng);
     free(s->ex.b_req);
     free(s->ex.results);
+    free(s->ex.b_prompt_pos);
+    free(s->ex.b_res);
+    free(s->ex.b_want);
+    free(s->ex.b_lp);
+    s->ex.b_prompt_pos = s->ex.b_res = NULL;
+    s->ex.b_want = NULL;
+    s->ex.b_lp = NULL;
     s->ex.b_out = NULL;
     s->ex.b_samp = NULL;
     s->ex.b_rng = NULL;
@@ -43,20 +56,35 @@ void exec_free(svc *s)
     s->ex.results = NULL;
 }
 
+/* The prompt rows of entry e whose logits r needs for its prompt's log-probabilities:
+ * rows at positions from r->plp_next - 1 (the row before a prompt token predicts it) to
+ * the prompt's last token but one, inside the chunk. 0 when it asked for none. */
+static uint32_t prompt_lp_rows(const svc_req *r, const sched_entry *e)
+{
+    if (r->plp_top < 0 || r->plp_next >= r->n_prompt) return 0;
+    uint32_t first = r->plp_next - 1, end = e->start_pos + e->n_tokens;
+    if (first < e->start_pos) first = e->start_pos;
+    return end > first ? end - first : 0;
+}
+
 int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
 {
     int L = 0, nres = 0;
+    bool any_lp = false;
     eng_batch_builder *bb = &s->ex.bb;
     eng_bb_reset(bb);
     for (uint32_t i = 0; i < p->n_entries; i++) {
         const sched_entry *e = &p->entries[i];
         svc_req *r = req_find(s, e->req);
         uint32_t known = r ? r->n_prompt + r->n_gen : 0;
+        /* logits rows: the sampled one, and before it the prompt rows that want theirs */
+        uint32_t n_lrows = r ? prompt_lp_rows(r, e) : 0;
+        if (e->samples && n_lrows == 0) n_lrows = 1;
         /* The scheduler's block ids are the engine's (int32 in the engine's table). */
         if (!r || req_state_ended(r->state) || e->n_tokens == 0 ||
             e->start_pos + e->n_tokens > known ||
-            eng_bb_add(bb, r->tokens, e->start_pos, e->n_tokens, (const int32_t *)e->blocks,
-                       e->n_blocks, e->samples) < 0) {
+            eng_bb_add_logits(bb, r->tokens, e->start_pos, e->n_tokens, (const int32_t *)e->blocks,
+                              e->n_blocks, n_lrows) < 0) {
             if (r && !req_state_ended(r->state)) {
                 /* A plan the service cannot execute would be planned again for ever. */
                 svc_log("plan entry for request %llu is not executable (pos %u + %u, known %u, "
@@ -68,10 +96,30 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
             continue;
         }
         xfer_check_compute(s, e);
-        if (e->samples) {
-            s->ex.b_samp[L] = r->samp;
-            s->ex.b_rng[L] = r->rng;
+        uint32_t end = e->start_pos + e->n_tokens;
+        for (uint32_t k = 0; k < n_lrows; k++) {
+            uint32_t pos = end - n_lrows + k;
+            bool sampled = e->samples && k == n_lrows - 1;
             s->ex.b_req[L] = r;
+            s->ex.b_res[L] = nres;
+            if (sampled) {
+                s->ex.b_samp[L] = r->samp;
+                s->ex.b_rng[L] = r->rng;
+                s->ex.b_prompt_pos[L] = -1;
+                s->ex.b_want[L] = (eng_logprob_want){
+                    .top_n = r->lp_top, .processed = r->lp_processed, .target = -1};
+                any_lp |= r->lp_top >= 0;
+            } else {
+                /* a prompt row: the log-probability of the prompt token after it */
+                bool due = pos + 1 < r->n_prompt && pos + 1 >= r->plp_next;
+                s->ex.b_samp[L] = (eng_sampling){.temperature = 0};
+                s->ex.b_rng[L] = 1;
+                s->ex.b_prompt_pos[L] = (int32_t)pos;
+                s->ex.b_want[L] = (eng_logprob_want){.top_n = due ? r->plp_top : -1,
+                                                     .no_sample = true,
+                                                     .target = due ? r->tokens[pos + 1] : -1};
+                any_lp = true;
+            }
             L++;
         }
         s->ex.results[nres++] =
@@ -83,7 +131,8 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     /* Clients connecting meanwhile are answered by the loop's handshake thread. */
     dloop_engine_begin(s->loop);
-    int rc = eng_execute_sample(s->engine, b, s->ex.b_samp, s->ex.b_rng, s->ex.b_out, NULL);
+    int rc = eng_execute_sample_lp(s->engine, b, s->ex.b_samp, s->ex.b_rng, s->ex.b_out,
+                                   any_lp ? s->ex.b_want : NULL, s->ex.b_lp);
     dloop_engine_end(s->loop);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     *exec_us = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000ll + (t1.tv_nsec - t0.tv_nsec) / 1000);
@@ -101,29 +150,49 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
         }
         return 0;
     }
-    /* Sampled tokens, in the order of the sampling rows. */
-    int li = 0;
-    for (int i = 0; i < nres && li < L; i++) {
+    /* Logits rows in order: a sequence's prompt rows, then its sampled row. */
+    for (int li = 0; li < L; li++) {
         svc_req *r = s->ex.b_req[li];
-        if (r->id != s->ex.results[i].req) continue;
+        sched_result *res = &s->ex.results[s->ex.b_res[li]];
+        if (s->ex.b_prompt_pos[li] >= 0) {
+            uint32_t pos = (uint32_t)s->ex.b_prompt_pos[li];
+            if (s->ex.b_want[li].top_n < 0) continue;
+            /* out of memory: that token's log-probabilities are lost, not the request */
+            if (lpq_push(&r->lpq, true, r->tokens[pos + 1], pos + 1, &s->ex.b_lp[li], false) < 0)
+                svc_log("request %llu: out of memory for prompt log-probabilities",
+                        (unsigned long long)r->id);
+            r->plp_next = pos + 2;
+            req_output_ready(s, r);
+            continue;
+        }
         r->rng = s->ex.b_rng[li];
         int32_t tok = s->ex.b_out[li];
-        li++;
-        s->ex.results[i].tokens = 1;
-        s->ex.results[i].has_token = true; /* the prefix cache keys the answer's blocks */
-        s->ex.results[i].token = tok;
+        res->tokens = 1;
+        res->has_token = true; /* the prefix cache keys the answer's blocks */
+        res->token = tok;
         bool stop = false;
         for (int k = 0; k < s->n_stop_tokens; k++) stop |= tok == s->stop_tokens[k];
         stop &= !r->ignore_stop; /* the model's stop tokens only; the request's own always */
         for (uint32_t k = 0; k < r->n_stop_ids; k++) stop |= tok == r->stop_ids[k];
-        if (stop) {
-            s->ex.results[i].finished = SCHED_FINISH_STOP;
+        if (r->max_new == 0) {
+            /* Its prompt's log-probabilities were all it wanted (lm-eval's echo scoring): the
+             * step that would sample its first token ends it, the token kept by no one. The
+             * scheduler, which took it as max_new 1, counts the step as its one token
+             * (tokens 0 would be "no progress" and plan it again). */
+            res->has_token = false;
+            res->finished = SCHED_FINISH_LENGTH;
         } else if (r->n_gen >= r->max_new) {
             /* Never past the buffer, whatever the plan said: the request is complete. */
-            s->ex.results[i].tokens = 0;
-            s->ex.results[i].has_token = false;
-            s->ex.results[i].finished = SCHED_FINISH_LENGTH;
+            res->tokens = 0;
+            res->has_token = false;
+            res->finished = SCHED_FINISH_LENGTH;
+        } else if (stop) {
+            res->finished = SCHED_FINISH_STOP;
         } else {
+            if (r->lp_top >= 0 &&
+                lpq_push(&r->lpq, false, tok, r->n_gen, &s->ex.b_lp[li], r->lp_processed) < 0)
+                svc_log("request %llu: out of memory for log-probabilities",
+                        (unsigned long long)r->id);
             r->tokens[r->n_prompt + r->n_gen++] = tok;
             /* Never allocates: admission reserved room for every token it can see. */
             (void)eng_lp_note_output(r->lp, tok);
@@ -135,7 +204,7 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
             }
             r->last_token_us = s->now_us;
             if (r->n_gen >= r->max_new || r->n_prompt + r->n_gen >= (uint32_t)s->mcfg->seq_len + 1)
-                s->ex.results[i].finished = SCHED_FINISH_LENGTH;
+                res->finished = SCHED_FINISH_LENGTH;
             req_output_ready(s, r);
         }
     }

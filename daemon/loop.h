@@ -176,6 +176,10 @@ const char *dloop_errmsg(void);
 int dsess_push_event(dsess *s, const struct ringlm_wire_event *ev);
 /* TOKEN event.  Same returns. */
 int dsess_push_token(dsess *s, uint64_t req_id, int32_t token, uint32_t index);
+/* A TOKEN (prompt false) or a PROMPT event with its log-probabilities (LOGPROB and its TOP
+ * slots), all or none: RINGLM_WIRE_LP_SLOTS(lp->n_top) slots.  Same returns. */
+int dsess_push_logprobs(dsess *s, uint64_t req_id, bool prompt, int32_t token, uint32_t index,
+                        const struct ringlm_wire_logprobs *lp);
 /* FINISH + FINISH_EXT (policy hash, cached_tokens) pair; both or neither.  reason
  * RINGLM_WIRE_R_*, cause a RINGLM_WIRE_R_* cause or 0, cached_tokens the prompt tokens the
  * request's first admission found in the prefix cache (0 when it was never admitted or the

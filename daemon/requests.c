@@ -63,6 +63,7 @@ svc_req *req_new(svc *s, svc_sess *ss, uint64_t client_id)
     r->id = ++s->rq.next_id;
     r->client_id = client_id;
     r->series = -1;
+    r->lp_top = r->plp_top = -1;
     r->sess = ss;
     r->s_next = ss->reqs;
     if (ss->reqs) ss->reqs->s_prev = r;
@@ -89,6 +90,7 @@ void req_free_all(svc *s)
         while (r) {
             svc_req *n = r->h_next;
             free(r->tokens);
+            lpq_free(&r->lpq);
             eng_lp_free(r->lp);
             free(r->stop_ids);
             free(r);
@@ -241,6 +243,7 @@ static void req_log_and_free(svc *s, svc_req *r)
     req_hash_del(s, r);
     s->rq.live--;
     free(r->tokens);
+    lpq_free(&r->lpq);
     eng_lp_free(r->lp);
     free(r->stop_ids);
     free(r);
@@ -270,9 +273,22 @@ static int req_push(svc *s, svc_req *r)
 {
     dsess *ds = r->sess->ds;
     int rc = 0;
-    while (r->n_pushed < r->n_gen) {
-        rc = dsess_push_token(ds, r->client_id, r->tokens[r->n_prompt + r->n_pushed], r->n_pushed);
+    /* a prompt's log-probabilities come before its first token */
+    const svc_lp_item *it;
+    while ((it = lpq_peek(&r->lpq)) && it->prompt) {
+        rc = dsess_push_logprobs(ds, r->client_id, true, it->token, it->index, &it->lp);
         if (rc < 0) return rc;
+        lpq_pop(&r->lpq);
+    }
+    while (r->n_pushed < r->n_gen) {
+        int32_t tok = r->tokens[r->n_prompt + r->n_pushed];
+        it = r->lp_top >= 0 ? lpq_peek(&r->lpq) : NULL;
+        if (it && !it->prompt && it->index == r->n_pushed)
+            rc = dsess_push_logprobs(ds, r->client_id, false, tok, r->n_pushed, &it->lp);
+        else
+            rc = dsess_push_token(ds, r->client_id, tok, r->n_pushed);
+        if (rc < 0) return rc;
+        if (it && !it->prompt && it->index == r->n_pushed) lpq_pop(&r->lpq);
         r->n_pushed++;
     }
     if (r->state == REQ_ENDED_OUT) {

@@ -17,6 +17,7 @@
 #ifndef RINGLM_DAEMON_SERVICE_INTERNAL_H
 #define RINGLM_DAEMON_SERVICE_INTERNAL_H
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -52,6 +53,20 @@
 
 typedef struct svc_sess svc_sess;
 
+/* A token's log-probabilities waiting for its event (logprobs.c): a request that asked
+ * keeps them, in order, from the batch that computed them until its events are pushed. */
+typedef struct svc_lp_item {
+    bool prompt; /* a prompt token (EV_PROMPT), else a generated one (with its TOKEN) */
+    int32_t token;
+    uint32_t index; /* prompt position, or output index */
+    struct ringlm_wire_logprobs lp;
+} svc_lp_item;
+
+typedef struct svc_lpq {
+    svc_lp_item *items; /* a ring of cap items: n of them from head */
+    uint32_t head, n, cap;
+} svc_lpq;
+
 /*
  * One request of the runner. Each field has one writer after the request is made:
  *   requests.c  the table and the session's list (id, client_id, sess, s_prev, s_next,
@@ -62,9 +77,12 @@ typedef struct svc_sess svc_sess;
  *   admission.c what the request asked for, set once before the scheduler sees it (tenant,
  *               class_idx, series, the names, n_prompt, max_new, samp, lp (made, with
  *               the prompt noted), stop_ids, n_stop_ids, ignore_stop, arrival_us,
- *               deadline_us, cache_salt, the prompt in tokens[], the seed in rng);
+ *               deadline_us, cache_salt, the prompt in tokens[], the seed in rng, the
+ *               log-probabilities asked: lp_top, plp_top, lp_processed, plp_next's start);
  *   execute.c   the generation: n_gen, tokens[] past the prompt, rng's stream, lp's counts
- *               of the generated tokens, first_token_us, last_token_us.
+ *               of the generated tokens, first_token_us, last_token_us; the
+ *               log-probabilities computed (plp_next, pushed into lpq, which requests.c
+ *               pops as their events go out).
  * Every other file reads.
  */
 typedef struct svc_req {
@@ -85,6 +103,13 @@ typedef struct svc_req {
     uint32_t n_stop_ids;
     uint64_t rng;
     bool ignore_stop; /* RINGLM_WIRE_REQ_F_IGNORE_STOP: only max_new ends it */
+    /* log-probabilities it asked for: top n of each generated token (< 0: none), from the
+     * processed distribution or the raw one; top n of each prompt token from the second
+     * (< 0: none), plp_next the next prompt position whose log-probability is due */
+    int8_t lp_top, plp_top;
+    bool lp_processed;
+    uint32_t plp_next;
+    svc_lpq lpq; /* computed, not yet pushed */
     uint64_t arrival_us, deadline_us, first_token_us, last_token_us, cancel_us, finish_us;
     uint64_t scheduled_us;  /* its first start (vllm:request_queue_time_seconds), 0: never */
     uint8_t state;          /* req_state (reqstate.h): moved by req_set_state only */
@@ -207,7 +232,13 @@ struct svc {
         int32_t *b_out;
         eng_sampling *b_samp;
         uint64_t *b_rng;
-        svc_req **b_req; /* per sampling row */
+        svc_req **b_req; /* per logits row */
+        /* per logits row: a prompt row's position (-1: the sampled row), what it wants,
+         * what came back, and its result (index into results) */
+        int32_t *b_prompt_pos;
+        int32_t *b_res;
+        eng_logprob_want *b_want;
+        eng_logprobs *b_lp;
         sched_result *results;
         uint64_t n_engine_errors;
     } ex;
@@ -325,6 +356,13 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec,
 
 /* ---- execute.c ------------------------------------------------------------------------ */
 /* Sizes max_tokens/max_seqs-bound buffers (after eng_create). 0 or -ENOMEM. */
+/* logprobs.c: the queue of log-probabilities a request waits to push */
+int lpq_push(svc_lpq *q, bool prompt, int32_t token, uint32_t index, const eng_logprobs *lp,
+             bool processed);
+const svc_lp_item *lpq_peek(const svc_lpq *q);
+void lpq_pop(svc_lpq *q);
+void lpq_free(svc_lpq *q);
+
 int exec_init(svc *s);
 void exec_free(svc *s);
 void exec_warm_up(svc *s);

@@ -279,7 +279,7 @@ void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int
     /* the client maps the segment only after the welcome: no ordering to publish */
     d->vocab_size = vocab;
     d->caps = RINGLM_WIRE_CAP_FACTS | (tenant_tags ? RINGLM_WIRE_CAP_TENANT_TAGS : 0) |
-              (vocab ? RINGLM_WIRE_CAP_SAMPLING : 0);
+              (vocab ? RINGLM_WIRE_CAP_SAMPLING | RINGLM_WIRE_CAP_LOGPROBS : 0);
 }
 
 static void refuse(dsess *s, int err, const char *detail)

@@ -298,6 +298,22 @@ int dsess_push_token(dsess *s, uint64_t req_id, int32_t token, uint32_t index)
     return 0;
 }
 
+int dsess_push_logprobs(dsess *s, uint64_t req_id, bool prompt, int32_t token, uint32_t index,
+                        const struct ringlm_wire_logprobs *lp)
+{
+    struct ringlm_wire_event group[RINGLM_WIRE_LP_SLOTS(RINGLM_WIRE_TOP_LOGPROBS_MAX)];
+    group[0] = (struct ringlm_wire_event){
+        .req_id = req_id,
+        .value = token,
+        .meta = RINGLM_WIRE_EV_META(prompt ? RINGLM_WIRE_EV_PROMPT : RINGLM_WIRE_EV_TOKEN, index),
+    };
+    unsigned n = 1 + ringlm_wire_lp_encode(lp, &group[1]);
+    int r = make_room(s, n);
+    if (r < 0) return r;
+    for (unsigned k = 0; k < n; k++) ring_ev_put(&s->ev, &group[k]);
+    return 0;
+}
+
 int dsess_push_finish(dsess *s, uint64_t req_id, unsigned reason, unsigned cause, uint32_t n_tokens,
                       uint32_t cached_tokens)
 {

@@ -92,7 +92,9 @@ enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connecti
     r->rq.class_name = cls;
     r->rq.tenant_tag = r->key ? r->key->tenant : NULL;
     r->prev = r->n_prompt ? r->ids[r->n_prompt - 1] : 0;
-    if (gw_params_check(&r->p, &r->rq, &e)) return gw_answer_err(r, c, &e);
+    r->has_smp = gw_params_sampling(&r->p, &r->smp);
+    if (gw_params_check(&r->p, &r->rq, r->has_smp ? &r->smp : NULL, &e))
+        return gw_answer_err(r, c, &e);
 
     pthread_mutex_lock(&s->mu);
     r->rq.seed = r->p.has_seed ? r->p.seed : gw_xorshift(&s->rng);

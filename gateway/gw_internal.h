@@ -75,6 +75,27 @@ int gw_stat_slot(int status);
 
 enum rq_state { RQ_BODY, RQ_PREP, RQ_READY, RQ_WAIT, RQ_STREAM, RQ_ANSWERED };
 
+/* log-probabilities kept for an answer (gw_logprobs.c) */
+typedef struct gw_lp {
+    int32_t prev; /* the token before it: its text depends on it */
+    bool has;     /* false: the prompt's first token, which nothing predicts */
+    ringlm_logprobs lp;
+} gw_lp;
+typedef struct gw_lps {
+    gw_lp *v;
+    size_t n, cap;
+} gw_lps;
+/* Appends token (after prev) with lp (NULL: none). 0 or -ENOMEM. */
+int gw_lps_add(gw_lps *l, int32_t prev, int32_t token, const ringlm_logprobs *lp);
+void gw_lps_free(gw_lps *l);
+/* Chat's choices[].logprobs ({"content": [...], "refusal": null}) of v[0..n). */
+json_t *gw_lp_chat(const ringlm_tokenizer *tok, const gw_lp *v, size_t n);
+/* Completions' choices[].logprobs of v[0..n); *offset is the text_offset of v[0] and
+ * comes back past the last. */
+json_t *gw_lp_completion(const ringlm_tokenizer *tok, const gw_lp *v, size_t n, size_t *offset);
+/* vLLM's prompt_logprobs of v[0..n). */
+json_t *gw_lp_prompt_vllm(const ringlm_tokenizer *tok, const gw_lp *v, size_t n);
+
 typedef struct gw_req gw_req;
 typedef struct gw_sess gw_sess;
 typedef struct gw_conn gw_conn; /* gw_guard.c: one open HTTP connection */
@@ -113,6 +134,8 @@ struct gw_req {
     int32_t *ids;
     uint32_t n_prompt;
     ringlm_request rq;
+    ringlm_sampling smp; /* its sampling extensions (gw_params_sampling) */
+    bool has_smp;
     uint64_t req_id;
     bool queued; /* in the retry queue: submit (or cancel) waits for ring space */
     bool need_cancel;
@@ -128,6 +151,12 @@ struct gw_req {
     gw_buf out;         /* stream: SSE bytes not yet handed to libmicrohttpd */
     gw_buf head;        /* "data: {...,\"choices\":[" of this stream's chunks */
     const char *finish; /* "stop" / "length" once decided */
+    /* log-probabilities, for a request that asked (p.logprobs, p.echo, p.prompt_logprobs) */
+    gw_lps lps;         /* generated tokens, in order */
+    gw_lps plps;        /* prompt tokens, from the first (which has none) */
+    size_t lps_sent;    /* stream: entries already written in a chunk */
+    size_t text_offset; /* completions: text bytes before the next entry */
+    bool echo_sent;     /* stream: the echoed prompt's chunk is out */
     gw_err err;
     char id[48];
     long long created;
@@ -285,6 +314,8 @@ void *gw_relay_main(void *arg);
 /* A FINISH that is not stop/length → the OpenAI error it answers. */
 void gw_fail_from_finish(gw_err *e, int finish_reason, int cause);
 void gw_start_stream(gw_req *r);
+/* Stream with echo (completions): the prompt's chunk, with its log-probabilities, once. */
+void gw_stream_echo(gw_req *r);
 /* The last chunk(s) of a stream: finish reason or error event, usage, [DONE]. */
 void gw_sse_end(gw_req *r);
 /* New decoded bytes are in r->raw: emits what is whole UTF-8 and no stop string can still

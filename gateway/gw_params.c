@@ -336,12 +336,32 @@ static int parse_obj(gw_kind kind, json_t *o, const gw_parse_cfg *cfg, gw_params
     set = false;
     if (rd_int(o, "best_of", LLONG_MIN, LLONG_MAX, &x, &set, e)) return -1;
     if (set && x != 1) return unsupported(e, "best_of", "one choice per request");
-    if ((v = field(o, "logprobs")) && !(json_is_false(v)))
-        return unsupported(e, "logprobs", "the engine does not expose token log-probabilities");
-    if (field(o, "top_logprobs"))
-        return unsupported(e, "top_logprobs", "the engine does not expose token log-probabilities");
-    if ((v = field(o, "echo")) && !json_is_false(v))
-        return unsupported(e, "echo", "the prompt is not echoed");
+    /* Log-probabilities: the types here, the ranges in the one check (gw_params_check). Chat
+     * asks with "logprobs": true and "top_logprobs": N; completions with "logprobs": N. */
+    if (kind == GW_CHAT) {
+        bool want = false;
+        if (rd_bool(o, "logprobs", &want, e)) return -1;
+        set = false;
+        if (rd_int(o, "top_logprobs", INT32_MIN, INT32_MAX, &x, &set, e)) return -1;
+        if (set && !want)
+            return bad(e, "top_logprobs", "'%s' needs %s", "\"logprobs\": true (as OpenAI's)");
+        if (want) p->logprobs = set ? (int)x : 0;
+        if ((v = field(o, "echo")) && !json_is_false(v))
+            return unsupported(e, "echo", "chat completions do not echo the conversation");
+    } else {
+        set = false;
+        if (rd_int(o, "logprobs", INT32_MIN, INT32_MAX, &x, &set, e)) return -1;
+        if (set) p->logprobs = (int)x;
+        if (field(o, "top_logprobs"))
+            return bad(e, "top_logprobs", "'%s' is %s", "chat's; completions take \"logprobs\": N");
+        if (rd_bool(o, "echo", &p->echo, e)) return -1;
+    }
+    set = false;
+    if (rd_int(o, "prompt_logprobs", INT32_MIN, INT32_MAX, &x, &set, e)) return -1;
+    if (set) p->prompt_logprobs = (int)x;
+    if (set && p->stream)
+        return bad(e, "prompt_logprobs", "'%s' is %s",
+                   "not available with \"stream\": true (as vLLM's)");
     if ((v = field(o, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
         return unsupported(e, "suffix", "no insertion mode");
 
@@ -373,6 +393,7 @@ int gw_params_parse(gw_kind kind, const char *body, size_t len, const gw_parse_c
     memset(e, 0, sizeof *e);
     p->kind = kind;
     p->max_tokens = -1;
+    p->logprobs = p->prompt_logprobs = GW_LP_NONE;
     p->temperature = 1.0;
     p->top_p = 1.0;
     json_error_t je;
@@ -416,14 +437,43 @@ static const char *openai_param(const char *field, gw_kind kind)
     return field;                                  /* temperature, top_p */
 }
 
-int gw_params_check(const gw_params *p, const ringlm_request *rq, gw_err *e)
+bool gw_params_sampling(const gw_params *p, ringlm_sampling *smp)
+{
+    ringlm_sampling_init(smp);
+    if (p->logprobs != GW_LP_NONE) {
+        smp->flags |= RINGLM_SAMPLING_LOGPROBS;
+        smp->top_logprobs = (uint32_t)p->logprobs; /* a negative one is refused by the check */
+    }
+    /* the prompt's: vLLM's prompt_logprobs, or OpenAI's echo with logprobs (the echoed
+     * prompt's tokens are listed with theirs), or echo with max_tokens 0 (nothing to
+     * generate: a request that only computes its prompt) */
+    int plp = p->prompt_logprobs;
+    if (p->echo && p->logprobs != GW_LP_NONE && (plp == GW_LP_NONE || p->logprobs > plp))
+        plp = p->logprobs;
+    if (p->echo && p->max_tokens == 0 && plp == GW_LP_NONE) plp = 0;
+    if (plp != GW_LP_NONE) {
+        smp->flags |= RINGLM_SAMPLING_PROMPT_LOGPROBS;
+        smp->prompt_logprobs = (uint32_t)plp;
+    }
+    return smp->flags != 0;
+}
+
+int gw_params_check(const gw_params *p, const ringlm_request *rq, const ringlm_sampling *smp,
+                    gw_err *e)
 {
     const char *field;
-    if (ringlm_request_check(rq, &field) == 0) return 0;
+    int rc = ringlm_request_check_ext(rq, smp, 0, &field);
+    if (rc == 0) return 0;
     const char *param = openai_param(field, p->kind);
+    /* the sampling members under the body's names */
+    if (field && !strcmp(field, "top_logprobs"))
+        param = p->kind == GW_CHAT ? "top_logprobs" : "logprobs";
+    if (field && !strcmp(field, "prompt_logprobs") && p->prompt_logprobs == GW_LP_NONE)
+        param = "logprobs"; /* asked through echo */
+    const char *code = rc == -ENOTSUP ? "unsupported" : "invalid_value";
     if (param)
-        gw_err_set(e, 400, "invalid_value", param, "'%s': %s", param, ringlm_errdetail());
+        gw_err_set(e, 400, code, param, "'%s': %s", param, ringlm_errdetail());
     else
-        gw_err_set(e, 400, "invalid_value", NULL, "%s", ringlm_errdetail());
+        gw_err_set(e, 400, code, NULL, "%s", ringlm_errdetail());
     return -1;
 }

@@ -6,8 +6,9 @@
  * Fields read: model, prompt (string, [string], token ids, [[ids]]), messages (chat: role +
  * content as a string or as text parts), max_tokens / max_completion_tokens, temperature,
  * top_p, top_k, seed, stop (string or array of strings), stream, stream_options
- * .include_usage, user, n (1 only), logprobs / top_logprobs (unsupported: 400), ignore_eos (vLLM's),
- * echo / best_of / suffix (unsupported when set), and the ringlm extension object
+ * .include_usage, user, n (1 only), logprobs / top_logprobs / echo / prompt_logprobs
+ * (vLLM's), ignore_eos (vLLM's), best_of / suffix (unsupported when set), and the ringlm
+ * extension object
  * "ringlm": {"class": NAME, "deadline_ms": N}. Unknown fields are ignored as the peers do;
  * null is the same as absent; a wrong type is a 400 naming the field. A tenant named in the
  * body (anywhere) is never read: the tenant comes from the API key.
@@ -39,6 +40,8 @@ __attribute__((format(printf, 5, 6))) void gw_err_set(gw_err *e, int status, con
 /* {"error":{"message","type","param","code"}} as text (malloc'ed), or NULL. */
 char *gw_err_json(const gw_err *e);
 
+#define GW_LP_NONE (-2147483647 - 1) /* gw_params.logprobs / prompt_logprobs: not asked */
+
 typedef struct gw_params {
     gw_kind kind;
     char *prompt_text;   /* text prompt (completions) or the rendered chat; NULL when ids */
@@ -54,6 +57,11 @@ typedef struct gw_params {
     bool stream;
     bool include_usage;
     bool ignore_eos;
+    int logprobs;        /* top alternatives per generated token as the body says (the check
+                            refuses a negative one), GW_LP_NONE: not asked (completions:
+                            "logprobs" N; chat: "top_logprobs" when "logprobs" is true) */
+    bool echo;           /* completions: the prompt comes back before the answer */
+    int prompt_logprobs; /* per prompt token (vLLM's), GW_LP_NONE: not asked */
     char class_name[GW_NAME_MAX]; /* "" = the key's default class */
     uint64_t deadline_ms;         /* 0 = none */
 } gw_params;
@@ -73,6 +81,11 @@ void gw_params_free(gw_params *p);
  * ("temperature", "top_p", "max_tokens", "ringlm.deadline_ms", "prompt"). The parser reads
  * types only; every range is this check's, so the gateway, the library and the daemon refuse
  * the same requests with the same words. */
-int gw_params_check(const gw_params *p, const ringlm_request *rq, gw_err *e);
+int gw_params_check(const gw_params *p, const ringlm_request *rq, const ringlm_sampling *smp,
+                    gw_err *e);
+
+/* The sampling extensions p asks for into *smp (log-probabilities; echo + logprobs asks for
+ * the prompt's): true when there are any, false when the request is a plain one. */
+bool gw_params_sampling(const gw_params *p, ringlm_sampling *smp);
 
 #endif

@@ -132,6 +132,8 @@ void gw_req_free(gw_server *s, gw_req *r)
     gw_buf_free(&r->raw);
     gw_buf_free(&r->pend);
     gw_buf_free(&r->text);
+    gw_lps_free(&r->lps);
+    gw_lps_free(&r->plps);
     gw_buf_free(&r->out);
     gw_buf_free(&r->head);
     if (r->prep_resp) MHD_destroy_response(r->prep_resp);
@@ -267,7 +269,7 @@ static int submit_on(gw_sess *ss, gw_req *r)
     gw_err e;
     r->sess = ss;
     uint64_t id;
-    int rc = ringlm_submit(ss->client, &r->rq, &id);
+    int rc = ringlm_submit_ext(ss->client, &r->rq, r->has_smp ? &r->smp : NULL, &id);
     if (rc == 0) {
         r->req_id = id;
         r->submitted = true;
@@ -341,7 +343,17 @@ static void retry_queue(gw_sess *ss)
     }
 }
 
-static void on_token(gw_sess *ss, const ringlm_event *ev)
+/* A prompt token's log-probabilities (echo, prompt_logprobs): all come before the first
+ * generated token. The prompt's first token has none; it is listed first. */
+static void on_prompt_token(gw_sess *ss, const ringlm_event *ev, const ringlm_logprobs *lp)
+{
+    gw_req *r = id_find(ss, ev->req_id);
+    if (!r || r->finish || r->failed || !lp || ev->index == 0 || ev->index >= r->n_prompt) return;
+    if (r->plps.n == 0 && gw_lps_add(&r->plps, -1, r->ids[0], NULL) < 0) return;
+    (void)gw_lps_add(&r->plps, r->ids[ev->index - 1], ev->token, lp);
+}
+
+static void on_token(gw_sess *ss, const ringlm_event *ev, const ringlm_logprobs *lp)
 {
     gw_server *s = ss->s;
     gw_req *r = id_find(ss, ev->req_id);
@@ -349,6 +361,9 @@ static void on_token(gw_sess *ss, const ringlm_event *ev)
         return; /* cut at a stop string: the rest until FINISH is dropped */
     uint64_t t0 = gw_now_ns();
     r->n_gen++;
+    /* out of memory: the answer lists fewer entries than tokens, it is not refused */
+    if (r->p.logprobs != GW_LP_NONE && lp) (void)gw_lps_add(&r->lps, r->prev, ev->token, lp);
+    if (r->p.stream && r->p.echo) gw_stream_echo(r);
     const char *piece = NULL;
     if (s->cfg.tok && ringlm_token_text(s->cfg.tok, r->prev, ev->token, &piece) < 0) piece = NULL;
     r->prev = ev->token;
@@ -375,6 +390,7 @@ static void on_finish(gw_sess *ss, const ringlm_event *ev)
     r->n_cached = ev->n_cached_tokens;
     if (!r->finish && !r->failed && !r->gone) {
         if (ev->finish_reason == RINGLM_FINISH_STOP || ev->finish_reason == RINGLM_FINISH_LENGTH) {
+            if (r->p.stream && r->p.echo) gw_stream_echo(r);
             bool hit = gw_emit_text(r, true);
             r->finish = hit || ev->finish_reason == RINGLM_FINISH_STOP ? "stop" : "length";
             if (r->p.stream) gw_start_stream(r);
@@ -409,6 +425,9 @@ void *gw_events_main(void *arg)
     gw_sess *ss = arg;
     gw_server *s = ss->s;
     ringlm_event evs[EVENT_BATCH];
+    /* each event's log-probabilities, taken before the next event replaces them */
+    ringlm_logprobs lps[EVENT_BATCH];
+    bool has_lp[EVENT_BATCH];
     char last_err[768] = "";
     for (;;) {
         pthread_mutex_lock(&s->mu);
@@ -463,13 +482,19 @@ void *gw_events_main(void *arg)
         }
         int n = 0, rc = ringlm_next_event(c, &evs[0], EVENT_WAIT_MS);
         if (rc == 1) {
+            has_lp[0] = ringlm_event_logprobs(c, &lps[0]) == 1;
             n = 1;
-            while (n < EVENT_BATCH && (rc = ringlm_next_event(c, &evs[n], 0)) == 1) n++;
+            while (n < EVENT_BATCH && (rc = ringlm_next_event(c, &evs[n], 0)) == 1) {
+                has_lp[n] = ringlm_event_logprobs(c, &lps[n]) == 1;
+                n++;
+            }
         }
         pthread_mutex_lock(&s->mu);
         for (int i = 0; i < n; i++) {
             if (evs[i].kind == RINGLM_EV_TOKEN)
-                on_token(ss, &evs[i]);
+                on_token(ss, &evs[i], has_lp[i] ? &lps[i] : NULL);
+            else if (evs[i].kind == RINGLM_EV_PROMPT_TOKEN)
+                on_prompt_token(ss, &evs[i], has_lp[i] ? &lps[i] : NULL);
             else if (evs[i].kind == RINGLM_EV_FINISH)
                 on_finish(ss, &evs[i]);
         }

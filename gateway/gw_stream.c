@@ -81,19 +81,97 @@ void gw_fail_from_finish(gw_err *e, int fr, int cause)
 }
 
 /* ---- stream chunks (mu held) ----------------------------------------------------------- */
+/* ,"logprobs":... of a chunk: the entries of the tokens that arrived since the last chunk
+ * (a token whose text is held back for a stop string is listed with the text before it),
+ * or null. Only a request that asked builds any JSON here. */
+static int sse_logprobs(gw_req *r)
+{
+    int e = gw_buf_adds(&r->out, ",\"logprobs\":");
+    if (r->p.logprobs == GW_LP_NONE || r->lps_sent >= r->lps.n)
+        return e | gw_buf_adds(&r->out, "null");
+    const ringlm_tokenizer *tok = r->s->cfg.tok;
+    json_t *j = r->p.kind == GW_CHAT
+                    ? gw_lp_chat(tok, r->lps.v + r->lps_sent, r->lps.n - r->lps_sent)
+                    : gw_lp_completion(tok, r->lps.v + r->lps_sent, r->lps.n - r->lps_sent,
+                                       &r->text_offset);
+    r->lps_sent = r->lps.n;
+    char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    e |= gw_buf_adds(&r->out, t ? t : "null");
+    free(t);
+    return e;
+}
+
 static int sse_text(gw_req *r, const char *t, size_t n)
 {
     int e = gw_buf_add(&r->out, r->head.p, r->head.len);
     if (r->p.kind == GW_CHAT) {
         e |= gw_buf_adds(&r->out, "{\"index\":0,\"delta\":{\"content\":");
         e |= gw_buf_add_json_str(&r->out, t, n);
-        e |= gw_buf_adds(&r->out, "},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+        e |= gw_buf_adds(&r->out, "}");
     } else {
         e |= gw_buf_adds(&r->out, "{\"index\":0,\"text\":");
         e |= gw_buf_add_json_str(&r->out, t, n);
-        e |= gw_buf_adds(&r->out, ",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
     }
+    e |= sse_logprobs(r);
+    e |= gw_buf_adds(&r->out, ",\"finish_reason\":null}]}\n\n");
     return e;
+}
+
+/* The prompt as the answer echoes it: the text the client sent, or its token ids' text. */
+static char *echo_text(const gw_req *r)
+{
+    if (r->p.prompt_text) return strdup(r->p.prompt_text);
+    const ringlm_tokenizer *tok = r->s->cfg.tok;
+    int n = tok ? ringlm_detokenize(tok, r->ids, r->n_prompt, NULL, 0) : -1;
+    char *t = malloc(n > 0 ? (size_t)n + 1 : 1);
+    if (!t) return NULL;
+    t[0] = 0;
+    if (n > 0 && ringlm_detokenize(tok, r->ids, r->n_prompt, t, (size_t)n + 1) < 0) t[0] = 0;
+    return t;
+}
+
+/* Completions' logprobs with the prompt's entries first (echo), text_offset counted over
+ * the echoed text. */
+static json_t *completion_logprobs(gw_req *r, const char *echoed, bool all)
+{
+    const ringlm_tokenizer *tok = r->s->cfg.tok;
+    size_t off = 0;
+    json_t *j = NULL;
+    if (echoed) {
+        j = gw_lp_completion(tok, r->plps.v, r->plps.n, &off);
+        off = strlen(echoed);
+    }
+    if (all) {
+        json_t *g = gw_lp_completion(tok, r->lps.v, r->lps.n, &off);
+        if (!j) return g;
+        const char *keys[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+        for (int k = 0; k < 4; k++)
+            json_array_extend(json_object_get(j, keys[k]), json_object_get(g, keys[k]));
+        json_decref(g);
+    }
+    r->text_offset = off;
+    return j;
+}
+
+void gw_stream_echo(gw_req *r)
+{
+    if (r->echo_sent || r->p.kind != GW_COMPLETION) return;
+    r->echo_sent = true;
+    char *t = echo_text(r);
+    if (!t) return;
+    gw_buf_add(&r->out, r->head.p, r->head.len);
+    gw_buf_adds(&r->out, "{\"index\":0,\"text\":");
+    gw_buf_add_json_str(&r->out, t, strlen(t)); /* validated: the body's JSON, or repaired */
+    gw_buf_adds(&r->out, ",\"logprobs\":");
+    json_t *j = r->p.logprobs != GW_LP_NONE ? completion_logprobs(r, t, false) : NULL;
+    char *d = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    gw_buf_adds(&r->out, d ? d : "null");
+    gw_buf_adds(&r->out, ",\"finish_reason\":null}]}\n\n");
+    r->text_offset = strlen(t);
+    free(d);
+    json_decref(j);
+    free(t);
 }
 
 void gw_start_stream(gw_req *r)
@@ -127,16 +205,11 @@ void gw_sse_end(gw_req *r)
         free(j);
     } else {
         gw_buf_add(&r->out, r->head.p, r->head.len);
-        if (r->p.kind == GW_CHAT)
-            gw_buf_addf(
-                &r->out,
-                "{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"%s\"}]}\n\n",
-                r->finish);
-        else
-            gw_buf_addf(
-                &r->out,
-                "{\"index\":0,\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"%s\"}]}\n\n",
-                r->finish);
+        /* entries of tokens that brought no text of their own come with the last chunk */
+        gw_buf_adds(&r->out, r->p.kind == GW_CHAT ? "{\"index\":0,\"delta\":{}"
+                                                  : "{\"index\":0,\"text\":\"\"");
+        sse_logprobs(r);
+        gw_buf_addf(&r->out, ",\"finish_reason\":\"%s\"}]}\n\n", r->finish);
         if (r->p.include_usage) {
             gw_buf_add(&r->out, r->head.p, r->head.len);
             gw_buf_adds(&r->out, "],\"usage\":");
@@ -199,13 +272,32 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 static enum MHD_Result answer_generation(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
     json_t *choice;
-    json_t *text = json_stringn(r->text.p ? r->text.p : "", r->text.len);
+    char *echoed = r->p.echo ? echo_text(r) : NULL;
+    gw_buf all = {0};
+    if (echoed) gw_buf_adds(&all, echoed);
+    gw_buf_add(&all, r->text.p ? r->text.p : "", r->text.len);
+    json_t *text = json_stringn(all.p ? all.p : "", all.len);
+    gw_buf_free(&all);
+    json_t *lps = json_null();
+    if (r->p.logprobs != GW_LP_NONE) {
+        json_decref(lps);
+        lps = r->p.kind == GW_CHAT ? gw_lp_chat(s->cfg.tok, r->lps.v, r->lps.n)
+                                   : completion_logprobs(r, echoed, true);
+        if (!lps) lps = json_null();
+    }
     if (r->p.kind == GW_CHAT)
-        choice = json_pack("{s:i, s:{s:s, s:o}, s:n, s:s}", "index", 0, "message", "role",
-                           "assistant", "content", text, "logprobs", "finish_reason", r->finish);
+        choice =
+            json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", 0, "message", "role", "assistant",
+                      "content", text, "logprobs", lps, "finish_reason", r->finish);
     else
-        choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "text", text, "logprobs",
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "text", text, "logprobs", lps,
                            "finish_reason", r->finish);
+    free(echoed);
+    json_t *plp = r->p.prompt_logprobs != GW_LP_NONE
+                      ? gw_lp_prompt_vllm(s->cfg.tok, r->plps.v, r->plps.n)
+                      : NULL;
+    /* vLLM's places: the choice's for completions, the response's for chat */
+    if (plp && r->p.kind == GW_COMPLETION) json_object_set(choice, "prompt_logprobs", plp);
     json_t *o =
         json_pack("{s:s, s:s, s:I, s:s, s:[o], s:{s:i, s:i, s:i, s:{s:I}}}", "id", r->id, "object",
                   r->p.kind == GW_CHAT ? "chat.completion" : "text_completion", "created",
@@ -213,6 +305,8 @@ static enum MHD_Result answer_generation(gw_server *s, gw_req *r, struct MHD_Con
                   "prompt_tokens", (int)r->n_prompt, "completion_tokens", (int)r->n_gen,
                   "total_tokens", (int)(r->n_prompt + r->n_gen), "prompt_tokens_details",
                   "cached_tokens", (json_int_t)r->n_cached);
+    if (plp && r->p.kind == GW_CHAT) json_object_set(o, "prompt_logprobs", plp);
+    json_decref(plp);
     return gw_answer_json(r, c, 200, o);
 }
 

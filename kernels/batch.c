@@ -27,7 +27,7 @@ int eng_bb_init(eng_batch_builder *b, int max_tokens, int max_seqs, int bt_strid
     b->query_start = calloc(S + 1, sizeof(int32_t));
     b->seq_len = calloc(S, sizeof(int32_t));
     b->block_table = calloc(S * (size_t)bt_stride, sizeof(int32_t));
-    b->logits_rows = calloc(S, sizeof(int32_t));
+    b->logits_rows = calloc(T, sizeof(int32_t)); /* a prompt's log-probabilities: every row */
     if (!b->tokens || !b->positions || !b->slots || !b->query_start || !b->seq_len ||
         !b->block_table || !b->logits_rows) {
         eng_bb_free(b);
@@ -57,13 +57,19 @@ void eng_bb_reset(eng_batch_builder *b)
 int eng_bb_add(eng_batch_builder *b, const int32_t *seq_tokens, uint32_t start_pos, uint32_t n_rows,
                const int32_t *blocks, uint32_t n_blocks, bool logits)
 {
+    return eng_bb_add_logits(b, seq_tokens, start_pos, n_rows, blocks, n_blocks, logits ? 1 : 0);
+}
+
+int eng_bb_add_logits(eng_batch_builder *b, const int32_t *seq_tokens, uint32_t start_pos,
+                      uint32_t n_rows, const int32_t *blocks, uint32_t n_blocks, uint32_t n_logits)
+{
     const uint32_t bs = (uint32_t)b->block_size;
-    if (n_rows == 0 || n_blocks > (uint32_t)b->bt_stride ||
+    if (n_rows == 0 || n_logits > n_rows || n_blocks > (uint32_t)b->bt_stride ||
         (uint64_t)n_blocks * bs < (uint64_t)start_pos + n_rows)
         return eng_seterr(-EINVAL,
-                          "batch builder: %u rows from position %u with %u blocks of "
-                          "%u (table of %d)",
-                          n_rows, start_pos, n_blocks, bs, b->bt_stride);
+                          "batch builder: %u rows (%u with logits) from position %u with %u "
+                          "blocks of %u (table of %d)",
+                          n_rows, n_logits, start_pos, n_blocks, bs, b->bt_stride);
     if (b->n_seqs >= b->max_seqs || (uint64_t)b->n_tokens + n_rows > (uint64_t)b->max_tokens)
         return eng_seterr(-ENOSPC, "batch builder: %u more rows on %d of %d, sequence %d of %d",
                           n_rows, b->n_tokens, b->max_tokens, b->n_seqs + 1, b->max_seqs);
@@ -81,7 +87,7 @@ int eng_bb_add(eng_batch_builder *b, const int32_t *seq_tokens, uint32_t start_p
     memset(row + n_blocks, 0, sizeof(int32_t) * ((size_t)b->bt_stride - n_blocks));
     b->n_tokens = T;
     b->n_seqs = S + 1;
-    if (logits) b->logits_rows[b->n_logits++] = T - 1;
+    for (uint32_t k = n_logits; k > 0; k--) b->logits_rows[b->n_logits++] = T - (int32_t)k;
     return 0;
 }
 

@@ -48,6 +48,11 @@ void eng_bb_reset(eng_batch_builder *b);
  * error. */
 int eng_bb_add(eng_batch_builder *b, const int32_t *seq_tokens, uint32_t start_pos, uint32_t n_rows,
                const int32_t *blocks, uint32_t n_blocks, bool logits);
+/* eng_bb_add with logits rows for the last n_logits rows (0 .. n_rows), in order: a
+ * prompt whose log-probabilities are wanted needs the logits of each of its rows, the last
+ * of which is the one sampled. -EINVAL also when n_logits > n_rows. */
+int eng_bb_add_logits(eng_batch_builder *b, const int32_t *seq_tokens, uint32_t start_pos,
+                      uint32_t n_rows, const int32_t *blocks, uint32_t n_blocks, uint32_t n_logits);
 /* The batch built so far (query_start closed). Valid until the next reset or add. */
 const eng_batch *eng_bb_batch(eng_batch_builder *b);
 

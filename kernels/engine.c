@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -373,6 +374,23 @@ int eng_execute(eng *e, const eng_batch *b, float *logits)
     return e->ops->execute(e->priv, b, logits);
 }
 
+/* The engine's own logits buffer for n rows, kept across calls: a step's logits are
+ * megabytes, too big to map afresh each time. NULL with the error set when out of memory. */
+static float *sample_buf(eng *e, int n, int vocab)
+{
+    if (e->sample_logits_rows < (size_t)n) {
+        free(e->sample_logits);
+        e->sample_logits_rows = 0;
+        e->sample_logits = malloc((size_t)n * (size_t)vocab * sizeof(float));
+        if (!e->sample_logits) {
+            eng_seterr(-ENOMEM, "out of memory for %d logits rows", n);
+            return NULL;
+        }
+        e->sample_logits_rows = (size_t)n;
+    }
+    return e->sample_logits;
+}
+
 int eng_execute_sample(eng *e, const eng_batch *b, const eng_sampling *s, uint64_t *rng,
                        int32_t *out_tokens, float *logits)
 {
@@ -386,23 +404,105 @@ int eng_execute_sample(eng *e, const eng_batch *b, const eng_sampling *s, uint64
         return e->ops->execute_sample(e->priv, b, s, rng, out_tokens, logits);
     const int vocab = eng_model_cfg(e->model)->vocab_size;
     float *buf = logits;
-    if (!buf && b->n_logits) {
-        /* kept across calls: a step's logits are megabytes, too big to map afresh each time */
-        if (e->sample_logits_rows < (size_t)b->n_logits) {
-            free(e->sample_logits);
-            e->sample_logits_rows = 0;
-            e->sample_logits = malloc((size_t)b->n_logits * (size_t)vocab * sizeof(float));
-            if (!e->sample_logits)
-                return eng_seterr(-ENOMEM, "out of memory for %d logits rows", b->n_logits);
-            e->sample_logits_rows = (size_t)b->n_logits;
-        }
-        buf = e->sample_logits;
-    }
+    if (!buf && b->n_logits && !(buf = sample_buf(e, b->n_logits, vocab))) return -ENOMEM;
     err = e->ops->execute(e->priv, b, buf);
     for (int i = 0; !err && i < b->n_logits; i++) {
         out_tokens[i] = eng_sample(buf + (size_t)i * (size_t)vocab, vocab, &s[i], &rng[i]);
         if (out_tokens[i] < 0) err = eng_seterr(-EIO, "the constraint stage of row %d failed", i);
     }
+    return err;
+}
+
+/* One row's log-probabilities: a task of eng_execute_sample_lp, on the backend's threads. */
+typedef struct lp_job {
+    const float *logits;
+    int vocab;
+    const eng_logprob_want *want;
+    const eng_sampling *s;
+    const int32_t *targets;
+    const int32_t *rows; /* the logits rows that want log-probabilities */
+    eng_logprobs *out;
+    _Atomic int err;
+} lp_job;
+
+static void lp_task(void *ctx, int task)
+{
+    lp_job *j = ctx;
+    int i = j->rows[task];
+    const float *row = j->logits + (size_t)i * (size_t)j->vocab;
+    float *proc = NULL;
+    if (j->want[i].processed) {
+        /* opt-in and rare: a vocabulary's row of its own */
+        if (!(proc = malloc((size_t)j->vocab * sizeof(float)))) {
+            j->err = -ENOMEM;
+            return;
+        }
+        eng_logits_processed(row, j->vocab, &j->s[i], proc);
+        row = proc;
+    }
+    if (eng_logprobs_row(row, j->vocab, j->targets[i], j->want[i].top_n, &j->out[i]) < 0)
+        j->err = -EINVAL;
+    free(proc);
+}
+
+int eng_execute_sample_lp(eng *e, const eng_batch *b, const eng_sampling *s, uint64_t *rng,
+                          int32_t *out_tokens, const eng_logprob_want *want, eng_logprobs *out)
+{
+    bool any = false;
+    for (int i = 0; want && i < b->n_logits && !any; i++)
+        any = want[i].top_n >= 0 || want[i].no_sample;
+    if (!any) return eng_execute_sample(e, b, s, rng, out_tokens, NULL);
+    int err = eng_batch_check(e, b);
+    if (err) return err;
+    if (!s || !rng || !out_tokens || !out)
+        return eng_seterr(-EINVAL, "eng_execute_sample_lp: sampling, rng, out_tokens and out "
+                                   "required");
+    const int vocab = eng_model_cfg(e->model)->vocab_size;
+    for (int i = 0; i < b->n_logits; i++)
+        if (want[i].top_n > ENG_TOP_LOGPROBS_MAX || want[i].target >= vocab)
+            return eng_seterr(-EINVAL, "logits row %d: top_n %d (at most %d), target %d (vocab %d)",
+                              i, want[i].top_n, ENG_TOP_LOGPROBS_MAX, want[i].target, vocab);
+    float *buf = sample_buf(e, b->n_logits, vocab);
+    int32_t *scratch = malloc(2 * (size_t)b->n_logits * sizeof(int32_t));
+    if (!buf || !scratch) {
+        free(scratch);
+        return eng_seterr(-ENOMEM, "out of memory for %d logits rows", b->n_logits);
+    }
+    int32_t *targets = scratch, *rows = scratch + b->n_logits;
+    err = e->ops->execute(e->priv, b, buf);
+    int n_rows = 0;
+    for (int i = 0; !err && i < b->n_logits; i++) {
+        targets[i] = want[i].target;
+        if (want[i].no_sample) {
+            out_tokens[i] = -1;
+        } else {
+            out_tokens[i] = eng_sample(buf + (size_t)i * (size_t)vocab, vocab, &s[i], &rng[i]);
+            if (out_tokens[i] < 0) {
+                err = eng_seterr(-EIO, "the constraint stage of row %d failed", i);
+                break;
+            }
+            targets[i] = out_tokens[i];
+        }
+        if (want[i].top_n >= 0) rows[n_rows++] = i;
+    }
+    /* The rows are independent: on the backend's threads (the CPU pool), not the caller's
+     * alone, so a batch of 32 sequences that ask costs a fraction of a step, not a step. */
+    lp_job job = {.logits = buf,
+                  .vocab = vocab,
+                  .want = want,
+                  .s = s,
+                  .targets = targets,
+                  .rows = rows,
+                  .out = out,
+                  .err = 0};
+    if (!err && n_rows > 1 && e->ops->run_tasks)
+        e->ops->run_tasks(e->priv, n_rows, lp_task, &job);
+    else
+        for (int k = 0; !err && k < n_rows; k++) lp_task(&job, k);
+    if (!err && job.err)
+        err = eng_seterr(job.err, "log-probabilities: %s",
+                         job.err == -ENOMEM ? "out of memory for a processed row" : "bad row");
+    free(scratch);
     return err;
 }
 

@@ -321,6 +321,57 @@ int32_t eng_sample(float *logits, int vocab, const eng_sampling *s, uint64_t *rn
 int eng_execute_sample(eng *e, const eng_batch *b, const eng_sampling *s, uint64_t *rng,
                        int32_t *out_tokens, float *logits);
 
+/* ---- log-probabilities ------------------------------------------------------------------
+ *
+ * A row's log-probabilities: the log-softmax of its logits, log p(t) = l_t - logsumexp(l),
+ * for one token (the sampled one, or a prompt's next token) and the top n of the whole
+ * vocabulary (n <= ENG_TOP_LOGPROBS_MAX, OpenAI's limit). From the model's raw logits by
+ * default (as vLLM); "processed" takes the distribution the sampler drew from instead:
+ * the logits after the sequence's processors (bias, penalties, constraint), divided by the
+ * temperature (none when greedy), with the tokens min-p, top-k and top-p leave out at -inf. Rows that ask for nothing cost nothing: no pass over their logits. */
+#define ENG_TOP_LOGPROBS_MAX 20
+
+/* What one logits row of a batch wants. */
+typedef struct eng_logprob_want {
+    int8_t top_n;   /* < 0: no log-probabilities; 0..ENG_TOP_LOGPROBS_MAX: the token's and
+                        the top n */
+    bool processed; /* from the processed distribution (above), not the raw one */
+    bool no_sample; /* a prompt row: nothing is sampled (out_tokens[i] = -1, rng[i] kept) */
+    int32_t target; /* no_sample rows: the token whose log-probability is wanted; < 0 for
+                        none (top n only). Sampled rows: ignored (the sampled token) */
+} eng_logprob_want;
+
+/* One row's answer. top_id/top_logprob are ordered by descending log-probability, then
+ * ascending id; tokens whose log-probability is -inf or NaN are never listed, so n_top may
+ * be below top_n (a processed row that top-k cut to fewer tokens). */
+typedef struct eng_logprobs {
+    int32_t token; /* the sampled or target token; -1 when none */
+    float logprob; /* its log-probability (-inf when the distribution excludes it) */
+    uint32_t rank; /* 1 + the tokens of strictly higher log-probability (vLLM's rank) */
+    int32_t n_top;
+    int32_t top_id[ENG_TOP_LOGPROBS_MAX];
+    float top_logprob[ENG_TOP_LOGPROBS_MAX];
+} eng_logprobs;
+
+/* Log-probabilities of one row of logits[vocab]: target's (target < 0: none) and the top
+ * top_n (0..ENG_TOP_LOGPROBS_MAX). Two passes over the row (max; exp-sum, rank and top n
+ * together). Returns 0, or -EINVAL (vocab < 1, top_n out of range, target >= vocab). */
+int eng_logprobs_row(const float *logits, int vocab, int32_t target, int top_n, eng_logprobs *out);
+
+/* The processed distribution's logits (see above) of one row into out[vocab]: what
+ * eng_sample draws from, as logits. */
+void eng_logits_processed(const float *logits, int vocab, const eng_sampling *s, float *out);
+
+/*
+ * eng_execute_sample with log-probabilities: want[i] says what logits row i wants, out[i]
+ * receives it (rows with top_n < 0 are left untouched). want NULL is eng_execute_sample.
+ * Rows marked no_sample are prompt rows: not sampled, out_tokens[i] = -1. When any row
+ * wants log-probabilities the logits come to the host (a backend that samples on its device
+ * copies them back for that batch only).
+ */
+int eng_execute_sample_lp(eng *e, const eng_batch *b, const eng_sampling *s, uint64_t *rng,
+                          int32_t *out_tokens, const eng_logprob_want *want, eng_logprobs *out);
+
 /* ---- backends (for kernels/ and plugins only) ---------------------------------------- */
 
 typedef struct eng_backend_ops {
@@ -340,6 +391,10 @@ typedef struct eng_backend_ops {
     int (*kv_copy_blocks)(void *priv, const int32_t *src, const int32_t *dst, int n);
     int (*kv_transfer_async)(void *priv, int dir, const int32_t *blocks, void *const *host, int n,
                              int efd); /* optional */
+    /* optional (NULL: on the calling thread): runs fn(ctx, task) for every task in
+     * [0, n_tasks) on the backend's host threads and returns when all have returned; the
+     * per-row log-probabilities of a batch use it */
+    void (*run_tasks)(void *priv, int n_tasks, void (*fn)(void *ctx, int task), void *ctx);
     /* optional: which kernels the projections take, by batch size, for a start report */
     void (*describe)(void *priv, char *buf, size_t cap);
 } eng_backend_ops;

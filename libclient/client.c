@@ -71,6 +71,10 @@ struct ringlm_client {
     int spin_fixed;      /* set by the option or the environment: not adapted */
     uint32_t consumed_since_check;
     uint64_t last_live_check_ns;
+    /* the log-probabilities of the last event taken (ringlm_event_logprobs) */
+    bool has_lp;
+    int32_t lp_token;
+    struct ringlm_wire_logprobs lp;
     int gone; /* 0, or the sticky -errno once the session ended */
     char gone_detail[160];
 
@@ -684,7 +688,10 @@ static int wire_request(const ringlm_request *req, const ringlm_sampling *smp, u
     w->top_p = req->top_p;
     w->top_k = req->top_k;
     q->prompt = req->prompt;
-    if (ringlm_wire_check_request_field(w, field, why, sizeof(why)))
+    /* max_new_tokens 0 is in range for a prompt's log-probabilities (the extension's flags) */
+    uint32_t smp_flags =
+        smp && smp->size >= offsetof(ringlm_sampling, flags) + sizeof smp->flags ? smp->flags : 0;
+    if (ringlm_wire_check_request_smp(w, smp_flags, field, why, sizeof(why)))
         return set_err(-EINVAL, "%s", why);
     *field = "class_name";
     if ((r = copy_name(w->class_name, req->class_name ? req->class_name : "default",
@@ -815,6 +822,13 @@ int ringlm_submit_batch_ext(ringlm_client *c, const ringlm_request *reqs,
                         n > 1 ? "a request of the batch: " : "");
             goto out;
         }
+        if (q[i].ext &&
+            (q[i].sm.flags & (RINGLM_WIRE_SMP_F_LOGPROBS | RINGLM_WIRE_SMP_F_PROMPT_LOGPROBS)) &&
+            !(c->caps & RINGLM_WIRE_CAP_LOGPROBS)) {
+            r = set_err(-ENOTSUP, "%sthe daemon does not send log-probabilities",
+                        n > 1 ? "a request of the batch: " : "");
+            goto out;
+        }
         uint64_t len = q[i].len;
         if (len > c->sub.cap) {
             r = set_err(-E2BIG,
@@ -873,12 +887,35 @@ static int take_event(ringlm_client *c, ringlm_event *out)
     unsigned kind = RINGLM_WIRE_EV_KIND(e.meta);
     memset(out, 0, sizeof(*out));
     out->req_id = e.req_id;
-    if (kind == RINGLM_WIRE_EV_TOKEN) {
-        out->kind = RINGLM_EV_TOKEN;
+    c->has_lp = false;
+    if (kind == RINGLM_WIRE_EV_TOKEN || kind == RINGLM_WIRE_EV_PROMPT) {
+        /* Its log-probabilities, when it has any, were published with it: the producer
+         * index seen (n) covers the whole group, so no reload is needed, and an event
+         * without any costs one look at the slot after it. */
+        unsigned used = 1;
+        struct ringlm_wire_event group[RINGLM_WIRE_LP_SLOTS(RINGLM_WIRE_TOP_LOGPROBS_MAX)];
+        if (n >= 2) group[1] = ring_ev_peek(&c->ev, 1);
+        if (n >= 2 && RINGLM_WIRE_EV_KIND(group[1].meta) == RINGLM_WIRE_EV_LOGPROB) {
+            int64_t have = n < (int64_t)(sizeof group / sizeof *group)
+                               ? n
+                               : (int64_t)(sizeof group / sizeof *group);
+            for (int64_t k = 2; k < have; k++) group[k] = ring_ev_peek(&c->ev, (uint64_t)k);
+            int top = ringlm_wire_lp_decode(&group[1], &group[2], (unsigned)(have - 2), &c->lp, why,
+                                            sizeof(why));
+            if (top < 0)
+                return set_err(-EPROTO, "request %llu: %s", (unsigned long long)e.req_id, why);
+            used = 2 + (unsigned)top;
+            c->has_lp = true;
+            c->lp_token = e.value;
+        } else if (kind == RINGLM_WIRE_EV_PROMPT) {
+            return set_err(-EPROTO, "PROMPT event of request %llu without its LOGPROB",
+                           (unsigned long long)e.req_id);
+        }
+        out->kind = kind == RINGLM_WIRE_EV_TOKEN ? RINGLM_EV_TOKEN : RINGLM_EV_PROMPT_TOKEN;
         out->token = e.value;
         out->index = RINGLM_WIRE_EV_LOW(e.meta);
-        ring_ev_consume(&c->ev, 1);
-        c->consumed_since_check++;
+        ring_ev_consume(&c->ev, used);
+        c->consumed_since_check += used;
         return 1;
     }
     if (kind != RINGLM_WIRE_EV_FINISH)
@@ -987,4 +1024,21 @@ int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms)
             (void)session_end_error(c, 1);
         }
     }
+}
+
+int ringlm_event_logprobs(const ringlm_client *c, ringlm_logprobs *out)
+{
+    if (!c || !out) return set_err(-EINVAL, "ringlm_event_logprobs: %s is NULL", c ? "out" : "c");
+    if (!c->has_lp) return 0;
+    memset(out, 0, sizeof *out);
+    out->token = c->lp_token;
+    out->logprob = c->lp.logprob;
+    out->rank = c->lp.rank;
+    out->n_top = c->lp.n_top < RINGLM_MAX_LOGPROBS ? c->lp.n_top : RINGLM_MAX_LOGPROBS;
+    out->processed = c->lp.flags & RINGLM_WIRE_LP_F_PROCESSED;
+    for (uint32_t i = 0; i < out->n_top; i++) {
+        out->top_token[i] = c->lp.top_token[i];
+        out->top_logprob[i] = c->lp.top_logprob[i];
+    }
+    return 1;
 }

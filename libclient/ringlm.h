@@ -177,17 +177,22 @@ typedef struct ringlm_logit_bias {
 #define RINGLM_MAX_LOGPROBS         20 /* top_logprobs, prompt_logprobs (OpenAI's limit) */
 #define RINGLM_MAX_CONSTRAINT_BYTES (256u << 10)
 
-/* ringlm_sampling.flags (reserved: refused with -ENOTSUP until implemented) */
+/* ringlm_sampling.flags: log-probabilities (see "log-probabilities" below) */
 #define RINGLM_SAMPLING_LOGPROBS                                                                   \
     1u /* per generated token: its log-probability and
                                                  the top_logprobs most likely alternatives */
 #define RINGLM_SAMPLING_LOGPROBS_PROCESSED                                                         \
     2u /* ... of the processed distribution (after the
-                                                 pipeline up to temperature); default: the
+                                                 pipeline, temperature, top-k and top-p); with
+                                                 RINGLM_SAMPLING_LOGPROBS only; default: the
                                                  model's raw log-softmax, as vLLM */
 #define RINGLM_SAMPLING_PROMPT_LOGPROBS                                                            \
-    4u /* per prompt token: its log-probability and
-                                                 prompt_logprobs alternatives */
+    4u /* per prompt token from the second: its
+                                                 log-probability and prompt_logprobs
+                                                 alternatives (RINGLM_EV_PROMPT_TOKEN events);
+                                                 max_new_tokens may then be 0 (the prompt is
+                                                 scored, nothing generated); such a request
+                                                 does not use the prefix cache */
 
 /* ringlm_sampling.constraint_kind (reserved: any kind but NONE is refused with -ENOTSUP) */
 enum ringlm_constraint_kind {
@@ -225,9 +230,13 @@ typedef struct ringlm_sampling {
 void ringlm_sampling_init(ringlm_sampling *smp);
 
 enum ringlm_event_kind {
-    RINGLM_EV_TOKEN = 1,  /* token, index valid */
-    RINGLM_EV_FINISH = 2, /* finish_reason, reject_reason, n_tokens, n_cached_tokens,
+    RINGLM_EV_TOKEN = 1,        /* token, index valid */
+    RINGLM_EV_FINISH = 2,       /* finish_reason, reject_reason, n_tokens, n_cached_tokens,
 	                         policy_hash valid */
+    RINGLM_EV_PROMPT_TOKEN = 3, /* (0.4) token = a prompt token, index = its position in the
+	                         prompt (1 .. n_prompt - 1), with its log-probabilities
+	                         (ringlm_event_logprobs); only for a request that asked for
+	                         prompt log-probabilities, all before its first TOKEN */
 };
 
 /* 48 bytes on every 64-bit target; n_cached_tokens (0.2) sits in what was padding before
@@ -331,7 +340,8 @@ int ringlm_request_check_ext(const ringlm_request *req, const ringlm_sampling *s
  * ringlm_request_check_ext with the daemon's vocabulary. A neutral smp (as
  * ringlm_sampling_init leaves it) is sent as a plain request, so it works with any daemon;
  * any other needs a daemon of 0.4 or later: -ENOTSUP ("the daemon does not take sampling
- * extensions") otherwise. Errors as ringlm_submit, plus -ENOTSUP.
+ * extensions", or "the daemon does not send log-probabilities" for a request asking for
+ * them) otherwise. Errors as ringlm_submit, plus -ENOTSUP.
  */
 int ringlm_submit_ext(ringlm_client *c, const ringlm_request *req, const ringlm_sampling *smp,
                       uint64_t *id);
@@ -366,6 +376,34 @@ int ringlm_cancel(ringlm_client *c, uint64_t req_id);
  * Never hangs when the daemon dies: liveness is checked while sleeping.
  */
 int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms);
+
+/* ---- log-probabilities (0.4) -------------------------------------------------------------
+ * A request that asks (ringlm_sampling's RINGLM_SAMPLING_LOGPROBS: each generated token;
+ * RINGLM_SAMPLING_PROMPT_LOGPROBS: each prompt token from the second, as RINGLM_EV_PROMPT_TOKEN
+ * events) gets each such event's log-probabilities with it: read them right after
+ * ringlm_next_event returned the event. Log-probabilities are natural logarithms of the
+ * model's softmax over the whole vocabulary (the "raw" distribution, as vLLM's default), or
+ * with RINGLM_SAMPLING_LOGPROBS_PROCESSED of the distribution the token was drawn from (after
+ * the logits processors, temperature, top-k and top-p; excluded tokens are -inf and never
+ * listed). Requests that do not ask cost nothing and carry none. */
+typedef struct ringlm_logprobs {
+    int32_t token;  /* the event's token */
+    float logprob;  /* its log-probability (-inf when the processed distribution excludes it) */
+    uint32_t rank;  /* 1 + the number of tokens more likely than it (vLLM's rank) */
+    uint32_t n_top; /* entries below: the request's top_logprobs / prompt_logprobs, fewer
+	                    only when fewer tokens have a finite log-probability */
+    bool processed; /* from the processed distribution */
+    int32_t top_token[RINGLM_MAX_LOGPROBS]; /* the most likely tokens, best first (ties: */
+    float top_logprob[RINGLM_MAX_LOGPROBS]; /* the lower id first), and their logprobs */
+} ringlm_logprobs;
+
+/*
+ * The log-probabilities that came with the event the last ringlm_next_event on c returned.
+ * Call it from the thread that reads events, before the next ringlm_next_event.
+ * Returns 1 and *out, 0 when that event carried none (it did not ask, or it is a FINISH),
+ * -EINVAL (c or out NULL).
+ */
+int ringlm_event_logprobs(const ringlm_client *c, ringlm_logprobs *out);
 
 /* Options for ringlm_set_option. */
 enum ringlm_option {

@@ -9,7 +9,7 @@
 # threads, clocks, files or signals (<pthread.h>, <time.h>, <unistd.h>, <sys/...>, ...).
 set -u
 cd "$(dirname "$0")/.."
-ours="common shm sched numa formats model libclient kernels sim daemon gateway tools perf tests fuzz"
+ours="common shm sched numa formats model constrain libclient kernels sim daemon gateway tools perf tests fuzz"
 bad=0
 
 # folder | the folders its files may include besides its own (a file path allows that one file)
@@ -23,13 +23,14 @@ sched     |
 numa      |
 formats   |
 model     |
+constrain | model
 libclient | shm model
 kernels   | numa model
 sim       | sched formats
 gateway   | libclient formats
 tools     | libclient shm formats
 daemon    | shm sched numa kernels formats libclient model
-fuzz      | shm libclient formats sched model
+fuzz      | shm libclient formats sched model constrain
 EOF
 }
 # model/ (model files and text: GGUF read and write, tokenizers, chat templates) depends on

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,6 +174,17 @@ int ringlm_wire_check_request(const struct ringlm_wire_request *r, char *why, si
     return ringlm_wire_check_request_field(r, NULL, why, why_len);
 }
 
+int ringlm_wire_check_request_smp(const struct ringlm_wire_request *r, uint32_t smp_flags,
+                                  const char **field, char *why, size_t why_len)
+{
+    if (r->max_new_tokens == 0 && (smp_flags & RINGLM_WIRE_SMP_F_PROMPT_LOGPROBS)) {
+        struct ringlm_wire_request c = *r;
+        c.max_new_tokens = 1; /* its prompt is all it computes: the other ranges as ever */
+        return ringlm_wire_check_request_field(&c, field, why, why_len);
+    }
+    return ringlm_wire_check_request_field(r, field, why, why_len);
+}
+
 /* A sampling parameter out of its range (or not implemented: *unsupported). */
 #define BAD_SMP(name, unsup, ...)                                                                  \
     do {                                                                                           \
@@ -268,14 +280,12 @@ int ringlm_wire_check_sampling(const struct ringlm_wire_parsed *rec, uint32_t vo
                 RINGLM_WIRE_MAX_CONSTRAINT_BYTES);
     if (sm->constraint_kind == 0 && sm->constraint_bytes)
         BAD_SMP("constraint", false, "constraint of %u bytes without a kind", sm->constraint_bytes);
+    if ((sm->flags & RINGLM_WIRE_SMP_F_LOGPROBS_PROCESSED) &&
+        !(sm->flags & RINGLM_WIRE_SMP_F_LOGPROBS))
+        BAD_SMP("flags", false, "flags 0x%x: processed log-probabilities without the logprobs flag",
+                sm->flags);
     /* Not implemented yet: refused, never accepted silently. Whoever implements one removes
      * its refusal here. */
-    if (sm->flags & (RINGLM_WIRE_SMP_F_LOGPROBS | RINGLM_WIRE_SMP_F_LOGPROBS_PROCESSED))
-        BAD_SMP("top_logprobs", true,
-                "top_logprobs: log-probabilities are not implemented by this version");
-    if (sm->flags & RINGLM_WIRE_SMP_F_PROMPT_LOGPROBS)
-        BAD_SMP("prompt_logprobs", true,
-                "prompt_logprobs: prompt log-probabilities are not implemented by this version");
     if (sm->n > 1)
         BAD_SMP("n", true,
                 "n %u: more than one sample per request is not implemented by this "
@@ -287,3 +297,85 @@ int ringlm_wire_check_sampling(const struct ringlm_wire_parsed *rec, uint32_t vo
     return 0;
 }
 #undef BAD_SMP
+
+/* ---- log-probability slots ----------------------------------------------------------- */
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+unsigned ringlm_wire_lp_encode(const struct ringlm_wire_logprobs *lp, struct ringlm_wire_event *out)
+{
+    unsigned n =
+        lp->n_top < RINGLM_WIRE_TOP_LOGPROBS_MAX ? lp->n_top : RINGLM_WIRE_TOP_LOGPROBS_MAX;
+    out[0] = (struct ringlm_wire_event){
+        .req_id = (uint64_t)f32_bits(lp->logprob) | (uint64_t)lp->rank << 32,
+        .value = (int32_t)n,
+        .meta = RINGLM_WIRE_EV_META(RINGLM_WIRE_EV_LOGPROB, lp->flags),
+    };
+    unsigned k = 1;
+    for (unsigned j = 0; j < n; j += 2, k++) {
+        bool two = j + 1 < n;
+        out[k] = (struct ringlm_wire_event){
+            .req_id = (uint64_t)f32_bits(lp->top_logprob[j]) |
+                      (two ? (uint64_t)f32_bits(lp->top_logprob[j + 1]) << 32 : 0),
+            .value = lp->top_token[j],
+            .meta =
+                RINGLM_WIRE_EV_META(RINGLM_WIRE_EV_LOGPROB_TOP,
+                                    two ? (uint32_t)lp->top_token[j + 1] : RINGLM_WIRE_INDEX_MAX),
+        };
+    }
+    return k;
+}
+
+int ringlm_wire_lp_decode(const struct ringlm_wire_event *head, const struct ringlm_wire_event *top,
+                          unsigned avail, struct ringlm_wire_logprobs *out, char *why,
+                          size_t why_len)
+{
+    if (RINGLM_WIRE_EV_KIND(head->meta) != RINGLM_WIRE_EV_LOGPROB) {
+        snprintf(why, why_len, "event kind %u where a LOGPROB belongs",
+                 RINGLM_WIRE_EV_KIND(head->meta));
+        return -EBADMSG;
+    }
+    if (head->value < 0 || head->value > RINGLM_WIRE_TOP_LOGPROBS_MAX) {
+        snprintf(why, why_len, "LOGPROB with %d alternatives (at most %d)", head->value,
+                 RINGLM_WIRE_TOP_LOGPROBS_MAX);
+        return -EBADMSG;
+    }
+    unsigned n = (unsigned)head->value, slots = (n + 1) / 2;
+    if (slots > avail) {
+        snprintf(why, why_len, "LOGPROB with %u alternatives followed by %u slots", n, avail);
+        return -EBADMSG;
+    }
+    out->logprob = bits_f32((uint32_t)head->req_id);
+    out->rank = (uint32_t)(head->req_id >> 32);
+    out->flags = RINGLM_WIRE_EV_LOW(head->meta);
+    out->n_top = n;
+    for (unsigned k = 0; k < slots; k++) {
+        const struct ringlm_wire_event *t = &top[k];
+        unsigned j = 2 * k;
+        uint32_t second = RINGLM_WIRE_EV_LOW(t->meta);
+        if (RINGLM_WIRE_EV_KIND(t->meta) != RINGLM_WIRE_EV_LOGPROB_TOP || t->value < 0 ||
+            (j + 1 < n && second == RINGLM_WIRE_INDEX_MAX)) {
+            snprintf(why, why_len, "LOGPROB_TOP slot %u of %u is malformed", k, slots);
+            return -EBADMSG;
+        }
+        out->top_token[j] = t->value;
+        out->top_logprob[j] = bits_f32((uint32_t)t->req_id);
+        if (j + 1 < n) {
+            out->top_token[j + 1] = (int32_t)second;
+            out->top_logprob[j + 1] = bits_f32((uint32_t)(t->req_id >> 32));
+        }
+    }
+    return (int)slots;
+}

@@ -41,7 +41,30 @@ enum ringlm_wire_event_kind {
     RINGLM_WIRE_EV_FINISH_EXT = 3, /* always right after a FINISH, same publish:
 	                                  req_id = policy hash, value = low 32 bits of req id,
 	                                  meta index = cached prompt tokens (see below) */
+    RINGLM_WIRE_EV_PROMPT = 4,     /* log-probabilities: see below */
+    RINGLM_WIRE_EV_LOGPROB = 5,
+    RINGLM_WIRE_EV_LOGPROB_TOP = 6,
 };
+/* Log-probabilities (RINGLM_WIRE_CAP_LOGPROBS): extra slots written right after the event
+ * they belong to and published with it (the daemon reserves a group's slots whole, so a
+ * reader never sees half of one). The daemon writes them only for a request record that
+ * asked (the sampling extension's LOGPROBS / PROMPT_LOGPROBS flags), so a library that
+ * never asks never meets these kinds.
+ *   PROMPT       a prompt token's log-probability follows: req_id, value = the prompt token,
+ *                meta index = its position (1 .. n_prompt - 1); every PROMPT of a request
+ *                comes before its first TOKEN
+ *   LOGPROB      right after a TOKEN or PROMPT of the same request: req_id field = the float
+ *                bits of the token's log-probability (low 32) and its rank (high 32: 1 + the
+ *                tokens more likely); value = n_top (0..RINGLM_WIRE_TOP_LOGPROBS_MAX), the
+ *                entries that follow; meta index = RINGLM_WIRE_LP_F_* flags
+ *   LOGPROB_TOP  (n_top + 1) / 2 slots after a LOGPROB, two entries each, best first: req_id
+ *                field = the float bits of entry 2j's log-probability (low 32) and entry
+ *                2j+1's (high 32); value = entry 2j's token; meta index = entry 2j+1's token,
+ *                RINGLM_WIRE_INDEX_MAX when there is none (n_top odd, last slot) */
+#define RINGLM_WIRE_TOP_LOGPROBS_MAX 20
+#define RINGLM_WIRE_LP_F_PROCESSED   1u /* from the processed distribution, not the raw one */
+/* Slots a token with n_top alternatives takes: itself, its LOGPROB, the TOP pairs. */
+#define RINGLM_WIRE_LP_SLOTS(n_top)  (2u + ((unsigned)(n_top) + 1u) / 2u)
 /* FINISH_EXT's meta index: the prompt tokens the request's first admission found in the
  * prefix cache (full blocks, so a multiple of the block size; 0 when none, when the
  * request was rejected before admission, or when the cache is off), saturated at
@@ -213,6 +236,9 @@ struct ringlm_wire_cseg {
 #define RINGLM_WIRE_CAP_SAMPLING                                                                   \
     4u /* the daemon reads REQUEST_EXT records; vocab_size
                                           is filled in */
+#define RINGLM_WIRE_CAP_LOGPROBS                                                                   \
+    8u /* the daemon sends log-probabilities (EV_PROMPT, EV_LOGPROB, EV_LOGPROB_TOP) to a
+          request that asks for them */
 #define RINGLM_WIRE_CLASSES_MAX 16u
 
 enum ringlm_wire_state {
@@ -337,6 +363,12 @@ int ringlm_wire_check_request_field(const struct ringlm_wire_request *req, const
                                     char *why, size_t why_len);
 /* The same check when the field's name is not needed. */
 int ringlm_wire_check_request(const struct ringlm_wire_request *req, char *why, size_t why_len);
+/* The same check for a request with a sampling extension whose flags are smp_flags (0 for a
+ * plain request): max_new_tokens 0 is in range when it asks for its prompt's
+ * log-probabilities (RINGLM_WIRE_SMP_F_PROMPT_LOGPROBS: lm-eval's echo scoring computes the
+ * prompt and ends). The library and the daemon call this one. */
+int ringlm_wire_check_request_smp(const struct ringlm_wire_request *req, uint32_t smp_flags,
+                                  const char **field, char *why, size_t why_len);
 
 /*
  * The one check of the sampling extensions (struct ringlm_wire_sampling and its lists), run
@@ -360,5 +392,29 @@ int ringlm_wire_check_request(const struct ringlm_wire_request *req, char *why, 
  */
 int ringlm_wire_check_sampling(const struct ringlm_wire_parsed *rec, uint32_t vocab,
                                const char **field, bool *unsupported, char *why, size_t why_len);
+
+/* ---- log-probability slots (shm/wire.c): the one encoder and the one decoder ---------- */
+
+/* One token's log-probabilities as they travel. */
+struct ringlm_wire_logprobs {
+    float logprob;
+    uint32_t rank;
+    uint32_t flags; /* RINGLM_WIRE_LP_F_* */
+    uint32_t n_top; /* <= RINGLM_WIRE_TOP_LOGPROBS_MAX */
+    int32_t top_token[RINGLM_WIRE_TOP_LOGPROBS_MAX];
+    float top_logprob[RINGLM_WIRE_TOP_LOGPROBS_MAX];
+};
+
+/* Writes the LOGPROB slot and its LOGPROB_TOP slots into out (room for
+ * RINGLM_WIRE_LP_SLOTS(n_top) - 1 slots); returns how many. n_top above the maximum is cut. */
+unsigned ringlm_wire_lp_encode(const struct ringlm_wire_logprobs *lp,
+                               struct ringlm_wire_event *out);
+
+/* Reads a LOGPROB slot (head) and the TOP slots after it (top[0 .. avail)): returns the TOP
+ * slots it used, or -EBADMSG with a detail (not a LOGPROB, n_top above the maximum, fewer
+ * TOP slots than it says, a slot of another kind, a token below 0). */
+int ringlm_wire_lp_decode(const struct ringlm_wire_event *head, const struct ringlm_wire_event *top,
+                          unsigned avail, struct ringlm_wire_logprobs *out, char *why,
+                          size_t why_len);
 
 #endif

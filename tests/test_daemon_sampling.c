@@ -166,14 +166,13 @@ static void s_size(ringlm_sampling *s)
 {
     s->size = 8;
 }
-static void s_logprobs(ringlm_sampling *s)
+static void s_processed_alone(ringlm_sampling *s)
 {
-    s->flags = RINGLM_SAMPLING_LOGPROBS;
-    s->top_logprobs = 5;
+    s->flags = RINGLM_SAMPLING_LOGPROBS_PROCESSED; /* "processed" of no log-probabilities */
 }
-static void s_prompt_logprobs(ringlm_sampling *s)
+static void s_prompt_lp_noflag(ringlm_sampling *s)
 {
-    s->flags = RINGLM_SAMPLING_PROMPT_LOGPROBS;
+    s->prompt_logprobs = 2;
 }
 static void s_n(ringlm_sampling *s)
 {
@@ -205,8 +204,8 @@ static const smp_case bad_smp[] = {
     {"top_logprobs", -EINVAL, s_top_lp_noflag},
     {"flags", -EINVAL, s_flags},
     {"size", -EINVAL, s_size},
-    {"top_logprobs", -ENOTSUP, s_logprobs},
-    {"prompt_logprobs", -ENOTSUP, s_prompt_logprobs},
+    {"flags", -EINVAL, s_processed_alone},
+    {"prompt_logprobs", -EINVAL, s_prompt_lp_noflag},
     {"n", -ENOTSUP, s_n},
     {"constraint", -ENOTSUP, s_constraint},
 };

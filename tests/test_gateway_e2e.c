@@ -453,8 +453,14 @@ Test(gateway_e2e, bad_requests_get_openai_errors)
                  NULL);
     expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":", 400, NULL,
                  "invalid_json");
-    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"logprobs\":2}", 400, "logprobs",
-                 "unsupported");
+    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"logprobs\":21}", 400, "logprobs",
+                 "invalid_value");
+    expect_error("/v1/chat/completions", NULL,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,"
+                 "\"top_logprobs\":21}",
+                 400, "top_logprobs", "invalid_value");
+    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":0}", 400, "max_tokens",
+                 "invalid_value");
     expect_error("/v1/completions", NULL, "{\"prompt\":[1,2,4096]}", 400, "prompt", "bad_token");
     expect_error("/v1/chat/completions", NULL,
                  "{\"messages\":[{\"role\":\"user\"}],\"stream\":\"yes\"}", 400, "stream", NULL);

@@ -52,3 +52,39 @@ Test(gateway_node, openai_sdk_for_node)
     free(err);
     free(keys);
 }
+
+/* Log-probabilities through the SDK (tests/node/gateway_logprobs.test.mjs): chat's and
+ * completions' shapes, whole and streamed, echo with max_tokens 0, vLLM's prompt_logprobs,
+ * counts out of range. */
+Test(gateway_node, logprobs_through_the_openai_sdk)
+{
+    gwh_need();
+    char *out, *err;
+    char *ver[] = {"node", "--version", NULL};
+    if (th_run(ver, &out, &err, 20) != 0)
+        cr_skip_test("node is not installed: the OpenAI SDK test skips");
+    free(out);
+    free(err);
+    if (!th_exists("tests/node/node_modules/openai/package.json"))
+        cr_skip_test("tests/node/node_modules/openai is absent (run `make deps`): the OpenAI SDK "
+                     "test skips");
+    char *keys = gwh_keys();
+    const char *extra[] = {"--api-keys", keys, NULL};
+    gwh_start_daemon(NULL);
+    gwh_start_gateway(extra);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", gwh_port);
+    setenv("GATEWAY_URL", url, 1);
+    setenv("GATEWAY_KEY", "sk-alice-0001", 1);
+    gwh_wait_healthy(10000);
+    char *argv[] = {"node", "--test", "--test-reporter=tap", "tests/node/gateway_logprobs.test.mjs",
+                    NULL};
+    int rc = th_run(argv, &out, &err, 120);
+    cr_assert_eq(rc, 0,
+                 "the SDK's log-probability checks failed (exit %d):\n%s\n%s\ngateway log:\n%s", rc,
+                 out, err, th_read_file(gwh_gateway.log));
+    cr_assert(strstr(out, "# pass 5"), "expected 5 passing checks:\n%s", out);
+    free(out);
+    free(err);
+    free(keys);
+}

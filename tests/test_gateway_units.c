@@ -171,7 +171,7 @@ static void expect_range_400(const char *body, const char *param)
     rq.temperature = (float)p.temperature;
     rq.top_p = (float)p.top_p;
     rq.deadline_us = p.deadline_ms * 1000u;
-    cr_assert_eq(gw_params_check(&p, &rq, &e), -1, "accepted: %s", body);
+    cr_assert_eq(gw_params_check(&p, &rq, NULL, &e), -1, "accepted: %s", body);
     cr_assert_eq(e.status, 400, "%s: status %d (%s)", body, e.status, e.message);
     cr_assert_str_eq(e.param, param, "%s: param '%s' (%s)", body, e.param, e.message);
     gw_params_free(&p);
@@ -195,7 +195,13 @@ Test(gateway_units, wrong_types_are_400s_naming_the_field)
     expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"stream\":1}", "stream");
     expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"stop\":[1]}", "stop");
     expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"n\":2}", "n");
-    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":1}", "logprobs");
+    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs");
+    expect_400(GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}",
+               "logprobs");
+    expect_400(GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}",
+               "top_logprobs");
+    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"prompt_logprobs\":1,\"stream\":true}",
+               "prompt_logprobs");
     expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":\"y\"}}",
                "stream_options.include_usage");
     expect_400(GW_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "prompt");

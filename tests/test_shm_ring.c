@@ -424,3 +424,49 @@ Test(shm_wire, semantic_checks_and_reason_names)
     cr_assert_str_eq(ringlm_wire_reason_name(7), "unknown");
     cr_assert_str_eq(ringlm_wire_reason_name(100000), "unknown");
 }
+
+/* Log-probabilities travel as a LOGPROB slot and (n + 1) / 2 LOGPROB_TOP slots: every count
+ * from 0 to 20 comes back bit for bit, and a damaged group is refused, never misread. */
+Test(shm_wire, logprob_slots_round_trip_and_refuse_damage)
+{
+    for (unsigned n = 0; n <= RINGLM_WIRE_TOP_LOGPROBS_MAX; n++) {
+        struct ringlm_wire_logprobs in = {.logprob = -1.25f - (float)n,
+                                          .rank = 3 + n,
+                                          .flags = n & 1 ? RINGLM_WIRE_LP_F_PROCESSED : 0,
+                                          .n_top = n};
+        for (unsigned j = 0; j < n; j++) {
+            in.top_token[j] = (int32_t)(1000 * j + 7);
+            in.top_logprob[j] = -0.5f * (float)j;
+        }
+        struct ringlm_wire_event slots[RINGLM_WIRE_LP_SLOTS(RINGLM_WIRE_TOP_LOGPROBS_MAX)];
+        unsigned k = ringlm_wire_lp_encode(&in, slots);
+        cr_assert_eq(k + 1, RINGLM_WIRE_LP_SLOTS(n), "n %u: %u slots", n, k);
+        struct ringlm_wire_logprobs out;
+        char why[128];
+        int used = ringlm_wire_lp_decode(&slots[0], &slots[1], k - 1, &out, why, sizeof why);
+        cr_assert_eq(used, (int)k - 1, "n %u: %s", n, why);
+        cr_assert_eq(out.logprob, in.logprob);
+        cr_assert_eq(out.rank, in.rank);
+        cr_assert_eq(out.flags, in.flags);
+        cr_assert_eq(out.n_top, n);
+        cr_assert_arr_eq(out.top_token, in.top_token, n * sizeof(int32_t));
+        cr_assert_arr_eq(out.top_logprob, in.top_logprob, n * sizeof(float));
+        if (n >= 2) {
+            /* fewer TOP slots than it says */
+            cr_assert_eq(ringlm_wire_lp_decode(&slots[0], &slots[1], k - 2, &out, why, sizeof why),
+                         -EBADMSG);
+            /* a slot of another kind in the group */
+            struct ringlm_wire_event bad = slots[1];
+            slots[1].meta = RINGLM_WIRE_EV_META(RINGLM_WIRE_EV_TOKEN, 0);
+            cr_assert_eq(ringlm_wire_lp_decode(&slots[0], &slots[1], k - 1, &out, why, sizeof why),
+                         -EBADMSG);
+            slots[1] = bad;
+        }
+    }
+    struct ringlm_wire_event head = {.value = 21,
+                                     .meta = RINGLM_WIRE_EV_META(RINGLM_WIRE_EV_LOGPROB, 0)};
+    char why[128];
+    struct ringlm_wire_logprobs out;
+    cr_assert_eq(ringlm_wire_lp_decode(&head, NULL, 0, &out, why, sizeof why), -EBADMSG);
+    cr_assert(strstr(why, "21"), "%s", why);
+}

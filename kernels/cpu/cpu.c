@@ -540,6 +540,25 @@ static void cpu_describe(void *priv, char *buf, size_t cap)
                  eng_wtype_name(wt), q_isa_name(q_isa()), Q_INT_MAX_ROWS, blas);
 }
 
+typedef struct task_fwd {
+    void (*fn)(void *ctx, int task);
+    void *ctx;
+} task_fwd;
+
+static void task_fwd_run(void *ctx, int task, int worker)
+{
+    (void)worker;
+    const task_fwd *f = ctx;
+    f->fn(f->ctx, task);
+}
+
+static void cpu_run_tasks(void *priv, int n_tasks, void (*fn)(void *ctx, int task), void *ctx)
+{
+    cpu *c = priv;
+    task_fwd f = {fn, ctx};
+    pool_run(&c->workers, n_tasks, task_fwd_run, &f);
+}
+
 static const eng_backend_ops cpu_ops = {
     .name = "cpu",
     .create = cpu_create,
@@ -552,6 +571,7 @@ static const eng_backend_ops cpu_ops = {
     .kv_read_block = cpu_kv_read_block,
     .kv_write_block = cpu_kv_write_block,
     .kv_copy_blocks = cpu_kv_copy_blocks,
+    .run_tasks = cpu_run_tasks,
     .describe = cpu_describe,
 };
 

@@ -1439,6 +1439,7 @@ static const eng_backend_ops cuda_ops = {
     cu_kv_write_block,
     cu_kv_copy_blocks,
     cu_kv_transfer_async,
+    NULL, /* run_tasks: log-probability rows run on the calling thread */
     NULL, /* describe */
 };
 

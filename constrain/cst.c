@@ -1,0 +1,895 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * constrain/cst.c — vocabularies as tries, grammars, and matchers: the Pike VM with
+ * hash-consed return stacks, its lazily built DFA, and masks by one walk of the trie.
+ *
+ * Invariants. A DFA state is a sorted, duplicate-free list of threads (pc, stack) whose pc
+ * is a SET or a MATCH: the epsilon closure is taken when a state is made, so a byte step
+ * only looks at SETs. State 0 is the dead state (no threads). A stack id names one
+ * (return pc, parent id) pair, interned, 0 the empty stack: equal stacks are equal ids, so
+ * states compare as plain arrays. Transitions are filled on first use (-1 unknown). Masks
+ * are cached per state while the cache is under its byte bound.
+ */
+#include "constrain/cst.h"
+#include "constrain/prog.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- vocabulary ---------------------------------------------------------------------- */
+
+typedef struct trie_node {
+    uint8_t byte;
+    uint16_t depth;
+    uint32_t end;       /* one past the last node of this subtree (preorder) */
+    uint32_t tok_start; /* into sorted ids: tokens whose bytes end here */
+    uint32_t tok_count;
+} trie_node;
+
+struct cst_vocab {
+    int n_tokens;
+    uint8_t *bytes;   /* all token bytes */
+    uint64_t *off;    /* [n+1] */
+    int32_t *sorted;  /* ids sorted by bytes */
+    trie_node *nodes; /* preorder; node 0 is the root */
+    uint32_t n_nodes;
+    uint32_t max_depth;
+    int32_t end_tokens[8];
+    int n_end;
+};
+
+static const cst_vocab *sort_vocab; /* qsort has no context argument in C11 */
+static int cmp_tok(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    const cst_vocab *v = sort_vocab;
+    uint64_t lx = v->off[x + 1] - v->off[x], ly = v->off[y + 1] - v->off[y];
+    int c = memcmp(v->bytes + v->off[x], v->bytes + v->off[y], lx < ly ? lx : ly);
+    if (c) return c;
+    if (lx != ly) return lx < ly ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static int build_trie(cst_vocab *v)
+{
+    int n = v->n_tokens, m = 0;
+    v->sorted = malloc(((size_t)n + 1) * sizeof *v->sorted);
+    if (!v->sorted) return -ENOMEM;
+    for (int i = 0; i < n; i++)
+        if (v->off[i + 1] > v->off[i]) v->sorted[m++] = i;
+    sort_vocab = v;
+    qsort(v->sorted, (size_t)m, sizeof *v->sorted, cmp_tok);
+    /* nodes: at most total bytes + 1 */
+    size_t cap = (size_t)(v->off[n]) + 1;
+    v->nodes = calloc(cap, sizeof *v->nodes);
+    uint32_t *path = calloc((size_t)(v->off[n]) + 2, sizeof *path); /* node index per depth */
+    if (!v->nodes || !path) {
+        free(path);
+        return -ENOMEM;
+    }
+    uint32_t nn = 1, depth = 0;
+    v->nodes[0] = (trie_node){0, 0, 0, 0, 0};
+    path[0] = 0;
+    const uint8_t *prev = NULL;
+    uint64_t prevlen = 0;
+    for (int k = 0; k < m; k++) {
+        int id = v->sorted[k];
+        const uint8_t *b = v->bytes + v->off[id];
+        uint64_t len = v->off[id + 1] - v->off[id];
+        uint64_t common = 0;
+        while (prev && common < prevlen && common < len && prev[common] == b[common]) common++;
+        /* close the nodes deeper than the common prefix */
+        while (depth > common) {
+            v->nodes[path[depth]].end = nn;
+            depth--;
+        }
+        for (uint64_t d = common; d < len; d++) {
+            trie_node *t = &v->nodes[nn];
+            *t = (trie_node){b[d], (uint16_t)(d + 1 > 65535 ? 65535 : d + 1), 0, 0, 0};
+            path[++depth] = nn++;
+        }
+        trie_node *leaf = &v->nodes[path[depth]];
+        if (leaf->tok_count == 0) leaf->tok_start = (uint32_t)k;
+        leaf->tok_count++;
+        if (len > v->max_depth) v->max_depth = (uint32_t)len;
+        prev = b;
+        prevlen = len;
+    }
+    while (depth > 0) {
+        v->nodes[path[depth]].end = nn;
+        depth--;
+    }
+    v->nodes[0].end = nn;
+    v->n_nodes = nn;
+    free(path);
+    return 0;
+}
+
+int cst_vocab_from_bytes(const uint8_t *const *bytes, const uint32_t *lens, int n_tokens,
+                         const int32_t *end_tokens, int n_end, cst_vocab **out)
+{
+    *out = NULL;
+    if (n_tokens < 0 || n_end < 0 || n_end > 8) return -EINVAL;
+    for (int i = 0; i < n_end; i++)
+        if (end_tokens[i] < 0 || end_tokens[i] >= n_tokens) return -EINVAL;
+    cst_vocab *v = calloc(1, sizeof *v);
+    if (!v) return -ENOMEM;
+    v->n_tokens = n_tokens;
+    v->off = calloc((size_t)n_tokens + 1, sizeof *v->off);
+    uint64_t total = 0;
+    for (int i = 0; i < n_tokens; i++) total += lens[i];
+    v->bytes = malloc(total + 1);
+    if (!v->off || !v->bytes) goto nomem;
+    for (int i = 0; i < n_tokens; i++) {
+        bool is_end = false;
+        for (int e = 0; e < n_end; e++) is_end |= end_tokens[e] == i;
+        uint32_t l = is_end ? 0 : lens[i]; /* an end token is never text */
+        if (l) memcpy(v->bytes + v->off[i], bytes[i], l);
+        v->off[i + 1] = v->off[i] + l;
+    }
+    memcpy(v->end_tokens, end_tokens, (size_t)n_end * sizeof *end_tokens);
+    v->n_end = n_end;
+    if (build_trie(v)) goto nomem;
+    *out = v;
+    return 0;
+nomem:
+    cst_vocab_free(v);
+    return -ENOMEM;
+}
+
+int cst_vocab_from_tokenizer(const tok_tokenizer *t, cst_vocab **out)
+{
+    int n = tok_vocab_size(t);
+    const uint8_t **b = calloc((size_t)n + 1, sizeof *b);
+    uint32_t *l = calloc((size_t)n + 1, sizeof *l);
+    int rc = -ENOMEM;
+    if (!b || !l) goto out;
+    /* decode after a token that is neither BOS nor a control token, so a SentencePiece
+     * piece keeps its leading space */
+    int32_t prev = tok_bos(t) == 0 ? 1 : 0;
+    for (int i = 0; i < n; i++) {
+        const char *s = tok_decode_bytes(t, prev, i);
+        b[i] = (const uint8_t *)(s ? s : "");
+        l[i] = s ? (uint32_t)strlen(s) : 0; /* control tokens decode to "": never allowed */
+    }
+    int32_t ends[2];
+    int ne = 0;
+    if (tok_eos(t) >= 0 && tok_eos(t) < n) ends[ne++] = tok_eos(t);
+    if (tok_eot(t) >= 0 && tok_eot(t) < n && tok_eot(t) != tok_eos(t)) ends[ne++] = tok_eot(t);
+    rc = cst_vocab_from_bytes(b, l, n, ends, ne, out);
+out:
+    free(b);
+    free(l);
+    return rc;
+}
+
+void cst_vocab_free(cst_vocab *v)
+{
+    if (!v) return;
+    free(v->bytes);
+    free(v->off);
+    free(v->sorted);
+    free(v->nodes);
+    free(v);
+}
+
+int cst_vocab_size(const cst_vocab *v)
+{
+    return v->n_tokens;
+}
+
+size_t cst_mask_words(const cst_vocab *v)
+{
+    return ((size_t)v->n_tokens + 31) / 32;
+}
+
+const uint8_t *cst_vocab_token(const cst_vocab *v, int32_t id, uint32_t *len)
+{
+    if (id < 0 || id >= v->n_tokens) {
+        *len = 0;
+        return NULL;
+    }
+    *len = (uint32_t)(v->off[id + 1] - v->off[id]);
+    return v->bytes + v->off[id];
+}
+
+/* ---- grammar ------------------------------------------------------------------------- */
+
+/*
+ * Left recursion: a subroutine that can reach a CALL of itself (directly or through other
+ * subroutines) before consuming a byte would make the closure grow a stack forever. Found
+ * by a search over the epsilon edges from each subroutine entry; a CALL's return pc is
+ * followed only when the callee can match the empty string (a fixpoint first).
+ */
+static int check_left_recursion(cst_prog *p, char *err, size_t errlen)
+{
+    uint32_t n = p->n;
+    /* subroutine entries: targets of CALL */
+    uint8_t *is_entry = calloc(n, 1), *nullable = calloc(n, 1), *seen = calloc(n, 1);
+    uint32_t *stack = malloc((size_t)n * sizeof *stack);
+    uint32_t *entries = malloc((size_t)n * sizeof *entries);
+    int rc = -ENOMEM;
+    if (!is_entry || !nullable || !seen || !stack || !entries) goto out;
+    uint32_t ne = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (p->insts[i].op == OP_CALL && p->insts[i].a < n && !is_entry[p->insts[i].a]) {
+            is_entry[p->insts[i].a] = 1;
+            entries[ne++] = p->insts[i].a;
+        }
+    /* nullable[e]: from e, a RET is reachable through epsilon edges (fixpoint over calls) */
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (uint32_t k = 0; k < ne; k++) {
+            uint32_t e = entries[k];
+            if (nullable[e]) continue;
+            memset(seen, 0, n);
+            uint32_t sp = 0;
+            stack[sp++] = e;
+            seen[e] = 1;
+            bool found = false;
+            while (sp && !found) {
+                cst_inst in = p->insts[stack[--sp]];
+                uint32_t nx[2];
+                int nn = 0;
+                switch (in.op) {
+                case OP_RET: found = true; break;
+                case OP_JMP: nx[nn++] = in.a; break;
+                case OP_SPLIT: nx[nn++] = in.a, nx[nn++] = in.b; break;
+                case OP_CALL:
+                    if (nullable[in.a]) nx[nn++] = in.b;
+                    break;
+                default: break;
+                }
+                for (int j = 0; j < nn; j++)
+                    if (nx[j] < n && !seen[nx[j]]) seen[nx[j]] = 1, stack[sp++] = nx[j];
+            }
+            if (found) nullable[e] = 1, changed = true;
+        }
+    }
+    /* productive: the start can reach MATCH, and each CALL's callee can reach its RET, on
+     * some path (a rule that only recurses, such as a required property whose schema is
+     * the whole schema, matches no finite text) */
+    {
+        uint8_t *prod = calloc(n, 1);
+        if (!prod) goto out;
+        for (bool changed = true; changed;) {
+            changed = false;
+            for (uint32_t k = 0; k <= ne; k++) {
+                uint32_t e = k < ne ? entries[k] : p->start;
+                if (prod[e]) continue;
+                memset(seen, 0, n);
+                uint32_t sp = 0;
+                stack[sp++] = e;
+                seen[e] = 1;
+                bool found = false;
+                while (sp && !found) {
+                    cst_inst in = p->insts[stack[--sp]];
+                    uint32_t nx[2];
+                    int nn = 0;
+                    switch (in.op) {
+                    case OP_RET: found = k < ne; break;
+                    case OP_MATCH: found = k == ne; break;
+                    case OP_SET: nx[nn++] = in.b; break;
+                    case OP_JMP: nx[nn++] = in.a; break;
+                    case OP_SPLIT: nx[nn++] = in.a, nx[nn++] = in.b; break;
+                    case OP_CALL:
+                        if (prod[in.a]) nx[nn++] = in.b;
+                        break;
+                    default: break;
+                    }
+                    for (int j = 0; j < nn; j++)
+                        if (nx[j] < n && !seen[nx[j]]) seen[nx[j]] = 1, stack[sp++] = nx[j];
+                }
+                if (found) prod[e] = 1, changed = true;
+            }
+        }
+        bool ok = prod[p->start];
+        free(prod);
+        if (!ok) {
+            snprintf(err, errlen,
+                     "the constraint matches no finite text (a $ref cycle with no base case?)");
+            rc = -EINVAL;
+            goto out;
+        }
+    }
+    /* from each entry: can it reach CALL e without consuming? (through calls into
+     * other subroutines' entries as well) */
+    for (uint32_t k = 0; k < ne; k++) {
+        uint32_t e = entries[k];
+        memset(seen, 0, n);
+        uint32_t sp = 0;
+        stack[sp++] = e;
+        seen[e] = 1;
+        while (sp) {
+            cst_inst in = p->insts[stack[--sp]];
+            uint32_t nx[2];
+            int nn = 0;
+            switch (in.op) {
+            case OP_JMP: nx[nn++] = in.a; break;
+            case OP_SPLIT: nx[nn++] = in.a, nx[nn++] = in.b; break;
+            case OP_CALL:
+                if (in.a == e) {
+                    snprintf(err, errlen,
+                             "left recursion: a rule can reach itself before consuming any "
+                             "input (a $ref cycle with no base case?)");
+                    rc = -EINVAL;
+                    goto out;
+                }
+                nx[nn++] = in.a;
+                if (nullable[in.a]) nx[nn++] = in.b;
+                break;
+            default: break;
+            }
+            for (int j = 0; j < nn; j++)
+                if (nx[j] < n && !seen[nx[j]]) seen[nx[j]] = 1, stack[sp++] = nx[j];
+        }
+    }
+    rc = 0;
+out:
+    free(is_entry);
+    free(nullable);
+    free(seen);
+    free(stack);
+    free(entries);
+    return rc;
+}
+
+int cst_grammar_finish(cst_prog *p, cst_grammar **out, char *err, size_t errlen)
+{
+    char dummy[8];
+    if (!err) err = dummy, errlen = sizeof dummy;
+    *out = NULL;
+    int rc = p->failed;
+    if (rc) {
+        snprintf(err, errlen, "%s", p->err);
+        prog_release(p);
+        return rc;
+    }
+    if (p->start == 0) {
+        snprintf(err, errlen, "the constraint matches nothing");
+        prog_release(p);
+        return -EINVAL;
+    }
+    if ((rc = check_left_recursion(p, err, errlen))) {
+        prog_release(p);
+        return rc;
+    }
+    cst_grammar *g = calloc(1, sizeof *g);
+    if (!g) {
+        prog_release(p);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    g->prog = *p;
+    memset(p, 0, sizeof *p);
+    *out = g;
+    return 0;
+}
+
+void cst_grammar_free(cst_grammar *g)
+{
+    if (!g) return;
+    prog_release(&g->prog);
+    free(g);
+}
+
+size_t cst_grammar_size(const cst_grammar *g)
+{
+    return g->prog.n;
+}
+
+/* ---- matcher ------------------------------------------------------------------------- */
+
+#define MAX_STACK_DEPTH  4096       /* deeper threads die: stricter, never looser */
+#define MAX_DFA_STATES   (1u << 15) /* flushed above this */
+#define MASK_CACHE_BYTES (64u << 20)
+
+typedef struct stack_node {
+    uint32_t ret, parent, depth;
+} stack_node;
+
+struct cst_matcher {
+    const cst_grammar *g;
+    const cst_prog *p;
+    const cst_vocab *v;
+    /* stacks */
+    stack_node *stk;
+    uint32_t nstk, stkcap;
+    uint32_t *stk_hash;
+    uint32_t stk_hash_cap;
+    /* DFA states */
+    uint64_t *threads; /* (pc << 32 | stack) */
+    size_t nthreads, thcap;
+    uint64_t *st_off; /* [state] start in threads; count = next start - start */
+    uint32_t *st_len;
+    uint8_t *st_accept; /* MATCH with an empty stack is among the threads */
+    int32_t *trans;     /* [state * 256 + byte] */
+    uint32_t **st_mask;
+    size_t mask_bytes;
+    uint32_t nstates, stcap;
+    uint32_t *st_hash;
+    uint32_t st_hash_cap;
+    /* scratch for closures */
+    uint64_t *work;
+    size_t nwork, workcap;
+    uint64_t *todo;
+    size_t todocap;
+    uint64_t *vis;
+    uint32_t vis_cap; /* power of two; entries (key + 1), 0 empty */
+    int32_t *walk;    /* per trie depth */
+    uint32_t start;
+    uint32_t cur;
+    bool ended;
+    int oom;
+};
+
+static uint64_t mix64(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return h;
+}
+
+static uint32_t stk_push(cst_matcher *m, uint32_t parent, uint32_t ret)
+{
+    uint32_t depth = m->stk[parent].depth + 1;
+    if (depth > MAX_STACK_DEPTH) return UINT32_MAX;
+    if ((m->nstk + 1) * 2 >= m->stk_hash_cap) {
+        uint32_t cap = m->stk_hash_cap ? m->stk_hash_cap * 2 : 1024;
+        uint32_t *h = calloc(cap, sizeof *h);
+        if (!h) return m->oom = -ENOMEM, UINT32_MAX;
+        for (uint32_t i = 1; i < m->nstk; i++) {
+            uint32_t j =
+                (uint32_t)mix64((uint64_t)m->stk[i].ret << 32 | m->stk[i].parent) & (cap - 1);
+            while (h[j]) j = (j + 1) & (cap - 1);
+            h[j] = i;
+        }
+        free(m->stk_hash);
+        m->stk_hash = h;
+        m->stk_hash_cap = cap;
+    }
+    uint32_t j = (uint32_t)mix64((uint64_t)ret << 32 | parent) & (m->stk_hash_cap - 1);
+    while (m->stk_hash[j]) {
+        stack_node *s = &m->stk[m->stk_hash[j]];
+        if (s->ret == ret && s->parent == parent) return m->stk_hash[j];
+        j = (j + 1) & (m->stk_hash_cap - 1);
+    }
+    if (m->nstk == m->stkcap) {
+        uint32_t cap = m->stkcap * 2;
+        stack_node *ns = realloc(m->stk, cap * sizeof *ns);
+        if (!ns) return m->oom = -ENOMEM, UINT32_MAX;
+        m->stk = ns;
+        m->stkcap = cap;
+    }
+    m->stk[m->nstk] = (stack_node){ret, parent, depth};
+    m->stk_hash[j] = m->nstk;
+    return m->nstk++;
+}
+
+static bool vis_insert(cst_matcher *m, uint64_t key)
+{
+    uint64_t k = key + 1;
+    uint32_t j = (uint32_t)mix64(key) & (m->vis_cap - 1);
+    while (m->vis[j]) {
+        if (m->vis[j] == k) return false;
+        j = (j + 1) & (m->vis_cap - 1);
+    }
+    m->vis[j] = k;
+    return true;
+}
+
+static int grow(void **ptr, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return 0;
+    size_t nc = *cap ? *cap : 64;
+    while (nc < need) nc *= 2;
+    void *np = realloc(*ptr, nc * elem);
+    if (!np) return -ENOMEM;
+    *ptr = np;
+    *cap = nc;
+    return 0;
+}
+
+/* The epsilon closure of the seeds in m->todo[0..nseeds) into m->work (unsorted). */
+static int closure(cst_matcher *m, size_t nseeds)
+{
+    const cst_inst *in = m->p->insts;
+    size_t ntodo = nseeds;
+    m->nwork = 0;
+    /* the visited set must hold every (pc, stack) reached: sized from the seeds and
+     * grown when half full */
+    size_t want = 64;
+    while (want < nseeds * 8) want *= 2;
+    if (m->vis_cap < want) {
+        free(m->vis);
+        m->vis = calloc(want, sizeof *m->vis);
+        if (!m->vis) return m->vis_cap = 0, -ENOMEM;
+        m->vis_cap = (uint32_t)want;
+    } else
+        memset(m->vis, 0, m->vis_cap * sizeof *m->vis);
+    size_t nvis = 0;
+    while (ntodo) {
+        uint64_t t = m->todo[--ntodo];
+        if (nvis * 2 >= m->vis_cap) { /* rehash bigger */
+            uint32_t oc = m->vis_cap;
+            uint64_t *old = m->vis;
+            m->vis = calloc((size_t)oc * 2, sizeof *m->vis);
+            if (!m->vis) return m->vis = old, -ENOMEM;
+            m->vis_cap = oc * 2;
+            for (uint32_t i = 0; i < oc; i++)
+                if (old[i]) vis_insert(m, old[i] - 1);
+            free(old);
+        }
+        if (!vis_insert(m, t)) continue;
+        nvis++;
+        uint32_t pc = (uint32_t)(t >> 32), sk = (uint32_t)t;
+        uint64_t nx[2];
+        int nn = 0;
+        switch (in[pc].op) {
+        case OP_SET:
+        case OP_MATCH:
+            if (in[pc].op == OP_MATCH && sk != 0) break;
+            if (grow((void **)&m->work, &m->workcap, m->nwork + 1, sizeof *m->work)) return -ENOMEM;
+            m->work[m->nwork++] = t;
+            break;
+        case OP_JMP: nx[nn++] = (uint64_t)in[pc].a << 32 | sk; break;
+        case OP_SPLIT:
+            nx[nn++] = (uint64_t)in[pc].b << 32 | sk;
+            nx[nn++] = (uint64_t)in[pc].a << 32 | sk;
+            break;
+        case OP_CALL: {
+            uint32_t ns = stk_push(m, sk, in[pc].b);
+            if (ns != UINT32_MAX)
+                nx[nn++] = (uint64_t)in[pc].a << 32 | ns;
+            else if (m->oom)
+                return m->oom;
+            break;
+        }
+        case OP_RET:
+            if (sk) nx[nn++] = (uint64_t)m->stk[sk].ret << 32 | m->stk[sk].parent;
+            break;
+        default: break;
+        }
+        if (grow((void **)&m->todo, &m->todocap, ntodo + 2, sizeof *m->todo)) return -ENOMEM;
+        for (int j = 0; j < nn; j++) m->todo[ntodo++] = nx[j];
+    }
+    return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t hash_threads(const uint64_t *t, size_t n)
+{
+    uint64_t h = 0x243F6A8885A308D3ull ^ n;
+    for (size_t i = 0; i < n; i++) h = mix64(h ^ t[i]);
+    return h;
+}
+
+/* Interns m->work (sorted here) as a state; returns its id or -1 on ENOMEM. */
+static int32_t intern_state(cst_matcher *m)
+{
+    qsort(m->work, m->nwork, sizeof *m->work, cmp_u64);
+    size_t n = 0;
+    for (size_t i = 0; i < m->nwork; i++)
+        if (!n || m->work[i] != m->work[n - 1]) m->work[n++] = m->work[i];
+    m->nwork = n;
+    if (n == 0) return 0;
+    uint64_t h = hash_threads(m->work, n);
+    uint32_t j = (uint32_t)h & (m->st_hash_cap - 1);
+    while (m->st_hash[j]) {
+        uint32_t s = m->st_hash[j];
+        if (m->st_len[s] == n && !memcmp(m->threads + m->st_off[s], m->work, n * sizeof *m->work))
+            return (int32_t)s;
+        j = (j + 1) & (m->st_hash_cap - 1);
+    }
+    if (m->nstates == m->stcap) {
+        uint32_t cap = m->stcap * 2;
+        void *a = realloc(m->st_off, cap * sizeof *m->st_off);
+        if (a) m->st_off = a;
+        void *b = realloc(m->st_len, cap * sizeof *m->st_len);
+        if (b) m->st_len = b;
+        void *c = realloc(m->st_accept, cap);
+        if (c) m->st_accept = c;
+        void *d = realloc(m->trans, (size_t)cap * 256 * sizeof *m->trans);
+        if (d) m->trans = d;
+        void *e = realloc(m->st_mask, cap * sizeof *m->st_mask);
+        if (e) m->st_mask = e;
+        if (!a || !b || !c || !d || !e) return -1;
+        m->stcap = cap;
+    }
+    if (grow((void **)&m->threads, &m->thcap, m->nthreads + n, sizeof *m->threads)) return -1;
+    uint32_t s = m->nstates++;
+    m->st_off[s] = m->nthreads;
+    m->st_len[s] = (uint32_t)n;
+    memcpy(m->threads + m->nthreads, m->work, n * sizeof *m->work);
+    m->nthreads += n;
+    bool acc = false;
+    for (size_t i = 0; i < n; i++)
+        if (m->p->insts[m->work[i] >> 32].op == OP_MATCH) acc = true;
+    m->st_accept[s] = acc;
+    memset(m->trans + (size_t)s * 256, 0xff, 256 * sizeof *m->trans);
+    m->st_mask[s] = NULL;
+    m->st_hash[j] = s;
+    if (m->nstates * 2 >= m->st_hash_cap) {
+        uint32_t cap = m->st_hash_cap * 2;
+        uint32_t *nh = calloc(cap, sizeof *nh);
+        if (!nh) return -1;
+        for (uint32_t k = 1; k < m->nstates; k++) {
+            uint32_t q =
+                (uint32_t)hash_threads(m->threads + m->st_off[k], m->st_len[k]) & (cap - 1);
+            while (nh[q]) q = (q + 1) & (cap - 1);
+            nh[q] = k;
+        }
+        free(m->st_hash);
+        m->st_hash = nh;
+        m->st_hash_cap = cap;
+    }
+    return (int32_t)s;
+}
+
+static int32_t compute_step(cst_matcher *m, uint32_t s, uint8_t byte)
+{
+    const cst_prog *p = m->p;
+    size_t n = m->st_len[s], ns = 0;
+    if (grow((void **)&m->todo, &m->todocap, n + 2, sizeof *m->todo)) return -1;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t t = m->threads[m->st_off[s] + i];
+        const cst_inst *in = &p->insts[t >> 32];
+        if (in->op != OP_SET) continue;
+        const cst_byteset *bs = &p->sets[in->a];
+        if (bs->w[byte >> 6] >> (byte & 63) & 1)
+            m->todo[ns++] = (uint64_t)in->b << 32 | (uint32_t)t;
+    }
+    if (closure(m, ns)) return -1;
+    return intern_state(m);
+}
+
+static inline int32_t step(cst_matcher *m, uint32_t s, uint8_t byte)
+{
+    int32_t t = m->trans[(size_t)s * 256 + byte];
+    if (t >= 0) return t;
+    t = compute_step(m, s, byte);
+    if (t < 0) {
+        m->oom = -ENOMEM;
+        return 0;
+    }
+    m->trans[(size_t)s * 256 + byte] = t;
+    return t;
+}
+
+static void free_states(cst_matcher *m)
+{
+    for (uint32_t s = 0; s < m->nstates; s++) free(m->st_mask[s]);
+    m->nstates = 0;
+    m->nthreads = 0;
+    m->mask_bytes = 0;
+    if (m->st_hash) memset(m->st_hash, 0, m->st_hash_cap * sizeof *m->st_hash);
+}
+
+/* State 0 (dead) and the start state, interned afresh. */
+static int init_states(cst_matcher *m)
+{
+    free_states(m);
+    /* the dead state: no threads, every byte goes to itself */
+    m->st_off[0] = 0;
+    m->st_len[0] = 0;
+    m->st_accept[0] = 0;
+    m->st_mask[0] = NULL;
+    for (int b = 0; b < 256; b++) m->trans[b] = 0;
+    m->nstates = 1;
+    m->todo[0] = (uint64_t)m->p->start << 32;
+    if (closure(m, 1)) return -ENOMEM;
+    int32_t s = intern_state(m);
+    if (s < 0) return -ENOMEM;
+    m->start = (uint32_t)s;
+    return 0;
+}
+
+int cst_matcher_create(const cst_grammar *g, const cst_vocab *v, cst_matcher **out)
+{
+    *out = NULL;
+    cst_matcher *m = calloc(1, sizeof *m);
+    if (!m) return -ENOMEM;
+    m->g = g;
+    m->p = &g->prog;
+    m->v = v;
+    m->stkcap = 1024;
+    m->stk = calloc(m->stkcap, sizeof *m->stk);
+    m->nstk = 1; /* 0: the empty stack */
+    m->stcap = 64;
+    m->st_off = calloc(m->stcap, sizeof *m->st_off);
+    m->st_len = calloc(m->stcap, sizeof *m->st_len);
+    m->st_accept = calloc(m->stcap, 1);
+    m->trans = malloc((size_t)m->stcap * 256 * sizeof *m->trans);
+    m->st_mask = calloc(m->stcap, sizeof *m->st_mask);
+    m->st_hash_cap = 256;
+    m->st_hash = calloc(m->st_hash_cap, sizeof *m->st_hash);
+    m->todocap = 64;
+    m->todo = malloc(m->todocap * sizeof *m->todo);
+    m->walk = malloc(((size_t)v->max_depth + 2) * sizeof *m->walk);
+    if (!m->stk || !m->st_off || !m->st_len || !m->st_accept || !m->trans || !m->st_mask ||
+        !m->st_hash || !m->todo || !m->walk || init_states(m)) {
+        cst_matcher_free(m);
+        return -ENOMEM;
+    }
+    m->cur = m->start;
+    *out = m;
+    return 0;
+}
+
+void cst_matcher_free(cst_matcher *m)
+{
+    if (!m) return;
+    if (m->st_mask)
+        for (uint32_t s = 0; s < m->nstates; s++) free(m->st_mask[s]);
+    free(m->stk);
+    free(m->stk_hash);
+    free(m->threads);
+    free(m->st_off);
+    free(m->st_len);
+    free(m->st_accept);
+    free(m->trans);
+    free(m->st_mask);
+    free(m->st_hash);
+    free(m->work);
+    free(m->todo);
+    free(m->vis);
+    free(m->walk);
+    free(m);
+}
+
+void cst_matcher_reset(cst_matcher *m)
+{
+    m->cur = m->start;
+    m->ended = false;
+}
+
+/* Above the state bound, forget the DFA but keep the current state (re-interned). */
+static int maybe_flush(cst_matcher *m)
+{
+    if (m->nstates < MAX_DFA_STATES) return 0;
+    size_t n = m->st_len[m->cur];
+    uint64_t *keep = malloc((n + 1) * sizeof *keep);
+    if (!keep) return -ENOMEM;
+    memcpy(keep, m->threads + m->st_off[m->cur], n * sizeof *keep);
+    bool was_dead = m->cur == 0;
+    if (init_states(m)) {
+        free(keep);
+        return -ENOMEM;
+    }
+    if (was_dead) {
+        m->cur = 0;
+    } else {
+        if (grow((void **)&m->work, &m->workcap, n, sizeof *m->work)) {
+            free(keep);
+            return -ENOMEM;
+        }
+        memcpy(m->work, keep, n * sizeof *keep);
+        m->nwork = n;
+        int32_t s = intern_state(m);
+        if (s < 0) {
+            free(keep);
+            return -ENOMEM;
+        }
+        m->cur = (uint32_t)s;
+    }
+    free(keep);
+    return 0;
+}
+
+static void set_end_bits(const cst_vocab *v, uint32_t *mask)
+{
+    for (int e = 0; e < v->n_end; e++) mask[v->end_tokens[e] >> 5] |= 1u << (v->end_tokens[e] & 31);
+}
+
+int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
+{
+    const cst_vocab *v = m->v;
+    size_t words = cst_mask_words(v);
+    memset(mask, 0, words * sizeof *mask);
+    if (m->ended) return 0;
+    if (maybe_flush(m)) return -ENOMEM;
+    uint32_t s0 = m->cur;
+    if (m->st_mask[s0]) {
+        memcpy(mask, m->st_mask[s0], words * sizeof *mask);
+        return 0;
+    }
+    m->oom = 0;
+    const trie_node *nodes = v->nodes;
+    int32_t *walk = m->walk;
+    walk[0] = (int32_t)s0;
+    if (s0 != 0) {
+        for (uint32_t i = 1; i < v->n_nodes;) {
+            const trie_node *t = &nodes[i];
+            int32_t s = step(m, (uint32_t)walk[t->depth - 1], t->byte);
+            if (s == 0) {
+                i = t->end;
+                continue;
+            }
+            walk[t->depth] = s;
+            for (uint32_t k = 0; k < t->tok_count; k++) {
+                int32_t id = v->sorted[t->tok_start + k];
+                mask[id >> 5] |= 1u << (id & 31);
+            }
+            i++;
+        }
+    }
+    if (m->oom) {
+        memset(mask, 0, words * sizeof *mask);
+        return m->oom;
+    }
+    if (m->st_accept[s0]) set_end_bits(v, mask);
+    if (m->mask_bytes + words * 4 <= MASK_CACHE_BYTES && s0 < m->nstates) {
+        uint32_t *c = malloc(words * sizeof *c);
+        if (c) {
+            memcpy(c, mask, words * sizeof *c);
+            m->st_mask[s0] = c;
+            m->mask_bytes += words * 4;
+        }
+    }
+    return 0;
+}
+
+static bool is_end_token(const cst_vocab *v, int32_t t)
+{
+    for (int e = 0; e < v->n_end; e++)
+        if (v->end_tokens[e] == t) return true;
+    return false;
+}
+
+int cst_matcher_feed(cst_matcher *m, const void *bytes, size_t len)
+{
+    if (m->ended) return -EINVAL;
+    if (maybe_flush(m)) return -ENOMEM;
+    const uint8_t *b = bytes;
+    uint32_t s = m->cur;
+    m->oom = 0;
+    for (size_t i = 0; i < len && s; i++) s = (uint32_t)step(m, s, b[i]);
+    if (m->oom) return m->oom;
+    if (s == 0) return -EINVAL;
+    m->cur = s;
+    return 0;
+}
+
+int cst_matcher_accept(cst_matcher *m, int32_t token)
+{
+    const cst_vocab *v = m->v;
+    if (token < 0 || token >= v->n_tokens || m->ended) return -EINVAL;
+    if (is_end_token(v, token)) {
+        if (!m->st_accept[m->cur]) return -EINVAL;
+        m->ended = true;
+        return 0;
+    }
+    uint32_t len;
+    const uint8_t *b = cst_vocab_token(v, token, &len);
+    if (len == 0) return -EINVAL;
+    return cst_matcher_feed(m, b, len);
+}
+
+bool cst_matcher_can_end(const cst_matcher *m)
+{
+    return m->ended || m->st_accept[m->cur];
+}
+
+bool cst_matcher_ended(const cst_matcher *m)
+{
+    return m->ended;
+}
+
+bool cst_matcher_is_dead_end(cst_matcher *m)
+{
+    if (m->ended) return true;
+    const cst_inst *in = m->p->insts;
+    for (uint32_t i = 0; i < m->st_len[m->cur]; i++)
+        if (in[m->threads[m->st_off[m->cur] + i] >> 32].op == OP_SET) return false;
+    return true;
+}

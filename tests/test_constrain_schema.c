@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * constrain/ JSON Schema compiler: instances written as json.dumps writes them are
+ * accepted, invalid ones refused (never accepted to the end), recursion through $ref, and
+ * compile errors that name the keyword and the JSON pointer for what cannot be enforced,
+ * for input that is not a schema, for a $ref cycle with no base case and for schemas too
+ * large to build.
+ */
+#include "constrain/cst.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static cst_vocab *byte_vocab(void)
+{
+    static uint8_t bytes[256];
+    const uint8_t *b[256];
+    uint32_t l[256];
+    for (int i = 0; i < 256; i++) bytes[i] = (uint8_t)i, b[i] = &bytes[i], l[i] = 1;
+    int32_t end = 0;
+    cst_vocab *v;
+    cr_assert_eq(cst_vocab_from_bytes(b, l, 256, &end, 1, &v), 0);
+    return v;
+}
+
+static cst_grammar *schema(const char *s)
+{
+    cst_grammar *g;
+    char err[512];
+    int rc = cst_compile_json_schema(s, strlen(s), &g, err, sizeof err);
+    cr_assert_eq(rc, 0, "schema %s: %d %s", s, rc, err);
+    return g;
+}
+
+static bool full_match(const cst_grammar *g, const char *text)
+{
+    cst_vocab *v = byte_vocab();
+    cst_matcher *m;
+    cr_assert_eq(cst_matcher_create(g, v, &m), 0);
+    bool ok = cst_matcher_feed(m, text, strlen(text)) == 0 && cst_matcher_can_end(m);
+    cst_matcher_free(m);
+    cst_vocab_free(v);
+    return ok;
+}
+
+static void check(const char *s, const char *const *yes, const char *const *no)
+{
+    cst_grammar *g = schema(s);
+    for (; *yes; yes++) cr_expect(full_match(g, *yes), "%s\nshould accept %s", s, *yes);
+    for (; *no; no++) cr_expect(!full_match(g, *no), "%s\nshould refuse %s", s, *no);
+    cst_grammar_free(g);
+}
+
+#define YES(...) ((const char *[]){__VA_ARGS__, NULL})
+#define NO(...)  ((const char *[]){__VA_ARGS__, NULL})
+
+Test(constrain_schema, objects_required_and_additional_properties)
+{
+    const char *s = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{"
+                    "\"type\":\"boolean\"}},"
+                    "\"required\":[\"a\"],\"additionalProperties\":false}";
+    check(s, YES("{\"a\": 1}", "{\"a\": -7, \"b\": true}", "{ \"a\" :1 ,\n\"b\":false }"),
+          NO("{}", "{\"b\": true}", "{\"a\": 1, \"c\": 2}", "{\"a\": 1.5}", "{\"a\": \"1\"}",
+             "{\"a\": 1,}", "[1]"));
+    /* additional properties allowed: any key but a declared one, after the declared ones */
+    const char *t = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+                    "\"additionalProperties\":{\"type\":\"string\"}}";
+    check(t, YES("{}", "{\"a\": 1, \"x\": \"y\"}", "{\"ab\": \"y\", \"\": \"z\"}"),
+          NO("{\"x\": 1}", "{\"x\": \"y\", \"a\": 1}", "{\"a\": 1, \"a\": 2}",
+             "{\"a\": 1, \"a\": \"s\"}"));
+}
+
+Test(constrain_schema, strings_lengths_patterns_and_formats)
+{
+    check("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}",
+          YES("\"ab\"", "\"abc\"", "\"\xc3\xa9\xc3\xa9\"", "\"a\\n\""),
+          NO("\"a\"", "\"abcd\"", "\"\xc3\xa9\"", "ab"));
+    check("{\"type\":\"string\",\"pattern\":\"^[a-z]+$\"}", YES("\"abc\""),
+          NO("\"aBc\"", "\"\"", "\"abc\\n\""));
+    /* pattern is a search unless anchored */
+    check("{\"type\":\"string\",\"pattern\":\"ab+c\"}", YES("\"xxabbcyy\"", "\"abc\""),
+          NO("\"ac\"", "\"xyz\""));
+    /* escapes in the one form json.dumps writes */
+    check("{\"type\":\"string\"}", YES("\"a\\\"b\"", "\"\\u001f\"", "\"\xf0\x9f\x98\x80\""),
+          NO("\"a\x01\"", "\"\\u0041\"", "\"\\/\"", "\"\xed\xa0\x80\"", "\"\xc0\xaf\""));
+    check("{\"type\":\"string\",\"format\":\"date\"}", YES("\"2024-02-28\"", "\"1999-12-31\""),
+          NO("\"2024-02-30\"", "\"2024-13-01\"", "\"24-01-01\""));
+    check("{\"type\":\"string\",\"format\":\"uuid\"}",
+          YES("\"123e4567-e89b-12d3-a456-426614174000\""),
+          NO("\"123e4567e89b12d3a456426614174000\""));
+}
+
+Test(constrain_schema, numbers_and_bounds)
+{
+    check("{\"type\":\"integer\",\"minimum\":10,\"maximum\":20}", YES("10", "15", "20"),
+          NO("9", "21", "100", "-15", "010", "15.0"));
+    check("{\"type\":\"integer\",\"exclusiveMinimum\":-3,\"exclusiveMaximum\":3}",
+          YES("-2", "0", "2"), NO("-3", "3", "-0"));
+    check("{\"type\":\"number\",\"exclusiveMinimum\":0}", YES("0.5", "3", "12.25"),
+          NO("0", "0.0", "-1", "-0.5"));
+    check("{\"type\":\"number\",\"minimum\":-1.5,\"maximum\":2}",
+          YES("-1", "0", "1.999", "2", "2.000"), NO("2.5", "-2", "3"));
+    check("{\"type\":\"number\"}", YES("0", "-0.5", "1e10", "2.5E-3"),
+          NO("01", ".5", "1.", "+1", "1e"));
+}
+
+Test(constrain_schema, enum_const_anyof_oneof_allof)
+{
+    check("{\"enum\":[\"red\",1,null,{\"a\":[true]}]}",
+          YES("\"red\"", "1", "null", "{\"a\": [true]}", "{\"a\":[ true ]}"),
+          NO("\"blue\"", "2", "{\"a\": [false]}", "{}"));
+    check("{\"type\":\"string\",\"enum\":[\"x\",2]}", YES("\"x\""), NO("2"));
+    check("{\"const\":3.5}", YES("3.5"), NO("3.50", "3"));
+    check("{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"maxLength\":1}]}",
+          YES("5", "\"a\""), NO("\"ab\"", "true"));
+    /* oneOf with alternatives of different types, or told apart by a const */
+    check("{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}]}", YES("5", "\"a\""),
+          NO("null"));
+    check("{\"type\":\"object\",\"oneOf\":[{\"properties\":{\"k\":{\"const\":\"a\"},\"x\":{"
+          "\"type\":\"integer\"}},"
+          "\"required\":[\"k\"],\"additionalProperties\":false},{\"properties\":{\"k\":{\"const\":"
+          "\"b\"}},"
+          "\"required\":[\"k\"],\"additionalProperties\":false}]}",
+          YES("{\"k\": \"a\", \"x\": 1}", "{\"k\": \"b\"}"),
+          NO("{\"k\": \"b\", \"x\": 1}", "{\"k\": \"c\"}"));
+    /* allOf merges: the second part's additionalProperties applies to the first's names */
+    check("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+          "\"required\":[\"a\"]},"
+          "{\"properties\":{\"a\":{\"minimum\":5},\"b\":{\"type\":\"string\"}},"
+          "\"additionalProperties\":false}]}",
+          YES("{\"a\": 5}", "{\"a\": 9, \"b\": \"x\"}"),
+          NO("{\"a\": 4}", "{\"a\": 5, \"c\": 1}", "{\"b\": \"x\"}"));
+}
+
+Test(constrain_schema, arrays_items_prefix_and_counts)
+{
+    check("{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":1,\"maxItems\":3}",
+          YES("[1]", "[1, 2, 3]", "[ 1,2 ]"), NO("[]", "[1, 2, 3, 4]", "[1, \"a\"]", "[1,]"));
+    check("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"},{\"type\":\"integer\"}],"
+          "\"items\":false}",
+          YES("[]", "[\"a\"]", "[\"a\", 1]"), NO("[1]", "[\"a\", 1, 2]"));
+    check("{\"type\":\"array\",\"items\":[{\"type\":\"string\"}],\"additionalItems\":{\"type\":"
+          "\"boolean\"}}",
+          YES("[\"a\", true, false]"), NO("[\"a\", 1]"));
+}
+
+Test(constrain_schema, recursion_through_ref)
+{
+    const char *s =
+        "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
+        "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/node\"}}},\"required\":[\"v\"],"
+        "\"additionalProperties\":false}},\"$ref\":\"#/$defs/node\"}";
+    check(s,
+          YES("{\"v\": 1}", "{\"v\": 1, \"kids\": [{\"v\": 2, \"kids\": [{\"v\": 3, \"kids\": "
+                            "[{\"v\": 4}]}]}, {\"v\": 5}]}"),
+          NO("{\"v\": 1, \"kids\": [{\"v\": 2, \"kids\": [{\"w\": 3}]}]}", "{\"kids\": []}"));
+    /* any JSON value, nested */
+    cst_grammar *g;
+    char err[128];
+    cr_assert_eq(cst_compile_json_value(false, &g, err, sizeof err), 0);
+    cr_expect(full_match(g, "[{\"a\": [1, {\"b\": null}], \"c\": \"d\"}, -2.5e3, true]"));
+    cr_expect(!full_match(g, "[{\"a\": [1, {\"b\": nul}]}]"));
+    cst_grammar_free(g);
+    cr_assert_eq(cst_compile_json_value(true, &g, err, sizeof err), 0);
+    cr_expect(full_match(g, "{\"x\": [1]}"));
+    cr_expect(!full_match(g, "[1]"));
+    cst_grammar_free(g);
+}
+
+static void expect_error(const char *s, int want, const char *const *needles)
+{
+    cst_grammar *g = (cst_grammar *)1;
+    char err[512] = "";
+    int rc = cst_compile_json_schema(s, strlen(s), &g, err, sizeof err);
+    cr_expect_eq(rc, want, "%s: %d (%s)", s, rc, err);
+    cr_expect_null(g);
+    for (; *needles; needles++)
+        cr_expect(strstr(err, *needles) != NULL, "%s: the error names '%s': %s", s, *needles, err);
+}
+
+Test(constrain_schema, what_cannot_be_enforced_is_an_error_naming_keyword_and_pointer)
+{
+    expect_error("{\"type\":\"object\",\"properties\":{\"x\":{\"not\":{\"type\":\"string\"}}}}",
+                 -EINVAL, YES("'not'", "/properties/x"));
+    expect_error("{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"uniqueItems\":true}",
+                 -EINVAL, YES("'uniqueItems'"));
+    expect_error("{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", -EINVAL,
+                 YES("'oneOf'", "may both match"));
+    expect_error("{\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"(a\"}}}", -EINVAL,
+                 YES("'pattern'", "/properties/a", "regex"));
+    expect_error("{\"$ref\":\"http://example.com/s.json\"}", -EINVAL, YES("'$ref'", "local"));
+    expect_error("{\"type\":\"string\",\"format\":\"ipv6\"}", -EINVAL, YES("'format'"));
+    expect_error("{\"type\":\"number\",\"multipleOf\":0.5}", -EINVAL, YES("'multipleOf'"));
+}
+
+Test(constrain_schema, bad_input_is_a_clear_error)
+{
+    expect_error("{\"type\": ", -EINVAL, YES("not JSON"));
+    expect_error("[1, 2]", -EINVAL, YES("not an object"));
+    expect_error("{\"type\":\"strin\"}", -EINVAL, YES("'type'"));
+    /* a $ref cycle with no base case: left recursion, and a required self-reference */
+    expect_error("{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}", -EINVAL,
+                 YES("$ref cycle"));
+    expect_error(
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#\"}},\"required\":[\"a\"]}",
+        -EINVAL, YES("$ref cycle"));
+    expect_error("{\"$ref\":\"#/definitions/missing\"}", -EINVAL, YES("points at nothing"));
+    expect_error("{\"type\":\"string\",\"minLength\":100000}", -E2BIG, YES("'minLength'"));
+    expect_error("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", -EINVAL, YES("no instance"));
+    /* a schema of 9 MB is refused before it is parsed */
+    size_t n = 9u << 20;
+    char *big = malloc(n + 1);
+    memset(big, ' ', n);
+    big[0] = '{';
+    big[n - 1] = '}';
+    big[n] = 0;
+    expect_error(big, -E2BIG, YES("too large"));
+    free(big);
+}
