@@ -195,7 +195,7 @@ $(B)/ringlm.pc: Makefile
 # Suites run one after another; each suite's own tests run in Criterion's worker processes.
 T ?=
 RUN_TESTS = $(filter $(B)/tests/test_$(T)%,$(TESTS))
-test: all $(TESTS) $(TEST_PROGS) check-layering check-format check-end-codes check-portable
+test: all $(TESTS) $(TEST_PROGS) check-layering check-format check-end-codes check-portable check-deploy
 	@B=$(B) scripts/run-tests.sh $(RUN_TESTS)
 
 demo: all
@@ -207,6 +207,12 @@ deps:
 
 check-layering:
 	@scripts/check-layering.sh
+
+# deploy/'s Kubernetes manifests and systemd units, checked without a cluster (python3-yaml):
+# valid YAML, the InferencePool fields the Inference Extension requires, what they point at.
+.PHONY: check-deploy
+check-deploy:
+	@/usr/bin/python3 scripts/check-deploy.py
 
 # ringlm.h's end codes are generated from the one table, common/end_codes.h (see there).
 .PHONY: check-end-codes gen-end-codes

@@ -39,7 +39,8 @@ static int encode_text(const ringlm_tokenizer *t, const char *text, int32_t **id
 enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
     gw_err e;
-    gw_parse_cfg pc = {.served_model = s->cfg.served_model, .tpl = s->cfg.tpl};
+    gw_parse_cfg pc = {
+        .served_model = s->cfg.served_model, .tpl = s->cfg.tpl, .jinja = s->cfg.jinja};
     if (gw_params_parse(r->ep == EP_CHAT ? GW_CHAT : GW_COMPLETION, r->body.p ? r->body.p : "",
                         r->body.len, &pc, &r->p, &e))
         return gw_answer_err(r, c, &e);
@@ -177,7 +178,7 @@ enum MHD_Result gw_ep_tokenize(gw_server *s, gw_req *r, struct MHD_Connection *c
     bool bos = !add || !json_is_false(add);
     char *text = NULL;
     if (json_object_get(o, "messages")) {
-        gw_parse_cfg pc = {.served_model = NULL, .tpl = s->cfg.tpl};
+        gw_parse_cfg pc = {.served_model = NULL, .tpl = s->cfg.tpl, .jinja = s->cfg.jinja};
         gw_params p;
         char *body = json_dumps(o, JSON_COMPACT);
         int rc = body ? gw_params_parse(GW_CHAT, body, strlen(body), &pc, &p, &e) : -1;
@@ -356,6 +357,20 @@ enum MHD_Result gw_ep_metrics(gw_server *s, gw_req *r, struct MHD_Connection *c)
             "# TYPE ringlm_gateway_daemon_metrics_up gauge\nringlm_gateway_daemon_metrics_up %d\n",
             s->relay_up);
     if (s->relay_up && s->relay_text) gw_buf_adds(&b, s->relay_text);
+    if (s->route) {
+        gw_buf_adds(&b, "# HELP ringlm_gateway_daemon_requests_total Requests sent to each daemon "
+                        "(--socket, in order).\n"
+                        "# TYPE ringlm_gateway_daemon_requests_total counter\n");
+        for (int d = 0; d < s->n_daemons; d++)
+            gw_buf_addf(&b, "ringlm_gateway_daemon_requests_total{daemon=\"%d\"} %llu\n", d,
+                        (unsigned long long)s->daemon_picks[d]);
+        gw_buf_addf(&b,
+                    "# HELP ringlm_gateway_affinity_requests_total Requests sent to a daemon that "
+                    "was given their prefix before.\n"
+                    "# TYPE ringlm_gateway_affinity_requests_total counter\n"
+                    "ringlm_gateway_affinity_requests_total %llu\n",
+                    (unsigned long long)s->affinity_picks);
+    }
     gw_buf_adds(&b, "# HELP ringlm_gateway_session_requests_in_flight Requests submitted on a "
                     "session and not finished.\n"
                     "# TYPE ringlm_gateway_session_requests_in_flight gauge\n");

@@ -40,6 +40,7 @@
 #ifndef RINGLM_TOOLS_GW_INTERNAL_H
 #define RINGLM_TOOLS_GW_INTERNAL_H
 
+#include "gateway/gw_reason.h"
 #include <jansson.h>
 #include <microhttpd.h>
 #include <pthread.h>
@@ -50,6 +51,7 @@
 
 #include "ringlm.h"
 #include "gateway/gw_params.h"
+#include "gateway/gw_route.h"
 #include "gateway/gw_server.h"
 #include "gateway/gw_text.h"
 
@@ -145,12 +147,13 @@ struct gw_req {
     uint32_t n_gen;
     uint32_t n_cached; /* prompt tokens ringlmd's prefix cache served (its FINISH) */
     int32_t prev;
-    gw_buf raw;         /* decoded bytes not yet whole UTF-8 */
-    gw_buf pend;        /* text held back: it may begin a stop string */
-    gw_buf text;        /* non-stream: the completion so far */
-    gw_buf out;         /* stream: SSE bytes not yet handed to libmicrohttpd */
-    gw_buf head;        /* "data: {...,\"choices\":[" of this stream's chunks */
-    const char *finish; /* "stop" / "length" once decided */
+    gw_buf raw;            /* decoded bytes not yet whole UTF-8 */
+    gw_buf pend;           /* text held back: it may begin a stop string */
+    gw_buf text;           /* non-stream: the completion so far */
+    gw_reason_state think; /* stream, --reasoning-parser: reasoning or content so far */
+    gw_buf out;            /* stream: SSE bytes not yet handed to libmicrohttpd */
+    gw_buf head;           /* "data: {...,\"choices\":[" of this stream's chunks */
+    const char *finish;    /* "stop" / "length" once decided */
     /* log-probabilities, for a request that asked (p.logprobs, p.echo, p.prompt_logprobs) */
     gw_lps lps;         /* generated tokens, in order */
     gw_lps plps;        /* prompt tokens, from the first (which has none) */
@@ -171,8 +174,10 @@ struct gw_req {
 struct gw_sess {
     gw_server *s;
     int idx;
-    ringlm_client *client; /* NULL while (re)connecting */
-    char conn_err[768];    /* why the last connect failed / the session ended */
+    int daemon;              /* which of the daemons (cfg.sockets; 0 with one) */
+    const char *socket_path; /* its socket */
+    ringlm_client *client;   /* NULL while (re)connecting */
+    char conn_err[768];      /* why the last connect failed / the session ended */
     pthread_t thread;
     bool started;
     gw_req *by_id[GW_HBUCKETS];
@@ -190,6 +195,9 @@ struct gw_server {
     pthread_cond_t cv;
     gw_sess *sess;
     int n_sess;
+    int n_daemons;   /* sessions [d * sessions, (d + 1) * sessions) are daemon d's */
+    gw_route *route; /* NULL with one daemon */
+    uint64_t daemon_picks[GW_MAX_DAEMONS], affinity_picks;
     bool stopping, draining;
     pthread_t watch_thread, relay_thread;
     bool watch_started, relay_started;

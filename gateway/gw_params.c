@@ -186,6 +186,51 @@ static int rd_content(json_t *c, size_t i, gw_buf *out, gw_err *e)
     return 0;
 }
 
+/* The model file's own template: the request's messages as they are (any fields: content
+ * parts, tool_calls, tool_call_id, reasoning_content), its tools, add_generation_prompt
+ * (default true) and the members of chat_template_kwargs (enable_thinking, ...), as vLLM
+ * passes them. The text leaves out a leading BOS: the gateway's tokenizer adds the id. */
+static int rd_messages_jinja(json_t *o, json_t *msgs, const gw_parse_cfg *cfg, gw_params *p,
+                             gw_err *e)
+{
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        json_t *msg = json_array_get(msgs, i);
+        if (!json_is_object(msg) || !json_is_string(json_object_get(msg, "role"))) {
+            gw_err_set(e, 400, "invalid_value", "messages",
+                       "'messages' item %zu must be an object with a string 'role'", i);
+            return -1;
+        }
+    }
+    json_t *kw = field(o, "chat_template_kwargs"), *tools = field(o, "tools"),
+           *agp = field(o, "add_generation_prompt");
+    if (kw && !json_is_object(kw))
+        return bad(e, "chat_template_kwargs", "'%s' must be %s", "an object");
+    if (tools && !json_is_array(tools)) return bad(e, "tools", "'%s' must be %s", "a list");
+    if (agp && !json_is_boolean(agp))
+        return bad(e, "add_generation_prompt", "'%s' must be %s", "a boolean");
+    json_t *vars = kw ? json_deep_copy(kw) : json_object();
+    if (!vars) goto oom;
+    json_object_set(vars, "messages", msgs);
+    if (tools) json_object_set(vars, "tools", tools);
+    json_object_set_new(vars, "add_generation_prompt", agp ? json_incref(agp) : json_true());
+    char *vj = json_dumps(vars, JSON_COMPACT), *text = NULL;
+    json_decref(vars);
+    if (!vj) goto oom;
+    int rc = ringlm_chat_jinja_render(cfg->jinja, vj, RINGLM_CHAT_JINJA_STRIP_BOS, &text);
+    free(vj);
+    if (rc == -ENOMEM) goto oom;
+    if (rc) {
+        gw_err_set(e, 400, "invalid_value", "messages", "'messages': the model's %s",
+                   ringlm_errdetail());
+        return -1;
+    }
+    p->prompt_text = text;
+    return 0;
+oom:
+    gw_err_set(e, 500, "internal", NULL, "out of memory");
+    return -1;
+}
+
 static int rd_messages(json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err *e)
 {
     json_t *v = field(o, "messages");
@@ -195,6 +240,7 @@ static int rd_messages(json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err 
     }
     if (!json_is_array(v) || json_array_size(v) == 0)
         return bad(e, "messages", "'%s' must be %s", "a non-empty list of messages");
+    if (cfg->jinja) return rd_messages_jinja(o, v, cfg, p, e);
     size_t n = json_array_size(v);
     ringlm_chat_msg *m = calloc(n, sizeof *m);
     gw_buf *texts = calloc(n, sizeof *texts);

@@ -331,19 +331,25 @@ int gw_server_start(const gw_cfg *cfg, gw_server **out)
     json_t *mj = json_string(cfg->served_model);
     s->model_json = mj ? json_dumps(mj, JSON_ENCODE_ANY) : NULL;
     json_decref(mj);
-    s->n_sess = cfg->sessions ? (int)cfg->sessions : 1;
+    int per_daemon = cfg->sessions ? (int)cfg->sessions : 1;
+    s->n_daemons = cfg->n_sockets ? (int)cfg->n_sockets : 1;
+    s->n_sess = per_daemon * s->n_daemons;
     s->sess = calloc((size_t)s->n_sess, sizeof *s->sess);
     int rc = -ENOMEM;
     if (!s->model_json || !s->sess) goto fail;
+    if (s->n_daemons > 1 && !(s->route = gw_route_new(cfg->affinity_block_tokens))) goto fail;
     for (int i = 0; i < s->n_sess; i++) {
         s->sess[i].s = s;
         s->sess[i].idx = i;
+        s->sess[i].daemon = i / per_daemon;
+        s->sess[i].socket_path =
+            cfg->n_sockets ? cfg->sockets[s->sess[i].daemon] : cfg->socket_path;
     }
 
     /* API keys that the daemon's policy would not honour refuse the start (a daemon that is
      * not up yet is checked at each session's connect instead). */
     ringlm_client *probe;
-    if (cfg->keys && ringlm_connect(cfg->socket_path, &probe) == 0) {
+    if (cfg->keys && ringlm_connect(s->sess[0].socket_path, &probe) == 0) {
         char why[768];
         int bad = gw_check_daemon(cfg, probe, why, sizeof why);
         ringlm_close(probe);
@@ -507,6 +513,7 @@ int gw_server_stop(gw_server *s)
     for (int i = 0; s->sess && i < s->n_sess; i++)
         if (s->sess[i].client) ringlm_close(s->sess[i].client);
     free(s->sess);
+    gw_route_free(s->route);
     if (s->epfd >= 0) close(s->epfd);
     if (s->stop_efd >= 0) close(s->stop_efd);
     free(s->model_json);

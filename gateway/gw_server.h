@@ -37,16 +37,24 @@ typedef struct gw_cfg {
     const char *listen_addr; /* IPv4 or IPv6 literal; NULL = 127.0.0.1 */
     uint16_t port;           /* 0 = any (gw_server_port tells which) */
     const char *socket_path; /* ringlmd's socket (NULL: $RINGLM_SOCKET, default) */
+    /* Several daemons (--socket given more than once, one ringlmd per NUMA node): their
+     * sockets; each gets `sessions` sessions, and gw_route.h picks one per request. n 0:
+     * socket_path alone. */
+    const char *const *sockets;
+    unsigned n_sockets;
+    uint32_t affinity_block_tokens; /* gw_route.h (0: 16) */
     const ringlm_tokenizer *tok;
-    const gw_keys *keys;          /* NULL: no keys, every request is the gateway's tenant */
-    int tpl;                      /* RINGLM_CHAT_*: the chat template of /v1/chat/completions */
-    const char *served_model;     /* /v1/models id, and the name requests must use */
-    uint32_t max_model_len;       /* context in tokens (0 = unknown) */
-    size_t max_body_bytes;        /* larger bodies: 413 */
-    unsigned http_timeout_s;      /* idle connection (slow header/body) timeout */
-    unsigned http_head_timeout_s; /* a whole request head within this (0: none) */
-    unsigned http_body_timeout_s; /* the whole body within this of the head (0: none) */
-    unsigned max_connections;     /* at the limit a newcomer evicts the oldest slow head */
+    const gw_keys *keys; /* NULL: no keys, every request is the gateway's tenant */
+    int tpl;             /* RINGLM_CHAT_*: the chat template of /v1/chat/completions */
+    const struct ringlm_chat_jinja *jinja; /* the model file's own template (NULL: tpl) */
+    const char *served_model;              /* /v1/models id, and the name requests must use */
+    int reasoning;                     /* GW_REASON_*: reasoning_content split off chat answers */
+    uint32_t max_model_len;            /* context in tokens (0 = unknown) */
+    size_t max_body_bytes;             /* larger bodies: 413 */
+    unsigned http_timeout_s;           /* idle connection (slow header/body) timeout */
+    unsigned http_head_timeout_s;      /* a whole request head within this (0: none) */
+    unsigned http_body_timeout_s;      /* the whole body within this of the head (0: none) */
+    unsigned max_connections;          /* at the limit a newcomer evicts the oldest slow head */
     unsigned max_connections_per_addr; /* 0: no bound */
     unsigned sessions;                 /* shm sessions with ringlmd, 1..64 (0 = 1) */
     unsigned prep_threads;             /* threads that parse and tokenize (0 = 1) */

@@ -300,8 +300,27 @@ static int submit_on(gw_sess *ss, gw_req *r)
 int gw_submit_locked(gw_server *s, gw_req *r)
 {
     gw_sess *best = NULL;
+    int daemon = -1; /* with several daemons, the one gw_route picks; then its sessions */
+    if (s->route) {
+        size_t load[GW_MAX_DAEMONS] = {0};
+        bool up[GW_MAX_DAEMONS] = {0};
+        for (int i = 0; i < s->n_sess; i++) {
+            gw_sess *ss = &s->sess[i];
+            load[ss->daemon] += ss->n_inflight + ss->n_queued;
+            up[ss->daemon] |= ss->client != NULL;
+        }
+        uint32_t affinity = 0;
+        daemon = gw_route_pick(s->route, r->rq.prompt, r->rq.n_prompt, load, up, s->n_daemons,
+                               &affinity);
+        if (daemon >= 0) {
+            gw_route_record(s->route, r->rq.prompt, r->rq.n_prompt, daemon);
+            s->daemon_picks[daemon]++;
+            s->affinity_picks += affinity > 0;
+        }
+    }
     for (int i = 0; i < s->n_sess; i++) {
         gw_sess *ss = &s->sess[i];
+        if (daemon >= 0 && ss->daemon != daemon) continue;
         if (ss->client &&
             (!best || ss->n_inflight + ss->n_queued < best->n_inflight + best->n_queued))
             best = ss;
@@ -409,7 +428,8 @@ static void session_lost(gw_sess *ss, int rc)
 {
     gw_server *s = ss->s;
     snprintf(ss->conn_err, sizeof ss->conn_err, "%s (%s)", ringlm_strerror(rc), ringlm_errdetail());
-    gw_log(s, "session %d with ringlmd ended: %s; reconnecting", ss->idx, ss->conn_err);
+    gw_log(s, "session %d with ringlmd (%s) ended: %s; reconnecting", ss->idx,
+           ss->socket_path ? ss->socket_path : "default socket", ss->conn_err);
     gw_err e;
     gw_err_set(&e, 503, "daemon_unavailable", NULL, "ringlmd went away: %s", ss->conn_err);
     for (int b = 0; b < GW_HBUCKETS; b++)
@@ -437,7 +457,7 @@ void *gw_events_main(void *arg)
         if (stop) break;
         if (!c) {
             char bad[768];
-            int rc = ringlm_connect(s->cfg.socket_path, &c);
+            int rc = ringlm_connect(ss->socket_path, &c);
             if (rc == 0 && gw_check_daemon(&s->cfg, c, bad, sizeof bad) < 0) {
                 /* a daemon whose policy does not fit the keys: no session, said loudly */
                 ringlm_close(c);

@@ -118,6 +118,20 @@ static int sse_text(gw_req *r, const char *t, size_t n)
     return e;
 }
 
+/* A piece of a chat answer as delta.reasoning_content or delta.content (--reasoning-parser). */
+static int sse_piece(void *arg, bool reasoning, const char *t, size_t n)
+{
+    gw_req *r = arg;
+    int e = gw_buf_add(&r->out, r->head.p, r->head.len);
+    e |= gw_buf_adds(&r->out, reasoning ? "{\"index\":0,\"delta\":{\"reasoning_content\":"
+                                        : "{\"index\":0,\"delta\":{\"content\":");
+    e |= gw_buf_add_json_str(&r->out, t, n);
+    e |= gw_buf_adds(&r->out, "}");
+    e |= sse_logprobs(r);
+    e |= gw_buf_adds(&r->out, ",\"finish_reason\":null}]}\n\n");
+    return e;
+}
+
 /* The prompt as the answer echoes it: the text the client sent, or its token ids' text. */
 static char *echo_text(const gw_req *r)
 {
@@ -230,7 +244,12 @@ bool gw_emit_text(gw_req *r, bool final)
     size_t e = 0;
     bool hit = gw_stop_scan(&r->p.stop, r->pend.p ? r->pend.p : "", r->pend.len, &e);
     if (final && !hit) e = r->pend.len;
-    if (e > 0) {
+    bool reason = r->p.stream && r->p.kind == GW_CHAT && r->s->cfg.reasoning;
+    if (reason && (e > 0 || final || hit)) { /* the splitter may hold back a tag's start */
+        gw_start_stream(r);
+        r->think.parser = r->s->cfg.reasoning;
+        gw_reason_feed(&r->think, r->pend.p ? r->pend.p : "", e, final || hit, sse_piece, r);
+    } else if (e > 0) {
         if (r->p.stream) {
             gw_start_stream(r);
             sse_text(r, r->pend.p, e);
@@ -285,7 +304,18 @@ static enum MHD_Result answer_generation(gw_server *s, gw_req *r, struct MHD_Con
                                    : completion_logprobs(r, echoed, true);
         if (!lps) lps = json_null();
     }
-    if (r->p.kind == GW_CHAT)
+    if (r->p.kind == GW_CHAT && s->cfg.reasoning) {
+        /* --reasoning-parser: reasoning_content beside content (null where there is none) */
+        const char *rs, *cs;
+        size_t rn, cn;
+        gw_reason_split(s->cfg.reasoning, r->text.p ? r->text.p : "", r->text.len, &rs, &rn, &cs,
+                        &cn);
+        json_decref(text);
+        choice = json_pack("{s:i, s:{s:s, s:o, s:o}, s:o, s:s}", "index", 0, "message", "role",
+                           "assistant", "content", cs ? json_stringn(cs, cn) : json_null(),
+                           "reasoning_content", rs ? json_stringn(rs, rn) : json_null(), "logprobs",
+                           lps, "finish_reason", r->finish);
+    } else if (r->p.kind == GW_CHAT)
         choice =
             json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", 0, "message", "role", "assistant",
                       "content", text, "logprobs", lps, "finish_reason", r->finish);

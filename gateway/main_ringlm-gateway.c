@@ -24,6 +24,8 @@
 
 #include "ringlm.h"
 #include "formats/api_keys.h"
+#include "gateway/gw_reason.h"
+#include "gateway/gw_route.h"
 #include "gateway/gw_server.h"
 
 static void usage(FILE *f)
@@ -34,7 +36,12 @@ static void usage(FILE *f)
         "  --listen ADDR:PORT       HTTP address (IPv4, or [IPv6]:PORT; port 0 = any free one,\n"
         "                           printed at start; default 127.0.0.1:8000)\n"
         "  --socket PATH            ringlmd's socket (default $" RINGLM_SOCKET_ENV
-        ", else " RINGLM_DEFAULT_SOCKET ")\n"
+        ", else " RINGLM_DEFAULT_SOCKET ");\n"
+        "                           more than once: one ringlmd each (one per NUMA node), a\n"
+        "                           daemon picked per request by prefix affinity and load\n"
+        "                           (docs/fleet.md)\n"
+        "  --affinity-block-tokens N  with several --socket: tokens per prompt block hashed\n"
+        "                           for prefix affinity (default 16, ringlmd's block size)\n"
         "  --tokenizer FILE         the model's tokenizer (llama2.c tokenizer.bin); without it\n"
         "                           prompts must be token ids and replies carry no text\n"
         "  --api-keys FILE          lines 'KEY TENANT [CLASS]': the tenant (tagged on each\n"
@@ -42,11 +49,15 @@ static void usage(FILE *f)
         "                           default class of a key; other keys get 401. Without it\n"
         "                           every request is this process's own tenant\n"
         "  --chat-template NAME     %s; default: the model file's own (a\n"
-        "                           GGUF tokenizer's chat_template, matched by its text; one\n"
-        "                           that matches none is an error), else plain\n"
+        "                           GGUF tokenizer's chat_template, rendered as Jinja; one\n"
+        "                           that does not parse is an error), else plain\n"
+        "  --reasoning-parser NAME  deepseek_r1 or qwen3: a chat answer's <think>...</think>\n"
+        "                           comes back as reasoning_content, the rest as content\n"
+        "                           (vLLM's option and fields; default: all of it is content)\n"
         "  --served-model-name NAME the model id of /v1/models and of requests (default ringlm)\n"
         "  --max-model-len N        context length in tokens, for chat's default max_tokens\n"
-        "                           and /v1/models (default unknown: chat defaults to 256)\n"
+        "                           and /v1/models (default: the GGUF model file's\n"
+        "                           context_length, else unknown: chat defaults to 256)\n"
         "  --max-body-bytes N       larger request bodies get 413 (default 1048576)\n"
         "  --http-timeout-s N       close a connection idle this long mid-request (default 30)\n"
         "  --http-head-timeout-s N  a connection must send a whole request head within N s of\n"
@@ -77,18 +88,22 @@ static void usage(FILE *f)
         ringlm_chat_template_names());
 }
 
-/* A GGUF tokenizer file's tokenizer.chat_template decides the template when --chat-template
- * does not: the built-in one of its family, or a clear error (never silently a wrong
- * format). With --chat-template, a file whose template is of another family is said on
- * stderr. Returns 0 (also when the file is not GGUF or has no template) or -1. */
-static int model_template(const char *path, const char *explicit_name, int *tpl, const char **from)
+/* Only a GGUF file carries a chat template (ringlm_tokenizer_load says what else a file is). */
+static bool is_gguf(const char *path)
 {
-    /* only a GGUF file carries one (ringlm_tokenizer_load says what else a file is) */
     char magic[4] = "";
     FILE *f = fopen(path, "rb");
     bool gguf = f && fread(magic, 1, 4, f) == 4 && memcmp(magic, "GGUF", 4) == 0;
     if (f) fclose(f);
-    if (!gguf) return 0;
+    return gguf;
+}
+
+/* With --chat-template, a GGUF tokenizer file whose template is of another built-in family is
+ * said on stderr (the file's own template is rendered as Jinja when --chat-template is not
+ * given). Returns 0 or -1 (the file cannot be read). */
+static int model_template(const char *path, const char *explicit_name, int *tpl, const char **from)
+{
+    if (!is_gguf(path)) return 0;
     int t = ringlm_chat_template_of_model(path);
     if (t == -ENOENT) return 0; /* the file has no tokenizer.chat_template */
     if (t < 0 && (t != -ENOTSUP || !explicit_name)) {
@@ -166,12 +181,16 @@ int main(int argc, char **argv)
         .prep_queue = 4096,
     };
     long grace_ms = 30000;
+    const char *sockets[GW_MAX_DAEMONS];
+    unsigned n_sockets = 0;
     static const struct option opts[] = {
         {"listen", required_argument, 0, 'l'},
         {"socket", required_argument, 0, 's'},
+        {"affinity-block-tokens", required_argument, 0, 'F'},
         {"tokenizer", required_argument, 0, 't'},
         {"api-keys", required_argument, 0, 'k'},
         {"chat-template", required_argument, 0, 'c'},
+        {"reasoning-parser", required_argument, 0, 'R'},
         {"served-model-name", required_argument, 0, 'm'},
         {"max-model-len", required_argument, 0, 'L'},
         {"max-body-bytes", required_argument, 0, 'B'},
@@ -194,10 +213,30 @@ int main(int argc, char **argv)
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
         case 'l': parse_listen(optarg, addr, sizeof addr, &cfg.port); break;
-        case 's': cfg.socket_path = optarg; break;
+        case 's':
+            if (n_sockets == GW_MAX_DAEMONS) {
+                fprintf(stderr, "ringlm-gateway: at most %d --socket\n", GW_MAX_DAEMONS);
+                return 2;
+            }
+            sockets[n_sockets++] = optarg;
+            break;
+        case 'F':
+            cfg.affinity_block_tokens =
+                (uint32_t)parse_num("--affinity-block-tokens", optarg, 1, 65536);
+            break;
         case 't': tok_path = optarg; break;
         case 'k': keys_path = optarg; break;
         case 'c': tpl_name = optarg; break;
+        case 'R':
+            cfg.reasoning = gw_reason_by_name(optarg);
+            if (cfg.reasoning < 0) {
+                fprintf(stderr,
+                        "ringlm-gateway: unknown --reasoning-parser '%s' (known: deepseek_r1, "
+                        "qwen3)\n",
+                        optarg);
+                return 2;
+            }
+            break;
         case 'm':
             if (!*optarg) {
                 fprintf(stderr, "ringlm-gateway: --served-model-name is empty\n");
@@ -258,7 +297,18 @@ int main(int argc, char **argv)
     }
     cfg.tpl = t;
     const char *tpl_from = tpl_name ? "--chat-template" : "default";
-    if (tok_path && model_template(tok_path, tpl_name, &cfg.tpl, &tpl_from) < 0) return 1;
+    ringlm_chat_jinja *jinja = NULL;
+    if (tok_path && !tpl_name && is_gguf(tok_path)) {
+        int jr = ringlm_chat_jinja_load(tok_path, &jinja);
+        if (jr < 0 && jr != -ENOENT) {
+            fprintf(stderr, "ringlm-gateway: %s\n", ringlm_errdetail());
+            return 1;
+        }
+        cfg.jinja = jinja;
+        if (jinja) tpl_from = "the model file's chat_template";
+    }
+    if (tok_path && tpl_name && model_template(tok_path, tpl_name, &cfg.tpl, &tpl_from) < 0)
+        return 1;
 
     ringlm_tokenizer *tok = NULL;
     if (tok_path) {
@@ -269,6 +319,9 @@ int main(int argc, char **argv)
             return 1;
         }
         cfg.tok = tok;
+        /* the model file's context, unless --max-model-len says */
+        int ctx = ringlm_tokenizer_context_length(tok);
+        if (!cfg.max_model_len && ctx > 0) cfg.max_model_len = (uint32_t)ctx;
     }
     gw_keys keys = {0};
     if (keys_path) {
@@ -311,6 +364,11 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    if (n_sockets == 1) cfg.socket_path = sockets[0];
+    if (n_sockets > 1) {
+        cfg.sockets = sockets;
+        cfg.n_sockets = n_sockets;
+    }
     gw_server *s;
     int rc = gw_server_start(&cfg, &s);
     if (rc < 0) {
@@ -321,8 +379,8 @@ int main(int argc, char **argv)
     fprintf(stderr,
             "ringlm-gateway: listening on http://%s%s%s:%u (model '%s', template %s (%s), %s)\n",
             strchr(addr, ':') ? "[" : "", addr, strchr(addr, ':') ? "]" : "",
-            (unsigned)gw_server_port(s), cfg.served_model, ringlm_chat_template_name(cfg.tpl),
-            tpl_from,
+            (unsigned)gw_server_port(s), cfg.served_model,
+            jinja ? "jinja" : ringlm_chat_template_name(cfg.tpl), tpl_from,
             keys_path ? "API keys required" : "no API keys: every request is this uid's tenant");
     fflush(stderr);
 
@@ -333,6 +391,7 @@ int main(int argc, char **argv)
     if (gw_server_stop(s) < 0) return 0; /* a thread still uses tok and keys: only exit */
     gw_keys_free(&keys);
     ringlm_tokenizer_free(tok);
+    ringlm_chat_jinja_free(jinja);
     if (!cfg.quiet) fprintf(stderr, "ringlm-gateway: drained; exiting\n");
     return 0;
 }

@@ -18,7 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char convertible[] = "F32, F16, BF16, Q8_0, Q4_K, Q6_K";
+static const char convertible[] = "F32, F16, BF16, Q8_0, Q4_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, "
+                                  "IQ4_NL";
 
 static size_t dtype_bytes(int dtype)
 {
@@ -51,6 +52,18 @@ int eng_dev_plan_make(const eng_model_config *c, const eng_model_hparams *hp,
         c->vocab_size < 1 || c->dim % c->n_heads || c->n_heads % c->n_kv_heads)
         return eng_seterr(-EINVAL, "cuda: dim=%d n_heads=%d n_kv_heads=%d: heads must divide",
                           c->dim, c->n_heads, c->n_kv_heads);
+    /* The CUDA kernels run the llama and qwen2 graphs with heads of dim / n_heads; other
+     * architectures (their extra norms, soft-capping, windows, experts) run on the CPU. */
+    if (hp->arch != ENG_ARCH_LLAMA && hp->arch != ENG_ARCH_QWEN2)
+        return eng_seterr(-ENOTSUP,
+                          "cuda: architecture %s is not supported by the CUDA backend (llama, "
+                          "qwen2); run it on backend cpu",
+                          eng_arch_name(hp->arch));
+    if (hp->head_dim && hp->head_dim * c->n_heads != c->dim)
+        return eng_seterr(-ENOTSUP,
+                          "cuda: head size %d x %d heads != dim %d (attention.key_length): not "
+                          "supported by the CUDA backend; run it on backend cpu",
+                          hp->head_dim, c->n_heads, c->dim);
     const int hs = c->dim / c->n_heads, group = c->n_heads / c->n_kv_heads;
     if (hs % 2 || hs > ENG_CUDA_MAX_HEAD_SIZE)
         return eng_seterr(-ENOTSUP,

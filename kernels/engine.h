@@ -48,21 +48,79 @@ typedef struct eng_model_config {
 
 /* What a GGUF file's metadata adds to the shape; llama2.c models and presets have
  * llama2.c's values (1e-5, 10000, head_size, adjacent pairs, F32). */
+/* The architecture a GGUF file names (general.architecture); llama2.c models are llama. */
+typedef enum eng_arch {
+    ENG_ARCH_LLAMA = 0, /* "llama" (Llama 1-3, Mistral) */
+    ENG_ARCH_QWEN2,     /* "qwen2": Q/K/V biases, NEOX RoPE */
+    ENG_ARCH_QWEN3,     /* "qwen3": per-head RMSNorm of Q and K before RoPE, NEOX RoPE */
+    ENG_ARCH_GEMMA2,    /* "gemma2": scaled embedding, GeGLU, norms after attention and FFN,
+                           attention and final logit soft-capping, every other layer windowed */
+    ENG_ARCH_GEMMA3,    /* "gemma3": gemma2 with per-head Q/K norms instead of soft-capping,
+                           five windowed layers of six with their own RoPE base */
+    ENG_ARCH_PHI3,      /* "phi3": fused QKV and gate/up, NEOX RoPE with long-RoPE factors */
+    ENG_ARCH_QWEN3MOE,  /* "qwen3moe": qwen3 attention, a mixture of experts for the FFN */
+    ENG_ARCH__COUNT
+} eng_arch;
+/* "llama", "qwen2", ...; "?" out of range. */
+const char *eng_arch_name(int arch);
+
 typedef struct eng_model_hparams {
+    int arch;         /* enum eng_arch */
+    int head_dim;     /* elements per Q/K/V head; 0 means dim / n_heads (llama2.c) */
     float norm_eps;   /* RMSNorm epsilon */
     float rope_theta; /* RoPE base */
     int rope_dim;     /* leading dimensions of each head that RoPE rotates */
     bool rope_neox;   /* rotate pairs (j, j + rope_dim/2) (qwen2) instead of (2j, 2j+1) */
     int weight_type;  /* eng_wtype of the projection weights (blk.0.attn_q), for reports */
+    /* What architectures past llama add; zero is llama's behaviour for each. */
+    float embed_scale;    /* the embedding row is multiplied by it (gemma: sqrt(dim)); 0: none */
+    float attn_scale;     /* q·k multiplier; 0: 1 / sqrt(head_dim) */
+    float attn_softcap;   /* a score s becomes cap * tanh(s / cap) (gemma2); 0: off */
+    float final_softcap;  /* the same on the logits (gemma2); 0: off */
+    int ffn_act;          /* enum eng_ffn_act: the gate's activation */
+    int swa_window;       /* a windowed layer's row at position p sees positions > p - window;
+                             0: no layer is windowed */
+    int swa_period;       /* layer l is windowed iff l % period < period - 1; 0: every layer */
+    float rope_theta_swa; /* RoPE base of windowed layers (gemma3's local 10000); 0: rope_theta */
+    float rope_scale;     /* linear RoPE scaling: positions are multiplied by it; 0: 1 */
+    float rope_scale_swa; /* the same for windowed layers; 0: rope_scale */
+    /* A mixture of experts (qwen3moe) in place of the FFN: a router picks n_expert_used of
+     * n_expert SwiGLU experts of expert_ff per row; 0: a dense FFN */
+    int n_expert, n_expert_used, expert_ff;
+    float rope_attn_factor; /* RoPE's cos and sin are multiplied by it (Phi-3's long-RoPE
+                               rope.scaling.attn_factor); 0 or 1: none */
 } eng_model_hparams;
+
+/* The FFN's gate activation. */
+enum eng_ffn_act {
+    ENG_ACT_SILU = 0, /* SwiGLU: silu(gate) * up */
+    ENG_ACT_GELU,     /* GeGLU: gelu(gate) * up, GELU in its tanh form (gemma) */
+};
+
+/* Whether layer l attends through a sliding window (eng_model_hparams.swa_window). */
+static inline bool eng_layer_windowed(const eng_model_hparams *hp, int l)
+{
+    return hp->swa_window > 0 && (hp->swa_period <= 0 || l % hp->swa_period < hp->swa_period - 1);
+}
+
+/* Elements per Q/K/V head: hp->head_dim, or dim / n_heads where it is 0. */
+static inline int eng_head_dim(const eng_model_config *c, const eng_model_hparams *hp)
+{
+    return hp->head_dim > 0 ? hp->head_dim : c->dim / c->n_heads;
+}
 
 /* The element type of a weight matrix: ggml's numbering, as GGUF files store it. */
 enum eng_wtype {
     ENG_W_F32 = 0,
     ENG_W_F16 = 1,
+    ENG_W_Q4_0 = 2,
+    ENG_W_Q4_1 = 3,
+    ENG_W_Q5_0 = 6,
+    ENG_W_Q5_1 = 7,
     ENG_W_Q8_0 = 8,
     ENG_W_Q4_K = 12,
     ENG_W_Q6_K = 14,
+    ENG_W_IQ4_NL = 20,
     ENG_W_BF16 = 30
 };
 /* Name of a weight type ("Q8_0"). */
@@ -76,11 +134,20 @@ typedef struct eng_wmat {
 } eng_wmat;
 size_t eng_wrow_bytes(int type, int64_t in);
 
-/* One layer's weights. Norms and biases are float32 in every format. */
+/* One layer's weights. Norms and biases are float32 in every format. With a head_dim
+ * (eng_model_hparams) other than dim / n_heads, wq is [q_dim][dim] and wo [dim][q_dim],
+ * q_dim = n_heads * head_dim; wk and wv are [kv_dim][dim], kv_dim = n_kv_heads * head_dim. */
 typedef struct eng_layer_weights {
     const float *rms_att, *rms_ffn;      /* [dim] */
     eng_wmat wq, wk, wv, wo, w1, w2, w3; /* as eng_weights, this layer's slice */
-    const float *bq, *bk, *bv;           /* [dim], [kv_dim], [kv_dim]; NULL: no bias */
+    const float *bq, *bk, *bv;           /* [q_dim], [kv_dim], [kv_dim]; NULL: no bias */
+    const float *q_norm, *k_norm;        /* [head_dim]: RMSNorm of each Q and K head (qwen3) */
+    /* a mixture of experts (eng_model_hparams.n_expert): the router [n_expert][dim], and
+     * each expert's gate, up [expert_ff][dim] and down [dim][expert_ff] matrices, expert e's
+     * starting e * rows * eng_wrow_bytes(type, in) bytes after data; w1, w2, w3 unused */
+    eng_wmat router, gate_exps, up_exps, down_exps;
+    const float *post_att, *post_ffn; /* [dim]: RMSNorm of the attention's and the FFN's
+                                            output before the residual add (gemma); NULL: none */
 } eng_layer_weights;
 
 /* Every model's weights as typed per-layer matrices (the CPU backend reads these). */

@@ -14,9 +14,17 @@
 #include <stddef.h>
 
 typedef struct gw_export_opts {
-    const char *type; /* F32 F16 BF16 Q8_0 Q4_K Q6_K, or Q4_K_M (Q4_K with Q6_K for
+    const char *type;   /* F32 F16 BF16 Q8_0 Q4_K Q6_K, or Q4_K_M (Q4_K with Q6_K for
                               * output, attn_v and ffn_down, as llama.cpp's mix) */
-    const char *arch; /* "llama" (default) or "qwen2" (adds synthetic Q/K/V biases) */
+    const char *arch;   /* "llama" (default), "qwen2" (adds synthetic Q/K/V biases), "qwen3"
+                       * (synthetic per-head Q/K norms), "gemma2" (synthetic norms after
+                       * attention and FFN, tied classifier) or "gemma3" (both) */
+    int sliding_window; /* attention.sliding_window to write (gemma: its local layers'; llama:
+                         * every layer's, as Mistral 7B v0.1); 0: gemma2's 4096, gemma3's
+                         * 1024, none for the others */
+    int head_dim;       /* Q/K/V head size; 0: dim / n_heads. Another size (Qwen3's 128 over a
+                       * width of 1024 and 16 heads) generates the attention matrices in that
+                       * shape from the synthetic formula: synthetic models only */
     /* The vocabulary: vocab_size pieces with scores (a llama2.c tokenizer, pieces with real
      * spaces); NULL: a synthetic SentencePiece vocabulary (unk, BOS, EOS, 256 byte tokens,
      * then "tN" pieces). */

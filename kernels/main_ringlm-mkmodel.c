@@ -10,7 +10,10 @@
  * llama2c (default): the legacy checkpoint; loading it gives the same logits as the
  * in-memory synthetic model; a lazy spec (synthetic:lazy:...) is generated tensor by tensor
  * while writing. gguf: llama.cpp's layout with weights in --type (F32 F16 BF16 Q8_0 Q4_K
- * Q6_K Q4_K_M), --arch llama or qwen2, and the vocabulary of --tokenizer (a llama2.c
+ * Q6_K Q4_K_M), --arch llama, qwen2, qwen3, gemma2, gemma3, phi3 or qwen3moe (8 synthetic
+ * experts of half the FFN width, 2 per token) (--head-dim N: a synthetic
+ * model's attention in heads of N, as Qwen3's 128 over a narrower width; --sliding-window N:
+ * the attention window of the layers that have one), and the vocabulary of --tokenizer (a llama2.c
  * tokenizer.bin) or --vocab (a Hugging Face tokenizer.json); --placeholder-vocab writes a
  * synthetic SentencePiece one ("t5", "t6", ...: the file loads, but no text means anything),
  * and only when asked: a model file whose vocabulary is made up must not be written by
@@ -27,7 +30,9 @@
 
 static const char usage[] =
     "usage: ringlm-mkmodel --model SPEC --out FILE [--format llama2c|gguf]\n"
-    "                      [--type F32|F16|BF16|Q8_0|Q4_K|Q6_K|Q4_K_M] [--arch llama|qwen2]\n"
+    "                      [--type F32|F16|BF16|Q8_0|Q4_K|Q6_K|Q4_K_M]\n"
+    "                      [--arch llama|qwen2|qwen3|gemma2|gemma3|phi3|qwen3moe]\n"
+    "                      [--head-dim N] [--sliding-window N]\n"
     "                      (--tokenizer TOKENIZER.bin | --vocab tokenizer.json\n"
     "                       [--vocab-config tokenizer_config.json] | --placeholder-vocab)\n"
     "       ringlm-mkmodel --version | --help\n"
@@ -36,6 +41,9 @@ static const char usage[] =
     "checkpoint\n"
     "  --vocab: a Hugging Face tokenizer.json (byte-level BPE of Llama 3 or Qwen2, or\n"
     "        SentencePiece-like BPE of Llama 2); the model's vocabulary must hold it\n"
+    "  --head-dim N: attention heads of N elements (synthetic models: Q/K/V/O generated\n"
+    "        in that shape), where a real model's heads are not dim / n_heads\n"
+    "  --sliding-window N: the window of gemma's local layers (every layer's for llama)\n"
     "  --placeholder-vocab: a synthetic vocabulary (byte tokens, then \"tN\" pieces), for\n"
     "        weights-only work (benchmarks, engine comparisons) where no text is encoded\n"
     "  --format gguf needs one of --tokenizer, --vocab and --placeholder-vocab\n";
@@ -44,14 +52,21 @@ int main(int argc, char **argv)
 {
     const char *spec = NULL, *out = NULL, *format = "llama2c", *type = NULL, *arch = NULL;
     const char *tok_path = NULL, *vocab_path = NULL, *vocab_cfg = NULL;
-    int placeholder = 0;
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},       {"out", required_argument, 0, 'o'},
-        {"format", required_argument, 0, 'f'},      {"type", required_argument, 0, 't'},
-        {"arch", required_argument, 0, 'a'},        {"tokenizer", required_argument, 0, 'z'},
-        {"vocab", required_argument, 0, 'v'},       {"vocab-config", required_argument, 0, 'c'},
-        {"placeholder-vocab", no_argument, 0, 'P'}, {"help", no_argument, 0, 'h'},
-        {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
+    int placeholder = 0, head_dim = 0, window = 0;
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"out", required_argument, 0, 'o'},
+                                         {"format", required_argument, 0, 'f'},
+                                         {"type", required_argument, 0, 't'},
+                                         {"arch", required_argument, 0, 'a'},
+                                         {"tokenizer", required_argument, 0, 'z'},
+                                         {"vocab", required_argument, 0, 'v'},
+                                         {"vocab-config", required_argument, 0, 'c'},
+                                         {"placeholder-vocab", no_argument, 0, 'P'},
+                                         {"head-dim", required_argument, 0, 'H'},
+                                         {"sliding-window", required_argument, 0, 'W'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {"version", no_argument, 0, 'V'},
+                                         {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "m:o:f:t:a:z:v:c:h", opts, NULL)) != -1) {
         switch (ch) {
@@ -64,18 +79,40 @@ int main(int argc, char **argv)
         case 'v': vocab_path = optarg; break;
         case 'c': vocab_cfg = optarg; break;
         case 'P': placeholder = 1; break;
+        case 'H': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || end == optarg || v < 2 || v > 65536) {
+                fprintf(stderr, "ringlm-mkmodel: --head-dim %s: expected an even count\n", optarg);
+                return 2;
+            }
+            head_dim = (int)v;
+            break;
+        }
+        case 'W': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || end == optarg || v < 1 || v > (1 << 20)) {
+                fprintf(stderr, "ringlm-mkmodel: --sliding-window %s: expected a count\n", optarg);
+                return 2;
+            }
+            window = (int)v;
+            break;
+        }
         case 'V': printf("ringlm-mkmodel %s\n", RINGLM_VERSION); return 0;
         default: fputs(usage, ch == 'h' ? stdout : stderr); return ch == 'h' ? 0 : 2;
         }
     }
     bool gguf = strcmp(format, "gguf") == 0;
-    bool gguf_only = type || arch || tok_path || vocab_path || vocab_cfg || placeholder;
+    bool gguf_only =
+        type || arch || head_dim || window || tok_path || vocab_path || vocab_cfg || placeholder;
     int vocabs = !!tok_path + !!vocab_path + placeholder;
     if (!spec || !out || optind != argc || (!gguf && strcmp(format, "llama2c") != 0) ||
         (!gguf && gguf_only) || vocabs > 1 || (vocab_cfg && !vocab_path)) {
         fputs(usage, stderr);
         if (!gguf && gguf_only)
-            fputs("  (--type, --arch, --tokenizer, --vocab and --placeholder-vocab go with "
+            fputs("  (--type, --arch, --head-dim, --tokenizer, --vocab and --placeholder-vocab go "
+                  "with "
                   "--format gguf)\n",
                   stderr);
         if (vocabs > 1)
@@ -115,7 +152,12 @@ int main(int argc, char **argv)
             }
         }
         gw_vocab *vocab = NULL;
-        gw_export_opts o = {.type = type, .arch = arch, .pieces = pieces, .scores = scores};
+        gw_export_opts o = {.type = type,
+                            .arch = arch,
+                            .head_dim = head_dim,
+                            .sliding_window = window,
+                            .pieces = pieces,
+                            .scores = scores};
         if (tok_path && (!pieces || !scores))
             err = eng_seterr(-12, "out of memory");
         else if (vocab_path &&

@@ -212,6 +212,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "ringlm-run: tokenizer: %s\n", tok_errmsg());
         goto out;
     }
+    /* steps end at the model's context: said when the run ends there */
+    const bool to_context = steps == 0 || steps >= cfg->seq_len;
     if (steps == 0 || steps > cfg->seq_len) steps = cfg->seq_len;
 
     size_t bound = tok_encode_bound(prompt);
@@ -254,6 +256,9 @@ int main(int argc, char **argv)
     /* Prefill: the prompt tokens whose positions fall inside steps, as one batch; the last
      * one's logits are needed only when a token is sampled after the prompt. */
     int n_prefill = n_prompt < steps ? n_prompt : (int)steps;
+    if (n_prompt > steps)
+        fprintf(stderr, "ringlm-run: the prompt is %d tokens: only the first %ld are run (%s)\n",
+                n_prompt, steps, to_context ? "the model's context length" : "--steps");
     bool sample_after = n_prompt <= steps;
     double t0 = now_s();
     if ((err = forward(e, prompt_tokens, n_prefill, 0, table, table_len, (int)block_size, positions,
@@ -264,6 +269,7 @@ int main(int argc, char **argv)
     double t_prefill = now_s() - t0;
 
     int token = prompt_tokens[0], pos = 0, decoded = 0;
+    bool hit_context = false; /* the run ended at the model's context, not at a stop token */
     double t_decode0 = now_s();
     for (; pos < n_prefill - (sample_after ? 1 : 0); pos++) { /* forced prompt tokens */
         int next = prompt_tokens[pos + 1];
@@ -290,9 +296,15 @@ int main(int argc, char **argv)
         fflush(stdout);
         token = next;
     }
+    hit_context = pos >= steps && to_context;
 done:
     printf("\n");
     fflush(stdout);
+    if (hit_context)
+        fprintf(stderr,
+                "ringlm-run: stopped at the model's context length, %d tokens (%s): the model "
+                "sees no further\n",
+                cfg->seq_len, model_spec);
     double t_decode = now_s() - t_decode0;
     fprintf(stderr, "prefill: %d tokens in %.1f ms (%.0f tok/s); ", n_prefill, t_prefill * 1e3,
             t_prefill > 0 ? n_prefill / t_prefill : 0.0);

@@ -100,7 +100,7 @@ static int check_range(const char *field, int v, int lo, int hi)
 }
 
 /* Every rule a shape must satisfy for the forward pass to be well defined. */
-static int config_check(const eng_model_config *c)
+static int config_check(const eng_model_config *c, int head_dim)
 {
     int err;
     if ((err = check_range("dim", c->dim, 1, MAX_DIM)) ||
@@ -111,12 +111,12 @@ static int config_check(const eng_model_config *c)
         (err = check_range("vocab_size", c->vocab_size, 1, MAX_VOCAB)) ||
         (err = check_range("seq_len", c->seq_len, 1, MAX_SEQ)))
         return err;
-    if (c->dim % c->n_heads)
+    if (!head_dim && c->dim % c->n_heads)
         return eng_seterr(-EINVAL,
                           "header n_heads=%d does not divide dim=%d: head size must be "
                           "a whole number",
                           c->n_heads, c->dim);
-    int head_size = c->dim / c->n_heads;
+    int head_size = head_dim ? head_dim : c->dim / c->n_heads;
     if (head_size % 2)
         return eng_seterr(-EINVAL,
                           "head size dim/n_heads=%d is odd: RoPE rotates pairs, it must "
@@ -193,7 +193,9 @@ static void point_weights(const eng_model_config *c, const float *base, eng_weig
 /* llama2.c's values (run.c hard-codes them); GGUF files replace them. */
 static void hparams_llama2c(eng_model *m)
 {
-    m->hp = (eng_model_hparams){.norm_eps = 1e-5f,
+    m->hp = (eng_model_hparams){.arch = ENG_ARCH_LLAMA,
+                                .head_dim = m->cfg.dim / m->cfg.n_heads,
+                                .norm_eps = 1e-5f,
                                 .rope_theta = 10000.0f,
                                 .rope_dim = m->cfg.dim / m->cfg.n_heads,
                                 .rope_neox = false,
@@ -425,7 +427,19 @@ static int meta_f32(const gguf_file *g, const char *arch, const char *suffix, fl
     return 0;
 }
 
-static const char *supported_types = "F32, F16, BF16, Q8_0, Q4_K, Q6_K";
+static const char *supported_types = "F32, F16, BF16, Q8_0, Q4_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, "
+                                     "IQ4_NL";
+static const char *supported_archs = "llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe";
+
+const char *eng_arch_name(int arch)
+{
+    static const char *const names[ENG_ARCH__COUNT] = {
+        [ENG_ARCH_LLAMA] = "llama",       [ENG_ARCH_QWEN2] = "qwen2",   [ENG_ARCH_QWEN3] = "qwen3",
+        [ENG_ARCH_GEMMA2] = "gemma2",     [ENG_ARCH_GEMMA3] = "gemma3", [ENG_ARCH_PHI3] = "phi3",
+        [ENG_ARCH_QWEN3MOE] = "qwen3moe",
+    };
+    return arch >= 0 && arch < ENG_ARCH__COUNT && names[arch] ? names[arch] : "?";
+}
 
 /* Finds a tensor and checks its shape: ne = {ne0, ne1} (ne1 == 0: a vector). A matrix
  * must have a supported type; a vector (norm, bias, RoPE factors) must be F32. */
@@ -460,6 +474,79 @@ static int find_tensor(const gguf_file *g, const char *name, uint64_t ne0, uint6
     return 0;
 }
 
+/* The hyperparameters past llama's, under the architecture's keys with llama.cpp's defaults:
+ * sliding windows (Mistral's where a llama file states one, gemma's alternating layers),
+ * gemma's embedding scale, GeGLU, attention scale and soft-capping, gemma3's local RoPE. */
+static int arch_hparams(const gguf_file *g, const char *arch, int arch_id,
+                        const eng_model_config *c, eng_model_hparams *hp)
+{
+    const bool gemma2 = arch_id == ENG_ARCH_GEMMA2, gemma3 = arch_id == ENG_ARCH_GEMMA3;
+    int err, window = 0, period = 0;
+    /* Q and K scaled by it in RoPE (Phi-3's long-RoPE attention factor) */
+    if ((err = meta_f32(g, arch, "rope.scaling.attn_factor", 1.0f, false, &hp->rope_attn_factor)))
+        return err;
+    /* Phi-3 files state a window that llama.cpp switches off (its converters got it wrong):
+     * ignored here too */
+    if (arch_id == ENG_ARCH_PHI3) return 0;
+    if (arch_id == ENG_ARCH_QWEN3MOE) {
+        if ((err = meta_int(g, arch, "expert_count", 1, 4096, -1, &hp->n_expert)) ||
+            (err =
+                 meta_int(g, arch, "expert_used_count", 1, hp->n_expert, -1, &hp->n_expert_used)) ||
+            (err = meta_int(g, arch, "expert_feed_forward_length", 1, MAX_HIDDEN,
+                            c->hidden_dim / hp->n_expert_used, &hp->expert_ff)))
+            return err;
+        return 0;
+    }
+    if ((err = meta_int(g, arch, "attention.sliding_window", 0, MAX_SEQ, gemma2 ? 4096 : 0,
+                        &window)) ||
+        (err = meta_int(g, arch, "attention.sliding_window_pattern", 0, MAX_LAYERS,
+                        gemma2   ? 2
+                        : gemma3 ? 6
+                                 : 0,
+                        &period)))
+        return err;
+    hp->swa_window = window;
+    hp->swa_period = window ? period : 0;
+    if (!gemma2 && !gemma3) return 0;
+    hp->rope_neox = true;
+    hp->embed_scale = sqrtf((float)c->dim);
+    hp->ffn_act = ENG_ACT_GELU;
+    /* gemma's 27B scales q·k by 1/sqrt(dim / n_heads) (query_pre_attn_scalar), the others by
+     * 1/sqrt(head_dim); llama.cpp tells the 27B by its layer count, and so does this */
+    if (c->n_layers == (gemma2 ? 46 : 62))
+        hp->attn_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
+    if (gemma2) {
+        if ((err = meta_f32(g, arch, "attn_logit_softcapping", 50.0f, false, &hp->attn_softcap)) ||
+            (err = meta_f32(g, arch, "final_logit_softcapping", 30.0f, false, &hp->final_softcap)))
+            return err;
+        return 0;
+    }
+    if ((err = meta_f32(g, arch, "final_logit_softcapping", 0.0f, false, &hp->final_softcap)) ||
+        (err = meta_f32(g, arch, "rope.freq_base_swa", 10000.0f, false, &hp->rope_theta_swa)))
+        return err;
+    hp->rope_scale_swa = 1.0f; /* the local layers are not scaled (llama.cpp's freq_scale_swa) */
+    return 0;
+}
+
+/* An expert tensor: ne = {ne0, ne1, n_expert}, a supported type. */
+static int find_experts(const gguf_file *g, const char *name, uint64_t ne0, uint64_t ne1,
+                        uint64_t ne2, const gguf_tensor **out)
+{
+    const gguf_tensor *t = gguf_tensor_find(g, name);
+    *out = t;
+    if (!t) return eng_seterr(-EINVAL, "tensor %s: required, absent", name);
+    if (t->n_dims != 3 || t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != ne2)
+        return eng_seterr(-EINVAL,
+                          "tensor %s: expected shape [%" PRIu64 ", %" PRIu64 ", %" PRIu64
+                          "] (inputs, outputs, experts), found %" PRIu32 " dimensions [%" PRIu64
+                          ", %" PRIu64 ", %" PRIu64 "]",
+                          name, ne0, ne1, ne2, t->n_dims, t->ne[0], t->ne[1], t->ne[2]);
+    if (!q_type_supported((int)t->type))
+        return eng_seterr(-EINVAL, "tensor %s: type %s is not supported (%s)", name,
+                          gguf_type_name(t->type), supported_types);
+    return 0;
+}
+
 static int gguf_to_model(eng_model *m, const gguf_file *g)
 {
     const char *arch_s;
@@ -469,17 +556,17 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         return eng_seterr(-EINVAL, "metadata general.architecture: required, absent");
     if (err) return eng_seterr(err, "metadata %s", gguf_errmsg());
     char arch[16];
-    if ((arch_len == 5 && memcmp(arch_s, "llama", 5) == 0) ||
-        (arch_len == 5 && memcmp(arch_s, "qwen2", 5) == 0)) {
-        memcpy(arch, arch_s, 5);
-        arch[5] = '\0';
-    } else {
+    int arch_id = -1;
+    for (int a = 0; a < ENG_ARCH__COUNT; a++) {
+        const char *n = eng_arch_name(a);
+        if (strlen(n) == arch_len && memcmp(n, arch_s, arch_len) == 0) arch_id = a;
+    }
+    if (arch_id < 0)
         return eng_seterr(-EINVAL,
                           "metadata general.architecture=\"%.*s\": not supported "
-                          "(llama, qwen2)",
-                          (int)(arch_len > 64 ? 64 : arch_len), arch_s);
-    }
-    const bool qwen2 = arch[0] == 'q';
+                          "(%s)",
+                          (int)(arch_len > 64 ? 64 : arch_len), arch_s, supported_archs);
+    snprintf(arch, sizeof arch, "%s", eng_arch_name(arch_id));
     eng_model_config c = {0};
     if ((err = meta_int(g, arch, "context_length", 1, MAX_SEQ, -1, &c.seq_len)) ||
         (err = meta_int(g, arch, "embedding_length", 1, MAX_DIM, -1, &c.dim)) ||
@@ -489,22 +576,34 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         (err =
              meta_int(g, arch, "attention.head_count_kv", 1, MAX_HEADS, c.n_heads, &c.n_kv_heads)))
         return err;
-    if (c.dim % c.n_heads)
+    /* The head size is key_length where the file states it (Qwen3, Gemma, Mistral Nemo:
+     * n_heads * head_dim need not be embedding_length), else embedding_length / head_count. */
+    int key_len, val_len;
+    if ((err = meta_int(g, arch, "attention.key_length", 1, MAX_DIM, 0, &key_len)) ||
+        (err = meta_int(g, arch, "attention.value_length", 1, MAX_DIM, key_len, &val_len)))
+        return err;
+    if (key_len == 0 && c.dim % c.n_heads)
         return eng_seterr(-EINVAL,
                           "metadata %s.attention.head_count=%d does not divide %s."
-                          "embedding_length=%d",
-                          arch, c.n_heads, arch, c.dim);
-    const int hs = c.dim / c.n_heads;
-    int key_len, val_len;
-    if ((err = meta_int(g, arch, "attention.key_length", 1, MAX_DIM, hs, &key_len)) ||
-        (err = meta_int(g, arch, "attention.value_length", 1, MAX_DIM, hs, &val_len)))
-        return err;
-    if (key_len != hs || val_len != hs)
+                          "embedding_length=%d (and %s.attention.key_length is absent)",
+                          arch, c.n_heads, arch, c.dim, arch);
+    const int hs = key_len ? key_len : c.dim / c.n_heads;
+    if ((val_len ? val_len : hs) != hs)
         return eng_seterr(-EINVAL,
                           "metadata %s.attention.key_length=%d value_length=%d: only "
-                          "heads of embedding_length/head_count=%d are supported",
-                          arch, key_len, val_len, hs);
-    eng_model_hparams hp = {.rope_neox = qwen2};
+                          "equal key and value head sizes are supported",
+                          arch, hs, val_len);
+    if (hs % 2 || (uint64_t)hs * (uint64_t)c.n_heads > MAX_DIM)
+        return eng_seterr(-EINVAL,
+                          "metadata %s.attention.key_length=%d: must be even, and times "
+                          "head_count=%d at most %d",
+                          arch, hs, c.n_heads, MAX_DIM);
+    eng_model_hparams hp = {
+        .arch = arch_id,
+        .head_dim = hs,
+        .rope_neox = arch_id == ENG_ARCH_QWEN2 || arch_id == ENG_ARCH_QWEN3 ||
+                     arch_id == ENG_ARCH_PHI3 || arch_id == ENG_ARCH_QWEN3MOE,
+    };
     if ((err = meta_f32(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, true, &hp.norm_eps)) ||
         (err = meta_f32(g, arch, "rope.freq_base", 10000.0f, false, &hp.rope_theta)) ||
         (err = meta_int(g, arch, "rope.dimension_count", 2, hs, hs, &hp.rope_dim)))
@@ -523,13 +622,15 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
         if (gguf_get_f32(g, key, &factor) == -EINVAL)
             return eng_seterr(-EINVAL, "metadata %s", gguf_errmsg());
-        if (!(st_len == 6 && memcmp(st, "linear", 6) == 0 && factor == 1.0f))
+        if (!(st_len == 6 && memcmp(st, "linear", 6) == 0) || !(factor > 0.0f) || !isfinite(factor))
             return eng_seterr(-EINVAL,
                               "metadata %s.rope.scaling.type=\"%.*s\" (factor %g): not "
-                              "supported (none; Llama 3.1 scaling is read from the "
+                              "supported (none, linear; Llama 3.1 scaling is read from the "
                               "rope_freqs.weight tensor)",
                               arch, (int)(st_len > 32 ? 32 : st_len), st, (double)factor);
+        if (factor != 1.0f) hp.rope_scale = 1.0f / factor; /* positions divided, as llama.cpp */
     }
+    if ((err = arch_hparams(g, arch, arch_id, &c, &hp))) return err;
     const gguf_tensor *emb;
     const gguf_tensor *probe = gguf_tensor_find(g, "token_embd.weight");
     if (!probe) return eng_seterr(-EINVAL, "tensor token_embd.weight: required, absent");
@@ -539,8 +640,10 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
                           "%" PRIu32 " dimensions, ne1=%" PRIu64,
                           c.dim, MAX_VOCAB, probe->n_dims, probe->ne[1]);
     c.vocab_size = (int)probe->ne[1];
-    if ((err = config_check(&c))) return err;
+    if ((err = config_check(&c, hs))) return err;
     const uint64_t d = (uint64_t)c.dim, kv = (uint64_t)(hs * c.n_kv_heads);
+    const uint64_t qd = (uint64_t)hs * (uint64_t)c.n_heads;
+    const bool phi3 = arch_id == ENG_ARCH_PHI3, moe = arch_id == ENG_ARCH_QWEN3MOE;
     const uint64_t h = (uint64_t)c.hidden_dim, vocab = (uint64_t)c.vocab_size;
     if ((err = find_tensor(g, "token_embd.weight", d, vocab, false, &emb))) return err;
     const gguf_tensor *out_norm, *out_w, *rope_f;
@@ -548,6 +651,27 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         (err = find_tensor(g, "output.weight", d, vocab, true, &out_w)) ||
         (err = find_tensor(g, "rope_freqs.weight", (uint64_t)hp.rope_dim / 2, 0, true, &rope_f)))
         return err;
+    if (phi3 && !rope_f) {
+        /* Phi-3's long-RoPE: the long factors when the context served is longer than the one
+         * trained without scaling (rope.scaling.original_context_length), else the short
+         * ones, as llama.cpp picks them for its context */
+        const gguf_tensor *f_long, *f_short;
+        int orig_ctx;
+        if ((err = find_tensor(g, "rope_factors_long.weight", (uint64_t)hp.rope_dim / 2, 0, true,
+                               &f_long)) ||
+            (err = find_tensor(g, "rope_factors_short.weight", (uint64_t)hp.rope_dim / 2, 0, true,
+                               &f_short)) ||
+            (err = meta_int(g, arch, "rope.scaling.original_context_length", 1, MAX_SEQ, c.seq_len,
+                            &orig_ctx)))
+            return err;
+        if (!f_long != !f_short)
+            return eng_seterr(-EINVAL,
+                              "tensor rope_factors_long.weight %s, rope_factors_short.weight "
+                              "%s: long-RoPE needs both",
+                              f_long ? "present" : "absent", f_short ? "present" : "absent");
+        rope_f = c.seq_len > orig_ctx ? f_long : f_short;
+    }
+    if (arch_id == ENG_ARCH_GEMMA2) out_w = NULL; /* gemma2's classifier is the embedding */
     c.shared_classifier = out_w == NULL;
     m->layers = calloc((size_t)c.n_layers, sizeof *m->layers);
     if (!m->layers) return eng_seterr(-ENOMEM, "out of memory");
@@ -555,22 +679,71 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         eng_layer_weights *lw = &m->layers[l];
         static const struct {
             const char *name;
-            int rows; /* 0: dim, 1: kv_dim, 2: hidden */
+            int rows; /* 0: dim, 1: kv_dim, 2: hidden, 3: q_dim */
             int cols;
             size_t off; /* into eng_layer_weights */
         } mats[] = {
-            {"attn_q", 0, 0, offsetof(eng_layer_weights, wq)},
+            {"attn_q", 3, 0, offsetof(eng_layer_weights, wq)},
             {"attn_k", 1, 0, offsetof(eng_layer_weights, wk)},
             {"attn_v", 1, 0, offsetof(eng_layer_weights, wv)},
-            {"attn_output", 0, 0, offsetof(eng_layer_weights, wo)},
+            {"attn_output", 0, 3, offsetof(eng_layer_weights, wo)},
             {"ffn_gate", 2, 0, offsetof(eng_layer_weights, w1)},
             {"ffn_down", 0, 2, offsetof(eng_layer_weights, w2)},
             {"ffn_up", 2, 0, offsetof(eng_layer_weights, w3)},
         };
-        const uint64_t sizes[3] = {d, kv, h};
+        const uint64_t sizes[5] = {d, kv, h, qd, (uint64_t)hs};
         char name[96];
         const gguf_tensor *t;
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+            /* phi3 fuses Q, K and V into attn_qkv, and gate and up into ffn_up (gate first):
+             * the parts are runs of its rows, so each is a view of the fused matrix */
+            if (phi3 && i <= 2) {
+                if (i == 0) {
+                    snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", l);
+                    if ((err = find_tensor(g, name, d, qd + 2 * kv, false, &t))) return err;
+                    const size_t rb = q_row_bytes((int)t->type, (int64_t)d);
+                    const char *base = t->data;
+                    lw->wq = (eng_wmat){base, (int)t->type};
+                    lw->wk = (eng_wmat){base + qd * rb, (int)t->type};
+                    lw->wv = (eng_wmat){base + (qd + kv) * rb, (int)t->type};
+                }
+                continue;
+            }
+            if (moe && (mats[i].off == offsetof(eng_layer_weights, w1) ||
+                        mats[i].off == offsetof(eng_layer_weights, w2) ||
+                        mats[i].off == offsetof(eng_layer_weights, w3))) {
+                if (mats[i].off != offsetof(eng_layer_weights, w1)) continue;
+                /* the router and the experts, in place of the dense FFN */
+                const uint64_t ne = (uint64_t)hp.n_expert, ef = (uint64_t)hp.expert_ff;
+                snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
+                if ((err = find_tensor(g, name, d, ne, false, &t))) return err;
+                lw->router = (eng_wmat){t->data, (int)t->type};
+                static const struct {
+                    const char *n;
+                    int down;
+                    size_t off;
+                } ex[] = {{"ffn_gate_exps", 0, offsetof(eng_layer_weights, gate_exps)},
+                          {"ffn_up_exps", 0, offsetof(eng_layer_weights, up_exps)},
+                          {"ffn_down_exps", 1, offsetof(eng_layer_weights, down_exps)}};
+                for (size_t x = 0; x < 3; x++) {
+                    snprintf(name, sizeof name, "blk.%d.%s.weight", l, ex[x].n);
+                    if ((err = find_experts(g, name, ex[x].down ? ef : d, ex[x].down ? d : ef, ne,
+                                            &t)))
+                        return err;
+                    *(eng_wmat *)((char *)lw + ex[x].off) = (eng_wmat){t->data, (int)t->type};
+                }
+                continue;
+            }
+            if (phi3 && (mats[i].off == offsetof(eng_layer_weights, w1) ||
+                         mats[i].off == offsetof(eng_layer_weights, w3))) {
+                if (mats[i].off == offsetof(eng_layer_weights, w1)) continue;
+                snprintf(name, sizeof name, "blk.%d.ffn_up.weight", l);
+                if ((err = find_tensor(g, name, d, 2 * h, false, &t))) return err;
+                const size_t rb = q_row_bytes((int)t->type, (int64_t)d);
+                lw->w1 = (eng_wmat){t->data, (int)t->type};
+                lw->w3 = (eng_wmat){(const char *)t->data + h * rb, (int)t->type};
+                continue;
+            }
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, mats[i].name);
             if ((err = find_tensor(g, name, sizes[mats[i].cols], sizes[mats[i].rows], false, &t)))
                 return err;
@@ -578,21 +751,36 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         }
         static const struct {
             const char *name;
-            int len; /* 0: dim, 1: kv_dim */
-            bool bias;
+            int len; /* as rows above; 4: head_dim */
+            /* which architectures need it, read it if present, or ignore it (as llama.cpp) */
+            unsigned need, read;
             size_t off;
         } vecs[] = {
-            {"attn_norm.weight", 0, false, offsetof(eng_layer_weights, rms_att)},
-            {"ffn_norm.weight", 0, false, offsetof(eng_layer_weights, rms_ffn)},
-            {"attn_q.bias", 0, true, offsetof(eng_layer_weights, bq)},
-            {"attn_k.bias", 1, true, offsetof(eng_layer_weights, bk)},
-            {"attn_v.bias", 1, true, offsetof(eng_layer_weights, bv)},
+            {"attn_norm.weight", 0, ~0u, ~0u, offsetof(eng_layer_weights, rms_att)},
+            {"ffn_norm.weight", 0, ~0u, ~0u, offsetof(eng_layer_weights, rms_ffn)},
+            /* qwen2 has Q/K/V biases; llama files may carry them too */
+            {"attn_q.bias", 3, 1u << ENG_ARCH_QWEN2, 1u << ENG_ARCH_LLAMA,
+             offsetof(eng_layer_weights, bq)},
+            {"attn_k.bias", 1, 1u << ENG_ARCH_QWEN2, 1u << ENG_ARCH_LLAMA,
+             offsetof(eng_layer_weights, bk)},
+            {"attn_v.bias", 1, 1u << ENG_ARCH_QWEN2, 1u << ENG_ARCH_LLAMA,
+             offsetof(eng_layer_weights, bv)},
+            {"attn_q_norm.weight", 4,
+             1u << ENG_ARCH_QWEN3 | 1u << ENG_ARCH_GEMMA3 | 1u << ENG_ARCH_QWEN3MOE, 0,
+             offsetof(eng_layer_weights, q_norm)},
+            {"attn_k_norm.weight", 4,
+             1u << ENG_ARCH_QWEN3 | 1u << ENG_ARCH_GEMMA3 | 1u << ENG_ARCH_QWEN3MOE, 0,
+             offsetof(eng_layer_weights, k_norm)},
+            {"post_attention_norm.weight", 0, 1u << ENG_ARCH_GEMMA2 | 1u << ENG_ARCH_GEMMA3, 0,
+             offsetof(eng_layer_weights, post_att)},
+            {"post_ffw_norm.weight", 0, 1u << ENG_ARCH_GEMMA2 | 1u << ENG_ARCH_GEMMA3, 0,
+             offsetof(eng_layer_weights, post_ffn)},
         };
         for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) {
+            const bool need = vecs[i].need >> arch_id & 1, read = vecs[i].read >> arch_id & 1;
+            if (!need && !read) continue;
             snprintf(name, sizeof name, "blk.%d.%s", l, vecs[i].name);
-            /* qwen2 has Q/K/V biases; llama files may carry them too */
-            if ((err = find_tensor(g, name, sizes[vecs[i].len], 0, vecs[i].bias && !qwen2, &t)))
-                return err;
+            if ((err = find_tensor(g, name, sizes[vecs[i].len], 0, !need, &t))) return err;
             *(const float **)((char *)lw + vecs[i].off) = t ? t->data : NULL;
         }
         /* the kernels add the three biases together: some without the others is refused */
@@ -722,7 +910,7 @@ static int load_file(const char *path, eng_model **out)
     /* A negative vocab_size means "unshared classifier follows" (llama2.c export). */
     c.shared_classifier = c.vocab_size > 0;
     if (c.vocab_size < 0) c.vocab_size = c.vocab_size == INT32_MIN ? 0 : -c.vocab_size;
-    if ((err = config_check(&c))) {
+    if ((err = config_check(&c, 0))) {
         eng_seterr(err, "%s: %s", path, eng_errmsg());
         goto fail_fd;
     }

@@ -8,6 +8,7 @@
 #include "model/chat.h"
 #include "client_internal.h"
 
+#include <errno.h>
 #include <stddef.h>
 
 #define SAME(x) ((int)RINGLM_CHAT_##x == (int)CHAT_##x)
@@ -55,4 +56,33 @@ int ringlm_chat_template_of_model(const char *gguf_path)
 int ringlm_chat_format(int tpl, const ringlm_chat_msg *msgs, int n, char **text)
 {
     return fail(chat_format(tpl, (const chat_msg *)msgs, n, text));
+}
+
+/* The opaque handle is model/'s chat_jinja under the public name. */
+struct ringlm_chat_jinja;
+_Static_assert(RINGLM_CHAT_JINJA_STRIP_BOS == CHAT_JINJA_STRIP_BOS,
+               "ringlm.h's render flags are model/chat.h's");
+
+int ringlm_chat_jinja_load(const char *gguf_path, ringlm_chat_jinja **out)
+{
+    return fail(chat_jinja_load(gguf_path, (chat_jinja **)out));
+}
+
+int ringlm_chat_jinja_new(const char *source, const char *bos, const char *eos,
+                          ringlm_chat_jinja **out)
+{
+    return fail(chat_jinja_new(source, bos, eos, (chat_jinja **)out));
+}
+
+int ringlm_chat_jinja_render(const ringlm_chat_jinja *t, const char *vars_json, unsigned flags,
+                             char **text)
+{
+    if (flags & ~RINGLM_CHAT_JINJA_STRIP_BOS)
+        return client_seterr(-EINVAL, "ringlm_chat_jinja_render: unknown flags 0x%x", flags);
+    return fail(chat_jinja_render((const chat_jinja *)t, vars_json, flags, text));
+}
+
+void ringlm_chat_jinja_free(ringlm_chat_jinja *t)
+{
+    chat_jinja_free((chat_jinja *)t);
 }

@@ -500,6 +500,11 @@ int ringlm_tokenizer_vocab_size(const ringlm_tokenizer *tok);
 int32_t ringlm_tokenizer_bos(const ringlm_tokenizer *tok);
 int32_t ringlm_tokenizer_eos(const ringlm_tokenizer *tok);
 int32_t ringlm_tokenizer_eot(const ringlm_tokenizer *tok);
+/* The model's context length in tokens as the tokenizer's GGUF model file states it
+ * (<general.architecture>.context_length): prompt plus generated tokens fit in it plus one.
+ * 0 when the file states none (a llama2.c tokenizer.bin, a tokenizer-only GGUF); -EINVAL
+ * when tok is NULL. */
+int ringlm_tokenizer_context_length(const ringlm_tokenizer *tok);
 
 /* Flags of ringlm_tokenize. */
 #define RINGLM_TOKENIZE_BOS 1u /* start with the BOS id (when the vocabulary has one) */
@@ -556,8 +561,9 @@ int ringlm_detokenize(const ringlm_tokenizer *tok, const int32_t *ids, size_t n,
 
 /* ---- chat templates --------------------------------------------------------------------
  * A conversation to the prompt text a model of that family was trained on, ending where the
- * assistant's turn begins (no Jinja engine: built-in formatters, matched to a model file's
- * tokenizer.chat_template by the markers it spells):
+ * assistant's turn begins. A model file's own tokenizer.chat_template is rendered as Jinja
+ * (ringlm_chat_jinja_*, below); these built-in formatters are for files without one, and can
+ * be matched to a file's template by the markers it spells:
  *
  *   chatml   <|im_start|>ROLE\nCONTENT<|im_end|>\n ... <|im_start|>assistant\n   (Qwen)
  *   llama2   [INST] <<SYS>>\nSYSTEM\n<</SYS>>\n\nUSER [/INST] ANSWER </s><s>[INST] USER [/INST]
@@ -612,6 +618,52 @@ int ringlm_chat_template_of_model(const char *gguf_path);
  * end on the user's), or -ENOMEM.
  */
 int ringlm_chat_format(int tpl, const ringlm_chat_msg *msgs, int n, char **text);
+
+/* ---- the model file's own chat template (Jinja) -----------------------------------------
+ * A GGUF file's tokenizer.chat_template rendered as Hugging Face renders it (a small Jinja
+ * interpreter, checked byte for byte against @huggingface/jinja on real models' templates:
+ * tests/test_jinja.c), with everything a chat request carries: messages with any fields
+ * (content as text or parts, tool_calls, tool_call_id, reasoning_content), tools,
+ * add_generation_prompt and whatever else the template reads (enable_thinking, ...). The
+ * built-in templates above are for files without one. Rendering is bounded in steps,
+ * nesting, output and memory: a template that loops or grows fails instead of hanging.
+ * A loaded template is read only: any number of threads may render it at once.
+ *
+ *   ringlm_chat_jinja *t;
+ *   ringlm_chat_jinja_load("model.gguf", &t);
+ *   ringlm_chat_jinja_render(t, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}",
+ *                            RINGLM_CHAT_JINJA_STRIP_BOS, &text);
+ *   ... ringlm_tokenize(tok, text, RINGLM_TOKENIZE_BOS, ...) ...
+ *   free(text); ringlm_chat_jinja_free(t);
+ */
+typedef struct ringlm_chat_jinja ringlm_chat_jinja;
+
+/* Flags of ringlm_chat_jinja_render. */
+#define RINGLM_CHAT_JINJA_STRIP_BOS                                                                \
+    1u /* leave out a leading BOS token text (the tokenizer's \
+                                          RINGLM_TOKENIZE_BOS adds the id) */
+
+/* Loads gguf_path's tokenizer.chat_template and the texts of its BOS and EOS tokens (the
+ * template's bos_token and eos_token). Returns 0; -ENOENT when the file has no template;
+ * -EINVAL when the template does not parse (detail: the file and the template's line) or
+ * the file is not GGUF; -EACCES; -E2BIG (the template nests too deep); -ENOMEM. */
+int ringlm_chat_jinja_load(const char *gguf_path, ringlm_chat_jinja **out);
+/* The same from a template's text (bos, eos: the token texts; NULL is ""). */
+int ringlm_chat_jinja_new(const char *source, const char *bos, const char *eos,
+                          ringlm_chat_jinja **out);
+/*
+ * Renders the template with the members of vars_json, a JSON object, as its variables
+ * ({"messages": [...], "tools": [...], "add_generation_prompt": true, ...}); bos_token,
+ * eos_token and add_generation_prompt (true) are added where it lacks them. *text is
+ * NUL-terminated and malloc()ed (free() it). Returns 0; -EINVAL (vars_json is not a JSON
+ * object, unknown flags, or the template failed: the detail says why — "chat template:
+ * raise_exception: MESSAGE" when the template refuses the conversation itself); -E2BIG (the
+ * template runs past its bounds: 5,000,000 steps, 400 levels of nesting, 16 MiB of text,
+ * 128 MiB of memory); -ENOMEM.
+ */
+int ringlm_chat_jinja_render(const ringlm_chat_jinja *t, const char *vars_json, unsigned flags,
+                             char **text);
+void ringlm_chat_jinja_free(ringlm_chat_jinja *t);
 
 /* The library's version, "MAJOR.MINOR.PATCH" (of the library loaded, which may differ from
  * the RINGLM_VERSION_* macros of the header a program was compiled with). If number is not

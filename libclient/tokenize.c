@@ -74,6 +74,12 @@ int32_t ringlm_tokenizer_eot(const ringlm_tokenizer *tok)
     return tok_eot(tok->t);
 }
 
+int ringlm_tokenizer_context_length(const ringlm_tokenizer *tok)
+{
+    NEED_TOK(tok);
+    return tok_context_length(tok->t);
+}
+
 size_t ringlm_tokenize_bound(const char *text)
 {
     return tok_encode_bound(text);

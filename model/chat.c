@@ -8,9 +8,11 @@
  */
 #include "model/chat.h"
 #include "model/gguf.h"
+#include "model/jinja.h"
 #include "common/errdetail.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,4 +352,109 @@ int chat_format(int t, const chat_msg *m, int n, char **text)
     }
     *text = o.p;
     return 0;
+}
+
+/* ---- the model file's own template ------------------------------------------------------- */
+
+struct chat_jinja {
+    jinja_template *t;
+    char *bos, *eos;
+};
+
+int chat_jinja_new(const char *source, const char *bos, const char *eos, chat_jinja **out)
+{
+    *out = NULL;
+    if (!source) return chat_seterr(-EINVAL, "chat template: NULL");
+    chat_jinja *c = calloc(1, sizeof *c);
+    if (!c) return chat_seterr(-ENOMEM, "out of memory");
+    c->bos = strdup(bos ? bos : "");
+    c->eos = strdup(eos ? eos : "");
+    int err = c->bos && c->eos ? jinja_parse(source, strlen(source), &c->t) : -ENOMEM;
+    if (err) {
+        chat_seterr(err, "%s", err == -ENOMEM ? "out of memory" : jinja_errmsg());
+        chat_jinja_free(c);
+        return err;
+    }
+    *out = c;
+    return 0;
+}
+
+/* The text of the token the id key names ("" when the file names none). */
+static char *token_text(gguf_file *g, const char *key)
+{
+    uint64_t id, n;
+    uint32_t et;
+    const void *p;
+    const char *s = "";
+    size_t len = 0;
+    if (!gguf_get_u64(g, key, &id) && !gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, &p) &&
+        et == GGUF_V_STRING && id < n)
+        for (uint64_t i = 0; i <= id; i++) gguf_str_next(&p, &s, &len);
+    return strndup(s, len);
+}
+
+int chat_jinja_load(const char *path, chat_jinja **out)
+{
+    *out = NULL;
+    gguf_file *g;
+    int err = gguf_open(path, &g);
+    if (err) return chat_seterr(err, "%s", gguf_errmsg());
+    const char *s;
+    size_t len;
+    err = gguf_get_str(g, "tokenizer.chat_template", &s, &len);
+    if (err) {
+        if (err == -ENOENT)
+            chat_seterr(err, "%s: no tokenizer.chat_template", path);
+        else
+            chat_seterr(err, "%s: %s", path, gguf_errmsg());
+        gguf_close(g);
+        return err;
+    }
+    char *src = strndup(s, len), *bos = token_text(g, "tokenizer.ggml.bos_token_id"),
+         *eos = token_text(g, "tokenizer.ggml.eos_token_id");
+    gguf_close(g);
+    err = src && bos && eos ? chat_jinja_new(src, bos, eos, out) : -ENOMEM;
+    if (err)
+        chat_seterr(err, "%s: tokenizer.chat_template does not parse: %s", path,
+                    err == -ENOMEM ? "out of memory" : chat_err.msg);
+    free(src);
+    free(bos);
+    free(eos);
+    return err;
+}
+
+int chat_jinja_render(const chat_jinja *c, const char *vars_json, unsigned flags, char **text)
+{
+    *text = NULL;
+    if (!c) return chat_seterr(-EINVAL, "chat template: NULL");
+    json_error_t je;
+    json_t *v = vars_json ? json_loads(vars_json, 0, &je) : json_object();
+    if (!json_is_object(v)) {
+        json_decref(v);
+        return chat_seterr(-EINVAL, "the chat template's variables: %s",
+                           vars_json && !v ? je.text : "not a JSON object");
+    }
+    if (!json_object_get(v, "bos_token")) json_object_set_new(v, "bos_token", json_string(c->bos));
+    if (!json_object_get(v, "eos_token")) json_object_set_new(v, "eos_token", json_string(c->eos));
+    if (!json_object_get(v, "add_generation_prompt"))
+        json_object_set_new(v, "add_generation_prompt", json_true());
+    size_t len;
+    char *out;
+    int err = jinja_render(c->t, v, NULL, &out, &len);
+    json_decref(v);
+    if (err) return chat_seterr(err, "chat template: %s", jinja_errmsg());
+    size_t nb = strlen(c->bos);
+    if ((flags & CHAT_JINJA_STRIP_BOS) && nb && len >= nb && !memcmp(out, c->bos, nb))
+        memmove(out, out + nb, len - nb + 1);
+    *text = out;
+    return 0;
+}
+
+void chat_jinja_free(chat_jinja *c)
+{
+    if (!c) return;
+    jinja_free(c->t);
+    free(c->bos);
+    free(c->eos);
+    free(c);
 }

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * model/chat.h — chat templates: a conversation to the prompt text a model of that family
- * was trained on, ending where the assistant's turn begins. No Jinja engine: built-in
- * formatters, matched to a model file's tokenizer.chat_template by the markers it spells.
+ * was trained on, ending where the assistant's turn begins. A model file's own
+ * tokenizer.chat_template is rendered as Jinja (chat_jinja_*, at the end, through
+ * model/jinja.h); the built-in formatters below are for files without one (and can be
+ * matched to a file's template by the markers it spells):
  *
  *   chatml   <|im_start|>ROLE\nCONTENT<|im_end|>\n ... <|im_start|>assistant\n   (Qwen)
  *   llama2   [INST] <<SYS>>\nSYSTEM\n<</SYS>>\n\nUSER [/INST] ANSWER </s><s>[INST] USER [/INST]
@@ -63,6 +65,32 @@ int chat_template_of_model(const char *gguf_path);
  * alternate after an optional system message and end on the user's), or -ENOMEM.
  */
 int chat_format(int tpl, const chat_msg *msgs, int n, char **text);
+
+/* ---- the model file's own template (Jinja, model/jinja.h) ------------------------------ */
+
+typedef struct chat_jinja chat_jinja;
+
+/* Render flags. CHAT_JINJA_STRIP_BOS: the text does not start with the BOS token's text (for a
+ * caller whose tokenizer adds the BOS id itself). */
+#define CHAT_JINJA_STRIP_BOS 1u
+
+/* Parses gguf_path's tokenizer.chat_template, with the texts of its BOS and EOS tokens (the
+ * template's bos_token and eos_token). Returns 0, -ENOENT when the file has no template,
+ * -EINVAL when it does not parse (the detail names the file and the template's line) or the
+ * file is not GGUF, -EACCES, -E2BIG, -ENOMEM. */
+int chat_jinja_load(const char *gguf_path, chat_jinja **out);
+/* The same from a template's text (bos, eos: the token texts; NULL is ""). */
+int chat_jinja_new(const char *source, const char *bos, const char *eos, chat_jinja **out);
+/*
+ * Renders the template with the members of vars_json (a JSON object: messages, tools,
+ * add_generation_prompt, enable_thinking, ...) as its variables; bos_token, eos_token and
+ * add_generation_prompt (true) are added where vars_json lacks them. *text is malloc()ed.
+ * Returns 0, -EINVAL (vars_json is not a JSON object; the template raised or failed: the
+ * detail says what, "raise_exception: MESSAGE" for the template's own refusal), -E2BIG (the
+ * template loops, recurses or grows past the interpreter's bounds), -ENOMEM.
+ */
+int chat_jinja_render(const chat_jinja *t, const char *vars_json, unsigned flags, char **text);
+void chat_jinja_free(chat_jinja *t);
 
 /* The detail of the last error on this thread ("" when none). */
 const char *chat_errmsg(void);

@@ -33,6 +33,7 @@ struct tok_tokenizer {
     int32_t byte_id[256]; /* "<0xNN>" token of each byte, -1 when absent */
     int32_t unk;          /* unknown token (GGUF), -1 when none */
     int32_t eot;          /* end of turn (GGUF), -1 when none */
+    int context_length;   /* the model's (GGUF <arch>.context_length), 0 when unknown */
     /* ---- byte-level BPE (tokenizer.ggml.model "gpt2"); kind TOK_KIND_SPM leaves these 0 */
     int kind; /* TOK_KIND_SPM or TOK_KIND_BPE */
     /* Special tokens (GGUF control and user-defined tokens) matched in the text before it is

@@ -589,6 +589,11 @@ bool tok_is_bpe(const tok_tokenizer *t)
 {
     return t->kind == TOK_KIND_BPE;
 }
+int tok_context_length(const tok_tokenizer *t)
+{
+    return t->context_length;
+}
+
 bool tok_add_bos(const tok_tokenizer *t)
 {
     return t->add_bos;
@@ -651,6 +656,16 @@ static int gguf_vocab_common(const gguf_file *g, tok_tokenizer *t, int n)
         goto fail;
     }
     t->add_bos = add_bos;
+    /* a model file's context (a tokenizer-only file states none) */
+    const char *arch;
+    size_t alen;
+    uint64_t ctx;
+    char key[96];
+    if (gguf_get_str(g, "general.architecture", &arch, &alen) == 0 && alen < 64) {
+        snprintf(key, sizeof key, "%.*s.context_length", (int)alen, arch);
+        if (gguf_get_u64(g, key, &ctx) == 0 && ctx > 0 && ctx <= INT_MAX)
+            t->context_length = (int)ctx;
+    }
     if (gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &nt, &types) == 0) {
         /* validated by the loaders: n i32 */
         t->special = malloc((size_t)n * sizeof *t->special);

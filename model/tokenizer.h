@@ -99,6 +99,9 @@ int32_t tok_eot(const tok_tokenizer *t);
 /* Whether this is a byte-level BPE vocabulary (tokenizer.ggml.model "gpt2"). */
 bool tok_is_bpe(const tok_tokenizer *t);
 bool tok_add_bos(const tok_tokenizer *t);
+/* The model's context length in tokens, as its GGUF file states it (<arch>.context_length);
+ * 0 when the file states none (llama2.c tokenizer.bin, a tokenizer-only GGUF). */
+int tok_context_length(const tok_tokenizer *t);
 
 /* The detail of the last error on this thread ("" when none). */
 const char *tok_errmsg(void);

@@ -8,13 +8,19 @@
  * two builds of the engine side by side, run both binaries alternately (perf/engine_ab.sh).
  *
  *   engine_bench --model synthetic:stories15M:1 [--threads N] [--repeats R] [--steps N]
- *                [--context N] [--seqs 1,4,8,16,32,64] [--no-naive] [--json]
+ *                [--context N] [--seqs 1,4,8,16,32,64] [--no-naive] [--json] [--procs S]
+ *
+ * --procs S adds a side-by-side measurement at S sequences of sampled decode
+ * (eng_execute_sample, greedy): plain, and with a logits pipeline on every sequence (16 logit
+ * biases, repetition 1.1, presence 0.4, frequency 0.3, the context's tokens seen), the two
+ * alternating within each repeat; the ratio of their medians is what the processors cost.
  *
  * The decode figures compared with llama.cpp (its llama-batched-bench: 32-token prompts, 128
  * generated tokens) correspond to --context 32 --steps 128.
  */
 #include "kernels/cpu/blas_core.h"
 #include "kernels/engine.h"
+#include "kernels/logits.h"
 #include "perf/bench_util.h"
 
 #include <errno.h>
@@ -96,6 +102,113 @@ static int step(bench *b, int n_seqs, int rows, int ctx, int want_logits)
     int err = eng_execute(b->e, &batch, b->logits);
     if (err) fprintf(stderr, "engine_bench: execute: %s\n", eng_errmsg());
     return err;
+}
+
+/* One sampled decode step of n_seqs sequences after ctx tokens: each sequence's next token is
+ * the one it sampled (out[s]), fed back to its processors when it has them. */
+static int step_sample(bench *b, int n_seqs, int ctx, const eng_sampling *samp, uint64_t *rng,
+                       int32_t *out)
+{
+    for (int s = 0; s < n_seqs; s++) {
+        b->query_start[s] = s;
+        b->seq_len[s] = ctx + 1;
+        b->tokens[s] = out[s];
+        b->positions[s] = ctx;
+        b->slots[s] =
+            (int64_t)b->table[s * b->blocks_per_seq + ctx / b->block_size] * b->block_size +
+            ctx % b->block_size;
+        b->logits_rows[s] = s;
+    }
+    b->query_start[n_seqs] = n_seqs;
+    eng_batch batch = {.n_tokens = n_seqs,
+                       .tokens = b->tokens,
+                       .positions = b->positions,
+                       .slot_mapping = b->slots,
+                       .n_seqs = n_seqs,
+                       .query_start = b->query_start,
+                       .seq_len = b->seq_len,
+                       .block_table = b->table,
+                       .block_table_stride = b->blocks_per_seq,
+                       .n_logits = n_seqs,
+                       .logits_rows = b->logits_rows};
+    int err = eng_execute_sample(b->e, &batch, samp, rng, out, NULL);
+    if (err) fprintf(stderr, "engine_bench: execute_sample: %s\n", eng_errmsg());
+    for (int s = 0; !err && s < n_seqs; s++) eng_lp_note_output(samp[s].proc, out[s]);
+    return err;
+}
+
+/* decode_steps sampled steps of S sequences after ctx0 (procs: with processors); tok/s. */
+static double run_sampled(bench *b, int S, int ctx0, int steps, bool procs, eng_sampling *samp,
+                          eng_logits_proc **lp)
+{
+    uint64_t rng[1024];
+    int32_t out[1024];
+    for (int s = 0; s < S; s++) {
+        samp[s] = (eng_sampling){.temperature = 0, .top_p = 1, .proc = procs ? lp[s] : NULL};
+        rng[s] = eng_rng_init((uint64_t)s + 1);
+        out[s] = (int32_t)((s * 7919 + ctx0 * 104729) % b->cfg->vocab_size);
+    }
+    double t0 = now_s();
+    for (int k = 0; k < steps; k++)
+        if (step_sample(b, S, ctx0 + k, samp, rng, out)) return 0;
+    return (double)S * steps / (now_s() - t0);
+}
+
+static double min_of(const double *v, int n);
+static double max_of(const double *v, int n);
+
+/* --procs: sampled decode at S sequences, plain and with a logits pipeline on every sequence,
+ * alternating (which goes first alternates too) so load hits both alike. */
+static int run_procs(bench *b, int S, int ctx0, int steps, int repeats, int json)
+{
+    eng_logit_bias bias[16];
+    for (int i = 0; i < 16; i++)
+        bias[i] = (eng_logit_bias){(int32_t)((i * 997 + 13) % b->cfg->vocab_size),
+                                   i % 2 ? -100.0f : 1.5f};
+    const eng_logits_params p = {.bias = bias,
+                                 .n_bias = 16,
+                                 .repetition_penalty = 1.1f,
+                                 .presence_penalty = 0.4f,
+                                 .frequency_penalty = 0.3f};
+    eng_logits_proc **lp = calloc((size_t)S, sizeof *lp);
+    eng_sampling *samp = calloc((size_t)S, sizeof *samp);
+    double *plain = calloc((size_t)repeats, sizeof(double));
+    double *with = calloc((size_t)repeats, sizeof(double));
+    int32_t ctx_tokens[4096];
+    int n_ctx = ctx0 < 4096 ? ctx0 : 4096;
+    if (!lp || !samp || !plain || !with) return 1;
+    for (int s = 0; s < S; s++) {
+        if (!(lp[s] = eng_lp_create(&p)) || eng_lp_reserve(lp[s], (uint32_t)(ctx0 + steps)) < 0)
+            return 1;
+        /* the context's tokens, as step() wrote them, are the "prompt" the penalty sees */
+        for (int i = 0; i < n_ctx; i++)
+            ctx_tokens[i] = (int32_t)((s * 7919 + i * 104729) % b->cfg->vocab_size);
+        eng_lp_note_prompt(lp[s], ctx_tokens, (uint32_t)n_ctx);
+    }
+    for (int r = 0; r < repeats; r++) {
+        for (int k = 0; k < 2; k++) {
+            bool on = (k + r) % 2 == 1;
+            double t = run_sampled(b, S, ctx0, steps, on, samp, lp);
+            if (t <= 0) return 1;
+            (on ? with : plain)[r] = t;
+        }
+    }
+    double pm = bench_median(plain, repeats), wm = bench_median(with, repeats);
+    if (json)
+        printf("{\"procs\":{\"seqs\":%d,\"steps\":%d,\"plain_tok_s\":%.1f,\"procs_tok_s\":%.1f,"
+               "\"ratio\":%.3f,\"distinct_tokens\":%u}}\n",
+               S, steps, pm, wm, wm / pm, eng_lp_distinct(lp[0]));
+    else
+        printf("  sampled decode %d seqs: plain %.1f tok/s [%.1f, %.1f], with bias + penalties "
+               "%.1f tok/s [%.1f, %.1f]: %.3fx (%u distinct tokens per sequence at the end)\n",
+               S, pm, min_of(plain, repeats), max_of(plain, repeats), wm, min_of(with, repeats),
+               max_of(with, repeats), wm / pm, eng_lp_distinct(lp[0]));
+    for (int s = 0; s < S; s++) eng_lp_free(lp[s]);
+    free(lp);
+    free(samp);
+    free(plain);
+    free(with);
+    return 0;
 }
 
 /* ---- the baseline: llama2.c run.c's forward, single row, single thread --------------- */
@@ -221,17 +334,14 @@ int main(int argc, char **argv)
     const char *spec = "synthetic:stories15M:1";
     int threads = 2, repeats = 5, json = 0, decode_steps = 16, ctx0 = 32, prefill_len = 256;
     int batch_sizes[MAX_SIZES] = {1, 4, 8, 16, 32, 64}, n_sizes = 6, naive_runs = 1;
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"repeats", required_argument, 0, 'r'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"steps", required_argument, 0, 's'},
-                                         {"prefill", required_argument, 0, 'p'},
-                                         {"clock", required_argument, 0, 'c'},
-                                         {"context", required_argument, 0, 'x'},
-                                         {"seqs", required_argument, 0, 'n'},
-                                         {"no-naive", no_argument, 0, 'N'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},   {"threads", required_argument, 0, 't'},
+        {"repeats", required_argument, 0, 'r'}, {"json", no_argument, 0, 'j'},
+        {"steps", required_argument, 0, 's'},   {"prefill", required_argument, 0, 'p'},
+        {"clock", required_argument, 0, 'c'},   {"context", required_argument, 0, 'x'},
+        {"seqs", required_argument, 0, 'n'},    {"no-naive", no_argument, 0, 'N'},
+        {"procs", required_argument, 0, 'L'},   {0, 0, 0, 0}};
+    int procs_seqs = 0;
     int ch;
     while ((ch = getopt_long(argc, argv, "m:t:r:js:p:c:x:n:N", opts, NULL)) != -1) {
         switch (ch) {
@@ -243,6 +353,7 @@ int main(int argc, char **argv)
         case 'p': prefill_len = atoi(optarg); break;
         case 'x': ctx0 = atoi(optarg); break;
         case 'N': naive_runs = 0; break;
+        case 'L': procs_seqs = atoi(optarg); break;
         case 'n':
             if ((n_sizes = parse_seqs(optarg, batch_sizes)) < 0) {
                 fprintf(stderr,
@@ -258,7 +369,7 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr, "usage: engine_bench --model SPEC [--threads N] [--repeats R] "
                             "[--steps N] [--context N] [--seqs 1,4,8,...] [--prefill N] "
-                            "[--clock wall|cpu] [--no-naive] [--json]\n");
+                            "[--clock wall|cpu] [--no-naive] [--json] [--procs S]\n");
             return 2;
         }
     }
@@ -282,7 +393,11 @@ int main(int argc, char **argv)
     if (prefill_len > cfg->seq_len) prefill_len = cfg->seq_len;
     if (decode_steps > cfg->seq_len) decode_steps = cfg->seq_len;
     if (ctx0 + decode_steps > cfg->seq_len) ctx0 = cfg->seq_len - decode_steps;
-    int max_seqs = 1;
+    if (procs_seqs < 0 || procs_seqs > 1024) {
+        fprintf(stderr, "engine_bench: --procs: 1..1024 sequences\n");
+        return 2;
+    }
+    int max_seqs = procs_seqs > 1 ? procs_seqs : 1;
     for (int bi = 0; bi < n_sizes; bi++)
         max_seqs = batch_sizes[bi] > max_seqs ? batch_sizes[bi] : max_seqs;
     const int block_size = 16;
@@ -474,6 +589,7 @@ int main(int argc, char **argv)
         printf("  model load %.1f ms, resident %.1f MiB after the run (weights %s)\n", t_load * 1e3,
                bench_rss_mib(), eng_wtype_name(eng_model_hparams_of(m)->weight_type));
     }
+    if (procs_seqs > 0 && run_procs(&b, procs_seqs, ctx0, decode_steps, repeats, json)) return 1;
     free(n.x);
     free(n.xb);
     free(n.xb2);

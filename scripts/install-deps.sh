@@ -16,6 +16,7 @@ pkgs=(
   libzmq3-dev             # KV-cache events: vLLM's ZMQ PUB and replay ROUTER sockets
   libmsgpack-dev          # KV-cache events: msgpack-c, vLLM's event encoding
   python3-zmq python3-msgpack  # tests: a KV-event subscriber decoding as vLLM's does
+  python3-yaml            # make check-deploy: deploy/'s Kubernetes manifests
   systemtap-sdt-dev       # USDT probes (sys/sdt.h)
   clang libclang-rt-14-dev  # libFuzzer target (make fuzz)
   clang-format            # the one C style (.clang-format), checked by make test

@@ -71,9 +71,10 @@ static inline json_t *node_oracle(const char *script, const char *name, json_t *
 }
 
 /* Exports model spec to the GGUF file path as type (arch NULL: llama), with the pieces and
- * scores of the tokenizer file tok when it is given. */
-static inline void export_gguf(const char *spec, const char *tok, const char *type,
-                               const char *arch, const char *path)
+ * scores of the tokenizer file tok when it is given, in heads of head_dim (0: the model's),
+ * with a sliding window of window positions (0: the architecture's default). */
+static inline void export_gguf_window(const char *spec, const char *tok, const char *type,
+                                      const char *arch, int head_dim, int window, const char *path)
 {
     eng_model *m;
     cr_assert_eq(eng_model_load(spec, &m), 0, "%s", eng_errmsg());
@@ -90,13 +91,32 @@ static inline void export_gguf(const char *spec, const char *tok, const char *ty
             scores[i] = tok_score(t, i);
         }
     }
-    gw_export_opts o = {.type = type, .arch = arch, .pieces = pieces, .scores = scores};
+    gw_export_opts o = {
+        .type = type,
+        .arch = arch,
+        .head_dim = head_dim,
+        .sliding_window = window,
+        .pieces = pieces,
+        .scores = scores,
+    };
     char note[4096];
     cr_assert_eq(gw_export_model(m, path, &o, note, sizeof note), 0, "%s", eng_errmsg());
     free(pieces);
     free(scores);
     tok_free(t);
     eng_model_free(m);
+}
+
+static inline void export_gguf_heads(const char *spec, const char *tok, const char *type,
+                                     const char *arch, int head_dim, const char *path)
+{
+    export_gguf_window(spec, tok, type, arch, head_dim, 0, path);
+}
+
+static inline void export_gguf(const char *spec, const char *tok, const char *type,
+                               const char *arch, const char *path)
+{
+    export_gguf_heads(spec, tok, type, arch, 0, path);
 }
 
 #endif

@@ -292,6 +292,56 @@ Test(engine_inv, chunked_prefill_equals_one_shot_equals_token_by_token)
     }
 }
 
+/* Sliding windows (gemma2, gemma3, a Mistral-style llama file) of 8 positions over blocks of
+ * 16: a tile of prefill rows, a chunk and a decode row each see the same window; and a
+ * mixture of experts (qwen3moe) groups a batch's rows by expert: so chunked prefill, one-shot
+ * prefill and token-by-token decode agree here too. */
+Test(engine_inv, windows_and_experts_agree_chunked_one_shot_and_token_by_token, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 300)
+{
+    static const struct {
+        const char *arch;
+        int head_dim;
+    } files[] = {{"gemma2", 64}, {"gemma3", 32}, {"llama", 0}, {"qwen3moe", 32}};
+    const int chunks[] = {0, 1, 7, 33};
+    for (size_t fi = 0; fi < sizeof files / sizeof files[0]; fi++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/w%zu.gguf", tmpdir, fi);
+        export_gguf_window("synthetic:gqa-test:12", NULL, "F32", files[fi].arch, files[fi].head_dim,
+                           8, path);
+        eng_model *m = load(path);
+        const eng_model_hparams *hp = eng_model_hparams_of(m);
+        cr_assert_eq(hp->n_expert ? hp->n_expert_used : hp->swa_window, hp->n_expert ? 2 : 8, "%s",
+                     files[fi].arch);
+        const eng_model_config *c = eng_model_cfg(m);
+        const int V = c->vocab_size, steps = 8, plen = 45;
+        int32_t prompt[64];
+        prompt_of(prompt, plen, V, 5);
+        float *ref = malloc((size_t)steps * V * 4), *got = malloc((size_t)steps * V * 4);
+        tseq s0;
+        for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
+            eng *e = ts_engine(m, 16, 16, 2);
+            tseq s;
+            ts_seq_init(&s, prompt, plen, 0);
+            ts_generate(e, c, &s, chunks[ci], steps, ci == 0 ? ref : got);
+            eng_destroy(e);
+            if (ci == 0) {
+                s0 = s;
+                continue;
+            }
+            double d = ts_rel_diff(ref, got, steps * V);
+            cr_assert_leq(d, TOL, "%s chunk %d: logits differ by %.3g from one-shot",
+                          files[fi].arch, chunks[ci], d);
+            cr_assert(memcmp(s0.tokens, s.tokens, sizeof(int32_t) * (plen + steps)) == 0,
+                      "%s chunk %d: greedy tokens differ from one-shot", files[fi].arch,
+                      chunks[ci]);
+        }
+        free(ref);
+        free(got);
+        eng_model_free(m);
+    }
+}
+
 /* ---- blocks out and back in ------------------------------------------------------------- */
 
 Test(engine_inv, blocks_copied_out_and_back_elsewhere_continue_identically)

@@ -380,6 +380,51 @@ Test(gateway_e2e, chat_streams_role_then_content_and_matches_the_whole_answer)
     gwh_resp_free(&p);
 }
 
+/* --reasoning-parser deepseek_r1: a chat answer comes back as reasoning_content up to
+ * </think> (a story model never writes one, so all of it is reasoning and content is null),
+ * and streamed as delta.reasoning_content; the text is the answer the plain chat gives. */
+Test(gateway_e2e, reasoning_parser_returns_reasoning_content)
+{
+    const char *extra[] = {"--reasoning-parser", "deepseek_r1", NULL};
+    setup(extra);
+    const char *req = "{\"model\":\"stories\",\"messages\":[{\"role\":\"user\",\"content\":\"Once "
+                      "upon a time\"}],\"max_tokens\":24,\"temperature\":0%s}";
+    char whole_b[512], stream_b[512];
+    snprintf(whole_b, sizeof whole_b, req, "");
+    snprintf(stream_b, sizeof stream_b, req, ",\"stream\":true");
+    gwh_resp w = gwh_curl("/v1/chat/completions", NULL, whole_b);
+    cr_assert_eq(w.status, 200, "%s", w.body);
+    json_t *j = parse(w.body);
+    json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+    const char *reasoning = jpath_str(msg, "reasoning_content", NULL);
+    cr_assert(reasoning && strlen(reasoning) > 10, "%s", w.body);
+    cr_assert(json_is_null(json_object_get(msg, "content")), "%s", w.body);
+    gwh_resp s = gwh_curl("/v1/chat/completions", NULL, stream_b);
+    cr_assert_eq(s.status, 200, "%s", s.body);
+    /* every piece of the streamed text is a delta.reasoning_content; joined, the answer */
+    json_t *joined = json_string("");
+    for (const char *p = strstr(s.body, "data: {"); p; p = strstr(p + 1, "data: {")) {
+        json_t *chunk = json_loads(p + 6, JSON_DISABLE_EOF_CHECK, NULL);
+        cr_assert_not_null(chunk, "%s", p);
+        json_t *d = json_object_get(json_array_get(json_object_get(chunk, "choices"), 0), "delta");
+        const char *c = json_string_value(json_object_get(d, "content"));
+        cr_assert(!c || !*c, "content in a reasoning stream: %s", p);
+        const char *r = json_string_value(json_object_get(d, "reasoning_content"));
+        if (r) {
+            char *cat = NULL;
+            cr_assert(asprintf(&cat, "%s%s", json_string_value(joined), r) > 0);
+            json_string_set(joined, cat);
+            free(cat);
+        }
+        json_decref(chunk);
+    }
+    cr_assert_str_eq(json_string_value(joined), reasoning);
+    json_decref(joined);
+    json_decref(j);
+    gwh_resp_free(&w);
+    gwh_resp_free(&s);
+}
+
 Test(gateway_e2e, stop_strings_cut_the_text_in_both_modes)
 {
     setup(NULL);
@@ -973,7 +1018,14 @@ Test(gateway_e2e, one_session_refuses_beyond_its_request_limit)
 
 /* A GGUF file holding a SentencePiece vocabulary (unk, BOS, EOS, the 256 byte tokens, a-z)
  * and, when template is not NULL, tokenizer.chat_template. */
+static char *write_gguf_tokenizer_ctx(const char *name, const char *template, uint32_t ctx);
 static char *write_gguf_tokenizer(const char *name, const char *template)
+{
+    return write_gguf_tokenizer_ctx(name, template, 0);
+}
+
+/* The same, stating a context of ctx tokens (llama.context_length) when ctx > 0. */
+static char *write_gguf_tokenizer_ctx(const char *name, const char *template, uint32_t ctx)
 {
     char *path = th_path(gwh_dir(), name);
     enum { NTOK = 3 + 256 + 26 };
@@ -1003,6 +1055,7 @@ static char *write_gguf_tokenizer(const char *name, const char *template)
     gw_u32(w, "tokenizer.ggml.bos_token_id", 1);
     gw_u32(w, "tokenizer.ggml.eos_token_id", 2);
     if (template) gw_str(w, "tokenizer.chat_template", template);
+    if (ctx) gw_u32(w, "llama.context_length", ctx);
     cr_assert_eq(gw_write(w, path), 0, "writing %s", path);
     gw_free(w);
     return path;
@@ -1013,9 +1066,6 @@ static const char *const chatml_jinja =
     "+ "
     "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' "
     "}}{% endif %}";
-static const char *const gemma_jinja =
-    "{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\\n' + "
-    "message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}";
 
 /* Starts the gateway on tokenizer tok (no daemon needed); returns its exit status when it
  * exits at start (with its log in *log), or -1 once it listens. */
@@ -1053,12 +1103,12 @@ static int start_with_tokenizer(const char *tok, const char *const *extra, char 
     return rc;
 }
 
-Test(gateway_e2e, the_model_files_chat_template_picks_the_built_in_one)
+Test(gateway_e2e, the_model_files_chat_template_is_used_unless_one_is_named)
 {
     gwh_need();
     char *tok = write_gguf_tokenizer("chatml.gguf", chatml_jinja), *log;
     cr_assert_eq(start_with_tokenizer(tok, NULL, &log), -1, "%s", log);
-    cr_assert(strstr(log, "template chatml (the model file's chat_template)"), "%s", log);
+    cr_assert(strstr(log, "template jinja (the model file's chat_template)"), "%s", log);
     free(log);
     th_proc_stop(&gwh_gateway, SIGTERM, 10000);
     /* --chat-template still decides, and a disagreement is said */
@@ -1077,20 +1127,139 @@ Test(gateway_e2e, the_model_files_chat_template_picks_the_built_in_one)
     free(bare);
 }
 
-Test(gateway_e2e, an_unknown_chat_template_in_the_model_file_is_an_error_at_start)
+/* The model file's own template renders chat requests (Jinja): the text of a request's messages
+ * is the template's output, with everything the request carries (tools, tool_calls,
+ * add_generation_prompt, chat_template_kwargs) and its BOS left to the tokenizer; a template
+ * that raises answers 400 with its message (the newline after a block tag is trimmed, as
+ * Hugging Face renders templates, hence {{ '\n' }}). Seen through /tokenize, which renders messages
+ * as /v1/chat/completions does (the same parser): the ids of the messages equal the ids of
+ * the text the template gives. */
+static const char *const custom_jinja =
+    "{{ bos_token }}{% if messages[0].role == 'tool' %}"
+    "{{ raise_exception('a tool message cannot come first') }}{% endif %}"
+    "{% for m in messages %}<{{ m.role }}>{{ m.content|trim if m.content is string else '' }}"
+    "{% for c in m.tool_calls or [] %}[call {{ c.function.name }}]{% endfor %}{{ '\\n' }}"
+    "{% endfor %}"
+    "{% if tools %}tools {{ tools|map(attribute='function')|map(attribute='name')|join(',') }}\n"
+    "{% endif %}{% if add_generation_prompt %}<assistant>{% if think %}think{% endif %}{% endif %}";
+
+static void use_started_gateway(const char *log)
+{
+    const char *at = strstr(log, "127.0.0.1:");
+    cr_assert_not_null(at, "%s", log);
+    gwh_port = atoi(at + strlen("127.0.0.1:"));
+}
+
+/* /tokenize's ids for body, as a JSON text */
+static char *tokenize_ids(const char *body, int want_status, char **err_body)
+{
+    gwh_resp r = gwh_curl("/tokenize", NULL, body);
+    cr_assert_eq(r.status, want_status, "/tokenize %s: %d %s", body, r.status, r.body);
+    char *ids = NULL;
+    if (r.status == 200) {
+        json_t *j = json_loads(r.body, 0, NULL);
+        cr_assert_not_null(j, "%s", r.body);
+        ids = json_dumps(json_object_get(j, "tokens"), JSON_COMPACT);
+        json_decref(j);
+    } else if (err_body) {
+        *err_body = strdup(r.body);
+    }
+    gwh_resp_free(&r);
+    return ids;
+}
+
+Test(gateway_e2e, the_model_files_own_template_renders_chat_requests)
 {
     gwh_need();
-    char *tok = write_gguf_tokenizer("gemma.gguf", gemma_jinja), *log;
-    int rc = start_with_tokenizer(tok, NULL, &log);
-    cr_assert_eq(rc, 1, "the gateway started on a template it does not know (%d): %s", rc, log);
-    cr_assert(strstr(log, "its chat template is none of the built-in ones"), "%s", log);
-    cr_assert(strstr(log, "<start_of_turn>"), "the message quotes the template: %s", log);
-    cr_assert(strstr(log, "--chat-template NAME"), "%s", log);
+    gwh_need_curl();
+    char *tok = write_gguf_tokenizer("custom.gguf", custom_jinja), *log;
+    cr_assert_eq(start_with_tokenizer(tok, NULL, &log), -1, "%s", log);
+    cr_assert(strstr(log, "template jinja (the model file's chat_template)"), "%s", log);
+    use_started_gateway(log);
     free(log);
-    /* naming one is the way out */
+    const char *msgs =
+        "[{\"role\": \"system\", \"content\": \" Be brief. \"}, {\"role\": \"user\", \"content\": "
+        "\"hi\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c1\", "
+        "\"type\": \"function\", \"function\": {\"name\": \"get_time\", \"arguments\": \"{}\"}}]}, "
+        "{\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"noon\"}, {\"role\": "
+        "\"user\", \"content\": [{\"type\": \"text\", \"text\": \"thanks\"}]}]";
+    const char *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"get_time\", "
+                        "\"parameters\": {\"type\": \"object\", \"properties\": {}}}}]";
+    static const struct {
+        const char *extra, *text;
+    } cases[] = {
+        {", \"chat_template_kwargs\": {\"think\": true}",
+         "<system>Be brief.\\n<user>hi\\n<assistant>[call get_time]\\n<tool>noon\\n<user>\\n"
+         "tools get_time\\n<assistant>think"},
+        {", \"add_generation_prompt\": false",
+         "<system>Be brief.\\n<user>hi\\n<assistant>[call get_time]\\n<tool>noon\\n<user>\\n"
+         "tools get_time\\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char body[4096];
+        snprintf(body, sizeof body, "{\"messages\": %s, \"tools\": %s%s}", msgs, tools,
+                 cases[i].extra);
+        char *got = tokenize_ids(body, 200, NULL);
+        snprintf(body, sizeof body, "{\"prompt\": \"%s\"}", cases[i].text);
+        char *want = tokenize_ids(body, 200, NULL);
+        cr_assert_str_eq(got, want, "case %zu: the messages' ids are not the template's text's", i);
+        cr_assert_gt(strlen(want), 40, "case %zu: %s", i, want);
+        free(got);
+        free(want);
+    }
+    /* the template's own refusal */
+    char *err = NULL;
+    cr_assert_null(
+        tokenize_ids("{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", 400, &err));
+    cr_assert(strstr(err, "a tool message cannot come first"), "%s", err);
+    free(err);
+    free(tok);
+}
+
+Test(gateway_e2e, a_chat_template_that_does_not_parse_is_an_error_at_start)
+{
+    gwh_need();
+    char *tok = write_gguf_tokenizer("unparsable.gguf", "{% for m in messages %}{{ m.content }"),
+         *log;
+    int rc = start_with_tokenizer(tok, NULL, &log);
+    cr_assert_eq(rc, 1, "the gateway started on a template that does not parse (%d): %s", rc, log);
+    cr_assert(strstr(log, "unparsable.gguf: tokenizer.chat_template does not parse: line 1"),
+              "the message names the file and the line: %s", log);
+    free(log);
+    /* naming a built-in one is the way out */
     const char *explicit_chatml[] = {"--chat-template", "chatml", NULL};
     cr_assert_eq(start_with_tokenizer(tok, explicit_chatml, &log), -1, "%s", log);
     free(log);
+    free(tok);
+}
+
+/* The context length comes from the model file when --max-model-len does not say: the
+ * tokenizer file is the model's GGUF, whose llama.context_length (96 here) /v1/models and
+ * /tokenize report, and which bounds chat's default max_tokens (it used to be unknown, and
+ * chat asked for 256 tokens, more than such a model can hold). */
+Test(gateway_e2e, the_context_length_comes_from_the_model_file)
+{
+    gwh_need();
+    gwh_need_curl();
+    char *tok = write_gguf_tokenizer_ctx("ctx96.gguf", NULL, 96), *log;
+    cr_assert_eq(start_with_tokenizer(tok, NULL, &log), -1, "%s", log);
+    use_started_gateway(log);
+    free(log);
+    gwh_resp r = gwh_curl("/v1/models", NULL, NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_assert(strstr(r.body, "\"max_model_len\":96") || strstr(r.body, "\"max_model_len\": 96"),
+              "%s", r.body);
+    gwh_resp_free(&r);
+    th_proc_stop(&gwh_gateway, SIGTERM, 10000);
+    /* --max-model-len still decides */
+    const char *explicit_len[] = {"--max-model-len", "64", NULL};
+    cr_assert_eq(start_with_tokenizer(tok, explicit_len, &log), -1, "%s", log);
+    use_started_gateway(log);
+    free(log);
+    r = gwh_curl("/v1/models", NULL, NULL);
+    cr_assert(strstr(r.body, "\"max_model_len\":64") || strstr(r.body, "\"max_model_len\": 64"),
+              "%s", r.body);
+    gwh_resp_free(&r);
     free(tok);
 }
 

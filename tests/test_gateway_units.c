@@ -14,6 +14,7 @@
 #include "libclient/ringlm.h"
 #include "formats/api_keys.h"
 #include "gateway/gw_params.h"
+#include "gateway/gw_reason.h"
 #include "gateway/gw_text.h"
 
 /* ---- UTF-8 ----------------------------------------------------------------------------- */
@@ -286,4 +287,69 @@ Test(gateway_units, messages_a_template_cannot_place_are_a_400_naming_them)
     cr_assert_eq(e.status, 400);
     cr_assert_str_eq(e.param, "messages");
     cr_assert(strstr(e.message, "alternate") && strstr(e.message, "llama2"), "%s", e.message);
+}
+
+/* ---- --reasoning-parser: reasoning_content split off an answer ------------------------- */
+
+typedef struct pieces {
+    char r[512], c[512];
+    size_t rn, cn;
+} pieces;
+
+static int collect(void *arg, bool reasoning, const char *t, size_t n)
+{
+    pieces *p = arg;
+    char *dst = reasoning ? p->r + p->rn : p->c + p->cn;
+    memcpy(dst, t, n);
+    *(reasoning ? &p->rn : &p->cn) += n;
+    return 0;
+}
+
+Test(gateway_units, reasoning_is_split_off_whole_and_streamed_alike)
+{
+    static const struct {
+        int parser;
+        const char *text, *reasoning, *content; /* NULL: none */
+    } cases[] = {
+        {GW_REASON_DEEPSEEK_R1, "<think>\nsteps\n</think>\n\nThe answer.", "\nsteps\n",
+         "\n\nThe answer."},
+        {GW_REASON_DEEPSEEK_R1, "steps (the prompt opened the tag)</think>42",
+         "steps (the prompt opened the tag)", "42"},
+        {GW_REASON_DEEPSEEK_R1, "still thinking when it stopped", "still thinking when it stopped",
+         NULL},
+        {GW_REASON_DEEPSEEK_R1, "<think>a</think>", "a", NULL},
+        {GW_REASON_DEEPSEEK_R1, "a</think>b</think>c", "a", "b</think>c"},
+        {GW_REASON_QWEN3, "<think>\nx < y\n</think>\n\nyes", "\nx < y\n", "\n\nyes"},
+        {GW_REASON_QWEN3, "plain answer </thi", NULL, "plain answer </thi"},
+        {GW_REASON_QWEN3, "<thinking is not a tag", NULL, "<thinking is not a tag"},
+        {GW_REASON_QWEN3, "<think></think>", "", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *t = cases[i].text, *r, *c;
+        size_t n = strlen(t), rn, cn;
+        gw_reason_split(cases[i].parser, t, n, &r, &rn, &c, &cn);
+        cr_assert_eq(!r, !cases[i].reasoning, "case %zu: reasoning %s", i, r ? "found" : "none");
+        cr_assert_eq(!c, !cases[i].content, "case %zu: content %s", i, c ? "found" : "none");
+        if (r)
+            cr_assert(rn == strlen(cases[i].reasoning) && !memcmp(r, cases[i].reasoning, rn),
+                      "case %zu: reasoning \"%.*s\"", i, (int)rn, r);
+        if (c)
+            cr_assert(cn == strlen(cases[i].content) && !memcmp(c, cases[i].content, cn),
+                      "case %zu: content \"%.*s\"", i, (int)cn, c);
+        /* streamed in every chunk size: the same pieces, joined */
+        for (size_t chunk = 1; chunk <= n; chunk++) {
+            gw_reason_state st = {.parser = cases[i].parser};
+            pieces p = {0};
+            for (size_t k = 0; k < n; k += chunk)
+                gw_reason_feed(&st, t + k, k + chunk > n ? n - k : chunk, k + chunk >= n, collect,
+                               &p);
+            cr_assert(p.rn == rn && !memcmp(p.r, r ? r : "", rn) && p.cn == cn &&
+                          !memcmp(p.c, c ? c : "", cn),
+                      "case %zu in chunks of %zu: reasoning \"%.*s\", content \"%.*s\"", i, chunk,
+                      (int)p.rn, p.r, (int)p.cn, p.c);
+        }
+    }
+    cr_assert_eq(gw_reason_by_name("deepseek_r1"), GW_REASON_DEEPSEEK_R1);
+    cr_assert_eq(gw_reason_by_name("qwen3"), GW_REASON_QWEN3);
+    cr_assert_eq(gw_reason_by_name("granite"), -1);
 }

@@ -253,6 +253,7 @@ typedef struct tiny {
     const char *str_key, *str_val; /* an extra string key */
     const char *extra;             /* an extra F32 vector of 32 (a bias, say) */
     bool no_eps;
+    bool head_norms; /* blk.0.attn_q_norm / attn_k_norm of the head size, 16 (qwen3) */
 } tiny;
 
 static const char *write_tiny(const char *name, const tiny *o)
@@ -300,6 +301,9 @@ static const char *write_tiny(const char *name, const tiny *o)
             for (size_t j = 0; j < bytes / 4; j++) ((float *)data)[j] = 0.01f * (float)(j % 7);
         gw_tensor(w, t[i].n, t[i].ne1 ? 2 : 1, ne, type, data, bytes);
     }
+    for (int i = 0; o->head_norms && i < 2; i++)
+        gw_tensor(w, i ? "blk.0.attn_k_norm.weight" : "blk.0.attn_q_norm.weight", 1,
+                  (uint64_t[2]){16, 0}, GGUF_T_F32, calloc(16, sizeof(float)), 16 * sizeof(float));
     if (o->extra) /* the writer owns and frees the data, as above */
         gw_tensor(w, o->extra, 1, (uint64_t[2]){32, 0}, GGUF_T_F32, calloc(32, sizeof(float)),
                   32 * sizeof(float));
@@ -359,8 +363,8 @@ Test(gguf_reader, unsupported_or_misshapen_tensors_are_named, .init = mk_tmpdir,
             "blk.0.attn_k.weight", "[32, 32]");
     refused(write_tiny("c.gguf", &(tiny){.arch = "llama",
                                          .odd_name = "blk.0.attn_k.weight",
-                                         .odd_type = GGUF_T_Q4_0}),
-            "blk.0.attn_k.weight: type Q4_0 is not supported", "Q8_0");
+                                         .odd_type = GGUF_T_Q8_1}),
+            "blk.0.attn_k.weight: type Q8_1 is not supported", "Q8_0");
     refused(write_tiny(
                 "d.gguf",
                 &(tiny){.arch = "llama", .odd_name = "output_norm.weight", .odd_type = GGUF_T_F16}),
@@ -369,6 +373,59 @@ Test(gguf_reader, unsupported_or_misshapen_tensors_are_named, .init = mk_tmpdir,
     /* a llama file may carry Q/K/V biases, but all three: the kernels add them together */
     refused(write_tiny("f.gguf", &(tiny){.arch = "llama", .extra = "blk.0.attn_q.bias"}),
             "attn_k.bias absent", "all three or none");
+    /* qwen3 needs its per-head Q/K norms, each of the head size */
+    refused(write_tiny("g.gguf", &(tiny){.arch = "qwen3"}), "blk.0.attn_q_norm.weight", "absent");
+    refused(write_tiny("h.gguf", &(tiny){.arch = "qwen3", .extra = "blk.0.attn_q_norm.weight"}),
+            "blk.0.attn_q_norm.weight", "expected shape [16]");
+    /* qwen3moe needs its expert keys, then its router and experts */
+    refused(write_tiny("m.gguf", &(tiny){.arch = "qwen3moe", .head_norms = true}),
+            "qwen3moe.expert_count", "absent");
+    refused(write_tiny("n.gguf", &(tiny){.arch = "qwen3moe",
+                                         .head_norms = true,
+                                         .str_key = "qwen3moe.expert_count",
+                                         .str_val = "8"}),
+            "qwen3moe.expert_count", NULL);
+    /* phi3 reads its fused Q/K/V */
+    refused(write_tiny("l.gguf", &(tiny){.arch = "phi3"}), "blk.0.attn_qkv.weight", "absent");
+    /* gemma needs its norms after attention and FFN; gemma3 its Q/K norms too */
+    refused(write_tiny("i.gguf", &(tiny){.arch = "gemma2"}), "blk.0.post_attention_norm.weight",
+            "absent");
+    refused(write_tiny("j.gguf",
+                       &(tiny){.arch = "gemma3", .extra = "blk.0.post_attention_norm.weight"}),
+            "blk.0.attn_q_norm.weight", "absent");
+    refused(write_tiny("k.gguf", &(tiny){.arch = "gemma2",
+                                         .str_key = "gemma2.attention.sliding_window",
+                                         .str_val = "4096"}),
+            "gemma2.attention.sliding_window", NULL);
+}
+
+/* A qwen3 file loads with its norms and NEOX RoPE; the CUDA backend refuses it by name
+ * before it looks for a device. */
+Test(gguf_reader, qwen3_loads_and_cuda_refuses_it_by_name, .init = mk_tmpdir, .fini = rm_tmpdir)
+{
+    eng_model *m;
+    cr_assert_eq(
+        eng_model_load(write_tiny("q3.gguf", &(tiny){.arch = "qwen3", .head_norms = true}), &m), 0,
+        "%s", eng_errmsg());
+    const eng_model_hparams *hp = eng_model_hparams_of(m);
+    cr_expect_eq(hp->arch, ENG_ARCH_QWEN3);
+    cr_expect(hp->rope_neox);
+    cr_expect_eq(eng_head_dim(eng_model_cfg(m), hp), 16);
+    cr_expect_not_null(eng_model_tensors_of(m)->layers[0].q_norm);
+    eng_options o = {.backend = "cuda",
+                     .n_threads = 1,
+                     .kv_blocks = 4,
+                     .kv_block_size = 16,
+                     .max_batch_tokens = 8,
+                     .max_seqs = 1};
+    eng *e = NULL;
+    cr_expect_eq(eng_create(m, &o, &e), -ENOTSUP, "%s", eng_errmsg());
+    cr_expect_not_null(strstr(eng_errmsg(), "architecture qwen3"), "%s", eng_errmsg());
+    cr_expect_null(e);
+    o.backend = "cpu";
+    cr_expect_eq(eng_create(m, &o, &e), 0, "%s", eng_errmsg());
+    eng_destroy(e);
+    eng_model_free(m);
 }
 
 /* Every prefix of a valid file is refused with -EINVAL (never a crash, never a load). */

@@ -38,6 +38,8 @@ typedef struct job {
     int n_prompt;
     int stop; /* token that ends generation (stories260K: BOS), -1: none */
     double near_tie;
+    int min_equal; /* steps that must agree before a near tie may end the comparison */
+    int ctx;       /* llama.cpp's context size; 0: 256 */
     const char *label;
 } job;
 
@@ -57,7 +59,7 @@ static json_t *run_llama_cpp(const job *jobs, int n)
         for (int k = 0; k < jobs[i].n_prompt; k++)
             json_array_append_new(p, json_integer(jobs[i].prompt[k]));
         json_t *o = json_pack("{s:s, s:o, s:i, s:i}", "model", jobs[i].model, "prompt", p, "n",
-                              STEPS, "ctx", 256);
+                              STEPS, "ctx", jobs[i].ctx ? jobs[i].ctx : 256);
         if (jobs[i].stop >= 0) json_object_set_new(o, "stop", json_integer(jobs[i].stop));
         json_array_append_new(arr, o);
     }
@@ -87,6 +89,8 @@ static void compare(const job *j, json_t *theirs)
             if (i != best && logits[i] > second) second = logits[i];
             if (fabsf(logits[i]) > scale) scale = fabsf(logits[i]);
         }
+        if (k == n_theirs && best == j->stop) /* llama.cpp ends at an end-of-generation token */
+            break;                            /* without returning it */
         cr_assert_lt(k, n_theirs, "%s: llama.cpp stopped after %d tokens, ringlm goes on with %d",
                      j->label, n_theirs, best);
         int32_t want = (int32_t)json_integer_value(json_array_get(theirs, (size_t)k));
@@ -96,6 +100,10 @@ static void compare(const job *j, json_t *theirs)
                           "%s: step %d: ringlm %d, llama.cpp %d, and ringlm's "
                           "top-2 gap %.3g (relative) is no near tie (<= %.3g)",
                           j->label, k, best, want, gap, j->near_tie);
+            cr_assert_geq(k, j->min_equal,
+                          "%s: step %d: ringlm %d, llama.cpp %d (a near tie, gap %.3g), before "
+                          "the %d steps that must agree",
+                          j->label, k, best, want, gap, j->min_equal);
             cr_log_info("%s: near tie at step %d (gap %.2g): compared %d steps", j->label, k, gap,
                         k);
             break;
@@ -130,7 +138,7 @@ Test(gguf_oracle, stories260k_converted_equals_llama_cpp, .init = mk_tmpdir, .fi
         !ts_model_file(tpath, sizeof tpath, "tok512.bin"))
         cr_skip_test("no stories260K.bin/tok512.bin under RINGLM_SHARED");
     static const char *const types[] = {"F32", "F16", "BF16", "Q8_0"};
-    job jobs[4];
+    job jobs[4] = {0};
     for (int i = 0; i < 4; i++) {
         char name[64];
         snprintf(name, sizeof name, "s260k-%s.gguf", types[i]);
@@ -168,7 +176,7 @@ Test(gguf_oracle, synthetic_shapes_in_every_type_equal_llama_cpp, .init = mk_tmp
         {"synthetic:stories15M:6", "Q8_0", "llama", "stories15M Q8_0"},
     };
     enum { N = sizeof cases / sizeof cases[0] };
-    job jobs[N];
+    job jobs[N] = {0};
     for (int i = 0; i < N; i++) {
         char name[64];
         snprintf(name, sizeof name, "m%d.gguf", i);
@@ -179,6 +187,181 @@ Test(gguf_oracle, synthetic_shapes_in_every_type_equal_llama_cpp, .init = mk_tmp
         jobs[i].stop = -1;
         jobs[i].near_tie = strstr(cases[i].type, "F32") ? 1e-4 : 5e-3;
         jobs[i].label = cases[i].label;
+    }
+    run_jobs(jobs, N);
+}
+
+/* Qwen3: per-head RMSNorm of Q and K before NEOX RoPE, heads of attention.key_length (128
+ * over a width of 256 and 4 heads: Qwen3-0.6B's 16 x 128 over 1024 in small), no biases. */
+Test(gguf_oracle, qwen3_equals_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 300)
+{
+    skip_without_node();
+    static const struct {
+        const char *spec, *type;
+        int head_dim, min_equal;
+        const char *label;
+    } cases[] = {
+        {"synthetic:quant-test:7", "F32", 128, STEPS, "qwen3 F32 head_dim 128"},
+        {"synthetic:quant-test:7", "Q8_0", 128, 100, "qwen3 Q8_0 head_dim 128"},
+        {"synthetic:gqa-test:8", "F32", 0, STEPS, "qwen3 F32 gqa-test"},
+    };
+    enum { N = sizeof cases / sizeof cases[0] };
+    job jobs[N] = {0};
+    for (int i = 0; i < N; i++) {
+        snprintf(jobs[i].model, sizeof jobs[i].model, "%s/q3-%d.gguf", tmpdir, i);
+        export_gguf_heads(cases[i].spec, NULL, cases[i].type, "qwen3", cases[i].head_dim,
+                          jobs[i].model);
+        int32_t p[] = {1, 300, 301, 17, 260};
+        memcpy(jobs[i].prompt, p, sizeof p);
+        jobs[i].n_prompt = 5;
+        jobs[i].stop = -1;
+        jobs[i].near_tie = strstr(cases[i].type, "F32") ? 1e-4 : 5e-3;
+        jobs[i].min_equal = cases[i].min_equal;
+        jobs[i].label = cases[i].label;
+    }
+    run_jobs(jobs, N);
+}
+
+/* Gemma 2 and 3: the embedding times sqrt(dim), GeGLU, norms after attention and FFN, the
+ * classifier tied to the embedding; gemma2 soft-caps attention scores (50) and logits (30),
+ * and windows every other layer; gemma3 normalises each Q and K head, windows five layers of
+ * six at RoPE base 10000 and runs the sixth at 1e6 with linear scaling by 8. The window is
+ * 32 positions here, so 200 steps cross it many times; heads of 128 and 64 over narrower
+ * widths, as Gemma's 256 over 2304.
+ *
+ * Tolerance: llama.cpp's CPU GELU rounds its input to f16 and looks the result up in an f16
+ * table (GGML_GELU_FP16); ringlm computes the tanh form in float, so logits differ by about
+ * 1e-3 relative even for F32 weights: the near-tie bound is 5e-3 for every type here. F32
+ * files agree for all 200 steps; Q8_0 ones (llama.cpp also rounds the activations to 8 bits)
+ * reach a near tie within 20 to 90 steps, since the tied classifier's logits are small and
+ * close together: each case states the steps that must agree first (seen: 90, 26, 52). */
+Test(gguf_oracle, gemma2_and_gemma3_equal_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir,
+     .timeout = 600)
+{
+    skip_without_node();
+    static const struct {
+        const char *spec, *type, *arch;
+        int head_dim, min_equal;
+        const char *label;
+    } cases[] = {
+        {"synthetic:quant-test:9", "F32", "gemma2", 128, STEPS, "gemma2 F32 head_dim 128"},
+        {"synthetic:quant-test:9", "Q8_0", "gemma2", 128, 80, "gemma2 Q8_0 head_dim 128"},
+        {"synthetic:stories15M:9", "F32", "gemma3", 64, STEPS, "gemma3 F32 6 layers head_dim 64"},
+        {"synthetic:stories15M:10", "Q8_0", "gemma3", 64, 20, "gemma3 Q8_0 6 layers head_dim 64"},
+        {"synthetic:quant-test:9", "Q8_0", "gemma3", 128, 40, "gemma3 Q8_0 head_dim 128"},
+    };
+    enum { N = sizeof cases / sizeof cases[0] };
+    job jobs[N] = {0};
+    for (int i = 0; i < N; i++) {
+        snprintf(jobs[i].model, sizeof jobs[i].model, "%s/gemma-%d.gguf", tmpdir, i);
+        export_gguf_window(cases[i].spec, NULL, cases[i].type, cases[i].arch, cases[i].head_dim, 32,
+                           jobs[i].model);
+        int32_t p[] = {1, 300, 301, 17, 260};
+        memcpy(jobs[i].prompt, p, sizeof p);
+        jobs[i].n_prompt = 5;
+        jobs[i].stop = -1;
+        jobs[i].near_tie = 5e-3;
+        jobs[i].min_equal = cases[i].min_equal;
+        jobs[i].label = cases[i].label;
+    }
+    run_jobs(jobs, N);
+}
+
+/* Phi-3: Q, K and V fused in attn_qkv, gate and up in ffn_up, NEOX RoPE with long-RoPE
+ * factors (the long ones: the file's context is twice its original_context_length, and
+ * llama.cpp runs with the file's context, as ringlm serves it) and the attention factor on Q
+ * and K. */
+Test(gguf_oracle, phi3_equals_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 300)
+{
+    skip_without_node();
+    static const struct {
+        const char *spec, *type;
+        int min_equal, ctx; /* ctx: the preset's */
+        const char *label;
+    } cases[] = {
+        {"synthetic:quant-test:13", "F32", STEPS, 256, "phi3 F32"},
+        {"synthetic:quant-test:13", "Q8_0", 40, 256, "phi3 Q8_0"},
+        {"synthetic:gqa-test:14", "F32", STEPS, 512, "phi3 F32 gqa-test"},
+    };
+    enum { N = sizeof cases / sizeof cases[0] };
+    job jobs[N] = {0};
+    for (int i = 0; i < N; i++) {
+        snprintf(jobs[i].model, sizeof jobs[i].model, "%s/phi3-%d.gguf", tmpdir, i);
+        export_gguf(cases[i].spec, NULL, cases[i].type, "phi3", jobs[i].model);
+        int32_t p[] = {1, 300, 301, 17, 260};
+        memcpy(jobs[i].prompt, p, sizeof p);
+        jobs[i].n_prompt = 5;
+        jobs[i].stop = 2; /* EOS: llama.cpp ends there */
+        jobs[i].near_tie = strstr(cases[i].type, "F32") ? 1e-4 : 5e-3;
+        jobs[i].min_equal = cases[i].min_equal;
+        jobs[i].ctx = cases[i].ctx;
+        jobs[i].label = cases[i].label;
+    }
+    run_jobs(jobs, N);
+}
+
+/* qwen3moe: qwen3's attention, and a mixture of 8 SwiGLU experts of half the FFN width in
+ * place of the FFN, 2 per token: softmax of the router's logits, the top 2, renormalised. */
+Test(gguf_oracle, qwen3moe_equals_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 300)
+{
+    skip_without_node();
+    static const struct {
+        const char *spec, *type;
+        int head_dim, min_equal;
+        const char *label;
+    } cases[] = {
+        {"synthetic:quant-test:15", "F32", 128, STEPS, "qwen3moe F32 head_dim 128"},
+        {"synthetic:quant-test:15", "Q8_0", 128, 15, "qwen3moe Q8_0 head_dim 128"},
+        {"synthetic:gqa-test:16", "F32", 0, STEPS, "qwen3moe F32 gqa-test"},
+    };
+    enum { N = sizeof cases / sizeof cases[0] };
+    job jobs[N] = {0};
+    for (int i = 0; i < N; i++) {
+        snprintf(jobs[i].model, sizeof jobs[i].model, "%s/moe-%d.gguf", tmpdir, i);
+        export_gguf_heads(cases[i].spec, NULL, cases[i].type, "qwen3moe", cases[i].head_dim,
+                          jobs[i].model);
+        int32_t p[] = {1, 300, 301, 17, 260};
+        memcpy(jobs[i].prompt, p, sizeof p);
+        jobs[i].n_prompt = 5;
+        jobs[i].stop = 2;
+        jobs[i].near_tie = strstr(cases[i].type, "F32") ? 1e-4 : 5e-3;
+        jobs[i].min_equal = cases[i].min_equal;
+        jobs[i].label = cases[i].label;
+    }
+    run_jobs(jobs, N);
+}
+
+/* Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL weights (ggml's layouts, written by ringlm-mkmodel's
+ * reference quantizers) loaded by both engines. ringlm keeps the activations in float32 for
+ * these types; llama.cpp rounds them to 8 bits (Q8_0 or Q8_1 blocks) inside its products, so
+ * where ringlm's top two logits are within 5e-3 (relative) the runs may part: each case
+ * states the steps that must agree first (seen: Q4_0 172 and 200, Q4_1 7, Q5_0 109, Q5_1 195
+ * up to the EOS llama.cpp ends on, IQ4_NL 30; on stories15M Q4_0, Q4_1 and IQ4_NL all 200). */
+Test(gguf_oracle, legacy_types_equal_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir,
+     .timeout = 600)
+{
+    skip_without_node();
+    static const struct {
+        const char *spec, *type;
+        int min_equal;
+    } cases[] = {
+        {"synthetic:quant-test:17", "Q4_0", 150},   {"synthetic:quant-test:17", "Q4_1", 5},
+        {"synthetic:quant-test:17", "Q5_0", 100},   {"synthetic:quant-test:17", "Q5_1", 150},
+        {"synthetic:quant-test:17", "IQ4_NL", 25},  {"synthetic:stories15M:18", "Q4_0", STEPS},
+        {"synthetic:stories15M:18", "Q4_1", STEPS}, {"synthetic:stories15M:18", "IQ4_NL", STEPS},
+    };
+    enum { N = sizeof cases / sizeof cases[0] };
+    job jobs[N] = {0};
+    for (int i = 0; i < N; i++) {
+        snprintf(jobs[i].model, sizeof jobs[i].model, "%s/legacy-%d.gguf", tmpdir, i);
+        export_gguf(cases[i].spec, NULL, cases[i].type, "llama", jobs[i].model);
+        int32_t p[] = {1, 300, 301, 17, 260};
+        memcpy(jobs[i].prompt, p, sizeof p);
+        jobs[i].n_prompt = 5;
+        jobs[i].stop = 2;
+        jobs[i].near_tie = 5e-3;
+        jobs[i].min_equal = cases[i].min_equal;
+        jobs[i].label = cases[i].type;
     }
     run_jobs(jobs, N);
 }

@@ -15,10 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const int types[] = {Q_F32, Q_F16, Q_BF16, Q_Q8_0, Q_Q4_K, Q_Q6_K};
-static const char *const names[] = {"F32", "F16", "BF16", "Q8_0", "Q4_K", "Q6_K"};
+static const int types[] = {Q_F32,  Q_F16,  Q_BF16, Q_Q8_0, Q_Q4_K,  Q_Q6_K,
+                            Q_Q4_0, Q_Q4_1, Q_Q5_0, Q_Q5_1, Q_IQ4_NL};
+static const char *const names[] = {"F32",  "F16",  "BF16", "Q8_0", "Q4_K",  "Q6_K",
+                                    "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL"};
 /* RMS reconstruction error relative to the RMS of the data, per type (uniform data). */
-static const double max_rel_rms[] = {0, 1e-3, 8e-3, 1e-2, 0.08, 0.04};
+static const double max_rel_rms[] = {0, 1e-3, 8e-3, 1e-2, 0.08, 0.04, 0.15, 0.12, 0.08, 0.06, 0.15};
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void)
@@ -392,8 +394,9 @@ static void random_blocks(int type, unsigned char *q, int n, int k)
         unsigned char *blk = q + b * bb;
         const uint16_t d = q_f32_to_f16(fabsf(frand()) * 0.02f);
         const uint16_t dmin = q_f32_to_f16(fabsf(frand()) * 0.02f);
-        memcpy(blk + (type == Q_Q6_K ? 208 : 0), &d, 2); /* Q6_K's d ends its block */
-        if (type == Q_Q4_K) memcpy(blk + 2, &dmin, 2);
+        memcpy(blk + (type == Q_Q6_K ? 208 : 0), &d, 2);        /* Q6_K's d ends its block */
+        if (type == Q_Q4_K || type == Q_Q4_1 || type == Q_Q5_1) /* dmin, or m */
+            memcpy(blk + 2, &dmin, 2);
     }
     if (type == Q_F32) {
         float *f = (float *)q;

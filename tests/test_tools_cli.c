@@ -905,3 +905,51 @@ Test(tools_cli, a_session_leading_daemon_gives_its_autogroup_its_nice)
     th_daemon_cleanup(&d);
     free(ringlmd);
 }
+
+/* ringlm generate's sampling flags reach the daemon: +100 on a token makes every token it,
+ * a stop id ends the answer unprinted, a value out of range is refused with the library's
+ * detail. */
+Test(tools_cli, generate_sampling_flags_reach_the_daemon)
+{
+    need_programs();
+    char *model = th_path(th_shared_dir(), "models/stories260K.bin");
+    if (!th_exists(model)) cr_skip_test("stories260K not found under %s", th_shared_dir());
+    const char *args[] = {"--model", model, NULL};
+    start_daemon(args);
+    char *ringlm = th_path(th_bin_dir(), "ringlm");
+    char *out, *err;
+    /* The greedy answer after 1 403 407 starts with 261 (reference-greedy.json). */
+    char *forced[] = {ringlm,         "--socket",     g_d.sock,       "generate",
+                      "--prompt-ids", "1,403,407",    "--max-tokens", "4",
+                      "--logit-bias", "300:100,5:-1", "--ignore-eos", "--repetition-penalty",
+                      "1.0",          "--min-p",      "0.05",         NULL};
+    cr_assert_eq(th_run(forced, &out, &err, 60), 0, "%s", err);
+    cr_expect_str_eq(out, "300\n300\n300\n300\n", "got '%s'", out);
+    free(out);
+    free(err);
+    char *stopped[] = {ringlm,
+                       "--socket",
+                       g_d.sock,
+                       "generate",
+                       "--prompt-ids",
+                       "1,403,407",
+                       "--max-tokens",
+                       "8",
+                       "--stop-token-ids",
+                       "7,261",
+                       "--frequency-penalty",
+                       "0.5",
+                       NULL};
+    cr_assert_eq(th_run(stopped, &out, &err, 60), 0, "%s", err);
+    cr_expect_str_eq(out, "", "got '%s'", out);
+    free(out);
+    free(err);
+    char *bad[] = {ringlm,      "--socket",           g_d.sock, "generate", "--prompt-ids",
+                   "1,403,407", "--presence-penalty", "3",      NULL};
+    cr_expect_neq(th_run(bad, &out, &err, 60), 0, "presence_penalty 3 accepted: %s", out);
+    cr_expect(strstr(err, "presence_penalty 3 outside"), "stderr: %s", err);
+    free(out);
+    free(err);
+    free(ringlm);
+    free(model);
+}

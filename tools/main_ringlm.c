@@ -62,6 +62,13 @@ static void usage_generate(FILE *f)
             "  --tenant TAG       tenant tag (honoured only for uids the daemon trusts)\n"
             "  --deadline-ms N    give up after N ms (the daemon times the request out)\n"
             "  --ignore-stop      the stop token does not end it: exactly --max-tokens tokens\n"
+            "                     (also --ignore-eos, vLLM's name)\n"
+            "  --logit-bias LIST  ID:BIAS,... added to those tokens' logits, BIAS in [-100, 100]\n"
+            "  --repetition-penalty F  (0, 100], 1 = off: prompt and output tokens\n"
+            "  --presence-penalty F    [-2, 2], 0 = off: output tokens\n"
+            "  --frequency-penalty F   [-2, 2], 0 = off: output tokens, times their count\n"
+            "  --min-p F          [0, 1], 0 = off: drop tokens below F x the most likely's\n"
+            "  --stop-token-ids LIST  comma-separated ids that end the request (not printed)\n"
             "  --stats            print the request's timing to stderr at the end (with the\n"
             "                     prompt tokens the daemon's prefix cache served)\n"
             "  --prompt-ids LIST  instead of --prompt/--tokenizer: comma-separated token ids;\n"
@@ -77,6 +84,42 @@ static const char *run_c_printable(const char *piece)
     if (c && !piece[1] && !(c >= 0x20 && c <= 0x7e) && !(c == ' ' || (c >= '\t' && c <= '\r')))
         return "";
     return piece;
+}
+
+/* "ID,ID,..." into a malloc()ed list (*n ids). */
+static int32_t *parse_ids(const char *what, const char *s, uint32_t *n)
+{
+    size_t cap = 1;
+    for (const char *p = s; *p; p++) cap += *p == ',';
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids) cli_die("out of memory");
+    *n = 0;
+    char *dup = cli_strdup(s), *save = NULL;
+    for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save))
+        ids[(*n)++] = (int32_t)cli_parse_long(what, t, 0, INT32_MAX);
+    free(dup);
+    return ids;
+}
+
+/* "ID:BIAS,ID:BIAS,..." into a malloc()ed list (*n entries). */
+static ringlm_logit_bias *parse_bias(const char *s, uint32_t *n)
+{
+    size_t cap = 1;
+    for (const char *p = s; *p; p++) cap += *p == ',';
+    ringlm_logit_bias *b = malloc(cap * sizeof *b);
+    if (!b) cli_die("out of memory");
+    *n = 0;
+    char *dup = cli_strdup(s), *save = NULL;
+    for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *colon = strchr(t, ':');
+        if (!colon) cli_die("--logit-bias: '%s' is not ID:BIAS", t);
+        *colon = 0;
+        b[*n].token = (int32_t)cli_parse_long("--logit-bias", t, 0, INT32_MAX);
+        b[*n].bias = (float)cli_parse_double("--logit-bias", colon + 1, -1e9, 1e9);
+        (*n)++;
+    }
+    free(dup);
+    return b;
 }
 
 static int cmd_generate(int argc, char **argv)
@@ -102,7 +145,19 @@ static int cmd_generate(int argc, char **argv)
                                          {"help", no_argument, 0, 'h'},
                                          {"prompt-ids", required_argument, 0, 'I'},
                                          {"ignore-stop", no_argument, 0, 'G'},
+                                         {"ignore-eos", no_argument, 0, 'G'},
+                                         {"logit-bias", required_argument, 0, 'B'},
+                                         {"repetition-penalty", required_argument, 0, 'R'},
+                                         {"presence-penalty", required_argument, 0, 'E'},
+                                         {"frequency-penalty", required_argument, 0, 'F'},
+                                         {"min-p", required_argument, 0, 'M'},
+                                         {"stop-token-ids", required_argument, 0, 'O'},
                                          {0, 0, 0, 0}};
+    /* The sampling extensions; their ranges are the library's check (its detail is printed). */
+    ringlm_sampling smp;
+    ringlm_sampling_init(&smp);
+    ringlm_logit_bias *bias = NULL;
+    int32_t *stop_ids = NULL;
     int o;
     optind = 1;
     while ((o = getopt_long(argc, argv, "p:z:n:t:k:s:c:h", opts, NULL)) != -1) {
@@ -122,6 +177,20 @@ static int cmd_generate(int argc, char **argv)
         case 'A': stats = true; break;
         case 'I': prompt_ids = optarg; break;
         case 'G': ignore_stop = true; break;
+        case 'B': bias = parse_bias(optarg, &smp.n_logit_bias); break;
+        case 'R':
+            smp.repetition_penalty =
+                (float)cli_parse_double("--repetition-penalty", optarg, -1e9, 1e9);
+            break;
+        case 'E':
+            smp.presence_penalty = (float)cli_parse_double("--presence-penalty", optarg, -1e9, 1e9);
+            break;
+        case 'F':
+            smp.frequency_penalty =
+                (float)cli_parse_double("--frequency-penalty", optarg, -1e9, 1e9);
+            break;
+        case 'M': smp.min_p = (float)cli_parse_double("--min-p", optarg, -1e9, 1e9); break;
+        case 'O': stop_ids = parse_ids("--stop-token-ids", optarg, &smp.n_stop_token_ids); break;
         case 'h': usage_generate(stdout); return 0;
         default: usage_generate(stderr); return 2;
         }
@@ -161,7 +230,16 @@ static int cmd_generate(int argc, char **argv)
         if (steps < n) cli_die("--steps %ld is shorter than the prompt (%d tokens)", steps, n);
         max_tokens = steps - n + 1;
     }
-    if (max_tokens < 0) max_tokens = 256;
+    if (max_tokens < 0) {
+        /* 256, within the model's context where its file states one (the daemon refuses a
+         * request whose prompt and max_tokens do not fit) */
+        max_tokens = 256;
+        int ctx = tok ? ringlm_tokenizer_context_length(tok) : 0;
+        if (ctx > 0 && n > ctx)
+            cli_die("the prompt is %d tokens, more than the model's context of %d (%s)", n, ctx,
+                    tok_path);
+        if (ctx > 0 && max_tokens > ctx + 1 - n) max_tokens = ctx + 1 - n;
+    }
 
     ringlm_client *c = cli_connect();
     ringlm_request r;
@@ -179,7 +257,9 @@ static int cmd_generate(int argc, char **argv)
     r.ignore_stop = ignore_stop;
     uint64_t id;
     uint64_t t0 = cli_now_us(), t_first = 0;
-    rc = ringlm_submit(c, &r, &id);
+    smp.logit_bias = bias;
+    smp.stop_token_ids = stop_ids;
+    rc = ringlm_submit_ext(c, &r, &smp, &id);
     if (rc < 0)
         cli_die("submit: %s%s%s", ringlm_strerror(rc), *ringlm_errdetail() ? " — " : "",
                 ringlm_errdetail());
@@ -256,6 +336,8 @@ static int cmd_generate(int argc, char **argv)
     }
     ringlm_close(c);
     free(ids);
+    free(bias);
+    free(stop_ids);
     ringlm_tokenizer_free(tok);
     return exit_code;
 }

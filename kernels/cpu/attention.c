@@ -95,18 +95,33 @@ weighted_sum(float *out, const float *v, size_t stride, const float *p, float mu
         for (int i = 0; i < n; i++) out[j] += (p[i] * mul) * v[(size_t)i * stride + j];
 }
 
+/* s[t] = cap * tanh(s[t] / cap) for t < n (gemma2's attention soft-capping); returns the
+ * largest. */
+static float softcap(float *s, int n, float cap)
+{
+    float max = -INFINITY;
+    for (int t = 0; t < n; t++) {
+        s[t] = cap * tanhf(s[t] / cap);
+        if (s[t] > max) max = s[t];
+    }
+    return max;
+}
+
 CPU_CLONES
 static void attend_head(const cpu *c, const float *q, const int32_t *table, int kvh, int n_pos,
                         float *scores, float *out)
 {
     const int hs = c->head_size, bs = c->block_size, kv_dim = c->kv_dim;
     const int hs8 = hs & ~7;
-    const float scale = sqrtf((float)hs);
+    const float scale = c->att_div;
+    /* a windowed layer sees the last `window` positions only: [lo, n_pos) */
+    const int lo = c->window && n_pos > c->window ? n_pos - c->window : 0;
     float max = -INFINITY;
-    for (int t0 = 0; t0 < n_pos; t0 += bs) {
+    for (int t0 = lo / bs * bs; t0 < n_pos; t0 += bs) {
         const float *k = kv_at(c, table[t0 / bs], c->layer, 0, 0) + (size_t)kvh * hs;
         int n = n_pos - t0 < bs ? n_pos - t0 : bs;
-        int i = 0;
+        int i = t0 < lo ? lo - t0 : 0;
+        k += (size_t)i * kv_dim;
         if (hs8 == hs) {
             /* 8 positions at a time; their 8 partial-sum vectors are reduced together by a
              * pairwise-add tree (as _mm256_hadd_ps), far cheaper than 8 separate reductions */
@@ -144,12 +159,14 @@ static void attend_head(const cpu *c, const float *q, const int32_t *table, int 
             if (score > max) max = score;
         }
     }
-    const float inv = 1.0f / exp_shifted_sum(scores, n_pos, max);
+    if (c->hp.attn_softcap > 0.0f) max = softcap(scores + lo, n_pos - lo, c->hp.attn_softcap);
+    const float inv = 1.0f / exp_shifted_sum(scores + lo, n_pos - lo, max);
     memset(out, 0, (size_t)hs * sizeof *out);
-    for (int t0 = 0; t0 < n_pos; t0 += bs) {
+    for (int t0 = lo / bs * bs; t0 < n_pos; t0 += bs) {
         const float *v = kv_at(c, table[t0 / bs], c->layer, 1, 0) + (size_t)kvh * hs;
         int n = n_pos - t0 < bs ? n_pos - t0 : bs;
-        weighted_sum(out, v, (size_t)kv_dim, scores + t0, inv, n, hs);
+        int i = t0 < lo ? lo - t0 : 0;
+        weighted_sum(out, v + (size_t)i * kv_dim, (size_t)kv_dim, scores + t0 + i, inv, n - i, hs);
     }
 }
 
@@ -165,12 +182,17 @@ static void attend_tile(const cpu *c, const eng_batch *b, const struct tile *tl,
                         float *scores, float *k_t)
 {
     const int hs = c->head_size, bs = c->block_size, bp = c->block_pad, kv_dim = c->kv_dim;
-    const int group = c->group, seq_len = c->c.seq_len, dim = c->c.dim;
+    const int group = c->group, seq_len = c->c.seq_len, dim = c->q_dim;
     const int n_rows = tl->row1 - tl->row0, pos0 = b->positions[tl->row0];
     const int n_pos = b->positions[tl->row1 - 1] + 1;
     const int32_t *table = b->block_table + (size_t)tl->seq * (size_t)b->block_table_stride;
-    const float scale = sqrtf((float)hs);
-    for (int t0 = 0; t0 < n_pos; t0 += bs) {
+    const float scale = c->att_div;
+    /* windowed layer: row ri sees [lo(ri), its position]; blocks before the first row's
+     * window are not read, and scores below a row's window are zero after the softmax */
+    const int w = c->window;
+#define ROW_LO(ri) (w && pos0 + (ri) + 1 > w ? pos0 + (ri) + 1 - w : 0)
+    const int t_first = ROW_LO(0) / bs * bs;
+    for (int t0 = t_first; t0 < n_pos; t0 += bs) {
         const float *k = kv_at(c, table[t0 / bs], c->layer, 0, 0) + (size_t)kvh * hs;
         const int n = n_pos - t0 < bs ? n_pos - t0 : bs;
         for (int i = 0; i < n; i++)
@@ -178,7 +200,7 @@ static void attend_tile(const cpu *c, const eng_batch *b, const struct tile *tl,
         for (int j = 0; j < hs; j++)
             for (int i = n; i < bp; i++) k_t[(size_t)j * bp + i] = 0.0f;
         for (int ri = 0; ri < n_rows; ri++) {
-            if (t0 > pos0 + ri) /* causal: the block starts after this row */
+            if (t0 > pos0 + ri || t0 + bs <= ROW_LO(ri)) /* causal, or before the window */
                 continue;
             for (int g = 0; g < group; g++) {
                 const float *q =
@@ -204,19 +226,23 @@ static void attend_tile(const cpu *c, const eng_batch *b, const struct tile *tl,
         }
     }
     for (int ri = 0; ri < n_rows; ri++) {
-        const int np = pos0 + ri + 1;
+        const int np = pos0 + ri + 1, lo = ROW_LO(ri);
         for (int g = 0; g < group; g++) {
             float *srow = scores + ((size_t)ri * group + g) * seq_len;
             float max = -INFINITY;
-            for (int t = 0; t < np; t++)
-                if (srow[t] > max) max = srow[t];
-            const float inv = 1.0f / exp_shifted_sum(srow, np, max);
-            for (int t = 0; t < np; t++) srow[t] *= inv;
+            if (c->hp.attn_softcap > 0.0f)
+                max = softcap(srow + lo, np - lo, c->hp.attn_softcap);
+            else
+                for (int t = lo; t < np; t++)
+                    if (srow[t] > max) max = srow[t];
+            const float inv = 1.0f / exp_shifted_sum(srow + lo, np - lo, max);
+            for (int t = lo; t < np; t++) srow[t] *= inv;
+            for (int t = t_first; t < lo; t++) srow[t] = 0.0f;
             memset(c->att + (size_t)(tl->row0 + ri) * dim + (size_t)(kvh * group + g) * hs, 0,
                    (size_t)hs * sizeof(float));
         }
     }
-    for (int t0 = 0; t0 < n_pos; t0 += bs) {
+    for (int t0 = t_first; t0 < n_pos; t0 += bs) {
         const float *v = kv_at(c, table[t0 / bs], c->layer, 1, 0) + (size_t)kvh * hs;
         const int n = n_pos - t0 < bs ? n_pos - t0 : bs;
         for (int ri = 0; ri < n_rows; ri++) {
@@ -229,6 +255,7 @@ static void attend_tile(const cpu *c, const eng_batch *b, const struct tile *tl,
             }
         }
     }
+#undef ROW_LO
 }
 
 /* One item = one tile and one KV head. A single row (decode) goes straight through
@@ -247,8 +274,8 @@ static void attention_item(cpu *c, int item, int worker)
     const int row = tl->row0, pos = b->positions[row];
     const int32_t *table = b->block_table + (size_t)tl->seq * (size_t)b->block_table_stride;
     for (int h = kvh * c->group; h < (kvh + 1) * c->group; h++)
-        attend_head(c, c->q + (size_t)row * c->c.dim + (size_t)h * hs, table, kvh, pos + 1, scores,
-                    c->att + (size_t)row * c->c.dim + (size_t)h * hs);
+        attend_head(c, c->q + (size_t)row * c->q_dim + (size_t)h * hs, table, kvh, pos + 1, scores,
+                    c->att + (size_t)row * c->q_dim + (size_t)h * hs);
 }
 
 

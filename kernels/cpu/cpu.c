@@ -65,6 +65,16 @@ static void swiglu(float *g, const float *u, int n)
     }
 }
 
+/* g[i] = gelu(g[i]) * u[i] (GeGLU), GELU in its tanh form as gemma and llama.cpp use it:
+ * 0.5 a (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3))). */
+static void geglu(float *g, const float *u, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const float a = g[i];
+        g[i] = 0.5f * a * (1.0f + tanhf(0.7978845608f * (a + 0.044715f * a * a * a))) * u[i];
+    }
+}
+
 /* ---- matmul jobs -------------------------------------------------------------------- */
 
 /*
@@ -81,6 +91,7 @@ typedef struct mm_job {
     float beta;
     eng_wmat up;
     float *y_up;
+    int act; /* enum eng_ffn_act of the gated product */
     int chunk_rows;
     int n_chunks;
     const q_xq *xq; /* x quantized once for quantized weights (matmul_jobs), or NULL */
@@ -128,7 +139,8 @@ static void mm_task(void *ctx, int task, int worker)
     if (j->up.data) {
         matmul_rows(r->rows, j->x, j->xq, j->up, n0, n, j->k, 0.0f, j->y_up + n0, j->ld_y);
         for (int t = 0; t < r->rows; t++)
-            swiglu(j->y + (size_t)t * j->ld_y + n0, j->y_up + (size_t)t * j->ld_y + n0, n);
+            (j->act == ENG_ACT_GELU ? geglu : swiglu)(j->y + (size_t)t * j->ld_y + n0,
+                                                      j->y_up + (size_t)t * j->ld_y + n0, n);
     }
 }
 
@@ -189,7 +201,9 @@ static void rmsnorm(float *o, const float *x, const float *weight, int size, flo
 static void rope(const cpu *c, float *vec, int len, int pos)
 {
     const int half = c->head_size / 2;
-    const float *cs = c->rope_cos + (size_t)pos * half, *sn = c->rope_sin + (size_t)pos * half;
+    const float *cos_t = c->window ? c->rope_cos_swa : c->rope_cos;
+    const float *sin_t = c->window ? c->rope_sin_swa : c->rope_sin;
+    const float *cs = cos_t + (size_t)pos * half, *sn = sin_t + (size_t)pos * half;
     if (c->hp.rope_neox || c->hp.rope_dim != c->head_size) {
         const int rh = c->hp.rope_dim / 2;
         for (int h0 = 0; h0 < len; h0 += c->head_size) {
@@ -211,6 +225,96 @@ static void rope(const cpu *c, float *vec, int len, int pos)
     }
 }
 
+/* x[r] += rmsnorm(xb[r]) * weight for each row: gemma's norm of a block's output before
+ * the residual add. */
+static void post_norm_add(cpu *c, const float *weight, int T)
+{
+    const int dim = c->c.dim;
+    for (int r = 0; r < T; r++) {
+        float *o = c->xb + (size_t)r * dim, *x = c->x + (size_t)r * dim;
+        rmsnorm(o, o, weight, dim, c->hp.norm_eps);
+        for (int i = 0; i < dim; i++) x[i] += o[i];
+    }
+}
+
+/* ---- mixture of experts -------------------------------------------------------------- */
+
+/*
+ * x += Σ_k w_k · down_k(silu(gate_k(xb)) ⊙ up_k(xb)) for each row, over the n_expert_used
+ * experts its router picks, as llama.cpp's qwen3moe: softmax of the router logits, the
+ * top-k probabilities (ties to the lower expert), renormalised to sum 1. Rows are grouped by
+ * expert, so only the chosen experts' weights are read, each once for all its rows.
+ */
+static void moe_ffn(cpu *c, const eng_layer_weights *lw, int T)
+{
+    const int dim = c->c.dim, ne = c->hp.n_expert, nk = c->hp.n_expert_used;
+    const int ff = c->hp.expert_ff;
+    mm_job route = {.w = lw->router, .n = ne, .k = dim, .x = c->xb, .y = c->moe_logits, .ld_y = ne};
+    matmul_jobs(c, &route, 1, T);
+    for (int r = 0; r < T; r++) {
+        float *p = c->moe_logits + (size_t)r * ne, max = -INFINITY, sum = 0.0f;
+        for (int e = 0; e < ne; e++)
+            if (p[e] > max) max = p[e];
+        for (int e = 0; e < ne; e++) sum += p[e] = expf(p[e] - max);
+        for (int e = 0; e < ne; e++) p[e] /= sum;
+        int *chosen = c->moe_e + (size_t)r * nk;
+        float *wk = c->moe_w + (size_t)r * nk, wsum = 0.0f;
+        for (int k = 0; k < nk; k++) {
+            int best = -1;
+            for (int e = 0; e < ne; e++) {
+                bool taken = false;
+                for (int j = 0; j < k; j++) taken |= chosen[j] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            chosen[k] = best;
+            wk[k] = p[best];
+            wsum += p[best];
+        }
+        for (int k = 0; k < nk; k++) wk[k] /= wsum;
+    }
+    const size_t gate_rb = eng_wrow_bytes(lw->gate_exps.type, dim);
+    const size_t up_rb = eng_wrow_bytes(lw->up_exps.type, dim);
+    const size_t down_rb = eng_wrow_bytes(lw->down_exps.type, ff);
+    for (int e = 0; e < ne; e++) {
+        int n = 0;
+        for (int r = 0; r < T; r++)
+            for (int k = 0; k < nk; k++)
+                if (c->moe_e[(size_t)r * nk + k] == e) {
+                    c->moe_rows[n] = r * nk + k; /* row and slot */
+                    memcpy(c->moe_x + (size_t)n * dim, c->xb + (size_t)r * dim,
+                           (size_t)dim * sizeof(float));
+                    n++;
+                }
+        if (!n) continue;
+        mm_job up = {
+            .w = {(const char *)lw->gate_exps.data + (size_t)e * ff * gate_rb, lw->gate_exps.type},
+            .n = ff,
+            .k = dim,
+            .x = c->moe_x,
+            .y = c->moe_h1,
+            .ld_y = ff,
+            .up = {(const char *)lw->up_exps.data + (size_t)e * ff * up_rb, lw->up_exps.type},
+            .y_up = c->moe_h3,
+            .act = ENG_ACT_SILU};
+        matmul_jobs(c, &up, 1, n);
+        mm_job down = {
+            .w = {(const char *)lw->down_exps.data + (size_t)e * dim * down_rb, lw->down_exps.type},
+            .n = dim,
+            .k = ff,
+            .x = c->moe_h1,
+            .y = c->moe_out,
+            .ld_y = dim};
+        matmul_jobs(c, &down, 1, n);
+        for (int i = 0; i < n; i++) {
+            const int r = c->moe_rows[i] / nk;
+            const float wgt = c->moe_w[c->moe_rows[i]];
+            float *x = c->x + (size_t)r * dim;
+            const float *o = c->moe_out + (size_t)i * dim;
+            for (int j = 0; j < dim; j++) x[j] += wgt * o[j];
+        }
+    }
+}
+
 /* ---- forward ------------------------------------------------------------------------ */
 
 static int cpu_execute(void *priv, const eng_batch *b, float *logits)
@@ -219,6 +323,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
     const eng_model_config *cfg = &c->c;
     const eng_model_tensors *w = c->t;
     const int T = b->n_tokens, dim = cfg->dim, kv_dim = c->kv_dim, hidden = cfg->hidden_dim;
+    const int q_dim = c->q_dim, hs = c->head_size;
     const int bs = c->block_size;
     uint64_t t_start = pool_now_ns(), t0, proj = 0, attn = 0;
     c->b = b;
@@ -234,9 +339,12 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
         q_dequant_row(w->token_embedding.type,
                       (const char *)w->token_embedding.data + (size_t)b->tokens[r] * emb_row,
                       c->x + (size_t)r * dim, dim);
+    if (c->hp.embed_scale > 0.0f) /* gemma: the embedding times sqrt(dim) */
+        for (size_t i = 0; i < (size_t)T * (size_t)dim; i++) c->x[i] *= c->hp.embed_scale;
 
     for (int l = 0; l < cfg->n_layers; l++) {
         c->layer = l;
+        c->window = eng_layer_windowed(&c->hp, l) ? c->hp.swa_window : 0;
         const eng_layer_weights *lw = &w->layers[l];
         for (int r = 0; r < T; r++)
             rmsnorm(c->xb + (size_t)r * dim, c->x + (size_t)r * dim, lw->rms_att, dim,
@@ -244,18 +352,27 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
 
         t0 = pool_now_ns();
         mm_job qkv[3] = {
-            {.w = lw->wq, .n = dim, .k = dim, .x = c->xb, .y = c->q, .ld_y = dim},
+            {.w = lw->wq, .n = q_dim, .k = dim, .x = c->xb, .y = c->q, .ld_y = q_dim},
             {.w = lw->wk, .n = kv_dim, .k = dim, .x = c->xb, .y = c->k, .ld_y = kv_dim},
             {.w = lw->wv, .n = kv_dim, .k = dim, .x = c->xb, .y = c->v, .ld_y = kv_dim},
         };
         matmul_jobs(c, qkv, 3, T);
         if (lw->bq) /* qwen2's Q/K/V biases */
             for (int r = 0; r < T; r++) {
-                for (int i = 0; i < dim; i++) c->q[(size_t)r * dim + i] += lw->bq[i];
+                for (int i = 0; i < q_dim; i++) c->q[(size_t)r * q_dim + i] += lw->bq[i];
                 for (int i = 0; i < kv_dim; i++) {
                     c->k[(size_t)r * kv_dim + i] += lw->bk[i];
                     c->v[(size_t)r * kv_dim + i] += lw->bv[i];
                 }
+            }
+        if (lw->q_norm) /* qwen3: each Q and K head RMS-normalised before RoPE */
+            for (int r = 0; r < T; r++) {
+                for (int i = 0; i < q_dim; i += hs)
+                    rmsnorm(c->q + (size_t)r * q_dim + i, c->q + (size_t)r * q_dim + i, lw->q_norm,
+                            hs, c->hp.norm_eps);
+                for (int i = 0; i < kv_dim; i += hs)
+                    rmsnorm(c->k + (size_t)r * kv_dim + i, c->k + (size_t)r * kv_dim + i,
+                            lw->k_norm, hs, c->hp.norm_eps);
             }
         proj += pool_now_ns() - t0;
 
@@ -263,7 +380,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
         for (int r = 0; r < T; r++) {
             int pos = b->positions[r];
             float *k = c->k + (size_t)r * kv_dim;
-            rope(c, c->q + (size_t)r * dim, dim, pos);
+            rope(c, c->q + (size_t)r * q_dim, q_dim, pos);
             rope(c, k, kv_dim, pos);
             int64_t slot = b->slot_mapping[r];
             int block = (int)(slot / bs), off = (int)(slot % bs);
@@ -275,21 +392,29 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
         attn += pool_now_ns() - t0;
 
         t0 = pool_now_ns();
+        /* x += att · Wo^T, or with gemma's norm after attention x += rmsnorm(att · Wo^T) (xb
+         * is free: Q, K and V are made) */
         mm_job o = {.w = lw->wo,
                     .n = dim,
-                    .k = dim,
+                    .k = q_dim,
                     .x = c->att,
-                    .y = c->x,
+                    .y = lw->post_att ? c->xb : c->x,
                     .ld_y = dim,
-                    .beta = 1.0f}; /* x += att · Wo^T */
+                    .beta = lw->post_att ? 0.0f : 1.0f};
         matmul_jobs(c, &o, 1, T);
         proj += pool_now_ns() - t0;
+        if (lw->post_att) post_norm_add(c, lw->post_att, T);
 
         for (int r = 0; r < T; r++)
             rmsnorm(c->xb + (size_t)r * dim, c->x + (size_t)r * dim, lw->rms_ffn, dim,
                     c->hp.norm_eps);
 
         t0 = pool_now_ns();
+        if (lw->router.data) { /* a mixture of experts in place of the FFN */
+            moe_ffn(c, lw, T);
+            proj += pool_now_ns() - t0;
+            continue;
+        }
         mm_job up = {.w = lw->w1,
                      .n = hidden,
                      .k = dim,
@@ -297,17 +422,19 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
                      .y = c->h1,
                      .ld_y = hidden,
                      .up = lw->w3,
-                     .y_up = c->h3};
+                     .y_up = c->h3,
+                     .act = c->hp.ffn_act};
         matmul_jobs(c, &up, 1, T);
         mm_job down = {.w = lw->w2,
                        .n = dim,
                        .k = hidden,
                        .x = c->h1,
-                       .y = c->x,
+                       .y = lw->post_ffn ? c->xb : c->x,
                        .ld_y = dim,
-                       .beta = 1.0f}; /* x += ffn */
+                       .beta = lw->post_ffn ? 0.0f : 1.0f}; /* x += ffn */
         matmul_jobs(c, &down, 1, T);
         proj += pool_now_ns() - t0;
+        if (lw->post_ffn) post_norm_add(c, lw->post_ffn, T);
     }
 
     if (b->n_logits) {
@@ -323,6 +450,10 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
                       .ld_y = cfg->vocab_size};
         matmul_jobs(c, &cls, 1, b->n_logits);
         proj += pool_now_ns() - t0;
+        const float cap = c->hp.final_softcap;
+        if (cap > 0.0f) /* gemma2: logits soft-capped */
+            for (size_t i = 0; i < (size_t)b->n_logits * (size_t)cfg->vocab_size; i++)
+                logits[i] = cap * tanhf(logits[i] / cap);
     }
     c->b = NULL;
     uint64_t total = pool_now_ns() - t_start;
@@ -342,12 +473,40 @@ static void cpu_destroy(void *priv)
     if (!c) return;
     pool_stop(&c->workers);
     if (c->kv_pool) rnuma_free(c->kv_pool, c->kv_pool_bytes);
+    if (c->rope_cos_swa != c->rope_cos) free(c->rope_cos_swa);
+    if (c->rope_sin_swa != c->rope_sin) free(c->rope_sin_swa);
     float *bufs[] = {c->rope_cos, c->rope_sin, c->x,  c->xb, c->q,      c->k,  c->v,
                      c->att,      c->h1,       c->h3, c->xf, c->scores, c->k_t};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->tiles);
+    float *moe[] = {c->moe_logits, c->moe_x, c->moe_h1, c->moe_h3, c->moe_out, c->moe_w};
+    for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) free(moe[i]);
+    free(c->moe_e);
+    free(c->moe_rows);
     for (int i = 0; i < CPU_XQ_SLOTS; i++) free(c->xq_mem[i]);
     free(c);
+}
+
+/* The very expressions of run.c, so the rotation angles are bit-identical (for GGUF the
+ * base and dimension from the file, Llama 3.1's or Phi-3's per-frequency divisors, a linear
+ * scaling's position multiplier, and Phi-3's attention factor where the file has them). */
+static void rope_table(cpu *c, float theta, float scale, float *cos_t, float *sin_t)
+{
+    const size_t half = (size_t)c->head_size / 2;
+    const float *ff = c->t->rope_freq_factors, mscale = c->hp.rope_attn_factor;
+    for (int pos = 0; pos < c->c.seq_len; pos++) {
+        for (int i = 0; i < c->hp.rope_dim; i += 2) {
+            float freq = 1.0f / powf(theta, i / (float)c->hp.rope_dim);
+            if (ff) freq /= ff[i / 2];
+            float val = scale > 0.0f ? (pos * scale) * freq : pos * freq;
+            cos_t[(size_t)pos * half + (size_t)i / 2] = cosf(val);
+            sin_t[(size_t)pos * half + (size_t)i / 2] = sinf(val);
+            if (mscale > 0.0f && mscale != 1.0f) {
+                cos_t[(size_t)pos * half + (size_t)i / 2] *= mscale;
+                sin_t[(size_t)pos * half + (size_t)i / 2] *= mscale;
+            }
+        }
+    }
 }
 
 static float *falloc(cpu *c, size_t n)
@@ -368,9 +527,10 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
     c->c = *eng_model_cfg(m);
     c->t = eng_model_tensors_of(m);
     const eng_model_config *cfg = &c->c;
-    c->head_size = cfg->dim / cfg->n_heads;
     c->hp = *eng_model_hparams_of(m);
-    c->kv_dim = cfg->dim / cfg->n_heads * cfg->n_kv_heads;
+    c->head_size = eng_head_dim(cfg, &c->hp);
+    c->q_dim = c->head_size * cfg->n_heads;
+    c->kv_dim = c->head_size * cfg->n_kv_heads;
     c->group = cfg->n_heads / cfg->n_kv_heads;
     c->block_size = opt->kv_block_size;
     c->n_blocks = opt->kv_blocks;
@@ -392,10 +552,10 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
     c->rope_sin = falloc(c, (size_t)cfg->seq_len * half);
     c->x = falloc(c, T * cfg->dim);
     c->xb = falloc(c, T * cfg->dim);
-    c->q = falloc(c, T * cfg->dim);
+    c->q = falloc(c, T * c->q_dim);
     c->k = falloc(c, T * c->kv_dim);
     c->v = falloc(c, T * c->kv_dim);
-    c->att = falloc(c, T * cfg->dim);
+    c->att = falloc(c, T * c->q_dim);
     c->h1 = falloc(c, T * cfg->hidden_dim);
     c->h3 = falloc(c, T * cfg->hidden_dim);
     c->xf = falloc(c, T * cfg->dim);
@@ -404,24 +564,44 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
     c->block_pad = (c->block_size + 7) & ~7;
     c->k_t = falloc(c, (size_t)n_workers * c->head_size * c->block_pad);
     c->tiles = malloc(T * sizeof *c->tiles);
+    if (c->hp.n_expert) {
+        const size_t ne = (size_t)c->hp.n_expert, nk = (size_t)c->hp.n_expert_used;
+        const size_t ff = (size_t)c->hp.expert_ff;
+        c->moe_logits = falloc(c, T * ne);
+        c->moe_x = falloc(c, T * nk * cfg->dim);
+        c->moe_h1 = falloc(c, T * nk * ff);
+        c->moe_h3 = falloc(c, T * nk * ff);
+        c->moe_out = falloc(c, T * nk * cfg->dim);
+        c->moe_w = falloc(c, T * nk);
+        c->moe_e = malloc(T * nk * sizeof *c->moe_e);
+        c->moe_rows = malloc(T * nk * sizeof *c->moe_rows);
+        if (!c->moe_logits || !c->moe_x || !c->moe_h1 || !c->moe_h3 || !c->moe_out || !c->moe_w ||
+            !c->moe_e || !c->moe_rows) {
+            err = eng_seterr(-ENOMEM, "CPU expert scratch for %d rows: out of memory", c->max_rows);
+            goto fail;
+        }
+    }
     if (!c->rope_cos || !c->rope_sin || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att ||
         !c->h1 || !c->h3 || !c->xf || !c->scores || !c->k_t || !c->tiles) {
         err = eng_seterr(-ENOMEM, "CPU scratch for %d rows: out of memory", c->max_rows);
         goto fail;
     }
-    /* The very expressions of run.c, so the rotation angles are bit-identical (for GGUF the
-     * base and dimension from the file, and Llama 3.1's per-frequency divisors). */
-    const float theta = c->hp.rope_theta;
-    const float *ff = c->t->rope_freq_factors;
-    for (int pos = 0; pos < cfg->seq_len; pos++) {
-        for (int i = 0; i < c->hp.rope_dim; i += 2) {
-            float freq = 1.0f / powf(theta, i / (float)c->hp.rope_dim);
-            if (ff) freq /= ff[i / 2];
-            float val = pos * freq;
-            c->rope_cos[(size_t)pos * half + (size_t)i / 2] = cosf(val);
-            c->rope_sin[(size_t)pos * half + (size_t)i / 2] = sinf(val);
+    rope_table(c, c->hp.rope_theta, c->hp.rope_scale, c->rope_cos, c->rope_sin);
+    /* windowed layers with a RoPE base or scaling of their own (gemma3) get their table */
+    const float theta_swa = c->hp.rope_theta_swa > 0.0f ? c->hp.rope_theta_swa : c->hp.rope_theta;
+    const float scale_swa = c->hp.rope_scale_swa > 0.0f ? c->hp.rope_scale_swa : c->hp.rope_scale;
+    c->rope_cos_swa = c->rope_cos;
+    c->rope_sin_swa = c->rope_sin;
+    if (c->hp.swa_window && (theta_swa != c->hp.rope_theta || scale_swa != c->hp.rope_scale)) {
+        c->rope_cos_swa = falloc(c, (size_t)cfg->seq_len * half);
+        c->rope_sin_swa = falloc(c, (size_t)cfg->seq_len * half);
+        if (!c->rope_cos_swa || !c->rope_sin_swa) {
+            err = eng_seterr(-ENOMEM, "CPU RoPE tables: out of memory");
+            goto fail;
         }
+        rope_table(c, theta_swa, scale_swa, c->rope_cos_swa, c->rope_sin_swa);
     }
+    c->att_div = c->hp.attn_scale > 0.0f ? 1.0f / c->hp.attn_scale : sqrtf((float)c->head_size);
     /* Our workers split every matmul; OpenBLAS must not add threads of its own. */
     openblas_set_num_threads(1);
     if ((err = pool_start(&c->workers, n_workers, opt->numa_node))) {

@@ -25,12 +25,23 @@ typedef struct cpu {
     const eng_model_tensors *t;   /* typed per-layer weights (F32 or a GGUF file's types) */
     eng_model_hparams hp;         /* RMSNorm epsilon, RoPE base/dimension/pairing */
     int head_size, kv_dim, group; /* group = query heads per KV head */
+    int q_dim;                    /* n_heads * head_size (dim unless the file says) */
     int block_size, n_blocks, max_rows;
     size_t block_floats; /* one block: L * 2 * block_size * kv_dim */
     float *kv_pool;
     size_t kv_pool_bytes;
     int numa_node;
     float *rope_cos, *rope_sin; /* [seq_len][head_size/2], computed exactly as run.c */
+    /* windowed layers' own table where their RoPE base or scaling differs (gemma3), else
+     * the same pointers as above */
+    float *rope_cos_swa, *rope_sin_swa;
+    float att_div; /* q·k is divided by it: sqrt(head_size), or 1 / the file's scale */
+    /* a mixture of experts: router logits [rows][n_expert]; the rows routed to one expert
+     * gathered [rows][dim], its SwiGLU [rows][expert_ff] twice, its output [rows][dim]; each
+     * row's chosen experts and weights [rows][n_expert_used]; the rows of one expert */
+    float *moe_logits, *moe_x, *moe_h1, *moe_h3, *moe_out, *moe_w;
+    int *moe_e, *moe_rows;
+    int window; /* the current layer's sliding window (0: none), set per layer */
     /* activations for up to max_rows rows */
     float *x, *xb, *q, *k, *v, *att, *h1, *h3, *xf;
     struct tile {

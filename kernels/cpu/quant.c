@@ -18,14 +18,21 @@
 
 /* ---- types -------------------------------------------------------------------------- */
 
+/* The 32-element types of quant_legacy.c. */
+static bool is_legacy(int type)
+{
+    return type == Q_Q4_0 || type == Q_Q4_1 || type == Q_Q5_0 || type == Q_Q5_1 || type == Q_IQ4_NL;
+}
+
 bool q_type_supported(int type)
 {
     return type == Q_F32 || type == Q_F16 || type == Q_BF16 || type == Q_Q8_0 || type == Q_Q4_K ||
-           type == Q_Q6_K;
+           type == Q_Q6_K || is_legacy(type);
 }
 
 int q_block_elems(int type)
 {
+    if (is_legacy(type)) return 32;
     switch (type) {
     case Q_Q8_0: return 32;
     case Q_Q4_K:
@@ -41,6 +48,11 @@ size_t q_row_bytes(int type, int64_t k)
     case Q_F16:
     case Q_BF16: return (size_t)k * 2;
     case Q_Q8_0: return (size_t)k / 32 * sizeof(blk_q8_0);
+    case Q_Q4_0:
+    case Q_IQ4_NL: return (size_t)k / 32 * sizeof(blk_q4_0);
+    case Q_Q4_1: return (size_t)k / 32 * sizeof(blk_q4_1);
+    case Q_Q5_0: return (size_t)k / 32 * sizeof(blk_q5_0);
+    case Q_Q5_1: return (size_t)k / 32 * sizeof(blk_q5_1);
     case Q_Q4_K: return (size_t)k / QK_K * sizeof(blk_q4_k);
     case Q_Q6_K: return (size_t)k / QK_K * sizeof(blk_q6_k);
     default: return 0;
@@ -66,6 +78,9 @@ void q_dequant_row(int type, const void *row, float *out, int64_t k)
     case Q_Q8_0: qk_dequant_q8_0(row, out, k); break;
     case Q_Q4_K: qk_dequant_q4_k(row, out, k); break;
     case Q_Q6_K: qk_dequant_q6_k(row, out, k); break;
+    default:
+        if (is_legacy(type)) qk_dequant_legacy(type, row, out, k);
+        break;
     }
 }
 
@@ -77,7 +92,9 @@ static float dot_portable(int type, const void *row, const float *x, int64_t k)
     case Q_Q8_0: return qk_dot_q8_0_portable(row, x, k);
     case Q_Q4_K: return qk_dot_q4_k_portable(row, x, k);
     case Q_Q6_K: return qk_dot_q6_k_portable(row, x, k);
-    default: return qk_dot_float_portable(type, row, x, k);
+    default:
+        return is_legacy(type) ? qk_dot_legacy(type, row, x, k)
+                               : qk_dot_float_portable(type, row, x, k);
     }
 }
 
@@ -88,7 +105,9 @@ static float dot_avx2(int type, const void *row, const float *x, int64_t k)
     case Q_Q8_0: return qk_dot_q8_0_avx2(row, x, k);
     case Q_Q4_K: return qk_dot_q4_k_avx2(row, x, k);
     case Q_Q6_K: return qk_dot_q6_k_avx2(row, x, k);
-    default: return qk_dot_float_avx2(type, row, x, k);
+    default:
+        return is_legacy(type) ? qk_dot_legacy(type, row, x, k)
+                               : qk_dot_float_avx2(type, row, x, k);
     }
 }
 #endif
@@ -468,7 +487,10 @@ size_t q_quantize_row(int type, const float *x, void *out, int64_t k)
     case Q_Q8_0: qk_quantize_q8_0(x, out, k); break;
     case Q_Q4_K: qk_quantize_q4_k(x, out, k); break;
     case Q_Q6_K: qk_quantize_q6_k(x, out, k); break;
-    default: return 0;
+    default:
+        if (!is_legacy(type)) return 0;
+        qk_quantize_legacy(type, x, out, k);
+        break;
     }
     return q_row_bytes(type, k);
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kernels/cpu/quant.h — weights in their file type (GGUF): F32, F16, BF16, Q8_0, Q4_K, Q6_K.
+ * kernels/cpu/quant.h — weights in their file type (GGUF): F32, F16, BF16, Q8_0, Q4_K, Q6_K,
+ * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL.
  *
  * A weight matrix is n rows of k elements, row-major ([out][in], as llama2.c and GGUF),
  * each row q_row_bytes(type, k) bytes; quantized blocks run along a row. Block layouts are
@@ -10,6 +11,16 @@
  *         pairs, 128 bytes of 4-bit q; each 32-element sub-block j: x = d*sc_j*q - dmin*m_j
  *   Q6_K 256 elements, 210 bytes: 128 bytes low 4 bits, 64 bytes high 2 bits, int8 scales[16],
  *         f16 d; each 16-element sub-block j: x = d*scales[j]*(q - 32), q in 0..63
+ *   Q4_0   32 elements, 18 bytes: f16 d, 16 bytes of 4-bit q (element j low nibble of byte j,
+ *         element j+16 its high nibble); x = d*(q - 8)
+ *   Q4_1   32 elements, 20 bytes: f16 d, f16 m, the nibbles as Q4_0; x = d*q + m
+ *   Q5_0   32 elements, 22 bytes: f16 d, 32 fifth bits (bit j of element j), the nibbles;
+ *         x = d*(q - 16)
+ *   Q5_1   32 elements, 24 bytes: f16 d, f16 m, the fifth bits, the nibbles; x = d*q + m
+ *   IQ4_NL 32 elements, 18 bytes: f16 d, the nibbles as Q4_0 index a table of 16 values
+ *         (-127 .. 113, denser near 0); x = d*table[q]
+ *   These five run in portable C (kernels/cpu/quant_legacy.c) with float32 activations: the
+ *   fused dot for a few rows, dequantized tiles and SGEMM above.
  *
  * Decode (few rows): fused dequantize-and-dot, the weight read once, in its own type; AVX2 +
  * FMA (+F16C) when the CPU has them, chosen once at run time, else portable C (the only path
@@ -43,7 +54,19 @@
 #include <stdint.h>
 
 /* The supported types (ggml numbering, as eng_wtype in engine.h). */
-enum { Q_F32 = 0, Q_F16 = 1, Q_Q8_0 = 8, Q_Q4_K = 12, Q_Q6_K = 14, Q_BF16 = 30 };
+enum {
+    Q_F32 = 0,
+    Q_F16 = 1,
+    Q_Q4_0 = 2,
+    Q_Q4_1 = 3,
+    Q_Q5_0 = 6,
+    Q_Q5_1 = 7,
+    Q_Q8_0 = 8,
+    Q_Q4_K = 12,
+    Q_Q6_K = 14,
+    Q_IQ4_NL = 20,
+    Q_BF16 = 30
+};
 
 bool q_type_supported(int type);
 /* Elements per block (1, 32 or 256). */

@@ -9,6 +9,7 @@
  *   quant_float.c    F32, F16, BF16: conversions, fused dots
  *   quant_q8_0.c     Q8_0: dequantize, fused dot, integer dots, quantizer
  *   quant_kquants.c  Q4_K, Q6_K: the same
+ *   quant_legacy.c   Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: dequantize, fused dot, quantizer
  *   quant_xq.c       the activation quantizer (q_xq) of the integer path
  *   quant_vnni.c     the AVX-512 VNNI tile kernels all three integer types share
  *
@@ -54,6 +55,30 @@ typedef struct {
     uint16_t d;
 } blk_q6_k;
 
+typedef struct {
+    uint16_t d;
+    uint8_t qs[16];
+} blk_q4_0;
+typedef struct {
+    uint16_t d, m;
+    uint8_t qs[16];
+} blk_q4_1;
+typedef struct {
+    uint16_t d;
+    uint8_t qh[4];
+    uint8_t qs[16];
+} blk_q5_0;
+typedef struct {
+    uint16_t d, m;
+    uint8_t qh[4];
+    uint8_t qs[16];
+} blk_q5_1;
+typedef blk_q4_0 blk_iq4_nl;
+
+_Static_assert(sizeof(blk_q4_0) == 18, "Q4_0 block is 18 bytes");
+_Static_assert(sizeof(blk_q4_1) == 20, "Q4_1 block is 20 bytes");
+_Static_assert(sizeof(blk_q5_0) == 22, "Q5_0 block is 22 bytes");
+_Static_assert(sizeof(blk_q5_1) == 24, "Q5_1 block is 24 bytes");
 _Static_assert(sizeof(blk_q8_0) == 34, "Q8_0 block is 34 bytes");
 _Static_assert(sizeof(blk_q4_k) == 144, "Q4_K block is 144 bytes");
 _Static_assert(sizeof(blk_q6_k) == 210, "Q6_K block is 210 bytes");
@@ -205,6 +230,10 @@ float qk_dot_q6_k_portable(const void *row, const float *x, int64_t k);
 
 /* Dequantizes a row of k elements. */
 void qk_dequant_q8_0(const void *row, float *out, int64_t k);
+/* Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (quant_legacy.c): portable only */
+void qk_dequant_legacy(int type, const void *row, float *out, int64_t k);
+float qk_dot_legacy(int type, const void *row, const float *x, int64_t k);
+void qk_quantize_legacy(int type, const float *x, void *out, int64_t k);
 void qk_dequant_q4_k(const void *row, float *out, int64_t k);
 void qk_dequant_q6_k(const void *row, float *out, int64_t k);
 

@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One gateway over two daemons (ringlm-gateway --socket A --socket B: one ringlmd per NUMA
+ * node of a multi-socket host, here both on this machine): a repeated prompt goes to the
+ * daemon that was given its prefix (its prefix cache hits), unique prompts spread over both,
+ * and when one daemon dies the request it was serving ends with a clear error while new
+ * requests go to the other.
+ */
+#include <criterion/criterion.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ringlm.h"
+#include "tests/gateway_helpers.h"
+
+static th_daemon g_b; /* the second daemon (the first is gwh_daemon) */
+static int g_b_metrics;
+
+static void stop_all(void)
+{
+    gwh_stop_all();
+    th_daemon_stop(&g_b, SIGTERM, 10000);
+    th_daemon_cleanup(&g_b);
+}
+
+TestSuite(gateway_numa, .fini = stop_all, .timeout = 180);
+
+static void start_two(void)
+{
+    gwh_need();
+    gwh_need_curl();
+    gwh_start_daemon(NULL);
+    th_daemon_init(&g_b);
+    char *model = th_shared_file("models/stories260K.bin");
+    char *policy = gwh_policy();
+    const char *args[] = {"--model", model, "--policy", policy, "--metrics", "127.0.0.1:0", NULL};
+    th_daemon_start(&g_b, args, 20000);
+    th_proc p = {.pid = g_b.pid};
+    snprintf(p.log, sizeof p.log, "%s", g_b.log);
+    g_b_metrics = th_proc_log_int(&p, "metrics on port ", 20000);
+    free(model);
+    free(policy);
+    char *keys = gwh_keys();
+    const char *extra[] = {"--socket", g_b.sock, "--sessions", "1", "--api-keys", keys, NULL};
+    gwh_start_gateway(extra);
+    free(keys);
+    gwh_wait_healthy(20000);
+    /* both daemons' sessions up: /health is 200 with one */
+    for (uint64_t dl = th_now_ms() + 20000;; th_pause_ms(20)) {
+        char *m = gwh_gateway_metrics();
+        double up = gwh_metric(m, "ringlm_gateway_sessions_connected");
+        free(m);
+        if (up == 2) break;
+        cr_assert(th_now_ms() < dl, "the gateway has %g sessions up, not 2", up);
+    }
+}
+
+static double daemon_metric(int port, const char *series)
+{
+    int st = 0;
+    char *b = th_http_get(port, "/metrics", &st, NULL, 0);
+    cr_assert(b && st == 200);
+    double v = gwh_metric(b, series);
+    free(b);
+    return v;
+}
+
+/* Requests a daemon finished, by its vllm:request_success_total. */
+static double served(int port)
+{
+    static const char *const reasons[] = {"length", "stop", "abort"};
+    double n = 0;
+    for (int i = 0; i < 3; i++) {
+        char series[160];
+        snprintf(series, sizeof series,
+                 "vllm:request_success_total{model_name=\"stories260K\",engine=\"0\","
+                 "finished_reason=\"%s\"}",
+                 reasons[i]);
+        n += daemon_metric(port, series);
+    }
+    return n;
+}
+
+static double picks(int d)
+{
+    char *m = gwh_gateway_metrics(), series[80];
+    snprintf(series, sizeof series, "ringlm_gateway_daemon_requests_total{daemon=\"%d\"}", d);
+    double v = gwh_metric(m, series);
+    free(m);
+    return v;
+}
+
+static void complete(const char *prompt, int max_tokens)
+{
+    char body[1024];
+    snprintf(body, sizeof body, "{\"model\":\"stories\",\"prompt\":\"%s\",\"max_tokens\":%d}",
+             prompt, max_tokens);
+    gwh_resp r = gwh_curl("/v1/completions", "sk-alice-0001", body);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    gwh_resp_free(&r);
+}
+
+/* Each daemon's finished requests equal what the gateway sent it (the metrics publish within
+ * 100 ms of the end). */
+static void wait_served(double a, double b)
+{
+    for (uint64_t dl = th_now_ms() + 5000;; th_pause_ms(20)) {
+        double sa = served(gwh_metrics_port), sb = served(g_b_metrics);
+        if (sa == a && sb == b) return;
+        cr_assert(th_now_ms() < dl, "daemons served %g and %g, the gateway sent %g and %g", sa, sb,
+                  a, b);
+    }
+}
+
+#define LONG_PROMPT                                                                                \
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the "      \
+    "park with her friends. One day, she saw a big red ball under a tree and she wanted it."
+
+Test(gateway_numa, repeated_prompts_go_where_their_prefix_is_and_unique_ones_spread)
+{
+    start_two();
+    for (int i = 0; i < 6; i++) complete(LONG_PROMPT, 4);
+    double a = picks(0), b = picks(1);
+    cr_assert((a == 6 && b == 0) || (a == 0 && b == 6),
+              "the same prompt went to both daemons: %g and %g", a, b);
+    wait_served(a, b);
+    /* the one that holds the prefix hit it five times: its hit rate is one daemon's */
+    int holder = a ? gwh_metrics_port : g_b_metrics;
+    double q = daemon_metric(holder, "vllm:prefix_cache_queries_total{model_name=\"stories260K\","
+                                     "engine=\"0\"}"),
+           h = daemon_metric(
+               holder, "vllm:prefix_cache_hits_total{model_name=\"stories260K\",engine=\"0\"}");
+    cr_assert(q > 0 && h / q > 0.6, "prefix hits %g of %g queried tokens on the holder", h, q);
+    char *m = gwh_gateway_metrics();
+    cr_assert_eq(gwh_metric(m, "ringlm_gateway_affinity_requests_total"), 5, "%s", m);
+    free(m);
+
+    /* unique prompts: no daemon has their prefix, so the least loaded (in turn) gets each */
+    for (int i = 0; i < 8; i++) {
+        char p[160];
+        snprintf(p, sizeof p,
+                 "Tom had %d red apples and a dog named Max number %d who liked to run", i + 2,
+                 i * 7);
+        complete(p, 4);
+    }
+    double a2 = picks(0) - a, b2 = picks(1) - b;
+    cr_assert(a2 >= 3 && b2 >= 3, "8 unique prompts split %g / %g", a2, b2);
+    wait_served(a + a2, b + b2);
+}
+
+/* Empties tenant held's token bucket on a daemon (gwh_policy: 0.001 tokens/s): a request of
+ * held that arrives afterwards waits in its queue for over an hour. */
+static void empty_held_bucket(const char *sock)
+{
+    ringlm_client *c;
+    int rc = ringlm_connect(sock, &c);
+    cr_assert_eq(rc, 0, "connect: %s (%s)", ringlm_strerror(rc), ringlm_errdetail());
+    int32_t prompt[4] = {1, 403, 407, 261};
+    ringlm_request r;
+    ringlm_request_init(&r);
+    r.prompt = prompt;
+    r.n_prompt = 4;
+    r.max_new_tokens = 1;
+    r.tenant_tag = "held";
+    r.class_name = "chat";
+    cr_assert_eq(ringlm_submit(c, &r, NULL), 0, "%s", ringlm_errdetail());
+    ringlm_event ev;
+    do rc = ringlm_next_event(c, &ev, 30000);
+    while (rc > 0 && ev.kind != RINGLM_EV_FINISH);
+    cr_assert(rc > 0, "the bucket-emptying request got no FINISH");
+    ringlm_close(c);
+}
+
+Test(gateway_numa, a_dead_daemon_ends_its_streams_with_an_error_and_the_other_takes_new_work)
+{
+    start_two();
+    empty_held_bucket(gwh_daemon.sock);
+    empty_held_bucket(g_b.sock);
+    /* a stream that waits in its daemon's queue (held's bucket is empty) */
+    int fd = gwh_connect();
+    gwh_send_post(fd, "/v1/completions", "sk-held-00001",
+                  "{\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":8,"
+                  "\"stream\":true}");
+    int victim = -1;
+    for (uint64_t dl = th_now_ms() + 10000; victim < 0; th_pause_ms(10)) {
+        char *m = gwh_gateway_metrics();
+        if (gwh_metric(m, "ringlm_gateway_session_requests_in_flight{session=\"0\"}") == 1)
+            victim = 0;
+        else if (gwh_metric(m, "ringlm_gateway_session_requests_in_flight{session=\"1\"}") == 1)
+            victim = 1;
+        free(m);
+        cr_assert(victim >= 0 || th_now_ms() < dl, "the held stream never reached a daemon");
+    }
+    th_daemon *dead = victim == 0 ? &gwh_daemon : &g_b;
+    kill(dead->pid, SIGKILL);
+    bool eof = false;
+    char *got = th_read_until(fd, NULL, 15000, &eof);
+    close(fd);
+    cr_assert(eof, "the stream did not end after its daemon died: %s", got);
+    cr_assert(strstr(got, "daemon_unavailable") && strstr(got, "went away"),
+              "the stream of the dead daemon did not end with a clear error: %s", got);
+    free(got);
+    th_daemon_stop(dead, SIGKILL, 5000);
+
+    /* new requests all go to the survivor */
+    double before = picks(1 - victim);
+    for (int i = 0; i < 4; i++) {
+        char p[120];
+        snprintf(p, sizeof p, "The cat number %d sat on the mat", i);
+        complete(p, 4);
+    }
+    cr_assert_eq(picks(1 - victim) - before, 4, "new requests did not all go to the survivor");
+    int st = 0;
+    char *h = th_http_get(gwh_port, "/health", &st, NULL, 0);
+    cr_assert_eq(st, 200, "/health with one daemon left: %d %s", st, h);
+    free(h);
+}
