@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "daemon/echo.h"
+#include "kernels/cpu/blas_core.h"
 #include "daemon/kvtier.h"
 #include "daemon/loop.h"
 #include "daemon/metrics.h"
@@ -382,6 +383,9 @@ static void install_signals(void)
 
 int main(int argc, char **argv)
 {
+    /* OpenBLAS chose its kernels when it was loaded: where it chose ones below this CPU's
+     * (kernels/cpu/blas_core.h), start again with the right ones, before anything is open. */
+    blas_core_fix(argv);
     enum {
         O_SOCKET = 256,
         O_ECHO,

@@ -170,6 +170,12 @@ const char *eng_backend_name(const eng *e)
     return e->ops->name;
 }
 
+void eng_describe_paths(const eng *e, char *buf, size_t cap)
+{
+    if (cap) *buf = 0;
+    if (e->ops->describe && cap) e->ops->describe(e->priv, buf, cap);
+}
+
 /* ---- KV geometry and copies --------------------------------------------------------- */
 
 size_t eng_kv_bytes_per_token(const eng *e)

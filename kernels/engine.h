@@ -288,6 +288,10 @@ typedef struct eng_options {
 int eng_create(const eng_model *m, const eng_options *opt, eng **out);
 void eng_destroy(eng *e);
 const char *eng_backend_name(const eng *e);
+/* One line naming the kernels the projections take on this machine, by batch size (and for
+ * the CPU backend the core OpenBLAS runs), for a start report; "" where the backend does not
+ * say. */
+void eng_describe_paths(const eng *e, char *buf, size_t cap);
 
 /* KV geometry. A block is block-major: all layers' K and V for block_size tokens in one
  * contiguous piece of kv_block_bytes, so it moves to host memory or disk as one copy. */
@@ -458,6 +462,8 @@ typedef struct eng_backend_ops {
      * [0, n_tasks) on the backend's host threads and returns when all have returned; the
      * per-row log-probabilities of a batch use it */
     void (*run_tasks)(void *priv, int n_tasks, void (*fn)(void *ctx, int task), void *ctx);
+    /* optional: which kernels the projections take, by batch size, for a start report */
+    void (*describe)(void *priv, char *buf, size_t cap);
 } eng_backend_ops;
 
 /* The CPU backend's table (kernels/cpu/). */

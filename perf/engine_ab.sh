@@ -35,8 +35,10 @@ cleanup() {
 }
 trap cleanup EXIT
 git worktree add -q --detach "$tmp/base" "$BASE"
-# this tree's bench, the baseline's engine
+# this tree's bench, the baseline's engine; and this tree's check of OpenBLAS's kernels where
+# the baseline has none (the bench calls it: the core OpenBLAS runs is the machine's setting)
 cp perf/engine_bench.c perf/bench_util.h "$tmp/base/perf/"
+[ -e "$tmp/base/kernels/cpu/blas_core.c" ] || cp kernels/cpu/blas_core.[ch] "$tmp/base/kernels/cpu/"
 make -C "$tmp/base" -j2 CUDA=0 build/perf/engine_bench >"$tmp/build.log" 2>&1 ||
   { cat "$tmp/build.log" >&2; echo "engine_ab.sh: baseline $BASE does not build" >&2; exit 1; }
 

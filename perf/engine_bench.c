@@ -18,6 +18,7 @@
  * The decode figures compared with llama.cpp (its llama-batched-bench: 32-token prompts, 128
  * generated tokens) correspond to --context 32 --steps 128.
  */
+#include "kernels/cpu/blas_core.h"
 #include "kernels/engine.h"
 #include "kernels/logits.h"
 #include "perf/bench_util.h"
@@ -329,6 +330,7 @@ static double max_of(const double *v, int n)
 
 int main(int argc, char **argv)
 {
+    blas_core_fix(argv); /* the kernels ringlmd runs (kernels/cpu/blas_core.h) */
     const char *spec = "synthetic:stories15M:1";
     int threads = 2, repeats = 5, json = 0, decode_steps = 16, ctx0 = 32, prefill_len = 256;
     int batch_sizes[MAX_SIZES] = {1, 4, 8, 16, 32, 64}, n_sizes = 6, naive_runs = 1;

@@ -8,9 +8,16 @@
  * engine's switch to SGEMM (gemm_small_max_rows) is chosen from it.
  *
  *   gemm_bench [--shape stories110M|stories15M] [--repeats R] [--rows 1,2,4,...]
- *              [--path auto|avx512|avx2|portable] [--json]
+ *              [--path auto|avx512|avx2|portable] [--type F16|BF16] [--clock cpu] [--json]
+ *
+ * --type F16 or BF16: the weights in that type instead, q_matmul (kernels/cpu/quant.h: float
+ * tiles converted once, then gemm_small or SGEMM) against the fused dots it replaced for
+ * small batches (q_dot for every weight row and activation row, the conversion redone per
+ * activation row), in the same repeat. --clock cpu times the thread's CPU time instead of
+ * wall time (figures from a machine busy with others).
  */
 #include "kernels/cpu/gemm_small.h"
+#include "kernels/cpu/quant.h"
 #include "perf/bench_util.h"
 
 #include <cblas.h>
@@ -20,10 +27,12 @@
 #include <string.h>
 #include <time.h>
 
+static clockid_t bench_clock = CLOCK_MONOTONIC;
+
 static double now_s(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(bench_clock, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -40,6 +49,28 @@ typedef struct shape {
 } shape;
 
 static gemm_small_path path = GEMM_SMALL_AUTO;
+static int wtype = Q_F32; /* --type */
+
+/* --type: q_matmul on the weights in their type, split as run_small splits them */
+static void run_typed(int M, const shape *s, const float *x, const void *w, float *y)
+{
+    int chunk = (s->n + CHUNKS - 1) / CHUNKS;
+    size_t rb = q_row_bytes(wtype, s->k);
+    for (int n0 = 0; n0 < s->n; n0 += chunk) {
+        int n = s->n - n0 < chunk ? s->n - n0 : chunk;
+        q_matmul(wtype, (const char *)w + (size_t)n0 * rb, n, s->k, x, M, 0.0f, y + n0, s->n);
+    }
+}
+
+/* --type: the fused dots, one per weight row and activation row */
+static void run_dots(int M, const shape *s, const float *x, const void *w, float *y)
+{
+    size_t rb = q_row_bytes(wtype, s->k);
+    for (int i = 0; i < s->n; i++)
+        for (int r = 0; r < M; r++)
+            y[(size_t)r * s->n + i] =
+                q_dot(wtype, (const char *)w + (size_t)i * rb, x + (size_t)r * s->k, s->k);
+}
 
 static void run_small(int M, const shape *s, const float *x, const float *w, float *y)
 {
@@ -71,9 +102,10 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"shape", required_argument, 0, 's'}, {"repeats", required_argument, 0, 'r'},
         {"rows", required_argument, 0, 'm'},  {"json", no_argument, 0, 'j'},
-        {"path", required_argument, 0, 'P'},  {0, 0, 0, 0}};
+        {"path", required_argument, 0, 'P'},  {"type", required_argument, 0, 'T'},
+        {"clock", required_argument, 0, 'c'}, {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "s:r:m:jP:", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "s:r:m:jP:T:c:", opts, NULL)) != -1) {
         switch (ch) {
         case 's': shape_name = optarg; break;
         case 'r': repeats = atoi(optarg); break;
@@ -85,9 +117,20 @@ int main(int argc, char **argv)
                    : strcmp(optarg, "portable") == 0 ? GEMM_SMALL_PORTABLE
                                                      : GEMM_SMALL_AUTO;
             break;
+        case 'T':
+            wtype = strcmp(optarg, "F16") == 0 ? Q_F16 : strcmp(optarg, "BF16") == 0 ? Q_BF16 : -1;
+            if (wtype < 0) {
+                fprintf(stderr, "gemm_bench: --type F16 or BF16\n");
+                return 2;
+            }
+            break;
+        case 'c':
+            bench_clock = strcmp(optarg, "cpu") == 0 ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
+            break;
         default:
             fprintf(stderr, "usage: gemm_bench [--shape stories110M|stories15M] [--repeats R] "
-                            "[--rows 1,2,4,...] [--path auto|avx512|avx2|portable] [--json]\n");
+                            "[--rows 1,2,4,...] [--path auto|avx512|avx2|portable] "
+                            "[--type F16|BF16] [--clock cpu] [--json]\n");
             return 2;
         }
     }
@@ -141,18 +184,30 @@ int main(int argc, char **argv)
         w[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
     for (size_t i = 0; i < max_k * (size_t)max_m; i++)
         x[i] = (float)((i * 40503u) % 1000) * 1e-3f - 0.5f;
+    /* --type: the copies in that type (2 bytes an element), each copy's rows as a matrix */
+    char *wq = NULL;
+    if (wtype != Q_F32) {
+        wq = malloc(max_w * copies * 2);
+        if (!wq) {
+            fprintf(stderr, "gemm_bench: out of memory\n");
+            return 1;
+        }
+        q_quantize_row(wtype, w, wq, (int64_t)(max_w * copies));
+    }
+    const char *ta = wtype == Q_F16 ? "F16" : wtype == Q_BF16 ? "BF16" : "F32";
 
     if (json)
-        printf("{\"shape\":\"%s\",\"threads\":1,\"repeats\":%d,\"chunks\":%d,\"path\":\"%s\","
-               "\"results\":[",
-               shape_name, repeats, CHUNKS,
+        printf("{\"shape\":\"%s\",\"type\":\"%s\",\"threads\":1,\"repeats\":%d,\"chunks\":%d,"
+               "\"path\":\"%s\",\"results\":[",
+               shape_name, ta, repeats, CHUNKS,
                path_name(path == GEMM_SMALL_AUTO ? gemm_small_auto_path() : path));
     else
-        printf("gemm_bench %s, 1 thread, %d chunks per product, medians of %d (small path: "
+        printf("gemm_bench %s %s, 1 thread, %d chunks per product, medians of %d (small path: "
                "%s)\n%-5s %4s %10s %10s %8s\n",
-               shape_name, CHUNKS, repeats,
+               shape_name, ta, CHUNKS, repeats,
                path_name(path == GEMM_SMALL_AUTO ? gemm_small_auto_path() : path), "proj", "M",
-               "small ms", "blas ms", "blas/small");
+               wtype == Q_F32 ? "small ms" : "matmul ms", wtype == Q_F32 ? "blas ms" : "dots ms",
+               wtype == Q_F32 ? "blas/small" : "dots/matmul");
     int first = 1;
     for (int si = 0; si < n_shapes; si++) {
         const shape *s = &shapes[si];
@@ -166,11 +221,17 @@ int main(int argc, char **argv)
             for (int r = 0; r < R; r++) {
                 double t0 = now_s();
                 for (int i = 0; i < iters; i++)
-                    run_small(M, s, x, w + (size_t)i % (max_w * copies / wsz) * wsz, y);
+                    if (wq)
+                        run_typed(M, s, x, wq + (size_t)i % (max_w * copies / wsz) * wsz * 2, y);
+                    else
+                        run_small(M, s, x, w + (size_t)i % (max_w * copies / wsz) * wsz, y);
                 ts[r] = (now_s() - t0) / iters;
                 t0 = now_s();
                 for (int i = 0; i < iters; i++)
-                    run_blas(M, s, x, w + (size_t)i % (max_w * copies / wsz) * wsz, y);
+                    if (wq)
+                        run_dots(M, s, x, wq + (size_t)i % (max_w * copies / wsz) * wsz * 2, y);
+                    else
+                        run_blas(M, s, x, w + (size_t)i % (max_w * copies / wsz) * wsz, y);
                 tb[r] = (now_s() - t0) / iters;
             }
             double ms = bench_median(ts, R) * 1e3, mb = bench_median(tb, R) * 1e3;
@@ -185,6 +246,7 @@ int main(int argc, char **argv)
     }
     if (json) printf("]}\n");
     free(w);
+    free(wq);
     free(x);
     free(y);
     return 0;

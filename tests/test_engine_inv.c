@@ -205,11 +205,13 @@ Test(engine_inv, decode_alone_is_bit_identical_inside_a_small_decode_batch)
  * V and feed-forward-down projections): one row alone and a batch of 8 take different kernels
  * on AVX-512 VNNI (kernels/cpu/quant.c: the weights dotted as they lie, or repacked tiles),
  * which end in the same integer sums and the same float steps, and the 8-bit activations are
- * quantized per row; so alone and in a batch of 8 are bit-identical too, on every path. */
+ * quantized per row; so alone and in a batch of 8 are bit-identical too, on every path. F16
+ * and BF16 weights are converted to float tiles and multiplied by gemm_small alone and in the
+ * batch alike. */
 Test(engine_inv, quantized_gguf_decode_alone_is_bit_identical_inside_a_batch_of_8,
      .init = mk_tmpdir, .fini = rm_tmpdir)
 {
-    static const char *const types[] = {"Q8_0", "Q4_K_M"};
+    static const char *const types[] = {"Q8_0", "Q4_K_M", "F16", "BF16"};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         char path[512];
         snprintf(path, sizeof path, "%s/quant-test-%s.gguf", tmpdir, types[t]);

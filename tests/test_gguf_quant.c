@@ -406,7 +406,8 @@ static void random_blocks(int type, unsigned char *q, int n, int k)
 
 /* Every kernel of the portable path beside the SIMD ones, on random blocks of every type:
  * q_dot (the fused dots) and q_matmul at row counts that take each of its paths (fused dots up
- * to Q_FUSED_MAX_ROWS, the integer kernels up to Q_INT_MAX_ROWS, dequantized tiles above)
+ * to Q_FUSED_MAX_ROWS, the integer kernels up to Q_INT_MAX_ROWS, dequantized tiles above; the
+ * float types' tiles at every row count)
  * on each instruction set this CPU has, against the portable products and the exact ones. The
  * tiles dequantize exactly on every path (F16C's conversion as the scalar one), so there the
  * products are the same to the bit; elsewhere within quant.h's bounds: 1e-5 x sum |w x| between
@@ -443,7 +444,9 @@ Test(gguf_quant, every_kernel_on_random_blocks_portable_beside_simd)
         for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++) {
             const int rows = rows_cases[rc];
             q_isa_cap(Q_ISA_PORTABLE);
-            const bool tiles_portable = rows > Q_FUSED_MAX_ROWS && !q_int_path(type, rows);
+            const bool float_type = type == Q_F32 || type == Q_F16 || type == Q_BF16;
+            const bool tiles_portable =
+                (rows > Q_FUSED_MAX_ROWS || float_type) && !q_int_path(type, rows);
             q_matmul(type, q, n, k, x, rows, 0.0f, want, n);
             for (int r = 0; r < rows; r++)
                 for (int i = 0; i < n; i++) {

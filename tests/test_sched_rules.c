@@ -1027,6 +1027,42 @@ Test(sched_rules, cancel_during_transfer_releases_on_completion)
     h_free(h);
 }
 
+/* Prompts that arrive together are prefilled together: one step holds as many whole prompts
+ * as the token budget allows (the rest chunked into it), and each prompt's first token is
+ * sampled in the step that ends its prefill, not one prompt per step. */
+Test(sched_rules, a_burst_of_prompts_is_prefilled_together_up_to_the_budget)
+{
+    harness *h = h_new("[scheduler]\ntoken_budget = 2048\nprefill_chunk = 512\n", NULL);
+    for (int i = 0; i < 8; i++) h_add(h, 0, 0, 0, 200, 4); /* 1,600 tokens: fit the budget */
+    const sched_plan *pl = h_iterate(h);
+    cr_assert_eq(pl->n_prefill, 8, "one step prefills the whole burst (%u prompts)", pl->n_prefill);
+    cr_assert_eq(pl->prefill_tokens, 1600);
+    for (uint32_t i = 1; i <= 8; i++)
+        cr_assert(h->r[i].first_token && h->r[i].first_token == h->r[1].first_token,
+                  "request %u's first token comes with the others' (%llu, %llu)", i,
+                  (unsigned long long)h->r[i].first_token, (unsigned long long)h->r[1].first_token);
+    h_free(h);
+
+    /* 16 prompts of 200 beyond a budget of 1,024: the budget stays full (the prompt that does
+     * not fit whole is chunked into it), so every first token comes within 4 steps, not 16 */
+    h = h_new("[scheduler]\ntoken_budget = 1024\nprefill_chunk = 512\n", NULL);
+    for (int i = 0; i < 16; i++) h_add(h, 0, 0, 0, 200, 4);
+    int steps = 0;
+    bool all = false;
+    while (!all && steps < 16) {
+        pl = h_iterate(h);
+        steps++;
+        if (!all && steps < 4)
+            cr_assert_geq(pl->prefill_tokens + pl->decode_tokens, 1000,
+                          "step %d used %u of the 1,024-token budget", steps,
+                          pl->prefill_tokens + pl->decode_tokens);
+        all = true;
+        for (uint32_t i = 1; i <= 16; i++) all = all && h->r[i].first_token;
+    }
+    cr_assert(all && steps <= 4, "16 x 200 tokens through a 1,024-token budget: %d steps", steps);
+    h_free(h);
+}
+
 Test(sched_rules, tpot_target_caps_prefill_while_class_decodes)
 {
     harness *h = h_new(

@@ -34,6 +34,7 @@
  * so one block is one contiguous copy for swapping.
  */
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm_small.h"
 #include "kernels/cpu/quant.h"
@@ -41,6 +42,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -682,6 +684,42 @@ int eng_cpu_phase_stats(void *priv, eng_phase_stats *out, bool reset)
     return 0;
 }
 
+/* The kernels each batch size takes for this model's projection weights (quant.h and
+ * gemm_small.h say why), and the core OpenBLAS runs. */
+static void cpu_describe(void *priv, char *buf, size_t cap)
+{
+    cpu *c = priv;
+    const int wt = c->hp.weight_type, small = gemm_small_max_rows(GEMM_SMALL_AUTO);
+    const char *gs = gemm_small_auto_path() == GEMM_SMALL_AVX512 ? "avx512"
+                     : gemm_small_auto_path() == GEMM_SMALL_AVX2 ? "avx2"
+                                                                 : "portable";
+    char blas[192];
+    blas_core_describe(blas, sizeof blas);
+    if (wt == ENG_W_F32)
+        snprintf(buf, cap,
+                 "F32 projections: gemm_small (%s) up to %d rows, OpenBLAS SGEMM above; %s", gs,
+                 small, blas);
+    else if (wt == ENG_W_F16 || wt == ENG_W_BF16) {
+        const char *conv = !q_simd_active() ? "portable" : wt == ENG_W_F16 ? "F16C" : "AVX2";
+        const bool fused = q_simd_active() && gemm_small_auto_path() == GEMM_SMALL_AVX2;
+        char few[96] = "";
+        if (fused)
+            snprintf(few, sizeof few, "converted in registers (%s) up to %d rows, ", conv,
+                     Q_FUSED_MAX_ROWS);
+        snprintf(buf, cap,
+                 "%s projections: %sfloat tiles (%s) and gemm_small (%s) up to %d rows, "
+                 "OpenBLAS SGEMM above; %s",
+                 wt == ENG_W_F16 ? "F16" : "BF16", few, conv, gs, small, blas);
+    } else if (q_isa() >= Q_ISA_AVX512)
+        snprintf(buf, cap, "%s projections: integer dots (%s) at every batch size; %s",
+                 eng_wtype_name(wt), q_isa_name(q_isa()), blas);
+    else
+        snprintf(buf, cap,
+                 "%s projections: integer dots (%s) up to %d rows, dequantized tiles and OpenBLAS "
+                 "SGEMM above; %s",
+                 eng_wtype_name(wt), q_isa_name(q_isa()), Q_INT_MAX_ROWS, blas);
+}
+
 typedef struct task_fwd {
     void (*fn)(void *ctx, int task);
     void *ctx;
@@ -714,6 +752,7 @@ static const eng_backend_ops cpu_ops = {
     .kv_write_block = cpu_kv_write_block,
     .kv_copy_blocks = cpu_kv_copy_blocks,
     .run_tasks = cpu_run_tasks,
+    .describe = cpu_describe,
 };
 
 const eng_backend_ops *eng_cpu_backend(void)

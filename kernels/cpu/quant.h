@@ -40,7 +40,11 @@
  * of 32 and add them with the same float steps; the AVX2 and portable paths run one kernel
  * for 1 to Q_INT_MAX_ROWS rows. tests/test_gguf_quant.c and tests/test_engine_inv.c hold it.
  * Prefill (many rows) otherwise: a tile of weight rows is dequantized to float32 and
- * multiplied with OpenBLAS SGEMM, so batching keeps its advantage.
+ * multiplied with OpenBLAS SGEMM, so batching keeps its advantage. F16 and BF16 weights go
+ * through such tiles at every row count (F16C or a shift converts them once per step; a batch
+ * up to gemm_small_max_rows multiplies them with gemm_small), or, up to Q_FUSED_MAX_ROWS rows on
+ * AVX2, through gemm_small's own tile arithmetic with the conversion in registers: the same
+ * bits, so alone and in a batch are bit-identical.
  */
 #ifndef RINGLM_KERNELS_CPU_QUANT_H
 #define RINGLM_KERNELS_CPU_QUANT_H
@@ -80,8 +84,12 @@ void q_dequant_row(int type, const void *row, float *out, int64_t k);
 /* One row · x (k elements), fused: the row is never stored as float32. */
 float q_dot(int type, const void *row, const float *x, int64_t k);
 
-/* Up to this many activation rows q_matmul runs the fused path (each weight row read once
- * for all rows); above it, dequantized tiles and SGEMM. */
+/* Up to this many activation rows q_matmul runs the fused path for quantized weights that do
+ * not take the integer path (each weight row read once for all rows); above it, dequantized
+ * tiles and SGEMM. F16 and BF16 weights do not take the fused dots: up to this many rows they
+ * are converted in registers and multiplied with gemm_small's AVX2 tiles (where gemm_small runs
+ * those), above it (and elsewhere) converted to float tiles for gemm_small or SGEMM; both give
+ * the same bits, so a row gets the same sums alone as in a small batch. */
 #define Q_FUSED_MAX_ROWS 4
 /* Q8_0, Q4_K, Q6_K: up to this many rows, 8-bit activations and integer dots (each weight
  * row read once per group of 8 rows, from cache after the first); above it, tiles and SGEMM.

@@ -380,6 +380,13 @@ SIMD float qk_dot_q8_0_avx2(const void *row, const float *x, int64_t k);
 SIMD float qk_dot_q4_k_avx2(const void *row, const float *x, int64_t k);
 SIMD float qk_dot_q6_k_avx2(const void *row, const float *x, int64_t k);
 SIMD void qk_dequant_f16_avx2(const uint16_t *h, float *out, int64_t k);
+SIMD void qk_dequant_bf16_avx2(const uint16_t *h, float *out, int64_t k);
+/* y[r][i] = beta y[r][i] + w_i . x_r for n rows of F16 or BF16 weights (k elements each,
+ * contiguous) and rows <= 4 activation rows (k floats apart), converted in registers with
+ * the arithmetic of gemm_small's AVX2 tiles: the same bits as converting the rows to floats
+ * and calling gemm_small(GEMM_SMALL_AVX2, ...). */
+SIMD void qk_rows_half_avx2(int type, const uint16_t *w, int n, int k, const float *x, int rows,
+                            float beta, float *y, int ld_y);
 SIMD void qk_xq8_row_avx2(const float *x, int8_t *q, float *d, float *s, int64_t k);
 
 /* y[r][i] = beta y[r][i] + w_i . x_r for the n weight rows at w and the rows of x, in

@@ -1440,6 +1440,7 @@ static const eng_backend_ops cuda_ops = {
     cu_kv_copy_blocks,
     cu_kv_transfer_async,
     NULL, /* run_tasks: log-probability rows run on the calling thread */
+    NULL, /* describe */
 };
 
 extern "C" __attribute__((visibility("default"))) const eng_backend_ops *ringlm_cuda_backend(void)
