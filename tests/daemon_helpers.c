@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -649,3 +650,42 @@ double json_num_of(const char *line, const char *key)
     const char *p = strstr(line, k);
     return p ? strtod(p + strlen(k), NULL) : -1;
 }
+
+/* ---- a raw session ---------------------------------------------------------------------- */
+void th_raw_connect(const char *path, th_raw *r)
+{
+    memset(r, 0, sizeof *r);
+    r->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    cr_assert_eq(connect(r->sock, (struct sockaddr *)&sa, sizeof sa), 0, "connect: %m");
+    struct ringlm_wire_hello h = {.magic = RINGLM_WIRE_MAGIC, .abi = RINGLM_WIRE_ABI};
+    cr_assert_eq(send(r->sock, &h, sizeof h, 0), (ssize_t)sizeof h);
+    char ctl[CMSG_SPACE(sizeof(int) * 3)];
+    struct iovec iov = {.iov_base = &r->w, .iov_len = sizeof r->w};
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
+    struct pollfd pfd = {.fd = r->sock, .events = POLLIN};
+    cr_assert_eq(poll(&pfd, 1, 5000), 1, "no welcome");
+    cr_assert_eq(recvmsg(r->sock, &msg, 0), (ssize_t)sizeof r->w);
+    cr_assert_eq(r->w.status, 0, "welcome status %d: %s", r->w.status, r->w.detail);
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cr_assert_not_null(cm);
+    int fds[2];
+    memcpy(fds, CMSG_DATA(cm), sizeof fds);
+    r->cseg = mmap(NULL, r->w.cseg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+    r->dseg = mmap(NULL, r->w.dseg_bytes, PROT_READ, MAP_SHARED, fds[1], 0);
+    close(fds[0]);
+    r->dfd = fds[1];
+    cr_assert(r->cseg != MAP_FAILED && r->dseg != MAP_FAILED);
+}
+
+void th_raw_close(th_raw *r)
+{
+    munmap(r->cseg, r->w.cseg_bytes);
+    munmap((void *)r->dseg, r->w.dseg_bytes);
+    close(r->dfd);
+    close(r->sock);
+}
+
+/* Writes the request records of cases[0..n) (ids 1..n) into the ring and publishes them. */

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "shm/wire.h"
 #include "tests/helpers.h"
 
 /* ---- harness ------------------------------------------------------------------------- */
@@ -213,5 +214,17 @@ const char *find_line2(const char *path, const char *a, const char *b);
 
 /* The number after "key": in a JSON line; -1 when the key is absent. */
 double json_num_of(const char *line, const char *key);
+
+/* A session opened by hand (the handshake without libringlm), for tests that write records
+ * straight into the submit ring: its segments mapped, at = the ring's producer position. */
+typedef struct th_raw {
+    int sock, dfd;
+    struct ringlm_wire_welcome w;
+    struct ringlm_wire_cseg *cseg;
+    const struct ringlm_wire_dseg *dseg;
+    uint64_t at;
+} th_raw;
+void th_raw_connect(const char *path, th_raw *r);
+void th_raw_close(th_raw *r);
 
 #endif

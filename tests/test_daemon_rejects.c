@@ -24,6 +24,7 @@
 #include "libclient/ringlm.h"
 #include "sched/sched.h"
 #include "shm/wire.h"
+#include "tests/daemon_helpers.h"
 #include "tests/helpers.h"
 
 /* The model every test here serves: stories260K's shape (context 512, vocabulary 512). */
@@ -177,51 +178,7 @@ Test(daemon_rejects, a_bad_parameter_is_refused_at_submit)
 
 /* A client that writes the ring itself, past the library: the daemon runs the same check and
  * answers each bad record with FINISH rejected / bad_params, and keeps serving. */
-struct raw {
-    int sock, dfd;
-    struct ringlm_wire_welcome w;
-    struct ringlm_wire_cseg *cseg;
-    const struct ringlm_wire_dseg *dseg;
-};
-
-static void raw_connect(const char *path, struct raw *r)
-{
-    memset(r, 0, sizeof *r);
-    r->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-    cr_assert_eq(connect(r->sock, (struct sockaddr *)&sa, sizeof sa), 0, "connect: %m");
-    struct ringlm_wire_hello h = {.magic = RINGLM_WIRE_MAGIC, .abi = RINGLM_WIRE_ABI};
-    cr_assert_eq(send(r->sock, &h, sizeof h, 0), (ssize_t)sizeof h);
-    char ctl[CMSG_SPACE(sizeof(int) * 3)];
-    struct iovec iov = {.iov_base = &r->w, .iov_len = sizeof r->w};
-    struct msghdr msg = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
-    struct pollfd pfd = {.fd = r->sock, .events = POLLIN};
-    cr_assert_eq(poll(&pfd, 1, 5000), 1, "no welcome");
-    cr_assert_eq(recvmsg(r->sock, &msg, 0), (ssize_t)sizeof r->w);
-    cr_assert_eq(r->w.status, 0, "welcome status %d: %s", r->w.status, r->w.detail);
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-    cr_assert_not_null(cm);
-    int fds[2];
-    memcpy(fds, CMSG_DATA(cm), sizeof fds);
-    r->cseg = mmap(NULL, r->w.cseg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
-    r->dseg = mmap(NULL, r->w.dseg_bytes, PROT_READ, MAP_SHARED, fds[1], 0);
-    close(fds[0]);
-    r->dfd = fds[1];
-    cr_assert(r->cseg != MAP_FAILED && r->dseg != MAP_FAILED);
-}
-
-static void raw_close(struct raw *r)
-{
-    munmap(r->cseg, r->w.cseg_bytes);
-    munmap((void *)r->dseg, r->w.dseg_bytes);
-    close(r->dfd);
-    close(r->sock);
-}
-
-/* Writes the request records of cases[0..n) (ids 1..n) into the ring and publishes them. */
-static void raw_submit_bad(struct raw *r, const bad_case *cases, uint32_t n, const int32_t *p)
+static void raw_submit_bad(th_raw *r, const bad_case *cases, uint32_t n, const int32_t *p)
 {
     uint64_t cap = r->cseg->hdr.data_bytes, at = 0;
     uint8_t *data = (uint8_t *)r->cseg + r->cseg->hdr.data_off;
@@ -253,8 +210,8 @@ Test(daemon_rejects, a_bad_parameter_on_the_wire_is_bad_params_from_the_daemon)
     const int32_t prompt[3] = {1, 403, 407};
     th_daemon d;
     start(&d, NULL);
-    struct raw r;
-    raw_connect(d.sock, &r);
+    th_raw r;
+    th_raw_connect(d.sock, &r);
     raw_submit_bad(&r, bad_cases, N_BAD, prompt);
     /* Every record gets its FINISH: rejected, cause bad_params, no token. */
     const struct ringlm_wire_event *slots =
@@ -289,7 +246,7 @@ Test(daemon_rejects, a_bad_parameter_on_the_wire_is_bad_params_from_the_daemon)
         seen++;
     }
     for (size_t i = 1; i <= N_BAD; i++) cr_expect_eq(finished[i], 1, "request %zu", i);
-    raw_close(&r);
+    th_raw_close(&r);
     /* The daemon still serves a good client. */
     ringlm_client *c;
     cr_assert_eq(ringlm_connect(d.sock, &c), 0, "connect: %s", ringlm_errdetail());

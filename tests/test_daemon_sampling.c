@@ -289,52 +289,7 @@ Test(daemon_sampling, bad_values_are_refused_at_submit)
 
 /* ---- the daemon's own check: a client that writes REQUEST_EXT records itself ----------- */
 
-struct raw {
-    int sock, dfd;
-    struct ringlm_wire_welcome w;
-    struct ringlm_wire_cseg *cseg;
-    const struct ringlm_wire_dseg *dseg;
-    uint64_t at;
-};
-
-static void raw_connect(const char *path, struct raw *r)
-{
-    memset(r, 0, sizeof *r);
-    r->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-    cr_assert_eq(connect(r->sock, (struct sockaddr *)&sa, sizeof sa), 0, "connect: %m");
-    struct ringlm_wire_hello h = {.magic = RINGLM_WIRE_MAGIC, .abi = RINGLM_WIRE_ABI};
-    cr_assert_eq(send(r->sock, &h, sizeof h, 0), (ssize_t)sizeof h);
-    char ctl[CMSG_SPACE(sizeof(int) * 3)];
-    struct iovec iov = {.iov_base = &r->w, .iov_len = sizeof r->w};
-    struct msghdr msg = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
-    struct pollfd pfd = {.fd = r->sock, .events = POLLIN};
-    cr_assert_eq(poll(&pfd, 1, 5000), 1, "no welcome");
-    cr_assert_eq(recvmsg(r->sock, &msg, 0), (ssize_t)sizeof r->w);
-    cr_assert_eq(r->w.status, 0, "welcome status %d: %s", r->w.status, r->w.detail);
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-    cr_assert_not_null(cm);
-    int fds[2];
-    memcpy(fds, CMSG_DATA(cm), sizeof fds);
-    r->cseg = mmap(NULL, r->w.cseg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
-    r->dseg = mmap(NULL, r->w.dseg_bytes, PROT_READ, MAP_SHARED, fds[1], 0);
-    close(fds[0]);
-    r->dfd = fds[1];
-    cr_assert(r->cseg != MAP_FAILED && r->dseg != MAP_FAILED);
-}
-
-static void raw_close(struct raw *r)
-{
-    munmap(r->cseg, r->w.cseg_bytes);
-    munmap((void *)r->dseg, r->w.dseg_bytes);
-    close(r->dfd);
-    close(r->sock);
-}
-
-/* One REQUEST_EXT record (prompt of 3, the given lists) into the ring, not yet published. */
-static void raw_put_ext(struct raw *r, uint64_t id, const struct ringlm_wire_sampling *sm,
+static void raw_put_ext(th_raw *r, uint64_t id, const struct ringlm_wire_sampling *sm,
                         const struct ringlm_wire_bias *bias, const int32_t *stops)
 {
     static const int32_t p[3] = {1, 403, 407};
@@ -364,7 +319,7 @@ static void raw_put_ext(struct raw *r, uint64_t id, const struct ringlm_wire_sam
     r->at += len;
 }
 
-static void raw_publish(struct raw *r)
+static void raw_publish(th_raw *r)
 {
     __atomic_store_n(&r->cseg->submit_prod, r->at, __ATOMIC_RELEASE);
     __atomic_add_fetch(&r->cseg->doorbell, 1, __ATOMIC_SEQ_CST);
@@ -375,8 +330,8 @@ Test(daemon_sampling, bad_values_on_the_wire_are_bad_params_from_the_daemon)
 {
     th_daemon d;
     start(&d, SYNTH);
-    struct raw r;
-    raw_connect(d.sock, &r);
+    th_raw r;
+    th_raw_connect(d.sock, &r);
     cr_expect(r.dseg->caps & RINGLM_WIRE_CAP_SAMPLING, "caps 0x%x", r.dseg->caps);
     cr_expect_eq(r.dseg->vocab_size, VOCAB);
     const struct ringlm_wire_sampling neutral = {.repetition_penalty = 1.0f};
@@ -432,7 +387,7 @@ Test(daemon_sampling, bad_values_on_the_wire_are_bad_params_from_the_daemon)
         }
         finished++;
     }
-    raw_close(&r);
+    th_raw_close(&r);
     /* The daemon lives and serves a good client. */
     ringlm_client *c;
     cr_assert_eq(ringlm_connect(d.sock, &c), 0, "connect: %s", ringlm_errdetail());
