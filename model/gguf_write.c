@@ -39,6 +39,8 @@ typedef struct gw_tensor_rec {
     int type;
     void *data;
     size_t bytes;
+    gw_fill_fn fill; /* data NULL: written by fill at gw_write */
+    void *fill_ctx;
 } gw_tensor_rec;
 
 struct gguf_writer {
@@ -167,26 +169,46 @@ void gw_i32_arr(gguf_writer *w, const char *k, const int32_t *v, size_t n)
     for (size_t i = 0; i < n; i++) put_le(w, (uint32_t)v[i], 4);
 }
 
-void gw_tensor(gguf_writer *w, const char *name, int n_dims, const uint64_t *ne, int type,
-               void *data, size_t bytes)
+static gw_tensor_rec *add_rec(gguf_writer *w, const char *name, int n_dims, const uint64_t *ne,
+                              int type, size_t bytes)
 {
     if (w->n_t == w->cap_t) {
         size_t cap = w->cap_t ? w->cap_t * 2 : 64;
         gw_tensor_rec *t = realloc(w->t, cap * sizeof *t);
         if (!t) {
             w->oom = true;
-            free(data);
-            return;
+            return NULL;
         }
         w->t = t;
         w->cap_t = cap;
     }
     gw_tensor_rec *r = &w->t[w->n_t];
-    *r = (gw_tensor_rec){
-        .name = strdup(name), .n_dims = n_dims, .type = type, .data = data, .bytes = bytes};
+    *r = (gw_tensor_rec){.name = strdup(name), .n_dims = n_dims, .type = type, .bytes = bytes};
     for (int d = 0; d < 4; d++) r->ne[d] = d < n_dims ? ne[d] : 1;
     w->n_t++;
-    if (!r->name || !data) w->oom = true;
+    if (!r->name) w->oom = true;
+    return r;
+}
+
+void gw_tensor(gguf_writer *w, const char *name, int n_dims, const uint64_t *ne, int type,
+               void *data, size_t bytes)
+{
+    gw_tensor_rec *r = add_rec(w, name, n_dims, ne, type, bytes);
+    if (!r) {
+        free(data);
+        return;
+    }
+    r->data = data;
+    if (!data) w->oom = true;
+}
+
+void gw_tensor_fill(gguf_writer *w, const char *name, int n_dims, const uint64_t *ne, int type,
+                    size_t bytes, gw_fill_fn fill, void *ctx)
+{
+    gw_tensor_rec *r = add_rec(w, name, n_dims, ne, type, bytes);
+    if (!r) return;
+    r->fill = fill;
+    r->fill_ctx = ctx;
 }
 
 static size_t pad_to(size_t n)
@@ -222,15 +244,28 @@ int gw_write(gguf_writer *w, const char *path)
     bool ok = fwrite(hdr, 1, h, f) == h && fwrite(w->kv, 1, w->kv_len, f) == w->kv_len;
     size_t pos = h + w->kv_len;
     ok = ok && fwrite(zeros, 1, pad_to(pos) - pos, f) == pad_to(pos) - pos;
-    for (size_t i = 0; ok && i < w->n_t; i++) {
+    int err = 0;
+    for (size_t i = 0; ok && !err && i < w->n_t; i++) {
         const gw_tensor_rec *r = &w->t[i];
         size_t padded = pad_to(r->bytes);
-        ok = fwrite(r->data, 1, r->bytes, f) == r->bytes &&
+        void *data = r->data;
+        if (r->fill) {
+            if (!(data = malloc(r->bytes ? r->bytes : 1))) {
+                err = gw_seterr(-ENOMEM, "%s: tensor %s: out of memory (%zu bytes)", path, r->name,
+                                r->bytes);
+                break;
+            }
+            if ((err = r->fill(r->fill_ctx, data, r->bytes))) {
+                free(data);
+                break;
+            }
+        }
+        ok = fwrite(data, 1, r->bytes, f) == r->bytes &&
              fwrite(zeros, 1, padded - r->bytes, f) == padded - r->bytes;
+        if (r->fill) free(data);
     }
     w->kv_len = kv_end; /* the infos are rebuilt by another gw_write */
-    int err = 0;
-    if (!ok) err = gw_seterr(-EIO, "%s: write: %s", path, strerror(errno));
+    if (!ok && !err) err = gw_seterr(-EIO, "%s: write: %s", path, strerror(errno));
     if (fclose(f) != 0 && !err) err = gw_seterr(-EIO, "%s: close: %s", path, strerror(errno));
     if (err) unlink(path);
     return err;

@@ -36,6 +36,13 @@ void gw_i32_arr(gguf_writer *w, const char *key, const int32_t *v, size_t n);
 void gw_tensor(gguf_writer *w, const char *name, int n_dims, const uint64_t *ne, int type,
                void *data, size_t bytes);
 
+/* A tensor whose `bytes` of data fill(ctx, buf, bytes) writes when gw_write reaches it, so
+ * an import holds one tensor in memory at a time (ctx stays the caller's). fill returns 0 or
+ * a negative errno with gw_errmsg() set, which gw_write returns. */
+typedef int (*gw_fill_fn)(void *ctx, void *buf, size_t bytes);
+void gw_tensor_fill(gguf_writer *w, const char *name, int n_dims, const uint64_t *ne, int type,
+                    size_t bytes, gw_fill_fn fill, void *ctx);
+
 int gw_write(gguf_writer *w, const char *path);
 
 /* A vocabulary as GGUF stores it (tokenizer.ggml.*), e.g. read from a Hugging Face
