@@ -21,6 +21,7 @@
  */
 #include "kernels/engine.h"
 #include "kernels/gguf_export.h"
+#include "kernels/mkmodel_hf.h"
 #include "model/tokenizer.h"
 
 #include <getopt.h>
@@ -35,6 +36,7 @@ static const char usage[] =
     "                      [--head-dim N] [--sliding-window N]\n"
     "                      (--tokenizer TOKENIZER.bin | --vocab tokenizer.json\n"
     "                       [--vocab-config tokenizer_config.json] | --placeholder-vocab)\n"
+    "       ringlm-mkmodel --from-hf DIR --out FILE.gguf [--type F32|F16|BF16]\n"
     "       ringlm-mkmodel --version | --help\n"
     "  SPEC: synthetic:PRESET:SEED (presets: stories15M stories110M llama3-8b gqa-test\n"
     "        stories260K quant-test vocab-llama3 vocab-qwen3 vocab-llama2) or a llama2.c "
@@ -50,6 +52,7 @@ static const char usage[] =
 
 int main(int argc, char **argv)
 {
+    if (mkmodel_wants_hf(argc, argv)) return mkmodel_from_hf(argc, argv);
     const char *spec = NULL, *out = NULL, *format = "llama2c", *type = NULL, *arch = NULL;
     const char *tok_path = NULL, *vocab_path = NULL, *vocab_cfg = NULL;
     int placeholder = 0, head_dim = 0, window = 0;

@@ -1,0 +1,930 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Hugging Face checkpoints imported by `ringlm-mkmodel --from-hf` (model/hf_import.c).
+ *
+ * A test-side writer turns a GGUF file made by ringlm-mkmodel's exporter back into the
+ * checkpoint Hugging Face would hold (safetensors, one file or shards with the index;
+ * llama's Q/K rows back in halves, gemma's norms as w - 1, qwen3moe's experts one matrix
+ * each or fused, config.json from the metadata, the same tokenizer.json); the import of that
+ * checkpoint must give back the exporter's file: the same tensors byte for byte, the same
+ * hyperparameters and vocabulary, and the same logits, for llama (GQA, sharded, BF16),
+ * qwen2 (biases, F16), qwen3 (heads of another size), gemma2, gemma3, phi3 and qwen3moe.
+ * Llama 3.x RoPE scaling (rope_type "llama3") becomes rope_freqs.weight with the
+ * converter's values, and llama.cpp (node-llama-cpp) on the imported files gives ringlm's
+ * greedy tokens for 200 steps, past the original context the scaling stretches. Bad input
+ * (a truncated shard, a header that lies, a shape config.json contradicts, a missing or
+ * unknown tensor, an unknown architecture) is refused naming the file and the tensor.
+ */
+#include "engine_test_util.h"
+#include "gguf_test_util.h"
+#include "model/gguf.h"
+#include "model/hf_import.h"
+#include "model/safetensors.h"
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- a small byte-level BPE vocabulary as tokenizer.json -------------------------------- */
+
+/* GPT-2's byte alphabet: printable bytes stand for themselves, the others U+0100 upwards. */
+static void byte_char(unsigned b, char out[4])
+{
+    int n = 0, cp = 0;
+    for (unsigned c = 0; c <= b; c++) {
+        bool keep = (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE;
+        cp = keep ? (int)c : 256 + n++;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | cp >> 6);
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        out[2] = 0;
+    }
+}
+
+static const char chat_tpl[] =
+    "{% for m in messages %}<|start|>{{ m.role }}\n{{ m.content }}<|eot_id|>{% endfor %}";
+
+/* tokenizer.json (Llama 3's pre-tokenizer, 256 byte tokens, two merges, two specials) and
+ * tokenizer_config.json in dir. */
+static void write_tokenizer(const char *dir)
+{
+    json_t *vocab = json_object();
+    for (unsigned b = 0; b < 256; b++) {
+        char c[4];
+        byte_char(b, c);
+        json_object_set_new(vocab, c, json_integer(b));
+    }
+    json_object_set_new(vocab, "he", json_integer(256));
+    json_object_set_new(vocab, "hel", json_integer(257));
+    json_t *tok = json_pack(
+        "{s:{s:s, s:o, s:[s, s], s:b}, s:{s:s, s:[{s:s, s:{s:s}, s:s}, {s:s}]}, s:{s:s},"
+        " s:[{s:i, s:s, s:b}, {s:i, s:s, s:b}]}",
+        "model", "type", "BPE", "vocab", vocab, "merges", "h e", "he l", "byte_fallback", 0,
+        "pre_tokenizer", "type", "Sequence", "pretokenizers", "type", "Split", "pattern", "Regex",
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+        "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+        "behavior", "Isolated", "type", "ByteLevel", "decoder", "type", "ByteLevel", "added_tokens",
+        "id", 258, "content", "<|begin_of_text|>", "special", 1, "id", 259, "content", "<|eot_id|>",
+        "special", 1);
+    cr_assert_not_null(tok);
+    char p[600];
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    cr_assert_eq(json_dump_file(tok, p, 0), 0);
+    json_decref(tok);
+    json_t *cfg = json_pack("{s:s, s:s, s:s, s:b}", "bos_token", "<|begin_of_text|>", "eos_token",
+                            "<|eot_id|>", "chat_template", chat_tpl, "add_bos_token", 1);
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
+    cr_assert_eq(json_dump_file(cfg, p, 0), 0);
+    json_decref(cfg);
+}
+
+/* ---- the exporter's GGUF, as a checkpoint ---------------------------------------------- */
+
+typedef struct st_rec {
+    char name[160];
+    const char *dtype;
+    int n_dims;
+    uint64_t shape[3];
+    unsigned char *data;
+    size_t bytes;
+} st_rec;
+
+typedef struct ckpt {
+    st_rec *t;
+    int n, cap;
+} ckpt;
+
+static st_rec *ck_add(ckpt *c, const char *name, const char *dtype, int n_dims, uint64_t a,
+                      uint64_t b, uint64_t d, size_t bytes)
+{
+    if (c->n == c->cap) {
+        c->cap = c->cap ? c->cap * 2 : 128;
+        c->t = realloc(c->t, (size_t)c->cap * sizeof *c->t);
+    }
+    st_rec *r = &c->t[c->n++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->dtype = dtype;
+    r->n_dims = n_dims;
+    r->shape[0] = a;
+    r->shape[1] = b;
+    r->shape[2] = d;
+    r->bytes = bytes;
+    r->data = malloc(bytes ? bytes : 1);
+    return r;
+}
+
+static void ck_free(ckpt *c)
+{
+    for (int i = 0; i < c->n; i++) free(c->t[i].data);
+    free(c->t);
+    memset(c, 0, sizeof *c);
+}
+
+/* Writes records [from, to) as one safetensors file. */
+static void write_st(const char *path, const ckpt *c, int from, int to)
+{
+    json_t *hdr = json_object();
+    uint64_t off = 0;
+    for (int i = from; i < to; i++) {
+        const st_rec *r = &c->t[i];
+        json_t *shape = json_array();
+        for (int d = 0; d < r->n_dims; d++)
+            json_array_append_new(shape, json_integer((json_int_t)r->shape[d]));
+        json_object_set_new(hdr, r->name,
+                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", r->dtype, "shape", shape,
+                                      "data_offsets", (json_int_t)off,
+                                      (json_int_t)(off + r->bytes)));
+        off += r->bytes;
+    }
+    json_object_set_new(hdr, "__metadata__", json_pack("{s:s}", "format", "pt"));
+    char *js = json_dumps(hdr, JSON_COMPACT);
+    json_decref(hdr);
+    size_t n = strlen(js), padded = (n + 7) / 8 * 8;
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "%s", path);
+    unsigned char len[8];
+    for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    fwrite(len, 1, 8, f);
+    fwrite(js, 1, n, f);
+    for (size_t i = n; i < padded; i++) fputc(' ', f);
+    for (int i = from; i < to; i++) fwrite(c->t[i].data, 1, c->t[i].bytes, f);
+    cr_assert_eq(fclose(f), 0);
+    free(js);
+}
+
+typedef struct hf_case {
+    const char *label, *spec, *arch, *type;
+    int head_dim, window;
+    bool shards;       /* two shards and the index */
+    bool fused;        /* qwen3moe: experts as gate_up_proj / down_proj 3-D tensors */
+    const char *drop;  /* a tensor left out of the checkpoint */
+    const char *extra; /* a tensor added to it */
+    json_t *rope;      /* rope_scaling to state (taken) */
+    long ff_delta;     /* added to intermediate_size in config.json */
+    const char *hf_arch;
+} hf_case;
+
+static const char *st_dtype_of(uint32_t t)
+{
+    return t == GGUF_T_F32 ? "F32" : t == GGUF_T_F16 ? "F16" : t == GGUF_T_BF16 ? "BF16" : NULL;
+}
+
+static double meta_num(const gguf_file *g, const char *arch, const char *suffix, double def)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    const gguf_kv *kv = gguf_find(g, key);
+    if (!kv) return def;
+    if (kv->type == GGUF_V_F32) {
+        float f;
+        cr_assert_eq(gguf_get_f32(g, key, &f), 0);
+        return f;
+    }
+    uint64_t u;
+    cr_assert_eq(gguf_get_u64(g, key, &u), 0, "%s", gguf_errmsg());
+    return (double)u;
+}
+
+/* The checkpoint directory dir from the GGUF file gguf_path, as the case says. */
+static void gguf_to_hf(const char *gguf_path, const char *dir, const hf_case *hc)
+{
+    gguf_file *g;
+    cr_assert_eq(gguf_open(gguf_path, &g), 0, "%s", gguf_errmsg());
+    const char *arch = hc->arch ? hc->arch : "llama";
+    const bool llama = strcmp(arch, "llama") == 0, gemma = strncmp(arch, "gemma", 5) == 0;
+    const bool phi3 = strcmp(arch, "phi3") == 0;
+    const long H = (long)meta_num(g, arch, "attention.head_count", 0);
+    const long Hkv = (long)meta_num(g, arch, "attention.head_count_kv", 0);
+    const long d = (long)meta_num(g, arch, "embedding_length", 0);
+    const long hd = (long)meta_num(g, arch, "attention.key_length", (double)(d / H));
+    const long E = (long)meta_num(g, arch, "expert_count", 0);
+    ckpt c = {0};
+    char name[160];
+    for (int i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        const char *dt = st_dtype_of(t->type);
+        cr_assert_not_null(dt, "%s: type %s", t->name, gguf_type_name(t->type));
+        const size_t es = t->type == GGUF_T_F32 ? 4 : 2;
+        const char *n = t->name;
+        int l = -1;
+        char part[96] = "";
+        if (sscanf(n, "blk.%d.%95s", &l, part) == 2) {
+            char *dot = strrchr(part, '.');
+            const bool bias = dot && strcmp(dot, ".bias") == 0;
+            if (dot) *dot = '\0';
+            static const struct {
+                const char *gg, *hf;
+            } map[] = {
+                {"attn_norm", "input_layernorm"},
+                {"attn_q", "self_attn.q_proj"},
+                {"attn_k", "self_attn.k_proj"},
+                {"attn_v", "self_attn.v_proj"},
+                {"attn_output", "self_attn.o_proj"},
+                {"attn_qkv", "self_attn.qkv_proj"},
+                {"attn_q_norm", "self_attn.q_norm"},
+                {"attn_k_norm", "self_attn.k_norm"},
+                {"post_attention_norm", "post_attention_layernorm"},
+                {"post_ffw_norm", "post_feedforward_layernorm"},
+                {"ffn_gate", "mlp.gate_proj"},
+                {"ffn_down", "mlp.down_proj"},
+                {"ffn_gate_inp", "mlp.gate"},
+            };
+            const char *hf = NULL;
+            for (size_t k = 0; k < sizeof map / sizeof map[0]; k++)
+                if (strcmp(part, map[k].gg) == 0) hf = map[k].hf;
+            if (strcmp(part, "ffn_norm") == 0)
+                hf = gemma ? "pre_feedforward_layernorm" : "post_attention_layernorm";
+            if (strcmp(part, "ffn_up") == 0) hf = phi3 ? "mlp.gate_up_proj" : "mlp.up_proj";
+            if (strstr(part, "_exps")) {
+                /* experts: one matrix each, or gate and up fused in one 3-D tensor */
+                const uint64_t cols = t->ne[0], rows = t->ne[1];
+                const size_t mb = (size_t)(rows * cols) * es;
+                const char *pn = strncmp(part, "ffn_gate", 8) == 0 ? "gate_proj"
+                                 : strncmp(part, "ffn_up", 6) == 0 ? "up_proj"
+                                                                   : "down_proj";
+                if (hc->fused && strcmp(pn, "down_proj") == 0) {
+                    snprintf(name, sizeof name, "model.layers.%d.mlp.experts.down_proj", l);
+                    st_rec *r = ck_add(&c, name, dt, 3, (uint64_t)E, rows, cols, mb * (size_t)E);
+                    memcpy(r->data, t->data, r->bytes);
+                } else if (hc->fused) {
+                    snprintf(name, sizeof name, "model.layers.%d.mlp.experts.gate_up_proj", l);
+                    st_rec *r = NULL;
+                    for (int k = 0; k < c.n; k++)
+                        if (strcmp(c.t[k].name, name) == 0) r = &c.t[k];
+                    if (!r)
+                        r = ck_add(&c, name, dt, 3, (uint64_t)E, 2 * rows, cols,
+                                   2 * mb * (size_t)E);
+                    const bool up = strcmp(pn, "up_proj") == 0;
+                    for (long e = 0; e < E; e++)
+                        memcpy(r->data + (size_t)e * 2 * mb + (up ? mb : 0),
+                               (const unsigned char *)t->data + (size_t)e * mb, mb);
+                } else {
+                    for (long e = 0; e < E; e++) {
+                        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%ld.%s.weight", l,
+                                 e, pn);
+                        st_rec *r = ck_add(&c, name, dt, 2, rows, cols, 0, mb);
+                        memcpy(r->data, (const unsigned char *)t->data + (size_t)e * mb, mb);
+                    }
+                }
+                continue;
+            }
+            cr_assert_not_null(hf, "no Hugging Face name for %s", n);
+            snprintf(name, sizeof name, "model.layers.%d.%s.%s", l, hf, bias ? "bias" : "weight");
+        } else if (strcmp(n, "token_embd.weight") == 0) {
+            snprintf(name, sizeof name, "model.embed_tokens.weight");
+        } else if (strcmp(n, "output_norm.weight") == 0) {
+            snprintf(name, sizeof name, "model.norm.weight");
+        } else if (strcmp(n, "output.weight") == 0) {
+            snprintf(name, sizeof name, "lm_head.weight");
+        } else if (strncmp(n, "rope_factors_", 13) == 0) {
+            continue; /* config.json's rope_scaling */
+        } else {
+            cr_assert_fail("no Hugging Face name for %s", n);
+        }
+        if (hc->drop && strcmp(hc->drop, name) == 0) continue;
+        const uint64_t cols = t->ne[0], rows = t->n_dims >= 2 ? t->ne[1] : 1;
+        st_rec *r = t->n_dims == 1 ? ck_add(&c, name, dt, 1, cols, 0, 0, t->bytes)
+                                   : ck_add(&c, name, dt, 2, rows, cols, 0, t->bytes);
+        memcpy(r->data, t->data, t->bytes);
+        const bool q = strstr(name, "q_proj") != NULL, k = strstr(name, "k_proj") != NULL;
+        if (llama && (q || k)) {
+            /* Hugging Face's rotation pairs the two halves of each head: row half * hd / 2 + i
+             * of a head is GGUF's row 2i + half */
+            const size_t rb = (t->n_dims == 1 ? 1 : (size_t)cols) * es;
+            const long heads = q ? H : Hkv, per = (long)(t->n_dims == 1 ? cols : rows) / heads;
+            for (long h = 0; h < heads; h++)
+                for (long j = 0; j < per; j++) {
+                    long src = h * per + j, dst = h * per + (j % 2) * (per / 2) + j / 2;
+                    memcpy(r->data + (size_t)dst * rb, (const unsigned char *)t->data + src * rb,
+                           rb);
+                }
+        }
+        if (gemma && strstr(name, "norm.weight")) {
+            float *f = (float *)r->data;
+            for (uint64_t k2 = 0; k2 < cols; k2++) f[k2] -= 1.0f;
+        }
+    }
+    (void)hd;
+    if (hc->extra) {
+        st_rec *r = ck_add(&c, hc->extra, "F32", 1, 4, 0, 0, 16);
+        memset(r->data, 0, 16);
+    }
+    char p[700];
+    mkdir(dir, 0700);
+    if (hc->shards) {
+        int half = c.n / 2;
+        snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", dir);
+        write_st(p, &c, 0, half);
+        snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", dir);
+        write_st(p, &c, half, c.n);
+        json_t *wm = json_object();
+        for (int i = 0; i < c.n; i++)
+            json_object_set_new(wm, c.t[i].name,
+                                json_string(i < half ? "model-00001-of-00002.safetensors"
+                                                     : "model-00002-of-00002.safetensors"));
+        json_t *idx = json_pack("{s:{s:i}, s:o}", "metadata", "total_size", 0, "weight_map", wm);
+        snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+        cr_assert_eq(json_dump_file(idx, p, JSON_INDENT(1)), 0);
+        json_decref(idx);
+    } else {
+        snprintf(p, sizeof p, "%s/model.safetensors", dir);
+        write_st(p, &c, 0, c.n);
+    }
+    /* config.json */
+    static const struct {
+        const char *gguf, *hf;
+    } archs[] = {{"llama", "LlamaForCausalLM"},   {"qwen2", "Qwen2ForCausalLM"},
+                 {"qwen3", "Qwen3ForCausalLM"},   {"qwen3moe", "Qwen3MoeForCausalLM"},
+                 {"gemma2", "Gemma2ForCausalLM"}, {"gemma3", "Gemma3ForCausalLM"},
+                 {"phi3", "Phi3ForCausalLM"}};
+    const char *hf_arch = hc->hf_arch;
+    for (size_t i = 0; !hf_arch && i < sizeof archs / sizeof archs[0]; i++)
+        if (strcmp(archs[i].gguf, arch) == 0) hf_arch = archs[i].hf;
+    json_t *cfg =
+        json_pack("{s:[s], s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:b}", "architectures",
+                  hf_arch, "hidden_size", (json_int_t)d, "intermediate_size",
+                  (json_int_t)meta_num(g, arch, "feed_forward_length", 0) + hc->ff_delta,
+                  "num_hidden_layers", (json_int_t)meta_num(g, arch, "block_count", 0),
+                  "num_attention_heads", (json_int_t)H, "num_key_value_heads", (json_int_t)Hkv,
+                  "vocab_size", (json_int_t)gguf_tensor_find(g, "token_embd.weight")->ne[1],
+                  "max_position_embeddings", (json_int_t)meta_num(g, arch, "context_length", 0),
+                  "rms_norm_eps", meta_num(g, arch, "attention.layer_norm_rms_epsilon", 0),
+                  "rope_theta", meta_num(g, arch, "rope.freq_base", 10000), "tie_word_embeddings",
+                  gguf_tensor_find(g, "output.weight") == NULL);
+    char key[160];
+    snprintf(key, sizeof key, "%s.attention.key_length", arch);
+    if (gguf_find(g, key)) json_object_set_new(cfg, "head_dim", json_integer(hd));
+    snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
+    if (gguf_find(g, key))
+        json_object_set_new(
+            cfg, "sliding_window",
+            json_integer((json_int_t)meta_num(g, arch, "attention.sliding_window", 0)));
+    if (E) {
+        json_object_set_new(cfg, "num_experts", json_integer(E));
+        json_object_set_new(cfg, "num_experts_per_tok",
+                            json_integer((json_int_t)meta_num(g, arch, "expert_used_count", 0)));
+        json_object_set_new(
+            cfg, "moe_intermediate_size",
+            json_integer((json_int_t)meta_num(g, arch, "expert_feed_forward_length", 0)));
+    }
+    if (strcmp(arch, "gemma2") == 0) {
+        json_object_set_new(cfg, "attn_logit_softcapping",
+                            json_real(meta_num(g, arch, "attn_logit_softcapping", 0)));
+        json_object_set_new(cfg, "final_logit_softcapping",
+                            json_real(meta_num(g, arch, "final_logit_softcapping", 0)));
+    }
+    if (strcmp(arch, "gemma3") == 0) {
+        json_object_set_new(cfg, "rope_local_base_freq",
+                            json_real(meta_num(g, arch, "rope.freq_base_swa", 0)));
+        json_object_set_new(cfg, "rope_scaling",
+                            json_pack("{s:s, s:f}", "rope_type", "linear", "factor",
+                                      meta_num(g, arch, "rope.scaling.factor", 1)));
+    }
+    if (phi3) {
+        const gguf_tensor *fl = gguf_tensor_find(g, "rope_factors_long.weight");
+        const gguf_tensor *fs = gguf_tensor_find(g, "rope_factors_short.weight");
+        json_t *lf = json_array(), *sf = json_array();
+        for (uint64_t i = 0; i < fl->ne[0]; i++) {
+            json_array_append_new(lf, json_real(((const float *)fl->data)[i]));
+            json_array_append_new(sf, json_real(((const float *)fs->data)[i]));
+        }
+        json_object_set_new(cfg, "rope_scaling",
+                            json_pack("{s:s, s:o, s:o}", "type", "longrope", "long_factor", lf,
+                                      "short_factor", sf));
+        json_object_set_new(
+            cfg, "original_max_position_embeddings",
+            json_integer((json_int_t)meta_num(g, arch, "rope.scaling.original_context_length", 0)));
+    }
+    if (hc->rope) json_object_set_new(cfg, "rope_scaling", hc->rope);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    cr_assert_eq(json_dump_file(cfg, p, JSON_INDENT(2)), 0);
+    json_decref(cfg);
+    write_tokenizer(dir);
+    ck_free(&c);
+    gguf_close(g);
+}
+
+/* The exporter's file for the case, with the test's vocabulary, at <tmpdir>/<name>. */
+static void export_case(const hf_case *hc, const char *path)
+{
+    char dir[600], tj[700], tc[700];
+    snprintf(dir, sizeof dir, "%s/vocab", tmpdir);
+    mkdir(dir, 0700);
+    write_tokenizer(dir);
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
+    snprintf(tc, sizeof tc, "%s/tokenizer_config.json", dir);
+    eng_model *m;
+    cr_assert_eq(eng_model_load(hc->spec, &m), 0, "%s", eng_errmsg());
+    gw_vocab *v;
+    cr_assert_eq(gw_vocab_from_hf(tj, tc, eng_model_cfg(m)->vocab_size, &v), 0, "%s", gw_errmsg());
+    gw_export_opts o = {.type = hc->type,
+                        .arch = hc->arch,
+                        .head_dim = hc->head_dim,
+                        .sliding_window = hc->window,
+                        .vocab = v};
+    char note[1024];
+    cr_assert_eq(gw_export_model(m, path, &o, note, sizeof note), 0, "%s", eng_errmsg());
+    gw_vocab_free(v);
+    eng_model_free(m);
+}
+
+/* ringlm-mkmodel --from-hf dir --out out [--type type]: exit status, stderr in *err. */
+static int import_cli(const char *dir, const char *out, const char *type, char **err)
+{
+    char *mk = th_program("ringlm-mkmodel"), *so = NULL;
+    char *argv[] = {mk,           "--from-hf", (char *)dir,
+                    "--out",      (char *)out, type ? "--type" : NULL,
+                    (char *)type, NULL};
+    int rc = th_run(argv, &so, err, 120);
+    free(so);
+    free(mk);
+    return rc;
+}
+
+/* ---- comparisons ------------------------------------------------------------------------ */
+
+static bool kv_equal(const gguf_kv *a, const gguf_kv *b)
+{
+    if (a->type != b->type || a->elem_type != b->elem_type || a->count != b->count) return false;
+    if (a->type == GGUF_V_STRING) return memcmp(a->value, b->value, a->count) == 0;
+    if (a->type == GGUF_V_ARRAY && a->elem_type == GGUF_V_STRING) {
+        const void *pa = a->value, *pb = b->value;
+        for (uint64_t i = 0; i < a->count; i++) {
+            const char *sa, *sb;
+            size_t la, lb;
+            gguf_str_next(&pa, &sa, &la);
+            gguf_str_next(&pb, &sb, &lb);
+            if (la != lb || memcmp(sa, sb, la)) return false;
+        }
+        return true;
+    }
+    static const size_t sz[GGUF_V_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    size_t n = a->type == GGUF_V_ARRAY ? sz[a->elem_type] * a->count : sz[a->type];
+    return memcmp(a->value, b->value, n) == 0;
+}
+
+/* The import b holds a's tensors byte for byte and a's metadata (keys the converter does
+ * not write may be absent: the loader's defaults are the exporter's values there). */
+static void assert_same_file(const char *label, const char *a_path, const char *b_path)
+{
+    gguf_file *a, *b;
+    cr_assert_eq(gguf_open(a_path, &a), 0, "%s", gguf_errmsg());
+    cr_assert_eq(gguf_open(b_path, &b), 0, "%s: %s", label, gguf_errmsg());
+    cr_assert_eq(gguf_n_tensors(b), gguf_n_tensors(a), "%s: %d tensors imported, %d exported",
+                 label, gguf_n_tensors(b), gguf_n_tensors(a));
+    for (int i = 0; i < gguf_n_tensors(a); i++) {
+        const gguf_tensor *ta = gguf_tensor_at(a, i), *tb = gguf_tensor_find(b, ta->name);
+        cr_assert_not_null(tb, "%s: tensor %s not imported", label, ta->name);
+        cr_assert(ta->type == tb->type && ta->n_dims == tb->n_dims &&
+                      !memcmp(ta->ne, tb->ne, sizeof ta->ne),
+                  "%s: tensor %s: %s [%llu %llu %llu] imported as %s [%llu %llu %llu]", label,
+                  ta->name, gguf_type_name(ta->type), (unsigned long long)ta->ne[0],
+                  (unsigned long long)ta->ne[1], (unsigned long long)ta->ne[2],
+                  gguf_type_name(tb->type), (unsigned long long)tb->ne[0],
+                  (unsigned long long)tb->ne[1], (unsigned long long)tb->ne[2]);
+        cr_assert(memcmp(ta->data, tb->data, ta->bytes) == 0, "%s: tensor %s: data differs", label,
+                  ta->name);
+    }
+    for (int i = 0; i < gguf_n_kv(a); i++) {
+        const gguf_kv *ka = gguf_kv_at(a, i), *kb = gguf_find(b, ka->key);
+        if (strcmp(ka->key, "general.name") == 0) continue;
+        if (!kb) {
+            const char *dot = strchr(ka->key, '.');
+            cr_assert(dot && (strcmp(dot, ".vocab_size") == 0 ||
+                              strcmp(dot, ".rope.dimension_count") == 0 ||
+                              strcmp(ka->key, "gemma2.rope.freq_base") == 0),
+                      "%s: metadata %s not imported", label, ka->key);
+            continue;
+        }
+        cr_assert(kv_equal(ka, kb), "%s: metadata %s differs", label, ka->key);
+    }
+    gguf_close(a);
+    gguf_close(b);
+}
+
+/* Greedy steps of both files from one prompt: the logits of every step equal to the bit. */
+static void assert_same_logits(const char *label, const char *a_path, const char *b_path)
+{
+    eng_model *m[2];
+    cr_assert_eq(eng_model_load(a_path, &m[0]), 0, "%s", eng_errmsg());
+    cr_assert_eq(eng_model_load(b_path, &m[1]), 0, "%s: %s", label, eng_errmsg());
+    const eng_model_config *c = eng_model_cfg(m[0]);
+    cr_assert_eq(eng_model_cfg(m[1])->vocab_size, c->vocab_size);
+    float *lg[2];
+    int32_t prompt[] = {258, 104, 256, 108, 111};
+    tseq s[2];
+    eng *e[2];
+    for (int k = 0; k < 2; k++) {
+        lg[k] = malloc((size_t)c->vocab_size * sizeof(float));
+        e[k] = ts_engine(m[k], 16, 16, 1);
+        ts_seq_init(&s[k], prompt, 5, 0);
+    }
+    for (int step = 0; step < 12; step++) {
+        for (int k = 0; k < 2; k++) {
+            tseq *one[1] = {&s[k]};
+            int rows = s[k].n_tokens - s[k].n_cached;
+            cr_assert_eq(ts_step(e[k], c, one, &rows, 1, lg[k]), 0, "%s", eng_errmsg());
+        }
+        cr_assert(memcmp(lg[0], lg[1], (size_t)c->vocab_size * sizeof(float)) == 0,
+                  "%s: step %d: logits differ (relative %.3g)", label, step,
+                  ts_rel_diff(lg[0], lg[1], c->vocab_size));
+        int32_t t = ts_argmax(lg[0], c->vocab_size);
+        s[0].tokens[s[0].n_tokens++] = t;
+        s[1].tokens[s[1].n_tokens++] = t;
+    }
+    for (int k = 0; k < 2; k++) {
+        eng_destroy(e[k]);
+        eng_model_free(m[k]);
+        free(lg[k]);
+    }
+}
+
+static void round_trip(const hf_case *hc)
+{
+    char a[600], dir[600], b[600];
+    snprintf(a, sizeof a, "%s/a.gguf", tmpdir);
+    snprintf(dir, sizeof dir, "%s/hf", tmpdir);
+    snprintf(b, sizeof b, "%s/b.gguf", tmpdir);
+    export_case(hc, a);
+    gguf_to_hf(a, dir, hc);
+    char *err = NULL;
+    int rc = import_cli(dir, b, NULL, &err);
+    cr_assert_eq(rc, 0, "%s: exit %d: %s", hc->label, rc, err);
+    cr_assert(strstr(err, "wrote"), "%s", err);
+    free(err);
+    assert_same_file(hc->label, a, b);
+    assert_same_logits(hc->label, a, b);
+    cr_log_info("%s: imported file equals the exported one", hc->label);
+    char cmd[2000];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' '%s'", dir, a, b);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(hf_import, .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 240);
+
+Test(hf_import, llama_single_file_and_sharded_bf16_equal_the_gguf_path)
+{
+    round_trip(&(hf_case){.label = "llama F32", .spec = "synthetic:gqa-test:7", .type = "F32"});
+    round_trip(&(hf_case){.label = "llama BF16 sharded",
+                          .spec = "synthetic:gqa-test:8",
+                          .type = "BF16",
+                          .shards = true});
+    round_trip(&(hf_case){.label = "mistral F16",
+                          .spec = "synthetic:stories260K:3",
+                          .type = "F16",
+                          .hf_arch = "MistralForCausalLM",
+                          .window = 32});
+}
+
+Test(hf_import, qwen_gemma_phi3_and_moe_equal_the_gguf_path)
+{
+    const hf_case cases[] = {
+        {.label = "qwen2 F16", .spec = "synthetic:gqa-test:7", .arch = "qwen2", .type = "F16"},
+        {.label = "qwen3 head_dim 32",
+         .spec = "synthetic:gqa-test:7",
+         .arch = "qwen3",
+         .type = "F32",
+         .head_dim = 32},
+        {.label = "gemma2",
+         .spec = "synthetic:gqa-test:7",
+         .arch = "gemma2",
+         .type = "F32",
+         .head_dim = 32,
+         .window = 32},
+        {.label = "gemma3 sharded",
+         .spec = "synthetic:gqa-test:7",
+         .arch = "gemma3",
+         .type = "BF16",
+         .head_dim = 32,
+         .window = 32,
+         .shards = true},
+        {.label = "phi3", .spec = "synthetic:gqa-test:7", .arch = "phi3", .type = "F32"},
+        {.label = "qwen3moe", .spec = "synthetic:gqa-test:7", .arch = "qwen3moe", .type = "F32"},
+        {.label = "qwen3moe fused experts BF16",
+         .spec = "synthetic:gqa-test:9",
+         .arch = "qwen3moe",
+         .type = "BF16",
+         .fused = true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) round_trip(&cases[i]);
+}
+
+/* ---- bad input ---------------------------------------------------------------------------- */
+
+/* A safetensors file from a header text and data bytes (the length prefix from the text). */
+static size_t st_bytes(unsigned char *buf, const char *hdr, size_t data_len)
+{
+    size_t n = strlen(hdr);
+    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)n >> (8 * i));
+    memcpy(buf + 8, hdr, n);
+    memset(buf + 8 + n, 0x3c, data_len);
+    return 8 + n + data_len;
+}
+
+static void assert_refused(const char *hdr, size_t data_len, const char *want1, const char *want2)
+{
+    static unsigned char buf[4096];
+    size_t n = st_bytes(buf, hdr, data_len);
+    st_set *s = NULL;
+    int rc = st_open_mem(buf, n, "x.safetensors", &s);
+    cr_assert_lt(rc, 0, "accepted: %s", hdr);
+    cr_assert_null(s);
+    cr_assert(strstr(st_errmsg(), "x.safetensors") && strstr(st_errmsg(), want1) &&
+                  (!want2 || strstr(st_errmsg(), want2)),
+              "header %s: \"%s\" lacks \"%s\" / \"%s\"", hdr, st_errmsg(), want1,
+              want2 ? want2 : "");
+}
+
+Test(hf_import, safetensors_headers_that_lie_are_refused_naming_the_tensor)
+{
+    static unsigned char buf[4096];
+    const char *good = "{\"w\": {\"dtype\": \"F32\", \"shape\": [2, 2], \"data_offsets\": [0, 16]},"
+                       " \"b\": {\"dtype\": \"BF16\", \"shape\": [4], \"data_offsets\": [16, 24]},"
+                       " \"__metadata__\": {\"format\": \"pt\"}}";
+    size_t n = st_bytes(buf, good, 24);
+    st_set *s;
+    cr_assert_eq(st_open_mem(buf, n, "x.safetensors", &s), 0, "%s", st_errmsg());
+    cr_assert_eq(st_count(s), 2);
+    const st_tensor *w = st_find(s, "w"), *b = st_find(s, "b");
+    cr_assert(w && b && w->dtype == ST_F32 && w->n_dims == 2 && w->shape[1] == 2 &&
+              w->bytes == 16 && b->dtype == ST_BF16 && b->n_elems == 4);
+    cr_assert_eq((const unsigned char *)b->data, buf + n - 8, "offsets are from the data start");
+    st_close(s);
+
+    assert_refused("{\"w\": {\"dtype\": \"F32\", \"shape\": [2, 2], \"data_offsets\": [0, 12]}}",
+                   16, "tensor w", "need 16");
+    assert_refused("{\"w\": {\"dtype\": \"F32\", \"shape\": [2, 2], \"data_offsets\": [0, 16]},"
+                   " \"v\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [8, 16]}}",
+                   16, "overlap", NULL);
+    assert_refused("{\"w\": {\"dtype\": \"F32\", \"shape\": [2, 2], \"data_offsets\": [0, 16]}}",
+                   10, "tensor w", "truncated");
+    assert_refused("{\"w\": {\"dtype\": \"Q4\", \"shape\": [2], \"data_offsets\": [0, 1]}}", 1,
+                   "tensor w", "dtype \"Q4\"");
+    assert_refused("{\"w\": {\"dtype\": \"F32\", \"shape\": [2, -1], \"data_offsets\": [0, 8]}}", 8,
+                   "tensor w", "shape[1]");
+    assert_refused("{\"w\": {\"dtype\": \"F32\", \"shape\": [4294967296, 4294967296], "
+                   "\"data_offsets\": [0, 16]}}",
+                   16, "tensor w", "overflows");
+    assert_refused("{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [8, 4]}}", 8,
+                   "tensor w", "begin");
+    assert_refused("{\"w\": [1, 2]}", 0, "tensor w", NULL);
+    assert_refused("[1, 2]", 0, "JSON object", NULL);
+    assert_refused("{\"w\": ", 0, "header", NULL);
+    /* a length prefix past the end of the file */
+    n = st_bytes(buf, "{}", 0);
+    buf[0] = 200;
+    cr_assert_lt(st_open_mem(buf, n, "x.safetensors", &s), 0);
+    cr_assert(strstr(st_errmsg(), "header length 200"), "%s", st_errmsg());
+    cr_assert_lt(st_open_mem(buf, 5, "x.safetensors", &s), 0);
+    cr_assert(strstr(st_errmsg(), "too short"), "%s", st_errmsg());
+}
+
+/* Builds the llama checkpoint of hc in <tmpdir>/hf (sharded) and imports it: the exit status
+ * and stderr; the output file must not exist when the import fails. */
+static int import_bad(hf_case *hc, void (*spoil)(const char *dir), char **err)
+{
+    char a[600], dir[600], b[600];
+    snprintf(a, sizeof a, "%s/a.gguf", tmpdir);
+    snprintf(dir, sizeof dir, "%s/hf", tmpdir);
+    snprintf(b, sizeof b, "%s/b.gguf", tmpdir);
+    if (!hc->spec) hc->spec = "synthetic:gqa-test:7";
+    if (!hc->type) hc->type = "F32";
+    hc->shards = true;
+    export_case(hc, a);
+    gguf_to_hf(a, dir, hc);
+    if (spoil) spoil(dir);
+    int rc = import_cli(dir, b, NULL, err);
+    if (rc != 0) cr_assert_not(access(b, F_OK) == 0, "a failed import leaves no file");
+    char cmd[2000];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' '%s'", dir, a, b);
+    cr_assert_eq(system(cmd), 0);
+    return rc;
+}
+
+static void truncate_shard(const char *dir)
+{
+    char p[700];
+    snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", dir);
+    struct stat st;
+    cr_assert_eq(stat(p, &st), 0);
+    cr_assert_eq(truncate(p, st.st_size - 100), 0);
+}
+
+static void foreign_arch(const char *dir)
+{
+    char p[700];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    json_t *cfg = json_load_file(p, 0, NULL);
+    json_object_set_new(cfg, "architectures", json_pack("[s]", "FalconForCausalLM"));
+    cr_assert_eq(json_dump_file(cfg, p, 0), 0);
+    json_decref(cfg);
+}
+
+static void misfiled_index(const char *dir)
+{
+    char p[700];
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    json_t *idx = json_load_file(p, 0, NULL);
+    json_object_set_new(json_object_get(idx, "weight_map"), "model.embed_tokens.weight",
+                        json_string("model-00002-of-00002.safetensors"));
+    cr_assert_eq(json_dump_file(idx, p, 0), 0);
+    json_decref(idx);
+}
+
+Test(hf_import, bad_checkpoints_are_refused_naming_the_file_and_tensor)
+{
+    char *err = NULL;
+    hf_case hc = {.label = "truncated"};
+    cr_assert_eq(import_bad(&hc, truncate_shard, &err), 1, "%s", err);
+    cr_assert(strstr(err, "model-00002-of-00002.safetensors: tensor ") && strstr(err, "truncated"),
+              "%s", err);
+    free(err);
+
+    hc = (hf_case){.label = "shape", .ff_delta = 8};
+    cr_assert_eq(import_bad(&hc, NULL, &err), 1, "%s", err);
+    cr_assert(strstr(err, "tensor model.layers.0.mlp.gate_proj.weight: shape [344, 128], "
+                          "config.json says [352, 128] (intermediate_size 352"),
+              "%s", err);
+    cr_assert(strstr(err, ".safetensors: tensor"), "names the shard: %s", err);
+    free(err);
+
+    hc = (hf_case){.label = "missing", .drop = "model.layers.2.self_attn.v_proj.weight"};
+    cr_assert_eq(import_bad(&hc, NULL, &err), 1, "%s", err);
+    cr_assert(strstr(err, "tensor model.layers.2.self_attn.v_proj.weight: required by llama, "
+                          "absent from model-00001-of-00002.safetensors, "
+                          "model-00002-of-00002.safetensors"),
+              "%s", err);
+    free(err);
+
+    hc = (hf_case){.label = "unknown tensor", .extra = "model.layers.0.mlp.fancy_gate.weight"};
+    cr_assert_eq(import_bad(&hc, NULL, &err), 1, "%s", err);
+    cr_assert(strstr(err, "tensor model.layers.0.mlp.fancy_gate.weight: not part of a llama "
+                          "model"),
+              "%s", err);
+    free(err);
+
+    hc = (hf_case){.label = "architecture"};
+    cr_assert_eq(import_bad(&hc, foreign_arch, &err), 1, "%s", err);
+    cr_assert(strstr(err, "config.json: architectures[0] \"FalconForCausalLM\": not supported"),
+              "%s", err);
+    free(err);
+
+    hc = (hf_case){.label = "index"};
+    cr_assert_eq(import_bad(&hc, misfiled_index, &err), 1, "%s", err);
+    cr_assert(strstr(err, "model.safetensors.index.json names tensor model.embed_tokens.weight "
+                          "in model-00002-of-00002.safetensors; it is in ") &&
+                  strstr(err, "model-00001-of-00002.safetensors"),
+              "%s", err);
+    free(err);
+}
+
+/* ---- Llama 3.x RoPE scaling, and llama.cpp on imported files ---------------------------- */
+
+static void skip_without_node(void)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/node_modules/node-llama-cpp/package.json", node_dir());
+    if (system("command -v node >/dev/null 2>&1") != 0)
+        cr_skip_test("node is not installed: the llama.cpp oracle cannot run");
+    if (access(p, R_OK) != 0)
+        cr_skip_test("%s absent: run `make deps` to install the pinned node-llama-cpp", p);
+}
+
+#define STEPS 200
+
+/* ringlm's greedy tokens from prompt, STEPS of them. */
+static void ringlm_greedy(const char *path, const int32_t *prompt, int n_prompt, int32_t *out,
+                          float *gap_out)
+{
+    eng_model *m;
+    cr_assert_eq(eng_model_load(path, &m), 0, "%s", eng_errmsg());
+    const eng_model_config *c = eng_model_cfg(m);
+    eng *e = ts_engine(m, 40, 16, 1);
+    float *lg = malloc((size_t)c->vocab_size * sizeof *lg);
+    tseq s;
+    ts_seq_init(&s, prompt, n_prompt, 0);
+    tseq *one[1] = {&s};
+    for (int k = 0; k < STEPS; k++) {
+        int rows = s.n_tokens - s.n_cached;
+        cr_assert_eq(ts_step(e, c, one, &rows, 1, lg), 0, "%s", eng_errmsg());
+        int32_t best = ts_argmax(lg, c->vocab_size);
+        float second = -INFINITY, scale = 1.0f;
+        for (int i = 0; i < c->vocab_size; i++) {
+            if (i != best && lg[i] > second) second = lg[i];
+            if (fabsf(lg[i]) > scale) scale = fabsf(lg[i]);
+        }
+        out[k] = best;
+        gap_out[k] = (lg[best] - second) / scale;
+        s.tokens[s.n_tokens++] = best;
+    }
+    free(lg);
+    eng_destroy(e);
+    eng_model_free(m);
+}
+
+/* Llama 3.1's factors, as Meta's reference computes them (in double). */
+static double llama3_factor(int i, int hd, double theta, double factor, double lo, double hi,
+                            double old_ctx)
+{
+    double freq = 1.0 / pow(theta, (double)(2 * i) / hd), wl = 2 * M_PI / freq;
+    if (wl < old_ctx / hi) return 1.0;
+    if (wl > old_ctx / lo) return factor;
+    double smooth = (old_ctx / wl - lo) / (hi - lo);
+    return 1.0 / ((1 - smooth) / factor + smooth);
+}
+
+Test(hf_import, llama3_rope_scaling_equals_llama_cpp_past_the_original_context, .timeout = 400)
+{
+    skip_without_node();
+    char a[600], dir[600], plain[600], scaled[600];
+    snprintf(a, sizeof a, "%s/a.gguf", tmpdir);
+    snprintf(dir, sizeof dir, "%s/hf", tmpdir);
+    snprintf(plain, sizeof plain, "%s/plain.gguf", tmpdir);
+    snprintf(scaled, sizeof scaled, "%s/scaled.gguf", tmpdir);
+    hf_case hc = {.label = "llama", .spec = "synthetic:gqa-test:7", .type = "F32"};
+    export_case(&hc, a);
+    char *err = NULL;
+    gguf_to_hf(a, dir, &hc);
+    cr_assert_eq(import_cli(dir, plain, NULL, &err), 0, "%s", err);
+    free(err);
+    /* Llama 3.1's scaling over an original context of 32: the 200 steps run far past it */
+    hc.rope = json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor", 8.0,
+                        "low_freq_factor", 1.0, "high_freq_factor", 4.0,
+                        "original_max_position_embeddings", 32);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    gguf_to_hf(a, dir, &hc);
+    cr_assert_eq(import_cli(dir, scaled, NULL, &err), 0, "%s", err);
+    cr_assert(strstr(err, "Llama 3 RoPE factors"), "%s", err);
+    free(err);
+
+    gguf_file *g;
+    cr_assert_eq(gguf_open(scaled, &g), 0, "%s", gguf_errmsg());
+    const gguf_tensor *rf = gguf_tensor_find(g, "rope_freqs.weight");
+    cr_assert(rf && rf->type == GGUF_T_F32 && rf->n_dims == 1 && rf->ne[0] == 8,
+              "rope_freqs.weight: F32 [head_dim / 2]");
+    int ones = 0, full = 0, mid = 0;
+    for (int i = 0; i < 8; i++) {
+        double want = llama3_factor(i, 16, 10000.0, 8.0, 1.0, 4.0, 32.0);
+        float got = ((const float *)rf->data)[i];
+        cr_assert_float_eq(got, want, 1e-5 * want, "factor %d: %g, Meta's formula %g", i, got,
+                           want);
+        ones += want == 1.0;
+        full += want == 8.0;
+        mid += want != 1.0 && want != 8.0;
+    }
+    cr_assert(ones && full && mid, "the case covers all three bands (%d, %d, %d)", ones, full, mid);
+    gguf_close(g);
+
+    const int32_t prompt[] = {258, 104, 256, 108, 111};
+    int32_t *toks[2];
+    float *gaps[2];
+    const char *files[2] = {plain, scaled};
+    for (int k = 0; k < 2; k++) {
+        toks[k] = malloc(STEPS * sizeof(int32_t));
+        gaps[k] = malloc(STEPS * sizeof(float));
+        ringlm_greedy(files[k], prompt, 5, toks[k], gaps[k]);
+    }
+    cr_assert(memcmp(toks[0], toks[1], STEPS * sizeof(int32_t)) != 0,
+              "the scaling changes the greedy run (else this test could not fail)");
+    json_t *jobs = json_array();
+    for (int k = 0; k < 2; k++) {
+        json_t *p = json_array();
+        for (int i = 0; i < 5; i++) json_array_append_new(p, json_integer(prompt[i]));
+        json_array_append_new(jobs, json_pack("{s:s, s:o, s:i, s:i}", "model", files[k], "prompt",
+                                              p, "n", STEPS, "ctx", 256));
+    }
+    json_t *theirs = node_oracle("greedy.mjs", "jobs", jobs, "the llama.cpp oracle");
+    for (int k = 0; k < 2; k++) {
+        json_t *t = json_array_get(theirs, (size_t)k);
+        cr_assert_eq(json_array_size(t), STEPS);
+        int same = 0;
+        for (; same < STEPS; same++) {
+            int32_t want = (int32_t)json_integer_value(json_array_get(t, (size_t)same));
+            if (want == toks[k][same]) continue;
+            /* a near tie (F32: within 1e-4 of the largest logit) may go either way */
+            cr_assert_leq(gaps[k][same], 1e-4,
+                          "%s: step %d: ringlm %d, llama.cpp %d, top-2 gap %.3g is no near tie",
+                          files[k], same, toks[k][same], want, gaps[k][same]);
+            cr_assert_geq(same, 100, "%s: a near tie at step %d, before 100 equal steps", files[k],
+                          same);
+            break;
+        }
+        cr_log_info("%s: %d greedy tokens equal to llama.cpp's", k ? "llama3-scaled" : "plain",
+                    same);
+        free(toks[k]);
+        free(gaps[k]);
+    }
+    json_decref(theirs);
+}
