@@ -78,6 +78,11 @@ int eng_dev_plan_make(const eng_model_config *c, const eng_model_hparams *hp,
     if (hp->rope_dim < 2 || hp->rope_dim > hs || hp->rope_dim % 2)
         return eng_seterr(-ENOTSUP, "cuda: rope_dim=%d: must be even and 2..head_size=%d",
                           hp->rope_dim, hs);
+    if (hp->rope_attn_factor > 0.0f && hp->rope_attn_factor != 1.0f)
+        return eng_seterr(-ENOTSUP,
+                          "cuda: RoPE attention factor %g (YaRN or long-RoPE scaling): not "
+                          "supported by the CUDA backend; run it on backend cpu",
+                          (double)hp->rope_attn_factor);
     if (!(hp->norm_eps > 0.0f) || !isfinite(hp->norm_eps) || !(hp->rope_theta > 0.0f) ||
         !isfinite(hp->rope_theta))
         return eng_seterr(-EINVAL, "cuda: norm_eps=%g rope_theta=%g: must be positive and finite",

@@ -44,6 +44,7 @@ struct eng_model {
     size_t map_len;
     float *owned; /* generated weights (synthetic) */
     size_t owned_floats;
+    float *yarn_factors;       /* YaRN's per-frequency divisors [rope_dim/2] (GGUF), or NULL */
     eng_layer_weights *layers; /* the typed per-layer view (every non-lazy model) */
     eng_model_tensors t;
     eng_model_hparams hp;
@@ -427,6 +428,73 @@ static int meta_f32(const gguf_file *g, const char *arch, const char *suffix, fl
     return 0;
 }
 
+/* A non-negative f32 of the file (YaRN's extrapolation factor may be 0). */
+static int meta_f32_nonneg(const gguf_file *g, const char *arch, const char *suffix, float dflt,
+                           float *out)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int err = gguf_get_f32(g, key, out);
+    if (err == -ENOENT) {
+        *out = dflt;
+        return 0;
+    }
+    if (err) return eng_seterr(err, "metadata %s", gguf_errmsg());
+    if (!(*out >= 0.0f) || !isfinite(*out))
+        return eng_seterr(-EINVAL, "metadata %s=%g: must be a non-negative finite number", key,
+                          (double)*out);
+    return 0;
+}
+
+/* YaRN (rope.scaling.type "yarn"), as ggml's rope_yarn computes it: each frequency's angle
+ * is the interpolated one (divided by the factor) blended with the original by a ramp over
+ * the dimensions between the corrections for beta_fast and beta_slow rotations in the
+ * original context, i.e. the frequency divided by 1 / (s (1 - r) + r) with s = 1 / factor; and
+ * cos and sin multiplied by 1 + 0.1 ln(factor) (times rope.scaling.attn_factor), the
+ * magnitude llama.cpp ends with. The divisors go where Llama 3.1's would. */
+static int yarn_factors(const gguf_file *g, const char *arch, const eng_model_config *c,
+                        float factor, eng_model_hparams *hp, float **out)
+{
+    float beta_fast, beta_slow, ext, yarn_attn, log_mul;
+    int orig, err;
+    if ((err = meta_int(g, arch, "rope.scaling.original_context_length", 1, MAX_SEQ, c->seq_len,
+                        &orig)) ||
+        (err = meta_f32(g, arch, "rope.scaling.yarn_beta_fast", 32.0f, false, &beta_fast)) ||
+        (err = meta_f32(g, arch, "rope.scaling.yarn_beta_slow", 1.0f, false, &beta_slow)) ||
+        (err = meta_f32_nonneg(g, arch, "rope.scaling.yarn_ext_factor", 1.0f, &ext)) ||
+        (err = meta_f32(g, arch, "rope.scaling.yarn_attn_factor", 1.0f, false, &yarn_attn)) ||
+        (err = meta_f32_nonneg(g, arch, "rope.scaling.yarn_log_multiplier", 0.0f, &log_mul)))
+        return err;
+    if (log_mul != 0.0f)
+        return eng_seterr(-EINVAL,
+                          "metadata %s.rope.scaling.yarn_log_multiplier=%g: not supported "
+                          "(DeepSeek's YaRN)",
+                          arch, (double)log_mul);
+    const int n_dims = hp->rope_dim, half = n_dims / 2;
+    float *f = malloc((size_t)half * sizeof *f);
+    if (!f) return eng_seterr(-ENOMEM, "out of memory");
+    const float base = hp->rope_theta, fs = 1.0f / factor;
+#define CORR_DIM(n_rot)                                                                            \
+    ((float)n_dims * logf((float)orig / ((n_rot)*2 * (float)M_PI)) / (2 * logf(base)))
+    float lo = floorf(CORR_DIM(beta_fast)), hi = ceilf(CORR_DIM(beta_slow));
+#undef CORR_DIM
+    if (lo < 0) lo = 0;
+    if (hi > (float)(n_dims - 1)) hi = (float)(n_dims - 1);
+    for (int i = 0; i < half; i++) {
+        float y = ((float)i - lo) / fmaxf(0.001f, hi - lo);
+        float ramp = (1 - fminf(1, fmaxf(0, y))) * ext;
+        f[i] = 1.0f / (fs * (1 - ramp) + ramp);
+    }
+    float mscale = hp->rope_attn_factor > 0.0f ? hp->rope_attn_factor : 1.0f;
+    if (ext != 0.0f)
+        mscale *= factor <= 1.0f ? 1.0f : 0.1f * logf(factor) + 1.0f;
+    else
+        mscale *= yarn_attn;
+    hp->rope_attn_factor = mscale;
+    *out = f;
+    return 0;
+}
+
 static const char *supported_types = "F32, F16, BF16, Q8_0, Q4_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, "
                                      "IQ4_NL";
 static const char *supported_archs = "llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe";
@@ -617,18 +685,24 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     err = gguf_get_str(g, key, &st, &st_len);
     if (err && err != -ENOENT) return eng_seterr(err, "metadata %s", gguf_errmsg());
+    float yarn_factor = 0.0f; /* YaRN's factor when the file asks for it */
     if (!err && !(st_len == 4 && memcmp(st, "none", 4) == 0)) {
         float factor = 1.0f;
         snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
         if (gguf_get_f32(g, key, &factor) == -EINVAL)
             return eng_seterr(-EINVAL, "metadata %s", gguf_errmsg());
-        if (!(st_len == 6 && memcmp(st, "linear", 6) == 0) || !(factor > 0.0f) || !isfinite(factor))
+        const bool linear = st_len == 6 && memcmp(st, "linear", 6) == 0;
+        const bool yarn = st_len == 4 && memcmp(st, "yarn", 4) == 0;
+        if ((!linear && !yarn) || !(factor > 0.0f) || !isfinite(factor))
             return eng_seterr(-EINVAL,
                               "metadata %s.rope.scaling.type=\"%.*s\" (factor %g): not "
-                              "supported (none, linear; Llama 3.1 scaling is read from the "
+                              "supported (none, linear, yarn; Llama 3.1 scaling is read from the "
                               "rope_freqs.weight tensor)",
                               arch, (int)(st_len > 32 ? 32 : st_len), st, (double)factor);
-        if (factor != 1.0f) hp.rope_scale = 1.0f / factor; /* positions divided, as llama.cpp */
+        if (yarn)
+            yarn_factor = factor;
+        else if (factor != 1.0f)
+            hp.rope_scale = 1.0f / factor; /* positions divided, as llama.cpp */
     }
     if ((err = arch_hparams(g, arch, arch_id, &c, &hp))) return err;
     const gguf_tensor *emb;
@@ -670,6 +744,16 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
                               "%s: long-RoPE needs both",
                               f_long ? "present" : "absent", f_short ? "present" : "absent");
         rope_f = c.seq_len > orig_ctx ? f_long : f_short;
+    }
+    const float *freq_factors = rope_f ? rope_f->data : NULL;
+    if (yarn_factor > 0.0f) {
+        if (rope_f)
+            return eng_seterr(-EINVAL,
+                              "metadata %s.rope.scaling.type=yarn beside a RoPE factor "
+                              "tensor: not supported",
+                              arch);
+        if ((err = yarn_factors(g, arch, &c, yarn_factor, &hp, &m->yarn_factors))) return err;
+        freq_factors = m->yarn_factors;
     }
     if (arch_id == ENG_ARCH_GEMMA2) out_w = NULL; /* gemma2's classifier is the embedding */
     c.shared_classifier = out_w == NULL;
@@ -824,7 +908,7 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
         .rms_final = out_norm->data,
         .wcls = out_w ? (eng_wmat){out_w->data, (int)out_w->type}
                       : (eng_wmat){emb->data, (int)emb->type},
-        .rope_freq_factors = rope_f ? rope_f->data : NULL,
+        .rope_freq_factors = freq_factors,
     };
     return 0;
 }
@@ -970,6 +1054,7 @@ void eng_model_free(eng_model *m)
     else if (m->map)
         munmap(m->map, m->map_len);
     free(m->owned);
+    free(m->yarn_factors);
     free(m->layers);
     pthread_mutex_destroy(&m->hash_lock);
     free(m);

@@ -767,6 +767,19 @@ static int import(imp *im, const char *out, char *note, size_t note_len)
                 goto out;
             }
             U32("rope.scaling.original_context_length", (long)orig);
+            static const char *const yk[][3] = {
+                {"extrapolation_factor", NULL, "rope.scaling.yarn_ext_factor"},
+                {"attention_factor", "attn_factor", "rope.scaling.yarn_attn_factor"},
+                {"beta_fast", NULL, "rope.scaling.yarn_beta_fast"},
+                {"beta_slow", NULL, "rope.scaling.yarn_beta_slow"},
+            };
+            for (size_t i = 0; i < sizeof yk / sizeof yk[0]; i++) {
+                json_t *v = json_object_get(rs, yk[i][0]);
+                if (!v && yk[i][1]) v = json_object_get(rs, yk[i][1]);
+                if (!json_is_number(v)) continue;
+                snprintf(key, sizeof key, "%s.%s", an, yk[i][2]);
+                gw_f32(w, key, (float)json_number_value(v));
+            }
         }
     }
     if (phi3) {

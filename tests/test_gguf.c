@@ -343,10 +343,10 @@ Test(gguf_reader, unsupported_or_missing_metadata_is_named, .init = mk_tmpdir, .
             "llama, qwen2");
     refused(write_tiny("c.gguf", &(tiny){.arch = "llama", .no_eps = true}),
             "llama.attention.layer_norm_rms_epsilon", "absent");
-    refused(write_tiny(
-                "d.gguf",
-                &(tiny){.arch = "llama", .str_key = "llama.rope.scaling.type", .str_val = "yarn"}),
-            "llama.rope.scaling.type=\"yarn\"", "not supported");
+    refused(write_tiny("d.gguf", &(tiny){.arch = "llama",
+                                         .str_key = "llama.rope.scaling.type",
+                                         .str_val = "longrope"}),
+            "llama.rope.scaling.type=\"longrope\"", "not supported");
     refused(write_tiny("e.gguf",
                        &(tiny){.arch = "llama", .str_key = "llama.block_count", .str_val = "x"}),
             "llama.block_count", "appears twice");

@@ -832,6 +832,50 @@ static void ringlm_greedy(const char *path, const int32_t *prompt, int n_prompt,
     eng_model_free(m);
 }
 
+/* ringlm's greedy runs on files[0] (unscaled) and files[1] (scaled) differ, and each equals
+ * llama.cpp's for STEPS steps, up to a near tie (F32: within 1e-4 of the largest logit)
+ * after at least 100 equal steps. */
+static void assert_scaling_equals_llama_cpp(const char *const files[2], const char *what)
+{
+    const int32_t prompt[] = {258, 104, 256, 108, 111};
+    int32_t *toks[2];
+    float *gaps[2];
+    for (int k = 0; k < 2; k++) {
+        toks[k] = malloc(STEPS * sizeof(int32_t));
+        gaps[k] = malloc(STEPS * sizeof(float));
+        ringlm_greedy(files[k], prompt, 5, toks[k], gaps[k]);
+    }
+    cr_assert(memcmp(toks[0], toks[1], STEPS * sizeof(int32_t)) != 0,
+              "%s: the scaling changes the greedy run (else this test could not fail)", what);
+    json_t *jobs = json_array();
+    for (int k = 0; k < 2; k++) {
+        json_t *p = json_array();
+        for (int i = 0; i < 5; i++) json_array_append_new(p, json_integer(prompt[i]));
+        json_array_append_new(jobs, json_pack("{s:s, s:o, s:i, s:i}", "model", files[k], "prompt",
+                                              p, "n", STEPS, "ctx", 256));
+    }
+    json_t *theirs = node_oracle("greedy.mjs", "jobs", jobs, "the llama.cpp oracle");
+    for (int k = 0; k < 2; k++) {
+        json_t *t = json_array_get(theirs, (size_t)k);
+        cr_assert_eq(json_array_size(t), STEPS);
+        int same = 0;
+        for (; same < STEPS; same++) {
+            int32_t want = (int32_t)json_integer_value(json_array_get(t, (size_t)same));
+            if (want == toks[k][same]) continue;
+            cr_assert_leq(gaps[k][same], 1e-4,
+                          "%s: step %d: ringlm %d, llama.cpp %d, top-2 gap %.3g is no near tie",
+                          files[k], same, toks[k][same], want, gaps[k][same]);
+            cr_assert_geq(same, 100, "%s: a near tie at step %d, before 100 equal steps", files[k],
+                          same);
+            break;
+        }
+        cr_log_info("%s: %d greedy tokens equal to llama.cpp's", k ? what : "unscaled", same);
+        free(toks[k]);
+        free(gaps[k]);
+    }
+    json_decref(theirs);
+}
+
 /* Llama 3.1's factors, as Meta's reference computes them (in double). */
 static double llama3_factor(int i, int hd, double theta, double factor, double lo, double hi,
                             double old_ctx)
@@ -887,44 +931,47 @@ Test(hf_import, llama3_rope_scaling_equals_llama_cpp_past_the_original_context, 
     cr_assert(ones && full && mid, "the case covers all three bands (%d, %d, %d)", ones, full, mid);
     gguf_close(g);
 
-    const int32_t prompt[] = {258, 104, 256, 108, 111};
-    int32_t *toks[2];
-    float *gaps[2];
     const char *files[2] = {plain, scaled};
-    for (int k = 0; k < 2; k++) {
-        toks[k] = malloc(STEPS * sizeof(int32_t));
-        gaps[k] = malloc(STEPS * sizeof(float));
-        ringlm_greedy(files[k], prompt, 5, toks[k], gaps[k]);
-    }
-    cr_assert(memcmp(toks[0], toks[1], STEPS * sizeof(int32_t)) != 0,
-              "the scaling changes the greedy run (else this test could not fail)");
-    json_t *jobs = json_array();
-    for (int k = 0; k < 2; k++) {
-        json_t *p = json_array();
-        for (int i = 0; i < 5; i++) json_array_append_new(p, json_integer(prompt[i]));
-        json_array_append_new(jobs, json_pack("{s:s, s:o, s:i, s:i}", "model", files[k], "prompt",
-                                              p, "n", STEPS, "ctx", 256));
-    }
-    json_t *theirs = node_oracle("greedy.mjs", "jobs", jobs, "the llama.cpp oracle");
-    for (int k = 0; k < 2; k++) {
-        json_t *t = json_array_get(theirs, (size_t)k);
-        cr_assert_eq(json_array_size(t), STEPS);
-        int same = 0;
-        for (; same < STEPS; same++) {
-            int32_t want = (int32_t)json_integer_value(json_array_get(t, (size_t)same));
-            if (want == toks[k][same]) continue;
-            /* a near tie (F32: within 1e-4 of the largest logit) may go either way */
-            cr_assert_leq(gaps[k][same], 1e-4,
-                          "%s: step %d: ringlm %d, llama.cpp %d, top-2 gap %.3g is no near tie",
-                          files[k], same, toks[k][same], want, gaps[k][same]);
-            cr_assert_geq(same, 100, "%s: a near tie at step %d, before 100 equal steps", files[k],
-                          same);
-            break;
-        }
-        cr_log_info("%s: %d greedy tokens equal to llama.cpp's", k ? "llama3-scaled" : "plain",
-                    same);
-        free(toks[k]);
-        free(gaps[k]);
-    }
-    json_decref(theirs);
+    assert_scaling_equals_llama_cpp(files, "llama3-scaled");
+}
+
+/* YaRN (Qwen2.5's and Qwen3's long contexts: rope_scaling type "yarn"): the importer writes
+ * llama.cpp's rope.scaling.* keys, and ringlm's RoPE (the interpolation ramp between the
+ * beta_fast and beta_slow corrections, cos and sin times 1 + 0.1 ln factor) gives llama.cpp's
+ * greedy tokens over 200 steps past an original context of 32. */
+Test(hf_import, yarn_scaling_equals_llama_cpp_past_the_original_context, .timeout = 400)
+{
+    skip_without_node();
+    char a[600], dir[600], plain[600], scaled[600];
+    snprintf(a, sizeof a, "%s/a.gguf", tmpdir);
+    snprintf(dir, sizeof dir, "%s/hf", tmpdir);
+    snprintf(plain, sizeof plain, "%s/plain.gguf", tmpdir);
+    snprintf(scaled, sizeof scaled, "%s/yarn.gguf", tmpdir);
+    hf_case hc = {.label = "qwen2", .spec = "synthetic:gqa-test:7", .arch = "qwen2", .type = "F32"};
+    export_case(&hc, a);
+    char *err = NULL, cmd[700];
+    gguf_to_hf(a, dir, &hc);
+    cr_assert_eq(import_cli(dir, plain, NULL, &err), 0, "%s", err);
+    free(err);
+    hc.rope = json_pack("{s:s, s:f, s:i}", "type", "yarn", "factor", 4.0,
+                        "original_max_position_embeddings", 32);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    gguf_to_hf(a, dir, &hc);
+    cr_assert_eq(import_cli(dir, scaled, NULL, &err), 0, "%s", err);
+    free(err);
+    gguf_file *g;
+    cr_assert_eq(gguf_open(scaled, &g), 0, "%s", gguf_errmsg());
+    const char *st;
+    size_t len;
+    float f;
+    uint64_t orig;
+    cr_assert(gguf_get_str(g, "qwen2.rope.scaling.type", &st, &len) == 0 && len == 4 &&
+              !memcmp(st, "yarn", 4));
+    cr_assert(gguf_get_f32(g, "qwen2.rope.scaling.factor", &f) == 0 && f == 4.0f);
+    cr_assert(gguf_get_u64(g, "qwen2.rope.scaling.original_context_length", &orig) == 0 &&
+              orig == 32);
+    gguf_close(g);
+    const char *files[2] = {plain, scaled};
+    assert_scaling_equals_llama_cpp(files, "yarn-scaled");
 }
