@@ -288,17 +288,17 @@ int main(int argc, char **argv)
     dline[strcspn(dline, "\n")] = 0;
     double mpd = bench_median(pd, runs), mcd = bench_median(cd, runs), mpe = bench_median(pe, runs),
            mce = bench_median(ce, runs), mrd = bench_median(rd, runs), mre = bench_median(re, runs),
-           mpc = bench_median(pc, runs), mcc = bench_median(cc, runs), mrc = bench_median(rc_, runs);
+           mpc = bench_median(pc, runs), mcc = bench_median(cc, runs),
+           mrc = bench_median(rc_, runs);
     if (as_json) {
-        json_t *o =
-            json_pack("{s:s, s:i, s:i, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
-                      "s:f, s:f, s:f, s:s}",
-                      "model", model, "seqs", S, "gen", G, "runs", runs, "threads", threads,
-                      "decode_plain_tps", mpd, "decode_constrained_tps", mcd, "decode_ratio", mrd,
-                      "e2e_plain_tps", mpe, "e2e_constrained_tps", mce, "e2e_ratio", mre,
-                      "cpu_plain_tps", mpc, "cpu_constrained_tps", mcc, "cpu_ratio", mrc,
-                      "warmup_constrained_decode_tps", warm.decode_tps, "load_before", load_before,
-                      "load_after", load_after, "daemon", dline);
+        json_t *o = json_pack(
+            "{s:s, s:i, s:i, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
+            "s:f, s:f, s:f, s:s}",
+            "model", model, "seqs", S, "gen", G, "runs", runs, "threads", threads,
+            "decode_plain_tps", mpd, "decode_constrained_tps", mcd, "decode_ratio", mrd,
+            "e2e_plain_tps", mpe, "e2e_constrained_tps", mce, "e2e_ratio", mre, "cpu_plain_tps",
+            mpc, "cpu_constrained_tps", mcc, "cpu_ratio", mrc, "warmup_constrained_decode_tps",
+            warm.decode_tps, "load_before", load_before, "load_after", load_after, "daemon", dline);
         bench_json_print(o);
         json_decref(o);
     } else {
