@@ -405,6 +405,116 @@ Test(gguf_oracle, low_bit_k_types_equal_llama_cpp, .init = mk_tmpdir, .fini = rm
     run_jobs(jobs, N);
 }
 
+/* ---- log-probabilities on the same tokens ------------------------------------------------- */
+
+#define LP_POS  48 /* positions compared per file */
+#define LP_FROM 4  /* the first position (the prompt before it) */
+#define LP_TOP  5  /* llama.cpp's most likely tokens compared at each */
+
+typedef struct lp_case {
+    const char *spec, *type;
+    double tol; /* |log p ringlm - log p llama.cpp| allowed */
+} lp_case;
+
+/* The tokens every file is fed (a fixed pseudo-random text over the vocabulary). */
+static void lp_tokens(int32_t *t, int n, int vocab)
+{
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    t[0] = 1;
+    for (int i = 1; i < n; i++) {
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        t[i] = 3 + (int32_t)(r % (uint64_t)(vocab - 3));
+    }
+}
+
+/* Every case's file written by ringlm-mkmodel, fed the same tokens by both engines: at each
+ * position from LP_FROM, the log-probabilities of llama.cpp's LP_TOP most likely next tokens
+ * agree within the case's tolerance. */
+static void logprobs_equal(const lp_case *cases, int n)
+{
+    json_t *arr = json_array();
+    char(*paths)[512] = calloc((size_t)n, sizeof *paths);
+    int32_t tok[LP_FROM + LP_POS];
+    for (int i = 0; i < n; i++) {
+        snprintf(paths[i], sizeof paths[i], "%s/lp-%d.gguf", tmpdir, i);
+        export_gguf(cases[i].spec, NULL, cases[i].type, "llama", paths[i]);
+        eng_model *m;
+        cr_assert_eq(eng_model_load(paths[i], &m), 0, "%s", eng_errmsg());
+        lp_tokens(tok, LP_FROM + LP_POS, eng_model_cfg(m)->vocab_size);
+        eng_model_free(m);
+        json_t *t = json_array();
+        for (int k = 0; k < LP_FROM + LP_POS; k++) json_array_append_new(t, json_integer(tok[k]));
+        json_array_append_new(arr,
+                              json_pack("{s:s, s:o, s:i, s:i, s:i}", "model", paths[i], "tokens", t,
+                                        "from", LP_FROM - 1, "top", LP_TOP, "ctx", 256));
+    }
+    json_t *out = node_oracle("logprobs.mjs", "logprobs", arr, "the llama.cpp oracle");
+    cr_assert_eq((int)json_array_size(out), n);
+    for (int i = 0; i < n; i++) {
+        eng_model *m;
+        cr_assert_eq(eng_model_load(paths[i], &m), 0, "%s", eng_errmsg());
+        const eng_model_config *c = eng_model_cfg(m);
+        lp_tokens(tok, LP_FROM + LP_POS, c->vocab_size);
+        eng *e = ts_engine(m, 40, 16, 1);
+        float *logits = malloc((size_t)c->vocab_size * sizeof *logits);
+        tseq s;
+        ts_seq_init(&s, tok, LP_FROM, 0);
+        tseq *one[1] = {&s};
+        json_t *theirs = json_array_get(out, (size_t)i);
+        double worst = 0;
+        for (int p = 0; p < LP_POS; p++) {
+            int rows = s.n_tokens - s.n_cached;
+            cr_assert_eq(ts_step(e, c, one, &rows, 1, logits), 0, "%s", eng_errmsg());
+            double mx = -INFINITY, z = 0;
+            for (int v = 0; v < c->vocab_size; v++) mx = fmax(mx, logits[v]);
+            for (int v = 0; v < c->vocab_size; v++) z += exp(logits[v] - mx);
+            const double lz = mx + log(z);
+            json_t *top = json_array_get(theirs, (size_t)p);
+            cr_assert_eq((int)json_array_size(top), LP_TOP, "%s: position %d", cases[i].type, p);
+            for (int j = 0; j < LP_TOP; j++) {
+                json_t *pair = json_array_get(top, (size_t)j);
+                const int id = (int)json_integer_value(json_array_get(pair, 0));
+                const double want = json_real_value(json_array_get(pair, 1));
+                const double got = logits[id] - lz, d = fabs(got - want);
+                worst = fmax(worst, d);
+                cr_assert_leq(d, cases[i].tol,
+                              "%s %s: position %d, token %d: log p %.5f, llama.cpp %.5f",
+                              cases[i].spec, cases[i].type, LP_FROM - 1 + p, id, got, want);
+            }
+            s.tokens[s.n_tokens++] = tok[LP_FROM + p];
+        }
+        cr_log_info("%s %s: log-probabilities within %.2g of llama.cpp's (tolerance %.2g)",
+                    cases[i].spec, cases[i].type, worst, cases[i].tol);
+        free(logits);
+        eng_destroy(e);
+        eng_model_free(m);
+    }
+    json_decref(out);
+    free(paths);
+}
+
+/* Every type's log-probabilities beside llama.cpp's on the same file and tokens. The
+ * tolerances are what each type's rounding of the activations allows: F32 none; the 32-element
+ * types round them as llama.cpp does (8 bits per 32, Q8_0/Q8_1), the K types and IQ4_XS per
+ * 32 where llama.cpp rounds per 256 (Q8_K). */
+Test(gguf_oracle, every_type_logprobs_equal_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir,
+     .timeout = 600)
+{
+    skip_without_node();
+    static const lp_case cases[] = {
+        {"synthetic:quant-test:17", "F32", 1e-3},    {"synthetic:quant-test:17", "Q8_0", 0.02},
+        {"synthetic:quant-test:17", "Q4_0", 0.02},   {"synthetic:quant-test:17", "Q4_1", 0.02},
+        {"synthetic:quant-test:17", "Q5_0", 0.02},   {"synthetic:quant-test:17", "Q5_1", 0.02},
+        {"synthetic:quant-test:17", "IQ4_NL", 0.02}, {"synthetic:quant-test:17", "Q2_K", 0.03},
+        {"synthetic:quant-test:17", "Q3_K", 0.03},   {"synthetic:quant-test:17", "Q4_K", 0.03},
+        {"synthetic:quant-test:17", "Q5_K", 0.03},   {"synthetic:quant-test:17", "Q6_K", 0.03},
+        {"synthetic:quant-test:17", "IQ4_XS", 0.03},
+    };
+    logprobs_equal(cases, (int)(sizeof cases / sizeof cases[0]));
+}
+
 /* ---- ggml's own dequantization ------------------------------------------------------------ */
 
 /* node-llama-cpp's prebuilt ggml (the library its llama.cpp runs on), or NULL. */
