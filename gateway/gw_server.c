@@ -328,7 +328,8 @@ int gw_server_start(const gw_cfg *cfg, gw_server **out)
     s->rng = gw_now_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ull;
     snprintf(s->id_prefix, sizeof s->id_prefix, "%06llx",
              (unsigned long long)(gw_xorshift(&s->rng) & 0xffffff));
-    json_t *mj = json_string(cfg->served_model);
+    s->model = cfg->served_model ? cfg->served_model : "ringlm";
+    json_t *mj = json_string(s->model);
     s->model_json = mj ? json_dumps(mj, JSON_ENCODE_ANY) : NULL;
     json_decref(mj);
     int per_daemon = cfg->sessions ? (int)cfg->sessions : 1;
@@ -517,6 +518,7 @@ int gw_server_stop(gw_server *s)
     if (s->epfd >= 0) close(s->epfd);
     if (s->stop_efd >= 0) close(s->stop_efd);
     free(s->model_json);
+    free(s->model_learned);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->prep_cv);
