@@ -51,6 +51,7 @@ typedef struct gw_cfg {
      * (ringlm_served_model; "ringlm" until one does, or with a daemon that does not) */
     const char *served_model;
     int reasoning;                     /* GW_REASON_*: reasoning_content split off chat answers */
+    int tool_parser;                   /* GW_TOOLS_*: the model's tool-call syntax (0: none) */
     uint32_t max_model_len;            /* context in tokens (0 = unknown) */
     size_t max_body_bytes;             /* larger bodies: 413 */
     unsigned http_timeout_s;           /* idle connection (slow header/body) timeout */
