@@ -112,7 +112,7 @@ gw_req *gw_req_new(gw_server *s, enum ep ep, struct MHD_Connection *c)
     pthread_mutex_lock(&s->mu);
     r->serial = ++s->next_serial;
     serial_put(s, r);
-    if (ep == EP_COMPLETIONS || ep == EP_CHAT) s->n_gen_live++;
+    if (ep == EP_COMPLETIONS || ep == EP_CHAT || ep == EP_RESPONSES) s->n_gen_live++;
     pthread_mutex_unlock(&s->mu);
     return r;
 }
@@ -122,7 +122,7 @@ void gw_req_free(gw_server *s, gw_req *r)
 {
     serial_del(s, r);
     q_del(r);
-    if (r->ep == EP_COMPLETIONS || r->ep == EP_CHAT) {
+    if (r->ep == EP_COMPLETIONS || r->ep == EP_CHAT || r->ep == EP_RESPONSES) {
         s->n_gen_live--;
         pthread_cond_broadcast(&s->cv);
     }
@@ -133,6 +133,7 @@ void gw_req_free(gw_server *s, gw_req *r)
     gw_buf_free(&r->pend);
     gw_buf_free(&r->text);
     gw_tools_free(&r->tools);
+    gw_resp_free(&r->rs);
     gw_lps_free(&r->lps);
     gw_lps_free(&r->plps);
     gw_buf_free(&r->out);
