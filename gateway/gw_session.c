@@ -132,6 +132,7 @@ void gw_req_free(gw_server *s, gw_req *r)
     gw_buf_free(&r->raw);
     gw_buf_free(&r->pend);
     gw_buf_free(&r->text);
+    gw_tools_free(&r->tools);
     gw_lps_free(&r->lps);
     gw_lps_free(&r->plps);
     gw_buf_free(&r->out);
@@ -387,6 +388,8 @@ static void on_token(gw_sess *ss, const ringlm_event *ev, const ringlm_logprobs 
     if (r->p.stream && r->p.echo) gw_stream_echo(r);
     const char *piece = NULL;
     if (s->cfg.tok && ringlm_token_text(s->cfg.tok, r->prev, ev->token, &piece) < 0) piece = NULL;
+    if (r->p.tool_parser && ev->token == s->tool_marker)
+        piece = gw_tool_parser_marker(r->p.tool_parser); /* a control token: its text */
     r->prev = ev->token;
     if (piece) gw_buf_adds(&r->raw, piece);
     if (gw_emit_text(r, false)) {
