@@ -237,6 +237,24 @@ void dsess_write_policy_hash(dsess *s, uint64_t hash)
     if (s->dseg) __atomic_store_n(&s->dseg->policy_hash, hash, __ATOMIC_RELEASE);
 }
 
+void dsess_write_load(dsess *s, const struct ringlm_wire_load *ld)
+{
+    if (!s->dseg) return;
+    struct ringlm_wire_load *w = &s->dseg->load;
+    /* seqlock: odd while writing; the fence orders the odd seq before the fields */
+    uint32_t seq = w->seq;
+    __atomic_store_n(&w->seq, seq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&w->waiting, ld->waiting, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->running, ld->running, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->kv_used, ld->kv_used, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->kv_total, ld->kv_total, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->iterations, ld->iterations, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->seq, seq + 2, __ATOMIC_RELEASE);
+    if (!(s->dseg->caps & RINGLM_WIRE_CAP_LOAD))
+        __atomic_store_n(&s->dseg->caps, s->dseg->caps | RINGLM_WIRE_CAP_LOAD, __ATOMIC_RELEASE);
+}
+
 void dsess_write_closed(dsess *s, int err, const char *reason)
 {
     if (!s->dseg) return;
@@ -317,22 +335,29 @@ int dsess_push_logprobs(dsess *s, uint64_t req_id, bool prompt, int32_t token, u
 int dsess_push_finish(dsess *s, uint64_t req_id, unsigned reason, unsigned cause, uint32_t n_tokens,
                       uint32_t cached_tokens)
 {
-    int r = make_room(s, 2);
-    if (r < 0) return r;
-    struct ringlm_wire_event f = {
+    return dsess_push_finish_detail(s, req_id, reason, cause, n_tokens, cached_tokens, NULL);
+}
+
+int dsess_push_finish_detail(dsess *s, uint64_t req_id, unsigned reason, unsigned cause,
+                             uint32_t n_tokens, uint32_t cached_tokens, const char *detail)
+{
+    struct ringlm_wire_event g[2 + RINGLM_WIRE_DETAIL_SLOTS(RINGLM_WIRE_DETAIL_MAX)];
+    g[0] = (struct ringlm_wire_event){
         .req_id = req_id,
         .value = (int32_t)n_tokens,
         .meta = RINGLM_WIRE_EV_META(RINGLM_WIRE_EV_FINISH, ((reason & 0xff) << 8) | (cause & 0xff)),
     };
-    struct ringlm_wire_event x = {
+    g[1] = (struct ringlm_wire_event){
         .req_id = dloop_policy_hash(s->loop),
         .value = (int32_t)(uint32_t)req_id,
         .meta = RINGLM_WIRE_EV_META(RINGLM_WIRE_EV_FINISH_EXT, cached_tokens < RINGLM_WIRE_INDEX_MAX
                                                                    ? cached_tokens
                                                                    : RINGLM_WIRE_INDEX_MAX),
     };
-    ring_ev_put(&s->ev, &f);
-    ring_ev_put(&s->ev, &x);
+    unsigned n = 2 + (detail ? ringlm_wire_detail_encode(req_id, detail, &g[2]) : 0);
+    int r = make_room(s, n);
+    if (r < 0) return r;
+    for (unsigned k = 0; k < n; k++) ring_ev_put(&s->ev, &g[k]);
     return 0;
 }
 

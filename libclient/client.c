@@ -75,14 +75,18 @@ struct ringlm_client {
     bool has_lp;
     int32_t lp_token;
     struct ringlm_wire_logprobs lp;
+    /* the detail of the last FINISH taken (ringlm_event_detail); "" when it carried none */
+    char detail[RINGLM_WIRE_DETAIL_MAX + 1];
     int gone; /* 0, or the sticky -errno once the session ended */
     char gone_detail[160];
 
     /* the handshake's facts, copied once at connect */
     uint32_t caps;
-    uint32_t vocab_size; /* with RINGLM_WIRE_CAP_SAMPLING, else 0 */
+    uint32_t vocab_size;       /* with RINGLM_WIRE_CAP_SAMPLING, else 0 */
+    uint32_t constraint_kinds; /* with RINGLM_WIRE_CAP_CONSTRAINT, else 0 */
     int n_classes;
     char classes[RINGLM_WIRE_CLASSES_MAX][RINGLM_WIRE_NAME_LEN];
+    char served_model[RINGLM_WIRE_MODEL_LEN]; /* with RINGLM_WIRE_CAP_MODEL, else "" */
 };
 
 /* ---- errors --------------------------------------------------------------------------- */
@@ -311,6 +315,8 @@ int ringlm_connect(const char *socket_path, ringlm_client **out)
     c->caps = __atomic_load_n(&c->dseg->caps, __ATOMIC_ACQUIRE);
     if (c->caps & RINGLM_WIRE_CAP_SAMPLING)
         c->vocab_size = __atomic_load_n(&c->dseg->vocab_size, __ATOMIC_RELAXED);
+    if (c->caps & RINGLM_WIRE_CAP_CONSTRAINT)
+        c->constraint_kinds = __atomic_load_n(&c->dseg->constraint_kinds, __ATOMIC_RELAXED);
     if (c->caps & RINGLM_WIRE_CAP_FACTS) {
         uint32_t n = __atomic_load_n(&c->dseg->n_classes, __ATOMIC_RELAXED);
         c->n_classes = (int)(n < RINGLM_WIRE_CLASSES_MAX ? n : RINGLM_WIRE_CLASSES_MAX);
@@ -318,6 +324,10 @@ int ringlm_connect(const char *socket_path, ringlm_client **out)
             memcpy(c->classes[i], c->dseg->classes[i], RINGLM_WIRE_NAME_LEN);
             c->classes[i][RINGLM_WIRE_NAME_LEN - 1] = 0;
         }
+    }
+    if (c->caps & RINGLM_WIRE_CAP_MODEL) {
+        memcpy(c->served_model, c->dseg->served_model, RINGLM_WIRE_MODEL_LEN);
+        c->served_model[RINGLM_WIRE_MODEL_LEN - 1] = 0;
     }
 
     c->sub = (struct ring_rec_prod){
@@ -401,6 +411,36 @@ int ringlm_policy_classes(const ringlm_client *c, const char **names, int max)
     if (!(c->caps & RINGLM_WIRE_CAP_FACTS)) return -ENOTSUP;
     for (int i = 0; names && i < c->n_classes && i < max; i++) names[i] = c->classes[i];
     return c->n_classes;
+}
+
+const char *ringlm_served_model(const ringlm_client *c)
+{
+    return c && (c->caps & RINGLM_WIRE_CAP_MODEL) && c->served_model[0] ? c->served_model : NULL;
+}
+
+int ringlm_daemon_load(const ringlm_client *c, ringlm_load *out)
+{
+    if (!c || !out) return set_err(-EINVAL, "NULL argument");
+    if (!(c->caps & RINGLM_WIRE_CAP_LOAD))
+        return set_err(-ENOTSUP, "this ringlmd does not publish its load (older than 0.5)");
+    const struct ringlm_wire_load *w = &c->dseg->load;
+    /* The writer is the daemon's loop, a few stores an iteration: a torn read retries. */
+    for (int tries = 0; tries < 1000; tries++) {
+        uint32_t s1 = __atomic_load_n(&w->seq, __ATOMIC_ACQUIRE);
+        if (s1 & 1) continue;
+        ringlm_load l = {
+            .waiting = __atomic_load_n(&w->waiting, __ATOMIC_RELAXED),
+            .running = __atomic_load_n(&w->running, __ATOMIC_RELAXED),
+            .kv_used_blocks = __atomic_load_n(&w->kv_used, __ATOMIC_RELAXED),
+            .kv_total_blocks = __atomic_load_n(&w->kv_total, __ATOMIC_RELAXED),
+            .iterations = __atomic_load_n(&w->iterations, __ATOMIC_RELAXED),
+        };
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&w->seq, __ATOMIC_RELAXED) != s1) continue;
+        *out = l;
+        return 0;
+    }
+    return set_err(-EAGAIN, "the daemon's load kept changing while read");
 }
 
 int ringlm_draining(const ringlm_client *c)
@@ -829,6 +869,18 @@ int ringlm_submit_batch_ext(ringlm_client *c, const ringlm_request *reqs,
                         n > 1 ? "a request of the batch: " : "");
             goto out;
         }
+        uint32_t kind = q[i].sm.constraint_kind;
+        if (q[i].ext && kind && !(c->constraint_kinds & (1u << kind))) {
+            static const char *const names[] = {"none",  "json_schema", "json_object",
+                                                "regex", "grammar",     "choice"};
+            r = set_err(-ENOTSUP, "%sconstraint: the daemon does not enforce kind %s%s",
+                        n > 1 ? "a request of the batch: " : "",
+                        kind < sizeof names / sizeof *names ? names[kind] : "?",
+                        c->constraint_kinds ? ""
+                                            : " (it enforces none: it is older than this "
+                                              "library, or has no tokenizer)");
+            goto out;
+        }
         uint64_t len = q[i].len;
         if (len > c->sub.cap) {
             r = set_err(-E2BIG,
@@ -888,6 +940,7 @@ static int take_event(ringlm_client *c, ringlm_event *out)
     memset(out, 0, sizeof(*out));
     out->req_id = e.req_id;
     c->has_lp = false;
+    c->detail[0] = 0;
     if (kind == RINGLM_WIRE_EV_TOKEN || kind == RINGLM_WIRE_EV_PROMPT) {
         /* Its log-probabilities, when it has any, were published with it: the producer
          * index seen (n) covers the whole group, so no reload is needed, and an event
@@ -930,6 +983,23 @@ static int take_event(ringlm_client *c, ringlm_event *out)
         (uint32_t)x.value != (uint32_t)e.req_id)
         return set_err(-EPROTO, "FINISH of request %llu not followed by its FINISH_EXT",
                        (unsigned long long)e.req_id);
+    /* a detail, when the daemon sent one, follows in the same publish */
+    unsigned used = 2;
+    c->detail[0] = 0;
+    if (n >= 3) {
+        struct ringlm_wire_event d = ring_ev_peek(&c->ev, 2);
+        if (RINGLM_WIRE_EV_KIND(d.meta) == RINGLM_WIRE_EV_DETAIL && d.req_id == e.req_id) {
+            struct ringlm_wire_event txt[RINGLM_WIRE_DETAIL_SLOTS(RINGLM_WIRE_DETAIL_MAX)];
+            int64_t have = n - 3 < (int64_t)(sizeof txt / sizeof *txt)
+                               ? n - 3
+                               : (int64_t)(sizeof txt / sizeof *txt);
+            for (int64_t k = 0; k < have; k++) txt[k] = ring_ev_peek(&c->ev, (uint64_t)(3 + k));
+            int got =
+                ringlm_wire_detail_decode(&d, txt, (unsigned)have, c->detail, why, sizeof(why));
+            if (got < 0) return set_err(-EPROTO, "%s", why);
+            used = 3 + (unsigned)got;
+        }
+    }
     uint32_t low = RINGLM_WIRE_EV_LOW(e.meta);
     out->kind = RINGLM_EV_FINISH;
     out->finish_reason = (int)((low >> 8) & 0xff);
@@ -937,8 +1007,8 @@ static int take_event(ringlm_client *c, ringlm_event *out)
     out->n_tokens = (uint32_t)e.value;
     out->n_cached_tokens = RINGLM_WIRE_EV_LOW(x.meta);
     out->policy_hash = x.req_id;
-    ring_ev_consume(&c->ev, 2);
-    c->consumed_since_check += 2;
+    ring_ev_consume(&c->ev, used);
+    c->consumed_since_check += used;
     return 1;
 }
 
@@ -1024,6 +1094,17 @@ int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms)
             (void)session_end_error(c, 1);
         }
     }
+}
+
+int ringlm_constraint_kinds(const ringlm_client *c)
+{
+    if (!c) return -EINVAL;
+    return (int)(c->constraint_kinds & 0x7fffffffu);
+}
+
+const char *ringlm_event_detail(const ringlm_client *c)
+{
+    return c && c->detail[0] ? c->detail : NULL;
 }
 
 int ringlm_event_logprobs(const ringlm_client *c, ringlm_logprobs *out)
