@@ -200,9 +200,10 @@ void *dsess_user(dsess *s);
  * are honoured, and the policy's request class names (names longer than a wire name are
  * left out: no request can name them). Written once into the daemon segment. */
 /* vocab > 0: the session takes REQUEST_EXT records (RINGLM_WIRE_CAP_SAMPLING) of a model of
- * that vocabulary; 0: it does not. */
+ * that vocabulary; 0: it does not. max_n > 1: it runs up to max_n samples per request
+ * (RINGLM_WIRE_CAP_SAMPLES). */
 void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes,
-                     uint32_t vocab);
+                     uint32_t vocab, uint32_t max_n);
 dloop *dsess_loop(dsess *s);
 /* Why a session ends. Only a fault is logged (rate-limited) with its words; the others
  * are a session's ordinary end. A client reads -ESHUTDOWN for SHUTDOWN, else -ECONNRESET. */

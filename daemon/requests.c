@@ -256,6 +256,16 @@ void req_end(svc *s, svc_req *r, unsigned reason, unsigned cause)
     r->fin_reason = r->forced_reason ? r->forced_reason : reason;
     r->fin_cause = r->forced_reason ? r->forced_cause : cause;
     r->finish_us = s->now_us;
+    if (r->n_samples > 1 && !r->forked) {
+        /* its other samples wait on its prompt: they end as it ends (ringlm.h "n samples") */
+        r->forked = true;
+        for (uint32_t i = 1; i < r->n_samples; i++) {
+            svc_req *k = req_find(s, r->id + i);
+            if (!k || req_state_ended(k->state)) continue;
+            if (r->fin_reason == RINGLM_WIRE_R_CANCELLED && !k->cancel_us) k->cancel_us = s->now_us;
+            req_end(s, k, r->fin_reason, r->fin_cause);
+        }
+    }
     svc_sess *ss = r->sess;
     if (!ss || ss->closing) { /* its session is being closed: freed there */
         req_set_state(s, r, REQ_ENDED);
@@ -466,7 +476,8 @@ int req_session_open(svc *s, dsess *ds)
     int n_classes = sched_policy_n_classes(s->policy);
     if (n_classes > SCHED_MAX_CLASSES) n_classes = SCHED_MAX_CLASSES;
     for (int i = 0; i < n_classes; i++) classes[i] = sched_policy_class(s->policy, i)->name;
-    dsess_set_facts(ds, ss->trusted, classes, n_classes, (uint32_t)s->mcfg->vocab_size);
+    dsess_set_facts(ds, ss->trusted, classes, n_classes, (uint32_t)s->mcfg->vocab_size,
+                    s->cfg.max_n);
     svc_stats_changed(s);
     return 0;
 }
@@ -581,6 +592,7 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
     case SCHED_EV_SCHEDULE:
         if (ev->outcome == SCHED_OUTCOME_START)
             metrics_observe(s->mx, series, METRICS_H_QUEUE_WAIT, ev->wait_us);
+        if (r && ev->outcome == SCHED_OUTCOME_START) r->sample_starting = false;
         /* its first start: QUEUED → RUNNING (a resume finds it started) */
         if (r && r->state == REQ_QUEUED) {
             r->scheduled_us = ev->t_us;
@@ -591,7 +603,8 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
     case SCHED_EV_CACHE_HIT:
         /* the first admission's hit, for the request log (a resumed sequence's own blocks
          * found again after a recompute are not the request's cached prompt) */
-        if (r && r->state <= REQ_QUEUED) r->cached_tokens = ev->cached_tokens;
+        if (r && (r->state <= REQ_QUEUED || r->sample_starting))
+            r->cached_tokens = ev->cached_tokens;
         break;
     case SCHED_EV_PREEMPT:
         metrics_count_preempt(

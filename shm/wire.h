@@ -131,9 +131,12 @@ _Static_assert(sizeof(struct ringlm_wire_request) == 88, "request layout");
 #define RINGLM_WIRE_SMP_F_KNOWN                                                                    \
     (RINGLM_WIRE_SMP_F_LOGPROBS | RINGLM_WIRE_SMP_F_LOGPROBS_PROCESSED |                           \
      RINGLM_WIRE_SMP_F_PROMPT_LOGPROBS)
-#define RINGLM_WIRE_MAX_LOGIT_BIAS       1024u /* entries; a token at most once */
-#define RINGLM_WIRE_MAX_STOP_IDS         64u
-#define RINGLM_WIRE_MAX_LOGPROBS         20u /* OpenAI's top_logprobs limit */
+#define RINGLM_WIRE_MAX_LOGIT_BIAS 1024u /* entries; a token at most once */
+#define RINGLM_WIRE_MAX_STOP_IDS   64u
+#define RINGLM_WIRE_MAX_LOGPROBS   20u /* OpenAI's top_logprobs limit */
+#define RINGLM_WIRE_MAX_N                                                                          \
+    256u /* samples per request (a daemon may allow fewer:
+                                                 dseg.max_n) */
 #define RINGLM_WIRE_MAX_CONSTRAINT_BYTES (256u << 10)
 #define RINGLM_WIRE_BIAS_MAX             100.0f /* |bias| */
 #define RINGLM_WIRE_REP_PENALTY_MAX      100.0f /* repetition_penalty (0, 100] */
@@ -149,7 +152,8 @@ struct ringlm_wire_sampling {
     uint32_t n_stop_ids;      /* <= RINGLM_WIRE_MAX_STOP_IDS */
     uint32_t top_logprobs;    /* [0, 20], only with F_LOGPROBS */
     uint32_t prompt_logprobs; /* [0, 20], only with F_PROMPT_LOGPROBS */
-    uint32_t n;               /* samples of the prompt; 0 and 1 = one */
+    uint32_t n;               /* samples of the prompt; 0 and 1 = one; at most
+                                 RINGLM_WIRE_MAX_N and the daemon's dseg.max_n */
     uint32_t constraint_kind; /* 0 = none (the kinds: ringlm.h enum ringlm_constraint_kind) */
     uint32_t constraint_bytes;
     uint32_t reserved[4]; /* 0 */
@@ -239,6 +243,9 @@ struct ringlm_wire_cseg {
 #define RINGLM_WIRE_CAP_LOGPROBS                                                                   \
     8u /* the daemon sends log-probabilities (EV_PROMPT, EV_LOGPROB, EV_LOGPROB_TOP) to a
           request that asks for them */
+#define RINGLM_WIRE_CAP_SAMPLES                                                                    \
+    16u /* the daemon runs n > 1 samples of one prompt (ringlm_wire_sampling.n, up to
+           dseg.max_n); the samples' ids are the record's req_id, req_id + 1, ... */
 #define RINGLM_WIRE_CLASSES_MAX 16u
 
 enum ringlm_wire_state {
@@ -276,6 +283,9 @@ struct ringlm_wire_dseg {
     /* With RINGLM_WIRE_CAP_SAMPLING (added the same way: an older daemon leaves it 0): the
      * model's vocabulary size, so the library checks token ids at submit. */
     uint32_t vocab_size;
+    /* With RINGLM_WIRE_CAP_SAMPLES (added the same way): the most samples one request may
+     * ask for (ringlmd --max-n), so the library refuses more at submit. */
+    uint32_t max_n;
 };
 
 #define RINGLM_WIRE_HEADER_AREA 4096 /* ring data starts on the next page */
@@ -381,9 +391,12 @@ int ringlm_wire_check_request_smp(const struct ringlm_wire_request *req, uint32_
  *   min_p               [0, 1], finite (0 = off)
  *   stop_token_ids      at most RINGLM_WIRE_MAX_STOP_IDS, each in [0, vocab)
  *   top_logprobs, prompt_logprobs  [0, 20], and 0 unless their flag is set
+ *   n                   [0, RINGLM_WIRE_MAX_N]; above 1 only with max_new_tokens >= 1
+ *                       (the daemon's own maximum, dseg.max_n, is checked by who knows it)
  *   flags, reserved     known bits only; 0
- * and what is not implemented yet is refused here, never accepted silently: the logprobs
- * flags, n > 1 and any constraint (*unsupported = true, so the library answers -ENOTSUP).
+ * and what is not implemented yet is refused here, never accepted silently: n > 1 with
+ * prompt log-probabilities, and any constraint (*unsupported = true, so the library answers
+ * -ENOTSUP).
  * Returns 0, or RINGLM_WIRE_R_BAD_PARAMS with a detail that starts with the member's name
  * ("logit_bias[3] token 40000 outside the vocabulary of 32000"); *field (when not NULL) is
  * that member of ringlm_sampling ("logit_bias", "repetition_penalty", "presence_penalty",
