@@ -86,9 +86,9 @@ void gw_fail_from_finish(gw_err *e, int fr, int cause)
  * or null. Only a request that asked builds any JSON here. */
 static int sse_logprobs(gw_req *r)
 {
-    int e = gw_buf_adds(&r->out, ",\"logprobs\":");
-    if (r->p.logprobs == GW_LP_NONE || r->lps_sent >= r->lps.n)
-        return e | gw_buf_adds(&r->out, "null");
+    gw_buf *out = &gw_top(r)->out;
+    int e = gw_buf_adds(out, ",\"logprobs\":");
+    if (r->p.logprobs == GW_LP_NONE || r->lps_sent >= r->lps.n) return e | gw_buf_adds(out, "null");
     const ringlm_tokenizer *tok = r->s->cfg.tok;
     json_t *j = r->p.kind == GW_CHAT
                     ? gw_lp_chat(tok, r->lps.v + r->lps_sent, r->lps.n - r->lps_sent)
@@ -97,24 +97,33 @@ static int sse_logprobs(gw_req *r)
     r->lps_sent = r->lps.n;
     char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
-    e |= gw_buf_adds(&r->out, t ? t : "null");
+    e |= gw_buf_adds(out, t ? t : "null");
     free(t);
     return e;
 }
 
+/* The start of a chunk of choice r: the request's head and {"index":i, */
+static int sse_open(gw_req *r)
+{
+    gw_req *o = gw_top(r);
+    int e = gw_buf_add(&o->out, o->head.p, o->head.len);
+    return e | gw_buf_addf(&o->out, "{\"index\":%u,", r->choice);
+}
+
 static int sse_text(gw_req *r, const char *t, size_t n)
 {
-    int e = gw_buf_add(&r->out, r->head.p, r->head.len);
+    gw_buf *out = &gw_top(r)->out;
+    int e = sse_open(r);
     if (r->p.kind == GW_CHAT) {
-        e |= gw_buf_adds(&r->out, "{\"index\":0,\"delta\":{\"content\":");
-        e |= gw_buf_add_json_str(&r->out, t, n);
-        e |= gw_buf_adds(&r->out, "}");
+        e |= gw_buf_adds(out, "\"delta\":{\"content\":");
+        e |= gw_buf_add_json_str(out, t, n);
+        e |= gw_buf_adds(out, "}");
     } else {
-        e |= gw_buf_adds(&r->out, "{\"index\":0,\"text\":");
-        e |= gw_buf_add_json_str(&r->out, t, n);
+        e |= gw_buf_adds(out, "\"text\":");
+        e |= gw_buf_add_json_str(out, t, n);
     }
     e |= sse_logprobs(r);
-    e |= gw_buf_adds(&r->out, ",\"finish_reason\":null}]}\n\n");
+    e |= gw_buf_adds(out, ",\"finish_reason\":null}]}\n\n");
     return e;
 }
 
@@ -122,13 +131,14 @@ static int sse_text(gw_req *r, const char *t, size_t n)
 static int sse_piece(void *arg, bool reasoning, const char *t, size_t n)
 {
     gw_req *r = arg;
-    int e = gw_buf_add(&r->out, r->head.p, r->head.len);
-    e |= gw_buf_adds(&r->out, reasoning ? "{\"index\":0,\"delta\":{\"reasoning_content\":"
-                                        : "{\"index\":0,\"delta\":{\"content\":");
-    e |= gw_buf_add_json_str(&r->out, t, n);
-    e |= gw_buf_adds(&r->out, "}");
+    gw_buf *out = &gw_top(r)->out;
+    int e = sse_open(r);
+    e |= gw_buf_adds(out,
+                     reasoning ? "\"delta\":{\"reasoning_content\":" : "\"delta\":{\"content\":");
+    e |= gw_buf_add_json_str(out, t, n);
+    e |= gw_buf_adds(out, "}");
     e |= sse_logprobs(r);
-    e |= gw_buf_adds(&r->out, ",\"finish_reason\":null}]}\n\n");
+    e |= gw_buf_adds(out, ",\"finish_reason\":null}]}\n\n");
     return e;
 }
 
@@ -174,14 +184,15 @@ void gw_stream_echo(gw_req *r)
     r->echo_sent = true;
     char *t = echo_text(r);
     if (!t) return;
-    gw_buf_add(&r->out, r->head.p, r->head.len);
-    gw_buf_adds(&r->out, "{\"index\":0,\"text\":");
-    gw_buf_add_json_str(&r->out, t, strlen(t)); /* validated: the body's JSON, or repaired */
-    gw_buf_adds(&r->out, ",\"logprobs\":");
+    gw_buf *out = &gw_top(r)->out;
+    sse_open(r);
+    gw_buf_adds(out, "\"text\":");
+    gw_buf_add_json_str(out, t, strlen(t)); /* validated: the body's JSON, or repaired */
+    gw_buf_adds(out, ",\"logprobs\":");
     json_t *j = r->p.logprobs != GW_LP_NONE ? completion_logprobs(r, t, false) : NULL;
     char *d = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    gw_buf_adds(&r->out, d ? d : "null");
-    gw_buf_adds(&r->out, ",\"finish_reason\":null}]}\n\n");
+    gw_buf_adds(out, d ? d : "null");
+    gw_buf_adds(out, ",\"finish_reason\":null}]}\n\n");
     r->text_offset = strlen(t);
     free(d);
     json_decref(j);
@@ -190,23 +201,46 @@ void gw_stream_echo(gw_req *r)
 
 void gw_start_stream(gw_req *r)
 {
-    if (r->started) return;
-    r->started = true;
+    gw_top(r)->started = true; /* the response is a stream from now on */
+    if (r->role_sent) return;
+    r->role_sent = true;
     if (r->p.kind == GW_CHAT) {
-        gw_buf_add(&r->out, r->head.p, r->head.len);
-        gw_buf_adds(&r->out, "{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
-                             "\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+        sse_open(r);
+        gw_buf_adds(&gw_top(r)->out, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
+                                     "\"logprobs\":null,\"finish_reason\":null}]}\n\n");
     }
 }
 
 /* OpenAI's usage, with its prompt_tokens_details.cached_tokens (what the openai SDKs type
  * and vLLM fills): the prompt tokens ringlmd's prefix cache served. */
+/* The completion tokens of every choice of o. */
+static uint32_t completion_tokens(const gw_req *o)
+{
+    uint32_t n = o->n_gen;
+    for (uint32_t i = 1; o->choices && i < o->n_choices; i++) n += o->choices[i]->n_gen;
+    return n;
+}
+
+/* The prompt is computed once however many choices (ringlmd shares it): counted once. */
 static void usage_json(gw_buf *b, const gw_req *r)
 {
+    uint32_t gen = completion_tokens(r);
     gw_buf_addf(b,
                 "{\"prompt_tokens\":%u,\"completion_tokens\":%u,\"total_tokens\":%u,"
                 "\"prompt_tokens_details\":{\"cached_tokens\":%u}}",
-                r->n_prompt, r->n_gen, r->n_prompt + r->n_gen, r->n_cached);
+                r->n_prompt, gen, r->n_prompt + gen, r->n_cached);
+}
+
+void gw_sse_choice_end(gw_req *c)
+{
+    if (c->end_sent) return;
+    c->end_sent = true;
+    gw_buf *out = &gw_top(c)->out;
+    sse_open(c);
+    /* entries of tokens that brought no text of their own come with the last chunk */
+    gw_buf_adds(out, c->p.kind == GW_CHAT ? "\"delta\":{}" : "\"text\":\"\"");
+    sse_logprobs(c);
+    gw_buf_addf(out, ",\"finish_reason\":\"%s\"}]}\n\n", c->finish ? c->finish : "stop");
 }
 
 void gw_sse_end(gw_req *r)
@@ -218,12 +252,8 @@ void gw_sse_end(gw_req *r)
         gw_buf_adds(&r->out, "\n\n");
         free(j);
     } else {
-        gw_buf_add(&r->out, r->head.p, r->head.len);
-        /* entries of tokens that brought no text of their own come with the last chunk */
-        gw_buf_adds(&r->out, r->p.kind == GW_CHAT ? "{\"index\":0,\"delta\":{}"
-                                                  : "{\"index\":0,\"text\":\"\"");
-        sse_logprobs(r);
-        gw_buf_addf(&r->out, ",\"finish_reason\":\"%s\"}]}\n\n", r->finish);
+        for (uint32_t i = 0; i < (r->choices ? r->n_choices : 1); i++)
+            gw_sse_choice_end(r->choices ? r->choices[i] : r);
         if (r->p.include_usage) {
             gw_buf_add(&r->out, r->head.p, r->head.len);
             gw_buf_adds(&r->out, "],\"usage\":");
@@ -287,8 +317,9 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
     return n;
 }
 
-/* mu held: the whole (non-stream) answer of a finished generation. */
-static enum MHD_Result answer_generation(gw_server *s, gw_req *r, struct MHD_Connection *c)
+/* One choice of a whole answer: its text (after the echoed prompt), log-probabilities and
+ * finish reason, as choices[index]. */
+static json_t *choice_json(gw_server *s, gw_req *r, int index)
 {
     json_t *choice;
     char *echoed = r->p.echo ? echo_text(r) : NULL;
@@ -304,6 +335,7 @@ static enum MHD_Result answer_generation(gw_server *s, gw_req *r, struct MHD_Con
                                    : completion_logprobs(r, echoed, true);
         if (!lps) lps = json_null();
     }
+    const char *finish = r->finish ? r->finish : "stop";
     if (r->p.kind == GW_CHAT && s->cfg.reasoning) {
         /* --reasoning-parser: reasoning_content beside content (null where there is none) */
         const char *rs, *cs;
@@ -311,30 +343,60 @@ static enum MHD_Result answer_generation(gw_server *s, gw_req *r, struct MHD_Con
         gw_reason_split(s->cfg.reasoning, r->text.p ? r->text.p : "", r->text.len, &rs, &rn, &cs,
                         &cn);
         json_decref(text);
-        choice = json_pack("{s:i, s:{s:s, s:o, s:o}, s:o, s:s}", "index", 0, "message", "role",
+        choice = json_pack("{s:i, s:{s:s, s:o, s:o}, s:o, s:s}", "index", index, "message", "role",
                            "assistant", "content", cs ? json_stringn(cs, cn) : json_null(),
                            "reasoning_content", rs ? json_stringn(rs, rn) : json_null(), "logprobs",
-                           lps, "finish_reason", r->finish);
+                           lps, "finish_reason", finish);
     } else if (r->p.kind == GW_CHAT)
-        choice =
-            json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", 0, "message", "role", "assistant",
-                      "content", text, "logprobs", lps, "finish_reason", r->finish);
+        choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", index, "message", "role",
+                           "assistant", "content", text, "logprobs", lps, "finish_reason", finish);
     else
-        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "text", text, "logprobs", lps,
-                           "finish_reason", r->finish);
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", index, "text", text, "logprobs", lps,
+                           "finish_reason", finish);
     free(echoed);
+    return choice;
+}
+
+/* best_of: the choices in order of their cumulative log-probability, highest first (vLLM). */
+static int by_cum_lp(const void *a, const void *b)
+{
+    const gw_req *x = *(gw_req *const *)a, *y = *(gw_req *const *)b;
+    if (x->cum_lp != y->cum_lp) return x->cum_lp > y->cum_lp ? -1 : 1;
+    return (x->choice > y->choice) - (x->choice < y->choice);
+}
+
+/* mu held: the whole (non-stream) answer of a finished generation. */
+static enum MHD_Result answer_generation(gw_server *s, gw_req *r, struct MHD_Connection *c)
+{
+    json_t *choices = json_array();
+    if (!r->choices) {
+        json_array_append_new(choices, choice_json(s, r, 0));
+    } else {
+        /* n choices; with best_of the n of the highest cumulative log-probability */
+        gw_req **order = malloc(sizeof *order * r->n_choices);
+        if (order) {
+            memcpy(order, r->choices, sizeof *order * r->n_choices);
+            uint32_t keep = r->p.n < r->n_choices ? r->p.n : r->n_choices;
+            if (keep < r->n_choices) qsort(order, r->n_choices, sizeof *order, by_cum_lp);
+            for (uint32_t i = 0; i < keep; i++)
+                json_array_append_new(choices, choice_json(s, order[i], (int)i));
+            free(order);
+        }
+    }
+    json_t *choice0 = json_array_get(choices, 0);
     json_t *plp = r->p.prompt_logprobs != GW_LP_NONE
                       ? gw_lp_prompt_vllm(s->cfg.tok, r->plps.v, r->plps.n)
                       : NULL;
     /* vLLM's places: the choice's for completions, the response's for chat */
-    if (plp && r->p.kind == GW_COMPLETION) json_object_set(choice, "prompt_logprobs", plp);
-    json_t *o =
-        json_pack("{s:s, s:s, s:I, s:s, s:[o], s:{s:i, s:i, s:i, s:{s:I}}}", "id", r->id, "object",
-                  r->p.kind == GW_CHAT ? "chat.completion" : "text_completion", "created",
-                  (json_int_t)r->created, "model", s->cfg.served_model, "choices", choice, "usage",
-                  "prompt_tokens", (int)r->n_prompt, "completion_tokens", (int)r->n_gen,
-                  "total_tokens", (int)(r->n_prompt + r->n_gen), "prompt_tokens_details",
-                  "cached_tokens", (json_int_t)r->n_cached);
+    if (plp && choice0 && r->p.kind == GW_COMPLETION)
+        json_object_set(choice0, "prompt_logprobs", plp);
+    uint32_t gen = completion_tokens(r);
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:o, s:{s:i, s:i, s:i, s:{s:I}}}", "id", r->id,
+                          "object", r->p.kind == GW_CHAT ? "chat.completion" : "text_completion",
+                          "created", (json_int_t)r->created, "model", s->cfg.served_model,
+                          "choices", choices, "usage", "prompt_tokens", (int)r->n_prompt,
+                          "completion_tokens", (int)gen, "total_tokens", (int)(r->n_prompt + gen),
+                          "prompt_tokens_details", "cached_tokens", (json_int_t)r->n_cached);
     if (plp && r->p.kind == GW_CHAT) json_object_set(o, "prompt_logprobs", plp);
     json_decref(plp);
     return gw_answer_json(r, c, 200, o);
@@ -356,7 +418,7 @@ enum MHD_Result gw_resumed(gw_server *s, gw_req *r, struct MHD_Connection *c)
         return gw_queue(r, c, 200, resp);
     }
     if (r->failed) return gw_answer_err(r, c, &r->err);
-    if (r->daemon_done) return answer_generation(s, r, c);
+    if (gw_all_done(r)) return answer_generation(s, r, c);
     gw_suspend(r); /* woken early: wait on */
     return MHD_YES;
 }

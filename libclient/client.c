@@ -37,6 +37,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 _Static_assert(sizeof(ringlm_event) == 48, "ringlm_event is 48 bytes");
 _Static_assert(offsetof(ringlm_event, kind) == 0, "ringlm_event.kind");
 _Static_assert(offsetof(ringlm_event, req_id) == 8, "ringlm_event.req_id");
+_Static_assert(RINGLM_MAX_N == RINGLM_WIRE_MAX_N, "one bound on samples per request");
 _Static_assert(offsetof(ringlm_event, token) == 16, "ringlm_event.token");
 _Static_assert(offsetof(ringlm_event, index) == 20, "ringlm_event.index");
 _Static_assert(offsetof(ringlm_event, finish_reason) == 24, "ringlm_event.finish_reason");

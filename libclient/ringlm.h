@@ -176,6 +176,9 @@ typedef struct ringlm_logit_bias {
 #define RINGLM_MAX_STOP_TOKEN_IDS   64
 #define RINGLM_MAX_LOGPROBS         20 /* top_logprobs, prompt_logprobs (OpenAI's limit) */
 #define RINGLM_MAX_CONSTRAINT_BYTES (256u << 10)
+#define RINGLM_MAX_N                                                                               \
+    256 /* samples per request (n), whatever the daemon allows:
+                                           ringlm_max_samples says what this one does */
 
 /* ringlm_sampling.flags: log-probabilities (see "log-probabilities" below) */
 #define RINGLM_SAMPLING_LOGPROBS                                                                   \
