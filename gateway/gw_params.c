@@ -5,6 +5,7 @@
 #include "gateway/gw_params.h"
 
 #include "libclient/ringlm.h"
+#include "gateway/gw_tools.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -186,10 +187,36 @@ static int rd_content(json_t *c, size_t i, gw_buf *out, gw_err *e)
     return 0;
 }
 
-/* The model file's own template: the request's messages as they are (any fields: content
- * parts, tool_calls, tool_call_id, reasoning_content), its tools, add_generation_prompt
- * (default true) and the members of chat_template_kwargs (enable_thinking, ...), as vLLM
- * passes them. The text leaves out a leading BOS: the gateway's tokenizer adds the id. */
+/* The messages as a template reads them: an assistant's tool_calls carry their arguments
+ * as the JSON object the model wrote (OpenAI sends them as a string of JSON; templates
+ * write `arguments | tojson`), as vLLM and Hugging Face pass them. A new reference. */
+static json_t *template_messages(json_t *msgs)
+{
+    json_t *out = NULL;
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        json_t *calls = json_object_get(json_array_get(msgs, i), "tool_calls");
+        for (size_t k = 0; k < json_array_size(calls); k++) {
+            json_t *args =
+                json_object_get(json_object_get(json_array_get(calls, k), "function"), "arguments");
+            if (!json_is_string(args)) continue;
+            if (!out && !(out = json_deep_copy(msgs))) return NULL;
+            json_t *fn = json_object_get(
+                json_array_get(json_object_get(json_array_get(out, i), "tool_calls"), k),
+                "function");
+            json_t *obj = json_loads(json_string_value(args), JSON_DECODE_ANY, NULL);
+            if (json_is_object(obj))
+                json_object_set_new(fn, "arguments", obj);
+            else
+                json_decref(obj);
+        }
+    }
+    return out ? out : json_incref(msgs);
+}
+
+/* The model file's own template: the request's messages (any fields: content parts,
+ * tool_calls, tool_call_id, reasoning_content), its tools, add_generation_prompt (default
+ * true) and the members of chat_template_kwargs (enable_thinking, ...), as vLLM passes them.
+ * The text leaves out a leading BOS: the gateway's tokenizer adds the id. */
 static int rd_messages_jinja(json_t *o, json_t *msgs, const gw_parse_cfg *cfg, gw_params *p,
                              gw_err *e)
 {
@@ -208,9 +235,13 @@ static int rd_messages_jinja(json_t *o, json_t *msgs, const gw_parse_cfg *cfg, g
     if (tools && !json_is_array(tools)) return bad(e, "tools", "'%s' must be %s", "a list");
     if (agp && !json_is_boolean(agp))
         return bad(e, "add_generation_prompt", "'%s' must be %s", "a boolean");
-    json_t *vars = kw ? json_deep_copy(kw) : json_object();
-    if (!vars) goto oom;
-    json_object_set(vars, "messages", msgs);
+    json_t *vars = kw ? json_deep_copy(kw) : json_object(), *tm = template_messages(msgs);
+    if (!vars || !tm) {
+        json_decref(vars);
+        json_decref(tm);
+        goto oom;
+    }
+    json_object_set_new(vars, "messages", tm);
     if (tools) json_object_set(vars, "tools", tools);
     json_object_set_new(vars, "add_generation_prompt", agp ? json_incref(agp) : json_true());
     char *vj = json_dumps(vars, JSON_COMPACT), *text = NULL;
@@ -231,6 +262,93 @@ oom:
     return -1;
 }
 
+/* OpenAI's tools ([{"type": "function", "function": {"name", "description", "parameters",
+ * "strict"}}]), tool_choice and parallel_tool_calls: which parser reads the answer. */
+static int rd_tools(json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err *e)
+{
+    json_t *tools = field(o, "tools"), *tc = field(o, "tool_choice");
+    if (tools && !json_is_array(tools))
+        return bad(e, "tools", "'%s' must be %s", "a list of function tools");
+    size_t n = tools ? json_array_size(tools) : 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(tools, i), *fn = json_object_get(t, "function");
+        const char *type = json_string_value(json_object_get(t, "type"));
+        const char *why = !json_is_object(t)                  ? "must be an object"
+                          : !type || strcmp(type, "function") ? "'type' must be \"function\""
+                          : !json_is_object(fn)               ? "'function' must be an object"
+                          : !json_is_string(json_object_get(fn, "name")) ||
+                                  !json_string_length(json_object_get(fn, "name"))
+                              ? "'function.name' is required (a non-empty string)"
+                          : json_object_get(fn, "parameters") &&
+                                  !json_is_object(json_object_get(fn, "parameters")) &&
+                                  !json_is_null(json_object_get(fn, "parameters"))
+                              ? "'function.parameters' must be a JSON Schema (an object)"
+                              : NULL;
+        if (why) {
+            gw_err_set(e, 400, "invalid_value", "tools", "'tools' item %zu: %s", i, why);
+            return -1;
+        }
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        for (size_t k = 0; k < i; k++)
+            if (!strcmp(name,
+                        json_string_value(json_object_get(
+                            json_object_get(json_array_get(tools, k), "function"), "name")))) {
+                gw_err_set(e, 400, "invalid_value", "tools",
+                           "'tools' items %zu and %zu are both named '%s'", k, i, name);
+                return -1;
+            }
+    }
+    bool parallel = true;
+    if (rd_bool(o, "parallel_tool_calls", &parallel, e)) return -1;
+    enum { TC_DEFAULT, TC_NONE, TC_AUTO, TC_REQUIRED, TC_NAMED } choice = TC_DEFAULT;
+    const char *named = NULL;
+    if (json_is_string(tc)) {
+        const char *v = json_string_value(tc);
+        choice = !strcmp(v, "none")       ? TC_NONE
+                 : !strcmp(v, "auto")     ? TC_AUTO
+                 : !strcmp(v, "required") ? TC_REQUIRED
+                                          : TC_DEFAULT;
+    } else if (json_is_object(tc)) {
+        const char *type = json_string_value(json_object_get(tc, "type"));
+        named = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+        if (type && !strcmp(type, "function") && named) choice = TC_NAMED;
+    }
+    if (tc && choice == TC_DEFAULT)
+        return bad(e, "tool_choice", "'%s' must be %s",
+                   "\"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                   "\"function\": {\"name\": NAME}}");
+    if (choice != TC_DEFAULT && choice != TC_NONE && n == 0) {
+        gw_err_set(e, 400, "invalid_value", "tool_choice",
+                   "'tool_choice' other than \"none\" needs 'tools'");
+        return -1;
+    }
+    if (choice == TC_NAMED) {
+        bool found = false;
+        for (size_t i = 0; i < n && !found; i++)
+            found =
+                !strcmp(named, json_string_value(json_object_get(
+                                   json_object_get(json_array_get(tools, i), "function"), "name")));
+        if (!found) {
+            gw_err_set(e, 400, "invalid_value", "tool_choice",
+                       "'tool_choice' names the function '%s', which is not in 'tools'", named);
+            return -1;
+        }
+    }
+    if (choice == TC_REQUIRED || choice == TC_NAMED)
+        return unsupported(e, "tool_choice",
+                           "\"required\" and a named function need the answer constrained to "
+                           "the tool-call syntax, which is not implemented yet; \"auto\" and "
+                           "\"none\" are");
+    if (choice == TC_AUTO && !cfg->tool_parser)
+        return unsupported(e, "tool_choice",
+                           "\"auto\": the gateway knows no tool-call syntax for this model's chat "
+                           "template; start it with --tool-call-parser hermes|llama3_json|mistral");
+    if (n && (choice == TC_AUTO || (choice == TC_DEFAULT && cfg->tool_parser)))
+        p->tool_parser = cfg->tool_parser;
+    p->max_tool_calls = parallel ? 0 : 1;
+    return 0;
+}
+
 static int rd_messages(json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err *e)
 {
     json_t *v = field(o, "messages");
@@ -241,6 +359,10 @@ static int rd_messages(json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err 
     if (!json_is_array(v) || json_array_size(v) == 0)
         return bad(e, "messages", "'%s' must be %s", "a non-empty list of messages");
     if (cfg->jinja) return rd_messages_jinja(o, v, cfg, p, e);
+    if (json_array_size(field(o, "tools")))
+        return unsupported(e, "tools",
+                           "the built-in chat templates do not place tools in the prompt; serve "
+                           "the model file's own template (a GGUF tokenizer's chat_template)");
     size_t n = json_array_size(v);
     ringlm_chat_msg *m = calloc(n, sizeof *m);
     gw_buf *texts = calloc(n, sizeof *texts);
@@ -369,10 +491,10 @@ static const gw_field fields[] = {
     {"guided_choice", BOTH, REF, NULL, "structured output is not implemented yet"},
     {"guided_grammar", BOTH, REF, NULL, "structured output is not implemented yet"},
     {"tools", CHAT, IMPL, NULL, NULL},
-    {"tool_choice", CHAT, REF, NULL, "no tool calling"},
-    {"parallel_tool_calls", CHAT, REF, NULL, "no tool calling"},
-    {"functions", CHAT, REF, NULL, "no tool calling"},
-    {"function_call", CHAT, REF, NULL, "no tool calling"},
+    {"tool_choice", CHAT, IMPL, NULL, NULL},
+    {"parallel_tool_calls", CHAT, IMPL, NULL, NULL},
+    {"functions", CHAT, REF, NULL, "the deprecated form of 'tools'; send 'tools'"},
+    {"function_call", CHAT, REF, NULL, "the deprecated form of 'tool_choice'; send 'tool_choice'"},
     {"min_tokens", BOTH, REF, "0", "no minimum length"},
     {"bad_words", BOTH, REF, NULL, "not implemented; logit_bias -100 forbids a token"},
     {"allowed_token_ids", BOTH, REF, NULL, "not implemented; logit_bias restricts tokens"},
@@ -555,6 +677,7 @@ static int parse_obj(gw_kind kind, json_t *o, const gw_parse_cfg *cfg, gw_params
             return -1;
         }
     }
+    if (kind == GW_CHAT && rd_tools(o, cfg, p, e)) return -1;
     if (kind == GW_COMPLETION ? rd_prompt(o, p, e) : rd_messages(o, cfg, p, e)) {
         if (!e->status) gw_err_set(e, 500, "internal", NULL, "out of memory");
         return -1;

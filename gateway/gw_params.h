@@ -69,6 +69,11 @@ typedef struct gw_params {
     ringlm_sampling smp;
     ringlm_logit_bias *bias;
     int32_t *stop_ids;
+    /* tools (chat): the answer's tool calls are parsed out of its text with this parser
+     * (GW_TOOLS_*, gw_tools.h; 0: the answer is text), at most max_tool_calls of them (0: no
+     * bound; parallel_tool_calls false: 1) */
+    int tool_parser;
+    int max_tool_calls;
 } gw_params;
 
 /* The fields of a request body, as docs/gateway.md's table lists them. */
@@ -94,6 +99,7 @@ typedef struct gw_parse_cfg {
     const char *served_model; /* names the model requests must name (when they name one) */
     int tpl;                  /* RINGLM_CHAT_* (libclient's chat templates) */
     const struct ringlm_chat_jinja *jinja; /* the model file's template; NULL: tpl */
+    int tool_parser; /* GW_TOOLS_*: the model's tool-call syntax (0: none known) */
 } gw_parse_cfg;
 
 /* Parses body[0..len). Returns 0 and *p (free with gw_params_free), or -1 with *e set. */

@@ -135,6 +135,7 @@ int gw_choices_new(gw_server *s, gw_req *r, uint32_t n)
         c->ids = r->ids; /* the same */
         c->n_prompt = r->n_prompt;
         c->prev = r->prev;
+        if (r->p.tool_parser) gw_tools_init(&c->tools, r->p.tool_parser, r->p.max_tool_calls);
         r->choices[r->n_choices++] = c;
     }
     return 0;
@@ -151,6 +152,7 @@ void gw_req_free(gw_server *s, gw_req *r)
         gw_buf_free(&r->raw);
         gw_buf_free(&r->pend);
         gw_buf_free(&r->text);
+        gw_tools_free(&r->tools);
         gw_lps_free(&r->lps);
         free(r);
         return;
@@ -169,6 +171,7 @@ void gw_req_free(gw_server *s, gw_req *r)
     gw_buf_free(&r->raw);
     gw_buf_free(&r->pend);
     gw_buf_free(&r->text);
+    gw_tools_free(&r->tools);
     gw_lps_free(&r->lps);
     gw_lps_free(&r->plps);
     gw_buf_free(&r->out);
@@ -465,6 +468,8 @@ static void on_token(gw_sess *ss, const ringlm_event *ev, const ringlm_logprobs 
     if (r->p.stream && r->p.echo) gw_stream_echo(r);
     const char *piece = NULL;
     if (s->cfg.tok && ringlm_token_text(s->cfg.tok, r->prev, ev->token, &piece) < 0) piece = NULL;
+    if (r->p.tool_parser && ev->token == s->tool_marker)
+        piece = gw_tool_parser_marker(r->p.tool_parser); /* a control token: its text */
     r->prev = ev->token;
     if (piece) gw_buf_adds(&r->raw, piece);
     if (gw_emit_text(r, false)) {
