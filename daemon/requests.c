@@ -180,6 +180,12 @@ static void req_log_and_free(svc *s, svc_req *r)
                                  : NULL,
             .cached_tokens = r->cached_tokens,
             .sched_cost = r->has_sched_cost ? &r->sched_cost : NULL,
+            /* n > 1: the first sample, whose prompt it shares (the samples' ids are
+             * consecutive from it) */
+            .sample_of = r->sample_idx ? r->id - r->sample_idx : 0,
+            .logprobs = r->lp_top >= 0,
+            .top_logprobs = r->lp_top >= 0 ? (uint32_t)r->lp_top : 0,
+            .processors = r->lp != NULL,
         };
         /* the block keys of the prompt and then of the answer (the blocks the prefix cache
          * keeps of both, in the request's cache domain): a replay (ringlm-sim --trace)

@@ -186,6 +186,8 @@ Test(daemon_nseq, eight_samples_compute_the_prompt_once_and_equal_single_request
     long long computed = computed_prompt_tokens(d.reqlog, &lines);
     cr_expect_eq(lines, N, "request log lines");
     cr_expect_eq(computed, P, "prompt tokens computed by the %d samples (prompt - cached)", N);
+    /* a replay (ringlm-sim --trace) learns which lines are samples of which */
+    cr_expect_eq(count_lines(d.reqlog, "\"sample_of\""), N - 1, "request log lines with sample_of");
     dmn_cleanup(&d);
 
     /* The same as single requests, each alone on a daemon that caches nothing. */
