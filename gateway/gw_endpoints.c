@@ -5,6 +5,7 @@
  * /v1/models, /health, /tokenize, /detokenize and the gateway's own /metrics.
  */
 #include "gateway/gw_internal.h"
+#include "gateway/gw_responses.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -13,8 +14,9 @@
 #include <string.h>
 
 /* ---- endpoints and their counters ------------------------------------------------------ */
-const char *const gw_ep_name[EP_N] = {"completions", "chat_completions", "models",  "health",
-                                      "tokenize",    "detokenize",       "metrics", "other"};
+const char *const gw_ep_name[EP_N] = {"completions", "chat_completions", "responses",
+                                      "models",      "health",           "tokenize",
+                                      "detokenize",  "metrics",          "other"};
 const int gw_stat_codes[GW_NSTAT] = {200, 400, 401, 404, 405, 413, 429, 500, 503, 504, 0};
 
 int gw_stat_slot(int status)
@@ -43,9 +45,12 @@ enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connecti
                        .tpl = s->cfg.tpl,
                        .jinja = s->cfg.jinja,
                        .tool_parser = s->cfg.tool_parser};
-    if (gw_params_parse(r->ep == EP_CHAT ? GW_CHAT : GW_COMPLETION, r->body.p ? r->body.p : "",
-                        r->body.len, &pc, &r->p, &e))
-        return gw_answer_err(r, c, &e);
+    int prc = r->ep == EP_RESPONSES
+                  ? gw_responses_parse(r->body.p ? r->body.p : "", r->body.len, &pc, &r->p,
+                                       &r->rs.base, &e)
+                  : gw_params_parse(r->ep == EP_CHAT ? GW_CHAT : GW_COMPLETION,
+                                    r->body.p ? r->body.p : "", r->body.len, &pc, &r->p, &e);
+    if (prc) return gw_answer_err(r, c, &e);
     if (r->p.tool_parser) gw_tools_init(&r->tools, r->p.tool_parser, r->p.max_tool_calls);
     if (r->p.prompt_text) {
         if (!s->cfg.tok)
@@ -98,16 +103,22 @@ enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connecti
     r->prev = r->n_prompt ? r->ids[r->n_prompt - 1] : 0;
     r->has_smp = gw_params_sampling(&r->p, &r->smp);
     if (gw_params_check(&r->p, &r->rq, r->has_smp ? &r->smp : NULL,
-                        s->cfg.tok ? ringlm_tokenizer_vocab_size(s->cfg.tok) : 0, &e))
+                        s->cfg.tok ? ringlm_tokenizer_vocab_size(s->cfg.tok) : 0, &e)) {
+        if (r->ep == EP_RESPONSES) gw_responses_err(&e);
         return gw_answer_err(r, c, &e);
+    }
     /* n choices (or best_of samples): one ringlm request of that many samples */
     if (r->has_smp && r->smp.n > 1 && gw_choices_new(s, r, r->smp.n) < 0)
         return gw_answer_errf(r, c, 500, "internal", "out of memory");
 
     pthread_mutex_lock(&s->mu);
     r->rq.seed = r->p.has_seed ? r->p.seed : gw_xorshift(&s->rng);
-    snprintf(r->id, sizeof r->id, "%s-%s%llx", r->p.kind == GW_CHAT ? "chatcmpl" : "cmpl",
+    snprintf(r->id, sizeof r->id, "%s-%s%llx",
+             r->ep == EP_RESPONSES  ? "resp"
+             : r->p.kind == GW_CHAT ? "chatcmpl"
+                                    : "cmpl",
              s->id_prefix, (unsigned long long)r->serial);
+    if (r->ep == EP_RESPONSES) r->id[4] = '_'; /* OpenAI's resp_... */
     r->created = (long long)time(NULL);
     gw_buf_addf(
         &r->head,

@@ -485,11 +485,14 @@ static const gw_field fields[] = {
     {"prompt_logprobs", BOTH, IMPL, NULL, NULL},
     {"echo", CMPL, IMPL, NULL, NULL},
     {"suffix", CMPL, REF, "\"\"", "no insertion mode"},
-    {"response_format", BOTH, REF, NULL, "structured output is not implemented yet"},
-    {"guided_json", BOTH, REF, NULL, "structured output is not implemented yet"},
-    {"guided_regex", BOTH, REF, NULL, "structured output is not implemented yet"},
-    {"guided_choice", BOTH, REF, NULL, "structured output is not implemented yet"},
-    {"guided_grammar", BOTH, REF, NULL, "structured output is not implemented yet"},
+    {"response_format", BOTH, IMPL, NULL, NULL},
+    {"guided_json", BOTH, IMPL, NULL, NULL},
+    {"guided_regex", BOTH, IMPL, NULL, NULL},
+    {"guided_choice", BOTH, IMPL, NULL, NULL},
+    {"guided_grammar", BOTH, REF, NULL, "GBNF grammars are not enforced yet"},
+    {"structured_outputs", BOTH, IMPL, NULL, NULL},
+    {"grammar", BOTH, REF, NULL, "GBNF grammars are not enforced yet"},
+    {"json_schema", BOTH, IMPL, NULL, NULL},
     {"tools", CHAT, IMPL, NULL, NULL},
     {"tool_choice", CHAT, IMPL, NULL, NULL},
     {"parallel_tool_calls", CHAT, IMPL, NULL, NULL},
@@ -660,6 +663,190 @@ static int rd_sampling(json_t *o, gw_params *p, gw_err *e)
     return rd_logit_bias(o, p, e) || rd_stop_ids(o, p, e) ? -1 : 0;
 }
 
+/* ---- structured output ----------------------------------------------------------------- */
+int gw_params_set_constraint(gw_params *p, uint32_t kind, const char *text, size_t len,
+                             const char *param, gw_err *e)
+{
+    if (p->smp.constraint_kind) {
+        gw_err_set(e, 400, "invalid_value", param,
+                   "'%s' and '%s' both constrain the output: give one of them", param,
+                   p->constraint_param ? p->constraint_param : "?");
+        return -1;
+    }
+    if (len) {
+        if (!(p->constraint = malloc(len))) {
+            gw_err_set(e, 500, "internal", NULL, "out of memory");
+            return -1;
+        }
+        memcpy(p->constraint, text, len);
+    }
+    p->smp.constraint_kind = kind;
+    p->smp.constraint = p->constraint;
+    p->smp.constraint_bytes = len;
+    p->constraint_param = param;
+    return 0;
+}
+
+/* A JSON Schema given as an object (or, as vLLM takes guided_json, as its text). */
+static int set_schema(gw_params *p, json_t *schema, const char *param, gw_err *e)
+{
+    if (json_is_string(schema))
+        return gw_params_set_constraint(p, RINGLM_CONSTRAINT_JSON_SCHEMA, json_string_value(schema),
+                                        json_string_length(schema), param, e);
+    if (!json_is_object(schema) && !json_is_boolean(schema))
+        return bad(e, param, "'%s' must be %s", "a JSON Schema (an object)");
+    /* jansson keeps the members' order: the answer's properties come in the schema's */
+    char *t = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!t) {
+        gw_err_set(e, 500, "internal", NULL, "out of memory");
+        return -1;
+    }
+    int rc = gw_params_set_constraint(p, RINGLM_CONSTRAINT_JSON_SCHEMA, t, strlen(t), param, e);
+    free(t);
+    return rc;
+}
+
+static int set_string(gw_params *p, uint32_t kind, json_t *v, const char *param, const char *what,
+                      gw_err *e)
+{
+    if (!json_is_string(v) || json_string_length(v) == 0)
+        return bad(e, param, "'%s' must be %s", what);
+    return gw_params_set_constraint(p, kind, json_string_value(v), json_string_length(v), param, e);
+}
+
+/* A list of strings: the answer is exactly one of them. */
+static int set_choice(gw_params *p, json_t *v, const char *param, gw_err *e)
+{
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return bad(e, param, "'%s' must be %s", "a non-empty list of strings");
+    gw_buf b = {0};
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *c = json_array_get(v, i);
+        if (!json_is_string(c) || memchr(json_string_value(c), 0, json_string_length(c))) {
+            gw_buf_free(&b);
+            gw_err_set(e, 400, "invalid_value", param,
+                       "'%s' item %zu must be a string (without NUL characters)", param, i);
+            return -1;
+        }
+        if ((i && gw_buf_add(&b, "", 1)) ||
+            gw_buf_add(&b, json_string_value(c), json_string_length(c))) {
+            gw_buf_free(&b);
+            gw_err_set(e, 500, "internal", NULL, "out of memory");
+            return -1;
+        }
+    }
+    /* an empty single choice is text of 0 bytes: the one check refuses a kind without text */
+    int rc = gw_params_set_constraint(p, RINGLM_CONSTRAINT_CHOICE, b.p ? b.p : "", b.len, param, e);
+    gw_buf_free(&b);
+    return rc;
+}
+
+/* OpenAI's response_format: {"type": "text" | "json_object" | "json_schema", "json_schema":
+ * {"name", "schema", "strict", "description"}}; llama.cpp's {"type": "json_object" |
+ * "json_schema", "schema": {...}} too. The schema is enforced exactly whether strict is true
+ * or not (the constraint is never looser than the schema). */
+static int rd_response_format(json_t *v, gw_params *p, gw_err *e)
+{
+    const char *P = "response_format";
+    if (!json_is_object(v)) return bad(e, P, "'%s' must be %s", "an object with a 'type'");
+    const char *type = json_string_value(json_object_get(v, "type"));
+    if (!type)
+        return bad(e, P, "'%s' must be %s",
+                   "an object with a 'type' (text, json_object, json_schema)");
+    json_t *schema = field(v, "schema"); /* llama.cpp's */
+    if (!strcmp(type, "text")) return 0;
+    if (!strcmp(type, "json_object"))
+        return schema ? set_schema(p, schema, P, e)
+                      : gw_params_set_constraint(p, RINGLM_CONSTRAINT_JSON_OBJECT, NULL, 0, P, e);
+    if (strcmp(type, "json_schema")) {
+        gw_err_set(e, 400, "invalid_value", P,
+                   "'response_format' type '%s' is not one of text, json_object, json_schema",
+                   type);
+        return -1;
+    }
+    json_t *js = field(v, "json_schema");
+    if (js) {
+        if (!json_is_object(js))
+            return bad(e, "response_format.json_schema", "'%s' must be %s", "an object");
+        json_t *strict = field(js, "strict"), *name = field(js, "name");
+        if (strict && !json_is_boolean(strict))
+            return bad(e, "response_format.json_schema.strict", "'%s' must be %s", "a boolean");
+        if (name && !json_is_string(name))
+            return bad(e, "response_format.json_schema.name", "'%s' must be %s", "a string");
+        schema = field(js, "schema");
+    }
+    if (!schema) {
+        gw_err_set(e, 400, "invalid_value", P,
+                   "'response_format' of type json_schema needs its schema "
+                   "(json_schema.schema)");
+        return -1;
+    }
+    return set_schema(p, schema, P, e);
+}
+
+/* vLLM's structured_outputs: {"json" | "regex" | "choice" | "grammar" | "json_object": ...},
+ * one of them. */
+static int rd_structured_outputs(json_t *v, gw_params *p, gw_err *e)
+{
+    const char *P = "structured_outputs";
+    if (!json_is_object(v)) return bad(e, P, "'%s' must be %s", "an object");
+    const char *k;
+    json_t *u;
+    json_object_foreach(v, k, u)
+    {
+        if (json_is_null(u)) continue;
+        int rc;
+        if (!strcmp(k, "json"))
+            rc = set_schema(p, u, P, e);
+        else if (!strcmp(k, "regex"))
+            rc = set_string(p, RINGLM_CONSTRAINT_REGEX, u, P, "a regular expression", e);
+        else if (!strcmp(k, "choice"))
+            rc = set_choice(p, u, P, e);
+        else if (!strcmp(k, "grammar"))
+            rc = set_string(p, RINGLM_CONSTRAINT_GRAMMAR, u, P, "a grammar", e);
+        else if (!strcmp(k, "json_object"))
+            rc = json_is_true(u)
+                     ? gw_params_set_constraint(p, RINGLM_CONSTRAINT_JSON_OBJECT, NULL, 0, P, e)
+                     : 0;
+        else {
+            gw_err_set(e, 400, "unsupported", P,
+                       "'structured_outputs.%s' is not supported by ringlm (json, regex, "
+                       "choice, grammar, json_object)",
+                       k);
+            return -1;
+        }
+        if (rc) {
+            if (e->status == 400 && strstr(e->message, "both constrain"))
+                snprintf(e->message, sizeof e->message,
+                         "'structured_outputs' holds more than one constraint: give one of "
+                         "json, regex, choice, grammar, json_object");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Every field that asks for an output constraint; at most one may. */
+static int rd_constraints(json_t *o, gw_params *p, gw_err *e)
+{
+    json_t *v;
+    if ((v = field(o, "response_format")) && rd_response_format(v, p, e)) return -1;
+    if ((v = field(o, "guided_json")) && set_schema(p, v, "guided_json", e)) return -1;
+    if ((v = field(o, "guided_regex")) &&
+        set_string(p, RINGLM_CONSTRAINT_REGEX, v, "guided_regex", "a regular expression", e))
+        return -1;
+    if ((v = field(o, "guided_choice")) && set_choice(p, v, "guided_choice", e)) return -1;
+    if ((v = field(o, "guided_grammar")) &&
+        set_string(p, RINGLM_CONSTRAINT_GRAMMAR, v, "guided_grammar", "a GBNF grammar", e))
+        return -1;
+    if ((v = field(o, "structured_outputs")) && rd_structured_outputs(v, p, e)) return -1;
+    if ((v = field(o, "grammar")) &&
+        set_string(p, RINGLM_CONSTRAINT_GRAMMAR, v, "grammar", "a GBNF grammar", e))
+        return -1;
+    if ((v = field(o, "json_schema")) && set_schema(p, v, "json_schema", e)) return -1;
+    return 0;
+}
+
 /* ---- the body -------------------------------------------------------------------------- */
 static int parse_obj(gw_kind kind, json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err *e)
 {
@@ -772,7 +959,7 @@ static int parse_obj(gw_kind kind, json_t *o, const gw_parse_cfg *cfg, gw_params
                    "not available with \"stream\": true (as vLLM's)");
     if ((v = field(o, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
         return unsupported(e, "suffix", "no insertion mode");
-    if (rd_sampling(o, p, e)) return -1;
+    if (rd_sampling(o, p, e) || rd_constraints(o, p, e)) return -1;
 
     /* The ringlm extension: the request class and a deadline. A "tenant" here, or
 	 * anywhere in the body, is refused: the API key decides the tenant. */
@@ -846,6 +1033,7 @@ void gw_params_free(gw_params *p)
     for (int i = 0; i < p->stop.n; i++) free((char *)p->stop.s[i]);
     free(p->bias);
     free(p->stop_ids);
+    free(p->constraint);
     memset(p, 0, sizeof *p);
 }
 
@@ -890,7 +1078,7 @@ bool gw_params_sampling(const gw_params *p, ringlm_sampling *smp)
     ringlm_sampling plain;
     ringlm_sampling_init(&plain);
     return smp->flags != 0 || smp->n > 1 || smp->n_logit_bias || smp->n_stop_token_ids ||
-           smp->repetition_penalty != plain.repetition_penalty ||
+           smp->constraint_kind || smp->repetition_penalty != plain.repetition_penalty ||
            smp->presence_penalty != plain.presence_penalty ||
            smp->frequency_penalty != plain.frequency_penalty || smp->min_p != plain.min_p;
 }
@@ -908,6 +1096,7 @@ int gw_params_check(const gw_params *p, const ringlm_request *rq, const ringlm_s
     if (field && !strcmp(field, "prompt_logprobs") && p->prompt_logprobs == GW_LP_NONE)
         param = "logprobs"; /* asked through echo */
     if (field && !strcmp(field, "n") && p->best_of > p->n) param = "best_of";
+    if (field && !strcmp(field, "constraint")) param = p->constraint_param;
     const char *code = rc == -ENOTSUP ? "unsupported" : "invalid_value";
     if (param)
         gw_err_set(e, 400, code, param, "'%s': %s", param, ringlm_errdetail());

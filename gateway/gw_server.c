@@ -124,6 +124,7 @@ static enum ep route(const char *url)
 {
     if (!strcmp(url, "/v1/completions")) return EP_COMPLETIONS;
     if (!strcmp(url, "/v1/chat/completions")) return EP_CHAT;
+    if (!strcmp(url, "/v1/responses")) return EP_RESPONSES;
     if (!strcmp(url, "/v1/models")) return EP_MODELS;
     if (!strcmp(url, "/health")) return EP_HEALTH;
     if (!strcmp(url, "/tokenize")) return EP_TOKENIZE;
@@ -134,7 +135,8 @@ static enum ep route(const char *url)
 
 static bool ep_is_post(enum ep e)
 {
-    return e == EP_COMPLETIONS || e == EP_CHAT || e == EP_TOKENIZE || e == EP_DETOKENIZE;
+    return e == EP_COMPLETIONS || e == EP_CHAT || e == EP_RESPONSES || e == EP_TOKENIZE ||
+           e == EP_DETOKENIZE;
 }
 
 /* The key of "Authorization: Bearer KEY"; -1 when keys are configured and it is missing or
@@ -244,6 +246,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         switch (r->ep) {
         case EP_COMPLETIONS:
         case EP_CHAT:
+        case EP_RESPONSES:
         case EP_TOKENIZE:
         case EP_DETOKENIZE: return gw_prep_queue(s, r, c);
         case EP_MODELS: return gw_ep_models(s, r, c);

@@ -112,6 +112,7 @@ static int sse_open(gw_req *r)
 
 static int sse_text(gw_req *r, const char *t, size_t n)
 {
+    if (r->ep == EP_RESPONSES) return gw_resp_text(r, false, t, n) ? -1 : 0;
     gw_buf *out = &gw_top(r)->out;
     int e = sse_open(r);
     if (r->p.kind == GW_CHAT) {
@@ -155,6 +156,7 @@ static int tc_start(void *arg, int index, const char *name, size_t len)
     gw_req *r = arg;
     gw_buf *out = &gw_top(r)->out;
     r->n_calls = index + 1;
+    if (r->ep == EP_RESPONSES) return gw_resp_call(r, index, name, len);
     int e = sse_open(r);
     e |= gw_buf_addf(out, "\"delta\":{\"tool_calls\":[{\"index\":%d,\"id\":\"", index);
     e |= call_id(out, r, index);
@@ -168,6 +170,7 @@ static int tc_start(void *arg, int index, const char *name, size_t len)
 static int tc_args(void *arg, int index, const char *t, size_t n)
 {
     gw_req *r = arg;
+    if (r->ep == EP_RESPONSES) return gw_resp_args(r, index, t, n);
     gw_buf *out = &gw_top(r)->out;
     int e = sse_open(r);
     e |= gw_buf_addf(
@@ -196,6 +199,7 @@ static int sse_piece(void *arg, bool reasoning, const char *t, size_t n)
 {
     gw_req *r = arg;
     if (!reasoning && r->p.tool_parser) return tools_feed(r, t, n, false);
+    if (r->ep == EP_RESPONSES) return gw_resp_text(r, reasoning, t, n);
     gw_buf *out = &gw_top(r)->out;
     int e = sse_open(r);
     e |= gw_buf_adds(out,
@@ -269,7 +273,9 @@ void gw_start_stream(gw_req *r)
     gw_top(r)->started = true; /* the response is a stream from now on */
     if (r->role_sent) return;
     r->role_sent = true;
-    if (r->p.kind == GW_CHAT) {
+    if (r->ep == EP_RESPONSES) {
+        gw_resp_begin(r);
+    } else if (r->p.kind == GW_CHAT) {
         sse_open(r);
         gw_buf_adds(&gw_top(r)->out, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
                                      "\"logprobs\":null,\"finish_reason\":null}]}\n\n");
@@ -310,6 +316,10 @@ void gw_sse_choice_end(gw_req *c)
 
 void gw_sse_end(gw_req *r)
 {
+    if (r->ep == EP_RESPONSES) { /* its last event is response.completed: no [DONE] */
+        gw_resp_end(r);
+        return;
+    }
     if (r->failed) {
         char *j = gw_err_json(&r->err);
         gw_buf_adds(&r->out, "data: ");
@@ -464,9 +474,26 @@ static int by_cum_lp(const void *a, const void *b)
     return (x->choice > y->choice) - (x->choice < y->choice);
 }
 
+/* mu held: a whole Responses answer: the text through the same items as a stream's. */
+static enum MHD_Result answer_response(gw_server *s, gw_req *r, struct MHD_Connection *c)
+{
+    const char *rs = NULL, *cs = r->text.p ? r->text.p : "";
+    size_t rn = 0, cn = r->text.len;
+    if (s->cfg.reasoning) gw_reason_split(s->cfg.reasoning, cs, cn, &rs, &rn, &cs, &cn);
+    gw_resp_begin(r);
+    if (rs) gw_resp_text(r, true, rs, rn);
+    if (cs && r->p.tool_parser)
+        tools_feed(r, cs, cn, true);
+    else if (cs)
+        gw_resp_text(r, false, cs, cn);
+    return gw_answer_json(r, c, 200, gw_resp_whole(r));
+}
+
+/* mu held: the whole (non-stream) answer of a finished generation. */
 /* mu held: the whole (non-stream) answer of a finished generation. */
 static enum MHD_Result answer_generation(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
+    if (r->ep == EP_RESPONSES) return answer_response(s, r, c);
     json_t *choices = json_array();
     if (!r->choices) {
         json_array_append_new(choices, choice_json(s, r, 0));

@@ -57,6 +57,12 @@ void gwh_wait_healthy(int timeout_ms);
 /* Stops the gateway and the daemon (SIGTERM) and removes the directory. */
 void gwh_stop_all(void);
 
+/* stories260K's tokenizer (tok512.bin) as a GGUF SentencePiece vocabulary of the same 512
+ * pieces, with tokenizer.chat_template when template is not NULL, written in the daemon's
+ * directory as name: a gateway given it (--tokenizer) renders chats with that template
+ * and its ids are the model's. The path (malloc()ed). */
+char *gwh_stories_gguf(const char *name, const char *template);
+
 typedef struct gwh_resp {
     int status;
     char *head; /* status line and headers */

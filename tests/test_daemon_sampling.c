@@ -186,7 +186,7 @@ static void s_n_prompt_lp(ringlm_sampling *s)
 }
 static void s_constraint(ringlm_sampling *s)
 {
-    s->constraint_kind = RINGLM_CONSTRAINT_REGEX;
+    s->constraint_kind = 9; /* no such kind (the kinds a daemon enforces: test_daemon_constrain) */
     s->constraint = "[a-z]+";
     s->constraint_bytes = 6;
 }
@@ -214,7 +214,7 @@ static const smp_case bad_smp[] = {
     {"prompt_logprobs", -EINVAL, s_prompt_lp_noflag},
     {"n", -EINVAL, s_n},
     {"n", -ENOTSUP, s_n_prompt_lp},
-    {"constraint", -ENOTSUP, s_constraint},
+    {"constraint", -EINVAL, s_constraint},
 };
 #define N_BAD_SMP (sizeof bad_smp / sizeof bad_smp[0])
 

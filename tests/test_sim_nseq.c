@@ -20,7 +20,8 @@ static sched_policy *policy(void)
 {
     sched_policy *p = NULL;
     sched_policy_error e = {0};
-    const char *text = "[scheduler]\nmode = token_budget\ntoken_budget = 512\nprefill_chunk = 256\n";
+    const char *text =
+        "[scheduler]\nmode = token_budget\ntoken_budget = 512\nprefill_chunk = 256\n";
     cr_assert_eq(sched_policy_parse(text, &p, &e), 0, "policy: line %d: %s", e.line, e.reason);
     return p;
 }
