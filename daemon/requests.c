@@ -487,7 +487,7 @@ int req_session_open(svc *s, dsess *ds)
     if (n_classes > SCHED_MAX_CLASSES) n_classes = SCHED_MAX_CLASSES;
     for (int i = 0; i < n_classes; i++) classes[i] = sched_policy_class(s->policy, i)->name;
     dsess_set_facts(ds, ss->trusted, classes, n_classes, (uint32_t)s->mcfg->vocab_size,
-                    s->cfg.max_n);
+                    s->cfg.max_n, s->served_model_name);
     dsess_set_constraint_kinds(ds, cn_kinds(s));
     svc_stats_changed(s);
     return 0;

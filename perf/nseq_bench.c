@@ -105,9 +105,9 @@ int main(int argc, char **argv)
     bench_prog = "nseq_bench";
     const char *model = "synthetic:stories15M:1", *ringlmd = "build/bin/ringlmd";
     uint32_t n = 8, P = 256, M = 64, rounds = 5, threads = 1;
-    static const struct option lo[] = {{"model", 1, 0, 'm'},  {"n", 1, 0, 'n'},
-                                       {"prompt", 1, 0, 'p'}, {"max-new", 1, 0, 'M'},
-                                       {"rounds", 1, 0, 'r'}, {"threads", 1, 0, 't'},
+    static const struct option lo[] = {{"model", 1, 0, 'm'},   {"n", 1, 0, 'n'},
+                                       {"prompt", 1, 0, 'p'},  {"max-new", 1, 0, 'M'},
+                                       {"rounds", 1, 0, 'r'},  {"threads", 1, 0, 't'},
                                        {"ringlmd", 1, 0, 'd'}, {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -120,9 +120,8 @@ int main(int argc, char **argv)
         case 't': threads = (uint32_t)atoi(optarg); break;
         case 'd': ringlmd = optarg; break;
         default:
-            fprintf(stderr,
-                    "usage: nseq_bench [--model SPEC] [--n N] [--prompt P] [--max-new M] "
-                    "[--rounds R] [--threads T] [--ringlmd PATH]\n");
+            fprintf(stderr, "usage: nseq_bench [--model SPEC] [--n N] [--prompt P] [--max-new M] "
+                            "[--rounds R] [--threads T] [--ringlmd PATH]\n");
             return 2;
         }
     }
@@ -134,9 +133,20 @@ int main(int argc, char **argv)
     snprintf(log, sizeof log, "%s/ringlmd.log", dir);
     snprintf(thr, sizeof thr, "%u", threads);
     snprintf(maxn, sizeof maxn, "%u", n);
-    char *argv_d[] = {(char *)ringlmd, "--model",   (char *)model, "--socket", sock,
-                      "--threads",     thr,         "--metrics",   "127.0.0.1:0",
-                      "--max-n",       maxn,        "--numa-node", "off",      NULL};
+    char *argv_d[] = {(char *)ringlmd,
+                      "--model",
+                      (char *)model,
+                      "--socket",
+                      sock,
+                      "--threads",
+                      thr,
+                      "--metrics",
+                      "127.0.0.1:0",
+                      "--max-n",
+                      maxn,
+                      "--numa-node",
+                      "off",
+                      NULL};
     pid_t pid = bench_spawn(argv_d, log);
     int port = bench_port_from_log(log, "metrics on port ", pid);
     bench_wait_path(sock);
@@ -151,7 +161,8 @@ int main(int argc, char **argv)
     if (!prompt) bench_die("out of memory");
     for (uint32_t k = 0; k < rounds; k++) {
         for (uint32_t i = 0; i < P; i++)
-            prompt[i] = (int32_t)(3 + (i * 131u + k * 7919u + (i * i) % 97u) % (uint32_t)(vocab - 3));
+            prompt[i] =
+                (int32_t)(3 + (i * 131u + k * 7919u + (i * i) % 97u) % (uint32_t)(vocab - 3));
         prompt[0] = 1;
         side g, s;
         /* ABBA: the separate side first in odd rounds (its prompt is then new to the cache
@@ -177,8 +188,8 @@ int main(int argc, char **argv)
     json_t *out = json_pack(
         "{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:{s:f, s:f, s:f}, s:{s:f, s:f, s:f}, s:{s:f, s:f, "
         "s:f}}",
-        "bench", "nseq", "model", model, "n", (int)n, "prompt", (int)P, "max_new", (int)M,
-        "rounds", (int)rounds, "threads", (int)threads, "group", "wall_s_p50",
+        "bench", "nseq", "model", model, "n", (int)n, "prompt", (int)P, "max_new", (int)M, "rounds",
+        (int)rounds, "threads", (int)threads, "group", "wall_s_p50",
         bench_median(g_wall, (int)rounds), "tok_per_s_p50", bench_median(g_tps, (int)rounds),
         "prefill_tokens_p50", bench_median(g_pre, (int)rounds), "separate", "wall_s_p50",
         bench_median(s_wall, (int)rounds), "tok_per_s_p50", bench_median(s_tps, (int)rounds),
