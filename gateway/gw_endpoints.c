@@ -41,7 +41,7 @@ static int encode_text(const ringlm_tokenizer *t, const char *text, int32_t **id
 enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
     gw_err e;
-    gw_parse_cfg pc = {.served_model = s->cfg.served_model,
+    gw_parse_cfg pc = {.served_model = gw_model(s),
                        .tpl = s->cfg.tpl,
                        .jinja = s->cfg.jinja,
                        .tool_parser = s->cfg.tool_parser};
@@ -145,9 +145,9 @@ enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connecti
 /* ---- small endpoints ------------------------------------------------------------------- */
 enum MHD_Result gw_ep_models(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
-    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", s->cfg.served_model, "object", "model",
-                          "created", (json_int_t)time(NULL), "owned_by", "ringlm", "root",
-                          s->cfg.served_model);
+    const char *name = gw_model(s);
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", name, "object", "model", "created",
+                          (json_int_t)time(NULL), "owned_by", "ringlm", "root", name);
     if (m && s->cfg.max_model_len)
         json_object_set_new(m, "max_model_len", json_integer(s->cfg.max_model_len));
     return gw_answer_json(r, c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
@@ -388,6 +388,23 @@ enum MHD_Result gw_ep_metrics(gw_server *s, gw_req *r, struct MHD_Connection *c)
                     "# TYPE ringlm_gateway_affinity_requests_total counter\n"
                     "ringlm_gateway_affinity_requests_total %llu\n",
                     (unsigned long long)s->affinity_picks);
+        gw_daemon_load dl[GW_MAX_DAEMONS];
+        bool dup[GW_MAX_DAEMONS];
+        gw_daemon_loads_locked(s, dl, dup);
+        gw_buf_adds(&b, "# HELP ringlm_gateway_daemon_load Each daemon's load as the gateway "
+                        "weighs it when it picks one, in requests: queued and running (the "
+                        "daemon's count, or the gateway's requests there when more) plus its "
+                        "device KV use (a full pool weighs 16).\n"
+                        "# TYPE ringlm_gateway_daemon_load gauge\n");
+        for (int d = 0; d < s->n_daemons; d++)
+            gw_buf_addf(&b, "ringlm_gateway_daemon_load{daemon=\"%d\"} %zu\n", d,
+                        gw_route_load(&dl[d]));
+        gw_buf_adds(&b, "# HELP ringlm_gateway_daemon_kv_usage_perc Each daemon's device KV use "
+                        "as it publishes it to its sessions (0..1).\n"
+                        "# TYPE ringlm_gateway_daemon_kv_usage_perc gauge\n");
+        for (int d = 0; d < s->n_daemons; d++)
+            gw_buf_addf(&b, "ringlm_gateway_daemon_kv_usage_perc{daemon=\"%d\"} %.6f\n", d,
+                        dl[d].kv_total ? (double)dl[d].kv_used / dl[d].kv_total : 0.0);
     }
     gw_buf_adds(&b, "# HELP ringlm_gateway_session_requests_in_flight Requests submitted on a "
                     "session and not finished.\n"

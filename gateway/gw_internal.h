@@ -228,7 +228,10 @@ struct gw_server {
     size_t n_inflight; /* submitted, no FINISH yet (all sessions) */
     size_t n_streams;  /* SSE responses open */
     char id_prefix[12];
-    char *model_json; /* the served model name as a JSON string literal */
+    char *model_json;    /* the served model name as a JSON string literal (mu) */
+    const char *model;   /* gw_model: atomic; set at start, or once when learned */
+    char *model_learned; /* the name the daemons said (the first one to say it; mu) */
+    bool model_warned;   /* the daemons' name differs from --served-model-name: said once */
     /* the token that opens the model's tool calls when it is a control token, which
      * decodes to no text ([TOOL_CALLS], <|python_tag|>): its text is put back (-1: none) */
     int32_t tool_marker;
@@ -293,6 +296,11 @@ void gw_unwatch(gw_server *s, gw_req *r);
 /* Submits r on the connected session with the fewest requests: 0 submitted or queued for
  * ring space; -1 failed (r->err set, not answered). */
 int gw_submit_locked(gw_server *s, gw_req *r);
+/* Each daemon's load as the router weighs it (gw_route.h), and whether it has a session up. */
+void gw_daemon_loads_locked(gw_server *s, gw_daemon_load *dl, bool *up);
+/* The served model name: --served-model-name, else the one the daemons said, else "ringlm"
+ * (any thread; fixed once learned). */
+const char *gw_model(gw_server *s);
 /* Cancels r in ringlmd (queued for ring space when the ring is full). */
 void gw_cancel_locked(gw_server *s, gw_req *r);
 /* Cancels every request submitted and not finished (drain after its grace). */

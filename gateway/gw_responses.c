@@ -556,7 +556,7 @@ void gw_resp_begin(gw_req *r)
     if (!st->output) st->output = json_array();
     json_object_set_new(st->base, "id", json_string(r->id));
     json_object_set_new(st->base, "created_at", json_integer(r->created));
-    json_object_set_new(st->base, "model", json_string(r->s->cfg.served_model));
+    json_object_set_new(st->base, "model", json_string(gw_model(r->s)));
     json_object_set_new(st->base, "error", json_null());
     json_object_set_new(st->base, "incomplete_details", json_null());
     json_object_set_new(st->base, "usage", json_null());

@@ -343,7 +343,8 @@ int gw_server_start(const gw_cfg *cfg, gw_server **out)
                 s->tool_marker = ids[i];
         }
     }
-    json_t *mj = json_string(cfg->served_model);
+    s->model = cfg->served_model ? cfg->served_model : "ringlm";
+    json_t *mj = json_string(s->model);
     s->model_json = mj ? json_dumps(mj, JSON_ENCODE_ANY) : NULL;
     json_decref(mj);
     int per_daemon = cfg->sessions ? (int)cfg->sessions : 1;
@@ -532,6 +533,7 @@ int gw_server_stop(gw_server *s)
     if (s->epfd >= 0) close(s->epfd);
     if (s->stop_efd >= 0) close(s->stop_efd);
     free(s->model_json);
+    free(s->model_learned);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->prep_cv);

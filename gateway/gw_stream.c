@@ -462,13 +462,12 @@ static enum MHD_Result answer_generation(gw_server *s, gw_req *r, struct MHD_Con
                       : NULL;
     /* vLLM's places: the choice's for completions, the response's for chat */
     if (plp && r->p.kind == GW_COMPLETION) json_object_set(choice, "prompt_logprobs", plp);
-    json_t *o =
-        json_pack("{s:s, s:s, s:I, s:s, s:[o], s:{s:i, s:i, s:i, s:{s:I}}}", "id", r->id, "object",
-                  r->p.kind == GW_CHAT ? "chat.completion" : "text_completion", "created",
-                  (json_int_t)r->created, "model", s->cfg.served_model, "choices", choice, "usage",
-                  "prompt_tokens", (int)r->n_prompt, "completion_tokens", (int)r->n_gen,
-                  "total_tokens", (int)(r->n_prompt + r->n_gen), "prompt_tokens_details",
-                  "cached_tokens", (json_int_t)r->n_cached);
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:{s:i, s:i, s:i, s:{s:I}}}", "id", r->id,
+                          "object", r->p.kind == GW_CHAT ? "chat.completion" : "text_completion",
+                          "created", (json_int_t)r->created, "model", gw_model(s), "choices",
+                          choice, "usage", "prompt_tokens", (int)r->n_prompt, "completion_tokens",
+                          (int)r->n_gen, "total_tokens", (int)(r->n_prompt + r->n_gen),
+                          "prompt_tokens_details", "cached_tokens", (json_int_t)r->n_cached);
     if (plp && r->p.kind == GW_CHAT) json_object_set(o, "prompt_logprobs", plp);
     json_decref(plp);
     return gw_answer_json(r, c, 200, o);

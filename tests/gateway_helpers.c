@@ -100,24 +100,22 @@ void gwh_start_daemon(const char *const *extra)
     free(policy);
 }
 
+const char *gwh_served_model = "stories";
+
 void gwh_start_gateway(const char *const *extra)
 {
     gwh_dir();
     char *gw = th_path(th_bin_dir(), "ringlm-gateway");
     char *tok = th_shared_file("models/tok512.bin");
     char *log = th_path(gwh_dir(), "gateway.log");
-    const char *argv[40] = {gw,
-                            "--listen",
-                            "127.0.0.1:0",
-                            "--socket",
-                            gwh_daemon.sock,
-                            "--tokenizer",
-                            tok,
-                            "--served-model-name",
-                            "stories",
-                            "--max-model-len",
-                            "512"};
-    int n = 11;
+    const char *argv[40] = {gw,         "--listen",        "127.0.0.1:0",
+                            "--socket", gwh_daemon.sock,   "--tokenizer",
+                            tok,        "--max-model-len", "512"};
+    int n = 9;
+    if (gwh_served_model) {
+        argv[n++] = "--served-model-name";
+        argv[n++] = gwh_served_model;
+    }
     for (int i = 0; extra && extra[i] && n < 39; i++) argv[n++] = extra[i];
     argv[n] = NULL;
     th_proc_start(&gwh_gateway, argv, log);

@@ -49,8 +49,10 @@ void gwh_start_daemon(const char *const *extra);
  * autogroup its nice only when it leads its own session). */
 #define GWH_DAEMON_BELOW_CLIENTS "--nice", "19"
 
-/* ringlm-gateway on 127.0.0.1:0 (the port it prints goes to gwh_port); extra: further
- * options, NULL-terminated (may be NULL). Does not wait for its session. */
+/* ringlm-gateway on 127.0.0.1:0 (the port it prints goes to gwh_port), with
+ * --served-model-name gwh_served_model ("stories"; NULL: none, the daemon's name); extra:
+ * further options, NULL-terminated (may be NULL). Does not wait for its session. */
+extern const char *gwh_served_model;
 void gwh_start_gateway(const char *const *extra);
 /* Waits until the gateway's /health is 200 (its session is up). */
 void gwh_wait_healthy(int timeout_ms);
