@@ -135,7 +135,7 @@ int gw_choices_new(gw_server *s, gw_req *r, uint32_t n)
         c->ids = r->ids; /* the same */
         c->n_prompt = r->n_prompt;
         c->prev = r->prev;
-        if (r->p.tool_parser) gw_tools_init(&c->tools, r->p.tool_parser, r->p.max_tool_calls);
+        gw_stream_tools_init(r, &c->tools);
         r->choices[r->n_choices++] = c;
     }
     return 0;

@@ -187,11 +187,20 @@ static int tools_feed(gw_req *r, const char *t, size_t n, bool final)
     return gw_tools_feed(&r->tools, t, n, final, &k);
 }
 
-/* The finish reason: "tool_calls" when the answer called tools and ended by itself. */
+/* The finish reason: "tool_calls" when the answer called tools and ended by itself (as
+ * OpenAI's, "stop" for a function named by tool_choice). */
 static const char *finish_of(const gw_req *r, int n_calls)
 {
     const char *f = r->finish ? r->finish : "stop";
-    return n_calls && !strcmp(f, "stop") ? "tool_calls" : f;
+    return n_calls && !strcmp(f, "stop") && r->p.tool_parser != GW_TOOLS_NAMED ? "tool_calls" : f;
+}
+
+void gw_stream_tools_init(const gw_req *r, gw_tool_state *st)
+{
+    if (r->p.tool_parser == GW_TOOLS_NAMED)
+        gw_tools_init_named(st, r->p.tool_name);
+    else if (r->p.tool_parser)
+        gw_tools_init(st, r->p.tool_parser, r->p.max_tool_calls);
 }
 
 /* A piece of a chat answer as delta.reasoning_content or delta.content (--reasoning-parser). */
@@ -426,8 +435,11 @@ static json_t *choice_json(gw_server *s, gw_req *r, int index)
         int n_calls = 0;
         if (r->p.tool_parser) { /* the tool calls out of the content */
             gw_tool_calls tc;
-            if (gw_tools_parse(r->p.tool_parser, r->p.max_tool_calls, cs ? cs : "", cs ? cn : 0,
-                               &tc) == 0) {
+            gw_tool_state st;
+            gw_stream_tools_init(r, &st);
+            int prc = gw_tools_parse_with(&st, cs ? cs : "", cs ? cn : 0, &tc);
+            gw_tools_free(&st);
+            if (prc == 0) {
                 n_calls = tc.n;
                 calls = json_array();
                 for (int i = 0; i < tc.n; i++) {
@@ -456,9 +468,8 @@ static json_t *choice_json(gw_server *s, gw_req *r, int index)
             json_object_set_new(msg, "tool_calls", calls);
         else
             json_decref(calls);
-        choice =
-            json_pack("{s:i, s:o, s:o, s:s}", "index", index, "message", msg, "logprobs", lps,
-                      "finish_reason", n_calls && !strcmp(finish, "stop") ? "tool_calls" : finish);
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", index, "message", msg, "logprobs", lps,
+                           "finish_reason", finish_of(r, n_calls));
     } else
         choice = json_pack("{s:i, s:o, s:o, s:s}", "index", index, "text", text, "logprobs", lps,
                            "finish_reason", finish);
