@@ -110,6 +110,8 @@ static void usage(FILE *f)
         "  --no-prefix-cache        do not keep prompts' KV blocks for reuse by later prompts\n"
         "  --check-invariants       the stats file carries the scheduler's full invariant check\n"
         "                           (walks every block and request each write: tests, debugging)\n"
+        "                           and FILE.prefix-index.json the prefix index's blocks per\n"
+        "                           tier, hashed as the KV-cache events hash them\n"
         "  --quiet                  fewer start-up lines\n"
         "  --check-config           validate, print the canonical policy and its hash, say\n"
         "                           which uids may name a tenant per request ([trust]), exit;\n"
