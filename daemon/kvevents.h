@@ -8,11 +8,14 @@
  *   - a ZMQ PUB socket sends one three-frame message per batch: topic, the batch's sequence
  *     number (8 bytes, big-endian, 0, 1, 2, …), and the msgpack payload
  *     [ts, [event, …], data_parallel_rank] with events
- *       ["BlockStored", [hash], parent_hash | nil, [token ids], block_size, nil, medium]
+ *       ["BlockStored", [hash, …], parent_hash | nil, [token ids], block_size, nil, medium]
  *       ["BlockRemoved", [hash], medium]
  *       ["AllBlocksCleared"]
  *     (lora_id nil: no adapters); medium names the tier: "GPU" (the device pool), "CPU"
- *     (host) or "DISK" — vLLM's names for its own tiers, whatever the backend;
+ *     (host) or "DISK" — vLLM's names for its own tiers, whatever the backend. As vLLM
+ *     batches them, one BlockStored carries a chain of blocks stored together in one tier
+ *     (a prompt's blocks computed in one step: hashes in order, the parent of the first,
+ *     every block's tokens); one BlockRemoved per block, as vLLM evicts;
  *   - an optional ROUTER socket replays: a request [identity, "", start_seq (8 bytes BE)] is
  *     answered with every batch still buffered from start_seq on, each as
  *     [identity, "", seq, payload], then [identity, "", -1 (8 bytes), ""].

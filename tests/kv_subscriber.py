@@ -28,6 +28,7 @@ class State:
         self.batches = 0
         self.cleared = 0
         self.stored = 0
+        self.stored_events = 0  # BlockStored events: one may carry a chain of blocks
         self.removed = 0
         self.last_seq = -1
         self.gaps = 0
@@ -50,13 +51,15 @@ class State:
             tag = ev[0] if isinstance(ev, list) and ev else None
             if tag == "BlockStored" and len(ev) == 7:
                 _, hashes, parent, tokens, block_size, lora_id, medium = ev
-                if (medium not in MEDIA or lora_id is not None or len(tokens) != block_size
+                if (medium not in MEDIA or lora_id is not None or not hashes
+                        or len(tokens) != block_size * len(hashes)
                         or not all(isinstance(h, int) for h in hashes)
                         or not (parent is None or isinstance(parent, int))):
                     self.bad.append("BlockStored %r" % (ev,))
                     continue
                 self.sets[medium].update(hashes)
                 self.stored += len(hashes)
+                self.stored_events += 1
             elif tag == "BlockRemoved" and len(ev) == 3:
                 _, hashes, medium = ev
                 if medium not in MEDIA:
@@ -76,6 +79,7 @@ class State:
         # hashes as decimal strings: they are 64-bit unsigned, past what JSON readers keep
         out = {m: [str(h) for h in sorted(self.sets[m])] for m in MEDIA}
         out.update(batches=self.batches, cleared=self.cleared, stored=self.stored,
+                   stored_events=self.stored_events,
                    removed=self.removed, last_seq=self.last_seq, gaps=self.gaps,
                    replayed=self.replayed, bad=self.bad[:5])
         with open(path + ".tmp", "w") as f:

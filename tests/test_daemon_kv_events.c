@@ -333,6 +333,10 @@ Test(daemon_kv_events, subscribers_hold_the_index_through_evictions_demotions_an
     cr_assert_gt(json_integer_value(json_object_get(live, "removed")), 0, "no block was removed");
     cr_assert_eq(json_integer_value(json_object_get(live, "gaps")), 0, "sequence numbers skipped");
     cr_assert_eq(json_integer_value(json_object_get(live, "cleared")), 0);
+    /* a prompt's blocks computed in one step come as one BlockStored, as vLLM sends them */
+    cr_assert_lt(json_integer_value(json_object_get(live, "stored_events")),
+                 json_integer_value(json_object_get(live, "stored")),
+                 "one BlockStored per block: vLLM batches a step's blocks of a request");
     told_blocks_are_requests_blocks(live, 24);
 
     /* a subscriber joining now learns the same from the replay socket */
