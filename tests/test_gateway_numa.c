@@ -318,9 +318,12 @@ Test(gateway_numa, the_daemons_published_queue_and_kv_use_steer_new_work)
     ringlm_client *queued = connect_to(g_b.sock);
     submit_held(queued, 2);
 
-    /* the gateway's view of each daemon equals the daemon's own metrics, once they settle */
-    double kv0 = 0, l0 = 0, l1 = 0, dkv = 0, dq = 0;
-    for (uint64_t dl = th_now_ms() + 20000;; th_pause_ms(20)) {
+    /* the gateway's view of each daemon equals the daemon's own metrics, once they settle
+     * (the stalled request generates until its event ring is full: the same KV use in three
+     * polls in a row) */
+    double kv0 = 0, l0 = 0, l1 = 0, dkv = 0, dq = 0, last_kv = -1;
+    int same_kv = 0;
+    for (uint64_t dl = th_now_ms() + 20000;; th_pause_ms(50)) {
         char *m = gwh_gateway_metrics();
         kv0 = gwh_metric(m, "ringlm_gateway_daemon_kv_usage_perc{daemon=\"0\"}");
         l0 = gwh_metric(m, "ringlm_gateway_daemon_load{daemon=\"0\"}");
@@ -330,7 +333,10 @@ Test(gateway_numa, the_daemons_published_queue_and_kv_use_steer_new_work)
         dq = daemon_metric(gwh_metrics_port, VLLM("vllm:num_requests_running")) +
              daemon_metric(gwh_metrics_port, VLLM("vllm:num_requests_waiting"));
         double w1 = daemon_metric(g_b_metrics, VLLM("vllm:num_requests_waiting"));
-        if (kv0 > 0.3 && fabs(kv0 - dkv) < 1e-6 && l0 == dq + floor(16 * kv0) && w1 == 2 && l1 == 2)
+        same_kv = dkv == last_kv ? same_kv + 1 : 0;
+        last_kv = dkv;
+        if (kv0 > 0.3 && fabs(kv0 - dkv) < 1e-6 && l0 == dq + floor(16 * kv0) && w1 == 2 &&
+            l1 == 2 && same_kv >= 2)
             break;
         cr_assert(th_now_ms() < dl,
                   "gateway: daemon 0 kv %g load %g, daemon 1 load %g; daemons: kv %g, queued "
