@@ -553,3 +553,54 @@ Test(gateway_numa, the_gateways_metrics_are_both_daemons_as_one_server)
     ringlm_close(stall);
     ringlm_close(queued);
 }
+
+/* A stream its daemon was generating when the daemon died: the client has had the 200 and
+ * some text, and the stream ends with an error event ("ringlmd went away") and [DONE], not a
+ * cut connection nor a "stop"; then the other daemon takes new work. The daemons run a
+ * synthetic model of stories110M's shape (about 50 ms a token here: the stream is still
+ * generating when the test kills its daemon). */
+Test(gateway_numa, a_stream_whose_daemon_dies_mid_answer_ends_with_an_error_event)
+{
+    const char *xm[] = {"--model", "synthetic:stories110M:7", NULL};
+    start_two_with(xm, xm);
+    int fd = gwh_connect();
+    gwh_send_post(fd, "/v1/completions", "sk-alice-0001",
+                  "{\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":400,"
+                  "\"ignore_eos\":true,\"stream\":true}");
+    bool eof = false;
+    /* the second chunk: tokens are flowing */
+    char *head = th_read_until(fd, "\"text\":\"", 60000, &eof);
+    char *more = th_read_until(fd, "\"text\":\"", 60000, &eof);
+    cr_assert(strstr(head, " 200 ") && strstr(more, "\"text\":\"") && !eof,
+              "the stream did not start: %s%s", head, more);
+    int victim = -1;
+    char *m = gwh_gateway_metrics();
+    if (gwh_metric(m, "ringlm_gateway_session_requests_in_flight{session=\"0\"}") == 1) victim = 0;
+    if (gwh_metric(m, "ringlm_gateway_session_requests_in_flight{session=\"1\"}") == 1) victim = 1;
+    free(m);
+    cr_assert(victim >= 0, "no daemon is generating the stream");
+    th_daemon *dead = victim == 0 ? &gwh_daemon : &g_b;
+    kill(dead->pid, SIGKILL);
+    char *rest = th_read_until(fd, NULL, 15000, &eof);
+    close(fd);
+    cr_assert(eof, "the stream did not end after its daemon died: %s", rest);
+    const char *err = strstr(rest, "data: {\"error\"");
+    cr_assert(err && strstr(err, "daemon_unavailable") && strstr(err, "went away"),
+              "the stream of the dead daemon did not end with an error event: %s", rest);
+    cr_assert(strstr(err, "data: [DONE]"), "no [DONE] after the error event: %s", rest);
+    cr_assert_null(strstr(rest, "\"finish_reason\":\"length\""), "%s", rest);
+    free(head);
+    free(more);
+    free(rest);
+    th_daemon_stop(dead, SIGKILL, 5000);
+
+    /* new work goes to the survivor */
+    double before = picks(1 - victim);
+    char body[160];
+    snprintf(body, sizeof body,
+             "{\"model\":\"stories\",\"prompt\":\"The dog ran\",\"max_tokens\":2}");
+    gwh_resp r = gwh_curl("/v1/completions", "sk-alice-0001", body);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    gwh_resp_free(&r);
+    cr_assert_eq(picks(1 - victim) - before, 1);
+}
