@@ -267,7 +267,7 @@ static void told_blocks_are_requests_blocks(json_t *st, int n_req)
     json_decref(known);
 }
 
-static void start_daemon(const char *queue)
+static void start_daemon_enc(const char *queue, const char *encoding)
 {
     char model[512], disk[160];
     snprintf(model, sizeof model, "%s/models/stories260K.bin", th_shared_dir());
@@ -298,10 +298,17 @@ static void start_daemon(const char *queue)
                           "tcp://127.0.0.1:*",
                           "--kv-events-replay",
                           "tcp://127.0.0.1:*",
+                          "--kv-events-encoding",
+                          encoding,
                           queue ? "--kv-events-queue" : NULL,
                           queue,
                           NULL};
     th_daemon_start(&g_d, args, 20000);
+}
+
+static void start_daemon(const char *queue)
+{
+    start_daemon_enc(queue, "array");
 }
 
 static bool same_sets(json_t *a, json_t *b)
@@ -333,6 +340,10 @@ Test(daemon_kv_events, subscribers_hold_the_index_through_evictions_demotions_an
     cr_assert_gt(json_integer_value(json_object_get(live, "removed")), 0, "no block was removed");
     cr_assert_eq(json_integer_value(json_object_get(live, "gaps")), 0, "sequence numbers skipped");
     cr_assert_eq(json_integer_value(json_object_get(live, "cleared")), 0);
+    json_t *forms = json_object_get(live, "forms");
+    cr_assert(json_array_size(forms) == 1 &&
+                  !strcmp(json_string_value(json_array_get(forms, 0)), "array"),
+              "vLLM 0.11's events are arrays: %s", json_dumps(forms, 0));
     /* a prompt's blocks computed in one step come as one BlockStored, as vLLM sends them */
     cr_assert_lt(json_integer_value(json_object_get(live, "stored_events")),
                  json_integer_value(json_object_get(live, "stored")),
@@ -377,5 +388,29 @@ Test(daemon_kv_events, an_overflowed_queue_drops_and_resynchronises_subscribers,
                      json_array_size(json_object_get(j, "CPU")) +
                      json_array_size(json_object_get(j, "DISK")),
                  0);
+    json_decref(j);
+}
+
+/* Current vLLM sends each event as a map of named fields ({"type": "BlockStored",
+ * "block_hashes": …}); with --kv-events-encoding map a subscriber that decodes that form holds
+ * the index as well. */
+Test(daemon_kv_events, map_encoded_events_as_current_vllm_sends_them, .fini = stop_all)
+{
+    need_python();
+    start_daemon_enc(NULL, "map");
+    int port = metrics_port();
+    char pub[600], replay[600] = "", st0[200];
+    endpoints(pub, replay, sizeof pub);
+    start_subscriber(0, pub, NULL, st0, sizeof st0);
+    char trace[200];
+    snprintf(trace, sizeof trace, "%s/trace.csv", g_d.dir);
+    run_replay(trace, 16);
+    wait_idle(port);
+    json_t *j = converge(port, st0);
+    json_t *forms = json_object_get(j, "forms");
+    cr_assert(json_array_size(forms) == 1 &&
+                  !strcmp(json_string_value(json_array_get(forms, 0)), "map"),
+              "the events were not all maps: %s", json_dumps(forms, 0));
+    cr_assert_gt(json_integer_value(json_object_get(j, "removed")), 0);
     json_decref(j);
 }
