@@ -77,6 +77,7 @@ struct kvev {
     char endpoint[256], replay_ep[256], topic[128];
     size_t topic_len;
     int rank;
+    bool map; /* kvev_config.map_events */
     uint64_t seq;
     msgpack_sbuffer sb;
     struct replay_entry {
@@ -229,36 +230,93 @@ static void pack_str(msgpack_packer *pk, const char *s)
     msgpack_pack_str_body(pk, s, n);
 }
 
-static void pack_event(msgpack_packer *pk, const slot *s, uint32_t bs)
+/* The head of an event: ["Tag", … (n_fields more) or {"type": "Tag", … (n_fields more). */
+static void pack_head(msgpack_packer *pk, bool map, const char *tag, uint32_t n_fields)
 {
+    if (map) {
+        msgpack_pack_map(pk, n_fields + 1);
+        pack_str(pk, "type");
+    } else {
+        msgpack_pack_array(pk, n_fields + 1);
+    }
+    pack_str(pk, tag);
+}
+
+/* A field's name, in the map form. */
+static void pack_key(msgpack_packer *pk, bool map, const char *name)
+{
+    if (map) pack_str(pk, name);
+}
+
+/* How many slots from s[0] on make one BlockStored, as vLLM batches them (the blocks one
+ * request filled in one step: block_hashes in order, parent_block_hash the first one's
+ * parent, token_ids all of theirs): STORED slots in the same pool, full, each the child of
+ * the one before. 1 for any other event. */
+static uint32_t stored_run(unsigned char *base, uint32_t stride, uint64_t from, uint32_t n,
+                           uint32_t mask, uint32_t bs)
+{
+    const slot *s = slot_at(base, stride, from, mask);
+    if (s->kind != SK_STORED || s->n_tokens != bs) return 1;
+    uint32_t r = 1;
+    while (r < n) {
+        const slot *t = slot_at(base, stride, from + r, mask);
+        if (t->kind != SK_STORED || t->pool != s->pool || t->n_tokens != bs || !t->has_parent ||
+            t->parent != slot_at(base, stride, from + r - 1, mask)->hash)
+            break;
+        r++;
+    }
+    return r;
+}
+
+/* The event of slots [from, from + run): one BlockStored of run blocks, or any other event
+ * (run 1). */
+static void pack_event(msgpack_packer *pk, bool map, unsigned char *base, uint32_t stride,
+                       uint64_t from, uint32_t run, uint32_t mask, uint32_t bs)
+{
+    const slot *s = slot_at(base, stride, from, mask);
     const char *medium = s->pool < SCHED_POOL__COUNT ? medium_name[s->pool] : "GPU";
     switch (s->kind) {
-    case SK_STORED:
-        msgpack_pack_array(pk, 7);
-        pack_str(pk, "BlockStored");
-        msgpack_pack_array(pk, 1);
-        msgpack_pack_uint64(pk, s->hash);
+    case SK_STORED: {
+        /* the map form has lora_name too (vLLM's fields with no default are always sent) */
+        pack_head(pk, map, "BlockStored", map ? 7 : 6);
+        pack_key(pk, map, "block_hashes");
+        msgpack_pack_array(pk, run);
+        for (uint32_t b = 0; b < run; b++)
+            msgpack_pack_uint64(pk, slot_at(base, stride, from + b, mask)->hash);
+        pack_key(pk, map, "parent_block_hash");
         if (s->has_parent)
             msgpack_pack_uint64(pk, s->parent);
         else
             msgpack_pack_nil(pk);
-        msgpack_pack_array(pk, s->n_tokens);
-        for (uint32_t i = 0; i < s->n_tokens; i++) msgpack_pack_int32(pk, s->tokens[i]);
+        uint32_t n_tok = 0;
+        for (uint32_t b = 0; b < run; b++) n_tok += slot_at(base, stride, from + b, mask)->n_tokens;
+        pack_key(pk, map, "token_ids");
+        msgpack_pack_array(pk, n_tok);
+        for (uint32_t b = 0; b < run; b++) {
+            const slot *t = slot_at(base, stride, from + b, mask);
+            for (uint32_t i = 0; i < t->n_tokens; i++) msgpack_pack_int32(pk, t->tokens[i]);
+        }
+        pack_key(pk, map, "block_size");
         msgpack_pack_uint32(pk, bs);
-        msgpack_pack_nil(pk); /* lora_id */
+        pack_key(pk, map, "lora_id");
+        msgpack_pack_nil(pk);
+        pack_key(pk, map, "medium");
         pack_str(pk, medium);
+        if (map) {
+            pack_str(pk, "lora_name");
+            msgpack_pack_nil(pk);
+        }
         break;
+    }
     case SK_REMOVED:
-        msgpack_pack_array(pk, 3);
-        pack_str(pk, "BlockRemoved");
+        pack_head(pk, map, "BlockRemoved", 2);
+        pack_key(pk, map, "block_hashes");
         msgpack_pack_array(pk, 1);
         msgpack_pack_uint64(pk, s->hash);
+        pack_key(pk, map, "medium");
         pack_str(pk, medium);
         break;
-    default:
-        msgpack_pack_array(pk, 1);
-        pack_str(pk, "AllBlocksCleared");
-        break;
+    default: pack_head(pk, map, "AllBlocksCleared", 0); break;
     }
 }
 
@@ -295,8 +353,15 @@ static void publish(kvev *k, unsigned char *base, uint32_t stride, uint64_t from
     clock_gettime(CLOCK_REALTIME, &now);
     msgpack_pack_array(&pk, 3);
     msgpack_pack_double(&pk, (double)now.tv_sec + (double)now.tv_nsec / 1e9);
-    msgpack_pack_array(&pk, n);
-    for (uint32_t i = 0; i < n; i++) pack_event(&pk, slot_at(base, stride, from + i, mask), k->bs);
+    uint32_t n_events = 0;
+    for (uint32_t i = 0; i < n; n_events++)
+        i += stored_run(base, stride, from + i, n - i, mask, k->bs);
+    msgpack_pack_array(&pk, n_events);
+    for (uint32_t i = 0; i < n;) {
+        uint32_t run = stored_run(base, stride, from + i, n - i, mask, k->bs);
+        pack_event(&pk, k->map, base, stride, from + i, run, mask, k->bs);
+        i += run;
+    }
     msgpack_pack_int(&pk, k->rank);
     unsigned char seq[8];
     be64(seq, k->seq);
@@ -431,6 +496,7 @@ int kvev_create(const kvev_config *cfg, kvev **out)
     uint32_t want = cfg->queue_events ? cfg->queue_events : 65536;
     for (k->cap = 2; k->cap < want && k->cap < (1u << 24); k->cap <<= 1) {}
     k->rank = cfg->data_parallel_rank;
+    k->map = cfg->map_events;
     snprintf(k->topic, sizeof k->topic, "%s", cfg->topic ? cfg->topic : "");
     k->topic_len = strlen(k->topic);
     k->rb_cap = cfg->replay_batches ? cfg->replay_batches : 10000;

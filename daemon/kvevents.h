@@ -8,11 +8,18 @@
  *   - a ZMQ PUB socket sends one three-frame message per batch: topic, the batch's sequence
  *     number (8 bytes, big-endian, 0, 1, 2, …), and the msgpack payload
  *     [ts, [event, …], data_parallel_rank] with events
- *       ["BlockStored", [hash], parent_hash | nil, [token ids], block_size, nil, medium]
+ *       ["BlockStored", [hash, …], parent_hash | nil, [token ids], block_size, nil, medium]
  *       ["BlockRemoved", [hash], medium]
  *       ["AllBlocksCleared"]
+ *     or, with map_events, each event as current vLLM encodes it (named fields: {"type":
+ *     "BlockStored", "block_hashes", "parent_block_hash", "token_ids", "block_size",
+ *     "lora_id", "medium", "lora_name"}, {"type": "BlockRemoved", "block_hashes", "medium"},
+ *     {"type": "AllBlocksCleared"});
  *     (lora_id nil: no adapters); medium names the tier: "GPU" (the device pool), "CPU"
- *     (host) or "DISK" — vLLM's names for its own tiers, whatever the backend;
+ *     (host) or "DISK" — vLLM's names for its own tiers, whatever the backend. As vLLM
+ *     batches them, one BlockStored carries a chain of blocks stored together in one tier
+ *     (a prompt's blocks computed in one step: hashes in order, the parent of the first,
+ *     every block's tokens); one BlockRemoved per block, as vLLM evicts;
  *   - an optional ROUTER socket replays: a request [identity, "", start_seq (8 bytes BE)] is
  *     answered with every batch still buffered from start_seq on, each as
  *     [identity, "", seq, payload], then [identity, "", -1 (8 bytes), ""].
@@ -57,6 +64,11 @@ typedef struct kvev_config {
     uint32_t queue_events;       /* ring capacity in events (0: 65536; rounded up to 2^k) */
     uint32_t replay_batches;     /* batches kept for replay (0: 10000, vLLM's default) */
     int data_parallel_rank;      /* the third field of each batch */
+    /* false: each event an array ["BlockStored", hashes, …] (vLLM up to its switch to named
+     * fields, 0.11 among them: msgspec array_like); true: a map {"type": "BlockStored",
+     * "block_hashes": …, "lora_name": nil} as current vLLM sends them (the batch stays an
+     * array either way). Subscribers that decode by field name take either. */
+    bool map_events;
 } kvev_config;
 
 typedef struct kvev kvev;

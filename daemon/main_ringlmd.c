@@ -95,6 +95,8 @@ static void usage(FILE *f)
         "  --kv-events ENDPOINT     publish KV-cache events in vLLM's format (ZMQ PUB, msgpack),\n"
         "                           e.g. tcp://*:5557 (bound; tcp://HOST:PORT connects)\n"
         "  --kv-events-replay ENDPOINT  ZMQ ROUTER that replays recent batches (tcp://*:5558)\n"
+        "  --kv-events-encoding array|map  each event a positional array (vLLM 0.11, the\n"
+        "                           default) or a map of named fields (current vLLM)\n"
         "  --kv-events-queue N      events the loop may queue for the publisher (65536); past\n"
         "                           it events are dropped and subscribers resynchronised\n"
         "  --served-model-name NAME the model name of the vllm:* metrics (label model_name;\n"
@@ -112,6 +114,8 @@ static void usage(FILE *f)
         "  --no-prefix-cache        do not keep prompts' KV blocks for reuse by later prompts\n"
         "  --check-invariants       the stats file carries the scheduler's full invariant check\n"
         "                           (walks every block and request each write: tests, debugging)\n"
+        "                           and FILE.prefix-index.json the prefix index's blocks per\n"
+        "                           tier, hashed as the KV-cache events hash them\n"
         "  --quiet                  fewer start-up lines\n"
         "  --check-config           validate, print the canonical policy and its hash, say\n"
         "                           which uids may name a tenant per request ([trust]), exit;\n"
@@ -421,6 +425,7 @@ int main(int argc, char **argv)
         O_KVEV,
         O_KVEVR,
         O_KVEVQ,
+        O_KVEVE,
         O_STATS,
         O_BPT,
         O_BPB,
@@ -489,6 +494,7 @@ int main(int argc, char **argv)
         {"kv-events", required_argument, 0, O_KVEV},
         {"kv-events-replay", required_argument, 0, O_KVEVR},
         {"kv-events-queue", required_argument, 0, O_KVEVQ},
+        {"kv-events-encoding", required_argument, 0, O_KVEVE},
         {"stats-file", required_argument, 0, O_STATS},
         {"backpressure-timeout-ms", required_argument, 0, O_BPT},
         {"backpressure-buffer-tokens", required_argument, 0, O_BPB},
@@ -675,6 +681,13 @@ int main(int argc, char **argv)
             break;
         case O_KVEV: sc.kv_events = optarg; break;
         case O_KVEVR: sc.kv_events_replay = optarg; break;
+        case O_KVEVE:
+            if (strcmp(optarg, "array") && strcmp(optarg, "map")) {
+                fprintf(stderr, "ringlmd: --kv-events-encoding '%s': array or map\n", optarg);
+                return 2;
+            }
+            sc.kv_events_map = !strcmp(optarg, "map");
+            break;
         case O_KVEVQ:
             if (parse_uint("--kv-events-queue", optarg, 1u << 24, &v)) return 2;
             sc.kv_events_queue = (uint32_t)v;

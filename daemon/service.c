@@ -479,7 +479,8 @@ int svc_create(const svc_config *cfg, svc **out)
         kvev_config kc = {.endpoint = cfg->kv_events,
                           .replay_endpoint = cfg->kv_events_replay,
                           .block_size = (uint32_t)eng_kv_block_size(s->engine),
-                          .queue_events = cfg->kv_events_queue};
+                          .queue_events = cfg->kv_events_queue,
+                          .map_events = cfg->kv_events_map};
         rc = kvev_create(&kc, &s->kv_events);
         if (rc < 0) {
             rc = seterr(rc, "%s", kvev_errmsg());

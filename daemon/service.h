@@ -63,6 +63,7 @@ typedef struct svc_config {
     const char *kv_events;            /* ZMQ PUB endpoint of the KV-cache events (NULL: none) */
     const char *kv_events_replay;     /* ZMQ ROUTER endpoint of their replay (NULL: none) */
     uint32_t kv_events_queue;         /* events the loop may queue for the publisher (0: 65536) */
+    bool kv_events_map;               /* events as maps (current vLLM), not arrays (kvevents.h) */
     const char *stats_file;           /* JSON snapshot of pools/queues, rewritten on change */
     uint64_t backpressure_timeout_ms; /* 0: 5000 */
     uint32_t backpressure_buffer_tokens;  /* per sequence (0: 4096) */

@@ -2,14 +2,16 @@
 /*
  * daemon/stats.c — what the runner shows of itself: the --stats-file JSON snapshot
  * (formats/stats.h: rewritten through a temporary file and a rename, so a reader never sees
- * half of one),
+ * half of one) and, with --check-invariants, the prefix index beside it,
  * the metrics gauges (queues, KV pools, per-series queue depths, iteration timing, log
  * drops) and the --iteration-log lines.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon/service_internal.h"
@@ -28,6 +30,74 @@ void stats_free(svc *s)
     free(s->st.series_waiting);
     free(s->st.series_running);
     s->st.series_waiting = s->st.series_running = NULL;
+}
+
+/* ---- the prefix index beside the stats file (--check-invariants) ---------------------- */
+
+typedef struct index_dump {
+    FILE *f;
+    bool first[SCHED_POOL__COUNT];
+    char *pool_text[SCHED_POOL__COUNT];
+    size_t pool_len[SCHED_POOL__COUNT];
+    FILE *pool_f[SCHED_POOL__COUNT];
+} index_dump;
+
+/* sched_kv_announce's events: every block a lookup can find, per pool. */
+static void index_add(void *ctx, const sched_kv_event *e)
+{
+    index_dump *d = ctx;
+    if (e->kind != SCHED_KV_STORED || e->pool >= SCHED_POOL__COUNT || !d->pool_f[e->pool]) return;
+    /* the hash KV-cache events publish (kvevents.h): the key's low 64 bits, as a string (a
+     * JSON reader keeps 53 bits of a number) */
+    fprintf(d->pool_f[e->pool], "%s\"%llu\"", d->first[e->pool] ? "" : ",",
+            (unsigned long long)e->key_lo);
+    d->first[e->pool] = false;
+}
+
+/* PATH.prefix-index.json: {"iterations":N,"GPU":[hash,...],"CPU":[...],"DISK":[...]}, the
+ * blocks the prefix index holds per tier under the names and hashes the KV-cache events use,
+ * so a test can compare what a subscriber was told with the index itself. O(index) on the
+ * loop thread: only with --check-invariants (tests, debugging). Written through a temporary
+ * file and a rename, like the stats file. */
+static void write_prefix_index(svc *s)
+{
+    static const char *const medium[SCHED_POOL__COUNT] = {"GPU", "CPU", "DISK"};
+    char path[4096], tmp[4120];
+    if ((size_t)snprintf(path, sizeof path, "%s.prefix-index.json", s->cfg.stats_file) >=
+        sizeof path)
+        return;
+    snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
+    index_dump d = {0};
+    bool ok = true;
+    for (int p = 0; p < SCHED_POOL__COUNT; p++) {
+        d.first[p] = true;
+        d.pool_f[p] = open_memstream(&d.pool_text[p], &d.pool_len[p]);
+        ok &= d.pool_f[p] != NULL;
+    }
+    if (ok) {
+        sched_set_kv_sink(s->sched, index_add, &d);
+        sched_kv_announce(s->sched);
+        sched_set_kv_sink(s->sched, s->kv_events ? kvev_sink : NULL, s->kv_events);
+    }
+    for (int p = 0; p < SCHED_POOL__COUNT; p++)
+        if (d.pool_f[p]) ok &= fclose(d.pool_f[p]) == 0;
+    int fd = ok ? mkostemp(tmp, O_CLOEXEC) : -1;
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (f) {
+        fchmod(fd, 0644);
+        fprintf(f, "{\"iterations\":%llu", (unsigned long long)s->n_iterations);
+        for (int p = 0; p < SCHED_POOL__COUNT; p++)
+            fprintf(f, ",\"%s\":[%s]", medium[p], d.pool_text[p] ? d.pool_text[p] : "");
+        fprintf(f, "}\n");
+        if (fclose(f) == 0)
+            rename(tmp, path);
+        else
+            unlink(tmp);
+    } else if (fd >= 0) {
+        close(fd);
+        unlink(tmp);
+    }
+    for (int p = 0; p < SCHED_POOL__COUNT; p++) free(d.pool_text[p]);
 }
 
 void stats_write(svc *s)
@@ -72,6 +142,7 @@ void stats_write(svc *s)
     snprintf(st.invariants, sizeof st.invariants, "%s", invariants);
     snprintf(st.policy, sizeof st.policy, "%s", s->policy_hash_hex);
     char err[256];
+    if (s->cfg.check_invariants) write_prefix_index(s);
     if (fmt_stats_write(s->cfg.stats_file, &st, err, sizeof err) < 0 && !s->st.write_failed) {
         s->st.write_failed = true; /* said once: it would repeat every 20 ms */
         svc_log("stats file: %s", err);

@@ -370,13 +370,22 @@ enum MHD_Result gw_ep_metrics(gw_server *s, gw_req *r, struct MHD_Connection *c)
         (unsigned long long)s->dispatch_n, s->n_prep_queued, s->n_prep_running,
         (unsigned long long)s->prep_dropped, (unsigned long long)s->prep_refused,
         (unsigned long long)connects, (unsigned long long)losses);
-    if (s->relay_started)
+    if (s->relay_started) {
         gw_buf_addf(
             &b,
-            "# HELP ringlm_gateway_daemon_metrics_up 1 when the last scrape of ringlmd's /metrics "
-            "(--daemon-metrics) answered; its vllm:* lines follow then.\n"
+            "# HELP ringlm_gateway_daemon_metrics_up Daemons whose last scrape of /metrics "
+            "(--daemon-metrics) answered; their vllm:* lines follow then, as one server's.\n"
             "# TYPE ringlm_gateway_daemon_metrics_up gauge\nringlm_gateway_daemon_metrics_up %d\n",
             s->relay_up);
+        if (s->n_relay > 1) {
+            gw_buf_adds(&b, "# HELP ringlm_gateway_daemon_metrics_target_up 1 when the last "
+                            "scrape of this --daemon-metrics (in order) answered.\n"
+                            "# TYPE ringlm_gateway_daemon_metrics_target_up gauge\n");
+            for (int i = 0; i < s->n_relay; i++)
+                gw_buf_addf(&b, "ringlm_gateway_daemon_metrics_target_up{target=\"%d\"} %d\n", i,
+                            s->relay_ok[i]);
+        }
+    }
     if (s->relay_up && s->relay_text) gw_buf_adds(&b, s->relay_text);
     if (s->route) {
         gw_buf_adds(&b, "# HELP ringlm_gateway_daemon_requests_total Requests sent to each daemon "

@@ -11,7 +11,8 @@
  *                   the whole (non-stream) answer, daemon failures → OpenAI errors
  *   gw_session.c    the shared-memory sessions with ringlmd: request registry, submit,
  *                   cancel, the retry queue, the events threads; the watch thread (hang-ups)
- *   gw_relay.c      --daemon-metrics: the daemon's vllm:* families copied to /metrics
+ *   gw_relay.c      --daemon-metrics: the daemons' vllm:* families on /metrics (gw_agg.c
+ *                   sums several daemons' as one server's)
  *   gw_prep.c       the preparation threads: parse, chat template, tokenize, submit — never
  *                   on the HTTP thread; a bounded queue in front of them
  *   gw_guard.c      bounds on connections: per address, head and body deadlines, eviction
@@ -229,9 +230,11 @@ struct gw_server {
     bool stopping, draining;
     pthread_t watch_thread, relay_thread;
     bool watch_started, relay_started;
-    struct addrinfo *relay_ai; /* --daemon-metrics */
-    char *relay_text;          /* its last vllm:* lines */
-    bool relay_up;             /* the last scrape answered */
+    struct addrinfo *relay_ai[GW_MAX_DAEMONS]; /* --daemon-metrics, each */
+    int n_relay;
+    char *relay_text;              /* their vllm:* lines as one server's (gw_agg.h) */
+    int relay_up;                  /* daemons whose last scrape answered */
+    bool relay_ok[GW_MAX_DAEMONS]; /* which */
     int epfd, stop_efd;
     gw_req *by_serial[GW_HBUCKETS];
     uint64_t next_serial, rng;

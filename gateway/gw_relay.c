@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gateway/gw_relay.c — --daemon-metrics ADDR:PORT: the daemon's vllm:* families on the
- * gateway's own /metrics (see gw_internal.h).
+ * gateway/gw_relay.c — --daemon-metrics ADDR:PORT (once per daemon): the daemons' vllm:*
+ * families on the gateway's own /metrics, several daemons' as one server's (gw_agg.h).
  *
  * Fleet routers scrape a model server's metrics where they send its requests (vLLM serves
  * both on one port): the Inference Extension's EPP reads vllm:num_requests_waiting,
@@ -9,10 +9,12 @@
  * own port, so the relay thread scrapes that every RELAY_PERIOD_MS (ringlmd publishes a
  * snapshot every 100 ms) and keeps the vllm:* lines; /metrics appends the last copy without
  * waiting for the daemon. Every socket operation has a timeout: a daemon that stops
- * answering leaves the last copy out (ringlm_gateway_daemon_metrics_up 0), it never stalls
- * the gateway.
+ * answering leaves its gauges out (its counters keep their last values, gw_agg.h) and, when
+ * none answers, every line (ringlm_gateway_daemon_metrics_up 0); it never stalls the
+ * gateway.
  */
 #include "gateway/gw_internal.h"
+#include "gateway/gw_agg.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -108,16 +110,29 @@ static char *vllm_lines(const char *text)
 void *gw_relay_main(void *arg)
 {
     gw_server *s = arg;
+    char *last[GW_MAX_DAEMONS] = {0}; /* each daemon's last good lines (this thread's) */
+    bool ok[GW_MAX_DAEMONS] = {0};
     for (;;) {
-        char *text = fetch(s->relay_ai);
-        char *lines = text ? vllm_lines(text) : NULL;
-        free(text);
-        pthread_mutex_lock(&s->mu);
-        if (lines) {
-            free(s->relay_text);
-            s->relay_text = lines;
+        int n_up = 0;
+        for (int i = 0; i < s->n_relay; i++) {
+            char *text = fetch(s->relay_ai[i]);
+            char *lines = text ? vllm_lines(text) : NULL;
+            free(text);
+            ok[i] = lines != NULL;
+            n_up += ok[i];
+            if (lines) {
+                free(last[i]);
+                last[i] = lines;
+            }
         }
-        s->relay_up = lines != NULL;
+        char *agg = gw_agg_vllm((const char *const *)last, ok, s->n_relay, gw_model(s));
+        pthread_mutex_lock(&s->mu);
+        if (agg) {
+            free(s->relay_text);
+            s->relay_text = agg;
+        }
+        s->relay_up = n_up;
+        memcpy(s->relay_ok, ok, sizeof ok);
         struct timespec dl;
         clock_gettime(CLOCK_REALTIME, &dl);
         dl.tv_nsec += RELAY_PERIOD_MS * 1000000l;
@@ -128,5 +143,6 @@ void *gw_relay_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         if (stop) break;
     }
+    for (int i = 0; i < s->n_relay; i++) free(last[i]);
     return NULL;
 }

@@ -424,12 +424,16 @@ int gw_server_start(const gw_cfg *cfg, gw_server **out)
     if ((rc = gw_guard_start(s)) < 0 || (rc = gw_prep_start(s)) < 0) goto fail;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : cfg->port;
-    if (cfg->daemon_metrics) {
-        if (gw_relay_resolve(cfg->daemon_metrics, &s->relay_ai) < 0) {
-            fprintf(stderr, "ringlm-gateway: --daemon-metrics '%s': expected ADDR:PORT or PORT\n",
-                    cfg->daemon_metrics);
-            rc = -EINVAL;
-            goto fail;
+    if (cfg->n_daemon_metrics) {
+        for (unsigned i = 0; i < cfg->n_daemon_metrics && i < GW_MAX_DAEMONS; i++) {
+            if (gw_relay_resolve(cfg->daemon_metrics[i], &s->relay_ai[i]) < 0) {
+                fprintf(stderr,
+                        "ringlm-gateway: --daemon-metrics '%s': expected ADDR:PORT or PORT\n",
+                        cfg->daemon_metrics[i]);
+                rc = -EINVAL;
+                goto fail;
+            }
+            s->n_relay = (int)i + 1;
         }
         if (pthread_create(&s->relay_thread, NULL, gw_relay_main, s)) {
             rc = -EAGAIN;
@@ -515,7 +519,8 @@ int gw_server_stop(gw_server *s)
         return -EBUSY;
     }
     if (s->relay_started) pthread_join(s->relay_thread, NULL);
-    if (s->relay_ai) freeaddrinfo(s->relay_ai);
+    for (int i = 0; i < s->n_relay; i++)
+        if (s->relay_ai[i]) freeaddrinfo(s->relay_ai[i]);
     free(s->relay_text);
     if (s->watch_started) {
         uint64_t one = 1;

@@ -62,7 +62,10 @@ typedef struct gw_cfg {
     unsigned sessions;                 /* shm sessions with ringlmd, 1..64 (0 = 1) */
     unsigned prep_threads;             /* threads that parse and tokenize (0 = 1) */
     unsigned prep_queue;               /* requests waiting for one; more: 503 */
-    const char *daemon_metrics; /* ringlmd's --metrics ADDR:PORT: its vllm:* on our /metrics */
+    /* ringlmd's --metrics ADDR:PORT, one per daemon: their vllm:* as one server's on our
+     * /metrics (gw_agg.h) */
+    const char *const *daemon_metrics;
+    unsigned n_daemon_metrics;
     int quiet;
 } gw_cfg;
 

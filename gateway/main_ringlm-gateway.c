@@ -79,7 +79,8 @@ static void usage(FILE *f)
         "                           2048; 0: no bound; behind a proxy all share its address)\n"
         "  --daemon-metrics ADDR:PORT  ringlmd's --metrics address: its vllm:* gauges and\n"
         "                           counters also on this /metrics (routers read them where\n"
-        "                           they send requests), refreshed every 100 ms\n"
+        "                           they send requests), refreshed every 100 ms; once per\n"
+        "                           daemon: their sum, as one vLLM server's (docs/fleet.md)\n"
         "  --sessions N             shared-memory sessions with ringlmd, streams spread over\n"
         "                           them (1..64, default 4: ringlmd holds at most 1,024\n"
         "                           requests in flight per session)\n"
@@ -187,8 +188,8 @@ int main(int argc, char **argv)
         .prep_queue = 4096,
     };
     long grace_ms = 30000;
-    const char *sockets[GW_MAX_DAEMONS];
-    unsigned n_sockets = 0;
+    const char *sockets[GW_MAX_DAEMONS], *dmetrics[GW_MAX_DAEMONS];
+    unsigned n_sockets = 0, n_dmetrics = 0;
     static const struct option opts[] = {
         {"listen", required_argument, 0, 'l'},
         {"socket", required_argument, 0, 's'},
@@ -285,7 +286,13 @@ int main(int argc, char **argv)
             cfg.http_body_timeout_s =
                 (unsigned)parse_num("--http-body-timeout-s", optarg, 0, 86400);
             break;
-        case 'M': cfg.daemon_metrics = optarg; break;
+        case 'M':
+            if (n_dmetrics == GW_MAX_DAEMONS) {
+                fprintf(stderr, "ringlm-gateway: at most %d --daemon-metrics\n", GW_MAX_DAEMONS);
+                return 2;
+            }
+            dmetrics[n_dmetrics++] = optarg;
+            break;
         case 'P':
             cfg.prep_threads = (unsigned)parse_num("--tokenize-threads", optarg, 1, 256);
             break;
@@ -394,6 +401,8 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    cfg.daemon_metrics = dmetrics;
+    cfg.n_daemon_metrics = n_dmetrics;
     if (n_sockets == 1) cfg.socket_path = sockets[0];
     if (n_sockets > 1) {
         cfg.sockets = sockets;

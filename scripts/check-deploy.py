@@ -12,6 +12,7 @@ daemons, the node. Prints what is wrong and exits 1.
 """
 import glob
 import os
+import re
 import sys
 
 import yaml
@@ -137,6 +138,24 @@ for path in sorted(glob.glob(os.path.join(ROOT, "deploy", "**", "*.service"), re
         err(path, "a unit without [Service] ExecStart=")
     if os.path.basename(path).endswith("@.service") and "--numa-node %i" not in text:
         err(path, "a per-node template unit that does not pin its daemon to the node (%i)")
+
+# A gateway over several daemons scrapes each one's metrics (its /metrics is the host as one
+# server): a --daemon-metrics per --socket, at the port the per-node template gives that node.
+template = os.path.join(ROOT, "deploy", "systemd", "ringlmd@.service")
+m = re.search(r"--metrics\s+(\S+)%i", open(template).read()) if os.path.exists(template) else None
+for path in sorted(glob.glob(os.path.join(ROOT, "deploy", "**", "*.service"), recursive=True)):
+    text = open(path).read()
+    if "ringlm-gateway" not in text.split("ExecStart=", 1)[-1].split("\n", 1)[0]:
+        continue
+    nodes = re.findall(r"--socket\s+\S*ringlmd-(\d+)\.sock", text)
+    if len(nodes) < 2:
+        continue
+    scraped = re.findall(r"--daemon-metrics\s+(\S+)", text)
+    for n in nodes:
+        want = (m.group(1) + n) if m else None
+        if want not in scraped:
+            err(path, "node %s's daemon has no --daemon-metrics %s: the gateway's /metrics "
+                "would miss its queue and KV use" % (n, want))
 
 for e in errors:
     print("check-deploy: " + e, file=sys.stderr)

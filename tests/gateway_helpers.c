@@ -89,6 +89,9 @@ void gwh_start_daemon(const char *const *extra)
         "--model",          model,  "--policy",    policy, "--metrics", "127.0.0.1:0",
         "--drain-grace-ms", "5000", "--tokenizer", tok};
     int n = 10;
+    /* another model (in extra): tok512 is stories260K's vocabulary, not its */
+    for (int i = 0; extra && extra[i]; i++)
+        if (!strcmp(extra[i], "--model")) n = 8;
     for (int i = 0; extra && extra[i] && n < 31; i++) argv[n++] = extra[i];
     argv[n] = NULL;
     th_daemon_start(&gwh_daemon, argv, 20000);

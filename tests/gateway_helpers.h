@@ -33,8 +33,9 @@ char *gwh_policy(void);
 /* Writes the keys file (sk-alice-0001 alice, sk-bob-00001 bob batch, sk-tiny-00001 tiny,
  * sk-held-00001 held); its path (malloc()ed). */
 char *gwh_keys(void);
-/* ringlmd on stories260K with the test policy, metrics on an ephemeral port; extra:
- * NULL-terminated further options (may be NULL). */
+/* ringlmd on stories260K (with its tokenizer, so it enforces constraints) with the test
+ * policy, metrics on an ephemeral port; extra: NULL-terminated further options (may be NULL;
+ * one that names another --model drops the tokenizer). */
 void gwh_start_daemon(const char *const *extra);
 /* ringlmd options (in gwh_start_daemon's extra): --nice 19, so ringlmd and all its threads
  * (its BLAS pool too) run at the lowest nice, below the test and the gateway. Without it

@@ -4,9 +4,10 @@
 
 usage: kv_subscriber.py PUB_ENDPOINT REPLAY_ENDPOINT|- STATE_FILE
 
-Decodes every batch as vLLM's kv_events.py defines it (msgspec array_like tagged structs:
-[ts, [event, ...], data_parallel_rank], BlockStored [tag, hashes, parent, token_ids,
-block_size, lora_id, medium], BlockRemoved [tag, hashes, medium], AllBlocksCleared [tag]),
+Decodes every batch as vLLM's kv_events.py defines it: [ts, [event, ...], data_parallel_rank]
+with events as vLLM 0.11's msgspec array_like tagged structs (BlockStored [tag, hashes,
+parent, token_ids, block_size, lora_id, medium], BlockRemoved [tag, hashes, medium],
+AllBlocksCleared [tag]) or as current vLLM's tagged maps ({"type": tag, field: value}),
 keeps the set of block hashes it believes each medium holds, and rewrites STATE_FILE (JSON)
 after every batch. With a replay endpoint it joins late as vLLM's subscriber does: it
 subscribes first, asks the ROUTER for every batch from sequence 0, applies the replay up to
@@ -28,11 +29,32 @@ class State:
         self.batches = 0
         self.cleared = 0
         self.stored = 0
+        self.stored_events = 0  # BlockStored events: one may carry a chain of blocks
+        self.forms = set()  # "array", "map": the encodings seen
         self.removed = 0
         self.last_seq = -1
         self.gaps = 0
         self.replayed = 0
         self.bad = []
+
+    # current vLLM's events are maps of named fields ({"type": "BlockStored", ...}); vLLM
+    # 0.11's are positional arrays: both to the positional form
+    FIELDS = {"BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size",
+                              "lora_id", "medium"),
+              "BlockRemoved": ("block_hashes", "medium"),
+              "AllBlocksCleared": ()}
+
+    def positional(self, ev):
+        if isinstance(ev, list):
+            self.forms.add("array")
+            return ev
+        if isinstance(ev, dict) and ev.get("type") in self.FIELDS:
+            self.forms.add("map")
+            names = self.FIELDS[ev["type"]]
+            if any(n not in ev for n in names):
+                return None
+            return [ev["type"]] + [ev[n] for n in names]
+        return None
 
     def apply(self, seq, payload):
         if seq <= self.last_seq:
@@ -47,16 +69,19 @@ class State:
             return
         self.batches += 1
         for ev in batch[1]:
+            ev = self.positional(ev)
             tag = ev[0] if isinstance(ev, list) and ev else None
             if tag == "BlockStored" and len(ev) == 7:
                 _, hashes, parent, tokens, block_size, lora_id, medium = ev
-                if (medium not in MEDIA or lora_id is not None or len(tokens) != block_size
+                if (medium not in MEDIA or lora_id is not None or not hashes
+                        or len(tokens) != block_size * len(hashes)
                         or not all(isinstance(h, int) for h in hashes)
                         or not (parent is None or isinstance(parent, int))):
                     self.bad.append("BlockStored %r" % (ev,))
                     continue
                 self.sets[medium].update(hashes)
                 self.stored += len(hashes)
+                self.stored_events += 1
             elif tag == "BlockRemoved" and len(ev) == 3:
                 _, hashes, medium = ev
                 if medium not in MEDIA:
@@ -76,6 +101,7 @@ class State:
         # hashes as decimal strings: they are 64-bit unsigned, past what JSON readers keep
         out = {m: [str(h) for h in sorted(self.sets[m])] for m in MEDIA}
         out.update(batches=self.batches, cleared=self.cleared, stored=self.stored,
+                   stored_events=self.stored_events, forms=sorted(self.forms),
                    removed=self.removed, last_seq=self.last_seq, gaps=self.gaps,
                    replayed=self.replayed, bad=self.bad[:5])
         with open(path + ".tmp", "w") as f:

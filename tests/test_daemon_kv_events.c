@@ -6,7 +6,8 @@
  * decoding every batch with vLLM's schema) must end up believing each tier holds exactly
  * what the daemon's index holds — a subscriber there from the start, one that joins late
  * through the replay socket, and one whose events overflowed the loop's queue and were
- * resynchronised with AllBlocksCleared.
+ * resynchronised with AllBlocksCleared. The daemon's index is read from the file ringlmd
+ * --check-invariants writes beside its stats file: block for block, not only its size.
  */
 #include <criterion/criterion.h>
 
@@ -125,24 +126,65 @@ static json_t *read_state(const char *state)
     return j;
 }
 
-/* Waits until the subscriber's sets have the daemon's sizes per tier (events arrive within
- * milliseconds of the change); fails quoting both. Returns its last state. */
+static char g_stats[160]; /* --stats-file; with --check-invariants the index is beside it */
+
+/* The daemon's own index (STATS.prefix-index.json, written by ringlmd --check-invariants):
+ * per medium, an object whose keys are the hashes of the blocks that tier holds. */
+static json_t *daemon_index(void)
+{
+    char path[200];
+    snprintf(path, sizeof path, "%s.prefix-index.json", g_stats);
+    json_t *j = NULL;
+    for (uint64_t dl = th_now_ms() + 5000; !j; th_pause_ms(20)) {
+        char *text = th_exists(path) ? th_read_file(path) : NULL;
+        j = text ? json_loads(text, 0, NULL) : NULL;
+        free(text);
+        cr_assert(j || th_now_ms() < dl, "ringlmd wrote no prefix index at %s", path);
+    }
+    json_t *sets = json_object();
+    for (int t = 0; t < 3; t++) {
+        json_t *a = json_object_get(j, tier_of_medium[t][0]), *set = json_object();
+        cr_assert(json_is_array(a), "no %s in the index", tier_of_medium[t][0]);
+        for (size_t i = 0; i < json_array_size(a); i++)
+            json_object_set_new(set, json_string_value(json_array_get(a, i)), json_true());
+        json_object_set_new(sets, tier_of_medium[t][0], set);
+    }
+    json_decref(j);
+    return sets;
+}
+
+/* Whether the subscriber's sets are the index's, tier by tier, block by block; why not. */
+static bool same_as_index(json_t *st, json_t *index, int port, char *why, size_t cap)
+{
+    why[0] = 0;
+    for (int t = 0; t < 3; t++) {
+        const char *m = tier_of_medium[t][0];
+        json_t *told = json_object_get(st, m), *held = json_object_get(index, m);
+        size_t n_told = json_array_size(told), n_held = json_object_size(held), missing = 0;
+        for (size_t i = 0; i < n_told; i++)
+            missing += !json_object_get(held, json_string_value(json_array_get(told, i)));
+        /* the index's size is also what /metrics says the tier caches */
+        double want = metric(port, tier_of_medium[t][1]);
+        if (want < 0) want = 0; /* a tier not configured */
+        if (n_told != n_held || missing || (double)n_held != want) {
+            snprintf(why + strlen(why), cap - strlen(why),
+                     " %s: told %zu blocks (%zu not in the index), index %zu, metrics %g;", m,
+                     n_told, missing, n_held, want);
+        }
+    }
+    return !why[0];
+}
+
+/* Waits until the subscriber believes each tier holds exactly the blocks the daemon's index
+ * holds (events arrive within milliseconds of the change); fails quoting both. Returns its
+ * last state. */
 static json_t *converge(int port, const char *state)
 {
+    char why[1024];
     for (uint64_t dl = th_now_ms() + 10000;; th_pause_ms(50)) {
-        json_t *j = read_state(state);
-        bool same = true;
-        char why[512] = "";
-        for (int t = 0; t < 3; t++) {
-            double want = metric(port, tier_of_medium[t][1]);
-            size_t got = json_array_size(json_object_get(j, tier_of_medium[t][0]));
-            if (want < 0) want = 0; /* a tier not configured */
-            if ((double)got != want) {
-                same = false;
-                snprintf(why + strlen(why), sizeof why - strlen(why), " %s: told %zu, index %g;",
-                         tier_of_medium[t][0], got, want);
-            }
-        }
+        json_t *j = read_state(state), *index = daemon_index();
+        bool same = same_as_index(j, index, port, why, sizeof why);
+        json_decref(index);
         if (same) return j;
         cr_assert(th_now_ms() < dl, "the subscriber's view never matched the index:%s", why);
         json_decref(j);
@@ -225,7 +267,7 @@ static void told_blocks_are_requests_blocks(json_t *st, int n_req)
     json_decref(known);
 }
 
-static void start_daemon(const char *queue)
+static void start_daemon_enc(const char *queue, const char *encoding)
 {
     char model[512], disk[160];
     snprintf(model, sizeof model, "%s/models/stories260K.bin", th_shared_dir());
@@ -233,8 +275,12 @@ static void start_daemon(const char *queue)
     th_daemon_init(&g_d);
     snprintf(disk, sizeof disk, "%s/kv.disk", g_d.dir);
     snprintf(g_reqlog, sizeof g_reqlog, "%s/req.jsonl", g_d.dir);
+    snprintf(g_stats, sizeof g_stats, "%s/stats.json", g_d.dir);
     const char *args[] = {"--request-log",
                           g_reqlog,
+                          "--stats-file",
+                          g_stats,
+                          "--check-invariants",
                           "--model",
                           model,
                           "--metrics",
@@ -252,10 +298,17 @@ static void start_daemon(const char *queue)
                           "tcp://127.0.0.1:*",
                           "--kv-events-replay",
                           "tcp://127.0.0.1:*",
+                          "--kv-events-encoding",
+                          encoding,
                           queue ? "--kv-events-queue" : NULL,
                           queue,
                           NULL};
     th_daemon_start(&g_d, args, 20000);
+}
+
+static void start_daemon(const char *queue)
+{
+    start_daemon_enc(queue, "array");
 }
 
 static bool same_sets(json_t *a, json_t *b)
@@ -287,6 +340,14 @@ Test(daemon_kv_events, subscribers_hold_the_index_through_evictions_demotions_an
     cr_assert_gt(json_integer_value(json_object_get(live, "removed")), 0, "no block was removed");
     cr_assert_eq(json_integer_value(json_object_get(live, "gaps")), 0, "sequence numbers skipped");
     cr_assert_eq(json_integer_value(json_object_get(live, "cleared")), 0);
+    json_t *forms = json_object_get(live, "forms");
+    cr_assert(json_array_size(forms) == 1 &&
+                  !strcmp(json_string_value(json_array_get(forms, 0)), "array"),
+              "vLLM 0.11's events are arrays: %s", json_dumps(forms, 0));
+    /* a prompt's blocks computed in one step come as one BlockStored, as vLLM sends them */
+    cr_assert_lt(json_integer_value(json_object_get(live, "stored_events")),
+                 json_integer_value(json_object_get(live, "stored")),
+                 "one BlockStored per block: vLLM batches a step's blocks of a request");
     told_blocks_are_requests_blocks(live, 24);
 
     /* a subscriber joining now learns the same from the replay socket */
@@ -327,5 +388,29 @@ Test(daemon_kv_events, an_overflowed_queue_drops_and_resynchronises_subscribers,
                      json_array_size(json_object_get(j, "CPU")) +
                      json_array_size(json_object_get(j, "DISK")),
                  0);
+    json_decref(j);
+}
+
+/* Current vLLM sends each event as a map of named fields ({"type": "BlockStored",
+ * "block_hashes": …}); with --kv-events-encoding map a subscriber that decodes that form holds
+ * the index as well. */
+Test(daemon_kv_events, map_encoded_events_as_current_vllm_sends_them, .fini = stop_all)
+{
+    need_python();
+    start_daemon_enc(NULL, "map");
+    int port = metrics_port();
+    char pub[600], replay[600] = "", st0[200];
+    endpoints(pub, replay, sizeof pub);
+    start_subscriber(0, pub, NULL, st0, sizeof st0);
+    char trace[200];
+    snprintf(trace, sizeof trace, "%s/trace.csv", g_d.dir);
+    run_replay(trace, 16);
+    wait_idle(port);
+    json_t *j = converge(port, st0);
+    json_t *forms = json_object_get(j, "forms");
+    cr_assert(json_array_size(forms) == 1 &&
+                  !strcmp(json_string_value(json_array_get(forms, 0)), "map"),
+              "the events were not all maps: %s", json_dumps(forms, 0));
+    cr_assert_gt(json_integer_value(json_object_get(j, "removed")), 0);
     json_decref(j);
 }

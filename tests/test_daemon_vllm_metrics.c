@@ -234,6 +234,20 @@ static void check_families(const char *body, const char *model)
               "vllm:lora_requests_info is not vLLM's empty form");
     cr_assert(s[0].value > 1.5e9, "vllm:lora_requests_info %g is not a wall time", s[0].value);
     free(s);
+    /* vLLM's cache configuration: the Inference Extension's prefix scorers read block_size and
+     * num_gpu_blocks from its labels (its model-server protocol) */
+    cr_assert(has_line(body, "# TYPE vllm:cache_config_info gauge"), "no vllm:cache_config_info");
+    s = samples_of(body, "vllm:cache_config_info", &n);
+    cr_assert_eq(n, 1, "vllm:cache_config_info: %d samples", n);
+    static const char *const want[][2] = {
+        {"block_size", "16"}, {"num_gpu_blocks", "1024"}, {"enable_prefix_caching", "True"}};
+    for (int i = 0; i < 3; i++) {
+        const char *v = label(&s[0], want[i][0]);
+        cr_assert(v && !strcmp(v, want[i][1]), "vllm:cache_config_info %s=\"%s\", not \"%s\"",
+                  want[i][0], v ? v : "(none)", want[i][1]);
+    }
+    cr_assert_eq(s[0].value, 1);
+    free(s);
 }
 
 /* ---- the replay ------------------------------------------------------------------------ */

@@ -51,15 +51,29 @@ static void start_b(const char *const *extra)
 }
 
 /* Two daemons (extra_a, extra_b: more options of each, or NULL) and a gateway over both with
- * one session each; returns once both sessions are up. */
-static void start_two_with(const char *const *extra_a, const char *const *extra_b)
+ * one session each (and --daemon-metrics for both when metrics); returns once both sessions
+ * are up. */
+static void start_two_ext(const char *const *extra_a, const char *const *extra_b, bool metrics)
 {
     gwh_need();
     gwh_need_curl();
     gwh_start_daemon(extra_a);
     start_b(extra_b);
     char *keys = gwh_keys();
-    const char *extra[] = {"--socket", g_b.sock, "--sessions", "1", "--api-keys", keys, NULL};
+    char ma[32], mb[32];
+    snprintf(ma, sizeof ma, "127.0.0.1:%d", gwh_metrics_port);
+    snprintf(mb, sizeof mb, "127.0.0.1:%d", g_b_metrics);
+    const char *extra[] = {"--socket",
+                           g_b.sock,
+                           "--sessions",
+                           "1",
+                           "--api-keys",
+                           keys,
+                           metrics ? "--daemon-metrics" : NULL,
+                           ma,
+                           "--daemon-metrics",
+                           mb,
+                           NULL};
     gwh_start_gateway(extra);
     free(keys);
     gwh_wait_healthy(20000);
@@ -71,6 +85,11 @@ static void start_two_with(const char *const *extra_a, const char *const *extra_
         if (up == 2) break;
         cr_assert(th_now_ms() < dl, "the gateway has %g sessions up, not 2", up);
     }
+}
+
+static void start_two_with(const char *const *extra_a, const char *const *extra_b)
+{
+    start_two_ext(extra_a, extra_b, false);
 }
 
 static void start_two(void)
@@ -299,9 +318,12 @@ Test(gateway_numa, the_daemons_published_queue_and_kv_use_steer_new_work)
     ringlm_client *queued = connect_to(g_b.sock);
     submit_held(queued, 2);
 
-    /* the gateway's view of each daemon equals the daemon's own metrics, once they settle */
-    double kv0 = 0, l0 = 0, l1 = 0, dkv = 0, dq = 0;
-    for (uint64_t dl = th_now_ms() + 20000;; th_pause_ms(20)) {
+    /* the gateway's view of each daemon equals the daemon's own metrics, once they settle
+     * (the stalled request generates until its event ring is full: the same KV use in three
+     * polls in a row) */
+    double kv0 = 0, l0 = 0, l1 = 0, dkv = 0, dq = 0, last_kv = -1;
+    int same_kv = 0;
+    for (uint64_t dl = th_now_ms() + 20000;; th_pause_ms(50)) {
         char *m = gwh_gateway_metrics();
         kv0 = gwh_metric(m, "ringlm_gateway_daemon_kv_usage_perc{daemon=\"0\"}");
         l0 = gwh_metric(m, "ringlm_gateway_daemon_load{daemon=\"0\"}");
@@ -311,7 +333,10 @@ Test(gateway_numa, the_daemons_published_queue_and_kv_use_steer_new_work)
         dq = daemon_metric(gwh_metrics_port, VLLM("vllm:num_requests_running")) +
              daemon_metric(gwh_metrics_port, VLLM("vllm:num_requests_waiting"));
         double w1 = daemon_metric(g_b_metrics, VLLM("vllm:num_requests_waiting"));
-        if (kv0 > 0.3 && fabs(kv0 - dkv) < 1e-6 && l0 == dq + floor(16 * kv0) && w1 == 2 && l1 == 2)
+        same_kv = dkv == last_kv ? same_kv + 1 : 0;
+        last_kv = dkv;
+        if (kv0 > 0.3 && fabs(kv0 - dkv) < 1e-6 && l0 == dq + floor(16 * kv0) && w1 == 2 &&
+            l1 == 2 && same_kv >= 2)
             break;
         cr_assert(th_now_ms() < dl,
                   "gateway: daemon 0 kv %g load %g, daemon 1 load %g; daemons: kv %g, queued "
@@ -401,4 +426,181 @@ Test(gateway_numa, a_daemon_serving_another_model_gets_no_session)
     gwh_resp r = gwh_curl("/v1/models", "sk-alice-0001", NULL);
     cr_assert(strstr(r.body, "acme/one") || strstr(r.body, "acme/two"), "%s", r.body);
     gwh_resp_free(&r);
+}
+
+/* A sample of the gateway's /metrics (-1 when absent). */
+static double gw_value(const char *m, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *p = strstr(m, series); p; p = strstr(p + 1, series))
+        if ((p == m || p[-1] == '\n') && p[n] == ' ') return strtod(p + n + 1, NULL);
+    return -1;
+}
+
+static int occurrences(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what)) n++;
+    return n;
+}
+
+#define GW(name, labels) name "{model_name=\"stories\",engine=\"0\"" labels "}"
+#define DM(name, labels) name "{model_name=\"stories260K\",engine=\"0\"" labels "}"
+
+/* A fleet router scrapes the gateway as one vLLM server: with --daemon-metrics for each
+ * daemon, its vllm:* series are both daemons' as one server's — counters and histograms
+ * summed, request gauges summed, KV use over all blocks, one cache configuration and one
+ * LoRA line, labelled with the gateway's model name; when a daemon dies its counters stay
+ * and its gauges go. */
+Test(gateway_numa, the_gateways_metrics_are_both_daemons_as_one_server)
+{
+    const char *xa[] = {"--kv-blocks",
+                        "40",
+                        "--event-ring-slots",
+                        "64",
+                        "--backpressure-buffer-tokens",
+                        "1",
+                        "--backpressure-timeout-ms",
+                        "120000",
+                        NULL};
+    const char *xb[] = {"--kv-blocks", "60", NULL};
+    start_two_ext(xa, xb, true);
+    for (int i = 0; i < 8; i++) {
+        char p[160];
+        snprintf(p, sizeof p, "Sam had %d blue kites and a cat named Tim number %d", i + 3, i * 5);
+        complete(p, 4);
+    }
+    wait_served(picks(0), picks(1));
+    cr_assert(picks(0) > 0 && picks(1) > 0, "the prompts did not spread");
+    /* daemon 0: a stalled reader's request holds 17 of its 40 blocks; daemon 1: one request
+     * of held waits in its queue */
+    ringlm_client *stall = connect_to(gwh_daemon.sock);
+    int32_t prompt[200];
+    for (int i = 0; i < 200; i++) prompt[i] = 1 + (i * 37) % 480;
+    ringlm_request r;
+    ringlm_request_init(&r);
+    r.prompt = prompt;
+    r.n_prompt = 200;
+    r.max_new_tokens = 300;
+    r.class_name = "chat";
+    cr_assert_eq(ringlm_submit(stall, &r, NULL), 0, "%s", ringlm_errdetail());
+    empty_held_bucket(g_b.sock);
+    ringlm_client *queued = connect_to(g_b.sock);
+    submit_held(queued, 1);
+
+    static const char *const summed[][2] = {
+        {GW("vllm:request_success_total", ",finished_reason=\"length\""),
+         DM("vllm:request_success_total", ",finished_reason=\"length\"")},
+        {GW("vllm:prompt_tokens_total", ""), DM("vllm:prompt_tokens_total", "")},
+        {GW("vllm:generation_tokens_total", ""), DM("vllm:generation_tokens_total", "")},
+        {GW("vllm:e2e_request_latency_seconds_count", ""),
+         DM("vllm:e2e_request_latency_seconds_count", "")},
+        {GW("vllm:e2e_request_latency_seconds_bucket", ",le=\"+Inf\""),
+         DM("vllm:e2e_request_latency_seconds_bucket", ",le=\"+Inf\"")},
+        {GW("vllm:request_prompt_tokens_bucket", ",le=\"50.0\""),
+         DM("vllm:request_prompt_tokens_bucket", ",le=\"50.0\"")},
+        {GW("vllm:num_requests_waiting", ""), DM("vllm:num_requests_waiting", "")},
+        {GW("vllm:num_requests_running", ""), DM("vllm:num_requests_running", "")},
+    };
+    int ns = (int)(sizeof summed / sizeof summed[0]);
+    char *m = NULL;
+    char why[1024];
+    for (uint64_t dl = th_now_ms() + 20000;; th_pause_ms(50)) {
+        free(m);
+        m = gwh_gateway_metrics();
+        bool same = gw_value(m, "ringlm_gateway_daemon_metrics_up") == 2;
+        why[0] = 0;
+        for (int i = 0; i < ns; i++) {
+            double a = daemon_metric(gwh_metrics_port, summed[i][1]),
+                   b = daemon_metric(g_b_metrics, summed[i][1]), g = gw_value(m, summed[i][0]);
+            if (g != a + b) {
+                same = false;
+                snprintf(why, sizeof why, "%s: gateway %g, daemons %g + %g", summed[i][0], g, a, b);
+            }
+        }
+        double kv = gw_value(m, GW("vllm:kv_cache_usage_perc", ""));
+        if (fabs(kv - 0.17) > 1e-9) {
+            same = false;
+            snprintf(why, sizeof why, "kv_cache_usage_perc %g, not 17 of 100 blocks", kv);
+        }
+        if (same) break;
+        cr_assert(th_now_ms() < dl, "%s\n%s", why, m);
+    }
+    cr_assert_eq(gw_value(m, GW("vllm:num_requests_waiting", "")), 1);
+    cr_assert_eq(gw_value(m, GW("vllm:num_requests_running", "")), 1);
+    cr_assert_eq(occurrences(m, "\nvllm:lora_requests_info{"), 1, "%s", m);
+    cr_assert_eq(occurrences(m, "\nvllm:cache_config_info{"), 1, "%s", m);
+    cr_assert(strstr(m, "num_gpu_blocks=\"100\""), "%s", m);
+    cr_assert_eq(occurrences(m, "# TYPE vllm:request_success_total counter\n"), 1);
+    cr_assert_null(strstr(m, "model_name=\"stories260K\""), "a daemon's own name: %s", m);
+    double length_before = gw_value(m, summed[0][0]);
+
+    /* daemon 1 dies: its counters stay, its queue is gone from the gauges */
+    kill(g_b.pid, SIGKILL);
+    th_daemon_stop(&g_b, SIGKILL, 5000);
+    for (uint64_t dl = th_now_ms() + 10000;; th_pause_ms(50)) {
+        free(m);
+        m = gwh_gateway_metrics();
+        if (gw_value(m, "ringlm_gateway_daemon_metrics_up") == 1 &&
+            gw_value(m, "ringlm_gateway_daemon_metrics_target_up{target=\"1\"}") == 0 &&
+            gw_value(m, GW("vllm:num_requests_waiting", "")) == 0)
+            break;
+        cr_assert(th_now_ms() < dl, "the dead daemon's gauges are still summed:\n%s", m);
+    }
+    cr_assert_eq(gw_value(m, summed[0][0]), length_before, "a counter went back: %s", m);
+    cr_assert(fabs(gw_value(m, GW("vllm:kv_cache_usage_perc", "")) - 0.425) < 1e-9, "%s", m);
+    free(m);
+    ringlm_close(stall);
+    ringlm_close(queued);
+}
+
+/* A stream its daemon was generating when the daemon died: the client has had the 200 and
+ * some text, and the stream ends with an error event ("ringlmd went away") and [DONE], not a
+ * cut connection nor a "stop"; then the other daemon takes new work. The daemons run a
+ * synthetic model of stories110M's shape (about 50 ms a token here: the stream is still
+ * generating when the test kills its daemon). */
+Test(gateway_numa, a_stream_whose_daemon_dies_mid_answer_ends_with_an_error_event)
+{
+    const char *xm[] = {"--model", "synthetic:stories110M:7", NULL};
+    start_two_with(xm, xm);
+    int fd = gwh_connect();
+    gwh_send_post(fd, "/v1/completions", "sk-alice-0001",
+                  "{\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":400,"
+                  "\"ignore_eos\":true,\"stream\":true}");
+    bool eof = false;
+    /* the second chunk: tokens are flowing */
+    char *head = th_read_until(fd, "\"text\":\"", 60000, &eof);
+    char *more = th_read_until(fd, "\"text\":\"", 60000, &eof);
+    cr_assert(strstr(head, " 200 ") && strstr(more, "\"text\":\"") && !eof,
+              "the stream did not start: %s%s", head, more);
+    int victim = -1;
+    char *m = gwh_gateway_metrics();
+    if (gwh_metric(m, "ringlm_gateway_session_requests_in_flight{session=\"0\"}") == 1) victim = 0;
+    if (gwh_metric(m, "ringlm_gateway_session_requests_in_flight{session=\"1\"}") == 1) victim = 1;
+    free(m);
+    cr_assert(victim >= 0, "no daemon is generating the stream");
+    th_daemon *dead = victim == 0 ? &gwh_daemon : &g_b;
+    kill(dead->pid, SIGKILL);
+    char *rest = th_read_until(fd, NULL, 15000, &eof);
+    close(fd);
+    cr_assert(eof, "the stream did not end after its daemon died: %s", rest);
+    const char *err = strstr(rest, "data: {\"error\"");
+    cr_assert(err && strstr(err, "daemon_unavailable") && strstr(err, "went away"),
+              "the stream of the dead daemon did not end with an error event: %s", rest);
+    cr_assert(strstr(err, "data: [DONE]"), "no [DONE] after the error event: %s", rest);
+    cr_assert_null(strstr(rest, "\"finish_reason\":\"length\""), "%s", rest);
+    free(head);
+    free(more);
+    free(rest);
+    th_daemon_stop(dead, SIGKILL, 5000);
+
+    /* new work goes to the survivor */
+    double before = picks(1 - victim);
+    char body[160];
+    snprintf(body, sizeof body,
+             "{\"model\":\"stories\",\"prompt\":\"The dog ran\",\"max_tokens\":2}");
+    gwh_resp r = gwh_curl("/v1/completions", "sk-alice-0001", body);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    gwh_resp_free(&r);
+    cr_assert_eq(picks(1 - victim) - before, 1);
 }
