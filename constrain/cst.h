@@ -104,7 +104,12 @@ size_t cst_grammar_size(const cst_grammar *g);
 
 /* ---- match -------------------------------------------------------------------------- */
 
-/* A matcher at the start of g over v (both must outlive it). Errors: -ENOMEM. */
+/*
+ * A matcher at the start of g over v (both must outlive it). Errors: -ENOMEM, -E2BIG (a
+ * state's closure is over the engine's bound of threads: nested nullable repeats reached
+ * through rules; the same error can come from mask, accept and feed: the sequence's
+ * constraint has failed).
+ */
 int cst_matcher_create(const cst_grammar *g, const cst_vocab *v, cst_matcher **out);
 void cst_matcher_free(cst_matcher *m);
 /* Back to the start (keeps what the matcher has learnt about g: its DFA and masks). */
@@ -113,15 +118,16 @@ void cst_matcher_reset(cst_matcher *m);
  * The allowed next tokens: bit t of mask[t / 32] for token t; cst_mask_words(v) words.
  * An end token's bit is set where the grammar can end here. After an end token was
  * accepted, or where the grammar allows nothing more, only the end tokens (or nothing).
- * Errors: -ENOMEM (the mask is all zero then).
+ * Errors: -ENOMEM, -E2BIG (the mask is all zero then).
  */
 int cst_matcher_mask(cst_matcher *m, uint32_t *mask);
 /*
  * Advances by one token. Errors: -EINVAL (the token is not allowed here; the matcher is
- * unchanged), -ENOMEM. An end token is accepted where the grammar can end, and ends it.
+ * unchanged), -ENOMEM, -E2BIG. An end token is accepted where the grammar can end, and
+ * ends it.
  */
 int cst_matcher_accept(cst_matcher *m, int32_t token);
-/* Advances by raw bytes (all or nothing). Errors: -EINVAL (refused), -ENOMEM. */
+/* Advances by raw bytes (all or nothing). Errors: -EINVAL (refused), -ENOMEM, -E2BIG. */
 int cst_matcher_feed(cst_matcher *m, const void *bytes, size_t len);
 /* Whether the text so far is a complete match. */
 bool cst_matcher_can_end(const cst_matcher *m);
