@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * constrain/cst.h — the constraint engine: a JSON Schema, `json_object`, a regular
- * expression or a choice among strings compiled into a matcher over a model's token
- * vocabulary. Given the tokens so far, a matcher answers which tokens may come next as a
- * bitmask (bit t of word t / 32); the end tokens (EOS, EOT) are allowed only where the
- * grammar can end.
+ * expression, a GBNF grammar (llama.cpp's format) or a choice among strings compiled into
+ * a matcher over a model's token vocabulary. Given the tokens so far, a matcher answers
+ * which tokens may come next as a bitmask (bit t of word t / 32); the end tokens (EOS,
+ * EOT) are allowed only where the grammar can end.
  *
  * Design (DESIGN.md §14). Every constraint compiles to one program for a small virtual
  * machine over bytes: byte-set steps, splits, jumps, and calls/returns to subroutines, so
@@ -95,6 +95,16 @@ int cst_compile_json_value(bool object_only, cst_grammar **out, char *err, size_
  * ends. Back-references, look-around, \b, \p{..} and inline flags are -EINVAL.
  */
 int cst_compile_regex(const char *re, size_t len, cst_grammar **out, char *err, size_t errlen);
+/*
+ * A GBNF grammar (llama.cpp's format): rules `name ::= ...` with `|`, sequences, `( )`,
+ * string literals and character classes (`[a-z]`, `[^...]`) over code points with the
+ * escapes \xHH \uHHHH \UHHHHHHHH \t \r \n \\ \" \[ \] \-, `.`, `* + ? {m} {m,} {m,n}`, `#`
+ * comments; newlines as llama.cpp reads them; the start is the rule `root`. Recursion is
+ * exact. Refused (-EINVAL, with the line and the rule): syntax errors, an undefined rule, no
+ * `root`, left recursion (as llama.cpp refuses it), token references `<...>`, a rule
+ * defined twice, a root that matches no finite text. -E2BIG: source or program too large.
+ */
+int cst_compile_gbnf(const char *src, size_t len, cst_grammar **out, char *err, size_t errlen);
 /* One of n strings exactly. Errors: -EINVAL (n == 0). */
 int cst_compile_choice(const char *const *choices, const size_t *lens, int n, cst_grammar **out,
                        char *err, size_t errlen);
