@@ -32,7 +32,14 @@ static void reject_now(svc *s, svc_req *r, sched_reject_reason why_code, const c
                         .max_new_tokens = r->max_new,
                         .arrival_us = s->now_us};
     sched_note_reject(s->sched, &sr, why_code, why, s->now_us);
+    /* a client that reads details gets the same words in its FINISH */
+    if (r->want_detail && why && !r->detail) r->detail = strdup(why);
     req_end(s, r, RINGLM_WIRE_R_REJECTED, (unsigned)sched_reject_cause(why_code));
+}
+
+void adm_reject(svc *s, svc_req *r, sched_reject_reason why_code, const char *why)
+{
+    reject_now(s, r, why_code, why);
 }
 
 /* The request's own processors and stop ids from its sampling extensions. 0, or -ENOMEM. */
@@ -101,6 +108,8 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec, con
                              .seed = hdr->seed};
     r->rng = eng_rng_init(hdr->seed);
     r->ignore_stop = hdr->flags & RINGLM_WIRE_REQ_F_IGNORE_STOP;
+    /* a record with a constraint comes from a library that reads details (shm/wire.h) */
+    r->want_detail = rec->smp && rec->smp->constraint_kind;
 
     /* Tenant: the uid's, unless a trusted uid (a gateway) names one. */
     int tenant = ss->tenant;
@@ -194,15 +203,31 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec, con
      * trusted gateway's tag) — its own unless the policy groups tenants (cache_domain) — or
      * the uid under the built-in policy; never a value the client chose */
     r->cache_salt = ut_cache_salt(s, tenant, ss->uid);
+    /* its constraint: compiled already (cached), or compiling off the loop (it waits) */
+    sched_reject_reason crr = SCHED_REJECT_NONE;
+    int crc = cn_attach(s, r, rec, &crr, why, sizeof why);
+    if (crc < 0) {
+        reject_now(s, r, crr, why);
+        return;
+    }
+    if (crc > 0) {
+        req_set_state(s, r, REQ_COMPILING);
+        return;
+    }
+    adm_submit(s, r);
+}
+
+void adm_submit(svc *s, svc_req *r)
+{
     sched_request sr = {.id = r->id,
-                        .tenant = tenant,
-                        .class_idx = ci,
-                        .prompt_len = n_prompt,
+                        .tenant = r->tenant,
+                        .class_idx = r->class_idx,
+                        .prompt_len = r->n_prompt,
                         /* max_new 0 (prompt log-probabilities only) still runs the step
                          * that ends it; the sampled token is never kept */
-                        .max_new_tokens = hdr->max_new_tokens ? hdr->max_new_tokens : 1,
+                        .max_new_tokens = r->max_new ? r->max_new : 1,
                         .deadline_us = r->deadline_us,
-                        .arrival_us = s->now_us,
+                        .arrival_us = r->arrival_us,
                         /* prompt log-probabilities need every prompt row computed: such a
                          * request neither uses nor fills the prefix cache */
                         .tokens = r->plp_top >= 0 ? NULL : r->tokens,

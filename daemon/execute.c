@@ -73,6 +73,7 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
     bool any_lp = false;
     eng_batch_builder *bb = &s->ex.bb;
     eng_bb_reset(bb);
+    cn_batch_reset(s);
     for (uint32_t i = 0; i < p->n_entries; i++) {
         const sched_entry *e = &p->entries[i];
         svc_req *r = req_find(s, e->req);
@@ -109,6 +110,7 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
                 s->ex.b_want[L] = (eng_logprob_want){
                     .top_n = r->lp_top, .processed = r->lp_processed, .target = -1};
                 any_lp |= r->lp_top >= 0;
+                if (r->cons) cn_batch_add(s, r); /* its mask, computed during the forward */
             } else {
                 /* a prompt row: the log-probability of the prompt token after it */
                 bool due = pos + 1 < r->n_prompt && pos + 1 >= r->plp_next;
@@ -129,11 +131,15 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
     const eng_batch *b = eng_bb_batch(bb);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    /* Clients connecting meanwhile are answered by the loop's handshake thread. */
+    /* Clients connecting meanwhile are answered by the loop's handshake thread; the
+     * constrained sequences' masks are computed meanwhile by the mask thread (constrain.c:
+     * they depend only on the tokens so far), joined at their first use in sampling. */
+    cn_batch_start(s);
     dloop_engine_begin(s->loop);
     int rc = eng_execute_sample_lp(s->engine, b, s->ex.b_samp, s->ex.b_rng, s->ex.b_out,
                                    any_lp ? s->ex.b_want : NULL, s->ex.b_lp);
     dloop_engine_end(s->loop);
+    cn_batch_join(s);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     *exec_us = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000ll + (t1.tv_nsec - t0.tv_nsec) / 1000);
     /* Tokens exist once the batch ran: stamp them after it, not at the iteration start. */
@@ -167,6 +173,27 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
         }
         r->rng = s->ex.b_rng[li];
         int32_t tok = s->ex.b_out[li];
+        char why[200];
+        if (tok < 0) {
+            /* its constraint stage failed: this request alone ends, with the detail */
+            cn_count_row_failure(s);
+            snprintf(why, sizeof why, "%s", cn_row_failure(s, r));
+            svc_log("request %llu: %s", (unsigned long long)r->id, why);
+            if (r->want_detail && !r->detail) r->detail = strdup(why);
+            res->tokens = 0;
+            req_cancel(s, r, SCHED_CANCEL_ENGINE_ERROR, RINGLM_WIRE_R_ERROR,
+                       RINGLM_WIRE_R_INTERNAL);
+            continue;
+        }
+        if (r->cons && r->n_gen < r->max_new && cn_accept(s, r, tok, why, sizeof why) < 0) {
+            cn_count_row_failure(s);
+            svc_log("request %llu: %s", (unsigned long long)r->id, why);
+            if (r->want_detail && !r->detail) r->detail = strdup(why);
+            res->tokens = 0;
+            req_cancel(s, r, SCHED_CANCEL_ENGINE_ERROR, RINGLM_WIRE_R_ERROR,
+                       RINGLM_WIRE_R_INTERNAL);
+            continue;
+        }
         res->tokens = 1;
         res->has_token = true; /* the prefix cache keys the answer's blocks */
         res->token = tok;

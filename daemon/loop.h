@@ -187,6 +187,11 @@ int dsess_push_logprobs(dsess *s, uint64_t req_id, bool prompt, int32_t token, u
  * slots). */
 int dsess_push_finish(dsess *s, uint64_t req_id, unsigned reason, unsigned cause, uint32_t n_tokens,
                       uint32_t cached_tokens);
+/* dsess_push_finish, then the DETAIL slots of detail (NULL or "": none; cut at
+ * RINGLM_WIRE_DETAIL_MAX bytes), all in one group. Only for a request whose client reads
+ * details (its record carried a constraint: shm/wire.h). Same returns. */
+int dsess_push_finish_detail(dsess *s, uint64_t req_id, unsigned reason, unsigned cause,
+                             uint32_t n_tokens, uint32_t cached_tokens, const char *detail);
 /* Free event slots right now. */
 unsigned dsess_event_space(dsess *s);
 
@@ -203,6 +208,9 @@ void *dsess_user(dsess *s);
  * that vocabulary; 0: it does not. */
 void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes,
                      uint32_t vocab);
+/* The constraint kinds the service enforces (bit k: kind k; 0: none): with any,
+ * RINGLM_WIRE_CAP_CONSTRAINT. Call it after dsess_set_facts, in on_connect. */
+void dsess_set_constraint_kinds(dsess *s, uint32_t kinds);
 dloop *dsess_loop(dsess *s);
 /* Why a session ends. Only a fault is logged (rate-limited) with its words; the others
  * are a session's ordinary end. A client reads -ESHUTDOWN for SHUTDOWN, else -ECONNRESET. */

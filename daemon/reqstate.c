@@ -6,7 +6,8 @@
 
 #define B(x) (1u << REQ_##x)
 static const uint16_t legal[REQ_STATE__COUNT] = {
-    [REQ_ADMITTING] = B(QUEUED) | B(ENDED) | B(ENDED_OUT),
+    [REQ_ADMITTING] = B(QUEUED) | B(COMPILING) | B(ENDED) | B(ENDED_OUT),
+    [REQ_COMPILING] = B(QUEUED) | B(ENDED) | B(ENDED_OUT),
     [REQ_QUEUED] = B(RUNNING) | B(ENDED) | B(ENDED_OUT),
     [REQ_RUNNING] = B(RUNNING_OUT) | B(ENDED) | B(ENDED_OUT),
     [REQ_RUNNING_OUT] = B(RUNNING) | B(RUNNING_BLOCKED) | B(ENDED) | B(ENDED_OUT),
@@ -18,13 +19,10 @@ static const uint16_t legal[REQ_STATE__COUNT] = {
 #undef B
 
 static const char *const names[REQ_STATE__COUNT] = {
-    [REQ_ADMITTING] = "admitting",
-    [REQ_QUEUED] = "queued",
-    [REQ_RUNNING] = "running",
-    [REQ_RUNNING_OUT] = "running_out",
-    [REQ_RUNNING_BLOCKED] = "blocked",
-    [REQ_ENDED_OUT] = "ended_out",
-    [REQ_ENDED] = "ended",
+    [REQ_ADMITTING] = "admitting",     [REQ_COMPILING] = "compiling",
+    [REQ_QUEUED] = "queued",           [REQ_RUNNING] = "running",
+    [REQ_RUNNING_OUT] = "running_out", [REQ_RUNNING_BLOCKED] = "blocked",
+    [REQ_ENDED_OUT] = "ended_out",     [REQ_ENDED] = "ended",
     [REQ_FINISHED] = "finished",
 };
 

@@ -5,7 +5,11 @@
  * sc_set_state does for the scheduler's own states).
  *
  *   admitting   → queued                    the checks passed: sched_submit took it
+ *               → compiling                 the checks passed; its constraint compiles
  *               → ended | ended_out         rejected (by the checks or by the scheduler)
+ *   compiling   → queued                    compiled: sched_submit took it
+ *               → ended | ended_out         the constraint does not compile, the scheduler
+ *                                           rejected it, or it was cancelled meanwhile
  *   queued      → running                   the scheduler started it (its first schedule)
  *               → ended | ended_out         cancelled, timed out before it started
  *   running     → running_out               a token waits in its session's outbox
@@ -38,6 +42,7 @@
 
 typedef enum req_state {
     REQ_ADMITTING = 0,   /* req_new: the admission checks run; not in the scheduler */
+    REQ_COMPILING,       /* checks passed; its constraint compiles (not in the scheduler) */
     REQ_QUEUED,          /* submitted; the scheduler has not started it */
     REQ_RUNNING,         /* started; nothing waits to go out */
     REQ_RUNNING_OUT,     /* started; tokens wait in its session's outbox */

@@ -89,10 +89,12 @@ void req_free_all(svc *s)
         svc_req *r = s->rq.hash[b];
         while (r) {
             svc_req *n = r->h_next;
+            cn_release(s, r);
             free(r->tokens);
             lpq_free(&r->lpq);
             eng_lp_free(r->lp);
             free(r->stop_ids);
+            free(r->detail);
             free(r);
             r = n;
         }
@@ -242,10 +244,12 @@ static void req_log_and_free(svc *s, svc_req *r)
     sess_unlink(r);
     req_hash_del(s, r);
     s->rq.live--;
+    cn_release(s, r);
     free(r->tokens);
     lpq_free(&r->lpq);
     eng_lp_free(r->lp);
     free(r->stop_ids);
+    free(r->detail);
     free(r);
     svc_stats_changed(s);
 }
@@ -292,8 +296,8 @@ static int req_push(svc *s, svc_req *r)
         r->n_pushed++;
     }
     if (r->state == REQ_ENDED_OUT) {
-        rc = dsess_push_finish(ds, r->client_id, r->fin_reason, r->fin_cause, r->n_gen,
-                               r->cached_tokens);
+        rc = dsess_push_finish_detail(ds, r->client_id, r->fin_reason, r->fin_cause, r->n_gen,
+                                      r->cached_tokens, r->want_detail ? r->detail : NULL);
         if (rc < 0) return rc;
         req_set_state(s, r, REQ_FINISHED);
     }
@@ -467,6 +471,7 @@ int req_session_open(svc *s, dsess *ds)
     if (n_classes > SCHED_MAX_CLASSES) n_classes = SCHED_MAX_CLASSES;
     for (int i = 0; i < n_classes; i++) classes[i] = sched_policy_class(s->policy, i)->name;
     dsess_set_facts(ds, ss->trusted, classes, n_classes, (uint32_t)s->mcfg->vocab_size);
+    dsess_set_constraint_kinds(ds, cn_kinds(s));
     svc_stats_changed(s);
     return 0;
 }

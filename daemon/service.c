@@ -95,6 +95,7 @@ static void on_cqe(void *ctx, const struct io_uring_cqe *cqe)
 {
     svc *s = ctx;
     s->now_us = dloop_now_us(s->loop);
+    if (cn_on_cqe(s, cqe)) return;
     if (s->tiers) kvtier_handle_cqe(s->tiers, cqe);
 }
 
@@ -141,6 +142,9 @@ static int iterate(void *ctx, uint64_t now_us)
         req_cancel_all(s, SCHED_CANCEL_SHUTDOWN, RINGLM_WIRE_R_CANCELLED, RINGLM_WIRE_R_DRAINING);
     }
 
+    /* Constraints compiling while their completion read could not be armed (the ring was
+     * full): armed now, or looked for again soon. */
+    if (cn_tick(s)) dloop_wake_after_us(s->loop, 1000);
     /* Output first: a client that read its ring since the last iteration unblocks here. */
     req_flush_pending(s);
     /* The daemon-side backpressure timer (the policy's own runs in the scheduler too). */
@@ -429,6 +433,13 @@ int svc_create(const svc_config *cfg, svc **out)
         goto fail;
     }
 
+    char cwhy[256] = "";
+    rc = cn_create(s, cwhy, sizeof cwhy);
+    if (rc < 0) {
+        rc = seterr(rc, "%s", cwhy);
+        goto fail;
+    }
+
     if (progress) svc_log("warming up the engine ..."); /* exec_warm_up says when done */
     exec_warm_up(s);
 
@@ -598,6 +609,11 @@ int svc_run(svc *s, const dloop_config *lc)
             goto out;
         }
     }
+    rc = cn_start(s);
+    if (rc < 0) {
+        rc = seterr(rc, "constraint threads: %s", strerror(-rc));
+        goto out;
+    }
     /* whatever --quiet says: an operator must not mistake this daemon for a serving one */
     if (s->cfg.test.constant_prefix_key && !s->cfg.no_prefix_cache)
         svc_log("warning: --prefix-key=%s: every cached KV block has the same key, so each "
@@ -622,8 +638,11 @@ int svc_run(svc *s, const dloop_config *lc)
         eng_describe_paths(s->engine, paths, sizeof paths);
         if (*paths) svc_log("%s", paths);
         if (s->tiers) svc_log("%s", kvtier_describe(s->tiers));
-        if (s->cfg.tokenizer)
-            svc_log("tokenizer %s (clients tokenize; named here for the logs)", s->cfg.tokenizer);
+        if (cn_kinds(s))
+            svc_log("constraints: json_schema, json_object, regex, choice (tokenizer %s)",
+                    s->cfg.tokenizer ? s->cfg.tokenizer : s->cfg.model);
+        else
+            svc_log("constraints: off (no tokenizer: start with --tokenizer to enforce them)");
         svc_log("policy %s (%s); %s", s->policy_name, s->policy_hash_hex, nd);
         if (s->cfg.metrics_listen) svc_log("metrics on port %d", metrics_port(s->mx));
         if (s->kv_events)
@@ -638,11 +657,22 @@ int svc_run(svc *s, const dloop_config *lc)
     if (rc < 0) seterr(rc, "event loop: %s", dloop_errmsg());
     /* Sessions are gone (on_close ran for each); finish the bookkeeping. */
     s->now_us = dloop_now_us(s->loop);
+    cn_figures_t cf;
+    cn_figures(s, &cf);
+    if (cf.kinds && !s->cfg.quiet && (cf.compiled || cf.errors))
+        svc_log("constraints: %llu compiled, %llu compile errors, %llu cache hits; %llu masks "
+                "in %.1f ms on the mask thread, the loop waited %.1f ms for them; %llu rows "
+                "failed",
+                (unsigned long long)cf.compiled, (unsigned long long)cf.errors,
+                (unsigned long long)cf.hits, (unsigned long long)cf.mask_rows,
+                (double)cf.mask_us / 1e3, (double)cf.wait_us / 1e3,
+                (unsigned long long)cf.row_failures);
     itlog_emit(s, 0);
     req_flush_pending(s);
     stats_write(s);
     metrics_publish(s->mx, s->now_us, 1);
 out:
+    cn_stop(s);
     if (s->tiers) {
         kvtier_destroy(s->tiers);
         s->tiers = NULL;
@@ -656,6 +686,7 @@ void svc_destroy(svc *s)
 {
     if (!s) return;
     req_free_all(s);
+    cn_free(s);
     if (s->logs) declog_destroy(s->logs);
     if (s->mx) metrics_destroy(s->mx);
     if (s->sched) sched_set_kv_sink(s->sched, NULL, NULL);

@@ -36,7 +36,8 @@
 
 typedef struct svc_config {
     const char *model;        /* path or synthetic:PRESET:SEED (required) */
-    const char *tokenizer;    /* optional, for logging only */
+    const char *tokenizer;    /* optional: the vocabulary constraints are enforced over (a GGUF
+                                 model's own when NULL; none: constraints are refused) */
     const char *policy_path;  /* NULL: the built-in policy */
     const char *backend;      /* "cpu" (default) or "cuda" */
     int cuda_device;          /* --cuda-device (eng_options.cuda_device) */

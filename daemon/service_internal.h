@@ -94,12 +94,15 @@ typedef struct svc_req {
     int tenant, class_idx, series;
     char tenant_name[SCHED_NAME_MAX], class_name[SCHED_NAME_MAX];
     uint32_t n_prompt, max_new;
-    uint32_t n_gen;      /* generated tokens, appended after the prompt in tokens[] */
-    uint32_t n_pushed;   /* token events the client's ring accepted */
-    int32_t *tokens;     /* prompt + generated: a recompute re-prefills these */
-    eng_sampling samp;   /* samp.proc == lp */
-    eng_logits_proc *lp; /* bias and penalties (kernels/logits.h); NULL when neutral */
-    int32_t *stop_ids;   /* the request's own stop tokens (not subject to ignore_stop) */
+    uint32_t n_gen;        /* generated tokens, appended after the prompt in tokens[] */
+    uint32_t n_pushed;     /* token events the client's ring accepted */
+    int32_t *tokens;       /* prompt + generated: a recompute re-prefills these */
+    eng_sampling samp;     /* samp.proc == lp */
+    eng_logits_proc *lp;   /* bias and penalties (kernels/logits.h); NULL when neutral */
+    struct svc_cons *cons; /* its constraint (constrain.c); NULL: none */
+    char *detail;          /* why it ended, for a client that reads details (want_detail) */
+    bool want_detail;      /* its record carried a constraint: its FINISH carries the detail */
+    int32_t *stop_ids;     /* the request's own stop tokens (not subject to ignore_stop) */
     uint32_t n_stop_ids;
     uint64_t rng;
     bool ignore_stop; /* RINGLM_WIRE_REQ_F_IGNORE_STOP: only max_new ends it */
@@ -219,6 +222,9 @@ struct svc {
         int overflow;                      /* "other-uids" */
         uint64_t overflow_sessions, overflow_logged_us;
     } ut;
+
+    /* constrain.c: the vocabulary, the grammar cache, the compile and mask threads */
+    struct cn_state *cn;
 
     /* admission.c */
     struct svc_admission {
@@ -353,6 +359,55 @@ uint64_t ut_cache_salt(const svc *s, int tenant, uint32_t uid);
 /* ---- admission.c ---------------------------------------------------------------------- */
 void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec,
                     const char *tenant_tag);
+
+/* The rest of admission for a request whose checks passed (constrain.c calls it once its
+ * grammar is compiled): sched_submit, or the scheduler's reject. */
+void adm_submit(svc *s, svc_req *r);
+/* Rejects a request the scheduler never saw, with a detail (decision log, and the client's
+ * FINISH when it reads details). */
+void adm_reject(svc *s, svc_req *r, sched_reject_reason why_code, const char *why);
+
+/* ---- constrain.c ---------------------------------------------------------------------- */
+struct io_uring_cqe;
+/* After the model: the constraint vocabulary from the tokenizer (--tokenizer, or a GGUF
+ * model's own; none: constraints are not enforced). 0, or -errno with why. */
+int cn_create(svc *s, char *why, size_t len);
+/* With the loop (svc_run): the compile and mask threads, the compile eventfd armed. 0 or
+ * -errno. cn_stop joins them (before the loop goes). */
+int cn_start(svc *s);
+void cn_stop(svc *s);
+void cn_free(svc *s);
+/* The kinds enforced (bit k: RINGLM_WIRE_CONSTRAINT_* k), for the handshake. */
+uint32_t cn_kinds(const svc *s);
+/* r's constraint from its record: 0 (none, or its grammar is ready: r->samp.proc carries the
+ * stage), 1 (its grammar compiles: r waits, adm_submit or adm_reject follow), or < 0 with a
+ * reject reason *rr and why. */
+int cn_attach(svc *s, svc_req *r, const struct ringlm_wire_parsed *rec, sched_reject_reason *rr,
+              char *why, size_t len);
+/* Once per iteration: arms the compile eventfd's read if it is not (its SQE could not be
+ * had); true while compiles are pending and it is still not armed. */
+bool cn_tick(svc *s);
+/* The compile eventfd's CQE: true when it was (finished compiles are handled). */
+bool cn_on_cqe(svc *s, const struct io_uring_cqe *cqe);
+/* A step's masks: reset, add each constrained sequence that samples, start (the mask thread
+ * computes them while the engine runs), join (after the engine returned; the stage joins at
+ * its first use too). */
+void cn_batch_reset(svc *s);
+void cn_batch_add(svc *s, svc_req *r);
+void cn_batch_start(svc *s);
+void cn_batch_join(svc *s);
+/* Advances r's matcher by its sampled token: 0, or < 0 with why. */
+int cn_accept(svc *s, svc_req *r, int32_t tok, char *why, size_t len);
+/* Why r's constraint stage failed this step. */
+const char *cn_row_failure(svc *s, svc_req *r);
+void cn_count_row_failure(svc *s);
+/* Frees r's constraint (its matcher back to its grammar's pool). */
+void cn_release(svc *s, svc_req *r);
+typedef struct cn_figures_t {
+    uint32_t kinds, entries, compiling;
+    uint64_t bytes, hits, compiled, errors, row_failures, mask_rows, mask_us, wait_us;
+} cn_figures_t;
+void cn_figures(const svc *s, cn_figures_t *out);
 
 /* ---- execute.c ------------------------------------------------------------------------ */
 /* Sizes max_tokens/max_seqs-bound buffers (after eng_create). 0 or -ENOMEM. */

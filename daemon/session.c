@@ -282,6 +282,16 @@ void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int
               (vocab ? RINGLM_WIRE_CAP_SAMPLING | RINGLM_WIRE_CAP_LOGPROBS : 0);
 }
 
+void dsess_set_constraint_kinds(dsess *s, uint32_t kinds)
+{
+    struct ringlm_wire_dseg *d = s->dseg;
+    d->constraint_kinds = kinds;
+    if (kinds)
+        d->caps |= RINGLM_WIRE_CAP_CONSTRAINT;
+    else
+        d->caps &= ~RINGLM_WIRE_CAP_CONSTRAINT;
+}
+
 static void refuse(dsess *s, int err, const char *detail)
 {
     send_welcome(s, err, detail, 0);

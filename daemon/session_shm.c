@@ -317,22 +317,29 @@ int dsess_push_logprobs(dsess *s, uint64_t req_id, bool prompt, int32_t token, u
 int dsess_push_finish(dsess *s, uint64_t req_id, unsigned reason, unsigned cause, uint32_t n_tokens,
                       uint32_t cached_tokens)
 {
-    int r = make_room(s, 2);
-    if (r < 0) return r;
-    struct ringlm_wire_event f = {
+    return dsess_push_finish_detail(s, req_id, reason, cause, n_tokens, cached_tokens, NULL);
+}
+
+int dsess_push_finish_detail(dsess *s, uint64_t req_id, unsigned reason, unsigned cause,
+                             uint32_t n_tokens, uint32_t cached_tokens, const char *detail)
+{
+    struct ringlm_wire_event g[2 + RINGLM_WIRE_DETAIL_SLOTS(RINGLM_WIRE_DETAIL_MAX)];
+    g[0] = (struct ringlm_wire_event){
         .req_id = req_id,
         .value = (int32_t)n_tokens,
         .meta = RINGLM_WIRE_EV_META(RINGLM_WIRE_EV_FINISH, ((reason & 0xff) << 8) | (cause & 0xff)),
     };
-    struct ringlm_wire_event x = {
+    g[1] = (struct ringlm_wire_event){
         .req_id = dloop_policy_hash(s->loop),
         .value = (int32_t)(uint32_t)req_id,
         .meta = RINGLM_WIRE_EV_META(RINGLM_WIRE_EV_FINISH_EXT, cached_tokens < RINGLM_WIRE_INDEX_MAX
                                                                    ? cached_tokens
                                                                    : RINGLM_WIRE_INDEX_MAX),
     };
-    ring_ev_put(&s->ev, &f);
-    ring_ev_put(&s->ev, &x);
+    unsigned n = 2 + (detail ? ringlm_wire_detail_encode(req_id, detail, &g[2]) : 0);
+    int r = make_room(s, n);
+    if (r < 0) return r;
+    for (unsigned k = 0; k < n; k++) ring_ev_put(&s->ev, &g[k]);
     return 0;
 }
 

@@ -39,11 +39,14 @@ static int encode_text(const ringlm_tokenizer *t, const char *text, int32_t **id
 enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
     gw_err e;
-    gw_parse_cfg pc = {
-        .served_model = s->cfg.served_model, .tpl = s->cfg.tpl, .jinja = s->cfg.jinja};
+    gw_parse_cfg pc = {.served_model = s->cfg.served_model,
+                       .tpl = s->cfg.tpl,
+                       .jinja = s->cfg.jinja,
+                       .tool_parser = s->cfg.tool_parser};
     if (gw_params_parse(r->ep == EP_CHAT ? GW_CHAT : GW_COMPLETION, r->body.p ? r->body.p : "",
                         r->body.len, &pc, &r->p, &e))
         return gw_answer_err(r, c, &e);
+    if (r->p.tool_parser) gw_tools_init(&r->tools, r->p.tool_parser, r->p.max_tool_calls);
     if (r->p.prompt_text) {
         if (!s->cfg.tok)
             return gw_answer_errf(r, c, 400, "unsupported",
@@ -179,7 +182,10 @@ enum MHD_Result gw_ep_tokenize(gw_server *s, gw_req *r, struct MHD_Connection *c
     bool bos = !add || !json_is_false(add);
     char *text = NULL;
     if (json_object_get(o, "messages")) {
-        gw_parse_cfg pc = {.served_model = NULL, .tpl = s->cfg.tpl, .jinja = s->cfg.jinja};
+        gw_parse_cfg pc = {.served_model = NULL,
+                           .tpl = s->cfg.tpl,
+                           .jinja = s->cfg.jinja,
+                           .tool_parser = s->cfg.tool_parser};
         gw_params p;
         char *body = json_dumps(o, JSON_COMPACT);
         int rc = body ? gw_params_parse(GW_CHAT, body, strlen(body), &pc, &p, &e) : -1;

@@ -54,6 +54,7 @@
 #include "gateway/gw_route.h"
 #include "gateway/gw_server.h"
 #include "gateway/gw_text.h"
+#include "gateway/gw_tools.h"
 
 #define GW_HBUCKETS 4096
 
@@ -151,6 +152,8 @@ struct gw_req {
     gw_buf pend;           /* text held back: it may begin a stop string */
     gw_buf text;           /* non-stream: the completion so far */
     gw_reason_state think; /* stream, --reasoning-parser: reasoning or content so far */
+    gw_tool_state tools;   /* stream, p.tool_parser: tool calls out of the content */
+    int n_calls;           /* stream: tool calls started (their deltas sent) */
     gw_buf out;            /* stream: SSE bytes not yet handed to libmicrohttpd */
     gw_buf head;           /* "data: {...,\"choices\":[" of this stream's chunks */
     const char *finish;    /* "stop" / "length" once decided */
@@ -212,6 +215,9 @@ struct gw_server {
     size_t n_streams;  /* SSE responses open */
     char id_prefix[12];
     char *model_json; /* the served model name as a JSON string literal */
+    /* the token that opens the model's tool calls when it is a control token, which
+     * decodes to no text ([TOOL_CALLS], <|python_tag|>): its text is put back (-1: none) */
+    int32_t tool_marker;
     /* preparation (gw_prep.c; under mu) */
     pthread_cond_t prep_cv;
     gw_req *prep_head, *prep_tail;

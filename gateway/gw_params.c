@@ -5,6 +5,7 @@
 #include "gateway/gw_params.h"
 
 #include "libclient/ringlm.h"
+#include "gateway/gw_tools.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -186,10 +187,36 @@ static int rd_content(json_t *c, size_t i, gw_buf *out, gw_err *e)
     return 0;
 }
 
-/* The model file's own template: the request's messages as they are (any fields: content
- * parts, tool_calls, tool_call_id, reasoning_content), its tools, add_generation_prompt
- * (default true) and the members of chat_template_kwargs (enable_thinking, ...), as vLLM
- * passes them. The text leaves out a leading BOS: the gateway's tokenizer adds the id. */
+/* The messages as a template reads them: an assistant's tool_calls carry their arguments
+ * as the JSON object the model wrote (OpenAI sends them as a string of JSON; templates
+ * write `arguments | tojson`), as vLLM and Hugging Face pass them. A new reference. */
+static json_t *template_messages(json_t *msgs)
+{
+    json_t *out = NULL;
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        json_t *calls = json_object_get(json_array_get(msgs, i), "tool_calls");
+        for (size_t k = 0; k < json_array_size(calls); k++) {
+            json_t *args =
+                json_object_get(json_object_get(json_array_get(calls, k), "function"), "arguments");
+            if (!json_is_string(args)) continue;
+            if (!out && !(out = json_deep_copy(msgs))) return NULL;
+            json_t *fn = json_object_get(
+                json_array_get(json_object_get(json_array_get(out, i), "tool_calls"), k),
+                "function");
+            json_t *obj = json_loads(json_string_value(args), JSON_DECODE_ANY, NULL);
+            if (json_is_object(obj))
+                json_object_set_new(fn, "arguments", obj);
+            else
+                json_decref(obj);
+        }
+    }
+    return out ? out : json_incref(msgs);
+}
+
+/* The model file's own template: the request's messages (any fields: content parts,
+ * tool_calls, tool_call_id, reasoning_content), its tools, add_generation_prompt (default
+ * true) and the members of chat_template_kwargs (enable_thinking, ...), as vLLM passes them.
+ * The text leaves out a leading BOS: the gateway's tokenizer adds the id. */
 static int rd_messages_jinja(json_t *o, json_t *msgs, const gw_parse_cfg *cfg, gw_params *p,
                              gw_err *e)
 {
@@ -208,9 +235,13 @@ static int rd_messages_jinja(json_t *o, json_t *msgs, const gw_parse_cfg *cfg, g
     if (tools && !json_is_array(tools)) return bad(e, "tools", "'%s' must be %s", "a list");
     if (agp && !json_is_boolean(agp))
         return bad(e, "add_generation_prompt", "'%s' must be %s", "a boolean");
-    json_t *vars = kw ? json_deep_copy(kw) : json_object();
-    if (!vars) goto oom;
-    json_object_set(vars, "messages", msgs);
+    json_t *vars = kw ? json_deep_copy(kw) : json_object(), *tm = template_messages(msgs);
+    if (!vars || !tm) {
+        json_decref(vars);
+        json_decref(tm);
+        goto oom;
+    }
+    json_object_set_new(vars, "messages", tm);
     if (tools) json_object_set(vars, "tools", tools);
     json_object_set_new(vars, "add_generation_prompt", agp ? json_incref(agp) : json_true());
     char *vj = json_dumps(vars, JSON_COMPACT), *text = NULL;
@@ -231,6 +262,93 @@ oom:
     return -1;
 }
 
+/* OpenAI's tools ([{"type": "function", "function": {"name", "description", "parameters",
+ * "strict"}}]), tool_choice and parallel_tool_calls: which parser reads the answer. */
+static int rd_tools(json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err *e)
+{
+    json_t *tools = field(o, "tools"), *tc = field(o, "tool_choice");
+    if (tools && !json_is_array(tools))
+        return bad(e, "tools", "'%s' must be %s", "a list of function tools");
+    size_t n = tools ? json_array_size(tools) : 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(tools, i), *fn = json_object_get(t, "function");
+        const char *type = json_string_value(json_object_get(t, "type"));
+        const char *why = !json_is_object(t)                  ? "must be an object"
+                          : !type || strcmp(type, "function") ? "'type' must be \"function\""
+                          : !json_is_object(fn)               ? "'function' must be an object"
+                          : !json_is_string(json_object_get(fn, "name")) ||
+                                  !json_string_length(json_object_get(fn, "name"))
+                              ? "'function.name' is required (a non-empty string)"
+                          : json_object_get(fn, "parameters") &&
+                                  !json_is_object(json_object_get(fn, "parameters")) &&
+                                  !json_is_null(json_object_get(fn, "parameters"))
+                              ? "'function.parameters' must be a JSON Schema (an object)"
+                              : NULL;
+        if (why) {
+            gw_err_set(e, 400, "invalid_value", "tools", "'tools' item %zu: %s", i, why);
+            return -1;
+        }
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        for (size_t k = 0; k < i; k++)
+            if (!strcmp(name,
+                        json_string_value(json_object_get(
+                            json_object_get(json_array_get(tools, k), "function"), "name")))) {
+                gw_err_set(e, 400, "invalid_value", "tools",
+                           "'tools' items %zu and %zu are both named '%s'", k, i, name);
+                return -1;
+            }
+    }
+    bool parallel = true;
+    if (rd_bool(o, "parallel_tool_calls", &parallel, e)) return -1;
+    enum { TC_DEFAULT, TC_NONE, TC_AUTO, TC_REQUIRED, TC_NAMED } choice = TC_DEFAULT;
+    const char *named = NULL;
+    if (json_is_string(tc)) {
+        const char *v = json_string_value(tc);
+        choice = !strcmp(v, "none")       ? TC_NONE
+                 : !strcmp(v, "auto")     ? TC_AUTO
+                 : !strcmp(v, "required") ? TC_REQUIRED
+                                          : TC_DEFAULT;
+    } else if (json_is_object(tc)) {
+        const char *type = json_string_value(json_object_get(tc, "type"));
+        named = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+        if (type && !strcmp(type, "function") && named) choice = TC_NAMED;
+    }
+    if (tc && choice == TC_DEFAULT)
+        return bad(e, "tool_choice", "'%s' must be %s",
+                   "\"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                   "\"function\": {\"name\": NAME}}");
+    if (choice != TC_DEFAULT && choice != TC_NONE && n == 0) {
+        gw_err_set(e, 400, "invalid_value", "tool_choice",
+                   "'tool_choice' other than \"none\" needs 'tools'");
+        return -1;
+    }
+    if (choice == TC_NAMED) {
+        bool found = false;
+        for (size_t i = 0; i < n && !found; i++)
+            found =
+                !strcmp(named, json_string_value(json_object_get(
+                                   json_object_get(json_array_get(tools, i), "function"), "name")));
+        if (!found) {
+            gw_err_set(e, 400, "invalid_value", "tool_choice",
+                       "'tool_choice' names the function '%s', which is not in 'tools'", named);
+            return -1;
+        }
+    }
+    if (choice == TC_REQUIRED || choice == TC_NAMED)
+        return unsupported(e, "tool_choice",
+                           "\"required\" and a named function need the answer constrained to "
+                           "the tool-call syntax, which is not implemented yet; \"auto\" and "
+                           "\"none\" are");
+    if (choice == TC_AUTO && !cfg->tool_parser)
+        return unsupported(e, "tool_choice",
+                           "\"auto\": the gateway knows no tool-call syntax for this model's chat "
+                           "template; start it with --tool-call-parser hermes|llama3_json|mistral");
+    if (n && (choice == TC_AUTO || (choice == TC_DEFAULT && cfg->tool_parser)))
+        p->tool_parser = cfg->tool_parser;
+    p->max_tool_calls = parallel ? 0 : 1;
+    return 0;
+}
+
 static int rd_messages(json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err *e)
 {
     json_t *v = field(o, "messages");
@@ -241,6 +359,10 @@ static int rd_messages(json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err 
     if (!json_is_array(v) || json_array_size(v) == 0)
         return bad(e, "messages", "'%s' must be %s", "a non-empty list of messages");
     if (cfg->jinja) return rd_messages_jinja(o, v, cfg, p, e);
+    if (json_array_size(field(o, "tools")))
+        return unsupported(e, "tools",
+                           "the built-in chat templates do not place tools in the prompt; serve "
+                           "the model file's own template (a GGUF tokenizer's chat_template)");
     size_t n = json_array_size(v);
     ringlm_chat_msg *m = calloc(n, sizeof *m);
     gw_buf *texts = calloc(n, sizeof *texts);
@@ -363,16 +485,19 @@ static const gw_field fields[] = {
     {"prompt_logprobs", BOTH, IMPL, NULL, NULL},
     {"echo", CMPL, IMPL, NULL, NULL},
     {"suffix", CMPL, REF, "\"\"", "no insertion mode"},
-    {"response_format", BOTH, REF, NULL, "structured output is not implemented yet"},
-    {"guided_json", BOTH, REF, NULL, "structured output is not implemented yet"},
-    {"guided_regex", BOTH, REF, NULL, "structured output is not implemented yet"},
-    {"guided_choice", BOTH, REF, NULL, "structured output is not implemented yet"},
-    {"guided_grammar", BOTH, REF, NULL, "structured output is not implemented yet"},
+    {"response_format", BOTH, IMPL, NULL, NULL},
+    {"guided_json", BOTH, IMPL, NULL, NULL},
+    {"guided_regex", BOTH, IMPL, NULL, NULL},
+    {"guided_choice", BOTH, IMPL, NULL, NULL},
+    {"guided_grammar", BOTH, REF, NULL, "GBNF grammars are not enforced yet"},
+    {"structured_outputs", BOTH, IMPL, NULL, NULL},
+    {"grammar", BOTH, REF, NULL, "GBNF grammars are not enforced yet"},
+    {"json_schema", BOTH, IMPL, NULL, NULL},
     {"tools", CHAT, IMPL, NULL, NULL},
-    {"tool_choice", CHAT, REF, NULL, "no tool calling"},
-    {"parallel_tool_calls", CHAT, REF, NULL, "no tool calling"},
-    {"functions", CHAT, REF, NULL, "no tool calling"},
-    {"function_call", CHAT, REF, NULL, "no tool calling"},
+    {"tool_choice", CHAT, IMPL, NULL, NULL},
+    {"parallel_tool_calls", CHAT, IMPL, NULL, NULL},
+    {"functions", CHAT, REF, NULL, "the deprecated form of 'tools'; send 'tools'"},
+    {"function_call", CHAT, REF, NULL, "the deprecated form of 'tool_choice'; send 'tool_choice'"},
     {"min_tokens", BOTH, REF, "0", "no minimum length"},
     {"bad_words", BOTH, REF, NULL, "not implemented; logit_bias -100 forbids a token"},
     {"allowed_token_ids", BOTH, REF, NULL, "not implemented; logit_bias restricts tokens"},
@@ -538,6 +663,190 @@ static int rd_sampling(json_t *o, gw_params *p, gw_err *e)
     return rd_logit_bias(o, p, e) || rd_stop_ids(o, p, e) ? -1 : 0;
 }
 
+/* ---- structured output ----------------------------------------------------------------- */
+int gw_params_set_constraint(gw_params *p, uint32_t kind, const char *text, size_t len,
+                             const char *param, gw_err *e)
+{
+    if (p->smp.constraint_kind) {
+        gw_err_set(e, 400, "invalid_value", param,
+                   "'%s' and '%s' both constrain the output: give one of them", param,
+                   p->constraint_param ? p->constraint_param : "?");
+        return -1;
+    }
+    if (len) {
+        if (!(p->constraint = malloc(len))) {
+            gw_err_set(e, 500, "internal", NULL, "out of memory");
+            return -1;
+        }
+        memcpy(p->constraint, text, len);
+    }
+    p->smp.constraint_kind = kind;
+    p->smp.constraint = p->constraint;
+    p->smp.constraint_bytes = len;
+    p->constraint_param = param;
+    return 0;
+}
+
+/* A JSON Schema given as an object (or, as vLLM takes guided_json, as its text). */
+static int set_schema(gw_params *p, json_t *schema, const char *param, gw_err *e)
+{
+    if (json_is_string(schema))
+        return gw_params_set_constraint(p, RINGLM_CONSTRAINT_JSON_SCHEMA, json_string_value(schema),
+                                        json_string_length(schema), param, e);
+    if (!json_is_object(schema) && !json_is_boolean(schema))
+        return bad(e, param, "'%s' must be %s", "a JSON Schema (an object)");
+    /* jansson keeps the members' order: the answer's properties come in the schema's */
+    char *t = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!t) {
+        gw_err_set(e, 500, "internal", NULL, "out of memory");
+        return -1;
+    }
+    int rc = gw_params_set_constraint(p, RINGLM_CONSTRAINT_JSON_SCHEMA, t, strlen(t), param, e);
+    free(t);
+    return rc;
+}
+
+static int set_string(gw_params *p, uint32_t kind, json_t *v, const char *param, const char *what,
+                      gw_err *e)
+{
+    if (!json_is_string(v) || json_string_length(v) == 0)
+        return bad(e, param, "'%s' must be %s", what);
+    return gw_params_set_constraint(p, kind, json_string_value(v), json_string_length(v), param, e);
+}
+
+/* A list of strings: the answer is exactly one of them. */
+static int set_choice(gw_params *p, json_t *v, const char *param, gw_err *e)
+{
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return bad(e, param, "'%s' must be %s", "a non-empty list of strings");
+    gw_buf b = {0};
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *c = json_array_get(v, i);
+        if (!json_is_string(c) || memchr(json_string_value(c), 0, json_string_length(c))) {
+            gw_buf_free(&b);
+            gw_err_set(e, 400, "invalid_value", param,
+                       "'%s' item %zu must be a string (without NUL characters)", param, i);
+            return -1;
+        }
+        if ((i && gw_buf_add(&b, "", 1)) ||
+            gw_buf_add(&b, json_string_value(c), json_string_length(c))) {
+            gw_buf_free(&b);
+            gw_err_set(e, 500, "internal", NULL, "out of memory");
+            return -1;
+        }
+    }
+    /* an empty single choice is text of 0 bytes: the one check refuses a kind without text */
+    int rc = gw_params_set_constraint(p, RINGLM_CONSTRAINT_CHOICE, b.p ? b.p : "", b.len, param, e);
+    gw_buf_free(&b);
+    return rc;
+}
+
+/* OpenAI's response_format: {"type": "text" | "json_object" | "json_schema", "json_schema":
+ * {"name", "schema", "strict", "description"}}; llama.cpp's {"type": "json_object" |
+ * "json_schema", "schema": {...}} too. The schema is enforced exactly whether strict is true
+ * or not (the constraint is never looser than the schema). */
+static int rd_response_format(json_t *v, gw_params *p, gw_err *e)
+{
+    const char *P = "response_format";
+    if (!json_is_object(v)) return bad(e, P, "'%s' must be %s", "an object with a 'type'");
+    const char *type = json_string_value(json_object_get(v, "type"));
+    if (!type)
+        return bad(e, P, "'%s' must be %s",
+                   "an object with a 'type' (text, json_object, json_schema)");
+    json_t *schema = field(v, "schema"); /* llama.cpp's */
+    if (!strcmp(type, "text")) return 0;
+    if (!strcmp(type, "json_object"))
+        return schema ? set_schema(p, schema, P, e)
+                      : gw_params_set_constraint(p, RINGLM_CONSTRAINT_JSON_OBJECT, NULL, 0, P, e);
+    if (strcmp(type, "json_schema")) {
+        gw_err_set(e, 400, "invalid_value", P,
+                   "'response_format' type '%s' is not one of text, json_object, json_schema",
+                   type);
+        return -1;
+    }
+    json_t *js = field(v, "json_schema");
+    if (js) {
+        if (!json_is_object(js))
+            return bad(e, "response_format.json_schema", "'%s' must be %s", "an object");
+        json_t *strict = field(js, "strict"), *name = field(js, "name");
+        if (strict && !json_is_boolean(strict))
+            return bad(e, "response_format.json_schema.strict", "'%s' must be %s", "a boolean");
+        if (name && !json_is_string(name))
+            return bad(e, "response_format.json_schema.name", "'%s' must be %s", "a string");
+        schema = field(js, "schema");
+    }
+    if (!schema) {
+        gw_err_set(e, 400, "invalid_value", P,
+                   "'response_format' of type json_schema needs its schema "
+                   "(json_schema.schema)");
+        return -1;
+    }
+    return set_schema(p, schema, P, e);
+}
+
+/* vLLM's structured_outputs: {"json" | "regex" | "choice" | "grammar" | "json_object": ...},
+ * one of them. */
+static int rd_structured_outputs(json_t *v, gw_params *p, gw_err *e)
+{
+    const char *P = "structured_outputs";
+    if (!json_is_object(v)) return bad(e, P, "'%s' must be %s", "an object");
+    const char *k;
+    json_t *u;
+    json_object_foreach(v, k, u)
+    {
+        if (json_is_null(u)) continue;
+        int rc;
+        if (!strcmp(k, "json"))
+            rc = set_schema(p, u, P, e);
+        else if (!strcmp(k, "regex"))
+            rc = set_string(p, RINGLM_CONSTRAINT_REGEX, u, P, "a regular expression", e);
+        else if (!strcmp(k, "choice"))
+            rc = set_choice(p, u, P, e);
+        else if (!strcmp(k, "grammar"))
+            rc = set_string(p, RINGLM_CONSTRAINT_GRAMMAR, u, P, "a grammar", e);
+        else if (!strcmp(k, "json_object"))
+            rc = json_is_true(u)
+                     ? gw_params_set_constraint(p, RINGLM_CONSTRAINT_JSON_OBJECT, NULL, 0, P, e)
+                     : 0;
+        else {
+            gw_err_set(e, 400, "unsupported", P,
+                       "'structured_outputs.%s' is not supported by ringlm (json, regex, "
+                       "choice, grammar, json_object)",
+                       k);
+            return -1;
+        }
+        if (rc) {
+            if (e->status == 400 && strstr(e->message, "both constrain"))
+                snprintf(e->message, sizeof e->message,
+                         "'structured_outputs' holds more than one constraint: give one of "
+                         "json, regex, choice, grammar, json_object");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Every field that asks for an output constraint; at most one may. */
+static int rd_constraints(json_t *o, gw_params *p, gw_err *e)
+{
+    json_t *v;
+    if ((v = field(o, "response_format")) && rd_response_format(v, p, e)) return -1;
+    if ((v = field(o, "guided_json")) && set_schema(p, v, "guided_json", e)) return -1;
+    if ((v = field(o, "guided_regex")) &&
+        set_string(p, RINGLM_CONSTRAINT_REGEX, v, "guided_regex", "a regular expression", e))
+        return -1;
+    if ((v = field(o, "guided_choice")) && set_choice(p, v, "guided_choice", e)) return -1;
+    if ((v = field(o, "guided_grammar")) &&
+        set_string(p, RINGLM_CONSTRAINT_GRAMMAR, v, "guided_grammar", "a GBNF grammar", e))
+        return -1;
+    if ((v = field(o, "structured_outputs")) && rd_structured_outputs(v, p, e)) return -1;
+    if ((v = field(o, "grammar")) &&
+        set_string(p, RINGLM_CONSTRAINT_GRAMMAR, v, "grammar", "a GBNF grammar", e))
+        return -1;
+    if ((v = field(o, "json_schema")) && set_schema(p, v, "json_schema", e)) return -1;
+    return 0;
+}
+
 /* ---- the body -------------------------------------------------------------------------- */
 static int parse_obj(gw_kind kind, json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err *e)
 {
@@ -555,6 +864,7 @@ static int parse_obj(gw_kind kind, json_t *o, const gw_parse_cfg *cfg, gw_params
             return -1;
         }
     }
+    if (kind == GW_CHAT && rd_tools(o, cfg, p, e)) return -1;
     if (kind == GW_COMPLETION ? rd_prompt(o, p, e) : rd_messages(o, cfg, p, e)) {
         if (!e->status) gw_err_set(e, 500, "internal", NULL, "out of memory");
         return -1;
@@ -635,7 +945,7 @@ static int parse_obj(gw_kind kind, json_t *o, const gw_parse_cfg *cfg, gw_params
                    "not available with \"stream\": true (as vLLM's)");
     if ((v = field(o, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
         return unsupported(e, "suffix", "no insertion mode");
-    if (rd_sampling(o, p, e)) return -1;
+    if (rd_sampling(o, p, e) || rd_constraints(o, p, e)) return -1;
 
     /* The ringlm extension: the request class and a deadline. A "tenant" here, or
 	 * anywhere in the body, is refused: the API key decides the tenant. */
@@ -708,6 +1018,7 @@ void gw_params_free(gw_params *p)
     for (int i = 0; i < p->stop.n; i++) free((char *)p->stop.s[i]);
     free(p->bias);
     free(p->stop_ids);
+    free(p->constraint);
     memset(p, 0, sizeof *p);
 }
 
@@ -745,7 +1056,7 @@ bool gw_params_sampling(const gw_params *p, ringlm_sampling *smp)
     }
     ringlm_sampling plain;
     ringlm_sampling_init(&plain);
-    return smp->flags != 0 || smp->n_logit_bias || smp->n_stop_token_ids ||
+    return smp->flags != 0 || smp->n_logit_bias || smp->n_stop_token_ids || smp->constraint_kind ||
            smp->repetition_penalty != plain.repetition_penalty ||
            smp->presence_penalty != plain.presence_penalty ||
            smp->frequency_penalty != plain.frequency_penalty || smp->min_p != plain.min_p;
@@ -763,6 +1074,7 @@ int gw_params_check(const gw_params *p, const ringlm_request *rq, const ringlm_s
         param = p->kind == GW_CHAT ? "top_logprobs" : "logprobs";
     if (field && !strcmp(field, "prompt_logprobs") && p->prompt_logprobs == GW_LP_NONE)
         param = "logprobs"; /* asked through echo */
+    if (field && !strcmp(field, "constraint")) param = p->constraint_param;
     const char *code = rc == -ENOTSUP ? "unsupported" : "invalid_value";
     if (param)
         gw_err_set(e, 400, code, param, "'%s': %s", param, ringlm_errdetail());

@@ -66,6 +66,16 @@ typedef struct gw_params {
     ringlm_sampling smp;
     ringlm_logit_bias *bias;
     int32_t *stop_ids;
+    /* structured output (smp.constraint_kind, smp.constraint): the constraint's text, owned
+     * here, and the body field it came from ("response_format", "guided_json", ...), which a
+     * 400 about it names (NULL: none) */
+    char *constraint;
+    const char *constraint_param;
+    /* tools (chat): the answer's tool calls are parsed out of its text with this parser
+     * (GW_TOOLS_*, gw_tools.h; 0: the answer is text), at most max_tool_calls of them (0: no
+     * bound; parallel_tool_calls false: 1) */
+    int tool_parser;
+    int max_tool_calls;
 } gw_params;
 
 /* The fields of a request body, as docs/gateway.md's table lists them. */
@@ -91,6 +101,7 @@ typedef struct gw_parse_cfg {
     const char *served_model; /* names the model requests must name (when they name one) */
     int tpl;                  /* RINGLM_CHAT_* (libclient's chat templates) */
     const struct ringlm_chat_jinja *jinja; /* the model file's template; NULL: tpl */
+    int tool_parser; /* GW_TOOLS_*: the model's tool-call syntax (0: none known) */
 } gw_parse_cfg;
 
 /* Parses body[0..len). Returns 0 and *p (free with gw_params_free), or -1 with *e set. */
@@ -107,9 +118,19 @@ void gw_params_free(gw_params *p);
 int gw_params_check(const gw_params *p, const ringlm_request *rq, const ringlm_sampling *smp,
                     int vocab, gw_err *e);
 
-/* The sampling extensions p asks for into *smp (logit_bias, penalties, min_p, stop ids, and
- * log-probabilities; echo + logprobs asks for the prompt's): true when any differs from a
- * plain request, false when the request is a plain one. */
+/* Sets p's constraint: kind (RINGLM_CONSTRAINT_*), its text (copied; len bytes, NUL bytes
+ * separate a choice's alternatives; NULL/0 for json_object), and param, the body field that
+ * asked (a static string, named by any 400 about it: a constraint that does not compile
+ * comes back from ringlmd as a 400 invalid_value naming it, with the compiler's words).
+ * The request's fields that ask for output constraints (response_format, guided_*,
+ * structured_outputs, grammar, json_schema) call it; so may any other field that means one
+ * (tool_choice "required"). A second constraint is a 400 naming both. 0, or -1 with e. */
+int gw_params_set_constraint(gw_params *p, uint32_t kind, const char *text, size_t len,
+                             const char *param, gw_err *e);
+
+/* The sampling extensions p asks for into *smp (logit_bias, penalties, min_p, stop ids,
+ * log-probabilities — echo + logprobs asks for the prompt's — and the constraint): true when
+ * any differs from a plain request, false when the request is a plain one. */
 bool gw_params_sampling(const gw_params *p, ringlm_sampling *smp);
 
 #endif

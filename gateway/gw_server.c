@@ -328,6 +328,18 @@ int gw_server_start(const gw_cfg *cfg, gw_server **out)
     s->rng = gw_now_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ull;
     snprintf(s->id_prefix, sizeof s->id_prefix, "%06llx",
              (unsigned long long)(gw_xorshift(&s->rng) & 0xffffff));
+    s->tool_marker = -1;
+    const char *marker = gw_tool_parser_marker(cfg->tool_parser);
+    if (marker && cfg->tok) {
+        /* one control token (SentencePiece may put its dummy prefix's space before it) */
+        int32_t ids[4];
+        int n = ringlm_tokenize(cfg->tok, marker, 0, ids, 4);
+        for (int i = 0; i < n && n <= 2; i++) {
+            const char *text = NULL;
+            if (ringlm_token_text(cfg->tok, -1, ids[i], &text) == 0 && !text[0])
+                s->tool_marker = ids[i];
+        }
+    }
     json_t *mj = json_string(cfg->served_model);
     s->model_json = mj ? json_dumps(mj, JSON_ENCODE_ANY) : NULL;
     json_decref(mj);

@@ -49,6 +49,7 @@ typedef struct gw_cfg {
     const struct ringlm_chat_jinja *jinja; /* the model file's own template (NULL: tpl) */
     const char *served_model;              /* /v1/models id, and the name requests must use */
     int reasoning;                     /* GW_REASON_*: reasoning_content split off chat answers */
+    int tool_parser;                   /* GW_TOOLS_*: the model's tool-call syntax (0: none) */
     uint32_t max_model_len;            /* context in tokens (0 = unknown) */
     size_t max_body_bytes;             /* larger bodies: 413 */
     unsigned http_timeout_s;           /* idle connection (slow header/body) timeout */

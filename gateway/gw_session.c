@@ -132,6 +132,7 @@ void gw_req_free(gw_server *s, gw_req *r)
     gw_buf_free(&r->raw);
     gw_buf_free(&r->pend);
     gw_buf_free(&r->text);
+    gw_tools_free(&r->tools);
     gw_lps_free(&r->lps);
     gw_lps_free(&r->plps);
     gw_buf_free(&r->out);
@@ -289,8 +290,13 @@ static int submit_on(gw_sess *ss, gw_req *r)
                    "the prompt is too long for the session's submit ring: %s", ringlm_errdetail());
     else if (rc == -EINVAL)
         gw_err_set(&e, 400, "bad_params", NULL, "%s", ringlm_errdetail());
-    else if (rc == -ENOTSUP) /* an older ringlmd: no sampling extensions */
-        gw_err_set(&e, 400, "unsupported", NULL, "%s", ringlm_errdetail());
+    else if (rc == -ENOTSUP) /* an older ringlmd, or a constraint it does not enforce */
+        gw_err_set(&e, 400, "unsupported",
+                   r->has_smp && r->smp.constraint_kind &&
+                           !strncmp(ringlm_errdetail(), "constraint", 10)
+                       ? r->p.constraint_param
+                       : NULL,
+                   "%s", ringlm_errdetail());
     else
         gw_err_set(&e, 503, "daemon_unavailable", NULL, "ringlmd: %s (%s)", ringlm_strerror(rc),
                    ringlm_errdetail());
@@ -387,6 +393,8 @@ static void on_token(gw_sess *ss, const ringlm_event *ev, const ringlm_logprobs 
     if (r->p.stream && r->p.echo) gw_stream_echo(r);
     const char *piece = NULL;
     if (s->cfg.tok && ringlm_token_text(s->cfg.tok, r->prev, ev->token, &piece) < 0) piece = NULL;
+    if (r->p.tool_parser && ev->token == s->tool_marker)
+        piece = gw_tool_parser_marker(r->p.tool_parser); /* a control token: its text */
     r->prev = ev->token;
     if (piece) gw_buf_adds(&r->raw, piece);
     if (gw_emit_text(r, false)) {
@@ -402,7 +410,7 @@ static void on_token(gw_sess *ss, const ringlm_event *ev, const ringlm_logprobs 
     s->dispatch_n++;
 }
 
-static void on_finish(gw_sess *ss, const ringlm_event *ev)
+static void on_finish(gw_sess *ss, const ringlm_event *ev, const char *detail)
 {
     gw_server *s = ss->s;
     gw_req *r = id_find(ss, ev->req_id);
@@ -418,11 +426,26 @@ static void on_finish(gw_sess *ss, const ringlm_event *ev)
         } else {
             gw_err e;
             gw_fail_from_finish(&e, ev->finish_reason, ev->reject_reason);
+            /* ringlmd's words for a constraint it could not compile (or that failed) */
+            if (detail && detail[0] && r->p.constraint_param &&
+                !strncmp(detail, "constraint", 10)) {
+                bool bad = ev->finish_reason == RINGLM_FINISH_REJECTED &&
+                           ev->reject_reason == RINGLM_R_BAD_PARAMS;
+                gw_err_set(&e, bad ? 400 : e.status, bad ? "invalid_value" : e.code,
+                           r->p.constraint_param, "'%s': %s", r->p.constraint_param, detail);
+            }
             r->failed = true;
             r->err = e;
         }
     }
     gw_daemon_end(s, r);
+}
+
+/* The detail of the event just read (ringlm_event_detail is valid until the next read). */
+static void keep_detail(const ringlm_client *c, char *out)
+{
+    const char *d = ringlm_event_detail(c);
+    snprintf(out, 256, "%s", d ? d : "");
 }
 
 /* mu held: the session ended; every request on it fails with 503. */
@@ -450,6 +473,7 @@ void *gw_events_main(void *arg)
     /* each event's log-probabilities, taken before the next event replaces them */
     ringlm_logprobs lps[EVENT_BATCH];
     bool has_lp[EVENT_BATCH];
+    char det[EVENT_BATCH][256]; /* a FINISH's detail (ringlm_event_detail) */
     char last_err[768] = "";
     for (;;) {
         pthread_mutex_lock(&s->mu);
@@ -505,9 +529,11 @@ void *gw_events_main(void *arg)
         int n = 0, rc = ringlm_next_event(c, &evs[0], EVENT_WAIT_MS);
         if (rc == 1) {
             has_lp[0] = ringlm_event_logprobs(c, &lps[0]) == 1;
+            keep_detail(c, det[0]);
             n = 1;
             while (n < EVENT_BATCH && (rc = ringlm_next_event(c, &evs[n], 0)) == 1) {
                 has_lp[n] = ringlm_event_logprobs(c, &lps[n]) == 1;
+                keep_detail(c, det[n]);
                 n++;
             }
         }
@@ -518,7 +544,7 @@ void *gw_events_main(void *arg)
             else if (evs[i].kind == RINGLM_EV_PROMPT_TOKEN)
                 on_prompt_token(ss, &evs[i], has_lp[i] ? &lps[i] : NULL);
             else if (evs[i].kind == RINGLM_EV_FINISH)
-                on_finish(ss, &evs[i]);
+                on_finish(ss, &evs[i], det[i]);
         }
         if (rc < 0 && rc != -EINTR)
             session_lost(ss, rc);

@@ -118,10 +118,72 @@ static int sse_text(gw_req *r, const char *t, size_t n)
     return e;
 }
 
+/* ---- tool calls ------------------------------------------------------------------------- */
+/* A call's id: the answer's id and the call's index. */
+static int call_id(gw_buf *b, const gw_req *r, int index)
+{
+    const char *dash = strchr(r->id, '-');
+    return gw_buf_addf(b, "call_%s_%d", dash ? dash + 1 : r->id, index);
+}
+
+static int tc_end_chunk(gw_req *r)
+{
+    int e = sse_logprobs(r);
+    return e | gw_buf_adds(&r->out, ",\"finish_reason\":null}]}\n\n");
+}
+
+static int tc_content(void *arg, const char *t, size_t n)
+{
+    return sse_text(arg, t, n) ? -ENOMEM : 0;
+}
+
+/* delta.tool_calls[0]: the call's index, id, type and name, its arguments "" so far */
+static int tc_start(void *arg, int index, const char *name, size_t len)
+{
+    gw_req *r = arg;
+    r->n_calls = index + 1;
+    int e = gw_buf_add(&r->out, r->head.p, r->head.len);
+    e |= gw_buf_addf(&r->out, "{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":%d,\"id\":\"",
+                     index);
+    e |= call_id(&r->out, r, index);
+    e |= gw_buf_adds(&r->out, "\",\"type\":\"function\",\"function\":{\"name\":");
+    e |= gw_buf_add_json_str(&r->out, name, len);
+    e |= gw_buf_adds(&r->out, ",\"arguments\":\"\"}}]}");
+    return e | tc_end_chunk(r) ? -ENOMEM : 0;
+}
+
+/* delta.tool_calls[0]: the next piece of the call's arguments */
+static int tc_args(void *arg, int index, const char *t, size_t n)
+{
+    gw_req *r = arg;
+    int e = gw_buf_add(&r->out, r->head.p, r->head.len);
+    e |= gw_buf_addf(&r->out,
+                     "{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":%d,\"function\":{"
+                     "\"arguments\":",
+                     index);
+    e |= gw_buf_add_json_str(&r->out, t, n);
+    e |= gw_buf_adds(&r->out, "}}]}");
+    return e | tc_end_chunk(r) ? -ENOMEM : 0;
+}
+
+/* Streamed content of a chat answer whose tool calls are parsed (p.tool_parser). */
+static int tools_feed(gw_req *r, const char *t, size_t n, bool final)
+{
+    gw_tool_sink k = {tc_content, tc_start, tc_args, r};
+    return gw_tools_feed(&r->tools, t, n, final, &k);
+}
+
+/* The finish reason: "tool_calls" when the answer called tools and ended by itself. */
+static const char *finish_of(const gw_req *r, int n_calls)
+{
+    return n_calls && !strcmp(r->finish, "stop") ? "tool_calls" : r->finish;
+}
+
 /* A piece of a chat answer as delta.reasoning_content or delta.content (--reasoning-parser). */
 static int sse_piece(void *arg, bool reasoning, const char *t, size_t n)
 {
     gw_req *r = arg;
+    if (!reasoning && r->p.tool_parser) return tools_feed(r, t, n, false);
     int e = gw_buf_add(&r->out, r->head.p, r->head.len);
     e |= gw_buf_adds(&r->out, reasoning ? "{\"index\":0,\"delta\":{\"reasoning_content\":"
                                         : "{\"index\":0,\"delta\":{\"content\":");
@@ -223,7 +285,7 @@ void gw_sse_end(gw_req *r)
         gw_buf_adds(&r->out, r->p.kind == GW_CHAT ? "{\"index\":0,\"delta\":{}"
                                                   : "{\"index\":0,\"text\":\"\"");
         sse_logprobs(r);
-        gw_buf_addf(&r->out, ",\"finish_reason\":\"%s\"}]}\n\n", r->finish);
+        gw_buf_addf(&r->out, ",\"finish_reason\":\"%s\"}]}\n\n", finish_of(r, r->n_calls));
         if (r->p.include_usage) {
             gw_buf_add(&r->out, r->head.p, r->head.len);
             gw_buf_adds(&r->out, "],\"usage\":");
@@ -245,10 +307,15 @@ bool gw_emit_text(gw_req *r, bool final)
     bool hit = gw_stop_scan(&r->p.stop, r->pend.p ? r->pend.p : "", r->pend.len, &e);
     if (final && !hit) e = r->pend.len;
     bool reason = r->p.stream && r->p.kind == GW_CHAT && r->s->cfg.reasoning;
+    bool tools = r->p.stream && r->p.kind == GW_CHAT && r->p.tool_parser;
     if (reason && (e > 0 || final || hit)) { /* the splitter may hold back a tag's start */
         gw_start_stream(r);
         r->think.parser = r->s->cfg.reasoning;
         gw_reason_feed(&r->think, r->pend.p ? r->pend.p : "", e, final || hit, sse_piece, r);
+        if (tools && (final || hit)) tools_feed(r, "", 0, true);
+    } else if (tools && (e > 0 || final || hit)) { /* the parser may hold back a call's start */
+        gw_start_stream(r);
+        tools_feed(r, r->pend.p ? r->pend.p : "", e, final || hit);
     } else if (e > 0) {
         if (r->p.stream) {
             gw_start_stream(r);
@@ -304,22 +371,49 @@ static enum MHD_Result answer_generation(gw_server *s, gw_req *r, struct MHD_Con
                                    : completion_logprobs(r, echoed, true);
         if (!lps) lps = json_null();
     }
-    if (r->p.kind == GW_CHAT && s->cfg.reasoning) {
+    if (r->p.kind == GW_CHAT) {
         /* --reasoning-parser: reasoning_content beside content (null where there is none) */
-        const char *rs, *cs;
-        size_t rn, cn;
-        gw_reason_split(s->cfg.reasoning, r->text.p ? r->text.p : "", r->text.len, &rs, &rn, &cs,
-                        &cn);
+        const char *rs = NULL, *cs = r->text.p ? r->text.p : "";
+        size_t rn = 0, cn = r->text.len;
+        if (s->cfg.reasoning) gw_reason_split(s->cfg.reasoning, cs, cn, &rs, &rn, &cs, &cn);
         json_decref(text);
-        choice = json_pack("{s:i, s:{s:s, s:o, s:o}, s:o, s:s}", "index", 0, "message", "role",
-                           "assistant", "content", cs ? json_stringn(cs, cn) : json_null(),
-                           "reasoning_content", rs ? json_stringn(rs, rn) : json_null(), "logprobs",
-                           lps, "finish_reason", r->finish);
-    } else if (r->p.kind == GW_CHAT)
-        choice =
-            json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", 0, "message", "role", "assistant",
-                      "content", text, "logprobs", lps, "finish_reason", r->finish);
-    else
+        json_t *msg = json_pack("{s:s}", "role", "assistant"), *calls = NULL;
+        int n_calls = 0;
+        if (r->p.tool_parser) { /* the tool calls out of the content */
+            gw_tool_calls tc;
+            if (gw_tools_parse(r->p.tool_parser, r->p.max_tool_calls, cs ? cs : "", cs ? cn : 0,
+                               &tc) == 0) {
+                n_calls = tc.n;
+                calls = json_array();
+                for (int i = 0; i < tc.n; i++) {
+                    gw_buf id = {0};
+                    call_id(&id, r, i);
+                    json_array_append_new(
+                        calls,
+                        json_pack("{s:s, s:s, s:{s:s, s:s%}}", "id", id.p ? id.p : "", "type",
+                                  "function", "function", "name", tc.v[i].name, "arguments",
+                                  tc.v[i].args.p ? tc.v[i].args.p : "", tc.v[i].args.len));
+                    gw_buf_free(&id);
+                }
+                json_object_set_new(
+                    msg, "content",
+                    tc.content.len || !tc.n
+                        ? json_stringn(tc.content.p ? tc.content.p : "", tc.content.len)
+                        : json_null());
+                gw_tool_calls_free(&tc);
+            }
+        }
+        if (!json_object_get(msg, "content"))
+            json_object_set_new(msg, "content", cs ? json_stringn(cs, cn) : json_null());
+        if (s->cfg.reasoning)
+            json_object_set_new(msg, "reasoning_content", rs ? json_stringn(rs, rn) : json_null());
+        if (n_calls)
+            json_object_set_new(msg, "tool_calls", calls);
+        else
+            json_decref(calls);
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", lps,
+                           "finish_reason", finish_of(r, n_calls));
+    } else
         choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "text", text, "logprobs", lps,
                            "finish_reason", r->finish);
     free(echoed);

@@ -27,6 +27,7 @@
 #include "gateway/gw_reason.h"
 #include "gateway/gw_route.h"
 #include "gateway/gw_server.h"
+#include "gateway/gw_tools.h"
 
 static void usage(FILE *f)
 {
@@ -54,6 +55,10 @@ static void usage(FILE *f)
         "  --reasoning-parser NAME  deepseek_r1 or qwen3: a chat answer's <think>...</think>\n"
         "                           comes back as reasoning_content, the rest as content\n"
         "                           (vLLM's option and fields; default: all of it is content)\n"
+        "  --tool-call-parser NAME  hermes, llama3_json or mistral: the syntax of the model's\n"
+        "                           tool calls, parsed out of chat answers into tool_calls\n"
+        "                           (vLLM's option; default: the one the chat template\n"
+        "                           writes; none: tool calls are not parsed)\n"
         "  --served-model-name NAME the model id of /v1/models and of requests (default ringlm)\n"
         "  --max-model-len N        context length in tokens, for chat's default max_tokens\n"
         "                           and /v1/models (default: the GGUF model file's\n"
@@ -165,7 +170,7 @@ bad:
 
 int main(int argc, char **argv)
 {
-    const char *tok_path = NULL, *keys_path = NULL, *tpl_name = NULL;
+    const char *tok_path = NULL, *keys_path = NULL, *tpl_name = NULL, *tool_parser_name = NULL;
     char addr[64] = "127.0.0.1";
     gw_cfg cfg = {
         .port = 8000,
@@ -191,6 +196,7 @@ int main(int argc, char **argv)
         {"api-keys", required_argument, 0, 'k'},
         {"chat-template", required_argument, 0, 'c'},
         {"reasoning-parser", required_argument, 0, 'R'},
+        {"tool-call-parser", required_argument, 0, 'U'},
         {"served-model-name", required_argument, 0, 'm'},
         {"max-model-len", required_argument, 0, 'L'},
         {"max-body-bytes", required_argument, 0, 'B'},
@@ -233,6 +239,16 @@ int main(int argc, char **argv)
                 fprintf(stderr,
                         "ringlm-gateway: unknown --reasoning-parser '%s' (known: deepseek_r1, "
                         "qwen3)\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'U':
+            tool_parser_name = optarg;
+            if (strcmp(optarg, "none") && gw_tool_parser_by_name(optarg) < 0) {
+                fprintf(stderr,
+                        "ringlm-gateway: unknown --tool-call-parser '%s' (known: hermes, "
+                        "llama3_json, mistral, none)\n",
                         optarg);
                 return 2;
             }
@@ -309,6 +325,19 @@ int main(int argc, char **argv)
     }
     if (tok_path && tpl_name && model_template(tok_path, tpl_name, &cfg.tpl, &tpl_from) < 0)
         return 1;
+    /* tool calls: the syntax named, else the one the template writes */
+    const char *tools_from = "--tool-call-parser";
+    if (tool_parser_name)
+        cfg.tool_parser = strcmp(tool_parser_name, "none")
+                              ? gw_tool_parser_by_name(tool_parser_name)
+                              : GW_TOOLS_NONE;
+    else if (jinja) {
+        cfg.tool_parser = gw_tool_parser_of_template(jinja);
+        tools_from = "the chat template";
+    } else {
+        cfg.tool_parser = gw_tool_parser_of_builtin(cfg.tpl);
+        tools_from = "the chat template";
+    }
 
     ringlm_tokenizer *tok = NULL;
     if (tok_path) {
@@ -377,10 +406,12 @@ int main(int argc, char **argv)
         return 1;
     }
     fprintf(stderr,
-            "ringlm-gateway: listening on http://%s%s%s:%u (model '%s', template %s (%s), %s)\n",
+            "ringlm-gateway: listening on http://%s%s%s:%u (model '%s', template %s (%s), tool "
+            "calls %s (%s), %s)\n",
             strchr(addr, ':') ? "[" : "", addr, strchr(addr, ':') ? "]" : "",
             (unsigned)gw_server_port(s), cfg.served_model,
             jinja ? "jinja" : ringlm_chat_template_name(cfg.tpl), tpl_from,
+            gw_tool_parser_name(cfg.tool_parser), tools_from,
             keys_path ? "API keys required" : "no API keys: every request is this uid's tenant");
     fflush(stderr);
 

@@ -406,10 +406,9 @@ int eng_execute_sample(eng *e, const eng_batch *b, const eng_sampling *s, uint64
     float *buf = logits;
     if (!buf && b->n_logits && !(buf = sample_buf(e, b->n_logits, vocab))) return -ENOMEM;
     err = e->ops->execute(e->priv, b, buf);
-    for (int i = 0; !err && i < b->n_logits; i++) {
+    /* A row whose constraint stage fails gets -1; the other rows are sampled as usual. */
+    for (int i = 0; !err && i < b->n_logits; i++)
         out_tokens[i] = eng_sample(buf + (size_t)i * (size_t)vocab, vocab, &s[i], &rng[i]);
-        if (out_tokens[i] < 0) err = eng_seterr(-EIO, "the constraint stage of row %d failed", i);
-    }
     return err;
 }
 
@@ -477,10 +476,8 @@ int eng_execute_sample_lp(eng *e, const eng_batch *b, const eng_sampling *s, uin
             out_tokens[i] = -1;
         } else {
             out_tokens[i] = eng_sample(buf + (size_t)i * (size_t)vocab, vocab, &s[i], &rng[i]);
-            if (out_tokens[i] < 0) {
-                err = eng_seterr(-EIO, "the constraint stage of row %d failed", i);
-                break;
-            }
+            /* its constraint stage failed: -1 for this row alone, no log-probabilities */
+            if (out_tokens[i] < 0) continue;
             targets[i] = out_tokens[i];
         }
         if (want[i].top_n >= 0) rows[n_rows++] = i;

@@ -384,7 +384,9 @@ int32_t eng_sample(float *logits, int vocab, const eng_sampling *s, uint64_t *rn
 
 /* Execute + sample per logits row (s[i], rng[i] for logits row i); out_tokens[n_logits].
  * logits may be NULL. Backends may sample on the device and copy back only the ids; a batch
- * where a row has processors (s[i].proc) is sampled on the host. */
+ * where a row has processors (s[i].proc) is sampled on the host. A row whose constraint
+ * stage fails (eng_sample -1) gets out_tokens[i] = -1 and fails nothing else: the call
+ * returns 0 and the other rows are sampled (the caller ends that row's sequence). */
 int eng_execute_sample(eng *e, const eng_batch *b, const eng_sampling *s, uint64_t *rng,
                        int32_t *out_tokens, float *logits);
 

@@ -47,8 +47,10 @@ typedef struct eng_logits_params {
  * The constraint stage's slot (structured output): called with the row after the penalties,
  * it may lower logits (to -INFINITY to forbid a token). Whatever it changes must be undone by
  * itself after sampling (or the caller's row is no longer raw): `undo` is called after the
- * token is picked, with the picked id. Returns 0, or < 0 to fail the sampling of this row.
- * Not set by anything yet.
+ * token is picked, with the picked id. Returns 0, or < 0 to fail the sampling of this row
+ * (eng_execute_sample gives that row -1; the batch's other rows are sampled). mask may be
+ * called once more per step without undo, on a copy of the row (processed log-probabilities).
+ * The daemon sets it for a request with a constraint (daemon/constrain.c).
  */
 typedef struct eng_constraint_ops {
     int (*mask)(void *ctx, float *logits, int vocab);

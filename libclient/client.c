@@ -75,12 +75,15 @@ struct ringlm_client {
     bool has_lp;
     int32_t lp_token;
     struct ringlm_wire_logprobs lp;
+    /* the detail of the last FINISH taken (ringlm_event_detail); "" when it carried none */
+    char detail[RINGLM_WIRE_DETAIL_MAX + 1];
     int gone; /* 0, or the sticky -errno once the session ended */
     char gone_detail[160];
 
     /* the handshake's facts, copied once at connect */
     uint32_t caps;
-    uint32_t vocab_size; /* with RINGLM_WIRE_CAP_SAMPLING, else 0 */
+    uint32_t vocab_size;       /* with RINGLM_WIRE_CAP_SAMPLING, else 0 */
+    uint32_t constraint_kinds; /* with RINGLM_WIRE_CAP_CONSTRAINT, else 0 */
     int n_classes;
     char classes[RINGLM_WIRE_CLASSES_MAX][RINGLM_WIRE_NAME_LEN];
 };
@@ -311,6 +314,8 @@ int ringlm_connect(const char *socket_path, ringlm_client **out)
     c->caps = __atomic_load_n(&c->dseg->caps, __ATOMIC_ACQUIRE);
     if (c->caps & RINGLM_WIRE_CAP_SAMPLING)
         c->vocab_size = __atomic_load_n(&c->dseg->vocab_size, __ATOMIC_RELAXED);
+    if (c->caps & RINGLM_WIRE_CAP_CONSTRAINT)
+        c->constraint_kinds = __atomic_load_n(&c->dseg->constraint_kinds, __ATOMIC_RELAXED);
     if (c->caps & RINGLM_WIRE_CAP_FACTS) {
         uint32_t n = __atomic_load_n(&c->dseg->n_classes, __ATOMIC_RELAXED);
         c->n_classes = (int)(n < RINGLM_WIRE_CLASSES_MAX ? n : RINGLM_WIRE_CLASSES_MAX);
@@ -829,6 +834,18 @@ int ringlm_submit_batch_ext(ringlm_client *c, const ringlm_request *reqs,
                         n > 1 ? "a request of the batch: " : "");
             goto out;
         }
+        uint32_t kind = q[i].sm.constraint_kind;
+        if (q[i].ext && kind && !(c->constraint_kinds & (1u << kind))) {
+            static const char *const names[] = {"none",  "json_schema", "json_object",
+                                                "regex", "grammar",     "choice"};
+            r = set_err(-ENOTSUP, "%sconstraint: the daemon does not enforce kind %s%s",
+                        n > 1 ? "a request of the batch: " : "",
+                        kind < sizeof names / sizeof *names ? names[kind] : "?",
+                        c->constraint_kinds ? ""
+                                            : " (it enforces none: it is older than this "
+                                              "library, or has no tokenizer)");
+            goto out;
+        }
         uint64_t len = q[i].len;
         if (len > c->sub.cap) {
             r = set_err(-E2BIG,
@@ -888,6 +905,7 @@ static int take_event(ringlm_client *c, ringlm_event *out)
     memset(out, 0, sizeof(*out));
     out->req_id = e.req_id;
     c->has_lp = false;
+    c->detail[0] = 0;
     if (kind == RINGLM_WIRE_EV_TOKEN || kind == RINGLM_WIRE_EV_PROMPT) {
         /* Its log-probabilities, when it has any, were published with it: the producer
          * index seen (n) covers the whole group, so no reload is needed, and an event
@@ -930,6 +948,23 @@ static int take_event(ringlm_client *c, ringlm_event *out)
         (uint32_t)x.value != (uint32_t)e.req_id)
         return set_err(-EPROTO, "FINISH of request %llu not followed by its FINISH_EXT",
                        (unsigned long long)e.req_id);
+    /* a detail, when the daemon sent one, follows in the same publish */
+    unsigned used = 2;
+    c->detail[0] = 0;
+    if (n >= 3) {
+        struct ringlm_wire_event d = ring_ev_peek(&c->ev, 2);
+        if (RINGLM_WIRE_EV_KIND(d.meta) == RINGLM_WIRE_EV_DETAIL && d.req_id == e.req_id) {
+            struct ringlm_wire_event txt[RINGLM_WIRE_DETAIL_SLOTS(RINGLM_WIRE_DETAIL_MAX)];
+            int64_t have = n - 3 < (int64_t)(sizeof txt / sizeof *txt)
+                               ? n - 3
+                               : (int64_t)(sizeof txt / sizeof *txt);
+            for (int64_t k = 0; k < have; k++) txt[k] = ring_ev_peek(&c->ev, (uint64_t)(3 + k));
+            int got =
+                ringlm_wire_detail_decode(&d, txt, (unsigned)have, c->detail, why, sizeof(why));
+            if (got < 0) return set_err(-EPROTO, "%s", why);
+            used = 3 + (unsigned)got;
+        }
+    }
     uint32_t low = RINGLM_WIRE_EV_LOW(e.meta);
     out->kind = RINGLM_EV_FINISH;
     out->finish_reason = (int)((low >> 8) & 0xff);
@@ -937,8 +972,8 @@ static int take_event(ringlm_client *c, ringlm_event *out)
     out->n_tokens = (uint32_t)e.value;
     out->n_cached_tokens = RINGLM_WIRE_EV_LOW(x.meta);
     out->policy_hash = x.req_id;
-    ring_ev_consume(&c->ev, 2);
-    c->consumed_since_check += 2;
+    ring_ev_consume(&c->ev, used);
+    c->consumed_since_check += used;
     return 1;
 }
 
@@ -1024,6 +1059,17 @@ int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms)
             (void)session_end_error(c, 1);
         }
     }
+}
+
+int ringlm_constraint_kinds(const ringlm_client *c)
+{
+    if (!c) return -EINVAL;
+    return (int)(c->constraint_kinds & 0x7fffffffu);
+}
+
+const char *ringlm_event_detail(const ringlm_client *c)
+{
+    return c && c->detail[0] ? c->detail : NULL;
 }
 
 int ringlm_event_logprobs(const ringlm_client *c, ringlm_logprobs *out)

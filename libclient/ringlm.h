@@ -144,7 +144,7 @@ void ringlm_request_init(ringlm_request *req);
  * to ringlm_submit_ext. Every sampled token goes through one pipeline, in this order (as
  * vLLM's):
  *
- *   logit_bias → repetition_penalty → presence/frequency_penalty → (constraint: reserved)
+ *   logit_bias → repetition_penalty → presence/frequency_penalty → constraint
  *   → temperature → top_k → top_p → min_p → sample
  *
  *   logit_bias          added to the model's logit of each named token (-100 forbids a token
@@ -154,7 +154,10 @@ void ringlm_request_init(ringlm_request *req);
  *   presence_penalty    p, frequency_penalty f (OpenAI): for every token generated c > 0
  *                       times so far, l -= p + c * f (output tokens only, not the prompt);
  *   min_p               after top-k/top-p: tokens whose probability is below min_p times the
- *                       most likely one's are dropped.
+ *                       most likely one's are dropped;
+ *   constraint          structured output (see "constraints" below): every token the text so
+ *                       far cannot continue with is dropped, and the stop token is allowed
+ *                       only where the text is complete.
  *
  * Their cost per step is proportional to the distinct tokens seen, never the vocabulary.
  * With every field at its neutral value the answer is exactly ringlm_submit's. Greedy
@@ -165,8 +168,28 @@ void ringlm_request_init(ringlm_request *req);
  * the request finishes with RINGLM_FINISH_STOP. ringlm_request.ignore_stop ignores only the
  * model's stop tokens, never these (as vLLM's ignore_eos and stop_token_ids).
  *
- * Not implemented yet, refused with -ENOTSUP and a detail (never accepted silently): the
- * logprobs flags, top_logprobs, prompt_logprobs, n > 1, and any constraint. */
+ * Not implemented yet, refused with -ENOTSUP and a detail (never accepted silently): n > 1,
+ * and a constraint kind the daemon does not enforce (ringlm_constraint_kinds).
+ *
+ * Constraints. constraint_kind and constraint (constraint_bytes bytes, at most
+ * RINGLM_MAX_CONSTRAINT_BYTES) make the daemon generate only text that the constraint
+ * accepts, token by token (docs/constraints.md says exactly what each kind enforces):
+ *   RINGLM_CONSTRAINT_JSON_SCHEMA  the text of a JSON Schema (draft 4 to 2020-12); the answer
+ *                                  is one JSON value that validates against it;
+ *   RINGLM_CONSTRAINT_JSON_OBJECT  any JSON object (no constraint bytes);
+ *   RINGLM_CONSTRAINT_REGEX        a regular expression the whole answer matches;
+ *   RINGLM_CONSTRAINT_CHOICE       alternatives separated by NUL bytes ("yes\0no"): the answer
+ *                                  is exactly one of them;
+ *   RINGLM_CONSTRAINT_GRAMMAR      a GBNF grammar (not enforced yet: -ENOTSUP).
+ * The stop token is allowed only where the text is complete, so an answer that finishes with
+ * RINGLM_FINISH_STOP is complete; one cut by max_new_tokens (RINGLM_FINISH_LENGTH) may not be.
+ * The daemon compiles each distinct constraint once (cached by content), off its loop: the
+ * first request of a constraint waits for the compile, later ones do not. A constraint that
+ * does not compile — not JSON, a keyword it cannot enforce exactly, a $ref cycle with no base
+ * case, a regex that does not parse, too large — is rejected: FINISH with
+ * RINGLM_FINISH_REJECTED, cause RINGLM_R_BAD_PARAMS, and ringlm_event_detail says why
+ * ("constraint: keyword 'not' at /properties/a: not supported"). Requests whose stop token is
+ * ignored (ignore_stop) keep generating stop tokens once the text is complete. */
 typedef struct ringlm_logit_bias {
     int32_t token; /* [0, vocabulary size) */
     float bias;    /* [-100, 100], finite */
@@ -194,7 +217,7 @@ typedef struct ringlm_logit_bias {
                                                  scored, nothing generated); such a request
                                                  does not use the prefix cache */
 
-/* ringlm_sampling.constraint_kind (reserved: any kind but NONE is refused with -ENOTSUP) */
+/* ringlm_sampling.constraint_kind (see "Constraints" above) */
 enum ringlm_constraint_kind {
     RINGLM_CONSTRAINT_NONE = 0,
     RINGLM_CONSTRAINT_JSON_SCHEMA = 1, /* constraint: a JSON schema's text */
@@ -203,6 +226,11 @@ enum ringlm_constraint_kind {
     RINGLM_CONSTRAINT_GRAMMAR = 4,     /* constraint: a GBNF grammar */
     RINGLM_CONSTRAINT_CHOICE = 5,      /* constraint: NUL-separated alternatives */
 };
+
+/* The constraint kinds the daemon enforces: bit k set for kind k (1u << RINGLM_CONSTRAINT_*);
+ * 0 when it enforces none (it is older than this library, or was started without a
+ * tokenizer), -EINVAL (c NULL). ringlm_submit_ext refuses the others with -ENOTSUP. */
+int ringlm_constraint_kinds(const ringlm_client *c);
 
 typedef struct ringlm_sampling {
     uint32_t size;            /* sizeof(ringlm_sampling) as the program was compiled: set by
@@ -404,6 +432,13 @@ typedef struct ringlm_logprobs {
  * -EINVAL (c or out NULL).
  */
 int ringlm_event_logprobs(const ringlm_client *c, ringlm_logprobs *out);
+
+/* (0.4) Why the request of the FINISH event the last ringlm_next_event on c returned ended as
+ * it did, in words, when the daemon said (a constraint that does not compile: "constraint:
+ * keyword 'not' at /properties/a: not supported"; a constraint that failed during
+ * generation): a NUL-terminated string valid until the next ringlm_next_event, or NULL when
+ * that event carried none. Details are sent for requests that carried a constraint. */
+const char *ringlm_event_detail(const ringlm_client *c);
 
 /* Options for ringlm_set_option. */
 enum ringlm_option {

@@ -29,7 +29,7 @@ kernels   | numa model
 sim       | sched formats
 gateway   | libclient formats
 tools     | libclient shm formats
-daemon    | shm sched numa kernels formats libclient model
+daemon    | shm sched numa kernels formats libclient model constrain
 fuzz      | shm libclient formats sched model constrain
 EOF
 }

@@ -17,6 +17,7 @@ pkgs=(
   libmsgpack-dev          # KV-cache events: msgpack-c, vLLM's event encoding
   python3-zmq python3-msgpack  # tests: a KV-event subscriber decoding as vLLM's does
   python3-yaml            # make check-deploy: deploy/'s Kubernetes manifests
+  python3-jsonschema      # tests: structured output answers validated against their schema
   systemtap-sdt-dev       # USDT probes (sys/sdt.h)
   clang libclang-rt-14-dev  # libFuzzer target (make fuzz)
   clang-format            # the one C style (.clang-format), checked by make test

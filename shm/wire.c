@@ -278,8 +278,17 @@ int ringlm_wire_check_sampling(const struct ringlm_wire_parsed *rec, uint32_t vo
     if (sm->constraint_bytes > RINGLM_WIRE_MAX_CONSTRAINT_BYTES)
         BAD_SMP("constraint", false, "constraint of %u bytes, at most %u", sm->constraint_bytes,
                 RINGLM_WIRE_MAX_CONSTRAINT_BYTES);
+    if (sm->constraint_kind > RINGLM_WIRE_CONSTRAINT_MAX_KIND)
+        BAD_SMP("constraint", false, "constraint kind %u unknown (at most %u)", sm->constraint_kind,
+                RINGLM_WIRE_CONSTRAINT_MAX_KIND);
     if (sm->constraint_kind == 0 && sm->constraint_bytes)
         BAD_SMP("constraint", false, "constraint of %u bytes without a kind", sm->constraint_bytes);
+    if (sm->constraint_kind == RINGLM_WIRE_CONSTRAINT_JSON_OBJECT && sm->constraint_bytes)
+        BAD_SMP("constraint", false, "constraint json_object takes no bytes, got %u",
+                sm->constraint_bytes);
+    if (sm->constraint_kind && sm->constraint_kind != RINGLM_WIRE_CONSTRAINT_JSON_OBJECT &&
+        !sm->constraint_bytes)
+        BAD_SMP("constraint", false, "constraint kind %u without its text", sm->constraint_kind);
     if ((sm->flags & RINGLM_WIRE_SMP_F_LOGPROBS_PROCESSED) &&
         !(sm->flags & RINGLM_WIRE_SMP_F_LOGPROBS))
         BAD_SMP("flags", false, "flags 0x%x: processed log-probabilities without the logprobs flag",
@@ -291,12 +300,73 @@ int ringlm_wire_check_sampling(const struct ringlm_wire_parsed *rec, uint32_t vo
                 "n %u: more than one sample per request is not implemented by this "
                 "version",
                 sm->n);
-    if (sm->constraint_kind)
-        BAD_SMP("constraint", true, "constraint kind %u is not implemented by this version",
-                sm->constraint_kind);
     return 0;
 }
 #undef BAD_SMP
+
+/* ---- detail slots -------------------------------------------------------------------- */
+
+unsigned ringlm_wire_detail_encode(uint64_t req_id, const char *text, struct ringlm_wire_event *out)
+{
+    size_t len = text ? strlen(text) : 0;
+    if (len > RINGLM_WIRE_DETAIL_MAX) len = RINGLM_WIRE_DETAIL_MAX;
+    if (!len) return 0;
+    out[0] = (struct ringlm_wire_event){.req_id = req_id,
+                                        .value = (int32_t)len,
+                                        .meta = RINGLM_WIRE_EV_META(RINGLM_WIRE_EV_DETAIL, 0)};
+    unsigned n = RINGLM_WIRE_DETAIL_SLOTS(len);
+    for (unsigned k = 1; k < n; k++) {
+        char chunk[12] = {0};
+        size_t at = (size_t)(k - 1) * 12, take = len - at < 12 ? len - at : 12;
+        memcpy(chunk, text + at, take);
+        out[k].meta = RINGLM_WIRE_EV_META(RINGLM_WIRE_EV_DETAIL, k);
+        memcpy(&out[k].req_id, chunk, 8);
+        memcpy(&out[k].value, chunk + 8, 4);
+    }
+    return n;
+}
+
+int ringlm_wire_detail_decode(const struct ringlm_wire_event *head,
+                              const struct ringlm_wire_event *in, unsigned avail, char *text,
+                              char *why, size_t why_len)
+{
+    text[0] = 0;
+    if (RINGLM_WIRE_EV_KIND(head->meta) != RINGLM_WIRE_EV_DETAIL ||
+        RINGLM_WIRE_EV_LOW(head->meta) != 0 || head->value < 1 ||
+        (uint32_t)head->value > RINGLM_WIRE_DETAIL_MAX) {
+        snprintf(why, why_len, "detail of request %llu: bad head (length %d)",
+                 (unsigned long long)head->req_id, head->value);
+        return -EBADMSG;
+    }
+    size_t len = (size_t)head->value;
+    unsigned n = RINGLM_WIRE_DETAIL_SLOTS(len) - 1;
+    if (n > avail) {
+        snprintf(why, why_len, "detail of request %llu: %u of its %u slots published",
+                 (unsigned long long)head->req_id, avail, n);
+        return -EBADMSG;
+    }
+    for (unsigned k = 0; k < n; k++) {
+        if (RINGLM_WIRE_EV_KIND(in[k].meta) != RINGLM_WIRE_EV_DETAIL ||
+            RINGLM_WIRE_EV_LOW(in[k].meta) != k + 1) {
+            snprintf(why, why_len, "detail of request %llu: slot %u is not its text",
+                     (unsigned long long)head->req_id, k + 1);
+            return -EBADMSG;
+        }
+        char chunk[12];
+        memcpy(chunk, &in[k].req_id, 8);
+        memcpy(chunk + 8, &in[k].value, 4);
+        size_t at = (size_t)k * 12, take = len - at < 12 ? len - at : 12;
+        memcpy(text + at, chunk, take);
+    }
+    text[len] = 0;
+    if (strlen(text) != len) {
+        snprintf(why, why_len, "detail of request %llu: a NUL inside its text",
+                 (unsigned long long)head->req_id);
+        text[0] = 0;
+        return -EBADMSG;
+    }
+    return (int)n;
+}
 
 /* ---- log-probability slots ----------------------------------------------------------- */
 

@@ -44,6 +44,7 @@ enum ringlm_wire_event_kind {
     RINGLM_WIRE_EV_PROMPT = 4,     /* log-probabilities: see below */
     RINGLM_WIRE_EV_LOGPROB = 5,
     RINGLM_WIRE_EV_LOGPROB_TOP = 6,
+    RINGLM_WIRE_EV_DETAIL = 7, /* a request's end explained in words: see below */
 };
 /* Log-probabilities (RINGLM_WIRE_CAP_LOGPROBS): extra slots written right after the event
  * they belong to and published with it (the daemon reserves a group's slots whole, so a
@@ -61,10 +62,20 @@ enum ringlm_wire_event_kind {
  *                field = the float bits of entry 2j's log-probability (low 32) and entry
  *                2j+1's (high 32); value = entry 2j's token; meta index = entry 2j+1's token,
  *                RINGLM_WIRE_INDEX_MAX when there is none (n_top odd, last slot) */
-#define RINGLM_WIRE_TOP_LOGPROBS_MAX 20
-#define RINGLM_WIRE_LP_F_PROCESSED   1u /* from the processed distribution, not the raw one */
+#define RINGLM_WIRE_TOP_LOGPROBS_MAX  20
+#define RINGLM_WIRE_LP_F_PROCESSED    1u /* from the processed distribution, not the raw one */
 /* Slots a token with n_top alternatives takes: itself, its LOGPROB, the TOP pairs. */
-#define RINGLM_WIRE_LP_SLOTS(n_top)  (2u + ((unsigned)(n_top) + 1u) / 2u)
+#define RINGLM_WIRE_LP_SLOTS(n_top)   (2u + ((unsigned)(n_top) + 1u) / 2u)
+/* Detail (RINGLM_WIRE_CAP_CONSTRAINT): slots right after a FINISH_EXT, in the same publish,
+ * saying in words why the request ended as it did (a constraint that does not compile: "keyword
+ * 'not' at /properties/a: not supported"). Written only for a request whose record carried a
+ * constraint (which only a library that knows this kind sends), and only when there is a
+ * detail. The first slot: req_id = the request id, value = the text's length in bytes (1 ..
+ * RINGLM_WIRE_DETAIL_MAX), meta index = 0; then ceil(length / 12) slots of kind DETAIL with
+ * meta index = 1, 2, ..., each carrying 12 bytes of text: 8 in the req_id field, 4 in value
+ * (little-endian memory order; the last slot zero-padded). UTF-8, no NUL inside. */
+#define RINGLM_WIRE_DETAIL_MAX        240u
+#define RINGLM_WIRE_DETAIL_SLOTS(len) (1u + ((unsigned)(len) + 11u) / 12u)
 /* FINISH_EXT's meta index: the prompt tokens the request's first admission found in the
  * prefix cache (full blocks, so a multiple of the block size; 0 when none, when the
  * request was rejected before admission, or when the cache is off), saturated at
@@ -131,13 +142,21 @@ _Static_assert(sizeof(struct ringlm_wire_request) == 88, "request layout");
 #define RINGLM_WIRE_SMP_F_KNOWN                                                                    \
     (RINGLM_WIRE_SMP_F_LOGPROBS | RINGLM_WIRE_SMP_F_LOGPROBS_PROCESSED |                           \
      RINGLM_WIRE_SMP_F_PROMPT_LOGPROBS)
-#define RINGLM_WIRE_MAX_LOGIT_BIAS       1024u /* entries; a token at most once */
-#define RINGLM_WIRE_MAX_STOP_IDS         64u
-#define RINGLM_WIRE_MAX_LOGPROBS         20u /* OpenAI's top_logprobs limit */
-#define RINGLM_WIRE_MAX_CONSTRAINT_BYTES (256u << 10)
-#define RINGLM_WIRE_BIAS_MAX             100.0f /* |bias| */
-#define RINGLM_WIRE_REP_PENALTY_MAX      100.0f /* repetition_penalty (0, 100] */
-#define RINGLM_WIRE_PENALTY_MAX          2.0f   /* |presence|, |frequency| (OpenAI's range) */
+#define RINGLM_WIRE_MAX_LOGIT_BIAS         1024u /* entries; a token at most once */
+#define RINGLM_WIRE_MAX_STOP_IDS           64u
+#define RINGLM_WIRE_MAX_LOGPROBS           20u /* OpenAI's top_logprobs limit */
+#define RINGLM_WIRE_MAX_CONSTRAINT_BYTES   (256u << 10)
+/* ringlm_wire_sampling.constraint_kind (the values of ringlm.h's enum ringlm_constraint_kind) */
+#define RINGLM_WIRE_CONSTRAINT_NONE        0u
+#define RINGLM_WIRE_CONSTRAINT_JSON_SCHEMA 1u /* the schema's text (JSON) */
+#define RINGLM_WIRE_CONSTRAINT_JSON_OBJECT 2u /* any JSON object; no bytes */
+#define RINGLM_WIRE_CONSTRAINT_REGEX       3u /* the pattern, matched by the whole output */
+#define RINGLM_WIRE_CONSTRAINT_GRAMMAR     4u /* a GBNF grammar */
+#define RINGLM_WIRE_CONSTRAINT_CHOICE      5u /* alternatives separated by NUL bytes */
+#define RINGLM_WIRE_CONSTRAINT_MAX_KIND    5u
+#define RINGLM_WIRE_BIAS_MAX               100.0f /* |bias| */
+#define RINGLM_WIRE_REP_PENALTY_MAX        100.0f /* repetition_penalty (0, 100] */
+#define RINGLM_WIRE_PENALTY_MAX            2.0f   /* |presence|, |frequency| (OpenAI's range) */
 
 struct ringlm_wire_sampling {
     uint32_t flags;           /* RINGLM_WIRE_SMP_F_* */
@@ -239,6 +258,10 @@ struct ringlm_wire_cseg {
 #define RINGLM_WIRE_CAP_LOGPROBS                                                                   \
     8u /* the daemon sends log-probabilities (EV_PROMPT, EV_LOGPROB, EV_LOGPROB_TOP) to a
           request that asks for them */
+#define RINGLM_WIRE_CAP_CONSTRAINT                                                                 \
+    16u /* the daemon enforces the constraint of a REQUEST_EXT record for each kind in
+           dseg.constraint_kinds, and explains a request's end (EV_DETAIL) to one that
+           carried a constraint */
 #define RINGLM_WIRE_CLASSES_MAX 16u
 
 enum ringlm_wire_state {
@@ -276,6 +299,9 @@ struct ringlm_wire_dseg {
     /* With RINGLM_WIRE_CAP_SAMPLING (added the same way: an older daemon leaves it 0): the
      * model's vocabulary size, so the library checks token ids at submit. */
     uint32_t vocab_size;
+    /* With RINGLM_WIRE_CAP_CONSTRAINT (an older daemon leaves it 0): bit k set when the
+     * daemon enforces constraint kind k (RINGLM_WIRE_CONSTRAINT_*). */
+    uint32_t constraint_kinds;
 };
 
 #define RINGLM_WIRE_HEADER_AREA 4096 /* ring data starts on the next page */
@@ -382,8 +408,13 @@ int ringlm_wire_check_request_smp(const struct ringlm_wire_request *req, uint32_
  *   stop_token_ids      at most RINGLM_WIRE_MAX_STOP_IDS, each in [0, vocab)
  *   top_logprobs, prompt_logprobs  [0, 20], and 0 unless their flag is set
  *   flags, reserved     known bits only; 0
- * and what is not implemented yet is refused here, never accepted silently: the logprobs
- * flags, n > 1 and any constraint (*unsupported = true, so the library answers -ENOTSUP).
+ *   constraint          a kind in [0, RINGLM_WIRE_CONSTRAINT_MAX_KIND]; at most
+ *                       RINGLM_WIRE_MAX_CONSTRAINT_BYTES; none for NONE and JSON_OBJECT, some
+ *                       for the others (whether it compiles is the daemon's to say: it
+ *                       rejects with bad_params and the compiler's detail)
+ * and what is not implemented yet is refused here, never accepted silently: n > 1
+ * (*unsupported = true, so the library answers -ENOTSUP). Which constraint kinds a daemon
+ * enforces is its own (dseg.constraint_kinds): the library refuses the others -ENOTSUP.
  * Returns 0, or RINGLM_WIRE_R_BAD_PARAMS with a detail that starts with the member's name
  * ("logit_bias[3] token 40000 outside the vocabulary of 32000"); *field (when not NULL) is
  * that member of ringlm_sampling ("logit_bias", "repetition_penalty", "presence_penalty",
@@ -392,6 +423,21 @@ int ringlm_wire_check_request_smp(const struct ringlm_wire_request *req, uint32_
  */
 int ringlm_wire_check_sampling(const struct ringlm_wire_parsed *rec, uint32_t vocab,
                                const char **field, bool *unsupported, char *why, size_t why_len);
+
+/* ---- detail slots (shm/wire.c) ------------------------------------------------------ */
+
+/* Writes the DETAIL slots of text (cut at RINGLM_WIRE_DETAIL_MAX bytes) for req_id into out
+ * (room for RINGLM_WIRE_DETAIL_SLOTS(RINGLM_WIRE_DETAIL_MAX)); returns how many (0 for an
+ * empty text). */
+unsigned ringlm_wire_detail_encode(uint64_t req_id, const char *text,
+                                   struct ringlm_wire_event *out);
+/* Reads a DETAIL group (head, then the text slots in[0 .. avail)) into text (room for
+ * RINGLM_WIRE_DETAIL_MAX + 1, NUL-terminated): returns the text slots it used, or -EBADMSG
+ * with a detail (a length out of range, too few slots, a slot of another kind or out of
+ * order, a NUL inside). */
+int ringlm_wire_detail_decode(const struct ringlm_wire_event *head,
+                              const struct ringlm_wire_event *in, unsigned avail, char *text,
+                              char *why, size_t why_len);
 
 /* ---- log-probability slots (shm/wire.c): the one encoder and the one decoder ---------- */
 

@@ -80,10 +80,12 @@ void gwh_start_daemon(const char *const *extra)
 {
     gwh_dir();
     char *model = th_shared_file("models/stories260K.bin");
+    char *tok = th_shared_file("models/tok512.bin"); /* so it enforces constraints */
     char *policy = gwh_policy();
-    const char *argv[32] = {"--model",   model,         "--policy",         policy,
-                            "--metrics", "127.0.0.1:0", "--drain-grace-ms", "5000"};
-    int n = 8;
+    const char *argv[32] = {
+        "--model",          model,  "--policy",    policy, "--metrics", "127.0.0.1:0",
+        "--drain-grace-ms", "5000", "--tokenizer", tok};
+    int n = 10;
     for (int i = 0; extra && extra[i] && n < 31; i++) argv[n++] = extra[i];
     argv[n] = NULL;
     th_daemon_start(&gwh_daemon, argv, 20000);
@@ -91,6 +93,7 @@ void gwh_start_daemon(const char *const *extra)
     snprintf(p.log, sizeof p.log, "%s", gwh_daemon.log);
     gwh_metrics_port = th_proc_log_int(&p, "metrics on port ", 20000);
     free(model);
+    free(tok);
     free(policy);
 }
 

@@ -62,6 +62,11 @@ Test(reqstate, every_life_a_request_can_have_is_legal)
          {REQ_QUEUED, REQ_RUNNING, REQ_RUNNING_OUT, REQ_RUNNING_BLOCKED, REQ_ENDED},
          5},
         {"ended, then its session closes", {REQ_QUEUED, REQ_RUNNING, REQ_ENDED_OUT, REQ_ENDED}, 4},
+        {"its constraint compiled, then answered",
+         {REQ_COMPILING, REQ_QUEUED, REQ_RUNNING, REQ_ENDED_OUT, REQ_FINISHED},
+         5},
+        {"its constraint does not compile", {REQ_COMPILING, REQ_ENDED_OUT, REQ_FINISHED}, 3},
+        {"its session closes while it compiles", {REQ_COMPILING, REQ_ENDED}, 2},
     };
     for (size_t i = 0; i < sizeof lives / sizeof lives[0]; i++) {
         req_state_audit a = {0};
@@ -97,6 +102,8 @@ Test(reqstate, forbidden_moves_are_caught)
     } bad[] = {
         {REQ_QUEUED, REQ_RUNNING_OUT, "tokens before the scheduler started it"},
         {REQ_ADMITTING, REQ_RUNNING, "started before the scheduler took it"},
+        {REQ_COMPILING, REQ_RUNNING, "started while its constraint compiles"},
+        {REQ_QUEUED, REQ_COMPILING, "compiled again once in the scheduler"},
         {REQ_ENDED_OUT, REQ_RUNNING, "an ended request running again"},
         {REQ_ENDED_OUT, REQ_RUNNING_BLOCKED, "an ended request reported blocked"},
         {REQ_RUNNING, REQ_RUNNING_BLOCKED, "blocked while nothing waits to go out"},

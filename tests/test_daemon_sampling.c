@@ -180,7 +180,7 @@ static void s_n(ringlm_sampling *s)
 }
 static void s_constraint(ringlm_sampling *s)
 {
-    s->constraint_kind = RINGLM_CONSTRAINT_REGEX;
+    s->constraint_kind = 9; /* no such kind (the kinds a daemon enforces: test_daemon_constrain) */
     s->constraint = "[a-z]+";
     s->constraint_bytes = 6;
 }
@@ -207,7 +207,7 @@ static const smp_case bad_smp[] = {
     {"flags", -EINVAL, s_processed_alone},
     {"prompt_logprobs", -EINVAL, s_prompt_lp_noflag},
     {"n", -ENOTSUP, s_n},
-    {"constraint", -ENOTSUP, s_constraint},
+    {"constraint", -EINVAL, s_constraint},
 };
 #define N_BAD_SMP (sizeof bad_smp / sizeof bad_smp[0])
 

@@ -4,9 +4,10 @@
  * (value, rank, the top n in order, ties, -inf), the processed distribution, and
  * eng_execute_sample_lp on stories260K against the log-softmax of llama2.c's logits
  * (reference-greedy.json), for prompt rows and sampled rows; a batch that asks for nothing
- * samples exactly as eng_execute_sample.
+ * samples exactly as eng_execute_sample; a row whose constraint stage fails fails alone.
  */
 #include "engine_test_util.h"
+#include "kernels/logits.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -258,6 +259,65 @@ Test(engine_logprobs, asking_for_nothing_samples_as_before)
     cr_assert_arr_eq(rng_a, rng_b, sizeof rng_a, "nor any rng stream");
     cr_assert_eq(lp[1].token, out_b[1]);
     cr_assert_eq(lp[1].n_top, 3);
+    eng_bb_free(&bb);
+    eng_destroy(e);
+    eng_model_free(m);
+}
+
+/* A constraint stage that fails on one row (kernels/logits.h: mask < 0) gives that row -1 and
+ * fails nothing else: the call returns 0, the other rows sample exactly as without it, through
+ * eng_execute_sample and eng_execute_sample_lp (whose failed row gets no log-probabilities). */
+static int failing_mask(void *ctx, float *logits, int vocab)
+{
+    (void)logits;
+    (void)vocab;
+    (*(int *)ctx)++;
+    return -1;
+}
+
+Test(engine_logprobs, a_failed_constraint_fails_its_row_alone)
+{
+    char mpath[1024];
+    if (!ts_model_file(mpath, sizeof mpath, "stories260K.bin")) cr_skip_test("no stories260K");
+    eng_model *m;
+    cr_assert_eq(eng_model_load(mpath, &m), 0, "%s", eng_errmsg());
+    eng *e = ts_engine(m, 16, 4, 1);
+    int32_t toks[3][4] = {{1, 5, 9, 13}, {1, 40, 41, 42}, {1, 300, 301, 302}};
+    int32_t blocks[3][1] = {{0}, {1}, {2}};
+    eng_batch_builder bb;
+    cr_assert_eq(eng_bb_init(&bb, 16, 3, 1, 4), 0);
+    for (int q = 0; q < 3; q++) cr_assert_eq(eng_bb_add(&bb, toks[q], 0, 4, blocks[q], 1, true), 0);
+    const eng_batch *b = eng_bb_batch(&bb);
+    int calls = 0;
+    const eng_constraint_ops ops = {.mask = failing_mask};
+    eng_logits_params p = {.repetition_penalty = 1.0f};
+    eng_logits_proc *lp = eng_lp_create(&p);
+    cr_assert_not_null(lp);
+    eng_lp_set_constraint(lp, &ops, &calls);
+    for (int with_lp = 0; with_lp < 2; with_lp++) {
+        eng_sampling plain[3] = {{.temperature = 0.9f}, {.temperature = 0}, {.temperature = 1.1f}};
+        eng_sampling s[3] = {plain[0], plain[1], plain[2]};
+        s[1].proc = lp;
+        uint64_t rng_a[3], rng_b[3];
+        for (int q = 0; q < 3; q++) rng_a[q] = rng_b[q] = eng_rng_init(7 + q);
+        int32_t out_a[3], out_b[3];
+        cr_assert_eq(eng_execute_sample(e, b, plain, rng_a, out_a, NULL), 0, "%s", eng_errmsg());
+        eng_logprob_want want[3];
+        eng_logprobs got[3];
+        for (int q = 0; q < 3; q++) want[q] = (eng_logprob_want){.top_n = 2, .target = -1};
+        int rc = with_lp ? eng_execute_sample_lp(e, b, s, rng_b, out_b, want, got)
+                         : eng_execute_sample(e, b, s, rng_b, out_b, NULL);
+        cr_assert_eq(rc, 0, "the batch failed: %s", eng_errmsg());
+        cr_expect_eq(out_b[1], -1, "the failed row");
+        cr_expect_eq(out_b[0], out_a[0], "row 0 sampled as without the failing row");
+        cr_expect_eq(out_b[2], out_a[2], "row 2 sampled as without the failing row");
+        if (with_lp) {
+            cr_expect_eq(got[0].token, out_b[0]);
+            cr_expect_eq(got[2].token, out_b[2]);
+        }
+    }
+    cr_expect_eq(calls, 2, "the stage ran once per call");
+    eng_lp_free(lp);
     eng_bb_free(&bb);
     eng_destroy(e);
     eng_model_free(m);

@@ -953,3 +953,74 @@ Test(tools_cli, generate_sampling_flags_reach_the_daemon)
     free(ringlm);
     free(model);
 }
+
+/* ringlm generate's constraint flags: --regex, --choice and --json-schema answers follow
+ * their constraint (stories260K with its tokenizer, so the daemon enforces them); a schema
+ * that does not compile is refused with the daemon's words and exit status 1; a kind the
+ * daemon does not enforce (--grammar) is refused at submit. */
+Test(tools_cli, generate_constraint_flags_shape_the_answer)
+{
+    need_programs();
+    char *model = th_path(th_shared_dir(), "models/stories260K.bin");
+    char *tok = th_path(th_shared_dir(), "models/tok512.bin");
+    if (!th_exists(model) || !th_exists(tok))
+        cr_skip_test("stories260K / tok512 not found under %s", th_shared_dir());
+    const char *args[] = {"--model", model, "--tokenizer", tok, NULL};
+    start_daemon(args);
+    char *ringlm = th_path(th_bin_dir(), "ringlm");
+    char *out, *err;
+    /* the prompt is printed first: the answer is what follows it */
+    const char *prompt = "Once upon a time";
+    char *rx[] = {ringlm,     "--socket",     g_d.sock,  "generate",           "--tokenizer",  tok,
+                  "--prompt", (char *)prompt, "--regex", "(yes|no)! [0-9]{3}", "--max-tokens", "40",
+                  NULL};
+    cr_assert_eq(th_run(rx, &out, &err, 60), 0, "%s", err);
+    cr_assert(!strncmp(out, prompt, strlen(prompt)), "%s", out);
+    const char *ans = out + strlen(prompt);
+    bool ok = (!strncmp(ans, "yes! ", 5) || !strncmp(ans, "no! ", 4));
+    const char *digits = ans + (ans[0] == 'y' ? 5 : 4);
+    for (int i = 0; ok && i < 3; i++) ok = digits[i] >= '0' && digits[i] <= '9';
+    cr_expect(ok && !strcmp(digits + 3, "\n"), "--regex answer '%s'", ans);
+    free(out);
+    free(err);
+    char *ch[] = {ringlm,     "--socket",     g_d.sock,   "generate",         "--tokenizer", tok,
+                  "--prompt", (char *)prompt, "--choice", "red,green\\,blue", NULL};
+    cr_assert_eq(th_run(ch, &out, &err, 60), 0, "%s", err);
+    ans = out + strlen(prompt);
+    cr_expect(!strcmp(ans, "red\n") || !strcmp(ans, "green,blue\n"), "--choice answer '%s'", ans);
+    free(out);
+    free(err);
+    char schema_path[256];
+    snprintf(schema_path, sizeof schema_path, "%s/schema.json", g_d.dir);
+    FILE *f = fopen(schema_path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"enum\": [\"Lily\", \"Tom\", 7]}", f);
+    fclose(f);
+    char *js[] = {ringlm,     "--socket",     g_d.sock,        "generate",  "--tokenizer", tok,
+                  "--prompt", (char *)prompt, "--json-schema", schema_path, NULL};
+    cr_assert_eq(th_run(js, &out, &err, 60), 0, "%s", err);
+    ans = out + strlen(prompt);
+    cr_expect(!strcmp(ans, "\"Lily\"\n") || !strcmp(ans, "\"Tom\"\n") || !strcmp(ans, "7\n"),
+              "--json-schema answer '%s'", ans);
+    free(out);
+    free(err);
+    f = fopen(schema_path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"type\": \"object\", \"not\": {\"required\": [\"a\"]}}", f);
+    fclose(f);
+    cr_expect_eq(th_run(js, &out, &err, 60), 1, "a schema that does not compile: %s", out);
+    cr_expect(strstr(err, "rejected: bad_params") && strstr(err, "constraint: ") &&
+                  strstr(err, "not"),
+              "stderr: %s", err);
+    free(out);
+    free(err);
+    char *gb[] = {ringlm,     "--socket",     g_d.sock,    "generate",  "--tokenizer", tok,
+                  "--prompt", (char *)prompt, "--grammar", schema_path, NULL};
+    cr_expect_neq(th_run(gb, &out, &err, 60), 0, "a grammar was sent: %s", out);
+    cr_expect(strstr(err, "does not enforce kind grammar"), "stderr: %s", err);
+    free(out);
+    free(err);
+    free(ringlm);
+    free(model);
+    free(tok);
+}

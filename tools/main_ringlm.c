@@ -69,6 +69,13 @@ static void usage_generate(FILE *f)
             "  --frequency-penalty F   [-2, 2], 0 = off: output tokens, times their count\n"
             "  --min-p F          [0, 1], 0 = off: drop tokens below F x the most likely's\n"
             "  --stop-token-ids LIST  comma-separated ids that end the request (not printed)\n"
+            "  --json-schema FILE the answer is JSON valid against the schema in FILE\n"
+            "  --json-object      the answer is a JSON object\n"
+            "  --regex R          the whole answer matches the regular expression R\n"
+            "  --choice A,B,...   the answer is exactly one of A, B, ... (\\, escapes a comma)\n"
+            "  --grammar FILE     the answer follows the GBNF grammar in FILE\n"
+            "                     (one constraint at most; a daemon refuses what it does not\n"
+            "                     enforce, and says why a constraint does not compile)\n"
             "  --stats            print the request's timing to stderr at the end (with the\n"
             "                     prompt tokens the daemon's prefix cache served)\n"
             "  --prompt-ids LIST  instead of --prompt/--tokenizer: comma-separated token ids;\n"
@@ -122,6 +129,50 @@ static ringlm_logit_bias *parse_bias(const char *s, uint32_t *n)
     return b;
 }
 
+/* "A,B,..." (a "\\," is a comma inside one) into NUL-separated alternatives (malloc()ed). */
+static char *parse_choice(const char *s, size_t *len)
+{
+    char *out = malloc(strlen(s) + 1);
+    if (!out) cli_die("out of memory");
+    size_t n = 0;
+    for (const char *p = s; *p; p++) {
+        if (p[0] == '\\' && p[1] == ',')
+            out[n++] = *++p;
+        else
+            out[n++] = *p == ',' ? 0 : *p;
+    }
+    out[n] = 0;
+    *len = n;
+    return out;
+}
+
+/* Sets the request's constraint (one at most). */
+static void set_constraint(ringlm_sampling *smp, uint32_t kind, char *text, size_t len,
+                           const char *flag)
+{
+    if (smp->constraint_kind) cli_die("generate: %s: give one constraint at most", flag);
+    smp->constraint_kind = kind;
+    smp->constraint = text;
+    smp->constraint_bytes = len;
+}
+
+static char *read_whole(const char *flag, const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) cli_die("%s %s: %s", flag, path, strerror(errno));
+    size_t cap = 4096, n = 0;
+    char *b = malloc(cap);
+    if (!b) cli_die("out of memory");
+    size_t got;
+    while ((got = fread(b + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap && !(b = realloc(b, cap *= 2))) cli_die("out of memory");
+    }
+    fclose(f);
+    *len = n;
+    return b;
+}
+
 static int cmd_generate(int argc, char **argv)
 {
     const char *prompt = NULL, *tok_path = NULL, *cls = NULL, *tenant = NULL, *prompt_ids = NULL;
@@ -152,12 +203,19 @@ static int cmd_generate(int argc, char **argv)
                                          {"frequency-penalty", required_argument, 0, 'F'},
                                          {"min-p", required_argument, 0, 'M'},
                                          {"stop-token-ids", required_argument, 0, 'O'},
+                                         {"json-schema", required_argument, 0, 'J'},
+                                         {"json-object", no_argument, 0, 'j'},
+                                         {"regex", required_argument, 0, 'x'},
+                                         {"choice", required_argument, 0, 'C'},
+                                         {"grammar", required_argument, 0, 'g'},
                                          {0, 0, 0, 0}};
     /* The sampling extensions; their ranges are the library's check (its detail is printed). */
     ringlm_sampling smp;
     ringlm_sampling_init(&smp);
     ringlm_logit_bias *bias = NULL;
     int32_t *stop_ids = NULL;
+    char *constraint = NULL;
+    size_t clen = 0;
     int o;
     optind = 1;
     while ((o = getopt_long(argc, argv, "p:z:n:t:k:s:c:h", opts, NULL)) != -1) {
@@ -191,6 +249,25 @@ static int cmd_generate(int argc, char **argv)
             break;
         case 'M': smp.min_p = (float)cli_parse_double("--min-p", optarg, -1e9, 1e9); break;
         case 'O': stop_ids = parse_ids("--stop-token-ids", optarg, &smp.n_stop_token_ids); break;
+        case 'J':
+            constraint = read_whole("--json-schema", optarg, &clen);
+            set_constraint(&smp, RINGLM_CONSTRAINT_JSON_SCHEMA, constraint, clen, "--json-schema");
+            break;
+        case 'j':
+            set_constraint(&smp, RINGLM_CONSTRAINT_JSON_OBJECT, NULL, 0, "--json-object");
+            break;
+        case 'x':
+            constraint = cli_strdup(optarg);
+            set_constraint(&smp, RINGLM_CONSTRAINT_REGEX, constraint, strlen(optarg), "--regex");
+            break;
+        case 'C':
+            constraint = parse_choice(optarg, &clen);
+            set_constraint(&smp, RINGLM_CONSTRAINT_CHOICE, constraint, clen, "--choice");
+            break;
+        case 'g':
+            constraint = read_whole("--grammar", optarg, &clen);
+            set_constraint(&smp, RINGLM_CONSTRAINT_GRAMMAR, constraint, clen, "--grammar");
+            break;
         case 'h': usage_generate(stdout); return 0;
         default: usage_generate(stderr); return 2;
         }
@@ -314,9 +391,11 @@ static int cmd_generate(int argc, char **argv)
             int fr = ev.finish_reason;
             if (fr == RINGLM_FINISH_REJECTED || fr == RINGLM_FINISH_ERROR ||
                 fr == RINGLM_FINISH_TIMEOUT || (fr == RINGLM_FINISH_CANCELLED && !stopped_on_bos)) {
-                fprintf(stderr, "ringlm: request %s%s%s after %u tokens\n", ringlm_reason_name(fr),
-                        ev.reject_reason ? ": " : "",
-                        ev.reject_reason ? ringlm_reason_name(ev.reject_reason) : "", ev.n_tokens);
+                const char *why = ringlm_event_detail(c);
+                fprintf(stderr, "ringlm: request %s%s%s after %u tokens%s%s\n",
+                        ringlm_reason_name(fr), ev.reject_reason ? ": " : "",
+                        ev.reject_reason ? ringlm_reason_name(ev.reject_reason) : "", ev.n_tokens,
+                        why ? " — " : "", why ? why : "");
                 exit_code = 1;
             }
             if (stats) {
@@ -338,6 +417,7 @@ static int cmd_generate(int argc, char **argv)
     free(ids);
     free(bias);
     free(stop_ids);
+    free(constraint);
     ringlm_tokenizer_free(tok);
     return exit_code;
 }

@@ -1,0 +1,459 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/test_daemon_constrain.c — structured output through a real ringlmd serving stories260K
+ * (its vocabulary has byte fallback, so any text can be generated) with its tokenizer:
+ * every answer that finishes with the stop token parses and validates against its JSON Schema
+ * (Debian's python3-jsonschema is the validator), regex answers match their pattern, choice
+ * answers are one of the choices — so the stop token was never sampled where the constraint
+ * could not end; a constraint that does not compile is rejected with bad_params and the
+ * compiler's words, in the client's FINISH detail and the decision log, and the daemon goes on
+ * serving; a kind the daemon does not enforce, or a daemon without a tokenizer, is refused at
+ * submit with -ENOTSUP. Many constrained sequences decode in one batch (their masks computed
+ * on the daemon's mask thread while the forward pass runs).
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "libclient/ringlm.h"
+#include "tests/daemon_helpers.h"
+#include "tests/helpers.h"
+
+#define MAX_REQ 48
+#define MAX_OUT 400
+
+static bool tok_path(char *out, size_t n)
+{
+    snprintf(out, n, "%s/models/tok512.bin", th_shared_dir());
+    return access(out, R_OK) == 0;
+}
+
+typedef struct env {
+    dmn d;
+    char model[512], tok[512];
+    ringlm_client *c;
+    ringlm_tokenizer *t;
+    int32_t prompt[64];
+    uint32_t n_prompt;
+    /* -100 on every token that is only whitespace: JSON lets whitespace in anywhere, and a
+     * 260K-parameter model sampled at temperature 1 wanders there for ever; with this, most
+     * answers finish within their budget */
+    ringlm_logit_bias no_ws[RINGLM_MAX_LOGIT_BIAS];
+    uint32_t n_no_ws;
+    bool use_no_ws;
+} env;
+
+static void env_start(env *e, bool with_tokenizer)
+{
+    memset(e, 0, sizeof *e);
+    need_daemon_binary();
+    if (!stories_path(e->model, sizeof e->model))
+        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    if (!tok_path(e->tok, sizeof e->tok))
+        cr_skip_test("tok512.bin not in %s/models", th_shared_dir());
+    const char *extra[] = {"--tokenizer", e->tok, NULL};
+    dmn_start(&e->d, e->model, NULL, with_tokenizer ? extra : NULL);
+    cr_assert_eq(ringlm_connect(e->d.sock, &e->c), 0, "connect: %s", ringlm_errdetail());
+    cr_assert_eq(ringlm_tokenizer_load(e->tok, 512, &e->t), 0, "%s", ringlm_errdetail());
+    int n = ringlm_tokenize(e->t, "Once upon a time", 1 /* BOS */, e->prompt, 64);
+    cr_assert_gt(n, 1, "%s", ringlm_errdetail());
+    e->n_prompt = (uint32_t)n;
+    for (int32_t id = 0; id < 512; id++) {
+        const char *p;
+        if (ringlm_token_text(e->t, 3, id, &p) < 0 || !*p || strspn(p, " \t\r\n") != strlen(p))
+            continue;
+        e->no_ws[e->n_no_ws++] = (ringlm_logit_bias){id, -100.0f};
+    }
+}
+
+/* Stops the daemon (its logs are complete then); env_stop also removes its directory. */
+static void env_halt(env *e)
+{
+    ringlm_close(e->c);
+    e->c = NULL;
+    ringlm_tokenizer_free(e->t);
+    e->t = NULL;
+    assert_back_to_baseline(&e->d, 10000);
+    cr_expect_eq(dmn_stop(&e->d, SIGTERM, 10000), 0);
+}
+
+static void env_stop(env *e)
+{
+    env_halt(e);
+    dmn_cleanup(&e->d);
+}
+
+typedef struct answer {
+    uint64_t id;
+    int32_t toks[MAX_OUT];
+    uint32_t n;
+    ringlm_event fin;
+    char detail[256];
+    bool done;
+    char text[4 * MAX_OUT + 1];
+} answer;
+
+/* Submits n requests at once (one batch: the constrained rows decode together), each with
+ * its own constraint and seed, and collects every stream to its FINISH. */
+static void run_batch(env *e, const uint32_t *kinds, const char *const *cons, const size_t *lens,
+                      int n, float temperature, uint32_t max_new, answer *out)
+{
+    ringlm_request rq[MAX_REQ];
+    ringlm_sampling smp[MAX_REQ];
+    uint64_t ids[MAX_REQ];
+    cr_assert_leq(n, MAX_REQ);
+    for (int i = 0; i < n; i++) {
+        ringlm_request_init(&rq[i]);
+        rq[i].prompt = e->prompt;
+        rq[i].n_prompt = e->n_prompt;
+        rq[i].max_new_tokens = max_new;
+        rq[i].temperature = temperature;
+        rq[i].seed = 1000 + (uint64_t)i;
+        ringlm_sampling_init(&smp[i]);
+        smp[i].constraint_kind = kinds[i];
+        smp[i].constraint = cons[i];
+        smp[i].constraint_bytes = lens ? lens[i] : (cons[i] ? strlen(cons[i]) : 0);
+        if (e->use_no_ws) {
+            smp[i].logit_bias = e->no_ws;
+            smp[i].n_logit_bias = e->n_no_ws;
+        }
+    }
+    cr_assert_eq(ringlm_submit_batch_ext(e->c, rq, smp, (uint32_t)n, ids), 0, "submit: %s",
+                 ringlm_errdetail());
+    memset(out, 0, sizeof *out * (size_t)n);
+    for (int i = 0; i < n; i++) out[i].id = ids[i];
+    int left = n;
+    while (left) {
+        ringlm_event ev;
+        int rc = ringlm_next_event(e->c, &ev, 60000);
+        cr_assert_gt(rc, 0, "next_event %d: %s", rc, ringlm_errdetail());
+        int k = 0;
+        while (k < n && out[k].id != ev.req_id) k++;
+        cr_assert_lt(k, n, "an event of an unknown request %llu", (unsigned long long)ev.req_id);
+        answer *a = &out[k];
+        if (ev.kind == RINGLM_EV_TOKEN) {
+            cr_assert_eq(ev.index, a->n);
+            cr_assert_lt(a->n, MAX_OUT);
+            a->toks[a->n++] = ev.token;
+        } else if (ev.kind == RINGLM_EV_FINISH) {
+            a->fin = ev;
+            a->done = true;
+            const char *d = ringlm_event_detail(e->c);
+            snprintf(a->detail, sizeof a->detail, "%s", d ? d : "");
+            left--;
+        }
+    }
+    /* the text as the constraint saw it: each token's bytes after the one before it (the
+     * first after the prompt's last token) */
+    for (int i = 0; i < n; i++) {
+        answer *a = &out[i];
+        size_t at = 0;
+        int32_t prev = e->prompt[e->n_prompt - 1];
+        for (uint32_t k = 0; k < a->n; k++) {
+            const char *p;
+            cr_assert_eq(ringlm_token_text(e->t, prev, a->toks[k], &p), 0);
+            size_t l = strlen(p);
+            cr_assert_lt(at + l, sizeof a->text);
+            memcpy(a->text + at, p, l);
+            at += l;
+            prev = a->toks[k];
+        }
+        a->text[at] = 0;
+    }
+}
+
+/* Writes a string as a JSON string literal (the text may hold any byte but NUL). */
+static void put_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+/* Checks each finished answer with Python (Debian's python3 and python3-jsonschema): one line
+ * {"mode": "schema"|"regex"|"choice", "c": constraint, "text": answer} per answer; prints
+ * each failure. Returns the failures (0: all good). */
+static int py_check(env *e, const char *mode, const char *const *cons, const size_t *lens,
+                    const answer *a, int n, int *n_checked)
+{
+    if (access("/usr/bin/python3", X_OK) != 0) cr_skip_test("/usr/bin/python3 not installed");
+    char path[256], script[256];
+    snprintf(path, sizeof path, "%s/answers.jsonl", e->d.dir);
+    snprintf(script, sizeof script, "%s/check.py", e->d.dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    *n_checked = 0;
+    for (int i = 0; i < n; i++) {
+        if (a[i].fin.finish_reason != RINGLM_FINISH_STOP) continue; /* cut by max_tokens */
+        fprintf(f, "{\"mode\": \"%s\", \"c\": ", mode);
+        if (lens) { /* choices: NUL-separated, as a JSON list */
+            fputc('[', f);
+            for (size_t at = 0; at <= lens[i];) {
+                put_json_string(f, cons[i] + at);
+                at += strlen(cons[i] + at) + 1;
+                if (at <= lens[i]) fputc(',', f);
+            }
+            fputc(']', f);
+        } else {
+            put_json_string(f, cons[i]);
+        }
+        fputs(", \"text\": ", f);
+        put_json_string(f, a[i].text);
+        fputs("}\n", f);
+        (*n_checked)++;
+    }
+    fclose(f);
+    f = fopen(script, "w");
+    cr_assert_not_null(f);
+    fputs("import json, re, sys\n"
+          "import jsonschema\n"
+          "bad = 0\n"
+          "for line in open(sys.argv[1]):\n"
+          "    r = json.loads(line)\n"
+          "    try:\n"
+          "        if r['mode'] == 'schema':\n"
+          "            jsonschema.validate(json.loads(r['text']), json.loads(r['c']))\n"
+          "        elif r['mode'] == 'regex':\n"
+          "            assert re.fullmatch(r['c'], r['text']), 'no match'\n"
+          "        else:\n"
+          "            assert r['text'] in r['c'], 'not a choice'\n"
+          "    except Exception as ex:\n"
+          "        bad += 1\n"
+          "        print('FAIL', repr(r['text']), 'against', r['c'][:80], ':', str(ex)[:200])\n"
+          "print('checked', bad)\n",
+          f);
+    fclose(f);
+    char *out = NULL, *err = NULL;
+    char *argv[] = {"/usr/bin/python3", script, path, NULL};
+    int rc = th_run(argv, &out, &err, 120);
+    cr_assert_eq(rc, 0, "python3: %s %s", out ? out : "", err ? err : "");
+    int bad = -1;
+    const char *p = strstr(out, "checked ");
+    if (p) bad = atoi(p + 8);
+    if (bad) fprintf(stderr, "%s", out);
+    free(out);
+    free(err);
+    return bad;
+}
+
+/* ---- answers follow their constraint ---------------------------------------------------- */
+
+static const char *const schemas[] = {
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},"
+    "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":120}},\"required\":[\"name\",\"age\"],"
+    "\"additionalProperties\":false}",
+    "{\"type\":\"array\",\"items\":{\"enum\":[\"cat\",\"dog\",\"bird\"]},\"minItems\":1,"
+    "\"maxItems\":4}",
+    "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"boolean\"},"
+    "\"next\":{\"anyOf\":[{\"type\":\"null\"},{\"$ref\":\"#/$defs/node\"}]}},"
+    "\"required\":[\"v\",\"next\"],\"additionalProperties\":false}},\"$ref\":\"#/$defs/node\"}",
+    "{\"type\":\"object\",\"properties\":{\"ok\":{\"const\":true},\"n\":{\"type\":\"number\"}},"
+    "\"required\":[\"ok\"]}",
+};
+#define N_SCHEMAS (int)(sizeof schemas / sizeof *schemas)
+
+Test(daemon_constrain, json_schema_answers_validate, .timeout = 300)
+{
+    env e;
+    env_start(&e, true);
+    cr_assert_eq(ringlm_constraint_kinds(e.c),
+                 1 << RINGLM_CONSTRAINT_JSON_SCHEMA | 1 << RINGLM_CONSTRAINT_JSON_OBJECT |
+                     1 << RINGLM_CONSTRAINT_REGEX | 1 << RINGLM_CONSTRAINT_CHOICE);
+    /* 32 sequences at once, 8 per schema, sampled (temperature 1): the model wanders, the
+     * mask keeps it inside the schema */
+    enum { N = 32 };
+    uint32_t kinds[N];
+    const char *cons[N];
+    for (int i = 0; i < N; i++) {
+        kinds[i] = RINGLM_CONSTRAINT_JSON_SCHEMA;
+        cons[i] = schemas[i % N_SCHEMAS];
+    }
+    static answer a[N];
+    e.use_no_ws = true;
+    run_batch(&e, kinds, cons, NULL, N, 1.0f, 300, a);
+    int stopped = 0;
+    for (int i = 0; i < N; i++) {
+        cr_assert(a[i].fin.finish_reason == RINGLM_FINISH_STOP ||
+                      a[i].fin.finish_reason == RINGLM_FINISH_LENGTH,
+                  "request %d ended %s/%s: %s", i, ringlm_reason_name(a[i].fin.finish_reason),
+                  ringlm_reason_name(a[i].fin.reject_reason), a[i].detail);
+        stopped += a[i].fin.finish_reason == RINGLM_FINISH_STOP;
+    }
+    for (int i = 0; i < 8; i++)
+        cr_log_info("%s %u: %s", ringlm_reason_name(a[i].fin.finish_reason), a[i].n, a[i].text);
+    int checked = 0;
+    cr_expect_eq(py_check(&e, "schema", cons, NULL, a, N, &checked), 0,
+                 "finished answers that do not validate");
+    cr_log_info("%d of %d answers finished, all validated", checked, N);
+    cr_expect_geq(stopped, N / 4, "only %d of %d answers finished within 300 tokens", stopped, N);
+    /* json_object: any object */
+    for (int i = 0; i < 8; i++) {
+        kinds[i] = RINGLM_CONSTRAINT_JSON_OBJECT;
+        cons[i] = NULL;
+    }
+    run_batch(&e, kinds, cons, NULL, 8, 1.0f, 300, a);
+    for (int i = 0; i < 8; i++) {
+        cr_expect_neq(a[i].fin.finish_reason, RINGLM_FINISH_REJECTED, "%s", a[i].detail);
+        cons[i] = "{\"type\":\"object\"}";
+    }
+    cr_expect_eq(py_check(&e, "schema", cons, NULL, a, 8, &checked), 0);
+    env_stop(&e);
+}
+
+Test(daemon_constrain, regex_and_choice_answers_match, .timeout = 300)
+{
+    env e;
+    env_start(&e, true);
+    static const char *const res[] = {"[a-z]+@[a-z]+\\.(com|org)", "(yes|no)! [0-9]{3}",
+                                      "The (cat|dog) sat on [a-z ]{1,20}\\.",
+                                      "[A-Z][a-z]*( [a-z]+){2,5}\\."};
+    enum { N = 16 };
+    uint32_t kinds[N];
+    const char *cons[N];
+    for (int i = 0; i < N; i++) {
+        kinds[i] = RINGLM_CONSTRAINT_REGEX;
+        cons[i] = res[i % 4];
+    }
+    static answer a[N];
+    run_batch(&e, kinds, cons, NULL, N, 1.0f, 200, a);
+    int checked = 0;
+    cr_expect_eq(py_check(&e, "regex", cons, NULL, a, N, &checked), 0);
+    cr_expect_geq(checked, N / 4, "only %d of %d regex answers finished", checked, N);
+    /* choices, NUL-separated */
+    static const char ch1[] = "red\0green\0blue", ch2[] = "a long answer\0a\0an answer";
+    size_t lens[N];
+    for (int i = 0; i < N; i++) {
+        kinds[i] = RINGLM_CONSTRAINT_CHOICE;
+        cons[i] = i % 2 ? ch1 : ch2;
+        lens[i] = i % 2 ? sizeof ch1 - 1 : sizeof ch2 - 1;
+    }
+    run_batch(&e, kinds, cons, lens, N, 1.0f, 50, a);
+    for (int i = 0; i < N; i++) /* a choice always ends: nothing can follow a whole one */
+        cr_expect_eq(a[i].fin.finish_reason, RINGLM_FINISH_STOP, "choice %d: %s (%s)", i,
+                     ringlm_reason_name(a[i].fin.finish_reason), a[i].text);
+    cr_expect_eq(py_check(&e, "choice", cons, lens, a, N, &checked), 0);
+    cr_expect_eq(checked, N);
+    env_stop(&e);
+}
+
+/* ---- bad constraints ------------------------------------------------------------------ */
+
+Test(daemon_constrain, a_constraint_that_does_not_compile_is_rejected_with_its_reason,
+     .timeout = 120)
+{
+    env e;
+    env_start(&e, true);
+    static const struct {
+        uint32_t kind;
+        const char *text, *says;
+    } bad[] = {
+        {RINGLM_CONSTRAINT_JSON_SCHEMA, "{\"type\": \"object\", ", "JSON"},
+        {RINGLM_CONSTRAINT_JSON_SCHEMA,
+         "{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"$ref\":\"#/$defs/a\"}},"
+         "\"$ref\":\"#/$defs/a\"}",
+         "$ref"},
+        {RINGLM_CONSTRAINT_JSON_SCHEMA, "{\"not\": {\"enum\": [1, 2]}}", "not"},
+        {RINGLM_CONSTRAINT_REGEX, "a(b", "offset"},
+        {RINGLM_CONSTRAINT_REGEX, "(a)\\1", "back"},
+    };
+    enum { N = sizeof bad / sizeof bad[0] };
+    char details[N][256];
+    /* twice each: the second answer comes from the cache of failed compiles */
+    for (int round = 0; round < 2; round++) {
+        uint32_t kinds[N];
+        const char *cons[N];
+        for (int i = 0; i < N; i++) {
+            kinds[i] = bad[i].kind;
+            cons[i] = bad[i].text;
+        }
+        static answer a[N];
+        run_batch(&e, kinds, cons, NULL, N, 0.0f, 20, a);
+        for (int i = 0; i < N; i++) {
+            cr_expect_eq(a[i].fin.finish_reason, RINGLM_FINISH_REJECTED, "%s: %s", bad[i].text,
+                         ringlm_reason_name(a[i].fin.finish_reason));
+            cr_expect_eq(a[i].fin.reject_reason, RINGLM_R_BAD_PARAMS);
+            cr_expect_eq(a[i].n, 0u);
+            cr_expect(strncmp(a[i].detail, "constraint: ", 12) == 0 &&
+                          strcasestr(a[i].detail, bad[i].says),
+                      "%s: detail \"%s\" does not say %s", bad[i].text, a[i].detail, bad[i].says);
+            snprintf(details[i], sizeof details[i], "%s", a[i].detail);
+        }
+    }
+    /* the daemon goes on serving constrained requests */
+    uint32_t k = RINGLM_CONSTRAINT_CHOICE;
+    const char *c = "yes\0no";
+    size_t l = 6;
+    answer ok;
+    run_batch(&e, &k, &c, &l, 1, 0.0f, 20, &ok);
+    cr_expect_eq(ok.fin.finish_reason, RINGLM_FINISH_STOP, "%s", ok.detail);
+    cr_expect(!strcmp(ok.text, "yes") || !strcmp(ok.text, "no"), "%s", ok.text);
+    /* the decision log has each reject with the same words (quoted as JSON: the detail's
+     * words up to its first character JSON escapes) */
+    env_halt(&e);
+    for (int i = 0; i < N; i++) {
+        char words[64];
+        size_t wl = strlen(details[i]) < sizeof words - 1 ? strlen(details[i]) : sizeof words - 1;
+        memcpy(words, details[i], wl);
+        words[wl] = 0;
+        words[strcspn(words, "\"\\")] = 0;
+        cr_expect_geq(count_lines2(e.d.declog, "\"bad_params\"", words), 2,
+                      "decision log has no two bad_params rejects saying \"%s\"", words);
+    }
+    dmn_cleanup(&e.d);
+}
+
+Test(daemon_constrain, what_is_not_enforced_is_refused_at_submit, .timeout = 120)
+{
+    env e;
+    env_start(&e, true);
+    ringlm_request rq;
+    ringlm_request_init(&rq);
+    rq.prompt = e.prompt;
+    rq.n_prompt = e.n_prompt;
+    ringlm_sampling smp;
+    ringlm_sampling_init(&smp);
+    uint64_t id;
+    /* GBNF is not enforced by this daemon yet */
+    smp.constraint_kind = RINGLM_CONSTRAINT_GRAMMAR;
+    smp.constraint = "root ::= \"a\"";
+    smp.constraint_bytes = strlen(smp.constraint);
+    cr_expect_eq(ringlm_submit_ext(e.c, &rq, &smp, &id), -ENOTSUP);
+    cr_expect(strstr(ringlm_errdetail(), "grammar"), "%s", ringlm_errdetail());
+    /* structural errors are -EINVAL naming the member, whatever the daemon */
+    const char *field = NULL;
+    smp.constraint_kind = 9;
+    cr_expect_eq(ringlm_request_check_ext(&rq, &smp, 0, &field), -EINVAL);
+    cr_expect_str_eq(field ? field : "", "constraint");
+    smp.constraint_kind = RINGLM_CONSTRAINT_JSON_OBJECT; /* takes no bytes */
+    cr_expect_eq(ringlm_request_check_ext(&rq, &smp, 0, &field), -EINVAL);
+    smp.constraint_kind = RINGLM_CONSTRAINT_REGEX;
+    smp.constraint_bytes = 0; /* needs its text */
+    cr_expect_eq(ringlm_request_check_ext(&rq, &smp, 0, &field), -EINVAL);
+    ringlm_close(e.c);
+    e.c = NULL;
+    ringlm_tokenizer_free(e.t);
+    cr_expect_eq(dmn_stop(&e.d, SIGTERM, 10000), 0);
+    dmn_cleanup(&e.d);
+
+    /* a daemon without a tokenizer enforces nothing, and says so */
+    env_start(&e, false);
+    cr_expect_eq(ringlm_constraint_kinds(e.c), 0);
+    smp.constraint_kind = RINGLM_CONSTRAINT_JSON_OBJECT;
+    smp.constraint = NULL;
+    smp.constraint_bytes = 0;
+    cr_expect_eq(ringlm_submit_ext(e.c, &rq, &smp, &id), -ENOTSUP);
+    cr_expect(strstr(ringlm_errdetail(), "enforces none"), "%s", ringlm_errdetail());
+    env_stop(&e);
+}

@@ -1,0 +1,319 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Tool calls through ringlm-gateway with a real ringlmd on stories260K: the gateway serves
+ * stories260K's vocabulary as a GGUF tokenizer whose chat template is Hermes-style (Qwen's
+ * <tool_call> tags), so it picks the hermes parser from the template; tools and an
+ * assistant's tool calls reach the template; an answer without a call is the same content
+ * under "auto" as under "none", whole and streamed; bad tools and tool choices are 400s that
+ * name the field.
+ */
+#include "tests/gateway_helpers.h"
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gateway/gw_text.h"
+#include "model/gguf_write.h"
+
+TestSuite(gateway_toolcalls, .fini = gwh_stop_all, .timeout = 120);
+
+/* A Hermes-style template (the shape of Qwen 2.5's): the tools in a system turn, an
+ * assistant's calls as <tool_call> tags with their arguments as JSON, tool results as user
+ * turns. */
+static const char *const hermes_jinja =
+    "{%- if tools %}<|im_start|>system\n<tools>{% for t in tools %}{{ t.function.name }}"
+    "{% endfor %}</tools><|im_end|>{{ '\\n' }}{% endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'tool' %}<|im_start|>user\n<tool_response>{{ m.content }}</tool_response>"
+    "<|im_end|>{{ '\\n' }}"
+    "{%- elif m.tool_calls %}<|im_start|>assistant\n{% for c in m.tool_calls %}<tool_call>"
+    "{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}"
+    "</tool_call>{% endfor %}<|im_end|>{{ '\\n' }}"
+    "{%- else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>{{ '\\n' }}{% endif %}"
+    "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+/* stories260K's tokenizer (tok512.bin, llama2.c's format) as a GGUF SentencePiece vocabulary
+ * with tokenizer.chat_template: the same 512 pieces (a space is U+2581), so the daemon's
+ * model reads the gateway's ids. */
+static char *write_stories_gguf(const char *name, const char *template)
+{
+    char *src = th_shared_file("models/tok512.bin");
+    FILE *f = fopen(src, "rb");
+    cr_assert_not_null(f, "%s", src);
+    enum { N = 512 };
+    static char *pieces[N];
+    const char *toks[N];
+    size_t lens[N];
+    float scores[N];
+    int32_t types[N];
+    int32_t maxlen;
+    cr_assert_eq(fread(&maxlen, 4, 1, f), 1);
+    for (int i = 0; i < N; i++) {
+        int32_t len;
+        cr_assert_eq(fread(&scores[i], 4, 1, f), 1);
+        cr_assert_eq(fread(&len, 4, 1, f), 1);
+        cr_assert(len > 0 && len < 64);
+        char raw[64];
+        cr_assert_eq(fread(raw, 1, (size_t)len, f), (size_t)len);
+        raw[len] = 0;
+        char buf[256];
+        size_t o = 0;
+        if (i == 1 || i == 2)
+            o = (size_t)snprintf(buf, sizeof buf, "%s", i == 1 ? "<s>" : "</s>");
+        else
+            for (int k = 0; k < len; k++) {
+                if (raw[k] == ' ') {
+                    memcpy(buf + o, "\xe2\x96\x81", 3);
+                    o += 3;
+                } else {
+                    buf[o++] = raw[k];
+                }
+            }
+        buf[o] = 0;
+        pieces[i] = strdup(buf);
+        toks[i] = pieces[i];
+        lens[i] = o;
+        types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
+    }
+    fclose(f);
+    free(src);
+    char *path = th_path(gwh_dir(), name);
+    gguf_writer *w = gw_new();
+    gw_str(w, "general.architecture", "llama");
+    gw_str(w, "tokenizer.ggml.model", "llama");
+    gw_str_arr(w, "tokenizer.ggml.tokens", toks, lens, N);
+    gw_f32_arr(w, "tokenizer.ggml.scores", scores, N);
+    gw_i32_arr(w, "tokenizer.ggml.token_type", types, N);
+    gw_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    gw_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    if (template) gw_str(w, "tokenizer.chat_template", template);
+    cr_assert_eq(gw_write(w, path), 0, "writing %s", path);
+    gw_free(w);
+    for (int i = 0; i < N; i++) free(pieces[i]);
+    return path;
+}
+
+/* ringlmd and a gateway on the Hermes-template tokenizer (extra: more gateway options). */
+static void start_hermes(const char *const *extra)
+{
+    char *tok = write_stories_gguf("hermes.gguf", hermes_jinja);
+    const char *argv[16] = {"--tokenizer", tok};
+    int n = 2;
+    for (int i = 0; extra && extra[i] && n < 15; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
+    gwh_start_daemon(NULL);
+    gwh_start_gateway(argv);
+    gwh_wait_healthy(10000);
+    free(tok);
+}
+
+static json_t *post_json(const char *path, const char *body, int want_status)
+{
+    gwh_resp r = gwh_curl(path, NULL, body);
+    cr_assert_eq(r.status, want_status, "%s %s: %d %s", path, body, r.status, r.body);
+    json_t *j = json_loads(r.body, 0, NULL);
+    cr_assert_not_null(j, "%s", r.body);
+    gwh_resp_free(&r);
+    return j;
+}
+
+static const char *const TOOLS =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_time\", \"description\": \"The "
+    "time\", \"parameters\": {\"type\": \"object\", \"properties\": {\"tz\": {\"type\": "
+    "\"string\"}}}}}]";
+
+/* The start line says which syntax is parsed and where that came from. */
+static void want_start_line(const char *says)
+{
+    char *log = th_read_file(gwh_gateway.log);
+    cr_assert(strstr(log, says), "%s", log);
+    free(log);
+}
+
+Test(gateway_toolcalls, the_parser_is_the_one_the_chat_template_writes)
+{
+    gwh_need();
+    start_hermes(NULL);
+    want_start_line("tool calls hermes (the chat template)");
+}
+
+Test(gateway_toolcalls, the_parser_named_by_the_option_wins)
+{
+    gwh_need();
+    const char *none[] = {"--tool-call-parser", "none", NULL};
+    start_hermes(none);
+    want_start_line("tool calls none (--tool-call-parser)");
+}
+
+Test(gateway_toolcalls, a_template_that_writes_no_known_call_syntax_parses_none)
+{
+    gwh_need();
+    char *plain = write_stories_gguf("plain.gguf", "{% for m in messages %}{{ m.content }}\n"
+                                                   "{% endfor %}");
+    const char *p[] = {"--tokenizer", plain, NULL};
+    gwh_start_gateway(p);
+    want_start_line("tool calls none (the chat template)");
+    free(plain);
+}
+
+/* An assistant's tool_calls reach the template with their arguments as the object the
+ * client's JSON string holds, and the tools with them: the ids of the messages are the ids of
+ * the text the template gives for that. */
+Test(gateway_toolcalls, an_assistants_tool_calls_reach_the_template_with_their_arguments)
+{
+    gwh_need();
+    gwh_need_curl();
+    start_hermes(NULL);
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"time?\"}, {\"role\": "
+             "\"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c1\", \"type\": "
+             "\"function\", \"function\": {\"name\": \"get_time\", \"arguments\": \"{\\\"tz\\\": "
+             "\\\"UTC\\\"}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": "
+             "\"noon\"}], \"tools\": %s}",
+             TOOLS);
+    json_t *got = post_json("/tokenize", body, 200);
+    json_t *want = post_json(
+        "/tokenize",
+        "{\"prompt\": \"<|im_start|>system\\n<tools>get_time</tools><|im_end|>\\n<|im_start|>user"
+        "\\ntime?<|im_end|>\\n<|im_start|>assistant\\n<tool_call>{\\\"name\\\": \\\"get_time\\\", "
+        "\\\"arguments\\\": {\\\"tz\\\": \\\"UTC\\\"}}</tool_call><|im_end|>\\n<|im_start|>user\\n"
+        "<tool_response>noon</tool_response><|im_end|>\\n<|im_start|>assistant\\n\"}",
+        200);
+    cr_assert(json_equal(json_object_get(got, "tokens"), json_object_get(want, "tokens")),
+              "the rendered conversation is not the expected text: %s vs %s",
+              json_dumps(json_object_get(got, "tokens"), JSON_COMPACT),
+              json_dumps(json_object_get(want, "tokens"), JSON_COMPACT));
+    json_decref(got);
+    json_decref(want);
+}
+
+/* The content of a streamed chat answer (its deltas joined), its finish reason, and whether
+ * any chunk carried tool_calls. */
+static char *stream_content(const char *body, char *finish, size_t fn, bool *calls)
+{
+    gwh_resp r = gwh_curl("/v1/chat/completions", NULL, body);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    gw_buf all = {0};
+    gw_buf_add(&all, "", 0);
+    *calls = false;
+    finish[0] = 0;
+    for (char *l = strstr(r.body, "data: "); l; l = strstr(l + 1, "data: ")) {
+        if (!strncmp(l, "data: [DONE]", 12)) break;
+        char *end = strstr(l, "\n\n");
+        json_t *j = json_loadb(l + 6, end ? (size_t)(end - l - 6) : strlen(l + 6), 0, NULL);
+        cr_assert_not_null(j, "%s", l);
+        json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+        json_t *d = json_object_get(ch, "delta");
+        if (json_is_string(json_object_get(d, "content")))
+            gw_buf_adds(&all, json_string_value(json_object_get(d, "content")));
+        if (json_object_get(d, "tool_calls")) *calls = true;
+        if (json_is_string(json_object_get(ch, "finish_reason")))
+            snprintf(finish, fn, "%s", json_string_value(json_object_get(ch, "finish_reason")));
+        json_decref(j);
+    }
+    gwh_resp_free(&r);
+    return all.p;
+}
+
+Test(gateway_toolcalls, an_answer_without_a_call_is_the_same_content_under_auto)
+{
+    gwh_need();
+    gwh_need_curl();
+    start_hermes(NULL);
+    char body[2048];
+    const char *choice[] = {"\"none\"", "\"auto\""};
+    json_t *ans[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(body, sizeof body,
+                 "{\"messages\": [{\"role\": \"user\", \"content\": \"Lily and Tom\"}], \"tools\": "
+                 "%s, \"tool_choice\": %s, \"max_tokens\": 24, \"temperature\": 0}",
+                 TOOLS, choice[i]);
+        ans[i] = post_json("/v1/chat/completions", body, 200);
+    }
+    json_t *m0 = json_object_get(json_array_get(json_object_get(ans[0], "choices"), 0), "message");
+    json_t *m1 = json_object_get(json_array_get(json_object_get(ans[1], "choices"), 0), "message");
+    const char *c0 = json_string_value(json_object_get(m0, "content"));
+    cr_assert(c0 && strlen(c0) > 10, "%s", json_dumps(ans[0], 0));
+    cr_assert_str_eq(json_string_value(json_object_get(m1, "content")), c0);
+    cr_assert_null(json_object_get(m1, "tool_calls"), "%s", json_dumps(ans[1], 0));
+    cr_assert_str_eq(json_string_value(json_object_get(
+                         json_array_get(json_object_get(ans[1], "choices"), 0), "finish_reason")),
+                     "length");
+    /* streamed under auto: the same content, no tool_calls delta */
+    snprintf(body, sizeof body,
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"Lily and Tom\"}], \"tools\": %s, "
+             "\"max_tokens\": 24, \"temperature\": 0, \"stream\": true}",
+             TOOLS);
+    char finish[32];
+    bool calls;
+    char *text = stream_content(body, finish, sizeof finish, &calls);
+    cr_assert_str_eq(text, c0);
+    cr_assert_str_eq(finish, "length");
+    cr_assert_not(calls);
+    free(text);
+    json_decref(ans[0]);
+    json_decref(ans[1]);
+}
+
+static void want_400(const char *body, const char *param, const char *says)
+{
+    gwh_resp r = gwh_curl("/v1/chat/completions", NULL, body);
+    cr_assert_eq(r.status, 400, "%s: %d %s", body, r.status, r.body);
+    json_t *j = json_loads(r.body, 0, NULL);
+    json_t *e = json_object_get(j, "error");
+    cr_assert_str_eq(json_string_value(json_object_get(e, "param")), param, "%s", r.body);
+    cr_assert(strstr(json_string_value(json_object_get(e, "message")), says), "%s", r.body);
+    json_decref(j);
+    gwh_resp_free(&r);
+}
+
+Test(gateway_toolcalls, bad_tools_and_tool_choices_are_400s_naming_the_field)
+{
+    gwh_need();
+    gwh_need_curl();
+    start_hermes(NULL);
+    const char *msgs = "\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]";
+    char body[2048];
+    snprintf(body, sizeof body,
+             "{%s, \"tools\": [{\"type\": \"function\", \"function\": {\"description\": \"x\"}}]}",
+             msgs);
+    want_400(body, "tools", "'tools' item 0: 'function.name' is required");
+    snprintf(body, sizeof body, "{%s, \"tools\": [{\"type\": \"retrieval\"}]}", msgs);
+    want_400(body, "tools", "'type' must be \"function\"");
+    snprintf(body, sizeof body,
+             "{%s, \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}, "
+             "{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}",
+             msgs);
+    want_400(body, "tools", "both named 'f'");
+    snprintf(body, sizeof body,
+             "{%s, \"tools\": %s, \"tool_choice\": {\"type\": \"function\", \"function\": "
+             "{\"name\": \"get_weather\"}}}",
+             msgs, TOOLS);
+    want_400(body, "tool_choice", "'get_weather', which is not in 'tools'");
+    snprintf(body, sizeof body, "{%s, \"tools\": %s, \"tool_choice\": \"sometimes\"}", msgs, TOOLS);
+    want_400(body, "tool_choice", "must be \"none\", \"auto\", \"required\"");
+    snprintf(body, sizeof body, "{%s, \"tool_choice\": \"auto\"}", msgs);
+    want_400(body, "tool_choice", "needs 'tools'");
+    snprintf(body, sizeof body, "{%s, \"tools\": %s, \"tool_choice\": \"required\"}", msgs, TOOLS);
+    want_400(body, "tool_choice", "not implemented yet");
+}
+
+Test(gateway_toolcalls, auto_is_a_400_where_no_call_syntax_is_known)
+{
+    gwh_need();
+    gwh_need_curl();
+    const char *none[] = {"--tool-call-parser", "none", NULL};
+    start_hermes(none);
+    char body[2048];
+    snprintf(body, sizeof body,
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"tools\": %s, "
+             "\"tool_choice\": \"auto\"}",
+             TOOLS);
+    want_400(body, "tool_choice", "--tool-call-parser");
+}

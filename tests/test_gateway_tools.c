@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The gateway's tool-call parsers (gateway/gw_tools.h): Hermes/Qwen <tool_call> tags, Llama 3
+ * JSON, Mistral [TOOL_CALLS] lists parsed out of an answer whole, and streamed in every split
+ * of the text (each byte apart, and pieces of 1..7 bytes) to exactly the same content, names
+ * and arguments; text that only looks like a call stays content.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gateway/gw_tools.h"
+
+/* A stream's events joined: content, and per call its name and its arguments' pieces. */
+typedef struct joined {
+    gw_buf content;
+    char names[8][64];
+    gw_buf args[8];
+    int n, starts;
+    bool order_ok; /* arguments only for the last call started */
+} joined;
+
+static int j_content(void *arg, const char *t, size_t n)
+{
+    joined *j = arg;
+    return gw_buf_add(&j->content, t, n);
+}
+
+static int j_start(void *arg, int index, const char *name, size_t len)
+{
+    joined *j = arg;
+    if (index != j->n || index >= 8) j->order_ok = false;
+    if (index >= 8) return -EINVAL;
+    snprintf(j->names[index], sizeof j->names[index], "%.*s", (int)len, name);
+    j->n = index + 1;
+    j->starts++;
+    return 0;
+}
+
+static int j_args(void *arg, int index, const char *t, size_t n)
+{
+    joined *j = arg;
+    if (index != j->n - 1) j->order_ok = false;
+    if (index < 0 || index >= 8) return -EINVAL;
+    return gw_buf_add(&j->args[index], t, n);
+}
+
+static void j_free(joined *j)
+{
+    gw_buf_free(&j->content);
+    for (int i = 0; i < 8; i++) gw_buf_free(&j->args[i]);
+}
+
+/* Streams text in pieces of step bytes (0: the whole at once) and joins what comes out. */
+static void stream(int parser, int max_calls, const char *text, size_t step, joined *j)
+{
+    memset(j, 0, sizeof *j);
+    j->order_ok = true;
+    gw_tool_state st;
+    gw_tools_init(&st, parser, max_calls);
+    gw_tool_sink k = {j_content, j_start, j_args, j};
+    size_t n = strlen(text), at = 0;
+    if (!step) step = n ? n : 1;
+    do {
+        size_t take = n - at < step ? n - at : step;
+        cr_assert_eq(gw_tools_feed(&st, text + at, take, at + take == n, &k), 0);
+        at += take;
+    } while (at < n);
+    gw_tools_free(&st);
+}
+
+typedef struct want {
+    const char *content; /* NULL: none */
+    int n;
+    const char *name[3], *args[3];
+} want;
+
+/* The whole parse gives w, and so does every split of the stream. */
+static void check(int parser, int max_calls, const char *text, const want *w)
+{
+    gw_tool_calls c;
+    cr_assert_eq(gw_tools_parse(parser, max_calls, text, strlen(text), &c), 0);
+    cr_assert_str_eq(c.content.p ? c.content.p : "", w->content ? w->content : "", "%s", text);
+    cr_assert_eq(c.n, w->n, "%s: %d calls", text, c.n);
+    for (int i = 0; i < w->n; i++) {
+        cr_assert_str_eq(c.v[i].name, w->name[i], "%s", text);
+        cr_assert_str_eq(c.v[i].args.p ? c.v[i].args.p : "", w->args[i], "%s", text);
+    }
+    gw_tool_calls_free(&c);
+    for (size_t step = 1; step <= 8; step++) {
+        joined j;
+        stream(parser, max_calls, text, step == 8 ? 0 : step, &j);
+        cr_assert(j.order_ok, "%s in pieces of %zu", text, step);
+        cr_assert_str_eq(j.content.p ? j.content.p : "", w->content ? w->content : "",
+                         "%s in pieces of %zu", text, step);
+        cr_assert_eq(j.n, w->n, "%s in pieces of %zu: %d calls", text, step, j.n);
+        cr_assert_eq(j.starts, w->n);
+        for (int i = 0; i < w->n; i++) {
+            cr_assert_str_eq(j.names[i], w->name[i]);
+            cr_assert_str_eq(j.args[i].p ? j.args[i].p : "", w->args[i], "%s in pieces of %zu",
+                             text, step);
+        }
+        j_free(&j);
+    }
+}
+
+Test(gateway_tools, hermes_calls_are_parsed_out_of_the_text)
+{
+    check(GW_TOOLS_HERMES, 0,
+          "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+          "\"days\": [1, 2]}}\n</tool_call>",
+          &(want){NULL, 1, {"get_weather"}, {"{\"city\": \"Paris\", \"days\": [1, 2]}"}});
+    /* content before, two calls, the whitespace between dropped */
+    check(GW_TOOLS_HERMES, 0,
+          "Let me look.<tool_call>{\"name\":\"a\",\"arguments\":{\"s\":\"}<tool_call>\\\"\"}}"
+          "</tool_call>\n<tool_call>{\"arguments\": {}, \"name\": \"b\"}</tool_call>",
+          &(want){"Let me look.", 2, {"a", "b"}, {"{\"s\":\"}<tool_call>\\\"\"}", "{}"}});
+    /* no arguments: {}; arguments written as a JSON string: decoded */
+    check(GW_TOOLS_HERMES, 0,
+          "<tool_call>{\"name\": \"now\"}</tool_call><tool_call>{\"name\": \"x\", \"arguments\": "
+          "\"{\\\"a\\\": 1}\"}</tool_call>",
+          &(want){NULL, 2, {"now", "x"}, {"{}", "{\"a\": 1}"}});
+    /* a name with an escape */
+    check(GW_TOOLS_HERMES, 0, "<tool_call>{\"name\": \"caf\\u00e9\", \"arguments\": {}}",
+          &(want){NULL, 1, {"caf\xc3\xa9"}, {"{}"}});
+}
+
+Test(gateway_tools, hermes_text_that_is_not_a_call_stays_content)
+{
+    check(GW_TOOLS_HERMES, 0, "Once upon a time <tool <tool_cal> and a <b>",
+          &(want){"Once upon a time <tool <tool_cal> and a <b>", 0, {0}, {0}});
+    /* the marker, then no object */
+    check(GW_TOOLS_HERMES, 0, "a<tool_call>hello", &(want){"a<tool_call>hello", 0, {0}, {0}});
+    /* an object without a name */
+    check(GW_TOOLS_HERMES, 0, "<tool_call>{\"arguments\": {}}</tool_call>",
+          &(want){"<tool_call>{\"arguments\": {}}</tool_call>", 0, {0}, {0}});
+    /* a marker cut short at the end */
+    check(GW_TOOLS_HERMES, 0, "the end <tool_c", &(want){"the end <tool_c", 0, {0}, {0}});
+    /* text after a call is content */
+    check(GW_TOOLS_HERMES, 0,
+          "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1}}</tool_call>\n\nDone.",
+          &(want){"Done.", 1, {"f"}, {"{\"x\": 1}"}});
+}
+
+Test(gateway_tools, llama3_json_calls_open_the_answer)
+{
+    check(GW_TOOLS_LLAMA3_JSON, 0,
+          "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}",
+          &(want){NULL, 1, {"get_weather"}, {"{\"city\": \"Oslo\"}"}});
+    check(GW_TOOLS_LLAMA3_JSON, 0,
+          "<|python_tag|>{\"name\": \"a\", \"parameters\": {\"n\": -1.5e3}}; {\"name\": \"b\", "
+          "\"parameters\": {\"t\": true}}",
+          &(want){NULL, 2, {"a", "b"}, {"{\"n\": -1.5e3}", "{\"t\": true}"}});
+    /* prose, or JSON that is not a call, is content */
+    check(GW_TOOLS_LLAMA3_JSON, 0, "The answer is {\"name\": \"x\"}",
+          &(want){"The answer is {\"name\": \"x\"}", 0, {0}, {0}});
+    check(GW_TOOLS_LLAMA3_JSON, 0, "  {\"city\": \"Oslo\"}",
+          &(want){"  {\"city\": \"Oslo\"}", 0, {0}, {0}});
+    check(GW_TOOLS_LLAMA3_JSON, 0, "<|python_tag|>print(1)",
+          &(want){"<|python_tag|>print(1)", 0, {0}, {0}});
+}
+
+Test(gateway_tools, mistral_tool_calls_are_a_list_after_the_marker)
+{
+    check(GW_TOOLS_MISTRAL, 0,
+          "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}, "
+          "{\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}}]",
+          &(want){
+              NULL, 2, {"get_weather", "get_time"}, {"{\"city\": \"Rome\"}", "{\"tz\": \"CET\"}"}});
+    check(GW_TOOLS_MISTRAL, 0, "Sure. [TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]",
+          &(want){"Sure. ", 1, {"f"}, {"{}"}});
+    check(GW_TOOLS_MISTRAL, 0, "[TOOL] calls [x]", &(want){"[TOOL] calls [x]", 0, {0}, {0}});
+}
+
+Test(gateway_tools, parallel_tool_calls_false_keeps_the_first_call)
+{
+    check(
+        GW_TOOLS_HERMES, 1,
+        "<tool_call>{\"name\": \"a\", \"arguments\": {\"i\": 1}}</tool_call><tool_call>{\"name\": "
+        "\"b\", \"arguments\": {\"i\": 2}}</tool_call>",
+        &(want){NULL, 1, {"a"}, {"{\"i\": 1}"}});
+}
+
+/* The arguments come out as they arrive, not at the end of the call: a client sees them
+ * grow (what OpenAI's streamed deltas are for). */
+Test(gateway_tools, streamed_arguments_are_handed_on_before_the_call_ends)
+{
+    joined j = {0};
+    j.order_ok = true;
+    gw_tool_state st;
+    gw_tools_init(&st, GW_TOOLS_HERMES, 0);
+    gw_tool_sink k = {j_content, j_start, j_args, &j};
+    const char *a = "<tool_call>{\"name\": \"f\", \"arguments\": {\"text\": \"abc";
+    cr_assert_eq(gw_tools_feed(&st, a, strlen(a), false, &k), 0);
+    cr_assert_eq(j.n, 1);
+    cr_assert_str_eq(j.names[0], "f");
+    cr_assert_str_eq(j.args[0].p, "{\"text\": \"abc");
+    cr_assert_null(j.content.p);
+    const char *b = "def\"}}</tool_call>";
+    cr_assert_eq(gw_tools_feed(&st, b, strlen(b), true, &k), 0);
+    cr_assert_str_eq(j.args[0].p, "{\"text\": \"abcdef\"}");
+    gw_tools_free(&st);
+    j_free(&j);
+}
+
+Test(gateway_tools, the_parser_is_known_by_its_name_and_its_templates_rendering)
+{
+    cr_assert_eq(gw_tool_parser_by_name("hermes"), GW_TOOLS_HERMES);
+    cr_assert_eq(gw_tool_parser_by_name("llama3_json"), GW_TOOLS_LLAMA3_JSON);
+    cr_assert_eq(gw_tool_parser_by_name("mistral"), GW_TOOLS_MISTRAL);
+    cr_assert_eq(gw_tool_parser_by_name("pythonic"), -1);
+    cr_assert_eq(gw_tool_parser_of_rendering("<|im_start|>assistant\n<tool_call>\n{...}", "f"),
+                 GW_TOOLS_HERMES);
+    cr_assert_eq(gw_tool_parser_of_rendering("[INST]x[/INST][TOOL_CALLS][{...}]", "f"),
+                 GW_TOOLS_MISTRAL);
+    cr_assert_eq(gw_tool_parser_of_rendering("<|start_header_id|>assistant<|end_header_id|>\n\n"
+                                             "{\"name\": \"probe\", \"parameters\": {}}",
+                                             "probe"),
+                 GW_TOOLS_LLAMA3_JSON);
+    cr_assert_eq(gw_tool_parser_of_rendering("<user>x\n<assistant>[call probe]", "probe"),
+                 GW_TOOLS_NONE);
+}
