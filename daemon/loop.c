@@ -95,6 +95,7 @@ struct dloop {
     int stop;
     int draining;
     uint64_t policy_hash;
+    struct ringlm_wire_load load; /* dloop_publish_load */
     uint64_t t0_ns;
     uint64_t now_us;
     uint64_t futex_wakes; /* clients woken by publish_sessions, ever */
@@ -918,6 +919,26 @@ void dloop_set_policy_hash(dloop *l, uint64_t hash)
 {
     l->policy_hash = hash;
     dsess_write_policy_hash_all(l, hash);
+}
+
+void dloop_publish_load(dloop *l, uint32_t waiting, uint32_t running, uint32_t kv_used,
+                        uint32_t kv_total, uint64_t iterations)
+{
+    struct ringlm_wire_load *ld = &l->load;
+    if (ld->waiting == waiting && ld->running == running && ld->kv_used == kv_used &&
+        ld->kv_total == kv_total && ld->iterations)
+        return;
+    *ld = (struct ringlm_wire_load){.waiting = waiting,
+                                    .running = running,
+                                    .kv_used = kv_used,
+                                    .kv_total = kv_total,
+                                    .iterations = iterations ? iterations : 1};
+    dsess_write_load_all(l, ld);
+}
+
+const struct ringlm_wire_load *dloop_load(dloop *l)
+{
+    return &l->load;
 }
 
 /* ---- what session.c needs of the loop -------------------------------------------------- */

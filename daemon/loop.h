@@ -155,6 +155,12 @@ void dloop_wake_after_us(dloop *l, uint64_t us);
 /* The policy hash written into every session's status and every FINISH_EXT. */
 void dloop_set_policy_hash(dloop *l, uint64_t hash);
 uint64_t dloop_policy_hash(dloop *l);
+/* The daemon's load for its clients (every session's segment: struct ringlm_wire_load):
+ * rewritten where it changed since the last call; call it once per iteration. */
+void dloop_publish_load(dloop *l, uint32_t waiting, uint32_t running, uint32_t kv_used,
+                        uint32_t kv_total, uint64_t iterations);
+/* The load last published (a new session starts with it). */
+const struct ringlm_wire_load *dloop_load(dloop *l);
 /* "futex" or "eventfd". */
 const char *dloop_doorbell_mode(dloop *l);
 /* Number of live sessions. */
@@ -206,8 +212,10 @@ void *dsess_user(dsess *s);
  * left out: no request can name them). Written once into the daemon segment. */
 /* vocab > 0: the session takes REQUEST_EXT records (RINGLM_WIRE_CAP_SAMPLING) of a model of
  * that vocabulary; 0: it does not. */
+/* model: the served model name (NULL or "": not said; longer than RINGLM_WIRE_MODEL_LEN - 1
+ * bytes: cut). */
 void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes,
-                     uint32_t vocab);
+                     uint32_t vocab, const char *model);
 /* The constraint kinds the service enforces (bit k: kind k; 0: none): with any,
  * RINGLM_WIRE_CAP_CONSTRAINT. Call it after dsess_set_facts, in on_connect. */
 void dsess_set_constraint_kinds(dsess *s, uint32_t kinds);

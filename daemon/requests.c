@@ -470,7 +470,8 @@ int req_session_open(svc *s, dsess *ds)
     int n_classes = sched_policy_n_classes(s->policy);
     if (n_classes > SCHED_MAX_CLASSES) n_classes = SCHED_MAX_CLASSES;
     for (int i = 0; i < n_classes; i++) classes[i] = sched_policy_class(s->policy, i)->name;
-    dsess_set_facts(ds, ss->trusted, classes, n_classes, (uint32_t)s->mcfg->vocab_size);
+    dsess_set_facts(ds, ss->trusted, classes, n_classes, (uint32_t)s->mcfg->vocab_size,
+                    s->served_model_name);
     dsess_set_constraint_kinds(ds, cn_kinds(s));
     svc_stats_changed(s);
     return 0;

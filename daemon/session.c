@@ -268,7 +268,7 @@ static int send_welcome(dsess *s, int status, const char *detail, int with_fds)
 }
 
 void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes,
-                     uint32_t vocab)
+                     uint32_t vocab, const char *model)
 {
     struct ringlm_wire_dseg *d = s->dseg;
     uint32_t n = 0;
@@ -279,7 +279,12 @@ void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int
     /* the client maps the segment only after the welcome: no ordering to publish */
     d->vocab_size = vocab;
     d->caps = RINGLM_WIRE_CAP_FACTS | (tenant_tags ? RINGLM_WIRE_CAP_TENANT_TAGS : 0) |
-              (vocab ? RINGLM_WIRE_CAP_SAMPLING | RINGLM_WIRE_CAP_LOGPROBS : 0);
+              (vocab ? RINGLM_WIRE_CAP_SAMPLING | RINGLM_WIRE_CAP_LOGPROBS : 0) |
+              (d->caps & RINGLM_WIRE_CAP_LOAD);
+    if (model && model[0]) {
+        snprintf(d->served_model, sizeof d->served_model, "%s", model);
+        d->caps |= RINGLM_WIRE_CAP_MODEL;
+    }
 }
 
 void dsess_set_constraint_kinds(dsess *s, uint32_t kinds)
@@ -665,6 +670,7 @@ static void hello_setup(dsess *s)
     }
     s->svc_knows = 1;
     if (dloop_is_draining(l)) dsess_write_state(s, RINGLM_WIRE_ST_DRAINING);
+    dsess_write_load(s, dloop_load(l));
     if (send_welcome(s, 0, NULL, 1) < 0) {
         dsess_end(s, "could not send the handshake answer");
         return;
@@ -840,4 +846,10 @@ void dsess_write_policy_hash_all(dloop *l, uint64_t hash)
 {
     for (dsess *s = dloop_sessions(l)->all; s; s = s->next)
         if (s->phase == DSESS_ACTIVE) dsess_write_policy_hash(s, hash);
+}
+
+void dsess_write_load_all(dloop *l, const struct ringlm_wire_load *ld)
+{
+    for (dsess *s = dloop_sessions(l)->all; s; s = s->next)
+        if (s->phase == DSESS_ACTIVE) dsess_write_load(s, ld);
 }

@@ -122,5 +122,9 @@ uint64_t dsess_doorbell_idle_wakes(const dsess *s);
 /* Status words the client reads, on every ACTIVE session. */
 void dsess_write_state_all(dloop *l, uint32_t state);
 void dsess_write_policy_hash_all(dloop *l, uint64_t hash);
+/* The daemon's load (shm/wire.h, struct ringlm_wire_load; seq and iterations are set here),
+ * into one session's segment / every ACTIVE one's. */
+void dsess_write_load(dsess *s, const struct ringlm_wire_load *ld);
+void dsess_write_load_all(dloop *l, const struct ringlm_wire_load *ld);
 
 #endif

@@ -237,6 +237,24 @@ void dsess_write_policy_hash(dsess *s, uint64_t hash)
     if (s->dseg) __atomic_store_n(&s->dseg->policy_hash, hash, __ATOMIC_RELEASE);
 }
 
+void dsess_write_load(dsess *s, const struct ringlm_wire_load *ld)
+{
+    if (!s->dseg) return;
+    struct ringlm_wire_load *w = &s->dseg->load;
+    /* seqlock: odd while writing; the fence orders the odd seq before the fields */
+    uint32_t seq = w->seq;
+    __atomic_store_n(&w->seq, seq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&w->waiting, ld->waiting, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->running, ld->running, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->kv_used, ld->kv_used, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->kv_total, ld->kv_total, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->iterations, ld->iterations, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->seq, seq + 2, __ATOMIC_RELEASE);
+    if (!(s->dseg->caps & RINGLM_WIRE_CAP_LOAD))
+        __atomic_store_n(&s->dseg->caps, s->dseg->caps | RINGLM_WIRE_CAP_LOAD, __ATOMIC_RELEASE);
+}
+
 void dsess_write_closed(dsess *s, int err, const char *reason)
 {
     if (!s->dseg) return;

@@ -115,6 +115,12 @@ void stats_update_gauges(svc *s, uint64_t iter_us, uint32_t batch_tokens)
     memset(&c, 0, sizeof c);
     sched_get_counts(s->sched, &c);
     metrics_set_queue(s->mx, c.waiting, c.running + c.swapped + c.in_transit);
+    /* the same figures for clients, in their segments (a gateway over several daemons
+     * weighs them per request) */
+    if (s->loop)
+        dloop_publish_load(s->loop, c.waiting, c.running + c.swapped + c.in_transit,
+                           c.kv_used[SCHED_POOL_DEVICE], c.kv_total[SCHED_POOL_DEVICE],
+                           s->n_iterations);
     for (sched_pool p = SCHED_POOL_DEVICE; p < SCHED_POOL__COUNT; p++)
         metrics_set_kv(s->mx, p, c.kv_used[p], c.kv_total[p]);
     metrics_prefix mp = {.query_tokens = c.prefix_query_tokens, .hit_tokens = c.prefix_hit_tokens};

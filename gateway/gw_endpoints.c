@@ -5,6 +5,7 @@
  * /v1/models, /health, /tokenize, /detokenize and the gateway's own /metrics.
  */
 #include "gateway/gw_internal.h"
+#include "gateway/gw_responses.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -13,8 +14,9 @@
 #include <string.h>
 
 /* ---- endpoints and their counters ------------------------------------------------------ */
-const char *const gw_ep_name[EP_N] = {"completions", "chat_completions", "models",  "health",
-                                      "tokenize",    "detokenize",       "metrics", "other"};
+const char *const gw_ep_name[EP_N] = {"completions", "chat_completions", "responses",
+                                      "models",      "health",           "tokenize",
+                                      "detokenize",  "metrics",          "other"};
 const int gw_stat_codes[GW_NSTAT] = {200, 400, 401, 404, 405, 413, 429, 500, 503, 504, 0};
 
 int gw_stat_slot(int status)
@@ -39,13 +41,16 @@ static int encode_text(const ringlm_tokenizer *t, const char *text, int32_t **id
 enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
     gw_err e;
-    gw_parse_cfg pc = {.served_model = s->cfg.served_model,
+    gw_parse_cfg pc = {.served_model = gw_model(s),
                        .tpl = s->cfg.tpl,
                        .jinja = s->cfg.jinja,
                        .tool_parser = s->cfg.tool_parser};
-    if (gw_params_parse(r->ep == EP_CHAT ? GW_CHAT : GW_COMPLETION, r->body.p ? r->body.p : "",
-                        r->body.len, &pc, &r->p, &e))
-        return gw_answer_err(r, c, &e);
+    int prc = r->ep == EP_RESPONSES
+                  ? gw_responses_parse(r->body.p ? r->body.p : "", r->body.len, &pc, &r->p,
+                                       &r->rs.base, &e)
+                  : gw_params_parse(r->ep == EP_CHAT ? GW_CHAT : GW_COMPLETION,
+                                    r->body.p ? r->body.p : "", r->body.len, &pc, &r->p, &e);
+    if (prc) return gw_answer_err(r, c, &e);
     if (r->p.tool_parser) gw_tools_init(&r->tools, r->p.tool_parser, r->p.max_tool_calls);
     if (r->p.prompt_text) {
         if (!s->cfg.tok)
@@ -98,13 +103,19 @@ enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connecti
     r->prev = r->n_prompt ? r->ids[r->n_prompt - 1] : 0;
     r->has_smp = gw_params_sampling(&r->p, &r->smp);
     if (gw_params_check(&r->p, &r->rq, r->has_smp ? &r->smp : NULL,
-                        s->cfg.tok ? ringlm_tokenizer_vocab_size(s->cfg.tok) : 0, &e))
+                        s->cfg.tok ? ringlm_tokenizer_vocab_size(s->cfg.tok) : 0, &e)) {
+        if (r->ep == EP_RESPONSES) gw_responses_err(&e);
         return gw_answer_err(r, c, &e);
+    }
 
     pthread_mutex_lock(&s->mu);
     r->rq.seed = r->p.has_seed ? r->p.seed : gw_xorshift(&s->rng);
-    snprintf(r->id, sizeof r->id, "%s-%s%llx", r->p.kind == GW_CHAT ? "chatcmpl" : "cmpl",
+    snprintf(r->id, sizeof r->id, "%s-%s%llx",
+             r->ep == EP_RESPONSES  ? "resp"
+             : r->p.kind == GW_CHAT ? "chatcmpl"
+                                    : "cmpl",
              s->id_prefix, (unsigned long long)r->serial);
+    if (r->ep == EP_RESPONSES) r->id[4] = '_'; /* OpenAI's resp_... */
     r->created = (long long)time(NULL);
     gw_buf_addf(
         &r->head,
@@ -134,9 +145,9 @@ enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connecti
 /* ---- small endpoints ------------------------------------------------------------------- */
 enum MHD_Result gw_ep_models(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
-    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", s->cfg.served_model, "object", "model",
-                          "created", (json_int_t)time(NULL), "owned_by", "ringlm", "root",
-                          s->cfg.served_model);
+    const char *name = gw_model(s);
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", name, "object", "model", "created",
+                          (json_int_t)time(NULL), "owned_by", "ringlm", "root", name);
     if (m && s->cfg.max_model_len)
         json_object_set_new(m, "max_model_len", json_integer(s->cfg.max_model_len));
     return gw_answer_json(r, c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
@@ -377,6 +388,23 @@ enum MHD_Result gw_ep_metrics(gw_server *s, gw_req *r, struct MHD_Connection *c)
                     "# TYPE ringlm_gateway_affinity_requests_total counter\n"
                     "ringlm_gateway_affinity_requests_total %llu\n",
                     (unsigned long long)s->affinity_picks);
+        gw_daemon_load dl[GW_MAX_DAEMONS];
+        bool dup[GW_MAX_DAEMONS];
+        gw_daemon_loads_locked(s, dl, dup);
+        gw_buf_adds(&b, "# HELP ringlm_gateway_daemon_load Each daemon's load as the gateway "
+                        "weighs it when it picks one, in requests: queued and running (the "
+                        "daemon's count, or the gateway's requests there when more) plus its "
+                        "device KV use (a full pool weighs 16).\n"
+                        "# TYPE ringlm_gateway_daemon_load gauge\n");
+        for (int d = 0; d < s->n_daemons; d++)
+            gw_buf_addf(&b, "ringlm_gateway_daemon_load{daemon=\"%d\"} %zu\n", d,
+                        gw_route_load(&dl[d]));
+        gw_buf_adds(&b, "# HELP ringlm_gateway_daemon_kv_usage_perc Each daemon's device KV use "
+                        "as it publishes it to its sessions (0..1).\n"
+                        "# TYPE ringlm_gateway_daemon_kv_usage_perc gauge\n");
+        for (int d = 0; d < s->n_daemons; d++)
+            gw_buf_addf(&b, "ringlm_gateway_daemon_kv_usage_perc{daemon=\"%d\"} %.6f\n", d,
+                        dl[d].kv_total ? (double)dl[d].kv_used / dl[d].kv_total : 0.0);
     }
     gw_buf_adds(&b, "# HELP ringlm_gateway_session_requests_in_flight Requests submitted on a "
                     "session and not finished.\n"

@@ -62,6 +62,7 @@
 enum ep {
     EP_COMPLETIONS,
     EP_CHAT,
+    EP_RESPONSES,
     EP_MODELS,
     EP_HEALTH,
     EP_TOKENIZE,
@@ -98,6 +99,18 @@ json_t *gw_lp_chat(const ringlm_tokenizer *tok, const gw_lp *v, size_t n);
 json_t *gw_lp_completion(const ringlm_tokenizer *tok, const gw_lp *v, size_t n, size_t *offset);
 /* vLLM's prompt_logprobs of v[0..n). */
 json_t *gw_lp_prompt_vllm(const ringlm_tokenizer *tok, const gw_lp *v, size_t n);
+
+/* A Responses answer being built (gw_responses.c): the response object, its output items. */
+typedef struct gw_resp_state {
+    json_t *base;   /* the response's fields that echo the request (id, model, tools, ...) */
+    json_t *output; /* the items done */
+    int seq;        /* the next event's sequence_number */
+    int open;       /* the item open: none, message, function_call, reasoning */
+    int index;      /* its output_index */
+    char item_id[64], call_id[64];
+    char *name; /* an open function_call's name */
+    gw_buf acc; /* its text or arguments so far */
+} gw_resp_state;
 
 typedef struct gw_req gw_req;
 typedef struct gw_sess gw_sess;
@@ -154,6 +167,7 @@ struct gw_req {
     gw_reason_state think; /* stream, --reasoning-parser: reasoning or content so far */
     gw_tool_state tools;   /* stream, p.tool_parser: tool calls out of the content */
     int n_calls;           /* stream: tool calls started (their deltas sent) */
+    gw_resp_state rs;      /* /v1/responses: the response being built */
     gw_buf out;            /* stream: SSE bytes not yet handed to libmicrohttpd */
     gw_buf head;           /* "data: {...,\"choices\":[" of this stream's chunks */
     const char *finish;    /* "stop" / "length" once decided */
@@ -214,7 +228,10 @@ struct gw_server {
     size_t n_inflight; /* submitted, no FINISH yet (all sessions) */
     size_t n_streams;  /* SSE responses open */
     char id_prefix[12];
-    char *model_json; /* the served model name as a JSON string literal */
+    char *model_json;    /* the served model name as a JSON string literal (mu) */
+    const char *model;   /* gw_model: atomic; set at start, or once when learned */
+    char *model_learned; /* the name the daemons said (the first one to say it; mu) */
+    bool model_warned;   /* the daemons' name differs from --served-model-name: said once */
     /* the token that opens the model's tool calls when it is a control token, which
      * decodes to no text ([TOOL_CALLS], <|python_tag|>): its text is put back (-1: none) */
     int32_t tool_marker;
@@ -279,6 +296,11 @@ void gw_unwatch(gw_server *s, gw_req *r);
 /* Submits r on the connected session with the fewest requests: 0 submitted or queued for
  * ring space; -1 failed (r->err set, not answered). */
 int gw_submit_locked(gw_server *s, gw_req *r);
+/* Each daemon's load as the router weighs it (gw_route.h), and whether it has a session up. */
+void gw_daemon_loads_locked(gw_server *s, gw_daemon_load *dl, bool *up);
+/* The served model name: --served-model-name, else the one the daemons said, else "ringlm"
+ * (any thread; fixed once learned). */
+const char *gw_model(gw_server *s);
 /* Cancels r in ringlmd (queued for ring space when the ring is full). */
 void gw_cancel_locked(gw_server *s, gw_req *r);
 /* Cancels every request submitted and not finished (drain after its grace). */
@@ -337,6 +359,21 @@ void gw_sse_end(gw_req *r);
 bool gw_emit_text(gw_req *r, bool final);
 /* The first event of r arrived (or it failed): answer or start the stream. */
 enum MHD_Result gw_resumed(gw_server *s, gw_req *r, struct MHD_Connection *c);
+
+/* ---- gw_responses.c (mu held) ------------------------------------------------------------ */
+/* A Responses answer: its start (stream: response.created, response.in_progress), its text
+ * (reasoning: a reasoning item's), a tool call's start and arguments, its end (stream:
+ * response.completed, or error and response.failed). */
+void gw_resp_begin(gw_req *r);
+int gw_resp_text(gw_req *r, bool reasoning, const char *t, size_t n);
+int gw_resp_call(gw_req *r, int index, const char *name, size_t n);
+int gw_resp_args(gw_req *r, int index, const char *t, size_t n);
+void gw_resp_end(gw_req *r);
+/* The whole response object once the text went through (a new reference). */
+json_t *gw_resp_whole(gw_req *r);
+void gw_resp_free(gw_resp_state *st);
+/* A chat parameter's error under the Responses field's name (max_tokens: max_output_tokens). */
+void gw_responses_err(gw_err *e);
 
 /* ---- gw_server.c: answers (r may be NULL; body malloc'ed and taken) -------------------- */
 /* c NULL (a preparation thread): the answer is left in r for the HTTP thread to queue. */

@@ -62,7 +62,8 @@ static void prepare(gw_server *s, gw_req *r)
 {
     switch (r->ep) {
     case EP_COMPLETIONS:
-    case EP_CHAT: gw_start_generation(s, r, NULL); break;
+    case EP_CHAT:
+    case EP_RESPONSES: gw_start_generation(s, r, NULL); break;
     case EP_TOKENIZE: gw_ep_tokenize(s, r, NULL); break;
     case EP_DETOKENIZE: gw_ep_detokenize(s, r, NULL); break;
     default: gw_answer_errf(r, NULL, 404, "not_found", "no such endpoint"); break;

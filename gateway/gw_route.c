@@ -46,6 +46,16 @@ static uint32_t chain(const gw_route *rt, const int32_t *prompt, uint32_t n, uin
     return nb;
 }
 
+size_t gw_route_load(const gw_daemon_load *l)
+{
+    size_t n = l->sent;
+    if (!l->published) return n;
+    size_t queued = (size_t)l->waiting + l->running;
+    if (queued > n) n = queued;
+    if (l->kv_total) n += (size_t)l->kv_used * GW_ROUTE_KV_WEIGHT / l->kv_total; /* rounded down */
+    return n;
+}
+
 int gw_route_pick(gw_route *rt, const int32_t *prompt, uint32_t n, const size_t *load,
                   const bool *up, int n_daemons, uint32_t *affinity_blocks)
 {

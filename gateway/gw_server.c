@@ -124,6 +124,7 @@ static enum ep route(const char *url)
 {
     if (!strcmp(url, "/v1/completions")) return EP_COMPLETIONS;
     if (!strcmp(url, "/v1/chat/completions")) return EP_CHAT;
+    if (!strcmp(url, "/v1/responses")) return EP_RESPONSES;
     if (!strcmp(url, "/v1/models")) return EP_MODELS;
     if (!strcmp(url, "/health")) return EP_HEALTH;
     if (!strcmp(url, "/tokenize")) return EP_TOKENIZE;
@@ -134,7 +135,8 @@ static enum ep route(const char *url)
 
 static bool ep_is_post(enum ep e)
 {
-    return e == EP_COMPLETIONS || e == EP_CHAT || e == EP_TOKENIZE || e == EP_DETOKENIZE;
+    return e == EP_COMPLETIONS || e == EP_CHAT || e == EP_RESPONSES || e == EP_TOKENIZE ||
+           e == EP_DETOKENIZE;
 }
 
 /* The key of "Authorization: Bearer KEY"; -1 when keys are configured and it is missing or
@@ -244,6 +246,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         switch (r->ep) {
         case EP_COMPLETIONS:
         case EP_CHAT:
+        case EP_RESPONSES:
         case EP_TOKENIZE:
         case EP_DETOKENIZE: return gw_prep_queue(s, r, c);
         case EP_MODELS: return gw_ep_models(s, r, c);
@@ -340,7 +343,8 @@ int gw_server_start(const gw_cfg *cfg, gw_server **out)
                 s->tool_marker = ids[i];
         }
     }
-    json_t *mj = json_string(cfg->served_model);
+    s->model = cfg->served_model ? cfg->served_model : "ringlm";
+    json_t *mj = json_string(s->model);
     s->model_json = mj ? json_dumps(mj, JSON_ENCODE_ANY) : NULL;
     json_decref(mj);
     int per_daemon = cfg->sessions ? (int)cfg->sessions : 1;
@@ -529,6 +533,7 @@ int gw_server_stop(gw_server *s)
     if (s->epfd >= 0) close(s->epfd);
     if (s->stop_efd >= 0) close(s->stop_efd);
     free(s->model_json);
+    free(s->model_learned);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->prep_cv);

@@ -47,7 +47,9 @@ typedef struct gw_cfg {
     const gw_keys *keys; /* NULL: no keys, every request is the gateway's tenant */
     int tpl;             /* RINGLM_CHAT_*: the chat template of /v1/chat/completions */
     const struct ringlm_chat_jinja *jinja; /* the model file's own template (NULL: tpl) */
-    const char *served_model;              /* /v1/models id, and the name requests must use */
+    /* /v1/models id, and the name requests must use; NULL: the name the daemons say
+     * (ringlm_served_model; "ringlm" until one does, or with a daemon that does not) */
+    const char *served_model;
     int reasoning;                     /* GW_REASON_*: reasoning_content split off chat answers */
     int tool_parser;                   /* GW_TOOLS_*: the model's tool-call syntax (0: none) */
     uint32_t max_model_len;            /* context in tokens (0 = unknown) */

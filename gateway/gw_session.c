@@ -112,7 +112,7 @@ gw_req *gw_req_new(gw_server *s, enum ep ep, struct MHD_Connection *c)
     pthread_mutex_lock(&s->mu);
     r->serial = ++s->next_serial;
     serial_put(s, r);
-    if (ep == EP_COMPLETIONS || ep == EP_CHAT) s->n_gen_live++;
+    if (ep == EP_COMPLETIONS || ep == EP_CHAT || ep == EP_RESPONSES) s->n_gen_live++;
     pthread_mutex_unlock(&s->mu);
     return r;
 }
@@ -122,7 +122,7 @@ void gw_req_free(gw_server *s, gw_req *r)
 {
     serial_del(s, r);
     q_del(r);
-    if (r->ep == EP_COMPLETIONS || r->ep == EP_CHAT) {
+    if (r->ep == EP_COMPLETIONS || r->ep == EP_CHAT || r->ep == EP_RESPONSES) {
         s->n_gen_live--;
         pthread_cond_broadcast(&s->cv);
     }
@@ -133,6 +133,7 @@ void gw_req_free(gw_server *s, gw_req *r)
     gw_buf_free(&r->pend);
     gw_buf_free(&r->text);
     gw_tools_free(&r->tools);
+    gw_resp_free(&r->rs);
     gw_lps_free(&r->lps);
     gw_lps_free(&r->plps);
     gw_buf_free(&r->out);
@@ -237,6 +238,54 @@ int gw_check_daemon(const gw_cfg *cfg, const ringlm_client *c, char *why, size_t
     return 0;
 }
 
+const char *gw_model(gw_server *s)
+{
+    return __atomic_load_n(&s->model, __ATOMIC_ACQUIRE);
+}
+
+/* mu held: the served model name daemon c says. The first name said is the daemons' (and the
+ * gateway's, without --served-model-name); a daemon that says another one serves another
+ * model, which one gateway cannot front: -1 with why. */
+static int check_model(gw_server *s, gw_sess *ss, const ringlm_client *c, char *why, size_t n)
+{
+    const char *name = ringlm_served_model(c);
+    if (!name) return 0; /* a daemon that does not say */
+    if (!s->model_learned) {
+        char *copy = strdup(name);
+        json_t *mj = json_string(name);
+        char *js = mj ? json_dumps(mj, JSON_ENCODE_ANY) : NULL;
+        json_decref(mj);
+        if (!copy || !js) {
+            free(copy);
+            free(js);
+            return 0; /* out of memory: the name stays as it was */
+        }
+        s->model_learned = copy;
+        if (!s->cfg.served_model) {
+            free(s->model_json);
+            s->model_json = js;
+            __atomic_store_n(&s->model, s->model_learned, __ATOMIC_RELEASE);
+            gw_log(s, "serving model '%s', the name ringlmd serves it by", name);
+        } else {
+            free(js);
+        }
+    } else if (strcmp(name, s->model_learned)) {
+        snprintf(why, n,
+                 "ringlmd at %s serves model '%s', the gateway's other daemons '%s': one gateway "
+                 "fronts one model (give every ringlmd the same --served-model-name and model)",
+                 ss->socket_path ? ss->socket_path : "the default socket", name, s->model_learned);
+        return -1;
+    }
+    if (s->cfg.served_model && strcmp(name, s->cfg.served_model) && !s->model_warned) {
+        s->model_warned = true;
+        gw_log(s,
+               "ringlmd serves the model as '%s'; clients, /v1/models and the relayed vllm:* "
+               "metrics see --served-model-name '%s'",
+               name, s->cfg.served_model);
+    }
+    return 0;
+}
+
 /* ---- the session (events thread; mu held where noted) ---------------------------------- */
 void gw_cancel_locked(gw_server *s, gw_req *r)
 {
@@ -305,18 +354,39 @@ static int submit_on(gw_sess *ss, gw_req *r)
     return -1;
 }
 
+void gw_daemon_loads_locked(gw_server *s, gw_daemon_load *dl, bool *up)
+{
+    for (int d = 0; d < s->n_daemons; d++) {
+        dl[d] = (gw_daemon_load){0};
+        up[d] = false;
+    }
+    for (int i = 0; i < s->n_sess; i++) {
+        gw_sess *ss = &s->sess[i];
+        gw_daemon_load *l = &dl[ss->daemon];
+        l->sent += ss->n_inflight + ss->n_queued;
+        if (!ss->client) continue;
+        up[ss->daemon] = true;
+        ringlm_load ld; /* every session of a daemon maps the same figures: read one */
+        if (!l->published && ringlm_daemon_load(ss->client, &ld) == 0)
+            *l = (gw_daemon_load){.sent = l->sent,
+                                  .published = true,
+                                  .waiting = ld.waiting,
+                                  .running = ld.running,
+                                  .kv_used = ld.kv_used_blocks,
+                                  .kv_total = ld.kv_total_blocks};
+    }
+}
+
 int gw_submit_locked(gw_server *s, gw_req *r)
 {
     gw_sess *best = NULL;
     int daemon = -1; /* with several daemons, the one gw_route picks; then its sessions */
     if (s->route) {
+        gw_daemon_load dl[GW_MAX_DAEMONS];
         size_t load[GW_MAX_DAEMONS] = {0};
         bool up[GW_MAX_DAEMONS] = {0};
-        for (int i = 0; i < s->n_sess; i++) {
-            gw_sess *ss = &s->sess[i];
-            load[ss->daemon] += ss->n_inflight + ss->n_queued;
-            up[ss->daemon] |= ss->client != NULL;
-        }
+        gw_daemon_loads_locked(s, dl, up);
+        for (int d = 0; d < s->n_daemons; d++) load[d] = gw_route_load(&dl[d]);
         uint32_t affinity = 0;
         daemon = gw_route_pick(s->route, r->rq.prompt, r->rq.n_prompt, load, up, s->n_daemons,
                                &affinity);
@@ -482,7 +552,7 @@ void *gw_events_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         if (stop) break;
         if (!c) {
-            char bad[768];
+            char bad[768] = "";
             int rc = ringlm_connect(ss->socket_path, &c);
             if (rc == 0 && gw_check_daemon(&s->cfg, c, bad, sizeof bad) < 0) {
                 /* a daemon whose policy does not fit the keys: no session, said loudly */
@@ -491,7 +561,12 @@ void *gw_events_main(void *arg)
                 rc = -EPERM;
             }
             pthread_mutex_lock(&s->mu);
-            if (rc == -EPERM && !c) {
+            if (rc == 0 && check_model(s, ss, c, bad, sizeof bad) < 0) {
+                ringlm_close(c);
+                c = NULL;
+                rc = -EPERM;
+            }
+            if (rc == -EPERM && !c && bad[0]) {
                 snprintf(ss->conn_err, sizeof ss->conn_err, "%s", bad);
                 if (strcmp(last_err, ss->conn_err)) {
                     fprintf(stderr, "ringlm-gateway: session %d refused: %s\n", ss->idx, bad);

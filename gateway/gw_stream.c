@@ -104,6 +104,7 @@ static int sse_logprobs(gw_req *r)
 
 static int sse_text(gw_req *r, const char *t, size_t n)
 {
+    if (r->ep == EP_RESPONSES) return gw_resp_text(r, false, t, n) ? -1 : 0;
     int e = gw_buf_add(&r->out, r->head.p, r->head.len);
     if (r->p.kind == GW_CHAT) {
         e |= gw_buf_adds(&r->out, "{\"index\":0,\"delta\":{\"content\":");
@@ -142,6 +143,7 @@ static int tc_start(void *arg, int index, const char *name, size_t len)
 {
     gw_req *r = arg;
     r->n_calls = index + 1;
+    if (r->ep == EP_RESPONSES) return gw_resp_call(r, index, name, len);
     int e = gw_buf_add(&r->out, r->head.p, r->head.len);
     e |= gw_buf_addf(&r->out, "{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":%d,\"id\":\"",
                      index);
@@ -156,6 +158,7 @@ static int tc_start(void *arg, int index, const char *name, size_t len)
 static int tc_args(void *arg, int index, const char *t, size_t n)
 {
     gw_req *r = arg;
+    if (r->ep == EP_RESPONSES) return gw_resp_args(r, index, t, n);
     int e = gw_buf_add(&r->out, r->head.p, r->head.len);
     e |= gw_buf_addf(&r->out,
                      "{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":%d,\"function\":{"
@@ -184,6 +187,7 @@ static int sse_piece(void *arg, bool reasoning, const char *t, size_t n)
 {
     gw_req *r = arg;
     if (!reasoning && r->p.tool_parser) return tools_feed(r, t, n, false);
+    if (r->ep == EP_RESPONSES) return gw_resp_text(r, reasoning, t, n);
     int e = gw_buf_add(&r->out, r->head.p, r->head.len);
     e |= gw_buf_adds(&r->out, reasoning ? "{\"index\":0,\"delta\":{\"reasoning_content\":"
                                         : "{\"index\":0,\"delta\":{\"content\":");
@@ -254,7 +258,9 @@ void gw_start_stream(gw_req *r)
 {
     if (r->started) return;
     r->started = true;
-    if (r->p.kind == GW_CHAT) {
+    if (r->ep == EP_RESPONSES) {
+        gw_resp_begin(r);
+    } else if (r->p.kind == GW_CHAT) {
         gw_buf_add(&r->out, r->head.p, r->head.len);
         gw_buf_adds(&r->out, "{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
                              "\"logprobs\":null,\"finish_reason\":null}]}\n\n");
@@ -273,6 +279,10 @@ static void usage_json(gw_buf *b, const gw_req *r)
 
 void gw_sse_end(gw_req *r)
 {
+    if (r->ep == EP_RESPONSES) { /* its last event is response.completed: no [DONE] */
+        gw_resp_end(r);
+        return;
+    }
     if (r->failed) {
         char *j = gw_err_json(&r->err);
         gw_buf_adds(&r->out, "data: ");
@@ -354,9 +364,25 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
     return n;
 }
 
+/* mu held: a whole Responses answer: the text through the same items as a stream's. */
+static enum MHD_Result answer_response(gw_server *s, gw_req *r, struct MHD_Connection *c)
+{
+    const char *rs = NULL, *cs = r->text.p ? r->text.p : "";
+    size_t rn = 0, cn = r->text.len;
+    if (s->cfg.reasoning) gw_reason_split(s->cfg.reasoning, cs, cn, &rs, &rn, &cs, &cn);
+    gw_resp_begin(r);
+    if (rs) gw_resp_text(r, true, rs, rn);
+    if (cs && r->p.tool_parser)
+        tools_feed(r, cs, cn, true);
+    else if (cs)
+        gw_resp_text(r, false, cs, cn);
+    return gw_answer_json(r, c, 200, gw_resp_whole(r));
+}
+
 /* mu held: the whole (non-stream) answer of a finished generation. */
 static enum MHD_Result answer_generation(gw_server *s, gw_req *r, struct MHD_Connection *c)
 {
+    if (r->ep == EP_RESPONSES) return answer_response(s, r, c);
     json_t *choice;
     char *echoed = r->p.echo ? echo_text(r) : NULL;
     gw_buf all = {0};
@@ -422,13 +448,12 @@ static enum MHD_Result answer_generation(gw_server *s, gw_req *r, struct MHD_Con
                       : NULL;
     /* vLLM's places: the choice's for completions, the response's for chat */
     if (plp && r->p.kind == GW_COMPLETION) json_object_set(choice, "prompt_logprobs", plp);
-    json_t *o =
-        json_pack("{s:s, s:s, s:I, s:s, s:[o], s:{s:i, s:i, s:i, s:{s:I}}}", "id", r->id, "object",
-                  r->p.kind == GW_CHAT ? "chat.completion" : "text_completion", "created",
-                  (json_int_t)r->created, "model", s->cfg.served_model, "choices", choice, "usage",
-                  "prompt_tokens", (int)r->n_prompt, "completion_tokens", (int)r->n_gen,
-                  "total_tokens", (int)(r->n_prompt + r->n_gen), "prompt_tokens_details",
-                  "cached_tokens", (json_int_t)r->n_cached);
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:{s:i, s:i, s:i, s:{s:I}}}", "id", r->id,
+                          "object", r->p.kind == GW_CHAT ? "chat.completion" : "text_completion",
+                          "created", (json_int_t)r->created, "model", gw_model(s), "choices",
+                          choice, "usage", "prompt_tokens", (int)r->n_prompt, "completion_tokens",
+                          (int)r->n_gen, "total_tokens", (int)(r->n_prompt + r->n_gen),
+                          "prompt_tokens_details", "cached_tokens", (json_int_t)r->n_cached);
     if (plp && r->p.kind == GW_CHAT) json_object_set(o, "prompt_logprobs", plp);
     json_decref(plp);
     return gw_answer_json(r, c, 200, o);

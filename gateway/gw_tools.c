@@ -25,6 +25,7 @@ enum phase {
     PH_OBJ,     /* in a call object */
     PH_CLOSE,   /* hermes: matching </tool_call> after the object */
     PH_AFTER,   /* mistral and llama3_json: after an object, its separator */
+    PH_NAMED,   /* tool_choice naming a function: all of the text is its arguments */
 };
 
 enum sub { O_KEY_OR_END, O_KEY, O_COLON, O_VAL, O_NAME, O_ARGS, O_SKIP, O_AFTER_VAL };
@@ -117,7 +118,26 @@ void gw_tools_init(gw_tool_state *st, int parser, int max_calls)
     memset(st, 0, sizeof *st);
     st->parser = parser;
     st->max_calls = max_calls;
-    st->phase = parser == GW_TOOLS_LLAMA3_JSON ? PH_START : PH_CONTENT;
+    st->phase = parser == GW_TOOLS_LLAMA3_JSON ? PH_START
+                : parser == GW_TOOLS_JSON_LIST ? PH_PRE
+                                               : PH_CONTENT;
+}
+
+int gw_tools_init_named(gw_tool_state *st, const char *name)
+{
+    gw_tools_init(st, GW_TOOLS_NAMED, 1);
+    st->phase = PH_NAMED;
+    return gw_buf_adds(&st->name, name);
+}
+
+/* tool_choice naming a function: its call starts with the answer. */
+static int flush(gw_tool_state *st, const gw_tool_sink *k);
+static int named_start(gw_tool_state *st, const gw_tool_sink *k)
+{
+    int rc = flush(st, k);
+    st->n_calls = 1;
+    st->started = true;
+    return rc ? rc : k->call_start(k->arg, 0, st->name.p ? st->name.p : "", st->name.len);
 }
 
 void gw_tools_free(gw_tool_state *st)
@@ -437,6 +457,9 @@ static int byte(gw_tool_state *st, char c, const gw_tool_sink *k)
         return 0;
     }
     case PH_REST: return add_content(st, &c, 1);
+    case PH_NAMED:
+        if (!st->started && (rc = named_start(st, k))) return rc;
+        return gw_buf_add(&st->aout, &c, 1);
     case PH_PRE:
         if (gw_buf_add(&st->held, &c, 1)) return -ENOMEM;
         if (is_ws(c)) return 0;
@@ -444,7 +467,8 @@ static int byte(gw_tool_state *st, char c, const gw_tool_sink *k)
             obj_begin(st);
             return 0;
         }
-        if (c == '[' && st->parser == GW_TOOLS_MISTRAL && !st->in_array) {
+        if (c == '[' && (st->parser == GW_TOOLS_MISTRAL || st->parser == GW_TOOLS_JSON_LIST) &&
+            !st->in_array) {
             st->in_array = true;
             return 0;
         }
@@ -495,6 +519,10 @@ int gw_tools_feed(gw_tool_state *st, const char *t, size_t n, bool final, const 
     int rc = 0;
     for (size_t i = 0; i < n && !rc; i++) rc = byte(st, t[i], sink);
     if (rc) return rc;
+    if (final && st->phase == PH_NAMED) {
+        if (!st->started && (rc = named_start(st, sink))) return rc;
+        return flush(st, sink);
+    }
     if (final) {
         /* what is held could still have been syntax: it is content after all, unless the
          * call it belongs to has started (then it is the call's, cut short) */
@@ -542,16 +570,22 @@ static int col_args(void *arg, int index, const char *t, size_t n)
     return gw_buf_add(&c->v[index].args, t, n);
 }
 
-int gw_tools_parse(int parser, int max_calls, const char *text, size_t n, gw_tool_calls *out)
+int gw_tools_parse_with(gw_tool_state *st, const char *text, size_t n, gw_tool_calls *out)
 {
     memset(out, 0, sizeof *out);
-    gw_tool_state st;
-    gw_tools_init(&st, parser, max_calls);
     gw_tool_sink k = {col_content, col_start, col_args, out};
-    int rc = gw_tools_feed(&st, text, n, true, &k);
-    gw_tools_free(&st);
+    int rc = gw_tools_feed(st, text, n, true, &k);
     if (rc) gw_tool_calls_free(out);
     return rc < 0 ? rc : rc ? -EINVAL : 0;
+}
+
+int gw_tools_parse(int parser, int max_calls, const char *text, size_t n, gw_tool_calls *out)
+{
+    gw_tool_state st;
+    gw_tools_init(&st, parser, max_calls);
+    int rc = gw_tools_parse_with(&st, text, n, out);
+    gw_tools_free(&st);
+    return rc;
 }
 
 void gw_tool_calls_free(gw_tool_calls *c)

@@ -37,6 +37,12 @@ enum gw_tool_parser {
     GW_TOOLS_HERMES = 1,
     GW_TOOLS_LLAMA3_JSON = 2,
     GW_TOOLS_MISTRAL = 3,
+    /* not a model's syntax: the answer is a JSON list of {"name", "parameters"} objects,
+     * as the gateway constrains it for tool_choice "required" */
+    GW_TOOLS_JSON_LIST = 4,
+    /* the answer is the arguments of one call whose name is known (tool_choice naming a
+     * function): gw_tools_init_named */
+    GW_TOOLS_NAMED = 5,
 };
 
 /* By vLLM's name ("hermes", "llama3_json", "mistral"); -1 when unknown. */
@@ -92,8 +98,11 @@ typedef struct gw_tool_state {
     gw_buf aout;       /* arguments to hand on */
 } gw_tool_state;
 
-/* A state for parser (not GW_TOOLS_NONE); max_calls <= 0: no bound. */
+/* A state for parser (not GW_TOOLS_NONE nor GW_TOOLS_NAMED); max_calls <= 0: no bound. */
 void gw_tools_init(gw_tool_state *st, int parser, int max_calls);
+/* A state for an answer that is the arguments of one call of function name (copied): the
+ * call starts with the first byte, all of the text is its arguments. -ENOMEM or 0. */
+int gw_tools_init_named(gw_tool_state *st, const char *name);
 /* Takes the next n bytes of the answer (valid UTF-8; final: the answer ends after them).
  * Returns 0, the first error a sink function returned, or -ENOMEM. */
 int gw_tools_feed(gw_tool_state *st, const char *t, size_t n, bool final, const gw_tool_sink *sink);
@@ -111,6 +120,9 @@ typedef struct gw_tool_calls {
 } gw_tool_calls;
 /* Parses text[0..n) whole into *out (free with gw_tool_calls_free): 0 or -ENOMEM. */
 int gw_tools_parse(int parser, int max_calls, const char *text, size_t n, gw_tool_calls *out);
+/* The same with a state made by gw_tools_init or gw_tools_init_named (fed nothing yet; the
+ * caller frees it). */
+int gw_tools_parse_with(gw_tool_state *st, const char *text, size_t n, gw_tool_calls *out);
 void gw_tool_calls_free(gw_tool_calls *c);
 
 #endif

@@ -59,7 +59,9 @@ static void usage(FILE *f)
         "                           tool calls, parsed out of chat answers into tool_calls\n"
         "                           (vLLM's option; default: the one the chat template\n"
         "                           writes; none: tool calls are not parsed)\n"
-        "  --served-model-name NAME the model id of /v1/models and of requests (default ringlm)\n"
+        "  --served-model-name NAME the model id of /v1/models, of requests and of the relayed\n"
+        "                           vllm:* metrics (default: the daemon's, ringlmd\n"
+        "                           --served-model-name)\n"
         "  --max-model-len N        context length in tokens, for chat's default max_tokens\n"
         "                           and /v1/models (default: the GGUF model file's\n"
         "                           context_length, else unknown: chat defaults to 256)\n"
@@ -174,7 +176,6 @@ int main(int argc, char **argv)
     char addr[64] = "127.0.0.1";
     gw_cfg cfg = {
         .port = 8000,
-        .served_model = "ringlm",
         .max_body_bytes = 1 << 20,
         .http_timeout_s = 30,
         .http_head_timeout_s = 10,
@@ -409,7 +410,7 @@ int main(int argc, char **argv)
             "ringlm-gateway: listening on http://%s%s%s:%u (model '%s', template %s (%s), tool "
             "calls %s (%s), %s)\n",
             strchr(addr, ':') ? "[" : "", addr, strchr(addr, ':') ? "]" : "",
-            (unsigned)gw_server_port(s), cfg.served_model,
+            (unsigned)gw_server_port(s), cfg.served_model ? cfg.served_model : "the daemon's",
             jinja ? "jinja" : ringlm_chat_template_name(cfg.tpl), tpl_from,
             gw_tool_parser_name(cfg.tool_parser), tools_from,
             keys_path ? "API keys required" : "no API keys: every request is this uid's tenant");

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 static const char convertible[] = "F32, F16, BF16, Q8_0, Q4_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, "
-                                  "IQ4_NL";
+                                  "IQ4_NL, Q2_K, Q3_K, Q5_K, IQ4_XS";
 
 static size_t dtype_bytes(int dtype)
 {

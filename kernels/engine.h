@@ -118,9 +118,13 @@ enum eng_wtype {
     ENG_W_Q5_0 = 6,
     ENG_W_Q5_1 = 7,
     ENG_W_Q8_0 = 8,
+    ENG_W_Q2_K = 10,
+    ENG_W_Q3_K = 11,
     ENG_W_Q4_K = 12,
+    ENG_W_Q5_K = 13,
     ENG_W_Q6_K = 14,
     ENG_W_IQ4_NL = 20,
+    ENG_W_IQ4_XS = 23,
     ENG_W_BF16 = 30
 };
 /* Name of a weight type ("Q8_0"). */

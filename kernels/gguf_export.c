@@ -26,6 +26,7 @@ static int type_by_name(const char *s)
         {"F32", Q_F32},   {"F16", Q_F16},   {"BF16", Q_BF16},   {"Q8_0", Q_Q8_0},
         {"Q4_K", Q_Q4_K}, {"Q6_K", Q_Q6_K}, {"Q4_K_M", Q_Q4_K}, {"Q4_0", Q_Q4_0},
         {"Q4_1", Q_Q4_1}, {"Q5_0", Q_Q5_0}, {"Q5_1", Q_Q5_1},   {"IQ4_NL", Q_IQ4_NL},
+        {"Q2_K", Q_Q2_K}, {"Q3_K", Q_Q3_K}, {"Q5_K", Q_Q5_K},   {"IQ4_XS", Q_IQ4_XS},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strcmp(types[i].n, s) == 0) return types[i].t;
@@ -224,7 +225,7 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
     if (type < 0)
         return eng_seterr(-EINVAL,
                           "--type %s: not supported (F32, F16, BF16, Q8_0, Q4_K, Q6_K, "
-                          "Q4_K_M, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL)",
+                          "Q4_K_M, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q5_K, IQ4_XS)",
                           tname);
     const bool mix = strcmp(tname, "Q4_K_M") == 0;
     const char *arch = o->arch ? o->arch : "llama";

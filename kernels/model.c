@@ -428,7 +428,7 @@ static int meta_f32(const gguf_file *g, const char *arch, const char *suffix, fl
 }
 
 static const char *supported_types = "F32, F16, BF16, Q8_0, Q4_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, "
-                                     "IQ4_NL";
+                                     "IQ4_NL, Q2_K, Q3_K, Q5_K, IQ4_XS";
 static const char *supported_archs = "llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe";
 
 const char *eng_arch_name(int arch)

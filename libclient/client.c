@@ -86,6 +86,7 @@ struct ringlm_client {
     uint32_t constraint_kinds; /* with RINGLM_WIRE_CAP_CONSTRAINT, else 0 */
     int n_classes;
     char classes[RINGLM_WIRE_CLASSES_MAX][RINGLM_WIRE_NAME_LEN];
+    char served_model[RINGLM_WIRE_MODEL_LEN]; /* with RINGLM_WIRE_CAP_MODEL, else "" */
 };
 
 /* ---- errors --------------------------------------------------------------------------- */
@@ -324,6 +325,10 @@ int ringlm_connect(const char *socket_path, ringlm_client **out)
             c->classes[i][RINGLM_WIRE_NAME_LEN - 1] = 0;
         }
     }
+    if (c->caps & RINGLM_WIRE_CAP_MODEL) {
+        memcpy(c->served_model, c->dseg->served_model, RINGLM_WIRE_MODEL_LEN);
+        c->served_model[RINGLM_WIRE_MODEL_LEN - 1] = 0;
+    }
 
     c->sub = (struct ring_rec_prod){
         .data = (uint8_t *)c->cseg + c->cseg->hdr.data_off,
@@ -406,6 +411,36 @@ int ringlm_policy_classes(const ringlm_client *c, const char **names, int max)
     if (!(c->caps & RINGLM_WIRE_CAP_FACTS)) return -ENOTSUP;
     for (int i = 0; names && i < c->n_classes && i < max; i++) names[i] = c->classes[i];
     return c->n_classes;
+}
+
+const char *ringlm_served_model(const ringlm_client *c)
+{
+    return c && (c->caps & RINGLM_WIRE_CAP_MODEL) && c->served_model[0] ? c->served_model : NULL;
+}
+
+int ringlm_daemon_load(const ringlm_client *c, ringlm_load *out)
+{
+    if (!c || !out) return set_err(-EINVAL, "NULL argument");
+    if (!(c->caps & RINGLM_WIRE_CAP_LOAD))
+        return set_err(-ENOTSUP, "this ringlmd does not publish its load (older than 0.5)");
+    const struct ringlm_wire_load *w = &c->dseg->load;
+    /* The writer is the daemon's loop, a few stores an iteration: a torn read retries. */
+    for (int tries = 0; tries < 1000; tries++) {
+        uint32_t s1 = __atomic_load_n(&w->seq, __ATOMIC_ACQUIRE);
+        if (s1 & 1) continue;
+        ringlm_load l = {
+            .waiting = __atomic_load_n(&w->waiting, __ATOMIC_RELAXED),
+            .running = __atomic_load_n(&w->running, __ATOMIC_RELAXED),
+            .kv_used_blocks = __atomic_load_n(&w->kv_used, __ATOMIC_RELAXED),
+            .kv_total_blocks = __atomic_load_n(&w->kv_total, __ATOMIC_RELAXED),
+            .iterations = __atomic_load_n(&w->iterations, __ATOMIC_RELAXED),
+        };
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&w->seq, __ATOMIC_RELAXED) != s1) continue;
+        *out = l;
+        return 0;
+    }
+    return set_err(-EAGAIN, "the daemon's load kept changing while read");
 }
 
 int ringlm_draining(const ringlm_client *c)

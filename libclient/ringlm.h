@@ -55,8 +55,9 @@ extern "C" {
  * binary compatibility; the shared library's soname is libringlm.so.MAJOR). Compare with
  * ringlm_version() at run time to detect a library older than the header built against. */
 #define RINGLM_VERSION_MAJOR 0
-/* 0.2: n_cached_tokens; 0.3: request check, tokenizer; 0.4: sampling extensions */
-#define RINGLM_VERSION_MINOR 4
+/* 0.2: n_cached_tokens; 0.3: request check, tokenizer; 0.4: sampling extensions; 0.5: the
+ * daemon's served model name and load */
+#define RINGLM_VERSION_MINOR 5
 #define RINGLM_VERSION_PATCH 0
 /* One number that orders versions: MAJOR*10000 + MINOR*100 + PATCH. */
 #define RINGLM_VERSION_NUMBER                                                                      \
@@ -474,6 +475,29 @@ int ringlm_policy_classes(const ringlm_client *c, const char **names, int max);
 /* 1 while the daemon drains (it takes no new requests; those in flight finish), else 0.
  * A gateway reads it for its health check, before any submit would fail with -ESHUTDOWN. */
 int ringlm_draining(const ringlm_client *c);
+
+/* The served model name the daemon said at the handshake (ringlmd --served-model-name, else
+ * the GGUF's general.name, else the model file's base name): the model_name label of its
+ * vllm:* metrics. Valid until ringlm_close; NULL when the daemon does not say (one older
+ * than 0.5, or a service without a model). */
+const char *ringlm_served_model(const ringlm_client *c);
+
+/* The daemon's load, all its clients together, as its loop last published it (at the end
+ * of every iteration where it changed): the figures of vllm:num_requests_waiting,
+ * vllm:num_requests_running and vllm:kv_cache_usage_perc (kv_used_blocks / kv_total_blocks
+ * of the device pool; blocks the prefix cache keeps that no sequence holds count free).
+ * A read of the session's own mapping, no system call: cheap enough per request (a gateway
+ * over several daemons weighs them with it). */
+typedef struct ringlm_load {
+    uint32_t waiting;         /* requests queued, not yet running */
+    uint32_t running;         /* running, swapped out or in transit */
+    uint32_t kv_used_blocks;  /* device KV blocks sequences hold */
+    uint32_t kv_total_blocks; /* device KV blocks */
+    uint64_t iterations;      /* the daemon's loop iterations when it was written */
+} ringlm_load;
+/* 0 and *out; -EINVAL (NULL), -ENOTSUP (a daemon that does not publish it: older than 0.5),
+ * -EAGAIN (it changed under every one of many reads: never seen in practice). */
+int ringlm_daemon_load(const ringlm_client *c, ringlm_load *out);
 
 /* Closes the session (the daemon cancels everything still in flight) and frees c.
  * NULL is a no-op. */

@@ -262,7 +262,26 @@ struct ringlm_wire_cseg {
     16u /* the daemon enforces the constraint of a REQUEST_EXT record for each kind in
            dseg.constraint_kinds, and explains a request's end (EV_DETAIL) to one that
            carried a constraint */
+#define RINGLM_WIRE_CAP_MODEL   32u /* served_model is filled in */
+#define RINGLM_WIRE_CAP_LOAD    64u /* load is kept current (struct ringlm_wire_load) */
 #define RINGLM_WIRE_CLASSES_MAX 16u
+#define RINGLM_WIRE_MODEL_LEN   128u
+
+/* The daemon's load, all its sessions together, rewritten by the loop thread at the end of
+ * an iteration where it changed (a seqlock: seq is odd while the fields are being written;
+ * a reader takes seq, the fields, seq again, and retries when it was odd or moved). One
+ * copy per session, so a client reads its own read-only mapping and nothing crosses
+ * sessions. The same figures as vllm:num_requests_waiting / _running and
+ * vllm:kv_cache_usage_perc (kv_used / kv_total of the device pool). */
+struct ringlm_wire_load {
+    uint32_t seq;
+    uint32_t waiting;  /* requests queued, not yet running */
+    uint32_t running;  /* running, swapped out or in transit */
+    uint32_t kv_used;  /* device KV blocks sequences hold (cached, unheld ones count free) */
+    uint32_t kv_total; /* device KV blocks */
+    uint32_t reserved;
+    uint64_t iterations; /* the loop's iterations when written */
+};
 
 enum ringlm_wire_state {
     RINGLM_WIRE_ST_ALIVE = 1,
@@ -302,6 +321,12 @@ struct ringlm_wire_dseg {
     /* With RINGLM_WIRE_CAP_CONSTRAINT (an older daemon leaves it 0): bit k set when the
      * daemon enforces constraint kind k (RINGLM_WIRE_CONSTRAINT_*). */
     uint32_t constraint_kinds;
+    /* With RINGLM_WIRE_CAP_MODEL (added the same way): the served model name, the one its
+     * vllm:* metrics label model_name with (NUL-terminated). */
+    char served_model[RINGLM_WIRE_MODEL_LEN];
+    /* With RINGLM_WIRE_CAP_LOAD (the same way): on its own line, rewritten while the session
+     * lives. */
+    _Alignas(RINGLM_WIRE_LINE) struct ringlm_wire_load load;
 };
 
 #define RINGLM_WIRE_HEADER_AREA 4096 /* ring data starts on the next page */

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "model/gguf_write.h"
 #include "tools/prom.h"
 
 th_daemon gwh_daemon;
@@ -97,24 +98,22 @@ void gwh_start_daemon(const char *const *extra)
     free(policy);
 }
 
+const char *gwh_served_model = "stories";
+
 void gwh_start_gateway(const char *const *extra)
 {
     gwh_dir();
     char *gw = th_path(th_bin_dir(), "ringlm-gateway");
     char *tok = th_shared_file("models/tok512.bin");
     char *log = th_path(gwh_dir(), "gateway.log");
-    const char *argv[40] = {gw,
-                            "--listen",
-                            "127.0.0.1:0",
-                            "--socket",
-                            gwh_daemon.sock,
-                            "--tokenizer",
-                            tok,
-                            "--served-model-name",
-                            "stories",
-                            "--max-model-len",
-                            "512"};
-    int n = 11;
+    const char *argv[40] = {gw,         "--listen",        "127.0.0.1:0",
+                            "--socket", gwh_daemon.sock,   "--tokenizer",
+                            tok,        "--max-model-len", "512"};
+    int n = 9;
+    if (gwh_served_model) {
+        argv[n++] = "--served-model-name";
+        argv[n++] = gwh_served_model;
+    }
     for (int i = 0; extra && extra[i] && n < 39; i++) argv[n++] = extra[i];
     argv[n] = NULL;
     th_proc_start(&gwh_gateway, argv, log);
@@ -230,4 +229,61 @@ double gwh_metric(const char *text, const char *series)
     /* exact series: prom_value matches a name with labels literally */
     double v = prom_value(text, series);
     return isnan(v) ? 0 : v;
+}
+
+/* ---- stories260K's vocabulary as a GGUF tokenizer ------------------------------------------ */
+char *gwh_stories_gguf(const char *name, const char *template)
+{
+    char *src = th_shared_file("models/tok512.bin");
+    FILE *f = fopen(src, "rb");
+    cr_assert_not_null(f, "%s", src);
+    enum { N = 512 };
+    char *pieces[N];
+    const char *toks[N];
+    size_t lens[N];
+    float scores[N];
+    int32_t types[N];
+    int32_t maxlen;
+    cr_assert_eq(fread(&maxlen, 4, 1, f), 1);
+    for (int i = 0; i < N; i++) {
+        int32_t len;
+        cr_assert_eq(fread(&scores[i], 4, 1, f), 1);
+        cr_assert_eq(fread(&len, 4, 1, f), 1);
+        cr_assert(len > 0 && len < 64, "%s: token %d has length %d", src, i, len);
+        char raw[64], buf[256];
+        cr_assert_eq(fread(raw, 1, (size_t)len, f), (size_t)len);
+        size_t o = 0;
+        if (i == 1 || i == 2)
+            o = (size_t)snprintf(buf, sizeof buf, "%s", i == 1 ? "<s>" : "</s>");
+        else
+            for (int k = 0; k < len; k++) {
+                if (raw[k] == ' ') { /* SentencePiece writes a space as U+2581 */
+                    memcpy(buf + o, "\xe2\x96\x81", 3);
+                    o += 3;
+                } else {
+                    buf[o++] = raw[k];
+                }
+            }
+        buf[o] = 0;
+        pieces[i] = strdup(buf);
+        toks[i] = pieces[i];
+        lens[i] = o;
+        types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1; /* unknown, control, byte, normal */
+    }
+    fclose(f);
+    free(src);
+    char *path = th_path(gwh_dir(), name);
+    gguf_writer *w = gw_new();
+    gw_str(w, "general.architecture", "llama");
+    gw_str(w, "tokenizer.ggml.model", "llama");
+    gw_str_arr(w, "tokenizer.ggml.tokens", toks, lens, N);
+    gw_f32_arr(w, "tokenizer.ggml.scores", scores, N);
+    gw_i32_arr(w, "tokenizer.ggml.token_type", types, N);
+    gw_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    gw_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    if (template) gw_str(w, "tokenizer.chat_template", template);
+    cr_assert_eq(gw_write(w, path), 0, "writing %s", path);
+    gw_free(w);
+    for (int i = 0; i < N; i++) free(pieces[i]);
+    return path;
 }

@@ -49,13 +49,21 @@ void gwh_start_daemon(const char *const *extra);
  * autogroup its nice only when it leads its own session). */
 #define GWH_DAEMON_BELOW_CLIENTS "--nice", "19"
 
-/* ringlm-gateway on 127.0.0.1:0 (the port it prints goes to gwh_port); extra: further
- * options, NULL-terminated (may be NULL). Does not wait for its session. */
+/* ringlm-gateway on 127.0.0.1:0 (the port it prints goes to gwh_port), with
+ * --served-model-name gwh_served_model ("stories"; NULL: none, the daemon's name); extra:
+ * further options, NULL-terminated (may be NULL). Does not wait for its session. */
+extern const char *gwh_served_model;
 void gwh_start_gateway(const char *const *extra);
 /* Waits until the gateway's /health is 200 (its session is up). */
 void gwh_wait_healthy(int timeout_ms);
 /* Stops the gateway and the daemon (SIGTERM) and removes the directory. */
 void gwh_stop_all(void);
+
+/* stories260K's tokenizer (tok512.bin) as a GGUF SentencePiece vocabulary of the same 512
+ * pieces, with tokenizer.chat_template when template is not NULL, written in the daemon's
+ * directory as name: a gateway given it (--tokenizer) renders chats with that template
+ * and its ids are the model's. The path (malloc()ed). */
+char *gwh_stories_gguf(const char *name, const char *template);
 
 typedef struct gwh_resp {
     int status;

@@ -160,9 +160,9 @@ Test(cuda_gguf, conversion_refuses_what_it_cannot_convert)
     uint16_t out[256];
     uint8_t blob[1024] = {0};
     cr_expect_eq(
-        eng_dev_convert_rows((eng_wmat){blob, 10 /* Q2_K */}, 256, 0, 1, ENG_W_BF16, out, tmp),
+        eng_dev_convert_rows((eng_wmat){blob, 16 /* IQ2_XXS */}, 256, 0, 1, ENG_W_BF16, out, tmp),
         -EINVAL);
-    cr_expect(strstr(eng_errmsg(), "Q2_K") != NULL, "names the type: %s", eng_errmsg());
+    cr_expect(strstr(eng_errmsg(), "IQ2_XXS") != NULL, "names the type: %s", eng_errmsg());
     cr_expect_eq(
         eng_dev_convert_rows((eng_wmat){blob, ENG_W_Q4_K}, 100, 0, 1, ENG_W_BF16, out, tmp),
         -EINVAL, "100 is not a whole number of 256-blocks");
@@ -319,8 +319,8 @@ Test(cuda_gguf, what_the_kernels_cannot_run_is_refused_by_name)
     cr_expect_eq(p.dtype, ENG_W_BF16);
 
     fake_init(f);
-    f->layers[1].w3.type = 10; /* Q2_K */
-    EXPECT_REFUSED(f, -ENOTSUP, "blk.1.ffn_up.weight", "Q2_K", "Q4_K");
+    f->layers[1].w3.type = 19; /* IQ1_S */
+    EXPECT_REFUSED(f, -ENOTSUP, "blk.1.ffn_up.weight", "IQ1_S", "Q4_K");
     fake_init(f);
     f->t.wcls.type = 16; /* IQ2_XXS, in a file with its own classifier */
     f->c.shared_classifier = false;

@@ -8,11 +8,14 @@
  */
 #include <criterion/criterion.h>
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "ringlm.h"
 #include "tests/gateway_helpers.h"
@@ -29,21 +32,32 @@ static void stop_all(void)
 
 TestSuite(gateway_numa, .fini = stop_all, .timeout = 180);
 
-static void start_two(void)
+/* The second daemon (stories260K, the test policy, metrics); extra: more options (or NULL). */
+static void start_b(const char *const *extra)
 {
-    gwh_need();
-    gwh_need_curl();
-    gwh_start_daemon(NULL);
     th_daemon_init(&g_b);
     char *model = th_shared_file("models/stories260K.bin");
     char *policy = gwh_policy();
-    const char *args[] = {"--model", model, "--policy", policy, "--metrics", "127.0.0.1:0", NULL};
+    const char *args[32] = {"--model", model, "--policy", policy, "--metrics", "127.0.0.1:0"};
+    int n = 6;
+    for (int i = 0; extra && extra[i] && n < 31; i++) args[n++] = extra[i];
+    args[n] = NULL;
     th_daemon_start(&g_b, args, 20000);
     th_proc p = {.pid = g_b.pid};
     snprintf(p.log, sizeof p.log, "%s", g_b.log);
     g_b_metrics = th_proc_log_int(&p, "metrics on port ", 20000);
     free(model);
     free(policy);
+}
+
+/* Two daemons (extra_a, extra_b: more options of each, or NULL) and a gateway over both with
+ * one session each; returns once both sessions are up. */
+static void start_two_with(const char *const *extra_a, const char *const *extra_b)
+{
+    gwh_need();
+    gwh_need_curl();
+    gwh_start_daemon(extra_a);
+    start_b(extra_b);
     char *keys = gwh_keys();
     const char *extra[] = {"--socket", g_b.sock, "--sessions", "1", "--api-keys", keys, NULL};
     gwh_start_gateway(extra);
@@ -57,6 +71,11 @@ static void start_two(void)
         if (up == 2) break;
         cr_assert(th_now_ms() < dl, "the gateway has %g sessions up, not 2", up);
     }
+}
+
+static void start_two(void)
+{
+    start_two_with(NULL, NULL);
 }
 
 static double daemon_metric(int port, const char *series)
@@ -218,4 +237,168 @@ Test(gateway_numa, a_dead_daemon_ends_its_streams_with_an_error_and_the_other_ta
     char *h = th_http_get(gwh_port, "/health", &st, NULL, 0);
     cr_assert_eq(st, 200, "/health with one daemon left: %d %s", st, h);
     free(h);
+}
+
+static ringlm_client *connect_to(const char *sock)
+{
+    ringlm_client *c;
+    int rc = ringlm_connect(sock, &c);
+    cr_assert_eq(rc, 0, "connect: %s (%s)", ringlm_strerror(rc), ringlm_errdetail());
+    return c;
+}
+
+static void submit_held(ringlm_client *c, int n)
+{
+    int32_t prompt[4] = {1, 403, 407, 261};
+    for (int i = 0; i < n; i++) {
+        ringlm_request r;
+        ringlm_request_init(&r);
+        r.prompt = prompt;
+        r.n_prompt = 4;
+        r.max_new_tokens = 4;
+        r.tenant_tag = "held";
+        r.class_name = "chat";
+        cr_assert_eq(ringlm_submit(c, &r, NULL), 0, "%s", ringlm_errdetail());
+    }
+}
+
+#define VLLM(name) name "{model_name=\"stories260K\",engine=\"0\"}"
+
+/* The daemons publish their load in every session's segment (ringlm_daemon_load): what other
+ * clients queued there and how much of its KV pool is held. The gateway weighs both: daemon
+ * 0 runs one request of a client that stopped reading (it holds its blocks), daemon 1 has two
+ * queued requests of another client; by queue alone daemon 0 is the less loaded, by KV use it
+ * is not — new unique prompts all go to daemon 1. */
+Test(gateway_numa, the_daemons_published_queue_and_kv_use_steer_new_work)
+{
+    const char *dx[] = {"--kv-blocks",
+                        "40",
+                        "--event-ring-slots",
+                        "64",
+                        "--backpressure-buffer-tokens",
+                        "1",
+                        "--backpressure-timeout-ms",
+                        "120000",
+                        NULL};
+    start_two_with(dx, dx);
+
+    /* daemon 0: a 200-token prompt that generates until its 64-slot event ring is full, its
+     * client reading nothing: it stays, holding its blocks */
+    ringlm_client *stall = connect_to(gwh_daemon.sock);
+    int32_t prompt[200];
+    for (int i = 0; i < 200; i++) prompt[i] = 1 + (i * 37) % 480;
+    ringlm_request r;
+    ringlm_request_init(&r);
+    r.prompt = prompt;
+    r.n_prompt = 200;
+    r.max_new_tokens = 300;
+    r.class_name = "chat";
+    cr_assert_eq(ringlm_submit(stall, &r, NULL), 0, "%s", ringlm_errdetail());
+    /* daemon 1: two requests of held wait in its queue (its bucket is empty) */
+    empty_held_bucket(g_b.sock);
+    ringlm_client *queued = connect_to(g_b.sock);
+    submit_held(queued, 2);
+
+    /* the gateway's view of each daemon equals the daemon's own metrics, once they settle */
+    double kv0 = 0, l0 = 0, l1 = 0, dkv = 0, dq = 0;
+    for (uint64_t dl = th_now_ms() + 20000;; th_pause_ms(20)) {
+        char *m = gwh_gateway_metrics();
+        kv0 = gwh_metric(m, "ringlm_gateway_daemon_kv_usage_perc{daemon=\"0\"}");
+        l0 = gwh_metric(m, "ringlm_gateway_daemon_load{daemon=\"0\"}");
+        l1 = gwh_metric(m, "ringlm_gateway_daemon_load{daemon=\"1\"}");
+        free(m);
+        dkv = daemon_metric(gwh_metrics_port, VLLM("vllm:kv_cache_usage_perc"));
+        dq = daemon_metric(gwh_metrics_port, VLLM("vllm:num_requests_running")) +
+             daemon_metric(gwh_metrics_port, VLLM("vllm:num_requests_waiting"));
+        double w1 = daemon_metric(g_b_metrics, VLLM("vllm:num_requests_waiting"));
+        if (kv0 > 0.3 && fabs(kv0 - dkv) < 1e-6 && l0 == dq + floor(16 * kv0) && w1 == 2 && l1 == 2)
+            break;
+        cr_assert(th_now_ms() < dl,
+                  "gateway: daemon 0 kv %g load %g, daemon 1 load %g; daemons: kv %g, queued "
+                  "%g / waiting %g",
+                  kv0, l0, l1, dkv, dq, w1);
+    }
+    cr_assert_gt(l0, l1, "the full pool does not outweigh two queued requests");
+
+    /* what a client library reads is the same */
+    ringlm_client *probe = connect_to(gwh_daemon.sock);
+    ringlm_load ld;
+    cr_assert_eq(ringlm_daemon_load(probe, &ld), 0, "%s", ringlm_errdetail());
+    cr_assert_eq(ld.kv_total_blocks, 40);
+    cr_assert_eq(ld.kv_used_blocks, (uint32_t)lround(kv0 * 40), "%u blocks used, metrics %g",
+                 ld.kv_used_blocks, kv0);
+    cr_assert_eq((double)(ld.running + ld.waiting), dq);
+    cr_assert_str_eq(ringlm_served_model(probe), "stories260K");
+    ringlm_close(probe);
+
+    double before0 = picks(0), before1 = picks(1);
+    for (int i = 0; i < 4; i++) {
+        char p[120];
+        snprintf(p, sizeof p, "A bird number %d flew over the big green hill", i);
+        complete(p, 4);
+    }
+    cr_assert_eq(picks(1) - before1, 4, "unique prompts went to the daemon whose pool is full");
+    cr_assert_eq(picks(0) - before0, 0);
+    ringlm_close(stall);
+    ringlm_close(queued);
+}
+
+/* Without --served-model-name the gateway serves the model by the daemons' name: /v1/models,
+ * the model a request must name, and the answers' "model". */
+Test(gateway_numa, the_gateway_takes_the_daemons_served_model_name)
+{
+    gwh_served_model = NULL;
+    const char *dx[] = {"--served-model-name", "acme/stories-1", NULL};
+    start_two_with(dx, dx);
+    gwh_resp r = gwh_curl("/v1/models", "sk-alice-0001", NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *j = json_loads(r.body, 0, NULL);
+    cr_assert_str_eq(
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id")),
+        "acme/stories-1", "%s", r.body);
+    json_decref(j);
+    gwh_resp_free(&r);
+    r = gwh_curl("/v1/completions", "sk-alice-0001",
+                 "{\"model\":\"stories\",\"prompt\":\"Once\",\"max_tokens\":2}");
+    cr_assert_eq(r.status, 404, "%s", r.body);
+    cr_assert(strstr(r.body, "model_not_found") && strstr(r.body, "acme/stories-1"), "%s", r.body);
+    gwh_resp_free(&r);
+    r = gwh_curl("/v1/completions", "sk-alice-0001",
+                 "{\"model\":\"acme/stories-1\",\"prompt\":\"Once\",\"max_tokens\":2}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    j = json_loads(r.body, 0, NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "model")), "acme/stories-1");
+    json_decref(j);
+    gwh_resp_free(&r);
+}
+
+/* Two daemons that serve different models cannot be one gateway's: the one that says another
+ * name than the first gets no session, and the gateway says why. */
+Test(gateway_numa, a_daemon_serving_another_model_gets_no_session)
+{
+    gwh_need();
+    gwh_need_curl();
+    gwh_served_model = NULL;
+    const char *xa[] = {"--served-model-name", "acme/one", NULL};
+    const char *xb[] = {"--served-model-name", "acme/two", NULL};
+    gwh_start_daemon(xa);
+    start_b(xb);
+    char *keys = gwh_keys();
+    const char *extra[] = {"--socket", g_b.sock, "--sessions", "1", "--api-keys", keys, NULL};
+    gwh_start_gateway(extra);
+    free(keys);
+    gwh_wait_healthy(20000);
+    for (uint64_t dl = th_now_ms() + 20000;; th_pause_ms(20)) {
+        char *log = th_read_file(gwh_gateway.log);
+        bool said = strstr(log, "one gateway fronts one model") != NULL;
+        free(log);
+        if (said) break;
+        cr_assert(th_now_ms() < dl, "the gateway never refused the other model's daemon");
+    }
+    char *m = gwh_gateway_metrics();
+    cr_assert_eq(gwh_metric(m, "ringlm_gateway_sessions_connected"), 1, "%s", m);
+    free(m);
+    gwh_resp r = gwh_curl("/v1/models", "sk-alice-0001", NULL);
+    cr_assert(strstr(r.body, "acme/one") || strstr(r.body, "acme/two"), "%s", r.body);
+    gwh_resp_free(&r);
 }

@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "gateway/gw_text.h"
-#include "model/gguf_write.h"
 
 TestSuite(gateway_toolcalls, .fini = gwh_stop_all, .timeout = 120);
 
@@ -37,71 +36,10 @@ static const char *const hermes_jinja =
     "{%- else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>{{ '\\n' }}{% endif %}"
     "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
-/* stories260K's tokenizer (tok512.bin, llama2.c's format) as a GGUF SentencePiece vocabulary
- * with tokenizer.chat_template: the same 512 pieces (a space is U+2581), so the daemon's
- * model reads the gateway's ids. */
-static char *write_stories_gguf(const char *name, const char *template)
-{
-    char *src = th_shared_file("models/tok512.bin");
-    FILE *f = fopen(src, "rb");
-    cr_assert_not_null(f, "%s", src);
-    enum { N = 512 };
-    static char *pieces[N];
-    const char *toks[N];
-    size_t lens[N];
-    float scores[N];
-    int32_t types[N];
-    int32_t maxlen;
-    cr_assert_eq(fread(&maxlen, 4, 1, f), 1);
-    for (int i = 0; i < N; i++) {
-        int32_t len;
-        cr_assert_eq(fread(&scores[i], 4, 1, f), 1);
-        cr_assert_eq(fread(&len, 4, 1, f), 1);
-        cr_assert(len > 0 && len < 64);
-        char raw[64];
-        cr_assert_eq(fread(raw, 1, (size_t)len, f), (size_t)len);
-        raw[len] = 0;
-        char buf[256];
-        size_t o = 0;
-        if (i == 1 || i == 2)
-            o = (size_t)snprintf(buf, sizeof buf, "%s", i == 1 ? "<s>" : "</s>");
-        else
-            for (int k = 0; k < len; k++) {
-                if (raw[k] == ' ') {
-                    memcpy(buf + o, "\xe2\x96\x81", 3);
-                    o += 3;
-                } else {
-                    buf[o++] = raw[k];
-                }
-            }
-        buf[o] = 0;
-        pieces[i] = strdup(buf);
-        toks[i] = pieces[i];
-        lens[i] = o;
-        types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
-    }
-    fclose(f);
-    free(src);
-    char *path = th_path(gwh_dir(), name);
-    gguf_writer *w = gw_new();
-    gw_str(w, "general.architecture", "llama");
-    gw_str(w, "tokenizer.ggml.model", "llama");
-    gw_str_arr(w, "tokenizer.ggml.tokens", toks, lens, N);
-    gw_f32_arr(w, "tokenizer.ggml.scores", scores, N);
-    gw_i32_arr(w, "tokenizer.ggml.token_type", types, N);
-    gw_u32(w, "tokenizer.ggml.bos_token_id", 1);
-    gw_u32(w, "tokenizer.ggml.eos_token_id", 2);
-    if (template) gw_str(w, "tokenizer.chat_template", template);
-    cr_assert_eq(gw_write(w, path), 0, "writing %s", path);
-    gw_free(w);
-    for (int i = 0; i < N; i++) free(pieces[i]);
-    return path;
-}
-
 /* ringlmd and a gateway on the Hermes-template tokenizer (extra: more gateway options). */
 static void start_hermes(const char *const *extra)
 {
-    char *tok = write_stories_gguf("hermes.gguf", hermes_jinja);
+    char *tok = gwh_stories_gguf("hermes.gguf", hermes_jinja);
     const char *argv[16] = {"--tokenizer", tok};
     int n = 2;
     for (int i = 0; extra && extra[i] && n < 15; i++) argv[n++] = extra[i];
@@ -153,8 +91,8 @@ Test(gateway_toolcalls, the_parser_named_by_the_option_wins)
 Test(gateway_toolcalls, a_template_that_writes_no_known_call_syntax_parses_none)
 {
     gwh_need();
-    char *plain = write_stories_gguf("plain.gguf", "{% for m in messages %}{{ m.content }}\n"
-                                                   "{% endfor %}");
+    char *plain = gwh_stories_gguf("plain.gguf", "{% for m in messages %}{{ m.content }}\n"
+                                                 "{% endfor %}");
     const char *p[] = {"--tokenizer", plain, NULL};
     gwh_start_gateway(p);
     want_start_line("tool calls none (the chat template)");

@@ -223,3 +223,38 @@ Test(gateway_tools, the_parser_is_known_by_its_name_and_its_templates_rendering)
     cr_assert_eq(gw_tool_parser_of_rendering("<user>x\n<assistant>[call probe]", "probe"),
                  GW_TOOLS_NONE);
 }
+
+/* tool_choice "required": the answer is constrained to a JSON list of {"name", "parameters"};
+ * tool_choice naming a function: all of it is that function's arguments. */
+Test(gateway_tools, constrained_answers_are_read_as_calls)
+{
+    check(GW_TOOLS_JSON_LIST, 0,
+          "[{\"name\": \"a\", \"parameters\": {\"x\": [1, {\"y\": \"]\"}]}}, {\"name\": \"b\", "
+          "\"parameters\": {}}]",
+          &(want){NULL, 2, {"a", "b"}, {"{\"x\": [1, {\"y\": \"]\"}]}", "{}"}});
+    check(GW_TOOLS_JSON_LIST, 1,
+          " [ {\"name\":\"a\",\"parameters\":{\"i\":1}} , {\"name\":\"b\",\"parameters\":{}} ]",
+          &(want){NULL, 1, {"a"}, {"{\"i\":1}"}});
+    const char *args = "{\"city\": \"Paris\", \"days\": 3}";
+    for (size_t step = 1; step <= 8; step++) {
+        joined j;
+        memset(&j, 0, sizeof j);
+        j.order_ok = true;
+        gw_tool_state st;
+        cr_assert_eq(gw_tools_init_named(&st, "get_weather"), 0);
+        gw_tool_sink k = {j_content, j_start, j_args, &j};
+        size_t n = strlen(args);
+        for (size_t at = 0; at < n; at += step) {
+            size_t take = n - at < step ? n - at : step;
+            cr_assert_eq(gw_tools_feed(&st, args + at, take, at + take == n, &k), 0);
+            if (at == 0) cr_assert_eq(j.n, 1, "the call starts with the answer's first bytes");
+        }
+        gw_tools_free(&st);
+        cr_assert(j.order_ok);
+        cr_assert_eq(j.n, 1);
+        cr_assert_str_eq(j.names[0], "get_weather");
+        cr_assert_str_eq(j.args[0].p, args);
+        cr_assert_null(j.content.p);
+        j_free(&j);
+    }
+}

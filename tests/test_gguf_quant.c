@@ -15,12 +15,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const int types[] = {Q_F32,  Q_F16,  Q_BF16, Q_Q8_0, Q_Q4_K,  Q_Q6_K,
-                            Q_Q4_0, Q_Q4_1, Q_Q5_0, Q_Q5_1, Q_IQ4_NL};
-static const char *const names[] = {"F32",  "F16",  "BF16", "Q8_0", "Q4_K",  "Q6_K",
-                                    "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL"};
+static const int types[] = {Q_F32,  Q_F16,  Q_BF16,   Q_Q8_0, Q_Q4_K, Q_Q6_K, Q_Q4_0,  Q_Q4_1,
+                            Q_Q5_0, Q_Q5_1, Q_IQ4_NL, Q_Q2_K, Q_Q3_K, Q_Q5_K, Q_IQ4_XS};
+static const char *const names[] = {"F32",    "F16",  "BF16", "Q8_0", "Q4_K",
+                                    "Q6_K",   "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+                                    "IQ4_NL", "Q2_K", "Q3_K", "Q5_K", "IQ4_XS"};
 /* RMS reconstruction error relative to the RMS of the data, per type (uniform data). */
-static const double max_rel_rms[] = {0, 1e-3, 8e-3, 1e-2, 0.08, 0.04, 0.15, 0.12, 0.08, 0.06, 0.15};
+static const double max_rel_rms[] = {0,    1e-3, 8e-3, 1e-2, 0.08, 0.04, 0.15, 0.12,
+                                     0.08, 0.06, 0.15, 0.45, 0.30, 0.05, 0.15};
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void)
@@ -185,8 +187,10 @@ Test(gguf_quant, tiled_sgemm_and_fused_matmul_give_the_same_products)
 Test(gguf_quant, integer_paths_agree_on_every_instruction_set)
 {
     const int n = 67, k = 1024, R = 64;
-    static const int itypes[] = {Q_Q8_0, Q_Q4_K, Q_Q6_K};
-    static const char *const inames[] = {"Q8_0", "Q4_K", "Q6_K"};
+    static const int itypes[] = {Q_Q8_0, Q_Q4_K,   Q_Q6_K, Q_Q4_0, Q_Q4_1, Q_Q5_0,
+                                 Q_Q5_1, Q_IQ4_NL, Q_Q2_K, Q_Q3_K, Q_Q5_K, Q_IQ4_XS};
+    static const char *const inames[] = {"Q8_0", "Q4_K",   "Q6_K", "Q4_0", "Q4_1", "Q5_0",
+                                         "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q5_K", "IQ4_XS"};
     float *w = malloc((size_t)n * k * sizeof *w), *x = malloc((size_t)R * k * sizeof *x);
     float *want = malloc((size_t)R * n * sizeof *want);
     float *got = malloc((size_t)R * n * sizeof *got), *dq = malloc(k * sizeof *dq);
@@ -263,9 +267,11 @@ Test(gguf_quant, integer_paths_agree_on_every_instruction_set)
  * odd block count (k = 288, the stories15M rows) too, beta 0 and 1. */
 Test(gguf_quant, a_row_alone_equals_the_same_row_in_a_batch_to_the_bit)
 {
-    static const int itypes[] = {Q_Q8_0, Q_Q4_K, Q_Q6_K, Q_Q8_0};
-    static const int ks[] = {1024, 768, 512, 288};
-    static const char *const inames[] = {"Q8_0", "Q4_K", "Q6_K", "Q8_0 k=288"};
+    static const int itypes[] = {Q_Q8_0, Q_Q4_K, Q_Q6_K, Q_Q8_0, Q_Q4_1,
+                                 Q_Q5_0, Q_Q2_K, Q_Q3_K, Q_Q5_K, Q_IQ4_XS};
+    static const int ks[] = {1024, 768, 512, 288, 288, 1024, 768, 512, 768, 512};
+    static const char *const inames[] = {"Q8_0", "Q4_K", "Q6_K", "Q8_0 k=288", "Q4_1 k=288",
+                                         "Q5_0", "Q2_K", "Q3_K", "Q5_K",       "IQ4_XS"};
     const int n = 37, R = 40;
     int best = q_isa(), was = q_isa_cap(Q_ISA_PORTABLE), checked = 0;
     for (size_t t = 0; t < sizeof itypes / sizeof itypes[0]; t++) {
@@ -317,7 +323,7 @@ Test(gguf_quant, a_row_alone_equals_the_same_row_in_a_batch_to_the_bit)
  * fall back to q_matmul. */
 Test(gguf_quant, activations_quantized_once_give_the_same_products)
 {
-    static const int itypes[] = {Q_Q8_0, Q_Q4_K, Q_Q6_K};
+    static const int itypes[] = {Q_Q8_0, Q_Q4_K, Q_Q6_K, Q_Q5_1, Q_Q2_K, Q_IQ4_XS};
     const int n = 50, k = 512, R = 33;
     float *w = malloc((size_t)n * k * sizeof *w), *x = malloc((size_t)R * k * sizeof *x);
     float *want = malloc((size_t)R * n * sizeof *want), *got = malloc((size_t)R * n * sizeof *got);
@@ -394,9 +400,12 @@ static void random_blocks(int type, unsigned char *q, int n, int k)
         unsigned char *blk = q + b * bb;
         const uint16_t d = q_f32_to_f16(fabsf(frand()) * 0.02f);
         const uint16_t dmin = q_f32_to_f16(fabsf(frand()) * 0.02f);
-        memcpy(blk + (type == Q_Q6_K ? 208 : 0), &d, 2);        /* Q6_K's d ends its block */
-        if (type == Q_Q4_K || type == Q_Q4_1 || type == Q_Q5_1) /* dmin, or m */
-            memcpy(blk + 2, &dmin, 2);
+        /* Q6_K's and Q3_K's d end their blocks, Q2_K's d and dmin too */
+        const size_t at = type == Q_Q6_K ? 208 : type == Q_Q3_K ? 108 : type == Q_Q2_K ? 80 : 0;
+        memcpy(blk + at, &d, 2);
+        if (type == Q_Q4_K || type == Q_Q4_1 || type == Q_Q5_1 || type == Q_Q5_K ||
+            type == Q_Q2_K) /* dmin, or m */
+            memcpy(blk + at + 2, &dmin, 2);
     }
     if (type == Q_F32) {
         float *f = (float *)q;

@@ -18,7 +18,7 @@
 
 /* ---- types -------------------------------------------------------------------------- */
 
-/* The 32-element types of quant_legacy.c. */
+/* The types of quant_unpack.c (qk_is_unpacked) in blocks of 32. */
 static bool is_legacy(int type)
 {
     return type == Q_Q4_0 || type == Q_Q4_1 || type == Q_Q5_0 || type == Q_Q5_1 || type == Q_IQ4_NL;
@@ -27,7 +27,7 @@ static bool is_legacy(int type)
 bool q_type_supported(int type)
 {
     return type == Q_F32 || type == Q_F16 || type == Q_BF16 || type == Q_Q8_0 || type == Q_Q4_K ||
-           type == Q_Q6_K || is_legacy(type);
+           type == Q_Q6_K || qk_is_unpacked(type);
 }
 
 int q_block_elems(int type)
@@ -35,6 +35,10 @@ int q_block_elems(int type)
     if (is_legacy(type)) return 32;
     switch (type) {
     case Q_Q8_0: return 32;
+    case Q_Q2_K:
+    case Q_Q3_K:
+    case Q_Q5_K:
+    case Q_IQ4_XS:
     case Q_Q4_K:
     case Q_Q6_K: return QK_K;
     default: return 1;
@@ -55,6 +59,10 @@ size_t q_row_bytes(int type, int64_t k)
     case Q_Q5_1: return (size_t)k / 32 * sizeof(blk_q5_1);
     case Q_Q4_K: return (size_t)k / QK_K * sizeof(blk_q4_k);
     case Q_Q6_K: return (size_t)k / QK_K * sizeof(blk_q6_k);
+    case Q_Q2_K: return (size_t)k / QK_K * sizeof(blk_q2_k);
+    case Q_Q3_K: return (size_t)k / QK_K * sizeof(blk_q3_k);
+    case Q_Q5_K: return (size_t)k / QK_K * sizeof(blk_q5_k);
+    case Q_IQ4_XS: return (size_t)k / QK_K * sizeof(blk_iq4_xs);
     default: return 0;
     }
 }
@@ -79,7 +87,7 @@ void q_dequant_row(int type, const void *row, float *out, int64_t k)
     case Q_Q4_K: qk_dequant_q4_k(row, out, k); break;
     case Q_Q6_K: qk_dequant_q6_k(row, out, k); break;
     default:
-        if (is_legacy(type)) qk_dequant_legacy(type, row, out, k);
+        if (qk_is_unpacked(type)) qk_dequant_unpacked(type, row, out, k);
         break;
     }
 }
@@ -93,8 +101,8 @@ static float dot_portable(int type, const void *row, const float *x, int64_t k)
     case Q_Q4_K: return qk_dot_q4_k_portable(row, x, k);
     case Q_Q6_K: return qk_dot_q6_k_portable(row, x, k);
     default:
-        return is_legacy(type) ? qk_dot_legacy(type, row, x, k)
-                               : qk_dot_float_portable(type, row, x, k);
+        return qk_is_unpacked(type) ? qk_dot_unpacked(type, row, x, k)
+                                    : qk_dot_float_portable(type, row, x, k);
     }
 }
 
@@ -106,8 +114,8 @@ static float dot_avx2(int type, const void *row, const float *x, int64_t k)
     case Q_Q4_K: return qk_dot_q4_k_avx2(row, x, k);
     case Q_Q6_K: return qk_dot_q6_k_avx2(row, x, k);
     default:
-        return is_legacy(type) ? qk_dot_legacy(type, row, x, k)
-                               : qk_dot_float_avx2(type, row, x, k);
+        return qk_is_unpacked(type) ? qk_dot_unpacked(type, row, x, k)
+                                    : qk_dot_float_avx2(type, row, x, k);
     }
 }
 #endif
@@ -182,6 +190,10 @@ float q_dot(int type, const void *row, const float *x, int64_t k)
 static void rows_portable(int type, const void *wv, int n, int64_t k, const xq8 *x, int rows,
                           float beta, float *y, int ld_y)
 {
+    if (qk_is_unpacked(type)) {
+        qk_rows_unpacked_portable(type, wv, n, k, x, rows, beta, y, ld_y);
+        return;
+    }
     qk_xdot_fn *const dot = type == Q_Q8_0   ? qk_xdot_q8_0_portable
                             : type == Q_Q4_K ? qk_xdot_q4_k_portable
                                              : qk_xdot_q6_k_portable;
@@ -345,7 +357,9 @@ static bool matmul_int(int type, const void *w, int n, int k, const struct q_xq 
                        float *y, int ld_y)
 {
 #if QK_X86
-    if (a->isa >= Q_ISA_AVX512) return matmul_vnni(type, w, n, k, a, beta, y, ld_y);
+    /* the unpacked types run the AVX2 kernels there too */
+    if (a->isa >= Q_ISA_AVX512 && !qk_is_unpacked(type))
+        return matmul_vnni(type, w, n, k, a, beta, y, ld_y);
 #endif
     const size_t nb = (size_t)k / 32;
     const int isa = a->isa, rows = a->rows;
@@ -362,8 +376,14 @@ static bool matmul_int(int type, const void *w, int n, int k, const struct q_xq 
             const int g = rows - r0 < Q8_GROUP_ROWS ? rows - r0 : Q8_GROUP_ROWS;
             xq8 part = {.q = xq.q + (size_t)r0 * k,
                         .d = xq.d + (size_t)r0 * nb,
-                        .s = xq.s + (size_t)r0 * nb};
+                        .s = xq.s + (size_t)r0 * nb,
+                        .s16 = xq.s16 + (size_t)r0 * 2 * nb};
 #if QK_X86
+            if (isa > Q_ISA_PORTABLE && qk_is_unpacked(type)) {
+                qk_rows_unpacked_avx2(type, (const char *)w + (size_t)i0 * rb, m, k, &part, g, beta,
+                                      y + (size_t)r0 * ld_y + i0, ld_y);
+                continue;
+            }
             if (isa > Q_ISA_PORTABLE) {
                 kern((const char *)w + (size_t)i0 * rb, m, k, &part, g, beta,
                      y + (size_t)r0 * ld_y + i0, ld_y);
@@ -383,6 +403,7 @@ static bool matmul_int(int type, const void *w, int n, int k, const struct q_xq 
 
 bool q_int_path(int type, int rows)
 {
+    if (qk_is_unpacked(type)) return rows <= Q_INT_MAX_ROWS;
     return (type == Q_Q8_0 || type == Q_Q4_K || type == Q_Q6_K) &&
            (rows <= Q_INT_MAX_ROWS || q_isa() >= Q_ISA_AVX512);
 }
@@ -487,6 +508,10 @@ size_t q_quantize_row(int type, const float *x, void *out, int64_t k)
     case Q_Q8_0: qk_quantize_q8_0(x, out, k); break;
     case Q_Q4_K: qk_quantize_q4_k(x, out, k); break;
     case Q_Q6_K: qk_quantize_q6_k(x, out, k); break;
+    case Q_Q2_K:
+    case Q_Q3_K:
+    case Q_Q5_K:
+    case Q_IQ4_XS: qk_quantize_lowk(type, x, out, k); break;
     default:
         if (!is_legacy(type)) return 0;
         qk_quantize_legacy(type, x, out, k);

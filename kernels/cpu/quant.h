@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kernels/cpu/quant.h — weights in their file type (GGUF): F32, F16, BF16, Q8_0, Q4_K, Q6_K,
- * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL.
+ * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q5_K, IQ4_XS.
  *
  * A weight matrix is n rows of k elements, row-major ([out][in], as llama2.c and GGUF),
  * each row q_row_bytes(type, k) bytes; quantized blocks run along a row. Block layouts are
@@ -19,15 +19,24 @@
  *   Q5_1   32 elements, 24 bytes: f16 d, f16 m, the fifth bits, the nibbles; x = d*q + m
  *   IQ4_NL 32 elements, 18 bytes: f16 d, the nibbles as Q4_0 index a table of 16 values
  *         (-127 .. 113, denser near 0); x = d*table[q]
- *   These five run in portable C (kernels/cpu/quant_legacy.c) with float32 activations: the
- *   fused dot for a few rows, dequantized tiles and SGEMM above.
+ *   Q2_K 256 elements, 84 bytes: 16 bytes of (4-bit scale, 4-bit min) per 16 elements, 64
+ *         bytes of 2-bit q, f16 d, f16 dmin; x = d*sc*q - dmin*m
+ *   Q3_K 256 elements, 110 bytes: 32 bytes of high bits, 64 bytes of low 2 bits, 12 bytes of
+ *         sixteen 6-bit scales, f16 d; x = d*(sc - 32)*(q - 4), q in 0..7
+ *   Q5_K 256 elements, 176 bytes: Q4_K's d, dmin and scales, 32 bytes of fifth bits, 128 bytes
+ *         of 4-bit q; x = d*sc_j*q - dmin*m_j, q in 0..31
+ *   IQ4_XS 256 elements, 136 bytes: f16 d, 8 6-bit scales (16 bits of high pairs, 4 bytes of
+ *         low nibbles), 128 bytes of nibbles indexing IQ4_NL's table; x = d*(ls - 32)*table[q]
+ *   These nine unpack to signed bytes with a scale and an offset per 16 elements
+ *   (kernels/cpu/quant_unpack.c) and take the integer path below like Q8_0 (AVX2 or portable;
+ *   with AVX-512 VNNI too, on its AVX2 kernels); tiles and SGEMM above Q_INT_MAX_ROWS rows.
  *
  * Decode (few rows): fused dequantize-and-dot, the weight read once, in its own type; AVX2 +
  * FMA (+F16C) when the CPU has them, chosen once at run time, else portable C (the only path
  * off x86, where the intrinsics are not compiled: make check-portable builds it for arm64). The two
  * paths sum in a different order: they agree within 1e-5 x sum_j |w_j x_j| per dot
  * (tests/test_gguf_quant.c holds them to it).
- * Q8_0, Q4_K and Q6_K weights in q_matmul, up to Q_INT_MAX_ROWS rows (decode of a whole
+ * Q8_0, Q4_K, Q6_K and the unpacked types' weights in q_matmul, up to Q_INT_MAX_ROWS rows (decode of a whole
  * batch), and any number of rows where the CPU has AVX-512 VNNI (q_int_path), are dotted in integers with the activations quantized to 8 bits per 32 elements, as
  * llama.cpp does for Q8_0 (scale max|x|/127 kept as f16; llama.cpp's K-quant activations have
  * one scale per 256; Q4_K's minimums meet the quantized block sums): AVX2 maddubs, or AVX-512 VNNI dpbusd where the CPU has it, or
@@ -62,9 +71,13 @@ enum {
     Q_Q5_0 = 6,
     Q_Q5_1 = 7,
     Q_Q8_0 = 8,
+    Q_Q2_K = 10,
+    Q_Q3_K = 11,
     Q_Q4_K = 12,
+    Q_Q5_K = 13,
     Q_Q6_K = 14,
     Q_IQ4_NL = 20,
+    Q_IQ4_XS = 23,
     Q_BF16 = 30
 };
 

@@ -9,7 +9,9 @@
  *   quant_float.c    F32, F16, BF16: conversions, fused dots
  *   quant_q8_0.c     Q8_0: dequantize, fused dot, integer dots, quantizer
  *   quant_kquants.c  Q4_K, Q6_K: the same
- *   quant_legacy.c   Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: dequantize, fused dot, quantizer
+ *   quant_legacy.c   Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: quantizers
+ *   quant_lowk.c     Q2_K, Q3_K, Q5_K, IQ4_XS: quantizers
+ *   quant_unpack.c   those nine: unpacked to bytes; dequantize, fused dot, integer dots
  *   quant_xq.c       the activation quantizer (q_xq) of the integer path
  *   quant_vnni.c     the AVX-512 VNNI tile kernels all three integer types share
  *
@@ -74,11 +76,38 @@ typedef struct {
     uint8_t qs[16];
 } blk_q5_1;
 typedef blk_q4_0 blk_iq4_nl;
+typedef struct {
+    uint8_t scales[16]; /* low 4 bits: scale, high 4: min, per 16 elements */
+    uint8_t qs[64];
+    uint16_t d, dmin;
+} blk_q2_k;
+typedef struct {
+    uint8_t hmask[32];
+    uint8_t qs[64];
+    uint8_t scales[12]; /* sixteen 6-bit scales, biased by 32 */
+    uint16_t d;
+} blk_q3_k;
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[32];
+    uint8_t qs[128];
+} blk_q5_k;
+typedef struct {
+    uint16_t d;
+    uint16_t scales_h;
+    uint8_t scales_l[4];
+    uint8_t qs[128];
+} blk_iq4_xs;
 
 _Static_assert(sizeof(blk_q4_0) == 18, "Q4_0 block is 18 bytes");
 _Static_assert(sizeof(blk_q4_1) == 20, "Q4_1 block is 20 bytes");
 _Static_assert(sizeof(blk_q5_0) == 22, "Q5_0 block is 22 bytes");
 _Static_assert(sizeof(blk_q5_1) == 24, "Q5_1 block is 24 bytes");
+_Static_assert(sizeof(blk_q2_k) == 84, "Q2_K block is 84 bytes");
+_Static_assert(sizeof(blk_q3_k) == 110, "Q3_K block is 110 bytes");
+_Static_assert(sizeof(blk_q5_k) == 176, "Q5_K block is 176 bytes");
+_Static_assert(sizeof(blk_iq4_xs) == 136, "IQ4_XS block is 136 bytes");
 _Static_assert(sizeof(blk_q8_0) == 34, "Q8_0 block is 34 bytes");
 _Static_assert(sizeof(blk_q4_k) == 144, "Q4_K block is 144 bytes");
 _Static_assert(sizeof(blk_q6_k) == 210, "Q6_K block is 210 bytes");
@@ -178,9 +207,10 @@ static inline int qk_nearest(float v)
  * sum q_w q_x: the integer sum is exact, so the three paths (portable, AVX2, AVX-512 VNNI)
  * differ only in the order they add the per-block floats. */
 typedef struct xq8 {
-    int8_t *q; /* rows x k */
-    float *d;  /* rows x k/32 */
-    float *s;  /* rows x k/32: d * sum q, the block's sum as quantized (Q4_K's minimums) */
+    int8_t *q;  /* rows x k */
+    float *d;   /* rows x k/32 */
+    float *s;   /* rows x k/32: d * sum q, the block's sum as quantized (Q4_K's minimums) */
+    float *s16; /* rows x k/16: d * sum q per 16 elements (the unpacked types' offsets) */
 } xq8;
 
 /* The AVX-512 VNNI tiles (quant_vnni.c; see there): VT_COLS weight rows repacked, up to
@@ -230,10 +260,25 @@ float qk_dot_q6_k_portable(const void *row, const float *x, int64_t k);
 
 /* Dequantizes a row of k elements. */
 void qk_dequant_q8_0(const void *row, float *out, int64_t k);
-/* Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (quant_legacy.c): portable only */
-void qk_dequant_legacy(int type, const void *row, float *out, int64_t k);
-float qk_dot_legacy(int type, const void *row, const float *x, int64_t k);
+/* The unpacked types (quant_unpack.c): Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q5_K,
+ * IQ4_XS. Each unit of up to 8 blocks of 32 elements (one 256-element block of the K types)
+ * is unpacked into a qu_tile: element e = a[e/16] * q[e] + o[e/16]. */
+extern const int8_t qk_iq4nl_values[16]; /* IQ4_NL's and IQ4_XS's grid (ggml's) */
+typedef struct qu_tile {
+    int8_t q[256];
+    float a[16];
+    float o[16];
+} qu_tile;
+bool qk_is_unpacked(int type);
+void qk_dequant_unpacked(int type, const void *row, float *out, int64_t k);
+float qk_dot_unpacked(int type, const void *row, const float *x, int64_t k);
+/* y[r][i] = beta y[r][i] + w_i . x_r in integers (8-bit activations x), portable. */
+void qk_rows_unpacked_portable(int type, const void *w, int n, int64_t k, const xq8 *x, int rows,
+                               float beta, float *y, int ld_y);
+/* The quantizers: Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (quant_legacy.c), Q2_K, Q3_K, Q5_K, IQ4_XS
+ * (quant_lowk.c). */
 void qk_quantize_legacy(int type, const float *x, void *out, int64_t k);
+void qk_quantize_lowk(int type, const float *x, void *out, int64_t k);
 void qk_dequant_q4_k(const void *row, float *out, int64_t k);
 void qk_dequant_q6_k(const void *row, float *out, int64_t k);
 
@@ -394,6 +439,9 @@ SIMD void qk_xq8_row_avx2(const float *x, int8_t *q, float *d, float *s, int64_t
 typedef void qk_rows_fn(const void *w, int n, int64_t k, const xq8 *x, int rows, float beta,
                         float *y, int ld_y);
 SIMD qk_rows_fn qk_rows_q8_0_avx2, qk_rows_q4_k_avx2, qk_rows_q6_k_avx2;
+/* The unpacked types (quant_unpack.c), AVX2. */
+SIMD void qk_rows_unpacked_avx2(int type, const void *w, int n, int64_t k, const xq8 *x, int rows,
+                                float beta, float *y, int ld_y);
 
 /* AVX-512 VNNI. The m (<= 16) weight rows at w, rb bytes apart, all nb blocks of 32: their
  * scales (vt_scales_*), and their scales and repacked weights (vt_pack_*). */

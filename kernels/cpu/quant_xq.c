@@ -101,11 +101,12 @@ VNNI512 void qk_vt_layout(const xq8 *xq, int rows, int64_t k, const vt_x *t)
 
 /* The regions of a q_xq for rows x k on isa, as offsets o[] from its 64-aligned start; returns
  * the bytes it needs (with the slack to align an unaligned buffer). */
-static size_t xq_plan(int rows, int k, int isa, size_t o[9])
+static size_t xq_plan(int rows, int k, int isa, size_t o[10])
 {
     const size_t nb = (size_t)k / 32, R = (size_t)rows;
     size_t off = sizeof(struct q_xq);
-    memset(o, 0, 9 * sizeof *o);
+    memset(o, 0, 10 * sizeof *o);
+    o[9] = qk_carve(&off, R * nb * 2 * 4);
     o[0] = qk_carve(&off, R * nb * 4);
     o[1] = qk_carve(&off, R * nb * 4);
     o[2] = qk_carve(&off, R * (size_t)k);
@@ -122,21 +123,23 @@ static size_t xq_plan(int rows, int k, int isa, size_t o[9])
 
 size_t q_xq_bytes(int rows, int k)
 {
-    size_t o[9];
+    size_t o[10];
     return xq_plan(rows, k, q_isa(), o);
 }
 
 const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int k)
 {
     const int isa = q_isa();
-    size_t o[9];
+    size_t o[10];
     if (rows < 1 || k % 32 || bytes < xq_plan(rows, k, isa, o)) return NULL;
     char *buf = (char *)mem + (64 - (uintptr_t)mem % 64) % 64;
     struct q_xq *a = (struct q_xq *)buf;
     const size_t nb = (size_t)k / 32;
     *a = (struct q_xq){.rows = rows, .k = k, .isa = isa};
-    a->xq =
-        (xq8){.d = (float *)(buf + o[0]), .s = (float *)(buf + o[1]), .q = (int8_t *)(buf + o[2])};
+    a->xq = (xq8){.d = (float *)(buf + o[0]),
+                  .s = (float *)(buf + o[1]),
+                  .q = (int8_t *)(buf + o[2]),
+                  .s16 = (float *)(buf + o[9])};
     void (*row_fn)(const float *, int8_t *, float *, float *, int64_t) = qk_xq8_row_portable;
 #if QK_X86
     if (isa > Q_ISA_PORTABLE) row_fn = qk_xq8_row_avx2;
@@ -144,6 +147,13 @@ const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int 
     for (int r = 0; r < rows; r++)
         row_fn(x + (size_t)r * k, a->xq.q + (size_t)r * k, a->xq.d + (size_t)r * nb,
                a->xq.s + (size_t)r * nb, k);
+    /* the sums per 16 (the unpacked types' offsets), the same on every instruction set */
+    for (size_t g = 0; g < (size_t)rows * nb * 2; g++) {
+        const int8_t *q = a->xq.q + 16 * g;
+        int sum = 0;
+        for (int l = 0; l < 16; l++) sum += q[l];
+        a->xq.s16[g] = a->xq.d[g / 2] * (float)sum;
+    }
 #if QK_X86
     if (isa >= Q_ISA_AVX512) {
         a->xt = (vt_x){.q = (int8_t *)(buf + o[3]),

@@ -1,0 +1,520 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/cpu/quant_unpack.c — the types that unpack to 8-bit integers: Q4_0, Q4_1, Q5_0,
+ * Q5_1, IQ4_NL (blocks of 32) and Q2_K, Q3_K, Q5_K, IQ4_XS (blocks of 256); layouts in
+ * quant.h. A unit of up to 8 blocks of 32 elements (one block of a K type) is unpacked into
+ * a qu_tile: 256 signed bytes q and, per 16 elements, a scale a and an offset o, so that
+ * element e is a[e/16] * q[e] + o[e/16] (ggml's dequantization, step for step).
+ *
+ * From the tile: dequantization (prefill's tiles into SGEMM), the fused dot with float
+ * activations (q_dot), and the integer dots of q_matmul's small batches: the activations
+ * quantized to 8 bits per 32 elements (as llama.cpp quantizes them to Q8_0 / Q8_1 for the
+ * 32-element types; for the K types it uses one scale per 256, Q8_K), each unit unpacked
+ * once for all rows of a group, the products summed exactly in integers per 16 elements and
+ * scaled in float; the offsets meet the quantized activations' sums per 16 (xq8.s16).
+ * Portable C, and AVX2 (each type's bytes unpacked in registers, maddubs for the dots).
+ */
+#include "kernels/cpu/quant_internal.h"
+
+/* IQ4_NL's and IQ4_XS's sixteen values (ggml's kvalues_iq4nl), a non-linear 4-bit grid. */
+const int8_t qk_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                    1,    13,   25,  38,  53,  69,  89,  113};
+
+bool qk_is_unpacked(int type)
+{
+    switch (type) {
+    case Q_Q4_0:
+    case Q_Q4_1:
+    case Q_Q5_0:
+    case Q_Q5_1:
+    case Q_IQ4_NL:
+    case Q_Q2_K:
+    case Q_Q3_K:
+    case Q_Q5_K:
+    case Q_IQ4_XS: return true;
+    default: return false;
+    }
+}
+
+/* Whether the tile's offsets o are used (the types with minimums). */
+static bool has_offsets(int type)
+{
+    return type == Q_Q4_1 || type == Q_Q5_1 || type == Q_Q2_K || type == Q_Q5_K;
+}
+
+/* Q3_K's sixteen 6-bit scales from their 12 bytes (ggml's unpacking), 0..63. */
+static inline void q3k_scales(const uint8_t *s12, uint8_t out[16])
+{
+    uint32_t aux[4];
+    memcpy(aux, s12, 12);
+    const uint32_t km1 = 0x03030303, km2 = 0x0f0f0f0f, tmp = aux[2];
+    aux[2] = ((aux[0] >> 4) & km2) | (((tmp >> 4) & km1) << 4);
+    aux[3] = ((aux[1] >> 4) & km2) | (((tmp >> 6) & km1) << 4);
+    aux[0] = (aux[0] & km2) | (((tmp >> 0) & km1) << 4);
+    aux[1] = (aux[1] & km2) | (((tmp >> 2) & km1) << 4);
+    memcpy(out, aux, 16);
+}
+
+/* The scales and offsets of a unit (the same on every path: the f16 conversions are exact). */
+#define UNIT_SCALES(NAME, ATTR, F16)                                                               \
+    ATTR static inline __attribute__((always_inline)) void NAME(int type, const void *row,         \
+                                                                int64_t b32, int nb, qu_tile *t)   \
+    {                                                                                              \
+        switch (type) {                                                                            \
+        case Q_Q4_0:                                                                               \
+        case Q_IQ4_NL:                                                                             \
+            for (int j = 0; j < nb; j++)                                                           \
+                t->a[2 * j] = t->a[2 * j + 1] = F16(((const blk_q4_0 *)row)[b32 + j].d);           \
+            break;                                                                                 \
+        case Q_Q5_0:                                                                               \
+            for (int j = 0; j < nb; j++)                                                           \
+                t->a[2 * j] = t->a[2 * j + 1] = F16(((const blk_q5_0 *)row)[b32 + j].d);           \
+            break;                                                                                 \
+        case Q_Q4_1:                                                                               \
+            for (int j = 0; j < nb; j++) {                                                         \
+                const blk_q4_1 *x = (const blk_q4_1 *)row + b32 + j;                               \
+                t->a[2 * j] = t->a[2 * j + 1] = F16(x->d);                                         \
+                t->o[2 * j] = t->o[2 * j + 1] = F16(x->m);                                         \
+            }                                                                                      \
+            break;                                                                                 \
+        case Q_Q5_1:                                                                               \
+            for (int j = 0; j < nb; j++) {                                                         \
+                const blk_q5_1 *x = (const blk_q5_1 *)row + b32 + j;                               \
+                t->a[2 * j] = t->a[2 * j + 1] = F16(x->d);                                         \
+                t->o[2 * j] = t->o[2 * j + 1] = F16(x->m);                                         \
+            }                                                                                      \
+            break;                                                                                 \
+        case Q_Q2_K: {                                                                             \
+            const blk_q2_k *x = (const blk_q2_k *)row + b32 / 8;                                   \
+            const float d = F16(x->d), dmin = F16(x->dmin);                                        \
+            for (int g = 0; g < 16; g++) {                                                         \
+                t->a[g] = d * (float)(x->scales[g] & 0xF);                                         \
+                t->o[g] = -(dmin * (float)(x->scales[g] >> 4));                                    \
+            }                                                                                      \
+            break;                                                                                 \
+        }                                                                                          \
+        case Q_Q3_K: {                                                                             \
+            const blk_q3_k *x = (const blk_q3_k *)row + b32 / 8;                                   \
+            const float d = F16(x->d);                                                             \
+            uint8_t sc[16];                                                                        \
+            q3k_scales(x->scales, sc);                                                             \
+            for (int g = 0; g < 16; g++) t->a[g] = d * (float)((int)sc[g] - 32);                   \
+            break;                                                                                 \
+        }                                                                                          \
+        case Q_Q5_K: {                                                                             \
+            const blk_q5_k *x = (const blk_q5_k *)row + b32 / 8;                                   \
+            const float d = F16(x->d), dmin = F16(x->dmin);                                        \
+            for (int j = 0; j < 8; j++) {                                                          \
+                uint8_t sc, m;                                                                     \
+                scale_min_k4(j, x->scales, &sc, &m);                                               \
+                t->a[2 * j] = t->a[2 * j + 1] = d * (float)sc;                                     \
+                t->o[2 * j] = t->o[2 * j + 1] = -(dmin * (float)m);                                \
+            }                                                                                      \
+            break;                                                                                 \
+        }                                                                                          \
+        case Q_IQ4_XS: {                                                                           \
+            const blk_iq4_xs *x = (const blk_iq4_xs *)row + b32 / 8;                               \
+            const float d = F16(x->d);                                                             \
+            for (int ib = 0; ib < 8; ib++) {                                                       \
+                const int ls = ((x->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) |                     \
+                               (((x->scales_h >> 2 * ib) & 3) << 4);                               \
+                t->a[2 * ib] = t->a[2 * ib + 1] = d * (float)(ls - 32);                            \
+            }                                                                                      \
+            break;                                                                                 \
+        }                                                                                          \
+        }                                                                                          \
+    }
+UNIT_SCALES(unit_scales, , qk_f16_to_f32)
+
+/* The bytes of blocks b32 .. b32+nb-1 of a row (for the K types b32 is a multiple of 8 and
+ * nb is 8), portable. */
+static void unpack_portable(int type, const void *row, int64_t b32, int nb, qu_tile *t)
+{
+    unit_scales(type, row, b32, nb, t);
+    int8_t *q = t->q;
+    switch (type) {
+    case Q_Q4_0:
+    case Q_Q4_1:
+    case Q_IQ4_NL: {
+        const size_t bb = q_row_bytes(type, 32);
+        const size_t qs_at = type == Q_Q4_1 ? 4 : 2;
+        for (int j = 0; j < nb; j++, q += 32) {
+            const uint8_t *qs = (const uint8_t *)row + (size_t)(b32 + j) * bb + qs_at;
+            for (int l = 0; l < 16; l++) {
+                const int lo = qs[l] & 0x0f, hi = qs[l] >> 4;
+                if (type == Q_IQ4_NL) {
+                    q[l] = qk_iq4nl_values[lo];
+                    q[l + 16] = qk_iq4nl_values[hi];
+                } else {
+                    const int off = type == Q_Q4_0 ? 8 : 0;
+                    q[l] = (int8_t)(lo - off);
+                    q[l + 16] = (int8_t)(hi - off);
+                }
+            }
+        }
+        break;
+    }
+    case Q_Q5_0:
+    case Q_Q5_1: {
+        const size_t bb = q_row_bytes(type, 32), qh_at = type == Q_Q5_1 ? 4 : 2;
+        const int off = type == Q_Q5_0 ? 16 : 0;
+        for (int j = 0; j < nb; j++, q += 32) {
+            const uint8_t *blk = (const uint8_t *)row + (size_t)(b32 + j) * bb;
+            uint32_t qh;
+            memcpy(&qh, blk + qh_at, 4);
+            const uint8_t *qs = blk + qh_at + 4;
+            for (int l = 0; l < 16; l++) {
+                q[l] = (int8_t)(((qs[l] & 0x0f) | ((qh >> l) & 1) << 4) - off);
+                q[l + 16] = (int8_t)(((qs[l] >> 4) | ((qh >> (l + 16)) & 1) << 4) - off);
+            }
+        }
+        break;
+    }
+    case Q_Q2_K: {
+        const blk_q2_k *x = (const blk_q2_k *)row + b32 / 8;
+        for (int n = 0; n < 2; n++)
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 32; l++)
+                    q[128 * n + 32 * j + l] = (int8_t)((x->qs[32 * n + l] >> (2 * j)) & 3);
+        break;
+    }
+    case Q_Q3_K: {
+        const blk_q3_k *x = (const blk_q3_k *)row + b32 / 8;
+        for (int n = 0; n < 2; n++)
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 32; l++) {
+                    const int q2 = (x->qs[32 * n + l] >> (2 * j)) & 3;
+                    const int h = (x->hmask[l] >> (4 * n + j)) & 1;
+                    q[128 * n + 32 * j + l] = (int8_t)(q2 - (h ? 0 : 4));
+                }
+        break;
+    }
+    case Q_Q5_K: {
+        const blk_q5_k *x = (const blk_q5_k *)row + b32 / 8;
+        for (int jj = 0; jj < 4; jj++) {
+            const uint8_t *ql = x->qs + 32 * jj;
+            for (int l = 0; l < 32; l++) {
+                q[64 * jj + l] = (int8_t)((ql[l] & 0xF) + (((x->qh[l] >> (2 * jj)) & 1) << 4));
+                q[64 * jj + 32 + l] =
+                    (int8_t)((ql[l] >> 4) + (((x->qh[l] >> (2 * jj + 1)) & 1) << 4));
+            }
+        }
+        break;
+    }
+    case Q_IQ4_XS: {
+        const blk_iq4_xs *x = (const blk_iq4_xs *)row + b32 / 8;
+        for (int ib = 0; ib < 8; ib++)
+            for (int l = 0; l < 16; l++) {
+                q[32 * ib + l] = qk_iq4nl_values[x->qs[16 * ib + l] & 0xf];
+                q[32 * ib + 16 + l] = qk_iq4nl_values[x->qs[16 * ib + l] >> 4];
+            }
+        break;
+    }
+    }
+}
+
+/* Elements of the tile as floats (nb blocks of 32). */
+static void tile_floats(int type, const qu_tile *t, int nb, float *out)
+{
+    const bool off = has_offsets(type);
+    for (int e = 0; e < 32 * nb; e++)
+        out[e] = off ? t->a[e / 16] * (float)t->q[e] + t->o[e / 16] : t->a[e / 16] * (float)t->q[e];
+}
+
+void qk_dequant_unpacked(int type, const void *row, float *out, int64_t k)
+{
+    const int64_t nb = k / 32;
+    qu_tile t;
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        const int m = nb - b0 < 8 ? (int)(nb - b0) : 8;
+        unpack_portable(type, row, b0, m, &t);
+        tile_floats(type, &t, m, out + b0 * 32);
+    }
+}
+
+float qk_dot_unpacked(int type, const void *row, const float *x, int64_t k)
+{
+    const int64_t nb = k / 32;
+    qu_tile t;
+    float w[256], sum = 0.0f;
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        const int m = nb - b0 < 8 ? (int)(nb - b0) : 8;
+        unpack_portable(type, row, b0, m, &t);
+        tile_floats(type, &t, m, w);
+        const float *xb = x + b0 * 32;
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+        for (int j = 0; j < 32 * m; j += 4) {
+            s0 += w[j] * xb[j];
+            s1 += w[j + 1] * xb[j + 1];
+            s2 += w[j + 2] * xb[j + 2];
+            s3 += w[j + 3] * xb[j + 3];
+        }
+        sum += (s0 + s1) + (s2 + s3);
+    }
+    return sum;
+}
+
+/* ---- integer dots, portable ------------------------------------------------------------ */
+
+void qk_rows_unpacked_portable(int type, const void *w, int n, int64_t k, const xq8 *x, int rows,
+                               float beta, float *y, int ld_y)
+{
+    const int64_t nb = k / 32;
+    const size_t rb = q_row_bytes(type, k);
+    const bool off = has_offsets(type);
+    qu_tile t;
+    for (int i = 0; i < n; i++) {
+        const char *row = (const char *)w + (size_t)i * rb;
+        float sum[Q8_GROUP_ROWS] = {0}, osum[Q8_GROUP_ROWS] = {0};
+        for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+            const int m = nb - b0 < 8 ? (int)(nb - b0) : 8;
+            unpack_portable(type, row, b0, m, &t);
+            for (int r = 0; r < rows; r++) {
+                const int8_t *xq = x->q + (size_t)r * k + b0 * 32;
+                for (int g = 0; g < 2 * m; g++) {
+                    int s = 0;
+                    for (int l = 0; l < 16; l++) s += t.q[16 * g + l] * xq[16 * g + l];
+                    sum[r] += t.a[g] * x->d[(size_t)r * nb + b0 + g / 2] * (float)s;
+                }
+                for (int g = 0; g < 2 * m && off; g++)
+                    osum[r] += t.o[g] * x->s16[(size_t)r * 2 * nb + 2 * b0 + g];
+            }
+        }
+        for (int r = 0; r < rows; r++) {
+            float *yr = y + (size_t)r * ld_y + i;
+            const float v = sum[r] + osum[r];
+            *yr = beta == 0.0f ? v : beta * *yr + v;
+        }
+    }
+}
+
+/* ---- AVX2 ------------------------------------------------------------------------------ */
+
+#if QK_X86
+
+/* The 32 nibbles of 16 bytes: low nibbles (elements 0-15), then high (16-31). */
+SIMD static inline __m256i nib32(const uint8_t *qs)
+{
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+}
+
+/* 0x10 in byte l where bit l of the 32 bits at p is set (ggml's bytes_from_bits_32). */
+SIMD static inline __m256i bits32_x10(const uint8_t *p)
+{
+    uint32_t x32;
+    memcpy(&x32, p, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                           0x0101010101010101, 0x0000000000000000);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32), shuf);
+    b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
+}
+
+/* Bit `bit` of each byte of v, as 0 or 1. */
+SIMD static inline __m256i bit_of(__m256i v, int bit)
+{
+    return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(bit)), _mm256_set1_epi8(1));
+}
+
+SIMD static inline float f16_hw(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+UNIT_SCALES(unit_scales_avx2, SIMD, f16_hw)
+
+SIMD static inline __attribute__((always_inline)) void unpack_avx2(int type, const void *row,
+                                                                   int64_t b32, int nb, qu_tile *t)
+{
+    unit_scales_avx2(type, row, b32, nb, t);
+    __m256i *q = (__m256i *)t->q;
+    switch (type) {
+    case Q_Q4_0:
+        for (int j = 0; j < nb; j++)
+            _mm256_store_si256(q + j, _mm256_sub_epi8(nib32(((const blk_q4_0 *)row)[b32 + j].qs),
+                                                      _mm256_set1_epi8(8)));
+        break;
+    case Q_Q4_1:
+        for (int j = 0; j < nb; j++)
+            _mm256_store_si256(q + j, nib32(((const blk_q4_1 *)row)[b32 + j].qs));
+        break;
+    case Q_IQ4_NL: {
+        const __m256i tbl =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qk_iq4nl_values));
+        for (int j = 0; j < nb; j++)
+            _mm256_store_si256(
+                q + j, _mm256_shuffle_epi8(tbl, nib32(((const blk_iq4_nl *)row)[b32 + j].qs)));
+        break;
+    }
+    case Q_Q5_0:
+        for (int j = 0; j < nb; j++) {
+            const blk_q5_0 *x = (const blk_q5_0 *)row + b32 + j;
+            _mm256_store_si256(q + j,
+                               _mm256_sub_epi8(_mm256_or_si256(nib32(x->qs), bits32_x10(x->qh)),
+                                               _mm256_set1_epi8(16)));
+        }
+        break;
+    case Q_Q5_1:
+        for (int j = 0; j < nb; j++) {
+            const blk_q5_1 *x = (const blk_q5_1 *)row + b32 + j;
+            _mm256_store_si256(q + j, _mm256_or_si256(nib32(x->qs), bits32_x10(x->qh)));
+        }
+        break;
+    case Q_Q2_K: {
+        const blk_q2_k *x = (const blk_q2_k *)row + b32 / 8;
+        const __m256i m3 = _mm256_set1_epi8(3);
+        for (int n = 0; n < 2; n++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * n));
+            for (int j = 0; j < 4; j++)
+                _mm256_store_si256(
+                    q + 4 * n + j,
+                    _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * j)), m3));
+        }
+        break;
+    }
+    case Q_Q3_K: {
+        const blk_q3_k *x = (const blk_q3_k *)row + b32 / 8;
+        const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)x->hmask);
+        for (int n = 0; n < 2; n++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * n));
+            for (int j = 0; j < 4; j++) {
+                const __m256i q2 =
+                    _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * j)), m3);
+                const __m256i h = _mm256_slli_epi16(bit_of(hm, 4 * n + j), 2);
+                _mm256_store_si256(q + 4 * n + j, _mm256_sub_epi8(_mm256_or_si256(q2, h), four));
+            }
+        }
+        break;
+    }
+    case Q_Q5_K: {
+        const blk_q5_k *x = (const blk_q5_k *)row + b32 / 8;
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)x->qh);
+        for (int jj = 0; jj < 4; jj++) {
+            const __m256i ql = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * jj));
+            const __m256i lo = _mm256_and_si256(ql, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+            _mm256_store_si256(q + 2 * jj,
+                               _mm256_or_si256(lo, _mm256_slli_epi16(bit_of(qh, 2 * jj), 4)));
+            _mm256_store_si256(q + 2 * jj + 1,
+                               _mm256_or_si256(hi, _mm256_slli_epi16(bit_of(qh, 2 * jj + 1), 4)));
+        }
+        break;
+    }
+    case Q_IQ4_XS: {
+        const blk_iq4_xs *x = (const blk_iq4_xs *)row + b32 / 8;
+        const __m256i tbl =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qk_iq4nl_values));
+        for (int ib = 0; ib < 8; ib++)
+            _mm256_store_si256(q + ib, _mm256_shuffle_epi8(tbl, nib32(x->qs + 16 * ib)));
+        break;
+    }
+    }
+}
+
+/* R activation rows (a constant) times n weight rows of `type` (a constant): each unit
+ * unpacked once, then dotted with every row; SGN: q may be negative (sign trick for
+ * maddubs), OFF: the offsets. */
+SIMD static inline __attribute__((always_inline)) void
+rows_unpacked_r(const int type, const char *w, int n, int64_t k, const xq8 *x, float beta, float *y,
+                int ld_y, const int R)
+{
+    const int64_t nb = k / 32;
+    const size_t rb = q_row_bytes(type, k);
+    const bool sgn = !(type == Q_Q4_1 || type == Q_Q5_1 || type == Q_Q2_K || type == Q_Q5_K);
+    const bool off = has_offsets(type);
+    const __m256i ones = _mm256_set1_epi16(1);
+    qu_tile t __attribute__((aligned(32)));
+    for (int i = 0; i < n; i++) {
+        const char *row = w + (size_t)i * rb;
+        __m256 acc[Q8_GROUP_ROWS], oacc[Q8_GROUP_ROWS];
+        float otail[Q8_GROUP_ROWS];
+        for (int r = 0; r < R; r++) {
+            acc[r] = _mm256_setzero_ps();
+            oacc[r] = _mm256_setzero_ps();
+            otail[r] = 0.0f;
+        }
+        for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+            const int m = nb - b0 < 8 ? (int)(nb - b0) : 8;
+            unpack_avx2(type, row, b0, m, &t);
+            for (int j = 0; j < m; j++) {
+                const __m256i qv = _mm256_load_si256((const __m256i *)(t.q + 32 * j));
+                const __m256i aq = sgn ? _mm256_sign_epi8(qv, qv) : qv;
+                const __m256 va =
+                    _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(t.a[2 * j])),
+                                         _mm_set1_ps(t.a[2 * j + 1]), 1);
+                for (int r = 0; r < R; r++) {
+                    __m256i xv =
+                        _mm256_loadu_si256((const __m256i *)(x->q + (size_t)r * k + (b0 + j) * 32));
+                    if (sgn) xv = _mm256_sign_epi8(xv, qv);
+                    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, xv), ones);
+                    acc[r] = _mm256_fmadd_ps(
+                        _mm256_cvtepi32_ps(p),
+                        _mm256_mul_ps(va, _mm256_set1_ps(x->d[(size_t)r * nb + b0 + j])), acc[r]);
+                }
+            }
+            if (!off) continue;
+            if (m == 8) {
+                const __m256 o0 = _mm256_loadu_ps(t.o), o1 = _mm256_loadu_ps(t.o + 8);
+                for (int r = 0; r < R; r++) {
+                    const float *s = x->s16 + (size_t)r * 2 * nb + 2 * b0;
+                    oacc[r] = _mm256_fmadd_ps(o0, _mm256_loadu_ps(s), oacc[r]);
+                    oacc[r] = _mm256_fmadd_ps(o1, _mm256_loadu_ps(s + 8), oacc[r]);
+                }
+            } else {
+                for (int r = 0; r < R; r++)
+                    for (int g = 0; g < 2 * m; g++)
+                        otail[r] += t.o[g] * x->s16[(size_t)r * 2 * nb + 2 * b0 + g];
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            float *yr = y + (size_t)r * ld_y + i;
+            const float v = hsum8(acc[r]) + (hsum8(oacc[r]) + otail[r]);
+            *yr = beta == 0.0f ? v : beta * *yr + v;
+        }
+    }
+}
+
+#define UNPACKED_TYPE(name, T)                                                                     \
+    SIMD static void name(const char *w, int n, int64_t k, const xq8 *x, int rows, float beta,     \
+                          float *y, int ld_y)                                                      \
+    {                                                                                              \
+        switch (rows) {                                                                            \
+        case 1: rows_unpacked_r(T, w, n, k, x, beta, y, ld_y, 1); break;                           \
+        case 2: rows_unpacked_r(T, w, n, k, x, beta, y, ld_y, 2); break;                           \
+        case 3: rows_unpacked_r(T, w, n, k, x, beta, y, ld_y, 3); break;                           \
+        case 4: rows_unpacked_r(T, w, n, k, x, beta, y, ld_y, 4); break;                           \
+        case 5: rows_unpacked_r(T, w, n, k, x, beta, y, ld_y, 5); break;                           \
+        case 6: rows_unpacked_r(T, w, n, k, x, beta, y, ld_y, 6); break;                           \
+        case 7: rows_unpacked_r(T, w, n, k, x, beta, y, ld_y, 7); break;                           \
+        default: rows_unpacked_r(T, w, n, k, x, beta, y, ld_y, 8); break;                          \
+        }                                                                                          \
+    }
+UNPACKED_TYPE(rows_q4_0, Q_Q4_0)
+UNPACKED_TYPE(rows_q4_1, Q_Q4_1)
+UNPACKED_TYPE(rows_q5_0, Q_Q5_0)
+UNPACKED_TYPE(rows_q5_1, Q_Q5_1)
+UNPACKED_TYPE(rows_iq4_nl, Q_IQ4_NL)
+UNPACKED_TYPE(rows_q2_k, Q_Q2_K)
+UNPACKED_TYPE(rows_q3_k, Q_Q3_K)
+UNPACKED_TYPE(rows_q5_k, Q_Q5_K)
+UNPACKED_TYPE(rows_iq4_xs, Q_IQ4_XS)
+
+SIMD void qk_rows_unpacked_avx2(int type, const void *w, int n, int64_t k, const xq8 *x, int rows,
+                                float beta, float *y, int ld_y)
+{
+    switch (type) {
+    case Q_Q4_0: rows_q4_0(w, n, k, x, rows, beta, y, ld_y); break;
+    case Q_Q4_1: rows_q4_1(w, n, k, x, rows, beta, y, ld_y); break;
+    case Q_Q5_0: rows_q5_0(w, n, k, x, rows, beta, y, ld_y); break;
+    case Q_Q5_1: rows_q5_1(w, n, k, x, rows, beta, y, ld_y); break;
+    case Q_IQ4_NL: rows_iq4_nl(w, n, k, x, rows, beta, y, ld_y); break;
+    case Q_Q2_K: rows_q2_k(w, n, k, x, rows, beta, y, ld_y); break;
+    case Q_Q3_K: rows_q3_k(w, n, k, x, rows, beta, y, ld_y); break;
+    case Q_Q5_K: rows_q5_k(w, n, k, x, rows, beta, y, ld_y); break;
+    case Q_IQ4_XS: rows_iq4_xs(w, n, k, x, rows, beta, y, ld_y); break;
+    }
+}
+
+#endif /* QK_X86 */
