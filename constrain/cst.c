@@ -502,6 +502,10 @@ size_t cst_grammar_size(const cst_grammar *g)
 #define MAX_STACK_DEPTH  4096       /* deeper threads die: stricter, never looser */
 #define MAX_DFA_STATES   (1u << 15) /* flushed above this */
 #define MASK_CACHE_BYTES (64u << 20)
+/* Threads one closure may visit: nested nullable repeats behind calls multiply them (a
+ * grammar such as ((a?){0,99}){0,99} called through rules); past this the step fails with
+ * -E2BIG instead of stalling. */
+#define MAX_CLOSURE      (1u << 18)
 
 typedef struct stack_node {
     uint32_t ret, parent, depth;
@@ -644,7 +648,7 @@ static int closure(cst_matcher *m, size_t nseeds)
             free(old);
         }
         if (!vis_insert(m, t)) continue;
-        nvis++;
+        if (++nvis > MAX_CLOSURE) return -E2BIG;
         uint32_t pc = (uint32_t)(t >> 32), sk = (uint32_t)t;
         uint64_t nx[2];
         int nn = 0;
@@ -770,8 +774,10 @@ static int32_t compute_step(cst_matcher *m, uint32_t s, uint8_t byte)
         if (bs->w[byte >> 6] >> (byte & 63) & 1)
             m->todo[ns++] = (uint64_t)in->b << 32 | (uint32_t)t;
     }
-    if (closure(m, ns)) return -1;
-    return intern_state(m);
+    int rc = closure(m, ns);
+    if (rc) return rc;
+    int32_t t = intern_state(m);
+    return t < 0 ? -ENOMEM : t;
 }
 
 static inline int32_t step(cst_matcher *m, uint32_t s, uint8_t byte)
@@ -780,7 +786,7 @@ static inline int32_t step(cst_matcher *m, uint32_t s, uint8_t byte)
     if (t >= 0) return t;
     t = compute_step(m, s, byte);
     if (t < 0) {
-        m->oom = -ENOMEM;
+        m->oom = t;
         return 0;
     }
     m->trans[(size_t)s * 256 + byte] = t;
@@ -809,7 +815,8 @@ static int init_states(cst_matcher *m)
     for (int b = 0; b < 256; b++) m->trans[b] = 0;
     m->nstates = 1;
     m->todo[0] = (uint64_t)m->p->start << 32;
-    if (closure(m, 1)) return -ENOMEM;
+    int rc = closure(m, 1);
+    if (rc) return rc;
     int32_t s = intern_state(m);
     if (s < 0) return -ENOMEM;
     m->start = (uint32_t)s;
@@ -840,9 +847,14 @@ int cst_matcher_create(const cst_grammar *g, const cst_vocab *v, cst_matcher **o
     m->todo = malloc(m->todocap * sizeof *m->todo);
     m->walk = malloc(((size_t)v->max_depth + 2) * sizeof *m->walk);
     if (!m->stk || !m->st_off || !m->st_len || !m->st_accept || !m->st_plain || !m->trans ||
-        !m->st_mask || !m->st_hash || !m->todo || !m->walk || init_states(m)) {
+        !m->st_mask || !m->st_hash || !m->todo || !m->walk) {
         cst_matcher_free(m);
         return -ENOMEM;
+    }
+    int rc = init_states(m);
+    if (rc) {
+        cst_matcher_free(m);
+        return rc;
     }
     m->cur = m->start;
     *out = m;

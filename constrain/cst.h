@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * constrain/cst.h — the constraint engine: a JSON Schema, `json_object`, a regular
- * expression or a choice among strings compiled into a matcher over a model's token
- * vocabulary. Given the tokens so far, a matcher answers which tokens may come next as a
- * bitmask (bit t of word t / 32); the end tokens (EOS, EOT) are allowed only where the
- * grammar can end.
+ * expression, a GBNF grammar (llama.cpp's format) or a choice among strings compiled into
+ * a matcher over a model's token vocabulary. Given the tokens so far, a matcher answers
+ * which tokens may come next as a bitmask (bit t of word t / 32); the end tokens (EOS,
+ * EOT) are allowed only where the grammar can end.
  *
  * Design (DESIGN.md §14). Every constraint compiles to one program for a small virtual
  * machine over bytes: byte-set steps, splits, jumps, and calls/returns to subroutines, so
@@ -95,6 +95,16 @@ int cst_compile_json_value(bool object_only, cst_grammar **out, char *err, size_
  * ends. Back-references, look-around, \b, \p{..} and inline flags are -EINVAL.
  */
 int cst_compile_regex(const char *re, size_t len, cst_grammar **out, char *err, size_t errlen);
+/*
+ * A GBNF grammar (llama.cpp's format): rules `name ::= ...` with `|`, sequences, `( )`,
+ * string literals and character classes (`[a-z]`, `[^...]`) over code points with the
+ * escapes \xHH \uHHHH \UHHHHHHHH \t \r \n \\ \" \[ \] \-, `.`, `* + ? {m} {m,} {m,n}`, `#`
+ * comments; newlines as llama.cpp reads them; the start is the rule `root`. Recursion is
+ * exact. Refused (-EINVAL, with the line and the rule): syntax errors, an undefined rule, no
+ * `root`, left recursion (as llama.cpp refuses it), token references `<...>`, a rule
+ * defined twice, a root that matches no finite text. -E2BIG: source or program too large.
+ */
+int cst_compile_gbnf(const char *src, size_t len, cst_grammar **out, char *err, size_t errlen);
 /* One of n strings exactly. Errors: -EINVAL (n == 0). */
 int cst_compile_choice(const char *const *choices, const size_t *lens, int n, cst_grammar **out,
                        char *err, size_t errlen);
@@ -104,7 +114,12 @@ size_t cst_grammar_size(const cst_grammar *g);
 
 /* ---- match -------------------------------------------------------------------------- */
 
-/* A matcher at the start of g over v (both must outlive it). Errors: -ENOMEM. */
+/*
+ * A matcher at the start of g over v (both must outlive it). Errors: -ENOMEM, -E2BIG (a
+ * state's closure is over the engine's bound of threads: nested nullable repeats reached
+ * through rules; the same error can come from mask, accept and feed: the sequence's
+ * constraint has failed).
+ */
 int cst_matcher_create(const cst_grammar *g, const cst_vocab *v, cst_matcher **out);
 void cst_matcher_free(cst_matcher *m);
 /* Back to the start (keeps what the matcher has learnt about g: its DFA and masks). */
@@ -113,15 +128,16 @@ void cst_matcher_reset(cst_matcher *m);
  * The allowed next tokens: bit t of mask[t / 32] for token t; cst_mask_words(v) words.
  * An end token's bit is set where the grammar can end here. After an end token was
  * accepted, or where the grammar allows nothing more, only the end tokens (or nothing).
- * Errors: -ENOMEM (the mask is all zero then).
+ * Errors: -ENOMEM, -E2BIG (the mask is all zero then).
  */
 int cst_matcher_mask(cst_matcher *m, uint32_t *mask);
 /*
  * Advances by one token. Errors: -EINVAL (the token is not allowed here; the matcher is
- * unchanged), -ENOMEM. An end token is accepted where the grammar can end, and ends it.
+ * unchanged), -ENOMEM, -E2BIG. An end token is accepted where the grammar can end, and
+ * ends it.
  */
 int cst_matcher_accept(cst_matcher *m, int32_t token);
-/* Advances by raw bytes (all or nothing). Errors: -EINVAL (refused), -ENOMEM. */
+/* Advances by raw bytes (all or nothing). Errors: -EINVAL (refused), -ENOMEM, -E2BIG. */
 int cst_matcher_feed(cst_matcher *m, const void *bytes, size_t len);
 /* Whether the text so far is a complete match. */
 bool cst_matcher_can_end(const cst_matcher *m);

@@ -244,3 +244,15 @@ Test(constrain_mask, stories260k_vocabulary_generates_json_by_masks)
     cst_vocab_free(v);
     tok_free(t);
 }
+
+Test(constrain_matcher, a_state_over_the_closure_bound_is_an_error_not_a_stall)
+{
+    /* 300,000 nested optional copies, all reachable before the first byte */
+    cst_grammar *g = regex("((a?){0,1000}){0,300}b");
+    cst_vocab *v = byte_vocab();
+    cst_matcher *m = NULL;
+    cr_expect_eq(cst_matcher_create(g, v, &m), -E2BIG);
+    cr_expect_null(m);
+    cst_grammar_free(g);
+    cst_vocab_free(v);
+}
