@@ -118,11 +118,13 @@ int main(int argc, char **argv)
     int bytes = 1024, runs = 7, iters = 200, json = 0;
     const char *shared = getenv("RINGLM_SHARED"), *node_modules = "tests/node/node_modules";
     if (!shared || !*shared) shared = "../shared";
-    static const struct option opts[] = {
-        {"bytes", required_argument, 0, 'b'},  {"runs", required_argument, 0, 'r'},
-        {"iters", required_argument, 0, 'i'},  {"shared", required_argument, 0, 's'},
-        {"node-modules", required_argument, 0, 'n'}, {"json", no_argument, 0, 'j'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"bytes", required_argument, 0, 'b'},
+                                         {"runs", required_argument, 0, 'r'},
+                                         {"iters", required_argument, 0, 'i'},
+                                         {"shared", required_argument, 0, 's'},
+                                         {"node-modules", required_argument, 0, 'n'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
@@ -182,16 +184,15 @@ int main(int argc, char **argv)
                 bench_die("%s: no chat template: %s", cases[c].vocab, ringlm_errdetail());
             pc.jinja = jinja;
         }
-        const int len =
-            cases[c].kind == GW_CHAT
-                ? snprintf(body, (size_t)bytes + 256,
-                           "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],"
-                           "\"max_tokens\":16,\"temperature\":0,\"stream\":true}",
-                           text)
-                : snprintf(body, (size_t)bytes + 256,
-                           "{\"prompt\":\"%s\",\"max_tokens\":16,\"temperature\":0,"
-                           "\"stream\":true}",
-                           text);
+        const int len = cases[c].kind == GW_CHAT
+                            ? snprintf(body, (size_t)bytes + 256,
+                                       "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],"
+                                       "\"max_tokens\":16,\"temperature\":0,\"stream\":true}",
+                                       text)
+                            : snprintf(body, (size_t)bytes + 256,
+                                       "{\"prompt\":\"%s\",\"max_tokens\":16,\"temperature\":0,"
+                                       "\"stream\":true}",
+                                       text);
         int n_tok = prepare(cases[c].kind, body, (size_t)len, &pc, tok); /* warm-up */
         double cpu[64], wall[64];
         for (int r = 0; r < runs; r++) {
@@ -209,10 +210,10 @@ int main(int argc, char **argv)
         if (!json)
             printf("  %-42s %5d tokens  %8.1f us [%.1f, %.1f] CPU  (wall %.1f us)  %s\n",
                    cases[c].name, n_tok, med, lo, hi, wmed, med < 1000.0 ? "< 1 ms" : ">= 1 ms");
-        json_array_append_new(res, json_pack("{s:s, s:i, s:f, s:f, s:f, s:f}", "case",
-                                             cases[c].name, "prompt_tokens", n_tok, "cpu_us",
-                                             med, "cpu_us_lowest", lo, "cpu_us_highest", hi,
-                                             "wall_us", wmed));
+        json_array_append_new(res,
+                              json_pack("{s:s, s:i, s:f, s:f, s:f, s:f}", "case", cases[c].name,
+                                        "prompt_tokens", n_tok, "cpu_us", med, "cpu_us_lowest", lo,
+                                        "cpu_us_highest", hi, "wall_us", wmed));
         ringlm_chat_jinja_free(jinja);
         ringlm_tokenizer_free(tok);
     }
