@@ -262,8 +262,63 @@ oom:
     return -1;
 }
 
+/* A function tool's parameters schema ({"type": "object"} when it has none). */
+static json_t *params_schema(json_t *tool)
+{
+    json_t *ps = json_object_get(json_object_get(tool, "function"), "parameters");
+    return json_is_object(ps) ? json_incref(ps) : json_pack("{s:s}", "type", "object");
+}
+
+/* tool_choice "required" or naming a function: the answer is constrained to calls (vLLM's
+ * way): a named function's answer is its arguments (a JSON Schema of its parameters), a
+ * required one a JSON list of {"name", "parameters"} objects of the tools (at least one; one
+ * with parallel_tool_calls false). The gateway reads the calls out of that JSON. */
+static int tool_constraint(json_t *tools, const char *named, bool parallel, gw_params *p, gw_err *e)
+{
+    json_t *schema = NULL;
+    if (named) {
+        for (size_t i = 0; i < json_array_size(tools) && !schema; i++) {
+            json_t *t = json_array_get(tools, i);
+            if (!strcmp(named,
+                        json_string_value(json_object_get(json_object_get(t, "function"), "name"))))
+                schema = params_schema(t);
+        }
+        p->tool_parser = GW_TOOLS_NAMED;
+        p->tool_name = strdup(named);
+        if (!p->tool_name) goto oom;
+    } else {
+        json_t *alts = json_array();
+        for (size_t i = 0; i < json_array_size(tools); i++) {
+            json_t *t = json_array_get(tools, i);
+            json_array_append_new(alts,
+                                  json_pack("{s:s, s:{s:{s:O}, s:o}, s:[s, s], s:b}", "type",
+                                            "object", "properties", "name", "const",
+                                            json_object_get(json_object_get(t, "function"), "name"),
+                                            "parameters", params_schema(t), "required", "name",
+                                            "parameters", "additionalProperties", 0));
+        }
+        json_t *items = json_array_size(alts) == 1 ? json_incref(json_array_get(alts, 0))
+                                                   : json_pack("{s:O}", "anyOf", alts);
+        json_decref(alts);
+        schema = json_pack("{s:s, s:o, s:i}", "type", "array", "items", items, "minItems", 1);
+        if (schema && !parallel) json_object_set_new(schema, "maxItems", json_integer(1));
+        p->tool_parser = GW_TOOLS_JSON_LIST;
+    }
+    char *text = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
+    json_decref(schema);
+    if (!text) goto oom;
+    int rc = gw_params_set_constraint(p, RINGLM_CONSTRAINT_JSON_SCHEMA, text, strlen(text),
+                                      "tool_choice", e);
+    free(text);
+    return rc;
+oom:
+    gw_err_set(e, 500, "internal", NULL, "out of memory");
+    return -1;
+}
+
 /* OpenAI's tools ([{"type": "function", "function": {"name", "description", "parameters",
- * "strict"}}]), tool_choice and parallel_tool_calls: which parser reads the answer. */
+ * "strict"}}]), tool_choice and parallel_tool_calls: which parser reads the answer, and for
+ * "required" or a named function the constraint that makes the answer calls. */
 static int rd_tools(json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err *e)
 {
     json_t *tools = field(o, "tools"), *tc = field(o, "tool_choice");
@@ -334,11 +389,9 @@ static int rd_tools(json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err *e)
             return -1;
         }
     }
-    if (choice == TC_REQUIRED || choice == TC_NAMED)
-        return unsupported(e, "tool_choice",
-                           "\"required\" and a named function need the answer constrained to "
-                           "the tool-call syntax, which is not implemented yet; \"auto\" and "
-                           "\"none\" are");
+    if ((choice == TC_REQUIRED || choice == TC_NAMED) &&
+        tool_constraint(tools, named, parallel, p, e))
+        return -1;
     if (choice == TC_AUTO && !cfg->tool_parser)
         return unsupported(e, "tool_choice",
                            "\"auto\": the gateway knows no tool-call syntax for this model's chat "
@@ -478,8 +531,8 @@ static const gw_field fields[] = {
     {"stream_options", BOTH, IMPL, NULL, NULL},
     {"ringlm", BOTH, IMPL, NULL, NULL},
     {"user", BOTH, IGN, NULL, NULL},
-    {"n", BOTH, REF, "1", "ringlm returns one choice per request (n = 1)"},
-    {"best_of", CMPL, REF, "1", "one choice per request"},
+    {"n", BOTH, IMPL, NULL, NULL},
+    {"best_of", CMPL, IMPL, NULL, NULL},
     {"logprobs", BOTH, IMPL, NULL, NULL},
     {"top_logprobs", CHAT, IMPL, NULL, NULL},
     {"prompt_logprobs", BOTH, IMPL, NULL, NULL},
@@ -907,16 +960,30 @@ static int parse_obj(gw_kind kind, json_t *o, const gw_parse_cfg *cfg, gw_params
     }
     if ((v = field(o, "user")) && !json_is_string(v))
         return bad(e, "user", "'%s' must be %s", "a string");
+    /* n choices of one prompt (ringlmd computes the prompt once); best_of (completions, as
+     * vLLM): best_of samples, the n of the highest cumulative log-probability answered.
+     * The upper bound is the one check's (ringlm_sampling.n) and the daemon's --max-n. */
     set = false;
     if (rd_int(o, "n", LLONG_MIN, LLONG_MAX, &x, &set, e)) return -1;
-    if (set && x != 1) {
-        gw_err_set(e, 400, "unsupported", "n",
-                   "'n' is %lld; ringlm returns one choice per request (n = 1)", x);
+    if (set && (x < 1 || x > (long long)RINGLM_MAX_N)) {
+        gw_err_set(e, 400, "invalid_value", "n", "'n' is %lld; it must be in [1, %u]", x,
+                   RINGLM_MAX_N);
         return -1;
     }
+    if (set) p->n = (uint32_t)x;
     set = false;
-    if (rd_int(o, "best_of", LLONG_MIN, LLONG_MAX, &x, &set, e)) return -1;
-    if (set && x != 1) return unsupported(e, "best_of", "one choice per request");
+    if (kind == GW_COMPLETION) {
+        if (rd_int(o, "best_of", LLONG_MIN, LLONG_MAX, &x, &set, e)) return -1;
+        if (set && (x < (long long)p->n || x > (long long)RINGLM_MAX_N)) {
+            gw_err_set(e, 400, "invalid_value", "best_of",
+                       "'best_of' is %lld; it must be in [n = %u, %u]", x, p->n, RINGLM_MAX_N);
+            return -1;
+        }
+        if (set) p->best_of = (uint32_t)x;
+        if (p->best_of > p->n && p->stream)
+            return bad(e, "best_of", "'%s' is %s",
+                       "above n: not available with \"stream\": true (as vLLM's)");
+    }
     /* Log-probabilities: the types here, the ranges in the one check (gw_params_check). Chat
      * asks with "logprobs": true and "top_logprobs": N; completions with "logprobs": N. */
     if (kind == GW_CHAT) {
@@ -988,6 +1055,7 @@ int gw_params_parse(gw_kind kind, const char *body, size_t len, const gw_parse_c
     p->kind = kind;
     p->max_tokens = -1;
     p->logprobs = p->prompt_logprobs = GW_LP_NONE;
+    p->n = 1;
     ringlm_sampling_init(&p->smp);
     p->temperature = 1.0;
     p->top_p = 1.0;
@@ -1019,6 +1087,7 @@ void gw_params_free(gw_params *p)
     free(p->bias);
     free(p->stop_ids);
     free(p->constraint);
+    free(p->tool_name);
     memset(p, 0, sizeof *p);
 }
 
@@ -1054,10 +1123,16 @@ bool gw_params_sampling(const gw_params *p, ringlm_sampling *smp)
         smp->flags |= RINGLM_SAMPLING_PROMPT_LOGPROBS;
         smp->prompt_logprobs = (uint32_t)plp;
     }
+    smp->n = p->best_of > p->n ? p->best_of : p->n;
+    if (p->best_of > p->n && !(smp->flags & RINGLM_SAMPLING_LOGPROBS)) {
+        /* ranked by each sample's cumulative log-probability: every token's (raw: vLLM's) */
+        smp->flags |= RINGLM_SAMPLING_LOGPROBS;
+        smp->top_logprobs = 0;
+    }
     ringlm_sampling plain;
     ringlm_sampling_init(&plain);
-    return smp->flags != 0 || smp->n_logit_bias || smp->n_stop_token_ids || smp->constraint_kind ||
-           smp->repetition_penalty != plain.repetition_penalty ||
+    return smp->flags != 0 || smp->n > 1 || smp->n_logit_bias || smp->n_stop_token_ids ||
+           smp->constraint_kind || smp->repetition_penalty != plain.repetition_penalty ||
            smp->presence_penalty != plain.presence_penalty ||
            smp->frequency_penalty != plain.frequency_penalty || smp->min_p != plain.min_p;
 }
@@ -1074,6 +1149,7 @@ int gw_params_check(const gw_params *p, const ringlm_request *rq, const ringlm_s
         param = p->kind == GW_CHAT ? "top_logprobs" : "logprobs";
     if (field && !strcmp(field, "prompt_logprobs") && p->prompt_logprobs == GW_LP_NONE)
         param = "logprobs"; /* asked through echo */
+    if (field && !strcmp(field, "n") && p->best_of > p->n) param = "best_of";
     if (field && !strcmp(field, "constraint")) param = p->constraint_param;
     const char *code = rc == -ENOTSUP ? "unsupported" : "invalid_value";
     if (param)
