@@ -21,11 +21,14 @@
 
 struct tok_tokenizer {
     int vocab_size;
-    int max_piece_len;  /* longest piece actually present (bytes) */
-    char **pieces;      /* [vocab] NUL-terminated copies */
-    float *scores;      /* [vocab] */
-    int32_t *sorted;    /* ids sorted by piece (strcmp), then id: for the lookups in encode */
-    const char **shown; /* [vocab] what decode prints after a non-BOS token */
+    int max_piece_len; /* longest piece actually present (bytes) */
+    char **pieces;     /* [vocab] NUL-terminated copies */
+    float *scores;     /* [vocab] */
+    int32_t *sorted;   /* ids sorted by piece (strcmp), then id: for the lookups in encode */
+    int32_t *hash;     /* [hash_mask + 1] ids by piece, open addressing (-1 empty): the
+                           lookups in encode; NULL (no memory) falls back to sorted */
+    uint32_t hash_mask;
+    const char **shown;           /* [vocab] what decode prints after a non-BOS token */
     const char **shown_after_bos; /* [vocab] the same after BOS (leading space stripped) */
     char byte_str[256][2];        /* the raw byte b as a 1-char string */
     int32_t bos, eos;             /* 1 and 2 in llama2.c; from the file in GGUF */

@@ -1,41 +1,52 @@
 #!/usr/bin/env bash
 # llama_compare.sh — ringlm's engine against llama.cpp, side by side on the same GGUF files:
 # decode tok/s at 1/4/8/16/32 sequences (32-token prompts, 128 generated tokens, logits for
-# every sequence at every step, as llama-batched-bench counts them) and prefill tok/s of one
-# 256- and one 1024-token prompt, for each model shape and weight type, the same thread count.
+# every sequence at every step, as llama-batched-bench counts them), prefill tok/s of one
+# 256- and one 1024-token prompt (llama-bench -p against engine_bench --prefill), for each
+# model shape and weight type, the same thread count; and through HTTP, ringlm-gateway +
+# ringlmd against llama-server on the same file, measured by one client
+# (perf/http_stream_bench: bursts of 1/8/32 concurrent streams of 128 tokens; TTFT p50 and
+# aggregate tok/s).
 #
 # For each shape and type a GGUF file is written with ringlm-mkmodel (synthetic weights from
-# the preset); then, --runs times, perf/engine_bench and llama.cpp's llama-batched-bench run
-# one after the other on it, so load from other users of the machine hits both alike.
+# the preset); then, --runs times, ringlm and llama.cpp run one after the other on it (decode,
+# then prefill; the HTTP servers in A B B A order), so load from other users of the machine
+# hits both alike. The load average is recorded before and after every block and printed.
 # perf/machine_probe runs before the first and after the last run: the memory read bandwidth,
 # the f32 FMA peak and OpenBLAS's SGEMM rate (and the core it chose) of this machine now.
 # Prints per file the median of each figure with the lowest and highest run, ringlm/llama.cpp
 # on the medians, and batch-1 decode as a share of the probed read bandwidth (the file's
 # bytes read once per token). Prefill lengths beyond a model's context (stories15M: 256) are
-# not run. --json writes one JSON object per file instead of the tables.
+# not run. --json writes one JSON object per file instead of the tables. HTTP runs for the
+# types of --http-types (default F32; "none" skips it), --http-streams (default 1,8,32).
 #
 #   B=build perf/llama_compare.sh [--models stories15M,stories110M]
 #          [--types F32,F16,BF16,Q8_0,Q4_K_M] [--seqs 1,4,8,16,32] [--prefill 256,1024]
+#          [--http-types F32] [--http-streams 1,8,32] [--no-decode] [--no-prefill]
 #          [--runs 3] [--threads 2] [--keep DIR] [--json]
 #
 # llama.cpp: LLAMA_CPP_DIR (default /work/llama-build/build/bin) must hold llama-batched-bench,
-# built natively, outside this repository, from the source node-llama-cpp ships:
+# llama-bench and llama-server, built natively, outside this repository, from the source
+# node-llama-cpp ships:
 #   git clone tests/node/node_modules/node-llama-cpp/llama/gitRelease.bundle /work/llama-build/src
 #   cmake -S /work/llama-build/src -B /work/llama-build/build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
 #         -DCMAKE_BUILD_TYPE=Release && cmake --build /work/llama-build/build -j2 \
-#         --target llama-batched-bench llama-server
-# Quantized types run with --no-repack (its AMX repack dies with SIGILL on VMs that report AMX
-# without enabling it). Without llama-batched-bench the script says so, skips llama.cpp and
-# measures ringlm alone (CI does not build llama.cpp). --keep DIR keeps the files there and
-# reuses them. Needs jq (exit 77 without it) and this tree built (make).
+#         --target llama-batched-bench llama-bench llama-server
+# Quantized types run with --no-repack where the tool has it (its AMX repack dies with SIGILL
+# on VMs that report AMX without enabling it; llama-bench of some versions has no such switch:
+# the script says so and runs it as it is). Without a llama.cpp binary the script says which
+# is missing, skips what needs it and measures ringlm alone (CI does not build llama.cpp).
+# --keep DIR keeps the files there and reuses them. Needs jq and curl (exit 77 without them)
+# and this tree built (make).
 set -eu
 cd "$(dirname "$0")/.."
 B=${B:-build}
 LLAMA_CPP_DIR=${LLAMA_CPP_DIR:-/work/llama-build/build/bin}
 MODELS=stories15M,stories110M TYPES=F32,F16,BF16,Q8_0,Q4_K_M SEQS=1,4,8,16,32 PREFILL=256,1024
 RUNS=3 THREADS=2 JSON=0 KEEP=
+HTTP_TYPES=F32 HTTP_STREAMS=1,8,32 DO_DECODE=1 DO_PREFILL=1
 PROMPT=32 GEN=128
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) MODELS=$2; shift 2 ;;
@@ -45,21 +56,36 @@ while [ $# -gt 0 ]; do
     --runs) RUNS=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
     --keep) KEEP=$2; shift 2 ;;
+    --http-types) HTTP_TYPES=$2; shift 2 ;;
+    --http-streams) HTTP_STREAMS=$2; shift 2 ;;
+    --no-decode) DO_DECODE=0; shift ;;
+    --no-prefill) DO_PREFILL=0; shift ;;
     --json) JSON=1; shift ;;
     *) usage ;;
   esac
 done
-command -v jq >/dev/null || { echo "llama_compare.sh: jq not found" >&2; exit 77; }
-for p in bin/ringlm-mkmodel perf/engine_bench perf/machine_probe; do
+for t in jq curl; do
+  command -v $t >/dev/null || { echo "llama_compare.sh: $t not found" >&2; exit 77; }
+done
+for p in bin/ringlm-mkmodel bin/ringlmd bin/ringlm-gateway perf/engine_bench perf/machine_probe \
+         perf/http_stream_bench; do
   [ -x "$B/$p" ] || { echo "llama_compare.sh: $B/$p not built (make)" >&2; exit 1; }
 done
-LLAMA=$LLAMA_CPP_DIR/llama-batched-bench
-if [ -x "$LLAMA" ]; then
-  have_llama=1
-else
-  have_llama=0
-  echo "llama_compare.sh: $LLAMA not built (set LLAMA_CPP_DIR; build it as this script's" \
-       "header says): skipping llama.cpp, measuring ringlm alone" >&2
+LLAMA=$LLAMA_CPP_DIR/llama-batched-bench LLAMA_BENCH=$LLAMA_CPP_DIR/llama-bench
+LLAMA_SERVER=$LLAMA_CPP_DIR/llama-server
+missing() {
+  echo "llama_compare.sh: $1 not found (LLAMA_CPP_DIR=$LLAMA_CPP_DIR; build it as this" \
+       "script's header says): $2 measured for ringlm alone" >&2
+}
+have_llama=1 have_lbench=1 have_lserver=1
+[ -x "$LLAMA" ] || { have_llama=0; missing "$LLAMA" "decode"; }
+[ -x "$LLAMA_BENCH" ] || { have_lbench=0; missing "$LLAMA_BENCH" "prefill"; }
+[ -x "$LLAMA_SERVER" ] || { have_lserver=0; missing "$LLAMA_SERVER" "HTTP"; }
+lbench_nr=()
+if [ "$have_lbench" = 1 ] && ! "$LLAMA_BENCH" --help 2>&1 | grep -q -- '--no-repack'; then
+  lbench_nr=none
+  echo "llama_compare.sh: this llama-bench has no --no-repack: its quantized prefill runs with" \
+       "the weights repacked where llama.cpp repacks them on this CPU" >&2
 fi
 max_seqs=$(echo "$SEQS" | tr ',' '\n' | sort -n | tail -1)
 max_pre=$(echo "$PREFILL" | tr ',' '\n' | sort -n | tail -1)
@@ -70,6 +96,9 @@ dir=${KEEP:-$tmp}
 mkdir -p "$dir"
 cp "$B/perf/engine_bench" "$tmp/engine_bench" # a rebuild meanwhile does not disturb the runs
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+: >"$tmp/load.log"
+# mark BLOCK: the 1-minute load average now, into the log the summary prints
+mark() { echo "$1 $(cut -d' ' -f1 /proc/loadavg)" >>"$tmp/load.log"; }
 "$B/perf/machine_probe" --threads "$THREADS" --repeats 3 --json >"$tmp/probe.jsonl"
 
 files=()
@@ -85,43 +114,128 @@ for preset in ${MODELS//,/ }; do
     : >"$tmp/$preset-$type.ringlm.jsonl"
     : >"$tmp/$preset-$type.pre.jsonl"
     : >"$tmp/$preset-$type.llama.jsonl"
+    : >"$tmp/$preset-$type.http.jsonl"
   done
 done
+
+# HTTP: ringlmd + ringlm-gateway, or llama-server, on file $1, measured by http_stream_bench
+# (one burst per stream count) into $2
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_health() { # port pid
+  for _ in $(seq 600); do
+    curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+stop_pids() { for p in "$@"; do kill "$p" 2>/dev/null || true; done; for p in "$@"; do wait "$p" 2>/dev/null || true; done; }
+http_ringlm() {
+  local f=$1 out=$2 sock=$tmp/d.sock dpid gpid port
+  rm -f "$sock"
+  # room for every stream's prompt and tokens (blocks of 16), whatever the stream count
+  "$B/bin/ringlmd" --socket "$sock" --numa-node off --model "$f" --threads "$THREADS" \
+    --kv-blocks $(( (max_http * (PROMPT + GEN + 16) + 15) / 16 + 64 )) --quiet \
+    >"$tmp/ringlmd.log" 2>&1 &
+  dpid=$!
+  for _ in $(seq 600); do [ -S "$sock" ] && break; sleep 0.1; done
+  "$B/bin/ringlm-gateway" --listen 127.0.0.1:0 --socket "$sock" --tokenizer "$f" --quiet \
+    >"$tmp/gateway.log" 2>&1 &
+  gpid=$!
+  port=
+  for _ in $(seq 600); do
+    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/gateway.log" | head -1)
+    [ -n "$port" ] && break
+    sleep 0.1
+  done
+  if [ -z "$port" ] || ! wait_health "$port" "$gpid"; then
+    tail -5 "$tmp/ringlmd.log" "$tmp/gateway.log" >&2
+    stop_pids "$gpid" "$dpid"
+    echo "llama_compare.sh: ringlm-gateway did not come up on $f" >&2; exit 1
+  fi
+  "$B/perf/http_stream_bench" --port "$port" --streams "$HTTP_STREAMS" --prompt-len "$PROMPT" \
+    --max-tokens "$GEN" --runs 1 --label ringlm --json >>"$out" ||
+    { stop_pids "$gpid" "$dpid"; echo "llama_compare.sh: http_stream_bench failed (ringlm)" >&2; exit 1; }
+  stop_pids "$gpid" "$dpid"
+}
+http_llama() {
+  local f=$1 out=$2 extra=() port spid
+  case "$f" in *-Q*) extra=(--no-repack) ;; esac
+  port=$(free_port)
+  "$LLAMA_SERVER" -m "$f" -t "$THREADS" -np "$max_http" -c $((max_http * (PROMPT + GEN + 8))) \
+    --host 127.0.0.1 --port "$port" "${extra[@]}" >"$tmp/llama-server.log" 2>&1 &
+  spid=$!
+  if ! wait_health "$port" "$spid"; then
+    tail -5 "$tmp/llama-server.log" >&2; stop_pids "$spid"
+    echo "llama_compare.sh: llama-server did not come up on $f" >&2; exit 1
+  fi
+  "$B/perf/http_stream_bench" --port "$port" --streams "$HTTP_STREAMS" --prompt-len "$PROMPT" \
+    --max-tokens "$GEN" --runs 1 --label llama-server --json >>"$out" ||
+    { stop_pids "$spid"; echo "llama_compare.sh: http_stream_bench failed (llama-server)" >&2; exit 1; }
+  stop_pids "$spid"
+}
+max_http=$(echo "$HTTP_STREAMS" | tr ',' '\n' | sort -n | tail -1)
 
 for r in $(seq "$RUNS"); do
   for f in "${files[@]}"; do
     base=$(basename "$f" .gguf)
-    # decode at every sequence count, with the first prefill length's figure
-    "$tmp/engine_bench" --model "$f" --threads "$THREADS" --context "$PROMPT" --steps "$GEN" \
-      --seqs "$SEQS" --repeats 1 --no-naive --json >>"$tmp/$base.ringlm.jsonl"
-    for p in ${PREFILL//,/ }; do
-      "$tmp/engine_bench" --model "$f" --threads "$THREADS" --context 1 --steps 1 --seqs 1 \
-        --prefill "$p" --repeats 1 --no-naive --json |
-        jq -c --argjson want "$p" 'select(.prefill_len == $want)
-                                   | {pp: .prefill_len, tok_s: .prefill_tok_s}' \
-        >>"$tmp/$base.pre.jsonl"
-    done
-    if [ "$have_llama" = 1 ]; then
-      extra=()
-      case "$base" in *-Q*) extra=(--no-repack) ;; esac
-      # every sequence count in one process; each sequence has its own prompt (not shared)
-      ctx=$((max_seqs * (PROMPT + GEN)))
-      [ "$ctx" -gt $((max_pre + 1)) ] || ctx=$((max_pre + 1))
-      "$LLAMA" -m "$f" -t "$THREADS" -c "$ctx" -b 2048 -ub 512 -npp "$PROMPT" -ntg "$GEN" \
-        -npl "$SEQS" "${extra[@]}" --output-format jsonl 2>"$tmp/llama.log" |
-        grep '^{' | jq -c '{kind: "tg", pl, v: .speed_tg}' >>"$tmp/$base.llama.jsonl" ||
-        { tail -20 "$tmp/llama.log" >&2; echo "llama_compare.sh: llama-batched-bench failed on $f" >&2
-          exit 1; }
-      # prefill: one sequence, one token generated (its figure is not used); only the lengths
-      # ringlm ran (within the model's context)
-      pps=$(jq -r '.pp' "$tmp/$base.pre.jsonl" | sort -un | paste -sd, -)
-      if [ -n "$pps" ]; then
-        "$LLAMA" -m "$f" -t "$THREADS" -c $((max_pre + 8)) -b 2048 -ub 2048 -npp "$pps" -ntg 1 \
-          -npl 1 "${extra[@]}" --output-format jsonl 2>"$tmp/llama.log" |
-          grep '^{' | jq -c '{kind: "pp", pp, v: .speed_pp}' >>"$tmp/$base.llama.jsonl" ||
+    extra=()
+    case "$base" in *-Q*) extra=(--no-repack) ;; esac
+    if [ "$DO_DECODE" = 1 ]; then
+      mark "run$r $base decode ringlm: before"
+      "$tmp/engine_bench" --model "$f" --threads "$THREADS" --context "$PROMPT" --steps "$GEN" \
+        --seqs "$SEQS" --repeats 1 --no-naive --json >>"$tmp/$base.ringlm.jsonl"
+      mark "run$r $base decode ringlm: after"
+      if [ "$have_llama" = 1 ]; then
+        # every sequence count in one process; each sequence has its own prompt (not shared)
+        ctx=$((max_seqs * (PROMPT + GEN)))
+        mark "run$r $base decode llama.cpp: before"
+        "$LLAMA" -m "$f" -t "$THREADS" -c "$ctx" -b 2048 -ub 512 -npp "$PROMPT" -ntg "$GEN" \
+          -npl "$SEQS" "${extra[@]}" --output-format jsonl 2>"$tmp/llama.log" |
+          grep '^{' | jq -c '{kind: "tg", pl, v: .speed_tg}' >>"$tmp/$base.llama.jsonl" ||
           { tail -20 "$tmp/llama.log" >&2; echo "llama_compare.sh: llama-batched-bench failed on $f" >&2
             exit 1; }
+        mark "run$r $base decode llama.cpp: after"
       fi
+    fi
+    if [ "$DO_PREFILL" = 1 ]; then
+      mark "run$r $base prefill ringlm: before"
+      for p in ${PREFILL//,/ }; do
+        "$tmp/engine_bench" --model "$f" --threads "$THREADS" --context 1 --steps 1 --seqs 1 \
+          --prefill "$p" --repeats 1 --no-naive --json |
+          jq -c --argjson want "$p" 'select(.prefill_len == $want)
+                                     | {pp: .prefill_len, tok_s: .prefill_tok_s}' \
+          >>"$tmp/$base.pre.jsonl"
+      done
+      mark "run$r $base prefill ringlm: after"
+      # prefill: llama-bench -p, only the lengths ringlm ran (within the model's context)
+      pps=$(jq -r '.pp' "$tmp/$base.pre.jsonl" | sort -un | paste -sd, -)
+      if [ "$have_lbench" = 1 ] && [ -n "$pps" ]; then
+        nr=()
+        [ "$lbench_nr" = none ] || nr=("${extra[@]}")
+        mark "run$r $base prefill llama.cpp: before"
+        "$LLAMA_BENCH" -m "$f" -t "$THREADS" -p "$pps" -n 0 -r 1 "${nr[@]}" -o jsonl \
+          2>"$tmp/llama.log" |
+          grep '^{' | jq -c '{kind: "pp", pp: .n_prompt, v: .avg_ts}' >>"$tmp/$base.llama.jsonl" ||
+          { tail -20 "$tmp/llama.log" >&2; echo "llama_compare.sh: llama-bench failed on $f" >&2
+            exit 1; }
+        mark "run$r $base prefill llama.cpp: after"
+      fi
+    fi
+    # HTTP for the types asked, the two servers in A B B A order over the runs
+    t=${base#*-}
+    if [ "$HTTP_TYPES" != none ] && [[ ",$HTTP_TYPES," == *",$t,"* ]]; then
+      for side in $( [ $((r % 2)) = 1 ] && echo "ringlm llama" || echo "llama ringlm"); do
+        if [ "$side" = ringlm ]; then
+          mark "run$r $base http ringlm: before"
+          http_ringlm "$f" "$tmp/$base.http.jsonl"
+          mark "run$r $base http ringlm: after"
+        elif [ "$have_lserver" = 1 ]; then
+          mark "run$r $base http llama-server: before"
+          http_llama "$f" "$tmp/$base.http.jsonl"
+          mark "run$r $base http llama-server: after"
+        fi
+      done
     fi
   done
 done
@@ -138,6 +252,13 @@ if [ "$JSON" = 0 ]; then
     "  read \(.read_gb_s | map(tostring) | join(" / ")) GB/s; f32 FMA peak \(.fma_gflop_s | map(tostring) | join(" / ")) GFLOP/s;",
     "  SGEMM 1024^3 \(.sgemm_gflop_s | map(tostring) | join(" / ")) GFLOP/s; 256x768x768 on 1 thread \(.sgemm_prefill_1thread_gflop_s | map(tostring) | join(" / ")) GFLOP/s"'
   echo "load average: $load_start at the start, $load_end at the end ($(nproc) CPUs)"
+  # the 1-minute load before and after each block: its range per side
+  awk '{ side = ($0 ~ /ringlm:/) ? "ringlm" : "llama.cpp"; v = $NF + 0
+         n[side]++; s[side] += v
+         if (!(side in lo) || v < lo[side]) lo[side] = v; if (v > hi[side]) hi[side] = v }
+       END { for (k in n) printf "  1-minute load at the %s blocks: %.2f to %.2f (mean %.2f, %d readings)\n",
+                                 k, lo[k], hi[k], s[k] / n[k], n[k] }' "$tmp/load.log"
+  [ -z "$KEEP" ] || cp "$tmp/load.log" "$dir/load.log"
 fi
 
 for f in "${files[@]}"; do
@@ -145,7 +266,8 @@ for f in "${files[@]}"; do
   bytes=$(stat -c %s "$f")
   summary=$(jq -n --slurpfile r "$tmp/$base.ringlm.jsonl" --slurpfile p "$tmp/$base.pre.jsonl" \
     --slurpfile l "$tmp/$base.llama.jsonl" --argjson probe "$probe" --arg file "$base" \
-    --argjson threads "$THREADS" --argjson have_llama "$have_llama" --arg seqs "$SEQS" \
+    --slurpfile h "$tmp/$base.http.jsonl" \
+    --argjson threads "$THREADS" --arg seqs "$SEQS" \
     --arg prefill "$PREFILL" --argjson prompt "$PROMPT" --argjson gen "$GEN" \
     --argjson bytes "$bytes" --argjson runs "$RUNS" '
     def median: sort | if length % 2 == 1 then .[length / 2 | floor]
@@ -159,14 +281,20 @@ for f in "${files[@]}"; do
     | (reduce $ks[] as $k ({}; .[$k] = ([$r[].decode_tok_s[$k]] | stats))) as $rd
     | (reduce $ps[] as $q ({}; .[$q] = ([$p[] | select(.pp == ($q | tonumber)) | .tok_s] | stats)))
         as $rp
-    | (if $have_llama == 1 then
-         reduce $ks[] as $k ({}; .[$k] = ([$l[] | select(.kind == "tg" and .pl == ($k | tonumber))
-                                           | .v] | stats))
-       else null end) as $ld
-    | (if $have_llama == 1 then
-         reduce $ps[] as $q ({}; .[$q] = ([$l[] | select(.kind == "pp" and .pp == ($q | tonumber))
-                                           | .v] | stats))
-       else null end) as $lp
+    | (reduce $ks[] as $k ({}; .[$k] = ([$l[] | select(.kind == "tg" and .pl == ($k | tonumber))
+                                         | .v] | stats))) as $ld
+    | (reduce $ps[] as $q ({}; .[$q] = ([$l[] | select(.kind == "pp" and .pp == ($q | tonumber))
+                                         | .v] | stats))) as $lp
+    | ([$h[].streams] | unique) as $hs
+    | (reduce $hs[] as $n ({}; .[$n | tostring] =
+         (reduce ("ringlm", "llama-server") as $side ({}; .[$side] =
+            ([$h[] | select(.streams == $n and .label == $side)] as $x
+             | if ($x | length) == 0 then null
+               else {ttft_p50_ms: ([$x[].ttft_p50_ms] | stats),
+                     agg_tok_s: ([$x[].agg_tok_s.median] | stats),
+                     short_streams: ([$x[].short_streams] | add)} end))
+          | .ttft_ratio = ratio(.ringlm.ttft_p50_ms; .["llama-server"].ttft_p50_ms)
+          | .agg_ratio = ratio(.ringlm.agg_tok_s; .["llama-server"].agg_tok_s)))) as $http
     | ($probe.read_gb_s | median) as $bw
     | {file: $file, threads: $threads, runs: $runs, prompt: $prompt, generated: $gen,
        file_bytes: $bytes,
@@ -181,7 +309,7 @@ for f in "${files[@]}"; do
                   else ($rd["1"].median * $bytes / 1e9 / $bw * 100 | round) / 100 end),
          llama_cpp: (if $ld == null or $ld["1"] == null then null
                      else ($ld["1"].median * $bytes / 1e9 / $bw * 100 | round) / 100 end)},
-       probe: $probe}')
+       http: $http, probe: $probe}')
   if [ "$JSON" = 1 ]; then
     echo "$summary" | jq -c .
     continue
@@ -193,6 +321,7 @@ for f in "${files[@]}"; do
     "\(.file): \(.threads) threads, \(.runs) runs each; tok/s median [lowest, highest]",
     "             ringlm                        llama.cpp                     ringlm/llama.cpp",
     (.decode as $d | $d.ringlm | keys_unsorted[] as $k
+     | select($d.ringlm[$k] != null)
      | ("decode @" + $k | pad(12)) + " " + ($d.ringlm[$k] | cell | pad(29)) + " "
        + ((if $d.llama_cpp == null then null else $d.llama_cpp[$k] end) | cell | pad(29)) + " "
        + (if $d.ratio == null or $d.ratio[$k] == null then "-" else "\($d.ratio[$k])x" end)),
@@ -201,6 +330,20 @@ for f in "${files[@]}"; do
      | ("prefill " + $k | pad(12)) + " " + ($d.ringlm[$k] | cell | pad(29)) + " "
        + ((if $d.llama_cpp == null then null else $d.llama_cpp[$k] end) | cell | pad(29)) + " "
        + (if $d.ratio == null or $d.ratio[$k] == null then "-" else "\($d.ratio[$k])x" end)),
-    "batch-1 decode reads the file (\(.file_bytes / 1e6 | round) MB) at \(.batch1_read_share.ringlm)"
-    + " of the probed read bandwidth (llama.cpp \(.batch1_read_share.llama_cpp // "-"))"'
+    (select(.decode.ringlm["1"] != null)
+     | "batch-1 decode reads the file (\(.file_bytes / 1e6 | round) MB) at \(.batch1_read_share.ringlm)"
+       + " of the probed read bandwidth (llama.cpp \(.batch1_read_share.llama_cpp // "-"))"),
+    (select(.http != {})
+     | "HTTP, \(.prompt)-token prompts, \(.generated) tokens a stream, bursts of N streams; median [lowest, highest] over runs",
+       "             ringlm-gateway                llama-server                  ringlm/llama-server",
+       (.http as $H | $H | keys_unsorted | sort_by(tonumber)[] as $n | $H[$n] as $x
+        | ("TTFT p50 ms @" + $n | pad(14)) + " " + ($x.ringlm.ttft_p50_ms | cell | pad(29)) + " "
+          + ($x["llama-server"].ttft_p50_ms | cell | pad(29)) + " "
+          + (if $x.ttft_ratio == null then "-" else "\($x.ttft_ratio)x" end),
+          ("agg tok/s @" + $n | pad(14)) + " " + ($x.ringlm.agg_tok_s | cell | pad(29)) + " "
+          + ($x["llama-server"].agg_tok_s | cell | pad(29)) + " "
+          + (if $x.agg_ratio == null then "-" else "\($x.agg_ratio)x" end)
+          + (if (($x.ringlm.short_streams // 0) + ($x["llama-server"].short_streams // 0)) > 0
+             then "  (streams with fewer events than tokens: ringlm \($x.ringlm.short_streams // 0),"
+                  + " llama-server \($x["llama-server"].short_streams // 0))" else "" end)))'
 done

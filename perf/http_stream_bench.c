@@ -1,0 +1,253 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * http_stream_bench — one streaming client for any OpenAI-compatible server (ringlm-gateway,
+ * llama.cpp's llama-server), so that both are measured by the same code: --streams
+ * completions sent at the same moment (a burst), each its own prompt of --prompt-len token
+ * ids and exactly --max-tokens generated tokens (greedy, "ignore_eos", which both servers
+ * take), streamed as server-sent events, --runs times, one burst after the other.
+ *
+ *   http_stream_bench --port P [--host 127.0.0.1] [--streams 1,8,32] [--prompt-len 32]
+ *                     [--max-tokens 128] [--vocab 32000] [--runs 3] [--label NAME] [--json]
+ *
+ * Per stream count: TTFT (request written → first event read) p50 and p90 over every stream
+ * of every run, the median over runs of the aggregate rate (streams × max-tokens / the
+ * burst's wall time, first request written to last stream ended) with the lowest and highest
+ * run, and how many streams ended with fewer events than tokens asked (0 when both servers
+ * stream one event per token as they do). --json: one object per stream count.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "perf/bench_util.h"
+
+typedef struct stream {
+    int fd;
+    size_t sent, req_len;
+    char req[4096];
+    uint64_t t_sent, t_first, t_end;
+    int events;
+    bool done, headers;
+    char tail[16]; /* the last bytes read, so a marker split across reads is still seen */
+    size_t tail_len;
+} stream;
+
+static const char *host = "127.0.0.1";
+static int port, prompt_len = 32, max_tokens = 128, vocab = 32000;
+
+static int connect_nb(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) bench_die("socket: %s", strerror(errno));
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) bench_die("bad --host %s", host);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0)
+        bench_die("connect %s:%d: %s", host, port, strerror(errno));
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    return fd;
+}
+
+static void build_request(stream *s, int idx, int run)
+{
+    char body[3072];
+    int n = snprintf(body, sizeof body, "{\"prompt\":[");
+    for (int i = 0; i < prompt_len && n < (int)sizeof body - 200; i++)
+        n += snprintf(
+            body + n, sizeof body - (size_t)n, "%s%d", i ? "," : "",
+            /* distinct prompts: no server serves one from another's cache */
+            1 + (int)(((unsigned)idx * 7919u + (unsigned)run * 104729u + (unsigned)i * 131u) %
+                      (unsigned)(vocab - 1)));
+    n += snprintf(body + n, sizeof body - (size_t)n,
+                  "],\"max_tokens\":%d,\"temperature\":0,\"stream\":true,\"ignore_eos\":true}",
+                  max_tokens);
+    s->req_len = (size_t)snprintf(s->req, sizeof s->req,
+                                  "POST /v1/completions HTTP/1.1\r\nHost: %s:%d\r\n"
+                                  "Content-Type: application/json\r\nContent-Length: %d\r\n"
+                                  "Connection: close\r\n\r\n%s",
+                                  host, port, n, body);
+}
+
+/* Counts "data: " events in the bytes read, and sees "data: [DONE]". A position is looked at
+ * once 12 bytes from it are in (so a marker split across reads is seen whole); the last 11
+ * bytes wait in the tail for the next read. */
+static void scan(stream *s, const char *buf, size_t n, uint64_t now)
+{
+    char w[16 + 65536];
+    memcpy(w, s->tail, s->tail_len);
+    memcpy(w + s->tail_len, buf, n);
+    const size_t len = s->tail_len + n;
+    size_t i = 0;
+    for (; i + 12 <= len; i++) {
+        if (memcmp(w + i, "data: ", 6) != 0) continue;
+        if (memcmp(w + i + 6, "[DONE]", 6) == 0) {
+            s->done = true;
+            continue;
+        }
+        if (!s->t_first) s->t_first = now;
+        s->events++;
+    }
+    s->tail_len = len - i;
+    memmove(s->tail, w + i, s->tail_len);
+}
+
+typedef struct result {
+    double ttft_p50_ms, ttft_p90_ms, agg_med, agg_lo, agg_hi;
+    int short_streams;
+} result;
+
+static result burst(int n, int runs)
+{
+    double *ttft = malloc(sizeof(double) * (size_t)n * (size_t)runs);
+    double agg[64] = {0};
+    int n_ttft = 0, short_streams = 0;
+    stream *ss = calloc((size_t)n, sizeof *ss);
+    if (!ttft || !ss) bench_die("out of memory");
+    for (int r = 0; r < runs && r < 64; r++) {
+        int ep = epoll_create1(EPOLL_CLOEXEC);
+        memset(ss, 0, sizeof *ss * (size_t)n);
+        for (int i = 0; i < n; i++) {
+            build_request(&ss[i], i, r);
+            ss[i].fd = connect_nb();
+            struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.u32 = (uint32_t)i};
+            epoll_ctl(ep, EPOLL_CTL_ADD, ss[i].fd, &ev);
+        }
+        const uint64_t t0 = bench_now_ns();
+        int open = n;
+        char buf[65536];
+        while (open > 0) {
+            struct epoll_event evs[64];
+            int k = epoll_wait(ep, evs, 64, 60000);
+            if (k == 0) bench_die("no progress for 60 s (%d streams open)", open);
+            if (k < 0) {
+                if (errno == EINTR) continue;
+                bench_die("epoll_wait: %s", strerror(errno));
+            }
+            for (int e = 0; e < k; e++) {
+                stream *s = &ss[evs[e].data.u32];
+                if (s->done || s->fd < 0) continue;
+                if (s->sent < s->req_len && (evs[e].events & EPOLLOUT)) {
+                    ssize_t w = write(s->fd, s->req + s->sent, s->req_len - s->sent);
+                    if (w > 0) {
+                        if (!s->sent) s->t_sent = bench_now_ns();
+                        s->sent += (size_t)w;
+                    }
+                    if (s->sent == s->req_len) {
+                        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = evs[e].data.u32};
+                        epoll_ctl(ep, EPOLL_CTL_MOD, s->fd, &ev);
+                    }
+                }
+                if (evs[e].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+                    for (;;) {
+                        ssize_t m = read(s->fd, buf, sizeof buf);
+                        if (m > 0) {
+                            scan(s, buf, (size_t)m, bench_now_ns());
+                            continue;
+                        }
+                        if (m == 0 || (errno != EAGAIN && errno != EINTR)) s->done = true;
+                        break;
+                    }
+                    if (s->done) {
+                        s->t_end = bench_now_ns();
+                        close(s->fd);
+                        s->fd = -1;
+                        open--;
+                    }
+                }
+            }
+        }
+        uint64_t t_last = t0;
+        for (int i = 0; i < n; i++) {
+            if (ss[i].t_end > t_last) t_last = ss[i].t_end;
+            if (ss[i].t_first) ttft[n_ttft++] = (double)(ss[i].t_first - ss[i].t_sent) / 1e6;
+            if (ss[i].events < max_tokens) short_streams++;
+        }
+        agg[r] = (double)n * max_tokens / ((double)(t_last - t0) / 1e9);
+        close(ep);
+    }
+    const int R = runs < 64 ? runs : 64;
+    result res = {.ttft_p50_ms = n_ttft ? bench_percentile(ttft, n_ttft, 0.5) : -1,
+                  .ttft_p90_ms = n_ttft ? bench_percentile(ttft, n_ttft, 0.9) : -1,
+                  .agg_med = bench_median(agg, R),
+                  .short_streams = short_streams};
+    res.agg_lo = res.agg_hi = agg[0];
+    for (int r = 1; r < R; r++) {
+        res.agg_lo = agg[r] < res.agg_lo ? agg[r] : res.agg_lo;
+        res.agg_hi = agg[r] > res.agg_hi ? agg[r] : res.agg_hi;
+    }
+    free(ttft);
+    free(ss);
+    return res;
+}
+
+int main(int argc, char **argv)
+{
+    bench_prog = "http_stream_bench";
+    const char *streams_arg = "1,8,32", *label = "server";
+    int runs = 3, json = 0;
+    static const struct option opts[] = {{"port", required_argument, 0, 'p'},
+                                         {"host", required_argument, 0, 'H'},
+                                         {"streams", required_argument, 0, 's'},
+                                         {"prompt-len", required_argument, 0, 'l'},
+                                         {"max-tokens", required_argument, 0, 'n'},
+                                         {"vocab", required_argument, 0, 'v'},
+                                         {"runs", required_argument, 0, 'r'},
+                                         {"label", required_argument, 0, 'L'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {0, 0, 0, 0}};
+    int o;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case 'p': port = atoi(optarg); break;
+        case 'H': host = optarg; break;
+        case 's': streams_arg = optarg; break;
+        case 'l': prompt_len = atoi(optarg); break;
+        case 'n': max_tokens = atoi(optarg); break;
+        case 'v': vocab = atoi(optarg); break;
+        case 'r': runs = atoi(optarg); break;
+        case 'L': label = optarg; break;
+        case 'j': json = 1; break;
+        default:
+            fprintf(stderr, "usage: http_stream_bench --port P [--host H] [--streams 1,8,32] "
+                            "[--prompt-len 32] [--max-tokens 128] [--vocab 32000] [--runs 3] "
+                            "[--label NAME] [--json]\n");
+            return 2;
+        }
+    }
+    if (port <= 0 || prompt_len < 1 || prompt_len > 400 || max_tokens < 1 || vocab < 2 ||
+        runs < 1 || runs > 64)
+        bench_die("--port is required; --prompt-len 1..400, --max-tokens >= 1, --runs 1..64");
+    if (!json)
+        printf("http_stream_bench %s (%s:%d): %d-token prompts, %d tokens each, %d runs\n"
+               "%7s %13s %13s %30s %6s\n",
+               label, host, port, prompt_len, max_tokens, runs, "streams", "TTFT p50 ms",
+               "TTFT p90 ms", "aggregate tok/s med [lo, hi]", "short");
+    for (char *p = (char *)streams_arg; *p;) {
+        int n = (int)strtol(p, &p, 10);
+        if (n < 1 || n > 1024) bench_die("--streams: 1..1024 each");
+        result r = burst(n, runs);
+        if (json)
+            printf("{\"label\":\"%s\",\"streams\":%d,\"prompt_len\":%d,\"max_tokens\":%d,"
+                   "\"runs\":%d,\"ttft_p50_ms\":%.2f,\"ttft_p90_ms\":%.2f,\"agg_tok_s\":"
+                   "{\"median\":%.1f,\"lowest\":%.1f,\"highest\":%.1f},\"short_streams\":%d}\n",
+                   label, n, prompt_len, max_tokens, runs, r.ttft_p50_ms, r.ttft_p90_ms, r.agg_med,
+                   r.agg_lo, r.agg_hi, r.short_streams);
+        else
+            printf("%7d %13.1f %13.1f %12.1f [%7.1f, %7.1f] %6d\n", n, r.ttft_p50_ms, r.ttft_p90_ms,
+                   r.agg_med, r.agg_lo, r.agg_hi, r.short_streams);
+        fflush(stdout);
+        if (*p == ',') p++;
+    }
+    return 0;
+}
