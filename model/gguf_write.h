@@ -36,6 +36,11 @@ void gw_i32_arr(gguf_writer *w, const char *key, const int32_t *v, size_t n);
 void gw_tensor(gguf_writer *w, const char *name, int n_dims, const uint64_t *ne, int type,
                void *data, size_t bytes);
 
+/* A key/value pair as a file holds it (model/gguf.h's reader: scalars, strings, arrays of
+ * scalars or strings), copied as it is; arrays of arrays are skipped. */
+struct gguf_kv;
+void gw_kv_copy(gguf_writer *w, const struct gguf_kv *kv);
+
 int gw_write(gguf_writer *w, const char *path);
 
 /* A vocabulary as GGUF stores it (tokenizer.ggml.*), e.g. read from a Hugging Face
