@@ -98,6 +98,8 @@ struct svc_cons {
 
 typedef struct cn_state {
     cst_vocab *vocab;
+    int32_t stops[SVC_MAX_STOP_TOKENS]; /* the vocabulary's end tokens: the stop tokens */
+    int n_stops;
     uint32_t kinds;
     size_t words;
     int vocab_n;
@@ -223,6 +225,7 @@ int cn_create(svc *s, char *why, size_t len)
         return rc;
     }
     st->vocab_n = cst_vocab_size(st->vocab);
+    for (int k = 0; k < s->n_stop_tokens; k++) st->stops[st->n_stops++] = s->stop_tokens[k];
     st->words = cst_mask_words(st->vocab);
     st->kinds = 1u << RINGLM_WIRE_CONSTRAINT_JSON_SCHEMA |
                 1u << RINGLM_WIRE_CONSTRAINT_JSON_OBJECT | 1u << RINGLM_WIRE_CONSTRAINT_REGEX |
@@ -465,6 +468,12 @@ static int stage_mask(void *ctx, float *logits, int vocab)
         snprintf(c->fail, sizeof c->fail, "constraint: out of memory computing the mask");
         return -1;
     }
+    /* A stop token was accepted and the request goes on (ignore_stop): the text is complete,
+     * only stop tokens may follow (the matcher allows nothing after its end). */
+    if (cst_matcher_ended(c->m))
+        for (int k = 0; k < st->n_stops; k++)
+            if (st->stops[k] >= 0 && st->stops[k] < st->vocab_n)
+                c->mask[st->stops[k] / 32] |= 1u << (st->stops[k] % 32);
     int n = vocab < st->vocab_n ? vocab : st->vocab_n;
     bool any = false;
     for (int w = 0; w * 32 < vocab; w++) {
@@ -783,6 +792,7 @@ int cn_accept(svc *s, svc_req *r, int32_t tok, char *why, size_t len)
     svc_cons *c = r->cons;
     if (!c || !c->m) return 0;
     c->masked = false;
+    if (cst_matcher_ended(c->m)) return 0; /* a stop token again, after the end (ignore_stop) */
     int rc = cst_matcher_accept(c->m, tok);
     if (rc == -EINVAL)
         snprintf(why, len, "constraint: token %d is not allowed after %u tokens", tok, r->n_gen);

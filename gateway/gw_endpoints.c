@@ -51,7 +51,7 @@ enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connecti
                   : gw_params_parse(r->ep == EP_CHAT ? GW_CHAT : GW_COMPLETION,
                                     r->body.p ? r->body.p : "", r->body.len, &pc, &r->p, &e);
     if (prc) return gw_answer_err(r, c, &e);
-    if (r->p.tool_parser) gw_tools_init(&r->tools, r->p.tool_parser, r->p.max_tool_calls);
+    gw_stream_tools_init(r, &r->tools);
     if (r->p.prompt_text) {
         if (!s->cfg.tok)
             return gw_answer_errf(r, c, 400, "unsupported",

@@ -357,6 +357,8 @@ void gw_sse_end(gw_req *r);
 /* New decoded bytes are in r->raw: emits what is whole UTF-8 and no stop string can still
  * claim. Returns true when a stop string was hit. */
 bool gw_emit_text(gw_req *r, bool final);
+/* The parser state of r's answer (p.tool_parser, p.tool_name), fed nothing yet. */
+void gw_stream_tools_init(const gw_req *r, gw_tool_state *st);
 /* The first event of r arrived (or it failed): answer or start the stream. */
 enum MHD_Result gw_resumed(gw_server *s, gw_req *r, struct MHD_Connection *c);
 

@@ -262,8 +262,63 @@ oom:
     return -1;
 }
 
+/* A function tool's parameters schema ({"type": "object"} when it has none). */
+static json_t *params_schema(json_t *tool)
+{
+    json_t *ps = json_object_get(json_object_get(tool, "function"), "parameters");
+    return json_is_object(ps) ? json_incref(ps) : json_pack("{s:s}", "type", "object");
+}
+
+/* tool_choice "required" or naming a function: the answer is constrained to calls (vLLM's
+ * way): a named function's answer is its arguments (a JSON Schema of its parameters), a
+ * required one a JSON list of {"name", "parameters"} objects of the tools (at least one; one
+ * with parallel_tool_calls false). The gateway reads the calls out of that JSON. */
+static int tool_constraint(json_t *tools, const char *named, bool parallel, gw_params *p, gw_err *e)
+{
+    json_t *schema = NULL;
+    if (named) {
+        for (size_t i = 0; i < json_array_size(tools) && !schema; i++) {
+            json_t *t = json_array_get(tools, i);
+            if (!strcmp(named,
+                        json_string_value(json_object_get(json_object_get(t, "function"), "name"))))
+                schema = params_schema(t);
+        }
+        p->tool_parser = GW_TOOLS_NAMED;
+        p->tool_name = strdup(named);
+        if (!p->tool_name) goto oom;
+    } else {
+        json_t *alts = json_array();
+        for (size_t i = 0; i < json_array_size(tools); i++) {
+            json_t *t = json_array_get(tools, i);
+            json_array_append_new(alts,
+                                  json_pack("{s:s, s:{s:{s:O}, s:o}, s:[s, s], s:b}", "type",
+                                            "object", "properties", "name", "const",
+                                            json_object_get(json_object_get(t, "function"), "name"),
+                                            "parameters", params_schema(t), "required", "name",
+                                            "parameters", "additionalProperties", 0));
+        }
+        json_t *items = json_array_size(alts) == 1 ? json_incref(json_array_get(alts, 0))
+                                                   : json_pack("{s:O}", "anyOf", alts);
+        json_decref(alts);
+        schema = json_pack("{s:s, s:o, s:i}", "type", "array", "items", items, "minItems", 1);
+        if (schema && !parallel) json_object_set_new(schema, "maxItems", json_integer(1));
+        p->tool_parser = GW_TOOLS_JSON_LIST;
+    }
+    char *text = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
+    json_decref(schema);
+    if (!text) goto oom;
+    int rc = gw_params_set_constraint(p, RINGLM_CONSTRAINT_JSON_SCHEMA, text, strlen(text),
+                                      "tool_choice", e);
+    free(text);
+    return rc;
+oom:
+    gw_err_set(e, 500, "internal", NULL, "out of memory");
+    return -1;
+}
+
 /* OpenAI's tools ([{"type": "function", "function": {"name", "description", "parameters",
- * "strict"}}]), tool_choice and parallel_tool_calls: which parser reads the answer. */
+ * "strict"}}]), tool_choice and parallel_tool_calls: which parser reads the answer, and for
+ * "required" or a named function the constraint that makes the answer calls. */
 static int rd_tools(json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err *e)
 {
     json_t *tools = field(o, "tools"), *tc = field(o, "tool_choice");
@@ -334,11 +389,9 @@ static int rd_tools(json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err *e)
             return -1;
         }
     }
-    if (choice == TC_REQUIRED || choice == TC_NAMED)
-        return unsupported(e, "tool_choice",
-                           "\"required\" and a named function need the answer constrained to "
-                           "the tool-call syntax, which is not implemented yet; \"auto\" and "
-                           "\"none\" are");
+    if ((choice == TC_REQUIRED || choice == TC_NAMED) &&
+        tool_constraint(tools, named, parallel, p, e))
+        return -1;
     if (choice == TC_AUTO && !cfg->tool_parser)
         return unsupported(e, "tool_choice",
                            "\"auto\": the gateway knows no tool-call syntax for this model's chat "
@@ -1019,6 +1072,7 @@ void gw_params_free(gw_params *p)
     free(p->bias);
     free(p->stop_ids);
     free(p->constraint);
+    free(p->tool_name);
     memset(p, 0, sizeof *p);
 }
 

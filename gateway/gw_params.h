@@ -76,6 +76,7 @@ typedef struct gw_params {
      * bound; parallel_tool_calls false: 1) */
     int tool_parser;
     int max_tool_calls;
+    char *tool_name; /* tool_choice naming a function (tool_parser GW_TOOLS_NAMED): its name */
 } gw_params;
 
 /* The fields of a request body, as docs/gateway.md's table lists them. */

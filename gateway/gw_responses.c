@@ -265,7 +265,9 @@ void gw_responses_err(gw_err *e)
 {
     static const struct {
         const char *chat, *resp;
-    } names[] = {{"max_tokens", "max_output_tokens"}, {"messages", "input"}};
+    } names[] = {{"max_tokens", "max_output_tokens"},
+                 {"messages", "input"},
+                 {"response_format", "text.format"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (strcmp(e->param, names[i].chat)) continue;
         snprintf(e->param, sizeof e->param, "%s", names[i].resp);
@@ -323,10 +325,18 @@ static int to_chat(json_t *o, json_t *chat, json_t *resp, int *max_calls, gw_err
                        "'text' must be {\"format\": {\"type\": \"text\"}}");
             return -1;
         }
-        if (type && strcmp(type, "text")) {
-            gw_err_set(e, 400, "unsupported", "text.format",
-                       "'text.format' %s is not supported by ringlm yet: structured output is "
-                       "not implemented (\"text\" is)",
+        if (type && !strcmp(type, "json_object")) {
+            json_object_set_new(chat, "response_format", json_pack("{s:s}", "type", "json_object"));
+        } else if (type && !strcmp(type, "json_schema")) {
+            /* chat's response_format: {"type": "json_schema", "json_schema": {"name", "schema",
+             * "strict", "description"}} */
+            json_t *js = json_deep_copy(fmt);
+            json_object_del(js, "type");
+            json_object_set_new(chat, "response_format",
+                                json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", js));
+        } else if (type && strcmp(type, "text")) {
+            gw_err_set(e, 400, "invalid_value", "text.format",
+                       "'text.format' type '%s' is not one of text, json_object, json_schema",
                        type);
             return -1;
         }
@@ -373,7 +383,11 @@ static int to_chat(json_t *o, json_t *chat, json_t *resp, int *max_calls, gw_err
                                                 : json_real(1.0));
     json_object_set_new(resp, "top_p",
                         field(o, "top_p") ? json_incref(field(o, "top_p")) : json_real(1.0));
-    json_object_set_new(resp, "text", json_pack("{s:{s:s}}", "format", "type", "text"));
+    json_t *text = field(o, "text");
+    json_object_set_new(resp, "text",
+                        json_object_get(text, "format")
+                            ? json_pack("{s:O}", "format", json_object_get(text, "format"))
+                            : json_pack("{s:{s:s}}", "format", "type", "text"));
     json_object_set_new(resp, "tool_choice", tc ? json_incref(tc) : json_string("auto"));
     json_object_set_new(resp, "tools", tools ? json_incref(tools) : json_array());
     json_object_set_new(resp, "truncation", json_string("disabled"));

@@ -176,10 +176,21 @@ static int tools_feed(gw_req *r, const char *t, size_t n, bool final)
     return gw_tools_feed(&r->tools, t, n, final, &k);
 }
 
-/* The finish reason: "tool_calls" when the answer called tools and ended by itself. */
+/* The finish reason: "tool_calls" when the answer called tools and ended by itself (as
+ * OpenAI's, "stop" for a function named by tool_choice). */
 static const char *finish_of(const gw_req *r, int n_calls)
 {
-    return n_calls && !strcmp(r->finish, "stop") ? "tool_calls" : r->finish;
+    return n_calls && !strcmp(r->finish, "stop") && r->p.tool_parser != GW_TOOLS_NAMED
+               ? "tool_calls"
+               : r->finish;
+}
+
+void gw_stream_tools_init(const gw_req *r, gw_tool_state *st)
+{
+    if (r->p.tool_parser == GW_TOOLS_NAMED)
+        gw_tools_init_named(st, r->p.tool_name);
+    else if (r->p.tool_parser)
+        gw_tools_init(st, r->p.tool_parser, r->p.max_tool_calls);
 }
 
 /* A piece of a chat answer as delta.reasoning_content or delta.content (--reasoning-parser). */
@@ -407,8 +418,11 @@ static enum MHD_Result answer_generation(gw_server *s, gw_req *r, struct MHD_Con
         int n_calls = 0;
         if (r->p.tool_parser) { /* the tool calls out of the content */
             gw_tool_calls tc;
-            if (gw_tools_parse(r->p.tool_parser, r->p.max_tool_calls, cs ? cs : "", cs ? cn : 0,
-                               &tc) == 0) {
+            gw_tool_state st;
+            gw_stream_tools_init(r, &st);
+            int prc = gw_tools_parse_with(&st, cs ? cs : "", cs ? cn : 0, &tc);
+            gw_tools_free(&st);
+            if (prc == 0) {
                 n_calls = tc.n;
                 calls = json_array();
                 for (int i = 0; i < tc.n; i++) {

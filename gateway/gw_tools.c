@@ -528,6 +528,9 @@ int gw_tools_feed(gw_tool_state *st, const char *t, size_t n, bool final, const 
          * call it belongs to has started (then it is the call's, cut short) */
         bool open = st->phase == PH_START || st->phase == PH_TAG || st->phase == PH_CONTENT ||
                     st->phase == PH_PRE || (st->phase == PH_OBJ && !st->started);
+        /* a constrained list cut short (max_tokens) has no content: the call it was
+         * beginning is dropped */
+        if (st->parser == GW_TOOLS_JSON_LIST) open = false;
         if (open && st->held.len && add_content(st, st->held.p, st->held.len)) return -ENOMEM;
         st->held.len = 0;
         if (st->phase == PH_OBJ && st->started && st->args.len && st->args_str)

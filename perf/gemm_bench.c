@@ -9,13 +9,21 @@
  *
  *   gemm_bench [--shape stories110M|stories15M] [--repeats R] [--rows 1,2,4,...]
  *              [--path auto|avx512|avx2|portable] [--type F16|BF16] [--clock cpu] [--json]
+ *              [--prefill]
  *
  * --type F16 or BF16: the weights in that type instead, q_matmul (kernels/cpu/quant.h: float
  * tiles converted once, then gemm_small or SGEMM) against the fused dots it replaced for
  * small batches (q_dot for every weight row and activation row, the conversion redone per
  * activation row), in the same repeat. --clock cpu times the thread's CPU time instead of
  * wall time (figures from a machine busy with others).
+ *
+ * --prefill: the prefill products instead (rows 64,256,1024 unless --rows; the classifier
+ * left out, prefill computes logits for one row): kernels/cpu/gemm_f32.h's own AVX2 tiles
+ * against what the engine ran before them, in the same repeat — SGEMM on F32 weights,
+ * q_matmul's converted float tiles and SGEMM on F16/BF16 — with each side's GFLOP/s and the
+ * path the engine now takes for the shape (gemm_f32_prefer).
  */
+#include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/gemm_small.h"
 #include "kernels/cpu/quant.h"
 #include "perf/bench_util.h"
@@ -50,6 +58,7 @@ typedef struct shape {
 
 static gemm_small_path path = GEMM_SMALL_AUTO;
 static int wtype = Q_F32; /* --type */
+static int prefill;       /* --prefill */
 
 /* --type: q_matmul on the weights in their type, split as run_small splits them */
 static void run_typed(int M, const shape *s, const float *x, const void *w, float *y)
@@ -70,6 +79,21 @@ static void run_dots(int M, const shape *s, const float *x, const void *w, float
         for (int r = 0; r < M; r++)
             y[(size_t)r * s->n + i] =
                 q_dot(wtype, (const char *)w + (size_t)i * rb, x + (size_t)r * s->k, s->k);
+}
+
+/* --prefill: gemm_f32 on the weights in their type, split as the engine splits them */
+static void run_own(int M, const shape *s, const float *x, const void *w, float *y)
+{
+    int chunk = (s->n + CHUNKS - 1) / CHUNKS;
+    size_t rb = q_row_bytes(wtype, s->k);
+    for (int n0 = 0; n0 < s->n; n0 += chunk) {
+        int n = s->n - n0 < chunk ? s->n - n0 : chunk;
+        if (!gemm_f32(wtype, M, n, s->k, x, s->k, (const char *)w + (size_t)n0 * rb, rb, 0.0f,
+                      y + n0, s->n)) {
+            fprintf(stderr, "gemm_bench: gemm_f32 does not run on this machine\n");
+            exit(1);
+        }
+    }
 }
 
 static void run_small(int M, const shape *s, const float *x, const float *w, float *y)
@@ -95,17 +119,79 @@ static void run_blas(int M, const shape *s, const float *x, const float *w, floa
     }
 }
 
+/* --prefill: gemm_f32 against the engine's previous path, in the same repeat */
+static int run_prefill(const char *shape_name, const shape *shapes, int n_shapes, const int *rows,
+                       int n_rows, int repeats, int json, const float *x, const float *w,
+                       const char *wq, size_t w_elems, float *y)
+{
+    const char *ta = wtype == Q_F16 ? "F16" : wtype == Q_BF16 ? "BF16" : "F32";
+    const size_t es = wtype == Q_F32 ? 4 : 2;
+    const void *wbase = wq ? (const void *)wq : (const void *)w;
+    if (json)
+        printf("{\"shape\":\"%s\",\"type\":\"%s\",\"threads\":1,\"repeats\":%d,\"chunks\":%d,"
+               "\"prefill\":true,\"results\":[",
+               shape_name, ta, repeats, CHUNKS);
+    else
+        printf("gemm_bench --prefill %s %s, 1 thread, %d chunks per product, medians of %d\n"
+               "%-5s %5s %9s %9s %8s %8s %8s  %s\n",
+               shape_name, ta, CHUNKS, repeats, "proj", "M", "own ms", "old ms", "old/own",
+               "own GF/s", "old GF/s", "engine takes");
+    int first = 1;
+    for (int si = 0; si < n_shapes; si++) {
+        const shape *s = &shapes[si];
+        const size_t wsz = (size_t)s->n * s->k;
+        const size_t n_copies = w_elems / wsz;
+        for (int ri = 0; ri < n_rows; ri++) {
+            const int M = rows[ri];
+            const double flop = 2.0 * M * s->n * s->k;
+            /* about 0.1 s per timing at 30 GFLOP/s, at least two products */
+            int iters = (int)(3e9 / flop) + 2;
+            double ts[64], tb[64];
+            int R = repeats < 64 ? repeats : 64;
+            for (int r = 0; r < R; r++) {
+                double t0 = now_s();
+                for (int i = 0; i < iters; i++)
+                    run_own(M, s, x, (const char *)wbase + (size_t)i % n_copies * wsz * es, y);
+                ts[r] = (now_s() - t0) / iters;
+                t0 = now_s();
+                for (int i = 0; i < iters; i++)
+                    if (wq)
+                        run_typed(M, s, x, wq + (size_t)i % n_copies * wsz * es, y);
+                    else
+                        run_blas(M, s, x, w + (size_t)i % n_copies * wsz, y);
+                tb[r] = (now_s() - t0) / iters;
+            }
+            const double mo = bench_median(ts, R), mb = bench_median(tb, R);
+            const char *takes = gemm_f32_prefer(wtype, M, s->n, s->k) ? "own" : "old";
+            if (json)
+                printf("%s{\"proj\":\"%s\",\"n\":%d,\"k\":%d,\"m\":%d,\"own_ms\":%.4f,"
+                       "\"old_ms\":%.4f,\"engine_takes\":\"%s\"}",
+                       first ? "" : ",", s->name, s->n, s->k, M, mo * 1e3, mb * 1e3, takes);
+            else
+                printf("%-5s %5d %9.3f %9.3f %8.2f %8.1f %8.1f  %s\n", s->name, M, mo * 1e3,
+                       mb * 1e3, mb / mo, flop / mo * 1e-9, flop / mb * 1e-9, takes);
+            first = 0;
+        }
+    }
+    if (json) printf("]}\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *shape_name = "stories110M", *rows_arg = "1,2,4,8,12,16,20,24,32,48,64";
     int repeats = 5, json = 0;
-    static const struct option opts[] = {
-        {"shape", required_argument, 0, 's'}, {"repeats", required_argument, 0, 'r'},
-        {"rows", required_argument, 0, 'm'},  {"json", no_argument, 0, 'j'},
-        {"path", required_argument, 0, 'P'},  {"type", required_argument, 0, 'T'},
-        {"clock", required_argument, 0, 'c'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"shape", required_argument, 0, 's'},
+                                         {"repeats", required_argument, 0, 'r'},
+                                         {"rows", required_argument, 0, 'm'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"path", required_argument, 0, 'P'},
+                                         {"type", required_argument, 0, 'T'},
+                                         {"clock", required_argument, 0, 'c'},
+                                         {"prefill", no_argument, 0, 'p'},
+                                         {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "s:r:m:jP:T:c:", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "s:r:m:jP:T:c:p", opts, NULL)) != -1) {
         switch (ch) {
         case 's': shape_name = optarg; break;
         case 'r': repeats = atoi(optarg); break;
@@ -124,13 +210,17 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'p':
+            prefill = 1;
+            if (strcmp(rows_arg, "1,2,4,8,12,16,20,24,32,48,64") == 0) rows_arg = "64,256,1024";
+            break;
         case 'c':
             bench_clock = strcmp(optarg, "cpu") == 0 ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
             break;
         default:
             fprintf(stderr, "usage: gemm_bench [--shape stories110M|stories15M] [--repeats R] "
                             "[--rows 1,2,4,...] [--path auto|avx512|avx2|portable] "
-                            "[--type F16|BF16] [--clock cpu] [--json]\n");
+                            "[--type F16|BF16] [--clock cpu] [--json] [--prefill]\n");
             return 2;
         }
     }
@@ -196,6 +286,9 @@ int main(int argc, char **argv)
     }
     const char *ta = wtype == Q_F16 ? "F16" : wtype == Q_BF16 ? "BF16" : "F32";
 
+    if (prefill)
+        return run_prefill(shape_name, shapes, 3, rows, n_rows, repeats, json, x, w, wq,
+                           max_w * copies, y);
     if (json)
         printf("{\"shape\":\"%s\",\"type\":\"%s\",\"threads\":1,\"repeats\":%d,\"chunks\":%d,"
                "\"path\":\"%s\",\"results\":[",

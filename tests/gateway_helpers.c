@@ -3,6 +3,7 @@
 #include "tests/gateway_helpers.h"
 
 #include <criterion/criterion.h>
+#include <jansson.h>
 
 #include <errno.h>
 #include <math.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "libclient/ringlm.h"
 #include "model/gguf_write.h"
 #include "tools/prom.h"
 
@@ -286,4 +288,24 @@ char *gwh_stories_gguf(const char *name, const char *template)
     gw_free(w);
     for (int i = 0; i < N; i++) free(pieces[i]);
     return path;
+}
+
+/* ---- a JSON answer without whitespace ----------------------------------------------------- */
+json_t *gwh_whitespace_bias(void)
+{
+    char *tp = th_shared_file("models/tok512.bin");
+    ringlm_tokenizer *t;
+    cr_assert_eq(ringlm_tokenizer_load(tp, 512, &t), 0, "%s", ringlm_errdetail());
+    json_t *b = json_object();
+    for (int32_t id = 0; id < 512; id++) {
+        const char *p;
+        if (ringlm_token_text(t, 3, id, &p) < 0 || !*p || strspn(p, " \t\r\n") != strlen(p))
+            continue;
+        char k[16];
+        snprintf(k, sizeof k, "%d", id);
+        json_object_set_new(b, k, json_integer(-100));
+    }
+    ringlm_tokenizer_free(t);
+    free(tp);
+    return b;
 }

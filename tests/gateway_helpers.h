@@ -65,6 +65,11 @@ void gwh_stop_all(void);
  * and its ids are the model's. The path (malloc()ed). */
 char *gwh_stories_gguf(const char *name, const char *template);
 
+/* logit_bias {"id": -100, ...} for each of stories260K's tokens that is only whitespace: a JSON
+ * answer may put whitespace anywhere, and a greedy stories260K stays there (a new reference). */
+struct json_t;
+struct json_t *gwh_whitespace_bias(void);
+
 typedef struct gwh_resp {
     int status;
     char *head; /* status line and headers */

@@ -348,6 +348,53 @@ Test(daemon_constrain, regex_and_choice_answers_match, .timeout = 300)
     env_stop(&e);
 }
 
+/* With ignore_stop a request goes on after its constraint is complete: only stop tokens
+ * follow (the answer is the choice, then stop tokens), never an error. */
+Test(daemon_constrain, ignore_stop_goes_on_with_stop_tokens_after_the_end, .timeout = 120)
+{
+    env e;
+    env_start(&e, true);
+    ringlm_request rq;
+    ringlm_request_init(&rq);
+    rq.prompt = e.prompt;
+    rq.n_prompt = e.n_prompt;
+    rq.max_new_tokens = 12;
+    rq.ignore_stop = true;
+    ringlm_sampling smp;
+    ringlm_sampling_init(&smp);
+    smp.constraint_kind = RINGLM_CONSTRAINT_CHOICE;
+    smp.constraint = "no\0yes";
+    smp.constraint_bytes = 6;
+    uint64_t id;
+    cr_assert_eq(ringlm_submit_ext(e.c, &rq, &smp, &id), 0, "%s", ringlm_errdetail());
+    int32_t toks[32];
+    uint32_t n = 0;
+    ringlm_event ev;
+    for (;;) {
+        cr_assert_gt(ringlm_next_event(e.c, &ev, 30000), 0, "%s", ringlm_errdetail());
+        if (ev.kind == RINGLM_EV_TOKEN && n < 32) toks[n++] = ev.token;
+        if (ev.kind == RINGLM_EV_FINISH) break;
+    }
+    const char *d = ringlm_event_detail(e.c);
+    cr_assert_eq(ev.finish_reason, RINGLM_FINISH_LENGTH, "ended %s: %s",
+                 ringlm_reason_name(ev.finish_reason), d ? d : "");
+    cr_assert_eq(n, 12u);
+    /* the choice's tokens, then only the model's stop token (BOS for a llama2.c model) */
+    char text[64] = "";
+    uint32_t k = 0;
+    int32_t prev = e.prompt[e.n_prompt - 1];
+    for (; k < n && toks[k] != 1; k++) {
+        const char *p;
+        cr_assert_eq(ringlm_token_text(e.t, prev, toks[k], &p), 0);
+        strncat(text, p, sizeof text - strlen(text) - 1);
+        prev = toks[k];
+    }
+    cr_expect(!strcmp(text, "no") || !strcmp(text, "yes"), "answer '%s'", text);
+    cr_expect_lt(k, n, "no stop token after the answer");
+    for (; k < n; k++) cr_expect_eq(toks[k], 1, "token %u after the end is %d", k, toks[k]);
+    env_stop(&e);
+}
+
 /* ---- bad constraints ------------------------------------------------------------------ */
 
 Test(daemon_constrain, a_constraint_that_does_not_compile_is_rejected_with_its_reason,

@@ -337,16 +337,20 @@ Test(gateway_responses, bad_input_is_a_400_naming_the_field)
     want_400("{\"input\": \"hi\", \"store\": true}", "store", "nothing is stored");
     want_400("{\"input\": \"hi\", \"previous_response_id\": \"resp_1\"}", "previous_response_id",
              "send the whole conversation");
+    want_400("{\"input\": \"hi\", \"text\": {\"format\": {\"type\": \"xml\"}}}", "text.format",
+             "'xml' is not one of text, json_object, json_schema");
     want_400("{\"input\": \"hi\", \"text\": {\"format\": {\"type\": \"json_schema\", \"name\": "
-             "\"x\", \"schema\": {}}}}",
-             "text.format", "json_schema");
+             "\"x\"}}}",
+             "text.format", "needs its schema");
     want_400("{\"input\": \"hi\", \"max_output_tokens\": 0}", "max_output_tokens",
              "max_output_tokens");
 }
 
 /* Through the official OpenAI SDK for Node (tests/node/gateway_responses.test.mjs): chat
- * with tools and a tool conversation, responses.create whole and streamed (and the SDK's
- * stream helper), input items, the errors as BadRequestError naming the field. */
+ * with tools and a tool conversation, typed tool_calls for a named function and "required"
+ * (whole, and streamed through the SDK's helper), responses.create whole and streamed (and
+ * the SDK's stream helper), input items, function_call items, the errors as
+ * BadRequestError naming the field. */
 Test(gateway_responses, through_the_openai_sdk)
 {
     gwh_need();
@@ -365,13 +369,94 @@ Test(gateway_responses, through_the_openai_sdk)
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", gwh_port);
     setenv("GATEWAY_URL", url, 1);
+    json_t *bias = gwh_whitespace_bias();
+    char *b = json_dumps(bias, JSON_COMPACT);
+    setenv("GATEWAY_WS_BIAS", b, 1);
+    free(b);
+    json_decref(bias);
     char *argv[] = {"node", "--test", "--test-reporter=tap",
                     "tests/node/gateway_responses.test.mjs", NULL};
     int rc = th_run(argv, &out, &err, 120);
     cr_assert_eq(rc, 0, "the SDK checks failed (exit %d):\n%s\n%s\ngateway log:\n%s", rc, out, err,
                  th_read_file(gwh_gateway.log));
-    cr_assert(strstr(out, "# pass 6"), "expected 6 passing checks:\n%s", out);
+    cr_assert(strstr(out, "# pass 8"), "expected 8 passing checks:\n%s", out);
     free(out);
     free(err);
+    free(tok);
+}
+
+/* text.format json_schema constrains the answer (chat's response_format), and tool_choice
+ * naming a function makes it that function_call item, its arguments the function's schema's
+ * JSON (whole when the answer completes: stories260K, greedy, may wander in the whitespace
+ * JSON allows until max_output_tokens, and a Responses request has no logit_bias to stop it). */
+Test(gateway_responses, text_format_and_required_tools_constrain_the_answer)
+{
+    gwh_need();
+    gwh_need_curl();
+    char *tok = gwh_stories_gguf("hermes.gguf", hermes_jinja);
+    const char *extra[] = {"--tokenizer", tok, NULL};
+    setup(extra);
+    json_t *bias = gwh_whitespace_bias();
+    char *b = json_dumps(bias, JSON_COMPACT), body[16384];
+    json_decref(bias);
+    snprintf(body, sizeof body,
+             "{\"input\": \"Pick a color.\", \"temperature\": 0, \"max_output_tokens\": 60, "
+             "\"logit_bias\": %s, \"text\": {\"format\": {\"type\": \"json_schema\", \"name\": "
+             "\"color\", \"schema\": {\"type\": \"object\", \"properties\": {\"color\": {\"enum\": "
+             "[\"red\", \"blue\"]}}, \"required\": [\"color\"], \"additionalProperties\": false}, "
+             "\"strict\": true}}}",
+             b);
+    /* logit_bias is chat's, not a Responses field: refused by name */
+    want_400(body, "logit_bias", "not a field");
+    snprintf(body, sizeof body,
+             "{\"input\": \"Pick a color.\", \"temperature\": 0, \"max_output_tokens\": 60, "
+             "\"text\": {\"format\": {\"type\": \"json_schema\", \"name\": \"color\", \"schema\": "
+             "{\"type\": \"object\", \"properties\": {\"color\": {\"enum\": [\"red\", "
+             "\"blue\"]}}, \"required\": [\"color\"], \"additionalProperties\": false}, "
+             "\"strict\": true}}}");
+    json_t *r;
+    char *raw;
+    cr_assert_eq(post(body, &r, &raw), 200, "%s", raw);
+    free(raw);
+    cr_assert_str_eq(json_string_value(json_object_get(
+                         json_object_get(json_object_get(r, "text"), "format"), "type")),
+                     "json_schema");
+    const char *text = item_text(r);
+    cr_assert_not_null(text, "%s", json_dumps(r, 0));
+    if (!strcmp(json_string_value(json_object_get(r, "status")), "completed")) {
+        json_t *v = json_loads(text, 0, NULL);
+        cr_assert(json_is_object(v), "%s", text);
+        const char *c = json_string_value(json_object_get(v, "color"));
+        cr_assert(c && (!strcmp(c, "red") || !strcmp(c, "blue")), "%s", text);
+        json_decref(v);
+    } else { /* cut at max_output_tokens: what there is begins the schema's JSON */
+        cr_assert_eq(text[0], '{', "%s", text);
+    }
+    json_decref(r);
+    snprintf(body, sizeof body,
+             "{\"input\": \"What time is it?\", \"temperature\": 0, \"max_output_tokens\": 120, "
+             "\"tools\": [{\"type\": \"function\", \"name\": \"get_time\", \"parameters\": "
+             "{\"type\": \"object\", \"properties\": {\"tz\": {\"enum\": [\"UTC\", \"CET\"]}}, "
+             "\"required\": [\"tz\"], \"additionalProperties\": false}}], \"tool_choice\": "
+             "{\"type\": \"function\", \"name\": \"get_time\"}}");
+    cr_assert_eq(post(body, &r, &raw), 200, "%s", raw);
+    free(raw);
+    json_t *out = json_object_get(r, "output");
+    cr_assert_eq(json_array_size(out), 1, "%s", json_dumps(r, 0));
+    json_t *fc = json_array_get(out, 0);
+    cr_assert_str_eq(json_string_value(json_object_get(fc, "type")), "function_call");
+    cr_assert_str_eq(json_string_value(json_object_get(fc, "name")), "get_time");
+    cr_assert(!strncmp(json_string_value(json_object_get(fc, "call_id")), "call_", 5));
+    const char *a = json_string_value(json_object_get(fc, "arguments"));
+    if (!strcmp(json_string_value(json_object_get(r, "status")), "completed")) {
+        json_t *args = json_loads(a, 0, NULL);
+        const char *tz = json_string_value(json_object_get(args, "tz"));
+        cr_assert(tz && (!strcmp(tz, "UTC") || !strcmp(tz, "CET")), "%s", json_dumps(r, 0));
+        json_decref(args);
+    } else { /* stories260K may wander in the whitespace JSON allows, to max_output_tokens */
+        cr_assert_eq(a[0], '{', "%s", a);
+    }
+    json_decref(r);
+    free(b);
     free(tok);
 }

@@ -4,8 +4,10 @@
  * stories260K's vocabulary as a GGUF tokenizer whose chat template is Hermes-style (Qwen's
  * <tool_call> tags), so it picks the hermes parser from the template; tools and an
  * assistant's tool calls reach the template; an answer without a call is the same content
- * under "auto" as under "none", whole and streamed; bad tools and tool choices are 400s that
- * name the field.
+ * under "auto" as under "none", whole and streamed; a call in the text (forced by a regex)
+ * comes back as tool_calls under "auto"; "required" and a named function constrain the
+ * answer to calls whose arguments fit the function's schema, whole and streamed alike; bad
+ * tools and tool choices are 400s that name the field.
  */
 #include "tests/gateway_helpers.h"
 
@@ -238,8 +240,6 @@ Test(gateway_toolcalls, bad_tools_and_tool_choices_are_400s_naming_the_field)
     want_400(body, "tool_choice", "must be \"none\", \"auto\", \"required\"");
     snprintf(body, sizeof body, "{%s, \"tool_choice\": \"auto\"}", msgs);
     want_400(body, "tool_choice", "needs 'tools'");
-    snprintf(body, sizeof body, "{%s, \"tools\": %s, \"tool_choice\": \"required\"}", msgs, TOOLS);
-    want_400(body, "tool_choice", "not implemented yet");
 }
 
 Test(gateway_toolcalls, auto_is_a_400_where_no_call_syntax_is_known)
@@ -254,4 +254,198 @@ Test(gateway_toolcalls, auto_is_a_400_where_no_call_syntax_is_known)
              "\"tool_choice\": \"auto\"}",
              TOOLS);
     want_400(body, "tool_choice", "--tool-call-parser");
+}
+
+/* ---- answers constrained to calls ------------------------------------------------------- */
+/* Tools whose arguments have one possible value each but for a choice, so that stories260K's
+ * greedy answer finishes: the constraint leaves it the names, the keys and the choices. */
+static const char *const TIGHT_TOOLS =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_time\", \"parameters\": {\"type\": "
+    "\"object\", \"properties\": {\"tz\": {\"enum\": [\"UTC\", \"CET\"]}}, \"required\": "
+    "[\"tz\"], \"additionalProperties\": false}}}, {\"type\": \"function\", \"function\": "
+    "{\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", \"properties\": "
+    "{\"city\": {\"enum\": [\"Paris\", \"Oslo\"]}}, \"required\": [\"city\"], "
+    "\"additionalProperties\": false}}}]";
+
+/* A chat request with TIGHT_TOOLS, greedy, whitespace tokens forbidden (a JSON answer may put
+ * whitespace anywhere, and greedy stories260K would stay there). */
+static char *tight_body(const char *more)
+{
+    json_t *bias = gwh_whitespace_bias();
+    char *b = json_dumps(bias, JSON_COMPACT);
+    json_decref(bias);
+    size_t n = strlen(b) + strlen(TIGHT_TOOLS) + strlen(more) + 512;
+    char *body = malloc(n);
+    snprintf(body, n,
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"What time is it?\"}], \"tools\": "
+             "%s, \"temperature\": 0, \"max_tokens\": 160, \"logit_bias\": %s%s}",
+             TIGHT_TOOLS, b, more);
+    free(b);
+    return body;
+}
+
+/* A call's arguments are a JSON object of its function's schema. */
+static void want_valid_call(const char *name, const char *args)
+{
+    json_t *a = json_loads(args, 0, NULL);
+    cr_assert(json_is_object(a), "%s's arguments are not a JSON object: %s", name, args);
+    const char *v;
+    if (!strcmp(name, "get_time")) {
+        v = json_string_value(json_object_get(a, "tz"));
+        cr_assert(v && (!strcmp(v, "UTC") || !strcmp(v, "CET")), "%s", args);
+    } else {
+        cr_assert_str_eq(name, "get_weather");
+        v = json_string_value(json_object_get(a, "city"));
+        cr_assert(v && (!strcmp(v, "Paris") || !strcmp(v, "Oslo")), "%s", args);
+    }
+    cr_assert_eq(json_object_size(a), 1, "%s", args);
+    json_decref(a);
+}
+
+/* The calls of a streamed chat answer, reassembled from delta.tool_calls: names[i], args[i]. */
+static int stream_calls(const char *body, char names[4][32], gw_buf args[4], char *finish,
+                        size_t fn, bool *content)
+{
+    gwh_resp r = gwh_curl("/v1/chat/completions", NULL, body);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    int n = 0;
+    *content = false;
+    for (char *l = strstr(r.body, "data: "); l; l = strstr(l + 1, "data: ")) {
+        if (!strncmp(l, "data: [DONE]", 12)) break;
+        char *end = strstr(l, "\n\n");
+        json_t *j = json_loadb(l + 6, (size_t)(end - l - 6), 0, NULL);
+        cr_assert_not_null(j, "%s", l);
+        json_t *ch = json_array_get(json_object_get(j, "choices"), 0), *d;
+        d = json_object_get(ch, "delta");
+        const char *c = json_string_value(json_object_get(d, "content"));
+        if (c && *c) *content = true;
+        json_t *tcs = json_object_get(d, "tool_calls");
+        for (size_t k = 0; k < json_array_size(tcs); k++) {
+            json_t *tc = json_array_get(tcs, k);
+            int i = (int)json_integer_value(json_object_get(tc, "index"));
+            cr_assert(i >= 0 && i < 4 && i <= n, "%s", l);
+            json_t *f = json_object_get(tc, "function");
+            if (i == n) { /* a call's first delta: id, type, name */
+                cr_assert(json_string_length(json_object_get(tc, "id")) > 0, "%s", l);
+                cr_assert_str_eq(json_string_value(json_object_get(tc, "type")), "function");
+                snprintf(names[i], 32, "%s", json_string_value(json_object_get(f, "name")));
+                n++;
+            }
+            const char *a = json_string_value(json_object_get(f, "arguments"));
+            if (a) gw_buf_adds(&args[i], a);
+        }
+        if (json_is_string(json_object_get(ch, "finish_reason")))
+            snprintf(finish, fn, "%s", json_string_value(json_object_get(ch, "finish_reason")));
+        json_decref(j);
+    }
+    gwh_resp_free(&r);
+    return n;
+}
+
+/* The whole answer's tool_calls against the streamed one's. */
+static void want_same_calls(const char *more, const char *finish_want, int n_want)
+{
+    char *b = tight_body(more);
+    json_t *whole = post_json("/v1/chat/completions", b, 200);
+    json_t *ch = json_array_get(json_object_get(whole, "choices"), 0);
+    json_t *msg = json_object_get(ch, "message"), *calls = json_object_get(msg, "tool_calls");
+    cr_assert(json_is_null(json_object_get(msg, "content")), "%s", json_dumps(whole, 0));
+    const char *fin = json_string_value(json_object_get(ch, "finish_reason"));
+    if (finish_want)
+        cr_assert_str_eq(fin, finish_want, "%s", json_dumps(whole, 0));
+    else /* as many calls as the model writes: it may run to max_tokens */
+        cr_assert(!strcmp(fin, "tool_calls") || !strcmp(fin, "length"), "%s", fin);
+    int n = (int)json_array_size(calls);
+    cr_assert(n_want ? n == n_want : n >= 1, "%d calls: %s", n, json_dumps(whole, 0));
+    for (int i = 0; i < n; i++) {
+        json_t *f = json_object_get(json_array_get(calls, (size_t)i), "function");
+        want_valid_call(json_string_value(json_object_get(f, "name")),
+                        json_string_value(json_object_get(f, "arguments")));
+    }
+    free(b);
+    size_t len = strlen(more) + 32;
+    char *smore = malloc(len);
+    snprintf(smore, len, "%s, \"stream\": true", more);
+    b = tight_body(smore);
+    char names[4][32] = {{0}}, finish[32] = "";
+    gw_buf args[4] = {{0}};
+    bool content;
+    int sn = stream_calls(b, names, args, finish, sizeof finish, &content);
+    cr_assert_eq(sn, n, "streamed %d calls, whole %d", sn, n);
+    for (int i = 0; i < n; i++) {
+        json_t *f = json_object_get(json_array_get(calls, (size_t)i), "function");
+        cr_assert_str_eq(names[i], json_string_value(json_object_get(f, "name")));
+        cr_assert_str_eq(args[i].p ? args[i].p : "",
+                         json_string_value(json_object_get(f, "arguments")));
+        gw_buf_free(&args[i]);
+    }
+    cr_assert_str_eq(finish, fin);
+    cr_assert_not(content, "a constrained answer has no content");
+    free(b);
+    free(smore);
+    json_decref(whole);
+}
+
+Test(gateway_toolcalls, required_answers_are_calls_of_the_tools)
+{
+    gwh_need();
+    gwh_need_curl();
+    start_hermes(NULL);
+    want_same_calls(", \"tool_choice\": \"required\"", NULL, 0);
+    want_same_calls(", \"tool_choice\": \"required\", \"parallel_tool_calls\": false", "tool_calls",
+                    1);
+}
+
+Test(gateway_toolcalls, a_named_function_is_the_one_called)
+{
+    gwh_need();
+    gwh_need_curl();
+    start_hermes(NULL);
+    want_same_calls(", \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": "
+                    "\"get_weather\"}}",
+                    "stop", 1);
+    char *b = tight_body(", \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": "
+                         "\"get_weather\"}}");
+    json_t *whole = post_json("/v1/chat/completions", b, 200);
+    json_t *f = json_object_get(
+        json_array_get(
+            json_object_get(
+                json_object_get(json_array_get(json_object_get(whole, "choices"), 0), "message"),
+                "tool_calls"),
+            0),
+        "function");
+    cr_assert_str_eq(json_string_value(json_object_get(f, "name")), "get_weather");
+    json_decref(whole);
+    free(b);
+    /* with another constraint: a 400 naming both */
+    b = tight_body(", \"tool_choice\": \"required\", \"guided_regex\": \"a+\"");
+    want_400(b, "guided_regex", "'tool_choice'");
+    free(b);
+}
+
+/* "auto" reads the model's own syntax out of its text: here the text is forced (a regex) to
+ * be one Hermes call, which comes back as tool_calls, whole and streamed. */
+Test(gateway_toolcalls, auto_parses_a_call_out_of_the_text)
+{
+    gwh_need();
+    gwh_need_curl();
+    start_hermes(NULL);
+    const char *more =
+        ", \"tool_choice\": \"auto\", \"guided_regex\": \"<tool_call>\\\\{\\\"name\\\": "
+        "\\\"get_time\\\", \\\"arguments\\\": \\\\{\\\"tz\\\": "
+        "\\\"UTC\\\"\\\\}\\\\}</tool_call>\"";
+    want_same_calls(more, "tool_calls", 1);
+    char *b = tight_body(more);
+    json_t *whole = post_json("/v1/chat/completions", b, 200);
+    json_t *call = json_array_get(
+        json_object_get(
+            json_object_get(json_array_get(json_object_get(whole, "choices"), 0), "message"),
+            "tool_calls"),
+        0);
+    json_t *f = json_object_get(call, "function");
+    cr_assert_str_eq(json_string_value(json_object_get(f, "name")), "get_time");
+    cr_assert_str_eq(json_string_value(json_object_get(f, "arguments")), "{\"tz\": \"UTC\"}");
+    cr_assert(!strncmp(json_string_value(json_object_get(call, "id")), "call_", 5));
+    json_decref(whole);
+    free(b);
 }

@@ -235,6 +235,9 @@ Test(gateway_tools, constrained_answers_are_read_as_calls)
     check(GW_TOOLS_JSON_LIST, 1,
           " [ {\"name\":\"a\",\"parameters\":{\"i\":1}} , {\"name\":\"b\",\"parameters\":{}} ]",
           &(want){NULL, 1, {"a"}, {"{\"i\":1}"}});
+    /* cut short at max_tokens: the call it was beginning is dropped, not content */
+    check(GW_TOOLS_JSON_LIST, 0, "[{\"name\": \"a\", \"parameters\": {}}, {\"na",
+          &(want){NULL, 1, {"a"}, {"{}"}});
     const char *args = "{\"city\": \"Paris\", \"days\": 3}";
     for (size_t step = 1; step <= 8; step++) {
         joined j;

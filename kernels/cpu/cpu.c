@@ -36,6 +36,7 @@
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/gemm_small.h"
 #include "kernels/cpu/quant.h"
 #include "numa/rnuma.h"
@@ -108,6 +109,17 @@ typedef struct mm_region {
 static void matmul_rows(int rows, const float *x, const q_xq *xq, eng_wmat wm, int n0, int n, int k,
                         float beta, float *y, int ld_y)
 {
+    /* Float weights above gemm_small's batches (prefill, large decode batches): our own AVX2
+     * tiles (gemm_f32.h) where they beat SGEMM, which is every shape measured on AVX2
+     * machines (perf/gemm_bench --prefill: F32 1.0-2.9x, F16/BF16 1.6-1.95x the float tiles
+     * and SGEMM that ran before). */
+    if ((wm.type == ENG_W_F32 || wm.type == ENG_W_F16 || wm.type == ENG_W_BF16) &&
+        rows > gemm_small_max_rows(GEMM_SMALL_AUTO) && gemm_f32_prefer(wm.type, rows, n, k)) {
+        const size_t rb = eng_wrow_bytes(wm.type, k);
+        if (gemm_f32(wm.type, rows, n, k, x, k, (const char *)wm.data + (size_t)n0 * rb, rb, beta,
+                     y, ld_y))
+            return;
+    }
     if (wm.type != ENG_W_F32) {
         q_matmul_xq(wm.type, (const char *)wm.data + (size_t)n0 * eng_wrow_bytes(wm.type, k), n, k,
                     xq, x, rows, beta, y, ld_y);
@@ -695,10 +707,14 @@ static void cpu_describe(void *priv, char *buf, size_t cap)
                                                                  : "portable";
     char blas[192];
     blas_core_describe(blas, sizeof blas);
+    /* what runs float products above gemm_small's batches (prefill): the answer for a
+     * typical prefill shape, as matmul_rows asks per product */
+    const bool own = (wt == ENG_W_F32 || wt == ENG_W_F16 || wt == ENG_W_BF16) &&
+                     gemm_f32_prefer(wt, 256, c->c.dim, c->c.dim);
+    const char *above = own ? "own AVX2 tiles (gemm_f32) above" : "OpenBLAS SGEMM above";
     if (wt == ENG_W_F32)
-        snprintf(buf, cap,
-                 "F32 projections: gemm_small (%s) up to %d rows, OpenBLAS SGEMM above; %s", gs,
-                 small, blas);
+        snprintf(buf, cap, "F32 projections: gemm_small (%s) up to %d rows, %s; %s", gs, small,
+                 above, blas);
     else if (wt == ENG_W_F16 || wt == ENG_W_BF16) {
         const char *conv = !q_simd_active() ? "portable" : wt == ENG_W_F16 ? "F16C" : "AVX2";
         const bool fused = q_simd_active() && gemm_small_auto_path() == GEMM_SMALL_AVX2;
@@ -707,9 +723,9 @@ static void cpu_describe(void *priv, char *buf, size_t cap)
             snprintf(few, sizeof few, "converted in registers (%s) up to %d rows, ", conv,
                      Q_FUSED_MAX_ROWS);
         snprintf(buf, cap,
-                 "%s projections: %sfloat tiles (%s) and gemm_small (%s) up to %d rows, "
-                 "OpenBLAS SGEMM above; %s",
-                 wt == ENG_W_F16 ? "F16" : "BF16", few, conv, gs, small, blas);
+                 "%s projections: %sfloat tiles (%s) and gemm_small (%s) up to %d rows, %s%s; %s",
+                 wt == ENG_W_F16 ? "F16" : "BF16", few, conv, gs, small, above,
+                 own ? " (converted while packed)" : "", blas);
     } else if (q_isa() >= Q_ISA_AVX512)
         snprintf(buf, cap, "%s projections: integer dots (%s) at every batch size; %s",
                  eng_wtype_name(wt), q_isa_name(q_isa()), blas);

@@ -121,3 +121,75 @@ test('bad tools and input items are BadRequestErrors naming the field', async ()
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'store',
   );
 });
+
+// tool_choice "required" and a named function constrain the answer to calls; the whitespace
+// bias (GATEWAY_WS_BIAS: -100 for stories260K's whitespace tokens) keeps a greedy stories260K
+// from wandering in the whitespace JSON allows.
+const wsBias = JSON.parse(process.env.GATEWAY_WS_BIAS ?? '{}');
+const tightTools = [
+  {
+    type: 'function',
+    function: {
+      name: 'get_weather',
+      parameters: { type: 'object', properties: { city: { enum: ['Paris', 'Oslo'] } }, required: ['city'], additionalProperties: false },
+    },
+  },
+  {
+    type: 'function',
+    function: {
+      name: 'get_time',
+      parameters: { type: 'object', properties: { tz: { enum: ['UTC', 'CET'] } }, required: ['tz'], additionalProperties: false },
+    },
+  },
+];
+
+test('chat: a named function and "required" come back as typed tool_calls, whole and streamed', async () => {
+  const base = { model, messages: [{ role: 'user', content: 'Weather?' }], tools: tightTools, temperature: 0, max_tokens: 120, logit_bias: wsBias };
+  const named = await client.chat.completions.create({ ...base, tool_choice: { type: 'function', function: { name: 'get_weather' } } });
+  const m = named.choices[0].message;
+  assert.equal(m.content, null);
+  assert.equal(m.tool_calls.length, 1);
+  assert.equal(m.tool_calls[0].type, 'function');
+  assert.equal(m.tool_calls[0].function.name, 'get_weather');
+  assert.ok(['Paris', 'Oslo'].includes(JSON.parse(m.tool_calls[0].function.arguments).city));
+  assert.equal(named.choices[0].finish_reason, 'stop');
+
+  const req = { ...base, tool_choice: 'required', parallel_tool_calls: false };
+  const whole = await client.chat.completions.create(req);
+  const calls = whole.choices[0].message.tool_calls;
+  assert.equal(calls.length, 1);
+  assert.equal(whole.choices[0].finish_reason, 'tool_calls');
+  const args = JSON.parse(calls[0].function.arguments);
+  assert.ok(calls[0].function.name === 'get_weather' ? ['Paris', 'Oslo'].includes(args.city) : ['UTC', 'CET'].includes(args.tz));
+  // the SDK's stream helper reassembles the deltas into the same calls
+  const stream = client.chat.completions.stream(req);
+  const final = await stream.finalChatCompletion();
+  const fcalls = final.choices[0].message.tool_calls;
+  assert.equal(fcalls.length, 1);
+  assert.ok(fcalls[0].id.startsWith('call_'));
+  assert.equal(fcalls[0].function.name, calls[0].function.name);
+  assert.equal(fcalls[0].function.arguments, calls[0].function.arguments);
+  assert.equal(final.choices[0].finish_reason, 'tool_calls');
+});
+
+test('responses.create: tool_choice required gives typed function_call items', async () => {
+  const r = await client.responses.create({
+    model,
+    input: 'Weather?',
+    temperature: 0,
+    max_output_tokens: 120,
+    tools: tightTools.map((t) => ({ type: 'function', ...t.function, strict: true })),
+    tool_choice: 'required',
+    parallel_tool_calls: false,
+  });
+  // a Responses request has no logit_bias: a greedy stories260K may wander in JSON's
+  // whitespace to max_output_tokens, cutting the call short; what came out is calls only
+  if (r.status === 'completed') assert.equal(r.output.length, 1);
+  else assert.equal(r.incomplete_details.reason, 'max_output_tokens');
+  for (const fc of r.output) {
+    assert.equal(fc.type, 'function_call');
+    assert.ok(['get_weather', 'get_time'].includes(fc.name));
+    assert.ok(fc.call_id.startsWith('call_'));
+    assert.equal(typeof fc.arguments, 'string');
+  }
+});

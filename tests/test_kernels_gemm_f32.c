@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The CPU backend's prefill matmul (kernels/cpu/gemm_f32.h), on a CPU with AVX2, FMA and
+ * F16C (elsewhere it must decline, and the tests say so and check only that):
+ *   - equals the exact product (in double) within the float error bound of a K-term dot
+ *     product, for F32, F16 and BF16 weights, on shapes that take every edge of its blocking
+ *     (M not a multiple of its 6-row tile nor of its 72-row block, N not a multiple of 16 nor
+ *     of its 128-row block, K across several 256-element blocks and odd), strided rows, beta
+ *     0 and 1;
+ *   - declines other weight types without writing y.
+ */
+#include "kernels/cpu/gemm_f32.h"
+#include "kernels/cpu/quant.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+static uint32_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 32);
+}
+static float rnd_float(void)
+{
+    return (float)rnd() / 4294967296.0f * 2.0f - 1.0f;
+}
+
+static bool have(void)
+{
+    if (gemm_f32_supported()) return true;
+    cr_log_info("gemm_f32 needs AVX2, FMA and F16C: not on this CPU, only its refusal tested");
+    return false;
+}
+
+/* one trial: w in `type` (N rows of ld_w elements), y checked against the exact product of
+ * the weights as converted (the conversions are exact) */
+static void trial(int type, int M, int N, int K, float beta)
+{
+    const int ld_x = K + (int)(rnd() % 3), ld_w = K + 2 * (int)(rnd() % 3),
+              ld_y = N + (int)(rnd() % 4);
+    float *x = malloc((size_t)M * ld_x * sizeof(float));
+    float *wf = malloc((size_t)N * ld_w * sizeof(float));
+    float *y = malloc((size_t)M * ld_y * sizeof(float));
+    float *y0 = malloc((size_t)M * ld_y * sizeof(float));
+    const size_t es = type == Q_F32 ? 4 : 2, rb = (size_t)ld_w * es;
+    char *w = malloc((size_t)N * rb);
+    cr_assert(x && wf && y && y0 && w);
+    for (size_t i = 0; i < (size_t)M * ld_x; i++) x[i] = rnd_float();
+    for (size_t i = 0; i < (size_t)M * ld_y; i++) y0[i] = y[i] = rnd_float();
+    for (int n = 0; n < N; n++) {
+        for (int k = 0; k < ld_w; k++) wf[(size_t)n * ld_w + k] = rnd_float();
+        q_quantize_row(type, wf + (size_t)n * ld_w, w + (size_t)n * rb, ld_w);
+        q_dequant_row(type, w + (size_t)n * rb, wf + (size_t)n * ld_w, ld_w);
+    }
+    cr_assert(gemm_f32(type, M, N, K, x, ld_x, w, rb, beta, y, ld_y));
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double exact = beta != 0.0f ? y0[(size_t)m * ld_y + n] : 0.0, mag = fabs(exact);
+            for (int k = 0; k < K; k++) {
+                const double p = (double)x[(size_t)m * ld_x + k] * wf[(size_t)n * ld_w + k];
+                exact += p;
+                mag += fabs(p);
+            }
+            const double got = y[(size_t)m * ld_y + n];
+            cr_assert(fabs(got - exact) <= (K + 2) * 0x1p-24 * mag + 1e-30,
+                      "type %d M %d N %d K %d beta %g: y[%d][%d] = %.9g, exact %.9g", type, M, N, K,
+                      beta, m, n, got, exact);
+        }
+    /* the padding between rows of y is not written */
+    for (int m = 0; m < M; m++)
+        for (int n = N; n < ld_y; n++)
+            cr_assert_eq(y[(size_t)m * ld_y + n], y0[(size_t)m * ld_y + n]);
+    free(x);
+    free(wf);
+    free(y);
+    free(y0);
+    free(w);
+}
+
+Test(kernels_gemm_f32, equals_the_exact_product_within_the_dot_product_bound)
+{
+    if (!have()) return;
+    static const int types[] = {Q_F32, Q_F16, Q_BF16};
+    /* the engine's shapes (prefill of 64 and 300 rows through stories15M/110M projections,
+     * one worker's chunk), then random ones */
+    static const int fixed[][3] = {{64, 192, 768}, {300, 72, 288}, {73, 130, 513}, {7, 16, 8}};
+    for (int ti = 0; ti < 3; ti++) {
+        for (size_t f = 0; f < sizeof fixed / sizeof fixed[0]; f++)
+            trial(types[ti], fixed[f][0], fixed[f][1], fixed[f][2], f % 2 ? 1.0f : 0.0f);
+        for (int t = 0; t < 24; t++) {
+            const int M = 1 + (int)(rnd() % 160), N = 1 + (int)(rnd() % 150),
+                      K = 1 + (int)(rnd() % 700);
+            trial(types[ti], M, N, K, t % 3 == 0 ? 1.0f : 0.0f);
+        }
+    }
+}
+
+Test(kernels_gemm_f32, declines_other_weight_types_without_writing)
+{
+    (void)have();
+    enum { M = 8, N = 32, K = 64 };
+    static float x[M * K], y[M * N];
+    static uint8_t w[N * 34 * 2];
+    for (int i = 0; i < M * N; i++) y[i] = 7.0f;
+    cr_assert_not(gemm_f32(Q_Q8_0, M, N, K, x, K, w, q_row_bytes(Q_Q8_0, K), 0.0f, y, N));
+    for (int i = 0; i < M * N; i++) cr_assert_eq(y[i], 7.0f);
+    if (!gemm_f32_supported()) cr_assert_not(gemm_f32(Q_F32, M, N, K, x, K, w, K * 4, 0.0f, y, N));
+}
