@@ -18,10 +18,16 @@
  * synthetic SentencePiece one ("t5", "t6", ...: the file loads, but no text means anything),
  * and only when asked: a model file whose vocabulary is made up must not be written by
  * leaving an option out.
+ *
+ *   ringlm-mkmodel --model in-f16.gguf --format gguf --type Q4_K_M --out out-q4km.gguf
+ *
+ * re-quantizes a GGUF file under one of llama.cpp's type mixes (kernels/gguf_requant.h): its
+ * vocabulary, architecture and metadata are its own.
  */
 #include "kernels/engine.h"
 #include "kernels/gguf_export.h"
 #include "kernels/mkmodel_hf.h"
+#include "kernels/gguf_requant.h"
 #include "model/tokenizer.h"
 
 #include <getopt.h>
@@ -37,9 +43,11 @@ static const char usage[] =
     "                      (--tokenizer TOKENIZER.bin | --vocab tokenizer.json\n"
     "                       [--vocab-config tokenizer_config.json] | --placeholder-vocab)\n"
     "       ringlm-mkmodel --from-hf DIR --out FILE.gguf [--type F32|F16|BF16]\n"
+    "       ringlm-mkmodel --model IN.gguf --format gguf --type MIX --out OUT.gguf\n"
     "       ringlm-mkmodel --version | --help\n"
     "  SPEC: synthetic:PRESET:SEED (presets: stories15M stories110M llama3-8b gqa-test\n"
-    "        stories260K quant-test vocab-llama3 vocab-qwen3 vocab-llama2) or a llama2.c "
+    "        stories260K quant-test quant-gqa vocab-llama3 vocab-qwen3 vocab-llama2) or a\n"
+    "        llama2.c "
     "checkpoint\n"
     "  --vocab: a Hugging Face tokenizer.json (byte-level BPE of Llama 3 or Qwen2, or\n"
     "        SentencePiece-like BPE of Llama 2); the model's vocabulary must hold it\n"
@@ -48,7 +56,10 @@ static const char usage[] =
     "  --sliding-window N: the window of gemma's local layers (every layer's for llama)\n"
     "  --placeholder-vocab: a synthetic vocabulary (byte tokens, then \"tN\" pieces), for\n"
     "        weights-only work (benchmarks, engine comparisons) where no text is encoded\n"
-    "  --format gguf needs one of --tokenizer, --vocab and --placeholder-vocab\n";
+    "  --format gguf needs one of --tokenizer, --vocab and --placeholder-vocab\n"
+    "  IN.gguf re-quantized under llama.cpp's mix MIX: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0\n"
+    "        Q5_1 IQ4_NL IQ4_XS Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K,\n"
+    "        or Q3_K Q4_K Q5_K (every matrix in that type)\n";
 
 int main(int argc, char **argv)
 {
@@ -121,6 +132,24 @@ int main(int argc, char **argv)
         if (vocabs > 1)
             fputs("  (--tokenizer, --vocab and --placeholder-vocab are alternatives)\n", stderr);
         return 2;
+    }
+    const size_t spec_len = strlen(spec);
+    if (gguf && spec_len > 5 && strcmp(spec + spec_len - 5, ".gguf") == 0) {
+        if (vocabs || arch || head_dim || window || vocab_cfg || !type) {
+            fprintf(stderr,
+                    "ringlm-mkmodel: --model %s: a GGUF file is re-quantized: give "
+                    "--type MIX; its vocabulary and architecture are its own\n",
+                    spec);
+            return 2;
+        }
+        char note[4096];
+        if (gw_requantize(spec, out, type, note, sizeof note)) {
+            fprintf(stderr, "ringlm-mkmodel: %s\n", eng_errmsg());
+            return 1;
+        }
+        fprintf(stderr, "ringlm-mkmodel: wrote %s (%s re-quantized %s: %s)\n", out, spec, type,
+                note);
+        return 0;
     }
     if (gguf && vocabs == 0) {
         fprintf(stderr,

@@ -115,6 +115,60 @@ static uint32_t f32_bits(float f)
     return u;
 }
 
+/* Bytes of one scalar of a value type (0: not a scalar). */
+static size_t scalar_bytes(uint32_t t)
+{
+    switch (t) {
+    case GGUF_V_U8:
+    case GGUF_V_I8:
+    case GGUF_V_BOOL: return 1;
+    case GGUF_V_U16:
+    case GGUF_V_I16: return 2;
+    case GGUF_V_U32:
+    case GGUF_V_I32:
+    case GGUF_V_F32: return 4;
+    case GGUF_V_U64:
+    case GGUF_V_I64:
+    case GGUF_V_F64: return 8;
+    default: return 0;
+    }
+}
+
+void gw_kv_copy(gguf_writer *w, const gguf_kv *kv)
+{
+    if (kv->type == GGUF_V_STRING) {
+        key(w, kv->key, GGUF_V_STRING);
+        put_str(w, (const char *)kv->value, (size_t)kv->count);
+        return;
+    }
+    if (kv->type != GGUF_V_ARRAY) {
+        const size_t n = scalar_bytes(kv->type);
+        if (!n) return;
+        key(w, kv->key, kv->type);
+        put(w, kv->value, n); /* little-endian in the file and here */
+        return;
+    }
+    if (kv->elem_type == GGUF_V_STRING) {
+        key(w, kv->key, GGUF_V_ARRAY);
+        put_le(w, GGUF_V_STRING, 4);
+        put_le(w, kv->count, 8);
+        const void *p = kv->value;
+        for (uint64_t i = 0; i < kv->count; i++) {
+            const char *s;
+            size_t len;
+            gguf_str_next(&p, &s, &len);
+            put_str(w, s, len);
+        }
+        return;
+    }
+    const size_t n = scalar_bytes(kv->elem_type);
+    if (!n) return;
+    key(w, kv->key, GGUF_V_ARRAY);
+    put_le(w, kv->elem_type, 4);
+    put_le(w, kv->count, 8);
+    put(w, kv->value, n * (size_t)kv->count);
+}
+
 void gw_str(gguf_writer *w, const char *k, const char *value)
 {
     key(w, k, GGUF_V_STRING);

@@ -42,6 +42,10 @@ void gw_tensor(gguf_writer *w, const char *name, int n_dims, const uint64_t *ne,
 typedef int (*gw_fill_fn)(void *ctx, void *buf, size_t bytes);
 void gw_tensor_fill(gguf_writer *w, const char *name, int n_dims, const uint64_t *ne, int type,
                     size_t bytes, gw_fill_fn fill, void *ctx);
+/* A key/value pair as a file holds it (model/gguf.h's reader: scalars, strings, arrays of
+ * scalars or strings), copied as it is; arrays of arrays are skipped. */
+struct gguf_kv;
+void gw_kv_copy(gguf_writer *w, const struct gguf_kv *kv);
 
 int gw_write(gguf_writer *w, const char *path);
 

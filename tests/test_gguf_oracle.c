@@ -17,6 +17,8 @@
 #include "gguf_test_util.h"
 
 #include "kernels/cpu/quant.h"
+#include "kernels/gguf_requant.h"
+#include "model/gguf.h"
 
 #include <dlfcn.h>
 #include <jansson.h>
@@ -429,17 +431,14 @@ static void lp_tokens(int32_t *t, int n, int vocab)
     }
 }
 
-/* Every case's file written by ringlm-mkmodel, fed the same tokens by both engines: at each
- * position from LP_FROM, the log-probabilities of llama.cpp's LP_TOP most likely next tokens
- * agree within the case's tolerance. */
-static void logprobs_equal(const lp_case *cases, int n)
+/* Each file fed the same tokens by both engines: at each position from LP_FROM, the
+ * log-probabilities of llama.cpp's LP_TOP most likely next tokens agree within tol[i]. */
+static void logprobs_equal_files(char (*paths)[512], const char *const *labels, const double *tol,
+                                 int n)
 {
     json_t *arr = json_array();
-    char(*paths)[512] = calloc((size_t)n, sizeof *paths);
     int32_t tok[LP_FROM + LP_POS];
     for (int i = 0; i < n; i++) {
-        snprintf(paths[i], sizeof paths[i], "%s/lp-%d.gguf", tmpdir, i);
-        export_gguf(cases[i].spec, NULL, cases[i].type, "llama", paths[i]);
         eng_model *m;
         cr_assert_eq(eng_model_load(paths[i], &m), 0, "%s", eng_errmsg());
         lp_tokens(tok, LP_FROM + LP_POS, eng_model_cfg(m)->vocab_size);
@@ -472,27 +471,46 @@ static void logprobs_equal(const lp_case *cases, int n)
             for (int v = 0; v < c->vocab_size; v++) z += exp(logits[v] - mx);
             const double lz = mx + log(z);
             json_t *top = json_array_get(theirs, (size_t)p);
-            cr_assert_eq((int)json_array_size(top), LP_TOP, "%s: position %d", cases[i].type, p);
+            cr_assert_eq((int)json_array_size(top), LP_TOP, "%s: position %d", labels[i], p);
             for (int j = 0; j < LP_TOP; j++) {
                 json_t *pair = json_array_get(top, (size_t)j);
                 const int id = (int)json_integer_value(json_array_get(pair, 0));
                 const double want = json_real_value(json_array_get(pair, 1));
                 const double got = logits[id] - lz, d = fabs(got - want);
                 worst = fmax(worst, d);
-                cr_assert_leq(d, cases[i].tol,
-                              "%s %s: position %d, token %d: log p %.5f, llama.cpp %.5f",
-                              cases[i].spec, cases[i].type, LP_FROM - 1 + p, id, got, want);
+                cr_assert_leq(d, tol[i], "%s: position %d, token %d: log p %.5f, llama.cpp %.5f",
+                              labels[i], LP_FROM - 1 + p, id, got, want);
             }
             s.tokens[s.n_tokens++] = tok[LP_FROM + p];
         }
-        cr_log_info("%s %s: log-probabilities within %.2g of llama.cpp's (tolerance %.2g)",
-                    cases[i].spec, cases[i].type, worst, cases[i].tol);
+        cr_log_info("%s: log-probabilities within %.2g of llama.cpp's (tolerance %.2g)", labels[i],
+                    worst, tol[i]);
         free(logits);
         eng_destroy(e);
         eng_model_free(m);
     }
     json_decref(out);
+}
+
+/* Every case's file written by ringlm-mkmodel, compared as logprobs_equal_files does. */
+static void logprobs_equal(const lp_case *cases, int n)
+{
+    char(*paths)[512] = calloc((size_t)n, sizeof *paths);
+    const char **labels = calloc((size_t)n, sizeof *labels);
+    double *tol = calloc((size_t)n, sizeof *tol);
+    char(*lab)[128] = calloc((size_t)n, sizeof *lab);
+    for (int i = 0; i < n; i++) {
+        snprintf(paths[i], sizeof paths[i], "%s/lp-%d.gguf", tmpdir, i);
+        export_gguf(cases[i].spec, NULL, cases[i].type, "llama", paths[i]);
+        snprintf(lab[i], sizeof lab[i], "%s %s", cases[i].spec, cases[i].type);
+        labels[i] = lab[i];
+        tol[i] = cases[i].tol;
+    }
+    logprobs_equal_files(paths, labels, tol, n);
     free(paths);
+    free(labels);
+    free(tol);
+    free(lab);
 }
 
 /* Every type's log-probabilities beside llama.cpp's on the same file and tokens. The
@@ -600,4 +618,171 @@ Test(gguf_oracle, dequantization_equals_ggml_bit_for_bit)
     free(theirs);
     free(q);
     dlclose(lib);
+}
+
+/* ---- re-quantization beside llama.cpp's quantizer ---------------------------------------- */
+
+/* llama_model_quantize_params of the llama.cpp node-llama-cpp pins (include/llama.h). */
+typedef struct llq_params {
+    int32_t nthread;
+    int ftype, output_tensor_type, token_embedding_type;
+    bool allow_requantize, quantize_output_tensor, only_copy, pure, keep_split, dry_run;
+    const void *imatrix, *kv_overrides, *tt_overrides;
+    const int32_t *prune_layers;
+    size_t max_buf_size;
+} llq_params;
+
+static void llq_quiet(int level, const char *text, void *user)
+{
+    (void)level;
+    (void)text;
+    (void)user;
+}
+
+typedef struct llq {
+    void *lib;
+    llq_params (*defaults)(void);
+    uint32_t (*quantize)(const char *, const char *, const llq_params *);
+} llq;
+
+/* llama.cpp's quantizer (llama-quantize's library call) from node-llama-cpp's build. */
+static void llq_open(llq *q)
+{
+    char p[600];
+    if (system("uname -m | grep -q x86_64") != 0)
+        cr_skip_test("node-llama-cpp's x86-64 build only");
+    snprintf(p, sizeof p,
+             "%s/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libllama.v0.4.0.so",
+             node_dir());
+    q->lib = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+    if (!q->lib) cr_skip_test("node-llama-cpp's libllama absent (`make deps`): %s", dlerror());
+    q->defaults = (llq_params(*)(void))dlsym(q->lib, "llama_model_quantize_default_params");
+    q->quantize = (uint32_t(*)(const char *, const char *, const llq_params *))dlsym(
+        q->lib, "llama_model_quantize");
+    void (*log_set)(void (*)(int, const char *, void *), void *) =
+        (void (*)(void (*)(int, const char *, void *), void *))dlsym(q->lib, "llama_log_set");
+    cr_assert(q->defaults && q->quantize && log_set, "llama.cpp's quantizer: %s", dlerror());
+    log_set(llq_quiet, NULL);
+    const llq_params d = q->defaults();
+    /* the layout above, checked on the defaults llama.cpp documents */
+    cr_assert(d.ftype == 7 && d.quantize_output_tensor && !d.allow_requantize && !d.pure,
+              "llama_model_quantize_params: not the layout of the pinned llama.cpp");
+}
+
+static void llq_run(const llq *q, const char *in, const char *out, int ftype)
+{
+    llq_params p = q->defaults();
+    p.ftype = ftype;
+    p.nthread = 1;
+    cr_assert_eq(q->quantize(in, out, &p), 0, "llama.cpp's quantizer on %s (ftype %d)", in, ftype);
+}
+
+static const struct {
+    const char *mix;
+    int ftype;
+} llq_mixes[] = {
+    {"Q4_K_M", 15}, {"Q5_K_M", 17}, {"Q3_K_M", 12}, {"Q3_K_S", 11}, {"Q3_K_L", 13}, {"Q4_K_S", 14},
+    {"Q5_K_S", 16}, {"Q2_K", 10},   {"Q4_0", 2},    {"Q4_1", 3},    {"Q5_0", 8},    {"Q5_1", 9},
+    {"Q8_0", 7},    {"Q6_K", 18},   {"IQ4_NL", 25}, {"IQ4_XS", 30}, {"F16", 1},     {"BF16", 32},
+};
+
+/* ringlm-mkmodel's re-quantizer gives every tensor the type llama.cpp's quantizer gives it:
+ * under every mix on quant-gqa (16 layers, 4 query heads per KV head: the layer- and
+ * GQA-dependent rules), and under six on quant-test (2 layers), stories15M (rows of 288: the
+ * fallbacks) and a qwen3moe of 8 experts (its own rules). */
+Test(gguf_oracle, requantized_types_equal_llama_quantize, .init = mk_tmpdir, .fini = rm_tmpdir,
+     .timeout = 600)
+{
+    llq q;
+    llq_open(&q);
+    static const struct {
+        const char *spec, *arch;
+        int head_dim;
+        bool all; /* every mix (else those with their own rules for it) */
+    } shapes[] = {
+        {"synthetic:quant-gqa:19", "llama", 0, true},
+        {"synthetic:quant-test:17", "llama", 0, false},
+        {"synthetic:stories15M:18", "llama", 0, false},
+        {"synthetic:quant-test:15", "qwen3moe", 128, false},
+    };
+    static const char *const some[] = {"Q4_K_M", "Q3_K_M", "Q2_K", "Q4_0", "IQ4_XS", "Q5_K_S"};
+    int compared = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        char f32[512];
+        snprintf(f32, sizeof f32, "%s/shape-%zu-f32.gguf", tmpdir, s);
+        export_gguf_heads(shapes[s].spec, NULL, "F32", shapes[s].arch, shapes[s].head_dim, f32);
+        for (size_t x = 0; x < sizeof llq_mixes / sizeof llq_mixes[0]; x++) {
+            bool run = shapes[s].all;
+            for (size_t j = 0; j < sizeof some / sizeof some[0]; j++)
+                run = run || strcmp(some[j], llq_mixes[x].mix) == 0;
+            if (!run) continue;
+            char theirs[512], ours[512], note[4096];
+            snprintf(theirs, sizeof theirs, "%s/theirs.gguf", tmpdir);
+            snprintf(ours, sizeof ours, "%s/ours.gguf", tmpdir);
+            llq_run(&q, f32, theirs, llq_mixes[x].ftype);
+            cr_assert_eq(gw_requantize(f32, ours, llq_mixes[x].mix, note, sizeof note), 0, "%s",
+                         eng_errmsg());
+            gguf_file *a, *b;
+            cr_assert_eq(gguf_open(theirs, &a), 0, "%s", gguf_errmsg());
+            cr_assert_eq(gguf_open(ours, &b), 0, "%s", gguf_errmsg());
+            cr_assert_eq(gguf_n_tensors(a), gguf_n_tensors(b), "%s %s: tensor counts",
+                         shapes[s].spec, llq_mixes[x].mix);
+            for (int i = 0; i < gguf_n_tensors(a); i++) {
+                const gguf_tensor *t = gguf_tensor_at(a, i), *u = gguf_tensor_find(b, t->name);
+                cr_assert_not_null(u, "%s: %s absent", llq_mixes[x].mix, t->name);
+                cr_assert_eq(u->type, t->type, "%s %s %s: %s: ringlm %s, llama.cpp %s",
+                             shapes[s].spec, shapes[s].arch, llq_mixes[x].mix, t->name,
+                             gguf_type_name(u->type), gguf_type_name(t->type));
+                compared++;
+            }
+            uint64_t ft_a = 0, ft_b = 1;
+            gguf_get_u64(a, "general.file_type", &ft_a);
+            gguf_get_u64(b, "general.file_type", &ft_b);
+            cr_assert_eq(ft_a, ft_b, "%s: general.file_type", llq_mixes[x].mix);
+            gguf_close(a);
+            gguf_close(b);
+        }
+    }
+    cr_log_info("re-quantizer: %d tensors typed as llama.cpp's quantizer types them", compared);
+    dlclose(q.lib);
+}
+
+/* The files of both quantizers, each mix, in both engines: llama.cpp's quantizer's output
+ * (its own quantizers' rounding) loads in ringlm and ringlm-mkmodel's in llama.cpp, and the
+ * log-probabilities agree as every_type_logprobs_equal_llama_cpp's do. */
+Test(gguf_oracle, requantized_files_load_in_both_engines, .init = mk_tmpdir, .fini = rm_tmpdir,
+     .timeout = 600)
+{
+    skip_without_node();
+    llq q;
+    llq_open(&q);
+    static const char *const mixes[] = {"Q4_K_M", "Q5_K_M", "Q3_K_M", "Q2_K", "Q4_0", "IQ4_XS"};
+    enum { NM = sizeof mixes / sizeof mixes[0], N = 2 * NM };
+    char f32[512];
+    snprintf(f32, sizeof f32, "%s/f32.gguf", tmpdir);
+    export_gguf("synthetic:quant-test:17", NULL, "F32", "llama", f32);
+    char(*paths)[512] = calloc(N, sizeof *paths);
+    char lab[N][64];
+    const char *labels[N];
+    double tol[N];
+    for (int i = 0; i < NM; i++) {
+        int ft = -1;
+        for (size_t x = 0; x < sizeof llq_mixes / sizeof llq_mixes[0]; x++)
+            if (strcmp(llq_mixes[x].mix, mixes[i]) == 0) ft = llq_mixes[x].ftype;
+        snprintf(paths[2 * i], sizeof paths[0], "%s/llama-%s.gguf", tmpdir, mixes[i]);
+        llq_run(&q, f32, paths[2 * i], ft);
+        snprintf(lab[2 * i], sizeof lab[0], "llama.cpp's %s", mixes[i]);
+        snprintf(paths[2 * i + 1], sizeof paths[0], "%s/ringlm-%s.gguf", tmpdir, mixes[i]);
+        char note[4096];
+        cr_assert_eq(gw_requantize(f32, paths[2 * i + 1], mixes[i], note, sizeof note), 0, "%s",
+                     eng_errmsg());
+        snprintf(lab[2 * i + 1], sizeof lab[0], "ringlm's %s", mixes[i]);
+        for (int j = 0; j < 2; j++) {
+            labels[2 * i + j] = lab[2 * i + j];
+            tol[2 * i + j] = 0.03; /* each mix holds K types (Q4_0: its Q6_K classifier) */
+        }
+    }
+    logprobs_equal_files(paths, labels, tol, N);
+    free(paths);
+    dlclose(q.lib);
 }

@@ -430,20 +430,26 @@ rows_unpacked_r(const int type, const char *w, int n, int64_t k, const xq8 *x, f
         const char *row = w + (size_t)i * rb;
         __m256 acc[Q8_GROUP_ROWS], oacc[Q8_GROUP_ROWS];
         float otail[Q8_GROUP_ROWS];
+#pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             acc[r] = _mm256_setzero_ps();
             oacc[r] = _mm256_setzero_ps();
             otail[r] = 0.0f;
         }
         for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-            const int m = nb - b0 < 8 ? (int)(nb - b0) : 8;
+            /* the K types' units are whole blocks: 8 (a constant the loops unroll to) */
+            const bool k256 =
+                type == Q_Q2_K || type == Q_Q3_K || type == Q_Q5_K || type == Q_IQ4_XS;
+            const int m = k256 || nb - b0 >= 8 ? 8 : (int)(nb - b0);
             unpack_avx2(type, row, b0, m, &t);
+#pragma GCC unroll 8
             for (int j = 0; j < m; j++) {
                 const __m256i qv = _mm256_load_si256((const __m256i *)(t.q + 32 * j));
                 const __m256i aq = sgn ? _mm256_sign_epi8(qv, qv) : qv;
                 const __m256 va =
                     _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(t.a[2 * j])),
                                          _mm_set1_ps(t.a[2 * j + 1]), 1);
+#pragma GCC unroll 8
                 for (int r = 0; r < R; r++) {
                     __m256i xv =
                         _mm256_loadu_si256((const __m256i *)(x->q + (size_t)r * k + (b0 + j) * 32));
@@ -457,17 +463,20 @@ rows_unpacked_r(const int type, const char *w, int n, int64_t k, const xq8 *x, f
             if (!off) continue;
             if (m == 8) {
                 const __m256 o0 = _mm256_loadu_ps(t.o), o1 = _mm256_loadu_ps(t.o + 8);
+#pragma GCC unroll 8
                 for (int r = 0; r < R; r++) {
                     const float *s = x->s16 + (size_t)r * 2 * nb + 2 * b0;
                     oacc[r] = _mm256_fmadd_ps(o0, _mm256_loadu_ps(s), oacc[r]);
                     oacc[r] = _mm256_fmadd_ps(o1, _mm256_loadu_ps(s + 8), oacc[r]);
                 }
             } else {
+#pragma GCC unroll 8
                 for (int r = 0; r < R; r++)
                     for (int g = 0; g < 2 * m; g++)
                         otail[r] += t.o[g] * x->s16[(size_t)r * 2 * nb + 2 * b0 + g];
             }
         }
+#pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             float *yr = y + (size_t)r * ld_y + i;
             const float v = hsum8(acc[r]) + (hsum8(oacc[r]) + otail[r]);

@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/gguf_requant.h — a GGUF file re-quantized into another (ringlm-mkmodel --model
+ * IN.gguf --format gguf --type T --out OUT.gguf): the same metadata and tensors, each weight
+ * matrix dequantized and quantized again in the type llama.cpp's quantizer (llama-quantize,
+ * src/llama-quant.cpp) chooses for it under the named mix.
+ *
+ * Mixes, as llama.cpp names its file types: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL
+ * IQ4_XS Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K; and Q3_K, Q4_K, Q5_K
+ * (every matrix in that type, as llama-quantize --pure). Per tensor, as llama.cpp: vectors,
+ * norms and the MoE router stay as they are; output.weight (or token_embd.weight where the
+ * classifier is tied to it) Q6_K unless the mix is Q8_0; attn_v (attn_qkv) and ffn_down take
+ * more bits in some layers (use_more_bits: the first and last eighth, every third between),
+ * attn_output in Q2_K and Q3_K_*; models of 8 experts keep attn_k and attn_v in Q8_0; rows
+ * that are not whole blocks fall back (Q2_K/Q3_K to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K
+ * to Q8_0, IQ4_XS to IQ4_NL, then F16). Not followed: llama.cpp's importance matrix, its
+ * 70B-specific rule and the IQ1/IQ2/IQ3 mixes (not readable here).
+ */
+#ifndef RINGLM_KERNELS_GGUF_REQUANT_H
+#define RINGLM_KERNELS_GGUF_REQUANT_H
+
+#include <stddef.h>
+
+/* The type (ggml's numbering) the mix gives a tensor, or -1 for an unknown mix. The model's
+ * shape: layers, the ratio of query to KV heads, experts (0 or 1: none), whether the
+ * classifier is tied to the embedding. Exposed for the tests. */
+typedef struct gw_mix_model {
+    int n_layers, n_gqa, n_experts;
+    int n_attn_v; /* attn_v / attn_qkv tensors in the file */
+    int tied;
+} gw_mix_model;
+/* `index`: the tensor's rank among the file's attn_v-like (or ffn_down) tensors in llama.cpp's
+ * order (by layer, then name); in_type: its type in the input; n_dims, ne0 its shape. */
+int gw_mix_type(const char *mix, const gw_mix_model *m, const char *name, int n_dims, long long ne0,
+                int in_type, int index);
+
+/* Re-quantizes in_path into out_path under `mix`. note (note_len bytes) gets the types
+ * written, "Q4_K x 14, Q6_K x 5, ..." and any fallback. Returns 0 or a negative errno with
+ * eng_errmsg() naming the file, key or tensor. */
+int gw_requantize(const char *in_path, const char *out_path, const char *mix, char *note,
+                  size_t note_len);
+
+#endif
