@@ -99,6 +99,22 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec, con
         dsess_push_finish(ds, hdr->req_id, RINGLM_WIRE_R_REJECTED, RINGLM_WIRE_R_INTERNAL, 0, 0);
         return;
     }
+    /* n samples: the others are made now, under the next ids, so that whatever ends this
+     * one before its prompt is computed (every reject below included) ends them too, each
+     * with its own FINISH (req_end). n past the wire's bound is refused by the check. */
+    uint32_t n_samples = rec->smp && rec->smp->n > 1 ? rec->smp->n : 1;
+    bool samples_oom = false;
+    if (n_samples > RINGLM_WIRE_MAX_N) n_samples = 1;
+    r->n_samples = 1;
+    for (uint32_t i = 1; i < n_samples; i++) {
+        svc_req *k = req_new(s, ss, hdr->req_id + i);
+        if (!k) {
+            samples_oom = true;
+            break;
+        }
+        k->sample_idx = i;
+        r->n_samples = i + 1;
+    }
     r->n_prompt = n_prompt;
     r->max_new = hdr->max_new_tokens;
     r->arrival_us = s->now_us;
@@ -181,11 +197,42 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec, con
             return;
         }
     }
-    if (req_find_client(ss, hdr->req_id, r)) {
-        snprintf(why, sizeof why, "request id %llu is already in flight in this session",
-                 (unsigned long long)hdr->req_id);
-        reject_now(s, r, SCHED_REJECT_DUPLICATE, why);
+    for (svc_req *o = ss->reqs; o; o = o->s_next) {
+        if (o->id >= r->id && o->id < r->id + r->n_samples) continue; /* this request's */
+        if (o->client_id >= hdr->req_id && o->client_id - hdr->req_id < n_samples) {
+            snprintf(why, sizeof why, "request id %llu is already in flight in this session",
+                     (unsigned long long)o->client_id);
+            reject_now(s, r, SCHED_REJECT_DUPLICATE, why);
+            return;
+        }
+    }
+    if (n_samples > s->cfg.max_n) {
+        snprintf(why, sizeof why, "n %u outside [1, %u], this daemon's maximum (--max-n)",
+                 n_samples, s->cfg.max_n);
+        reject_now(s, r, SCHED_REJECT_BAD_PARAMS, why);
         return;
+    }
+    if (samples_oom) {
+        reject_now(s, r, SCHED_REJECT_INTERNAL, "out of memory");
+        return;
+    }
+    if (n_samples > 1) {
+        /* All or nothing: the samples share the prompt's full blocks and need the rest each;
+         * a group that could never hold them all at once is refused whole. */
+        uint32_t bs = (uint32_t)eng_kv_block_size(s->engine);
+        uint64_t one = ((uint64_t)n_prompt + hdr->max_new_tokens + bs - 1) / bs;
+        uint64_t shared = n_prompt / bs;
+        uint64_t need = one + (uint64_t)(n_samples - 1) * (one - shared);
+        uint64_t have = (uint64_t)eng_kv_blocks(s->engine);
+        if (need > have) {
+            snprintf(why, sizeof why,
+                     "n %u samples of %u + %u tokens need %llu KV blocks together, the device "
+                     "pool has %llu",
+                     n_samples, n_prompt, hdr->max_new_tokens, (unsigned long long)need,
+                     (unsigned long long)have);
+            reject_now(s, r, SCHED_REJECT_NEVER_FITS, why);
+            return;
+        }
     }
     r->tokens = malloc(sizeof(int32_t) * ((size_t)n_prompt + hdr->max_new_tokens));
     if (!r->tokens) {
@@ -203,6 +250,32 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec, con
      * trusted gateway's tag) — its own unless the policy groups tenants (cache_domain) — or
      * the uid under the built-in policy; never a value the client chose */
     r->cache_salt = ut_cache_salt(s, tenant, ss->uid);
+    /* the other samples: the same request, each with its own seed stream (seed + i),
+     * processors, stop ids and log-probabilities */
+    for (uint32_t i = 1; i < r->n_samples; i++) {
+        svc_req *k = req_find(s, r->id + i);
+        k->tenant = r->tenant;
+        k->class_idx = r->class_idx;
+        k->series = r->series;
+        memcpy(k->tenant_name, r->tenant_name, sizeof k->tenant_name);
+        memcpy(k->class_name, r->class_name, sizeof k->class_name);
+        k->n_prompt = r->n_prompt;
+        k->max_new = r->max_new;
+        k->arrival_us = r->arrival_us;
+        k->deadline_us = r->deadline_us;
+        k->cache_salt = r->cache_salt;
+        k->ignore_stop = r->ignore_stop;
+        k->samp = r->samp;
+        k->samp.proc = NULL;
+        k->samp.seed = hdr->seed + i;
+        k->rng = eng_rng_init(hdr->seed + i);
+        k->tokens = malloc(sizeof(int32_t) * ((size_t)n_prompt + hdr->max_new_tokens));
+        if (!k->tokens || adm_sampling(k, rec, (uint32_t)vocab) < 0) {
+            reject_now(s, r, SCHED_REJECT_INTERNAL, "out of memory");
+            return;
+        }
+        memcpy(k->tokens, prompt, sizeof(int32_t) * n_prompt);
+    }
     /* its constraint: compiled already (cached), or compiling off the loop (it waits) */
     sched_reject_reason crr = SCHED_REJECT_NONE;
     int crc = cn_attach(s, r, rec, &crr, why, sizeof why);
@@ -240,4 +313,45 @@ void adm_submit(svc *s, svc_req *r)
         return;
     }
     req_set_state(s, r, REQ_QUEUED);
+    /* the others wait on its prompt, in no scheduler queue until the fork */
+    for (uint32_t i = 1; i < r->n_samples; i++)
+        req_set_state(s, req_find(s, r->id + i), REQ_QUEUED);
+}
+
+void adm_submit_samples(svc *s)
+{
+    for (uint32_t f = 0; f < s->ex.n_forks; f++) {
+        for (uint32_t i = 0; i < s->ex.fork_n[f]; i++) {
+            svc_req *k = req_find(s, s->ex.fork_id[f] + i);
+            if (!k || req_state_ended(k->state)) continue;
+            if (k->fork_first && k->n_gen == 0) {
+                /* the batch that was to draw its first token failed (its leader failed) */
+                req_cancel(s, k, SCHED_CANCEL_ENGINE_ERROR, RINGLM_WIRE_R_ERROR,
+                           RINGLM_WIRE_R_INTERNAL);
+                continue;
+            }
+            /* With its first token it continues from the prompt's last row: its known
+             * tokens are the prompt and that token, whose blocks the cache holds but for the
+             * token's own row (and a partial last block of the prompt). */
+            uint32_t first = k->fork_first ? 1 : 0;
+            sched_request sr = {.id = k->id,
+                                .tenant = k->tenant,
+                                .class_idx = k->class_idx,
+                                .prompt_len = k->n_prompt + first,
+                                .max_new_tokens = k->max_new - first,
+                                .deadline_us = k->deadline_us,
+                                .arrival_us = k->arrival_us,
+                                .tokens = k->tokens,
+                                .cache_salt = k->cache_salt,
+                                .sample = true};
+            sched_reject_reason rr = SCHED_REJECT_NONE;
+            k->sample_starting = true;
+            if (sched_submit(s->sched, &sr, s->now_us, &rr) < 0) {
+                s->adm.n_rejects++;
+                k->forced_reason = 0;
+                req_end(s, k, RINGLM_WIRE_R_ERROR, (unsigned)sched_reject_cause(rr));
+            }
+        }
+    }
+    s->ex.n_forks = 0;
 }

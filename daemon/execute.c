@@ -28,6 +28,9 @@ int exec_init(svc *s)
     s->ex.b_want = calloc(T, sizeof(eng_logprob_want));
     s->ex.b_lp = calloc(T, sizeof(eng_logprobs));
     s->ex.results = calloc(S, sizeof(sched_result));
+    s->ex.fork_id = calloc(S, sizeof(uint64_t));
+    s->ex.fork_n = calloc(S, sizeof(uint32_t));
+    if (!s->ex.fork_id || !s->ex.fork_n) return -ENOMEM;
     if (!s->ex.b_out || !s->ex.b_samp || !s->ex.b_rng || !s->ex.b_req || !s->ex.b_prompt_pos ||
         !s->ex.b_res || !s->ex.b_want || !s->ex.b_lp || !s->ex.results)
         return -ENOMEM;
@@ -46,6 +49,10 @@ void exec_free(svc *s)
     free(s->ex.b_res);
     free(s->ex.b_want);
     free(s->ex.b_lp);
+    free(s->ex.fork_id);
+    free(s->ex.fork_n);
+    s->ex.fork_id = NULL;
+    s->ex.fork_n = NULL;
     s->ex.b_prompt_pos = s->ex.b_res = NULL;
     s->ex.b_want = NULL;
     s->ex.b_lp = NULL;
@@ -67,12 +74,77 @@ static uint32_t prompt_lp_rows(const svc_req *r, const sched_entry *e)
     return end > first ? end - first : 0;
 }
 
+/* r (a leader whose first token this entry samples) forks its other samples: each draws
+ * its first token from the same logits row — a repeat of it, with the sample's own seed,
+ * processors and log-probabilities — when the batch has the rows for it and the entry is a
+ * prefill chunk of two rows or more (a decode-only batch keeps one logits row per
+ * sequence). Otherwise they will compute the prompt's last block themselves. Either way
+ * they leave r now and are submitted after the commit (adm_submit_samples). Returns the
+ * logits rows added. */
+static int fork_samples(svc *s, svc_req *r, const sched_entry *e, int L, bool *any_lp)
+{
+    uint32_t live = 0;
+    for (uint32_t i = 1; i < r->n_samples; i++) {
+        svc_req *k = req_find(s, r->id + i);
+        if (k && !req_state_ended(k->state)) live++;
+    }
+    r->forked = true;
+    s->ex.fork_id[s->ex.n_forks] = r->id + 1;
+    s->ex.fork_n[s->ex.n_forks++] = r->n_samples - 1;
+    if (!live || e->n_tokens < 2 || eng_bb_repeat_logits(&s->ex.bb, live) < 0) return 0;
+    int added = 0;
+    for (uint32_t i = 1; i < r->n_samples; i++) {
+        svc_req *k = req_find(s, r->id + i);
+        if (!k || req_state_ended(k->state)) continue;
+        k->fork_first = true;
+        s->ex.b_req[L + added] = k;
+        s->ex.b_res[L + added] = -1; /* no entry of its own: not a scheduler result */
+        s->ex.b_samp[L + added] = k->samp;
+        s->ex.b_rng[L + added] = k->rng;
+        s->ex.b_prompt_pos[L + added] = -1;
+        s->ex.b_want[L + added] =
+            (eng_logprob_want){.top_n = k->lp_top, .processed = k->lp_processed, .target = -1};
+        *any_lp |= k->lp_top >= 0;
+        added++;
+    }
+    return added;
+}
+
+/* A forked sample's first token, drawn from its leader's row: as a sampled token of its own
+ * (execute's loop below), and it starts running. */
+static void fork_token(svc *s, svc_req *k, int li)
+{
+    k->rng = s->ex.b_rng[li];
+    int32_t tok = s->ex.b_out[li];
+    k->scheduled_us = s->now_us;
+    req_set_state(s, k, REQ_RUNNING);
+    bool stop = false;
+    for (int j = 0; j < s->n_stop_tokens; j++) stop |= tok == s->stop_tokens[j];
+    stop &= !k->ignore_stop;
+    for (uint32_t j = 0; j < k->n_stop_ids; j++) stop |= tok == k->stop_ids[j];
+    if (stop) {
+        req_end(s, k, RINGLM_WIRE_R_STOP, 0);
+        return;
+    }
+    if (k->lp_top >= 0 && lpq_push(&k->lpq, false, tok, 0, &s->ex.b_lp[li], k->lp_processed) < 0)
+        svc_log("request %llu: out of memory for log-probabilities", (unsigned long long)k->id);
+    k->tokens[k->n_prompt + k->n_gen++] = tok;
+    (void)eng_lp_note_output(k->lp, tok);
+    k->first_token_us = k->last_token_us = s->now_us;
+    /* its prompt was computed once, for the leader: no prompt tokens of its own */
+    metrics_observe_first_token(s->mx, 0, s->now_us - k->arrival_us);
+    req_output_ready(s, k);
+    if (k->n_gen >= k->max_new || k->n_prompt + k->n_gen >= (uint32_t)s->mcfg->seq_len + 1)
+        req_end(s, k, RINGLM_WIRE_R_LENGTH, 0);
+}
+
 int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
 {
     int L = 0, nres = 0;
     bool any_lp = false;
     eng_batch_builder *bb = &s->ex.bb;
     eng_bb_reset(bb);
+    s->ex.n_forks = 0;
     cn_batch_reset(s);
     for (uint32_t i = 0; i < p->n_entries; i++) {
         const sched_entry *e = &p->entries[i];
@@ -124,6 +196,8 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
             }
             L++;
         }
+        if (e->samples && r->n_samples > 1 && !r->forked && r->n_gen == 0)
+            L += fork_samples(s, r, e, L, &any_lp);
         s->ex.results[nres++] =
             (sched_result){.req = e->req, .tokens = 0, .finished = SCHED_FINISH_NONE};
     }
@@ -159,6 +233,10 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
     /* Logits rows in order: a sequence's prompt rows, then its sampled row. */
     for (int li = 0; li < L; li++) {
         svc_req *r = s->ex.b_req[li];
+        if (s->ex.b_res[li] < 0) {
+            fork_token(s, r, li);
+            continue;
+        }
         sched_result *res = &s->ex.results[s->ex.b_res[li]];
         if (s->ex.b_prompt_pos[li] >= 0) {
             uint32_t pos = (uint32_t)s->ex.b_prompt_pos[li];

@@ -211,11 +211,11 @@ void *dsess_user(dsess *s);
  * are honoured, and the policy's request class names (names longer than a wire name are
  * left out: no request can name them). Written once into the daemon segment. */
 /* vocab > 0: the session takes REQUEST_EXT records (RINGLM_WIRE_CAP_SAMPLING) of a model of
- * that vocabulary; 0: it does not. */
-/* model: the served model name (NULL or "": not said; longer than RINGLM_WIRE_MODEL_LEN - 1
- * bytes: cut). */
+ * that vocabulary; 0: it does not. max_n > 1: it runs up to max_n samples per request
+ * (RINGLM_WIRE_CAP_SAMPLES). model: the served model name (NULL or "": not said; longer than
+ * RINGLM_WIRE_MODEL_LEN - 1 bytes: cut). */
 void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes,
-                     uint32_t vocab, const char *model);
+                     uint32_t vocab, uint32_t max_n, const char *model);
 /* The constraint kinds the service enforces (bit k: kind k; 0: none): with any,
  * RINGLM_WIRE_CAP_CONSTRAINT. Call it after dsess_set_facts, in on_connect. */
 void dsess_set_constraint_kinds(dsess *s, uint32_t kinds);

@@ -103,6 +103,8 @@ static void usage(FILE *f)
         "  --backpressure-timeout-ms N  cancel a request whose client stopped reading (default "
         "5000)\n"
         "  --backpressure-buffer-tokens N  tokens kept per blocked request (default 4096)\n"
+        "  --max-n N                samples one request may ask for (ringlm_sampling.n; default\n"
+        "                           16, at most 256)\n"
         "  --max-records-per-tenant N  submit records taken from one tenant's sessions per\n"
         "                           iteration (default 16; a trusted gateway session: 256)\n"
         "  --drain-grace-ms N       on SIGTERM, in-flight work gets this long (default 10000)\n"
@@ -422,6 +424,7 @@ int main(int argc, char **argv)
         O_STATS,
         O_BPT,
         O_BPB,
+        O_MAXN,
         O_DRAIN,
         O_VERIFY,
         O_QUIET,
@@ -489,6 +492,7 @@ int main(int argc, char **argv)
         {"stats-file", required_argument, 0, O_STATS},
         {"backpressure-timeout-ms", required_argument, 0, O_BPT},
         {"backpressure-buffer-tokens", required_argument, 0, O_BPB},
+        {"max-n", required_argument, 0, O_MAXN},
         {"drain-grace-ms", required_argument, 0, O_DRAIN},
         {"max-records-per-tenant", required_argument, 0, O_RECT},
         {"verify-swaps", no_argument, 0, O_VERIFY},
@@ -679,6 +683,14 @@ int main(int argc, char **argv)
         case O_BPT:
             if (parse_uint("--backpressure-timeout-ms", optarg, 86400000ul, &v)) return 2;
             sc.backpressure_timeout_ms = v;
+            break;
+        case O_MAXN:
+            if (parse_uint("--max-n", optarg, RINGLM_WIRE_MAX_N, &v)) return 2;
+            if (!v) {
+                fprintf(stderr, "ringlmd: --max-n must be >= 1\n");
+                return 2;
+            }
+            sc.max_n = (uint32_t)v;
             break;
         case O_BPB:
             if (parse_uint("--backpressure-buffer-tokens", optarg, 1u << 24, &v)) return 2;

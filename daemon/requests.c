@@ -182,6 +182,12 @@ static void req_log_and_free(svc *s, svc_req *r)
                                  : NULL,
             .cached_tokens = r->cached_tokens,
             .sched_cost = r->has_sched_cost ? &r->sched_cost : NULL,
+            /* n > 1: the first sample, whose prompt it shares (the samples' ids are
+             * consecutive from it) */
+            .sample_of = r->sample_idx ? r->id - r->sample_idx : 0,
+            .logprobs = r->lp_top >= 0,
+            .top_logprobs = r->lp_top >= 0 ? (uint32_t)r->lp_top : 0,
+            .processors = r->lp != NULL,
         };
         /* the block keys of the prompt and then of the answer (the blocks the prefix cache
          * keeps of both, in the request's cache domain): a replay (ringlm-sim --trace)
@@ -260,6 +266,16 @@ void req_end(svc *s, svc_req *r, unsigned reason, unsigned cause)
     r->fin_reason = r->forced_reason ? r->forced_reason : reason;
     r->fin_cause = r->forced_reason ? r->forced_cause : cause;
     r->finish_us = s->now_us;
+    if (r->n_samples > 1 && !r->forked) {
+        /* its other samples wait on its prompt: they end as it ends (ringlm.h "n samples") */
+        r->forked = true;
+        for (uint32_t i = 1; i < r->n_samples; i++) {
+            svc_req *k = req_find(s, r->id + i);
+            if (!k || req_state_ended(k->state)) continue;
+            if (r->fin_reason == RINGLM_WIRE_R_CANCELLED && !k->cancel_us) k->cancel_us = s->now_us;
+            req_end(s, k, r->fin_reason, r->fin_cause);
+        }
+    }
     svc_sess *ss = r->sess;
     if (!ss || ss->closing) { /* its session is being closed: freed there */
         req_set_state(s, r, REQ_ENDED);
@@ -471,7 +487,7 @@ int req_session_open(svc *s, dsess *ds)
     if (n_classes > SCHED_MAX_CLASSES) n_classes = SCHED_MAX_CLASSES;
     for (int i = 0; i < n_classes; i++) classes[i] = sched_policy_class(s->policy, i)->name;
     dsess_set_facts(ds, ss->trusted, classes, n_classes, (uint32_t)s->mcfg->vocab_size,
-                    s->served_model_name);
+                    s->cfg.max_n, s->served_model_name);
     dsess_set_constraint_kinds(ds, cn_kinds(s));
     svc_stats_changed(s);
     return 0;
@@ -587,6 +603,7 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
     case SCHED_EV_SCHEDULE:
         if (ev->outcome == SCHED_OUTCOME_START)
             metrics_observe(s->mx, series, METRICS_H_QUEUE_WAIT, ev->wait_us);
+        if (r && ev->outcome == SCHED_OUTCOME_START) r->sample_starting = false;
         /* its first start: QUEUED → RUNNING (a resume finds it started) */
         if (r && r->state == REQ_QUEUED) {
             r->scheduled_us = ev->t_us;
@@ -597,7 +614,8 @@ void req_on_sched_event(void *ctx, const sched_event *ev)
     case SCHED_EV_CACHE_HIT:
         /* the first admission's hit, for the request log (a resumed sequence's own blocks
          * found again after a recompute are not the request's cached prompt) */
-        if (r && r->state <= REQ_QUEUED) r->cached_tokens = ev->cached_tokens;
+        if (r && (r->state <= REQ_QUEUED || r->sample_starting))
+            r->cached_tokens = ev->cached_tokens;
         break;
     case SCHED_EV_PREEMPT:
         metrics_count_preempt(

@@ -173,6 +173,7 @@ static int iterate(void *ctx, uint64_t now_us)
         if (nres > 0 || p->n_entries) {
             sched_commit(s->sched, s->ex.results, (size_t)(nres > 0 ? nres : 0), now2, exec_us);
             req_commit_ended(s, s->ex.results, nres);
+            adm_submit_samples(s); /* after the commit cached their prompt's blocks */
         }
     }
     req_flush_pending(s);
@@ -325,6 +326,8 @@ int svc_create(const svc_config *cfg, svc **out)
     }
     if (!s->cfg.backpressure_timeout_ms) s->cfg.backpressure_timeout_ms = 5000;
     if (!s->cfg.backpressure_buffer_tokens) s->cfg.backpressure_buffer_tokens = 4096;
+    if (!s->cfg.max_n) s->cfg.max_n = 16;
+    if (s->cfg.max_n > RINGLM_WIRE_MAX_N) s->cfg.max_n = RINGLM_WIRE_MAX_N;
     if (!s->cfg.max_records_per_tenant_iter) s->cfg.max_records_per_tenant_iter = 16;
     if (!s->cfg.drain_grace_ms) s->cfg.drain_grace_ms = 10000;
     if (!s->cfg.kv_blocks) s->cfg.kv_blocks = 1024;

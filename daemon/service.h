@@ -66,6 +66,7 @@ typedef struct svc_config {
     const char *stats_file;           /* JSON snapshot of pools/queues, rewritten on change */
     uint64_t backpressure_timeout_ms; /* 0: 5000 */
     uint32_t backpressure_buffer_tokens;  /* per sequence (0: 4096) */
+    uint32_t max_n;                       /* --max-n: samples one request may ask for (0: 16) */
     uint32_t max_records_per_tenant_iter; /* records taken from one tenant's sessions per
                                              iteration, so one tenant's flood cannot fill
                                              the loop's iteration (0: 16) */

@@ -121,6 +121,17 @@ typedef struct svc_req {
     unsigned forced_reason, forced_cause; /* set before a daemon-side cancel */
     uint32_t cached_tokens; /* prompt tokens its first admission found in the prefix cache */
     uint64_t cache_salt;    /* its prefix cache domain (ut_cache_salt), for the request log */
+    /* n > 1 samples of one prompt (admission.c makes them; execute.c forks them; ringlm.h
+     * "n samples"): the first sample (the leader) has n_samples > 1 and computes the prompt;
+     * the others are the requests of the next n_samples - 1 ids, made with it, in no
+     * scheduler until the fork: the batch that samples the leader's first token draws each
+     * one's first token from the same row (fork_first), then they are submitted sharing the
+     * prompt's blocks through the prefix cache. forked: the leader's others have left it
+     * (until then they end with it). sample_idx: a sample's index (seed + sample_idx). */
+    uint32_t n_samples, sample_idx;
+    bool forked, fork_first;
+    bool sample_starting; /* a forked sample submitted, not started yet: its cache hit is its
+                             cached prompt (requests.c) */
     /* Data, not a state: sched_cost holds a value (recorded at its first start, only when a
      * request log is written); the request log line writes null otherwise. */
     bool has_sched_cost;
@@ -247,6 +258,11 @@ struct svc {
         eng_logprobs *b_lp;
         sched_result *results;
         uint64_t n_engine_errors;
+        /* leaders forked by this batch: the first id of their other samples, and how many
+         * (submitted to the scheduler after the commit: adm_submit_samples) */
+        uint64_t *fork_id;
+        uint32_t *fork_n;
+        uint32_t n_forks;
     } ex;
 
     /* transfers.c: --verify-swaps */
@@ -359,6 +375,9 @@ uint64_t ut_cache_salt(const svc *s, int tenant, uint32_t uid);
 /* ---- admission.c ---------------------------------------------------------------------- */
 void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec,
                     const char *tenant_tag);
+/* The samples the last batch forked (s->ex.fork_*) go to the scheduler, after its commit
+ * put their leader's prompt blocks into the prefix cache. */
+void adm_submit_samples(svc *s);
 
 /* The rest of admission for a request whose checks passed (constrain.c calls it once its
  * grammar is compiled): sched_submit, or the scheduler's reject. */

@@ -268,7 +268,7 @@ static int send_welcome(dsess *s, int status, const char *detail, int with_fds)
 }
 
 void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes,
-                     uint32_t vocab, const char *model)
+                     uint32_t vocab, uint32_t max_n, const char *model)
 {
     struct ringlm_wire_dseg *d = s->dseg;
     uint32_t n = 0;
@@ -278,9 +278,10 @@ void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int
     d->n_classes = n;
     /* the client maps the segment only after the welcome: no ordering to publish */
     d->vocab_size = vocab;
+    d->max_n = vocab && max_n > 1 ? max_n : 1;
     d->caps = RINGLM_WIRE_CAP_FACTS | (tenant_tags ? RINGLM_WIRE_CAP_TENANT_TAGS : 0) |
               (vocab ? RINGLM_WIRE_CAP_SAMPLING | RINGLM_WIRE_CAP_LOGPROBS : 0) |
-              (d->caps & RINGLM_WIRE_CAP_LOAD);
+              (vocab && max_n > 1 ? RINGLM_WIRE_CAP_SAMPLES : 0) | (d->caps & RINGLM_WIRE_CAP_LOAD);
     if (model && model[0]) {
         snprintf(d->served_model, sizeof d->served_model, "%s", model);
         d->caps |= RINGLM_WIRE_CAP_MODEL;

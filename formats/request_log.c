@@ -24,6 +24,9 @@ int fmt_request_format(const fmt_request *r, char *buf, size_t cap)
     fmt_json_str(&j, "finish_reason", r->finish_reason ? r->finish_reason : "error");
     fmt_json_str(&j, "reject_reason", r->reject_reason);
     if (r->cached_tokens != FMT_NULL) fmt_json_int(&j, "cached_tokens", r->cached_tokens);
+    if (r->sample_of) fmt_json_uint(&j, "sample_of", r->sample_of);
+    if (r->logprobs) fmt_json_uint(&j, "logprobs", r->top_logprobs);
+    if (r->processors) fmt_json_bool(&j, "processors", true);
     bool hashes = r->n_hash_ids && r->hash_ids, answer = r->n_answer_hash_ids && r->answer_hash_ids;
     if (hashes || answer) fmt_json_uint(&j, "hash_block_tokens", r->hash_block_tokens);
     if (hashes) {
@@ -167,6 +170,19 @@ int fmt_request_parse(const char *line, size_t len, fmt_request *out, fmt_reques
                           whylen) ||
         fmt_get_u64_array(o, "answer_hash_ids", text->answer_hash_ids, FMT_HASH_IDS_MAX,
                           &out->n_answer_hash_ids, why, whylen);
+    int64_t sample_of = 0, top_lp = FMT_NULL;
+    if (!bad)
+        bad = fmt_get_int(o, "sample_of", 0, 1, INT64_MAX, &sample_of, why, whylen) ||
+              fmt_get_int(o, "logprobs", FMT_NULLABLE, 0, 20, &top_lp, why, whylen);
+    json_t *pr = json_object_get(o, "processors");
+    if (!bad && pr && !json_is_null(pr) && !json_is_boolean(pr)) {
+        snprintf(why, whylen, "\"processors\" must be a boolean");
+        bad = 1;
+    }
+    out->sample_of = (uint64_t)sample_of;
+    out->logprobs = top_lp != FMT_NULL;
+    out->top_logprobs = top_lp != FMT_NULL ? (uint32_t)top_lp : 0;
+    out->processors = pr && json_is_true(pr);
     bool cost = false;
     if (!bad) bad = get_sched_cost(o, &text->sched_cost, &cost, why, whylen);
     int64_t hbt = 0;

@@ -66,6 +66,17 @@
  *                                            costs as the recorded run did (its measured
  *                                            step-time correction and tier bandwidths,
  *                                            which no model of the machine predicts)
+ *   sample_of                                optional: a further sample of a request of n
+ *                                            samples (ringlm_sampling.n): the req of its
+ *                                            first sample, which computed the prompt it
+ *                                            shares (integer >= 1; missing: none). A replay
+ *                                            holds it until that one's first token
+ *   logprobs                                 optional: the top log-probabilities per
+ *                                            generated token it asked for (integer in
+ *                                            [0, 20]; missing: none) — what its sampling
+ *                                            rows cost beyond a plain one
+ *   processors                               optional: true when logit bias or penalties
+ *                                            ran on its rows (missing: false)
  * Unknown keys are ignored. A real where an integer belongs is rounded to the nearest.
  */
 #ifndef RINGLM_FORMATS_REQUEST_LOG_H
@@ -123,6 +134,10 @@ typedef struct fmt_request {
     uint32_t n_answer_hash_ids;
     int64_t cached_tokens;            /* prompt tokens found in the prefix cache, or FMT_NULL */
     const fmt_sched_cost *sched_cost; /* the cost model at its admission, or NULL */
+    uint64_t sample_of;               /* the req of its first sample (n > 1), 0: none */
+    bool logprobs;                    /* it asked for log-probabilities: top_logprobs of them */
+    uint32_t top_logprobs;
+    bool processors; /* logit bias or penalties ran on its rows */
 } fmt_request;
 
 /* Storage for the strings of a parsed line (fmt_request's pointers point into it). */

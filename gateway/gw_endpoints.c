@@ -107,6 +107,9 @@ enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connecti
         if (r->ep == EP_RESPONSES) gw_responses_err(&e);
         return gw_answer_err(r, c, &e);
     }
+    /* n choices (or best_of samples): one ringlm request of that many samples */
+    if (r->has_smp && r->smp.n > 1 && gw_choices_new(s, r, r->smp.n) < 0)
+        return gw_answer_errf(r, c, 500, "internal", "out of memory");
 
     pthread_mutex_lock(&s->mu);
     r->rq.seed = r->p.has_seed ? r->p.seed : gw_xorshift(&s->rng);

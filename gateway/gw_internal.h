@@ -177,6 +177,17 @@ struct gw_req {
     size_t lps_sent;    /* stream: entries already written in a chunk */
     size_t text_offset; /* completions: text bytes before the next entry */
     bool echo_sent;     /* stream: the echoed prompt's chunk is out */
+    /* n choices (n or best_of > 1: one ringlm request with ringlm_sampling.n): this request
+     * is choice 0 and answers for all; choices 1.. are objects of their own (owner = this
+     * request, the daemon's ids req_id + i) with their own text, stop scan,
+     * log-probabilities and finish; their chunks go into the owner's out */
+    gw_req *owner;      /* a further choice: the request it belongs to; NULL otherwise */
+    gw_req **choices;   /* the owner's: [n_choices], choices[0] is itself (NULL: one) */
+    uint32_t n_choices; /* the owner's: samples asked of ringlmd (n, or best_of) */
+    uint32_t choice;    /* its index among them */
+    bool role_sent;     /* stream: its first chunk (chat's role) is out */
+    bool end_sent;      /* stream: its last chunk (finish_reason) is out */
+    double cum_lp;      /* the sum of its tokens' log-probabilities (best_of ranks by it) */
     gw_err err;
     char id[48];
     long long created;
@@ -283,6 +294,20 @@ static inline uint64_t gw_xorshift(uint64_t *x)
 /* A log line on stderr ("ringlm-gateway: ..."), unless --quiet. */
 void gw_log(gw_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The request a choice belongs to (itself for a request of its own or choice 0). */
+static inline gw_req *gw_top(gw_req *r)
+{
+    return r->owner ? r->owner : r;
+}
+/* Whether the daemon is done with every choice of the request o. */
+static inline bool gw_all_done(const gw_req *o)
+{
+    if (!o->daemon_done) return false;
+    for (uint32_t i = 1; o->choices && i < o->n_choices; i++)
+        if (!o->choices[i]->daemon_done) return false;
+    return true;
+}
+
 /* ---- gw_session.c (mu held unless said) ------------------------------------------------ */
 /* A request object for a new HTTP request (takes mu). NULL when out of memory. */
 gw_req *gw_req_new(gw_server *s, enum ep ep, struct MHD_Connection *c);
@@ -301,8 +326,11 @@ void gw_daemon_loads_locked(gw_server *s, gw_daemon_load *dl, bool *up);
 /* The served model name: --served-model-name, else the one the daemons said, else "ringlm"
  * (any thread; fixed once learned). */
 const char *gw_model(gw_server *s);
-/* Cancels r in ringlmd (queued for ring space when the ring is full). */
+/* Cancels r in ringlmd, every choice of it (queued for ring space when the ring is full). */
 void gw_cancel_locked(gw_server *s, gw_req *r);
+/* The n - 1 further choices of r (r->p.n or best_of > 1), before it is submitted: 0 or
+ * -ENOMEM. */
+int gw_choices_new(gw_server *s, gw_req *r, uint32_t n);
 /* Cancels every request submitted and not finished (drain after its grace). */
 void gw_cancel_all_locked(gw_server *s);
 /* The daemon side of r is over: ends its stream, wakes its connection, frees r when the
@@ -352,8 +380,11 @@ void gw_fail_from_finish(gw_err *e, int finish_reason, int cause);
 void gw_start_stream(gw_req *r);
 /* Stream with echo (completions): the prompt's chunk, with its log-probabilities, once. */
 void gw_stream_echo(gw_req *r);
-/* The last chunk(s) of a stream: finish reason or error event, usage, [DONE]. */
-void gw_sse_end(gw_req *r);
+/* A choice's last chunk (its finish_reason), once. */
+void gw_sse_choice_end(gw_req *c);
+/* The last chunks of a stream (o: the request): each choice's finish reason not yet out, or
+ * the error event; usage; [DONE]. */
+void gw_sse_end(gw_req *o);
 /* New decoded bytes are in r->raw: emits what is whole UTF-8 and no stop string can still
  * claim. Returns true when a stop string was hit. */
 bool gw_emit_text(gw_req *r, bool final);

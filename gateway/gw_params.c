@@ -718,8 +718,8 @@ static const gw_field fields[] = {
     {"stream_options", BOTH, IMPL, NULL, NULL},
     {"ringlm", BOTH, IMPL, NULL, NULL},
     {"user", BOTH, IGN, NULL, NULL},
-    {"n", BOTH, REF, "1", "ringlm returns one choice per request (n = 1)"},
-    {"best_of", CMPL, REF, "1", "one choice per request"},
+    {"n", BOTH, IMPL, NULL, NULL},
+    {"best_of", CMPL, IMPL, NULL, NULL},
     {"logprobs", BOTH, IMPL, NULL, NULL},
     {"top_logprobs", CHAT, IMPL, NULL, NULL},
     {"prompt_logprobs", BOTH, IMPL, NULL, NULL},
@@ -1147,16 +1147,30 @@ static int parse_obj(gw_kind kind, json_t *o, const gw_parse_cfg *cfg, gw_params
     }
     if ((v = field(o, "user")) && !json_is_string(v))
         return bad(e, "user", "'%s' must be %s", "a string");
+    /* n choices of one prompt (ringlmd computes the prompt once); best_of (completions, as
+     * vLLM): best_of samples, the n of the highest cumulative log-probability answered.
+     * The upper bound is the one check's (ringlm_sampling.n) and the daemon's --max-n. */
     set = false;
     if (rd_int(o, "n", LLONG_MIN, LLONG_MAX, &x, &set, e)) return -1;
-    if (set && x != 1) {
-        gw_err_set(e, 400, "unsupported", "n",
-                   "'n' is %lld; ringlm returns one choice per request (n = 1)", x);
+    if (set && (x < 1 || x > (long long)RINGLM_MAX_N)) {
+        gw_err_set(e, 400, "invalid_value", "n", "'n' is %lld; it must be in [1, %u]", x,
+                   RINGLM_MAX_N);
         return -1;
     }
+    if (set) p->n = (uint32_t)x;
     set = false;
-    if (rd_int(o, "best_of", LLONG_MIN, LLONG_MAX, &x, &set, e)) return -1;
-    if (set && x != 1) return unsupported(e, "best_of", "one choice per request");
+    if (kind == GW_COMPLETION) {
+        if (rd_int(o, "best_of", LLONG_MIN, LLONG_MAX, &x, &set, e)) return -1;
+        if (set && (x < (long long)p->n || x > (long long)RINGLM_MAX_N)) {
+            gw_err_set(e, 400, "invalid_value", "best_of",
+                       "'best_of' is %lld; it must be in [n = %u, %u]", x, p->n, RINGLM_MAX_N);
+            return -1;
+        }
+        if (set) p->best_of = (uint32_t)x;
+        if (p->best_of > p->n && p->stream)
+            return bad(e, "best_of", "'%s' is %s",
+                       "above n: not available with \"stream\": true (as vLLM's)");
+    }
     /* Log-probabilities: the types here, the ranges in the one check (gw_params_check). Chat
      * asks with "logprobs": true and "top_logprobs": N; completions with "logprobs": N. */
     if (kind == GW_CHAT) {
@@ -1228,6 +1242,7 @@ int gw_params_parse(gw_kind kind, const char *body, size_t len, const gw_parse_c
     p->kind = kind;
     p->max_tokens = -1;
     p->logprobs = p->prompt_logprobs = GW_LP_NONE;
+    p->n = 1;
     ringlm_sampling_init(&p->smp);
     p->temperature = 1.0;
     p->top_p = 1.0;
@@ -1295,10 +1310,16 @@ bool gw_params_sampling(const gw_params *p, ringlm_sampling *smp)
         smp->flags |= RINGLM_SAMPLING_PROMPT_LOGPROBS;
         smp->prompt_logprobs = (uint32_t)plp;
     }
+    smp->n = p->best_of > p->n ? p->best_of : p->n;
+    if (p->best_of > p->n && !(smp->flags & RINGLM_SAMPLING_LOGPROBS)) {
+        /* ranked by each sample's cumulative log-probability: every token's (raw: vLLM's) */
+        smp->flags |= RINGLM_SAMPLING_LOGPROBS;
+        smp->top_logprobs = 0;
+    }
     ringlm_sampling plain;
     ringlm_sampling_init(&plain);
-    return smp->flags != 0 || smp->n_logit_bias || smp->n_stop_token_ids || smp->constraint_kind ||
-           smp->repetition_penalty != plain.repetition_penalty ||
+    return smp->flags != 0 || smp->n > 1 || smp->n_logit_bias || smp->n_stop_token_ids ||
+           smp->constraint_kind || smp->repetition_penalty != plain.repetition_penalty ||
            smp->presence_penalty != plain.presence_penalty ||
            smp->frequency_penalty != plain.frequency_penalty || smp->min_p != plain.min_p;
 }
@@ -1315,6 +1336,7 @@ int gw_params_check(const gw_params *p, const ringlm_request *rq, const ringlm_s
         param = p->kind == GW_CHAT ? "top_logprobs" : "logprobs";
     if (field && !strcmp(field, "prompt_logprobs") && p->prompt_logprobs == GW_LP_NONE)
         param = "logprobs"; /* asked through echo */
+    if (field && !strcmp(field, "n") && p->best_of > p->n) param = "best_of";
     if (field && !strcmp(field, "constraint")) param = p->constraint_param;
     const char *code = rc == -ENOTSUP ? "unsupported" : "invalid_value";
     if (param)

@@ -59,6 +59,9 @@ typedef struct gw_params {
                             "logprobs" N; chat: "top_logprobs" when "logprobs" is true) */
     bool echo;           /* completions: the prompt comes back before the answer */
     int prompt_logprobs; /* per prompt token (vLLM's), GW_LP_NONE: not asked */
+    uint32_t n;          /* choices answered (default 1) */
+    uint32_t best_of;    /* completions: samples drawn, the n of the highest cumulative
+                            log-probability answered (vLLM's); 0 when not given (= n) */
     char class_name[GW_NAME_MAX]; /* "" = the key's default class */
     uint64_t deadline_ms;         /* 0 = none */
     /* logit_bias, the penalties, min_p, stop_token_ids (ringlm_sampling_init's values when
@@ -130,7 +133,9 @@ int gw_params_set_constraint(gw_params *p, uint32_t kind, const char *text, size
                              const char *param, gw_err *e);
 
 /* The sampling extensions p asks for into *smp (logit_bias, penalties, min_p, stop ids,
- * log-probabilities — echo + logprobs asks for the prompt's — and the constraint): true when
+ * log-probabilities — echo + logprobs asks for the prompt's —, the constraint, and the
+ * samples: max(n, best_of), best_of > n asking for each token's log-probability to rank them
+ * by): true when
  * any differs from a plain request, false when the request is a plain one. */
 bool gw_params_sampling(const gw_params *p, ringlm_sampling *smp);
 

@@ -49,7 +49,7 @@ static void prep_end(gw_server *s, gw_req *r)
         /* Its client left while this thread held r, so on_completed only marked it gone.
          * Submitted: nobody has cancelled it yet — cancel it now, and the daemon's end
          * frees it. Waiting for ring space: the retry queue drops it (r->gone). */
-        if (r->submitted && !r->daemon_done)
+        if (r->submitted && !gw_all_done(r))
             gw_cancel_locked(s, r);
         else if (!r->queued)
             gw_req_free(s, r);

@@ -300,7 +300,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     r->suspended = false;
     if (r->in_prep) {
         r->gone = true; /* its preparation thread frees it (gw_prep.c) */
-    } else if (!r->daemon_done && (r->submitted || r->queued)) {
+    } else if (!gw_all_done(r) && (r->submitted || r->queued)) {
         r->gone = true;
         if (r->submitted)
             gw_cancel_locked(s, r);

@@ -117,9 +117,48 @@ gw_req *gw_req_new(gw_server *s, enum ep ep, struct MHD_Connection *c)
     return r;
 }
 
+int gw_choices_new(gw_server *s, gw_req *r, uint32_t n)
+{
+    r->choices = calloc(n, sizeof *r->choices);
+    if (!r->choices) return -ENOMEM;
+    r->choices[0] = r;
+    r->n_choices = 1;
+    for (uint32_t i = 1; i < n; i++) {
+        gw_req *c = calloc(1, sizeof *c);
+        if (!c) return -ENOMEM; /* the ones made are freed with r */
+        c->s = s;
+        c->owner = r;
+        c->choice = i;
+        c->ep = EP_OTHER; /* not a generation of its own: counted with its owner */
+        c->sock_fd = -1;
+        c->p = r->p;     /* shared, owned by r (never freed through c) */
+        c->ids = r->ids; /* the same */
+        c->n_prompt = r->n_prompt;
+        c->prev = r->prev;
+        gw_stream_tools_init(r, &c->tools);
+        r->choices[r->n_choices++] = c;
+    }
+    return 0;
+}
+
+static void id_del(gw_sess *ss, gw_req *r);
+
 /* mu held */
 void gw_req_free(gw_server *s, gw_req *r)
 {
+    if (r->owner) { /* a further choice: its own buffers only */
+        q_del(r);
+        if (r->submitted && !r->daemon_done && r->sess) id_del(r->sess, r);
+        gw_buf_free(&r->raw);
+        gw_buf_free(&r->pend);
+        gw_buf_free(&r->text);
+        gw_tools_free(&r->tools);
+        gw_lps_free(&r->lps);
+        free(r);
+        return;
+    }
+    for (uint32_t i = 1; r->choices && i < r->n_choices; i++) gw_req_free(s, r->choices[i]);
+    free(r->choices);
     serial_del(s, r);
     q_del(r);
     if (r->ep == EP_COMPLETIONS || r->ep == EP_CHAT || r->ep == EP_RESPONSES) {
@@ -180,6 +219,8 @@ void gw_unwatch(gw_server *s, gw_req *r)
     r->watched = false;
 }
 
+static void cancel_one(gw_req *r);
+
 void gw_daemon_end(gw_server *s, gw_req *r)
 {
     if (r->submitted && !r->daemon_done) {
@@ -189,9 +230,25 @@ void gw_daemon_end(gw_server *s, gw_req *r)
     }
     r->daemon_done = true;
     q_del(r);
-    if (!r->gone && r->p.stream && r->started && !r->out_done) gw_sse_end(r);
-    gw_wake(r);
-    if (r->http_done && !r->in_prep) gw_req_free(s, r);
+    gw_req *o = gw_top(r);
+    if (r == o && !r->submitted) /* it never reached the daemon: nor did its other choices */
+        for (uint32_t i = 1; r->choices && i < r->n_choices; i++) r->choices[i]->daemon_done = true;
+    if (r != o && r->failed && !o->failed && !o->out_done) { /* one choice fails them all */
+        o->failed = true;
+        o->err = r->err;
+    }
+    if (!gw_all_done(o)) {
+        /* the others go on; a failure ends them (its answer is the error) */
+        if (o->failed)
+            for (uint32_t i = 0; i < o->n_choices; i++) cancel_one(o->choices[i]);
+        else if (!o->gone && o->p.stream && o->started && r->finish)
+            gw_sse_choice_end(r);
+        gw_wake(o);
+        return;
+    }
+    if (!o->gone && o->p.stream && o->started && !o->out_done) gw_sse_end(o);
+    gw_wake(o);
+    if (o->http_done && !o->in_prep) gw_req_free(s, o);
 }
 
 /* mu held: r failed before or while generating. */
@@ -287,15 +344,23 @@ static int check_model(gw_server *s, gw_sess *ss, const ringlm_client *c, char *
 }
 
 /* ---- the session (events thread; mu held where noted) ---------------------------------- */
-void gw_cancel_locked(gw_server *s, gw_req *r)
+/* Cancels one choice (a request of its own: the request). */
+static void cancel_one(gw_req *r)
 {
-    (void)s;
     if (!r->submitted || r->daemon_done || !r->sess->client) return;
     int rc = ringlm_cancel(r->sess->client, r->req_id);
     if (rc == -EAGAIN) {
         r->need_cancel = true;
         q_push(r);
     }
+}
+
+void gw_cancel_locked(gw_server *s, gw_req *r)
+{
+    (void)s;
+    r = gw_top(r);
+    for (uint32_t i = 1; r->choices && i < r->n_choices; i++) cancel_one(r->choices[i]);
+    cancel_one(r);
 }
 
 int gw_sessions_up(gw_server *s, const char **why)
@@ -326,6 +391,16 @@ static int submit_on(gw_sess *ss, gw_req *r)
         id_put(ss, r);
         ss->n_inflight++;
         s->n_inflight++;
+        /* its other choices are the daemon's next ids (ringlm.h "n samples") */
+        for (uint32_t i = 1; r->choices && i < r->n_choices; i++) {
+            gw_req *c = r->choices[i];
+            c->sess = ss;
+            c->req_id = id + i;
+            c->submitted = true;
+            id_put(ss, c);
+            ss->n_inflight++;
+            s->n_inflight++;
+        }
         return 0;
     }
     if (rc == -EAGAIN) {
@@ -337,6 +412,9 @@ static int submit_on(gw_sess *ss, gw_req *r)
     else if (rc == -E2BIG)
         gw_err_set(&e, 400, "too_long", "prompt",
                    "the prompt is too long for the session's submit ring: %s", ringlm_errdetail());
+    else if (rc == -EINVAL && !strncmp(ringlm_errdetail(), "n ", 2))
+        gw_err_set(&e, 400, "invalid_value", r->p.best_of > r->p.n ? "best_of" : "n", "%s",
+                   ringlm_errdetail()); /* past the daemon's --max-n */
     else if (rc == -EINVAL)
         gw_err_set(&e, 400, "bad_params", NULL, "%s", ringlm_errdetail());
     else if (rc == -ENOTSUP) /* an older ringlmd, or a constraint it does not enforce */
@@ -454,10 +532,12 @@ static void on_token(gw_sess *ss, const ringlm_event *ev, const ringlm_logprobs 
 {
     gw_server *s = ss->s;
     gw_req *r = id_find(ss, ev->req_id);
-    if (!r || r->finish || r->failed)
+    if (!r || r->finish || r->failed || gw_top(r)->failed)
         return; /* cut at a stop string: the rest until FINISH is dropped */
+    gw_req *o = gw_top(r);
     uint64_t t0 = gw_now_ns();
     r->n_gen++;
+    if (lp) r->cum_lp += lp->logprob;
     /* out of memory: the answer lists fewer entries than tokens, it is not refused */
     if (r->p.logprobs != GW_LP_NONE && lp) (void)gw_lps_add(&r->lps, r->prev, ev->token, lp);
     if (r->p.stream && r->p.echo) gw_stream_echo(r);
@@ -469,11 +549,11 @@ static void on_token(gw_sess *ss, const ringlm_event *ev, const ringlm_logprobs 
     if (piece) gw_buf_adds(&r->raw, piece);
     if (gw_emit_text(r, false)) {
         r->finish = "stop";
-        gw_cancel_locked(s, r);
+        cancel_one(r); /* this choice only */
     }
     if (r->p.stream) {
         gw_start_stream(r);
-        if (!r->gone) gw_wake(r);
+        if (!o->gone) gw_wake(o);
     }
     s->tokens_out++;
     s->dispatch_ns_sum += gw_now_ns() - t0;
@@ -486,8 +566,8 @@ static void on_finish(gw_sess *ss, const ringlm_event *ev, const char *detail)
     gw_req *r = id_find(ss, ev->req_id);
     if (!r) return;
     /* also when a stop string ended it first: the usage is written at the daemon's end */
-    r->n_cached = ev->n_cached_tokens;
-    if (!r->finish && !r->failed && !r->gone) {
+    if (!r->owner) r->n_cached = ev->n_cached_tokens; /* the prompt's: the first choice's */
+    if (!r->finish && !r->failed && !gw_top(r)->gone) {
         if (ev->finish_reason == RINGLM_FINISH_STOP || ev->finish_reason == RINGLM_FINISH_LENGTH) {
             if (r->p.stream && r->p.echo) gw_stream_echo(r);
             bool hit = gw_emit_text(r, true);
@@ -661,7 +741,7 @@ void gw_cancel_all_locked(gw_server *s)
 {
     for (int i = 0; i < s->n_sess; i++)
         for (int b = 0; b < GW_HBUCKETS; b++)
-            for (gw_req *r = s->sess[i].by_id[b]; r; r = r->id_next) gw_cancel_locked(s, r);
+            for (gw_req *r = s->sess[i].by_id[b]; r; r = r->id_next) cancel_one(r);
 }
 
 /* mu held; the threads are gone */
@@ -674,6 +754,6 @@ void gw_free_all_locked(gw_server *s)
                 id_del(r->sess, r);
                 r->daemon_done = true;
             }
-            gw_req_free(s, r);
+            gw_req_free(s, r); /* its other choices with it */
         }
 }

@@ -86,9 +86,9 @@ void gw_fail_from_finish(gw_err *e, int fr, int cause)
  * or null. Only a request that asked builds any JSON here. */
 static int sse_logprobs(gw_req *r)
 {
-    int e = gw_buf_adds(&r->out, ",\"logprobs\":");
-    if (r->p.logprobs == GW_LP_NONE || r->lps_sent >= r->lps.n)
-        return e | gw_buf_adds(&r->out, "null");
+    gw_buf *out = &gw_top(r)->out;
+    int e = gw_buf_adds(out, ",\"logprobs\":");
+    if (r->p.logprobs == GW_LP_NONE || r->lps_sent >= r->lps.n) return e | gw_buf_adds(out, "null");
     const ringlm_tokenizer *tok = r->s->cfg.tok;
     json_t *j = r->p.kind == GW_CHAT
                     ? gw_lp_chat(tok, r->lps.v + r->lps_sent, r->lps.n - r->lps_sent)
@@ -97,40 +97,52 @@ static int sse_logprobs(gw_req *r)
     r->lps_sent = r->lps.n;
     char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
-    e |= gw_buf_adds(&r->out, t ? t : "null");
+    e |= gw_buf_adds(out, t ? t : "null");
     free(t);
     return e;
+}
+
+/* The start of a chunk of choice r: the request's head and {"index":i, */
+static int sse_open(gw_req *r)
+{
+    gw_req *o = gw_top(r);
+    int e = gw_buf_add(&o->out, o->head.p, o->head.len);
+    return e | gw_buf_addf(&o->out, "{\"index\":%u,", r->choice);
 }
 
 static int sse_text(gw_req *r, const char *t, size_t n)
 {
     if (r->ep == EP_RESPONSES) return gw_resp_text(r, false, t, n) ? -1 : 0;
-    int e = gw_buf_add(&r->out, r->head.p, r->head.len);
+    gw_buf *out = &gw_top(r)->out;
+    int e = sse_open(r);
     if (r->p.kind == GW_CHAT) {
-        e |= gw_buf_adds(&r->out, "{\"index\":0,\"delta\":{\"content\":");
-        e |= gw_buf_add_json_str(&r->out, t, n);
-        e |= gw_buf_adds(&r->out, "}");
+        e |= gw_buf_adds(out, "\"delta\":{\"content\":");
+        e |= gw_buf_add_json_str(out, t, n);
+        e |= gw_buf_adds(out, "}");
     } else {
-        e |= gw_buf_adds(&r->out, "{\"index\":0,\"text\":");
-        e |= gw_buf_add_json_str(&r->out, t, n);
+        e |= gw_buf_adds(out, "\"text\":");
+        e |= gw_buf_add_json_str(out, t, n);
     }
     e |= sse_logprobs(r);
-    e |= gw_buf_adds(&r->out, ",\"finish_reason\":null}]}\n\n");
+    e |= gw_buf_adds(out, ",\"finish_reason\":null}]}\n\n");
     return e;
 }
 
 /* ---- tool calls ------------------------------------------------------------------------- */
-/* A call's id: the answer's id and the call's index. */
+/* A call's id: the answer's id, the choice's index past the first, and the call's index. */
 static int call_id(gw_buf *b, const gw_req *r, int index)
 {
-    const char *dash = strchr(r->id, '-');
-    return gw_buf_addf(b, "call_%s_%d", dash ? dash + 1 : r->id, index);
+    const gw_req *o = r->owner ? r->owner : r;
+    const char *dash = strchr(o->id, '-');
+    if (r->choice)
+        return gw_buf_addf(b, "call_%s_%u_%d", dash ? dash + 1 : o->id, r->choice, index);
+    return gw_buf_addf(b, "call_%s_%d", dash ? dash + 1 : o->id, index);
 }
 
 static int tc_end_chunk(gw_req *r)
 {
     int e = sse_logprobs(r);
-    return e | gw_buf_adds(&r->out, ",\"finish_reason\":null}]}\n\n");
+    return e | gw_buf_adds(&gw_top(r)->out, ",\"finish_reason\":null}]}\n\n");
 }
 
 static int tc_content(void *arg, const char *t, size_t n)
@@ -142,15 +154,15 @@ static int tc_content(void *arg, const char *t, size_t n)
 static int tc_start(void *arg, int index, const char *name, size_t len)
 {
     gw_req *r = arg;
+    gw_buf *out = &gw_top(r)->out;
     r->n_calls = index + 1;
     if (r->ep == EP_RESPONSES) return gw_resp_call(r, index, name, len);
-    int e = gw_buf_add(&r->out, r->head.p, r->head.len);
-    e |= gw_buf_addf(&r->out, "{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":%d,\"id\":\"",
-                     index);
-    e |= call_id(&r->out, r, index);
-    e |= gw_buf_adds(&r->out, "\",\"type\":\"function\",\"function\":{\"name\":");
-    e |= gw_buf_add_json_str(&r->out, name, len);
-    e |= gw_buf_adds(&r->out, ",\"arguments\":\"\"}}]}");
+    int e = sse_open(r);
+    e |= gw_buf_addf(out, "\"delta\":{\"tool_calls\":[{\"index\":%d,\"id\":\"", index);
+    e |= call_id(out, r, index);
+    e |= gw_buf_adds(out, "\",\"type\":\"function\",\"function\":{\"name\":");
+    e |= gw_buf_add_json_str(out, name, len);
+    e |= gw_buf_adds(out, ",\"arguments\":\"\"}}]}");
     return e | tc_end_chunk(r) ? -ENOMEM : 0;
 }
 
@@ -159,13 +171,12 @@ static int tc_args(void *arg, int index, const char *t, size_t n)
 {
     gw_req *r = arg;
     if (r->ep == EP_RESPONSES) return gw_resp_args(r, index, t, n);
-    int e = gw_buf_add(&r->out, r->head.p, r->head.len);
-    e |= gw_buf_addf(&r->out,
-                     "{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":%d,\"function\":{"
-                     "\"arguments\":",
-                     index);
-    e |= gw_buf_add_json_str(&r->out, t, n);
-    e |= gw_buf_adds(&r->out, "}}]}");
+    gw_buf *out = &gw_top(r)->out;
+    int e = sse_open(r);
+    e |= gw_buf_addf(
+        out, "\"delta\":{\"tool_calls\":[{\"index\":%d,\"function\":{\"arguments\":", index);
+    e |= gw_buf_add_json_str(out, t, n);
+    e |= gw_buf_adds(out, "}}]}");
     return e | tc_end_chunk(r) ? -ENOMEM : 0;
 }
 
@@ -180,9 +191,8 @@ static int tools_feed(gw_req *r, const char *t, size_t n, bool final)
  * OpenAI's, "stop" for a function named by tool_choice). */
 static const char *finish_of(const gw_req *r, int n_calls)
 {
-    return n_calls && !strcmp(r->finish, "stop") && r->p.tool_parser != GW_TOOLS_NAMED
-               ? "tool_calls"
-               : r->finish;
+    const char *f = r->finish ? r->finish : "stop";
+    return n_calls && !strcmp(f, "stop") && r->p.tool_parser != GW_TOOLS_NAMED ? "tool_calls" : f;
 }
 
 void gw_stream_tools_init(const gw_req *r, gw_tool_state *st)
@@ -199,13 +209,14 @@ static int sse_piece(void *arg, bool reasoning, const char *t, size_t n)
     gw_req *r = arg;
     if (!reasoning && r->p.tool_parser) return tools_feed(r, t, n, false);
     if (r->ep == EP_RESPONSES) return gw_resp_text(r, reasoning, t, n);
-    int e = gw_buf_add(&r->out, r->head.p, r->head.len);
-    e |= gw_buf_adds(&r->out, reasoning ? "{\"index\":0,\"delta\":{\"reasoning_content\":"
-                                        : "{\"index\":0,\"delta\":{\"content\":");
-    e |= gw_buf_add_json_str(&r->out, t, n);
-    e |= gw_buf_adds(&r->out, "}");
+    gw_buf *out = &gw_top(r)->out;
+    int e = sse_open(r);
+    e |= gw_buf_adds(out,
+                     reasoning ? "\"delta\":{\"reasoning_content\":" : "\"delta\":{\"content\":");
+    e |= gw_buf_add_json_str(out, t, n);
+    e |= gw_buf_adds(out, "}");
     e |= sse_logprobs(r);
-    e |= gw_buf_adds(&r->out, ",\"finish_reason\":null}]}\n\n");
+    e |= gw_buf_adds(out, ",\"finish_reason\":null}]}\n\n");
     return e;
 }
 
@@ -251,14 +262,15 @@ void gw_stream_echo(gw_req *r)
     r->echo_sent = true;
     char *t = echo_text(r);
     if (!t) return;
-    gw_buf_add(&r->out, r->head.p, r->head.len);
-    gw_buf_adds(&r->out, "{\"index\":0,\"text\":");
-    gw_buf_add_json_str(&r->out, t, strlen(t)); /* validated: the body's JSON, or repaired */
-    gw_buf_adds(&r->out, ",\"logprobs\":");
+    gw_buf *out = &gw_top(r)->out;
+    sse_open(r);
+    gw_buf_adds(out, "\"text\":");
+    gw_buf_add_json_str(out, t, strlen(t)); /* validated: the body's JSON, or repaired */
+    gw_buf_adds(out, ",\"logprobs\":");
     json_t *j = r->p.logprobs != GW_LP_NONE ? completion_logprobs(r, t, false) : NULL;
     char *d = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    gw_buf_adds(&r->out, d ? d : "null");
-    gw_buf_adds(&r->out, ",\"finish_reason\":null}]}\n\n");
+    gw_buf_adds(out, d ? d : "null");
+    gw_buf_adds(out, ",\"finish_reason\":null}]}\n\n");
     r->text_offset = strlen(t);
     free(d);
     json_decref(j);
@@ -267,25 +279,48 @@ void gw_stream_echo(gw_req *r)
 
 void gw_start_stream(gw_req *r)
 {
-    if (r->started) return;
-    r->started = true;
+    gw_top(r)->started = true; /* the response is a stream from now on */
+    if (r->role_sent) return;
+    r->role_sent = true;
     if (r->ep == EP_RESPONSES) {
         gw_resp_begin(r);
     } else if (r->p.kind == GW_CHAT) {
-        gw_buf_add(&r->out, r->head.p, r->head.len);
-        gw_buf_adds(&r->out, "{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
-                             "\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+        sse_open(r);
+        gw_buf_adds(&gw_top(r)->out, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
+                                     "\"logprobs\":null,\"finish_reason\":null}]}\n\n");
     }
 }
 
 /* OpenAI's usage, with its prompt_tokens_details.cached_tokens (what the openai SDKs type
  * and vLLM fills): the prompt tokens ringlmd's prefix cache served. */
+/* The completion tokens of every choice of o. */
+static uint32_t completion_tokens(const gw_req *o)
+{
+    uint32_t n = o->n_gen;
+    for (uint32_t i = 1; o->choices && i < o->n_choices; i++) n += o->choices[i]->n_gen;
+    return n;
+}
+
+/* The prompt is computed once however many choices (ringlmd shares it): counted once. */
 static void usage_json(gw_buf *b, const gw_req *r)
 {
+    uint32_t gen = completion_tokens(r);
     gw_buf_addf(b,
                 "{\"prompt_tokens\":%u,\"completion_tokens\":%u,\"total_tokens\":%u,"
                 "\"prompt_tokens_details\":{\"cached_tokens\":%u}}",
-                r->n_prompt, r->n_gen, r->n_prompt + r->n_gen, r->n_cached);
+                r->n_prompt, gen, r->n_prompt + gen, r->n_cached);
+}
+
+void gw_sse_choice_end(gw_req *c)
+{
+    if (c->end_sent) return;
+    c->end_sent = true;
+    gw_buf *out = &gw_top(c)->out;
+    sse_open(c);
+    /* entries of tokens that brought no text of their own come with the last chunk */
+    gw_buf_adds(out, c->p.kind == GW_CHAT ? "\"delta\":{}" : "\"text\":\"\"");
+    sse_logprobs(c);
+    gw_buf_addf(out, ",\"finish_reason\":\"%s\"}]}\n\n", finish_of(c, c->n_calls));
 }
 
 void gw_sse_end(gw_req *r)
@@ -301,12 +336,8 @@ void gw_sse_end(gw_req *r)
         gw_buf_adds(&r->out, "\n\n");
         free(j);
     } else {
-        gw_buf_add(&r->out, r->head.p, r->head.len);
-        /* entries of tokens that brought no text of their own come with the last chunk */
-        gw_buf_adds(&r->out, r->p.kind == GW_CHAT ? "{\"index\":0,\"delta\":{}"
-                                                  : "{\"index\":0,\"text\":\"\"");
-        sse_logprobs(r);
-        gw_buf_addf(&r->out, ",\"finish_reason\":\"%s\"}]}\n\n", finish_of(r, r->n_calls));
+        for (uint32_t i = 0; i < (r->choices ? r->n_choices : 1); i++)
+            gw_sse_choice_end(r->choices ? r->choices[i] : r);
         if (r->p.include_usage) {
             gw_buf_add(&r->out, r->head.p, r->head.len);
             gw_buf_adds(&r->out, "],\"usage\":");
@@ -375,25 +406,10 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
     return n;
 }
 
-/* mu held: a whole Responses answer: the text through the same items as a stream's. */
-static enum MHD_Result answer_response(gw_server *s, gw_req *r, struct MHD_Connection *c)
+/* One choice of a whole answer: its text (after the echoed prompt), log-probabilities and
+ * finish reason, as choices[index]. */
+static json_t *choice_json(gw_server *s, gw_req *r, int index)
 {
-    const char *rs = NULL, *cs = r->text.p ? r->text.p : "";
-    size_t rn = 0, cn = r->text.len;
-    if (s->cfg.reasoning) gw_reason_split(s->cfg.reasoning, cs, cn, &rs, &rn, &cs, &cn);
-    gw_resp_begin(r);
-    if (rs) gw_resp_text(r, true, rs, rn);
-    if (cs && r->p.tool_parser)
-        tools_feed(r, cs, cn, true);
-    else if (cs)
-        gw_resp_text(r, false, cs, cn);
-    return gw_answer_json(r, c, 200, gw_resp_whole(r));
-}
-
-/* mu held: the whole (non-stream) answer of a finished generation. */
-static enum MHD_Result answer_generation(gw_server *s, gw_req *r, struct MHD_Connection *c)
-{
-    if (r->ep == EP_RESPONSES) return answer_response(s, r, c);
     json_t *choice;
     char *echoed = r->p.echo ? echo_text(r) : NULL;
     gw_buf all = {0};
@@ -408,6 +424,7 @@ static enum MHD_Result answer_generation(gw_server *s, gw_req *r, struct MHD_Con
                                    : completion_logprobs(r, echoed, true);
         if (!lps) lps = json_null();
     }
+    const char *finish = r->finish ? r->finish : "stop";
     if (r->p.kind == GW_CHAT) {
         /* --reasoning-parser: reasoning_content beside content (null where there is none) */
         const char *rs = NULL, *cs = r->text.p ? r->text.p : "";
@@ -451,22 +468,71 @@ static enum MHD_Result answer_generation(gw_server *s, gw_req *r, struct MHD_Con
             json_object_set_new(msg, "tool_calls", calls);
         else
             json_decref(calls);
-        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", lps,
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", index, "message", msg, "logprobs", lps,
                            "finish_reason", finish_of(r, n_calls));
     } else
-        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "text", text, "logprobs", lps,
-                           "finish_reason", r->finish);
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", index, "text", text, "logprobs", lps,
+                           "finish_reason", finish);
     free(echoed);
+    return choice;
+}
+
+/* best_of: the choices in order of their cumulative log-probability, highest first (vLLM). */
+static int by_cum_lp(const void *a, const void *b)
+{
+    const gw_req *x = *(gw_req *const *)a, *y = *(gw_req *const *)b;
+    if (x->cum_lp != y->cum_lp) return x->cum_lp > y->cum_lp ? -1 : 1;
+    return (x->choice > y->choice) - (x->choice < y->choice);
+}
+
+/* mu held: a whole Responses answer: the text through the same items as a stream's. */
+static enum MHD_Result answer_response(gw_server *s, gw_req *r, struct MHD_Connection *c)
+{
+    const char *rs = NULL, *cs = r->text.p ? r->text.p : "";
+    size_t rn = 0, cn = r->text.len;
+    if (s->cfg.reasoning) gw_reason_split(s->cfg.reasoning, cs, cn, &rs, &rn, &cs, &cn);
+    gw_resp_begin(r);
+    if (rs) gw_resp_text(r, true, rs, rn);
+    if (cs && r->p.tool_parser)
+        tools_feed(r, cs, cn, true);
+    else if (cs)
+        gw_resp_text(r, false, cs, cn);
+    return gw_answer_json(r, c, 200, gw_resp_whole(r));
+}
+
+/* mu held: the whole (non-stream) answer of a finished generation. */
+/* mu held: the whole (non-stream) answer of a finished generation. */
+static enum MHD_Result answer_generation(gw_server *s, gw_req *r, struct MHD_Connection *c)
+{
+    if (r->ep == EP_RESPONSES) return answer_response(s, r, c);
+    json_t *choices = json_array();
+    if (!r->choices) {
+        json_array_append_new(choices, choice_json(s, r, 0));
+    } else {
+        /* n choices; with best_of the n of the highest cumulative log-probability */
+        gw_req **order = malloc(sizeof *order * r->n_choices);
+        if (order) {
+            memcpy(order, r->choices, sizeof *order * r->n_choices);
+            uint32_t keep = r->p.n < r->n_choices ? r->p.n : r->n_choices;
+            if (keep < r->n_choices) qsort(order, r->n_choices, sizeof *order, by_cum_lp);
+            for (uint32_t i = 0; i < keep; i++)
+                json_array_append_new(choices, choice_json(s, order[i], (int)i));
+            free(order);
+        }
+    }
+    json_t *choice0 = json_array_get(choices, 0);
     json_t *plp = r->p.prompt_logprobs != GW_LP_NONE
                       ? gw_lp_prompt_vllm(s->cfg.tok, r->plps.v, r->plps.n)
                       : NULL;
     /* vLLM's places: the choice's for completions, the response's for chat */
-    if (plp && r->p.kind == GW_COMPLETION) json_object_set(choice, "prompt_logprobs", plp);
-    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:{s:i, s:i, s:i, s:{s:I}}}", "id", r->id,
+    if (plp && choice0 && r->p.kind == GW_COMPLETION)
+        json_object_set(choice0, "prompt_logprobs", plp);
+    uint32_t gen = completion_tokens(r);
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:o, s:{s:i, s:i, s:i, s:{s:I}}}", "id", r->id,
                           "object", r->p.kind == GW_CHAT ? "chat.completion" : "text_completion",
                           "created", (json_int_t)r->created, "model", gw_model(s), "choices",
-                          choice, "usage", "prompt_tokens", (int)r->n_prompt, "completion_tokens",
-                          (int)r->n_gen, "total_tokens", (int)(r->n_prompt + r->n_gen),
+                          choices, "usage", "prompt_tokens", (int)r->n_prompt, "completion_tokens",
+                          (int)gen, "total_tokens", (int)(r->n_prompt + gen),
                           "prompt_tokens_details", "cached_tokens", (json_int_t)r->n_cached);
     if (plp && r->p.kind == GW_CHAT) json_object_set(o, "prompt_logprobs", plp);
     json_decref(plp);
@@ -489,7 +555,7 @@ enum MHD_Result gw_resumed(gw_server *s, gw_req *r, struct MHD_Connection *c)
         return gw_queue(r, c, 200, resp);
     }
     if (r->failed) return gw_answer_err(r, c, &r->err);
-    if (r->daemon_done) return answer_generation(s, r, c);
+    if (gw_all_done(r)) return answer_generation(s, r, c);
     gw_suspend(r); /* woken early: wait on */
     return MHD_YES;
 }

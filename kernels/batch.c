@@ -91,6 +91,17 @@ int eng_bb_add_logits(eng_batch_builder *b, const int32_t *seq_tokens, uint32_t 
     return 0;
 }
 
+int eng_bb_repeat_logits(eng_batch_builder *b, uint32_t n)
+{
+    if (b->n_logits < 1) return eng_seterr(-EINVAL, "batch builder: no logits row to repeat");
+    if ((uint64_t)b->n_logits + n > (uint64_t)b->n_tokens)
+        return eng_seterr(-ENOSPC, "batch builder: %u more logits rows on %d for %d rows", n,
+                          b->n_logits, b->n_tokens);
+    int32_t row = b->logits_rows[b->n_logits - 1];
+    for (uint32_t k = 0; k < n; k++) b->logits_rows[b->n_logits++] = row;
+    return 0;
+}
+
 const eng_batch *eng_bb_batch(eng_batch_builder *b)
 {
     b->query_start[b->n_seqs] = b->n_tokens;

@@ -53,6 +53,11 @@ int eng_bb_add(eng_batch_builder *b, const int32_t *seq_tokens, uint32_t start_p
  * of which is the one sampled. -EINVAL also when n_logits > n_rows. */
 int eng_bb_add_logits(eng_batch_builder *b, const int32_t *seq_tokens, uint32_t start_pos,
                       uint32_t n_rows, const int32_t *blocks, uint32_t n_blocks, uint32_t n_logits);
+/* The last logits row n more times (n samples drawn from one row: each repeat is a logits
+ * row of its own, sampled with its own eng_sampling and rng). The batch's logits rows stay
+ * at most its token rows: -ENOSPC when n_logits + n would pass n_tokens, -EINVAL when there
+ * is no logits row yet; the batch is unchanged on error. */
+int eng_bb_repeat_logits(eng_batch_builder *b, uint32_t n);
 /* The batch built so far (query_start closed). Valid until the next reset or add. */
 const eng_batch *eng_bb_batch(eng_batch_builder *b);
 

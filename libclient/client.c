@@ -37,6 +37,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 _Static_assert(sizeof(ringlm_event) == 48, "ringlm_event is 48 bytes");
 _Static_assert(offsetof(ringlm_event, kind) == 0, "ringlm_event.kind");
 _Static_assert(offsetof(ringlm_event, req_id) == 8, "ringlm_event.req_id");
+_Static_assert(RINGLM_MAX_N == RINGLM_WIRE_MAX_N, "one bound on samples per request");
 _Static_assert(offsetof(ringlm_event, token) == 16, "ringlm_event.token");
 _Static_assert(offsetof(ringlm_event, index) == 20, "ringlm_event.index");
 _Static_assert(offsetof(ringlm_event, finish_reason) == 24, "ringlm_event.finish_reason");
@@ -84,6 +85,7 @@ struct ringlm_client {
     uint32_t caps;
     uint32_t vocab_size;       /* with RINGLM_WIRE_CAP_SAMPLING, else 0 */
     uint32_t constraint_kinds; /* with RINGLM_WIRE_CAP_CONSTRAINT, else 0 */
+    uint32_t max_n;            /* with RINGLM_WIRE_CAP_SAMPLES, else 1 */
     int n_classes;
     char classes[RINGLM_WIRE_CLASSES_MAX][RINGLM_WIRE_NAME_LEN];
     char served_model[RINGLM_WIRE_MODEL_LEN]; /* with RINGLM_WIRE_CAP_MODEL, else "" */
@@ -315,6 +317,11 @@ int ringlm_connect(const char *socket_path, ringlm_client **out)
     c->caps = __atomic_load_n(&c->dseg->caps, __ATOMIC_ACQUIRE);
     if (c->caps & RINGLM_WIRE_CAP_SAMPLING)
         c->vocab_size = __atomic_load_n(&c->dseg->vocab_size, __ATOMIC_RELAXED);
+    c->max_n = 1;
+    if (c->caps & RINGLM_WIRE_CAP_SAMPLES) {
+        uint32_t mn = __atomic_load_n(&c->dseg->max_n, __ATOMIC_RELAXED);
+        c->max_n = mn < 1 ? 1 : mn > RINGLM_WIRE_MAX_N ? RINGLM_WIRE_MAX_N : mn;
+    }
     if (c->caps & RINGLM_WIRE_CAP_CONSTRAINT)
         c->constraint_kinds = __atomic_load_n(&c->dseg->constraint_kinds, __ATOMIC_RELAXED);
     if (c->caps & RINGLM_WIRE_CAP_FACTS) {
@@ -404,6 +411,12 @@ int ringlm_vocab_size(const ringlm_client *c)
     if (!(c->caps & RINGLM_WIRE_CAP_SAMPLING) || !c->vocab_size || c->vocab_size > INT32_MAX)
         return -ENOTSUP;
     return (int)c->vocab_size;
+}
+
+int ringlm_max_samples(const ringlm_client *c)
+{
+    if (!c) return -EINVAL;
+    return (int)c->max_n;
 }
 
 int ringlm_policy_classes(const ringlm_client *c, const char **names, int max)
@@ -838,7 +851,7 @@ int ringlm_submit_batch_ext(ringlm_client *c, const ringlm_request *reqs,
                             const ringlm_sampling *smps, uint32_t n, uint64_t *ids)
 {
     wire_req one, *q = &one;
-    uint64_t total = 0;
+    uint64_t total = 0, span = 0;
     int r;
 
     if (!c || !reqs) return set_err(-EINVAL, "NULL client or request");
@@ -869,6 +882,18 @@ int ringlm_submit_batch_ext(ringlm_client *c, const ringlm_request *reqs,
                         n > 1 ? "a request of the batch: " : "");
             goto out;
         }
+        uint32_t ns = q[i].ext && q[i].sm.n > 1 ? q[i].sm.n : 1;
+        if (ns > 1 && !(c->caps & RINGLM_WIRE_CAP_SAMPLES)) {
+            r = set_err(-ENOTSUP,
+                        "%sn %u: the daemon does not run more than one sample per request",
+                        n > 1 ? "a request of the batch: " : "", ns);
+            goto out;
+        }
+        if (ns > c->max_n) {
+            r = set_err(-EINVAL, "%sn %u outside [1, %u], the daemon's maximum (ringlmd --max-n)",
+                        n > 1 ? "a request of the batch: " : "", ns, c->max_n);
+            goto out;
+        }
         uint32_t kind = q[i].sm.constraint_kind;
         if (q[i].ext && kind && !(c->constraint_kinds & (1u << kind))) {
             static const char *const names[] = {"none",  "json_schema", "json_object",
@@ -889,7 +914,8 @@ int ringlm_submit_batch_ext(ringlm_client *c, const ringlm_request *reqs,
                         reqs[i].n_prompt, (unsigned long long)len, (unsigned long long)c->sub.cap);
             goto out;
         }
-        q[i].w.req_id = c->next_id + i;
+        q[i].w.req_id = c->next_id + span; /* sample k of it is req_id + k */
+        span += ns;
         total += len;
     }
     if (total > c->sub.cap) {
@@ -900,7 +926,7 @@ int ringlm_submit_batch_ext(ringlm_client *c, const ringlm_request *reqs,
     if ((r = put_requests(c, q, n, total)) < 0) goto out;
     for (uint32_t i = 0; i < n; i++)
         if (ids) ids[i] = q[i].w.req_id;
-    c->next_id += n;
+    c->next_id += span;
 out:
     if (q != &one) free(q);
     return r;

@@ -200,6 +200,9 @@ typedef struct ringlm_logit_bias {
 #define RINGLM_MAX_STOP_TOKEN_IDS   64
 #define RINGLM_MAX_LOGPROBS         20 /* top_logprobs, prompt_logprobs (OpenAI's limit) */
 #define RINGLM_MAX_CONSTRAINT_BYTES (256u << 10)
+#define RINGLM_MAX_N                                                                               \
+    256 /* samples per request (n), whatever the daemon allows:
+                                           ringlm_max_samples says what this one does */
 
 /* ringlm_sampling.flags: log-probabilities (see "log-probabilities" below) */
 #define RINGLM_SAMPLING_LOGPROBS                                                                   \
@@ -249,7 +252,8 @@ typedef struct ringlm_sampling {
     const int32_t *stop_token_ids;       /* token ids that end the request */
     uint32_t top_logprobs;               /* [0, 20]; only with RINGLM_SAMPLING_LOGPROBS */
     uint32_t prompt_logprobs;            /* [0, 20]; only with RINGLM_SAMPLING_PROMPT_LOGPROBS */
-    uint32_t n;                          /* samples of the prompt; 0 and 1 mean one */
+    uint32_t n;                          /* samples of the prompt; 0 and 1 mean one; at most
+                                            ringlm_max_samples (see "n samples" below) */
     uint32_t constraint_kind;            /* enum ringlm_constraint_kind */
     const void *constraint;              /* constraint_bytes bytes */
     size_t constraint_bytes;             /* <= RINGLM_MAX_CONSTRAINT_BYTES */
@@ -355,8 +359,8 @@ int ringlm_submit_batch(ringlm_client *c, const ringlm_request *reqs, uint32_t n
  * smaller than 0.4's struct (-EINVAL), bytes unknown to this library set (-ENOTSUP), a count
  * with a NULL list.
  * Returns 0, -EINVAL (out of range: the detail starts with the member, "logit_bias[2] token
- * 40000 outside the vocabulary of 32000") or -ENOTSUP (not implemented: "n 4: more than one
- * sample per request is not implemented by this version"); *field (when not NULL) names the
+ * 40000 outside the vocabulary of 32000") or -ENOTSUP (not implemented: "n 4 with prompt
+ * log-probabilities is not implemented by this version"); *field (when not NULL) names the
  * member at fault, of ringlm_request (as ringlm_request_check) or of ringlm_sampling
  * ("logit_bias", "repetition_penalty", "presence_penalty", "frequency_penalty", "min_p",
  * "stop_token_ids", "top_logprobs", "prompt_logprobs", "n", "constraint", "flags", "size").
@@ -381,6 +385,33 @@ int ringlm_submit_batch_ext(ringlm_client *c, const ringlm_request *reqs,
 /* The model's vocabulary size as the daemon said at the handshake (token ids are
  * 0 .. size-1), or -ENOTSUP from a daemon older than 0.4. */
 int ringlm_vocab_size(const ringlm_client *c);
+
+/*
+ * n samples of one prompt (ringlm_sampling.n > 1).
+ *
+ * Ids: the request takes n consecutive ids; *id (ids[i] for a batch) receives the first, and
+ * sample i is id + i. Each sample is a request of its own to the client: its own TOKEN
+ * events (index from 0), its own log-probabilities, its own FINISH (reason, cause,
+ * n_tokens) — n FINISH events in all, whatever happens (a rejected request is rejected n
+ * times, with one cause). A batch's next request starts after the n ids.
+ * Seeds: sample i draws exactly as a single request with seed + i would (same prompt,
+ * same parameters): the same tokens, given the same logits.
+ * Sharing: the prompt is computed once. Sample 0 computes it; the others start from its
+ * last row (each draws its first token there with its own seed, penalties and stop ids)
+ * and share its KV blocks through the prefix cache (ringlmd's default; with
+ * --no-prefix-cache each sample computes the prompt again, with the same answers).
+ * Admission is all or nothing: the request is refused whole (n FINISH rejected) when the
+ * n samples' KV blocks together could never fit (never_fits), or when the first sample is
+ * refused; once admitted, no sample is refused.
+ * Cancel: ringlm_cancel(id + i) cancels sample i. Until sample 0 has its first token the
+ * samples wait on its prompt, so cancelling sample 0 then cancels them all.
+ * Limits: n <= ringlm_max_samples(c) (the daemon's --max-n), else -EINVAL "n"; n > 1 with
+ * max_new_tokens 0 is -EINVAL; with prompt log-probabilities or a constraint -ENOTSUP (not
+ * implemented).
+ */
+/* The most samples one request may ask for on this daemon (ringlmd --max-n); 1 from a
+ * daemon that does not run n > 1 (then n > 1 is -ENOTSUP at submit). */
+int ringlm_max_samples(const ringlm_client *c);
 
 /*
  * Asks the daemon to cancel a request; its FINISH (CANCELLED, or whatever came first)

@@ -5,11 +5,15 @@
  * plain (no row asks) and once with the top N log-probabilities (default 5) of every row,
  * the two alternating within each repeat (which goes first alternates too) so the load of a
  * shared machine hits both alike. Prints the median tok/s of each and their ratio.
+ * --procs puts a logits pipeline on every sequence of the measured side too (16 logit-bias
+ * entries, repetition 1.1, presence 0.4, frequency 0.3: the issue's "bias + penalties +
+ * top-5 log-probabilities on every request"), against the same plain decode.
  *
  *   logprobs_bench [--model SPEC] [--seqs S] [--top N] [--threads T] [--steps K]
- *                  [--context C] [--repeats R] [--processed] [--clock wall|cpu]
+ *                  [--context C] [--repeats R] [--processed] [--procs] [--clock wall|cpu]
  */
 #include "kernels/engine.h"
+#include "kernels/logits.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -44,14 +48,17 @@ typedef struct run {
     int32_t *tokens, *positions, *qs, *len, *table, *lrows, *out;
     int64_t *slots;
     eng_sampling *samp;
+    eng_sampling *samp_proc; /* --procs: the same with each sequence's pipeline */
+    eng_logits_proc **lp_proc;
     uint64_t *rng;
     eng_logprob_want *want;
     eng_logprobs *lp;
 } run;
 
-/* One decode step at position pos of every sequence; want NULL: plain. */
+/* One decode step at position pos of every sequence; want NULL: plain (no processors). */
 static int step(run *r, int pos, const eng_logprob_want *want)
 {
+    const eng_sampling *samp = want && r->samp_proc ? r->samp_proc : r->samp;
     for (int s = 0; s < r->S; s++) {
         r->qs[s] = s;
         r->len[s] = pos + 1;
@@ -72,8 +79,11 @@ static int step(run *r, int pos, const eng_logprob_want *want)
                    .block_table_stride = r->bps,
                    .n_logits = r->S,
                    .logits_rows = r->lrows};
-    int err = eng_execute_sample_lp(r->e, &b, r->samp, r->rng, r->out, want, r->lp);
+    int err = eng_execute_sample_lp(r->e, &b, samp, r->rng, r->out, want, r->lp);
     if (err) fprintf(stderr, "logprobs_bench: %s\n", eng_errmsg());
+    /* the penalties count what each sequence generated (the daemon does this per token) */
+    for (int s = 0; !err && samp == r->samp_proc && s < r->S; s++)
+        (void)eng_lp_note_output(r->lp_proc[s], r->out[s]);
     return err;
 }
 
@@ -91,13 +101,18 @@ int main(int argc, char **argv)
 {
     const char *spec = "synthetic:stories15M:1";
     int S = 32, top = 5, threads = 2, steps = 32, ctx = 32, repeats = 5;
-    bool processed = false;
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},   {"seqs", required_argument, 0, 's'},
-        {"top", required_argument, 0, 'n'},     {"threads", required_argument, 0, 't'},
-        {"steps", required_argument, 0, 'k'},   {"context", required_argument, 0, 'x'},
-        {"repeats", required_argument, 0, 'r'}, {"processed", no_argument, 0, 'p'},
-        {"clock", required_argument, 0, 'c'},   {0, 0, 0, 0}};
+    bool processed = false, procs = false;
+    static const struct option opts[] = {{"procs", no_argument, 0, 'L'},
+                                         {"model", required_argument, 0, 'm'},
+                                         {"seqs", required_argument, 0, 's'},
+                                         {"top", required_argument, 0, 'n'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"steps", required_argument, 0, 'k'},
+                                         {"context", required_argument, 0, 'x'},
+                                         {"repeats", required_argument, 0, 'r'},
+                                         {"processed", no_argument, 0, 'p'},
+                                         {"clock", required_argument, 0, 'c'},
+                                         {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "m:s:n:t:k:x:r:pc:", opts, NULL)) != -1) {
         switch (ch) {
@@ -109,13 +124,14 @@ int main(int argc, char **argv)
         case 'x': ctx = atoi(optarg); break;
         case 'r': repeats = atoi(optarg); break;
         case 'p': processed = true; break;
+        case 'L': procs = true; break;
         case 'c':
             bench_clock = strcmp(optarg, "cpu") == 0 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC;
             break;
         default:
             fprintf(stderr, "usage: logprobs_bench [--model SPEC] [--seqs S] [--top N] "
                             "[--threads T] [--steps K] [--context C] [--repeats R] "
-                            "[--processed] [--clock wall|cpu]\n");
+                            "[--processed] [--procs] [--clock wall|cpu]\n");
             return 2;
         }
     }
@@ -163,6 +179,28 @@ int main(int argc, char **argv)
         r.rng[s] = eng_rng_init((uint64_t)s + 1);
         r.want[s] = (eng_logprob_want){.top_n = (int8_t)top, .processed = processed, .target = -1};
     }
+    if (procs) {
+        eng_logit_bias bias[16];
+        for (int i = 0; i < 16; i++)
+            bias[i] = (eng_logit_bias){(int32_t)((i * 997 + 13) % r.V), i % 2 ? -100.0f : 1.5f};
+        const eng_logits_params p = {.bias = bias,
+                                     .n_bias = 16,
+                                     .repetition_penalty = 1.1f,
+                                     .presence_penalty = 0.4f,
+                                     .frequency_penalty = 0.3f};
+        r.samp_proc = calloc((size_t)S, sizeof *r.samp_proc);
+        r.lp_proc = calloc((size_t)S, sizeof *r.lp_proc);
+        if (!r.samp_proc || !r.lp_proc) return 1;
+        for (int s = 0; s < S; s++) {
+            r.lp_proc[s] = eng_lp_create(&p);
+            /* every token a sequence sees, context and all repeats of the decode */
+            if (!r.lp_proc[s] ||
+                eng_lp_reserve(r.lp_proc[s], (uint32_t)(ctx + steps * (repeats + 1) + 1)) < 0)
+                return 1;
+            r.samp_proc[s] = r.samp[s];
+            r.samp_proc[s].proc = r.lp_proc[s];
+        }
+    }
     /* the context, as decode steps (the KV is what matters, not how it got there) */
     for (int s = 0; s < S; s++) r.out[s] = (int32_t)((s * 7919 + 13) % r.V);
     for (int pos = 0; pos < ctx; pos++)
@@ -182,8 +220,8 @@ int main(int argc, char **argv)
            "medians of %d (%s clock)\n",
            spec, threads, S, steps, ctx, repeats, bench_clock == CLOCK_MONOTONIC ? "wall" : "cpu");
     printf("  plain decode:               %9.1f tok/s\n", pm);
-    printf("  top-%d %s log-probabilities: %9.1f tok/s  (%.3fx plain)\n", top,
-           processed ? "processed" : "raw", wm, wm / pm);
+    printf("  %stop-%d %s log-probabilities: %9.1f tok/s  (%.3fx plain)\n",
+           procs ? "bias + penalties + " : "", top, processed ? "processed" : "raw", wm, wm / pm);
     eng_destroy(r.e);
     eng_model_free(m);
     return 0;

@@ -78,13 +78,14 @@ int sched_submit(sched *s, const sched_request *q, uint64_t now, sched_reject_re
     if (blocks > s->conf.kv_blocks_device || (tmax && blocks > tmax))
         return reject(s, q, ten, cls, SCHED_REJECT_NEVER_FITS, -E2BIG, now, why);
     const sched_tenant_cfg *tc = s->ten[ten];
+    uint64_t arrival = q->arrival_us && q->arrival_us <= now ? q->arrival_us : now;
+    if (q->sample) goto admitted; /* its group passed the checks below when it came */
     if (tc->max_queued_tokens &&
         s->ts[ten].st.queued_tokens + q->prompt_len > tc->max_queued_tokens)
         return reject(s, q, ten, cls, SCHED_REJECT_TENANT_QUOTA, -EAGAIN, now, why);
     if ((s->cfg.queue_max_requests && s->n_waiting + 1 > s->cfg.queue_max_requests) ||
         (s->cfg.queue_max_tokens && s->queued_tokens + q->prompt_len > s->cfg.queue_max_tokens))
         return reject(s, q, ten, cls, SCHED_REJECT_QUEUE_FULL, -EAGAIN, now, why);
-    uint64_t arrival = q->arrival_us && q->arrival_us <= now ? q->arrival_us : now;
     uint64_t mw = s->cls[cls]->max_queue_wait_us;
     if (q->deadline_us || mw) {
         double wait = sc_predict_wait_us(s, cls, ten, q->prompt_len, now);
@@ -100,6 +101,7 @@ int sched_submit(sched *s, const sched_request *q, uint64_t now, sched_reject_re
     }
 
     /* take a slot */
+admitted:;
     uint32_t slot;
     if (s->free_slots.n)
         slot = s->free_slots.a[--s->free_slots.n];

@@ -661,6 +661,13 @@ typedef struct sched_request {
      * never from the client: two salts never share a block. */
     const int32_t *tokens;
     uint64_t cache_salt;
+    /* A further sample of a request already admitted (n > 1 samples of one prompt,
+     * admitted all or nothing with the first): the queue, tenant-quota and deadline checks,
+     * made when the group came, are not made again, so no sample is refused once the first
+     * was taken.  Its tokens are the prompt and, usually, its first token drawn from the
+     * first sample's last prompt row (prompt_len counts that token): its prompt blocks come
+     * from the prefix cache, where the first sample put them. */
+    bool sample;
 } sched_request;
 
 /* Submit.  Returns 0 when admitted to the queue (event "admit"), else a negative errno and

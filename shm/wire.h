@@ -142,9 +142,12 @@ _Static_assert(sizeof(struct ringlm_wire_request) == 88, "request layout");
 #define RINGLM_WIRE_SMP_F_KNOWN                                                                    \
     (RINGLM_WIRE_SMP_F_LOGPROBS | RINGLM_WIRE_SMP_F_LOGPROBS_PROCESSED |                           \
      RINGLM_WIRE_SMP_F_PROMPT_LOGPROBS)
-#define RINGLM_WIRE_MAX_LOGIT_BIAS         1024u /* entries; a token at most once */
-#define RINGLM_WIRE_MAX_STOP_IDS           64u
-#define RINGLM_WIRE_MAX_LOGPROBS           20u /* OpenAI's top_logprobs limit */
+#define RINGLM_WIRE_MAX_LOGIT_BIAS 1024u /* entries; a token at most once */
+#define RINGLM_WIRE_MAX_STOP_IDS   64u
+#define RINGLM_WIRE_MAX_LOGPROBS   20u /* OpenAI's top_logprobs limit */
+#define RINGLM_WIRE_MAX_N                                                                          \
+    256u /* samples per request (a daemon may allow
+                                                   fewer: dseg.max_n) */
 #define RINGLM_WIRE_MAX_CONSTRAINT_BYTES   (256u << 10)
 /* ringlm_wire_sampling.constraint_kind (the values of ringlm.h's enum ringlm_constraint_kind) */
 #define RINGLM_WIRE_CONSTRAINT_NONE        0u
@@ -168,7 +171,8 @@ struct ringlm_wire_sampling {
     uint32_t n_stop_ids;      /* <= RINGLM_WIRE_MAX_STOP_IDS */
     uint32_t top_logprobs;    /* [0, 20], only with F_LOGPROBS */
     uint32_t prompt_logprobs; /* [0, 20], only with F_PROMPT_LOGPROBS */
-    uint32_t n;               /* samples of the prompt; 0 and 1 = one */
+    uint32_t n;               /* samples of the prompt; 0 and 1 = one; at most
+                                 RINGLM_WIRE_MAX_N and the daemon's dseg.max_n */
     uint32_t constraint_kind; /* 0 = none (the kinds: ringlm.h enum ringlm_constraint_kind) */
     uint32_t constraint_bytes;
     uint32_t reserved[4]; /* 0 */
@@ -262,8 +266,11 @@ struct ringlm_wire_cseg {
     16u /* the daemon enforces the constraint of a REQUEST_EXT record for each kind in
            dseg.constraint_kinds, and explains a request's end (EV_DETAIL) to one that
            carried a constraint */
-#define RINGLM_WIRE_CAP_MODEL   32u /* served_model is filled in */
-#define RINGLM_WIRE_CAP_LOAD    64u /* load is kept current (struct ringlm_wire_load) */
+#define RINGLM_WIRE_CAP_MODEL 32u /* served_model is filled in */
+#define RINGLM_WIRE_CAP_LOAD  64u /* load is kept current (struct ringlm_wire_load) */
+#define RINGLM_WIRE_CAP_SAMPLES                                                                    \
+    128u /* the daemon runs n > 1 samples of one prompt (ringlm_wire_sampling.n, up to
+           dseg.max_n); the samples' ids are the record's req_id, req_id + 1, ... */
 #define RINGLM_WIRE_CLASSES_MAX 16u
 #define RINGLM_WIRE_MODEL_LEN   128u
 
@@ -327,6 +334,9 @@ struct ringlm_wire_dseg {
     /* With RINGLM_WIRE_CAP_LOAD (the same way): on its own line, rewritten while the session
      * lives. */
     _Alignas(RINGLM_WIRE_LINE) struct ringlm_wire_load load;
+    /* With RINGLM_WIRE_CAP_SAMPLES (added the same way): the most samples one request may
+     * ask for (ringlmd --max-n), so the library refuses more at submit. */
+    uint32_t max_n;
 };
 
 #define RINGLM_WIRE_HEADER_AREA 4096 /* ring data starts on the next page */
@@ -432,13 +442,16 @@ int ringlm_wire_check_request_smp(const struct ringlm_wire_request *req, uint32_
  *   min_p               [0, 1], finite (0 = off)
  *   stop_token_ids      at most RINGLM_WIRE_MAX_STOP_IDS, each in [0, vocab)
  *   top_logprobs, prompt_logprobs  [0, 20], and 0 unless their flag is set
+ *   n                   [0, RINGLM_WIRE_MAX_N]; above 1 only with max_new_tokens >= 1
+ *                       (the daemon's own maximum, dseg.max_n, is checked by who knows it)
  *   flags, reserved     known bits only; 0
  *   constraint          a kind in [0, RINGLM_WIRE_CONSTRAINT_MAX_KIND]; at most
  *                       RINGLM_WIRE_MAX_CONSTRAINT_BYTES; none for NONE and JSON_OBJECT, some
  *                       for the others (whether it compiles is the daemon's to say: it
  *                       rejects with bad_params and the compiler's detail)
- * and what is not implemented yet is refused here, never accepted silently: n > 1
- * (*unsupported = true, so the library answers -ENOTSUP). Which constraint kinds a daemon
+ * and what is not implemented yet is refused here, never accepted silently: n > 1 with
+ * prompt log-probabilities or with a constraint (*unsupported = true, so the library answers
+ * -ENOTSUP). Which constraint kinds a daemon
  * enforces is its own (dseg.constraint_kinds): the library refuses the others -ENOTSUP.
  * Returns 0, or RINGLM_WIRE_R_BAD_PARAMS with a detail that starts with the member's name
  * ("logit_bias[3] token 40000 outside the vocabulary of 32000"); *field (when not NULL) is

@@ -117,6 +117,19 @@ typedef struct eng {
     uint32_t *costs; /* trace indices with a recorded cost model, by its time */
     size_t n_costs, next_cost;
     const sched_cost_state *cost; /* the record in force (NULL: none) */
+    /* n > 1 samples (sim_req.sample_of), as ringlmd runs them: a first sample's others
+     * (fol_head[first], chained by fol_next; UINT32_MAX ends) arrive with it but wait for
+     * its first token, then continue from its last prompt row (its first token's row) on the
+     * prompt's cached blocks; forks: the first samples whose first token the step made,
+     * their others submitted after the commit */
+    uint32_t *fol_head, *fol_next;
+    uint8_t *is_follower;
+    struct fork_ev {
+        uint32_t first;
+        uint8_t ended, outcome, reason; /* ended: before its first token, as outcome */
+        int64_t t;
+    } * forks;
+    size_t n_forks, cap_forks;
     char line[2048];
 } eng;
 
@@ -177,6 +190,21 @@ static int maybe_retry(eng *e, sim_rec *x, int64_t now)
     return theap_push(&e->retries, now + delay, x->req, x->attempt + 1, 0);
 }
 
+/* A first sample forked (its first token came) or ended before: its others follow after
+ * the step (fork_pending). 0 or -ENOMEM. */
+static int fork_note(eng *e, uint32_t first, bool ended, int outcome, int reason, int64_t t)
+{
+    if (e->n_forks == e->cap_forks) {
+        size_t cap = e->cap_forks ? e->cap_forks * 2 : 64;
+        struct fork_ev *p = realloc(e->forks, cap * sizeof *p);
+        if (!p) return -ENOMEM;
+        e->forks = p;
+        e->cap_forks = cap;
+    }
+    e->forks[e->n_forks++] = (struct fork_ev){first, ended, (uint8_t)outcome, (uint8_t)reason, t};
+    return 0;
+}
+
 static void end_rec(eng *e, sim_rec *x, int outcome, int reason, int64_t now)
 {
     if (!x->live) return;
@@ -185,7 +213,114 @@ static void end_rec(eng *e, sim_rec *x, int outcome, int reason, int64_t now)
     x->outcome = (uint8_t)outcome;
     x->reason = (uint8_t)reason;
     x->end_us = now;
+    /* a first sample that ends before its first token ends its others (out of memory: they
+     * stay unsubmitted, reported as never served) */
+    if (e->fol_head && e->fol_head[x->req] != UINT32_MAX && x->first_token_us < 0)
+        (void)fork_note(e, x->req, true, outcome, reason, now);
     if (now - x->last_progress_us > x->max_starve_us) x->max_starve_us = now - x->last_progress_us;
+}
+
+/* Room for n prompt tokens in e->tok. */
+static int tok_room(eng *e, uint32_t n)
+{
+    if (n <= e->tok_cap) return 0;
+    int32_t *p = realloc(e->tok, (size_t)n * sizeof *p);
+    if (!p) return sim_err_setc(-ENOMEM, "out of memory for a %u-token prompt", n);
+    e->tok = p;
+    e->tok_cap = n;
+    return 0;
+}
+
+static void end_rec(eng *e, sim_rec *x, int outcome, int reason, int64_t now);
+
+/* The others of first sample `first` (trace index), forked when its first token came at
+ * `now`: each starts with that token (its own, drawn from the same row), and is submitted
+ * as ringlmd submits it — a sample of an admitted group (no queue checks), its prompt the
+ * prompt and that token, the prompt's blocks shared through the cache. One whose client
+ * left before it is cancelled; one whose answer is that token ends. */
+static int fork_samples(eng *e, uint32_t first, int64_t now)
+{
+    const sim_req *f = &e->t->reqs[first];
+    for (uint32_t req = e->fol_head[first]; req != UINT32_MAX; req = e->fol_next[req]) {
+        const sim_req *q = &e->t->reqs[req];
+        uint32_t idx;
+        int rc = new_rec(e, req, 1, q->arrival_us, &idx);
+        if (rc) return rc;
+        sim_rec *x = &e->run->recs[idx];
+        x->seen_us = now;
+        x->live = 1;
+        e->live++;
+        x->first_token_us = x->last_token_us = now;
+        x->generated = 1;
+        if (q->cancel_us != SIM_NO_TIME && q->cancel_us <= now) {
+            x->cancel_us = now;
+            end_rec(e, x, SIM_OUT_CANCELLED, SCHED_CANCEL_DISCONNECT, now);
+            continue;
+        }
+        if (q->output_tokens <= 1 || q->max_tokens <= 1) {
+            end_rec(e, x, SIM_OUT_FINISHED,
+                    q->max_tokens <= 1 ? SCHED_FINISH_LENGTH : SCHED_FINISH_STOP, now);
+            continue;
+        }
+        sched_request sr = {
+            .id = (uint64_t)idx + 1,
+            .tenant = e->run->tenant_map[q->tenant],
+            .tenant_name = e->t->tenants[q->tenant],
+            .class_idx = e->run->class_map[q->klass],
+            .class_name = e->t->classes[q->klass],
+            .prompt_len = q->prompt_tokens + 1,
+            .max_new_tokens = q->max_tokens - 1,
+            .deadline_us = q->deadline_us == SIM_NO_TIME
+                               ? 0
+                               : (uint64_t)(q->deadline_us > 0 ? q->deadline_us : 1),
+            .arrival_us = (uint64_t)q->arrival_us,
+            .sample = true,
+        };
+        if (e->o->prefix_cache && sr.tenant >= 0) {
+            /* the first sample's prompt tokens (its stand-ins: the same uniq), then the token */
+            if ((rc = tok_room(e, q->prompt_tokens + 1))) return rc;
+            sim_req_tokens(e->t, f, first, e->tok);
+            e->tok[q->prompt_tokens] = sim_req_token(e->t, f, first, f->prompt_tokens);
+            sr.tokens = e->tok;
+            sr.cache_salt = sched_policy_cache_salt(e->o->policy, sr.tenant);
+        }
+        sched_reject_reason why = SCHED_REJECT_NONE;
+        if (sched_submit(e->s, &sr, (uint64_t)now, &why) < 0)
+            end_rec(e, x, SIM_OUT_REJECTED, why, now);
+    }
+    return 0;
+}
+
+/* The forks and ends the last steps noted (end_rec, the results), in order. */
+static int samples_end_with(eng *e, uint32_t first, int outcome, int reason, int64_t now);
+static int fork_pending(eng *e)
+{
+    for (size_t i = 0; i < e->n_forks; i++) {
+        struct fork_ev f = e->forks[i];
+        int rc = f.ended ? samples_end_with(e, f.first, f.outcome, f.reason, f.t)
+                         : fork_samples(e, f.first, f.t);
+        if (rc < 0) return rc;
+    }
+    e->n_forks = 0;
+    return 0;
+}
+
+/* A first sample ended before its first token: its others end as it did (ringlmd ends
+ * them with it), counted at the same time. */
+static int samples_end_with(eng *e, uint32_t first, int outcome, int reason, int64_t now)
+{
+    for (uint32_t req = e->fol_head[first]; req != UINT32_MAX; req = e->fol_next[req]) {
+        if (e->run->final_rec[req] != UINT32_MAX) continue; /* already ended */
+        uint32_t idx;
+        int rc = new_rec(e, req, 1, e->t->reqs[req].arrival_us, &idx);
+        if (rc) return rc;
+        sim_rec *x = &e->run->recs[idx];
+        x->seen_us = now;
+        x->live = 1;
+        e->live++;
+        end_rec(e, x, outcome, reason, now);
+    }
+    return 0;
 }
 
 /* A request that reached the client side at `at` is handed to the scheduler at `now` (the
@@ -208,15 +343,10 @@ static int submit(eng *e, uint32_t req, uint32_t attempt, int64_t at, int64_t no
             q->deadline_us == SIM_NO_TIME ? 0 : (uint64_t)(q->deadline_us > 0 ? q->deadline_us : 1),
         .arrival_us = (uint64_t)at,
     };
-    if (e->o->prefix_cache && (q->n_hash || q->n_ahash) && sr.tenant >= 0) {
-        if (q->prompt_tokens > e->tok_cap) {
-            int32_t *p = realloc(e->tok, (size_t)q->prompt_tokens * sizeof *p);
-            if (!p)
-                return sim_err_setc(-ENOMEM, "out of memory for a %u-token prompt",
-                                    q->prompt_tokens);
-            e->tok = p;
-            e->tok_cap = q->prompt_tokens;
-        }
+    /* a first sample of n fills the cache its others read, hashes recorded or not */
+    bool first_of_n = e->fol_head && e->fol_head[req] != UINT32_MAX;
+    if (e->o->prefix_cache && (q->n_hash || q->n_ahash || first_of_n) && sr.tenant >= 0) {
+        if ((rc = tok_room(e, q->prompt_tokens))) return rc;
         sim_req_tokens(e->t, q, req, e->tok);
         sr.tokens = e->tok;
         sr.cache_salt = sched_policy_cache_salt(e->o->policy, sr.tenant);
@@ -291,6 +421,7 @@ static int deliver(eng *e, int64_t now)
         if (ta <= tr) {
             uint32_t req = (uint32_t)e->next_arrival++;
             const sim_req *q = &e->t->reqs[req];
+            if (e->is_follower && e->is_follower[req]) continue; /* waits for its first sample */
             if ((rc = submit(e, req, 1, ta, now)) < 0) return rc;
             /* a client that gave up at (or before) its own arrival: its cancel was delivered
              * before it existed, so deliver it now — counted, not dropped */
@@ -338,6 +469,12 @@ static int sample(eng *e, int64_t now)
         e->next_sample += e->o->sample_us;
     }
     return 0;
+}
+
+static int cmp_src(const void *a, const void *b)
+{
+    const uint64_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
 }
 
 static int cmp_cancel(const void *a, const void *b, void *ctx)
@@ -550,9 +687,48 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         any_hash |= t->reqs[j].n_hash + t->reqs[j].n_ahash > 0;
         any_answer |= t->reqs[j].n_ahash > 0;
     }
+    /* n > 1: each first sample's others (by src_id; one whose first sample the trace lacks —
+     * cut off by a window — runs as a request of its own) */
+    for (size_t j = 0; j < t->n && !e.fol_head; j++)
+        if (t->reqs[j].sample_of) {
+            e.fol_head = malloc(t->n * sizeof *e.fol_head);
+            e.fol_next = malloc(t->n * sizeof *e.fol_next);
+            e.is_follower = calloc(t->n, 1);
+            uint64_t(*by_src)[2] = malloc(t->n * sizeof *by_src);
+            if (!e.fol_head || !e.fol_next || !e.is_follower || !by_src) {
+                free(by_src);
+                rc = -ENOMEM;
+                goto out;
+            }
+            for (size_t k = 0; k < t->n; k++) {
+                e.fol_head[k] = e.fol_next[k] = UINT32_MAX;
+                by_src[k][0] = t->reqs[k].src_id;
+                by_src[k][1] = k;
+            }
+            qsort(by_src, t->n, sizeof *by_src, cmp_src);
+            for (size_t k = t->n; k-- > 0;) { /* pushed from the back: chains in trace order */
+                if (!t->reqs[k].sample_of) continue;
+                uint64_t of = t->reqs[k].sample_of - 1; /* the first sample's src_id */
+                size_t lo = 0, hi = t->n;
+                while (lo < hi) {
+                    size_t mid = (lo + hi) / 2;
+                    if (by_src[mid][0] < of)
+                        lo = mid + 1;
+                    else
+                        hi = mid;
+                }
+                if (lo == t->n || by_src[lo][0] != of || by_src[lo][1] == k) continue;
+                uint32_t first = (uint32_t)by_src[lo][1];
+                if (t->reqs[first].sample_of) continue; /* a chain: not a first sample */
+                e.is_follower[k] = 1;
+                e.fol_next[k] = e.fol_head[first];
+                e.fol_head[first] = (uint32_t)k;
+            }
+            free(by_src);
+        }
     sched_config cfg = {
         .kv_blocks_device = o->kv_blocks_device ? o->kv_blocks_device : svc->kv_blocks_device,
-        .prefix_cache = o->prefix_cache && any_hash,
+        .prefix_cache = o->prefix_cache && (any_hash || e.fol_head),
         .prefix_cache_generated = o->prefix_cache && any_answer,
         .kv_blocks_host = svc->host.present ? svc->kv_blocks_host : 0,
         .kv_blocks_disk = svc->kv_blocks_disk,
@@ -609,6 +785,7 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
     e.last_progress_any = now;
     for (;;) {
         if ((rc = deliver(&e, now)) < 0) goto out;
+        if ((rc = fork_pending(&e)) < 0) goto out;
         if ((rc = sample(&e, now)) < 0) goto out;
         if ((rc = apply_recorded_cost(&e)) < 0) goto out;
         const sched_plan *p = sched_step(e.s, (uint64_t)now);
@@ -647,8 +824,22 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         sched_plan_work_of(p, &w);
         /* engine + the serving loop's measured share (its context term follows the decode
          * rows it was measured on) + the what-if knobs */
+        /* the logits pipeline's rows (log-probabilities, bias and penalties), each request's
+         * sampling row, and a first sample's others drawn from its first row */
+        double pipe_us = 0;
+        for (uint32_t i = 0; i < p->n_entries; i++) {
+            const sched_entry *en = &p->entries[i];
+            if (!en->samples || en->req == 0 || en->req > run->n_recs) continue;
+            const sim_rec *x = &run->recs[en->req - 1];
+            const sim_req *q = &t->reqs[x->req];
+            uint32_t rows = 1;
+            if (e.fol_head && x->generated == 0)
+                for (uint32_t k = e.fol_head[x->req]; k != UINT32_MAX; k = e.fol_next[k]) rows++;
+            pipe_us += rows * ((q->logprobs ? svc->logprobs_row_us : 0) +
+                               (q->processors ? svc->processors_row_us : 0));
+        }
         double step = (sched_step_model_us(&model, &w) + svc->loop_step_us +
-                       svc->loop_context_us * w.decode_context) *
+                       svc->loop_context_us * w.decode_context + pipe_us) *
                           o->step_scale * sim_service_speed_at(svc, ready) +
                       o->step_overhead_us;
         int64_t dur = (int64_t)ceil(step);
@@ -724,9 +915,13 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
                 }
                 run->served_by_tenant[q->tenant]++;
                 if (cancelled_before) x->tokens_after_cancel++;
-                if (x->first_token_us < 0)
+                if (x->first_token_us < 0) {
                     x->first_token_us = end;
-                else if (end - x->last_token_us > x->max_itl_us)
+                    /* a first sample of n: its others draw their first tokens from this row */
+                    if (e.fol_head && e.fol_head[x->req] != UINT32_MAX &&
+                        (rc = fork_note(&e, x->req, false, 0, 0, end)) < 0)
+                        goto out;
+                } else if (end - x->last_token_us > x->max_itl_us)
                     x->max_itl_us = end - x->last_token_us;
                 x->last_token_us = end;
                 if (x->generated >= q->output_tokens &&
@@ -753,6 +948,8 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
             rc = sim_err_setc(rc, "sched_commit: %s", sched_last_error());
             goto out;
         }
+        /* after the commit cached the first samples' prompts (ringlmd submits them there) */
+        if ((rc = fork_pending(&e)) < 0) goto out;
         if (o->check_every && run->steps % o->check_every == 0) {
             /* a long replay is a good fuzzer for the scheduler's own bookkeeping */
             char why[256] = "";
@@ -780,6 +977,10 @@ out:
     free(e.xfers.v);
     free(e.results);
     free(e.tok);
+    free(e.fol_head);
+    free(e.fol_next);
+    free(e.is_follower);
+    free(e.forks);
     return rc;
 }
 

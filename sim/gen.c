@@ -34,6 +34,9 @@ static const param_def p_open[] = {
     {"deadline_ms", "", "every request carries a deadline this long after its arrival"},
     {"arrivals_from", "",
      "take rate and CV of the gaps from this trace file (gamma; poisson: rate)"},
+    {"samples", "1", "samples of each prompt (ringlm's n: one prefill, shared blocks)"},
+    {"logprobs", "0", "1: every request asks for log-probabilities (their cost per row)"},
+    {"processors", "0", "1: every request has logit bias and penalties (their cost per row)"},
     COMMON_PARAMS,
     {NULL, NULL, NULL}};
 static const param_def p_long[] = {
@@ -218,6 +221,8 @@ typedef struct gen {
     sim_trace emp; /* empirical (prompt, output) pairs, when lengths= is given */
     bool use_emp;
     uint64_t next_id;
+    uint32_t samples;          /* n per prompt (0, 1: one) */
+    bool logprobs, processors; /* what every request's rows cost */
 } gen;
 
 static int gen_lengths_init(gen *g, const params *p)
@@ -269,8 +274,18 @@ static int gen_add(gen *g, int64_t at_us, int tenant, int klass)
     r.max_tokens = r.output_tokens;
     r.tenant = (uint16_t)tenant;
     r.klass = (uint16_t)klass;
+    r.logprobs = g->logprobs;
+    r.processors = g->processors;
     r.src_id = g->next_id++;
-    return sim_trace_push(g->t, &r);
+    int rc = sim_trace_push(g->t, &r);
+    /* n samples: the others of the same prompt and lengths, after the first in the trace */
+    uint64_t first = r.src_id + 1; /* sample_of: 1 + the first's src_id */
+    for (uint32_t i = 1; !rc && i < g->samples; i++) {
+        r.sample_of = first;
+        r.src_id = g->next_id++;
+        rc = sim_trace_push(g->t, &r);
+    }
+    return rc;
 }
 
 /* Poisson (cv = 1) or gamma arrivals at `rate` over [from, to) µs, with a tenant and class. */
@@ -505,6 +520,13 @@ int sim_gen_workload(sim_trace *t, const char *name, const char *const *kv, size
         rate = load * cap;
         if (*pget(&p, "rate") && (rc = pnum(&p, "rate", 1e-9, 1e9, &rate))) goto out;
         if (strcmp(name, "gamma") == 0 && (rc = pnum(&p, "cv", 0.01, 100, &cv))) goto out;
+        double ns = 1, lpf = 0, prf = 0;
+        if ((rc = pnum(&p, "samples", 1, 256, &ns)) || (rc = pnum(&p, "logprobs", 0, 1, &lpf)) ||
+            (rc = pnum(&p, "processors", 0, 1, &prf)))
+            goto out;
+        g.samples = (uint32_t)ns;
+        g.logprobs = lpf > 0;
+        g.processors = prf > 0;
         if (*pget(&p, "arrivals_from")) {
             /* fit the arrival process to a trace: its mean rate and the CV of its gaps */
             sim_trace a;

@@ -13,6 +13,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Measured on the CPU backend with stories15M (32,000 tokens), 32 sequences, AMD EPYC
+ * 2 vCPU, 2 engine threads (perf/logprobs_bench --clock cpu; docs/results/2026-12-06-nseq.md):
+ * top-5 log-probabilities cost 78 µs of CPU a row over plain decode, run on both threads
+ * (~39 µs of a step's wall time); bias + penalties were within the noise of that (their cost
+ * is O(bias entries + distinct tokens), not O(vocabulary)): 0.5 µs stands for it. The
+ * log-probability pass scales with the vocabulary. */
+#define PIPE_LOGPROBS_ROW_US   39.0
+#define PIPE_PROCESSORS_ROW_US 0.5
+
+static void sim_service_pipeline_defaults(sim_service *s)
+{
+    s->logprobs_row_us = PIPE_LOGPROBS_ROW_US;
+    s->processors_row_us = PIPE_PROCESSORS_ROW_US;
+}
+
 void sim_service_default(sim_service *s)
 {
     memset(s, 0, sizeof *s);
@@ -37,6 +52,7 @@ void sim_service_default(sim_service *s)
     s->kv_blocks_host = 122000;
     s->kv_bytes_per_token = 131072;
     s->max_batch_tokens = 8192;
+    sim_service_pipeline_defaults(s);
     s->host = (sim_link){50e9, 50e9, 10, true};
     s->disk = (sim_link){6e9, 7e9, 80, true};
     snprintf(s->backend, sizeof s->backend, "builtin");
@@ -444,6 +460,11 @@ int sim_service_parse(sim_service *s, const char *name, const char *text, int fi
         (rc = u32(root, "kv_bytes_per_token", true, &s->kv_bytes_per_token, name)) ||
         (rc = u32(root, "max_batch_tokens", false, &s->max_batch_tokens, name)))
         goto out;
+    sim_service_pipeline_defaults(s);
+    if ((rc = num(root, "logprobs_row_us", false, 0, &s->logprobs_row_us, name)) < 0 ||
+        (rc = num(root, "processors_row_us", false, 0, &s->processors_row_us, name)) < 0)
+        goto out;
+    rc = 0;
     if (s->kv_block_size == 0) {
         rc = sim_err_set("%s: \"kv_block_size\" must be > 0", name);
         goto out;

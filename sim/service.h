@@ -41,6 +41,12 @@ typedef struct sim_service {
     uint32_t kv_blocks_disk; /* disk KV tier blocks (0: none; the built-in has none) */
     uint32_t kv_bytes_per_token;
     uint32_t max_batch_tokens;
+    /* The logits pipeline's cost per sampling row beyond a plain one (a request's
+     * log-probabilities; its logit bias and penalties), charged per row of a request that
+     * asked (sim_req.logprobs, processors): perf/logprobs_bench's difference to plain decode
+     * (docs/results/2026-12-06-nseq.md). Service file keys "logprobs_row_us",
+     * "processors_row_us"; defaults are those measurements. */
+    double logprobs_row_us, processors_row_us;
     /* The serving loop's own cost per step, beyond the engine's (FORMATS.md "serving_loop"):
      * fitted from decode periods a real ringlmd recorded for requests running alone, as
      * loop_step_us + loop_context_us * (sum of the decode sequences' context). The engine

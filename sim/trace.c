@@ -219,6 +219,9 @@ static int native_req(sim_trace *t, const fmt_request *q, sim_req *r, char *why,
     if (q->first_token_us != FMT_NULL) r->real_first_token_us = q->first_token_us;
     if (q->finish_us != FMT_NULL) r->real_finish_us = q->finish_us;
     if (q->cached_tokens != FMT_NULL) r->real_cached_tokens = q->cached_tokens;
+    r->sample_of = q->sample_of ? q->sample_of + 1 : 0;
+    r->logprobs = q->logprobs;
+    r->processors = q->processors;
     if (q->finish_reason) {
         for (unsigned c = SCHED_END_LENGTH; c <= SCHED_END_ERROR; c++)
             if (strcmp(q->finish_reason, sched_end_name(c)) == 0) r->real_reason = (uint8_t)c;

@@ -54,6 +54,13 @@ typedef struct sim_req {
      * sched_cost), sim_trace.costs[cost_idx - 1] from cost_at_us on; cost_idx 0: none */
     uint32_t cost_idx;
     int64_t cost_at_us;
+    /* n > 1 samples of one prompt (a native trace's sample_of, or a generator's samples): 1 +
+     * the src_id of the request's first sample, whose prompt it shares and whose first token
+     * it waits for, as ringlmd runs them; 0: none */
+    uint64_t sample_of;
+    /* what its sampling rows cost beyond a plain one (a native trace's "logprobs" and
+     * "processors"): sim_service.logprobs_row_us, processors_row_us per row */
+    bool logprobs, processors;
 } sim_req;
 
 /* A line the reader refused, kept when the caller asked to skip bad lines. */

@@ -176,7 +176,13 @@ static void s_prompt_lp_noflag(ringlm_sampling *s)
 }
 static void s_n(ringlm_sampling *s)
 {
-    s->n = 4;
+    s->n = RINGLM_WIRE_MAX_N + 1;
+}
+static void s_n_prompt_lp(ringlm_sampling *s)
+{
+    s->n = 4; /* n > 1 with prompt log-probabilities: not implemented */
+    s->flags = RINGLM_SAMPLING_PROMPT_LOGPROBS;
+    s->prompt_logprobs = 1;
 }
 static void s_constraint(ringlm_sampling *s)
 {
@@ -206,7 +212,8 @@ static const smp_case bad_smp[] = {
     {"size", -EINVAL, s_size},
     {"flags", -EINVAL, s_processed_alone},
     {"prompt_logprobs", -EINVAL, s_prompt_lp_noflag},
-    {"n", -ENOTSUP, s_n},
+    {"n", -EINVAL, s_n},
+    {"n", -ENOTSUP, s_n_prompt_lp},
     {"constraint", -EINVAL, s_constraint},
 };
 #define N_BAD_SMP (sizeof bad_smp / sizeof bad_smp[0])
@@ -347,9 +354,9 @@ Test(daemon_sampling, bad_values_on_the_wire_are_bad_params_from_the_daemon)
     bias[0][0].token = VOCAB + 7;
     sm[1].n_logit_bias = 1; /* 2: a NaN bias */
     bias[1][0].bias = NAN;
-    sm[2].repetition_penalty = NAN; /* 3 */
-    sm[3].n = 3;                    /* 4: not implemented */
-    sm[4].n_stop_ids = 1;           /* 5: a stop id past the vocabulary */
+    sm[2].repetition_penalty = NAN;  /* 3 */
+    sm[3].n = RINGLM_WIRE_MAX_N + 1; /* 4: n past the wire's bound */
+    sm[4].n_stop_ids = 1;            /* 5: a stop id past the vocabulary */
     stops[4][0] = VOCAB;
     sm[5].n_logit_bias = 1; /* 6: good, served */
     sm[5].n_stop_ids = 1;

@@ -167,6 +167,49 @@ Test(formats_request_log, round_trip)
     }
 }
 
+/* n samples and the logits pipeline: sample_of, logprobs, processors read back; absent
+ * they are none; out of range refused with the field named. */
+Test(formats_request_log, samples_and_pipeline)
+{
+    fmt_request a = {.req = 12,
+                     .arrival_us = 5,
+                     .prompt_tokens = 256,
+                     .max_tokens = 8,
+                     .output_tokens = 8,
+                     .deadline_us = FMT_NULL,
+                     .cancel_us = FMT_NULL,
+                     .first_token_us = 9,
+                     .finish_us = 20,
+                     .finish_reason = "length",
+                     .cached_tokens = 256,
+                     .sample_of = 9,
+                     .logprobs = true,
+                     .top_logprobs = 0,
+                     .processors = true};
+    char line[1024], why[200];
+    int n = fmt_request_format(&a, line, sizeof line);
+    cr_assert_gt(n, 0);
+    fmt_request b;
+    fmt_request_text t;
+    cr_assert_eq(fmt_request_parse(line, (size_t)n, &b, &t, why, sizeof why), 0, "%s: %s", why,
+                 line);
+    cr_expect_eq(b.sample_of, 9, "%s", line);
+    cr_expect(b.logprobs && b.top_logprobs == 0, "%s", line);
+    cr_expect(b.processors, "%s", line);
+    a.sample_of = 0;
+    a.logprobs = a.processors = false;
+    n = fmt_request_format(&a, line, sizeof line);
+    cr_expect(!strstr(line, "sample_of") && !strstr(line, "logprobs") &&
+                  !strstr(line, "processors"),
+              "%s", line);
+    cr_assert_eq(fmt_request_parse(line, (size_t)n, &b, &t, why, sizeof why), 0);
+    cr_expect(!b.sample_of && !b.logprobs && !b.processors);
+    const char *bad = "{\"req\":1,\"arrival_us\":1,\"prompt_tokens\":2,\"output_tokens\":3,"
+                      "\"logprobs\":21}";
+    cr_expect_eq(fmt_request_parse(bad, strlen(bad), &b, &t, why, sizeof why), -EINVAL);
+    cr_expect(strstr(why, "logprobs"), "%s", why);
+}
+
 Test(formats_request_log, reader_rules)
 {
     char why[200];

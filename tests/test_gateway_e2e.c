@@ -493,7 +493,15 @@ static void expect_error(const char *path, const char *key, const char *body, in
 Test(gateway_e2e, bad_requests_get_openai_errors)
 {
     setup(NULL);
-    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"n\":3}", 400, "n", "unsupported");
+    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"n\":0}", 400, "n", "invalid_value");
+    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"n\":300}", 400, "n",
+                 "invalid_value");
+    /* past the daemon's --max-n (16): the library knows it from the handshake */
+    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"n\":17}", 400, "n", "invalid_value");
+    expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"n\":3,\"best_of\":2}", 400,
+                 "best_of", "invalid_value");
+    expect_error("/v1/completions", NULL,
+                 "{\"prompt\":\"x\",\"n\":1,\"best_of\":2,\"stream\":true}", 400, "best_of", NULL);
     expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"top_k\":\"big\"}", 400, "top_k",
                  NULL);
     expect_error("/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":", 400, NULL,

@@ -141,3 +141,37 @@ Test(gateway_node, structured_output_through_the_openai_sdk)
     free(err);
     free(keys);
 }
+
+/* n choices through the SDK (tests/node/gateway_n.test.mjs): `n: 3` on completions and chat,
+ * whole and streamed, each choice as the single request with seed + i; best_of; n and
+ * best_of out of range. */
+Test(gateway_node, n_choices_through_the_openai_sdk)
+{
+    gwh_need();
+    char *out, *err;
+    char *ver[] = {"node", "--version", NULL};
+    if (th_run(ver, &out, &err, 20) != 0)
+        cr_skip_test("node is not installed: the OpenAI SDK test skips");
+    free(out);
+    free(err);
+    if (!th_exists("tests/node/node_modules/openai/package.json"))
+        cr_skip_test("tests/node/node_modules/openai is absent (run `make deps`): the OpenAI SDK "
+                     "test skips");
+    char *keys = gwh_keys();
+    const char *extra[] = {"--api-keys", keys, NULL};
+    gwh_start_daemon(NULL);
+    gwh_start_gateway(extra);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", gwh_port);
+    setenv("GATEWAY_URL", url, 1);
+    setenv("GATEWAY_KEY", "sk-alice-0001", 1);
+    gwh_wait_healthy(10000);
+    char *argv[] = {"node", "--test", "--test-reporter=tap", "tests/node/gateway_n.test.mjs", NULL};
+    int rc = th_run(argv, &out, &err, 180);
+    cr_assert_eq(rc, 0, "the SDK's n checks failed (exit %d):\n%s\n%s\ngateway log:\n%s", rc, out,
+                 err, th_read_file(gwh_gateway.log));
+    cr_assert(strstr(out, "# pass 4"), "expected 4 passing checks:\n%s", out);
+    free(out);
+    free(err);
+    free(keys);
+}

@@ -205,7 +205,8 @@ Test(gateway_units, wrong_types_are_400s_naming_the_field)
     expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"temperature\":\"hot\"}", "temperature");
     expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"stream\":1}", "stream");
     expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"stop\":[1]}", "stop");
-    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"n\":2}", "n");
+    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"n\":\"2\"}", "n");
+    expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"best_of\":2.5}", "best_of");
     expect_400(GW_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs");
     expect_400(GW_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}",
                "logprobs");

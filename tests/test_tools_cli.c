@@ -1024,3 +1024,47 @@ Test(tools_cli, generate_constraint_flags_shape_the_answer)
     free(model);
     free(tok);
 }
+
+/* ringlm generate --n N: N samples, each printed whole under "[sample i]", sample i the answer
+ * of a single request with --seed S + i. */
+Test(tools_cli, generate_n_prints_each_sample_as_its_single_request)
+{
+    need_programs();
+    char *model = th_path(th_shared_dir(), "models/stories260K.bin");
+    if (!th_exists(model)) cr_skip_test("stories260K not found under %s", th_shared_dir());
+    const char *args[] = {"--model", model, NULL};
+    start_daemon(args);
+    char *ringlm = th_path(th_bin_dir(), "ringlm");
+    char *out, *err;
+    char *group[] = {ringlm,          "--socket",  g_d.sock,       "generate",
+                     "--prompt-ids",  "1,403,407", "--n",          "3",
+                     "--seed",        "40",        "--max-tokens", "6",
+                     "--temperature", "1",         "--ignore-eos", NULL};
+    cr_assert_eq(th_run(group, &out, &err, 60), 0, "%s", err);
+    /* the expected output: each single request's ids under its header */
+    char want[4096] = "";
+    for (int i = 0; i < 3; i++) {
+        char seed[16], *o1, *e1;
+        snprintf(seed, sizeof seed, "%d", 40 + i);
+        char *one[] = {ringlm,         "--socket",  g_d.sock,        "generate",
+                       "--prompt-ids", "1,403,407", "--seed",        seed,
+                       "--max-tokens", "6",         "--temperature", "1",
+                       "--ignore-eos", NULL};
+        cr_assert_eq(th_run(one, &o1, &e1, 60), 0, "%s", e1);
+        size_t w = strlen(want);
+        snprintf(want + w, sizeof want - w, "[sample %d]\n%s", i, o1);
+        free(o1);
+        free(e1);
+    }
+    cr_expect_str_eq(out, want, "ringlm generate --n 3");
+    free(out);
+    free(err);
+    char *bad[] = {ringlm,      "--socket", g_d.sock, "generate", "--prompt-ids",
+                   "1,403,407", "--n",      "17",     NULL};
+    cr_expect_neq(th_run(bad, &out, &err, 60), 0, "n 17 accepted: %s", out);
+    cr_expect(strstr(err, "n 17 outside"), "stderr: %s", err);
+    free(out);
+    free(err);
+    free(ringlm);
+    free(model);
+}

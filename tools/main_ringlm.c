@@ -76,6 +76,9 @@ static void usage_generate(FILE *f)
             "  --grammar FILE     the answer follows the GBNF grammar in FILE\n"
             "                     (one constraint at most; a daemon refuses what it does not\n"
             "                     enforce, and says why a constraint does not compile)\n"
+            "  --n N              N samples of the prompt (the daemon computes it once; sample i\n"
+            "                     draws as --seed + i): each printed whole when all are done,\n"
+            "                     under a line \"[sample i]\"\n"
             "  --stats            print the request's timing to stderr at the end (with the\n"
             "                     prompt tokens the daemon's prefix cache served)\n"
             "  --prompt-ids LIST  instead of --prompt/--tokenizer: comma-separated token ids;\n"
@@ -127,6 +130,89 @@ static ringlm_logit_bias *parse_bias(const char *s, uint32_t *n)
     }
     free(dup);
     return b;
+}
+
+/* --n: the samples id .. id + ns - 1, each collected until its FINISH, then printed whole
+ * in order under "[sample i]" (the prompt, then its text as run.c prints it; token ids one a
+ * line with --prompt-ids). A sample that draws BOS ends there (run.c). Exit 1 when any
+ * sample failed. */
+static int generate_samples(ringlm_client *c, const ringlm_tokenizer *tok, const int32_t *ids,
+                            int n, uint64_t id, uint32_t ns, bool stats, uint64_t t0)
+{
+    typedef struct smp_out {
+        int32_t *tok;
+        uint32_t n, cap, cached;
+        int finish, cause;
+        bool done, bos;
+    } smp_out;
+    smp_out *o = calloc(ns, sizeof *o);
+    if (!o) cli_die("out of memory");
+    uint32_t left = ns;
+    while (left) {
+        ringlm_event ev;
+        int rc = ringlm_next_event(c, &ev, -1);
+        if (rc == -EINTR) continue;
+        if (rc < 0)
+            cli_die("the daemon went away mid-request: %s%s%s", ringlm_strerror(rc),
+                    *ringlm_errdetail() ? " — " : "", ringlm_errdetail());
+        if (ev.req_id < id || ev.req_id >= id + ns) continue;
+        smp_out *x = &o[ev.req_id - id];
+        if (ev.kind == RINGLM_EV_TOKEN && !x->bos) {
+            if (tok && ev.token == ringlm_tokenizer_bos(tok)) {
+                x->bos = true; /* run.c stops at BOS */
+                ringlm_cancel(c, ev.req_id);
+                continue;
+            }
+            if (x->n == x->cap) {
+                x->cap = x->cap ? 2 * x->cap : 64;
+                x->tok = realloc(x->tok, sizeof *x->tok * x->cap);
+                if (!x->tok) cli_die("out of memory");
+            }
+            x->tok[x->n++] = ev.token;
+        } else if (ev.kind == RINGLM_EV_FINISH && !x->done) {
+            x->done = true;
+            x->finish = x->bos ? RINGLM_FINISH_STOP : ev.finish_reason;
+            x->cause = ev.reject_reason;
+            x->cached = ev.n_cached_tokens;
+            left--;
+        }
+    }
+    int exit_code = 0;
+    const char *piece;
+    for (uint32_t i = 0; i < ns; i++) {
+        printf("[sample %u]\n", i);
+        if (tok) {
+            for (int k = 1; k < n; k++)
+                if (ringlm_token_text(tok, ids[k - 1], ids[k], &piece) == 0)
+                    fputs(run_c_printable(piece), stdout);
+            int32_t prev = ids[n - 1];
+            for (uint32_t k = 0; k < o[i].n; k++) {
+                if (ringlm_token_text(tok, prev, o[i].tok[k], &piece) == 0)
+                    fputs(run_c_printable(piece), stdout);
+                prev = o[i].tok[k];
+            }
+            fputc('\n', stdout);
+        } else {
+            for (uint32_t k = 0; k < o[i].n; k++) printf("%d\n", o[i].tok[k]);
+        }
+        int fr = o[i].finish;
+        if (fr != RINGLM_FINISH_STOP && fr != RINGLM_FINISH_LENGTH) {
+            fprintf(stderr, "ringlm: sample %u %s%s%s after %u tokens\n", i, ringlm_reason_name(fr),
+                    o[i].cause ? ": " : "", o[i].cause ? ringlm_reason_name(o[i].cause) : "",
+                    o[i].n);
+            exit_code = 1;
+        }
+        if (stats)
+            fprintf(stderr,
+                    "ringlm: sample %u: %u prompt tokens (%u cached), %u generated, finish %s\n", i,
+                    (unsigned)n, o[i].cached, o[i].n, ringlm_reason_name(fr));
+        free(o[i].tok);
+    }
+    if (stats)
+        fprintf(stderr, "ringlm: %u samples in %.2f ms\n", ns, (double)(cli_now_us() - t0) / 1e3);
+    fflush(stdout);
+    free(o);
+    return exit_code;
 }
 
 /* "A,B,..." (a "\\," is a comma inside one) into NUL-separated alternatives (malloc()ed). */
@@ -208,6 +294,7 @@ static int cmd_generate(int argc, char **argv)
                                          {"regex", required_argument, 0, 'x'},
                                          {"choice", required_argument, 0, 'C'},
                                          {"grammar", required_argument, 0, 'g'},
+                                         {"n", required_argument, 0, 'N'},
                                          {0, 0, 0, 0}};
     /* The sampling extensions; their ranges are the library's check (its detail is printed). */
     ringlm_sampling smp;
@@ -268,6 +355,7 @@ static int cmd_generate(int argc, char **argv)
             constraint = read_whole("--grammar", optarg, &clen);
             set_constraint(&smp, RINGLM_CONSTRAINT_GRAMMAR, constraint, clen, "--grammar");
             break;
+        case 'N': smp.n = (uint32_t)cli_parse_long("--n", optarg, 1, RINGLM_MAX_N); break;
         case 'h': usage_generate(stdout); return 0;
         default: usage_generate(stderr); return 2;
         }
@@ -340,6 +428,17 @@ static int cmd_generate(int argc, char **argv)
     if (rc < 0)
         cli_die("submit: %s%s%s", ringlm_strerror(rc), *ringlm_errdetail() ? " — " : "",
                 ringlm_errdetail());
+
+    if (smp.n > 1) {
+        int ec = generate_samples(c, tok, ids, n, id, smp.n, stats, t0);
+        ringlm_close(c);
+        free(ids);
+        free(bias);
+        free(stop_ids);
+        free(constraint);
+        ringlm_tokenizer_free(tok);
+        return ec;
+    }
 
     /* The prompt as run.c prints it: each forced token decoded after its predecessor. */
     const char *piece;

@@ -1,0 +1,482 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/test_daemon_nseq.c — n samples of one prompt (ringlm_sampling.n, ringlm.h "n
+ * samples") through a real ringlmd: the prompt is computed once (the other samples share
+ * its KV blocks), each sample answers exactly as a single request with seed + i, each has
+ * its own id, index stream and FINISH; a group whose KV could never fit is refused whole;
+ * cancels and a client that dies leave every block accounted for (the scheduler's
+ * invariants checked by the stats file); n out of range is refused at submit and by the
+ * daemon; preemption with swaps of shared blocks keeps the answers (--verify-swaps).
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "libclient/ringlm.h"
+#include "tests/daemon_helpers.h"
+#include "tests/helpers.h"
+#include "tools/prom.h"
+
+#define NS_MAX  16
+#define TOK_MAX 200
+
+typedef struct sample_out {
+    int32_t tok[TOK_MAX];
+    uint32_t n;
+    ringlm_event fin;
+    bool done;
+} sample_out;
+
+static void prompt_of(int32_t *p, uint32_t n, uint32_t salt)
+{
+    /* a prompt of ordinary tokens, different per salt */
+    for (uint32_t i = 0; i < n; i++) p[i] = (int32_t)(3 + (i * 7 + salt * 13) % 400);
+    p[0] = 1; /* BOS */
+}
+
+static void req_of(ringlm_request *r, const int32_t *p, uint32_t n_prompt, uint32_t max_new,
+                   uint64_t seed)
+{
+    ringlm_request_init(r);
+    r->prompt = p;
+    r->n_prompt = n_prompt;
+    r->max_new_tokens = max_new;
+    r->temperature = 0.9f;
+    r->top_p = 0.95f;
+    r->seed = seed;
+}
+
+/* Reads events until every one of the n samples from id0 has its FINISH: each sample's
+ * indices run 0, 1, ... with no gap. cancel_at (> 0): after that many tokens of sample
+ * cancel_idx, cancels it. */
+static void collect(ringlm_client *c, uint64_t id0, uint32_t n, sample_out *out, int cancel_idx,
+                    uint32_t cancel_at)
+{
+    memset(out, 0, sizeof *out * n);
+    uint32_t left = n;
+    bool cancelled = false;
+    while (left) {
+        ringlm_event ev;
+        int rc = ringlm_next_event(c, &ev, 60000);
+        cr_assert_gt(rc, 0, "next_event %d: %s", rc, ringlm_errdetail());
+        cr_assert(ev.req_id >= id0 && ev.req_id < id0 + n, "event of id %llu outside %llu+%u",
+                  (unsigned long long)ev.req_id, (unsigned long long)id0, n);
+        sample_out *o = &out[ev.req_id - id0];
+        cr_assert(!o->done, "an event after sample %llu's FINISH", (unsigned long long)ev.req_id);
+        if (ev.kind == RINGLM_EV_TOKEN) {
+            cr_assert_eq(ev.index, o->n, "sample %llu: index %u after %u tokens",
+                         (unsigned long long)(ev.req_id - id0), ev.index, o->n);
+            if (o->n < TOK_MAX) o->tok[o->n] = ev.token;
+            o->n++;
+            if (cancel_at && !cancelled && (int)(ev.req_id - id0) == cancel_idx &&
+                o->n == cancel_at) {
+                cr_assert_eq(ringlm_cancel(c, ev.req_id), 0, "%s", ringlm_errdetail());
+                cancelled = true;
+            }
+        } else if (ev.kind == RINGLM_EV_FINISH) {
+            o->fin = ev;
+            o->done = true;
+            cr_expect_eq(ev.n_tokens, o->n, "sample %llu: FINISH says %u tokens, %u came",
+                         (unsigned long long)(ev.req_id - id0), ev.n_tokens, o->n);
+            left--;
+        }
+    }
+}
+
+static uint64_t submit_n(ringlm_client *c, const ringlm_request *r, uint32_t n)
+{
+    ringlm_sampling s;
+    ringlm_sampling_init(&s);
+    s.n = n;
+    uint64_t id = 0;
+    cr_assert_eq(ringlm_submit_ext(c, r, &s, &id), 0, "submit n %u: %s", n, ringlm_errdetail());
+    return id;
+}
+
+static double metric(dmn *d, const char *series)
+{
+    int port = dmn_metrics_port(d);
+    cr_assert_gt(port, 0, "no metrics port in the daemon's output");
+    int status = 0;
+    char *body = th_http_get(port, "/metrics", &status, NULL, 0);
+    cr_assert_not_null(body);
+    cr_assert_eq(status, 200);
+    double v = prom_value(body, series);
+    free(body);
+    return v;
+}
+
+/* The request log's lines of requests whose id is in [id0, id0 + n) (daemon ids: the
+ * samples of one request are consecutive there too): their summed prompt tokens less the
+ * cached ones — the prompt tokens they computed. */
+static long long computed_prompt_tokens(const char *reqlog, int *lines)
+{
+    FILE *f = fopen(reqlog, "r");
+    cr_assert_not_null(f, "request log %s", reqlog);
+    char line[8192];
+    long long sum = 0;
+    *lines = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        if (!o) continue;
+        long long p = json_integer_value(json_object_get(o, "prompt_tokens"));
+        json_t *ct = json_object_get(o, "cached_tokens");
+        long long cached = ct ? json_integer_value(ct) : 0;
+        sum += p - cached;
+        (*lines)++;
+        json_decref(o);
+    }
+    fclose(f);
+    return sum;
+}
+
+/* n = 8 samples of a 256-token prompt compute 256 prompt tokens (not 2,048): the request log
+ * says so (prompt less cached, summed), the FINISH events say each further sample found the
+ * whole prompt cached, and vllm:prompt_tokens_total counts 256. Each sample's tokens equal
+ * a single request's with seed + i on a daemon that shares nothing (--no-prefix-cache). */
+Test(daemon_nseq, eight_samples_compute_the_prompt_once_and_equal_single_requests, .timeout = 300)
+{
+    char model[256];
+    model_or_synthetic(model, sizeof model);
+    enum { N = 8, P = 256, M = 24 };
+    const uint64_t seed = 4242;
+    static int32_t prompt[P];
+    prompt_of(prompt, P, 1);
+    ringlm_request r;
+    req_of(&r, prompt, P, M, seed);
+
+    static const char *const flags[] = {"--metrics", "127.0.0.1:0", NULL};
+    dmn d;
+    dmn_start(&d, model, NULL, flags);
+    ringlm_client *c;
+    cr_assert_eq(ringlm_connect(d.sock, &c), 0, "%s", ringlm_errdetail());
+    cr_expect_eq(ringlm_max_samples(c), 16, "the default --max-n");
+    uint64_t id0 = submit_n(c, &r, N);
+    /* the next request's id comes after the n samples' */
+    static sample_out group[N];
+    collect(c, id0, N, group, -1, 0);
+    for (int i = 0; i < N; i++) {
+        cr_expect_eq(group[i].fin.finish_reason, RINGLM_FINISH_LENGTH, "sample %d: %s", i,
+                     ringlm_reason_name(group[i].fin.finish_reason));
+        cr_expect_eq(group[i].n, (uint32_t)M, "sample %d", i);
+        cr_expect_eq(group[i].fin.n_cached_tokens, i ? (uint32_t)P : 0u,
+                     "sample %d found %u prompt tokens cached", i, group[i].fin.n_cached_tokens);
+    }
+    /* the samples differ (different seeds), or the test would prove little */
+    int differ = 0;
+    for (int i = 1; i < N; i++)
+        differ += memcmp(group[i].tok, group[0].tok, sizeof(int32_t) * M) != 0;
+    cr_expect_gt(differ, 0,
+                 "eight samples at temperature 0.9 all gave the same answer: %d %d %d / %d %d %d",
+                 group[0].tok[0], group[0].tok[1], group[0].tok[2], group[1].tok[0],
+                 group[1].tok[1], group[1].tok[2]);
+    ringlm_close(c);
+    assert_back_to_baseline(&d, 20000);
+    cr_expect_eq(metric(&d, "vllm:prompt_tokens_total"), (double)P,
+                 "prefill tokens processed for %d samples of %d tokens", N, P);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 20000), 0);
+    int lines = 0;
+    long long computed = computed_prompt_tokens(d.reqlog, &lines);
+    cr_expect_eq(lines, N, "request log lines");
+    cr_expect_eq(computed, P, "prompt tokens computed by the %d samples (prompt - cached)", N);
+    /* a replay (ringlm-sim --trace) learns which lines are samples of which */
+    cr_expect_eq(count_lines(d.reqlog, "\"sample_of\""), N - 1, "request log lines with sample_of");
+    dmn_cleanup(&d);
+
+    /* The same as single requests, each alone on a daemon that caches nothing. */
+    static const char *const nocache[] = {"--no-prefix-cache", NULL};
+    dmn one;
+    dmn_start(&one, model, NULL, nocache);
+    cr_assert_eq(ringlm_connect(one.sock, &c), 0, "%s", ringlm_errdetail());
+    for (int i = 0; i < N; i++) {
+        ringlm_request q;
+        req_of(&q, prompt, P, M, seed + (uint64_t)i);
+        uint64_t id;
+        cr_assert_eq(ringlm_submit(c, &q, &id), 0, "%s", ringlm_errdetail());
+        sample_out single;
+        collect(c, id, 1, &single, -1, 0);
+        cr_expect_eq(single.n, group[i].n, "sample %d: %u tokens, the single request %u", i,
+                     group[i].n, single.n);
+        cr_expect_arr_eq(single.tok, group[i].tok, sizeof(int32_t) * M,
+                         "sample %d differs from the single request with seed + %d", i, i);
+    }
+    ringlm_close(c);
+    cr_expect_eq(dmn_stop(&one, SIGTERM, 20000), 0);
+    dmn_cleanup(&one);
+}
+
+/* A group whose samples could never hold their KV blocks together is refused whole (every
+ * sample's FINISH rejected never_fits), though one sample alone fits; a group that fits on
+ * the same daemon runs. */
+Test(daemon_nseq, a_group_that_cannot_fit_is_refused_whole, .timeout = 120)
+{
+    char model[256];
+    model_or_synthetic(model, sizeof model);
+    /* 40 blocks of 16: one sample of 256 + 64 needs 20; eight need 20 + 7 × 4 = 48 */
+    static const char *const flags[] = {"--kv-blocks", "40", NULL};
+    static int32_t prompt[256];
+    prompt_of(prompt, 256, 2);
+    dmn d;
+    dmn_start(&d, model, NULL, flags);
+    ringlm_client *c;
+    cr_assert_eq(ringlm_connect(d.sock, &c), 0, "%s", ringlm_errdetail());
+    ringlm_request r;
+    req_of(&r, prompt, 256, 64, 7);
+    uint64_t id0 = submit_n(c, &r, 8);
+    static sample_out out[8];
+    collect(c, id0, 8, out, -1, 0);
+    for (int i = 0; i < 8; i++) {
+        cr_expect_eq(out[i].fin.finish_reason, RINGLM_FINISH_REJECTED, "sample %d: %s", i,
+                     ringlm_reason_name(out[i].fin.finish_reason));
+        cr_expect_eq(out[i].fin.reject_reason, RINGLM_R_NEVER_FITS, "sample %d: %s", i,
+                     ringlm_reason_name(out[i].fin.reject_reason));
+        cr_expect_eq(out[i].n, 0u);
+    }
+    /* four fit: 20 + 3 × 4 = 32 */
+    id0 = submit_n(c, &r, 4);
+    collect(c, id0, 4, out, -1, 0);
+    for (int i = 0; i < 4; i++)
+        cr_expect_eq(out[i].fin.finish_reason, RINGLM_FINISH_LENGTH, "sample %d: %s", i,
+                     ringlm_reason_name(out[i].fin.finish_reason));
+    ringlm_close(c);
+    assert_back_to_baseline(&d, 20000);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 20000), 0);
+    dmn_cleanup(&d);
+}
+
+/* Each sample is cancelled on its own id: the cancelled one ends cancelled, the others run
+ * to their length; sample 0 (whose prompt the others shared) cancelled after the fork ends
+ * only itself. Every block is back after. */
+Test(daemon_nseq, a_cancel_ends_one_sample, .timeout = 120)
+{
+    char model[256];
+    model_or_synthetic(model, sizeof model);
+    dmn d;
+    dmn_start(&d, model, NULL, (const char *const[]){DMN_BELOW_CLIENTS, NULL});
+    ringlm_client *c;
+    cr_assert_eq(ringlm_connect(d.sock, &c), 0, "%s", ringlm_errdetail());
+    static int32_t prompt[40];
+    prompt_of(prompt, 40, 3);
+    ringlm_request r;
+    req_of(&r, prompt, 40, 150, 11);
+    r.ignore_stop = true;
+    for (int victim = 0; victim < 4; victim += 2) {
+        uint64_t id0 = submit_n(c, &r, 4);
+        static sample_out out[4];
+        collect(c, id0, 4, out, victim, 3);
+        for (int i = 0; i < 4; i++) {
+            if (i == victim) {
+                cr_expect_eq(out[i].fin.finish_reason, RINGLM_FINISH_CANCELLED, "victim %d: %s", i,
+                             ringlm_reason_name(out[i].fin.finish_reason));
+                cr_expect_lt(out[i].n, 150u);
+            } else {
+                cr_expect_eq(out[i].fin.finish_reason, RINGLM_FINISH_LENGTH, "sample %d: %s", i,
+                             ringlm_reason_name(out[i].fin.finish_reason));
+                cr_expect_eq(out[i].n, 150u);
+            }
+        }
+    }
+    ringlm_close(c);
+    assert_back_to_baseline(&d, 20000);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 20000), 0);
+    dmn_cleanup(&d);
+}
+
+typedef struct die_job {
+    const char *sock;
+    int ready_fd;
+} die_job;
+
+/* Submits 8 samples of a long answer, reads a few tokens, says so and dies. */
+static int client_dies(void *arg)
+{
+    die_job *j = arg;
+    ringlm_client *c;
+    if (ringlm_connect(j->sock, &c)) return 10;
+    static int32_t prompt[100];
+    prompt_of(prompt, 100, 4);
+    ringlm_request r;
+    req_of(&r, prompt, 100, 400, 5);
+    r.ignore_stop = true;
+    ringlm_sampling s;
+    ringlm_sampling_init(&s);
+    s.n = 8;
+    uint64_t id;
+    if (ringlm_submit_ext(c, &r, &s, &id)) return 11;
+    int got = 0;
+    while (got < 16) {
+        ringlm_event ev;
+        if (ringlm_next_event(c, &ev, 60000) <= 0) return 12;
+        if (ev.kind == RINGLM_EV_TOKEN) got++;
+    }
+    char b = 1;
+    if (write(j->ready_fd, &b, 1) != 1) return 13;
+    _exit(0); /* mid-way: no close, no cancel */
+}
+
+/* A client that dies while its 8 samples decode: every sample is cancelled and every KV
+ * block (shared ones included) comes back, the scheduler's invariants holding throughout. */
+Test(daemon_nseq, a_client_that_dies_mid_way_frees_every_block, .timeout = 120)
+{
+    char model[256];
+    model_or_synthetic(model, sizeof model);
+    dmn d;
+    dmn_start(&d, model, NULL, (const char *const[]){DMN_BELOW_CLIENTS, NULL});
+    int pfd[2];
+    cr_assert_eq(pipe(pfd), 0);
+    die_job j = {.sock = d.sock, .ready_fd = pfd[1]};
+    pid_t p = spawn(client_dies, &j);
+    close(pfd[1]);
+    char b = 0;
+    cr_assert_eq(read(pfd[0], &b, 1), 1, "the client never saw its tokens");
+    close(pfd[0]);
+    cr_expect_eq(reap(p, 30000), 0);
+    assert_back_to_baseline(&d, 30000);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 20000), 0);
+    int lines = 0;
+    (void)computed_prompt_tokens(d.reqlog, &lines);
+    cr_expect_eq(lines, 8, "a request log line per sample");
+    cr_expect_eq(count_lines(d.reqlog, "\"cancelled\""), 8, "every sample cancelled");
+    dmn_cleanup(&d);
+}
+
+/* n past the daemon's maximum is -EINVAL at submit, naming n; n 0 and 1 are one sample; a
+ * smaller --max-n is what the library learns and enforces; n > 1 with max_new_tokens 0 is
+ * -EINVAL; with prompt log-probabilities -ENOTSUP. */
+Test(daemon_nseq, n_out_of_range_is_refused, .timeout = 120)
+{
+    char model[256];
+    model_or_synthetic(model, sizeof model);
+    static const char *const flags[] = {"--max-n", "4", NULL};
+    dmn d;
+    dmn_start(&d, model, NULL, flags);
+    ringlm_client *c;
+    cr_assert_eq(ringlm_connect(d.sock, &c), 0, "%s", ringlm_errdetail());
+    cr_expect_eq(ringlm_max_samples(c), 4);
+    static int32_t prompt[8];
+    prompt_of(prompt, 8, 5);
+    ringlm_request r;
+    req_of(&r, prompt, 8, 4, 1);
+    ringlm_sampling s;
+    ringlm_sampling_init(&s);
+    uint64_t id = 0;
+    s.n = 5;
+    cr_expect_eq(ringlm_submit_ext(c, &r, &s, &id), -EINVAL);
+    cr_expect(!strncmp(ringlm_errdetail(), "n 5", 3), "detail: %s", ringlm_errdetail());
+    s.n = RINGLM_WIRE_MAX_N + 1;
+    const char *field = NULL;
+    cr_expect_eq(ringlm_request_check_ext(&r, &s, 0, &field), -EINVAL);
+    cr_expect_str_eq(field ? field : "(null)", "n");
+    s.n = 2;
+    r.max_new_tokens = 0;
+    s.flags = 0;
+    cr_expect_eq(ringlm_request_check_ext(&r, &s, 0, &field), -EINVAL, "%s", ringlm_errdetail());
+    r.max_new_tokens = 4;
+    s.flags = RINGLM_SAMPLING_PROMPT_LOGPROBS;
+    s.prompt_logprobs = 1;
+    cr_expect_eq(ringlm_request_check_ext(&r, &s, 0, &field), -ENOTSUP, "%s", ringlm_errdetail());
+    cr_expect_str_eq(field ? field : "(null)", "n");
+    /* 0 and 1 are one sample: one FINISH; the next id follows at once */
+    for (uint32_t n = 0; n < 2; n++) {
+        ringlm_sampling_init(&s);
+        s.n = n;
+        cr_assert_eq(ringlm_submit_ext(c, &r, &s, &id), 0, "%s", ringlm_errdetail());
+        sample_out o;
+        collect(c, id, 1, &o, -1, 0);
+        cr_expect_eq(o.fin.finish_reason, RINGLM_FINISH_LENGTH);
+    }
+    /* 4 samples: ids id .. id + 3, and the next request's id is id + 4 */
+    uint64_t id4 = submit_n(c, &r, 4);
+    cr_expect_eq(id4, id + 1);
+    static sample_out out[4];
+    collect(c, id4, 4, out, -1, 0);
+    uint64_t after = 0;
+    cr_assert_eq(ringlm_submit(c, &r, &after), 0);
+    cr_expect_eq(after, id4 + 4);
+    collect(c, after, 1, out, -1, 0);
+    ringlm_close(c);
+    assert_back_to_baseline(&d, 20000);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 20000), 0);
+    dmn_cleanup(&d);
+}
+
+/* Three groups of four samples on one daemon; their tokens into out (by group, sample). */
+static void run_groups(const char *model, const char *const *flags, sample_out out[3][4],
+                       int *preemptions)
+{
+    dmn d;
+    dmn_start(&d, model, NULL, flags);
+    ringlm_client *c;
+    cr_assert_eq(ringlm_connect(d.sock, &c), 0, "%s", ringlm_errdetail());
+    static int32_t prompt[3][100];
+    uint64_t ids[3];
+    for (int g = 0; g < 3; g++) {
+        ringlm_request r;
+        prompt_of(prompt[g], 100, 10 + (uint32_t)g);
+        req_of(&r, prompt[g], 100, 180, 3 + 100 * (uint64_t)g);
+        r.ignore_stop = true;
+        ids[g] = submit_n(c, &r, 4);
+    }
+    /* the groups' events interleave: read them all, in whatever order they come */
+    memset(out, 0, sizeof(sample_out) * 12);
+    uint32_t left = 12;
+    while (left) {
+        ringlm_event ev;
+        int rc = ringlm_next_event(c, &ev, 60000);
+        cr_assert_gt(rc, 0, "next_event %d: %s", rc, ringlm_errdetail());
+        int g = ev.req_id >= ids[2] ? 2 : ev.req_id >= ids[1] ? 1 : 0;
+        uint64_t i = ev.req_id - ids[g];
+        cr_assert_lt(i, 4u);
+        sample_out *o = &out[g][i];
+        if (ev.kind == RINGLM_EV_TOKEN) {
+            cr_assert_eq(ev.index, o->n);
+            if (o->n < TOK_MAX) o->tok[o->n] = ev.token;
+            o->n++;
+        } else if (ev.kind == RINGLM_EV_FINISH) {
+            o->fin = ev;
+            left--;
+        }
+    }
+    ringlm_close(c);
+    assert_back_to_baseline(&d, 30000);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 20000), 0);
+    *preemptions = count_lines(d.declog, "\"preempt\"");
+    dmn_cleanup(&d);
+}
+
+/* Groups that overflow a small device pool: samples are preempted and swapped to the host
+ * tier (their shared prompt blocks with them) and come back; every block is checksummed at
+ * swap-out and compared at swap-in (--verify-swaps), the scheduler's invariants hold, and
+ * every sample answers as on a daemon with room for all. */
+Test(daemon_nseq, preemption_and_swaps_keep_shared_blocks_right, .timeout = 300)
+{
+    char model[256];
+    model_or_synthetic(model, sizeof model);
+    static sample_out roomy[3][4], tight[3][4];
+    int pre_roomy = 0, pre_tight = 0;
+    run_groups(model, NULL, roomy, &pre_roomy);
+    /* 12 sequences of up to 280 tokens (18 blocks, 6 of them the shared prompt's): 54 blocks
+     * a group, 162 in all, on 64 */
+    static const char *const flags[] = {"--kv-blocks",    "64", "--host-kv-blocks", "256",
+                                        "--verify-swaps", NULL};
+    run_groups(model, flags, tight, &pre_tight);
+    cr_expect_eq(pre_roomy, 0);
+    cr_expect_gt(pre_tight, 0, "no preemption: the test did not test what it says");
+    for (int g = 0; g < 3; g++)
+        for (int i = 0; i < 4; i++) {
+            cr_expect_eq(tight[g][i].fin.finish_reason, RINGLM_FINISH_LENGTH,
+                         "group %d sample %d: %s", g, i,
+                         ringlm_reason_name(tight[g][i].fin.finish_reason));
+            cr_expect_eq(tight[g][i].n, 180u);
+            cr_expect_arr_eq(tight[g][i].tok, roomy[g][i].tok, sizeof(int32_t) * 180,
+                             "group %d sample %d differs after preemption", g, i);
+        }
+    cr_log_info("preemptions %d", pre_tight);
+}
