@@ -402,6 +402,184 @@ static int rd_tools(json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err *e)
     return 0;
 }
 
+/* ---- tools in the built-in templates ---------------------------------------------------- */
+/* The text of a JSON value as Hugging Face's tojson writes it (Python's json.dumps: ", " and
+ * ": ", non-ASCII as it is), indented by indent spaces when indent > 0. */
+static int add_tojson(gw_buf *b, json_t *v, int indent)
+{
+    char *t = json_dumps(v, JSON_ENCODE_ANY | (indent ? JSON_INDENT(indent) : 0));
+    int rc = t ? gw_buf_adds(b, t) : -1;
+    free(t);
+    return rc;
+}
+
+/* A call's arguments as the object they hold (a string that is no JSON: the string). */
+static json_t *call_args(json_t *call)
+{
+    json_t *a = json_object_get(json_object_get(call, "function"), "arguments");
+    if (!json_is_string(a)) return json_incref(a ? a : json_null());
+    json_t *o = json_loads(json_string_value(a), JSON_DECODE_ANY, NULL);
+    return o ? o : json_incref(a);
+}
+
+static const char *content_str(json_t *m)
+{
+    const char *c = json_string_value(json_object_get(m, "content"));
+    return c ? c : "";
+}
+
+/*
+ * A conversation with tools, tool calls or tool results, for a built-in template that has no
+ * place for them, as its family's reference template writes them (a new list of {"role",
+ * "content"} messages; NULL with *e set when the template has no tool format):
+ *   chatml  Hermes/Qwen 2.5-3: the tools in the system message under "# Tools" (one JSON a
+ *           line in <tools></tools>, then how to call), an assistant's calls as
+ *           <tool_call>\n{"name": N, "arguments": ARGS}\n</tool_call> after its content, a run
+ *           of tool results as one user turn of <tool_response>\nRESULT\n</tool_response>
+ *   llama3  Llama 3.1-3.3's JSON tool calling: "Environment: ipython" in the system message,
+ *           the tools (indented JSON) and how to call in the first user message, a call as
+ *           {"name": N, "parameters": ARGS}, a tool result as an ipython turn (its JSON text)
+ */
+static json_t *builtin_tool_messages(int tpl, json_t *msgs, json_t *tools, gw_err *e)
+{
+    if (tpl != RINGLM_CHAT_CHATML && tpl != RINGLM_CHAT_LLAMA3) {
+        unsupported(e, json_array_size(tools) ? "tools" : "messages",
+                    "the built-in chat template has no format for tools, tool calls or tool "
+                    "results (chatml and llama3 have); serve the model file's own template (a "
+                    "GGUF tokenizer's chat_template)");
+        return NULL;
+    }
+    bool chatml = tpl == RINGLM_CHAT_CHATML;
+    json_t *out = json_array();
+    gw_buf b = {0};
+    size_t n = json_array_size(msgs), i = 0;
+    size_t ntools = json_array_size(tools);
+    /* the system message */
+    json_t *first = json_array_get(msgs, 0);
+    bool has_sys = !strcmp(json_string_value(json_object_get(first, "role")) ?: "", "system");
+    if (ntools || !chatml) {
+        b.len = 0;
+        gw_buf_add(&b, "", 0);
+        if (chatml) {
+            if (has_sys) gw_buf_addf(&b, "%s\n\n", content_str(first));
+            gw_buf_adds(&b, "# Tools\n\nYou may call one or more functions to assist with the user "
+                            "query.\n\nYou are provided with function signatures within "
+                            "<tools></tools> XML tags:\n<tools>");
+            for (size_t k = 0; k < ntools; k++) {
+                gw_buf_adds(&b, "\n");
+                add_tojson(&b, json_array_get(tools, k), 0);
+            }
+            gw_buf_adds(&b, "\n</tools>\n\nFor each function call, return a json object with "
+                            "function name and arguments within <tool_call></tool_call> XML "
+                            "tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+                            "<args-json-object>}\n</tool_call>");
+        } else {
+            if (ntools) gw_buf_adds(&b, "Environment: ipython\n\n");
+            if (has_sys) gw_buf_adds(&b, content_str(first));
+        }
+        if (b.len)
+            json_array_append_new(
+                out, json_pack("{s:s, s:s%}", "role", "system", "content", b.p, b.len));
+        if (has_sys) i = 1;
+    }
+    bool tools_placed = chatml || !ntools;
+    for (; i < n; i++) {
+        json_t *m = json_array_get(msgs, i);
+        const char *role = json_string_value(json_object_get(m, "role")) ?: "";
+        json_t *calls = json_object_get(m, "tool_calls");
+        b.len = 0;
+        gw_buf_add(&b, "", 0);
+        if (!strcmp(role, "tool")) {
+            if (chatml) { /* a run of results is one user turn */
+                for (; i < n; i++) {
+                    json_t *t = json_array_get(msgs, i);
+                    if (strcmp(json_string_value(json_object_get(t, "role")) ?: "", "tool")) break;
+                    gw_buf_addf(&b, "%s<tool_response>\n%s\n</tool_response>", b.len ? "\n" : "",
+                                content_str(t));
+                }
+                i--;
+                json_array_append_new(
+                    out, json_pack("{s:s, s:s%}", "role", "user", "content", b.p, b.len));
+            } else {
+                add_tojson(&b, json_object_get(m, "content"), 0);
+                json_array_append_new(
+                    out, json_pack("{s:s, s:s%}", "role", "ipython", "content", b.p, b.len));
+            }
+            continue;
+        }
+        if (!strcmp(role, "assistant") && json_array_size(calls)) {
+            if (chatml) {
+                const char *c = content_str(m);
+                if (*c) gw_buf_addf(&b, "%s\n", c);
+                for (size_t k = 0; k < json_array_size(calls); k++) {
+                    json_t *call = json_array_get(calls, k), *args = call_args(call);
+                    gw_buf_addf(&b,
+                                "%s<tool_call>\n{\"name\": \"%s\", \"arguments\": ", k ? "\n" : "",
+                                json_string_value(
+                                    json_object_get(json_object_get(call, "function"), "name"))
+                                    ?: "");
+                    add_tojson(&b, args, 0);
+                    gw_buf_adds(&b, "}\n</tool_call>");
+                    json_decref(args);
+                }
+            } else { /* Llama 3.1 writes one call a turn */
+                if (json_array_size(calls) > 1) {
+                    gw_err_set(e, 400, "invalid_value", "messages",
+                               "'messages' item %zu: the llama3 template writes one tool call a "
+                               "turn, not %zu",
+                               i, json_array_size(calls));
+                    json_decref(out);
+                    gw_buf_free(&b);
+                    return NULL;
+                }
+                json_t *call = json_array_get(calls, 0), *args = call_args(call);
+                gw_buf_addf(
+                    &b, "{\"name\": \"%s\", \"parameters\": ",
+                    json_string_value(json_object_get(json_object_get(call, "function"), "name"))
+                        ?: "");
+                add_tojson(&b, args, 0);
+                gw_buf_adds(&b, "}");
+                json_decref(args);
+            }
+            json_array_append_new(
+                out, json_pack("{s:s, s:s%}", "role", "assistant", "content", b.p, b.len));
+            continue;
+        }
+        if (!tools_placed && !strcmp(role, "user")) { /* llama3: the tools come with it */
+            gw_buf_adds(&b, "Given the following functions, please respond with a JSON for a "
+                            "function call with its proper arguments that best answers the given "
+                            "prompt.\n\nRespond in the format {\"name\": function name, "
+                            "\"parameters\": dictionary of argument name and its value}.Do not use "
+                            "variables.\n\n");
+            for (size_t k = 0; k < ntools; k++) {
+                add_tojson(&b, json_array_get(tools, k), 4);
+                gw_buf_adds(&b, "\n\n");
+            }
+            gw_buf_adds(&b, content_str(m));
+            json_array_append_new(out,
+                                  json_pack("{s:s, s:s%}", "role", "user", "content", b.p, b.len));
+            tools_placed = true;
+            continue;
+        }
+        json_array_append(out, m);
+    }
+    gw_buf_free(&b);
+    return out;
+}
+
+/* The conversation names tools, tool calls or tool results. */
+static bool has_tool_parts(json_t *o, json_t *msgs)
+{
+    if (json_array_size(field(o, "tools"))) return true;
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        json_t *m = json_array_get(msgs, i);
+        if (json_array_size(json_object_get(m, "tool_calls")) ||
+            !strcmp(json_string_value(json_object_get(m, "role")) ?: "", "tool"))
+            return true;
+    }
+    return false;
+}
+
 static int rd_messages(json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err *e)
 {
     json_t *v = field(o, "messages");
@@ -412,10 +590,18 @@ static int rd_messages(json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err 
     if (!json_is_array(v) || json_array_size(v) == 0)
         return bad(e, "messages", "'%s' must be %s", "a non-empty list of messages");
     if (cfg->jinja) return rd_messages_jinja(o, v, cfg, p, e);
-    if (json_array_size(field(o, "tools")))
-        return unsupported(e, "tools",
-                           "the built-in chat templates do not place tools in the prompt; serve "
-                           "the model file's own template (a GGUF tokenizer's chat_template)");
+    json_t *converted = NULL;
+    if (has_tool_parts(o, v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) /* the types the conversion reads */
+            if (!json_is_object(json_array_get(v, i)) ||
+                !json_is_string(json_object_get(json_array_get(v, i), "role"))) {
+                gw_err_set(e, 400, "invalid_value", "messages",
+                           "'messages' item %zu must be an object with a string 'role'", i);
+                return -1;
+            }
+        if (!(converted = builtin_tool_messages(cfg->tpl, v, field(o, "tools"), e))) return -1;
+        v = converted;
+    }
     size_t n = json_array_size(v);
     ringlm_chat_msg *m = calloc(n, sizeof *m);
     gw_buf *texts = calloc(n, sizeof *texts);
@@ -459,6 +645,7 @@ out:
         for (size_t i = 0; i < n; i++) gw_buf_free(&texts[i]);
     free(texts);
     free(m);
+    json_decref(converted);
     return r;
 }
 

@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gateway/gw_params.h"
 #include "gateway/gw_tools.h"
+#include "libclient/ringlm.h"
 
 /* A stream's events joined: content, and per call its name and its arguments' pieces. */
 typedef struct joined {
@@ -260,4 +262,89 @@ Test(gateway_tools, constrained_answers_are_read_as_calls)
         cr_assert_null(j.content.p);
         j_free(&j);
     }
+}
+
+/* ---- tools in the built-in templates ----------------------------------------------------- */
+static char *render(int tpl, const char *body, gw_err *e)
+{
+    gw_parse_cfg cfg = {.served_model = NULL, .tpl = tpl, .jinja = NULL, .tool_parser = 0};
+    gw_params p;
+    if (gw_params_parse(GW_CHAT, body, strlen(body), &cfg, &p, e)) return NULL;
+    char *t = p.prompt_text;
+    p.prompt_text = NULL;
+    gw_params_free(&p);
+    return t;
+}
+
+static const char *const TOOL_CHAT =
+    "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
+    "\"content\": \"time?\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
+    "[{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"get_time\", "
+    "\"arguments\": \"{\\\"tz\\\":\\\"UTC\\\"}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": "
+    "\"c1\", \"content\": \"noon\"}, {\"role\": \"tool\", \"tool_call_id\": \"c2\", \"content\": "
+    "\"sunny\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_time\", "
+    "\"parameters\": {\"type\": \"object\"}}}]}";
+
+/* chatml writes Hermes/Qwen's tool format: the tools in the system message, calls as
+ * <tool_call> tags, a run of results as one user turn of <tool_response> tags. */
+Test(gateway_tools, chatml_writes_the_hermes_tool_format)
+{
+    gw_err e;
+    char *t = render(RINGLM_CHAT_CHATML, TOOL_CHAT, &e);
+    cr_assert_not_null(t, "%s", e.message);
+    cr_assert_str_eq(
+        t, "<|im_start|>system\nBe brief.\n\n# Tools\n\nYou may call one or more functions to "
+           "assist with the user query.\n\nYou are provided with function signatures within "
+           "<tools></tools> XML tags:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": "
+           "\"get_time\", \"parameters\": {\"type\": \"object\"}}}\n</tools>\n\nFor each function "
+           "call, return a json object with function name and arguments within "
+           "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+           "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n<|im_start|>user\ntime?"
+           "<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_time\", "
+           "\"arguments\": {\"tz\": \"UTC\"}}\n</tool_call><|im_end|>\n<|im_start|>user\n"
+           "<tool_response>\nnoon\n</tool_response>\n<tool_response>\nsunny\n</tool_response>"
+           "<|im_end|>\n<|im_start|>assistant\n");
+    free(t);
+}
+
+/* llama3 writes Llama 3.1's JSON tool calling: the tools in the first user message, a call
+ * as {"name", "parameters"}, a result as an ipython turn. */
+Test(gateway_tools, llama3_writes_its_json_tool_format)
+{
+    gw_err e;
+    char *t = render(RINGLM_CHAT_LLAMA3, TOOL_CHAT, &e);
+    cr_assert_not_null(t, "%s", e.message);
+    cr_assert_str_eq(
+        t, "<|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\n\nBe brief."
+           "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, "
+           "please respond with a JSON for a function call with its proper arguments that best "
+           "answers the given prompt.\n\nRespond in the format {\"name\": function name, "
+           "\"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n"
+           "{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_time\",\n"
+           "        \"parameters\": {\n            \"type\": \"object\"\n        }\n    }\n}\n\n"
+           "time?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": "
+           "\"get_time\", \"parameters\": {\"tz\": \"UTC\"}}<|eot_id|><|start_header_id|>ipython"
+           "<|end_header_id|>\n\n\"noon\"<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n"
+           "\"sunny\"<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+    free(t);
+}
+
+/* The other built-in templates have no tool format: tools, calls or results are a 400. */
+Test(gateway_tools, other_builtin_templates_refuse_tools_by_name)
+{
+    gw_err e;
+    cr_assert_null(render(RINGLM_CHAT_MISTRAL_V3, TOOL_CHAT, &e));
+    cr_assert_eq(e.status, 400);
+    cr_assert_str_eq(e.param, "tools");
+    cr_assert(strstr(e.message, "no format for tools"), "%s", e.message);
+    cr_assert_null(render(RINGLM_CHAT_PLAIN,
+                          "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", &e));
+    cr_assert_str_eq(e.param, "messages");
+    /* without tools the conversation is as before */
+    char *t = render(RINGLM_CHAT_CHATML,
+                     "{\"messages\": [{\"role\": \"user\", \"content\": "
+                     "\"hi\"}]}",
+                     &e);
+    cr_assert_str_eq(t, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    free(t);
 }
