@@ -26,9 +26,11 @@ typedef struct trie_node {
     uint32_t end;       /* one past the last node of this subtree (preorder) */
     uint32_t tok_start; /* into sorted ids: tokens whose bytes end here */
     uint32_t tok_count;
-    uint32_t tok_first;  /* into sorted ids: the first token of this node or a later one */
-    uint32_t impure_cum; /* "impure" nodes (below) before this one in preorder */
-    uint8_t pend_before; /* UTF-8 continuation bytes still due before this node's byte */
+    uint32_t tok_first;    /* into sorted ids: the first token of this node or a later one */
+    uint32_t impure_cum;   /* "impure" nodes (below) before this one in preorder */
+    uint8_t pend_before;   /* UTF-8 continuation bytes still due before this node's byte */
+    uint16_t chars_before; /* characters begun on the path before this node's byte */
+    uint16_t max_chars;    /* the most characters begun by a token of this subtree */
 } trie_node;
 
 /* Plain bytes: printable ASCII but the quote and the backslash, the bytes a JSON string's
@@ -43,9 +45,11 @@ struct cst_vocab {
     uint8_t *bytes;   /* all token bytes */
     uint64_t *off;    /* [n+1] */
     int32_t *sorted;  /* ids sorted by bytes */
+    uint16_t *chars;  /* [sorted index]: characters the token begins (bytes not 80..BF) */
     trie_node *nodes; /* preorder; node 0 is the root */
     uint32_t n_nodes;
     uint32_t max_depth;
+    uint32_t max_chars; /* the most characters a token begins */
     int32_t end_tokens[8];
     int n_end;
 };
@@ -75,8 +79,11 @@ static int build_trie(cst_vocab *v)
     size_t cap = (size_t)(v->off[n]) + 2; /* + root + sentinel */
     v->nodes = calloc(cap, sizeof *v->nodes);
     uint32_t *path = calloc((size_t)(v->off[n]) + 2, sizeof *path); /* node index per depth */
-    if (!v->nodes || !path) {
+    uint32_t *parent = calloc(cap, sizeof *parent);
+    v->chars = calloc((size_t)m + 1, sizeof *v->chars);
+    if (!v->nodes || !path || !parent || !v->chars) {
         free(path);
+        free(parent);
         return -ENOMEM;
     }
     uint32_t nn = 1, depth = 0;
@@ -98,9 +105,13 @@ static int build_trie(cst_vocab *v)
         for (uint64_t d = common; d < len; d++) {
             trie_node *t = &v->nodes[nn];
             *t = (trie_node){.byte = b[d], .depth = (uint16_t)(d + 1 > 65535 ? 65535 : d + 1)};
+            parent[nn] = path[depth];
             path[++depth] = nn++;
         }
         trie_node *leaf = &v->nodes[path[depth]];
+        uint32_t nch = 0;
+        for (uint64_t d = 0; d < len; d++) nch += (b[d] & 0xC0) != 0x80;
+        v->chars[k] = (uint16_t)(nch > 65535 ? 65535 : nch);
         if (leaf->tok_count == 0) leaf->tok_start = (uint32_t)k;
         leaf->tok_count++;
         if (len > v->max_depth) v->max_depth = (uint32_t)len;
@@ -154,7 +165,24 @@ static int build_trie(cst_vocab *v)
         if (q.bad) cum++;
     }
     v->nodes[nn].impure_cum = cum;
+    /* characters begun before each node (a node's byte begins one unless it is a
+     * continuation byte), and the most any token of its subtree begins */
+    for (uint32_t i = 1; i < nn; i++) {
+        trie_node *t = &v->nodes[i], *p = &v->nodes[parent[i]];
+        uint32_t c = p->chars_before + (parent[i] != 0 ? (p->byte & 0xC0) != 0x80 : 0);
+        t->chars_before = (uint16_t)(c > 65535 ? 65535 : c);
+    }
+    for (uint32_t i = nn; i-- > 1;) {
+        trie_node *t = &v->nodes[i];
+        for (uint32_t k = 0; k < t->tok_count; k++)
+            if (v->chars[t->tok_start + k] > t->max_chars)
+                t->max_chars = v->chars[t->tok_start + k];
+        trie_node *p = &v->nodes[parent[i]];
+        if (t->max_chars > p->max_chars) p->max_chars = t->max_chars;
+        if (v->max_chars < t->max_chars) v->max_chars = t->max_chars;
+    }
     free(path);
+    free(parent);
     return 0;
 }
 
@@ -222,6 +250,7 @@ void cst_vocab_free(cst_vocab *v)
     free(v->bytes);
     free(v->off);
     free(v->sorted);
+    free(v->chars);
     free(v->nodes);
     free(v);
 }
@@ -432,7 +461,8 @@ static int prune_dead(cst_prog *p)
 }
 
 /* Classes of bytes no byte set of the program tells apart (partition refinement). */
-static void byte_classes(const cst_prog *p, uint8_t cls[256])
+static void byte_classes(const cst_prog *p, uint8_t cls[256], uint16_t start[257],
+                         uint8_t bytes[256])
 {
     uint16_t c[256] = {0}, n = 1;
     for (uint32_t k = 0; k < p->nsets && n < 256; k++) {
@@ -449,6 +479,13 @@ static void byte_classes(const cst_prog *p, uint8_t cls[256])
     if (n >= 256) /* every byte its own class: fine, just more checks */
         for (int b = 0; b < 256; b++) c[b] = (uint16_t)b;
     for (int b = 0; b < 256; b++) cls[b] = (uint8_t)c[b];
+    /* the bytes of each class, class by class */
+    memset(start, 0, 257 * sizeof *start);
+    for (int b = 0; b < 256; b++) start[cls[b] + 1]++;
+    for (int k = 0; k < 256; k++) start[k + 1] += start[k];
+    uint16_t at[256];
+    memcpy(at, start, sizeof at);
+    for (int b = 0; b < 256; b++) bytes[at[cls[b]]++] = (uint8_t)b;
 }
 
 int cst_grammar_finish(cst_prog *p, cst_grammar **out, char *err, size_t errlen)
@@ -473,7 +510,7 @@ int cst_grammar_finish(cst_prog *p, cst_grammar **out, char *err, size_t errlen)
         return rc;
     }
     cst_grammar *g = calloc(1, sizeof *g);
-    if (g) byte_classes(p, g->byte_class);
+    if (g) byte_classes(p, g->byte_class, g->class_start, g->class_bytes);
     if (!g) {
         prog_release(p);
         snprintf(err, errlen, "out of memory");
@@ -506,6 +543,13 @@ size_t cst_grammar_size(const cst_grammar *g)
  * grammar such as ((a?){0,99}){0,99} called through rules); past this the step fails with
  * -E2BIG instead of stalling. */
 #define MAX_CLOSURE      (1u << 18)
+/* st_chain: the characters a state takes in a row, each leading every character to one
+ * same next state (char_chain) */
+#define CHAIN_UNKNOWN    0xFFFFu
+#define CHAIN_INF        0x3FFFu /* a loop: any number */
+#define CHAIN_DEAD_TAIL  0x4000u /* after the chain no character at all is taken */
+#define CHAIN_AT_LEAST   0x8000u /* the chain was followed this far only */
+#define CHAIN_LIMIT      16      /* characters followed from one state */
 
 typedef struct stack_node {
     uint32_t ret, parent, depth;
@@ -526,7 +570,7 @@ struct cst_matcher {
     uint64_t *st_off; /* [state] start in threads; count = next start - start */
     uint32_t *st_len;
     uint8_t *st_accept; /* MATCH with an empty stack is among the threads */
-    uint8_t *st_plain;  /* 0 unknown, 1: a string's inside (char_loop), 2: not */
+    uint16_t *st_chain; /* CHAIN_UNKNOWN, or char_chain()'s answer */
     int32_t *trans;     /* [state * 256 + byte] */
     uint32_t **st_mask;
     size_t mask_bytes;
@@ -539,8 +583,9 @@ struct cst_matcher {
     uint64_t *todo;
     size_t todocap;
     uint64_t *vis;
-    uint32_t vis_cap; /* power of two; entries (key + 1), 0 empty */
-    int32_t *walk;    /* per trie depth */
+    uint32_t vis_cap;  /* power of two; entries (key + 1), 0 empty */
+    uint32_t vis_last; /* threads the last closure visited (the next one's size hint) */
+    int32_t *walk;     /* per trie depth */
     uint32_t start;
     uint32_t cur;
     bool ended;
@@ -626,8 +671,10 @@ static int closure(cst_matcher *m, size_t nseeds)
     /* the visited set must hold every (pc, stack) reached: sized from the seeds and
      * grown when half full */
     size_t want = 64;
-    while (want < nseeds * 8) want *= 2;
-    if (m->vis_cap < want) {
+    while (want < nseeds * 8 || want < (size_t)m->vis_last * 2) want *= 2;
+    /* a table far larger than this closure needs costs its clearing and its cache misses
+     * on every closure after one large one: shrink it */
+    if (m->vis_cap < want || m->vis_cap > want * 4) {
         free(m->vis);
         m->vis = calloc(want, sizeof *m->vis);
         if (!m->vis) return m->vis_cap = 0, -ENOMEM;
@@ -680,6 +727,7 @@ static int closure(cst_matcher *m, size_t nseeds)
         if (grow((void **)&m->todo, &m->todocap, ntodo + 2, sizeof *m->todo)) return -ENOMEM;
         for (int j = 0; j < nn; j++) m->todo[ntodo++] = nx[j];
     }
+    m->vis_last = (uint32_t)nvis;
     return 0;
 }
 
@@ -725,8 +773,8 @@ static int32_t intern_state(cst_matcher *m)
         if (d) m->trans = d;
         void *e = realloc(m->st_mask, cap * sizeof *m->st_mask);
         if (e) m->st_mask = e;
-        void *f = realloc(m->st_plain, cap);
-        if (f) m->st_plain = f;
+        void *f = realloc(m->st_chain, cap * sizeof *m->st_chain);
+        if (f) m->st_chain = f;
         if (!a || !b || !c || !d || !e || !f) return -1;
         m->stcap = cap;
     }
@@ -740,7 +788,7 @@ static int32_t intern_state(cst_matcher *m)
     for (size_t i = 0; i < n; i++)
         if (m->p->insts[m->work[i] >> 32].op == OP_MATCH) acc = true;
     m->st_accept[s] = acc;
-    m->st_plain[s] = 0;
+    m->st_chain[s] = CHAIN_UNKNOWN;
     memset(m->trans + (size_t)s * 256, 0xff, 256 * sizeof *m->trans);
     m->st_mask[s] = NULL;
     m->st_hash[j] = s;
@@ -789,7 +837,11 @@ static inline int32_t step(cst_matcher *m, uint32_t s, uint8_t byte)
         m->oom = t;
         return 0;
     }
-    m->trans[(size_t)s * 256 + byte] = t;
+    /* the bytes no byte set tells apart step alike: fill the whole class */
+    int32_t *row = m->trans + (size_t)s * 256;
+    const cst_grammar *g = m->g;
+    uint8_t c = g->byte_class[byte];
+    for (uint32_t k = g->class_start[c]; k < g->class_start[c + 1]; k++) row[g->class_bytes[k]] = t;
     return t;
 }
 
@@ -810,7 +862,7 @@ static int init_states(cst_matcher *m)
     m->st_off[0] = 0;
     m->st_len[0] = 0;
     m->st_accept[0] = 0;
-    m->st_plain[0] = 2;
+    m->st_chain[0] = CHAIN_DEAD_TAIL; /* no character: a chain of 0, nothing after */
     m->st_mask[0] = NULL;
     for (int b = 0; b < 256; b++) m->trans[b] = 0;
     m->nstates = 1;
@@ -838,7 +890,7 @@ int cst_matcher_create(const cst_grammar *g, const cst_vocab *v, cst_matcher **o
     m->st_off = calloc(m->stcap, sizeof *m->st_off);
     m->st_len = calloc(m->stcap, sizeof *m->st_len);
     m->st_accept = calloc(m->stcap, 1);
-    m->st_plain = calloc(m->stcap, 1);
+    m->st_chain = calloc(m->stcap, sizeof *m->st_chain);
     m->trans = malloc((size_t)m->stcap * 256 * sizeof *m->trans);
     m->st_mask = calloc(m->stcap, sizeof *m->st_mask);
     m->st_hash_cap = 256;
@@ -846,7 +898,7 @@ int cst_matcher_create(const cst_grammar *g, const cst_vocab *v, cst_matcher **o
     m->todocap = 64;
     m->todo = malloc(m->todocap * sizeof *m->todo);
     m->walk = malloc(((size_t)v->max_depth + 2) * sizeof *m->walk);
-    if (!m->stk || !m->st_off || !m->st_len || !m->st_accept || !m->st_plain || !m->trans ||
+    if (!m->stk || !m->st_off || !m->st_len || !m->st_accept || !m->st_chain || !m->trans ||
         !m->st_mask || !m->st_hash || !m->todo || !m->walk) {
         cst_matcher_free(m);
         return -ENOMEM;
@@ -872,7 +924,7 @@ void cst_matcher_free(cst_matcher *m)
     free(m->st_off);
     free(m->st_len);
     free(m->st_accept);
-    free(m->st_plain);
+    free(m->st_chain);
     free(m->trans);
     free(m->st_mask);
     free(m->st_hash);
@@ -927,19 +979,26 @@ static void set_end_bits(const cst_vocab *v, uint32_t *mask)
     for (int e = 0; e < v->n_end; e++) mask[v->end_tokens[e] >> 5] |= 1u << (v->end_tokens[e] & 31);
 }
 
+#define UNIFORM_MIXED UINT32_MAX
+
 /*
- * Whether state s takes any character but the controls, the quote and the backslash and
- * comes back to itself (the inside of a JSON string): every plain byte loops, and every
- * valid multi-byte UTF-8 character leads back to s, checked on one byte per class of bytes
- * the program does not tell apart (cst_grammar.byte_class). Cached per state.
+ * Where state s takes a "plain" character (any but the controls, the quote and the
+ * backslash: what a JSON string's body takes without an escape), when every such character
+ * leads to one same state n: n (0 when none is taken, not even a lead byte). Otherwise
+ * UNIFORM_MIXED. Checked on every plain byte, and on one byte per class of bytes the
+ * program does not tell apart (cst_grammar.byte_class) for multi-byte characters.
  */
-static bool char_loop(cst_matcher *m, uint32_t s)
+static uint32_t uniform_next(cst_matcher *m, uint32_t s)
 {
-    if (m->st_plain[s]) return m->st_plain[s] == 1;
     const uint8_t *cls = m->g->byte_class;
-    bool ok = true;
-    for (unsigned b = 0x20; b < 0x7f && ok; b++)
-        if (byte_plain((uint8_t)b) && (uint32_t)step(m, s, (uint8_t)b) != s) ok = false;
+    uint32_t n = (uint32_t)step(m, s, ' ');
+    for (unsigned b = 0x21; b < 0x7f; b++)
+        if (byte_plain((uint8_t)b) && (uint32_t)step(m, s, (uint8_t)b) != n) return UNIFORM_MIXED;
+    if (n == 0) {
+        for (unsigned lead = 0xC2; lead <= 0xF4; lead++)
+            if (step(m, s, (uint8_t)lead)) return UNIFORM_MIXED;
+        return 0;
+    }
     /* continuation classes: one representative byte each, in 80..BF */
     uint8_t rep[64];
     int nrep = 0;
@@ -948,9 +1007,10 @@ static bool char_loop(cst_matcher *m, uint32_t s)
         for (int k = 0; k < nrep && !seen; k++) seen = cls[rep[k]] == cls[b];
         if (!seen) rep[nrep++] = (uint8_t)b;
     }
-    if (nrep > 6) ok = false; /* too many to check cheaply: say no (the walk is exact anyway) */
-    uint16_t done[64];        /* (lead class, lead kind) pairs checked */
+    if (nrep > 6) return UNIFORM_MIXED; /* too many to check cheaply (the walk is exact) */
+    uint16_t done[64];                  /* (lead class, lead kind) pairs checked */
     int ndone = 0;
+    bool ok = true;
     for (unsigned lead = 0xC2; lead <= 0xF4 && ok; lead++) {
         int len = lead <= 0xDF ? 2 : lead <= 0xEF ? 3 : 4;
         unsigned lo = lead == 0xE0 ? 0xA0 : lead == 0xF0 ? 0x90 : 0x80;
@@ -962,10 +1022,7 @@ static bool char_loop(cst_matcher *m, uint32_t s)
         if (seen) continue;
         if (ndone < 64) done[ndone++] = key;
         uint32_t s1 = (uint32_t)step(m, s, (uint8_t)lead);
-        if (!s1) {
-            ok = false;
-            break;
-        }
+        if (!s1) return UNIFORM_MIXED;
         /* second byte: every class met in [lo, hi] */
         for (unsigned b2 = lo; b2 <= hi && ok; b2++) {
             bool first = true;
@@ -973,21 +1030,72 @@ static bool char_loop(cst_matcher *m, uint32_t s)
             if (!first) continue;
             uint32_t s2 = (uint32_t)step(m, s1, (uint8_t)b2);
             if (len == 2) {
-                ok = s2 == s;
+                ok = s2 == n;
                 continue;
             }
             for (int k3 = 0; k3 < nrep && ok; k3++) {
                 uint32_t s3 = (uint32_t)step(m, s2, rep[k3]);
                 if (len == 3) {
-                    ok = s3 == s;
+                    ok = s3 == n;
                     continue;
                 }
-                for (int k4 = 0; k4 < nrep && ok; k4++) ok = (uint32_t)step(m, s3, rep[k4]) == s;
+                for (int k4 = 0; k4 < nrep && ok; k4++) ok = (uint32_t)step(m, s3, rep[k4]) == n;
             }
         }
     }
-    m->st_plain[s] = ok ? 1 : 2;
-    return ok;
+    return ok ? n : UNIFORM_MIXED;
+}
+
+/*
+ * How many plain characters state s takes in a row, each step taking every plain
+ * character to one same state (a string's body: CHAIN_INF, it loops; a string with
+ * maxLength: the characters left), and whether after them no character is taken at all
+ * (CHAIN_DEAD_TAIL). A token made of plain characters only is then allowed exactly when it
+ * begins no more characters than the chain is long, or, when the tail is not dead, when it
+ * begins no more than that and ... (the walk decides those). Cached per state, and for the
+ * states along the chain.
+ */
+static uint16_t char_chain(cst_matcher *m, uint32_t s)
+{
+    if (m->st_chain[s] != CHAIN_UNKNOWN) return m->st_chain[s];
+    uint32_t path[CHAIN_LIMIT];
+    size_t np = 0;
+    uint16_t tail;
+    uint32_t x = s;
+    for (;;) {
+        if (m->st_chain[x] != CHAIN_UNKNOWN) {
+            tail = m->st_chain[x];
+            break;
+        }
+        uint32_t n = uniform_next(m, x);
+        if (m->oom) return 0; /* no answer: the caller sees m->oom */
+        if (n == UNIFORM_MIXED) {
+            tail = m->st_chain[x] = 0;
+            break;
+        }
+        if (n == 0) {
+            tail = m->st_chain[x] = CHAIN_DEAD_TAIL;
+            break;
+        }
+        if (n == x) {
+            tail = m->st_chain[x] = CHAIN_INF;
+            break;
+        }
+        if (np == CHAIN_LIMIT) { /* far enough: the walk steps the longer tokens */
+            tail = CHAIN_AT_LEAST;
+            break;
+        }
+        path[np++] = x;
+        x = n;
+    }
+    /* the states on the path: one more character each, back to s */
+    while (np) {
+        uint32_t k = tail & CHAIN_INF;
+        if (k != CHAIN_INF) k = k + 1 >= CHAIN_INF ? CHAIN_INF - 1 : k + 1;
+        tail = (uint16_t)((tail & ~CHAIN_INF) | k);
+        m->st_chain[path[--np]] = tail;
+    }
+    return m->st_chain[s];
 }
 
 int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
@@ -1007,19 +1115,37 @@ int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
     int32_t *walk = m->walk;
     walk[0] = (int32_t)s0;
     if (s0 != 0) {
+        uint32_t no_new_chain = 0;
         for (uint32_t i = 1; i < v->n_nodes;) {
             const trie_node *t = &nodes[i];
             uint32_t ps = (uint32_t)walk[t->depth - 1];
-            /* a state every plain byte leads back to, over a subtree of plain bytes: every
-             * token in it is allowed, without a step (the inside of a string) */
+            /* a subtree of plain characters only, from a state that takes them in a
+             * chain: each token is allowed by its length alone, without a step (the inside
+             * of a string, of a string with maxLength) */
             if (t->pend_before == 0 && nodes[t->end].impure_cum == t->impure_cum &&
-                char_loop(m, ps)) {
-                for (uint32_t k = t->tok_first; k < nodes[t->end].tok_first; k++) {
-                    int32_t id = v->sorted[k];
-                    mask[id >> 5] |= 1u << (id & 31);
+                (i >= no_new_chain || m->st_chain[ps] != CHAIN_UNKNOWN)) {
+                uint16_t ch = char_chain(m, ps);
+                uint32_t k = ch & CHAIN_INF, base = t->chars_before;
+                if (k == CHAIN_INF || (uint32_t)t->max_chars - base <= k) {
+                    for (uint32_t q = t->tok_first; q < nodes[t->end].tok_first; q++) {
+                        int32_t id = v->sorted[q];
+                        mask[id >> 5] |= 1u << (id & 31);
+                    }
+                    i = t->end;
+                    continue;
                 }
-                i = t->end;
-                continue;
+                if ((ch & (CHAIN_DEAD_TAIL | CHAIN_AT_LEAST)) == CHAIN_DEAD_TAIL) {
+                    for (uint32_t q = t->tok_first; q < nodes[t->end].tok_first; q++) {
+                        if ((uint32_t)v->chars[q] - base > k) continue;
+                        int32_t id = v->sorted[q];
+                        mask[id >> 5] |= 1u << (id & 31);
+                    }
+                    i = t->end;
+                    continue;
+                }
+                /* the chain is too short for this subtree's longest tokens: step them, and
+                 * follow no new chains below (they would only lengthen this one) */
+                if (t->end > no_new_chain) no_new_chain = t->end;
             }
             int32_t s = step(m, ps, t->byte);
             if (s == 0) {

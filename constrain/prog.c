@@ -314,17 +314,21 @@ uint32_t prog_cps(cst_prog *p, cst_cps *s, bool json_string, uint32_t next)
     /* single-byte code points share one byte set */
     cst_byteset ascii = {{0}};
     bool any_ascii = false;
+    /* the escaped ones (json_string) share their prefix: a backslash, then one letter of
+     * `letters`, or u00 and two hex digits (hex[hi] the low digits after hi = 0 or 1) */
+    cst_byteset letters = {{0}}, hexlo[2] = {{{0}}, {{0}}};
+    bool any_esc = false;
     for (size_t i = 0; i < s->n && !p->failed; i++) {
         uint32_t lo = s->r[i].lo, hi = s->r[i].hi > CST_MAX_CP ? CST_MAX_CP : s->r[i].hi;
         for (uint32_t c = lo; c <= hi && c < 0x80; c++) {
             if (json_string && (c < 0x20 || c == '"' || c == '\\')) {
                 uint8_t e[6];
                 size_t n = cst_encode_cp(c, true, e);
-                if (nalts >= maxalts) {
-                    prog_fail(p, -E2BIG, "character class too large");
-                    break;
-                }
-                alts[nalts++] = prog_lit(p, e, n, next);
+                if (n == 2)
+                    letters.w[e[1] >> 6] |= 1ull << (e[1] & 63);
+                else
+                    hexlo[e[4] - '0'].w[e[5] >> 6] |= 1ull << (e[5] & 63);
+                any_esc = true;
                 continue;
             }
             ascii.w[c >> 6] |= 1ull << (c & 63);
@@ -340,6 +344,21 @@ uint32_t prog_cps(cst_prog *p, cst_cps *s, bool json_string, uint32_t next)
             uint32_t b = hi < bounds[k][1] ? hi : bounds[k][1];
             if (a <= b) emit_utf8_range(p, a, b, next, alts, &nalts, maxalts);
         }
+    }
+    if (any_esc && !p->failed) {
+        uint32_t after[3], na = 0;
+        static const cst_byteset none = {{0}};
+        if (memcmp(&letters, &none, sizeof none)) after[na++] = prog_set(p, &letters, next);
+        uint32_t u[2], nu = 0;
+        for (int h = 0; h < 2; h++)
+            if (memcmp(&hexlo[h], &none, sizeof none))
+                u[nu++] = prog_range(p, (uint8_t)('0' + h), (uint8_t)('0' + h),
+                                     prog_set(p, &hexlo[h], next));
+        if (nu) after[na++] = prog_lit(p, "u00", 3, prog_alts(p, u, nu));
+        if (nalts >= maxalts)
+            prog_fail(p, -E2BIG, "character class too large");
+        else
+            alts[nalts++] = prog_range(p, '\\', '\\', prog_alts(p, after, na));
     }
     if (any_ascii && !p->failed) {
         if (nalts >= maxalts)

@@ -116,7 +116,9 @@ uint32_t cst_regex_emit(cst_prog *p, const char *re, size_t len, int flags, uint
 typedef struct cst_grammar cst_grammar;
 struct cst_grammar {
     cst_prog prog;
-    uint8_t byte_class[256]; /* bytes in one class: no byte set of the program separates them */
+    uint8_t byte_class[256];   /* bytes in one class: no byte set of the program separates them */
+    uint16_t class_start[257]; /* class c's bytes: class_bytes[class_start[c] .. [c + 1]) */
+    uint8_t class_bytes[256];
 };
 /* Checks the program for left recursion (a subroutine that can call itself before it has
  * consumed a byte) and wraps it; takes p over. */

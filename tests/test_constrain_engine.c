@@ -174,6 +174,26 @@ Test(constrain_mask, agrees_with_accept_token_by_token)
     cst_vocab_free(v);
 }
 
+/* Strings with a length bound: each position is its own state, and a token of plain
+ * characters is allowed by its length alone where the state takes any character in a row */
+Test(constrain_mask, bounded_strings_agree_with_accept)
+{
+    cst_vocab *v = byte_vocab();
+    cst_grammar *g;
+    char err[256];
+    const char *schema = "{\"type\":\"string\",\"minLength\":2,\"maxLength\":6}";
+    cr_assert_eq(cst_compile_json_schema(schema, strlen(schema), &g, err, sizeof err), 0, "%s",
+                 err);
+    masks_agree(g, v,
+                "\"ab\xc3\xa9"
+                "c\\nd\"");
+    cst_grammar_free(g);
+    g = regex(".{0,5}\n");
+    masks_agree(g, v, "aaab\xc3\xa9\n");
+    cst_grammar_free(g);
+    cst_vocab_free(v);
+}
+
 Test(constrain_mask, end_token_only_after_the_end_and_nothing_after_it)
 {
     cst_vocab *v = byte_vocab();
