@@ -229,7 +229,7 @@ int cn_create(svc *s, char *why, size_t len)
     st->words = cst_mask_words(st->vocab);
     st->kinds = 1u << RINGLM_WIRE_CONSTRAINT_JSON_SCHEMA |
                 1u << RINGLM_WIRE_CONSTRAINT_JSON_OBJECT | 1u << RINGLM_WIRE_CONSTRAINT_REGEX |
-                1u << RINGLM_WIRE_CONSTRAINT_CHOICE;
+                1u << RINGLM_WIRE_CONSTRAINT_CHOICE | 1u << RINGLM_WIRE_CONSTRAINT_GRAMMAR;
     return 0;
 }
 
@@ -248,6 +248,8 @@ static int compile_entry(cn_entry *e, cst_grammar **g, char *err, size_t errlen)
     case RINGLM_WIRE_CONSTRAINT_JSON_OBJECT: return cst_compile_json_value(true, g, err, errlen);
     case RINGLM_WIRE_CONSTRAINT_REGEX:
         return cst_compile_regex((const char *)e->src, e->n_src, g, err, errlen);
+    case RINGLM_WIRE_CONSTRAINT_GRAMMAR:
+        return cst_compile_gbnf((const char *)e->src, e->n_src, g, err, errlen);
     case RINGLM_WIRE_CONSTRAINT_CHOICE: {
         /* alternatives separated by NUL bytes */
         int n = 1;
@@ -465,7 +467,9 @@ static int stage_mask(void *ctx, float *logits, int vocab)
         c->masked = true;
     }
     if (c->mask_rc < 0) {
-        snprintf(c->fail, sizeof c->fail, "constraint: out of memory computing the mask");
+        snprintf(c->fail, sizeof c->fail, "constraint: %s computing the mask",
+                 c->mask_rc == -E2BIG ? "the grammar's state grew past its bound"
+                                      : "out of memory");
         return -1;
     }
     /* A stop token was accepted and the request goes on (ignore_stop): the text is complete,

@@ -643,7 +643,7 @@ int svc_run(svc *s, const dloop_config *lc)
         if (*paths) svc_log("%s", paths);
         if (s->tiers) svc_log("%s", kvtier_describe(s->tiers));
         if (cn_kinds(s))
-            svc_log("constraints: json_schema, json_object, regex, choice (tokenizer %s)",
+            svc_log("constraints: json_schema, json_object, regex, choice, grammar (tokenizer %s)",
                     s->cfg.tokenizer ? s->cfg.tokenizer : s->cfg.model);
         else
             svc_log("constraints: off (no tokenizer: start with --tokenizer to enforce them)");

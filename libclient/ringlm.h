@@ -181,7 +181,7 @@ void ringlm_request_init(ringlm_request *req);
  *   RINGLM_CONSTRAINT_REGEX        a regular expression the whole answer matches;
  *   RINGLM_CONSTRAINT_CHOICE       alternatives separated by NUL bytes ("yes\0no"): the answer
  *                                  is exactly one of them;
- *   RINGLM_CONSTRAINT_GRAMMAR      a GBNF grammar (not enforced yet: -ENOTSUP).
+ *   RINGLM_CONSTRAINT_GRAMMAR      a GBNF grammar in llama.cpp's format (rule `root`).
  * The stop token is allowed only where the text is complete, so an answer that finishes with
  * RINGLM_FINISH_STOP is complete; one cut by max_new_tokens (RINGLM_FINISH_LENGTH) may not be.
  * The daemon compiles each distinct constraint once (cached by content), off its loop: the

@@ -270,7 +270,8 @@ Test(daemon_constrain, json_schema_answers_validate, .timeout = 300)
     env_start(&e, true);
     cr_assert_eq(ringlm_constraint_kinds(e.c),
                  1 << RINGLM_CONSTRAINT_JSON_SCHEMA | 1 << RINGLM_CONSTRAINT_JSON_OBJECT |
-                     1 << RINGLM_CONSTRAINT_REGEX | 1 << RINGLM_CONSTRAINT_CHOICE);
+                     1 << RINGLM_CONSTRAINT_REGEX | 1 << RINGLM_CONSTRAINT_CHOICE |
+                     1 << RINGLM_CONSTRAINT_GRAMMAR);
     /* 32 sequences at once, 8 per schema, sampled (temperature 1): the model wanders, the
      * mask keeps it inside the schema */
     enum { N = 32 };
@@ -348,6 +349,37 @@ Test(daemon_constrain, regex_and_choice_answers_match, .timeout = 300)
     env_stop(&e);
 }
 
+/* GBNF grammars (llama.cpp's format): every finished answer is a sentence of its grammar,
+ * checked by Python's re against a regular expression of the same language. */
+Test(daemon_constrain, gbnf_answers_are_sentences_of_their_grammar, .timeout = 300)
+{
+    env e;
+    env_start(&e, true);
+    static const char *const gbnf[] = {
+        "root ::= answer \"! \" [0-9] [0-9] [0-9]\nanswer ::= \"yes\" | \"no\"\n",
+        "root ::= \"The \" pet \" sat on \" [a-z ]{1,20} \".\"\npet ::= \"cat\" | \"dog\"\n",
+        "# a list, right-recursive\nroot ::= item rest\nrest ::= \", \" item rest | \".\"\n"
+        "item ::= [a-z]+\n",
+        "root ::= [A-Z] [a-z]* (\" \" [a-z]+){2,5} \".\"\n",
+    };
+    static const char *const same[] = {"(yes|no)! [0-9]{3}", "The (cat|dog) sat on [a-z ]{1,20}\\.",
+                                       "[a-z]+(, [a-z]+)*\\.", "[A-Z][a-z]*( [a-z]+){2,5}\\."};
+    enum { N = 16 };
+    uint32_t kinds[N];
+    const char *cons[N], *res[N];
+    for (int i = 0; i < N; i++) {
+        kinds[i] = RINGLM_CONSTRAINT_GRAMMAR;
+        cons[i] = gbnf[i % 4];
+        res[i] = same[i % 4];
+    }
+    static answer a[N];
+    run_batch(&e, kinds, cons, NULL, N, 1.0f, 200, a);
+    int checked = 0;
+    cr_expect_eq(py_check(&e, "regex", res, NULL, a, N, &checked), 0);
+    cr_expect_geq(checked, N / 4, "only %d of %d grammar answers finished", checked, N);
+    env_stop(&e);
+}
+
 /* With ignore_stop a request goes on after its constraint is complete: only stop tokens
  * follow (the answer is the choice, then stop tokens), never an error. */
 Test(daemon_constrain, ignore_stop_goes_on_with_stop_tokens_after_the_end, .timeout = 120)
@@ -414,6 +446,8 @@ Test(daemon_constrain, a_constraint_that_does_not_compile_is_rejected_with_its_r
         {RINGLM_CONSTRAINT_JSON_SCHEMA, "{\"not\": {\"enum\": [1, 2]}}", "not"},
         {RINGLM_CONSTRAINT_REGEX, "a(b", "offset"},
         {RINGLM_CONSTRAINT_REGEX, "(a)\\1", "back"},
+        {RINGLM_CONSTRAINT_GRAMMAR, "root ::= \"a\" itme\n", "undefined rule 'itme'"},
+        {RINGLM_CONSTRAINT_GRAMMAR, "root ::= root \"a\" | \"b\"\n", "left"},
     };
     enum { N = sizeof bad / sizeof bad[0] };
     char details[N][256];
@@ -472,18 +506,14 @@ Test(daemon_constrain, what_is_not_enforced_is_refused_at_submit, .timeout = 120
     ringlm_sampling smp;
     ringlm_sampling_init(&smp);
     uint64_t id;
-    /* GBNF is not enforced by this daemon yet */
-    smp.constraint_kind = RINGLM_CONSTRAINT_GRAMMAR;
-    smp.constraint = "root ::= \"a\"";
-    smp.constraint_bytes = strlen(smp.constraint);
-    cr_expect_eq(ringlm_submit_ext(e.c, &rq, &smp, &id), -ENOTSUP);
-    cr_expect(strstr(ringlm_errdetail(), "grammar"), "%s", ringlm_errdetail());
     /* structural errors are -EINVAL naming the member, whatever the daemon */
     const char *field = NULL;
     smp.constraint_kind = 9;
     cr_expect_eq(ringlm_request_check_ext(&rq, &smp, 0, &field), -EINVAL);
     cr_expect_str_eq(field ? field : "", "constraint");
     smp.constraint_kind = RINGLM_CONSTRAINT_JSON_OBJECT; /* takes no bytes */
+    smp.constraint = "{}";
+    smp.constraint_bytes = 2;
     cr_expect_eq(ringlm_request_check_ext(&rq, &smp, 0, &field), -EINVAL);
     smp.constraint_kind = RINGLM_CONSTRAINT_REGEX;
     smp.constraint_bytes = 0; /* needs its text */

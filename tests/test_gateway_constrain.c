@@ -6,7 +6,8 @@
  * llama.cpp's json_schema, on both endpoints: every answer that finishes with "stop" validates
  * against its schema (Debian's python3-jsonschema), matches its regex or is one of its choices;
  * a constraint that does not compile is a 400 naming the field with ringlmd's words; two
- * constraints, an unknown response_format type, a GBNF grammar are 400s naming the field.
+ * constraints, an unknown response_format type, a GBNF grammar that does not compile are
+ * 400s naming the field.
  */
 #include <criterion/criterion.h>
 
@@ -240,7 +241,8 @@ Test(gateway_constrain, a_bad_constraint_is_a_400_naming_its_field)
         {false, "guided_choice", "[]", "non-empty"},
         {false, "structured_outputs", "{\"regex\":\"a\",\"choice\":[\"b\"]}", "more than one"},
         {false, "structured_outputs", "{\"structural_tag\":\"x\"}", "structural_tag"},
-        {true, "guided_grammar", "\"root ::= \\\"a\\\"\"", "GBNF"},
+        {true, "guided_grammar", "\"root ::= \\\"a\\\" itme\"", "itme"},
+        {false, "grammar", "\"root ::= root \\\"a\\\"\"", "left"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         json_t *body = body_of(bad[i].chat, 1, NULL);

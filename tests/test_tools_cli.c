@@ -956,8 +956,8 @@ Test(tools_cli, generate_sampling_flags_reach_the_daemon)
 
 /* ringlm generate's constraint flags: --regex, --choice and --json-schema answers follow
  * their constraint (stories260K with its tokenizer, so the daemon enforces them); a schema
- * that does not compile is refused with the daemon's words and exit status 1; a kind the
- * daemon does not enforce (--grammar) is refused at submit. */
+ * that does not compile is refused with the daemon's words and exit status 1; a --grammar
+ * (GBNF) answer is a sentence of its grammar, and an undefined rule is refused the same way. */
 Test(tools_cli, generate_constraint_flags_shape_the_answer)
 {
     need_programs();
@@ -1014,10 +1014,26 @@ Test(tools_cli, generate_constraint_flags_shape_the_answer)
               "stderr: %s", err);
     free(out);
     free(err);
+    /* a GBNF grammar: the answer is one of its sentences */
+    f = fopen(schema_path, "w");
+    cr_assert_not_null(f);
+    fputs("root ::= \"The \" pet \" sat.\"\npet  ::= \"cat\" | \"dog\" # two pets\n", f);
+    fclose(f);
     char *gb[] = {ringlm,     "--socket",     g_d.sock,    "generate",  "--tokenizer", tok,
                   "--prompt", (char *)prompt, "--grammar", schema_path, NULL};
-    cr_expect_neq(th_run(gb, &out, &err, 60), 0, "a grammar was sent: %s", out);
-    cr_expect(strstr(err, "does not enforce kind grammar"), "stderr: %s", err);
+    cr_assert_eq(th_run(gb, &out, &err, 60), 0, "%s", err);
+    ans = out + strlen(prompt);
+    cr_expect(!strcmp(ans, "The cat sat.\n") || !strcmp(ans, "The dog sat.\n"),
+              "--grammar answer '%s'", ans);
+    free(out);
+    free(err);
+    /* a grammar with an undefined rule: the compiler's words, exit status 1 */
+    f = fopen(schema_path, "w");
+    cr_assert_not_null(f);
+    fputs("root ::= \"a\" itme\n", f);
+    fclose(f);
+    cr_expect_eq(th_run(gb, &out, &err, 60), 1, "a grammar that does not compile: %s", out);
+    cr_expect(strstr(err, "rejected: bad_params") && strstr(err, "itme"), "stderr: %s", err);
     free(out);
     free(err);
     free(ringlm);
