@@ -441,14 +441,15 @@ int ringlm_daemon_load(const ringlm_client *c, ringlm_load *out)
     for (int tries = 0; tries < 1000; tries++) {
         uint32_t s1 = __atomic_load_n(&w->seq, __ATOMIC_ACQUIRE);
         if (s1 & 1) continue;
+        /* acquire loads: the seq re-read below cannot move above them (no fence, which
+         * ThreadSanitizer builds reject) */
         ringlm_load l = {
-            .waiting = __atomic_load_n(&w->waiting, __ATOMIC_RELAXED),
-            .running = __atomic_load_n(&w->running, __ATOMIC_RELAXED),
-            .kv_used_blocks = __atomic_load_n(&w->kv_used, __ATOMIC_RELAXED),
-            .kv_total_blocks = __atomic_load_n(&w->kv_total, __ATOMIC_RELAXED),
-            .iterations = __atomic_load_n(&w->iterations, __ATOMIC_RELAXED),
+            .waiting = __atomic_load_n(&w->waiting, __ATOMIC_ACQUIRE),
+            .running = __atomic_load_n(&w->running, __ATOMIC_ACQUIRE),
+            .kv_used_blocks = __atomic_load_n(&w->kv_used, __ATOMIC_ACQUIRE),
+            .kv_total_blocks = __atomic_load_n(&w->kv_total, __ATOMIC_ACQUIRE),
+            .iterations = __atomic_load_n(&w->iterations, __ATOMIC_ACQUIRE),
         };
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
         if (__atomic_load_n(&w->seq, __ATOMIC_RELAXED) != s1) continue;
         *out = l;
         return 0;
