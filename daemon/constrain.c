@@ -324,8 +324,11 @@ static void *mask_main(void *arg)
     uint64_t seen = 0;
     pthread_mutex_lock(&st->mmu);
     for (;;) {
-        while (!st->stop && st->gen == seen) pthread_cond_wait(&st->mcv, &st->mmu);
-        if (st->stop) break;
+        /* stop is written under mu (the compile thread's lock), so it is read atomically
+         * here; cn_stop broadcasts mcv under mmu after writing it */
+        while (!__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE) && st->gen == seen)
+            pthread_cond_wait(&st->mcv, &st->mmu);
+        if (__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE)) break;
         seen = st->gen;
         int n = st->n_batch;
         svc_cons **b = st->batch;
@@ -376,7 +379,7 @@ void cn_stop(svc *s)
     cn_state *st = s->cn;
     if (!st) return;
     pthread_mutex_lock(&st->mu);
-    st->stop = true;
+    __atomic_store_n(&st->stop, true, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&st->cv);
     pthread_mutex_unlock(&st->mu);
     pthread_mutex_lock(&st->mmu);

@@ -26,12 +26,14 @@
 
 gemm_f32_mode gemm_f32_mode_get(void)
 {
-    static int mode = -1; /* benign race: every thread computes the same value */
-    if (mode < 0) {
+    static int mode = -1; /* every thread computes the same value: relaxed atomics */
+    int m = __atomic_load_n(&mode, __ATOMIC_RELAXED);
+    if (m < 0) {
         const char *e = getenv("RINGLM_PREFILL_GEMM");
-        mode = e && strcmp(e, "blas") == 0  ? GEMM_F32_BLAS
-               : e && strcmp(e, "own") == 0 ? GEMM_F32_OWN
-                                            : GEMM_F32_AUTO;
+        m = e && strcmp(e, "blas") == 0  ? GEMM_F32_BLAS
+            : e && strcmp(e, "own") == 0 ? GEMM_F32_OWN
+                                         : GEMM_F32_AUTO;
+        __atomic_store_n(&mode, m, __ATOMIC_RELAXED);
     }
     return (gemm_f32_mode)mode;
 }
@@ -55,13 +57,15 @@ static bool cpu_has_avx512f(void)
 
 bool gemm_f32_supported(void)
 {
-    static int ok = -1;
-    if (ok < 0) {
+    static int ok = -1; /* every thread computes the same value: relaxed atomics */
+    int v = __atomic_load_n(&ok, __ATOMIC_RELAXED);
+    if (v < 0) {
         __builtin_cpu_init();
-        ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+            __builtin_cpu_supports("f16c");
+        __atomic_store_n(&ok, v, __ATOMIC_RELAXED);
     }
-    return ok;
+    return v;
 }
 
 /* ---- the per-thread panel buffer ----------------------------------------------------- */
