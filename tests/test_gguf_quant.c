@@ -6,7 +6,9 @@
  * tolerance (1e-5 x sum |w x|); the batched (dequantized tile + SGEMM) and fused matmuls
  * give the same products (Q8_0's, Q4_K's and Q6_K's integer ones with 8-bit activations within
  * their stated bound); the integer paths (portable, AVX2, AVX-512 VNNI) agree; on random
- * blocks of every type, every kernel of the portable path agrees with the SIMD ones.
+ * blocks of every type, every kernel of the portable path agrees with the SIMD ones; the
+ * decode kernels (1 to 4 rows) of every integer type stay within the stated bound of the
+ * dequantized product and give a row alone what it gets in a batch.
  */
 #include "kernels/cpu/quant.h"
 
@@ -513,5 +515,108 @@ Test(gguf_quant, every_kernel_on_random_blocks_portable_beside_simd)
     free(got);
     free(exact);
     free(mag);
+    free(q);
+}
+
+/* The decode kernels of the integer path, 1 to 4 activation rows (one row alone dots several
+ * weight rows at once, the rows left over one at a time): on each instruction set this CPU
+ * has, every integer type, quantized weights and random blocks (every bit pattern a block may
+ * hold), rows of whole and partial units of 8 blocks (k = 288: 9 blocks of 32), weight row
+ * counts that leave remainders (1, 3, 45), beta 0 and 1. Each product is within quant.h's
+ * bound of the product of the dequantized weights with the float activations (1e-5 x
+ * sum |w x| plus the 8-bit activations' bound), and each row of a batch gives to the bit what
+ * it gives alone. */
+Test(gguf_quant, decode_kernels_of_every_integer_type_within_the_bound_of_the_float_product)
+{
+    static const int itypes[] = {Q_Q8_0, Q_Q4_K,   Q_Q6_K, Q_Q4_0, Q_Q4_1, Q_Q5_0,
+                                 Q_Q5_1, Q_IQ4_NL, Q_Q2_K, Q_Q3_K, Q_Q5_K, Q_IQ4_XS};
+    static const char *const inames[] = {"Q8_0", "Q4_K",   "Q6_K", "Q4_0", "Q4_1", "Q5_0",
+                                         "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q5_K", "IQ4_XS"};
+    static const int ns[] = {1, 3, 45};
+    enum { N = 45, R = 4, KMAX = 768 };
+    float *x = malloc((size_t)R * KMAX * sizeof *x), *dq = malloc((size_t)N * KMAX * sizeof *dq);
+    float *got = malloc((size_t)R * N * sizeof *got), *alone = malloc(N * sizeof *alone);
+    double *exact = malloc((size_t)R * N * sizeof *exact),
+           *bound = malloc((size_t)R * N * sizeof *bound);
+    float *wf = malloc((size_t)N * KMAX * sizeof *wf);
+    unsigned char *q = malloc(q_row_bytes(Q_F32, KMAX) * N);
+    int best = q_isa(), was = q_isa_cap(Q_ISA_PORTABLE), checked = 0;
+    for (size_t t = 0; t < sizeof itypes / sizeof itypes[0]; t++) {
+        const int type = itypes[t];
+        const int ks[2] = {q_block_elems(type) == 32 ? 288 : 512, KMAX};
+        for (int ki = 0; ki < 2; ki++)
+            for (int data = 0; data < 2; data++) {
+                const int k = ks[ki];
+                const size_t rb = q_row_bytes(type, k);
+                if (data == 0) {
+                    for (size_t i = 0; i < (size_t)N * k; i++) wf[i] = frand();
+                    for (int i = 0; i < N; i++)
+                        q_quantize_row(type, wf + (size_t)i * k, q + i * rb, k);
+                } else {
+                    random_blocks(type, q, N, k);
+                }
+                for (size_t i = 0; i < (size_t)R * k; i++)
+                    x[i] = frand() * (float)(1 << (i / 32 % 9)) * 0.1f;
+                for (int j = 32; j < 64; j++) x[k + j] = 0.0f; /* an all-zero block */
+                for (int i = 0; i < N; i++) q_dequant_row(type, q + i * rb, dq + (size_t)i * k, k);
+                for (int r = 0; r < R; r++)
+                    for (int i = 0; i < N; i++) {
+                        double e = 0, m = 0;
+                        for (int j = 0; j < k; j++) {
+                            const double p = (double)dq[(size_t)i * k + j] * x[(size_t)r * k + j];
+                            e += p;
+                            m += fabs(p);
+                        }
+                        exact[r * N + i] = e;
+                        bound[r * N + i] =
+                            1e-5 * m + q8_act_bound(dq + (size_t)i * k, x + (size_t)r * k, k);
+                    }
+                for (int isa = Q_ISA_PORTABLE; isa <= best; isa++) {
+                    q_isa_cap(isa);
+                    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                        for (int rows = 1; rows <= R; rows++)
+                            for (int beta = 0; beta <= 1; beta++) {
+                                const int n = ns[ni];
+                                cr_assert(q_int_path(type, rows));
+                                for (int i = 0; i < rows * n; i++) got[i] = 0.25f * (float)(i % 3);
+                                q_matmul(type, q, n, k, x, rows, (float)beta, got, n);
+                                for (int r = 0; r < rows; r++) {
+                                    for (int i = 0; i < n; i++)
+                                        alone[i] = 0.25f * (float)((r * n + i) % 3);
+                                    q_matmul(type, q, n, k, x + (size_t)r * k, 1, (float)beta,
+                                             alone, n);
+                                    for (int i = 0; i < n; i++) {
+                                        const double init = 0.25 * ((r * n + i) % 3) * beta;
+                                        const double want = exact[r * N + i] + init;
+                                        const float y = got[r * n + i];
+                                        cr_assert_leq(
+                                            fabs(y - want), bound[r * N + i] + 1e-6 * fabs(init),
+                                            "%s %s k=%d %s n=%d rows=%d beta=%d: "
+                                            "y[%d][%d] = %.9g, dequantized product "
+                                            "%.9g (bound %.3g)",
+                                            inames[t], q_isa_name(isa), k,
+                                            data ? "random blocks" : "quantized", n, rows, beta, r,
+                                            i, (double)y, want, bound[r * N + i]);
+                                        cr_assert(memcmp(&alone[i], &y, sizeof y) == 0,
+                                                  "%s %s k=%d n=%d rows=%d beta=%d: y[%d][%d] "
+                                                  "alone %.9g, in the batch %.9g",
+                                                  inames[t], q_isa_name(isa), k, n, rows, beta, r,
+                                                  i, (double)alone[i], (double)y);
+                                    }
+                                }
+                                checked++;
+                            }
+                }
+            }
+    }
+    q_isa_cap(was);
+    cr_log_info("decode kernels: %d products checked (best path %s)", checked, q_isa_name(best));
+    free(x);
+    free(dq);
+    free(got);
+    free(alone);
+    free(exact);
+    free(bound);
+    free(wf);
     free(q);
 }

@@ -7,12 +7,20 @@
  * element e is a[e/16] * q[e] + o[e/16] (ggml's dequantization, step for step).
  *
  * From the tile: dequantization (prefill's tiles into SGEMM), the fused dot with float
- * activations (q_dot), and the integer dots of q_matmul's small batches: the activations
- * quantized to 8 bits per 32 elements (as llama.cpp quantizes them to Q8_0 / Q8_1 for the
- * 32-element types; for the K types it uses one scale per 256, Q8_K), each unit unpacked
- * once for all rows of a group, the products summed exactly in integers per 16 elements and
- * scaled in float; the offsets meet the quantized activations' sums per 16 (xq8.s16).
- * Portable C, and AVX2 (each type's bytes unpacked in registers, maddubs for the dots).
+ * activations (q_dot), and the portable integer dots of q_matmul's small batches: the
+ * activations quantized to 8 bits per 32 elements (as llama.cpp quantizes them to Q8_0 / Q8_1
+ * for the 32-element types; for the K types it uses one scale per 256, Q8_K), each unit
+ * unpacked once for all rows of a group, the products summed exactly in integers per 16
+ * elements and scaled in float; the offsets meet the quantized activations' sums per 16
+ * (xq8.s16).
+ *
+ * AVX2 (decode and small batches): no tile. Each block of 32 is unpacked in registers
+ * (block_q) once for all activation rows of a group and dotted with maddubs; Q2_K's and
+ * Q3_K's 16-element scales are integers, multiplied in by the madd that widens the sums, so
+ * one float step per block of 32 remains, as for Q8_0; the minimums meet the activations'
+ * sums per 32 (xq8.s; Q2_K's per 16, s16). One activation row alone (decode) dots 4 weight
+ * rows at once, each activation block loaded once for the 4: at one row the tile's stores
+ * and loads, not the memory, bounded the old kernel (Q4_0 decoded at 0.7x Q8_0's speed).
  */
 #include "kernels/cpu/quant_internal.h"
 
@@ -311,193 +319,327 @@ SIMD static inline __m256i bits32_x10(const uint8_t *p)
     return _mm256_and_si256(_mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
 }
 
-/* Bit `bit` of each byte of v, as 0 or 1. */
-SIMD static inline __m256i bit_of(__m256i v, int bit)
+SIMD static inline __m256i iq4_grid(void)
 {
-    return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(bit)), _mm256_set1_epi8(1));
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qk_iq4nl_values));
 }
 
-SIMD static inline float f16_hw(uint16_t h)
+/* Whether the type's bytes are dotted signed (IQ4_NL's and IQ4_XS's grid, with the sign
+ * trick: |q| times x with q's sign); the others' are unsigned (0..31) and dotted as they are,
+ * their zero points (Q4_0's 8, Q5_0's 16, Q3_K's 4) and minimums met as offsets: on this
+ * path's first machine (Zen 1, 128-bit units) the two signs per block cost a third of the
+ * dot. */
+static inline bool is_signed(int type)
 {
-    return _cvtsh_ss(h);
+    return type == Q_IQ4_NL || type == Q_IQ4_XS;
 }
-UNIT_SCALES(unit_scales_avx2, SIMD, f16_hw)
 
-SIMD static inline __attribute__((always_inline)) void unpack_avx2(int type, const void *row,
-                                                                   int64_t b32, int nb, qu_tile *t)
+static inline bool is_k256(int type)
 {
-    unit_scales_avx2(type, row, b32, nb, t);
-    __m256i *q = (__m256i *)t->q;
+    return type == Q_Q2_K || type == Q_Q3_K || type == Q_Q5_K || type == Q_IQ4_XS;
+}
+
+/* The 32 bytes of block j (0..7) of the unit at block b0 (of 32 elements) of a row, unpacked
+ * in registers, in the order of the tile above, the zero points not subtracted. */
+SIMD static inline __attribute__((always_inline)) __m256i block_q(const int type, const char *row,
+                                                                  int64_t b0, const int j)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    switch (type) {
+    case Q_Q4_0: return nib32(((const blk_q4_0 *)row)[b0 + j].qs);
+    case Q_Q4_1: return nib32(((const blk_q4_1 *)row)[b0 + j].qs);
+    case Q_IQ4_NL:
+        return _mm256_shuffle_epi8(iq4_grid(), nib32(((const blk_iq4_nl *)row)[b0 + j].qs));
+    case Q_Q5_0: {
+        const blk_q5_0 *x = (const blk_q5_0 *)row + b0 + j;
+        return _mm256_or_si256(nib32(x->qs), bits32_x10(x->qh));
+    }
+    case Q_Q5_1: {
+        const blk_q5_1 *x = (const blk_q5_1 *)row + b0 + j;
+        return _mm256_or_si256(nib32(x->qs), bits32_x10(x->qh));
+    }
+    case Q_Q2_K: {
+        const blk_q2_k *x = (const blk_q2_k *)row + b0 / 8;
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * (j / 4)));
+        return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * (j % 4))),
+                                _mm256_set1_epi8(3));
+    }
+    case Q_Q3_K: { /* the low 2 bits, and 4 where the high bit (bit j of hmask) is set */
+        const blk_q3_k *x = (const blk_q3_k *)row + b0 / 8;
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * (j / 4)));
+        const __m256i q2 = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * (j % 4))),
+                                            _mm256_set1_epi8(3));
+        const __m256i bm = _mm256_set1_epi8((char)(1 << j));
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)x->hmask);
+        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bm), bm);
+        return _mm256_or_si256(q2, _mm256_and_si256(set, _mm256_set1_epi8(4)));
+    }
+    case Q_Q5_K: { /* nibbles of qs[32 (j/2)], low or high, and bit j of qh as 16 */
+        const blk_q5_k *x = (const blk_q5_k *)row + b0 / 8;
+        const __m256i ql = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * (j / 2)));
+        const __m256i lo = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(ql, 4) : ql, m4);
+        const __m256i bm = _mm256_set1_epi8((char)(1 << j));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)x->qh);
+        const __m256i h = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bm), bm),
+                                           _mm256_set1_epi8(0x10));
+        return _mm256_or_si256(lo, h);
+    }
+    default: { /* Q_IQ4_XS */
+        const blk_iq4_xs *x = (const blk_iq4_xs *)row + b0 / 8;
+        return _mm256_shuffle_epi8(iq4_grid(), nib32(x->qs + 16 * j));
+    }
+    }
+}
+
+/* What the blocks of a unit of one weight row share: ds[j], the float scale of block j (Q2_K
+ * and Q3_K: d of the whole unit, in every ds[j]; their 16-element scales are integers in sc,
+ * each as (s | s << 16) in an int32, for madd); o, the offsets: per block of 32 (o[0..7]:
+ * Q4_0's -8 d, Q5_0's -16 d, Q4_1's and Q5_1's m, Q5_K's -dmin m) or per 16 elements (Q2_K's
+ * -dmin m, Q3_K's -4 d sc). */
+typedef struct unit_hdr {
+    float ds[8];
+    float o[16];
+    __m256i sc[2];
+} unit_hdr;
+
+SIMD static inline __attribute__((always_inline)) void unit_header(const int type, const char *row,
+                                                                   int64_t b0, int m, unit_hdr *h)
+{
     switch (type) {
     case Q_Q4_0:
-        for (int j = 0; j < nb; j++)
-            _mm256_store_si256(q + j, _mm256_sub_epi8(nib32(((const blk_q4_0 *)row)[b32 + j].qs),
-                                                      _mm256_set1_epi8(8)));
+        for (int j = 0; j < m; j++) {
+            h->ds[j] = _cvtsh_ss(((const blk_q4_0 *)row)[b0 + j].d);
+            h->o[j] = -8.0f * h->ds[j];
+        }
+        break;
+    case Q_IQ4_NL:
+        for (int j = 0; j < m; j++) h->ds[j] = _cvtsh_ss(((const blk_iq4_nl *)row)[b0 + j].d);
+        break;
+    case Q_Q5_0:
+        for (int j = 0; j < m; j++) {
+            h->ds[j] = _cvtsh_ss(((const blk_q5_0 *)row)[b0 + j].d);
+            h->o[j] = -16.0f * h->ds[j];
+        }
         break;
     case Q_Q4_1:
-        for (int j = 0; j < nb; j++)
-            _mm256_store_si256(q + j, nib32(((const blk_q4_1 *)row)[b32 + j].qs));
-        break;
-    case Q_IQ4_NL: {
-        const __m256i tbl =
-            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qk_iq4nl_values));
-        for (int j = 0; j < nb; j++)
-            _mm256_store_si256(
-                q + j, _mm256_shuffle_epi8(tbl, nib32(((const blk_iq4_nl *)row)[b32 + j].qs)));
-        break;
-    }
-    case Q_Q5_0:
-        for (int j = 0; j < nb; j++) {
-            const blk_q5_0 *x = (const blk_q5_0 *)row + b32 + j;
-            _mm256_store_si256(q + j,
-                               _mm256_sub_epi8(_mm256_or_si256(nib32(x->qs), bits32_x10(x->qh)),
-                                               _mm256_set1_epi8(16)));
+        for (int j = 0; j < m; j++) {
+            const blk_q4_1 *x = (const blk_q4_1 *)row + b0 + j;
+            h->ds[j] = _cvtsh_ss(x->d);
+            h->o[j] = _cvtsh_ss(x->m);
         }
         break;
     case Q_Q5_1:
-        for (int j = 0; j < nb; j++) {
-            const blk_q5_1 *x = (const blk_q5_1 *)row + b32 + j;
-            _mm256_store_si256(q + j, _mm256_or_si256(nib32(x->qs), bits32_x10(x->qh)));
+        for (int j = 0; j < m; j++) {
+            const blk_q5_1 *x = (const blk_q5_1 *)row + b0 + j;
+            h->ds[j] = _cvtsh_ss(x->d);
+            h->o[j] = _cvtsh_ss(x->m);
         }
         break;
-    case Q_Q2_K: {
-        const blk_q2_k *x = (const blk_q2_k *)row + b32 / 8;
-        const __m256i m3 = _mm256_set1_epi8(3);
-        for (int n = 0; n < 2; n++) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * n));
-            for (int j = 0; j < 4; j++)
-                _mm256_store_si256(
-                    q + 4 * n + j,
-                    _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * j)), m3));
-        }
-        break;
-    }
-    case Q_Q3_K: {
-        const blk_q3_k *x = (const blk_q3_k *)row + b32 / 8;
-        const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
-        const __m256i hm = _mm256_loadu_si256((const __m256i *)x->hmask);
-        for (int n = 0; n < 2; n++) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * n));
-            for (int j = 0; j < 4; j++) {
-                const __m256i q2 =
-                    _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * j)), m3);
-                const __m256i h = _mm256_slli_epi16(bit_of(hm, 4 * n + j), 2);
-                _mm256_store_si256(q + 4 * n + j, _mm256_sub_epi8(_mm256_or_si256(q2, h), four));
-            }
-        }
-        break;
-    }
     case Q_Q5_K: {
-        const blk_q5_k *x = (const blk_q5_k *)row + b32 / 8;
-        const __m256i m4 = _mm256_set1_epi8(0x0F);
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)x->qh);
-        for (int jj = 0; jj < 4; jj++) {
-            const __m256i ql = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * jj));
-            const __m256i lo = _mm256_and_si256(ql, m4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
-            _mm256_store_si256(q + 2 * jj,
-                               _mm256_or_si256(lo, _mm256_slli_epi16(bit_of(qh, 2 * jj), 4)));
-            _mm256_store_si256(q + 2 * jj + 1,
-                               _mm256_or_si256(hi, _mm256_slli_epi16(bit_of(qh, 2 * jj + 1), 4)));
+        const blk_q5_k *x = (const blk_q5_k *)row + b0 / 8;
+        const float d = _cvtsh_ss(x->d), dmin = _cvtsh_ss(x->dmin);
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, mn;
+            scale_min_k4(j, x->scales, &sc, &mn);
+            h->ds[j] = d * (float)sc;
+            h->o[j] = -(dmin * (float)mn);
         }
         break;
     }
     case Q_IQ4_XS: {
-        const blk_iq4_xs *x = (const blk_iq4_xs *)row + b32 / 8;
-        const __m256i tbl =
-            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qk_iq4nl_values));
-        for (int ib = 0; ib < 8; ib++)
-            _mm256_store_si256(q + ib, _mm256_shuffle_epi8(tbl, nib32(x->qs + 16 * ib)));
+        const blk_iq4_xs *x = (const blk_iq4_xs *)row + b0 / 8;
+        const float d = _cvtsh_ss(x->d);
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls = ((x->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) |
+                           (((x->scales_h >> 2 * ib) & 3) << 4);
+            h->ds[ib] = d * (float)(ls - 32);
+        }
+        break;
+    }
+    case Q_Q2_K: {
+        const blk_q2_k *x = (const blk_q2_k *)row + b0 / 8;
+        const __m256 dmin = _mm256_set1_ps(-_cvtsh_ss(x->dmin));
+        _mm256_storeu_ps(h->ds, _mm256_set1_ps(_cvtsh_ss(x->d)));
+        for (int half = 0; half < 2; half++) {
+            const __m256i v =
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x->scales + 8 * half)));
+            const __m256i s = _mm256_and_si256(v, _mm256_set1_epi32(0xF));
+            h->sc[half] = _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
+            _mm256_storeu_ps(h->o + 8 * half,
+                             _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4))));
+        }
+        break;
+    }
+    default: { /* Q_Q3_K */
+        const blk_q3_k *x = (const blk_q3_k *)row + b0 / 8;
+        uint8_t sc[16];
+        q3k_scales(x->scales, sc);
+        const float d = _cvtsh_ss(x->d);
+        const __m256 d4 = _mm256_set1_ps(-4.0f * d);
+        _mm256_storeu_ps(h->ds, _mm256_set1_ps(d));
+        for (int half = 0; half < 2; half++) {
+            const __m256i s = _mm256_sub_epi32(
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * half))),
+                _mm256_set1_epi32(32));
+            h->sc[half] = _mm256_or_si256(_mm256_and_si256(s, _mm256_set1_epi32(0xFFFF)),
+                                          _mm256_slli_epi32(s, 16));
+            _mm256_storeu_ps(h->o + 8 * half, _mm256_mul_ps(d4, _mm256_cvtepi32_ps(s)));
+        }
         break;
     }
     }
 }
 
-/* R activation rows (a constant) times n weight rows of `type` (a constant): each unit
- * unpacked once, then dotted with every row; SGN: q may be negative (sign trick for
- * maddubs), OFF: the offsets. */
+#ifndef QU_DECODE_NW
+#define QU_DECODE_NW 2
+#endif
+
+/* R activation rows times NW weight rows at a time (both constants), of `type` (a constant):
+ * each block of each weight row unpacked in registers once for all R rows, each activation
+ * block loaded once for all NW weight rows (one row alone, decode, dots QU_DECODE_NW weight
+ * rows at once); the float scale of each block and row (the weight's times the
+ * activation's) multiplied 8 blocks at a time. A weight row's products with an activation
+ * row go through the same steps whatever R and NW are, so a row gets the same bits alone as
+ * in a batch. n is a multiple of NW. */
 SIMD static inline __attribute__((always_inline)) void
 rows_unpacked_r(const int type, const char *w, int n, int64_t k, const xq8 *x, float beta, float *y,
-                int ld_y, const int R)
+                int ld_y, const int R, const int NW)
 {
     const int64_t nb = k / 32;
     const size_t rb = q_row_bytes(type, k);
-    const bool sgn = !(type == Q_Q4_1 || type == Q_Q5_1 || type == Q_Q2_K || type == Q_Q5_K);
-    const bool off = has_offsets(type);
+    const bool sgn = is_signed(type), k256 = is_k256(type);
+    const bool isc = type == Q_Q2_K || type == Q_Q3_K;
+    const bool off32 =
+        type == Q_Q4_0 || type == Q_Q5_0 || type == Q_Q4_1 || type == Q_Q5_1 || type == Q_Q5_K;
+    const bool off16 = type == Q_Q2_K || type == Q_Q3_K;
     const __m256i ones = _mm256_set1_epi16(1);
-    qu_tile t __attribute__((aligned(32)));
-    for (int i = 0; i < n; i++) {
-        const char *row = w + (size_t)i * rb;
-        __m256 acc[Q8_GROUP_ROWS], oacc[Q8_GROUP_ROWS];
-        float otail[Q8_GROUP_ROWS];
+    for (int i = 0; i < n; i += NW) {
+        const char *row[4];
+        __m256 acc[4][Q8_GROUP_ROWS], oacc[4][Q8_GROUP_ROWS];
+        float otail[4][Q8_GROUP_ROWS];
+#pragma GCC unroll 4
+        for (int wi = 0; wi < NW; wi++) {
+            row[wi] = w + (size_t)(i + wi) * rb;
 #pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            acc[r] = _mm256_setzero_ps();
-            oacc[r] = _mm256_setzero_ps();
-            otail[r] = 0.0f;
+            for (int r = 0; r < R; r++) {
+                acc[wi][r] = _mm256_setzero_ps();
+                oacc[wi][r] = _mm256_setzero_ps();
+                otail[wi][r] = 0.0f;
+            }
         }
         for (int64_t b0 = 0; b0 < nb; b0 += 8) {
             /* the K types' units are whole blocks: 8 (a constant the loops unroll to) */
-            const bool k256 =
-                type == Q_Q2_K || type == Q_Q3_K || type == Q_Q5_K || type == Q_IQ4_XS;
             const int m = k256 || nb - b0 >= 8 ? 8 : (int)(nb - b0);
-            unpack_avx2(type, row, b0, m, &t);
+            unit_hdr h[4];
+            float sx[4][Q8_GROUP_ROWS][8] __attribute__((aligned(32)));
+#pragma GCC unroll 4
+            for (int wi = 0; wi < NW; wi++) {
+                unit_header(type, row[wi], b0, m, &h[wi]);
+                if (m == 8) {
+                    const __m256 ds = _mm256_loadu_ps(h[wi].ds);
+#pragma GCC unroll 8
+                    for (int r = 0; r < R; r++)
+                        _mm256_store_ps(
+                            sx[wi][r],
+                            _mm256_mul_ps(ds, _mm256_loadu_ps(x->d + (size_t)r * nb + b0)));
+                } else {
+                    for (int r = 0; r < R; r++)
+                        for (int j = 0; j < m; j++)
+                            sx[wi][r][j] = h[wi].ds[j] * x->d[(size_t)r * nb + b0 + j];
+                }
+            }
 #pragma GCC unroll 8
             for (int j = 0; j < m; j++) {
-                const __m256i qv = _mm256_load_si256((const __m256i *)(t.q + 32 * j));
-                const __m256i aq = sgn ? _mm256_sign_epi8(qv, qv) : qv;
-                const __m256 va =
-                    _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(t.a[2 * j])),
-                                         _mm_set1_ps(t.a[2 * j + 1]), 1);
+                __m256i q[4], aq[4], sc[4];
+#pragma GCC unroll 4
+                for (int wi = 0; wi < NW; wi++) {
+                    q[wi] = block_q(type, row[wi], b0, j);
+                    aq[wi] = sgn ? _mm256_sign_epi8(q[wi], q[wi]) : q[wi];
+                    if (isc) /* lanes 0-3: scale 2j, 4-7: scale 2j+1 */
+                        sc[wi] = _mm256_permutevar8x32_epi32(
+                            h[wi].sc[j / 4],
+                            _mm256_add_epi32(_mm256_set1_epi32(2 * (j % 4)),
+                                             _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)));
+                    else
+                        sc[wi] = ones;
+                }
 #pragma GCC unroll 8
                 for (int r = 0; r < R; r++) {
-                    __m256i xv =
+                    const __m256i xv =
                         _mm256_loadu_si256((const __m256i *)(x->q + (size_t)r * k + (b0 + j) * 32));
-                    if (sgn) xv = _mm256_sign_epi8(xv, qv);
-                    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, xv), ones);
-                    acc[r] = _mm256_fmadd_ps(
-                        _mm256_cvtepi32_ps(p),
-                        _mm256_mul_ps(va, _mm256_set1_ps(x->d[(size_t)r * nb + b0 + j])), acc[r]);
+#pragma GCC unroll 4
+                    for (int wi = 0; wi < NW; wi++) {
+                        const __m256i xs = sgn ? _mm256_sign_epi8(xv, q[wi]) : xv;
+                        const __m256i p =
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(aq[wi], xs), sc[wi]);
+                        acc[wi][r] = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&sx[wi][r][j]), acc[wi][r]);
+                    }
                 }
             }
-            if (!off) continue;
-            if (m == 8) {
-                const __m256 o0 = _mm256_loadu_ps(t.o), o1 = _mm256_loadu_ps(t.o + 8);
+            if (off32 && m == 8) {
+#pragma GCC unroll 4
+                for (int wi = 0; wi < NW; wi++) {
+                    const __m256 o = _mm256_loadu_ps(h[wi].o);
 #pragma GCC unroll 8
-                for (int r = 0; r < R; r++) {
-                    const float *s = x->s16 + (size_t)r * 2 * nb + 2 * b0;
-                    oacc[r] = _mm256_fmadd_ps(o0, _mm256_loadu_ps(s), oacc[r]);
-                    oacc[r] = _mm256_fmadd_ps(o1, _mm256_loadu_ps(s + 8), oacc[r]);
+                    for (int r = 0; r < R; r++)
+                        oacc[wi][r] = _mm256_fmadd_ps(
+                            o, _mm256_loadu_ps(x->s + (size_t)r * nb + b0), oacc[wi][r]);
                 }
-            } else {
+            } else if (off32) {
+                for (int wi = 0; wi < NW; wi++)
+                    for (int r = 0; r < R; r++)
+                        for (int j = 0; j < m; j++)
+                            otail[wi][r] += h[wi].o[j] * x->s[(size_t)r * nb + b0 + j];
+            }
+            if (off16) {
+#pragma GCC unroll 4
+                for (int wi = 0; wi < NW; wi++) {
+                    const __m256 o0 = _mm256_loadu_ps(h[wi].o), o1 = _mm256_loadu_ps(h[wi].o + 8);
 #pragma GCC unroll 8
-                for (int r = 0; r < R; r++)
-                    for (int g = 0; g < 2 * m; g++)
-                        otail[r] += t.o[g] * x->s16[(size_t)r * 2 * nb + 2 * b0 + g];
+                    for (int r = 0; r < R; r++) {
+                        const float *s = x->s16 + (size_t)r * 2 * nb + 2 * b0;
+                        oacc[wi][r] = _mm256_fmadd_ps(o0, _mm256_loadu_ps(s), oacc[wi][r]);
+                        oacc[wi][r] = _mm256_fmadd_ps(o1, _mm256_loadu_ps(s + 8), oacc[wi][r]);
+                    }
+                }
             }
         }
+#pragma GCC unroll 4
+        for (int wi = 0; wi < NW; wi++)
 #pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            float *yr = y + (size_t)r * ld_y + i;
-            const float v = hsum8(acc[r]) + (hsum8(oacc[r]) + otail[r]);
-            *yr = beta == 0.0f ? v : beta * *yr + v;
-        }
+            for (int r = 0; r < R; r++) {
+                float *yr = y + (size_t)r * ld_y + i + wi;
+                const float v = hsum8(acc[wi][r]) + (hsum8(oacc[wi][r]) + otail[wi][r]);
+                *yr = beta == 0.0f ? v : beta * *yr + v;
+            }
     }
 }
+
+/* The n weight rows: NW at a time, then the rest one at a time (the same steps per row). */
+#define ROWS_NW(T, R, NW)                                                                          \
+    do {                                                                                           \
+        const int n_main = n / (NW) * (NW);                                                        \
+        const size_t rb_ = q_row_bytes(T, k);                                                      \
+        if (n_main) rows_unpacked_r(T, w, n_main, k, x, beta, y, ld_y, R, NW);                     \
+        if (n > n_main)                                                                            \
+            rows_unpacked_r(T, w + (size_t)n_main * rb_, n - n_main, k, x, beta, y + n_main, ld_y, \
+                            R, 1);                                                                 \
+    } while (0)
 
 #define UNPACKED_TYPE(name, T)                                                                     \
     SIMD static void name(const char *w, int n, int64_t k, const xq8 *x, int rows, float beta,     \
                           float *y, int ld_y)                                                      \
     {                                                                                              \
         switch (rows) {                                                                            \
-        case 1: rows_unpacked_r(T, w, n, k, x, beta, y, ld_y, 1); break;                           \
-        case 2: rows_unpacked_r(T, w, n, k, x, beta, y, ld_y, 2); break;                           \
-        case 3: rows_unpacked_r(T, w, n, k, x, beta, y, ld_y, 3); break;                           \
-        case 4: rows_unpacked_r(T, w, n, k, x, beta, y, ld_y, 4); break;                           \
-        case 5: rows_unpacked_r(T, w, n, k, x, beta, y, ld_y, 5); break;                           \
-        case 6: rows_unpacked_r(T, w, n, k, x, beta, y, ld_y, 6); break;                           \
-        case 7: rows_unpacked_r(T, w, n, k, x, beta, y, ld_y, 7); break;                           \
-        default: rows_unpacked_r(T, w, n, k, x, beta, y, ld_y, 8); break;                          \
+        case 1: ROWS_NW(T, 1, QU_DECODE_NW); break;                                                \
+        case 2: ROWS_NW(T, 2, 2); break;                                                           \
+        case 3: ROWS_NW(T, 3, 1); break;                                                           \
+        case 4: ROWS_NW(T, 4, 1); break;                                                           \
+        case 5: ROWS_NW(T, 5, 1); break;                                                           \
+        case 6: ROWS_NW(T, 6, 1); break;                                                           \
+        case 7: ROWS_NW(T, 7, 1); break;                                                           \
+        default: ROWS_NW(T, 8, 1); break;                                                          \
         }                                                                                          \
     }
 UNPACKED_TYPE(rows_q4_0, Q_Q4_0)
