@@ -56,6 +56,44 @@ static double bench_rss_mib(void)
     return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
 }
 
+/* ---- what a decode row reads ----------------------------------------------------------- */
+
+/* Bytes of weight matrices one decode row reads: every projection and the classifier whole,
+ * one row of the token embedding, and of a mixture of experts the router and the
+ * n_expert_used experts it picks (each expert's gate, up and down matrices), not the others;
+ * norms and biases left out. Batch-1 decode at memory speed runs at the read bandwidth over
+ * this; for a dense model it is about the file's size. 0 when the model has no typed view. */
+static double active_weight_bytes(const eng_model *m)
+{
+    const eng_model_tensors *t = eng_model_tensors_of(m);
+    const eng_model_config *c = eng_model_cfg(m);
+    const eng_model_hparams *hp = eng_model_hparams_of(m);
+    if (!t || !t->layers) return 0;
+    const int64_t d = c->dim, hd = eng_head_dim(c, hp), ff = c->hidden_dim;
+    const int64_t qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
+    double bytes = (double)eng_wrow_bytes(t->token_embedding.type, d) +
+                   (double)c->vocab_size * (double)eng_wrow_bytes(t->wcls.type, d);
+    for (int l = 0; l < c->n_layers; l++) {
+        const eng_layer_weights *lw = &t->layers[l];
+        bytes += (double)qd * eng_wrow_bytes(lw->wq.type, d) +
+                 (double)kvd * (eng_wrow_bytes(lw->wk.type, d) + eng_wrow_bytes(lw->wv.type, d)) +
+                 (double)d * eng_wrow_bytes(lw->wo.type, qd);
+        if (lw->router.data) {
+            const int64_t ef = hp->expert_ff;
+            bytes +=
+                (double)hp->n_expert * eng_wrow_bytes(lw->router.type, d) +
+                (double)hp->n_expert_used * ((double)ef * (eng_wrow_bytes(lw->gate_exps.type, d) +
+                                                           eng_wrow_bytes(lw->up_exps.type, d)) +
+                                             (double)d * eng_wrow_bytes(lw->down_exps.type, ef));
+        } else {
+            bytes +=
+                (double)ff * (eng_wrow_bytes(lw->w1.type, d) + eng_wrow_bytes(lw->w3.type, d)) +
+                (double)d * eng_wrow_bytes(lw->w2.type, ff);
+        }
+    }
+    return bytes;
+}
+
 /* ---- the engine side ---------------------------------------------------------------- */
 
 typedef struct bench {
@@ -548,14 +586,16 @@ int main(int argc, char **argv)
                "\"baseline\":{\"name\":\"naive llama2.c-style forward, 1 row, 1 thread\","
                "\"decode_tok_s\":%.1f},"
                "\"ratios\":{\"decode1_vs_baseline\":%.2f,\"prefill_vs_baseline\":%.2f},"
-               "\"load_ms\":%.1f,\"rss_mib\":%.1f,\"weights\":\"%s\"}\n",
+               "\"load_ms\":%.1f,\"rss_mib\":%.1f,\"weights\":\"%s\","
+               "\"active_weight_bytes\":%.0f,\"n_expert\":%d,\"n_expert_used\":%d}\n",
                prefill_tok_s, max_seqs, phd.proj_ns * msd, phd.attn_ns * msd, phd.other_ns * msd,
                php.proj_ns * msp, php.attn_ns * msp, php.other_ns * msp, max_seqs,
                phd.proj_ns / totd, phd.attn_ns / totd, phd.other_ns / totd, php.proj_ns / totp,
                php.attn_ns / totp, php.other_ns / totp, naive_tok_s,
                have_naive ? decode_tok_s[0] / naive_tok_s : 0,
                have_naive ? prefill_tok_s / naive_tok_s : 0, t_load * 1e3, bench_rss_mib(),
-               eng_wtype_name(eng_model_hparams_of(m)->weight_type));
+               eng_wtype_name(eng_model_hparams_of(m)->weight_type), active_weight_bytes(m),
+               eng_model_hparams_of(m)->n_expert, eng_model_hparams_of(m)->n_expert_used);
     } else {
         printf("engine_bench %s, %d threads, medians of %d repeats [lowest, highest] (%d decode "
                "steps after %d tokens of context)\n",
@@ -588,6 +628,14 @@ int main(int argc, char **argv)
                    eng_wtype_name(eng_model_hparams_of(m)->weight_type));
         printf("  model load %.1f ms, resident %.1f MiB after the run (weights %s)\n", t_load * 1e3,
                bench_rss_mib(), eng_wtype_name(eng_model_hparams_of(m)->weight_type));
+        const eng_model_hparams *hp = eng_model_hparams_of(m);
+        printf("  a decode row reads %.1f MB of weights", active_weight_bytes(m) * 1e-6);
+        if (hp->n_expert) printf(" (%d of %d experts a row)", hp->n_expert_used, hp->n_expert);
+        for (int bi = 0; bi < n_sizes; bi++)
+            if (batch_sizes[bi] == 1)
+                printf(": batch-1 decode reads them at %.2f GB/s",
+                       active_weight_bytes(m) * decode_tok_s[bi] * 1e-9);
+        printf("\n");
     }
     if (procs_seqs > 0 && run_procs(&b, procs_seqs, ctx0, decode_steps, repeats, json)) return 1;
     free(n.x);
