@@ -19,11 +19,16 @@
 # bytes read once per token). Prefill lengths beyond a model's context (stories15M: 256) are
 # not run. --json writes one JSON object per file instead of the tables. HTTP runs for the
 # types of --http-types (default F32; "none" skips it), --http-streams (default 1,8,32).
+# --arch A writes the files with that architecture (ringlm-mkmodel --arch; default llama, the
+# files then named PRESET-TYPE.gguf, else PRESET-A-TYPE.gguf): for qwen3moe, whose decode row
+# reads only the experts it picks, batch-1 decode is also put against the bytes of weights a
+# row reads (engine_bench's active_weight_bytes: the router and n_expert_used experts of each
+# layer, the classifier, one embedding row), printed where they differ from the file's size.
 #
 #   B=build perf/llama_compare.sh [--models stories15M,stories110M]
 #          [--types F32,F16,BF16,Q8_0,Q4_K_M] [--seqs 1,4,8,16,32] [--prefill 256,1024]
 #          [--http-types F32] [--http-streams 1,8,32] [--no-decode] [--no-prefill]
-#          [--runs 3] [--threads 2] [--keep DIR] [--json]
+#          [--runs 3] [--threads 2] [--keep DIR] [--json] [--arch llama|qwen3moe|...]
 #
 # llama.cpp: LLAMA_CPP_DIR (default /work/llama-build/build/bin) must hold llama-batched-bench,
 # llama-bench and llama-server, built natively, outside this repository, from the source
@@ -43,7 +48,7 @@ cd "$(dirname "$0")/.."
 B=${B:-build}
 LLAMA_CPP_DIR=${LLAMA_CPP_DIR:-/work/llama-build/build/bin}
 MODELS=stories15M,stories110M TYPES=F32,F16,BF16,Q8_0,Q4_K_M SEQS=1,4,8,16,32 PREFILL=256,1024
-RUNS=3 THREADS=2 JSON=0 KEEP=
+RUNS=3 THREADS=2 JSON=0 KEEP= ARCH=llama
 HTTP_TYPES=F32 HTTP_STREAMS=1,8,32 DO_DECODE=1 DO_PREFILL=1
 PROMPT=32 GEN=128
 usage() { sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
@@ -61,6 +66,7 @@ while [ $# -gt 0 ]; do
     --no-decode) DO_DECODE=0; shift ;;
     --no-prefill) DO_PREFILL=0; shift ;;
     --json) JSON=1; shift ;;
+    --arch) ARCH=$2; shift 2 ;;
     *) usage ;;
   esac
 done
@@ -102,19 +108,23 @@ mark() { echo "$1 $(cut -d' ' -f1 /proc/loadavg)" >>"$tmp/load.log"; }
 "$B/perf/machine_probe" --threads "$THREADS" --repeats 3 --json >"$tmp/probe.jsonl"
 
 files=()
+arch_args=()
+[ "$ARCH" = llama ] || arch_args=(--arch "$ARCH")
 for preset in ${MODELS//,/ }; do
   for type in ${TYPES//,/ }; do
     f=$dir/$preset-$type.gguf
+    [ "$ARCH" = llama ] || f=$dir/$preset-$ARCH-$type.gguf
     if [ ! -s "$f" ]; then
       "$B/bin/ringlm-mkmodel" --model "synthetic:$preset:1" --format gguf --type "$type" \
-        --placeholder-vocab --out "$f" >"$tmp/mkmodel.log" 2>&1 ||
+        "${arch_args[@]}" --placeholder-vocab --out "$f" >"$tmp/mkmodel.log" 2>&1 ||
         { cat "$tmp/mkmodel.log" >&2; echo "llama_compare.sh: cannot write $f" >&2; exit 1; }
     fi
     files+=("$f")
-    : >"$tmp/$preset-$type.ringlm.jsonl"
-    : >"$tmp/$preset-$type.pre.jsonl"
-    : >"$tmp/$preset-$type.llama.jsonl"
-    : >"$tmp/$preset-$type.http.jsonl"
+    base=$(basename "$f" .gguf)
+    : >"$tmp/$base.ringlm.jsonl"
+    : >"$tmp/$base.pre.jsonl"
+    : >"$tmp/$base.llama.jsonl"
+    : >"$tmp/$base.http.jsonl"
   done
 done
 
@@ -223,7 +233,7 @@ for r in $(seq "$RUNS"); do
       fi
     fi
     # HTTP for the types asked, the two servers in A B B A order over the runs
-    t=${base#*-}
+    t=${base##*-}
     if [ "$HTTP_TYPES" != none ] && [[ ",$HTTP_TYPES," == *",$t,"* ]]; then
       for side in $( [ $((r % 2)) = 1 ] && echo "ringlm llama" || echo "llama ringlm"); do
         if [ "$side" = ringlm ]; then
@@ -296,6 +306,8 @@ for f in "${files[@]}"; do
           | .ttft_ratio = ratio(.ringlm.ttft_p50_ms; .["llama-server"].ttft_p50_ms)
           | .agg_ratio = ratio(.ringlm.agg_tok_s; .["llama-server"].agg_tok_s)))) as $http
     | ($probe.read_gb_s | median) as $bw
+    | ([$r[].active_weight_bytes | select(. != null)] | first // null) as $act
+    | ([$r[].n_expert | select(. != null)] | first // 0) as $nexp
     | {file: $file, threads: $threads, runs: $runs, prompt: $prompt, generated: $gen,
        file_bytes: $bytes,
        decode: {ringlm: $rd, llama_cpp: $ld,
@@ -309,6 +321,12 @@ for f in "${files[@]}"; do
                   else ($rd["1"].median * $bytes / 1e9 / $bw * 100 | round) / 100 end),
          llama_cpp: (if $ld == null or $ld["1"] == null then null
                      else ($ld["1"].median * $bytes / 1e9 / $bw * 100 | round) / 100 end)},
+       active_weight_bytes: $act, n_expert: $nexp,
+       batch1_active_read_share: {
+         ringlm: (if $rd["1"] == null or $act == null then null
+                  else ($rd["1"].median * $act / 1e9 / $bw * 100 | round) / 100 end),
+         llama_cpp: (if $ld == null or $ld["1"] == null or $act == null then null
+                     else ($ld["1"].median * $act / 1e9 / $bw * 100 | round) / 100 end)},
        http: $http, probe: $probe}')
   if [ "$JSON" = 1 ]; then
     echo "$summary" | jq -c .
@@ -333,6 +351,12 @@ for f in "${files[@]}"; do
     (select(.decode.ringlm["1"] != null)
      | "batch-1 decode reads the file (\(.file_bytes / 1e6 | round) MB) at \(.batch1_read_share.ringlm)"
        + " of the probed read bandwidth (llama.cpp \(.batch1_read_share.llama_cpp // "-"))"),
+    (select(.decode.ringlm["1"] != null and .active_weight_bytes != null
+            and (.n_expert > 0 or ((.active_weight_bytes - .file_bytes) | if . < 0 then -. else . end) > 0.05 * .file_bytes))
+     | "batch-1 decode reads the weights a row needs (\(.active_weight_bytes / 1e6 | round) MB"
+       + (if .n_expert > 0 then ", its experts only" else "" end)
+       + ") at \(.batch1_active_read_share.ringlm) of the probed read bandwidth"
+       + " (llama.cpp \(.batch1_active_read_share.llama_cpp // "-"))"),
     (select(.http != {})
      | "HTTP, \(.prompt)-token prompts, \(.generated) tokens a stream, bursts of N streams; median [lowest, highest] over runs",
        "             ringlm-gateway                llama-server                  ringlm/llama-server",
