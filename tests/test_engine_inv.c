@@ -222,6 +222,26 @@ Test(engine_inv, quantized_gguf_decode_alone_is_bit_identical_inside_a_batch_of_
     }
 }
 
+/* A mixture of experts (qwen3moe: 8 experts, 2 a row): one row alone runs its experts'
+ * products together (kernels/cpu/cpu.c moe_ffn_row) and adds them in the order of their ids,
+ * as a batch adds each expert's rows: alone and in a batch of 8, the same logits to the bit,
+ * with float and with quantized weights. */
+Test(engine_inv, experts_decode_alone_is_bit_identical_inside_a_batch_of_8, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 300)
+{
+    static const char *const types[] = {"F32", "Q8_0", "Q4_0"};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        char path[512], what[64];
+        snprintf(path, sizeof path, "%s/moe-%s.gguf", tmpdir, types[t]);
+        export_gguf_window("synthetic:gqa-test:12", NULL, types[t], "qwen3moe", 32, 0, path);
+        eng_model *m = load(path);
+        cr_assert_eq(eng_model_hparams_of(m)->n_expert_used, 2);
+        snprintf(what, sizeof what, "qwen3moe %s", types[t]);
+        decode_alone_vs_batch(m, 8, what);
+        eng_model_free(m);
+    }
+}
+
 /* ---- physical block ids ----------------------------------------------------------------- */
 
 Test(engine_inv, permuting_physical_blocks_changes_nothing)

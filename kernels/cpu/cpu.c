@@ -251,6 +251,59 @@ static void post_norm_add(cpu *c, const float *weight, int T)
 
 /* ---- mixture of experts -------------------------------------------------------------- */
 
+/* Experts of one row run together: their gate and up products as one parallel region, then
+ * their down products as another. */
+#define MOE_ROW_JOBS 8
+
+/* One row alone (decode of one sequence): the chosen experts' products in a few parallel
+ * regions, not two for each expert (at batch 1 the regions' start and end, not the weights,
+ * held the mixture back), all reading the row where it lies (its 8-bit form quantized once);
+ * the experts added to x in the order of their ids, as the batch's loop below adds them, so
+ * the row gets the same sums alone as in a batch. */
+static void moe_ffn_row(cpu *c, const eng_layer_weights *lw, size_t gate_rb, size_t up_rb,
+                        size_t down_rb)
+{
+    const int dim = c->c.dim, nk = c->hp.n_expert_used, ff = c->hp.expert_ff;
+    int order[MOE_ROW_JOBS];
+    for (int k0 = 0; k0 < nk; k0 += MOE_ROW_JOBS) {
+        /* the slots k0.. of the chosen, by expert id (the next ids above the last group's) */
+        const int m = nk - k0 < MOE_ROW_JOBS ? nk - k0 : MOE_ROW_JOBS;
+        for (int k = 0; k < nk; k++) {
+            int rank = 0; /* chosen experts with a lower id (they are distinct) */
+            for (int j = 0; j < nk; j++) rank += c->moe_e[j] < c->moe_e[k];
+            if (rank >= k0 && rank < k0 + m) order[rank - k0] = k;
+        }
+        mm_job up[MOE_ROW_JOBS], down[MOE_ROW_JOBS];
+        for (int i = 0; i < m; i++) {
+            const int e = c->moe_e[order[i]];
+            up[i] = (mm_job){
+                .w = {(const char *)lw->gate_exps.data + (size_t)e * ff * gate_rb,
+                      lw->gate_exps.type},
+                .n = ff,
+                .k = dim,
+                .x = c->xb,
+                .y = c->moe_h1 + (size_t)i * ff,
+                .ld_y = ff,
+                .up = {(const char *)lw->up_exps.data + (size_t)e * ff * up_rb, lw->up_exps.type},
+                .y_up = c->moe_h3 + (size_t)i * ff,
+                .act = ENG_ACT_SILU};
+            down[i] = (mm_job){.w = {(const char *)lw->down_exps.data + (size_t)e * dim * down_rb,
+                                     lw->down_exps.type},
+                               .n = dim,
+                               .k = ff,
+                               .x = c->moe_h1 + (size_t)i * ff,
+                               .y = c->moe_out + (size_t)i * dim,
+                               .ld_y = dim};
+        }
+        matmul_jobs(c, up, m, 1);
+        matmul_jobs(c, down, m, 1);
+        for (int i = 0; i < m; i++) {
+            const float wgt = c->moe_w[order[i]], *o = c->moe_out + (size_t)i * dim;
+            for (int j = 0; j < dim; j++) c->x[j] += wgt * o[j];
+        }
+    }
+}
+
 /*
  * x += Σ_k w_k · down_k(silu(gate_k(xb)) ⊙ up_k(xb)) for each row, over the n_expert_used
  * experts its router picks, as llama.cpp's qwen3moe: softmax of the router logits, the
@@ -287,6 +340,10 @@ static void moe_ffn(cpu *c, const eng_layer_weights *lw, int T)
     const size_t gate_rb = eng_wrow_bytes(lw->gate_exps.type, dim);
     const size_t up_rb = eng_wrow_bytes(lw->up_exps.type, dim);
     const size_t down_rb = eng_wrow_bytes(lw->down_exps.type, ff);
+    if (T == 1) {
+        moe_ffn_row(c, lw, gate_rb, up_rb, down_rb);
+        return;
+    }
     for (int e = 0; e < ne; e++) {
         int n = 0;
         for (int r = 0; r < T; r++)
