@@ -55,63 +55,15 @@ static void want_400(const char *body, const char *param, const char *says)
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */
-typedef struct doc_row {
-    char name[48], status[16], example[128], accepted[32];
-} doc_row;
-
-static void cell(const char *line, int i, char *out, size_t n)
-{
-    const char *p = line;
-    for (int k = 0; k <= i; k++) {
-        p = strchr(p, '|');
-        cr_assert_not_null(p, "row '%s' has no cell %d", line, i);
-        p++;
-    }
-    const char *end = strchr(p, '|');
-    cr_assert_not_null(end, "row '%s' has no cell %d", line, i);
-    while (p < end && *p == ' ') p++;
-    while (end > p && end[-1] == ' ') end--;
-    if (end - p >= 2 && *p == '`' && end[-1] == '`') p++, end--;
-    size_t len = (size_t)(end - p);
-    cr_assert_lt(len, n, "cell '%.*s' too long", (int)len, p);
-    memcpy(out, p, len);
-    out[len] = 0;
-}
-
-static int doc_rows(doc_row *rows, int max)
-{
-    FILE *f = fopen("docs/gateway.md", "r");
-    if (!f) cr_skip_test("docs/gateway.md not found (run from the repository root)");
-    char line[1024];
-    int n = 0, in = 0;
-    while (fgets(line, sizeof line, f)) {
-        if (strstr(line, "<!-- responses table")) {
-            in = 1;
-            continue;
-        }
-        if (strstr(line, "<!-- end of the responses table")) break;
-        if (!in || line[0] != '|' || strstr(line, "| --- ") || strstr(line, "| field |")) continue;
-        cr_assert_lt(n, max);
-        cell(line, 0, rows[n].name, sizeof rows[n].name);
-        cell(line, 1, rows[n].status, sizeof rows[n].status);
-        cell(line, 2, rows[n].example, sizeof rows[n].example);
-        cell(line, 3, rows[n].accepted, sizeof rows[n].accepted);
-        n++;
-    }
-    fclose(f);
-    cr_assert_gt(n, 0, "docs/gateway.md has no responses table");
-    return n;
-}
-
 Test(gateway_responses, the_docs_table_is_the_gateways_table)
 {
-    doc_row rows[64];
-    int n = doc_rows(rows, 64);
+    gwh_doc_row rows[64];
+    int n = gwh_doc_rows("responses", false, rows, 64);
     size_t nf;
     const gw_field *f = gw_responses_fields(&nf);
     cr_expect_eq((size_t)n, nf, "docs list %d fields, the gateway %zu", n, nf);
     for (size_t i = 0; i < nf; i++) {
-        const doc_row *d = NULL;
+        const gwh_doc_row *d = NULL;
         for (int k = 0; k < n && !d; k++)
             if (!strcmp(rows[k].name, f[i].name)) d = &rows[k];
         cr_expect_not_null(d, "'%s' is not in docs/gateway.md's responses table", f[i].name);
@@ -126,8 +78,8 @@ Test(gateway_responses, the_docs_table_is_the_gateways_table)
 Test(gateway_responses, every_field_is_answered_or_refused_by_name)
 {
     setup(NULL);
-    doc_row rows[64];
-    int n = doc_rows(rows, 64);
+    gwh_doc_row rows[64];
+    int n = gwh_doc_rows("responses", false, rows, 64);
     for (int i = 0; i < n; i++) {
         for (int pass = 0; pass < 2; pass++) {
             const char *v = pass ? rows[i].accepted : rows[i].example;
