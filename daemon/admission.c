@@ -343,7 +343,9 @@ void adm_submit_samples(svc *s)
                                 .arrival_us = k->arrival_us,
                                 .tokens = k->tokens,
                                 .cache_salt = k->cache_salt,
-                                .sample = true};
+                                .sample = true,
+                                /* the prompt's partial last block: shared, copy-on-write */
+                                .sample_of = k->id - k->sample_idx};
             sched_reject_reason rr = SCHED_REJECT_NONE;
             k->sample_starting = true;
             if (sched_submit(s->sched, &sr, s->now_us, &rr) < 0) {

@@ -275,6 +275,8 @@ static int fork_samples(eng *e, uint32_t first, int64_t now)
                                : (uint64_t)(q->deadline_us > 0 ? q->deadline_us : 1),
             .arrival_us = (uint64_t)q->arrival_us,
             .sample = true,
+            /* its first sample's partial last prompt block: shared copy-on-write */
+            .sample_of = (uint64_t)e->run->final_rec[first] + 1,
         };
         if (e->o->prefix_cache && sr.tenant >= 0) {
             /* the first sample's prompt tokens (its stand-ins: the same uniq), then the token */

@@ -137,17 +137,21 @@ static long long computed_prompt_tokens(const char *reqlog, int *lines)
     return sum;
 }
 
-/* n = 8 samples of a 256-token prompt compute 256 prompt tokens (not 2,048): the request log
- * says so (prompt less cached, summed), the FINISH events say each further sample found the
- * whole prompt cached, and vllm:prompt_tokens_total counts 256. Each sample's tokens equal
- * a single request's with seed + i on a daemon that shares nothing (--no-prefix-cache). */
-Test(daemon_nseq, eight_samples_compute_the_prompt_once_and_equal_single_requests, .timeout = 300)
+/* n = 8 samples of a P-token prompt compute P prompt tokens (not 8 × P, nor P + 7 × the
+ * tokens past its last full block): the engine's rows say so (ringlm_iteration_tokens_total
+ * less one row per generated token after each sample's first), the request log says so
+ * (prompt less cached, summed), the FINISH events say each further sample found the whole
+ * prompt cached (its full blocks through the prefix cache, its partial last block shared
+ * copy-on-write), and vllm:prompt_tokens_total counts P. Each sample's tokens equal a single
+ * request's with seed + i on a daemon that shares nothing (--no-prefix-cache). */
+static void eight_samples_of(uint32_t P)
 {
     char model[256];
     model_or_synthetic(model, sizeof model);
-    enum { N = 8, P = 256, M = 24 };
+    enum { N = 8, M = 24 };
     const uint64_t seed = 4242;
-    static int32_t prompt[P];
+    static int32_t prompt[300];
+    cr_assert_leq(P, 300u);
     prompt_of(prompt, P, 1);
     ringlm_request r;
     req_of(&r, prompt, P, M, seed);
@@ -158,6 +162,7 @@ Test(daemon_nseq, eight_samples_compute_the_prompt_once_and_equal_single_request
     ringlm_client *c;
     cr_assert_eq(ringlm_connect(d.sock, &c), 0, "%s", ringlm_errdetail());
     cr_expect_eq(ringlm_max_samples(c), 16, "the default --max-n");
+    double rows0 = metric(&d, "ringlm_iteration_tokens_total"); /* (the warm-up's, if any) */
     uint64_t id0 = submit_n(c, &r, N);
     /* the next request's id comes after the n samples' */
     static sample_out group[N];
@@ -166,7 +171,7 @@ Test(daemon_nseq, eight_samples_compute_the_prompt_once_and_equal_single_request
         cr_expect_eq(group[i].fin.finish_reason, RINGLM_FINISH_LENGTH, "sample %d: %s", i,
                      ringlm_reason_name(group[i].fin.finish_reason));
         cr_expect_eq(group[i].n, (uint32_t)M, "sample %d", i);
-        cr_expect_eq(group[i].fin.n_cached_tokens, i ? (uint32_t)P : 0u,
+        cr_expect_eq(group[i].fin.n_cached_tokens, i ? P : 0u,
                      "sample %d found %u prompt tokens cached", i, group[i].fin.n_cached_tokens);
     }
     /* the samples differ (different seeds), or the test would prove little */
@@ -186,8 +191,15 @@ Test(daemon_nseq, eight_samples_compute_the_prompt_once_and_equal_single_request
     for (uint64_t end = th_now_ms() + 10000;
          (ptt = metric(&d, "vllm:prompt_tokens_total")) < (double)P && th_now_ms() < end;)
         usleep(2000);
-    cr_expect_eq(ptt, (double)P, "prefill tokens processed for %d samples of %d tokens: %g", N, P,
+    cr_expect_eq(ptt, (double)P, "prefill tokens processed for %d samples of %u tokens: %g", N, P,
                  ptt);
+    /* The engine's rows: sample 0's prompt, then one row per token after each sample's first
+     * (a further sample's first token comes from sample 0's last prompt row; its own first
+     * row is the one a decode step computes) — nothing else. */
+    double rows = metric(&d, "ringlm_iteration_tokens_total") - rows0;
+    cr_expect_eq(rows, (double)(P + N * (M - 1)),
+                 "engine rows %g: the prompt computed %g times over (%u + %d × %d expected)", rows,
+                 (rows - N * (M - 1)) / P, P, N, M - 1);
     cr_expect_eq(dmn_stop(&d, SIGTERM, 20000), 0);
     int lines = 0;
     long long computed = computed_prompt_tokens(d.reqlog, &lines);
@@ -217,6 +229,19 @@ Test(daemon_nseq, eight_samples_compute_the_prompt_once_and_equal_single_request
     ringlm_close(c);
     cr_expect_eq(dmn_stop(&one, SIGTERM, 20000), 0);
     dmn_cleanup(&one);
+}
+
+/* A prompt of whole blocks (16 × 16): the prefix cache shares every prompt block. */
+Test(daemon_nseq, eight_samples_compute_the_prompt_once_and_equal_single_requests, .timeout = 300)
+{
+    eight_samples_of(256);
+}
+
+/* A prompt with a partial last block (16 × 16 + 7): the 7 tokens past the last full block are
+ * shared copy-on-write, not computed by each sample again. */
+Test(daemon_nseq, a_partial_last_block_is_shared_copy_on_write, .timeout = 300)
+{
+    eight_samples_of(263);
 }
 
 /* A group whose samples could never hold their KV blocks together is refused whole (every
