@@ -304,7 +304,9 @@ void adm_submit(svc *s, svc_req *r)
                         /* prompt log-probabilities need every prompt row computed: such a
                          * request neither uses nor fills the prefix cache */
                         .tokens = r->plp_top >= 0 ? NULL : r->tokens,
-                        .cache_salt = r->cache_salt};
+                        .cache_salt = r->cache_salt,
+                        /* n samples: admitted when all their blocks are there together */
+                        .n_samples = r->n_samples};
     sched_reject_reason rr = SCHED_REJECT_NONE;
     int rc = sched_submit(s->sched, &sr, s->now_us, &rr);
     if (rc < 0) {

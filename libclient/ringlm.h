@@ -407,7 +407,9 @@ int ringlm_vocab_size(const ringlm_client *c);
  * again, with the same answers.
  * Admission is all or nothing: the request is refused whole (n FINISH rejected) when the
  * n samples' KV blocks together could never fit (never_fits), or when the first sample is
- * refused; once admitted, no sample is refused.
+ * refused; once admitted, no sample is refused. The group starts when the blocks to start
+ * all n are free together (else it waits, together), and those are kept for the samples, so
+ * no sample of a started group waits for blocks another request took.
  * Cancel: ringlm_cancel(id + i) cancels sample i. Until sample 0 has its first token the
  * samples wait on its prompt, so cancelling sample 0 then cancels them all.
  * Limits: n <= ringlm_max_samples(c) (the daemon's --max-n), else -EINVAL "n"; n > 1 with

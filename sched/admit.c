@@ -145,7 +145,8 @@ admitted:;
         goto oom;
     }
 
-    sc_cow_submit(s, r, q); /* a sample: the first sample's partial prompt block, shared */
+    sc_cow_submit(s, r, q);   /* a sample: the first sample's partial prompt block, shared */
+    sc_group_submit(s, r, q); /* n samples: admitted together */
 
     tenant_state *t = &s->ts[ten];
     if (t->n_live == 0) sc_fair_rejoin(s, ten);

@@ -129,6 +129,10 @@ typedef struct req {
      * first cow_len % block_size positions hold its tokens cow_len / block_size × block_size
      * onwards */
     uint32_t cow_blk, cow_len;
+    /* n samples admitted together (group.c): a first sample's other samples (grp_n) and the
+     * blocks each needs to start (grp_each); the device blocks reserved for it or, for a
+     * first sample, for its others (resv) */
+    uint32_t grp_n, grp_each, resv;
 } req;
 
 typedef struct hent {
@@ -309,6 +313,10 @@ struct sched {
      * plan's copies */
     VEC(struct cow_ent) cow;
     VEC(sched_copy) copies;
+    /* n samples admitted together (group.c): blocks reserved in all, and the first samples
+     * holding a reservation for their others */
+    uint32_t resv_total;
+    VEC(uint32_t) resv_firsts;
 };
 
 /* ---- small helpers used everywhere ---------------------------------------------------- */
@@ -537,6 +545,26 @@ bool sc_cow_shared(const sched *s, uint32_t block);
 /* Every shared block's references against the requests that hold them; blocks only the
  * references hold are counted in holders (the device pool's check follows). */
 int sc_cow_check(const sched *s, uint32_t *holders, char *why, size_t len);
+
+/* ---- group.c ---- */
+/* sched_submit: a first sample's group (n_samples), or a sample's share of the reservation
+ * its first sample holds. */
+void sc_group_submit(sched *s, req *r, const sched_request *q);
+/* Blocks r's admission needs beyond its own: its group's others' (an unstarted first
+ * sample), else 0. */
+uint32_t sc_group_extra(const sched *s, const req *r);
+/* Blocks reserved for others than r (an admission of r cannot use them). */
+static inline uint32_t sc_group_reserved_for_others(const sched *s, const req *r)
+{
+    return s->resv_total - r->resv;
+}
+/* r starts: a first sample reserves its others' blocks; a sample uses what it had. */
+void sc_group_start(sched *s, req *r, uint32_t extra);
+/* r gives back what is reserved for it or its group (it ends or gives up its blocks). */
+void sc_group_release(sched *s, req *r);
+/* Step start: first samples whose first token came give back what their others did not claim. */
+void sc_group_settle(sched *s);
+int sc_group_check(const sched *s, char *why, size_t len);
 
 /* ---- order.c ---- */
 int sc_order_create(sched *s);

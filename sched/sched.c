@@ -156,6 +156,7 @@ void sched_destroy(sched *s)
     free(s->victims.a);
     free(s->cow.a);
     free(s->copies.a);
+    free(s->resv_firsts.a);
     sched_policy_free(s->policy);
     free(s);
 }
@@ -338,6 +339,8 @@ const sched_plan *sched_step(sched *s, uint64_t now)
         }
     }
 
+    /* first samples past their first token: what their others did not claim goes back */
+    if (s->resv_firsts.n) sc_group_settle(s);
     /* 1. release cancelled sequences */
     for (uint32_t i = 0; i < s->cancel_pending.n; i++)
         sc_release_now(s, s->cancel_pending.a[i], now, true);
@@ -643,6 +646,7 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
         if (map_get(s, r->id) != i) BAD("request %llu not found by id", (unsigned long long)r->id);
     }
     if ((rc = sc_cow_check(s, seen[SCHED_POOL_DEVICE], why, len))) goto out;
+    if ((rc = sc_group_check(s, why, len))) goto out;
     if (s->px && (rc = sc_cache_check(s, seen[SCHED_POOL_DEVICE], why, len))) goto out;
     if ((rc = sc_order_check(s, why, len))) goto out;
     for (int p = s->px ? SCHED_POOL_DEVICE + 1 : 0; p < SCHED_POOL__COUNT; p++)

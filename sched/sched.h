@@ -678,6 +678,15 @@ typedef struct sched_request {
      * holds that block computed at the submit and its tokens match; otherwise the sample
      * computes them, as without it. */
     uint64_t sample_of;
+    /* The first sample of n_samples (0 and 1: a request alone; token_budget mode).  The group
+     * is admitted all or nothing: the first sample starts only when its blocks and each
+     * other sample's blocks for its start (its first token's row: the copy of the partial
+     * block, or a new block) are available together — else the group waits together —
+     * and those are then reserved for the others (no other admission or swap-in takes
+     * them) until they are submitted (sample_of this one) and start, so no sample of an
+     * admitted group waits for blocks another admission took.  What the others did not
+     * claim by the step after the first token is released. */
+    uint32_t n_samples;
 } sched_request;
 
 /* Submit.  Returns 0 when admitted to the queue (event "admit"), else a negative errno and

@@ -347,6 +347,10 @@ static int submit(eng *e, uint32_t req, uint32_t attempt, int64_t at, int64_t no
     };
     /* a first sample of n fills the cache its others read, hashes recorded or not */
     bool first_of_n = e->fol_head && e->fol_head[req] != UINT32_MAX;
+    /* ... and is admitted when the blocks of all n are there together */
+    sr.n_samples = 1;
+    if (first_of_n)
+        for (uint32_t k = e->fol_head[req]; k != UINT32_MAX; k = e->fol_next[k]) sr.n_samples++;
     if (e->o->prefix_cache && (q->n_hash || q->n_ahash || first_of_n) && sr.tenant >= 0) {
         if ((rc = tok_room(e, q->prompt_tokens))) return rc;
         sim_req_tokens(e->t, q, req, e->tok);

@@ -283,6 +283,132 @@ Test(daemon_nseq, a_group_that_cannot_fit_is_refused_whole, .timeout = 120)
     dmn_cleanup(&d);
 }
 
+/* The decision log's first event of kind ev (and reason, when given) for daemon request req:
+ * its t_us, or -1 when there is none. */
+static long long first_event(const char *declog, const char *ev, long long req, const char *reason)
+{
+    FILE *f = fopen(declog, "r");
+    cr_assert_not_null(f, "decision log %s", declog);
+    char line[4096];
+    long long t = -1;
+    while (t < 0 && fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        if (!o) continue;
+        const char *e = json_string_value(json_object_get(o, "ev"));
+        const char *why = json_string_value(json_object_get(o, "reason"));
+        if (e && !strcmp(e, ev) && json_integer_value(json_object_get(o, "req")) == req &&
+            (!reason || (why && !strcmp(why, reason))))
+            t = json_integer_value(json_object_get(o, "t_us"));
+        json_decref(o);
+    }
+    fclose(f);
+    return t;
+}
+
+/* The daemon id of the k-th request the decision log admitted (0-based), or -1. */
+static long long admitted_id(const char *declog, int k)
+{
+    FILE *f = fopen(declog, "r");
+    cr_assert_not_null(f, "decision log %s", declog);
+    char line[4096];
+    long long id = -1;
+    while (id < 0 && fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        if (!o) continue;
+        const char *e = json_string_value(json_object_get(o, "ev"));
+        if (e && !strcmp(e, "admit") && k-- == 0)
+            id = json_integer_value(json_object_get(o, "req"));
+        json_decref(o);
+    }
+    fclose(f);
+    return id;
+}
+
+/* All or nothing with a reservation: a pool of 32 blocks of 16, a request B of 300 + 100
+ * tokens holding 19 to 25 of them; then 8 samples of a 100-token prompt, whose first sample
+ * alone (7 blocks) would fit beside B but whose group needs 7 + 7 × 1 blocks to start: the
+ * group waits, together, until B finishes, then every sample starts from blocks kept for it —
+ * none waits for blocks once the group is admitted — and all answer in full. */
+Test(daemon_nseq, a_group_waits_together_until_its_blocks_are_free_together, .timeout = 120)
+{
+    char model[256];
+    model_or_synthetic(model, sizeof model);
+    static const char *const flags[] = {"--kv-blocks", "32", NULL};
+    static int32_t pb[300], pg[100];
+    prompt_of(pb, 300, 21);
+    prompt_of(pg, 100, 22);
+    dmn d;
+    dmn_start(&d, model, NULL, flags);
+    ringlm_client *c;
+    cr_assert_eq(ringlm_connect(d.sock, &c), 0, "%s", ringlm_errdetail());
+    ringlm_request b;
+    req_of(&b, pb, 300, 100, 1);
+    b.ignore_stop = true;
+    uint64_t idb;
+    cr_assert_eq(ringlm_submit(c, &b, &idb), 0, "%s", ringlm_errdetail());
+    /* B runs: its first token is out */
+    ringlm_event ev;
+    cr_assert_gt(ringlm_next_event(c, &ev, 60000), 0, "%s", ringlm_errdetail());
+    cr_assert_eq(ev.kind, RINGLM_EV_TOKEN);
+    cr_assert_eq(ev.req_id, idb);
+    uint32_t b_tokens = 1;
+    ringlm_request g;
+    req_of(&g, pg, 100, 40, 9);
+    g.ignore_stop = true;
+    uint64_t id0 = submit_n(c, &g, 8);
+    static sample_out out[8];
+    memset(out, 0, sizeof out);
+    uint32_t left = 9;
+    while (left) {
+        cr_assert_gt(ringlm_next_event(c, &ev, 60000), 0, "%s", ringlm_errdetail());
+        if (ev.req_id == idb) {
+            if (ev.kind == RINGLM_EV_TOKEN) b_tokens++;
+            if (ev.kind == RINGLM_EV_FINISH) {
+                cr_expect_eq(ev.finish_reason, RINGLM_FINISH_LENGTH, "B: %s",
+                             ringlm_reason_name(ev.finish_reason));
+                left--;
+            }
+            continue;
+        }
+        cr_assert(ev.req_id >= id0 && ev.req_id < id0 + 8);
+        sample_out *o = &out[ev.req_id - id0];
+        if (ev.kind == RINGLM_EV_TOKEN) o->n++;
+        if (ev.kind == RINGLM_EV_FINISH) {
+            o->fin = ev;
+            left--;
+        }
+    }
+    cr_expect_eq(b_tokens, 100u);
+    for (int i = 0; i < 8; i++) {
+        cr_expect_eq(out[i].fin.finish_reason, RINGLM_FINISH_LENGTH, "sample %d: %s", i,
+                     ringlm_reason_name(out[i].fin.finish_reason));
+        cr_expect_eq(out[i].n, 40u, "sample %d", i);
+    }
+    ringlm_close(c);
+    assert_back_to_baseline(&d, 20000);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 20000), 0);
+    long long B = admitted_id(d.declog, 0), L = admitted_id(d.declog, 1);
+    cr_assert_geq(B, 0, "B's admit");
+    cr_assert_geq(L, 0, "the group's admit");
+    long long b_end = first_event(d.declog, "release", B, NULL);
+    long long l_start = first_event(d.declog, "schedule", L, NULL);
+    cr_assert_geq(b_end, 0, "B's release");
+    cr_assert_geq(l_start, 0, "the first sample's schedule");
+    cr_expect_geq(l_start, b_end,
+                  "the first sample started at %lld us, before B released its blocks at %lld us: "
+                  "its group's blocks were not free together",
+                  l_start, b_end);
+    cr_expect_geq(first_event(d.declog, "defer", L, "blocks"), 0,
+                  "the group never waited for blocks: the test did not test what it says");
+    for (long long k = L + 1; k < L + 8; k++) {
+        cr_expect_geq(first_event(d.declog, "schedule", k, NULL), 0, "sample %lld never started",
+                      k - L);
+        cr_expect_lt(first_event(d.declog, "defer", k, "blocks"), 0,
+                     "sample %lld of an admitted group waited for blocks", k - L);
+    }
+    dmn_cleanup(&d);
+}
+
 /* Each sample is cancelled on its own id: the cancelled one ends cancelled, the others run
  * to their length; sample 0 (whose prompt the others shared) cancelled after the fork ends
  * only itself. Every block is back after. */

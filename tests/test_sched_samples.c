@@ -31,6 +31,7 @@ typedef struct seq {
     uint32_t group, max_new;
     uint32_t copies_in;            /* plan copies it got */
     uint32_t first_start, first_n; /* its first entry */
+    uint64_t first_at, end_at;     /* when: its first entry's step, its end's commit */
     bool started;
 } seq;
 
@@ -113,7 +114,8 @@ static uint64_t submit_group(uint32_t g, uint32_t n, uint32_t n_samples, uint32_
                        .max_new_tokens = max_new,
                        .arrival_us = D.now,
                        .tokens = D.prompt[g],
-                       .cache_salt = 5};
+                       .cache_salt = 5,
+                       .n_samples = n_samples};
     cr_assert_eq(sched_submit(D.s, &r, D.now, NULL), 0, "%s", sched_last_error());
     sd_check(D.s);
     return id;
@@ -191,6 +193,7 @@ static const sched_plan *iter(void)
             q->started = true;
             q->first_start = e->start_pos;
             q->first_n = e->n_tokens;
+            q->first_at = D.now;
         }
         for (uint32_t pos = 0; pos < e->start_pos; pos++) {
             uint32_t b = pos / BS;
@@ -224,7 +227,10 @@ static const sched_plan *iter(void)
         if (!res[i].tokens) continue;
         q->generated++;
         bool first = q->generated == 1 && q->prompt_len == q->src_prompt;
-        if (res[i].finished != SCHED_FINISH_NONE) q->live = false;
+        if (res[i].finished != SCHED_FINISH_NONE) {
+            q->live = false;
+            q->end_at = D.now;
+        }
         if (first && D.samples_per_group[q->group] > 1 && D.first_of[q->group] == res[i].req)
             fork_group(res[i].req);
     }
@@ -356,4 +362,31 @@ Test(sched_samples, swaps_keep_the_shared_blocks_right)
 Test(sched_samples, recomputes_keep_the_shared_blocks_right)
 {
     pressure(0);
+}
+
+/* All or nothing: a blocker of 52 + 16 tokens holds 14 to 17 of 18 blocks; a group of four
+ * samples of a 10-token prompt needs 3 blocks for its first sample and 1 for each other's
+ * start (its copy of the partial block): the first sample alone would fit, the group does
+ * not — it waits until the blocker ends, then the others all start in the step after the
+ * first token, from the blocks kept for them. */
+Test(sched_samples, a_group_starts_when_its_blocks_are_free_together)
+{
+    init(18, 0, 16);
+    uint64_t b = submit_group(1, 52, 1, 16);
+    while (!D.q[b].generated) iter();
+    uint64_t f = submit_group(0, 10, 4, 6);
+    run_until_idle(200);
+    cr_assert_gt(D.q[b].end_at, 0u);
+    cr_expect_geq(D.q[f].first_at, D.q[b].end_at,
+                  "the first sample started at %llu, before the blocker ended at %llu",
+                  (unsigned long long)D.q[f].first_at, (unsigned long long)D.q[b].end_at);
+    for (uint64_t id = f + 1; id < f + 4; id++) {
+        cr_expect_eq(D.q[id].first_at, D.q[f + 1].first_at,
+                     "sample %llu started at %llu, sample %llu at %llu", (unsigned long long)id,
+                     (unsigned long long)D.q[id].first_at, (unsigned long long)(f + 1),
+                     (unsigned long long)D.q[f + 1].first_at);
+        cr_expect_eq(D.q[id].first_start, 10u);
+    }
+    assert_all_free();
+    fini();
 }
