@@ -36,7 +36,7 @@ void sc_window_release(sched *s, req *r)
     uint32_t given = 0;
     for (uint32_t i = r->rel_scan; i < dead; i++) {
         if (i < r->n_pnodes || r->dev[i] == SCHED_BLOCK_NONE) continue; /* the cache's chain */
-        pool_give(&s->pools[SCHED_POOL_DEVICE], r->dev[i]);
+        sc_dev_give(s, r->dev[i]); /* (or with the samples that share it) */
         r->dev[i] = SCHED_BLOCK_NONE;
         given++;
     }
