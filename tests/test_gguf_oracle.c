@@ -342,7 +342,9 @@ Test(gguf_oracle, qwen3moe_equals_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdi
  * another order) moves log-probabilities by up to ~0.01 (every_type_logprobs_equal_llama_cpp),
  * so the near-tie bound is 0.01 here, and quant-test, whose logits are nearly flat, parts at
  * such ties early: each case states the steps that must agree first (seen: Q4_0 6, Q4_1 2,
- * Q5_0 34, Q5_1 149, IQ4_NL 14; on stories15M all 200). */
+ * Q5_0 34, Q5_1 149, IQ4_NL 14; on stories15M all 200; since the AVX2 kernels meet the zero
+ * points and minimums as offsets, which sums in another order: Q5_0 70, Q5_1 92, at a tie of
+ * relative gap 0.00095). */
 Test(gguf_oracle, legacy_types_equal_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir,
      .timeout = 600)
 {
@@ -352,7 +354,7 @@ Test(gguf_oracle, legacy_types_equal_llama_cpp, .init = mk_tmpdir, .fini = rm_tm
         int min_equal;
     } cases[] = {
         {"synthetic:quant-test:17", "Q4_0", 5},     {"synthetic:quant-test:17", "Q4_1", 1},
-        {"synthetic:quant-test:17", "Q5_0", 30},    {"synthetic:quant-test:17", "Q5_1", 100},
+        {"synthetic:quant-test:17", "Q5_0", 30},    {"synthetic:quant-test:17", "Q5_1", 80},
         {"synthetic:quant-test:17", "IQ4_NL", 10},  {"synthetic:stories15M:18", "Q4_0", STEPS},
         {"synthetic:stories15M:18", "Q4_1", STEPS}, {"synthetic:stories15M:18", "IQ4_NL", STEPS},
     };
