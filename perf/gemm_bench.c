@@ -28,6 +28,7 @@
 #include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/gemm_small.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_prefill.h"
 #include "perf/bench_util.h"
 
 #include <cblas.h>
@@ -114,6 +115,31 @@ static void run_own(int M, const shape *s, const float *x, const void *w, float 
     }
 }
 
+/* --prefill --type Q4_K: the integer tiles (quant_prefill.h), the rows quantized once per
+ * product as the engine quantizes them once per matmul; false where they do not run */
+static void *xq_mem;
+static size_t xq_cap;
+static bool run_int(int M, const shape *s, const float *x, const void *w, float *y)
+{
+    const size_t need = q_xq_bytes(M, s->k);
+    if (xq_cap < need) {
+        free(xq_mem);
+        xq_mem = malloc(need);
+        xq_cap = xq_mem ? need : 0;
+    }
+    const q_xq *a = xq_mem ? q_xq_prepare(xq_mem, xq_cap, x, M, s->k) : NULL;
+    if (!a) return false;
+    int chunk = (s->n + CHUNKS - 1) / CHUNKS;
+    size_t rb = q_row_bytes(wtype, s->k);
+    for (int n0 = 0; n0 < s->n; n0 += chunk) {
+        int n = s->n - n0 < chunk ? s->n - n0 : chunk;
+        if (!q_prefill_matmul(wtype, (const char *)w + (size_t)n0 * rb, n, s->k, a, 0.0f, y + n0,
+                              s->n))
+            return false;
+    }
+    return true;
+}
+
 static void run_small(int M, const shape *s, const float *x, const float *w, float *y)
 {
     int chunk = (s->n + CHUNKS - 1) / CHUNKS;
@@ -150,9 +176,9 @@ static int run_prefill(const char *shape_name, const shape *shapes, int n_shapes
                shape_name, ta, repeats, CHUNKS);
     else
         printf("gemm_bench --prefill %s %s, 1 thread, %d chunks per product, medians of %d\n"
-               "%-5s %5s %9s %9s %8s %8s %8s  %s\n",
+               "%-5s %5s %9s %9s %8s %8s %8s %9s %8s  %s\n",
                shape_name, ta, CHUNKS, repeats, "proj", "M", "own ms", "old ms", "old/own",
-               "own GF/s", "old GF/s", "engine takes");
+               "own GF/s", "old GF/s", "int ms", "old/int", "engine takes");
     int first = 1;
     for (int si = 0; si < n_shapes; si++) {
         const shape *s = &shapes[si];
@@ -163,10 +189,19 @@ static int run_prefill(const char *shape_name, const shape *shapes, int n_shapes
             const double flop = 2.0 * M * s->n * s->k;
             /* about 0.1 s per timing at 30 GFLOP/s, at least two products */
             int iters = (int)(3e9 / flop) + 2;
-            double ts[64], tb[64];
+            double ts[64], tb[64], ti[64];
             int R = repeats < 64 ? repeats : 64;
+            const bool int_runs = wq && q_prefill_runs(wtype, M);
             for (int r = 0; r < R; r++) {
                 double t0 = now_s();
+                ti[r] = 0.0;
+                for (int i = 0; i < iters && int_runs; i++)
+                    if (!run_int(M, s, x, wq + type_bytes((size_t)i % n_copies * wsz), y)) {
+                        fprintf(stderr, "gemm_bench: the integer tiles declined\n");
+                        exit(1);
+                    }
+                if (int_runs) ti[r] = (now_s() - t0) / iters;
+                t0 = now_s();
                 for (int i = 0; i < iters; i++)
                     run_own(M, s, x, (const char *)wbase + type_bytes((size_t)i % n_copies * wsz),
                             y);
@@ -179,15 +214,20 @@ static int run_prefill(const char *shape_name, const shape *shapes, int n_shapes
                         run_blas(M, s, x, w + (size_t)i % n_copies * wsz, y);
                 tb[r] = (now_s() - t0) / iters;
             }
-            const double mo = bench_median(ts, R), mb = bench_median(tb, R);
-            const char *takes = gemm_f32_prefer(wtype, M, s->n, s->k) ? "own" : "old";
+            const double mo = bench_median(ts, R), mb = bench_median(tb, R),
+                         mi = bench_median(ti, R);
+            const char *takes = int_runs                                ? "int"
+                                : gemm_f32_prefer(wtype, M, s->n, s->k) ? "own"
+                                                                        : "old";
             if (json)
                 printf("%s{\"proj\":\"%s\",\"n\":%d,\"k\":%d,\"m\":%d,\"own_ms\":%.4f,"
-                       "\"old_ms\":%.4f,\"engine_takes\":\"%s\"}",
-                       first ? "" : ",", s->name, s->n, s->k, M, mo * 1e3, mb * 1e3, takes);
+                       "\"old_ms\":%.4f,\"int_ms\":%.4f,\"engine_takes\":\"%s\"}",
+                       first ? "" : ",", s->name, s->n, s->k, M, mo * 1e3, mb * 1e3, mi * 1e3,
+                       takes);
             else
-                printf("%-5s %5d %9.3f %9.3f %8.2f %8.1f %8.1f  %s\n", s->name, M, mo * 1e3,
-                       mb * 1e3, mb / mo, flop / mo * 1e-9, flop / mb * 1e-9, takes);
+                printf("%-5s %5d %9.3f %9.3f %8.2f %8.1f %8.1f %9.3f %8.2f  %s\n", s->name, M,
+                       mo * 1e3, mb * 1e3, mb / mo, flop / mo * 1e-9, flop / mb * 1e-9, mi * 1e3,
+                       int_runs ? mb / mi : 0.0, takes);
             first = 0;
         }
     }
