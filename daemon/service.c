@@ -164,6 +164,7 @@ static int iterate(void *ctx, uint64_t now_us)
             else
                 xfer_start(s, &p->transfers[i]);
         if (p->n_transfers && s->tiers) kvtier_flush(s->tiers);
+        if (p->n_copies) kv_copy_plan(s, p); /* after the demotions, before the batch */
         if (p->n_entries) {
             nres = exec_plan(s, p, &exec_us);
             batch_tokens = p->decode_tokens + p->prefill_tokens;

@@ -133,6 +133,7 @@ admitted:;
     r->deadline_us = q->deadline_us;
     r->q_pos = r->t_pos = r->bp_pos = r->run_pos = r->p_pos = NO_POS;
     r->state = REQ_NEW; /* born; waiting_add below is its first transition */
+    r->cow_blk = NO_SLOT;
     if (sc_cache_submit(s, r, q)) {
         VEC_PUSH(s, s->free_slots, slot);
         r->live = 0;
@@ -143,6 +144,9 @@ admitted:;
         r->live = 0;
         goto oom;
     }
+
+    sc_cow_submit(s, r, q);   /* a sample: the first sample's partial prompt block, shared */
+    sc_group_submit(s, r, q); /* n samples: admitted together */
 
     tenant_state *t = &s->ts[ten];
     if (t->n_live == 0) sc_fair_rejoin(s, ten);

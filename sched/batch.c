@@ -268,7 +268,10 @@ void sc_step_token_budget(sched *s, uint64_t now)
             sc_emit_defer(s, r, SCHED_DEFER_MAX_ACTIVE, now);
             break;
         }
-        uint32_t fr = sc_dev_available(s); /* free, or cached and evictable */
+        /* free, or cached and evictable — less what is reserved for other groups' samples */
+        uint32_t others = sc_group_reserved_for_others(s, r);
+        uint32_t fr = sc_dev_available(s);
+        fr = fr > others ? fr - others : 0;
         uint32_t tmax = s->ten[c.tenant]->max_kv_blocks;
         if (r->preempt_step == s->step_no) { /* preempted in this very step: not back at once */
             if (c.swapped)
@@ -287,7 +290,10 @@ void sc_step_token_budget(sched *s, uint64_t now)
                 cexcl |= 1u << c.cls; /* its class waits behind it */
                 continue;
             }
-            if (fr < need && sc_reclaim_blocked(s, need, now)) fr = sc_dev_available(s);
+            if (fr < need && sc_reclaim_blocked(s, need + others, now)) {
+                fr = sc_dev_available(s);
+                fr = fr > others ? fr - others : 0;
+            }
             if (fr < need) {
                 sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now);
                 break;
@@ -312,20 +318,27 @@ void sc_step_token_budget(sched *s, uint64_t now)
             continue;
         }
         uint32_t need = div_up(known(r), s->conf.block_size);
-        if (tmax && s->ts[c.tenant].kv_blocks + need + grow > tmax) {
+        /* n samples: the others' starting blocks too, or the group waits (group.c) */
+        uint32_t extra = sc_group_extra(s, r);
+        if (tmax && s->ts[c.tenant].kv_blocks + need + extra + grow > tmax) {
             sc_emit_defer(s, r, SCHED_DEFER_QUOTA, now);
             texcl |= 1ull << c.tenant;
             continue;
         }
         uint32_t unheld, hit = sc_cache_find(s, c.slot, &unheld); /* shared, not allocated */
-        if (fr - unheld < need - hit + watermark(s) &&
-            sc_reclaim_blocked(s, need - hit + watermark(s) + unheld, now))
+        /* a sample's reserved blocks were kept for it: no watermark on top */
+        uint32_t want = need - hit + extra + (r->resv ? 0 : watermark(s));
+        if ((fr < unheld || fr - unheld < want) &&
+            sc_reclaim_blocked(s, want + unheld + others, now)) {
             fr = sc_dev_available(s);
-        if (fr - unheld < need - hit + watermark(s)) {
+            fr = fr > others ? fr - others : 0;
+        }
+        if (fr < unheld || fr - unheld < want) {
             sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now);
             break;
         }
         start_running(s, c.slot, need, now);
+        sc_group_start(s, r, extra);
         if (r->state != SCHED_REQ_RUNNING) { /* reloading: its prefill starts when they are in */
             if (s->oom) break;
             continue;

@@ -154,6 +154,9 @@ void sched_destroy(sched *s)
     free(s->dec.a);
     free(s->part.a);
     free(s->victims.a);
+    free(s->cow.a);
+    free(s->copies.a);
+    free(s->resv_firsts.a);
     sched_policy_free(s->policy);
     free(s);
 }
@@ -314,6 +317,7 @@ const sched_plan *sched_step(sched *s, uint64_t now)
         s->rel_acc.n = 0;
     }
     s->entries.n = s->transfers.n = s->xfer_blocks.n = s->preempts.n = s->ended.n = 0;
+    s->copies.n = 0;
     s->victims_built = false;
     memset(&s->plan, 0, sizeof(s->plan));
     s->plan_pairs = 0;
@@ -335,6 +339,8 @@ const sched_plan *sched_step(sched *s, uint64_t now)
         }
     }
 
+    /* first samples past their first token: what their others did not claim goes back */
+    if (s->resv_firsts.n) sc_group_settle(s);
     /* 1. release cancelled sequences */
     for (uint32_t i = 0; i < s->cancel_pending.n; i++)
         sc_release_now(s, s->cancel_pending.a[i], now, true);
@@ -379,6 +385,8 @@ const sched_plan *sched_step(sched *s, uint64_t now)
     pl->n_preemptions = s->preempts.n;
     pl->ended = s->ended.a;
     pl->n_ended = s->ended.n;
+    pl->copies = s->copies.a;
+    pl->n_copies = s->copies.n;
     pl->predicted_step_us =
         pl->n_entries ? sc_predict_step_us(s, pl->prefill_tokens + pl->pad_tokens, pl->n_decode,
                                            pl->context_tokens, s->plan_pairs)
@@ -637,6 +645,8 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
                 (unsigned long long)r->id);
         if (map_get(s, r->id) != i) BAD("request %llu not found by id", (unsigned long long)r->id);
     }
+    if ((rc = sc_cow_check(s, seen[SCHED_POOL_DEVICE], why, len))) goto out;
+    if ((rc = sc_group_check(s, why, len))) goto out;
     if (s->px && (rc = sc_cache_check(s, seen[SCHED_POOL_DEVICE], why, len))) goto out;
     if ((rc = sc_order_check(s, why, len))) goto out;
     for (int p = s->px ? SCHED_POOL_DEVICE + 1 : 0; p < SCHED_POOL__COUNT; p++)

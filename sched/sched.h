@@ -668,6 +668,25 @@ typedef struct sched_request {
      * first sample's last prompt row (prompt_len counts that token): its prompt blocks come
      * from the prefix cache, where the first sample put them. */
     bool sample;
+    /* With sample: the id of its group's first sample (0: none).  The prefix cache shares
+     * full blocks only; the prompt's last partial block (its tokens past the last full block)
+     * is shared copy-on-write: from this submit the sample holds a reference to the first
+     * sample's block, which therefore stays on the device whatever that one does next (ends,
+     * is preempted, swapped), and its first write into it — its first step — copies it
+     * (plan copies; or takes it over when it is the block's last holder), so those tokens
+     * are not computed again and count as cached.  It takes effect only when the first sample
+     * holds that block computed at the submit and its tokens match; otherwise the sample
+     * computes them, as without it. */
+    uint64_t sample_of;
+    /* The first sample of n_samples (0 and 1: a request alone; token_budget mode).  The group
+     * is admitted all or nothing: the first sample starts only when its blocks and each
+     * other sample's blocks for its start (its first token's row: the copy of the partial
+     * block, or a new block) are available together — else the group waits together —
+     * and those are then reserved for the others (no other admission or swap-in takes
+     * them) until they are submitted (sample_of this one) and start, so no sample of an
+     * admitted group waits for blocks another admission took.  What the others did not
+     * claim by the step after the first token is released. */
+    uint32_t n_samples;
 } sched_request;
 
 /* Submit.  Returns 0 when admitted to the queue (event "admit"), else a negative errno and
@@ -760,6 +779,13 @@ typedef struct sched_ended {
     sched_cancel_reason cancel;   /* kind CANCEL: why (BACKPRESSURE) */
 } sched_ended;
 
+/* A block copy in the device pool (copy-on-write of a shared partial block, sched_request
+ * sample_of): src's KV to dst, whole block, before the entries of the plan execute. */
+typedef struct sched_copy {
+    uint64_t req; /* the request that gets dst */
+    uint32_t src, dst;
+} sched_copy;
+
 typedef struct sched_plan {
     uint64_t now_us;
     uint64_t step_no; /* 1, 2, ... */
@@ -783,6 +809,12 @@ typedef struct sched_plan {
     /* (e) requests ended by the scheduler this step (timeouts, backpressure cancels) */
     const sched_ended *ended;
     uint32_t n_ended;
+    /* (f) device block copies, in order: done after the plan's cache demotions (a copy's
+     * dst may be a block a demotion read) and before its entries execute (the entry of
+     * copy.req reads dst); src is held until the copy is planned, so no entry of this plan
+     * writes it before */
+    const sched_copy *copies;
+    uint32_t n_copies;
 } sched_plan;
 
 /* What a batch costs to compute, as the step-time model sees it (sim/FORMATS.md): the same
