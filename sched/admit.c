@@ -73,7 +73,8 @@ int sched_submit(sched *s, const sched_request *q, uint64_t now, sched_reject_re
     uint64_t total = (uint64_t)q->prompt_len + q->max_new_tokens;
     if (total > s->conf.max_context)
         return reject(s, q, ten, cls, SCHED_REJECT_TOO_LONG, -E2BIG, now, why);
-    uint32_t blocks = div_up(total, s->conf.block_size);
+    uint32_t blocks = sc_window_never_fits_blocks(s, q->prompt_len, s->px && q->tokens,
+                                                  div_up(total, s->conf.block_size));
     uint32_t tmax = s->ten[ten]->max_kv_blocks;
     if (blocks > s->conf.kv_blocks_device || (tmax && blocks > tmax))
         return reject(s, q, ten, cls, SCHED_REJECT_NEVER_FITS, -E2BIG, now, why);

@@ -96,7 +96,7 @@ static uint32_t plan_decodes(sched *s, uint64_t now, uint32_t budget, bool *ls_d
                 sc_emit_defer(s, r, quota ? SCHED_DEFER_QUOTA : SCHED_DEFER_BLOCKS, now);
                 break;
             }
-            uint32_t held = s->reqs[v].n_dev;
+            uint32_t held = dev_held(&s->reqs[v]);
             uint16_t vt = s->reqs[v].tenant;
             uint32_t freed = sc_preempt(s, v, quota, now);
             if (!freed && held) { /* swap: the others wait for its blocks */
@@ -165,7 +165,7 @@ static void start_running(sched *s, uint32_t slot, uint32_t blocks, uint64_t now
     if (!resume) sc_timer_update(s, slot); /* queue-wait no longer applies, deadline does */
     sched_event e = ev_of(s, SCHED_EV_SCHEDULE, r, now);
     e.outcome = resume ? SCHED_OUTCOME_RESUME : SCHED_OUTCOME_START;
-    e.blocks = r->n_dev;
+    e.blocks = dev_held(r);
     e.wait_us = now - r->arrival_us;
     emit(s, &e);
 }
@@ -300,7 +300,7 @@ void sc_step_token_budget(sched *s, uint64_t now)
             }
             sc_hremove(s, &s->cs[c.cls].swapped, c.slot);
             s->n_swapped--;
-            sc_dev_grow_to(s, r, need);
+            sc_window_swap_in_grow(s, r); /* (checked available above) */
             sc_set_state(s, r, SCHED_REQ_SWAPPING_IN);
             r->defer = SCHED_DEFER_NONE;
             s->n_swapping_in++;
@@ -317,7 +317,10 @@ void sc_step_token_budget(sched *s, uint64_t now)
             texcl |= 1ull << c.tenant;
             continue;
         }
-        uint32_t need = div_up(known(r), s->conf.block_size);
+        /* with an attention window only the first chunk's blocks (window.c) */
+        uint32_t full = div_up(known(r), s->conf.block_size);
+        uint32_t first = p->prefill_chunk < pbudget ? p->prefill_chunk : pbudget;
+        uint32_t need = sc_window_start_blocks(s, full, 0, first);
         /* n samples: the others' starting blocks too, or the group waits (group.c) */
         uint32_t extra = sc_group_extra(s, r);
         if (tmax && s->ts[c.tenant].kv_blocks + need + extra + grow > tmax) {
@@ -326,6 +329,7 @@ void sc_step_token_budget(sched *s, uint64_t now)
             continue;
         }
         uint32_t unheld, hit = sc_cache_find(s, c.slot, &unheld); /* shared, not allocated */
+        need = sc_window_start_blocks(s, full, hit, first);
         /* a sample's reserved blocks were kept for it: no watermark on top */
         uint32_t want = need - hit + extra + (r->resv ? 0 : watermark(s));
         if ((fr < unheld || fr - unheld < want) &&

@@ -300,7 +300,9 @@ int sc_cache_submit(sched *s, req *r, const sched_request *q)
     r->salt = q->cache_salt;
     r->n_pkeys =
         sched_prefix_keys_with(s->prefix_key, r->salt, r->ptok, q->prompt_len, bs, r->pkeys, nb);
-    r->pcache = r->pgen = true;
+    r->pcache = true;
+    /* a windowed sequence holds its cached chain until it ends (window.c): its prompt's */
+    r->pgen = !s->conf.attention_window;
     return 0;
 }
 
@@ -566,7 +568,8 @@ void sc_cache_commit(sched *s, req *r)
         if (r->computed >= r->px_rc_target) rc_run_end(s, r, SCHED_OUTCOME_DONE);
     }
     while (r->n_pnodes < r->n_pkeys && r->n_pnodes < r->n_dev &&
-           (uint64_t)(r->n_pnodes + 1) * bs <= r->computed) {
+           (uint64_t)(r->n_pnodes + 1) * bs <= r->computed &&
+           r->dev[r->n_pnodes] != SCHED_BLOCK_NONE) { /* (given back: window.c) */
         uint32_t i = r->n_pnodes, node;
         if (sc_cow_shared(s, r->dev[i])) break; /* cached once the samples took their copies */
         int rc = sched_prefix_insert(s->px, i ? r->pnodes[i - 1] : SCHED_PREFIX_NONE, r->salt,

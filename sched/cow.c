@@ -75,8 +75,8 @@ void sc_cow_submit(sched *s, req *r, const sched_request *q)
     if (len % bs == 0) return; /* no partial block: the cache shares them all */
     /* it has them computed, in its own device table, as this sample's tokens */
     if (f->state != SCHED_REQ_RUNNING || !f->pcache || f->salt != r->salt || f->computed < len ||
-        f->n_dev <= full || f->px_ld_n)
-        return;
+        f->n_dev <= full || f->dev[full] == SCHED_BLOCK_NONE || f->px_ld_n)
+        return; /* (NONE: its window gave the block back, window.c) */
     if (memcmp(f->ptok + (size_t)full * bs, q->tokens + (size_t)full * bs,
                (size_t)(len - full * bs) * sizeof(int32_t)))
         return;

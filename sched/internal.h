@@ -14,6 +14,8 @@
  *   order.c    prefix_order = longest_prefix: the cache-aware order within a class, with aging
  *   cache.c    the prefix cache's part: lookup at admission, insert at commit, holds released
  *              with the blocks, eviction on demand (the index itself: prefix.c)
+ *   window.c   sliding windows: the blocks a sequence's attention window has passed
+ *              given back (sched_config.attention_window), the blocks a start needs
  *   event.c    names, error detail, the JSON writer;  policy.c  the policy file
  *
  * Data structures (why step stays cheap with 100,000 waiting):
@@ -92,6 +94,11 @@ typedef struct req {
     uint64_t out_us;             /* measured swap-out duration (0 = unknown) */
     uint32_t *dev;
     uint32_t n_dev, cap_dev;
+    /* attention window (window.c): dev[] entries given back (SCHED_BLOCK_NONE; n_dev counts
+     * them, the blocks held are n_dev - n_rel), dev[0..rel_scan) already looked at; over a
+     * swap the table's length and its given-back count (the entries stay NONE in dev[]) */
+    uint32_t n_rel, rel_scan;
+    uint32_t swap_len, swap_rel;
     uint32_t *tierb;
     uint32_t n_tier, cap_tier;
     /* prefix cache (cache.c): its prompt's tokens and block keys (pcache: it takes part),
@@ -331,6 +338,12 @@ static inline uint32_t known(const req *r)
     return r->prompt_len + r->generated;
 }
 
+/* Device blocks r holds: its block table less the entries its window gave back. */
+static inline uint32_t dev_held(const req *r)
+{
+    return r->n_dev - r->n_rel;
+}
+
 static inline bool hless(const hent *a, const hent *b)
 {
     return a->k1 < b->k1 || (a->k1 == b->k1 && a->k2 < b->k2);
@@ -527,6 +540,15 @@ uint32_t sc_tier_available(const sched *s, sched_pool p);
 bool sc_tier_make_room(sched *s, sched_pool p, uint32_t n);
 int sc_cache_xfer_done(sched *s, xfer_rec *x, uint64_t now, uint64_t bytes, uint64_t dur_us,
                        int status);
+
+/* ---- window.c ---- */
+void sc_window_release(sched *s, req *r);
+void sc_window_swapped_out(req *r);
+bool sc_window_swap_in_grow(sched *s, req *r);
+uint32_t sc_window_start_blocks(const sched *s, uint32_t full, uint32_t hit, uint32_t first_chunk);
+uint32_t sc_window_never_fits_blocks(const sched *s, uint32_t prompt_len, bool cached,
+                                     uint32_t full);
+int sc_window_check(const sched *s, const req *r, char *why, size_t len);
 
 /* ---- cow.c ---- */
 /* A device block leaves a sequence's table: to the pool, unless samples still share it. */

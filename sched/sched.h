@@ -598,7 +598,25 @@ typedef struct sched_config {
      * token): the blocks generated tokens fill are cached too.  false: prompt blocks only
      * (the results' token fields are not read). */
     bool prefix_cache_generated;
+    /* Every layer of the model attends to the last attention_window positions only (a
+     * sliding window on every layer, as Mistral 7B v0.1's; 0: no window).  A running
+     * sequence then gives back, at each sched_commit, the device blocks wholly behind the
+     * window of its next position p (block k once (k + 1) * block_size <= p -
+     * attention_window): its block table keeps SCHED_BLOCK_NONE in those entries, which the
+     * engine never reads, so a sequence holds about ceil(window / block_size) + 1 blocks
+     * however long it grows (a prefill chunk of n tokens: those of window + n).  Swaps move
+     * the blocks held, so a windowed sequence's swap costs and moves that much; a
+     * recompute re-prefills from position 0 (an upper layer's K/V depend on positions
+     * layers x window back) holding only the window's blocks as it goes.  With the prefix
+     * cache, a windowed sequence caches its prompt's blocks (it holds that chain until it
+     * ends: a cached block stays held while a block below it is) and not its generated
+     * ones.  Token-budget mode allocates a start's first chunk only; continuous and
+     * static/dynamic modes allocate as without a window and give blocks back the same. */
+    uint32_t attention_window;
 } sched_config;
+
+/* A block-table entry a windowed sequence gave back (sched_config.attention_window). */
+#define SCHED_BLOCK_NONE UINT32_MAX
 
 /* ---- KV-cache events: the prefix cache's contents, as data --------------------------------
  *
@@ -730,7 +748,9 @@ typedef struct sched_entry {
     uint16_t tenant;    /* index */
     uint16_t class_idx;
     uint32_t n_blocks;      /* device block table covering start_pos + n_tokens */
-    const uint32_t *blocks; /* physical device block ids, valid until the next step */
+    const uint32_t *blocks; /* physical device block ids, valid until the next step;
+                               SCHED_BLOCK_NONE where a windowed sequence gave a block back
+                               (only before the window of start_pos) */
 } sched_entry;
 
 typedef struct sched_release {
@@ -991,6 +1011,9 @@ typedef struct sched_req_info {
     uint64_t arrival_us, first_token_us; /* 0 = no token yet */
     bool output_blocked;
     uint32_t cached_tokens; /* prompt tokens its first admission found cached */
+    /* entries of its device block table given back behind the attention window
+     * (SCHED_BLOCK_NONE; not counted in blocks[]) */
+    uint32_t released_blocks;
 } sched_req_info;
 
 int sched_get_request(const sched *s, uint64_t id, sched_req_info *out); /* -ENOENT */
@@ -1000,7 +1023,8 @@ const sched_policy *sched_get_policy(const sched *s);
 
 /* Check every internal invariant: per pool used + free == total, every block owned by
  * exactly one live sequence or free, per-tenant block and queue counters equal the sums of
- * their sequences, nothing in transit counted free.  0 when all hold, else -EUCLEAN and
+ * their sequences, nothing in transit counted free, a block-table entry given back only
+ * behind its sequence's attention window.  0 when all hold, else -EUCLEAN and
  * `why` (may be NULL) describes the first violation.  O(total state): for tests. */
 int sched_check_invariants(const sched *s, char *why, size_t why_len);
 

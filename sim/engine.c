@@ -740,6 +740,7 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         .kv_blocks_disk = svc->kv_blocks_disk,
         .block_size = svc->kv_block_size,
         .kv_bytes_per_token = svc->kv_bytes_per_token,
+        .attention_window = svc->attention_window,
         .max_context = o->max_context,
         /* the model the steps are charged with (a fitted intercept may be negative; the
          * scheduler's prediction takes it as 0, and needs a prefill cost > 0) */
