@@ -590,6 +590,7 @@ struct cst_matcher {
     uint32_t cur;
     bool ended;
     int oom;
+    cst_vocab *own_vocab; /* cst_dfa_open's empty vocabulary */
 };
 
 static uint64_t mix64(uint64_t h)
@@ -1220,6 +1221,54 @@ bool cst_matcher_can_end(const cst_matcher *m)
 bool cst_matcher_ended(const cst_matcher *m)
 {
     return m->ended;
+}
+
+int cst_dfa_open(const cst_grammar *g, cst_matcher **out)
+{
+    cst_vocab *v;
+    static const uint8_t *const no_bytes[1] = {NULL};
+    static const uint32_t no_lens[1] = {0};
+    static const int32_t no_ends[1] = {0};
+    *out = NULL;
+    int rc = cst_vocab_from_bytes(no_bytes, no_lens, 0, no_ends, 0, &v);
+    if (rc) return rc;
+    rc = cst_matcher_create(g, v, out);
+    if (rc) {
+        cst_vocab_free(v);
+        return rc;
+    }
+    (*out)->own_vocab = v;
+    return 0;
+}
+
+void cst_dfa_close(cst_matcher *m)
+{
+    if (!m) return;
+    cst_vocab *v = m->own_vocab;
+    cst_matcher_free(m);
+    cst_vocab_free(v);
+}
+
+uint32_t cst_dfa_start(const cst_matcher *m)
+{
+    return m->start;
+}
+
+int32_t cst_dfa_step(cst_matcher *m, uint32_t s, uint8_t byte)
+{
+    m->oom = 0;
+    int32_t t = step(m, s, byte);
+    return m->oom ? m->oom : t;
+}
+
+bool cst_dfa_accepting(const cst_matcher *m, uint32_t s)
+{
+    return m->st_accept[s];
+}
+
+uint32_t cst_dfa_states(const cst_matcher *m)
+{
+    return m->nstates;
 }
 
 bool cst_matcher_is_dead_end(cst_matcher *m)

@@ -74,13 +74,15 @@ const uint8_t *cst_vocab_token(const cst_vocab *v, int32_t id, uint32_t *len);
 
 /*
  * JSON Schema (draft 4 to 2020-12) text. Supported: type, properties, required,
- * additionalProperties, unevaluatedProperties (as additionalProperties), items,
+ * additionalProperties, unevaluatedProperties (as additionalProperties), patternProperties
+ * (at most 16 patterns; a key takes every matching pattern's schema), items,
  * prefixItems, additionalItems, enum, const, anyOf, oneOf (when its alternatives provably
  * cannot overlap), allOf (merged), $ref / $defs / definitions (local pointers, recursion),
  * minLength / maxLength, minItems / maxItems, minimum / maximum / exclusiveMinimum /
  * exclusiveMaximum, pattern, format (date-time, date, time, uuid, email, ipv4, hostname,
- * uri) and the annotations. Anything else that constrains an instance is -EINVAL naming
- * the keyword and its JSON pointer. Whitespace between JSON tokens is free ([ \t\n\r]*).
+ * uri), not (of types) and the annotations. Anything else
+ * that constrains an instance is -EINVAL naming the keyword and its JSON pointer.
+ * Whitespace between JSON tokens is free ([ \t\n\r]*).
  * Errors: -EINVAL (not JSON, not a schema, unsupported, empty language, $ref cycle with
  * no base case), -E2BIG (too large), -ENOMEM. err (may be NULL) gets the detail.
  */

@@ -249,3 +249,33 @@ Test(constrain_schema, no_dead_ends_after_a_key_that_cannot_validate)
     cst_vocab_free(v);
     cst_grammar_free(g);
 }
+
+/* patternProperties: a key a pattern matches takes that pattern's schema (every matching
+ * pattern's, and its own when it is named too); other keys take additionalProperties. */
+Test(constrain_schema, pattern_properties_give_matching_keys_their_schema)
+{
+    /* additionalProperties false: only named keys and keys that match */
+    check("{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"}},"
+          "\"patternProperties\":{\"^x-\":{\"type\":\"string\"}},\"additionalProperties\":false}",
+          YES("{}", "{\"id\": 1}", "{\"x-a\": \"s\"}", "{\"id\": 2, \"x-\": \"\", \"x-b\": \"t\"}"),
+          NO("{\"y\": \"s\"}", "{\"x-a\": 1}", "{\"ax-\": \"s\"}", "{\"id\": \"1\"}",
+             "{\"id\": 1, \"id\": \"s\"}"));
+    /* other keys free (any value), matching keys held to the pattern's schema */
+    check("{\"type\":\"object\",\"patternProperties\":{\"^[0-9]+$\":{\"type\":\"boolean\"}}}",
+          YES("{}", "{\"1\": true}", "{\"a\": 1, \"12\": false}", "{\"1a\": 3}"),
+          NO("{\"1\": 1}", "{\"a\": 1, \"99\": null}"));
+    /* two patterns: a key matching both must satisfy both; a named key matching one too */
+    check("{\"type\":\"object\",\"properties\":{\"ab\":{\"maximum\":5}},"
+          "\"patternProperties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"minimum\":3}},"
+          "\"additionalProperties\":{\"type\":\"null\"}}",
+          YES("{\"ab\": 4}", "{\"a\": -1}", "{\"b\": 3.5}", "{\"xaby\": 3}", "{\"c\": null}"),
+          NO("{\"ab\": 6}", "{\"ab\": 2}", "{\"ab\": 4.5}", "{\"a\": 1.5}", "{\"b\": 2}",
+             "{\"xaby\": 2}", "{\"xaby\": 3.5}", "{\"c\": 1}"));
+    /* a required key no property names: its pattern's schema */
+    check("{\"type\":\"object\",\"required\":[\"n1\"],\"patternProperties\":{\"^n\":{\"type\":"
+          "\"integer\"}},\"additionalProperties\":false}",
+          YES("{\"n1\": 1}", "{\"n1\": 1, \"n2\": 2}"), NO("{}", "{\"n1\": \"s\"}", "{\"n2\": 2}"));
+    /* a pattern that does not compile names the keyword */
+    expect_error("{\"patternProperties\":{\"(a\":{\"type\":\"string\"}}}", -EINVAL,
+                 YES("'patternProperties'", "(a"));
+}
