@@ -80,7 +80,7 @@ const uint8_t *cst_vocab_token(const cst_vocab *v, int32_t id, uint32_t *len);
  * cannot overlap), allOf (merged), $ref / $defs / definitions (local pointers, recursion),
  * minLength / maxLength, minItems / maxItems, minimum / maximum / exclusiveMinimum /
  * exclusiveMaximum, pattern, format (date-time, date, time, uuid, email, ipv4, hostname,
- * uri), not (of types) and the annotations. Anything else
+ * uri), not (of types, and of required properties) and the annotations. Anything else
  * that constrains an instance is -EINVAL naming the keyword and its JSON pointer.
  * Whitespace between JSON tokens is free ([ \t\n\r]*).
  * Errors: -EINVAL (not JSON, not a schema, unsupported, empty language, $ref cycle with

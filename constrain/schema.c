@@ -15,8 +15,9 @@
  * Composition: allOf and a $ref with sibling keywords are merged into one schema (keyword
  * by keyword, refusing what does not merge); anyOf / oneOf distribute the sibling keywords
  * into each alternative; oneOf is accepted only where its alternatives provably exclude
- * each other (different JSON types, or a required property with disjoint const / enum),
- * since a union of overlapping alternatives would let "matches two" through.
+ * each other (different JSON types; for objects, a required property with disjoint const /
+ * enum / types, or a key one requires and the other cannot have), since a union of
+ * overlapping alternatives would let "matches two" through.
  */
 #include "constrain/cst.h"
 #include "constrain/prog.h"
@@ -1697,18 +1698,63 @@ static uint32_t sc_array(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
 static const char *const unsupported[] = {
     "if", "$dynamicRef", "$recursiveRef", "disallow", "extends", "divisibleBy", NULL};
 
-/*
- * `not` in the forms that only remove whole JSON types: not {} / not true (nothing
- * validates), not false (no constraint), not {"type": ...}. Narrows *types; returns -1
- * when nothing may validate, 0 otherwise (errors recorded).
- */
-static int sc_not(sc_ctx *c, json_t *s, const char *ptr, int *types)
+/* x is {required: [k]} (one key, nothing else asserted): *key = k */
+static bool one_required(json_t *x, const char **key)
 {
-    json_t *nt = json_object_get(s, "not");
+    if (!json_is_object(x) || has_assertions_besides(x, (const char *const[]){"required", NULL}))
+        return false;
+    json_t *r = json_object_get(x, "required");
+    if (!json_is_array(r) || json_array_size(r) != 1 || !json_is_string(json_array_get(r, 0)))
+        return false;
+    *key = json_string_value(json_array_get(r, 0));
+    return true;
+}
+
+/*
+ * `not` in the forms that remove whole JSON types: not {} / not true (nothing validates),
+ * not false (no constraint), not {"type": ...}; and in the forms that forbid properties:
+ * not {required: [k]} and not {anyOf: [{required: [k1]}, {required: [k2]}, ...]} (only an
+ * object without those keys validates: *s becomes a copy whose properties make them false).
+ * Narrows *types; returns -1 when nothing may validate, 0 otherwise (errors recorded).
+ */
+static int sc_not(sc_ctx *c, json_t **sp, const char *ptr, int *types)
+{
+    json_t *s = *sp, *nt = json_object_get(s, "not");
     if (!nt || json_is_false(nt)) return 0;
     if (bool_schema_true(nt)) return -1;
+    const char *key;
+    json_t *alts = json_is_object(nt) ? json_object_get(nt, "anyOf") : NULL;
+    bool forbid = one_required(nt, &key);
+    if (!forbid && json_is_array(alts) && json_array_size(alts) &&
+        !has_assertions_besides(nt, (const char *const[]){"anyOf", NULL})) {
+        forbid = true;
+        for (size_t i = 0; i < json_array_size(alts) && forbid; i++)
+            forbid = one_required(json_array_get(alts, i), &key);
+    }
+    if (forbid) {
+        *types &= T_OBJ; /* `required` holds for anything else: `not` of it fails */
+        if (!*types) return -1;
+        json_t *cp = json_object(), *props = json_object();
+        json_array_append_new(c->keep, cp);
+        json_object_update(cp, s);
+        json_object_del(cp, "not");
+        json_t *old = json_object_get(s, "properties");
+        if (json_is_object(old)) json_object_update(props, old);
+        if (one_required(nt, &key))
+            json_object_set(props, key, json_false());
+        else
+            for (size_t i = 0; i < json_array_size(alts); i++)
+                if (one_required(json_array_get(alts, i), &key))
+                    json_object_set(props, key, json_false());
+        json_object_set_new(cp, "properties", props);
+        *sp = cp;
+        return 0;
+    }
     if (!json_is_object(nt) || has_assertions_besides(nt, (const char *const[]){"type", NULL}))
-        return sc_err(c, ptr, "not", "supported only as not {}, not true/false or not {type}"), 0;
+        return sc_err(c, ptr, "not",
+                      "supported only as not {}, not true/false, not {type} and not of "
+                      "required properties"),
+               0;
     int tn = sc_types(nt);
     if (tn < 0) return sc_err(c, ptr, "not", "not a type name or a list of them"), 0;
     if (tn & T_NUM) tn |= T_INT;
@@ -1771,13 +1817,36 @@ static bool required_has(json_t *s, const char *k)
     return false;
 }
 
+/* whether an object valid against s can never have key k (s flattened) */
+static bool forbids_key(json_t *s, const char *k)
+{
+    json_t *props = json_object_get(s, "properties"), *pp = json_object_get(s, "patternProperties");
+    json_t *x = json_object_get(props, k);
+    if (x) return json_is_false(x);
+    if (pp && json_object_size(pp)) return false;
+    json_t *addl = json_object_get(s, "additionalProperties");
+    if (!addl) addl = json_object_get(s, "unevaluatedProperties");
+    return json_is_false(addl);
+}
+
 /* whether no instance can match both a and b (a sufficient test) */
 static bool provably_disjoint(sc_ctx *c, json_t *a, json_t *b)
 {
-    if (!(kinds_of(a) & kinds_of(b))) return true;
+    int shared = kinds_of(a) & kinds_of(b);
+    if (!shared) return true;
     json_t *va = values_of(a), *vb = values_of(b);
     if (va && vb && values_disjoint(va, vb)) return true;
     if (!json_is_object(a) || !json_is_object(b)) return false;
+    /* the arguments below are about objects: any other kind both allow could match both */
+    if (shared != T_OBJ) return false;
+    /* a key one requires and the other forbids */
+    json_t *ra = json_object_get(a, "required"), *rb = json_object_get(b, "required");
+    size_t i;
+    json_t *r;
+    json_array_foreach(ra, i, r) if (json_is_string(r) &&
+                                     forbids_key(b, json_string_value(r))) return true;
+    json_array_foreach(rb, i, r) if (json_is_string(r) &&
+                                     forbids_key(a, json_string_value(r))) return true;
     json_t *pa = json_object_get(a, "properties"), *pb = json_object_get(b, "properties");
     const char *k;
     json_t *x;
@@ -1892,7 +1961,7 @@ static uint32_t sc_value(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
         sc_err(c, ptr, "type", "not a type name or a list of them");
         goto out;
     }
-    if (sc_not(c, s, ptr, &types) < 0 || p->failed) goto out; /* nothing validates */
+    if (sc_not(c, &s, ptr, &types) < 0 || p->failed) goto out; /* nothing validates */
     json_t *cv = json_object_get(s, "const"), *ev = json_object_get(s, "enum");
     if (cv || ev) {
         static const char *const ok[] = {"const", "enum", "type", "not", NULL};

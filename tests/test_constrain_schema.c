@@ -126,6 +126,12 @@ Test(constrain_schema, enum_const_anyof_oneof_allof)
           "\"required\":[\"k\"],\"additionalProperties\":false}]}",
           YES("{\"k\": \"a\", \"x\": 1}", "{\"k\": \"b\"}"),
           NO("{\"k\": \"b\", \"x\": 1}", "{\"k\": \"c\"}"));
+    /* oneOf told apart by a key one alternative requires and the other cannot have */
+    check("{\"type\":\"object\",\"oneOf\":[{\"properties\":{\"url\":{\"type\":\"string\"}},"
+          "\"required\":[\"url\"],\"additionalProperties\":false},{\"properties\":{\"path\":{"
+          "\"type\":\"string\"}},\"required\":[\"path\"],\"additionalProperties\":false}]}",
+          YES("{\"url\": \"u\"}", "{\"path\": \"p\"}"),
+          NO("{}", "{\"url\": \"u\", \"path\": \"p\"}", "{\"path\": \"p\", \"url\": \"u\"}"));
     /* allOf merges: the second part's additionalProperties applies to the first's names */
     check("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
           "\"required\":[\"a\"]},"
@@ -189,6 +195,11 @@ Test(constrain_schema, what_cannot_be_enforced_is_an_error_naming_keyword_and_po
                  -EINVAL, YES("'uniqueItems'"));
     expect_error("{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", -EINVAL,
                  YES("'oneOf'", "may both match"));
+    /* ... but only where both are objects: without a type, 5 matches both (required holds
+     * vacuously), so a union would accept what oneOf refuses */
+    expect_error("{\"oneOf\":[{\"properties\":{\"k\":{\"const\":1}},\"required\":[\"k\"]},"
+                 "{\"properties\":{\"k\":{\"const\":2}},\"required\":[\"k\"]}]}",
+                 -EINVAL, YES("'oneOf'", "may both match"));
     expect_error("{\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"(a\"}}}", -EINVAL,
                  YES("'pattern'", "/properties/a", "regex"));
     expect_error("{\"$ref\":\"http://example.com/s.json\"}", -EINVAL, YES("'$ref'", "local"));
@@ -228,6 +239,15 @@ Test(constrain_schema, not_in_the_forms_that_remove_types)
     check("{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{}},\"b\":{\"not\":false}}}",
           YES("{}", "{\"b\": 1}"), NO("{\"a\": 1}"));
     expect_error("{\"not\":{\"enum\":[1]}}", -EINVAL, YES("'not'"));
+    /* not of required properties: an object without them (anything else has them
+     * vacuously, so it is refused) */
+    check("{\"type\":\"object\",\"not\":{\"required\":[\"a\"]}}", YES("{}", "{\"b\": 1}"),
+          NO("{\"a\": 1}", "{\"b\": 1, \"a\": 2}"));
+    check("{\"properties\":{\"a\":{\"type\":\"string\"}},\"not\":{\"anyOf\":[{\"required\":"
+          "[\"a\"]},{\"required\":[\"b\"]}]}}",
+          YES("{}", "{\"c\": 1}"),
+          NO("{\"a\": \"s\"}", "{\"b\": 2}", "{\"c\": 1, \"b\": 2}", "3", "null"));
+    expect_error("{\"not\":{\"required\":[\"a\",\"b\"]}}", -EINVAL, YES("'not'"));
     expect_error("{\"not\":{}}", -EINVAL, YES("no instance"));
 }
 
