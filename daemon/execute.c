@@ -252,18 +252,11 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
         r->rng = s->ex.b_rng[li];
         int32_t tok = s->ex.b_out[li];
         char why[200];
-        if (tok < 0) {
-            /* its constraint stage failed: this request alone ends, with the detail */
-            cn_count_row_failure(s);
-            snprintf(why, sizeof why, "%s", cn_row_failure(s, r));
-            svc_log("request %llu: %s", (unsigned long long)r->id, why);
-            if (r->want_detail && !r->detail) r->detail = strdup(why);
-            res->tokens = 0;
-            req_cancel(s, r, SCHED_CANCEL_ENGINE_ERROR, RINGLM_WIRE_R_ERROR,
-                       RINGLM_WIRE_R_INTERNAL);
-            continue;
-        }
-        if (r->cons && r->n_gen < r->max_new && cn_accept(s, r, tok, why, sizeof why) < 0) {
+        /* its constraint stage failed, or its matcher refused the token: this request alone
+         * ends, with the detail */
+        if (tok < 0) snprintf(why, sizeof why, "%s", cn_row_failure(s, r));
+        if (tok < 0 ||
+            (r->cons && r->n_gen < r->max_new && cn_accept(s, r, tok, why, sizeof why) < 0)) {
             cn_count_row_failure(s);
             svc_log("request %llu: %s", (unsigned long long)r->id, why);
             if (r->want_detail && !r->detail) r->detail = strdup(why);

@@ -41,6 +41,17 @@ void gw_err_set(gw_err *e, int status, const char *code, const char *param, cons
     va_end(ap);
 }
 
+json_t *gw_json_body(const char *body, size_t len, gw_err *e)
+{
+    json_error_t je;
+    json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!o)
+        gw_err_set(e, 400, "invalid_json", NULL,
+                   "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
+                   je.column);
+    return o;
+}
+
 char *gw_err_json(const gw_err *e)
 {
     json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", e->message, "type",
@@ -1246,14 +1257,8 @@ int gw_params_parse(gw_kind kind, const char *body, size_t len, const gw_parse_c
     ringlm_sampling_init(&p->smp);
     p->temperature = 1.0;
     p->top_p = 1.0;
-    json_error_t je;
-    json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-    if (!o) {
-        gw_err_set(e, 400, "invalid_json", NULL,
-                   "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
-                   je.column);
-        return -1;
-    }
+    json_t *o = gw_json_body(body, len, e);
+    if (!o) return -1;
     int r = 0;
     if (!json_is_object(o)) {
         gw_err_set(e, 400, "invalid_json", NULL, "the body must be a JSON object");

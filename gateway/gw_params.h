@@ -34,6 +34,10 @@ typedef struct gw_err {
 
 __attribute__((format(printf, 5, 6))) void gw_err_set(gw_err *e, int status, const char *code,
                                                       const char *param, const char *fmt, ...);
+/* A request body parsed as JSON (duplicate keys refused), or NULL with e set: 400
+ * invalid_json naming where it broke. */
+struct json_t;
+struct json_t *gw_json_body(const char *body, size_t len, gw_err *e);
 /* {"error":{"message","type","param","code"}} as text (malloc'ed), or NULL. */
 char *gw_err_json(const gw_err *e);
 

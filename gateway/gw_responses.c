@@ -402,14 +402,8 @@ int gw_responses_parse(const char *body, size_t len, const gw_parse_cfg *cfg, gw
     memset(p, 0, sizeof *p);
     memset(e, 0, sizeof *e);
     *resp = NULL;
-    json_error_t je;
-    json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-    if (!o) {
-        gw_err_set(e, 400, "invalid_json", NULL,
-                   "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
-                   je.column);
-        return -1;
-    }
+    json_t *o = gw_json_body(body, len, e);
+    if (!o) return -1;
     int rc = -1, max_calls = 0;
     json_t *chat = json_object(), *r = json_object();
     char *text = NULL;

@@ -4,7 +4,10 @@
  * read a byte at a time through one state machine: the phases say where the text is
  * (content, a marker, a call object, between calls), the sub-states where a call object's
  * scan is (its top-level keys and values; nested values are only counted). The syntaxes
- * follow vLLM's parsers of the same names.
+ * follow vLLM's parsers of the same names; mistral reads both of Mistral's forms, the JSON
+ * list of tokenizers before v11 ([TOOL_CALLS] [{"name": ..., "arguments": ...}]) and the
+ * name-then-arguments calls of v11 and later ([TOOL_CALLS]name[ARGS]{...}, v13 with
+ * [CALL_ID]id between them).
  */
 #include "gateway/gw_tools.h"
 
@@ -26,6 +29,10 @@ enum phase {
     PH_CLOSE,   /* hermes: matching </tool_call> after the object */
     PH_AFTER,   /* mistral and llama3_json: after an object, its separator */
     PH_NAMED,   /* tool_choice naming a function: all of the text is its arguments */
+    PH_MNAME,   /* mistral v11+: [TOOL_CALLS]name[ARGS]{...}: the name */
+    PH_MMARK,   /* mistral v11+: inside [ARGS] or [CALL_ID] after the name */
+    PH_MCALLID, /* mistral v13: the call id after [CALL_ID], up to [ARGS] */
+    PH_MARGS,   /* mistral v11+: the arguments object after [ARGS] */
 };
 
 enum sub { O_KEY_OR_END, O_KEY, O_COLON, O_VAL, O_NAME, O_ARGS, O_SKIP, O_AFTER_VAL };
@@ -153,6 +160,13 @@ void gw_tools_free(gw_tool_state *st)
 static bool is_ws(char c)
 {
     return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+/* A byte of a function name in Mistral's v11+ syntax. */
+static bool is_name_byte(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.';
 }
 
 /* The current call is handed on (not past max_calls). */
@@ -416,6 +430,16 @@ static int match(gw_tool_state *st, const char *m, char c)
     return 0;
 }
 
+/* A started v11+ call whose syntax broke before its arguments: it ends with arguments {}
+ * and the rest of the text is content. */
+static int mistral_cut(gw_tool_state *st, const gw_tool_sink *k)
+{
+    if (!st->have_args && kept(st) && gw_buf_adds(&st->aout, "{}")) return -ENOMEM;
+    st->have_args = true;
+    st->phase = PH_REST;
+    return flush(st, k);
+}
+
 static int byte(gw_tool_state *st, char c, const gw_tool_sink *k)
 {
     int rc;
@@ -472,8 +496,70 @@ static int byte(gw_tool_state *st, char c, const gw_tool_sink *k)
             st->in_array = true;
             return 0;
         }
+        if (st->parser == GW_TOOLS_MISTRAL && !st->in_array && is_name_byte(c)) {
+            obj_begin(st); /* the call's fields reset; its name written as a JSON string */
+            st->phase = PH_MNAME;
+            return gw_buf_add(&st->name, "\"", 1) || gw_buf_add(&st->name, &c, 1) ? -ENOMEM : 0;
+        }
         st->held.len--;
         return fail(st, c);
+    case PH_MNAME:
+        if (is_name_byte(c) && st->name.len < 200) {
+            if (gw_buf_add(&st->held, &c, 1)) return -ENOMEM;
+            return gw_buf_add(&st->name, &c, 1);
+        }
+        if (c != '[') return fail(st, c);
+        if (gw_buf_add(&st->held, &c, 1) || gw_buf_add(&st->name, "\"", 1)) return -ENOMEM;
+        st->phase = PH_MMARK;
+        st->keyb.len = 0;
+        return 0;
+    case PH_MMARK:
+        if (c != ']') {
+            if (st->keyb.len >= 8 || ((c < 'A' || c > 'Z') && c != '_')) {
+                if (!st->started) return fail(st, c);
+                return (rc = mistral_cut(st, k)) ? rc : add_content(st, &c, 1);
+            }
+            if (!st->started && gw_buf_add(&st->held, &c, 1)) return -ENOMEM;
+            return gw_buf_add(&st->keyb, &c, 1);
+        }
+        if (!st->started && gw_buf_add(&st->held, &c, 1)) return -ENOMEM;
+        bool args = st->keyb.len == 4 && !memcmp(st->keyb.p, "ARGS", 4);
+        bool call_id = st->keyb.len == 7 && !memcmp(st->keyb.p, "CALL_ID", 7) && !st->started;
+        if (!args && !call_id) {
+            if (st->started) return mistral_cut(st, k);
+            st->held.len--;
+            return fail(st, c);
+        }
+        /* the call starts at its first marker (streamed clients see the name at once) */
+        if (!st->started && (rc = call_start(st, k))) {
+            if (rc != 1) return rc;
+            st->held.len--;
+            return fail(st, c);
+        }
+        st->phase = call_id ? PH_MCALLID : PH_MARGS;
+        st->args_seen = args;
+        st->nest = 0;
+        st->in_str = st->esc = false;
+        return 0;
+    case PH_MCALLID:
+        if (c != '[') return 0; /* the id: not an OpenAI field (ours are made per call) */
+        st->phase = PH_MMARK;
+        st->keyb.len = 0;
+        return 0;
+    case PH_MARGS:
+        if (st->nest == 0 && !st->in_str && is_ws(c)) return 0;
+        if (st->nest == 0 && !st->in_str && c != '{') /* not an object: the call ends */
+            return (rc = mistral_cut(st, k)) ? rc : add_content(st, &c, 1);
+        bool end = value_byte(st, c);
+        if ((rc = args_byte(st, c))) return rc;
+        if (!end) return 0;
+        st->have_args = true;
+        if ((rc = flush(st, k))) return rc;
+        st->phase = PH_CONTENT; /* a further [TOOL_CALLS] starts the next call */
+        st->trim = true;
+        st->mk = 0;
+        st->held.len = 0;
+        return 0;
     case PH_OBJ:
         if (!st->started && gw_buf_add(&st->held, &c, 1)) return -ENOMEM;
         rc = obj_byte(st, c, k);
@@ -527,7 +613,12 @@ int gw_tools_feed(gw_tool_state *st, const char *t, size_t n, bool final, const 
         /* what is held could still have been syntax: it is content after all, unless the
          * call it belongs to has started (then it is the call's, cut short) */
         bool open = st->phase == PH_START || st->phase == PH_TAG || st->phase == PH_CONTENT ||
-                    st->phase == PH_PRE || (st->phase == PH_OBJ && !st->started);
+                    st->phase == PH_PRE || st->phase == PH_MNAME ||
+                    ((st->phase == PH_OBJ || st->phase == PH_MMARK) && !st->started);
+        /* a v11+ call cut before or in its arguments: what it has, at least an object */
+        if ((st->phase == PH_MCALLID || st->phase == PH_MMARK || st->phase == PH_MARGS) &&
+            st->started && !st->have_args && !st->nest && gw_buf_adds(&st->aout, "{}"))
+            return -ENOMEM;
         /* a constrained list cut short (max_tokens) has no content: the call it was
          * beginning is dropped */
         if (st->parser == GW_TOOLS_JSON_LIST) open = false;

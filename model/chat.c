@@ -104,25 +104,38 @@ int chat_template_match(const char *jinja)
                        chat_template_names());
 }
 
-int chat_template_of_model(const char *path)
+/* Opens the GGUF file at path and copies its tokenizer.chat_template into *src (malloc()ed);
+ * the file stays open in *g for the caller to read more and close. Errors set chat_err. */
+static int open_template(const char *path, gguf_file **g, char **src)
 {
-    gguf_file *g;
-    int err = gguf_open(path, &g);
+    int err = gguf_open(path, g);
     if (err) return chat_seterr(err, "%s", gguf_errmsg());
     const char *s;
     size_t len;
-    err = gguf_get_str(g, "tokenizer.chat_template", &s, &len);
+    err = gguf_get_str(*g, "tokenizer.chat_template", &s, &len);
     if (err) {
         if (err == -ENOENT)
             chat_seterr(err, "%s: no tokenizer.chat_template", path);
         else
             chat_seterr(err, "%s: %s", path, gguf_errmsg());
-        gguf_close(g);
+        gguf_close(*g);
         return err;
     }
-    char *copy = strndup(s, len);
+    *src = strndup(s, len);
+    if (!*src) {
+        gguf_close(*g);
+        return chat_seterr(-ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+int chat_template_of_model(const char *path)
+{
+    gguf_file *g;
+    char *copy;
+    int err = open_template(path, &g, &copy);
+    if (err) return err;
     gguf_close(g);
-    if (!copy) return chat_seterr(-ENOMEM, "out of memory");
     err = chat_template_match(copy);
     free(copy);
     if (err < 0) chat_seterr(err, "%s: tokenizer.chat_template: %s", path, chat_err.msg);
@@ -397,23 +410,13 @@ int chat_jinja_load(const char *path, chat_jinja **out)
 {
     *out = NULL;
     gguf_file *g;
-    int err = gguf_open(path, &g);
-    if (err) return chat_seterr(err, "%s", gguf_errmsg());
-    const char *s;
-    size_t len;
-    err = gguf_get_str(g, "tokenizer.chat_template", &s, &len);
-    if (err) {
-        if (err == -ENOENT)
-            chat_seterr(err, "%s: no tokenizer.chat_template", path);
-        else
-            chat_seterr(err, "%s: %s", path, gguf_errmsg());
-        gguf_close(g);
-        return err;
-    }
-    char *src = strndup(s, len), *bos = token_text(g, "tokenizer.ggml.bos_token_id"),
+    char *src;
+    int err = open_template(path, &g, &src);
+    if (err) return err;
+    char *bos = token_text(g, "tokenizer.ggml.bos_token_id"),
          *eos = token_text(g, "tokenizer.ggml.eos_token_id");
     gguf_close(g);
-    err = src && bos && eos ? chat_jinja_new(src, bos, eos, out) : -ENOMEM;
+    err = bos && eos ? chat_jinja_new(src, bos, eos, out) : -ENOMEM;
     if (err)
         chat_seterr(err, "%s: tokenizer.chat_template does not parse: %s", path,
                     err == -ENOMEM ? "out of memory" : chat_err.msg);

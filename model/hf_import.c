@@ -6,6 +6,7 @@
  * (gw_tensor_fill), so an import holds one tensor in memory beside the mapped shards.
  */
 #include "model/hf_import.h"
+#include "common/half.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
 #include "model/safetensors.h"
@@ -19,67 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* ---- number formats (round to nearest even, as kernels/cpu/quant.c) -------------------- */
-
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else if (exp) {
-        bits = sign | ((exp + 112) << 23) | (man << 13);
-    } else if (man) {
-        int e = -1;
-        do {
-            e++;
-            man <<= 1;
-        } while (!(man & 0x400));
-        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
-    } else {
-        bits = sign;
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-static uint16_t f32_to_f16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000, ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);
-    if (ax < 0x38800000u) {
-        if (ax < 0x33000000u) return (uint16_t)sign;
-        int e = (int)(ax >> 23), shift = 126 - e;
-        uint32_t man = (ax & 0x7fffff) | 0x800000;
-        uint32_t q = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (q & 1))) q++;
-        return (uint16_t)(sign | q);
-    }
-    uint32_t r = ax - 0x38000000u;
-    uint32_t q = r >> 13, rem = r & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (q & 1))) q++;
-    return (uint16_t)(sign | q);
-}
-
-static float bf16_to_f32(uint16_t h)
-{
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
-    return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
-}
 
 static size_t type_size(int gguf_type)
 {
@@ -117,7 +57,7 @@ static void row_to_f32(int dtype, const unsigned char *in, float *out, uint64_t 
             continue;
         }
         memcpy(&h, in + 2 * i, 2);
-        out[i] = dtype == ST_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+        out[i] = dtype == ST_F16 ? half_f16_to_f32(h) : half_bf16_to_f32(h);
     }
 }
 
@@ -128,7 +68,7 @@ static void row_from_f32(int type, const float *in, unsigned char *out, uint64_t
             memcpy(out + 4 * i, &in[i], 4);
             continue;
         }
-        uint16_t h = type == GGUF_T_F16 ? f32_to_f16(in[i]) : f32_to_bf16(in[i]);
+        uint16_t h = type == GGUF_T_F16 ? half_f32_to_f16(in[i]) : half_f32_to_bf16(in[i]);
         memcpy(out + 2 * i, &h, 2);
     }
 }

@@ -22,6 +22,7 @@
 #include <ftw.h>
 #include <jansson.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -69,6 +70,13 @@ static inline uint64_t bench_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t bench_thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
@@ -208,15 +216,25 @@ static inline void bench_wait_path(const char *path)
     }
 }
 
+/* A TCP connection to host:port (dotted IPv4), blocking, TCP_NODELAY; dies on an error. */
+static inline int bench_tcp_connect(const char *host, int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) bench_die("socket: %s", strerror(errno));
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) bench_die("bad address %s", host);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0)
+        bench_die("connect %s:%d: %s", host, port, strerror(errno));
+    return fd;
+}
+
 /* GET path from 127.0.0.1:port, HTTP/1.1, Connection: close: the whole response (status
  * line, headers, body), malloc()ed; dies on a connection error. */
 static inline char *bench_http_get(int port, const char *path)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0)
-        bench_die("connect 127.0.0.1:%d: %s", port, strerror(errno));
+    int fd = bench_tcp_connect("127.0.0.1", port);
     char req[256];
     int n =
         snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n", path);

@@ -53,18 +53,6 @@ static pid_t daemon_pid = -1, gateway_pid = -1;
 /* ---- HTTP ------------------------------------------------------------------------------ */
 static int port;
 
-static int tcp_connect(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0)
-        bench_die("connect: %s", strerror(errno));
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    return fd;
-}
-
 static int request_text(char *buf, size_t cap, int max_tokens)
 {
     char body[256];
@@ -84,7 +72,7 @@ static int gateway_one(int max_tokens, double *t)
 {
     char req[512];
     int n = request_text(req, sizeof req, max_tokens);
-    int fd = tcp_connect();
+    int fd = bench_tcp_connect("127.0.0.1", port);
     uint64_t t0 = bench_now_ns();
     if (write(fd, req, (size_t)n) != n) bench_die("write: %s", strerror(errno));
     char buf[1 << 16];
@@ -173,7 +161,7 @@ static void concurrent(int n, int max_tokens, int *ok, int *failed, double *wall
     long rss0 = rss_kb(gateway_pid), rss_peak = rss0;
     uint64_t t0 = bench_now_ns();
     for (int i = 0; i < n; i++) {
-        s[i].fd = tcp_connect();
+        s[i].fd = bench_tcp_connect("127.0.0.1", port);
         if (write(s[i].fd, req, (size_t)rl) != rl) bench_die("write: %s", strerror(errno));
         fcntl(s[i].fd, F_SETFL, O_NONBLOCK);
         struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};

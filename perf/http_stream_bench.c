@@ -47,14 +47,7 @@ static int port, prompt_len = 32, max_tokens = 128, vocab = 32000;
 
 static int connect_nb(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) bench_die("socket: %s", strerror(errno));
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) bench_die("bad --host %s", host);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0)
-        bench_die("connect %s:%d: %s", host, port, strerror(errno));
+    int fd = bench_tcp_connect(host, port);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     return fd;
 }

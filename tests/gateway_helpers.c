@@ -312,3 +312,55 @@ json_t *gwh_whitespace_bias(void)
     free(tp);
     return b;
 }
+
+/* The cell between the i-th and i+1-th '|' of line, trimmed, without its backticks. */
+static void doc_cell(const char *line, int i, char *out, size_t n)
+{
+    const char *p = line;
+    for (int k = 0; k <= i; k++) {
+        p = strchr(p, '|');
+        cr_assert_not_null(p, "row '%s' has no cell %d", line, i);
+        p++;
+    }
+    const char *end = strchr(p, '|');
+    cr_assert_not_null(end, "row '%s' has no cell %d", line, i);
+    while (p < end && *p == ' ') p++;
+    while (end > p && end[-1] == ' ') end--;
+    if (end - p >= 2 && *p == '`' && end[-1] == '`') {
+        p++;
+        end--;
+    }
+    size_t len = (size_t)(end - p);
+    cr_assert_lt(len, n, "cell '%.*s' too long", (int)len, p);
+    memcpy(out, p, len);
+    out[len] = 0;
+}
+
+int gwh_doc_rows(const char *table, bool with_endpoints, gwh_doc_row *rows, int max)
+{
+    FILE *f = fopen("docs/gateway.md", "r");
+    if (!f) cr_skip_test("docs/gateway.md not found (run from the repository root)");
+    char begin[64], end[64], line[1024];
+    snprintf(begin, sizeof begin, "<!-- %s table", table);
+    snprintf(end, sizeof end, "<!-- end of the %s table", table);
+    int n = 0, in = 0, c = with_endpoints ? 1 : 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, begin)) {
+            in = 1;
+            continue;
+        }
+        if (strstr(line, end)) break;
+        if (!in || line[0] != '|' || strstr(line, "| --- ") || strstr(line, "| field |")) continue;
+        cr_assert_lt(n, max);
+        gwh_doc_row *r = &rows[n++];
+        memset(r, 0, sizeof *r);
+        doc_cell(line, 0, r->name, sizeof r->name);
+        if (with_endpoints) doc_cell(line, 1, r->endpoints, sizeof r->endpoints);
+        doc_cell(line, c + 1, r->status, sizeof r->status);
+        doc_cell(line, c + 2, r->example, sizeof r->example);
+        doc_cell(line, c + 3, r->accepted, sizeof r->accepted);
+    }
+    fclose(f);
+    cr_assert_gt(n, 0, "docs/gateway.md has no %s table", table);
+    return n;
+}

@@ -92,4 +92,15 @@ char *gwh_gateway_metrics(void);
 /* The value of the sample `series` (exact name and labels); 0 when there is none. */
 double gwh_metric(const char *text, const char *series);
 
+/* A row of one of docs/gateway.md's field tables: the field, the endpoints it applies to
+ * (empty where the table has no such column), its status, an example value and the value a
+ * refused field is accepted at. */
+typedef struct gwh_doc_row {
+    char name[48], endpoints[16], status[16], example[128], accepted[32];
+} gwh_doc_row;
+/* The rows of docs/gateway.md's table between "<!-- TABLE table" and "<!-- end of the TABLE
+ * table" (at most max; at least one); with_endpoints: its second column is the endpoints.
+ * Skips the test when docs/gateway.md is not found (run from the repository root). */
+int gwh_doc_rows(const char *table, bool with_endpoints, gwh_doc_row *rows, int max);
+
 #endif

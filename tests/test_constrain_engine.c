@@ -6,6 +6,7 @@
  * the end token only where the grammar can end; bad and oversized input is a clear error.
  */
 #include "constrain/cst.h"
+#include "tests/constrain_test_util.h"
 #include "model/tokenizer.h"
 
 #include <criterion/criterion.h>
@@ -23,26 +24,7 @@ static const char *const multi[] = {"ab", "abc",  "\"a",   "\": ", "{\"",  "}}",
 
 static cst_vocab *byte_vocab(void)
 {
-    static uint8_t bytes[256];
-    const uint8_t *b[N_TOK];
-    uint32_t l[N_TOK];
-    for (int i = 0; i < 256; i++) bytes[i] = (uint8_t)i, b[i] = &bytes[i], l[i] = 1;
-    for (size_t k = 0; k < N_MULTI; k++)
-        b[256 + k] = (const uint8_t *)multi[k], l[256 + k] = (uint32_t)strlen(multi[k]);
-    int32_t end = 0;
-    cst_vocab *v;
-    cr_assert_eq(cst_vocab_from_bytes(b, l, N_TOK, &end, 1, &v), 0);
-    return v;
-}
-
-/* whether the whole text is accepted and the grammar can end after it */
-static bool full_match(const cst_grammar *g, const cst_vocab *v, const char *text)
-{
-    cst_matcher *m;
-    cr_assert_eq(cst_matcher_create(g, v, &m), 0);
-    bool ok = cst_matcher_feed(m, text, strlen(text)) == 0 && cst_matcher_can_end(m);
-    cst_matcher_free(m);
-    return ok;
+    return ctu_byte_vocab(multi, N_MULTI);
 }
 
 static cst_grammar *regex(const char *re)
@@ -58,8 +40,9 @@ static void check_regex(const char *re, const char *const *yes, const char *cons
 {
     cst_vocab *v = byte_vocab();
     cst_grammar *g = regex(re);
-    for (; *yes; yes++) cr_expect(full_match(g, v, *yes), "/%s/ should match \"%s\"", re, *yes);
-    for (; *no; no++) cr_expect(!full_match(g, v, *no), "/%s/ should not match \"%s\"", re, *no);
+    for (; *yes; yes++) cr_expect(ctu_full_match(g, v, *yes), "/%s/ should match \"%s\"", re, *yes);
+    for (; *no; no++)
+        cr_expect(!ctu_full_match(g, v, *no), "/%s/ should not match \"%s\"", re, *no);
     cst_grammar_free(g);
     cst_vocab_free(v);
 }
@@ -120,12 +103,12 @@ Test(constrain_choice, exactly_one_of_the_strings)
     char err[128];
     cr_assert_eq(cst_compile_choice(c, l, 3, &g, err, sizeof err), 0, "%s", err);
     cst_vocab *v = byte_vocab();
-    cr_expect(full_match(g, v, "yes"));
-    cr_expect(full_match(g, v, "no"));
-    cr_expect(full_match(g, v, "not sure"));
-    cr_expect(!full_match(g, v, "not"));
-    cr_expect(!full_match(g, v, "yess"));
-    cr_expect(!full_match(g, v, "maybe"));
+    cr_expect(ctu_full_match(g, v, "yes"));
+    cr_expect(ctu_full_match(g, v, "no"));
+    cr_expect(ctu_full_match(g, v, "not sure"));
+    cr_expect(!ctu_full_match(g, v, "not"));
+    cr_expect(!ctu_full_match(g, v, "yess"));
+    cr_expect(!ctu_full_match(g, v, "maybe"));
     cst_grammar_free(g);
     cst_vocab_free(v);
     cr_expect_eq(cst_compile_choice(c, l, 0, &g, err, sizeof err), -EINVAL);

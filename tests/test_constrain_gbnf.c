@@ -8,6 +8,7 @@
  * the line and the rule.
  */
 #include "constrain/cst.h"
+#include "tests/constrain_test_util.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -22,25 +23,7 @@ static const char *const multi[] = {"ab", "{\"", "\": ", "\xc3\xa9", "\xe3\x81",
 
 static cst_vocab *byte_vocab(void)
 {
-    static uint8_t bytes[256];
-    const uint8_t *b[N_TOK];
-    uint32_t l[N_TOK];
-    for (int i = 0; i < 256; i++) bytes[i] = (uint8_t)i, b[i] = &bytes[i], l[i] = 1;
-    for (size_t k = 0; k < N_MULTI; k++)
-        b[256 + k] = (const uint8_t *)multi[k], l[256 + k] = (uint32_t)strlen(multi[k]);
-    int32_t end = 0;
-    cst_vocab *v;
-    cr_assert_eq(cst_vocab_from_bytes(b, l, N_TOK, &end, 1, &v), 0);
-    return v;
-}
-
-static bool full_match(const cst_grammar *g, const cst_vocab *v, const char *text)
-{
-    cst_matcher *m;
-    cr_assert_eq(cst_matcher_create(g, v, &m), 0);
-    bool ok = cst_matcher_feed(m, text, strlen(text)) == 0 && cst_matcher_can_end(m);
-    cst_matcher_free(m);
-    return ok;
+    return ctu_byte_vocab(multi, N_MULTI);
 }
 
 static cst_grammar *gbnf(const char *src)
@@ -56,8 +39,9 @@ static void check(const char *name, const char *src, const char *const *yes, con
 {
     cst_vocab *v = byte_vocab();
     cst_grammar *g = gbnf(src);
-    for (; *yes; yes++) cr_expect(full_match(g, v, *yes), "%s should match \"%s\"", name, *yes);
-    for (; *no; no++) cr_expect(!full_match(g, v, *no), "%s should not match \"%s\"", name, *no);
+    for (; *yes; yes++) cr_expect(ctu_full_match(g, v, *yes), "%s should match \"%s\"", name, *yes);
+    for (; *no; no++)
+        cr_expect(!ctu_full_match(g, v, *no), "%s should not match \"%s\"", name, *no);
     cst_grammar_free(g);
     cst_vocab_free(v);
 }
@@ -393,15 +377,15 @@ Test(constrain_gbnf, recursion_nested_and_deep)
     char *text = malloc(n + 1);
     for (size_t i = 0; i < n; i++) text[i] = i % 3 ? 'a' : 'b';
     text[n] = 0;
-    cr_expect(full_match(g, v, text));
+    cr_expect(ctu_full_match(g, v, text));
     text[n / 2] = 'c';
-    cr_expect(!full_match(g, v, text));
+    cr_expect(!ctu_full_match(g, v, text));
     free(text);
     cst_grammar_free(g);
     /* a nullable rule before a recursive call is not left recursion */
     g = gbnf("root ::= ws \"[\" (root (\",\" root)*)? \"]\"\nws ::= \" \"*");
-    cr_expect(full_match(g, v, " [[], [ []]]"));
-    cr_expect(!full_match(g, v, "[[],]"));
+    cr_expect(ctu_full_match(g, v, " [[], [ []]]"));
+    cr_expect(!ctu_full_match(g, v, "[[],]"));
     cst_grammar_free(g);
     cst_vocab_free(v);
 }

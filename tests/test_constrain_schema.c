@@ -7,6 +7,7 @@
  * large to build.
  */
 #include "constrain/cst.h"
+#include "tests/constrain_test_util.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -16,14 +17,7 @@
 
 static cst_vocab *byte_vocab(void)
 {
-    static uint8_t bytes[256];
-    const uint8_t *b[256];
-    uint32_t l[256];
-    for (int i = 0; i < 256; i++) bytes[i] = (uint8_t)i, b[i] = &bytes[i], l[i] = 1;
-    int32_t end = 0;
-    cst_vocab *v;
-    cr_assert_eq(cst_vocab_from_bytes(b, l, 256, &end, 1, &v), 0);
-    return v;
+    return ctu_byte_vocab(NULL, 0);
 }
 
 static cst_grammar *schema(const char *s)
@@ -38,10 +32,7 @@ static cst_grammar *schema(const char *s)
 static bool full_match(const cst_grammar *g, const char *text)
 {
     cst_vocab *v = byte_vocab();
-    cst_matcher *m;
-    cr_assert_eq(cst_matcher_create(g, v, &m), 0);
-    bool ok = cst_matcher_feed(m, text, strlen(text)) == 0 && cst_matcher_can_end(m);
-    cst_matcher_free(m);
+    bool ok = ctu_full_match(g, v, text);
     cst_vocab_free(v);
     return ok;
 }

@@ -33,27 +33,6 @@ static void setup(void)
     gwh_wait_healthy(10000);
 }
 
-/* {"id": -100, ...} for every token of tok512 that is only whitespace: JSON takes whitespace
- * anywhere, and a 260K-parameter model sampled at temperature 1 wanders there for ever */
-static json_t *no_whitespace_bias(void)
-{
-    char *tp = th_shared_file("models/tok512.bin");
-    ringlm_tokenizer *t;
-    cr_assert_eq(ringlm_tokenizer_load(tp, 512, &t), 0, "%s", ringlm_errdetail());
-    json_t *b = json_object();
-    for (int32_t id = 0; id < 512; id++) {
-        const char *p;
-        if (ringlm_token_text(t, 3, id, &p) < 0 || !*p || strspn(p, " \t\r\n") != strlen(p))
-            continue;
-        char k[16];
-        snprintf(k, sizeof k, "%d", id);
-        json_object_set_new(b, k, json_integer(-100));
-    }
-    ringlm_tokenizer_free(t);
-    free(tp);
-    return b;
-}
-
 typedef struct result {
     int status;
     char text[2048], finish[16], param[64], msg[800];
@@ -179,7 +158,7 @@ static const variant variants[] = {
 Test(gateway_constrain, every_field_constrains_the_answer)
 {
     setup();
-    json_t *bias = no_whitespace_bias();
+    json_t *bias = gwh_whitespace_bias();
     char *lines = NULL;
     size_t cap = 0;
     FILE *mem = open_memstream(&lines, &cap);

@@ -33,61 +33,6 @@ static void setup(void)
 
 /* ---- the table in the docs ------------------------------------------------------------- */
 
-typedef struct doc_row {
-    char name[48], endpoints[16], status[16];
-    char example[128], accepted[32];
-} doc_row;
-
-/* The cell between the i-th and i+1-th '|' of line, trimmed, without its backticks. */
-static void cell(const char *line, int i, char *out, size_t n)
-{
-    const char *p = line;
-    for (int k = 0; k <= i; k++) {
-        p = strchr(p, '|');
-        cr_assert_not_null(p, "row '%s' has no cell %d", line, i);
-        p++;
-    }
-    const char *end = strchr(p, '|');
-    cr_assert_not_null(end, "row '%s' has no cell %d", line, i);
-    while (p < end && *p == ' ') p++;
-    while (end > p && end[-1] == ' ') end--;
-    if (end - p >= 2 && *p == '`' && end[-1] == '`') {
-        p++;
-        end--;
-    }
-    size_t len = (size_t)(end - p);
-    cr_assert_lt(len, n, "cell '%.*s' too long", (int)len, p);
-    memcpy(out, p, len);
-    out[len] = 0;
-}
-
-/* The rows of docs/gateway.md's fields table (between its two markers). */
-static int doc_rows(doc_row *rows, int max)
-{
-    FILE *f = fopen("docs/gateway.md", "r");
-    if (!f) cr_skip_test("docs/gateway.md not found (run from the repository root)");
-    char line[1024];
-    int n = 0, in = 0;
-    while (fgets(line, sizeof line, f)) {
-        if (strstr(line, "<!-- fields table")) {
-            in = 1;
-            continue;
-        }
-        if (strstr(line, "<!-- end of the fields table")) break;
-        if (!in || line[0] != '|' || strstr(line, "| --- ") || strstr(line, "| field |")) continue;
-        cr_assert_lt(n, max);
-        cell(line, 0, rows[n].name, sizeof rows[n].name);
-        cell(line, 1, rows[n].endpoints, sizeof rows[n].endpoints);
-        cell(line, 2, rows[n].status, sizeof rows[n].status);
-        cell(line, 3, rows[n].example, sizeof rows[n].example);
-        cell(line, 4, rows[n].accepted, sizeof rows[n].accepted);
-        n++;
-    }
-    fclose(f);
-    cr_assert_gt(n, 0, "docs/gateway.md has no fields table");
-    return n;
-}
-
 static const char *ep_name(unsigned ep)
 {
     return ep == (GW_EP_COMPLETIONS | GW_EP_CHAT) ? "both"
@@ -97,13 +42,13 @@ static const char *ep_name(unsigned ep)
 
 Test(gateway_fields, the_docs_table_is_the_gateways_table)
 {
-    doc_row rows[128];
-    int n = doc_rows(rows, 128);
+    gwh_doc_row rows[128];
+    int n = gwh_doc_rows("fields", true, rows, 128);
     size_t nf;
     const gw_field *f = gw_fields(&nf);
     cr_expect_eq((size_t)n, nf, "docs list %d fields, the gateway %zu", n, nf);
     for (size_t i = 0; i < nf; i++) {
-        const doc_row *d = NULL;
+        const gwh_doc_row *d = NULL;
         for (int k = 0; k < n && !d; k++)
             if (!strcmp(rows[k].name, f[i].name)) d = &rows[k];
         cr_expect_not_null(d, "'%s' is not in docs/gateway.md's table", f[i].name);
@@ -148,12 +93,12 @@ static int post(bool chat, json_t *body, char *param, size_t n, char *msg, size_
 
 Test(gateway_fields, every_field_of_the_table_is_answered_as_the_table_says)
 {
-    doc_row rows[128];
-    int n = doc_rows(rows, 128);
+    gwh_doc_row rows[128];
+    int n = gwh_doc_rows("fields", true, rows, 128);
     setup();
     int checked = 0;
     for (int i = 0; i < n; i++) {
-        const doc_row *d = &rows[i];
+        const gwh_doc_row *d = &rows[i];
         for (int chat = 0; chat < 2; chat++) {
             const char *ep = chat ? "chat" : "completions";
             bool here = !strcmp(d->endpoints, "both") || !strcmp(d->endpoints, ep);

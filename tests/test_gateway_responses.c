@@ -55,63 +55,15 @@ static void want_400(const char *body, const char *param, const char *says)
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */
-typedef struct doc_row {
-    char name[48], status[16], example[128], accepted[32];
-} doc_row;
-
-static void cell(const char *line, int i, char *out, size_t n)
-{
-    const char *p = line;
-    for (int k = 0; k <= i; k++) {
-        p = strchr(p, '|');
-        cr_assert_not_null(p, "row '%s' has no cell %d", line, i);
-        p++;
-    }
-    const char *end = strchr(p, '|');
-    cr_assert_not_null(end, "row '%s' has no cell %d", line, i);
-    while (p < end && *p == ' ') p++;
-    while (end > p && end[-1] == ' ') end--;
-    if (end - p >= 2 && *p == '`' && end[-1] == '`') p++, end--;
-    size_t len = (size_t)(end - p);
-    cr_assert_lt(len, n, "cell '%.*s' too long", (int)len, p);
-    memcpy(out, p, len);
-    out[len] = 0;
-}
-
-static int doc_rows(doc_row *rows, int max)
-{
-    FILE *f = fopen("docs/gateway.md", "r");
-    if (!f) cr_skip_test("docs/gateway.md not found (run from the repository root)");
-    char line[1024];
-    int n = 0, in = 0;
-    while (fgets(line, sizeof line, f)) {
-        if (strstr(line, "<!-- responses table")) {
-            in = 1;
-            continue;
-        }
-        if (strstr(line, "<!-- end of the responses table")) break;
-        if (!in || line[0] != '|' || strstr(line, "| --- ") || strstr(line, "| field |")) continue;
-        cr_assert_lt(n, max);
-        cell(line, 0, rows[n].name, sizeof rows[n].name);
-        cell(line, 1, rows[n].status, sizeof rows[n].status);
-        cell(line, 2, rows[n].example, sizeof rows[n].example);
-        cell(line, 3, rows[n].accepted, sizeof rows[n].accepted);
-        n++;
-    }
-    fclose(f);
-    cr_assert_gt(n, 0, "docs/gateway.md has no responses table");
-    return n;
-}
-
 Test(gateway_responses, the_docs_table_is_the_gateways_table)
 {
-    doc_row rows[64];
-    int n = doc_rows(rows, 64);
+    gwh_doc_row rows[64];
+    int n = gwh_doc_rows("responses", false, rows, 64);
     size_t nf;
     const gw_field *f = gw_responses_fields(&nf);
     cr_expect_eq((size_t)n, nf, "docs list %d fields, the gateway %zu", n, nf);
     for (size_t i = 0; i < nf; i++) {
-        const doc_row *d = NULL;
+        const gwh_doc_row *d = NULL;
         for (int k = 0; k < n && !d; k++)
             if (!strcmp(rows[k].name, f[i].name)) d = &rows[k];
         cr_expect_not_null(d, "'%s' is not in docs/gateway.md's responses table", f[i].name);
@@ -126,8 +78,8 @@ Test(gateway_responses, the_docs_table_is_the_gateways_table)
 Test(gateway_responses, every_field_is_answered_or_refused_by_name)
 {
     setup(NULL);
-    doc_row rows[64];
-    int n = doc_rows(rows, 64);
+    gwh_doc_row rows[64];
+    int n = gwh_doc_rows("responses", false, rows, 64);
     for (int i = 0; i < n; i++) {
         for (int pass = 0; pass < 2; pass++) {
             const char *v = pass ? rows[i].accepted : rows[i].example;
@@ -176,6 +128,27 @@ static const char *item_text(json_t *resp)
     return NULL;
 }
 
+/* The next server-sent event of a Responses stream after *at (NULL at the end): its type in
+ * type, its data parsed; its type field and sequence_number (seq) checked. */
+static json_t *next_event(const char **at, char type[64], int seq)
+{
+    const char *l = strstr(*at, "event: ");
+    if (!l) return NULL;
+    cr_assert_eq(sscanf(l, "event: %63s", type), 1);
+    const char *d = strstr(l, "\ndata: ");
+    cr_assert_not_null(d, "%s", l);
+    const char *end = strstr(d, "\n\n");
+    cr_assert_not_null(end, "%s", d);
+    json_t *ev = json_loadb(d + 7, (size_t)(end - d - 7), 0, NULL);
+    cr_assert_not_null(ev, "%.*s", (int)(end - d), d);
+    cr_assert_str_eq(json_string_value(json_object_get(ev, "type")), type);
+    cr_assert_eq(json_integer_value(json_object_get(ev, "sequence_number")), seq,
+                 "event %s has sequence_number %lld, not %d", type,
+                 (long long)json_integer_value(json_object_get(ev, "sequence_number")), seq);
+    *at = end;
+    return ev;
+}
+
 Test(gateway_responses, a_response_whole_and_streamed_says_the_same)
 {
     setup(NULL);
@@ -216,18 +189,10 @@ Test(gateway_responses, a_response_whole_and_streamed_says_the_same)
     gw_buf joined = {0};
     gw_buf_add(&joined, "", 0);
     json_t *completed = NULL;
-    for (char *l = strstr(r.body, "event: "); l; l = strstr(l + 1, "event: ")) {
-        char type[64];
-        cr_assert_eq(sscanf(l, "event: %63s", type), 1);
-        char *d = strstr(l, "\ndata: ");
-        cr_assert_not_null(d, "%s", l);
-        char *end = strstr(d, "\n\n");
-        json_t *ev = json_loadb(d + 7, (size_t)(end - d - 7), 0, NULL);
-        cr_assert_not_null(ev, "%.*s", (int)(end - d), d);
-        cr_assert_str_eq(json_string_value(json_object_get(ev, "type")), type);
-        cr_assert_eq(json_integer_value(json_object_get(ev, "sequence_number")), seq,
-                     "event %s has sequence_number %lld, not %d", type,
-                     (long long)json_integer_value(json_object_get(ev, "sequence_number")), seq);
+    const char *l = r.body;
+    char type[64];
+    json_t *ev;
+    while ((ev = next_event(&l, type, seq))) {
         seq++;
         /* the order: deltas repeat, the rest once each */
         if (strcmp(type, order[at])) {
@@ -458,5 +423,87 @@ Test(gateway_responses, text_format_and_required_tools_constrain_the_answer)
     }
     json_decref(r);
     free(b);
+    free(tok);
+}
+
+/* A named tool's call streamed: the function_call item's events in order, the argument deltas
+ * joining to the done event's arguments, and the same call as the whole response (greedy). */
+Test(gateway_responses, a_function_call_whole_and_streamed_says_the_same)
+{
+    gwh_need();
+    gwh_need_curl();
+    char *tok = gwh_stories_gguf("hermes.gguf", hermes_jinja);
+    const char *extra[] = {"--tokenizer", tok, NULL};
+    setup(extra);
+    const char *req =
+        "\"input\": \"What time is it?\", \"temperature\": 0, \"max_output_tokens\": 40, "
+        "\"tools\": [{\"type\": \"function\", \"name\": \"get_time\", \"parameters\": "
+        "{\"type\": \"object\", \"properties\": {\"tz\": {\"enum\": [\"UTC\", \"CET\"]}}, "
+        "\"required\": [\"tz\"], \"additionalProperties\": false}}], \"tool_choice\": "
+        "{\"type\": \"function\", \"name\": \"get_time\"}";
+    char body[2048];
+    snprintf(body, sizeof body, "{%s}", req);
+    json_t *whole;
+    char *raw;
+    cr_assert_eq(post(body, &whole, &raw), 200, "%s", raw);
+    free(raw);
+    json_t *call = json_array_get(json_object_get(whole, "output"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(call, "type")), "function_call");
+    const char *args = json_string_value(json_object_get(call, "arguments"));
+    cr_assert(args && args[0] == '{', "%s", json_dumps(whole, 0));
+
+    snprintf(body, sizeof body, "{%s, \"stream\": true}", req);
+    gwh_resp r = gwh_curl("/v1/responses", NULL, body);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    static const char *const order[] = {"response.created",
+                                        "response.in_progress",
+                                        "response.output_item.added",
+                                        "response.function_call_arguments.delta",
+                                        "response.function_call_arguments.done",
+                                        "response.output_item.done",
+                                        "response.completed"};
+    size_t at = 0;
+    int seq = 0, deltas = 0;
+    gw_buf joined = {0};
+    gw_buf_add(&joined, "", 0);
+    json_t *completed = NULL, *ev;
+    const char *l = r.body;
+    char type[64];
+    while ((ev = next_event(&l, type, seq))) {
+        seq++;
+        if (strcmp(type, order[at])) {
+            at++;
+            cr_assert_lt(at, sizeof order / sizeof *order, "unexpected event %s", type);
+            cr_assert_str_eq(type, order[at], "event %d", seq - 1);
+        }
+        json_t *item = json_object_get(ev, "item");
+        if (!strcmp(type, "response.output_item.added")) {
+            cr_assert_str_eq(json_string_value(json_object_get(item, "type")), "function_call");
+            cr_assert_str_eq(json_string_value(json_object_get(item, "name")), "get_time");
+        }
+        if (!strcmp(type, "response.function_call_arguments.delta")) {
+            deltas++;
+            gw_buf_adds(&joined, json_string_value(json_object_get(ev, "delta")));
+        }
+        if (!strcmp(type, "response.function_call_arguments.done"))
+            cr_assert_str_eq(json_string_value(json_object_get(ev, "arguments")), args);
+        if (!strcmp(type, "response.output_item.done"))
+            cr_assert_str_eq(json_string_value(json_object_get(item, "arguments")), args);
+        if (!strcmp(type, "response.completed"))
+            completed = json_incref(json_object_get(ev, "response"));
+        json_decref(ev);
+    }
+    cr_assert_eq(at, sizeof order / sizeof *order - 1, "the stream stopped after %s", order[at]);
+    cr_assert_gt(deltas, 0);
+    cr_assert_str_eq(joined.p, args);
+    json_t *c = json_array_get(json_object_get(completed, "output"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(c, "arguments")), args);
+    cr_assert_str_eq(json_string_value(json_object_get(c, "name")), "get_time");
+    cr_assert_str_eq(json_string_value(json_object_get(completed, "status")),
+                     json_string_value(json_object_get(whole, "status")));
+    gw_buf_free(&joined);
+    json_decref(completed);
+    json_decref(whole);
+    gwh_resp_free(&r);
     free(tok);
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The gateway's tool-call parsers (gateway/gw_tools.h): Hermes/Qwen <tool_call> tags, Llama 3
- * JSON, Mistral [TOOL_CALLS] lists parsed out of an answer whole, and streamed in every split
+ * JSON, Mistral [TOOL_CALLS] lists and name[ARGS] calls parsed out of an answer whole, and streamed in every split
  * of the text (each byte apart, and pieces of 1..7 bytes) to exactly the same content, names
  * and arguments; text that only looks like a call stays content.
  */
@@ -177,6 +177,37 @@ Test(gateway_tools, mistral_tool_calls_are_a_list_after_the_marker)
     check(GW_TOOLS_MISTRAL, 0, "[TOOL] calls [x]", &(want){"[TOOL] calls [x]", 0, {0}, {0}});
 }
 
+/* Mistral's tokenizers from v11 (Mistral Small 3.1 and later) write each call as
+ * [TOOL_CALLS]name[ARGS]{...}; v13 puts [CALL_ID]id between the name and [ARGS]. */
+Test(gateway_tools, mistral_v11_calls_are_a_name_then_its_arguments)
+{
+    check(GW_TOOLS_MISTRAL, 0, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Rome\", \"d\": [1]}",
+          &(want){NULL, 1, {"get_weather"}, {"{\"city\": \"Rome\", \"d\": [1]}"}});
+    /* two calls, content before them, a brace inside a string */
+    check(GW_TOOLS_MISTRAL, 0,
+          "Checking. [TOOL_CALLS]get_weather[ARGS]{\"city\": \"}{\"}[TOOL_CALLS]get_time[ARGS]"
+          "{\"tz\": \"CET\"}",
+          &(want){"Checking. ",
+                  2,
+                  {"get_weather", "get_time"},
+                  {"{\"city\": \"}{\"}", "{\"tz\": \"CET\"}"}});
+    /* v13: the call id is read past */
+    check(GW_TOOLS_MISTRAL, 0, "[TOOL_CALLS]get_time[CALL_ID]a1B2c3D4e[ARGS]{}",
+          &(want){NULL, 1, {"get_time"}, {"{}"}});
+    /* arguments cut short (max_tokens): what there is */
+    check(GW_TOOLS_MISTRAL, 0, "[TOOL_CALLS]f[ARGS]{\"a\": 1",
+          &(want){NULL, 1, {"f"}, {"{\"a\": 1"}});
+    /* a name with no marker after it, or a marker that is not one: content */
+    check(GW_TOOLS_MISTRAL, 0, "[TOOL_CALLS]hello world",
+          &(want){"[TOOL_CALLS]hello world", 0, {0}, {0}});
+    check(GW_TOOLS_MISTRAL, 0, "[TOOL_CALLS]f[ARG]{}",
+          &(want){"[TOOL_CALLS]f[ARG]{}", 0, {0}, {0}});
+    check(GW_TOOLS_MISTRAL, 0, "[TOOL_CALLS]f", &(want){"[TOOL_CALLS]f", 0, {0}, {0}});
+    /* parallel_tool_calls false: the first call only */
+    check(GW_TOOLS_MISTRAL, 1, "[TOOL_CALLS]a[ARGS]{\"i\": 1}[TOOL_CALLS]b[ARGS]{\"i\": 2}",
+          &(want){NULL, 1, {"a"}, {"{\"i\": 1}"}});
+}
+
 Test(gateway_tools, parallel_tool_calls_false_keeps_the_first_call)
 {
     check(
@@ -217,6 +248,8 @@ Test(gateway_tools, the_parser_is_known_by_its_name_and_its_templates_rendering)
     cr_assert_eq(gw_tool_parser_of_rendering("<|im_start|>assistant\n<tool_call>\n{...}", "f"),
                  GW_TOOLS_HERMES);
     cr_assert_eq(gw_tool_parser_of_rendering("[INST]x[/INST][TOOL_CALLS][{...}]", "f"),
+                 GW_TOOLS_MISTRAL);
+    cr_assert_eq(gw_tool_parser_of_rendering("[INST]x[/INST][TOOL_CALLS]f[ARGS]{}</s>", "f"),
                  GW_TOOLS_MISTRAL);
     cr_assert_eq(gw_tool_parser_of_rendering("<|start_header_id|>assistant<|end_header_id|>\n\n"
                                              "{\"name\": \"probe\", \"parameters\": {}}",
