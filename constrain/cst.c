@@ -590,6 +590,13 @@ struct cst_matcher {
     uint32_t cur;
     bool ended;
     int oom;
+    /* what the last mask cost (cst_matcher_describe) */
+    uint64_t made;        /* states interned since creation */
+    uint32_t last_state;  /* the state the last mask was for */
+    uint32_t last_nodes;  /* trie nodes the last walk stepped (0: from the cache) */
+    uint32_t last_made;   /* states the last walk made */
+    uint32_t last_visits; /* trie nodes the last walk looked at */
+    bool last_cached;
     cst_vocab *own_vocab; /* cst_dfa_open's empty vocabulary */
 };
 
@@ -781,6 +788,7 @@ static int32_t intern_state(cst_matcher *m)
     }
     if (grow((void **)&m->threads, &m->thcap, m->nthreads + n, sizeof *m->threads)) return -1;
     uint32_t s = m->nstates++;
+    m->made++;
     m->st_off[s] = m->nthreads;
     m->st_len[s] = (uint32_t)n;
     memcpy(m->threads + m->nthreads, m->work, n * sizeof *m->work);
@@ -1107,10 +1115,15 @@ int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
     if (m->ended) return 0;
     if (maybe_flush(m)) return -ENOMEM;
     uint32_t s0 = m->cur;
+    m->last_state = s0;
     if (m->st_mask[s0]) {
         memcpy(mask, m->st_mask[s0], words * sizeof *mask);
+        m->last_cached = true;
         return 0;
     }
+    m->last_cached = false;
+    uint64_t made0 = m->made;
+    uint32_t nsteps = 0, visits = 0;
     m->oom = 0;
     const trie_node *nodes = v->nodes;
     int32_t *walk = m->walk;
@@ -1119,6 +1132,7 @@ int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
         uint32_t no_new_chain = 0;
         for (uint32_t i = 1; i < v->n_nodes;) {
             const trie_node *t = &nodes[i];
+            visits++;
             uint32_t ps = (uint32_t)walk[t->depth - 1];
             /* a subtree of plain characters only, from a state that takes them in a
              * chain: each token is allowed by its length alone, without a step (the inside
@@ -1149,6 +1163,7 @@ int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
                 if (t->end > no_new_chain) no_new_chain = t->end;
             }
             int32_t s = step(m, ps, t->byte);
+            nsteps++;
             if (s == 0) {
                 i = t->end;
                 continue;
@@ -1161,6 +1176,9 @@ int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
             i++;
         }
     }
+    m->last_nodes = nsteps;
+    m->last_made = (uint32_t)(m->made - made0);
+    m->last_visits = visits;
     if (m->oom) {
         memset(mask, 0, words * sizeof *mask);
         return m->oom;
@@ -1223,6 +1241,36 @@ bool cst_matcher_ended(const cst_matcher *m)
     return m->ended;
 }
 
+long cst_matcher_forced(cst_matcher *m, uint8_t *out, size_t cap)
+{
+    if (m->ended) return 0;
+    const cst_grammar *g = m->g;
+    uint32_t s = m->cur;
+    size_t n = 0;
+    m->oom = 0;
+    while (n < cap && s && !m->st_accept[s]) {
+        /* one byte of each class: a class with a live step and more than one byte is a
+         * choice already */
+        int live = 0;
+        uint8_t only = 0;
+        uint32_t next = 0;
+        for (uint32_t c = 0; c < 256 && g->class_start[c] < 256 && live < 2; c++) {
+            if (g->class_start[c + 1] == g->class_start[c]) break;
+            uint8_t b = g->class_bytes[g->class_start[c]];
+            int32_t t = step(m, s, b);
+            if (m->oom) return m->oom;
+            if (!t) continue;
+            live += g->class_start[c + 1] - g->class_start[c];
+            only = b;
+            next = (uint32_t)t;
+        }
+        if (live != 1) break;
+        out[n++] = only;
+        s = next;
+    }
+    return (long)n;
+}
+
 int cst_dfa_open(const cst_grammar *g, cst_matcher **out)
 {
     cst_vocab *v;
@@ -1269,6 +1317,34 @@ bool cst_dfa_accepting(const cst_matcher *m, uint32_t s)
 uint32_t cst_dfa_states(const cst_matcher *m)
 {
     return m->nstates;
+}
+
+void cst_matcher_describe(const cst_matcher *m, char *buf, size_t cap)
+{
+    uint32_t s = m->last_state, depth = 0;
+    if (s >= m->nstates) {
+        snprintf(buf, cap, "state flushed since the last mask (%u states)", m->nstates);
+        return;
+    }
+    for (uint32_t i = 0; i < m->st_len[s]; i++) {
+        uint32_t sk = (uint32_t)m->threads[m->st_off[s] + i];
+        if (m->stk[sk].depth > depth) depth = m->stk[sk].depth;
+    }
+    uint16_t ch = m->st_chain[s];
+    char chain[32];
+    if (ch == CHAIN_UNKNOWN)
+        snprintf(chain, sizeof chain, "?");
+    else if ((ch & CHAIN_INF) == CHAIN_INF)
+        snprintf(chain, sizeof chain, "loop");
+    else
+        snprintf(chain, sizeof chain, "%u%s%s", ch & CHAIN_INF,
+                 ch & CHAIN_DEAD_TAIL ? " dead-tail" : "", ch & CHAIN_AT_LEAST ? "+" : "");
+    snprintf(buf, cap,
+             "state %u of %u: %u threads, stack depth %u, chain %s; last mask %s (%u nodes, %u "
+             "steps, %u new states)",
+             s, m->nstates, m->st_len[s], depth, chain, m->last_cached ? "cached" : "walked",
+             m->last_cached ? 0 : m->last_visits, m->last_cached ? 0 : m->last_nodes,
+             m->last_cached ? 0 : m->last_made);
 }
 
 bool cst_matcher_is_dead_end(cst_matcher *m)

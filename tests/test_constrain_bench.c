@@ -37,8 +37,10 @@ Test(constrain_bench, maskbench_samples_with_the_llama3_vocabulary, .timeout = 3
     cr_assert_eq(th_run(mk_args, &out, &err, 240), 0, "ringlm-mkmodel: %s", err);
     free(out);
     free(err);
-    char *const args[] = {
-        bench, "--gguf", gguf, "--json", "--limit-s", "60", "perf/maskbench-sample", NULL};
+    char *const args[] = {bench,       "--gguf",    gguf,
+                          "--json",    "--limit-s", "60",
+                          "--slowest", "3",         "perf/maskbench-sample",
+                          NULL};
     cr_assert_eq(th_run(args, &out, &err, 240), 0, "mask_bench: %s", err);
     json_error_t je;
     json_t *r = json_loads(out, 0, &je);
@@ -52,6 +54,20 @@ Test(constrain_bench, maskbench_samples_with_the_llama3_vocabulary, .timeout = 3
     cr_expect_eq(json_integer_value(json_object_get(r, "timeout")), 0);
     cr_expect_gt(json_integer_value(json_object_get(r, "tokens")), 100);
     cr_expect(json_is_string(json_object_get(r, "machine")));
+    /* --slowest: the three slowest masks, each with its schema file and the state */
+    json_t *slow = json_object_get(r, "slowest");
+    cr_expect_eq(json_array_size(slow), 3, "%s", out);
+    for (size_t i = 0; i < json_array_size(slow); i++) {
+        json_t *x = json_array_get(slow, i);
+        cr_expect(strstr(json_string_value(json_object_get(x, "file")), ".json") != NULL);
+        cr_expect(strstr(json_string_value(json_object_get(x, "state")), "threads") != NULL);
+        cr_expect(json_real_value(json_object_get(x, "us")) > 0);
+    }
+    /* forced tokens: some (a property name the grammar spells out), never more than all */
+    json_int_t vt = json_integer_value(json_object_get(r, "valid_tokens")),
+               ft = json_integer_value(json_object_get(r, "forced_tokens"));
+    cr_expect(vt > 0 && ft > 0 && ft < vt, "valid tokens %lld, forced %lld", (long long)vt,
+              (long long)ft);
     json_t *f = json_array_get(json_object_get(r, "failures"), 0);
     cr_expect(strstr(json_string_value(json_object_get(f, "detail")), "'not' at /properties/x") !=
                   NULL,
