@@ -304,7 +304,9 @@ void adm_submit(svc *s, svc_req *r)
                         /* prompt log-probabilities need every prompt row computed: such a
                          * request neither uses nor fills the prefix cache */
                         .tokens = r->plp_top >= 0 ? NULL : r->tokens,
-                        .cache_salt = r->cache_salt};
+                        .cache_salt = r->cache_salt,
+                        /* n samples: admitted when all their blocks are there together */
+                        .n_samples = r->n_samples};
     sched_reject_reason rr = SCHED_REJECT_NONE;
     int rc = sched_submit(s->sched, &sr, s->now_us, &rr);
     if (rc < 0) {
@@ -343,7 +345,9 @@ void adm_submit_samples(svc *s)
                                 .arrival_us = k->arrival_us,
                                 .tokens = k->tokens,
                                 .cache_salt = k->cache_salt,
-                                .sample = true};
+                                .sample = true,
+                                /* the prompt's partial last block: shared, copy-on-write */
+                                .sample_of = k->id - k->sample_idx};
             sched_reject_reason rr = SCHED_REJECT_NONE;
             k->sample_starting = true;
             if (sched_submit(s->sched, &sr, s->now_us, &rr) < 0) {

@@ -134,6 +134,9 @@ static void usage(FILE *f)
         "                           block; lookups O(cached blocks); logged as a warning)\n"
         "  --fail-kv-reads host|disk|host,disk  every read from those KV tiers completes with\n"
         "                           EIO (fault injection; logged)\n"
+        "  --keep-window-blocks     sequences of a model windowed on every layer keep every\n"
+        "                           KV block (the scheduler gets no attention window): the\n"
+        "                           reference a test compares the blocks given back against\n"
 #endif
     );
 }
@@ -447,6 +450,7 @@ int main(int argc, char **argv)
         O_DKVBW,
         O_PREFIXKEY,
         O_FAILREADS,
+        O_KEEPWIN,
         O_CUDADEV,
         O_CUDADTYPE,
         O_NOGRAPHS,
@@ -507,6 +511,7 @@ int main(int argc, char **argv)
 #ifdef RINGLM_TEST_KNOBS
         {"prefix-key", required_argument, 0, O_PREFIXKEY},
         {"fail-kv-reads", required_argument, 0, O_FAILREADS},
+        {"keep-window-blocks", no_argument, 0, O_KEEPWIN},
 #endif
         {"quiet", no_argument, 0, O_QUIET},
         {"check-config", no_argument, 0, O_CHECK},
@@ -751,6 +756,7 @@ int main(int argc, char **argv)
             }
             break;
         }
+        case O_KEEPWIN: sc.test.keep_window_blocks = true; break;
 #endif
         case O_QUIET: sc.quiet = true; break;
         case O_CHECK: check_config = 1; break;

@@ -164,6 +164,7 @@ static int iterate(void *ctx, uint64_t now_us)
             else
                 xfer_start(s, &p->transfers[i]);
         if (p->n_transfers && s->tiers) kvtier_flush(s->tiers);
+        if (p->n_copies) kv_copy_plan(s, p); /* after the demotions, before the batch */
         if (p->n_entries) {
             nres = exec_plan(s, p, &exec_us);
             batch_tokens = p->decode_tokens + p->prefill_tokens;
@@ -462,7 +463,14 @@ int svc_create(const svc_config *cfg, svc **out)
                  .latency_us = 100},
         .prefix_cache = !cfg->no_prefix_cache,
         .prefix_cache_generated = true, /* exec_plan gives each sampled token's id */
+        /* every layer windowed (and honoured by the backend): blocks behind the window go
+         * back to the pool as sequences grow */
+        .attention_window = cfg->test.keep_window_blocks ? 0 : (uint32_t)eng_kv_window(s->engine),
     };
+    if (sc.attention_window && progress)
+        svc_log("every layer attends to the last %u positions: sequences give back the KV "
+                "blocks behind their window",
+                sc.attention_window);
     sched_step_model_default(&sc.step);
     rc = sched_create(s->policy, &sc, req_on_sched_event, s, 1, &s->sched);
     if (rc < 0) {

@@ -87,6 +87,8 @@ typedef struct svc_config {
                                      (sched_testing.h) */
         unsigned fail_kv_reads;   /* --fail-kv-reads: 1 << sched_pool per tier whose reads
                                      fail (kvtier_config.fail_reads) */
+        bool keep_window_blocks;  /* --keep-window-blocks: no sched_config.attention_window,
+                                     so windowed sequences keep every block */
     } test;
 } svc_config;
 

@@ -451,6 +451,9 @@ void xfer_free(svc *s);
 void xfer_start(svc *s, const sched_transfer *t);
 /* A prefix-cache copy of the plan (t->cache): done now, before the rest of the plan. */
 void xfer_copy(svc *s, const sched_transfer *t);
+/* The plan's device block copies (copy-on-write of a shared partial block), after its
+ * demotions and before its batch; a request whose copy failed is failed (its entry skipped). */
+void kv_copy_plan(svc *s, const sched_plan *p);
 /* --verify-swaps: the entry computes on no device block a transfer still moves. */
 void xfer_check_compute(svc *s, const sched_entry *e);
 

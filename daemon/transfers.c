@@ -328,3 +328,25 @@ void xfer_free(svc *s)
     free(s->xf.busy_dev_in);
     s->xf.busy_dev_in = NULL;
 }
+
+void kv_copy_plan(svc *s, const sched_plan *p)
+{
+    int32_t src[64], dst[64];
+    for (uint32_t a = 0; a < p->n_copies; a += 64) {
+        int n = p->n_copies - a < 64 ? (int)(p->n_copies - a) : 64;
+        for (int i = 0; i < n; i++) {
+            src[i] = (int32_t)p->copies[a + (uint32_t)i].src;
+            dst[i] = (int32_t)p->copies[a + (uint32_t)i].dst;
+        }
+        int rc = eng_kv_copy_blocks(s->engine, src, dst, n);
+        if (rc == 0) continue;
+        svc_log("KV block copy (%d blocks, %d -> %d first) failed: %s", n, src[0], dst[0],
+                eng_errmsg());
+        for (int i = 0; i < n; i++) {
+            svc_req *r = req_find(s, p->copies[a + (uint32_t)i].req);
+            if (r)
+                req_cancel(s, r, SCHED_CANCEL_ENGINE_ERROR, RINGLM_WIRE_R_ERROR,
+                           RINGLM_WIRE_R_INTERNAL);
+        }
+    }
+}

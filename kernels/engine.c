@@ -194,6 +194,13 @@ int eng_kv_block_size(const eng *e)
 {
     return e->opt.kv_block_size;
 }
+int eng_kv_window(const eng *e)
+{
+    const eng_model_hparams *hp = eng_model_hparams_of(e->model);
+    /* the CPU backend windows every layer eng_layer_windowed names; CUDA none */
+    if (!hp || hp->swa_window <= 0 || hp->swa_period > 0 || strcmp(e->ops->name, "cpu")) return 0;
+    return hp->swa_window;
+}
 size_t eng_memory_bytes(const eng *e)
 {
     return e->ops->memory_bytes(e->priv);
@@ -312,11 +319,19 @@ int eng_batch_check(eng *e, const eng_batch *b)
                           "batch block_table_stride=%d: seq_len needs %d blocks of %d "
                           "tokens",
                           b->block_table_stride, need_stride, bs);
+    const int window = eng_kv_window(e);
     for (int s = 0; s < S; s++) {
         int q0 = b->query_start[s], q1 = b->query_start[s + 1], len = b->seq_len[s];
         const int32_t *bt = b->block_table + (size_t)s * (size_t)b->block_table_stride;
+        /* with every layer windowed, the blocks wholly before the first row's window are not
+         * read (attention.c starts at the block of position first + 1 - window): those
+         * entries may be -1, given back */
+        int first = len - (q1 - q0),
+            unread = window && first + 1 > window ? (first + 1 - window) / bs : 0;
         for (int j = 0; j < (len + bs - 1) / bs; j++)
-            if (bt[j] < 0 || bt[j] >= e->opt.kv_blocks)
+            if (bt[j] == -1 && j < unread)
+                continue;
+            else if (bt[j] < 0 || bt[j] >= e->opt.kv_blocks)
                 return eng_seterr(-EINVAL, "batch block_table[%d][%d]=%d: pool has blocks 0..%d", s,
                                   j, bt[j], e->opt.kv_blocks - 1);
         for (int r = q0; r < q1; r++) {

@@ -303,6 +303,12 @@ size_t eng_kv_bytes_per_token(const eng *e);
 size_t eng_kv_block_bytes(const eng *e);
 int eng_kv_blocks(const eng *e);
 int eng_kv_block_size(const eng *e);
+/* The attention window every layer of the model honours on this backend, in positions (a
+ * row at p reads positions > p - window), or 0: some layer reads every position (no window,
+ * or windows on some layers only, as gemma's), or the backend does not window (CUDA).
+ * Where it is > 0 a block table may hold -1 in entries wholly behind the window of its
+ * sequence's first row this batch (blocks given back; the kernels never read them). */
+int eng_kv_window(const eng *e);
 /* Bytes the engine holds (weights it owns + KV pool + scratch). */
 size_t eng_memory_bytes(const eng *e);
 

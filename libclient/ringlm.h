@@ -285,8 +285,10 @@ typedef struct ringlm_event {
     uint32_t n_tokens;        /* FINISH: tokens generated for this request */
     uint32_t n_cached_tokens; /* FINISH: prompt tokens served from the daemon's prefix cache
 	                           (whole KV blocks its first admission found, a multiple of the
-	                           block size; 0 when none, when rejected before admission, with
-	                           ringlmd --no-prefix-cache, or from a daemon older than 0.2) */
+	                           block size — but for a further sample of n > 1, which shares
+	                           the prompt's partial last block too; 0 when none, when
+	                           rejected before admission, with ringlmd --no-prefix-cache, or
+	                           from a daemon older than 0.2) */
     uint64_t policy_hash;     /* FINISH: identity of the scheduling policy that served it */
 } ringlm_event;
 
@@ -398,11 +400,16 @@ int ringlm_vocab_size(const ringlm_client *c);
  * same parameters): the same tokens, given the same logits.
  * Sharing: the prompt is computed once. Sample 0 computes it; the others start from its
  * last row (each draws its first token there with its own seed, penalties and stop ids)
- * and share its KV blocks through the prefix cache (ringlmd's default; with
- * --no-prefix-cache each sample computes the prompt again, with the same answers).
+ * and share its KV blocks: the full ones through the prefix cache, the last partial one
+ * copy-on-write (each further sample copies it at its first step instead of computing its
+ * tokens again), so each further sample's FINISH says the whole prompt was cached
+ * (n_cached_tokens = n_prompt). With --no-prefix-cache each sample computes the prompt
+ * again, with the same answers.
  * Admission is all or nothing: the request is refused whole (n FINISH rejected) when the
  * n samples' KV blocks together could never fit (never_fits), or when the first sample is
- * refused; once admitted, no sample is refused.
+ * refused; once admitted, no sample is refused. The group starts when the blocks to start
+ * all n are free together (else it waits, together), and those are kept for the samples, so
+ * no sample of a started group waits for blocks another request took.
  * Cancel: ringlm_cancel(id + i) cancels sample i. Until sample 0 has its first token the
  * samples wait on its prompt, so cancelling sample 0 then cancels them all.
  * Limits: n <= ringlm_max_samples(c) (the daemon's --max-n), else -EINVAL "n"; n > 1 with

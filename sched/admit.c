@@ -73,7 +73,8 @@ int sched_submit(sched *s, const sched_request *q, uint64_t now, sched_reject_re
     uint64_t total = (uint64_t)q->prompt_len + q->max_new_tokens;
     if (total > s->conf.max_context)
         return reject(s, q, ten, cls, SCHED_REJECT_TOO_LONG, -E2BIG, now, why);
-    uint32_t blocks = div_up(total, s->conf.block_size);
+    uint32_t blocks = sc_window_never_fits_blocks(s, q->prompt_len, s->px && q->tokens,
+                                                  div_up(total, s->conf.block_size));
     uint32_t tmax = s->ten[ten]->max_kv_blocks;
     if (blocks > s->conf.kv_blocks_device || (tmax && blocks > tmax))
         return reject(s, q, ten, cls, SCHED_REJECT_NEVER_FITS, -E2BIG, now, why);
@@ -133,6 +134,7 @@ admitted:;
     r->deadline_us = q->deadline_us;
     r->q_pos = r->t_pos = r->bp_pos = r->run_pos = r->p_pos = NO_POS;
     r->state = REQ_NEW; /* born; waiting_add below is its first transition */
+    r->cow_blk = NO_SLOT;
     if (sc_cache_submit(s, r, q)) {
         VEC_PUSH(s, s->free_slots, slot);
         r->live = 0;
@@ -143,6 +145,9 @@ admitted:;
         r->live = 0;
         goto oom;
     }
+
+    sc_cow_submit(s, r, q);   /* a sample: the first sample's partial prompt block, shared */
+    sc_group_submit(s, r, q); /* n samples: admitted together */
 
     tenant_state *t = &s->ts[ten];
     if (t->n_live == 0) sc_fair_rejoin(s, ten);

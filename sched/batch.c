@@ -96,7 +96,7 @@ static uint32_t plan_decodes(sched *s, uint64_t now, uint32_t budget, bool *ls_d
                 sc_emit_defer(s, r, quota ? SCHED_DEFER_QUOTA : SCHED_DEFER_BLOCKS, now);
                 break;
             }
-            uint32_t held = s->reqs[v].n_dev;
+            uint32_t held = dev_held(&s->reqs[v]);
             uint16_t vt = s->reqs[v].tenant;
             uint32_t freed = sc_preempt(s, v, quota, now);
             if (!freed && held) { /* swap: the others wait for its blocks */
@@ -165,7 +165,7 @@ static void start_running(sched *s, uint32_t slot, uint32_t blocks, uint64_t now
     if (!resume) sc_timer_update(s, slot); /* queue-wait no longer applies, deadline does */
     sched_event e = ev_of(s, SCHED_EV_SCHEDULE, r, now);
     e.outcome = resume ? SCHED_OUTCOME_RESUME : SCHED_OUTCOME_START;
-    e.blocks = r->n_dev;
+    e.blocks = dev_held(r);
     e.wait_us = now - r->arrival_us;
     emit(s, &e);
 }
@@ -268,7 +268,10 @@ void sc_step_token_budget(sched *s, uint64_t now)
             sc_emit_defer(s, r, SCHED_DEFER_MAX_ACTIVE, now);
             break;
         }
-        uint32_t fr = sc_dev_available(s); /* free, or cached and evictable */
+        /* free, or cached and evictable — less what is reserved for other groups' samples */
+        uint32_t others = sc_group_reserved_for_others(s, r);
+        uint32_t fr = sc_dev_available(s);
+        fr = fr > others ? fr - others : 0;
         uint32_t tmax = s->ten[c.tenant]->max_kv_blocks;
         if (r->preempt_step == s->step_no) { /* preempted in this very step: not back at once */
             if (c.swapped)
@@ -287,14 +290,17 @@ void sc_step_token_budget(sched *s, uint64_t now)
                 cexcl |= 1u << c.cls; /* its class waits behind it */
                 continue;
             }
-            if (fr < need && sc_reclaim_blocked(s, need, now)) fr = sc_dev_available(s);
+            if (fr < need && sc_reclaim_blocked(s, need + others, now)) {
+                fr = sc_dev_available(s);
+                fr = fr > others ? fr - others : 0;
+            }
             if (fr < need) {
                 sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now);
                 break;
             }
             sc_hremove(s, &s->cs[c.cls].swapped, c.slot);
             s->n_swapped--;
-            sc_dev_grow_to(s, r, need);
+            sc_window_swap_in_grow(s, r); /* (checked available above) */
             sc_set_state(s, r, SCHED_REQ_SWAPPING_IN);
             r->defer = SCHED_DEFER_NONE;
             s->n_swapping_in++;
@@ -311,21 +317,32 @@ void sc_step_token_budget(sched *s, uint64_t now)
             texcl |= 1ull << c.tenant;
             continue;
         }
-        uint32_t need = div_up(known(r), s->conf.block_size);
-        if (tmax && s->ts[c.tenant].kv_blocks + need + grow > tmax) {
+        /* with an attention window only the first chunk's blocks (window.c) */
+        uint32_t full = div_up(known(r), s->conf.block_size);
+        uint32_t first = p->prefill_chunk < pbudget ? p->prefill_chunk : pbudget;
+        uint32_t need = sc_window_start_blocks(s, full, 0, first);
+        /* n samples: the others' starting blocks too, or the group waits (group.c) */
+        uint32_t extra = sc_group_extra(s, r);
+        if (tmax && s->ts[c.tenant].kv_blocks + need + extra + grow > tmax) {
             sc_emit_defer(s, r, SCHED_DEFER_QUOTA, now);
             texcl |= 1ull << c.tenant;
             continue;
         }
         uint32_t unheld, hit = sc_cache_find(s, c.slot, &unheld); /* shared, not allocated */
-        if (fr - unheld < need - hit + watermark(s) &&
-            sc_reclaim_blocked(s, need - hit + watermark(s) + unheld, now))
+        need = sc_window_start_blocks(s, full, hit, first);
+        /* a sample's reserved blocks were kept for it: no watermark on top */
+        uint32_t want = need - hit + extra + (r->resv ? 0 : watermark(s));
+        if ((fr < unheld || fr - unheld < want) &&
+            sc_reclaim_blocked(s, want + unheld + others, now)) {
             fr = sc_dev_available(s);
-        if (fr - unheld < need - hit + watermark(s)) {
+            fr = fr > others ? fr - others : 0;
+        }
+        if (fr < unheld || fr - unheld < want) {
             sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now);
             break;
         }
         start_running(s, c.slot, need, now);
+        sc_group_start(s, r, extra);
         if (r->state != SCHED_REQ_RUNNING) { /* reloading: its prefill starts when they are in */
             if (s->oom) break;
             continue;

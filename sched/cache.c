@@ -300,7 +300,9 @@ int sc_cache_submit(sched *s, req *r, const sched_request *q)
     r->salt = q->cache_salt;
     r->n_pkeys =
         sched_prefix_keys_with(s->prefix_key, r->salt, r->ptok, q->prompt_len, bs, r->pkeys, nb);
-    r->pcache = r->pgen = true;
+    r->pcache = true;
+    /* a windowed sequence holds its cached chain until it ends (window.c): its prompt's */
+    r->pgen = !s->conf.attention_window;
     return 0;
 }
 
@@ -385,6 +387,10 @@ static sched_pool node_pool(const sched *s, uint32_t node)
     return in.pool;
 }
 
+static uint32_t hold_found(sched *s, req *r, uint32_t found, uint32_t *self_out,
+                           uint32_t per[SCHED_POOL__COUNT], uint32_t self_per[SCHED_POOL__COUNT],
+                           uint64_t now);
+
 /* Admission: hold what sc_cache_find found on the device; for each following run on host or
  * disk, reload it or recompute it (and everything after), whichever the cost model predicts
  * cheaper; make the blocks used the start of the block table and start the prefill after. */
@@ -394,7 +400,38 @@ void sc_cache_start(sched *s, req *r, uint64_t now)
     uint32_t found = r->n_found, bs = s->conf.block_size;
     r->n_found = 0;
     s->px_query += known(r);
-    if (!found) return;
+    uint32_t use = 0, self = 0, per[SCHED_POOL__COUNT] = {0}, self_per[SCHED_POOL__COUNT] = {0};
+    if (found) use = hold_found(s, r, found, &self, per, self_per, now);
+    /* a sample's shared partial block follows the cached full ones (cow.c) */
+    uint32_t tail = sc_cow_start(s, r, use);
+    if (!use && !tail) return;
+    r->computed = use * bs + tail;
+    s->px_hit += (uint64_t)use * bs + tail;
+    s->px_self += (uint64_t)self * bs;
+    for (int p = 0; p < SCHED_POOL__COUNT; p++) {
+        s->px_hit_pool[p] += (uint64_t)per[p] * bs;
+        s->px_self_pool[p] += (uint64_t)self_per[p] * bs;
+    }
+    s->px_hit_pool[SCHED_POOL_DEVICE] += tail;
+    if (!r->started) r->cached_tokens = use * bs + tail;
+    sched_event e = ev_of(s, SCHED_EV_CACHE_HIT, r, now);
+    e.blocks = use + (tail ? 1 : 0);
+    e.pool = SCHED_POOL_DEVICE;
+    e.cached_tokens = use * bs + tail;
+    e.self_tokens = self * bs;
+    e.prompt_tokens = known(r);
+    for (int p = 0; p < SCHED_POOL__COUNT; p++) e.pool_tokens[p] = per[p] * bs;
+    e.pool_tokens[SCHED_POOL_DEVICE] += tail;
+    emit(s, &e);
+}
+
+/* sc_cache_start's part for the blocks sc_cache_find found: hold the device ones, reload or
+ * recompute the runs on host or disk.  Returns the blocks used (the start of the table). */
+static uint32_t hold_found(sched *s, req *r, uint32_t found, uint32_t *self_out,
+                           uint32_t per[SCHED_POOL__COUNT], uint32_t self_per[SCHED_POOL__COUNT],
+                           uint64_t now)
+{
+    uint32_t bs = s->conf.block_size;
     uint32_t nd = 0;
     while (nd < found && node_pool(s, r->pnodes[nd]) == SCHED_POOL_DEVICE) nd++;
     /* the runs after the device ones: reload or recompute, decided in order */
@@ -439,10 +476,10 @@ void sc_cache_start(sched *s, req *r, uint64_t now)
     }
     if (!sc_vec_grow((void **)&r->dev, &r->cap_dev, use, sizeof(uint32_t))) {
         s->oom = true;
-        return;
+        return 0;
     }
     sched_prefix_acquire(s->px, r->pnodes, use, r->id);
-    uint32_t self = 0, per[SCHED_POOL__COUNT] = {0}, self_per[SCHED_POOL__COUNT] = {0};
+    uint32_t self = 0;
     for (uint32_t i = 0; i < use; i++) {
         sched_prefix_node_info in;
         sched_prefix_node(s->px, r->pnodes[i], &in);
@@ -499,23 +536,8 @@ void sc_cache_start(sched *s, req *r, uint64_t now)
         }
     }
     r->n_pnodes = use;
-    if (!use) return;
-    r->computed = use * bs;
-    s->px_hit += (uint64_t)use * bs;
-    s->px_self += (uint64_t)self * bs;
-    for (int p = 0; p < SCHED_POOL__COUNT; p++) {
-        s->px_hit_pool[p] += (uint64_t)per[p] * bs;
-        s->px_self_pool[p] += (uint64_t)self_per[p] * bs;
-    }
-    if (!r->started) r->cached_tokens = use * bs;
-    sched_event e = ev_of(s, SCHED_EV_CACHE_HIT, r, now);
-    e.blocks = use;
-    e.pool = SCHED_POOL_DEVICE;
-    e.cached_tokens = use * bs;
-    e.self_tokens = self * bs;
-    e.prompt_tokens = known(r);
-    for (int p = 0; p < SCHED_POOL__COUNT; p++) e.pool_tokens[p] = per[p] * bs;
-    emit(s, &e);
+    *self_out = self;
+    return use;
 }
 
 /* The completion record of a cached run recomputed at admission: the estimate then, the
@@ -546,8 +568,10 @@ void sc_cache_commit(sched *s, req *r)
         if (r->computed >= r->px_rc_target) rc_run_end(s, r, SCHED_OUTCOME_DONE);
     }
     while (r->n_pnodes < r->n_pkeys && r->n_pnodes < r->n_dev &&
-           (uint64_t)(r->n_pnodes + 1) * bs <= r->computed) {
+           (uint64_t)(r->n_pnodes + 1) * bs <= r->computed &&
+           r->dev[r->n_pnodes] != SCHED_BLOCK_NONE) { /* (given back: window.c) */
         uint32_t i = r->n_pnodes, node;
+        if (sc_cow_shared(s, r->dev[i])) break; /* cached once the samples took their copies */
         int rc = sched_prefix_insert(s->px, i ? r->pnodes[i - 1] : SCHED_PREFIX_NONE, r->salt,
                                      r->pkeys[i], r->ptok + (size_t)i * bs, r->tenant, r->id,
                                      SCHED_POOL_DEVICE, r->dev[i], &node);

@@ -14,6 +14,8 @@
  *   order.c    prefix_order = longest_prefix: the cache-aware order within a class, with aging
  *   cache.c    the prefix cache's part: lookup at admission, insert at commit, holds released
  *              with the blocks, eviction on demand (the index itself: prefix.c)
+ *   window.c   sliding windows: the blocks a sequence's attention window has passed
+ *              given back (sched_config.attention_window), the blocks a start needs
  *   event.c    names, error detail, the JSON writer;  policy.c  the policy file
  *
  * Data structures (why step stays cheap with 100,000 waiting):
@@ -92,6 +94,11 @@ typedef struct req {
     uint64_t out_us;             /* measured swap-out duration (0 = unknown) */
     uint32_t *dev;
     uint32_t n_dev, cap_dev;
+    /* attention window (window.c): dev[] entries given back (SCHED_BLOCK_NONE; n_dev counts
+     * them, the blocks held are n_dev - n_rel), dev[0..rel_scan) already looked at; over a
+     * swap the table's length and its given-back count (the entries stay NONE in dev[]) */
+    uint32_t n_rel, rel_scan;
+    uint32_t swap_len, swap_rel;
     uint32_t *tierb;
     uint32_t n_tier, cap_tier;
     /* prefix cache (cache.c): its prompt's tokens and block keys (pcache: it takes part),
@@ -125,6 +132,14 @@ typedef struct req {
      * its place in the order heap, its first entry in the waiter table */
     uint32_t plen, ow_head;
     int32_t p_pos;
+    /* copy-on-write (cow.c): a device block it holds a reference to (NO_SLOT: none), whose
+     * first cow_len % block_size positions hold its tokens cow_len / block_size × block_size
+     * onwards */
+    uint32_t cow_blk, cow_len;
+    /* n samples admitted together (group.c): a first sample's other samples (grp_n) and the
+     * blocks each needs to start (grp_each); the device blocks reserved for it or, for a
+     * first sample, for its others (resv) */
+    uint32_t grp_n, grp_each, resv;
 } req;
 
 typedef struct hent {
@@ -185,6 +200,14 @@ typedef struct xfer_rec {
     uint64_t req;
     uint32_t run_a; /* XK_RELOAD: the request's pnodes[run_a..run_a + n) */
 } xfer_rec;
+
+/* A device block shared copy-on-write (cow.c): `refs` samples hold a reference to it; `owner`
+ * says the usual books (a sequence's table) still hold it too.  It returns to the pool when
+ * neither does. */
+struct cow_ent {
+    uint32_t block, refs;
+    bool owner;
+};
 
 #define VEC(T)                                                                                     \
     struct {                                                                                       \
@@ -293,6 +316,14 @@ struct sched {
     uint32_t ow_nbucket;
     uint32_t *ow_nodes;
     uint32_t cap_ow_nodes;
+    /* copy-on-write (cow.c): device blocks with references beside the usual books, and this
+     * plan's copies */
+    VEC(struct cow_ent) cow;
+    VEC(sched_copy) copies;
+    /* n samples admitted together (group.c): blocks reserved in all, and the first samples
+     * holding a reservation for their others */
+    uint32_t resv_total;
+    VEC(uint32_t) resv_firsts;
 };
 
 /* ---- small helpers used everywhere ---------------------------------------------------- */
@@ -305,6 +336,12 @@ static inline uint32_t div_up(uint64_t a, uint32_t b)
 static inline uint32_t known(const req *r)
 {
     return r->prompt_len + r->generated;
+}
+
+/* Device blocks r holds: its block table less the entries its window gave back. */
+static inline uint32_t dev_held(const req *r)
+{
+    return r->n_dev - r->n_rel;
 }
 
 static inline bool hless(const hent *a, const hent *b)
@@ -503,6 +540,53 @@ uint32_t sc_tier_available(const sched *s, sched_pool p);
 bool sc_tier_make_room(sched *s, sched_pool p, uint32_t n);
 int sc_cache_xfer_done(sched *s, xfer_rec *x, uint64_t now, uint64_t bytes, uint64_t dur_us,
                        int status);
+
+/* ---- window.c ---- */
+void sc_window_release(sched *s, req *r);
+void sc_window_swapped_out(req *r);
+bool sc_window_swap_in_grow(sched *s, req *r);
+uint32_t sc_window_start_blocks(const sched *s, uint32_t full, uint32_t hit, uint32_t first_chunk);
+uint32_t sc_window_never_fits_blocks(const sched *s, uint32_t prompt_len, bool cached,
+                                     uint32_t full);
+int sc_window_check(const sched *s, const req *r, char *why, size_t len);
+
+/* ---- cow.c ---- */
+/* A device block leaves a sequence's table: to the pool, unless samples still share it. */
+void sc_dev_give(sched *s, uint32_t block);
+/* sched_submit of a sample with sample_of: take a reference to the first sample's partial
+ * prompt block when it has it computed and the tokens match. */
+void sc_cow_submit(sched *s, req *r, const sched_request *q);
+/* Admission of r with `use` leading blocks from the cache: its shared block becomes its own
+ * (a copy in the plan, or taken over).  Returns the tokens past use × block_size it gives r
+ * (0: none; the reference is dropped and r computes them). */
+uint32_t sc_cow_start(sched *s, req *r, uint32_t use);
+/* r drops its reference, if any. */
+void sc_cow_drop(sched *s, req *r);
+/* True while samples share block b (the prefix cache does not take it meanwhile). */
+bool sc_cow_shared(const sched *s, uint32_t block);
+/* Every shared block's references against the requests that hold them; blocks only the
+ * references hold are counted in holders (the device pool's check follows). */
+int sc_cow_check(const sched *s, uint32_t *holders, char *why, size_t len);
+
+/* ---- group.c ---- */
+/* sched_submit: a first sample's group (n_samples), or a sample's share of the reservation
+ * its first sample holds. */
+void sc_group_submit(sched *s, req *r, const sched_request *q);
+/* Blocks r's admission needs beyond its own: its group's others' (an unstarted first
+ * sample), else 0. */
+uint32_t sc_group_extra(const sched *s, const req *r);
+/* Blocks reserved for others than r (an admission of r cannot use them). */
+static inline uint32_t sc_group_reserved_for_others(const sched *s, const req *r)
+{
+    return s->resv_total - r->resv;
+}
+/* r starts: a first sample reserves its others' blocks; a sample uses what it had. */
+void sc_group_start(sched *s, req *r, uint32_t extra);
+/* r gives back what is reserved for it or its group (it ends or gives up its blocks). */
+void sc_group_release(sched *s, req *r);
+/* Step start: first samples whose first token came give back what their others did not claim. */
+void sc_group_settle(sched *s);
+int sc_group_check(const sched *s, char *why, size_t len);
 
 /* ---- order.c ---- */
 int sc_order_create(sched *s);

@@ -130,10 +130,13 @@ void sc_plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t now)
         s->oom = true;
         return;
     }
-    const uint32_t *src = dir == SCHED_XFER_OUT ? r->dev : r->tierb;
-    const uint32_t *dst = dir == SCHED_XFER_OUT ? r->tierb : r->dev;
-    memcpy(s->xfer_blocks.a + off, src, n * sizeof(uint32_t));
-    memcpy(s->xfer_blocks.a + off + n, dst, n * sizeof(uint32_t));
+    /* the device blocks it holds, in table order (entries its window gave back are not
+     * copied either way: window.c) */
+    uint32_t *dev = s->xfer_blocks.a + off + (dir == SCHED_XFER_OUT ? 0 : n);
+    uint32_t *tier = s->xfer_blocks.a + off + (dir == SCHED_XFER_OUT ? n : 0);
+    memcpy(tier, r->tierb, n * sizeof(uint32_t));
+    for (uint32_t i = 0, j = 0; i < r->n_dev && j < n; i++)
+        if (r->dev[i] != SCHED_BLOCK_NONE) dev[j++] = r->dev[i];
     s->xfer_blocks.n = off + 2 * n; /* the next transfer of this plan goes after these */
     sched_transfer t = {.id = x.id,
                         .req = r->id,
@@ -220,9 +223,9 @@ uint32_t sc_reclaim_blocked(sched *s, uint32_t want, uint64_t now)
         for (uint32_t i = 0; i < s->run.n; i++) {
             uint32_t sl = s->run.a[i];
             const req *r = &s->reqs[sl], *b = v != NO_SLOT ? &s->reqs[v] : NULL;
-            if (!r->blocked || r->held || !r->n_dev || r->entry_step == s->step_no) continue;
+            if (!r->blocked || r->held || !dev_held(r) || r->entry_step == s->step_no) continue;
             if (!b || r->blocked_since < b->blocked_since ||
-                (r->blocked_since == b->blocked_since && r->n_dev > b->n_dev))
+                (r->blocked_since == b->blocked_since && dev_held(r) > dev_held(b)))
                 v = sl;
         }
         if (v == NO_SLOT) break;
@@ -237,7 +240,7 @@ uint32_t sc_reclaim_blocked(sched *s, uint32_t want, uint64_t now)
 uint32_t sc_preempt(sched *s, uint32_t slot, bool quota, uint64_t now)
 {
     req *r = &s->reqs[slot];
-    uint32_t blocks = r->n_dev;
+    uint32_t blocks = dev_held(r); /* a windowed sequence's window: all it swaps */
     uint64_t bytes = (uint64_t)blocks * s->conf.block_size * s->conf.kv_bytes_per_token;
     sched_pool tier = SCHED_POOL_HOST;
     bool can_swap = s->cfg.mode != SCHED_MODE_CONTINUOUS &&
@@ -372,14 +375,15 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
         s->n_swapping_in--;
         s->ts[r->tenant].moving_in--;
     } else {
-        s->pending_out_blocks -= r->n_dev;
-        s->ts[r->tenant].pending_out -= r->n_dev;
+        s->pending_out_blocks -= dev_held(r);
+        s->ts[r->tenant].pending_out -= dev_held(r);
     }
     if (r->state == SCHED_REQ_ENDED) { /* cancelled or timed out while moving */
         sc_release_now(s, x.slot, now, false);
         return 0;
     }
     if (x.dir == SCHED_XFER_OUT) {
+        if (status >= 0) sc_window_swapped_out(r); /* the table's shape, for the way back */
         sc_dev_free_all(s, r);
         if (status < 0) { /* the copy failed: the host copy is useless, recompute */
             sc_tier_free_all(s, r);
@@ -397,7 +401,8 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
         return 0;
     }
     sc_tier_free_all(s, r);
-    if (status < 0) { /* device copy is garbage: re-prefill in place */
+    if (status < 0) {                        /* device copy is garbage: re-prefill in place */
+        if (r->n_rel) sc_dev_free_all(s, r); /* from position 0: a table without holes */
         r->computed = 0;
         rc_start(s, r, now);
     }
@@ -405,7 +410,7 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
     sc_run_add(s, x.slot);
     sched_event e = ev_of(s, SCHED_EV_SCHEDULE, r, now);
     e.outcome = SCHED_OUTCOME_RESUME;
-    e.blocks = r->n_dev;
+    e.blocks = dev_held(r);
     e.wait_us = now - r->arrival_us;
     emit(s, &e);
     return 0;

@@ -154,6 +154,9 @@ void sched_destroy(sched *s)
     free(s->dec.a);
     free(s->part.a);
     free(s->victims.a);
+    free(s->cow.a);
+    free(s->copies.a);
+    free(s->resv_firsts.a);
     sched_policy_free(s->policy);
     free(s);
 }
@@ -314,6 +317,7 @@ const sched_plan *sched_step(sched *s, uint64_t now)
         s->rel_acc.n = 0;
     }
     s->entries.n = s->transfers.n = s->xfer_blocks.n = s->preempts.n = s->ended.n = 0;
+    s->copies.n = 0;
     s->victims_built = false;
     memset(&s->plan, 0, sizeof(s->plan));
     s->plan_pairs = 0;
@@ -335,6 +339,8 @@ const sched_plan *sched_step(sched *s, uint64_t now)
         }
     }
 
+    /* first samples past their first token: what their others did not claim goes back */
+    if (s->resv_firsts.n) sc_group_settle(s);
     /* 1. release cancelled sequences */
     for (uint32_t i = 0; i < s->cancel_pending.n; i++)
         sc_release_now(s, s->cancel_pending.a[i], now, true);
@@ -379,6 +385,8 @@ const sched_plan *sched_step(sched *s, uint64_t now)
     pl->n_preemptions = s->preempts.n;
     pl->ended = s->ended.a;
     pl->n_ended = s->ended.n;
+    pl->copies = s->copies.a;
+    pl->n_copies = s->copies.n;
     pl->predicted_step_us =
         pl->n_entries ? sc_predict_step_us(s, pl->prefill_tokens + pl->pad_tokens, pl->n_decode,
                                            pl->context_tokens, s->plan_pairs)
@@ -425,6 +433,7 @@ int sched_commit(sched *s, sched_result *res, size_t n, uint64_t now, uint64_t s
         class_state *c = &s->cs[r->cls];
         r->computed += e->n_tokens;
         if (r->pcache) sc_cache_commit(s, r);
+        sc_window_release(s, r); /* the blocks its window has passed (window.c) */
         if (r->rc_active && r->computed >= r->pre_len) sc_rc_end(s, r, SCHED_OUTCOME_DONE, now);
         if (e->prefill) {
             t->st.served_prompt_tokens += e->n_tokens;
@@ -519,7 +528,7 @@ int sched_get_class_stats(const sched *s, int c, sched_group_stats *o)
     o->admit_headroom = s->cs[c].headroom;
     uint32_t kv = 0;
     for (uint32_t i = 0; i < s->run.n; i++)
-        if (s->reqs[s->run.a[i]].cls == c) kv += s->reqs[s->run.a[i]].n_dev;
+        if (s->reqs[s->run.a[i]].cls == c) kv += dev_held(&s->reqs[s->run.a[i]]);
     o->kv_blocks = kv;
     return 0;
 }
@@ -537,7 +546,8 @@ int sched_get_request(const sched *s, uint64_t id, sched_req_info *o)
     o->prompt_len = r->prompt_len;
     o->generated = r->generated;
     o->computed = r->computed;
-    o->blocks[SCHED_POOL_DEVICE] = r->n_dev;
+    o->blocks[SCHED_POOL_DEVICE] = dev_held(r);
+    o->released_blocks = r->n_rel;
     if (r->n_tier) o->blocks[r->tier] = r->n_tier;
     o->preemptions = r->preemptions;
     o->arrival_us = r->arrival_us;
@@ -590,6 +600,7 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
         live[r->tenant]++;
         for (uint32_t b = 0; b < r->n_dev; b++) {
             uint32_t id = r->dev[b];
+            if (id == SCHED_BLOCK_NONE) continue; /* given back behind its window */
             if (id >= s->pools[0].total || (seen[0][id]++ && !s->px)) /* cache: checked below */
                 BAD("device block %u of request %llu is free or shared", id,
                     (unsigned long long)r->id);
@@ -600,7 +611,8 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
                 BAD("%s block %u of request %llu is free or shared",
                     sched_pool_name((sched_pool)r->tier), id, (unsigned long long)r->id);
         }
-        kv[r->tenant] += r->n_dev;
+        if ((rc = sc_window_check(s, r, why, len))) goto out;
+        kv[r->tenant] += dev_held(r);
         if (r->parked) {
             nparked++;
             if (!r->blocked || (r->state != SCHED_REQ_WAITING && r->state != SCHED_REQ_SWAPPED))
@@ -637,6 +649,8 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
                 (unsigned long long)r->id);
         if (map_get(s, r->id) != i) BAD("request %llu not found by id", (unsigned long long)r->id);
     }
+    if ((rc = sc_cow_check(s, seen[SCHED_POOL_DEVICE], why, len))) goto out;
+    if ((rc = sc_group_check(s, why, len))) goto out;
     if (s->px && (rc = sc_cache_check(s, seen[SCHED_POOL_DEVICE], why, len))) goto out;
     if ((rc = sc_order_check(s, why, len))) goto out;
     for (int p = s->px ? SCHED_POOL_DEVICE + 1 : 0; p < SCHED_POOL__COUNT; p++)

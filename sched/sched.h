@@ -598,7 +598,25 @@ typedef struct sched_config {
      * token): the blocks generated tokens fill are cached too.  false: prompt blocks only
      * (the results' token fields are not read). */
     bool prefix_cache_generated;
+    /* Every layer of the model attends to the last attention_window positions only (a
+     * sliding window on every layer, as Mistral 7B v0.1's; 0: no window).  A running
+     * sequence then gives back, at each sched_commit, the device blocks wholly behind the
+     * window of its next position p (block k once (k + 1) * block_size <= p -
+     * attention_window): its block table keeps SCHED_BLOCK_NONE in those entries, which the
+     * engine never reads, so a sequence holds about ceil(window / block_size) + 1 blocks
+     * however long it grows (a prefill chunk of n tokens: those of window + n).  Swaps move
+     * the blocks held, so a windowed sequence's swap costs and moves that much; a
+     * recompute re-prefills from position 0 (an upper layer's K/V depend on positions
+     * layers x window back) holding only the window's blocks as it goes.  With the prefix
+     * cache, a windowed sequence caches its prompt's blocks (it holds that chain until it
+     * ends: a cached block stays held while a block below it is) and not its generated
+     * ones.  Token-budget mode allocates a start's first chunk only; continuous and
+     * static/dynamic modes allocate as without a window and give blocks back the same. */
+    uint32_t attention_window;
 } sched_config;
+
+/* A block-table entry a windowed sequence gave back (sched_config.attention_window). */
+#define SCHED_BLOCK_NONE UINT32_MAX
 
 /* ---- KV-cache events: the prefix cache's contents, as data --------------------------------
  *
@@ -668,6 +686,25 @@ typedef struct sched_request {
      * first sample's last prompt row (prompt_len counts that token): its prompt blocks come
      * from the prefix cache, where the first sample put them. */
     bool sample;
+    /* With sample: the id of its group's first sample (0: none).  The prefix cache shares
+     * full blocks only; the prompt's last partial block (its tokens past the last full block)
+     * is shared copy-on-write: from this submit the sample holds a reference to the first
+     * sample's block, which therefore stays on the device whatever that one does next (ends,
+     * is preempted, swapped), and its first write into it — its first step — copies it
+     * (plan copies; or takes it over when it is the block's last holder), so those tokens
+     * are not computed again and count as cached.  It takes effect only when the first sample
+     * holds that block computed at the submit and its tokens match; otherwise the sample
+     * computes them, as without it. */
+    uint64_t sample_of;
+    /* The first sample of n_samples (0 and 1: a request alone; token_budget mode).  The group
+     * is admitted all or nothing: the first sample starts only when its blocks and each
+     * other sample's blocks for its start (its first token's row: the copy of the partial
+     * block, or a new block) are available together — else the group waits together —
+     * and those are then reserved for the others (no other admission or swap-in takes
+     * them) until they are submitted (sample_of this one) and start, so no sample of an
+     * admitted group waits for blocks another admission took.  What the others did not
+     * claim by the step after the first token is released. */
+    uint32_t n_samples;
 } sched_request;
 
 /* Submit.  Returns 0 when admitted to the queue (event "admit"), else a negative errno and
@@ -711,7 +748,9 @@ typedef struct sched_entry {
     uint16_t tenant;    /* index */
     uint16_t class_idx;
     uint32_t n_blocks;      /* device block table covering start_pos + n_tokens */
-    const uint32_t *blocks; /* physical device block ids, valid until the next step */
+    const uint32_t *blocks; /* physical device block ids, valid until the next step;
+                               SCHED_BLOCK_NONE where a windowed sequence gave a block back
+                               (only before the window of start_pos) */
 } sched_entry;
 
 typedef struct sched_release {
@@ -760,6 +799,13 @@ typedef struct sched_ended {
     sched_cancel_reason cancel;   /* kind CANCEL: why (BACKPRESSURE) */
 } sched_ended;
 
+/* A block copy in the device pool (copy-on-write of a shared partial block, sched_request
+ * sample_of): src's KV to dst, whole block, before the entries of the plan execute. */
+typedef struct sched_copy {
+    uint64_t req; /* the request that gets dst */
+    uint32_t src, dst;
+} sched_copy;
+
 typedef struct sched_plan {
     uint64_t now_us;
     uint64_t step_no; /* 1, 2, ... */
@@ -783,6 +829,12 @@ typedef struct sched_plan {
     /* (e) requests ended by the scheduler this step (timeouts, backpressure cancels) */
     const sched_ended *ended;
     uint32_t n_ended;
+    /* (f) device block copies, in order: done after the plan's cache demotions (a copy's
+     * dst may be a block a demotion read) and before its entries execute (the entry of
+     * copy.req reads dst); src is held until the copy is planned, so no entry of this plan
+     * writes it before */
+    const sched_copy *copies;
+    uint32_t n_copies;
 } sched_plan;
 
 /* What a batch costs to compute, as the step-time model sees it (sim/FORMATS.md): the same
@@ -959,6 +1011,9 @@ typedef struct sched_req_info {
     uint64_t arrival_us, first_token_us; /* 0 = no token yet */
     bool output_blocked;
     uint32_t cached_tokens; /* prompt tokens its first admission found cached */
+    /* entries of its device block table given back behind the attention window
+     * (SCHED_BLOCK_NONE; not counted in blocks[]) */
+    uint32_t released_blocks;
 } sched_req_info;
 
 int sched_get_request(const sched *s, uint64_t id, sched_req_info *out); /* -ENOENT */
@@ -968,7 +1023,8 @@ const sched_policy *sched_get_policy(const sched *s);
 
 /* Check every internal invariant: per pool used + free == total, every block owned by
  * exactly one live sequence or free, per-tenant block and queue counters equal the sums of
- * their sequences, nothing in transit counted free.  0 when all hold, else -EUCLEAN and
+ * their sequences, nothing in transit counted free, a block-table entry given back only
+ * behind its sequence's attention window.  0 when all hold, else -EUCLEAN and
  * `why` (may be NULL) describes the first violation.  O(total state): for tests. */
 int sched_check_invariants(const sched *s, char *why, size_t why_len);
 

@@ -142,12 +142,15 @@ int sc_pool_init(pool *p, uint32_t n)
 
 uint32_t sc_dev_free_all(sched *s, req *r)
 {
-    uint32_t n = r->n_dev;
+    uint32_t n = r->n_dev, held = dev_held(r);
     uint32_t cached = s->px ? sc_cache_release(s, r) : 0; /* those stay, in the cache */
-    for (uint32_t i = n; i-- > cached;) pool_give(&s->pools[SCHED_POOL_DEVICE], r->dev[i]);
-    s->ts[r->tenant].kv_blocks -= n;
-    r->n_dev = 0;
-    return n;
+    for (uint32_t i = n; i-- > cached;) /* (or with their sharers; a window's: already given) */
+        if (r->dev[i] != SCHED_BLOCK_NONE) sc_dev_give(s, r->dev[i]);
+    sc_cow_drop(s, r); /* a sample that ends before it started */
+    sc_group_release(s, r);
+    s->ts[r->tenant].kv_blocks -= held;
+    r->n_dev = r->n_rel = r->rel_scan = 0;
+    return held;
 }
 
 uint32_t sc_tier_free_all(sched *s, req *r)

@@ -275,6 +275,8 @@ static int fork_samples(eng *e, uint32_t first, int64_t now)
                                : (uint64_t)(q->deadline_us > 0 ? q->deadline_us : 1),
             .arrival_us = (uint64_t)q->arrival_us,
             .sample = true,
+            /* its first sample's partial last prompt block: shared copy-on-write */
+            .sample_of = (uint64_t)e->run->final_rec[first] + 1,
         };
         if (e->o->prefix_cache && sr.tenant >= 0) {
             /* the first sample's prompt tokens (its stand-ins: the same uniq), then the token */
@@ -345,6 +347,10 @@ static int submit(eng *e, uint32_t req, uint32_t attempt, int64_t at, int64_t no
     };
     /* a first sample of n fills the cache its others read, hashes recorded or not */
     bool first_of_n = e->fol_head && e->fol_head[req] != UINT32_MAX;
+    /* ... and is admitted when the blocks of all n are there together */
+    sr.n_samples = 1;
+    if (first_of_n)
+        for (uint32_t k = e->fol_head[req]; k != UINT32_MAX; k = e->fol_next[k]) sr.n_samples++;
     if (e->o->prefix_cache && (q->n_hash || q->n_ahash || first_of_n) && sr.tenant >= 0) {
         if ((rc = tok_room(e, q->prompt_tokens))) return rc;
         sim_req_tokens(e->t, q, req, e->tok);
@@ -734,6 +740,7 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         .kv_blocks_disk = svc->kv_blocks_disk,
         .block_size = svc->kv_block_size,
         .kv_bytes_per_token = svc->kv_bytes_per_token,
+        .attention_window = svc->attention_window,
         .max_context = o->max_context,
         /* the model the steps are charged with (a fitted intercept may be negative; the
          * scheduler's prediction takes it as 0, and needs a prefill cost > 0) */

@@ -84,6 +84,8 @@ static void usage(FILE *f)
         "  --kv-blocks N           what-if: device KV blocks (default: the service model's)\n"
         "  --host-kv-blocks N      what-if: host KV tier blocks (0: no host tier)\n"
         "  --disk-kv-blocks N      what-if: disk KV tier blocks (0: none, the default)\n"
+        "  --attention-window N    what-if: every layer attends to the last N positions, so a\n"
+        "                          sequence holds only its window's KV blocks (0: none)\n"
         "  --host-kv-bw B          what-if: the host link's bytes/s, both ways (over a log's "
         "recorded bandwidths)\n"
         "  --disk-kv-bw B          what-if: the disk link's bytes/s, both ways (the names are "
@@ -260,6 +262,7 @@ int main(int argc, char **argv)
     double burst0 = -1, burst1 = -1;
     bool prefix_report = false;
     long long kv_host = -1, kv_disk = -1; /* what-ifs: -1 = the service model's */
+    long long attention_window = -1;
     double host_bw = 0, disk_bw = 0;
     uint32_t sweep[3][64]; /* the capacity sweep's device, host and disk sizes */
     size_t n_sweep[3] = {0, 0, 0};
@@ -316,6 +319,7 @@ int main(int argc, char **argv)
         O_KVB,
         O_HKVB,
         O_DKVB,
+        O_AWIN,
         O_HBW,
         O_DBW
     };
@@ -373,6 +377,7 @@ int main(int argc, char **argv)
                                        {"kv-blocks", 1, 0, O_KVB},
                                        {"host-kv-blocks", 1, 0, O_HKVB},
                                        {"disk-kv-blocks", 1, 0, O_DKVB},
+                                       {"attention-window", 1, 0, O_AWIN},
                                        {"host-kv-bw", 1, 0, O_HBW},
                                        {"disk-kv-bw", 1, 0, O_DBW},
                                        {0, 0, 0, 0}};
@@ -586,6 +591,12 @@ int main(int argc, char **argv)
                 kv_disk = (long long)v;
             break;
         }
+        case O_AWIN: {
+            unsigned long v = strtoul(optarg, &e, 10);
+            if (e == optarg || *e || v > (1ul << 24)) goto bad_num;
+            attention_window = (long long)v;
+            break;
+        }
         case O_HBW:
         case O_DBW: {
             double v = strtod(optarg, &e);
@@ -676,6 +687,7 @@ int main(int argc, char **argv)
     }
     /* the tier what-ifs (after any refit: they are the machine's KV figures, not the step's) */
     sim_service_set_tiers(&svc, kv_host, kv_disk, host_bw, disk_bw);
+    if (attention_window >= 0) svc.attention_window = (uint32_t)attention_window;
     opt.svc = &svc;
 
     if (trace_path) {

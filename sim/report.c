@@ -670,6 +670,8 @@ json_t *sim_report_json(const sim_run *r, const sim_summary *s, const sim_servic
     if (svc->kv_blocks_disk)
         json_object_set_new(sv, "kv_blocks_disk", json_integer(svc->kv_blocks_disk));
     json_object_set_new(sv, "kv_block_size", json_integer(svc->kv_block_size));
+    if (svc->attention_window)
+        json_object_set_new(sv, "attention_window", json_integer(svc->attention_window));
     json_object_set_new(o, "service", sv);
     json_object_set_new(o, "sim_s", jr(s->sim_s, 6));
     json_object_set_new(o, "wall_s", jr(s->wall_s, 6));

@@ -458,7 +458,8 @@ int sim_service_parse(sim_service *s, const char *name, const char *text, int fi
         (rc = u32(root, "kv_blocks_host", false, &s->kv_blocks_host, name)) ||
         (rc = u32(root, "kv_blocks_disk", false, &s->kv_blocks_disk, name)) ||
         (rc = u32(root, "kv_bytes_per_token", true, &s->kv_bytes_per_token, name)) ||
-        (rc = u32(root, "max_batch_tokens", false, &s->max_batch_tokens, name)))
+        (rc = u32(root, "max_batch_tokens", false, &s->max_batch_tokens, name)) ||
+        (rc = u32(root, "attention_window", false, &s->attention_window, name)))
         goto out;
     sim_service_pipeline_defaults(s);
     if ((rc = num(root, "logprobs_row_us", false, 0, &s->logprobs_row_us, name)) < 0 ||

@@ -41,6 +41,10 @@ typedef struct sim_service {
     uint32_t kv_blocks_disk; /* disk KV tier blocks (0: none; the built-in has none) */
     uint32_t kv_bytes_per_token;
     uint32_t max_batch_tokens;
+    /* every layer of the model attends to the last attention_window positions (0: none):
+     * sequences hold only their window's blocks (sched_config.attention_window). Service
+     * file key "attention_window" (optional), or --attention-window */
+    uint32_t attention_window;
     /* The logits pipeline's cost per sampling row beyond a plain one (a request's
      * log-probabilities; its logit bias and penalties), charged per row of a request that
      * asked (sim_req.logprobs, processors): perf/logprobs_bench's difference to plain decode

@@ -137,17 +137,21 @@ static long long computed_prompt_tokens(const char *reqlog, int *lines)
     return sum;
 }
 
-/* n = 8 samples of a 256-token prompt compute 256 prompt tokens (not 2,048): the request log
- * says so (prompt less cached, summed), the FINISH events say each further sample found the
- * whole prompt cached, and vllm:prompt_tokens_total counts 256. Each sample's tokens equal
- * a single request's with seed + i on a daemon that shares nothing (--no-prefix-cache). */
-Test(daemon_nseq, eight_samples_compute_the_prompt_once_and_equal_single_requests, .timeout = 300)
+/* n = 8 samples of a P-token prompt compute P prompt tokens (not 8 × P, nor P + 7 × the
+ * tokens past its last full block): the engine's rows say so (ringlm_iteration_tokens_total
+ * less one row per generated token after each sample's first), the request log says so
+ * (prompt less cached, summed), the FINISH events say each further sample found the whole
+ * prompt cached (its full blocks through the prefix cache, its partial last block shared
+ * copy-on-write), and vllm:prompt_tokens_total counts P. Each sample's tokens equal a single
+ * request's with seed + i on a daemon that shares nothing (--no-prefix-cache). */
+static void eight_samples_of(uint32_t P)
 {
     char model[256];
     model_or_synthetic(model, sizeof model);
-    enum { N = 8, P = 256, M = 24 };
+    enum { N = 8, M = 24 };
     const uint64_t seed = 4242;
-    static int32_t prompt[P];
+    static int32_t prompt[300];
+    cr_assert_leq(P, 300u);
     prompt_of(prompt, P, 1);
     ringlm_request r;
     req_of(&r, prompt, P, M, seed);
@@ -158,6 +162,7 @@ Test(daemon_nseq, eight_samples_compute_the_prompt_once_and_equal_single_request
     ringlm_client *c;
     cr_assert_eq(ringlm_connect(d.sock, &c), 0, "%s", ringlm_errdetail());
     cr_expect_eq(ringlm_max_samples(c), 16, "the default --max-n");
+    double rows0 = metric(&d, "ringlm_iteration_tokens_total"); /* (the warm-up's, if any) */
     uint64_t id0 = submit_n(c, &r, N);
     /* the next request's id comes after the n samples' */
     static sample_out group[N];
@@ -166,7 +171,7 @@ Test(daemon_nseq, eight_samples_compute_the_prompt_once_and_equal_single_request
         cr_expect_eq(group[i].fin.finish_reason, RINGLM_FINISH_LENGTH, "sample %d: %s", i,
                      ringlm_reason_name(group[i].fin.finish_reason));
         cr_expect_eq(group[i].n, (uint32_t)M, "sample %d", i);
-        cr_expect_eq(group[i].fin.n_cached_tokens, i ? (uint32_t)P : 0u,
+        cr_expect_eq(group[i].fin.n_cached_tokens, i ? P : 0u,
                      "sample %d found %u prompt tokens cached", i, group[i].fin.n_cached_tokens);
     }
     /* the samples differ (different seeds), or the test would prove little */
@@ -186,8 +191,15 @@ Test(daemon_nseq, eight_samples_compute_the_prompt_once_and_equal_single_request
     for (uint64_t end = th_now_ms() + 10000;
          (ptt = metric(&d, "vllm:prompt_tokens_total")) < (double)P && th_now_ms() < end;)
         usleep(2000);
-    cr_expect_eq(ptt, (double)P, "prefill tokens processed for %d samples of %d tokens: %g", N, P,
+    cr_expect_eq(ptt, (double)P, "prefill tokens processed for %d samples of %u tokens: %g", N, P,
                  ptt);
+    /* The engine's rows: sample 0's prompt, then one row per token after each sample's first
+     * (a further sample's first token comes from sample 0's last prompt row; its own first
+     * row is the one a decode step computes) — nothing else. */
+    double rows = metric(&d, "ringlm_iteration_tokens_total") - rows0;
+    cr_expect_eq(rows, (double)(P + N * (M - 1)),
+                 "engine rows %g: the prompt computed %g times over (%u + %d × %d expected)", rows,
+                 (rows - N * (M - 1)) / P, P, N, M - 1);
     cr_expect_eq(dmn_stop(&d, SIGTERM, 20000), 0);
     int lines = 0;
     long long computed = computed_prompt_tokens(d.reqlog, &lines);
@@ -217,6 +229,19 @@ Test(daemon_nseq, eight_samples_compute_the_prompt_once_and_equal_single_request
     ringlm_close(c);
     cr_expect_eq(dmn_stop(&one, SIGTERM, 20000), 0);
     dmn_cleanup(&one);
+}
+
+/* A prompt of whole blocks (16 × 16): the prefix cache shares every prompt block. */
+Test(daemon_nseq, eight_samples_compute_the_prompt_once_and_equal_single_requests, .timeout = 300)
+{
+    eight_samples_of(256);
+}
+
+/* A prompt with a partial last block (16 × 16 + 7): the 7 tokens past the last full block are
+ * shared copy-on-write, not computed by each sample again. */
+Test(daemon_nseq, a_partial_last_block_is_shared_copy_on_write, .timeout = 300)
+{
+    eight_samples_of(263);
 }
 
 /* A group whose samples could never hold their KV blocks together is refused whole (every
@@ -255,6 +280,132 @@ Test(daemon_nseq, a_group_that_cannot_fit_is_refused_whole, .timeout = 120)
     ringlm_close(c);
     assert_back_to_baseline(&d, 20000);
     cr_expect_eq(dmn_stop(&d, SIGTERM, 20000), 0);
+    dmn_cleanup(&d);
+}
+
+/* The decision log's first event of kind ev (and reason, when given) for daemon request req:
+ * its t_us, or -1 when there is none. */
+static long long first_event(const char *declog, const char *ev, long long req, const char *reason)
+{
+    FILE *f = fopen(declog, "r");
+    cr_assert_not_null(f, "decision log %s", declog);
+    char line[4096];
+    long long t = -1;
+    while (t < 0 && fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        if (!o) continue;
+        const char *e = json_string_value(json_object_get(o, "ev"));
+        const char *why = json_string_value(json_object_get(o, "reason"));
+        if (e && !strcmp(e, ev) && json_integer_value(json_object_get(o, "req")) == req &&
+            (!reason || (why && !strcmp(why, reason))))
+            t = json_integer_value(json_object_get(o, "t_us"));
+        json_decref(o);
+    }
+    fclose(f);
+    return t;
+}
+
+/* The daemon id of the k-th request the decision log admitted (0-based), or -1. */
+static long long admitted_id(const char *declog, int k)
+{
+    FILE *f = fopen(declog, "r");
+    cr_assert_not_null(f, "decision log %s", declog);
+    char line[4096];
+    long long id = -1;
+    while (id < 0 && fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        if (!o) continue;
+        const char *e = json_string_value(json_object_get(o, "ev"));
+        if (e && !strcmp(e, "admit") && k-- == 0)
+            id = json_integer_value(json_object_get(o, "req"));
+        json_decref(o);
+    }
+    fclose(f);
+    return id;
+}
+
+/* All or nothing with a reservation: a pool of 32 blocks of 16, a request B of 300 + 100
+ * tokens holding 19 to 25 of them; then 8 samples of a 100-token prompt, whose first sample
+ * alone (7 blocks) would fit beside B but whose group needs 7 + 7 × 1 blocks to start: the
+ * group waits, together, until B finishes, then every sample starts from blocks kept for it —
+ * none waits for blocks once the group is admitted — and all answer in full. */
+Test(daemon_nseq, a_group_waits_together_until_its_blocks_are_free_together, .timeout = 120)
+{
+    char model[256];
+    model_or_synthetic(model, sizeof model);
+    static const char *const flags[] = {"--kv-blocks", "32", NULL};
+    static int32_t pb[300], pg[100];
+    prompt_of(pb, 300, 21);
+    prompt_of(pg, 100, 22);
+    dmn d;
+    dmn_start(&d, model, NULL, flags);
+    ringlm_client *c;
+    cr_assert_eq(ringlm_connect(d.sock, &c), 0, "%s", ringlm_errdetail());
+    ringlm_request b;
+    req_of(&b, pb, 300, 100, 1);
+    b.ignore_stop = true;
+    uint64_t idb;
+    cr_assert_eq(ringlm_submit(c, &b, &idb), 0, "%s", ringlm_errdetail());
+    /* B runs: its first token is out */
+    ringlm_event ev;
+    cr_assert_gt(ringlm_next_event(c, &ev, 60000), 0, "%s", ringlm_errdetail());
+    cr_assert_eq(ev.kind, RINGLM_EV_TOKEN);
+    cr_assert_eq(ev.req_id, idb);
+    uint32_t b_tokens = 1;
+    ringlm_request g;
+    req_of(&g, pg, 100, 40, 9);
+    g.ignore_stop = true;
+    uint64_t id0 = submit_n(c, &g, 8);
+    static sample_out out[8];
+    memset(out, 0, sizeof out);
+    uint32_t left = 9;
+    while (left) {
+        cr_assert_gt(ringlm_next_event(c, &ev, 60000), 0, "%s", ringlm_errdetail());
+        if (ev.req_id == idb) {
+            if (ev.kind == RINGLM_EV_TOKEN) b_tokens++;
+            if (ev.kind == RINGLM_EV_FINISH) {
+                cr_expect_eq(ev.finish_reason, RINGLM_FINISH_LENGTH, "B: %s",
+                             ringlm_reason_name(ev.finish_reason));
+                left--;
+            }
+            continue;
+        }
+        cr_assert(ev.req_id >= id0 && ev.req_id < id0 + 8);
+        sample_out *o = &out[ev.req_id - id0];
+        if (ev.kind == RINGLM_EV_TOKEN) o->n++;
+        if (ev.kind == RINGLM_EV_FINISH) {
+            o->fin = ev;
+            left--;
+        }
+    }
+    cr_expect_eq(b_tokens, 100u);
+    for (int i = 0; i < 8; i++) {
+        cr_expect_eq(out[i].fin.finish_reason, RINGLM_FINISH_LENGTH, "sample %d: %s", i,
+                     ringlm_reason_name(out[i].fin.finish_reason));
+        cr_expect_eq(out[i].n, 40u, "sample %d", i);
+    }
+    ringlm_close(c);
+    assert_back_to_baseline(&d, 20000);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 20000), 0);
+    long long B = admitted_id(d.declog, 0), L = admitted_id(d.declog, 1);
+    cr_assert_geq(B, 0, "B's admit");
+    cr_assert_geq(L, 0, "the group's admit");
+    long long b_end = first_event(d.declog, "release", B, NULL);
+    long long l_start = first_event(d.declog, "schedule", L, NULL);
+    cr_assert_geq(b_end, 0, "B's release");
+    cr_assert_geq(l_start, 0, "the first sample's schedule");
+    cr_expect_geq(l_start, b_end,
+                  "the first sample started at %lld us, before B released its blocks at %lld us: "
+                  "its group's blocks were not free together",
+                  l_start, b_end);
+    cr_expect_geq(first_event(d.declog, "defer", L, "blocks"), 0,
+                  "the group never waited for blocks: the test did not test what it says");
+    for (long long k = L + 1; k < L + 8; k++) {
+        cr_expect_geq(first_event(d.declog, "schedule", k, NULL), 0, "sample %lld never started",
+                      k - L);
+        cr_expect_lt(first_event(d.declog, "defer", k, "blocks"), 0,
+                     "sample %lld of an admitted group waited for blocks", k - L);
+    }
     dmn_cleanup(&d);
 }
 

@@ -342,6 +342,57 @@ Test(engine_inv, windows_and_experts_agree_chunked_one_shot_and_token_by_token, 
     }
 }
 
+/* A model windowed on every layer (a Mistral-style llama file) runs with -1 in the block
+ * table wherever a block lies wholly before the first row's window (given back by the
+ * scheduler): the same logits as with the blocks there, since they are not read. A -1 the
+ * window reads, or any -1 on a model with global layers (gemma2), is refused. */
+Test(engine_inv, block_table_holes_only_behind_every_layers_window, .init = mk_tmpdir,
+     .fini = rm_tmpdir)
+{
+    static const struct {
+        const char *arch;
+        int head_dim, window; /* eng_kv_window */
+    } files[] = {{"llama", 0, 8}, {"gemma2", 64, 0}};
+    for (size_t fi = 0; fi < sizeof files / sizeof files[0]; fi++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/h%zu.gguf", tmpdir, fi);
+        export_gguf_window("synthetic:gqa-test:12", NULL, "F32", files[fi].arch, files[fi].head_dim,
+                           8, path);
+        eng_model *m = load(path);
+        const eng_model_config *c = eng_model_cfg(m);
+        const int V = c->vocab_size;
+        eng *e = ts_engine(m, 24, 16, 2);
+        cr_assert_eq(eng_kv_window(e), files[fi].window, "%s", files[fi].arch);
+        int32_t prompt[64];
+        prompt_of(prompt, 50, V, 3);
+        tseq s;
+        ts_seq_init(&s, prompt, 50, 0);
+        ts_generate(e, c, &s, 0, 1, NULL); /* 50 positions cached; the next row is at 50 */
+        /* the row at 50 reads positions 43..50: blocks 2 and 3 of 16; 0 and 1 are unread */
+        tseq holes = s, bad = s;
+        holes.table[0] = holes.table[1] = -1;
+        bad.table[2] = -1;
+        float *a = malloc((size_t)V * sizeof *a), *b = malloc((size_t)V * sizeof *b);
+        int one = 1;
+        tseq *p = &bad;
+        cr_assert_eq(ts_step(e, c, &p, &one, 1, a), -EINVAL, "%s: a -1 the window reads",
+                     files[fi].arch);
+        p = &holes;
+        int err = ts_step(e, c, &p, &one, 1, b);
+        cr_assert_eq(err, files[fi].window ? 0 : -EINVAL, "%s: -1 behind the window: %s",
+                     files[fi].arch, err ? eng_errmsg() : "accepted");
+        p = &s;
+        cr_assert_eq(ts_step(e, c, &p, &one, 1, a), 0, "%s", eng_errmsg());
+        if (files[fi].window)
+            cr_assert(memcmp(a, b, (size_t)V * sizeof *a) == 0,
+                      "the logits with the holes differ from those with every block");
+        free(a);
+        free(b);
+        eng_destroy(e);
+        eng_model_free(m);
+    }
+}
+
 /* ---- blocks out and back in ------------------------------------------------------------- */
 
 Test(engine_inv, blocks_copied_out_and_back_elsewhere_continue_identically)

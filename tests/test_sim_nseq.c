@@ -112,6 +112,35 @@ Test(sim_nseq, four_samples_compute_the_prompt_once)
     sim_trace_free(&t);
 }
 
+/* A prompt with a partial last block (250 = 15 × 16 + 10): the others share its 10 tokens
+ * copy-on-write, as ringlmd runs them — one row each (their first token's), not 11. */
+Test(sim_nseq, a_partial_last_block_is_shared_copy_on_write)
+{
+    sim_service svc;
+    toy_service(&svc);
+    sim_trace t;
+    init(&t);
+    add(&t, 250, 3, 0, SIM_NO_TIME, false, false);
+    for (int i = 0; i < 3; i++) add(&t, 250, 3, 1, SIM_NO_TIME, false, false);
+    sched_policy *p = policy();
+    sim_run r;
+    run(&t, p, &svc, &r);
+    cr_expect_eq(r.prefill_tokens, 250 + 3, "prefill rows %llu",
+                 (unsigned long long)r.prefill_tokens);
+    for (int i = 0; i < 4; i++) {
+        const sim_rec *x = &r.recs[r.final_rec[i]];
+        cr_expect_eq(x->outcome, SIM_OUT_FINISHED, "sample %d", i);
+        cr_expect_eq(x->generated, 3, "sample %d: %u tokens", i, x->generated);
+        /* step 2 @3500: 1 decode, 3 one-row chunks: 1000 + 30 + 100 */
+        cr_expect_eq(x->first_token_us, 3500, "sample %d first token %lld", i,
+                     (long long)x->first_token_us);
+        if (i) cr_expect_eq(x->cached_tokens, 250, "sample %d cached %u", i, x->cached_tokens);
+    }
+    sim_run_free(&r);
+    sched_policy_free(p);
+    sim_trace_free(&t);
+}
+
 /* The first sample cancelled before its first token: the others end with it, never run. */
 Test(sim_nseq, the_others_end_with_a_first_sample_that_ends_first)
 {

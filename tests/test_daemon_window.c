@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_daemon_window.c — a real ringlmd serving a model whose every layer attends through a
+ * sliding window (a Mistral-style llama GGUF, llama.attention.sliding_window): its sequences
+ * hold only the KV blocks their window still sees, so a sequence many times longer than the
+ * KV pool runs to its end; swapped out and back, or recomputed, it goes on. Each greedy
+ * stream equals the same model's in a pool big enough, with every block kept
+ * (ringlmd-test --keep-window-blocks) — llama.cpp ignores the llama architecture's window,
+ * so it cannot be the oracle here. Every run keeps --check-invariants, which holds a
+ * given-back block-table entry to be behind its sequence's window, and the engine refuses a
+ * batch whose -1 entries a row's window would read.
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tests/daemon_helpers.h"
+#include "tests/gguf_test_util.h"
+
+#define WINDOW 32
+
+/* synthetic stories260K (5 layers, context 512) as a llama GGUF, every layer windowed */
+static void window_model(char *path, size_t n)
+{
+    snprintf(path, n, "%s/swa.gguf", tmpdir);
+    export_gguf_window("synthetic:stories260K:7", NULL, "F32", NULL, 0, WINDOW, path);
+}
+
+static void prompts(px_conc_job *g, int n)
+{
+    memset(g, 0, sizeof *g);
+    g->n = n;
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < 8; k++) g->prompt[i][k] = 3 + (31 * k + 57 * i) % 500;
+        g->n_prompt[i] = 8;
+    }
+    g->max_new = 400; /* 408 positions: 26 blocks of 16, the window's 3 */
+}
+
+static const char *policy(const char *preemption)
+{
+    static char buf[512];
+    snprintf(buf, sizeof buf,
+             "[scheduler]\nmode = token_budget\ntoken_budget = 64\nmax_active_seqs = 8\n"
+             "prefill_chunk = 16\npreemption = %s\nmin_residency = 0us\nmax_preemptions = 0\n",
+             preemption);
+    return buf;
+}
+
+/* The streams of the same requests in a pool that holds them whole, no block given back. */
+static char *reference(const char *model, px_conc_job *g)
+{
+    const char *flags[] = {
+        TH_TEST_BUILD, "--keep-window-blocks", "--kv-blocks", "128", "--kv-block-size", "16", NULL};
+    dmn d;
+    dmn_start_for(&d, model, policy("recompute"), flags, &g->sock, &g->out);
+    dmn_run_client(&d, client_px_concurrent, g, "client (every block kept)");
+    char *o = dmn_stop_output(&d);
+    dmn_cleanup(&d);
+    return o;
+}
+
+/* Lines of the daemon's decision log of event kind ev (and holding extra, when given). */
+static int decision_count(const dmn *d, const char *ev, const char *extra)
+{
+    char needle[64];
+    snprintf(needle, sizeof needle, "\"ev\":\"%s\"", ev);
+    return extra ? count_lines2(d->declog, needle, extra) : count_lines(d->declog, needle);
+}
+
+Test(daemon_window, long_sequence_runs_in_a_pool_of_its_window, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 300)
+{
+    need_daemon_binary();
+    char model[512];
+    window_model(model, sizeof model);
+    static px_conc_job g;
+    prompts(&g, 1);
+    char *want = reference(model, &g);
+    cr_assert(strstr(want, "| length 400"), "reference: %s", want);
+
+    /* 6 blocks of 16 = 96 positions for a sequence of 408 (its window holds 3, 4 in a
+     * prefill chunk) */
+    const char *flags[] = {"--kv-blocks", "6", "--kv-block-size", "16", NULL};
+    dmn d;
+    dmn_start_for(&d, model, policy("recompute"), flags, &g.sock, &g.out);
+    cr_assert(strstr(th_daemon_output(&d.th), "attends to the last 32 positions"),
+              "the daemon gives blocks back: %s", th_daemon_output(&d.th));
+    dmn_run_client(&d, client_px_concurrent, &g, "client (window)");
+    char *got = dmn_stop_output(&d);
+    cr_assert_eq(decision_count(&d, "preempt", NULL), 0, "one sequence: never preempted");
+    cr_assert_str_eq(got, want, "greedy stream in 6 blocks differs from every block kept");
+    dmn_cleanup(&d);
+    free(got);
+
+    /* every block kept, the same request can never fit in 6 blocks */
+    const char *keep[] = {
+        TH_TEST_BUILD, "--keep-window-blocks", "--kv-blocks", "6", "--kv-block-size", "16", NULL};
+    dmn k;
+    dmn_start_for(&k, model, policy("recompute"), keep, &g.sock, &g.out);
+    dmn_run_client(&k, client_px_concurrent, &g, "client (every block kept, 6 blocks)");
+    got = dmn_stop_output(&k); /* (the decision log is complete once it stopped) */
+    cr_assert_geq(decision_count(&k, "reject", "never_fits"), 1, "rejected as never_fits");
+    cr_assert(!strstr(got, "| length"), "it ran anyway: %s", got);
+    dmn_cleanup(&k);
+    free(got);
+    free(want);
+}
+
+/* Two long sequences in a pool of 5 blocks (a decoding window holds 3):
+ * one is preempted — swapped to the host with only its window's blocks, or dropped and
+ * re-prefilled from position 0 — and both streams still equal the reference. */
+static void two_in_a_small_pool(const char *mode)
+{
+    need_daemon_binary();
+    char model[512];
+    window_model(model, sizeof model);
+    static px_conc_job g;
+    prompts(&g, 2);
+    char *want = reference(model, &g);
+
+    const char *flags[] = {"--kv-blocks",      "5",  "--kv-block-size", "16",
+                           "--host-kv-blocks", "32", "--verify-swaps",  NULL};
+    dmn d;
+    dmn_start_for(&d, model, policy(mode), flags, &g.sock, &g.out);
+    dmn_run_client(&d, client_px_concurrent, &g, "client (window, small pool)");
+    char *got = dmn_stop_output(&d); /* (the decision log is complete once it stopped) */
+    char mode_kv[32];
+    snprintf(mode_kv, sizeof mode_kv, "\"mode\":\"%s\"", mode);
+    int preempts = decision_count(&d, "preempt", mode_kv);
+    cr_log_info("%s: %d preemptions", mode, preempts);
+    cr_assert_gt(preempts, 0, "5 blocks for two windows of 3: a preemption by %s", mode);
+    if (!strcmp(mode, "swap")) {
+        /* every swap-out moved the blocks held (at most the window's 4), not the table */
+        const char *line = find_line2(d.declog, "\"ev\":\"swap_out\"", "\"blocks\"");
+        cr_assert(line[0], "a swap_out event");
+        double blocks = json_num_of(line, "blocks");
+        cr_assert(blocks >= 1 && blocks <= 4, "swap_out of %g blocks: %s", blocks, line);
+    }
+    cr_assert_str_eq(got, want, "streams after %s preemption differ from every block kept", mode);
+    dmn_cleanup(&d);
+    free(got);
+    free(want);
+}
+
+Test(daemon_window, swapped_window_comes_back, .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 300)
+{
+    two_in_a_small_pool("swap");
+}
+
+Test(daemon_window, recomputed_window_refills_from_the_start, .init = mk_tmpdir, .fini = rm_tmpdir,
+     .timeout = 300)
+{
+    two_in_a_small_pool("recompute");
+}

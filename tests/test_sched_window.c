@@ -1,0 +1,294 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_sched_window.c — sequences of a model windowed on every layer
+ * (sched_config.attention_window) hold only the KV blocks their window can still see: a
+ * sequence far longer than the device pool runs to the end, its block table holds
+ * SCHED_BLOCK_NONE only where no row of the next entry reads, a swap moves only the blocks
+ * held, a recompute re-prefills from position 0 in the window's blocks, the prefix cache
+ * keeps the prompt's chain, and the never-fits test counts the window.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sched/sched.h"
+#include "tests/sched_drive_util.h"
+
+#define BS 16
+
+static const char *policy_text(const char *preemption)
+{
+    static char buf[512];
+    snprintf(buf, sizeof buf,
+             "[scheduler]\nmode = token_budget\ntoken_budget = 64\nprefill_chunk = 16\n"
+             "preemption = %s\nmin_residency = 0\nmax_preemptions = 0\ndefault_class = lo\n"
+             "[class lo]\npriority = 0\n[class hi]\npriority = 10\n",
+             preemption);
+    return buf;
+}
+
+static sched *make(const char *preemption, uint32_t window, uint32_t dev_blocks,
+                   uint32_t host_blocks, bool prefix, sched_policy **pol)
+{
+    sched_policy_error err;
+    cr_assert_eq(sched_policy_parse(policy_text(preemption), pol, &err), 0, "policy: %s",
+                 err.reason);
+    sched_config c = {
+        .kv_blocks_device = dev_blocks,
+        .kv_blocks_host = host_blocks,
+        .block_size = BS,
+        .kv_bytes_per_token = 1024,
+        .max_context = 8192,
+        .step = {.base_us = 1000, .prefill_token_us = 10, .decode_seq_us = 10},
+        .host = {.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 10},
+        .prefix_cache = prefix,
+        .prefix_cache_generated = prefix,
+        .attention_window = window,
+    };
+    sched *s = NULL;
+    cr_assert_eq(sched_create(*pol, &c, NULL, NULL, 1, &s), 0, "%s", sched_last_error());
+    return s;
+}
+
+static int submit_class(sched *s, uint64_t id, uint32_t prompt, uint32_t max_new,
+                        const int32_t *toks, uint64_t now, const char *cls)
+{
+    sched_request q = {.id = id,
+                       .tenant = -1,
+                       .class_idx = -1,
+                       .class_name = cls,
+                       .prompt_len = prompt,
+                       .max_new_tokens = max_new,
+                       .tokens = toks,
+                       .cache_salt = toks ? 7 : 0};
+    sched_reject_reason why;
+    return sched_submit(s, &q, now, &why);
+}
+
+static int submit(sched *s, uint64_t id, uint32_t prompt, uint32_t max_new, const int32_t *toks,
+                  uint64_t now)
+{
+    return submit_class(s, id, prompt, max_new, toks, now, NULL);
+}
+
+/* Every entry reads only blocks it holds: an entry at start_pos reads from the block of
+ * position start_pos + 1 - window on (as the CPU kernels do); any NONE lies before it. */
+static void check_entries(const sched_plan *pl, uint32_t window, uint32_t dev_blocks)
+{
+    for (uint32_t i = 0; i < pl->n_entries; i++) {
+        const sched_entry *e = &pl->entries[i];
+        uint32_t first = e->start_pos + 1 > window ? (e->start_pos + 1 - window) / BS : 0;
+        for (uint32_t j = 0; j < e->n_blocks; j++) {
+            if (j < first) continue;
+            cr_assert(e->blocks[j] != SCHED_BLOCK_NONE && e->blocks[j] < dev_blocks,
+                      "request %llu at %u: block-table entry %u (window from block %u) is %u",
+                      (unsigned long long)e->req, e->start_pos, j, first, e->blocks[j]);
+        }
+    }
+}
+
+/* One iteration: step, complete transfers, run every entry (a token each), commit. */
+static const sched_plan *iter(sched *s, uint64_t *now, uint32_t window, uint32_t dev_blocks)
+{
+    const sched_plan *pl = sched_step(s, *now);
+    cr_assert_not_null(pl, "%s", sched_last_error());
+    sd_check(s);
+    check_entries(pl, window, dev_blocks);
+    for (uint32_t i = 0; i < pl->n_transfers; i++) {
+        cr_assert_eq(sched_transfer_done(s, pl->transfers[i].id, *now, 0, 0, 0), 0);
+        sd_check(s);
+    }
+    static sched_result res[64];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < pl->n_entries && n < 64; i++)
+        res[n++] = (sched_result){.req = pl->entries[i].req,
+                                  .tokens = pl->entries[i].samples,
+                                  .has_token = true,
+                                  .token = 5};
+    *now += 1000;
+    cr_assert_eq(sched_commit(s, res, n, *now, 0), 0);
+    sd_check(s);
+    return pl;
+}
+
+static uint32_t div_up(uint32_t a, uint32_t b)
+{
+    return (a + b - 1) / b;
+}
+
+Test(window, long_sequence_in_a_small_pool)
+{
+    /* 20 + 600 tokens = 39 blocks; the pool has 8: without the window it never fits */
+    const uint32_t W = 64, DEV = 8, PROMPT = 20, GEN = 600;
+    sched_policy *p0, *p;
+    sched *s0 = make("recompute", 0, DEV, 0, false, &p0);
+    cr_assert_eq(submit(s0, 1, PROMPT, GEN, NULL, 0), -E2BIG, "no window: never fits");
+    sched_destroy(s0);
+    sched_policy_free(p0);
+
+    sched *s = make("recompute", W, DEV, 0, false, &p);
+    cr_assert_eq(submit(s, 1, PROMPT, GEN, NULL, 0), 0, "%s", sched_last_error());
+    uint64_t now = 1;
+    uint32_t most = 0, released = 0;
+    for (int step = 0; step < 5000; step++) {
+        iter(s, &now, W, DEV);
+        sched_req_info in;
+        if (sched_get_request(s, 1, &in) == -ENOENT) break;
+        uint32_t held = in.blocks[SCHED_POOL_DEVICE];
+        if (held > most) most = held;
+        released = in.released_blocks;
+        /* the window's blocks and the one being filled, never more; the table covers
+         * what was computed */
+        cr_assert_leq(held, div_up(W, BS) + 1, "at %u computed: %u blocks held", in.computed, held);
+        if (in.computed >= PROMPT)
+            cr_assert_eq(held + in.released_blocks, div_up(in.computed, BS),
+                         "at %u computed: %u held + %u given back", in.computed, held,
+                         in.released_blocks);
+    }
+    sched_req_info in;
+    cr_assert_eq(sched_get_request(s, 1, &in), -ENOENT, "it finished");
+    cr_assert_eq(most, div_up(W, BS) + 1, "it held at most %u blocks", most);
+    cr_assert_geq(released, div_up(PROMPT + GEN, BS) - div_up(W, BS) - 2);
+    sched_counts c;
+    sched_get_counts(s, &c);
+    cr_assert_eq(c.kv_free[SCHED_POOL_DEVICE], DEV, "every block back in the pool");
+    sched_destroy(s);
+    sched_policy_free(p);
+}
+
+Test(window, long_prompt_prefills_chunk_by_chunk)
+{
+    /* a prompt of 300 tokens (19 blocks) in a pool of 8: admitted with its first chunk's
+     * blocks, prefilled chunk by chunk as the window moves */
+    const uint32_t W = 32, DEV = 8;
+    sched_policy *p;
+    sched *s = make("recompute", W, DEV, 0, false, &p);
+    cr_assert_eq(submit(s, 1, 300, 4, NULL, 0), 0, "%s", sched_last_error());
+    uint64_t now = 1;
+    uint32_t out = 0;
+    for (int step = 0; step < 200; step++) {
+        const sched_plan *pl = iter(s, &now, W, DEV);
+        for (uint32_t i = 0; i < pl->n_entries; i++) out += pl->entries[i].samples;
+        sched_req_info in;
+        if (sched_get_request(s, 1, &in) == -ENOENT) break;
+        cr_assert_leq(in.blocks[SCHED_POOL_DEVICE], div_up(W + 16, BS) + 1);
+    }
+    cr_assert_eq(out, 4, "all four tokens came");
+    sched_destroy(s);
+    sched_policy_free(p);
+}
+
+/* Runs two long sequences through a pool that holds one window at a time plus a bit: the
+ * second, of a higher class, comes when the first has given blocks back, and the first is
+ * preempted for it. Returns the preemptions seen and checks each one's transfers. */
+static uint32_t run_two(const char *mode, uint32_t *swap_blocks, uint32_t *table_len)
+{
+    const uint32_t W = 32, DEV = 5, GEN = 200;
+    sched_policy *p;
+    sched *s = make(mode, W, DEV, 64, false, &p);
+    cr_assert_eq(submit(s, 1, 8, GEN, NULL, 0), 0, "%s", sched_last_error());
+    uint64_t now = 1;
+    uint32_t preempts = 0, out[3] = {0};
+    *swap_blocks = *table_len = 0;
+    for (int step = 0; step < 4000; step++) {
+        if (step == 60)
+            cr_assert_eq(submit_class(s, 2, 8, GEN, NULL, now, "hi"), 0, "%s", sched_last_error());
+        const sched_plan *pl = sched_step(s, now);
+        cr_assert_not_null(pl);
+        sd_check(s);
+        check_entries(pl, W, DEV);
+        for (uint32_t i = 0; i < pl->n_preemptions; i++) {
+            const sched_preemption *pe = &pl->preemptions[i];
+            preempts++;
+            cr_assert_leq(pe->blocks, div_up(W, BS) + 1, "a preempted window holds %u", pe->blocks);
+        }
+        for (uint32_t i = 0; i < pl->n_transfers; i++) {
+            const sched_transfer *t = &pl->transfers[i];
+            cr_assert_leq(t->n_blocks, div_up(W, BS) + 1, "a swap moves the window only");
+            for (uint32_t j = 0; j < t->n_blocks; j++) {
+                const uint32_t *dev = t->dir == SCHED_XFER_OUT ? t->src : t->dst;
+                cr_assert(dev[j] < DEV, "transfer %llu: device block %u", (unsigned long long)t->id,
+                          dev[j]);
+            }
+            if (t->dir == SCHED_XFER_OUT) {
+                sched_req_info in;
+                cr_assert_eq(sched_get_request(s, t->req, &in), 0);
+                *swap_blocks = t->n_blocks;
+                *table_len = t->n_blocks + in.released_blocks;
+            }
+        }
+        for (uint32_t i = 0; i < pl->n_transfers; i++) {
+            cr_assert_eq(sched_transfer_done(s, pl->transfers[i].id, now, 0, 0, 0), 0);
+            sd_check(s);
+        }
+        sched_result res[8];
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < pl->n_entries; i++) {
+            res[n++] = (sched_result){.req = pl->entries[i].req, .tokens = pl->entries[i].samples};
+            out[pl->entries[i].req] += pl->entries[i].samples;
+        }
+        now += 1000;
+        cr_assert_eq(sched_commit(s, res, n, now, 0), 0);
+        sd_check(s);
+        sched_req_info in;
+        if (step > 60 && sched_get_request(s, 1, &in) == -ENOENT &&
+            sched_get_request(s, 2, &in) == -ENOENT)
+            break;
+    }
+    cr_assert_eq(out[1], GEN, "request 1: %u tokens", out[1]);
+    cr_assert_eq(out[2], GEN, "request 2: %u tokens", out[2]);
+    sched_destroy(s);
+    sched_policy_free(p);
+    return preempts;
+}
+
+Test(window, swap_moves_only_the_blocks_held)
+{
+    uint32_t moved, table;
+    uint32_t n = run_two("swap", &moved, &table);
+    cr_assert_gt(n, 0, "the pool forced a preemption");
+    cr_assert_gt(moved, 0, "a swap-out was planned");
+    cr_assert_lt(moved, table, "the swap moved %u blocks of a table of %u", moved, table);
+}
+
+Test(window, recompute_refills_from_the_start)
+{
+    uint32_t moved, table;
+    cr_assert_gt(run_two("recompute", &moved, &table), 0, "the pool forced a preemption");
+    cr_assert_eq(moved, 0, "no swap");
+}
+
+Test(window, prefix_cache_keeps_the_prompt_chain)
+{
+    const uint32_t W = 32, DEV = 16;
+    int32_t toks[40];
+    for (int i = 0; i < 40; i++) toks[i] = 100 + i;
+    sched_policy *p;
+    sched *s = make("recompute", W, DEV, 0, true, &p);
+    cr_assert_eq(submit(s, 1, 40, 200, toks, 0), 0, "%s", sched_last_error());
+    uint64_t now = 1;
+    for (int step = 0; step < 400; step++) {
+        iter(s, &now, W, DEV);
+        sched_req_info in;
+        if (sched_get_request(s, 1, &in) == -ENOENT) break;
+        /* the prompt's two full blocks stay held (cached chain), the rest is the window */
+        if (in.computed > 100)
+            cr_assert_leq(in.blocks[SCHED_POOL_DEVICE], 2 + div_up(W, BS) + 1, "%u held",
+                          in.blocks[SCHED_POOL_DEVICE]);
+    }
+    sched_counts c;
+    sched_get_counts(s, &c);
+    cr_assert_eq(c.kv_cached[SCHED_POOL_DEVICE], 2, "the prompt's blocks stay cached: %u",
+                 c.kv_cached[SCHED_POOL_DEVICE]);
+    /* the same prompt again: its cached blocks are found */
+    cr_assert_eq(submit(s, 2, 40, 4, toks, now), 0);
+    iter(s, &now, W, DEV);
+    sched_req_info in;
+    cr_assert_eq(sched_get_request(s, 2, &in), 0);
+    cr_assert_eq(in.cached_tokens, 32, "cached tokens %u", in.cached_tokens);
+    for (int step = 0; step < 50 && sched_get_request(s, 2, &in) == 0; step++)
+        iter(s, &now, W, DEV);
+    sched_destroy(s);
+    sched_policy_free(p);
+}
