@@ -42,7 +42,7 @@ CFLAGS   ?= $(OPT) -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -Werror -fno-omit-frame-pointer -fPIC -pthread \
             -D_GNU_SOURCE -I. -Ilibclient -DRINGLM_VERSION=\"$(VERSION)\" $(SANFLAGS)
 LDFLAGS  += -pthread -rdynamic $(SANFLAGS)
-SYSLIBS  := -luring -lnuma -lopenblas -lmicrohttpd -linih -ljansson -lxxhash -lpcre2-8 -lzmq -lmsgpackc -lrt -ldl -lm
+SYSLIBS  := -luring -lnuma -lopenblas -lmicrohttpd -linih -ljansson -lxxhash -lpcre2-8 -lutf8proc -lzmq -lmsgpackc -lrt -ldl -lm
 
 OBJ      := $(B)/obj
 BIN      := $(B)/bin
@@ -103,7 +103,7 @@ $(LIB)/%.a:
 $(LIBRINGLM_SO): $(call objs,$(SHM_SRCS) $(CLIENT_SRCS) $(MODEL_SRCS)) libclient/libringlm.map
 	@mkdir -p $(@D)
 	$(CC) -shared -Wl,-soname,libringlm.so.0 -Wl,--version-script=libclient/libringlm.map $(LDFLAGS) \
-	    -o $@ $(filter %.o,$^) -ljansson -lpcre2-8 -lrt
+	    -o $@ $(filter %.o,$^) -ljansson -lpcre2-8 -lutf8proc -lrt
 	ln -sf libringlm.so $(@D)/libringlm.so.0   # the soname, so build-tree links run
 
 $(OBJ)/empty.o:
@@ -186,7 +186,7 @@ benches: $(BENCHES)
 tests: $(TESTS) $(TEST_PROGS)
 
 # The .pc file names the prefix it is installed under, so install writes it afresh.
-PC_TEXT = prefix=$(1)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ringlm\nDescription: ringlm client library (shared-memory LLM inference transport)\nVersion: $(VERSION)\nLibs: -L$${libdir} -lringlm\nLibs.private: -ljansson -lpcre2-8 -lrt\nCflags: -I$${includedir}\n
+PC_TEXT = prefix=$(1)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ringlm\nDescription: ringlm client library (shared-memory LLM inference transport)\nVersion: $(VERSION)\nLibs: -L$${libdir} -lringlm\nLibs.private: -ljansson -lpcre2-8 -lutf8proc -lrt\nCflags: -I$${includedir}\n
 $(B)/ringlm.pc: Makefile
 	@mkdir -p $(@D)
 	printf '$(call PC_TEXT,$(PREFIX))' > $@

@@ -274,6 +274,8 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec, con
             reject_now(s, r, SCHED_REJECT_INTERNAL, "out of memory");
             return;
         }
+        /* prompt log-probabilities: computed once, by the first sample (ringlm.h) */
+        k->plp_top = -1;
         memcpy(k->tokens, prompt, sizeof(int32_t) * n_prompt);
     }
     /* its constraint: compiled already (cached), or compiling off the loop (it waits) */

@@ -241,7 +241,9 @@ static json_t *completion_logprobs(gw_req *r, const char *echoed, bool all)
     size_t off = 0;
     json_t *j = NULL;
     if (echoed) {
-        j = gw_lp_completion(tok, r->plps.v, r->plps.n, &off);
+        /* the prompt's: computed once, with the first choice (ringlm.h "n samples") */
+        const gw_lps *plps = r->owner ? &r->owner->plps : &r->plps;
+        j = gw_lp_completion(tok, plps->v, plps->n, &off);
         off = strlen(echoed);
     }
     if (all) {
@@ -520,13 +522,13 @@ static enum MHD_Result answer_generation(gw_server *s, gw_req *r, struct MHD_Con
             free(order);
         }
     }
-    json_t *choice0 = json_array_get(choices, 0);
     json_t *plp = r->p.prompt_logprobs != GW_LP_NONE
                       ? gw_lp_prompt_vllm(s->cfg.tok, r->plps.v, r->plps.n)
                       : NULL;
-    /* vLLM's places: the choice's for completions, the response's for chat */
-    if (plp && choice0 && r->p.kind == GW_COMPLETION)
-        json_object_set(choice0, "prompt_logprobs", plp);
+    /* vLLM's places: each choice's for completions (the same for all: the prompt is computed
+     * once), the response's for chat */
+    for (size_t i = 0; plp && r->p.kind == GW_COMPLETION && i < json_array_size(choices); i++)
+        json_object_set(json_array_get(choices, i), "prompt_logprobs", plp);
     uint32_t gen = completion_tokens(r);
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:o, s:{s:i, s:i, s:i, s:{s:I}}}", "id", r->id,
                           "object", r->p.kind == GW_CHAT ? "chat.completion" : "text_completion",

@@ -412,9 +412,12 @@ int ringlm_vocab_size(const ringlm_client *c);
  * no sample of a started group waits for blocks another request took.
  * Cancel: ringlm_cancel(id + i) cancels sample i. Until sample 0 has its first token the
  * samples wait on its prompt, so cancelling sample 0 then cancels them all.
+ * Prompt log-probabilities (RINGLM_SAMPLING_PROMPT_LOGPROBS): computed once, by sample 0,
+ * and given once, as the RINGLM_EV_PROMPT_TOKEN events of id (sample 0) — the same for every
+ * sample. Such a request neither uses nor fills the prefix cache, so there each further
+ * sample computes the prompt's KV again (the same answers).
  * Limits: n <= ringlm_max_samples(c) (the daemon's --max-n), else -EINVAL "n"; n > 1 with
- * max_new_tokens 0 is -EINVAL; with prompt log-probabilities or a constraint -ENOTSUP (not
- * implemented).
+ * max_new_tokens 0 is -EINVAL; with a constraint -ENOTSUP (not implemented).
  */
 /* The most samples one request may ask for on this daemon (ringlmd --max-n); 1 from a
  * daemon that does not run n > 1 (then n > 1 is -ENOTSUP at submit). */

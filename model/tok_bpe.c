@@ -14,14 +14,17 @@
  *      merged until no pair has a rank; Llama 3 first takes the whole word when it is a
  *      token (Hugging Face's ignore_merges).
  *
- * Not done: the NFC normalization Qwen's tokenizer.json applies (llama.cpp does not apply it
- * either), so text that is not already NFC can tokenize differently from Hugging Face.
+ * Qwen's vocabularies (pre-tokenizer qwen2) normalize the text to NFC between 2 and 3, as
+ * their tokenizer.json's "normalizer" says and Hugging Face's tokenizers do (utf8proc,
+ * Unicode's composition tables); llama.cpp skips that step, so for text that is not already
+ * NFC ringlm's ids are Hugging Face's, not llama.cpp's.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "model/tok_internal.h"
 
 #include <errno.h>
 #include <pcre2.h>
+#include <utf8proc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +152,7 @@ static int load_pre(const gguf_file *g, struct tok_bpe *b)
     }
     (void)pcre2_jit_compile(b->re, PCRE2_JIT_COMPLETE); /* faster when there; same result */
     b->ignore_merges = kind == PRE_LLAMA3;
+    b->nfc = kind == PRE_QWEN2;
     return 0;
 }
 
@@ -435,6 +439,32 @@ int tok_bpe_fragment(const tok_tokenizer *t, const char *text, size_t len, tok_v
             memcpy(s + n, in + i, l);
             n += l;
             i += l;
+        }
+    }
+    bool ascii = true;
+    for (size_t i = 0; i < n && ascii; i++) ascii = s[i] < 0x80;
+    if (t->bpe->nfc && !ascii) { /* ASCII is NFC already */
+        utf8proc_uint8_t *nf;
+        utf8proc_ssize_t nl =
+            utf8proc_map(s, (utf8proc_ssize_t)n, &nf, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        if (nl < 0) {
+            err = tok_seterr(nl == UTF8PROC_ERROR_NOMEM ? -ENOMEM : -EINVAL, "NFC: %s",
+                             utf8proc_errmsg(nl));
+            goto out;
+        }
+        free(s);
+        s = nf;
+        n = (size_t)nl;
+        if (n + 1 > cap) { /* a few characters decompose under NFC: the words may be longer */
+            cap = n + 1;
+            char *m2 = realloc(mapped, cap * 2 + 1);
+            if (m2) mapped = m2;
+            int32_t *s2 = realloc(sym, cap * sizeof *sym);
+            if (s2) sym = s2;
+            if (!m2 || !s2) {
+                err = tok_seterr(-ENOMEM, "out of memory");
+                goto out;
+            }
         }
     }
     size_t at = 0;

@@ -59,6 +59,7 @@ typedef struct tok_bpe_merge {
 struct tok_bpe {
     pcre2_code *re;
     bool ignore_merges;
+    bool nfc; /* the text is NFC-normalized first (Qwen's tokenizer.json: normalizer NFC) */
     tok_bpe_merge *merges;
     size_t n_merges;
     int32_t byte_tok[256]; /* the token of each byte's alphabet character */

@@ -270,6 +270,32 @@ static inline double bench_metric(const char *text, const char *name)
     return 0;
 }
 
+/* ---- request text -------------------------------------------------------------------------- */
+
+/* len bytes of seeded story prose (lower-case words, a comma now and then; nothing JSON must
+ * escape), malloc()ed: the 1 KB prompt the gateway's benches send and prepare. */
+static inline char *bench_prose(size_t len, unsigned seed)
+{
+    static const char *const words[] = {
+        "the",  "a",   "once",    "upon",   "time",  "there", "was",   "little",  "girl",   "named",
+        "Lily", "she", "liked",   "to",     "play",  "in",    "park",  "with",    "her",    "dog",
+        "sun",  "was", "shining", "and",    "birds", "sang",  "happy", "because", "friend", "tree",
+        "big",  "red", "ball",    "jumped", "over",  "river", "mom",   "said",    "let's",  "go"};
+    const size_t nw = sizeof words / sizeof words[0];
+    char *s = malloc(len + 64);
+    if (!s) bench_die("out of memory");
+    size_t n = 0;
+    while (n < len) {
+        seed = seed * 1103515245u + 12345u;
+        const char *w = words[(seed >> 16) % nw];
+        if (n) s[n++] = (seed >> 8) % 16 == 0 ? ',' : ' ';
+        memcpy(s + n, w, strlen(w));
+        n += strlen(w);
+    }
+    s[len] = '\0';
+    return s;
+}
+
 /* ---- output -------------------------------------------------------------------------------- */
 
 /* Print a JSON result on one line of stdout (keys in insertion order) and free it. */

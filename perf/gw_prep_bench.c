@@ -27,28 +27,6 @@
 #include <getopt.h>
 #include <time.h>
 
-static char *prose(size_t len, unsigned seed)
-{
-    static const char *const words[] = {
-        "the",  "a",   "once",    "upon",   "time",  "there", "was",   "little",  "girl",   "named",
-        "Lily", "she", "liked",   "to",     "play",  "in",    "park",  "with",    "her",    "dog",
-        "sun",  "was", "shining", "and",    "birds", "sang",  "happy", "because", "friend", "tree",
-        "big",  "red", "ball",    "jumped", "over",  "river", "mom",   "said",    "let's",  "go"};
-    const size_t nw = sizeof words / sizeof words[0];
-    char *s = malloc(len + 64);
-    if (!s) bench_die("out of memory");
-    size_t n = 0;
-    while (n < len) {
-        seed = seed * 1103515245u + 12345u;
-        const char *w = words[(seed >> 16) % nw];
-        if (n) s[n++] = (seed >> 8) % 16 == 0 ? ',' : ' ';
-        memcpy(s + n, w, strlen(w));
-        n += strlen(w);
-    }
-    s[len] = '\0';
-    return s;
-}
-
 /* One request as gw_start_generation prepares it; returns the prompt's token count. */
 static int prepare(gw_kind kind, const char *body, size_t len, const gw_parse_cfg *pc,
                    const ringlm_tokenizer *tok)
@@ -125,7 +103,7 @@ int main(int argc, char **argv)
         {"chat, Llama 2, built-in llama2 template", llama2, GW_CHAT, "llama2"},
         {"chat, Llama 3, its Jinja template", llama3, GW_CHAT, NULL},
     };
-    char *text = prose((size_t)bytes, 1);
+    char *text = bench_prose((size_t)bytes, 1);
     char *body = malloc((size_t)bytes + 256);
     if (!body) bench_die("out of memory");
     json_t *out = json_object();

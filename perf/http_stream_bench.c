@@ -7,13 +7,21 @@
  * take), streamed as server-sent events, --runs times, one burst after the other.
  *
  *   http_stream_bench --port P [--host 127.0.0.1] [--streams 1,8,32] [--prompt-len 32]
- *                     [--max-tokens 128] [--vocab 32000] [--runs 3] [--label NAME] [--json]
+ *                     [--text-bytes N] [--max-tokens 128] [--vocab 32000] [--runs 3]
+ *                     [--gateway-metrics] [--label NAME] [--json]
  *
  * Per stream count: TTFT (request written → first event read) p50 and p90 over every stream
  * of every run, the median over runs of the aggregate rate (streams × max-tokens / the
  * burst's wall time, first request written to last stream ended) with the lowest and highest
  * run, and how many streams ended with fewer events than tokens asked (0 when both servers
  * stream one event per token as they do). --json: one object per stream count.
+ *
+ * --text-bytes N: each prompt is N bytes of text (seeded prose, distinct per stream and run)
+ * instead of token ids, so the server tokenizes it. --gateway-metrics (ringlm-gateway only):
+ * the gateway's own time per request from a whole body to its submit to ringlmd (parse,
+ * chat template, tokenize, the wait for a preparation thread, submit), the mean over every
+ * request of the stream count's bursts, from ringlm_gateway_admission_seconds in its
+ * /metrics read before and after them.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -34,7 +42,7 @@
 typedef struct stream {
     int fd;
     size_t sent, req_len;
-    char req[4096];
+    char req[8192];
     uint64_t t_sent, t_first, t_end;
     int events;
     bool done, headers;
@@ -43,7 +51,7 @@ typedef struct stream {
 } stream;
 
 static const char *host = "127.0.0.1";
-static int port, prompt_len = 32, max_tokens = 128, vocab = 32000;
+static int port, prompt_len = 32, max_tokens = 128, vocab = 32000, text_bytes;
 
 static int connect_nb(void)
 {
@@ -54,17 +62,25 @@ static int connect_nb(void)
 
 static void build_request(stream *s, int idx, int run)
 {
-    char body[3072];
-    int n = snprintf(body, sizeof body, "{\"prompt\":[");
-    for (int i = 0; i < prompt_len && n < (int)sizeof body - 200; i++)
+    char body[7168];
+    int n;
+    if (text_bytes) {
+        char *text =
+            bench_prose((size_t)text_bytes, (unsigned)idx * 7919u + (unsigned)run * 104729u + 1u);
+        n = snprintf(body, sizeof body, "{\"prompt\":\"%s\"", text);
+        free(text);
+    } else {
+        n = snprintf(body, sizeof body, "{\"prompt\":[");
+    }
+    for (int i = 0; !text_bytes && i < prompt_len && n < (int)sizeof body - 200; i++)
         n += snprintf(
             body + n, sizeof body - (size_t)n, "%s%d", i ? "," : "",
             /* distinct prompts: no server serves one from another's cache */
             1 + (int)(((unsigned)idx * 7919u + (unsigned)run * 104729u + (unsigned)i * 131u) %
                       (unsigned)(vocab - 1)));
     n += snprintf(body + n, sizeof body - (size_t)n,
-                  "],\"max_tokens\":%d,\"temperature\":0,\"stream\":true,\"ignore_eos\":true}",
-                  max_tokens);
+                  "%s,\"max_tokens\":%d,\"temperature\":0,\"stream\":true,\"ignore_eos\":true}",
+                  text_bytes ? "" : "]", max_tokens);
     s->req_len = (size_t)snprintf(s->req, sizeof s->req,
                                   "POST /v1/completions HTTP/1.1\r\nHost: %s:%d\r\n"
                                   "Content-Type: application/json\r\nContent-Length: %d\r\n"
@@ -184,15 +200,28 @@ static result burst(int n, int runs)
     return res;
 }
 
+/* The gateway's ringlm_gateway_admission_seconds: out[0] its sum (s), out[1] its count. */
+static void admission(double out[2])
+{
+    char *m = bench_http_get(port, "/metrics");
+    if (!m || !strstr(m, "ringlm_gateway_admission_seconds_count"))
+        bench_die("--gateway-metrics: no ringlm_gateway_admission_seconds at :%d/metrics", port);
+    out[0] = bench_metric(m, "ringlm_gateway_admission_seconds_sum");
+    out[1] = bench_metric(m, "ringlm_gateway_admission_seconds_count");
+    free(m);
+}
+
 int main(int argc, char **argv)
 {
     bench_prog = "http_stream_bench";
     const char *streams_arg = "1,8,32", *label = "server";
-    int runs = 3, json = 0;
+    int runs = 3, json = 0, gateway_metrics = 0;
     static const struct option opts[] = {{"port", required_argument, 0, 'p'},
                                          {"host", required_argument, 0, 'H'},
                                          {"streams", required_argument, 0, 's'},
                                          {"prompt-len", required_argument, 0, 'l'},
+                                         {"text-bytes", required_argument, 0, 'T'},
+                                         {"gateway-metrics", no_argument, 0, 'g'},
                                          {"max-tokens", required_argument, 0, 'n'},
                                          {"vocab", required_argument, 0, 'v'},
                                          {"runs", required_argument, 0, 'r'},
@@ -206,6 +235,8 @@ int main(int argc, char **argv)
         case 'H': host = optarg; break;
         case 's': streams_arg = optarg; break;
         case 'l': prompt_len = atoi(optarg); break;
+        case 'T': text_bytes = atoi(optarg); break;
+        case 'g': gateway_metrics = 1; break;
         case 'n': max_tokens = atoi(optarg); break;
         case 'v': vocab = atoi(optarg); break;
         case 'r': runs = atoi(optarg); break;
@@ -213,29 +244,43 @@ int main(int argc, char **argv)
         case 'j': json = 1; break;
         default:
             fprintf(stderr, "usage: http_stream_bench --port P [--host H] [--streams 1,8,32] "
-                            "[--prompt-len 32] [--max-tokens 128] [--vocab 32000] [--runs 3] "
-                            "[--label NAME] [--json]\n");
+                            "[--prompt-len 32] [--text-bytes N] [--max-tokens 128] [--vocab 32000] "
+                            "[--runs 3] [--gateway-metrics] [--label NAME] [--json]\n");
             return 2;
         }
     }
     if (port <= 0 || prompt_len < 1 || prompt_len > 400 || max_tokens < 1 || vocab < 2 ||
-        runs < 1 || runs > 64)
-        bench_die("--port is required; --prompt-len 1..400, --max-tokens >= 1, --runs 1..64");
+        runs < 1 || runs > 64 || text_bytes < 0 || text_bytes > 6144)
+        bench_die("--port is required; --prompt-len 1..400, --text-bytes 0..6144, "
+                  "--max-tokens >= 1, --runs 1..64");
     if (!json)
-        printf("http_stream_bench %s (%s:%d): %d-token prompts, %d tokens each, %d runs\n"
-               "%7s %13s %13s %30s %6s\n",
-               label, host, port, prompt_len, max_tokens, runs, "streams", "TTFT p50 ms",
-               "TTFT p90 ms", "aggregate tok/s med [lo, hi]", "short");
+        printf("http_stream_bench %s (%s:%d): %d-%s prompts, %d tokens each, %d runs\n"
+               "%7s %13s %13s %30s %6s%s\n",
+               label, host, port, text_bytes ? text_bytes : prompt_len,
+               text_bytes ? "byte text" : "token", max_tokens, runs, "streams", "TTFT p50 ms",
+               "TTFT p90 ms", "aggregate tok/s med [lo, hi]", "short",
+               gateway_metrics ? "  gateway ms/request" : "");
     for (char *p = (char *)streams_arg; *p;) {
         int n = (int)strtol(p, &p, 10);
         if (n < 1 || n > 1024) bench_die("--streams: 1..1024 each");
+        double adm0[2] = {0, 0}, adm_ms = -1;
+        if (gateway_metrics) admission(adm0);
         result r = burst(n, runs);
+        if (gateway_metrics) {
+            double adm1[2];
+            admission(adm1);
+            if (adm1[1] > adm0[1]) adm_ms = (adm1[0] - adm0[0]) * 1e3 / (adm1[1] - adm0[1]);
+        }
         if (json)
-            printf("{\"label\":\"%s\",\"streams\":%d,\"prompt_len\":%d,\"max_tokens\":%d,"
-                   "\"runs\":%d,\"ttft_p50_ms\":%.2f,\"ttft_p90_ms\":%.2f,\"agg_tok_s\":"
-                   "{\"median\":%.1f,\"lowest\":%.1f,\"highest\":%.1f},\"short_streams\":%d}\n",
-                   label, n, prompt_len, max_tokens, runs, r.ttft_p50_ms, r.ttft_p90_ms, r.agg_med,
-                   r.agg_lo, r.agg_hi, r.short_streams);
+            printf("{\"label\":\"%s\",\"streams\":%d,\"prompt_len\":%d,\"text_bytes\":%d,"
+                   "\"max_tokens\":%d,\"runs\":%d,\"ttft_p50_ms\":%.2f,\"ttft_p90_ms\":%.2f,"
+                   "\"agg_tok_s\":{\"median\":%.1f,\"lowest\":%.1f,\"highest\":%.1f},"
+                   "\"short_streams\":%d,\"gateway_admission_ms\":%.3f}\n",
+                   label, n, prompt_len, text_bytes, max_tokens, runs, r.ttft_p50_ms, r.ttft_p90_ms,
+                   r.agg_med, r.agg_lo, r.agg_hi, r.short_streams, adm_ms);
+        else if (gateway_metrics)
+            printf("%7d %13.1f %13.1f %12.1f [%7.1f, %7.1f] %6d %19.3f\n", n, r.ttft_p50_ms,
+                   r.ttft_p90_ms, r.agg_med, r.agg_lo, r.agg_hi, r.short_streams, adm_ms);
         else
             printf("%7d %13.1f %13.1f %12.1f [%7.1f, %7.1f] %6d\n", n, r.ttft_p50_ms, r.ttft_p90_ms,
                    r.agg_med, r.agg_lo, r.agg_hi, r.short_streams);

@@ -13,6 +13,7 @@ pkgs=(
   libjansson-dev          # JSON: reference oracles, traces, calibration
   libxxhash-dev           # XXH3-128 prefix-cache block keys
   libpcre2-dev            # byte-level BPE pre-tokenizers (Unicode-property regexes)
+  libutf8proc-dev         # NFC normalization of Qwen's vocabularies (Unicode tables)
   libzmq3-dev             # KV-cache events: vLLM's ZMQ PUB and replay ROUTER sockets
   libmsgpack-dev          # KV-cache events: msgpack-c, vLLM's event encoding
   python3-zmq python3-msgpack  # tests: a KV-event subscriber decoding as vLLM's does

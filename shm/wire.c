@@ -299,9 +299,6 @@ int ringlm_wire_check_sampling(const struct ringlm_wire_parsed *rec, uint32_t vo
         BAD_SMP("n", false, "n %u with max_new_tokens 0: samples need a token to differ", sm->n);
     /* Not implemented yet: refused, never accepted silently. Whoever implements one removes
      * its refusal here. */
-    if (sm->n > 1 && (sm->flags & RINGLM_WIRE_SMP_F_PROMPT_LOGPROBS))
-        BAD_SMP("n", true, "n %u with prompt log-probabilities is not implemented by this version",
-                sm->n);
     if (sm->n > 1 && sm->constraint_kind)
         BAD_SMP("n", true, "n %u with a constraint is not implemented by this version", sm->n);
     return 0;

@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -261,6 +262,51 @@ bool th_readable(int fd, int timeout_ms)
 {
     struct pollfd p = {.fd = fd, .events = POLLIN};
     return poll(&p, 1, timeout_ms) == 1;
+}
+
+/* Whether every thread of pid is stopped: each /proc/PID/task/TID/stat's state (the field
+ * after the command name, which may hold spaces and parentheses) is 'T'. */
+static bool all_threads_stopped(pid_t pid)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(dir);
+    if (!d) return false;
+    bool all = true, any = false;
+    struct dirent *e;
+    while (all && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[sizeof dir + sizeof e->d_name + 8], line[512];
+        snprintf(path, sizeof path, "%s/%s/stat", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue; /* a thread that has just exited */
+        size_t n = fread(line, 1, sizeof line - 1, f);
+        fclose(f);
+        line[n] = '\0';
+        const char *close_paren = strrchr(line, ')');
+        any = true;
+        all = close_paren && close_paren[1] == ' ' && close_paren[2] == 'T';
+    }
+    closedir(d);
+    return all && any;
+}
+
+void th_suspend(pid_t pid, int timeout_ms)
+{
+    cr_assert_eq(kill(pid, SIGSTOP), 0, "SIGSTOP to %d: %s", (int)pid, strerror(errno));
+    uint64_t deadline = th_now_ms() + (uint64_t)timeout_ms;
+    while (!all_threads_stopped(pid)) {
+        if (th_now_ms() > deadline) {
+            kill(pid, SIGCONT);
+            cr_assert_fail("process %d not stopped %d ms after SIGSTOP", (int)pid, timeout_ms);
+        }
+        th_pause_ms(1);
+    }
+}
+
+void th_resume(pid_t pid)
+{
+    cr_assert_eq(kill(pid, SIGCONT), 0, "SIGCONT to %d: %s", (int)pid, strerror(errno));
 }
 
 int th_reap(pid_t pid, int timeout_ms)

@@ -76,6 +76,13 @@ int th_tcp_connect_from(const char *src, int port, bool nonblock);
 bool th_readable(int fd, int timeout_ms);
 /* Waits up to timeout_ms for a child to exit, SIGKILL after. Its wait status. */
 int th_reap(pid_t pid, int timeout_ms);
+/* Stops pid (SIGSTOP) and returns once every thread of it is stopped: what is sent to it
+ * meanwhile waits, unread, until th_resume — how a test makes several clients' requests
+ * reach a daemon together, without guessing how long they take. Fails the test (after
+ * resuming pid) when it is not stopped within timeout_ms. */
+void th_suspend(pid_t pid, int timeout_ms);
+/* SIGCONT to a process th_suspend stopped. */
+void th_resume(pid_t pid);
 
 /* ---- processes and sockets ----------------------------------------------------------- */
 

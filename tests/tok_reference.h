@@ -6,7 +6,7 @@
  * of a fragment (SentencePiece) or a word (BPE). Kept as the brute-force reference that
  * tests/test_tokenizer.c checks the O(n log n) merge against, id for id, and that
  * perf/tok_bench.c times beside it. Everything but the merge loops is the product's own
- * code path written out again (special tokens, pre-tokenizer, byte alphabet), so a
+ * code path written out again (special tokens, NFC, pre-tokenizer, byte alphabet), so a
  * difference can only come from the merge order.
  */
 #ifndef RINGLM_TESTS_TOK_REFERENCE_H
@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 static int32_t ref_pair_lookup(const tok_tokenizer *t, int32_t a, int32_t b, char *buf)
 {
@@ -220,6 +221,18 @@ static int ref_bpe(const tok_tokenizer *t, const char *text, size_t len, tok_vec
         }
     }
     err = 0;
+    if (t->bpe->nfc) { /* Qwen: the text in NFC first */
+        utf8proc_uint8_t *nf;
+        utf8proc_ssize_t nl =
+            utf8proc_map(s, (utf8proc_ssize_t)n, &nf, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        if (nl < 0) {
+            err = -EINVAL;
+            goto out;
+        }
+        free(s);
+        s = nf;
+        n = (size_t)nl;
+    }
     for (size_t at = 0; at < n && !err;) {
         int rc = pcre2_match(t->bpe->re, s, n, at, PCRE2_NO_UTF_CHECK, md, NULL);
         size_t mb = n, me = n;

@@ -3,8 +3,9 @@
 // request with seed + i (ringlmd's rule), the streamed chunks of each index adding up to the
 // whole answer's choice, usage counting the prompt once and every choice's tokens; best_of
 // (completions) answers the n samples of the highest cumulative log-probability; out-of-range
-// n and best_of are 400s naming the field. Run by tests/test_gateway_node.c (GATEWAY_URL,
-// GATEWAY_KEY).
+// n and best_of are 400s naming the field; n with echo and logprobs gives every choice the
+// prompt's log-probabilities (computed once), whole and streamed. Run by
+// tests/test_gateway_node.c (GATEWAY_URL, GATEWAY_KEY).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -112,4 +113,35 @@ test('n and best_of out of range are 400s naming the field', async () => {
       JSON.stringify(body),
     );
   }
+});
+
+test('completions: n 3 with echo and logprobs, the prompt scored once and given to every choice', async () => {
+  const req = { model, prompt: 'Once upon a time', max_tokens: 4, temperature: 1.0, seed: 11, ignore_eos: true, echo: true, logprobs: 1 };
+  const one = await client.completions.create(req);
+  const np = one.choices[0].logprobs.tokens.length - 4;
+  assert.ok(np > 1, `prompt tokens ${np}`);
+  const whole = await client.completions.create({ ...req, n: N });
+  checkIndices(whole.choices);
+  for (let i = 0; i < N; i++) {
+    const c = whole.choices[i];
+    assert.ok(c.text.startsWith('Once upon a time'), `choice ${i} echoes: ${c.text}`);
+    assert.equal(c.logprobs.tokens.length, np + 4, `choice ${i}`);
+    assert.deepEqual(c.logprobs.tokens.slice(0, np), one.choices[0].logprobs.tokens.slice(0, np));
+    assert.equal(c.logprobs.token_logprobs[0], null, 'the first prompt token has none');
+    for (let k = 1; k < np; k++)
+      assert.ok(Math.abs(c.logprobs.token_logprobs[k] - one.choices[0].logprobs.token_logprobs[k]) < 1e-4,
+        `choice ${i} prompt token ${k}`);
+    const single = await client.completions.create({ ...req, seed: 11 + i });
+    assert.equal(c.text, single.choices[0].text, `choice ${i} vs seed ${11 + i}`);
+  }
+  const stream = await client.completions.create({ ...req, n: N, stream: true });
+  const texts = Array(N).fill('');
+  const echoLps = Array(N).fill(null);
+  for await (const chunk of stream)
+    for (const c of chunk.choices) {
+      if (echoLps[c.index] === null) echoLps[c.index] = c.logprobs ? c.logprobs.tokens.length : -1;
+      texts[c.index] += c.text;
+    }
+  assert.deepEqual(texts, whole.choices.map((c) => c.text));
+  assert.deepEqual(echoLps, Array(N).fill(np), 'each choice streams the echoed prompt with its log-probabilities first');
 });
