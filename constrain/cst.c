@@ -27,8 +27,9 @@ typedef struct trie_node {
     uint32_t tok_start; /* into sorted ids: tokens whose bytes end here */
     uint32_t tok_count;
     uint32_t tok_first;    /* into sorted ids: the first token of this node or a later one */
-    uint32_t impure_cum;   /* "impure" nodes (below) before this one in preorder */
-    uint8_t pend_before;   /* UTF-8 continuation bytes still due before this node's byte */
+    uint32_t tok_end;      /* one past the subtree's tokens: sorted[tok_first .. tok_end) */
+    uint8_t plain_below;   /* every token of the subtree is plain characters from here */
+    uint8_t high_below;    /* a byte >= 0x80 is in the subtree, from this node on */
     uint16_t chars_before; /* characters begun on the path before this node's byte */
     uint16_t max_chars;    /* the most characters begun by a token of this subtree */
 } trie_node;
@@ -42,11 +43,13 @@ static bool byte_plain(uint8_t b)
 
 struct cst_vocab {
     int n_tokens;
-    uint8_t *bytes;   /* all token bytes */
-    uint64_t *off;    /* [n+1] */
-    int32_t *sorted;  /* ids sorted by bytes */
-    uint16_t *chars;  /* [sorted index]: characters the token begins (bytes not 80..BF) */
-    trie_node *nodes; /* preorder; node 0 is the root */
+    uint8_t *bytes;             /* all token bytes */
+    uint64_t *off;              /* [n+1] */
+    int32_t *sorted;            /* ids sorted by bytes */
+    uint16_t *chars;            /* [sorted index]: characters the token begins (bytes not 80..BF) */
+    uint16_t *last_high;        /* [sorted index]: depth of its last byte >= 0x80, 0 if none */
+    trie_node *nodes;           /* preorder; node 0 is the root */
+    uint64_t (*ascii_below)[2]; /* [node]: the ASCII bytes of its subtree, from it on */
     uint32_t n_nodes;
     uint32_t max_depth;
     uint32_t max_chars; /* the most characters a token begins */
@@ -81,7 +84,8 @@ static int build_trie(cst_vocab *v)
     uint32_t *path = calloc((size_t)(v->off[n]) + 2, sizeof *path); /* node index per depth */
     uint32_t *parent = calloc(cap, sizeof *parent);
     v->chars = calloc((size_t)m + 1, sizeof *v->chars);
-    if (!v->nodes || !path || !parent || !v->chars) {
+    v->last_high = calloc((size_t)m + 1, sizeof *v->last_high);
+    if (!v->nodes || !path || !parent || !v->chars || !v->last_high) {
         free(path);
         free(parent);
         return -ENOMEM;
@@ -110,7 +114,10 @@ static int build_trie(cst_vocab *v)
         }
         trie_node *leaf = &v->nodes[path[depth]];
         uint32_t nch = 0;
-        for (uint64_t d = 0; d < len; d++) nch += (b[d] & 0xC0) != 0x80;
+        for (uint64_t d = 0; d < len; d++) {
+            nch += (b[d] & 0xC0) != 0x80;
+            if (b[d] >= 0x80) v->last_high[k] = (uint16_t)(d + 1 > 65535 ? 65535 : d + 1);
+        }
         v->chars[k] = (uint16_t)(nch > 65535 ? 65535 : nch);
         if (leaf->tok_count == 0) leaf->tok_start = (uint32_t)k;
         leaf->tok_count++;
@@ -130,41 +137,64 @@ static int build_trie(cst_vocab *v)
     for (uint32_t i = nn; i-- > 0;)
         v->nodes[i].tok_first =
             v->nodes[i].tok_count ? v->nodes[i].tok_start : v->nodes[i + 1].tok_first;
-    /* UTF-8 along each path from the root: a node is impure when its path so far is not
-     * valid UTF-8 (or a prefix of it) of characters other than the controls, the quote and
-     * the backslash, or when an ancestor is impure */
+    for (uint32_t i = 0; i < nn; i++) v->nodes[i].tok_end = v->nodes[v->nodes[i].end].tok_first;
+    /* plain_below: from this node's byte on, every token of the subtree is plain characters
+     * (valid UTF-8, or a prefix of it, of characters other than the controls, the quote and
+     * the backslash). Found by parsing each path as UTF-8 from the root, and again from
+     * depths 2, 3 and 4 (after 1 to 3 continuation bytes: the tokens that finish a
+     * character a state has begun); a node is "impure" when its path so far does not parse,
+     * and a subtree is plain below from where a parse begins a character at its root and
+     * meets no impure node in it. */
     typedef struct utf8_at {
         uint8_t pend, lo, hi, bad;
     } utf8_at;
-    utf8_at at[258] = {{0, 0x80, 0xBF, 0}};
-    uint32_t cum = 0;
-    for (uint32_t i = 1; i < nn; i++) {
-        v->nodes[i].impure_cum = cum;
-        trie_node *t = &v->nodes[i];
-        uint32_t d = t->depth < 257 ? t->depth : 257;
-        uint8_t b = t->byte;
-        utf8_at p = at[d - 1], q = {0, 0x80, 0xBF, p.bad};
-        t->pend_before = p.pend;
-        if (p.pend) {
-            if (b < p.lo || b > p.hi)
-                q.bad = 1;
-            else
-                q.pend = (uint8_t)(p.pend - 1);
-        } else if (byte_plain(b)) {
-            /* one character */
-        } else if (b >= 0xC2 && b <= 0xDF) {
-            q.pend = 1;
-        } else if (b >= 0xE0 && b <= 0xEF) {
-            q.pend = 2, q.lo = b == 0xE0 ? 0xA0 : 0x80, q.hi = b == 0xED ? 0x9F : 0xBF;
-        } else if (b >= 0xF0 && b <= 0xF4) {
-            q.pend = 3, q.lo = b == 0xF0 ? 0x90 : 0x80, q.hi = b == 0xF4 ? 0x8F : 0xBF;
-        } else
-            q.bad = 1;
-        if (d > 256) q.bad = 1;
-        at[d] = q;
-        if (q.bad) cum++;
+    uint32_t *cum = malloc(((size_t)nn + 1) * sizeof *cum);
+    uint8_t *pend = malloc((size_t)nn + 1);
+    if (!cum || !pend) {
+        free(cum);
+        free(pend);
+        free(path);
+        free(parent);
+        return -ENOMEM;
     }
-    v->nodes[nn].impure_cum = cum;
+    for (uint32_t skip = 0; skip <= 3; skip++) {
+        utf8_at at[258] = {{0, 0x80, 0xBF, 0}};
+        uint32_t c = 0;
+        for (uint32_t i = 1; i < nn; i++) {
+            cum[i] = c;
+            trie_node *t = &v->nodes[i];
+            uint32_t d = t->depth < 257 ? t->depth : 257;
+            uint8_t b = t->byte;
+            utf8_at p = at[d - 1], q = {0, 0x80, 0xBF, p.bad};
+            pend[i] = p.pend;
+            if (d <= skip) { /* the continuation bytes before the parse begins */
+                pend[i] = 1; /* no character begins here */
+                if (b < 0x80 || b > 0xBF) q.bad = 1;
+            } else if (p.pend) {
+                if (b < p.lo || b > p.hi)
+                    q.bad = 1;
+                else
+                    q.pend = (uint8_t)(p.pend - 1);
+            } else if (byte_plain(b)) {
+                /* one character */
+            } else if (b >= 0xC2 && b <= 0xDF) {
+                q.pend = 1;
+            } else if (b >= 0xE0 && b <= 0xEF) {
+                q.pend = 2, q.lo = b == 0xE0 ? 0xA0 : 0x80, q.hi = b == 0xED ? 0x9F : 0xBF;
+            } else if (b >= 0xF0 && b <= 0xF4) {
+                q.pend = 3, q.lo = b == 0xF0 ? 0x90 : 0x80, q.hi = b == 0xF4 ? 0x8F : 0xBF;
+            } else
+                q.bad = 1;
+            if (d > 256) q.bad = 1;
+            at[d] = q;
+            if (q.bad) c++;
+        }
+        cum[nn] = c;
+        for (uint32_t i = 1; i < nn; i++)
+            if (pend[i] == 0 && cum[v->nodes[i].end] == cum[i]) v->nodes[i].plain_below = 1;
+    }
+    free(cum);
+    free(pend);
     /* characters begun before each node (a node's byte begins one unless it is a
      * continuation byte), and the most any token of its subtree begins */
     for (uint32_t i = 1; i < nn; i++) {
@@ -180,6 +210,25 @@ static int build_trie(cst_vocab *v)
         trie_node *p = &v->nodes[parent[i]];
         if (t->max_chars > p->max_chars) p->max_chars = t->max_chars;
         if (v->max_chars < t->max_chars) v->max_chars = t->max_chars;
+    }
+    /* the bytes of each subtree, from its root on: children after parents in preorder */
+    v->ascii_below = calloc((size_t)nn + 1, sizeof *v->ascii_below);
+    if (!v->ascii_below) {
+        free(path);
+        free(parent);
+        return -ENOMEM;
+    }
+    for (uint32_t i = nn; i-- > 1;) {
+        trie_node *t = &v->nodes[i], *p = &v->nodes[parent[i]];
+        if (t->byte >= 0x80)
+            t->high_below = 1;
+        else
+            v->ascii_below[i][t->byte >> 6] |= 1ull << (t->byte & 63);
+        if (parent[i]) {
+            p->high_below |= t->high_below;
+            v->ascii_below[parent[i]][0] |= v->ascii_below[i][0];
+            v->ascii_below[parent[i]][1] |= v->ascii_below[i][1];
+        }
     }
     free(path);
     free(parent);
@@ -251,7 +300,9 @@ void cst_vocab_free(cst_vocab *v)
     free(v->off);
     free(v->sorted);
     free(v->chars);
+    free(v->last_high);
     free(v->nodes);
+    free(v->ascii_below);
     free(v);
 }
 
@@ -550,6 +601,19 @@ size_t cst_grammar_size(const cst_grammar *g)
 #define CHAIN_DEAD_TAIL  0x4000u /* after the chain no character at all is taken */
 #define CHAIN_AT_LEAST   0x8000u /* the chain was followed this far only */
 #define CHAIN_LIMIT      16      /* characters followed from one state */
+#define CLS_CHAIN_LIMIT  128     /* class steps followed from one state (Llama 3: 128) */
+
+/* st_cls: how many times in a row a state takes every byte of its class set (st_cset: the
+ * largest set of ASCII bytes it takes to one same state) to one same state, each step with
+ * the same set (a character class under a repeat: [A-Za-z0-9_]+, a format's characters);
+ * CHAIN_INF: a loop */
+#define CLS_UNKNOWN    0xFFFFu
+#define CLS_NONE       0xFFFEu
+#define CLS_MIN_BYTES  8  /* smaller sets are not worth the check */
+#define CLS_MIN_TOKENS 64 /* subtrees with fewer tokens are stepped */
+/* the plain ASCII bytes: 0x20..0x7E but the quote and the backslash */
+#define PLAIN_ASCII_LO (0xFFFFFFFF00000000ull & ~(1ull << '"'))
+#define PLAIN_ASCII_HI (0x7FFFFFFFFFFFFFFFull & ~(1ull << ('\\' - 64)))
 
 typedef struct stack_node {
     uint32_t ret, parent, depth;
@@ -569,9 +633,11 @@ struct cst_matcher {
     size_t nthreads, thcap;
     uint64_t *st_off; /* [state] start in threads; count = next start - start */
     uint32_t *st_len;
-    uint8_t *st_accept; /* MATCH with an empty stack is among the threads */
-    uint16_t *st_chain; /* CHAIN_UNKNOWN, or char_chain()'s answer */
-    int32_t *trans;     /* [state * 256 + byte] */
+    uint8_t *st_accept;     /* MATCH with an empty stack is among the threads */
+    uint16_t *st_chain;     /* CHAIN_UNKNOWN, or char_chain()'s answer */
+    uint16_t *st_cls;       /* CLS_UNKNOWN, CLS_NONE or class_chain()'s count */
+    uint64_t (*st_cset)[2]; /* [state]: its class set, where st_cls is a count */
+    int32_t *trans;         /* [state * 256 + byte] */
     uint32_t **st_mask;
     size_t mask_bytes;
     uint32_t nstates, stcap;
@@ -590,6 +656,14 @@ struct cst_matcher {
     uint32_t cur;
     bool ended;
     int oom;
+    /* what the last mask cost (cst_matcher_describe) */
+    uint64_t made;        /* states interned since creation */
+    uint32_t last_state;  /* the state the last mask was for */
+    uint32_t last_nodes;  /* trie nodes the last walk stepped (0: from the cache) */
+    uint32_t last_made;   /* states the last walk made */
+    uint32_t last_visits; /* trie nodes the last walk looked at */
+    bool last_cached;
+    cst_vocab *own_vocab; /* cst_dfa_open's empty vocabulary */
 };
 
 static uint64_t mix64(uint64_t h)
@@ -775,11 +849,16 @@ static int32_t intern_state(cst_matcher *m)
         if (e) m->st_mask = e;
         void *f = realloc(m->st_chain, cap * sizeof *m->st_chain);
         if (f) m->st_chain = f;
-        if (!a || !b || !c || !d || !e || !f) return -1;
+        void *g = realloc(m->st_cls, cap * sizeof *m->st_cls);
+        if (g) m->st_cls = g;
+        void *h = realloc(m->st_cset, cap * sizeof *m->st_cset);
+        if (h) m->st_cset = h;
+        if (!a || !b || !c || !d || !e || !f || !g || !h) return -1;
         m->stcap = cap;
     }
     if (grow((void **)&m->threads, &m->thcap, m->nthreads + n, sizeof *m->threads)) return -1;
     uint32_t s = m->nstates++;
+    m->made++;
     m->st_off[s] = m->nthreads;
     m->st_len[s] = (uint32_t)n;
     memcpy(m->threads + m->nthreads, m->work, n * sizeof *m->work);
@@ -789,6 +868,7 @@ static int32_t intern_state(cst_matcher *m)
         if (m->p->insts[m->work[i] >> 32].op == OP_MATCH) acc = true;
     m->st_accept[s] = acc;
     m->st_chain[s] = CHAIN_UNKNOWN;
+    m->st_cls[s] = CLS_UNKNOWN;
     memset(m->trans + (size_t)s * 256, 0xff, 256 * sizeof *m->trans);
     m->st_mask[s] = NULL;
     m->st_hash[j] = s;
@@ -863,6 +943,7 @@ static int init_states(cst_matcher *m)
     m->st_len[0] = 0;
     m->st_accept[0] = 0;
     m->st_chain[0] = CHAIN_DEAD_TAIL; /* no character: a chain of 0, nothing after */
+    m->st_cls[0] = CLS_NONE;
     m->st_mask[0] = NULL;
     for (int b = 0; b < 256; b++) m->trans[b] = 0;
     m->nstates = 1;
@@ -891,6 +972,8 @@ int cst_matcher_create(const cst_grammar *g, const cst_vocab *v, cst_matcher **o
     m->st_len = calloc(m->stcap, sizeof *m->st_len);
     m->st_accept = calloc(m->stcap, 1);
     m->st_chain = calloc(m->stcap, sizeof *m->st_chain);
+    m->st_cls = calloc(m->stcap, sizeof *m->st_cls);
+    m->st_cset = calloc(m->stcap, sizeof *m->st_cset);
     m->trans = malloc((size_t)m->stcap * 256 * sizeof *m->trans);
     m->st_mask = calloc(m->stcap, sizeof *m->st_mask);
     m->st_hash_cap = 256;
@@ -898,8 +981,8 @@ int cst_matcher_create(const cst_grammar *g, const cst_vocab *v, cst_matcher **o
     m->todocap = 64;
     m->todo = malloc(m->todocap * sizeof *m->todo);
     m->walk = malloc(((size_t)v->max_depth + 2) * sizeof *m->walk);
-    if (!m->stk || !m->st_off || !m->st_len || !m->st_accept || !m->st_chain || !m->trans ||
-        !m->st_mask || !m->st_hash || !m->todo || !m->walk) {
+    if (!m->stk || !m->st_off || !m->st_len || !m->st_accept || !m->st_chain || !m->st_cls ||
+        !m->st_cset || !m->trans || !m->st_mask || !m->st_hash || !m->todo || !m->walk) {
         cst_matcher_free(m);
         return -ENOMEM;
     }
@@ -925,6 +1008,8 @@ void cst_matcher_free(cst_matcher *m)
     free(m->st_len);
     free(m->st_accept);
     free(m->st_chain);
+    free(m->st_cls);
+    free(m->st_cset);
     free(m->trans);
     free(m->st_mask);
     free(m->st_hash);
@@ -1098,6 +1183,52 @@ static uint16_t char_chain(cst_matcher *m, uint32_t s)
     return m->st_chain[s];
 }
 
+/*
+ * The largest set of ASCII bytes state s takes to one same state (st_cset), and how many
+ * times in a row such a step repeats with the same set (each step from the state before
+ * taking every byte of the set to one same, live state): a token whose bytes are all in the
+ * set is allowed when it is no longer than that. Cached per state.
+ */
+static uint16_t class_chain(cst_matcher *m, uint32_t s)
+{
+    if (m->st_cls[s] != CLS_UNKNOWN) return m->st_cls[s];
+    int32_t tgt[128];
+    for (int b = 0; b < 128; b++) tgt[b] = step(m, s, (uint8_t)b);
+    if (m->oom) return CLS_NONE;
+    int32_t best = 0;
+    int nbest = 0;
+    for (int b = 0; b < 128; b++) {
+        if (!tgt[b] || tgt[b] == best) continue;
+        int n = 0;
+        for (int c = b; c < 128; c++) n += tgt[c] == tgt[b];
+        if (n > nbest) nbest = n, best = tgt[b];
+    }
+    if (nbest < CLS_MIN_BYTES) return m->st_cls[s] = CLS_NONE;
+    uint64_t set[2] = {0, 0};
+    uint8_t first = 0;
+    for (int b = 127; b >= 0; b--)
+        if (tgt[b] == best) set[b >> 6] |= 1ull << (b & 63), first = (uint8_t)b;
+    uint16_t k = 1;
+    uint32_t x = (uint32_t)best;
+    while (k < CLS_CHAIN_LIMIT) {
+        int32_t y = step(m, x, first);
+        bool same = y != 0;
+        for (int b = first + 1; b < 128 && same; b++)
+            if (set[b >> 6] >> (b & 63) & 1) same = step(m, x, (uint8_t)b) == y;
+        if (m->oom) return CLS_NONE;
+        if (!same) break;
+        if ((uint32_t)y == x) {
+            k = CHAIN_INF;
+            break;
+        }
+        x = (uint32_t)y;
+        k++;
+    }
+    m->st_cset[s][0] = set[0];
+    m->st_cset[s][1] = set[1];
+    return m->st_cls[s] = k;
+}
+
 int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
 {
     const cst_vocab *v = m->v;
@@ -1106,28 +1237,33 @@ int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
     if (m->ended) return 0;
     if (maybe_flush(m)) return -ENOMEM;
     uint32_t s0 = m->cur;
+    m->last_state = s0;
     if (m->st_mask[s0]) {
         memcpy(mask, m->st_mask[s0], words * sizeof *mask);
+        m->last_cached = true;
         return 0;
     }
+    m->last_cached = false;
+    uint64_t made0 = m->made;
+    uint32_t nsteps = 0, visits = 0;
     m->oom = 0;
     const trie_node *nodes = v->nodes;
     int32_t *walk = m->walk;
     walk[0] = (int32_t)s0;
     if (s0 != 0) {
-        uint32_t no_new_chain = 0;
+        uint32_t no_new_chain = 0, no_new_cls = 0;
         for (uint32_t i = 1; i < v->n_nodes;) {
             const trie_node *t = &nodes[i];
+            visits++;
             uint32_t ps = (uint32_t)walk[t->depth - 1];
             /* a subtree of plain characters only, from a state that takes them in a
              * chain: each token is allowed by its length alone, without a step (the inside
              * of a string, of a string with maxLength) */
-            if (t->pend_before == 0 && nodes[t->end].impure_cum == t->impure_cum &&
-                (i >= no_new_chain || m->st_chain[ps] != CHAIN_UNKNOWN)) {
+            if (t->plain_below && (i >= no_new_chain || m->st_chain[ps] != CHAIN_UNKNOWN)) {
                 uint16_t ch = char_chain(m, ps);
                 uint32_t k = ch & CHAIN_INF, base = t->chars_before;
                 if (k == CHAIN_INF || (uint32_t)t->max_chars - base <= k) {
-                    for (uint32_t q = t->tok_first; q < nodes[t->end].tok_first; q++) {
+                    for (uint32_t q = t->tok_first; q < t->tok_end; q++) {
                         int32_t id = v->sorted[q];
                         mask[id >> 5] |= 1u << (id & 31);
                     }
@@ -1135,7 +1271,7 @@ int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
                     continue;
                 }
                 if ((ch & (CHAIN_DEAD_TAIL | CHAIN_AT_LEAST)) == CHAIN_DEAD_TAIL) {
-                    for (uint32_t q = t->tok_first; q < nodes[t->end].tok_first; q++) {
+                    for (uint32_t q = t->tok_first; q < t->tok_end; q++) {
                         if ((uint32_t)v->chars[q] - base > k) continue;
                         int32_t id = v->sorted[q];
                         mask[id >> 5] |= 1u << (id & 31);
@@ -1143,11 +1279,56 @@ int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
                     i = t->end;
                     continue;
                 }
+                /* the chain was followed so far only (a long bounded string): the longer
+                 * tokens of ASCII bytes by the state's class chain, which is followed
+                 * further and costs no multi-byte states, and the few others one by one */
+                uint16_t kc = (ch & CHAIN_AT_LEAST) ? class_chain(m, ps) : CLS_NONE;
+                if (kc != CLS_NONE && !(PLAIN_ASCII_LO & ~m->st_cset[ps][0]) &&
+                    !(PLAIN_ASCII_HI & ~m->st_cset[ps][1])) {
+                    for (uint32_t q = t->tok_first; q < t->tok_end; q++) {
+                        uint32_t c = (uint32_t)v->chars[q] - base;
+                        int32_t id = v->sorted[q];
+                        if (c > k && (v->last_high[q] >= t->depth || (kc != CHAIN_INF && c > kc))) {
+                            /* step it from here */
+                            const uint8_t *b = v->bytes + v->off[id];
+                            uint32_t len = (uint32_t)(v->off[id + 1] - v->off[id]);
+                            int32_t x = (int32_t)ps;
+                            for (uint32_t d = t->depth - 1u; d < len && x; d++)
+                                x = step(m, (uint32_t)x, b[d]);
+                            nsteps += len;
+                            if (!x) continue;
+                        }
+                        mask[id >> 5] |= 1u << (id & 31);
+                    }
+                    if (m->oom) break;
+                    i = t->end;
+                    continue;
+                }
                 /* the chain is too short for this subtree's longest tokens: step them, and
                  * follow no new chains below (they would only lengthen this one) */
                 if (t->end > no_new_chain) no_new_chain = t->end;
             }
+            /* a subtree of bytes of one class, from a state that takes them in a chain:
+             * allowed by length alone (a pattern's or a format's characters) */
+            if (t->byte < 0x80 && t->tok_end - t->tok_first >= CLS_MIN_TOKENS &&
+                (i >= no_new_cls || m->st_cls[ps] != CLS_UNKNOWN)) {
+                uint16_t k = class_chain(m, ps);
+                if (k != CLS_NONE && !t->high_below &&
+                    !(v->ascii_below[i][0] & ~m->st_cset[ps][0]) &&
+                    !(v->ascii_below[i][1] & ~m->st_cset[ps][1])) {
+                    if (k == CHAIN_INF || (uint32_t)t->max_chars - t->chars_before <= k) {
+                        for (uint32_t q = t->tok_first; q < t->tok_end; q++) {
+                            int32_t id = v->sorted[q];
+                            mask[id >> 5] |= 1u << (id & 31);
+                        }
+                        i = t->end;
+                        continue;
+                    }
+                    if (t->end > no_new_cls) no_new_cls = t->end;
+                }
+            }
             int32_t s = step(m, ps, t->byte);
+            nsteps++;
             if (s == 0) {
                 i = t->end;
                 continue;
@@ -1160,6 +1341,9 @@ int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
             i++;
         }
     }
+    m->last_nodes = nsteps;
+    m->last_made = (uint32_t)(m->made - made0);
+    m->last_visits = visits;
     if (m->oom) {
         memset(mask, 0, words * sizeof *mask);
         return m->oom;
@@ -1220,6 +1404,112 @@ bool cst_matcher_can_end(const cst_matcher *m)
 bool cst_matcher_ended(const cst_matcher *m)
 {
     return m->ended;
+}
+
+long cst_matcher_forced(cst_matcher *m, uint8_t *out, size_t cap)
+{
+    if (m->ended) return 0;
+    const cst_grammar *g = m->g;
+    uint32_t s = m->cur;
+    size_t n = 0;
+    m->oom = 0;
+    while (n < cap && s && !m->st_accept[s]) {
+        /* one byte of each class: a class with a live step and more than one byte is a
+         * choice already */
+        int live = 0;
+        uint8_t only = 0;
+        uint32_t next = 0;
+        for (uint32_t c = 0; c < 256 && g->class_start[c] < 256 && live < 2; c++) {
+            if (g->class_start[c + 1] == g->class_start[c]) break;
+            uint8_t b = g->class_bytes[g->class_start[c]];
+            int32_t t = step(m, s, b);
+            if (m->oom) return m->oom;
+            if (!t) continue;
+            live += g->class_start[c + 1] - g->class_start[c];
+            only = b;
+            next = (uint32_t)t;
+        }
+        if (live != 1) break;
+        out[n++] = only;
+        s = next;
+    }
+    return (long)n;
+}
+
+int cst_dfa_open(const cst_grammar *g, cst_matcher **out)
+{
+    cst_vocab *v;
+    static const uint8_t *const no_bytes[1] = {NULL};
+    static const uint32_t no_lens[1] = {0};
+    static const int32_t no_ends[1] = {0};
+    *out = NULL;
+    int rc = cst_vocab_from_bytes(no_bytes, no_lens, 0, no_ends, 0, &v);
+    if (rc) return rc;
+    rc = cst_matcher_create(g, v, out);
+    if (rc) {
+        cst_vocab_free(v);
+        return rc;
+    }
+    (*out)->own_vocab = v;
+    return 0;
+}
+
+void cst_dfa_close(cst_matcher *m)
+{
+    if (!m) return;
+    cst_vocab *v = m->own_vocab;
+    cst_matcher_free(m);
+    cst_vocab_free(v);
+}
+
+uint32_t cst_dfa_start(const cst_matcher *m)
+{
+    return m->start;
+}
+
+int32_t cst_dfa_step(cst_matcher *m, uint32_t s, uint8_t byte)
+{
+    m->oom = 0;
+    int32_t t = step(m, s, byte);
+    return m->oom ? m->oom : t;
+}
+
+bool cst_dfa_accepting(const cst_matcher *m, uint32_t s)
+{
+    return m->st_accept[s];
+}
+
+uint32_t cst_dfa_states(const cst_matcher *m)
+{
+    return m->nstates;
+}
+
+void cst_matcher_describe(const cst_matcher *m, char *buf, size_t cap)
+{
+    uint32_t s = m->last_state, depth = 0;
+    if (s >= m->nstates) {
+        snprintf(buf, cap, "state flushed since the last mask (%u states)", m->nstates);
+        return;
+    }
+    for (uint32_t i = 0; i < m->st_len[s]; i++) {
+        uint32_t sk = (uint32_t)m->threads[m->st_off[s] + i];
+        if (m->stk[sk].depth > depth) depth = m->stk[sk].depth;
+    }
+    uint16_t ch = m->st_chain[s];
+    char chain[32];
+    if (ch == CHAIN_UNKNOWN)
+        snprintf(chain, sizeof chain, "?");
+    else if ((ch & CHAIN_INF) == CHAIN_INF)
+        snprintf(chain, sizeof chain, "loop");
+    else
+        snprintf(chain, sizeof chain, "%u%s%s", ch & CHAIN_INF,
+                 ch & CHAIN_DEAD_TAIL ? " dead-tail" : "", ch & CHAIN_AT_LEAST ? "+" : "");
+    snprintf(buf, cap,
+             "state %u of %u: %u threads, stack depth %u, chain %s; last mask %s (%u nodes, %u "
+             "steps, %u new states)",
+             s, m->nstates, m->st_len[s], depth, chain, m->last_cached ? "cached" : "walked",
+             m->last_cached ? 0 : m->last_visits, m->last_cached ? 0 : m->last_nodes,
+             m->last_cached ? 0 : m->last_made);
 }
 
 bool cst_matcher_is_dead_end(cst_matcher *m)

@@ -74,13 +74,15 @@ const uint8_t *cst_vocab_token(const cst_vocab *v, int32_t id, uint32_t *len);
 
 /*
  * JSON Schema (draft 4 to 2020-12) text. Supported: type, properties, required,
- * additionalProperties, unevaluatedProperties (as additionalProperties), items,
+ * additionalProperties, unevaluatedProperties (as additionalProperties), patternProperties
+ * (at most 16 patterns; a key takes every matching pattern's schema), items,
  * prefixItems, additionalItems, enum, const, anyOf, oneOf (when its alternatives provably
  * cannot overlap), allOf (merged), $ref / $defs / definitions (local pointers, recursion),
  * minLength / maxLength, minItems / maxItems, minimum / maximum / exclusiveMinimum /
  * exclusiveMaximum, pattern, format (date-time, date, time, uuid, email, ipv4, hostname,
- * uri) and the annotations. Anything else that constrains an instance is -EINVAL naming
- * the keyword and its JSON pointer. Whitespace between JSON tokens is free ([ \t\n\r]*).
+ * uri), not (of types, and of required properties) and the annotations. Anything else
+ * that constrains an instance is -EINVAL naming the keyword and its JSON pointer.
+ * Whitespace between JSON tokens is free ([ \t\n\r]*).
  * Errors: -EINVAL (not JSON, not a schema, unsupported, empty language, $ref cycle with
  * no base case), -E2BIG (too large), -ENOMEM. err (may be NULL) gets the detail.
  */
@@ -145,6 +147,19 @@ bool cst_matcher_can_end(const cst_matcher *m);
 bool cst_matcher_ended(const cst_matcher *m);
 /* Whether nothing but the end may follow (the grammar is complete and cannot grow). */
 bool cst_matcher_is_dead_end(cst_matcher *m);
+/*
+ * The bytes the grammar forces next: from the current state, while exactly one byte can
+ * follow and the text so far is not a complete match, that byte (at most cap of them; 0 at
+ * a choice, an end or after an end). A decoder may emit their tokens without computing
+ * logits for them ("jump-forward"). Errors: -ENOMEM, -E2BIG.
+ */
+long cst_matcher_forced(cst_matcher *m, uint8_t *out, size_t cap);
+/*
+ * A one-line account of the current state and of the last mask (benchmarks, logs): the
+ * state's id and threads, its deepest stack, its character chain, and whether the last
+ * mask came from the cache or walked the vocabulary (nodes visited, new states made).
+ */
+void cst_matcher_describe(const cst_matcher *m, char *buf, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "constrain/cst.h"
+
 enum { OP_FAIL = 0, OP_SET, OP_SPLIT, OP_JMP, OP_CALL, OP_RET, OP_MATCH };
 
 typedef struct cst_inst {
@@ -120,6 +122,19 @@ struct cst_grammar {
     uint16_t class_start[257]; /* class c's bytes: class_bytes[class_start[c] .. [c + 1]) */
     uint8_t class_bytes[256];
 };
+/*
+ * A grammar's byte-level DFA, for compilers that build automata from other automata (the
+ * keys of patternProperties): a matcher with no vocabulary, its start state, a step (0: the
+ * dead state; -ENOMEM, -E2BIG on error) and whether a state is a complete match. State ids
+ * stay valid while only cst_dfa_step is used on the matcher.
+ */
+int cst_dfa_open(const cst_grammar *g, cst_matcher **out);
+void cst_dfa_close(cst_matcher *m);
+uint32_t cst_dfa_start(const cst_matcher *m);
+int32_t cst_dfa_step(cst_matcher *m, uint32_t s, uint8_t byte);
+bool cst_dfa_accepting(const cst_matcher *m, uint32_t s);
+uint32_t cst_dfa_states(const cst_matcher *m);
+
 /* Checks the program for left recursion (a subroutine that can call itself before it has
  * consumed a byte) and wraps it; takes p over. */
 int cst_grammar_finish(cst_prog *p, cst_grammar **out, char *err, size_t errlen);

@@ -15,8 +15,9 @@
  * Composition: allOf and a $ref with sibling keywords are merged into one schema (keyword
  * by keyword, refusing what does not merge); anyOf / oneOf distribute the sibling keywords
  * into each alternative; oneOf is accepted only where its alternatives provably exclude
- * each other (different JSON types, or a required property with disjoint const / enum),
- * since a union of overlapping alternatives would let "matches two" through.
+ * each other (different JSON types; for objects, a required property with disjoint const /
+ * enum / types, or a key one requires and the other cannot have), since a union of
+ * overlapping alternatives would let "matches two" through.
  */
 #include "constrain/cst.h"
 #include "constrain/prog.h"
@@ -448,6 +449,12 @@ static json_t *sc_flatten(sc_ctx *c, json_t *s, const char *ptr)
 static bool bool_schema_true(json_t *s)
 {
     return json_is_true(s) || (json_is_object(s) && json_object_size(s) == 0);
+}
+
+/* true, {} or a schema of annotations only */
+static bool is_true_schema(json_t *s)
+{
+    return bool_schema_true(s) || (json_is_object(s) && !has_assertions_besides(s, NULL));
 }
 
 static json_t *merge_schema_kw(sc_ctx *c, json_t *x, json_t *y, const char *ptr)
@@ -1059,6 +1066,7 @@ typedef struct sc_prop {
     const char *name;
     json_t *schema;
     bool required;
+    bool from_addl; /* required but not in properties */
     char ptr[512];
 } sc_prop;
 
@@ -1147,6 +1155,293 @@ static uint32_t key_other_than(sc_ctx *c, const sc_prop *props, size_t n, uint32
     return pc;
 }
 
+/* ---- patternProperties ------------------------------------------------------------------ */
+
+#define SC_MAX_PATTERNS   16   /* patterns in one patternProperties */
+#define SC_MAX_KEY_STATES 4096 /* states of the automaton over a key's bytes */
+
+/*
+ * The keys of an object with patternProperties, as one automaton over the key's bytes (its
+ * content as json.dumps writes it, then the closing quote): the product of one DFA per
+ * pattern (the regex found anywhere in the key, as JSON Schema's `pattern`), one for "a
+ * well-formed string" and one for "one of the names in properties". Where a key ends, the
+ * patterns it matches are known, so its value is the schema of all of them together, or
+ * additionalProperties when it matches none; a key named in properties is not taken here
+ * (the named members are). Exact: no key is let through with a looser value schema.
+ */
+typedef struct sc_keys {
+    int ncomp; /* 0: any string, 1..npat: the patterns, npat + 1: the names */
+    int npat;
+    bool names;
+    cst_grammar *g[SC_MAX_PATTERNS + 2];
+    cst_matcher *m[SC_MAX_PATTERNS + 2];
+    json_t *schema[SC_MAX_PATTERNS]; /* the patterns' schemas */
+    const char *re[SC_MAX_PATTERNS];
+} sc_keys;
+
+static void keys_release(sc_keys *k)
+{
+    for (int i = 0; i < k->ncomp; i++) {
+        cst_dfa_close(k->m[i]);
+        cst_grammar_free(k->g[i]);
+    }
+    k->ncomp = 0;
+}
+
+/* One component from a program whose body the caller emitted into p (p.start set). */
+static int keys_add(sc_ctx *c, sc_keys *k, cst_prog *p, const char *ptr)
+{
+    char err[300];
+    int rc = cst_grammar_finish(p, &k->g[k->ncomp], err, sizeof err);
+    if (!rc) rc = cst_dfa_open(k->g[k->ncomp], &k->m[k->ncomp]);
+    if (rc) {
+        if (k->g[k->ncomp]) cst_grammar_free(k->g[k->ncomp]);
+        sc_err(c, ptr, "patternProperties", rc == -ENOMEM ? "out of memory" : err);
+        return rc;
+    }
+    k->ncomp++;
+    return 0;
+}
+
+static int keys_build(sc_ctx *c, sc_keys *k, json_t *pp, const sc_prop *pr, size_t n,
+                      const char *ptr)
+{
+    memset(k, 0, sizeof *k);
+    if (json_object_size(pp) > SC_MAX_PATTERNS)
+        return sc_err(c, ptr, "patternProperties", "more than 16 patterns"), -EINVAL;
+    cst_prog p;
+    /* any well-formed key */
+    if (prog_init(&p)) return prog_fail(c->p, -ENOMEM, "out of memory"), -ENOMEM;
+    {
+        cst_cps all = {0};
+        cps_add(&all, 0, 0xD7FF);
+        cps_add(&all, 0xE000, CST_MAX_CP);
+        uint32_t close = prog_lit(&p, "\"", 1, prog_emit(&p, OP_MATCH, 0, 0));
+        uint32_t loop = prog_split(&p, 0, close);
+        prog_patch(&p, loop, prog_cps(&p, &all, true, loop));
+        cps_free(&all);
+        p.start = loop;
+    }
+    if (keys_add(c, k, &p, ptr)) return -EINVAL;
+    const char *re;
+    json_t *sub;
+    json_object_foreach(pp, re, sub)
+    {
+        char pp_ptr[512], sptr[512];
+        ptr_child(pp_ptr, sizeof pp_ptr, ptr, "patternProperties");
+        ptr_child(sptr, sizeof sptr, pp_ptr, re);
+        if (prog_init(&p)) return prog_fail(c->p, -ENOMEM, "out of memory"), -ENOMEM;
+        uint32_t close = prog_lit(&p, "\"", 1, prog_emit(&p, OP_MATCH, 0, 0));
+        p.start = cst_regex_emit(&p, re, strlen(re), RE_SEARCH | RE_JSON_STRING, close);
+        if (p.failed) {
+            char m[400];
+            snprintf(m, sizeof m, "the pattern does not compile: %.280s", p.err);
+            prog_release(&p);
+            return sc_err(c, sptr, "patternProperties", m), -EINVAL;
+        }
+        if (keys_add(c, k, &p, ptr)) return -EINVAL;
+        k->re[k->npat] = re;
+        k->schema[k->npat++] = sub;
+    }
+    if (n) {
+        if (prog_init(&p)) return prog_fail(c->p, -ENOMEM, "out of memory"), -ENOMEM;
+        uint32_t match = prog_emit(&p, OP_MATCH, 0, 0);
+        uint32_t *e = calloc(n, sizeof *e);
+        size_t ne = 0;
+        for (size_t i = 0; e && i < n; i++) {
+            char *q = NULL;
+            size_t ql = 0, qc = 0;
+            if (cst_json_quote(pr[i].name, strlen(pr[i].name), &q, &ql, &qc) == 0 && ql >= 2)
+                e[ne++] = prog_lit(&p, q + 1, ql - 1, match);
+            free(q);
+        }
+        p.start = ne ? prog_alts(&p, e, ne) : 0;
+        free(e);
+        if (!ne) {
+            prog_release(&p);
+        } else {
+            if (keys_add(c, k, &p, ptr)) return -EINVAL;
+            k->names = true;
+        }
+    }
+    return 0;
+}
+
+/* The patterns a key matches (bit i: pattern i), -1 if it is not a well-formed key. */
+static long keys_match(sc_keys *k, const char *key)
+{
+    char *q = NULL;
+    size_t ql = 0, qc = 0;
+    if (cst_json_quote(key, strlen(key), &q, &ql, &qc) || ql < 2) {
+        free(q);
+        return -1;
+    }
+    long bits = 0;
+    for (int i = 0; i <= k->npat; i++) {
+        int32_t s = (int32_t)cst_dfa_start(k->m[i]);
+        for (size_t b = 1; b < ql && s > 0; b++)
+            s = cst_dfa_step(k->m[i], (uint32_t)s, (uint8_t)q[b]);
+        bool acc = s > 0 && cst_dfa_accepting(k->m[i], (uint32_t)s);
+        if (i == 0 && !acc) {
+            bits = -1;
+            break;
+        }
+        if (i > 0 && acc) bits |= 1L << (i - 1);
+    }
+    free(q);
+    return bits;
+}
+
+/* The schema of a key that matches the patterns in bits (none: addl, or NULL: no such key),
+ * together with base (a named property's schema) when base is not NULL. */
+static json_t *keys_schema(sc_ctx *c, sc_keys *k, long bits, json_t *base, json_t *addl,
+                           const char *ptr)
+{
+    json_t *s = base;
+    if (!bits && !base) return addl;
+    for (int i = 0; i < k->npat && !c->p->failed; i++)
+        if (bits >> i & 1) s = s ? sc_merge(c, s, k->schema[i], ptr) : k->schema[i];
+    return c->p->failed ? NULL : s;
+}
+
+/* The product automaton's states while it is built: tuples of component states. */
+typedef struct key_auto {
+    int nc;
+    uint32_t *tup;   /* [state * nc + component] */
+    uint32_t *entry; /* each state's JMP, patched once its transitions are emitted */
+    uint32_t *hash;  /* state + 1, open addressing over tuples */
+    size_t n, cap, hcap;
+} key_auto;
+
+static size_t ka_slot(const key_auto *a, const uint32_t *t, size_t hcap)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < a->nc; i++) h = (h ^ t[i]) * 0x100000001B3ull;
+    return (size_t)(h ^ h >> 29) & (hcap - 1);
+}
+
+/* The state of tuple t (made, with its JMP emitted, if new); -1 after an error. */
+static int64_t ka_intern(sc_ctx *c, key_auto *a, const uint32_t *t, const char *ptr)
+{
+    size_t nc = (size_t)a->nc, j = ka_slot(a, t, a->hcap);
+    for (; a->hash[j]; j = (j + 1) & (a->hcap - 1))
+        if (!memcmp(a->tup + (a->hash[j] - 1) * nc, t, nc * sizeof *t)) return a->hash[j] - 1;
+    if (a->n == SC_MAX_KEY_STATES)
+        return sc_err(c, ptr, "patternProperties", "the key patterns need too many states"), -1;
+    if (a->n == a->cap) {
+        size_t cap = a->cap * 2;
+        uint32_t *t2 = realloc(a->tup, cap * nc * sizeof *t2);
+        if (t2) a->tup = t2;
+        uint32_t *e2 = realloc(a->entry, cap * sizeof *e2);
+        if (e2) a->entry = e2;
+        if (!t2 || !e2) return prog_fail(c->p, -ENOMEM, "out of memory"), -1;
+        a->cap = cap;
+    }
+    memcpy(a->tup + a->n * nc, t, nc * sizeof *t);
+    a->entry[a->n] = prog_emit(c->p, OP_JMP, 0, 0);
+    a->hash[j] = (uint32_t)a->n + 1;
+    int64_t id = (int64_t)a->n++;
+    if (a->n * 2 >= a->hcap) {
+        size_t hcap = a->hcap * 2;
+        uint32_t *h2 = calloc(hcap, sizeof *h2);
+        if (!h2) return prog_fail(c->p, -ENOMEM, "out of memory"), -1;
+        for (size_t s = 0; s < a->n; s++) {
+            size_t q = ka_slot(a, a->tup + s * nc, hcap);
+            while (h2[q]) q = (q + 1) & (hcap - 1);
+            h2[q] = (uint32_t)s + 1;
+        }
+        free(a->hash);
+        a->hash = h2;
+        a->hcap = hcap;
+    }
+    return c->p->failed ? -1 : id;
+}
+
+/*
+ * `"` + a key other than the named ones + `"` + `:` + its value, then next. addl: the
+ * schema of a key no pattern matches (NULL: no such key).
+ */
+static uint32_t keys_member(sc_ctx *c, sc_keys *k, json_t *addl, const char *ptr, uint32_t next)
+{
+    cst_prog *p = c->p;
+    int nc = k->ncomp;
+    key_auto a = {.nc = nc, .cap = 64, .hcap = 256};
+    a.tup = malloc(a.cap * (size_t)nc * sizeof *a.tup);
+    a.entry = malloc(a.cap * sizeof *a.entry);
+    a.hash = calloc(a.hcap, sizeof *a.hash);
+    /* the value entries by the set of patterns the key matched */
+    long vbits[64];
+    uint32_t vpc[64];
+    int nv = 0;
+    uint32_t cur[SC_MAX_PATTERNS + 2], grp_target[256], alts[256];
+    cst_byteset grp_set[256];
+    uint32_t result = 0;
+    if (!a.tup || !a.entry || !a.hash) {
+        prog_fail(p, -ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < nc; i++) cur[i] = cst_dfa_start(k->m[i]);
+    int64_t start = ka_intern(c, &a, cur, ptr);
+    if (start < 0) goto out;
+    for (size_t t = 0; t < a.n && !p->failed; t++) {
+        int ng = 0;
+        for (int b = 0; b < 256; b++) {
+            uint32_t target;
+            for (int i = 0; i < nc; i++) {
+                int32_t s = cst_dfa_step(k->m[i], a.tup[t * (size_t)nc + (size_t)i], (uint8_t)b);
+                if (s < 0) {
+                    sc_err(c, ptr, "patternProperties",
+                           s == -ENOMEM ? "out of memory" : "a pattern too complex");
+                    goto out;
+                }
+                cur[i] = (uint32_t)s;
+            }
+            if (!cur[0]) continue;                    /* not a well-formed key */
+            if (cst_dfa_accepting(k->m[0], cur[0])) { /* the closing quote */
+                if (k->names && cst_dfa_accepting(k->m[nc - 1], cur[nc - 1]))
+                    continue; /* a named property: the named members take it */
+                long bits = 0;
+                for (int i = 0; i < k->npat; i++)
+                    if (cst_dfa_accepting(k->m[1 + i], cur[1 + i])) bits |= 1L << i;
+                int v = 0;
+                while (v < nv && vbits[v] != bits) v++;
+                if (v == nv) {
+                    if (nv == 64) {
+                        sc_err(c, ptr, "patternProperties", "too many overlapping patterns");
+                        goto out;
+                    }
+                    json_t *vs = keys_schema(c, k, bits, NULL, addl, ptr);
+                    uint32_t val = vs ? sc_call(c, vs, ptr, next) : 0;
+                    vbits[nv] = bits;
+                    vpc[nv++] = val ? prog_ws(p, prog_lit(p, ":", 1, prog_ws(p, val))) : 0;
+                }
+                if (!vpc[v]) continue;
+                target = vpc[v];
+            } else {
+                int64_t id = ka_intern(c, &a, cur, ptr);
+                if (id < 0) goto out;
+                target = a.entry[id];
+            }
+            int gi = 0;
+            while (gi < ng && grp_target[gi] != target) gi++;
+            if (gi == ng) {
+                grp_target[ng] = target;
+                memset(&grp_set[ng], 0, sizeof grp_set[ng]);
+                ng++;
+            }
+            grp_set[gi].w[b >> 6] |= 1ull << (b & 63);
+        }
+        for (int gi = 0; gi < ng; gi++) alts[gi] = prog_set(p, &grp_set[gi], grp_target[gi]);
+        prog_patch(p, a.entry[t], ng ? prog_alts(p, alts, (size_t)ng) : 0);
+    }
+    result = p->failed ? 0 : prog_lit(p, "\"", 1, a.entry[start]);
+out:
+    free(a.tup);
+    free(a.entry);
+    free(a.hash);
+    return p->failed ? 0 : result;
+}
+
 static uint32_t member(sc_ctx *c, const sc_prop *pr, bool call, uint32_t next)
 {
     uint32_t val =
@@ -1162,8 +1457,7 @@ static uint32_t sc_object(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
     json_t *addl = json_object_get(s, "additionalProperties");
     json_t *uneval = json_object_get(s, "unevaluatedProperties");
     json_t *pp = json_object_get(s, "patternProperties"), *pn = json_object_get(s, "propertyNames");
-    if (pp && !(json_is_object(pp) && json_object_size(pp) == 0))
-        return sc_err(c, ptr, "patternProperties", "not supported");
+    if (pp && !json_is_object(pp)) return sc_err(c, ptr, "patternProperties", "not an object");
     if (pn && !bool_schema_true(pn) &&
         !(json_is_object(pn) && sc_types(pn) == T_STR && json_object_size(pn) == 1))
         return sc_err(c, ptr, "propertyNames", "not supported");
@@ -1181,6 +1475,16 @@ static uint32_t sc_object(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
     else if (addl && uneval && !bool_schema_true(uneval) && !json_equal(addl, uneval))
         return sc_err(c, ptr, "unevaluatedProperties", "not supported beside additionalProperties");
     bool addl_allowed = !json_is_false(addl);
+    /* patternProperties: where every pattern's schema allows anything and so do the
+     * additional properties, they change nothing */
+    bool has_pp = false;
+    if (pp && json_object_size(pp)) {
+        const char *k;
+        json_t *v;
+        has_pp = !(addl_allowed && (!addl || is_true_schema(addl)));
+        json_object_foreach(pp, k, v) has_pp |= !is_true_schema(v);
+    }
+    sc_keys keys = {0};
     size_t np = props ? json_object_size(props) : 0, nr = req ? json_array_size(req) : 0;
     sc_prop *pr = calloc(np + nr + 1, sizeof *pr);
     if (!pr) return prog_fail(p, -ENOMEM, "out of memory");
@@ -1207,35 +1511,59 @@ static uint32_t sc_object(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
         size_t j;
         for (j = 0; j < n; j++)
             if (!strcmp(pr[j].name, json_string_value(r))) break;
-        if (j == n) { /* required but not in properties: its schema is additionalProperties */
-            if (!addl_allowed) {
+        if (j == n) { /* required but not in properties: its schema is additionalProperties
+                       * (or its patterns', below) */
+            if (!addl_allowed && !has_pp) {
                 free(pr);
                 return 0; /* no object can have it */
             }
             pr[n].name = json_string_value(r);
-            pr[n].schema = addl ? addl : json_true();
+            pr[n].from_addl = true;
+            pr[n].schema = !addl_allowed ? json_false() : addl ? addl : json_true();
             snprintf(pr[n].ptr, sizeof pr[n].ptr, "%s/additionalProperties", ptr);
             n++;
         }
         if (!pr[j].required) nreq++;
         pr[j].required = true;
     }
+    /* a named property that a pattern matches: both schemas */
+    if (has_pp) {
+        if (keys_build(c, &keys, pp, pr, n, ptr)) {
+            keys_release(&keys);
+            free(pr);
+            return 0;
+        }
+        for (size_t i = 0; i < n && !p->failed; i++) {
+            long bits = keys_match(&keys, pr[i].name);
+            if (bits <= 0) continue;
+            pr[i].schema =
+                keys_schema(c, &keys, bits, pr[i].from_addl ? NULL : pr[i].schema, NULL, pr[i].ptr);
+        }
+        if (p->failed) {
+            keys_release(&keys);
+            free(pr);
+            return 0;
+        }
+    }
     /* a property whose schema is false cannot appear */
     for (size_t i = 0; i < n; i++)
         if (json_is_false(pr[i].schema)) {
             if (pr[i].required) {
+                keys_release(&keys);
                 free(pr);
                 return 0;
             }
         }
     json_t *minp = json_object_get(s, "minProperties"), *maxp = json_object_get(s, "maxProperties");
     if (minp && (!json_is_integer(minp) || json_integer_value(minp) > (json_int_t)nreq)) {
+        keys_release(&keys);
         free(pr);
         return sc_err(c, ptr, "minProperties",
                       "not supported beyond the number of required properties");
     }
-    if (maxp &&
-        (!json_is_integer(maxp) || addl_allowed || json_integer_value(maxp) < (json_int_t)n)) {
+    if (maxp && (!json_is_integer(maxp) || addl_allowed || has_pp ||
+                 json_integer_value(maxp) < (json_int_t)n)) {
+        keys_release(&keys);
         free(pr);
         return sc_err(c, ptr, "maxProperties",
                       "not supported below the number of possible properties");
@@ -1249,21 +1577,26 @@ static uint32_t sc_object(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
         }
     uint32_t close = prog_ws(p, prog_lit(p, "}", 1, next));
     uint32_t rest_addl = close, first_addl = close;
-    if (addl_allowed) {
+    if (addl_allowed || has_pp) {
         json_t *as = addl ? addl : json_true();
         char aptr[512];
         snprintf(aptr, sizeof aptr, "%s/additionalProperties", ptr);
-        uint32_t loop = prog_split(p, 0, close);
-        uint32_t v1 = sc_call(c, as, aptr, loop);
-        uint32_t m1 = key_other_than(c, pr, n, prog_ws(p, prog_lit(p, ":", 1, prog_ws(p, v1))));
+        uint32_t loop = prog_split(p, 0, close), m1, m0 = 0;
+        if (has_pp) {
+            m1 = m0 = keys_member(c, &keys, addl_allowed ? as : NULL, aptr, loop);
+        } else {
+            uint32_t v1 = sc_call(c, as, aptr, loop);
+            m1 = key_other_than(c, pr, n, prog_ws(p, prog_lit(p, ":", 1, prog_ws(p, v1))));
+            if (first_req == n) {
+                uint32_t v0 = sc_call(c, as, aptr, loop);
+                m0 = key_other_than(c, pr, n, prog_ws(p, prog_lit(p, ":", 1, prog_ws(p, v0))));
+            }
+        }
         prog_patch(p, loop, prog_ws(p, prog_lit(p, ",", 1, prog_ws(p, m1))));
         rest_addl = loop;
-        if (first_req == n) {
-            uint32_t v0 = sc_call(c, as, aptr, loop);
-            uint32_t m0 = key_other_than(c, pr, n, prog_ws(p, prog_lit(p, ":", 1, prog_ws(p, v0))));
-            first_addl = prog_split(p, m0, close);
-        }
+        if (first_req == n) first_addl = prog_split(p, m0, close);
     }
+    keys_release(&keys);
     uint32_t rest_next = rest_addl, first_next = first_addl;
     for (size_t i = n; i-- > 0 && !p->failed;) {
         if (json_is_false(pr[i].schema)) continue; /* never present */
@@ -1365,18 +1698,63 @@ static uint32_t sc_array(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
 static const char *const unsupported[] = {
     "if", "$dynamicRef", "$recursiveRef", "disallow", "extends", "divisibleBy", NULL};
 
-/*
- * `not` in the forms that only remove whole JSON types: not {} / not true (nothing
- * validates), not false (no constraint), not {"type": ...}. Narrows *types; returns -1
- * when nothing may validate, 0 otherwise (errors recorded).
- */
-static int sc_not(sc_ctx *c, json_t *s, const char *ptr, int *types)
+/* x is {required: [k]} (one key, nothing else asserted): *key = k */
+static bool one_required(json_t *x, const char **key)
 {
-    json_t *nt = json_object_get(s, "not");
+    if (!json_is_object(x) || has_assertions_besides(x, (const char *const[]){"required", NULL}))
+        return false;
+    json_t *r = json_object_get(x, "required");
+    if (!json_is_array(r) || json_array_size(r) != 1 || !json_is_string(json_array_get(r, 0)))
+        return false;
+    *key = json_string_value(json_array_get(r, 0));
+    return true;
+}
+
+/*
+ * `not` in the forms that remove whole JSON types: not {} / not true (nothing validates),
+ * not false (no constraint), not {"type": ...}; and in the forms that forbid properties:
+ * not {required: [k]} and not {anyOf: [{required: [k1]}, {required: [k2]}, ...]} (only an
+ * object without those keys validates: *s becomes a copy whose properties make them false).
+ * Narrows *types; returns -1 when nothing may validate, 0 otherwise (errors recorded).
+ */
+static int sc_not(sc_ctx *c, json_t **sp, const char *ptr, int *types)
+{
+    json_t *s = *sp, *nt = json_object_get(s, "not");
     if (!nt || json_is_false(nt)) return 0;
     if (bool_schema_true(nt)) return -1;
+    const char *key;
+    json_t *alts = json_is_object(nt) ? json_object_get(nt, "anyOf") : NULL;
+    bool forbid = one_required(nt, &key);
+    if (!forbid && json_is_array(alts) && json_array_size(alts) &&
+        !has_assertions_besides(nt, (const char *const[]){"anyOf", NULL})) {
+        forbid = true;
+        for (size_t i = 0; i < json_array_size(alts) && forbid; i++)
+            forbid = one_required(json_array_get(alts, i), &key);
+    }
+    if (forbid) {
+        *types &= T_OBJ; /* `required` holds for anything else: `not` of it fails */
+        if (!*types) return -1;
+        json_t *cp = json_object(), *props = json_object();
+        json_array_append_new(c->keep, cp);
+        json_object_update(cp, s);
+        json_object_del(cp, "not");
+        json_t *old = json_object_get(s, "properties");
+        if (json_is_object(old)) json_object_update(props, old);
+        if (one_required(nt, &key))
+            json_object_set(props, key, json_false());
+        else
+            for (size_t i = 0; i < json_array_size(alts); i++)
+                if (one_required(json_array_get(alts, i), &key))
+                    json_object_set(props, key, json_false());
+        json_object_set_new(cp, "properties", props);
+        *sp = cp;
+        return 0;
+    }
     if (!json_is_object(nt) || has_assertions_besides(nt, (const char *const[]){"type", NULL}))
-        return sc_err(c, ptr, "not", "supported only as not {}, not true/false or not {type}"), 0;
+        return sc_err(c, ptr, "not",
+                      "supported only as not {}, not true/false, not {type} and not of "
+                      "required properties"),
+               0;
     int tn = sc_types(nt);
     if (tn < 0) return sc_err(c, ptr, "not", "not a type name or a list of them"), 0;
     if (tn & T_NUM) tn |= T_INT;
@@ -1439,13 +1817,36 @@ static bool required_has(json_t *s, const char *k)
     return false;
 }
 
+/* whether an object valid against s can never have key k (s flattened) */
+static bool forbids_key(json_t *s, const char *k)
+{
+    json_t *props = json_object_get(s, "properties"), *pp = json_object_get(s, "patternProperties");
+    json_t *x = json_object_get(props, k);
+    if (x) return json_is_false(x);
+    if (pp && json_object_size(pp)) return false;
+    json_t *addl = json_object_get(s, "additionalProperties");
+    if (!addl) addl = json_object_get(s, "unevaluatedProperties");
+    return json_is_false(addl);
+}
+
 /* whether no instance can match both a and b (a sufficient test) */
 static bool provably_disjoint(sc_ctx *c, json_t *a, json_t *b)
 {
-    if (!(kinds_of(a) & kinds_of(b))) return true;
+    int shared = kinds_of(a) & kinds_of(b);
+    if (!shared) return true;
     json_t *va = values_of(a), *vb = values_of(b);
     if (va && vb && values_disjoint(va, vb)) return true;
     if (!json_is_object(a) || !json_is_object(b)) return false;
+    /* the arguments below are about objects: any other kind both allow could match both */
+    if (shared != T_OBJ) return false;
+    /* a key one requires and the other forbids */
+    json_t *ra = json_object_get(a, "required"), *rb = json_object_get(b, "required");
+    size_t i;
+    json_t *r;
+    json_array_foreach(ra, i, r) if (json_is_string(r) &&
+                                     forbids_key(b, json_string_value(r))) return true;
+    json_array_foreach(rb, i, r) if (json_is_string(r) &&
+                                     forbids_key(a, json_string_value(r))) return true;
     json_t *pa = json_object_get(a, "properties"), *pb = json_object_get(b, "properties");
     const char *k;
     json_t *x;
@@ -1560,7 +1961,7 @@ static uint32_t sc_value(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
         sc_err(c, ptr, "type", "not a type name or a list of them");
         goto out;
     }
-    if (sc_not(c, s, ptr, &types) < 0 || p->failed) goto out; /* nothing validates */
+    if (sc_not(c, &s, ptr, &types) < 0 || p->failed) goto out; /* nothing validates */
     json_t *cv = json_object_get(s, "const"), *ev = json_object_get(s, "enum");
     if (cv || ev) {
         static const char *const ok[] = {"const", "enum", "type", "not", NULL};

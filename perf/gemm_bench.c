@@ -8,8 +8,8 @@
  * engine's switch to SGEMM (gemm_small_max_rows) is chosen from it.
  *
  *   gemm_bench [--shape stories110M|stories15M] [--repeats R] [--rows 1,2,4,...]
- *              [--path auto|avx512|avx2|portable] [--type F16|BF16] [--clock cpu] [--json]
- *              [--prefill]
+ *              [--path auto|avx512|avx2|portable] [--type F16|BF16|Q8_0|Q4_K|Q6_K]
+ *              [--clock cpu] [--json] [--prefill]
  *
  * --type F16 or BF16: the weights in that type instead, q_matmul (kernels/cpu/quant.h: float
  * tiles converted once, then gemm_small or SGEMM) against the fused dots it replaced for
@@ -21,11 +21,14 @@
  * left out, prefill computes logits for one row): kernels/cpu/gemm_f32.h's own AVX2 tiles
  * against what the engine ran before them, in the same repeat — SGEMM on F32 weights,
  * q_matmul's converted float tiles and SGEMM on F16/BF16 — with each side's GFLOP/s and the
- * path the engine now takes for the shape (gemm_f32_prefer).
+ * path the engine now takes for the shape (gemm_f32_prefer). --type Q8_0, Q4_K or Q6_K (with
+ * --prefill only): gemm_f32 on panels dequantized once per block of k, against q_matmul
+ * (above Q_INT_MAX_ROWS without AVX-512 VNNI: float tiles dequantized and SGEMM).
  */
 #include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/gemm_small.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_prefill.h"
 #include "perf/bench_util.h"
 
 #include <cblas.h>
@@ -58,7 +61,23 @@ typedef struct shape {
 
 static gemm_small_path path = GEMM_SMALL_AUTO;
 static int wtype = Q_F32; /* --type */
-static int prefill;       /* --prefill */
+
+static const char *type_name(void)
+{
+    return wtype == Q_F16    ? "F16"
+           : wtype == Q_BF16 ? "BF16"
+           : wtype == Q_Q8_0 ? "Q8_0"
+           : wtype == Q_Q4_K ? "Q4_K"
+           : wtype == Q_Q6_K ? "Q6_K"
+                             : "F32";
+}
+
+/* Bytes of `elems` weights in the --type (whole rows: a multiple of the block). */
+static size_t type_bytes(size_t elems)
+{
+    return wtype == Q_F32 ? elems * sizeof(float) : q_row_bytes(wtype, (int64_t)elems);
+}
+static int prefill; /* --prefill */
 
 /* --type: q_matmul on the weights in their type, split as run_small splits them */
 static void run_typed(int M, const shape *s, const float *x, const void *w, float *y)
@@ -96,6 +115,31 @@ static void run_own(int M, const shape *s, const float *x, const void *w, float 
     }
 }
 
+/* --prefill --type Q4_K: the integer tiles (quant_prefill.h), the rows quantized once per
+ * product as the engine quantizes them once per matmul; false where they do not run */
+static void *xq_mem;
+static size_t xq_cap;
+static bool run_int(int M, const shape *s, const float *x, const void *w, float *y)
+{
+    const size_t need = q_xq_bytes(M, s->k);
+    if (xq_cap < need) {
+        free(xq_mem);
+        xq_mem = malloc(need);
+        xq_cap = xq_mem ? need : 0;
+    }
+    const q_xq *a = xq_mem ? q_xq_prepare(xq_mem, xq_cap, x, M, s->k) : NULL;
+    if (!a) return false;
+    int chunk = (s->n + CHUNKS - 1) / CHUNKS;
+    size_t rb = q_row_bytes(wtype, s->k);
+    for (int n0 = 0; n0 < s->n; n0 += chunk) {
+        int n = s->n - n0 < chunk ? s->n - n0 : chunk;
+        if (!q_prefill_matmul(wtype, (const char *)w + (size_t)n0 * rb, n, s->k, a, 0.0f, y + n0,
+                              s->n))
+            return false;
+    }
+    return true;
+}
+
 static void run_small(int M, const shape *s, const float *x, const float *w, float *y)
 {
     int chunk = (s->n + CHUNKS - 1) / CHUNKS;
@@ -124,8 +168,7 @@ static int run_prefill(const char *shape_name, const shape *shapes, int n_shapes
                        int n_rows, int repeats, int json, const float *x, const float *w,
                        const char *wq, size_t w_elems, float *y)
 {
-    const char *ta = wtype == Q_F16 ? "F16" : wtype == Q_BF16 ? "BF16" : "F32";
-    const size_t es = wtype == Q_F32 ? 4 : 2;
+    const char *ta = type_name();
     const void *wbase = wq ? (const void *)wq : (const void *)w;
     if (json)
         printf("{\"shape\":\"%s\",\"type\":\"%s\",\"threads\":1,\"repeats\":%d,\"chunks\":%d,"
@@ -133,9 +176,9 @@ static int run_prefill(const char *shape_name, const shape *shapes, int n_shapes
                shape_name, ta, repeats, CHUNKS);
     else
         printf("gemm_bench --prefill %s %s, 1 thread, %d chunks per product, medians of %d\n"
-               "%-5s %5s %9s %9s %8s %8s %8s  %s\n",
+               "%-5s %5s %9s %9s %8s %8s %8s %9s %8s  %s\n",
                shape_name, ta, CHUNKS, repeats, "proj", "M", "own ms", "old ms", "old/own",
-               "own GF/s", "old GF/s", "engine takes");
+               "own GF/s", "old GF/s", "int ms", "old/int", "engine takes");
     int first = 1;
     for (int si = 0; si < n_shapes; si++) {
         const shape *s = &shapes[si];
@@ -146,30 +189,45 @@ static int run_prefill(const char *shape_name, const shape *shapes, int n_shapes
             const double flop = 2.0 * M * s->n * s->k;
             /* about 0.1 s per timing at 30 GFLOP/s, at least two products */
             int iters = (int)(3e9 / flop) + 2;
-            double ts[64], tb[64];
+            double ts[64], tb[64], ti[64];
             int R = repeats < 64 ? repeats : 64;
+            const bool int_runs = wq && q_prefill_runs(wtype, M);
             for (int r = 0; r < R; r++) {
                 double t0 = now_s();
+                ti[r] = 0.0;
+                for (int i = 0; i < iters && int_runs; i++)
+                    if (!run_int(M, s, x, wq + type_bytes((size_t)i % n_copies * wsz), y)) {
+                        fprintf(stderr, "gemm_bench: the integer tiles declined\n");
+                        exit(1);
+                    }
+                if (int_runs) ti[r] = (now_s() - t0) / iters;
+                t0 = now_s();
                 for (int i = 0; i < iters; i++)
-                    run_own(M, s, x, (const char *)wbase + (size_t)i % n_copies * wsz * es, y);
+                    run_own(M, s, x, (const char *)wbase + type_bytes((size_t)i % n_copies * wsz),
+                            y);
                 ts[r] = (now_s() - t0) / iters;
                 t0 = now_s();
                 for (int i = 0; i < iters; i++)
                     if (wq)
-                        run_typed(M, s, x, wq + (size_t)i % n_copies * wsz * es, y);
+                        run_typed(M, s, x, wq + type_bytes((size_t)i % n_copies * wsz), y);
                     else
                         run_blas(M, s, x, w + (size_t)i % n_copies * wsz, y);
                 tb[r] = (now_s() - t0) / iters;
             }
-            const double mo = bench_median(ts, R), mb = bench_median(tb, R);
-            const char *takes = gemm_f32_prefer(wtype, M, s->n, s->k) ? "own" : "old";
+            const double mo = bench_median(ts, R), mb = bench_median(tb, R),
+                         mi = bench_median(ti, R);
+            const char *takes = int_runs                                ? "int"
+                                : gemm_f32_prefer(wtype, M, s->n, s->k) ? "own"
+                                                                        : "old";
             if (json)
                 printf("%s{\"proj\":\"%s\",\"n\":%d,\"k\":%d,\"m\":%d,\"own_ms\":%.4f,"
-                       "\"old_ms\":%.4f,\"engine_takes\":\"%s\"}",
-                       first ? "" : ",", s->name, s->n, s->k, M, mo * 1e3, mb * 1e3, takes);
+                       "\"old_ms\":%.4f,\"int_ms\":%.4f,\"engine_takes\":\"%s\"}",
+                       first ? "" : ",", s->name, s->n, s->k, M, mo * 1e3, mb * 1e3, mi * 1e3,
+                       takes);
             else
-                printf("%-5s %5d %9.3f %9.3f %8.2f %8.1f %8.1f  %s\n", s->name, M, mo * 1e3,
-                       mb * 1e3, mb / mo, flop / mo * 1e-9, flop / mb * 1e-9, takes);
+                printf("%-5s %5d %9.3f %9.3f %8.2f %8.1f %8.1f %9.3f %8.2f  %s\n", s->name, M,
+                       mo * 1e3, mb * 1e3, mb / mo, flop / mo * 1e-9, flop / mb * 1e-9, mi * 1e3,
+                       int_runs ? mb / mi : 0.0, takes);
             first = 0;
         }
     }
@@ -204,9 +262,14 @@ int main(int argc, char **argv)
                                                      : GEMM_SMALL_AUTO;
             break;
         case 'T':
-            wtype = strcmp(optarg, "F16") == 0 ? Q_F16 : strcmp(optarg, "BF16") == 0 ? Q_BF16 : -1;
+            wtype = strcmp(optarg, "F16") == 0    ? Q_F16
+                    : strcmp(optarg, "BF16") == 0 ? Q_BF16
+                    : strcmp(optarg, "Q8_0") == 0 ? Q_Q8_0
+                    : strcmp(optarg, "Q4_K") == 0 ? Q_Q4_K
+                    : strcmp(optarg, "Q6_K") == 0 ? Q_Q6_K
+                                                  : -1;
             if (wtype < 0) {
-                fprintf(stderr, "gemm_bench: --type F16 or BF16\n");
+                fprintf(stderr, "gemm_bench: --type F16, BF16, Q8_0, Q4_K or Q6_K\n");
                 return 2;
             }
             break;
@@ -220,7 +283,8 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr, "usage: gemm_bench [--shape stories110M|stories15M] [--repeats R] "
                             "[--rows 1,2,4,...] [--path auto|avx512|avx2|portable] "
-                            "[--type F16|BF16] [--clock cpu] [--json] [--prefill]\n");
+                            "[--type F16|BF16|Q8_0|Q4_K|Q6_K] [--clock cpu] [--json] "
+                            "[--prefill]\n");
             return 2;
         }
     }
@@ -284,7 +348,11 @@ int main(int argc, char **argv)
         }
         q_quantize_row(wtype, w, wq, (int64_t)(max_w * copies));
     }
-    const char *ta = wtype == Q_F16 ? "F16" : wtype == Q_BF16 ? "BF16" : "F32";
+    const char *ta = type_name();
+    if (wtype != Q_F16 && wtype != Q_BF16 && wtype != Q_F32 && !prefill) {
+        fprintf(stderr, "gemm_bench: --type %s only with --prefill\n", ta);
+        return 2;
+    }
 
     if (prefill)
         return run_prefill(shape_name, shapes, 3, rows, n_rows, repeats, json, x, w, wq,

@@ -4,7 +4,8 @@
  * feed each test instance token by token (compute the mask, check the token is in it,
  * accept it), as maskbench/maskbench/runner.py does.
  *
- *   mask_bench --gguf FILE [--json] [--limit-s S] [--max N] [--list-failures] PATH...
+ *   mask_bench --gguf FILE [--json] [--limit-s S] [--max N] [--list-failures]
+ *              [--slowest N] PATH...
  *
  * PATH: MaskBench files ({"schema": ..., "tests": [{"valid": bool, "data": ...}]}) or
  * folders of them. FILE: a GGUF whose vocabulary is used (Llama 3's: ringlm-mkmodel
@@ -24,6 +25,14 @@
  * Each schema runs in a forked child, one at a time (single-threaded figures). Times are
  * the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), so a loaded machine does not inflate
  * them; mask time is per token, mask plus accept, as runner.py times it.
+ *
+ * --slowest N lists the N slowest masks (schema file, test, token, the text before it, and
+ * the matcher's account of the state: cst_matcher_describe) and the N schemas with the
+ * most masks over 500 µs (the p99 goal), to find what makes the tail.
+ *
+ * Jump-forward: for the tokens of valid instances, how many the grammar forced (every byte
+ * of the token was the only byte allowed there: cst_matcher_forced), i.e. how many forward
+ * passes a decoder that emits forced bytes without logits would save on these texts.
  */
 #include "constrain/cst.h"
 #include "constrain/prog.h"
@@ -126,8 +135,60 @@ typedef struct result_hdr {
     int n_tests, n_valid_ok, n_invalid_ok, n_accept_noend;
     double compile_us;
     uint32_t n_masks;
+    uint32_t n_slow;                   /* slow_rec records after the mask times */
+    uint32_t n_over;                   /* masks over TAIL_US */
+    uint32_t n_valid_tokens, n_forced; /* tokens of valid instances; those the grammar forced */
+    double us_over;                    /* their time together */
     char detail[400];
 } result_hdr;
+
+#define TAIL_US 500.0 /* the p99 goal: a mask over it is part of the tail */
+
+/* One slow mask (--slowest). */
+typedef struct slow_rec {
+    float us;
+    int test, token;
+    char file[64];
+    char before[72]; /* the instance's text just before the token, and the token */
+    char desc[200];  /* cst_matcher_describe */
+} slow_rec;
+
+static int max_slow; /* --slowest N */
+
+/* Keeps the n slowest of a stream in r[0..*nr) (cap entries): a new record replaces the
+ * fastest kept one. */
+static void slow_keep(slow_rec *r, uint32_t *nr, uint32_t cap, const slow_rec *x)
+{
+    if (!cap) return;
+    if (*nr < cap) {
+        r[(*nr)++] = *x;
+        return;
+    }
+    uint32_t lo = 0;
+    for (uint32_t k = 1; k < *nr; k++)
+        if (r[k].us < r[lo].us) lo = k;
+    if (x->us > r[lo].us) r[lo] = *x;
+}
+
+static int cmp_slow(const void *a, const void *b)
+{
+    float x = ((const slow_rec *)a)->us, y = ((const slow_rec *)b)->us;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Printable: control and non-ASCII bytes as \xHH, quotes as they are. */
+static void printable(char *out, size_t cap, const char *p, size_t n)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 5 < cap; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c >= 0x20 && c < 0x7f)
+            out[o++] = (char)c;
+        else
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+    }
+    out[o] = 0;
+}
 
 static double now_us(void)
 {
@@ -159,6 +220,9 @@ static void write_all(int fd, const void *p, size_t n)
 static void run_child(const char *path, const tok_tokenizer *tok, const cst_vocab *v, int fd)
 {
     result_hdr h = {0};
+    slow_rec *slow = max_slow ? calloc((size_t)max_slow, sizeof *slow) : NULL;
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
     float *masks = NULL;
     size_t nm = 0, cm = 0;
     json_error_t je;
@@ -202,6 +266,14 @@ static void run_child(const char *path, const tok_tokenizer *tok, const cst_voca
         bool accepted = true;
         int at = -1;
         for (int k = 0; k < n; k++) {
+            if (valid) { /* would jump-forward have emitted this token without logits? */
+                uint8_t fb[64];
+                uint32_t tl;
+                const uint8_t *tb = cst_vocab_token(v, ids[k], &tl);
+                long f = cst_matcher_forced(m, fb, sizeof fb);
+                h.n_valid_tokens++;
+                if (f >= (long)tl && tl && !memcmp(fb, tb, tl)) h.n_forced++;
+            }
             double a = cpu_us();
             if (cst_matcher_mask(m, mask)) abort();
             bool ok = mask[ids[k] >> 5] >> (ids[k] & 31) & 1;
@@ -209,6 +281,37 @@ static void run_child(const char *path, const tok_tokenizer *tok, const cst_voca
             double b = cpu_us();
             if (nm == cm) cm = cm ? cm * 2 : 1024, masks = realloc(masks, cm * sizeof *masks);
             masks[nm++] = (float)(b - a);
+            if (b - a > TAIL_US) h.n_over++, h.us_over += b - a;
+            if (slow && (h.n_slow < (uint32_t)max_slow || b - a > slow[0].us)) {
+                slow_rec x = {.us = (float)(b - a), .test = (int)i, .token = k};
+                snprintf(x.file, sizeof x.file, "%s", base);
+                /* the text before the token (its last bytes), then the token in [] */
+                char pre[48] = "", tk[24] = "";
+                size_t bl = 0;
+                for (int q = 0; q < k; q++) {
+                    uint32_t l;
+                    cst_vocab_token(v, ids[q], &l);
+                    bl += l;
+                }
+                if (bl > s.n) bl = s.n;
+                size_t from = bl > 24 ? bl - 24 : 0;
+                printable(pre, sizeof pre, s.b + from, bl - from);
+                uint32_t tl;
+                const uint8_t *tb = cst_vocab_token(v, ids[k], &tl);
+                printable(tk, sizeof tk, (const char *)tb, tl);
+                snprintf(x.before, sizeof x.before, "%s[%s]", pre, tk);
+                cst_matcher_describe(m, x.desc, sizeof x.desc);
+                slow_keep(slow, &h.n_slow, (uint32_t)max_slow, &x);
+                /* slow[0] is the fastest kept once full: the admission threshold */
+                if (h.n_slow == (uint32_t)max_slow) {
+                    uint32_t lo = 0;
+                    for (uint32_t q = 1; q < h.n_slow; q++)
+                        if (slow[q].us < slow[lo].us) lo = q;
+                    slow_rec t0 = slow[0];
+                    slow[0] = slow[lo];
+                    slow[lo] = t0;
+                }
+            }
             if (!ok) {
                 accepted = false;
                 at = k;
@@ -243,6 +346,8 @@ out:
     h.n_masks = (uint32_t)nm;
     write_all(fd, &h, sizeof h);
     if (nm) write_all(fd, masks, nm * sizeof *masks);
+    if (h.n_slow) write_all(fd, slow, h.n_slow * sizeof *slow);
+    free(slow);
     free(masks);
     json_decref(f);
 }
@@ -302,26 +407,32 @@ int main(int argc, char **argv)
 {
     const char *gguf = NULL;
     bool as_json = false, list_fail = false;
+    int slowest = 0;
     double limit_s = 60;
     long max_files = -1;
-    static const struct option opts[] = {{"gguf", required_argument, 0, 'g'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"limit-s", required_argument, 0, 'l'},
-                                         {"max", required_argument, 0, 'm'},
-                                         {"list-failures", no_argument, 0, 'f'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"gguf", required_argument, 0, 'g'},    {"json", no_argument, 0, 'j'},
+        {"limit-s", required_argument, 0, 'l'}, {"max", required_argument, 0, 'm'},
+        {"list-failures", no_argument, 0, 'f'}, {"slowest", required_argument, 0, 's'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "g:jl:m:fh", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "g:jl:m:fs:h", opts, NULL)) != -1) {
         switch (ch) {
         case 'g': gguf = optarg; break;
         case 'j': as_json = true; break;
         case 'l': limit_s = atof(optarg); break;
         case 'm': max_files = atol(optarg); break;
         case 'f': list_fail = true; break;
+        case 's':
+            slowest = atoi(optarg);
+            if (slowest < 0 || slowest > 10000) {
+                fprintf(stderr, "mask_bench: --slowest takes 0 to 10000\n");
+                return 2;
+            }
+            break;
         default:
             fprintf(stderr, "usage: mask_bench --gguf FILE [--json] [--limit-s S] [--max N] "
-                            "[--list-failures] PATH...\n");
+                            "[--list-failures] [--slowest N] PATH...\n");
             return ch == 'h' ? 0 : 2;
         }
     }
@@ -344,6 +455,18 @@ int main(int argc, char **argv)
     qsort(files, nf, sizeof *files, cmp_str);
     if (max_files >= 0 && (size_t)max_files < nf) nf = (size_t)max_files;
 
+    max_slow = slowest;
+    slow_rec *slow = slowest ? calloc((size_t)slowest, sizeof *slow) : NULL;
+    uint32_t nslow = 0;
+    /* the schemas with the most masks over TAIL_US: file index, count, time */
+    typedef struct tail_schema {
+        size_t file;
+        uint32_t n;
+        double us;
+    } tail_schema;
+    tail_schema *tails = NULL;
+    size_t ntails = 0, captails = 0;
+    long n_over = 0, n_valid_tokens = 0, n_forced = 0;
     int counts[ST_N] = {0};
     long n_tests = 0, n_valid_ok = 0, n_invalid_ok = 0, n_noend = 0;
     double *compile = malloc((nf + 1) * sizeof *compile);
@@ -378,6 +501,17 @@ int main(int argc, char **argv)
             while (g2 < need && (r = read(pfd[0], (char *)mt + g2, need - g2)) > 0) g2 += (size_t)r;
             if (g2 < need) got = 0;
         }
+        if (got == sizeof h && h.n_slow) {
+            slow_rec *sr = malloc(h.n_slow * sizeof *sr);
+            size_t need = h.n_slow * sizeof *sr, g2 = 0;
+            while (g2 < need && (r = read(pfd[0], (char *)sr + g2, need - g2)) > 0) g2 += (size_t)r;
+            if (g2 < need)
+                got = 0;
+            else
+                for (uint32_t k = 0; k < h.n_slow; k++)
+                    slow_keep(slow, &nslow, (uint32_t)slowest, &sr[k]);
+            free(sr);
+        }
         close(pfd[0]);
         int wst;
         waitpid(pid, &wst, 0);
@@ -400,6 +534,15 @@ int main(int argc, char **argv)
                 masks = realloc(masks, capm * sizeof *masks);
             }
             for (uint32_t k = 0; k < h.n_masks; k++) masks[nmask++] = mt[k];
+            n_over += h.n_over;
+            n_valid_tokens += h.n_valid_tokens;
+            n_forced += h.n_forced;
+            if (h.n_over && slowest) {
+                if (ntails == captails)
+                    captails = captails ? captails * 2 : 256,
+                    tails = realloc(tails, captails * sizeof *tails);
+                tails[ntails++] = (tail_schema){i, h.n_over, h.us_over};
+            }
         }
         free(mt);
         counts[status]++;
@@ -423,6 +566,16 @@ int main(int argc, char **argv)
     double m90 = bench_percentile(masks, (int)nmask, 0.9), mmax = nmask ? masks[nmask - 1] : 0;
     char cpu[256];
     cpu_name(cpu, sizeof cpu);
+    qsort(slow, nslow, sizeof *slow, cmp_slow);
+    /* schemas by their masks over TAIL_US, most first (a plain selection: few of them) */
+    for (size_t a = 0; a < ntails && a < (size_t)slowest; a++)
+        for (size_t b = a + 1; b < ntails; b++)
+            if (tails[b].n > tails[a].n) {
+                tail_schema t = tails[a];
+                tails[a] = tails[b];
+                tails[b] = t;
+            }
+    size_t ntails_shown = ntails < (size_t)slowest ? ntails : (size_t)slowest;
     struct utsname un;
     uname(&un);
     if (as_json) {
@@ -442,7 +595,27 @@ int main(int argc, char **argv)
         json_object_set_new(o, "mask_us_max", json_real(mmax));
         json_object_set_new(o, "vocab_build_ms", json_real(tv / 1e3));
         json_object_set_new(o, "wall_s", json_real(wall_s));
+        json_object_set_new(o, "masks_over_500us", json_integer(n_over));
+        json_object_set_new(o, "valid_tokens", json_integer(n_valid_tokens));
+        json_object_set_new(o, "forced_tokens", json_integer(n_forced));
         json_object_set_new(o, "failures", fails);
+        if (slowest) {
+            json_t *a = json_array();
+            for (uint32_t k = 0; k < nslow; k++)
+                json_array_append_new(
+                    a, json_pack("{s:s, s:i, s:i, s:f, s:s, s:s}", "file", slow[k].file, "test",
+                                 slow[k].test, "token", slow[k].token, "us", (double)slow[k].us,
+                                 "before", slow[k].before, "state", slow[k].desc));
+            json_object_set_new(o, "slowest", a);
+            json_t *t = json_array();
+            for (size_t k = 0; k < ntails_shown; k++) {
+                const char *base = strrchr(files[tails[k].file], '/');
+                json_array_append_new(
+                    t, json_pack("{s:s, s:i, s:f}", "file", base ? base + 1 : files[tails[k].file],
+                                 "masks_over_500us", (int)tails[k].n, "us_over", tails[k].us));
+            }
+            json_object_set_new(o, "tail_schemas", t);
+        }
         json_dumpf(o, stdout, JSON_INDENT(1));
         printf("\n");
         json_decref(o);
@@ -461,13 +634,32 @@ int main(int argc, char **argv)
         printf("compile us (CPU): p50 %.0f p99 %.0f (%d compiled)\n", c50, c99, ncomp);
         printf("mask us (CPU) per token: avg %.1f p50 %.1f p90 %.1f p99 %.1f max %.0f\n",
                nmask ? mask_sum / (double)nmask : 0, m50, m90, m99, mmax);
+        printf("masks over 500 us: %ld\n", n_over);
+        printf("tokens of valid instances %ld, forced by the grammar (jump-forward could emit "
+               "them without a forward pass) %ld (%.1f%%)\n",
+               n_valid_tokens, n_forced,
+               n_valid_tokens ? 100.0 * (double)n_forced / (double)n_valid_tokens : 0.0);
         printf("wall %.1f s\n", wall_s);
+        if (slowest) {
+            printf("slowest masks:\n");
+            for (uint32_t k = 0; k < nslow; k++)
+                printf("  %8.0f us  %s test %d token %d: %s\n      %s\n", (double)slow[k].us,
+                       slow[k].file, slow[k].test, slow[k].token, slow[k].before, slow[k].desc);
+            printf("schemas with the most masks over 500 us:\n");
+            for (size_t k = 0; k < ntails_shown; k++) {
+                const char *base = strrchr(files[tails[k].file], '/');
+                printf("  %5u masks, %9.0f us  %s\n", tails[k].n, tails[k].us,
+                       base ? base + 1 : files[tails[k].file]);
+            }
+        }
         fflush(stdout);
     }
     for (size_t i = 0; i < nf; i++) free(files[i]);
     free(files);
     free(compile);
     free(masks);
+    free(slow);
+    free(tails);
     cst_vocab_free(v);
     tok_free(tok);
     return 0;

@@ -37,8 +37,10 @@ Test(constrain_bench, maskbench_samples_with_the_llama3_vocabulary, .timeout = 3
     cr_assert_eq(th_run(mk_args, &out, &err, 240), 0, "ringlm-mkmodel: %s", err);
     free(out);
     free(err);
-    char *const args[] = {
-        bench, "--gguf", gguf, "--json", "--limit-s", "60", "perf/maskbench-sample", NULL};
+    char *const args[] = {bench,       "--gguf",    gguf,
+                          "--json",    "--limit-s", "60",
+                          "--slowest", "3",         "perf/maskbench-sample",
+                          NULL};
     cr_assert_eq(th_run(args, &out, &err, 240), 0, "mask_bench: %s", err);
     json_error_t je;
     json_t *r = json_loads(out, 0, &je);
@@ -52,6 +54,20 @@ Test(constrain_bench, maskbench_samples_with_the_llama3_vocabulary, .timeout = 3
     cr_expect_eq(json_integer_value(json_object_get(r, "timeout")), 0);
     cr_expect_gt(json_integer_value(json_object_get(r, "tokens")), 100);
     cr_expect(json_is_string(json_object_get(r, "machine")));
+    /* --slowest: the three slowest masks, each with its schema file and the state */
+    json_t *slow = json_object_get(r, "slowest");
+    cr_expect_eq(json_array_size(slow), 3, "%s", out);
+    for (size_t i = 0; i < json_array_size(slow); i++) {
+        json_t *x = json_array_get(slow, i);
+        cr_expect(strstr(json_string_value(json_object_get(x, "file")), ".json") != NULL);
+        cr_expect(strstr(json_string_value(json_object_get(x, "state")), "threads") != NULL);
+        cr_expect(json_real_value(json_object_get(x, "us")) > 0);
+    }
+    /* forced tokens: some (a property name the grammar spells out), never more than all */
+    json_int_t vt = json_integer_value(json_object_get(r, "valid_tokens")),
+               ft = json_integer_value(json_object_get(r, "forced_tokens"));
+    cr_expect(vt > 0 && ft > 0 && ft < vt, "valid tokens %lld, forced %lld", (long long)vt,
+              (long long)ft);
     json_t *f = json_array_get(json_object_get(r, "failures"), 0);
     cr_expect(strstr(json_string_value(json_object_get(f, "detail")), "'not' at /properties/x") !=
                   NULL,
@@ -82,36 +98,19 @@ static void build_llama3(char *gguf, size_t cap)
     free(mk);
 }
 
-Test(constrain_bench, masks_agree_with_accept_on_the_llama3_vocabulary, .timeout = 300)
+/* Every token's mask bit at each prefix is what accepting the token there does. */
+static void masks_agree(const cst_vocab *v, const char *schema, const char *const *prefixes,
+                        size_t n)
 {
-    char gguf[400];
-    build_llama3(gguf, sizeof gguf);
-    tok_tokenizer *t;
-    cr_assert_eq(tok_load_gguf(gguf, 0, &t), 0, "%s", tok_errmsg());
-    cst_vocab *v;
-    cr_assert_eq(cst_vocab_from_tokenizer(t, &v), 0);
-    const char *schema =
-        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{"
-        "\"type\":\"string\",\"pattern\":\"^[a-z\\u00e9]*$\"}},\"additionalProperties\":{"
-        "\"type\":\"integer\"}}";
     cst_grammar *g;
     char err[256];
     cr_assert_eq(cst_compile_json_schema(schema, strlen(schema), &g, err, sizeof err), 0, "%s",
                  err);
-    static const char *const prefixes[] = {"",
-                                           "{\"",
-                                           "{\"a\": \"",
-                                           "{\"a\": \"x\xc3",
-                                           "{\"a\": \"\\",
-                                           "{\"b\": \"",
-                                           "{\"b\": \"ab\xc3",
-                                           "{\"a\": \"\", \"",
-                                           "{\"ab"};
     cst_matcher *m, *probe;
     cr_assert_eq(cst_matcher_create(g, v, &m), 0);
     cr_assert_eq(cst_matcher_create(g, v, &probe), 0);
     uint32_t *mask = calloc(cst_mask_words(v), sizeof *mask);
-    for (size_t k = 0; k < sizeof prefixes / sizeof prefixes[0]; k++) {
+    for (size_t k = 0; k < n; k++) {
         const char *pre = prefixes[k];
         cst_matcher_reset(m);
         cr_assert_eq(cst_matcher_feed(m, pre, strlen(pre)), 0, "prefix %zu", k);
@@ -136,6 +135,50 @@ Test(constrain_bench, masks_agree_with_accept_on_the_llama3_vocabulary, .timeout
     cst_matcher_free(probe);
     cst_matcher_free(m);
     cst_grammar_free(g);
+}
+
+Test(constrain_bench, masks_agree_with_accept_on_the_llama3_vocabulary, .timeout = 300)
+{
+    char gguf[400];
+    build_llama3(gguf, sizeof gguf);
+    tok_tokenizer *t;
+    cr_assert_eq(tok_load_gguf(gguf, 0, &t), 0, "%s", tok_errmsg());
+    cst_vocab *v;
+    cr_assert_eq(cst_vocab_from_tokenizer(t, &v), 0);
+    static const char *const prefixes[] = {"",
+                                           "{\"",
+                                           "{\"a\": \"",
+                                           "{\"a\": \"x\xc3",
+                                           "{\"a\": \"\\",
+                                           "{\"b\": \"",
+                                           "{\"b\": \"ab\xc3",
+                                           "{\"a\": \"\", \"",
+                                           "{\"ab"};
+    masks_agree(v,
+                "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{"
+                "\"type\":\"string\",\"pattern\":\"^[a-z\\u00e9]*$\"}},"
+                "\"additionalProperties\":{\"type\":\"integer\"}}",
+                prefixes, sizeof prefixes / sizeof prefixes[0]);
+    /* the shortcuts for a character class under a repeat (a format, a pattern, bounded
+     * and not), and for the tokens that finish a character begun in a bounded string */
+    static const char *const classes[] = {"{\"u\": \"",
+                                          "{\"u\": \"http://ex",
+                                          "{\"w\": \"",
+                                          "{\"w\": \"abcdefghijklmnopqrstuvwxyz0123",
+                                          "{\"x\": \"Ab",
+                                          "{\"c\": \"x\xe4\xb8",
+                                          "{\"c\": \"\xf0\x9f",
+                                          "{\"c\": \"abcdefghijklmnopqrstuvw\xc3",
+                                          "{\"c\": \"",
+                                          "{\"d\": \"",
+                                          "{\"d\": \"ab\xe4\xb8\x80"};
+    masks_agree(v,
+                "{\"type\":\"object\",\"properties\":{\"u\":{\"type\":\"string\",\"format\":"
+                "\"uri\"},\"w\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9_-]{0,40}$\"},"
+                "\"x\":{\"type\":\"string\",\"pattern\":\"^[A-Z][a-z]+$\"},"
+                "\"c\":{\"type\":\"string\",\"maxLength\":30},"
+                "\"d\":{\"type\":\"string\",\"maxLength\":300}}}",
+                classes, sizeof classes / sizeof classes[0]);
     cst_vocab_free(v);
     tok_free(t);
 }

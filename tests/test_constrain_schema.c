@@ -117,6 +117,12 @@ Test(constrain_schema, enum_const_anyof_oneof_allof)
           "\"required\":[\"k\"],\"additionalProperties\":false}]}",
           YES("{\"k\": \"a\", \"x\": 1}", "{\"k\": \"b\"}"),
           NO("{\"k\": \"b\", \"x\": 1}", "{\"k\": \"c\"}"));
+    /* oneOf told apart by a key one alternative requires and the other cannot have */
+    check("{\"type\":\"object\",\"oneOf\":[{\"properties\":{\"url\":{\"type\":\"string\"}},"
+          "\"required\":[\"url\"],\"additionalProperties\":false},{\"properties\":{\"path\":{"
+          "\"type\":\"string\"}},\"required\":[\"path\"],\"additionalProperties\":false}]}",
+          YES("{\"url\": \"u\"}", "{\"path\": \"p\"}"),
+          NO("{}", "{\"url\": \"u\", \"path\": \"p\"}", "{\"path\": \"p\", \"url\": \"u\"}"));
     /* allOf merges: the second part's additionalProperties applies to the first's names */
     check("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
           "\"required\":[\"a\"]},"
@@ -180,6 +186,11 @@ Test(constrain_schema, what_cannot_be_enforced_is_an_error_naming_keyword_and_po
                  -EINVAL, YES("'uniqueItems'"));
     expect_error("{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", -EINVAL,
                  YES("'oneOf'", "may both match"));
+    /* ... but only where both are objects: without a type, 5 matches both (required holds
+     * vacuously), so a union would accept what oneOf refuses */
+    expect_error("{\"oneOf\":[{\"properties\":{\"k\":{\"const\":1}},\"required\":[\"k\"]},"
+                 "{\"properties\":{\"k\":{\"const\":2}},\"required\":[\"k\"]}]}",
+                 -EINVAL, YES("'oneOf'", "may both match"));
     expect_error("{\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"(a\"}}}", -EINVAL,
                  YES("'pattern'", "/properties/a", "regex"));
     expect_error("{\"$ref\":\"http://example.com/s.json\"}", -EINVAL, YES("'$ref'", "local"));
@@ -219,6 +230,15 @@ Test(constrain_schema, not_in_the_forms_that_remove_types)
     check("{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{}},\"b\":{\"not\":false}}}",
           YES("{}", "{\"b\": 1}"), NO("{\"a\": 1}"));
     expect_error("{\"not\":{\"enum\":[1]}}", -EINVAL, YES("'not'"));
+    /* not of required properties: an object without them (anything else has them
+     * vacuously, so it is refused) */
+    check("{\"type\":\"object\",\"not\":{\"required\":[\"a\"]}}", YES("{}", "{\"b\": 1}"),
+          NO("{\"a\": 1}", "{\"b\": 1, \"a\": 2}"));
+    check("{\"properties\":{\"a\":{\"type\":\"string\"}},\"not\":{\"anyOf\":[{\"required\":"
+          "[\"a\"]},{\"required\":[\"b\"]}]}}",
+          YES("{}", "{\"c\": 1}"),
+          NO("{\"a\": \"s\"}", "{\"b\": 2}", "{\"c\": 1, \"b\": 2}", "3", "null"));
+    expect_error("{\"not\":{\"required\":[\"a\",\"b\"]}}", -EINVAL, YES("'not'"));
     expect_error("{\"not\":{}}", -EINVAL, YES("no instance"));
 }
 
@@ -239,4 +259,34 @@ Test(constrain_schema, no_dead_ends_after_a_key_that_cannot_validate)
     cst_matcher_free(m);
     cst_vocab_free(v);
     cst_grammar_free(g);
+}
+
+/* patternProperties: a key a pattern matches takes that pattern's schema (every matching
+ * pattern's, and its own when it is named too); other keys take additionalProperties. */
+Test(constrain_schema, pattern_properties_give_matching_keys_their_schema)
+{
+    /* additionalProperties false: only named keys and keys that match */
+    check("{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"}},"
+          "\"patternProperties\":{\"^x-\":{\"type\":\"string\"}},\"additionalProperties\":false}",
+          YES("{}", "{\"id\": 1}", "{\"x-a\": \"s\"}", "{\"id\": 2, \"x-\": \"\", \"x-b\": \"t\"}"),
+          NO("{\"y\": \"s\"}", "{\"x-a\": 1}", "{\"ax-\": \"s\"}", "{\"id\": \"1\"}",
+             "{\"id\": 1, \"id\": \"s\"}"));
+    /* other keys free (any value), matching keys held to the pattern's schema */
+    check("{\"type\":\"object\",\"patternProperties\":{\"^[0-9]+$\":{\"type\":\"boolean\"}}}",
+          YES("{}", "{\"1\": true}", "{\"a\": 1, \"12\": false}", "{\"1a\": 3}"),
+          NO("{\"1\": 1}", "{\"a\": 1, \"99\": null}"));
+    /* two patterns: a key matching both must satisfy both; a named key matching one too */
+    check("{\"type\":\"object\",\"properties\":{\"ab\":{\"maximum\":5}},"
+          "\"patternProperties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"minimum\":3}},"
+          "\"additionalProperties\":{\"type\":\"null\"}}",
+          YES("{\"ab\": 4}", "{\"a\": -1}", "{\"b\": 3.5}", "{\"xaby\": 3}", "{\"c\": null}"),
+          NO("{\"ab\": 6}", "{\"ab\": 2}", "{\"ab\": 4.5}", "{\"a\": 1.5}", "{\"b\": 2}",
+             "{\"xaby\": 2}", "{\"xaby\": 3.5}", "{\"c\": 1}"));
+    /* a required key no property names: its pattern's schema */
+    check("{\"type\":\"object\",\"required\":[\"n1\"],\"patternProperties\":{\"^n\":{\"type\":"
+          "\"integer\"}},\"additionalProperties\":false}",
+          YES("{\"n1\": 1}", "{\"n1\": 1, \"n2\": 2}"), NO("{}", "{\"n1\": \"s\"}", "{\"n2\": 2}"));
+    /* a pattern that does not compile names the keyword */
+    expect_error("{\"patternProperties\":{\"(a\":{\"type\":\"string\"}}}", -EINVAL,
+                 YES("'patternProperties'", "(a"));
 }

@@ -39,7 +39,7 @@ static void skip_without_node(void)
 
 typedef struct job {
     char model[512];
-    int32_t prompt[16];
+    int32_t prompt[64];
     int n_prompt;
     int stop; /* token that ends generation (stories260K: BOS), -1: none */
     double near_tie;
@@ -192,6 +192,30 @@ Test(gguf_oracle, synthetic_shapes_in_every_type_equal_llama_cpp, .init = mk_tmp
         jobs[i].stop = -1;
         jobs[i].near_tie = strstr(cases[i].type, "F32") ? 1e-4 : 5e-3;
         jobs[i].label = cases[i].label;
+    }
+    run_jobs(jobs, N);
+}
+
+/* A prompt of 48 tokens, prefilled in one step: above the integer dots' rows, the quantized
+ * weights take the prefill tiles (kernels/cpu/quant_prefill.h: Q4_K in integers; gemm_f32's
+ * dequantized panels for the others on AVX2), and the greedy tokens still equal llama.cpp's. */
+Test(gguf_oracle, long_prompts_prefilled_in_one_step_equal_llama_cpp, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 300)
+{
+    skip_without_node();
+    static const char *const types[] = {"Q4_K", "Q4_K_M", "Q6_K", "Q8_0"};
+    enum { N = sizeof types / sizeof types[0], LEN = 48 };
+    job jobs[N] = {0};
+    for (int i = 0; i < N; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "p%d.gguf", i);
+        export_to(&jobs[i], "synthetic:quant-test:3", NULL, types[i], "llama", name);
+        jobs[i].prompt[0] = 1;
+        for (int k = 1; k < LEN; k++) jobs[i].prompt[k] = 3 + (37 * k + 11) % 500;
+        jobs[i].n_prompt = LEN;
+        jobs[i].stop = -1;
+        jobs[i].near_tie = 5e-3;
+        jobs[i].label = types[i];
     }
     run_jobs(jobs, N);
 }

@@ -7,7 +7,10 @@
  *     (M not a multiple of its 6-row tile nor of its 72-row block, N not a multiple of 16 nor
  *     of its 128-row block, K across several 256-element blocks and odd), strided rows, beta
  *     0 and 1;
- *   - declines other weight types without writing y.
+ *   - the same for quantized weights (Q8_0, Q4_K, Q6_K, Q4_0, Q5_K), dequantized into its
+ *     panels, with K of several blocks;
+ *   - declines other weight types, and K that is not a multiple of the block, without
+ *     writing y.
  */
 #include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/quant.h"
@@ -42,13 +45,14 @@ static bool have(void)
  * the weights as converted (the conversions are exact) */
 static void trial(int type, int M, int N, int K, float beta)
 {
-    const int ld_x = K + (int)(rnd() % 3), ld_w = K + 2 * (int)(rnd() % 3),
+    const bool quantized = type != Q_F32 && type != Q_F16 && type != Q_BF16;
+    const int ld_x = K + (int)(rnd() % 3), ld_w = quantized ? K : K + 2 * (int)(rnd() % 3),
               ld_y = N + (int)(rnd() % 4);
     float *x = malloc((size_t)M * ld_x * sizeof(float));
     float *wf = malloc((size_t)N * ld_w * sizeof(float));
     float *y = malloc((size_t)M * ld_y * sizeof(float));
     float *y0 = malloc((size_t)M * ld_y * sizeof(float));
-    const size_t es = type == Q_F32 ? 4 : 2, rb = (size_t)ld_w * es;
+    const size_t rb = q_row_bytes(type, ld_w);
     char *w = malloc((size_t)N * rb);
     cr_assert(x && wf && y && y0 && w);
     for (size_t i = 0; i < (size_t)M * ld_x; i++) x[i] = rnd_float();
@@ -101,6 +105,16 @@ Test(kernels_gemm_f32, equals_the_exact_product_within_the_dot_product_bound)
     }
 }
 
+Test(kernels_gemm_f32, quantized_weights_equal_the_exact_product_of_their_values)
+{
+    if (!have()) return;
+    static const int types[] = {Q_Q8_0, Q_Q4_K, Q_Q6_K, Q_Q4_0, Q_Q5_K};
+    static const int fixed[][3] = {{64, 192, 768}, {37, 13, 256}, {73, 130, 1280}, {7, 16, 512}};
+    for (int ti = 0; ti < 5; ti++)
+        for (size_t f = 0; f < sizeof fixed / sizeof fixed[0]; f++)
+            trial(types[ti], fixed[f][0], fixed[f][1], fixed[f][2], f % 2 ? 1.0f : 0.0f);
+}
+
 Test(kernels_gemm_f32, declines_other_weight_types_without_writing)
 {
     (void)have();
@@ -108,7 +122,9 @@ Test(kernels_gemm_f32, declines_other_weight_types_without_writing)
     static float x[M * K], y[M * N];
     static uint8_t w[N * 34 * 2];
     for (int i = 0; i < M * N; i++) y[i] = 7.0f;
-    cr_assert_not(gemm_f32(Q_Q8_0, M, N, K, x, K, w, q_row_bytes(Q_Q8_0, K), 0.0f, y, N));
+    cr_assert_not(gemm_f32(99, M, N, K, x, K, w, K * 4, 0.0f, y, N));
+    cr_assert_not(gemm_f32(Q_Q8_0, M, N, 48, x, K, w, 64, 0.0f, y, N)); /* K not whole blocks */
+    cr_assert_not(gemm_f32(Q_Q4_K, M, N, K, x, K, w, 64, 0.0f, y, N));  /* nor here */
     for (int i = 0; i < M * N; i++) cr_assert_eq(y[i], 7.0f);
     if (!gemm_f32_supported()) cr_assert_not(gemm_f32(Q_F32, M, N, K, x, K, w, K * 4, 0.0f, y, N));
 }

@@ -38,6 +38,7 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/gemm_small.h"
+#include "kernels/cpu/quant_prefill.h"
 #include "kernels/cpu/quant.h"
 #include "numa/rnuma.h"
 
@@ -120,6 +121,22 @@ static void matmul_rows(int rows, const float *x, const q_xq *xq, eng_wmat wm, i
                      y, ld_y))
             return;
     }
+    /* Quantized weights above the integer path's rows where it does not take every row count
+     * (AVX2 without AVX-512 VNNI): Q4_K in integer tiles (quant_prefill.h); the others
+     * dequantized into gemm_f32's panels once per block of k, not into float tiles that SGEMM
+     * packs again (perf/gemm_bench --prefill --type). */
+    if (xq && q_prefill_runs(wm.type, rows) &&
+        q_prefill_matmul(wm.type, (const char *)wm.data + (size_t)n0 * eng_wrow_bytes(wm.type, k),
+                         n, k, xq, beta, y, ld_y))
+        return;
+    if (wm.type != ENG_W_F32 && wm.type != ENG_W_F16 && wm.type != ENG_W_BF16 &&
+        rows > Q_INT_MAX_ROWS && !q_int_path(wm.type, rows) &&
+        gemm_f32_prefer(wm.type, rows, n, k)) {
+        const size_t rb = eng_wrow_bytes(wm.type, k);
+        if (gemm_f32(wm.type, rows, n, k, x, k, (const char *)wm.data + (size_t)n0 * rb, rb, beta,
+                     y, ld_y))
+            return;
+    }
     if (wm.type != ENG_W_F32) {
         q_matmul_xq(wm.type, (const char *)wm.data + (size_t)n0 * eng_wrow_bytes(wm.type, k), n, k,
                     xq, x, rows, beta, y, ld_y);
@@ -177,7 +194,10 @@ static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows)
     for (int i = 0; i < n_jobs; i++) {
         mm_job *j = &jobs[i];
         j->xq = NULL;
-        if (!q_int_path(j->w.type, rows) && !(j->up.data && q_int_path(j->up.type, rows))) continue;
+        const bool w_int = q_int_path(j->w.type, rows) || q_prefill_runs(j->w.type, rows);
+        const bool up_int =
+            j->up.data && (q_int_path(j->up.type, rows) || q_prefill_runs(j->up.type, rows));
+        if (!w_int && !up_int) continue;
         for (int p = 0; p < i && !j->xq; p++)
             if (jobs[p].x == j->x && jobs[p].k == j->k) j->xq = jobs[p].xq;
         if (j->xq || slot == CPU_XQ_SLOTS) continue;
@@ -786,11 +806,15 @@ static void cpu_describe(void *priv, char *buf, size_t cap)
     } else if (q_isa() >= Q_ISA_AVX512)
         snprintf(buf, cap, "%s projections: integer dots (%s) at every batch size; %s",
                  eng_wtype_name(wt), q_isa_name(q_isa()), blas);
-    else
-        snprintf(buf, cap,
-                 "%s projections: integer dots (%s) up to %d rows, dequantized tiles and OpenBLAS "
-                 "SGEMM above; %s",
-                 eng_wtype_name(wt), q_isa_name(q_isa()), Q_INT_MAX_ROWS, blas);
+    else {
+        /* above the integer dots' rows, as matmul_rows chooses for a prefill of 256 rows */
+        const char *above = q_prefill_runs(wt, 256) ? "integer tiles (quant_prefill) above"
+                            : gemm_f32_prefer(wt, 256, c->c.dim, c->c.dim)
+                                ? "dequantized into own AVX2 panels (gemm_f32) above"
+                                : "dequantized tiles and OpenBLAS SGEMM above";
+        snprintf(buf, cap, "%s projections: integer dots (%s) up to %d rows, %s; %s",
+                 eng_wtype_name(wt), q_isa_name(q_isa()), Q_INT_MAX_ROWS, above, blas);
+    }
 }
 
 typedef struct task_fwd {

@@ -15,6 +15,8 @@
  */
 #include "kernels/cpu/gemm_f32.h"
 
+#include "kernels/cpu/quant.h"
+
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -38,6 +40,16 @@ gemm_f32_mode gemm_f32_mode_get(void)
     return (gemm_f32_mode)mode;
 }
 
+#define KC 256 /* k per packed block */
+/* Quantized weight types whose blocks tile K and KC (every block is 32 or 256 elements). */
+static bool quantized_ok(int wtype, int K)
+{
+    if (wtype == WT_F32 || wtype == WT_F16 || wtype == WT_BF16 || !q_type_supported(wtype))
+        return false;
+    const int be = q_block_elems(wtype);
+    return be > 1 && KC % be == 0 && K % be == 0;
+}
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -45,7 +57,6 @@ gemm_f32_mode gemm_f32_mode_get(void)
 
 #define MR 6
 #define NR 16
-#define KC 256
 #define MC 72 /* a multiple of MR */
 #define NC 128
 
@@ -78,13 +89,14 @@ static void buf_key_init(void)
     if (pthread_key_create(&buf_key, free)) buf_key = 0;
 }
 
-/* NC x KC floats, 64-byte aligned, one per thread, freed with the thread. */
+/* NC x KC floats of panels, then NR x KC floats where a quantized panel's rows are
+ * dequantized before they are packed; 64-byte aligned, one per thread, freed with the thread. */
 static float *panel_buf(void)
 {
     pthread_once(&buf_once, buf_key_init);
     float *p = pthread_getspecific(buf_key);
     if (!p) {
-        if (posix_memalign((void **)&p, 64, (size_t)NC * KC * sizeof(float))) return NULL;
+        if (posix_memalign((void **)&p, 64, (size_t)(NC + NR) * KC * sizeof(float))) return NULL;
         if (pthread_setspecific(buf_key, p)) {
             free(p);
             return NULL;
@@ -174,14 +186,26 @@ pack_panel_t(int wtype, const char *w, size_t rb, int nr, int k0, int kc, float 
     }
 }
 
-static AVX2 void pack_panel(int wtype, const char *w, size_t rb, int nr, int k0, int kc, float *out)
+/* Quantized weights: the panel's rows dequantized (whole blocks: k0 and kc are multiples of
+ * the block), then packed as F32 rows kc floats long. */
+static AVX2 void pack_panel(int wtype, const char *w, size_t rb, int nr, int k0, int kc, float *out,
+                            float *scratch)
 {
     switch (wtype) {
     case WT_F16: pack_panel_t(WT_F16, w, rb, nr, k0, kc, out); break;
     case WT_BF16: pack_panel_t(WT_BF16, w, rb, nr, k0, kc, out); break;
-    default: pack_panel_t(WT_F32, w, rb, nr, k0, kc, out); break;
+    case WT_F32: pack_panel_t(WT_F32, w, rb, nr, k0, kc, out); break;
+    default: {
+        const int be = q_block_elems(wtype);
+        const size_t at = (size_t)(k0 / be) * q_row_bytes(wtype, be);
+        for (int j = 0; j < nr; j++)
+            q_dequant_row(wtype, w + (size_t)j * rb + at, scratch + (size_t)j * kc, kc);
+        pack_panel_t(WT_F32, (const char *)scratch, (size_t)kc * sizeof(float), nr, 0, kc, out);
+        break;
+    }
     }
 }
+
 
 /* ---- the 6 x 16 tile -------------------------------------------------------------------- */
 
@@ -250,7 +274,8 @@ static AVX2 void tile_mr(int mr, int kc, const float *a, int ld_a, const float *
 bool gemm_f32(int wtype, int M, int N, int K, const float *x, int ld_x, const void *w,
               size_t w_row_bytes, float beta, float *y, int ld_y)
 {
-    if (!gemm_f32_supported() || (wtype != WT_F32 && wtype != WT_F16 && wtype != WT_BF16))
+    if (!gemm_f32_supported() ||
+        (wtype != WT_F32 && wtype != WT_F16 && wtype != WT_BF16 && !quantized_ok(wtype, K)))
         return false;
     if (M <= 0 || N <= 0) return true;
     float *buf = panel_buf();
@@ -262,7 +287,8 @@ bool gemm_f32(int wtype, int M, int N, int K, const float *x, int ld_x, const vo
             const bool acc = pc > 0 || beta != 0.0f;
             for (int jr = 0; jr < nc; jr += NR)
                 pack_panel(wtype, (const char *)w + (size_t)(jc + jr) * w_row_bytes, w_row_bytes,
-                           nc - jr < NR ? nc - jr : NR, pc, kc, buf + (size_t)jr * kc);
+                           nc - jr < NR ? nc - jr : NR, pc, kc, buf + (size_t)jr * kc,
+                           buf + (size_t)NC * KC);
             for (int ic = 0; ic < M; ic += MC) {
                 const int mc = M - ic < MC ? M - ic : MC;
                 for (int jr = 0; jr < nc; jr += NR) {
@@ -310,7 +336,10 @@ bool gemm_f32_prefer(int wtype, int M, int N, int K)
     default: break;
     }
     if (wtype == WT_F16 || wtype == WT_BF16) return true;
-    if (wtype != WT_F32) return false;
+    /* Quantized weights above the integer path's rows (quant.h): dequantized into these
+     * panels rather than into float tiles that SGEMM packs again (perf/gemm_bench --prefill
+     * --type Q8_0|Q4_K|Q6_K); with AVX-512, SGEMM's wider kernels as for F32. */
+    if (wtype != WT_F32) return quantized_ok(wtype, K) && !cpu_has_avx512f();
     /* F32: on AVX2 machines these tiles match or beat OpenBLAS's AVX2 SGEMM at every prefill
      * shape measured (perf/gemm_bench --prefill on the 2-vCPU EPYC: 1.0-1.2x on 768 x 2048
      * products, 2.6-2.9x on the 192-row chunks of 768 x 768 ones, M = 13..1024); where the CPU

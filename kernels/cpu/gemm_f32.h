@@ -4,8 +4,9 @@
  *
  *   y[m][n] = beta * y[m][n] + Σ_k x[m][k] · w[n][k]      m < M, n < N, beta 0 or 1
  *
- * with the weights w in F32, F16 or BF16 (as they lie in the model file), in float32
- * arithmetic with AVX2 + FMA (+ F16C). The weights are converted to float32 and packed into
+ * with the weights w in F32, F16 or BF16 (as they lie in the model file), or in a quantized
+ * type of kernels/cpu/quant.h (dequantized to float32 as they are packed, a block of k at a
+ * time), in float32 arithmetic with AVX2 + FMA (+ F16C). The weights are converted to float32 and packed into
  * k-major panels of 16 weight rows once per block of 256 k (the F16/BF16 conversion happens
  * there, once per block, not per activation row), and a 6 x 16 register tile (12 of AVX2's
  * 16 vectors) multiplies them with 6 activation rows at a time, each weight panel kept in
@@ -33,15 +34,17 @@ typedef enum gemm_f32_mode { GEMM_F32_AUTO, GEMM_F32_BLAS, GEMM_F32_OWN } gemm_f
 gemm_f32_mode gemm_f32_mode_get(void);
 
 /* Whether the backend runs a product of M activation rows with N weight rows of K elements in
- * type wtype (0 F32, 1 F16, 30 BF16, as ggml numbers them) here rather than through SGEMM:
- * the mode, then what perf/gemm_bench --prefill measured on this kind of machine. */
+ * type wtype (0 F32, 1 F16, 30 BF16, the quantized types: quant.h's numbers, ggml's) here
+ * rather than through SGEMM: the mode, then what perf/gemm_bench --prefill measured on this
+ * kind of machine. */
 bool gemm_f32_prefer(int wtype, int M, int N, int K);
 
 /*
  * y = beta * y + x · w^T. x: M rows of K floats, ld_x floats apart; w: N rows of K elements
  * of type wtype, w_row_bytes apart; y: M rows of N floats, ld_y apart. beta 0 (y only
  * written) or 1. Single-threaded (callers split N). Returns false, having written nothing,
- * where it cannot run (not supported here, another type, no memory for its panels).
+ * where it cannot run (not supported here, a type it does not take, K not a whole number of
+ * the type's blocks, no memory for its panels).
  */
 bool gemm_f32(int wtype, int M, int N, int K, const float *x, int ld_x, const void *w,
               size_t w_row_bytes, float beta, float *y, int ld_y);

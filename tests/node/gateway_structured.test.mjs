@@ -71,7 +71,7 @@ test('chat: response_format json_schema, whole and streamed', async () => {
 });
 
 test('a schema ringlm cannot enforce is a 400 naming response_format', async () => {
-  const bad = { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', not: { required: ['a'] } } } };
+  const bad = { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', not: { required: ['a', 'b'] } } } };
   await assert.rejects(
     client.chat.completions.create({ ...req(1), response_format: bad }),
     (err) => {

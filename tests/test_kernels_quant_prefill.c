@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The quantized prefill tiles (kernels/cpu/quant_prefill.h), on a CPU where they run (AVX2
+ * without AVX-512 VNNI; elsewhere the tests say so and check only that they decline):
+ *   - equal the portable integer path (8-bit activations, the scalar reference of quant.h)
+ *     within 1e-5 x sum_j |w_j x_j|, on odd row counts above Q_INT_MAX_ROWS (groups of 4 with
+ *     every remainder), odd weight-row counts (panels of 8 with every remainder), K of one to
+ *     five 256-element blocks, beta 0 and 1, rows of y strided (the padding never written);
+ *   - give a row the same bits wherever it lies in a batch;
+ *   - decline other weight types and activations prepared for another K without writing y.
+ */
+#include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_prefill.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 32);
+}
+static float rnd_float(void)
+{
+    return (float)rnd() / 4294967296.0f * 2.0f - 1.0f;
+}
+
+static bool have(int type)
+{
+    if (q_prefill_runs(type, Q_INT_MAX_ROWS + 1)) return true;
+    cr_log_info("the quantized prefill tiles do not run on this CPU (%s): only declines tested",
+                q_isa_name(q_isa()));
+    return false;
+}
+
+/* n rows of k weights of `type`, from floats in [-1, 1) with a few large ones */
+static char *weights(int type, int n, int k, float *wf)
+{
+    const size_t rb = q_row_bytes(type, k);
+    char *w = malloc((size_t)n * rb);
+    cr_assert(w);
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < k; j++)
+            wf[(size_t)i * k + j] = rnd_float() * (rnd() % 16 == 0 ? 4.0f : 0.5f);
+        q_quantize_row(type, wf + (size_t)i * k, w + (size_t)i * rb, k);
+        q_dequant_row(type, w + (size_t)i * rb, wf + (size_t)i * k, k);
+    }
+    return w;
+}
+
+static const q_xq *prepare(const float *x, int M, int K, void **mem)
+{
+    const size_t bytes = q_xq_bytes(M, K);
+    *mem = malloc(bytes);
+    cr_assert(*mem);
+    const q_xq *a = q_xq_prepare(*mem, bytes, x, M, K);
+    cr_assert(a);
+    return a;
+}
+
+static void trial(int type, int M, int N, int K, float beta)
+{
+    const int ld_y = N + (int)(rnd() % 4);
+    float *x = malloc((size_t)M * K * sizeof(float)), *wf = malloc((size_t)N * K * sizeof(float));
+    float *y = malloc((size_t)M * ld_y * sizeof(float)),
+          *ref = malloc((size_t)M * N * sizeof(float));
+    float *y0 = malloc((size_t)M * ld_y * sizeof(float));
+    cr_assert(x && wf && y && ref && y0);
+    for (size_t i = 0; i < (size_t)M * K; i++) x[i] = rnd_float();
+    for (size_t i = 0; i < (size_t)M * ld_y; i++) y0[i] = y[i] = rnd_float();
+    char *w = weights(type, N, K, wf);
+    void *mem;
+    const q_xq *a = prepare(x, M, K, &mem);
+    cr_assert(q_prefill_matmul(type, w, N, K, a, beta, y, ld_y), "M %d N %d K %d", M, N, K);
+    /* the reference: the portable integer path, Q_INT_MAX_ROWS rows at a time */
+    const int was = q_isa_cap(Q_ISA_PORTABLE);
+    for (int r0 = 0; r0 < M; r0 += Q_INT_MAX_ROWS)
+        q_matmul(type, w, N, K, x + (size_t)r0 * K,
+                 M - r0 < Q_INT_MAX_ROWS ? M - r0 : Q_INT_MAX_ROWS, 0.0f, ref + (size_t)r0 * N, N);
+    q_isa_cap(was);
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double mag = 0.0;
+            for (int j = 0; j < K; j++)
+                mag += fabs((double)x[(size_t)m * K + j] * wf[(size_t)n * K + j]);
+            const double want =
+                ref[(size_t)m * N + n] + (beta != 0.0f ? y0[(size_t)m * ld_y + n] : 0.0);
+            const double got = y[(size_t)m * ld_y + n];
+            cr_assert(fabs(got - want) <= 1e-5 * mag + 1e-6,
+                      "type %d M %d N %d K %d beta %g: y[%d][%d] = %.9g, portable %.9g (sum |wx| "
+                      "%.6g)",
+                      type, M, N, K, beta, m, n, got, want, mag);
+        }
+    for (int m = 0; m < M; m++)
+        for (int n = N; n < ld_y; n++)
+            cr_assert_eq(y[(size_t)m * ld_y + n], y0[(size_t)m * ld_y + n]);
+    free(mem);
+    free(w);
+    free(x);
+    free(wf);
+    free(y);
+    free(ref);
+    free(y0);
+}
+
+Test(kernels_quant_prefill, equals_the_portable_integer_path_within_its_bound)
+{
+    if (!have(Q_Q4_K)) return;
+    static const int Ms[] = {33, 34, 35, 36, 45, 70, 131};
+    static const int Ns[] = {1, 7, 8, 9, 13, 67};
+    static const int Ks[] = {256, 768, 1280};
+    int t = 0;
+    for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+        for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++, t++)
+            trial(Q_Q4_K, Ms[mi], Ns[ni], Ks[t % 3], t % 2 ? 1.0f : 0.0f);
+    /* an engine shape: one worker's chunk of stories110M's FFN up-projection */
+    trial(Q_Q4_K, 256, 512, 768, 0.0f);
+}
+
+Test(kernels_quant_prefill, gives_a_row_the_same_bits_wherever_it_lies)
+{
+    if (!have(Q_Q4_K)) return;
+    enum { N = 21, K = 512, M1 = 41, M2 = 58, AT = 39 };
+    float *x1 = malloc((size_t)M1 * K * sizeof(float)),
+          *x2 = malloc((size_t)M2 * K * sizeof(float));
+    float *wf = malloc((size_t)N * K * sizeof(float)), y1[M1 * N], y2[M2 * N];
+    cr_assert(x1 && x2 && wf);
+    for (size_t i = 0; i < (size_t)M1 * K; i++) x1[i] = rnd_float();
+    for (size_t i = 0; i < (size_t)M2 * K; i++) x2[i] = rnd_float();
+    memcpy(x2 + (size_t)AT * K, x1, (size_t)K * sizeof(float)); /* row 0 of x1 at row 39 */
+    char *w = weights(Q_Q4_K, N, K, wf);
+    void *m1, *m2;
+    const q_xq *a1 = prepare(x1, M1, K, &m1), *a2 = prepare(x2, M2, K, &m2);
+    cr_assert(q_prefill_matmul(Q_Q4_K, w, N, K, a1, 0.0f, y1, N));
+    cr_assert(q_prefill_matmul(Q_Q4_K, w, N, K, a2, 0.0f, y2, N));
+    for (int n = 0; n < N; n++)
+        cr_assert_eq(memcmp(&y1[n], &y2[AT * N + n], sizeof(float)), 0,
+                     "column %d: %.9g in row 0 of %d, %.9g in row %d of %d", n, y1[n], M1,
+                     y2[AT * N + n], AT, M2);
+    free(m1);
+    free(m2);
+    free(w);
+    free(x1);
+    free(x2);
+    free(wf);
+}
+
+Test(kernels_quant_prefill, declines_what_it_does_not_take_without_writing)
+{
+    enum { M = 40, N = 16, K = 512 };
+    float *x = calloc((size_t)M * K, sizeof(float)), y[M * N];
+    char *w = calloc(N, q_row_bytes(Q_Q8_0, K));
+    cr_assert(x && w);
+    for (int i = 0; i < M * N; i++) y[i] = 7.0f;
+    void *mem;
+    const q_xq *a = prepare(x, M, K, &mem);
+    cr_assert_not(q_prefill_runs(Q_Q8_0 + 100, M));
+    cr_assert_not(q_prefill_runs(Q_Q4_K, Q_INT_MAX_ROWS)); /* the integer dots' rows */
+    cr_assert_not(q_prefill_matmul(Q_F32, w, N, K, a, 0.0f, y, N));
+    cr_assert_not(q_prefill_matmul(Q_Q4_K, w, N, K - 256, a, 0.0f, y, N)); /* a's K is 512 */
+    cr_assert_not(q_prefill_matmul(Q_Q4_K, w, N, K, NULL, 0.0f, y, N));
+    for (int i = 0; i < M * N; i++) cr_assert_eq(y[i], 7.0f);
+    free(mem);
+    free(w);
+    free(x);
+}
