@@ -235,13 +235,20 @@ static const char *const hermes_jinja =
     "{%- else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>{{ '\\n' }}{% endif %}"
     "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
-Test(gateway_responses, input_items_are_the_chat_messages_they_mean)
+/* A daemon and a gateway whose tokenizer file carries hermes_jinja; the file's path. */
+static char *setup_hermes(void)
 {
     gwh_need();
     gwh_need_curl();
     char *tok = gwh_stories_gguf("hermes.gguf", hermes_jinja);
     const char *extra[] = {"--tokenizer", tok, NULL};
     setup(extra);
+    return tok;
+}
+
+Test(gateway_responses, input_items_are_the_chat_messages_they_mean)
+{
+    char *tok = setup_hermes();
     json_t *resp;
     char *raw;
     int st = post(
@@ -356,11 +363,7 @@ Test(gateway_responses, through_the_openai_sdk)
  * JSON allows until max_output_tokens, and a Responses request has no logit_bias to stop it). */
 Test(gateway_responses, text_format_and_required_tools_constrain_the_answer)
 {
-    gwh_need();
-    gwh_need_curl();
-    char *tok = gwh_stories_gguf("hermes.gguf", hermes_jinja);
-    const char *extra[] = {"--tokenizer", tok, NULL};
-    setup(extra);
+    char *tok = setup_hermes();
     json_t *bias = gwh_whitespace_bias();
     char *b = json_dumps(bias, JSON_COMPACT), body[16384];
     json_decref(bias);
@@ -430,11 +433,7 @@ Test(gateway_responses, text_format_and_required_tools_constrain_the_answer)
  * joining to the done event's arguments, and the same call as the whole response (greedy). */
 Test(gateway_responses, a_function_call_whole_and_streamed_says_the_same)
 {
-    gwh_need();
-    gwh_need_curl();
-    char *tok = gwh_stories_gguf("hermes.gguf", hermes_jinja);
-    const char *extra[] = {"--tokenizer", tok, NULL};
-    setup(extra);
+    char *tok = setup_hermes();
     const char *req =
         "\"input\": \"What time is it?\", \"temperature\": 0, \"max_output_tokens\": 40, "
         "\"tools\": [{\"type\": \"function\", \"name\": \"get_time\", \"parameters\": "
