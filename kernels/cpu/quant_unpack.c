@@ -391,6 +391,19 @@ SIMD static inline __attribute__((always_inline)) __m256i block_q(const int type
     }
 }
 
+/* The f16 at p, p + bb, ..., p + 7 bb (the scales of 8 blocks of bb bytes) as 8 floats:
+ * exact, as _cvtsh_ss of each. */
+SIMD static inline __attribute__((always_inline)) __m256 f16x8_strided(const char *p, size_t bb)
+{
+    uint16_t h[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) memcpy(&h[j], p + (size_t)j * bb, 2);
+    __m128i v = _mm_cvtsi32_si128(h[0]);
+#pragma GCC unroll 8
+    for (int j = 1; j < 8; j++) v = _mm_insert_epi16(v, h[j], j);
+    return _mm256_cvtph_ps(v);
+}
+
 /* What the blocks of a unit of one weight row share: ds[j], the float scale of block j (Q2_K
  * and Q3_K: d of the whole unit, in every ds[j]; their 16-element scales are integers in sc,
  * each as (s | s << 16) in an int32, for madd); o, the offsets: per block of 32 (o[0..7]:
@@ -513,6 +526,7 @@ rows_unpacked_r(const int type, const char *w, int n, int64_t k, const xq8 *x, f
         type == Q_Q4_0 || type == Q_Q5_0 || type == Q_Q4_1 || type == Q_Q5_1 || type == Q_Q5_K;
     const bool off16 = type == Q_Q2_K || type == Q_Q3_K;
     const __m256i ones = _mm256_set1_epi16(1);
+    const size_t bb = q_row_bytes(type, 32); /* a block of the 32-element types */
     for (int i = 0; i < n; i += NW) {
         const char *row[4];
         __m256 acc[4][Q8_GROUP_ROWS], oacc[4][Q8_GROUP_ROWS];
@@ -531,9 +545,29 @@ rows_unpacked_r(const int type, const char *w, int n, int64_t k, const xq8 *x, f
             /* the K types' units are whole blocks: 8 (a constant the loops unroll to) */
             const int m = k256 || nb - b0 >= 8 ? 8 : (int)(nb - b0);
             unit_hdr h[4];
+            __m256 ov[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                            _mm256_setzero_ps()};
             float sx[4][Q8_GROUP_ROWS][8] __attribute__((aligned(32)));
 #pragma GCC unroll 4
             for (int wi = 0; wi < NW; wi++) {
+                if (!k256 && m == 8) {
+                    /* 8 blocks of 32: their scales (and Q4_1's and Q5_1's minimums) converted
+                     * 8 at a time in registers, the offsets made from them there: the same
+                     * values as unit_header's, without its 8 scalar conversions and the
+                     * stores a vector load then waited for */
+                    const char *blk = row[wi] + (size_t)b0 * bb;
+                    const __m256 ds = f16x8_strided(blk, bb);
+                    ov[wi] = type == Q_Q4_0   ? _mm256_mul_ps(_mm256_set1_ps(-8.0f), ds)
+                             : type == Q_Q5_0 ? _mm256_mul_ps(_mm256_set1_ps(-16.0f), ds)
+                             : type == Q_Q4_1 || type == Q_Q5_1 ? f16x8_strided(blk + 2, bb)
+                                                                : _mm256_setzero_ps();
+#pragma GCC unroll 8
+                    for (int r = 0; r < R; r++)
+                        _mm256_store_ps(
+                            sx[wi][r],
+                            _mm256_mul_ps(ds, _mm256_loadu_ps(x->d + (size_t)r * nb + b0)));
+                    continue;
+                }
                 unit_header(type, row[wi], b0, m, &h[wi]);
                 if (m == 8) {
                     const __m256 ds = _mm256_loadu_ps(h[wi].ds);
@@ -580,7 +614,7 @@ rows_unpacked_r(const int type, const char *w, int n, int64_t k, const xq8 *x, f
             if (off32 && m == 8) {
 #pragma GCC unroll 4
                 for (int wi = 0; wi < NW; wi++) {
-                    const __m256 o = _mm256_loadu_ps(h[wi].o);
+                    const __m256 o = k256 ? _mm256_loadu_ps(h[wi].o) : ov[wi];
 #pragma GCC unroll 8
                     for (int r = 0; r < R; r++)
                         oacc[wi][r] = _mm256_fmadd_ps(
