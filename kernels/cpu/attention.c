@@ -181,7 +181,7 @@ CPU_CLONES
 static void attend_tile(const cpu *c, const eng_batch *b, const struct tile *tl, int kvh,
                         float *scores, float *k_t)
 {
-    const int hs = c->head_size, bs = c->block_size, bp = c->block_pad, kv_dim = c->kv_dim;
+    const int hs = c->head_size, bs = c->block_size, bp = (bs + 7) & ~7, kv_dim = c->kv_dim;
     const int group = c->group, seq_len = c->c.seq_len, dim = c->q_dim;
     const int n_rows = tl->row1 - tl->row0, pos0 = b->positions[tl->row0];
     const int n_pos = b->positions[tl->row1 - 1] + 1;
@@ -267,8 +267,7 @@ static void attention_item(cpu *c, int item, int worker)
     const int kvh = item % c->c.n_kv_heads, hs = c->head_size;
     float *scores = c->scores + (size_t)worker * c->scores_per_worker;
     if (tl->row1 - tl->row0 > 1) {
-        attend_tile(c, b, tl, kvh, scores,
-                    c->k_t + (size_t)worker * (size_t)hs * (size_t)c->block_pad);
+        attend_tile(c, b, tl, kvh, scores, scores + (size_t)TILE_ROWS * c->group * c->c.seq_len);
         return;
     }
     const int row = tl->row0, pos = b->positions[row];
@@ -291,6 +290,13 @@ static void attention_task(void *ctx, int task, int worker)
     const int i0 = (int)((int64_t)task * c->att_items / c->att_tasks);
     const int i1 = (int)((int64_t)(task + 1) * c->att_items / c->att_tasks);
     for (int i = i0; i < i1; i++) attention_item(c, i, worker);
+}
+
+size_t cpu_attention_scratch(const cpu *c)
+{
+    /* a tile's scores, then K of one block transposed: [head_size][block_size rounded up] */
+    return (size_t)TILE_ROWS * c->group * c->c.seq_len +
+           (size_t)c->head_size * (size_t)((c->block_size + 7) & ~7);
 }
 
 void cpu_attention(cpu *c)

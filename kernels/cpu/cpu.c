@@ -564,8 +564,8 @@ static void cpu_destroy(void *priv)
     if (c->kv_pool) rnuma_free(c->kv_pool, c->kv_pool_bytes);
     if (c->rope_cos_swa != c->rope_cos) free(c->rope_cos_swa);
     if (c->rope_sin_swa != c->rope_sin) free(c->rope_sin_swa);
-    float *bufs[] = {c->rope_cos, c->rope_sin, c->x,  c->xb, c->q,      c->k,  c->v,
-                     c->att,      c->h1,       c->h3, c->xf, c->scores, c->k_t};
+    float *bufs[] = {c->rope_cos, c->rope_sin, c->x,  c->xb, c->q,  c->k,
+                     c->v,        c->att,      c->h1, c->h3, c->xf, c->scores};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->tiles);
     float *moe[] = {c->moe_logits, c->moe_x, c->moe_h1, c->moe_h3, c->moe_out, c->moe_w};
@@ -648,10 +648,8 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
     c->h1 = falloc(c, T * cfg->hidden_dim);
     c->h3 = falloc(c, T * cfg->hidden_dim);
     c->xf = falloc(c, T * cfg->dim);
-    c->scores_per_worker = (size_t)TILE_ROWS * c->group * cfg->seq_len;
+    c->scores_per_worker = cpu_attention_scratch(c);
     c->scores = falloc(c, (size_t)n_workers * c->scores_per_worker);
-    c->block_pad = (c->block_size + 7) & ~7;
-    c->k_t = falloc(c, (size_t)n_workers * c->head_size * c->block_pad);
     c->tiles = malloc(T * sizeof *c->tiles);
     if (c->hp.n_expert) {
         const size_t ne = (size_t)c->hp.n_expert, nk = (size_t)c->hp.n_expert_used;
@@ -671,7 +669,7 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
         }
     }
     if (!c->rope_cos || !c->rope_sin || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att ||
-        !c->h1 || !c->h3 || !c->xf || !c->scores || !c->k_t || !c->tiles) {
+        !c->h1 || !c->h3 || !c->xf || !c->scores || !c->tiles) {
         err = eng_seterr(-ENOMEM, "CPU scratch for %d rows: out of memory", c->max_rows);
         goto fail;
     }

@@ -49,10 +49,8 @@ typedef struct cpu {
     } * tiles; /* attention work: runs of one sequence's rows */
     int n_tiles;
     int att_items, att_tasks; /* (tile, KV head) items of the attention region, its tasks */
-    float *scores;            /* [n_workers][TILE_ROWS * group * seq_len] attention scratch */
-    size_t scores_per_worker;
-    float *k_t; /* [n_workers][head_size][block_size rounded up to 8]: K transposed */
-    int block_pad;
+    float *scores;            /* [n_workers][scores_per_worker] attention scratch */
+    size_t scores_per_worker; /* cpu_attention_scratch */
     size_t scratch_bytes;
     /* the rows a region's matmuls read, quantized once for quantized weights (matmul_jobs):
      * one slot per distinct input of a region, grown as needed */
@@ -125,5 +123,8 @@ static inline float *kv_at(const cpu *c, int block, int layer, int which, int of
 /* Paged attention of the batch c->b at layer c->layer, for every tile of c->tiles and KV
  * head, on the pool: writes c->att. */
 void cpu_attention(cpu *c);
+/* Floats of scratch (c->scores) cpu_attention needs per worker, for c's shape (head_size,
+ * group, block_size, c.seq_len). */
+size_t cpu_attention_scratch(const cpu *c);
 
 #endif
