@@ -55,6 +55,27 @@ struct cst_vocab {
     uint32_t max_chars; /* the most characters a token begins */
     int32_t end_tokens[8];
     int n_end;
+    /* Each token split into its plain characters and a tail: from the first byte that does
+     * not begin a plain character (a quote, a backslash, a control, a byte that is not
+     * UTF-8). A "pure" token has no tail (a character begun at its end counts as one). From
+     * a state that takes plain characters in a chain (a string's body), a pure token is
+     * allowed by its length alone, and an impure one by its tail from the chain's state
+     * after its plain characters: tails are few and shared, so their walks are cached per
+     * state (tail_*), not repeated under every prefix as the trie has them. */
+    int32_t *pure_ids; /* pure tokens by characters, ascending */
+    uint32_t *pure_at; /* [c], c <= pure_max + 1: the first of pure_ids with >= c characters */
+    uint32_t n_pure, pure_max;
+    uint32_t *pure_bits;  /* the pure tokens as a mask */
+    uint16_t *pure_hi;    /* [as pure_ids]: characters up to its last one that is not ASCII */
+    int32_t *imp_id;      /* impure tokens by plain characters, ascending */
+    uint16_t *imp_plen;   /* its plain characters */
+    uint16_t *imp_pbytes; /* their bytes: where the tail begins */
+    uint32_t *imp_node;   /* the tail trie's node where its tail ends */
+    uint32_t n_imp, imp_max;
+    uint8_t *tl_byte; /* the tails' trie, preorder, node 0 the root */
+    uint16_t *tl_depth;
+    uint32_t *tl_end;
+    uint32_t n_tl, tl_max_depth;
 };
 
 static const cst_vocab *sort_vocab; /* qsort has no context argument in C11 */
@@ -235,6 +256,180 @@ static int build_trie(cst_vocab *v)
     return 0;
 }
 
+/* Where a token's plain characters end (bytes), how many there are, and whether the rest
+ * is only a character begun (then the token is pure, that character counted). */
+static uint32_t plain_prefix(const uint8_t *b, uint32_t len, uint32_t *chars, bool *pure)
+{
+    uint32_t i = 0, c = 0;
+    while (i < len) {
+        uint8_t x = b[i];
+        if (byte_plain(x)) {
+            i++, c++;
+            continue;
+        }
+        uint32_t n = x >= 0xC2 && x <= 0xDF   ? 2
+                     : x >= 0xE0 && x <= 0xEF ? 3
+                     : x >= 0xF0 && x <= 0xF4 ? 4
+                                              : 0;
+        if (!n) break;
+        uint8_t lo = x == 0xE0 ? 0xA0 : x == 0xF0 ? 0x90 : 0x80;
+        uint8_t hi = x == 0xED ? 0x9F : x == 0xF4 ? 0x8F : 0xBF;
+        bool ok = true;
+        for (uint32_t k = 1; k < n && i + k < len && ok; k++)
+            ok = k == 1 ? b[i + k] >= lo && b[i + k] <= hi : b[i + k] >= 0x80 && b[i + k] <= 0xBF;
+        if (!ok) break;
+        if (i + n > len) { /* a character begun at the end */
+            *chars = c + 1;
+            *pure = true;
+            return len;
+        }
+        i += n, c++;
+    }
+    *chars = c;
+    *pure = i == len;
+    return i;
+}
+
+static const cst_vocab *tail_vocab;
+static int cmp_tail(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    const cst_vocab *v = tail_vocab;
+    uint32_t px = v->imp_pbytes[x], py = v->imp_pbytes[y];
+    int32_t ix = v->imp_id[x], iy = v->imp_id[y];
+    uint64_t lx = v->off[ix + 1] - v->off[ix] - px, ly = v->off[iy + 1] - v->off[iy] - py;
+    int c = memcmp(v->bytes + v->off[ix] + px, v->bytes + v->off[iy] + py, lx < ly ? lx : ly);
+    if (c) return c;
+    if (lx != ly) return lx < ly ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* The split of every token into plain characters and a tail, and the tails' trie. */
+static int build_tails(cst_vocab *v)
+{
+    int n = v->n_tokens;
+    size_t words = ((size_t)n + 31) / 32;
+    uint32_t *chars = malloc(((size_t)n + 1) * sizeof *chars);
+    uint32_t *pb = malloc(((size_t)n + 1) * sizeof *pb);
+    uint8_t *pure = malloc((size_t)n + 1);
+    v->pure_bits = calloc(words + 1, sizeof *v->pure_bits);
+    v->pure_ids = malloc(((size_t)n + 1) * sizeof *v->pure_ids);
+    v->pure_hi = calloc((size_t)n + 1, sizeof *v->pure_hi);
+    v->imp_id = malloc(((size_t)n + 1) * sizeof *v->imp_id);
+    v->imp_plen = malloc(((size_t)n + 1) * sizeof *v->imp_plen);
+    v->imp_pbytes = malloc(((size_t)n + 1) * sizeof *v->imp_pbytes);
+    v->imp_node = malloc(((size_t)n + 1) * sizeof *v->imp_node);
+    int32_t *order = malloc(((size_t)n + 1) * sizeof *order);
+    int rc = -ENOMEM;
+    if (!chars || !pb || !pure || !v->pure_bits || !v->pure_ids || !v->pure_hi || !v->imp_id ||
+        !v->imp_plen || !v->imp_pbytes || !v->imp_node || !order)
+        goto out;
+    uint32_t maxc = 0, maxp = 0, np = 0, ni = 0;
+    uint64_t tail_bytes = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t len = (uint32_t)(v->off[i + 1] - v->off[i]);
+        bool pu = false;
+        chars[i] = 0;
+        pb[i] = len ? plain_prefix(v->bytes + v->off[i], len, &chars[i], &pu) : 0;
+        pure[i] = len && pu;
+        if (chars[i] > 65535 || pb[i] > 65535) pure[i] = 0, chars[i] = 0, pb[i] = 0;
+        if (!len) continue;
+        if (pure[i]) {
+            np++;
+            if (chars[i] > maxc) maxc = chars[i];
+        } else {
+            ni++;
+            if (chars[i] > maxp) maxp = chars[i];
+            tail_bytes += len - pb[i];
+        }
+    }
+    v->pure_max = maxc;
+    v->imp_max = maxp;
+    v->pure_at = calloc((size_t)maxc + 3, sizeof *v->pure_at);
+    uint32_t *at = calloc((size_t)(maxc > maxp ? maxc : maxp) + 3, sizeof *at);
+    if (!v->pure_at || !at) {
+        free(at);
+        goto out;
+    }
+    /* counting sorts by characters */
+    for (int i = 0; i < n; i++)
+        if (pure[i]) v->pure_at[chars[i] + 1]++;
+    for (uint32_t c = 0; c <= maxc; c++) v->pure_at[c + 1] += v->pure_at[c];
+    v->pure_at[maxc + 2] = np;
+    memcpy(at, v->pure_at, ((size_t)maxc + 2) * sizeof *at);
+    for (int i = 0; i < n; i++)
+        if (pure[i]) {
+            uint32_t q = at[chars[i]]++, c = 0, hi = 0;
+            v->pure_ids[q] = i;
+            v->pure_bits[i >> 5] |= 1u << (i & 31);
+            for (uint64_t d = v->off[i]; d < v->off[i + 1]; d++) {
+                uint8_t b = v->bytes[d];
+                c += (b & 0xC0) != 0x80;
+                if (b >= 0x80) hi = c;
+            }
+            v->pure_hi[q] = (uint16_t)hi;
+        }
+    v->n_pure = np;
+    memset(at, 0, ((size_t)(maxc > maxp ? maxc : maxp) + 3) * sizeof *at);
+    for (int i = 0; i < n; i++)
+        if (v->off[i + 1] > v->off[i] && !pure[i]) at[chars[i] + 1]++;
+    for (uint32_t c = 0; c <= maxp; c++) at[c + 1] += at[c];
+    for (int i = 0; i < n; i++)
+        if (v->off[i + 1] > v->off[i] && !pure[i]) {
+            uint32_t k = at[chars[i]]++;
+            v->imp_id[k] = i;
+            v->imp_plen[k] = (uint16_t)chars[i];
+            v->imp_pbytes[k] = (uint16_t)pb[i];
+        }
+    free(at);
+    v->n_imp = ni;
+    /* the tails' trie: impure tokens sorted by tail, nodes as build_trie makes them */
+    for (uint32_t k = 0; k < ni; k++) order[k] = (int32_t)k;
+    tail_vocab = v;
+    qsort(order, ni, sizeof *order, cmp_tail);
+    size_t cap = tail_bytes + 2;
+    v->tl_byte = calloc(cap, 1);
+    v->tl_depth = calloc(cap, sizeof *v->tl_depth);
+    v->tl_end = calloc(cap, sizeof *v->tl_end);
+    uint32_t *path = calloc(cap + 1, sizeof *path);
+    if (!v->tl_byte || !v->tl_depth || !v->tl_end || !path) {
+        free(path);
+        goto out;
+    }
+    uint32_t nn = 1, depth = 0;
+    const uint8_t *prev = NULL;
+    uint32_t prevlen = 0;
+    for (uint32_t r = 0; r < ni; r++) {
+        uint32_t k = (uint32_t)order[r];
+        int32_t id = v->imp_id[k];
+        const uint8_t *b = v->bytes + v->off[id] + v->imp_pbytes[k];
+        uint32_t len = (uint32_t)(v->off[id + 1] - v->off[id]) - v->imp_pbytes[k];
+        uint32_t common = 0;
+        while (prev && common < prevlen && common < len && prev[common] == b[common]) common++;
+        while (depth > common) v->tl_end[path[depth--]] = nn;
+        for (uint32_t d = common; d < len; d++) {
+            v->tl_byte[nn] = b[d];
+            v->tl_depth[nn] = (uint16_t)(d + 1 > 65535 ? 65535 : d + 1);
+            path[++depth] = nn++;
+        }
+        v->imp_node[k] = path[depth];
+        if (len > v->tl_max_depth) v->tl_max_depth = len;
+        prev = b;
+        prevlen = len;
+    }
+    while (depth > 0) v->tl_end[path[depth--]] = nn;
+    v->tl_end[0] = nn;
+    v->n_tl = nn;
+    free(path);
+    rc = 0;
+out:
+    free(chars);
+    free(pb);
+    free(pure);
+    free(order);
+    return rc;
+}
+
 int cst_vocab_from_bytes(const uint8_t *const *bytes, const uint32_t *lens, int n_tokens,
                          const int32_t *end_tokens, int n_end, cst_vocab **out)
 {
@@ -259,7 +454,7 @@ int cst_vocab_from_bytes(const uint8_t *const *bytes, const uint32_t *lens, int 
     }
     memcpy(v->end_tokens, end_tokens, (size_t)n_end * sizeof *end_tokens);
     v->n_end = n_end;
-    if (build_trie(v)) goto nomem;
+    if (build_trie(v) || build_tails(v)) goto nomem;
     *out = v;
     return 0;
 nomem:
@@ -303,6 +498,17 @@ void cst_vocab_free(cst_vocab *v)
     free(v->last_high);
     free(v->nodes);
     free(v->ascii_below);
+    free(v->pure_ids);
+    free(v->pure_at);
+    free(v->pure_bits);
+    free(v->pure_hi);
+    free(v->imp_id);
+    free(v->imp_plen);
+    free(v->imp_pbytes);
+    free(v->imp_node);
+    free(v->tl_byte);
+    free(v->tl_depth);
+    free(v->tl_end);
     free(v);
 }
 
@@ -567,6 +773,12 @@ int cst_grammar_finish(cst_prog *p, cst_grammar **out, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
+    /* the sentinel: emitted after the analyses (nothing reaches it), a set of no byte (it
+     * splits no byte class) */
+    static const cst_byteset none = {{0}};
+    uint32_t sent = prog_set(p, &none, 0);
+    if (p->failed) p->failed = 0, sent = 0; /* at the size bound: no sentinel, no shortcut */
+    g->sentinel = sent;
     g->prog = *p;
     memset(p, 0, sizeof *p);
     *out = g;
@@ -607,6 +819,7 @@ size_t cst_grammar_size(const cst_grammar *g)
  * largest set of ASCII bytes it takes to one same state) to one same state, each step with
  * the same set (a character class under a repeat: [A-Za-z0-9_]+, a format's characters);
  * CHAIN_INF: a loop */
+#define CNEXT_UNKNOWN  0xFFFFFFFEu
 #define CLS_UNKNOWN    0xFFFFu
 #define CLS_NONE       0xFFFEu
 #define CLS_MIN_BYTES  8  /* smaller sets are not worth the check */
@@ -637,7 +850,17 @@ struct cst_matcher {
     uint16_t *st_chain;     /* CHAIN_UNKNOWN, or char_chain()'s answer */
     uint16_t *st_cls;       /* CLS_UNKNOWN, CLS_NONE or class_chain()'s count */
     uint64_t (*st_cset)[2]; /* [state]: its class set, where st_cls is a count */
-    int32_t *trans;         /* [state * 256 + byte] */
+    uint32_t *st_cnext;     /* CNEXT_UNKNOWN, or uniform_next()'s answer */
+    uint32_t *st_anext;     /* CNEXT_UNKNOWN, or ascii_next()'s answer */
+    uint64_t **st_tail;     /* [state]: the tails' trie nodes live from it (bits), or NULL */
+    uint32_t *chain;        /* scratch: a chain's states (split_mask) */
+    /* uniform_next's verdicts per thread group (the program counters of a state's threads
+     * on one same stack): open addressing over gm, the pcs in gm_pcs */
+    struct grp_memo *gm;
+    uint32_t gm_cap, gm_n;
+    uint32_t *gm_pcs;
+    size_t gm_npcs, gm_pcscap;
+    int32_t *trans; /* [state * 256 + byte] */
     uint32_t **st_mask;
     size_t mask_bytes;
     uint32_t nstates, stcap;
@@ -663,6 +886,10 @@ struct cst_matcher {
     uint32_t last_made;   /* states the last walk made */
     uint32_t last_visits; /* trie nodes the last walk looked at */
     bool last_cached;
+    uint8_t last_split; /* the last mask was split_mask's (1) or part_mask's (2) */
+    uint64_t *part;     /* scratch: part_mask's threads */
+    size_t partcap;
+    uint32_t *pmask;      /* scratch: part_mask's two masks */
     cst_vocab *own_vocab; /* cst_dfa_open's empty vocabulary */
 };
 
@@ -853,7 +1080,13 @@ static int32_t intern_state(cst_matcher *m)
         if (g) m->st_cls = g;
         void *h = realloc(m->st_cset, cap * sizeof *m->st_cset);
         if (h) m->st_cset = h;
-        if (!a || !b || !c || !d || !e || !f || !g || !h) return -1;
+        void *i = realloc(m->st_cnext, cap * sizeof *m->st_cnext);
+        if (i) m->st_cnext = i;
+        void *k = realloc(m->st_tail, cap * sizeof *m->st_tail);
+        if (k) m->st_tail = k;
+        void *l = realloc(m->st_anext, cap * sizeof *m->st_anext);
+        if (l) m->st_anext = l;
+        if (!a || !b || !c || !d || !e || !f || !g || !h || !i || !k || !l) return -1;
         m->stcap = cap;
     }
     if (grow((void **)&m->threads, &m->thcap, m->nthreads + n, sizeof *m->threads)) return -1;
@@ -869,6 +1102,9 @@ static int32_t intern_state(cst_matcher *m)
     m->st_accept[s] = acc;
     m->st_chain[s] = CHAIN_UNKNOWN;
     m->st_cls[s] = CLS_UNKNOWN;
+    m->st_cnext[s] = CNEXT_UNKNOWN;
+    m->st_anext[s] = CNEXT_UNKNOWN;
+    m->st_tail[s] = NULL;
     memset(m->trans + (size_t)s * 256, 0xff, 256 * sizeof *m->trans);
     m->st_mask[s] = NULL;
     m->st_hash[j] = s;
@@ -927,7 +1163,10 @@ static inline int32_t step(cst_matcher *m, uint32_t s, uint8_t byte)
 
 static void free_states(cst_matcher *m)
 {
-    for (uint32_t s = 0; s < m->nstates; s++) free(m->st_mask[s]);
+    for (uint32_t s = 0; s < m->nstates; s++) {
+        free(m->st_mask[s]);
+        free(m->st_tail[s]);
+    }
     m->nstates = 0;
     m->nthreads = 0;
     m->mask_bytes = 0;
@@ -944,6 +1183,9 @@ static int init_states(cst_matcher *m)
     m->st_accept[0] = 0;
     m->st_chain[0] = CHAIN_DEAD_TAIL; /* no character: a chain of 0, nothing after */
     m->st_cls[0] = CLS_NONE;
+    m->st_cnext[0] = 0;
+    m->st_anext[0] = 0;
+    m->st_tail[0] = NULL;
     m->st_mask[0] = NULL;
     for (int b = 0; b < 256; b++) m->trans[b] = 0;
     m->nstates = 1;
@@ -974,6 +1216,10 @@ int cst_matcher_create(const cst_grammar *g, const cst_vocab *v, cst_matcher **o
     m->st_chain = calloc(m->stcap, sizeof *m->st_chain);
     m->st_cls = calloc(m->stcap, sizeof *m->st_cls);
     m->st_cset = calloc(m->stcap, sizeof *m->st_cset);
+    m->st_cnext = calloc(m->stcap, sizeof *m->st_cnext);
+    m->st_anext = calloc(m->stcap, sizeof *m->st_anext);
+    m->st_tail = calloc(m->stcap, sizeof *m->st_tail);
+    m->chain = malloc(((size_t)v->max_depth + 2) * sizeof *m->chain);
     m->trans = malloc((size_t)m->stcap * 256 * sizeof *m->trans);
     m->st_mask = calloc(m->stcap, sizeof *m->st_mask);
     m->st_hash_cap = 256;
@@ -982,7 +1228,8 @@ int cst_matcher_create(const cst_grammar *g, const cst_vocab *v, cst_matcher **o
     m->todo = malloc(m->todocap * sizeof *m->todo);
     m->walk = malloc(((size_t)v->max_depth + 2) * sizeof *m->walk);
     if (!m->stk || !m->st_off || !m->st_len || !m->st_accept || !m->st_chain || !m->st_cls ||
-        !m->st_cset || !m->trans || !m->st_mask || !m->st_hash || !m->todo || !m->walk) {
+        !m->st_cset || !m->st_cnext || !m->st_anext || !m->st_tail || !m->chain || !m->trans ||
+        !m->st_mask || !m->st_hash || !m->todo || !m->walk) {
         cst_matcher_free(m);
         return -ENOMEM;
     }
@@ -1001,6 +1248,8 @@ void cst_matcher_free(cst_matcher *m)
     if (!m) return;
     if (m->st_mask)
         for (uint32_t s = 0; s < m->nstates; s++) free(m->st_mask[s]);
+    if (m->st_tail)
+        for (uint32_t s = 0; s < m->nstates; s++) free(m->st_tail[s]);
     free(m->stk);
     free(m->stk_hash);
     free(m->threads);
@@ -1010,6 +1259,14 @@ void cst_matcher_free(cst_matcher *m)
     free(m->st_chain);
     free(m->st_cls);
     free(m->st_cset);
+    free(m->st_cnext);
+    free(m->st_anext);
+    free(m->st_tail);
+    free(m->chain);
+    free(m->gm);
+    free(m->gm_pcs);
+    free(m->part);
+    free(m->pmask);
     free(m->trans);
     free(m->st_mask);
     free(m->st_hash);
@@ -1132,6 +1389,128 @@ static uint32_t uniform_next(cst_matcher *m, uint32_t s)
 }
 
 /*
+ * uniform_next by thread groups. A state's threads on one same stack f (a group) step
+ * alike whatever f holds: a character either leaves them inside f's frame (threads on
+ * stacks above f, the same whatever f is) or pops it. So whether every plain character
+ * takes the group to one same set of threads is a property of the group's program counters
+ * alone, found once by uniform_next on the group as a state of its own and kept by its
+ * pcs: a bounded string's next position (its character subroutine's threads on a new
+ * frame, and the closing quote's on the frame below) then costs no multi-byte state. A
+ * state whose groups are each uniform (or take no plain character and no lead byte) is
+ * uniform, its next state the one a space leads to; otherwise uniform_next decides.
+ */
+enum { GV_UNKNOWN = 0, GV_MIXED, GV_DEAD, GV_LIVE };
+struct grp_memo {
+    uint64_t hash;
+    uint32_t off, n; /* the pcs: gm_pcs[off .. off + n) */
+    uint8_t top;     /* the group was on the empty stack: nothing to pop */
+    uint8_t verdict;
+};
+
+static bool set_takes_plain(const cst_byteset *b)
+{
+    /* plain ASCII, or a lead byte 0xC2..0xF4 (bits 2..52 of the last word) */
+    return (b->w[0] & PLAIN_ASCII_LO) || (b->w[1] & PLAIN_ASCII_HI) ||
+           (b->w[3] & (((1ull << 53) - 1) & ~3ull));
+}
+
+static uint8_t *grp_verdict(cst_matcher *m, const uint32_t *pcs, uint32_t n, bool top)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n ^ (uint64_t)top << 40;
+    for (uint32_t i = 0; i < n; i++) h = mix64(h ^ pcs[i]);
+    if ((m->gm_n + 1) * 2 >= m->gm_cap) {
+        uint32_t cap = m->gm_cap ? m->gm_cap * 2 : 64;
+        struct grp_memo *t = calloc(cap, sizeof *t);
+        if (!t) return NULL;
+        for (uint32_t i = 0; i < m->gm_cap; i++)
+            if (m->gm[i].verdict) {
+                uint32_t j = (uint32_t)m->gm[i].hash & (cap - 1);
+                while (t[j].verdict) j = (j + 1) & (cap - 1);
+                t[j] = m->gm[i];
+            }
+        free(m->gm);
+        m->gm = t;
+        m->gm_cap = cap;
+    }
+    uint32_t j = (uint32_t)h & (m->gm_cap - 1);
+    for (; m->gm[j].verdict; j = (j + 1) & (m->gm_cap - 1)) {
+        struct grp_memo *e = &m->gm[j];
+        if (e->hash == h && e->n == n && e->top == top &&
+            !memcmp(m->gm_pcs + e->off, pcs, n * sizeof *pcs))
+            return &e->verdict;
+    }
+    if (grow((void **)&m->gm_pcs, &m->gm_pcscap, m->gm_npcs + n, sizeof *m->gm_pcs)) return NULL;
+    memcpy(m->gm_pcs + m->gm_npcs, pcs, n * sizeof *pcs);
+    m->gm[j] = (struct grp_memo){h, (uint32_t)m->gm_npcs, n, top, GV_UNKNOWN};
+    m->gm_npcs += n;
+    m->gm_n++;
+    return &m->gm[j].verdict;
+}
+
+#define GROUP_MAX_THREADS 256
+
+static uint32_t uniform_next_fast(cst_matcher *m, uint32_t s)
+{
+    size_t n = m->st_len[s];
+    if (n == 0 || n > GROUP_MAX_THREADS) return uniform_next(m, s);
+    uint64_t t[GROUP_MAX_THREADS]; /* (stack << 32 | pc), sorted */
+    for (size_t i = 0; i < n; i++) {
+        uint64_t x = m->threads[m->st_off[s] + i];
+        t[i] = (x & 0xFFFFFFFFull) << 32 | x >> 32;
+    }
+    for (size_t i = 1; i < n; i++) /* insertion sort: a state has few threads */
+        for (size_t k = i; k > 0 && t[k - 1] > t[k]; k--) {
+            uint64_t y = t[k];
+            t[k] = t[k - 1];
+            t[k - 1] = y;
+        }
+    const cst_inst *in = m->p->insts;
+    for (size_t a = 0; a < n;) {
+        uint32_t f = (uint32_t)(t[a] >> 32);
+        size_t b = a;
+        bool takes = false;
+        uint32_t pcs[GROUP_MAX_THREADS];
+        while (b < n && (uint32_t)(t[b] >> 32) == f) {
+            uint32_t pc = (uint32_t)t[b];
+            pcs[b - a] = pc;
+            if (in[pc].op == OP_SET && set_takes_plain(&m->p->sets[in[pc].a])) takes = true;
+            b++;
+        }
+        uint32_t ng = (uint32_t)(b - a);
+        a = b;
+        if (!takes) continue; /* no plain character, no lead byte: dead for all alike */
+        if (f && m->stk[f].depth > MAX_STACK_DEPTH / 2) return uniform_next(m, s);
+        uint8_t *v = grp_verdict(m, pcs, ng, f == 0);
+        if (!v) return m->oom = -ENOMEM, UNIFORM_MIXED;
+        if (*v == GV_UNKNOWN) {
+            /* the group as a state of its own, decided the slow way once: on a frame of its
+             * own whose return is the sentinel (a pc no code reaches), so that a character
+             * that pops the frame is told from one that does not */
+            uint32_t fs = 0;
+            if (f) {
+                if (!m->g->sentinel) return uniform_next(m, s);
+                fs = stk_push(m, 0, m->g->sentinel);
+                if (fs == UINT32_MAX) return m->oom = m->oom ? m->oom : -ENOMEM, UNIFORM_MIXED;
+            }
+            if (grow((void **)&m->work, &m->workcap, ng, sizeof *m->work))
+                return m->oom = -ENOMEM, UNIFORM_MIXED;
+            for (uint32_t i = 0; i < ng; i++) m->work[i] = (uint64_t)pcs[i] << 32 | fs;
+            m->nwork = ng;
+            int32_t gs = intern_state(m);
+            if (gs < 0) return m->oom = -ENOMEM, UNIFORM_MIXED;
+            uint32_t r = uniform_next(m, (uint32_t)gs);
+            if (m->oom) return UNIFORM_MIXED;
+            v = grp_verdict(m, pcs, ng, f == 0); /* the table may have moved */
+            if (!v) return m->oom = -ENOMEM, UNIFORM_MIXED;
+            *v = r == UNIFORM_MIXED ? GV_MIXED : r == 0 ? GV_DEAD : GV_LIVE;
+            if (gs == (int32_t)s) return r; /* s was that group */
+        }
+        if (*v == GV_MIXED) return uniform_next(m, s);
+    }
+    return (uint32_t)step(m, s, ' ');
+}
+
+/*
  * How many plain characters state s takes in a row, each step taking every plain
  * character to one same state (a string's body: CHAIN_INF, it loops; a string with
  * maxLength: the characters left), and whether after them no character is taken at all
@@ -1152,8 +1531,12 @@ static uint16_t char_chain(cst_matcher *m, uint32_t s)
             tail = m->st_chain[x];
             break;
         }
-        uint32_t n = uniform_next(m, x);
-        if (m->oom) return 0; /* no answer: the caller sees m->oom */
+        uint32_t n = m->st_cnext[x];
+        if (n == CNEXT_UNKNOWN) {
+            n = uniform_next_fast(m, x);
+            if (m->oom) return 0; /* no answer: the caller sees m->oom */
+            m->st_cnext[x] = n;
+        }
         if (n == UNIFORM_MIXED) {
             tail = m->st_chain[x] = 0;
             break;
@@ -1229,6 +1612,364 @@ static uint16_t class_chain(cst_matcher *m, uint32_t s)
     return m->st_cls[s] = k;
 }
 
+/* The tails' trie nodes live from state x, as bits, cached per state. NULL when over the
+ * cache's bound or on ENOMEM (m->oom). */
+static const uint64_t *tail_live(cst_matcher *m, uint32_t x, uint32_t *nsteps)
+{
+    if (m->st_tail[x]) return m->st_tail[x];
+    const cst_vocab *v = m->v;
+    size_t words = ((size_t)v->n_tl + 63) / 64 + 1;
+    if (m->mask_bytes + words * 8 > MASK_CACHE_BYTES) return NULL;
+    uint64_t *bits = calloc(words, sizeof *bits);
+    if (!bits) {
+        m->oom = -ENOMEM;
+        return NULL;
+    }
+    int32_t *walk = m->walk;
+    walk[0] = (int32_t)x;
+    uint32_t n = 0;
+    for (uint32_t i = 1; i < v->n_tl;) {
+        int32_t s = step(m, (uint32_t)walk[v->tl_depth[i] - 1], v->tl_byte[i]);
+        n++;
+        if (s == 0) {
+            i = v->tl_end[i];
+            continue;
+        }
+        walk[v->tl_depth[i]] = s;
+        bits[i >> 6] |= 1ull << (i & 63);
+        i++;
+    }
+    *nsteps += n;
+    if (m->oom) {
+        free(bits);
+        return NULL;
+    }
+    m->st_tail[x] = bits;
+    m->mask_bytes += words * 8;
+    return bits;
+}
+
+/* Where character c (from 0) of a token begins: its c-th byte that is not a continuation. */
+static uint32_t char_offset(const uint8_t *b, uint32_t len, uint32_t c)
+{
+    for (uint32_t d = 0; d < len; d++)
+        if ((b[d] & 0xC0) != 0x80 && c-- == 0) return d;
+    return len;
+}
+
+/* Whether token id's bytes from character c on are live from state x. */
+static bool step_from_char(cst_matcher *m, uint32_t x, int32_t id, uint32_t c, uint32_t *nsteps)
+{
+    const cst_vocab *v = m->v;
+    const uint8_t *b = v->bytes + v->off[id];
+    uint32_t len = (uint32_t)(v->off[id + 1] - v->off[id]);
+    for (uint32_t d = char_offset(b, len, c); d < len && x; d++, (*nsteps)++)
+        x = (uint32_t)step(m, x, b[d]);
+    return x != 0;
+}
+
+/* As uniform_next, for the plain ASCII bytes only (no multi-byte state is made). */
+static uint32_t ascii_next(cst_matcher *m, uint32_t x)
+{
+    if (m->st_anext[x] != CNEXT_UNKNOWN) return m->st_anext[x];
+    uint32_t n = (uint32_t)step(m, x, ' ');
+    for (unsigned b = 0x21; b < 0x7f && n != UNIFORM_MIXED; b++)
+        if (byte_plain((uint8_t)b) && (uint32_t)step(m, x, (uint8_t)b) != n) n = UNIFORM_MIXED;
+    if (m->oom) return UNIFORM_MIXED;
+    return m->st_anext[x] = n;
+}
+
+#define SPLIT_MIN_CHAIN 16 /* a chain this long is followed, and enough for split_mask */
+
+/*
+ * The mask of a state inside a chain of plain characters (a string's body, bounded or
+ * not) without walking the trie: the pure tokens by their length, the impure ones by
+ * their tail from the chain's state after their plain characters (cached per state, so a
+ * bounded string's next position walks the tails of one new state). Tokens longer than a
+ * chain followed only so far (or that ends in a state taking characters unevenly) are
+ * stepped from its last state. Returns 1 (mask written), 0 (not such a state, or the
+ * tails' cache is full: the caller walks; mask undefined) or a negative errno.
+ */
+static int split_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nsteps)
+{
+    const cst_vocab *v = m->v;
+    uint32_t need = v->pure_max > v->imp_max ? v->pure_max : v->imp_max;
+    uint32_t *cn = m->chain, J = 0, x = s0;
+    enum { C_FAR, C_MIXED, C_DEAD, C_LOOP } why = C_FAR;
+    cn[0] = s0;
+    while (J < need) {
+        uint32_t n = m->st_cnext[x];
+        if (n == CNEXT_UNKNOWN) {
+            if (J >= SPLIT_MIN_CHAIN) break; /* far enough: longer tokens are stepped */
+            n = uniform_next_fast(m, x);
+            if (m->oom) return m->oom;
+            m->st_cnext[x] = n;
+        }
+        if (n == UNIFORM_MIXED) {
+            why = C_MIXED;
+            break;
+        }
+        if (n == 0) {
+            why = C_DEAD;
+            break;
+        }
+        if (n == x) {
+            why = C_LOOP;
+            break;
+        }
+        cn[++J] = n;
+        x = n;
+    }
+    if (J == 0 && why != C_LOOP) return 0;
+    if ((why == C_FAR || why == C_MIXED) && J < SPLIT_MIN_CHAIN && J < need) return 0;
+    bool stepped = why == C_FAR || why == C_MIXED; /* longer tokens: step from cn[J] */
+    /* pure tokens: allowed up to J characters (any number in a loop) */
+    uint32_t nle = why == C_LOOP || J >= v->pure_max ? v->n_pure : v->pure_at[J + 1];
+    if ((uint64_t)nle * 2 >= v->n_pure) {
+        memcpy(mask, v->pure_bits, cst_mask_words(v) * sizeof *mask);
+        for (uint32_t q = nle; q < v->n_pure; q++)
+            mask[v->pure_ids[q] >> 5] &= ~(1u << (v->pure_ids[q] & 31));
+    } else
+        for (uint32_t q = 0; q < nle; q++) mask[v->pure_ids[q] >> 5] |= 1u << (v->pure_ids[q] & 31);
+    if (stepped && nle < v->n_pure) {
+        /* the longer tokens: those of ASCII characters after the J-th by the states
+         * that take plain ASCII bytes in a row after cn[J] (cheap to follow: no
+         * multi-byte state), the others stepped */
+        uint32_t A = J;
+        bool loop = false, dead = false;
+        while (A < v->pure_max) {
+            uint32_t n = ascii_next(m, cn[A]);
+            if (n == UNIFORM_MIXED) break;
+            if (n == 0) {
+                dead = true;
+                break;
+            }
+            if (n == cn[A]) {
+                loop = true;
+                break;
+            }
+            cn[++A] = n;
+        }
+        if (m->oom) return m->oom;
+        for (uint32_t c = J + 1; c <= v->pure_max; c++)
+            for (uint32_t q = v->pure_at[c]; q < v->pure_at[c + 1]; q++) {
+                int32_t id = v->pure_ids[q];
+                bool ok;
+                if (v->pure_hi[q] > J) /* a character that is not ASCII after cn[J] */
+                    ok = step_from_char(m, cn[J], id, J, nsteps);
+                else if (loop || c <= A)
+                    ok = true;
+                else
+                    ok = !dead && step_from_char(m, cn[A], id, A, nsteps);
+                if (ok) mask[id >> 5] |= 1u << (id & 31);
+            }
+        if (m->oom) return m->oom;
+    }
+    /* impure tokens: their tails from the state after their plain characters */
+    for (uint32_t k = 0; k < v->n_imp; k++) {
+        uint32_t pl = v->imp_plen[k];
+        int32_t id = v->imp_id[k];
+        if (pl > J && why != C_LOOP) {
+            if (!stepped)
+                break; /* a dead tail: no character after cn[J], and the
+                                  * tokens are by plain characters ascending */
+            if (step_from_char(m, cn[J], id, J, nsteps)) mask[id >> 5] |= 1u << (id & 31);
+            if (m->oom) return m->oom;
+            continue;
+        }
+        uint32_t st = cn[pl > J ? J : pl];
+        const uint64_t *tl = m->st_tail[st];
+        if (!tl && !(tl = tail_live(m, st, nsteps))) return m->oom ? m->oom : 0;
+        uint32_t node = v->imp_node[k];
+        if (tl[node >> 6] >> (node & 63) & 1) mask[id >> 5] |= 1u << (id & 31);
+    }
+    return 1;
+}
+
+/* The mask of state s0 (not dead) by one walk of the trie (mask zeroed by the caller;
+ * errors in m->oom). */
+static void walk_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nsteps_out,
+                      uint32_t *visits_out)
+{
+    const cst_vocab *v = m->v;
+    const trie_node *nodes = v->nodes;
+    int32_t *walk = m->walk;
+    uint32_t nsteps = 0, visits = 0;
+    walk[0] = (int32_t)s0;
+    uint32_t no_new_chain = 0, no_new_cls = 0;
+    for (uint32_t i = 1; i < v->n_nodes;) {
+        const trie_node *t = &nodes[i];
+        visits++;
+        uint32_t ps = (uint32_t)walk[t->depth - 1];
+        /* a subtree of plain characters only, from a state that takes them in a
+         * chain: each token is allowed by its length alone, without a step (the inside
+         * of a string, of a string with maxLength) */
+        if (t->plain_below && (i >= no_new_chain || m->st_chain[ps] != CHAIN_UNKNOWN)) {
+            uint16_t ch = char_chain(m, ps);
+            uint32_t k = ch & CHAIN_INF, base = t->chars_before;
+            if (k == CHAIN_INF || (uint32_t)t->max_chars - base <= k) {
+                for (uint32_t q = t->tok_first; q < t->tok_end; q++) {
+                    int32_t id = v->sorted[q];
+                    mask[id >> 5] |= 1u << (id & 31);
+                }
+                i = t->end;
+                continue;
+            }
+            if ((ch & (CHAIN_DEAD_TAIL | CHAIN_AT_LEAST)) == CHAIN_DEAD_TAIL) {
+                for (uint32_t q = t->tok_first; q < t->tok_end; q++) {
+                    if ((uint32_t)v->chars[q] - base > k) continue;
+                    int32_t id = v->sorted[q];
+                    mask[id >> 5] |= 1u << (id & 31);
+                }
+                i = t->end;
+                continue;
+            }
+            /* the chain was followed so far only (a long bounded string): the longer
+             * tokens of ASCII bytes by the state's class chain, which is followed
+             * further and costs no multi-byte states, and the few others one by one */
+            uint16_t kc = (ch & CHAIN_AT_LEAST) ? class_chain(m, ps) : CLS_NONE;
+            if (kc != CLS_NONE && !(PLAIN_ASCII_LO & ~m->st_cset[ps][0]) &&
+                !(PLAIN_ASCII_HI & ~m->st_cset[ps][1])) {
+                for (uint32_t q = t->tok_first; q < t->tok_end; q++) {
+                    uint32_t c = (uint32_t)v->chars[q] - base;
+                    int32_t id = v->sorted[q];
+                    if (c > k && (v->last_high[q] >= t->depth || (kc != CHAIN_INF && c > kc))) {
+                        /* step it from here */
+                        const uint8_t *b = v->bytes + v->off[id];
+                        uint32_t len = (uint32_t)(v->off[id + 1] - v->off[id]);
+                        int32_t x = (int32_t)ps;
+                        for (uint32_t d = t->depth - 1u; d < len && x; d++)
+                            x = step(m, (uint32_t)x, b[d]);
+                        nsteps += len;
+                        if (!x) continue;
+                    }
+                    mask[id >> 5] |= 1u << (id & 31);
+                }
+                if (m->oom) break;
+                i = t->end;
+                continue;
+            }
+            /* the chain is too short for this subtree's longest tokens: step them, and
+             * follow no new chains below (they would only lengthen this one) */
+            if (t->end > no_new_chain) no_new_chain = t->end;
+        }
+        /* a subtree of bytes of one class, from a state that takes them in a chain:
+         * allowed by length alone (a pattern's or a format's characters) */
+        if (t->byte < 0x80 && t->tok_end - t->tok_first >= CLS_MIN_TOKENS &&
+            (i >= no_new_cls || m->st_cls[ps] != CLS_UNKNOWN)) {
+            uint16_t k = class_chain(m, ps);
+            if (k != CLS_NONE && !t->high_below && !(v->ascii_below[i][0] & ~m->st_cset[ps][0]) &&
+                !(v->ascii_below[i][1] & ~m->st_cset[ps][1])) {
+                if (k == CHAIN_INF || (uint32_t)t->max_chars - t->chars_before <= k) {
+                    for (uint32_t q = t->tok_first; q < t->tok_end; q++) {
+                        int32_t id = v->sorted[q];
+                        mask[id >> 5] |= 1u << (id & 31);
+                    }
+                    i = t->end;
+                    continue;
+                }
+                if (t->end > no_new_cls) no_new_cls = t->end;
+            }
+        }
+        int32_t s = step(m, ps, t->byte);
+        nsteps++;
+        if (s == 0) {
+            i = t->end;
+            continue;
+        }
+        walk[t->depth] = s;
+        for (uint32_t k = 0; k < t->tok_count; k++) {
+            int32_t id = v->sorted[t->tok_start + k];
+            mask[id >> 5] |= 1u << (id & 31);
+        }
+        i++;
+    }
+    *nsteps_out += nsteps;
+    *visits_out += visits;
+}
+
+/* Caches mask as state s's (while the cache is under its bound). */
+static void cache_mask(cst_matcher *m, uint32_t s, const uint32_t *mask)
+{
+    size_t words = cst_mask_words(m->v);
+    if (m->st_mask[s] || m->mask_bytes + words * 4 > MASK_CACHE_BYTES || s >= m->nstates) return;
+    uint32_t *c = malloc(words * sizeof *c);
+    if (!c) return;
+    memcpy(c, mask, words * sizeof *c);
+    m->st_mask[s] = c;
+    m->mask_bytes += words * 4;
+}
+
+#define NARROW_ASCII 32 /* a thread taking fewer plain ASCII bytes is "narrow" (part_mask) */
+
+/*
+ * The mask of a state that is a run of plain characters beside a few narrow threads (a key
+ * that is one of the properties' names or any string, a value that is a string or a
+ * number): a token is allowed from a state when it is from one of its parts (the threads
+ * run independently), so the mask is the broad part's split mask (split_mask) or'ed with
+ * the narrow part's walk, which the literals prune at once. Each part is a DFA state of its
+ * own, its mask cached. Returns 1 (mask written), 0 (no such split: the caller walks; mask
+ * undefined) or a negative errno.
+ */
+static int part_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nsteps,
+                     uint32_t *visits)
+{
+    const cst_vocab *v = m->v;
+    size_t n = m->st_len[s0], words = cst_mask_words(v);
+    if (n < 2) return 0;
+    if (grow((void **)&m->part, &m->partcap, n, sizeof *m->part) ||
+        grow((void **)&m->work, &m->workcap, n, sizeof *m->work))
+        return -ENOMEM;
+    const cst_inst *in = m->p->insts;
+    size_t n1 = 0, n2 = n; /* broad ones in part[0, n1), narrow ones in part[n2, n) */
+    for (size_t i = 0; i < n; i++) {
+        uint64_t t = m->threads[m->st_off[s0] + i];
+        const cst_inst *x = &in[t >> 32];
+        bool narrow = false;
+        if (x->op == OP_SET) {
+            const cst_byteset *b = &m->p->sets[x->a];
+            int c = __builtin_popcountll(b->w[0] & PLAIN_ASCII_LO) +
+                    __builtin_popcountll(b->w[1] & PLAIN_ASCII_HI);
+            narrow = c > 0 && c < NARROW_ASCII;
+        }
+        if (narrow)
+            m->part[--n2] = t;
+        else
+            m->part[n1++] = t;
+    }
+    if (n1 == 0 || n2 == n) return 0;
+    memcpy(m->work, m->part, n1 * sizeof *m->work);
+    m->nwork = n1;
+    int32_t s1 = intern_state(m);
+    if (s1 < 0) return -ENOMEM;
+    memcpy(m->work, m->part + n2, (n - n2) * sizeof *m->work);
+    m->nwork = n - n2;
+    int32_t s2 = intern_state(m);
+    if (s2 < 0) return -ENOMEM;
+    if (!m->pmask && !(m->pmask = malloc(2 * words * sizeof *m->pmask))) return -ENOMEM;
+    const uint32_t *a = m->st_mask[s1], *b;
+    if (!a) {
+        uint32_t *t = m->pmask;
+        memset(t, 0, words * sizeof *t);
+        int r = split_mask(m, (uint32_t)s1, t, nsteps);
+        if (r <= 0) return r; /* not a run: the whole state is walked */
+        if (m->st_accept[s1]) set_end_bits(v, t);
+        cache_mask(m, (uint32_t)s1, t);
+        a = t;
+    }
+    if (!(b = m->st_mask[s2])) {
+        uint32_t *t = m->pmask + words;
+        memset(t, 0, words * sizeof *t);
+        walk_mask(m, (uint32_t)s2, t, nsteps, visits);
+        if (m->oom) return m->oom;
+        if (m->st_accept[s2]) set_end_bits(v, t);
+        cache_mask(m, (uint32_t)s2, t);
+        b = t;
+    }
+    for (size_t w = 0; w < words; w++) mask[w] = a[w] | b[w];
+    return 1;
+}
+
 int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
 {
     const cst_vocab *v = m->v;
@@ -1247,100 +1988,22 @@ int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
     uint64_t made0 = m->made;
     uint32_t nsteps = 0, visits = 0;
     m->oom = 0;
-    const trie_node *nodes = v->nodes;
-    int32_t *walk = m->walk;
-    walk[0] = (int32_t)s0;
+    int how = 0; /* 1: split, 2: parted, 0: walked */
     if (s0 != 0) {
-        uint32_t no_new_chain = 0, no_new_cls = 0;
-        for (uint32_t i = 1; i < v->n_nodes;) {
-            const trie_node *t = &nodes[i];
-            visits++;
-            uint32_t ps = (uint32_t)walk[t->depth - 1];
-            /* a subtree of plain characters only, from a state that takes them in a
-             * chain: each token is allowed by its length alone, without a step (the inside
-             * of a string, of a string with maxLength) */
-            if (t->plain_below && (i >= no_new_chain || m->st_chain[ps] != CHAIN_UNKNOWN)) {
-                uint16_t ch = char_chain(m, ps);
-                uint32_t k = ch & CHAIN_INF, base = t->chars_before;
-                if (k == CHAIN_INF || (uint32_t)t->max_chars - base <= k) {
-                    for (uint32_t q = t->tok_first; q < t->tok_end; q++) {
-                        int32_t id = v->sorted[q];
-                        mask[id >> 5] |= 1u << (id & 31);
-                    }
-                    i = t->end;
-                    continue;
-                }
-                if ((ch & (CHAIN_DEAD_TAIL | CHAIN_AT_LEAST)) == CHAIN_DEAD_TAIL) {
-                    for (uint32_t q = t->tok_first; q < t->tok_end; q++) {
-                        if ((uint32_t)v->chars[q] - base > k) continue;
-                        int32_t id = v->sorted[q];
-                        mask[id >> 5] |= 1u << (id & 31);
-                    }
-                    i = t->end;
-                    continue;
-                }
-                /* the chain was followed so far only (a long bounded string): the longer
-                 * tokens of ASCII bytes by the state's class chain, which is followed
-                 * further and costs no multi-byte states, and the few others one by one */
-                uint16_t kc = (ch & CHAIN_AT_LEAST) ? class_chain(m, ps) : CLS_NONE;
-                if (kc != CLS_NONE && !(PLAIN_ASCII_LO & ~m->st_cset[ps][0]) &&
-                    !(PLAIN_ASCII_HI & ~m->st_cset[ps][1])) {
-                    for (uint32_t q = t->tok_first; q < t->tok_end; q++) {
-                        uint32_t c = (uint32_t)v->chars[q] - base;
-                        int32_t id = v->sorted[q];
-                        if (c > k && (v->last_high[q] >= t->depth || (kc != CHAIN_INF && c > kc))) {
-                            /* step it from here */
-                            const uint8_t *b = v->bytes + v->off[id];
-                            uint32_t len = (uint32_t)(v->off[id + 1] - v->off[id]);
-                            int32_t x = (int32_t)ps;
-                            for (uint32_t d = t->depth - 1u; d < len && x; d++)
-                                x = step(m, (uint32_t)x, b[d]);
-                            nsteps += len;
-                            if (!x) continue;
-                        }
-                        mask[id >> 5] |= 1u << (id & 31);
-                    }
-                    if (m->oom) break;
-                    i = t->end;
-                    continue;
-                }
-                /* the chain is too short for this subtree's longest tokens: step them, and
-                 * follow no new chains below (they would only lengthen this one) */
-                if (t->end > no_new_chain) no_new_chain = t->end;
-            }
-            /* a subtree of bytes of one class, from a state that takes them in a chain:
-             * allowed by length alone (a pattern's or a format's characters) */
-            if (t->byte < 0x80 && t->tok_end - t->tok_first >= CLS_MIN_TOKENS &&
-                (i >= no_new_cls || m->st_cls[ps] != CLS_UNKNOWN)) {
-                uint16_t k = class_chain(m, ps);
-                if (k != CLS_NONE && !t->high_below &&
-                    !(v->ascii_below[i][0] & ~m->st_cset[ps][0]) &&
-                    !(v->ascii_below[i][1] & ~m->st_cset[ps][1])) {
-                    if (k == CHAIN_INF || (uint32_t)t->max_chars - t->chars_before <= k) {
-                        for (uint32_t q = t->tok_first; q < t->tok_end; q++) {
-                            int32_t id = v->sorted[q];
-                            mask[id >> 5] |= 1u << (id & 31);
-                        }
-                        i = t->end;
-                        continue;
-                    }
-                    if (t->end > no_new_cls) no_new_cls = t->end;
-                }
-            }
-            int32_t s = step(m, ps, t->byte);
-            nsteps++;
-            if (s == 0) {
-                i = t->end;
-                continue;
-            }
-            walk[t->depth] = s;
-            for (uint32_t k = 0; k < t->tok_count; k++) {
-                int32_t id = v->sorted[t->tok_start + k];
-                mask[id >> 5] |= 1u << (id & 31);
-            }
-            i++;
+        int r = split_mask(m, s0, mask, &nsteps);
+        if (r > 0) how = 1;
+        if (r == 0) {
+            memset(mask, 0, words * sizeof *mask);
+            r = part_mask(m, s0, mask, &nsteps, &visits);
+            if (r > 0) how = 2;
+        }
+        if (r < 0) m->oom = r;
+        if (r == 0) {
+            memset(mask, 0, words * sizeof *mask);
+            walk_mask(m, s0, mask, &nsteps, &visits);
         }
     }
+    m->last_split = how;
     m->last_nodes = nsteps;
     m->last_made = (uint32_t)(m->made - made0);
     m->last_visits = visits;
@@ -1349,14 +2012,7 @@ int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
         return m->oom;
     }
     if (m->st_accept[s0]) set_end_bits(v, mask);
-    if (m->mask_bytes + words * 4 <= MASK_CACHE_BYTES && s0 < m->nstates) {
-        uint32_t *c = malloc(words * sizeof *c);
-        if (c) {
-            memcpy(c, mask, words * sizeof *c);
-            m->st_mask[s0] = c;
-            m->mask_bytes += words * 4;
-        }
-    }
+    cache_mask(m, s0, mask);
     return 0;
 }
 
@@ -1507,7 +2163,11 @@ void cst_matcher_describe(const cst_matcher *m, char *buf, size_t cap)
     snprintf(buf, cap,
              "state %u of %u: %u threads, stack depth %u, chain %s; last mask %s (%u nodes, %u "
              "steps, %u new states)",
-             s, m->nstates, m->st_len[s], depth, chain, m->last_cached ? "cached" : "walked",
+             s, m->nstates, m->st_len[s], depth, chain,
+             m->last_cached       ? "cached"
+             : m->last_split == 1 ? "split"
+             : m->last_split == 2 ? "parted"
+                                  : "walked",
              m->last_cached ? 0 : m->last_visits, m->last_cached ? 0 : m->last_nodes,
              m->last_cached ? 0 : m->last_made);
 }

@@ -13,7 +13,12 @@
  * after some input is a state of a lazily built DFA (RE2's idea, extended with the stacks),
  * so a byte step is one table lookup once warm. The vocabulary is a byte trie laid out in
  * depth-first order; a mask walks it once, skipping every subtree whose prefix is dead, and
- * is cached per DFA state. What the program cannot enforce exactly is a compile error that
+ * is cached per DFA state. Inside a run of plain characters (a string's body, bounded or
+ * not) the mask is split instead of walked: each token is its plain characters and a tail
+ * (from its first quote, backslash, control or non-UTF-8 byte); a token of plain
+ * characters only is allowed by its length against the run, and an impure one by its tail
+ * from the run's state after its plain characters, the tails' walks (a small trie of their
+ * own) cached per state. What the program cannot enforce exactly is a compile error that
  * names the keyword and the JSON pointer; where a looser grammar would be the easy way
  * out, the engine is stricter instead (e.g. object properties in the schema's order,
  * strings in the one form Python's json.dumps writes), never looser: an accepted text
@@ -157,7 +162,9 @@ long cst_matcher_forced(cst_matcher *m, uint8_t *out, size_t cap);
 /*
  * A one-line account of the current state and of the last mask (benchmarks, logs): the
  * state's id and threads, its deepest stack, its character chain, and whether the last
- * mask came from the cache or walked the vocabulary (nodes visited, new states made).
+ * mask came from the cache, walked the vocabulary, was split (a run of plain characters)
+ * or parted (such a run beside narrow threads) (nodes visited, DFA steps, new states
+ * made).
  */
 void cst_matcher_describe(const cst_matcher *m, char *buf, size_t cap);
 

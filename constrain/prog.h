@@ -121,6 +121,7 @@ struct cst_grammar {
     uint8_t byte_class[256];   /* bytes in one class: no byte set of the program separates them */
     uint16_t class_start[257]; /* class c's bytes: class_bytes[class_start[c] .. [c + 1]) */
     uint8_t class_bytes[256];
+    uint32_t sentinel; /* a SET of no byte that no code reaches (0: none; cst.c) */
 };
 /*
  * A grammar's byte-level DFA, for compilers that build automata from other automata (the

@@ -124,16 +124,37 @@ static const struct {
     int id;
     const char *gguf;
 } archs[] = {
-    {"LlamaForCausalLM", A_LLAMA, "llama"},          {"MistralForCausalLM", A_LLAMA, "llama"},
-    {"Qwen2ForCausalLM", A_QWEN2, "qwen2"},          {"Qwen3ForCausalLM", A_QWEN3, "qwen3"},
-    {"Qwen3MoeForCausalLM", A_QWEN3MOE, "qwen3moe"}, {"Gemma2ForCausalLM", A_GEMMA2, "gemma2"},
-    {"Gemma3ForCausalLM", A_GEMMA3, "gemma3"},       {"Phi3ForCausalLM", A_PHI3, "phi3"},
+    {"LlamaForCausalLM", A_LLAMA, "llama"},
+    {"MistralForCausalLM", A_LLAMA, "llama"},
+    {"Qwen2ForCausalLM", A_QWEN2, "qwen2"},
+    {"Qwen3ForCausalLM", A_QWEN3, "qwen3"},
+    {"Qwen3MoeForCausalLM", A_QWEN3MOE, "qwen3moe"},
+    {"Gemma2ForCausalLM", A_GEMMA2, "gemma2"},
+    {"Gemma3ForCausalLM", A_GEMMA3, "gemma3"},
+    {"Phi3ForCausalLM", A_PHI3, "phi3"},
+    /* Gemma 3's image-text class (4B and up): its language model, the vision tower left */
+    {"Gemma3ForConditionalGeneration", A_GEMMA3, "gemma3"},
 };
+
+/* Gemma3TextConfig's defaults (transformers), which the image-text checkpoints' text_config
+ * leaves out and llama.cpp's converter reads through AutoConfig. */
+static json_t *gemma3_text_defaults(void)
+{
+    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:i, s:i}",
+                     "vocab_size", 262208, "hidden_size", 2304, "intermediate_size", 9216,
+                     "num_hidden_layers", 26, "num_attention_heads", 8, "num_key_value_heads", 4,
+                     "head_dim", 256, "max_position_embeddings", 131072, "sliding_window", 4096,
+                     "rms_norm_eps", 1e-6, "rope_theta", 1e6, "rope_local_base_freq", 10000.0,
+                     "sliding_window_pattern", 6, "query_pre_attn_scalar", 256);
+}
 
 typedef struct imp {
     const char *dir;
     char cfg_path[4096];
     json_t *cfg, *text; /* config.json, and its text_config when it has one */
+    json_t *defaults;   /* values text_config may leave out (Gemma 3 image-text), or NULL */
+    const char *pfx;    /* the language model's tensors: "model.", "language_model.model." ... */
+    bool image_text;    /* Gemma3ForConditionalGeneration: its vision tower is not imported */
     st_set *st;
     bool *used; /* per st_at index */
     gguf_writer *w;
@@ -149,6 +170,7 @@ typedef struct imp {
 static json_t *cfg_get(const imp *im, const char *key)
 {
     json_t *v = im->text ? json_object_get(im->text, key) : NULL;
+    if (!v && im->defaults) v = json_object_get(im->defaults, key);
     return v ? v : json_object_get(im->cfg, key);
 }
 
@@ -297,10 +319,10 @@ static int experts(imp *im, long l)
     static const char *const gg[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
     snprintf(why, sizeof why, "num_experts %ld, moe_intermediate_size %ld, hidden_size %ld", im->E,
              im->E_ff, im->d);
-    snprintf(name, sizeof name, "model.layers.%ld.mlp.experts.gate_up_proj", l);
+    snprintf(name, sizeof name, "%slayers.%ld.mlp.experts.gate_up_proj", im->pfx, l);
     const st_tensor *fused = st_find(im->st, name);
     if (!fused) {
-        snprintf(name, sizeof name, "model.layers.%ld.mlp.experts.gate_up_proj.weight", l);
+        snprintf(name, sizeof name, "%slayers.%ld.mlp.experts.gate_up_proj.weight", im->pfx, l);
         fused = st_find(im->st, name);
     }
     for (int p = 0; p < 3; p++) {
@@ -313,9 +335,10 @@ static int experts(imp *im, long l)
         const st_tensor *t;
         if (fused) {
             if (down) {
-                snprintf(name, sizeof name, "model.layers.%ld.mlp.experts.down_proj", l);
+                snprintf(name, sizeof name, "%slayers.%ld.mlp.experts.down_proj", im->pfx, l);
                 if (!st_find(im->st, name))
-                    snprintf(name, sizeof name, "model.layers.%ld.mlp.experts.down_proj.weight", l);
+                    snprintf(name, sizeof name, "%slayers.%ld.mlp.experts.down_proj.weight",
+                             im->pfx, l);
                 err = want(im, name, false, 3, E, d, ff, why, &t);
                 j->src_rows = d;
             } else {
@@ -329,7 +352,7 @@ static int experts(imp *im, long l)
             if (!(j->srcs = calloc(E, sizeof *j->srcs))) return gw_seterr(-ENOMEM, "out of memory");
             j->n_src = (int)E;
             for (uint64_t e = 0; e < E; e++) {
-                snprintf(name, sizeof name, "model.layers.%ld.mlp.experts.%llu.%s.weight", l,
+                snprintf(name, sizeof name, "%slayers.%ld.mlp.experts.%llu.%s.weight", im->pfx, l,
                          (unsigned long long)e, part[p]);
                 if ((err = want(im, name, false, 2, rows, cols, 0, why, &t))) return err;
                 j->srcs[e] = t;
@@ -358,7 +381,7 @@ static int layer(imp *im, long l)
     snprintf(why[2], sizeof why[2], "intermediate_size %ld, hidden_size %ld", im->ff, im->d);
     const int norm_x = gemma ? X_PLUS1 : X_NONE;
     int err = 0;
-#define HF(suffix) (snprintf(hf, sizeof hf, "model.layers.%ld.%s", l, suffix), hf)
+#define HF(suffix) (snprintf(hf, sizeof hf, "%slayers.%ld.%s", im->pfx, l, suffix), hf)
 #define GG(suffix) (snprintf(gg, sizeof gg, "blk.%ld.%s", l, suffix), gg)
 #define TRY(expr)                                                                                  \
     do {                                                                                           \
@@ -553,12 +576,15 @@ static int import(imp *im, const char *out, char *note, size_t note_len)
             im->arch = archs[i].id;
             im->arch_name = archs[i].gguf;
         }
+    im->image_text = hf_arch && strcmp(hf_arch, "Gemma3ForConditionalGeneration") == 0;
+    if (im->image_text && !(im->defaults = gemma3_text_defaults()))
+        return gw_seterr(-ENOMEM, "out of memory");
     if (im->arch < 0)
         return gw_seterr(-EINVAL,
                          "%s: architectures[0] \"%.64s\": not supported (LlamaForCausalLM, "
                          "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
                          "Qwen3MoeForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "
-                         "Phi3ForCausalLM)",
+                         "Gemma3ForConditionalGeneration, Phi3ForCausalLM)",
                          im->cfg_path, hf_arch ? hf_arch : "(absent)");
     const int a = im->arch;
     const bool gemma = a == A_GEMMA2 || a == A_GEMMA3, moe = a == A_QWEN3MOE, phi3 = a == A_PHI3;
@@ -613,6 +639,16 @@ static int import(imp *im, const char *out, char *note, size_t note_len)
     if ((err = st_open_dir(im->dir, &im->st))) return gw_seterr(err, "%s", st_errmsg());
     if (!(im->used = calloc(st_count(im->st) + 1, sizeof *im->used)))
         return gw_seterr(-ENOMEM, "out of memory");
+    /* where the language model's tensors are: transformers before 4.52 saved an image-text
+     * model's as language_model.model.*, later ones as model.language_model.* */
+    im->pfx = "model.";
+    if (im->image_text) {
+        static const char *const pfx[] = {"language_model.model.", "model.language_model."};
+        for (size_t i = 0; i < sizeof pfx / sizeof pfx[0]; i++) {
+            snprintf(path, sizeof path, "%sembed_tokens.weight", pfx[i]);
+            if (st_find(im->st, path)) im->pfx = pfx[i];
+        }
+    }
 
     gw_vocab *vocab = NULL;
     snprintf(path, sizeof path, "%s/tokenizer.json", im->dir);
@@ -745,9 +781,8 @@ static int import(imp *im, const char *out, char *note, size_t note_len)
     char why[128];
     snprintf(why, sizeof why, "vocab_size %ld, hidden_size %ld", im->V, im->d);
     const uint64_t d = (uint64_t)im->d, V = (uint64_t)im->V;
-    if ((err = matrix(im, "model.embed_tokens.weight", "token_embd.weight", false, V, d, X_NONE, 0,
-                      false, why)))
-        goto out;
+    snprintf(path, sizeof path, "%sembed_tokens.weight", im->pfx);
+    if ((err = matrix(im, path, "token_embd.weight", false, V, d, X_NONE, 0, false, why))) goto out;
     for (long l = 0; l < im->L && !err; l++) err = layer(im, l);
     if (err) goto out;
     if (llama3) {
@@ -764,22 +799,36 @@ static int import(imp *im, const char *out, char *note, size_t note_len)
             (err = generated(im, "rope_factors_short.weight", fs, (uint64_t)im->hd / 2)))
             goto out;
     }
-    if ((err = vector(im, "model.norm.weight", "output_norm.weight", false, d,
-                      gemma ? X_PLUS1 : X_NONE, 0, "hidden_size")))
+    snprintf(path, sizeof path, "%snorm.weight", im->pfx);
+    if ((err = vector(im, path, "output_norm.weight", false, d, gemma ? X_PLUS1 : X_NONE, 0,
+                      "hidden_size")))
         goto out;
     /* the classifier: absent when tied to the embedding; gemma's is always the embedding */
     if (gemma) {
-        const st_tensor *t = st_find(im->st, "lm_head.weight");
-        if (t) im->used[t - st_at(im->st, 0)] = true;
+        static const char *const heads[] = {"lm_head.weight", "language_model.lm_head.weight"};
+        for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
+            const st_tensor *t = st_find(im->st, heads[i]);
+            if (t) im->used[t - st_at(im->st, 0)] = true;
+        }
     } else if ((err = matrix(im, "lm_head.weight", "output.weight", true, V, d, X_NONE, 0, false,
                              why))) {
         goto out;
     }
+    long vision = 0; /* an image-text model's vision tower and projector: not imported */
     for (size_t i = 0; i < st_count(im->st); i++) {
         const st_tensor *t = st_at(im->st, i);
         size_t n = strlen(t->name);
         if (im->used[i] || (n >= 20 && strcmp(t->name + n - 20, "rotary_emb.inv_freq") == 0))
             continue;
+        static const char *const tower[] = {"vision_tower.", "multi_modal_projector.",
+                                            "model.vision_tower.", "model.multi_modal_projector."};
+        bool skip = false;
+        for (size_t k = 0; im->image_text && k < sizeof tower / sizeof tower[0]; k++)
+            skip = skip || strncmp(t->name, tower[k], strlen(tower[k])) == 0;
+        if (skip) {
+            vision++;
+            continue;
+        }
         err = gw_seterr(-EINVAL,
                         "%s: tensor %s: not part of a %s model as ringlm imports it (not "
                         "supported)",
@@ -792,9 +841,10 @@ static int import(imp *im, const char *out, char *note, size_t note_len)
                                           : 32);
     if ((err = gw_write(w, out))) goto out;
     if (note)
-        snprintf(note, note_len, "%s (%s), %ld layers, %s matrices%s%s", an, hf_arch, im->L,
+        snprintf(note, note_len, "%s (%s), %ld layers, %s matrices%s%s%s", an, hf_arch, im->L,
                  gguf_type_name((uint32_t)im->file_mtype), llama3 ? ", Llama 3 RoPE factors" : "",
-                 vocab->chat_template ? ", chat template" : "");
+                 vocab->chat_template ? ", chat template" : "",
+                 vision ? ", the language model only (the vision tower is not imported)" : "");
 out:
     gw_vocab_free(vocab);
     return err;
@@ -829,5 +879,6 @@ int hf_import(const char *dir, const char *out, const hf_import_opts *o, char *n
     gw_free(im.w);
     st_close(im.st);
     json_decref(im.cfg);
+    json_decref(im.defaults);
     return err;
 }

@@ -6,7 +6,10 @@
  *
  *   config.json             architectures[0]: LlamaForCausalLM, MistralForCausalLM,
  *                           Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM,
- *                           Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM
+ *                           Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, and
+ *                           Gemma3ForConditionalGeneration's language model (text_config,
+ *                           Gemma3TextConfig's defaults for what it leaves out; the vision
+ *                           tower and projector are not imported)
  *   *.safetensors           one file or shards named by model.safetensors.index.json
  *                           (model/safetensors.h); F32, F16 and BF16 tensors
  *   tokenizer.json          the vocabulary (gw_vocab_from_hf: byte-level BPE or

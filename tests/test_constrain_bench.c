@@ -172,6 +172,27 @@ Test(constrain_bench, masks_agree_with_accept_on_the_llama3_vocabulary, .timeout
                                           "{\"c\": \"",
                                           "{\"d\": \"",
                                           "{\"d\": \"ab\xe4\xb8\x80"};
+    /* split masks (pure tokens by length, tails per chain state): before minLength (no
+     * quote yet), at it, far from maxLength, near it (tokens stepped past the chain), after
+     * an escape and mid-character, and tails that run on into the next key */
+    static const char *const split[] = {"{\"m\": \"",
+                                        "{\"m\": \"abcd",
+                                        "{\"m\": \"abcdefg\\\"",
+                                        "{\"n\": \"",
+                                        "{\"n\": \"0123456789abcdefghijklmnopqrstuvwxyz",
+                                        "{\"n\": \"0123456789abcdefghijklmnopqrstuvwxyz0123456789a"
+                                        "bcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopq",
+                                        "{\"n\": \"\xe4\xb8\x80\xe4\xb8",
+                                        "{\"m\": \"abcde\", \"n\": \"x\\u00",
+                                        "{\"s\": \"",
+                                        "{\"s\": \"ab\\",
+                                        "{\"m\": \"abcdefghi",
+                                        "{\"m\": \"abcde\", \"n\": \"xyz\", \"s\": \"q"};
+    masks_agree(v,
+                "{\"type\":\"object\",\"properties\":{\"m\":{\"type\":\"string\",\"minLength\":5,"
+                "\"maxLength\":9},\"n\":{\"type\":\"string\",\"minLength\":3,\"maxLength\":120},"
+                "\"s\":{\"type\":\"string\"}},\"additionalProperties\":false}",
+                split, sizeof split / sizeof split[0]);
     masks_agree(v,
                 "{\"type\":\"object\",\"properties\":{\"u\":{\"type\":\"string\",\"format\":"
                 "\"uri\"},\"w\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9_-]{0,40}$\"},"
@@ -179,6 +200,54 @@ Test(constrain_bench, masks_agree_with_accept_on_the_llama3_vocabulary, .timeout
                 "\"c\":{\"type\":\"string\",\"maxLength\":30},"
                 "\"d\":{\"type\":\"string\",\"maxLength\":300}}}",
                 classes, sizeof classes / sizeof classes[0]);
+    cst_vocab_free(v);
+    tok_free(t);
+}
+
+/* The first mask inside a string (bounded or not) with Llama 3's 128,256 tokens steps the
+ * few tails of its chain's states, not the ~8,700 trie nodes under plain prefixes that
+ * hold a quote or a backslash; and the next position of a bounded string only one new
+ * state's. Counted in DFA steps (cst_matcher_describe), not time: the machine's load
+ * does not move it. */
+Test(constrain_bench, a_string_state_masks_without_walking_the_trie, .timeout = 300)
+{
+    char gguf[400];
+    build_llama3(gguf, sizeof gguf);
+    tok_tokenizer *t;
+    cr_assert_eq(tok_load_gguf(gguf, 0, &t), 0, "%s", tok_errmsg());
+    cst_vocab *v;
+    cr_assert_eq(cst_vocab_from_tokenizer(t, &v), 0);
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},"
+                         "\"b\":{\"type\":\"string\",\"maxLength\":1000}}}";
+    cst_grammar *g;
+    char err[256];
+    cr_assert_eq(cst_compile_json_schema(schema, strlen(schema), &g, err, sizeof err), 0, "%s",
+                 err);
+    cst_matcher *m;
+    cr_assert_eq(cst_matcher_create(g, v, &m), 0);
+    uint32_t *mask = calloc(cst_mask_words(v), sizeof *mask);
+    static const char *const texts[] = {"{\"a\": \"", "{\"a\": \"x\", \"b\": \"",
+                                        "{\"a\": \"x\", \"b\": \"ab",
+                                        "{\"a\": \"x\", \"b\": \"abc"};
+    for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+        cst_matcher_reset(m);
+        cr_assert_eq(cst_matcher_feed(m, texts[k], strlen(texts[k])), 0);
+        cr_assert_eq(cst_matcher_mask(m, mask), 0);
+        char d[300];
+        cst_matcher_describe(m, d, sizeof d);
+        cr_log_info("%s: %s", texts[k], d);
+        unsigned nodes = 0, steps = 0;
+        const char *at = strstr(d, "last mask split (");
+        cr_assert(at != NULL, "%s: not split: %s", texts[k], d);
+        cr_assert_eq(sscanf(at, "last mask split (%u nodes, %u steps", &nodes, &steps), 2, "%s", d);
+        /* the first position of the bounded string follows its chain's first states; the
+         * next ones one more */
+        unsigned bound = k == 1 ? 20000 : k >= 2 ? 4000 : 2000;
+        cr_expect(steps < bound, "%s: %u steps (bound %u): %s", texts[k], steps, bound, d);
+    }
+    free(mask);
+    cst_matcher_free(m);
+    cst_grammar_free(g);
     cst_vocab_free(v);
     tok_free(t);
 }

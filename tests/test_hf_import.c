@@ -193,6 +193,8 @@ typedef struct hf_case {
     json_t *rope;      /* rope_scaling to state (taken) */
     long ff_delta;     /* added to intermediate_size in config.json */
     const char *hf_arch;
+    int image_text; /* Gemma3ForConditionalGeneration: 1 language_model.model.*, 2
+                       model.language_model.* (transformers 4.52 on), with a vision tower */
 } hf_case;
 
 static const char *st_dtype_of(uint32_t t)
@@ -312,6 +314,12 @@ static void gguf_to_hf(const char *gguf_path, const char *dir, const hf_case *hc
         } else {
             cr_assert_fail("no Hugging Face name for %s", n);
         }
+        if (hc->image_text && strncmp(name, "model.", 6) == 0) {
+            char tail[160];
+            snprintf(tail, sizeof tail, "%s", name + 6);
+            snprintf(name, sizeof name, "%s%.130s",
+                     hc->image_text == 1 ? "language_model.model." : "model.language_model.", tail);
+        }
         if (hc->drop && strcmp(hc->drop, name) == 0) continue;
         const uint64_t cols = t->ne[0], rows = t->n_dims >= 2 ? t->ne[1] : 1;
         st_rec *r = t->n_dims == 1 ? ck_add(&c, name, dt, 1, cols, 0, 0, t->bytes)
@@ -339,6 +347,18 @@ static void gguf_to_hf(const char *gguf_path, const char *dir, const hf_case *hc
     if (hc->extra) {
         st_rec *r = ck_add(&c, hc->extra, "F32", 1, 4, 0, 0, 16);
         memset(r->data, 0, 16);
+    }
+    if (hc->image_text) { /* a vision tower and projector, as the checkpoint holds them */
+        const char *p0 = hc->image_text == 1 ? "" : "model.";
+        static const char *const vt[] = {
+            "vision_tower.vision_model.embeddings.patch_embedding.weight",
+            "vision_tower.vision_model.post_layernorm.weight",
+            "multi_modal_projector.mm_input_projection_weight"};
+        for (size_t i = 0; i < sizeof vt / sizeof vt[0]; i++) {
+            snprintf(name, sizeof name, "%s%s", p0, vt[i]);
+            st_rec *r = ck_add(&c, name, "F32", 2, 2, 8, 0, 64);
+            memset(r->data, 0x3c, 64);
+        }
     }
     char p[700];
     mkdir(dir, 0700);
@@ -427,6 +447,37 @@ static void gguf_to_hf(const char *gguf_path, const char *dir, const hf_case *hc
             json_integer((json_int_t)meta_num(g, arch, "rope.scaling.original_context_length", 0)));
     }
     if (hc->rope) json_object_set_new(cfg, "rope_scaling", hc->rope);
+    if (hc->image_text) {
+        /* the text model's keys under text_config, without those equal to Gemma3TextConfig's
+         * defaults (as the real checkpoints leave them out) */
+        json_t *text = json_deep_copy(cfg),
+               *defaults =
+                   json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:i, s:i}", "num_attention_heads", 8,
+                             "num_key_value_heads", 4, "head_dim", 256, "rms_norm_eps", 1e-6,
+                             "rope_theta", 1e6, "rope_local_base_freq", 1e4,
+                             "max_position_embeddings", 131072, "sliding_window", 4096);
+        const char *k;
+        json_t *v;
+        int left_out = 0;
+        json_object_foreach(defaults, k, v)
+        {
+            json_t *have = json_object_get(text, k);
+            if (have && fabs(json_number_value(have) - json_number_value(v)) <=
+                            1e-6 * fabs(json_number_value(v))) {
+                json_object_del(text, k);
+                left_out++;
+            }
+        }
+        json_object_del(text, "architectures");
+        json_object_set_new(text, "model_type", json_string("gemma3_text"));
+        json_decref(cfg);
+        cfg = json_pack("{s:[s], s:s, s:o, s:{s:s, s:i}, s:i, s:b}", "architectures",
+                        "Gemma3ForConditionalGeneration", "model_type", "gemma3", "text_config",
+                        text, "vision_config", "model_type", "siglip_vision_model", "hidden_size",
+                        1152, "image_token_index", 262144, "tie_word_embeddings", 1);
+        json_decref(defaults);
+        cr_assert_geq(left_out, 2, "the case leaves out %d defaulted keys", left_out);
+    }
     snprintf(p, sizeof p, "%s/config.json", dir);
     cr_assert_eq(json_dump_file(cfg, p, JSON_INDENT(2)), 0);
     json_decref(cfg);
@@ -582,6 +633,8 @@ static void round_trip(const hf_case *hc)
     int rc = import_cli(dir, b, NULL, &err);
     cr_assert_eq(rc, 0, "%s: exit %d: %s", hc->label, rc, err);
     cr_assert(strstr(err, "wrote"), "%s", err);
+    if (hc->image_text)
+        cr_assert(strstr(err, "the vision tower is not imported"), "%s: %s", hc->label, err);
     free(err);
     assert_same_file(hc->label, a, b);
     assert_same_logits(hc->label, a, b);
@@ -629,6 +682,21 @@ Test(hf_import, qwen_gemma_phi3_and_moe_equal_the_gguf_path)
          .head_dim = 32,
          .window = 32,
          .shards = true},
+        {.label = "gemma3 image-text (language_model.model.*)",
+         .spec = "synthetic:gqa-test:7",
+         .arch = "gemma3",
+         .type = "BF16",
+         .head_dim = 32,
+         .window = 32,
+         .image_text = 1},
+        {.label = "gemma3 image-text sharded (model.language_model.*)",
+         .spec = "synthetic:gqa-test:7",
+         .arch = "gemma3",
+         .type = "F32",
+         .head_dim = 32,
+         .window = 32,
+         .shards = true,
+         .image_text = 2},
         {.label = "phi3", .spec = "synthetic:gqa-test:7", .arch = "phi3", .type = "F32"},
         {.label = "qwen3moe", .spec = "synthetic:gqa-test:7", .arch = "qwen3moe", .type = "F32"},
         {.label = "qwen3moe fused experts BF16",

@@ -506,12 +506,13 @@ size_t q_quantize_row(int type, const float *x, void *out, int64_t k)
         for (int64_t i = 0; i < k; i++) ((uint16_t *)out)[i] = q_f32_to_bf16(x[i]);
         break;
     case Q_Q8_0: qk_quantize_q8_0(x, out, k); break;
-    case Q_Q4_K: qk_quantize_q4_k(x, out, k); break;
-    case Q_Q6_K: qk_quantize_q6_k(x, out, k); break;
     case Q_Q2_K:
     case Q_Q3_K:
+    case Q_Q4_K:
     case Q_Q5_K:
-    case Q_IQ4_XS: qk_quantize_lowk(type, x, out, k); break;
+    case Q_Q6_K:
+    case Q_IQ4_NL:
+    case Q_IQ4_XS: qk_quantize_searched(type, x, out, k); break;
     default:
         if (!is_legacy(type)) return 0;
         qk_quantize_legacy(type, x, out, k);

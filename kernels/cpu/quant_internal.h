@@ -9,8 +9,8 @@
  *   quant_float.c    F32, F16, BF16: conversions, fused dots
  *   quant_q8_0.c     Q8_0: dequantize, fused dot, integer dots, quantizer
  *   quant_kquants.c  Q4_K, Q6_K: the same
- *   quant_legacy.c   Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: quantizers
- *   quant_lowk.c     Q2_K, Q3_K, Q5_K, IQ4_XS: quantizers
+ *   quant_legacy.c   Q4_0, Q4_1, Q5_0, Q5_1: quantizers
+ *   quant_search.c   the K types, IQ4_NL, IQ4_XS: quantizers (llama.cpp's searches)
  *   quant_unpack.c   those nine: unpacked to bytes; dequantize, fused dot, integer dots
  *   quant_xq.c       the activation quantizer (q_xq) of the integer path
  *   quant_vnni.c     the AVX-512 VNNI tile kernels all three integer types share
@@ -231,10 +231,10 @@ float qk_dot_unpacked(int type, const void *row, const float *x, int64_t k);
 /* y[r][i] = beta y[r][i] + w_i . x_r in integers (8-bit activations x), portable. */
 void qk_rows_unpacked_portable(int type, const void *w, int n, int64_t k, const xq8 *x, int rows,
                                float beta, float *y, int ld_y);
-/* The quantizers: Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (quant_legacy.c), Q2_K, Q3_K, Q5_K, IQ4_XS
- * (quant_lowk.c). */
+/* The quantizers: Q4_0, Q4_1, Q5_0, Q5_1 (quant_legacy.c); Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+ * IQ4_NL, IQ4_XS (quant_search.c: llama.cpp's searches, the same bytes). */
 void qk_quantize_legacy(int type, const float *x, void *out, int64_t k);
-void qk_quantize_lowk(int type, const float *x, void *out, int64_t k);
+void qk_quantize_searched(int type, const float *x, void *out, int64_t k);
 void qk_dequant_q4_k(const void *row, float *out, int64_t k);
 void qk_dequant_q6_k(const void *row, float *out, int64_t k);
 
@@ -249,8 +249,6 @@ void qk_xq8_row_portable(const float *x, int8_t *q, float *d, float *s, int64_t 
 
 /* Quantizes one row of k floats into blocks of the type. */
 void qk_quantize_q8_0(const float *x, void *out, int64_t k);
-void qk_quantize_q4_k(const float *x, void *out, int64_t k);
-void qk_quantize_q6_k(const float *x, void *out, int64_t k);
 
 #if QK_X86
 

@@ -4,7 +4,7 @@
  * 6-bit or 8-bit sub-block scales; layouts in quant.h): dequantize, the fused dots with float
  * activations (portable; AVX2), the integer dots with 8-bit activations (portable; AVX2
  * maddubs; AVX-512 VNNI scales, packing and one-row sums, whose tile kernels are in
- * quant_vnni.c), and the quantizers ringlm-mkmodel writes them with.
+ * quant_vnni.c). Their quantizers are in quant_search.c.
  */
 #include "kernels/cpu/quant_internal.h"
 
@@ -539,95 +539,3 @@ VNNI512 void qk_vt1_sums_q6_k(const char *w, size_t rb, int m, int64_t nb, const
 }
 
 #endif /* QK_X86 */
-
-/* ---- quantizers (ringlm-mkmodel) ---------------------------------------------------- */
-
-/* Each 32-element sub-block: x ≈ scale*q - min, q in 0..15, from its own range; the eight
- * scales and mins are then stored as 6-bit multiples of the block's d and dmin. */
-void qk_quantize_q4_k(const float *x, void *out, int64_t k)
-{
-    blk_q4_k *b = out;
-    for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) {
-        float scale[8], mins[8], max_scale = 0.0f, max_min = 0.0f;
-        for (int j = 0; j < 8; j++) {
-            float lo = x[32 * j], hi = lo;
-            for (int l = 1; l < 32; l++) {
-                lo = fminf(lo, x[32 * j + l]);
-                hi = fmaxf(hi, x[32 * j + l]);
-            }
-            if (lo > 0.0f) lo = 0.0f;
-            scale[j] = (hi - lo) / 15.0f;
-            mins[j] = -lo;
-            max_scale = fmaxf(max_scale, scale[j]);
-            max_min = fmaxf(max_min, mins[j]);
-        }
-        memset(&b[i], 0, sizeof b[i]);
-        b[i].d = qk_f32_to_f16(max_scale / 63.0f);
-        b[i].dmin = qk_f32_to_f16(max_min / 63.0f);
-        const float d = qk_f16_to_f32(b[i].d), dmin = qk_f16_to_f32(b[i].dmin);
-        uint8_t ls[8], lm[8];
-        for (int j = 0; j < 8; j++) {
-            int a = d > 0 ? qk_nearest(scale[j] / d) : 0,
-                c = dmin > 0 ? qk_nearest(mins[j] / dmin) : 0;
-            ls[j] = (uint8_t)(a < 0 ? 0 : a > 63 ? 63 : a);
-            lm[j] = (uint8_t)(c < 0 ? 0 : c > 63 ? 63 : c);
-            if (j < 4) {
-                b[i].scales[j] = ls[j];
-                b[i].scales[j + 4] = lm[j];
-            } else {
-                b[i].scales[j + 4] = (uint8_t)((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
-                b[i].scales[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
-                b[i].scales[j] |= (uint8_t)((lm[j] >> 4) << 6);
-            }
-        }
-        uint8_t L[QK_K];
-        for (int j = 0; j < 8; j++) {
-            const float dd = d * ls[j], dm = dmin * lm[j];
-            for (int l = 0; l < 32; l++) {
-                int q = dd > 0 ? qk_nearest((x[32 * j + l] + dm) / dd) : 0;
-                L[32 * j + l] = (uint8_t)(q < 0 ? 0 : q > 15 ? 15 : q);
-            }
-        }
-        uint8_t *q = b[i].qs;
-        for (int j = 0; j < QK_K; j += 64, q += 32)
-            for (int l = 0; l < 32; l++) q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
-    }
-}
-
-/* Each 16-element sub-block: x ≈ scale*q, q in -32..31; the sixteen scales are stored as
- * int8 multiples of the block's d. */
-void qk_quantize_q6_k(const float *x, void *out, int64_t k)
-{
-    blk_q6_k *b = out;
-    for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) {
-        float scale[16], max_scale = 0.0f;
-        for (int j = 0; j < 16; j++) {
-            float amax = 0.0f;
-            for (int l = 0; l < 16; l++) amax = fmaxf(amax, fabsf(x[16 * j + l]));
-            scale[j] = amax / 31.0f;
-            max_scale = fmaxf(max_scale, scale[j]);
-        }
-        memset(&b[i], 0, sizeof b[i]);
-        b[i].d = qk_f32_to_f16(max_scale / 127.0f);
-        const float d = qk_f16_to_f32(b[i].d);
-        uint8_t L[QK_K];
-        for (int j = 0; j < 16; j++) {
-            int s = d > 0 ? qk_nearest(scale[j] / d) : 0;
-            s = s > 127 ? 127 : s;
-            b[i].scales[j] = (int8_t)s;
-            const float sd = d * s;
-            for (int l = 0; l < 16; l++) {
-                int q = sd > 0 ? qk_nearest(x[16 * j + l] / sd) : 0;
-                L[16 * j + l] = (uint8_t)((q < -32 ? -32 : q > 31 ? 31 : q) + 32);
-            }
-        }
-        uint8_t *ql = b[i].ql, *qh = b[i].qh;
-        for (int j = 0; j < QK_K; j += 128, ql += 64, qh += 32)
-            for (int l = 0; l < 32; l++) {
-                ql[l] = (uint8_t)((L[j + l] & 0xF) | ((L[j + l + 64] & 0xF) << 4));
-                ql[l + 32] = (uint8_t)((L[j + l + 32] & 0xF) | ((L[j + l + 96] & 0xF) << 4));
-                qh[l] = (uint8_t)((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) |
-                                  ((L[j + l + 64] >> 4) << 4) | ((L[j + l + 96] >> 4) << 6));
-            }
-    }
-}

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kernels/cpu/quant_legacy.c — the quantizers of ggml's 32-element types people still
- * download: Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL (quant.h has the layouts; ringlm-mkmodel;
- * ggml's quantize_row_*_ref, and for IQ4_NL the nearest table value at the block's scale
- * rather than ggml's search). Their kernels are in quant_unpack.c.
+ * download: Q4_0, Q4_1, Q5_0 and Q5_1 (quant.h has the layouts; ringlm-mkmodel; ggml's
+ * quantize_row_*_ref; IQ4_NL's search is in quant_search.c). Their kernels are in
+ * quant_unpack.c.
  */
 #include "kernels/cpu/quant_internal.h"
 
@@ -82,22 +82,6 @@ static void quantize_block(int type, const float *x, void *out)
             qh |= (uint32_t)((b & 0x10) >> 4) << (j + 16);
         }
         memcpy(qh_out, &qh, 4);
-        break;
-    }
-    case Q_IQ4_NL: {
-        blk_iq4_nl *y = out;
-        const float d = max / (float)qk_iq4nl_values[0], id = d ? 1.0f / d : 0.0f;
-        y->d = qk_f32_to_f16(d);
-        uint8_t q[32];
-        for (int j = 0; j < 32; j++) {
-            const float v = x[j] * id;
-            int best = 0;
-            for (int i = 1; i < 16; i++)
-                if (fabsf(v - (float)qk_iq4nl_values[i]) < fabsf(v - (float)qk_iq4nl_values[best]))
-                    best = i;
-            q[j] = (uint8_t)best;
-        }
-        for (int j = 0; j < 16; j++) y->qs[j] = (uint8_t)(q[j] | q[j + 16] << 4);
         break;
     }
     }

@@ -186,6 +186,7 @@ void qk_quantize_q8_0(const float *x, void *out, int64_t k)
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
         const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
         b[i].d = qk_f32_to_f16(d);
-        for (int j = 0; j < 32; j++) b[i].qs[j] = (int8_t)qk_nearest(x[j] * id);
+        for (int j = 0; j < 32; j++)
+            b[i].qs[j] = (int8_t)roundf(x[j] * id); /* ties away from zero, as ggml */
     }
 }

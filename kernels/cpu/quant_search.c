@@ -1,0 +1,496 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/cpu/quant_search.c — the quantizers of the K types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)
+ * and of IQ4_NL and IQ4_XS, as ringlm-mkmodel writes them (layouts in quant_internal.h).
+ *
+ * Each is the search llama.cpp's quantizer runs on a tensor without an importance matrix, so
+ * a file re-quantized here holds the same bytes as `llama-quantize` writes from the same
+ * weights (tests/test_gguf_oracle.c checks it block for block against ggml's functions):
+ *   - a sub-block's scale and minimum (Q2_K, Q4_K, Q5_K) by trying the range's scale and a few
+ *     around it, each refitted by weighted least squares, keeping the least weighted error;
+ *   - a symmetric sub-block's scale (Q6_K) by trying 19 scales near the largest value's,
+ *     weighting each element by its square; Q3_K's by moving one element at a time to the
+ *     level that raises the fit, up to five passes;
+ *   - IQ4's scale by trying 15 steps of the grid's first value, weighting by the square;
+ *   then the sub-block scales are quantized against the block's f16 scale(s) and every
+ *   element re-rounded with the scale it will be read with.
+ * The float operations are in ggml's order (no fused multiply-add: this file is built for
+ * the baseline x86-64), which is what makes the bytes equal, not only the error.
+ */
+#include "kernels/cpu/quant_internal.h"
+
+#define EPS_ZERO 1e-15f /* a group whose largest magnitude is below this is all zeros */
+
+static int clampi(int v, int lo, int hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* x ≈ scale * (L - nmax), L in 0..2 nmax - 1, each element weighted by x²: the scale
+ * -(nmax + s/10) / max for s in -9..9 with each its least-squares refit, the best kept. */
+static float fit_symmetric(int n, int nmax, const float *x, int8_t *L)
+{
+    float max = 0.0f, amax = 0.0f;
+    for (int i = 0; i < n; i++)
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            max = x[i];
+        }
+    if (amax < EPS_ZERO) {
+        memset(L, 0, (size_t)n);
+        return 0.0f;
+    }
+    float iscale = (float)-nmax / max, sumlx = 0.0f, suml2 = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const int l = clampi(qk_nearest(iscale * x[i]), -nmax, nmax - 1);
+        L[i] = (int8_t)(l + nmax);
+        const float w = x[i] * x[i];
+        sumlx += w * x[i] * (float)l;
+        suml2 += w * (float)l * (float)l;
+    }
+    float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f, best = scale * sumlx;
+    for (int is = -9; is <= 9; is++) {
+        if (is == 0) continue;
+        iscale = -((float)nmax + 0.1f * (float)is) / max;
+        sumlx = suml2 = 0.0f;
+        for (int i = 0; i < n; i++) {
+            const int l = clampi(qk_nearest(iscale * x[i]), -nmax, nmax - 1);
+            const float w = x[i] * x[i];
+            sumlx += w * x[i] * (float)l;
+            suml2 += w * (float)l * (float)l;
+        }
+        if (suml2 > 0.0f && sumlx * sumlx > best * suml2) {
+            for (int i = 0; i < n; i++)
+                L[i] = (int8_t)(nmax + clampi(qk_nearest(iscale * x[i]), -nmax, nmax - 1));
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    return scale;
+}
+
+/* Q3_K's sub-block fit: rounded at the largest value's scale, then elements moved one at a
+ * time to the level the others' fit asks for while that raises the fit (x²-weighted). */
+static float fit_q3(int n, int nmax, const float *x, int8_t *L)
+{
+    float max = 0.0f, amax = 0.0f;
+    for (int i = 0; i < n; i++)
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            max = x[i];
+        }
+    if (amax < EPS_ZERO) {
+        memset(L, 0, (size_t)n);
+        return 0.0f;
+    }
+    const float iscale = (float)-nmax / max;
+    float sumlx = 0.0f, suml2 = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const int l = clampi(qk_nearest(iscale * x[i]), -nmax, nmax - 1);
+        L[i] = (int8_t)l;
+        const float w = x[i] * x[i];
+        sumlx += w * x[i] * (float)l;
+        suml2 += w * (float)l * (float)l;
+    }
+    for (int pass = 0; pass < 5; pass++) {
+        int changed = 0;
+        for (int i = 0; i < n; i++) {
+            const float w = x[i] * x[i];
+            float slx = sumlx - w * x[i] * (float)L[i];
+            if (!(slx > 0.0f)) continue; /* NaN too */
+            float sl2 = suml2 - w * (float)L[i] * (float)L[i];
+            const int nl = clampi(qk_nearest(x[i] * sl2 / slx), -nmax, nmax - 1);
+            if (nl == L[i]) continue;
+            slx += w * x[i] * (float)nl;
+            sl2 += w * (float)nl * (float)nl;
+            if (sl2 > 0.0f && slx * slx * suml2 > sumlx * sumlx * sl2) {
+                L[i] = (int8_t)nl;
+                sumlx = slx;
+                suml2 = sl2;
+                changed++;
+            }
+        }
+        if (!changed) break;
+    }
+    for (int i = 0; i < n; i++) L[i] = (int8_t)(L[i] + nmax);
+    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+/* x ≈ scale * L - min (min ≥ 0 returned), L in 0..nmax, weighted: the range's scale, then
+ * nmax + rmin + rdelta s steps (s = 0..nstep) over the range, each refitted (scale and
+ * minimum by weighted least squares), the one of least weighted error (absolute or squared)
+ * kept. */
+static float fit_affine(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min,
+                        float rmin, float rdelta, int nstep, bool abs_err)
+{
+    uint8_t Laux[32];
+    float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (min > 0.0f) min = 0.0f;
+    if (max == min) {
+        memset(L, 0, (size_t)n);
+        *the_min = -min;
+        return 0.0f;
+    }
+    float iscale = (float)nmax / (max - min), scale = 1.0f / iscale, best = 0.0f;
+    for (int i = 0; i < n; i++) {
+        L[i] = (uint8_t)clampi(qk_nearest(iscale * (x[i] - min)), 0, nmax);
+        float diff = scale * (float)L[i] + min - x[i];
+        diff = abs_err ? fabsf(diff) : diff * diff;
+        best += w[i] * diff;
+    }
+    for (int is = 0; is <= nstep; is++) {
+        iscale = (rmin + rdelta * (float)is + (float)nmax) / (max - min);
+        float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
+        for (int i = 0; i < n; i++) {
+            const int l = clampi(qk_nearest(iscale * (x[i] - min)), 0, nmax);
+            Laux[i] = (uint8_t)l;
+            sum_l += w[i] * (float)l;
+            sum_l2 += w[i] * (float)l * (float)l;
+            sum_xl += w[i] * (float)l * x[i];
+        }
+        const float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (!(D > 0.0f)) continue; /* NaN too */
+        float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D,
+              this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+        if (this_min > 0.0f) {
+            this_min = 0.0f;
+            this_scale = sum_xl / sum_l2;
+        }
+        float err = 0.0f;
+        for (int i = 0; i < n; i++) {
+            float diff = this_scale * (float)Laux[i] + this_min - x[i];
+            diff = abs_err ? fabsf(diff) : diff * diff;
+            err += w[i] * diff;
+        }
+        if (err < best) {
+            memcpy(L, Laux, (size_t)n);
+            best = err;
+            scale = this_scale;
+            min = this_min;
+        }
+    }
+    *the_min = -min;
+    return scale;
+}
+
+/* ---- Q2_K --------------------------------------------------------------------------- */
+
+static void quantize_q2_k(const float *x, blk_q2_k *b)
+{
+    uint8_t L[QK_K];
+    float w[16], scales[16], mins[16], max_scale = 0.0f, max_min = 0.0f;
+    for (int j = 0; j < 16; j++) {
+        for (int l = 0; l < 16; l++) w[l] = fabsf(x[16 * j + l]);
+        scales[j] = fit_affine(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], -0.5f, 0.1f, 15, true);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    memset(b, 0, sizeof *b);
+    if (max_scale > 0.0f) {
+        const float iscale = 15.0f / max_scale;
+        for (int j = 0; j < 16; j++) b->scales[j] = (uint8_t)qk_nearest(iscale * scales[j]);
+        b->d = qk_f32_to_f16(max_scale / 15.0f);
+    }
+    if (max_min > 0.0f) {
+        const float iscale = 15.0f / max_min;
+        for (int j = 0; j < 16; j++) b->scales[j] |= (uint8_t)(qk_nearest(iscale * mins[j]) << 4);
+        b->dmin = qk_f32_to_f16(max_min / 15.0f);
+    }
+    for (int j = 0; j < 16; j++) {
+        const float d = qk_f16_to_f32(b->d) * (float)(b->scales[j] & 0xF);
+        if (d == 0.0f) continue;
+        const float dm = qk_f16_to_f32(b->dmin) * (float)(b->scales[j] >> 4);
+        for (int l = 0; l < 16; l++)
+            L[16 * j + l] = (uint8_t)clampi(qk_nearest((x[16 * j + l] + dm) / d), 0, 3);
+    }
+    for (int j = 0; j < QK_K; j += 128)
+        for (int l = 0; l < 32; l++)
+            b->qs[j / 4 + l] =
+                (uint8_t)(L[j + l] | L[j + l + 32] << 2 | L[j + l + 64] << 4 | L[j + l + 96] << 6);
+}
+
+/* ---- Q3_K --------------------------------------------------------------------------- */
+
+static void quantize_q3_k(const float *x, blk_q3_k *b)
+{
+    int8_t L[QK_K];
+    float scales[16], max_scale = 0.0f, amax = 0.0f;
+    for (int j = 0; j < 16; j++) {
+        scales[j] = fit_q3(16, 4, x + 16 * j, L + 16 * j);
+        if (fabsf(scales[j]) > amax) {
+            amax = fabsf(scales[j]);
+            max_scale = scales[j];
+        }
+    }
+    memset(b, 0, sizeof *b);
+    if (max_scale != 0.0f) {
+        const float iscale = -32.0f / max_scale;
+        for (int j = 0; j < 16; j++) {
+            int8_t l = (int8_t)qk_nearest(iscale * scales[j]);
+            l = (int8_t)(clampi(l, -32, 31) + 32);
+            if (j < 8)
+                b->scales[j] = (uint8_t)(l & 0xF);
+            else
+                b->scales[j - 8] |= (uint8_t)((l & 0xF) << 4);
+            b->scales[j % 4 + 8] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
+        }
+        b->d = qk_f32_to_f16(1.0f / iscale);
+    }
+    for (int j = 0; j < 16; j++) {
+        int sc = j < 8 ? b->scales[j] & 0xF : b->scales[j - 8] >> 4;
+        sc = (sc | ((b->scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
+        const float d = qk_f16_to_f32(b->d) * (float)sc;
+        if (d == 0.0f) continue;
+        for (int l = 0; l < 16; l++)
+            L[16 * j + l] = (int8_t)(clampi(qk_nearest(x[16 * j + l] / d), -4, 3) + 4);
+    }
+    /* the high bit of element j in bit j / 32 of hmask[j % 32] */
+    for (int j = 0; j < QK_K; j++)
+        if (L[j] > 3) {
+            b->hmask[j % 32] |= (uint8_t)(1u << (j / 32));
+            L[j] = (int8_t)(L[j] - 4);
+        }
+    for (int j = 0; j < QK_K; j += 128)
+        for (int l = 0; l < 32; l++)
+            b->qs[j / 4 + l] =
+                (uint8_t)(L[j + l] | L[j + l + 32] << 2 | L[j + l + 64] << 4 | L[j + l + 96] << 6);
+}
+
+/* ---- Q4_K and Q5_K: 8 sub-blocks of 32, 6-bit scales and minimums --------------------- */
+
+/* The sub-blocks' scales and minimums (nmax 15 or 31), packed into b's d, dmin and 12 scale
+ * bytes; L gets every element's level as it will be read. */
+static void fit_k32(const float *x, int nmax, float rmin, int nstep, uint16_t *bd, uint16_t *bdmin,
+                    uint8_t sc12[12], uint8_t L[QK_K])
+{
+    float w[32], scales[8], mins[8], max_scale = 0.0f, max_min = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        float sum_x2 = 0.0f;
+        for (int l = 0; l < 32; l++) sum_x2 += x[32 * j + l] * x[32 * j + l];
+        const float av_x = sqrtf(sum_x2 / 32.0f);
+        for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(x[32 * j + l]);
+        scales[j] =
+            fit_affine(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], rmin, 0.1f, nstep, false);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f,
+                inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
+    memset(sc12, 0, 12);
+    for (int j = 0; j < 8; j++) {
+        uint8_t ls = (uint8_t)qk_nearest(inv_scale * scales[j]),
+                lm = (uint8_t)qk_nearest(inv_min * mins[j]);
+        ls = ls > 63 ? 63 : ls;
+        lm = lm > 63 ? 63 : lm;
+        if (j < 4) {
+            sc12[j] = ls;
+            sc12[j + 4] = lm;
+        } else {
+            sc12[j + 4] = (uint8_t)((ls & 0xF) | (lm & 0xF) << 4);
+            sc12[j - 4] |= (uint8_t)((ls >> 4) << 6);
+            sc12[j] |= (uint8_t)((lm >> 4) << 6);
+        }
+    }
+    *bd = qk_f32_to_f16(max_scale / 63.0f);
+    *bdmin = qk_f32_to_f16(max_min / 63.0f);
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        scale_min_k4(j, sc12, &sc, &m);
+        const float d = qk_f16_to_f32(*bd) * (float)sc;
+        if (d == 0.0f) continue;
+        const float dm = qk_f16_to_f32(*bdmin) * (float)m;
+        for (int l = 0; l < 32; l++)
+            L[32 * j + l] = (uint8_t)clampi(qk_nearest((x[32 * j + l] + dm) / d), 0, nmax);
+    }
+}
+
+static void quantize_q4_k(const float *x, blk_q4_k *b)
+{
+    uint8_t L[QK_K];
+    fit_k32(x, 15, -1.0f, 20, &b->d, &b->dmin, b->scales, L);
+    uint8_t *q = b->qs;
+    for (int j = 0; j < QK_K; j += 64, q += 32)
+        for (int l = 0; l < 32; l++) q[l] = (uint8_t)(L[j + l] | L[j + l + 32] << 4);
+}
+
+static void quantize_q5_k(const float *x, blk_q5_k *b)
+{
+    uint8_t L[QK_K];
+    fit_k32(x, 31, -0.5f, 15, &b->d, &b->dmin, b->scales, L);
+    memset(b->qh, 0, sizeof b->qh);
+    uint8_t *ql = b->qs, m1 = 1, m2 = 2;
+    for (int n = 0; n < QK_K; n += 64, ql += 32, m1 = (uint8_t)(m1 << 2), m2 = (uint8_t)(m2 << 2))
+        for (int j = 0; j < 32; j++) {
+            int l1 = L[n + j], l2 = L[n + j + 32];
+            if (l1 > 15) {
+                l1 -= 16;
+                b->qh[j] |= m1;
+            }
+            if (l2 > 15) {
+                l2 -= 16;
+                b->qh[j] |= m2;
+            }
+            ql[j] = (uint8_t)(l1 | l2 << 4);
+        }
+}
+
+/* ---- Q6_K: 16 sub-blocks of 16, int8 scales ----------------------------------------- */
+
+static void quantize_q6_k(const float *x, blk_q6_k *b)
+{
+    int8_t L[QK_K];
+    float scales[16], max_scale = 0.0f, max_abs = 0.0f;
+    for (int j = 0; j < 16; j++) {
+        scales[j] = fit_symmetric(16, 32, x + 16 * j, L + 16 * j);
+        if (fabsf(scales[j]) > max_abs) {
+            max_abs = fabsf(scales[j]);
+            max_scale = scales[j];
+        }
+    }
+    memset(b, 0, sizeof *b);
+    if (max_abs < EPS_ZERO) return;
+    const float iscale = -128.0f / max_scale;
+    b->d = qk_f32_to_f16(1.0f / iscale);
+    for (int j = 0; j < 16; j++) {
+        const int s = qk_nearest(iscale * scales[j]);
+        b->scales[j] = (int8_t)(s > 127 ? 127 : s);
+    }
+    for (int j = 0; j < 16; j++) {
+        const float d = qk_f16_to_f32(b->d) * (float)b->scales[j];
+        if (d == 0.0f) continue;
+        for (int l = 0; l < 16; l++)
+            L[16 * j + l] = (int8_t)(clampi(qk_nearest(x[16 * j + l] / d), -32, 31) + 32);
+    }
+    uint8_t *ql = b->ql, *qh = b->qh;
+    for (int j = 0; j < QK_K; j += 128, ql += 64, qh += 32)
+        for (int l = 0; l < 32; l++) {
+            const int q1 = L[j + l], q2 = L[j + l + 32], q3 = L[j + l + 64], q4 = L[j + l + 96];
+            ql[l] = (uint8_t)((q1 & 0xF) | (q3 & 0xF) << 4);
+            ql[l + 32] = (uint8_t)((q2 & 0xF) | (q4 & 0xF) << 4);
+            qh[l] = (uint8_t)(q1 >> 4 | (q2 >> 4) << 2 | (q3 >> 4) << 4 | (q4 >> 4) << 6);
+        }
+}
+
+/* ---- IQ4_NL and IQ4_XS: the non-linear 16-value grid -------------------------------- */
+
+/* The grid value nearest v (ties to the lower), by bisection. */
+static int grid_index(float v)
+{
+    const int8_t *val = qk_iq4nl_values;
+    if (v <= (float)val[0]) return 0;
+    if (v >= (float)val[15]) return 15;
+    int lo = 0, hi = 15;
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (v < (float)val[mid])
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return v - (float)val[hi - 1] < (float)val[hi] - v ? hi - 1 : hi;
+}
+
+/* A block of 32's scale: -max / grid[0], refitted, then 15 scales (grid[0] + t) / max for t in
+ * -7..7, each refitted by x²-weighted least squares; the best fit's scale. L: the levels at the
+ * first scale (the callers round again at the scale they store). 0 for an all-zero block. */
+static float fit_grid(const float *x, uint8_t *L)
+{
+    const int8_t *val = qk_iq4nl_values;
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; j++)
+        if (fabsf(x[j]) > amax) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    if (amax < EPS_ZERO) return 0.0f;
+    float d = -max / (float)val[0], id = 1.0f / d, sumqx = 0.0f, sumq2 = 0.0f;
+    for (int j = 0; j < 32; j++) {
+        const int l = grid_index(id * x[j]);
+        L[j] = (uint8_t)l;
+        const float q = (float)val[l], w = x[j] * x[j];
+        sumqx += w * q * x[j];
+        sumq2 += w * q * q;
+    }
+    d = sumq2 > 0.0f ? sumqx / sumq2 : 0.0f;
+    float best = d * sumqx;
+    for (int t = -7; t <= 7; t++) {
+        id = (float)(t + val[0]) / max;
+        sumqx = sumq2 = 0.0f;
+        for (int j = 0; j < 32; j++) {
+            const float q = (float)val[grid_index(id * x[j])], w = x[j] * x[j];
+            sumqx += w * q * x[j];
+            sumq2 += w * q * q;
+        }
+        if (sumq2 > 0.0f && sumqx * sumqx > best * sumq2) {
+            d = sumqx / sumq2;
+            best = d * sumqx;
+        }
+    }
+    return d;
+}
+
+static void pack_nibbles(const uint8_t *L, uint8_t *qs, int n)
+{
+    for (int i = 0; i < n / 32; i++)
+        for (int j = 0; j < 16; j++)
+            qs[16 * i + j] = (uint8_t)(L[32 * i + j] | L[32 * i + 16 + j] << 4);
+}
+
+static void quantize_iq4_nl(const float *x, blk_iq4_nl *b)
+{
+    uint8_t L[32];
+    const float d = fit_grid(x, L);
+    b->d = qk_f32_to_f16(d);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < 32; j++) L[j] = (uint8_t)grid_index(id * x[j]);
+    pack_nibbles(L, b->qs, 32);
+}
+
+static void quantize_iq4_xs(const float *x, blk_iq4_xs *b)
+{
+    uint8_t L[QK_K];
+    float scales[8], max_scale = 0.0f, amax = 0.0f;
+    for (int ib = 0; ib < 8; ib++) {
+        scales[ib] = fit_grid(x + 32 * ib, L + 32 * ib);
+        if (fabsf(scales[ib]) > amax) {
+            amax = fabsf(scales[ib]);
+            max_scale = scales[ib];
+        }
+    }
+    memset(b, 0, sizeof *b);
+    const float d = -max_scale / 32.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    b->d = qk_f32_to_f16(d);
+    for (int ib = 0; ib < 8; ib++) {
+        const int l = clampi(qk_nearest(id * scales[ib]), -32, 31);
+        const float dl = d * (float)l, idl = dl != 0.0f ? 1.0f / dl : 0.0f;
+        for (int j = 0; j < 32; j++) L[32 * ib + j] = (uint8_t)grid_index(idl * x[32 * ib + j]);
+        const int ls = l + 32;
+        b->scales_l[ib / 2] |= (uint8_t)((ls & 0xF) << 4 * (ib % 2));
+        b->scales_h |= (uint16_t)((ls >> 4) << 2 * ib);
+    }
+    pack_nibbles(L, b->qs, QK_K);
+}
+
+/* ---- entry ------------------------------------------------------------------------- */
+
+void qk_quantize_searched(int type, const float *x, void *out, int64_t k)
+{
+    if (type == Q_IQ4_NL) {
+        for (int64_t i = 0; i < k / 32; i++) quantize_iq4_nl(x + 32 * i, (blk_iq4_nl *)out + i);
+        return;
+    }
+    for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) switch (type) {
+        case Q_Q2_K: quantize_q2_k(x, (blk_q2_k *)out + i); break;
+        case Q_Q3_K: quantize_q3_k(x, (blk_q3_k *)out + i); break;
+        case Q_Q4_K: quantize_q4_k(x, (blk_q4_k *)out + i); break;
+        case Q_Q5_K: quantize_q5_k(x, (blk_q5_k *)out + i); break;
+        case Q_Q6_K: quantize_q6_k(x, (blk_q6_k *)out + i); break;
+        case Q_IQ4_XS: quantize_iq4_xs(x, (blk_iq4_xs *)out + i); break;
+        }
+}
