@@ -561,14 +561,19 @@ Test(gguf_oracle, every_type_logprobs_equal_llama_cpp, .init = mk_tmpdir, .fini 
 
 /* ---- ggml's own dequantization ------------------------------------------------------------ */
 
-/* node-llama-cpp's prebuilt ggml (the library its llama.cpp runs on), or NULL. */
-static void *ggml_base(void)
+/* node-llama-cpp's prebuilt ggml (the library its llama.cpp runs on); the test skips
+ * where it is absent. */
+static void *ggml_base_or_skip(void)
 {
+    if (system("uname -m | grep -q x86_64") != 0)
+        cr_skip_test("node-llama-cpp's x86-64 build only");
     char p[600];
     snprintf(p, sizeof p,
              "%s/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-base.so",
              node_dir());
-    return dlopen(p, RTLD_NOW | RTLD_LOCAL);
+    void *lib = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) cr_skip_test("node-llama-cpp's libggml-base.so absent (`make deps`): %s", dlerror());
+    return lib;
 }
 
 static uint64_t dq_rng = 0x2545f4914f6cdd1dull;
@@ -586,10 +591,7 @@ static uint32_t dq_next(void)
  * scales). This is what says ringlm reads each block layout as llama.cpp does. */
 Test(gguf_oracle, dequantization_equals_ggml_bit_for_bit)
 {
-    if (system("uname -m | grep -q x86_64") != 0)
-        cr_skip_test("node-llama-cpp's x86-64 build only");
-    void *lib = ggml_base();
-    if (!lib) cr_skip_test("node-llama-cpp's libggml-base.so absent (`make deps`): %s", dlerror());
+    void *lib = ggml_base_or_skip();
     static const struct {
         int type;
         const char *fn;
@@ -654,10 +656,7 @@ Test(gguf_oracle, dequantization_equals_ggml_bit_for_bit)
  * tiny values (f16 subnormal scales). */
 Test(gguf_oracle, quantization_equals_ggml_byte_for_byte)
 {
-    if (system("uname -m | grep -q x86_64") != 0)
-        cr_skip_test("node-llama-cpp's x86-64 build only");
-    void *lib = ggml_base();
-    if (!lib) cr_skip_test("node-llama-cpp's libggml-base.so absent (`make deps`): %s", dlerror());
+    void *lib = ggml_base_or_skip();
     static const struct {
         int type;
         const char *fn;

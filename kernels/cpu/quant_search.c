@@ -26,17 +26,24 @@ static int clampi(int v, int lo, int hi)
     return v < lo ? lo : v > hi ? hi : v;
 }
 
-/* x ≈ scale * (L - nmax), L in 0..2 nmax - 1, each element weighted by x²: the scale
- * -(nmax + s/10) / max for s in -9..9 with each its least-squares refit, the best kept. */
-static float fit_symmetric(int n, int nmax, const float *x, int8_t *L)
+/* The value of largest magnitude of n (the first of equals; 0 when all are 0). */
+static float largest(const float *x, int n)
 {
-    float max = 0.0f, amax = 0.0f;
+    float amax = 0.0f, max = 0.0f;
     for (int i = 0; i < n; i++)
         if (fabsf(x[i]) > amax) {
             amax = fabsf(x[i]);
             max = x[i];
         }
-    if (amax < EPS_ZERO) {
+    return max;
+}
+
+/* x ≈ scale * (L - nmax), L in 0..2 nmax - 1, each element weighted by x²: the scale
+ * -(nmax + s/10) / max for s in -9..9 with each its least-squares refit, the best kept. */
+static float fit_symmetric(int n, int nmax, const float *x, int8_t *L)
+{
+    const float max = largest(x, n);
+    if (fabsf(max) < EPS_ZERO) {
         memset(L, 0, (size_t)n);
         return 0.0f;
     }
@@ -73,13 +80,8 @@ static float fit_symmetric(int n, int nmax, const float *x, int8_t *L)
  * time to the level the others' fit asks for while that raises the fit (x²-weighted). */
 static float fit_q3(int n, int nmax, const float *x, int8_t *L)
 {
-    float max = 0.0f, amax = 0.0f;
-    for (int i = 0; i < n; i++)
-        if (fabsf(x[i]) > amax) {
-            amax = fabsf(x[i]);
-            max = x[i];
-        }
-    if (amax < EPS_ZERO) {
+    const float max = largest(x, n);
+    if (fabsf(max) < EPS_ZERO) {
         memset(L, 0, (size_t)n);
         return 0.0f;
     }
@@ -181,6 +183,15 @@ static float fit_affine(int n, int nmax, const float *x, const float *w, uint8_t
 
 /* ---- Q2_K --------------------------------------------------------------------------- */
 
+/* Four 2-bit levels to a byte: element j + 32 i of each 128 in bits 2i of byte j. */
+static void pack_2bit(const uint8_t L[QK_K], uint8_t qs[QK_K / 4])
+{
+    for (int j = 0; j < QK_K; j += 128)
+        for (int l = 0; l < 32; l++)
+            qs[j / 4 + l] =
+                (uint8_t)(L[j + l] | L[j + l + 32] << 2 | L[j + l + 64] << 4 | L[j + l + 96] << 6);
+}
+
 static void quantize_q2_k(const float *x, blk_q2_k *b)
 {
     uint8_t L[QK_K];
@@ -209,10 +220,7 @@ static void quantize_q2_k(const float *x, blk_q2_k *b)
         for (int l = 0; l < 16; l++)
             L[16 * j + l] = (uint8_t)clampi(qk_nearest((x[16 * j + l] + dm) / d), 0, 3);
     }
-    for (int j = 0; j < QK_K; j += 128)
-        for (int l = 0; l < 32; l++)
-            b->qs[j / 4 + l] =
-                (uint8_t)(L[j + l] | L[j + l + 32] << 2 | L[j + l + 64] << 4 | L[j + l + 96] << 6);
+    pack_2bit(L, b->qs);
 }
 
 /* ---- Q3_K --------------------------------------------------------------------------- */
@@ -220,14 +228,9 @@ static void quantize_q2_k(const float *x, blk_q2_k *b)
 static void quantize_q3_k(const float *x, blk_q3_k *b)
 {
     int8_t L[QK_K];
-    float scales[16], max_scale = 0.0f, amax = 0.0f;
-    for (int j = 0; j < 16; j++) {
-        scales[j] = fit_q3(16, 4, x + 16 * j, L + 16 * j);
-        if (fabsf(scales[j]) > amax) {
-            amax = fabsf(scales[j]);
-            max_scale = scales[j];
-        }
-    }
+    float scales[16];
+    for (int j = 0; j < 16; j++) scales[j] = fit_q3(16, 4, x + 16 * j, L + 16 * j);
+    const float max_scale = largest(scales, 16);
     memset(b, 0, sizeof *b);
     if (max_scale != 0.0f) {
         const float iscale = -32.0f / max_scale;
@@ -256,10 +259,7 @@ static void quantize_q3_k(const float *x, blk_q3_k *b)
             b->hmask[j % 32] |= (uint8_t)(1u << (j / 32));
             L[j] = (int8_t)(L[j] - 4);
         }
-    for (int j = 0; j < QK_K; j += 128)
-        for (int l = 0; l < 32; l++)
-            b->qs[j / 4 + l] =
-                (uint8_t)(L[j + l] | L[j + l + 32] << 2 | L[j + l + 64] << 4 | L[j + l + 96] << 6);
+    pack_2bit((const uint8_t *)L, b->qs); /* levels 0..3 by now */
 }
 
 /* ---- Q4_K and Q5_K: 8 sub-blocks of 32, 6-bit scales and minimums --------------------- */
@@ -345,16 +345,11 @@ static void quantize_q5_k(const float *x, blk_q5_k *b)
 static void quantize_q6_k(const float *x, blk_q6_k *b)
 {
     int8_t L[QK_K];
-    float scales[16], max_scale = 0.0f, max_abs = 0.0f;
-    for (int j = 0; j < 16; j++) {
-        scales[j] = fit_symmetric(16, 32, x + 16 * j, L + 16 * j);
-        if (fabsf(scales[j]) > max_abs) {
-            max_abs = fabsf(scales[j]);
-            max_scale = scales[j];
-        }
-    }
+    float scales[16];
+    for (int j = 0; j < 16; j++) scales[j] = fit_symmetric(16, 32, x + 16 * j, L + 16 * j);
+    const float max_scale = largest(scales, 16);
     memset(b, 0, sizeof *b);
-    if (max_abs < EPS_ZERO) return;
+    if (fabsf(max_scale) < EPS_ZERO) return;
     const float iscale = -128.0f / max_scale;
     b->d = qk_f32_to_f16(1.0f / iscale);
     for (int j = 0; j < 16; j++) {
@@ -402,13 +397,8 @@ static int grid_index(float v)
 static float fit_grid(const float *x, uint8_t *L)
 {
     const int8_t *val = qk_iq4nl_values;
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < 32; j++)
-        if (fabsf(x[j]) > amax) {
-            amax = fabsf(x[j]);
-            max = x[j];
-        }
-    if (amax < EPS_ZERO) return 0.0f;
+    const float max = largest(x, 32);
+    if (fabsf(max) < EPS_ZERO) return 0.0f;
     float d = -max / (float)val[0], id = 1.0f / d, sumqx = 0.0f, sumq2 = 0.0f;
     for (int j = 0; j < 32; j++) {
         const int l = grid_index(id * x[j]);
@@ -455,14 +445,9 @@ static void quantize_iq4_nl(const float *x, blk_iq4_nl *b)
 static void quantize_iq4_xs(const float *x, blk_iq4_xs *b)
 {
     uint8_t L[QK_K];
-    float scales[8], max_scale = 0.0f, amax = 0.0f;
-    for (int ib = 0; ib < 8; ib++) {
-        scales[ib] = fit_grid(x + 32 * ib, L + 32 * ib);
-        if (fabsf(scales[ib]) > amax) {
-            amax = fabsf(scales[ib]);
-            max_scale = scales[ib];
-        }
-    }
+    float scales[8];
+    for (int ib = 0; ib < 8; ib++) scales[ib] = fit_grid(x + 32 * ib, L + 32 * ib);
+    const float max_scale = largest(scales, 8);
     memset(b, 0, sizeof *b);
     const float d = -max_scale / 32.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     b->d = qk_f32_to_f16(d);
