@@ -1762,7 +1762,8 @@ static int not_values(sc_ctx *c, json_t *nt, const char *ptr, int *types, json_t
  * not false (no constraint), not {"type": ...}; in the forms that forbid properties:
  * not {required: [k]} and not {anyOf: [{required: [k1]}, {required: [k2]}, ...]} (only an
  * object without those keys validates: *s becomes a copy whose properties make them false);
- * and not {enum} / not {const} of strings, null and booleans (not_values).
+ * and not {enum} / not {const} of strings, null and booleans (not_values). (not {not: X} is
+ * X, merged by sc_value before this.)
  * Narrows *types; returns -1 when nothing may validate, 0 otherwise (errors recorded).
  */
 static int sc_not(sc_ctx *c, json_t **sp, const char *ptr, int *types, json_t **strs, int *bools)
@@ -2012,6 +2013,19 @@ static uint32_t sc_value(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
         return sc_err(c, ptr, "properties", "schemas nested too deeply");
     }
     uint32_t pc = 0;
+    /* not {not: X} is X: merged in as allOf [X] (exact, whatever X is) */
+    json_t *nt = json_object_get(s, "not");
+    if (json_is_object(nt) && json_object_get(nt, "not") &&
+        !has_assertions_besides(nt, (const char *const[]){"not", NULL})) {
+        json_t *cp = json_object(), *all = json_array(), *old = json_object_get(s, "allOf");
+        json_array_append_new(c->keep, cp);
+        json_object_update(cp, s);
+        json_object_del(cp, "not");
+        if (json_is_array(old)) json_array_extend(all, old);
+        json_array_append(all, json_object_get(nt, "not"));
+        json_object_set_new(cp, "allOf", all);
+        s = cp;
+    }
     json_t *ref = json_object_get(s, "$ref");
     if (json_object_get(s, "allOf") ||
         (ref && has_assertions_besides(s, (const char *const[]){"$ref", NULL}))) {

@@ -5,7 +5,8 @@
  * written in json.dumps's one form, so "any string but these" is a finite automaton), beside
  * a type list, an enum of the schema's own and inside objects; numbers (several spellings of
  * one value), arrays and objects among the values taken out, and strings beside length,
- * pattern or format, are compile errors naming `not` — never a looser grammar.
+ * pattern or format, are compile errors naming `not` — never a looser grammar. not {not: X}
+ * is X.
  */
 #include "constrain/cst.h"
 #include "tests/constrain_test_util.h"
@@ -85,6 +86,21 @@ Test(constrain_not, not_beside_an_enum_and_in_properties)
           NO("\"a\""));
     check("{\"type\":\"string\",\"not\":{\"const\":\"a\",\"enum\":[\"b\"]}}", YES("\"a\"", "\"b\""),
           NO("1"));
+}
+
+/* not {not: X} is X, at any depth of negation, beside other keywords */
+Test(constrain_not, a_double_negation_is_the_schema_itself)
+{
+    check("{\"not\":{\"not\":{\"type\":\"integer\"}}}", YES("1", "-20"),
+          NO("\"a\"", "1.5", "null"));
+    check("{\"not\":{\"not\":{\"not\":{\"type\":\"string\"}}}}", YES("1", "null", "[\"a\"]"),
+          NO("\"a\""));
+    check("{\"type\":\"object\",\"not\":{\"not\":{\"required\":[\"a\"]}}}", YES("{\"a\": 1}"),
+          NO("{}", "{\"b\": 1}"));
+    check("{\"not\":{\"not\":{\"enum\":[\"x\",2]}}}", YES("\"x\"", "2"), NO("\"y\"", "3"));
+    check("{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{\"not\":false}},\"b\":{\"not\":"
+          "{\"not\":true}}}}",
+          YES("{}", "{\"b\": [1]}"), NO("{\"a\": 1}"));
 }
 
 Test(constrain_not, what_cannot_be_enforced_exactly_is_an_error)
