@@ -3,9 +3,9 @@
  * The quantized prefill tiles (kernels/cpu/quant_prefill.h), Q4_K and Q6_K, on a CPU where
  * they run (AVX2 without AVX-512 VNNI; elsewhere the tests say so and check only that they
  * decline):
- *   - equal the portable integer path (8-bit activations, the scalar reference of quant.h)
- *     within 1e-5 x sum_j |w_j x_j|, on odd row counts above Q_INT_MAX_ROWS (groups of 4 with
- *     every remainder), odd weight-row counts (panels of 8 with every remainder), K of one to
+ *   - equal the portable integer dots (8-bit activations per 32, the scalar reference of
+ *     quant_kquants.c) within 1e-5 x sum_j |w_j x_j|, on odd row counts above
+ *     Q_INT_MAX_ROWS (groups of 4 with every remainder), odd weight-row counts (panels of 8 with every remainder), K of one to
  *     five 256-element blocks, beta 0 and 1, rows of y strided (the padding never written);
  *   - the same on random bytes as weights (Q6_K: every scale, -128 too, and q - 32 = -32 with
  *     activations of +-127: the 16-bit sums at their largest);
@@ -13,6 +13,7 @@
  *   - decline other weight types and activations prepared for another K without writing y.
  */
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_internal.h"
 #include "kernels/cpu/quant_prefill.h"
 
 #include <criterion/criterion.h>
@@ -102,12 +103,14 @@ static void trial(int type, int M, int N, int K, float beta)
     void *mem;
     const q_xq *a = prepare(x, M, K, &mem);
     cr_assert(q_prefill_matmul(type, w, N, K, a, beta, y, ld_y), "M %d N %d K %d", M, N, K);
-    /* the reference: the portable integer path, Q_INT_MAX_ROWS rows at a time */
-    const int was = q_isa_cap(Q_ISA_PORTABLE);
-    for (int r0 = 0; r0 < M; r0 += Q_INT_MAX_ROWS)
-        q_matmul(type, w, N, K, x + (size_t)r0 * K,
-                 M - r0 < Q_INT_MAX_ROWS ? M - r0 : Q_INT_MAX_ROWS, 0.0f, ref + (size_t)r0 * N, N);
-    q_isa_cap(was);
+    /* the reference: the portable integer dots with the same activations, 8 bits per 32
+     * (q_matmul's decode rows of Q4_K take Q8_K's blocks of 256 instead) */
+    const size_t rb = q_row_bytes(type, K), nb = (size_t)K / 32;
+    qk_xdot_fn *const dot = type == Q_Q4_K ? qk_xdot_q4_k_portable : qk_xdot_q6_k_portable;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++)
+            ref[(size_t)m * N + n] = dot(w + (size_t)n * rb, K, a->xq.q + (size_t)m * K,
+                                         a->xq.d + (size_t)m * nb, a->xq.s + (size_t)m * nb);
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
             double mag = 0.0;

@@ -2,12 +2,13 @@
 /*
  * kernels/cpu/attention.c — the CPU backend's paged attention: each row's query heads over
  * positions 0..pos of its sequence, K and V read block by block through the sequence's
- * block table. A decode row goes through attend_head; up to TILE_ROWS prefill rows of one
- * sequence through attend_tile, which reads (and transposes) each K block once per tile.
+ * block table. A decode row goes through attend_head; the prefill rows of one sequence, in
+ * tiles of up to TILE_ROWS, through attend_block: blocked products with an online softmax.
  */
 #include "kernels/cpu/cpu.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 /* ---- paged attention ---------------------------------------------------------------- */
@@ -171,109 +172,229 @@ static void attend_head(const cpu *c, const float *q, const int32_t *table, int 
 }
 
 /*
- * A tile of rows [row0, row1) of one sequence (consecutive positions) and one KV head: the
- * same math as attend_head, arranged for reuse. Per K block the head's K is transposed to
- * k_t[head_size][block] so a row's scores for the whole block are vector FMAs across
- * positions (no horizontal sums); the scores of all the tile's (row, head) pairs are kept
- * until the softmax; then each V row is read once for all of them.
+ * Prefill rows: a block of QB query vectors of one KV head — a tile's rows times the group's
+ * query heads, row-major (with GQA the heads sharing K/V ride along in the same block) — as
+ * two register-tiled products with an online softmax between them (flash attention):
+ *
+ *   for each step of up to KB keys:  S = Q·Kᵀ / scale  (soft-capped, masked)
+ *                                    m' = max(m, rowmax S);  P = exp(S - m')
+ *                                    l = l·e^(m-m') + rowsum P;  O = O·e^(m-m') + P·V
+ *   out = O / l
+ *
+ * Everything is kept transposed, one query vector per lane: Qᵀ [head_size][QB] packed once,
+ * Sᵀ/Pᵀ [KB][QB], Oᵀ [head_size][QB]; so the running max, the sums and the rescaling are
+ * lane-wise vector operations, and both products broadcast K or V elements straight from
+ * the KV blocks (no transposed copy of K): Sᵀ takes 4 keys × 16 lanes in 8 accumulators per
+ * pass over the head, Oᵀ 4 elements × 16 lanes per pass over the step's keys. The score
+ * matrix is never written beyond one step. Keys run from the block's lowest visible
+ * position to its highest; the first step takes the remainder so the last ends on the
+ * diagonal, where the causal (and window) mask is applied per lane — steps every lane sees
+ * whole skip it. Padding lanes (a block's queries past the tile) carry zero queries and see
+ * every key; their output is dropped.
  */
+#define QB 16 /* query vectors of a block: two 8-float vectors of lanes */
+#define KB 64 /* keys per step of the online softmax */
+
+/* lane-wise max / select on v8f through integer masks (no vector ?: in C) */
+#define VSEL(mask, a, b) ((v8f)(((v8i)(a) & (mask)) | ((v8i)(b) & ~(mask))))
+
 CPU_CLONES
-static void attend_tile(const cpu *c, const eng_batch *b, const struct tile *tl, int kvh,
-                        float *scores, float *k_t)
+static void attend_block(const cpu *c, const struct tile *tl, int kvh, int qi0, float *scratch)
 {
-    const int hs = c->head_size, bs = c->block_size, bp = (bs + 7) & ~7, kv_dim = c->kv_dim;
-    const int group = c->group, seq_len = c->c.seq_len, dim = c->q_dim;
-    const int n_rows = tl->row1 - tl->row0, pos0 = b->positions[tl->row0];
-    const int n_pos = b->positions[tl->row1 - 1] + 1;
+    const eng_batch *b = c->b;
+    const int hs = c->head_size, bs = c->block_size, group = c->group, dim = c->q_dim;
+    const int nq_tile = (tl->row1 - tl->row0) * group;
+    const int nq = nq_tile - qi0 < QB ? nq_tile - qi0 : QB;
     const int32_t *table = b->block_table + (size_t)tl->seq * (size_t)b->block_table_stride;
-    const float scale = c->att_div;
-    /* windowed layer: row ri sees [lo(ri), its position]; blocks before the first row's
-     * window are not read, and scores below a row's window are zero after the softmax */
-    const int w = c->window;
-#define ROW_LO(ri) (w && pos0 + (ri) + 1 > w ? pos0 + (ri) + 1 - w : 0)
-    const int t_first = ROW_LO(0) / bs * bs;
-    for (int t0 = t_first; t0 < n_pos; t0 += bs) {
-        const float *k = kv_at(c, table[t0 / bs], c->layer, 0, 0) + (size_t)kvh * hs;
-        const int n = n_pos - t0 < bs ? n_pos - t0 : bs;
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j < hs; j++) k_t[(size_t)j * bp + i] = k[(size_t)i * kv_dim + j];
-        for (int j = 0; j < hs; j++)
-            for (int i = n; i < bp; i++) k_t[(size_t)j * bp + i] = 0.0f;
-        for (int ri = 0; ri < n_rows; ri++) {
-            if (t0 > pos0 + ri || t0 + bs <= ROW_LO(ri)) /* causal, or before the window */
-                continue;
-            for (int g = 0; g < group; g++) {
-                const float *q =
-                    c->q + (size_t)(tl->row0 + ri) * dim + (size_t)(kvh * group + g) * hs;
-                float *srow = scores + ((size_t)ri * group + g) * seq_len + t0;
-                for (int i0 = 0; i0 < bp; i0 += 8) {
-                    /* four accumulators: four independent FMA chains over j */
-                    v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-                    const float *kt = k_t + i0;
-                    int j = 0;
-                    for (; j + 4 <= hs; j += 4, kt += 4 * (size_t)bp) {
-                        a0 += q[j] * *(const v8f *)kt;
-                        a1 += q[j + 1] * *(const v8f *)(kt + bp);
-                        a2 += q[j + 2] * *(const v8f *)(kt + 2 * (size_t)bp);
-                        a3 += q[j + 3] * *(const v8f *)(kt + 3 * (size_t)bp);
-                    }
-                    for (; j < hs; j++, kt += bp) a0 += q[j] * *(const v8f *)kt;
-                    v8f acc = ((a0 + a1) + (a2 + a3)) / scale;
-                    int m = n - i0 < 8 ? n - i0 : 8;
-                    for (int i = 0; i < m; i++) srow[i0 + i] = acc[i];
-                }
+    const float scale = c->att_div, cap = c->hp.attn_softcap;
+    /* on a cache line: the vector loads of a lane row never straddle two */
+    float *qt = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    float *ot = qt + (size_t)hs * QB, *st = ot + (size_t)hs * QB;
+    /* lane l sees keys lo[l] .. hi[l] */
+    int lo[QB] __attribute__((aligned(32))), hi[QB] __attribute__((aligned(32)));
+    int t_lo = INT32_MAX, t_hi = -1, max_lo = 0, min_hi = INT32_MAX;
+    for (int l = 0; l < QB; l++) {
+        if (l >= nq) {
+            for (int j = 0; j < hs; j++) qt[(size_t)j * QB + l] = 0.0f;
+            lo[l] = 0;
+            hi[l] = INT32_MAX;
+            continue;
+        }
+        const int qi = qi0 + l, row = tl->row0 + qi / group, h = kvh * group + qi % group;
+        const int pos = b->positions[row];
+        const float *q = c->q + (size_t)row * dim + (size_t)h * hs;
+        for (int j = 0; j < hs; j++) qt[(size_t)j * QB + l] = q[j] / scale;
+        lo[l] = c->window && pos + 1 > c->window ? pos + 1 - c->window : 0;
+        hi[l] = pos;
+        if (lo[l] < t_lo) t_lo = lo[l];
+        if (lo[l] > max_lo) max_lo = lo[l];
+        if (pos > t_hi) t_hi = pos;
+        if (pos < min_hi) min_hi = pos;
+    }
+    const v8i lo0 = *(const v8i *)lo, lo1 = *(const v8i *)(lo + 8);
+    const v8i hi0 = *(const v8i *)hi, hi1 = *(const v8i *)(hi + 8);
+    const v8f ninf = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                      -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    v8f m0 = ninf, m1 = ninf, l0 = {0}, l1 = {0};
+    memset(ot, 0, (size_t)hs * QB * sizeof *ot);
+    const float *kp[KB], *vp[KB];
+    const int span = t_hi + 1 - t_lo;
+    for (int t = t_lo; t <= t_hi;) {
+        const int nk = t == t_lo && span % KB ? span % KB : KB;
+        for (int i = 0, bi = t / bs, off = t % bs; i < nk; i++) {
+            kp[i] = kv_at(c, table[bi], c->layer, 0, off) + (size_t)kvh * hs;
+            vp[i] = kv_at(c, table[bi], c->layer, 1, off) + (size_t)kvh * hs;
+            if (++off == bs) off = 0, bi++;
+        }
+        /* Sᵀ = K·Qᵀ (Q already divided by the scale), 4 keys at a time */
+        int i = 0;
+        for (; i + 4 <= nk; i += 4) {
+            const float *k0 = kp[i], *k1 = kp[i + 1], *k2 = kp[i + 2], *k3 = kp[i + 3];
+            v8f a0 = {0}, b0 = {0}, a1 = {0}, b1 = {0}, a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};
+            const float *qj = qt;
+            for (int j = 0; j < hs; j++, qj += QB) {
+                const v8f x = *(const v8f *)qj, y = *(const v8f *)(qj + 8);
+                a0 += k0[j] * x;
+                b0 += k0[j] * y;
+                a1 += k1[j] * x;
+                b1 += k1[j] * y;
+                a2 += k2[j] * x;
+                b2 += k2[j] * y;
+                a3 += k3[j] * x;
+                b3 += k3[j] * y;
             }
+            v8f *s = (v8f *)(st + (size_t)i * QB);
+            s[0] = a0;
+            s[1] = b0;
+            s[2] = a1;
+            s[3] = b1;
+            s[4] = a2;
+            s[5] = b2;
+            s[6] = a3;
+            s[7] = b3;
         }
-    }
-    for (int ri = 0; ri < n_rows; ri++) {
-        const int np = pos0 + ri + 1, lo = ROW_LO(ri);
-        for (int g = 0; g < group; g++) {
-            float *srow = scores + ((size_t)ri * group + g) * seq_len;
-            float max = -INFINITY;
-            if (c->hp.attn_softcap > 0.0f)
-                max = softcap(srow + lo, np - lo, c->hp.attn_softcap);
-            else
-                for (int t = lo; t < np; t++)
-                    if (srow[t] > max) max = srow[t];
-            const float inv = 1.0f / exp_shifted_sum(srow + lo, np - lo, max);
-            for (int t = lo; t < np; t++) srow[t] *= inv;
-            for (int t = t_first; t < lo; t++) srow[t] = 0.0f;
-            memset(c->att + (size_t)(tl->row0 + ri) * dim + (size_t)(kvh * group + g) * hs, 0,
-                   (size_t)hs * sizeof(float));
-        }
-    }
-    for (int t0 = t_first; t0 < n_pos; t0 += bs) {
-        const float *v = kv_at(c, table[t0 / bs], c->layer, 1, 0) + (size_t)kvh * hs;
-        const int n = n_pos - t0 < bs ? n_pos - t0 : bs;
-        for (int ri = 0; ri < n_rows; ri++) {
-            const int m = pos0 + ri + 1 - t0 < n ? pos0 + ri + 1 - t0 : n;
-            for (int g = 0; g < group; g++) {
-                const float *p = scores + ((size_t)ri * group + g) * seq_len + t0;
-                float *out =
-                    c->att + (size_t)(tl->row0 + ri) * dim + (size_t)(kvh * group + g) * hs;
-                if (m > 0) weighted_sum(out, v, (size_t)kv_dim, p, 1.0f, m, hs);
+        for (; i < nk; i++) {
+            const float *k0 = kp[i];
+            v8f a0 = {0}, b0 = {0};
+            const float *qj = qt;
+            for (int j = 0; j < hs; j++, qj += QB) {
+                a0 += k0[j] * *(const v8f *)qj;
+                b0 += k0[j] * *(const v8f *)(qj + 8);
             }
+            v8f *s = (v8f *)(st + (size_t)i * QB);
+            s[0] = a0;
+            s[1] = b0;
         }
+        if (cap > 0.0f)
+            for (int x = 0; x < nk * QB; x++) st[x] = cap * tanhf(st[x] / cap);
+        /* mask (unless every lane sees the whole step) and the new running max */
+        const int whole = t >= max_lo && t + nk - 1 <= min_hi;
+        v8f n0 = m0, n1 = m1;
+        for (i = 0; i < nk; i++) {
+            v8f *s = (v8f *)(st + (size_t)i * QB);
+            if (!whole) {
+                const v8i p = (v8i){0} + (t + i);
+                const v8i in0 = (p >= lo0) & (p <= hi0), in1 = (p >= lo1) & (p <= hi1);
+                s[0] = VSEL(in0, s[0], ninf);
+                s[1] = VSEL(in1, s[1], ninf);
+            }
+            n0 = VSEL(s[0] > n0, s[0], n0);
+            n1 = VSEL(s[1] > n1, s[1], n1);
+        }
+        /* lanes that have seen no key yet keep -inf; they shift by 0 (their P is masked) */
+        const v8f u0 = (v8f)((v8i)n0 & (n0 > ninf)), u1 = (v8f)((v8i)n1 & (n1 > ninf));
+        v8f al0 = m0 - u0, al1 = m1 - u1; /* -inf before a lane's first key: e^ → 0 */
+        exp8((float *)&al0);
+        exp8((float *)&al1);
+        v8f ps0 = {0}, ps1 = {0};
+        for (i = 0; i < nk; i++) {
+            v8f *s = (v8f *)(st + (size_t)i * QB);
+            s[0] -= u0;
+            s[1] -= u1;
+            exp8((float *)s);
+            exp8((float *)(s + 1));
+            if (!whole) {
+                const v8i p = (v8i){0} + (t + i);
+                s[0] = (v8f)((v8i)s[0] & (p >= lo0) & (p <= hi0));
+                s[1] = (v8f)((v8i)s[1] & (p >= lo1) & (p <= hi1));
+            }
+            ps0 += s[0];
+            ps1 += s[1];
+        }
+        l0 = l0 * al0 + ps0;
+        l1 = l1 * al1 + ps1;
+        m0 = n0;
+        m1 = n1;
+        /* Oᵀ = Oᵀ·e^(m-m') + V·Pᵀ, 4 elements of the head at a time */
+        int d = 0;
+        for (; d + 4 <= hs; d += 4) {
+            v8f *o = (v8f *)(ot + (size_t)d * QB);
+            v8f a0 = o[0] * al0, b0 = o[1] * al1, a1 = o[2] * al0, b1 = o[3] * al1;
+            v8f a2 = o[4] * al0, b2 = o[5] * al1, a3 = o[6] * al0, b3 = o[7] * al1;
+            const float *pi = st;
+            for (i = 0; i < nk; i++, pi += QB) {
+                const v8f x = *(const v8f *)pi, y = *(const v8f *)(pi + 8);
+                const float *v = vp[i] + d;
+                a0 += v[0] * x;
+                b0 += v[0] * y;
+                a1 += v[1] * x;
+                b1 += v[1] * y;
+                a2 += v[2] * x;
+                b2 += v[2] * y;
+                a3 += v[3] * x;
+                b3 += v[3] * y;
+            }
+            o[0] = a0;
+            o[1] = b0;
+            o[2] = a1;
+            o[3] = b1;
+            o[4] = a2;
+            o[5] = b2;
+            o[6] = a3;
+            o[7] = b3;
+        }
+        for (; d < hs; d++) {
+            v8f *o = (v8f *)(ot + (size_t)d * QB);
+            v8f a0 = o[0] * al0, b0 = o[1] * al1;
+            const float *pi = st;
+            for (i = 0; i < nk; i++, pi += QB) {
+                a0 += vp[i][d] * *(const v8f *)pi;
+                b0 += vp[i][d] * *(const v8f *)(pi + 8);
+            }
+            o[0] = a0;
+            o[1] = b0;
+        }
+        t += nk;
     }
-#undef ROW_LO
+    float inv[QB];
+    *(v8f *)inv = 1.0f / l0;
+    *(v8f *)(inv + 8) = 1.0f / l1;
+    for (int l = 0; l < nq; l++) {
+        const int qi = qi0 + l, row = tl->row0 + qi / group, h = kvh * group + qi % group;
+        float *out = c->att + (size_t)row * dim + (size_t)h * hs;
+        for (int j = 0; j < hs; j++) out[j] = ot[(size_t)j * QB + l] * inv[l];
+    }
 }
+#undef VSEL
 
 /* One item = one tile and one KV head. A single row (decode) goes straight through
- * attend_head; several rows of one sequence (prefill) through attend_tile. */
+ * attend_head; several rows of one sequence (prefill) through attend_block, QB query
+ * vectors at a time. */
 static void attention_item(cpu *c, int item, int worker)
 {
     const eng_batch *b = c->b;
     const struct tile *tl = &c->tiles[item / c->c.n_kv_heads];
     const int kvh = item % c->c.n_kv_heads, hs = c->head_size;
-    float *scores = c->scores + (size_t)worker * c->scores_per_worker;
+    float *scratch = c->scores + (size_t)worker * c->scores_per_worker;
     if (tl->row1 - tl->row0 > 1) {
-        attend_tile(c, b, tl, kvh, scores, scores + (size_t)TILE_ROWS * c->group * c->c.seq_len);
+        const int nq = (tl->row1 - tl->row0) * c->group;
+        for (int qi0 = 0; qi0 < nq; qi0 += QB) attend_block(c, tl, kvh, qi0, scratch);
         return;
     }
     const int row = tl->row0, pos = b->positions[row];
     const int32_t *table = b->block_table + (size_t)tl->seq * (size_t)b->block_table_stride;
     for (int h = kvh * c->group; h < (kvh + 1) * c->group; h++)
-        attend_head(c, c->q + (size_t)row * c->q_dim + (size_t)h * hs, table, kvh, pos + 1, scores,
+        attend_head(c, c->q + (size_t)row * c->q_dim + (size_t)h * hs, table, kvh, pos + 1, scratch,
                     c->att + (size_t)row * c->q_dim + (size_t)h * hs);
 }
 
@@ -284,19 +405,24 @@ static void attention_item(cpu *c, int item, int worker)
  * runs per worker that one descheduled worker's share is taken over by the others. */
 #define ATT_TASKS_PER_WORKER 8
 
+/* Tasks are claimed in order, so they take the runs from the last: a sequence's later
+ * tiles see more positions and cost more, and the region ends when its last task does —
+ * the cheap runs come last, where they even out the workers. */
 static void attention_task(void *ctx, int task, int worker)
 {
     cpu *c = ctx;
-    const int i0 = (int)((int64_t)task * c->att_items / c->att_tasks);
-    const int i1 = (int)((int64_t)(task + 1) * c->att_items / c->att_tasks);
-    for (int i = i0; i < i1; i++) attention_item(c, i, worker);
+    const int k = c->att_tasks - 1 - task;
+    const int i0 = (int)((int64_t)k * c->att_items / c->att_tasks);
+    const int i1 = (int)((int64_t)(k + 1) * c->att_items / c->att_tasks);
+    for (int i = i1 - 1; i >= i0; i--) attention_item(c, i, worker);
 }
 
 size_t cpu_attention_scratch(const cpu *c)
 {
-    /* a tile's scores, then K of one block transposed: [head_size][block_size rounded up] */
-    return (size_t)TILE_ROWS * c->group * c->c.seq_len +
-           (size_t)c->head_size * (size_t)((c->block_size + 7) & ~7);
+    /* attend_head's scores over the context, or attend_block's Qᵀ, Oᵀ and Sᵀ from the
+     * first cache line of the worker's part (16 floats more) */
+    size_t block = (2 * (size_t)c->head_size + KB) * QB + 16, head = (size_t)c->c.seq_len;
+    return block > head ? block : head;
 }
 
 void cpu_attention(cpu *c)

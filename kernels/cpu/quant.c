@@ -378,6 +378,20 @@ static bool matmul_int(int type, const void *w, int n, int k, const struct q_xq 
                         .d = xq.d + (size_t)r0 * nb,
                         .s = xq.s + (size_t)r0 * nb,
                         .s16 = xq.s16 + (size_t)r0 * 2 * nb};
+            if (xq.kq && qk_q8k_type(type)) { /* the K types with Q8_K (quant_q8k.c) */
+                part.kq = xq.kq + (size_t)r0 * k;
+                part.kd = xq.kd + (size_t)r0 * (k / QK_K);
+                part.ks = xq.ks + (size_t)r0 * (k / 16);
+#if QK_X86
+                if (isa > Q_ISA_PORTABLE)
+                    qk_rows_q8k_avx2(type, (const char *)w + (size_t)i0 * rb, m, k, &part, g, beta,
+                                     y + (size_t)r0 * ld_y + i0, ld_y);
+                else
+#endif
+                    qk_rows_q8k_portable(type, (const char *)w + (size_t)i0 * rb, m, k, &part, g,
+                                         beta, y + (size_t)r0 * ld_y + i0, ld_y);
+                continue;
+            }
 #if QK_X86
             if (isa > Q_ISA_PORTABLE && qk_is_unpacked(type)) {
                 qk_rows_unpacked_avx2(type, (const char *)w + (size_t)i0 * rb, m, k, &part, g, beta,
@@ -406,6 +420,11 @@ bool q_int_path(int type, int rows)
     if (qk_is_unpacked(type)) return rows <= Q_INT_MAX_ROWS;
     return (type == Q_Q8_0 || type == Q_Q4_K || type == Q_Q6_K) &&
            (rows <= Q_INT_MAX_ROWS || q_isa() >= Q_ISA_AVX512);
+}
+
+int q_int_act_elems(int type, int rows)
+{
+    return qk_q8k_type(type) && q_isa() < Q_ISA_AVX512 && rows <= Q_INT_MAX_ROWS ? QK_K : 32;
 }
 
 void q_matmul_xq(int type, const void *w, int n, int k, const q_xq *a, const float *x, int rows,

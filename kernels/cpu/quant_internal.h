@@ -13,6 +13,7 @@
  *   quant_search.c   the K types, IQ4_NL, IQ4_XS: quantizers (llama.cpp's searches)
  *   quant_unpack.c   those nine: unpacked to bytes; dequantize, fused dot, integer dots
  *   quant_xq.c       the activation quantizer (q_xq) of the integer path
+ *   quant_q8k.c      Q8_K activations and the K types' integer dots with them (AVX2, portable)
  *   quant_vnni.c     the AVX-512 VNNI tile kernels all three integer types share
  *
  * Every kernel has a portable C form; the x86 ones (AVX2 + FMA + F16C, AVX-512 VNNI) are
@@ -167,6 +168,13 @@ typedef struct xq8 {
     float *d;   /* rows x k/32 */
     float *s;   /* rows x k/32: d * sum q, the block's sum as quantized (Q4_K's minimums) */
     float *s16; /* rows x k/16: d * sum q per 16 elements (the unpacked types' offsets) */
+    /* Q8_K, ggml's activations of the K types (quant_q8k.c), where q_xq_prepare made them
+     * (k a multiple of 256, AVX2 or portable, up to Q_INT_MAX_ROWS rows), else NULL: per 256
+     * elements one float scale kd (negative where the largest |x| is), q = round(x / kd) in
+     * kq, and the sums of q per 16 in ks. */
+    int8_t *kq;  /* rows x k */
+    float *kd;   /* rows x k/256 */
+    int16_t *ks; /* rows x k/16 */
 } xq8;
 
 /* The AVX-512 VNNI tiles (quant_vnni.c; see there): VT_COLS weight rows repacked, up to
@@ -246,6 +254,13 @@ qk_xdot_fn qk_xdot_q8_0_portable, qk_xdot_q4_k_portable, qk_xdot_q6_k_portable;
 
 /* One activation row quantized for the integer path (k a multiple of 32). */
 void qk_xq8_row_portable(const float *x, int8_t *q, float *d, float *s, int64_t k);
+/* One activation row to Q8_K (k a multiple of 256; quant_q8k.c), and the K types' dots with
+ * such rows: y[r][i] = beta y[r][i] + w_i . x_r, portable (the AVX2 ones below give the same
+ * bits). Whether a type has them: qk_q8k_type. */
+void qk_q8k_row_portable(const float *x, int8_t *q, float *d, int16_t *bs, int64_t k);
+bool qk_q8k_type(int type);
+void qk_rows_q8k_portable(int type, const void *w, int n, int64_t k, const xq8 *x, int rows,
+                          float beta, float *y, int ld_y);
 
 /* Quantizes one row of k floats into blocks of the type. */
 void qk_quantize_q8_0(const float *x, void *out, int64_t k);
@@ -387,6 +402,9 @@ SIMD void qk_dequant_bf16_avx2(const uint16_t *h, float *out, int64_t k);
 SIMD void qk_rows_half_avx2(int type, const uint16_t *w, int n, int k, const float *x, int rows,
                             float beta, float *y, int ld_y);
 SIMD void qk_xq8_row_avx2(const float *x, int8_t *q, float *d, float *s, int64_t k);
+SIMD void qk_q8k_row_avx2(const float *x, int8_t *q, float *d, int16_t *bs, int64_t k);
+SIMD void qk_rows_q8k_avx2(int type, const void *w, int n, int64_t k, const xq8 *x, int rows,
+                           float beta, float *y, int ld_y);
 
 /* y[r][i] = beta y[r][i] + w_i . x_r for the n weight rows at w and the rows of x, in
  * integers, groups of up to Q8_GROUP_ROWS rows in registers. */

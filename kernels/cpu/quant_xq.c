@@ -2,7 +2,8 @@
 /*
  * kernels/cpu/quant_xq.c — the activation quantizer of the integer path: each row of x to
  * 8 bits per 32 elements (portable; AVX2), laid out for the kernels of the instruction set
- * in use (q_xq_prepare), once for all the weight matrices that read it.
+ * in use (q_xq_prepare), once for all the weight matrices that read it; where the K types'
+ * kernels read them, to Q8_K too (quant_q8k.c).
  */
 #include "kernels/cpu/quant_internal.h"
 
@@ -99,13 +100,20 @@ VNNI512 void qk_vt_layout(const xq8 *xq, int rows, int64_t k, const vt_x *t)
 
 /* ---- q_xq --------------------------------------------------------------------------- */
 
+/* Whether rows of k elements get Q8_K too: where the K types' integer path reads it (AVX2
+ * and portable, up to Q_INT_MAX_ROWS rows). */
+static bool q8k_wanted(int rows, int k, int isa)
+{
+    return k % QK_K == 0 && isa < Q_ISA_AVX512 && rows <= Q_INT_MAX_ROWS;
+}
+
 /* The regions of a q_xq for rows x k on isa, as offsets o[] from its 64-aligned start; returns
  * the bytes it needs (with the slack to align an unaligned buffer). */
-static size_t xq_plan(int rows, int k, int isa, size_t o[10])
+static size_t xq_plan(int rows, int k, int isa, size_t o[13])
 {
     const size_t nb = (size_t)k / 32, R = (size_t)rows;
     size_t off = sizeof(struct q_xq);
-    memset(o, 0, 10 * sizeof *o);
+    memset(o, 0, 13 * sizeof *o);
     o[9] = qk_carve(&off, R * nb * 2 * 4);
     o[0] = qk_carve(&off, R * nb * 4);
     o[1] = qk_carve(&off, R * nb * 4);
@@ -118,19 +126,24 @@ static size_t xq_plan(int rows, int k, int isa, size_t o[10])
         o[7] = qk_carve(&off, 2 * R * nb * 4);
         o[8] = qk_carve(&off, rows == 1 ? (size_t)k : 0);
     }
+    if (q8k_wanted(rows, k, isa)) {
+        o[10] = qk_carve(&off, R * (size_t)k);
+        o[11] = qk_carve(&off, R * (size_t)k / QK_K * 4);
+        o[12] = qk_carve(&off, R * (size_t)k / 16 * 2);
+    }
     return off + 64;
 }
 
 size_t q_xq_bytes(int rows, int k)
 {
-    size_t o[10];
+    size_t o[13];
     return xq_plan(rows, k, q_isa(), o);
 }
 
 const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int k)
 {
     const int isa = q_isa();
-    size_t o[10];
+    size_t o[13];
     if (rows < 1 || k % 32 || bytes < xq_plan(rows, k, isa, o)) return NULL;
     char *buf = (char *)mem + (64 - (uintptr_t)mem % 64) % 64;
     struct q_xq *a = (struct q_xq *)buf;
@@ -153,6 +166,18 @@ const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int 
         int sum = 0;
         for (int l = 0; l < 16; l++) sum += q[l];
         a->xq.s16[g] = a->xq.d[g / 2] * (float)sum;
+    }
+    if (q8k_wanted(rows, k, isa)) {
+        a->xq.kq = (int8_t *)(buf + o[10]);
+        a->xq.kd = (float *)(buf + o[11]);
+        a->xq.ks = (int16_t *)(buf + o[12]);
+        void (*k_fn)(const float *, int8_t *, float *, int16_t *, int64_t) = qk_q8k_row_portable;
+#if QK_X86
+        if (isa > Q_ISA_PORTABLE) k_fn = qk_q8k_row_avx2;
+#endif
+        for (int r = 0; r < rows; r++)
+            k_fn(x + (size_t)r * k, a->xq.kq + (size_t)r * k, a->xq.kd + (size_t)r * (k / QK_K),
+                 a->xq.ks + (size_t)r * (k / 16), k);
     }
 #if QK_X86
     if (isa >= Q_ISA_AVX512) {
