@@ -28,8 +28,9 @@ int eng_bb_init(eng_batch_builder *b, int max_tokens, int max_seqs, int bt_strid
     b->seq_len = calloc(S, sizeof(int32_t));
     b->block_table = calloc(S * (size_t)bt_stride, sizeof(int32_t));
     b->logits_rows = calloc(T, sizeof(int32_t)); /* a prompt's log-probabilities: every row */
+    b->rings = calloc(S, sizeof(int32_t));
     if (!b->tokens || !b->positions || !b->slots || !b->query_start || !b->seq_len ||
-        !b->block_table || !b->logits_rows) {
+        !b->block_table || !b->logits_rows || !b->rings) {
         eng_bb_free(b);
         return eng_seterr(-ENOMEM, "batch builder: out of memory for %d tokens, %d sequences",
                           max_tokens, max_seqs);
@@ -46,6 +47,7 @@ void eng_bb_free(eng_batch_builder *b)
     free(b->seq_len);
     free(b->block_table);
     free(b->logits_rows);
+    free(b->rings);
     memset(b, 0, sizeof *b);
 }
 
@@ -82,6 +84,7 @@ int eng_bb_add_logits(eng_batch_builder *b, const int32_t *seq_tokens, uint32_t 
         b->slots[T] = (int64_t)blocks[pos / bs] * bs + pos % bs;
     }
     b->seq_len[S] = (int32_t)(start_pos + n_rows);
+    b->rings[S] = -1;
     int32_t *row = b->block_table + (size_t)S * (size_t)b->bt_stride;
     memcpy(row, blocks, sizeof(int32_t) * n_blocks);
     memset(row + n_blocks, 0, sizeof(int32_t) * ((size_t)b->bt_stride - n_blocks));
@@ -102,6 +105,14 @@ int eng_bb_repeat_logits(eng_batch_builder *b, uint32_t n)
     return 0;
 }
 
+int eng_bb_set_ring(eng_batch_builder *b, int32_t ring)
+{
+    if (b->n_seqs < 1 || ring < 0)
+        return eng_seterr(-EINVAL, "batch builder: ring %d for sequence %d", ring, b->n_seqs - 1);
+    b->rings[b->n_seqs - 1] = ring;
+    return 0;
+}
+
 const eng_batch *eng_bb_batch(eng_batch_builder *b)
 {
     b->query_start[b->n_seqs] = b->n_tokens;
@@ -115,6 +126,7 @@ const eng_batch *eng_bb_batch(eng_batch_builder *b)
                            .block_table = b->block_table,
                            .block_table_stride = b->bt_stride,
                            .n_logits = b->n_logits,
-                           .logits_rows = b->logits_rows};
+                           .logits_rows = b->logits_rows,
+                           .ring = b->rings};
     return &b->batch;
 }

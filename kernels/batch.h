@@ -28,6 +28,7 @@ typedef struct eng_batch_builder {
     int max_tokens, max_seqs, bt_stride, block_size;
     int n_tokens, n_seqs, n_logits;
     int32_t *tokens, *positions, *query_start, *seq_len, *block_table, *logits_rows;
+    int32_t *rings; /* [max_seqs]: each sequence's window ring (-1 until eng_bb_set_ring) */
     int64_t *slots;
     eng_batch batch;
 } eng_batch_builder;
@@ -58,6 +59,9 @@ int eng_bb_add_logits(eng_batch_builder *b, const int32_t *seq_tokens, uint32_t 
  * at most its token rows: -ENOSPC when n_logits + n would pass n_tokens, -EINVAL when there
  * is no logits row yet; the batch is unchanged on error. */
 int eng_bb_repeat_logits(eng_batch_builder *b, uint32_t n);
+/* The window ring (eng_options.kv_rings) of the sequence added last. -EINVAL when none was
+ * added or ring < 0. */
+int eng_bb_set_ring(eng_batch_builder *b, int32_t ring);
 /* The batch built so far (query_start closed). Valid until the next reset or add. */
 const eng_batch *eng_bb_batch(eng_batch_builder *b);
 

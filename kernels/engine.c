@@ -28,6 +28,8 @@ struct eng {
     uint32_t *blk_gen;
     int32_t *blk_seq;
     uint32_t gen;
+    int ring_blocks;     /* blocks per window ring (opt.kv_rings > 0) */
+    uint32_t *ring_seen; /* [kv_rings]: the batch check's stamp (gen) of each ring it saw */
 };
 
 /* ---- backend lookup ----------------------------------------------------------------- */
@@ -116,10 +118,32 @@ int eng_create(const eng_model *m, const eng_options *opt, eng **out)
     if ((long long)opt->kv_blocks * opt->kv_block_size > INT32_MAX)
         return eng_seterr(-EINVAL, "kv_blocks*kv_block_size=%lld: more slots than int32 holds",
                           (long long)opt->kv_blocks * opt->kv_block_size);
+    if (opt->kv_rings < 0 || opt->kv_ring_rows < 0)
+        return eng_seterr(-EINVAL, "kv_rings=%d, kv_ring_rows=%d: must be >= 0", opt->kv_rings,
+                          opt->kv_ring_rows);
+    if (opt->kv_rings > 0 && !eng_model_mixed_window(m))
+        return eng_seterr(-EINVAL,
+                          "kv_rings=%d: window rings are for a model with windowed and global "
+                          "layers (gemma2, gemma3); this one has %s",
+                          opt->kv_rings,
+                          eng_model_hparams_of(m)->swa_window > 0 ? "every layer windowed"
+                                                                  : "no windowed layer");
     eng *e = calloc(1, sizeof *e);
     if (!e) return eng_seterr(-ENOMEM, "out of memory");
     e->model = m;
     e->opt = *opt;
+    if (e->opt.kv_rings > 0) {
+        if (!e->opt.kv_ring_rows || e->opt.kv_ring_rows > opt->max_batch_tokens)
+            e->opt.kv_ring_rows = opt->max_batch_tokens;
+        e->ring_blocks =
+            eng_kv_ring_blocks_for(eng_model_hparams_of(m)->swa_window, e->opt.kv_ring_rows,
+                                   opt->kv_block_size, eng_model_cfg(m)->seq_len);
+        e->ring_seen = calloc((size_t)opt->kv_rings, sizeof *e->ring_seen);
+        if (!e->ring_seen) {
+            free(e);
+            return eng_seterr(-ENOMEM, "out of memory");
+        }
+    }
     e->blk_gen = calloc((size_t)opt->kv_blocks, sizeof *e->blk_gen);
     e->blk_seq = calloc((size_t)opt->kv_blocks, sizeof *e->blk_seq);
     if (!e->blk_gen || !e->blk_seq) {
@@ -143,11 +167,19 @@ int eng_create(const eng_model *m, const eng_options *opt, eng **out)
         err = eng_seterr(-EINVAL, "backend \"%s\": must be \"cpu\" or \"cuda\"", backend);
         goto fail;
     }
+    if (e->opt.kv_rings > 0 && (!e->ops->kv_ring_ptr || !e->ops->kv_ring_bytes)) {
+        err = eng_seterr(-ENOTSUP,
+                         "kv_rings=%d: backend %s keeps every layer's K/V in its blocks (no "
+                         "window rings); run mixed-window models there without rings",
+                         e->opt.kv_rings, e->ops->name);
+        goto fail;
+    }
     if ((err = e->ops->create(e, m, &e->opt, &e->priv))) goto fail;
     *out = e;
     return 0;
 fail:
     if (e->plugin) dlclose(e->plugin);
+    free(e->ring_seen);
     free(e->blk_gen);
     free(e->blk_seq);
     free(e);
@@ -160,6 +192,7 @@ void eng_destroy(eng *e)
     if (e->ops && e->priv) e->ops->destroy(e->priv);
     if (e->plugin) dlclose(e->plugin);
     free(e->sample_logits);
+    free(e->ring_seen);
     free(e->blk_gen);
     free(e->blk_seq);
     free(e);
@@ -200,6 +233,41 @@ int eng_kv_window(const eng *e)
     /* the CPU backend windows every layer eng_layer_windowed names; CUDA none */
     if (!hp || hp->swa_window <= 0 || hp->swa_period > 0 || strcmp(e->ops->name, "cpu")) return 0;
     return hp->swa_window;
+}
+bool eng_model_mixed_window(const eng_model *m)
+{
+    const eng_model_hparams *hp = eng_model_hparams_of(m);
+    if (!hp) return false;
+    const int L = eng_model_cfg(m)->n_layers;
+    int windowed = 0;
+    for (int l = 0; l < L; l++) windowed += eng_layer_windowed(hp, l);
+    return windowed > 0 && windowed < L;
+}
+int eng_kv_rings(const eng *e)
+{
+    return e->opt.kv_rings;
+}
+int eng_kv_ring_blocks(const eng *e)
+{
+    return e->opt.kv_rings ? e->ring_blocks : 0;
+}
+size_t eng_kv_ring_bytes(const eng *e)
+{
+    return e->opt.kv_rings ? e->ops->kv_ring_bytes(e->priv) : 0;
+}
+void *eng_kv_ring_ptr(eng *e, int ring)
+{
+    if (ring < 0 || ring >= e->opt.kv_rings) return NULL;
+    return e->ops->kv_ring_ptr(e->priv, ring);
+}
+int eng_kv_copy_ring(eng *e, int src, int dst)
+{
+    void *s = eng_kv_ring_ptr(e, src), *d = eng_kv_ring_ptr(e, dst);
+    if (!s || !d)
+        return eng_seterr(-EINVAL, "copy ring %d to %d: the engine has rings 0..%d", src, dst,
+                          e->opt.kv_rings - 1);
+    if (s != d) memcpy(d, s, eng_kv_ring_bytes(e));
+    return 0;
 }
 size_t eng_memory_bytes(const eng *e)
 {
@@ -356,6 +424,7 @@ int eng_batch_check(eng *e, const eng_batch *b)
      * refuse the batch. Rows of one sequence sit at distinct positions, so only a block that
      * a second sequence writes into needs a look at the rows before it (a rare path). */
     if (++e->gen == 0) {
+        if (e->ring_seen) memset(e->ring_seen, 0, (size_t)e->opt.kv_rings * sizeof *e->ring_seen);
         memset(e->blk_gen, 0, (size_t)e->opt.kv_blocks * sizeof *e->blk_gen);
         e->gen = 1;
     }
@@ -373,6 +442,23 @@ int eng_batch_check(eng *e, const eng_batch *b)
             e->blk_gen[blk] = e->gen;
             e->blk_seq[blk] = s;
         }
+    /* Window rings: each sequence its own ring (two writing one ring would overwrite each
+     * other's window), and no more rows than a ring spans beside the window. */
+    for (int s = 0; e->opt.kv_rings && s < S; s++) {
+        const int rows = b->query_start[s + 1] - b->query_start[s];
+        if (!b->ring || b->ring[s] < 0 || b->ring[s] >= e->opt.kv_rings)
+            return eng_seterr(-EINVAL, "batch ring[%d]=%d: the engine has window rings 0..%d", s,
+                              b->ring ? b->ring[s] : -1, e->opt.kv_rings - 1);
+        if (rows > e->opt.kv_ring_rows)
+            return eng_seterr(-EINVAL,
+                              "batch sequence %d: %d rows, a window ring spans %d rows beside "
+                              "the window",
+                              s, rows, e->opt.kv_ring_rows);
+        if (e->ring_seen[b->ring[s]] == e->gen)
+            return eng_seterr(-EINVAL, "batch ring[%d]=%d: another sequence of the batch has it", s,
+                              b->ring[s]);
+        e->ring_seen[b->ring[s]] = e->gen;
+    }
     for (int i = 0; i < b->n_logits; i++)
         if (b->logits_rows[i] < 0 || b->logits_rows[i] >= T)
             return eng_seterr(-EINVAL, "batch logits_rows[%d]=%d: must be 0..%d", i,

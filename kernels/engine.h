@@ -283,6 +283,15 @@ typedef struct eng_options {
     eng_cuda_dtype cuda_dtype; /* default ENG_CUDA_DTYPE_BF16 */
     bool cuda_no_graphs;       /* decode steps run eagerly, never captured into CUDA graphs
                                   (for compute-sanitizer, debugging); graphs on by default */
+    /* Window rings (the CPU backend, a model with windowed and global layers: gemma2,
+     * gemma3; eng_model_mixed_window). 0: today's layout, a block holds every layer. > 0:
+     * a block holds the global layers only, and the windowed layers' K/V live in kv_rings
+     * rings of eng_kv_ring_blocks() blocks each, one ring per sequence (eng_batch.ring):
+     * position p of a sequence lives in ring block (p / block_size) mod that count, so a
+     * ring is reused in place however long the sequence grows. */
+    int kv_rings;
+    int kv_ring_rows; /* the most rows one sequence brings to a batch (0: max_batch_tokens);
+                         a ring spans window + that many positions */
 } eng_options;
 
 /* Creates an engine over a model (the model must outlive it). Errors: -EINVAL (bad
@@ -298,7 +307,8 @@ const char *eng_backend_name(const eng *e);
 void eng_describe_paths(const eng *e, char *buf, size_t cap);
 
 /* KV geometry. A block is block-major: all layers' K and V for block_size tokens in one
- * contiguous piece of kv_block_bytes, so it moves to host memory or disk as one copy. */
+ * contiguous piece of kv_block_bytes, so it moves to host memory or disk as one copy (with
+ * window rings: the global layers' only; eng_kv_bytes_per_token counts those). */
 size_t eng_kv_bytes_per_token(const eng *e);
 size_t eng_kv_block_bytes(const eng *e);
 int eng_kv_blocks(const eng *e);
@@ -309,6 +319,32 @@ int eng_kv_block_size(const eng *e);
  * Where it is > 0 a block table may hold -1 in entries wholly behind the window of its
  * sequence's first row this batch (blocks given back; the kernels never read them). */
 int eng_kv_window(const eng *e);
+/* Whether a model has both windowed and global layers (gemma2, gemma3 with a window and a
+ * pattern that leaves some layer global): the models window rings (eng_options.kv_rings)
+ * are for. */
+bool eng_model_mixed_window(const eng_model *m);
+/* Blocks per ring: ceil((window + ring_rows) / block_size) + 1, enough that every position
+ * a batch's rows of one sequence write or read (the window before its first row, up to its
+ * last) lands in a block of its own; never more than a sequence of the model's context has
+ * (ceil(context / block_size): then no two blocks share a ring block at all). */
+static inline int eng_kv_ring_blocks_for(int window, int ring_rows, int block_size, int context)
+{
+    const int ring = (window + ring_rows + block_size - 1) / block_size + 1;
+    const int whole = (context + block_size - 1) / block_size;
+    return ring < whole ? ring : whole;
+}
+/* Window rings of the engine (eng_options.kv_rings; 0: none, every block holds every
+ * layer), blocks per ring, and one ring's bytes (all its blocks, the windowed layers'
+ * K and V). */
+int eng_kv_rings(const eng *e);
+int eng_kv_ring_blocks(const eng *e);
+size_t eng_kv_ring_bytes(const eng *e);
+/* Host address of ring r (host pools only; NULL otherwise or out of range). A ring is one
+ * contiguous piece of eng_kv_ring_bytes, so it moves to host memory as one copy. */
+void *eng_kv_ring_ptr(eng *e, int ring);
+/* Copies ring src's contents to ring dst (a sample that goes on from another's prompt).
+ * -EINVAL out of range or without rings. */
+int eng_kv_copy_ring(eng *e, int src, int dst);
 /* Bytes the engine holds (weights it owns + KV pool + scratch). */
 size_t eng_memory_bytes(const eng *e);
 
@@ -359,6 +395,10 @@ typedef struct eng_batch {
     int block_table_stride;
     int n_logits;
     const int32_t *logits_rows; /* [n_logits] */
+    /* [S]: each sequence's window ring (eng_options.kv_rings), two sequences of a batch never
+     * the same; the windowed layers' K/V of position p go to ring block (p / block_size) mod
+     * eng_kv_ring_blocks(). Ignored (may be NULL) without rings. */
+    const int32_t *ring;
 } eng_batch;
 
 /* Validates a batch against the engine (sizes, positions, slots, block tables, token ids,
@@ -476,6 +516,10 @@ typedef struct eng_backend_ops {
     void (*run_tasks)(void *priv, int n_tasks, void (*fn)(void *ctx, int task), void *ctx);
     /* optional: which kernels the projections take, by batch size, for a start report */
     void (*describe)(void *priv, char *buf, size_t cap);
+    /* optional (NULL: the backend has no window rings; eng_create refuses kv_rings > 0):
+     * host address of a ring and one ring's bytes */
+    void *(*kv_ring_ptr)(void *priv, int ring);
+    size_t (*kv_ring_bytes)(void *priv);
 } eng_backend_ops;
 
 /* The CPU backend's table (kernels/cpu/). */

@@ -205,7 +205,7 @@ static void attend_block(const cpu *c, const struct tile *tl, int kvh, int qi0, 
     const int hs = c->head_size, bs = c->block_size, group = c->group, dim = c->q_dim;
     const int nq_tile = (tl->row1 - tl->row0) * group;
     const int nq = nq_tile - qi0 < QB ? nq_tile - qi0 : QB;
-    const int32_t *table = b->block_table + (size_t)tl->seq * (size_t)b->block_table_stride;
+    const int32_t *table = kv_table(c, tl->seq);
     const float scale = c->att_div, cap = c->hp.attn_softcap;
     /* on a cache line: the vector loads of a lane row never straddle two */
     float *qt = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
@@ -392,7 +392,7 @@ static void attention_item(cpu *c, int item, int worker)
         return;
     }
     const int row = tl->row0, pos = b->positions[row];
-    const int32_t *table = b->block_table + (size_t)tl->seq * (size_t)b->block_table_stride;
+    const int32_t *table = kv_table(c, tl->seq);
     for (int h = kvh * c->group; h < (kvh + 1) * c->group; h++)
         attend_head(c, c->q + (size_t)row * c->q_dim + (size_t)h * hs, table, kvh, pos + 1, scratch,
                     c->att + (size_t)row * c->q_dim + (size_t)h * hs);

@@ -31,7 +31,12 @@
  *
  * KV pool, block-major: block b holds, for every layer l, K then V of block_size tokens:
  *   pool[b][l][0=K|1=V][offset][kv_dim]   (float32)
- * so one block is one contiguous copy for swapping.
+ * so one block is one contiguous copy for swapping. With window rings (eng_options.kv_rings,
+ * gemma's mixed windows) l runs over the global layers only, and the windowed layers' K/V
+ * sit in the same shape in ring blocks, rings[ring][block][w][0|1][offset][kv_dim], a
+ * sequence's position p in its ring's block (p / block_size) mod ring_blocks: attention
+ * reads them through a per-batch table of ring blocks (kv_table), so the kernels address
+ * both kinds alike.
  */
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/blas_core.h"
@@ -423,6 +428,15 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
             int end = r + TILE_ROWS < b->query_start[s + 1] ? r + TILE_ROWS : b->query_start[s + 1];
             c->tiles[c->n_tiles++] = (struct tile){s, r, end};
         }
+    if (c->n_rings) /* each sequence's ring as a block table, each row's slot in it */
+        for (int s = 0; s < b->n_seqs; s++) {
+            const int ring0 = b->ring[s] * c->ring_blocks;
+            int32_t *rt = c->ring_tables + (size_t)s * (size_t)c->ring_stride;
+            for (int j = 0; j < (b->seq_len[s] + bs - 1) / bs; j++)
+                rt[j] = ring0 + j % c->ring_blocks;
+            for (int r = b->query_start[s]; r < b->query_start[s + 1]; r++)
+                c->ring_slots[r] = (int64_t)rt[b->positions[r] / bs] * bs + b->positions[r] % bs;
+        }
     const size_t emb_row = eng_wrow_bytes(w->token_embedding.type, dim);
     for (int r = 0; r < T; r++)
         q_dequant_row(w->token_embedding.type,
@@ -471,7 +485,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
             float *k = c->k + (size_t)r * kv_dim;
             rope(c, c->q + (size_t)r * q_dim, q_dim, pos);
             rope(c, k, kv_dim, pos);
-            int64_t slot = b->slot_mapping[r];
+            int64_t slot = c->layer_ring[l] ? c->ring_slots[r] : b->slot_mapping[r];
             int block = (int)(slot / bs), off = (int)(slot % bs);
             memcpy(kv_at(c, block, l, 0, off), k, (size_t)kv_dim * sizeof(float));
             memcpy(kv_at(c, block, l, 1, off), c->v + (size_t)r * kv_dim,
@@ -562,6 +576,11 @@ static void cpu_destroy(void *priv)
     if (!c) return;
     pool_stop(&c->workers);
     if (c->kv_pool) rnuma_free(c->kv_pool, c->kv_pool_bytes);
+    if (c->ring_pool) rnuma_free(c->ring_pool, c->ring_pool_bytes);
+    free(c->layer_ring);
+    free(c->layer_idx);
+    free(c->ring_tables);
+    free(c->ring_slots);
     if (c->rope_cos_swa != c->rope_cos) free(c->rope_cos_swa);
     if (c->rope_sin_swa != c->rope_sin) free(c->rope_sin_swa);
     float *bufs[] = {c->rope_cos, c->rope_sin, c->x,  c->xb, c->q,  c->k,
@@ -625,10 +644,41 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
     c->n_blocks = opt->kv_blocks;
     c->max_rows = opt->max_batch_tokens;
     c->numa_node = opt->numa_node;
-    c->block_floats = (size_t)cfg->n_layers * 2 * (size_t)c->block_size * (size_t)c->kv_dim;
-    c->kv_pool_bytes = c->block_floats * sizeof(float) * (size_t)c->n_blocks;
     int n_workers = opt->n_threads > 0 ? opt->n_threads : 1;
     int err = -ENOMEM;
+    /* where each layer's K/V live: every layer in the blocks, or with rings the global
+     * layers in the blocks and the windowed ones in the rings */
+    c->n_rings = opt->kv_rings;
+    c->layer_ring = calloc((size_t)cfg->n_layers, 1);
+    c->layer_idx = calloc((size_t)cfg->n_layers, sizeof *c->layer_idx);
+    if (!c->layer_ring || !c->layer_idx) {
+        err = eng_seterr(-ENOMEM, "out of memory");
+        goto fail;
+    }
+    int n_global = 0, n_windowed = 0;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        c->layer_ring[l] = c->n_rings && eng_layer_windowed(&c->hp, l);
+        c->layer_idx[l] = c->layer_ring[l] ? n_windowed++ : n_global++;
+    }
+    c->block_floats = (size_t)n_global * 2 * (size_t)c->block_size * (size_t)c->kv_dim;
+    c->kv_pool_bytes = c->block_floats * sizeof(float) * (size_t)c->n_blocks;
+    if (c->n_rings) {
+        const int rows = opt->kv_ring_rows ? opt->kv_ring_rows : opt->max_batch_tokens;
+        c->ring_blocks =
+            eng_kv_ring_blocks_for(c->hp.swa_window, rows, c->block_size, cfg->seq_len);
+        c->ring_block_floats = (size_t)n_windowed * 2 * (size_t)c->block_size * (size_t)c->kv_dim;
+        c->ring_pool_bytes =
+            c->ring_block_floats * sizeof(float) * (size_t)c->ring_blocks * (size_t)c->n_rings;
+        c->ring_stride = (cfg->seq_len + c->block_size - 1) / c->block_size + 1;
+        c->ring_tables = malloc((size_t)opt->max_seqs * (size_t)c->ring_stride * sizeof(int32_t));
+        c->ring_slots = malloc((size_t)c->max_rows * sizeof(int64_t));
+        c->ring_pool = rnuma_alloc(c->ring_pool_bytes, opt->numa_node);
+        if (!c->ring_tables || !c->ring_slots || !c->ring_pool) {
+            err = eng_seterr(-ENOMEM, "%d window rings of %d blocks x %zu bytes: cannot allocate",
+                             c->n_rings, c->ring_blocks, c->ring_block_floats * sizeof(float));
+            goto fail;
+        }
+    }
 
     c->kv_pool = rnuma_alloc(c->kv_pool_bytes, opt->numa_node);
     if (!c->kv_pool) {
@@ -712,7 +762,7 @@ static size_t cpu_kv_block_bytes(void *priv)
 static size_t cpu_memory_bytes(void *priv)
 {
     cpu *c = priv;
-    return c->kv_pool_bytes + c->scratch_bytes;
+    return c->kv_pool_bytes + c->ring_pool_bytes + c->scratch_bytes;
 }
 
 static void *cpu_kv_block_ptr(void *priv, int block)
@@ -726,6 +776,18 @@ static void *cpu_kv_pool_base(void *priv, size_t *len)
     cpu *c = priv;
     if (len) *len = c->kv_pool_bytes;
     return c->kv_pool;
+}
+
+static void *cpu_kv_ring_ptr(void *priv, int ring)
+{
+    cpu *c = priv;
+    return c->ring_pool + (size_t)ring * (size_t)c->ring_blocks * c->ring_block_floats;
+}
+
+static size_t cpu_kv_ring_bytes(void *priv)
+{
+    cpu *c = priv;
+    return (size_t)c->ring_blocks * c->ring_block_floats * sizeof(float);
 }
 
 static int cpu_kv_read_block(void *priv, int block, void *dst)
@@ -848,6 +910,8 @@ static const eng_backend_ops cpu_ops = {
     .kv_copy_blocks = cpu_kv_copy_blocks,
     .run_tasks = cpu_run_tasks,
     .describe = cpu_describe,
+    .kv_ring_ptr = cpu_kv_ring_ptr,
+    .kv_ring_bytes = cpu_kv_ring_bytes,
 };
 
 const eng_backend_ops *eng_cpu_backend(void)

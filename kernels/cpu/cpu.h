@@ -27,9 +27,24 @@ typedef struct cpu {
     int head_size, kv_dim, group; /* group = query heads per KV head */
     int q_dim;                    /* n_heads * head_size (dim unless the file says) */
     int block_size, n_blocks, max_rows;
-    size_t block_floats; /* one block: L * 2 * block_size * kv_dim */
+    size_t block_floats; /* one block: L * 2 * block_size * kv_dim (global layers' only with
+                            rings) */
     float *kv_pool;
     size_t kv_pool_bytes;
+    /* Window rings (eng_options.kv_rings): the windowed layers' K/V, ring after ring, each
+     * of ring_blocks blocks of ring_block_floats (W * 2 * block_size * kv_dim, W windowed
+     * layers); layer_ring[l] says where layer l's K/V live, layer_idx[l] its index among
+     * its kind (l itself without rings). Per batch, each sequence's ring as a block table
+     * (ring_tables, [max_seqs][ring_stride]: logical block j → ring * ring_blocks + j mod
+     * ring_blocks) and each row's slot in it (ring_slots). */
+    int n_rings, ring_blocks, ring_stride;
+    size_t ring_block_floats;
+    float *ring_pool;
+    size_t ring_pool_bytes;
+    uint8_t *layer_ring;
+    int *layer_idx;
+    int32_t *ring_tables;
+    int64_t *ring_slots;
     int numa_node;
     float *rope_cos, *rope_sin; /* [seq_len][head_size/2], computed exactly as run.c */
     /* windowed layers' own table where their RoPE base or scaling differs (gemma3), else
@@ -112,12 +127,25 @@ static inline __attribute__((always_inline)) void exp8(float *xp)
 
 /* ---- paged attention (attention.c) ------------------------------------------------- */
 
-/* Where K (which 0) or V (1) of a token at offset of a block, for a layer, starts. */
+/* Where K (which 0) or V (1) of a token at offset of a block, for a layer, starts: a block
+ * of the pool, or for a windowed layer with rings a block of the ring storage. */
 static inline float *kv_at(const cpu *c, int block, int layer, int which, int offset)
 {
-    return c->kv_pool + (size_t)block * c->block_floats +
-           (((size_t)layer * 2 + (size_t)which) * (size_t)c->block_size + (size_t)offset) *
-               (size_t)c->kv_dim;
+    /* (a state without the layer maps, as the attention tests build: every layer in the
+     * blocks) */
+    const bool ring = c->layer_ring && c->layer_ring[layer];
+    const size_t li = c->layer_idx ? (size_t)c->layer_idx[layer] : (size_t)layer;
+    return (ring ? c->ring_pool : c->kv_pool) +
+           (size_t)block * (ring ? c->ring_block_floats : c->block_floats) +
+           ((li * 2 + (size_t)which) * (size_t)c->block_size + (size_t)offset) * (size_t)c->kv_dim;
+}
+
+/* Sequence seq's block table for the current layer: the batch's, or its ring's. */
+static inline const int32_t *kv_table(const cpu *c, int seq)
+{
+    if (c->layer_ring && c->layer_ring[c->layer])
+        return c->ring_tables + (size_t)seq * (size_t)c->ring_stride;
+    return c->b->block_table + (size_t)seq * (size_t)c->b->block_table_stride;
 }
 
 /* Paged attention of the batch c->b at layer c->layer, for every tile of c->tiles and KV

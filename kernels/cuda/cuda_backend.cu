@@ -1441,6 +1441,8 @@ static const eng_backend_ops cuda_ops = {
     cu_kv_transfer_async,
     NULL, /* run_tasks: log-probability rows run on the calling thread */
     NULL, /* describe */
+    NULL, /* kv_ring_ptr: no window rings, every layer's K/V in the blocks (and gemma, */
+    NULL, /* kv_ring_bytes: whose windows they are for, is refused at eng_create) */
 };
 
 extern "C" __attribute__((visibility("default"))) const eng_backend_ops *ringlm_cuda_backend(void)
