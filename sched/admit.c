@@ -135,6 +135,7 @@ admitted:;
     r->q_pos = r->t_pos = r->bp_pos = r->run_pos = r->p_pos = NO_POS;
     r->state = REQ_NEW; /* born; waiting_add below is its first transition */
     r->cow_blk = NO_SLOT;
+    r->ring = SCHED_BLOCK_NONE;
     if (sc_cache_submit(s, r, q)) {
         VEC_PUSH(s, s->free_slots, slot);
         r->live = 0;

@@ -17,6 +17,7 @@ static void add_entry(sched *s, uint32_t slot, uint32_t n, bool prefill)
         .class_idx = r->cls,
         .n_blocks = div_up((uint64_t)r->computed + n, s->conf.block_size),
         .blocks = r->dev,
+        .ring = r->ring,
     };
     r->entry_step = s->step_no;
     r->entry_idx = s->entries.n;
@@ -337,7 +338,7 @@ void sc_step_token_budget(sched *s, uint64_t now)
             fr = sc_dev_available(s);
             fr = fr > others ? fr - others : 0;
         }
-        if (fr < unheld || fr - unheld < want) {
+        if (fr < unheld || fr - unheld < want || !sc_ring_available(s)) {
             sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now);
             break;
         }
@@ -391,7 +392,7 @@ void sc_step_continuous(sched *s, uint64_t now)
         }
         uint32_t need = div_up(n, s->conf.block_size);
         if (s->pools[SCHED_POOL_DEVICE].n_free < need) sc_reclaim_blocked(s, need, now);
-        if (s->pools[SCHED_POOL_DEVICE].n_free < need) {
+        if (s->pools[SCHED_POOL_DEVICE].n_free < need || !sc_ring_available(s)) {
             sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now);
             break;
         }
@@ -448,7 +449,7 @@ void sc_step_group(sched *s, uint64_t now)
                     texcl |= 1ull << c.tenant;
                     continue;
                 }
-                if (s->pools[SCHED_POOL_DEVICE].n_free < need) {
+                if (s->pools[SCHED_POOL_DEVICE].n_free < need || !sc_ring_available(s)) {
                     sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now);
                     break;
                 }

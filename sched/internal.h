@@ -94,6 +94,7 @@ typedef struct req {
     uint64_t out_us;             /* measured swap-out duration (0 = unknown) */
     uint32_t *dev;
     uint32_t n_dev, cap_dev;
+    uint32_t ring; /* its window ring while it holds device blocks (SCHED_BLOCK_NONE: none) */
     /* attention window (window.c): dev[] entries given back (SCHED_BLOCK_NONE; n_dev counts
      * them, the blocks held are n_dev - n_rel), dev[0..rel_scan) already looked at; over a
      * swap the table's length and its given-back count (the entries stay NONE in dev[]) */
@@ -246,7 +247,9 @@ struct sched {
     uint32_t map_cap, map_n; /* id → slot */
 
     pool pools[SCHED_POOL__COUNT];
-    VEC(uint32_t) run;            /* RUNNING slots */
+    pool rings;        /* window rings (conf.window_rings): a sequence holding device blocks holds
+                   one (req.ring) */
+    VEC(uint32_t) run; /* RUNNING slots */
     VEC(uint32_t) cancel_pending; /* ENDED, release at next step */
     VEC(xfer_rec) xfers;          /* in flight */
     uint32_t n_waiting, n_swapped, n_in_transit, n_swapping_in, n_blocked, n_parked;
@@ -449,6 +452,10 @@ static inline bool sc_dev_grow_to(sched *s, req *r, uint32_t nblocks)
 {
     if (nblocks <= r->n_dev) return true;
     uint32_t need = nblocks - r->n_dev;
+    /* with window rings, a sequence's first blocks come with a ring (sc_dev_free_all gives
+     * it back) */
+    const bool ring = s->conf.window_rings && r->ring == SCHED_BLOCK_NONE;
+    if (ring && !s->rings.n_free) return false;
     if (s->pools[SCHED_POOL_DEVICE].n_free < need) {
         /* cached blocks no sequence holds make room, oldest leaf first */
         if (!s->px || sc_dev_available(s) < need) return false;
@@ -460,8 +467,15 @@ static inline bool sc_dev_grow_to(sched *s, req *r, uint32_t nblocks)
         return false;
     }
     while (r->n_dev < nblocks) r->dev[r->n_dev++] = pool_take(&s->pools[SCHED_POOL_DEVICE]);
+    if (ring) r->ring = pool_take(&s->rings);
     s->ts[r->tenant].kv_blocks += need;
     return true;
+}
+
+/* Whether a start can have a window ring (always without rings). */
+static inline bool sc_ring_available(const sched *s)
+{
+    return !s->conf.window_rings || s->rings.n_free > 0;
 }
 
 /* ---- store.c ---- */

@@ -71,8 +71,8 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
     memset(s->map, 0xff, s->map_cap * sizeof(uint32_t));
     if (sc_pool_init(&s->pools[SCHED_POOL_DEVICE], cfg->kv_blocks_device) ||
         sc_pool_init(&s->pools[SCHED_POOL_HOST], cfg->kv_blocks_host) ||
-        sc_pool_init(&s->pools[SCHED_POOL_DISK], cfg->kv_blocks_disk) || sc_cache_create(s) ||
-        sc_order_create(s))
+        sc_pool_init(&s->pools[SCHED_POOL_DISK], cfg->kv_blocks_disk) ||
+        sc_pool_init(&s->rings, cfg->window_rings) || sc_cache_create(s) || sc_order_create(s))
         goto oom;
     s->tiers[SCHED_POOL_HOST] = (tier_est){cfg->host.out_bytes_per_s,
                                            cfg->host.in_bytes_per_s,
@@ -139,6 +139,7 @@ void sched_destroy(sched *s)
     free(s->limbo.a);
     free(s->map);
     for (int i = 0; i < SCHED_POOL__COUNT; i++) free(s->pools[i].free_ids);
+    free(s->rings.free_ids);
     free(s->run.a);
     free(s->cancel_pending.a);
     for (uint32_t i = 0; i < s->xfers.n; i++) free(s->xfers.a[i].dst); /* cache copies in flight */
@@ -588,6 +589,31 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
         BAD("%llu illegal state transitions, the first of request %llu: %u -> %u",
             (unsigned long long)s->bad_transitions, (unsigned long long)s->bad_req, s->bad_from,
             s->bad_to);
+    /* window rings: each free once, or held by one sequence that holds device blocks */
+    uint32_t rings_held = 0;
+    uint8_t *ring_seen = calloc(s->rings.total + 1, 1);
+    if (!ring_seen) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (uint32_t i = 0; i < s->rings.n_free; i++)
+        if (s->rings.free_ids[i] >= s->rings.total || ring_seen[s->rings.free_ids[i]]++) {
+            free(ring_seen);
+            BAD("window ring %u free twice or out of range", s->rings.free_ids[i]);
+        }
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        const req *r = &s->reqs[i];
+        if (r->ring == SCHED_BLOCK_NONE || (!r->live && !r->n_dev)) continue;
+        rings_held++;
+        if (r->ring >= s->rings.total || ring_seen[r->ring]++ || !r->n_dev) {
+            free(ring_seen);
+            BAD("request %llu holds window ring %u: %s", (unsigned long long)r->id, r->ring,
+                r->n_dev ? "free, shared or out of range" : "but no device block");
+        }
+    }
+    free(ring_seen);
+    if (s->conf.window_rings && rings_held + s->rings.n_free != s->rings.total)
+        BAD("window rings: %u held + %u free of %u", rings_held, s->rings.n_free, s->rings.total);
     uint32_t kv[SCHED_MAX_TENANTS] = {0}, live[SCHED_MAX_TENANTS] = {0};
     uint64_t qt[SCHED_MAX_TENANTS] = {0}, qtot = 0;
     uint32_t nwait = 0, nrun = 0, nswap = 0, ntransit = 0, nparked = 0;

@@ -613,6 +613,13 @@ typedef struct sched_config {
      * ones.  Token-budget mode allocates a start's first chunk only; continuous and
      * static/dynamic modes allocate as without a window and give blocks back the same. */
     uint32_t attention_window;
+    /* A model with windowed and global layers run with window rings (gemma2, gemma3; the
+     * engine's eng_kv_rings; 0: none): the device blocks hold the global layers' K/V, and a
+     * sequence holding device blocks holds one ring too, the windowed layers' K/V of its last
+     * window, from its first block to its last (sched_entry.ring).  A start waits (defer
+     * "blocks") while every ring is held.  The caller turns off what would carry a ring past
+     * its sequence's stay: prefix cache, host and disk tiers, n > 1 samples. */
+    uint32_t window_rings;
 } sched_config;
 
 /* A block-table entry a windowed sequence gave back (sched_config.attention_window). */
@@ -751,6 +758,8 @@ typedef struct sched_entry {
     const uint32_t *blocks; /* physical device block ids, valid until the next step;
                                SCHED_BLOCK_NONE where a windowed sequence gave a block back
                                (only before the window of start_pos) */
+    uint32_t ring;          /* its window ring (sched_config.window_rings), or
+                               SCHED_BLOCK_NONE without rings */
 } sched_entry;
 
 typedef struct sched_release {

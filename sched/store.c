@@ -150,6 +150,10 @@ uint32_t sc_dev_free_all(sched *s, req *r)
     sc_group_release(s, r);
     s->ts[r->tenant].kv_blocks -= held;
     r->n_dev = r->n_rel = r->rel_scan = 0;
+    if (r->ring != SCHED_BLOCK_NONE) { /* its window ring goes with its blocks */
+        pool_give(&s->rings, r->ring);
+        r->ring = SCHED_BLOCK_NONE;
+    }
     return held;
 }
 

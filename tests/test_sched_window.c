@@ -5,7 +5,9 @@
  * sequence far longer than the device pool runs to the end, its block table holds
  * SCHED_BLOCK_NONE only where no row of the next entry reads, a swap moves only the blocks
  * held, a recompute re-prefills from position 0 in the window's blocks, the prefix cache
- * keeps the prompt's chain, and the never-fits test counts the window.
+ * keeps the prompt's chain, and the never-fits test counts the window. With window rings
+ * (sched_config.window_rings, gemma's windowed layers) a sequence holding blocks holds a
+ * ring: starts wait for one, and a preemption gives it back.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -289,6 +291,99 @@ Test(window, prefix_cache_keeps_the_prompt_chain)
     cr_assert_eq(in.cached_tokens, 32, "cached tokens %u", in.cached_tokens);
     for (int step = 0; step < 50 && sched_get_request(s, 2, &in) == 0; step++)
         iter(s, &now, W, DEV);
+    sched_destroy(s);
+    sched_policy_free(p);
+}
+
+/* ---- window rings (sched_config.window_rings): gemma's windowed layers ------------------ */
+
+static sched *make_rings(const char *preemption, uint32_t rings, uint32_t dev_blocks,
+                         sched_policy **pol)
+{
+    sched_policy_error err;
+    cr_assert_eq(sched_policy_parse(policy_text(preemption), pol, &err), 0, "policy: %s",
+                 err.reason);
+    sched_config c = {
+        .kv_blocks_device = dev_blocks,
+        .block_size = BS,
+        .kv_bytes_per_token = 1024,
+        .max_context = 8192,
+        .step = {.base_us = 1000, .prefill_token_us = 10, .decode_seq_us = 10},
+        .window_rings = rings,
+    };
+    sched *s = NULL;
+    cr_assert_eq(sched_create(*pol, &c, NULL, NULL, 1, &s), 0, "%s", sched_last_error());
+    return s;
+}
+
+/* Runs the scheduler until every request ended; each plan's entries name distinct rings
+ * below `rings`; returns the most sequences with entries in one plan and the preemptions. */
+static void run_rings(sched *s, uint32_t rings, uint32_t n_req, uint32_t *most, uint32_t *preempts)
+{
+    uint64_t now = 1;
+    *most = *preempts = 0;
+    for (int step = 0; step < 5000; step++) {
+        const sched_plan *pl = sched_step(s, now);
+        cr_assert_not_null(pl, "%s", sched_last_error());
+        sd_check(s);
+        *preempts += pl->n_preemptions;
+        uint32_t used = 0;
+        for (uint32_t i = 0; i < pl->n_entries; i++) {
+            const sched_entry *e = &pl->entries[i];
+            cr_assert_lt(e->ring, rings, "request %llu at %u: ring %u of %u",
+                         (unsigned long long)e->req, e->start_pos, e->ring, rings);
+            cr_assert_not(used & (1u << e->ring), "ring %u in two entries of one plan", e->ring);
+            used |= 1u << e->ring;
+        }
+        if (pl->n_entries > *most) *most = pl->n_entries;
+        sched_result res[16];
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < pl->n_entries && n < 16; i++)
+            res[n++] = (sched_result){.req = pl->entries[i].req, .tokens = pl->entries[i].samples};
+        now += 1000;
+        cr_assert_eq(sched_commit(s, res, n, now, 0), 0);
+        sd_check(s);
+        uint32_t gone = 0;
+        for (uint64_t id = 1; id <= n_req; id++) {
+            sched_req_info in;
+            gone += sched_get_request(s, id, &in) == -ENOENT;
+        }
+        if (gone == n_req) return;
+    }
+    cr_assert_fail("the requests did not all end");
+}
+
+/* Three sequences and two rings: the third starts when a ring comes back, never beside
+ * both; every entry carries its own ring, and the invariant check holds the rings held to
+ * the sequences holding blocks. */
+Test(window, rings_bound_the_sequences_holding_blocks)
+{
+    sched_policy *p;
+    sched *s = make_rings("recompute", 2, 64, &p);
+    for (uint64_t id = 1; id <= 3; id++)
+        cr_assert_eq(submit(s, id, 20, 40, NULL, 0), 0, "%s", sched_last_error());
+    uint32_t most, preempts;
+    run_rings(s, 2, 3, &most, &preempts);
+    cr_assert_eq(most, 2, "two rings: two sequences at a time, seen %u", most);
+    cr_assert_eq(preempts, 0);
+    sched_destroy(s);
+    sched_policy_free(p);
+}
+
+/* Two sequences of 88 positions (6 blocks each) in 8 blocks: one is preempted (recompute),
+ * gives its ring back with its blocks, and takes one again when it starts over. */
+Test(window, recompute_gives_the_ring_back)
+{
+    sched_policy *p;
+    sched *s = make_rings("recompute", 2, 8, &p);
+    cr_assert_eq(submit(s, 1, 8, 80, NULL, 0), 0, "%s", sched_last_error());
+    cr_assert_eq(submit(s, 2, 8, 80, NULL, 0), 0, "%s", sched_last_error());
+    uint32_t most, preempts;
+    run_rings(s, 2, 2, &most, &preempts);
+    cr_assert_gt(preempts, 0, "8 blocks for two sequences of 6: a preemption");
+    sched_counts c;
+    sched_get_counts(s, &c);
+    cr_assert_eq(c.kv_free[SCHED_POOL_DEVICE], 8, "every block back");
     sched_destroy(s);
     sched_policy_free(p);
 }
