@@ -34,6 +34,7 @@ int exec_init(svc *s)
     if (!s->ex.b_out || !s->ex.b_samp || !s->ex.b_rng || !s->ex.b_req || !s->ex.b_prompt_pos ||
         !s->ex.b_res || !s->ex.b_want || !s->ex.b_lp || !s->ex.results)
         return -ENOMEM;
+    s->ex.rings = eng_kv_rings(s->engine) > 0;
     return 0;
 }
 
@@ -164,11 +165,20 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
         /* logits rows: the sampled one, and before it the prompt rows that want theirs */
         uint32_t n_lrows = r ? prompt_lp_rows(r, e) : 0;
         if (e->samples && n_lrows == 0) n_lrows = 1;
+        if (s->ex.rings && e->ring == SCHED_BLOCK_NONE && r && !req_state_ended(r->state)) {
+            /* the scheduler gives every sequence holding blocks a ring: never reached */
+            svc_log("request %llu: its entry has no window ring; failing it",
+                    (unsigned long long)e->req);
+            req_cancel(s, r, SCHED_CANCEL_ENGINE_ERROR, RINGLM_WIRE_R_ERROR,
+                       RINGLM_WIRE_R_INTERNAL);
+            continue;
+        }
         /* The scheduler's block ids are the engine's (int32 in the engine's table). */
         if (!r || req_state_ended(r->state) || e->n_tokens == 0 ||
             e->start_pos + e->n_tokens > known ||
             eng_bb_add_logits(bb, r->tokens, e->start_pos, e->n_tokens, (const int32_t *)e->blocks,
-                              e->n_blocks, n_lrows) < 0) {
+                              e->n_blocks, n_lrows) < 0 ||
+            (s->ex.rings && eng_bb_set_ring(bb, (int32_t)e->ring) < 0)) {
             if (r && !req_state_ended(r->state)) {
                 /* A plan the service cannot execute would be planned again for ever. */
                 svc_log("plan entry for request %llu is not executable (pos %u + %u, known %u, "
@@ -335,6 +345,8 @@ void exec_warm_up(svc *s)
     /* Token 1 everywhere; the prefill's table is blocks 0, 1, ... (its slots are 0..n-1),
      * each decode row q sits alone at position 0 of block q. */
     int n_decode = s->max_seqs < nblocks ? s->max_seqs : nblocks;
+    const int rings = eng_kv_rings(s->engine); /* the batches' rows write rings 0, 1, ... */
+    if (rings && n_decode > rings) n_decode = rings;
     int n_ids = s->ex.bt_stride > n_decode ? s->ex.bt_stride : n_decode;
     int32_t *ones = malloc(sizeof(int32_t) * (size_t)n);
     int32_t *table = malloc(sizeof(int32_t) * (size_t)n_ids);
@@ -353,8 +365,12 @@ void exec_warm_up(svc *s)
         int S = pass == 0 ? 1 : n_decode;
         if (pass == 0) {
             eng_bb_add(&s->ex.bb, ones, 0, (uint32_t)n, table, (uint32_t)n_table, true);
+            if (rings) eng_bb_set_ring(&s->ex.bb, 0);
         } else {
-            for (int q = 0; q < S; q++) eng_bb_add(&s->ex.bb, ones, 0, 1, &table[q], 1, true);
+            for (int q = 0; q < S; q++) {
+                eng_bb_add(&s->ex.bb, ones, 0, 1, &table[q], 1, true);
+                if (rings) eng_bb_set_ring(&s->ex.bb, q);
+            }
         }
         for (int q = 0; q < S; q++) {
             s->ex.b_samp[q] = (eng_sampling){.temperature = 0};

@@ -81,6 +81,13 @@ static void usage(FILE *f)
         "  --threads N              engine worker threads (default 1)\n"
         "  --kv-blocks N            device KV pool blocks (default 1024)\n"
         "  --kv-block-size N        tokens per KV block (default 16)\n"
+        "  --kv-rings N|off         a model with windowed and global layers (gemma2, gemma3;\n"
+        "                           CPU backend): its windowed layers' K/V live in a ring per\n"
+        "                           running sequence, N rings (default: as many as the\n"
+        "                           windowed layers' share of --kv-blocks holds, 1 to\n"
+        "                           max_active_seqs), its blocks hold the global layers only;\n"
+        "                           prefix cache, swap and n > 1 are off with rings. off: every\n"
+        "                           layer in the blocks, as other models\n"
         "  --host-kv-blocks N       pinned host KV tier blocks (default 0: no host tier)\n"
         "  --disk-kv FILE           disk KV tier file (O_DIRECT where the filesystem allows)\n"
         "  --disk-kv-blocks N       disk KV tier blocks\n"
@@ -135,8 +142,10 @@ static void usage(FILE *f)
         "  --fail-kv-reads host|disk|host,disk  every read from those KV tiers completes with\n"
         "                           EIO (fault injection; logged)\n"
         "  --keep-window-blocks     sequences of a model windowed on every layer keep every\n"
-        "                           KV block (the scheduler gets no attention window): the\n"
-        "                           reference a test compares the blocks given back against\n"
+        "                           KV block (the scheduler gets no attention window), and a\n"
+        "                           model with windowed and global layers keeps every layer\n"
+        "                           in its blocks (no rings): the reference a test compares\n"
+        "                           the blocks given back and the rings against\n"
 #endif
     );
 }
@@ -451,6 +460,7 @@ int main(int argc, char **argv)
         O_PREFIXKEY,
         O_FAILREADS,
         O_KEEPWIN,
+        O_KVRINGS,
         O_CUDADEV,
         O_CUDADTYPE,
         O_NOGRAPHS,
@@ -484,6 +494,7 @@ int main(int argc, char **argv)
         {"cuda-dtype", required_argument, 0, O_CUDADTYPE},
         {"no-cuda-graphs", no_argument, 0, O_NOGRAPHS},
         {"kv-blocks", required_argument, 0, O_KVB},
+        {"kv-rings", required_argument, 0, O_KVRINGS},
         {"kv-block-size", required_argument, 0, O_KVBS},
         {"host-kv-blocks", required_argument, 0, O_HKVB},
         {"disk-kv", required_argument, 0, O_DKV},
@@ -637,6 +648,18 @@ int main(int argc, char **argv)
                 return 2;
             }
             sc.kv_blocks = (int)v;
+            break;
+        case O_KVRINGS:
+            if (!strcmp(optarg, "off")) {
+                sc.kv_rings = -1;
+                break;
+            }
+            if (parse_uint("--kv-rings", optarg, 1u << 20, &v)) return 2;
+            if (!v) {
+                fprintf(stderr, "ringlmd: --kv-rings must be >= 1 or off\n");
+                return 2;
+            }
+            sc.kv_rings = (int)v;
             break;
         case O_KVBS:
             if (parse_uint("--kv-block-size", optarg, 4096, &v)) return 2;

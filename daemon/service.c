@@ -415,6 +415,37 @@ int svc_create(const svc_config *cfg, svc **out)
     if (s->max_seqs < (int)pc->max_active_seqs) s->max_seqs = (int)pc->max_active_seqs;
     if (s->max_seqs > s->max_tokens) s->max_seqs = s->max_tokens;
 
+    /* A model with windowed and global layers on the CPU backend: its windowed layers' K/V
+     * in a ring per running sequence, its blocks the global layers' only (eng_options
+     * .kv_rings). A ring holds the last window of one sequence and nothing else, so what
+     * would carry a sequence's K/V across its stay off: the prefix cache (a hit would need
+     * the window's ring of the cached prompt), swap to the host or disk tier (a preempted
+     * sequence is recomputed from position 0), and n > 1 samples (admission.c). */
+    const bool cpu_backend = !s->cfg.backend || !strcmp(s->cfg.backend, "cpu");
+    int kv_rings = 0;
+    /* the most rows one sequence brings to a batch: a prefill chunk in token-budget mode
+     * (the scheduler cuts every chunk there; with rings no swap-in re-prefills whole), a
+     * whole prompt in the others */
+    const int ring_rows = pc->mode == SCHED_MODE_TOKEN_BUDGET && pc->prefill_chunk &&
+                                  (int)pc->prefill_chunk < s->max_tokens
+                              ? (int)pc->prefill_chunk
+                              : s->max_tokens;
+    if (cpu_backend && eng_model_mixed_window(s->model) && cfg->kv_rings >= 0 &&
+        !cfg->test.keep_window_blocks) {
+        /* by default the rings take the bytes the windowed layers had in the blocks: as many
+         * rings as --kv-blocks holds ring lengths (at least one, at most max_active_seqs),
+         * so --kv-blocks N costs what it did without rings */
+        const int ring_blocks =
+            eng_kv_ring_blocks_for(eng_model_hparams_of(s->model)->swa_window, ring_rows,
+                                   s->cfg.kv_block_size, s->mcfg->seq_len);
+        kv_rings = s->cfg.kv_blocks / ring_blocks;
+        if (kv_rings > (int)pc->max_active_seqs) kv_rings = (int)pc->max_active_seqs;
+        if (kv_rings < 1) kv_rings = 1;
+        if (cfg->kv_rings) kv_rings = cfg->kv_rings;
+        s->cfg.no_prefix_cache = true;
+        s->cfg.host_kv_blocks = 0;
+        s->cfg.disk_kv_path = NULL;
+    }
     eng_options eo = {.backend = s->cfg.backend,
                       .n_threads = cfg->threads > 0 ? cfg->threads : 1,
                       .numa_node = s->numa_node,
@@ -424,7 +455,9 @@ int svc_create(const svc_config *cfg, svc **out)
                       .max_seqs = s->max_seqs,
                       .cuda_device = s->cfg.cuda_device,
                       .cuda_dtype = (eng_cuda_dtype)s->cfg.cuda_dtype,
-                      .cuda_no_graphs = s->cfg.cuda_no_graphs};
+                      .cuda_no_graphs = s->cfg.cuda_no_graphs,
+                      .kv_rings = kv_rings,
+                      .kv_ring_rows = ring_rows};
     rc = eng_create(s->model, &eo, &s->engine);
     if (rc < 0) {
         rc = seterr(rc, "engine (%s): %s", s->cfg.backend, eng_errmsg());
@@ -451,7 +484,7 @@ int svc_create(const svc_config *cfg, svc **out)
     sched_config sc = {
         .kv_blocks_device = (uint32_t)eng_kv_blocks(s->engine),
         .kv_blocks_host = (uint32_t)s->cfg.host_kv_blocks,
-        .kv_blocks_disk = cfg->disk_kv_path ? (uint32_t)cfg->disk_kv_blocks : 0,
+        .kv_blocks_disk = s->cfg.disk_kv_path ? (uint32_t)cfg->disk_kv_blocks : 0,
         .block_size = (uint32_t)eng_kv_block_size(s->engine),
         .kv_bytes_per_token = eng_kv_bytes_per_token(s->engine),
         .max_context = (uint32_t)s->mcfg->seq_len + 1,
@@ -461,12 +494,25 @@ int svc_create(const svc_config *cfg, svc **out)
         .disk = {.out_bytes_per_s = cfg->disk_kv_bw > 0 ? cfg->disk_kv_bw : 1e9,
                  .in_bytes_per_s = cfg->disk_kv_bw > 0 ? cfg->disk_kv_bw : 1e9,
                  .latency_us = 100},
-        .prefix_cache = !cfg->no_prefix_cache,
+        .prefix_cache = !s->cfg.no_prefix_cache,
         .prefix_cache_generated = true, /* exec_plan gives each sampled token's id */
         /* every layer windowed (and honoured by the backend): blocks behind the window go
          * back to the pool as sequences grow */
         .attention_window = cfg->test.keep_window_blocks ? 0 : (uint32_t)eng_kv_window(s->engine),
+        /* gemma's windowed layers in rings: a sequence holding blocks holds one */
+        .window_rings = (uint32_t)eng_kv_rings(s->engine),
     };
+    if (kv_rings && progress) {
+        const eng_model_hparams *hp = eng_model_hparams_of(s->model);
+        int global = 0;
+        for (int l = 0; l < s->mcfg->n_layers; l++) global += !eng_layer_windowed(hp, l);
+        svc_log("windowed layers (%d of %d, window %d) keep their K/V in %d rings of %d blocks "
+                "(%zu bytes a ring), global layers in %d blocks of %zu bytes; prefix cache, swap "
+                "and n > 1 are off with rings",
+                s->mcfg->n_layers - global, s->mcfg->n_layers, hp->swa_window, kv_rings,
+                eng_kv_ring_blocks(s->engine), eng_kv_ring_bytes(s->engine),
+                eng_kv_blocks(s->engine), eng_kv_block_bytes(s->engine));
+    }
     if (sc.attention_window && progress)
         svc_log("every layer attends to the last %u positions: sequences give back the KV "
                 "blocks behind their window",
@@ -523,7 +569,7 @@ int svc_create(const svc_config *cfg, svc **out)
                          .max_model_len = (uint32_t)s->mcfg->seq_len,
                          .backend = eng_backend_name(s->engine),
                          .kv_block_size = (uint32_t)eng_kv_block_size(s->engine),
-                         .prefix_cache = !cfg->no_prefix_cache};
+                         .prefix_cache = !s->cfg.no_prefix_cache};
     rc = metrics_create(&mc, &s->mx);
     if (rc < 0) {
         rc = seterr(rc, "metrics %s: %s", cfg->metrics_listen ? cfg->metrics_listen : "",

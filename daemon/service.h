@@ -47,6 +47,7 @@ typedef struct svc_config {
     const char *numa;         /* --numa-node: "auto", "off" or N (NULL: auto) */
     int kv_blocks;            /* device pool blocks (0: default 1024) */
     int kv_block_size;        /* tokens per block (0: 16) */
+    int kv_rings;             /* --kv-rings: window rings (0: sized by kv_blocks; < 0: off) */
     int host_kv_blocks;       /* host tier blocks (0: none; default 2 × kv_blocks) */
     const char *disk_kv_path; /* disk tier file (NULL: none) */
     int disk_kv_blocks;
@@ -88,7 +89,8 @@ typedef struct svc_config {
         unsigned fail_kv_reads;   /* --fail-kv-reads: 1 << sched_pool per tier whose reads
                                      fail (kvtier_config.fail_reads) */
         bool keep_window_blocks;  /* --keep-window-blocks: no sched_config.attention_window,
-                                     so windowed sequences keep every block */
+                                     so windowed sequences keep every block; no window
+                                     rings (every layer in the blocks) */
     } test;
 } svc_config;
 

@@ -263,6 +263,7 @@ struct svc {
         uint64_t *fork_id;
         uint32_t *fork_n;
         uint32_t n_forks;
+        bool rings; /* the engine keeps window rings: each entry names its ring */
     } ex;
 
     /* transfers.c: --verify-swaps */

@@ -189,3 +189,107 @@ Test(daemon_window, prompt_chain_stays_cached, .init = mk_tmpdir, .fini = rm_tmp
     free(again);
     free(want);
 }
+
+/* ---- window rings: gemma's windowed and global layers ------------------------------------
+ *
+ * A model with windowed and global layers keeps its windowed layers' K/V in a ring per
+ * running sequence (eng_options.kv_rings), its blocks the global layers' only. Each stream
+ * equals the same model's with every layer in the blocks (ringlmd-test
+ * --keep-window-blocks), which test_gguf_oracle holds to llama.cpp's greedy ids; the engine
+ * test (test_engine_swa) holds the rings to that layout's logits bit for bit. */
+
+/* gemma2 on synthetic stories260K (5 layers: 1 and 3 global, context 512), or gemma3 on
+ * quant-gqa (16 layers: 5 and 11 global, context 256), windows of 32 */
+static void mixed_model(char *path, size_t n, bool gemma3)
+{
+    snprintf(path, n, "%s/%s.gguf", tmpdir, gemma3 ? "g3" : "g2");
+    if (gemma3)
+        export_gguf_window("synthetic:quant-gqa:5", NULL, "F32", "gemma3", 32, WINDOW, path);
+    else
+        export_gguf_window("synthetic:stories260K:7", NULL, "F32", "gemma2", 0, WINDOW, path);
+}
+
+static char *mixed_reference(const char *model, px_conc_job *g)
+{
+    const char *flags[] = {
+        TH_TEST_BUILD, "--keep-window-blocks", "--kv-blocks", "128", "--kv-block-size", "16", NULL};
+    dmn d;
+    dmn_start_for(&d, model, policy("recompute"), flags, &g->sock, &g->out);
+    cr_assert_not(strstr(th_daemon_output(&d.th), "rings of"), "the reference keeps no rings: %s",
+                  th_daemon_output(&d.th));
+    dmn_run_client(&d, client_px_concurrent, g, "client (every layer in the blocks)");
+    char *o = dmn_stop_output(&d);
+    dmn_cleanup(&d);
+    return o;
+}
+
+static void mixed_long_stream(bool gemma3)
+{
+    need_daemon_binary();
+    char model[512];
+    mixed_model(model, sizeof model, gemma3);
+    static px_conc_job g;
+    prompts(&g, 1);
+    g.max_new = gemma3 ? 240 : 400; /* 248 or 408 positions: 8 or 13 windows */
+    char *want = mixed_reference(model, &g);
+    char len[32];
+    snprintf(len, sizeof len, "| length %u", g.max_new);
+    cr_assert(strstr(want, len), "reference: %s", want);
+
+    const char *flags[] = {"--kv-blocks", "32", "--kv-block-size", "16", "--kv-rings", "2", NULL};
+    dmn d;
+    dmn_start_for(&d, model, policy("recompute"), flags, &g.sock, &g.out);
+    const char *log = th_daemon_output(&d.th);
+    cr_assert(strstr(log, gemma3 ? "windowed layers (14 of 16, window 32)"
+                                 : "windowed layers (3 of 5, window 32)"),
+              "the daemon keeps rings: %s", log);
+    cr_assert(strstr(log, "in 2 rings of 4 blocks"), "rings of (32 + a chunk of 16) / 16 + 1: %s",
+              log);
+    dmn_run_client(&d, client_px_concurrent, &g, "client (rings)");
+    char *got = dmn_stop_output(&d);
+    cr_assert_str_eq(got, want, "greedy stream on rings differs from every layer in the blocks");
+    dmn_cleanup(&d);
+    free(got);
+    free(want);
+}
+
+Test(daemon_window, gemma2_stream_on_rings_equals_every_layer_in_blocks, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 300)
+{
+    mixed_long_stream(false);
+}
+
+Test(daemon_window, gemma3_stream_on_rings_equals_every_layer_in_blocks, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 300)
+{
+    mixed_long_stream(true);
+}
+
+/* Two gemma2 streams of 408 positions (26 blocks each) in 40 blocks: one is preempted and,
+ * swap being off with rings (its policy asks for swap, a host tier is offered), recomputed
+ * from position 0 on a ring it takes again; both streams equal the reference. */
+Test(daemon_window, gemma2_preempted_on_rings_recomputes, .init = mk_tmpdir, .fini = rm_tmpdir,
+     .timeout = 300)
+{
+    need_daemon_binary();
+    char model[512];
+    mixed_model(model, sizeof model, false);
+    static px_conc_job g;
+    prompts(&g, 2);
+    char *want = mixed_reference(model, &g);
+
+    const char *flags[] = {"--kv-blocks", "40", "--kv-block-size", "16", "--host-kv-blocks",
+                           "64",          NULL};
+    dmn d;
+    dmn_start_for(&d, model, policy("swap"), flags, &g.sock, &g.out);
+    dmn_run_client(&d, client_px_concurrent, &g, "client (rings, small pool)");
+    char *got = dmn_stop_output(&d);
+    int recomputes = decision_count(&d, "preempt", "\"mode\":\"recompute\"");
+    cr_log_info("rings: %d recompute preemptions", recomputes);
+    cr_assert_gt(recomputes, 0, "40 blocks for two sequences of 26: a preemption");
+    cr_assert_eq(decision_count(&d, "preempt", "\"mode\":\"swap\""), 0, "no swap with rings");
+    cr_assert_str_eq(got, want, "streams after recompute on rings differ from the reference");
+    dmn_cleanup(&d);
+    free(got);
+    free(want);
+}
