@@ -850,6 +850,8 @@ size_t cst_grammar_size(const cst_grammar *g)
 #define PLAIN_ASCII_LO (0xFFFFFFFF00000000ull & ~(1ull << '"'))
 #define PLAIN_ASCII_HI (0x7FFFFFFFFFFFFFFFull & ~(1ull << ('\\' - 64)))
 
+#define TRANS_BLOCK 256 /* states per block of transition rows (256 KiB) */
+
 typedef struct stack_node {
     uint32_t ret, parent, depth;
 } stack_node;
@@ -882,11 +884,15 @@ struct cst_matcher {
     uint32_t gm_cap, gm_n;
     uint32_t *gm_pcs;
     size_t gm_npcs, gm_pcscap;
-    int32_t *trans; /* [state * 256 + byte] */
+    /* transitions: state s's row of 256 is trans[s / TRANS_BLOCK][s % TRANS_BLOCK * 256 ..]:
+     * blocks, so that growing the DFA never copies (nor faults in) the rows it has */
+    int32_t **trans;
+    uint32_t ntrans;
     uint32_t **st_mask;
     size_t mask_bytes;
     uint32_t nstates, stcap;
     uint32_t *st_hash;
+    uint32_t *st_hv; /* [state]: its threads' hash (a rehash does not recompute it) */
     uint32_t st_hash_cap;
     /* scratch for closures */
     uint64_t *work;
@@ -923,6 +929,11 @@ static uint64_t mix64(uint64_t h)
     h *= 0xc4ceb9fe1a85ec53ull;
     h ^= h >> 33;
     return h;
+}
+
+static inline int32_t *trans_row(const cst_matcher *m, uint32_t s)
+{
+    return m->trans[s / TRANS_BLOCK] + (size_t)(s % TRANS_BLOCK) * 256;
 }
 
 static uint32_t stk_push(cst_matcher *m, uint32_t parent, uint32_t ret)
@@ -1092,7 +1103,7 @@ static int32_t intern_state(cst_matcher *m)
         if (b) m->st_len = b;
         void *c = realloc(m->st_accept, cap);
         if (c) m->st_accept = c;
-        void *d = realloc(m->trans, (size_t)cap * 256 * sizeof *m->trans);
+        void *d = realloc(m->trans, ((size_t)cap / TRANS_BLOCK + 1) * sizeof *m->trans);
         if (d) m->trans = d;
         void *e = realloc(m->st_mask, cap * sizeof *m->st_mask);
         if (e) m->st_mask = e;
@@ -1108,10 +1119,17 @@ static int32_t intern_state(cst_matcher *m)
         if (k) m->st_tail = k;
         void *l = realloc(m->st_anext, cap * sizeof *m->st_anext);
         if (l) m->st_anext = l;
-        if (!a || !b || !c || !d || !e || !f || !g || !h || !i || !k || !l) return -1;
+        void *hv = realloc(m->st_hv, cap * sizeof *m->st_hv);
+        if (hv) m->st_hv = hv;
+        if (!a || !b || !c || !d || !e || !f || !g || !h || !i || !k || !l || !hv) return -1;
         m->stcap = cap;
     }
     if (grow((void **)&m->threads, &m->thcap, m->nthreads + n, sizeof *m->threads)) return -1;
+    if (m->nstates / TRANS_BLOCK >= m->ntrans) {
+        int32_t *blk = malloc((size_t)TRANS_BLOCK * 256 * sizeof *blk);
+        if (!blk) return -1;
+        m->trans[m->ntrans++] = blk;
+    }
     uint32_t s = m->nstates++;
     m->made++;
     m->st_off[s] = m->nthreads;
@@ -1127,7 +1145,8 @@ static int32_t intern_state(cst_matcher *m)
     m->st_cnext[s] = CNEXT_UNKNOWN;
     m->st_anext[s] = CNEXT_UNKNOWN;
     m->st_tail[s] = NULL;
-    memset(m->trans + (size_t)s * 256, 0xff, 256 * sizeof *m->trans);
+    m->st_hv[s] = (uint32_t)h;
+    memset(trans_row(m, s), 0xff, 256 * sizeof(int32_t));
     m->st_mask[s] = NULL;
     m->st_hash[j] = s;
     if (m->nstates * 2 >= m->st_hash_cap) {
@@ -1135,8 +1154,7 @@ static int32_t intern_state(cst_matcher *m)
         uint32_t *nh = calloc(cap, sizeof *nh);
         if (!nh) return -1;
         for (uint32_t k = 1; k < m->nstates; k++) {
-            uint32_t q =
-                (uint32_t)hash_threads(m->threads + m->st_off[k], m->st_len[k]) & (cap - 1);
+            uint32_t q = m->st_hv[k] & (cap - 1);
             while (nh[q]) q = (q + 1) & (cap - 1);
             nh[q] = k;
         }
@@ -1168,7 +1186,7 @@ static int32_t compute_step(cst_matcher *m, uint32_t s, uint8_t byte)
 
 static inline int32_t step(cst_matcher *m, uint32_t s, uint8_t byte)
 {
-    int32_t t = m->trans[(size_t)s * 256 + byte];
+    int32_t t = trans_row(m, s)[byte];
     if (t >= 0) return t;
     t = compute_step(m, s, byte);
     if (t < 0) {
@@ -1176,7 +1194,7 @@ static inline int32_t step(cst_matcher *m, uint32_t s, uint8_t byte)
         return 0;
     }
     /* the bytes no byte set tells apart step alike: fill the whole class */
-    int32_t *row = m->trans + (size_t)s * 256;
+    int32_t *row = trans_row(m, s);
     const cst_grammar *g = m->g;
     uint8_t c = g->byte_class[byte];
     for (uint32_t k = g->class_start[c]; k < g->class_start[c + 1]; k++) row[g->class_bytes[k]] = t;
@@ -1209,7 +1227,7 @@ static int init_states(cst_matcher *m)
     m->st_anext[0] = 0;
     m->st_tail[0] = NULL;
     m->st_mask[0] = NULL;
-    for (int b = 0; b < 256; b++) m->trans[b] = 0;
+    for (int b = 0; b < 256; b++) trans_row(m, 0)[b] = 0;
     m->nstates = 1;
     m->todo[0] = (uint64_t)m->p->start << 32;
     int rc = closure(m, 1);
@@ -1241,8 +1259,11 @@ int cst_matcher_create(const cst_grammar *g, const cst_vocab *v, cst_matcher **o
     m->st_cnext = calloc(m->stcap, sizeof *m->st_cnext);
     m->st_anext = calloc(m->stcap, sizeof *m->st_anext);
     m->st_tail = calloc(m->stcap, sizeof *m->st_tail);
+    m->st_hv = calloc(m->stcap, sizeof *m->st_hv);
     m->chain = malloc(((size_t)v->max_depth + 2) * sizeof *m->chain);
-    m->trans = malloc((size_t)m->stcap * 256 * sizeof *m->trans);
+    m->trans = calloc((size_t)m->stcap / TRANS_BLOCK + 1, sizeof *m->trans);
+    if (m->trans && (m->trans[0] = malloc((size_t)TRANS_BLOCK * 256 * sizeof **m->trans)))
+        m->ntrans = 1;
     m->st_mask = calloc(m->stcap, sizeof *m->st_mask);
     m->st_hash_cap = 256;
     m->st_hash = calloc(m->st_hash_cap, sizeof *m->st_hash);
@@ -1250,8 +1271,8 @@ int cst_matcher_create(const cst_grammar *g, const cst_vocab *v, cst_matcher **o
     m->todo = malloc(m->todocap * sizeof *m->todo);
     m->walk = malloc(((size_t)v->max_depth + 2) * sizeof *m->walk);
     if (!m->stk || !m->st_off || !m->st_len || !m->st_accept || !m->st_chain || !m->st_cls ||
-        !m->st_cset || !m->st_cnext || !m->st_anext || !m->st_tail || !m->chain || !m->trans ||
-        !m->st_mask || !m->st_hash || !m->todo || !m->walk) {
+        !m->st_cset || !m->st_cnext || !m->st_anext || !m->st_tail || !m->st_hv || !m->chain ||
+        !m->trans || !m->ntrans || !m->st_mask || !m->st_hash || !m->todo || !m->walk) {
         cst_matcher_free(m);
         return -ENOMEM;
     }
@@ -1284,11 +1305,13 @@ void cst_matcher_free(cst_matcher *m)
     free(m->st_cnext);
     free(m->st_anext);
     free(m->st_tail);
+    free(m->st_hv);
     free(m->chain);
     free(m->gm);
     free(m->gm_pcs);
     free(m->part);
     free(m->pmask);
+    for (uint32_t i = 0; i < m->ntrans; i++) free(m->trans[i]);
     free(m->trans);
     free(m->st_mask);
     free(m->st_hash);
