@@ -1178,6 +1178,9 @@ static int32_t compute_step(cst_matcher *m, uint32_t s, uint8_t byte)
         if (bs->w[byte >> 6] >> (byte & 63) & 1)
             m->todo[ns++] = (uint64_t)in->b << 32 | (uint32_t)t;
     }
+    /* no thread takes the byte: the dead state, without a closure (most of a walk's misses
+     * are this: a tail's first byte after a string, a byte out of a pattern's class) */
+    if (ns == 0) return 0;
     int rc = closure(m, ns);
     if (rc) return rc;
     int32_t t = intern_state(m);
@@ -1494,10 +1497,12 @@ static uint8_t *grp_verdict(cst_matcher *m, const uint32_t *pcs, uint32_t n, boo
 
 #define GROUP_MAX_THREADS 256
 
-static uint32_t uniform_next_fast(cst_matcher *m, uint32_t s)
+/* known_only: answer only from the groups' verdicts already known (one step, no
+ * multi-byte state), else CNEXT_UNKNOWN */
+static uint32_t uniform_next_fast(cst_matcher *m, uint32_t s, bool known_only)
 {
     size_t n = m->st_len[s];
-    if (n == 0 || n > GROUP_MAX_THREADS) return uniform_next(m, s);
+    if (n == 0 || n > GROUP_MAX_THREADS) return known_only ? CNEXT_UNKNOWN : uniform_next(m, s);
     uint64_t t[GROUP_MAX_THREADS]; /* (stack << 32 | pc), sorted */
     for (size_t i = 0; i < n; i++) {
         uint64_t x = m->threads[m->st_off[s] + i];
@@ -1524,9 +1529,11 @@ static uint32_t uniform_next_fast(cst_matcher *m, uint32_t s)
         uint32_t ng = (uint32_t)(b - a);
         a = b;
         if (!takes) continue; /* no plain character, no lead byte: dead for all alike */
-        if (f && m->stk[f].depth > MAX_STACK_DEPTH / 2) return uniform_next(m, s);
+        if (f && m->stk[f].depth > MAX_STACK_DEPTH / 2)
+            return known_only ? CNEXT_UNKNOWN : uniform_next(m, s);
         uint8_t *v = grp_verdict(m, pcs, ng, f == 0);
         if (!v) return m->oom = -ENOMEM, UNIFORM_MIXED;
+        if (*v == GV_UNKNOWN && known_only) return CNEXT_UNKNOWN;
         if (*v == GV_UNKNOWN) {
             /* the group as a state of its own, decided the slow way once: on a frame of its
              * own whose return is the sentinel (a pc no code reaches), so that a character
@@ -1550,7 +1557,7 @@ static uint32_t uniform_next_fast(cst_matcher *m, uint32_t s)
             *v = r == UNIFORM_MIXED ? GV_MIXED : r == 0 ? GV_DEAD : GV_LIVE;
             if (gs == (int32_t)s) return r; /* s was that group */
         }
-        if (*v == GV_MIXED) return uniform_next(m, s);
+        if (*v == GV_MIXED) return known_only ? CNEXT_UNKNOWN : uniform_next(m, s);
     }
     return (uint32_t)step(m, s, ' ');
 }
@@ -1578,7 +1585,7 @@ static uint16_t char_chain(cst_matcher *m, uint32_t s)
         }
         uint32_t n = m->st_cnext[x];
         if (n == CNEXT_UNKNOWN) {
-            n = uniform_next_fast(m, x);
+            n = uniform_next_fast(m, x, false);
             if (m->oom) return 0; /* no answer: the caller sees m->oom */
             m->st_cnext[x] = n;
         }
@@ -1725,6 +1732,10 @@ static uint32_t ascii_next(cst_matcher *m, uint32_t x)
 }
 
 #define SPLIT_MIN_CHAIN 16 /* a chain this long is followed, and enough for split_mask */
+/* impure tokens with more plain characters than this (Llama 3: 1,850 of 6,176) have their
+ * tails stepped one by one from a bounded chain's state; those with fewer by the tails'
+ * walk, cached per state */
+#define TAIL_WALK_MAX   1
 
 /*
  * The mask of a state inside a chain of plain characters (a string's body, bounded or
@@ -1745,9 +1756,12 @@ static int split_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nst
     while (J < need) {
         uint32_t n = m->st_cnext[x];
         if (n == CNEXT_UNKNOWN) {
-            if (J >= SPLIT_MIN_CHAIN) break; /* far enough: longer tokens are stepped */
-            n = uniform_next_fast(m, x);
+            /* past SPLIT_MIN_CHAIN only where the groups' verdicts are known (a bounded
+             * string's positions: one step each); otherwise far enough, the longer tokens
+             * are stepped */
+            n = uniform_next_fast(m, x, J >= SPLIT_MIN_CHAIN);
             if (m->oom) return m->oom;
+            if (n == CNEXT_UNKNOWN) break;
             m->st_cnext[x] = n;
         }
         if (n == UNIFORM_MIXED) {
@@ -1819,6 +1833,13 @@ static int split_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nst
                 break; /* a dead tail: no character after cn[J], and the
                                   * tokens are by plain characters ascending */
             if (step_from_char(m, cn[J], id, J, nsteps)) mask[id >> 5] |= 1u << (id & 31);
+            if (m->oom) return m->oom;
+            continue;
+        }
+        if (pl > TAIL_WALK_MAX && why != C_LOOP) {
+            /* few tokens: their tails stepped, not the tails' trie walked from one more
+             * chain state (a bounded string's every position makes its escapes' states) */
+            if (step_from_char(m, cn[pl], id, pl, nsteps)) mask[id >> 5] |= 1u << (id & 31);
             if (m->oom) return m->oom;
             continue;
         }
