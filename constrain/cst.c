@@ -1378,9 +1378,10 @@ static void set_end_bits(const cst_vocab *v, uint32_t *mask)
  * UNIFORM_MIXED. Checked on every plain byte, and on one byte per class of bytes the
  * program does not tell apart (cst_grammar.byte_class) for multi-byte characters.
  */
+static bool multibyte_to(cst_matcher *m, uint32_t s, uint32_t n);
+
 static uint32_t uniform_next(cst_matcher *m, uint32_t s)
 {
-    const uint8_t *cls = m->g->byte_class;
     uint32_t n = (uint32_t)step(m, s, ' ');
     for (unsigned b = 0x21; b < 0x7f; b++)
         if (byte_plain((uint8_t)b) && (uint32_t)step(m, s, (uint8_t)b) != n) return UNIFORM_MIXED;
@@ -1389,6 +1390,14 @@ static uint32_t uniform_next(cst_matcher *m, uint32_t s)
             if (step(m, s, (uint8_t)lead)) return UNIFORM_MIXED;
         return 0;
     }
+    return multibyte_to(m, s, n) ? n : UNIFORM_MIXED;
+}
+
+/* Whether every plain character of two to four bytes leads state s to state n (n live),
+ * checked on one byte per class of bytes the program does not tell apart. */
+static bool multibyte_to(cst_matcher *m, uint32_t s, uint32_t n)
+{
+    const uint8_t *cls = m->g->byte_class;
     /* continuation classes: one representative byte each, in 80..BF */
     uint8_t rep[64];
     int nrep = 0;
@@ -1397,8 +1406,8 @@ static uint32_t uniform_next(cst_matcher *m, uint32_t s)
         for (int k = 0; k < nrep && !seen; k++) seen = cls[rep[k]] == cls[b];
         if (!seen) rep[nrep++] = (uint8_t)b;
     }
-    if (nrep > 6) return UNIFORM_MIXED; /* too many to check cheaply (the walk is exact) */
-    uint16_t done[64];                  /* (lead class, lead kind) pairs checked */
+    if (nrep > 6) return false; /* too many to check cheaply (the walk is exact) */
+    uint16_t done[64];          /* (lead class, lead kind) pairs checked */
     int ndone = 0;
     bool ok = true;
     for (unsigned lead = 0xC2; lead <= 0xF4 && ok; lead++) {
@@ -1412,7 +1421,7 @@ static uint32_t uniform_next(cst_matcher *m, uint32_t s)
         if (seen) continue;
         if (ndone < 64) done[ndone++] = key;
         uint32_t s1 = (uint32_t)step(m, s, (uint8_t)lead);
-        if (!s1) return UNIFORM_MIXED;
+        if (!s1) return false;
         /* second byte: every class met in [lo, hi] */
         for (unsigned b2 = lo; b2 <= hi && ok; b2++) {
             bool first = true;
@@ -1433,7 +1442,45 @@ static uint32_t uniform_next(cst_matcher *m, uint32_t s)
             }
         }
     }
-    return ok ? n : UNIFORM_MIXED;
+    return ok;
+}
+
+#define EXCEPT_MAX 32 /* plain ASCII bytes uniform_except lets lead elsewhere */
+
+/*
+ * As uniform_next where a few plain ASCII bytes (at most EXCEPT_MAX, set in ex) lead
+ * elsewhere: the live state every other plain character leads to, or UNIFORM_MIXED. A key
+ * beside additionalProperties starts so: the names' first letters lead into the names,
+ * every other character into "any string but these".
+ */
+static uint32_t uniform_except(cst_matcher *m, uint32_t s, uint64_t ex[2])
+{
+    int32_t tgt[128] = {0};
+    for (unsigned b = 0x20; b < 0x7f; b++)
+        if (byte_plain((uint8_t)b)) tgt[b] = step(m, s, (uint8_t)b);
+    if (m->oom) return UNIFORM_MIXED;
+    int32_t seen[EXCEPT_MAX + 2], n = 0;
+    int cnt[EXCEPT_MAX + 2], ns = 0, best = 0;
+    for (unsigned b = 0x20; b < 0x7f; b++) {
+        if (!byte_plain((uint8_t)b) || !tgt[b]) continue;
+        int k = 0;
+        while (k < ns && seen[k] != tgt[b]) k++;
+        if (k == ns) {
+            if (ns == EXCEPT_MAX + 2) return UNIFORM_MIXED; /* too many targets */
+            seen[ns] = tgt[b], cnt[ns++] = 0;
+        }
+        if (++cnt[k] > best) best = cnt[k], n = tgt[b];
+    }
+    if (!n || (uint32_t)n == s) return UNIFORM_MIXED; /* none, or a loop with exceptions */
+    int ne = 0;
+    ex[0] = ex[1] = 0;
+    for (unsigned b = 0x20; b < 0x7f; b++)
+        if (byte_plain((uint8_t)b) && tgt[b] != n) {
+            ex[b >> 6] |= 1ull << (b & 63);
+            ne++;
+        }
+    if (ne > EXCEPT_MAX || !multibyte_to(m, s, (uint32_t)n) || m->oom) return UNIFORM_MIXED;
+    return (uint32_t)n;
 }
 
 /*
@@ -1731,6 +1778,9 @@ static uint32_t ascii_next(cst_matcher *m, uint32_t x)
     return m->st_anext[x] = n;
 }
 
+static void walk_range(cst_matcher *m, uint32_t s0, uint32_t lo, uint32_t hi, uint32_t *mask,
+                       uint32_t *nsteps_out, uint32_t *visits_out);
+
 #define SPLIT_MIN_CHAIN 16 /* a chain this long is followed, and enough for split_mask */
 /* impure tokens with more plain characters than this (Llama 3: 1,850 of 6,176) have their
  * tails stepped one by one from a bounded chain's state; those with fewer by the tails'
@@ -1752,6 +1802,8 @@ static int split_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nst
     uint32_t need = v->pure_max > v->imp_max ? v->pure_max : v->imp_max;
     uint32_t *cn = m->chain, J = 0, x = s0;
     enum { C_FAR, C_MIXED, C_DEAD, C_LOOP } why = C_FAR;
+    uint64_t ex[2] = {0, 0}; /* the first character's exceptions (uniform_except) */
+    bool except = false;
     cn[0] = s0;
     while (J < need) {
         uint32_t n = m->st_cnext[x];
@@ -1763,6 +1815,13 @@ static int split_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nst
             if (m->oom) return m->oom;
             if (n == CNEXT_UNKNOWN) break;
             m->st_cnext[x] = n;
+        }
+        if (n == UNIFORM_MIXED && J == 0) {
+            /* uniform but for a few ASCII bytes: the chain from where the others lead, and
+             * the tokens that begin with an exception walked from s0 (below) */
+            n = uniform_except(m, x, ex);
+            if (m->oom) return m->oom;
+            except = n != UNIFORM_MIXED;
         }
         if (n == UNIFORM_MIXED) {
             why = C_MIXED;
@@ -1849,13 +1908,27 @@ static int split_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nst
         uint32_t node = v->imp_node[k];
         if (tl[node >> 6] >> (node & 63) & 1) mask[id >> 5] |= 1u << (id & 31);
     }
+    if (except) {
+        /* the tokens that begin with an exception byte: their subtree (one child of the
+         * root) cleared and walked from s0 */
+        const trie_node *nodes = v->nodes;
+        uint32_t visits = 0;
+        for (uint32_t i = 1; i < v->n_nodes; i = nodes[i].end) {
+            uint8_t b = nodes[i].byte;
+            if (b >= 0x80 || !(ex[b >> 6] >> (b & 63) & 1)) continue;
+            for (uint32_t q = nodes[i].tok_first; q < nodes[i].tok_end; q++)
+                mask[v->sorted[q] >> 5] &= ~(1u << (v->sorted[q] & 31));
+            walk_range(m, s0, i, nodes[i].end, mask, nsteps, &visits);
+            if (m->oom) return m->oom;
+        }
+    }
     return 1;
 }
 
-/* The mask of state s0 (not dead) by one walk of the trie (mask zeroed by the caller;
- * errors in m->oom). */
-static void walk_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nsteps_out,
-                      uint32_t *visits_out)
+/* The tokens of the trie's nodes [lo, hi) (whole subtrees of the root's children) allowed
+ * from state s0 (not dead), by one walk (bits or'ed into mask; errors in m->oom). */
+static void walk_range(cst_matcher *m, uint32_t s0, uint32_t lo, uint32_t hi, uint32_t *mask,
+                       uint32_t *nsteps_out, uint32_t *visits_out)
 {
     const cst_vocab *v = m->v;
     const trie_node *nodes = v->nodes;
@@ -1863,7 +1936,7 @@ static void walk_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nst
     uint32_t nsteps = 0, visits = 0;
     walk[0] = (int32_t)s0;
     uint32_t no_new_chain = 0, no_new_cls = 0;
-    for (uint32_t i = 1; i < v->n_nodes;) {
+    for (uint32_t i = lo; i < hi;) {
         const trie_node *t = &nodes[i];
         visits++;
         uint32_t ps = (uint32_t)walk[t->depth - 1];
@@ -1952,6 +2025,14 @@ static void walk_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nst
     }
     *nsteps_out += nsteps;
     *visits_out += visits;
+}
+
+/* The mask of state s0 (not dead) by one walk of the trie (mask zeroed by the caller;
+ * errors in m->oom). */
+static void walk_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nsteps_out,
+                      uint32_t *visits_out)
+{
+    walk_range(m, s0, 1, m->v->n_nodes, mask, nsteps_out, visits_out);
 }
 
 /* Caches mask as state s's (while the cache is under its bound). */

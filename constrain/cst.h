@@ -18,7 +18,9 @@
  * (from its first quote, backslash, control or non-UTF-8 byte); a token of plain
  * characters only is allowed by its length against the run, and an impure one by its tail
  * from the run's state after its plain characters, the tails' walks (a small trie of their
- * own) cached per state. What the program cannot enforce exactly is a compile error that
+ * own) cached per state; a run whose first character may be any but a few (a key beside
+ * additionalProperties) is split so too, the tokens that begin with those few walked. What
+ * the program cannot enforce exactly is a compile error that
  * names the keyword and the JSON pointer; where a looser grammar would be the easy way
  * out, the engine is stricter instead (e.g. object properties in the schema's order,
  * strings in the one form Python's json.dumps writes), never looser: an accepted text
