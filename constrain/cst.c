@@ -850,6 +850,12 @@ size_t cst_grammar_size(const cst_grammar *g)
 #define PLAIN_ASCII_LO (0xFFFFFFFF00000000ull & ~(1ull << '"'))
 #define PLAIN_ASCII_HI (0x7FFFFFFFFFFFFFFFull & ~(1ull << ('\\' - 64)))
 
+#define CLASS_SPLITS      8  /* class_mask's vocabulary splits kept per matcher */
+#define CLASS_SPLIT_BYTES 16 /* smaller classes are walked (few tokens begin in them) */
+/* class_mask checks this many steps of a class's chain (each step every byte of the class):
+ * the rare longer tokens (Llama 3's runs of dashes) are stepped on, one byte a state */
+#define CLASS_MASK_CHAIN  16
+
 #define TRANS_BLOCK 256 /* states per block of transition rows (256 KiB) */
 
 typedef struct stack_node {
@@ -914,10 +920,22 @@ struct cst_matcher {
     uint32_t last_made;   /* states the last walk made */
     uint32_t last_visits; /* trie nodes the last walk looked at */
     bool last_cached;
-    uint8_t last_split; /* the last mask was split_mask's (1) or part_mask's (2) */
+    uint8_t last_split; /* the last mask was split_mask's (1), part_mask's (2) or
+                           class_mask's (3) */
     uint64_t *part;     /* scratch: part_mask's threads */
     size_t partcap;
-    uint32_t *pmask;      /* scratch: part_mask's two masks */
+    uint32_t *pmask; /* scratch: part_mask's two masks */
+    /* class_mask's splits of the vocabulary by a class of ASCII bytes, least recently used
+     * out */
+    struct cls_split {
+        uint64_t set[2]; /* the class; {0, 0}: an empty slot */
+        int32_t *id;     /* the tokens whose first byte is in the class, by id */
+        uint32_t *pre;   /* their leading bytes in the class */
+        uint32_t *len;   /* their bytes */
+        uint32_t n;
+        uint64_t used;
+    } cls[CLASS_SPLITS];
+    uint64_t cls_clock;
     cst_vocab *own_vocab; /* cst_dfa_open's empty vocabulary */
 };
 
@@ -1314,6 +1332,11 @@ void cst_matcher_free(cst_matcher *m)
     free(m->gm_pcs);
     free(m->part);
     free(m->pmask);
+    for (int i = 0; i < CLASS_SPLITS; i++) {
+        free(m->cls[i].id);
+        free(m->cls[i].pre);
+        free(m->cls[i].len);
+    }
     for (uint32_t i = 0; i < m->ntrans; i++) free(m->trans[i]);
     free(m->trans);
     free(m->st_mask);
@@ -1668,10 +1691,11 @@ static uint16_t char_chain(cst_matcher *m, uint32_t s)
 /*
  * The largest set of ASCII bytes state s takes to one same state (st_cset), and how many
  * times in a row such a step repeats with the same set (each step from the state before
- * taking every byte of the set to one same, live state): a token whose bytes are all in the
- * set is allowed when it is no longer than that. Cached per state.
+ * taking every byte of the set to one same, live state), followed at most limit times: a
+ * token whose bytes are all in the set is allowed when it is no longer than that. Cached per
+ * state (a count found under a smaller limit is still a true count, only shorter).
  */
-static uint16_t class_chain(cst_matcher *m, uint32_t s)
+static uint16_t class_chain(cst_matcher *m, uint32_t s, uint16_t limit)
 {
     if (m->st_cls[s] != CLS_UNKNOWN) return m->st_cls[s];
     int32_t tgt[128];
@@ -1692,7 +1716,7 @@ static uint16_t class_chain(cst_matcher *m, uint32_t s)
         if (tgt[b] == best) set[b >> 6] |= 1ull << (b & 63), first = (uint8_t)b;
     uint16_t k = 1;
     uint32_t x = (uint32_t)best;
-    while (k < CLS_CHAIN_LIMIT) {
+    while (k < limit) {
         int32_t y = step(m, x, first);
         bool same = y != 0;
         for (int b = first + 1; b < 128 && same; b++)
@@ -1966,7 +1990,7 @@ static void walk_range(cst_matcher *m, uint32_t s0, uint32_t lo, uint32_t hi, ui
             /* the chain was followed so far only (a long bounded string): the longer
              * tokens of ASCII bytes by the state's class chain, which is followed
              * further and costs no multi-byte states, and the few others one by one */
-            uint16_t kc = (ch & CHAIN_AT_LEAST) ? class_chain(m, ps) : CLS_NONE;
+            uint16_t kc = (ch & CHAIN_AT_LEAST) ? class_chain(m, ps, CLS_CHAIN_LIMIT) : CLS_NONE;
             if (kc != CLS_NONE && !(PLAIN_ASCII_LO & ~m->st_cset[ps][0]) &&
                 !(PLAIN_ASCII_HI & ~m->st_cset[ps][1])) {
                 for (uint32_t q = t->tok_first; q < t->tok_end; q++) {
@@ -1996,7 +2020,7 @@ static void walk_range(cst_matcher *m, uint32_t s0, uint32_t lo, uint32_t hi, ui
          * allowed by length alone (a pattern's or a format's characters) */
         if (t->byte < 0x80 && t->tok_end - t->tok_first >= CLS_MIN_TOKENS &&
             (i >= no_new_cls || m->st_cls[ps] != CLS_UNKNOWN)) {
-            uint16_t k = class_chain(m, ps);
+            uint16_t k = class_chain(m, ps, CLS_CHAIN_LIMIT);
             if (k != CLS_NONE && !t->high_below && !(v->ascii_below[i][0] & ~m->st_cset[ps][0]) &&
                 !(v->ascii_below[i][1] & ~m->st_cset[ps][1])) {
                 if (k == CHAIN_INF || (uint32_t)t->max_chars - t->chars_before <= k) {
@@ -2117,6 +2141,131 @@ static int part_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nste
     return 1;
 }
 
+/* The split of the vocabulary by class set (built on first use, kept per matcher): the
+ * tokens whose first byte is in the set, each with its leading bytes in the set. */
+static const struct cls_split *class_split(cst_matcher *m, const uint64_t set[2])
+{
+    const cst_vocab *v = m->v;
+    struct cls_split *c = NULL;
+    m->cls_clock++;
+    for (int i = 0; i < CLASS_SPLITS; i++) {
+        struct cls_split *x = &m->cls[i];
+        if (x->set[0] == set[0] && x->set[1] == set[1] && x->id) {
+            x->used = m->cls_clock;
+            return x;
+        }
+        if (!c || x->used < c->used) c = x;
+    }
+    free(c->id);
+    free(c->pre);
+    free(c->len);
+    *c = (struct cls_split){{0, 0}, NULL, NULL, NULL, 0, 0};
+    uint32_t n = 0;
+    for (int id = 0; id < v->n_tokens; id++) {
+        if (v->off[id + 1] == v->off[id]) continue;
+        uint8_t b = v->bytes[v->off[id]];
+        n += b < 0x80 && (set[b >> 6] >> (b & 63) & 1);
+    }
+    c->id = malloc(((size_t)n + 1) * sizeof *c->id);
+    c->pre = malloc(((size_t)n + 1) * sizeof *c->pre);
+    c->len = malloc(((size_t)n + 1) * sizeof *c->len);
+    if (!c->id || !c->pre || !c->len) {
+        free(c->id);
+        free(c->pre);
+        free(c->len);
+        c->id = NULL, c->pre = c->len = NULL;
+        m->oom = -ENOMEM;
+        return NULL;
+    }
+    for (int id = 0; id < v->n_tokens; id++) {
+        const uint8_t *b = v->bytes + v->off[id];
+        uint64_t len = v->off[id + 1] - v->off[id];
+        if (!len || b[0] >= 0x80 || !(set[b[0] >> 6] >> (b[0] & 63) & 1)) continue;
+        uint32_t p = 1;
+        while (p < len && b[p] < 0x80 && (set[b[p] >> 6] >> (b[p] & 63) & 1)) p++;
+        c->id[c->n] = id;
+        c->pre[c->n] = p;
+        c->len[c->n++] = (uint32_t)len;
+    }
+    c->set[0] = set[0], c->set[1] = set[1];
+    c->used = m->cls_clock;
+    return c;
+}
+
+/* Whether bytes b[from, len) are live from state x. */
+static bool step_bytes(cst_matcher *m, uint32_t x, const uint8_t *b, uint32_t from, uint32_t len,
+                       uint32_t *nsteps)
+{
+    for (uint32_t d = from; d < len && x; d++, (*nsteps)++) x = (uint32_t)step(m, x, b[d]);
+    return x != 0;
+}
+
+/*
+ * The mask of a state that takes a class of ASCII bytes in a chain (class_chain: a
+ * pattern's or a format's characters under a repeat), without walking the trie: a token
+ * that begins in the class is its leading bytes in the class, which lead along the chain
+ * (x_1 .. x_K, or a loop), then the rest stepped from there (most die at their first byte);
+ * the tokens that begin outside the class are walked from s0 (most at once dead). Returns
+ * 1 (mask written), 0 (no such class: the caller walks; mask undefined) or a negative
+ * errno.
+ */
+static int class_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nsteps,
+                      uint32_t *visits)
+{
+    const cst_vocab *v = m->v;
+    uint16_t k = class_chain(m, s0, CLASS_MASK_CHAIN);
+    if (m->oom) return m->oom;
+    if (k == CLS_NONE) return 0;
+    uint64_t set[2] = {m->st_cset[s0][0], m->st_cset[s0][1]};
+    if (__builtin_popcountll(set[0]) + __builtin_popcountll(set[1]) < CLASS_SPLIT_BYTES) return 0;
+    uint8_t first = 0;
+    while (!(set[first >> 6] >> (first & 63) & 1)) first++;
+    /* the chain's states: x[i] after i bytes of the class (K of them, then a loop or
+     * stepped) */
+    uint32_t *x = m->chain, K = 0, lim = v->max_depth;
+    bool loop = false;
+    x[0] = s0;
+    while (K < lim && (k == CHAIN_INF || K < k)) {
+        uint32_t y = (uint32_t)step(m, x[K], first);
+        (*nsteps)++;
+        if (y == x[K] && K > 0) {
+            loop = true;
+            break;
+        }
+        x[++K] = y;
+    }
+    if (m->oom) return m->oom;
+    const struct cls_split *c = class_split(m, set);
+    if (!c) return m->oom ? m->oom : -ENOMEM;
+    /* the chain's states that take every plain character back to themselves (an
+     * unanchored pattern once matched): a token of plain characters only is allowed from
+     * them whatever follows its leading bytes in the class */
+    uint8_t *ploop = (uint8_t *)m->walk; /* scratch: [K + 1], 0 unknown, 1 no, 2 yes */
+    memset(ploop, 0, K + 1);
+    for (uint32_t i = 0; i < c->n; i++) {
+        int32_t id = c->id[i];
+        uint32_t p = c->pre[i], len = c->len[i];
+        uint32_t q = p <= K ? p : K, from = loop && p > K ? p : q;
+        bool ok = p == len && (loop || len <= K);
+        if (!ok && v->pure_bits[id >> 5] >> (id & 31) & 1) {
+            if (!ploop[q]) ploop[q] = (char_chain(m, x[q]) & CHAIN_INF) == CHAIN_INF ? 2 : 1;
+            ok = ploop[q] == 2;
+        }
+        if (!ok) ok = step_bytes(m, x[q], v->bytes + v->off[id], from, len, nsteps);
+        if (ok) mask[id >> 5] |= 1u << (id & 31);
+        if (m->oom) return m->oom;
+    }
+    /* the tokens that begin outside the class */
+    const trie_node *nodes = v->nodes;
+    for (uint32_t i = 1; i < v->n_nodes; i = nodes[i].end) {
+        uint8_t b = nodes[i].byte;
+        if (b < 0x80 && (set[b >> 6] >> (b & 63) & 1)) continue;
+        walk_range(m, s0, i, nodes[i].end, mask, nsteps, visits);
+        if (m->oom) return m->oom;
+    }
+    return 1;
+}
+
 int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
 {
     const cst_vocab *v = m->v;
@@ -2135,7 +2284,7 @@ int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
     uint64_t made0 = m->made;
     uint32_t nsteps = 0, visits = 0;
     m->oom = 0;
-    int how = 0; /* 1: split, 2: parted, 0: walked */
+    int how = 0; /* 1: split, 2: parted, 3: classed, 0: walked */
     if (s0 != 0) {
         int r = split_mask(m, s0, mask, &nsteps);
         if (r > 0) how = 1;
@@ -2143,6 +2292,11 @@ int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
             memset(mask, 0, words * sizeof *mask);
             r = part_mask(m, s0, mask, &nsteps, &visits);
             if (r > 0) how = 2;
+        }
+        if (r == 0) {
+            memset(mask, 0, words * sizeof *mask);
+            r = class_mask(m, s0, mask, &nsteps, &visits);
+            if (r > 0) how = 3;
         }
         if (r < 0) m->oom = r;
         if (r == 0) {
@@ -2314,6 +2468,7 @@ void cst_matcher_describe(const cst_matcher *m, char *buf, size_t cap)
              m->last_cached       ? "cached"
              : m->last_split == 1 ? "split"
              : m->last_split == 2 ? "parted"
+             : m->last_split == 3 ? "classed"
                                   : "walked",
              m->last_cached ? 0 : m->last_visits, m->last_cached ? 0 : m->last_nodes,
              m->last_cached ? 0 : m->last_made);
