@@ -654,10 +654,22 @@ static int import(imp *im, const char *out, char *note, size_t note_len)
     snprintf(path, sizeof path, "%s/tokenizer.json", im->dir);
     char cfg2[4096];
     snprintf(cfg2, sizeof cfg2, "%s/tokenizer_config.json", im->dir);
-    if (access(path, F_OK) != 0)
-        return gw_seterr(-ENOENT, "%s: absent (the vocabulary is read from it)", path);
-    if ((err = gw_vocab_from_hf(path, access(cfg2, F_OK) == 0 ? cfg2 : NULL, (int)im->V, &vocab)))
+    char spm_path[4096];
+    snprintf(spm_path, sizeof spm_path, "%s/tokenizer.model", im->dir);
+    const bool spm = access(path, F_OK) != 0 && access(spm_path, F_OK) == 0;
+    if (spm) {
+        /* Llama 2, Mistral v0.1 and Gemma checkpoints may ship only SentencePiece's model */
+        if ((err = gw_vocab_from_spm(im->dir, (int)im->V, &vocab))) return err;
+        if (gemma) vocab->no_space_prefix = true; /* as the converter writes Gemma's */
+    } else if (access(path, F_OK) != 0) {
+        return gw_seterr(-ENOENT,
+                         "%s: absent, and no tokenizer.model (the vocabulary is read "
+                         "from one of them)",
+                         path);
+    } else if ((err = gw_vocab_from_hf(path, access(cfg2, F_OK) == 0 ? cfg2 : NULL, (int)im->V,
+                                       &vocab))) {
         return err;
+    }
     if (!vocab->chat_template) { /* newer checkpoints keep it beside the config */
         snprintf(path, sizeof path, "%s/chat_template.jinja", im->dir);
         vocab->chat_template = read_text(path);
@@ -841,8 +853,9 @@ static int import(imp *im, const char *out, char *note, size_t note_len)
                                           : 32);
     if ((err = gw_write(w, out))) goto out;
     if (note)
-        snprintf(note, note_len, "%s (%s), %ld layers, %s matrices%s%s%s", an, hf_arch, im->L,
+        snprintf(note, note_len, "%s (%s), %ld layers, %s matrices%s%s%s%s", an, hf_arch, im->L,
                  gguf_type_name((uint32_t)im->file_mtype), llama3 ? ", Llama 3 RoPE factors" : "",
+                 spm ? ", vocabulary from tokenizer.model" : "",
                  vocab->chat_template ? ", chat template" : "",
                  vision ? ", the language model only (the vision tower is not imported)" : "");
 out:
