@@ -162,6 +162,7 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
         goto out;
     }
     v->n = (size_t)vocab_size;
+    v->n_listed = json_object_size(vocab) + json_array_size(added);
     v->tokens = calloc(v->n, sizeof *v->tokens);
     v->lens = calloc(v->n, sizeof *v->lens);
     v->types = calloc(v->n, sizeof *v->types);
@@ -274,6 +275,27 @@ out:
         return err;
     }
     *out = v;
+    return 0;
+}
+
+int gw_vocab_trim(gw_vocab *v, size_t n, const char *src)
+{
+    for (size_t i = n; i < v->n; i++)
+        if (v->types[i] != TT_UNUSED)
+            return gw_seterr(-EINVAL,
+                             "%s: token %zu \"%.64s\" lies past the first %zu, which the model "
+                             "keeps",
+                             src, i, v->tokens[i], n);
+    const int32_t ids[5] = {v->bos, v->eos, v->eot, v->unk, v->pad};
+    for (int k = 0; k < 5; k++)
+        if (ids[k] >= 0 && (size_t)ids[k] >= n)
+            return gw_seterr(-EINVAL, "%s: special token %d lies past the first %zu", src, ids[k],
+                             n);
+    for (size_t i = n; i < v->n; i++) {
+        free(v->tokens[i]);
+        v->tokens[i] = NULL;
+    }
+    v->n = n;
     return 0;
 }
 

@@ -64,6 +64,7 @@ typedef struct gw_vocab {
     int32_t bos, eos, eot, unk, pad; /* -1: none */
     bool add_bos, add_eos;
     bool no_space_prefix; /* writes tokenizer.ggml.add_space_prefix false (absent: true) */
+    size_t n_listed;      /* tokenizer.json: model.vocab's entries + added_tokens' */
     char *chat_template;  /* NULL: none */
 } gw_vocab;
 
@@ -85,6 +86,9 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
  * extra whitespace removal (neither ringlm nor llama.cpp runs those as SentencePiece does). */
 int gw_vocab_from_spm(const char *dir, int vocab_size, gw_vocab **out);
 void gw_vocab_free(gw_vocab *v);
+/* Keeps the first n tokens (n <= v->n); refused (-EINVAL, naming src) when a token past them
+ * is a real one, not a "[PAD<id>]" filler. */
+int gw_vocab_trim(gw_vocab *v, size_t n, const char *src);
 /* Adds a vocabulary's tokenizer.* keys (a GGUF holding only these is a tokenizer file that
  * tok_load reads). Never fails, as the other adders. */
 void gw_vocab_add(gguf_writer *w, const gw_vocab *v);

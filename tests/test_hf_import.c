@@ -196,6 +196,8 @@ typedef struct hf_case {
     const char *hf_arch;
     int image_text; /* Gemma3ForConditionalGeneration: 1 language_model.model.*, 2
                        model.language_model.* (transformers 4.52 on), with a vision tower */
+    int trim;       /* gemma3: the tokenizer's rows the import keeps (the test vocabulary's
+                       258 + 2 added tokens of the model's 512) */
 } hf_case;
 
 static const char *st_dtype_of(uint32_t t)
@@ -550,6 +552,29 @@ static bool kv_equal(const gguf_kv *a, const gguf_kv *b)
  * tokenizer.model): its keys are checked by the case itself. */
 static bool skip_vocab_keys;
 
+/* Set while the import keeps only the first trim_rows tokens (a Gemma 3 embedding trimmed to
+ * its tokenizer): the embedding and the vocabulary arrays are compared up to there. */
+static uint64_t trim_rows;
+
+static bool kv_prefix_equal(const gguf_kv *a, const gguf_kv *b, uint64_t n)
+{
+    if (a->type != GGUF_V_ARRAY || a->type != b->type || a->elem_type != b->elem_type ||
+        b->count != n || a->count < n)
+        return false;
+    if (a->elem_type == GGUF_V_STRING) {
+        const void *pa = a->value, *pb = b->value;
+        for (uint64_t i = 0; i < n; i++) {
+            const char *sa, *sb;
+            size_t la, lb;
+            gguf_str_next(&pa, &sa, &la);
+            gguf_str_next(&pb, &sb, &lb);
+            if (la != lb || memcmp(sa, sb, la)) return false;
+        }
+        return true;
+    }
+    return memcmp(a->value, b->value, 4 * n) == 0; /* f32 scores, i32 types */
+}
+
 /* The import b holds a's tensors byte for byte and a's metadata (keys the converter does
  * not write may be absent: the loader's defaults are the exporter's values there). */
 static void assert_same_file(const char *label, const char *a_path, const char *b_path)
@@ -562,6 +587,17 @@ static void assert_same_file(const char *label, const char *a_path, const char *
     for (int i = 0; i < gguf_n_tensors(a); i++) {
         const gguf_tensor *ta = gguf_tensor_at(a, i), *tb = gguf_tensor_find(b, ta->name);
         cr_assert_not_null(tb, "%s: tensor %s not imported", label, ta->name);
+        if (trim_rows && strcmp(ta->name, "token_embd.weight") == 0) {
+            cr_assert(ta->type == tb->type && tb->ne[0] == ta->ne[0] && tb->ne[1] == trim_rows &&
+                          ta->ne[1] > trim_rows,
+                      "%s: token_embd.weight: %llu rows imported of %llu, %llu expected", label,
+                      (unsigned long long)tb->ne[1], (unsigned long long)ta->ne[1],
+                      (unsigned long long)trim_rows);
+            cr_assert(memcmp(ta->data, tb->data, tb->bytes) == 0 &&
+                          tb->bytes * ta->ne[1] == ta->bytes * trim_rows,
+                      "%s: token_embd.weight: the kept rows differ", label);
+            continue;
+        }
         cr_assert(ta->type == tb->type && ta->n_dims == tb->n_dims &&
                       !memcmp(ta->ne, tb->ne, sizeof ta->ne),
                   "%s: tensor %s: %s [%llu %llu %llu] imported as %s [%llu %llu %llu]", label,
@@ -576,6 +612,14 @@ static void assert_same_file(const char *label, const char *a_path, const char *
         const gguf_kv *ka = gguf_kv_at(a, i), *kb = gguf_find(b, ka->key);
         if (strcmp(ka->key, "general.name") == 0) continue;
         if (skip_vocab_keys && strncmp(ka->key, "tokenizer.", 10) == 0) continue;
+        if (trim_rows && kb &&
+            (!strcmp(ka->key, "tokenizer.ggml.tokens") ||
+             !strcmp(ka->key, "tokenizer.ggml.scores") ||
+             !strcmp(ka->key, "tokenizer.ggml.token_type"))) {
+            cr_assert(kv_prefix_equal(ka, kb, trim_rows), "%s: metadata %s: not the first %llu",
+                      label, ka->key, (unsigned long long)trim_rows);
+            continue;
+        }
         if (!kb) {
             const char *dot = strchr(ka->key, '.');
             cr_assert(dot && (strcmp(dot, ".vocab_size") == 0 ||
@@ -590,14 +634,16 @@ static void assert_same_file(const char *label, const char *a_path, const char *
     gguf_close(b);
 }
 
-/* Greedy steps of both files from one prompt: the logits of every step equal to the bit. */
+/* Greedy steps of both files from one prompt: the logits of every step equal to the bit (the
+ * first trim_rows of them where the import is trimmed). */
 static void assert_same_logits(const char *label, const char *a_path, const char *b_path)
 {
     eng_model *m[2];
     cr_assert_eq(eng_model_load(a_path, &m[0]), 0, "%s", eng_errmsg());
     cr_assert_eq(eng_model_load(b_path, &m[1]), 0, "%s: %s", label, eng_errmsg());
     const eng_model_config *c = eng_model_cfg(m[0]);
-    cr_assert_eq(eng_model_cfg(m[1])->vocab_size, c->vocab_size);
+    const int nv = trim_rows ? (int)trim_rows : c->vocab_size;
+    cr_assert_eq(eng_model_cfg(m[1])->vocab_size, nv);
     float *lg[2];
     int32_t prompt[] = {258, 104, 256, 108, 111};
     tseq s[2];
@@ -611,12 +657,13 @@ static void assert_same_logits(const char *label, const char *a_path, const char
         for (int k = 0; k < 2; k++) {
             tseq *one[1] = {&s[k]};
             int rows = s[k].n_tokens - s[k].n_cached;
-            cr_assert_eq(ts_step(e[k], c, one, &rows, 1, lg[k]), 0, "%s", eng_errmsg());
+            cr_assert_eq(ts_step(e[k], eng_model_cfg(m[k]), one, &rows, 1, lg[k]), 0, "%s",
+                         eng_errmsg());
         }
-        cr_assert(memcmp(lg[0], lg[1], (size_t)c->vocab_size * sizeof(float)) == 0,
+        cr_assert(memcmp(lg[0], lg[1], (size_t)nv * sizeof(float)) == 0,
                   "%s: step %d: logits differ (relative %.3g)", label, step,
-                  ts_rel_diff(lg[0], lg[1], c->vocab_size));
-        int32_t t = ts_argmax(lg[0], c->vocab_size);
+                  ts_rel_diff(lg[0], lg[1], nv));
+        int32_t t = ts_argmax(lg[0], nv);
         s[0].tokens[s[0].n_tokens++] = t;
         s[1].tokens[s[1].n_tokens++] = t;
     }
@@ -641,9 +688,13 @@ static void round_trip(const hf_case *hc)
     cr_assert(strstr(err, "wrote"), "%s", err);
     if (hc->image_text)
         cr_assert(strstr(err, "the vision tower is not imported"), "%s: %s", hc->label, err);
+    cr_assert(!hc->trim || strstr(err, "embedding trimmed to the tokenizer's rows"), "%s: %s",
+              hc->label, err);
     free(err);
+    trim_rows = (uint64_t)hc->trim;
     assert_same_file(hc->label, a, b);
     assert_same_logits(hc->label, a, b);
+    trim_rows = 0;
     cr_log_info("%s: imported file equals the exported one", hc->label);
     char cmd[2000];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' '%s'", dir, a, b);
@@ -687,14 +738,16 @@ Test(hf_import, qwen_gemma_phi3_and_moe_equal_the_gguf_path)
          .type = "BF16",
          .head_dim = 32,
          .window = 32,
-         .shards = true},
+         .shards = true,
+         .trim = 260},
         {.label = "gemma3 image-text (language_model.model.*)",
          .spec = "synthetic:gqa-test:7",
          .arch = "gemma3",
          .type = "BF16",
          .head_dim = 32,
          .window = 32,
-         .image_text = 1},
+         .image_text = 1,
+         .trim = 260},
         {.label = "gemma3 image-text sharded (model.language_model.*)",
          .spec = "synthetic:gqa-test:7",
          .arch = "gemma3",
@@ -702,7 +755,8 @@ Test(hf_import, qwen_gemma_phi3_and_moe_equal_the_gguf_path)
          .head_dim = 32,
          .window = 32,
          .shards = true,
-         .image_text = 2},
+         .image_text = 2,
+         .trim = 260},
         {.label = "phi3", .spec = "synthetic:gqa-test:7", .arch = "phi3", .type = "F32"},
         {.label = "qwen3moe", .spec = "synthetic:gqa-test:7", .arch = "qwen3moe", .type = "F32"},
         {.label = "qwen3moe fused experts BF16",
@@ -927,6 +981,25 @@ static void ringlm_greedy(const char *path, const int32_t *prompt, int n_prompt,
     eng_model_free(m);
 }
 
+/* ringlm's greedy tokens on file equal llama.cpp's (theirs) for STEPS steps, up to a near
+ * tie (F32: within 1e-4 of the largest logit) after at least 100 equal steps. */
+static void assert_greedy_equal(const char *file, const char *what, const int32_t *toks,
+                                const float *gaps, json_t *theirs)
+{
+    cr_assert_eq(json_array_size(theirs), STEPS);
+    int same = 0;
+    for (; same < STEPS; same++) {
+        int32_t want = (int32_t)json_integer_value(json_array_get(theirs, (size_t)same));
+        if (want == toks[same]) continue;
+        cr_assert_leq(gaps[same], 1e-4,
+                      "%s: step %d: ringlm %d, llama.cpp %d, top-2 gap %.3g is no near tie", file,
+                      same, toks[same], want, gaps[same]);
+        cr_assert_geq(same, 100, "%s: a near tie at step %d, before 100 equal steps", file, same);
+        break;
+    }
+    cr_log_info("%s: %d greedy tokens equal to llama.cpp's", what, same);
+}
+
 /* ringlm's greedy runs on files[0] (unscaled) and files[1] (scaled) differ, and each equals
  * llama.cpp's for STEPS steps, up to a near tie (F32: within 1e-4 of the largest logit)
  * after at least 100 equal steps. */
@@ -951,20 +1024,8 @@ static void assert_scaling_equals_llama_cpp(const char *const files[2], const ch
     }
     json_t *theirs = node_oracle("greedy.mjs", "jobs", jobs, "the llama.cpp oracle");
     for (int k = 0; k < 2; k++) {
-        json_t *t = json_array_get(theirs, (size_t)k);
-        cr_assert_eq(json_array_size(t), STEPS);
-        int same = 0;
-        for (; same < STEPS; same++) {
-            int32_t want = (int32_t)json_integer_value(json_array_get(t, (size_t)same));
-            if (want == toks[k][same]) continue;
-            cr_assert_leq(gaps[k][same], 1e-4,
-                          "%s: step %d: ringlm %d, llama.cpp %d, top-2 gap %.3g is no near tie",
-                          files[k], same, toks[k][same], want, gaps[k][same]);
-            cr_assert_geq(same, 100, "%s: a near tie at step %d, before 100 equal steps", files[k],
-                          same);
-            break;
-        }
-        cr_log_info("%s: %d greedy tokens equal to llama.cpp's", k ? what : "unscaled", same);
+        assert_greedy_equal(files[k], k ? what : "unscaled", toks[k], gaps[k],
+                            json_array_get(theirs, (size_t)k));
         free(toks[k]);
         free(gaps[k]);
     }
@@ -1576,4 +1637,53 @@ Test(hf_import, bad_sentencepiece_models_are_refused_naming_the_file)
     cr_assert(strstr(err, "/tokenizer.model: trainer_spec.bos_id 7: outside the 3 pieces"), "%s",
               err);
     free(err);
+}
+
+/* ---- a Gemma 3 embedding trimmed to its tokenizer ---------------------------------------- */
+
+/* A Gemma 3 checkpoint whose vocab_size (512) pads past its tokenizer.json (258 tokens and 2
+ * added): the import keeps the embedding's first 260 rows and 260 tokens, as llama.cpp's
+ * converter writes it (the round trips above hold the kept rows and the logits to the GGUF
+ * path's), and llama.cpp runs the file: greedy tokens equal ringlm's for 200 steps. */
+Test(hf_import, gemma3_embedding_trimmed_to_the_tokenizer_runs_in_llama_cpp, .timeout = 400)
+{
+    skip_without_node();
+    char a[600], dir[600], b[600];
+    snprintf(a, sizeof a, "%s/a.gguf", tmpdir);
+    snprintf(dir, sizeof dir, "%s/hf", tmpdir);
+    snprintf(b, sizeof b, "%s/b.gguf", tmpdir);
+    hf_case hc = {.label = "gemma3 trimmed",
+                  .spec = "synthetic:gqa-test:7",
+                  .arch = "gemma3",
+                  .type = "F32",
+                  .head_dim = 32,
+                  .window = 32};
+    export_case(&hc, a);
+    gguf_to_hf(a, dir, &hc);
+    char *err = NULL;
+    cr_assert_eq(import_cli(dir, b, NULL, &err), 0, "%s", err);
+    cr_assert(strstr(err, "embedding trimmed to the tokenizer's rows"), "%s", err);
+    free(err);
+    gguf_file *g;
+    cr_assert_eq(gguf_open(b, &g), 0, "%s", gguf_errmsg());
+    const gguf_tensor *te = gguf_tensor_find(g, "token_embd.weight");
+    cr_assert(te && te->ne[1] == 260, "token_embd.weight: 260 rows");
+    uint32_t et;
+    uint64_t n;
+    const void *arr;
+    cr_assert(gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, &arr) == 0 && n == 260,
+              "260 tokens");
+    gguf_close(g);
+
+    const int32_t prompt[] = {258, 104, 256, 108, 111};
+    int32_t toks[STEPS];
+    float gaps[STEPS];
+    ringlm_greedy(b, prompt, 5, toks, gaps);
+    json_t *p = json_array();
+    for (int i = 0; i < 5; i++) json_array_append_new(p, json_integer(prompt[i]));
+    json_t *jobs =
+        json_pack("[{s:s, s:o, s:i, s:i}]", "model", b, "prompt", p, "n", STEPS, "ctx", 256);
+    json_t *theirs = node_oracle("greedy.mjs", "jobs", jobs, "the llama.cpp oracle");
+    assert_greedy_equal(b, "gemma3 trimmed", toks, gaps, json_array_get(theirs, 0));
+    json_decref(theirs);
 }
