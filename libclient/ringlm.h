@@ -56,7 +56,7 @@ extern "C" {
  * ringlm_version() at run time to detect a library older than the header built against. */
 #define RINGLM_VERSION_MAJOR 0
 /* 0.2: n_cached_tokens; 0.3: request check, tokenizer; 0.4: sampling extensions; 0.5: the
- * daemon's served model name and load */
+ * daemon's served model name and load, constrained samples */
 #define RINGLM_VERSION_MINOR 5
 #define RINGLM_VERSION_PATCH 0
 /* One number that orders versions: MAJOR*10000 + MINOR*100 + PATCH. */
@@ -169,8 +169,10 @@ void ringlm_request_init(ringlm_request *req);
  * the request finishes with RINGLM_FINISH_STOP. ringlm_request.ignore_stop ignores only the
  * model's stop tokens, never these (as vLLM's ignore_eos and stop_token_ids).
  *
- * Not implemented yet, refused with -ENOTSUP and a detail (never accepted silently): n > 1,
- * and a constraint kind the daemon does not enforce (ringlm_constraint_kinds).
+ * Refused with -ENOTSUP and a detail (never accepted silently): n > 1 where the daemon runs
+ * one sample (ringlm_max_samples), n > 1 with a constraint where it does not run constrained
+ * samples (ringlm_samples_constrained), and a constraint kind the daemon does not enforce
+ * (ringlm_constraint_kinds).
  *
  * Constraints. constraint_kind and constraint (constraint_bytes bytes, at most
  * RINGLM_MAX_CONSTRAINT_BYTES) make the daemon generate only text that the constraint
@@ -426,6 +428,11 @@ int ringlm_vocab_size(const ringlm_client *c);
 /* The most samples one request may ask for on this daemon (ringlmd --max-n); 1 from a
  * daemon that does not run n > 1 (then n > 1 is -ENOTSUP at submit). */
 int ringlm_max_samples(const ringlm_client *c);
+/* 1 when the daemon runs n > 1 samples of a request that carries a constraint (each sample
+ * with its own matcher, as above), 0 when it does not (a daemon older than 0.5, or one that
+ * runs no constraint or no n > 1: then such a request is -ENOTSUP at submit), -EINVAL (c
+ * NULL). */
+int ringlm_samples_constrained(const ringlm_client *c);
 
 /*
  * Asks the daemon to cancel a request; its FINISH (CANCELLED, or whatever came first)

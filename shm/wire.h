@@ -271,6 +271,10 @@ struct ringlm_wire_cseg {
 #define RINGLM_WIRE_CAP_SAMPLES                                                                    \
     128u /* the daemon runs n > 1 samples of one prompt (ringlm_wire_sampling.n, up to
            dseg.max_n); the samples' ids are the record's req_id, req_id + 1, ... */
+#define RINGLM_WIRE_CAP_SAMPLES_CONSTRAINED                                                        \
+    256u /* with RINGLM_WIRE_CAP_SAMPLES and RINGLM_WIRE_CAP_CONSTRAINT: a request of n > 1
+            samples may carry a constraint (each sample gets its own matcher); without it
+            such a request is refused */
 #define RINGLM_WIRE_CLASSES_MAX 16u
 #define RINGLM_WIRE_MODEL_LEN   128u
 
