@@ -47,6 +47,8 @@ typedef struct sc_ctx {
     size_t nsubs, subcap;
     uint32_t any_sub, str_sub, char_sub;
     int depth;
+    bool py;     /* Python literals: None, True, False for null, true, false */
+    bool kwargs; /* the next object is a call's keyword arguments: (k=v, ...) */
 } sc_ctx;
 
 enum {
@@ -313,14 +315,23 @@ static uint32_t sc_lit_str(sc_ctx *c, const char *s, size_t n, uint32_t next)
     return pc;
 }
 
+/* null, true or false (which 0, 1, 2), or Python's None, True, False */
+static uint32_t lit_word(sc_ctx *c, int which, uint32_t next)
+{
+    static const char *const js[] = {"null", "true", "false"}, *const py[] = {"None", "True",
+                                                                              "False"};
+    const char *w = c->py ? py[which] : js[which];
+    return prog_lit(c->p, w, strlen(w), next);
+}
+
 /* A JSON value exactly (free whitespace between its tokens). */
 static uint32_t sc_literal(sc_ctx *c, json_t *v, uint32_t next)
 {
     char buf[64];
     switch (json_typeof(v)) {
-    case JSON_NULL: return prog_lit(c->p, "null", 4, next);
-    case JSON_TRUE: return prog_lit(c->p, "true", 4, next);
-    case JSON_FALSE: return prog_lit(c->p, "false", 5, next);
+    case JSON_NULL: return lit_word(c, 0, next);
+    case JSON_TRUE: return lit_word(c, 1, next);
+    case JSON_FALSE: return lit_word(c, 2, next);
     case JSON_INTEGER:
         snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v));
         return prog_lit(c->p, buf, strlen(buf), next);
@@ -1153,9 +1164,9 @@ static uint32_t any_value_sub(sc_ctx *c)
     json_t *empty = json_object();
     json_array_append_new(c->keep, empty);
     alts[3] = sc_number(c, empty, "", false, ret);
-    alts[4] = prog_lit(p, "true", 4, ret);
-    alts[5] = prog_lit(p, "false", 5, ret);
-    alts[6] = prog_lit(p, "null", 4, ret);
+    alts[4] = lit_word(c, 1, ret);
+    alts[5] = lit_word(c, 2, ret);
+    alts[6] = lit_word(c, 0, ret);
     prog_patch(p, entry, prog_alts(p, alts, 7));
     return entry;
 }
@@ -1875,17 +1886,34 @@ static uint32_t multiple_number(sc_ctx *c, json_t *s, const char *ptr, const num
     return c->p->failed ? 0 : pc;
 }
 
-static uint32_t member(sc_ctx *c, const sc_prop *pr, bool call, uint32_t next)
+/* "name": value, or name=value (kw: a call's keyword argument) */
+static uint32_t member(sc_ctx *c, const sc_prop *pr, bool call, bool kw, uint32_t next)
 {
     uint32_t val =
         call ? sc_call(c, pr->schema, pr->ptr, next) : sc_value(c, pr->schema, pr->ptr, next);
+    if (kw)
+        return prog_lit(c->p, pr->name, strlen(pr->name),
+                        prog_ws(c->p, prog_lit(c->p, "=", 1, prog_ws(c->p, val))));
     return sc_lit_str(c, pr->name, strlen(pr->name),
                       prog_ws(c->p, prog_lit(c->p, ":", 1, prog_ws(c->p, val))));
+}
+
+/* whether name is a Python identifier (ASCII) */
+static bool py_identifier(const char *name)
+{
+    if (!*name || (*name >= '0' && *name <= '9')) return false;
+    for (const char *q = name; *q; q++)
+        if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
+              *q == '_'))
+            return false;
+    return true;
 }
 
 static uint32_t sc_object(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
 {
     cst_prog *p = c->p;
+    bool kw = c->kwargs; /* a call's keyword arguments: only the named ones, as name=value */
+    c->kwargs = false;
     json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
     json_t *addl = json_object_get(s, "additionalProperties");
     json_t *uneval = json_object_get(s, "unevaluatedProperties");
@@ -1907,7 +1935,9 @@ static uint32_t sc_object(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
         addl = uneval;
     else if (addl && uneval && !bool_schema_true(uneval) && !json_equal(addl, uneval))
         return sc_err(c, ptr, "unevaluatedProperties", "not supported beside additionalProperties");
-    bool addl_allowed = !json_is_false(addl);
+    bool addl_allowed = !json_is_false(addl) && !kw;
+    if (kw && pp && json_object_size(pp))
+        return sc_err(c, ptr, "patternProperties", "not supported in a call's arguments");
     /* patternProperties: where every pattern's schema allows anything and so do the
      * additional properties, they change nothing */
     bool has_pp = false;
@@ -1959,6 +1989,13 @@ static uint32_t sc_object(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
         if (!pr[j].required) nreq++;
         pr[j].required = true;
     }
+    for (size_t i = 0; kw && i < n; i++)
+        if (!py_identifier(pr[i].name)) {
+            free(pr);
+            return sc_err(c, ptr, "properties",
+                          "a parameter whose name is not a Python identifier cannot be a keyword "
+                          "argument");
+        }
     /* a named property that a pattern matches: both schemas */
     if (has_pp) {
         if (keys_build(c, &keys, pp, pr, n, ptr)) {
@@ -2008,7 +2045,7 @@ static uint32_t sc_object(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
             first_req = i;
             break;
         }
-    uint32_t close = prog_ws(p, prog_lit(p, "}", 1, next));
+    uint32_t close = prog_ws(p, prog_lit(p, kw ? ")" : "}", 1, next));
     uint32_t rest_addl = close, first_addl = close;
     if (addl_allowed || has_pp) {
         json_t *as = addl ? addl : json_true();
@@ -2035,16 +2072,16 @@ static uint32_t sc_object(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
         if (json_is_false(pr[i].schema)) continue; /* never present */
         bool twice = i <= first_req;
         uint32_t r =
-            prog_ws(p, prog_lit(p, ",", 1, prog_ws(p, member(c, &pr[i], twice, rest_next))));
+            prog_ws(p, prog_lit(p, ",", 1, prog_ws(p, member(c, &pr[i], twice, kw, rest_next))));
         uint32_t new_rest = pr[i].required ? r : prog_split(p, r, rest_next);
         if (twice) {
-            uint32_t f = member(c, &pr[i], true, rest_next);
+            uint32_t f = member(c, &pr[i], true, kw, rest_next);
             first_next = pr[i].required ? f : prog_split(p, f, first_next);
         }
         rest_next = new_rest;
     }
     free(pr);
-    return prog_lit(p, "{", 1, prog_ws(p, first_next));
+    return prog_lit(p, kw ? "(" : "{", 1, prog_ws(p, first_next));
 }
 
 /* ---- arrays ---------------------------------------------------------------------------- */
@@ -2949,11 +2986,11 @@ static uint32_t sc_value(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
     }
     uint32_t alts[7];
     size_t na = 0;
-    if (types & T_NULL) alts[na++] = prog_lit(p, "null", 4, next);
+    if (types & T_NULL) alts[na++] = lit_word(c, 0, next);
     if ((types & T_BOOL) && !not_bools)
-        alts[na++] = prog_split(p, prog_lit(p, "true", 4, next), prog_lit(p, "false", 5, next));
+        alts[na++] = prog_split(p, lit_word(c, 1, next), lit_word(c, 2, next));
     else if (types & T_BOOL)
-        alts[na++] = not_bools & 1 ? prog_lit(p, "false", 5, next) : prog_lit(p, "true", 4, next);
+        alts[na++] = not_bools & 1 ? lit_word(c, 2, next) : lit_word(c, 1, next);
     if (types & T_OBJ) alts[na++] = sc_object(c, s, ptr, next);
     if (types & T_ARR) alts[na++] = sc_array(c, s, ptr, next);
     if ((types & T_STR) && not_strs)
@@ -3015,6 +3052,93 @@ int cst_compile_json_schema(const char *schema, size_t len, cst_grammar **out, c
     json_decref(root);
     if (!p.failed && p.start == 0) {
         snprintf(err, errlen, "the schema matches no instance");
+        prog_release(&p);
+        return -EINVAL;
+    }
+    return cst_grammar_finish(&p, out, err, errlen);
+}
+
+/*
+ * Python calls: spec {"tools": [{"name": N, "parameters": SCHEMA}, ...], "max_calls": K} ->
+ * "[" call ("," call)* "]" (at most K calls; K 0: any number), each call N(k=v, ...) of one
+ * of the tools, its keyword arguments the properties of its parameters (an object schema;
+ * only the named ones), each value a Python literal that, read as JSON (None, True, False as
+ * null, true, false), validates against the property's schema.
+ */
+int cst_compile_python_calls(const char *spec, size_t len, cst_grammar **out, char *err,
+                             size_t errlen)
+{
+    char dummy[8];
+    if (!err) err = dummy, errlen = sizeof dummy;
+    *out = NULL;
+    if (len > CST_MAX_SOURCE_BYTES) {
+        snprintf(err, errlen, "tool calls too large: %zu bytes (at most %u)", len,
+                 CST_MAX_SOURCE_BYTES);
+        return -E2BIG;
+    }
+    json_error_t je;
+    json_t *root = json_loadb(spec, len, 0, &je);
+    json_t *tools = json_object_get(root, "tools"), *mc = json_object_get(root, "max_calls");
+    if (!json_is_array(tools) || !json_array_size(tools) || json_array_size(tools) > SC_MAX_ALTS ||
+        (mc && !json_is_integer(mc))) {
+        json_decref(root);
+        snprintf(err, errlen,
+                 "tool calls: not {\"tools\": [{\"name\", \"parameters\"}, ...] "
+                 "(1 to 256), \"max_calls\": N}");
+        return -EINVAL;
+    }
+    cst_prog p;
+    int rc = prog_init(&p);
+    if (rc) {
+        json_decref(root);
+        return rc;
+    }
+    uint32_t match = prog_emit(&p, OP_MATCH, 0, 0);
+    uint32_t call = prog_emit(&p, OP_JMP, 0, 0), ret = prog_emit(&p, OP_RET, 0, 0);
+    size_t n = json_array_size(tools);
+    uint32_t *alts = calloc(n, sizeof *alts);
+    if (!alts) prog_fail(&p, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < n && !p.failed; i++) {
+        json_t *t = json_array_get(tools, i), *ps = json_object_get(t, "parameters");
+        const char *name = json_string_value(json_object_get(t, "name"));
+        char ptr[64];
+        snprintf(ptr, sizeof ptr, "/tools/%zu/parameters", i);
+        if (!name || !py_identifier(name)) {
+            prog_fail(&p, -EINVAL, "tool %zu: a name that is not a Python identifier", i);
+            break;
+        }
+        if (json_is_null(ps)) ps = NULL;
+        json_t *empty = ps ? NULL : json_pack("{s:s}", "type", "object");
+        sc_ctx c = {.p = &p, .root = ps ? ps : empty, .keep = json_array(), .py = true};
+        json_t *s = sc_flatten(&c, c.root, ptr);
+        if (s && (!json_is_object(s) || !(sc_types(s) & T_OBJ) || json_object_get(s, "anyOf") ||
+                  json_object_get(s, "oneOf") || json_object_get(s, "not")))
+            sc_err(&c, ptr, "parameters", "a call's parameters must be one object schema");
+        else if (s) {
+            c.kwargs = true;
+            alts[i] = prog_lit(&p, name, strlen(name), sc_object(&c, s, ptr, ret));
+        }
+        ctx_release(&c);
+        json_decref(empty);
+    }
+    if (!p.failed) {
+        prog_patch(&p, call, prog_alts(&p, alts, n));
+        uint32_t close = prog_ws(&p, prog_lit(&p, "]", 1, match)), body;
+        if (mc && json_integer_value(mc) == 1)
+            body = prog_emit(&p, OP_CALL, call, close);
+        else {
+            uint32_t loop = prog_split(&p, 0, close);
+            prog_patch(
+                &p, loop,
+                prog_ws(&p, prog_lit(&p, ",", 1, prog_ws(&p, prog_emit(&p, OP_CALL, call, loop)))));
+            body = prog_emit(&p, OP_CALL, call, loop);
+        }
+        p.start = prog_lit(&p, "[", 1, prog_ws(&p, body));
+    }
+    free(alts);
+    json_decref(root);
+    if (!p.failed && p.start == 0) {
+        snprintf(err, errlen, "the tool calls match no text");
         prog_release(&p);
         return -EINVAL;
     }

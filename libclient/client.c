@@ -910,8 +910,8 @@ int ringlm_submit_batch_ext(ringlm_client *c, const ringlm_request *reqs,
             goto out;
         }
         if (q[i].ext && kind && !(c->constraint_kinds & (1u << kind))) {
-            static const char *const names[] = {"none",  "json_schema", "json_object",
-                                                "regex", "grammar",     "choice"};
+            static const char *const names[] = {"none",    "json_schema", "json_object", "regex",
+                                                "grammar", "choice",      "python_calls"};
             r = set_err(-ENOTSUP, "%sconstraint: the daemon does not enforce kind %s%s",
                         n > 1 ? "a request of the batch: " : "",
                         kind < sizeof names / sizeof *names ? names[kind] : "?",

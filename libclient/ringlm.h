@@ -183,7 +183,13 @@ void ringlm_request_init(ringlm_request *req);
  *   RINGLM_CONSTRAINT_REGEX        a regular expression the whole answer matches;
  *   RINGLM_CONSTRAINT_CHOICE       alternatives separated by NUL bytes ("yes\0no"): the answer
  *                                  is exactly one of them;
- *   RINGLM_CONSTRAINT_GRAMMAR      a GBNF grammar in llama.cpp's format (rule `root`).
+ *   RINGLM_CONSTRAINT_GRAMMAR      a GBNF grammar in llama.cpp's format (rule `root`);
+ *   RINGLM_CONSTRAINT_PYTHON_CALLS tool calls as a Python list of keyword calls,
+ *                                  [get_time(tz="UTC")] (the pythonic tool-call syntax):
+ *                                  the JSON {"tools": [{"name": N, "parameters": SCHEMA},
+ *                                  ...], "max_calls": K} (K 0: any number, else at most K);
+ *                                  each argument a Python literal (None/True/False for
+ *                                  null/true/false) that validates against its parameter.
  * The stop token is allowed only where the text is complete, so an answer that finishes with
  * RINGLM_FINISH_STOP is complete; one cut by max_new_tokens (RINGLM_FINISH_LENGTH) may not be.
  * The daemon compiles each distinct constraint once (cached by content), off its loop: the
@@ -226,11 +232,12 @@ typedef struct ringlm_logit_bias {
 /* ringlm_sampling.constraint_kind (see "Constraints" above) */
 enum ringlm_constraint_kind {
     RINGLM_CONSTRAINT_NONE = 0,
-    RINGLM_CONSTRAINT_JSON_SCHEMA = 1, /* constraint: a JSON schema's text */
-    RINGLM_CONSTRAINT_JSON_OBJECT = 2, /* any JSON object; no constraint bytes */
-    RINGLM_CONSTRAINT_REGEX = 3,       /* constraint: the pattern */
-    RINGLM_CONSTRAINT_GRAMMAR = 4,     /* constraint: a GBNF grammar */
-    RINGLM_CONSTRAINT_CHOICE = 5,      /* constraint: NUL-separated alternatives */
+    RINGLM_CONSTRAINT_JSON_SCHEMA = 1,  /* constraint: a JSON schema's text */
+    RINGLM_CONSTRAINT_JSON_OBJECT = 2,  /* any JSON object; no constraint bytes */
+    RINGLM_CONSTRAINT_REGEX = 3,        /* constraint: the pattern */
+    RINGLM_CONSTRAINT_GRAMMAR = 4,      /* constraint: a GBNF grammar */
+    RINGLM_CONSTRAINT_CHOICE = 5,       /* constraint: NUL-separated alternatives */
+    RINGLM_CONSTRAINT_PYTHON_CALLS = 6, /* constraint: {"tools": [...], "max_calls": K} */
 };
 
 /* The constraint kinds the daemon enforces: bit k set for kind k (1u << RINGLM_CONSTRAINT_*);

@@ -271,7 +271,7 @@ Test(daemon_constrain, json_schema_answers_validate, .timeout = 300)
     cr_assert_eq(ringlm_constraint_kinds(e.c),
                  1 << RINGLM_CONSTRAINT_JSON_SCHEMA | 1 << RINGLM_CONSTRAINT_JSON_OBJECT |
                      1 << RINGLM_CONSTRAINT_REGEX | 1 << RINGLM_CONSTRAINT_CHOICE |
-                     1 << RINGLM_CONSTRAINT_GRAMMAR);
+                     1 << RINGLM_CONSTRAINT_GRAMMAR | 1 << RINGLM_CONSTRAINT_PYTHON_CALLS);
     /* 32 sequences at once, 8 per schema, sampled (temperature 1): the model wanders, the
      * mask keeps it inside the schema */
     enum { N = 32 };
