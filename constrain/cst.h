@@ -18,7 +18,12 @@
  * (from its first quote, backslash, control or non-UTF-8 byte); a token of plain
  * characters only is allowed by its length against the run, and an impure one by its tail
  * from the run's state after its plain characters, the tails' walks (a small trie of their
- * own) cached per state. What the program cannot enforce exactly is a compile error that
+ * own) cached per state; a run whose first character may be any but a few (a key beside
+ * additionalProperties) is split so too, the tokens that begin with those few walked. A
+ * class of ASCII bytes under a repeat (a pattern's, a format's) is "classed": a token that
+ * begins in the class is allowed by its leading bytes in the class along the class's chain
+ * of states and the rest stepped from there (the vocabulary split by the class once per
+ * matcher). What the program cannot enforce exactly is a compile error that
  * names the keyword and the JSON pointer; where a looser grammar would be the easy way
  * out, the engine is stricter instead (e.g. object properties in the schema's order,
  * strings in the one form Python's json.dumps writes), never looser: an accepted text
@@ -102,6 +107,18 @@ int cst_compile_json_schema(const char *schema, size_t len, cst_grammar **out, c
 /* Any JSON value (object_only: any JSON object), free whitespace inside. */
 int cst_compile_json_value(bool object_only, cst_grammar **out, char *err, size_t errlen);
 /*
+ * Tool calls as a Python list of keyword calls (vLLM's pythonic syntax): spec is
+ * {"tools": [{"name": N, "parameters": SCHEMA}, ...], "max_calls": K}; the text is
+ * [N(k=v, ...), ...] with 1 to K calls (K 0: no bound), each of one of the tools (names
+ * Python identifiers), its keyword arguments the properties of its parameters schema (one
+ * object schema; only the named properties, in the schema's order, the required ones
+ * present) and each value a Python literal — JSON's syntax with None, True, False — that
+ * validates against its property's schema, exactly as cst_compile_json_schema enforces it.
+ * Errors as cst_compile_json_schema.
+ */
+int cst_compile_python_calls(const char *spec, size_t len, cst_grammar **out, char *err,
+                             size_t errlen);
+/*
  * A regular expression that the whole output must match (as vLLM's guided_regex):
  * literals, escapes, ., classes with ranges and negation, \d \w \s \D \W \S, groups
  * (capturing, (?:), named), |, * + ? {n} {n,} {n,m} (lazy forms too); ^ and $ only at the
@@ -168,9 +185,9 @@ long cst_matcher_forced(cst_matcher *m, uint8_t *out, size_t cap);
 /*
  * A one-line account of the current state and of the last mask (benchmarks, logs): the
  * state's id and threads, its deepest stack, its character chain, and whether the last
- * mask came from the cache, walked the vocabulary, was split (a run of plain characters)
- * or parted (such a run beside narrow threads) (nodes visited, DFA steps, new states
- * made).
+ * mask came from the cache, walked the vocabulary, was split (a run of plain characters),
+ * parted (such a run beside narrow threads) or classed (a class of ASCII bytes under a
+ * repeat) (nodes visited, DFA steps, new states made).
  */
 void cst_matcher_describe(const cst_matcher *m, char *buf, size_t cap);
 
