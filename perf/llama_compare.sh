@@ -175,7 +175,9 @@ http_llama() {
   local f=$1 out=$2 extra=() port spid
   case "$f" in *-Q*) extra=(--no-repack) ;; esac
   port=$(free_port)
-  "$LLAMA_SERVER" -m "$f" -t "$THREADS" -np "$max_http" -c $((max_http * (PROMPT + GEN + 8))) \
+  # at the nice ringlmd takes by default (-10 where permitted; GNU nice runs it as it is
+  # where not), so that on a busy machine neither server is favoured by its priority
+  nice -n -10 "$LLAMA_SERVER" -m "$f" -t "$THREADS" -np "$max_http" -c $((max_http * (PROMPT + GEN + 8))) \
     --host 127.0.0.1 --port "$port" "${extra[@]}" >"$tmp/llama-server.log" 2>&1 &
   spid=$!
   if ! wait_health "$port" "$spid"; then
