@@ -1711,17 +1711,69 @@ static bool one_required(json_t *x, const char **key)
 }
 
 /*
+ * not {enum: [...]} / not {const: v}: the values of the kinds *types allows are taken out —
+ * null and booleans from *types and *bools (bit 0: true taken out, bit 1: false), strings
+ * into *strs (a new array: sc_value writes "any string but these", exact because a string is
+ * written in json.dumps's one form). Numbers (1, 1.0 and 1e0 are one value), arrays and
+ * objects among the values of a kind *types allows are refused.
+ */
+static int not_values(sc_ctx *c, json_t *nt, const char *ptr, int *types, json_t **strs, int *bools)
+{
+    json_t *cv = json_object_get(nt, "const"), *ev = json_object_get(nt, "enum");
+    if (ev && !json_is_array(ev)) return sc_err(c, ptr, "not", "its enum is not an array"), 0;
+    size_t n = cv ? 1 : json_array_size(ev);
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = cv ? cv : json_array_get(ev, i);
+        if (cv && ev) { /* const and enum: the const is taken out if the enum has it */
+            size_t j;
+            json_t *y;
+            bool found = false;
+            json_array_foreach(ev, j, y) found |= json_equal(y, cv);
+            if (!found) break;
+        }
+        if (!type_allows(*types, v)) continue; /* not a value this schema could give */
+        int vt = value_type(v);
+        if (vt == T_NULL) {
+            *types &= ~T_NULL;
+        } else if (vt == T_BOOL) {
+            *bools |= json_is_true(v) ? 1 : 2;
+            if (*bools == 3) *types &= ~T_BOOL;
+        } else if (vt == T_STR) {
+            if (!*strs) {
+                *strs = json_array();
+                if (!*strs) return prog_fail(c->p, -ENOMEM, "out of memory"), 0;
+                json_array_append_new(c->keep, *strs);
+            }
+            if (memchr(json_string_value(v), 0, json_string_length(v)))
+                return sc_err(c, ptr, "not", "of a string holding U+0000 is not supported"), 0;
+            json_array_append(*strs, v);
+        } else {
+            return sc_err(c, ptr, "not",
+                          vt & T_NUM ? "of enum/const numbers is not supported"
+                                     : "of enum/const arrays or objects is not supported"),
+                   0;
+        }
+    }
+    return *types ? 0 : -1;
+}
+
+/*
  * `not` in the forms that remove whole JSON types: not {} / not true (nothing validates),
- * not false (no constraint), not {"type": ...}; and in the forms that forbid properties:
+ * not false (no constraint), not {"type": ...}; in the forms that forbid properties:
  * not {required: [k]} and not {anyOf: [{required: [k1]}, {required: [k2]}, ...]} (only an
- * object without those keys validates: *s becomes a copy whose properties make them false).
+ * object without those keys validates: *s becomes a copy whose properties make them false);
+ * and not {enum} / not {const} of strings, null and booleans (not_values). (not {not: X} is
+ * X, merged by sc_value before this.)
  * Narrows *types; returns -1 when nothing may validate, 0 otherwise (errors recorded).
  */
-static int sc_not(sc_ctx *c, json_t **sp, const char *ptr, int *types)
+static int sc_not(sc_ctx *c, json_t **sp, const char *ptr, int *types, json_t **strs, int *bools)
 {
     json_t *s = *sp, *nt = json_object_get(s, "not");
     if (!nt || json_is_false(nt)) return 0;
     if (bool_schema_true(nt)) return -1;
+    if (json_is_object(nt) && (json_object_get(nt, "enum") || json_object_get(nt, "const")) &&
+        !has_assertions_besides(nt, (const char *const[]){"enum", "const", NULL}))
+        return not_values(c, nt, ptr, types, strs, bools);
     const char *key;
     json_t *alts = json_is_object(nt) ? json_object_get(nt, "anyOf") : NULL;
     bool forbid = one_required(nt, &key);
@@ -1752,8 +1804,8 @@ static int sc_not(sc_ctx *c, json_t **sp, const char *ptr, int *types)
     }
     if (!json_is_object(nt) || has_assertions_besides(nt, (const char *const[]){"type", NULL}))
         return sc_err(c, ptr, "not",
-                      "supported only as not {}, not true/false, not {type} and not of "
-                      "required properties"),
+                      "supported only as not {}, not true/false, not {type}, not {enum/const} "
+                      "and not of required properties"),
                0;
     int tn = sc_types(nt);
     if (tn < 0) return sc_err(c, ptr, "not", "not a type name or a list of them"), 0;
@@ -1918,6 +1970,36 @@ static uint32_t sc_alternatives(sc_ctx *c, json_t *s, const char *ptr, uint32_t 
     return pc;
 }
 
+/* whether `not` took value v out */
+static bool not_taken_out(json_t *v, json_t *strs, int bools)
+{
+    if (json_is_boolean(v)) return bools & (json_is_true(v) ? 1 : 2);
+    size_t i;
+    json_t *x;
+    if (json_is_string(v)) json_array_foreach(strs, i, x) if (json_equal(x, v)) return true;
+    return false;
+}
+
+/* A string of schema s other than the strings in strs: "any string but these" (the automaton
+ * of keys other than an object's names), for a string schema that asserts nothing else. */
+static uint32_t string_other_than(sc_ctx *c, json_t *s, const char *ptr, json_t *strs,
+                                  uint32_t next)
+{
+    static const char *const other[] = {"minLength", "maxLength", "pattern", "format", NULL};
+    for (int i = 0; other[i]; i++)
+        if (json_object_get(s, other[i]))
+            return sc_err(c, ptr, "not",
+                          "of enum/const strings beside minLength, maxLength, pattern or format "
+                          "is not supported");
+    size_t n = json_array_size(strs);
+    sc_prop *props = calloc(n, sizeof *props);
+    if (!props) return prog_fail(c->p, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) props[i].name = json_string_value(json_array_get(strs, i));
+    uint32_t pc = key_other_than(c, props, n, next);
+    free(props);
+    return pc;
+}
+
 static uint32_t sc_value(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
 {
     cst_prog *p = c->p;
@@ -1931,6 +2013,19 @@ static uint32_t sc_value(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
         return sc_err(c, ptr, "properties", "schemas nested too deeply");
     }
     uint32_t pc = 0;
+    /* not {not: X} is X: merged in as allOf [X] (exact, whatever X is) */
+    json_t *nt = json_object_get(s, "not");
+    if (json_is_object(nt) && json_object_get(nt, "not") &&
+        !has_assertions_besides(nt, (const char *const[]){"not", NULL})) {
+        json_t *cp = json_object(), *all = json_array(), *old = json_object_get(s, "allOf");
+        json_array_append_new(c->keep, cp);
+        json_object_update(cp, s);
+        json_object_del(cp, "not");
+        if (json_is_array(old)) json_array_extend(all, old);
+        json_array_append(all, json_object_get(nt, "not"));
+        json_object_set_new(cp, "allOf", all);
+        s = cp;
+    }
     json_t *ref = json_object_get(s, "$ref");
     if (json_object_get(s, "allOf") ||
         (ref && has_assertions_besides(s, (const char *const[]){"$ref", NULL}))) {
@@ -1961,7 +2056,10 @@ static uint32_t sc_value(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
         sc_err(c, ptr, "type", "not a type name or a list of them");
         goto out;
     }
-    if (sc_not(c, &s, ptr, &types) < 0 || p->failed) goto out; /* nothing validates */
+    json_t *not_strs = NULL; /* strings `not` takes out */
+    int not_bools = 0;       /* booleans `not` takes out: bit 0 true, bit 1 false */
+    if (sc_not(c, &s, ptr, &types, &not_strs, &not_bools) < 0 || p->failed)
+        goto out; /* nothing validates */
     json_t *cv = json_object_get(s, "const"), *ev = json_object_get(s, "enum");
     if (cv || ev) {
         static const char *const ok[] = {"const", "enum", "type", "not", NULL};
@@ -1992,7 +2090,7 @@ static uint32_t sc_value(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
                 json_array_foreach(ev, j, y) found |= json_equal(y, cv);
                 if (!found) continue;
             }
-            if (!type_allows(types, v)) continue;
+            if (!type_allows(types, v) || not_taken_out(v, not_strs, not_bools)) continue;
             e[ne++] = sc_literal(c, v, next);
         }
         pc = ne ? prog_alts(p, e, ne) : 0;
@@ -2002,11 +2100,16 @@ static uint32_t sc_value(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
     uint32_t alts[7];
     size_t na = 0;
     if (types & T_NULL) alts[na++] = prog_lit(p, "null", 4, next);
-    if (types & T_BOOL)
+    if ((types & T_BOOL) && !not_bools)
         alts[na++] = prog_split(p, prog_lit(p, "true", 4, next), prog_lit(p, "false", 5, next));
+    else if (types & T_BOOL)
+        alts[na++] = not_bools & 1 ? prog_lit(p, "false", 5, next) : prog_lit(p, "true", 4, next);
     if (types & T_OBJ) alts[na++] = sc_object(c, s, ptr, next);
     if (types & T_ARR) alts[na++] = sc_array(c, s, ptr, next);
-    if (types & T_STR) alts[na++] = sc_string(c, s, ptr, next);
+    if ((types & T_STR) && not_strs)
+        alts[na++] = string_other_than(c, s, ptr, not_strs, next);
+    else if (types & T_STR)
+        alts[na++] = sc_string(c, s, ptr, next);
     if (types & T_NUM)
         alts[na++] = sc_number(c, s, ptr, false, next);
     else if (types & T_INT)

@@ -265,6 +265,7 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec, con
         k->deadline_us = r->deadline_us;
         k->cache_salt = r->cache_salt;
         k->ignore_stop = r->ignore_stop;
+        k->want_detail = r->want_detail;
         k->samp = r->samp;
         k->samp.proc = NULL;
         k->samp.seed = hdr->seed + i;
@@ -284,6 +285,15 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec, con
     if (crc < 0) {
         reject_now(s, r, crr, why);
         return;
+    }
+    /* each further sample: its own matcher of the same grammar (the prompt is none of the
+     * matcher's: every sample starts where the leader does), ready or waiting with it for the
+     * one compile; a failure rejects the group, which ends them all */
+    for (uint32_t i = 1; i < r->n_samples; i++) {
+        if (cn_attach(s, req_find(s, r->id + i), rec, &crr, why, sizeof why) < 0) {
+            reject_now(s, r, crr, why);
+            return;
+        }
     }
     if (crc > 0) {
         req_set_state(s, r, REQ_COMPILING);
@@ -317,9 +327,12 @@ void adm_submit(svc *s, svc_req *r)
         return;
     }
     req_set_state(s, r, REQ_QUEUED);
-    /* the others wait on its prompt, in no scheduler queue until the fork */
-    for (uint32_t i = 1; i < r->n_samples; i++)
-        req_set_state(s, req_find(s, r->id + i), REQ_QUEUED);
+    /* the others wait on its prompt, in no scheduler queue until the fork (one cancelled
+     * while its constraint compiled has ended, or is gone) */
+    for (uint32_t i = 1; i < r->n_samples; i++) {
+        svc_req *k = req_find(s, r->id + i);
+        if (k && !req_state_ended(k->state)) req_set_state(s, k, REQ_QUEUED);
+    }
 }
 
 void adm_submit_samples(svc *s)

@@ -707,7 +707,15 @@ static void compiled(svc *s, cn_entry *e)
         svc_req *r = c->r;
         if (req_state_ended(r->state)) continue; /* cancelled meanwhile */
         char why[RINGLM_WIRE_DETAIL_MAX + 16];
-        if (e->state == CN_FAILED) {
+        if (r->sample_idx) {
+            /* a further sample of an n > 1 request: its leader, waiting here too, is rejected
+             * or submitted for the group (and a rejected leader ends it); out of memory for
+             * its own matcher ends it alone, with an error */
+            if (e->state == CN_READY && cons_ready(s, c) < 0) {
+                if (!r->detail) r->detail = strdup("constraint: out of memory");
+                req_end(s, r, RINGLM_WIRE_R_ERROR, RINGLM_WIRE_R_INTERNAL);
+            }
+        } else if (e->state == CN_FAILED) {
             snprintf(why, sizeof why, "constraint: %s", e->err);
             adm_reject(s, r, SCHED_REJECT_BAD_PARAMS, why);
         } else if (cons_ready(s, c) < 0) {

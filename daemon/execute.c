@@ -105,19 +105,30 @@ static int fork_samples(svc *s, svc_req *r, const sched_entry *e, int L, bool *a
         s->ex.b_want[L + added] =
             (eng_logprob_want){.top_n = k->lp_top, .processed = k->lp_processed, .target = -1};
         *any_lp |= k->lp_top >= 0;
+        if (k->cons) cn_batch_add(s, k); /* its own matcher's mask, as the leader's */
         added++;
     }
     return added;
 }
 
 /* A forked sample's first token, drawn from its leader's row: as a sampled token of its own
- * (execute's loop below), and it starts running. */
+ * (execute's loop below), and it starts running. Its constraint (each sample has its own
+ * matcher) takes the token first; a failed mask or a refused token ends this sample alone. */
 static void fork_token(svc *s, svc_req *k, int li)
 {
     k->rng = s->ex.b_rng[li];
     int32_t tok = s->ex.b_out[li];
     k->scheduled_us = s->now_us;
     req_set_state(s, k, REQ_RUNNING);
+    char why[200];
+    if (tok < 0) snprintf(why, sizeof why, "%s", cn_row_failure(s, k));
+    if (tok < 0 || (k->cons && cn_accept(s, k, tok, why, sizeof why) < 0)) {
+        cn_count_row_failure(s);
+        svc_log("request %llu: %s", (unsigned long long)k->id, why);
+        if (k->want_detail && !k->detail) k->detail = strdup(why);
+        req_end(s, k, RINGLM_WIRE_R_ERROR, RINGLM_WIRE_R_INTERNAL);
+        return;
+    }
     bool stop = false;
     for (int j = 0; j < s->n_stop_tokens; j++) stop |= tok == s->stop_tokens[j];
     stop &= !k->ignore_stop;

@@ -273,6 +273,8 @@ void req_end(svc *s, svc_req *r, unsigned reason, unsigned cause)
             svc_req *k = req_find(s, r->id + i);
             if (!k || req_state_ended(k->state)) continue;
             if (r->fin_reason == RINGLM_WIRE_R_CANCELLED && !k->cancel_us) k->cancel_us = s->now_us;
+            /* the same words (a constraint that did not compile rejects all n) */
+            if (r->detail && k->want_detail && !k->detail) k->detail = strdup(r->detail);
             req_end(s, k, r->fin_reason, r->fin_cause);
         }
     }

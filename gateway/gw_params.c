@@ -406,7 +406,8 @@ static int rd_tools(json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err *e)
     if (choice == TC_AUTO && !cfg->tool_parser)
         return unsupported(e, "tool_choice",
                            "\"auto\": the gateway knows no tool-call syntax for this model's chat "
-                           "template; start it with --tool-call-parser hermes|llama3_json|mistral");
+                           "template; start it with --tool-call-parser "
+                           "hermes|llama3_json|mistral|pythonic");
     if (n && (choice == TC_AUTO || (choice == TC_DEFAULT && cfg->tool_parser)))
         p->tool_parser = cfg->tool_parser;
     p->max_tool_calls = parallel ? 0 : 1;

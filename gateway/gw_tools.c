@@ -7,7 +7,9 @@
  * follow vLLM's parsers of the same names; mistral reads both of Mistral's forms, the JSON
  * list of tokenizers before v11 ([TOOL_CALLS] [{"name": ..., "arguments": ...}]) and the
  * name-then-arguments calls of v11 and later ([TOOL_CALLS]name[ARGS]{...}, v13 with
- * [CALL_ID]id between them).
+ * [CALL_ID]id between them). pythonic reads a Python list of keyword calls and writes each
+ * call's keywords as a JSON object, a keyword at a time, as vLLM's pythonic parser does (it
+ * evaluates the literals with Python's ast and writes them with json.dumps).
  */
 #include "gateway/gw_tools.h"
 
@@ -16,6 +18,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,13 +36,20 @@ enum phase {
     PH_MMARK,   /* mistral v11+: inside [ARGS] or [CALL_ID] after the name */
     PH_MCALLID, /* mistral v13: the call id after [CALL_ID], up to [ARGS] */
     PH_MARGS,   /* mistral v11+: the arguments object after [ARGS] */
+    PH_PY_OPEN, /* pythonic: after <|python_start|>, whitespace then '[' */
+    PH_PY_CALL, /* pythonic: after '[' or ',': whitespace, then a call's name */
+    PH_PY_NAME, /* pythonic: the name, up to '(' */
+    PH_PY_ARGS, /* pythonic: the keyword arguments, up to ')' (sub: enum py_sub) */
+    PH_PY_AFTER /* pythonic: after a call: ',' and the next, or ']' */
 };
 
 enum sub { O_KEY_OR_END, O_KEY, O_COLON, O_VAL, O_NAME, O_ARGS, O_SKIP, O_AFTER_VAL };
 enum key { K_OTHER, K_NAME, K_ARGS };
+enum py_sub { A_KEY_OR_END, A_KEY, A_EQ, A_VAL0, A_VAL };
 
 static const char HERMES_OPEN[] = "<tool_call>", HERMES_CLOSE[] = "</tool_call>",
-                  MISTRAL_OPEN[] = "[TOOL_CALLS]", PYTHON_TAG[] = "<|python_tag|>";
+                  MISTRAL_OPEN[] = "[TOOL_CALLS]", PYTHON_TAG[] = "<|python_tag|>",
+                  PYTHON_START[] = "<|python_start|>";
 
 int gw_tool_parser_by_name(const char *name)
 {
@@ -47,6 +57,7 @@ int gw_tool_parser_by_name(const char *name)
     if (!strcmp(name, "hermes")) return GW_TOOLS_HERMES;
     if (!strcmp(name, "llama3_json")) return GW_TOOLS_LLAMA3_JSON;
     if (!strcmp(name, "mistral")) return GW_TOOLS_MISTRAL;
+    if (!strcmp(name, "pythonic") || !strcmp(name, "llama4_pythonic")) return GW_TOOLS_PYTHONIC;
     return -1;
 }
 
@@ -56,6 +67,7 @@ const char *gw_tool_parser_name(int parser)
     case GW_TOOLS_HERMES: return "hermes";
     case GW_TOOLS_LLAMA3_JSON: return "llama3_json";
     case GW_TOOLS_MISTRAL: return "mistral";
+    case GW_TOOLS_PYTHONIC: return "pythonic";
     default: return "none";
     }
 }
@@ -65,6 +77,7 @@ const char *gw_tool_parser_marker(int parser)
     switch (parser) {
     case GW_TOOLS_LLAMA3_JSON: return PYTHON_TAG;
     case GW_TOOLS_MISTRAL: return MISTRAL_OPEN;
+    case GW_TOOLS_PYTHONIC: return PYTHON_START;
     default: return NULL;
     }
 }
@@ -74,8 +87,12 @@ int gw_tool_parser_of_rendering(const char *text, const char *fn)
     if (!text) return GW_TOOLS_NONE;
     if (strstr(text, HERMES_OPEN)) return GW_TOOLS_HERMES;
     if (strstr(text, MISTRAL_OPEN)) return GW_TOOLS_MISTRAL;
-    if (strstr(text, PYTHON_TAG)) return GW_TOOLS_LLAMA3_JSON;
     char call[160];
+    if (fn && strlen(fn) < 100) { /* a list of Python calls */
+        snprintf(call, sizeof call, "[%s(", fn);
+        if (strstr(text, call)) return GW_TOOLS_PYTHONIC;
+    }
+    if (strstr(text, PYTHON_TAG)) return GW_TOOLS_LLAMA3_JSON;
     if (fn && strlen(fn) < 100) {
         snprintf(call, sizeof call, "{\"name\": \"%s\"", fn);
         if (strstr(text, call)) return GW_TOOLS_LLAMA3_JSON;
@@ -125,9 +142,9 @@ void gw_tools_init(gw_tool_state *st, int parser, int max_calls)
     memset(st, 0, sizeof *st);
     st->parser = parser;
     st->max_calls = max_calls;
-    st->phase = parser == GW_TOOLS_LLAMA3_JSON ? PH_START
-                : parser == GW_TOOLS_JSON_LIST ? PH_PRE
-                                               : PH_CONTENT;
+    st->phase = parser == GW_TOOLS_LLAMA3_JSON || parser == GW_TOOLS_PYTHONIC ? PH_START
+                : parser == GW_TOOLS_JSON_LIST                                ? PH_PRE
+                                                                              : PH_CONTENT;
 }
 
 int gw_tools_init_named(gw_tool_state *st, const char *name)
@@ -440,29 +457,445 @@ static int mistral_cut(gw_tool_state *st, const gw_tool_sink *k)
     return flush(st, k);
 }
 
+/* ---- pythonic: Python literals as JSON ------------------------------------------------ */
+
+static bool is_ident_start(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+
+static bool is_ident_byte(char c)
+{
+    return is_ident_start(c) || (c >= '0' && c <= '9');
+}
+
+static bool is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static void py_ws(const char **p, const char *e)
+{
+    while (*p < e && is_ws(**p)) (*p)++;
+}
+
+/* Code point cp into a JSON string as json.dumps(ensure_ascii=False) writes it. 0, 1 (not a
+ * character), -ENOMEM. */
+static int json_cp(gw_buf *o, uint32_t cp)
+{
+    char b[8];
+    size_t n = 0;
+    switch (cp) {
+    case '"': return gw_buf_adds(o, "\\\"");
+    case '\\': return gw_buf_adds(o, "\\\\");
+    case '\n': return gw_buf_adds(o, "\\n");
+    case '\r': return gw_buf_adds(o, "\\r");
+    case '\t': return gw_buf_adds(o, "\\t");
+    case '\b': return gw_buf_adds(o, "\\b");
+    case '\f': return gw_buf_adds(o, "\\f");
+    }
+    if (cp < 0x20) {
+        snprintf(b, sizeof b, "\\u%04x", (unsigned)cp);
+        return gw_buf_adds(o, b);
+    }
+    if ((cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff) return 1;
+    if (cp < 0x80) {
+        b[n++] = (char)cp;
+    } else if (cp < 0x800) {
+        b[n++] = (char)(0xc0 | cp >> 6);
+        b[n++] = (char)(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+        b[n++] = (char)(0xe0 | cp >> 12);
+        b[n++] = (char)(0x80 | (cp >> 6 & 0x3f));
+        b[n++] = (char)(0x80 | (cp & 0x3f));
+    } else {
+        b[n++] = (char)(0xf0 | cp >> 18);
+        b[n++] = (char)(0x80 | (cp >> 12 & 0x3f));
+        b[n++] = (char)(0x80 | (cp >> 6 & 0x3f));
+        b[n++] = (char)(0x80 | (cp & 0x3f));
+    }
+    return gw_buf_add(o, b, n);
+}
+
+/* n digits of base 16 (or 8, at most n) at *p as a number; -1 when there are too few. */
+static long py_digits(const char **p, const char *e, int n, int base)
+{
+    long v = 0;
+    int k = 0;
+    for (; k < n && *p < e; k++, (*p)++) {
+        char c = **p;
+        int d = is_digit(c)                              ? c - '0'
+                : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10
+                                                         : 99;
+        if (d >= base) break;
+        v = v * base + d;
+    }
+    return base == 8 ? (k ? v : -1) : (k == n ? v : -1);
+}
+
+/* A Python string literal ('...' or "...", no prefix, not triple-quoted) as a JSON string. */
+static int py_string(const char **p, const char *e, gw_buf *o)
+{
+    char q = **p;
+    const char *s = *p + 1;
+    int rc = gw_buf_add(o, "\"", 1);
+    while (!rc && s < e && *s != q) {
+        unsigned char c = (unsigned char)*s++;
+        if (c == '\n' || c == '\r') return 1; /* a line break ends no such string */
+        if (c != '\\') {
+            rc = c < 0x80 ? json_cp(o, c) : gw_buf_add(o, &c, 1); /* UTF-8 as it is */
+            continue;
+        }
+        if (s >= e) return 1;
+        char x = *s++;
+        long cp;
+        switch (x) {
+        case 'n': cp = '\n'; break;
+        case 't': cp = '\t'; break;
+        case 'r': cp = '\r'; break;
+        case 'b': cp = '\b'; break;
+        case 'f': cp = '\f'; break;
+        case 'v': cp = '\v'; break;
+        case 'a': cp = '\a'; break;
+        case '\\':
+        case '\'':
+        case '"': cp = (unsigned char)x; break;
+        case '\n': continue; /* a continued line */
+        case 'x': cp = py_digits(&s, e, 2, 16); break;
+        case 'u': cp = py_digits(&s, e, 4, 16); break;
+        case 'U': cp = py_digits(&s, e, 8, 16); break;
+        default:
+            if (x >= '0' && x <= '7') {
+                s--;
+                cp = py_digits(&s, e, 3, 8);
+                break;
+            }
+            /* an escape Python does not know keeps its backslash */
+            rc = json_cp(o, '\\');
+            s--;
+            continue;
+        }
+        if (cp < 0) return 1;
+        rc = json_cp(o, (uint32_t)cp);
+    }
+    if (rc) return rc;
+    if (s >= e) return 1;
+    *p = s + 1;
+    return gw_buf_add(o, "\"", 1);
+}
+
+/* A Python int or float literal (signed) as a JSON number: underscores dropped, leading
+ * zeros dropped, "1." and ".5" completed to "1.0" and "0.5". */
+static int py_number(const char **p, const char *e, gw_buf *o)
+{
+    const char *s = *p;
+    char b[128];
+    size_t n = 0;
+    if (s < e && (*s == '-' || *s == '+')) {
+        if (*s == '-') b[n++] = '-';
+        s++;
+        py_ws(&s, e);
+    }
+    size_t int_at = n;
+    bool digits = false;
+    while (s < e && (is_digit(*s) || (*s == '_' && digits))) {
+        if (*s != '_') {
+            if (n >= 100) return 1;
+            if (!(n == int_at + 1 && b[int_at] == '0')) n++; /* a leading zero is replaced */
+            b[n - 1] = *s;
+            digits = true;
+        }
+        s++;
+    }
+    if (s < e && *s == '.') {
+        if (!digits) b[n++] = '0';
+        b[n++] = '.';
+        s++;
+        bool frac = false;
+        while (s < e && n < 120 && (is_digit(*s) || (*s == '_' && frac))) {
+            if (*s != '_') {
+                b[n++] = *s;
+                frac = true;
+            }
+            s++;
+        }
+        if (!frac && !digits) return 1;
+        if (!frac) b[n++] = '0';
+        digits = true;
+    }
+    if (!digits) return 1;
+    if (s < e && (*s == 'e' || *s == 'E')) {
+        b[n++] = 'e';
+        s++;
+        if (s < e && (*s == '-' || *s == '+')) b[n++] = *s++;
+        bool exp = false;
+        while (s < e && n < 126 && is_digit(*s)) {
+            b[n++] = *s++;
+            exp = true;
+        }
+        if (!exp) return 1;
+    }
+    if (s < e && (is_ident_byte(*s) || *s == '.')) return 1; /* 0x1f, 1j, 1.2.3 */
+    *p = s;
+    return gw_buf_add(o, b, n);
+}
+
+/* A Python literal — a string, a number, True/False/None, a list, a tuple, a dict with string
+ * or number keys — as JSON. 0, 1 (not such a literal), -ENOMEM. */
+static int py_value(const char **p, const char *e, gw_buf *o, int depth)
+{
+    py_ws(p, e);
+    if (*p >= e || depth > 64) return 1;
+    char c = **p;
+    if (c == '\'' || c == '"') return py_string(p, e, o);
+    if (c == '[' || c == '(' || c == '{') {
+        char close = c == '[' ? ']' : c == '(' ? ')' : '}';
+        bool dict = c == '{';
+        (*p)++;
+        int rc = gw_buf_add(o, dict ? "{" : "[", 1);
+        for (int n = 0; !rc; n++) {
+            py_ws(p, e);
+            if (*p >= e) return 1;
+            if (**p == close) break;
+            if (n) { /* a comma, which may also close the list */
+                if (**p != ',') return 1;
+                (*p)++;
+                py_ws(p, e);
+                if (*p < e && **p == close) break;
+                if ((rc = gw_buf_adds(o, ", "))) return rc;
+            }
+            if (dict) {
+                py_ws(p, e);
+                if (*p >= e) return 1;
+                if (**p == '\'' || **p == '"') {
+                    rc = py_string(p, e, o);
+                } else {
+                    rc = gw_buf_add(o, "\"", 1);
+                    if (!rc) rc = py_number(p, e, o);
+                    if (!rc) rc = gw_buf_add(o, "\"", 1);
+                }
+                if (rc) return rc;
+                py_ws(p, e);
+                if (*p >= e || **p != ':') return 1;
+                (*p)++;
+                if ((rc = gw_buf_adds(o, ": "))) return rc;
+            }
+            rc = py_value(p, e, o, depth + 1);
+        }
+        if (rc) return rc;
+        (*p)++;
+        return gw_buf_add(o, dict ? "}" : "]", 1);
+    }
+    if (is_ident_start(c)) {
+        const char *w = *p;
+        while (*p < e && is_ident_byte(**p)) (*p)++;
+        size_t l = (size_t)(*p - w);
+        if (l == 4 && !memcmp(w, "True", 4)) return gw_buf_adds(o, "true");
+        if (l == 5 && !memcmp(w, "False", 5)) return gw_buf_adds(o, "false");
+        if (l == 4 && !memcmp(w, "None", 4)) return gw_buf_adds(o, "null");
+        return 1; /* a name: not a literal */
+    }
+    return py_number(p, e, o);
+}
+
+/* The call starts once its first keyword's value is a literal (or at its ')' without one):
+ * text that only looks like a call up to there stays content. */
+static int py_start(gw_tool_state *st, const gw_tool_sink *k)
+{
+    if (st->started) return 0;
+    int rc = call_start(st, k);
+    if (rc) return rc;
+    return kept(st) && gw_buf_adds(&st->aout, "{") ? -ENOMEM : 0;
+}
+
+/* The current call's object is closed: '}' after the arguments handed on. */
+static int py_call_end(gw_tool_state *st, const gw_tool_sink *k)
+{
+    int rc = py_start(st, k);
+    if (rc) return rc;
+    if (kept(st) && gw_buf_adds(&st->aout, "}")) return -ENOMEM;
+    st->have_args = true;
+    st->phase = PH_PY_AFTER;
+    return flush(st, k);
+}
+
+/* A keyword's value is whole (in st->args): "key": value handed on. 1 when it is not a
+ * literal. */
+static int py_arg_end(gw_tool_state *st, const gw_tool_sink *k)
+{
+    gw_buf v = {0};
+    const char *p = st->args.p ? st->args.p : "", *e = p + st->args.len;
+    int rc = py_value(&p, e, &v, 0);
+    py_ws(&p, e);
+    if (!rc && p != e) rc = 1;
+    st->args.len = 0; /* the Python text: not the arguments call_start would hand on */
+    if (!rc) rc = py_start(st, k);
+    if (!rc && kept(st))
+        rc = gw_buf_adds(&st->aout, st->py_nargs ? ", \"" : "\"") ||
+                     gw_buf_add(&st->aout, st->keyb.p, st->keyb.len) ||
+                     gw_buf_adds(&st->aout, "\": ") || gw_buf_add(&st->aout, v.p, v.len)
+                 ? -ENOMEM
+                 : 0;
+    gw_buf_free(&v);
+    st->py_nargs++;
+    return rc ? rc : flush(st, k);
+}
+
+/* One byte of a call's keyword arguments. 0, 1 (the syntax broke), or a sink's / -ENOMEM. */
+static int py_arg_byte(gw_tool_state *st, char c, const gw_tool_sink *k)
+{
+    switch (st->sub) {
+    case A_KEY_OR_END:
+        if (is_ws(c)) return 0;
+        if (c == ')') return py_call_end(st, k);
+        if (!is_ident_start(c)) return 1; /* a positional argument: not a tool call */
+        st->keyb.len = 0;
+        st->sub = A_KEY;
+        return gw_buf_add(&st->keyb, &c, 1);
+    case A_KEY:
+        if (is_ident_byte(c)) return st->keyb.len < 200 ? gw_buf_add(&st->keyb, &c, 1) : 1;
+        if (is_ws(c)) {
+            st->sub = A_EQ;
+            return 0;
+        }
+        if (c != '=') return 1;
+        st->sub = A_VAL0;
+        return 0;
+    case A_EQ:
+        if (is_ws(c)) return 0;
+        if (c != '=') return 1;
+        st->sub = A_VAL0;
+        return 0;
+    case A_VAL0:
+        if (is_ws(c)) return 0;
+        st->args.len = 0;
+        st->nest = 0;
+        st->py_quote = 0;
+        st->esc = false;
+        st->sub = A_VAL;
+        return py_arg_byte(st, c, k); /* c is the value's first byte */
+    case A_VAL:
+        if (st->py_quote) {
+            if (st->esc)
+                st->esc = false;
+            else if (c == '\\')
+                st->esc = true;
+            else if (c == st->py_quote)
+                st->py_quote = 0;
+            return gw_buf_add(&st->args, &c, 1);
+        }
+        if (st->nest == 0 && (c == ',' || c == ')')) {
+            int rc = py_arg_end(st, k);
+            if (rc) return rc;
+            if (c == ')') return py_call_end(st, k);
+            st->sub = A_KEY_OR_END;
+            return 0;
+        }
+        if (c == '\'' || c == '"')
+            st->py_quote = c;
+        else if (c == '(' || c == '[' || c == '{')
+            st->nest++;
+        else if ((c == ')' || c == ']' || c == '}') && --st->nest < 0)
+            return 1;
+        return gw_buf_add(&st->args, &c, 1);
+    }
+    return 1;
+}
+
+/* A started call whose syntax broke: it ends with the arguments handed on so far, and the
+ * rest of the text is content. */
+static int py_cut(gw_tool_state *st, const gw_tool_sink *k)
+{
+    if (kept(st) && gw_buf_adds(&st->aout, "}")) return -ENOMEM;
+    st->have_args = true;
+    st->args.len = 0;
+    st->phase = PH_REST;
+    st->trim = false;
+    return flush(st, k);
+}
+
 static int byte(gw_tool_state *st, char c, const gw_tool_sink *k)
 {
     int rc;
     switch (st->phase) {
-    case PH_START:
+    case PH_START: {
+        bool py = st->parser == GW_TOOLS_PYTHONIC;
         if (is_ws(c)) return gw_buf_add(&st->held, &c, 1);
-        if (c == '{') {
+        if (c == (py ? '[' : '{')) {
             if (gw_buf_add(&st->held, &c, 1)) return -ENOMEM;
-            obj_begin(st);
+            if (py)
+                st->phase = PH_PY_CALL;
+            else
+                obj_begin(st);
             return 0;
         }
-        if (c == PYTHON_TAG[0]) {
+        if (c == PYTHON_TAG[0]) { /* <|python_tag|> (llama3_json), <|python_start|> (pythonic) */
             st->phase = PH_TAG;
             st->mk = 1;
             return gw_buf_add(&st->held, &c, 1);
         }
         return fail(st, c);
-    case PH_TAG:
-        rc = match(st, PYTHON_TAG, c);
+    }
+    case PH_TAG: {
+        bool py = st->parser == GW_TOOLS_PYTHONIC;
+        rc = match(st, py ? PYTHON_START : PYTHON_TAG, c);
         if (rc < 0) return fail(st, c);
         if (gw_buf_add(&st->held, &c, 1)) return -ENOMEM;
-        if (rc == 1) st->phase = PH_PRE;
+        if (rc == 1) st->phase = py ? PH_PY_OPEN : PH_PRE;
         return 0;
+    }
+    case PH_PY_OPEN:
+        if (gw_buf_add(&st->held, &c, 1)) return -ENOMEM;
+        if (is_ws(c)) return 0;
+        if (c == '[') {
+            st->phase = PH_PY_CALL;
+            return 0;
+        }
+        st->held.len--;
+        return fail(st, c);
+    case PH_PY_CALL:
+        if (gw_buf_add(&st->held, &c, 1)) return -ENOMEM;
+        if (is_ws(c)) return 0;
+        if (is_ident_start(c)) {
+            obj_begin(st); /* the call's fields reset; its name written as a JSON string */
+            st->phase = PH_PY_NAME;
+            return gw_buf_add(&st->name, "\"", 1) || gw_buf_add(&st->name, &c, 1) ? -ENOMEM : 0;
+        }
+        st->held.len--;
+        return fail(st, c);
+    case PH_PY_NAME:
+        if (is_ident_byte(c) && st->name.len < 200) {
+            if (gw_buf_add(&st->held, &c, 1)) return -ENOMEM;
+            return gw_buf_add(&st->name, &c, 1);
+        }
+        if (c != '(') return fail(st, c);
+        if (gw_buf_add(&st->held, &c, 1) || gw_buf_add(&st->name, "\"", 1)) return -ENOMEM;
+        st->phase = PH_PY_ARGS;
+        st->sub = A_KEY_OR_END;
+        st->py_nargs = 0;
+        return 0;
+    case PH_PY_ARGS:
+        if (!st->started && gw_buf_add(&st->held, &c, 1)) return -ENOMEM;
+        rc = py_arg_byte(st, c, k);
+        if (rc != 1) return rc;
+        if (!st->started) {
+            st->held.len--;
+            return fail(st, c);
+        }
+        return (rc = py_cut(st, k)) ? rc : add_content(st, &c, 1);
+    case PH_PY_AFTER:
+        if (is_ws(c)) return 0;
+        if (c == ',') { /* the next call: content again if it is none */
+            st->held.len = 0;
+            st->started = false;
+            if (gw_buf_add(&st->held, &c, 1)) return -ENOMEM;
+            st->phase = PH_PY_CALL;
+            return 0;
+        }
+        st->phase = PH_REST;
+        st->trim = true;
+        if (c == ']') return 0;
+        return add_content(st, &c, 1);
     case PH_CONTENT: {
         const char *m = st->parser == GW_TOOLS_HERMES ? HERMES_OPEN : MISTRAL_OPEN;
         if (st->mk == 0 && c != m[0]) return add_content(st, &c, 1);
@@ -613,11 +1046,16 @@ int gw_tools_feed(gw_tool_state *st, const char *t, size_t n, bool final, const 
         /* what is held could still have been syntax: it is content after all, unless the
          * call it belongs to has started (then it is the call's, cut short) */
         bool open = st->phase == PH_START || st->phase == PH_TAG || st->phase == PH_CONTENT ||
-                    st->phase == PH_PRE || st->phase == PH_MNAME ||
+                    st->phase == PH_PRE || st->phase == PH_MNAME || st->phase == PH_PY_OPEN ||
+                    st->phase == PH_PY_CALL || st->phase == PH_PY_NAME ||
+                    (st->phase == PH_PY_ARGS && !st->started) ||
                     ((st->phase == PH_OBJ || st->phase == PH_MMARK) && !st->started);
         /* a v11+ call cut before or in its arguments: what it has, at least an object */
         if ((st->phase == PH_MCALLID || st->phase == PH_MMARK || st->phase == PH_MARGS) &&
             st->started && !st->have_args && !st->nest && gw_buf_adds(&st->aout, "{}"))
+            return -ENOMEM;
+        /* a pythonic call cut short: the keywords whole so far, a value cut short dropped */
+        if (st->phase == PH_PY_ARGS && st->started && kept(st) && gw_buf_adds(&st->aout, "}"))
             return -ENOMEM;
         /* a constrained list cut short (max_tokens) has no content: the call it was
          * beginning is dropped */

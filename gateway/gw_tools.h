@@ -9,6 +9,13 @@
  *                <|python_tag|>), several separated by ';' (Llama 3.1/3.2/3.3)
  *   mistral      [TOOL_CALLS][{"name": N, "arguments": {...}}, ...] (Mistral 7B v0.3, Nemo,
  *                Large, Small)
+ *   pythonic     the answer is a Python list of calls with keyword arguments,
+ *                [get_weather(city="Paris", days=[1, 2]), now()] (optionally after
+ *                <|python_start|>): Llama 3.2 and Llama 4 as vLLM's pythonic templates prompt
+ *                them. Each call's arguments come back as the JSON object of its keywords
+ *                (Python's strings, numbers, True/False/None, lists, tuples and dicts as
+ *                JSON, written as Python's json.dumps writes them: ", " and ": ", non-ASCII
+ *                as it is), handed on an argument at a time as each value is whole.
  *
  * Each call's "arguments" (or "parameters") comes back as the text the model wrote for the
  * value (a JSON object's text: OpenAI's `function.arguments` string), or, when the model wrote
@@ -43,15 +50,18 @@ enum gw_tool_parser {
     /* the answer is the arguments of one call whose name is known (tool_choice naming a
      * function): gw_tools_init_named */
     GW_TOOLS_NAMED = 5,
+    GW_TOOLS_PYTHONIC = 6,
 };
 
-/* By vLLM's name ("hermes", "llama3_json", "mistral"); -1 when unknown. */
+/* By vLLM's name ("hermes", "llama3_json", "mistral", "pythonic"; "llama4_pythonic" is
+ * pythonic too); -1 when unknown. */
 int gw_tool_parser_by_name(const char *name);
 /* Its name ("none" for GW_TOOLS_NONE). */
 const char *gw_tool_parser_name(int parser);
 /* The parser whose syntax a chat template's rendering of a tool call spells (the markers
- * <tool_call>, [TOOL_CALLS], <|python_tag|>, or {"name": "<fn>" as Llama 3.1 writes a call),
- * GW_TOOLS_NONE when none. fn: the function name the rendered call used. */
+ * <tool_call>, [TOOL_CALLS], <|python_tag|>, {"name": "<fn>" as Llama 3.1 writes a call, or
+ * [<fn>( as a pythonic template does), GW_TOOLS_NONE when none. fn: the function name the
+ * rendered call used. */
 int gw_tool_parser_of_rendering(const char *text, const char *fn);
 /* The parser of a model file's own chat template: the one whose syntax the template writes
  * for an assistant's tool call (rendered with a made-up tool and call); GW_TOOLS_NONE when
@@ -62,8 +72,8 @@ int gw_tool_parser_of_template(const struct ringlm_chat_jinja *t);
  * mistral-v3/v3-tekken/v7 mistral, others none. */
 int gw_tool_parser_of_builtin(int tpl);
 /* The text of the special token that opens the parser's calls when the model's vocabulary
- * has it as a control token (which decodes to no text): "[TOOL_CALLS]", "<|python_tag|>";
- * NULL for hermes (its tags are text). */
+ * has it as a control token (which decodes to no text): "[TOOL_CALLS]", "<|python_tag|>",
+ * "<|python_start|>"; NULL for hermes (its tags are text). */
 const char *gw_tool_parser_marker(int parser);
 
 /* What the parser finds, handed on as it goes. Each returns 0, or a negative errno to stop
@@ -91,6 +101,8 @@ typedef struct gw_tool_state {
     bool args_str;     /* the arguments value is a JSON string */
     bool have_args;    /* the arguments value was read whole */
     bool args_seen;    /* the arguments value has begun */
+    char py_quote;     /* pythonic: the quote of the string a value is in (0: none) */
+    int py_nargs;      /* pythonic: keyword arguments of this call handed on */
     gw_buf held;       /* text that may still be syntax (handed on as content if not) */
     gw_buf keyb, name; /* the key read; the name (as JSON string text, quotes included) */
     gw_buf args;       /* arguments not yet handed on (no name yet, or a JSON string) */

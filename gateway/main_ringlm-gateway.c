@@ -55,8 +55,9 @@ static void usage(FILE *f)
         "  --reasoning-parser NAME  deepseek_r1 or qwen3: a chat answer's <think>...</think>\n"
         "                           comes back as reasoning_content, the rest as content\n"
         "                           (vLLM's option and fields; default: all of it is content)\n"
-        "  --tool-call-parser NAME  hermes, llama3_json or mistral: the syntax of the model's\n"
-        "                           tool calls, parsed out of chat answers into tool_calls\n"
+        "  --tool-call-parser NAME  hermes, llama3_json, mistral or pythonic: the syntax of the\n"
+        "                           model's tool calls, parsed out of chat answers into "
+        "tool_calls\n"
         "                           (vLLM's option; default: the one the chat template\n"
         "                           writes; none: tool calls are not parsed)\n"
         "  --served-model-name NAME the model id of /v1/models, of requests and of the relayed\n"
@@ -250,7 +251,7 @@ int main(int argc, char **argv)
             if (strcmp(optarg, "none") && gw_tool_parser_by_name(optarg) < 0) {
                 fprintf(stderr,
                         "ringlm-gateway: unknown --tool-call-parser '%s' (known: hermes, "
-                        "llama3_json, mistral, none)\n",
+                        "llama3_json, mistral, pythonic, none)\n",
                         optarg);
                 return 2;
             }

@@ -417,7 +417,11 @@ int ringlm_vocab_size(const ringlm_client *c);
  * sample. Such a request neither uses nor fills the prefix cache, so there each further
  * sample computes the prompt's KV again (the same answers).
  * Limits: n <= ringlm_max_samples(c) (the daemon's --max-n), else -EINVAL "n"; n > 1 with
- * max_new_tokens 0 is -EINVAL; with a constraint -ENOTSUP (not implemented).
+ * max_new_tokens 0 is -EINVAL.
+ * Constraints: with a constraint every sample has its own matcher (each answer follows the
+ * constraint on its own, and the stop token ends a sample only where its own text is
+ * complete); the constraint is compiled once for all n, and a constraint that does not
+ * compile rejects all n with its detail.
  */
 /* The most samples one request may ask for on this daemon (ringlmd --max-n); 1 from a
  * daemon that does not run n > 1 (then n > 1 is -ENOTSUP at submit). */

@@ -297,10 +297,6 @@ int ringlm_wire_check_sampling(const struct ringlm_wire_parsed *rec, uint32_t vo
         BAD_SMP("n", false, "n %u outside [1, %u]", sm->n, RINGLM_WIRE_MAX_N);
     if (sm->n > 1 && rec->req && rec->req->max_new_tokens == 0)
         BAD_SMP("n", false, "n %u with max_new_tokens 0: samples need a token to differ", sm->n);
-    /* Not implemented yet: refused, never accepted silently. Whoever implements one removes
-     * its refusal here. */
-    if (sm->n > 1 && sm->constraint_kind)
-        BAD_SMP("n", true, "n %u with a constraint is not implemented by this version", sm->n);
     return 0;
 }
 #undef BAD_SMP

@@ -449,10 +449,10 @@ int ringlm_wire_check_request_smp(const struct ringlm_wire_request *req, uint32_
  *                       RINGLM_WIRE_MAX_CONSTRAINT_BYTES; none for NONE and JSON_OBJECT, some
  *                       for the others (whether it compiles is the daemon's to say: it
  *                       rejects with bad_params and the compiler's detail)
- * and what is not implemented yet is refused here, never accepted silently: n > 1 with
- * prompt log-probabilities or with a constraint (*unsupported = true, so the library answers
- * -ENOTSUP). Which constraint kinds a daemon
- * enforces is its own (dseg.constraint_kinds): the library refuses the others -ENOTSUP.
+ * and what is not implemented is refused here, never accepted silently (*unsupported =
+ * true, so the library answers -ENOTSUP; no member is refused so today). Which constraint
+ * kinds a daemon enforces is its own (dseg.constraint_kinds): the library refuses the others
+ * -ENOTSUP.
  * Returns 0, or RINGLM_WIRE_R_BAD_PARAMS with a detail that starts with the member's name
  * ("logit_bias[3] token 40000 outside the vocabulary of 32000"); *field (when not NULL) is
  * that member of ringlm_sampling ("logit_bias", "repetition_penalty", "presence_penalty",

@@ -599,7 +599,7 @@ Test(daemon_nseq, prompt_logprobs_are_computed_once_for_all_samples, .timeout = 
 
 /* n past the daemon's maximum is -EINVAL at submit, naming n; n 0 and 1 are one sample; a
  * smaller --max-n is what the library learns and enforces; n > 1 with max_new_tokens 0 is
- * -EINVAL; with a constraint -ENOTSUP. */
+ * -EINVAL (n with a constraint: tests/test_daemon_nseq_constrain.c). */
 Test(daemon_nseq, n_out_of_range_is_refused, .timeout = 120)
 {
     char model[256];
@@ -629,10 +629,6 @@ Test(daemon_nseq, n_out_of_range_is_refused, .timeout = 120)
     s.flags = 0;
     cr_expect_eq(ringlm_request_check_ext(&r, &s, 0, &field), -EINVAL, "%s", ringlm_errdetail());
     r.max_new_tokens = 4;
-    s.constraint_kind = RINGLM_CONSTRAINT_JSON_OBJECT;
-    cr_expect_eq(ringlm_request_check_ext(&r, &s, 0, &field), -ENOTSUP, "%s", ringlm_errdetail());
-    cr_expect_str_eq(field ? field : "(null)", "n");
-    s.constraint_kind = RINGLM_CONSTRAINT_NONE;
     /* 0 and 1 are one sample: one FINISH; the next id follows at once */
     for (uint32_t n = 0; n < 2; n++) {
         ringlm_sampling_init(&s);

@@ -178,11 +178,6 @@ static void s_n(ringlm_sampling *s)
 {
     s->n = RINGLM_WIRE_MAX_N + 1;
 }
-static void s_n_constraint(ringlm_sampling *s)
-{
-    s->n = 4; /* n > 1 with a constraint: not implemented */
-    s->constraint_kind = RINGLM_CONSTRAINT_JSON_OBJECT;
-}
 static void s_constraint(ringlm_sampling *s)
 {
     s->constraint_kind = 9; /* no such kind (the kinds a daemon enforces: test_daemon_constrain) */
@@ -212,7 +207,6 @@ static const smp_case bad_smp[] = {
     {"flags", -EINVAL, s_processed_alone},
     {"prompt_logprobs", -EINVAL, s_prompt_lp_noflag},
     {"n", -EINVAL, s_n},
-    {"n", -ENOTSUP, s_n_constraint},
     {"constraint", -EINVAL, s_constraint},
 };
 #define N_BAD_SMP (sizeof bad_smp / sizeof bad_smp[0])

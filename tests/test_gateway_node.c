@@ -90,8 +90,8 @@ Test(gateway_node, logprobs_through_the_openai_sdk)
     free(keys);
 }
 
-/* Structured output through the SDK: response_format json_schema on chat, whole and streamed
- * (tests/node/gateway_structured.test.mjs). */
+/* Structured output through the SDK: response_format json_schema on chat, whole and streamed,
+ * and with n: 4 (tests/node/gateway_structured.test.mjs). */
 Test(gateway_node, structured_output_through_the_openai_sdk)
 {
     gwh_need();
@@ -136,7 +136,7 @@ Test(gateway_node, structured_output_through_the_openai_sdk)
     cr_assert_eq(rc, 0,
                  "the SDK's structured-output checks failed (exit %d):\n%s\n%s\ngateway log:\n%s",
                  rc, out, err, th_read_file(gwh_gateway.log));
-    cr_assert(strstr(out, "# pass 2"), "expected 2 passing checks:\n%s", out);
+    cr_assert(strstr(out, "# pass 3"), "expected 3 passing checks:\n%s", out);
     free(out);
     free(err);
     free(keys);

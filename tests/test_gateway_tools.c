@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The gateway's tool-call parsers (gateway/gw_tools.h): Hermes/Qwen <tool_call> tags, Llama 3
- * JSON, Mistral [TOOL_CALLS] lists and name[ARGS] calls parsed out of an answer whole, and streamed in every split
+ * JSON, Mistral [TOOL_CALLS] lists and name[ARGS] calls, Llama 3.2/4 pythonic lists of calls
+ * (their Python literals as JSON) parsed out of an answer whole, and streamed in every split
  * of the text (each byte apart, and pieces of 1..7 bytes) to exactly the same content, names
  * and arguments; text that only looks like a call stays content.
  */
@@ -208,6 +209,64 @@ Test(gateway_tools, mistral_v11_calls_are_a_name_then_its_arguments)
           &(want){NULL, 1, {"a"}, {"{\"i\": 1}"}});
 }
 
+/* Llama 3.2 / Llama 4: the answer is a Python list of calls with keyword arguments; each
+ * call's keywords come back as a JSON object, written as Python's json.dumps writes it. */
+Test(gateway_tools, pythonic_calls_are_a_python_list_of_keyword_calls)
+{
+    check(GW_TOOLS_PYTHONIC, 0, "[get_weather(city=\"Paris\", days=[1, 2])]",
+          &(want){NULL, 1, {"get_weather"}, {"{\"city\": \"Paris\", \"days\": [1, 2]}"}});
+    /* two calls, single quotes, no arguments, whitespace anywhere Python allows it */
+    check(GW_TOOLS_PYTHONIC, 0, "  [ get_weather(city = 'Oslo' ) ,now( ),f(x=1,)]",
+          &(want){
+              NULL, 3, {"get_weather", "now", "f"}, {"{\"city\": \"Oslo\"}", "{}", "{\"x\": 1}"}});
+    /* Python's literals: escapes, numbers, True/False/None, lists, tuples, dicts */
+    check(GW_TOOLS_PYTHONIC, 0,
+          "[f(s='it\\'s \"x\"\\n\\t\\u00e9\\x41\\\\', n=-1.5e3, i=007, big=1_000, e=.5, d=2., "
+          "t=True, u=False, z=None, l=[1, 'a', (2, 3), ()], m={'k': {\"n\": [None]}, 1: 2,})]",
+          &(want){NULL,
+                  1,
+                  {"f"},
+                  {"{\"s\": \"it's \\\"x\\\"\\n\\t\xc3\xa9"
+                   "A\\\\\", \"n\": -1.5e3, \"i\": 7, "
+                   "\"big\": 1000, \"e\": 0.5, \"d\": 2.0, \"t\": true, \"u\": false, \"z\": null, "
+                   "\"l\": [1, \"a\", [2, 3], []], \"m\": {\"k\": {\"n\": [null]}, \"1\": 2}}"}});
+    /* non-ASCII text as it is; a comma or a parenthesis inside a string or a list */
+    check(GW_TOOLS_PYTHONIC, 0, "[f(city=\"Z\xc3\xbcrich, (CH)\", l=[\")\", \",\"])]",
+          &(want){NULL, 1, {"f"}, {"{\"city\": \"Z\xc3\xbcrich, (CH)\", \"l\": [\")\", \",\"]}"}});
+    /* Llama 4 opens with <|python_start|>; text after the list is content */
+    check(GW_TOOLS_PYTHONIC, 0, "<|python_start|>[f(a=1)]\n\nDone.",
+          &(want){"Done.", 1, {"f"}, {"{\"a\": 1}"}});
+    /* parallel_tool_calls false: the first call only */
+    check(GW_TOOLS_PYTHONIC, 1, "[a(i=1), b(i=2)]", &(want){NULL, 1, {"a"}, {"{\"i\": 1}"}});
+}
+
+Test(gateway_tools, pythonic_text_that_is_not_a_call_stays_content)
+{
+    static const char *const prose[] = {
+        "The answer is [f(x=1)]", /* not opening the answer */
+        "[Hello world]",          /* no call */
+        "[1, 2, 3]",
+        "[]",
+        "[f(1, 2)]", /* positional arguments: not a tool call */
+        "[f(x=y)]",  /* a name, not a literal */
+        "[f(x=1 2)]",
+        "[f(x='a' 'b')]", /* no concatenation of literals */
+        "[f(x=0x1f)]",
+        "[f(x=\"open)]", /* cut short before its first value is whole */
+        "[f(x",
+        "<|python_start|>print(1)",
+    };
+    for (size_t i = 0; i < sizeof prose / sizeof *prose; i++)
+        check(GW_TOOLS_PYTHONIC, 0, prose[i], &(want){prose[i], 0, {0}, {0}});
+    /* a call whose syntax breaks after its first keyword ends there; the rest is content */
+    check(GW_TOOLS_PYTHONIC, 0, "[f(a=1, b=oops), g()]",
+          &(want){"), g()]", 1, {"f"}, {"{\"a\": 1}"}});
+    /* a second call that is none: content after the first */
+    check(GW_TOOLS_PYTHONIC, 0, "[f(a=1), 42]", &(want){", 42]", 1, {"f"}, {"{\"a\": 1}"}});
+    /* cut short (max_tokens) after a whole keyword: what there is, as an object */
+    check(GW_TOOLS_PYTHONIC, 0, "[f(a=1, b=[2", &(want){NULL, 1, {"f"}, {"{\"a\": 1}"}});
+}
+
 Test(gateway_tools, parallel_tool_calls_false_keeps_the_first_call)
 {
     check(
@@ -244,7 +303,18 @@ Test(gateway_tools, the_parser_is_known_by_its_name_and_its_templates_rendering)
     cr_assert_eq(gw_tool_parser_by_name("hermes"), GW_TOOLS_HERMES);
     cr_assert_eq(gw_tool_parser_by_name("llama3_json"), GW_TOOLS_LLAMA3_JSON);
     cr_assert_eq(gw_tool_parser_by_name("mistral"), GW_TOOLS_MISTRAL);
-    cr_assert_eq(gw_tool_parser_by_name("pythonic"), -1);
+    cr_assert_eq(gw_tool_parser_by_name("pythonic"), GW_TOOLS_PYTHONIC);
+    cr_assert_eq(gw_tool_parser_by_name("llama4_pythonic"), GW_TOOLS_PYTHONIC);
+    cr_assert_str_eq(gw_tool_parser_name(GW_TOOLS_PYTHONIC), "pythonic");
+    cr_assert_eq(gw_tool_parser_by_name("python"), -1);
+    cr_assert_eq(gw_tool_parser_of_rendering("<|start_header_id|>assistant<|end_header_id|>\n\n"
+                                             "[probe(tz=\"UTC\")]<|eot_id|>",
+                                             "probe"),
+                 GW_TOOLS_PYTHONIC);
+    cr_assert_eq(gw_tool_parser_of_rendering("<|header_start|>assistant<|header_end|>\n\n"
+                                             "<|python_start|>[probe(tz='UTC')]<|python_end|>",
+                                             "probe"),
+                 GW_TOOLS_PYTHONIC);
     cr_assert_eq(gw_tool_parser_of_rendering("<|im_start|>assistant\n<tool_call>\n{...}", "f"),
                  GW_TOOLS_HERMES);
     cr_assert_eq(gw_tool_parser_of_rendering("[INST]x[/INST][TOOL_CALLS][{...}]", "f"),

@@ -1,6 +1,6 @@
 // Structured output through the official OpenAI SDK for Node: chat with
 // response_format json_schema (strict), whole and streamed: every answer that finishes with
-// "stop" is JSON that has the schema's shape; a schema ringlm cannot enforce is a
+// "stop" is JSON that has the schema's shape, with n: 4 each choice on its own; a schema ringlm cannot enforce is a
 // BadRequestError (400) naming response_format with ringlmd's words. Run by
 // tests/test_gateway_node.c (GATEWAY_URL, GATEWAY_KEY, NO_WS_BIAS: a logit_bias object that
 // keeps a tiny model from wandering in whitespace).
@@ -68,6 +68,32 @@ test('chat: response_format json_schema, whole and streamed', async () => {
     assert.equal(text, c.message.content);
   }
   assert.ok(finished >= 2, `only ${finished} of 4 answers finished`);
+});
+
+test('n: 4 with response_format: every choice follows the schema on its own', async () => {
+  // the schema is bounded (a name of at most 10 characters, a two-digit age, one of two pets),
+  // so each of the 4 samples ends within max_tokens and each must validate
+  const whole = await client.chat.completions.create({ ...req(11), n: 4 });
+  assert.equal(whole.choices.length, 4);
+  const texts = [];
+  for (const c of whole.choices) {
+    assert.equal(c.finish_reason, 'stop', `choice ${c.index}: ${c.message.content}`);
+    checkPerson(c.message.content);
+    texts[c.index] = c.message.content;
+  }
+  assert.ok(new Set(texts).size > 1, `4 samples at temperature 1 gave one answer: ${texts[0]}`);
+  // streamed: the same 4 answers, each in the deltas of its index
+  const stream = await client.chat.completions.create({ ...req(11), n: 4, stream: true });
+  const got = ['', '', '', ''];
+  const finish = [null, null, null, null];
+  for await (const chunk of stream) {
+    for (const d of chunk.choices) {
+      if (d.delta?.content) got[d.index] += d.delta.content;
+      if (d.finish_reason) finish[d.index] = d.finish_reason;
+    }
+  }
+  assert.deepEqual(got, texts);
+  assert.deepEqual(finish, ['stop', 'stop', 'stop', 'stop']);
 });
 
 test('a schema ringlm cannot enforce is a 400 naming response_format', async () => {

@@ -1,0 +1,347 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/test_daemon_nseq_constrain.c — n samples of one prompt with a constraint, through a
+ * real ringlmd serving stories260K with its tokenizer: each sample carries its own matcher,
+ * so each of the n answers follows the constraint on its own (a JSON Schema answer validates
+ * with Debian's python3-jsonschema, a choice answer is one of the choices), the stop token
+ * ends a sample only where its own text is complete, the samples differ at temperature 1, and
+ * sample i is token for token the single constrained request with seed + i — whether the
+ * samples draw their first token from the leader's row (a prompt of two tokens or more) or
+ * compute the prompt's last row themselves (a one-token prompt). A constraint that does not
+ * compile rejects all n, each FINISH with the compiler's words.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "libclient/ringlm.h"
+#include "tests/daemon_helpers.h"
+#include "tests/helpers.h"
+
+#define MAX_N   8
+#define MAX_OUT 200
+
+typedef struct env {
+    dmn d;
+    char model[512], tok[512];
+    ringlm_client *c;
+    ringlm_tokenizer *t;
+    int32_t prompt[64];
+    uint32_t n_prompt;
+    /* -100 on every whitespace-only token: a 260K-parameter model at temperature 1 would
+     * wander in the whitespace JSON allows */
+    ringlm_logit_bias no_ws[RINGLM_MAX_LOGIT_BIAS];
+    uint32_t n_no_ws;
+} env;
+
+static void env_start(env *e)
+{
+    memset(e, 0, sizeof *e);
+    need_daemon_binary();
+    if (!stories_path(e->model, sizeof e->model))
+        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    snprintf(e->tok, sizeof e->tok, "%s/models/tok512.bin", th_shared_dir());
+    if (access(e->tok, R_OK) != 0) cr_skip_test("tok512.bin not in %s/models", th_shared_dir());
+    const char *extra[] = {"--tokenizer", e->tok, NULL};
+    dmn_start(&e->d, e->model, NULL, extra);
+    cr_assert_eq(ringlm_connect(e->d.sock, &e->c), 0, "connect: %s", ringlm_errdetail());
+    cr_assert_geq(ringlm_max_samples(e->c), MAX_N);
+    cr_assert_eq(ringlm_tokenizer_load(e->tok, 512, &e->t), 0, "%s", ringlm_errdetail());
+    int n = ringlm_tokenize(e->t, "Once upon a time", 1 /* BOS */, e->prompt, 64);
+    cr_assert_gt(n, 1, "%s", ringlm_errdetail());
+    e->n_prompt = (uint32_t)n;
+    for (int32_t id = 0; id < 512; id++) {
+        const char *p;
+        if (ringlm_token_text(e->t, 3, id, &p) < 0 || !*p || strspn(p, " \t\r\n") != strlen(p))
+            continue;
+        e->no_ws[e->n_no_ws++] = (ringlm_logit_bias){id, -100.0f};
+    }
+}
+
+static void env_stop(env *e)
+{
+    ringlm_close(e->c);
+    ringlm_tokenizer_free(e->t);
+    assert_back_to_baseline(&e->d, 10000);
+    cr_expect_eq(dmn_stop(&e->d, SIGTERM, 10000), 0);
+    dmn_cleanup(&e->d);
+}
+
+typedef struct answer {
+    int32_t toks[MAX_OUT];
+    uint32_t n;
+    ringlm_event fin;
+    char detail[256];
+    char text[4 * MAX_OUT + 1];
+} answer;
+
+/* What one request asks: its constraint, seed, prompt and n. */
+typedef struct ask {
+    uint32_t kind;
+    const char *cons;
+    size_t bytes;
+    uint64_t seed;
+    uint32_t n;
+    const int32_t *prompt;
+    uint32_t n_prompt;
+} ask;
+
+/* Submits the requests at once (one batch) and collects every sample's stream to its
+ * FINISH: the answers of request i's samples follow each other in out. Returns the answers. */
+static int run(env *e, const ask *asks, int n_asks, answer *out, int max_out)
+{
+    ringlm_request rq[MAX_N];
+    ringlm_sampling smp[MAX_N];
+    uint64_t ids[MAX_N];
+    uint32_t first[MAX_N + 1];
+    cr_assert_leq(n_asks, MAX_N);
+    first[0] = 0;
+    for (int i = 0; i < n_asks; i++) {
+        ringlm_request_init(&rq[i]);
+        rq[i].prompt = asks[i].prompt ? asks[i].prompt : e->prompt;
+        rq[i].n_prompt = asks[i].prompt ? asks[i].n_prompt : e->n_prompt;
+        rq[i].max_new_tokens = MAX_OUT;
+        rq[i].temperature = 1.0f;
+        rq[i].seed = asks[i].seed;
+        ringlm_sampling_init(&smp[i]);
+        smp[i].n = asks[i].n;
+        smp[i].constraint_kind = asks[i].kind;
+        smp[i].constraint = asks[i].cons;
+        smp[i].constraint_bytes = asks[i].bytes ? asks[i].bytes : strlen(asks[i].cons);
+        smp[i].logit_bias = e->no_ws;
+        smp[i].n_logit_bias = e->n_no_ws;
+        first[i + 1] = first[i] + (asks[i].n ? asks[i].n : 1);
+    }
+    int total = (int)first[n_asks];
+    cr_assert_leq(total, max_out);
+    cr_assert_eq(ringlm_submit_batch_ext(e->c, rq, smp, (uint32_t)n_asks, ids), 0, "submit: %s",
+                 ringlm_errdetail());
+    memset(out, 0, sizeof *out * (size_t)total);
+    int left = total;
+    while (left) {
+        ringlm_event ev;
+        int rc = ringlm_next_event(e->c, &ev, 60000);
+        cr_assert_gt(rc, 0, "next_event %d: %s", rc, ringlm_errdetail());
+        int k = -1;
+        for (int i = 0; i < n_asks && k < 0; i++)
+            if (ev.req_id >= ids[i] && ev.req_id < ids[i] + (first[i + 1] - first[i]))
+                k = (int)(first[i] + (ev.req_id - ids[i]));
+        cr_assert_geq(k, 0, "an event of an unknown request %llu", (unsigned long long)ev.req_id);
+        answer *a = &out[k];
+        if (ev.kind == RINGLM_EV_TOKEN) {
+            cr_assert_eq(ev.index, a->n);
+            cr_assert_lt(a->n, MAX_OUT);
+            a->toks[a->n++] = ev.token;
+        } else if (ev.kind == RINGLM_EV_FINISH) {
+            a->fin = ev;
+            const char *d = ringlm_event_detail(e->c);
+            snprintf(a->detail, sizeof a->detail, "%s", d ? d : "");
+            left--;
+        }
+    }
+    /* the text as the matcher saw it: each token's bytes after the one before it */
+    for (int i = 0; i < n_asks; i++) {
+        for (uint32_t s = first[i]; s < first[i + 1]; s++) {
+            answer *a = &out[s];
+            size_t at = 0;
+            int32_t prev =
+                asks[i].prompt ? asks[i].prompt[asks[i].n_prompt - 1] : e->prompt[e->n_prompt - 1];
+            for (uint32_t k = 0; k < a->n; k++) {
+                const char *p;
+                cr_assert_eq(ringlm_token_text(e->t, prev, a->toks[k], &p), 0);
+                size_t l = strlen(p);
+                cr_assert_lt(at + l, sizeof a->text);
+                memcpy(a->text + at, p, l);
+                at += l;
+                prev = a->toks[k];
+            }
+            a->text[at] = 0;
+        }
+    }
+    return total;
+}
+
+static void put_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+/* Validates every answer against the schema with python3-jsonschema; prints each failure.
+ * Returns the failures. */
+static int py_validate(env *e, const char *schema, const answer *a, int n)
+{
+    if (access("/usr/bin/python3", X_OK) != 0) cr_skip_test("/usr/bin/python3 not installed");
+    char path[256], script[256];
+    snprintf(path, sizeof path, "%s/answers.jsonl", e->d.dir);
+    snprintf(script, sizeof script, "%s/check.py", e->d.dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    for (int i = 0; i < n; i++) {
+        fputs("{\"schema\": ", f);
+        put_json_string(f, schema);
+        fputs(", \"text\": ", f);
+        put_json_string(f, a[i].text);
+        fputs("}\n", f);
+    }
+    fclose(f);
+    f = fopen(script, "w");
+    cr_assert_not_null(f);
+    fputs("import json, sys\n"
+          "import jsonschema\n"
+          "bad = 0\n"
+          "for line in open(sys.argv[1]):\n"
+          "    r = json.loads(line)\n"
+          "    try:\n"
+          "        jsonschema.validate(json.loads(r['text']), json.loads(r['schema']))\n"
+          "    except Exception as ex:\n"
+          "        bad += 1\n"
+          "        print('FAIL', repr(r['text']), ':', str(ex)[:200])\n"
+          "print('checked', bad)\n",
+          f);
+    fclose(f);
+    char *out = NULL, *err = NULL;
+    char *argv[] = {"/usr/bin/python3", script, path, NULL};
+    int rc = th_run(argv, &out, &err, 120);
+    cr_assert_eq(rc, 0, "python3: %s %s", out ? out : "", err ? err : "");
+    int bad = -1;
+    const char *p = strstr(out, "checked ");
+    if (p) bad = atoi(p + 8);
+    if (bad) fprintf(stderr, "%s", out);
+    free(out);
+    free(err);
+    return bad;
+}
+
+static bool same_tokens(const answer *a, const answer *b)
+{
+    return a->n == b->n && !memcmp(a->toks, b->toks, sizeof(int32_t) * a->n);
+}
+
+/* Bounded: every answer ends within its budget (a name of at most 8 characters, an age of at
+ * most 3 digits, no whitespace), so every one of the 4 must validate. */
+static const char person[] =
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":8},"
+    "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":120}},\"required\":[\"name\",\"age\"],"
+    "\"additionalProperties\":false}";
+
+Test(daemon_nseq_constrain, n4_json_schema_answers_each_validate_and_differ, .timeout = 300)
+{
+    env e;
+    env_start(&e);
+    enum { N = 4 };
+    const uint64_t seed = 4242;
+    ask group = {.kind = RINGLM_CONSTRAINT_JSON_SCHEMA, .cons = person, .seed = seed, .n = N};
+    static answer a[N], single[N];
+    cr_assert_eq(run(&e, &group, 1, a, N), N);
+    for (int i = 0; i < N; i++) {
+        cr_log_info("sample %d (%u tokens): %s", i, a[i].n, a[i].text);
+        cr_assert_eq(a[i].fin.finish_reason, RINGLM_FINISH_STOP,
+                     "sample %d ended %s/%s after %u tokens: %s (%s)", i,
+                     ringlm_reason_name(a[i].fin.finish_reason),
+                     ringlm_reason_name(a[i].fin.reject_reason), a[i].n, a[i].detail, a[i].text);
+    }
+    cr_expect_eq(py_validate(&e, person, a, N), 0, "answers that do not validate");
+    for (int i = 0; i < N; i++)
+        for (int j = i + 1; j < N; j++)
+            cr_expect(strcmp(a[i].text, a[j].text) != 0,
+                      "samples %d and %d gave the same answer at temperature 1: %s", i, j,
+                      a[i].text);
+    /* each sample is the single constrained request with seed + i */
+    ask one[N];
+    for (int i = 0; i < N; i++)
+        one[i] = (ask){.kind = group.kind, .cons = person, .seed = seed + (uint64_t)i, .n = 1};
+    cr_assert_eq(run(&e, one, N, single, N), N);
+    for (int i = 0; i < N; i++)
+        cr_expect(same_tokens(&a[i], &single[i]),
+                  "sample %d (%s) is not the single request with seed + %d (%s)", i, a[i].text, i,
+                  single[i].text);
+    env_stop(&e);
+}
+
+/* Choices, n 8: every sample's answer is a choice and ends with the stop token — with the
+ * first token drawn from the leader's row (the story prompt), and with each sample
+ * computing the prompt's last row itself (a one-token prompt: nothing to fork from). (That
+ * the samples differ is the JSON test's: here stories260K puts almost all of its weight on
+ * one choice's first token.) */
+Test(daemon_nseq_constrain, n8_choice_answers_are_each_a_choice, .timeout = 300)
+{
+    env e;
+    env_start(&e);
+    static const char ch[] = "red\0green\0blue\0a yellow one";
+    static const int32_t bos[1] = {1};
+    static answer a[2 * MAX_N], single[MAX_N];
+    for (int round = 0; round < 2; round++) {
+        ask group = {.kind = RINGLM_CONSTRAINT_CHOICE,
+                     .cons = ch,
+                     .bytes = sizeof ch - 1,
+                     .seed = 77,
+                     .n = MAX_N,
+                     .prompt = round ? bos : NULL,
+                     .n_prompt = round ? 1 : 0};
+        cr_assert_eq(run(&e, &group, 1, a, 2 * MAX_N), MAX_N);
+        for (int i = 0; i < MAX_N; i++) {
+            cr_expect_eq(a[i].fin.finish_reason, RINGLM_FINISH_STOP, "round %d sample %d: %s (%s)",
+                         round, i, ringlm_reason_name(a[i].fin.finish_reason), a[i].detail);
+            cr_expect(!strcmp(a[i].text, "red") || !strcmp(a[i].text, "green") ||
+                          !strcmp(a[i].text, "blue") || !strcmp(a[i].text, "a yellow one"),
+                      "round %d sample %d: '%s' is not a choice", round, i, a[i].text);
+        }
+        ask one[MAX_N];
+        for (int i = 0; i < MAX_N; i++) {
+            one[i] = group;
+            one[i].n = 1;
+            one[i].seed = group.seed + (uint64_t)i;
+        }
+        cr_assert_eq(run(&e, one, MAX_N, single, MAX_N), MAX_N);
+        for (int i = 0; i < MAX_N; i++)
+            cr_expect(same_tokens(&a[i], &single[i]),
+                      "round %d: sample %d (%s) is not the single request with seed + %d (%s)",
+                      round, i, a[i].text, i, single[i].text);
+    }
+    env_stop(&e);
+}
+
+/* A constraint that does not compile rejects the n samples together, each FINISH with the
+ * compiler's words; the daemon goes on serving n > 1 with a good one. */
+Test(daemon_nseq_constrain, a_constraint_that_does_not_compile_rejects_all_n, .timeout = 120)
+{
+    env e;
+    env_start(&e);
+    static answer a[MAX_N];
+    for (int round = 0; round < 2; round++) { /* the second from the cache of failed compiles */
+        ask bad = {.kind = RINGLM_CONSTRAINT_REGEX, .cons = "a(b", .seed = 1, .n = 3};
+        cr_assert_eq(run(&e, &bad, 1, a, MAX_N), 3);
+        for (int i = 0; i < 3; i++) {
+            cr_expect_eq(a[i].fin.finish_reason, RINGLM_FINISH_REJECTED, "round %d sample %d: %s",
+                         round, i, ringlm_reason_name(a[i].fin.finish_reason));
+            cr_expect_eq(a[i].fin.reject_reason, RINGLM_R_BAD_PARAMS);
+            cr_expect_eq(a[i].n, 0u);
+            cr_expect(!strncmp(a[i].detail, "constraint: ", 12),
+                      "round %d sample %d: detail \"%s\"", round, i, a[i].detail);
+        }
+    }
+    static const char ch[] = "yes\0no";
+    ask ok = {
+        .kind = RINGLM_CONSTRAINT_CHOICE, .cons = ch, .bytes = sizeof ch - 1, .seed = 5, .n = 2};
+    cr_assert_eq(run(&e, &ok, 1, a, MAX_N), 2);
+    for (int i = 0; i < 2; i++)
+        cr_expect(a[i].fin.finish_reason == RINGLM_FINISH_STOP &&
+                      (!strcmp(a[i].text, "yes") || !strcmp(a[i].text, "no")),
+                  "sample %d: %s '%s' %s", i, ringlm_reason_name(a[i].fin.finish_reason), a[i].text,
+                  a[i].detail);
+    env_stop(&e);
+}
