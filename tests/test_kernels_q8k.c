@@ -15,25 +15,13 @@
  */
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_internal.h"
+#include "kernel_rows.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static uint32_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 32);
-}
-static float rnd_float(void)
-{
-    return (float)rnd() / 4294967296.0f * 2.0f - 1.0f;
-}
 
 /* ggml's quantize_row_q8_K_ref (ggml-quants.c), its nearest_int included. */
 static int ggml_nearest_int(float fval)

@@ -12,25 +12,14 @@
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_internal.h"
 #include "kernels/cpu/quant_prefill.h"
+#define KERNEL_ROWS_SEED 0x9e3779b97f4a7c15ull
+#include "kernel_rows.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 32);
-}
-static float rnd_float(void)
-{
-    return (float)rnd() / 4294967296.0f * 2.0f - 1.0f;
-}
 
 static bool have(int type)
 {
@@ -46,12 +35,9 @@ static char *weights(int type, int n, int k, float *wf)
     const size_t rb = q_row_bytes(type, k);
     char *w = malloc((size_t)n * rb);
     cr_assert(w);
-    for (int i = 0; i < n; i++) {
-        for (int j = 0; j < k; j++)
-            wf[(size_t)i * k + j] = rnd_float() * (rnd() % 16 == 0 ? 4.0f : 0.5f);
-        q_quantize_row(type, wf + (size_t)i * k, w + (size_t)i * rb, k);
-        q_dequant_row(type, w + (size_t)i * rb, wf + (size_t)i * k, k);
-    }
+    for (size_t j = 0; j < (size_t)n * k; j++)
+        wf[j] = rnd_float() * (rnd() % 16 == 0 ? 4.0f : 0.5f);
+    quantized_rows(type, wf, w, n, k);
     return w;
 }
 
