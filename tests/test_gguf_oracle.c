@@ -399,11 +399,14 @@ Test(gguf_oracle, legacy_types_equal_llama_cpp, .init = mk_tmpdir, .fini = rm_tm
 }
 
 /* Q2_K, Q3_K, Q5_K and IQ4_XS weights (ggml's layouts, written by ringlm-mkmodel's
- * quantizers) loaded by both engines. ringlm rounds the activations to 8 bits per 32
- * elements inside these products, llama.cpp per 256 (Q8_K); with its f16 KV cache that moves
- * log-probabilities by up to ~0.02, so the near-tie bound is 0.01 as for the 32-element types,
- * and each case states the steps that must agree first (seen on quant-test: Q2_K 36, Q3_K 2,
- * Q5_K 81, IQ4_XS 34; on stories15M, whose rows of 288 leave only ffn_down in these types, 200). */
+ * quantizers) loaded by both engines. Both round the activations to 8 bits per 256 elements
+ * inside these products (Q8_K, with AVX2 or portable kernels; k_type_dots_equal_ggmls); what
+ * still differs (llama.cpp's f16 KV cache, the order of float sums) moves log-probabilities by
+ * up to ~0.015, so the near-tie bound is 0.01 as for the 32-element types, and each case states
+ * the steps that must agree first (seen on quant-test with Q8_K activations: Q2_K 172, Q3_K
+ * 84, Q5_K 194, IQ4_XS 45; quant-test:17's Q2_K parts at step 9, where the two best tokens are
+ * 0.002 apart in ringlm's logits and 0.004 the other way in llama.cpp's; on stories15M, whose
+ * rows of 288 leave only ffn_down in these types, 200). */
 Test(gguf_oracle, low_bit_k_types_equal_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir,
      .timeout = 600)
 {
@@ -412,12 +415,13 @@ Test(gguf_oracle, low_bit_k_types_equal_llama_cpp, .init = mk_tmpdir, .fini = rm
         const char *spec, *type;
         int min_equal;
     } cases[] = {
-        {"synthetic:quant-test:17", "Q2_K", 30},    {"synthetic:quant-test:17", "Q3_K", 1},
-        {"synthetic:quant-test:22", "Q5_K", 60},    {"synthetic:quant-test:22", "IQ4_XS", 30},
+        {"synthetic:quant-test:22", "Q2_K", 150},   {"synthetic:quant-test:17", "Q3_K", 70},
+        {"synthetic:quant-test:22", "Q5_K", 170},   {"synthetic:quant-test:22", "IQ4_XS", 30},
         {"synthetic:stories15M:18", "Q5_K", STEPS}, {"synthetic:stories15M:18", "Q2_K", STEPS},
         {"synthetic:stories15M:18", "Q3_K", STEPS}, {"synthetic:stories15M:18", "IQ4_XS", STEPS},
     };
     enum { N = sizeof cases / sizeof cases[0] };
+    const bool q8k = q_int_act_elems(Q_Q2_K, 1) == 256;
     job jobs[N] = {0};
     for (int i = 0; i < N; i++) {
         snprintf(jobs[i].model, sizeof jobs[i].model, "%s/lowk-%d.gguf", tmpdir, i);
@@ -427,7 +431,10 @@ Test(gguf_oracle, low_bit_k_types_equal_llama_cpp, .init = mk_tmpdir, .fini = rm
         jobs[i].n_prompt = 5;
         jobs[i].stop = 2;
         jobs[i].near_tie = 0.01;
-        jobs[i].min_equal = cases[i].min_equal;
+        /* with AVX-512 VNNI these types keep 8 bits per 32 (q_int_act_elems): on quant-test
+         * the near ties then come early (seen so on AVX2 before Q8_K: Q2_K 36, Q3_K 2, Q5_K
+         * 81, IQ4_XS 34), and only the near-tie bound is held there */
+        jobs[i].min_equal = q8k || cases[i].min_equal == STEPS ? cases[i].min_equal : 1;
         jobs[i].label = cases[i].type;
     }
     run_jobs(jobs, N);
@@ -541,8 +548,9 @@ static void logprobs_equal(const lp_case *cases, int n)
 
 /* Every type's log-probabilities beside llama.cpp's on the same file and tokens. The
  * tolerances are what each type's rounding of the activations allows: F32 none; the 32-element
- * types round them as llama.cpp does (8 bits per 32, Q8_0/Q8_1), the K types and IQ4_XS per
- * 32 where llama.cpp rounds per 256 (Q8_K). */
+ * types round them as llama.cpp does (8 bits per 32, Q8_0/Q8_1); the K types and IQ4_XS per
+ * 256 as llama.cpp does (Q8_K) below AVX-512, per 32 with AVX-512 VNNI (seen with Q8_K: within
+ * 0.011-0.015). */
 Test(gguf_oracle, every_type_logprobs_equal_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir,
      .timeout = 600)
 {
