@@ -544,7 +544,10 @@ static int check_left_recursion(cst_prog *p, char *err, size_t errlen)
 {
     uint32_t n = p->n;
     /* subroutine entries: targets of CALL */
-    uint8_t *is_entry = calloc(n, 1), *nullable = calloc(n, 1), *seen = calloc(n, 1);
+    uint8_t *is_entry = calloc(n, 1), *nullable = calloc(n, 1);
+    uint32_t *seen = calloc(n, sizeof *seen), stamp = 0; /* seen[i] == stamp: this search's */
+    uint8_t *prod = NULL;
+    uint64_t work = 0;
     uint32_t *stack = malloc((size_t)n * sizeof *stack);
     uint32_t *entries = malloc((size_t)n * sizeof *entries);
     int rc = -ENOMEM;
@@ -561,12 +564,13 @@ static int check_left_recursion(cst_prog *p, char *err, size_t errlen)
         for (uint32_t k = 0; k < ne; k++) {
             uint32_t e = entries[k];
             if (nullable[e]) continue;
-            memset(seen, 0, n);
+            stamp++;
             uint32_t sp = 0;
             stack[sp++] = e;
-            seen[e] = 1;
+            seen[e] = stamp;
             bool found = false;
             while (sp && !found) {
+                if (++work > CST_MAX_COMPILE_WORK) goto costly;
                 cst_inst in = p->insts[stack[--sp]];
                 uint32_t nx[2];
                 int nn = 0;
@@ -580,7 +584,7 @@ static int check_left_recursion(cst_prog *p, char *err, size_t errlen)
                 default: break;
                 }
                 for (int j = 0; j < nn; j++)
-                    if (nx[j] < n && !seen[nx[j]]) seen[nx[j]] = 1, stack[sp++] = nx[j];
+                    if (nx[j] < n && seen[nx[j]] != stamp) seen[nx[j]] = stamp, stack[sp++] = nx[j];
             }
             if (found) nullable[e] = 1, changed = true;
         }
@@ -589,19 +593,19 @@ static int check_left_recursion(cst_prog *p, char *err, size_t errlen)
      * some path (a rule that only recurses, such as a required property whose schema is
      * the whole schema, matches no finite text) */
     {
-        uint8_t *prod = calloc(n, 1);
-        if (!prod) goto out;
+        if (!(prod = calloc(n, 1))) goto out;
         for (bool changed = true; changed;) {
             changed = false;
             for (uint32_t k = 0; k <= ne; k++) {
                 uint32_t e = k < ne ? entries[k] : p->start;
                 if (prod[e]) continue;
-                memset(seen, 0, n);
+                stamp++;
                 uint32_t sp = 0;
                 stack[sp++] = e;
-                seen[e] = 1;
+                seen[e] = stamp;
                 bool found = false;
                 while (sp && !found) {
+                    if (++work > CST_MAX_COMPILE_WORK) goto costly;
                     cst_inst in = p->insts[stack[--sp]];
                     uint32_t nx[2];
                     int nn = 0;
@@ -617,14 +621,13 @@ static int check_left_recursion(cst_prog *p, char *err, size_t errlen)
                     default: break;
                     }
                     for (int j = 0; j < nn; j++)
-                        if (nx[j] < n && !seen[nx[j]]) seen[nx[j]] = 1, stack[sp++] = nx[j];
+                        if (nx[j] < n && seen[nx[j]] != stamp)
+                            seen[nx[j]] = stamp, stack[sp++] = nx[j];
                 }
                 if (found) prod[e] = 1, changed = true;
             }
         }
-        bool ok = prod[p->start];
-        free(prod);
-        if (!ok) {
+        if (!prod[p->start]) {
             snprintf(err, errlen,
                      "the constraint matches no finite text (a $ref cycle with no base case?)");
             rc = -EINVAL;
@@ -635,11 +638,12 @@ static int check_left_recursion(cst_prog *p, char *err, size_t errlen)
      * other subroutines' entries as well) */
     for (uint32_t k = 0; k < ne; k++) {
         uint32_t e = entries[k];
-        memset(seen, 0, n);
+        stamp++;
         uint32_t sp = 0;
         stack[sp++] = e;
-        seen[e] = 1;
+        seen[e] = stamp;
         while (sp) {
+            if (++work > CST_MAX_COMPILE_WORK) goto costly;
             cst_inst in = p->insts[stack[--sp]];
             uint32_t nx[2];
             int nn = 0;
@@ -660,11 +664,19 @@ static int check_left_recursion(cst_prog *p, char *err, size_t errlen)
             default: break;
             }
             for (int j = 0; j < nn; j++)
-                if (nx[j] < n && !seen[nx[j]]) seen[nx[j]] = 1, stack[sp++] = nx[j];
+                if (nx[j] < n && seen[nx[j]] != stamp) seen[nx[j]] = stamp, stack[sp++] = nx[j];
         }
     }
     rc = 0;
+    goto out;
+costly:
+    snprintf(err, errlen,
+             "the grammar is too costly to analyse: over %u steps checking its rules (%u "
+             "rules); refused rather than compiled without bound",
+             CST_MAX_COMPILE_WORK, ne);
+    rc = -E2BIG;
 out:
+    free(prod);
     free(is_entry);
     free(nullable);
     free(seen);
@@ -684,8 +696,13 @@ static int prune_dead(cst_prog *p)
     uint32_t n = p->n;
     uint8_t *live = calloc(n, 1);
     if (!live) return -ENOMEM;
+    uint64_t work = 0;
     for (bool changed = true; changed;) {
         changed = false;
+        if ((work += n) > CST_MAX_COMPILE_WORK) {
+            free(live);
+            return -E2BIG;
+        }
         for (uint32_t i = 0; i < n; i++) {
             if (live[i]) continue;
             cst_inst in = p->insts[i];
@@ -761,7 +778,12 @@ int cst_grammar_finish(cst_prog *p, cst_grammar **out, char *err, size_t errlen)
         prog_release(p);
         return -EINVAL;
     }
-    if ((rc = check_left_recursion(p, err, errlen)) || (rc = prune_dead(p))) {
+    if ((rc = check_left_recursion(p, err, errlen)) == 0 && (rc = prune_dead(p)) == -E2BIG)
+        snprintf(err, errlen,
+                 "the grammar is too costly to analyse: over %u steps pruning its dead "
+                 "ends; refused rather than compiled without bound",
+                 CST_MAX_COMPILE_WORK);
+    if (rc) {
         if (rc == -ENOMEM) snprintf(err, errlen, "out of memory");
         prog_release(p);
         return rc;

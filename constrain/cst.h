@@ -48,6 +48,12 @@ extern "C" {
 #define CST_MAX_PROGRAM      (1u << 21)
 /* Inputs longer than this (schema text, regex, all choices together) are refused (-E2BIG). */
 #define CST_MAX_SOURCE_BYTES (8u << 20)
+/* Steps a compile's analyses may take (the rules' nullable / productive fixpoints, the
+ * left-recursion search, the dead-end pruning: each costs rules x instructions on a
+ * grammar whose rules resolve one per round): past it the compile is refused with -E2BIG
+ * ("too costly to analyse"), so a small but pathological grammar costs a bounded time
+ * (about a second on one core) instead of hours. */
+#define CST_MAX_COMPILE_WORK (1u << 26)
 
 typedef struct cst_vocab cst_vocab;     /* token byte strings as a trie, and the end tokens */
 typedef struct cst_grammar cst_grammar; /* a compiled constraint, immutable */

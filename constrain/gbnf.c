@@ -72,13 +72,22 @@ typedef struct g_parser {
     int depth;
     int err;
     char msg[512];
+    size_t line_pos; /* line_at's last answer: line line_no begins before line_pos */
+    uint32_t line_no;
 } g_parser;
 
+/* The line of offset at, counted on from the last answer when at is past it (the parser
+ * asks in order: a grammar of many rules is not read again for each). */
 static uint32_t line_at(const g_parser *g, size_t at)
 {
+    g_parser *m = (g_parser *)g;
+    size_t k = 0;
     uint32_t line = 1;
-    for (size_t k = 0; k < at && k < g->n; k++)
+    if (m->line_no && at >= m->line_pos) k = m->line_pos, line = m->line_no;
+    for (; k < at && k < g->n; k++)
         if (g->s[k] == '\n' || (g->s[k] == '\r' && (k + 1 >= g->n || g->s[k + 1] != '\n'))) line++;
+    m->line_pos = k;
+    m->line_no = line;
     return line;
 }
 
@@ -673,8 +682,17 @@ static void analyse(g_parser *g, uint32_t root)
             gfail(g, -EINVAL, "gbnf: line %u: undefined rule '%.*s'", g->rules[r].line_ref,
                   (int)g->rules[r].nlen, g->rules[r].name);
     if (g->err) return;
+    uint64_t work = 0;
     for (bool changed = true; changed;) {
         changed = false;
+        /* a round visits every rule's body: a grammar whose rules resolve one per round
+         * (a long chain in the wrong order) costs rules x nodes; bounded */
+        if ((work += g->nn + g->nr) > CST_MAX_COMPILE_WORK)
+            return gfail(g, -E2BIG,
+                         "gbnf: the grammar is too costly to analyse: over %u steps finding "
+                         "its nullable and productive rules (%zu rules); refused rather than "
+                         "compiled without bound",
+                         CST_MAX_COMPILE_WORK, g->nr);
         for (size_t r = 0; r < g->nr; r++) {
             g_rule *x = &g->rules[r];
             if (!x->nullable && node_nullable(g, x->body)) x->nullable = changed = true;

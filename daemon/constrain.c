@@ -16,9 +16,13 @@
  *                request whose grammar is not ready waits in REQ_COMPILING, outside the
  *                scheduler: the loop never waits for a compile. The compile thread wakes the
  *                loop through an eventfd read armed on the loop's ring. A compile error (or a
- *                grammar over CST_MAX_PROGRAM, or a source over the record's 256 KiB) rejects
- *                the request with bad_params, the compiler's words in the decision log and in
- *                the request's FINISH detail (RINGLM_WIRE_EV_DETAIL). Failures are cached too.
+ *                grammar over CST_MAX_PROGRAM, or one that would take over CST_MAX_COMPILE_WORK
+ *                steps to analyse, or a source over the record's 256 KiB) rejects the request
+ *                with bad_params, the compiler's words in the decision log and in the
+ *                request's FINISH detail (RINGLM_WIRE_EV_DETAIL). Failures are cached too. The
+ *                bounds are steps and sizes, not clocks: a pathological grammar is refused in
+ *                a bounded time (well under a second here), so the compiles queued behind it
+ *                and the loop go on.
  *   mask         each constrained sequence owns a matcher (reset matchers are pooled per
  *                grammar: what a matcher learnt of the grammar — its DFA states and masks —
  *                serves the next request). The masks of a step depend only on the tokens so

@@ -23,7 +23,9 @@
  * q_matmul's converted float tiles and SGEMM on F16/BF16 — with each side's GFLOP/s and the
  * path the engine now takes for the shape (gemm_f32_prefer). --type Q8_0, Q4_K or Q6_K (with
  * --prefill only): gemm_f32 on panels dequantized once per block of k, against q_matmul
- * (above Q_INT_MAX_ROWS without AVX-512 VNNI: float tiles dequantized and SGEMM).
+ * (above Q_INT_MAX_ROWS without AVX-512 VNNI: float tiles dequantized and SGEMM; up to it,
+ * the integer dots of the decode batches), and for Q4_K and Q6_K the integer tiles of
+ * quant_prefill.h at every M (--rows 4,8,16,32 too: where they would beat the dots).
  */
 #include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/gemm_small.h"
@@ -191,7 +193,9 @@ static int run_prefill(const char *shape_name, const shape *shapes, int n_shapes
             int iters = (int)(3e9 / flop) + 2;
             double ts[64], tb[64], ti[64];
             int R = repeats < 64 ? repeats : 64;
-            const bool int_runs = wq && q_prefill_runs(wtype, M);
+            /* the tiles at every M where they run above the dots' rows (the engine takes
+             * them only there) */
+            const bool int_runs = wq && q_prefill_runs(wtype, Q_INT_MAX_ROWS + 1);
             for (int r = 0; r < R; r++) {
                 double t0 = now_s();
                 ti[r] = 0.0;
@@ -216,7 +220,8 @@ static int run_prefill(const char *shape_name, const shape *shapes, int n_shapes
             }
             const double mo = bench_median(ts, R), mb = bench_median(tb, R),
                          mi = bench_median(ti, R);
-            const char *takes = int_runs                                ? "int"
+            const char *takes = wq && q_prefill_runs(wtype, M)          ? "int"
+                                : wq && q_int_path(wtype, M)            ? "dots"
                                 : gemm_f32_prefer(wtype, M, s->n, s->k) ? "own"
                                                                         : "old";
             if (json)

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The quantized prefill tiles (kernels/cpu/quant_prefill.h), on a CPU where they run (AVX2
- * without AVX-512 VNNI; elsewhere the tests say so and check only that they decline):
+ * The quantized prefill tiles (kernels/cpu/quant_prefill.h), Q4_K and Q6_K, on a CPU where
+ * they run (AVX2 without AVX-512 VNNI; elsewhere the tests say so and check only that they
+ * decline):
  *   - equal the portable integer dots (8-bit activations per 32, the scalar reference of
- *     quant_kquants.c) within 1e-5 x sum_j |w_j x_j|, on odd row counts above Q_INT_MAX_ROWS (groups of 4 with
- *     every remainder), odd weight-row counts (panels of 8 with every remainder), K of one to
+ *     quant_kquants.c) within 1e-5 x sum_j |w_j x_j|, on odd row counts above
+ *     Q_INT_MAX_ROWS (groups of 4 with every remainder), odd weight-row counts (panels of 8 with every remainder), K of one to
  *     five 256-element blocks, beta 0 and 1, rows of y strided (the padding never written);
+ *   - the same on random bytes as weights (Q6_K: every scale, -128 too, and q - 32 = -32 with
+ *     activations of +-127: the 16-bit sums at their largest);
  *   - give a row the same bits wherever it lies in a batch;
  *   - decline other weight types and activations prepared for another K without writing y.
  */
@@ -21,23 +24,45 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Whether the tiles run on this CPU (they run Q4_K and Q6_K alike, or neither) */
 static bool have(int type)
 {
-    if (q_prefill_runs(type, Q_INT_MAX_ROWS + 1)) return true;
+    if (q_prefill_runs(Q_Q4_K, Q_INT_MAX_ROWS + 1)) {
+        cr_assert(q_prefill_runs(type, Q_INT_MAX_ROWS + 1), "type %d: no tiles beside Q4_K's",
+                  type);
+        return true;
+    }
     cr_log_info("the quantized prefill tiles do not run on this CPU (%s): only declines tested",
                 q_isa_name(q_isa()));
     return false;
 }
 
-/* n rows of k weights of `type`, from floats in [-1, 1) with a few large ones */
+static bool random_blocks; /* weights(): random bytes instead of quantized floats */
+
+/* n rows of k weights of `type`, from floats in [-1, 1) with a few large ones, or (with
+ * random_blocks) random bytes with each block's f16 scales set to finite ones */
 static char *weights(int type, int n, int k, float *wf)
 {
     const size_t rb = q_row_bytes(type, k);
     char *w = malloc((size_t)n * rb);
     cr_assert(w);
-    for (size_t j = 0; j < (size_t)n * k; j++)
-        wf[j] = rnd_float() * (rnd() % 16 == 0 ? 4.0f : 0.5f);
-    quantized_rows(type, wf, w, n, k);
+    for (int i = 0; i < n; i++) {
+        char *row = w + (size_t)i * rb;
+        if (random_blocks) {
+            for (size_t j = 0; j < rb; j++) row[j] = (char)rnd();
+            const size_t bb = rb / (size_t)(k / 256); /* Q4_K: d, dmin first; Q6_K: d last */
+            for (int b = 0; b < k / 256; b++) {
+                uint16_t d = (uint16_t)(0x1000 + rnd() % 0x1000); /* 2^-11 .. 2^-10 */
+                memcpy(row + (size_t)b * bb + (type == Q_Q6_K ? bb - 2 : 0), &d, 2);
+                if (type == Q_Q4_K) memcpy(row + (size_t)b * bb + 2, &d, 2);
+            }
+        } else {
+            for (int j = 0; j < k; j++)
+                wf[(size_t)i * k + j] = rnd_float() * (rnd() % 16 == 0 ? 4.0f : 0.5f);
+            q_quantize_row(type, wf + (size_t)i * k, row, k);
+        }
+        q_dequant_row(type, row, wf + (size_t)i * k, k);
+    }
     return w;
 }
 
@@ -60,6 +85,8 @@ static void trial(int type, int M, int N, int K, float beta)
     float *y0 = malloc((size_t)M * ld_y * sizeof(float));
     cr_assert(x && wf && y && ref && y0);
     for (size_t i = 0; i < (size_t)M * K; i++) x[i] = rnd_float();
+    if (random_blocks) /* every block of 32 of every row at +-127 after quantizing */
+        for (size_t i = 0; i < (size_t)M * K; i++) x[i] = rnd() % 2 ? 1.0f : -1.0f;
     for (size_t i = 0; i < (size_t)M * ld_y; i++) y0[i] = y[i] = rnd_float();
     char *w = weights(type, N, K, wf);
     void *mem;
@@ -98,23 +125,38 @@ static void trial(int type, int M, int N, int K, float beta)
     free(y0);
 }
 
+static const int types[] = {Q_Q4_K, Q_Q6_K};
+
 Test(kernels_quant_prefill, equals_the_portable_integer_path_within_its_bound)
 {
-    if (!have(Q_Q4_K)) return;
     static const int Ms[] = {33, 34, 35, 36, 45, 70, 131};
     static const int Ns[] = {1, 7, 8, 9, 13, 67};
     static const int Ks[] = {256, 768, 1280};
-    int t = 0;
-    for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
-        for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++, t++)
-            trial(Q_Q4_K, Ms[mi], Ns[ni], Ks[t % 3], t % 2 ? 1.0f : 0.0f);
-    /* an engine shape: one worker's chunk of stories110M's FFN up-projection */
-    trial(Q_Q4_K, 256, 512, 768, 0.0f);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        if (!have(types[ti])) return;
+        int t = 0;
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+            for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++, t++)
+                trial(types[ti], Ms[mi], Ns[ni], Ks[t % 3], t % 2 ? 1.0f : 0.0f);
+        /* engine shapes: one worker's chunk of stories110M's FFN up- and down-projections */
+        trial(types[ti], 256, 512, 768, 0.0f);
+        trial(types[ti], 64, 384, 2048, 1.0f);
+    }
 }
 
-Test(kernels_quant_prefill, gives_a_row_the_same_bits_wherever_it_lies)
+Test(kernels_quant_prefill, equals_the_portable_integer_path_on_random_blocks)
 {
-    if (!have(Q_Q4_K)) return;
+    random_blocks = true;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        if (!have(types[ti])) break;
+        trial(types[ti], 37, 19, 512, 0.0f);
+        trial(types[ti], 33, 8, 2048, 1.0f);
+    }
+    random_blocks = false;
+}
+
+static void same_bits(int type)
+{
     enum { N = 21, K = 512, M1 = 41, M2 = 58, AT = 39 };
     float *x1 = malloc((size_t)M1 * K * sizeof(float)),
           *x2 = malloc((size_t)M2 * K * sizeof(float));
@@ -123,21 +165,27 @@ Test(kernels_quant_prefill, gives_a_row_the_same_bits_wherever_it_lies)
     for (size_t i = 0; i < (size_t)M1 * K; i++) x1[i] = rnd_float();
     for (size_t i = 0; i < (size_t)M2 * K; i++) x2[i] = rnd_float();
     memcpy(x2 + (size_t)AT * K, x1, (size_t)K * sizeof(float)); /* row 0 of x1 at row 39 */
-    char *w = weights(Q_Q4_K, N, K, wf);
+    char *w = weights(type, N, K, wf);
     void *m1, *m2;
     const q_xq *a1 = prepare(x1, M1, K, &m1), *a2 = prepare(x2, M2, K, &m2);
-    cr_assert(q_prefill_matmul(Q_Q4_K, w, N, K, a1, 0.0f, y1, N));
-    cr_assert(q_prefill_matmul(Q_Q4_K, w, N, K, a2, 0.0f, y2, N));
+    cr_assert(q_prefill_matmul(type, w, N, K, a1, 0.0f, y1, N));
+    cr_assert(q_prefill_matmul(type, w, N, K, a2, 0.0f, y2, N));
     for (int n = 0; n < N; n++)
         cr_assert_eq(memcmp(&y1[n], &y2[AT * N + n], sizeof(float)), 0,
-                     "column %d: %.9g in row 0 of %d, %.9g in row %d of %d", n, y1[n], M1,
-                     y2[AT * N + n], AT, M2);
+                     "type %d column %d: %.9g in row 0 of %d, %.9g in row %d of %d", type, n, y1[n],
+                     M1, y2[AT * N + n], AT, M2);
     free(m1);
     free(m2);
     free(w);
     free(x1);
     free(x2);
     free(wf);
+}
+
+Test(kernels_quant_prefill, gives_a_row_the_same_bits_wherever_it_lies)
+{
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        if (have(types[ti])) same_bits(types[ti]);
 }
 
 Test(kernels_quant_prefill, declines_what_it_does_not_take_without_writing)

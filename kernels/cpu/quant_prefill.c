@@ -1,19 +1,28 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kernels/cpu/quant_prefill.c — Q4_K weights times many activation rows in integers, AVX2
- * (see quant_prefill.h for the contract).
+ * kernels/cpu/quant_prefill.c — Q4_K and Q6_K weights times many activation rows in
+ * integers, AVX2 (see quant_prefill.h for the contract).
  *
  * A panel of PN = 8 weight rows is unpacked once per product into this thread's buffer, block
  * of 32 by block: q[b][g][i][0..3] = bytes 4g..4g+3 of block b of weight row i (0..15), with
- * the block's float scale d * sc and minimum dmin * m per row. Then for each group of up to
- * PM = 4 activation rows, per block: for g < 8, one load of the panel's 32 bytes, per row one
- * broadcast of its 4 bytes and one maddubs (lane i: weight row i), the 16-bit sums added over
- * the block (8 x 2 x 15 x 127 < 2^15: no saturation); then madd to 32 bits, conversion, and
- * acc += (d sc) dx S - (dmin m) (dx sum q). A panel (K = 2048: 16 KiB of bytes and 4 KiB of
- * scales) stays in L1 while every activation row passes over it.
+ * the block's scales per row. Then for each group of up to PM = 4 activation rows, per block:
+ * for g < 8, one load of the panel's 32 bytes, per row one broadcast of its 4 bytes and one
+ * maddubs (lane i: weight row i), the 16-bit sums added in registers. A panel (K = 2048:
+ * 16 KiB of bytes, 4-6 KiB of scales) stays in L1 while every activation row passes over it.
+ *
+ * Q4_K (4-bit weights 0..15, unsigned as they are): the 16-bit sums run over the block
+ * (8 x 2 x 15 x 127 < 2^15: no saturation); then madd to 32 bits, conversion, and
+ * acc += (d sc) dx S - (dmin m) dx (sum q).
+ * Q6_K (q - 32 in -32..31, signed): the activations + 128 (unsigned) times q - 32, the 16-bit
+ * sums over 8 elements (8 products of at most 255 x 32: 32640 < 2^15), then one madd with the
+ * 16-element scale (int8) to 32 bits, where the panel's -128 x sum of scale x (q - 32) takes
+ * the +128 off again, and acc += d dx S. (|q - 32| times x with q - 32's sign ran the 16-bit
+ * sums over 16 elements, but its sign per step cost more than the madds it saved: 1.05-1.10x
+ * the float panels at M = 256 against 1.20-1.22x.)
  *
  * Measured against gemm_f32's float panels and the SGEMM path before them in
- * perf/gemm_bench --prefill --type Q4_K (docs/results/2026-12-06-quantized-prefill.md).
+ * perf/gemm_bench --prefill --type Q4_K|Q6_K (docs/results/2026-12-06-quantized-prefill.md,
+ * docs/results/2026-12-06-quant-tiles-decode.md).
  */
 #include "kernels/cpu/quant_prefill.h"
 
@@ -29,7 +38,7 @@
 bool q_prefill_runs(int type, int rows)
 {
 #if QK_X86
-    return type == Q_Q4_K && rows > Q_INT_MAX_ROWS && q_isa() == Q_ISA_AVX2 &&
+    return (type == Q_Q4_K || type == Q_Q6_K) && rows > Q_INT_MAX_ROWS && q_isa() == Q_ISA_AVX2 &&
            gemm_f32_mode_get() == GEMM_F32_AUTO;
 #else
     (void)type, (void)rows;
@@ -217,23 +226,175 @@ SIMD static void tile_rows(int R, const uint8_t *q, const float *sc, const float
     }
 }
 
+/* ---- Q6_K: the same panels, 6-bit weights with their 16-element scales in integers ------- */
+
+/* The m (<= PN) Q6_K rows at w unpacked: q[nb32][8][32] signed bytes q - 32 (-32..31), as
+ * pack_q4_k lays them out; sc[nb32][2][16] the two 16-element scales of each block, each
+ * twice (the two 16-bit lanes of a row); dw[nb32][8] each row's d; corr[nb32][8] each row's
+ * -128 x sum over the block of scale x (q - 32), which takes the activations' +128 off again
+ * (the tiles dot x + 128, unsigned). Lanes m.. repeat row m-1. */
+SIMD static void pack_q6_k(const char *w, size_t rb, int m, int64_t nb32, uint8_t *q, int16_t *sc,
+                           float *dw, int32_t *corr)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+    const __m256i off = _mm256_set1_epi8(32), zero = _mm256_setzero_si256();
+    const blk_q6_k *row[PN];
+    for (int i = 0; i < PN; i++) row[i] = (const blk_q6_k *)(w + (size_t)(i < m ? i : m - 1) * rb);
+    for (int64_t B = 0; B < nb32 / 8; B++) { /* super-blocks of 256 */
+        for (int i = 0; i < PN; i++) {
+            const blk_q6_k *b = row[i] + B;
+            const float d = _cvtsh_ss(b->d);
+            for (int j = 0; j < 8; j++) { /* block j = 4h + c takes scales 8h + 2c, +1 */
+                const int s0 = 8 * (j / 4) + 2 * (j % 4);
+                dw[(B * 8 + j) * PN + i] = d;
+                for (int s = 0; s < 2; s++) {
+                    int16_t *o = sc + ((B * 8 + j) * 2 + s) * 16 + 2 * i;
+                    o[0] = o[1] = b->scales[s0 + s];
+                }
+            }
+        }
+        for (int h = 0; h < 2; h++)
+            for (int c = 0; c < 4; c++) { /* the chunk of 32: block 4h + c of the super-block */
+                const int64_t blk = B * 8 + 4 * h + c;
+                __m256i v[PN], t[8];
+                for (int i = 0; i < PN; i++) {
+                    const blk_q6_k *b = row[i] + B;
+                    const __m256i L =
+                        _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32 * (c & 1)));
+                    const __m256i H = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+                    const __m256i lo = c < 2 ? _mm256_and_si256(L, m4)
+                                             : _mm256_and_si256(_mm256_srli_epi16(L, 4), m4);
+                    const __m256i hi = _mm256_and_si256(c == 0   ? H
+                                                        : c == 1 ? _mm256_srli_epi16(H, 2)
+                                                        : c == 2 ? _mm256_srli_epi16(H, 4)
+                                                                 : _mm256_srli_epi16(H, 6),
+                                                        m2);
+                    const __m256i u = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)); /* 0..63 */
+                    int64_t sums[4]; /* of 8 bytes each: elements 0-15 in 0-1, 16-31 in 2-3 */
+                    _mm256_storeu_si256((__m256i *)sums, _mm256_sad_epu8(u, zero));
+                    const int s0 = (int)(sums[0] + sums[1]) - 16 * 32,
+                              s1 = (int)(sums[2] + sums[3]) - 16 * 32;
+                    corr[blk * PN + i] = -128 * (sc[(blk * 2) * 16 + 2 * i] * s0 +
+                                                 sc[(blk * 2 + 1) * 16 + 2 * i] * s1);
+                    v[i] = _mm256_sub_epi8(u, off);
+                }
+                transpose8(v, t);
+                uint8_t *qb = q + (size_t)blk * 256;
+                for (int g = 0; g < 8; g++) _mm256_store_si256((__m256i *)(qb + 32 * g), t[g]);
+            }
+    }
+}
+
+/* x + 128 (1..255, unsigned) times q - 32 (signed): two steps of 4 bytes put 4 products of at
+ * most 255 x 32 in a 16-bit lane (32640: no saturation); then one madd with the 16-element
+ * scale per two steps. */
+#define STEP6(r)                                                                                   \
+    if (R > r) {                                                                                   \
+        int32_t x0v, x1v;                                                                          \
+        memcpy(&x0v, x##r + 4 * g, 4);                                                             \
+        memcpy(&x1v, x##r + 4 * g + 4, 4);                                                         \
+        const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_set1_epi32(x0v), w0),       \
+                                           _mm256_maddubs_epi16(_mm256_set1_epi32(x1v), w1));      \
+        t##r = _mm256_add_epi32(t##r, _mm256_madd_epi16(p, scv));                                  \
+    }
+#define FINISH6(r)                                                                                 \
+    if (R > r)                                                                                     \
+        c##r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t##r),                                           \
+                               _mm256_mul_ps(dv, _mm256_set1_ps(dx[(size_t)(r)*nb32 + b])), c##r);
+
+SIMD static inline __attribute__((always_inline)) void
+tile_q6_k(const int R, const uint8_t *q, const int16_t *sc, const float *dw, const int32_t *corr,
+          int64_t nb32, const uint8_t *xu, int64_t k, const float *dx, float beta, float *y,
+          int ld_y, int m)
+{
+    __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+    for (int64_t b = 0; b < nb32; b++) {
+        const uint8_t *x0 = xu + b * 32, *x1 = x0 + k, *x2 = x1 + k, *x3 = x2 + k;
+        (void)x1, (void)x2, (void)x3;
+        const uint8_t *qb = q + (size_t)b * 256;
+        const __m256i cv = _mm256_load_si256((const __m256i *)(corr + b * PN));
+        __m256i t0 = cv, t1 = cv, t2 = cv, t3 = cv;
+#pragma GCC unroll 4
+        for (int g = 0; g < 8; g += 2) {
+            const __m256i w0 = _mm256_load_si256((const __m256i *)(qb + 32 * g));
+            const __m256i w1 = _mm256_load_si256((const __m256i *)(qb + 32 * g + 32));
+            const __m256i scv = _mm256_load_si256((const __m256i *)(sc + (b * 2 + g / 4) * 16));
+            STEP6(0)
+            STEP6(1)
+            STEP6(2)
+            STEP6(3)
+        }
+        const __m256 dv = _mm256_load_ps(dw + b * PN);
+        FINISH6(0)
+        FINISH6(1)
+        FINISH6(2)
+        FINISH6(3)
+    }
+    STORE(0)
+    STORE(1)
+    STORE(2)
+    STORE(3)
+}
+
+/* out = x + 128 as unsigned bytes (n a multiple of 32) */
+SIMD static void plus128(const int8_t *x, size_t n, uint8_t *out)
+{
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (size_t i = 0; i < n; i += 32)
+        _mm256_storeu_si256((__m256i *)(out + i),
+                            _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(x + i)), flip));
+}
+
+SIMD static void tile_rows6(int R, const uint8_t *q, const int16_t *sc, const float *dw,
+                            const int32_t *corr, int64_t nb32, const uint8_t *xu, int64_t k,
+                            const float *dx, float beta, float *y, int ld_y, int m)
+{
+    switch (R) {
+    case 4: tile_q6_k(4, q, sc, dw, corr, nb32, xu, k, dx, beta, y, ld_y, m); break;
+    case 3: tile_q6_k(3, q, sc, dw, corr, nb32, xu, k, dx, beta, y, ld_y, m); break;
+    case 2: tile_q6_k(2, q, sc, dw, corr, nb32, xu, k, dx, beta, y, ld_y, m); break;
+    default: tile_q6_k(1, q, sc, dw, corr, nb32, xu, k, dx, beta, y, ld_y, m); break;
+    }
+}
+
 bool q_prefill_matmul(int type, const void *w, int n, int k, const q_xq *a, float beta, float *y,
                       int ld_y)
 {
-    if (type != Q_Q4_K || !a || a->k != k || a->isa < Q_ISA_AVX2 || k % QK_K) return false;
+    if ((type != Q_Q4_K && type != Q_Q6_K) || !a || a->k != k || a->isa < Q_ISA_AVX2 || k % QK_K)
+        return false;
     const int64_t nb32 = k / 32;
     const int rows = a->rows;
-    uint8_t *q = panel_get((size_t)nb32 * (256 + 2 * PN * sizeof(float)));
+    /* per block of 32: 256 bytes of weights, then Q4_K's scales and minimums (2 x 8 floats)
+     * or Q6_K's 16-bit scales (2 x 16), d (8 floats) and corrections (8 int32); Q6_K's
+     * activations follow, + 128 */
+    const size_t extra = type == Q_Q4_K ? 2 * PN * sizeof(float) : 64 + 2 * PN * sizeof(float);
+    const size_t panel = (size_t)nb32 * (256 + extra);
+    uint8_t *q = panel_get(panel + (type == Q_Q6_K ? (size_t)rows * k : 0));
     if (!q) return false;
     float *sc = (float *)(q + (size_t)nb32 * 256), *mn = sc + (size_t)nb32 * PN;
+    int16_t *sc6 = (int16_t *)(q + (size_t)nb32 * 256);
+    float *dw6 = (float *)(sc6 + (size_t)nb32 * 32);
+    int32_t *corr6 = (int32_t *)(dw6 + (size_t)nb32 * PN);
+    uint8_t *xu = q + panel;
+    if (type == Q_Q6_K) plus128(a->xq.q, (size_t)rows * k, xu);
     const size_t rb = q_row_bytes(type, k);
     for (int i0 = 0; i0 < n; i0 += PN) {
         const int m = n - i0 < PN ? n - i0 : PN;
-        pack_q4_k((const char *)w + (size_t)i0 * rb, rb, m, nb32, q, sc, mn);
+        const char *wi = (const char *)w + (size_t)i0 * rb;
+        if (type == Q_Q4_K)
+            pack_q4_k(wi, rb, m, nb32, q, sc, mn);
+        else
+            pack_q6_k(wi, rb, m, nb32, q, sc6, dw6, corr6);
         for (int r0 = 0; r0 < rows; r0 += PM) {
             const int R = rows - r0 < PM ? rows - r0 : PM;
-            tile_rows(R, q, sc, mn, nb32, a->xq.q + (size_t)r0 * k, k, a->xq.d + (size_t)r0 * nb32,
-                      a->xq.s + (size_t)r0 * nb32, beta, y + (size_t)r0 * ld_y + i0, ld_y, m);
+            const float *dx = a->xq.d + (size_t)r0 * nb32;
+            float *yr = y + (size_t)r0 * ld_y + i0;
+            if (type == Q_Q4_K)
+                tile_rows(R, q, sc, mn, nb32, a->xq.q + (size_t)r0 * k, k, dx,
+                          a->xq.s + (size_t)r0 * nb32, beta, yr, ld_y, m);
+            else
+                tile_rows6(R, q, sc6, dw6, corr6, nb32, xu + (size_t)r0 * k, k, dx, beta, yr, ld_y,
+                           m);
         }
     }
     return true;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kernels/cpu/quant_prefill.h — quantized weights times many activation rows (prefill) in
+ * kernels/cpu/quant_prefill.h — Q4_K and Q6_K weights times many activation rows (prefill) in
  * integers on AVX2, where quant.h's integer path stops (above Q_INT_MAX_ROWS rows without
  * AVX-512 VNNI).
  *
@@ -9,8 +9,9 @@
  * weights of a panel of 8 rows are unpacked once to bytes, transposed so that one vector holds
  * 4 consecutive bytes of each of the 8 rows, and reused for every activation row: per 4 bytes
  * of k, one maddubs per activation row, its 16-bit sums added in registers over a block of 32
- * (Q4_K's 4-bit weights times 8-bit activations cannot overflow them), then one madd, one
- * conversion and the block's scales in float.
+ * (Q4_K's 4-bit weights) or of 8 (Q6_K's 6-bit ones against the activations + 128, then one
+ * madd with the 16-element scale): neither can overflow them; then one conversion and the
+ * block's scales in float.
  *
  * Within 1e-5 x sum_j |w_j x_j| of the portable integer path (another order of the float
  * steps), and a row's results do not depend on the rows beside it. RINGLM_PREFILL_GEMM=own or
@@ -24,7 +25,8 @@
 #include <stdbool.h>
 
 /* Whether q_prefill_matmul runs `rows` activation rows of weights of `type` on this CPU
- * (Q4_K on AVX2 without AVX-512 VNNI, above Q_INT_MAX_ROWS rows, unless the mode says not). */
+ * (Q4_K and Q6_K on AVX2 without AVX-512 VNNI, above Q_INT_MAX_ROWS rows, unless the mode
+ * says not). */
 bool q_prefill_runs(int type, int rows);
 
 /*

@@ -131,14 +131,16 @@ test("vLLM's prompt_logprobs", async () => {
 });
 
 test('counts out of range are BadRequestErrors naming the field', async () => {
+  // each request made when its check awaits it: made all at once, a later one's rejection
+  // could arrive before its handler was attached (an unhandled rejection, a failed test)
   const cases = [
-    [client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], logprobs: true, top_logprobs: 21 }), 'top_logprobs'],
-    [client.completions.create({ model, prompt: 'x', logprobs: 21 }), 'logprobs'],
-    [client.completions.create({ model, prompt: 'x', logprobs: -1 }), 'logprobs'],
-    [client.completions.create({ model, prompt: 'x', prompt_logprobs: 21 }), 'prompt_logprobs'],
+    [() => client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], logprobs: true, top_logprobs: 21 }), 'top_logprobs'],
+    [() => client.completions.create({ model, prompt: 'x', logprobs: 21 }), 'logprobs'],
+    [() => client.completions.create({ model, prompt: 'x', logprobs: -1 }), 'logprobs'],
+    [() => client.completions.create({ model, prompt: 'x', prompt_logprobs: 21 }), 'prompt_logprobs'],
   ];
-  for (const [p, param] of cases) {
-    await assert.rejects(p, (e) => {
+  for (const [request, param] of cases) {
+    await assert.rejects(request(), (e) => {
       assert.ok(e instanceof OpenAI.BadRequestError, String(e));
       assert.equal(e.param, param);
       return true;
