@@ -198,6 +198,41 @@ static void attend_head(const cpu *c, const float *q, const int32_t *table, int 
 /* lane-wise max / select on v8f through integer masks (no vector ?: in C) */
 #define VSEL(mask, a, b) ((v8f)(((v8i)(a) & (mask)) | ((v8i)(b) & ~(mask))))
 
+/*
+ * The one tile walk of both products: `rows` rows of QB lanes (rows ≤ 4; row r is t[2r] and
+ * t[2r + 1]), each a weighted sum over n lane rows of `lanes` (QB floats apart):
+ *
+ *   row r = start_r + Σ_{j<n} w(r, j) · lanes[j]
+ *
+ * in 2·rows accumulators, one broadcast weight per row and step. Sᵀ = K·Qᵀ (alpha NULL):
+ * rows keys over the head, w(r, j) = src[r][j] (src: the keys), lanes Qᵀ, start 0. Oᵀ =
+ * V·Pᵀ: rows elements d.. of the head over the step's keys, w(r, j) = src[j][d + r] (src:
+ * the values), lanes Pᵀ, start the row as it was times alpha (e^(m-m') of lanes 0-7, 8-15).
+ * Always inlined with constant rows and alpha, so each call compiles to a plain loop.
+ */
+static inline __attribute__((always_inline)) void lane_tile(v8f *t, int rows, const float *lanes,
+                                                            int n, const float *const *src, int d,
+                                                            const v8f *alpha)
+{
+    v8f acc[8];
+#pragma GCC unroll 4
+    for (int r = 0; r < rows; r++) {
+        acc[2 * r] = alpha ? t[2 * r] * alpha[0] : (v8f){0};
+        acc[2 * r + 1] = alpha ? t[2 * r + 1] * alpha[1] : (v8f){0};
+    }
+    for (int j = 0; j < n; j++, lanes += QB) {
+        const v8f x = *(const v8f *)lanes, y = *(const v8f *)(lanes + 8);
+#pragma GCC unroll 4
+        for (int r = 0; r < rows; r++) {
+            const float w = alpha ? src[j][d + r] : src[r][j];
+            acc[2 * r] += w * x;
+            acc[2 * r + 1] += w * y;
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < 2 * rows; r++) t[r] = acc[r];
+}
+
 CPU_CLONES
 static void attend_block(const cpu *c, const struct tile *tl, int kvh, int qi0, float *scratch)
 {
@@ -248,43 +283,9 @@ static void attend_block(const cpu *c, const struct tile *tl, int kvh, int qi0, 
         }
         /* Sᵀ = K·Qᵀ (Q already divided by the scale), 4 keys at a time */
         int i = 0;
-        for (; i + 4 <= nk; i += 4) {
-            const float *k0 = kp[i], *k1 = kp[i + 1], *k2 = kp[i + 2], *k3 = kp[i + 3];
-            v8f a0 = {0}, b0 = {0}, a1 = {0}, b1 = {0}, a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};
-            const float *qj = qt;
-            for (int j = 0; j < hs; j++, qj += QB) {
-                const v8f x = *(const v8f *)qj, y = *(const v8f *)(qj + 8);
-                a0 += k0[j] * x;
-                b0 += k0[j] * y;
-                a1 += k1[j] * x;
-                b1 += k1[j] * y;
-                a2 += k2[j] * x;
-                b2 += k2[j] * y;
-                a3 += k3[j] * x;
-                b3 += k3[j] * y;
-            }
-            v8f *s = (v8f *)(st + (size_t)i * QB);
-            s[0] = a0;
-            s[1] = b0;
-            s[2] = a1;
-            s[3] = b1;
-            s[4] = a2;
-            s[5] = b2;
-            s[6] = a3;
-            s[7] = b3;
-        }
-        for (; i < nk; i++) {
-            const float *k0 = kp[i];
-            v8f a0 = {0}, b0 = {0};
-            const float *qj = qt;
-            for (int j = 0; j < hs; j++, qj += QB) {
-                a0 += k0[j] * *(const v8f *)qj;
-                b0 += k0[j] * *(const v8f *)(qj + 8);
-            }
-            v8f *s = (v8f *)(st + (size_t)i * QB);
-            s[0] = a0;
-            s[1] = b0;
-        }
+        for (; i + 4 <= nk; i += 4)
+            lane_tile((v8f *)(st + (size_t)i * QB), 4, qt, hs, kp + i, 0, NULL);
+        for (; i < nk; i++) lane_tile((v8f *)(st + (size_t)i * QB), 1, qt, hs, kp + i, 0, NULL);
         if (cap > 0.0f)
             for (int x = 0; x < nk * QB; x++) st[x] = cap * tanhf(st[x] / cap);
         /* mask (unless every lane sees the whole step) and the new running max */
@@ -326,44 +327,10 @@ static void attend_block(const cpu *c, const struct tile *tl, int kvh, int qi0, 
         m0 = n0;
         m1 = n1;
         /* Oᵀ = Oᵀ·e^(m-m') + V·Pᵀ, 4 elements of the head at a time */
+        const v8f al[2] = {al0, al1};
         int d = 0;
-        for (; d + 4 <= hs; d += 4) {
-            v8f *o = (v8f *)(ot + (size_t)d * QB);
-            v8f a0 = o[0] * al0, b0 = o[1] * al1, a1 = o[2] * al0, b1 = o[3] * al1;
-            v8f a2 = o[4] * al0, b2 = o[5] * al1, a3 = o[6] * al0, b3 = o[7] * al1;
-            const float *pi = st;
-            for (i = 0; i < nk; i++, pi += QB) {
-                const v8f x = *(const v8f *)pi, y = *(const v8f *)(pi + 8);
-                const float *v = vp[i] + d;
-                a0 += v[0] * x;
-                b0 += v[0] * y;
-                a1 += v[1] * x;
-                b1 += v[1] * y;
-                a2 += v[2] * x;
-                b2 += v[2] * y;
-                a3 += v[3] * x;
-                b3 += v[3] * y;
-            }
-            o[0] = a0;
-            o[1] = b0;
-            o[2] = a1;
-            o[3] = b1;
-            o[4] = a2;
-            o[5] = b2;
-            o[6] = a3;
-            o[7] = b3;
-        }
-        for (; d < hs; d++) {
-            v8f *o = (v8f *)(ot + (size_t)d * QB);
-            v8f a0 = o[0] * al0, b0 = o[1] * al1;
-            const float *pi = st;
-            for (i = 0; i < nk; i++, pi += QB) {
-                a0 += vp[i][d] * *(const v8f *)pi;
-                b0 += vp[i][d] * *(const v8f *)(pi + 8);
-            }
-            o[0] = a0;
-            o[1] = b0;
-        }
+        for (; d + 4 <= hs; d += 4) lane_tile((v8f *)(ot + (size_t)d * QB), 4, st, nk, vp, d, al);
+        for (; d < hs; d++) lane_tile((v8f *)(ot + (size_t)d * QB), 1, st, nk, vp, d, al);
         t += nk;
     }
     float inv[QB];
