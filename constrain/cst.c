@@ -850,6 +850,14 @@ size_t cst_grammar_size(const cst_grammar *g)
 #define PLAIN_ASCII_LO (0xFFFFFFFF00000000ull & ~(1ull << '"'))
 #define PLAIN_ASCII_HI (0x7FFFFFFFFFFFFFFFull & ~(1ull << ('\\' - 64)))
 
+#define CLASS_SPLITS      8  /* class_mask's vocabulary splits kept per matcher */
+#define CLASS_SPLIT_BYTES 16 /* smaller classes are walked (few tokens begin in them) */
+/* class_mask checks this many steps of a class's chain (each step every byte of the class):
+ * the rare longer tokens (Llama 3's runs of dashes) are stepped on, one byte a state */
+#define CLASS_MASK_CHAIN  16
+
+#define TRANS_BLOCK 256 /* states per block of transition rows (256 KiB) */
+
 typedef struct stack_node {
     uint32_t ret, parent, depth;
 } stack_node;
@@ -882,11 +890,15 @@ struct cst_matcher {
     uint32_t gm_cap, gm_n;
     uint32_t *gm_pcs;
     size_t gm_npcs, gm_pcscap;
-    int32_t *trans; /* [state * 256 + byte] */
+    /* transitions: state s's row of 256 is trans[s / TRANS_BLOCK][s % TRANS_BLOCK * 256 ..]:
+     * blocks, so that growing the DFA never copies (nor faults in) the rows it has */
+    int32_t **trans;
+    uint32_t ntrans;
     uint32_t **st_mask;
     size_t mask_bytes;
     uint32_t nstates, stcap;
     uint32_t *st_hash;
+    uint32_t *st_hv; /* [state]: its threads' hash (a rehash does not recompute it) */
     uint32_t st_hash_cap;
     /* scratch for closures */
     uint64_t *work;
@@ -908,10 +920,22 @@ struct cst_matcher {
     uint32_t last_made;   /* states the last walk made */
     uint32_t last_visits; /* trie nodes the last walk looked at */
     bool last_cached;
-    uint8_t last_split; /* the last mask was split_mask's (1) or part_mask's (2) */
+    uint8_t last_split; /* the last mask was split_mask's (1), part_mask's (2) or
+                           class_mask's (3) */
     uint64_t *part;     /* scratch: part_mask's threads */
     size_t partcap;
-    uint32_t *pmask;      /* scratch: part_mask's two masks */
+    uint32_t *pmask; /* scratch: part_mask's two masks */
+    /* class_mask's splits of the vocabulary by a class of ASCII bytes, least recently used
+     * out */
+    struct cls_split {
+        uint64_t set[2]; /* the class; {0, 0}: an empty slot */
+        int32_t *id;     /* the tokens whose first byte is in the class, by id */
+        uint32_t *pre;   /* their leading bytes in the class */
+        uint32_t *len;   /* their bytes */
+        uint32_t n;
+        uint64_t used;
+    } cls[CLASS_SPLITS];
+    uint64_t cls_clock;
     cst_vocab *own_vocab; /* cst_dfa_open's empty vocabulary */
 };
 
@@ -923,6 +947,11 @@ static uint64_t mix64(uint64_t h)
     h *= 0xc4ceb9fe1a85ec53ull;
     h ^= h >> 33;
     return h;
+}
+
+static inline int32_t *trans_row(const cst_matcher *m, uint32_t s)
+{
+    return m->trans[s / TRANS_BLOCK] + (size_t)(s % TRANS_BLOCK) * 256;
 }
 
 static uint32_t stk_push(cst_matcher *m, uint32_t parent, uint32_t ret)
@@ -1092,7 +1121,7 @@ static int32_t intern_state(cst_matcher *m)
         if (b) m->st_len = b;
         void *c = realloc(m->st_accept, cap);
         if (c) m->st_accept = c;
-        void *d = realloc(m->trans, (size_t)cap * 256 * sizeof *m->trans);
+        void *d = realloc(m->trans, ((size_t)cap / TRANS_BLOCK + 1) * sizeof *m->trans);
         if (d) m->trans = d;
         void *e = realloc(m->st_mask, cap * sizeof *m->st_mask);
         if (e) m->st_mask = e;
@@ -1108,10 +1137,17 @@ static int32_t intern_state(cst_matcher *m)
         if (k) m->st_tail = k;
         void *l = realloc(m->st_anext, cap * sizeof *m->st_anext);
         if (l) m->st_anext = l;
-        if (!a || !b || !c || !d || !e || !f || !g || !h || !i || !k || !l) return -1;
+        void *hv = realloc(m->st_hv, cap * sizeof *m->st_hv);
+        if (hv) m->st_hv = hv;
+        if (!a || !b || !c || !d || !e || !f || !g || !h || !i || !k || !l || !hv) return -1;
         m->stcap = cap;
     }
     if (grow((void **)&m->threads, &m->thcap, m->nthreads + n, sizeof *m->threads)) return -1;
+    if (m->nstates / TRANS_BLOCK >= m->ntrans) {
+        int32_t *blk = malloc((size_t)TRANS_BLOCK * 256 * sizeof *blk);
+        if (!blk) return -1;
+        m->trans[m->ntrans++] = blk;
+    }
     uint32_t s = m->nstates++;
     m->made++;
     m->st_off[s] = m->nthreads;
@@ -1127,7 +1163,8 @@ static int32_t intern_state(cst_matcher *m)
     m->st_cnext[s] = CNEXT_UNKNOWN;
     m->st_anext[s] = CNEXT_UNKNOWN;
     m->st_tail[s] = NULL;
-    memset(m->trans + (size_t)s * 256, 0xff, 256 * sizeof *m->trans);
+    m->st_hv[s] = (uint32_t)h;
+    memset(trans_row(m, s), 0xff, 256 * sizeof(int32_t));
     m->st_mask[s] = NULL;
     m->st_hash[j] = s;
     if (m->nstates * 2 >= m->st_hash_cap) {
@@ -1135,8 +1172,7 @@ static int32_t intern_state(cst_matcher *m)
         uint32_t *nh = calloc(cap, sizeof *nh);
         if (!nh) return -1;
         for (uint32_t k = 1; k < m->nstates; k++) {
-            uint32_t q =
-                (uint32_t)hash_threads(m->threads + m->st_off[k], m->st_len[k]) & (cap - 1);
+            uint32_t q = m->st_hv[k] & (cap - 1);
             while (nh[q]) q = (q + 1) & (cap - 1);
             nh[q] = k;
         }
@@ -1160,6 +1196,9 @@ static int32_t compute_step(cst_matcher *m, uint32_t s, uint8_t byte)
         if (bs->w[byte >> 6] >> (byte & 63) & 1)
             m->todo[ns++] = (uint64_t)in->b << 32 | (uint32_t)t;
     }
+    /* no thread takes the byte: the dead state, without a closure (most of a walk's misses
+     * are this: a tail's first byte after a string, a byte out of a pattern's class) */
+    if (ns == 0) return 0;
     int rc = closure(m, ns);
     if (rc) return rc;
     int32_t t = intern_state(m);
@@ -1168,7 +1207,7 @@ static int32_t compute_step(cst_matcher *m, uint32_t s, uint8_t byte)
 
 static inline int32_t step(cst_matcher *m, uint32_t s, uint8_t byte)
 {
-    int32_t t = m->trans[(size_t)s * 256 + byte];
+    int32_t t = trans_row(m, s)[byte];
     if (t >= 0) return t;
     t = compute_step(m, s, byte);
     if (t < 0) {
@@ -1176,7 +1215,7 @@ static inline int32_t step(cst_matcher *m, uint32_t s, uint8_t byte)
         return 0;
     }
     /* the bytes no byte set tells apart step alike: fill the whole class */
-    int32_t *row = m->trans + (size_t)s * 256;
+    int32_t *row = trans_row(m, s);
     const cst_grammar *g = m->g;
     uint8_t c = g->byte_class[byte];
     for (uint32_t k = g->class_start[c]; k < g->class_start[c + 1]; k++) row[g->class_bytes[k]] = t;
@@ -1209,7 +1248,7 @@ static int init_states(cst_matcher *m)
     m->st_anext[0] = 0;
     m->st_tail[0] = NULL;
     m->st_mask[0] = NULL;
-    for (int b = 0; b < 256; b++) m->trans[b] = 0;
+    for (int b = 0; b < 256; b++) trans_row(m, 0)[b] = 0;
     m->nstates = 1;
     m->todo[0] = (uint64_t)m->p->start << 32;
     int rc = closure(m, 1);
@@ -1241,8 +1280,11 @@ int cst_matcher_create(const cst_grammar *g, const cst_vocab *v, cst_matcher **o
     m->st_cnext = calloc(m->stcap, sizeof *m->st_cnext);
     m->st_anext = calloc(m->stcap, sizeof *m->st_anext);
     m->st_tail = calloc(m->stcap, sizeof *m->st_tail);
+    m->st_hv = calloc(m->stcap, sizeof *m->st_hv);
     m->chain = malloc(((size_t)v->max_depth + 2) * sizeof *m->chain);
-    m->trans = malloc((size_t)m->stcap * 256 * sizeof *m->trans);
+    m->trans = calloc((size_t)m->stcap / TRANS_BLOCK + 1, sizeof *m->trans);
+    if (m->trans && (m->trans[0] = malloc((size_t)TRANS_BLOCK * 256 * sizeof **m->trans)))
+        m->ntrans = 1;
     m->st_mask = calloc(m->stcap, sizeof *m->st_mask);
     m->st_hash_cap = 256;
     m->st_hash = calloc(m->st_hash_cap, sizeof *m->st_hash);
@@ -1250,8 +1292,8 @@ int cst_matcher_create(const cst_grammar *g, const cst_vocab *v, cst_matcher **o
     m->todo = malloc(m->todocap * sizeof *m->todo);
     m->walk = malloc(((size_t)v->max_depth + 2) * sizeof *m->walk);
     if (!m->stk || !m->st_off || !m->st_len || !m->st_accept || !m->st_chain || !m->st_cls ||
-        !m->st_cset || !m->st_cnext || !m->st_anext || !m->st_tail || !m->chain || !m->trans ||
-        !m->st_mask || !m->st_hash || !m->todo || !m->walk) {
+        !m->st_cset || !m->st_cnext || !m->st_anext || !m->st_tail || !m->st_hv || !m->chain ||
+        !m->trans || !m->ntrans || !m->st_mask || !m->st_hash || !m->todo || !m->walk) {
         cst_matcher_free(m);
         return -ENOMEM;
     }
@@ -1284,11 +1326,18 @@ void cst_matcher_free(cst_matcher *m)
     free(m->st_cnext);
     free(m->st_anext);
     free(m->st_tail);
+    free(m->st_hv);
     free(m->chain);
     free(m->gm);
     free(m->gm_pcs);
     free(m->part);
     free(m->pmask);
+    for (int i = 0; i < CLASS_SPLITS; i++) {
+        free(m->cls[i].id);
+        free(m->cls[i].pre);
+        free(m->cls[i].len);
+    }
+    for (uint32_t i = 0; i < m->ntrans; i++) free(m->trans[i]);
     free(m->trans);
     free(m->st_mask);
     free(m->st_hash);
@@ -1352,9 +1401,10 @@ static void set_end_bits(const cst_vocab *v, uint32_t *mask)
  * UNIFORM_MIXED. Checked on every plain byte, and on one byte per class of bytes the
  * program does not tell apart (cst_grammar.byte_class) for multi-byte characters.
  */
+static bool multibyte_to(cst_matcher *m, uint32_t s, uint32_t n);
+
 static uint32_t uniform_next(cst_matcher *m, uint32_t s)
 {
-    const uint8_t *cls = m->g->byte_class;
     uint32_t n = (uint32_t)step(m, s, ' ');
     for (unsigned b = 0x21; b < 0x7f; b++)
         if (byte_plain((uint8_t)b) && (uint32_t)step(m, s, (uint8_t)b) != n) return UNIFORM_MIXED;
@@ -1363,6 +1413,14 @@ static uint32_t uniform_next(cst_matcher *m, uint32_t s)
             if (step(m, s, (uint8_t)lead)) return UNIFORM_MIXED;
         return 0;
     }
+    return multibyte_to(m, s, n) ? n : UNIFORM_MIXED;
+}
+
+/* Whether every plain character of two to four bytes leads state s to state n (n live),
+ * checked on one byte per class of bytes the program does not tell apart. */
+static bool multibyte_to(cst_matcher *m, uint32_t s, uint32_t n)
+{
+    const uint8_t *cls = m->g->byte_class;
     /* continuation classes: one representative byte each, in 80..BF */
     uint8_t rep[64];
     int nrep = 0;
@@ -1371,8 +1429,8 @@ static uint32_t uniform_next(cst_matcher *m, uint32_t s)
         for (int k = 0; k < nrep && !seen; k++) seen = cls[rep[k]] == cls[b];
         if (!seen) rep[nrep++] = (uint8_t)b;
     }
-    if (nrep > 6) return UNIFORM_MIXED; /* too many to check cheaply (the walk is exact) */
-    uint16_t done[64];                  /* (lead class, lead kind) pairs checked */
+    if (nrep > 6) return false; /* too many to check cheaply (the walk is exact) */
+    uint16_t done[64];          /* (lead class, lead kind) pairs checked */
     int ndone = 0;
     bool ok = true;
     for (unsigned lead = 0xC2; lead <= 0xF4 && ok; lead++) {
@@ -1386,7 +1444,7 @@ static uint32_t uniform_next(cst_matcher *m, uint32_t s)
         if (seen) continue;
         if (ndone < 64) done[ndone++] = key;
         uint32_t s1 = (uint32_t)step(m, s, (uint8_t)lead);
-        if (!s1) return UNIFORM_MIXED;
+        if (!s1) return false;
         /* second byte: every class met in [lo, hi] */
         for (unsigned b2 = lo; b2 <= hi && ok; b2++) {
             bool first = true;
@@ -1407,7 +1465,45 @@ static uint32_t uniform_next(cst_matcher *m, uint32_t s)
             }
         }
     }
-    return ok ? n : UNIFORM_MIXED;
+    return ok;
+}
+
+#define EXCEPT_MAX 32 /* plain ASCII bytes uniform_except lets lead elsewhere */
+
+/*
+ * As uniform_next where a few plain ASCII bytes (at most EXCEPT_MAX, set in ex) lead
+ * elsewhere: the live state every other plain character leads to, or UNIFORM_MIXED. A key
+ * beside additionalProperties starts so: the names' first letters lead into the names,
+ * every other character into "any string but these".
+ */
+static uint32_t uniform_except(cst_matcher *m, uint32_t s, uint64_t ex[2])
+{
+    int32_t tgt[128] = {0};
+    for (unsigned b = 0x20; b < 0x7f; b++)
+        if (byte_plain((uint8_t)b)) tgt[b] = step(m, s, (uint8_t)b);
+    if (m->oom) return UNIFORM_MIXED;
+    int32_t seen[EXCEPT_MAX + 2], n = 0;
+    int cnt[EXCEPT_MAX + 2], ns = 0, best = 0;
+    for (unsigned b = 0x20; b < 0x7f; b++) {
+        if (!byte_plain((uint8_t)b) || !tgt[b]) continue;
+        int k = 0;
+        while (k < ns && seen[k] != tgt[b]) k++;
+        if (k == ns) {
+            if (ns == EXCEPT_MAX + 2) return UNIFORM_MIXED; /* too many targets */
+            seen[ns] = tgt[b], cnt[ns++] = 0;
+        }
+        if (++cnt[k] > best) best = cnt[k], n = tgt[b];
+    }
+    if (!n || (uint32_t)n == s) return UNIFORM_MIXED; /* none, or a loop with exceptions */
+    int ne = 0;
+    ex[0] = ex[1] = 0;
+    for (unsigned b = 0x20; b < 0x7f; b++)
+        if (byte_plain((uint8_t)b) && tgt[b] != n) {
+            ex[b >> 6] |= 1ull << (b & 63);
+            ne++;
+        }
+    if (ne > EXCEPT_MAX || !multibyte_to(m, s, (uint32_t)n) || m->oom) return UNIFORM_MIXED;
+    return (uint32_t)n;
 }
 
 /*
@@ -1471,10 +1567,12 @@ static uint8_t *grp_verdict(cst_matcher *m, const uint32_t *pcs, uint32_t n, boo
 
 #define GROUP_MAX_THREADS 256
 
-static uint32_t uniform_next_fast(cst_matcher *m, uint32_t s)
+/* known_only: answer only from the groups' verdicts already known (one step, no
+ * multi-byte state), else CNEXT_UNKNOWN */
+static uint32_t uniform_next_fast(cst_matcher *m, uint32_t s, bool known_only)
 {
     size_t n = m->st_len[s];
-    if (n == 0 || n > GROUP_MAX_THREADS) return uniform_next(m, s);
+    if (n == 0 || n > GROUP_MAX_THREADS) return known_only ? CNEXT_UNKNOWN : uniform_next(m, s);
     uint64_t t[GROUP_MAX_THREADS]; /* (stack << 32 | pc), sorted */
     for (size_t i = 0; i < n; i++) {
         uint64_t x = m->threads[m->st_off[s] + i];
@@ -1501,9 +1599,11 @@ static uint32_t uniform_next_fast(cst_matcher *m, uint32_t s)
         uint32_t ng = (uint32_t)(b - a);
         a = b;
         if (!takes) continue; /* no plain character, no lead byte: dead for all alike */
-        if (f && m->stk[f].depth > MAX_STACK_DEPTH / 2) return uniform_next(m, s);
+        if (f && m->stk[f].depth > MAX_STACK_DEPTH / 2)
+            return known_only ? CNEXT_UNKNOWN : uniform_next(m, s);
         uint8_t *v = grp_verdict(m, pcs, ng, f == 0);
         if (!v) return m->oom = -ENOMEM, UNIFORM_MIXED;
+        if (*v == GV_UNKNOWN && known_only) return CNEXT_UNKNOWN;
         if (*v == GV_UNKNOWN) {
             /* the group as a state of its own, decided the slow way once: on a frame of its
              * own whose return is the sentinel (a pc no code reaches), so that a character
@@ -1527,7 +1627,7 @@ static uint32_t uniform_next_fast(cst_matcher *m, uint32_t s)
             *v = r == UNIFORM_MIXED ? GV_MIXED : r == 0 ? GV_DEAD : GV_LIVE;
             if (gs == (int32_t)s) return r; /* s was that group */
         }
-        if (*v == GV_MIXED) return uniform_next(m, s);
+        if (*v == GV_MIXED) return known_only ? CNEXT_UNKNOWN : uniform_next(m, s);
     }
     return (uint32_t)step(m, s, ' ');
 }
@@ -1555,7 +1655,7 @@ static uint16_t char_chain(cst_matcher *m, uint32_t s)
         }
         uint32_t n = m->st_cnext[x];
         if (n == CNEXT_UNKNOWN) {
-            n = uniform_next_fast(m, x);
+            n = uniform_next_fast(m, x, false);
             if (m->oom) return 0; /* no answer: the caller sees m->oom */
             m->st_cnext[x] = n;
         }
@@ -1591,10 +1691,11 @@ static uint16_t char_chain(cst_matcher *m, uint32_t s)
 /*
  * The largest set of ASCII bytes state s takes to one same state (st_cset), and how many
  * times in a row such a step repeats with the same set (each step from the state before
- * taking every byte of the set to one same, live state): a token whose bytes are all in the
- * set is allowed when it is no longer than that. Cached per state.
+ * taking every byte of the set to one same, live state), followed at most limit times: a
+ * token whose bytes are all in the set is allowed when it is no longer than that. Cached per
+ * state (a count found under a smaller limit is still a true count, only shorter).
  */
-static uint16_t class_chain(cst_matcher *m, uint32_t s)
+static uint16_t class_chain(cst_matcher *m, uint32_t s, uint16_t limit)
 {
     if (m->st_cls[s] != CLS_UNKNOWN) return m->st_cls[s];
     int32_t tgt[128];
@@ -1615,7 +1716,7 @@ static uint16_t class_chain(cst_matcher *m, uint32_t s)
         if (tgt[b] == best) set[b >> 6] |= 1ull << (b & 63), first = (uint8_t)b;
     uint16_t k = 1;
     uint32_t x = (uint32_t)best;
-    while (k < CLS_CHAIN_LIMIT) {
+    while (k < limit) {
         int32_t y = step(m, x, first);
         bool same = y != 0;
         for (int b = first + 1; b < 128 && same; b++)
@@ -1701,7 +1802,14 @@ static uint32_t ascii_next(cst_matcher *m, uint32_t x)
     return m->st_anext[x] = n;
 }
 
+static void walk_range(cst_matcher *m, uint32_t s0, uint32_t lo, uint32_t hi, uint32_t *mask,
+                       uint32_t *nsteps_out, uint32_t *visits_out);
+
 #define SPLIT_MIN_CHAIN 16 /* a chain this long is followed, and enough for split_mask */
+/* impure tokens with more plain characters than this (Llama 3: 1,850 of 6,176) have their
+ * tails stepped one by one from a bounded chain's state; those with fewer by the tails'
+ * walk, cached per state */
+#define TAIL_WALK_MAX   1
 
 /*
  * The mask of a state inside a chain of plain characters (a string's body, bounded or
@@ -1718,14 +1826,26 @@ static int split_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nst
     uint32_t need = v->pure_max > v->imp_max ? v->pure_max : v->imp_max;
     uint32_t *cn = m->chain, J = 0, x = s0;
     enum { C_FAR, C_MIXED, C_DEAD, C_LOOP } why = C_FAR;
+    uint64_t ex[2] = {0, 0}; /* the first character's exceptions (uniform_except) */
+    bool except = false;
     cn[0] = s0;
     while (J < need) {
         uint32_t n = m->st_cnext[x];
         if (n == CNEXT_UNKNOWN) {
-            if (J >= SPLIT_MIN_CHAIN) break; /* far enough: longer tokens are stepped */
-            n = uniform_next_fast(m, x);
+            /* past SPLIT_MIN_CHAIN only where the groups' verdicts are known (a bounded
+             * string's positions: one step each); otherwise far enough, the longer tokens
+             * are stepped */
+            n = uniform_next_fast(m, x, J >= SPLIT_MIN_CHAIN);
             if (m->oom) return m->oom;
+            if (n == CNEXT_UNKNOWN) break;
             m->st_cnext[x] = n;
+        }
+        if (n == UNIFORM_MIXED && J == 0) {
+            /* uniform but for a few ASCII bytes: the chain from where the others lead, and
+             * the tokens that begin with an exception walked from s0 (below) */
+            n = uniform_except(m, x, ex);
+            if (m->oom) return m->oom;
+            except = n != UNIFORM_MIXED;
         }
         if (n == UNIFORM_MIXED) {
             why = C_MIXED;
@@ -1799,19 +1919,40 @@ static int split_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nst
             if (m->oom) return m->oom;
             continue;
         }
+        if (pl > TAIL_WALK_MAX && why != C_LOOP) {
+            /* few tokens: their tails stepped, not the tails' trie walked from one more
+             * chain state (a bounded string's every position makes its escapes' states) */
+            if (step_from_char(m, cn[pl], id, pl, nsteps)) mask[id >> 5] |= 1u << (id & 31);
+            if (m->oom) return m->oom;
+            continue;
+        }
         uint32_t st = cn[pl > J ? J : pl];
         const uint64_t *tl = m->st_tail[st];
         if (!tl && !(tl = tail_live(m, st, nsteps))) return m->oom ? m->oom : 0;
         uint32_t node = v->imp_node[k];
         if (tl[node >> 6] >> (node & 63) & 1) mask[id >> 5] |= 1u << (id & 31);
     }
+    if (except) {
+        /* the tokens that begin with an exception byte: their subtree (one child of the
+         * root) cleared and walked from s0 */
+        const trie_node *nodes = v->nodes;
+        uint32_t visits = 0;
+        for (uint32_t i = 1; i < v->n_nodes; i = nodes[i].end) {
+            uint8_t b = nodes[i].byte;
+            if (b >= 0x80 || !(ex[b >> 6] >> (b & 63) & 1)) continue;
+            for (uint32_t q = nodes[i].tok_first; q < nodes[i].tok_end; q++)
+                mask[v->sorted[q] >> 5] &= ~(1u << (v->sorted[q] & 31));
+            walk_range(m, s0, i, nodes[i].end, mask, nsteps, &visits);
+            if (m->oom) return m->oom;
+        }
+    }
     return 1;
 }
 
-/* The mask of state s0 (not dead) by one walk of the trie (mask zeroed by the caller;
- * errors in m->oom). */
-static void walk_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nsteps_out,
-                      uint32_t *visits_out)
+/* The tokens of the trie's nodes [lo, hi) (whole subtrees of the root's children) allowed
+ * from state s0 (not dead), by one walk (bits or'ed into mask; errors in m->oom). */
+static void walk_range(cst_matcher *m, uint32_t s0, uint32_t lo, uint32_t hi, uint32_t *mask,
+                       uint32_t *nsteps_out, uint32_t *visits_out)
 {
     const cst_vocab *v = m->v;
     const trie_node *nodes = v->nodes;
@@ -1819,7 +1960,7 @@ static void walk_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nst
     uint32_t nsteps = 0, visits = 0;
     walk[0] = (int32_t)s0;
     uint32_t no_new_chain = 0, no_new_cls = 0;
-    for (uint32_t i = 1; i < v->n_nodes;) {
+    for (uint32_t i = lo; i < hi;) {
         const trie_node *t = &nodes[i];
         visits++;
         uint32_t ps = (uint32_t)walk[t->depth - 1];
@@ -1849,7 +1990,7 @@ static void walk_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nst
             /* the chain was followed so far only (a long bounded string): the longer
              * tokens of ASCII bytes by the state's class chain, which is followed
              * further and costs no multi-byte states, and the few others one by one */
-            uint16_t kc = (ch & CHAIN_AT_LEAST) ? class_chain(m, ps) : CLS_NONE;
+            uint16_t kc = (ch & CHAIN_AT_LEAST) ? class_chain(m, ps, CLS_CHAIN_LIMIT) : CLS_NONE;
             if (kc != CLS_NONE && !(PLAIN_ASCII_LO & ~m->st_cset[ps][0]) &&
                 !(PLAIN_ASCII_HI & ~m->st_cset[ps][1])) {
                 for (uint32_t q = t->tok_first; q < t->tok_end; q++) {
@@ -1879,7 +2020,7 @@ static void walk_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nst
          * allowed by length alone (a pattern's or a format's characters) */
         if (t->byte < 0x80 && t->tok_end - t->tok_first >= CLS_MIN_TOKENS &&
             (i >= no_new_cls || m->st_cls[ps] != CLS_UNKNOWN)) {
-            uint16_t k = class_chain(m, ps);
+            uint16_t k = class_chain(m, ps, CLS_CHAIN_LIMIT);
             if (k != CLS_NONE && !t->high_below && !(v->ascii_below[i][0] & ~m->st_cset[ps][0]) &&
                 !(v->ascii_below[i][1] & ~m->st_cset[ps][1])) {
                 if (k == CHAIN_INF || (uint32_t)t->max_chars - t->chars_before <= k) {
@@ -1908,6 +2049,14 @@ static void walk_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nst
     }
     *nsteps_out += nsteps;
     *visits_out += visits;
+}
+
+/* The mask of state s0 (not dead) by one walk of the trie (mask zeroed by the caller;
+ * errors in m->oom). */
+static void walk_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nsteps_out,
+                      uint32_t *visits_out)
+{
+    walk_range(m, s0, 1, m->v->n_nodes, mask, nsteps_out, visits_out);
 }
 
 /* Caches mask as state s's (while the cache is under its bound). */
@@ -1992,6 +2141,131 @@ static int part_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nste
     return 1;
 }
 
+/* The split of the vocabulary by class set (built on first use, kept per matcher): the
+ * tokens whose first byte is in the set, each with its leading bytes in the set. */
+static const struct cls_split *class_split(cst_matcher *m, const uint64_t set[2])
+{
+    const cst_vocab *v = m->v;
+    struct cls_split *c = NULL;
+    m->cls_clock++;
+    for (int i = 0; i < CLASS_SPLITS; i++) {
+        struct cls_split *x = &m->cls[i];
+        if (x->set[0] == set[0] && x->set[1] == set[1] && x->id) {
+            x->used = m->cls_clock;
+            return x;
+        }
+        if (!c || x->used < c->used) c = x;
+    }
+    free(c->id);
+    free(c->pre);
+    free(c->len);
+    *c = (struct cls_split){{0, 0}, NULL, NULL, NULL, 0, 0};
+    uint32_t n = 0;
+    for (int id = 0; id < v->n_tokens; id++) {
+        if (v->off[id + 1] == v->off[id]) continue;
+        uint8_t b = v->bytes[v->off[id]];
+        n += b < 0x80 && (set[b >> 6] >> (b & 63) & 1);
+    }
+    c->id = malloc(((size_t)n + 1) * sizeof *c->id);
+    c->pre = malloc(((size_t)n + 1) * sizeof *c->pre);
+    c->len = malloc(((size_t)n + 1) * sizeof *c->len);
+    if (!c->id || !c->pre || !c->len) {
+        free(c->id);
+        free(c->pre);
+        free(c->len);
+        c->id = NULL, c->pre = c->len = NULL;
+        m->oom = -ENOMEM;
+        return NULL;
+    }
+    for (int id = 0; id < v->n_tokens; id++) {
+        const uint8_t *b = v->bytes + v->off[id];
+        uint64_t len = v->off[id + 1] - v->off[id];
+        if (!len || b[0] >= 0x80 || !(set[b[0] >> 6] >> (b[0] & 63) & 1)) continue;
+        uint32_t p = 1;
+        while (p < len && b[p] < 0x80 && (set[b[p] >> 6] >> (b[p] & 63) & 1)) p++;
+        c->id[c->n] = id;
+        c->pre[c->n] = p;
+        c->len[c->n++] = (uint32_t)len;
+    }
+    c->set[0] = set[0], c->set[1] = set[1];
+    c->used = m->cls_clock;
+    return c;
+}
+
+/* Whether bytes b[from, len) are live from state x. */
+static bool step_bytes(cst_matcher *m, uint32_t x, const uint8_t *b, uint32_t from, uint32_t len,
+                       uint32_t *nsteps)
+{
+    for (uint32_t d = from; d < len && x; d++, (*nsteps)++) x = (uint32_t)step(m, x, b[d]);
+    return x != 0;
+}
+
+/*
+ * The mask of a state that takes a class of ASCII bytes in a chain (class_chain: a
+ * pattern's or a format's characters under a repeat), without walking the trie: a token
+ * that begins in the class is its leading bytes in the class, which lead along the chain
+ * (x_1 .. x_K, or a loop), then the rest stepped from there (most die at their first byte);
+ * the tokens that begin outside the class are walked from s0 (most at once dead). Returns
+ * 1 (mask written), 0 (no such class: the caller walks; mask undefined) or a negative
+ * errno.
+ */
+static int class_mask(cst_matcher *m, uint32_t s0, uint32_t *mask, uint32_t *nsteps,
+                      uint32_t *visits)
+{
+    const cst_vocab *v = m->v;
+    uint16_t k = class_chain(m, s0, CLASS_MASK_CHAIN);
+    if (m->oom) return m->oom;
+    if (k == CLS_NONE) return 0;
+    uint64_t set[2] = {m->st_cset[s0][0], m->st_cset[s0][1]};
+    if (__builtin_popcountll(set[0]) + __builtin_popcountll(set[1]) < CLASS_SPLIT_BYTES) return 0;
+    uint8_t first = 0;
+    while (!(set[first >> 6] >> (first & 63) & 1)) first++;
+    /* the chain's states: x[i] after i bytes of the class (K of them, then a loop or
+     * stepped) */
+    uint32_t *x = m->chain, K = 0, lim = v->max_depth;
+    bool loop = false;
+    x[0] = s0;
+    while (K < lim && (k == CHAIN_INF || K < k)) {
+        uint32_t y = (uint32_t)step(m, x[K], first);
+        (*nsteps)++;
+        if (y == x[K] && K > 0) {
+            loop = true;
+            break;
+        }
+        x[++K] = y;
+    }
+    if (m->oom) return m->oom;
+    const struct cls_split *c = class_split(m, set);
+    if (!c) return m->oom ? m->oom : -ENOMEM;
+    /* the chain's states that take every plain character back to themselves (an
+     * unanchored pattern once matched): a token of plain characters only is allowed from
+     * them whatever follows its leading bytes in the class */
+    uint8_t *ploop = (uint8_t *)m->walk; /* scratch: [K + 1], 0 unknown, 1 no, 2 yes */
+    memset(ploop, 0, K + 1);
+    for (uint32_t i = 0; i < c->n; i++) {
+        int32_t id = c->id[i];
+        uint32_t p = c->pre[i], len = c->len[i];
+        uint32_t q = p <= K ? p : K, from = loop && p > K ? p : q;
+        bool ok = p == len && (loop || len <= K);
+        if (!ok && v->pure_bits[id >> 5] >> (id & 31) & 1) {
+            if (!ploop[q]) ploop[q] = (char_chain(m, x[q]) & CHAIN_INF) == CHAIN_INF ? 2 : 1;
+            ok = ploop[q] == 2;
+        }
+        if (!ok) ok = step_bytes(m, x[q], v->bytes + v->off[id], from, len, nsteps);
+        if (ok) mask[id >> 5] |= 1u << (id & 31);
+        if (m->oom) return m->oom;
+    }
+    /* the tokens that begin outside the class */
+    const trie_node *nodes = v->nodes;
+    for (uint32_t i = 1; i < v->n_nodes; i = nodes[i].end) {
+        uint8_t b = nodes[i].byte;
+        if (b < 0x80 && (set[b >> 6] >> (b & 63) & 1)) continue;
+        walk_range(m, s0, i, nodes[i].end, mask, nsteps, visits);
+        if (m->oom) return m->oom;
+    }
+    return 1;
+}
+
 int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
 {
     const cst_vocab *v = m->v;
@@ -2010,7 +2284,7 @@ int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
     uint64_t made0 = m->made;
     uint32_t nsteps = 0, visits = 0;
     m->oom = 0;
-    int how = 0; /* 1: split, 2: parted, 0: walked */
+    int how = 0; /* 1: split, 2: parted, 3: classed, 0: walked */
     if (s0 != 0) {
         int r = split_mask(m, s0, mask, &nsteps);
         if (r > 0) how = 1;
@@ -2018,6 +2292,11 @@ int cst_matcher_mask(cst_matcher *m, uint32_t *mask)
             memset(mask, 0, words * sizeof *mask);
             r = part_mask(m, s0, mask, &nsteps, &visits);
             if (r > 0) how = 2;
+        }
+        if (r == 0) {
+            memset(mask, 0, words * sizeof *mask);
+            r = class_mask(m, s0, mask, &nsteps, &visits);
+            if (r > 0) how = 3;
         }
         if (r < 0) m->oom = r;
         if (r == 0) {
@@ -2189,6 +2468,7 @@ void cst_matcher_describe(const cst_matcher *m, char *buf, size_t cap)
              m->last_cached       ? "cached"
              : m->last_split == 1 ? "split"
              : m->last_split == 2 ? "parted"
+             : m->last_split == 3 ? "classed"
                                   : "walked",
              m->last_cached ? 0 : m->last_visits, m->last_cached ? 0 : m->last_nodes,
              m->last_cached ? 0 : m->last_made);

@@ -18,7 +18,12 @@
  * (from its first quote, backslash, control or non-UTF-8 byte); a token of plain
  * characters only is allowed by its length against the run, and an impure one by its tail
  * from the run's state after its plain characters, the tails' walks (a small trie of their
- * own) cached per state. What the program cannot enforce exactly is a compile error that
+ * own) cached per state; a run whose first character may be any but a few (a key beside
+ * additionalProperties) is split so too, the tokens that begin with those few walked. A
+ * class of ASCII bytes under a repeat (a pattern's, a format's) is "classed": a token that
+ * begins in the class is allowed by its leading bytes in the class along the class's chain
+ * of states and the rest stepped from there (the vocabulary split by the class once per
+ * matcher). What the program cannot enforce exactly is a compile error that
  * names the keyword and the JSON pointer; where a looser grammar would be the easy way
  * out, the engine is stricter instead (e.g. object properties in the schema's order,
  * strings in the one form Python's json.dumps writes), never looser: an accepted text
@@ -168,9 +173,9 @@ long cst_matcher_forced(cst_matcher *m, uint8_t *out, size_t cap);
 /*
  * A one-line account of the current state and of the last mask (benchmarks, logs): the
  * state's id and threads, its deepest stack, its character chain, and whether the last
- * mask came from the cache, walked the vocabulary, was split (a run of plain characters)
- * or parted (such a run beside narrow threads) (nodes visited, DFA steps, new states
- * made).
+ * mask came from the cache, walked the vocabulary, was split (a run of plain characters),
+ * parted (such a run beside narrow threads) or classed (a class of ASCII bytes under a
+ * repeat) (nodes visited, DFA steps, new states made).
  */
 void cst_matcher_describe(const cst_matcher *m, char *buf, size_t cap);
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kernels/mkmodel_hf.c — ringlm-mkmodel --from-hf DIR --out FILE [--type F32|F16|BF16]: a
- * Hugging Face checkpoint (config.json, *.safetensors, tokenizer.json,
+ * Hugging Face checkpoint (config.json, *.safetensors, tokenizer.json or tokenizer.model,
  * tokenizer_config.json) written as GGUF in llama.cpp's layout (model/hf_import.h).
  */
 #include "kernels/mkmodel_hf.h"
@@ -15,7 +15,8 @@
 static const char usage[] =
     "usage: ringlm-mkmodel --from-hf DIR --out FILE.gguf [--type F32|F16|BF16]\n"
     "  DIR: a Hugging Face checkpoint: config.json, model.safetensors (or shards and\n"
-    "       model.safetensors.index.json), tokenizer.json, tokenizer_config.json\n"
+    "       model.safetensors.index.json), tokenizer.json (or SentencePiece's\n"
+    "       tokenizer.model), tokenizer_config.json\n"
     "  --type: the matrices' type (default: as the checkpoint stores them); norms, biases\n"
     "       and routers are F32\n";
 

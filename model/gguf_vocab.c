@@ -15,12 +15,15 @@
  *     chat_template.
  */
 #include "model/gguf_write.h"
+#include "model/spm_proto.h"
 
 #include <errno.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
 
@@ -52,6 +55,15 @@ static int32_t find_token(const gw_vocab *v, const char *s)
     for (size_t i = 0; i < v->n; i++)
         if (v->tokens[i] && strcmp(v->tokens[i], s) == 0) return (int32_t)i;
     return -1;
+}
+
+/* EOT: the first of the end-of-turn tokens the vocabulary holds */
+static void find_eot(gw_vocab *v)
+{
+    static const char *const eots[] = {"<|eot_id|>", "<|im_end|>", "<|end|>"};
+    v->eot = -1;
+    for (size_t i = 0; i < sizeof eots / sizeof eots[0] && v->eot < 0; i++)
+        v->eot = find_token(v, eots[i]);
 }
 
 int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size, gw_vocab **out)
@@ -150,6 +162,7 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
         goto out;
     }
     v->n = (size_t)vocab_size;
+    v->n_listed = json_object_size(vocab) + json_array_size(added);
     v->tokens = calloc(v->n, sizeof *v->tokens);
     v->lens = calloc(v->n, sizeof *v->lens);
     v->types = calloc(v->n, sizeof *v->types);
@@ -245,9 +258,8 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
                         cfg_path, bos ? bos : "", eos ? eos : "");
         goto out;
     }
-    v->eot = -1;
-    static const char *const eots[] = {"<|eot_id|>", "<|im_end|>", "<|end|>"};
-    for (size_t i = 0; i < 3 && v->eot < 0; i++) v->eot = find_token(v, eots[i]);
+    v->pad = -1;
+    find_eot(v);
     json_t *ab = json_object_get(cfg, "add_bos_token");
     v->add_bos = json_is_boolean(ab) ? json_is_true(ab) : v->bos >= 0;
     const char *tpl = json_string_value(json_object_get(cfg, "chat_template"));
@@ -258,6 +270,227 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
 out:
     json_decref(root);
     json_decref(cfg);
+    if (err) {
+        gw_vocab_free(v);
+        return err;
+    }
+    *out = v;
+    return 0;
+}
+
+int gw_vocab_trim(gw_vocab *v, size_t n, const char *src)
+{
+    for (size_t i = n; i < v->n; i++)
+        if (v->types[i] != TT_UNUSED)
+            return gw_seterr(-EINVAL,
+                             "%s: token %zu \"%.64s\" lies past the first %zu, which the model "
+                             "keeps",
+                             src, i, v->tokens[i], n);
+    const int32_t ids[5] = {v->bos, v->eos, v->eot, v->unk, v->pad};
+    for (int k = 0; k < 5; k++)
+        if (ids[k] >= 0 && (size_t)ids[k] >= n)
+            return gw_seterr(-EINVAL, "%s: special token %d lies past the first %zu", src, ids[k],
+                             n);
+    for (size_t i = n; i < v->n; i++) {
+        free(v->tokens[i]);
+        v->tokens[i] = NULL;
+    }
+    v->n = n;
+    return 0;
+}
+
+/* ---- a SentencePiece tokenizer.model ------------------------------------------------------ */
+
+/* The converter's does_token_look_special: added tokens some checkpoints forget to mark */
+static bool looks_special(const char *s)
+{
+    const size_t n = strlen(s);
+#define ENDS(suffix) (n >= strlen(suffix) && strcmp(s + n - strlen(suffix), suffix) == 0)
+    return !strcmp(s, "<pad>") || !strcmp(s, "<mask>") || !strcmp(s, "<2mass>") ||
+           !strcmp(s, "[@BOS@]") || (!strncmp(s, "<|", 2) && ENDS("|>") && n >= 4) ||
+           (!strncmp(s, "<\xef\xbd\x9c", 4) && ENDS("\xef\xbd\x9c>") && n >= 8) ||
+           (!strncmp(s, "<unused", 7) && ENDS(">"));
+#undef ENDS
+}
+
+static int set_token(gw_vocab *v, size_t id, const char *text, float score, int32_t type)
+{
+    char *t = strdup(text);
+    if (!t) return gw_seterr(-ENOMEM, "out of memory");
+    free(v->tokens[id]);
+    v->tokens[id] = t;
+    v->lens[id] = strlen(t);
+    v->scores[id] = score;
+    v->types[id] = type;
+    return 0;
+}
+
+/* "▁" (U+2581) written as " ": the converter's pre-normalized user-defined spaces */
+static void unescape_spaces(char *s)
+{
+    char *w = s;
+    for (const char *r = s; *r;) {
+        if (!strncmp(r, "\xe2\x96\x81", 3)) {
+            *w++ = ' ';
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+}
+
+/* A token id: configs are read with integers as reals (model_max_length can exceed 2^63) */
+static long json_id(json_t *v)
+{
+    double x = json_number_value(v);
+    return json_is_number(v) && x >= 0 && x < (1 << 30) && x == (double)(long)x ? (long)x : -1;
+}
+
+/* config.json's <typ>_token_id (or its text_config's), when an id inside the vocabulary */
+static int32_t config_id(json_t *config, const char *key, size_t n)
+{
+    json_t *v = json_object_get(config, key);
+    if (!v) v = json_object_get(json_object_get(config, "text_config"), key);
+    long id = json_id(v);
+    return id >= 0 && (size_t)id < n ? (int32_t)id : -1;
+}
+
+static json_t *load_json_opt(const char *path, int *err)
+{
+    json_error_t je;
+    *err = 0;
+    if (access(path, F_OK) != 0) return NULL;
+    json_t *j = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je);
+    if (!j) *err = gw_seterr(-EINVAL, "%s:%d: %s", path, je.line, je.text);
+    return j;
+}
+
+int gw_vocab_from_spm(const char *dir, int vocab_size, gw_vocab **out)
+{
+    *out = NULL;
+    char path[4096], cfg_path[4096], added_path[4096], config_path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.model", dir);
+    snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", dir);
+    snprintf(added_path, sizeof added_path, "%s/added_tokens.json", dir);
+    snprintf(config_path, sizeof config_path, "%s/config.json", dir);
+    spm_model *m = NULL;
+    json_t *cfg = NULL, *added = NULL, *config = NULL;
+    gw_vocab *v = NULL;
+    int err = spm_load(path, &m);
+    if (err) return gw_seterr(err, "%s", spm_errmsg());
+    static const char *const mtypes[] = {"?", "UNIGRAM", "BPE", "WORD", "CHAR"};
+    if (m->model_type != SPM_BPE) {
+        err =
+            gw_seterr(-EINVAL,
+                      "%s: trainer_spec.model_type %s: only BPE SentencePiece models are "
+                      "imported (Llama 2, Mistral, Gemma; a unigram model merged by score "
+                      "tokenizes differently from SentencePiece)",
+                      path, m->model_type >= 1 && m->model_type <= 4 ? mtypes[m->model_type] : "?");
+        goto out;
+    }
+    if (m->treat_whitespace_as_suffix || m->remove_extra_whitespaces || !m->escape_whitespaces ||
+        (m->normalizer[0] && strcmp(m->normalizer, "identity")) || m->has_charsmap) {
+        err = gw_seterr(-EINVAL,
+                        "%s: normalizer \"%s\"%s%s%s%s: not supported (an identity normalizer "
+                        "that keeps whitespace and escapes it as a prefix, as Llama 2, Mistral "
+                        "and Gemma ship)",
+                        path, m->normalizer, m->has_charsmap ? ", a normalization map" : "",
+                        m->remove_extra_whitespaces ? ", remove_extra_whitespaces" : "",
+                        m->escape_whitespaces ? "" : ", whitespace not escaped",
+                        m->treat_whitespace_as_suffix ? ", whitespace as a suffix" : "");
+        goto out;
+    }
+    if ((cfg = load_json_opt(cfg_path, &err), err) ||
+        (added = load_json_opt(added_path, &err), err) ||
+        (config = load_json_opt(config_path, &err), err))
+        goto out;
+    if (!(v = calloc(1, sizeof *v))) {
+        err = gw_seterr(-ENOMEM, "out of memory");
+        goto out;
+    }
+    v->model = "llama";
+    v->pre = "default";
+    v->n = (size_t)vocab_size;
+    v->tokens = calloc(v->n, sizeof *v->tokens);
+    v->lens = calloc(v->n, sizeof *v->lens);
+    v->types = calloc(v->n, sizeof *v->types);
+    v->scores = calloc(v->n, sizeof *v->scores);
+    if (!v->tokens || !v->lens || !v->types || !v->scores) {
+        err = gw_seterr(-ENOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < v->n && !err; i++) {
+        char pad[32];
+        snprintf(pad, sizeof pad, "[PAD%zu]", i);
+        if (i < m->n_pieces) {
+            /* the converter asks IsUnknown, IsControl, IsUnused, IsByte: USER_DEFINED pieces
+             * are NORMAL tokens in its file */
+            int32_t t = m->types[i] == SPM_USER_DEFINED ? SPM_NORMAL : m->types[i];
+            err = set_token(v, i, m->pieces[i], m->scores[i], t);
+        } else {
+            err = set_token(v, i, pad, -10000.0f, SPM_UNUSED);
+        }
+    }
+    if (err) goto out;
+    const char *k;
+    json_t *val;
+    json_object_foreach(added, k, val)
+    {
+        if (json_id(val) < 0) {
+            err = gw_seterr(-EINVAL, "%s: \"%s\": a token id expected", added_path, k);
+            goto out;
+        }
+        size_t id = (size_t)json_id(val);
+        if (id < v->n && (err = set_token(v, id, k, -1000.0f, SPM_USER_DEFINED))) goto out;
+    }
+    json_object_foreach(json_object_get(cfg, "added_tokens_decoder"), k, val)
+    {
+        char *end;
+        long id = strtol(k, &end, 10);
+        const char *content = json_string_value(json_object_get(val, "content"));
+        if (*k == '\0' || *end || id < 0 || !content) {
+            err = gw_seterr(-EINVAL,
+                            "%s: added_tokens_decoder[\"%s\"]: a token id and its content "
+                            "expected",
+                            cfg_path, k);
+            goto out;
+        }
+        if ((size_t)id >= v->n) continue; /* the converter skips it, as here */
+        const bool control =
+            json_is_true(json_object_get(val, "special")) || looks_special(content);
+        if ((err = set_token(v, (size_t)id, content, -1000.0f,
+                             control ? SPM_CONTROL : SPM_USER_DEFINED)))
+            goto out;
+        if (!control) {
+            unescape_spaces(v->tokens[id]);
+            v->lens[id] = strlen(v->tokens[id]);
+        }
+    }
+    /* special ids: config.json's, else the model's own */
+    const int32_t own[4] = {m->bos_id, m->eos_id, m->unk_id, m->pad_id};
+    static const char *const keys[4] = {"bos_token_id", "eos_token_id", "unk_token_id",
+                                        "pad_token_id"};
+    int32_t *ids[4] = {&v->bos, &v->eos, &v->unk, &v->pad};
+    for (int i = 0; i < 4; i++) {
+        *ids[i] = config_id(config, keys[i], v->n);
+        if (*ids[i] < 0 && own[i] >= 0 && (size_t)own[i] < v->n) *ids[i] = own[i];
+    }
+    find_eot(v);
+    json_t *ab = json_object_get(cfg, "add_bos_token"), *ae = json_object_get(cfg, "add_eos_token");
+    v->add_bos = json_is_boolean(ab) ? json_is_true(ab) : v->bos >= 0;
+    v->add_eos = json_is_true(ae);
+    /* a llama tokenizer_config's add_prefix_space overrides the normalizer, as the
+     * converter writes it */
+    json_t *aps = json_object_get(cfg, "add_prefix_space");
+    v->no_space_prefix = json_is_boolean(aps) ? json_is_false(aps) : !m->add_dummy_prefix;
+    const char *tpl = json_string_value(json_object_get(cfg, "chat_template"));
+    if (tpl && !(v->chat_template = strdup(tpl))) err = gw_seterr(-ENOMEM, "out of memory");
+out:
+    spm_free(m);
+    json_decref(cfg);
+    json_decref(added);
+    json_decref(config);
     if (err) {
         gw_vocab_free(v);
         return err;

@@ -346,7 +346,9 @@ void gw_vocab_add(gguf_writer *w, const gw_vocab *v)
     if (v->eos >= 0) gw_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
     if (v->eot >= 0) gw_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)v->eot);
     if (v->unk >= 0) gw_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)v->unk);
+    if (v->pad >= 0) gw_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v->pad);
     gw_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
-    gw_bool(w, "tokenizer.ggml.add_eos_token", false);
+    gw_bool(w, "tokenizer.ggml.add_eos_token", v->add_eos);
+    if (v->no_space_prefix) gw_bool(w, "tokenizer.ggml.add_space_prefix", false);
     if (v->chat_template) gw_str(w, "tokenizer.chat_template", v->chat_template);
 }

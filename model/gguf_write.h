@@ -61,16 +61,34 @@ typedef struct gw_vocab {
     int32_t *types; /* llama.cpp's token types */
     char **merges;  /* gpt2: "LEFT RIGHT" */
     size_t n_merges;
-    int32_t bos, eos, eot, unk; /* -1: none */
-    bool add_bos;
-    char *chat_template; /* NULL: none */
+    int32_t bos, eos, eot, unk, pad; /* -1: none */
+    bool add_bos, add_eos;
+    bool no_space_prefix; /* writes tokenizer.ggml.add_space_prefix false (absent: true) */
+    size_t n_listed;      /* tokenizer.json: model.vocab's entries + added_tokens' */
+    char *chat_template;  /* NULL: none */
 } gw_vocab;
 
 /* Reads tokenizer.json (and tokenizer_config.json when cfg_path is not NULL: BOS, EOS,
  * add_bos, chat template) into a vocabulary of exactly vocab_size tokens (unused ids padded).
  * Returns 0 or -errno with gw_errmsg(). */
 int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size, gw_vocab **out);
+/* The vocabulary of a checkpoint directory that ships a SentencePiece tokenizer.model and no
+ * tokenizer.json (Llama 2, Mistral v0.1, Gemma), as llama.cpp's converter writes it
+ * (_set_vocab_sentencepiece): vocab_size tokens, "[PAD<id>]" where the model has no piece;
+ * each piece's score, and its type (USER_DEFINED pieces become NORMAL, as the converter
+ * does); added_tokens.json's tokens USER_DEFINED, tokenizer_config.json's
+ * added_tokens_decoder CONTROL when special or special-looking ("<|...|>", "<unused...>",
+ * "<pad>", "<mask>"), else USER_DEFINED with "▁" written as " ", both scored -1000;
+ * BOS/EOS/UNK/PAD ids from config.json's *_token_id, else the model's trainer_spec;
+ * add_bos/add_eos from tokenizer_config.json (default: BOS added, as llama.cpp does);
+ * add_space_prefix false where the normalizer adds no dummy prefix. Refused naming the
+ * file: a model that is not BPE, whitespace as a suffix, a normalizer other than identity,
+ * extra whitespace removal (neither ringlm nor llama.cpp runs those as SentencePiece does). */
+int gw_vocab_from_spm(const char *dir, int vocab_size, gw_vocab **out);
 void gw_vocab_free(gw_vocab *v);
+/* Keeps the first n tokens (n <= v->n); refused (-EINVAL, naming src) when a token past them
+ * is a real one, not a "[PAD<id>]" filler. */
+int gw_vocab_trim(gw_vocab *v, size_t n, const char *src);
 /* Adds a vocabulary's tokenizer.* keys (a GGUF holding only these is a tokenizer file that
  * tok_load reads). Never fails, as the other adders. */
 void gw_vocab_add(gguf_writer *w, const gw_vocab *v);

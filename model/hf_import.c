@@ -268,19 +268,28 @@ static int emit(imp *im, const char *name, job *j, bool vector)
     return 0;
 }
 
-/* A matrix [rows, cols] from source hf (or NULL when optional and absent). */
-static int matrix(imp *im, const char *hf, const char *gguf_name, bool optional, uint64_t rows,
-                  uint64_t cols, int xform, int n_head, bool force_f32, const char *why)
+/* A matrix [rows, cols] from source hf (or NULL when optional and absent), of which the first
+ * keep rows are written. */
+static int matrix_keep(imp *im, const char *hf, const char *gguf_name, bool optional, uint64_t rows,
+                       uint64_t keep, uint64_t cols, int xform, int n_head, bool force_f32,
+                       const char *why)
 {
     const st_tensor *t;
     int err = want(im, hf, optional, 2, rows, cols, 0, why, &t);
     if (err || !t) return err;
     job *j = new_job(im);
     if (!j) return gw_seterr(-ENOMEM, "out of memory");
-    *j = (job){.src = t, .rows = rows, .cols = cols, .xform = xform, .n_head = n_head};
+    *j = (job){.src = t, .rows = keep, .cols = cols, .xform = xform, .n_head = n_head};
     j->out_type = force_f32 ? GGUF_T_F32 : im->mtype >= 0 ? im->mtype : gguf_type_of(t->dtype);
     if (!force_f32 && im->file_mtype < 0) im->file_mtype = j->out_type;
     return emit(im, gguf_name, j, false);
+}
+
+static int matrix(imp *im, const char *hf, const char *gguf_name, bool optional, uint64_t rows,
+                  uint64_t cols, int xform, int n_head, bool force_f32, const char *why)
+{
+    return matrix_keep(im, hf, gguf_name, optional, rows, rows, cols, xform, n_head, force_f32,
+                       why);
 }
 
 /* A vector of n (norms, biases), written F32. */
@@ -654,13 +663,39 @@ static int import(imp *im, const char *out, char *note, size_t note_len)
     snprintf(path, sizeof path, "%s/tokenizer.json", im->dir);
     char cfg2[4096];
     snprintf(cfg2, sizeof cfg2, "%s/tokenizer_config.json", im->dir);
-    if (access(path, F_OK) != 0)
-        return gw_seterr(-ENOENT, "%s: absent (the vocabulary is read from it)", path);
-    if ((err = gw_vocab_from_hf(path, access(cfg2, F_OK) == 0 ? cfg2 : NULL, (int)im->V, &vocab)))
+    char spm_path[4096];
+    snprintf(spm_path, sizeof spm_path, "%s/tokenizer.model", im->dir);
+    const bool has_spm = access(spm_path, F_OK) == 0;
+    const bool spm = access(path, F_OK) != 0 && has_spm;
+    if (spm) {
+        /* Llama 2, Mistral v0.1 and Gemma checkpoints may ship only SentencePiece's model */
+        if ((err = gw_vocab_from_spm(im->dir, (int)im->V, &vocab))) return err;
+        if (gemma) vocab->no_space_prefix = true; /* as the converter writes Gemma's */
+    } else if (access(path, F_OK) != 0) {
+        return gw_seterr(-ENOENT,
+                         "%s: absent, and no tokenizer.model (the vocabulary is read "
+                         "from one of them)",
+                         path);
+    } else if ((err = gw_vocab_from_hf(path, access(cfg2, F_OK) == 0 ? cfg2 : NULL, (int)im->V,
+                                       &vocab))) {
         return err;
+    }
     if (!vocab->chat_template) { /* newer checkpoints keep it beside the config */
         snprintf(path, sizeof path, "%s/chat_template.jinja", im->dir);
         vocab->chat_template = read_text(path);
+    }
+
+    /* Gemma 3: the embedding keeps the tokenizer's rows, as the converter's Gemma3Model
+     * trims token_embd to tokenizer.json's model.vocab + added_tokens (a checkpoint may pad
+     * vocab_size past them); where a tokenizer.model is there, the converter's count is
+     * vocab_size and nothing is trimmed */
+    uint64_t embd_rows = (uint64_t)im->V;
+    if (a == A_GEMMA3 && !has_spm && vocab->n_listed < vocab->n) {
+        embd_rows = vocab->n_listed;
+        if ((err = gw_vocab_trim(vocab, vocab->n_listed, path))) {
+            gw_vocab_free(vocab);
+            return err;
+        }
     }
 
     gguf_writer *w = im->w = gw_new();
@@ -782,7 +817,9 @@ static int import(imp *im, const char *out, char *note, size_t note_len)
     snprintf(why, sizeof why, "vocab_size %ld, hidden_size %ld", im->V, im->d);
     const uint64_t d = (uint64_t)im->d, V = (uint64_t)im->V;
     snprintf(path, sizeof path, "%sembed_tokens.weight", im->pfx);
-    if ((err = matrix(im, path, "token_embd.weight", false, V, d, X_NONE, 0, false, why))) goto out;
+    if ((err = matrix_keep(im, path, "token_embd.weight", false, V, embd_rows, d, X_NONE, 0, false,
+                           why)))
+        goto out;
     for (long l = 0; l < im->L && !err; l++) err = layer(im, l);
     if (err) goto out;
     if (llama3) {
@@ -841,8 +878,10 @@ static int import(imp *im, const char *out, char *note, size_t note_len)
                                           : 32);
     if ((err = gw_write(w, out))) goto out;
     if (note)
-        snprintf(note, note_len, "%s (%s), %ld layers, %s matrices%s%s%s", an, hf_arch, im->L,
+        snprintf(note, note_len, "%s (%s), %ld layers, %s matrices%s%s%s%s%s", an, hf_arch, im->L,
                  gguf_type_name((uint32_t)im->file_mtype), llama3 ? ", Llama 3 RoPE factors" : "",
+                 spm ? ", vocabulary from tokenizer.model" : "",
+                 embd_rows < V ? ", embedding trimmed to the tokenizer's rows" : "",
                  vocab->chat_template ? ", chat template" : "",
                  vision ? ", the language model only (the vision tower is not imported)" : "");
 out:

@@ -13,7 +13,9 @@
  *   *.safetensors           one file or shards named by model.safetensors.index.json
  *                           (model/safetensors.h); F32, F16 and BF16 tensors
  *   tokenizer.json          the vocabulary (gw_vocab_from_hf: byte-level BPE or
- *                           SentencePiece-like BPE)
+ *                           SentencePiece-like BPE), or where there is none,
+ *   tokenizer.model         SentencePiece's model (gw_vocab_from_spm, model/spm_proto.h)
+ *                           with added_tokens.json
  *   tokenizer_config.json   BOS/EOS, add_bos and the chat template (or chat_template.jinja)
  *
  * As the converter: llama's Q and K rows permuted from Hugging Face's halves to the

