@@ -107,6 +107,18 @@ int cst_compile_json_schema(const char *schema, size_t len, cst_grammar **out, c
 /* Any JSON value (object_only: any JSON object), free whitespace inside. */
 int cst_compile_json_value(bool object_only, cst_grammar **out, char *err, size_t errlen);
 /*
+ * Tool calls as a Python list of keyword calls (vLLM's pythonic syntax): spec is
+ * {"tools": [{"name": N, "parameters": SCHEMA}, ...], "max_calls": K}; the text is
+ * [N(k=v, ...), ...] with 1 to K calls (K 0: no bound), each of one of the tools (names
+ * Python identifiers), its keyword arguments the properties of its parameters schema (one
+ * object schema; only the named properties, in the schema's order, the required ones
+ * present) and each value a Python literal — JSON's syntax with None, True, False — that
+ * validates against its property's schema, exactly as cst_compile_json_schema enforces it.
+ * Errors as cst_compile_json_schema.
+ */
+int cst_compile_python_calls(const char *spec, size_t len, cst_grammar **out, char *err,
+                             size_t errlen);
+/*
  * A regular expression that the whole output must match (as vLLM's guided_regex):
  * literals, escapes, ., classes with ranges and negation, \d \w \s \D \W \S, groups
  * (capturing, (?:), named), |, * + ? {n} {n,} {n,m} (lazy forms too); ^ and $ only at the

@@ -47,6 +47,8 @@ typedef struct sc_ctx {
     size_t nsubs, subcap;
     uint32_t any_sub, str_sub, char_sub;
     int depth;
+    bool py;     /* Python literals: None, True, False for null, true, false */
+    bool kwargs; /* the next object is a call's keyword arguments: (k=v, ...) */
 } sc_ctx;
 
 enum {
@@ -88,6 +90,15 @@ static void ptr_index(char *out, size_t cap, const char *ptr, const char *key, s
 }
 
 /* ---- keywords ------------------------------------------------------------------------ */
+
+/* Keywords of the compiler's own, which only `not` writes into the schemas it builds (their
+ * names start with a control character no real schema uses; one that did would only be
+ * stricter): a number with a fraction that is not zero (not an integer), a string other than
+ * the listed ones, a string that matches none of the listed patterns. */
+#define KW_NONINT  "\x01nonint"
+#define KW_NOTSTRS "\x01notstrs"
+#define KW_NOTPATS "\x01notpats"
+#define KW_NOTMULT "\x01notmult" /* an integer that is a multiple of none of these */
 
 /* keywords that constrain instances (every draft): what is not one of these, nor handled,
  * is an annotation or unknown, which validators ignore too */
@@ -135,6 +146,10 @@ static const char *const assertions[] = {"type",
                                          "disallow",
                                          "extends",
                                          "divisibleBy",
+                                         KW_NONINT,
+                                         KW_NOTSTRS,
+                                         KW_NOTPATS,
+                                         KW_NOTMULT,
                                          NULL};
 
 static bool in_list(const char *const *l, const char *k)
@@ -300,14 +315,23 @@ static uint32_t sc_lit_str(sc_ctx *c, const char *s, size_t n, uint32_t next)
     return pc;
 }
 
+/* null, true or false (which 0, 1, 2), or Python's None, True, False */
+static uint32_t lit_word(sc_ctx *c, int which, uint32_t next)
+{
+    static const char *const js[] = {"null", "true", "false"}, *const py[] = {"None", "True",
+                                                                              "False"};
+    const char *w = c->py ? py[which] : js[which];
+    return prog_lit(c->p, w, strlen(w), next);
+}
+
 /* A JSON value exactly (free whitespace between its tokens). */
 static uint32_t sc_literal(sc_ctx *c, json_t *v, uint32_t next)
 {
     char buf[64];
     switch (json_typeof(v)) {
-    case JSON_NULL: return prog_lit(c->p, "null", 4, next);
-    case JSON_TRUE: return prog_lit(c->p, "true", 4, next);
-    case JSON_FALSE: return prog_lit(c->p, "false", 5, next);
+    case JSON_NULL: return lit_word(c, 0, next);
+    case JSON_TRUE: return lit_word(c, 1, next);
+    case JSON_FALSE: return lit_word(c, 2, next);
     case JSON_INTEGER:
         snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v));
         return prog_lit(c->p, buf, strlen(buf), next);
@@ -533,7 +557,8 @@ static json_t *sc_merge(sc_ctx *c, json_t *a, json_t *b, const char *ptr)
                 for (int i = 0; i < 7; i++)
                     if (t & (1 << i)) json_array_append_new(arr, json_string(names[i]));
                 json_object_set_new(out, "type", arr);
-            } else if (!strcmp(k, "required")) {
+            } else if (!strcmp(k, "required") || !strcmp(k, KW_NOTSTRS) || !strcmp(k, KW_NOTPATS) ||
+                       !strcmp(k, KW_NOTMULT)) {
                 json_t *r = json_array();
                 json_array_extend(r, v);
                 json_array_extend(r, w);
@@ -597,6 +622,9 @@ static json_t *sc_merge(sc_ctx *c, json_t *a, json_t *b, const char *ptr)
                 }
                 json_object_set_new(out, k, alts);
                 if (c->p->failed) out = NULL;
+            } else if (!strcmp(k, "not") && !json_equal(v, w)) {
+                /* not A and not B: not (A or B) */
+                json_object_set_new(out, k, json_pack("{s:[O,O]}", "anyOf", v, w));
             } else if (json_equal(v, w)) {
                 json_object_set(out, k, v);
             } else {
@@ -821,6 +849,36 @@ static uint32_t frac(sc_ctx *c, int kind, uint32_t next)
  * Non-negative decimals y (no exponent) with lo <= y <= hi, either end exclusive, hi < 0:
  * none. Stricter than exact where a bound is not an integer (rounded inwards).
  */
+/*
+ * A fraction that a float reading keeps clear of both integers around it: "." then digits
+ * whose first six (zeros after the last) are neither all 0 nor all 9, so 1e-6 <= f <= 1 -
+ * 1e-6; with an integer part below 1e9 (a double's spacing there is under 2.5e-7) the value
+ * Python reads is never an integer. json.loads reads "4.99999999999999999999" as 5.0: a bound
+ * exclusive at 5, or `not {type: integer}`, must not let that through.
+ */
+#define SC_SAFE_INT 999999999 /* the largest integer part with a fraction kept clear */
+static uint32_t frac_clear(sc_ctx *c, uint32_t next)
+{
+    cst_prog *p = c->p;
+    uint32_t tail = prog_split(p, 0, next); /* [0-9]* */
+    prog_patch(p, tail, digit_set(c, '0', '9', tail));
+    uint32_t e[7][2][2]; /* [digits read][a nonzero seen][all nines so far] */
+    for (int nz = 0; nz < 2; nz++)
+        for (int a9 = 0; a9 < 2; a9++) e[6][nz][a9] = nz && !a9 ? tail : 0;
+    for (int pos = 5; pos >= 0; pos--)
+        for (int nz = 0; nz < 2; nz++)
+            for (int a9 = 0; a9 < 2; a9++) {
+                uint32_t alts[4];
+                size_t na = 0;
+                alts[na++] = digit_set(c, '0', '0', e[pos + 1][nz][0]);
+                alts[na++] = digit_set(c, '1', '8', e[pos + 1][1][0]);
+                alts[na++] = digit_set(c, '9', '9', e[pos + 1][1][a9]);
+                if (pos > 0 && nz) alts[na++] = next; /* fewer than six digits: zeros after */
+                e[pos][nz][a9] = prog_alts(p, alts, na);
+            }
+    return prog_lit(p, ".", 1, e[0][0][1]);
+}
+
 static void nonneg_pieces(sc_ctx *c, double lo, bool lo_excl, double hi, bool has_hi, bool hi_excl,
                           uint32_t next, uint32_t *alts, size_t *na)
 {
@@ -840,23 +898,72 @@ static void nonneg_pieces(sc_ctx *c, double lo, bool lo_excl, double hi, bool ha
         b_any = fh - 1;
         if (!(hi == floor(hi) && hi_excl)) b_zero = fh; /* y = fh exactly is allowed */
     }
+    /* below an exclusive integer bound the top integer part's fraction stays clear of it */
+    bool top_clear = has_hi && hi == floor(hi) && hi_excl && a_any <= b_any;
+    if (top_clear) {
+        alts[(*na)++] = uint_range(c, (uint64_t)b_any, (uint64_t)b_any,
+                                   b_any <= SC_SAFE_INT
+                                       ? prog_split(c->p, frac(c, 1, next), frac_clear(c, next))
+                                       : frac(c, 1, next));
+        b_any--;
+    }
     if (a_any <= b_any)
         alts[(*na)++] =
             uint_range(c, (uint64_t)a_any, b_any == INT64_MAX ? UINT64_MAX : (uint64_t)b_any,
                        frac(c, 0, next));
-    if (lo_nonzero && (int64_t)lo <= b_any)
-        alts[(*na)++] = uint_range(c, (uint64_t)lo, (uint64_t)lo, frac(c, 2, next));
+    if (top_clear) b_any++;
+    /* above an exclusive integer bound likewise */
+    if (lo_nonzero && (int64_t)lo <= b_any && lo <= SC_SAFE_INT)
+        alts[(*na)++] = uint_range(c, (uint64_t)lo, (uint64_t)lo, frac_clear(c, next));
     if (b_zero >= a_any && b_zero > b_any)
         alts[(*na)++] = uint_range(c, (uint64_t)b_zero, (uint64_t)b_zero, frac(c, 1, next));
 }
 
+/*
+ * The numbers with a fraction that is not zero (what `not {type: integer}` leaves) within the
+ * bounds: k.f or -k.f, v in (k, k + 1) wholly inside [lo, hi] (integer bounds exact, others
+ * rounded inwards: 5.5 < v from 6 on), k below 1e9 and f clear of 0 and 1 (frac_clear), so
+ * that Python's float of the text is no integer either.
+ */
+static uint32_t nonint_number(sc_ctx *c, const num_bounds *b, uint32_t next)
+{
+    int64_t lo = b->has_lo ? (int64_t)ceil(b->lo) : INT64_MIN;
+    int64_t hi = b->has_hi ? (int64_t)floor(b->hi) : INT64_MAX;
+    uint32_t alts[2];
+    size_t na = 0;
+    /* v = k.f >= 0: k >= lo, k + 1 <= hi */
+    int64_t klo = lo > 0 ? lo : 0, khi = hi == INT64_MAX ? INT64_MAX : hi - 1;
+    if (khi > SC_SAFE_INT) khi = SC_SAFE_INT; /* a float reading must not be an integer */
+    if (klo <= khi) alts[na++] = uint_range(c, (uint64_t)klo, (uint64_t)khi, frac_clear(c, next));
+    /* v = -k.f < 0: -(k + 1) >= lo, -k <= hi */
+    klo = hi == INT64_MAX || hi >= 0 ? 0 : -hi;
+    khi = lo == INT64_MIN ? INT64_MAX : -lo - 1;
+    if (khi > SC_SAFE_INT) khi = SC_SAFE_INT;
+    if (klo <= khi)
+        alts[na++] = prog_lit(c->p, "-", 1,
+                              uint_range(c, (uint64_t)klo, (uint64_t)khi, frac_clear(c, next)));
+    return na ? prog_alts(c->p, alts, na) : 0;
+}
+
+static uint32_t multiple_number(sc_ctx *c, json_t *s, const char *ptr, const num_bounds *b,
+                                uint32_t next);
+
 static uint32_t sc_number(sc_ctx *c, json_t *s, const char *ptr, bool integer, uint32_t next)
 {
     json_t *mo = json_object_get(s, "multipleOf");
-    if (mo && !(json_is_number(mo) && json_number_value(mo) == 1 && integer))
-        return sc_err(c, ptr, "multipleOf", "not supported (except 1 on integers)");
     num_bounds b;
     if (read_bounds(c, s, ptr, &b)) return 0;
+    if (json_is_true(json_object_get(s, KW_NONINT))) {
+        if (integer) return 0;
+        /* a number with a fraction is a multiple of no integer */
+        if (mo && json_is_number(mo) && json_number_value(mo) == floor(json_number_value(mo)))
+            return 0;
+        if (mo) return sc_err(c, ptr, "multipleOf", "not supported beside a fraction");
+        return nonint_number(c, &b, next);
+    }
+    if ((mo && !(json_is_number(mo) && json_number_value(mo) == 1 && integer)) ||
+        json_object_get(s, KW_NOTMULT))
+        return multiple_number(c, s, ptr, &b, next);
     if (integer) {
         int64_t lo, hi;
         if (!int_bounds(&b, &lo, &hi)) return 0;
@@ -953,6 +1060,9 @@ static const char *const formats_refused[] = {
     "uri-template", "json-pointer",  "relative-json-pointer",
     "regex",        "duration",      NULL};
 
+static uint32_t string_auto(sc_ctx *c, json_t *s, const char *ptr, const char *fre, long long lo,
+                            long long hi, uint32_t next);
+
 static uint32_t sc_string(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
 {
     json_t *mn = json_object_get(s, "minLength"), *mx = json_object_get(s, "maxLength");
@@ -972,9 +1082,10 @@ static uint32_t sc_string(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
             return sc_err(c, ptr, "format", "this format is not supported");
     }
     bool lengths = lo > 0 || hi >= 0;
-    if ((fre && pat) || ((fre || pat) && lengths))
-        return sc_err(c, ptr, pat ? "pattern" : "format",
-                      "pattern, format and minLength/maxLength together are not supported");
+    /* several of them: one automaton of all */
+    if (json_object_get(s, KW_NOTSTRS) || json_object_get(s, KW_NOTPATS) || (fre && pat) ||
+        ((fre || pat) && lengths))
+        return string_auto(c, s, ptr, fre, lo, hi, next);
     uint32_t close = prog_lit(c->p, "\"", 1, next);
     if (fre)
         return prog_lit(c->p, "\"", 1,
@@ -1053,9 +1164,9 @@ static uint32_t any_value_sub(sc_ctx *c)
     json_t *empty = json_object();
     json_array_append_new(c->keep, empty);
     alts[3] = sc_number(c, empty, "", false, ret);
-    alts[4] = prog_lit(p, "true", 4, ret);
-    alts[5] = prog_lit(p, "false", 5, ret);
-    alts[6] = prog_lit(p, "null", 4, ret);
+    alts[4] = lit_word(c, 1, ret);
+    alts[5] = lit_word(c, 2, ret);
+    alts[6] = lit_word(c, 0, ret);
     prog_patch(p, entry, prog_alts(p, alts, 7));
     return entry;
 }
@@ -1307,6 +1418,7 @@ static json_t *keys_schema(sc_ctx *c, sc_keys *k, long bits, json_t *base, json_
 /* The product automaton's states while it is built: tuples of component states. */
 typedef struct key_auto {
     int nc;
+    const char *kw;  /* the keyword its errors name (NULL: patternProperties) */
     uint32_t *tup;   /* [state * nc + component] */
     uint32_t *entry; /* each state's JMP, patched once its transitions are emitted */
     uint32_t *hash;  /* state + 1, open addressing over tuples */
@@ -1327,7 +1439,10 @@ static int64_t ka_intern(sc_ctx *c, key_auto *a, const uint32_t *t, const char *
     for (; a->hash[j]; j = (j + 1) & (a->hcap - 1))
         if (!memcmp(a->tup + (a->hash[j] - 1) * nc, t, nc * sizeof *t)) return a->hash[j] - 1;
     if (a->n == SC_MAX_KEY_STATES)
-        return sc_err(c, ptr, "patternProperties", "the key patterns need too many states"), -1;
+        return sc_err(c, ptr, a->kw ? a->kw : "patternProperties",
+                      a->kw ? "the automaton of the value needs too many states"
+                            : "the key patterns need too many states"),
+               -1;
     if (a->n == a->cap) {
         size_t cap = a->cap * 2;
         uint32_t *t2 = realloc(a->tup, cap * nc * sizeof *t2);
@@ -1442,17 +1557,363 @@ out:
     return p->failed ? 0 : result;
 }
 
-static uint32_t member(sc_ctx *c, const sc_prop *pr, bool call, uint32_t next)
+/* ---- strings as one automaton ------------------------------------------------------- */
+
+#define SC_STR_COMPS 24 /* components of a string's automaton */
+
+enum { SR_ANY, SR_MUST, SR_MUST_NOT };
+
+typedef struct str_auto {
+    int n;
+    int role[SC_STR_COMPS];
+    cst_grammar *g[SC_STR_COMPS];
+    cst_matcher *m[SC_STR_COMPS];
+} str_auto;
+
+static void str_auto_release(str_auto *a)
+{
+    for (int i = 0; i < a->n; i++) {
+        cst_dfa_close(a->m[i]);
+        cst_grammar_free(a->g[i]);
+    }
+    a->n = 0;
+}
+
+/* One component: the program p holds (its start set; taken over), with its role. */
+static int str_auto_add(sc_ctx *c, str_auto *a, cst_prog *p, int role, const char *ptr,
+                        const char *kw)
+{
+    char err[300];
+    if (p->failed) {
+        snprintf(err, sizeof err, "%.280s", p->err);
+        prog_release(p);
+        return sc_err(c, ptr, kw, err), -EINVAL;
+    }
+    if (a->n == SC_STR_COMPS) {
+        prog_release(p);
+        return sc_err(c, ptr, kw, "too many patterns and strings on one string"), -EINVAL;
+    }
+    int rc = cst_grammar_finish(p, &a->g[a->n], err, sizeof err);
+    if (!rc) rc = cst_dfa_open(a->g[a->n], &a->m[a->n]);
+    if (rc) {
+        if (a->g[a->n]) cst_grammar_free(a->g[a->n]);
+        return sc_err(c, ptr, kw, rc == -ENOMEM ? "out of memory" : err), rc;
+    }
+    a->role[a->n++] = role;
+    return 0;
+}
+
+/* A program of a string's content then its closing quote: the regex re (RE_* flags). */
+static int str_auto_regex(sc_ctx *c, str_auto *a, const char *re, int flags, int role,
+                          const char *ptr, const char *kw)
+{
+    cst_prog p;
+    if (prog_init(&p)) return prog_fail(c->p, -ENOMEM, "out of memory"), -ENOMEM;
+    uint32_t close = prog_lit(&p, "\"", 1, prog_emit(&p, OP_MATCH, 0, 0));
+    p.start = cst_regex_emit(&p, re, strlen(re), flags | RE_JSON_STRING, close);
+    return str_auto_add(c, a, &p, role, ptr, kw);
+}
+
+/*
+ * The product of the components' automata, emitted as one: a state is a tuple of their states,
+ * built breadth first as patternProperties' keys are. at_quote: the components end with a
+ * string's closing quote, and where the first one (SR_ANY) has read it the roles decide
+ * whether the text ends there (then next); else a state where every SR_MUST component accepts
+ * and no SR_MUST_NOT one does may end (then next) or go on.
+ */
+static uint32_t auto_product(sc_ctx *c, str_auto *sa, const char *ptr, const char *kw,
+                             bool at_quote, uint32_t next)
+{
+    cst_prog *p = c->p;
+    int nc = sa->n;
+    key_auto a = {.nc = nc, .kw = kw, .cap = 64, .hcap = 256};
+    uint32_t result = 0;
+    a.tup = malloc(a.cap * (size_t)nc * sizeof *a.tup);
+    a.entry = malloc(a.cap * sizeof *a.entry);
+    a.hash = calloc(a.hcap, sizeof *a.hash);
+    if (!a.tup || !a.entry || !a.hash) {
+        prog_fail(p, -ENOMEM, "out of memory");
+        goto out;
+    }
+    uint32_t cur[SC_STR_COMPS], grp_target[257], alts[257];
+    cst_byteset grp_set[256];
+    for (int k = 0; k < nc; k++) cur[k] = cst_dfa_start(sa->m[k]);
+    int64_t start = ka_intern(c, &a, cur, ptr);
+    if (start < 0) goto out;
+    for (size_t t = 0; t < a.n && !p->failed; t++) {
+        int ng = 0;
+        const uint32_t *from = a.tup + t * (size_t)nc;
+        for (int b = 0; b < 256; b++) {
+            uint32_t target;
+            for (int k = 0; k < nc; k++) {
+                int32_t st = from[k] ? cst_dfa_step(sa->m[k], from[k], (uint8_t)b) : 0;
+                if (st < 0) {
+                    sc_err(c, ptr, kw, st == -ENOMEM ? "out of memory" : "a pattern too complex");
+                    goto out;
+                }
+                cur[k] = (uint32_t)st;
+            }
+            if (!cur[0]) continue;                                 /* outside the universe */
+            if (at_quote && cst_dfa_accepting(sa->m[0], cur[0])) { /* the closing quote */
+                bool ok = true;
+                for (int k = 1; k < nc && ok; k++) {
+                    bool acc = cur[k] && cst_dfa_accepting(sa->m[k], cur[k]);
+                    ok = sa->role[k] == SR_MUST ? acc : !acc;
+                }
+                if (!ok) continue;
+                target = next;
+            } else {
+                bool dead = false; /* a component that must match can no longer */
+                for (int k = 1; k < nc && !dead; k++) dead = sa->role[k] == SR_MUST && !cur[k];
+                if (dead) continue;
+                int64_t id = ka_intern(c, &a, cur, ptr);
+                if (id < 0) goto out;
+                target = a.entry[id];
+                from = a.tup + t * (size_t)nc; /* interning may move the tuples */
+            }
+            int gi = 0;
+            while (gi < ng && grp_target[gi] != target) gi++;
+            if (gi == ng) {
+                grp_target[ng] = target;
+                memset(&grp_set[ng], 0, sizeof grp_set[ng]);
+                ng++;
+            }
+            grp_set[gi].w[b >> 6] |= 1ull << (b & 63);
+        }
+        for (int gi = 0; gi < ng; gi++) alts[gi] = prog_set(p, &grp_set[gi], grp_target[gi]);
+        if (!at_quote) {
+            bool ok = cst_dfa_accepting(sa->m[0], from[0]);
+            for (int k = 1; k < nc && ok; k++) {
+                bool acc = from[k] && cst_dfa_accepting(sa->m[k], from[k]);
+                ok = sa->role[k] == SR_MUST ? acc : !acc;
+            }
+            if (ok) alts[ng++] = next;
+        }
+        prog_patch(p, a.entry[t], ng ? prog_alts(p, alts, (size_t)ng) : 0);
+    }
+    result = p->failed ? 0 : a.entry[start];
+out:
+    free(a.tup);
+    free(a.entry);
+    free(a.hash);
+    return p->failed ? 0 : result;
+}
+
+/*
+ * A string of schema s — its content as json.dumps writes it — as the product of automata
+ * over its bytes: any well-formed string, and each of format, pattern and the length bounds
+ * that it must match, and each pattern (KW_NOTPATS) and string (KW_NOTSTRS) it must not:
+ * exact, since a string has one written form. Where the closing quote is read the roles
+ * decide whether the string ends there.
+ */
+static uint32_t string_auto(sc_ctx *c, json_t *s, const char *ptr, const char *fre, long long lo,
+                            long long hi, uint32_t next)
+{
+    cst_prog *p = c->p;
+    json_t *pat = json_object_get(s, "pattern"), *notpats = json_object_get(s, KW_NOTPATS);
+    json_t *notstrs = json_object_get(s, KW_NOTSTRS);
+    str_auto sa = {0};
+    uint32_t result = 0;
+    cst_prog q;
+    cst_cps all = {0};
+    cps_add(&all, 0, 0xD7FF);
+    cps_add(&all, 0xE000, CST_MAX_CP);
+    /* any well-formed string */
+    if (prog_init(&q)) goto oom;
+    {
+        uint32_t close = prog_lit(&q, "\"", 1, prog_emit(&q, OP_MATCH, 0, 0));
+        uint32_t loop = prog_split(&q, 0, close);
+        prog_patch(&q, loop, prog_cps(&q, &all, true, loop));
+        q.start = loop;
+    }
+    if (str_auto_add(c, &sa, &q, SR_ANY, ptr, "not")) goto out;
+    if (fre && str_auto_regex(c, &sa, fre, RE_WHOLE, SR_MUST, ptr, "format")) goto out;
+    if (pat) {
+        if (!json_is_string(pat)) {
+            sc_err(c, ptr, "pattern", "not a string");
+            goto out;
+        }
+        if (str_auto_regex(c, &sa, json_string_value(pat), RE_SEARCH, SR_MUST, ptr, "pattern"))
+            goto out;
+    }
+    if (lo > 0 || hi >= 0) {
+        if (lo > SC_MAX_MIN) {
+            prog_fail(p, -E2BIG, "keyword 'minLength' at %s: above %d", *ptr ? ptr : "/",
+                      SC_MAX_MIN);
+            goto out;
+        }
+        if (hi > SC_MAX_COUNT) hi = SC_MAX_COUNT; /* stricter */
+        if (prog_init(&q)) goto oom;
+        uint32_t close = prog_lit(&q, "\"", 1, prog_emit(&q, OP_MATCH, 0, 0)), pc = close;
+        if (hi < 0) {
+            uint32_t loop = prog_split(&q, 0, close);
+            prog_patch(&q, loop, prog_cps(&q, &all, true, loop));
+            pc = loop;
+        } else
+            for (long long k = lo; k < hi; k++)
+                pc = prog_split(&q, prog_cps(&q, &all, true, pc), close);
+        for (long long k = 0; k < lo; k++) pc = prog_cps(&q, &all, true, pc);
+        q.start = pc;
+        if (str_auto_add(c, &sa, &q, SR_MUST, ptr, lo > 0 ? "minLength" : "maxLength")) goto out;
+    }
+    size_t i;
+    json_t *x;
+    json_array_foreach(notpats, i, x)
+    {
+        if (!json_is_string(x)) {
+            sc_err(c, ptr, "not", "a pattern that is not a string");
+            goto out;
+        }
+        if (str_auto_regex(c, &sa, json_string_value(x), RE_SEARCH, SR_MUST_NOT, ptr, "not"))
+            goto out;
+    }
+    if (json_array_size(notstrs)) {
+        if (prog_init(&q)) goto oom;
+        uint32_t match = prog_emit(&q, OP_MATCH, 0, 0);
+        size_t n = json_array_size(notstrs), ne = 0;
+        uint32_t *e = calloc(n, sizeof *e);
+        json_array_foreach(notstrs, i, x)
+        {
+            char *b = NULL;
+            size_t bl = 0, bc = 0;
+            if (e && json_is_string(x) &&
+                !cst_json_quote(json_string_value(x), json_string_length(x), &b, &bl, &bc) &&
+                bl >= 2)
+                e[ne++] = prog_lit(&q, b + 1, bl - 1, match);
+            free(b);
+        }
+        q.start = ne ? prog_alts(&q, e, ne) : 0;
+        free(e);
+        if (!ne)
+            prog_release(&q);
+        else if (str_auto_add(c, &sa, &q, SR_MUST_NOT, ptr, "not"))
+            goto out;
+    }
+    result = prog_lit(p, "\"", 1, auto_product(c, &sa, ptr, "not", true, next));
+    goto out;
+oom:
+    prog_fail(p, -ENOMEM, "out of memory");
+out:
+    cps_free(&all);
+    str_auto_release(&sa);
+    return p->failed ? 0 : result;
+}
+
+/* ---- multipleOf --------------------------------------------------------------------- */
+
+#define SC_MAX_MODULUS 1000
+
+/* A component: an optional minus and digits whose value is a multiple of m (the remainder
+ * digit by digit: r -> (10 r + d) mod m). */
+static int auto_mod(sc_ctx *c, str_auto *a, uint64_t m, int role, const char *ptr)
+{
+    cst_prog q;
+    if (prog_init(&q)) return prog_fail(c->p, -ENOMEM, "out of memory"), -ENOMEM;
+    uint32_t match = prog_emit(&q, OP_MATCH, 0, 0);
+    uint32_t *st = malloc(m * sizeof *st);
+    if (!st) {
+        prog_release(&q);
+        return prog_fail(c->p, -ENOMEM, "out of memory"), -ENOMEM;
+    }
+    for (uint64_t r = 0; r < m; r++) st[r] = prog_emit(&q, OP_JMP, 0, 0);
+    for (uint64_t r = 0; r < m && !q.failed; r++) {
+        uint32_t alts[11];
+        size_t na = 0;
+        for (uint64_t d = 0; d < 10; d++)
+            alts[na++] =
+                prog_range(&q, (uint8_t)('0' + d), (uint8_t)('0' + d), st[(10 * r + d) % m]);
+        if (r == 0) alts[na++] = match;
+        prog_patch(&q, st[r], prog_alts(&q, alts, na));
+    }
+    q.start = prog_split(&q, prog_lit(&q, "-", 1, st[0]), st[0]);
+    free(st);
+    return str_auto_add(c, a, &q, role, ptr, "multipleOf");
+}
+
+/* The integer value of a multipleOf (here or in not's list), 0 after an error. */
+static uint64_t modulus(sc_ctx *c, json_t *v, const char *ptr, const char *kw)
+{
+    double m = json_is_number(v) ? json_number_value(v) : 0;
+    if (!(m > 0)) return sc_err(c, ptr, kw, "not a positive number"), 0;
+    if (m != floor(m) || m > SC_MAX_MODULUS)
+        return sc_err(c, ptr, kw, "multipleOf supported only as an integer up to 1000"), 0;
+    return (uint64_t)m;
+}
+
+/*
+ * Integers within the bounds that are multiples of multipleOf and of none of KW_NOTMULT's
+ * (a number schema too: integers only, stricter): the product of the range's automaton and
+ * one remainder automaton per modulus. Exact for the integers it writes.
+ */
+static uint32_t multiple_number(sc_ctx *c, json_t *s, const char *ptr, const num_bounds *b,
+                                uint32_t next)
+{
+    json_t *mo = json_object_get(s, "multipleOf"), *nm = json_object_get(s, KW_NOTMULT);
+    uint64_t mods[SC_STR_COMPS];
+    int roles[SC_STR_COMPS], n = 0;
+    if (mo) {
+        if (!(mods[n] = modulus(c, mo, ptr, "multipleOf"))) return 0;
+        roles[n++] = SR_MUST;
+    }
+    size_t i;
+    json_t *x;
+    json_array_foreach(nm, i, x)
+    {
+        if (n == SC_STR_COMPS - 1) return sc_err(c, ptr, "not", "too many multipleOf");
+        if (!(mods[n] = modulus(c, x, ptr, "not"))) return 0;
+        if (mods[n] == 1) return 0; /* every integer is a multiple of 1 */
+        roles[n++] = SR_MUST_NOT;
+    }
+    int64_t lo, hi;
+    if (!int_bounds(b, &lo, &hi)) return 0;
+    cst_prog q;
+    if (prog_init(&q)) return prog_fail(c->p, -ENOMEM, "out of memory");
+    sc_ctx tc = {.p = &q};
+    q.start = int_range(&tc, lo, hi, prog_emit(&q, OP_MATCH, 0, 0));
+    if (!q.failed && !q.start) {
+        prog_release(&q);
+        return 0;
+    }
+    str_auto sa = {0};
+    uint32_t pc = 0;
+    if (!str_auto_add(c, &sa, &q, SR_ANY, ptr, "multipleOf")) {
+        int k;
+        for (k = 0; k < n; k++)
+            if (mods[k] > 1 && auto_mod(c, &sa, mods[k], roles[k], ptr)) break;
+        if (k == n) pc = auto_product(c, &sa, ptr, "multipleOf", false, next);
+    }
+    str_auto_release(&sa);
+    return c->p->failed ? 0 : pc;
+}
+
+/* "name": value, or name=value (kw: a call's keyword argument) */
+static uint32_t member(sc_ctx *c, const sc_prop *pr, bool call, bool kw, uint32_t next)
 {
     uint32_t val =
         call ? sc_call(c, pr->schema, pr->ptr, next) : sc_value(c, pr->schema, pr->ptr, next);
+    if (kw)
+        return prog_lit(c->p, pr->name, strlen(pr->name),
+                        prog_ws(c->p, prog_lit(c->p, "=", 1, prog_ws(c->p, val))));
     return sc_lit_str(c, pr->name, strlen(pr->name),
                       prog_ws(c->p, prog_lit(c->p, ":", 1, prog_ws(c->p, val))));
+}
+
+/* whether name is a Python identifier (ASCII) */
+static bool py_identifier(const char *name)
+{
+    if (!*name || (*name >= '0' && *name <= '9')) return false;
+    for (const char *q = name; *q; q++)
+        if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
+              *q == '_'))
+            return false;
+    return true;
 }
 
 static uint32_t sc_object(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
 {
     cst_prog *p = c->p;
+    bool kw = c->kwargs; /* a call's keyword arguments: only the named ones, as name=value */
+    c->kwargs = false;
     json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
     json_t *addl = json_object_get(s, "additionalProperties");
     json_t *uneval = json_object_get(s, "unevaluatedProperties");
@@ -1474,7 +1935,9 @@ static uint32_t sc_object(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
         addl = uneval;
     else if (addl && uneval && !bool_schema_true(uneval) && !json_equal(addl, uneval))
         return sc_err(c, ptr, "unevaluatedProperties", "not supported beside additionalProperties");
-    bool addl_allowed = !json_is_false(addl);
+    bool addl_allowed = !json_is_false(addl) && !kw;
+    if (kw && pp && json_object_size(pp))
+        return sc_err(c, ptr, "patternProperties", "not supported in a call's arguments");
     /* patternProperties: where every pattern's schema allows anything and so do the
      * additional properties, they change nothing */
     bool has_pp = false;
@@ -1526,6 +1989,13 @@ static uint32_t sc_object(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
         if (!pr[j].required) nreq++;
         pr[j].required = true;
     }
+    for (size_t i = 0; kw && i < n; i++)
+        if (!py_identifier(pr[i].name)) {
+            free(pr);
+            return sc_err(c, ptr, "properties",
+                          "a parameter whose name is not a Python identifier cannot be a keyword "
+                          "argument");
+        }
     /* a named property that a pattern matches: both schemas */
     if (has_pp) {
         if (keys_build(c, &keys, pp, pr, n, ptr)) {
@@ -1575,7 +2045,7 @@ static uint32_t sc_object(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
             first_req = i;
             break;
         }
-    uint32_t close = prog_ws(p, prog_lit(p, "}", 1, next));
+    uint32_t close = prog_ws(p, prog_lit(p, kw ? ")" : "}", 1, next));
     uint32_t rest_addl = close, first_addl = close;
     if (addl_allowed || has_pp) {
         json_t *as = addl ? addl : json_true();
@@ -1602,16 +2072,16 @@ static uint32_t sc_object(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
         if (json_is_false(pr[i].schema)) continue; /* never present */
         bool twice = i <= first_req;
         uint32_t r =
-            prog_ws(p, prog_lit(p, ",", 1, prog_ws(p, member(c, &pr[i], twice, rest_next))));
+            prog_ws(p, prog_lit(p, ",", 1, prog_ws(p, member(c, &pr[i], twice, kw, rest_next))));
         uint32_t new_rest = pr[i].required ? r : prog_split(p, r, rest_next);
         if (twice) {
-            uint32_t f = member(c, &pr[i], true, rest_next);
+            uint32_t f = member(c, &pr[i], true, kw, rest_next);
             first_next = pr[i].required ? f : prog_split(p, f, first_next);
         }
         rest_next = new_rest;
     }
     free(pr);
-    return prog_lit(p, "{", 1, prog_ws(p, first_next));
+    return prog_lit(p, kw ? "(" : "{", 1, prog_ws(p, first_next));
 }
 
 /* ---- arrays ---------------------------------------------------------------------------- */
@@ -1817,6 +2287,339 @@ static int sc_not(sc_ctx *c, json_t **sp, const char *ptr, int *types, json_t **
     return *types ? 0 : -1;
 }
 
+/*
+ * Whether sc_not (above) and sc_value take `not` nt of schema s (types: its types) in the
+ * forms they always have: what is left goes through neg_pieces below.
+ */
+static bool not_basic(json_t *s, json_t *nt, int types)
+{
+    if (!nt || !json_is_object(nt) || bool_schema_true(nt)) return true;
+    json_t *cv = json_object_get(nt, "const"), *ev = json_object_get(nt, "enum");
+    if ((cv || ev) && !has_assertions_besides(nt, (const char *const[]){"enum", "const", NULL})) {
+        if (ev && !json_is_array(ev)) return true; /* its error */
+        size_t n = cv ? 1 : json_array_size(ev);
+        for (size_t i = 0; i < n; i++) {
+            json_t *v = cv ? cv : json_array_get(ev, i);
+            if (!type_allows(types, v)) continue;
+            int vt = value_type(v);
+            if (vt & (T_NUM | T_OBJ | T_ARR)) return false;
+            if (vt == T_STR) {
+                static const char *const other[] = {"minLength", "maxLength", "pattern", "format",
+                                                    NULL};
+                if (memchr(json_string_value(v), 0, json_string_length(v))) return false;
+                for (int k = 0; other[k]; k++)
+                    if (json_object_get(s, other[k])) return false;
+            }
+        }
+        return true;
+    }
+    const char *key;
+    if (one_required(nt, &key)) return true;
+    json_t *alts = json_object_get(nt, "anyOf");
+    if (json_is_array(alts) && json_array_size(alts) &&
+        !has_assertions_besides(nt, (const char *const[]){"anyOf", NULL})) {
+        bool all = true;
+        for (size_t i = 0; i < json_array_size(alts) && all; i++)
+            all = one_required(json_array_get(alts, i), &key);
+        if (all) return true;
+    }
+    if (has_assertions_besides(nt, (const char *const[]){"type", NULL})) return false;
+    int tn = sc_types(nt);
+    if (tn < 0) return true; /* its error */
+    if (tn & T_NUM) tn |= T_INT;
+    return !((tn & T_INT) && !(tn & T_NUM) && (types & T_NUM));
+}
+
+/* ---- not: the complement as a union of schemas ----------------------------------------- */
+
+static json_t *type_list(int t)
+{
+    static const char *const names[] = {"null",   "boolean", "object", "array",
+                                        "string", "number",  "integer"};
+    json_t *a = json_array();
+    for (int i = 0; i < 7; i++)
+        if (t & (1 << i)) json_array_append_new(a, json_string(names[i]));
+    return a;
+}
+
+/* Appends {type: t, k: v} (k NULL: the type alone) to out; v is taken over. */
+static json_t *piece(json_t *out, int t, const char *k, json_t *v)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "type", type_list(t));
+    if (k) json_object_set_new(o, k, v);
+    json_array_append_new(out, o);
+    return o;
+}
+
+/* The type a piece about numbers takes within types T (integer where T has no number). */
+static int num_type(int T)
+{
+    return (T & T_NUM) ? T_NUM : (T & T_INT) ? T_INT : 0;
+}
+
+static json_t *num_json(double v)
+{
+    if (v == floor(v) && fabs(v) < 9007199254740992.0) return json_integer((json_int_t)v);
+    return json_real(v);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The instances of types T that are none of the values vals (an array). */
+static int neg_values(sc_ctx *c, json_t *vals, int T, const char *ptr, json_t *out)
+{
+    size_t n = json_array_size(vals), i, nn = 0;
+    json_t *v;
+    double *nums = calloc(n + 1, sizeof *nums);
+    json_t *strs = json_array(), *rest = json_array();
+    int composite = 0;
+    if (!nums || !strs || !rest) {
+        free(nums);
+        json_decref(strs);
+        json_decref(rest);
+        return prog_fail(c->p, -ENOMEM, "out of memory"), -1;
+    }
+    json_array_foreach(vals, i, v)
+    {
+        int vt = value_type(v);
+        if (vt == T_STR)
+            json_array_append(strs, v);
+        else if (vt & T_NUM) {
+            double d = json_number_value(v);
+            if (fabs(d) >= 9007199254740992.0) {
+                free(nums);
+                json_decref(strs);
+                json_decref(rest);
+                return sc_err(c, ptr, "not", "of enum/const numbers beyond 2^53 is not supported"),
+                       -1;
+            }
+            nums[nn++] = d;
+        } else if (vt & (T_OBJ | T_ARR))
+            composite |= vt;
+    }
+    /* null and the booleans */
+    for (int k = 0; k < 3; k++) {
+        json_t *l = k == 0 ? json_null() : k == 1 ? json_true() : json_false();
+        bool in = false;
+        json_array_foreach(vals, i, v) in |= json_equal(v, l);
+        if (!in && (T & (k == 0 ? T_NULL : T_BOOL))) json_array_append(rest, l);
+    }
+    if (json_array_size(rest)) {
+        json_t *o = json_object();
+        json_object_set_new(o, "enum", rest);
+        json_array_append_new(out, o);
+    } else
+        json_decref(rest);
+    if (T & T_STR) {
+        if (json_array_size(strs))
+            piece(out, T_STR, KW_NOTSTRS, strs);
+        else {
+            piece(out, T_STR, NULL, NULL);
+            json_decref(strs);
+        }
+    } else
+        json_decref(strs);
+    int nt = num_type(T);
+    if (nt) { /* the open intervals between the values */
+        qsort(nums, nn, sizeof *nums, cmp_double);
+        if (!nn) piece(out, nt, NULL, NULL);
+        for (size_t k = 0; k <= nn && nn; k++) {
+            if (k > 0 && k < nn && nums[k] == nums[k - 1]) continue;
+            json_t *o = piece(out, nt, NULL, NULL);
+            if (k > 0) json_object_set_new(o, "exclusiveMinimum", num_json(nums[k - 1]));
+            if (k < nn) json_object_set_new(o, "exclusiveMaximum", num_json(nums[k]));
+        }
+    }
+    free(nums);
+    int comp = T & (T_OBJ | T_ARR);
+    if (composite & comp)
+        return sc_err(c, ptr, "not", "of enum/const arrays or objects is not supported"), -1;
+    if (comp) piece(out, comp, NULL, NULL);
+    return 0;
+}
+
+static int neg_pieces(sc_ctx *c, json_t *x, const char *ptr, json_t *out);
+
+/*
+ * not x as schemas any of which an instance matches exactly when it does not match x (a
+ * union: they may overlap), appended to out. not (A and B) is not A or not B: x's keywords
+ * are taken one by one, each the instances of its own kind that it refuses (a keyword about
+ * numbers refuses no string), within x's types; the types x does not allow are one more
+ * piece. not {anyOf: [A, B]} is not A and not B (each pair of their pieces merged); not
+ * {not: Z} beside other keywords Y is not Y or Z. What has no exact piece is an error.
+ */
+static int neg_pieces_1(sc_ctx *c, json_t *x, const char *ptr, json_t *out)
+{
+    x = sc_flatten(c, x, ptr);
+    if (!x) return -1;
+    if (json_is_false(x)) return json_array_append_new(out, json_true()), 0;
+    if (is_true_schema(x)) return 0;
+    if (!json_is_object(x)) return sc_err(c, ptr, "not", "not a schema"), -1;
+    json_t *z = json_object_get(x, "not"), *any = json_object_get(x, "anyOf");
+    if (z || any) {
+        json_t *y = json_object();
+        json_array_append_new(c->keep, y);
+        json_object_update(y, x);
+        json_object_del(y, z ? "not" : "anyOf");
+        if (z) {
+            json_array_append(out, z);
+            return neg_pieces(c, y, ptr, out);
+        }
+        if (neg_pieces(c, y, ptr, out) < 0) return -1;
+        if (!json_is_array(any) || !json_array_size(any))
+            return sc_err(c, ptr, "anyOf", "not a non-empty array"), -1;
+        json_t *acc = json_array();
+        json_array_append_new(c->keep, acc);
+        json_array_append_new(acc, json_object());
+        size_t i, j, k;
+        json_t *alt, *a, *b;
+        json_array_foreach(any, i, alt)
+        {
+            json_t *ni = json_array(), *next = json_array();
+            json_array_append_new(c->keep, ni);
+            json_array_append_new(c->keep, next);
+            if (neg_pieces(c, alt, ptr, ni) < 0) return -1;
+            if (json_array_size(acc) * json_array_size(ni) > SC_MAX_ALTS)
+                return sc_err(c, ptr, "not", "of anyOf: too many alternatives"), -1;
+            json_array_foreach(acc, j, a) json_array_foreach(ni, k, b)
+            {
+                json_t *m = sc_merge(c, a, b, ptr);
+                if (!m) return -1;
+                json_array_append(next, m);
+            }
+            acc = next;
+        }
+        json_array_extend(out, acc);
+        return 0;
+    }
+    if (json_object_get(x, "oneOf")) return sc_err(c, ptr, "not", "of oneOf is not supported"), -1;
+    int T = sc_types(x);
+    if (T < 0) return sc_err(c, ptr, "type", "not a type name or a list of them"), -1;
+    /* the types x does not allow */
+    int oth = (T_NULL | T_BOOL | T_OBJ | T_ARR | T_STR) & ~T;
+    if (!(T & (T_NUM | T_INT))) oth |= T_NUM;
+    if (oth) piece(out, oth, NULL, NULL);
+    if ((T & T_INT) && !(T & T_NUM)) piece(out, T_NUM, KW_NONINT, json_true());
+    bool bounds_done = false;
+    const char *k;
+    json_t *v;
+    json_object_foreach(x, k, v)
+    {
+        if (!is_assertion(k) || !strcmp(k, "type")) continue;
+        char what[160];
+        snprintf(what, sizeof what, "of '%.80s' is not supported", k);
+        if (!strcmp(k, "enum") || !strcmp(k, "const")) {
+            if (!strcmp(k, "enum") && !json_is_array(v))
+                return sc_err(c, ptr, "not", "its enum is not an array"), -1;
+            json_t *vals = v;
+            if (!strcmp(k, "const")) {
+                vals = json_array();
+                json_array_append_new(c->keep, vals);
+                json_array_append(vals, v);
+            }
+            if (neg_values(c, vals, T, ptr, out) < 0) return -1;
+        } else if (!strcmp(k, "minimum") || !strcmp(k, "maximum") ||
+                   !strcmp(k, "exclusiveMinimum") || !strcmp(k, "exclusiveMaximum")) {
+            num_bounds b;
+            int nt = num_type(T);
+            if (bounds_done || !nt) continue;
+            bounds_done = true;
+            if (read_bounds(c, x, ptr, &b)) return -1;
+            if (b.has_lo)
+                piece(out, nt, b.lo_excl ? "maximum" : "exclusiveMaximum", num_json(b.lo));
+            if (b.has_hi)
+                piece(out, nt, b.hi_excl ? "minimum" : "exclusiveMinimum", num_json(b.hi));
+        } else if (!strcmp(k, "minLength") || !strcmp(k, "maxLength") || !strcmp(k, "minItems") ||
+                   !strcmp(k, "maxItems")) {
+            int t = k[3] == 'L' ? T_STR : T_ARR;
+            if (!json_is_integer(v) || json_integer_value(v) < 0)
+                return sc_err(c, ptr, k, "not a non-negative integer"), -1;
+            json_int_t n = json_integer_value(v);
+            if (!(T & t) || (k[1] == 'i' && n == 0)) continue;
+            bool is_min = k[1] == 'i';
+            char other[16];
+            snprintf(other, sizeof other, "%s%s", is_min ? "max" : "min", k + 3);
+            piece(out, t, other, json_integer(is_min ? n - 1 : n + 1));
+        } else if (!strcmp(k, "multipleOf")) {
+            uint64_t m = modulus(c, v, ptr, "not");
+            if (!m) return -1;
+            if (T & T_NUM) piece(out, T_NUM, KW_NONINT, json_true()); /* no multiple */
+            if (m > 1 && (T & (T_NUM | T_INT))) {
+                json_t *l = json_array();
+                json_array_append_new(l, json_integer((json_int_t)m));
+                piece(out, T_INT, KW_NOTMULT, l);
+            }
+        } else if (!strcmp(k, "pattern")) {
+            if (!json_is_string(v)) return sc_err(c, ptr, "pattern", "not a string"), -1;
+            if (!(T & T_STR)) continue;
+            json_t *l = json_array();
+            json_array_append(l, v);
+            piece(out, T_STR, KW_NOTPATS, l);
+        } else if (!strcmp(k, "required")) {
+            if (!json_is_array(v)) return sc_err(c, ptr, "required", "not an array"), -1;
+            if (!(T & T_OBJ)) continue;
+            size_t i;
+            json_t *r;
+            json_array_foreach(v, i, r)
+            {
+                if (!json_is_string(r))
+                    return sc_err(c, ptr, "required", "not an array of strings"), -1;
+                json_t *pr = json_object();
+                json_object_set(pr, json_string_value(r), json_false());
+                piece(out, T_OBJ, "properties", pr);
+            }
+        } else if (!strcmp(k, "properties")) {
+            if (!json_is_object(v)) return sc_err(c, ptr, "properties", "not an object"), -1;
+            if (!(T & T_OBJ)) continue;
+            const char *name;
+            json_t *ps;
+            json_object_foreach(v, name, ps)
+            {
+                if (is_true_schema(ps)) continue;
+                json_t *req = json_array(), *pr = json_object(), *n = json_object();
+                json_array_append_new(req, json_string(name));
+                json_object_set(n, "not", ps);
+                json_object_set_new(pr, name, n);
+                json_t *o = piece(out, T_OBJ, "required", req);
+                json_object_set_new(o, "properties", pr);
+            }
+        } else if ((!strcmp(k, "items") || !strcmp(k, "additionalProperties") ||
+                    !strcmp(k, "additionalItems") || !strcmp(k, "propertyNames") ||
+                    !strcmp(k, "unevaluatedProperties") || !strcmp(k, "unevaluatedItems")) &&
+                   is_true_schema(v)) {
+            continue; /* allows everything */
+        } else if (!strcmp(k, "uniqueItems") && json_is_false(v)) {
+            continue;
+        } else if (!strcmp(k, "patternProperties") && json_is_object(v)) {
+            const char *pk;
+            json_t *pv;
+            bool trivial = true;
+            json_object_foreach(v, pk, pv) trivial &= is_true_schema(pv);
+            if (!trivial) return sc_err(c, ptr, "not", what), -1;
+        } else {
+            return sc_err(c, ptr, "not", what), -1;
+        }
+    }
+    return 0;
+}
+
+static int neg_pieces(sc_ctx *c, json_t *x, const char *ptr, json_t *out)
+{
+    if (c->p->failed) return -1;
+    if (++c->depth > SC_MAX_DEPTH) {
+        c->depth--;
+        return sc_err(c, ptr, "not", "nested too deeply"), -1;
+    }
+    int rc = neg_pieces_1(c, x, ptr, out);
+    c->depth--;
+    return c->p->failed ? -1 : rc;
+}
+
 static int kinds_of(json_t *s)
 {
     /* JSON kinds an instance may have: integer counts as number */
@@ -2000,6 +2803,51 @@ static uint32_t string_other_than(sc_ctx *c, json_t *s, const char *ptr, json_t 
     return pc;
 }
 
+/* Whether value v of an enum passes s's keywords about its own kind (the ones sc_value lets
+ * beside an enum: bounds, multipleOf, lengths and `not`'s own); errors recorded in c. */
+static bool value_passes(sc_ctx *c, json_t *s, json_t *v, const char *ptr)
+{
+    if (json_is_number(v)) {
+        double d = json_number_value(v);
+        num_bounds b;
+        if (read_bounds(c, s, ptr, &b)) return false;
+        if (b.has_lo && (d < b.lo || (b.lo_excl && d == b.lo))) return false;
+        if (b.has_hi && (d > b.hi || (b.hi_excl && d == b.hi))) return false;
+        bool integral = d == floor(d) && fabs(d) < 9007199254740992.0;
+        if (fabs(d) >= 9007199254740992.0 &&
+            has_assertions_besides(s, (const char *const[]){"const", "enum", "type", "not",
+                                                            "minLength", "maxLength", KW_NOTSTRS,
+                                                            NULL}))
+            return false; /* beyond exact arithmetic: left out */
+        if (json_is_true(json_object_get(s, KW_NONINT)) && integral) return false;
+        json_t *mo = json_object_get(s, "multipleOf"), *nm = json_object_get(s, KW_NOTMULT);
+        if (mo) {
+            uint64_t m = modulus(c, mo, ptr, "multipleOf");
+            if (!m || !integral || (uint64_t)llabs((long long)d) % m) return false;
+        }
+        size_t i;
+        json_t *x;
+        json_array_foreach(nm, i, x)
+        {
+            uint64_t m = modulus(c, x, ptr, "not");
+            if (!m || (integral && (uint64_t)llabs((long long)d) % m == 0)) return false;
+        }
+    }
+    if (json_is_string(v)) {
+        json_t *mn = json_object_get(s, "minLength"), *mx = json_object_get(s, "maxLength");
+        size_t n = 0;
+        for (const unsigned char *q = (const unsigned char *)json_string_value(v);
+             q < (const unsigned char *)json_string_value(v) + json_string_length(v); q++)
+            n += (*q & 0xC0) != 0x80; /* code points */
+        if (json_is_integer(mn) && (json_int_t)n < json_integer_value(mn)) return false;
+        if (json_is_integer(mx) && (json_int_t)n > json_integer_value(mx)) return false;
+        size_t i;
+        json_t *x;
+        json_array_foreach(json_object_get(s, KW_NOTSTRS), i, x) if (json_equal(x, v)) return false;
+    }
+    return !c->p->failed;
+}
+
 static uint32_t sc_value(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
 {
     cst_prog *p = c->p;
@@ -2056,18 +2904,55 @@ static uint32_t sc_value(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
         sc_err(c, ptr, "type", "not a type name or a list of them");
         goto out;
     }
+    /* `not` beyond sc_not's forms: s and the union of not's pieces */
+    nt = json_object_get(s, "not");
+    if (nt && !not_basic(s, nt, types)) {
+        json_t *pieces = json_array(), *cp = json_object(), *alt = json_object();
+        json_array_append_new(c->keep, pieces);
+        json_array_append_new(c->keep, cp);
+        json_array_append_new(c->keep, alt);
+        json_object_update(cp, s);
+        json_object_del(cp, "not");
+        if (neg_pieces(c, nt, ptr, pieces) < 0 || !json_array_size(pieces))
+            goto out; /* an error, or nothing validates */
+        json_object_set(alt, "anyOf", pieces);
+        json_t *w = json_pack("{s:[O,O]}", "allOf", cp, alt);
+        json_array_append_new(c->keep, w);
+        pc = sc_value(c, w, ptr, next);
+        goto out;
+    }
+    if (json_is_true(json_object_get(s, KW_NONINT)) && !(types & T_NUM))
+        types &= ~T_INT;     /* integers have no fraction */
     json_t *not_strs = NULL; /* strings `not` takes out */
     int not_bools = 0;       /* booleans `not` takes out: bit 0 true, bit 1 false */
     if (sc_not(c, &s, ptr, &types, &not_strs, &not_bools) < 0 || p->failed)
         goto out; /* nothing validates */
     json_t *cv = json_object_get(s, "const"), *ev = json_object_get(s, "enum");
     if (cv || ev) {
-        static const char *const ok[] = {"const", "enum", "type", "not", NULL};
+        static const char *const ok[] = {"const",
+                                         "enum",
+                                         "type",
+                                         "not",
+                                         "minimum",
+                                         "maximum",
+                                         "exclusiveMinimum",
+                                         "exclusiveMaximum",
+                                         "multipleOf",
+                                         "minLength",
+                                         "maxLength",
+                                         KW_NONINT,
+                                         KW_NOTSTRS,
+                                         KW_NOTMULT,
+                                         NULL};
         if (has_assertions_besides(s, ok)) {
             const char *k;
             json_t *v;
             json_object_foreach(s, k, v) if (is_assertion(k) && !in_list(ok, k)) break;
-            sc_err(c, ptr, k ? k : "enum", "beside enum/const is not supported");
+            sc_err(c, ptr,
+                   !k               ? "enum"
+                   : k[0] == '\x01' ? "not"
+                                    : k,
+                   "beside enum/const is not supported");
             goto out;
         }
         if (ev && !json_is_array(ev)) {
@@ -2090,7 +2975,9 @@ static uint32_t sc_value(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
                 json_array_foreach(ev, j, y) found |= json_equal(y, cv);
                 if (!found) continue;
             }
-            if (!type_allows(types, v) || not_taken_out(v, not_strs, not_bools)) continue;
+            if (!type_allows(types, v) || not_taken_out(v, not_strs, not_bools) ||
+                !value_passes(c, s, v, ptr))
+                continue;
             e[ne++] = sc_literal(c, v, next);
         }
         pc = ne ? prog_alts(p, e, ne) : 0;
@@ -2099,11 +2986,11 @@ static uint32_t sc_value(sc_ctx *c, json_t *s, const char *ptr, uint32_t next)
     }
     uint32_t alts[7];
     size_t na = 0;
-    if (types & T_NULL) alts[na++] = prog_lit(p, "null", 4, next);
+    if (types & T_NULL) alts[na++] = lit_word(c, 0, next);
     if ((types & T_BOOL) && !not_bools)
-        alts[na++] = prog_split(p, prog_lit(p, "true", 4, next), prog_lit(p, "false", 5, next));
+        alts[na++] = prog_split(p, lit_word(c, 1, next), lit_word(c, 2, next));
     else if (types & T_BOOL)
-        alts[na++] = not_bools & 1 ? prog_lit(p, "false", 5, next) : prog_lit(p, "true", 4, next);
+        alts[na++] = not_bools & 1 ? lit_word(c, 2, next) : lit_word(c, 1, next);
     if (types & T_OBJ) alts[na++] = sc_object(c, s, ptr, next);
     if (types & T_ARR) alts[na++] = sc_array(c, s, ptr, next);
     if ((types & T_STR) && not_strs)
@@ -2165,6 +3052,93 @@ int cst_compile_json_schema(const char *schema, size_t len, cst_grammar **out, c
     json_decref(root);
     if (!p.failed && p.start == 0) {
         snprintf(err, errlen, "the schema matches no instance");
+        prog_release(&p);
+        return -EINVAL;
+    }
+    return cst_grammar_finish(&p, out, err, errlen);
+}
+
+/*
+ * Python calls: spec {"tools": [{"name": N, "parameters": SCHEMA}, ...], "max_calls": K} ->
+ * "[" call ("," call)* "]" (at most K calls; K 0: any number), each call N(k=v, ...) of one
+ * of the tools, its keyword arguments the properties of its parameters (an object schema;
+ * only the named ones), each value a Python literal that, read as JSON (None, True, False as
+ * null, true, false), validates against the property's schema.
+ */
+int cst_compile_python_calls(const char *spec, size_t len, cst_grammar **out, char *err,
+                             size_t errlen)
+{
+    char dummy[8];
+    if (!err) err = dummy, errlen = sizeof dummy;
+    *out = NULL;
+    if (len > CST_MAX_SOURCE_BYTES) {
+        snprintf(err, errlen, "tool calls too large: %zu bytes (at most %u)", len,
+                 CST_MAX_SOURCE_BYTES);
+        return -E2BIG;
+    }
+    json_error_t je;
+    json_t *root = json_loadb(spec, len, 0, &je);
+    json_t *tools = json_object_get(root, "tools"), *mc = json_object_get(root, "max_calls");
+    if (!json_is_array(tools) || !json_array_size(tools) || json_array_size(tools) > SC_MAX_ALTS ||
+        (mc && !json_is_integer(mc))) {
+        json_decref(root);
+        snprintf(err, errlen,
+                 "tool calls: not {\"tools\": [{\"name\", \"parameters\"}, ...] "
+                 "(1 to 256), \"max_calls\": N}");
+        return -EINVAL;
+    }
+    cst_prog p;
+    int rc = prog_init(&p);
+    if (rc) {
+        json_decref(root);
+        return rc;
+    }
+    uint32_t match = prog_emit(&p, OP_MATCH, 0, 0);
+    uint32_t call = prog_emit(&p, OP_JMP, 0, 0), ret = prog_emit(&p, OP_RET, 0, 0);
+    size_t n = json_array_size(tools);
+    uint32_t *alts = calloc(n, sizeof *alts);
+    if (!alts) prog_fail(&p, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < n && !p.failed; i++) {
+        json_t *t = json_array_get(tools, i), *ps = json_object_get(t, "parameters");
+        const char *name = json_string_value(json_object_get(t, "name"));
+        char ptr[64];
+        snprintf(ptr, sizeof ptr, "/tools/%zu/parameters", i);
+        if (!name || !py_identifier(name)) {
+            prog_fail(&p, -EINVAL, "tool %zu: a name that is not a Python identifier", i);
+            break;
+        }
+        if (json_is_null(ps)) ps = NULL;
+        json_t *empty = ps ? NULL : json_pack("{s:s}", "type", "object");
+        sc_ctx c = {.p = &p, .root = ps ? ps : empty, .keep = json_array(), .py = true};
+        json_t *s = sc_flatten(&c, c.root, ptr);
+        if (s && (!json_is_object(s) || !(sc_types(s) & T_OBJ) || json_object_get(s, "anyOf") ||
+                  json_object_get(s, "oneOf") || json_object_get(s, "not")))
+            sc_err(&c, ptr, "parameters", "a call's parameters must be one object schema");
+        else if (s) {
+            c.kwargs = true;
+            alts[i] = prog_lit(&p, name, strlen(name), sc_object(&c, s, ptr, ret));
+        }
+        ctx_release(&c);
+        json_decref(empty);
+    }
+    if (!p.failed) {
+        prog_patch(&p, call, prog_alts(&p, alts, n));
+        uint32_t close = prog_ws(&p, prog_lit(&p, "]", 1, match)), body;
+        if (mc && json_integer_value(mc) == 1)
+            body = prog_emit(&p, OP_CALL, call, close);
+        else {
+            uint32_t loop = prog_split(&p, 0, close);
+            prog_patch(
+                &p, loop,
+                prog_ws(&p, prog_lit(&p, ",", 1, prog_ws(&p, prog_emit(&p, OP_CALL, call, loop)))));
+            body = prog_emit(&p, OP_CALL, call, loop);
+        }
+        p.start = prog_lit(&p, "[", 1, prog_ws(&p, body));
+    }
+    free(alts);
+    json_decref(root);
+    if (!p.failed && p.start == 0) {
+        snprintf(err, errlen, "the tool calls match no text");
         prog_release(&p);
         return -EINVAL;
     }

@@ -150,6 +150,7 @@ static const char *kind_name(uint32_t k)
     case RINGLM_WIRE_CONSTRAINT_REGEX: return "regex";
     case RINGLM_WIRE_CONSTRAINT_GRAMMAR: return "grammar";
     case RINGLM_WIRE_CONSTRAINT_CHOICE: return "choice";
+    case RINGLM_WIRE_CONSTRAINT_PYTHON_CALLS: return "python_calls";
     default: return "unknown";
     }
 }
@@ -233,7 +234,8 @@ int cn_create(svc *s, char *why, size_t len)
     st->words = cst_mask_words(st->vocab);
     st->kinds = 1u << RINGLM_WIRE_CONSTRAINT_JSON_SCHEMA |
                 1u << RINGLM_WIRE_CONSTRAINT_JSON_OBJECT | 1u << RINGLM_WIRE_CONSTRAINT_REGEX |
-                1u << RINGLM_WIRE_CONSTRAINT_CHOICE | 1u << RINGLM_WIRE_CONSTRAINT_GRAMMAR;
+                1u << RINGLM_WIRE_CONSTRAINT_CHOICE | 1u << RINGLM_WIRE_CONSTRAINT_GRAMMAR |
+                1u << RINGLM_WIRE_CONSTRAINT_PYTHON_CALLS;
     return 0;
 }
 
@@ -254,6 +256,8 @@ static int compile_entry(cn_entry *e, cst_grammar **g, char *err, size_t errlen)
         return cst_compile_regex((const char *)e->src, e->n_src, g, err, errlen);
     case RINGLM_WIRE_CONSTRAINT_GRAMMAR:
         return cst_compile_gbnf((const char *)e->src, e->n_src, g, err, errlen);
+    case RINGLM_WIRE_CONSTRAINT_PYTHON_CALLS:
+        return cst_compile_python_calls((const char *)e->src, e->n_src, g, err, errlen);
     case RINGLM_WIRE_CONSTRAINT_CHOICE: {
         /* alternatives separated by NUL bytes */
         int n = 1;

@@ -217,7 +217,8 @@ void *dsess_user(dsess *s);
 void dsess_set_facts(dsess *s, bool tenant_tags, const char *const *classes, int n_classes,
                      uint32_t vocab, uint32_t max_n, const char *model);
 /* The constraint kinds the service enforces (bit k: kind k; 0: none): with any,
- * RINGLM_WIRE_CAP_CONSTRAINT. Call it after dsess_set_facts, in on_connect. */
+ * RINGLM_WIRE_CAP_CONSTRAINT, and RINGLM_WIRE_CAP_SAMPLES_CONSTRAINED where the session
+ * runs n > 1 samples too. Call it after dsess_set_facts, in on_connect. */
 void dsess_set_constraint_kinds(dsess *s, uint32_t kinds);
 dloop *dsess_loop(dsess *s);
 /* Why a session ends. Only a fault is logged (rate-limited) with its words; the others

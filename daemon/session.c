@@ -296,6 +296,11 @@ void dsess_set_constraint_kinds(dsess *s, uint32_t kinds)
         d->caps |= RINGLM_WIRE_CAP_CONSTRAINT;
     else
         d->caps &= ~RINGLM_WIRE_CAP_CONSTRAINT;
+    /* each of n samples attaches the grammar with a matcher of its own (admission) */
+    if (kinds && (d->caps & RINGLM_WIRE_CAP_SAMPLES))
+        d->caps |= RINGLM_WIRE_CAP_SAMPLES_CONSTRAINED;
+    else
+        d->caps &= ~RINGLM_WIRE_CAP_SAMPLES_CONSTRAINED;
 }
 
 static void refuse(dsess *s, int err, const char *detail)

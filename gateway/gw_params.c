@@ -283,10 +283,35 @@ static json_t *params_schema(json_t *tool)
 /* tool_choice "required" or naming a function: the answer is constrained to calls (vLLM's
  * way): a named function's answer is its arguments (a JSON Schema of its parameters), a
  * required one a JSON list of {"name", "parameters"} objects of the tools (at least one; one
- * with parallel_tool_calls false). The gateway reads the calls out of that JSON. */
-static int tool_constraint(json_t *tools, const char *named, bool parallel, gw_params *p, gw_err *e)
+ * with parallel_tool_calls false). The gateway reads the calls out of that JSON. Under the
+ * pythonic parser the answer is the model's own syntax instead, [name(k=v, ...)] (one call
+ * of the named function, or at least one of the tools), its values Python literals of each
+ * parameter's schema, read back by the pythonic parser. */
+static int tool_constraint(json_t *tools, const char *named, bool parallel, int parser,
+                           gw_params *p, gw_err *e)
 {
     json_t *schema = NULL;
+    if (parser == GW_TOOLS_PYTHONIC) {
+        /* the model's own syntax, [name(k=v, ...), ...], read back by the pythonic parser */
+        json_t *ts = json_array();
+        for (size_t i = 0; i < json_array_size(tools); i++) {
+            json_t *t = json_array_get(tools, i);
+            json_t *name = json_object_get(json_object_get(t, "function"), "name");
+            if (named && strcmp(named, json_string_value(name))) continue;
+            json_array_append_new(
+                ts, json_pack("{s:O, s:o}", "name", name, "parameters", params_schema(t)));
+        }
+        json_t *spec =
+            json_pack("{s:o, s:i}", "tools", ts, "max_calls", named || !parallel ? 1 : 0);
+        char *text = spec ? json_dumps(spec, JSON_COMPACT) : NULL;
+        json_decref(spec);
+        if (!text) goto oom;
+        p->tool_parser = GW_TOOLS_PYTHONIC;
+        int rc = gw_params_set_constraint(p, RINGLM_CONSTRAINT_PYTHON_CALLS, text, strlen(text),
+                                          "tool_choice", e);
+        free(text);
+        return rc;
+    }
     if (named) {
         for (size_t i = 0; i < json_array_size(tools) && !schema; i++) {
             json_t *t = json_array_get(tools, i);
@@ -401,7 +426,7 @@ static int rd_tools(json_t *o, const gw_parse_cfg *cfg, gw_params *p, gw_err *e)
         }
     }
     if ((choice == TC_REQUIRED || choice == TC_NAMED) &&
-        tool_constraint(tools, named, parallel, p, e))
+        tool_constraint(tools, named, parallel, cfg->tool_parser, p, e))
         return -1;
     if (choice == TC_AUTO && !cfg->tool_parser)
         return unsupported(e, "tool_choice",

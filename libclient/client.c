@@ -419,6 +419,12 @@ int ringlm_max_samples(const ringlm_client *c)
     return (int)c->max_n;
 }
 
+int ringlm_samples_constrained(const ringlm_client *c)
+{
+    if (!c) return -EINVAL;
+    return (c->caps & RINGLM_WIRE_CAP_SAMPLES_CONSTRAINED) && c->max_n > 1 ? 1 : 0;
+}
+
 int ringlm_policy_classes(const ringlm_client *c, const char **names, int max)
 {
     if (!(c->caps & RINGLM_WIRE_CAP_FACTS)) return -ENOTSUP;
@@ -896,9 +902,16 @@ int ringlm_submit_batch_ext(ringlm_client *c, const ringlm_request *reqs,
             goto out;
         }
         uint32_t kind = q[i].sm.constraint_kind;
+        if (ns > 1 && kind && !(c->caps & RINGLM_WIRE_CAP_SAMPLES_CONSTRAINED)) {
+            r = set_err(-ENOTSUP,
+                        "%sn %u with a constraint: the daemon does not run constrained samples "
+                        "(it is older than this library)",
+                        n > 1 ? "a request of the batch: " : "", ns);
+            goto out;
+        }
         if (q[i].ext && kind && !(c->constraint_kinds & (1u << kind))) {
-            static const char *const names[] = {"none",  "json_schema", "json_object",
-                                                "regex", "grammar",     "choice"};
+            static const char *const names[] = {"none",    "json_schema", "json_object", "regex",
+                                                "grammar", "choice",      "python_calls"};
             r = set_err(-ENOTSUP, "%sconstraint: the daemon does not enforce kind %s%s",
                         n > 1 ? "a request of the batch: " : "",
                         kind < sizeof names / sizeof *names ? names[kind] : "?",

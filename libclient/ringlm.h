@@ -56,7 +56,7 @@ extern "C" {
  * ringlm_version() at run time to detect a library older than the header built against. */
 #define RINGLM_VERSION_MAJOR 0
 /* 0.2: n_cached_tokens; 0.3: request check, tokenizer; 0.4: sampling extensions; 0.5: the
- * daemon's served model name and load */
+ * daemon's served model name and load, constrained samples */
 #define RINGLM_VERSION_MINOR 5
 #define RINGLM_VERSION_PATCH 0
 /* One number that orders versions: MAJOR*10000 + MINOR*100 + PATCH. */
@@ -169,8 +169,10 @@ void ringlm_request_init(ringlm_request *req);
  * the request finishes with RINGLM_FINISH_STOP. ringlm_request.ignore_stop ignores only the
  * model's stop tokens, never these (as vLLM's ignore_eos and stop_token_ids).
  *
- * Not implemented yet, refused with -ENOTSUP and a detail (never accepted silently): n > 1,
- * and a constraint kind the daemon does not enforce (ringlm_constraint_kinds).
+ * Refused with -ENOTSUP and a detail (never accepted silently): n > 1 where the daemon runs
+ * one sample (ringlm_max_samples), n > 1 with a constraint where it does not run constrained
+ * samples (ringlm_samples_constrained), and a constraint kind the daemon does not enforce
+ * (ringlm_constraint_kinds).
  *
  * Constraints. constraint_kind and constraint (constraint_bytes bytes, at most
  * RINGLM_MAX_CONSTRAINT_BYTES) make the daemon generate only text that the constraint
@@ -181,7 +183,13 @@ void ringlm_request_init(ringlm_request *req);
  *   RINGLM_CONSTRAINT_REGEX        a regular expression the whole answer matches;
  *   RINGLM_CONSTRAINT_CHOICE       alternatives separated by NUL bytes ("yes\0no"): the answer
  *                                  is exactly one of them;
- *   RINGLM_CONSTRAINT_GRAMMAR      a GBNF grammar in llama.cpp's format (rule `root`).
+ *   RINGLM_CONSTRAINT_GRAMMAR      a GBNF grammar in llama.cpp's format (rule `root`);
+ *   RINGLM_CONSTRAINT_PYTHON_CALLS tool calls as a Python list of keyword calls,
+ *                                  [get_time(tz="UTC")] (the pythonic tool-call syntax):
+ *                                  the JSON {"tools": [{"name": N, "parameters": SCHEMA},
+ *                                  ...], "max_calls": K} (K 0: any number, else at most K);
+ *                                  each argument a Python literal (None/True/False for
+ *                                  null/true/false) that validates against its parameter.
  * The stop token is allowed only where the text is complete, so an answer that finishes with
  * RINGLM_FINISH_STOP is complete; one cut by max_new_tokens (RINGLM_FINISH_LENGTH) may not be.
  * The daemon compiles each distinct constraint once (cached by content), off its loop: the
@@ -224,11 +232,12 @@ typedef struct ringlm_logit_bias {
 /* ringlm_sampling.constraint_kind (see "Constraints" above) */
 enum ringlm_constraint_kind {
     RINGLM_CONSTRAINT_NONE = 0,
-    RINGLM_CONSTRAINT_JSON_SCHEMA = 1, /* constraint: a JSON schema's text */
-    RINGLM_CONSTRAINT_JSON_OBJECT = 2, /* any JSON object; no constraint bytes */
-    RINGLM_CONSTRAINT_REGEX = 3,       /* constraint: the pattern */
-    RINGLM_CONSTRAINT_GRAMMAR = 4,     /* constraint: a GBNF grammar */
-    RINGLM_CONSTRAINT_CHOICE = 5,      /* constraint: NUL-separated alternatives */
+    RINGLM_CONSTRAINT_JSON_SCHEMA = 1,  /* constraint: a JSON schema's text */
+    RINGLM_CONSTRAINT_JSON_OBJECT = 2,  /* any JSON object; no constraint bytes */
+    RINGLM_CONSTRAINT_REGEX = 3,        /* constraint: the pattern */
+    RINGLM_CONSTRAINT_GRAMMAR = 4,      /* constraint: a GBNF grammar */
+    RINGLM_CONSTRAINT_CHOICE = 5,       /* constraint: NUL-separated alternatives */
+    RINGLM_CONSTRAINT_PYTHON_CALLS = 6, /* constraint: {"tools": [...], "max_calls": K} */
 };
 
 /* The constraint kinds the daemon enforces: bit k set for kind k (1u << RINGLM_CONSTRAINT_*);
@@ -426,6 +435,11 @@ int ringlm_vocab_size(const ringlm_client *c);
 /* The most samples one request may ask for on this daemon (ringlmd --max-n); 1 from a
  * daemon that does not run n > 1 (then n > 1 is -ENOTSUP at submit). */
 int ringlm_max_samples(const ringlm_client *c);
+/* 1 when the daemon runs n > 1 samples of a request that carries a constraint (each sample
+ * with its own matcher, as above), 0 when it does not (a daemon older than 0.5, or one that
+ * runs no constraint or no n > 1: then such a request is -ENOTSUP at submit), -EINVAL (c
+ * NULL). */
+int ringlm_samples_constrained(const ringlm_client *c);
 
 /*
  * Asks the daemon to cancel a request; its FINISH (CANCELLED, or whatever came first)

@@ -156,10 +156,12 @@ _Static_assert(sizeof(struct ringlm_wire_request) == 88, "request layout");
 #define RINGLM_WIRE_CONSTRAINT_REGEX       3u /* the pattern, matched by the whole output */
 #define RINGLM_WIRE_CONSTRAINT_GRAMMAR     4u /* a GBNF grammar */
 #define RINGLM_WIRE_CONSTRAINT_CHOICE      5u /* alternatives separated by NUL bytes */
-#define RINGLM_WIRE_CONSTRAINT_MAX_KIND    5u
-#define RINGLM_WIRE_BIAS_MAX               100.0f /* |bias| */
-#define RINGLM_WIRE_REP_PENALTY_MAX        100.0f /* repetition_penalty (0, 100] */
-#define RINGLM_WIRE_PENALTY_MAX            2.0f   /* |presence|, |frequency| (OpenAI's range) */
+#define RINGLM_WIRE_CONSTRAINT_PYTHON_CALLS                                                        \
+    6u /* {"tools": [{"name", "parameters"}], "max_calls"}: a Python list of keyword calls */
+#define RINGLM_WIRE_CONSTRAINT_MAX_KIND 6u
+#define RINGLM_WIRE_BIAS_MAX            100.0f /* |bias| */
+#define RINGLM_WIRE_REP_PENALTY_MAX     100.0f /* repetition_penalty (0, 100] */
+#define RINGLM_WIRE_PENALTY_MAX         2.0f   /* |presence|, |frequency| (OpenAI's range) */
 
 struct ringlm_wire_sampling {
     uint32_t flags;           /* RINGLM_WIRE_SMP_F_* */
@@ -271,6 +273,10 @@ struct ringlm_wire_cseg {
 #define RINGLM_WIRE_CAP_SAMPLES                                                                    \
     128u /* the daemon runs n > 1 samples of one prompt (ringlm_wire_sampling.n, up to
            dseg.max_n); the samples' ids are the record's req_id, req_id + 1, ... */
+#define RINGLM_WIRE_CAP_SAMPLES_CONSTRAINED                                                        \
+    256u /* with RINGLM_WIRE_CAP_SAMPLES and RINGLM_WIRE_CAP_CONSTRAINT: a request of n > 1
+            samples may carry a constraint (each sample gets its own matcher); without it
+            such a request is refused */
 #define RINGLM_WIRE_CLASSES_MAX 16u
 #define RINGLM_WIRE_MODEL_LEN   128u
 

@@ -313,6 +313,51 @@ json_t *gwh_whitespace_bias(void)
     return b;
 }
 
+void gwh_start_with_template(const char *file, const char *jinja, const char *const *extra)
+{
+    char *tok = gwh_stories_gguf(file, jinja);
+    const char *argv[16] = {"--tokenizer", tok};
+    int n = 2;
+    for (int i = 0; extra && extra[i] && n < 15; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
+    gwh_start_daemon(NULL);
+    gwh_start_gateway(argv);
+    gwh_wait_healthy(10000);
+    free(tok);
+}
+
+void gwh_run_node_sdk_test(const char *script, int passes)
+{
+    char *out, *err;
+    char *ver[] = {"node", "--version", NULL};
+    if (th_run(ver, &out, &err, 20) != 0)
+        cr_skip_test("node is not installed: the OpenAI SDK test skips");
+    free(out);
+    free(err);
+    if (!th_exists("tests/node/node_modules/openai/package.json"))
+        cr_skip_test("tests/node/node_modules/openai is absent (run `make deps`): the OpenAI SDK "
+                     "test skips");
+    json_t *bias = gwh_whitespace_bias();
+    char *b = json_dumps(bias, JSON_COMPACT);
+    json_decref(bias);
+    setenv("NO_WS_BIAS", b, 1);
+    free(b);
+    char url[64], path[256], want[32];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", gwh_port);
+    setenv("GATEWAY_URL", url, 1);
+    snprintf(path, sizeof path, "tests/node/%s", script);
+    char *argv[] = {"node", "--test", "--test-reporter=tap", path, NULL};
+    int rc = th_run(argv, &out, &err, 150);
+    char *log = th_read_file(gwh_gateway.log);
+    cr_assert_eq(rc, 0, "%s failed (exit %d):\n%s\n%s\ngateway log:\n%s", script, rc, out, err,
+                 log);
+    snprintf(want, sizeof want, "# pass %d", passes);
+    cr_assert(strstr(out, want), "expected %d passing checks:\n%s", passes, out);
+    free(log);
+    free(out);
+    free(err);
+}
+
 /* The cell between the i-th and i+1-th '|' of line, trimmed, without its backticks. */
 static void doc_cell(const char *line, int i, char *out, size_t n)
 {

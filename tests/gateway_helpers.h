@@ -66,6 +66,16 @@ void gwh_stop_all(void);
  * and its ids are the model's. The path (malloc()ed). */
 char *gwh_stories_gguf(const char *name, const char *template);
 
+/* ringlmd, and a gateway whose tokenizer is stories260K's vocabulary with chat template
+ * jinja (gwh_stories_gguf(file, jinja)), extra: more gateway options (may be NULL); waits
+ * until it is healthy. For the tool-call suites: the template decides the call syntax. */
+void gwh_start_with_template(const char *file, const char *jinja, const char *const *extra);
+
+/* Runs `node --test tests/node/<script>` against the gateway (GATEWAY_URL set, NO_WS_BIAS
+ * the whitespace bias as JSON) and asserts it passed with `passes` checks; skips when node or
+ * the openai package is not installed. */
+void gwh_run_node_sdk_test(const char *script, int passes);
+
 /* logit_bias {"id": -100, ...} for each of stories260K's tokens that is only whitespace: a JSON
  * answer may put whitespace anywhere, and a greedy stories260K stays there (a new reference). */
 struct json_t;

@@ -345,3 +345,45 @@ Test(daemon_nseq_constrain, a_constraint_that_does_not_compile_rejects_all_n, .t
                   a[i].detail);
     env_stop(&e);
 }
+
+/* The capability a client reads before asking for n samples with a constraint: a daemon with
+ * a tokenizer and --max-n above 1 says it runs them; one that runs a single sample (--max-n 1)
+ * says it does not, and the library refuses such a request before sending it. */
+Test(daemon_nseq_constrain, a_client_sees_whether_constrained_samples_run, .timeout = 120)
+{
+    env e;
+    env_start(&e);
+    cr_expect_eq(ringlm_samples_constrained(e.c), 1);
+    cr_expect_eq(ringlm_samples_constrained(NULL), -EINVAL);
+    env_stop(&e);
+
+    dmn d;
+    char model[512], tok[512];
+    cr_assert(stories_path(model, sizeof model));
+    snprintf(tok, sizeof tok, "%s/models/tok512.bin", th_shared_dir());
+    const char *extra[] = {"--tokenizer", tok, "--max-n", "1", NULL};
+    dmn_start(&d, model, NULL, extra);
+    ringlm_client *c;
+    cr_assert_eq(ringlm_connect(d.sock, &c), 0, "connect: %s", ringlm_errdetail());
+    cr_expect_eq(ringlm_samples_constrained(c), 0);
+    cr_expect_neq(ringlm_constraint_kinds(c), 0, "it still enforces constraints");
+    int32_t prompt[1] = {1};
+    ringlm_request rq;
+    ringlm_request_init(&rq);
+    rq.prompt = prompt;
+    rq.n_prompt = 1;
+    rq.max_new_tokens = 4;
+    ringlm_sampling smp;
+    ringlm_sampling_init(&smp);
+    smp.n = 2;
+    smp.constraint_kind = RINGLM_CONSTRAINT_REGEX;
+    smp.constraint = "a+";
+    smp.constraint_bytes = 2;
+    uint64_t id;
+    int rc = ringlm_submit_ext(c, &rq, &smp, &id);
+    cr_expect(rc == -ENOTSUP || rc == -EINVAL, "n 2 with a constraint: %d %s", rc,
+              ringlm_errdetail());
+    ringlm_close(c);
+    cr_expect_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    dmn_cleanup(&d);
+}

@@ -43,12 +43,7 @@ static const char *const TOOLS =
 
 static void start_pythonic(void)
 {
-    char *tok = gwh_stories_gguf("pythonic.gguf", pythonic_jinja);
-    const char *argv[] = {"--tokenizer", tok, NULL};
-    gwh_start_daemon(NULL);
-    gwh_start_gateway(argv);
-    gwh_wait_healthy(10000);
-    free(tok);
+    gwh_start_with_template("pythonic.gguf", pythonic_jinja, NULL);
 }
 
 Test(gateway_pythonic, the_parser_is_the_one_the_chat_template_writes)
@@ -194,4 +189,15 @@ Test(gateway_pythonic, text_that_is_not_a_call_stays_content)
     cr_assert_str_eq(content.p ? content.p : "", text);
     cr_assert_str_eq(sfinish, "stop");
     gw_buf_free(&content);
+}
+
+/* "required" and a named function under the pythonic parser: the answer is constrained to
+ * the model's own syntax, [get_weather(city="Paris", days=2)], its arguments Python literals
+ * of each function's schema, and read back as tool_calls — checked through the official
+ * openai SDK, whole and streamed (tests/node/gateway_pythonic.test.mjs). */
+Test(gateway_pythonic, required_and_named_calls_are_constrained_to_the_syntax)
+{
+    gwh_need();
+    start_pythonic();
+    gwh_run_node_sdk_test("gateway_pythonic.test.mjs", 3);
 }

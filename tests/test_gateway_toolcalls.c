@@ -41,15 +41,7 @@ static const char *const hermes_jinja =
 /* ringlmd and a gateway on the Hermes-template tokenizer (extra: more gateway options). */
 static void start_hermes(const char *const *extra)
 {
-    char *tok = gwh_stories_gguf("hermes.gguf", hermes_jinja);
-    const char *argv[16] = {"--tokenizer", tok};
-    int n = 2;
-    for (int i = 0; extra && extra[i] && n < 15; i++) argv[n++] = extra[i];
-    argv[n] = NULL;
-    gwh_start_daemon(NULL);
-    gwh_start_gateway(argv);
-    gwh_wait_healthy(10000);
-    free(tok);
+    gwh_start_with_template("hermes.gguf", hermes_jinja, extra);
 }
 
 static json_t *post_json(const char *path, const char *body, int want_status)
