@@ -10,6 +10,7 @@
 #include "kernels/engine.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
+#include "model/imatrix.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -224,8 +225,9 @@ static int get_int(const gguf_file *g, const char *arch, const char *key, int df
     return 0;
 }
 
-/* One tensor in type t: its bytes, converted from the input's type row by row. */
-static int convert(const gguf_tensor *src, int t, void **out, size_t *bytes)
+/* One tensor in type t: its bytes, converted from the input's type row by row (each
+ * expert's rows weighted by its slice of the importance matrix entry im, when given). */
+static int convert(const gguf_tensor *src, int t, const imx_entry *im, void **out, size_t *bytes)
 {
     const long long k = (long long)src->ne[0];
     uint64_t rows = 1;
@@ -249,16 +251,53 @@ static int convert(const gguf_tensor *src, int t, void **out, size_t *bytes)
         free(row);
         return eng_seterr(-ENOMEM, "%s: out of memory", src->name);
     }
-    for (uint64_t r = 0; r < rows; r++) {
+    int err = 0;
+    for (uint64_t r = 0; r < rows && !err; r++) {
         q_dequant_row((int)src->type, (const char *)src->data + r * rb_in, row, k);
-        q_quantize_row(t, row, (char *)*out + r * rb, k);
+        const float *qw = im ? im->weights + (size_t)(r / src->ne[1]) * (size_t)k : NULL;
+        if (!q_quantize_row_weighted(t, row, (char *)*out + r * rb, k, qw))
+            err = eng_seterr(-EINVAL,
+                             "tensor %s: %s under an importance matrix is not done yet (Q4_K, "
+                             "Q5_K and Q6_K are; F16, BF16 and Q8_0 take none)",
+                             src->name, gguf_type_name((uint32_t)t));
     }
     free(row);
+    if (err) free(*out);
+    return err;
+}
+
+/* Every entry of the importance matrix names a tensor of the file, with one weight per
+ * column of each of its matrices (experts). */
+static int imatrix_fits(const imx *im, const gguf_file *g, const char *in_path, const char *im_path)
+{
+    for (size_t i = 0; i < im->n; i++) {
+        const imx_entry *e = &im->e[i];
+        const gguf_tensor *t = gguf_tensor_find(g, e->name);
+        if (!t || t->n_dims < 2)
+            return eng_seterr(-EINVAL,
+                              "%s: entry %s: %s has no such matrix (an imatrix of "
+                              "another model?)",
+                              im_path, e->name, in_path);
+        const uint64_t want = t->ne[0] * (t->n_dims >= 3 ? t->ne[2] : 1);
+        if (e->n != want)
+            return eng_seterr(-EINVAL,
+                              "%s: entry %s: %zu weights, the tensor has %llu columns x %llu "
+                              "matrices = %llu",
+                              im_path, e->name, e->n, (unsigned long long)t->ne[0],
+                              (unsigned long long)(t->n_dims >= 3 ? t->ne[2] : 1),
+                              (unsigned long long)want);
+    }
     return 0;
 }
 
 int gw_requantize(const char *in_path, const char *out_path, const char *mix, char *note,
                   size_t note_len)
+{
+    return gw_requantize_imatrix(in_path, out_path, mix, NULL, note, note_len);
+}
+
+int gw_requantize_imatrix(const char *in_path, const char *out_path, const char *mix,
+                          const char *imatrix_path, char *note, size_t note_len)
 {
     note[0] = '\0';
     const struct mix *mx = mix_find(mix);
@@ -269,8 +308,20 @@ int gw_requantize(const char *in_path, const char *out_path, const char *mix, ch
                           "Q5_K_S Q5_K_M Q6_K, or Q3_K Q4_K Q5_K for every matrix)",
                           mix);
     gguf_file *g;
+    imx *im = NULL;
     int err = gguf_open(in_path, &g);
     if (err) return eng_seterr(err, "%s: %s", in_path, gguf_errmsg());
+    if (imatrix_path) {
+        if ((err = imx_load(imatrix_path, &im)))
+            eng_seterr(err, "%s", imx_errmsg());
+        else
+            err = imatrix_fits(im, g, in_path, imatrix_path);
+        if (err) {
+            imx_free(im);
+            gguf_close(g);
+            return err;
+        }
+    }
     const char *arch_s;
     size_t arch_len;
     char arch[64];
@@ -341,7 +392,8 @@ int gw_requantize(const char *in_path, const char *out_path, const char *mix, ch
                      gguf_type_name((uint32_t)type));
         void *data = NULL;
         size_t bytes = 0;
-        if ((err = convert(t, type, &data, &bytes))) break;
+        const imx_entry *e = im && (int)t->type != type ? imx_find(im, t->name) : NULL;
+        if ((err = convert(t, type, e, &data, &bytes))) break;
         gw_tensor(w, t->name, (int)t->n_dims, t->ne, type, data, bytes);
         if (type >= 0 && type < 64) n_type[type]++;
     }
@@ -361,6 +413,7 @@ int gw_requantize(const char *in_path, const char *out_path, const char *mix, ch
     }
     gw_free(w);
     free(order);
+    imx_free(im);
     gguf_close(g);
     return err;
 }

@@ -43,7 +43,8 @@ static const char usage[] =
     "                      (--tokenizer TOKENIZER.bin | --vocab tokenizer.json\n"
     "                       [--vocab-config tokenizer_config.json] | --placeholder-vocab)\n"
     "       ringlm-mkmodel --from-hf DIR --out FILE.gguf [--type F32|F16|BF16]\n"
-    "       ringlm-mkmodel --model IN.gguf --format gguf --type MIX --out OUT.gguf\n"
+    "       ringlm-mkmodel --model IN.gguf --format gguf --type MIX [--imatrix FILE]\n"
+    "                      --out OUT.gguf\n"
     "       ringlm-mkmodel --version | --help\n"
     "  SPEC: synthetic:PRESET:SEED (presets: stories15M stories110M llama3-8b gqa-test\n"
     "        stories260K quant-test quant-gqa vocab-llama3 vocab-qwen3 vocab-llama2) or a\n"
@@ -59,13 +60,15 @@ static const char usage[] =
     "  --format gguf needs one of --tokenizer, --vocab and --placeholder-vocab\n"
     "  IN.gguf re-quantized under llama.cpp's mix MIX: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0\n"
     "        Q5_1 IQ4_NL IQ4_XS Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K,\n"
-    "        or Q3_K Q4_K Q5_K (every matrix in that type)\n";
+    "        or Q3_K Q4_K Q5_K (every matrix in that type)\n"
+    "  --imatrix FILE: llama-imatrix's importance matrix (GGUF or legacy .dat), as\n"
+    "        llama-quantize --imatrix reads it (Q4_K, Q5_K and Q6_K matrices so far)\n";
 
 int main(int argc, char **argv)
 {
     if (mkmodel_wants_hf(argc, argv)) return mkmodel_from_hf(argc, argv);
     const char *spec = NULL, *out = NULL, *format = "llama2c", *type = NULL, *arch = NULL;
-    const char *tok_path = NULL, *vocab_path = NULL, *vocab_cfg = NULL;
+    const char *tok_path = NULL, *vocab_path = NULL, *vocab_cfg = NULL, *imatrix = NULL;
     int placeholder = 0, head_dim = 0, window = 0;
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"out", required_argument, 0, 'o'},
@@ -78,6 +81,7 @@ int main(int argc, char **argv)
                                          {"placeholder-vocab", no_argument, 0, 'P'},
                                          {"head-dim", required_argument, 0, 'H'},
                                          {"sliding-window", required_argument, 0, 'W'},
+                                         {"imatrix", required_argument, 0, 'I'},
                                          {"help", no_argument, 0, 'h'},
                                          {"version", no_argument, 0, 'V'},
                                          {0, 0, 0, 0}};
@@ -93,6 +97,7 @@ int main(int argc, char **argv)
         case 'v': vocab_path = optarg; break;
         case 'c': vocab_cfg = optarg; break;
         case 'P': placeholder = 1; break;
+        case 'I': imatrix = optarg; break;
         case 'H': {
             char *end;
             long v = strtol(optarg, &end, 10);
@@ -143,13 +148,18 @@ int main(int argc, char **argv)
             return 2;
         }
         char note[4096];
-        if (gw_requantize(spec, out, type, note, sizeof note)) {
+        if (gw_requantize_imatrix(spec, out, type, imatrix, note, sizeof note)) {
             fprintf(stderr, "ringlm-mkmodel: %s\n", eng_errmsg());
             return 1;
         }
-        fprintf(stderr, "ringlm-mkmodel: wrote %s (%s re-quantized %s: %s)\n", out, spec, type,
-                note);
+        fprintf(stderr, "ringlm-mkmodel: wrote %s (%s re-quantized %s%s%s: %s)\n", out, spec, type,
+                imatrix ? " with the importance matrix " : "", imatrix ? imatrix : "", note);
         return 0;
+    }
+    if (imatrix) {
+        fprintf(stderr, "ringlm-mkmodel: --imatrix goes with re-quantizing a GGUF file "
+                        "(--model IN.gguf --format gguf --type MIX)\n");
+        return 2;
     }
     if (gguf && vocabs == 0) {
         fprintf(stderr,

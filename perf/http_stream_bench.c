@@ -8,7 +8,7 @@
  *
  *   http_stream_bench --port P [--host 127.0.0.1] [--streams 1,8,32] [--prompt-len 32]
  *                     [--text-bytes N] [--max-tokens 128] [--vocab 32000] [--runs 3]
- *                     [--gateway-metrics] [--label NAME] [--json]
+ *                     [--gateway-metrics] [--label NAME] [--trace FILE] [--json]
  *
  * Per stream count: TTFT (request written → first event read) p50 and p90 over every stream
  * of every run, the median over runs of the aggregate rate (streams × max-tokens / the
@@ -22,6 +22,9 @@
  * chat template, tokenize, the wait for a preparation thread, submit), the mean over every
  * request of the stream count's bursts, from ringlm_gateway_admission_seconds in its
  * /metrics read before and after them.
+ *
+ * --trace FILE: one line per stream, "STREAMS RUN INDEX SENT FIRST END", the times in ms from
+ * the burst's start (FIRST -1: no event), to line up with ringlmd's logs.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -51,6 +54,7 @@ typedef struct stream {
 } stream;
 
 static const char *host = "127.0.0.1";
+static FILE *trace; /* --trace FILE: one line per stream */
 static int port, prompt_len = 32, max_tokens = 128, vocab = 32000, text_bytes;
 
 static int connect_nb(void)
@@ -118,6 +122,9 @@ typedef struct result {
 
 static result burst(int n, int runs)
 {
+    /* each stream count's bursts have runs of their own: a stream of the 8-stream burst
+     * must not find the prompt of the same stream of the 1-stream burst in a server's cache */
+    static int bursts_before;
     double *ttft = malloc(sizeof(double) * (size_t)n * (size_t)runs);
     double agg[64] = {0};
     int n_ttft = 0, short_streams = 0;
@@ -127,7 +134,7 @@ static result burst(int n, int runs)
         int ep = epoll_create1(EPOLL_CLOEXEC);
         memset(ss, 0, sizeof *ss * (size_t)n);
         for (int i = 0; i < n; i++) {
-            build_request(&ss[i], i, r);
+            build_request(&ss[i], i, bursts_before + r);
             ss[i].fd = connect_nb();
             struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.u32 = (uint32_t)i};
             epoll_ctl(ep, EPOLL_CTL_ADD, ss[i].fd, &ev);
@@ -181,11 +188,17 @@ static result burst(int n, int runs)
             if (ss[i].t_end > t_last) t_last = ss[i].t_end;
             if (ss[i].t_first) ttft[n_ttft++] = (double)(ss[i].t_first - ss[i].t_sent) / 1e6;
             if (ss[i].events < max_tokens) short_streams++;
+            if (trace)
+                fprintf(trace, "%d %d %d %.3f %.3f %.3f\n", n, r, i,
+                        (double)(ss[i].t_sent - t0) / 1e6,
+                        ss[i].t_first ? (double)(ss[i].t_first - t0) / 1e6 : -1.0,
+                        (double)(ss[i].t_end - t0) / 1e6);
         }
         agg[r] = (double)n * max_tokens / ((double)(t_last - t0) / 1e9);
         close(ep);
     }
     const int R = runs < 64 ? runs : 64;
+    bursts_before += runs;
     result res = {.ttft_p50_ms = n_ttft ? bench_percentile(ttft, n_ttft, 0.5) : -1,
                   .ttft_p90_ms = n_ttft ? bench_percentile(ttft, n_ttft, 0.9) : -1,
                   .agg_med = bench_median(agg, R),
@@ -226,6 +239,7 @@ int main(int argc, char **argv)
                                          {"vocab", required_argument, 0, 'v'},
                                          {"runs", required_argument, 0, 'r'},
                                          {"label", required_argument, 0, 'L'},
+                                         {"trace", required_argument, 0, 't'},
                                          {"json", no_argument, 0, 'j'},
                                          {0, 0, 0, 0}};
     int o;
@@ -241,11 +255,16 @@ int main(int argc, char **argv)
         case 'v': vocab = atoi(optarg); break;
         case 'r': runs = atoi(optarg); break;
         case 'L': label = optarg; break;
+        case 't':
+            trace = fopen(optarg, "w");
+            if (!trace) bench_die("--trace %s: %s", optarg, strerror(errno));
+            break;
         case 'j': json = 1; break;
         default:
-            fprintf(stderr, "usage: http_stream_bench --port P [--host H] [--streams 1,8,32] "
-                            "[--prompt-len 32] [--text-bytes N] [--max-tokens 128] [--vocab 32000] "
-                            "[--runs 3] [--gateway-metrics] [--label NAME] [--json]\n");
+            fprintf(stderr,
+                    "usage: http_stream_bench --port P [--host H] [--streams 1,8,32] "
+                    "[--prompt-len 32] [--text-bytes N] [--max-tokens 128] [--vocab 32000] "
+                    "[--runs 3] [--gateway-metrics] [--label NAME] [--trace FILE] [--json]\n");
             return 2;
         }
     }
@@ -287,5 +306,6 @@ int main(int argc, char **argv)
         fflush(stdout);
         if (*p == ',') p++;
     }
+    if (trace) fclose(trace);
     return 0;
 }

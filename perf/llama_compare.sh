@@ -18,7 +18,8 @@
 # on the medians, and batch-1 decode as a share of the probed read bandwidth (the file's
 # bytes read once per token). Prefill lengths beyond a model's context (stories15M: 256) are
 # not run. --json writes one JSON object per file instead of the tables. HTTP runs for the
-# types of --http-types (default F32; "none" skips it), --http-streams (default 1,8,32).
+# types of --http-types (default F32; "none" skips it), --http-streams (default 1,8,32);
+# --http-policy FILE runs that ringlmd with the policy FILE (default: its built-in policy).
 # --arch A writes the files with that architecture (ringlm-mkmodel --arch; default llama, the
 # files then named PRESET-TYPE.gguf, else PRESET-A-TYPE.gguf): for qwen3moe, whose decode row
 # reads only the experts it picks, batch-1 decode is also put against the bytes of weights a
@@ -27,7 +28,7 @@
 #
 #   B=build perf/llama_compare.sh [--models stories15M,stories110M]
 #          [--types F32,F16,BF16,Q8_0,Q4_K_M] [--seqs 1,4,8,16,32] [--prefill 256,1024]
-#          [--http-types F32] [--http-streams 1,8,32] [--no-decode] [--no-prefill]
+#          [--http-types F32] [--http-streams 1,8,32] [--http-policy FILE] [--no-decode] [--no-prefill]
 #          [--runs 3] [--threads 2] [--keep DIR] [--json] [--arch llama|qwen3moe|...]
 #
 # llama.cpp: LLAMA_CPP_DIR (default /work/llama-build/build/bin) must hold llama-batched-bench,
@@ -49,9 +50,9 @@ B=${B:-build}
 LLAMA_CPP_DIR=${LLAMA_CPP_DIR:-/work/llama-build/build/bin}
 MODELS=stories15M,stories110M TYPES=F32,F16,BF16,Q8_0,Q4_K_M SEQS=1,4,8,16,32 PREFILL=256,1024
 RUNS=3 THREADS=2 JSON=0 KEEP= ARCH=llama
-HTTP_TYPES=F32 HTTP_STREAMS=1,8,32 DO_DECODE=1 DO_PREFILL=1
+HTTP_TYPES=F32 HTTP_STREAMS=1,8,32 HTTP_POLICY= DO_DECODE=1 DO_PREFILL=1
 PROMPT=32 GEN=128
-usage() { sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) MODELS=$2; shift 2 ;;
@@ -63,6 +64,7 @@ while [ $# -gt 0 ]; do
     --keep) KEEP=$2; shift 2 ;;
     --http-types) HTTP_TYPES=$2; shift 2 ;;
     --http-streams) HTTP_STREAMS=$2; shift 2 ;;
+    --http-policy) HTTP_POLICY=$2; shift 2 ;;
     --no-decode) DO_DECODE=0; shift ;;
     --no-prefill) DO_PREFILL=0; shift ;;
     --json) JSON=1; shift ;;
@@ -141,11 +143,12 @@ wait_health() { # port pid
 }
 stop_pids() { for p in "$@"; do kill "$p" 2>/dev/null || true; done; for p in "$@"; do wait "$p" 2>/dev/null || true; done; }
 http_ringlm() {
-  local f=$1 out=$2 sock=$tmp/d.sock dpid gpid port
+  local f=$1 out=$2 sock=$tmp/d.sock dpid gpid port pol=()
   rm -f "$sock"
+  [ -z "$HTTP_POLICY" ] || pol=(--policy "$HTTP_POLICY")
   # room for every stream's prompt and tokens (blocks of 16), whatever the stream count
   "$B/bin/ringlmd" --socket "$sock" --numa-node off --model "$f" --threads "$THREADS" \
-    --kv-blocks $(( (max_http * (PROMPT + GEN + 16) + 15) / 16 + 64 )) --quiet \
+    --kv-blocks $(( (max_http * (PROMPT + GEN + 16) + 15) / 16 + 64 )) --quiet "${pol[@]}" \
     >"$tmp/ringlmd.log" 2>&1 &
   dpid=$!
   for _ in $(seq 600); do [ -S "$sock" ] && break; sleep 0.1; done
@@ -172,7 +175,9 @@ http_llama() {
   local f=$1 out=$2 extra=() port spid
   case "$f" in *-Q*) extra=(--no-repack) ;; esac
   port=$(free_port)
-  "$LLAMA_SERVER" -m "$f" -t "$THREADS" -np "$max_http" -c $((max_http * (PROMPT + GEN + 8))) \
+  # at the nice ringlmd takes by default (-10 where permitted; GNU nice runs it as it is
+  # where not), so that on a busy machine neither server is favoured by its priority
+  nice -n -10 "$LLAMA_SERVER" -m "$f" -t "$THREADS" -np "$max_http" -c $((max_http * (PROMPT + GEN + 8))) \
     --host 127.0.0.1 --port "$port" "${extra[@]}" >"$tmp/llama-server.log" 2>&1 &
   spid=$!
   if ! wait_health "$port" "$spid"; then

@@ -531,11 +531,24 @@ size_t q_quantize_row(int type, const float *x, void *out, int64_t k)
     case Q_Q5_K:
     case Q_Q6_K:
     case Q_IQ4_NL:
-    case Q_IQ4_XS: qk_quantize_searched(type, x, out, k); break;
+    case Q_IQ4_XS: qk_quantize_searched(type, x, NULL, out, k); break;
     default:
         if (!is_legacy(type)) return 0;
         qk_quantize_legacy(type, x, out, k);
         break;
     }
     return q_row_bytes(type, k);
+}
+
+size_t q_quantize_row_weighted(int type, const float *x, void *out, int64_t k, const float *qw)
+{
+    if (!qw || !q_takes_imatrix(type)) return q_quantize_row(type, x, out, k);
+    if (type != Q_Q4_K && type != Q_Q5_K && type != Q_Q6_K) return 0;
+    qk_quantize_searched(type, x, qw, out, k);
+    return q_row_bytes(type, k);
+}
+
+bool q_takes_imatrix(int type)
+{
+    return type != Q_F32 && type != Q_F16 && type != Q_BF16 && type != Q_Q8_0;
 }

@@ -160,5 +160,12 @@ bool q_simd_active(void);
 
 /* Quantizes one row of k floats (ringlm-mkmodel). Returns the bytes written. */
 size_t q_quantize_row(int type, const float *x, void *out, int64_t k);
+/* The same under an importance matrix: qw holds k per-column weights (llama-imatrix's mean
+ * squared activations), read as ggml's quantize_* functions read quant_weights, so the bytes
+ * are llama-quantize --imatrix's. Types ggml quantizes without them (F32, F16, BF16, Q8_0)
+ * ignore qw; of the others Q4_K, Q5_K and Q6_K are done: 0 for the rest (nothing written). */
+size_t q_quantize_row_weighted(int type, const float *x, void *out, int64_t k, const float *qw);
+/* Whether ggml's quantizer of type reads an importance matrix. */
+bool q_takes_imatrix(int type);
 
 #endif

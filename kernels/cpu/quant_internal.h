@@ -240,9 +240,10 @@ float qk_dot_unpacked(int type, const void *row, const float *x, int64_t k);
 void qk_rows_unpacked_portable(int type, const void *w, int n, int64_t k, const xq8 *x, int rows,
                                float beta, float *y, int ld_y);
 /* The quantizers: Q4_0, Q4_1, Q5_0, Q5_1 (quant_legacy.c); Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
- * IQ4_NL, IQ4_XS (quant_search.c: llama.cpp's searches, the same bytes). */
+ * IQ4_NL, IQ4_XS (quant_search.c: llama.cpp's searches, the same bytes). qw: an importance
+ * matrix's k weights, or NULL; Q4_K, Q5_K and Q6_K read them. */
 void qk_quantize_legacy(int type, const float *x, void *out, int64_t k);
-void qk_quantize_searched(int type, const float *x, void *out, int64_t k);
+void qk_quantize_searched(int type, const float *x, const float *qw, void *out, int64_t k);
 void qk_dequant_q4_k(const void *row, float *out, int64_t k);
 void qk_dequant_q6_k(const void *row, float *out, int64_t k);
 

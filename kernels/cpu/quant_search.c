@@ -38,9 +38,10 @@ static float largest(const float *x, int n)
     return max;
 }
 
-/* x ≈ scale * (L - nmax), L in 0..2 nmax - 1, each element weighted by x²: the scale
- * -(nmax + s/10) / max for s in -9..9 with each its least-squares refit, the best kept. */
-static float fit_symmetric(int n, int nmax, const float *x, int8_t *L)
+/* x ≈ scale * (L - nmax), L in 0..2 nmax - 1, each element weighted by x² (or by qw, an
+ * importance matrix's weights): the scale -(nmax + s/10) / max for s in -9..9 with each its
+ * least-squares refit, the best kept. */
+static float fit_symmetric(int n, int nmax, const float *x, const float *qw, int8_t *L)
 {
     const float max = largest(x, n);
     if (fabsf(max) < EPS_ZERO) {
@@ -51,7 +52,7 @@ static float fit_symmetric(int n, int nmax, const float *x, int8_t *L)
     for (int i = 0; i < n; i++) {
         const int l = clampi(qk_nearest(iscale * x[i]), -nmax, nmax - 1);
         L[i] = (int8_t)(l + nmax);
-        const float w = x[i] * x[i];
+        const float w = qw ? qw[i] : x[i] * x[i];
         sumlx += w * x[i] * (float)l;
         suml2 += w * (float)l * (float)l;
     }
@@ -62,7 +63,7 @@ static float fit_symmetric(int n, int nmax, const float *x, int8_t *L)
         sumlx = suml2 = 0.0f;
         for (int i = 0; i < n; i++) {
             const int l = clampi(qk_nearest(iscale * x[i]), -nmax, nmax - 1);
-            const float w = x[i] * x[i];
+            const float w = qw ? qw[i] : x[i] * x[i];
             sumlx += w * x[i] * (float)l;
             suml2 += w * (float)l * (float)l;
         }
@@ -310,19 +311,143 @@ static void fit_k32(const float *x, int nmax, float rmin, int nstep, uint16_t *b
     }
 }
 
-static void quantize_q4_k(const float *x, blk_q4_k *b)
+/* Non-negative x ≈ scale * L, L in 0..nmax, weighted by w: the largest value's scale and
+ * eight around it (least weighted error kept), then up to five passes moving one element at a
+ * time to the level the others' fit asks for while that raises the fit. ggml's make_qp_quants:
+ * the sub-block scales and minimums of Q4_K under an importance matrix. */
+static float fit_positive(int n, int nmax, const float *x, const float *w, uint8_t *L)
+{
+    float max = 0.0f;
+    for (int i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
+    if (max < EPS_ZERO) {
+        memset(L, 0, (size_t)n);
+        return 0.0f;
+    }
+    float iscale = (float)nmax / max;
+    for (int i = 0; i < n; i++) L[i] = (uint8_t)qk_nearest(iscale * x[i]);
+    const float scale = 1.0f / iscale;
+    float best = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const float diff = x[i] - scale * (float)L[i];
+        best += w[i] * diff * diff;
+    }
+    for (int is = -4; is <= 4; is++) {
+        if (is == 0) continue;
+        const float iscale_is = (0.1f * (float)is + (float)nmax) / max, scale_is = 1.0f / iscale_is;
+        float err = 0.0f;
+        for (int i = 0; i < n; i++) {
+            int l = qk_nearest(iscale_is * x[i]);
+            l = l > nmax ? nmax : l;
+            const float diff = x[i] - scale_is * (float)l;
+            err += w[i] * diff * diff;
+        }
+        if (err < best) {
+            best = err;
+            iscale = iscale_is;
+        }
+    }
+    float sumlx = 0.0f, suml2 = 0.0f;
+    for (int i = 0; i < n; i++) {
+        int l = qk_nearest(iscale * x[i]);
+        l = l > nmax ? nmax : l;
+        L[i] = (uint8_t)l;
+        sumlx += w[i] * x[i] * (float)l;
+        suml2 += w[i] * (float)l * (float)l;
+    }
+    for (int pass = 0; pass < 5; pass++) {
+        int changed = 0;
+        for (int i = 0; i < n; i++) {
+            float slx = sumlx - w[i] * x[i] * (float)L[i],
+                  sl2 = suml2 - w[i] * (float)L[i] * (float)L[i];
+            if (!(slx > 0.0f && sl2 > 0.0f)) continue;
+            int l = qk_nearest(x[i] * sl2 / slx);
+            l = l > nmax ? nmax : l;
+            if (l == L[i]) continue;
+            slx += w[i] * x[i] * (float)l;
+            sl2 += w[i] * (float)l * (float)l;
+            if (slx * slx * suml2 > sumlx * sumlx * sl2) {
+                L[i] = (uint8_t)l;
+                sumlx = slx;
+                suml2 = sl2;
+                changed++;
+            }
+        }
+        if (!changed) break;
+    }
+    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+/* Q4_K and Q5_K under an importance matrix (ggml's quantize_row_q4_K_impl and _q5_K_impl):
+ * each element weighted by its column's qw times sqrt(sigma² + x²), the sub-blocks fitted with
+ * a finer sweep, their scales and minimums quantized by fit_positive weighted by the
+ * sub-blocks' total weight (Q5_K caps the 6-bit codes at 63, Q4_K lets them wrap, as ggml
+ * does); L gets every element's level as it will be read. */
+static void fit_k32_weighted(const float *x, const float *qw, int nmax, uint16_t *bd,
+                             uint16_t *bdmin, uint8_t sc12[12], uint8_t L[QK_K])
+{
+    uint8_t Ls[8], Lm[8];
+    float w[32], sw[8], mins[8], scales[8], sum_x2 = 0.0f;
+    for (int l = 0; l < QK_K; l++) sum_x2 += x[l] * x[l];
+    const float sigma2 = 2.0f * sum_x2 / (float)QK_K;
+    for (int j = 0; j < 8; j++) {
+        float sumw = 0.0f;
+        for (int l = 0; l < 32; l++)
+            w[l] = qw[32 * j + l] * sqrtf(sigma2 + x[32 * j + l] * x[32 * j + l]);
+        for (int l = 0; l < 32; l++) sumw += w[l];
+        sw[j] = sumw;
+        scales[j] =
+            fit_affine(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], -0.9f, 0.05f, 36, false);
+    }
+    const float d_block = fit_positive(8, 63, scales, sw, Ls),
+                m_block = fit_positive(8, 63, mins, sw, Lm);
+    memset(sc12, 0, 12);
+    for (int j = 0; j < 8; j++) {
+        uint8_t ls = Ls[j], lm = Lm[j];
+        if (nmax == 31) {
+            ls = ls > 63 ? 63 : ls;
+            lm = lm > 63 ? 63 : lm;
+        }
+        if (j < 4) {
+            sc12[j] = ls;
+            sc12[j + 4] = lm;
+        } else {
+            sc12[j + 4] = (uint8_t)((ls & 0xF) | (lm & 0xF) << 4);
+            sc12[j - 4] |= (uint8_t)((ls >> 4) << 6);
+            sc12[j] |= (uint8_t)((lm >> 4) << 6);
+        }
+    }
+    *bd = qk_f32_to_f16(d_block);
+    *bdmin = qk_f32_to_f16(m_block);
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        scale_min_k4(j, sc12, &sc, &m);
+        const float d = qk_f16_to_f32(*bd) * (float)sc;
+        if (d == 0.0f) continue;
+        const float dm = qk_f16_to_f32(*bdmin) * (float)m;
+        for (int l = 0; l < 32; l++)
+            L[32 * j + l] = (uint8_t)clampi(qk_nearest((x[32 * j + l] + dm) / d), 0, nmax);
+    }
+}
+
+static void quantize_q4_k(const float *x, const float *qw, blk_q4_k *b)
 {
     uint8_t L[QK_K];
-    fit_k32(x, 15, -1.0f, 20, &b->d, &b->dmin, b->scales, L);
+    if (qw)
+        fit_k32_weighted(x, qw, 15, &b->d, &b->dmin, b->scales, L);
+    else
+        fit_k32(x, 15, -1.0f, 20, &b->d, &b->dmin, b->scales, L);
     uint8_t *q = b->qs;
     for (int j = 0; j < QK_K; j += 64, q += 32)
         for (int l = 0; l < 32; l++) q[l] = (uint8_t)(L[j + l] | L[j + l + 32] << 4);
 }
 
-static void quantize_q5_k(const float *x, blk_q5_k *b)
+static void quantize_q5_k(const float *x, const float *qw, blk_q5_k *b)
 {
     uint8_t L[QK_K];
-    fit_k32(x, 31, -0.5f, 15, &b->d, &b->dmin, b->scales, L);
+    if (qw)
+        fit_k32_weighted(x, qw, 31, &b->d, &b->dmin, b->scales, L);
+    else
+        fit_k32(x, 31, -0.5f, 15, &b->d, &b->dmin, b->scales, L);
     memset(b->qh, 0, sizeof b->qh);
     uint8_t *ql = b->qs, m1 = 1, m2 = 2;
     for (int n = 0; n < QK_K; n += 64, ql += 32, m1 = (uint8_t)(m1 << 2), m2 = (uint8_t)(m2 << 2))
@@ -342,11 +467,12 @@ static void quantize_q5_k(const float *x, blk_q5_k *b)
 
 /* ---- Q6_K: 16 sub-blocks of 16, int8 scales ----------------------------------------- */
 
-static void quantize_q6_k(const float *x, blk_q6_k *b)
+static void quantize_q6_k(const float *x, const float *qw, blk_q6_k *b)
 {
     int8_t L[QK_K];
     float scales[16];
-    for (int j = 0; j < 16; j++) scales[j] = fit_symmetric(16, 32, x + 16 * j, L + 16 * j);
+    for (int j = 0; j < 16; j++)
+        scales[j] = fit_symmetric(16, 32, x + 16 * j, qw ? qw + 16 * j : NULL, L + 16 * j);
     const float max_scale = largest(scales, 16);
     memset(b, 0, sizeof *b);
     if (fabsf(max_scale) < EPS_ZERO) return;
@@ -464,18 +590,18 @@ static void quantize_iq4_xs(const float *x, blk_iq4_xs *b)
 
 /* ---- entry ------------------------------------------------------------------------- */
 
-void qk_quantize_searched(int type, const float *x, void *out, int64_t k)
+void qk_quantize_searched(int type, const float *x, const float *qw, void *out, int64_t k)
 {
     if (type == Q_IQ4_NL) {
         for (int64_t i = 0; i < k / 32; i++) quantize_iq4_nl(x + 32 * i, (blk_iq4_nl *)out + i);
         return;
     }
-    for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) switch (type) {
+    for (int64_t i = 0; i < k / QK_K; i++, x += QK_K, qw = qw ? qw + QK_K : NULL) switch (type) {
         case Q_Q2_K: quantize_q2_k(x, (blk_q2_k *)out + i); break;
         case Q_Q3_K: quantize_q3_k(x, (blk_q3_k *)out + i); break;
-        case Q_Q4_K: quantize_q4_k(x, (blk_q4_k *)out + i); break;
-        case Q_Q5_K: quantize_q5_k(x, (blk_q5_k *)out + i); break;
-        case Q_Q6_K: quantize_q6_k(x, (blk_q6_k *)out + i); break;
+        case Q_Q4_K: quantize_q4_k(x, qw, (blk_q4_k *)out + i); break;
+        case Q_Q5_K: quantize_q5_k(x, qw, (blk_q5_k *)out + i); break;
+        case Q_Q6_K: quantize_q6_k(x, qw, (blk_q6_k *)out + i); break;
         case Q_IQ4_XS: quantize_iq4_xs(x, (blk_iq4_xs *)out + i); break;
         }
 }

@@ -1,0 +1,405 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Re-quantization under an importance matrix (ringlm-mkmodel --imatrix FILE: model/imatrix.c,
+ * kernels/gguf_requant.c, the weighted searches of kernels/cpu/quant_search.c).
+ *
+ * Oracles, both from node-llama-cpp's prebuilt library (the llama.cpp it runs): ggml's
+ * quantize_q4_K, quantize_q5_K and quantize_q6_K given quant_weights write the bytes ringlm
+ * writes for the same rows and weights; and llama.cpp's quantizer (llama_model_quantize, the
+ * call llama-quantize --imatrix makes, fed the weights llama-quantize derives from the file)
+ * writes the same file as ringlm-mkmodel --imatrix under Q4_K_M, Q5_K_M and Q6_K, from an
+ * imatrix in the GGUF
+ * form and in the legacy .dat form. An imatrix that does not fit the model is refused naming
+ * the entry.
+ */
+#include "engine_test_util.h"
+#include "gguf_test_util.h"
+#include "helpers.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/gguf_requant.h"
+#include "model/gguf.h"
+#include "model/gguf_write.h"
+#include "model/imatrix.h"
+
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static uint32_t next_u32(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 32);
+}
+
+static float uniform(void)
+{
+    return (float)(next_u32() % 100001) * 1e-5f;
+}
+
+static void *ggml_base_or_skip(void)
+{
+    if (system("uname -m | grep -q x86_64") != 0)
+        cr_skip_test("node-llama-cpp's x86-64 build only");
+    char p[600];
+    snprintf(p, sizeof p,
+             "%s/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-base.so",
+             node_dir());
+    void *lib = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) cr_skip_test("node-llama-cpp's libggml-base.so absent (`make deps`): %s", dlerror());
+    return lib;
+}
+
+/* ggml's quantize_q4_K, _q5_K and _q6_K given quant_weights (an importance matrix's row)
+ * write ringlm's bytes: Gaussian rows at three scales, with an offset, with outliers, tiny
+ * values; weights spread over four orders of magnitude, some zero. Without the weights the
+ * bytes differ (else this could not fail). */
+Test(gguf_imatrix, weighted_quantization_equals_ggml_byte_for_byte)
+{
+    void *lib = ggml_base_or_skip();
+    static const struct {
+        int type;
+        const char *fn;
+    } types[] = {{Q_Q4_K, "quantize_q4_K"}, {Q_Q5_K, "quantize_q5_K"}, {Q_Q6_K, "quantize_q6_K"}};
+    const int k = 1024, rows = 24;
+    float *x = malloc((size_t)k * sizeof *x), *qw = malloc((size_t)k * sizeof *qw);
+    unsigned char *ours = malloc((size_t)k * 4), *theirs = malloc((size_t)k * 4),
+                  *plain = malloc((size_t)k * 4);
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        size_t (*quant)(const float *, void *, int64_t, int64_t, const float *) =
+            (size_t(*)(const float *, void *, int64_t, int64_t, const float *))dlsym(lib,
+                                                                                     types[t].fn);
+        cr_assert_not_null(quant, "%s: %s", types[t].fn, dlerror());
+        const size_t rb = q_row_bytes(types[t].type, k);
+        rng = 0x9e3779b97f4a7c15ull;
+        int differ = 0;
+        for (int r = 0; r < rows; r++) {
+            const float scale = r % 3 == 0 ? 0.02f : r % 3 == 1 ? 1.0f : 30.0f;
+            for (int i = 0; i < k; i++) {
+                float g = 0.0f;
+                for (int u = 0; u < 4; u++) g += 2.0f * uniform() - 1.0f;
+                x[i] = g * scale + (r % 4 == 1 ? 0.5f * scale : 0.0f);
+                if (r % 5 == 2 && i % 97 == 0) x[i] *= 40.0f;
+                if (r == 8) x[i] *= 1e-6f;
+                qw[i] = powf(10.0f, 4.0f * uniform() - 2.0f);
+                if (r % 7 == 3 && i % 13 == 0) qw[i] = 0.0f;
+            }
+            memset(ours, 0xa5, rb);
+            memset(theirs, 0x5a, rb);
+            cr_assert_eq(q_quantize_row_weighted(types[t].type, x, ours, k, qw), rb);
+            cr_assert_eq(quant(x, theirs, 1, k, qw), rb, "%s: row bytes", types[t].fn);
+            for (size_t i = 0; i < rb; i++)
+                cr_assert(ours[i] == theirs[i],
+                          "%s row %d: byte %zu of %zu: ringlm 0x%02x, ggml 0x%02x", types[t].fn, r,
+                          i, rb, ours[i], theirs[i]);
+            q_quantize_row(types[t].type, x, plain, k);
+            differ += memcmp(plain, ours, rb) != 0;
+        }
+        cr_assert_geq(differ, rows / 2, "%s: the weights change %d rows of %d", types[t].fn, differ,
+                      rows);
+    }
+    free(x);
+    free(qw);
+    free(ours);
+    free(theirs);
+    free(plain);
+    dlclose(lib);
+}
+
+/* ---- importance matrices as llama-imatrix writes them ------------------------------------ */
+
+/* One entry per 2-D weight of the model file but token_embd (a lookup, not a product: the
+ * collector sees no activations for it): column sums of squares over `calls` rows. */
+typedef struct imx_case {
+    char name[128][96];
+    float *sums[128];
+    int ne0[128], n;
+    int calls;
+} imx_case;
+
+static void imx_case_make(const char *model, imx_case *c)
+{
+    gguf_file *g;
+    cr_assert_eq(gguf_open(model, &g), 0, "%s", gguf_errmsg());
+    memset(c, 0, sizeof *c);
+    c->calls = 37;
+    rng = 0x1234567887654321ull;
+    for (int i = 0; i < gguf_n_tensors(g) && c->n < 128; i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        if (t->n_dims != 2 || strcmp(t->name, "token_embd.weight") == 0) continue;
+        snprintf(c->name[c->n], sizeof c->name[c->n], "%s", t->name);
+        c->ne0[c->n] = (int)t->ne[0];
+        c->sums[c->n] = malloc(t->ne[0] * sizeof(float));
+        for (uint64_t k = 0; k < t->ne[0]; k++) /* a few hot columns, as real activations */
+            c->sums[c->n][k] = (float)c->calls * (0.01f + uniform()) * (k % 31 == 5 ? 50.0f : 1.0f);
+        c->n++;
+    }
+    gguf_close(g);
+}
+
+static void imx_case_free(imx_case *c)
+{
+    for (int i = 0; i < c->n; i++) free(c->sums[i]);
+}
+
+/* The GGUF form: <name>.in_sum2 and <name>.counts, and the metadata llama-quantize asks for. */
+static void write_imatrix_gguf(const char *path, const imx_case *c, bool metadata)
+{
+    gguf_writer *w = gw_new();
+    gw_str(w, "general.type", "imatrix");
+    if (metadata) {
+        const char *ds[1] = {"test.txt"};
+        const size_t dl[1] = {8};
+        gw_str_arr(w, "imatrix.datasets", ds, dl, 1);
+        gw_u32(w, "imatrix.chunk_count", 4);
+        gw_u32(w, "imatrix.chunk_size", 512);
+    }
+    for (int i = 0; i < c->n; i++) {
+        char n[128];
+        uint64_t ne[2] = {(uint64_t)c->ne0[i], 1};
+        float *s = malloc((size_t)c->ne0[i] * sizeof *s), *cnt = malloc(sizeof *cnt);
+        memcpy(s, c->sums[i], (size_t)c->ne0[i] * sizeof *s);
+        *cnt = (float)c->calls;
+        snprintf(n, sizeof n, "%s.in_sum2", c->name[i]);
+        gw_tensor(w, n, 2, ne, GGUF_T_F32, s, (size_t)c->ne0[i] * sizeof *s);
+        snprintf(n, sizeof n, "%s.counts", c->name[i]);
+        uint64_t ne1[2] = {1, 1};
+        gw_tensor(w, n, 2, ne1, GGUF_T_F32, cnt, sizeof *cnt);
+    }
+    cr_assert_eq(gw_write(w, path), 0, "%s", gw_errmsg());
+    gw_free(w);
+}
+
+/* The legacy .dat: the same weights (sums / count) times ncall. */
+static void write_imatrix_dat(const char *path, const imx_case *c)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    int32_t n = c->n;
+    fwrite(&n, 4, 1, f);
+    for (int i = 0; i < c->n; i++) {
+        int32_t len = (int32_t)strlen(c->name[i]), ncall = c->calls, nval = c->ne0[i];
+        fwrite(&len, 4, 1, f);
+        fwrite(c->name[i], 1, (size_t)len, f);
+        fwrite(&ncall, 4, 1, f);
+        fwrite(&nval, 4, 1, f);
+        fwrite(c->sums[i], 4, (size_t)nval, f);
+    }
+    int32_t chunks = 4, dlen = 8;
+    fwrite(&chunks, 4, 1, f);
+    fwrite(&dlen, 4, 1, f);
+    fwrite("test.txt", 1, 8, f);
+    cr_assert_eq(fclose(f), 0);
+}
+
+/* ---- llama.cpp's quantizer with an importance matrix ------------------------------------ */
+
+typedef struct llq_params { /* llama_model_quantize_params of the pinned llama.cpp */
+    int32_t nthread;
+    int ftype, output_tensor_type, token_embedding_type;
+    bool allow_requantize, quantize_output_tensor, only_copy, pure, keep_split, dry_run;
+    const void *imatrix, *kv_overrides, *tt_overrides;
+    const int32_t *prune_layers;
+    size_t max_buf_size;
+} llq_params;
+
+typedef struct llq_imatrix_data { /* llama_model_imatrix_data */
+    const char *name;
+    const float *data;
+    size_t size;
+} llq_imatrix_data;
+
+static void llq_quiet(int level, const char *text, void *user)
+{
+    (void)level;
+    (void)text;
+    (void)user;
+}
+
+/* llama_model_quantize(in, out, ftype) with the weights llama-quantize's load_imatrix makes of
+ * c's file (sums / count). */
+static void llama_quantize(const char *in, const char *out, int ftype, const imx_case *c)
+{
+    if (system("uname -m | grep -q x86_64") != 0)
+        cr_skip_test("node-llama-cpp's x86-64 build only");
+    char p[600];
+    snprintf(p, sizeof p,
+             "%s/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libllama.v0.4.0.so",
+             node_dir());
+    static void *lib; /* kept open: one library for the test's several calls */
+    if (!lib && !(lib = dlopen(p, RTLD_NOW | RTLD_LOCAL)))
+        cr_skip_test("node-llama-cpp's libllama absent (`make deps`): %s", dlerror());
+    llq_params (*defaults)(void) =
+        (llq_params(*)(void))dlsym(lib, "llama_model_quantize_default_params");
+    uint32_t (*quantize)(const char *, const char *, const llq_params *) =
+        (uint32_t(*)(const char *, const char *, const llq_params *))dlsym(lib,
+                                                                           "llama_model_quantize");
+    void (*log_set)(void (*)(int, const char *, void *), void *) =
+        (void (*)(void (*)(int, const char *, void *), void *))dlsym(lib, "llama_log_set");
+    cr_assert(defaults && quantize && log_set, "llama.cpp's quantizer: %s", dlerror());
+    log_set(llq_quiet, NULL);
+    llq_params prm = defaults();
+    cr_assert(prm.ftype == 7 && prm.quantize_output_tensor && !prm.pure && !prm.imatrix,
+              "llama_model_quantize_params: not the layout of the pinned llama.cpp");
+    llq_imatrix_data *im = calloc((size_t)c->n + 1, sizeof *im);
+    float **w = calloc((size_t)c->n, sizeof *w);
+    for (int i = 0; i < c->n; i++) {
+        w[i] = malloc((size_t)c->ne0[i] * sizeof **w);
+        const float count = (float)c->calls;
+        for (int k = 0; k < c->ne0[i]; k++) w[i][k] = c->sums[i][k] / count;
+        im[i] = (llq_imatrix_data){c->name[i], w[i], (size_t)c->ne0[i]};
+    }
+    prm.ftype = ftype;
+    prm.nthread = 1;
+    prm.imatrix = im;
+    cr_assert_eq(quantize(in, out, &prm), 0, "llama.cpp's quantizer on %s (ftype %d)", in, ftype);
+    for (int i = 0; i < c->n; i++) free(w[i]);
+    free(w);
+    free(im);
+}
+
+/* a and b hold the same tensors, types and bytes; returns how many tensors. */
+static int assert_same_tensors(const char *what, const char *a_path, const char *b_path)
+{
+    gguf_file *a, *b;
+    cr_assert_eq(gguf_open(a_path, &a), 0, "%s", gguf_errmsg());
+    cr_assert_eq(gguf_open(b_path, &b), 0, "%s", gguf_errmsg());
+    cr_assert_eq(gguf_n_tensors(a), gguf_n_tensors(b), "%s: tensor counts", what);
+    int n = gguf_n_tensors(a);
+    for (int i = 0; i < n; i++) {
+        const gguf_tensor *t = gguf_tensor_at(a, i), *u = gguf_tensor_find(b, t->name);
+        cr_assert_not_null(u, "%s: %s absent", what, t->name);
+        cr_assert(u->type == t->type && u->bytes == t->bytes, "%s: %s: ringlm %s, llama.cpp %s",
+                  what, t->name, gguf_type_name(u->type), gguf_type_name(t->type));
+        if (memcmp(u->data, t->data, t->bytes) != 0) {
+            uint64_t at = 0;
+            while (((const unsigned char *)u->data)[at] == ((const unsigned char *)t->data)[at])
+                at++;
+            cr_assert_fail("%s: %s (%s): bytes differ from llama.cpp's from byte %llu of %llu",
+                           what, t->name, gguf_type_name(t->type), (unsigned long long)at,
+                           (unsigned long long)t->bytes);
+        }
+    }
+    gguf_close(a);
+    gguf_close(b);
+    return n;
+}
+
+TestSuite(gguf_imatrix, .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 300);
+
+/* ringlm-mkmodel --imatrix writes llama.cpp's file, from either form of the imatrix, under
+ * Q4_K_M and Q6_K on quant-test (every matrix whole 256-blocks); and the weights change the
+ * file (without them it differs). */
+Test(gguf_imatrix, requantized_with_an_imatrix_equal_llama_quantize)
+{
+    char f32[512], gg[512], dat[512], theirs[512], ours[512], plain[512], note[4096];
+    snprintf(f32, sizeof f32, "%s/f32.gguf", tmpdir);
+    snprintf(gg, sizeof gg, "%s/imatrix.gguf", tmpdir);
+    snprintf(dat, sizeof dat, "%s/imatrix.dat", tmpdir);
+    snprintf(theirs, sizeof theirs, "%s/theirs.gguf", tmpdir);
+    snprintf(ours, sizeof ours, "%s/ours.gguf", tmpdir);
+    snprintf(plain, sizeof plain, "%s/plain.gguf", tmpdir);
+    export_gguf("synthetic:quant-test:17", NULL, "F32", "llama", f32);
+    static imx_case c;
+    imx_case_make(f32, &c);
+    cr_assert_geq(c.n, 15, "entries for every matrix but the embedding");
+    write_imatrix_gguf(gg, &c, true);
+    write_imatrix_dat(dat, &c);
+    static const struct {
+        const char *mix;
+        int ftype;
+    } mixes[] = {{"Q4_K_M", 15}, {"Q5_K_M", 17}, {"Q6_K", 18}};
+    int compared = 0;
+    for (size_t x = 0; x < sizeof mixes / sizeof mixes[0]; x++) {
+        llama_quantize(f32, theirs, mixes[x].ftype, &c);
+        const char *forms[2] = {gg, dat};
+        for (int f = 0; f < 2; f++) {
+            cr_assert_eq(
+                gw_requantize_imatrix(f32, ours, mixes[x].mix, forms[f], note, sizeof note), 0,
+                "%s", eng_errmsg());
+            char what[96];
+            snprintf(what, sizeof what, "%s, %s imatrix", mixes[x].mix, f ? "legacy" : "GGUF");
+            compared += assert_same_tensors(what, theirs, ours);
+        }
+        cr_assert_eq(gw_requantize(f32, plain, mixes[x].mix, note, sizeof note), 0, "%s",
+                     eng_errmsg());
+        gguf_file *a, *b;
+        cr_assert_eq(gguf_open(plain, &a), 0);
+        cr_assert_eq(gguf_open(ours, &b), 0);
+        const gguf_tensor *ta = gguf_tensor_find(a, "blk.0.attn_q.weight"),
+                          *tb = gguf_tensor_find(b, "blk.0.attn_q.weight");
+        cr_assert(ta && tb && memcmp(ta->data, tb->data, ta->bytes) != 0,
+                  "%s: the importance matrix changes blk.0.attn_q.weight", mixes[x].mix);
+        gguf_close(a);
+        gguf_close(b);
+    }
+    cr_log_info("--imatrix: %d tensors written as llama.cpp's quantizer writes them", compared);
+
+    /* the command line */
+    char *mk = th_program("ringlm-mkmodel"), *so = NULL, *err = NULL;
+    char *argv[] = {mk,       "--model",   f32, "--format", "gguf", "--type",
+                    "Q4_K_M", "--imatrix", gg,  "--out",    ours,   NULL};
+    int rc = th_run(argv, &so, &err, 120);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(err, "with the importance matrix"), "%s", err);
+    free(so);
+    free(err);
+    free(mk);
+    imx_case_free(&c);
+}
+
+/* An imatrix that does not fit: refused naming the file and the entry, no file written. */
+Test(gguf_imatrix, imatrices_that_do_not_fit_are_refused)
+{
+    char f32[512], gg[512], out[512], note[4096];
+    snprintf(f32, sizeof f32, "%s/f32.gguf", tmpdir);
+    snprintf(gg, sizeof gg, "%s/imatrix.gguf", tmpdir);
+    snprintf(out, sizeof out, "%s/out.gguf", tmpdir);
+    export_gguf("synthetic:quant-test:17", NULL, "F32", "llama", f32);
+    static imx_case c;
+    imx_case_make(f32, &c);
+
+    snprintf(c.name[0], sizeof c.name[0], "blk.9.attn_q.weight"); /* no such layer */
+    write_imatrix_gguf(gg, &c, true);
+    cr_assert_lt(gw_requantize_imatrix(f32, out, "Q4_K_M", gg, note, sizeof note), 0);
+    cr_assert(strstr(eng_errmsg(), "imatrix.gguf: entry blk.9.attn_q.weight: ") &&
+                  strstr(eng_errmsg(), "has no such matrix"),
+              "%s", eng_errmsg());
+    cr_assert_neq(access(out, F_OK), 0, "nothing written");
+
+    imx_case_free(&c);
+    imx_case_make(f32, &c);
+    c.ne0[1] = 128; /* half the columns */
+    write_imatrix_gguf(gg, &c, true);
+    cr_assert_lt(gw_requantize_imatrix(f32, out, "Q4_K_M", gg, note, sizeof note), 0);
+    cr_assert(strstr(eng_errmsg(), ": 128 weights, the tensor has 256 columns x 1 matrices"), "%s",
+              eng_errmsg());
+
+    imx_case_free(&c);
+    imx_case_make(f32, &c);
+    write_imatrix_gguf(gg, &c, false);
+    cr_assert_lt(gw_requantize_imatrix(f32, out, "Q4_K_M", gg, note, sizeof note), 0);
+    cr_assert(strstr(eng_errmsg(), "imatrix.datasets absent"), "%s", eng_errmsg());
+
+    write_imatrix_gguf(gg, &c, true);
+    cr_assert_lt(gw_requantize_imatrix(f32, out, "Q3_K_M", gg, note, sizeof note), 0);
+    cr_assert(strstr(eng_errmsg(), "Q3_K under an importance matrix is not done yet"), "%s",
+              eng_errmsg());
+
+    /* a truncated legacy file */
+    char dat[512];
+    snprintf(dat, sizeof dat, "%s/imatrix.dat", tmpdir);
+    write_imatrix_dat(dat, &c);
+    cr_assert_eq(truncate(dat, 300), 0);
+    cr_assert_lt(gw_requantize_imatrix(f32, out, "Q4_K_M", dat, note, sizeof note), 0);
+    cr_assert(strstr(eng_errmsg(), "imatrix.dat: entry ") && strstr(eng_errmsg(), "truncated"),
+              "%s", eng_errmsg());
+    cr_assert_neq(access(out, F_OK), 0, "nothing written");
+    imx_case_free(&c);
+}
