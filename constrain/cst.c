@@ -53,7 +53,7 @@ struct cst_vocab {
     uint32_t n_nodes;
     uint32_t max_depth;
     uint32_t max_chars; /* the most characters a token begins */
-    int32_t end_tokens[8];
+    int32_t end_tokens[CST_MAX_END_TOKENS];
     int n_end;
     /* Each token split into its plain characters and a tail: from the first byte that does
      * not begin a plain character (a quote, a backslash, a control, a byte that is not
@@ -434,7 +434,7 @@ int cst_vocab_from_bytes(const uint8_t *const *bytes, const uint32_t *lens, int 
                          const int32_t *end_tokens, int n_end, cst_vocab **out)
 {
     *out = NULL;
-    if (n_tokens < 0 || n_end < 0 || n_end > 8) return -EINVAL;
+    if (n_tokens < 0 || n_end < 0 || n_end > CST_MAX_END_TOKENS) return -EINVAL;
     for (int i = 0; i < n_end; i++)
         if (end_tokens[i] < 0 || end_tokens[i] >= n_tokens) return -EINVAL;
     cst_vocab *v = calloc(1, sizeof *v);
@@ -462,9 +462,17 @@ nomem:
     return -ENOMEM;
 }
 
-int cst_vocab_from_tokenizer(const tok_tokenizer *t, cst_vocab **out)
+int cst_vocab_from_tokenizer_ends(const tok_tokenizer *t, int n_tokens, const int32_t *end_tokens,
+                                  int n_end, cst_vocab **out)
 {
-    int n = tok_vocab_size(t);
+    *out = NULL;
+    if (n_end < 0 || n_end > CST_MAX_END_TOKENS) return -EINVAL;
+    const int n = n_tokens < tok_vocab_size(t) ? n_tokens : tok_vocab_size(t);
+    if (n < 0) return -EINVAL;
+    int32_t ends[CST_MAX_END_TOKENS];
+    int ne = 0;
+    for (int e = 0; e < n_end; e++)
+        if (end_tokens[e] >= 0 && end_tokens[e] < n) ends[ne++] = end_tokens[e];
     const uint8_t **b = calloc((size_t)n + 1, sizeof *b);
     uint32_t *l = calloc((size_t)n + 1, sizeof *l);
     int rc = -ENOMEM;
@@ -473,19 +481,23 @@ int cst_vocab_from_tokenizer(const tok_tokenizer *t, cst_vocab **out)
      * piece keeps its leading space */
     int32_t prev = tok_bos(t) == 0 ? 1 : 0;
     for (int i = 0; i < n; i++) {
-        const char *s = tok_decode_bytes(t, prev, i);
+        bool is_end = false;
+        for (int e = 0; e < ne; e++) is_end |= ends[e] == i;
+        const char *s = is_end ? NULL : tok_decode_bytes(t, prev, i); /* an end is never text */
         b[i] = (const uint8_t *)(s ? s : "");
         l[i] = s ? (uint32_t)strlen(s) : 0; /* control tokens decode to "": never allowed */
     }
-    int32_t ends[2];
-    int ne = 0;
-    if (tok_eos(t) >= 0 && tok_eos(t) < n) ends[ne++] = tok_eos(t);
-    if (tok_eot(t) >= 0 && tok_eot(t) < n && tok_eot(t) != tok_eos(t)) ends[ne++] = tok_eot(t);
     rc = cst_vocab_from_bytes(b, l, n, ends, ne, out);
 out:
     free(b);
     free(l);
     return rc;
+}
+
+int cst_vocab_from_tokenizer(const tok_tokenizer *t, cst_vocab **out)
+{
+    const int32_t ends[2] = {tok_eos(t), tok_eot(t) != tok_eos(t) ? tok_eot(t) : -1};
+    return cst_vocab_from_tokenizer_ends(t, tok_vocab_size(t), ends, 2, out);
 }
 
 void cst_vocab_free(cst_vocab *v)

@@ -59,6 +59,8 @@ extern "C" {
  * ("too costly to analyse"), so a small but pathological grammar costs a bounded time
  * (about a second on one core) instead of hours. */
 #define CST_MAX_COMPILE_WORK (1u << 26)
+/* End tokens a vocabulary holds at most. */
+#define CST_MAX_END_TOKENS   8
 
 typedef struct cst_vocab cst_vocab;     /* token byte strings as a trie, and the end tokens */
 typedef struct cst_grammar cst_grammar; /* a compiled constraint, immutable */
@@ -73,9 +75,18 @@ typedef struct cst_matcher cst_matcher; /* one sequence's position in a grammar 
  */
 int cst_vocab_from_tokenizer(const tok_tokenizer *t, cst_vocab **out);
 /*
+ * The same with the caller's end tokens instead of EOS and EOT (a server's stop tokens),
+ * over the tokenizer's first n_tokens tokens (all of them if it has fewer): an end token is
+ * never text, and one outside those tokens is left out. Errors: -EINVAL (n_tokens < 0, or
+ * n_end outside 0..CST_MAX_END_TOKENS), -ENOMEM.
+ */
+int cst_vocab_from_tokenizer_ends(const tok_tokenizer *t, int n_tokens, const int32_t *end_tokens,
+                                  int n_end, cst_vocab **out);
+/*
  * A vocabulary from explicit byte strings (tests, tools): token i is bytes[i] of lens[i]
  * bytes (a token of length 0 is never allowed); end_tokens lists the ids that end a
- * sequence. Errors: -EINVAL (an end token out of range), -ENOMEM.
+ * sequence. Errors: -EINVAL (an end token out of range, more than CST_MAX_END_TOKENS),
+ * -ENOMEM.
  */
 int cst_vocab_from_bytes(const uint8_t *const *bytes, const uint32_t *lens, int n_tokens,
                          const int32_t *end_tokens, int n_end, cst_vocab **out);

@@ -167,35 +167,6 @@ static bool is_gguf(const char *path)
     return yes;
 }
 
-/* Each token's bytes as cst_vocab_from_tokenizer takes them, except that the end tokens are
- * the daemon's stop tokens (the tokens that end a request here), and only those. */
-static int vocab_from(svc *s, const tok_tokenizer *t, cst_vocab **out)
-{
-    int n = s->mcfg->vocab_size;
-    if (tok_vocab_size(t) < n) n = tok_vocab_size(t);
-    const uint8_t **b = calloc((size_t)n + 1, sizeof *b);
-    uint32_t *l = calloc((size_t)n + 1, sizeof *l);
-    int rc = -ENOMEM;
-    if (!b || !l) goto out;
-    int32_t prev = tok_bos(t) == 0 ? 1 : 0;
-    for (int i = 0; i < n; i++) {
-        bool stop = false;
-        for (int k = 0; k < s->n_stop_tokens; k++) stop |= s->stop_tokens[k] == i;
-        const char *p = stop ? NULL : tok_decode_bytes(t, prev, i);
-        b[i] = (const uint8_t *)(p ? p : "");
-        l[i] = p ? (uint32_t)strlen(p) : 0;
-    }
-    int32_t ends[SVC_MAX_STOP_TOKENS];
-    int ne = 0;
-    for (int k = 0; k < s->n_stop_tokens; k++)
-        if (s->stop_tokens[k] >= 0 && s->stop_tokens[k] < n) ends[ne++] = s->stop_tokens[k];
-    rc = cst_vocab_from_bytes(b, l, n, ends, ne, out);
-out:
-    free(b);
-    free(l);
-    return rc;
-}
-
 int cn_create(svc *s, char *why, size_t len)
 {
     cn_state *st = calloc(1, sizeof *st);
@@ -223,7 +194,10 @@ int cn_create(svc *s, char *why, size_t len)
         return rc;
     }
     if (!t) return 0; /* no tokenizer: no constraints (the handshake says so) */
-    rc = vocab_from(s, t, &st->vocab);
+    /* the end tokens are the daemon's stop tokens (those that end a request here), and only
+     * those; the model's vocabulary size bounds the tokens */
+    rc = cst_vocab_from_tokenizer_ends(t, s->mcfg->vocab_size, s->stop_tokens, s->n_stop_tokens,
+                                       &st->vocab);
     tok_free(t);
     if (rc < 0) {
         snprintf(why, len, "constraint vocabulary: %s", strerror(-rc));

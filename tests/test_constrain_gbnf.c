@@ -473,29 +473,13 @@ Test(constrain_gbnf, oversized_is_refused_not_built)
     cr_expect_eq(cst_compile_gbnf(src, CST_MAX_SOURCE_BYTES + 1, &g, err, sizeof err), -E2BIG);
 }
 
-/* A chain of n rules, each calling the next between two literals: rule k is productive only
- * once rule k+1 is, and in the order the rules are written the fixpoints learn one rule per
- * round (n rounds of n rules). */
-static char *rule_chain(int n, size_t *len)
-{
-    size_t cap = (size_t)n * 40 + 64, at = 0;
-    char *s = malloc(cap);
-    cr_assert(s);
-    at += (size_t)snprintf(s + at, cap - at, "root ::= r0\n");
-    for (int k = 0; k + 1 < n; k++)
-        at += (size_t)snprintf(s + at, cap - at, "r%d ::= \"a\" r%d \"b\"\n", k, k + 1);
-    at += (size_t)snprintf(s + at, cap - at, "r%d ::= \"c\"\n", n - 1);
-    *len = at;
-    return s;
-}
-
 /* A small grammar that is costly to analyse (6,000 chained rules, 150 KB: hours of analysis
  * before the bound) is refused by a step bound, not a clock: the same answer on any machine
  * under any load. A grammar of 1,000 such rules still compiles and matches. */
 Test(constrain_gbnf, a_grammar_too_costly_to_analyse_is_refused_by_a_step_bound, .timeout = 60)
 {
     size_t len;
-    char *src = rule_chain(6000, &len);
+    char *src = ctu_rule_chain(6000, &len);
     cst_grammar *g = NULL;
     char err[512];
     cr_assert_eq(cst_compile_gbnf(src, len, &g, err, sizeof err), -E2BIG, "%s", err);
@@ -503,7 +487,7 @@ Test(constrain_gbnf, a_grammar_too_costly_to_analyse_is_refused_by_a_step_bound,
     cr_expect(strstr(err, "too costly to analyse") != NULL, "%s", err);
     cr_expect(strstr(err, "6001 rules") != NULL, "%s", err);
     free(src);
-    src = rule_chain(1000, &len);
+    src = ctu_rule_chain(1000, &len);
     cr_assert_eq(cst_compile_gbnf(src, len, &g, err, sizeof err), 0, "%s", err);
     cst_vocab *v = byte_vocab();
     char text[2100];

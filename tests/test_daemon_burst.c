@@ -259,46 +259,53 @@ static void run_burst(const burst *bu, burst_result *res)
 #define POLICY_FITS "[scheduler]\nmode = token_budget\ntoken_budget = 256\nprefill_chunk = 256\n"
 #define POLICY_OVER "[scheduler]\nmode = token_budget\ntoken_budget = 64\nprefill_chunk = 64\n"
 
-/* The burst within the budget: one step prefills all of it and samples every first token,
- * and the steps after it only decode. */
-static void assert_one_step(const burst *bu, const burst_result *r)
+/* A burst of n prompts of prompt_len tokens within the budget (`what` names them): one step
+ * prefills every prompt and samples every first token (one first_token_us for all). */
+static void assert_prefilled_in_one_step(const char *what, int n, int prompt_len,
+                                         const burst_result *r)
 {
-    int n = bu->clients * bu->per_client;
     const fmt_iteration *st = r->steps;
     int prefill_steps = 0;
     for (int i = 0; i < r->n_steps; i++) prefill_steps += st[i].prefill_tokens > 0;
     if (prefill_steps != 1 || st[0].prefill_seqs != n) dump_steps(st, r->n_steps);
-    cr_assert_eq(prefill_steps, 1, "the burst of %d prompts was prefilled over %d steps", n,
+    cr_assert_eq(prefill_steps, 1, "the burst of %d %s was prefilled over %d steps", n, what,
                  prefill_steps);
-    cr_assert_eq(st[0].prefill_seqs, n, "the first step prefilled %lld of %d prompts",
-                 (long long)st[0].prefill_seqs, n);
-    cr_assert_eq(st[0].prefill_tokens, (int64_t)n * bu->prompt_len);
-    cr_assert_eq(st[0].decode_seqs, 0);
+    cr_assert_eq(st[0].prefill_seqs, n, "the first step prefilled %lld of %d %s",
+                 (long long)st[0].prefill_seqs, n, what);
+    cr_assert_eq(st[0].prefill_tokens, (int64_t)n * prompt_len);
     for (int i = 1; i < n; i++)
         cr_assert_eq(r->first_token_us[i], r->first_token_us[0],
                      "request %d's first token came at %lld us, request 0's at %lld: not one step",
                      i, (long long)r->first_token_us[i], (long long)r->first_token_us[0]);
-    /* then every step decodes all of them, one token each, to the end */
-    cr_assert_eq(r->n_steps, (int)bu->max_new, "%d steps for %u tokens each", r->n_steps,
-                 bu->max_new);
-    for (int i = 1; i < r->n_steps; i++)
-        cr_assert_eq(st[i].decode_seqs, n, "step %d decoded %lld of %d", i,
-                     (long long)st[i].decode_seqs, n);
+}
+
+/* The clients' burst within the budget (POLICY_FITS): one step prefills all of it and
+ * samples every first token, and the steps after it only decode — all of them, one token
+ * each, to the end; each client reads all its first tokens before any second one. */
+static void burst_within_the_budget(int clients, int per_client)
+{
+    static burst_result r;
+    burst bu = {.clients = clients,
+                .per_client = per_client,
+                .prompt_len = 24,
+                .max_new = 6,
+                .check_order = true,
+                .policy = POLICY_FITS};
+    run_burst(&bu, &r);
+    const int n = clients * per_client;
+    assert_prefilled_in_one_step("prompts", n, (int)bu.prompt_len, &r);
+    cr_assert_eq(r.steps[0].decode_seqs, 0);
+    cr_assert_eq(r.n_steps, (int)bu.max_new, "%d steps for %u tokens each", r.n_steps, bu.max_new);
+    for (int i = 1; i < r.n_steps; i++)
+        cr_assert_eq(r.steps[i].decode_seqs, n, "step %d decoded %lld of %d", i,
+                     (long long)r.steps[i].decode_seqs, n);
 }
 
 /* One client, eight prompts submitted together (ringlm_submit_batch): one step prefills
  * them, and the client reads all eight first tokens before any second one. */
 Test(daemon_burst, one_clients_burst_within_the_budget_is_prefilled_in_one_step)
 {
-    static burst_result r;
-    burst bu = {.clients = 1,
-                .per_client = 8,
-                .prompt_len = 24,
-                .max_new = 6,
-                .check_order = true,
-                .policy = POLICY_FITS};
-    run_burst(&bu, &r);
-    assert_one_step(&bu, &r);
+    burst_within_the_budget(1, 8);
 }
 
 /* Eight client processes, a prompt each, arriving together: one step prefills the eight and
@@ -306,15 +313,7 @@ Test(daemon_burst, one_clients_burst_within_the_budget_is_prefilled_in_one_step)
  * before any of them is decoded further. */
 Test(daemon_burst, eight_clients_burst_within_the_budget_is_prefilled_in_one_step)
 {
-    static burst_result r;
-    burst bu = {.clients = 8,
-                .per_client = 1,
-                .prompt_len = 24,
-                .max_new = 6,
-                .check_order = true,
-                .policy = POLICY_FITS};
-    run_burst(&bu, &r);
-    assert_one_step(&bu, &r);
+    burst_within_the_budget(8, 1);
 }
 
 /* A burst beyond the budget (8 × 40 = 320 prompt tokens, 64 a step): every step until the
@@ -437,36 +436,24 @@ static void gateway_burst_run(int n, int prompt_len, int sessions, burst_result 
     cr_assert_eq(res->n_reqs, n, "%d request-log lines for %d streams", res->n_reqs, n);
 }
 
-/* The gateway's burst within ringlmd's budget (the test policy: 128 tokens a step): one step
- * prefills every prompt and samples every first token. */
-static void assert_gateway_one_step(int n, int prompt_len, const burst_result *r)
+/* The gateway's burst of n streams over `sessions` sessions, within ringlmd's budget (the
+ * test policy: 128 tokens a step): one step prefills every prompt and samples every first
+ * token. */
+static void gateway_burst_within_the_budget(int n, int prompt_len, int sessions)
 {
-    const fmt_iteration *st = r->steps;
-    int prefill_steps = 0;
-    for (int i = 0; i < r->n_steps; i++) prefill_steps += st[i].prefill_tokens > 0;
-    if (prefill_steps != 1 || st[0].prefill_seqs != n) dump_steps(st, r->n_steps);
-    cr_assert_eq(prefill_steps, 1, "the gateway's burst of %d streams was prefilled over %d steps",
-                 n, prefill_steps);
-    cr_assert_eq(st[0].prefill_seqs, n);
-    cr_assert_eq(st[0].prefill_tokens, (int64_t)n * prompt_len);
-    for (int i = 1; i < n; i++)
-        cr_assert_eq(r->first_token_us[i], r->first_token_us[0],
-                     "stream request %d's first token at %lld us, the first one's at %lld", i,
-                     (long long)r->first_token_us[i], (long long)r->first_token_us[0]);
+    static burst_result r;
+    gateway_burst_run(n, prompt_len, sessions, &r);
+    assert_prefilled_in_one_step("streams", n, prompt_len, &r);
 }
 
 Test(gateway_burst, eight_streams_at_once_are_prefilled_in_one_step)
 {
-    static burst_result r;
-    gateway_burst_run(8, 12, 1, &r);
-    assert_gateway_one_step(8, 12, &r);
+    gateway_burst_within_the_budget(8, 12, 1);
 }
 
 /* 32 streams over the gateway's default 4 sessions: ringlmd reads every session's ring before
  * it plans the step. */
 Test(gateway_burst, thirty_two_streams_over_four_sessions_are_prefilled_in_one_step)
 {
-    static burst_result r;
-    gateway_burst_run(32, 4, 4, &r);
-    assert_gateway_one_step(32, 4, &r);
+    gateway_burst_within_the_budget(32, 4, 4);
 }

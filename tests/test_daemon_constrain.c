@@ -21,72 +21,14 @@
 #include <unistd.h>
 
 #include "libclient/ringlm.h"
+#include "tests/daemon_constrain_util.h"
 #include "tests/daemon_helpers.h"
 #include "tests/helpers.h"
 
 #define MAX_REQ 48
 #define MAX_OUT 400
 
-static bool tok_path(char *out, size_t n)
-{
-    snprintf(out, n, "%s/models/tok512.bin", th_shared_dir());
-    return access(out, R_OK) == 0;
-}
-
-typedef struct env {
-    dmn d;
-    char model[512], tok[512];
-    ringlm_client *c;
-    ringlm_tokenizer *t;
-    int32_t prompt[64];
-    uint32_t n_prompt;
-    /* -100 on every token that is only whitespace: JSON lets whitespace in anywhere, and a
-     * 260K-parameter model sampled at temperature 1 wanders there for ever; with this, most
-     * answers finish within their budget */
-    ringlm_logit_bias no_ws[RINGLM_MAX_LOGIT_BIAS];
-    uint32_t n_no_ws;
-    bool use_no_ws;
-} env;
-
-static void env_start(env *e, bool with_tokenizer)
-{
-    memset(e, 0, sizeof *e);
-    need_daemon_binary();
-    if (!stories_path(e->model, sizeof e->model))
-        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
-    if (!tok_path(e->tok, sizeof e->tok))
-        cr_skip_test("tok512.bin not in %s/models", th_shared_dir());
-    const char *extra[] = {"--tokenizer", e->tok, NULL};
-    dmn_start(&e->d, e->model, NULL, with_tokenizer ? extra : NULL);
-    cr_assert_eq(ringlm_connect(e->d.sock, &e->c), 0, "connect: %s", ringlm_errdetail());
-    cr_assert_eq(ringlm_tokenizer_load(e->tok, 512, &e->t), 0, "%s", ringlm_errdetail());
-    int n = ringlm_tokenize(e->t, "Once upon a time", 1 /* BOS */, e->prompt, 64);
-    cr_assert_gt(n, 1, "%s", ringlm_errdetail());
-    e->n_prompt = (uint32_t)n;
-    for (int32_t id = 0; id < 512; id++) {
-        const char *p;
-        if (ringlm_token_text(e->t, 3, id, &p) < 0 || !*p || strspn(p, " \t\r\n") != strlen(p))
-            continue;
-        e->no_ws[e->n_no_ws++] = (ringlm_logit_bias){id, -100.0f};
-    }
-}
-
-/* Stops the daemon (its logs are complete then); env_stop also removes its directory. */
-static void env_halt(env *e)
-{
-    ringlm_close(e->c);
-    e->c = NULL;
-    ringlm_tokenizer_free(e->t);
-    e->t = NULL;
-    assert_back_to_baseline(&e->d, 10000);
-    cr_expect_eq(dmn_stop(&e->d, SIGTERM, 10000), 0);
-}
-
-static void env_stop(env *e)
-{
-    env_halt(e);
-    dmn_cleanup(&e->d);
-}
+typedef dcu_env env;
 
 typedef struct answer {
     uint64_t id;
@@ -148,104 +90,24 @@ static void run_batch(env *e, const uint32_t *kinds, const char *const *cons, co
             left--;
         }
     }
-    /* the text as the constraint saw it: each token's bytes after the one before it (the
-     * first after the prompt's last token) */
-    for (int i = 0; i < n; i++) {
-        answer *a = &out[i];
-        size_t at = 0;
-        int32_t prev = e->prompt[e->n_prompt - 1];
-        for (uint32_t k = 0; k < a->n; k++) {
-            const char *p;
-            cr_assert_eq(ringlm_token_text(e->t, prev, a->toks[k], &p), 0);
-            size_t l = strlen(p);
-            cr_assert_lt(at + l, sizeof a->text);
-            memcpy(a->text + at, p, l);
-            at += l;
-            prev = a->toks[k];
-        }
-        a->text[at] = 0;
-    }
+    for (int i = 0; i < n; i++)
+        dcu_answer_text(e, e->prompt[e->n_prompt - 1], out[i].toks, out[i].n, out[i].text,
+                        sizeof out[i].text);
 }
 
-/* Writes a string as a JSON string literal (the text may hold any byte but NUL). */
-static void put_json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
-/* Checks each finished answer with Python (Debian's python3 and python3-jsonschema): one line
- * {"mode": "schema"|"regex"|"choice", "c": constraint, "text": answer} per answer; prints
- * each failure. Returns the failures (0: all good). */
+/* Checks each answer that finished with the stop token (dcu_py_check); *n_checked: how
+ * many. Returns the failures (0: all good). */
 static int py_check(env *e, const char *mode, const char *const *cons, const size_t *lens,
                     const answer *a, int n, int *n_checked)
 {
-    if (access("/usr/bin/python3", X_OK) != 0) cr_skip_test("/usr/bin/python3 not installed");
-    char path[256], script[256];
-    snprintf(path, sizeof path, "%s/answers.jsonl", e->d.dir);
-    snprintf(script, sizeof script, "%s/check.py", e->d.dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
+    const char *texts[MAX_REQ];
+    cr_assert_leq(n, MAX_REQ);
     *n_checked = 0;
-    for (int i = 0; i < n; i++) {
-        if (a[i].fin.finish_reason != RINGLM_FINISH_STOP) continue; /* cut by max_tokens */
-        fprintf(f, "{\"mode\": \"%s\", \"c\": ", mode);
-        if (lens) { /* choices: NUL-separated, as a JSON list */
-            fputc('[', f);
-            for (size_t at = 0; at <= lens[i];) {
-                put_json_string(f, cons[i] + at);
-                at += strlen(cons[i] + at) + 1;
-                if (at <= lens[i]) fputc(',', f);
-            }
-            fputc(']', f);
-        } else {
-            put_json_string(f, cons[i]);
-        }
-        fputs(", \"text\": ", f);
-        put_json_string(f, a[i].text);
-        fputs("}\n", f);
-        (*n_checked)++;
+    for (int i = 0; i < n; i++) { /* the others were cut by max_tokens */
+        texts[i] = a[i].fin.finish_reason == RINGLM_FINISH_STOP ? a[i].text : NULL;
+        *n_checked += texts[i] != NULL;
     }
-    fclose(f);
-    f = fopen(script, "w");
-    cr_assert_not_null(f);
-    fputs("import json, re, sys\n"
-          "import jsonschema\n"
-          "bad = 0\n"
-          "for line in open(sys.argv[1]):\n"
-          "    r = json.loads(line)\n"
-          "    try:\n"
-          "        if r['mode'] == 'schema':\n"
-          "            jsonschema.validate(json.loads(r['text']), json.loads(r['c']))\n"
-          "        elif r['mode'] == 'regex':\n"
-          "            assert re.fullmatch(r['c'], r['text']), 'no match'\n"
-          "        else:\n"
-          "            assert r['text'] in r['c'], 'not a choice'\n"
-          "    except Exception as ex:\n"
-          "        bad += 1\n"
-          "        print('FAIL', repr(r['text']), 'against', r['c'][:80], ':', str(ex)[:200])\n"
-          "print('checked', bad)\n",
-          f);
-    fclose(f);
-    char *out = NULL, *err = NULL;
-    char *argv[] = {"/usr/bin/python3", script, path, NULL};
-    int rc = th_run(argv, &out, &err, 120);
-    cr_assert_eq(rc, 0, "python3: %s %s", out ? out : "", err ? err : "");
-    int bad = -1;
-    const char *p = strstr(out, "checked ");
-    if (p) bad = atoi(p + 8);
-    if (bad) fprintf(stderr, "%s", out);
-    free(out);
-    free(err);
-    return bad;
+    return dcu_py_check(e, mode, cons, lens, texts, n);
 }
 
 /* ---- answers follow their constraint ---------------------------------------------------- */
@@ -267,7 +129,7 @@ static const char *const schemas[] = {
 Test(daemon_constrain, json_schema_answers_validate, .timeout = 300)
 {
     env e;
-    env_start(&e, true);
+    dcu_env_start(&e, true);
     cr_assert_eq(ringlm_constraint_kinds(e.c),
                  1 << RINGLM_CONSTRAINT_JSON_SCHEMA | 1 << RINGLM_CONSTRAINT_JSON_OBJECT |
                      1 << RINGLM_CONSTRAINT_REGEX | 1 << RINGLM_CONSTRAINT_CHOICE |
@@ -310,13 +172,13 @@ Test(daemon_constrain, json_schema_answers_validate, .timeout = 300)
         cons[i] = "{\"type\":\"object\"}";
     }
     cr_expect_eq(py_check(&e, "schema", cons, NULL, a, 8, &checked), 0);
-    env_stop(&e);
+    dcu_env_stop(&e);
 }
 
 Test(daemon_constrain, regex_and_choice_answers_match, .timeout = 300)
 {
     env e;
-    env_start(&e, true);
+    dcu_env_start(&e, true);
     static const char *const res[] = {"[a-z]+@[a-z]+\\.(com|org)", "(yes|no)! [0-9]{3}",
                                       "The (cat|dog) sat on [a-z ]{1,20}\\.",
                                       "[A-Z][a-z]*( [a-z]+){2,5}\\."};
@@ -346,7 +208,7 @@ Test(daemon_constrain, regex_and_choice_answers_match, .timeout = 300)
                      ringlm_reason_name(a[i].fin.finish_reason), a[i].text);
     cr_expect_eq(py_check(&e, "choice", cons, lens, a, N, &checked), 0);
     cr_expect_eq(checked, N);
-    env_stop(&e);
+    dcu_env_stop(&e);
 }
 
 /* GBNF grammars (llama.cpp's format): every finished answer is a sentence of its grammar,
@@ -354,7 +216,7 @@ Test(daemon_constrain, regex_and_choice_answers_match, .timeout = 300)
 Test(daemon_constrain, gbnf_answers_are_sentences_of_their_grammar, .timeout = 300)
 {
     env e;
-    env_start(&e, true);
+    dcu_env_start(&e, true);
     static const char *const gbnf[] = {
         "root ::= answer \"! \" [0-9] [0-9] [0-9]\nanswer ::= \"yes\" | \"no\"\n",
         "root ::= \"The \" pet \" sat on \" [a-z ]{1,20} \".\"\npet ::= \"cat\" | \"dog\"\n",
@@ -377,7 +239,7 @@ Test(daemon_constrain, gbnf_answers_are_sentences_of_their_grammar, .timeout = 3
     int checked = 0;
     cr_expect_eq(py_check(&e, "regex", res, NULL, a, N, &checked), 0);
     cr_expect_geq(checked, N / 4, "only %d of %d grammar answers finished", checked, N);
-    env_stop(&e);
+    dcu_env_stop(&e);
 }
 
 /* With ignore_stop a request goes on after its constraint is complete: only stop tokens
@@ -385,7 +247,7 @@ Test(daemon_constrain, gbnf_answers_are_sentences_of_their_grammar, .timeout = 3
 Test(daemon_constrain, ignore_stop_goes_on_with_stop_tokens_after_the_end, .timeout = 120)
 {
     env e;
-    env_start(&e, true);
+    dcu_env_start(&e, true);
     ringlm_request rq;
     ringlm_request_init(&rq);
     rq.prompt = e.prompt;
@@ -424,7 +286,7 @@ Test(daemon_constrain, ignore_stop_goes_on_with_stop_tokens_after_the_end, .time
     cr_expect(!strcmp(text, "no") || !strcmp(text, "yes"), "answer '%s'", text);
     cr_expect_lt(k, n, "no stop token after the answer");
     for (; k < n; k++) cr_expect_eq(toks[k], 1, "token %u after the end is %d", k, toks[k]);
-    env_stop(&e);
+    dcu_env_stop(&e);
 }
 
 /* ---- bad constraints ------------------------------------------------------------------ */
@@ -433,7 +295,7 @@ Test(daemon_constrain, a_constraint_that_does_not_compile_is_rejected_with_its_r
      .timeout = 120)
 {
     env e;
-    env_start(&e, true);
+    dcu_env_start(&e, true);
     static const struct {
         uint32_t kind;
         const char *text, *says;
@@ -482,7 +344,7 @@ Test(daemon_constrain, a_constraint_that_does_not_compile_is_rejected_with_its_r
     cr_expect(!strcmp(ok.text, "yes") || !strcmp(ok.text, "no"), "%s", ok.text);
     /* the decision log has each reject with the same words (quoted as JSON: the detail's
      * words up to its first character JSON escapes) */
-    env_halt(&e);
+    dcu_env_halt(&e);
     for (int i = 0; i < N; i++) {
         char words[64];
         size_t wl = strlen(details[i]) < sizeof words - 1 ? strlen(details[i]) : sizeof words - 1;
@@ -498,7 +360,7 @@ Test(daemon_constrain, a_constraint_that_does_not_compile_is_rejected_with_its_r
 Test(daemon_constrain, what_is_not_enforced_is_refused_at_submit, .timeout = 120)
 {
     env e;
-    env_start(&e, true);
+    dcu_env_start(&e, true);
     ringlm_request rq;
     ringlm_request_init(&rq);
     rq.prompt = e.prompt;
@@ -525,12 +387,12 @@ Test(daemon_constrain, what_is_not_enforced_is_refused_at_submit, .timeout = 120
     dmn_cleanup(&e.d);
 
     /* a daemon without a tokenizer enforces nothing, and says so */
-    env_start(&e, false);
+    dcu_env_start(&e, false);
     cr_expect_eq(ringlm_constraint_kinds(e.c), 0);
     smp.constraint_kind = RINGLM_CONSTRAINT_JSON_OBJECT;
     smp.constraint = NULL;
     smp.constraint_bytes = 0;
     cr_expect_eq(ringlm_submit_ext(e.c, &rq, &smp, &id), -ENOTSUP);
     cr_expect(strstr(ringlm_errdetail(), "enforces none"), "%s", ringlm_errdetail());
-    env_stop(&e);
+    dcu_env_stop(&e);
 }

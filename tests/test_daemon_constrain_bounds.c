@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "libclient/ringlm.h"
+#include "tests/constrain_test_util.h"
 #include "tests/daemon_helpers.h"
 #include "tests/helpers.h"
 
@@ -30,21 +31,6 @@ typedef struct answer {
     ringlm_event fin;
     char detail[256];
 } answer;
-
-/* A chain of n GBNF rules, each calling the next between two literals (see
- * test_constrain_gbnf.c: the analysis learns one rule per round). */
-static char *rule_chain(int n, size_t *len)
-{
-    size_t cap = (size_t)n * 40 + 64, at = 0;
-    char *s = malloc(cap);
-    cr_assert(s);
-    at += (size_t)snprintf(s + at, cap - at, "root ::= r0\n");
-    for (int k = 0; k + 1 < n; k++)
-        at += (size_t)snprintf(s + at, cap - at, "r%d ::= \"a\" r%d \"b\"\n", k, k + 1);
-    at += (size_t)snprintf(s + at, cap - at, "r%d ::= \"c\"\n", n - 1);
-    *len = at;
-    return s;
-}
 
 Test(daemon_constrain_bounds, a_compile_past_its_bounds_is_refused_beside_ordinary_ones,
      .timeout = 180)
@@ -63,7 +49,7 @@ Test(daemon_constrain_bounds, a_compile_past_its_bounds_is_refused_beside_ordina
     int32_t prompt[2] = {1, 403};
 
     size_t chain_len;
-    char *chain = rule_chain(6000, &chain_len);
+    char *chain = ctu_rule_chain(6000, &chain_len);
     static const char big_schema[] =
         "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":"
         "\"^((x{1,200}){1,200}){1,200}$\"}}}";

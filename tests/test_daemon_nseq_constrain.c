@@ -20,56 +20,22 @@
 #include <unistd.h>
 
 #include "libclient/ringlm.h"
+#include "tests/daemon_constrain_util.h"
 #include "tests/daemon_helpers.h"
 #include "tests/helpers.h"
 
 #define MAX_N   8
 #define MAX_OUT 200
 
-typedef struct env {
-    dmn d;
-    char model[512], tok[512];
-    ringlm_client *c;
-    ringlm_tokenizer *t;
-    int32_t prompt[64];
-    uint32_t n_prompt;
-    /* -100 on every whitespace-only token: a 260K-parameter model at temperature 1 would
-     * wander in the whitespace JSON allows */
-    ringlm_logit_bias no_ws[RINGLM_MAX_LOGIT_BIAS];
-    uint32_t n_no_ws;
-} env;
+/* Every request here carries the env's no_ws bias: a 260K-parameter model at temperature 1
+ * would wander in the whitespace JSON allows. */
+typedef dcu_env env;
 
+/* The daemon with its tokenizer, and room for MAX_N samples of one request. */
 static void env_start(env *e)
 {
-    memset(e, 0, sizeof *e);
-    need_daemon_binary();
-    if (!stories_path(e->model, sizeof e->model))
-        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
-    snprintf(e->tok, sizeof e->tok, "%s/models/tok512.bin", th_shared_dir());
-    if (access(e->tok, R_OK) != 0) cr_skip_test("tok512.bin not in %s/models", th_shared_dir());
-    const char *extra[] = {"--tokenizer", e->tok, NULL};
-    dmn_start(&e->d, e->model, NULL, extra);
-    cr_assert_eq(ringlm_connect(e->d.sock, &e->c), 0, "connect: %s", ringlm_errdetail());
+    dcu_env_start(e, true);
     cr_assert_geq(ringlm_max_samples(e->c), MAX_N);
-    cr_assert_eq(ringlm_tokenizer_load(e->tok, 512, &e->t), 0, "%s", ringlm_errdetail());
-    int n = ringlm_tokenize(e->t, "Once upon a time", 1 /* BOS */, e->prompt, 64);
-    cr_assert_gt(n, 1, "%s", ringlm_errdetail());
-    e->n_prompt = (uint32_t)n;
-    for (int32_t id = 0; id < 512; id++) {
-        const char *p;
-        if (ringlm_token_text(e->t, 3, id, &p) < 0 || !*p || strspn(p, " \t\r\n") != strlen(p))
-            continue;
-        e->no_ws[e->n_no_ws++] = (ringlm_logit_bias){id, -100.0f};
-    }
-}
-
-static void env_stop(env *e)
-{
-    ringlm_close(e->c);
-    ringlm_tokenizer_free(e->t);
-    assert_back_to_baseline(&e->d, 10000);
-    cr_expect_eq(dmn_stop(&e->d, SIGTERM, 10000), 0);
-    dmn_cleanup(&e->d);
 }
 
 typedef struct answer {
@@ -144,86 +110,27 @@ static int run(env *e, const ask *asks, int n_asks, answer *out, int max_out)
             left--;
         }
     }
-    /* the text as the matcher saw it: each token's bytes after the one before it */
+    /* the text as the matcher saw it */
     for (int i = 0; i < n_asks; i++) {
-        for (uint32_t s = first[i]; s < first[i + 1]; s++) {
-            answer *a = &out[s];
-            size_t at = 0;
-            int32_t prev =
-                asks[i].prompt ? asks[i].prompt[asks[i].n_prompt - 1] : e->prompt[e->n_prompt - 1];
-            for (uint32_t k = 0; k < a->n; k++) {
-                const char *p;
-                cr_assert_eq(ringlm_token_text(e->t, prev, a->toks[k], &p), 0);
-                size_t l = strlen(p);
-                cr_assert_lt(at + l, sizeof a->text);
-                memcpy(a->text + at, p, l);
-                at += l;
-                prev = a->toks[k];
-            }
-            a->text[at] = 0;
-        }
+        const int32_t prev =
+            asks[i].prompt ? asks[i].prompt[asks[i].n_prompt - 1] : e->prompt[e->n_prompt - 1];
+        for (uint32_t s = first[i]; s < first[i + 1]; s++)
+            dcu_answer_text(e, prev, out[s].toks, out[s].n, out[s].text, sizeof out[s].text);
     }
     return total;
 }
 
-static void put_json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
-/* Validates every answer against the schema with python3-jsonschema; prints each failure.
- * Returns the failures. */
+/* Validates every answer against the schema (dcu_py_check); prints each failure. Returns
+ * the failures. */
 static int py_validate(env *e, const char *schema, const answer *a, int n)
 {
-    if (access("/usr/bin/python3", X_OK) != 0) cr_skip_test("/usr/bin/python3 not installed");
-    char path[256], script[256];
-    snprintf(path, sizeof path, "%s/answers.jsonl", e->d.dir);
-    snprintf(script, sizeof script, "%s/check.py", e->d.dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
+    const char *cons[2 * MAX_N], *texts[2 * MAX_N];
+    cr_assert_leq(n, 2 * MAX_N);
     for (int i = 0; i < n; i++) {
-        fputs("{\"schema\": ", f);
-        put_json_string(f, schema);
-        fputs(", \"text\": ", f);
-        put_json_string(f, a[i].text);
-        fputs("}\n", f);
+        cons[i] = schema;
+        texts[i] = a[i].text;
     }
-    fclose(f);
-    f = fopen(script, "w");
-    cr_assert_not_null(f);
-    fputs("import json, sys\n"
-          "import jsonschema\n"
-          "bad = 0\n"
-          "for line in open(sys.argv[1]):\n"
-          "    r = json.loads(line)\n"
-          "    try:\n"
-          "        jsonschema.validate(json.loads(r['text']), json.loads(r['schema']))\n"
-          "    except Exception as ex:\n"
-          "        bad += 1\n"
-          "        print('FAIL', repr(r['text']), ':', str(ex)[:200])\n"
-          "print('checked', bad)\n",
-          f);
-    fclose(f);
-    char *out = NULL, *err = NULL;
-    char *argv[] = {"/usr/bin/python3", script, path, NULL};
-    int rc = th_run(argv, &out, &err, 120);
-    cr_assert_eq(rc, 0, "python3: %s %s", out ? out : "", err ? err : "");
-    int bad = -1;
-    const char *p = strstr(out, "checked ");
-    if (p) bad = atoi(p + 8);
-    if (bad) fprintf(stderr, "%s", out);
-    free(out);
-    free(err);
-    return bad;
+    return dcu_py_check(e, "schema", cons, NULL, texts, n);
 }
 
 static bool same_tokens(const answer *a, const answer *b)
@@ -269,7 +176,7 @@ Test(daemon_nseq_constrain, n4_json_schema_answers_each_validate_and_differ, .ti
         cr_expect(same_tokens(&a[i], &single[i]),
                   "sample %d (%s) is not the single request with seed + %d (%s)", i, a[i].text, i,
                   single[i].text);
-    env_stop(&e);
+    dcu_env_stop(&e);
 }
 
 /* Choices, n 8: every sample's answer is a choice and ends with the stop token — with the
@@ -312,7 +219,7 @@ Test(daemon_nseq_constrain, n8_choice_answers_are_each_a_choice, .timeout = 300)
                       "round %d: sample %d (%s) is not the single request with seed + %d (%s)",
                       round, i, a[i].text, i, single[i].text);
     }
-    env_stop(&e);
+    dcu_env_stop(&e);
 }
 
 /* A constraint that does not compile rejects the n samples together, each FINISH with the
@@ -343,7 +250,7 @@ Test(daemon_nseq_constrain, a_constraint_that_does_not_compile_rejects_all_n, .t
                       (!strcmp(a[i].text, "yes") || !strcmp(a[i].text, "no")),
                   "sample %d: %s '%s' %s", i, ringlm_reason_name(a[i].fin.finish_reason), a[i].text,
                   a[i].detail);
-    env_stop(&e);
+    dcu_env_stop(&e);
 }
 
 /* The capability a client reads before asking for n samples with a constraint: a daemon with
@@ -355,7 +262,7 @@ Test(daemon_nseq_constrain, a_client_sees_whether_constrained_samples_run, .time
     env_start(&e);
     cr_expect_eq(ringlm_samples_constrained(e.c), 1);
     cr_expect_eq(ringlm_samples_constrained(NULL), -EINVAL);
-    env_stop(&e);
+    dcu_env_stop(&e);
 
     dmn d;
     char model[512], tok[512];

@@ -19,6 +19,7 @@
 #include <jansson.h>
 
 #include "libclient/ringlm.h"
+#include "tests/daemon_constrain_util.h"
 #include "tests/daemon_helpers.h"
 #include "tests/gateway_helpers.h"
 
@@ -74,53 +75,6 @@ static json_t *body_of(bool chat, int seed, json_t *bias)
     json_object_set_new(o, "seed", json_integer(seed));
     if (bias) json_object_set(o, "logit_bias", bias);
     return o;
-}
-
-/* The checks in Python: one line {"mode", "c", "text"} per finished answer. */
-static int py_check(const char *lines, int *n_checked)
-{
-    if (access("/usr/bin/python3", X_OK) != 0) cr_skip_test("/usr/bin/python3 not installed");
-    const char *dir = gwh_dir();
-    char path[512], script[512];
-    snprintf(path, sizeof path, "%s/answers.jsonl", dir);
-    snprintf(script, sizeof script, "%s/check.py", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(lines, f);
-    fclose(f);
-    f = fopen(script, "w");
-    cr_assert_not_null(f);
-    fputs("import json, re, sys\n"
-          "import jsonschema\n"
-          "bad = n = 0\n"
-          "for line in open(sys.argv[1]):\n"
-          "    r = json.loads(line)\n"
-          "    n += 1\n"
-          "    try:\n"
-          "        if r['mode'] == 'schema':\n"
-          "            jsonschema.validate(json.loads(r['text']), r['c'])\n"
-          "        elif r['mode'] == 'regex':\n"
-          "            assert re.fullmatch(r['c'], r['text']), 'no match'\n"
-          "        else:\n"
-          "            assert r['text'] in r['c'], 'not a choice'\n"
-          "    except Exception as ex:\n"
-          "        bad += 1\n"
-          "        print('FAIL', repr(r['text']), 'against', json.dumps(r['c'])[:100], ':',\n"
-          "              str(ex)[:200])\n"
-          "print('checked', n, 'bad', bad)\n",
-          f);
-    fclose(f);
-    char *out = NULL, *err = NULL;
-    char *argv[] = {"/usr/bin/python3", script, path, NULL};
-    cr_assert_eq(th_run(argv, &out, &err, 120), 0, "python3: %s %s", out, err);
-    int n = -1, bad = -1;
-    const char *p = strstr(out, "checked ");
-    if (p) sscanf(p, "checked %d bad %d", &n, &bad);
-    if (bad) fprintf(stderr, "%s", out);
-    *n_checked = n;
-    free(out);
-    free(err);
-    return bad;
 }
 
 typedef struct variant {
@@ -189,7 +143,8 @@ Test(gateway_constrain, every_field_constrains_the_answer)
     }
     fclose(mem);
     int checked = 0;
-    cr_expect_eq(py_check(lines ? lines : "", &checked), 0, "answers that break their constraint");
+    cr_expect_eq(dcu_py_check_lines(gwh_dir(), lines ? lines : "", &checked), 0,
+                 "answers that break their constraint");
     cr_expect_eq(checked, stopped);
     cr_expect_geq(stopped, total / 2, "only %d of %d answers finished", stopped, total);
     free(lines);
