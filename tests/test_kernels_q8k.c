@@ -5,7 +5,7 @@
  *   - the activation quantizer gives ggml's quantize_row_q8_K_ref (copied below) to the bit,
  *     portable and AVX2: the first element of the largest magnitude sets the (signed) scale,
  *     halves round to even, all-zero blocks stay zero;
- *   - Q4_K and Q6_K products at 1 to 4 activation rows (and odd batches up to
+ *   - Q4_K, Q6_K, Q5_K, Q3_K, Q2_K and IQ4_XS products at 1 to 4 activation rows (and odd batches up to
  *     Q_INT_MAX_ROWS), odd weight-row counts, one to three superblocks, beta 0 and 1, from
  *     quantized weights and from random blocks (every bit pattern): the portable path and
  *     AVX2 give the same bits, a row alone what it gets in a batch; each product is the
@@ -15,25 +15,13 @@
  */
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_internal.h"
+#include "kernel_rows.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static uint32_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 32);
-}
-static float rnd_float(void)
-{
-    return (float)rnd() / 4294967296.0f * 2.0f - 1.0f;
-}
 
 /* ggml's quantize_row_q8_K_ref (ggml-quants.c), its nearest_int included. */
 static int ggml_nearest_int(float fval)
@@ -148,15 +136,17 @@ static void random_blocks(int type, unsigned char *q, int n, int k)
         unsigned char *blk = q + b * q_row_bytes(type, 256);
         const uint16_t d = q_f32_to_f16(fabsf(rnd_float()) * 0.02f);
         const uint16_t dmin = q_f32_to_f16(fabsf(rnd_float()) * 0.02f);
-        memcpy(blk + (type == Q_Q6_K ? 208 : 0), &d, 2);
-        if (type == Q_Q4_K) memcpy(blk + 2, &dmin, 2);
+        /* d (and dmin) first, or ending the block: Q6_K's d, Q3_K's, Q2_K's d and dmin */
+        const size_t at = type == Q_Q6_K ? 208 : type == Q_Q3_K ? 108 : type == Q_Q2_K ? 80 : 0;
+        memcpy(blk + at, &d, 2);
+        if (type == Q_Q4_K || type == Q_Q5_K || type == Q_Q2_K) memcpy(blk + at + 2, &dmin, 2);
     }
 }
 
 Test(kernels_q8k, k_type_dots_portable_equal_avx2_and_the_q8k_product)
 {
-    static const int types[] = {Q_Q4_K, Q_Q6_K};
-    static const char *const names[] = {"Q4_K", "Q6_K"};
+    static const int types[] = {Q_Q4_K, Q_Q6_K, Q_Q5_K, Q_Q3_K, Q_Q2_K, Q_IQ4_XS};
+    static const char *const names[] = {"Q4_K", "Q6_K", "Q5_K", "Q3_K", "Q2_K", "IQ4_XS"};
     static const int ks[] = {256, 768};
     static const int ns[] = {1, 3, 45};
     static const int rows_cases[] = {1, 2, 3, 4, 5, 9, 17, Q_INT_MAX_ROWS};

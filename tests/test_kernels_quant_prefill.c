@@ -15,25 +15,14 @@
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_internal.h"
 #include "kernels/cpu/quant_prefill.h"
+#define KERNEL_ROWS_SEED 0x9e3779b97f4a7c15ull
+#include "kernel_rows.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 32);
-}
-static float rnd_float(void)
-{
-    return (float)rnd() / 4294967296.0f * 2.0f - 1.0f;
-}
 
 /* Whether the tiles run on this CPU (they run Q4_K and Q6_K alike, or neither) */
 static bool have(int type)

@@ -13,6 +13,7 @@
 #include "kernels/engine.h"
 #include "kernels/logits.h"
 #include "kernels/sample.h"
+#include "kernel_rows.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -33,15 +34,6 @@ static int32_t reference(const float *v, int n)
     for (int i = 1; i < n; i++)
         if (v[i] > v[best]) best = i;
     return best;
-}
-
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static uint32_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 32);
 }
 
 static void skip_note(void)

@@ -41,12 +41,12 @@
  * llama.cpp does for Q8_0 (scale max|x|/127 kept as f16; llama.cpp's K-quant activations have
  * one scale per 256; Q4_K's minimums meet the quantized block sums): AVX2 maddubs, or AVX-512 VNNI dpbusd where the CPU has it, or
  * portable C. That product is within sum_j |w_j| * max|x over j's block| * (1/254 + 1/2048)
- * of the exact one, and the three paths agree within 1e-5 x sum_j |w_j x_j|. Q4_K and Q6_K
- * on AVX2 and portable, up to Q_INT_MAX_ROWS rows, take llama.cpp's K-quant activations
- * instead (Q8_K, kernels/cpu/quant_q8k.c: one float scale per 256, the sub-block scales
- * multiplied in integers, one float step per 256 weights), within sum_j |w_j| * max|x over
- * j's 256| * (1/254 + 1/2048) of the exact product (q_int_act_elems), the two paths to the
- * bit; with AVX-512 VNNI they keep the blocks of 32.
+ * of the exact one, and the three paths agree within 1e-5 x sum_j |w_j x_j|. The K types
+ * (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) on AVX2 and portable, up to Q_INT_MAX_ROWS rows, take
+ * llama.cpp's K-quant activations instead (Q8_K, kernels/cpu/quant_q8k.c: one float scale per
+ * 256, the sub-block scales multiplied in integers, one float step per 256 weights), within
+ * sum_j |w_j| * max|x over j's 256| * (1/254 + 1/2048) of the exact product (q_int_act_elems),
+ * the two paths to the bit; with AVX-512 VNNI they keep the blocks of 32.
  * On each path a row's products do not depend on the rows beside it (DESIGN §8: a sequence
  * decoding alone and in a batch gets the same logits to the bit): each activation row is
  * quantized by itself, and with AVX-512 VNNI one row (weights dotted as they lie, the next
@@ -120,7 +120,7 @@ float q_dot(int type, const void *row, const float *x, int64_t k);
 /* Whether q_matmul runs `rows` rows of weights of `type` in integers (the bound above). */
 bool q_int_path(int type, int rows);
 /* The elements per activation scale of that integer path on the instruction set in use: 256
- * for Q4_K and Q6_K on AVX2 and portable up to Q_INT_MAX_ROWS rows (Q8_K, as llama.cpp: x_j
+ * for the K types on AVX2 and portable up to Q_INT_MAX_ROWS rows (Q8_K, as llama.cpp: x_j
  * rounded to within max|x over its 256| / 254, one float step per 256 weights), else 32. */
 int q_int_act_elems(int type, int rows);
 

@@ -14,6 +14,10 @@
  * elements and scaled in float; the offsets meet the quantized activations' sums per 16
  * (xq8.s16).
  *
+ * The K types among them (Q2_K, Q3_K, Q5_K, IQ4_XS) take Q8_K activations below AVX-512
+ * instead (kernels/cpu/quant_q8k.c, as llama.cpp); with AVX-512 VNNI they run the AVX2
+ * kernels below with 8 bits per 32.
+ *
  * AVX2 (decode and small batches): no tile. Each block of 32 is unpacked in registers
  * (block_q) once for all activation rows of a group and dotted with maddubs; Q2_K's and
  * Q3_K's 16-element scales are integers, multiplied in by the madd that widens the sums, so
