@@ -262,22 +262,35 @@ Test(gateway_replay, a_trace_cancel_is_cancelled_on_both_paths)
         }
         json_decref(reports[i]);
     }
-    /* ringlmd cancelled both: the HTTP replay's hang-up reached it as the gateway's cancel (the
-     * replay reports its own hang-up; the gateway's cancel lands a moment later). */
+    /* ringlmd lost no cancel: every request of held's that reached it ended cancelled (the
+     * HTTP replay's hang-up reaches it as the gateway's cancel a moment after the replay
+     * reports its own; under load the hang-up can come before the gateway submitted, and then
+     * ringlmd never sees that request). Held's bucket is empty, so a request whose cancel was
+     * lost would wait forever: none may be left waiting or running, and none may end another
+     * way than the bucket-emptying request's one 'length'. */
     const char *series =
         "ringlm_requests_finished_total{tenant=\"held\",class=\"chat\",reason=\"cancelled\"}";
-    double n = 0;
+    const char *lengths =
+        "ringlm_requests_finished_total{tenant=\"held\",class=\"chat\",reason=\"length\"}";
+    const char *waiting = "ringlm_requests_waiting{tenant=\"held\",class=\"chat\"}";
+    const char *running = "ringlm_requests_running{tenant=\"held\",class=\"chat\"}";
+    double n = 0, left = 0;
     char *mx = NULL;
     for (uint64_t dl = th_now_ms() + 10000;;) {
         free(mx);
         mx = gwh_daemon_metrics();
         n = mx ? gwh_metric(mx, series) : 0;
-        if (n >= 2 || th_now_ms() > dl) break;
+        left = mx ? gwh_metric(mx, waiting) + gwh_metric(mx, running) : 1;
+        if ((n >= 2 && left == 0) || th_now_ms() > dl) break; /* 1: look until the deadline */
         th_pause_ms(20);
     }
-    char *fin = metric_lines(mx ? mx : "", "ringlm_requests_finished_total");
-    cr_expect_eq(n, 2, "ringlmd ended %.0f of held's two requests cancelled:\n%s", n,
-                 fin ? fin : "?");
+    char *fin = metric_lines(mx ? mx : "", "ringlm_requests");
+    cr_expect(n >= 1 && n <= 2 && left == 0 && gwh_metric(mx ? mx : "", lengths) == 1,
+              "ringlmd ended %.0f of held's requests cancelled, %.0f still held:\n%s", n, left,
+              fin ? fin : "?");
+    cr_log_info("ringlmd ended %.0f of held's trace requests cancelled (2: the gateway had "
+                "submitted the HTTP one before the hang-up)",
+                n);
     free(fin);
     free(mx);
     free(trace);
