@@ -3015,17 +3015,34 @@ static void ctx_release(sc_ctx *c)
     free(c->subs);
 }
 
+/* A source over CST_MAX_SOURCE_BYTES: -E2BIG with the error naming what it is; else 0. */
+static int source_size(const char *what, size_t len, char *err, size_t errlen)
+{
+    if (len <= CST_MAX_SOURCE_BYTES) return 0;
+    snprintf(err, errlen, "%s too large: %zu bytes (at most %u)", what, len, CST_MAX_SOURCE_BYTES);
+    return -E2BIG;
+}
+
+/* The program's grammar into *out; a program that matches nothing is -EINVAL with the
+ * error `nothing`. */
+static int finish(cst_prog *p, const char *nothing, cst_grammar **out, char *err, size_t errlen)
+{
+    if (!p->failed && p->start == 0) {
+        snprintf(err, errlen, "%s", nothing);
+        prog_release(p);
+        return -EINVAL;
+    }
+    return cst_grammar_finish(p, out, err, errlen);
+}
+
 int cst_compile_json_schema(const char *schema, size_t len, cst_grammar **out, char *err,
                             size_t errlen)
 {
     char dummy[8];
     if (!err) err = dummy, errlen = sizeof dummy;
     *out = NULL;
-    if (len > CST_MAX_SOURCE_BYTES) {
-        snprintf(err, errlen, "schema too large: %zu bytes (at most %u)", len,
-                 CST_MAX_SOURCE_BYTES);
-        return -E2BIG;
-    }
+    int rc = source_size("schema", len, err, errlen);
+    if (rc) return rc;
     json_error_t je;
     json_t *root = json_loadb(schema, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     if (!root) {
@@ -3039,7 +3056,7 @@ int cst_compile_json_schema(const char *schema, size_t len, cst_grammar **out, c
         return -EINVAL;
     }
     cst_prog p;
-    int rc = prog_init(&p);
+    rc = prog_init(&p);
     if (rc) {
         json_decref(root);
         snprintf(err, errlen, "out of memory");
@@ -3050,12 +3067,7 @@ int cst_compile_json_schema(const char *schema, size_t len, cst_grammar **out, c
     p.start = sc_value(&c, root, "", match);
     ctx_release(&c);
     json_decref(root);
-    if (!p.failed && p.start == 0) {
-        snprintf(err, errlen, "the schema matches no instance");
-        prog_release(&p);
-        return -EINVAL;
-    }
-    return cst_grammar_finish(&p, out, err, errlen);
+    return finish(&p, "the schema matches no instance", out, err, errlen);
 }
 
 /*
@@ -3071,11 +3083,8 @@ int cst_compile_python_calls(const char *spec, size_t len, cst_grammar **out, ch
     char dummy[8];
     if (!err) err = dummy, errlen = sizeof dummy;
     *out = NULL;
-    if (len > CST_MAX_SOURCE_BYTES) {
-        snprintf(err, errlen, "tool calls too large: %zu bytes (at most %u)", len,
-                 CST_MAX_SOURCE_BYTES);
-        return -E2BIG;
-    }
+    int rc = source_size("tool calls", len, err, errlen);
+    if (rc) return rc;
     json_error_t je;
     json_t *root = json_loadb(spec, len, 0, &je);
     json_t *tools = json_object_get(root, "tools"), *mc = json_object_get(root, "max_calls");
@@ -3088,7 +3097,7 @@ int cst_compile_python_calls(const char *spec, size_t len, cst_grammar **out, ch
         return -EINVAL;
     }
     cst_prog p;
-    int rc = prog_init(&p);
+    rc = prog_init(&p);
     if (rc) {
         json_decref(root);
         return rc;
@@ -3137,12 +3146,7 @@ int cst_compile_python_calls(const char *spec, size_t len, cst_grammar **out, ch
     }
     free(alts);
     json_decref(root);
-    if (!p.failed && p.start == 0) {
-        snprintf(err, errlen, "the tool calls match no text");
-        prog_release(&p);
-        return -EINVAL;
-    }
-    return cst_grammar_finish(&p, out, err, errlen);
+    return finish(&p, "the tool calls match no text", out, err, errlen);
 }
 
 int cst_compile_json_value(bool object_only, cst_grammar **out, char *err, size_t errlen)
@@ -3168,12 +3172,10 @@ int cst_compile_regex(const char *re, size_t len, cst_grammar **out, char *err, 
     char dummy[8];
     if (!err) err = dummy, errlen = sizeof dummy;
     *out = NULL;
-    if (len > CST_MAX_SOURCE_BYTES) {
-        snprintf(err, errlen, "regex too large: %zu bytes", len);
-        return -E2BIG;
-    }
+    int rc = source_size("regex", len, err, errlen);
+    if (rc) return rc;
     cst_prog p;
-    int rc = prog_init(&p);
+    rc = prog_init(&p);
     if (rc) return rc;
     uint32_t match = prog_emit(&p, OP_MATCH, 0, 0);
     p.start = cst_regex_emit(&p, re, len, RE_WHOLE, match);
@@ -3192,12 +3194,10 @@ int cst_compile_choice(const char *const *choices, const size_t *lens, int n, cs
     }
     size_t total = 0;
     for (int i = 0; i < n; i++) total += lens[i];
-    if (total > CST_MAX_SOURCE_BYTES) {
-        snprintf(err, errlen, "choices too large: %zu bytes", total);
-        return -E2BIG;
-    }
+    int rc = source_size("choices", total, err, errlen);
+    if (rc) return rc;
     cst_prog p;
-    int rc = prog_init(&p);
+    rc = prog_init(&p);
     if (rc) return rc;
     uint32_t match = prog_emit(&p, OP_MATCH, 0, 0);
     uint32_t *e = malloc((size_t)n * sizeof *e);
