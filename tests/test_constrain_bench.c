@@ -96,10 +96,10 @@ Test(constrain_bench, masks_agree_with_accept_on_the_llama3_vocabulary, .timeout
                                            "{\"a\": \"\", \"",
                                            "{\"ab"};
     ctu_masks_agree(v,
-                "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{"
-                "\"type\":\"string\",\"pattern\":\"^[a-z\\u00e9]*$\"}},"
-                "\"additionalProperties\":{\"type\":\"integer\"}}",
-                prefixes, sizeof prefixes / sizeof prefixes[0]);
+                    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{"
+                    "\"type\":\"string\",\"pattern\":\"^[a-z\\u00e9]*$\"}},"
+                    "\"additionalProperties\":{\"type\":\"integer\"}}",
+                    prefixes, sizeof prefixes / sizeof prefixes[0]);
     /* the shortcuts for a character class under a repeat (a format, a pattern, bounded
      * and not), and for the tokens that finish a character begun in a bounded string */
     static const char *const classes[] = {"{\"u\": \"",
@@ -129,18 +129,19 @@ Test(constrain_bench, masks_agree_with_accept_on_the_llama3_vocabulary, .timeout
                                         "{\"s\": \"ab\\",
                                         "{\"m\": \"abcdefghi",
                                         "{\"m\": \"abcde\", \"n\": \"xyz\", \"s\": \"q"};
+    ctu_masks_agree(
+        v,
+        "{\"type\":\"object\",\"properties\":{\"m\":{\"type\":\"string\",\"minLength\":5,"
+        "\"maxLength\":9},\"n\":{\"type\":\"string\",\"minLength\":3,\"maxLength\":120},"
+        "\"s\":{\"type\":\"string\"}},\"additionalProperties\":false}",
+        split, sizeof split / sizeof split[0]);
     ctu_masks_agree(v,
-                "{\"type\":\"object\",\"properties\":{\"m\":{\"type\":\"string\",\"minLength\":5,"
-                "\"maxLength\":9},\"n\":{\"type\":\"string\",\"minLength\":3,\"maxLength\":120},"
-                "\"s\":{\"type\":\"string\"}},\"additionalProperties\":false}",
-                split, sizeof split / sizeof split[0]);
-    ctu_masks_agree(v,
-                "{\"type\":\"object\",\"properties\":{\"u\":{\"type\":\"string\",\"format\":"
-                "\"uri\"},\"w\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9_-]{0,40}$\"},"
-                "\"x\":{\"type\":\"string\",\"pattern\":\"^[A-Z][a-z]+$\"},"
-                "\"c\":{\"type\":\"string\",\"maxLength\":30},"
-                "\"d\":{\"type\":\"string\",\"maxLength\":300}}}",
-                classes, sizeof classes / sizeof classes[0]);
+                    "{\"type\":\"object\",\"properties\":{\"u\":{\"type\":\"string\",\"format\":"
+                    "\"uri\"},\"w\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9_-]{0,40}$\"},"
+                    "\"x\":{\"type\":\"string\",\"pattern\":\"^[A-Z][a-z]+$\"},"
+                    "\"c\":{\"type\":\"string\",\"maxLength\":30},"
+                    "\"d\":{\"type\":\"string\",\"maxLength\":300}}}",
+                    classes, sizeof classes / sizeof classes[0]);
     cst_vocab_free(v);
     tok_free(t);
 }

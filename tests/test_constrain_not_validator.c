@@ -99,46 +99,6 @@ static void put_json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-/* A text drawn from the matcher's masks: at each step the end where allowed (one time in
- * two), else a closing byte (one time in three, where one is allowed), else a printable ASCII
- * byte, else any allowed byte. NULL when it ran past cap bytes. */
-static char *draw(const cst_grammar *g, const cst_vocab *v, unsigned *seed, size_t cap)
-{
-    cst_matcher *m;
-    cr_assert_eq(cst_matcher_create(g, v, &m), 0);
-    int words = cst_mask_words(v);
-    uint32_t *mask = calloc((size_t)words, sizeof *mask);
-    char *out = calloc(cap + 1, 1);
-    cr_assert(mask && out);
-    size_t n = 0;
-    for (;;) {
-        cr_assert_eq(cst_matcher_mask(m, mask), 0);
-        if ((mask[0] & 1) && (rand_r(seed) % 2 || n == cap)) break; /* token 0: the end */
-        if (n == cap) {
-            free(out);
-            out = NULL;
-            break;
-        }
-        int pick[256], np = 0, close[8], nc = 0, print[256], npr = 0;
-        for (int b = 1; b < 256; b++) {
-            if (!(mask[b / 32] >> (b % 32) & 1)) continue;
-            pick[np++] = b;
-            if (strchr("\"]},", b)) close[nc++] = b;
-            if (b > 0x20 && b < 0x7f) print[npr++] = b;
-        }
-        if (!np && (mask[0] & 1)) break; /* only the end */
-        cr_assert_gt(np, 0, "a state that allows nothing: %.*s", (int)n, out);
-        int b = nc && rand_r(seed) % 3 == 0 ? close[rand_r(seed) % (unsigned)nc]
-                : npr                       ? print[rand_r(seed) % (unsigned)npr]
-                                            : pick[rand_r(seed) % (unsigned)np];
-        cr_assert_eq(cst_matcher_accept(m, b), 0);
-        out[n++] = (char)b;
-    }
-    free(mask);
-    cst_matcher_free(m);
-    return out;
-}
-
 Test(constrain_not_validator, accepted_exactly_what_the_validator_says, .timeout = 120)
 {
     if (access("/usr/bin/python3", X_OK) != 0) cr_skip_test("/usr/bin/python3 not installed");
@@ -168,7 +128,7 @@ Test(constrain_not_validator, accepted_exactly_what_the_validator_says, .timeout
         }
         /* drawn: must validate */
         for (int k = 0; k < 40; k++) {
-            char *t = draw(g, v, &seed, 48);
+            char *t = ctu_draw(g, v, &seed, 48, "\"]},");
             if (!t) continue;
             fprintf(f, "{\"schema\": %s, \"text\": ", cases[i].schema);
             put_json_string(f, t);

@@ -103,43 +103,6 @@ Test(constrain_pycalls, bad_specs_are_errors)
     }
 }
 
-/* A text drawn from the masks (as tests/test_constrain_not_validator.c draws). */
-static char *draw(const cst_grammar *g, const cst_vocab *v, unsigned *seed, size_t cap)
-{
-    cst_matcher *m;
-    cr_assert_eq(cst_matcher_create(g, v, &m), 0);
-    uint32_t *mask = calloc((size_t)cst_mask_words(v), sizeof *mask);
-    char *out = calloc(cap + 1, 1);
-    cr_assert(mask && out);
-    size_t n = 0;
-    for (;;) {
-        cr_assert_eq(cst_matcher_mask(m, mask), 0);
-        if ((mask[0] & 1) && (rand_r(seed) % 2 || n == cap)) break;
-        if (n == cap) {
-            free(out);
-            out = NULL;
-            break;
-        }
-        int pick[256], np = 0, close[8], nc = 0, print[256], npr = 0;
-        for (int b = 1; b < 256; b++) {
-            if (!(mask[b / 32] >> (b % 32) & 1)) continue;
-            pick[np++] = b;
-            if (strchr("\"]}),", b)) close[nc++] = b;
-            if (b > 0x20 && b < 0x7f) print[npr++] = b;
-        }
-        if (!np && (mask[0] & 1)) break; /* only the end */
-        cr_assert_gt(np, 0, "a state that allows nothing: %.*s", (int)n, out);
-        int b = nc && rand_r(seed) % 3 == 0 ? close[rand_r(seed) % (unsigned)nc]
-                : npr                       ? print[rand_r(seed) % (unsigned)npr]
-                                            : pick[rand_r(seed) % (unsigned)np];
-        cr_assert_eq(cst_matcher_accept(m, b), 0);
-        out[n++] = (char)b;
-    }
-    free(mask);
-    cst_matcher_free(m);
-    return out;
-}
-
 /* Whatever the masks let through is read back by the gateway's parser as calls (no content)
  * whose arguments validate against their function's parameters. */
 Test(constrain_pycalls, drawn_calls_parse_and_validate, .timeout = 120)
@@ -157,7 +120,7 @@ Test(constrain_pycalls, drawn_calls_parse_and_validate, .timeout = 120)
     unsigned seed = 7;
     int n_calls = 0, n_texts = 0;
     for (int k = 0; k < 200 && n_texts < 60; k++) {
-        char *t = draw(g, v, &seed, 160);
+        char *t = ctu_draw(g, v, &seed, 160, "\"]}),");
         if (!t) continue;
         n_texts++;
         gw_tool_calls calls = {0};
