@@ -1473,6 +1473,31 @@ static int64_t ka_intern(sc_ctx *c, key_auto *a, const uint32_t *t, const char *
 }
 
 /*
+ * The bytes that none of the n components' grammars g tells apart (their byte classes,
+ * refined by one another): a product steps one byte of each class (rep[0..count)), every byte
+ * of class k (set[k]) going where rep[k] goes. Returns the count (1 to 256).
+ */
+static int product_classes(cst_grammar *const *g, int n, uint8_t rep[256], cst_byteset set[256])
+{
+    int count = 0;
+    for (int b = 0; b < 256; b++) {
+        int k = 0;
+        for (; k < count; k++) {
+            int i = 0;
+            while (i < n && g[i]->byte_class[rep[k]] == g[i]->byte_class[b]) i++;
+            if (i == n) break;
+        }
+        if (k == count) {
+            rep[count] = (uint8_t)b;
+            memset(&set[count], 0, sizeof set[count]);
+            count++;
+        }
+        set[k].w[b >> 6] |= 1ull << (b & 63);
+    }
+    return count;
+}
+
+/*
  * `"` + a key other than the named ones + `"` + `:` + its value, then next. addl: the
  * schema of a key no pattern matches (NULL: no such key).
  */
@@ -1489,21 +1514,23 @@ static uint32_t keys_member(sc_ctx *c, sc_keys *k, json_t *addl, const char *ptr
     uint32_t vpc[64];
     int nv = 0;
     uint32_t cur[SC_MAX_PATTERNS + 2], grp_target[256], alts[256];
-    cst_byteset grp_set[256];
+    cst_byteset grp_set[256], cls_set[256];
+    uint8_t rep[256];
     uint32_t result = 0;
     if (!a.tup || !a.entry || !a.hash) {
         prog_fail(p, -ENOMEM, "out of memory");
         goto out;
     }
+    int ncls = product_classes(k->g, nc, rep, cls_set);
     for (int i = 0; i < nc; i++) cur[i] = cst_dfa_start(k->m[i]);
     int64_t start = ka_intern(c, &a, cur, ptr);
     if (start < 0) goto out;
     for (size_t t = 0; t < a.n && !p->failed; t++) {
         int ng = 0;
-        for (int b = 0; b < 256; b++) {
+        for (int ci = 0; ci < ncls; ci++) {
             uint32_t target;
             for (int i = 0; i < nc; i++) {
-                int32_t s = cst_dfa_step(k->m[i], a.tup[t * (size_t)nc + (size_t)i], (uint8_t)b);
+                int32_t s = cst_dfa_step(k->m[i], a.tup[t * (size_t)nc + (size_t)i], rep[ci]);
                 if (s < 0) {
                     sc_err(c, ptr, "patternProperties",
                            s == -ENOMEM ? "out of memory" : "a pattern too complex");
@@ -1544,7 +1571,7 @@ static uint32_t keys_member(sc_ctx *c, sc_keys *k, json_t *addl, const char *ptr
                 memset(&grp_set[ng], 0, sizeof grp_set[ng]);
                 ng++;
             }
-            grp_set[gi].w[b >> 6] |= 1ull << (b & 63);
+            for (int w = 0; w < 4; w++) grp_set[gi].w[w] |= cls_set[ci].w[w];
         }
         for (int gi = 0; gi < ng; gi++) alts[gi] = prog_set(p, &grp_set[gi], grp_target[gi]);
         prog_patch(p, a.entry[t], ng ? prog_alts(p, alts, (size_t)ng) : 0);
@@ -1619,34 +1646,43 @@ static int str_auto_regex(sc_ctx *c, str_auto *a, const char *re, int flags, int
  * built breadth first as patternProperties' keys are. at_quote: the components end with a
  * string's closing quote, and where the first one (SR_ANY) has read it the roles decide
  * whether the text ends there (then next); else a state where every SR_MUST component accepts
- * and no SR_MUST_NOT one does may end (then next) or go on.
+ * and no SR_MUST_NOT one does may end (then next) or go on. lo, hi (at_quote only; 0, -1:
+ * none): the string's length bounds, kept as one more member of the tuple, the characters
+ * read so far (each return of the first component to its start state is one character, an
+ * escape included; past lo the count stops where there is no hi), rather than as a
+ * component of its own whose automaton would copy every character's bytes hi times.
  */
 static uint32_t auto_product(sc_ctx *c, str_auto *sa, const char *ptr, const char *kw,
-                             bool at_quote, uint32_t next)
+                             bool at_quote, long long lo, long long hi, uint32_t next)
 {
     cst_prog *p = c->p;
     int nc = sa->n;
-    key_auto a = {.nc = nc, .kw = kw, .cap = 64, .hcap = 256};
+    bool counted = lo > 0 || hi >= 0; /* the count is cur[nc] */
+    uint32_t loop = cst_dfa_start(sa->m[0]);
+    key_auto a = {.nc = nc + counted, .kw = kw, .cap = 64, .hcap = 256};
     uint32_t result = 0;
-    a.tup = malloc(a.cap * (size_t)nc * sizeof *a.tup);
+    a.tup = malloc(a.cap * (size_t)a.nc * sizeof *a.tup);
     a.entry = malloc(a.cap * sizeof *a.entry);
     a.hash = calloc(a.hcap, sizeof *a.hash);
     if (!a.tup || !a.entry || !a.hash) {
         prog_fail(p, -ENOMEM, "out of memory");
         goto out;
     }
-    uint32_t cur[SC_STR_COMPS], grp_target[257], alts[257];
-    cst_byteset grp_set[256];
+    uint32_t cur[SC_STR_COMPS + 1], grp_target[257], alts[257];
+    cst_byteset grp_set[256], cls_set[256];
+    uint8_t rep[256];
+    int ncls = product_classes(sa->g, nc, rep, cls_set);
     for (int k = 0; k < nc; k++) cur[k] = cst_dfa_start(sa->m[k]);
+    if (counted) cur[nc] = 0;
     int64_t start = ka_intern(c, &a, cur, ptr);
     if (start < 0) goto out;
     for (size_t t = 0; t < a.n && !p->failed; t++) {
         int ng = 0;
-        const uint32_t *from = a.tup + t * (size_t)nc;
-        for (int b = 0; b < 256; b++) {
+        const uint32_t *from = a.tup + t * (size_t)a.nc;
+        for (int ci = 0; ci < ncls; ci++) {
             uint32_t target;
             for (int k = 0; k < nc; k++) {
-                int32_t st = from[k] ? cst_dfa_step(sa->m[k], from[k], (uint8_t)b) : 0;
+                int32_t st = from[k] ? cst_dfa_step(sa->m[k], from[k], rep[ci]) : 0;
                 if (st < 0) {
                     sc_err(c, ptr, kw, st == -ENOMEM ? "out of memory" : "a pattern too complex");
                     goto out;
@@ -1655,7 +1691,7 @@ static uint32_t auto_product(sc_ctx *c, str_auto *sa, const char *ptr, const cha
             }
             if (!cur[0]) continue;                                 /* outside the universe */
             if (at_quote && cst_dfa_accepting(sa->m[0], cur[0])) { /* the closing quote */
-                bool ok = true;
+                bool ok = !counted || from[nc] >= lo;
                 for (int k = 1; k < nc && ok; k++) {
                     bool acc = cur[k] && cst_dfa_accepting(sa->m[k], cur[k]);
                     ok = sa->role[k] == SR_MUST ? acc : !acc;
@@ -1665,11 +1701,16 @@ static uint32_t auto_product(sc_ctx *c, str_auto *sa, const char *ptr, const cha
             } else {
                 bool dead = false; /* a component that must match can no longer */
                 for (int k = 1; k < nc && !dead; k++) dead = sa->role[k] == SR_MUST && !cur[k];
+                if (counted) { /* a character ends where the universe is back at its loop */
+                    long long n = (long long)from[nc] + (cur[0] == loop);
+                    if (hi >= 0 && n > hi) dead = true;
+                    cur[nc] = (uint32_t)(hi < 0 && n > lo ? lo : n);
+                }
                 if (dead) continue;
                 int64_t id = ka_intern(c, &a, cur, ptr);
                 if (id < 0) goto out;
                 target = a.entry[id];
-                from = a.tup + t * (size_t)nc; /* interning may move the tuples */
+                from = a.tup + t * (size_t)a.nc; /* interning may move the tuples */
             }
             int gi = 0;
             while (gi < ng && grp_target[gi] != target) gi++;
@@ -1678,7 +1719,7 @@ static uint32_t auto_product(sc_ctx *c, str_auto *sa, const char *ptr, const cha
                 memset(&grp_set[ng], 0, sizeof grp_set[ng]);
                 ng++;
             }
-            grp_set[gi].w[b >> 6] |= 1ull << (b & 63);
+            for (int w = 0; w < 4; w++) grp_set[gi].w[w] |= cls_set[ci].w[w];
         }
         for (int gi = 0; gi < ng; gi++) alts[gi] = prog_set(p, &grp_set[gi], grp_target[gi]);
         if (!at_quote) {
@@ -1736,26 +1777,16 @@ static uint32_t string_auto(sc_ctx *c, json_t *s, const char *ptr, const char *f
         if (str_auto_regex(c, &sa, json_string_value(pat), RE_SEARCH, SR_MUST, ptr, "pattern"))
             goto out;
     }
-    if (lo > 0 || hi >= 0) {
+    bool lengths = lo > 0 || hi >= 0;
+    if (lengths) {
         if (lo > SC_MAX_MIN) {
             prog_fail(p, -E2BIG, "keyword 'minLength' at %s: above %d", *ptr ? ptr : "/",
                       SC_MAX_MIN);
             goto out;
         }
         if (hi > SC_MAX_COUNT) hi = SC_MAX_COUNT; /* stricter */
-        if (prog_init(&q)) goto oom;
-        uint32_t close = prog_lit(&q, "\"", 1, prog_emit(&q, OP_MATCH, 0, 0)), pc = close;
-        if (hi < 0) {
-            uint32_t loop = prog_split(&q, 0, close);
-            prog_patch(&q, loop, prog_cps(&q, &all, true, loop));
-            pc = loop;
-        } else
-            for (long long k = lo; k < hi; k++)
-                pc = prog_split(&q, prog_cps(&q, &all, true, pc), close);
-        for (long long k = 0; k < lo; k++) pc = prog_cps(&q, &all, true, pc);
-        q.start = pc;
-        if (str_auto_add(c, &sa, &q, SR_MUST, ptr, lo > 0 ? "minLength" : "maxLength")) goto out;
-    }
+    } else
+        lo = 0, hi = -1;
     size_t i;
     json_t *x;
     json_array_foreach(notpats, i, x)
@@ -1789,7 +1820,7 @@ static uint32_t string_auto(sc_ctx *c, json_t *s, const char *ptr, const char *f
         else if (str_auto_add(c, &sa, &q, SR_MUST_NOT, ptr, "not"))
             goto out;
     }
-    result = prog_lit(p, "\"", 1, auto_product(c, &sa, ptr, "not", true, next));
+    result = prog_lit(p, "\"", 1, auto_product(c, &sa, ptr, "not", true, lo, hi, next));
     goto out;
 oom:
     prog_fail(p, -ENOMEM, "out of memory");
@@ -1880,7 +1911,7 @@ static uint32_t multiple_number(sc_ctx *c, json_t *s, const char *ptr, const num
         int k;
         for (k = 0; k < n; k++)
             if (mods[k] > 1 && auto_mod(c, &sa, mods[k], roles[k], ptr)) break;
-        if (k == n) pc = auto_product(c, &sa, ptr, "multipleOf", false, next);
+        if (k == n) pc = auto_product(c, &sa, ptr, "multipleOf", false, 0, -1, next);
     }
     str_auto_release(&sa);
     return c->p->failed ? 0 : pc;
@@ -2444,7 +2475,6 @@ static int neg_values(sc_ctx *c, json_t *vals, int T, const char *ptr, json_t *o
 }
 
 static int neg_pieces(sc_ctx *c, json_t *x, const char *ptr, json_t *out);
-
 /*
  * not x as schemas any of which an instance matches exactly when it does not match x (a
  * union: they may overlap), appended to out. not (A and B) is not A or not B: x's keywords
