@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1642,6 +1643,159 @@ static int str_auto_regex(sc_ctx *c, str_auto *a, const char *re, int flags, int
 }
 
 /*
+ * The fewest and the most characters (code points) in the strings of component k before its
+ * closing quote, *max -1 where there is no most. False where they are not cheaply known: its
+ * strings may hold an escape (the automaton reads a backslash), or a byte class mixes a
+ * character's first bytes with continuation bytes, or it has over SC_MAX_KEY_STATES states.
+ */
+static bool comp_char_bounds(str_auto *a, int k, long long *min, long long *max)
+{
+    cst_matcher *m = a->m[k];
+    uint8_t rep[256];
+    cst_byteset set[256];
+    int ncls = product_classes(&a->g[k], 1, rep, set);
+    int wt[256]; /* each class's characters: 0 (continuation, the closing quote) or 1 */
+    for (int ci = 0; ci < ncls; ci++) {
+        int cont = 0, other = 0;
+        for (int b = 0; b < 256; b++)
+            if (set[ci].w[b >> 6] >> (b & 63) & 1) {
+                if ((b & 0xC0) == 0x80 || b == '"')
+                    cont++;
+                else
+                    other++;
+            }
+        wt[ci] = cont && other ? -1 : other ? 1 : 0;
+    }
+    /* the states reachable from the start, numbered in the order found, and their edges */
+    uint32_t cap = 64, n = 0, idcap;
+    uint32_t *state = malloc(cap * sizeof *state), *num; /* num: state id -> index + 1 */
+    uint32_t *edge = malloc((size_t)cap * (size_t)ncls * sizeof *edge); /* index + 1, 0 dead */
+    uint32_t start = cst_dfa_start(m);
+    idcap = start * 2 + 64;
+    num = calloc(idcap, sizeof *num);
+    bool ok = state && edge && num;
+    if (ok) state[n++] = start, num[start] = 1;
+    for (uint32_t i = 0; i < n && ok; i++) {
+        for (int ci = 0; ci < ncls && ok; ci++) {
+            int32_t t = cst_dfa_step(m, state[i], rep[ci]);
+            edge[(size_t)i * (size_t)ncls + (size_t)ci] = 0;
+            if (t <= 0) {
+                ok = t == 0;
+                continue;
+            }
+            if ((set[ci].w['\\' >> 6] >> ('\\' & 63) & 1) || wt[ci] < 0) {
+                ok = false; /* an escape, or a class of mixed bytes: not counted here */
+                break;
+            }
+            if ((uint32_t)t >= idcap) {
+                uint32_t nc = (uint32_t)t * 2 + 64;
+                uint32_t *n2 = realloc(num, nc * sizeof *n2);
+                if (!n2) {
+                    ok = false;
+                    break;
+                }
+                memset(n2 + idcap, 0, (nc - idcap) * sizeof *n2);
+                num = n2;
+                idcap = nc;
+            }
+            if (!num[t]) {
+                if (n == SC_MAX_KEY_STATES) {
+                    ok = false;
+                    break;
+                }
+                if (n == cap) {
+                    cap *= 2;
+                    uint32_t *s2 = realloc(state, cap * sizeof *s2);
+                    if (s2) state = s2;
+                    uint32_t *e2 = realloc(edge, (size_t)cap * (size_t)ncls * sizeof *e2);
+                    if (e2) edge = e2;
+                    if (!s2 || !e2) {
+                        ok = false;
+                        break;
+                    }
+                }
+                state[n] = (uint32_t)t;
+                num[t] = ++n;
+            }
+            edge[(size_t)i * (size_t)ncls + (size_t)ci] = num[t];
+        }
+    }
+    /* the states from which an accepting one is reached (live); over them the fewest
+     * characters from the start (rounds of relaxation in the order found: the weights are 0
+     * and 1) and the most (a longest path in topological order; a cycle: no most) */
+    long long *lo = NULL, *hi = NULL;
+    uint32_t *indeg = NULL, *queue = NULL;
+    bool *live = NULL;
+    if (ok) {
+        lo = malloc(n * sizeof *lo);
+        hi = malloc(n * sizeof *hi);
+        indeg = calloc(n, sizeof *indeg);
+        queue = malloc(n * sizeof *queue);
+        live = calloc(n, sizeof *live);
+        ok = lo && hi && indeg && queue && live;
+    }
+    for (bool changed = ok; changed;) {
+        changed = false;
+        for (uint32_t i = n; i-- > 0;)
+            for (int ci = 0; ci < ncls && !live[i]; ci++) {
+                uint32_t t = edge[(size_t)i * (size_t)ncls + (size_t)ci];
+                if (cst_dfa_accepting(m, state[i]) || (t && live[t - 1])) live[i] = changed = true;
+            }
+    }
+    if (ok && !live[0]) ok = false;
+    if (ok) {
+        for (uint32_t i = 0; i < n; i++) lo[i] = i ? LLONG_MAX : 0;
+        for (bool changed = true; changed;) {
+            changed = false;
+            for (uint32_t i = 0; i < n; i++)
+                for (int ci = 0; ci < ncls && lo[i] != LLONG_MAX; ci++) {
+                    uint32_t t = edge[(size_t)i * (size_t)ncls + (size_t)ci];
+                    if (t && live[t - 1] && lo[i] + wt[ci] < lo[t - 1])
+                        lo[t - 1] = lo[i] + wt[ci], changed = true;
+                }
+        }
+        /* Kahn's order over the live states, the longest path along it */
+        uint32_t qh = 0, qt = 0, nlive = 0;
+        for (uint32_t i = 0; i < n; i++)
+            for (int ci = 0; ci < ncls; ci++) {
+                uint32_t t = edge[(size_t)i * (size_t)ncls + (size_t)ci];
+                if (live[i] && t && live[t - 1]) indeg[t - 1]++;
+            }
+        for (uint32_t i = 0; i < n; i++) {
+            hi[i] = i ? LLONG_MIN : 0;
+            nlive += live[i];
+            if (live[i] && !indeg[i]) queue[qt++] = i;
+        }
+        while (qh < qt) {
+            uint32_t i = queue[qh++];
+            for (int ci = 0; ci < ncls; ci++) {
+                uint32_t t = edge[(size_t)i * (size_t)ncls + (size_t)ci];
+                if (!t || !live[t - 1]) continue;
+                if (hi[i] != LLONG_MIN && hi[i] + wt[ci] > hi[t - 1]) hi[t - 1] = hi[i] + wt[ci];
+                if (!--indeg[t - 1]) queue[qt++] = t - 1;
+            }
+        }
+        *min = LLONG_MAX;
+        *max = -1;
+        for (uint32_t i = 0; i < n; i++)
+            if (live[i] && cst_dfa_accepting(m, state[i])) {
+                if (lo[i] < *min) *min = lo[i];
+                if (hi[i] > *max) *max = hi[i];
+            }
+        if (qt != nlive) *max = -1; /* a cycle: no most */
+    }
+    free(lo);
+    free(hi);
+    free(indeg);
+    free(queue);
+    free(live);
+    free(state);
+    free(num);
+    free(edge);
+    return ok;
+}
+
+/*
  * The product of the components' automata, emitted as one: a state is a tuple of their states,
  * built breadth first as patternProperties' keys are. at_quote: the components end with a
  * string's closing quote, and where the first one (SR_ANY) has read it the roles decide
@@ -1777,7 +1931,14 @@ static uint32_t string_auto(sc_ctx *c, json_t *s, const char *ptr, const char *f
         if (str_auto_regex(c, &sa, json_string_value(pat), RE_SEARCH, SR_MUST, ptr, "pattern"))
             goto out;
     }
+    /* the lengths hold for every string the format or the pattern allows: no product with
+     * them (a format's strings are of bounded length; an anchored pattern's may be) */
     bool lengths = lo > 0 || hi >= 0;
+    for (int k = 1; k < sa.n && lengths; k++) {
+        long long mn, mx;
+        if (comp_char_bounds(&sa, k, &mn, &mx) && mn >= lo && (hi < 0 || (mx >= 0 && mx <= hi)))
+            lengths = false;
+    }
     if (lengths) {
         if (lo > SC_MAX_MIN) {
             prog_fail(p, -E2BIG, "keyword 'minLength' at %s: above %d", *ptr ? ptr : "/",
@@ -1819,6 +1980,16 @@ static uint32_t string_auto(sc_ctx *c, json_t *s, const char *ptr, const char *f
             prog_release(&q);
         else if (str_auto_add(c, &sa, &q, SR_MUST_NOT, ptr, "not"))
             goto out;
+    }
+    if (sa.n == 2 && sa.role[1] == SR_MUST && !lengths) {
+        /* one format or pattern alone after all: its own program, as without lengths */
+        const char *re = fre ? fre : json_string_value(pat);
+        size_t len = fre ? strlen(fre) : json_string_length(pat);
+        uint32_t close = prog_lit(p, "\"", 1, next);
+        result = prog_lit(
+            p, "\"", 1,
+            cst_regex_emit(p, re, len, (fre ? RE_WHOLE : RE_SEARCH) | RE_JSON_STRING, close));
+        goto out;
     }
     result = prog_lit(p, "\"", 1, auto_product(c, &sa, ptr, "not", true, lo, hi, next));
     goto out;

@@ -84,6 +84,51 @@ Test(constrain_schema, strings_lengths_patterns_and_formats)
           NO("\"123e4567e89b12d3a456426614174000\""));
 }
 
+static size_t grammar_size(const char *s)
+{
+    cst_grammar *g = schema(s);
+    size_t n = cst_grammar_size(g);
+    cst_grammar_free(g);
+    return n;
+}
+
+/* Lengths that every string of a format, or of an anchored pattern, already has add nothing:
+ * the string compiles to the format's or the pattern's own program (no product automaton,
+ * whose states the compile would pay for); lengths that cut into them are one automaton. */
+Test(constrain_schema, lengths_a_format_or_pattern_implies_add_no_automaton)
+{
+    static const char *const same[][2] = {
+        {"{\"type\":\"string\",\"format\":\"uuid\"}",
+         "{\"type\":\"string\",\"format\":\"uuid\",\"minLength\":1,\"maxLength\":36}"},
+        {"{\"type\":\"string\",\"format\":\"email\"}",
+         "{\"type\":\"string\",\"format\":\"email\",\"minLength\":1}"},
+        {"{\"type\":\"string\",\"format\":\"uri\"}",
+         "{\"type\":\"string\",\"format\":\"uri\",\"maxLength\":2048}"},
+        {"{\"type\":\"string\",\"pattern\":\"^[a-f]{2,4}$\"}",
+         "{\"type\":\"string\",\"pattern\":\"^[a-f]{2,4}$\",\"minLength\":2,\"maxLength\":4}"},
+        {"{\"type\":\"string\",\"pattern\":\"^[a-z]+$\"}",
+         "{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"minLength\":1}"},
+        {"{\"type\":\"string\",\"pattern\":\"^\\u00e9{2}$\"}",
+         "{\"type\":\"string\",\"pattern\":\"^\\u00e9{2}$\",\"maxLength\":2}"},
+    };
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
+        cr_expect_eq(grammar_size(same[i][1]), grammar_size(same[i][0]), "%s", same[i][1]);
+    check(same[5][1], YES("\"\xc3\xa9\xc3\xa9\""), NO("\"\xc3\xa9\"", "\"ee\""));
+    /* lengths that cut: exact */
+    check("{\"type\":\"string\",\"pattern\":\"^[a-f]{2,4}$\",\"minLength\":3}",
+          YES("\"abc\"", "\"abcd\""), NO("\"ab\"", "\"abcde\"", "\"abg\""));
+    check("{\"type\":\"object\",\"properties\":{\"u\":{\"type\":\"string\",\"format\":\"uuid\","
+          "\"maxLength\":35}}}",
+          YES("{}"), NO("{\"u\": \"123e4567-e89b-12d3-a456-426614174000\"}", "{\"u\": \"\"}"));
+    check("{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"minLength\":3}", YES("\"abc\""),
+          NO("\"ab\"", "\"\""));
+    /* an escape counts as one character: its lengths stay a product */
+    check("{\"type\":\"string\",\"pattern\":\"^a.$\",\"maxLength\":2}", YES("\"a\\\"\"", "\"ab\""),
+          NO("\"abc\"", "\"a\""));
+    cr_expect_neq(grammar_size("{\"type\":\"string\",\"pattern\":\"^a.$\",\"maxLength\":2}"),
+                  grammar_size("{\"type\":\"string\",\"pattern\":\"^a.$\"}"));
+}
+
 Test(constrain_schema, numbers_and_bounds)
 {
     check("{\"type\":\"integer\",\"minimum\":10,\"maximum\":20}", YES("10", "15", "20"),
