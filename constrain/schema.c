@@ -1991,7 +1991,12 @@ static uint32_t string_auto(sc_ctx *c, json_t *s, const char *ptr, const char *f
             cst_regex_emit(p, re, len, (fre ? RE_WHOLE : RE_SEARCH) | RE_JSON_STRING, close));
         goto out;
     }
-    result = prog_lit(p, "\"", 1, auto_product(c, &sa, ptr, "not", true, lo, hi, next));
+    /* the keyword an automaton too large is named by */
+    const char *kw = notpats || json_array_size(notstrs) ? "not"
+                     : lengths                           ? (lo > 0 ? "minLength" : "maxLength")
+                     : pat                               ? "pattern"
+                                                         : "format";
+    result = prog_lit(p, "\"", 1, auto_product(c, &sa, ptr, kw, true, lo, hi, next));
     goto out;
 oom:
     prog_fail(p, -ENOMEM, "out of memory");

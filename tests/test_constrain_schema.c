@@ -243,6 +243,14 @@ Test(constrain_schema, what_cannot_be_enforced_is_an_error_naming_keyword_and_po
     expect_error("{\"type\":\"number\",\"multipleOf\":0.5}", -EINVAL, YES("'multipleOf'"));
 }
 
+/* A string's automaton too large to build is refused naming the keyword that made it so. */
+Test(constrain_schema, a_string_automaton_too_large_names_its_keyword)
+{
+    expect_error("{\"type\":\"object\",\"properties\":{\"e\":{\"type\":\"string\","
+                 "\"format\":\"email\",\"maxLength\":254}}}",
+                 -EINVAL, YES("'maxLength'", "/properties/e", "too many states"));
+}
+
 Test(constrain_schema, bad_input_is_a_clear_error)
 {
     expect_error("{\"type\": ", -EINVAL, YES("not JSON"));
