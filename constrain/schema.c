@@ -2651,6 +2651,27 @@ static int neg_values(sc_ctx *c, json_t *vals, int T, const char *ptr, json_t *o
 }
 
 static int neg_pieces(sc_ctx *c, json_t *x, const char *ptr, json_t *out);
+static bool provably_disjoint(sc_ctx *c, json_t *a, json_t *b);
+
+/* The instances that match two or more of oneOf's alternatives (alts): each pair that can
+ * both match, merged, appended to out. */
+static int one_pairs(sc_ctx *c, json_t *alts, const char *ptr, json_t *out)
+{
+    size_t n = json_array_size(alts), added = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++) {
+            json_t *a = sc_flatten(c, json_array_get(alts, i), ptr);
+            json_t *b = a ? sc_flatten(c, json_array_get(alts, j), ptr) : NULL;
+            if (!b) return -1;
+            if (provably_disjoint(c, a, b)) continue;
+            if (++added > SC_MAX_ALTS) return sc_err(c, ptr, "not", "of oneOf: too many pairs"), -1;
+            json_t *m = sc_merge(c, a, b, ptr);
+            if (!m) return -1;
+            json_array_append(out, m);
+        }
+    return 0;
+}
+
 /*
  * not x as schemas any of which an instance matches exactly when it does not match x (a
  * union: they may overlap), appended to out. not (A and B) is not A or not B: x's keywords
@@ -2667,18 +2688,21 @@ static int neg_pieces_1(sc_ctx *c, json_t *x, const char *ptr, json_t *out)
     if (is_true_schema(x)) return 0;
     if (!json_is_object(x)) return sc_err(c, ptr, "not", "not a schema"), -1;
     json_t *z = json_object_get(x, "not"), *any = json_object_get(x, "anyOf");
-    if (z || any) {
+    json_t *one = json_object_get(x, "oneOf");
+    if (z || any || one) {
+        const char *kw = z ? "not" : any ? "anyOf" : "oneOf";
         json_t *y = json_object();
         json_array_append_new(c->keep, y);
         json_object_update(y, x);
-        json_object_del(y, z ? "not" : "anyOf");
+        json_object_del(y, kw);
         if (z) {
             json_array_append(out, z);
             return neg_pieces(c, y, ptr, out);
         }
         if (neg_pieces(c, y, ptr, out) < 0) return -1;
+        if (!any) any = one;
         if (!json_is_array(any) || !json_array_size(any))
-            return sc_err(c, ptr, "anyOf", "not a non-empty array"), -1;
+            return sc_err(c, ptr, kw, "not a non-empty array"), -1;
         json_t *acc = json_array();
         json_array_append_new(c->keep, acc);
         json_array_append_new(acc, json_object());
@@ -2700,10 +2724,11 @@ static int neg_pieces_1(sc_ctx *c, json_t *x, const char *ptr, json_t *out)
             }
             acc = next;
         }
-        json_array_extend(out, acc);
+        json_array_extend(out, acc); /* none of them */
+        /* oneOf: two or more of them */
+        if (one && one_pairs(c, one, ptr, out)) return -1;
         return 0;
     }
-    if (json_object_get(x, "oneOf")) return sc_err(c, ptr, "not", "of oneOf is not supported"), -1;
     int T = sc_types(x);
     if (T < 0) return sc_err(c, ptr, "type", "not a type name or a list of them"), -1;
     /* the types x does not allow */

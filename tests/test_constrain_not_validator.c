@@ -87,6 +87,15 @@ static const ncase cases[] = {
      {"\"a\"", "\"\"", "\"abc\"", "\"aB\"", NULL}},
     {"{\"type\":\"string\",\"pattern\":\"^[a-f]{2,4}$\",\"minLength\":3,\"maxLength\":9}",
      {"\"ab\"", "\"abc\"", "\"abcd\"", "\"abcde\"", NULL}},
+    /* not oneOf: none of them, or two or more */
+    {"{\"not\":{\"oneOf\":[{\"type\":\"integer\"},{\"minimum\":5}]}}",
+     {"1", "7", "5.5", "2.5", "\"x\"", "null", "5", NULL}},
+    {"{\"type\":\"object\",\"not\":{\"oneOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]},"
+     "{\"properties\":{\"a\":{\"const\":1}},\"required\":[\"a\"]}]}}",
+     {"{}", "{\"a\": 1}", "{\"a\": 2}", "{\"b\": 0}", "{\"a\": 2, \"b\": 0}", NULL}},
+    {"{\"type\":\"string\",\"not\":{\"oneOf\":[{\"const\":\"a\"},{\"const\":\"b\"}],"
+     "\"maxLength\":3}}",
+     {"\"a\"", "\"b\"", "\"c\"", "\"abcd\"", NULL}},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
