@@ -142,11 +142,13 @@ static inline void ctu_mask_at(cst_matcher *m, uint32_t *mask, const char *text,
 /*
  * Every token's mask bit after each prefix is what accepting the token there does; the masks
  * are computed in the order given, so later prefixes meet states the earlier ones made (and
- * masks they cached).
+ * masks they cached). Returns how many of the masks were made as `how` (cst_matcher_describe's
+ * word: "split", "classed"; NULL: none counted).
  */
-static inline void ctu_masks_agree(const cst_vocab *v, const char *schema,
-                                   const char *const *prefixes, size_t n)
+static inline int ctu_masks_agree(const cst_vocab *v, const char *schema,
+                                  const char *const *prefixes, size_t n, const char *how)
 {
+    int made_how = 0;
     cst_grammar *g;
     char err[256];
     cr_assert_eq(cst_compile_json_schema(schema, strlen(schema), &g, err, sizeof err), 0, "%s",
@@ -157,8 +159,10 @@ static inline void ctu_masks_agree(const cst_vocab *v, const char *schema,
     uint32_t *mask = calloc(cst_mask_words(v), sizeof *mask);
     for (size_t k = 0; k < n; k++) {
         const char *pre = prefixes[k];
-        char d[300];
+        char d[300], word[64];
         ctu_mask_at(m, mask, pre, d, sizeof d);
+        snprintf(word, sizeof word, "last mask %s (", how ? how : "");
+        made_how += how && strstr(d, word) != NULL;
         int allowed = 0;
         for (int id = 0; id < cst_vocab_size(v); id++) {
             cst_matcher_reset(probe);
@@ -179,6 +183,7 @@ static inline void ctu_masks_agree(const cst_vocab *v, const char *schema,
     cst_matcher_free(probe);
     cst_matcher_free(m);
     cst_grammar_free(g);
+    return made_how;
 }
 
 /*

@@ -99,7 +99,7 @@ Test(constrain_bench, masks_agree_with_accept_on_the_llama3_vocabulary, .timeout
                     "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{"
                     "\"type\":\"string\",\"pattern\":\"^[a-z\\u00e9]*$\"}},"
                     "\"additionalProperties\":{\"type\":\"integer\"}}",
-                    prefixes, sizeof prefixes / sizeof prefixes[0]);
+                    prefixes, sizeof prefixes / sizeof prefixes[0], NULL);
     /* the shortcuts for a character class under a repeat (a format, a pattern, bounded
      * and not), and for the tokens that finish a character begun in a bounded string */
     static const char *const classes[] = {"{\"u\": \"",
@@ -134,14 +134,14 @@ Test(constrain_bench, masks_agree_with_accept_on_the_llama3_vocabulary, .timeout
         "{\"type\":\"object\",\"properties\":{\"m\":{\"type\":\"string\",\"minLength\":5,"
         "\"maxLength\":9},\"n\":{\"type\":\"string\",\"minLength\":3,\"maxLength\":120},"
         "\"s\":{\"type\":\"string\"}},\"additionalProperties\":false}",
-        split, sizeof split / sizeof split[0]);
+        split, sizeof split / sizeof split[0], NULL);
     ctu_masks_agree(v,
                     "{\"type\":\"object\",\"properties\":{\"u\":{\"type\":\"string\",\"format\":"
                     "\"uri\"},\"w\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9_-]{0,40}$\"},"
                     "\"x\":{\"type\":\"string\",\"pattern\":\"^[A-Z][a-z]+$\"},"
                     "\"c\":{\"type\":\"string\",\"maxLength\":30},"
                     "\"d\":{\"type\":\"string\",\"maxLength\":300}}}",
-                    classes, sizeof classes / sizeof classes[0]);
+                    classes, sizeof classes / sizeof classes[0], NULL);
     cst_vocab_free(v);
     tok_free(t);
 }
