@@ -239,11 +239,8 @@ typedef struct dom_job {
 static int client_domains(void *arg)
 {
     dom_job *g = arg;
-    ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) {
-        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
-        return 2;
-    }
+    ringlm_client *c = client_connect(g->sock);
+    if (!c) return 2;
     for (int i = 0; i < g->n; i++) {
         ringlm_request r;
         ringlm_request_init(&r);
@@ -252,19 +249,9 @@ static int client_domains(void *arg)
         r.max_new_tokens = 4;
         r.tenant_tag = g->tags[i];
         uint64_t id;
-        if (ringlm_submit(c, &r, &id) < 0) {
-            fprintf(stderr, "submit: %s\n", ringlm_errdetail());
-            return 4;
-        }
-        for (;;) {
-            ringlm_event ev;
-            int rc = ringlm_next_event(c, &ev, 60000);
-            if (rc <= 0) {
-                fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
-                return 5;
-            }
-            if (ev.kind == RINGLM_EV_FINISH) break;
-        }
+        int rc = client_submit(c, &r, &id);
+        if (!rc) rc = client_follow(c, id, NULL, NULL, NULL, 0, NULL);
+        if (rc) return rc;
     }
     ringlm_close(c);
     return 0;
@@ -436,11 +423,8 @@ typedef struct fc_job {
 static int client_finish_cached(void *arg)
 {
     fc_job *g = arg;
-    ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) {
-        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
-        return 2;
-    }
+    ringlm_client *c = client_connect(g->sock);
+    if (!c) return 2;
     FILE *f = fopen(g->out, "w");
     if (!f) return 3;
     static const uint32_t max_new[] = {4, 4, 1u << 20};
@@ -451,22 +435,11 @@ static int client_finish_cached(void *arg)
         r.n_prompt = FC_PROMPT;
         r.max_new_tokens = max_new[i];
         uint64_t id;
-        if (ringlm_submit(c, &r, &id) < 0) {
-            fprintf(stderr, "submit: %s\n", ringlm_errdetail());
-            return 4;
-        }
-        for (;;) {
-            ringlm_event ev;
-            int rc = ringlm_next_event(c, &ev, 60000);
-            if (rc <= 0) {
-                fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
-                return 5;
-            }
-            if (ev.kind == RINGLM_EV_FINISH && ev.req_id == id) {
-                fprintf(f, "%s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_cached_tokens);
-                break;
-            }
-        }
+        ringlm_event fin;
+        int rc = client_submit(c, &r, &id);
+        if (!rc) rc = client_follow(c, id, NULL, NULL, NULL, 0, &fin);
+        if (rc) return rc;
+        fprintf(f, "%s %u\n", ringlm_reason_name(fin.finish_reason), fin.n_cached_tokens);
     }
     fclose(f);
     ringlm_close(c);
@@ -731,39 +704,20 @@ typedef struct px_kill_job {
 static int client_px_kill(void *arg)
 {
     px_kill_job *g = arg;
-    ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) {
-        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
-        return 2;
-    }
+    ringlm_client *c = client_connect(g->sock);
+    if (!c) return 2;
     ringlm_request r;
     ringlm_request_init(&r);
     r.prompt = g->prompt;
     r.n_prompt = g->n_prompt;
     r.max_new_tokens = g->max_new;
     uint64_t id;
-    if (ringlm_submit(c, &r, &id) < 0) {
-        fprintf(stderr, "submit: %s\n", ringlm_errdetail());
-        return 4;
-    }
+    int rc = client_submit(c, &r, &id);
+    if (rc) return rc;
     if (g->ready_fd >= 0 && write(g->ready_fd, "s", 1) != 1) return 6;
     FILE *f = g->out ? fopen(g->out, "w") : NULL;
-    for (;;) {
-        ringlm_event ev;
-        int rc = ringlm_next_event(c, &ev, 60000);
-        if (rc <= 0) {
-            fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
-            return 5;
-        }
-        if (ev.kind == RINGLM_EV_TOKEN && f) fprintf(f, "%d ", ev.token);
-        if (ev.kind == RINGLM_EV_FINISH) {
-            if (f) {
-                fprintf(f, "| %s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_tokens);
-                fclose(f);
-            }
-            break;
-        }
-    }
+    if ((rc = client_follow(c, id, f, NULL, NULL, 0, NULL))) return rc;
+    if (f) fclose(f);
     ringlm_close(c);
     return 0;
 }
@@ -866,44 +820,29 @@ typedef struct px_cancel_job {
 static int client_px_cancel(void *arg)
 {
     px_cancel_job *g = arg;
-    ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) {
-        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
-        return 2;
-    }
+    ringlm_client *c = client_connect(g->sock);
+    if (!c) return 2;
     ringlm_request r;
     ringlm_request_init(&r);
     r.prompt = g->prompt;
     r.n_prompt = 240;
     r.max_new_tokens = 8;
     uint64_t id;
-    if (ringlm_submit(c, &r, &id) < 0) {
-        fprintf(stderr, "submit: %s\n", ringlm_errdetail());
-        return 4;
-    }
+    int rc = client_submit(c, &r, &id);
+    if (rc) return rc;
     char b;
     if (write(g->ready_fd, "s", 1) != 1 || read(g->go_fd, &b, 1) != 1) return 6;
     if (ringlm_cancel(c, id) < 0) {
         fprintf(stderr, "cancel: %s\n", ringlm_errdetail());
         return 7;
     }
-    int tokens = 0;
-    for (;;) {
-        ringlm_event ev;
-        int rc = ringlm_next_event(c, &ev, 60000);
-        if (rc <= 0) {
-            fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
-            return 5;
-        }
-        tokens += ev.kind == RINGLM_EV_TOKEN;
-        if (ev.kind == RINGLM_EV_FINISH) {
-            FILE *f = fopen(g->out, "w");
-            if (!f) return 3;
-            fprintf(f, "%s %d\n", ringlm_reason_name(ev.finish_reason), tokens);
-            fclose(f);
-            break;
-        }
-    }
+    uint32_t tokens = 0;
+    ringlm_event fin;
+    if ((rc = client_follow(c, id, NULL, NULL, &tokens, UINT32_MAX, &fin))) return rc;
+    FILE *f = fopen(g->out, "w");
+    if (!f) return 3;
+    fprintf(f, "%s %u\n", ringlm_reason_name(fin.finish_reason), tokens);
+    fclose(f);
     ringlm_close(c);
     return 0;
 }
