@@ -15,6 +15,7 @@
 #include "engine_test_util.h"
 #include "gguf_test_util.h"
 #include "helpers.h"
+#include "llama_lib_util.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/gguf_requant.h"
 #include "model/gguf.h"
@@ -22,7 +23,6 @@
 #include "model/imatrix.h"
 
 #include <criterion/criterion.h>
-#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,19 +41,6 @@ static uint32_t next_u32(void)
 static float uniform(void)
 {
     return (float)(next_u32() % 100001) * 1e-5f;
-}
-
-static void *ggml_base_or_skip(void)
-{
-    if (system("uname -m | grep -q x86_64") != 0)
-        cr_skip_test("node-llama-cpp's x86-64 build only");
-    char p[600];
-    snprintf(p, sizeof p,
-             "%s/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-base.so",
-             node_dir());
-    void *lib = dlopen(p, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) cr_skip_test("node-llama-cpp's libggml-base.so absent (`make deps`): %s", dlerror());
-    return lib;
 }
 
 /* ggml's quantize_q4_K, _q5_K and _q6_K given quant_weights (an importance matrix's row)
@@ -200,53 +187,11 @@ static void write_imatrix_dat(const char *path, const imx_case *c)
 
 /* ---- llama.cpp's quantizer with an importance matrix ------------------------------------ */
 
-typedef struct llq_params { /* llama_model_quantize_params of the pinned llama.cpp */
-    int32_t nthread;
-    int ftype, output_tensor_type, token_embedding_type;
-    bool allow_requantize, quantize_output_tensor, only_copy, pure, keep_split, dry_run;
-    const void *imatrix, *kv_overrides, *tt_overrides;
-    const int32_t *prune_layers;
-    size_t max_buf_size;
-} llq_params;
-
-typedef struct llq_imatrix_data { /* llama_model_imatrix_data */
-    const char *name;
-    const float *data;
-    size_t size;
-} llq_imatrix_data;
-
-static void llq_quiet(int level, const char *text, void *user)
-{
-    (void)level;
-    (void)text;
-    (void)user;
-}
-
-/* llama_model_quantize(in, out, ftype) with the weights llama-quantize's load_imatrix makes of
+/* llama_model_quantize(in, out, mix) with the weights llama-quantize's load_imatrix makes of
  * c's file (sums / count). */
-static void llama_quantize(const char *in, const char *out, int ftype, const imx_case *c)
+static void llama_quantize(const llq *q, const char *in, const char *out, const char *mix,
+                           const imx_case *c)
 {
-    if (system("uname -m | grep -q x86_64") != 0)
-        cr_skip_test("node-llama-cpp's x86-64 build only");
-    char p[600];
-    snprintf(p, sizeof p,
-             "%s/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libllama.v0.4.0.so",
-             node_dir());
-    static void *lib; /* kept open: one library for the test's several calls */
-    if (!lib && !(lib = dlopen(p, RTLD_NOW | RTLD_LOCAL)))
-        cr_skip_test("node-llama-cpp's libllama absent (`make deps`): %s", dlerror());
-    llq_params (*defaults)(void) =
-        (llq_params(*)(void))dlsym(lib, "llama_model_quantize_default_params");
-    uint32_t (*quantize)(const char *, const char *, const llq_params *) =
-        (uint32_t(*)(const char *, const char *, const llq_params *))dlsym(lib,
-                                                                           "llama_model_quantize");
-    void (*log_set)(void (*)(int, const char *, void *), void *) =
-        (void (*)(void (*)(int, const char *, void *), void *))dlsym(lib, "llama_log_set");
-    cr_assert(defaults && quantize && log_set, "llama.cpp's quantizer: %s", dlerror());
-    log_set(llq_quiet, NULL);
-    llq_params prm = defaults();
-    cr_assert(prm.ftype == 7 && prm.quantize_output_tensor && !prm.pure && !prm.imatrix,
-              "llama_model_quantize_params: not the layout of the pinned llama.cpp");
     llq_imatrix_data *im = calloc((size_t)c->n + 1, sizeof *im);
     float **w = calloc((size_t)c->n, sizeof *w);
     for (int i = 0; i < c->n; i++) {
@@ -255,40 +200,11 @@ static void llama_quantize(const char *in, const char *out, int ftype, const imx
         for (int k = 0; k < c->ne0[i]; k++) w[i][k] = c->sums[i][k] / count;
         im[i] = (llq_imatrix_data){c->name[i], w[i], (size_t)c->ne0[i]};
     }
-    prm.ftype = ftype;
-    prm.nthread = 1;
-    prm.imatrix = im;
-    cr_assert_eq(quantize(in, out, &prm), 0, "llama.cpp's quantizer on %s (ftype %d)", in, ftype);
+    cr_assert_geq(llq_ftype(mix), 0, "%s", mix);
+    llq_run(q, in, out, llq_ftype(mix), im);
     for (int i = 0; i < c->n; i++) free(w[i]);
     free(w);
     free(im);
-}
-
-/* a and b hold the same tensors, types and bytes; returns how many tensors. */
-static int assert_same_tensors(const char *what, const char *a_path, const char *b_path)
-{
-    gguf_file *a, *b;
-    cr_assert_eq(gguf_open(a_path, &a), 0, "%s", gguf_errmsg());
-    cr_assert_eq(gguf_open(b_path, &b), 0, "%s", gguf_errmsg());
-    cr_assert_eq(gguf_n_tensors(a), gguf_n_tensors(b), "%s: tensor counts", what);
-    int n = gguf_n_tensors(a);
-    for (int i = 0; i < n; i++) {
-        const gguf_tensor *t = gguf_tensor_at(a, i), *u = gguf_tensor_find(b, t->name);
-        cr_assert_not_null(u, "%s: %s absent", what, t->name);
-        cr_assert(u->type == t->type && u->bytes == t->bytes, "%s: %s: ringlm %s, llama.cpp %s",
-                  what, t->name, gguf_type_name(u->type), gguf_type_name(t->type));
-        if (memcmp(u->data, t->data, t->bytes) != 0) {
-            uint64_t at = 0;
-            while (((const unsigned char *)u->data)[at] == ((const unsigned char *)t->data)[at])
-                at++;
-            cr_assert_fail("%s: %s (%s): bytes differ from llama.cpp's from byte %llu of %llu",
-                           what, t->name, gguf_type_name(t->type), (unsigned long long)at,
-                           (unsigned long long)t->bytes);
-        }
-    }
-    gguf_close(a);
-    gguf_close(b);
-    return n;
 }
 
 TestSuite(gguf_imatrix, .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 300);
@@ -305,37 +221,34 @@ Test(gguf_imatrix, requantized_with_an_imatrix_equal_llama_quantize)
     snprintf(theirs, sizeof theirs, "%s/theirs.gguf", tmpdir);
     snprintf(ours, sizeof ours, "%s/ours.gguf", tmpdir);
     snprintf(plain, sizeof plain, "%s/plain.gguf", tmpdir);
+    llq q;
+    llq_open(&q);
     export_gguf("synthetic:quant-test:17", NULL, "F32", "llama", f32);
     static imx_case c;
     imx_case_make(f32, &c);
     cr_assert_geq(c.n, 15, "entries for every matrix but the embedding");
     write_imatrix_gguf(gg, &c, true);
     write_imatrix_dat(dat, &c);
-    static const struct {
-        const char *mix;
-        int ftype;
-    } mixes[] = {{"Q4_K_M", 15}, {"Q5_K_M", 17}, {"Q6_K", 18}};
+    static const char *const mixes[] = {"Q4_K_M", "Q5_K_M", "Q6_K"};
     int compared = 0;
     for (size_t x = 0; x < sizeof mixes / sizeof mixes[0]; x++) {
-        llama_quantize(f32, theirs, mixes[x].ftype, &c);
+        llama_quantize(&q, f32, theirs, mixes[x], &c);
         const char *forms[2] = {gg, dat};
         for (int f = 0; f < 2; f++) {
-            cr_assert_eq(
-                gw_requantize_imatrix(f32, ours, mixes[x].mix, forms[f], note, sizeof note), 0,
-                "%s", eng_errmsg());
+            cr_assert_eq(gw_requantize_imatrix(f32, ours, mixes[x], forms[f], note, sizeof note), 0,
+                         "%s", eng_errmsg());
             char what[96];
-            snprintf(what, sizeof what, "%s, %s imatrix", mixes[x].mix, f ? "legacy" : "GGUF");
-            compared += assert_same_tensors(what, theirs, ours);
+            snprintf(what, sizeof what, "%s, %s imatrix", mixes[x], f ? "legacy" : "GGUF");
+            compared += llq_assert_same_tensors(what, theirs, ours);
         }
-        cr_assert_eq(gw_requantize(f32, plain, mixes[x].mix, note, sizeof note), 0, "%s",
-                     eng_errmsg());
+        cr_assert_eq(gw_requantize(f32, plain, mixes[x], note, sizeof note), 0, "%s", eng_errmsg());
         gguf_file *a, *b;
         cr_assert_eq(gguf_open(plain, &a), 0);
         cr_assert_eq(gguf_open(ours, &b), 0);
         const gguf_tensor *ta = gguf_tensor_find(a, "blk.0.attn_q.weight"),
                           *tb = gguf_tensor_find(b, "blk.0.attn_q.weight");
         cr_assert(ta && tb && memcmp(ta->data, tb->data, ta->bytes) != 0,
-                  "%s: the importance matrix changes blk.0.attn_q.weight", mixes[x].mix);
+                  "%s: the importance matrix changes blk.0.attn_q.weight", mixes[x]);
         gguf_close(a);
         gguf_close(b);
     }
@@ -352,6 +265,7 @@ Test(gguf_imatrix, requantized_with_an_imatrix_equal_llama_quantize)
     free(err);
     free(mk);
     imx_case_free(&c);
+    dlclose(q.lib);
 }
 
 /* An imatrix that does not fit: refused naming the file and the entry, no file written. */
