@@ -265,11 +265,41 @@ static void quantize_q3_k(const float *x, blk_q3_k *b)
 
 /* ---- Q4_K and Q5_K: 8 sub-blocks of 32, 6-bit scales and minimums --------------------- */
 
-/* The sub-blocks' scales and minimums (nmax 15 or 31), packed into b's d, dmin and 12 scale
- * bytes; L gets every element's level as it will be read. */
+/* The sub-blocks' 6-bit scale and minimum codes (ls, lm) packed into sc12, the block's steps
+ * d and dmin into bd and bdmin; L gets every element's level (0..nmax) as it will be read. */
+static void finish_k32(const float *x, int nmax, const uint8_t ls[8], const uint8_t lm[8], float d,
+                       float dmin, uint16_t *bd, uint16_t *bdmin, uint8_t sc12[12], uint8_t L[QK_K])
+{
+    memset(sc12, 0, 12);
+    for (int j = 0; j < 8; j++) {
+        if (j < 4) {
+            sc12[j] = ls[j];
+            sc12[j + 4] = lm[j];
+        } else {
+            sc12[j + 4] = (uint8_t)((ls[j] & 0xF) | (lm[j] & 0xF) << 4);
+            sc12[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
+            sc12[j] |= (uint8_t)((lm[j] >> 4) << 6);
+        }
+    }
+    *bd = qk_f32_to_f16(d);
+    *bdmin = qk_f32_to_f16(dmin);
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        scale_min_k4(j, sc12, &sc, &m);
+        const float dj = qk_f16_to_f32(*bd) * (float)sc;
+        if (dj == 0.0f) continue;
+        const float dm = qk_f16_to_f32(*bdmin) * (float)m;
+        for (int l = 0; l < 32; l++)
+            L[32 * j + l] = (uint8_t)clampi(qk_nearest((x[32 * j + l] + dm) / dj), 0, nmax);
+    }
+}
+
+/* The sub-blocks' scales and minimums (nmax 15 or 31), each fitted weighted by
+ * av_x + |x|, quantized against the largest of each. */
 static void fit_k32(const float *x, int nmax, float rmin, int nstep, uint16_t *bd, uint16_t *bdmin,
                     uint8_t sc12[12], uint8_t L[QK_K])
 {
+    uint8_t ls[8], lm[8];
     float w[32], scales[8], mins[8], max_scale = 0.0f, max_min = 0.0f;
     for (int j = 0; j < 8; j++) {
         float sum_x2 = 0.0f;
@@ -283,32 +313,13 @@ static void fit_k32(const float *x, int nmax, float rmin, int nstep, uint16_t *b
     }
     const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f,
                 inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
-    memset(sc12, 0, 12);
     for (int j = 0; j < 8; j++) {
-        uint8_t ls = (uint8_t)qk_nearest(inv_scale * scales[j]),
-                lm = (uint8_t)qk_nearest(inv_min * mins[j]);
-        ls = ls > 63 ? 63 : ls;
-        lm = lm > 63 ? 63 : lm;
-        if (j < 4) {
-            sc12[j] = ls;
-            sc12[j + 4] = lm;
-        } else {
-            sc12[j + 4] = (uint8_t)((ls & 0xF) | (lm & 0xF) << 4);
-            sc12[j - 4] |= (uint8_t)((ls >> 4) << 6);
-            sc12[j] |= (uint8_t)((lm >> 4) << 6);
-        }
+        ls[j] = (uint8_t)qk_nearest(inv_scale * scales[j]);
+        lm[j] = (uint8_t)qk_nearest(inv_min * mins[j]);
+        ls[j] = ls[j] > 63 ? 63 : ls[j];
+        lm[j] = lm[j] > 63 ? 63 : lm[j];
     }
-    *bd = qk_f32_to_f16(max_scale / 63.0f);
-    *bdmin = qk_f32_to_f16(max_min / 63.0f);
-    for (int j = 0; j < 8; j++) {
-        uint8_t sc, m;
-        scale_min_k4(j, sc12, &sc, &m);
-        const float d = qk_f16_to_f32(*bd) * (float)sc;
-        if (d == 0.0f) continue;
-        const float dm = qk_f16_to_f32(*bdmin) * (float)m;
-        for (int l = 0; l < 32; l++)
-            L[32 * j + l] = (uint8_t)clampi(qk_nearest((x[32 * j + l] + dm) / d), 0, nmax);
-    }
+    finish_k32(x, nmax, ls, lm, max_scale / 63.0f, max_min / 63.0f, bd, bdmin, sc12, L);
 }
 
 /* Non-negative x ≈ scale * L, L in 0..nmax, weighted by w: the largest value's scale and
@@ -381,11 +392,11 @@ static float fit_positive(int n, int nmax, const float *x, const float *w, uint8
  * each element weighted by its column's qw times sqrt(sigma² + x²), the sub-blocks fitted with
  * a finer sweep, their scales and minimums quantized by fit_positive weighted by the
  * sub-blocks' total weight (Q5_K caps the 6-bit codes at 63, Q4_K lets them wrap, as ggml
- * does); L gets every element's level as it will be read. */
+ * does). */
 static void fit_k32_weighted(const float *x, const float *qw, int nmax, uint16_t *bd,
                              uint16_t *bdmin, uint8_t sc12[12], uint8_t L[QK_K])
 {
-    uint8_t Ls[8], Lm[8];
+    uint8_t ls[8], lm[8];
     float w[32], sw[8], mins[8], scales[8], sum_x2 = 0.0f;
     for (int l = 0; l < QK_K; l++) sum_x2 += x[l] * x[l];
     const float sigma2 = 2.0f * sum_x2 / (float)QK_K;
@@ -398,35 +409,14 @@ static void fit_k32_weighted(const float *x, const float *qw, int nmax, uint16_t
         scales[j] =
             fit_affine(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], -0.9f, 0.05f, 36, false);
     }
-    const float d_block = fit_positive(8, 63, scales, sw, Ls),
-                m_block = fit_positive(8, 63, mins, sw, Lm);
-    memset(sc12, 0, 12);
-    for (int j = 0; j < 8; j++) {
-        uint8_t ls = Ls[j], lm = Lm[j];
-        if (nmax == 31) {
-            ls = ls > 63 ? 63 : ls;
-            lm = lm > 63 ? 63 : lm;
+    const float d_block = fit_positive(8, 63, scales, sw, ls),
+                m_block = fit_positive(8, 63, mins, sw, lm);
+    if (nmax == 31)
+        for (int j = 0; j < 8; j++) {
+            ls[j] = ls[j] > 63 ? 63 : ls[j];
+            lm[j] = lm[j] > 63 ? 63 : lm[j];
         }
-        if (j < 4) {
-            sc12[j] = ls;
-            sc12[j + 4] = lm;
-        } else {
-            sc12[j + 4] = (uint8_t)((ls & 0xF) | (lm & 0xF) << 4);
-            sc12[j - 4] |= (uint8_t)((ls >> 4) << 6);
-            sc12[j] |= (uint8_t)((lm >> 4) << 6);
-        }
-    }
-    *bd = qk_f32_to_f16(d_block);
-    *bdmin = qk_f32_to_f16(m_block);
-    for (int j = 0; j < 8; j++) {
-        uint8_t sc, m;
-        scale_min_k4(j, sc12, &sc, &m);
-        const float d = qk_f16_to_f32(*bd) * (float)sc;
-        if (d == 0.0f) continue;
-        const float dm = qk_f16_to_f32(*bdmin) * (float)m;
-        for (int l = 0; l < 32; l++)
-            L[32 * j + l] = (uint8_t)clampi(qk_nearest((x[32 * j + l] + dm) / d), 0, nmax);
-    }
+    finish_k32(x, nmax, ls, lm, d_block, m_block, bd, bdmin, sc12, L);
 }
 
 static void quantize_q4_k(const float *x, const float *qw, blk_q4_k *b)
