@@ -256,9 +256,7 @@ static int convert(const gguf_tensor *src, int t, const imx_entry *im, void **ou
         q_dequant_row((int)src->type, (const char *)src->data + r * rb_in, row, k);
         const float *qw = im ? im->weights + (size_t)(r / src->ne[1]) * (size_t)k : NULL;
         if (!q_quantize_row_weighted(t, row, (char *)*out + r * rb, k, qw))
-            err = eng_seterr(-EINVAL,
-                             "tensor %s: %s under an importance matrix is not done yet (Q4_K, "
-                             "Q5_K and Q6_K are; F16, BF16 and Q8_0 take none)",
+            err = eng_seterr(-EINVAL, "tensor %s: %s cannot be written under an importance matrix",
                              src->name, gguf_type_name((uint32_t)t));
     }
     free(row);

@@ -4,13 +4,13 @@
  * kernels/gguf_requant.c, the weighted searches of kernels/cpu/quant_search.c).
  *
  * Oracles, both from node-llama-cpp's prebuilt library (the llama.cpp it runs): ggml's
- * quantize_q4_K, quantize_q5_K and quantize_q6_K given quant_weights write the bytes ringlm
- * writes for the same rows and weights; and llama.cpp's quantizer (llama_model_quantize, the
- * call llama-quantize --imatrix makes, fed the weights llama-quantize derives from the file)
- * writes the same file as ringlm-mkmodel --imatrix under Q4_K_M, Q5_K_M and Q6_K, from an
- * imatrix in the GGUF
- * form and in the legacy .dat form. An imatrix that does not fit the model is refused naming
- * the entry.
+ * quantize_* of every type that reads quant_weights (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q4_0, Q4_1,
+ * Q5_0, Q5_1, IQ4_NL, IQ4_XS) write the bytes ringlm writes for the same rows and weights;
+ * and llama.cpp's quantizer (llama_model_quantize, the call llama-quantize --imatrix makes,
+ * fed the weights llama-quantize derives from the file) writes the same file as
+ * ringlm-mkmodel --imatrix under every mix of those types, from an imatrix in the GGUF form
+ * and in the legacy .dat form. An imatrix that does not fit the model is refused naming the
+ * entry.
  */
 #include "engine_test_util.h"
 #include "gguf_test_util.h"
@@ -43,7 +43,7 @@ static float uniform(void)
     return (float)(next_u32() % 100001) * 1e-5f;
 }
 
-/* ggml's quantize_q4_K, _q5_K and _q6_K given quant_weights (an importance matrix's row)
+/* ggml's quantize_* of every type that reads quant_weights (an importance matrix's row)
  * write ringlm's bytes: Gaussian rows at three scales, with an offset, with outliers, tiny
  * values; weights spread over four orders of magnitude, some zero. Without the weights the
  * bytes differ (else this could not fail). */
@@ -53,7 +53,11 @@ Test(gguf_imatrix, weighted_quantization_equals_ggml_byte_for_byte)
     static const struct {
         int type;
         const char *fn;
-    } types[] = {{Q_Q4_K, "quantize_q4_K"}, {Q_Q5_K, "quantize_q5_K"}, {Q_Q6_K, "quantize_q6_K"}};
+    } types[] = {
+        {Q_Q4_K, "quantize_q4_K"},     {Q_Q5_K, "quantize_q5_K"},    {Q_Q6_K, "quantize_q6_K"},
+        {Q_Q2_K, "quantize_q2_K"},     {Q_Q3_K, "quantize_q3_K"},    {Q_Q4_0, "quantize_q4_0"},
+        {Q_Q4_1, "quantize_q4_1"},     {Q_Q5_0, "quantize_q5_0"},    {Q_Q5_1, "quantize_q5_1"},
+        {Q_IQ4_NL, "quantize_iq4_nl"}, {Q_IQ4_XS, "quantize_iq4_xs"}};
     const int k = 1024, rows = 24;
     float *x = malloc((size_t)k * sizeof *x), *qw = malloc((size_t)k * sizeof *qw);
     unsigned char *ours = malloc((size_t)k * 4), *theirs = malloc((size_t)k * 4),
@@ -79,7 +83,8 @@ Test(gguf_imatrix, weighted_quantization_equals_ggml_byte_for_byte)
             }
             memset(ours, 0xa5, rb);
             memset(theirs, 0x5a, rb);
-            cr_assert_eq(q_quantize_row_weighted(types[t].type, x, ours, k, qw), rb);
+            cr_assert_eq(q_quantize_row_weighted(types[t].type, x, ours, k, qw), rb,
+                         "%s: ringlm's row under the weights", types[t].fn);
             cr_assert_eq(quant(x, theirs, 1, k, qw), rb, "%s: row bytes", types[t].fn);
             for (size_t i = 0; i < rb; i++)
                 cr_assert(ours[i] == theirs[i],
@@ -207,48 +212,64 @@ static void llama_quantize(const llq *q, const char *in, const char *out, const 
     free(im);
 }
 
+/* A test's files: the model in F32, its importance matrix in both forms (c), and where the
+ * two quantizers write. */
+typedef struct imx_files {
+    char f32[512], gg[512], dat[512], theirs[512], ours[512], plain[512];
+} imx_files;
+
+static void imx_files_make(imx_files *p, const char *spec, imx_case *c)
+{
+    snprintf(p->f32, sizeof p->f32, "%s/f32.gguf", tmpdir);
+    snprintf(p->gg, sizeof p->gg, "%s/imatrix.gguf", tmpdir);
+    snprintf(p->dat, sizeof p->dat, "%s/imatrix.dat", tmpdir);
+    snprintf(p->theirs, sizeof p->theirs, "%s/theirs.gguf", tmpdir);
+    snprintf(p->ours, sizeof p->ours, "%s/ours.gguf", tmpdir);
+    snprintf(p->plain, sizeof p->plain, "%s/plain.gguf", tmpdir);
+    export_gguf(spec, NULL, "F32", "llama", p->f32);
+    imx_case_make(p->f32, c);
+    write_imatrix_gguf(p->gg, c, true);
+    write_imatrix_dat(p->dat, c);
+}
+
 TestSuite(gguf_imatrix, .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 300);
 
 /* ringlm-mkmodel --imatrix writes llama.cpp's file, from either form of the imatrix, under
- * Q4_K_M and Q6_K on quant-test (every matrix whole 256-blocks); and the weights change the
- * file (without them it differs). */
+ * every mix whose types read it (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+ * IQ4_XS) on quant-test (every matrix whole 256-blocks); and the weights change the file
+ * (without them it differs). */
 Test(gguf_imatrix, requantized_with_an_imatrix_equal_llama_quantize)
 {
-    char f32[512], gg[512], dat[512], theirs[512], ours[512], plain[512], note[4096];
-    snprintf(f32, sizeof f32, "%s/f32.gguf", tmpdir);
-    snprintf(gg, sizeof gg, "%s/imatrix.gguf", tmpdir);
-    snprintf(dat, sizeof dat, "%s/imatrix.dat", tmpdir);
-    snprintf(theirs, sizeof theirs, "%s/theirs.gguf", tmpdir);
-    snprintf(ours, sizeof ours, "%s/ours.gguf", tmpdir);
-    snprintf(plain, sizeof plain, "%s/plain.gguf", tmpdir);
+    char note[4096];
     llq q;
     llq_open(&q);
-    export_gguf("synthetic:quant-test:17", NULL, "F32", "llama", f32);
     static imx_case c;
-    imx_case_make(f32, &c);
+    imx_files p;
+    imx_files_make(&p, "synthetic:quant-test:17", &c);
     cr_assert_geq(c.n, 15, "entries for every matrix but the embedding");
-    write_imatrix_gguf(gg, &c, true);
-    write_imatrix_dat(dat, &c);
-    static const char *const mixes[] = {"Q4_K_M", "Q5_K_M", "Q6_K"};
+    static const char *const mixes[] = {"Q4_K_M", "Q5_K_M", "Q6_K",   "Q2_K",   "Q3_K_S",
+                                        "Q3_K_M", "Q3_K_L", "Q4_0",   "Q4_1",   "Q5_0",
+                                        "Q5_1",   "IQ4_NL", "IQ4_XS", "Q4_K_S", "Q5_K_S"};
     int compared = 0;
     for (size_t x = 0; x < sizeof mixes / sizeof mixes[0]; x++) {
-        llama_quantize(&q, f32, theirs, mixes[x], &c);
-        const char *forms[2] = {gg, dat};
+        const char *mix = mixes[x];
+        llama_quantize(&q, p.f32, p.theirs, mix, &c);
+        const char *forms[2] = {p.gg, p.dat};
         for (int f = 0; f < 2; f++) {
-            cr_assert_eq(gw_requantize_imatrix(f32, ours, mixes[x], forms[f], note, sizeof note), 0,
+            cr_assert_eq(gw_requantize_imatrix(p.f32, p.ours, mix, forms[f], note, sizeof note), 0,
                          "%s", eng_errmsg());
             char what[96];
-            snprintf(what, sizeof what, "%s, %s imatrix", mixes[x], f ? "legacy" : "GGUF");
-            compared += llq_assert_same_tensors(what, theirs, ours);
+            snprintf(what, sizeof what, "%s, %s imatrix", mix, f ? "legacy" : "GGUF");
+            compared += llq_assert_same_tensors(what, p.theirs, p.ours);
         }
-        cr_assert_eq(gw_requantize(f32, plain, mixes[x], note, sizeof note), 0, "%s", eng_errmsg());
+        cr_assert_eq(gw_requantize(p.f32, p.plain, mix, note, sizeof note), 0, "%s", eng_errmsg());
         gguf_file *a, *b;
-        cr_assert_eq(gguf_open(plain, &a), 0);
-        cr_assert_eq(gguf_open(ours, &b), 0);
+        cr_assert_eq(gguf_open(p.plain, &a), 0);
+        cr_assert_eq(gguf_open(p.ours, &b), 0);
         const gguf_tensor *ta = gguf_tensor_find(a, "blk.0.attn_q.weight"),
                           *tb = gguf_tensor_find(b, "blk.0.attn_q.weight");
         cr_assert(ta && tb && memcmp(ta->data, tb->data, ta->bytes) != 0,
-                  "%s: the importance matrix changes blk.0.attn_q.weight", mixes[x]);
+                  "%s: the importance matrix changes blk.0.attn_q.weight", mix);
         gguf_close(a);
         gguf_close(b);
     }
@@ -256,8 +277,8 @@ Test(gguf_imatrix, requantized_with_an_imatrix_equal_llama_quantize)
 
     /* the command line */
     char *mk = th_program("ringlm-mkmodel"), *so = NULL, *err = NULL;
-    char *argv[] = {mk,       "--model",   f32, "--format", "gguf", "--type",
-                    "Q4_K_M", "--imatrix", gg,  "--out",    ours,   NULL};
+    char *argv[] = {mk,       "--model",   p.f32, "--format", "gguf", "--type",
+                    "IQ4_XS", "--imatrix", p.gg,  "--out",    p.ours, NULL};
     int rc = th_run(argv, &so, &err, 120);
     cr_assert_eq(rc, 0, "%s", err);
     cr_assert(strstr(err, "with the importance matrix"), "%s", err);
@@ -302,10 +323,6 @@ Test(gguf_imatrix, imatrices_that_do_not_fit_are_refused)
     cr_assert(strstr(eng_errmsg(), "imatrix.datasets absent"), "%s", eng_errmsg());
 
     write_imatrix_gguf(gg, &c, true);
-    cr_assert_lt(gw_requantize_imatrix(f32, out, "Q3_K_M", gg, note, sizeof note), 0);
-    cr_assert(strstr(eng_errmsg(), "Q3_K under an importance matrix is not done yet"), "%s",
-              eng_errmsg());
-
     /* a truncated legacy file */
     char dat[512];
     snprintf(dat, sizeof dat, "%s/imatrix.dat", tmpdir);
