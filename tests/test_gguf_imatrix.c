@@ -9,8 +9,8 @@
  * and llama.cpp's quantizer (llama_model_quantize, the call llama-quantize --imatrix makes,
  * fed the weights llama-quantize derives from the file) writes the same file as
  * ringlm-mkmodel --imatrix under every mix of those types, from an imatrix in the GGUF form
- * and in the legacy .dat form. An imatrix that does not fit the model is refused naming the
- * entry.
+ * and in the legacy .dat form, with the types llama.cpp chooses differently under an imatrix
+ * (16 layers). An imatrix that does not fit the model is refused naming the entry.
  */
 #include "engine_test_util.h"
 #include "gguf_test_util.h"
@@ -285,6 +285,60 @@ Test(gguf_imatrix, requantized_with_an_imatrix_equal_llama_quantize)
     free(so);
     free(err);
     free(mk);
+    imx_case_free(&c);
+    dlclose(q.lib);
+}
+
+/* The mixes llama.cpp chooses differently under an importance matrix, on quant-gqa (16
+ * layers, 4 query heads per KV head): every tensor's type and bytes equal llama.cpp's, and
+ * the first eighth of ffn_down shows the rules that differ from the p.plain mix — IQ4_NL and
+ * IQ4_XS keep their type there (Q5_K without an imatrix), Q4_0 and Q5_0 take Q4_1 and Q5_1. */
+Test(gguf_imatrix, imatrix_mixes_on_sixteen_layers_equal_llama_quantize, .timeout = 600)
+{
+    char note[4096];
+    llq q;
+    llq_open(&q);
+    static imx_case c;
+    imx_files p;
+    imx_files_make(&p, "synthetic:quant-gqa:19", &c);
+    static const struct {
+        const char *mix;
+        int with, without; /* blk.0.ffn_down.weight's type with and without the imatrix */
+    } differ[] = {{"IQ4_NL", Q_IQ4_NL, Q_Q5_K},
+                  {"IQ4_XS", Q_IQ4_XS, Q_Q5_K},
+                  {"Q4_0", Q_Q4_1, Q_Q4_0},
+                  {"Q5_0", Q_Q5_1, Q_Q5_0}};
+    /* those four, and the mixes whose layer-dependent rules need 16 layers */
+    static const char *const mixes[] = {"IQ4_NL", "IQ4_XS", "Q4_0",  "Q5_0",
+                                        "Q2_K",   "Q3_K_M", "Q4_K_M"};
+    int compared = 0;
+    for (size_t x = 0; x < sizeof mixes / sizeof mixes[0]; x++) {
+        const char *mix = mixes[x];
+        llama_quantize(&q, p.f32, p.theirs, mix, &c);
+        cr_assert_eq(gw_requantize_imatrix(p.f32, p.ours, mix, p.gg, note, sizeof note), 0, "%s",
+                     eng_errmsg());
+        char what[96];
+        snprintf(what, sizeof what, "quant-gqa %s with an imatrix", mix);
+        compared += llq_assert_same_tensors(what, p.theirs, p.ours);
+        for (size_t d = 0; d < sizeof differ / sizeof differ[0]; d++) {
+            if (strcmp(differ[d].mix, mix) != 0) continue;
+            cr_assert_eq(gw_requantize(p.f32, p.plain, mix, note, sizeof note), 0, "%s",
+                         eng_errmsg());
+            const char *paths[2] = {p.ours, p.plain};
+            const int want[2] = {differ[d].with, differ[d].without};
+            for (int i = 0; i < 2; i++) {
+                gguf_file *g;
+                cr_assert_eq(gguf_open(paths[i], &g), 0, "%s", gguf_errmsg());
+                const gguf_tensor *t = gguf_tensor_find(g, "blk.0.ffn_down.weight");
+                cr_assert(
+                    t && (int)t->type == want[i], "%s %s: blk.0.ffn_down.weight is %s, not %s", mix,
+                    i ? "without an imatrix" : "with an imatrix",
+                    t ? gguf_type_name(t->type) : "absent", gguf_type_name((uint32_t)want[i]));
+                gguf_close(g);
+            }
+        }
+    }
+    cr_log_info("--imatrix on 16 layers: %d tensors typed and written as llama.cpp's", compared);
     imx_case_free(&c);
     dlclose(q.lib);
 }
