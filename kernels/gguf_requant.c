@@ -93,7 +93,8 @@ static bool use_more_bits(int i, int n)
     return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
 }
 
-/* llama_tensor_get_type_impl for the file types above (no importance matrix). */
+/* llama_tensor_get_type_impl for the file types above; with an importance matrix the first
+ * eighth of ffn_down stays IQ4_NL/IQ4_XS (not Q5_K) and becomes Q4_1/Q5_1 under Q4_0/Q5_0. */
 static int mix_rule(const struct mix *mx, const gw_mix_model *m, enum cat c, long long ne0,
                     int index, int t)
 {
@@ -131,12 +132,14 @@ static int mix_rule(const struct mix *mx, const gw_mix_model *m, enum cat c, lon
             t = Q_Q5_K;
         else if (ft == FT_Q4_K_M) {
             if (use_more_bits(i, n)) t = Q_Q6_K;
-        } else if (i < n / 8 && (ft == FT_IQ4_NL || ft == FT_IQ4_XS))
+        } else if (i < n / 8 && (ft == FT_IQ4_NL || ft == FT_IQ4_XS) && !m->has_imatrix)
             t = Q_Q5_K;
         else if (ft == FT_Q5_K_M && use_more_bits(i, n))
             t = Q_Q6_K;
         else if (ft == FT_Q4_K_S && i < n / 8)
             t = Q_Q5_K;
+        else if ((ft == FT_Q4_0 || ft == FT_Q5_0) && m->has_imatrix && i < n / 8)
+            t = ft == FT_Q4_0 ? Q_Q4_1 : Q_Q5_1; /* llama.cpp's guard for the first layers */
         return t;
     }
     if (c == C_ATTN_OUT) {
@@ -256,9 +259,7 @@ static int convert(const gguf_tensor *src, int t, const imx_entry *im, void **ou
         q_dequant_row((int)src->type, (const char *)src->data + r * rb_in, row, k);
         const float *qw = im ? im->weights + (size_t)(r / src->ne[1]) * (size_t)k : NULL;
         if (!q_quantize_row_weighted(t, row, (char *)*out + r * rb, k, qw))
-            err = eng_seterr(-EINVAL,
-                             "tensor %s: %s under an importance matrix is not done yet (Q4_K, "
-                             "Q5_K and Q6_K are; F16, BF16 and Q8_0 take none)",
+            err = eng_seterr(-EINVAL, "tensor %s: %s cannot be written under an importance matrix",
                              src->name, gguf_type_name((uint32_t)t));
     }
     free(row);
@@ -332,7 +333,7 @@ int gw_requantize_imatrix(const char *in_path, const char *out_path, const char 
     }
     memcpy(arch, arch_s, arch_len);
     arch[arch_len] = '\0';
-    gw_mix_model m = {.tied = 1};
+    gw_mix_model m = {.tied = 1, .has_imatrix = im != NULL};
     int heads, kv_heads;
     if ((err = get_int(g, arch, "block_count", 0, &m.n_layers)) ||
         (err = get_int(g, arch, "attention.head_count", 1, &heads)) ||

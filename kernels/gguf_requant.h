@@ -13,9 +13,9 @@
  * more bits in some layers (use_more_bits: the first and last eighth, every third between),
  * attn_output in Q2_K and Q3_K_*; models of 8 experts keep attn_k and attn_v in Q8_0; rows
  * that are not whole blocks fall back (Q2_K/Q3_K to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K
- * to Q8_0, IQ4_XS to IQ4_NL, then F16). Not followed: llama.cpp's importance matrix for
- * types other than Q4_K, Q5_K and Q6_K (and the mix rules it changes for IQ4_NL, IQ4_XS, Q4_0 and
- * Q5_0), its 70B-specific rule and the IQ1/IQ2/IQ3 mixes (not readable here).
+ * to Q8_0, IQ4_XS to IQ4_NL, then F16). With an importance matrix, as llama.cpp: the first
+ * eighth of ffn_down stays IQ4_NL/IQ4_XS under those mixes, and is Q4_1/Q5_1 under Q4_0/Q5_0.
+ * Not followed: its 70B-specific rule and the IQ1/IQ2/IQ3 mixes (not readable here).
  */
 #ifndef RINGLM_KERNELS_GGUF_REQUANT_H
 #define RINGLM_KERNELS_GGUF_REQUANT_H
@@ -29,6 +29,7 @@ typedef struct gw_mix_model {
     int n_layers, n_gqa, n_experts;
     int n_attn_v; /* attn_v / attn_qkv tensors in the file */
     int tied;
+    int has_imatrix; /* quantized under an importance matrix (some rules differ) */
 } gw_mix_model;
 /* `index`: the tensor's rank among the file's attn_v-like (or ffn_down) tensors in llama.cpp's
  * order (by layer, then name); in_type: its type in the input; n_dims, ne0 its shape. */
@@ -42,9 +43,10 @@ int gw_requantize(const char *in_path, const char *out_path, const char *mix, ch
                   size_t note_len);
 /* The same with llama-imatrix's importance matrix (model/imatrix.h; NULL: none), read as
  * llama-quantize --imatrix reads it: each matrix it has an entry for is quantized with its
- * per-column weights (Q4_K, Q5_K and Q6_K; another type that reads them is refused, naming the
- * tensor), the others without. An imatrix entry that names no matrix of the file, or whose
- * size is not the matrix's columns times its experts, is refused naming the entry. */
+ * per-column weights (every quantized type but Q8_0, which ggml quantizes without them), the
+ * others without; and the mix takes llama.cpp's rules for a quantization with an imatrix.
+ * An imatrix entry that names no matrix of the file, or whose size is not the matrix's
+ * columns times its experts, is refused naming the entry. */
 int gw_requantize_imatrix(const char *in_path, const char *out_path, const char *mix,
                           const char *imatrix_path, char *note, size_t note_len);
 

@@ -62,7 +62,7 @@ static const char usage[] =
     "        Q5_1 IQ4_NL IQ4_XS Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K,\n"
     "        or Q3_K Q4_K Q5_K (every matrix in that type)\n"
     "  --imatrix FILE: llama-imatrix's importance matrix (GGUF or legacy .dat), as\n"
-    "        llama-quantize --imatrix reads it (Q4_K, Q5_K and Q6_K matrices so far)\n";
+    "        llama-quantize --imatrix reads it\n";
 
 int main(int argc, char **argv)
 {

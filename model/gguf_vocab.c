@@ -356,6 +356,29 @@ static int32_t config_id(json_t *config, const char *key, size_t n)
     return id >= 0 && (size_t)id < n ? (int32_t)id : -1;
 }
 
+/* tokenizer_config.json's `key` ("bos_token": a string, or an object with its content) as
+ * the id of the first of tokenizer.json's added_tokens with that content, when inside the
+ * vocabulary (the converter's SpecialVocab) */
+static int32_t added_token_id(json_t *cfg, json_t *tokjson, const char *key, size_t n)
+{
+    json_t *entry = json_object_get(cfg, key);
+    const char *content = json_is_object(entry)
+                              ? json_string_value(json_object_get(entry, "content"))
+                              : json_string_value(entry);
+    if (!content) return -1;
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(tokjson, "added_tokens"), i, t)
+    {
+        const char *c = json_string_value(json_object_get(t, "content"));
+        if (c && strcmp(c, content) == 0) {
+            long id = json_id(json_object_get(t, "id"));
+            return id >= 0 && (size_t)id < n ? (int32_t)id : -1;
+        }
+    }
+    return -1;
+}
+
 static json_t *load_json_opt(const char *path, int *err)
 {
     json_error_t je;
@@ -369,13 +392,14 @@ static json_t *load_json_opt(const char *path, int *err)
 int gw_vocab_from_spm(const char *dir, int vocab_size, gw_vocab **out)
 {
     *out = NULL;
-    char path[4096], cfg_path[4096], added_path[4096], config_path[4096];
+    char path[4096], cfg_path[4096], added_path[4096], config_path[4096], tokjson_path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.model", dir);
+    snprintf(tokjson_path, sizeof tokjson_path, "%s/tokenizer.json", dir);
     snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", dir);
     snprintf(added_path, sizeof added_path, "%s/added_tokens.json", dir);
     snprintf(config_path, sizeof config_path, "%s/config.json", dir);
     spm_model *m = NULL;
-    json_t *cfg = NULL, *added = NULL, *config = NULL;
+    json_t *cfg = NULL, *added = NULL, *config = NULL, *tokjson = NULL;
     gw_vocab *v = NULL;
     int err = spm_load(path, &m);
     if (err) return gw_seterr(err, "%s", spm_errmsg());
@@ -467,13 +491,18 @@ int gw_vocab_from_spm(const char *dir, int vocab_size, gw_vocab **out)
             v->lens[id] = strlen(v->tokens[id]);
         }
     }
-    /* special ids: config.json's, else the model's own */
+    /* special ids as the converter's SpecialVocab finds them: tokenizer_config.json's
+     * <typ>_token among tokenizer.json's added tokens (where that file is there too), else
+     * config.json's <typ>_token_id; else the model's own */
+    if ((tokjson = load_json_opt(tokjson_path, &err), err)) goto out;
     const int32_t own[4] = {m->bos_id, m->eos_id, m->unk_id, m->pad_id};
     static const char *const keys[4] = {"bos_token_id", "eos_token_id", "unk_token_id",
                                         "pad_token_id"};
+    static const char *const cfg_keys[4] = {"bos_token", "eos_token", "unk_token", "pad_token"};
     int32_t *ids[4] = {&v->bos, &v->eos, &v->unk, &v->pad};
     for (int i = 0; i < 4; i++) {
-        *ids[i] = config_id(config, keys[i], v->n);
+        *ids[i] = added_token_id(cfg, tokjson, cfg_keys[i], v->n);
+        if (*ids[i] < 0) *ids[i] = config_id(config, keys[i], v->n);
         if (*ids[i] < 0 && own[i] >= 0 && (size_t)own[i] < v->n) *ids[i] = own[i];
     }
     find_eot(v);
@@ -491,6 +520,7 @@ out:
     json_decref(cfg);
     json_decref(added);
     json_decref(config);
+    json_decref(tokjson);
     if (err) {
         gw_vocab_free(v);
         return err;

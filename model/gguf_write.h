@@ -72,14 +72,17 @@ typedef struct gw_vocab {
  * add_bos, chat template) into a vocabulary of exactly vocab_size tokens (unused ids padded).
  * Returns 0 or -errno with gw_errmsg(). */
 int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size, gw_vocab **out);
-/* The vocabulary of a checkpoint directory that ships a SentencePiece tokenizer.model and no
- * tokenizer.json (Llama 2, Mistral v0.1, Gemma), as llama.cpp's converter writes it
+/* The vocabulary of a checkpoint directory's SentencePiece tokenizer.model (Llama 2, Mistral
+ * v0.1, Gemma; where tokenizer.json is there too, the converter reads this one for most
+ * architectures: model/hf_import.c), as llama.cpp's converter writes it
  * (_set_vocab_sentencepiece): vocab_size tokens, "[PAD<id>]" where the model has no piece;
  * each piece's score, and its type (USER_DEFINED pieces become NORMAL, as the converter
  * does); added_tokens.json's tokens USER_DEFINED, tokenizer_config.json's
  * added_tokens_decoder CONTROL when special or special-looking ("<|...|>", "<unused...>",
  * "<pad>", "<mask>"), else USER_DEFINED with "▁" written as " ", both scored -1000;
- * BOS/EOS/UNK/PAD ids from config.json's *_token_id, else the model's trainer_spec;
+ * BOS/EOS/UNK/PAD ids from tokenizer_config.json's *_token found among tokenizer.json's
+ * added_tokens (where that file is there), else config.json's *_token_id, else the model's
+ * trainer_spec;
  * add_bos/add_eos from tokenizer_config.json (default: BOS added, as llama.cpp does);
  * add_space_prefix false where the normalizer adds no dummy prefix. Refused naming the
  * file: a model that is not BPE, whitespace as a suffix, a normalizer other than identity,

@@ -540,6 +540,23 @@ static int factor_list(imp *im, const json_t *r, const char *key, long n, float 
     return 0;
 }
 
+/* Where a checkpoint ships both tokenizer.model and tokenizer.json, which one llama.cpp's
+ * convert_hf_to_gguf.py reads for the architecture: SentencePiece's model for llama (and
+ * Mistral), qwen2, qwen3 and gemma3 (their set_vocab tries _set_vocab_sentencepiece before
+ * the tokenizer.json readers), gemma2 (SentencePiece only) and phi3 unless
+ * tokenizer_config.json's tokenizer_class is GPT2Tokenizer (Phi-4); tokenizer.json for
+ * qwen3moe (Qwen2MoeModel's set_vocab is the GPT-2 reader). */
+static bool spm_first(int a, const char *tok_cfg_path)
+{
+    if (a == A_QWEN3MOE) return false;
+    if (a != A_PHI3) return true;
+    json_t *cfg = json_load_file(tok_cfg_path, 0, NULL);
+    const char *cls = json_string_value(json_object_get(cfg, "tokenizer_class"));
+    const bool gpt2 = cls && strcmp(cls, "GPT2Tokenizer") == 0;
+    json_decref(cfg);
+    return !gpt2;
+}
+
 static char *read_text(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -666,9 +683,10 @@ static int import(imp *im, const char *out, char *note, size_t note_len)
     char spm_path[4096];
     snprintf(spm_path, sizeof spm_path, "%s/tokenizer.model", im->dir);
     const bool has_spm = access(spm_path, F_OK) == 0;
-    const bool spm = access(path, F_OK) != 0 && has_spm;
+    const bool spm = has_spm && (access(path, F_OK) != 0 || spm_first(a, cfg2));
     if (spm) {
-        /* Llama 2, Mistral v0.1 and Gemma checkpoints may ship only SentencePiece's model */
+        /* Llama 2, Mistral v0.1 and Gemma checkpoints may ship only SentencePiece's model;
+         * many ship both */
         if ((err = gw_vocab_from_spm(im->dir, (int)im->V, &vocab))) return err;
         if (gemma) vocab->no_space_prefix = true; /* as the converter writes Gemma's */
     } else if (access(path, F_OK) != 0) {

@@ -13,7 +13,9 @@
  *   *.safetensors           one file or shards named by model.safetensors.index.json
  *                           (model/safetensors.h); F32, F16 and BF16 tensors
  *   tokenizer.json          the vocabulary (gw_vocab_from_hf: byte-level BPE or
- *                           SentencePiece-like BPE), or where there is none,
+ *                           SentencePiece-like BPE); where there is none, or where the
+ *                           converter reads the other first (every architecture but
+ *                           qwen3moe, and phi3 whose tokenizer_class is GPT2Tokenizer),
  *   tokenizer.model         SentencePiece's model (gw_vocab_from_spm, model/spm_proto.h)
  *                           with added_tokens.json
  *   tokenizer_config.json   BOS/EOS, add_bos and the chat template (or chat_template.jinja)

@@ -15,6 +15,7 @@
  */
 #include "engine_test_util.h"
 #include "gguf_test_util.h"
+#include "llama_lib_util.h"
 
 #include "kernels/cpu/quant.h"
 #include "kernels/gguf_requant.h"
@@ -516,21 +517,6 @@ Test(gguf_oracle, every_type_logprobs_equal_llama_cpp, .init = mk_tmpdir, .fini 
 
 /* ---- ggml's own dequantization ------------------------------------------------------------ */
 
-/* node-llama-cpp's prebuilt ggml (the library its llama.cpp runs on); the test skips
- * where it is absent. */
-static void *ggml_base_or_skip(void)
-{
-    if (system("uname -m | grep -q x86_64") != 0)
-        cr_skip_test("node-llama-cpp's x86-64 build only");
-    char p[600];
-    snprintf(p, sizeof p,
-             "%s/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-base.so",
-             node_dir());
-    void *lib = dlopen(p, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) cr_skip_test("node-llama-cpp's libggml-base.so absent (`make deps`): %s", dlerror());
-    return lib;
-}
-
 static uint64_t dq_rng = 0x2545f4914f6cdd1dull;
 static uint32_t dq_next(void)
 {
@@ -781,70 +767,6 @@ Test(gguf_oracle, k_type_dots_equal_ggmls)
 
 /* ---- re-quantization beside llama.cpp's quantizer ---------------------------------------- */
 
-/* llama_model_quantize_params of the llama.cpp node-llama-cpp pins (include/llama.h). */
-typedef struct llq_params {
-    int32_t nthread;
-    int ftype, output_tensor_type, token_embedding_type;
-    bool allow_requantize, quantize_output_tensor, only_copy, pure, keep_split, dry_run;
-    const void *imatrix, *kv_overrides, *tt_overrides;
-    const int32_t *prune_layers;
-    size_t max_buf_size;
-} llq_params;
-
-static void llq_quiet(int level, const char *text, void *user)
-{
-    (void)level;
-    (void)text;
-    (void)user;
-}
-
-typedef struct llq {
-    void *lib;
-    llq_params (*defaults)(void);
-    uint32_t (*quantize)(const char *, const char *, const llq_params *);
-} llq;
-
-/* llama.cpp's quantizer (llama-quantize's library call) from node-llama-cpp's build. */
-static void llq_open(llq *q)
-{
-    char p[600];
-    if (system("uname -m | grep -q x86_64") != 0)
-        cr_skip_test("node-llama-cpp's x86-64 build only");
-    snprintf(p, sizeof p,
-             "%s/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libllama.v0.4.0.so",
-             node_dir());
-    q->lib = dlopen(p, RTLD_NOW | RTLD_LOCAL);
-    if (!q->lib) cr_skip_test("node-llama-cpp's libllama absent (`make deps`): %s", dlerror());
-    q->defaults = (llq_params(*)(void))dlsym(q->lib, "llama_model_quantize_default_params");
-    q->quantize = (uint32_t(*)(const char *, const char *, const llq_params *))dlsym(
-        q->lib, "llama_model_quantize");
-    void (*log_set)(void (*)(int, const char *, void *), void *) =
-        (void (*)(void (*)(int, const char *, void *), void *))dlsym(q->lib, "llama_log_set");
-    cr_assert(q->defaults && q->quantize && log_set, "llama.cpp's quantizer: %s", dlerror());
-    log_set(llq_quiet, NULL);
-    const llq_params d = q->defaults();
-    /* the layout above, checked on the defaults llama.cpp documents */
-    cr_assert(d.ftype == 7 && d.quantize_output_tensor && !d.allow_requantize && !d.pure,
-              "llama_model_quantize_params: not the layout of the pinned llama.cpp");
-}
-
-static void llq_run(const llq *q, const char *in, const char *out, int ftype)
-{
-    llq_params p = q->defaults();
-    p.ftype = ftype;
-    p.nthread = 1;
-    cr_assert_eq(q->quantize(in, out, &p), 0, "llama.cpp's quantizer on %s (ftype %d)", in, ftype);
-}
-
-static const struct {
-    const char *mix;
-    int ftype;
-} llq_mixes[] = {
-    {"Q4_K_M", 15}, {"Q5_K_M", 17}, {"Q3_K_M", 12}, {"Q3_K_S", 11}, {"Q3_K_L", 13}, {"Q4_K_S", 14},
-    {"Q5_K_S", 16}, {"Q2_K", 10},   {"Q4_0", 2},    {"Q4_1", 3},    {"Q5_0", 8},    {"Q5_1", 9},
-    {"Q8_0", 7},    {"Q6_K", 18},   {"IQ4_NL", 25}, {"IQ4_XS", 30}, {"F16", 1},     {"BF16", 32},
-};
-
 /* ringlm-mkmodel's re-quantizer gives every tensor the type llama.cpp's quantizer gives it,
  * and the same bytes (no importance matrix on either side):
  * under every mix on quant-gqa (16 layers, 4 query heads per KV head: the layer- and
@@ -879,42 +801,14 @@ Test(gguf_oracle, requantized_types_equal_llama_quantize, .init = mk_tmpdir, .fi
             char theirs[512], ours[512], note[4096];
             snprintf(theirs, sizeof theirs, "%s/theirs.gguf", tmpdir);
             snprintf(ours, sizeof ours, "%s/ours.gguf", tmpdir);
-            llq_run(&q, f32, theirs, llq_mixes[x].ftype);
+            llq_run(&q, f32, theirs, llq_mixes[x].ftype, NULL);
             cr_assert_eq(gw_requantize(f32, ours, llq_mixes[x].mix, note, sizeof note), 0, "%s",
                          eng_errmsg());
-            gguf_file *a, *b;
-            cr_assert_eq(gguf_open(theirs, &a), 0, "%s", gguf_errmsg());
-            cr_assert_eq(gguf_open(ours, &b), 0, "%s", gguf_errmsg());
-            cr_assert_eq(gguf_n_tensors(a), gguf_n_tensors(b), "%s %s: tensor counts",
-                         shapes[s].spec, llq_mixes[x].mix);
-            for (int i = 0; i < gguf_n_tensors(a); i++) {
-                const gguf_tensor *t = gguf_tensor_at(a, i), *u = gguf_tensor_find(b, t->name);
-                cr_assert_not_null(u, "%s: %s absent", llq_mixes[x].mix, t->name);
-                cr_assert_eq(u->type, t->type, "%s %s %s: %s: ringlm %s, llama.cpp %s",
-                             shapes[s].spec, shapes[s].arch, llq_mixes[x].mix, t->name,
-                             gguf_type_name(u->type), gguf_type_name(t->type));
-                /* and the same bytes: the quantizers run llama.cpp's searches */
-                cr_assert_eq(u->bytes, t->bytes, "%s %s: %s: sizes", shapes[s].spec,
-                             llq_mixes[x].mix, t->name);
-                if (memcmp(u->data, t->data, t->bytes) != 0) {
-                    uint64_t at = 0;
-                    while (((const unsigned char *)u->data)[at] ==
-                           ((const unsigned char *)t->data)[at])
-                        at++;
-                    cr_assert_fail("%s %s %s: %s (%s): bytes differ from llama.cpp's from byte "
-                                   "%llu of %llu",
-                                   shapes[s].spec, shapes[s].arch, llq_mixes[x].mix, t->name,
-                                   gguf_type_name(t->type), (unsigned long long)at,
-                                   (unsigned long long)t->bytes);
-                }
-                compared++;
-            }
-            uint64_t ft_a = 0, ft_b = 1;
-            gguf_get_u64(a, "general.file_type", &ft_a);
-            gguf_get_u64(b, "general.file_type", &ft_b);
-            cr_assert_eq(ft_a, ft_b, "%s: general.file_type", llq_mixes[x].mix);
-            gguf_close(a);
-            gguf_close(b);
+            char what[160];
+            snprintf(what, sizeof what, "%s %s %s", shapes[s].spec, shapes[s].arch,
+                     llq_mixes[x].mix);
+            /* the same types, and the same bytes: the quantizers run llama.cpp's searches */
+            compared += llq_assert_same_tensors(what, theirs, ours);
         }
     }
     cr_log_info("re-quantizer: %d tensors typed and written as llama.cpp's quantizer writes them",
@@ -945,7 +839,7 @@ Test(gguf_oracle, requantized_files_load_in_both_engines, .init = mk_tmpdir, .fi
         for (size_t x = 0; x < sizeof llq_mixes / sizeof llq_mixes[0]; x++)
             if (strcmp(llq_mixes[x].mix, mixes[i]) == 0) ft = llq_mixes[x].ftype;
         snprintf(paths[2 * i], sizeof paths[0], "%s/llama-%s.gguf", tmpdir, mixes[i]);
-        llq_run(&q, f32, paths[2 * i], ft);
+        llq_run(&q, f32, paths[2 * i], ft, NULL);
         snprintf(lab[2 * i], sizeof lab[0], "llama.cpp's %s", mixes[i]);
         snprintf(paths[2 * i + 1], sizeof paths[0], "%s/ringlm-%s.gguf", tmpdir, mixes[i]);
         char note[4096];

@@ -1493,6 +1493,19 @@ Test(hf_import, sentencepiece_model_without_dummy_prefix_encodes_as_llama_cpp, .
     json_decref(out);
 }
 
+/* config.json in dir names BOS and EOS by id. */
+static void config_special_ids(const char *dir, int bos, int eos)
+{
+    char p[700];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    json_t *cfg = json_load_file(p, 0, NULL);
+    cr_assert_not_null(cfg, "%s", p);
+    json_object_set_new(cfg, "bos_token_id", json_integer(bos));
+    json_object_set_new(cfg, "eos_token_id", json_integer(eos));
+    cr_assert_eq(json_dump_file(cfg, p, 0), 0);
+    json_decref(cfg);
+}
+
 /* What the converter takes from a tokenizer.model beyond the pieces: vocab_size padding,
  * USER_DEFINED pieces as NORMAL, added_tokens.json and tokenizer_config.json's
  * added_tokens_decoder, special ids from config.json over the model's, add_bos/add_eos, and a
@@ -1555,12 +1568,7 @@ Test(hf_import, sentencepiece_model_keys_follow_the_converter)
     snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
     cr_assert_eq(json_dump_file(tc, p, 0), 0);
     json_decref(tc);
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    json_t *cfg = json_load_file(p, 0, NULL);
-    json_object_set_new(cfg, "bos_token_id", json_integer(2));
-    json_object_set_new(cfg, "eos_token_id", json_integer(1));
-    cr_assert_eq(json_dump_file(cfg, p, 0), 0);
-    json_decref(cfg);
+    config_special_ids(dir, 2, 1);
     char *err = NULL;
     int rc = import_cli(dir, b, NULL, &err);
     cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
@@ -1620,6 +1628,91 @@ Test(hf_import, sentencepiece_model_keys_follow_the_converter)
                   !meta_bool(g, "tokenizer.ggml.add_space_prefix", true),
               "add_space_prefix false");
     gguf_close(g);
+}
+
+/* A checkpoint that ships both tokenizer.model and tokenizer.json: the import reads the one
+ * llama.cpp's convert_hf_to_gguf.py reads for its architecture — tokenizer.model for llama,
+ * Mistral, qwen2, qwen3, gemma2, gemma3 and phi3 (unless tokenizer_config.json names
+ * GPT2Tokenizer, as Phi-4's does), tokenizer.json for qwen3moe — and with tokenizer.model the
+ * special ids as the converter's SpecialVocab finds them: tokenizer_config.json's bos_token
+ * and eos_token among tokenizer.json's added tokens (258, 259) before config.json's ids (2, 1). */
+Test(hf_import, both_tokenizers_read_as_the_converter_reads_them, .timeout = 400)
+{
+    static const struct {
+        const char *arch, *hf_arch; /* NULL: llama, the architecture's own class */
+        int head_dim, window;
+        bool gpt2_class, want_spm;
+    } cases[] = {
+        {NULL, NULL, 0, 0, false, true},        {NULL, "MistralForCausalLM", 0, 0, false, true},
+        {"qwen2", NULL, 0, 0, false, true},     {"qwen3", NULL, 32, 0, false, true},
+        {"gemma2", NULL, 32, 32, false, true},  {"gemma3", NULL, 32, 32, false, true},
+        {"phi3", NULL, 0, 0, false, true},      {"phi3", NULL, 0, 0, true, false},
+        {"qwen3moe", NULL, 0, 0, false, false},
+    };
+    char a[600], dir[600], b[600], p[700];
+    snprintf(a, sizeof a, "%s/a.gguf", tmpdir);
+    snprintf(dir, sizeof dir, "%s/hf", tmpdir);
+    snprintf(b, sizeof b, "%s/b.gguf", tmpdir);
+    const char *pieces[4] = {"<pad>", "<eos>", "<bos>", "<unk>"};
+    const float scores[4] = {0, 0, 0, 0};
+    const int32_t types[4] = {3, 3, 3, 2};
+    const spm_spec sp = {
+        .model_type = 2, .unk = 3, .bos = 2, .eos = 1, .pad = 0, .add_dummy_prefix = true};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char label[96];
+        snprintf(label, sizeof label, "%s%s",
+                 cases[i].hf_arch ? cases[i].hf_arch
+                 : cases[i].arch  ? cases[i].arch
+                                  : "llama",
+                 cases[i].gpt2_class ? " (GPT2Tokenizer)" : "");
+        const hf_case one = {.label = label,
+                             .spec = "synthetic:gqa-test:7",
+                             .arch = cases[i].arch,
+                             .hf_arch = cases[i].hf_arch,
+                             .type = "F32",
+                             .head_dim = cases[i].head_dim,
+                             .window = cases[i].window};
+        const hf_case *hc = &one;
+        export_case(hc, a);
+        gguf_to_hf(a, dir, hc);
+        snprintf(p, sizeof p, "%s/tokenizer.model", dir);
+        write_spm(p, 4, pieces, scores, types, &sp);
+        config_special_ids(dir, 2, 1);
+        if (cases[i].gpt2_class) {
+            snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
+            json_t *tc = json_load_file(p, 0, NULL);
+            json_object_set_new(tc, "tokenizer_class", json_string("GPT2Tokenizer"));
+            cr_assert_eq(json_dump_file(tc, p, 0), 0);
+            json_decref(tc);
+        }
+        char *err = NULL;
+        unlink(b);
+        int rc = import_cli(dir, b, NULL, &err);
+        cr_assert_eq(rc, 0, "%s: exit %d: %s", hc->label, rc, err);
+        cr_assert(!strstr(err, "vocabulary from tokenizer.model") == !cases[i].want_spm,
+                  "%s: tokenizer.%s expected: %s", hc->label, cases[i].want_spm ? "model" : "json",
+                  err);
+        free(err);
+        gguf_file *g;
+        cr_assert_eq(gguf_open(b, &g), 0, "%s", gguf_errmsg());
+        const char *model;
+        size_t len;
+        cr_assert_eq(gguf_get_str(g, "tokenizer.ggml.model", &model, &len), 0);
+        const char *want = cases[i].want_spm ? "llama" : "gpt2";
+        cr_assert(len == strlen(want) && !memcmp(model, want, len),
+                  "%s: tokenizer.ggml.model %.*s, the converter writes %s", hc->label, (int)len,
+                  model, want);
+        if (cases[i].want_spm) {
+            assert_token(g, 0, "<pad>", 0.0f, 3);
+            assert_token(g, 5, "[PAD5]", -10000.0f, 5);
+        }
+        cr_assert_eq(meta_int(g, "tokenizer.ggml.bos_token_id"), 258, "%s", hc->label);
+        cr_assert_eq(meta_int(g, "tokenizer.ggml.eos_token_id"), 259, "%s", hc->label);
+        gguf_close(g);
+        char cmd[2000];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' '%s'", dir, a, b);
+        cr_assert_eq(system(cmd), 0);
+    }
 }
 
 static spm_spec bad_spec;

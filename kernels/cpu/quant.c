@@ -514,6 +514,14 @@ void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, f
 
 /* ---- quantizers (ringlm-mkmodel) ---------------------------------------------------- */
 
+/* The types quant_search.c quantizes (under an importance matrix it takes the legacy ones
+ * too). */
+static bool is_searched(int type)
+{
+    return type == Q_Q2_K || type == Q_Q3_K || type == Q_Q4_K || type == Q_Q5_K || type == Q_Q6_K ||
+           type == Q_IQ4_NL || type == Q_IQ4_XS;
+}
+
 size_t q_quantize_row(int type, const float *x, void *out, int64_t k)
 {
     switch (type) {
@@ -525,16 +533,13 @@ size_t q_quantize_row(int type, const float *x, void *out, int64_t k)
         for (int64_t i = 0; i < k; i++) ((uint16_t *)out)[i] = q_f32_to_bf16(x[i]);
         break;
     case Q_Q8_0: qk_quantize_q8_0(x, out, k); break;
-    case Q_Q2_K:
-    case Q_Q3_K:
-    case Q_Q4_K:
-    case Q_Q5_K:
-    case Q_Q6_K:
-    case Q_IQ4_NL:
-    case Q_IQ4_XS: qk_quantize_searched(type, x, NULL, out, k); break;
     default:
-        if (!is_legacy(type)) return 0;
-        qk_quantize_legacy(type, x, out, k);
+        if (is_searched(type))
+            qk_quantize_searched(type, x, NULL, out, k);
+        else if (is_legacy(type))
+            qk_quantize_legacy(type, x, out, k);
+        else
+            return 0;
         break;
     }
     return q_row_bytes(type, k);
@@ -543,7 +548,7 @@ size_t q_quantize_row(int type, const float *x, void *out, int64_t k)
 size_t q_quantize_row_weighted(int type, const float *x, void *out, int64_t k, const float *qw)
 {
     if (!qw || !q_takes_imatrix(type)) return q_quantize_row(type, x, out, k);
-    if (type != Q_Q4_K && type != Q_Q5_K && type != Q_Q6_K) return 0;
+    if (!is_searched(type) && !is_legacy(type)) return 0;
     qk_quantize_searched(type, x, qw, out, k);
     return q_row_bytes(type, k);
 }

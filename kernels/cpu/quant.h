@@ -163,7 +163,9 @@ size_t q_quantize_row(int type, const float *x, void *out, int64_t k);
 /* The same under an importance matrix: qw holds k per-column weights (llama-imatrix's mean
  * squared activations), read as ggml's quantize_* functions read quant_weights, so the bytes
  * are llama-quantize --imatrix's. Types ggml quantizes without them (F32, F16, BF16, Q8_0)
- * ignore qw; of the others Q4_K, Q5_K and Q6_K are done: 0 for the rest (nothing written). */
+ * ignore qw; Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS read
+ * them (the legacy types weight by the whole row's mean square: pass whole rows); 0 for a
+ * type this cannot write (nothing written). */
 size_t q_quantize_row_weighted(int type, const float *x, void *out, int64_t k, const float *qw);
 /* Whether ggml's quantizer of type reads an importance matrix. */
 bool q_takes_imatrix(int type);

@@ -9,8 +9,9 @@
  *   quant_float.c    F32, F16, BF16: conversions, fused dots
  *   quant_q8_0.c     Q8_0: dequantize, fused dot, integer dots, quantizer
  *   quant_kquants.c  Q4_K, Q6_K: the same
- *   quant_legacy.c   Q4_0, Q4_1, Q5_0, Q5_1: quantizers
- *   quant_search.c   the K types, IQ4_NL, IQ4_XS: quantizers (llama.cpp's searches)
+ *   quant_legacy.c   Q4_0, Q4_1, Q5_0, Q5_1: quantizers, their blocks from levels
+ *   quant_search.c   the K types, IQ4_NL, IQ4_XS, and every type under an importance
+ *                    matrix: quantizers (llama.cpp's searches)
  *   quant_unpack.c   those nine: unpacked to bytes; dequantize, fused dot, integer dots
  *   quant_xq.c       the activation quantizer (q_xq) of the integer path
  *   quant_q8k.c      Q8_K activations and the K types' integer dots with them (AVX2, portable)
@@ -239,11 +240,15 @@ float qk_dot_unpacked(int type, const void *row, const float *x, int64_t k);
 /* y[r][i] = beta y[r][i] + w_i . x_r in integers (8-bit activations x), portable. */
 void qk_rows_unpacked_portable(int type, const void *w, int n, int64_t k, const xq8 *x, int rows,
                                float beta, float *y, int ld_y);
-/* The quantizers: Q4_0, Q4_1, Q5_0, Q5_1 (quant_legacy.c); Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
- * IQ4_NL, IQ4_XS (quant_search.c: llama.cpp's searches, the same bytes). qw: an importance
- * matrix's k weights, or NULL; Q4_K, Q5_K and Q6_K read them. */
+/* The quantizers: Q4_0, Q4_1, Q5_0, Q5_1 (quant_legacy.c: ggml's reference ones); Q2_K,
+ * Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, and all eleven under an importance matrix
+ * (quant_search.c: llama.cpp's searches, the same bytes). qw: the matrix's k weights for the
+ * row x of k, or NULL. */
 void qk_quantize_legacy(int type, const float *x, void *out, int64_t k);
 void qk_quantize_searched(int type, const float *x, const float *qw, void *out, int64_t k);
+/* One Q4_0, Q4_1, Q5_0 or Q5_1 block from its 32 levels (0..15 or 0..31), its step d and (the
+ * _1 types) its minimum m. */
+void qk_pack_legacy(int type, const uint8_t L[32], float d, float m, void *out);
 void qk_dequant_q4_k(const void *row, float *out, int64_t k);
 void qk_dequant_q6_k(const void *row, float *out, int64_t k);
 
